@@ -1,0 +1,85 @@
+#include "base/base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static kb_log_fn g_log_fn;
+static void *g_log_ud;
+static int g_log_max = KB_LOG_WARN;
+
+void kb_set_log(kb_log_fn fn, void *ud, int max_level) {
+    g_log_fn = fn;
+    g_log_ud = ud;
+    g_log_max = max_level;
+}
+
+void kb_log(int level, const char *fmt, ...) {
+    if (level > g_log_max) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (g_log_fn) {
+        g_log_fn(level, msg, g_log_ud);
+    } else {
+        static const char *names[] = {"error", "warning", "info", "debug"};
+        fprintf(stderr, "kiln: %s: %s\n", names[level < 0 ? 0 : level > 3 ? 3 : level], msg);
+    }
+}
+
+void kb_errf(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+double kb_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int kb_map_file(const char *path, kb_map *m, char *err, size_t errlen) {
+    m->addr = NULL;
+    m->len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        kb_errf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        kb_errf(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    if (st.st_size == 0) {
+        kb_errf(err, errlen, "%s: empty file", path);
+        close(fd);
+        return -1;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        kb_errf(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
+        return -1;
+    }
+    m->addr = p;
+    m->len = (size_t)st.st_size;
+    return 0;
+}
+
+void kb_unmap(kb_map *m) {
+    if (m->addr) munmap((void *)m->addr, m->len);
+    m->addr = NULL;
+    m->len = 0;
+}

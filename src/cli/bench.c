@@ -1,0 +1,164 @@
+/* kiln bench: prompt processing (pp) and generation (tg) speed, measured
+ * like llama-bench: pp runs one batch of p tokens from an empty context, tg
+ * runs n single-token steps from an empty context; each test is repeated r
+ * times after one warm-up and reported as mean ± standard deviation. */
+#include "cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#define MAX_LIST 8
+
+static int parse_list(const char *s, int *out) {
+    int n = 0;
+    while (*s && n < MAX_LIST) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0) return -1;
+        out[n++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+typedef struct bench_row {
+    char test[32];
+    int n_prompt, n_gen;
+    double avg, sd;
+    double samples[64];
+    int n_samples;
+} bench_row;
+
+/* One timed run; returns seconds or a negative value on failure. */
+static double run_once(kiln_context *c, const int32_t *toks, int n_prompt, int n_gen) {
+    kiln_seq_truncate(c, 0, 0);
+    double t0 = now_s();
+    if (n_prompt > 0) {
+        kiln_batch b = {n_prompt, toks, NULL, NULL, NULL};
+        if (kiln_decode(c, &b) != KILN_OK) return -1;
+    }
+    for (int i = 0; i < n_gen; i++) {
+        kiln_batch b = {1, &toks[i], NULL, NULL, NULL};
+        if (kiln_decode(c, &b) != KILN_OK) return -1;
+    }
+    return now_s() - t0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model = NULL, *out_fmt = "md";
+    int pp[MAX_LIST] = {512}, tg[MAX_LIST] = {128}, n_pp = 1, n_tg = 1;
+    int threads = 0, reps = 5, kv_f32 = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-m") && v) { model = v; i++; }
+        else if (!strcmp(a, "-p") && v) { if ((n_pp = parse_list(v, pp)) < 0) goto bad; i++; }
+        else if (!strcmp(a, "-n") && v) { if ((n_tg = parse_list(v, tg)) < 0) goto bad; i++; }
+        else if (!strcmp(a, "-t") && v) { threads = atoi(v); i++; }
+        else if (!strcmp(a, "-r") && v) { reps = atoi(v); i++; }
+        else if (!strcmp(a, "-o") && v) { out_fmt = v; i++; }
+        else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
+        else goto bad;
+    }
+    if (!model || reps < 1 || reps > 64 || (strcmp(out_fmt, "md") && strcmp(out_fmt, "json"))) goto bad;
+
+    kiln_model *m;
+    if (kiln_model_load(model, NULL, &m) != KILN_OK) return cli_fail(NULL);
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    int max_tokens = 1;
+    for (int i = 0; i < n_pp; i++) max_tokens = pp[i] > max_tokens ? pp[i] : max_tokens;
+    for (int i = 0; i < n_tg; i++) max_tokens = tg[i] > max_tokens ? tg[i] : max_tokens;
+    kiln_context_params cp = kiln_context_default_params();
+    cp.n_threads = threads;
+    cp.n_ctx = max_tokens < info.n_ctx_train ? max_tokens : info.n_ctx_train;
+    cp.n_batch = cp.n_ctx;
+    cp.kv_type = kv_f32 ? KILN_KV_F32 : KILN_KV_F16;
+    kiln_context *c;
+    if (kiln_context_new(m, &cp, &c) != KILN_OK) {
+        cli_fail(model);
+        kiln_model_free(m);
+        return 1;
+    }
+    /* random token ids, fixed seed: speed does not depend on the text */
+    int32_t *toks = malloc((size_t)max_tokens * sizeof *toks);
+    uint64_t x = 0x5eed;
+    for (int i = 0; i < max_tokens && toks; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (int32_t)((x >> 33) % (uint64_t)info.n_vocab);
+    }
+    bench_row rows[2 * MAX_LIST];
+    int n_rows = 0, rc = 0;
+    for (int kind = 0; kind < 2 && toks; kind++) {
+        int n_list = kind == 0 ? n_pp : n_tg;
+        for (int li = 0; li < n_list; li++) {
+            int np = kind == 0 ? pp[li] : 0, ng = kind == 0 ? 0 : tg[li];
+            if (np + ng == 0) continue;
+            if (np > cp.n_ctx || ng > cp.n_ctx) {
+                fprintf(stderr, "kiln bench: %d tokens exceed the model's context of %d\n", np + ng, cp.n_ctx);
+                rc = 1;
+                continue;
+            }
+            bench_row *r = &rows[n_rows++];
+            memset(r, 0, sizeof *r);
+            snprintf(r->test, sizeof r->test, "%s%d", kind == 0 ? "pp" : "tg", kind == 0 ? np : ng);
+            r->n_prompt = np;
+            r->n_gen = ng;
+            if (run_once(c, toks, np, ng) < 0) { rc = cli_fail("decode"); n_rows--; continue; } /* warm-up */
+            double sum = 0, sq = 0;
+            for (int k = 0; k < reps; k++) {
+                double t = run_once(c, toks, np, ng);
+                if (t <= 0) { rc = cli_fail("decode"); break; }
+                double ts = (np + ng) / t;
+                r->samples[r->n_samples++] = ts;
+                sum += ts;
+                sq += ts * ts;
+            }
+            if (r->n_samples == 0) { n_rows--; continue; }
+            r->avg = sum / r->n_samples;
+            r->sd = r->n_samples > 1 ? sqrt(fmax(0.0, (sq - sum * sum / r->n_samples) / (r->n_samples - 1))) : 0.0;
+            if (!strcmp(out_fmt, "md")) fprintf(stderr, "kiln bench: %s done\n", r->test);
+        }
+    }
+    const char *path = kiln_cpu_path();
+    int nthreads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (!strcmp(out_fmt, "json")) {
+        printf("[\n");
+        for (int i = 0; i < n_rows; i++) {
+            bench_row *r = &rows[i];
+            printf("  {\"model_type\": \"%s %s\", \"model_size\": %llu, \"model_n_params\": %llu, \"cpu_path\": \"%s\", "
+                   "\"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"avg_ts\": %.6f, "
+                   "\"stddev_ts\": %.6f, \"samples_ts\": [",
+                   info.arch, info.ftype, (unsigned long long)info.n_bytes, (unsigned long long)info.n_params, path,
+                   nthreads, r->test, r->n_prompt, r->n_gen, r->avg, r->sd);
+            for (int k = 0; k < r->n_samples; k++) printf(k ? ", %.6f" : "%.6f", r->samples[k]);
+            printf("]}%s\n", i + 1 < n_rows ? "," : "");
+        }
+        printf("]\n");
+    } else {
+        printf("| model | size | params | backend | threads | test | t/s |\n");
+        printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+        for (int i = 0; i < n_rows; i++)
+            printf("| %s %s | %.2f MiB | %.2f M | CPU (%s) | %d | %s | %.2f ± %.2f |\n", info.arch, info.ftype,
+                   (double)info.n_bytes / (1024.0 * 1024.0), (double)info.n_params / 1e6, path, nthreads,
+                   rows[i].test, rows[i].avg, rows[i].sd);
+    }
+    free(toks);
+    kiln_context_free(c);
+    kiln_model_free(m);
+    return rc;
+bad:
+    fprintf(stderr, "usage: kiln bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-t N] [-r 5] [-o md|json] [--kv-f32]\n");
+    return 2;
+}

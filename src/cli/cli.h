@@ -1,0 +1,40 @@
+/* The kiln command-line tool: one file per group of subcommands. */
+#ifndef KILN_CLI_H
+#define KILN_CLI_H
+
+#include "kiln.h"
+
+#include <stdint.h>
+
+int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+
+/* Options shared by the model-running commands. */
+typedef struct cli_opts {
+    const char *model;
+    const char *prompt;
+    int n_predict;
+    int n_threads;
+    int n_ctx;
+    int n_batch;
+    int kv_f32;
+    int json;
+    int verbose;
+    kiln_sampler_params sp;
+} cli_opts;
+
+void cli_opts_init(cli_opts *o);
+/* Parses the option at argv[*i] (advancing *i past its value).  Returns 1
+ * when consumed, 0 when it is not a shared option, -1 on a bad value. */
+int cli_parse_common(cli_opts *o, int argc, char **argv, int *i);
+/* Prints "kiln: <msg>" for the last library error and returns 1. */
+int cli_fail(const char *what);
+/* Loads the model and a context for o; prints the error and returns 1 on
+ * failure. */
+int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq);
+
+#endif

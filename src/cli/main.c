@@ -1,0 +1,166 @@
+/* kiln — entry point and shared option handling. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "kiln %s — local inference runtime\n"
+            "\n"
+            "usage: kiln COMMAND [options]\n"
+            "\n"
+            "commands:\n"
+            "  run       -m MODEL -p TEXT [-n N]   generate a continuation of TEXT\n"
+            "  chat      -m MODEL                  interactive chat with the model's template\n"
+            "  show      MODEL                     metadata, tensors, size and parameters\n"
+            "  tokenize  -m MODEL -p TEXT [--json] token ids and pieces\n"
+            "  bench     -m MODEL [-p 512] [-n 128] prompt and generation speed\n"
+            "  quantize  IN.gguf OUT.gguf TYPE     convert weights (q8_0, q4_0, q4_k_m, ...)\n"
+            "\n"
+            "sampling and runtime options (run, chat):\n"
+            "  -n N            tokens to generate (default 128; -1 = until the context is full)\n"
+            "  -t N            threads (default: all CPUs)\n"
+            "  -c N            context size (default: the model's, capped by memory)\n"
+            "  -b N            batch size for prompt processing (default 512)\n"
+            "  --temp T        temperature (default 0.8; 0 = greedy)\n"
+            "  --top-k K       (default 40; 0 = off)\n"
+            "  --top-p P       (default 0.95; 1 = off)\n"
+            "  --min-p P       (default 0.05; 0 = off)\n"
+            "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
+            "  --seed S        random seed (default fixed, so runs repeat)\n"
+            "  --kv-f32        keep the KV cache in F32 instead of F16\n"
+            "  -v              verbose log on stderr\n",
+            KILN_VERSION);
+}
+
+void cli_opts_init(cli_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = 128;
+    o->n_batch = 512;
+    o->sp = kiln_sampler_default_params();
+}
+
+static int want_int(int argc, char **argv, int *i, int *out) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kiln: %s needs a value\n", argv[*i]);
+        return -1;
+    }
+    char *end;
+    long v = strtol(argv[*i + 1], &end, 10);
+    if (*end || end == argv[*i + 1]) {
+        fprintf(stderr, "kiln: %s: '%s' is not a number\n", argv[*i], argv[*i + 1]);
+        return -1;
+    }
+    *out = (int)v;
+    (*i)++;
+    return 1;
+}
+
+static int want_float(int argc, char **argv, int *i, float *out) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kiln: %s needs a value\n", argv[*i]);
+        return -1;
+    }
+    char *end;
+    double v = strtod(argv[*i + 1], &end);
+    if (*end || end == argv[*i + 1]) {
+        fprintf(stderr, "kiln: %s: '%s' is not a number\n", argv[*i], argv[*i + 1]);
+        return -1;
+    }
+    *out = (float)v;
+    (*i)++;
+    return 1;
+}
+
+int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        o->model = argv[++*i];
+        return 1;
+    }
+    if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+        if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        o->prompt = argv[++*i];
+        return 1;
+    }
+    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) return want_int(argc, argv, i, &o->n_predict);
+    if (!strcmp(a, "-t") || !strcmp(a, "--threads")) return want_int(argc, argv, i, &o->n_threads);
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) return want_int(argc, argv, i, &o->n_ctx);
+    if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) return want_int(argc, argv, i, &o->n_batch);
+    if (!strcmp(a, "--temp")) return want_float(argc, argv, i, &o->sp.temperature);
+    if (!strcmp(a, "--top-k")) return want_int(argc, argv, i, &o->sp.top_k);
+    if (!strcmp(a, "--top-p")) return want_float(argc, argv, i, &o->sp.top_p);
+    if (!strcmp(a, "--min-p")) return want_float(argc, argv, i, &o->sp.min_p);
+    if (!strcmp(a, "--repeat-penalty")) return want_float(argc, argv, i, &o->sp.repeat_penalty);
+    if (!strcmp(a, "--repeat-last-n")) return want_int(argc, argv, i, &o->sp.repeat_last_n);
+    if (!strcmp(a, "--presence-penalty")) return want_float(argc, argv, i, &o->sp.presence_penalty);
+    if (!strcmp(a, "--frequency-penalty")) return want_float(argc, argv, i, &o->sp.frequency_penalty);
+    if (!strcmp(a, "--seed")) {
+        int v;
+        int r = want_int(argc, argv, i, &v);
+        if (r == 1) o->sp.seed = (uint64_t)(uint32_t)v;
+        return r;
+    }
+    if (!strcmp(a, "--kv-f32")) { o->kv_f32 = 1; return 1; }
+    if (!strcmp(a, "--json")) { o->json = 1; return 1; }
+    if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { o->verbose = 1; return 1; }
+    return 0;
+}
+
+int cli_fail(const char *what) {
+    const char *e = kiln_last_error();
+    if (what && *e) fprintf(stderr, "kiln: %s: %s\n", what, e);
+    else if (*e) fprintf(stderr, "kiln: %s\n", e);
+    else fprintf(stderr, "kiln: %s failed\n", what ? what : "operation");
+    return 1;
+}
+
+int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
+    *m = NULL;
+    *c = NULL;
+    if (!o->model) {
+        fprintf(stderr, "kiln: no model given (use -m MODEL.gguf)\n");
+        return 1;
+    }
+    if (kiln_model_load(o->model, NULL, m) != KILN_OK) return cli_fail(NULL);
+    kiln_context_params cp = kiln_context_default_params();
+    cp.n_ctx = o->n_ctx;
+    cp.n_threads = o->n_threads;
+    cp.n_batch = o->n_batch > 0 ? o->n_batch : 512;
+    cp.n_seq_max = n_seq;
+    cp.kv_type = o->kv_f32 ? KILN_KV_F32 : KILN_KV_F16;
+    if (kiln_context_new(*m, &cp, c) != KILN_OK) {
+        cli_fail(o->model);
+        kiln_model_free(*m);
+        *m = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("kiln %s (%s)\n", KILN_VERSION, kiln_cpu_path());
+        return 0;
+    }
+    struct { const char *name; int (*fn)(int, char **); } cmds[] = {
+        {"run", cmd_run}, {"chat", cmd_chat}, {"show", cmd_show}, {"tokenize", cmd_tokenize},
+        {"bench", cmd_bench}, {"quantize", cmd_quantize},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(cmd, cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", cmd);
+    return 2;
+}

@@ -1,0 +1,171 @@
+/* kiln show and kiln tokenize. */
+#include "cli.h"
+
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void print_value(const gguf_kv *kv) {
+    if (kv->type == GGUF_STRING) {
+        uint64_t n;
+        memcpy(&n, kv->data, 8);
+        const char *s = (const char *)kv->data + 8;
+        int shown = n > 80 ? 80 : (int)n;
+        putchar('"');
+        for (int i = 0; i < shown; i++) putchar(s[i] == '\n' ? ' ' : s[i]);
+        printf(n > 80 ? "\"... (%llu bytes)" : "\"", (unsigned long long)n);
+        return;
+    }
+    if (kv->type == GGUF_ARRAY) {
+        printf("[%s × %llu]", gguf_vtype_name(kv->arr_type), (unsigned long long)kv->n);
+        return;
+    }
+    gguf_kv one = *kv;
+    one.type = GGUF_ARRAY;
+    one.arr_type = kv->type;
+    one.n = 1;
+    if (kv->type == GGUF_F32 || kv->type == GGUF_F64) printf("%g", gguf_arr_float(&one, 0));
+    else if (kv->type == GGUF_BOOL) printf("%s", gguf_arr_int(&one, 0) ? "true" : "false");
+    else printf("%lld", (long long)gguf_arr_int(&one, 0));
+}
+
+int cmd_show(int argc, char **argv) {
+    const char *path = NULL;
+    int tensors = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
+        else if (!strcmp(argv[i], "--no-tensors")) tensors = 0;
+        else if (argv[i][0] != '-' && !path) path = argv[i];
+        else {
+            fprintf(stderr, "kiln show: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "kiln show: no model given\n");
+        return 2;
+    }
+    char err[512];
+    gguf_file *f = gguf_open(path, err, sizeof err);
+    if (!f) {
+        fprintf(stderr, "kiln: %s\n", err);
+        return 1;
+    }
+    printf("file:      %s (GGUF v%u, %d shard%s, %.2f MiB)\n", path, gguf_version(f), gguf_n_shards(f),
+           gguf_n_shards(f) > 1 ? "s" : "", (double)gguf_file_size(f) / (1024.0 * 1024.0));
+    uint64_t n_params = 0, n_bytes = 0;
+    int type_count[KQ_TYPE_COUNT] = {0};
+    for (int i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+        n_bytes += t->nbytes;
+        if (t->type < KQ_TYPE_COUNT) type_count[t->type]++;
+    }
+    printf("params:    %llu (%.2f M), %.2f MiB of tensor data, %.2f bits per weight\n", (unsigned long long)n_params,
+           (double)n_params / 1e6, (double)n_bytes / (1024.0 * 1024.0), n_params ? 8.0 * (double)n_bytes / (double)n_params : 0.0);
+    printf("types:    ");
+    for (int t = 0; t < KQ_TYPE_COUNT; t++)
+        if (type_count[t]) printf(" %d × %s", type_count[t], kq_get(t)->name);
+    printf("\n\nmetadata (%d keys):\n", gguf_n_kv(f));
+    for (int i = 0; i < gguf_n_kv(f); i++) {
+        const gguf_kv *kv = gguf_kv_at(f, i);
+        printf("  %-44s %-4s ", kv->key, gguf_vtype_name(kv->type));
+        print_value(kv);
+        putchar('\n');
+    }
+    if (tensors) {
+        printf("\ntensors (%d):\n", gguf_n_tensors(f));
+        for (int i = 0; i < gguf_n_tensors(f); i++) {
+            const gguf_tensor *t = gguf_tensor_at(f, i);
+            char shape[96];
+            int o = snprintf(shape, sizeof shape, "[");
+            for (uint32_t d = 0; d < t->n_dims; d++)
+                o += snprintf(shape + o, sizeof shape - (size_t)o, d ? ", %lld" : "%lld", (long long)t->ne[d]);
+            snprintf(shape + o, sizeof shape - (size_t)o, "]");
+            printf("  %-36s %-8s %-22s %10.3f KiB\n", t->name, kq_get((int)t->type)->name, shape,
+                   (double)t->nbytes / 1024.0);
+        }
+    }
+    gguf_close(f);
+    /* a full load confirms kiln can run it, and says why not otherwise */
+    kiln_model *m;
+    if (kiln_model_load(path, NULL, &m) != KILN_OK) {
+        printf("\nrunnable:  no: %s\n", kiln_last_error());
+        return 0;
+    }
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    printf("\nrunnable:  yes: %s, %d layers, n_embd %d, %d heads (%d KV), n_ff %d, vocab %d, context %d, %s\n",
+           info.arch, info.n_layer, info.n_embd, info.n_head, info.n_head_kv, info.n_ff, info.n_vocab,
+           info.n_ctx_train, info.ftype);
+    kiln_model_free(m);
+    return 0;
+}
+
+static void json_str(const char *s, int n) {
+    putchar('"');
+    for (int i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch == '\n') printf("\\n");
+        else if (ch == '\t') printf("\\t");
+        else if (ch == '\r') printf("\\r");
+        else if (ch < 0x20) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+    putchar('"');
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    cli_opts o;
+    cli_opts_init(&o);
+    int no_bos = 0, special = 0, ids_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--no-bos")) { no_bos = 1; continue; }
+        if (!strcmp(argv[i], "--parse-special")) { special = 1; continue; }
+        if (!strcmp(argv[i], "--ids")) { ids_only = 1; continue; }
+        int r = cli_parse_common(&o, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r == 0) {
+            fprintf(stderr, "kiln tokenize: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!o.model || !o.prompt) {
+        fprintf(stderr, "kiln tokenize: usage: kiln tokenize -m MODEL -p TEXT [--json] [--ids] [--no-bos] [--parse-special]\n");
+        return 2;
+    }
+    kiln_model *m;
+    if (kiln_model_load(o.model, NULL, &m) != KILN_OK) return cli_fail(NULL);
+    size_t len = strlen(o.prompt);
+    int cap = (int)len + 8;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    int n = ids ? kiln_tokenize(m, o.prompt, len, !no_bos, special, ids, cap) : -1;
+    if (n < 0 || n > cap) {
+        free(ids);
+        kiln_model_free(m);
+        return cli_fail("tokenize");
+    }
+    char piece[512];
+    if (o.json) {
+        printf("[");
+        for (int i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+        printf("]\n");
+    } else if (ids_only) {
+        for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+    } else {
+        for (int i = 0; i < n; i++) {
+            int k = kiln_token_to_piece(m, ids[i], piece, sizeof piece, 1);
+            printf("%6d -> ", ids[i]);
+            json_str(piece, k > (int)sizeof piece ? 0 : k);
+            putchar('\n');
+        }
+    }
+    free(ids);
+    kiln_model_free(m);
+    return 0;
+}

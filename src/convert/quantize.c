@@ -1,0 +1,194 @@
+/*
+ * kiln_quantize: rewrites a GGUF with its 2-D weights in another type.
+ *
+ * Which tensor gets which type follows the rules llama.cpp's quantizer
+ * applies, so a file written here has the tensor types users expect:
+ *   - 1-D tensors (norms, biases) stay F32;
+ *   - the output projection (token_embd when embeddings are tied) becomes
+ *     Q6_K for every target below Q8_0;
+ *   - the _M mixes give attn_v and ffn_down Q6_K (Q4_K_M) or Q5_K (Q3_K_M)
+ *     in the first and last eighth of the layers and every third layer
+ *     between ("use more bits");
+ *   - a tensor whose rows don't divide into the type's blocks falls back to
+ *     a type whose blocks fit.
+ * Metadata is copied, with general.file_type and
+ * general.quantization_version updated.
+ */
+#include "kiln.h"
+
+#include "base/base.h"
+#include "gguf/gguf.h"
+#include "model/model.h" /* kl_fail */
+#include "quant/quant.h"
+#include "thread/pool.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct qmix {
+    const char *name;
+    int base;        /* type of ordinary 2-D weights */
+    int more_bits;   /* attn_v / ffn_down in "more bits" layers, -1 = base */
+    int ftype;       /* general.file_type value (llama.cpp's enum) */
+} qmix;
+
+static const qmix k_mixes[] = {
+    {"f32", KQ_F32, -1, 0},        {"f16", KQ_F16, -1, 1},        {"bf16", KQ_BF16, -1, 32},
+    {"q4_0", KQ_Q4_0, -1, 2},      {"q4_1", KQ_Q4_1, -1, 3},      {"q8_0", KQ_Q8_0, -1, 7},
+    {"q5_0", KQ_Q5_0, -1, 8},      {"q5_1", KQ_Q5_1, -1, 9},      {"q2_k", KQ_Q2_K, -1, 10},
+    {"q3_k", KQ_Q3_K, -1, 11},     {"q3_k_s", KQ_Q3_K, -1, 11},   {"q3_k_m", KQ_Q3_K, KQ_Q5_K, 12},
+    {"q4_k", KQ_Q4_K, -1, 14},     {"q4_k_s", KQ_Q4_K, -1, 14},   {"q4_k_m", KQ_Q4_K, KQ_Q6_K, 15},
+    {"q5_k", KQ_Q5_K, -1, 16},     {"q5_k_s", KQ_Q5_K, -1, 16},   {"q5_k_m", KQ_Q5_K, KQ_Q6_K, 17},
+    {"q6_k", KQ_Q6_K, -1, 18},     {"iq4_nl", KQ_IQ4_NL, -1, 25}, {"iq4_xs", KQ_IQ4_XS, -1, 30},
+};
+
+static const qmix *find_mix(const char *name) {
+    char low[32];
+    size_t n = strlen(name);
+    if (n >= sizeof low) return NULL;
+    for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)name[i]);
+    for (size_t i = 0; i < sizeof k_mixes / sizeof k_mixes[0]; i++)
+        if (!strcmp(k_mixes[i].name, low)) return &k_mixes[i];
+    return NULL;
+}
+
+static int use_more_bits(int layer, int n_layer) {
+    return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+static int layer_of(const char *name) {
+    int l;
+    return sscanf(name, "blk.%d.", &l) == 1 ? l : -1;
+}
+
+static int is_output(const gguf_file *f, const char *name) {
+    if (!strcmp(name, "output.weight")) return 1;
+    return !strcmp(name, "token_embd.weight") && !gguf_find_tensor(f, "output.weight");
+}
+
+/* Target type of tensor t under mix q. */
+static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, int n_layer) {
+    if (t->n_dims < 2 || strstr(t->name, "norm")) return t->type == KQ_F16 || t->type == KQ_BF16 ? KQ_F32 : (int)t->type;
+    int want = q->base;
+    int quantized = kq_get(want)->blck > 1;
+    if (quantized && want != KQ_Q8_0 && is_output(f, t->name)) want = KQ_Q6_K;
+    if (q->more_bits >= 0 && (strstr(t->name, "attn_v.weight") || strstr(t->name, "ffn_down.weight"))) {
+        int l = layer_of(t->name);
+        if (l >= 0 && use_more_bits(l, n_layer)) want = q->more_bits;
+    }
+    /* rows must divide into blocks; fall back toward finer blocks */
+    if (t->ne[0] % kq_get(want)->blck != 0) {
+        if (t->ne[0] % 32 == 0) want = kq_get(want)->blck == 256 ? KQ_Q8_0 : want;
+        else want = KQ_F16;
+        if (t->ne[0] % kq_get(want)->blck != 0) want = KQ_F32;
+    }
+    return want;
+}
+
+typedef struct qjob {
+    const gguf_file *src;
+    int *types;           /* target type per source tensor */
+    kpool *pool;
+    /* per-call state for the thread tasks */
+    const gguf_tensor *t;
+    int dst_type;
+    uint8_t *dst;
+    float *rowbuf;        /* [threads][ne0] */
+    int failed;
+} qjob;
+
+static void quant_rows(void *ud, int ith, int nth) {
+    qjob *j = ud;
+    const gguf_tensor *t = j->t;
+    int64_t ne0 = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+    size_t srow = kq_row_size((int)t->type, ne0), drow = kq_row_size(j->dst_type, ne0);
+    const kq_traits *from = kq_get((int)t->type), *to = kq_get(j->dst_type);
+    float *buf = j->rowbuf + (size_t)ith * (size_t)ne0;
+    long lo, hi;
+    kpool_range((long)rows, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        from->to_f32((const uint8_t *)t->data + (size_t)r * srow, buf, ne0);
+        to->from_f32(buf, j->dst + (size_t)r * drow, ne0);
+    }
+}
+
+static int produce(void *ud, int idx, void *dst, uint64_t nbytes) {
+    qjob *j = ud;
+    j->t = gguf_tensor_at(j->src, idx);
+    j->dst_type = j->types[idx];
+    j->dst = dst;
+    if ((int)j->t->type == j->dst_type) {
+        memcpy(dst, j->t->data, nbytes);
+        return 0;
+    }
+    kpool_run(j->pool, quant_rows, j);
+    return j->failed ? -1 : 0;
+}
+
+kiln_status kiln_quantize(const char *in_path, const char *out_path, const char *type, int n_threads) {
+    const qmix *q = type ? find_mix(type) : NULL;
+    if (!q) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown quantization type '%s'", type ? type : "");
+    if (!in_path || !out_path) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "missing input or output path");
+    char err[512];
+    gguf_file *f = gguf_open(in_path, err, sizeof err);
+    if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "%s", err);
+    char arch[64];
+    char key[96];
+    int n_layer = 0;
+    if (gguf_get_cstr(f, "general.architecture", arch, sizeof arch, NULL)) {
+        snprintf(key, sizeof key, "%s.block_count", arch);
+        n_layer = (int)gguf_get_int(f, key, 0);
+    }
+    kiln_status st = KILN_OK;
+    int nt = gguf_n_tensors(f);
+    int *types = calloc((size_t)(nt ? nt : 1), sizeof *types);
+    int64_t max_ne0 = 1;
+    gguf_writer *w = gguf_writer_new();
+    kpool *pool = kpool_new(n_threads);
+    if (!types || !w || !pool) {
+        st = kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    kq_init(KQ_ISA_AVX512);
+    for (int i = 0; i < gguf_n_kv(f); i++) {
+        const gguf_kv *kv = gguf_kv_at(f, i);
+        if (!strcmp(kv->key, "general.file_type") || !strcmp(kv->key, "general.quantization_version") ||
+            !strcmp(kv->key, "general.alignment") || !strncmp(kv->key, "split.", 6))
+            continue;
+        gguf_w_copy_kv(w, kv);
+    }
+    gguf_w_u32(w, "general.file_type", (uint32_t)q->ftype);
+    gguf_w_u32(w, "general.quantization_version", 2);
+    for (int i = 0; i < nt; i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (!kq_supported((int)t->type)) {
+            st = kl_fail(NULL, KILN_ERR_UNSUPPORTED, "tensor %s has type %s, which kiln cannot convert", t->name,
+                         kq_get((int)t->type)->name);
+            goto done;
+        }
+        types[i] = pick_type(f, t, q, n_layer);
+        if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
+        gguf_w_tensor(w, t->name, (uint32_t)types[i], (int)t->n_dims, t->ne,
+                      (int)t->type == types[i] ? t->data : NULL);
+    }
+    qjob j;
+    memset(&j, 0, sizeof j);
+    j.src = f;
+    j.types = types;
+    j.pool = pool;
+    j.rowbuf = malloc((size_t)kpool_size(pool) * (size_t)max_ne0 * sizeof(float));
+    if (!j.rowbuf) {
+        st = kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (gguf_writer_save(w, out_path, produce, &j, err, sizeof err)) st = kl_fail(NULL, KILN_ERR_IO, "%s", err);
+    free(j.rowbuf);
+done:
+    kpool_free(pool);
+    gguf_writer_free(w);
+    free(types);
+    gguf_close(f);
+    return st;
+}

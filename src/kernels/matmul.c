@@ -1,0 +1,131 @@
+#include "kernels/matmul.h"
+
+#include "quant/quant.h"
+
+#include <string.h>
+
+/* Rows handled together: one tile of weights stays in cache while every
+ * token of the batch passes over it. */
+#define ROW_TILE 16
+#define MAX_OUTS 4
+#define MAX_ACT_TYPES 2
+
+size_t kk_matmul_scratch_size(int64_t ncols, int n_tok) {
+    /* the widest activation format is F32 (4 bytes/element); Q8 formats
+     * are smaller.  Room for two formats covers a job mixing types. */
+    return (size_t)MAX_ACT_TYPES * (size_t)n_tok * (size_t)ncols * 4 + 64;
+}
+
+typedef struct mm_job {
+    const kk_mm_out *outs;
+    int n_out;
+    const float *x;
+    int n_tok;
+    int64_t ncols;
+    /* activation formats in use and their converted rows */
+    int act_type[MAX_ACT_TYPES];
+    const uint8_t *act[MAX_ACT_TYPES];
+    size_t act_row[MAX_ACT_TYPES];
+    int n_act;
+    int out_act[MAX_OUTS]; /* index into act[] per output */
+    int64_t total_rows;
+} mm_job;
+
+static void quantize_task(void *ud, int ith, int nth) {
+    mm_job *j = ud;
+    long lo, hi;
+    kpool_range((long)j->n_tok * j->n_act, ith, nth, &lo, &hi);
+    for (long i = lo; i < hi; i++) {
+        int a = (int)(i / j->n_tok);
+        int t = (int)(i % j->n_tok);
+        const kq_traits *tr = kq_get(j->act_type[a]);
+        tr->from_f32_fast(j->x + (int64_t)t * j->ncols, (void *)(j->act[a] + (size_t)t * j->act_row[a]), j->ncols);
+    }
+}
+
+static void dot_task(void *ud, int ith, int nth) {
+    mm_job *j = ud;
+    /* split the concatenated rows of all outputs into tiles, tiles into
+     * even per-thread ranges */
+    long n_tiles = (long)((j->total_rows + ROW_TILE - 1) / ROW_TILE);
+    long lo, hi;
+    kpool_range(n_tiles, ith, nth, &lo, &hi);
+    int64_t r0 = lo * ROW_TILE, r1 = hi * ROW_TILE;
+    if (r1 > j->total_rows) r1 = j->total_rows;
+    int64_t base = 0;
+    for (int o = 0; o < j->n_out && r0 < r1; o++) {
+        const kk_mat *w = j->outs[o].w;
+        int64_t end = base + w->nrows;
+        if (r0 < end) {
+            int64_t a = r0 - base, b = (r1 < end ? r1 : end) - base;
+            const kq_traits *tr = kq_get(w->type);
+            size_t wrow = kq_row_size(w->type, w->ncols);
+            const uint8_t *act = j->act[j->out_act[o]];
+            size_t arow = j->act_row[j->out_act[o]];
+            float *y = j->outs[o].y;
+            int64_t ldy = j->outs[o].ldy;
+            for (int64_t rt = a; rt < b; rt += ROW_TILE) {
+                int64_t re = rt + ROW_TILE < b ? rt + ROW_TILE : b;
+                for (int t = 0; t < j->n_tok; t++) {
+                    const void *xa = act + (size_t)t * arow;
+                    float *yt = y + (int64_t)t * ldy;
+                    for (int64_t r = rt; r < re; r++)
+                        tr->vec_dot((int)w->ncols, &yt[r], (const uint8_t *)w->data + (size_t)r * wrow, xa);
+                }
+            }
+            r0 = base + b;
+        }
+        base = end;
+    }
+}
+
+void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch) {
+    mm_job j;
+    memset(&j, 0, sizeof j);
+    j.outs = outs;
+    j.n_out = n_out;
+    j.x = x;
+    j.n_tok = n_tok;
+    j.ncols = outs[0].w->ncols;
+    uint8_t *sp = scratch;
+    for (int o = 0; o < n_out; o++) {
+        int vt = kq_get(outs[o].w->type)->vec_dot_type;
+        int a = 0;
+        while (a < j.n_act && j.act_type[a] != vt) a++;
+        if (a == j.n_act) {
+            j.act_type[a] = vt;
+            j.act_row[a] = kq_row_size(vt, j.ncols);
+            if (vt == KQ_F32) {
+                j.act[a] = (const uint8_t *)x; /* already in the right format */
+            } else {
+                j.act[a] = sp;
+                sp += (j.act_row[a] * (size_t)n_tok + 63) & ~(size_t)63;
+            }
+            j.n_act++;
+        }
+        j.out_act[o] = a;
+        j.total_rows += outs[o].w->nrows;
+    }
+    /* only non-F32 formats need converting */
+    mm_job q = j;
+    q.n_act = 0;
+    for (int a = 0; a < j.n_act; a++) {
+        if (j.act_type[a] == KQ_F32) continue;
+        q.act_type[q.n_act] = j.act_type[a];
+        q.act[q.n_act] = j.act[a];
+        q.act_row[q.n_act] = j.act_row[a];
+        q.n_act++;
+    }
+    if (q.n_act) kpool_run(pool, quantize_task, &q);
+    kpool_run(pool, dot_task, &j);
+}
+
+void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch) {
+    kk_mm_out o = {w, y, ldy};
+    kk_matmul_multi(pool, &o, 1, x, n_tok, scratch);
+}
+
+void kk_get_row(const kk_mat *w, int64_t r, float *out) {
+    size_t rs = kq_row_size(w->type, w->ncols);
+    kq_get(w->type)->to_f32((const uint8_t *)w->data + (size_t)r * rs, out, w->ncols);
+}

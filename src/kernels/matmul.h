@@ -1,0 +1,48 @@
+/*
+ * matmul — products of a weight matrix (any kq type, straight from the
+ * mapping) with a batch of F32 activation rows, split across a thread pool.
+ *
+ * A weight W has nrows rows (output features) of ncols elements (input
+ * features); GGUF stores it with ne[0] = ncols, ne[1] = nrows.  For tokens
+ * t < n_tok:   y[t * ldy + r] = sum_k W[r][k] * x[t * ncols + k].
+ * The activations are first converted once to W's vec_dot_type (e.g. Q8_0
+ * blocks) in a caller-provided scratch buffer, then each thread takes a
+ * contiguous range of rows.
+ */
+#ifndef KILN_MATMUL_H
+#define KILN_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "thread/pool.h"
+
+typedef struct kk_mat {
+    const void *data;
+    int type;
+    int64_t ncols;
+    int64_t nrows;
+} kk_mat;
+
+/* One product of a job: a weight, where its outputs go, and their stride. */
+typedef struct kk_mm_out {
+    const kk_mat *w;
+    float *y;
+    int64_t ldy;
+} kk_mm_out;
+
+/* Scratch bytes a product with n_tok rows of ncols needs, for weights of any
+ * type (the largest activation format). */
+size_t kk_matmul_scratch_size(int64_t ncols, int n_tok);
+
+/* Computes n_out products that share the input x (all weights must have the
+ * same ncols), e.g. Q, K and V from one normalized activation: x is
+ * converted once per activation type and the rows of every product are
+ * spread over the threads together. */
+void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch);
+void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch);
+
+/* Expands row r of w to F32 (used for embedding lookups). */
+void kk_get_row(const kk_mat *w, int64_t r, float *out);
+
+#endif

@@ -1,0 +1,147 @@
+#include "kernels/ops.h"
+
+#include "quant/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+void kk_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    if (w) {
+        for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+    } else {
+        for (int i = 0; i < n; i++) out[i] = x[i] * scale;
+    }
+}
+
+void kk_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps) {
+    double mean = 0.0, var = 0.0;
+    for (int i = 0; i < n; i++) mean += x[i];
+    mean /= n;
+    for (int i = 0; i < n; i++) {
+        double d = x[i] - mean;
+        var += d * d;
+    }
+    var /= n;
+    float inv = (float)(1.0 / sqrt(var + eps));
+    for (int i = 0; i < n; i++) {
+        float v = (float)(x[i] - mean) * inv;
+        if (w) v *= w[i];
+        if (b) v += b[i];
+        out[i] = v;
+    }
+}
+
+void kk_softmax(float *x, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void kk_swiglu(float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void kk_gelu(float *x, int n) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int i = 0; i < n; i++) {
+        float v = x[i];
+        x[i] = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+    }
+}
+
+void kk_add(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += x[i];
+}
+
+void kk_add_rows(float *y, const float *b, int n_rows, int n) {
+    for (int r = 0; r < n_rows; r++) kk_add(y + (long)r * n, b, n);
+}
+
+/* YaRN: the dimension index at which a rotation completes n_rot turns over
+ * the original context (fractional). */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+}
+
+void kk_rope_table(const kk_rope *r, int pos, float *cs) {
+    const int half = r->n_rot / 2;
+    float lo = 0, hi = 0;
+    float mscale = r->attn_factor;
+    if (r->ext_factor != 0.0f) {
+        lo = floorf(yarn_corr_dim(r->n_rot, r->n_ctx_orig, r->beta_fast, r->base));
+        hi = ceilf(yarn_corr_dim(r->n_rot, r->n_ctx_orig, r->beta_slow, r->base));
+        if (lo < 0) lo = 0;
+        if (hi > r->n_rot - 1) hi = (float)(r->n_rot - 1);
+        mscale *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
+    }
+    const float theta_scale = powf(r->base, -2.0f / (float)r->n_rot);
+    float theta_extrap = (float)pos;
+    for (int i = 0; i < half; i++) {
+        float theta = r->freq_scale * theta_extrap;
+        if (r->ext_factor != 0.0f) {
+            float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+            float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+            float mix = ramp * r->ext_factor;
+            theta = theta * (1.0f - mix) + theta_extrap * mix;
+        }
+        cs[2 * i] = cosf(theta) * mscale;
+        cs[2 * i + 1] = sinf(theta) * mscale;
+        theta_extrap *= theta_scale;
+    }
+}
+
+void kk_rope_apply(const kk_rope *r, const float *cs, float *x, int n_heads, int head_dim) {
+    const int half = r->n_rot / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (long)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            int a = r->neox ? i : 2 * i;
+            int b = r->neox ? i + half : 2 * i + 1;
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+float kk_dot_f32(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+float kk_dot_f16(const uint16_t *a, const float *b, int n) {
+    double s = 0.0; /* products are exact in double: F16 x F16-rounded query */
+    for (int i = 0; i < n; i++) s += (double)(kq_f16_to_f32(a[i]) * b[i]);
+    return (float)s;
+}
+
+void kk_scale_axpy_f32(float *y, float scale, float w, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] = y[i] * scale + w * x[i];
+}
+
+void kk_scale_axpy_f16(float *y, float scale, float w, const uint16_t *x, int n) {
+    for (int i = 0; i < n; i++) y[i] = y[i] * scale + w * kq_f16_to_f32(x[i]);
+}
+
+void kk_f32_to_f16_row(const float *x, uint16_t *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = kq_f32_to_f16(x[i]);
+}
+
+void kk_scale_f16(uint16_t *y, float s, int n) {
+    for (int i = 0; i < n; i++) y[i] = kq_f32_to_f16(kq_f16_to_f32(y[i]) * s);
+}
+
+void kk_mad_f16(uint16_t *y, const uint16_t *x, float w, int n) {
+    for (int i = 0; i < n; i++) y[i] = kq_f32_to_f16(fmaf(kq_f16_to_f32(x[i]), w, kq_f16_to_f32(y[i])));
+}

@@ -1,0 +1,54 @@
+/*
+ * ops — the element-wise and small kernels of the forward pass (norms,
+ * activations, RoPE, attention helpers).  Matrix products are in matmul.h.
+ * All vectors are F32 unless the name says otherwise; n counts elements.
+ */
+#ifndef KILN_OPS_H
+#define KILN_OPS_H
+
+#include <stdint.h>
+
+/* out = x / sqrt(mean(x^2) + eps) * w   (w NULL: no scale).  out may be x. */
+void kk_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* out = (x - mean) / sqrt(var + eps) * w + b   (w, b may be NULL). */
+void kk_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps);
+/* In place: x = exp(x - max) / sum. */
+void kk_softmax(float *x, int n);
+/* In place: g = silu(g) * u, silu(v) = v / (1 + e^-v). */
+void kk_swiglu(float *g, const float *u, int n);
+/* In place: x = gelu(x) (tanh approximation, as BERT GGUFs expect). */
+void kk_gelu(float *x, int n);
+/* y += x */
+void kk_add(float *y, const float *x, int n);
+/* y += b broadcast over n_rows rows of n */
+void kk_add_rows(float *y, const float *b, int n_rows, int n);
+
+/* RoPE.  A rotation table for one position: cs[2*i] = cos, cs[2*i+1] = sin
+ * of angle i (n_rot/2 angles), including YaRN's magnitude scale. */
+typedef struct kk_rope {
+    int n_rot;          /* dimensions rotated per head (<= head_dim, even) */
+    int neox;           /* 1: pairs (i, i + n_rot/2); 0: pairs (2i, 2i+1) */
+    float base;         /* rope.freq_base */
+    float freq_scale;   /* 1 / linear-or-yarn factor */
+    float ext_factor;   /* YaRN extrapolation mix (0 = plain/linear) */
+    float attn_factor;  /* YaRN magnitude multiplier */
+    float beta_fast, beta_slow;
+    int n_ctx_orig;     /* training context, for YaRN's correction range */
+} kk_rope;
+void kk_rope_table(const kk_rope *r, int pos, float *cs);
+/* Rotates n_heads heads of head_dim (stride head_dim) in place. */
+void kk_rope_apply(const kk_rope *r, const float *cs, float *x, int n_heads, int head_dim);
+
+/* Attention helpers over cached keys/values (F16 or F32 rows). */
+float kk_dot_f32(const float *a, const float *b, int n);
+float kk_dot_f16(const uint16_t *a, const float *b, int n);
+/* y = y * scale + w * x  */
+void kk_scale_axpy_f32(float *y, float scale, float w, const float *x, int n);
+void kk_scale_axpy_f16(float *y, float scale, float w, const uint16_t *x, int n);
+void kk_f32_to_f16_row(const float *x, uint16_t *y, int n);
+/* F16 accumulator updates, rounded to F16 after each element:
+ * y = y * s;  y = y + x * w (one fused multiply-add, then rounding). */
+void kk_scale_f16(uint16_t *y, float s, int n);
+void kk_mad_f16(uint16_t *y, const uint16_t *x, float w, int n);
+
+#endif

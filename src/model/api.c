@@ -1,0 +1,257 @@
+/* The public entry points of kiln.h that concern models and contexts:
+ * status strings, errors, context creation and sizing, decode, tokenizer
+ * wrappers. */
+#include "model/model.h"
+
+#include "base/base.h"
+#include "quant/quant.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static _Thread_local char t_last_error[512];
+
+const char *kiln_last_error(void) { return t_last_error; }
+
+kiln_status kl_fail(kiln_context *c, kiln_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t_last_error, sizeof t_last_error, fmt, ap);
+    va_end(ap);
+    if (c) snprintf(c->err, sizeof c->err, "%s", t_last_error);
+    return st;
+}
+
+const char *kiln_status_str(kiln_status st) {
+    switch (st) {
+    case KILN_OK: return "ok";
+    case KILN_ERR_INVALID_ARG: return "invalid argument";
+    case KILN_ERR_IO: return "I/O error";
+    case KILN_ERR_FORMAT: return "malformed file";
+    case KILN_ERR_UNSUPPORTED: return "unsupported";
+    case KILN_ERR_NOMEM: return "out of memory";
+    case KILN_ERR_CONTEXT_FULL: return "context full";
+    case KILN_ERR_CANCELLED: return "cancelled";
+    case KILN_ERR_STATE: return "invalid state";
+    case KILN_ERR_NOT_FOUND: return "not found";
+    case KILN_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+void kiln_set_log(kiln_log_fn fn, void *user, int max_level) { kb_set_log(fn, user, max_level); }
+
+const char *kiln_cpu_path(void) {
+    kq_init(KQ_ISA_AVX512);
+    return kq_isa_name(kq_active_isa());
+}
+
+/* ---------------------------------------------------------------- context */
+
+kiln_context_params kiln_context_default_params(void) {
+    kiln_context_params p;
+    memset(&p, 0, sizeof p);
+    p.n_ctx = 0;
+    p.n_batch = 512;
+    p.n_seq_max = 1;
+    p.n_threads = 0;
+    p.kv_type = KILN_KV_F16;
+    p.mem_limit = 0;
+    return p;
+}
+
+/* Default KV budget: half of physical memory. */
+static uint64_t default_kv_budget(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psize <= 0) return 4ull << 30;
+    return (uint64_t)pages * (uint64_t)psize / 2;
+}
+
+static void *map_zero(size_t bytes) {
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+typedef struct ctx_buf {
+    void **ptr;
+    size_t bytes;
+} ctx_buf;
+
+static size_t ctx_logits_bytes(const kiln_context *c) {
+    return (size_t)c->p.n_batch * (size_t)c->m->hp.n_vocab * sizeof(float);
+}
+
+kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, kiln_context **out) {
+    *out = NULL;
+    if (!m) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model");
+    kiln_context_params p = params ? *params : kiln_context_default_params();
+    const kl_hparams *hp = &m->hp;
+    if (p.n_batch <= 0) p.n_batch = 512;
+    if (p.n_seq_max <= 0) p.n_seq_max = 1;
+    if (p.n_seq_max > 64) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "n_seq_max %d exceeds 64", p.n_seq_max);
+    if (p.kv_type != KILN_KV_F16 && p.kv_type != KILN_KV_F32)
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown KV cache type %d", p.kv_type);
+    if (p.n_ctx < 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "negative context size");
+    if (p.n_ctx > hp->n_ctx_train)
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "context %d exceeds the model's %d", p.n_ctx, hp->n_ctx_train);
+    /* the usable context is the smaller of the model's and what the KV
+     * budget allows for n_seq_max sequences */
+    uint64_t budget = p.mem_limit ? p.mem_limit : default_kv_budget();
+    uint64_t per_tok = kl_kv_bytes_per_token(hp, p.kv_type);
+    uint64_t fit = budget / (per_tok * (uint64_t)p.n_seq_max);
+    int32_t n_ctx = p.n_ctx ? p.n_ctx : hp->n_ctx_train;
+    if ((uint64_t)n_ctx > fit) {
+        if (p.n_ctx)
+            return kl_fail(NULL, KILN_ERR_NOMEM,
+                           "context %d needs %llu MiB of KV cache for %d sequence(s); the budget is %llu MiB",
+                           n_ctx, (unsigned long long)(per_tok * (uint64_t)n_ctx * (uint64_t)p.n_seq_max >> 20),
+                           p.n_seq_max, (unsigned long long)(budget >> 20));
+        n_ctx = (int32_t)fit;
+        kb_log(KB_LOG_INFO, "context capped at %d tokens by the KV memory budget", n_ctx);
+    }
+    if (n_ctx < 1) return kl_fail(NULL, KILN_ERR_NOMEM, "no room for a KV cache within the memory budget");
+    if (p.n_batch > n_ctx * p.n_seq_max) p.n_batch = n_ctx * p.n_seq_max;
+    p.n_ctx = n_ctx;
+
+    kiln_context *c = calloc(1, sizeof *c);
+    if (!c) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    c->m = m;
+    c->p = p;
+    char err[256];
+    kq_init(KQ_ISA_AVX512);
+    c->pool = kpool_new(p.n_threads);
+    if (!c->pool || kl_kv_init(&c->kv, hp, p.kv_type, p.n_seq_max, n_ctx, err, sizeof err)) {
+        if (c->pool) kl_fail(NULL, KILN_ERR_NOMEM, "%s", err);
+        else kl_fail(NULL, KILN_ERR_NOMEM, "cannot start threads");
+        kiln_context_free(c);
+        return KILN_ERR_NOMEM;
+    }
+    c->p.n_threads = kpool_size(c->pool);
+    const size_t B = (size_t)p.n_batch, E = (size_t)hp->n_embd;
+    const size_t nq = (size_t)hp->n_head * hp->hd_k, nkv = (size_t)hp->n_head_kv * hp->hd_k;
+    size_t maxk = E > nq ? E : nq;
+    if ((size_t)hp->n_ff > maxk) maxk = (size_t)hp->n_ff;
+    c->logits_cap = p.n_batch;
+    ctx_buf bufs[] = {
+        {(void **)&c->x, B * E * 4},        {(void **)&c->xn, B * E * 4},
+        {(void **)&c->q, B * nq * 4},       {(void **)&c->k, B * nkv * 4},
+        {(void **)&c->v, B * nkv * 4},      {(void **)&c->att, B * nq * 4},
+        {(void **)&c->gate, B * (size_t)hp->n_ff * 4}, {(void **)&c->up, B * (size_t)hp->n_ff * 4},
+        {(void **)&c->rope_cs, B * (size_t)hp->rope.n_rot * 4},
+        {(void **)&c->b_pos, B * 4},        {(void **)&c->b_seq, B * 4},
+        {(void **)&c->out_idx, B * 4},
+        {(void **)&c->out_rows, B * E * 4},
+        {(void **)&c->att_scratch, (size_t)c->p.n_threads * (size_t)(2 * hp->hd_k) * 4},
+        {(void **)&c->mm_scratch, kk_matmul_scratch_size((int64_t)maxk, p.n_batch)},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        *bufs[i].ptr = malloc(bufs[i].bytes ? bufs[i].bytes : 1);
+        if (!*bufs[i].ptr) {
+            kiln_context_free(c);
+            return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory for activations");
+        }
+    }
+    /* logits for every batch row, committed only where written */
+    c->logits = map_zero(ctx_logits_bytes(c));
+    if (!c->logits) {
+        kiln_context_free(c);
+        return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory for logits");
+    }
+    *out = c;
+    return KILN_OK;
+}
+
+void kiln_context_free(kiln_context *c) {
+    if (!c) return;
+    kl_kv_free(&c->kv);
+    if (c->pool) kpool_free(c->pool);
+    void *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->b_pos, c->b_seq,
+                    c->out_idx, c->out_rows, c->att_scratch, c->mm_scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    if (c->logits) munmap(c->logits, ctx_logits_bytes(c));
+    free(c);
+}
+
+int32_t kiln_context_n_ctx(const kiln_context *c) { return c->p.n_ctx; }
+const char *kiln_context_error(const kiln_context *c) { return c->err; }
+
+kiln_status kiln_decode(kiln_context *c, const kiln_batch *b) {
+    if (!c || !b || !b->token) return kl_fail(c, KILN_ERR_INVALID_ARG, "no batch");
+    c->err[0] = 0;
+    for (int i = 0; i < c->p.n_batch; i++) c->out_idx[i] = -1;
+    return kl_forward(c, b);
+}
+
+const float *kiln_get_logits(kiln_context *c, int32_t i) {
+    if (!c || i < 0 || i >= c->p.n_batch || c->out_idx[i] < 0) return NULL;
+    return c->logits + (size_t)c->out_idx[i] * (size_t)c->m->hp.n_vocab;
+}
+
+int32_t kiln_seq_len(const kiln_context *c, int32_t seq) {
+    if (!c || seq < 0 || seq >= c->kv.n_seq) return -1;
+    return c->kv.seqs[seq].len;
+}
+
+kiln_status kiln_seq_truncate(kiln_context *c, int32_t seq, int32_t p) {
+    if (!c || seq < 0 || seq >= c->kv.n_seq || p < 0)
+        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
+    kl_kv_truncate(&c->kv, seq, p);
+    return KILN_OK;
+}
+
+/* -------------------------------------------------------------- tokenizer */
+
+int kiln_tokenize(const kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
+                  int32_t *out, int cap) {
+    if (!m || (!text && len)) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "bad tokenize arguments");
+    int32_t n = ktok_encode(m->tok, text ? text : "", len, add_special, parse_special, out, cap);
+    if (n == KTOK_ERR_NOMEM) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory while tokenizing");
+    return n < 0 ? -n : n;
+}
+
+int kiln_token_to_piece(const kiln_model *m, int32_t id, char *buf, int cap, int special) {
+    int32_t n = ktok_token_to_piece(m->tok, id, buf, cap, special);
+    return n < 0 ? -n : n;
+}
+
+int32_t kiln_token_bos(const kiln_model *m) { return ktok_bos(m->tok); }
+int32_t kiln_token_eos(const kiln_model *m) { return ktok_eos(m->tok); }
+int kiln_token_is_eog(const kiln_model *m, int32_t id) { return ktok_is_eog(m->tok, id); }
+
+struct kiln_detok {
+    ktok_stream s;
+    char *buf;
+    int32_t cap;
+};
+
+kiln_detok *kiln_detok_new(const kiln_model *m) {
+    kiln_detok *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->cap = ktok_max_piece(m->tok) + 8;
+    d->buf = malloc((size_t)d->cap);
+    if (!d->buf) { free(d); return NULL; }
+    ktok_stream_init(&d->s, m->tok, 0, 0);
+    return d;
+}
+
+void kiln_detok_free(kiln_detok *d) {
+    if (!d) return;
+    free(d->buf);
+    free(d);
+}
+
+const char *kiln_detok_push(kiln_detok *d, int32_t id, size_t *len) {
+    int32_t n = ktok_stream_put(&d->s, id, d->buf, d->cap);
+    *len = n > 0 ? (size_t)n : 0;
+    return d->buf;
+}
+
+const char *kiln_detok_flush(kiln_detok *d, size_t *len) {
+    int32_t n = ktok_stream_flush(&d->s, d->buf, d->cap);
+    *len = n > 0 ? (size_t)n : 0;
+    return d->buf;
+}

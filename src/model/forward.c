@@ -1,0 +1,188 @@
+/*
+ * The decoder forward pass over one batch: n tokens, each with its sequence
+ * and position.  Shapes (per token row):
+ *   x, xn  [n_embd]          residual stream and its normalized copy
+ *   q, att [n_head * hd]     queries, attention output
+ *   k, v   [n_head_kv * hd]  this batch's keys/values before caching
+ *   gate, up [n_ff]          feed-forward
+ * Every buffer is sized for n_batch tokens when the context is made, so a
+ * decode step allocates nothing.
+ */
+#include "model/model.h"
+
+#include "quant/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct attn_job {
+    kiln_context *c;
+    int layer;
+    int n_tok;
+} attn_job;
+
+/* One (token, head) pair per work item: an online softmax over the
+ * sequence's cached positions 0..pos (one pass over K and V).
+ *
+ * With an F16 cache the arithmetic follows the F16 flash-attention scheme
+ * GGUF runtimes use, so greedy outputs agree with theirs on near-ties: the
+ * query is rounded to F16 before the K dot, and the weighted V sum is kept
+ * in an F16 accumulator (rounded after every update).  With an F32 cache
+ * everything stays F32. */
+static void attn_task(void *ud, int ith, int nth) {
+    attn_job *j = ud;
+    kiln_context *c = j->c;
+    const kl_hparams *hp = &c->m->hp;
+    const kl_kv *kv = &c->kv;
+    const int hd = hp->hd_k, group = hp->n_head / hp->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    /* per-thread scratch: [hd] rounded query, [hd] F16 accumulator */
+    float *qr = c->att_scratch + (size_t)ith * (size_t)(2 * hd);
+    uint16_t *acc16 = (uint16_t *)(qr + hd);
+    const int f16 = kv->type != KILN_KV_F32;
+    long lo, hi;
+    kpool_range((long)j->n_tok * hp->n_head, ith, nth, &lo, &hi);
+    for (long w = lo; w < hi; w++) {
+        int i = (int)(w / hp->n_head), h = (int)(w % hp->n_head);
+        int s = c->b_seq[i], pos = c->b_pos[i], kvh = h / group;
+        const float *q = c->q + ((size_t)i * hp->n_head + h) * hd;
+        float *o = c->att + ((size_t)i * hp->n_head + h) * hd;
+        float M = -INFINITY, S = 0.0f;
+        if (f16) {
+            for (int d = 0; d < hd; d++) qr[d] = kq_f16_to_f32(kq_f32_to_f16(q[d]));
+            memset(acc16, 0, (size_t)hd * sizeof(uint16_t));
+        } else {
+            memset(o, 0, (size_t)hd * sizeof(float));
+        }
+        for (int t = 0; t <= pos; t++) {
+            int64_t cell = kl_kv_cell(kv, s, t);
+            const uint8_t *kr = (const uint8_t *)kl_kv_k(kv, j->layer, cell) + (size_t)kvh * hd * kv->elt;
+            const uint8_t *vr = (const uint8_t *)kl_kv_v(kv, j->layer, cell) + (size_t)kvh * hd * kv->elt;
+            float sc = (f16 ? kk_dot_f16((const uint16_t *)kr, qr, hd) : kk_dot_f32((const float *)kr, q, hd)) * scale;
+            float ms = 1.0f, vs = 1.0f;
+            if (sc > M) {
+                float old = M;
+                M = sc;
+                ms = expf(old - M);
+                if (f16) kk_scale_f16(acc16, ms, hd);
+                else kk_scale_axpy_f32(o, ms, 0.0f, o, hd);
+            } else {
+                vs = expf(sc - M);
+            }
+            if (f16) kk_mad_f16(acc16, (const uint16_t *)vr, vs, hd);
+            else kk_scale_axpy_f32(o, 1.0f, vs, (const float *)vr, hd);
+            S = S * ms + vs;
+        }
+        float inv = 1.0f / S;
+        if (f16)
+            for (int d = 0; d < hd; d++) o[d] = kq_f16_to_f32(acc16[d]) * inv;
+        else
+            for (int d = 0; d < hd; d++) o[d] *= inv;
+    }
+}
+
+/* Resolves sequence and position of every token and checks the batch
+ * against the context before any compute. */
+static kiln_status check_batch(kiln_context *c, const kiln_batch *b, int *n_out) {
+    const kl_hparams *hp = &c->m->hp;
+    if (b->n <= 0) return kl_fail(c, KILN_ERR_INVALID_ARG, "empty batch");
+    if (b->n > c->p.n_batch)
+        return kl_fail(c, KILN_ERR_INVALID_ARG, "batch of %d tokens exceeds n_batch %d", b->n, c->p.n_batch);
+    int32_t grow[64] = {0}; /* tokens this batch adds per sequence */
+    int32_t *add = c->kv.n_seq <= 64 ? grow : NULL;
+    if (!add) return kl_fail(c, KILN_ERR_INTERNAL, "too many sequences");
+    *n_out = 0;
+    for (int i = 0; i < b->n; i++) {
+        int s = b->seq ? b->seq[i] : 0;
+        if (s < 0 || s >= c->kv.n_seq)
+            return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: sequence %d out of range (0..%d)", i, s, c->kv.n_seq - 1);
+        if (b->token[i] < 0 || b->token[i] >= hp->n_vocab)
+            return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: id %d out of range (vocab %d)", i, b->token[i], hp->n_vocab);
+        int32_t p = c->kv.seqs[s].len + add[s];
+        if (b->pos && b->pos[i] != p)
+            return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: position %d, but sequence %d continues at %d", i,
+                           b->pos[i], s, p);
+        if (p >= c->p.n_ctx)
+            return kl_fail(c, KILN_ERR_CONTEXT_FULL, "sequence %d would hold %d tokens; the context is %d", s, p + 1,
+                           c->p.n_ctx);
+        c->b_seq[i] = s;
+        c->b_pos[i] = p;
+        add[s]++;
+        int want = b->logits ? b->logits[i] != 0 : i == b->n - 1;
+        c->out_idx[i] = want ? (*n_out)++ : -1;
+    }
+    for (int s = 0; s < c->kv.n_seq; s++)
+        if (add[s] && kl_kv_reserve(&c->kv, s, c->kv.seqs[s].len + add[s]))
+            return kl_fail(c, KILN_ERR_CONTEXT_FULL, "the KV cache has no free blocks for sequence %d", s);
+    return KILN_OK;
+}
+
+kiln_status kl_forward(kiln_context *c, const kiln_batch *b) {
+    const kiln_model *m = c->m;
+    const kl_hparams *hp = &m->hp;
+    int n_out = 0;
+    kiln_status st = check_batch(c, b, &n_out);
+    if (st != KILN_OK) return st;
+    const int n = b->n, E = hp->n_embd, hd = hp->hd_k;
+    const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
+    kl_kv *kv = &c->kv;
+
+    for (int i = 0; i < n; i++) {
+        kk_get_row(&m->tok_embd, b->token[i], c->x + (size_t)i * E);
+        kk_rope_table(&hp->rope, c->b_pos[i], c->rope_cs + (size_t)i * hp->rope.n_rot);
+    }
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const kl_layer *L = &m->layers[l];
+        for (int i = 0; i < n; i++) kk_rmsnorm(c->xn + (size_t)i * E, c->x + (size_t)i * E, L->attn_norm, E, hp->eps);
+        kk_mm_out qkv[3] = {{&L->wq, c->q, nq}, {&L->wk, c->k, nkv}, {&L->wv, c->v, nkv}};
+        kk_matmul_multi(c->pool, qkv, 3, c->xn, n, c->mm_scratch);
+        if (L->bq) kk_add_rows(c->q, L->bq, n, (int)nq);
+        if (L->bk) kk_add_rows(c->k, L->bk, n, (int)nkv);
+        if (L->bv) kk_add_rows(c->v, L->bv, n, (int)nkv);
+        for (int i = 0; i < n; i++) {
+            float *qi = c->q + (size_t)i * nq, *ki = c->k + (size_t)i * nkv;
+            if (L->q_norm) {
+                for (int h = 0; h < hp->n_head; h++) kk_rmsnorm(qi + h * hd, qi + h * hd, L->q_norm, hd, hp->eps);
+                for (int h = 0; h < hp->n_head_kv; h++) kk_rmsnorm(ki + h * hd, ki + h * hd, L->k_norm, hd, hp->eps);
+            }
+            const float *cs = c->rope_cs + (size_t)i * hp->rope.n_rot;
+            kk_rope_apply(&hp->rope, cs, qi, hp->n_head, hd);
+            kk_rope_apply(&hp->rope, cs, ki, hp->n_head_kv, hd);
+            /* store this token's K and V in its cache cell */
+            int64_t cell = kl_kv_cell(kv, c->b_seq[i], c->b_pos[i]);
+            const float *vi = c->v + (size_t)i * nkv;
+            if (kv->type == KILN_KV_F32) {
+                memcpy(kl_kv_k(kv, l, cell), ki, (size_t)nkv * sizeof(float));
+                memcpy(kl_kv_v(kv, l, cell), vi, (size_t)nkv * sizeof(float));
+            } else {
+                kk_f32_to_f16_row(ki, kl_kv_k(kv, l, cell), (int)nkv);
+                kk_f32_to_f16_row(vi, kl_kv_v(kv, l, cell), (int)nkv);
+            }
+        }
+        attn_job aj = {c, l, n};
+        kpool_run(c->pool, attn_task, &aj);
+        kk_matmul(c->pool, &L->wo, c->att, n, c->xn, E, c->mm_scratch);
+        kk_add(c->x, c->xn, n * E);
+
+        for (int i = 0; i < n; i++) kk_rmsnorm(c->xn + (size_t)i * E, c->x + (size_t)i * E, L->ffn_norm, E, hp->eps);
+        kk_mm_out gu[2] = {{&L->w_gate, c->gate, hp->n_ff}, {&L->w_up, c->up, hp->n_ff}};
+        kk_matmul_multi(c->pool, gu, 2, c->xn, n, c->mm_scratch);
+        kk_swiglu(c->gate, c->up, n * hp->n_ff);
+        kk_matmul(c->pool, &L->w_down, c->gate, n, c->xn, E, c->mm_scratch);
+        kk_add(c->x, c->xn, n * E);
+    }
+
+    /* commit the new tokens to their sequences */
+    for (int i = 0; i < n; i++) {
+        kl_seq *s = &kv->seqs[c->b_seq[i]];
+        if (c->b_pos[i] + 1 > s->len) s->len = c->b_pos[i] + 1;
+    }
+
+    if (n_out > c->logits_cap) return kl_fail(c, KILN_ERR_INTERNAL, "logits buffer too small");
+    for (int i = 0; i < n; i++)
+        if (c->out_idx[i] >= 0)
+            kk_rmsnorm(c->out_rows + (size_t)c->out_idx[i] * E, c->x + (size_t)i * E, m->out_norm, E, hp->eps);
+    if (n_out) kk_matmul(c->pool, &m->output, c->out_rows, n_out, c->logits, hp->n_vocab, c->mm_scratch);
+    return KILN_OK;
+}

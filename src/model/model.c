@@ -1,0 +1,310 @@
+/* Model loading: hyperparameters from metadata, tensors bound by name with
+ * their shapes checked, so the forward pass can trust every pointer. */
+#include "model/model.h"
+
+#include "base/base.h"
+#include "quant/quant.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct loader {
+    kiln_model *m;
+    char err[512];
+} loader;
+
+static int64_t meta_int(const kiln_model *m, const char *suffix, int64_t def) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
+    return gguf_get_int(m->gf, key, def);
+}
+
+static double meta_float(const kiln_model *m, const char *suffix, double def) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
+    return gguf_get_float(m->gf, key, def);
+}
+
+static const char *meta_str(const kiln_model *m, const char *suffix, char *buf, size_t cap) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
+    return gguf_get_cstr(m->gf, key, buf, cap, NULL);
+}
+
+static void shape_str(char *buf, size_t cap, const int64_t *ne, int n) {
+    int o = snprintf(buf, cap, "[");
+    for (int i = 0; i < n && o < (int)cap; i++) o += snprintf(buf + o, cap - (size_t)o, i ? ", %lld" : "%lld", (long long)ne[i]);
+    if (o < (int)cap) snprintf(buf + o, cap - (size_t)o, "]");
+}
+
+/* Finds tensor `name` with exactly the given shape (ne1 = 0 for 1-D).
+ * Returns NULL and sets the error when missing (unless optional) or wrong. */
+static const gguf_tensor *need(loader *L, const char *name, int64_t ne0, int64_t ne1, int optional) {
+    if (L->err[0]) return NULL;
+    const gguf_tensor *t = gguf_find_tensor(L->m->gf, name);
+    if (!t) {
+        if (!optional) snprintf(L->err, sizeof L->err, "missing tensor %s", name);
+        return NULL;
+    }
+    int64_t want[2] = {ne0, ne1};
+    int dims = ne1 ? 2 : 1;
+    int ok = (int)t->n_dims == dims && t->ne[0] == ne0 && (dims == 1 || t->ne[1] == ne1);
+    if (!ok) {
+        char a[64], b[64];
+        shape_str(a, sizeof a, t->ne, (int)t->n_dims);
+        shape_str(b, sizeof b, want, dims);
+        snprintf(L->err, sizeof L->err, "tensor %s has shape %s, expected %s", name, a, b);
+        return NULL;
+    }
+    if (!kq_supported((int)t->type)) {
+        const kq_traits *tr = kq_get((int)t->type);
+        snprintf(L->err, sizeof L->err, "tensor %s has type %s, which kiln cannot compute", name,
+                 tr && tr->name ? tr->name : "?");
+        return NULL;
+    }
+    return t;
+}
+
+static const float *need_f32(loader *L, const char *name, int64_t n, int optional) {
+    const gguf_tensor *t = need(L, name, n, 0, optional);
+    if (!t) return NULL;
+    if (t->type != KQ_F32) {
+        snprintf(L->err, sizeof L->err, "tensor %s must be F32 (it is %s)", name, kq_get((int)t->type)->name);
+        return NULL;
+    }
+    return t->data;
+}
+
+static kk_mat need_mat(loader *L, const char *name, int64_t ncols, int64_t nrows) {
+    kk_mat w = {0};
+    const gguf_tensor *t = need(L, name, ncols, nrows, 0);
+    if (!t) return w;
+    w.data = t->data;
+    w.type = (int)t->type;
+    w.ncols = ncols;
+    w.nrows = nrows;
+    return w;
+}
+
+static int load_hparams(loader *L) {
+    kiln_model *m = L->m;
+    kl_hparams *hp = &m->hp;
+    hp->n_embd = (int)meta_int(m, "embedding_length", 0);
+    hp->n_layer = (int)meta_int(m, "block_count", 0);
+    hp->n_ff = (int)meta_int(m, "feed_forward_length", 0);
+    hp->n_head = (int)meta_int(m, "attention.head_count", 0);
+    hp->n_head_kv = (int)meta_int(m, "attention.head_count_kv", hp->n_head);
+    hp->n_ctx_train = (int)meta_int(m, "context_length", 2048);
+    hp->eps = (float)meta_float(m, "attention.layer_norm_rms_epsilon", 1e-5);
+    if (hp->n_embd <= 0 || hp->n_embd > 65536 || hp->n_layer <= 0 || hp->n_layer > 1024 || hp->n_ff <= 0 ||
+        hp->n_head <= 0 || hp->n_head > 1024 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0 ||
+        hp->n_ctx_train <= 0) {
+        snprintf(L->err, sizeof L->err,
+                 "bad or missing hyperparameters (n_embd %d, n_layer %d, n_ff %d, n_head %d, n_head_kv %d, "
+                 "context %d)",
+                 hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv, hp->n_ctx_train);
+        return -1;
+    }
+    hp->hd_k = (int)meta_int(m, "attention.key_length", hp->n_embd / hp->n_head);
+    hp->hd_v = (int)meta_int(m, "attention.value_length", hp->hd_k);
+    if (hp->hd_k <= 0 || hp->hd_k > 1024 || hp->hd_v != hp->hd_k) {
+        snprintf(L->err, sizeof L->err, "unsupported head sizes (key %d, value %d)", hp->hd_k, hp->hd_v);
+        return -1;
+    }
+    kk_rope *r = &hp->rope;
+    r->n_rot = (int)meta_int(m, "rope.dimension_count", hp->hd_k);
+    if (r->n_rot <= 0 || r->n_rot > hp->hd_k || r->n_rot % 2) {
+        snprintf(L->err, sizeof L->err, "bad rope.dimension_count %d", r->n_rot);
+        return -1;
+    }
+    r->neox = m->arch->rope_neox;
+    r->base = (float)meta_float(m, "rope.freq_base", 10000.0);
+    r->freq_scale = 1.0f;
+    r->attn_factor = 1.0f;
+    r->beta_fast = (float)meta_float(m, "rope.scaling.yarn_beta_fast", 32.0);
+    r->beta_slow = (float)meta_float(m, "rope.scaling.yarn_beta_slow", 1.0);
+    r->n_ctx_orig = (int)meta_int(m, "rope.scaling.original_context_length", hp->n_ctx_train);
+    char st[32];
+    const char *stype = meta_str(m, "rope.scaling.type", st, sizeof st);
+    double factor = meta_float(m, "rope.scaling.factor", 0.0);
+    if (factor == 0.0) {
+        double lin = meta_float(m, "rope.scale_linear", 0.0); /* older files */
+        if (lin != 0.0) { factor = lin; if (!stype) stype = "linear"; }
+    }
+    if (stype && strcmp(stype, "none") != 0 && factor > 0.0 && factor != 1.0) {
+        if (strcmp(stype, "linear") == 0) {
+            r->freq_scale = (float)(1.0 / factor);
+        } else if (strcmp(stype, "yarn") == 0) {
+            r->freq_scale = (float)(1.0 / factor);
+            r->ext_factor = 1.0f;
+            r->attn_factor = (float)meta_float(m, "rope.scaling.attn_factor", 1.0);
+        } else {
+            snprintf(L->err, sizeof L->err, "unsupported rope scaling type '%s'", stype);
+            return -1;
+        }
+    }
+    if (!(r->base > 0.0f) || !isfinite(r->base)) {
+        snprintf(L->err, sizeof L->err, "bad rope.freq_base");
+        return -1;
+    }
+    return 0;
+}
+
+static int bind_tensors(loader *L) {
+    kiln_model *m = L->m;
+    kl_hparams *hp = &m->hp;
+    const gguf_tensor *te = gguf_find_tensor(m->gf, "token_embd.weight");
+    if (!te) {
+        snprintf(L->err, sizeof L->err, "missing tensor token_embd.weight");
+        return -1;
+    }
+    hp->n_vocab = (int)te->ne[1];
+    if (te->n_dims != 2 || hp->n_vocab <= 0) {
+        snprintf(L->err, sizeof L->err, "tensor token_embd.weight is not a 2-D [n_embd, n_vocab] matrix");
+        return -1;
+    }
+    m->tok_embd = need_mat(L, "token_embd.weight", hp->n_embd, hp->n_vocab);
+    m->out_norm = need_f32(L, "output_norm.weight", hp->n_embd, 0);
+    if (gguf_find_tensor(m->gf, "output.weight"))
+        m->output = need_mat(L, "output.weight", hp->n_embd, hp->n_vocab);
+    else
+        m->output = m->tok_embd; /* tied embeddings */
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        snprintf(L->err, sizeof L->err, "out of memory");
+        return -1;
+    }
+    const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
+    for (int i = 0; i < hp->n_layer && !L->err[0]; i++) {
+        kl_layer *l = &m->layers[i];
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
+        l->attn_norm = need_f32(L, NAME("attn_norm.weight"), hp->n_embd, 0);
+        l->wq = need_mat(L, NAME("attn_q.weight"), hp->n_embd, nq);
+        l->wk = need_mat(L, NAME("attn_k.weight"), hp->n_embd, nkv);
+        l->wv = need_mat(L, NAME("attn_v.weight"), hp->n_embd, nkv);
+        l->wo = need_mat(L, NAME("attn_output.weight"), nq, hp->n_embd);
+        int bias_req = m->arch->qkv_bias;
+        l->bq = need_f32(L, NAME("attn_q.bias"), nq, !bias_req);
+        l->bk = need_f32(L, NAME("attn_k.bias"), nkv, !bias_req);
+        l->bv = need_f32(L, NAME("attn_v.bias"), nkv, !bias_req);
+        if (m->arch->qk_norm) {
+            l->q_norm = need_f32(L, NAME("attn_q_norm.weight"), hp->hd_k, 0);
+            l->k_norm = need_f32(L, NAME("attn_k_norm.weight"), hp->hd_k, 0);
+        }
+        l->ffn_norm = need_f32(L, NAME("ffn_norm.weight"), hp->n_embd, 0);
+        l->w_gate = need_mat(L, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff);
+        l->w_up = need_mat(L, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff);
+        l->w_down = need_mat(L, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd);
+#undef NAME
+    }
+    return L->err[0] ? -1 : 0;
+}
+
+static void summarize(kiln_model *m) {
+    int counts[KQ_TYPE_COUNT] = {0};
+    for (int i = 0; i < gguf_n_tensors(m->gf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->gf, i);
+        m->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+        m->n_bytes += t->nbytes;
+        if (t->n_dims == 2 && t->type < KQ_TYPE_COUNT) counts[t->type]++;
+    }
+    int best = KQ_F32;
+    for (int t = 0; t < KQ_TYPE_COUNT; t++)
+        if (counts[t] > counts[best]) best = t;
+    snprintf(m->ftype, sizeof m->ftype, "%s", kq_get(best)->name);
+}
+
+kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out) {
+    *out = NULL;
+    kiln_model_params p = params ? *params : kiln_model_default_params();
+    if (!path) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model path given");
+    kiln_model *m = calloc(1, sizeof *m);
+    if (!m) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    loader L = {m, {0}};
+    char err[512];
+    m->gf = gguf_open(path, err, sizeof err);
+    if (!m->gf) {
+        free(m);
+        return kl_fail(NULL, strstr(err, "No such file") || strstr(err, "Permission") ? KILN_ERR_IO : KILN_ERR_FORMAT,
+                       "%s", err);
+    }
+    kiln_status st = KILN_ERR_FORMAT;
+    if (!gguf_get_cstr(m->gf, "general.architecture", m->arch_name, sizeof m->arch_name, NULL)) {
+        snprintf(L.err, sizeof L.err, "no general.architecture in the metadata");
+        goto fail;
+    }
+    m->arch = kl_arch_find(m->arch_name);
+    if (!m->arch) {
+        snprintf(L.err, sizeof L.err, "unsupported architecture '%s' (kiln runs: %s)", m->arch_name, kl_arch_list());
+        st = KILN_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    gguf_get_cstr(m->gf, "general.name", m->name, sizeof m->name, "");
+    if (load_hparams(&L) || bind_tensors(&L)) {
+        if (strstr(L.err, "cannot compute")) st = KILN_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    char terr[400];
+    m->tok = ktok_load(m->gf, terr, sizeof terr);
+    if (!m->tok) {
+        snprintf(L.err, sizeof L.err, "tokenizer: %s", terr);
+        goto fail;
+    }
+    if (ktok_n_vocab(m->tok) > m->hp.n_vocab) {
+        snprintf(L.err, sizeof L.err, "the vocabulary has %d tokens but token_embd.weight only %d rows",
+                 ktok_n_vocab(m->tok), m->hp.n_vocab);
+        goto fail;
+    }
+    gguf_str tmpl;
+    if (gguf_get_str(m->gf, "tokenizer.chat_template", &tmpl) == 0) {
+        m->chat_template = malloc(tmpl.len + 1);
+        if (m->chat_template) {
+            memcpy(m->chat_template, tmpl.ptr, tmpl.len);
+            m->chat_template[tmpl.len] = 0;
+        }
+    }
+    summarize(m);
+    if (p.prefetch) gguf_prefetch(m->gf);
+    *out = m;
+    return KILN_OK;
+fail:
+    kl_fail(NULL, st, "%s: %s", path, L.err);
+    kiln_model_free(m);
+    return st;
+}
+
+void kiln_model_free(kiln_model *m) {
+    if (!m) return;
+    if (m->tok) ktok_free(m->tok);
+    free(m->layers);
+    free(m->chat_template);
+    gguf_close(m->gf);
+    free(m);
+}
+
+kiln_model_params kiln_model_default_params(void) {
+    kiln_model_params p = {1};
+    return p;
+}
+
+void kiln_model_get_info(const kiln_model *m, kiln_model_info *info) {
+    memset(info, 0, sizeof *info);
+    info->arch = m->arch_name;
+    info->name = m->name;
+    info->n_vocab = m->hp.n_vocab;
+    info->n_ctx_train = m->hp.n_ctx_train;
+    info->n_embd = m->hp.n_embd;
+    info->n_layer = m->hp.n_layer;
+    info->n_head = m->hp.n_head;
+    info->n_head_kv = m->hp.n_head_kv;
+    info->n_ff = m->hp.n_ff;
+    info->n_params = m->n_params;
+    info->n_bytes = m->n_bytes;
+    info->ftype = m->ftype;
+}
+
+const char *kiln_model_chat_template(const kiln_model *m) { return m->chat_template; }

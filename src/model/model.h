@@ -1,0 +1,134 @@
+/*
+ * model — architectures, weights and the batched forward pass.
+ *
+ * arch.c    the table of supported architectures (the only place that
+ *           knows architecture names) and what each one's blocks contain
+ * model.c   reads hyperparameters from GGUF metadata and binds tensors,
+ *           checking every shape; weights stay in the mapping
+ * kv.c      the paged KV cache: fixed-size blocks, a block table per
+ *           sequence, a free list
+ * forward.c the transformer over a batch of tokens from several sequences
+ */
+#ifndef KILN_MODEL_H
+#define KILN_MODEL_H
+
+#include "kiln.h"
+
+#include "gguf/gguf.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "thread/pool.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdint.h>
+
+/* What distinguishes one decoder-only architecture from another.  The
+ * forward pass reads these flags; it never looks at names. */
+typedef struct kl_arch {
+    const char *name;     /* general.architecture */
+    int rope_neox;        /* RoPE pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
+    int qkv_bias;         /* 1: Q/K/V biases required; 0: used when present */
+    int qk_norm;          /* per-head RMSNorm of Q and K before RoPE */
+} kl_arch;
+
+const kl_arch *kl_arch_find(const char *name);
+/* Comma-separated list of supported names, for error messages. */
+const char *kl_arch_list(void);
+
+typedef struct kl_layer {
+    const float *attn_norm;       /* [n_embd] */
+    kk_mat wq, wk, wv, wo;        /* q: n_embd -> n_head*hd_k ... */
+    const float *bq, *bk, *bv;    /* optional biases */
+    const float *q_norm, *k_norm; /* [hd_k] (qk_norm archs) */
+    const float *ffn_norm;        /* [n_embd] */
+    kk_mat w_gate, w_up, w_down;  /* n_embd -> n_ff -> n_embd */
+} kl_layer;
+
+typedef struct kl_hparams {
+    int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
+    int hd_k, hd_v;         /* per-head key/value width */
+    float eps;              /* RMSNorm epsilon */
+    kk_rope rope;
+} kl_hparams;
+
+struct kiln_model {
+    gguf_file *gf;
+    const kl_arch *arch;
+    kl_hparams hp;
+    kk_mat tok_embd;        /* [n_vocab rows of n_embd] */
+    const float *out_norm;
+    kk_mat output;          /* = tok_embd when tied */
+    kl_layer *layers;
+    ktok *tok;
+    char arch_name[64];
+    char name[256];
+    char ftype[16];
+    char *chat_template;
+    uint64_t n_params, n_bytes;
+};
+
+/* ---- KV cache (kv.c) ----
+ * Memory is blocks of KL_KV_BLOCK token cells.  Per layer there is one K and
+ * one V array of [n_blocks * KL_KV_BLOCK][n_head_kv * hd] in F16 or F32.
+ * A sequence owns an ordered list of blocks; token position p of sequence s
+ * lives in cell blocks[p / KL_KV_BLOCK] * KL_KV_BLOCK + p % KL_KV_BLOCK. */
+#define KL_KV_BLOCK 16
+
+typedef struct kl_seq {
+    int32_t len;       /* tokens held */
+    int32_t n_blocks;
+    int32_t *blocks;   /* [max_blocks_per_seq] block ids */
+} kl_seq;
+
+typedef struct kl_kv {
+    int type;          /* KILN_KV_F16 / KILN_KV_F32 */
+    int n_layer;
+    int64_t row_k, row_v; /* elements per cell per layer */
+    int32_t n_blocks;
+    int32_t n_free;
+    int32_t *free_list;
+    void *mem;         /* one anonymous mapping: all K then all V */
+    size_t mem_bytes;
+    size_t elt;        /* bytes per element */
+    int32_t n_seq;
+    int32_t max_blocks_per_seq;
+    kl_seq *seqs;
+} kl_kv;
+
+int kl_kv_init(kl_kv *kv, const kl_hparams *hp, int type, int n_seq, int n_ctx, char *err, size_t errlen);
+void kl_kv_free(kl_kv *kv);
+/* Makes sure seq can hold `len` tokens; returns -1 when out of blocks. */
+int kl_kv_reserve(kl_kv *kv, int seq, int32_t len);
+void kl_kv_truncate(kl_kv *kv, int seq, int32_t len);
+static inline int64_t kl_kv_cell(const kl_kv *kv, int seq, int32_t pos) {
+    return (int64_t)kv->seqs[seq].blocks[pos / KL_KV_BLOCK] * KL_KV_BLOCK + pos % KL_KV_BLOCK;
+}
+void *kl_kv_k(const kl_kv *kv, int layer, int64_t cell);
+void *kl_kv_v(const kl_kv *kv, int layer, int64_t cell);
+/* Bytes one token takes in the cache (all layers, K and V). */
+uint64_t kl_kv_bytes_per_token(const kl_hparams *hp, int type);
+
+struct kiln_context {
+    kiln_model *m;
+    kiln_context_params p;
+    kpool *pool;
+    kl_kv kv;
+    /* activations for up to n_batch tokens, sized once */
+    float *x, *xn, *q, *k, *v, *att, *gate, *up;
+    float *rope_cs;           /* [n_batch][n_rot] rotation tables */
+    int32_t *b_pos, *b_seq;   /* resolved positions and sequences */
+    int32_t *out_idx;         /* batch index -> logits row, -1 if none */
+    float *logits;            /* [logits_cap][n_vocab] */
+    int32_t logits_cap;
+    float *out_rows;          /* [logits_cap][n_embd] normalized rows */
+    float *att_scratch;       /* per thread: [2 * hd] rounded query + F16 accumulator */
+    void *mm_scratch;
+    char err[512];
+};
+
+kiln_status kl_forward(kiln_context *c, const kiln_batch *b);
+
+/* Sets the thread's last error (and c->err when c is not NULL). */
+kiln_status kl_fail(kiln_context *c, kiln_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

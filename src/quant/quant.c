@@ -1,0 +1,231 @@
+/*
+ * quant.c — the type table, CPU feature detection, run-time dispatch and the
+ * scalar f16/bf16 conversions.
+ *
+ * The table is filled once (pthread_once) with the scalar kernels of every
+ * type, then kq_init() points vec_dot / from_f32_fast at the best SIMD twin
+ * at or below the chosen level.  kq_init() rewrites those two pointers per
+ * call; call it before worker threads start using the table.
+ */
+#include "quant/quant.h"
+
+#include <cpuid.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static kq_traits g_tab[KQ_TYPE_COUNT];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_active_isa = KQ_ISA_SCALAR;
+
+/* ---- CPU features ---- */
+
+/* XCR0: which register states the OS saves on context switch. */
+static uint64_t read_xcr0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static int detect_isa(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return KQ_ISA_SCALAR;
+    const int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    const int fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !avx) return KQ_ISA_SCALAR;
+    const uint64_t xcr0 = read_xcr0();
+    if ((xcr0 & 0x6) != 0x6) return KQ_ISA_SCALAR;     /* XMM + YMM state */
+    if (__get_cpuid_max(0, NULL) < 7) return KQ_ISA_SCALAR;
+    __cpuid_count(7, 0, a, b, c, d);
+    const int avx2 = (b >> 5) & 1, bmi2 = (b >> 8) & 1;
+    /* The *_avx2.c files are built with -mavx2 -mfma -mf16c -mbmi2. */
+    if (!(avx2 && fma && f16c && bmi2)) return KQ_ISA_SCALAR;
+    const int f = (b >> 16) & 1, dq = (b >> 17) & 1;
+    const int bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+    const int vnni = (c >> 11) & 1;
+    const int zmm_state = (xcr0 & 0xE0) == 0xE0;        /* opmask, ZMM_Hi256, Hi16_ZMM */
+    if (f && dq && bw && vl && vnni && zmm_state) return KQ_ISA_AVX512;
+    return KQ_ISA_AVX2;
+}
+
+int kq_cpu_isa(void) {
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = detect_isa();
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+const char *kq_isa_name(int isa) {
+    switch (isa) {
+    case KQ_ISA_SCALAR: return "scalar";
+    case KQ_ISA_AVX2: return "avx2";
+    case KQ_ISA_AVX512: return "avx512";
+    default: return "unknown";
+    }
+}
+
+/* KILN_ISA=scalar|avx2|avx512 caps the level; unset or unknown = no cap. */
+static int env_isa_cap(void) {
+    const char *s = getenv("KILN_ISA");
+    if (!s) return KQ_ISA_AVX512;
+    for (int i = KQ_ISA_SCALAR; i <= KQ_ISA_AVX512; i++)
+        if (strcasecmp(s, kq_isa_name(i)) == 0) return i;
+    return KQ_ISA_AVX512;
+}
+
+/* ---- table and dispatch ---- */
+
+static kq_vec_dot_fn simd_dot(int t, int isa) {
+    kq_vec_dot_fn f = kq_legacy_dot_simd(t, isa);
+    return f ? f : kq_kquants_dot_simd(t, isa);
+}
+
+static kq_from_f32_fn simd_quant(int t, int isa) {
+    kq_from_f32_fn f = kq_legacy_quant_simd(t, isa);
+    return f ? f : kq_kquants_quant_simd(t, isa);
+}
+
+/* Points every type at its best kernels at or below level isa. */
+static void select_kernels(int isa) {
+    for (int t = 0; t < KQ_TYPE_COUNT; t++) {
+        kq_traits *tr = &g_tab[t];
+        if (!tr->name) continue;
+        kq_vec_dot_fn dot = tr->vec_dot_ref;
+        kq_from_f32_fn q = tr->from_f32;
+        for (int l = isa; l > KQ_ISA_SCALAR; l--) {
+            kq_vec_dot_fn f = simd_dot(t, l);
+            if (f) { dot = f; break; }
+        }
+        for (int l = isa; l > KQ_ISA_SCALAR; l--) {
+            kq_from_f32_fn f = simd_quant(t, l);
+            if (f) { q = f; break; }
+        }
+        __atomic_store_n(&tr->vec_dot, dot, __ATOMIC_RELEASE);
+        __atomic_store_n(&tr->from_f32_fast, q, __ATOMIC_RELEASE);
+    }
+}
+
+static int capped_isa(int isa_max) {
+    int isa = kq_cpu_isa();
+    int cap = env_isa_cap();
+    if (isa_max < isa) isa = isa_max;
+    if (cap < isa) isa = cap;
+    return isa < KQ_ISA_SCALAR ? KQ_ISA_SCALAR : isa;
+}
+
+static void fill_table(void) {
+    memset(g_tab, 0, sizeof g_tab);
+    kq_fill_legacy(g_tab);
+    kq_fill_kquants(g_tab);
+    g_active_isa = capped_isa(KQ_ISA_AVX512);
+    select_kernels(g_active_isa);
+}
+
+void kq_init(int isa_max) {
+    pthread_once(&g_once, fill_table);
+    pthread_mutex_lock(&g_init_lock);
+    g_active_isa = capped_isa(isa_max);
+    select_kernels(g_active_isa);
+    pthread_mutex_unlock(&g_init_lock);
+}
+
+int kq_active_isa(void) {
+    pthread_once(&g_once, fill_table);
+    pthread_mutex_lock(&g_init_lock);
+    int isa = g_active_isa;
+    pthread_mutex_unlock(&g_init_lock);
+    return isa;
+}
+
+const kq_traits *kq_get(int t) {
+    if (t < 0 || t >= KQ_TYPE_COUNT) return NULL;
+    pthread_once(&g_once, fill_table);
+    return g_tab[t].name ? &g_tab[t] : NULL;
+}
+
+int kq_supported(int t) {
+    const kq_traits *tr = kq_get(t);
+    return tr && tr->to_f32 && tr->vec_dot_ref;
+}
+
+size_t kq_row_size(int t, int64_t n) {
+    const kq_traits *tr = kq_get(t);
+    if (!tr || tr->blck <= 0 || n < 0) return 0;
+    return (size_t)(n / tr->blck) * tr->bsize;
+}
+
+int kq_from_name(const char *name) {
+    if (!name) return -1;
+    for (int t = 0; t < KQ_TYPE_COUNT; t++) {
+        const kq_traits *tr = kq_get(t);
+        if (tr && strcasecmp(tr->name, name) == 0) return t;
+    }
+    return -1;
+}
+
+kq_vec_dot_fn kq_vec_dot_at(int t, int isa) {
+    const kq_traits *tr = kq_get(t);
+    if (!tr || isa < KQ_ISA_SCALAR || isa > kq_cpu_isa()) return NULL;
+    return isa == KQ_ISA_SCALAR ? tr->vec_dot_ref : simd_dot(t, isa);
+}
+
+kq_from_f32_fn kq_from_f32_at(int t, int isa) {
+    const kq_traits *tr = kq_get(t);
+    if (!tr || isa < KQ_ISA_SCALAR || isa > kq_cpu_isa()) return NULL;
+    return isa == KQ_ISA_SCALAR ? tr->from_f32 : simd_quant(t, isa);
+}
+
+/* ---- f16 / bf16 ---- */
+
+static inline uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+float kq_f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    const uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0) {
+        /* zero or subnormal: man * 2^-24, exact in float */
+        float v = (float)man * 0x1p-24f;
+        return bits_f32(f32_bits(v) | sign);
+    }
+    if (exp == 31) return bits_f32(sign | 0x7f800000u | (man << 13));
+    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t kq_f32_to_f16(float f) {
+    const uint32_t u = f32_bits(f);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)                      /* NaN: keep top payload, force quiet */
+        return (uint16_t)(sign | 0x7e00 | ((a >> 13) & 0x3ff));
+    if (a >= 0x477ff000u) return sign | 0x7c00; /* >= 65520 rounds to inf */
+    const uint32_t e = a >> 23;
+    if (e < 113) {
+        /* result is a half subnormal (or rounds up to the smallest normal):
+         * q = round(|f| / 2^-24) with mantissa m scaled by 2^(e-150) */
+        const uint32_t m = e ? ((a & 0x7fffff) | 0x800000) : (a & 0x7fffff);
+        const uint32_t shift = 126 - (e ? e : 1);
+        if (shift > 24) return sign;
+        uint32_t q = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t h = ((e - 112) << 10) | ((a >> 13) & 0x3ff);
+    const uint32_t rem = a & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* carry may bump the exponent */
+    return (uint16_t)(sign | h);
+}
+
+float kq_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t kq_f32_to_bf16(float f) {
+    const uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}

@@ -1,0 +1,129 @@
+/*
+ * quant — tensor element types, block layouts and the dot-product kernels.
+ *
+ * Type ids are the ones GGUF stores in its tensor infos (the ggml numbering),
+ * so a tensor's type field indexes kq_traits directly.  Quantized types are
+ * stored as blocks of `blck` elements taking `bsize` bytes each.
+ *
+ * Every kernel has a scalar reference (the *_ref functions and vec_dot_ref).
+ * SIMD versions are picked once by kq_init() from the CPU's features; the
+ * tests compare each SIMD path with its scalar twin.
+ *
+ * A matrix-vector product W·x with W of type T is computed as
+ *     quantize x to traits[T].vec_dot_type  (activation row, done once per row)
+ *     for each weight row r: vec_dot(n, &y[r], W[r], xq)
+ * which is how quantized weights are used without expanding them to F32.
+ */
+#ifndef KILN_QUANT_H
+#define KILN_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum kq_type {
+    KQ_F32 = 0,
+    KQ_F16 = 1,
+    KQ_Q4_0 = 2,
+    KQ_Q4_1 = 3,
+    KQ_Q5_0 = 6,
+    KQ_Q5_1 = 7,
+    KQ_Q8_0 = 8,
+    KQ_Q8_1 = 9,
+    KQ_Q2_K = 10,
+    KQ_Q3_K = 11,
+    KQ_Q4_K = 12,
+    KQ_Q5_K = 13,
+    KQ_Q6_K = 14,
+    KQ_Q8_K = 15,
+    KQ_IQ4_NL = 20,
+    KQ_IQ4_XS = 23,
+    KQ_BF16 = 30,
+    KQ_TYPE_COUNT = 40 /* ids below this may appear in files */
+};
+
+/* Instruction-set levels, in increasing order. */
+enum kq_isa { KQ_ISA_SCALAR = 0, KQ_ISA_AVX2 = 1, KQ_ISA_AVX512 = 2 };
+
+/* Expand n elements (n a multiple of blck) from blocks x into floats y. */
+typedef void (*kq_to_f32_fn)(const void *x, float *y, int64_t n);
+/* Quantize n floats (n a multiple of blck) into blocks y. */
+typedef void (*kq_from_f32_fn)(const float *x, void *y, int64_t n);
+/* *s = dot of n elements of weight row x (this type) and activation row y
+ * (of this type's vec_dot_type).  n is a multiple of both block sizes. */
+typedef void (*kq_vec_dot_fn)(int n, float *s, const void *x, const void *y);
+
+typedef struct kq_traits {
+    const char *name;       /* "Q4_0", as GGUF tools print it; NULL = unknown id */
+    int blck;               /* elements per block */
+    size_t bsize;           /* bytes per block */
+    int vec_dot_type;       /* activation type vec_dot expects */
+    kq_to_f32_fn to_f32;    /* scalar dequantizer */
+    kq_from_f32_fn from_f32;/* scalar reference quantizer */
+    kq_from_f32_fn from_f32_fast; /* SIMD quantizer for activations (or = from_f32) */
+    kq_vec_dot_fn vec_dot;  /* best for this CPU, set by kq_init() */
+    kq_vec_dot_fn vec_dot_ref; /* scalar twin */
+} kq_traits;
+
+/* Picks SIMD paths.  isa_max caps the level (KQ_ISA_AVX512 = no cap).  Safe to
+ * call more than once; the first call happens inside kq_get() if needed. */
+void kq_init(int isa_max);
+/* The level the CPU supports (cpuid + OS xsave state). */
+int kq_cpu_isa(void);
+/* The level kq_init() chose. */
+int kq_active_isa(void);
+const char *kq_isa_name(int isa);
+
+/* Traits of type id t, or NULL when t is not a known id. */
+const kq_traits *kq_get(int t);
+/* 1 when t has a dequantizer and a dot kernel. */
+int kq_supported(int t);
+/* Bytes taken by n elements of type t (n a multiple of blck). */
+size_t kq_row_size(int t, int64_t n);
+/* Type id from a name such as "q4_0" or "Q4_K" (case-insensitive), -1 if none. */
+int kq_from_name(const char *name);
+
+/* The dot kernel of type t at exactly this ISA level, NULL if that level has
+ * none (tests use it to compare every SIMD path with the scalar twin). */
+kq_vec_dot_fn kq_vec_dot_at(int t, int isa);
+kq_from_f32_fn kq_from_f32_at(int t, int isa);
+
+/* IEEE half and bfloat16 conversions (scalar, exact, round-to-nearest-even). */
+float kq_f16_to_f32(uint16_t h);
+uint16_t kq_f32_to_f16(float f);
+float kq_bf16_to_f32(uint16_t h);
+uint16_t kq_f32_to_bf16(float f);
+
+/* ---- Legacy block layouts (32 elements, byte-exact with GGUF) ----
+ * d, m, s are IEEE halves.  Q4: element j in the low nibble of qs[j] for
+ * j < 16, in the high nibble of qs[j-16] otherwise; Q5 adds bit 4 of element
+ * j from bit j of the little-endian qh.  Q8_1's s = d * (sum of qs). */
+typedef struct { uint16_t d; uint8_t qs[16]; } kq_block_q4_0;
+typedef struct { uint16_t d, m; uint8_t qs[16]; } kq_block_q4_1;
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } kq_block_q5_0;
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } kq_block_q5_1;
+typedef struct { uint16_t d; int8_t qs[32]; } kq_block_q8_0;
+typedef struct { uint16_t d, s; int8_t qs[32]; } kq_block_q8_1;
+_Static_assert(sizeof(kq_block_q4_0) == 18 && sizeof(kq_block_q4_1) == 20 &&
+               sizeof(kq_block_q5_0) == 22 && sizeof(kq_block_q5_1) == 24 &&
+               sizeof(kq_block_q8_0) == 34 && sizeof(kq_block_q8_1) == 36,
+               "legacy block sizes");
+
+/* ---- Implementation split (internal to the quant folder) ----
+ * quant.c       the table, dispatch, kq_init, f16/bf16 helpers
+ * legacy.c      F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 (scalar)
+ * kquants.c     Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS (scalar)
+ * *_avx2.c / *_avx512.c   SIMD twins, compiled with per-file ISA flags.     */
+void kq_fill_legacy(kq_traits *tab);   /* tab has KQ_TYPE_COUNT entries */
+void kq_fill_kquants(kq_traits *tab);
+kq_vec_dot_fn kq_legacy_dot_simd(int t, int isa);
+kq_vec_dot_fn kq_kquants_dot_simd(int t, int isa);
+kq_from_f32_fn kq_legacy_quant_simd(int t, int isa);
+kq_from_f32_fn kq_kquants_quant_simd(int t, int isa);
+/* Per-file getters behind kq_legacy_*_simd (legacy.c is built without ISA
+ * flags, so the ISA switch lives there and each SIMD file exports one). */
+kq_vec_dot_fn kq_legacy_dot_avx2(int t);
+kq_vec_dot_fn kq_legacy_dot_avx512(int t);
+kq_from_f32_fn kq_legacy_quant_avx2(int t);
+kq_from_f32_fn kq_legacy_quant_avx512(int t);
+
+#endif

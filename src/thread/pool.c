@@ -1,0 +1,123 @@
+#include "thread/pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* How long an idle worker spins (iterations of a pause loop, ~ tens of
+ * microseconds) before it sleeps on the condition variable. */
+#define SPIN_ITERS 20000
+
+struct kpool {
+    int n;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_uint gen;     /* bumped once per job; workers wait for a change */
+    atomic_int pending;  /* workers still running the current job */
+    atomic_int sleepers; /* workers blocked on cv */
+    kpool_fn fn;
+    void *ud;
+    atomic_int quit;
+};
+
+typedef struct worker_arg {
+    kpool *p;
+    int ith;
+} worker_arg;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void *worker(void *arg) {
+    worker_arg *wa = arg;
+    kpool *p = wa->p;
+    int ith = wa->ith;
+    free(wa);
+    unsigned seen = 0; /* gen starts at 0: a job posted before this thread ran is still seen */
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
+            if (++spins < SPIN_ITERS) {
+                cpu_relax();
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->cv, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+            spins = 0;
+        }
+        seen = g;
+        if (atomic_load(&p->quit)) return NULL;
+        p->fn(p->ud, ith, p->n);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+    }
+}
+
+kpool *kpool_new(int n_threads) {
+    if (n_threads <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = c > 0 ? (int)c : 1;
+    }
+    kpool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
+    if (!p->threads) { free(p); return NULL; }
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        if (!wa) { p->n = i; kpool_free(p); return NULL; }
+        wa->p = p;
+        wa->ith = i;
+        if (pthread_create(&p->threads[i], NULL, worker, wa) != 0) {
+            free(wa);
+            p->n = i;
+            kpool_free(p);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+void kpool_free(kpool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->quit, 1);
+    atomic_fetch_add(&p->gen, 1);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p->threads);
+    free(p);
+}
+
+int kpool_size(const kpool *p) { return p->n; }
+
+void kpool_run(kpool *p, kpool_fn fn, void *ud) {
+    if (p->n == 1) {
+        fn(ud, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->ud = ud;
+    atomic_store(&p->pending, p->n - 1);
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleepers check below */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    fn(ud, 0, p->n);
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) cpu_relax();
+}

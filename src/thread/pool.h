@@ -1,0 +1,28 @@
+/*
+ * pool — a fixed set of worker threads that run one parallel job at a time.
+ *
+ * kpool_run(fn) calls fn(ud, ith, nth) on every thread, the caller being
+ * thread 0, and returns when all are done.  Between jobs the workers spin
+ * briefly before sleeping, so back-to-back jobs in the token loop don't pay
+ * a wake-up each.  A pool is driven by one caller thread at a time.
+ */
+#ifndef KILN_POOL_H
+#define KILN_POOL_H
+
+typedef struct kpool kpool;
+typedef void (*kpool_fn)(void *ud, int ith, int nth);
+
+/* n_threads <= 0 picks the number of online CPUs. */
+kpool *kpool_new(int n_threads);
+void kpool_free(kpool *p);
+int kpool_size(const kpool *p);
+void kpool_run(kpool *p, kpool_fn fn, void *ud);
+
+/* Splits [0, n) evenly into nth parts; part ith is [*lo, *hi). */
+static inline void kpool_range(long n, int ith, int nth, long *lo, long *hi) {
+    long q = n / nth, r = n % nth;
+    *lo = ith * q + (ith < r ? ith : r);
+    *hi = *lo + q + (ith < r ? 1 : 0);
+}
+
+#endif

@@ -1,0 +1,753 @@
+#!/usr/bin/python3
+"""Reference fixture generator for kiln's model tests.
+
+Usage (from the repository root):
+
+    /usr/bin/python3 tests/gen_fixtures.py
+        Regenerates every fixture under tests/data/fixtures/.  The output is
+        deterministic: running it twice produces byte-identical files.
+
+    /usr/bin/python3 tests/gen_fixtures.py --bench OUT.gguf
+        Writes a random-weight model with Qwen3-0.6B's shapes (F16, GPT-2
+        vocab, 986 MB) for benchmarks, streaming one tensor at a time.  No
+        reference outputs.
+
+Needs Debian's python3-numpy and python3-torch (apt, not pip) and the vocab
+GGUFs in /work/shared/vocab.  No GGUF library is used: the small GGUF v3 writer
+and reader below are written from the format description, and every written
+file is re-parsed and compared with what was meant to be written.
+
+Random weights come from fixed seeds.  For each fixture the seeds base, base+1,
+... are tried in order and the first one is kept whose float64 greedy
+continuation has every top-2 logit margin > 1e-3, at least 8 distinct tokens,
+no control/EOS tokens, and (for llama) the same holds for the Q8_0 and Q4_0
+variants; so the chosen seed is itself deterministic.
+
+For each fixture the script writes:
+  <name>.gguf         tiny random-weight model using llama.cpp's GGUF conventions
+                      (metadata keys, tensor names, ggml dimension order) and a
+                      real tokenizer copied from a vocab GGUF in /work/shared/vocab
+  <name>.json         prompt ids, 32 greedy continuation ids, notes
+  <name>.logits.f32   raw little-endian float32 logits at the last prompt position
+
+The reference forward pass is an independent PyTorch implementation written
+from the math (float64), checked against a float32 run of the same code.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT_DIR = os.path.join(HERE, "data", "fixtures")
+VOCAB_DIR = "/work/shared/vocab"
+
+# ---------------------------------------------------------------------------
+# GGUF v3 constants
+
+GGUF_MAGIC = b"GGUF"
+GGUF_VERSION = 3
+ALIGN = 32  # general.alignment default; we never write the key
+
+# metadata value types
+T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I64, T_F64 = range(13)
+SCALAR_FMT = {T_U8: "<B", T_I8: "<b", T_U16: "<H", T_I16: "<h", T_U32: "<I", T_I32: "<i",
+              T_F32: "<f", T_BOOL: "<?", T_U64: "<Q", T_I64: "<q", T_F64: "<d"}
+SCALAR_NP = {T_U8: "<u1", T_I8: "<i1", T_U16: "<u2", T_I16: "<i2", T_U32: "<u4", T_I32: "<i4",
+             T_F32: "<f4", T_BOOL: "<u1", T_U64: "<u8", T_I64: "<i8", T_F64: "<f8"}
+
+# ggml tensor types and their (block elements, block bytes)
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0 = 0, 1, 2, 8
+GGML_BLOCK = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_Q4_0: (32, 18), GGML_Q8_0: (32, 34)}
+
+# general.file_type values (llama_ftype)
+FTYPE_ALL_F32, FTYPE_MOSTLY_F16, FTYPE_MOSTLY_Q4_0, FTYPE_MOSTLY_Q8_0 = 0, 1, 2, 7
+
+
+def align_up(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def tensor_nbytes(ne, gtype):
+    blk, bsz = GGML_BLOCK[gtype]
+    assert ne[0] % blk == 0, (ne, gtype)
+    n = 1
+    for d in ne:
+        n *= d
+    return n // blk * bsz
+
+
+# ---------------------------------------------------------------------------
+# GGUF writer.  A metadata entry is (key, type, value[, element type]); strings
+# are bytes or str, arrays are lists or 1-D numpy arrays.  A tensor is
+# (name, ne, ggml type, producer) where producer() returns the raw bytes; the
+# writer calls producers one at a time so big models stream to disk.
+
+def _pack_str(s):
+    b = s.encode("utf-8") if isinstance(s, str) else bytes(s)
+    return struct.pack("<Q", len(b)) + b
+
+
+def _pack_value(vtype, value, etype=None):
+    if vtype == T_STR:
+        return _pack_str(value)
+    if vtype == T_ARR:
+        head = struct.pack("<IQ", etype, len(value))
+        if etype == T_STR:
+            return head + b"".join(_pack_str(s) for s in value)
+        if etype == T_ARR:
+            raise ValueError("nested arrays are not used")
+        return head + np.asarray(value).astype(SCALAR_NP[etype]).tobytes()
+    return struct.pack(SCALAR_FMT[vtype], value)
+
+
+def write_gguf(path, kvs, tensors):
+    offsets = []
+    off = 0
+    for name, ne, gtype, _ in tensors:
+        offsets.append(off)
+        off = align_up(off + tensor_nbytes(ne, gtype))
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(GGUF_MAGIC + struct.pack("<IQQ", GGUF_VERSION, len(tensors), len(kvs)))
+        for kv in kvs:
+            key, vtype, value = kv[0], kv[1], kv[2]
+            etype = kv[3] if len(kv) > 3 else None
+            f.write(_pack_str(key) + struct.pack("<I", vtype) + _pack_value(vtype, value, etype))
+        for (name, ne, gtype, _), o in zip(tensors, offsets):
+            f.write(_pack_str(name) + struct.pack("<I", len(ne)))
+            f.write(struct.pack("<%dQ" % len(ne), *ne) + struct.pack("<IQ", gtype, o))
+        f.write(b"\0" * (align_up(f.tell()) - f.tell()))
+        base = f.tell()
+        for (name, ne, gtype, produce), o in zip(tensors, offsets):
+            assert f.tell() == base + o
+            data = produce()
+            assert len(data) == tensor_nbytes(ne, gtype), name
+            f.write(data)
+            f.write(b"\0" * (align_up(len(data)) - len(data)))
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------
+# GGUF reader (used to load vocab files and to re-check what we wrote).
+
+class GGUFFile:
+    def __init__(self, path, load_tensor_data=True):
+        with open(path, "rb") as f:
+            self.buf = f.read() if load_tensor_data else f.read(64 << 20)
+        self.pos = 0
+        magic = self._take(4)
+        if magic != GGUF_MAGIC:
+            raise ValueError("%s: bad magic %r" % (path, magic))
+        self.version, n_tensors, n_kv = struct.unpack("<IQQ", self._take(20))
+        if self.version != GGUF_VERSION:
+            raise ValueError("%s: version %d" % (path, self.version))
+        self.kv = {}      # key -> (type, value, element type or None)
+        self.kv_order = []
+        for _ in range(n_kv):
+            key = self._str().decode("utf-8")
+            vtype = self._u32()
+            if key in self.kv:
+                raise ValueError("duplicate key " + key)
+            self.kv[key] = self._value(vtype)
+            self.kv_order.append(key)
+        self.tensors = {}  # name -> (ne, type, offset)
+        self.tensor_order = []
+        for _ in range(n_tensors):
+            name = self._str().decode("utf-8")
+            n_dims = self._u32()
+            ne = list(struct.unpack("<%dQ" % n_dims, self._take(8 * n_dims)))
+            gtype = self._u32()
+            (off,) = struct.unpack("<Q", self._take(8))
+            if off % ALIGN:
+                raise ValueError("tensor %s misaligned" % name)
+            self.tensors[name] = (ne, gtype, off)
+            self.tensor_order.append(name)
+        self.data_start = align_up(self.pos)
+
+    def _take(self, n):
+        b = self.buf[self.pos:self.pos + n]
+        if len(b) != n:
+            raise ValueError("truncated GGUF")
+        self.pos += n
+        return b
+
+    def _u32(self):
+        return struct.unpack("<I", self._take(4))[0]
+
+    def _str(self):
+        (n,) = struct.unpack("<Q", self._take(8))
+        return self._take(n)
+
+    def _value(self, vtype):
+        if vtype == T_STR:
+            return (T_STR, self._str(), None)
+        if vtype == T_ARR:
+            etype = self._u32()
+            (n,) = struct.unpack("<Q", self._take(8))
+            if etype == T_STR:
+                return (T_ARR, [self._str() for _ in range(n)], T_STR)
+            dt = np.dtype(SCALAR_NP[etype])
+            arr = np.frombuffer(self._take(n * dt.itemsize), dtype=dt).copy()
+            return (T_ARR, arr, etype)
+        fmt = SCALAR_FMT[vtype]
+        return (vtype, struct.unpack(fmt, self._take(struct.calcsize(fmt)))[0], None)
+
+    def get(self, key, default=None):
+        return self.kv[key][1] if key in self.kv else default
+
+    def tensor_bytes(self, name):
+        ne, gtype, off = self.tensors[name]
+        start = self.data_start + off
+        n = tensor_nbytes(ne, gtype)
+        if start + n > len(self.buf):
+            raise ValueError("tensor %s runs past end of file" % name)
+        return self.buf[start:start + n]
+
+    def tensor_f32(self, name):
+        """Tensor as float32 numpy array of shape reversed(ne), dequantizing."""
+        ne, gtype, _ = self.tensors[name]
+        raw = self.tensor_bytes(name)
+        shape = tuple(reversed(ne))
+        if gtype == GGML_F32:
+            return np.frombuffer(raw, "<f4").reshape(shape)
+        if gtype == GGML_F16:
+            return np.frombuffer(raw, "<f2").astype(np.float32).reshape(shape)
+        if gtype == GGML_Q8_0:
+            blocks = np.frombuffer(raw, np.uint8).reshape(-1, 34)
+            d = blocks[:, :2].copy().view("<f2").astype(np.float32)
+            q = blocks[:, 2:].copy().view(np.int8).astype(np.float32)
+            return (q * d).reshape(shape)
+        if gtype == GGML_Q4_0:
+            blocks = np.frombuffer(raw, np.uint8).reshape(-1, 18)
+            d = blocks[:, :2].copy().view("<f2").astype(np.float32)
+            qs = blocks[:, 2:]
+            lo = (qs & 0x0F).astype(np.float32) - 8
+            hi = (qs >> 4).astype(np.float32) - 8
+            return (np.concatenate([lo, hi], axis=1) * d).reshape(shape)
+        raise ValueError("type %d" % gtype)
+
+
+# ---------------------------------------------------------------------------
+# ggml reference quantizers (row-major, blocks of 32 along ne[0]).
+
+def quantize_q8_0(x):
+    """x float32 [..., K] -> (bytes, dequantized float32)."""
+    b = np.ascontiguousarray(x, np.float32).reshape(-1, 32)
+    amax = np.abs(b).max(axis=1)
+    d = (amax / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    v = (b * inv[:, None]).astype(np.float32)
+    q = (np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))).astype(np.int8)  # roundf: half away from 0
+    d16 = d.astype("<f2")
+    out = np.empty((b.shape[0], 34), np.uint8)
+    out[:, :2] = d16.view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q.view(np.uint8)
+    deq = q.astype(np.float32) * d16.astype(np.float32)[:, None]
+    return out.tobytes(), deq.reshape(x.shape)
+
+
+def quantize_q4_0(x):
+    """x float32 [..., K] -> (bytes, dequantized float32)."""
+    b = np.ascontiguousarray(x, np.float32).reshape(-1, 32)
+    idx = np.argmax(np.abs(b), axis=1)  # first element of largest magnitude
+    vmax = b[np.arange(b.shape[0]), idx]
+    d = (vmax / np.float32(-8)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    v = (b * inv[:, None] + np.float32(8.5)).astype(np.float32)
+    q = np.minimum(15, np.trunc(v).astype(np.int32)).astype(np.uint8)
+    d16 = d.astype("<f2")
+    out = np.empty((b.shape[0], 18), np.uint8)
+    out[:, :2] = d16.view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q[:, :16] | (q[:, 16:] << 4)
+    deq = (q.astype(np.float32) - 8) * d16.astype(np.float32)[:, None]
+    return out.tobytes(), deq.reshape(x.shape)
+
+
+# ---------------------------------------------------------------------------
+# Fixture model configurations.
+
+class Cfg:
+    def __init__(self, **kw):
+        self.rope_scaling = None       # None, "linear" or "yarn"
+        self.rope_factor = 1.0
+        self.yarn_orig_ctx = 0
+        self.tied = False
+        self.out_gain = 1.0            # scale of attn_output and ffn_down (residual writes)
+        self.qkv_bias = False
+        self.qk_norm = False
+        self.write_key_length = False
+        self.quant = None              # None, "q8_0" or "q4_0": 2-D weights quantized
+        self.__dict__.update(kw)
+
+
+FIXTURES = [
+    Cfg(name="llama", arch="llama", vocab="ggml-vocab-llama-spm.gguf", prompt_entry=19,
+        n_embd=32, n_layer=2, n_head=4, n_head_kv=2, head_dim=8, n_ff=96, eps=1e-5,
+        rope_base=10000.0, ctx=4096, rope_scaling="linear", rope_factor=2.0, seed=1000),
+    Cfg(name="llama-yarn", arch="llama", vocab="ggml-vocab-llama-spm.gguf", prompt_entry=19,
+        n_embd=16, n_layer=2, n_head=2, n_head_kv=1, head_dim=8, n_ff=48, eps=1e-5,
+        rope_base=10000.0, ctx=1024, rope_scaling="yarn", rope_factor=4.0, yarn_orig_ctx=256,
+        tied=True, out_gain=6.0, seed=2000),
+    Cfg(name="qwen2", arch="qwen2", vocab="ggml-vocab-deepseek-coder.gguf", prompt_entry=43,
+        n_embd=16, n_layer=2, n_head=2, n_head_kv=1, head_dim=8, n_ff=48, eps=1e-6,
+        rope_base=1000000.0, ctx=2048, tied=True, qkv_bias=True, out_gain=6.0, seed=3000),
+    Cfg(name="qwen3", arch="qwen3", vocab="ggml-vocab-gpt-2.gguf", prompt_entry=19,
+        n_embd=16, n_layer=2, n_head=4, n_head_kv=2, head_dim=8, n_ff=48, eps=1e-6,
+        rope_base=1000000.0, ctx=2048, tied=True, qk_norm=True, write_key_length=True, out_gain=6.0,
+        seed=4000),
+]
+QUANT_OF = {"llama": ["q8_0", "q4_0"]}
+N_GEN = 32
+MIN_MARGIN = 1e-3
+MIN_DISTINCT = 8
+
+
+def load_vocab(cfg):
+    g = GGUFFile(os.path.join(VOCAB_DIR, cfg.vocab))
+    tok_kvs = [(k,) + (g.kv[k][0], g.kv[k][1]) + ((g.kv[k][2],) if g.kv[k][0] == T_ARR else ())
+               for k in g.kv_order if k.startswith("tokenizer.")]
+    tokens = g.get("tokenizer.ggml.tokens")
+    types = g.get("tokenizer.ggml.token_type")
+    n_vocab = len(tokens)
+    # token ids kiln would treat specially: control/unknown/unused tokens plus
+    # bos/eos/eot/eom ids; the greedy continuation avoids them so a runtime
+    # that stops at end-of-generation still sees all 32 tokens.
+    special = set()
+    if types is not None:
+        special |= {i for i, t in enumerate(types) if t in (2, 3, 5)}
+    for k in ("bos", "eos", "eot", "eom", "unknown", "padding"):
+        v = g.get("tokenizer.ggml.%s_token_id" % k)
+        if v is not None:
+            special.add(int(v))
+    inp = open(os.path.join(VOCAB_DIR, cfg.vocab + ".inp"), encoding="utf-8").read()
+    texts = inp.split("\n__ggml_vocab_test__\n")
+    outs = open(os.path.join(VOCAB_DIR, cfg.vocab + ".out"), encoding="utf-8").read().split("\n")
+    text = texts[cfg.prompt_entry]
+    ids = [int(t) for t in outs[cfg.prompt_entry].split()]
+    add_bos = g.get("tokenizer.ggml.add_bos_token")
+    if add_bos is None:
+        add_bos = g.get("tokenizer.ggml.model") == b"llama"
+    if add_bos:
+        ids = [int(g.get("tokenizer.ggml.bos_token_id"))] + ids
+    ids = ids[:12]
+    assert all(0 <= i < n_vocab for i in ids)
+    return tok_kvs, n_vocab, special, ids, text, bool(add_bos)
+
+
+# ---------------------------------------------------------------------------
+# Weights.  Each array has numpy shape reversed(ne), i.e. a torch Linear
+# weight [out, in] is ggml ne = [in, out]; token_embd is [n_vocab, n_embd].
+
+def make_weights(cfg, n_vocab, seed):
+    rng = np.random.default_rng(seed)
+    E, F, H, HK, D = cfg.n_embd, cfg.n_ff, cfg.n_head, cfg.n_head_kv, cfg.head_dim
+    f32 = np.float32
+
+    def lin(n_out, n_in, gain=1.0):
+        return (rng.standard_normal((n_out, n_in)) * (gain / math.sqrt(n_in))).astype(f32)
+
+    def norm(n):
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(f32)
+
+    W = {}
+    # logits std ~ 3 keeps top-2 gaps well above float32 noise
+    W["token_embd.weight"] = (rng.standard_normal((n_vocab, E)) *
+                              (3.0 / math.sqrt(E) if cfg.tied else 1.0)).astype(f32)
+    for i in range(cfg.n_layer):
+        p = "blk.%d." % i
+        W[p + "attn_norm.weight"] = norm(E)
+        W[p + "attn_q.weight"] = lin(H * D, E)
+        W[p + "attn_k.weight"] = lin(HK * D, E)
+        W[p + "attn_v.weight"] = lin(HK * D, E)
+        if cfg.qkv_bias:
+            W[p + "attn_q.bias"] = (0.5 * rng.standard_normal(H * D)).astype(f32)
+            W[p + "attn_k.bias"] = (0.5 * rng.standard_normal(HK * D)).astype(f32)
+            W[p + "attn_v.bias"] = (0.5 * rng.standard_normal(HK * D)).astype(f32)
+        if cfg.qk_norm:
+            W[p + "attn_q_norm.weight"] = norm(D)
+            W[p + "attn_k_norm.weight"] = norm(D)
+        W[p + "attn_output.weight"] = lin(E, H * D, cfg.out_gain)
+        W[p + "ffn_norm.weight"] = norm(E)
+        W[p + "ffn_gate.weight"] = lin(F, E)
+        W[p + "ffn_up.weight"] = lin(F, E)
+        W[p + "ffn_down.weight"] = lin(E, F, cfg.out_gain)
+    W["output_norm.weight"] = norm(E)
+    if not cfg.tied:
+        W["output.weight"] = lin(n_vocab, E, 3.0)
+    return W
+
+
+def tensor_order(cfg):
+    names = ["token_embd.weight", "output_norm.weight"]
+    if not cfg.tied:
+        names.append("output.weight")
+    for i in range(cfg.n_layer):
+        p = "blk.%d." % i
+        names += [p + "attn_norm.weight", p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
+        if cfg.qkv_bias:
+            names += [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"]
+        if cfg.qk_norm:
+            names += [p + "attn_q_norm.weight", p + "attn_k_norm.weight"]
+        names += [p + "attn_output.weight", p + "ffn_norm.weight", p + "ffn_gate.weight",
+                  p + "ffn_up.weight", p + "ffn_down.weight"]
+    return names
+
+
+def quantize_weights(W, quant):
+    """-> (dict name -> (ggml type, bytes)), dict of dequantized weights."""
+    qfun = {"q8_0": quantize_q8_0, "q4_0": quantize_q4_0}[quant]
+    qtype = {"q8_0": GGML_Q8_0, "q4_0": GGML_Q4_0}[quant]
+    packed, deq = {}, {}
+    for name, a in W.items():
+        if a.ndim == 2:
+            raw, d = qfun(a)
+            packed[name] = (qtype, raw)
+            deq[name] = d
+        else:
+            packed[name] = (GGML_F32, a.astype("<f4").tobytes())
+            deq[name] = a
+    return packed, deq
+
+
+# ---------------------------------------------------------------------------
+# Reference forward pass (PyTorch, written from the math).
+
+def rope_cos_sin(cfg, n_pos, dtype):
+    """cos/sin tables [n_pos, head_dim/2] for pair index i, including scaling."""
+    D = cfg.head_dim
+    i = torch.arange(D // 2, dtype=torch.float64)
+    pos = torch.arange(n_pos, dtype=torch.float64)[:, None]
+    theta_extrap = pos * cfg.rope_base ** (-2.0 * i / D)
+    mscale = 1.0
+    if cfg.rope_scaling == "linear":
+        theta = theta_extrap / cfg.rope_factor
+    elif cfg.rope_scaling == "yarn":
+        # YaRN as ggml implements it with ext_factor = 1, attn_factor = 1,
+        # beta_fast = 32, beta_slow = 1: pair i blends extrapolated and
+        # interpolated angles by a linear ramp between two correction dims;
+        # cos and sin are both scaled by 1 + 0.1 ln(factor).
+        def corr_dim(n_rot):
+            return D * math.log(cfg.yarn_orig_ctx / (n_rot * 2 * math.pi)) / (2 * math.log(cfg.rope_base))
+        low = max(0.0, math.floor(corr_dim(32.0)))
+        high = min(D - 1.0, math.ceil(corr_dim(1.0)))
+        y = (i - low) / max(0.001, high - low)
+        ramp_mix = 1.0 - y.clamp(0.0, 1.0)          # 1 = pure extrapolation
+        theta_interp = theta_extrap / cfg.rope_factor
+        theta = theta_interp * (1 - ramp_mix) + theta_extrap * ramp_mix
+        mscale = 1.0 + 0.1 * math.log(cfg.rope_factor)
+    else:
+        theta = theta_extrap
+    return (torch.cos(theta) * mscale).to(dtype), (torch.sin(theta) * mscale).to(dtype)
+
+
+def apply_rope(x, cos, sin, neox):
+    """x [T, n_heads, D]; normal layout rotates (2i, 2i+1), NEOX (i, i+D/2)."""
+    D = x.shape[-1]
+    c, s = cos[:, None, :], sin[:, None, :]
+    if neox:
+        a, b = x[..., :D // 2], x[..., D // 2:]
+        return torch.cat([a * c - b * s, a * s + b * c], dim=-1)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).reshape(x.shape)
+
+
+def rms_norm(x, w, eps):
+    return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * w
+
+
+def forward(cfg, Wt, ids):
+    """All-position logits [T, n_vocab] for token ids; Wt holds torch tensors."""
+    T = len(ids)
+    H, HK, D = cfg.n_head, cfg.n_head_kv, cfg.head_dim
+    eps = float(np.float32(cfg.eps))  # the value the GGUF file stores
+    dtype = Wt["token_embd.weight"].dtype
+    cos, sin = rope_cos_sin(cfg, T, dtype)
+    neox = cfg.arch in ("qwen2", "qwen3")
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    x = Wt["token_embd.weight"][torch.tensor(ids)]
+    for l in range(cfg.n_layer):
+        p = "blk.%d." % l
+        h = rms_norm(x, Wt[p + "attn_norm.weight"], eps)
+        q = h @ Wt[p + "attn_q.weight"].T
+        k = h @ Wt[p + "attn_k.weight"].T
+        v = h @ Wt[p + "attn_v.weight"].T
+        if cfg.qkv_bias:
+            q = q + Wt[p + "attn_q.bias"]
+            k = k + Wt[p + "attn_k.bias"]
+            v = v + Wt[p + "attn_v.bias"]
+        q, k, v = q.view(T, H, D), k.view(T, HK, D), v.view(T, HK, D)
+        if cfg.qk_norm:
+            q = rms_norm(q, Wt[p + "attn_q_norm.weight"], eps)
+            k = rms_norm(k, Wt[p + "attn_k_norm.weight"], eps)
+        q, k = apply_rope(q, cos, sin, neox), apply_rope(k, cos, sin, neox)
+        group = H // HK
+        outs = []
+        for hh in range(H):
+            kh, vh = k[:, hh // group], v[:, hh // group]
+            sc = (q[:, hh] @ kh.T) / math.sqrt(D)
+            sc = sc.masked_fill(mask, float("-inf"))
+            outs.append(torch.softmax(sc, dim=-1) @ vh)
+        x = x + torch.cat(outs, dim=-1) @ Wt[p + "attn_output.weight"].T
+        h = rms_norm(x, Wt[p + "ffn_norm.weight"], eps)
+        g = torch.nn.functional.silu(h @ Wt[p + "ffn_gate.weight"].T)
+        x = x + (g * (h @ Wt[p + "ffn_up.weight"].T)) @ Wt[p + "ffn_down.weight"].T
+    x = rms_norm(x, Wt["output_norm.weight"], eps)
+    head = Wt["output.weight"] if "output.weight" in Wt else Wt["token_embd.weight"]
+    return x @ head.T
+
+
+def reference(cfg, W, prompt, special):
+    """Greedy continuation in float64; returns dict or None if unsuitable."""
+    W64 = {k: torch.from_numpy(np.asarray(v, np.float64)) for k, v in W.items()}
+    ids = list(prompt)
+    margins = []
+    last_logits = None
+    for step in range(N_GEN):
+        logits = forward(cfg, W64, ids)[-1]
+        if step == 0:
+            last_logits = logits.clone()
+        top = torch.topk(logits, 2).values
+        margins.append(float(top[0] - top[1]))
+        ids.append(int(torch.argmax(logits)))
+    gen = ids[len(prompt):]
+    if min(margins) <= MIN_MARGIN or len(set(gen)) < MIN_DISTINCT or special & set(gen):
+        return None
+    # float32 run of the same code on the same sequence must agree on every argmax
+    W32 = {k: torch.from_numpy(np.asarray(v, np.float32)) for k, v in W.items()}
+    l32 = forward(cfg, W32, ids[:-1])
+    am32 = torch.argmax(l32[len(prompt) - 1:], dim=-1).tolist()
+    assert am32 == gen, (cfg.name, am32, gen)
+    err32 = float((l32[len(prompt) - 1].double() - last_logits).abs().max())
+    assert err32 < 1e-3, (cfg.name, err32)
+    return {"greedy": gen, "logits": last_logits.numpy().astype("<f4"),
+            "margins": margins, "min_margin": min(margins), "f32_err": err32}
+
+
+# ---------------------------------------------------------------------------
+# Writing and checking one fixture.
+
+def model_kvs(cfg, name, tok_kvs, ftype):
+    a = cfg.arch
+    kvs = [("general.architecture", T_STR, a),
+           ("general.name", T_STR, "kiln-fixture-" + name),
+           ("general.file_type", T_U32, ftype),
+           (a + ".context_length", T_U32, cfg.ctx),
+           (a + ".embedding_length", T_U32, cfg.n_embd),
+           (a + ".block_count", T_U32, cfg.n_layer),
+           (a + ".feed_forward_length", T_U32, cfg.n_ff),
+           (a + ".attention.head_count", T_U32, cfg.n_head),
+           (a + ".attention.head_count_kv", T_U32, cfg.n_head_kv),
+           (a + ".attention.layer_norm_rms_epsilon", T_F32, cfg.eps),
+           (a + ".rope.freq_base", T_F32, cfg.rope_base)]
+    if cfg.write_key_length:
+        kvs += [(a + ".attention.key_length", T_U32, cfg.head_dim),
+                (a + ".attention.value_length", T_U32, cfg.head_dim)]
+    else:
+        assert cfg.head_dim * cfg.n_head == cfg.n_embd
+    if cfg.arch == "llama":
+        kvs.append((a + ".rope.dimension_count", T_U32, cfg.head_dim))
+    if cfg.rope_scaling:
+        kvs += [(a + ".rope.scaling.type", T_STR, cfg.rope_scaling),
+                (a + ".rope.scaling.factor", T_F32, cfg.rope_factor)]
+        if cfg.rope_scaling == "yarn":
+            kvs.append((a + ".rope.scaling.original_context_length", T_U32, cfg.yarn_orig_ctx))
+    return kvs + tok_kvs
+
+
+def check_written(path, kvs, names, packed, W_expect):
+    """Independent re-parse: keys, types, values, tensor layout and contents."""
+    g = GGUFFile(path)
+    assert g.kv_order == [kv[0] for kv in kvs], path
+    for kv in kvs:
+        t, v, e = g.kv[kv[0]]
+        assert t == kv[1], kv[0]
+        if t == T_ARR:
+            assert e == kv[3], kv[0]
+            if e == T_STR:
+                assert [bytes(s) if not isinstance(s, str) else s.encode() for s in kv[2]] == v, kv[0]
+            else:
+                assert np.array_equal(np.asarray(kv[2]), v), kv[0]
+        elif t == T_STR:
+            want = kv[2].encode() if isinstance(kv[2], str) else kv[2]
+            assert v == want, kv[0]
+        elif t == T_F32:
+            assert v == np.float32(kv[2]), kv[0]
+        else:
+            assert v == kv[2], kv[0]
+    assert g.tensor_order == names, path
+    assert g.data_start % ALIGN == 0
+    end = 0
+    for n in names:
+        ne, gtype, off = g.tensors[n]
+        assert list(ne) == list(reversed(W_expect[n].shape)), n
+        assert gtype == packed[n][0], n
+        assert g.tensor_bytes(n) == packed[n][1], n
+        assert np.array_equal(g.tensor_f32(n), W_expect[n].astype(np.float32)), n
+        end = max(end, off + tensor_nbytes(ne, gtype))
+    assert g.data_start + align_up(end) == len(g.buf), path
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def describe(cfg, n_vocab):
+    parts = ["%s: n_vocab %d, n_embd %d, n_layer %d, n_head %d, n_head_kv %d, head_dim %d, n_ff %d, "
+             "rms eps %g, rope base %g (%s layout)" %
+             (cfg.arch, n_vocab, cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.n_head_kv, cfg.head_dim,
+              cfg.n_ff, cfg.eps, cfg.rope_base, "NEOX" if cfg.arch != "llama" else "normal")]
+    if cfg.rope_scaling == "linear":
+        parts.append("linear rope scaling factor %g" % cfg.rope_factor)
+    if cfg.rope_scaling == "yarn":
+        parts.append("YaRN factor %g, original ctx %d, ext_factor 1, attn_factor 1, beta_fast 32, "
+                     "beta_slow 1, mscale 1+0.1*ln(factor) on cos and sin" %
+                     (cfg.rope_factor, cfg.yarn_orig_ctx))
+    parts.append("tied output (no output.weight)" if cfg.tied else "untied output.weight")
+    if cfg.qkv_bias:
+        parts.append("q/k/v biases")
+    if cfg.qk_norm:
+        parts.append("per-head q/k RMSNorm before RoPE; key_length %d != n_embd/n_head" % cfg.head_dim)
+    return "; ".join(parts)
+
+
+def emit(cfg, name, n_vocab, tok_kvs, prompt, text, add_bos, W, packed, ref, ftype, seed, extra):
+    names = tensor_order(cfg)
+    kvs = model_kvs(cfg, name, tok_kvs, ftype)
+    tensors = [(n, list(reversed(W[n].shape)), packed[n][0], (lambda b=packed[n][1]: b)) for n in names]
+    gguf = os.path.join(OUT_DIR, name + ".gguf")
+    write_gguf(gguf, kvs, tensors)
+    check_written(gguf, kvs, names, packed, W)
+    with open(os.path.join(OUT_DIR, name + ".logits.f32"), "wb") as f:
+        f.write(ref["logits"].tobytes())
+    notes = ("%s. Random weights, seed %d. Prompt = %s%s tokenized by llama.cpp (%s.out entry %d). "
+             "Greedy ids come from a float64 PyTorch forward that recomputes the whole sequence each "
+             "step, never stopping at EOS; logits_file holds float32 logits of the last prompt position. "
+             "Smallest top-2 logit margin over the 32 steps: %.4g. Max |float32 - float64| logit at "
+             "the last prompt position: %.2g.%s" %
+             (describe(cfg, n_vocab), seed, "BOS + " if add_bos else "", json.dumps(text), cfg.vocab,
+              cfg.prompt_entry, ref["min_margin"], ref["f32_err"], extra))
+    meta = {"model": name + ".gguf", "prompt_ids": prompt, "n_vocab": n_vocab,
+            "greedy_ids": ref["greedy"], "logits_file": name + ".logits.f32",
+            "greedy_top2_margins": [round(m, 6) for m in ref["margins"]], "notes": notes}
+    with open(os.path.join(OUT_DIR, name + ".json"), "w", encoding="utf-8") as f:
+        # one key per line, lists kept on one line
+        f.write("{\n" + ",\n".join("  %s: %s" % (json.dumps(k), json.dumps(v, ensure_ascii=False))
+                                      for k, v in meta.items()) + "\n}\n")
+    print("%-16s greedy %s... min margin %.4f" % (name, ref["greedy"][:8], ref["min_margin"]))
+
+
+def f32_packed(W):
+    return {n: (GGML_F32, a.astype("<f4").tobytes()) for n, a in W.items()}
+
+
+def gen_fixture(cfg):
+    tok_kvs, n_vocab, special, prompt, text, add_bos = load_vocab(cfg)
+    quants = QUANT_OF.get(cfg.name, [])
+    for seed in range(cfg.seed, cfg.seed + 100):
+        W = make_weights(cfg, n_vocab, seed)
+        ref = reference(cfg, W, prompt, special)
+        if ref is None:
+            continue
+        qres = []
+        for qn in quants:
+            packed, deq = quantize_weights(W, qn)
+            qref = reference(cfg, deq, prompt, special)
+            if qref is None:
+                break
+            qres.append((qn, packed, deq, qref))
+        if len(qres) == len(quants):
+            break
+    else:
+        raise SystemExit("%s: no seed gives a usable greedy continuation" % cfg.name)
+    emit(cfg, cfg.name, n_vocab, tok_kvs, prompt, text, add_bos, W, f32_packed(W), ref,
+         FTYPE_ALL_F32, seed, "")
+    for qn, packed, deq, qref in qres:
+        ftype = {"q8_0": FTYPE_MOSTLY_Q8_0, "q4_0": FTYPE_MOSTLY_Q4_0}[qn]
+        diff = float(np.abs(qref["logits"] - ref["logits"]).max())
+        extra = (" Same weights as %s.gguf with every 2-D tensor quantized to %s by ggml's reference "
+                 "quantizer; reference outputs computed from the dequantized weights. Max |logit - %s "
+                 "logit| at the last prompt position: %.3g (how strongly this random network amplifies "
+                 "weight rounding; activation rounding in a runtime is amplified alike)."
+                 % (cfg.name, qn.upper(), cfg.name, diff))
+        emit(cfg, "%s-%s" % (cfg.name, qn), n_vocab, tok_kvs, prompt, text, add_bos, deq, packed, qref,
+             ftype, seed, extra)
+
+
+# ---------------------------------------------------------------------------
+# Benchmark model: Qwen3-0.6B shapes, random F16 weights, streamed.
+
+def gen_bench(path):
+    cfg = Cfg(name="qwen3-0.6b-random", arch="qwen3", vocab="ggml-vocab-gpt-2.gguf",
+              n_embd=1024, n_layer=28, n_head=16, n_head_kv=8, head_dim=128, n_ff=3072, eps=1e-6,
+              rope_base=1000000.0, ctx=40960, tied=True, qk_norm=True, write_key_length=True)
+    g = GGUFFile(os.path.join(VOCAB_DIR, cfg.vocab))
+    tok_kvs = [(k,) + (g.kv[k][0], g.kv[k][1]) + ((g.kv[k][2],) if g.kv[k][0] == T_ARR else ())
+               for k in g.kv_order if k.startswith("tokenizer.")]
+    n_vocab = len(g.get("tokenizer.ggml.tokens"))
+    E, F, H, HK, D = cfg.n_embd, cfg.n_ff, cfg.n_head, cfg.n_head_kv, cfg.head_dim
+    shapes = {"token_embd.weight": (n_vocab, E), "output_norm.weight": (E,)}
+    for i in range(cfg.n_layer):
+        p = "blk.%d." % i
+        shapes.update({p + "attn_norm.weight": (E,), p + "attn_q.weight": (H * D, E),
+                       p + "attn_k.weight": (HK * D, E), p + "attn_v.weight": (HK * D, E),
+                       p + "attn_q_norm.weight": (D,), p + "attn_k_norm.weight": (D,),
+                       p + "attn_output.weight": (E, H * D), p + "ffn_norm.weight": (E,),
+                       p + "ffn_gate.weight": (F, E), p + "ffn_up.weight": (F, E),
+                       p + "ffn_down.weight": (E, F)})
+    names = tensor_order(cfg)
+    assert sorted(names) == sorted(shapes)
+    rng = np.random.default_rng(7)
+
+    def producer(name):
+        shape = shapes[name]
+        def make():
+            if len(shape) == 1:
+                return (1.0 + 0.1 * rng.standard_normal(shape, np.float32)).astype("<f4").tobytes()
+            a = rng.standard_normal(shape, np.float32)
+            a *= np.float32(1.0 / math.sqrt(shape[1]))
+            return a.astype("<f2").tobytes()
+        return make
+
+    tensors = [(n, list(reversed(shapes[n])), GGML_F32 if len(shapes[n]) == 1 else GGML_F16, producer(n))
+               for n in names]
+    write_gguf(path, model_kvs(cfg, cfg.name, tok_kvs, FTYPE_MOSTLY_F16), tensors)
+    h = GGUFFile(path, load_tensor_data=False)
+    assert h.tensor_order == names and h.get("general.architecture") == b"qwen3"
+    print("wrote %s (%.1f MB)" % (path, os.path.getsize(path) / 1e6))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bench", metavar="OUT.gguf", help="write the Qwen3-0.6B-shaped benchmark model")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    if args.bench:
+        gen_bench(args.bench)
+        return
+    os.makedirs(OUT_DIR, exist_ok=True)
+    for cfg in FIXTURES:
+        gen_fixture(cfg)
+    total = 0
+    for fn in sorted(os.listdir(OUT_DIR)):
+        path = os.path.join(OUT_DIR, fn)
+        total += os.path.getsize(path)
+        print("%s  %s" % (sha256(path), fn))
+    print("fixtures total %.2f MB in %s" % (total / 1e6, OUT_DIR))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
