@@ -130,7 +130,9 @@ typedef struct kiln_context_params {
     int32_t n_seq_max;  /* sequences that may be live at once */
     int32_t n_threads;  /* 0 = all online CPUs */
     int32_t kv_type;    /* KILN_KV_F16 or KILN_KV_F32 */
-    uint64_t mem_limit; /* bytes the KV cache may take; 0 = a default */
+    uint64_t mem_limit; /* bytes the KV cache may take; 0 = half of RAM */
+    int32_t embeddings; /* 1: keep the final hidden states (after the output
+                           norm) of requested tokens instead of logits */
 } kiln_context_params;
 
 kiln_context_params kiln_context_default_params(void);
@@ -158,6 +160,9 @@ kiln_status kiln_decode(kiln_context *c, const kiln_batch *b);
 /* Logits (n_vocab floats) of batch token i from the last decode, or NULL if
  * they were not requested. */
 const float *kiln_get_logits(kiln_context *c, int32_t i);
+/* Final hidden state (n_embd floats) of batch token i from the last decode
+ * of an embeddings context, or NULL. */
+const float *kiln_get_embeddings(kiln_context *c, int32_t i);
 /* Tokens held for seq. */
 int32_t kiln_seq_len(const kiln_context *c, int32_t seq);
 /* Drops the tokens of seq from position p on (p = 0 clears it). */

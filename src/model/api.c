@@ -187,8 +187,13 @@ kiln_status kiln_decode(kiln_context *c, const kiln_batch *b) {
 }
 
 const float *kiln_get_logits(kiln_context *c, int32_t i) {
-    if (!c || i < 0 || i >= c->p.n_batch || c->out_idx[i] < 0) return NULL;
+    if (!c || c->p.embeddings || i < 0 || i >= c->p.n_batch || c->out_idx[i] < 0) return NULL;
     return c->logits + (size_t)c->out_idx[i] * (size_t)c->m->hp.n_vocab;
+}
+
+const float *kiln_get_embeddings(kiln_context *c, int32_t i) {
+    if (!c || !c->p.embeddings || i < 0 || i >= c->p.n_batch || c->out_idx[i] < 0) return NULL;
+    return c->out_rows + (size_t)c->out_idx[i] * (size_t)c->m->hp.n_embd;
 }
 
 int32_t kiln_seq_len(const kiln_context *c, int32_t seq) {

@@ -183,6 +183,7 @@ kiln_status kl_forward(kiln_context *c, const kiln_batch *b) {
     for (int i = 0; i < n; i++)
         if (c->out_idx[i] >= 0)
             kk_rmsnorm(c->out_rows + (size_t)c->out_idx[i] * E, c->x + (size_t)i * E, m->out_norm, E, hp->eps);
-    if (n_out) kk_matmul(c->pool, &m->output, c->out_rows, n_out, c->logits, hp->n_vocab, c->mm_scratch);
+    if (n_out && !c->p.embeddings)
+        kk_matmul(c->pool, &m->output, c->out_rows, n_out, c->logits, hp->n_vocab, c->mm_scratch);
     return KILN_OK;
 }
