@@ -1,0 +1,330 @@
+/*
+ * Model parity tests.
+ *  1. The bundled stories260K model: greedy continuations equal the ones
+ *     llama.cpp recorded (tests/data/stories/stories260K.expected.jsonl).
+ *  2. Random-weight fixtures (tests/data/fixtures, written by
+ *     gen_fixtures.py from an independent PyTorch forward): last-position
+ *     logits and the 32-token greedy continuation.
+ *  3. Context rules: a batch past n_ctx fails before any compute; two
+ *     sequences in one batch give the logits each gives alone.
+ */
+#include "kiln.h"
+#include "testutil.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STORIES "../models/stories260K.gguf"
+
+static kiln_context *new_ctx(kiln_model *m, int kv_type, int n_ctx, int n_seq) {
+    kiln_context_params cp = kiln_context_default_params();
+    cp.kv_type = kv_type;
+    cp.n_ctx = n_ctx;
+    cp.n_seq_max = n_seq;
+    cp.n_threads = 2;
+    kiln_context *c = NULL;
+    if (kiln_context_new(m, &cp, &c) != KILN_OK) fprintf(stderr, "context: %s\n", kiln_last_error());
+    return c;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Feeds prompt then n greedy steps; writes the ids to out and, if margin
+ * is not NULL, each step's top-1 minus top-2 logit. */
+static int greedy(kiln_context *c, int n_vocab, const int32_t *prompt, int n_prompt, int n, int32_t *out,
+                  float *margin) {
+    kiln_batch b = {n_prompt, prompt, NULL, NULL, NULL};
+    if (kiln_decode(c, &b) != KILN_OK) return -1;
+    const float *lg = kiln_get_logits(c, n_prompt - 1);
+    for (int i = 0; i < n; i++) {
+        out[i] = argmax(lg, n_vocab);
+        if (margin) {
+            float second = -INFINITY;
+            for (int k = 0; k < n_vocab; k++)
+                if (k != out[i] && lg[k] > second) second = lg[k];
+            margin[i] = lg[out[i]] - second;
+        }
+        kiln_batch b1 = {1, &out[i], NULL, NULL, NULL};
+        if (i + 1 < n && kiln_decode(c, &b1) != KILN_OK) return -1;
+        lg = kiln_get_logits(c, 0);
+    }
+    return 0;
+}
+
+static void test_stories(void) {
+    kiln_model *m;
+    CHECKF(kiln_model_load(STORIES, NULL, &m) == KILN_OK, "%s", kiln_last_error());
+    if (!m) return;
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    CHECK(info.n_vocab == 512 && info.n_layer == 5 && info.n_embd == 64);
+    /* llama.cpp tokenizes "Tom had a red" with BOS as these ids */
+    int32_t ids[64];
+    int n = kiln_tokenize(m, "Tom had a red", 13, 1, 0, ids, 64);
+    const int32_t want_ids[] = {1, 274, 287, 381, 261, 352, 266};
+    CHECK(n == 7 && memcmp(ids, want_ids, sizeof want_ids) == 0);
+
+    size_t len;
+    char *text = t_read_file("data/stories/stories260K.expected.jsonl", &len);
+    CHECK(text != NULL);
+    int cases = 0;
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        json_error_t je;
+        json_t *j = json_loads(line, 0, &je);
+        CHECK(j != NULL);
+        if (!j) continue;
+        const char *prompt = json_string_value(json_object_get(j, "prompt"));
+        const char *expect = json_string_value(json_object_get(j, "expected_text"));
+        json_t *eids = json_object_get(j, "expected_ids");
+        int np = (int)json_integer_value(json_object_get(j, "n_predict"));
+        int32_t got[256];
+        float margin[256];
+        /* The default F16 KV cache reproduces the recorded continuation
+         * exactly (its attention rounds as llama.cpp's does).  The F32
+         * cache is more exact and may part ways at a near-tie: it must
+         * agree up to the first step whose top-2 margin is under 0.01. */
+        for (int kv = 0; kv < 2; kv++) {
+            kiln_context *c = new_ctx(m, kv == 0 ? KILN_KV_F16 : KILN_KV_F32, 0, 1);
+            CHECK(c != NULL);
+            if (!c) continue;
+            n = kiln_tokenize(m, prompt, strlen(prompt), 1, 0, ids, 64);
+            CHECK(greedy(c, info.n_vocab, ids, n, np, got, margin) == 0);
+            int upto = np;
+            for (int i = 0; kv == 1 && i < np; i++)
+                if (margin[i] < 0.01f) { upto = i; break; }
+            int same = (int)json_array_size(eids) == np;
+            for (int i = 0; same && i < upto; i++)
+                same = got[i] == (int32_t)json_integer_value(json_array_get(eids, (size_t)i));
+            CHECKF(same, "stories '%s' (%s KV): greedy ids differ", prompt, kv == 0 ? "F16" : "F32");
+            if (kv == 1) {
+                kiln_context_free(c);
+                continue;
+            }
+            /* the text, through the streaming detokenizer */
+            kiln_detok *d = kiln_detok_new(m);
+            char buf[2048];
+            size_t bl = 0;
+            for (int i = 0; i < np; i++) {
+                size_t k;
+                const char *p = kiln_detok_push(d, got[i], &k);
+                if (bl + k < sizeof buf) { memcpy(buf + bl, p, k); bl += k; }
+            }
+            size_t k;
+            const char *p = kiln_detok_flush(d, &k);
+            if (bl + k < sizeof buf) { memcpy(buf + bl, p, k); bl += k; }
+            buf[bl] = 0;
+            kiln_detok_free(d);
+            CHECKF(strcmp(buf, expect) == 0, "got '%s'", buf);
+            kiln_context_free(c);
+        }
+        cases++;
+        json_decref(j);
+    }
+    CHECK(cases == 4);
+    free(text);
+    kiln_model_free(m);
+}
+
+/* Largest |a - b| over n, relative to the largest |b|. */
+static double rel_err(const float *a, const float *b, int n) {
+    double md = 0, mb = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > md) md = d;
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+/* Tolerances per fixture.  F32 weights: 1e-4 relative (an F32 KV cache).
+ * Quantized weights: kiln also quantizes activations (to Q8_0 blocks)
+ * where the PyTorch reference keeps them in float, so the logits move by
+ * the activation rounding (measured: 9e-3 relative, about 0.13 absolute on
+ * logits near 14); the bound is 2e-2.
+ * Greedy ids must match exactly up to the first step whose reference
+ * top-2 margin is below the fixture's margin bound (beyond it a different
+ * but equally valid path may be taken). */
+typedef struct fixture {
+    const char *name;
+    double logit_tol;
+    double margin;
+} fixture;
+
+static const fixture k_fixtures[] = {
+    {"llama", 1e-4, 0.0},     {"llama-yarn", 1e-4, 0.0}, {"qwen2", 1e-4, 0.0},
+    {"qwen3", 1e-4, 0.0},     {"llama-q8_0", 2e-2, 0.25}, {"llama-q4_0", 2e-2, 0.25},
+};
+
+static void test_fixture(const fixture *fx) {
+    char path[256];
+    snprintf(path, sizeof path, "data/fixtures/%s.json", fx->name);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    CHECKF(j != NULL, "%s: %s", path, je.text);
+    if (!j) return;
+    snprintf(path, sizeof path, "data/fixtures/%s", json_string_value(json_object_get(j, "model")));
+    kiln_model *m;
+    CHECKF(kiln_model_load(path, NULL, &m) == KILN_OK, "%s", kiln_last_error());
+    if (!m) { json_decref(j); return; }
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    int nv = (int)json_integer_value(json_object_get(j, "n_vocab"));
+    CHECK(nv == info.n_vocab);
+    json_t *pj = json_object_get(j, "prompt_ids"), *gj = json_object_get(j, "greedy_ids");
+    json_t *mj = json_object_get(j, "greedy_top2_margins");
+    int np = (int)json_array_size(pj), ng = (int)json_array_size(gj);
+    int32_t prompt[64], got[64];
+    for (int i = 0; i < np && i < 64; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(pj, (size_t)i));
+    snprintf(path, sizeof path, "data/fixtures/%s", json_string_value(json_object_get(j, "logits_file")));
+    size_t lb;
+    float *ref = (float *)t_read_file(path, &lb);
+    CHECK(ref && lb == (size_t)nv * sizeof(float));
+
+    kiln_context *c = new_ctx(m, KILN_KV_F32, 0, 1);
+    CHECK(c != NULL);
+    if (c && ref && lb == (size_t)nv * sizeof(float)) {
+        kiln_batch b = {np, prompt, NULL, NULL, NULL};
+        CHECK(kiln_decode(c, &b) == KILN_OK);
+        double e = rel_err(kiln_get_logits(c, np - 1), ref, nv);
+        CHECKF(e <= fx->logit_tol, "%s: logits relative error %.3g > %.3g", fx->name, e, fx->logit_tol);
+        printf("%-12s logits rel err %.2e (bound %.0e)\n", fx->name, e, fx->logit_tol);
+        kiln_seq_truncate(c, 0, 0);
+        CHECK(greedy(c, nv, prompt, np, ng, got, NULL) == 0);
+        int upto = ng;
+        for (int i = 0; i < ng; i++)
+            if (json_real_value(json_array_get(mj, (size_t)i)) < fx->margin) { upto = i; break; }
+        int same = 1;
+        for (int i = 0; i < upto; i++) same &= got[i] == (int32_t)json_integer_value(json_array_get(gj, (size_t)i));
+        CHECKF(same, "%s: greedy continuation differs within the first %d steps", fx->name, upto);
+        printf("%-12s greedy: %d of %d steps compared, %s\n", fx->name, upto, ng, same ? "identical" : "DIFFERENT");
+    }
+    /* the default F16 cache rounds keys, values and the query to F16 */
+    kiln_context *c16 = new_ctx(m, KILN_KV_F16, 0, 1);
+    if (c16 && ref && lb == (size_t)nv * sizeof(float)) {
+        kiln_batch b = {np, prompt, NULL, NULL, NULL};
+        CHECK(kiln_decode(c16, &b) == KILN_OK);
+        double e = rel_err(kiln_get_logits(c16, np - 1), ref, nv);
+        double bound = fx->logit_tol > 5e-3 ? fx->logit_tol : 5e-3;
+        CHECKF(e <= bound, "%s: F16 KV logits relative error %.3g > %.3g", fx->name, e, bound);
+        printf("%-12s F16 KV logits rel err %.2e (bound %.0e)\n", fx->name, e, bound);
+    }
+    kiln_context_free(c16);
+    kiln_context_free(c);
+    free(ref);
+    kiln_model_free(m);
+    json_decref(j);
+}
+
+static void test_context_rules(void) {
+    kiln_model *m;
+    if (kiln_model_load(STORIES, NULL, &m) != KILN_OK) { CHECK(0); return; }
+    kiln_context *c = new_ctx(m, KILN_KV_F32, 16, 2);
+    CHECK(c && kiln_context_n_ctx(c) == 16);
+    if (!c) { kiln_model_free(m); return; }
+    int32_t toks[20];
+    for (int i = 0; i < 20; i++) toks[i] = 300 + i;
+    kiln_batch big = {17, toks, NULL, NULL, NULL};
+    CHECK(kiln_decode(c, &big) == KILN_ERR_CONTEXT_FULL);
+    CHECK(kiln_seq_len(c, 0) == 0); /* nothing was computed */
+    CHECK(strstr(kiln_context_error(c), "16") != NULL);
+    /* a position that skips ahead is refused */
+    int32_t pos[1] = {3};
+    kiln_batch skip = {1, toks, pos, NULL, NULL};
+    CHECK(kiln_decode(c, &skip) == KILN_ERR_INVALID_ARG);
+    int32_t badtok = 100000;
+    kiln_batch bad = {1, &badtok, NULL, NULL, NULL};
+    CHECK(kiln_decode(c, &bad) == KILN_ERR_INVALID_ARG);
+
+    /* two sequences together == each alone */
+    float solo[2][512];
+    for (int s = 0; s < 2; s++) {
+        kiln_seq_truncate(c, 0, 0);
+        kiln_batch b = {5, toks + s * 5, NULL, NULL, NULL};
+        CHECK(kiln_decode(c, &b) == KILN_OK);
+        memcpy(solo[s], kiln_get_logits(c, 4), sizeof solo[s]);
+    }
+    kiln_seq_truncate(c, 0, 0);
+    int32_t mt[10], ms[10];
+    int8_t want[10] = {0};
+    for (int i = 0; i < 5; i++) {
+        mt[2 * i] = toks[i];     ms[2 * i] = 0;
+        mt[2 * i + 1] = toks[5 + i]; ms[2 * i + 1] = 1;
+    }
+    want[8] = want[9] = 1;
+    kiln_batch mb = {10, mt, NULL, ms, want};
+    CHECK(kiln_decode(c, &mb) == KILN_OK);
+    CHECK(kiln_seq_len(c, 0) == 5 && kiln_seq_len(c, 1) == 5);
+    CHECK(rel_err(kiln_get_logits(c, 8), solo[0], 512) < 1e-5);
+    CHECK(rel_err(kiln_get_logits(c, 9), solo[1], 512) < 1e-5);
+    CHECK(kiln_get_logits(c, 3) == NULL);
+    kiln_context_free(c);
+    kiln_model_free(m);
+}
+
+static void test_sampler(void) {
+    float logits[512];
+    for (int i = 0; i < 512; i++) logits[i] = sinf((float)i * 0.37f) * 3.0f;
+    kiln_sampler_params p = kiln_sampler_default_params();
+    p.temperature = 1.0f;
+    int32_t a[64], b[64], d[64];
+    kiln_sampler *s;
+    for (int run = 0; run < 3; run++) {
+        p.seed = run == 2 ? 7 : 42;
+        CHECK(kiln_sampler_new(&p, 512, &s) == KILN_OK);
+        for (int i = 0; i < 64; i++) {
+            int32_t t = kiln_sampler_sample(s, logits);
+            (run == 0 ? a : run == 1 ? b : d)[i] = t;
+            kiln_sampler_accept(s, t);
+        }
+        kiln_sampler_free(s);
+    }
+    CHECK(memcmp(a, b, sizeof a) == 0);   /* same seed, same tokens */
+    CHECK(memcmp(a, d, sizeof a) != 0);   /* another seed, another draw */
+    /* top-k 1 is greedy whatever the temperature */
+    p.top_k = 1;
+    CHECK(kiln_sampler_new(&p, 512, &s) == KILN_OK);
+    CHECK(kiln_sampler_sample(s, logits) == argmax(logits, 512));
+    kiln_sampler_free(s);
+    /* a repeat penalty pushes an accepted greedy winner down */
+    p = kiln_sampler_default_params();
+    p.temperature = 0;
+    p.repeat_penalty = 100.0f;
+    CHECK(kiln_sampler_new(&p, 512, &s) == KILN_OK);
+    int32_t first = kiln_sampler_sample(s, logits);
+    kiln_sampler_accept(s, first);
+    CHECK(kiln_sampler_sample(s, logits) != first);
+    kiln_sampler_free(s);
+    /* every draw stays within top-k */
+    p = kiln_sampler_default_params();
+    p.temperature = 5.0f;
+    p.top_k = 3;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    CHECK(kiln_sampler_new(&p, 512, &s) == KILN_OK);
+    float sorted[512];
+    memcpy(sorted, logits, sizeof sorted);
+    int ok = 1;
+    for (int i = 0; i < 200; i++) {
+        int32_t t = kiln_sampler_sample(s, logits);
+        int above = 0;
+        for (int k = 0; k < 512; k++) above += sorted[k] > logits[t];
+        ok &= above < 3;
+    }
+    CHECK(ok);
+    kiln_sampler_free(s);
+}
+
+int main(void) {
+    test_stories();
+    for (size_t i = 0; i < sizeof k_fixtures / sizeof k_fixtures[0]; i++) test_fixture(&k_fixtures[i]);
+    test_context_rules();
+    test_sampler();
+    return t_done();
+}
