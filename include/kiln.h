@@ -168,6 +168,32 @@ int32_t kiln_seq_len(const kiln_context *c, int32_t seq);
 /* Drops the tokens of seq from position p on (p = 0 clears it). */
 kiln_status kiln_seq_truncate(kiln_context *c, int32_t seq, int32_t p);
 
+/* Prefix cache.  The KV cache is made of blocks of block_tokens tokens; a
+ * full block whose tokens were published with kiln_seq_cache can be shared
+ * by later sequences that begin with the same tokens (the key chains every
+ * earlier block, so only a whole common prefix matches).  Unused shared
+ * blocks stay cached until their memory is needed (least recently used
+ * first).
+ *
+ * kiln_seq_reuse: seq must be empty.  Attaches the cached blocks that match
+ * the longest prefix of tokens[0..n), always leaving at least the last
+ * token to decode, and returns the tokens now held (a multiple of
+ * block_tokens); decode continues with tokens[returned..n).
+ * kiln_seq_cache: tokens[0..n) are the first n tokens seq holds; publishes
+ * its full blocks among them (call again as the sequence grows). */
+int32_t kiln_seq_reuse(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n);
+kiln_status kiln_seq_cache(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n);
+
+typedef struct kiln_kv_stats {
+    int32_t block_tokens;   /* tokens per block */
+    int32_t n_blocks;       /* blocks in the budget */
+    int32_t n_used;         /* held by sequences */
+    int32_t n_cached;       /* unheld but kept for reuse */
+    uint64_t lookup_blocks; /* blocks kiln_seq_reuse looked up, in total */
+    uint64_t hit_blocks;    /* of those, found */
+} kiln_kv_stats;
+void kiln_kv_get_stats(const kiln_context *c, kiln_kv_stats *out);
+
 /* --------------------------------------------------------------- sampler */
 
 typedef struct kiln_sampler kiln_sampler;
@@ -192,6 +218,368 @@ int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits);
 /* Records a token in the history the penalties look at (prompt tokens too). */
 void kiln_sampler_accept(kiln_sampler *s, int32_t id);
 void kiln_sampler_reset(kiln_sampler *s);
+
+/* ------------------------------------------------------------------ store */
+
+/* The model store: named packs of verified artifacts under one root
+ * (default $KILN_STORE, else $XDG_DATA_HOME/kiln, else ~/.local/share/kiln).
+ * A pack is visible only once every artifact is complete, hash-checked and
+ * the GGUF parses with a supported architecture.  Names look like
+ * "qwen3-0.6b:q4_k_m" (":latest" is implied); a pack id is the SHA-256 (64
+ * hex digits) of its manifest.  Every call is safe across processes. */
+typedef struct kiln_store kiln_store;
+typedef struct kiln_store_lease kiln_store_lease;
+
+/* Opens (creating if needed) the store at root; NULL uses the default. */
+kiln_status kiln_store_open(const char *root, kiln_store **out);
+void kiln_store_close(kiln_store *s);
+const char *kiln_store_root(const kiln_store *s);
+
+/* One progress event.  event is "start", "waiting" (another process holds
+ * the pack), "resume", "restart", "progress", "retry", "verify", "done" (an
+ * artifact is complete), "published" or "warning".  Byte counts are for the
+ * artifact and for the whole pack; a total of 0 is unknown. */
+typedef struct kiln_store_progress {
+    const char *event;
+    const char *artifact;   /* file name, or NULL for pack-wide events */
+    int32_t index, count;   /* artifact number (from 0) and how many */
+    uint64_t done, total;
+    uint64_t all_done, all_total;
+    double rate;            /* bytes per second, smoothed */
+    double eta;             /* seconds left, -1 when unknown */
+    const char *message;    /* reason of a retry/restart/warning, or NULL */
+} kiln_store_progress;
+typedef void (*kiln_store_progress_fn)(const kiln_store_progress *p, void *user);
+/* Renders p as one JSON object (the /api/pull event); returns its length,
+ * which may exceed cap (then buf holds a truncated prefix). */
+int kiln_store_progress_json(const kiln_store_progress *p, char *buf, size_t cap);
+
+typedef struct kiln_store_pull_params {
+    const char *const *headers; /* "Name: value" lines sent to the URL's own
+                                   origin only, never after a redirect to
+                                   another host; NULL = $KILN_AUTH_HEADER */
+    int32_t n_headers;
+    kiln_store_progress_fn progress;
+    void *user;
+    const volatile int *cancel; /* non-zero cancels; the partial file stays */
+} kiln_store_pull_params;
+
+/* Downloads url (HTTPS, or HTTP on loopback) into the store and names it.
+ * A URL ending in ".json" is a pack manifest listing several artifacts.
+ * sha256 (64 hex digits, may be NULL) must match the (first) artifact.
+ * Interrupted pulls resume from their partial file.  id_out (65 bytes, may
+ * be NULL) receives the pack id. */
+kiln_status kiln_store_pull(kiln_store *s, const char *url, const char *name, const char *sha256,
+                            const kiln_store_pull_params *params, char *id_out);
+
+enum { KILN_STORE_COPY = 0, KILN_STORE_MOVE = 1, KILN_STORE_LINK = 2 };
+/* Imports a local GGUF.  COPY leaves the source alone; MOVE commits a copy
+ * and then removes the source if it is unchanged; LINK records the file in
+ * place (checked again at every resolve). */
+kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name, int mode,
+                              kiln_store_progress_fn progress, void *user, char *id_out);
+
+/* JSON texts, freed with kiln_store_free_string.  list: an array of
+ * {name, id, size, arch, quantization, mode, state}; info: {name, id, state,
+ * manifest} of one name or id. */
+kiln_status kiln_store_list(kiln_store *s, char **json_out);
+kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out);
+void kiln_store_free_string(char *str);
+
+/* Re-hashes every artifact; a mismatch names the file and marks the pack
+ * damaged (resolve then refuses it). */
+kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progress_fn progress, void *user);
+/* Removes a name, or with a full id the pack and all its names.  A pack
+ * whose last name goes is deleted; refused (KILN_ERR_STATE) while leased. */
+kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id);
+/* Adds the name dst for the pack src names (kiln cp). */
+kiln_status kiln_store_alias(kiln_store *s, const char *src, const char *dst);
+
+/* Deletes orphaned staging and quarantine entries older than a day; each()
+ * (may be NULL) hears every removal. */
+typedef void (*kiln_store_gc_fn)(const char *path, uint64_t bytes, void *user);
+kiln_status kiln_store_gc(kiln_store *s, kiln_store_gc_fn each, void *user, uint64_t *n_removed,
+                          uint64_t *bytes_removed);
+
+/* Finds name (or id), revalidates its files (a stamp of inode, size, mtime
+ * and ctime skips re-hashing unchanged files) and takes a lease: a shared
+ * lock that keeps the pack from removal until kiln_store_release.  The
+ * lease outlives the store handle. */
+kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease **out);
+const char *kiln_store_lease_path(const kiln_store_lease *l); /* the GGUF */
+const char *kiln_store_lease_id(const kiln_store_lease *l);
+void kiln_store_release(kiln_store_lease *l);
+
+/* ------------------------------------------------------------- embedder */
+
+/* Text embeddings: a bert encoder, or a decoder (e.g. qwen3) whose final
+ * normalized hidden states are pooled.  Every vector is L2-normalized.
+ *
+ *   kiln_embedder *e;  kiln_embedder_new("model.gguf", NULL, &e);
+ *   const char *texts[] = {"first doc", "second doc"};
+ *   kiln_embed_request r = {2, texts, NULL, KILN_EMBED_DOCUMENT, 0, 0};
+ *   kiln_embed_job *j;  kiln_embed(e, &r, &j);   // counts, then embeds all
+ *   const kiln_embeddings *out = kiln_embed_result(j);
+ *   ... out->vectors[i * out->dim + k] ...
+ *   kiln_embed_job_free(j);
+ *
+ * A caller that must yield between forward runs (a request gate) uses
+ * kiln_embed_begin, then kiln_embed_run over the ranges kiln_embed_batch_end
+ * gives.  One embedder is driven by one thread at a time.
+ *
+ * Formatting: the runtime adds the model's prefix to each input itself.
+ * The GGUF string keys kiln.embedding.query_prefix and
+ * kiln.embedding.document_prefix (an empty string means none) win; without
+ * them general.name picks a family default (case-insensitive):
+ *   "e5"                   query "query: ", document "passage: "
+ *   "bge" (English)        query "Represent this sentence for searching relevant passages: "
+ *   "nomic-embed"          "search_query: " / "search_document: "
+ *   "qwen3-embedding"      query "Instruct: Given a web search query, retrieve relevant
+ *                          passages that answer the query\nQuery:"
+ * and otherwise no prefix.  Special tokens ([CLS]/[SEP], BOS/EOS) follow
+ * the vocabulary's metadata.
+ *
+ * Pooling comes from {arch}.pooling_type (1 mean, 2 CLS, 3 last); without
+ * the key bert pools by mean and decoders take the last token.  Type 0
+ * (none, one vector per token) and others are refused. */
+typedef struct kiln_embedder kiln_embedder;
+typedef struct kiln_embed_job kiln_embed_job;
+
+enum { KILN_EMBED_DOCUMENT = 0, KILN_EMBED_QUERY = 1 };
+enum { KILN_POOLING_NONE = 0, KILN_POOLING_MEAN = 1, KILN_POOLING_CLS = 2, KILN_POOLING_LAST = 3 };
+
+typedef struct kiln_embedder_params {
+    int32_t n_threads;  /* 0 = all online CPUs */
+    int32_t n_batch;    /* most token rows, padding included, per forward run;
+                           0 = 2048 (raised to max_tokens when smaller) */
+    int32_t max_tokens; /* per-input limit; 0 = the model's context length
+                           (for decoders capped by the KV memory budget) */
+} kiln_embedder_params;
+
+kiln_embedder_params kiln_embedder_default_params(void);
+/* Loads path and prepares the embedder, including the fingerprint (a
+ * SHA-256 over every tensor's bytes: proportional to the file size). */
+kiln_status kiln_embedder_new(const char *path, const kiln_embedder_params *p, kiln_embedder **out);
+/* Same over an already loaded model, which must outlive the embedder. */
+kiln_status kiln_embedder_new_from_model(kiln_model *m, const kiln_embedder_params *p, kiln_embedder **out);
+void kiln_embedder_free(kiln_embedder *e);
+
+typedef struct kiln_embedder_info {
+    const char *arch;            /* general.architecture */
+    int32_t n_embd;              /* full vector length */
+    int32_t max_tokens;          /* per input, prefix and special tokens included */
+    int32_t pooling;             /* KILN_POOLING_* */
+    const char *query_prefix;    /* "" when none */
+    const char *document_prefix;
+    const char *fingerprint;     /* 64 lowercase hex digits */
+} kiln_embedder_info;
+
+void kiln_embedder_get_info(const kiln_embedder *e, kiln_embedder_info *info);
+
+typedef struct kiln_embed_request {
+    int32_t n;                  /* inputs */
+    const char *const *texts;   /* UTF-8, as the caller wrote them */
+    const size_t *lens;         /* byte lengths; NULL: texts are NUL-terminated */
+    int32_t kind;               /* KILN_EMBED_QUERY or KILN_EMBED_DOCUMENT */
+    int32_t dim;                /* 0 = n_embd; 1..n_embd keeps the leading values
+                                   and renormalizes (Matryoshka) */
+    int32_t allow_truncate;     /* 1: cut inputs over the limit (keeping the
+                                   closing special token) instead of failing */
+} kiln_embed_request;
+
+typedef struct kiln_embeddings {
+    int32_t n;                  /* inputs */
+    int32_t dim;                /* floats per vector */
+    const float *vectors;       /* [n][dim], unit length once embedded */
+    const int32_t *n_tokens;    /* [n] tokens each input runs with */
+    int32_t n_truncated;
+    const int32_t *truncated;   /* [n_truncated] ascending indices of cut inputs */
+    const char *fingerprint;    /* the embedder's; compare before mixing vectors */
+} kiln_embeddings;
+
+/* Formats and tokenizes every input and checks each against max_tokens;
+ * runs no model.  An input over the limit fails the whole request with
+ * KILN_ERR_CONTEXT_FULL and a message naming each such input ("input 3:
+ * 700 tokens > limit 512"), unless allow_truncate. */
+kiln_status kiln_embed_begin(kiln_embedder *e, const kiln_embed_request *r, kiln_embed_job **out);
+/* After a failed kiln_embed_begin: how many inputs were over the limit,
+ * their indices and token counts (valid until the next begin). */
+int32_t kiln_embed_over_limit(const kiln_embedder *e, const int32_t **index, const int32_t **n_tokens);
+/* The end of the longest range [begin, end) that one forward run holds. */
+int32_t kiln_embed_batch_end(const kiln_embed_job *j, int32_t begin);
+/* Embeds inputs [begin, end) (several forward runs when they do not fit
+ * one).  Each vector equals the one its input gets alone (within 1e-5). */
+kiln_status kiln_embed_run(kiln_embed_job *j, int32_t begin, int32_t end);
+/* Results; vectors of inputs not run yet are zero.  Owned by the job. */
+const kiln_embeddings *kiln_embed_result(const kiln_embed_job *j);
+void kiln_embed_job_free(kiln_embed_job *j);
+/* kiln_embed_begin + kiln_embed_run over every input.  On failure *out is
+ * NULL. */
+kiln_status kiln_embed(kiln_embedder *e, const kiln_embed_request *r, kiln_embed_job **out);
+
+/* ---------------------------------------------------------------- engine */
+
+/* An engine instance hosts one model at a time for a host program.  The
+ * host calls create, start, load, the family's inference calls as often as
+ * it likes, unload, stop and destroy.
+ *
+ * start, load, unload and stop validate their input and return as soon as
+ * the engine accepts the work; the work then runs in order on the engine's
+ * own thread and each transition arrives through the status callback.  A
+ * model that is missing or that the family cannot run fails on the call.
+ * Inference calls run on the calling thread and block until done; running
+ * one never loads a model.
+ *
+ * Request gate: one request, load or unload runs at a time per instance.
+ * An urgent request goes ahead of every waiting non-urgent request and
+ * every waiting load or unload.  A request made of several native runs
+ * (an LLM generation decodes one step per run) yields before each run:
+ * waiting urgent requests go first, then it takes the gate back ahead of
+ * all others, so no load or unload runs between two runs of one request.
+ *
+ * Teardown: once unload or stop is accepted new requests are refused.  An
+ * uncancelled teardown waits for the requests already admitted; firing its
+ * cancel token (before the call or later) cancels them.  Model memory is
+ * released only after native work stopped using it, and only then is
+ * UNLOADED or STOPPED reported.  A release that fails keeps the model and
+ * its store lease: new loads and requests are refused until an explicit
+ * unload (or stop) retries the release.  Stop is terminal; a second stop
+ * and a start after stop are no-ops. */
+
+typedef struct kiln_engine kiln_engine;
+
+typedef enum kiln_engine_family_id {
+    KILN_ENGINE_LLM = 0,        /* text generation */
+    KILN_ENGINE_EMBEDDING = 1   /* text embeddings */
+} kiln_engine_family_id;
+
+typedef enum kiln_engine_backend {
+    KILN_ENGINE_BACKEND_AUTO = 0, /* the best backend present (today: cpu) */
+    KILN_ENGINE_BACKEND_CPU = 1
+} kiln_engine_backend;
+
+typedef enum kiln_engine_state {
+    KILN_ENGINE_CREATED = 0,
+    KILN_ENGINE_STARTING, KILN_ENGINE_STARTED,
+    KILN_ENGINE_LOADING, KILN_ENGINE_LOADED,
+    KILN_ENGINE_UNLOADING, KILN_ENGINE_UNLOADED,
+    KILN_ENGINE_STOPPING, KILN_ENGINE_STOPPED,
+    KILN_ENGINE_FAILED
+} kiln_engine_state;
+
+/* "loaded", "failed", ... */
+const char *kiln_engine_state_str(kiln_engine_state s);
+
+/* The registry of engine families.  Reading it loads nothing, opens no
+ * store and touches no file. */
+typedef struct kiln_engine_family {
+    kiln_engine_family_id id;
+    const char *key;            /* stable id: "llm", "embedding" */
+    const char *display_name;
+    const char *const *tasks;   /* NULL-terminated: "generate", "embed" */
+    unsigned backends;          /* bit (1u << kiln_engine_backend) per backend */
+    int available;              /* 1 when this build can create the family */
+} kiln_engine_family;
+
+int kiln_engine_family_count(void);
+/* Family i (0 <= i < count), or NULL. */
+const kiln_engine_family *kiln_engine_family_at(int i);
+/* The family with this key, or NULL. */
+const kiln_engine_family *kiln_engine_family_find(const char *key);
+
+/* A cancel token: fired once, never reset.  Shared by reference: the
+ * engine keeps its own reference while it watches the token, so the
+ * caller may free its reference at any time. */
+typedef struct kiln_engine_cancel kiln_engine_cancel;
+kiln_engine_cancel *kiln_engine_cancel_new(void);
+void kiln_engine_cancel_fire(kiln_engine_cancel *c);
+int kiln_engine_cancel_fired(const kiln_engine_cancel *c);
+void kiln_engine_cancel_free(kiln_engine_cancel *c);
+
+/* One transition.  error and message are set for KILN_ENGINE_FAILED only;
+ * model names the model the transition concerns ("" for none).  Strings
+ * are valid during the callback. */
+typedef struct kiln_engine_event {
+    kiln_engine_state state;
+    kiln_status error;
+    const char *message;
+    const char *model;
+} kiln_engine_event;
+/* Called on the engine's thread, in order; it should return promptly. */
+typedef void (*kiln_engine_status_fn)(kiln_engine *e, const kiln_engine_event *ev, void *user);
+
+/* Resolves a model name that is not a file path.  acquire writes the file
+ * path into path (cap bytes) and may hand back a lease that keeps the files
+ * in place; release drops it once the model is released. */
+typedef struct kiln_engine_store {
+    kiln_status (*acquire)(void *user, const char *family_key, const char *name, char *path, size_t cap,
+                           void **lease);
+    void (*release)(void *user, void *lease);
+    void *user;
+} kiln_engine_store;
+
+/* Creates an idle instance (no thread, no model).  Fails with
+ * KILN_ERR_UNSUPPORTED for a family or backend this build cannot run. */
+kiln_status kiln_engine_create(kiln_engine_family_id family, kiln_engine_backend backend, kiln_engine **out);
+/* Set these before start. */
+kiln_status kiln_engine_set_status_fn(kiln_engine *e, kiln_engine_status_fn fn, void *user);
+kiln_status kiln_engine_set_store(kiln_engine *e, const kiln_engine_store *store);
+
+kiln_status kiln_engine_start(kiln_engine *e);
+/* model: a file path, or a name the store resolves.  cancel (optional)
+ * abandons the load while it waits or runs. */
+kiln_status kiln_engine_load(kiln_engine *e, const char *model, kiln_engine_cancel *cancel);
+kiln_status kiln_engine_unload(kiln_engine *e, kiln_engine_cancel *cancel);
+kiln_status kiln_engine_stop(kiln_engine *e, kiln_engine_cancel *cancel);
+/* Waits up to timeout_ms (< 0: no limit) until all accepted lifecycle work
+ * has run and returns the outcome of the latest; KILN_ERR_STATE on timeout. */
+kiln_status kiln_engine_wait_idle(kiln_engine *e, int timeout_ms);
+/* Stops and returns once model memory is released, with the cleanup
+ * outcome.  Safe to call repeatedly and from several threads: every call
+ * returns the outcome of the first cleanup, even if a later explicit stop
+ * releases what it could not. */
+kiln_status kiln_engine_destroy(kiln_engine *e, kiln_engine_cancel *cancel);
+/* Destroys (if not done yet) and frees the handle.  A model whose release
+ * failed is abandoned, not freed. */
+void kiln_engine_free(kiln_engine *e);
+
+typedef struct kiln_engine_observation {
+    kiln_engine_state state;     /* latest transition */
+    kiln_engine_backend backend; /* the backend in use (auto resolved) */
+    char model[512];             /* resident model as named at load, "" */
+    kiln_status error;           /* of the latest failure, KILN_OK if none */
+    char message[512];
+    int32_t n_active;            /* admitted requests not yet finished */
+    int32_t n_waiting;           /* of those, waiting for the gate */
+} kiln_engine_observation;
+kiln_status kiln_engine_observe(kiln_engine *e, kiln_engine_observation *out);
+
+/* LLM family.  Receives each generated piece (whole UTF-8 characters);
+ * returning nonzero ends the generation successfully. */
+typedef int (*kiln_engine_token_fn)(const char *piece, size_t len, int32_t token, void *user);
+
+typedef struct kiln_engine_generate_request {
+    const char *prompt;            /* tokenized with BOS as the model says */
+    int32_t n_predict;             /* most tokens to generate (> 0) */
+    kiln_sampler_params sampler;
+    kiln_engine_token_fn on_token; /* optional */
+    void *user;
+    int urgent;                    /* 1: go ahead of waiting work */
+    kiln_engine_cancel *cancel;    /* optional */
+    int32_t n_threads;             /* 0 = all online CPUs */
+} kiln_engine_generate_request;
+
+kiln_engine_generate_request kiln_engine_generate_default(void);
+/* Generates until n_predict tokens, an end-of-generation token, or the
+ * callback asks to stop.  *n_generated (optional) receives the count. */
+kiln_status kiln_engine_generate(kiln_engine *e, const kiln_engine_generate_request *req, int32_t *n_generated);
+
+/* Embedding family.  Embeds r like kiln_embed; a query request is urgent
+ * (it goes ahead of waiting document requests), and a long request yields
+ * before each forward run.  On success *out is the job (free it with
+ * kiln_embed_job_free); on failure NULL. */
+kiln_status kiln_engine_embed(kiln_engine *e, const kiln_embed_request *r, kiln_engine_cancel *cancel,
+                              kiln_embed_job **out);
 
 /* ------------------------------------------------------------- quantizer */
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang
       libpcre2-dev libutf8proc-dev libjansson-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev
-      python3)
+      python3 nodejs chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -7,6 +7,11 @@ Usage (from the repository root):
         Regenerates every fixture under tests/data/fixtures/.  The output is
         deterministic: running it twice produces byte-identical files.
 
+    /usr/bin/python3 tests/gen_fixtures.py --embed
+        Regenerates only the embedding fixtures (bert-embed, qwen3-embedding):
+        <name>.gguf and <name>.json with "inputs" (text, ids, truncated,
+        reference unit vector), written from tests/data/vocab.
+
     /usr/bin/python3 tests/gen_fixtures.py --bench OUT.gguf
         Writes a random-weight model with Qwen3-0.6B's shapes (F16, GPT-2
         vocab, 986 MB) for benchmarks, streaming one tensor at a time.  No
@@ -465,8 +470,9 @@ def rms_norm(x, w, eps):
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * w
 
 
-def forward(cfg, Wt, ids):
-    """All-position logits [T, n_vocab] for token ids; Wt holds torch tensors."""
+def forward(cfg, Wt, ids, hidden=False):
+    """All-position logits [T, n_vocab] for token ids; Wt holds torch tensors.
+    hidden: the final-norm hidden states [T, n_embd] instead."""
     T = len(ids)
     H, HK, D = cfg.n_head, cfg.n_head_kv, cfg.head_dim
     eps = float(np.float32(cfg.eps))  # the value the GGUF file stores
@@ -502,6 +508,8 @@ def forward(cfg, Wt, ids):
         g = torch.nn.functional.silu(h @ Wt[p + "ffn_gate.weight"].T)
         x = x + (g * (h @ Wt[p + "ffn_up.weight"].T)) @ Wt[p + "ffn_down.weight"].T
     x = rms_norm(x, Wt["output_norm.weight"], eps)
+    if hidden:
+        return x
     head = Wt["output.weight"] if "output.weight" in Wt else Wt["token_embd.weight"]
     return x @ head.T
 
@@ -688,6 +696,209 @@ def gen_fixture(cfg):
 
 
 # ---------------------------------------------------------------------------
+# Embedding fixtures: a random-weight bert encoder and a qwen3 decoder used as
+# an embedder, each with reference vectors for real tokenizations.
+#
+# Both use the WordPiece vocab ggml-vocab-bert-bge.gguf (30522 tokens, 0.6 MB
+# of metadata; the GPT-2 vocab alone would take 1.8 MB).  Inputs are entries
+# of its .inp file; their ids are llama.cpp's .out tokenization wrapped in
+# [CLS] ... [SEP], exactly what kiln's tokenizer gives with add_special.
+# Context length 64, so entry 45 (162 ids) is over the limit; its reference is
+# the truncated form: the first 63 ids and the closing [SEP].
+
+EMBED_VOCAB = os.path.join(HERE, "data", "vocab", "ggml-vocab-bert-bge.gguf")
+EMBED_ENTRIES = [11, 0, 19, 20, 32, 22, 45]   # 4 .. 28 tokens, then 162
+EMBED_CTX = 64
+
+BERT_CFG = Cfg(name="bert-embed", arch="bert", n_embd=32, n_layer=2, n_head=4, head_dim=8, n_ff=64,
+               eps=1e-12, ctx=EMBED_CTX, n_types=2, pooling=1, seed=5000)
+QWEN3_EMBED_CFG = Cfg(name="qwen3-embedding", arch="qwen3", n_embd=16, n_layer=2, n_head=4, n_head_kv=2,
+                      head_dim=8, n_ff=48, eps=1e-6, rope_base=1000000.0, ctx=EMBED_CTX, tied=True,
+                      qk_norm=True, write_key_length=True, seed=6000)
+
+
+def embed_inputs():
+    g = GGUFFile(EMBED_VOCAB)
+    tok_kvs = [(k,) + (g.kv[k][0], g.kv[k][1]) + ((g.kv[k][2],) if g.kv[k][0] == T_ARR else ())
+               for k in g.kv_order if k.startswith("tokenizer.")]
+    n_vocab = len(g.get("tokenizer.ggml.tokens"))
+    cls, sep = int(g.get("tokenizer.ggml.cls_token_id")), int(g.get("tokenizer.ggml.seperator_token_id"))
+    texts = open(EMBED_VOCAB + ".inp", encoding="utf-8").read().split("\n__ggml_vocab_test__\n")
+    outs = open(EMBED_VOCAB + ".out", encoding="utf-8").read().split("\n")
+    inputs = []
+    for e in EMBED_ENTRIES:
+        ids = [cls] + [int(t) for t in outs[e].split()] + [sep]
+        n_full = len(ids)
+        if n_full > EMBED_CTX:
+            ids = ids[:EMBED_CTX - 1] + [sep]
+        inputs.append({"entry": e, "text": texts[e], "n_tokens_full": n_full, "ids": ids,
+                       "truncated": n_full > EMBED_CTX})
+    return tok_kvs, n_vocab, inputs
+
+
+def make_bert_weights(cfg, n_vocab, seed):
+    rng = np.random.default_rng(seed)
+    E, F = cfg.n_embd, cfg.n_ff
+    f32 = np.float32
+
+    def lin(n_out, n_in):
+        return (rng.standard_normal((n_out, n_in)) / math.sqrt(n_in)).astype(f32)
+
+    def vec(n, mean, sd):
+        return (mean + sd * rng.standard_normal(n)).astype(f32)
+
+    W = {"token_embd.weight": rng.standard_normal((n_vocab, E)).astype(f32),
+         "token_types.weight": rng.standard_normal((cfg.n_types, E)).astype(f32),
+         "position_embd.weight": rng.standard_normal((cfg.ctx, E)).astype(f32),
+         "token_embd_norm.weight": vec(E, 1.0, 0.2), "token_embd_norm.bias": vec(E, 0.0, 0.1)}
+    for i in range(cfg.n_layer):
+        p = "blk.%d." % i
+        for t in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            W[p + t + ".weight"] = lin(E, E)
+            W[p + t + ".bias"] = vec(E, 0.0, 0.1)
+        W[p + "attn_output_norm.weight"] = vec(E, 1.0, 0.2)
+        W[p + "attn_output_norm.bias"] = vec(E, 0.0, 0.1)
+        W[p + "ffn_up.weight"] = lin(F, E)
+        W[p + "ffn_up.bias"] = vec(F, 0.0, 0.1)
+        W[p + "ffn_down.weight"] = lin(E, F)
+        W[p + "ffn_down.bias"] = vec(E, 0.0, 0.1)
+        W[p + "layer_output_norm.weight"] = vec(E, 1.0, 0.2)
+        W[p + "layer_output_norm.bias"] = vec(E, 0.0, 0.1)
+    return W
+
+
+def bert_tensor_order(cfg):
+    names = ["token_embd.weight", "token_types.weight", "position_embd.weight",
+             "token_embd_norm.weight", "token_embd_norm.bias"]
+    for i in range(cfg.n_layer):
+        p = "blk.%d." % i
+        for t in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            names += [p + t + ".weight", p + t + ".bias"]
+        names += [p + "attn_output_norm.weight", p + "attn_output_norm.bias", p + "ffn_up.weight",
+                  p + "ffn_up.bias", p + "ffn_down.weight", p + "ffn_down.bias",
+                  p + "layer_output_norm.weight", p + "layer_output_norm.bias"]
+    return names
+
+
+def layer_norm(x, w, b, eps):
+    mu = x.mean(dim=-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + eps) * w + b
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def bert_forward(cfg, Wt, ids):
+    """Pooled (mean) final hidden state of one unpadded sequence."""
+    T, H, D = len(ids), cfg.n_head, cfg.head_dim
+    eps = float(np.float32(cfg.eps))
+    x = (Wt["token_embd.weight"][torch.tensor(ids)] + Wt["token_types.weight"][0] +
+         Wt["position_embd.weight"][:T])
+    x = layer_norm(x, Wt["token_embd_norm.weight"], Wt["token_embd_norm.bias"], eps)
+    for l in range(cfg.n_layer):
+        p = "blk.%d." % l
+        q, k, v = ((x @ Wt[p + t + ".weight"].T + Wt[p + t + ".bias"]).view(T, H, D)
+                   for t in ("attn_q", "attn_k", "attn_v"))
+        att = torch.softmax(torch.einsum("thd,uhd->htu", q, k) / math.sqrt(D), dim=-1)  # no mask: all real
+        o = torch.einsum("htu,uhd->thd", att, v).reshape(T, H * D)
+        x = x + o @ Wt[p + "attn_output.weight"].T + Wt[p + "attn_output.bias"]
+        x = layer_norm(x, Wt[p + "attn_output_norm.weight"], Wt[p + "attn_output_norm.bias"], eps)
+        h = gelu_tanh(x @ Wt[p + "ffn_up.weight"].T + Wt[p + "ffn_up.bias"])
+        x = x + h @ Wt[p + "ffn_down.weight"].T + Wt[p + "ffn_down.bias"]
+        x = layer_norm(x, Wt[p + "layer_output_norm.weight"], Wt[p + "layer_output_norm.bias"], eps)
+    return x.mean(dim=0)
+
+
+def unit(v):
+    v = np.asarray(v, np.float64)
+    return v / np.linalg.norm(v)
+
+
+def embed_refs(fn, W, inputs):
+    """Unit reference vectors in float64, checked against a float32 run."""
+    W64 = {k: torch.from_numpy(np.asarray(v, np.float64)) for k, v in W.items()}
+    W32 = {k: torch.from_numpy(np.asarray(v, np.float32)) for k, v in W.items()}
+    vecs, worst = [], 1.0
+    for inp in inputs:
+        v64 = unit(fn(W64, inp["ids"]).numpy())
+        v32 = unit(fn(W32, inp["ids"]).numpy())
+        worst = min(worst, float(v64 @ v32))
+        vecs.append(v64)
+    assert worst > 0.999999, worst
+    return vecs, worst
+
+
+def emit_embed(cfg, kvs, names, W, packed, inputs, vecs, f32_cos, notes):
+    gguf = os.path.join(OUT_DIR, cfg.name + ".gguf")
+    tensors = [(n, list(reversed(W[n].shape)), packed[n][0], (lambda b=packed[n][1]: b)) for n in names]
+    write_gguf(gguf, kvs, tensors)
+    check_written(gguf, kvs, names, packed, W)
+    meta = {"model": cfg.name + ".gguf", "n_ctx": cfg.ctx, "n_embd": cfg.n_embd,
+            "f32_min_cosine": round(f32_cos, 12), "notes": notes,
+            "inputs": [dict(inp, vector=[float("%.9g" % x) for x in v]) for inp, v in zip(inputs, vecs)]}
+    with open(os.path.join(OUT_DIR, cfg.name + ".json"), "w", encoding="utf-8") as f:
+        f.write("{\n" + ",\n".join("  %s: %s" % (json.dumps(k), json.dumps(v, ensure_ascii=False))
+                                      for k, v in meta.items() if k != "inputs"))
+        f.write(',\n  "inputs": [\n' + ",\n".join("    " + json.dumps(i, ensure_ascii=False)
+                                                  for i in meta["inputs"]) + "\n  ]\n}\n")
+    print("%-16s %d reference vectors, float32 min cosine %.9f" % (cfg.name, len(vecs), f32_cos))
+
+
+def gen_bert_embed():
+    cfg = BERT_CFG
+    tok_kvs, n_vocab, inputs = embed_inputs()
+    W = make_bert_weights(cfg, n_vocab, cfg.seed)
+    packed = f32_packed(W)
+    # token_embd as Q4_0 keeps the file small; the reference uses its dequantized values
+    packed["token_embd.weight"], W["token_embd.weight"] = (lambda r: ((GGML_Q4_0, r[0]), r[1]))(
+        quantize_q4_0(W["token_embd.weight"]))
+    vecs, f32_cos = embed_refs(lambda Wt, ids: bert_forward(cfg, Wt, ids), W, inputs)
+    a = "bert"
+    kvs = [("general.architecture", T_STR, a),
+           ("general.name", T_STR, "kiln-fixture-" + cfg.name),
+           ("general.file_type", T_U32, FTYPE_MOSTLY_Q4_0),
+           (a + ".context_length", T_U32, cfg.ctx),
+           (a + ".embedding_length", T_U32, cfg.n_embd),
+           (a + ".block_count", T_U32, cfg.n_layer),
+           (a + ".feed_forward_length", T_U32, cfg.n_ff),
+           (a + ".attention.head_count", T_U32, cfg.n_head),
+           (a + ".attention.layer_norm_epsilon", T_F32, cfg.eps),
+           (a + ".attention.causal", T_BOOL, False),
+           (a + ".pooling_type", T_U32, cfg.pooling),
+           ("kiln.embedding.query_prefix", T_STR, "query: "),
+           ("kiln.embedding.document_prefix", T_STR, "")] + tok_kvs
+    notes = ("bert: n_vocab %d, n_embd %d, n_layer %d, n_head %d (head_dim %d), n_ff %d, LayerNorm eps %g, "
+             "context %d, mean pooling, random weights seed %d; token_embd Q4_0, everything else F32. "
+             "x = LN(tok + type[0] + pos); per layer x = LN(x + O(softmax(QK^T/sqrt(hd))V) + bo), "
+             "x = LN(x + down(gelu_tanh(up x + b_up)) + b_down); vector = unit(mean over tokens). "
+             "Query prefix 'query: ' and empty document prefix come from kiln.embedding.* keys. "
+             "Vectors: float64 PyTorch, unit length."
+             % (n_vocab, cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.n_ff, cfg.eps, cfg.ctx,
+                cfg.seed))
+    emit_embed(cfg, kvs, bert_tensor_order(cfg), W, packed, inputs, vecs, f32_cos, notes)
+
+
+def gen_qwen3_embed():
+    cfg = QWEN3_EMBED_CFG
+    tok_kvs, n_vocab, inputs = embed_inputs()
+    W = make_weights(cfg, n_vocab, cfg.seed)
+    packed = f32_packed(W)
+    # token_embd as F16 keeps the file small; the reference uses the rounded values
+    W["token_embd.weight"] = W["token_embd.weight"].astype("<f2").astype(np.float32)
+    packed["token_embd.weight"] = (GGML_F16, W["token_embd.weight"].astype("<f2").tobytes())
+    vecs, f32_cos = embed_refs(lambda Wt, ids: forward(cfg, Wt, ids, hidden=True)[-1], W, inputs)
+    notes = ("%s. Used as an embedder: no pooling_type key (kiln defaults to the last token for decoders); "
+             "vector = unit(final-RMSNorm hidden state of the last token, the [SEP]). general.name ends in "
+             "qwen3-embedding, so kiln applies the Qwen3-Embedding query instruction. token_embd F16, "
+             "the rest F32; random weights seed %d; context %d. Vectors: float64 PyTorch, unit length."
+             % (describe(cfg, n_vocab), cfg.seed, cfg.ctx))
+    emit_embed(cfg, model_kvs(cfg, cfg.name, tok_kvs, FTYPE_MOSTLY_F16), tensor_order(cfg), W, packed,
+               inputs, vecs, f32_cos, notes)
+
+
+# ---------------------------------------------------------------------------
 # Benchmark model: Qwen3-0.6B shapes, random F16 weights, streamed.
 
 def gen_bench(path):
@@ -733,14 +944,18 @@ def gen_bench(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", metavar="OUT.gguf", help="write the Qwen3-0.6B-shaped benchmark model")
+    ap.add_argument("--embed", action="store_true", help="write only the embedding fixtures")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.bench:
         gen_bench(args.bench)
         return
     os.makedirs(OUT_DIR, exist_ok=True)
-    for cfg in FIXTURES:
-        gen_fixture(cfg)
+    if not args.embed:
+        for cfg in FIXTURES:
+            gen_fixture(cfg)
+    gen_bert_embed()
+    gen_qwen3_embed()
     total = 0
     for fn in sorted(os.listdir(OUT_DIR)):
         path = os.path.join(OUT_DIR, fn)

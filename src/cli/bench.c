@@ -74,6 +74,7 @@ int cmd_bench(int argc, char **argv) {
     if (!model || reps < 1 || reps > 64 || (strcmp(out_fmt, "md") && strcmp(out_fmt, "json"))) goto bad;
 
     kiln_model *m;
+    if (cli_model_path(model, 0, &model)) return 1;
     if (kiln_model_load(model, NULL, &m) != KILN_OK) return cli_fail(NULL);
     kiln_model_info info;
     kiln_model_get_info(m, &info);

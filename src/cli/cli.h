@@ -12,6 +12,15 @@ int cmd_show(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
+int cmd_cp(int argc, char **argv);
+int cmd_embed(int argc, char **argv);
 
 /* Options shared by the model-running commands. */
 typedef struct cli_opts {
@@ -36,5 +45,10 @@ int cli_fail(const char *what);
 /* Loads the model and a context for o; prints the error and returns 1 on
  * failure. */
 int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq);
+/* Maps a model argument to a GGUF path: an existing file as is, otherwise a
+ * store name, whose lease is then held until the process exits.  Prints the
+ * store manifest first when print_manifest is set.  Returns 1 after printing
+ * the error. */
+int cli_model_path(const char *arg, int print_manifest, const char **path_out);
 
 #endif

@@ -18,6 +18,18 @@ static void usage(FILE *f) {
             "  tokenize  -m MODEL -p TEXT [--json] token ids and pieces\n"
             "  bench     -m MODEL [-p 512] [-n 128] prompt and generation speed\n"
             "  quantize  IN.gguf OUT.gguf TYPE     convert weights (q8_0, q4_0, q4_k_m, ...)\n"
+            "  serve     [-m MODEL ...] [--port 8080] OpenAI/Ollama-compatible HTTP server (serve --help)\n"
+            "  embed     -m MODEL [--query|--document] [--dim N] [--truncate] TEXT...\n"
+            "                                      normalized embeddings as JSON\n"
+            "\n"
+            "model store (MODEL above may be a store name; --store DIR or KILN_STORE picks the store):\n"
+            "  pull      URL [--name N] [--sha256 HEX] [--header 'K: V'] [--json]  download and install\n"
+            "  import    PATH [--name N] [--copy|--move|--link]                   add a local GGUF\n"
+            "  ls        [--json]                  installed models\n"
+            "  rm        NAME|ID                   remove a name (the pack goes with its last name)\n"
+            "  verify    NAME                      re-hash every file\n"
+            "  gc        remove staging and quarantine older than a day\n"
+            "  cp        NAME NEW-NAME             add another name\n"
             "\n"
             "sampling and runtime options (run, chat):\n"
             "  -n N            tokens to generate (default 128; -1 = until the context is full)\n"
@@ -125,7 +137,9 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
         fprintf(stderr, "kiln: no model given (use -m MODEL.gguf)\n");
         return 1;
     }
-    if (kiln_model_load(o->model, NULL, m) != KILN_OK) return cli_fail(NULL);
+    const char *path;
+    if (cli_model_path(o->model, 0, &path)) return 1;
+    if (kiln_model_load(path, NULL, m) != KILN_OK) return cli_fail(NULL);
     kiln_context_params cp = kiln_context_default_params();
     cp.n_ctx = o->n_ctx;
     cp.n_threads = o->n_threads;
@@ -157,8 +171,18 @@ int main(int argc, char **argv) {
     }
     struct { const char *name; int (*fn)(int, char **); } cmds[] = {
         {"run", cmd_run}, {"chat", cmd_chat}, {"show", cmd_show}, {"tokenize", cmd_tokenize},
-        {"bench", cmd_bench}, {"quantize", cmd_quantize},
+        {"bench", cmd_bench}, {"quantize", cmd_quantize}, {"serve", cmd_serve}, {"embed", cmd_embed},
+        {"pull", cmd_pull}, {"import", cmd_import}, {"ls", cmd_ls}, {"rm", cmd_rm},
+        {"verify", cmd_verify}, {"gc", cmd_gc}, {"cp", cmd_cp},
     };
+    /* --store DIR anywhere selects the model store for every command */
+    for (int i = 2; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--store")) {
+            setenv("KILN_STORE", argv[i + 1], 1);
+            memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 1) * sizeof *argv);
+            argc -= 2;
+            i--;
+        }
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(cmd, cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", cmd);

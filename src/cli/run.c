@@ -2,6 +2,8 @@
  * generated text goes to stdout; diagnostics and timings go to stderr. */
 #include "cli.h"
 
+#include "chat/template.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,29 +161,56 @@ done:
 
 /* ---------------------------------------------------------------- chat */
 
-/* The built-in chat formats kiln knows without a Jinja interpreter.  The
- * model's GGUF template is inspected only to pick one of these. */
-typedef struct chat_fmt {
-    const char *name;
-    const char *user_pre, *user_post; /* around the user's text */
-    const char *asst_pre;             /* opens the reply */
-    const char *turn_end;             /* appended after the reply */
-} chat_fmt;
+/* The conversation is rendered whole each turn with the model's Jinja
+ * template (tokenizer.chat_template); the tokens already in the KV cache
+ * that match the new rendering's prefix are kept and only the rest is fed.
+ * A model without a template is continued as plain text. */
+typedef struct chat_state {
+    kiln_model *m;
+    kiln_context *c;
+    kct *tmpl;
+    json_t *messages;
+    int32_t *held;      /* tokens in the KV cache, in order */
+    int n_held, cap_held;
+    char bos[64], eos[64];
+} chat_state;
 
-static const chat_fmt k_formats[] = {
-    {"chatml", "<|im_start|>user\n", "<|im_end|>\n", "<|im_start|>assistant\n", "<|im_end|>\n"},
-    {"llama3", "<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>",
-     "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"},
-    {"llama2", "[INST] ", " [/INST]", "", "</s>"},
-    {"completion", "", "", "", ""},
-};
+static void piece_text(kiln_model *m, int32_t id, char *buf, int cap) {
+    buf[0] = 0;
+    if (id < 0) return;
+    int n = kiln_token_to_piece(m, id, buf, cap - 1, 1);
+    buf[n >= 0 && n < cap ? n : 0] = 0;
+}
 
-static const chat_fmt *pick_format(const char *tmpl) {
-    if (!tmpl) return &k_formats[3];
-    if (strstr(tmpl, "<|im_start|>")) return &k_formats[0];
-    if (strstr(tmpl, "<|start_header_id|>")) return &k_formats[1];
-    if (strstr(tmpl, "[INST]")) return &k_formats[2];
-    return &k_formats[3];
+/* Renders the conversation (with an open assistant turn) to tokens. */
+static int32_t *render_chat(chat_state *st, int *n) {
+    json_t *vars = json_pack("{s:O, s:b, s:s, s:s}", "messages", st->messages, "add_generation_prompt", 1,
+                             "bos_token", st->bos, "eos_token", st->eos);
+    char err[256];
+    char *text = vars ? kct_render(st->tmpl, vars, err, sizeof err) : NULL;
+    json_decref(vars);
+    if (!text) {
+        fprintf(stderr, "kiln chat: the chat template failed: %s\n", err);
+        return NULL;
+    }
+    /* templates that write the BOS text themselves get no second BOS */
+    int add_bos = !(st->bos[0] && strncmp(text, st->bos, strlen(st->bos)) == 0);
+    int32_t *ids = tokenize_alloc(st->m, text, add_bos, 1, n);
+    free(text);
+    return ids;
+}
+
+static int hold(chat_state *st, const int32_t *ids, int n) {
+    if (st->n_held + n > st->cap_held) {
+        int cap = (st->n_held + n) * 2;
+        int32_t *nh = realloc(st->held, (size_t)cap * sizeof *nh);
+        if (!nh) return -1;
+        st->held = nh;
+        st->cap_held = cap;
+    }
+    memcpy(st->held + st->n_held, ids, (size_t)n * sizeof *ids);
+    st->n_held += n;
+    return 0;
 }
 
 int cmd_chat(int argc, char **argv) {
@@ -201,21 +230,30 @@ int cmd_chat(int argc, char **argv) {
             return 2;
         }
     }
-    kiln_model *m;
-    kiln_context *c;
-    if (cli_load(&o, &m, &c, 1)) return 1;
+    chat_state st;
+    memset(&st, 0, sizeof st);
+    if (cli_load(&o, &st.m, &st.c, 1)) return 1;
     kiln_model_info info;
-    kiln_model_get_info(m, &info);
-    const chat_fmt *fmt = pick_format(kiln_model_chat_template(m));
-    fprintf(stderr, "kiln chat: %s (%s format%s). Empty line or Ctrl-D ends.\n", info.name[0] ? info.name : info.arch,
-            fmt->name, fmt == &k_formats[3] ? ": the model has no chat template, text is continued" : "");
+    kiln_model_get_info(st.m, &info);
+    const char *src = kiln_model_chat_template(st.m);
+    if (src) {
+        char err[256];
+        st.tmpl = kct_compile(src, strlen(src), err, sizeof err);
+        if (!st.tmpl) fprintf(stderr, "kiln chat: the model's chat template does not compile (%s); continuing text\n", err);
+    }
+    piece_text(st.m, kiln_token_bos(st.m), st.bos, sizeof st.bos);
+    piece_text(st.m, kiln_token_eos(st.m), st.eos, sizeof st.eos);
+    st.messages = json_array();
+    if (system) json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "system", "content", system));
+    fprintf(stderr, "kiln chat: %s (%s). Empty line or Ctrl-D ends.\n", info.name[0] ? info.name : info.arch,
+            st.tmpl ? "the model's chat template" : "no chat template: text is continued");
     kiln_sampler *s = NULL;
     int rc = 1;
+    const int nb = o.n_batch > 0 ? o.n_batch : 512;
     if (kiln_sampler_new(&o.sp, info.n_vocab, &s) != KILN_OK) {
         cli_fail("sampler");
         goto done;
     }
-    int first = 1;
     char line[8192];
     for (;;) {
         fprintf(stderr, "> ");
@@ -224,47 +262,65 @@ int cmd_chat(int argc, char **argv) {
         size_t ll = strlen(line);
         while (ll && (line[ll - 1] == '\n' || line[ll - 1] == '\r')) line[--ll] = 0;
         if (!ll) break;
-        size_t cap = ll + 512 + (system ? strlen(system) : 0);
-        char *turn = malloc(cap);
-        if (!turn) break;
-        turn[0] = 0;
-        if (first && system && fmt == &k_formats[0])
-            snprintf(turn, cap, "<|im_start|>system\n%s<|im_end|>\n", system);
-        size_t tl = strlen(turn);
-        snprintf(turn + tl, cap - tl, "%s%s%s%s", fmt->user_pre, line, fmt->user_post, fmt->asst_pre);
         int n = 0;
-        int32_t *ids = tokenize_alloc(m, turn, first, 1, &n);
-        free(turn);
-        first = 0;
-        if (!ids) { cli_fail("tokenize"); goto done; }
-        int n_ctx = kiln_context_n_ctx(c);
-        if (kiln_seq_len(c, 0) + n + 1 > n_ctx) {
+        int32_t *ids;
+        if (st.tmpl) {
+            json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "user", "content", line));
+            ids = render_chat(&st, &n);
+        } else {
+            ids = tokenize_alloc(st.m, line, st.n_held == 0, 0, &n);
+        }
+        if (!ids) goto done;
+        /* keep the cached prefix that the new rendering shares */
+        int keep = 0;
+        if (st.tmpl) {
+            while (keep < st.n_held && keep < n && st.held[keep] == ids[keep]) keep++;
+            if (keep == n) keep--; /* always feed at least one token */
+            kiln_seq_truncate(st.c, 0, keep);
+            st.n_held = keep;
+        }
+        const int32_t *feed_ids = st.tmpl ? ids + keep : ids;
+        int n_feed = st.tmpl ? n - keep : n;
+        int n_ctx = kiln_context_n_ctx(st.c);
+        if (kiln_seq_len(st.c, 0) + n_feed + 1 > n_ctx) {
             fprintf(stderr, "kiln chat: the conversation no longer fits the context of %d tokens\n", n_ctx);
             free(ids);
             goto done;
         }
-        for (int i = 0; i < n; i++) kiln_sampler_accept(s, ids[i]);
-        gen_stats st = {n, 0, 0, 0};
-        int fr = feed(c, ids, n, o.n_batch > 0 ? o.n_batch : 512);
-        int last = (n - 1) % (o.n_batch > 0 ? o.n_batch : 512);
+        for (int i = 0; i < n_feed; i++) kiln_sampler_accept(s, feed_ids[i]);
+        gen_stats gs = {n_feed, 0, 0, 0};
+        int fr = feed(st.c, feed_ids, n_feed, nb) || hold(&st, feed_ids, n_feed);
+        int last = (n_feed - 1) % nb;
         free(ids);
         if (fr) goto done;
-        int budget = n_ctx - kiln_seq_len(c, 0) - 1;
+        int budget = n_ctx - kiln_seq_len(st.c, 0) - 1;
         int np = o.n_predict < 0 || o.n_predict > budget ? budget : o.n_predict;
-        if (generate(m, c, s, last, np, &st, NULL, NULL)) goto done;
+        char *reply = NULL;
+        size_t reply_len = 0;
+        int before = kiln_seq_len(st.c, 0);
+        if (generate(st.m, st.c, s, last, np, &gs, &reply, &reply_len)) { free(reply); goto done; }
         printf("\n");
-        /* close the turn so the next one starts from a well-formed history */
-        if (fmt->turn_end[0]) {
+        /* the generated tokens are in the cache too; the template's
+         * rendering of the reply decides next turn what is reused */
+        st.n_held = before; /* exact ids of the reply are not kept: re-rendered */
+        kiln_seq_truncate(st.c, 0, before);
+        if (st.tmpl)
+            json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "assistant", "content", reply ? reply : ""));
+        else if (reply_len) {
             int k = 0;
-            int32_t *end = tokenize_alloc(m, fmt->turn_end, 0, 1, &k);
-            if (end && k > 0 && kiln_seq_len(c, 0) + k < n_ctx) feed(c, end, k, o.n_batch > 0 ? o.n_batch : 512);
-            free(end);
+            int32_t *r = tokenize_alloc(st.m, reply, 0, 0, &k);
+            if (r && k > 0 && kiln_seq_len(st.c, 0) + k < n_ctx && !feed(st.c, r, k, nb)) hold(&st, r, k);
+            free(r);
         }
+        free(reply);
     }
     rc = 0;
 done:
+    json_decref(st.messages);
+    kct_free(st.tmpl);
+    free(st.held);
     kiln_sampler_free(s);
-    kiln_context_free(c);
-    kiln_model_free(m);
+    kiln_context_free(st.c);
+    kiln_model_free(st.m);
     return rc;
 }

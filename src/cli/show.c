@@ -48,6 +48,7 @@ int cmd_show(int argc, char **argv) {
         fprintf(stderr, "kiln show: no model given\n");
         return 2;
     }
+    if (cli_model_path(path, 1, &path)) return 1;
     char err[512];
     gguf_file *f = gguf_open(path, err, sizeof err);
     if (!f) {
@@ -139,7 +140,9 @@ int cmd_tokenize(int argc, char **argv) {
         return 2;
     }
     kiln_model *m;
-    if (kiln_model_load(o.model, NULL, &m) != KILN_OK) return cli_fail(NULL);
+    const char *path;
+    if (cli_model_path(o.model, 0, &path)) return 1;
+    if (kiln_model_load(path, NULL, &m) != KILN_OK) return cli_fail(NULL);
     size_t len = strlen(o.prompt);
     int cap = (int)len + 8;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);

@@ -2,6 +2,7 @@
 
 #include "quant/quant.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 /* Rows handled together: one tile of weights stays in cache while every
@@ -9,6 +10,9 @@
 #define ROW_TILE 16
 #define MAX_OUTS 4
 #define MAX_ACT_TYPES 2
+/* Jobs with at most this many activation elements are converted on the
+ * calling thread: cheaper than a pool hand-off (decode steps). */
+#define QUANT_INLINE_MAX 16384
 
 size_t kk_matmul_scratch_size(int64_t ncols, int n_tok) {
     /* the widest activation format is F32 (4 bytes/element); Q8 formats
@@ -28,8 +32,38 @@ typedef struct mm_job {
     size_t act_row[MAX_ACT_TYPES];
     int n_act;
     int out_act[MAX_OUTS]; /* index into act[] per output */
+    kk_tile_fn tile[MAX_OUTS]; /* 4 x 4 kernel per output, NULL = none */
     int64_t total_rows;
+    /* row tiles are handed out in chunks from this counter, so a thread
+     * that starts late (preempted on a busy machine) takes fewer */
+    atomic_long next_chunk;
+    long chunk_tiles;
 } mm_job;
+
+#define TILE_REF_DEF(T)                                                                            \
+    static void tile_ref_##T(int n, const void *w, size_t wrow, const void *a, size_t arow, float *y, \
+                             int64_t ldy) {                                                        \
+        const kq_vec_dot_fn dot = kq_get(T)->vec_dot_ref;                                          \
+        for (int t = 0; t < 4; t++)                                                                \
+            for (int r = 0; r < 4; r++)                                                            \
+                dot(n, &y[t * ldy + r], (const uint8_t *)w + (size_t)r * wrow,                     \
+                    (const uint8_t *)a + (size_t)t * arow);                                        \
+    }
+TILE_REF_DEF(KQ_Q8_0)
+TILE_REF_DEF(KQ_Q4_0)
+#undef TILE_REF_DEF
+
+kk_tile_fn kk_tile_at(int t, int isa) {
+    if (isa == KQ_ISA_SCALAR) {
+        switch (t) {
+        case KQ_Q8_0: return tile_ref_KQ_Q8_0;
+        case KQ_Q4_0: return tile_ref_KQ_Q4_0;
+        default: return NULL;
+        }
+    }
+    if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_tile_avx2(t);
+    return NULL;
+}
 
 static void quantize_task(void *ud, int ith, int nth) {
     mm_job *j = ud;
@@ -43,15 +77,8 @@ static void quantize_task(void *ud, int ith, int nth) {
     }
 }
 
-static void dot_task(void *ud, int ith, int nth) {
-    mm_job *j = ud;
-    /* split the concatenated rows of all outputs into tiles, tiles into
-     * even per-thread ranges */
-    long n_tiles = (long)((j->total_rows + ROW_TILE - 1) / ROW_TILE);
-    long lo, hi;
-    kpool_range(n_tiles, ith, nth, &lo, &hi);
-    int64_t r0 = lo * ROW_TILE, r1 = hi * ROW_TILE;
-    if (r1 > j->total_rows) r1 = j->total_rows;
+/* Rows [r0, r1) of the concatenated outputs. */
+static void dot_rows(mm_job *j, int64_t r0, int64_t r1) {
     int64_t base = 0;
     for (int o = 0; o < j->n_out && r0 < r1; o++) {
         const kk_mat *w = j->outs[o].w;
@@ -64,9 +91,24 @@ static void dot_task(void *ud, int ith, int nth) {
             size_t arow = j->act_row[j->out_act[o]];
             float *y = j->outs[o].y;
             int64_t ldy = j->outs[o].ldy;
+            kk_tile_fn tile = j->tile[o];
             for (int64_t rt = a; rt < b; rt += ROW_TILE) {
                 int64_t re = rt + ROW_TILE < b ? rt + ROW_TILE : b;
-                for (int t = 0; t < j->n_tok; t++) {
+                int t = 0;
+                if (tile) {
+                    int64_t r4 = rt + ((re - rt) & ~(int64_t)3);
+                    for (; t + 4 <= j->n_tok; t += 4) {
+                        const uint8_t *xa = act + (size_t)t * arow;
+                        float *yt = y + (int64_t)t * ldy;
+                        for (int64_t r = rt; r < r4; r += 4)
+                            tile((int)w->ncols, (const uint8_t *)w->data + (size_t)r * wrow, wrow, xa, arow, yt + r, ldy);
+                        for (int tt = 0; tt < 4; tt++)
+                            for (int64_t r = r4; r < re; r++)
+                                tr->vec_dot((int)w->ncols, &yt[tt * ldy + r], (const uint8_t *)w->data + (size_t)r * wrow,
+                                            xa + (size_t)tt * arow);
+                    }
+                }
+                for (; t < j->n_tok; t++) {
                     const void *xa = act + (size_t)t * arow;
                     float *yt = y + (int64_t)t * ldy;
                     for (int64_t r = rt; r < re; r++)
@@ -79,15 +121,29 @@ static void dot_task(void *ud, int ith, int nth) {
     }
 }
 
+static void dot_task(void *ud, int ith, int nth) {
+    mm_job *j = ud;
+    const long n_tiles = (long)((j->total_rows + ROW_TILE - 1) / ROW_TILE);
+    for (;;) {
+        const long c = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed);
+        const long lo = c * j->chunk_tiles;
+        if (lo >= n_tiles) break;
+        const long hi = lo + j->chunk_tiles < n_tiles ? lo + j->chunk_tiles : n_tiles;
+        dot_rows(j, lo * ROW_TILE, hi * ROW_TILE < j->total_rows ? hi * ROW_TILE : j->total_rows);
+    }
+}
+
 void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch) {
     mm_job j;
     memset(&j, 0, sizeof j);
+    atomic_init(&j.next_chunk, 0);
     j.outs = outs;
     j.n_out = n_out;
     j.x = x;
     j.n_tok = n_tok;
     j.ncols = outs[0].w->ncols;
     uint8_t *sp = scratch;
+    const int isa = n_tok >= 4 ? kq_active_isa() : KQ_ISA_SCALAR; /* only tiles need it */
     for (int o = 0; o < n_out; o++) {
         int vt = kq_get(outs[o].w->type)->vec_dot_type;
         int a = 0;
@@ -104,6 +160,7 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
             j.n_act++;
         }
         j.out_act[o] = a;
+        j.tile[o] = n_tok >= 4 && isa >= KQ_ISA_AVX2 ? kk_tile_avx2(outs[o].w->type) : NULL;
         j.total_rows += outs[o].w->nrows;
     }
     /* only non-F32 formats need converting */
@@ -116,7 +173,11 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
         q.act_row[q.n_act] = j.act_row[a];
         q.n_act++;
     }
-    if (q.n_act) kpool_run(pool, quantize_task, &q);
+    const long n_tiles = (long)((j.total_rows + ROW_TILE - 1) / ROW_TILE);
+    const long n_chunks = 8L * kpool_size(pool);
+    j.chunk_tiles = (n_tiles + n_chunks - 1) / n_chunks;
+    if (q.n_act && (int64_t)n_tok * j.ncols <= QUANT_INLINE_MAX) quantize_task(&q, 0, 1);
+    else if (q.n_act) kpool_run(pool, quantize_task, &q);
     kpool_run(pool, dot_task, &j);
 }
 

@@ -42,6 +42,19 @@ size_t kk_matmul_scratch_size(int64_t ncols, int n_tok);
 void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch);
 void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch);
 
+/* A 4 x 4 tile of a product: for r, t < 4
+ *     y[t * ldy + r] = dot of n elements of weight row r (at w + r * wrow)
+ *                      and activation row t (at a + t * arow)
+ * with the activations in the weight type's vec_dot_type.  Prompt batches
+ * use tiles so a weight block is unpacked once for 4 tokens. */
+typedef void (*kk_tile_fn)(int n, const void *w, size_t wrow, const void *a, size_t arow, float *y, int64_t ldy);
+/* The tile kernel of weight type t at exactly level isa (a KQ_ISA_* value),
+ * NULL if there is none.  The scalar level has one for every type with a
+ * dot (16 calls of the reference vec_dot): the twin the tests compare with. */
+kk_tile_fn kk_tile_at(int t, int isa);
+/* AVX2 tiles (matmul_avx2.c); NULL for types without one. */
+kk_tile_fn kk_tile_avx2(int t);
+
 /* Expands row r of w to F32 (used for embedding lookups). */
 void kk_get_row(const kk_mat *w, int64_t r, float *out);
 

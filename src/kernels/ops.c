@@ -145,3 +145,37 @@ void kk_scale_f16(uint16_t *y, float s, int n) {
 void kk_mad_f16(uint16_t *y, const uint16_t *x, float w, int n) {
     for (int i = 0; i < n; i++) y[i] = kq_f32_to_f16(fmaf(kq_f16_to_f32(x[i]), w, kq_f16_to_f32(y[i])));
 }
+
+void kk_round_f16_row(const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = kq_f16_to_f32(kq_f32_to_f16(x[i]));
+}
+
+static void rope_neox_ref(const float *cs, float *x, int n_heads, int head_dim, int n_rot) {
+    kk_rope r;
+    memset(&r, 0, sizeof r);
+    r.n_rot = n_rot;
+    r.neox = 1;
+    kk_rope_apply(&r, cs, x, n_heads, head_dim);
+}
+
+static const kk_ops scalar_ops = {
+    .dot_f16 = kk_dot_f16,
+    .scale_f16 = kk_scale_f16,
+    .mad_f16 = kk_mad_f16,
+    .f32_to_f16_row = kk_f32_to_f16_row,
+    .round_f16_row = kk_round_f16_row,
+    .rmsnorm = kk_rmsnorm,
+    .swiglu = kk_swiglu,
+    .add = kk_add,
+    .rope_neox = rope_neox_ref,
+};
+
+const kk_ops *kk_ops_at(int isa) {
+    if (isa == KQ_ISA_SCALAR) return &scalar_ops;
+    if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_ops_avx2();
+    return NULL;
+}
+
+const kk_ops *kk_ops_best(void) {
+    return kq_active_isa() >= KQ_ISA_AVX2 ? kk_ops_avx2() : &scalar_ops;
+}

@@ -50,5 +50,30 @@ void kk_f32_to_f16_row(const float *x, uint16_t *y, int n);
  * y = y * s;  y = y + x * w (one fused multiply-add, then rounding). */
 void kk_scale_f16(uint16_t *y, float s, int n);
 void kk_mad_f16(uint16_t *y, const uint16_t *x, float w, int n);
+/* y = x rounded to F16 and back (the query of F16 attention). */
+void kk_round_f16_row(const float *x, float *y, int n);
+
+/* The kernels above that have SIMD twins, as one set per ISA level.  The
+ * scalar set (the functions above) is the reference; the forward pass takes
+ * kk_ops_best() once per call.  rope_neox is kk_rope_apply for neox pairs
+ * with the table of n_rot rotated dimensions. */
+typedef struct kk_ops {
+    float (*dot_f16)(const uint16_t *a, const float *b, int n);
+    void (*scale_f16)(uint16_t *y, float s, int n);
+    void (*mad_f16)(uint16_t *y, const uint16_t *x, float w, int n);
+    void (*f32_to_f16_row)(const float *x, uint16_t *y, int n);
+    void (*round_f16_row)(const float *x, float *y, int n);
+    void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);
+    void (*swiglu)(float *g, const float *u, int n);
+    void (*add)(float *y, const float *x, int n);
+    void (*rope_neox)(const float *cs, float *x, int n_heads, int head_dim, int n_rot);
+} kk_ops;
+/* The set of exactly level isa (a KQ_ISA_* value), NULL if there is none or
+ * the CPU lacks it. */
+const kk_ops *kk_ops_at(int isa);
+/* The best set at or below the level kq_init() chose. */
+const kk_ops *kk_ops_best(void);
+/* The AVX2 set (ops_avx2.c); call only when the CPU has AVX2. */
+const kk_ops *kk_ops_avx2(void);
 
 #endif

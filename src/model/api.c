@@ -88,6 +88,8 @@ static size_t ctx_logits_bytes(const kiln_context *c) {
 kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, kiln_context **out) {
     *out = NULL;
     if (!m) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model");
+    if (m->arch->encoder)
+        return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "%s is an encoder: use kiln_embedder", m->arch_name);
     kiln_context_params p = params ? *params : kiln_context_default_params();
     const kl_hparams *hp = &m->hp;
     if (p.n_batch <= 0) p.n_batch = 512;

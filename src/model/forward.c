@@ -13,12 +13,15 @@
 #include "quant/quant.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 typedef struct attn_job {
     kiln_context *c;
+    const kk_ops *ops;
     int layer;
     int n_tok;
+    atomic_long next; /* next (token, head) item to claim: late tokens cost more */
 } attn_job;
 
 /* One (token, head) pair per work item: an online softmax over the
@@ -40,16 +43,16 @@ static void attn_task(void *ud, int ith, int nth) {
     float *qr = c->att_scratch + (size_t)ith * (size_t)(2 * hd);
     uint16_t *acc16 = (uint16_t *)(qr + hd);
     const int f16 = kv->type != KILN_KV_F32;
-    long lo, hi;
-    kpool_range((long)j->n_tok * hp->n_head, ith, nth, &lo, &hi);
-    for (long w = lo; w < hi; w++) {
+    const kk_ops *ops = j->ops;
+    const long n_items = (long)j->n_tok * hp->n_head;
+    for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
         int i = (int)(w / hp->n_head), h = (int)(w % hp->n_head);
         int s = c->b_seq[i], pos = c->b_pos[i], kvh = h / group;
         const float *q = c->q + ((size_t)i * hp->n_head + h) * hd;
         float *o = c->att + ((size_t)i * hp->n_head + h) * hd;
         float M = -INFINITY, S = 0.0f;
         if (f16) {
-            for (int d = 0; d < hd; d++) qr[d] = kq_f16_to_f32(kq_f32_to_f16(q[d]));
+            ops->round_f16_row(q, qr, hd);
             memset(acc16, 0, (size_t)hd * sizeof(uint16_t));
         } else {
             memset(o, 0, (size_t)hd * sizeof(float));
@@ -58,18 +61,18 @@ static void attn_task(void *ud, int ith, int nth) {
             int64_t cell = kl_kv_cell(kv, s, t);
             const uint8_t *kr = (const uint8_t *)kl_kv_k(kv, j->layer, cell) + (size_t)kvh * hd * kv->elt;
             const uint8_t *vr = (const uint8_t *)kl_kv_v(kv, j->layer, cell) + (size_t)kvh * hd * kv->elt;
-            float sc = (f16 ? kk_dot_f16((const uint16_t *)kr, qr, hd) : kk_dot_f32((const float *)kr, q, hd)) * scale;
+            float sc = (f16 ? ops->dot_f16((const uint16_t *)kr, qr, hd) : kk_dot_f32((const float *)kr, q, hd)) * scale;
             float ms = 1.0f, vs = 1.0f;
             if (sc > M) {
                 float old = M;
                 M = sc;
                 ms = expf(old - M);
-                if (f16) kk_scale_f16(acc16, ms, hd);
+                if (f16) ops->scale_f16(acc16, ms, hd);
                 else kk_scale_axpy_f32(o, ms, 0.0f, o, hd);
             } else {
                 vs = expf(sc - M);
             }
-            if (f16) kk_mad_f16(acc16, (const uint16_t *)vr, vs, hd);
+            if (f16) ops->mad_f16(acc16, (const uint16_t *)vr, vs, hd);
             else kk_scale_axpy_f32(o, 1.0f, vs, (const float *)vr, hd);
             S = S * ms + vs;
         }
@@ -79,6 +82,94 @@ static void attn_task(void *ud, int ith, int nth) {
         else
             for (int d = 0; d < hd; d++) o[d] *= inv;
     }
+}
+
+/* The per-token element-wise steps between the matrix products.  One pass
+ * over a token range; run on the pool when the batch is big enough to pay
+ * for the hand-off, inline otherwise. */
+enum tok_step { STEP_ATTN_NORM, STEP_QK_ROPE_STORE, STEP_RESID_FFN_NORM, STEP_SWIGLU, STEP_RESID };
+
+typedef struct tok_job {
+    kiln_context *c;
+    const kk_ops *ops;
+    const kl_layer *L;
+    int layer;
+    int n_tok;
+    enum tok_step step;
+} tok_job;
+
+static void tok_range(const tok_job *j, int i0, int i1) {
+    kiln_context *c = j->c;
+    const kl_hparams *hp = &c->m->hp;
+    const kk_ops *ops = j->ops;
+    const kl_layer *L = j->L;
+    const int E = hp->n_embd, hd = hp->hd_k;
+    const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
+    kl_kv *kv = &c->kv;
+    for (int i = i0; i < i1; i++) {
+        float *x = c->x + (size_t)i * E, *xn = c->xn + (size_t)i * E;
+        switch (j->step) {
+        case STEP_ATTN_NORM:
+            ops->rmsnorm(xn, x, L->attn_norm, E, hp->eps);
+            break;
+        case STEP_QK_ROPE_STORE: {
+            float *qi = c->q + (size_t)i * nq, *ki = c->k + (size_t)i * nkv;
+            if (L->bq) kk_add(qi, L->bq, (int)nq);
+            if (L->bk) kk_add(ki, L->bk, (int)nkv);
+            if (L->bv) kk_add(c->v + (size_t)i * nkv, L->bv, (int)nkv);
+            if (L->q_norm) {
+                for (int h = 0; h < hp->n_head; h++) ops->rmsnorm(qi + h * hd, qi + h * hd, L->q_norm, hd, hp->eps);
+                for (int h = 0; h < hp->n_head_kv; h++) ops->rmsnorm(ki + h * hd, ki + h * hd, L->k_norm, hd, hp->eps);
+            }
+            const float *cs = c->rope_cs + (size_t)i * hp->rope.n_rot;
+            if (hp->rope.neox) {
+                ops->rope_neox(cs, qi, hp->n_head, hd, hp->rope.n_rot);
+                ops->rope_neox(cs, ki, hp->n_head_kv, hd, hp->rope.n_rot);
+            } else {
+                kk_rope_apply(&hp->rope, cs, qi, hp->n_head, hd);
+                kk_rope_apply(&hp->rope, cs, ki, hp->n_head_kv, hd);
+            }
+            /* store this token's K and V in its cache cell */
+            int64_t cell = kl_kv_cell(kv, c->b_seq[i], c->b_pos[i]);
+            const float *vi = c->v + (size_t)i * nkv;
+            if (kv->type == KILN_KV_F32) {
+                memcpy(kl_kv_k(kv, j->layer, cell), ki, (size_t)nkv * sizeof(float));
+                memcpy(kl_kv_v(kv, j->layer, cell), vi, (size_t)nkv * sizeof(float));
+            } else {
+                ops->f32_to_f16_row(ki, kl_kv_k(kv, j->layer, cell), (int)nkv);
+                ops->f32_to_f16_row(vi, kl_kv_v(kv, j->layer, cell), (int)nkv);
+            }
+            break;
+        }
+        case STEP_RESID_FFN_NORM: /* x += attention output (in xn), then normalize */
+            ops->add(x, xn, E);
+            ops->rmsnorm(xn, x, L->ffn_norm, E, hp->eps);
+            break;
+        case STEP_SWIGLU:
+            ops->swiglu(c->gate + (size_t)i * hp->n_ff, c->up + (size_t)i * hp->n_ff, hp->n_ff);
+            break;
+        case STEP_RESID:
+            ops->add(x, xn, E);
+            break;
+        }
+    }
+}
+
+static void tok_task(void *ud, int ith, int nth) {
+    const tok_job *j = ud;
+    long lo, hi;
+    kpool_range(j->n_tok, ith, nth, &lo, &hi);
+    tok_range(j, (int)lo, (int)hi);
+}
+
+/* Batches below this many tokens do the element-wise steps on the calling
+ * thread: a pool hand-off costs about as much as a few tokens' work. */
+#define TOK_PAR_MIN 4
+
+static void tok_step(tok_job *j, enum tok_step step) {
+    j->step = step;
+    if (j->n_tok >= TOK_PAR_MIN) kpool_run(j->c->pool, tok_task, j);
+    else tok_range(j, 0, j->n_tok);
 }
 
 /* Resolves sequence and position of every token and checks the batch
@@ -126,6 +217,7 @@ kiln_status kl_forward(kiln_context *c, const kiln_batch *b) {
     const int n = b->n, E = hp->n_embd, hd = hp->hd_k;
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
     kl_kv *kv = &c->kv;
+    const kk_ops *ops = kk_ops_best();
 
     for (int i = 0; i < n; i++) {
         kk_get_row(&m->tok_embd, b->token[i], c->x + (size_t)i * E);
@@ -134,43 +226,20 @@ kiln_status kl_forward(kiln_context *c, const kiln_batch *b) {
 
     for (int l = 0; l < hp->n_layer; l++) {
         const kl_layer *L = &m->layers[l];
-        for (int i = 0; i < n; i++) kk_rmsnorm(c->xn + (size_t)i * E, c->x + (size_t)i * E, L->attn_norm, E, hp->eps);
+        tok_job tj = {c, ops, L, l, n, STEP_ATTN_NORM};
+        tok_step(&tj, STEP_ATTN_NORM);
         kk_mm_out qkv[3] = {{&L->wq, c->q, nq}, {&L->wk, c->k, nkv}, {&L->wv, c->v, nkv}};
         kk_matmul_multi(c->pool, qkv, 3, c->xn, n, c->mm_scratch);
-        if (L->bq) kk_add_rows(c->q, L->bq, n, (int)nq);
-        if (L->bk) kk_add_rows(c->k, L->bk, n, (int)nkv);
-        if (L->bv) kk_add_rows(c->v, L->bv, n, (int)nkv);
-        for (int i = 0; i < n; i++) {
-            float *qi = c->q + (size_t)i * nq, *ki = c->k + (size_t)i * nkv;
-            if (L->q_norm) {
-                for (int h = 0; h < hp->n_head; h++) kk_rmsnorm(qi + h * hd, qi + h * hd, L->q_norm, hd, hp->eps);
-                for (int h = 0; h < hp->n_head_kv; h++) kk_rmsnorm(ki + h * hd, ki + h * hd, L->k_norm, hd, hp->eps);
-            }
-            const float *cs = c->rope_cs + (size_t)i * hp->rope.n_rot;
-            kk_rope_apply(&hp->rope, cs, qi, hp->n_head, hd);
-            kk_rope_apply(&hp->rope, cs, ki, hp->n_head_kv, hd);
-            /* store this token's K and V in its cache cell */
-            int64_t cell = kl_kv_cell(kv, c->b_seq[i], c->b_pos[i]);
-            const float *vi = c->v + (size_t)i * nkv;
-            if (kv->type == KILN_KV_F32) {
-                memcpy(kl_kv_k(kv, l, cell), ki, (size_t)nkv * sizeof(float));
-                memcpy(kl_kv_v(kv, l, cell), vi, (size_t)nkv * sizeof(float));
-            } else {
-                kk_f32_to_f16_row(ki, kl_kv_k(kv, l, cell), (int)nkv);
-                kk_f32_to_f16_row(vi, kl_kv_v(kv, l, cell), (int)nkv);
-            }
-        }
-        attn_job aj = {c, l, n};
+        tok_step(&tj, STEP_QK_ROPE_STORE);
+        attn_job aj = {c, ops, l, n, 0};
         kpool_run(c->pool, attn_task, &aj);
         kk_matmul(c->pool, &L->wo, c->att, n, c->xn, E, c->mm_scratch);
-        kk_add(c->x, c->xn, n * E);
-
-        for (int i = 0; i < n; i++) kk_rmsnorm(c->xn + (size_t)i * E, c->x + (size_t)i * E, L->ffn_norm, E, hp->eps);
+        tok_step(&tj, STEP_RESID_FFN_NORM);
         kk_mm_out gu[2] = {{&L->w_gate, c->gate, hp->n_ff}, {&L->w_up, c->up, hp->n_ff}};
         kk_matmul_multi(c->pool, gu, 2, c->xn, n, c->mm_scratch);
-        kk_swiglu(c->gate, c->up, n * hp->n_ff);
+        tok_step(&tj, STEP_SWIGLU);
         kk_matmul(c->pool, &L->w_down, c->gate, n, c->xn, E, c->mm_scratch);
-        kk_add(c->x, c->xn, n * E);
+        tok_step(&tj, STEP_RESID);
     }
 
     /* commit the new tokens to their sequences */
@@ -182,7 +251,7 @@ kiln_status kl_forward(kiln_context *c, const kiln_batch *b) {
     if (n_out > c->logits_cap) return kl_fail(c, KILN_ERR_INTERNAL, "logits buffer too small");
     for (int i = 0; i < n; i++)
         if (c->out_idx[i] >= 0)
-            kk_rmsnorm(c->out_rows + (size_t)c->out_idx[i] * E, c->x + (size_t)i * E, m->out_norm, E, hp->eps);
+            ops->rmsnorm(c->out_rows + (size_t)c->out_idx[i] * E, c->x + (size_t)i * E, m->out_norm, E, hp->eps);
     if (n_out && !c->p.embeddings)
         kk_matmul(c->pool, &m->output, c->out_rows, n_out, c->logits, hp->n_vocab, c->mm_scratch);
     return KILN_OK;

@@ -1,6 +1,7 @@
 /* The paged KV cache.  One anonymous mapping holds every block, so memory
  * is committed only as cells are written; blocks move between sequences
- * through a free list. */
+ * through a free list, and full blocks can be shared between sequences
+ * through the prefix table (see model.h). */
 #include "model/model.h"
 
 #include "base/base.h"
@@ -31,13 +32,27 @@ int kl_kv_init(kl_kv *kv, const kl_hparams *hp, int type, int n_seq, int n_ctx, 
         kb_errf(err, errlen, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes);
         return -1;
     }
-    kv->free_list = malloc((size_t)kv->n_blocks * sizeof(int32_t));
+    size_t nb = (size_t)kv->n_blocks;
+    kv->n_bucket = 16;
+    while (kv->n_bucket < kv->n_blocks) kv->n_bucket *= 2;
+    kv->free_list = malloc(nb * sizeof(int32_t));
     kv->seqs = calloc((size_t)n_seq, sizeof(kl_seq));
-    if (!kv->free_list || !kv->seqs) {
+    kv->ref = calloc(nb, sizeof(int32_t));
+    kv->hashed = calloc(nb, 1);
+    kv->bhash = calloc(nb, sizeof(uint64_t));
+    kv->btok = malloc(nb * KL_KV_BLOCK * sizeof(int32_t));
+    kv->chain = malloc(nb * sizeof(int32_t));
+    kv->lru_prev = malloc(nb * sizeof(int32_t));
+    kv->lru_next = malloc(nb * sizeof(int32_t));
+    kv->bucket = malloc((size_t)kv->n_bucket * sizeof(int32_t));
+    if (!kv->free_list || !kv->seqs || !kv->ref || !kv->hashed || !kv->bhash || !kv->btok || !kv->chain ||
+        !kv->lru_prev || !kv->lru_next || !kv->bucket) {
         kb_errf(err, errlen, "out of memory");
         kl_kv_free(kv);
         return -1;
     }
+    for (int32_t i = 0; i < kv->n_bucket; i++) kv->bucket[i] = -1;
+    kv->lru_head = kv->lru_tail = -1;
     /* hand out low block ids first so a short run touches little memory */
     for (int32_t i = 0; i < kv->n_blocks; i++) kv->free_list[i] = kv->n_blocks - 1 - i;
     kv->n_free = kv->n_blocks;
@@ -58,7 +73,96 @@ void kl_kv_free(kl_kv *kv) {
         for (int s = 0; s < kv->n_seq; s++) free(kv->seqs[s].blocks);
     free(kv->seqs);
     free(kv->free_list);
+    free(kv->ref);
+    free(kv->hashed);
+    free(kv->bhash);
+    free(kv->btok);
+    free(kv->chain);
+    free(kv->lru_prev);
+    free(kv->lru_next);
+    free(kv->bucket);
     memset(kv, 0, sizeof *kv);
+}
+
+/* ---- prefix table ---- */
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Key of a block: its parent's key (0 for the first block) and tokens. */
+static uint64_t block_key(uint64_t parent, const int32_t *tok) {
+    uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ull);
+    for (int i = 0; i < KL_KV_BLOCK; i++) h = mix64(h ^ (uint32_t)tok[i]);
+    return h;
+}
+
+static void lru_unlink(kl_kv *kv, int32_t b) {
+    int32_t p = kv->lru_prev[b], n = kv->lru_next[b];
+    if (p >= 0) kv->lru_next[p] = n;
+    else kv->lru_head = n;
+    if (n >= 0) kv->lru_prev[n] = p;
+    else kv->lru_tail = p;
+    kv->n_cached--;
+}
+
+static void lru_push(kl_kv *kv, int32_t b) {
+    kv->lru_prev[b] = kv->lru_tail;
+    kv->lru_next[b] = -1;
+    if (kv->lru_tail >= 0) kv->lru_next[kv->lru_tail] = b;
+    else kv->lru_head = b;
+    kv->lru_tail = b;
+    kv->n_cached++;
+}
+
+static void table_remove(kl_kv *kv, int32_t b) {
+    int32_t *link = &kv->bucket[kv->bhash[b] & (uint64_t)(kv->n_bucket - 1)];
+    while (*link >= 0 && *link != b) link = &kv->chain[*link];
+    if (*link == b) *link = kv->chain[b];
+    kv->hashed[b] = 0;
+}
+
+static int32_t table_find(const kl_kv *kv, uint64_t key, const int32_t *tok) {
+    for (int32_t b = kv->bucket[key & (uint64_t)(kv->n_bucket - 1)]; b >= 0; b = kv->chain[b])
+        if (kv->bhash[b] == key && !memcmp(kv->btok + (size_t)b * KL_KV_BLOCK, tok, KL_KV_BLOCK * sizeof(int32_t)))
+            return b;
+    return -1;
+}
+
+/* A block for exclusive use: a free one, else the least recently used
+ * cached one (dropped from the table).  -1 when every block is held. */
+static int32_t take_block(kl_kv *kv) {
+    int32_t b;
+    if (kv->n_free > 0) {
+        b = kv->free_list[--kv->n_free];
+    } else if (kv->lru_head >= 0) {
+        b = kv->lru_head;
+        lru_unlink(kv, b);
+        table_remove(kv, b);
+    } else {
+        return -1;
+    }
+    kv->ref[b] = 1;
+    return b;
+}
+
+static void drop_block(kl_kv *kv, int32_t b) {
+    if (--kv->ref[b] > 0) return;
+    if (kv->hashed[b]) lru_push(kv, b);
+    else kv->free_list[kv->n_free++] = b;
+}
+
+static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
+    for (int l = 0; l < kv->n_layer; l++) {
+        memcpy(kl_kv_k(kv, l, (int64_t)dst * KL_KV_BLOCK), kl_kv_k(kv, l, (int64_t)src * KL_KV_BLOCK),
+               (size_t)n * (size_t)kv->row_k * kv->elt);
+        memcpy(kl_kv_v(kv, l, (int64_t)dst * KL_KV_BLOCK), kl_kv_v(kv, l, (int64_t)src * KL_KV_BLOCK),
+               (size_t)n * (size_t)kv->row_v * kv->elt);
+    }
 }
 
 int kl_kv_reserve(kl_kv *kv, int seq, int32_t len) {
@@ -66,8 +170,9 @@ int kl_kv_reserve(kl_kv *kv, int seq, int32_t len) {
     int32_t need = (len + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
     if (need > kv->max_blocks_per_seq) return -1;
     while (s->n_blocks < need) {
-        if (kv->n_free == 0) return -1;
-        s->blocks[s->n_blocks++] = kv->free_list[--kv->n_free];
+        int32_t b = take_block(kv);
+        if (b < 0) return -1;
+        s->blocks[s->n_blocks++] = b;
     }
     return 0;
 }
@@ -76,7 +181,74 @@ void kl_kv_truncate(kl_kv *kv, int seq, int32_t len) {
     kl_seq *s = &kv->seqs[seq];
     if (len < s->len) s->len = len;
     int32_t keep = (s->len + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
-    while (s->n_blocks > keep) kv->free_list[kv->n_free++] = s->blocks[--s->n_blocks];
+    while (s->n_blocks > keep) drop_block(kv, s->blocks[--s->n_blocks]);
+    int32_t full = s->len / KL_KV_BLOCK;
+    if (s->n_hashed > full) s->n_hashed = full;
+    /* the last block is partly kept and will be written again: it must
+     * stop matching its key, and other holders must keep their copy */
+    int32_t part = s->len % KL_KV_BLOCK;
+    if (part && keep > 0) {
+        int32_t b = s->blocks[keep - 1];
+        if (kv->ref[b] > 1) {
+            int32_t nb = take_block(kv);
+            if (nb < 0) { /* cannot happen (see model.h); keep whole blocks only */
+                s->len = full * KL_KV_BLOCK;
+                kl_kv_truncate(kv, seq, s->len);
+                return;
+            }
+            copy_cells(kv, nb, b, part);
+            kv->ref[b]--;
+            s->blocks[keep - 1] = nb;
+        } else if (kv->hashed[b]) {
+            table_remove(kv, b);
+        }
+    }
+}
+
+int32_t kl_kv_reuse(kl_kv *kv, int seq, const int32_t *tokens, int32_t n, int32_t max_tokens) {
+    kl_seq *s = &kv->seqs[seq];
+    if (s->len != 0 || s->n_blocks != 0) return 0;
+    int32_t limit = n < max_tokens ? n : max_tokens;
+    uint64_t parent = 0;
+    int32_t nb = 0;
+    while ((nb + 1) * KL_KV_BLOCK <= limit && nb < kv->max_blocks_per_seq) {
+        const int32_t *tok = tokens + (size_t)nb * KL_KV_BLOCK;
+        uint64_t key = block_key(parent, tok);
+        int32_t b = table_find(kv, key, tok);
+        kv->n_lookup_blocks++;
+        if (b < 0) break;
+        kv->n_hit_blocks++;
+        if (kv->ref[b] == 0) lru_unlink(kv, b);
+        kv->ref[b]++;
+        s->blocks[nb++] = b;
+        parent = key;
+    }
+    s->n_blocks = nb;
+    s->n_hashed = nb;
+    s->len = nb * KL_KV_BLOCK;
+    return s->len;
+}
+
+void kl_kv_register(kl_kv *kv, int seq, const int32_t *tokens, int32_t n) {
+    kl_seq *s = &kv->seqs[seq];
+    if (n > s->len) n = s->len;
+    int32_t full = n / KL_KV_BLOCK;
+    for (; s->n_hashed < full; s->n_hashed++) {
+        int32_t i = s->n_hashed, b = s->blocks[i];
+        if (kv->hashed[b]) continue; /* attached by kl_kv_reuse */
+        uint64_t parent = i ? kv->bhash[s->blocks[i - 1]] : 0;
+        const int32_t *tok = tokens + (size_t)i * KL_KV_BLOCK;
+        uint64_t key = block_key(parent, tok);
+        /* bhash chains the keys even for a block that stays private because
+         * another sequence registered an equal one first */
+        kv->bhash[b] = key;
+        if (table_find(kv, key, tok) >= 0) continue;
+        memcpy(kv->btok + (size_t)b * KL_KV_BLOCK, tok, KL_KV_BLOCK * sizeof(int32_t));
+        int32_t *head = &kv->bucket[key & (uint64_t)(kv->n_bucket - 1)];
+        kv->chain[b] = *head;
+        *head = b;
+        kv->hashed[b] = 1;
+    }
 }
 
 void *kl_kv_k(const kl_kv *kv, int layer, int64_t cell) {
@@ -90,4 +262,32 @@ void *kl_kv_v(const kl_kv *kv, int layer, int64_t cell) {
     size_t k_total = (size_t)kv->n_layer * n_cells * (size_t)kv->row_k;
     size_t off = k_total + ((size_t)layer * n_cells + (size_t)cell) * (size_t)kv->row_v;
     return (uint8_t *)kv->mem + off * kv->elt;
+}
+
+/* ---- public prefix-cache calls (kiln.h) ---- */
+
+int32_t kiln_seq_reuse(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n) {
+    if (!c || seq < 0 || seq >= c->kv.n_seq || (!tokens && n) || n < 0)
+        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
+    if (c->kv.seqs[seq].len != 0) return kl_fail(c, KILN_ERR_STATE, "sequence %d is not empty", seq);
+    return kl_kv_reuse(&c->kv, seq, tokens, n, n - 1);
+}
+
+kiln_status kiln_seq_cache(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n) {
+    if (!c || seq < 0 || seq >= c->kv.n_seq || (!tokens && n) || n < 0)
+        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
+    kl_kv_register(&c->kv, seq, tokens, n);
+    return KILN_OK;
+}
+
+void kiln_kv_get_stats(const kiln_context *c, kiln_kv_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!c) return;
+    const kl_kv *kv = &c->kv;
+    out->block_tokens = KL_KV_BLOCK;
+    out->n_blocks = kv->n_blocks;
+    out->n_cached = kv->n_cached;
+    out->n_used = kv->n_blocks - kv->n_free - kv->n_cached;
+    out->lookup_blocks = kv->n_lookup_blocks;
+    out->hit_blocks = kv->n_hit_blocks;
 }

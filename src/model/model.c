@@ -3,6 +3,7 @@
 #include "model/model.h"
 
 #include "base/base.h"
+#include "model/bert.h"
 #include "quant/quant.h"
 
 #include <math.h>
@@ -244,7 +245,7 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
         goto fail;
     }
     gguf_get_cstr(m->gf, "general.name", m->name, sizeof m->name, "");
-    if (load_hparams(&L) || bind_tensors(&L)) {
+    if (load_hparams(&L) || (m->arch->encoder ? kl_bert_bind(m, L.err, sizeof L.err) : bind_tensors(&L))) {
         if (strstr(L.err, "cannot compute")) st = KILN_ERR_UNSUPPORTED;
         goto fail;
     }
@@ -281,6 +282,7 @@ void kiln_model_free(kiln_model *m) {
     if (!m) return;
     if (m->tok) ktok_free(m->tok);
     free(m->layers);
+    kl_bert_free(m->bert);
     free(m->chat_template);
     gguf_close(m->gf);
     free(m);

@@ -8,6 +8,8 @@
  * kv.c      the paged KV cache: fixed-size blocks, a block table per
  *           sequence, a free list
  * forward.c the transformer over a batch of tokens from several sequences
+ * bert.c    encoder weights and the bidirectional forward (bert.h)
+ * embed.c   kiln_embedder: formatting, limits, pooling, fingerprints
  */
 #ifndef KILN_MODEL_H
 #define KILN_MODEL_H
@@ -29,6 +31,8 @@ typedef struct kl_arch {
     int rope_neox;        /* RoPE pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
     int qkv_bias;         /* 1: Q/K/V biases required; 0: used when present */
     int qk_norm;          /* per-head RMSNorm of Q and K before RoPE */
+    int encoder;          /* 1: bidirectional encoder with its own weights and
+                             forward (bert.c); no KV cache, no LM head */
 } kl_arch;
 
 const kl_arch *kl_arch_find(const char *name);
@@ -58,7 +62,8 @@ struct kiln_model {
     kk_mat tok_embd;        /* [n_vocab rows of n_embd] */
     const float *out_norm;
     kk_mat output;          /* = tok_embd when tied */
-    kl_layer *layers;
+    kl_layer *layers;       /* decoders only */
+    struct kl_bert *bert;   /* encoders only (bert.c) */
     ktok *tok;
     char arch_name[64];
     char name[256];
@@ -71,13 +76,21 @@ struct kiln_model {
  * Memory is blocks of KL_KV_BLOCK token cells.  Per layer there is one K and
  * one V array of [n_blocks * KL_KV_BLOCK][n_head_kv * hd] in F16 or F32.
  * A sequence owns an ordered list of blocks; token position p of sequence s
- * lives in cell blocks[p / KL_KV_BLOCK] * KL_KV_BLOCK + p % KL_KV_BLOCK. */
+ * lives in cell blocks[p / KL_KV_BLOCK] * KL_KV_BLOCK + p % KL_KV_BLOCK.
+ *
+ * Prefix reuse: a full block whose tokens are known can be registered under
+ * hash(parent block's hash, its tokens).  Blocks are reference-counted (one
+ * reference per sequence holding them); a registered block nobody holds
+ * stays in an LRU list with its contents and is evicted (oldest first) only
+ * when the free list is empty.  A shared block is never written: only cells
+ * at positions >= len are, and truncating into a shared block copies it. */
 #define KL_KV_BLOCK 16
 
 typedef struct kl_seq {
     int32_t len;       /* tokens held */
     int32_t n_blocks;
     int32_t *blocks;   /* [max_blocks_per_seq] block ids */
+    int32_t n_hashed;  /* leading blocks that are registered */
 } kl_seq;
 
 typedef struct kl_kv {
@@ -86,20 +99,42 @@ typedef struct kl_kv {
     int64_t row_k, row_v; /* elements per cell per layer */
     int32_t n_blocks;
     int32_t n_free;
-    int32_t *free_list;
+    int32_t *free_list;   /* unreferenced, unregistered blocks */
     void *mem;         /* one anonymous mapping: all K then all V */
     size_t mem_bytes;
     size_t elt;        /* bytes per element */
     int32_t n_seq;
     int32_t max_blocks_per_seq;
     kl_seq *seqs;
+    /* per block */
+    int32_t *ref;         /* sequences holding it */
+    uint8_t *hashed;      /* 1 when registered in the table */
+    uint64_t *bhash;      /* its key when registered */
+    int32_t *btok;        /* [n_blocks][KL_KV_BLOCK] its tokens when registered */
+    int32_t *chain;       /* next block in the same bucket, -1 ends */
+    int32_t *lru_prev, *lru_next;
+    int32_t lru_head, lru_tail; /* unreferenced registered blocks, head oldest */
+    int32_t n_cached;     /* blocks in the LRU list */
+    int32_t *bucket;      /* [n_bucket] first block of each chain, -1 empty */
+    int32_t n_bucket;     /* power of two */
+    uint64_t n_lookup_blocks, n_hit_blocks; /* prefix queries and hits, in blocks */
 } kl_kv;
 
 int kl_kv_init(kl_kv *kv, const kl_hparams *hp, int type, int n_seq, int n_ctx, char *err, size_t errlen);
 void kl_kv_free(kl_kv *kv);
-/* Makes sure seq can hold `len` tokens; returns -1 when out of blocks. */
+/* Makes sure seq can hold `len` tokens (evicting cached blocks if the free
+ * list is empty); returns -1 when out of blocks. */
 int kl_kv_reserve(kl_kv *kv, int seq, int32_t len);
+/* Drops tokens from len on.  Cutting into a shared block copies it first;
+ * a block is always available for that because every sequence can hold
+ * max_blocks_per_seq blocks and a shared block counts once. */
 void kl_kv_truncate(kl_kv *kv, int seq, int32_t len);
+/* seq must be empty: attaches the longest run of registered blocks that
+ * begins tokens[0..n), at most max_tokens tokens.  Returns tokens attached. */
+int32_t kl_kv_reuse(kl_kv *kv, int seq, const int32_t *tokens, int32_t n, int32_t max_tokens);
+/* Registers the full blocks among the first n tokens of seq (tokens are
+ * its contents from position 0). */
+void kl_kv_register(kl_kv *kv, int seq, const int32_t *tokens, int32_t n);
 static inline int64_t kl_kv_cell(const kl_kv *kv, int seq, int32_t pos) {
     return (int64_t)kv->seqs[seq].blocks[pos / KL_KV_BLOCK] * KL_KV_BLOCK + pos % KL_KV_BLOCK;
 }

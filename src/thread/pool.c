@@ -1,13 +1,22 @@
 #include "thread/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-/* How long an idle worker spins (iterations of a pause loop, ~ tens of
- * microseconds) before it sleeps on the condition variable. */
-#define SPIN_ITERS 20000
+/* How an idle worker waits for the next job: SPIN_ITERS rounds of a pause
+ * loop (a few microseconds: the gap between ops of one decode step), then
+ * YIELD_ITERS rounds of sched_yield (cheap when the CPU is free, and lets a
+ * thread that was preempted on a busy machine run sooner), then it sleeps
+ * on the condition variable. */
+#define SPIN_ITERS 4096
+#define YIELD_ITERS 2000
+/* The caller waiting for the workers to finish a job spins this long, then
+ * yields between checks: on an oversubscribed machine a pure spin would
+ * burn the time slice a descheduled worker needs. */
+#define WAIT_SPIN_ITERS 2048
 
 struct kpool {
     int n;
@@ -45,6 +54,10 @@ static void *worker(void *arg) {
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
             if (++spins < SPIN_ITERS) {
                 cpu_relax();
+                continue;
+            }
+            if (spins < SPIN_ITERS + YIELD_ITERS) {
+                sched_yield();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -119,5 +132,8 @@ void kpool_run(kpool *p, kpool_fn fn, void *ud) {
         pthread_mutex_unlock(&p->mu);
     }
     fn(ud, 0, p->n);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) cpu_relax();
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < WAIT_SPIN_ITERS) cpu_relax();
+        else sched_yield();
+    }
 }

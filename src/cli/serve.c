@@ -1,0 +1,147 @@
+/* kiln serve: the HTTP server (src/server).  Runs until SIGTERM or SIGINT,
+ * then drains: no new connections, running requests get --grace seconds to
+ * finish, the rest are cancelled, and the process exits 0. */
+#include "cli.h"
+
+#include "server/server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int want_num(int argc, char **argv, int *i, double *out) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kiln serve: %s needs a value\n", argv[*i]);
+        return -1;
+    }
+    char *end;
+    *out = strtod(argv[*i + 1], &end);
+    if (end == argv[*i + 1] || *end) {
+        fprintf(stderr, "kiln serve: %s: '%s' is not a number\n", argv[*i], argv[*i + 1]);
+        return -1;
+    }
+    (*i)++;
+    return 0;
+}
+
+/* "5m", "30s", "1h", "-1", "300" -> seconds */
+static int parse_dur(const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s) return -1;
+    if (!strcmp(end, "h")) v *= 3600;
+    else if (!strcmp(end, "m")) v *= 60;
+    else if (*end && strcmp(end, "s")) return -1;
+    *out = v;
+    return 0;
+}
+
+static void serve_usage(void) {
+    fprintf(stderr,
+            "usage: kiln serve [-m MODEL|NAME ...] [options]\n"
+            "  -m MODEL|NAME     a GGUF file or a store name (repeatable; loaded at start)\n"
+            "  --host ADDR       bind address (default 127.0.0.1)\n"
+            "  --port P          port (default %d; 0 = any free port, printed at start)\n"
+            "  --store DIR       model store root (default $KILN_STORE or ~/.local/share/kiln)\n"
+            "  --parallel N      sequences decoded together per model (default 4)\n"
+            "  -c N              context tokens per sequence (default: the model's, capped by memory)\n"
+            "  -b N              most tokens per forward step (default 512)\n"
+            "  -t N              threads (default: all CPUs)\n"
+            "  --kv-budget MIB   KV cache memory per model (default: -c x --parallel)\n"
+            "  --kv-f32          keep the KV cache in F32\n"
+            "  --api-key KEY     require 'Authorization: Bearer KEY' (not on /health); also $KILN_API_KEY\n"
+            "  --keep-alive DUR  idle time before a model unloads (default 5m; -1 = never)\n"
+            "  --max-body BYTES  request body limit (default 8 MiB)\n"
+            "  --max-queue N     waiting requests per model before 429 (default 64)\n"
+            "  --grace S         seconds to finish running requests on SIGTERM (default 10)\n",
+            KS_DEFAULT_PORT);
+}
+
+int cmd_serve(int argc, char **argv) {
+    ks_config cfg = ks_config_default();
+    const char **models = calloc((size_t)argc, sizeof *models);
+    if (!models) return 1;
+    int n_models = 0;
+    double grace = 10, v;
+    cfg.api_key = getenv("KILN_API_KEY");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) models[n_models++] = argv[++i];
+        else if (!strcmp(a, "--host") && has) cfg.host = argv[++i];
+        else if (!strcmp(a, "--store") && has) cfg.store_root = argv[++i];
+        else if (!strcmp(a, "--api-key") && has) cfg.api_key = argv[++i];
+        else if (!strcmp(a, "--keep-alive") && has) {
+            if (parse_dur(argv[++i], &cfg.keep_alive)) {
+                fprintf(stderr, "kiln serve: --keep-alive: '%s' is not a duration\n", argv[i]);
+                free(models);
+                return 2;
+            }
+        } else if (!strcmp(a, "--kv-f32")) cfg.kv_f32 = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            serve_usage();
+            free(models);
+            return 0;
+        } else {
+            const char *numeric[] = {"--port", "--parallel", "-c", "-b", "-t", "--kv-budget", "--max-body",
+                                     "--max-queue", "--grace", "--ctx-size", "--threads"};
+            int k = -1;
+            for (int j = 0; j < (int)(sizeof numeric / sizeof numeric[0]); j++)
+                if (!strcmp(a, numeric[j])) k = j;
+            if (k < 0) {
+                fprintf(stderr, "kiln serve: unknown option '%s'\n", a);
+                serve_usage();
+                free(models);
+                return 2;
+            }
+            if (want_num(argc, argv, &i, &v)) {
+                free(models);
+                return 2;
+            }
+            switch (k) {
+            case 0: cfg.port = (int)v; break;
+            case 1: cfg.parallel = (int)v; break;
+            case 2: case 9: cfg.n_ctx = (int)v; break;
+            case 3: cfg.n_batch = (int)v; break;
+            case 4: case 10: cfg.n_threads = (int)v; break;
+            case 5: cfg.kv_budget = (uint64_t)(v * 1048576.0); break;
+            case 6: cfg.max_body = (size_t)v; break;
+            case 7: cfg.max_queue = (int)v; break;
+            case 8: grace = v; break;
+            }
+        }
+    }
+    if (cfg.parallel < 1 || cfg.parallel > 64 || cfg.port < 0 || cfg.port > 65535) {
+        fprintf(stderr, "kiln serve: --parallel must be 1..64 and --port 0..65535\n");
+        free(models);
+        return 2;
+    }
+    cfg.models = models;
+    cfg.n_models = n_models;
+    /* signals are taken synchronously by this thread; every other thread
+     * (started below) inherits the blocked mask */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    ks_server *s;
+    if (ks_server_start(&cfg, &s) != KILN_OK) {
+        free(models);
+        return 1;
+    }
+    fprintf(stderr, "kiln serve: listening on http://%s:%d\n", cfg.host, ks_server_port(s));
+    fflush(stderr);
+    int sig = 0;
+    while (sigwait(&set, &sig) == EINTR) {}
+    fprintf(stderr, "kiln serve: signal %d: draining (up to %.0f s)\n", sig, grace);
+    ks_server_drain(s, grace);
+    ks_server_free(s);
+    free(models);
+    fprintf(stderr, "kiln serve: stopped\n");
+    return 0;
+}

@@ -1,0 +1,331 @@
+/* kiln pull / import / ls / rm / verify / gc / cp, and the lookup that lets
+ * every model-taking command accept a store name.  The store root comes
+ * from --store (main.c turns it into KILN_STORE) or the default. */
+#include "cli.h"
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile int g_cancel; /* set by SIGINT; the library polls it */
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_cancel = 1;
+}
+
+static void catch_sigint(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static int open_store(kiln_store **s) {
+    if (kiln_store_open(NULL, s) != KILN_OK) return cli_fail("store");
+    return 0;
+}
+
+static void human(uint64_t b, char *buf, size_t cap) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int i = 0;
+    while (v >= 1024 && i < 4) v /= 1024, i++;
+    snprintf(buf, cap, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+}
+
+/* ---- progress: a live bar on a terminal, plain lines otherwise, JSON
+ * lines with --json ---- */
+
+typedef struct show_ctx {
+    int json, tty;
+    double last_line;      /* plain mode: time of the last progress line */
+    int bar_open;          /* tty: a bar is drawn without its newline */
+} show_ctx;
+
+static void end_bar(show_ctx *c) {
+    if (c->bar_open) fputc('\n', stderr);
+    c->bar_open = 0;
+}
+
+static void on_progress(const kiln_store_progress *p, void *user) {
+    show_ctx *c = user;
+    if (c->json) {
+        char buf[2048];
+        kiln_store_progress_json(p, buf, sizeof buf);
+        printf("%s\n", buf);
+        fflush(stdout);
+        return;
+    }
+    char done[32], total[32], rate[32], eta[32] = "";
+    human(p->done, done, sizeof done);
+    human(p->total, total, sizeof total);
+    human((uint64_t)p->rate, rate, sizeof rate);
+    if (p->eta >= 0) snprintf(eta, sizeof eta, " ETA %d:%02d", (int)p->eta / 60, (int)p->eta % 60);
+    const char *art = p->artifact ? p->artifact : "";
+    if (!strcmp(p->event, "progress") || !strcmp(p->event, "verify")) {
+        int pct = p->total ? (int)(100.0 * (double)p->done / (double)p->total) : -1;
+        if (c->tty) {
+            char bar[31];
+            int fill = pct < 0 ? 0 : pct * 30 / 100;
+            for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+            bar[30] = 0;
+            fprintf(stderr, "\r\033[K%s%s [%s] %3d%% %s/%s %s/s%s", p->event[0] == 'v' ? "verify " : "", art, bar,
+                    pct < 0 ? 0 : pct, done, p->total ? total : "?", rate, eta);
+            if (p->count > 1) fprintf(stderr, " (%d/%d)", p->index + 1, p->count);
+            c->bar_open = 1;
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+            if (now - c->last_line < 2.0) return;
+            c->last_line = now;
+            fprintf(stderr, "%s %s: %s of %s, %s/s%s\n", p->event, art, done, p->total ? total : "?", rate, eta);
+        }
+        return;
+    }
+    end_bar(c);
+    if (!strcmp(p->event, "published"))
+        fprintf(stderr, "installed %.12s\n", p->message ? p->message : "");
+    else if (!strcmp(p->event, "resume"))
+        fprintf(stderr, "resuming %s at %s\n", art, done);
+    else if (!strcmp(p->event, "start"))
+        fprintf(stderr, "downloading %s%s%s\n", art, p->total ? ", " : "", p->total ? total : "");
+    else if (!strcmp(p->event, "done"))
+        fprintf(stderr, "%s: complete (%s)%s%s\n", art, done, p->message ? ", " : "", p->message ? p->message : "");
+    else
+        fprintf(stderr, "%s%s%s%s%s\n", p->event, *art ? " " : "", art, p->message ? ": " : "",
+                p->message ? p->message : "");
+}
+
+static void init_show(show_ctx *c, int json) {
+    memset(c, 0, sizeof *c);
+    c->json = json;
+    c->tty = isatty(2);
+}
+
+/* ---- commands ---- */
+
+int cmd_pull(int argc, char **argv) {
+    const char *url = NULL, *name = NULL, *sha = NULL;
+    const char *headers[16];
+    int n_headers = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--name") && i + 1 < argc) name = argv[++i];
+        else if (!strcmp(a, "--sha256") && i + 1 < argc) sha = argv[++i];
+        else if (!strcmp(a, "--header") && i + 1 < argc && n_headers < 16) headers[n_headers++] = argv[++i];
+        else if (!strcmp(a, "--json")) json = 1;
+        else if (a[0] != '-' && !url) url = a;
+        else {
+            fprintf(stderr, "kiln pull: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!url) {
+        fprintf(stderr, "kiln pull: usage: kiln pull URL [--name NAME] [--sha256 HEX] [--header 'K: V'] [--json]\n");
+        return 2;
+    }
+    kiln_store *s;
+    if (open_store(&s)) return 1;
+    catch_sigint();
+    show_ctx sc;
+    init_show(&sc, json);
+    kiln_store_pull_params pp = {.headers = n_headers ? headers : NULL, .n_headers = n_headers,
+                                 .progress = on_progress, .user = &sc, .cancel = &g_cancel};
+    char id[65];
+    kiln_status st = kiln_store_pull(s, url, name, sha, &pp, id);
+    end_bar(&sc);
+    kiln_store_close(s);
+    if (st != KILN_OK) return cli_fail("pull");
+    return 0;
+}
+
+int cmd_import(int argc, char **argv) {
+    const char *path = NULL, *name = NULL;
+    int mode = KILN_STORE_COPY, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--name") && i + 1 < argc) name = argv[++i];
+        else if (!strcmp(a, "--copy")) mode = KILN_STORE_COPY;
+        else if (!strcmp(a, "--move")) mode = KILN_STORE_MOVE;
+        else if (!strcmp(a, "--link")) mode = KILN_STORE_LINK;
+        else if (!strcmp(a, "--json")) json = 1;
+        else if (a[0] != '-' && !path) path = a;
+        else {
+            fprintf(stderr, "kiln import: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "kiln import: usage: kiln import PATH [--name NAME] [--copy|--move|--link]\n");
+        return 2;
+    }
+    kiln_store *s;
+    if (open_store(&s)) return 1;
+    show_ctx sc;
+    init_show(&sc, json);
+    char id[65];
+    kiln_status st = kiln_store_import(s, path, name, mode, on_progress, &sc, id);
+    end_bar(&sc);
+    kiln_store_close(s);
+    return st != KILN_OK ? cli_fail("import") : 0;
+}
+
+int cmd_ls(int argc, char **argv) {
+    int json = argc > 1 && !strcmp(argv[1], "--json");
+    if (argc > 1 + json) {
+        fprintf(stderr, "kiln ls: usage: kiln ls [--json]\n");
+        return 2;
+    }
+    kiln_store *s;
+    if (open_store(&s)) return 1;
+    char *txt = NULL;
+    kiln_status st = kiln_store_list(s, &txt);
+    kiln_store_close(s);
+    if (st != KILN_OK) return cli_fail("ls");
+    if (json) {
+        printf("%s\n", txt);
+        kiln_store_free_string(txt);
+        return 0;
+    }
+    json_t *list = json_loads(txt, 0, NULL);
+    kiln_store_free_string(txt);
+    printf("%-32s %-12s %10s  %-8s %-8s %-7s %s\n", "NAME", "ID", "SIZE", "ARCH", "QUANT", "MODE", "STATE");
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        char size[32];
+        const char *name = json_string_value(json_object_get(e, "name"));
+        human((uint64_t)json_integer_value(json_object_get(e, "size")), size, sizeof size);
+        printf("%-32s %-12.12s %10s  %-8s %-8s %-7s %s\n", name && *name ? name : "-",
+               json_string_value(json_object_get(e, "id")), size, json_string_value(json_object_get(e, "arch")),
+               json_string_value(json_object_get(e, "quantization")), json_string_value(json_object_get(e, "mode")),
+               json_string_value(json_object_get(e, "state")));
+    }
+    json_decref(list);
+    return 0;
+}
+
+int cmd_rm(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "kiln rm: usage: kiln rm NAME|ID ...\n");
+        return 2;
+    }
+    kiln_store *s;
+    if (open_store(&s)) return 1;
+    int rc = 0;
+    for (int i = 1; i < argc; i++) {
+        if (kiln_store_remove(s, argv[i]) != KILN_OK) rc = cli_fail("rm");
+        else printf("removed %s\n", argv[i]);
+    }
+    kiln_store_close(s);
+    return rc;
+}
+
+int cmd_verify(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "kiln verify: usage: kiln verify NAME|ID\n");
+        return 2;
+    }
+    kiln_store *s;
+    if (open_store(&s)) return 1;
+    show_ctx sc;
+    init_show(&sc, 0);
+    kiln_status st = kiln_store_verify(s, argv[1], on_progress, &sc);
+    end_bar(&sc);
+    kiln_store_close(s);
+    if (st != KILN_OK) return cli_fail("verify");
+    printf("%s: ok\n", argv[1]);
+    return 0;
+}
+
+static void gc_line(const char *path, uint64_t bytes, void *user) {
+    (void)user;
+    char b[32];
+    human(bytes, b, sizeof b);
+    printf("removed %s (%s)\n", path, b);
+}
+
+int cmd_gc(int argc, char **argv) {
+    (void)argv;
+    if (argc != 1) {
+        fprintf(stderr, "kiln gc: usage: kiln gc\n");
+        return 2;
+    }
+    kiln_store *s;
+    if (open_store(&s)) return 1;
+    uint64_t n = 0, bytes = 0;
+    kiln_status st = kiln_store_gc(s, gc_line, NULL, &n, &bytes);
+    kiln_store_close(s);
+    if (st != KILN_OK) return cli_fail("gc");
+    char b[32];
+    human(bytes, b, sizeof b);
+    printf("gc: removed %llu item%s, %s\n", (unsigned long long)n, n == 1 ? "" : "s", b);
+    return 0;
+}
+
+int cmd_cp(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "kiln cp: usage: kiln cp SOURCE NEW-NAME\n");
+        return 2;
+    }
+    kiln_store *s;
+    if (open_store(&s)) return 1;
+    kiln_status st = kiln_store_alias(s, argv[1], argv[2]);
+    kiln_store_close(s);
+    if (st != KILN_OK) return cli_fail("cp");
+    printf("copied %s to %s\n", argv[1], argv[2]);
+    return 0;
+}
+
+/* ---- store names wherever a model is taken ---- */
+
+static kiln_store_lease *g_leases[8];
+static int g_n_leases;
+
+static void release_leases(void) {
+    for (int i = 0; i < g_n_leases; i++) kiln_store_release(g_leases[i]);
+    g_n_leases = 0;
+}
+
+int cli_model_path(const char *arg, int print_manifest, const char **path_out) {
+    struct stat st;
+    *path_out = arg;
+    if (stat(arg, &st) == 0 && !S_ISDIR(st.st_mode)) return 0;
+    if (g_n_leases == (int)(sizeof g_leases / sizeof g_leases[0])) {
+        fprintf(stderr, "kiln: too many store models in one command\n");
+        return 1;
+    }
+    kiln_store *s;
+    if (kiln_store_open(NULL, &s) != KILN_OK) return cli_fail(arg);
+    kiln_store_lease *l = NULL;
+    kiln_status rs = kiln_store_resolve(s, arg, &l);
+    if (rs == KILN_ERR_NOT_FOUND || rs == KILN_ERR_INVALID_ARG) {
+        fprintf(stderr, "kiln: %s: no such file, and not a model in the store (%s)\n", arg, kiln_last_error());
+        kiln_store_close(s);
+        return 1;
+    }
+    if (rs != KILN_OK) {
+        kiln_store_close(s);
+        return cli_fail(arg);
+    }
+    if (print_manifest) {
+        char *info = NULL;
+        if (kiln_store_info(s, arg, &info) == KILN_OK) printf("store:     %s\n%s\n\n", kiln_store_root(s), info);
+        kiln_store_free_string(info);
+    }
+    kiln_store_close(s);
+    /* the lease lives until the process ends, so the pack can't be removed
+     * while its weights are mapped */
+    if (!g_n_leases) atexit(release_leases);
+    g_leases[g_n_leases++] = l;
+    *path_out = kiln_store_lease_path(l);
+    return 0;
+}

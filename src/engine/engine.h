@@ -1,0 +1,89 @@
+/*
+ * engine — the lifecycle of kiln_engine instances (kiln.h, "engine").
+ *
+ * engine.c    instances: accepted lifecycle work on the engine's thread,
+ *             the request gate, teardown and release bookkeeping
+ * cancel.c    cancel tokens with watchers (a fired token wakes waiters)
+ * registry.c  the table of families and the ops each one plugs in
+ * llm.c       the llm family over kiln_model / kiln_context
+ * embedding.c the embedding family over kiln_embedder
+ *
+ * A family plugs in through engine_ops: load a model file, release it, and
+ * run one request on it.  The engine owns ordering, admission and
+ * cancellation; a family only calls engine_yield before each native run
+ * and may poll engine_cancelled inside long native work.
+ *
+ * Lock order: a token's lock may be held while an engine's lock is taken
+ * (watchers run under the token lock), never the reverse.
+ */
+#ifndef KILN_ENGINE_H
+#define KILN_ENGINE_H
+
+#include "kiln.h"
+
+/* Per-request (or per-load) context handed to a family. */
+typedef struct engine_run engine_run;
+
+/* 1 when the work should stop: its own token fired, or a teardown that
+ * cancels active work was requested.  Cheap; safe to poll often. */
+int engine_cancelled(const engine_run *r);
+/* Called by a request before each native run: lets waiting urgent requests
+ * go first, then takes the gate back ahead of every other waiter.  Returns
+ * KILN_ERR_CANCELLED (with the error message set) when the request was
+ * cancelled; the family then returns that status.  For a load it only
+ * reports cancellation. */
+kiln_status engine_yield(engine_run *r);
+
+/* Tasks a family's run() receives. */
+enum { ENGINE_TASK_GENERATE = 0, ENGINE_TASK_EMBED = 1 };
+
+/* Every op reports failure as a kiln_status with kiln_last_error() set on
+ * the calling thread.  user is engine_ops.user. */
+typedef struct engine_ops {
+    /* Optional: can the family run this file?  Runs on the caller's thread
+     * inside kiln_engine_load, so it must be cheap (headers only). */
+    kiln_status (*check)(void *user, const char *path);
+    /* Loads path; may poll engine_cancelled(r). */
+    kiln_status (*load)(void *user, const char *path, kiln_engine_backend backend, engine_run *r, void **model);
+    /* Releases a model no native work uses any more.  On failure the
+     * engine keeps the model and may call unload again later. */
+    kiln_status (*unload)(void *user, void *model);
+    /* Runs one request of kind task on the calling thread. */
+    kiln_status (*run)(void *user, void *model, int task, void *req, engine_run *r);
+    void *user;
+} engine_ops;
+
+/* The ops behind a registry family, or NULL when this build lacks it. */
+const engine_ops *engine_family_ops(kiln_engine_family_id id);
+extern const engine_ops engine_llm_ops;
+extern const engine_ops engine_embedding_ops;
+
+/* Reads only the GGUF header of path: it must parse and name an
+ * architecture kiln runs; generate also refuses encoders. */
+kiln_status engine_gguf_check(const char *path, int generate);
+
+/* Creates an instance of fam driven by ops (kiln_engine_create uses the
+ * registry's ops; tests plug in stand-in loaders). */
+kiln_status engine_create_with(const kiln_engine_family *fam, const engine_ops *ops, kiln_engine_backend backend,
+                               kiln_engine **out);
+/* Admits one request of kind task, waits for the gate (urgent: ahead of all
+ * non-urgent waiters), runs it through ops->run on this thread and leaves
+ * the gate.  Refused with KILN_ERR_STATE when no model is resident, a
+ * teardown was accepted or a release failed. */
+kiln_status engine_request(kiln_engine *e, int task, void *req, int urgent, kiln_engine_cancel *cancel);
+
+/* Token watchers: fn(arg) runs once when the token fires (at once, during
+ * engine_cancel_watch, if it already has).  The watch node belongs to the
+ * caller and must stay valid until engine_cancel_unwatch returns; after it
+ * returns fn is not running and will not run. */
+typedef struct engine_watch {
+    void (*fn)(void *arg);
+    void *arg;
+    struct engine_watch *next;
+} engine_watch;
+void engine_cancel_watch(kiln_engine_cancel *c, engine_watch *w);
+void engine_cancel_unwatch(kiln_engine_cancel *c, engine_watch *w);
+/* Takes another reference (dropped with kiln_engine_cancel_free). */
+kiln_engine_cancel *engine_cancel_ref(kiln_engine_cancel *c);
+
+#endif

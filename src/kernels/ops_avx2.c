@@ -1,0 +1,204 @@
+/*
+ * ops_avx2.c — AVX2 + FMA + F16C twins of the ops.c kernels that the
+ * forward pass spends time in (attention over an F16 cache, the norms and
+ * the SwiGLU activation).  The scalar versions in ops.c stay the reference;
+ * kk_ops_at() hands out one set or the other and test_kernels compares them.
+ *
+ * Numerics kept from the scalar kernels:
+ *   dot_f16   products of F16 values with an F16-rounded query are exact in
+ *             float; they are summed in double lanes as the reference sums
+ *             them in double (only the order of the additions differs)
+ *   scale_f16, mad_f16   one float multiply / one fused multiply-add per
+ *             element, rounded to F16 (nearest-even) after every update
+ *   rmsnorm   sum of squares in double, then (x * scale) * w in float
+ *   swiglu    g / (1 + e^-g) * u with a polynomial e^x (about 1 ulp)
+ */
+#include "kernels/ops.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+/* gcc contracts a * b + c into an FMA by default once -mfma is on, also in
+ * intrinsics (they are plain vector arithmetic to it); the reference rounds
+ * the product and the sum separately, so contraction stays off here. */
+#pragma GCC optimize("fp-contract=off")
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline double hsum4d(__m256d v) {
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return _mm_cvtsd_f64(s);
+}
+
+static inline __m256 load_h8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline void store_h8(uint16_t *p, __m256 v) {
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+static inline uint16_t f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+
+static float dot_f16(const uint16_t *a, const float *b, int n) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 p0 = _mm256_mul_ps(load_h8(a + i), _mm256_loadu_ps(b + i));
+        const __m256 p1 = _mm256_mul_ps(load_h8(a + i + 8), _mm256_loadu_ps(b + i + 8));
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(p0)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(p0, 1)));
+        s2 = _mm256_add_pd(s2, _mm256_cvtps_pd(_mm256_castps256_ps128(p1)));
+        s3 = _mm256_add_pd(s3, _mm256_cvtps_pd(_mm256_extractf128_ps(p1, 1)));
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 p0 = _mm256_mul_ps(load_h8(a + i), _mm256_loadu_ps(b + i));
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(p0)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(p0, 1)));
+    }
+    double s = hsum4d(_mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3)));
+    for (; i < n; i++) s += (double)(h2f(a[i]) * b[i]);
+    return (float)s;
+}
+
+static void scale_f16(uint16_t *y, float s, int n) {
+    const __m256 vs = _mm256_set1_ps(s);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) store_h8(y + i, _mm256_mul_ps(load_h8(y + i), vs));
+    for (; i < n; i++) y[i] = f2h(h2f(y[i]) * s);
+}
+
+static void mad_f16(uint16_t *y, const uint16_t *x, float w, int n) {
+    const __m256 vw = _mm256_set1_ps(w);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_fmadd_ps(load_h8(x + i), vw, load_h8(y + i));
+        const __m256 b = _mm256_fmadd_ps(load_h8(x + i + 8), vw, load_h8(y + i + 8));
+        store_h8(y + i, a);
+        store_h8(y + i + 8, b);
+    }
+    for (; i + 8 <= n; i += 8) store_h8(y + i, _mm256_fmadd_ps(load_h8(x + i), vw, load_h8(y + i)));
+    for (; i < n; i++) y[i] = f2h(fmaf(h2f(x[i]), w, h2f(y[i])));
+}
+
+static void f32_to_f16_row(const float *x, uint16_t *y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) store_h8(y + i, _mm256_loadu_ps(x + i));
+    for (; i < n; i++) y[i] = f2h(x[i]);
+}
+
+static void round_f16_row(const float *x, float *y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) y[i] = h2f(f2h(x[i]));
+}
+
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        s0 = _mm256_fmadd_pd(lo, lo, s0); /* exact: a float squared fits in a double */
+        s1 = _mm256_fmadd_pd(hi, hi, s1);
+    }
+    double ss = hsum4d(_mm256_add_pd(s0, s1));
+    for (; i < n; i++) ss += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(ss / n + eps));
+    const __m256 vs = _mm256_set1_ps(scale);
+    i = 0;
+    if (w) {
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
+        for (; i < n; i++) out[i] = x[i] * scale * w[i];
+    } else {
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+        for (; i < n; i++) out[i] = x[i] * scale;
+    }
+}
+
+/* e^x for 8 floats: x = k ln2 + r with |r| <= ln2/2 (ln2 split in two
+ * parts so k ln2 is exact), e^r by a degree-6 polynomial, 2^k through the
+ * exponent bits.  Inputs are clamped to [-87.3, 88.7] so 2^k stays a normal
+ * float: e^x underflows to ~1e-38 instead of 0 and overflows to ~3e38
+ * instead of inf, which the callers' 1 / (1 + e^x) does not notice. */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* k is in [-126, 128]; split as two halves so 2^k needs no inf/denormal */
+    const __m256i ki = _mm256_cvtps_epi32(k);
+    const __m256i k1 = _mm256_srai_epi32(ki, 1), k2 = _mm256_sub_epi32(ki, k1);
+    const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23));
+    const __m256 e2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, e1), e2);
+}
+
+static void swiglu(float *g, const float *u, int n) {
+    const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(g + i);
+        const __m256 e = exp8(_mm256_xor_ps(v, neg));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(v, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void add(float *y, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] += x[i];
+}
+
+static void rope_neox(const float *cs, float *x, int n_heads, int head_dim, int n_rot) {
+    const int half = n_rot / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (long)h * head_dim;
+        int i = 0;
+        for (; i + 8 <= half; i += 8) {
+            /* cs holds (cos, sin) pairs: split 16 floats into 8 cos and 8 sin */
+            const __m256 a = _mm256_loadu_ps(cs + 2 * i), b = _mm256_loadu_ps(cs + 2 * i + 8);
+            const __m256 c = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+            const __m256 s = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(a, b, 0xDD), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+            const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + i + half);
+            /* two roundings each, as the reference: x0*c - x1*s, x0*s + x1*c */
+            _mm256_storeu_ps(v + i, _mm256_sub_ps(_mm256_mul_ps(x0, c), _mm256_mul_ps(x1, s)));
+            _mm256_storeu_ps(v + i + half, _mm256_add_ps(_mm256_mul_ps(x0, s), _mm256_mul_ps(x1, c)));
+        }
+        for (; i < half; i++) {
+            const float c = cs[2 * i], s = cs[2 * i + 1], x0 = v[i], x1 = v[i + half];
+            const float m0 = x0 * c, m1 = x1 * s, m2 = x0 * s, m3 = x1 * c;
+            v[i] = m0 - m1;
+            v[i + half] = m2 + m3;
+        }
+    }
+}
+
+const kk_ops *kk_ops_avx2(void) {
+    static const kk_ops ops = {
+        .dot_f16 = dot_f16,
+        .scale_f16 = scale_f16,
+        .mad_f16 = mad_f16,
+        .f32_to_f16_row = f32_to_f16_row,
+        .round_f16_row = round_f16_row,
+        .rmsnorm = rmsnorm,
+        .swiglu = swiglu,
+        .add = add,
+        .rope_neox = rope_neox,
+    };
+    return &ops;
+}

@@ -1,0 +1,515 @@
+/* kiln_embedder: input formatting, token limits, batching, pooling,
+ * normalization and the model fingerprint.  Encoders run through bert.c
+ * on padded batches; decoders through an embeddings context, one input
+ * per run. */
+#include "model/bert.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Most inputs one encoder run carries (bounds the pooled-output buffer). */
+#define EMBED_MAX_SEQ 64
+
+struct kiln_embedder {
+    kiln_model *m;
+    int own_model;
+    int pooling;                 /* KILN_POOLING_* */
+    int32_t max_tokens, n_batch;
+    char *qprefix, *dprefix;
+    char fingerprint[65];
+    float *pooled;               /* [EMBED_MAX_SEQ][n_embd] pooled, not normalized */
+    /* encoder */
+    kpool *pool;
+    kl_bert_ws *ws;
+    int32_t *run_tok;            /* [n_batch] padded token rows of one run */
+    int32_t run_len[EMBED_MAX_SEQ];
+    /* decoder */
+    kiln_context *ctx;
+    int8_t *flags;               /* [n_batch] rows whose hidden state is kept */
+    double *acc;                 /* [n_embd] pooling accumulator */
+    /* the last failed begin's over-limit inputs */
+    int32_t n_over, cap_over;
+    int32_t *over_idx, *over_ntok;
+};
+
+struct kiln_embed_job {
+    kiln_embedder *e;
+    kiln_embeddings res;
+    float *vectors;
+    int32_t *n_tokens, *truncated;
+    int32_t **tokens;            /* [n] token ids per input */
+};
+
+kiln_embedder_params kiln_embedder_default_params(void) {
+    kiln_embedder_params p = {0, 2048, 0};
+    return p;
+}
+
+/* ------------------------------------------------------------ formatting */
+
+static char *dup_str(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+/* Family defaults by general.name, lowercased with ' ' and '_' read as '-'. */
+static void family_prefixes(const char *name, const char **q, const char **d) {
+    char n[256];
+    size_t i = 0;
+    for (; name[i] && i + 1 < sizeof n; i++) {
+        char c = (char)tolower((unsigned char)name[i]);
+        n[i] = c == ' ' || c == '_' ? '-' : c;
+    }
+    n[i] = 0;
+    *q = *d = "";
+    const char *e5 = strstr(n, "e5-");
+    if (strstr(n, "qwen3-embedding")) {
+        *q = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:";
+    } else if (e5 && (e5 == n || !isalnum((unsigned char)e5[-1]))) {
+        *q = "query: ";
+        *d = "passage: ";
+    } else if (strstr(n, "nomic-embed")) {
+        *q = "search_query: ";
+        *d = "search_document: ";
+    } else if (strstr(n, "bge-") && strstr(n, "-en")) {
+        *q = "Represent this sentence for searching relevant passages: ";
+    }
+}
+
+static int load_prefixes(kiln_embedder *e) {
+    const char *fq, *fd;
+    family_prefixes(e->m->name, &fq, &fd);
+    gguf_str s;
+    e->qprefix = gguf_get_str(e->m->gf, "kiln.embedding.query_prefix", &s) == 0 ? dup_str(s.ptr, s.len)
+                                                                                 : dup_str(fq, strlen(fq));
+    e->dprefix = gguf_get_str(e->m->gf, "kiln.embedding.document_prefix", &s) == 0 ? dup_str(s.ptr, s.len)
+                                                                                   : dup_str(fd, strlen(fd));
+    return e->qprefix && e->dprefix ? 0 : -1;
+}
+
+/* SHA-256 over a version tag, the architecture, the input format (both
+ * prefixes, pooling) and every tensor: name, type, shape, bytes. */
+static int fingerprint(kiln_embedder *e) {
+    EVP_MD_CTX *h = EVP_MD_CTX_new();
+    if (!h) return -1;
+    int ok = EVP_DigestInit_ex(h, EVP_sha256(), NULL);
+    char head[96];
+    int n = snprintf(head, sizeof head, "kiln-embedder-v1\narch=%s\npooling=%d\n", e->m->arch_name, e->pooling);
+    ok &= EVP_DigestUpdate(h, head, (size_t)n);
+    ok &= EVP_DigestUpdate(h, e->qprefix, strlen(e->qprefix) + 1);
+    ok &= EVP_DigestUpdate(h, e->dprefix, strlen(e->dprefix) + 1);
+    for (int i = 0; ok && i < gguf_n_tensors(e->m->gf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(e->m->gf, i);
+        uint64_t desc[2 + GGUF_MAX_DIMS] = {t->type, t->n_dims};
+        for (int d = 0; d < GGUF_MAX_DIMS; d++) desc[2 + d] = (uint64_t)t->ne[d];
+        ok &= EVP_DigestUpdate(h, t->name, strlen(t->name) + 1);
+        ok &= EVP_DigestUpdate(h, desc, sizeof desc);
+        ok &= EVP_DigestUpdate(h, t->data, t->nbytes);
+    }
+    unsigned char md[32];
+    unsigned int len = 0;
+    ok &= EVP_DigestFinal_ex(h, md, &len);
+    EVP_MD_CTX_free(h);
+    if (!ok || len != 32) return -1;
+    for (int i = 0; i < 32; i++) snprintf(e->fingerprint + 2 * i, 3, "%02x", md[i]);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- create */
+
+static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
+    kiln_embedder_params p = params ? *params : kiln_embedder_default_params();
+    kiln_model *m = e->m;
+    if (p.n_batch <= 0) p.n_batch = 2048;
+    if (p.max_tokens < 0 || p.n_threads < 0)
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "negative max_tokens or n_threads");
+    int def = m->arch->encoder ? KILN_POOLING_MEAN : KILN_POOLING_LAST;
+    char key[96];
+    snprintf(key, sizeof key, "%s.pooling_type", m->arch_name);
+    e->pooling = (int)gguf_get_int(m->gf, key, def);
+    if (e->pooling < KILN_POOLING_MEAN || e->pooling > KILN_POOLING_LAST)
+        return kl_fail(NULL, KILN_ERR_UNSUPPORTED,
+                       "%s = %d: kiln embeds with mean (1), CLS (2) or last-token (3) pooling", key, e->pooling);
+    if (load_prefixes(e) || fingerprint(e)) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    e->acc = malloc((size_t)m->hp.n_embd * sizeof *e->acc);
+    e->pooled = malloc((size_t)EMBED_MAX_SEQ * (size_t)m->hp.n_embd * sizeof *e->pooled);
+    if (!e->acc || !e->pooled) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (m->arch->encoder) {
+        e->max_tokens = p.max_tokens ? p.max_tokens : m->hp.n_ctx_train;
+        if (e->max_tokens > m->hp.n_ctx_train)
+            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", e->max_tokens,
+                           m->hp.n_ctx_train);
+        e->n_batch = p.n_batch < e->max_tokens ? e->max_tokens : p.n_batch;
+        e->pool = kpool_new(p.n_threads);
+        if (!e->pool) return kl_fail(NULL, KILN_ERR_NOMEM, "cannot start threads");
+        e->ws = kl_bert_ws_new(m, e->n_batch, e->pool);
+        e->run_tok = malloc((size_t)e->n_batch * sizeof *e->run_tok);
+        if (!e->ws || !e->run_tok) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+        return KILN_OK;
+    }
+    kiln_context_params cp = kiln_context_default_params();
+    cp.n_ctx = p.max_tokens;
+    cp.n_batch = p.n_batch;
+    cp.n_threads = p.n_threads;
+    cp.kv_type = KILN_KV_F32; /* vectors are compared at 1e-5; keep F32 keys/values */
+    cp.embeddings = 1;
+    kiln_status st = kiln_context_new(m, &cp, &e->ctx);
+    if (st != KILN_OK) return st;
+    e->max_tokens = kiln_context_n_ctx(e->ctx);
+    e->n_batch = e->ctx->p.n_batch;
+    e->flags = malloc((size_t)e->n_batch);
+    if (!e->flags) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    return KILN_OK;
+}
+
+kiln_status kiln_embedder_new_from_model(kiln_model *m, const kiln_embedder_params *p, kiln_embedder **out) {
+    *out = NULL;
+    if (!m) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model");
+    kiln_embedder *e = calloc(1, sizeof *e);
+    if (!e) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    e->m = m;
+    kiln_status st = setup(e, p);
+    if (st != KILN_OK) {
+        kiln_embedder_free(e);
+        return st;
+    }
+    *out = e;
+    return KILN_OK;
+}
+
+kiln_status kiln_embedder_new(const char *path, const kiln_embedder_params *p, kiln_embedder **out) {
+    *out = NULL;
+    kiln_model *m;
+    kiln_status st = kiln_model_load(path, NULL, &m);
+    if (st != KILN_OK) return st;
+    st = kiln_embedder_new_from_model(m, p, out);
+    if (st != KILN_OK) {
+        kiln_model_free(m);
+        return st;
+    }
+    (*out)->own_model = 1;
+    return KILN_OK;
+}
+
+void kiln_embedder_free(kiln_embedder *e) {
+    if (!e) return;
+    kl_bert_ws_free(e->ws);
+    if (e->pool) kpool_free(e->pool);
+    kiln_context_free(e->ctx);
+    free(e->run_tok);
+    free(e->pooled);
+    free(e->flags);
+    free(e->acc);
+    free(e->qprefix);
+    free(e->dprefix);
+    free(e->over_idx);
+    free(e->over_ntok);
+    if (e->own_model) kiln_model_free(e->m);
+    free(e);
+}
+
+void kiln_embedder_get_info(const kiln_embedder *e, kiln_embedder_info *info) {
+    memset(info, 0, sizeof *info);
+    info->arch = e->m->arch_name;
+    info->n_embd = e->m->hp.n_embd;
+    info->max_tokens = e->max_tokens;
+    info->pooling = e->pooling;
+    info->query_prefix = e->qprefix;
+    info->document_prefix = e->dprefix;
+    info->fingerprint = e->fingerprint;
+}
+
+/* ------------------------------------------------------------ tokenizing */
+
+/* prefix + text with the vocabulary's special tokens; *out is malloc'd.
+ * Returns the count, or a negative kiln_status. */
+static int32_t tokenize(const kiln_embedder *e, const char *prefix, const char *text, size_t len, int32_t **out) {
+    size_t pl = strlen(prefix);
+    char *buf = malloc(pl + len + 1);
+    if (!buf) return KILN_ERR_NOMEM;
+    memcpy(buf, prefix, pl);
+    memcpy(buf + pl, text, len);
+    int32_t cap = (int32_t)(pl + len + 8 < (size_t)INT32_MAX ? pl + len + 8 : INT32_MAX);
+    int32_t *ids = NULL, n = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        free(ids);
+        ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids) break;
+        n = ktok_encode(e->m->tok, buf, pl + len, 1, 0, ids, cap);
+        if (n >= 0 || n == KTOK_ERR_NOMEM) break;
+        cap = -n;
+    }
+    free(buf);
+    if (!ids || n < 0) {
+        free(ids);
+        return KILN_ERR_NOMEM;
+    }
+    *out = ids;
+    return n;
+}
+
+/* Whether the last token is the closing special token the tokenizer adds
+ * ([SEP] for WordPiece, EOS when add_eos), which truncation keeps. */
+static int has_closing(const ktok *t, const int32_t *ids, int32_t n) {
+    if (n < 2) return 0;
+    int32_t last = ids[n - 1];
+    return (ktok_kind(t) == KTOK_WPM && last == ktok_sep(t)) || (ktok_add_eos(t) && last == ktok_eos(t));
+}
+
+static int note_over(kiln_embedder *e, int32_t i, int32_t n) {
+    if (e->n_over == e->cap_over) {
+        int32_t cap = e->cap_over ? 2 * e->cap_over : 16;
+        int32_t *a = realloc(e->over_idx, (size_t)cap * sizeof *a);
+        if (a) e->over_idx = a;
+        int32_t *b = realloc(e->over_ntok, (size_t)cap * sizeof *b);
+        if (b) e->over_ntok = b;
+        if (!a || !b) return -1;
+        e->cap_over = cap;
+    }
+    e->over_idx[e->n_over] = i;
+    e->over_ntok[e->n_over++] = n;
+    return 0;
+}
+
+void kiln_embed_job_free(kiln_embed_job *j) {
+    if (!j) return;
+    if (j->tokens)
+        for (int32_t i = 0; i < j->res.n; i++) free(j->tokens[i]);
+    free(j->tokens);
+    free(j->vectors);
+    free(j->n_tokens);
+    free(j->truncated);
+    free(j);
+}
+
+static kiln_status over_limit_error(const kiln_embedder *e, int32_t n_inputs) {
+    char msg[512];
+    int o = snprintf(msg, sizeof msg, "%d of %d input(s) exceed the limit of %d tokens:", e->n_over, n_inputs,
+                     e->max_tokens);
+    for (int32_t k = 0; k < e->n_over && o < (int)sizeof msg; k++)
+        o += snprintf(msg + o, sizeof msg - (size_t)o, "%s input %d: %d tokens > limit %d", k ? ";" : "",
+                      e->over_idx[k], e->over_ntok[k], e->max_tokens);
+    return kl_fail(NULL, KILN_ERR_CONTEXT_FULL, "%s", msg);
+}
+
+kiln_status kiln_embed_begin(kiln_embedder *e, const kiln_embed_request *r, kiln_embed_job **out) {
+    *out = NULL;
+    if (!e || !r || r->n < 0 || (r->n && !r->texts))
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "bad embed request");
+    e->n_over = 0;
+    const int E = e->m->hp.n_embd;
+    if (r->kind != KILN_EMBED_QUERY && r->kind != KILN_EMBED_DOCUMENT)
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown input kind %d", r->kind);
+    if (r->dim < 0 || r->dim > E)
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "dimension %d is outside 1..%d", r->dim, E);
+    const int dim = r->dim ? r->dim : E;
+    kiln_embed_job *j = calloc(1, sizeof *j);
+    if (!j) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    j->e = e;
+    j->res.n = r->n;
+    j->res.dim = dim;
+    j->res.fingerprint = e->fingerprint;
+    const size_t n = (size_t)r->n;
+    j->tokens = calloc(n ? n : 1, sizeof *j->tokens);
+    j->vectors = calloc(n * (size_t)dim + 1, sizeof *j->vectors);
+    j->n_tokens = calloc(n + 1, sizeof *j->n_tokens);
+    j->truncated = calloc(n + 1, sizeof *j->truncated);
+    if (!j->tokens || !j->vectors || !j->n_tokens || !j->truncated) {
+        kiln_embed_job_free(j);
+        return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    }
+    const char *prefix = r->kind == KILN_EMBED_QUERY ? e->qprefix : e->dprefix;
+    /* count every input before any runs */
+    for (int32_t i = 0; i < r->n; i++) {
+        const char *t = r->texts[i];
+        if (!t) {
+            kiln_embed_job_free(j);
+            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "input %d is NULL", i);
+        }
+        int32_t c = tokenize(e, prefix, t, r->lens ? r->lens[i] : strlen(t), &j->tokens[i]);
+        if (c < 0) {
+            kiln_embed_job_free(j);
+            return kl_fail(NULL, (kiln_status)c, "input %d: out of memory while tokenizing", i);
+        }
+        if (c == 0) {
+            kiln_embed_job_free(j);
+            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "input %d has no tokens", i);
+        }
+        if (c > e->max_tokens) {
+            if (r->allow_truncate) {
+                int32_t *ids = j->tokens[i];
+                if (has_closing(e->m->tok, ids, c)) ids[e->max_tokens - 1] = ids[c - 1];
+                j->truncated[j->res.n_truncated++] = i;
+                c = e->max_tokens;
+            } else if (note_over(e, i, c)) {
+                kiln_embed_job_free(j);
+                return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+            }
+        }
+        j->n_tokens[i] = c;
+    }
+    if (e->n_over) {
+        kiln_embed_job_free(j);
+        return over_limit_error(e, r->n);
+    }
+    j->res.vectors = j->vectors;
+    j->res.n_tokens = j->n_tokens;
+    j->res.truncated = j->truncated;
+    *out = j;
+    return KILN_OK;
+}
+
+int32_t kiln_embed_over_limit(const kiln_embedder *e, const int32_t **index, const int32_t **n_tokens) {
+    if (index) *index = e->over_idx;
+    if (n_tokens) *n_tokens = e->over_ntok;
+    return e->n_over;
+}
+
+const kiln_embeddings *kiln_embed_result(const kiln_embed_job *j) { return &j->res; }
+
+/* ----------------------------------------------------------------- running */
+
+/* Writes the leading dim values of v, scaled to unit length, to out. */
+static void finish(const float *v, int dim, float *out) {
+    double ss = 0.0;
+    for (int d = 0; d < dim; d++) ss += (double)v[d] * v[d];
+    const float inv = ss > 0.0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
+    for (int d = 0; d < dim; d++) out[d] = v[d] * inv;
+}
+
+/* Whether count inputs of at most maxlen tokens fit one encoder run. */
+static int fits(const kiln_embedder *e, int32_t count, int32_t maxlen) {
+    return count <= EMBED_MAX_SEQ && (int64_t)count * maxlen <= e->n_batch;
+}
+
+int32_t kiln_embed_batch_end(const kiln_embed_job *j, int32_t begin) {
+    const kiln_embedder *e = j->e;
+    if (begin < 0 || begin >= j->res.n) return begin;
+    if (!e->m->arch->encoder) return begin + 1;
+    int32_t end = begin + 1, maxlen = j->n_tokens[begin];
+    while (end < j->res.n) {
+        int32_t ml = j->n_tokens[end] > maxlen ? j->n_tokens[end] : maxlen;
+        if (!fits(e, end - begin + 1, ml)) break;
+        maxlen = ml;
+        end++;
+    }
+    return end;
+}
+
+/* One encoder run over the inputs idx[0..count), padded to maxlen. */
+static void encode_group(kiln_embed_job *j, const int32_t *idx, int32_t count, int32_t maxlen) {
+    kiln_embedder *e = j->e;
+    const int E = e->m->hp.n_embd;
+    for (int32_t s = 0; s < count; s++) {
+        int32_t n = j->n_tokens[idx[s]];
+        int32_t *row = e->run_tok + (size_t)s * maxlen;
+        memcpy(row, j->tokens[idx[s]], (size_t)n * sizeof *row);
+        for (int32_t t = n; t < maxlen; t++) row[t] = 0;
+        e->run_len[s] = n;
+    }
+    kl_bert_forward(e->ws, e->m, e->run_tok, e->run_len, count, maxlen, e->pooling, e->pooled);
+    for (int32_t s = 0; s < count; s++)
+        finish(e->pooled + (size_t)s * E, j->res.dim, j->vectors + (size_t)idx[s] * j->res.dim);
+}
+
+/* A decoder input, chunked by n_batch; pooled from the final normalized
+ * hidden states. */
+static kiln_status decode_one(kiln_embed_job *j, int32_t i) {
+    kiln_embedder *e = j->e;
+    const int E = e->m->hp.n_embd;
+    const int32_t n = j->n_tokens[i];
+    const int32_t *ids = j->tokens[i];
+    kiln_status st = kiln_seq_truncate(e->ctx, 0, 0);
+    for (int d = 0; d < E; d++) e->acc[d] = 0.0;
+    for (int32_t off = 0; st == KILN_OK && off < n; off += e->n_batch) {
+        int32_t cnt = n - off < e->n_batch ? n - off : e->n_batch;
+        for (int32_t k = 0; k < cnt; k++) {
+            int32_t t = off + k;
+            e->flags[k] = (int8_t)(e->pooling == KILN_POOLING_MEAN ||
+                                   t == (e->pooling == KILN_POOLING_CLS ? 0 : n - 1));
+        }
+        kiln_batch b = {cnt, ids + off, NULL, NULL, e->flags};
+        st = kiln_decode(e->ctx, &b);
+        for (int32_t k = 0; st == KILN_OK && k < cnt; k++) {
+            if (!e->flags[k]) continue;
+            const float *h = kiln_get_embeddings(e->ctx, k);
+            if (!h) return kl_fail(NULL, KILN_ERR_INTERNAL, "input %d: no hidden state for token %d", i, off + k);
+            for (int d = 0; d < E; d++) e->acc[d] += h[d];
+        }
+    }
+    kiln_seq_truncate(e->ctx, 0, 0);
+    if (st != KILN_OK) return st;
+    /* acc holds one row (CLS, last) or the sum of n rows (mean) */
+    const double scale = e->pooling == KILN_POOLING_MEAN ? 1.0 / n : 1.0;
+    for (int d = 0; d < E; d++) e->pooled[d] = (float)(e->acc[d] * scale);
+    finish(e->pooled, j->res.dim, j->vectors + (size_t)i * j->res.dim);
+    return KILN_OK;
+}
+
+typedef struct by_len {
+    int32_t n_tokens, index;
+} by_len;
+
+static int by_length(const void *a, const void *b) {
+    const by_len *x = a, *y = b;
+    if (x->n_tokens != y->n_tokens) return x->n_tokens < y->n_tokens ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+kiln_status kiln_embed_run(kiln_embed_job *j, int32_t begin, int32_t end) {
+    if (!j || begin < 0 || end > j->res.n || begin > end)
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "bad input range [%d, %d)", begin, end);
+    kiln_embedder *e = j->e;
+    if (!e->m->arch->encoder) {
+        for (int32_t i = begin; i < end; i++) {
+            kiln_status st = decode_one(j, i);
+            if (st != KILN_OK) return st;
+        }
+        return KILN_OK;
+    }
+    /* shortest first, so each run pads little */
+    const int32_t n = end - begin;
+    by_len *order = malloc((size_t)(n ? n : 1) * sizeof *order);
+    int32_t *idx = malloc((size_t)(n ? n : 1) * sizeof *idx);
+    if (!order || !idx) {
+        free(order);
+        free(idx);
+        return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    }
+    for (int32_t k = 0; k < n; k++) order[k] = (by_len){j->n_tokens[begin + k], begin + k};
+    qsort(order, (size_t)n, sizeof *order, by_length);
+    for (int32_t k = 0; k < n; k++) idx[k] = order[k].index;
+    for (int32_t k = 0; k < n;) {
+        int32_t c = 1;
+        while (k + c < n && fits(e, c + 1, order[k + c].n_tokens)) c++;
+        encode_group(j, idx + k, c, order[k + c - 1].n_tokens);
+        k += c;
+    }
+    free(order);
+    free(idx);
+    return KILN_OK;
+}
+
+kiln_status kiln_embed(kiln_embedder *e, const kiln_embed_request *r, kiln_embed_job **out) {
+    kiln_embed_job *j;
+    kiln_status st = kiln_embed_begin(e, r, &j);
+    if (st != KILN_OK) {
+        *out = NULL;
+        return st;
+    }
+    st = kiln_embed_run(j, 0, j->res.n);
+    if (st != KILN_OK) {
+        kiln_embed_job_free(j);
+        j = NULL;
+    }
+    *out = j;
+    return st;
+}

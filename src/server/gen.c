@@ -1,0 +1,221 @@
+/* From a request's tokens to text deltas, on the HTTP thread:
+ *   detokenize (whole UTF-8 characters) -> stop strings (text that might
+ *   begin a stop string is held back) -> tags: <think>...</think> becomes
+ *   reasoning, <tool_call>{json}</tool_call> a tool call; a partial tag is
+ *   held back too.  A stop string match cancels the request. */
+#define _GNU_SOURCE
+#include "server/srv.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const k_tags[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
+
+void ks_gen_init(ks_gen *g, ks_runner *r, ks_req *q, int start_in_think) {
+    memset(g, 0, sizeof *g);
+    g->r = r;
+    g->q = q;
+    g->dt = kiln_detok_new(r->model);
+    g->parse = 1;
+    g->mode = start_in_think ? 1 : 0;
+    g->tool_calls = json_array();
+    g->logprobs = json_array();
+}
+
+void ks_gen_free(ks_gen *g) {
+    kiln_detok_free(g->dt);
+    ks_buf_free(&g->sbuf);
+    ks_buf_free(&g->pbuf);
+    ks_buf_free(&g->tool);
+    json_decref(g->tool_calls);
+    json_decref(g->logprobs);
+}
+
+static void emit(ks_gen *g, int kind, const char *s, size_t n) {
+    if (n && g->on_text) g->on_text(g, kind, s, n, g->user);
+}
+
+/* Length of the longest suffix of s[0..n) that is a proper prefix of t. */
+static size_t partial_suffix(const char *s, size_t n, const char *t) {
+    size_t tl = strlen(t);
+    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, t, k)) return k;
+    return 0;
+}
+
+static void tool_done(ks_gen *g) {
+    json_error_t je;
+    json_t *call = json_loadb(g->tool.p ? g->tool.p : "", g->tool.len, 0, &je);
+    json_t *name = call ? json_object_get(call, "name") : NULL;
+    if (!json_is_string(name)) {
+        /* not a tool call after all: keep the text */
+        emit(g, KS_D_CONTENT, "<tool_call>", 11);
+        emit(g, KS_D_CONTENT, g->tool.p ? g->tool.p : "", g->tool.len);
+        emit(g, KS_D_CONTENT, "</tool_call>", 12);
+        json_decref(call);
+    } else {
+        json_t *args = json_object_get(call, "arguments");
+        if (!args) json_object_set_new(call, "arguments", json_object());
+        else if (json_is_string(args)) {
+            json_t *parsed = json_loads(json_string_value(args), 0, &je);
+            if (parsed) json_object_set_new(call, "arguments", parsed);
+        }
+        json_array_append(g->tool_calls, call);
+        if (g->on_tool) g->on_tool(g, g->n_tools, call, g->user);
+        g->n_tools++;
+        json_decref(call);
+    }
+    g->tool.len = 0;
+}
+
+/* Splits text by tags into the current mode's sink. */
+static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
+    if (!g->parse) {
+        emit(g, KS_D_CONTENT, s, n);
+        return;
+    }
+    ks_buf_put(&g->pbuf, s, n);
+    size_t pos = 0;
+    for (;;) {
+        const char *base = g->pbuf.p + pos;
+        size_t len = g->pbuf.len - pos;
+        /* the tags that matter in this mode */
+        int cand[2], nc = 0;
+        if (g->mode == 0) { cand[nc++] = 0; cand[nc++] = 2; }
+        else if (g->mode == 1) cand[nc++] = 1;
+        else cand[nc++] = 3;
+        const char *hit = NULL;
+        int which = -1;
+        for (int i = 0; i < nc; i++) {
+            const char *h = memmem(base, len, k_tags[cand[i]], strlen(k_tags[cand[i]]));
+            if (h && (!hit || h < hit)) { hit = h; which = cand[i]; }
+        }
+        size_t upto = hit ? (size_t)(hit - base) : len;
+        if (!hit && !final) {
+            size_t hold = 0;
+            for (int i = 0; i < nc; i++) {
+                size_t k = partial_suffix(base, len, k_tags[cand[i]]);
+                if (k > hold) hold = k;
+            }
+            upto = len - hold;
+        }
+        if (g->mode == 2) ks_buf_put(&g->tool, base, upto);
+        else emit(g, g->mode == 1 ? KS_D_REASONING : KS_D_CONTENT, base, upto);
+        pos += upto;
+        if (!hit) break;
+        pos += strlen(k_tags[which]);
+        if (which == 0) g->mode = 1;
+        else if (which == 1) g->mode = 0;
+        else if (which == 2) { g->mode = 2; g->tool.len = 0; }
+        else { tool_done(g); g->mode = 0; }
+    }
+    if (final && g->mode == 2 && g->tool.len) { /* unterminated: try it anyway */
+        tool_done(g);
+        g->mode = 0;
+    }
+    memmove(g->pbuf.p, g->pbuf.p + pos, g->pbuf.len - pos);
+    g->pbuf.len -= pos;
+}
+
+/* Stop strings, then tags.  Returns 1 when a stop string matched. */
+static int push_text(ks_gen *g, const char *s, size_t n, int final) {
+    size_t ns = json_array_size(g->stops);
+    if (!ns) {
+        parse_text(g, s, n, final);
+        return 0;
+    }
+    ks_buf_put(&g->sbuf, s, n);
+    size_t cut = g->sbuf.len, hold = 0;
+    int matched = 0;
+    for (size_t i = 0; i < ns; i++) {
+        const char *st = json_string_value(json_array_get(g->stops, i));
+        if (!st || !*st) continue;
+        const char *h = g->sbuf.len ? memmem(g->sbuf.p, g->sbuf.len, st, strlen(st)) : NULL;
+        if (h && (size_t)(h - g->sbuf.p) < cut) {
+            cut = (size_t)(h - g->sbuf.p);
+            matched = 1;
+        }
+        size_t k = partial_suffix(g->sbuf.p ? g->sbuf.p : "", g->sbuf.len, st);
+        if (k > hold) hold = k;
+    }
+    size_t out = matched ? cut : final ? g->sbuf.len : g->sbuf.len - hold;
+    parse_text(g, g->sbuf.p ? g->sbuf.p : "", out, final || matched);
+    if (matched) {
+        g->sbuf.len = 0;
+        return 1;
+    }
+    memmove(g->sbuf.p, g->sbuf.p + out, g->sbuf.len - out);
+    g->sbuf.len -= out;
+    return 0;
+}
+
+static json_t *lp_entry(kiln_model *m, int32_t id, float lp) {
+    char piece[256];
+    int n = kiln_token_to_piece(m, id, piece, sizeof piece, 1);
+    if (n < 0 || n > (int)sizeof piece) n = 0;
+    json_t *bytes = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)piece[i]));
+    json_t *e = json_object();
+    json_object_set_new(e, "token", ks_jstr(piece, (size_t)n));
+    json_object_set_new(e, "logprob", json_real(lp));
+    json_object_set_new(e, "bytes", bytes);
+    return e;
+}
+
+static void finish(ks_gen *g, int fin) {
+    size_t n;
+    const char *tail = kiln_detok_flush(g->dt, &n);
+    if (push_text(g, tail, n, 1)) fin = KS_FIN_STOP;
+    else push_text(g, "", 0, 1);
+    g->finish = fin;
+}
+
+int ks_gen_pump(ks_gen *g, int wait_ms) {
+    if (g->finish) return 1;
+    ks_runner *r = g->r;
+    ks_req *q = g->q;
+    pthread_mutex_lock(&r->mu);
+    if (q->n_out == g->consumed && q->state != KS_Q_DONE && wait_ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)wait_ms * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&q->cv, &r->mu, &ts);
+    }
+    int32_t have = q->n_out;
+    int done = q->state == KS_Q_DONE;
+    int fin = q->finish;
+    if (done && q->err[0]) snprintf(g->err, sizeof g->err, "%s", q->err);
+    pthread_mutex_unlock(&r->mu);
+    /* q->out entries below have are immutable now; reading without the lock
+     * is safe except that realloc may move the array, so copy each one */
+    for (; g->consumed < have; g->consumed++) {
+        pthread_mutex_lock(&r->mu);
+        ks_tok t = q->out[g->consumed];
+        pthread_mutex_unlock(&r->mu);
+        g->n_gen++;
+        size_t n;
+        const char *piece = kiln_detok_push(g->dt, t.id, &n);
+        if (g->want_logprobs) {
+            json_t *e = lp_entry(r->model, t.id, t.logprob);
+            json_t *top = json_array();
+            for (int k = 0; k < t.n_top; k++) json_array_append_new(top, lp_entry(r->model, t.top_id[k], t.top_lp[k]));
+            json_object_set_new(e, "top_logprobs", top);
+            json_array_append_new(g->logprobs, e);
+        }
+        if (push_text(g, piece, n, 0)) {
+            atomic_store(&q->cancel, 1);
+            finish(g, KS_FIN_STOP);
+            return 1;
+        }
+    }
+    if (done) {
+        finish(g, fin == KS_FIN_NONE ? KS_FIN_STOP : fin);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,517 @@
+/* The HTTP side: libmicrohttpd with a thread per connection (so a handler
+ * may block while its request runs), routing, the API key, the body limit,
+ * JSON parsing with positioned errors, streamed responses, model lookup and
+ * the server's start and drain. */
+#define _GNU_SOURCE
+#include "server/srv.h"
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- small utilities ---- */
+
+double ks_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double ks_wall(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void ks_buf_put(ks_buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < b->len + n + 1) nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) return;
+        b->p = np;
+        b->cap = nc;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+void ks_buf_puts(ks_buf *b, const char *s) { ks_buf_put(b, s, strlen(s)); }
+
+void ks_buf_printf(ks_buf *b, const char *fmt, ...) {
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < sizeof tmp) {
+        ks_buf_put(b, tmp, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) return;
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    ks_buf_put(b, big, (size_t)n);
+    free(big);
+}
+
+void ks_buf_json(ks_buf *b, const json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY);
+    if (s) ks_buf_puts(b, s);
+    free(s);
+}
+
+void ks_buf_free(ks_buf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+json_t *ks_jstr(const char *s, size_t n) {
+    json_t *j = json_stringn(s, n);
+    if (j) return j;
+    ks_buf b = {0};
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int ok = k && i + k <= n && c != 0;
+        for (size_t t = 1; ok && t < k; t++) ok = ((unsigned char)s[i + t] >> 6) == 2;
+        if (ok && k > 1) { /* overlong forms and surrogates fail here */
+            json_t *t = json_stringn(s + i, k);
+            ok = t != NULL;
+            json_decref(t);
+        }
+        if (ok) {
+            ks_buf_put(&b, s + i, k);
+            i += k;
+        } else {
+            ks_buf_puts(&b, "\xef\xbf\xbd");
+            i++;
+        }
+    }
+    j = json_stringn(b.p ? b.p : "", b.len);
+    ks_buf_free(&b);
+    return j ? j : json_string("");
+}
+
+/* ---- responses ---- */
+
+static int queue(struct MHD_Connection *c, int status, struct MHD_Response *r) {
+    if (!r) return MHD_NO;
+    ks_metrics_request(status);
+    int rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+int ks_send_text(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len, int copy) {
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)body, copy ? MHD_RESPMEM_MUST_COPY : MHD_RESPMEM_MUST_FREE);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    return queue(c, status, r);
+}
+
+int ks_send_json(struct MHD_Connection *c, int status, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(j);
+    if (!s) return ks_send_text(c, 500, "text/plain", "out of memory", 13, 1);
+    return ks_send_text(c, status, "application/json", s, strlen(s), 0);
+}
+
+int ks_send_error(struct MHD_Connection *c, int status, const char *type, const char *msg, const char *param) {
+    json_t *e = json_object();
+    json_object_set_new(e, "message", json_string(msg));
+    json_object_set_new(e, "type", json_string(type));
+    json_object_set_new(e, "param", param ? json_string(param) : json_null());
+    json_object_set_new(e, "code", json_null());
+    json_t *root = json_object();
+    json_object_set_new(root, "error", e);
+    char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(root);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    return queue(c, status, r);
+}
+
+int ks_conn_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 1;
+    struct pollfd p = {ci->connect_fd, POLLRDHUP, 0};
+    if (poll(&p, 1, 0) < 0) return 0;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    ks_stream *st = cls;
+    while (st->pos == st->out.len) {
+        if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        st->out.len = st->pos = 0;
+        if (ks_conn_gone(st->conn)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        st->ended = st->fill(st);
+    }
+    size_t n = st->out.len - st->pos;
+    if (n > max) n = max;
+    memcpy(buf, st->out.p + st->pos, n);
+    st->pos += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    ks_stream *st = cls;
+    if (st->cleanup) st->cleanup(st);
+    ks_buf_free(&st->out);
+    free(st);
+}
+
+int ks_send_stream(struct MHD_Connection *c, const char *ctype, ks_stream *st) {
+    st->conn = c;
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+    if (!r) {
+        stream_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", ctype);
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no"); /* nginx: pass chunks through */
+    return queue(c, 200, r);
+}
+
+/* ---- models ---- */
+
+static int name_ok(const char *n) {
+    size_t len = strlen(n);
+    if (!len || len > 200 || strstr(n, "..") || n[0] == '/' || n[0] == '.') return 0;
+    for (const char *p = n; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("._:-/", *p)))
+            return 0;
+    return 1;
+}
+
+static int same_name(const char *have, const char *want) {
+    if (!strcmp(have, want)) return 1;
+    size_t hl = strlen(have);
+    /* "name:latest" is "name" */
+    return !strncmp(have, want, hl) && !strcmp(want + hl, ":latest");
+}
+
+ks_runner *ks_find_model(ks_srv *s, const char *name, int *status, char *msg, size_t cap) {
+    pthread_mutex_lock(&s->mu);
+    ks_runner *r = NULL;
+    if (!name || !*name) {
+        if (s->n_runners) r = s->runners[0];
+    } else {
+        for (int i = 0; i < s->n_runners && !r; i++)
+            if (same_name(s->runners[i]->name, name) || !strcmp(s->runners[i]->path, name)) r = s->runners[i];
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (r) return r;
+    if (!name || !*name) {
+        *status = 400;
+        snprintf(msg, cap, "'model' is required");
+        return NULL;
+    }
+    *status = 404;
+    snprintf(msg, cap, "model '%s' not found", name);
+    if (!name_ok(name) || !s->store) return NULL;
+    kiln_store_lease *lease = NULL;
+    if (kiln_store_resolve(s->store, name, &lease) != KILN_OK) return NULL;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_runners && !r; i++)
+        if (same_name(s->runners[i]->name, name)) r = s->runners[i];
+    if (!r && s->n_runners < (int)(sizeof s->runners / sizeof s->runners[0])) {
+        r = ks_runner_new(s, name, kiln_store_lease_path(lease), lease);
+        if (r) {
+            s->runners[s->n_runners++] = r;
+            lease = NULL;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (lease) kiln_store_release(lease);
+    if (!r) {
+        *status = 503;
+        snprintf(msg, cap, "too many models are open");
+    }
+    return r;
+}
+
+/* ---- the request handler ---- */
+
+typedef struct conn_state {
+    ks_buf body;
+    int too_big;
+    int counted;
+} conn_state;
+
+static int authorized(ks_srv *s, struct MHD_Connection *c) {
+    if (!s->cfg.api_key || !*s->cfg.api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
+    const char *k = h + 7, *want = s->cfg.api_key;
+    size_t kl = strlen(k), wl = strlen(want);
+    unsigned diff = (unsigned)(kl ^ wl);
+    for (size_t i = 0; i < wl; i++) diff |= (unsigned)(want[i] ^ (i < kl ? k[i] : 0));
+    return diff == 0;
+}
+
+static int health(ks_srv *s, struct MHD_Connection *c) {
+    int ready = 0, loading = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_runners; i++) {
+        ks_runner *r = s->runners[i];
+        pthread_mutex_lock(&r->mu);
+        ready |= r->state == KS_M_READY || r->loaded_at > 0;
+        loading |= r->state == KS_M_LOADING;
+        pthread_mutex_unlock(&r->mu);
+    }
+    int none = s->n_runners == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (atomic_load(&s->draining))
+        return ks_send_error(c, 503, "unavailable_error", "the server is shutting down", NULL);
+    if (!ready && !none)
+        return ks_send_error(c, 503, "unavailable_error", loading ? "Loading model" : "no model is ready", NULL);
+    json_t *j = json_object();
+    json_object_set_new(j, "status", json_string("ok"));
+    return ks_send_json(c, 200, j);
+}
+
+static json_t *parse_body(conn_state *cs, struct MHD_Connection *c, int *rc) {
+    json_error_t je;
+    json_t *j = json_loadb(cs->body.p ? cs->body.p : "", cs->body.len, 0, &je);
+    if (!j) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "invalid JSON at line %d, column %d (byte %d): %s", je.line, je.column, je.position,
+                 je.text);
+        *rc = ks_send_error(c, 400, "invalid_request_error", msg, NULL);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        *rc = ks_send_error(c, 400, "invalid_request_error", "the request body must be a JSON object", NULL);
+        return NULL;
+    }
+    return j;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    ks_srv *s = cls;
+    conn_state *cs = *con_cls;
+    if (!cs) {
+        cs = calloc(1, sizeof *cs);
+        if (!cs) return MHD_NO;
+        *con_cls = cs;
+        cs->counted = 1;
+        atomic_fetch_add(&s->n_active_http, 1);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (cs->body.len + *upload_size > s->cfg.max_body) cs->too_big = 1;
+        else ks_buf_put(&cs->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (get && !strcmp(url, "/health")) return (enum MHD_Result)health(s, c);
+    if (!authorized(s, c))
+        return (enum MHD_Result)ks_send_error(c, 401, "authentication_error",
+                                              "a valid API key is required (Authorization: Bearer KEY)", NULL);
+    if (cs->too_big) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->cfg.max_body);
+        return (enum MHD_Result)ks_send_error(c, 413, "invalid_request_error", msg, NULL);
+    }
+    if (get && (!strcmp(url, "/") || !strcmp(url, "/index.html")))
+        return (enum MHD_Result)ks_send_text(c, 200, "text/html; charset=utf-8", ks_webui_html,
+                                             strlen(ks_webui_html), 1);
+    if (get && !strcmp(url, "/metrics")) {
+        ks_buf b = {0};
+        ks_metrics_render(s, &b);
+        return (enum MHD_Result)ks_send_text(c, 200, "text/plain; version=0.0.4", b.p, b.len, 0);
+    }
+    if (get && (!strcmp(url, "/v1/models") || !strcmp(url, "/models"))) return (enum MHD_Result)ks_oai_models(s, c);
+    int post = !strcmp(method, "POST");
+    json_t *body = NULL;
+    int rc = MHD_NO;
+    int is_oai = !strncmp(url, "/v1/", 4);
+    int is_api = !strncmp(url, "/api/", 5);
+    if ((post || !strcmp(method, "DELETE")) && (is_oai || is_api) && cs->body.len) {
+        body = parse_body(cs, c, &rc);
+        if (!body) return (enum MHD_Result)rc;
+    } else if (post && is_oai) {
+        return (enum MHD_Result)ks_send_error(c, 400, "invalid_request_error", "the request has no JSON body", NULL);
+    }
+    if (post && !strcmp(url, "/v1/chat/completions")) rc = ks_oai_chat(s, c, body);
+    else if (post && !strcmp(url, "/v1/completions")) rc = ks_oai_completions(s, c, body);
+    else if (post && !strcmp(url, "/v1/embeddings")) rc = ks_oai_embeddings(s, c, body);
+    else if (is_api) rc = ks_oll_route(s, c, method, url, body);
+    else {
+        char msg[300];
+        snprintf(msg, sizeof msg, "no route for %s %.200s", method, url);
+        rc = ks_send_error(c, 404, "not_found_error", msg, NULL);
+    }
+    json_decref(body);
+    return (enum MHD_Result)rc;
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    ks_srv *s = cls;
+    conn_state *cs = *con_cls;
+    if (!cs) return;
+    if (cs->counted) atomic_fetch_sub(&s->n_active_http, 1);
+    ks_buf_free(&cs->body);
+    free(cs);
+    *con_cls = NULL;
+}
+
+/* ---- lifecycle ---- */
+
+ks_config ks_config_default(void) {
+    ks_config c;
+    memset(&c, 0, sizeof c);
+    c.host = "127.0.0.1";
+    c.port = KS_DEFAULT_PORT;
+    c.parallel = 4;
+    c.n_batch = 512;
+    c.keep_alive = 300;
+    c.max_body = 8u << 20;
+    c.max_queue = 64;
+    c.max_connections = 256;
+    return c;
+}
+
+static void model_display_name(const char *path, char *out, size_t cap) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    snprintf(out, cap, "%s", b);
+    size_t n = strlen(out);
+    if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = 0;
+}
+
+kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
+    *out = NULL;
+    ks_srv *s = calloc(1, sizeof *s);
+    if (!s) return KILN_ERR_NOMEM;
+    s->cfg = *cfg;
+    if (!s->cfg.host) s->cfg.host = "127.0.0.1";
+    if (s->cfg.parallel <= 0) s->cfg.parallel = 4;
+    if (!s->cfg.max_body) s->cfg.max_body = 8u << 20;
+    if (s->cfg.max_queue <= 0) s->cfg.max_queue = 64;
+    if (s->cfg.max_connections <= 0) s->cfg.max_connections = 256;
+    s->listen_fd = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    if (kiln_store_open(cfg->store_root, &s->store) != KILN_OK) {
+        fprintf(stderr, "kiln serve: no model store (%s); only -m models are served\n", kiln_last_error());
+        s->store = NULL;
+    }
+    for (int i = 0; i < cfg->n_models && s->n_runners < 16; i++) {
+        const char *m = cfg->models[i];
+        char name[256];
+        const char *path = m;
+        kiln_store_lease *lease = NULL;
+        if (access(m, R_OK) == 0) {
+            model_display_name(m, name, sizeof name);
+        } else if (s->store && kiln_store_resolve(s->store, m, &lease) == KILN_OK) {
+            snprintf(name, sizeof name, "%s", m);
+            path = kiln_store_lease_path(lease);
+        } else {
+            fprintf(stderr, "kiln serve: model '%s' is neither a readable file nor in the store\n", m);
+            ks_server_free((ks_server *)s);
+            return KILN_ERR_NOT_FOUND;
+        }
+        ks_runner *r = ks_runner_new(s, name, path, lease);
+        if (!r) {
+            ks_server_free((ks_server *)s);
+            return KILN_ERR_NOMEM;
+        }
+        s->runners[s->n_runners++] = r;
+    }
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)cfg->port);
+    if (inet_pton(AF_INET, s->cfg.host, &sa.sin_addr) != 1) {
+        fprintf(stderr, "kiln serve: --host '%s' is not an IPv4 address\n", s->cfg.host);
+        ks_server_free((ks_server *)s);
+        return KILN_ERR_INVALID_ARG;
+    }
+    s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                                  MHD_USE_ERROR_LOG,
+                              (uint16_t)cfg->port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &sa,
+                              MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_LIMIT,
+                              (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, 600u,
+                              MHD_OPTION_END);
+    if (!s->mhd) {
+        fprintf(stderr, "kiln serve: cannot listen on %s:%d\n", s->cfg.host, cfg->port);
+        ks_server_free((ks_server *)s);
+        return KILN_ERR_IO;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : cfg->port;
+    /* start loading the configured models now */
+    for (int i = 0; i < s->n_runners; i++) {
+        ks_runner *r = s->runners[i];
+        pthread_mutex_lock(&r->mu);
+        if (r->state == KS_M_UNLOADED) {
+            r->state = KS_M_LOADING;
+            r->want_load = 1;
+            r->last_used = ks_now();
+            pthread_cond_signal(&r->cv);
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    *out = (ks_server *)s;
+    return KILN_OK;
+}
+
+int ks_server_port(const ks_server *srv) { return ((const ks_srv *)srv)->port; }
+
+void ks_server_drain(ks_server *srv, double grace) {
+    ks_srv *s = (ks_srv *)srv;
+    atomic_store(&s->draining, 1);
+    /* no new connections are accepted from here on; the listening socket
+     * is closed after MHD_stop_daemon, as MHD requires */
+    if (s->mhd && s->listen_fd < 0) s->listen_fd = MHD_quiesce_daemon(s->mhd);
+    double end = ks_now() + grace;
+    while (atomic_load(&s->n_active_http) > 0 && ks_now() < end) usleep(20000);
+    /* what is left is cancelled: the schedulers end every request */
+    for (int i = 0; i < s->n_runners; i++) {
+        ks_runner *r = s->runners[i];
+        pthread_mutex_lock(&r->mu);
+        r->quit = 1;
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+void ks_server_free(ks_server *srv) {
+    ks_srv *s = (ks_srv *)srv;
+    if (!s) return;
+    for (int i = 0; i < s->n_runners; i++) {
+        ks_runner *r = s->runners[i];
+        pthread_mutex_lock(&r->mu);
+        r->quit = 1;
+        pthread_cond_broadcast(&r->cv);
+        pthread_cond_broadcast(&r->load_cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    for (int i = 0; i < s->n_runners; i++) ks_runner_free(s->runners[i]);
+    if (s->store) kiln_store_close(s->store);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

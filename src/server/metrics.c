@@ -1,0 +1,129 @@
+/* Prometheus text metrics.  Counters and histograms are process-wide;
+ * gauges (running, waiting, KV use) are read from the runners when
+ * rendered.  Names follow vLLM's where one exists, prefixed kiln_. */
+#include "server/srv.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* histogram bucket upper bounds, seconds */
+static const double k_ttft_b[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double k_itl_b[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+#define NB_TTFT (sizeof k_ttft_b / sizeof k_ttft_b[0])
+#define NB_ITL (sizeof k_itl_b / sizeof k_itl_b[0])
+
+typedef struct hist {
+    uint64_t n[16]; /* per bucket (not cumulative); last = +Inf */
+    uint64_t count;
+    double sum;
+} hist;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_prompt, g_cached, g_gen;
+static uint64_t g_status[6]; /* 1xx..5xx by first digit */
+static hist g_ttft, g_itl;
+
+static void observe(hist *h, const double *b, size_t nb, double v) {
+    size_t i = 0;
+    while (i < nb && v > b[i]) i++;
+    pthread_mutex_lock(&g_mu);
+    h->n[i]++;
+    h->count++;
+    h->sum += v;
+    pthread_mutex_unlock(&g_mu);
+}
+
+void ks_metrics_ttft(double s) { observe(&g_ttft, k_ttft_b, NB_TTFT, s); }
+void ks_metrics_itl(double s) { observe(&g_itl, k_itl_b, NB_ITL, s); }
+
+void ks_metrics_request(int status) {
+    pthread_mutex_lock(&g_mu);
+    if (status >= 100 && status < 600) g_status[status / 100]++;
+    pthread_mutex_unlock(&g_mu);
+}
+
+void ks_metrics_tokens(int64_t prompt, int64_t cached, int64_t generated) {
+    pthread_mutex_lock(&g_mu);
+    g_prompt += (uint64_t)prompt;
+    g_cached += (uint64_t)cached;
+    g_gen += (uint64_t)generated;
+    pthread_mutex_unlock(&g_mu);
+}
+
+static void render_hist(ks_buf *o, const char *name, const char *help, const hist *h, const double *b, size_t nb) {
+    ks_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < nb; i++) {
+        cum += h->n[i];
+        ks_buf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, b[i], (unsigned long long)cum);
+    }
+    ks_buf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)h->count,
+                  name, h->sum, name, (unsigned long long)h->count);
+}
+
+void ks_metrics_render(ks_srv *s, ks_buf *o) {
+    ks_buf_puts(o, "# HELP kiln_requests_running Requests decoding now.\n# TYPE kiln_requests_running gauge\n");
+    ks_buf g = {0}, w = {0}, kv = {0}, kvb = {0}, hit = {0}, look = {0}, ld = {0};
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_runners; i++) {
+        ks_runner *r = s->runners[i];
+        pthread_mutex_lock(&r->mu);
+        const char *m = r->name;
+        ks_buf_printf(&g, "kiln_requests_running{model_name=\"%s\"} %d\n", m, r->n_running);
+        ks_buf_printf(&w, "kiln_requests_waiting{model_name=\"%s\"} %d\n", m, r->n_waiting);
+        double use = r->kv.n_blocks ? (double)r->kv.n_used / r->kv.n_blocks : 0;
+        ks_buf_printf(&kv, "kiln_kv_cache_usage_ratio{model_name=\"%s\"} %.6f\n", m, use);
+        ks_buf_printf(&kvb, "kiln_kv_cache_blocks{model_name=\"%s\",state=\"used\"} %d\n", m, r->kv.n_used);
+        ks_buf_printf(&kvb, "kiln_kv_cache_blocks{model_name=\"%s\",state=\"cached\"} %d\n", m, r->kv.n_cached);
+        ks_buf_printf(&kvb, "kiln_kv_cache_blocks{model_name=\"%s\",state=\"total\"} %d\n", m, r->kv.n_blocks);
+        ks_buf_printf(&hit, "kiln_prefix_cache_hits_total{model_name=\"%s\"} %llu\n", m,
+                      (unsigned long long)r->kv.hit_blocks * (unsigned long long)r->kv.block_tokens);
+        ks_buf_printf(&look, "kiln_prefix_cache_queries_total{model_name=\"%s\"} %llu\n", m,
+                      (unsigned long long)r->kv.lookup_blocks * (unsigned long long)r->kv.block_tokens);
+        ks_buf_printf(&ld, "kiln_model_loaded{model_name=\"%s\"} %d\n", m, r->state == KS_M_READY);
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    ks_buf_puts(o, g.p ? g.p : "");
+    ks_buf_puts(o, "# HELP kiln_requests_waiting Requests queued for a slot.\n# TYPE kiln_requests_waiting gauge\n");
+    ks_buf_puts(o, w.p ? w.p : "");
+    ks_buf_puts(o, "# HELP kiln_kv_cache_usage_ratio KV blocks held by sequences / all blocks.\n"
+                   "# TYPE kiln_kv_cache_usage_ratio gauge\n");
+    ks_buf_puts(o, kv.p ? kv.p : "");
+    ks_buf_puts(o, "# HELP kiln_kv_cache_blocks KV blocks by state.\n# TYPE kiln_kv_cache_blocks gauge\n");
+    ks_buf_puts(o, kvb.p ? kvb.p : "");
+    ks_buf_puts(o, "# HELP kiln_prefix_cache_queries_total Prompt tokens looked up in the prefix cache.\n"
+                   "# TYPE kiln_prefix_cache_queries_total counter\n");
+    ks_buf_puts(o, look.p ? look.p : "");
+    ks_buf_puts(o, "# HELP kiln_prefix_cache_hits_total Prompt tokens found in the prefix cache.\n"
+                   "# TYPE kiln_prefix_cache_hits_total counter\n");
+    ks_buf_puts(o, hit.p ? hit.p : "");
+    ks_buf_puts(o, "# HELP kiln_model_loaded 1 while the model is resident.\n# TYPE kiln_model_loaded gauge\n");
+    ks_buf_puts(o, ld.p ? ld.p : "");
+    ks_buf_free(&g);
+    ks_buf_free(&w);
+    ks_buf_free(&kv);
+    ks_buf_free(&kvb);
+    ks_buf_free(&hit);
+    ks_buf_free(&look);
+    ks_buf_free(&ld);
+    pthread_mutex_lock(&g_mu);
+    hist ttft = g_ttft, itl = g_itl;
+    uint64_t p = g_prompt, cch = g_cached, gen = g_gen, st[6];
+    memcpy(st, g_status, sizeof st);
+    pthread_mutex_unlock(&g_mu);
+    ks_buf_printf(o,
+                  "# HELP kiln_prompt_tokens_total Prompt tokens of finished requests.\n"
+                  "# TYPE kiln_prompt_tokens_total counter\nkiln_prompt_tokens_total %llu\n"
+                  "# HELP kiln_prompt_tokens_cached_total Of those, taken from the prefix cache.\n"
+                  "# TYPE kiln_prompt_tokens_cached_total counter\nkiln_prompt_tokens_cached_total %llu\n"
+                  "# HELP kiln_generation_tokens_total Generated tokens of finished requests.\n"
+                  "# TYPE kiln_generation_tokens_total counter\nkiln_generation_tokens_total %llu\n",
+                  (unsigned long long)p, (unsigned long long)cch, (unsigned long long)gen);
+    ks_buf_puts(o, "# HELP kiln_http_responses_total Responses by status class.\n"
+                   "# TYPE kiln_http_responses_total counter\n");
+    for (int i = 1; i < 6; i++) ks_buf_printf(o, "kiln_http_responses_total{code=\"%dxx\"} %llu\n", i, (unsigned long long)st[i]);
+    render_hist(o, "kiln_time_to_first_token_seconds", "From arrival to the first generated token.", &ttft, k_ttft_b,
+                NB_TTFT);
+    render_hist(o, "kiln_inter_token_latency_seconds", "Between consecutive generated tokens.", &itl, k_itl_b, NB_ITL);
+}

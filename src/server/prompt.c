@@ -1,0 +1,174 @@
+/* Chat messages to prompt text.  The GGUF's tokenizer.chat_template runs in
+ * kiln's Jinja2-subset interpreter (src/chat); a template it cannot compile
+ * falls back to the built-in format its markers suggest (ChatML, Llama 3,
+ * Llama 2).  A model without a template (a base model) gets the message
+ * texts joined by blank lines, to be continued as plain text. */
+#include "server/srv.h"
+
+#include "chat/template.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct chat_fmt {
+    const char *marker;       /* text in the template that selects it */
+    const char *sys_pre, *sys_post;
+    const char *user_pre, *user_post;
+    const char *asst_pre, *asst_post;
+} chat_fmt;
+
+static const chat_fmt k_formats[] = {
+    {"<|im_start|>", "<|im_start|>system\n", "<|im_end|>\n", "<|im_start|>user\n", "<|im_end|>\n",
+     "<|im_start|>assistant\n", "<|im_end|>\n"},
+    {"<|start_header_id|>", "<|start_header_id|>system<|end_header_id|>\n\n", "<|eot_id|>",
+     "<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>",
+     "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"},
+    {"[INST]", "[INST] ", " [/INST]", "[INST] ", " [/INST]", "", "</s>"},
+};
+
+void ks_template_free(void *t) { kct_free(t); }
+
+/* The text of a message's content: a string, or the text parts of an
+ * array of parts. */
+static void content_text(json_t *msg, ks_buf *out) {
+    json_t *c = json_object_get(msg, "content");
+    if (json_is_string(c)) {
+        ks_buf_put(out, json_string_value(c), json_string_length(c));
+    } else if (json_is_array(c)) {
+        size_t i;
+        json_t *part;
+        json_array_foreach(c, i, part) {
+            json_t *t = json_object_get(part, "text");
+            if (json_is_string(t)) ks_buf_put(out, json_string_value(t), json_string_length(t));
+        }
+    }
+}
+
+int ks_has_chat(ks_runner *r) { return kiln_model_chat_template(r->model) != NULL; }
+
+static char *token_text(kiln_model *m, int32_t id) {
+    char buf[128];
+    int n = id >= 0 ? kiln_token_to_piece(m, id, buf, sizeof buf, 1) : 0;
+    if (n < 0 || n >= (int)sizeof buf) n = 0;
+    buf[n] = 0;
+    return strdup(buf);
+}
+
+/* Messages whose content is an array of parts become plain strings, and
+ * tool-call arguments given as JSON text become objects, as templates
+ * expect. */
+static json_t *normalize(json_t *messages) {
+    json_t *out = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        json_t *c = json_deep_copy(m);
+        if (!json_is_object(c)) {
+            json_decref(c);
+            continue;
+        }
+        if (json_is_array(json_object_get(c, "content"))) {
+            ks_buf b = {0};
+            content_text(m, &b);
+            json_object_set_new(c, "content", ks_jstr(b.p ? b.p : "", b.len));
+            ks_buf_free(&b);
+        }
+        json_t *tc = json_object_get(c, "tool_calls");
+        size_t k;
+        json_t *call;
+        json_array_foreach(tc, k, call) {
+            json_t *fn = json_object_get(call, "function");
+            json_t *args = json_object_get(fn, "arguments");
+            if (json_is_string(args)) {
+                json_t *p = json_loads(json_string_value(args), 0, NULL);
+                if (p) json_object_set_new(fn, "arguments", p);
+            }
+        }
+        json_array_append_new(out, c);
+    }
+    return out;
+}
+
+char *ks_render_chat(ks_runner *r, json_t *messages, json_t *tools, int think, char *err, size_t cap) {
+    const char *src = kiln_model_chat_template(r->model);
+    if (!json_is_array(messages) || json_array_size(messages) == 0) {
+        snprintf(err, cap, "'messages' must be a non-empty array");
+        return NULL;
+    }
+    pthread_mutex_lock(&r->mu);
+    if (src && !r->tmpl_tried) {
+        char cerr[256];
+        r->tmpl_tried = 1;
+        r->tmpl = kct_compile(src, strlen(src), cerr, sizeof cerr);
+        if (!r->tmpl) fprintf(stderr, "kiln serve: %s: chat template: %s; using a built-in format\n", r->name, cerr);
+    }
+    const kct *tmpl = r->tmpl;
+    pthread_mutex_unlock(&r->mu);
+    if (tmpl) {
+        json_t *vars = json_object();
+        json_object_set_new(vars, "messages", normalize(messages));
+        if (json_is_array(tools) && json_array_size(tools)) json_object_set(vars, "tools", tools);
+        json_object_set_new(vars, "add_generation_prompt", json_true());
+        char *bos = token_text(r->model, kiln_token_bos(r->model));
+        char *eos = token_text(r->model, kiln_token_eos(r->model));
+        json_object_set_new(vars, "bos_token", json_string(bos ? bos : ""));
+        json_object_set_new(vars, "eos_token", json_string(eos ? eos : ""));
+        free(bos);
+        free(eos);
+        if (think >= 0) json_object_set_new(vars, "enable_thinking", json_boolean(think));
+        char *out = kct_render(tmpl, vars, err, cap);
+        json_decref(vars);
+        return out;
+    }
+    const chat_fmt *f = NULL;
+    for (size_t i = 0; src && i < sizeof k_formats / sizeof k_formats[0]; i++)
+        if (strstr(src, k_formats[i].marker)) f = &k_formats[i];
+    ks_buf b = {0};
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role) role = "user";
+        if (!f) {
+            if (b.len) ks_buf_puts(&b, "\n\n");
+            content_text(m, &b);
+            continue;
+        }
+        int sys = !strcmp(role, "system"), asst = !strcmp(role, "assistant");
+        ks_buf_puts(&b, sys ? f->sys_pre : asst ? f->asst_pre : f->user_pre);
+        content_text(m, &b);
+        ks_buf_puts(&b, sys ? f->sys_post : asst ? f->asst_post : f->user_post);
+    }
+    if (f) ks_buf_puts(&b, f->asst_pre);
+    if (!b.p) ks_buf_puts(&b, "");
+    return b.p;
+}
+
+int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n_out) {
+    size_t len = strlen(text);
+    /* a rendered template may already begin with the BOS text */
+    int add = 1;
+    char *bos = token_text(m, kiln_token_bos(m));
+    if (parse_special && bos && *bos && !strncmp(text, bos, strlen(bos))) add = 0;
+    free(bos);
+    int cap = (int)len + 8;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    if (!ids) return NULL;
+    int n = kiln_tokenize(m, text, len, add, parse_special, ids, cap);
+    if (n > cap) {
+        int32_t *nb = realloc(ids, (size_t)n * sizeof *ids);
+        if (!nb) {
+            free(ids);
+            return NULL;
+        }
+        ids = nb;
+        n = kiln_tokenize(m, text, len, add, parse_special, ids, n);
+    }
+    if (n < 0) {
+        free(ids);
+        return NULL;
+    }
+    *n_out = n;
+    return ids;
+}

@@ -1,0 +1,66 @@
+/*
+ * server — `kiln serve`: an OpenAI- and Ollama-compatible HTTP API over
+ * libmicrohttpd, with one scheduler thread per loaded model doing
+ * continuous batching over the paged KV cache (prefix reuse included).
+ *
+ * The contract (this header) is what the CLI uses:
+ *
+ *   ks_config cfg = ks_config_default();  cfg.models = ...;
+ *   ks_server *s;  ks_server_start(&cfg, &s);   // binds, starts loading
+ *   ... wait for SIGTERM ...
+ *   ks_server_drain(s, 10.0);                   // stop accepting, finish
+ *   ks_server_free(s);
+ *
+ * Files:
+ *   http.c     daemon, routing, auth, body limit, JSON errors, streaming
+ *   runner.c   per-model load/unload (keep-alive) and the batch scheduler
+ *   gen.c      token stream -> text: stop strings, <think>, <tool_call>
+ *   prompt.c   chat messages -> prompt text (GGUF template or built-ins)
+ *   openai.c   /v1/...          ollama.c  /api/...
+ *   metrics.c  /metrics         webui.c   GET / (embedded chat page)
+ */
+#ifndef KILN_SERVER_H
+#define KILN_SERVER_H
+
+#include "kiln.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KS_DEFAULT_PORT 8080
+
+typedef struct ks_config {
+    const char *host;            /* bind address; default "127.0.0.1" */
+    int port;                    /* default KS_DEFAULT_PORT; 0 = any free port */
+    const char *const *models;   /* GGUF paths or store names (-m), may be 0 */
+    int n_models;
+    const char *store_root;      /* NULL = the default store */
+    int parallel;                /* sequences decoded together per model (4) */
+    int n_ctx;                   /* tokens per sequence; 0 = model's, capped */
+    int n_batch;                 /* most tokens per forward step (512) */
+    int n_threads;               /* 0 = all CPUs */
+    int kv_f32;
+    uint64_t kv_budget;          /* bytes of KV cache per model; 0 = -c x --parallel */
+    const char *api_key;         /* NULL: no auth */
+    double keep_alive;           /* seconds an idle model stays; < 0 forever (300) */
+    size_t max_body;             /* request body limit in bytes (8 MiB) */
+    int max_queue;               /* waiting requests per model before 429 (64) */
+    int max_connections;         /* open connections (256) */
+} ks_config;
+
+ks_config ks_config_default(void);
+
+typedef struct ks_server ks_server;
+
+/* Binds and starts serving; the models of cfg start loading in the
+ * background (GET /health answers 503 until the first is ready).  cfg's
+ * strings must outlive the server. */
+kiln_status ks_server_start(const ks_config *cfg, ks_server **out);
+/* The bound port (useful with port 0). */
+int ks_server_port(const ks_server *s);
+/* Stops accepting connections, lets running requests finish for up to
+ * grace seconds, then cancels what is left and waits for it to end. */
+void ks_server_drain(ks_server *s, double grace);
+void ks_server_free(ks_server *s);
+
+#endif

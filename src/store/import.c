@@ -1,0 +1,176 @@
+/* kiln import: copy, move or link a local GGUF into the store.  Copies go
+ * through the store's own staging directory (same volume as the packs), so
+ * publication is a rename; a move is copy-then-retire, never a rename of the
+ * caller's file, and it never rolls back a committed pack. */
+#include "store/store.h"
+
+#include "base/base.h"
+#include "model/model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int same_file(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Copies exactly len bytes of src into dst while hashing them. */
+static kiln_status copy_hash(const char *src, const char *dst, const char *file, uint64_t len, char hex[KST_ID_LEN + 1],
+                             kiln_store_progress_fn progress, void *user) {
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return kl_fail(NULL, KILN_ERR_IO, "cannot open %s: %s", src, strerror(errno));
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (out < 0) {
+        close(in);
+        return kl_fail(NULL, KILN_ERR_IO, "cannot create %s: %s", dst, strerror(errno));
+    }
+    enum { CHUNK = 1 << 18 };
+    unsigned char *buf = malloc(CHUNK);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    kiln_status st = buf && ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? KILN_OK
+                                                                               : kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    uint64_t done = 0;
+    double t0 = kb_now();
+    while (!st && done < len) {
+        size_t want = len - done < CHUNK ? (size_t)(len - done) : CHUNK;
+        ssize_t r = read(in, buf, want);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            st = kl_fail(NULL, KILN_ERR_IO, "reading %s: %s", src, r < 0 ? strerror(errno) : "file shrank during the copy");
+            break;
+        }
+        for (ssize_t off = 0; !st && off < r;) {
+            ssize_t w = write(out, buf + off, (size_t)(r - off));
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0)
+                st = kl_fail(NULL, KILN_ERR_IO, "writing %s: %s (the source is untouched)", dst, strerror(errno));
+            else off += w;
+        }
+        EVP_DigestUpdate(ctx, buf, (size_t)r);
+        done += (uint64_t)r;
+        double dt = kb_now() - t0;
+        double rate = dt > 0 ? (double)done / dt : 0;
+        kiln_store_progress p = {.event = "progress", .artifact = file, .count = 1, .done = done, .total = len,
+                                 .all_done = done, .all_total = len, .rate = rate,
+                                 .eta = rate > 0 ? (double)(len - done) / rate : -1};
+        kst_emit(progress, user, &p);
+    }
+    if (!st && fsync(out) != 0) st = kl_fail(NULL, KILN_ERR_IO, "writing %s: %s", dst, strerror(errno));
+    if (!st) {
+        unsigned char d[EVP_MAX_MD_SIZE];
+        unsigned n = 0;
+        EVP_DigestFinal_ex(ctx, d, &n);
+        static const char digits[] = "0123456789abcdef";
+        for (unsigned i = 0; i < n; i++) {
+            hex[2 * i] = digits[d[i] >> 4];
+            hex[2 * i + 1] = digits[d[i] & 15];
+        }
+        hex[2 * n] = 0;
+    }
+    EVP_MD_CTX_free(ctx);
+    free(buf);
+    close(in);
+    close(out);
+    return st;
+}
+
+kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name, int mode,
+                              kiln_store_progress_fn progress, void *user, char *id_out) {
+    static atomic_uint seq;
+    if (!s || !path) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or path");
+    if (mode != KILN_STORE_COPY && mode != KILN_STORE_MOVE && mode != KILN_STORE_LINK)
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown import mode %d", mode);
+    char canon[PATH_MAX], norm[KST_NAME_MAX + 1];
+    if (!realpath(path, canon)) return kl_fail(NULL, KILN_ERR_IO, "%s: %s", path, strerror(errno));
+    kiln_status st;
+    if (name) st = kst_name_norm(name, norm);
+    else {
+        kst_name_from_file(canon, norm);
+        st = kst_name_norm(norm, norm);
+    }
+    if (st) return st;
+    struct stat s0;
+    if (stat(canon, &s0) != 0 || !S_ISREG(s0.st_mode))
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "%s is not a regular file", path);
+
+    /* the artifact's name inside the pack: the file name, made safe */
+    char file[256];
+    const char *base = strrchr(canon, '/') + 1;
+    size_t n = 0;
+    while (*base == '.') base++;
+    for (; base[n] && n < sizeof file - 1; n++) {
+        char c = base[n];
+        file[n] = (c == '.' || c == '_' || c == '-' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) ? c : '-';
+    }
+    file[n] = 0;
+    if (!kst_file_ok(file)) snprintf(file, sizeof file, "model.gguf");
+
+    char key[96], dir[PATH_MAX], dst[PATH_MAX], hex[KST_ID_LEN + 1];
+    snprintf(key, sizeof key, "import-%ld-%u-%lld", (long)getpid(), atomic_fetch_add(&seq, 1), (long long)kst_wall_now());
+    if ((st = kst_staging(s, key, dir))) return st;
+    if (kst_path(dst, "%s/%s", dir, file)) {
+        kst_rmtree(dir);
+        return KILN_ERR_INVALID_ARG;
+    }
+    kiln_store_progress p0 = {.event = "start", .artifact = file, .count = 1, .total = (uint64_t)s0.st_size,
+                              .all_total = (uint64_t)s0.st_size, .eta = -1};
+    kst_emit(progress, user, &p0);
+
+    struct stat s1;
+    if (mode == KILN_STORE_LINK) {
+        if (kst_sha256_file(canon, hex, &s1, progress, user, file) != 0) {
+            st = kl_fail(NULL, KILN_ERR_IO, "cannot read %s: %s", canon, strerror(errno));
+        } else if (!same_file(&s0, &s1)) {
+            st = kl_fail(NULL, KILN_ERR_STATE, "%s changed while it was hashed; nothing imported", canon);
+        } else if (symlink(canon, dst) != 0) {
+            st = kl_fail(NULL, KILN_ERR_IO, "cannot link %s: %s", dst, strerror(errno));
+        }
+    } else {
+        st = copy_hash(canon, dst, file, (uint64_t)s0.st_size, hex, progress, user);
+        if (!st && (stat(canon, &s1) != 0 || !same_file(&s0, &s1)))
+            st = kl_fail(NULL, KILN_ERR_STATE, "%s changed during the copy; nothing imported and the source is kept", canon);
+    }
+    if (st) {
+        if (st == KILN_ERR_STATE) kst_quarantine(s, dir, kiln_last_error());
+        else kst_rmtree(dir);
+        return st;
+    }
+
+    json_t *man = json_pack("{s:s,s:s,s:[{s:s,s:s,s:I,s:s,s:s}]}", "mode", mode == KILN_STORE_LINK ? "linked" : "owned",
+                            "origin", canon, "artifacts", "role", "model", "path", file, "length",
+                            (json_int_t)s0.st_size, "sha256", hex, "source", canon);
+    char id[KST_ID_LEN + 1];
+    st = man ? kst_publish(s, dir, man, norm, id) : kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    json_decref(man);
+    if (st) return st;
+    kiln_store_progress pub = {.event = "published", .artifact = file, .count = 1, .done = (uint64_t)s0.st_size,
+                               .total = (uint64_t)s0.st_size, .all_done = (uint64_t)s0.st_size,
+                               .all_total = (uint64_t)s0.st_size, .eta = 0, .message = id};
+    kst_emit(progress, user, &pub);
+
+    if (mode == KILN_STORE_MOVE) {
+        /* the pack is committed; the source goes only if it is still
+         * exactly the file that was copied */
+        struct stat s2;
+        char msg[PATH_MAX + 128];
+        msg[0] = 0;
+        if (stat(canon, &s2) != 0 || !same_file(&s0, &s2))
+            snprintf(msg, sizeof msg, "%s changed after the copy; it is kept", canon);
+        else if (unlink(canon) != 0)
+            snprintf(msg, sizeof msg, "cannot remove %s: %s; it is kept", canon, strerror(errno));
+        if (msg[0]) {
+            kb_log(KB_LOG_WARN, "import: %s", msg);
+            kiln_store_progress w = {.event = "warning", .artifact = file, .count = 1, .eta = -1, .message = msg};
+            kst_emit(progress, user, &w);
+        }
+    }
+    if (id_out) memcpy(id_out, id, KST_ID_LEN + 1);
+    return KILN_OK;
+}

@@ -1,0 +1,714 @@
+/* kiln pull: HTTP(S) transfers into the store through libcurl.
+ *
+ * Each artifact downloads to .staging/<key>/<file>.part beside a small
+ * <file>.part.json (source URL, total length, validator; never headers).
+ * A later pull, in any process, continues the part with a Range request
+ * (If-Range guards against a file that changed on the server).  A response
+ * that is not a 206 starting exactly at the part's end restarts the file
+ * from zero: bytes are never appended to a part they don't continue.
+ * Redirects are followed here, not by libcurl, so caller headers (which may
+ * hold credentials) go only to the origin they were given for. */
+#include "store/store.h"
+
+#include "base/base.h"
+#include "model/model.h"
+
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/file.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_REDIRECTS 10
+#define MAX_ARTIFACTS 64
+
+typedef struct pull_ctx {
+    const kiln_store_pull_params *pp;
+    const char *const *headers;
+    int n_headers;
+    long stall_s;          /* no bytes for this long is a stall */
+    int max_attempts;      /* consecutive attempts without progress */
+    long backoff_ms;       /* first retry delay; doubles, capped at 30 s */
+    int index, count;
+    uint64_t all_before;   /* bytes of the artifacts already complete */
+    uint64_t all_total;    /* 0 when some length is unknown */
+} pull_ctx;
+
+typedef struct xfer {
+    pull_ctx *pc;
+    CURL *h;
+    const char *file;
+    const char *meta_path;
+    const char *url;       /* the URL the pull was asked for (recorded) */
+    int fd;
+    uint64_t have;         /* bytes in the part */
+    uint64_t expect;       /* length the pack manifest declares, 0 unknown */
+    uint64_t total;        /* length of the file per this response, 0 unknown */
+    uint64_t meta_total;   /* length recorded when the part began */
+    int decided, discard, restart, integrity, werr, nospace;
+    char why[512];
+    char content_range[128], validator[256], etag[256], last_mod[128];
+    double t_last_emit, t_rate, rate;
+    uint64_t rate_bytes;
+} xfer;
+
+static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
+static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+static long env_long(const char *name, long def, long lo, long hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return (*end || n < lo || n > hi) ? def : n;
+}
+
+static int cancelled(const pull_ctx *pc) { return pc->pp && pc->pp->cancel && *pc->pp->cancel; }
+
+static void emit(xfer *x, const char *event, const char *message) {
+    pull_ctx *pc = x->pc;
+    if (!pc->pp || !pc->pp->progress) return;
+    uint64_t total = x->expect ? x->expect : x->total;
+    kiln_store_progress p = {.event = event, .artifact = x->file, .index = pc->index, .count = pc->count,
+                             .done = x->have, .total = total, .all_done = pc->all_before + x->have,
+                             .all_total = pc->all_total, .rate = x->rate,
+                             .eta = (x->rate > 0 && total >= x->have) ? (double)(total - x->have) / x->rate : -1,
+                             .message = message};
+    pc->pp->progress(&p, pc->pp->user);
+}
+
+/* ---- URL policy ---- */
+
+static int is_loopback(const char *host) {
+    return !strcasecmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "[::1]") || !strcmp(host, "::1");
+}
+
+/* Checks the scheme (HTTPS, or HTTP to loopback) and writes the origin
+ * "scheme://host:port". */
+static kiln_status url_origin(const char *url, char *origin, size_t cap) {
+    CURLU *u = curl_url();
+    char *scheme = NULL, *host = NULL, *port = NULL;
+    kiln_status st = KILN_OK;
+    if (!u || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK) {
+        st = kl_fail(NULL, KILN_ERR_INVALID_ARG, "'%s' is not a valid URL", url);
+    } else if (strcasecmp(scheme, "https") &&
+               !(!strcasecmp(scheme, "http") && (is_loopback(host) || env_long("KILN_ALLOW_HTTP", 0, 0, 1)))) {
+        st = kl_fail(NULL, KILN_ERR_INVALID_ARG, "%s: only HTTPS (or HTTP to this machine) is allowed", url);
+    } else {
+        snprintf(origin, cap, "%s://%s:%s", scheme, host, port);
+        for (char *c = origin; *c; c++) *c = (char)tolower((unsigned char)*c);
+    }
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(port);
+    curl_url_cleanup(u);
+    return st;
+}
+
+/* ---- part metadata ---- */
+
+static void write_meta(xfer *x) {
+    json_t *m = json_pack("{s:s,s:I,s:s}", "url", x->url, "total", (json_int_t)x->total, "validator", x->validator);
+    char *txt = m ? json_dumps(m, JSON_COMPACT) : NULL;
+    if (txt && kst_write_atomic(x->meta_path, txt, strlen(txt), 0644) != 0)
+        kb_log(KB_LOG_WARN, "pull: cannot write %s: %s", x->meta_path, strerror(errno));
+    free(txt);
+    json_decref(m);
+}
+
+static int truncate_part(xfer *x) {
+    x->have = 0;
+    x->meta_total = 0;
+    x->validator[0] = 0;
+    unlink(x->meta_path);
+    if (ftruncate(x->fd, 0) != 0 || lseek(x->fd, 0, SEEK_SET) != 0) {
+        x->werr = errno;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- libcurl callbacks ---- */
+
+static void copy_header(char *dst, size_t cap, const char *v, size_t n) {
+    while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ')) n--;
+    while (n && *v == ' ') v++, n--;
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, v, n);
+    dst[n] = 0;
+}
+
+static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
+    xfer *x = ud;
+    size_t n = size * nmemb;
+    if (n >= 5 && !strncmp(line, "HTTP/", 5)) {
+        x->content_range[0] = x->etag[0] = x->last_mod[0] = 0;
+    } else if (n > 14 && !strncasecmp(line, "content-range:", 14)) {
+        copy_header(x->content_range, sizeof x->content_range, line + 14, n - 14);
+    } else if (n > 5 && !strncasecmp(line, "etag:", 5)) {
+        copy_header(x->etag, sizeof x->etag, line + 5, n - 5);
+    } else if (n > 14 && !strncasecmp(line, "last-modified:", 14)) {
+        copy_header(x->last_mod, sizeof x->last_mod, line + 14, n - 14);
+    }
+    return n;
+}
+
+/* Parses "bytes A-B/T" (or "bytes * /T" on 416); T is 0 when "*". */
+static int parse_range(const char *cr, uint64_t *start, uint64_t *total) {
+    unsigned long long a = 0, b = 0;
+    const char *slash = strchr(cr, '/');
+    if (strncasecmp(cr, "bytes ", 6) || !slash) return -1;
+    *total = slash[1] == '*' ? 0 : strtoull(slash + 1, NULL, 10);
+    if (cr[6] == '*') {
+        *start = 0;
+        return 1;
+    }
+    if (sscanf(cr + 6, "%llu-%llu", &a, &b) != 2 || b < a) return -1;
+    *start = a;
+    return 0;
+}
+
+/* Looks at the response once, before its first body byte is stored. */
+static void decide(xfer *x) {
+    x->decided = 1;
+    long code = 0;
+    curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+    if (code == 206) {
+        uint64_t start = 0, total = 0;
+        if (parse_range(x->content_range, &start, &total) != 0 || start != x->have) {
+            snprintf(x->why, sizeof x->why, "server answered the range at '%s', not at byte %llu; restarting from zero",
+                     x->content_range, (unsigned long long)x->have);
+            x->restart = 1;
+            return;
+        }
+        if (x->meta_total && total && total != x->meta_total) {
+            snprintf(x->why, sizeof x->why, "the file on the server changed size (%llu, was %llu); restarting from zero",
+                     (unsigned long long)total, (unsigned long long)x->meta_total);
+            x->restart = 1;
+            return;
+        }
+        x->total = total;
+    } else if (code == 200) {
+        if (x->have > 0) {
+            emit(x, "restart", "the server ignored the range request; restarting from zero");
+            if (truncate_part(x) != 0) return;
+        }
+        curl_off_t cl = -1;
+        curl_easy_getinfo(x->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+        x->total = cl >= 0 ? (uint64_t)cl : 0;
+    } else {
+        x->discard = 1; /* a redirect or error page */
+        return;
+    }
+    if (x->expect && x->total && x->total != x->expect) {
+        snprintf(x->why, sizeof x->why, "artifact %s: wrong length: the server sends %llu bytes, the manifest says %llu",
+                 x->file, (unsigned long long)x->total, (unsigned long long)x->expect);
+        x->integrity = 1;
+        return;
+    }
+    /* a strong validator lets a later resume ask "only if unchanged" */
+    if (x->etag[0] && strncmp(x->etag, "W/", 2)) snprintf(x->validator, sizeof x->validator, "%s", x->etag);
+    else snprintf(x->validator, sizeof x->validator, "%s", x->last_mod);
+    if (x->total) x->meta_total = x->total;
+    write_meta(x);
+    uint64_t want = x->total > x->have ? x->total - x->have : 0;
+    struct statvfs vfs;
+    if (want && fstatvfs(x->fd, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < want) {
+        snprintf(x->why, sizeof x->why, "not enough space for %s: %llu more bytes needed, %llu free",
+                 x->file, (unsigned long long)want, (unsigned long long)vfs.f_bavail * vfs.f_frsize);
+        x->nospace = 1;
+    }
+}
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
+    xfer *x = ud;
+    size_t n = size * nmemb;
+    if (!x->decided) decide(x);
+    if (x->discard) return n;
+    if (x->restart || x->integrity || x->nospace || x->werr) return 0;
+    if (x->expect && x->have + n > x->expect) {
+        snprintf(x->why, sizeof x->why, "artifact %s: wrong length: the server sends more than the %llu bytes declared",
+                 x->file, (unsigned long long)x->expect);
+        x->integrity = 1;
+        return 0;
+    }
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(x->fd, ptr + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+            x->werr = errno;
+            return 0;
+        }
+        off += (size_t)w;
+        x->have += (uint64_t)w;
+    }
+    return n;
+}
+
+static int on_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    xfer *x = ud;
+    if (cancelled(x->pc)) return 1;
+    double now = kb_now();
+    if (now - x->t_rate >= 0.5) {
+        double inst = (double)(x->have - x->rate_bytes) / (now - x->t_rate);
+        x->rate = x->rate > 0 ? 0.7 * x->rate + 0.3 * inst : inst;
+        x->t_rate = now;
+        x->rate_bytes = x->have;
+    }
+    if (now - x->t_last_emit >= 0.25 && x->decided && !x->discard) {
+        x->t_last_emit = now;
+        emit(x, "progress", NULL);
+    }
+    return 0;
+}
+
+/* ---- one artifact ---- */
+
+static void sleep_cancellable(const pull_ctx *pc, long ms) {
+    for (long left = ms; left > 0 && !cancelled(pc); left -= 100) {
+        struct timespec ts = {0, (left < 100 ? left : 100) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int transient_curl(CURLcode rc) {
+    switch (rc) {
+    case CURLE_UNSUPPORTED_PROTOCOL: case CURLE_URL_MALFORMAT: case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE: case CURLE_SSL_CERTPROBLEM: case CURLE_TOO_MANY_REDIRECTS:
+    case CURLE_FILESIZE_EXCEEDED: case CURLE_OUT_OF_MEMORY:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+/* Downloads url into dir/file.  On an integrity failure (*quarantine set)
+ * the caller quarantines the staging directory. */
+static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url, const char *file, uint64_t expect,
+                                 const char *want_sha, char sha_out[KST_ID_LEN + 1], uint64_t *len_out, int *quarantine) {
+    char final_p[PATH_MAX], part_p[PATH_MAX], meta_p[PATH_MAX];
+    *quarantine = 0;
+    if (kst_path(final_p, "%s/%s", dir, file) || kst_path(part_p, "%s.part", final_p) || kst_path(meta_p, "%s.part.json", final_p))
+        return KILN_ERR_INVALID_ARG;
+    xfer x = {.pc = pc, .file = file, .meta_path = meta_p, .url = url, .fd = -1, .expect = expect};
+    struct stat st;
+    /* completed by an earlier run whose pack was not published yet */
+    if (stat(final_p, &st) == 0) {
+        x.have = (uint64_t)st.st_size;
+        if (kst_sha256_file(final_p, sha_out, NULL, NULL, NULL, file) == 0 && (!expect || x.have == expect) &&
+            (!want_sha || !strcmp(sha_out, want_sha))) {
+            *len_out = x.have;
+            emit(&x, "done", "already downloaded");
+            return KILN_OK;
+        }
+        unlink(final_p);
+        x.have = 0;
+    }
+    x.fd = open(part_p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (x.fd < 0) return kl_fail(NULL, KILN_ERR_IO, "cannot create %s: %s", part_p, strerror(errno));
+    if (fstat(x.fd, &st) == 0) x.have = (uint64_t)st.st_size;
+    {
+        char *txt = x.have ? kst_read_text(meta_p, 1 << 16, NULL) : NULL;
+        json_t *m = txt ? json_loads(txt, 0, NULL) : NULL;
+        free(txt);
+        const char *murl = json_string_value(json_object_get(m, "url"));
+        const char *mval = json_string_value(json_object_get(m, "validator"));
+        json_int_t mtotal = json_integer_value(json_object_get(m, "total"));
+        /* a part is only continued when it is known to come from this URL */
+        if (x.have && (!murl || strcmp(murl, url) || (expect && x.have > expect) || (mtotal > 0 && x.have > (uint64_t)mtotal)))
+            truncate_part(&x);
+        else if (x.have) {
+            x.meta_total = mtotal > 0 ? (uint64_t)mtotal : 0;
+            snprintf(x.validator, sizeof x.validator, "%s", mval ? mval : "");
+        }
+        json_decref(m);
+    }
+    if (lseek(x.fd, 0, SEEK_END) < 0) x.werr = errno;
+
+    CURL *h = curl_easy_init();
+    if (!h) {
+        close(x.fd);
+        return kl_fail(NULL, KILN_ERR_NOMEM, "cannot create an HTTP handle");
+    }
+    x.h = h;
+    char origin0[512], cur[8192], errbuf[CURL_ERROR_SIZE];
+    kiln_status st_ret = url_origin(url, origin0, sizeof origin0);
+    int attempts = 0, hops = 0, left_origin = 0, done = 0;
+    snprintf(cur, sizeof cur, "%s", url);
+    if (x.have) emit(&x, "resume", NULL);
+    else emit(&x, "start", NULL);
+    while (!st_ret && !done) {
+        if (cancelled(pc)) {
+            st_ret = kl_fail(NULL, KILN_ERR_CANCELLED, "pull cancelled; %llu bytes of %s kept for the next pull",
+                             (unsigned long long)x.have, file);
+            break;
+        }
+        uint64_t have0 = x.have;
+        x.decided = x.discard = x.restart = 0;
+        x.why[0] = errbuf[0] = 0;
+        struct curl_slist *hdrs = NULL;
+        if (!left_origin)
+            for (int i = 0; i < pc->n_headers; i++) hdrs = curl_slist_append(hdrs, pc->headers[i]);
+        char range[64], ifr[300];
+        if (x.have) {
+            snprintf(range, sizeof range, "%llu-", (unsigned long long)x.have);
+            if (x.validator[0]) {
+                snprintf(ifr, sizeof ifr, "If-Range: %s", x.validator);
+                hdrs = curl_slist_append(hdrs, ifr);
+            }
+        }
+        curl_easy_reset(h);
+        curl_easy_setopt(h, CURLOPT_URL, cur);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+        curl_easy_setopt(h, CURLOPT_UNRESTRICTED_AUTH, 0L);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_USERAGENT, "kiln/" KILN_VERSION);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+        curl_easy_setopt(h, CURLOPT_RANGE, x.have ? range : NULL);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, &x);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, &x);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, pc->stall_s);
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+        x.t_rate = x.t_last_emit = kb_now();
+        x.rate_bytes = x.have;
+        CURLcode rc = curl_easy_perform(h);
+        curl_slist_free_all(hdrs);
+        long code = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        char reason[600] = "";
+        if (x.werr) {
+            st_ret = kl_fail(NULL, KILN_ERR_IO, "writing %s: %s; %llu bytes kept in %s", file, strerror(x.werr),
+                             (unsigned long long)x.have, part_p);
+        } else if (x.nospace) {
+            st_ret = kl_fail(NULL, KILN_ERR_IO, "%s; %llu bytes kept in %s", x.why, (unsigned long long)x.have, part_p);
+        } else if (x.integrity) {
+            *quarantine = 1;
+            st_ret = kl_fail(NULL, KILN_ERR_FORMAT, "%s", x.why);
+        } else if (rc == CURLE_ABORTED_BY_CALLBACK || cancelled(pc)) {
+            continue; /* reported at the top of the loop */
+        } else if (x.restart) {
+            emit(&x, "restart", x.why);
+            if (truncate_part(&x) != 0) continue;
+            snprintf(reason, sizeof reason, "%s", x.why);
+        } else if (rc == CURLE_OK && code >= 300 && code < 400 && code != 304) {
+            char *loc = NULL;
+            curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &loc);
+            char next_origin[512];
+            if (!loc || ++hops > MAX_REDIRECTS) {
+                st_ret = kl_fail(NULL, KILN_ERR_IO, "%s: %s", url, loc ? "too many redirects" : "redirect without a location");
+            } else if (!(st_ret = url_origin(loc, next_origin, sizeof next_origin))) {
+                /* once the chain leaves the original origin, caller headers
+                 * stay off for the rest of it */
+                if (strcmp(next_origin, origin0)) left_origin = 1;
+                snprintf(cur, sizeof cur, "%s", loc);
+            }
+            continue;
+        } else if (rc == CURLE_OK && (code == 200 || code == 206)) {
+            if (x.total && x.have != x.total)
+                snprintf(reason, sizeof reason, "short body: %llu of %llu bytes", (unsigned long long)x.have,
+                         (unsigned long long)x.total);
+            else done = 1;
+        } else if (rc == CURLE_OK && code == 416) {
+            uint64_t start = 0, total = 0;
+            if (parse_range(x.content_range, &start, &total) >= 0 && total && total == x.have) {
+                x.total = total; /* the part was already complete */
+                done = 1;
+            } else {
+                emit(&x, "restart", "the server rejected the range; restarting from zero");
+                if (truncate_part(&x) != 0) continue;
+                snprintf(reason, sizeof reason, "HTTP 416");
+            }
+        } else if (rc == CURLE_OK && code != 408 && code != 429 && code < 500) {
+            st_ret = kl_fail(NULL, code == 404 ? KILN_ERR_NOT_FOUND : KILN_ERR_IO, "%s: HTTP %ld%s", url, code,
+                             code == 401 || code == 403 ? " (pass credentials with --header or KILN_AUTH_HEADER)" : "");
+        } else if (rc == CURLE_OK) {
+            snprintf(reason, sizeof reason, "HTTP %ld", code);
+        } else if (!transient_curl(rc)) {
+            st_ret = kl_fail(NULL, KILN_ERR_IO, "%s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+        } else if (rc == CURLE_OPERATION_TIMEDOUT) {
+            snprintf(reason, sizeof reason, "stalled: no data for %ld s", pc->stall_s);
+        } else {
+            snprintf(reason, sizeof reason, "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
+        }
+        if (st_ret || done) break;
+        /* a transient failure: start over from the original URL, resuming;
+         * attempts that moved bytes don't count against the limit */
+        attempts = x.have > have0 ? 1 : attempts + 1;
+        hops = 0;
+        left_origin = 0;
+        snprintf(cur, sizeof cur, "%s", url);
+        if (attempts >= pc->max_attempts) {
+            st_ret = kl_fail(NULL, KILN_ERR_IO, "%s: giving up after %d attempts (%s); %llu bytes kept, pull again to resume",
+                             file, attempts, reason, (unsigned long long)x.have);
+            break;
+        }
+        long delay = pc->backoff_ms << (attempts - 1 < 5 ? attempts - 1 : 5);
+        if (delay > 30000) delay = 30000;
+        char msg[700];
+        snprintf(msg, sizeof msg, "%s; retrying in %.1f s", reason, (double)delay / 1000.0);
+        emit(&x, "retry", msg);
+        sleep_cancellable(pc, delay);
+    }
+    curl_easy_cleanup(h);
+    if (!st_ret && fsync(x.fd) != 0) st_ret = kl_fail(NULL, KILN_ERR_IO, "writing %s: %s", part_p, strerror(errno));
+    close(x.fd);
+    if (st_ret) return st_ret;
+
+    if (expect && x.have != expect) {
+        *quarantine = 1;
+        return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s: wrong length: got %llu bytes, the manifest says %llu", file,
+                       (unsigned long long)x.have, (unsigned long long)expect);
+    }
+    emit(&x, "verify", NULL);
+    if (kst_sha256_file(part_p, sha_out, NULL, pc->pp ? pc->pp->progress : NULL, pc->pp ? pc->pp->user : NULL, file) != 0)
+        return kl_fail(NULL, KILN_ERR_IO, "cannot read %s: %s", part_p, strerror(errno));
+    if (want_sha && strcmp(sha_out, want_sha)) {
+        *quarantine = 1;
+        return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s: sha256 mismatch: got %s, expected %s", file, sha_out, want_sha);
+    }
+    if (rename(part_p, final_p) != 0) return kl_fail(NULL, KILN_ERR_IO, "cannot rename %s: %s", part_p, strerror(errno));
+    unlink(meta_p);
+    *len_out = x.have;
+    emit(&x, "done", NULL);
+    return KILN_OK;
+}
+
+/* ---- the pack ---- */
+
+typedef struct artifact {
+    char url[4096];
+    char file[256];
+    char role[32];
+    char sha[KST_ID_LEN + 1]; /* expected; "" = unknown */
+    char license[128];
+    uint64_t length;          /* expected; 0 = unknown */
+} artifact;
+
+/* The file name of a URL's last path segment, made safe. */
+static void file_from_url(const char *url, char *out, size_t cap) {
+    const char *end = url + strcspn(url, "?#");
+    const char *b = end;
+    while (b > url && b[-1] != '/') b--;
+    size_t n = 0;
+    while (b < end && *b == '.') b++;
+    for (; b < end && n + 1 < cap; b++) {
+        char c = *b;
+        out[n++] = (isalnum((unsigned char)c) || c == '.' || c == '_' || c == '-') ? c : '-';
+    }
+    out[n] = 0;
+    if (!kst_file_ok(out)) snprintf(out, cap, "model.gguf");
+}
+
+static int resolve_url(const char *base, const char *rel, char *out, size_t cap) {
+    CURLU *u = curl_url();
+    char *s = NULL;
+    int ok = u && curl_url_set(u, CURLUPART_URL, base, 0) == CURLUE_OK && curl_url_set(u, CURLUPART_URL, rel, 0) == CURLUE_OK &&
+             curl_url_get(u, CURLUPART_URL, &s, 0) == CURLUE_OK && strlen(s) < cap;
+    if (ok) snprintf(out, cap, "%s", s);
+    curl_free(s);
+    curl_url_cleanup(u);
+    return ok ? 0 : -1;
+}
+
+/* Reads a pack manifest fetched from url: {"name"?, "artifacts": [{"url",
+ * "path"?, "role"?, "sha256"?, "length"?, "license"?}]}. */
+static kiln_status parse_remote(const char *path, const char *url, artifact *arts, int *n_out, char *name, size_t name_cap) {
+    char *txt = kst_read_text(path, 1 << 20, NULL);
+    json_error_t je;
+    json_t *m = txt ? json_loads(txt, 0, &je) : NULL;
+    free(txt);
+    json_t *list = json_object_get(m, "artifacts");
+    if (!json_is_array(list) || !json_array_size(list) || json_array_size(list) > MAX_ARTIFACTS) {
+        json_decref(m);
+        return kl_fail(NULL, KILN_ERR_FORMAT, "%s is not a pack manifest (an object with 1..%d \"artifacts\")", url, MAX_ARTIFACTS);
+    }
+    snprintf(name, name_cap, "%s", json_string_value(json_object_get(m, "name")) ? json_string_value(json_object_get(m, "name")) : "");
+    kiln_status st = KILN_OK;
+    size_t i;
+    json_t *a;
+    json_array_foreach(list, i, a) {
+        artifact *t = &arts[i];
+        memset(t, 0, sizeof *t);
+        const char *u = json_string_value(json_object_get(a, "url"));
+        const char *p = json_string_value(json_object_get(a, "path"));
+        const char *r = json_string_value(json_object_get(a, "role"));
+        const char *h = json_string_value(json_object_get(a, "sha256"));
+        const char *l = json_string_value(json_object_get(a, "license"));
+        json_int_t len = json_integer_value(json_object_get(a, "length"));
+        if (!u || resolve_url(url, u, t->url, sizeof t->url) != 0) {
+            st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: artifact %zu has no valid \"url\"", url, i);
+            break;
+        }
+        if (p) snprintf(t->file, sizeof t->file, "%s", p);
+        else file_from_url(t->url, t->file, sizeof t->file);
+        if (!kst_file_ok(t->file)) {
+            st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: artifact path '%s' is not a plain file name", url, t->file);
+            break;
+        }
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(arts[k].file, t->file)) st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: artifact '%s' listed twice", url, t->file);
+        if (h && !kst_hex_ok(h)) st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: artifact %s: sha256 is not 64 lowercase hex digits", url, t->file);
+        if (st) break;
+        snprintf(t->role, sizeof t->role, "%s", r ? r : i == 0 ? "model" : "companion");
+        if (h) snprintf(t->sha, sizeof t->sha, "%s", h);
+        if (l) snprintf(t->license, sizeof t->license, "%s", l);
+        t->length = len > 0 ? (uint64_t)len : 0;
+    }
+    if (!st) *n_out = (int)json_array_size(list);
+    json_decref(m);
+    return st;
+}
+
+static int url_is_manifest(const char *url) {
+    size_t n = strcspn(url, "?#");
+    return n > 5 && !strncasecmp(url + n - 5, ".json", 5);
+}
+
+kiln_status kiln_store_pull(kiln_store *s, const char *url, const char *name, const char *sha256,
+                            const kiln_store_pull_params *params, char *id_out) {
+    if (!s || !url) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or URL");
+    pthread_once(&g_curl_once, curl_init_once);
+    char origin[512], want[KST_ID_LEN + 1] = "", norm[KST_NAME_MAX + 1] = "";
+    kiln_status st = url_origin(url, origin, sizeof origin);
+    if (st) return st;
+    if (sha256) {
+        for (size_t i = 0; i < KST_ID_LEN && sha256[i]; i++) want[i] = (char)tolower((unsigned char)sha256[i]);
+        want[KST_ID_LEN] = 0;
+        if (strlen(sha256) != KST_ID_LEN || !kst_hex_ok(want))
+            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "--sha256 needs 64 hex digits");
+    }
+    if (name && (st = kst_name_norm(name, norm))) return st;
+    pull_ctx pc = {.pp = params, .stall_s = env_long("KILN_PULL_STALL_SECONDS", 30, 1, 3600),
+                   .max_attempts = (int)env_long("KILN_PULL_RETRIES", 6, 1, 1000),
+                   .backoff_ms = env_long("KILN_PULL_BACKOFF_MS", 1000, 1, 60000), .count = 1};
+    const char *env_hdr = getenv("KILN_AUTH_HEADER");
+    if (params && params->headers) {
+        pc.headers = params->headers;
+        pc.n_headers = params->n_headers;
+    } else if (env_hdr && *env_hdr) {
+        pc.headers = &env_hdr;
+        pc.n_headers = 1;
+    }
+    for (int i = 0; i < pc.n_headers; i++)
+        if (!pc.headers[i] || strpbrk(pc.headers[i], "\r\n") || !strchr(pc.headers[i], ':'))
+            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "header %d is not one 'Name: value' line", i + 1);
+
+    /* one lock per source; the holder downloads, others wait and then find
+     * the pack installed */
+    char hex[KST_ID_LEN + 1], key[40], lockp[PATH_MAX], dir[PATH_MAX];
+    char keysrc[4200];
+    snprintf(keysrc, sizeof keysrc, "kiln-pull\n%s", url);
+    kst_sha256_hex(keysrc, strlen(keysrc), hex);
+    snprintf(key, sizeof key, "%.32s", hex);
+    if (kst_path(lockp, "%s/locks/%s.lock", s->root, key)) return KILN_ERR_INVALID_ARG;
+    int lk, waited = 0;
+    while ((lk = kst_lock(lockp, LOCK_EX | LOCK_NB)) < 0) {
+        if (errno != EWOULDBLOCK) return kl_fail(NULL, KILN_ERR_IO, "lock %s: %s", lockp, strerror(errno));
+        if (!waited++ && params && params->progress) {
+            kiln_store_progress p = {.event = "waiting", .eta = -1, .message = "another process is pulling this model"};
+            params->progress(&p, params->user);
+        }
+        if (cancelled(&pc)) return kl_fail(NULL, KILN_ERR_CANCELLED, "pull cancelled while waiting for another pull");
+        sleep_cancellable(&pc, 100);
+    }
+    char id[KST_ID_LEN + 1];
+    if (kst_find_origin(s, url, want[0] ? want : NULL, id)) {
+        st = name ? kiln_store_alias(s, id, norm) : KILN_OK;
+        if (!st && params && params->progress) {
+            kiln_store_progress p = {.event = "published", .eta = 0, .message = id};
+            params->progress(&p, params->user);
+        }
+        if (!st && id_out) memcpy(id_out, id, KST_ID_LEN + 1);
+        kst_unlock(lk);
+        return st;
+    }
+    if ((st = kst_staging(s, key, dir))) {
+        kst_unlock(lk);
+        return st;
+    }
+    artifact *arts = calloc(MAX_ARTIFACTS, sizeof *arts);
+    int n_arts = 1, quarantine = 0;
+    char remote_name[KST_NAME_MAX + 1] = "";
+    if (!arts) st = kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    else if (url_is_manifest(url)) {
+        /* the manifest itself is fetched fresh every time */
+        char rp[PATH_MAX], sha_m[KST_ID_LEN + 1];
+        uint64_t len_m;
+        const char *mf = ".remote.json";
+        if (!kst_path(rp, "%s/%s.part", dir, mf)) unlink(rp);
+        if (!kst_path(rp, "%s/%s", dir, mf)) unlink(rp);
+        st = pull_artifact(&pc, dir, url, mf, 0, NULL, sha_m, &len_m, &quarantine);
+        if (!st) st = parse_remote(rp, url, arts, &n_arts, remote_name, sizeof remote_name);
+        if (!st) unlink(rp);
+        if (!st && want[0] && arts[0].sha[0] && strcmp(arts[0].sha, want))
+            st = kl_fail(NULL, KILN_ERR_INVALID_ARG, "--sha256 differs from the manifest's hash of %s", arts[0].file);
+        if (!st && want[0]) snprintf(arts[0].sha, sizeof arts[0].sha, "%s", want);
+    } else {
+        snprintf(arts[0].url, sizeof arts[0].url, "%s", url);
+        file_from_url(url, arts[0].file, sizeof arts[0].file);
+        snprintf(arts[0].role, sizeof arts[0].role, "model");
+        snprintf(arts[0].sha, sizeof arts[0].sha, "%s", want);
+    }
+    if (!st && !name && !(remote_name[0] && kst_name_norm(remote_name, norm) == KILN_OK)) {
+        kst_name_from_file(url, norm);
+        st = kst_name_norm(norm, norm);
+    }
+    pc.count = n_arts;
+    for (int i = 0; !st && i < n_arts; i++) {
+        if (!arts[i].length) {
+            pc.all_total = 0;
+            break;
+        }
+        pc.all_total += arts[i].length;
+    }
+    json_t *man = json_pack("{s:s,s:s,s:[]}", "mode", "owned", "origin", url, "artifacts");
+    for (int i = 0; !st && i < n_arts; i++) {
+        artifact *a = &arts[i];
+        char got[KST_ID_LEN + 1];
+        uint64_t len = 0;
+        pc.index = i;
+        st = pull_artifact(&pc, dir, a->url, a->file, a->length, a->sha[0] ? a->sha : NULL, got, &len, &quarantine);
+        if (st) break;
+        pc.all_before += len;
+        json_t *ja = json_pack("{s:s,s:s,s:I,s:s,s:s}", "role", a->role, "path", a->file, "length", (json_int_t)len,
+                               "sha256", got, "source", a->url);
+        if (a->license[0]) json_object_set_new(ja, "license", json_string(a->license));
+        json_array_append_new(json_object_get(man, "artifacts"), ja);
+    }
+    /* the last point where a cancel wins; after it, publication commits */
+    if (!st && cancelled(&pc)) st = kl_fail(NULL, KILN_ERR_CANCELLED, "pull cancelled before publication; the download is kept");
+    if (st && quarantine) kst_quarantine(s, dir, kiln_last_error());
+    if (!st) {
+        st = kst_publish(s, dir, man, norm, id);
+        if (!st && params && params->progress) {
+            kiln_store_progress p = {.event = "published", .index = n_arts - 1, .count = n_arts,
+                                     .all_done = pc.all_before, .all_total = pc.all_before, .eta = 0, .message = id};
+            params->progress(&p, params->user);
+        }
+        if (!st && id_out) memcpy(id_out, id, KST_ID_LEN + 1);
+    }
+    json_decref(man);
+    free(arts);
+    kst_unlock(lk);
+    return st;
+}

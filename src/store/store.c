@@ -1,0 +1,880 @@
+/* The store's bookkeeping: names, publication, listing, leases, verify,
+ * remove and gc.  Mutations of names/ and packs/ happen under the mutation
+ * lock (ROOT/.lock, exclusive); resolve takes it shared just long enough to
+ * read a name and take its lease, so rm can never delete a pack between a
+ * lookup and its lease. */
+#include "store/store.h"
+
+#include "base/base.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "quant/quant.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+struct kiln_store_lease {
+    int fd;                    /* holds LOCK_SH on leases/<id>.lock */
+    char record[PATH_MAX];     /* leases/<id>.<pid>.<n> */
+    char path[PATH_MAX];
+    char id[KST_ID_LEN + 1];
+};
+
+void kst_emit(kiln_store_progress_fn progress, void *user, const kiln_store_progress *p) {
+    if (progress) progress(p, user);
+}
+
+int kiln_store_progress_json(const kiln_store_progress *p, char *buf, size_t cap) {
+    json_t *o = json_object();
+    json_object_set_new(o, "status", json_string(p->event ? p->event : ""));
+    if (p->artifact) json_object_set_new(o, "artifact", json_string(p->artifact));
+    json_object_set_new(o, "index", json_integer(p->index));
+    json_object_set_new(o, "count", json_integer(p->count));
+    json_object_set_new(o, "completed", json_integer((json_int_t)p->done));
+    json_object_set_new(o, "total", json_integer((json_int_t)p->total));
+    json_object_set_new(o, "all_completed", json_integer((json_int_t)p->all_done));
+    json_object_set_new(o, "all_total", json_integer((json_int_t)p->all_total));
+    json_object_set_new(o, "rate", json_real(p->rate));
+    json_object_set_new(o, "eta", json_real(p->eta));
+    if (p->message) json_object_set_new(o, "message", json_string(p->message));
+    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    int n = s ? (int)strlen(s) : 0;
+    if (cap) snprintf(buf, cap, "%s", s ? s : "");
+    free(s);
+    return n;
+}
+
+/* ---- opening ---- */
+
+static const char *const k_subdirs[] = {"packs", "names", "state", "leases", "locks", ".staging", "quarantine"};
+
+kiln_status kiln_store_open(const char *root, kiln_store **out) {
+    if (!out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output handle");
+    *out = NULL;
+    char dir[PATH_MAX];
+    const char *env = getenv("KILN_STORE"), *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+    int r;
+    if (root && *root) r = kst_path(dir, "%s", root);
+    else if (env && *env) r = kst_path(dir, "%s", env);
+    else if (xdg && *xdg) r = kst_path(dir, "%s/kiln", xdg);
+    else if (home && *home) r = kst_path(dir, "%s/.local/share/kiln", home);
+    else return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store root: set KILN_STORE, XDG_DATA_HOME or HOME");
+    if (r) return KILN_ERR_INVALID_ARG;
+    size_t n = strlen(dir);
+    /* room for the store's own names below the root */
+    if (n > PATH_MAX - 512) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "store root %.60s... is too long", dir);
+    while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
+    for (size_t i = 0; i < sizeof k_subdirs / sizeof k_subdirs[0]; i++) {
+        char sub[PATH_MAX];
+        if (kst_path(sub, "%s/%s", dir, k_subdirs[i])) return KILN_ERR_INVALID_ARG;
+        if (kst_mkdirs(sub) != 0) return kl_fail(NULL, KILN_ERR_IO, "store %s: cannot create %s: %s", dir, sub, strerror(errno));
+    }
+    kiln_store *s = calloc(1, sizeof *s);
+    if (!s) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    memcpy(s->root, dir, n + 1);
+    *out = s;
+    return KILN_OK;
+}
+
+void kiln_store_close(kiln_store *s) { free(s); }
+const char *kiln_store_root(const kiln_store *s) { return s ? s->root : ""; }
+void kiln_store_free_string(char *str) { free(str); }
+
+static int mut_lock(kiln_store *s, int op) {
+    char p[PATH_MAX];
+    if (kst_path(p, "%s/.lock", s->root)) return -1;
+    int fd = kst_lock(p, op);
+    if (fd < 0) kl_fail(NULL, KILN_ERR_IO, "store lock %s: %s", p, strerror(errno));
+    return fd;
+}
+
+/* ---- names ---- */
+
+static int name_char(int c) { return isalnum(c) || c == '.' || c == '_' || c == '-'; }
+
+kiln_status kst_name_norm(const char *in, char out[KST_NAME_MAX + 1]) {
+    if (!in || !*in) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "empty model name");
+    size_t len = strlen(in);
+    const char *colon = strchr(in, ':');
+    size_t base = colon ? (size_t)(colon - in) : len;
+    if (len + (colon ? 0 : 7) > KST_NAME_MAX)
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%.40s...' is longer than %d bytes", in, KST_NAME_MAX);
+    if (base == 0 || (colon && !colon[1]) || (colon && strchr(colon + 1, ':')))
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s' must be NAME or NAME:TAG", in);
+    for (size_t i = 0; i < len; i++)
+        if (i != base && !name_char((unsigned char)in[i]))
+            return kl_fail(NULL, KILN_ERR_INVALID_ARG,
+                           "model name '%s': only letters, digits, '.', '_' and '-' are allowed", in);
+    if (in[0] == '.' || in[0] == '-' || (colon && (colon[1] == '.' || colon[1] == '-')) || strstr(in, ".."))
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s' may not start with '.' or '-' or contain '..'", in);
+    char tmp[KST_NAME_MAX + 1]; /* out may be in */
+    snprintf(tmp, sizeof tmp, "%s%s", in, colon ? "" : ":latest");
+    memcpy(out, tmp, sizeof tmp);
+    return KILN_OK;
+}
+
+void kst_name_from_file(const char *file, char out[KST_NAME_MAX + 1]) {
+    const char *b = strrchr(file, '/');
+    b = b ? b + 1 : file;
+    char tmp[KST_NAME_MAX + 1];
+    size_t n = 0;
+    for (; b[n] && b[n] != '?' && b[n] != '#' && n < 96; n++) {
+        unsigned char c = (unsigned char)b[n];
+        tmp[n] = name_char(c) ? (char)tolower(c) : '-';
+    }
+    tmp[n] = 0;
+    if (n > 5 && !strcmp(tmp + n - 5, ".gguf")) tmp[n -= 5] = 0;
+    if (n > 5 && !strcmp(tmp + n - 5, ".json")) tmp[n -= 5] = 0;
+    size_t i = 0; /* drop leading separators and any ".." */
+    while (tmp[i] == '.' || tmp[i] == '-') i++;
+    for (char *d; (d = strstr(tmp + i, ".."));) d[0] = '-';
+    snprintf(out, KST_NAME_MAX + 1, "%s:latest", tmp[i] ? tmp + i : "model");
+}
+
+int kst_file_ok(const char *s) {
+    if (!s || !*s || s[0] == '.' || strlen(s) > 200) return 0;
+    for (; *s; s++)
+        if (!name_char((unsigned char)*s)) return 0;
+    return 1;
+}
+
+int kst_hex_ok(const char *s) {
+    if (!s || strlen(s) != KST_ID_LEN) return 0;
+    for (; *s; s++)
+        if (!isxdigit((unsigned char)*s) || isupper((unsigned char)*s)) return 0;
+    return 1;
+}
+
+static int name_lookup(kiln_store *s, const char *norm, char id[KST_ID_LEN + 1]) {
+    char p[PATH_MAX];
+    if (kst_path(p, "%s/names/%s", s->root, norm)) return -1;
+    char *txt = kst_read_text(p, 256, NULL);
+    if (!txt) return -1;
+    int ok = strlen(txt) >= KST_ID_LEN && (txt[KST_ID_LEN] == '\n' || !txt[KST_ID_LEN]);
+    if (ok) {
+        memcpy(id, txt, KST_ID_LEN);
+        id[KST_ID_LEN] = 0;
+        ok = kst_hex_ok(id);
+    }
+    free(txt);
+    return ok ? 0 : -1;
+}
+
+static int pack_exists(kiln_store *s, const char *id) {
+    char p[PATH_MAX];
+    struct stat st;
+    return !kst_path(p, "%s/packs/%s/manifest.json", s->root, id) && stat(p, &st) == 0;
+}
+
+/* Finds the pack of a name or full id.  norm_out (may be NULL) receives the
+ * normalized name, or "" when ref was an id. */
+static kiln_status find_ref(kiln_store *s, const char *ref, char id[KST_ID_LEN + 1], char *norm_out) {
+    if (norm_out) norm_out[0] = 0;
+    if (kst_hex_ok(ref) && pack_exists(s, ref)) {
+        memcpy(id, ref, KST_ID_LEN + 1);
+        return KILN_OK;
+    }
+    char norm[KST_NAME_MAX + 1];
+    kiln_status st = kst_name_norm(ref, norm);
+    if (st) return st;
+    if (name_lookup(s, norm, id) != 0 || !pack_exists(s, id))
+        return kl_fail(NULL, KILN_ERR_NOT_FOUND, "model '%s' is not in the store %s", ref, s->root);
+    if (norm_out) snprintf(norm_out, KST_NAME_MAX + 1, "%s", norm);
+    return KILN_OK;
+}
+
+kiln_status kst_bind_name(kiln_store *s, const char *name, const char *id) {
+    char p[PATH_MAX], line[KST_ID_LEN + 2];
+    if (kst_path(p, "%s/names/%s", s->root, name)) return KILN_ERR_INVALID_ARG;
+    snprintf(line, sizeof line, "%s\n", id);
+    if (kst_write_atomic(p, line, strlen(line), 0644) != 0)
+        return kl_fail(NULL, KILN_ERR_IO, "cannot write name %s: %s", p, strerror(errno));
+    return KILN_OK;
+}
+
+/* Calls fn for every name bound to id (or to any pack when id is NULL). */
+static void each_name(kiln_store *s, const char *id, void (*fn)(const char *name, const char *nid, void *ud), void *ud) {
+    char dir[PATH_MAX];
+    if (kst_path(dir, "%s/names", s->root)) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.")) continue;
+        char nid[KST_ID_LEN + 1];
+        if (name_lookup(s, e->d_name, nid) == 0 && (!id || !strcmp(nid, id))) fn(e->d_name, nid, ud);
+    }
+    closedir(d);
+}
+
+/* ---- manifests and state ---- */
+
+static json_t *load_json(const char *path) {
+    char *txt = kst_read_text(path, 16u << 20, NULL);
+    if (!txt) return NULL;
+    json_t *j = json_loads(txt, 0, NULL);
+    free(txt);
+    return j;
+}
+
+static json_t *load_manifest(kiln_store *s, const char *id) {
+    char p[PATH_MAX];
+    if (kst_path(p, "%s/packs/%s/manifest.json", s->root, id)) return NULL;
+    json_t *m = load_json(p);
+    if (!m) kl_fail(NULL, KILN_ERR_FORMAT, "pack %.12s: unreadable manifest %s", id, p);
+    return m;
+}
+
+static json_t *load_state(kiln_store *s, const char *id) {
+    char p[PATH_MAX];
+    json_t *st = kst_path(p, "%s/state/%s.json", s->root, id) ? NULL : load_json(p);
+    if (!json_is_object(st)) {
+        json_decref(st);
+        st = json_object();
+    }
+    if (!json_is_object(json_object_get(st, "stamps"))) json_object_set_new(st, "stamps", json_object());
+    return st;
+}
+
+static void save_state(kiln_store *s, const char *id, json_t *st) {
+    char p[PATH_MAX];
+    char *txt = json_dumps(st, JSON_COMPACT | JSON_SORT_KEYS);
+    if (txt && !kst_path(p, "%s/state/%s.json", s->root, id) && kst_write_atomic(p, txt, strlen(txt), 0644) != 0)
+        kb_log(KB_LOG_WARN, "store: cannot write %s: %s", p, strerror(errno));
+    free(txt);
+}
+
+static const char *jstr(json_t *o, const char *key) {
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+static uint64_t juint(json_t *o, const char *key) {
+    json_int_t v = json_integer_value(json_object_get(o, key));
+    return v > 0 ? (uint64_t)v : 0;
+}
+
+static int64_t ts_ns(struct timespec t) { return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec; }
+
+static json_t *make_stamp(const struct stat *st, const char *sha) {
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:s}", "dev", (json_int_t)st->st_dev, "ino", (json_int_t)st->st_ino,
+                     "size", (json_int_t)st->st_size, "mtime", (json_int_t)ts_ns(st->st_mtim), "ctime",
+                     (json_int_t)ts_ns(st->st_ctim), "sha256", sha);
+}
+
+static int stamp_matches(json_t *stamp, const struct stat *st, const char *sha) {
+    return json_is_object(stamp) && juint(stamp, "dev") == (uint64_t)st->st_dev &&
+           juint(stamp, "ino") == (uint64_t)st->st_ino && juint(stamp, "size") == (uint64_t)st->st_size &&
+           json_integer_value(json_object_get(stamp, "mtime")) == ts_ns(st->st_mtim) &&
+           json_integer_value(json_object_get(stamp, "ctime")) == ts_ns(st->st_ctim) && !strcmp(jstr(stamp, "sha256"), sha);
+}
+
+/* Checks one artifact of pack id.  Linked artifacts must still be a symlink
+ * to the recorded target.  force re-hashes even when the stamp matches.
+ * On success the stamp in state is refreshed. */
+static kiln_status check_artifact(kiln_store *s, const char *id, json_t *man, json_t *art, json_t *state, int force,
+                                  kiln_store_progress_fn progress, void *user) {
+    const char *file = jstr(art, "path"), *sha = jstr(art, "sha256"), *src = jstr(art, "source");
+    int linked = !strcmp(jstr(man, "mode"), "linked");
+    uint64_t length = juint(art, "length");
+    char p[PATH_MAX];
+    if (!kst_file_ok(file) || kst_path(p, "%s/packs/%s/%s", s->root, id, file))
+        return kl_fail(NULL, KILN_ERR_FORMAT, "pack %.12s: bad artifact path '%s'", id, file);
+    struct stat st;
+    if (lstat(p, &st) != 0) return kl_fail(NULL, KILN_ERR_IO, "artifact %s of pack %.12s is missing: %s", file, id, strerror(errno));
+    if (linked) {
+        char target[PATH_MAX];
+        ssize_t n = S_ISLNK(st.st_mode) ? readlink(p, target, sizeof target - 1) : -1;
+        if (n < 0) return kl_fail(NULL, KILN_ERR_FORMAT, "linked artifact %s: the store's link %s is not a symlink", file, p);
+        target[n] = 0;
+        if (strcmp(target, src))
+            return kl_fail(NULL, KILN_ERR_FORMAT, "linked artifact %s points to %s, not the imported %s", file, target, src);
+        if (stat(p, &st) != 0)
+            return kl_fail(NULL, KILN_ERR_IO, "linked target %s of %s is unavailable: %s", src, file, strerror(errno));
+    }
+    const char *what = linked ? "linked target" : "artifact";
+    const char *where = linked ? src : file;
+    if (!S_ISREG(st.st_mode)) return kl_fail(NULL, KILN_ERR_FORMAT, "%s %s is not a regular file", what, where);
+    if ((uint64_t)st.st_size != length)
+        return kl_fail(NULL, KILN_ERR_FORMAT, "%s %s changed: size %llu, expected %llu", what, where,
+                       (unsigned long long)st.st_size, (unsigned long long)length);
+    json_t *stamps = json_object_get(state, "stamps");
+    if (!force && stamp_matches(json_object_get(stamps, file), &st, sha)) return KILN_OK;
+    char got[KST_ID_LEN + 1];
+    struct stat after;
+    if (kst_sha256_file(p, got, &after, progress, user, file) != 0)
+        return kl_fail(NULL, KILN_ERR_IO, "cannot read %s %s: %s", what, where, strerror(errno));
+    if (strcmp(got, sha))
+        return kl_fail(NULL, KILN_ERR_FORMAT, "%s %s changed: sha256 %s, expected %s", what, where, got, sha);
+    if ((uint64_t)after.st_size != length)
+        return kl_fail(NULL, KILN_ERR_FORMAT, "%s %s changed while it was hashed", what, where);
+    json_object_set_new(stamps, file, make_stamp(&after, sha));
+    return KILN_OK;
+}
+
+/* ---- staging, quarantine, format check, publish ---- */
+
+kiln_status kst_staging(kiln_store *s, const char *key, char dir[PATH_MAX]) {
+    char base[PATH_MAX];
+    if (kst_path(base, "%s/.staging", s->root)) return KILN_ERR_INVALID_ARG;
+    DIR *d = opendir(base);
+    double now = kst_wall_now();
+    struct dirent *e;
+    /* a stopped process leaves its staging behind; anything touched within
+     * the hour, or whose pull lock is held, may still be in use */
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, key)) continue;
+        char p[PATH_MAX], lk[PATH_MAX];
+        double newest = 0;
+        if (kst_path(p, "%s/%s", base, e->d_name)) continue;
+        kst_tree_size(p, &newest);
+        if (now - newest < KST_STAGING_MAX_AGE) continue;
+        int fd = -1;
+        if (!kst_path(lk, "%s/locks/%s.lock", s->root, e->d_name) && access(lk, F_OK) == 0 &&
+            (fd = kst_lock(lk, LOCK_EX | LOCK_NB)) < 0)
+            continue;
+        if (kst_rmtree(p) >= 0) kb_log(KB_LOG_INFO, "store: removed stale staging %s", p);
+        kst_unlock(fd);
+    }
+    if (d) closedir(d);
+    if (kst_path(dir, "%s/%s", base, key)) return KILN_ERR_INVALID_ARG;
+    if (kst_mkdirs(dir) != 0) return kl_fail(NULL, KILN_ERR_IO, "cannot create staging %s: %s", dir, strerror(errno));
+    return KILN_OK;
+}
+
+void kst_quarantine(kiln_store *s, const char *dir, const char *reason) {
+    static atomic_uint seq;
+    const char *key = strrchr(dir, '/');
+    key = key ? key + 1 : dir;
+    char q[PATH_MAX], r[PATH_MAX];
+    if (kst_path(q, "%s/quarantine/%lld-%ld-%u-%s", s->root, (long long)kst_wall_now(), (long)getpid(),
+                atomic_fetch_add(&seq, 1), key))
+        return;
+    if (rename(dir, q) != 0) {
+        kb_log(KB_LOG_WARN, "store: cannot quarantine %s: %s; removing it", dir, strerror(errno));
+        kst_rmtree(dir);
+        return;
+    }
+    if (!kst_path(r, "%s/reason.txt", q)) {
+        char line[1024];
+        int n = snprintf(line, sizeof line, "%s\n", reason);
+        kst_write_atomic(r, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1, 0644);
+    }
+}
+
+kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16]) {
+    char err[512];
+    gguf_file *f = gguf_open(path, err, sizeof err);
+    if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact, err);
+    gguf_get_cstr(f, "general.architecture", arch, 64, "");
+    if (!arch[0]) {
+        gguf_close(f);
+        return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s: GGUF has no general.architecture", artifact);
+    }
+    if (!kl_arch_find(arch)) {
+        gguf_close(f);
+        return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "artifact %s: architecture '%s' is not supported (kiln runs %s)",
+                       artifact, arch, kl_arch_list());
+    }
+    if (gguf_n_tensors(f) == 0) {
+        gguf_close(f);
+        return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s: GGUF has no tensors", artifact);
+    }
+    int counts[KQ_TYPE_COUNT] = {0};
+    for (int i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (t->n_dims == 2 && t->type < KQ_TYPE_COUNT) counts[t->type]++;
+    }
+    int best = KQ_F32;
+    for (int t = 0; t < KQ_TYPE_COUNT; t++)
+        if (counts[t] > counts[best]) best = t;
+    const char *qn = kq_get(best)->name;
+    snprintf(quant, 16, "%s", qn ? qn : "?");
+    gguf_close(f);
+    return KILN_OK;
+}
+
+kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const char *name, char id_out[KST_ID_LEN + 1]) {
+    json_t *arts = json_object_get(manifest, "artifacts");
+    int linked = !strcmp(jstr(manifest, "mode"), "linked");
+    char arch[64] = "", quant[16] = "", p[PATH_MAX];
+    uint64_t size = 0;
+    size_t i;
+    json_t *a;
+    json_array_foreach(arts, i, a) {
+        const char *file = jstr(a, "path");
+        if (!kst_file_ok(file) || kst_path(p, "%s/%s", dir, file)) {
+            kst_quarantine(s, dir, "bad artifact name");
+            return kl_fail(NULL, KILN_ERR_FORMAT, "bad artifact name '%s'", file);
+        }
+        size += juint(a, "length");
+        if (!strcmp(jstr(a, "role"), "model") && !arch[0]) {
+            kiln_status st = kst_check_gguf(p, file, arch, quant);
+            if (st) {
+                kst_quarantine(s, dir, kiln_last_error());
+                return st;
+            }
+        }
+        if (!linked && chmod(p, 0444) != 0) {
+            kst_quarantine(s, dir, "chmod failed");
+            return kl_fail(NULL, KILN_ERR_IO, "cannot make %s read-only: %s", p, strerror(errno));
+        }
+    }
+    if (!arch[0]) {
+        kst_quarantine(s, dir, "no model artifact");
+        return kl_fail(NULL, KILN_ERR_FORMAT, "the pack has no GGUF model artifact");
+    }
+    json_object_set_new(manifest, "arch", json_string(arch));
+    json_object_set_new(manifest, "quantization", json_string(quant));
+    json_object_set_new(manifest, "size", json_integer((json_int_t)size));
+    json_object_set_new(manifest, "schema", json_integer(1));
+    /* canonical form: sorted keys, no whitespace; the id hashes exactly the
+     * bytes written, so anyone can check a manifest against its id */
+    char *canon = json_dumps(manifest, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!canon) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    char id[KST_ID_LEN + 1];
+    kst_sha256_hex(canon, strlen(canon), id);
+    int w = kst_path(p, "%s/manifest.json", dir) ? -1 : kst_write_atomic(p, canon, strlen(canon), 0444);
+    free(canon);
+    if (w != 0) {
+        kiln_status st = kl_fail(NULL, KILN_ERR_IO, "cannot write manifest %s: %s", p, strerror(errno));
+        kst_quarantine(s, dir, kiln_last_error());
+        return st;
+    }
+    int lk = mut_lock(s, LOCK_EX);
+    if (lk < 0) return KILN_ERR_IO;
+    char dst[PATH_MAX];
+    kiln_status st = kst_path(dst, "%s/packs/%s", s->root, id) ? KILN_ERR_INVALID_ARG : KILN_OK;
+    json_t *state = st ? NULL : load_state(s, id);
+    if (!st && pack_exists(s, id)) {
+        if (json_is_string(json_object_get(state, "damaged"))) {
+            kst_quarantine(s, dst, "replaced by a fresh install");
+            json_object_del(state, "damaged");
+        } else {
+            kst_rmtree(dir); /* the same content is already published */
+        }
+    }
+    if (!st && !pack_exists(s, id)) {
+        if (rename(dir, dst) != 0) {
+            st = kl_fail(NULL, KILN_ERR_IO, "cannot publish %s: %s", dst, strerror(errno));
+            kst_quarantine(s, dir, kiln_last_error());
+        } else {
+            char packs[PATH_MAX];
+            kst_path(packs, "%s/packs/.", s->root);
+            int dfd = open(packs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (dfd >= 0) {
+                fsync(dfd);
+                close(dfd);
+            }
+            /* stamps of what was hashed during the transfer */
+            json_t *stamps = json_object_get(state, "stamps");
+            json_array_foreach(arts, i, a) {
+                struct stat fst;
+                if (!kst_path(p, "%s/%s", dst, jstr(a, "path")) && stat(p, &fst) == 0)
+                    json_object_set_new(stamps, jstr(a, "path"), make_stamp(&fst, jstr(a, "sha256")));
+            }
+            save_state(s, id, state);
+        }
+    }
+    if (!st && name) st = kst_bind_name(s, name, id);
+    json_decref(state);
+    kst_unlock(lk);
+    if (!st && id_out) memcpy(id_out, id, KST_ID_LEN + 1);
+    return st;
+}
+
+int kst_find_origin(kiln_store *s, const char *origin, const char *sha256, char id_out[KST_ID_LEN + 1]) {
+    char dir[PATH_MAX];
+    if (kst_path(dir, "%s/packs", s->root)) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        if (!kst_hex_ok(e->d_name)) continue;
+        json_t *m = load_manifest(s, e->d_name);
+        json_t *first = json_array_get(json_object_get(m, "artifacts"), 0);
+        json_t *state = m ? load_state(s, e->d_name) : NULL;
+        if (m && !strcmp(jstr(m, "origin"), origin) && (!sha256 || !strcmp(jstr(first, "sha256"), sha256)) &&
+            !json_is_string(json_object_get(state, "damaged"))) {
+            memcpy(id_out, e->d_name, KST_ID_LEN + 1);
+            found = 1;
+        }
+        json_decref(state);
+        json_decref(m);
+    }
+    closedir(d);
+    return found;
+}
+
+/* ---- list and info ---- */
+
+static void collect_name(const char *name, const char *nid, void *ud) {
+    json_t *map = ud;
+    json_t *arr = json_object_get(map, nid);
+    if (!arr) json_object_set_new(map, nid, arr = json_array());
+    json_array_append_new(arr, json_string(name));
+}
+
+/* "ok", "changed" (needs a re-hash), "missing" or "damaged", from stat
+ * calls only. */
+static const char *pack_state(kiln_store *s, const char *id, json_t *man, json_t *state) {
+    if (json_is_string(json_object_get(state, "damaged"))) return "damaged";
+    int linked = !strcmp(jstr(man, "mode"), "linked");
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(man, "artifacts"), i, a) {
+        char p[PATH_MAX];
+        struct stat st;
+        if (kst_path(p, "%s/packs/%s/%s", s->root, id, jstr(a, "path")) || (linked ? stat(p, &st) : lstat(p, &st)) != 0)
+            return "missing";
+        if (!stamp_matches(json_object_get(json_object_get(state, "stamps"), jstr(a, "path")), &st, jstr(a, "sha256")))
+            return "changed";
+    }
+    return "ok";
+}
+
+static json_t *entry_json(kiln_store *s, const char *name, const char *id, json_t *man) {
+    json_t *state = load_state(s, id);
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:s,s:s}", "name", name, "id", id, "size",
+                          (json_int_t)juint(man, "size"), "arch", jstr(man, "arch"), "quantization",
+                          jstr(man, "quantization"), "mode", jstr(man, "mode"), "state", pack_state(s, id, man, state));
+    if (json_is_string(json_object_get(state, "damaged")))
+        json_object_set(o, "damaged", json_object_get(state, "damaged"));
+    json_decref(state);
+    return o;
+}
+
+static int cmp_entry(const void *a, const void *b) {
+    json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    return strcmp(jstr(x, "name"), jstr(y, "name"));
+}
+
+kiln_status kiln_store_list(kiln_store *s, char **json_out) {
+    if (!s || !json_out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or output");
+    json_t *names = json_object();
+    each_name(s, NULL, collect_name, names);
+    char dir[PATH_MAX];
+    kst_path(dir, "%s/packs", s->root);
+    DIR *d = opendir(dir);
+    if (!d) {
+        json_decref(names);
+        return kl_fail(NULL, KILN_ERR_IO, "cannot read %s: %s", dir, strerror(errno));
+    }
+    json_t *list = json_array();
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!kst_hex_ok(e->d_name)) continue;
+        json_t *man = load_manifest(s, e->d_name);
+        if (!man) continue;
+        json_t *arr = json_object_get(names, e->d_name);
+        size_t i;
+        json_t *n;
+        if (!json_array_size(arr)) json_array_append_new(list, entry_json(s, "", e->d_name, man));
+        json_array_foreach(arr, i, n) json_array_append_new(list, entry_json(s, json_string_value(n), e->d_name, man));
+        json_decref(man);
+    }
+    closedir(d);
+    json_decref(names);
+    size_t n = json_array_size(list);
+    json_t **items = malloc((n ? n : 1) * sizeof *items);
+    json_t *sorted = json_array();
+    for (size_t i = 0; items && i < n; i++) items[i] = json_array_get(list, i);
+    if (items) qsort(items, n, sizeof *items, cmp_entry);
+    for (size_t i = 0; items && i < n; i++) json_array_append(sorted, items[i]);
+    free(items);
+    json_decref(list);
+    *json_out = json_dumps(sorted, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(sorted);
+    return *json_out ? KILN_OK : kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+}
+
+static void collect_plain(const char *name, const char *nid, void *ud) {
+    (void)nid;
+    json_array_append_new((json_t *)ud, json_string(name));
+}
+
+kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out) {
+    if (!s || !name || !json_out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store, name or output");
+    char id[KST_ID_LEN + 1], norm[KST_NAME_MAX + 1];
+    kiln_status st = find_ref(s, name, id, norm);
+    if (st) return st;
+    json_t *man = load_manifest(s, id);
+    if (!man) return KILN_ERR_FORMAT;
+    json_t *o = entry_json(s, norm, id, man);
+    json_t *names = json_array();
+    each_name(s, id, collect_plain, names);
+    json_object_set_new(o, "names", names);
+    json_object_set_new(o, "manifest", man);
+    *json_out = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    return *json_out ? KILN_OK : kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+}
+
+/* ---- resolve and leases ---- */
+
+static const char *model_file(json_t *man) {
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(man, "artifacts"), i, a) if (!strcmp(jstr(a, "role"), "model")) return jstr(a, "path");
+    return NULL;
+}
+
+static kiln_status check_pack(kiln_store *s, const char *id, json_t *man, int force, kiln_store_progress_fn progress,
+                              void *user) {
+    json_t *state = load_state(s, id);
+    int linked = !strcmp(jstr(man, "mode"), "linked");
+    if (!force && json_is_string(json_object_get(state, "damaged"))) {
+        kiln_status st = kl_fail(NULL, KILN_ERR_FORMAT, "pack %.12s is damaged (%s); run kiln verify, or pull it again", id,
+                                 jstr(state, "damaged"));
+        json_decref(state);
+        return st;
+    }
+    char *before = json_dumps(state, JSON_COMPACT | JSON_SORT_KEYS);
+    kiln_status st = KILN_OK;
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(man, "artifacts"), i, a) {
+        st = check_artifact(s, id, man, a, state, force, progress, user);
+        if (st) break;
+    }
+    /* a linked target belongs to its owner and may come back; an owned file
+     * that fails its check is damage */
+    if (st && !linked && (st == KILN_ERR_FORMAT || force))
+        json_object_set_new(state, "damaged", json_string(kiln_last_error()));
+    if (!st) json_object_del(state, "damaged");
+    char *after = json_dumps(state, JSON_COMPACT | JSON_SORT_KEYS);
+    if (before && after && strcmp(before, after)) save_state(s, id, state);
+    free(before);
+    free(after);
+    json_decref(state);
+    return st;
+}
+
+kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease **out) {
+    static atomic_uint seq;
+    if (!s || !name || !out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store, name or output");
+    *out = NULL;
+    kiln_store_lease *l = calloc(1, sizeof *l);
+    if (!l) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    l->fd = -1;
+    int mk = mut_lock(s, LOCK_SH);
+    if (mk < 0) {
+        free(l);
+        return KILN_ERR_IO;
+    }
+    char lockp[PATH_MAX];
+    kiln_status st = find_ref(s, name, l->id, NULL);
+    if (!st && kst_path(lockp, "%s/leases/%s.lock", s->root, l->id)) st = KILN_ERR_INVALID_ARG;
+    if (!st && (l->fd = kst_lock(lockp, LOCK_SH)) < 0) st = kl_fail(NULL, KILN_ERR_IO, "lease %s: %s", lockp, strerror(errno));
+    if (!st && !kst_path(l->record, "%s/leases/%s.%ld.%u", s->root, l->id, (long)getpid(), atomic_fetch_add(&seq, 1))) {
+        char line[32];
+        int n = snprintf(line, sizeof line, "%ld\n", (long)getpid());
+        if (kst_write_atomic(l->record, line, (size_t)n, 0644) != 0) l->record[0] = 0;
+    }
+    kst_unlock(mk);
+    json_t *man = st ? NULL : load_manifest(s, l->id);
+    if (!st && !man) st = KILN_ERR_FORMAT;
+    if (!st) st = check_pack(s, l->id, man, 0, NULL, NULL);
+    const char *file = man ? model_file(man) : NULL;
+    if (!st && (!file || kst_path(l->path, "%s/packs/%s/%s", s->root, l->id, file)))
+        st = kl_fail(NULL, KILN_ERR_FORMAT, "pack %.12s has no model artifact", l->id);
+    json_decref(man);
+    if (st) {
+        kiln_store_release(l);
+        return st;
+    }
+    *out = l;
+    return KILN_OK;
+}
+
+const char *kiln_store_lease_path(const kiln_store_lease *l) { return l ? l->path : ""; }
+const char *kiln_store_lease_id(const kiln_store_lease *l) { return l ? l->id : ""; }
+
+void kiln_store_release(kiln_store_lease *l) {
+    if (!l) return;
+    if (l->record[0]) unlink(l->record);
+    kst_unlock(l->fd);
+    free(l);
+}
+
+/* ---- verify, alias, remove ---- */
+
+kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progress_fn progress, void *user) {
+    if (!s || !name) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or name");
+    char id[KST_ID_LEN + 1];
+    kiln_status st = find_ref(s, name, id, NULL);
+    if (st) return st;
+    json_t *man = load_manifest(s, id);
+    if (!man) return KILN_ERR_FORMAT;
+    char canon_path[PATH_MAX], hex[KST_ID_LEN + 1];
+    if (!kst_path(canon_path, "%s/packs/%s/manifest.json", s->root, id) &&
+        kst_sha256_file(canon_path, hex, NULL, NULL, NULL, NULL) == 0 && strcmp(hex, id)) {
+        json_t *state = load_state(s, id);
+        json_object_set_new(state, "damaged", json_string("manifest does not match the pack id"));
+        save_state(s, id, state);
+        json_decref(state);
+        json_decref(man);
+        return kl_fail(NULL, KILN_ERR_FORMAT, "pack %.12s: manifest.json does not hash to its id", id);
+    }
+    st = check_pack(s, id, man, 1, progress, user);
+    json_decref(man);
+    return st;
+}
+
+kiln_status kiln_store_alias(kiln_store *s, const char *src, const char *dst) {
+    if (!s || !src || !dst) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or name");
+    char norm[KST_NAME_MAX + 1], id[KST_ID_LEN + 1];
+    kiln_status st = kst_name_norm(dst, norm);
+    if (st) return st;
+    int lk = mut_lock(s, LOCK_EX);
+    if (lk < 0) return KILN_ERR_IO;
+    st = find_ref(s, src, id, NULL);
+    if (!st) st = kst_bind_name(s, norm, id);
+    kst_unlock(lk);
+    return st;
+}
+
+/* Lists the processes holding leases on id into buf ("pid 12 (kiln), ..."),
+ * removing records of processes that are gone. */
+static void lease_holders(kiln_store *s, const char *id, char *buf, size_t cap) {
+    buf[0] = 0;
+    char dir[PATH_MAX];
+    kst_path(dir, "%s/leases", s->root);
+    DIR *d = opendir(dir);
+    size_t used = 0, idlen = strlen(id);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, id, idlen) || e->d_name[idlen] != '.' || !strcmp(e->d_name + idlen, ".lock")) continue;
+        long pid = strtol(e->d_name + idlen + 1, NULL, 10);
+        char p[PATH_MAX];
+        if (kst_path(p, "%s/%s", dir, e->d_name)) continue;
+        if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
+            unlink(p);
+            continue;
+        }
+        char comm[64] = "?", cp[64];
+        snprintf(cp, sizeof cp, "/proc/%ld/comm", pid);
+        FILE *f = fopen(cp, "r");
+        if (f) {
+            if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+            fclose(f);
+        }
+        if (used < cap) used += (size_t)snprintf(buf + used, cap - used, "%spid %ld (%s)", used ? ", " : "", pid, comm);
+    }
+    if (d) closedir(d);
+    if (!buf[0]) snprintf(buf, cap, "another process");
+}
+
+static void unlink_name(const char *name, const char *nid, void *ud) {
+    (void)nid;
+    kiln_store *s = ud;
+    char p[PATH_MAX];
+    if (!kst_path(p, "%s/names/%s", s->root, name)) unlink(p);
+}
+
+static void count_name(const char *name, const char *nid, void *ud) {
+    (void)name;
+    (void)nid;
+    (*(int *)ud)++;
+}
+
+kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
+    if (!s || !name_or_id) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or name");
+    int lk = mut_lock(s, LOCK_EX);
+    if (lk < 0) return KILN_ERR_IO;
+    char id[KST_ID_LEN + 1], norm[KST_NAME_MAX + 1], p[PATH_MAX];
+    kiln_status st = find_ref(s, name_or_id, id, norm);
+    int n_names = 0;
+    if (!st) each_name(s, id, count_name, &n_names);
+    if (!st && norm[0] && n_names > 1) {
+        /* another name keeps the pack: only this alias goes */
+        if (!kst_path(p, "%s/names/%s", s->root, norm) && unlink(p) != 0)
+            st = kl_fail(NULL, KILN_ERR_IO, "cannot remove %s: %s", p, strerror(errno));
+        kst_unlock(lk);
+        return st;
+    }
+    int lease = -1;
+    if (!st && !kst_path(p, "%s/leases/%s.lock", s->root, id) && (lease = kst_lock(p, LOCK_EX | LOCK_NB)) < 0) {
+        char who[512];
+        lease_holders(s, id, who, sizeof who);
+        st = kl_fail(NULL, KILN_ERR_STATE, "%s is in use by %s; unload it first", name_or_id, who);
+    }
+    if (!st) {
+        each_name(s, id, unlink_name, s);
+        char src[PATH_MAX];
+        kst_path(src, "%s/packs/%s", s->root, id);
+        /* the rename makes the removal atomic; deleting the renamed tree
+         * never follows a linked pack's symlink into its target */
+        kst_quarantine(s, src, "removed");
+        char q[PATH_MAX];
+        kst_path(q, "%s/quarantine", s->root);
+        DIR *d = opendir(q);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            size_t n = strlen(e->d_name);
+            if (n > KST_ID_LEN && !strcmp(e->d_name + n - KST_ID_LEN, id) && !kst_path(p, "%s/%s", q, e->d_name))
+                kst_rmtree(p);
+        }
+        if (d) closedir(d);
+        if (!kst_path(p, "%s/state/%s.json", s->root, id)) unlink(p);
+        lease_holders(s, id, p, sizeof p); /* sweeps stale lease records */
+        if (!kst_path(p, "%s/leases/%s.lock", s->root, id)) unlink(p);
+    }
+    kst_unlock(lease);
+    kst_unlock(lk);
+    return st;
+}
+
+/* ---- gc ---- */
+
+static void gc_dir(kiln_store *s, const char *sub, int check_lock, kiln_store_gc_fn each, void *user, uint64_t *n,
+                   uint64_t *bytes) {
+    char dir[PATH_MAX];
+    kst_path(dir, "%s/%s", s->root, sub);
+    DIR *d = opendir(dir);
+    double now = kst_wall_now();
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[PATH_MAX], lk[PATH_MAX];
+        double newest = 0;
+        if (kst_path(p, "%s/%s", dir, e->d_name)) continue;
+        uint64_t size = kst_tree_size(p, &newest);
+        if (now - newest < KST_GC_MAX_AGE) continue;
+        int fd = -1;
+        if (check_lock && !kst_path(lk, "%s/locks/%s.lock", s->root, e->d_name) && access(lk, F_OK) == 0 &&
+            (fd = kst_lock(lk, LOCK_EX | LOCK_NB)) < 0)
+            continue;
+        if (kst_rmtree(p) >= 0) {
+            (*n)++;
+            *bytes += size;
+            if (each) each(p, size, user);
+        }
+        kst_unlock(fd);
+    }
+    if (d) closedir(d);
+}
+
+kiln_status kiln_store_gc(kiln_store *s, kiln_store_gc_fn each, void *user, uint64_t *n_removed, uint64_t *bytes_removed) {
+    if (!s) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store");
+    int lk = mut_lock(s, LOCK_EX);
+    if (lk < 0) return KILN_ERR_IO;
+    uint64_t n = 0, bytes = 0;
+    gc_dir(s, ".staging", 1, each, user, &n, &bytes);
+    gc_dir(s, "quarantine", 0, each, user, &n, &bytes);
+    kst_unlock(lk);
+    if (n_removed) *n_removed = n;
+    if (bytes_removed) *bytes_removed = bytes;
+    return KILN_OK;
+}

@@ -1,0 +1,253 @@
+// The OpenAI and Ollama npm clients against a real kiln serve with the
+// bundled stories260K model: streaming and not, errors, cancellation,
+// concurrency equal to sequential, prefix cache, embeddings, SIGTERM.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { Ollama } from 'ollama';
+import { startServer, metric } from './lib.mjs';
+
+let srv, oai, oll;
+const MODEL = 'stories260K';
+
+before(async () => {
+  srv = await startServer(['--parallel', '4', '-c', '512', '-t', '1']);
+  oai = new OpenAI({ baseURL: srv.base + '/v1', apiKey: 'unused', maxRetries: 0 });
+  oll = new Ollama({ host: srv.base });
+});
+
+after(async () => {
+  const code = await srv.stop();
+  assert.equal(code, 0, 'SIGTERM drains and exits 0');
+});
+
+const greedy = { temperature: 0, max_tokens: 24 };
+
+test('health, models, version', async () => {
+  const h = await fetch(srv.base + '/health');
+  assert.equal(h.status, 200);
+  const models = await oai.models.list();
+  assert.ok(models.data.some((m) => m.id === MODEL));
+  const v = await (await fetch(srv.base + '/api/version')).json();
+  assert.match(v.version, /^\d+\.\d+\.\d+/);
+});
+
+test('completions: non-streamed equals streamed, usage and finish_reason', async () => {
+  const prompt = 'Once upon a time';
+  const r = await oai.completions.create({ model: MODEL, prompt, ...greedy });
+  assert.equal(r.object, 'text_completion');
+  assert.ok(r.choices[0].text.length > 0);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 24);
+  assert.ok(r.usage.prompt_tokens > 0);
+  assert.equal(typeof r.usage.prompt_tokens_details.cached_tokens, 'number');
+  const s = await oai.completions.create({ model: MODEL, prompt, ...greedy, stream: true,
+                                           stream_options: { include_usage: true } });
+  let text = '', finish = null, usage = null;
+  for await (const ch of s) {
+    if (ch.usage) usage = ch.usage;
+    for (const c of ch.choices) { text += c.text; if (c.finish_reason) finish = c.finish_reason; }
+  }
+  assert.equal(text, r.choices[0].text);
+  assert.equal(finish, 'length');
+  assert.equal(usage.completion_tokens, 24);
+});
+
+test('chat: streamed deltas equal the whole message', async () => {
+  const messages = [{ role: 'user', content: 'Tom had a little dog.' }];
+  const r = await oai.chat.completions.create({ model: MODEL, messages, ...greedy });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices[0].message.role, 'assistant');
+  const content = r.choices[0].message.content;
+  assert.ok(content.length > 0);
+  const s = await oai.chat.completions.create({ model: MODEL, messages, ...greedy, stream: true });
+  let text = '', chunks = 0;
+  for await (const ch of s) { chunks++; text += ch.choices[0]?.delta?.content ?? ''; }
+  assert.ok(chunks > 3, 'several chunks');
+  assert.equal(text, content);
+});
+
+test('stop strings, seed, logprobs', async () => {
+  const base = await oai.completions.create({ model: MODEL, prompt: 'Once upon a time', temperature: 0, max_tokens: 40 });
+  const full = base.choices[0].text;
+  const word = full.trim().split(/\s+/)[3];
+  const cut = await oai.completions.create({ model: MODEL, prompt: 'Once upon a time', temperature: 0, max_tokens: 40,
+                                            stop: [word] });
+  assert.equal(cut.choices[0].finish_reason, 'stop');
+  assert.ok(!cut.choices[0].text.includes(word));
+  assert.ok(full.startsWith(cut.choices[0].text));
+  const a = await oai.completions.create({ model: MODEL, prompt: 'The sun', temperature: 1, seed: 7, max_tokens: 20 });
+  const b = await oai.completions.create({ model: MODEL, prompt: 'The sun', temperature: 1, seed: 7, max_tokens: 20 });
+  assert.equal(a.choices[0].text, b.choices[0].text, 'same seed, same text');
+  const lp = await oai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }],
+                                                 temperature: 0, max_tokens: 5, logprobs: true, top_logprobs: 3 });
+  const entries = lp.choices[0].logprobs.content;
+  assert.equal(entries.length, 5);
+  for (const e of entries) {
+    assert.ok(e.logprob <= 0);
+    assert.equal(e.top_logprobs.length, 3);
+    assert.ok(e.top_logprobs[0].logprob >= e.logprob - 1e-6, 'greedy picks the top token');
+  }
+});
+
+test('errors: malformed JSON, unknown model, context overflow, bad params', async () => {
+  let r = await fetch(srv.base + '/v1/chat/completions', { method: 'POST', body: '{"model": "x", "messages": [}' });
+  assert.equal(r.status, 400);
+  let j = await r.json();
+  assert.match(j.error.message, /column \d+/);
+  assert.equal(j.error.type, 'invalid_request_error');
+  await assert.rejects(oai.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }),
+                       (e) => e.status === 404);
+  await assert.rejects(oai.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 600 }),
+                       (e) => e.status === 400 && /600/.test(e.message) && /512/.test(e.message));
+  await assert.rejects(oai.completions.create({ model: MODEL, prompt: 'x', temperature: 'hot' }),
+                       (e) => e.status === 400);
+  r = await fetch(srv.base + '/v1/nothing');
+  assert.equal(r.status, 404);
+  r = await fetch(srv.base + '/v1/completions', { method: 'POST', body: 'x'.repeat(9 << 20) }).catch(() => null);
+  assert.ok(!r || r.status === 413, 'body over the limit is refused');
+});
+
+test('greedy: concurrent requests equal sequential ones', async () => {
+  const prompts = ['Once upon a time', 'The little girl', 'One day, a cat', 'Tim and Sue went', 'There was a big',
+                   'Lily liked to'];
+  const one = (p) => oai.completions.create({ model: MODEL, prompt: p, temperature: 0, max_tokens: 48 })
+    .then((r) => r.choices[0].text);
+  const seq = [];
+  for (const p of prompts) seq.push(await one(p));
+  const par = await Promise.all(prompts.map(one));
+  assert.deepEqual(par, seq);
+});
+
+test('cancellation frees the sequence at once', async () => {
+  const ac = new AbortController();
+  const s = await oai.completions.create({ model: MODEL, prompt: 'Once upon a time', temperature: 0.8, max_tokens: 400,
+                                          stream: true }, { signal: ac.signal });
+  let n = 0;
+  try {
+    for await (const ch of s) { if (++n === 3) ac.abort(); }
+  } catch (e) { /* aborted */ }
+  let running = 1;
+  for (let i = 0; i < 50 && running > 0; i++) {
+    await new Promise((res) => setTimeout(res, 40));
+    running = await metric(srv.base, 'kiln_requests_running');
+  }
+  assert.equal(running, 0);
+  assert.equal(await metric(srv.base, 'kiln_kv_cache_blocks{model_name="stories260K",state="used"}'), 0);
+});
+
+test('prefix cache: a repeated prompt reports cached tokens', async () => {
+  const system = 'Once upon a time there was a little boy named Tim. Tim liked to play with his red ball in the park. ' +
+    'One day he saw a big dog. The dog was brown and happy. ';
+  const ask = (q) => oai.chat.completions.create({ model: MODEL, temperature: 0, max_tokens: 8,
+    messages: [{ role: 'system', content: system }, { role: 'user', content: q }] });
+  const a = await ask('What did Tim do?');
+  const b = await ask('Where was the dog?');
+  assert.ok(b.usage.prompt_tokens_details.cached_tokens >= 32, `cached ${b.usage.prompt_tokens_details.cached_tokens}`);
+  assert.ok(b.usage.prompt_tokens_details.cached_tokens < b.usage.prompt_tokens);
+  assert.ok(a.usage.prompt_tokens > 40);
+  assert.ok(await metric(srv.base, 'kiln_prefix_cache_hits_total') > 0);
+});
+
+test('ollama: list, show, generate, chat, ps, embed', async () => {
+  const list = await oll.list();
+  assert.ok(list.models.some((m) => m.name === MODEL));
+  const show = await oll.show({ model: MODEL });
+  assert.equal(show.details.format, 'gguf');
+  const g = await oll.generate({ model: MODEL, prompt: 'Once upon a time', options: { temperature: 0, num_predict: 16 } });
+  assert.ok(g.done && g.response.length > 0);
+  assert.equal(g.eval_count, 16);
+  let streamed = '';
+  for await (const part of await oll.generate({ model: MODEL, prompt: 'Once upon a time', stream: true,
+                                                 options: { temperature: 0, num_predict: 16 } })) {
+    streamed += part.response;
+  }
+  assert.equal(streamed, g.response);
+  const c = await oll.chat({ model: MODEL, messages: [{ role: 'user', content: 'Hello' }],
+                             options: { temperature: 0, num_predict: 8 } });
+  assert.equal(c.message.role, 'assistant');
+  assert.ok(c.done);
+  const ps = await oll.ps();
+  assert.ok(ps.models.some((m) => m.name === MODEL));
+  const e = await oll.embed({ model: MODEL, input: ['hello world', 'a cat'] });
+  assert.equal(e.embeddings.length, 2);
+  const norm = Math.hypot(...e.embeddings[0]);
+  assert.ok(Math.abs(norm - 1) < 1e-3);
+  const oe = await oai.embeddings.create({ model: MODEL, input: 'hello world', encoding_format: 'float' });
+  assert.equal(oe.data[0].embedding.length, e.embeddings[0].length);
+  for (let i = 0; i < 4; i++) assert.ok(Math.abs(oe.data[0].embedding[i] - e.embeddings[0][i]) < 1e-5);
+});
+
+test('ollama format json gives valid JSON', async () => {
+  const g = await oll.generate({ model: MODEL, prompt: 'Data:', format: 'json',
+                                 options: { temperature: 0, num_predict: 60 } });
+  if (g.done_reason === 'stop') JSON.parse(g.response);
+  else assert.ok(g.response.trim().startsWith('{') || g.response.trim().startsWith('['));
+});
+
+test('keep_alive 0 unloads, the next request loads again', async () => {
+  const r = await fetch(srv.base + '/api/generate', { method: 'POST',
+    body: JSON.stringify({ model: MODEL, keep_alive: 0 }) });
+  assert.equal((await r.json()).done_reason, 'unload');
+  let loaded = 1;
+  for (let i = 0; i < 50 && loaded; i++) {
+    await new Promise((res) => setTimeout(res, 50));
+    loaded = await metric(srv.base, 'kiln_model_loaded');
+  }
+  assert.equal(loaded, 0);
+  const g = await oll.generate({ model: MODEL, prompt: 'Once', options: { temperature: 0, num_predict: 4 } });
+  assert.ok(g.done);
+});
+
+test('metrics are Prometheus text', async () => {
+  const t = await (await fetch(srv.base + '/metrics')).text();
+  for (const name of ['kiln_requests_running', 'kiln_requests_waiting', 'kiln_prompt_tokens_total',
+    'kiln_generation_tokens_total', 'kiln_time_to_first_token_seconds_bucket', 'kiln_inter_token_latency_seconds_count',
+    'kiln_kv_cache_usage_ratio', 'kiln_prefix_cache_hits_total']) assert.ok(t.includes(name), name);
+});
+
+test('API key guards everything but /health', async () => {
+  const k = await startServer(['--api-key', 'sekret', '-c', '256']);
+  try {
+    assert.equal((await fetch(k.base + '/health')).status, 200);
+    const r = await fetch(k.base + '/v1/models');
+    assert.equal(r.status, 401);
+    assert.equal((await r.json()).error.type, 'authentication_error');
+    const ok = await fetch(k.base + '/v1/models', { headers: { Authorization: 'Bearer sekret' } });
+    assert.equal(ok.status, 200);
+    const c = new OpenAI({ baseURL: k.base + '/v1', apiKey: 'sekret', maxRetries: 0 });
+    const x = await c.completions.create({ model: MODEL, prompt: 'Hi', max_tokens: 2 });
+    assert.equal(x.usage.completion_tokens, 2);
+  } finally {
+    assert.equal(await k.stop(), 0);
+  }
+});
+
+test('a full queue answers 429 with Retry-After', async () => {
+  const k = await startServer(['--parallel', '1', '--max-queue', '1', '-c', '512', '-t', '1']);
+  try {
+    const body = JSON.stringify({ model: MODEL, prompt: 'Once upon a time', max_tokens: 300, temperature: 0.8 });
+    const reqs = Array.from({ length: 5 }, () => fetch(k.base + '/v1/completions', { method: 'POST', body }));
+    const rs = await Promise.all(reqs);
+    const limited = rs.filter((r) => r.status === 429);
+    assert.ok(limited.length >= 1, 'some requests were refused');
+    assert.equal(limited[0].headers.get('retry-after'), '1');
+    await Promise.all(rs.map((r) => r.text()));
+  } finally {
+    assert.equal(await k.stop(), 0);
+  }
+});
+
+test('SIGTERM lets a running stream finish, then exits 0', async () => {
+  const k = await startServer(['-c', '512', '-t', '1', '--grace', '20']);
+  const r = await fetch(k.base + '/v1/completions', { method: 'POST', body: JSON.stringify({
+    model: MODEL, prompt: 'Once upon a time', max_tokens: 300, temperature: 0.8, stream: true }) });
+  const rd = r.body.getReader();
+  await rd.read(); // the stream is running
+  k.proc.kill('SIGTERM');
+  let text = '';
+  for (;;) { const { value, done } = await rd.read(); if (done) break; text += new TextDecoder().decode(value); }
+  assert.ok(text.trimEnd().endsWith('data: [DONE]'), 'the stream finished');
+  const { code } = await k.exited;
+  assert.equal(code, 0);
+});

@@ -1,0 +1,50 @@
+// Benchmark (not a test): aggregate generated tokens/s at 1, 4 and 8
+// concurrent streams, and time to first token for a ~1000-token shared
+// system prompt, cold and cached.
+//   node bench.mjs MODEL.gguf [tokens-per-request]
+import { startServer } from './lib.mjs';
+
+const modelPath = process.argv[2];
+const maxTokens = Number(process.argv[3] || 64);
+const srv = await startServer(['--parallel', '8', '-c', '2048'], {}, modelPath);
+const name = (await (await fetch(srv.base + '/v1/models')).json()).data[0].id;
+
+async function complete(prompt, i) {
+  const r = await fetch(srv.base + '/v1/completions', { method: 'POST', body: JSON.stringify({
+    model: name, prompt, max_tokens: maxTokens, temperature: 0.7, seed: i, ignore_eos: true }) });
+  const j = await r.json();
+  return j.usage.completion_tokens;
+}
+
+for (const conc of [1, 4, 8]) {
+  await complete('Warm up.', 0);
+  const t0 = performance.now();
+  const counts = await Promise.all(Array.from({ length: conc }, (_, i) =>
+    complete(`Write a story about the number ${i}.`, i + 1)));
+  const secs = (performance.now() - t0) / 1000;
+  const toks = counts.reduce((a, b) => a + b, 0);
+  console.log(`${conc} stream(s): ${toks} tokens in ${secs.toFixed(2)} s = ${(toks / secs).toFixed(1)} tok/s aggregate`);
+}
+
+const system = Array.from({ length: 120 }, (_, i) => `Rule ${i}: answer politely and briefly.`).join(' ');
+async function ttft(question) {
+  const t0 = performance.now();
+  const r = await fetch(srv.base + '/v1/chat/completions', { method: 'POST', body: JSON.stringify({
+    model: name, stream: true, max_tokens: 4, temperature: 0, stream_options: { include_usage: true },
+    messages: [{ role: 'system', content: system }, { role: 'user', content: question }] }) });
+  const rd = r.body.getReader();
+  let first = 0, text = '';
+  for (;;) {
+    const { value, done } = await rd.read();
+    if (done) break;
+    if (!first) first = performance.now() - t0;
+    text += new TextDecoder().decode(value);
+  }
+  const usage = JSON.parse(text.split('\n').filter((l) => l.includes('"usage"')).pop().slice(6)).usage;
+  return { ms: first, prompt: usage.prompt_tokens, cached: usage.prompt_tokens_details.cached_tokens };
+}
+const cold = await ttft('What is rule 7?');
+const warm = await ttft('What is rule 9?');
+console.log(`TTFT, ${cold.prompt}-token prompt: cold ${cold.ms.toFixed(0)} ms (cached ${cold.cached}), ` +
+  `shared system prompt ${warm.ms.toFixed(0)} ms (cached ${warm.cached})`);
+await srv.stop();

@@ -1,0 +1,713 @@
+/* The model store against real parts: a Python HTTP server with fault
+ * injection (store_server.py), the kiln binary as a child process for the
+ * kill -9 / concurrency / full-disk cases, and the library API for the
+ * rest.  Everything lives in a fresh temporary directory. */
+#include "testutil.h"
+
+#include "kiln.h"
+
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *k_model = "../models/stories260K.gguf";
+static char g_tmp[256], g_root[512], g_log[512], g_base[128];
+static const char *g_kiln;
+static pid_t g_server = -1;
+static char *g_model_bytes;
+static size_t g_model_len;
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- the server ---- */
+
+static int start_server(void) {
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    snprintf(g_log, sizeof g_log, "%s/server.log", g_tmp);
+    g_server = fork();
+    if (g_server == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the test */
+        dup2(fds[1], 1);
+        close(fds[0]);
+        execl("/usr/bin/python3", "python3", "store_server.py", "--file", k_model, "--log", g_log, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char line[64] = {0};
+    size_t n = 0;
+    while (n < sizeof line - 1 && read(fds[0], line + n, 1) == 1 && line[n] != '\n') n++;
+    close(fds[0]);
+    int port = 0;
+    if (sscanf(line, "PORT %d", &port) != 1) return -1;
+    snprintf(g_base, sizeof g_base, "http://127.0.0.1:%d", port);
+    return 0;
+}
+
+static size_t sink(char *p, size_t s, size_t n, void *u) {
+    (void)p, (void)u;
+    return s * n;
+}
+
+static void ctl(const char *query) {
+    char url[256];
+    snprintf(url, sizeof url, "%s/_ctl?%s", g_base, query);
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+    CURLcode rc = curl_easy_perform(h);
+    CHECKF(rc == CURLE_OK, "control request %s: %s", query, curl_easy_strerror(rc));
+    curl_easy_cleanup(h);
+}
+
+/* Log lines whose path contains path_part and that contain extra too. */
+static int log_count(const char *path_part, const char *extra) {
+    size_t len;
+    char *txt = t_read_file(g_log, &len);
+    int n = 0;
+    char needle[256];
+    snprintf(needle, sizeof needle, "\"path\": \"%s", path_part);
+    for (char *line = txt; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        if (strstr(line, needle) && (!extra || strstr(line, extra))) n++;
+        line = nl ? nl + 1 : line + strlen(line);
+    }
+    free(txt);
+    return n;
+}
+
+/* ---- helpers ---- */
+
+static kiln_store *open_store(void) {
+    kiln_store *s = NULL;
+    kiln_status st = kiln_store_open(g_root, &s);
+    CHECKF(st == KILN_OK, "open: %s", kiln_last_error());
+    return s;
+}
+
+static void url_of(char *buf, size_t cap, const char *path) { snprintf(buf, cap, "%s%s", g_base, path); }
+
+/* Runs kiln with args (NULL-terminated) and the store root; stderr goes to
+ * errfile.  Returns the pid. */
+static pid_t spawn_kiln(const char *root, const char *errfile, const char *const *args) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *argv[32];
+        int n = 0;
+        argv[n++] = "kiln";
+        for (int i = 0; args[i] && n < 28; i++) argv[n++] = args[i];
+        argv[n++] = "--store";
+        argv[n++] = root;
+        argv[n] = NULL;
+        int fd = open(errfile, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 2);
+            dup2(fd, 1);
+        }
+        execv(g_kiln, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_exit(pid_t pid, double timeout) {
+    double t0 = now_s();
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (now_s() - t0 > timeout) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return -100;
+        }
+        sleep_ms(20);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+static int run_kiln(const char *root, const char *errfile, const char *const *args) {
+    return wait_exit(spawn_kiln(root, errfile, args), 60);
+}
+
+/* Size of the first *.part under root/.staging, or -1. */
+static long part_size(const char *root, char *path_out) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/.staging", root);
+    DIR *d = opendir(dir);
+    long size = -1;
+    struct dirent *e;
+    while (d && size < 0 && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char sub[PATH_MAX];
+        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+        DIR *d2 = opendir(sub);
+        struct dirent *f;
+        while (d2 && (f = readdir(d2))) {
+            size_t n = strlen(f->d_name);
+            if (n > 5 && !strcmp(f->d_name + n - 5, ".part")) {
+                char p[PATH_MAX + 300];
+                snprintf(p, sizeof p, "%s/%s", sub, f->d_name);
+                struct stat st;
+                if (stat(p, &st) == 0) {
+                    size = (long)st.st_size;
+                    if (path_out) snprintf(path_out, PATH_MAX, "%s", p);
+                }
+            }
+        }
+        if (d2) closedir(d2);
+    }
+    if (d) closedir(d);
+    return size;
+}
+
+/* Entries directly under root/sub. */
+static int count_dir(const char *root, const char *sub) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/%s", root, sub);
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+/* 1 when the store serves name with exactly the bundled model's bytes. */
+static int has_model(kiln_store *s, const char *name) {
+    kiln_store_lease *l = NULL;
+    if (kiln_store_resolve(s, name, &l) != KILN_OK) {
+        fprintf(stderr, "  resolve %s: %s\n", name, kiln_last_error());
+        return 0;
+    }
+    size_t len;
+    char *got = t_read_file(kiln_store_lease_path(l), &len);
+    int ok = got && len == g_model_len && !memcmp(got, g_model_bytes, len);
+    free(got);
+    kiln_store_release(l);
+    return ok;
+}
+
+static int wait_part(const char *root, long min_bytes, double timeout) {
+    double t0 = now_s();
+    while (now_s() - t0 < timeout) {
+        if (part_size(root, NULL) >= min_bytes) return 1;
+        sleep_ms(20);
+    }
+    return 0;
+}
+
+static void copy_model(const char *dst) {
+    FILE *f = fopen(dst, "wb");
+    CHECK(f && fwrite(g_model_bytes, 1, g_model_len, f) == g_model_len);
+    if (f) fclose(f);
+}
+
+static int contains(const char *file, const char *needle) {
+    char *txt = t_read_file(file, NULL);
+    int r = txt && strstr(txt, needle);
+    free(txt);
+    return r;
+}
+
+/* ---- cases ---- */
+
+static void test_names(void) {
+    kiln_store *s = open_store();
+    const char *bad[] = {"../x", "a/b", "", ":tag", "name:", "a:b:c", ".hidden", "x..y", "sp ace"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECKF(kiln_store_alias(s, "nothing", bad[i]) == KILN_ERR_INVALID_ARG, "name '%s' accepted", bad[i]);
+    char longname[300];
+    memset(longname, 'a', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    CHECK(kiln_store_alias(s, "nothing", longname) == KILN_ERR_INVALID_ARG);
+    CHECK(kiln_store_alias(s, "nothing", "ok-name:v1") == KILN_ERR_NOT_FOUND);
+    kiln_store_close(s);
+}
+
+static void test_import_copy(void) {
+    kiln_store *s = open_store();
+    char id[65];
+    CHECKF(kiln_store_import(s, k_model, "tiny:copy", KILN_STORE_COPY, NULL, NULL, id) == KILN_OK, "%s", kiln_last_error());
+    CHECK(has_model(s, "tiny:copy"));
+    kiln_store_lease *l = NULL;
+    CHECK(kiln_store_resolve(s, id, &l) == KILN_OK);
+    if (l) {
+        struct stat st;
+        CHECK(stat(kiln_store_lease_path(l), &st) == 0 && (st.st_mode & 0222) == 0);
+        kiln_model *m = NULL;
+        CHECKF(kiln_model_load(kiln_store_lease_path(l), NULL, &m) == KILN_OK, "%s", kiln_last_error());
+        kiln_model_free(m);
+        kiln_store_release(l);
+    }
+    CHECK(access(k_model, F_OK) == 0);
+    char *list = NULL;
+    CHECK(kiln_store_list(s, &list) == KILN_OK && list && strstr(list, "\"tiny:copy\"") && strstr(list, "\"owned\""));
+    kiln_store_free_string(list);
+    /* an alias, then rm of one name keeps the pack for the other */
+    CHECK(kiln_store_alias(s, "tiny:copy", "tiny:alias") == KILN_OK);
+    CHECK(kiln_store_remove(s, "tiny:copy") == KILN_OK);
+    CHECK(has_model(s, "tiny:alias"));
+    /* a prefix of the id is not an id */
+    char prefix[13];
+    memcpy(prefix, id, 12);
+    prefix[12] = 0;
+    CHECK(kiln_store_remove(s, prefix) == KILN_ERR_NOT_FOUND);
+    kiln_store_close(s);
+}
+
+static void test_rm_leased(void) {
+    kiln_store *s = open_store();
+    kiln_store_lease *l = NULL;
+    CHECK(kiln_store_resolve(s, "tiny:alias", &l) == KILN_OK);
+    CHECK(kiln_store_remove(s, "tiny:alias") == KILN_ERR_STATE);
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %ld", (long)getpid());
+    CHECKF(strstr(kiln_last_error(), pid) != NULL, "rm refusal does not name the holder: %s", kiln_last_error());
+    CHECK(has_model(s, "tiny:alias"));
+    /* the CLI refuses as well, from another process */
+    char err[PATH_MAX];
+    snprintf(err, sizeof err, "%s/rm.err", g_tmp);
+    const char *args[] = {"rm", "tiny:alias", NULL};
+    CHECK(run_kiln(g_root, err, args) == 1 && contains(err, "in use by"));
+    kiln_store_release(l);
+    CHECK(kiln_store_remove(s, "tiny:alias") == KILN_OK);
+    CHECK(kiln_store_resolve(s, "tiny:alias", &l) == KILN_ERR_NOT_FOUND);
+    CHECK(count_dir(g_root, "packs") == 0);
+    kiln_store_close(s);
+}
+
+static void test_link(void) {
+    kiln_store *s = open_store();
+    char target[PATH_MAX];
+    snprintf(target, sizeof target, "%s/linked.gguf", g_tmp);
+    copy_model(target);
+    CHECKF(kiln_store_import(s, target, "tiny:link", KILN_STORE_LINK, NULL, NULL, NULL) == KILN_OK, "%s", kiln_last_error());
+    CHECK(has_model(s, "tiny:link"));
+    /* same size, one byte different: the stamp no longer matches, the
+     * re-hash catches it */
+    sleep_ms(20);
+    int fd = open(target, O_WRONLY);
+    CHECK(fd >= 0 && pwrite(fd, "\x55", 1, 4096) == 1);
+    close(fd);
+    kiln_store_lease *l = NULL;
+    CHECK(kiln_store_resolve(s, "tiny:link", &l) == KILN_ERR_FORMAT);
+    CHECKF(strstr(kiln_last_error(), "changed") && strstr(kiln_last_error(), target), "unclear: %s", kiln_last_error());
+    /* a linked pack is removed without touching its target */
+    CHECK(kiln_store_remove(s, "tiny:link") == KILN_OK);
+    CHECK(access(target, F_OK) == 0);
+    kiln_store_close(s);
+}
+
+typedef struct touch_ctx {
+    const char *path;
+    const char *when; /* event that triggers the change */
+    int done;
+} touch_ctx;
+
+static void touch_source(const kiln_store_progress *p, void *user) {
+    touch_ctx *t = user;
+    if (t->done || strcmp(p->event, t->when) || (!strcmp(p->event, "progress") && p->done >= p->total)) return;
+    FILE *f = fopen(t->path, "ab");
+    if (f) {
+        fputc('!', f);
+        fclose(f);
+    }
+    t->done = 1;
+}
+
+static void test_move(void) {
+    kiln_store *s = open_store();
+    char src[PATH_MAX];
+    snprintf(src, sizeof src, "%s/move1.gguf", g_tmp);
+    copy_model(src);
+    CHECKF(kiln_store_import(s, src, "tiny:moved", KILN_STORE_MOVE, NULL, NULL, NULL) == KILN_OK, "%s", kiln_last_error());
+    CHECK(access(src, F_OK) != 0);
+    CHECK(has_model(s, "tiny:moved"));
+
+    /* changed during the copy: nothing imported, source kept */
+    snprintf(src, sizeof src, "%s/move2.gguf", g_tmp);
+    copy_model(src);
+    touch_ctx t = {src, "progress", 0};
+    CHECK(kiln_store_import(s, src, "tiny:torn", KILN_STORE_MOVE, touch_source, &t, NULL) == KILN_ERR_STATE);
+    CHECK(t.done && strstr(kiln_last_error(), "changed during the copy"));
+    struct stat st;
+    CHECK(stat(src, &st) == 0 && (size_t)st.st_size == g_model_len + 1);
+    kiln_store_lease *l = NULL;
+    CHECK(kiln_store_resolve(s, "tiny:torn", &l) == KILN_ERR_NOT_FOUND);
+
+    /* changed after the commit: the pack stays, so does the source */
+    snprintf(src, sizeof src, "%s/move3.gguf", g_tmp);
+    copy_model(src);
+    touch_ctx t2 = {src, "published", 0};
+    CHECK(kiln_store_import(s, src, "tiny:late", KILN_STORE_MOVE, touch_source, &t2, NULL) == KILN_OK);
+    CHECK(t2.done && access(src, F_OK) == 0);
+    CHECK(has_model(s, "tiny:late"));
+    kiln_store_close(s);
+}
+
+static void test_verify_damage(void) {
+    kiln_store *s = open_store();
+    char id[65];
+    CHECK(kiln_store_import(s, k_model, "tiny:dmg", KILN_STORE_COPY, NULL, NULL, id) == KILN_OK);
+    CHECK(kiln_store_verify(s, "tiny:dmg", NULL, NULL) == KILN_OK);
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/packs/%s/stories260K.gguf", g_root, id);
+    CHECK(chmod(p, 0644) == 0);
+    int fd = open(p, O_WRONLY);
+    CHECK(fd >= 0 && pwrite(fd, "\xAA\xBB", 2, 200000) == 2);
+    close(fd);
+    CHECK(kiln_store_verify(s, "tiny:dmg", NULL, NULL) == KILN_ERR_FORMAT);
+    CHECKF(strstr(kiln_last_error(), "stories260K.gguf") != NULL, "verify does not name the file: %s", kiln_last_error());
+    char *info = NULL;
+    CHECK(kiln_store_info(s, "tiny:dmg", &info) == KILN_OK && info && strstr(info, "\"damaged\""));
+    kiln_store_free_string(info);
+    kiln_store_lease *l = NULL;
+    CHECK(kiln_store_resolve(s, "tiny:dmg", &l) == KILN_ERR_FORMAT && strstr(kiln_last_error(), "damaged"));
+    CHECK(kiln_store_remove(s, id) == KILN_OK);
+    kiln_store_close(s);
+}
+
+static void test_pull_basic(void) {
+    kiln_store *s = open_store();
+    char url[256];
+    url_of(url, sizeof url, "/a/stories260K.gguf");
+    char sha[65];
+    {
+        FILE *f = popen("sha256sum ../models/stories260K.gguf", "r");
+        CHECK(f && fscanf(f, "%64s", sha) == 1);
+        if (f) pclose(f);
+    }
+    char id[65];
+    CHECKF(kiln_store_pull(s, url, "tiny:pulled", sha, NULL, id) == KILN_OK, "%s", kiln_last_error());
+    CHECK(has_model(s, "tiny:pulled"));
+    /* pulling again finds it installed: no new transfer */
+    int before = log_count("/a/", NULL);
+    CHECK(kiln_store_pull(s, url, "tiny:again", NULL, NULL, NULL) == KILN_OK);
+    CHECK(log_count("/a/", NULL) == before);
+    CHECK(has_model(s, "tiny:again"));
+    kiln_store_close(s);
+}
+
+static void test_mismatch(void) {
+    kiln_store *s = open_store();
+    char url[256];
+    int q0 = count_dir(g_root, "quarantine");
+    url_of(url, sizeof url, "/b/stories260K.gguf");
+    char zeros[65];
+    memset(zeros, '0', 64);
+    zeros[64] = 0;
+    CHECK(kiln_store_pull(s, url, "tiny:bad", zeros, NULL, NULL) == KILN_ERR_FORMAT);
+    CHECKF(strstr(kiln_last_error(), "sha256 mismatch") && strstr(kiln_last_error(), "stories260K.gguf"), "%s",
+           kiln_last_error());
+    CHECK(count_dir(g_root, "quarantine") == q0 + 1);
+    CHECK(part_size(g_root, NULL) < 0);
+    kiln_store_lease *l = NULL;
+    CHECK(kiln_store_resolve(s, "tiny:bad", &l) == KILN_ERR_NOT_FOUND);
+
+    /* wrong bytes from the server, caught by the hash */
+    ctl("wrongbytes=1");
+    url_of(url, sizeof url, "/c/stories260K.gguf");
+    char sha[65];
+    FILE *f = popen("sha256sum ../models/stories260K.gguf", "r");
+    CHECK(f && fscanf(f, "%64s", sha) == 1);
+    if (f) pclose(f);
+    CHECK(kiln_store_pull(s, url, "tiny:flipped", sha, NULL, NULL) == KILN_ERR_FORMAT);
+    CHECK(count_dir(g_root, "quarantine") == q0 + 2);
+    ctl("wrongbytes=0");
+
+    /* a pack manifest declares the length; a longer body is refused */
+    ctl("wronglen=1");
+    url_of(url, sizeof url, "/pack.json");
+    CHECK(kiln_store_pull(s, url, NULL, NULL, NULL, NULL) == KILN_ERR_FORMAT);
+    CHECKF(strstr(kiln_last_error(), "wrong length") != NULL, "%s", kiln_last_error());
+    CHECK(count_dir(g_root, "quarantine") == q0 + 3);
+    CHECK(kiln_store_resolve(s, "packed:v1", &l) == KILN_ERR_NOT_FOUND);
+    ctl("wronglen=0");
+    CHECKF(kiln_store_pull(s, url, NULL, NULL, NULL, NULL) == KILN_OK, "%s", kiln_last_error());
+    CHECK(has_model(s, "packed:v1"));
+
+    /* not a GGUF at all: the format check quarantines it */
+    char junk[PATH_MAX];
+    snprintf(junk, sizeof junk, "%s/junk.gguf", g_tmp);
+    FILE *j = fopen(junk, "wb");
+    CHECK(j && fputs("this is not a model", j) >= 0);
+    if (j) fclose(j);
+    CHECK(kiln_store_import(s, junk, "tiny:junk", KILN_STORE_COPY, NULL, NULL, NULL) == KILN_ERR_FORMAT);
+    CHECK(count_dir(g_root, "quarantine") == q0 + 4);
+    kiln_store_close(s);
+}
+
+static void test_transient_faults(void) {
+    kiln_store *s = open_store();
+    char url[256];
+    /* connection dropped mid-body: retried with a Range request */
+    ctl("drop=300000");
+    url_of(url, sizeof url, "/d/stories260K.gguf");
+    CHECKF(kiln_store_pull(s, url, "tiny:dropped", NULL, NULL, NULL) == KILN_OK, "%s", kiln_last_error());
+    CHECK(has_model(s, "tiny:dropped"));
+    CHECK(log_count("/d/", "\"range\": \"bytes=300000-\"") == 1);
+
+    /* stalled: detected after KILN_PULL_STALL_SECONDS, then resumed */
+    ctl("stall=200000");
+    url_of(url, sizeof url, "/e/stories260K.gguf");
+    double t0 = now_s();
+    CHECKF(kiln_store_pull(s, url, "tiny:stalled", NULL, NULL, NULL) == KILN_OK, "%s", kiln_last_error());
+    double dt = now_s() - t0;
+    CHECKF(dt >= 1.5 && dt < 9, "stall took %.1f s", dt);
+    CHECK(has_model(s, "tiny:stalled"));
+    CHECK(log_count("/e/", "\"range\": \"bytes=200000-\"") == 1);
+    kiln_store_close(s);
+}
+
+static void test_kill9_resume(void) {
+    char url[256], err[PATH_MAX];
+    url_of(url, sizeof url, "/g/stories260K.gguf");
+    snprintf(err, sizeof err, "%s/pull-g.err", g_tmp);
+    ctl("rate=150000");
+    const char *args[] = {"pull", url, "--name", "tiny:resumed", NULL};
+    pid_t pid = spawn_kiln(g_root, err, args);
+    CHECK(wait_part(g_root, 200000, 20));
+    kill(pid, SIGKILL);
+    CHECK(wait_exit(pid, 10) == -SIGKILL);
+    long have = part_size(g_root, NULL);
+    CHECKF(have >= 200000 && (size_t)have < g_model_len, "part holds %ld bytes", have);
+    ctl("rate=0");
+    CHECK(run_kiln(g_root, err, args) == 0);
+    CHECK(contains(err, "resuming"));
+    CHECKF(log_count("/g/", "\"status\": 206") == 1, "no 206 resume in the server log");
+    CHECK(log_count("/g/", "\"range\": \"bytes=") == 1);
+    kiln_store *s = open_store();
+    CHECK(has_model(s, "tiny:resumed"));
+    kiln_store_close(s);
+}
+
+static void test_ignored_range(void) {
+    char url[256], err[PATH_MAX];
+    url_of(url, sizeof url, "/f/stories260K.gguf");
+    snprintf(err, sizeof err, "%s/pull-f.err", g_tmp);
+    ctl("rate=150000");
+    const char *args[] = {"pull", url, "--name", "tiny:norange", NULL};
+    pid_t pid = spawn_kiln(g_root, err, args);
+    CHECK(wait_part(g_root, 150000, 20));
+    kill(pid, SIGKILL);
+    wait_exit(pid, 10);
+    ctl("rate=0&norange=1");
+    CHECK(run_kiln(g_root, err, args) == 0);
+    CHECK(contains(err, "ignored the range"));
+    CHECK(log_count("/f/", "\"range\": \"bytes=") == 1 && log_count("/f/", "\"status\": 200") == 2);
+    ctl("norange=0");
+    kiln_store *s = open_store();
+    CHECK(has_model(s, "tiny:norange"));
+    kiln_store_close(s);
+}
+
+static void test_sigint(void) {
+    char url[256], err[PATH_MAX];
+    url_of(url, sizeof url, "/k/stories260K.gguf");
+    snprintf(err, sizeof err, "%s/pull-k.err", g_tmp);
+    ctl("rate=150000");
+    const char *args[] = {"pull", url, "--name", "tiny:int", NULL};
+    pid_t pid = spawn_kiln(g_root, err, args);
+    CHECK(wait_part(g_root, 150000, 20));
+    kill(pid, SIGINT);
+    CHECK(wait_exit(pid, 10) == 1);
+    CHECK(contains(err, "cancelled"));
+    CHECK(part_size(g_root, NULL) >= 150000);
+    ctl("rate=0");
+    CHECK(run_kiln(g_root, err, args) == 0);
+    CHECK(log_count("/k/", "\"status\": 206") == 1);
+}
+
+static void test_concurrent(void) {
+    char url[256], e1[PATH_MAX], e2[PATH_MAX];
+    url_of(url, sizeof url, "/h/stories260K.gguf");
+    snprintf(e1, sizeof e1, "%s/pull-h1.err", g_tmp);
+    snprintf(e2, sizeof e2, "%s/pull-h2.err", g_tmp);
+    ctl("rate=600000");
+    const char *a1[] = {"pull", url, "--name", "tiny:one", NULL};
+    const char *a2[] = {"pull", url, "--name", "tiny:two", NULL};
+    pid_t p1 = spawn_kiln(g_root, e1, a1);
+    pid_t p2 = spawn_kiln(g_root, e2, a2);
+    CHECK(wait_exit(p1, 30) == 0);
+    CHECK(wait_exit(p2, 30) == 0);
+    ctl("rate=0");
+    CHECKF(log_count("/h/", NULL) == 1, "%d transfers for one model", log_count("/h/", NULL));
+    kiln_store *s = open_store();
+    CHECK(has_model(s, "tiny:one") && has_model(s, "tiny:two"));
+    kiln_store_close(s);
+}
+
+static void test_redirect_auth(void) {
+    kiln_store *s = open_store();
+    char url[256];
+    url_of(url, sizeof url, "/redir-cross/j/stories260K.gguf");
+    const char *hdr[] = {"Authorization: Bearer sekrit-token"};
+    kiln_store_pull_params pp = {.headers = hdr, .n_headers = 1};
+    CHECKF(kiln_store_pull(s, url, "tiny:redirected", NULL, &pp, NULL) == KILN_OK, "%s", kiln_last_error());
+    CHECK(log_count("/redir-cross/j/", "\"auth\": true") == 1);
+    CHECK(log_count("/j/", "\"auth\": false") == 1 && log_count("/j/", "\"auth\": true") == 0);
+    /* same-origin redirects keep it */
+    url_of(url, sizeof url, "/redir-same/m/stories260K.gguf");
+    CHECK(kiln_store_pull(s, url, "tiny:same", NULL, &pp, NULL) == KILN_OK);
+    CHECK(log_count("/m/", "\"auth\": true") == 1);
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "grep -r -q sekrit %s", g_root);
+    CHECK(system(cmd) != 0); /* never written to disk */
+    kiln_store_close(s);
+}
+
+static void test_full_disk(void) {
+    char small[1024], root[1100], err[1024], url[256];
+    snprintf(small, sizeof small, "%s/small", g_tmp);
+    snprintf(root, sizeof root, "%s/store", small);
+    snprintf(err, sizeof err, "%s/pull-i.err", g_tmp);
+    mkdir(small, 0755);
+    if (mount("tmpfs", small, "tmpfs", 0, "size=2m") != 0) {
+        printf("test_full_disk: skipped: cannot mount a tmpfs (%s)\n", strerror(errno));
+        return;
+    }
+    url_of(url, sizeof url, "/i/stories260K.gguf");
+    ctl("rate=150000");
+    const char *args[] = {"pull", url, "--name", "tiny:full", NULL};
+    pid_t pid = spawn_kiln(root, err, args);
+    CHECK(wait_part(root, 300000, 20));
+    kill(pid, SIGKILL);
+    wait_exit(pid, 10);
+    long have = part_size(root, NULL);
+    /* fill the volume so the rest can't fit */
+    char fill[1100];
+    snprintf(fill, sizeof fill, "%s/filler", small);
+    struct statvfs vfs;
+    CHECK(statvfs(small, &vfs) == 0);
+    size_t fill_bytes = (size_t)vfs.f_bavail * vfs.f_frsize - 100000;
+    char *zero = calloc(1, fill_bytes);
+    FILE *f = fopen(fill, "wb");
+    CHECK(f && zero && fwrite(zero, 1, fill_bytes, f) == fill_bytes);
+    if (f) fclose(f);
+    free(zero);
+    ctl("rate=0");
+    CHECK(run_kiln(root, err, args) == 1);
+    CHECKF(contains(err, "space"), "no clear disk-space error");
+    CHECK(part_size(root, NULL) == have);
+    umount(small);
+}
+
+static void test_gc_and_staging(void) {
+    kiln_store *s = open_store();
+    char dir[PATH_MAX], file[PATH_MAX + 16];
+    /* stale staging (2 h) goes at the next install; fresh staging stays */
+    snprintf(dir, sizeof dir, "%s/.staging/stale-one", g_root);
+    mkdir(dir, 0755);
+    snprintf(file, sizeof file, "%s/x.part", dir);
+    copy_model(file);
+    struct timeval old[2];
+    gettimeofday(&old[0], NULL);
+    old[0].tv_sec -= 2 * 3600;
+    old[1] = old[0];
+    utimes(file, old);
+    utimes(dir, old);
+    snprintf(dir, sizeof dir, "%s/.staging/fresh-one", g_root);
+    mkdir(dir, 0755);
+    CHECK(kiln_store_import(s, k_model, "tiny:gc", KILN_STORE_COPY, NULL, NULL, NULL) == KILN_OK);
+    snprintf(dir, sizeof dir, "%s/.staging/stale-one", g_root);
+    CHECK(access(dir, F_OK) != 0);
+    snprintf(dir, sizeof dir, "%s/.staging/fresh-one", g_root);
+    CHECK(access(dir, F_OK) == 0);
+    /* gc: only what is older than a day */
+    snprintf(file, sizeof file, "%s/junk", dir);
+    copy_model(file);
+    old[0].tv_sec -= 2 * 86400;
+    old[1] = old[0];
+    utimes(file, old);
+    utimes(dir, old);
+    int q = count_dir(g_root, "quarantine");
+    uint64_t n = 0, bytes = 0;
+    CHECK(kiln_store_gc(s, NULL, NULL, &n, &bytes) == KILN_OK);
+    CHECKF(n == 1 && bytes == g_model_len, "gc removed %llu items, %llu bytes", (unsigned long long)n,
+           (unsigned long long)bytes);
+    CHECK(count_dir(g_root, "quarantine") == q);
+    kiln_store_close(s);
+}
+
+static void cleanup(void) {
+    if (g_server > 0) {
+        kill(g_server, SIGTERM);
+        waitpid(g_server, NULL, 0);
+    }
+    char small[PATH_MAX + 8];
+    snprintf(small, sizeof small, "%s/small", g_tmp);
+    umount(small);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "chmod -R u+w %s; rm -rf %s", g_tmp, g_tmp);
+    if (g_tmp[0]) CHECK(system(cmd) == 0);
+}
+
+/* --local runs only the cases without the HTTP server (label quick). */
+int main(int argc, char **argv) {
+    int local = argc > 1 && !strcmp(argv[1], "--local");
+    alarm(240); /* a hung transfer fails the test instead of blocking ctest */
+    g_kiln = getenv("KILN_BIN");
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/kiln-store-XXXXXX");
+    CHECK(mkdtemp(g_tmp) != NULL);
+    snprintf(g_root, sizeof g_root, "%s/root", g_tmp);
+    g_model_bytes = t_read_file(k_model, &g_model_len);
+    CHECK(g_model_bytes != NULL);
+    setenv("KILN_PULL_STALL_SECONDS", "2", 1);
+    setenv("KILN_PULL_BACKOFF_MS", "100", 1);
+    unsetenv("KILN_AUTH_HEADER");
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+
+    test_names();
+    test_import_copy();
+    test_rm_leased();
+    test_link();
+    test_move();
+    test_verify_damage();
+    test_gc_and_staging();
+    if (local) {
+        printf("local cases only\n");
+    } else if (start_server() != 0) {
+        CHECKF(0, "the test server did not start");
+    } else {
+        test_pull_basic();
+        test_mismatch();
+        test_transient_faults();
+        test_redirect_auth();
+        if (!g_kiln || access(g_kiln, X_OK) != 0) {
+            printf("kill -9, SIGINT, concurrency and full-disk cases skipped: KILN_BIN is not set\n");
+        } else {
+            test_kill9_resume();
+            test_ignored_range();
+            test_sigint();
+            test_concurrent();
+            test_full_disk();
+        }
+    }
+    cleanup();
+    free(g_model_bytes);
+    return t_done();
+}
