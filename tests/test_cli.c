@@ -5,6 +5,8 @@
  */
 #include "testutil.h"
 
+#include "gguf/gguf.h"
+
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,72 @@ static int run(const char *args, char **out, char **err) {
     *out = t_read_file("/tmp/kiln-cli-out.txt", NULL);
     *err = t_read_file("/tmp/kiln-cli-err.txt", NULL);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* A copy of the stories model with a ChatML template, for kiln chat. */
+static int write_chat_model(const char *dst) {
+    char err[256];
+    gguf_file *f = gguf_open("../models/stories260K.gguf", err, sizeof err);
+    if (!f) return -1;
+    gguf_writer *w = gguf_writer_new();
+    for (int i = 0; i < gguf_n_kv(f); i++) gguf_w_copy_kv(w, gguf_kv_at(f, i));
+    const char *t = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+                    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    gguf_w_str(w, "tokenizer.chat_template", t, strlen(t));
+    for (int i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *x = gguf_tensor_at(f, i);
+        gguf_w_tensor(w, x->name, x->type, (int)x->n_dims, x->ne, x->data);
+    }
+    int rc = gguf_writer_save(w, dst, NULL, NULL, err, sizeof err);
+    gguf_writer_free(w);
+    gguf_close(f);
+    return rc;
+}
+
+/* kiln chat renders the whole conversation with the template each turn and
+ * reuses the cached prefix: turn 2's reply must equal what a fresh run on
+ * the full rendered conversation produces. */
+static void test_chat(void) {
+    const char *model = "/tmp/kiln-cli-chat.gguf";
+    CHECK(write_chat_model(model) == 0);
+    char *o, *e;
+    int rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /dev/null", &o, &e);
+    CHECK(rc == 0 && e && strstr(e, "chat template"));
+    free(o); free(e);
+    /* turn 1 alone, then two turns; stdout is each reply plus a newline */
+    char *r1, *both;
+    FILE *in = fopen("/tmp/kiln-cli-in.txt", "w");
+    if (in) { fputs("Hello there\n", in); fclose(in); }
+    rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &r1, &e);
+    free(e);
+    in = fopen("/tmp/kiln-cli-in.txt", "w");
+    if (in) { fputs("Hello there\nTell me a story\n", in); fclose(in); }
+    int rc2 = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &both, &e);
+    free(e);
+    size_t l1 = r1 ? strlen(r1) : 0;
+    CHECK(rc == 0 && rc2 == 0 && l1 > 1 && both && strncmp(both, r1, l1) == 0 && strlen(both) > l1);
+    if (rc == 0 && rc2 == 0 && l1 > 1 && both && strlen(both) > l1) {
+        r1[l1 - 1] = 0; /* the newline kiln chat prints after a reply */
+        char *reply2 = both + l1;
+        reply2[strlen(reply2) - 1] = 0;
+        /* the rendered two-turn conversation, given to kiln run */
+        FILE *p = fopen("/tmp/kiln-cli-prompt.txt", "w");
+        if (p) {
+            fprintf(p, "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n%s<|im_end|>\n"
+                       "<|im_start|>user\nTell me a story<|im_end|>\n<|im_start|>assistant\n", r1);
+            fclose(p);
+        }
+        char *o2, *e2;
+        rc = run("run -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 -f /tmp/kiln-cli-prompt.txt", &o2, &e2);
+        free(e2);
+        CHECKF(rc == 0 && o2 && !strcmp(o2, reply2), "chat turn 2 '%s' vs fresh run '%s'", reply2, o2 ? o2 : "");
+        free(o2);
+        remove("/tmp/kiln-cli-prompt.txt");
+    }
+    free(r1);
+    free(both);
+    remove("/tmp/kiln-cli-in.txt");
+    remove(model);
 }
 
 int main(void) {
@@ -82,6 +150,8 @@ int main(void) {
     CHECK(rc == 0 && o && strlen(o) > 0);
     free(o); free(e);
     remove("/tmp/kiln-cli-q8.gguf");
+
+    test_chat();
 
     rc = run("frobnicate", &o, &e);
     CHECK(rc == 2 && e && strstr(e, "unknown command"));

@@ -32,6 +32,7 @@ static void usage(FILE *f) {
             "  cp        NAME NEW-NAME             add another name\n"
             "\n"
             "sampling and runtime options (run, chat):\n"
+            "  -f FILE         read the prompt from FILE instead of -p\n"
             "  -n N            tokens to generate (default 128; -1 = until the context is full)\n"
             "  -t N            threads (default: all CPUs)\n"
             "  -c N            context size (default: the model's, capped by memory)\n"
@@ -96,6 +97,29 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
         if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
         o->prompt = argv[++*i];
+        return 1;
+    }
+    if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+        if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        const char *path = argv[++*i];
+        FILE *f = fopen(path, "rb");
+        if (!f) { fprintf(stderr, "kiln: %s: cannot open %s\n", a, path); return -1; }
+        size_t cap = 4096, len = 0;
+        char *buf = malloc(cap);
+        size_t k;
+        while (buf && (k = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+            len += k;
+            if (len + 1 == cap) {
+                char *nb = realloc(buf, cap * 2);
+                if (!nb) { free(buf); buf = NULL; break; }
+                buf = nb;
+                cap *= 2;
+            }
+        }
+        fclose(f);
+        if (!buf) { fprintf(stderr, "kiln: out of memory reading %s\n", path); return -1; }
+        buf[len] = 0;
+        o->prompt = buf; /* lives until the process exits */
         return 1;
     }
     if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) return want_int(argc, argv, i, &o->n_predict);
