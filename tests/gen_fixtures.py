@@ -941,14 +941,44 @@ def gen_bench(path):
     print("wrote %s (%.1f MB)" % (path, os.path.getsize(path) / 1e6))
 
 
+def gen_bench_bert(path):
+    """bge-small-en-v1.5 shapes (384 wide, 12 layers, 12 heads, n_ff 1536,
+    context 512) with random weights: 2-D tensors F16, the rest F32.  For
+    the embedding latency benchmark only; no reference vectors."""
+    cfg = Cfg(name="bge-small-shaped-random", arch="bert", n_embd=384, n_layer=12, n_head=12, head_dim=32,
+              n_ff=1536, eps=1e-12, ctx=512, n_types=2, pooling=2, seed=8000)
+    tok_kvs, n_vocab, _ = embed_inputs()
+    W = make_bert_weights(cfg, n_vocab, cfg.seed)
+    names = bert_tensor_order(cfg)
+    tensors = []
+    for n in names:
+        a = W[n]
+        f16 = a.ndim == 2 and not n.startswith(("token_types", "position_embd"))
+        data = a.astype("<f2" if f16 else "<f4").tobytes()
+        tensors.append((n, list(reversed(a.shape)), GGML_F16 if f16 else GGML_F32, (lambda d=data: d)))
+    a = "bert"
+    kvs = [("general.architecture", T_STR, a), ("general.name", T_STR, cfg.name),
+           ("general.file_type", T_U32, FTYPE_MOSTLY_F16), (a + ".context_length", T_U32, cfg.ctx),
+           (a + ".embedding_length", T_U32, cfg.n_embd), (a + ".block_count", T_U32, cfg.n_layer),
+           (a + ".feed_forward_length", T_U32, cfg.n_ff), (a + ".attention.head_count", T_U32, cfg.n_head),
+           (a + ".attention.layer_norm_epsilon", T_F32, cfg.eps), (a + ".attention.causal", T_BOOL, False),
+           (a + ".pooling_type", T_U32, cfg.pooling)] + tok_kvs
+    write_gguf(path, kvs, tensors)
+    print("wrote %s (%.1f MB)" % (path, os.path.getsize(path) / 1e6))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", metavar="OUT.gguf", help="write the Qwen3-0.6B-shaped benchmark model")
+    ap.add_argument("--bench-bert", metavar="OUT.gguf", help="write a bge-small-shaped BERT for benchmarks")
     ap.add_argument("--embed", action="store_true", help="write only the embedding fixtures")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.bench:
         gen_bench(args.bench)
+        return
+    if args.bench_bert:
+        gen_bench_bert(args.bench_bert)
         return
     os.makedirs(OUT_DIR, exist_ok=True)
     if not args.embed:

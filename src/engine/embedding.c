@@ -12,7 +12,11 @@ static kiln_status emb_check(void *user, const char *path) { return engine_gguf_
 static kiln_status emb_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r,
                             void **model) {
     kiln_embedder *m = NULL;
-    kiln_status st = kiln_embedder_new(path, NULL, &m);
+    /* runs of at most 512 tokens: a query waits for one run, so a smaller
+     * run bounds its latency; 512 still fills the matrix kernels */
+    kiln_embedder_params p = kiln_embedder_default_params();
+    p.n_batch = 512;
+    kiln_status st = kiln_embedder_new(path, &p, &m);
     *model = m;
     return st;
 }
