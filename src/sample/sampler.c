@@ -181,11 +181,33 @@ int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits) {
             if (lg[i] > lg[best]) best = i;
         return best;
     }
+    /* Candidates.  Sorting a 150k vocabulary per token is what costs, so
+     * tokens that no cut could keep are dropped first, in one pass:
+     *   top-p at temperature 1 never reaches tokens 30 nats below the top
+     *   (each weighs < 1e-13 of it) unless top_p is within 1e-7 of 1;
+     *   without top-p, min-p keeps only logits >= max + ln(min_p) (with
+     *   top-p, min-p waits: top-p normalizes over the top-k survivors).
+     * With no cut at all, nothing needs sorting. */
+    float top = lg[0];
+    for (int32_t i = 1; i < s->n_vocab; i++) top = lg[i] > top ? lg[i] : top;
+    float floor_l = -INFINITY;
+    if (p->top_p < 1.0f - 1e-7f) floor_l = top - 30.0f;
+    else if (p->min_p > 0.0f) floor_l = top + logf(p->min_p);
+    int n = 0;
     for (int32_t i = 0; i < s->n_vocab; i++) {
-        s->c[i].logit = lg[i];
-        s->c[i].id = i;
+        if (lg[i] < floor_l) continue;
+        s->c[n].logit = lg[i];
+        s->c[n].id = i;
+        n++;
     }
-    int n = top_k_select(s->c, s->n_vocab, p->top_k);
+    int need_sort = p->top_k > 0 || p->top_p < 1.0f || p->min_p > 0.0f;
+    if (need_sort) {
+        n = top_k_select(s->c, n, p->top_k);
+    } else {
+        /* no cut: the first candidate must be a maximum for mx below */
+        for (int i = 1; i < n; i++)
+            if (s->c[i].logit > s->c[0].logit) { cand t = s->c[0]; s->c[0] = s->c[i]; s->c[i] = t; }
+    }
     /* probabilities at temperature 1 for the top-p / min-p cuts */
     float mx = s->c[0].logit;
     double sum = 0.0;

@@ -359,7 +359,8 @@ int ks_oai_embeddings(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     return ks_send_json(c, 200, j);
 }
 
-static int embed(ks_srv *s, struct MHD_Connection *c, json_t *body) {
+/* legacy: 1 for /api/embeddings ({"prompt"} in, {"embedding": [...]} out) */
+static int embed(ks_srv *s, struct MHD_Connection *c, json_t *body, int legacy) {
     int rc = MHD_NO, dims, ntok;
     if (dims_of(body, c, 1, &dims, &rc)) return rc;
     ks_runner *r = embed_model(s, c, body, 1, &rc);
@@ -372,6 +373,12 @@ static int embed(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         return rc;
     }
     json_t *j = json_object();
+    if (legacy) {
+        json_object_set(j, "embedding", json_array_get(vs, 0));
+        json_decref(vs);
+        ks_runner_release(r, ks_parse_duration(json_object_get(body, "keep_alive")));
+        return ks_send_json(c, 200, j);
+    }
     json_object_set_new(j, "model", json_string(r->name));
     json_object_set_new(j, "embeddings", vs);
     json_object_set_new(j, "total_duration", json_integer((json_int_t)((ks_now() - t0) * 1e9)));
@@ -528,10 +535,10 @@ int ks_oll_route(ks_srv *s, struct MHD_Connection *c, const char *method, const 
     if (post && !strcmp(url, "/api/show")) return show(s, c, body);
     if (post && !strcmp(url, "/api/generate")) return generate(s, c, body);
     if (post && !strcmp(url, "/api/chat")) return ks_chat_common(s, c, body, KS_F_OLL_CHAT);
-    if (post && (!strcmp(url, "/api/embed") || !strcmp(url, "/api/embeddings"))) {
-        if (!json_object_get(body, "input") && json_object_get(body, "prompt"))
-            json_object_set(body, "input", json_object_get(body, "prompt"));
-        return embed(s, c, body);
+    if (post && !strcmp(url, "/api/embed")) return embed(s, c, body, 0);
+    if (post && !strcmp(url, "/api/embeddings")) {
+        json_object_set(body, "input", json_object_get(body, "prompt"));
+        return embed(s, c, body, 1);
     }
     if (post && !strcmp(url, "/api/pull")) return pull(s, c, body);
     if (!s->store) return ks_oll_error(c, 503, "the model store is not available");

@@ -3,8 +3,9 @@
  *
  * kpool_run(fn) calls fn(ud, ith, nth) on every thread, the caller being
  * thread 0, and returns when all are done.  Between jobs the workers spin
- * briefly before sleeping, so back-to-back jobs in the token loop don't pay
- * a wake-up each.  A pool is driven by one caller thread at a time.
+ * briefly, then yield, before sleeping, so back-to-back jobs in the token
+ * loop don't pay a wake-up each; the caller waiting for a job's end also
+ * spins and then yields.  A pool is driven by one caller thread at a time.
  */
 #ifndef KILN_POOL_H
 #define KILN_POOL_H

@@ -134,6 +134,20 @@ test('cancellation frees the sequence at once', async () => {
   }
   assert.equal(running, 0);
   assert.equal(await metric(srv.base, 'kiln_kv_cache_blocks{model_name="stories260K",state="used"}'), 0);
+  // a non-streamed request whose client goes away is cancelled too
+  const gen0 = await metric(srv.base, 'kiln_generation_tokens_total');
+  const ac2 = new AbortController();
+  const p = fetch(srv.base + '/v1/completions', { method: 'POST', signal: ac2.signal,
+    body: JSON.stringify({ model: MODEL, prompt: 'Once upon a time', max_tokens: 480, temperature: 0.8 }) });
+  setTimeout(() => ac2.abort(), 30);
+  await p.catch(() => {});
+  for (let i = 0; i < 50; i++) {
+    await new Promise((res) => setTimeout(res, 40));
+    if (await metric(srv.base, 'kiln_requests_running') === 0) break;
+  }
+  assert.equal(await metric(srv.base, 'kiln_requests_running'), 0);
+  const gen1 = await metric(srv.base, 'kiln_generation_tokens_total');
+  assert.ok(gen1 - gen0 < 480, `cancelled after ${gen1 - gen0} tokens`);
 });
 
 test('prefix cache: a repeated prompt reports cached tokens', async () => {

@@ -1,0 +1,239 @@
+/*
+ * test_kernels — the SIMD twins in src/kernels against their scalar
+ * references: the attention and element-wise ops (kk_ops_at), the 4 x 4
+ * matmul tiles (kk_tile_at) and 4-row kernels (kk_rows4_at), and kk_matmul / kk_matmul_multi on a thread
+ * pool (tiles plus leftover rows and tokens) against plain reference dots.
+ * F16 rounding steps (scale, mad, conversions) and RoPE must agree bit for
+ * bit; sums may differ only by their order.
+ */
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "quant/quant.h"
+#include "thread/pool.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) * 0x1p-52 - 1.0);
+}
+
+static void fill(float *x, int n, float scale) {
+    for (int i = 0; i < n; i++) x[i] = scale * frand();
+}
+
+static int rel_close(double a, double b, double tol) { return fabs(a - b) <= tol * (fabs(a) + fabs(b) + 1e-30); }
+
+#define N 131 /* not a multiple of 8 or 16: exercises the tails */
+
+static void test_ops(const kk_ops *s, const kk_ops *v) {
+    float q[N], qr[N], qs[N], x[N], w[N], o1[N], o2[N];
+    uint16_t k[N], y1[N], y2[N];
+    fill(q, N, 3.0f);
+    fill(w, N, 1.0f);
+    for (int i = 0; i < N; i++) k[i] = kq_f32_to_f16(4.0f * frand());
+    /* conversions: exact, including values near F16 limits and subnormals */
+    q[0] = 70000.0f;
+    q[1] = -65519.0f;
+    q[2] = 3e-6f;
+    q[3] = -6.1e-5f;
+    s->round_f16_row(q, qs, N);
+    v->round_f16_row(q, qr, N);
+    CHECK(memcmp(qs, qr, sizeof qs) == 0);
+    s->f32_to_f16_row(q, y1, N);
+    v->f32_to_f16_row(q, y2, N);
+    CHECK(memcmp(y1, y2, sizeof y1) == 0);
+    fill(q, N, 3.0f);
+    s->round_f16_row(q, qr, N);
+    for (int n = 1; n <= N; n += 13) {
+        float a = s->dot_f16(k, qr, n), b = v->dot_f16(k, qr, n);
+        CHECKF(rel_close(a, b, 1e-6), "dot_f16 n=%d: %.9g vs %.9g", n, a, b);
+    }
+    /* F16 accumulator: every update rounded, bit-exact */
+    memcpy(y1, k, sizeof k);
+    memcpy(y2, k, sizeof k);
+    for (int step = 0; step < 50; step++) {
+        const float wt = frand();
+        s->mad_f16(y1, k, wt, N);
+        v->mad_f16(y2, k, wt, N);
+        if (step % 7 == 0) {
+            s->scale_f16(y1, 0.37f + 0.1f * (float)step / 50, N);
+            v->scale_f16(y2, 0.37f + 0.1f * (float)step / 50, N);
+        }
+    }
+    CHECK(memcmp(y1, y2, sizeof y1) == 0);
+    /* norms, activation, residual add */
+    fill(x, N, 2.0f);
+    s->rmsnorm(o1, x, w, N, 1e-6f);
+    v->rmsnorm(o2, x, w, N, 1e-6f);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += !rel_close(o1[i], o2[i], 1e-6);
+    CHECKF(bad == 0, "rmsnorm: %d elements differ", bad);
+    s->rmsnorm(o1, x, NULL, N, 1e-6f);
+    v->rmsnorm(o2, x, NULL, N, 1e-6f);
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += !rel_close(o1[i], o2[i], 1e-6);
+    CHECKF(bad == 0, "rmsnorm without weight: %d elements differ", bad);
+    fill(o1, N, 12.0f);
+    o1[0] = 100.0f;
+    o1[1] = -100.0f;
+    o1[2] = 0.0f;
+    memcpy(o2, o1, sizeof o1);
+    s->swiglu(o1, w, N);
+    v->swiglu(o2, w, N);
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += !(rel_close(o1[i], o2[i], 4e-7) || fabsf(o1[i] - o2[i]) < 1e-30f);
+    CHECKF(bad == 0, "swiglu: %d elements differ", bad);
+    memcpy(o1, x, sizeof x);
+    memcpy(o2, x, sizeof x);
+    s->add(o1, w, N);
+    v->add(o2, w, N);
+    CHECK(memcmp(o1, o2, sizeof o1) == 0);
+    /* RoPE (neox pairs), 3 heads of 40 with 32 rotated dims, and 2 heads of
+     * 128 fully rotated */
+    kk_rope r = {.n_rot = 32, .neox = 1, .base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.0f};
+    float cs[128], h1[256], h2[256];
+    kk_rope_table(&r, 17, cs);
+    fill(h1, 120, 1.0f);
+    memcpy(h2, h1, sizeof h1);
+    s->rope_neox(cs, h1, 3, 40, 32);
+    v->rope_neox(cs, h2, 3, 40, 32);
+    CHECK(memcmp(h1, h2, 120 * sizeof(float)) == 0);
+    r.n_rot = 128;
+    kk_rope_table(&r, 1234, cs);
+    fill(h1, 256, 1.0f);
+    memcpy(h2, h1, sizeof h1);
+    s->rope_neox(cs, h1, 2, 128, 128);
+    v->rope_neox(cs, h2, 2, 128, 128);
+    CHECK(memcmp(h1, h2, sizeof h1) == 0);
+}
+
+/* Weights of type t: nrows x ncols quantized from random floats. */
+static void *make_weights(int t, int64_t nrows, int64_t ncols) {
+    float *f = malloc((size_t)(nrows * ncols) * sizeof(float));
+    size_t rs = kq_row_size(t, ncols);
+    uint8_t *w = malloc(rs * (size_t)nrows);
+    fill(f, (int)(nrows * ncols), 1.0f);
+    for (int64_t r = 0; r < nrows; r++) kq_get(t)->from_f32(f + r * ncols, w + (size_t)r * rs, ncols);
+    free(f);
+    return w;
+}
+
+static void test_tiles(int t) {
+    const int n = 512;
+    const kq_traits *tr = kq_get(t);
+    const int at = tr->vec_dot_type;
+    const size_t wrow = kq_row_size(t, n), arow = kq_row_size(at, n);
+    uint8_t *w = make_weights(t, 4, n);
+    uint8_t *a = make_weights(at, 4, n);
+    float ys[4 * 5], yv[4 * 5];
+    for (int isa = KQ_ISA_AVX2; isa <= kq_cpu_isa(); isa++) {
+        kk_tile_fn f = kk_tile_at(t, isa), ref = kk_tile_at(t, KQ_ISA_SCALAR);
+        if (!f) continue;
+        CHECK(ref != NULL);
+        ref(n, w, wrow, a, arow, ys, 5);
+        f(n, w, wrow, a, arow, yv, 5);
+        int bad = 0;
+        for (int tt = 0; tt < 4; tt++)
+            for (int r = 0; r < 4; r++) bad += !(fabsf(ys[tt * 5 + r] - yv[tt * 5 + r]) <= 1e-4f * (1.0f + fabsf(ys[tt * 5 + r])));
+        CHECKF(bad == 0, "%s tile at %s: %d of 16 differ", tr->name, kq_isa_name(isa), bad);
+    }
+    for (int isa = KQ_ISA_AVX2; isa <= kq_cpu_isa(); isa++) {
+        kk_rows4_fn f = kk_rows4_at(t, isa), ref = kk_rows4_at(t, KQ_ISA_SCALAR);
+        if (!f) continue;
+        CHECK(ref != NULL);
+        for (int tt = 0; tt < 4; tt++) {
+            ref(n, w, wrow, a + (size_t)tt * arow, ys);
+            f(n, w, wrow, a + (size_t)tt * arow, yv);
+            int bad = 0;
+            for (int r = 0; r < 4; r++) bad += !(fabsf(ys[r] - yv[r]) <= 1e-4f * (1.0f + fabsf(ys[r])));
+            CHECKF(bad == 0, "%s 4-row kernel at %s, token %d: %d of 4 differ", tr->name, kq_isa_name(isa), tt, bad);
+        }
+    }
+    free(w);
+    free(a);
+}
+
+/* kk_matmul_multi on a pool against reference dots: two outputs of
+ * different row counts (37 and 20: not multiples of the tiles) over a
+ * batch of 7 tokens (one tile of 4, three single tokens) and of 1 token. */
+static void test_matmul(kpool *pool, int t) {
+    const int64_t ncols = 256, r0 = 37, r1 = 20;
+    const int n_tok = 7;
+    const kq_traits *tr = kq_get(t);
+    kk_mat w0 = {make_weights(t, r0, ncols), t, ncols, r0}, w1 = {make_weights(t, r1, ncols), t, ncols, r1};
+    float *x = malloc((size_t)(n_tok * ncols) * sizeof(float));
+    fill(x, (int)(n_tok * ncols), 1.0f);
+    float *y0 = calloc((size_t)(n_tok * r0), sizeof(float)), *y1 = calloc((size_t)(n_tok * r1), sizeof(float));
+    void *scratch = malloc(kk_matmul_scratch_size(ncols, n_tok));
+    uint8_t *xa = malloc(kq_row_size(tr->vec_dot_type, ncols));
+    for (int nt = 1; nt <= n_tok; nt += n_tok - 1) {
+        kk_mm_out outs[2] = {{&w0, y0, r0}, {&w1, y1, r1}};
+        kk_matmul_multi(pool, outs, 2, x, nt, scratch);
+        int bad = 0;
+        for (int tok = 0; tok < nt; tok++) {
+            kq_get(tr->vec_dot_type)->from_f32(x + tok * ncols, xa, ncols);
+            for (int o = 0; o < 2; o++) {
+                const kk_mat *w = o ? &w1 : &w0;
+                const float *y = o ? y1 : y0;
+                for (int64_t r = 0; r < w->nrows; r++) {
+                    float ref;
+                    tr->vec_dot_ref((int)ncols, &ref, (const uint8_t *)w->data + (size_t)r * kq_row_size(t, ncols), xa);
+                    float got = y[tok * w->nrows + r];
+                    bad += !(fabsf(ref - got) <= 1e-4f * (1.0f + fabsf(ref)));
+                }
+            }
+        }
+        CHECKF(bad == 0, "%s matmul, %d tokens: %d outputs differ", tr->name, nt, bad);
+    }
+    free((void *)w0.data);
+    free((void *)w1.data);
+    free(x);
+    free(y0);
+    free(y1);
+    free(scratch);
+    free(xa);
+}
+
+static void count_task(void *ud, int ith, int nth) {
+    long lo, hi;
+    kpool_range(1000, ith, nth, &lo, &hi);
+    __atomic_add_fetch((long *)ud, hi - lo, __ATOMIC_RELAXED);
+}
+
+int main(void) {
+    kq_init(KQ_ISA_AVX512);
+    const kk_ops *s = kk_ops_at(KQ_ISA_SCALAR);
+    CHECK(s != NULL);
+    CHECK(kk_ops_best() != NULL);
+    if (kq_cpu_isa() >= KQ_ISA_AVX2) {
+        const kk_ops *v = kk_ops_at(KQ_ISA_AVX2);
+        CHECK(v != NULL);
+        if (v) test_ops(s, v);
+    }
+    /* the scalar set against itself: the test harness agrees with itself */
+    test_ops(s, s);
+    test_tiles(KQ_Q8_0);
+    test_tiles(KQ_Q4_0);
+    test_tiles(KQ_Q4_K);
+
+    kpool *pool = kpool_new(2);
+    CHECK(pool != NULL);
+    if (pool) {
+        long total = 0;
+        for (int i = 0; i < 200; i++) kpool_run(pool, count_task, &total);
+        CHECK(total == 200 * 1000);
+        const int types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K, KQ_Q6_K, KQ_F16};
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) test_matmul(pool, types[i]);
+        kpool_free(pool);
+    }
+    return t_done();
+}
