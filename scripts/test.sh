@@ -3,7 +3,8 @@
 #   1. a libFuzzer run over the GGUF reader (bounded: KILN_FUZZ_SECONDS,
 #      60 s under CI, 15 s otherwise; skipped if KILN_FUZZ_SECONDS=0)
 #   2. every test under AddressSanitizer + UndefinedBehaviorSanitizer
-#   3. every test on the Release build (its summary is the last line)
+#   3. the engine lifecycle tests under ThreadSanitizer
+#   4. every test on the Release build (its summary is the last line)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -24,6 +25,11 @@ echo "== ASan + UBSan build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs" >/dev/null
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
+
+echo "== ThreadSanitizer: engine lifecycle"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON >/dev/null
+cmake --build build-tsan -j"$jobs" --target test_engine test_engine_llm test_engine_embed >/dev/null
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^test_engine')
 
 echo "== Release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
