@@ -33,7 +33,6 @@ typedef struct mm_job {
     int n_act;
     int out_act[MAX_OUTS]; /* index into act[] per output */
     kk_tile_fn tile[MAX_OUTS]; /* 4 x 4 kernel per output, NULL = none */
-    kk_rows4_fn rows4[MAX_OUTS]; /* 4 x 1 kernel per output, NULL = none */
     int64_t total_rows;
     /* row tiles are handed out in chunks from this counter, so a thread
      * that starts late (preempted on a busy machine) takes fewer */
@@ -50,28 +49,10 @@ typedef struct mm_job {
                 dot(n, &y[t * ldy + r], (const uint8_t *)w + (size_t)r * wrow,                     \
                     (const uint8_t *)a + (size_t)t * arow);                                        \
     }
-#define ROWS4_REF_DEF(T)                                                                            \
-    static void rows4_ref_##T(int n, const void *w, size_t wrow, const void *a, float *y) {           \
-        const kq_vec_dot_fn dot = kq_get(T)->vec_dot_ref;                                           \
-        for (int r = 0; r < 4; r++) dot(n, &y[r], (const uint8_t *)w + (size_t)r * wrow, a);          \
-    }
 TILE_REF_DEF(KQ_Q8_0)
 TILE_REF_DEF(KQ_Q4_0)
 TILE_REF_DEF(KQ_Q4_K)
-ROWS4_REF_DEF(KQ_Q4_0)
 #undef TILE_REF_DEF
-#undef ROWS4_REF_DEF
-
-kk_rows4_fn kk_rows4_at(int t, int isa) {
-    if (isa == KQ_ISA_SCALAR) {
-        switch (t) {
-        case KQ_Q4_0: return rows4_ref_KQ_Q4_0;
-        default: return NULL;
-        }
-    }
-    if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_rows4_avx2(t);
-    return NULL;
-}
 
 kk_tile_fn kk_tile_at(int t, int isa) {
     if (isa == KQ_ISA_SCALAR) {
@@ -129,15 +110,10 @@ static void dot_rows(mm_job *j, int64_t r0, int64_t r1) {
                                             xa + (size_t)tt * arow);
                     }
                 }
-                kk_rows4_fn rows4 = j->rows4[o];
                 for (; t < j->n_tok; t++) {
                     const void *xa = act + (size_t)t * arow;
                     float *yt = y + (int64_t)t * ldy;
-                    int64_t r = rt;
-                    if (rows4)
-                        for (; r + 4 <= re; r += 4)
-                            rows4((int)w->ncols, (const uint8_t *)w->data + (size_t)r * wrow, wrow, xa, yt + r);
-                    for (; r < re; r++)
+                    for (int64_t r = rt; r < re; r++)
                         tr->vec_dot((int)w->ncols, &yt[r], (const uint8_t *)w->data + (size_t)r * wrow, xa);
                 }
             }
@@ -169,7 +145,7 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
     j.n_tok = n_tok;
     j.ncols = outs[0].w->ncols;
     uint8_t *sp = scratch;
-    const int isa = kq_active_isa();
+    const int isa = n_tok >= 4 ? kq_active_isa() : KQ_ISA_SCALAR; /* only tiles need it */
     for (int o = 0; o < n_out; o++) {
         int vt = kq_get(outs[o].w->type)->vec_dot_type;
         int a = 0;
@@ -187,7 +163,6 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
         }
         j.out_act[o] = a;
         j.tile[o] = n_tok >= 4 && isa >= KQ_ISA_AVX2 ? kk_tile_avx2(outs[o].w->type) : NULL;
-        j.rows4[o] = isa >= KQ_ISA_AVX2 ? kk_rows4_avx2(outs[o].w->type) : NULL;
         j.total_rows += outs[o].w->nrows;
     }
     /* only non-F32 formats need converting */

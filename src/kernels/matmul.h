@@ -10,7 +10,8 @@
  * small batches), then the threads take chunks of 16-row tiles from a
  * shared counter.  Within a tile, batches go 4 tokens x 4 rows at a time
  * through a tile kernel where the type has one (kk_tile_fn), leftover
- * tokens 4 rows at a time (kk_rows4_fn) or row by row (kq vec_dot).
+ * tokens (and decode steps) row by row with the kq vec_dot: one weight
+ * stream at a time, which the hardware prefetch serves best.
  */
 #ifndef KILN_MATMUL_H
 #define KILN_MATMUL_H
@@ -57,13 +58,6 @@ typedef void (*kk_tile_fn)(int n, const void *w, size_t wrow, const void *a, siz
 kk_tile_fn kk_tile_at(int t, int isa);
 /* AVX2 tiles (matmul_avx2.c); NULL for types without one. */
 kk_tile_fn kk_tile_avx2(int t);
-
-/* 4 weight rows times one activation row: y[r] for r < 4 (decode steps,
- * and the tokens a batch has left over after its 4 x 4 tiles). */
-typedef void (*kk_rows4_fn)(int n, const void *w, size_t wrow, const void *a, float *y);
-/* As kk_tile_at, for the 4-row kernels. */
-kk_rows4_fn kk_rows4_at(int t, int isa);
-kk_rows4_fn kk_rows4_avx2(int t);
 
 /* Expands row r of w to F32 (used for embedding lookups). */
 void kk_get_row(const kk_mat *w, int64_t r, float *out);

@@ -10,6 +10,9 @@
  * rows' sums over elements 0..15 and lanes 4..7 over 16..31 (exact int32:
  * at most 32 * 127 * 127).  One float fma per token and block applies the
  * scale products; the two halves are added at the end.
+ *
+ * The loops over the 4 rows / tokens are unrolled by pragma so their
+ * arrays of vectors live in registers (-O2 would keep them on the stack).
  */
 #include "kernels/matmul.h"
 
@@ -35,6 +38,7 @@ static inline __m256i madd1(__m256i p16) { return _mm256_madd_epi16(p16, _mm256_
 #define ROW_SCALES(blk, b) dup128(ROW_SCALES4(blk, b))
 
 static inline void store_tile(__m256 acc[4], float *y, int64_t ldy) {
+    #pragma GCC unroll 4
     for (int t = 0; t < 4; t++) {
         const __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
         _mm_storeu_ps(y + t * ldy, s);
@@ -43,6 +47,7 @@ static inline void store_tile(__m256 acc[4], float *y, int64_t ldy) {
 
 static void tile_q8_0(int n, const void *w, size_t wrow, const void *a, size_t arow, float *y, int64_t ldy) {
     const kq_block_q8_0 *x[4], *q[4];
+    #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         x[k] = (const kq_block_q8_0 *)((const uint8_t *)w + (size_t)k * wrow);
         q[k] = (const kq_block_q8_0 *)((const uint8_t *)a + (size_t)k * arow);
@@ -50,11 +55,13 @@ static void tile_q8_0(int n, const void *w, size_t wrow, const void *a, size_t a
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int b = 0; b < n / 32; b++) {
         __m256i xv[4], ax[4];
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             xv[r] = _mm256_loadu_si256((const __m256i *)x[r][b].qs);
             ax[r] = _mm256_abs_epi8(xv[r]);
         }
         const __m256 dx = ROW_SCALES(x, b);
+        #pragma GCC unroll 4
         for (int t = 0; t < 4; t++) {
             /* |x| * (y with x's sign) keeps maddubs' unsigned operand unsigned */
             const __m256i yv = _mm256_loadu_si256((const __m256i *)q[t][b].qs);
@@ -72,6 +79,7 @@ static void tile_q8_0(int n, const void *w, size_t wrow, const void *a, size_t a
 static void tile_q4_0(int n, const void *w, size_t wrow, const void *a, size_t arow, float *y, int64_t ldy) {
     const kq_block_q4_0 *x[4];
     const kq_block_q8_0 *q[4];
+    #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         x[k] = (const kq_block_q4_0 *)((const uint8_t *)w + (size_t)k * wrow);
         q[k] = (const kq_block_q8_0 *)((const uint8_t *)a + (size_t)k * arow);
@@ -82,11 +90,13 @@ static void tile_q4_0(int n, const void *w, size_t wrow, const void *a, size_t a
         /* quants 0..15 in element order; the zero point 8 is taken off as
          * 8 * (sum of y) per half block */
         __m256i xv[4];
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             const __m128i v = _mm_loadu_si128((const __m128i *)x[r][b].qs);
             xv[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
         }
         const __m256 dx = ROW_SCALES(x, b);
+        #pragma GCC unroll 4
         for (int t = 0; t < 4; t++) {
             const __m256i yv = _mm256_loadu_si256((const __m256i *)q[t][b].qs);
             const __m256i o = madd1(_mm256_maddubs_epi16(eight, yv));
@@ -109,6 +119,7 @@ static void tile_q4_0(int n, const void *w, size_t wrow, const void *a, size_t a
 static void tile_q4_K(int n, const void *w, size_t wrow, const void *a, size_t arow, float *y, int64_t ldy) {
     const kq_block_q4_K *x[4];
     const kq_block_q8_K *q[4];
+    #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         x[k] = (const kq_block_q4_K *)((const uint8_t *)w + (size_t)k * wrow);
         q[k] = (const kq_block_q8_K *)((const uint8_t *)a + (size_t)k * arow);
@@ -118,6 +129,7 @@ static void tile_q4_K(int n, const void *w, size_t wrow, const void *a, size_t a
     __m128 accm[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
     for (int b = 0; b < n / KQ_QK_K; b++) {
         uint32_t sm[4][4]; /* per row: scales 0..7, mins 0..7 as bytes */
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) kq_unpack_scales_k4(x[r][b].scales, sm[r]);
         /* scale bytes transposed: byte 4j + r = scale of sub-block j, row r */
         const __m128i s01 = _mm_unpacklo_epi8(_mm_setr_epi32((int)sm[0][0], (int)sm[0][1], 0, 0),
@@ -128,12 +140,14 @@ static void tile_q4_K(int n, const void *w, size_t wrow, const void *a, size_t a
         _mm_storeu_si128((__m128i *)sct, _mm_unpacklo_epi16(s01, s23));
         _mm_storeu_si128((__m128i *)(sct + 4), _mm_unpackhi_epi16(s01, s23));
         __m128i m16[4];
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) m16[r] = _mm_cvtepu8_epi16(_mm_setr_epi32((int)sm[r][2], (int)sm[r][3], 0, 0));
         const __m128 dxr = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][b].d, (short)x[1][b].d, (short)x[2][b].d,
                                                        (short)x[3][b].d, 0, 0, 0, 0));
         const __m128 dmr = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][b].dmin, (short)x[1][b].dmin,
                                                        (short)x[2][b].dmin, (short)x[3][b].dmin, 0, 0, 0, 0));
         const __m256 dx = _mm256_set_m128(dxr, dxr);
+        #pragma GCC unroll 4
         for (int t = 0; t < 4; t++) {
             const __m128i b32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)q[t][b].bsums),
                                                _mm_loadu_si128((const __m128i *)(q[t][b].bsums + 8)));
@@ -143,8 +157,10 @@ static void tile_q4_K(int n, const void *w, size_t wrow, const void *a, size_t a
         }
         __m256i isum[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                            _mm256_setzero_si256()};
+        #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m256i lo[4], hi[4];
+            #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 const __m256i qb = _mm256_loadu_si256((const __m256i *)(x[r][b].qs + 32 * g));
                 lo[r] = _mm256_and_si256(qb, m4);
@@ -152,6 +168,7 @@ static void tile_q4_K(int n, const void *w, size_t wrow, const void *a, size_t a
             }
             const __m256i sc0 = _mm256_cvtepu8_epi32(_mm_set1_epi32((int)sct[2 * g]));
             const __m256i sc1 = _mm256_cvtepu8_epi32(_mm_set1_epi32((int)sct[2 * g + 1]));
+            #pragma GCC unroll 4
             for (int t = 0; t < 4; t++) {
                 const __m256i y0 = _mm256_loadu_si256((const __m256i *)(q[t][b].qs + 64 * g));
                 const __m256i y1 = _mm256_loadu_si256((const __m256i *)(q[t][b].qs + 64 * g + 32));
@@ -162,58 +179,14 @@ static void tile_q4_K(int n, const void *w, size_t wrow, const void *a, size_t a
                 isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_mullo_epi32(f0, sc0), _mm256_mullo_epi32(f1, sc1)));
             }
         }
+        #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dx, _mm256_set1_ps(q[t][b].d)), acc[t]);
     }
+    #pragma GCC unroll 4
     for (int t = 0; t < 4; t++) {
         const __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
         _mm_storeu_ps(y + t * ldy, _mm_sub_ps(s, accm[t]));
-    }
-}
-
-/* ---- 4 rows x 1 token (decode steps) ----
- * Two rows share one register: their 16 nibble bytes side by side, so one
- * and/shift pair unpacks both; the activation's two half blocks are
- * broadcast to both lanes to meet them.  After maddubs, the low-nibble and
- * high-nibble products (each at most 2 * 15 * 127) and the zero-point term
- * 8 * (y pair sums) are combined in int16 before one madd. */
-static void rows4_q4_0(int n, const void *w, size_t wrow, const void *a, float *y) {
-    const kq_block_q4_0 *x[4];
-    for (int k = 0; k < 4; k++) x[k] = (const kq_block_q4_0 *)((const uint8_t *)w + (size_t)k * wrow);
-    const kq_block_q8_0 *q = a;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int b = 0; b < n / 32; b++) {
-        const __m256i ylo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q[b].qs));
-        const __m256i yhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(q[b].qs + 16)));
-        const __m256i off = _mm256_add_epi16(_mm256_maddubs_epi16(eight, ylo), _mm256_maddubs_epi16(eight, yhi));
-        __m256i p[2];
-        for (int h = 0; h < 2; h++) {
-            const __m256i v = _mm256_loadu2_m128i((const __m128i *)x[2 * h + 1][b].qs, (const __m128i *)x[2 * h][b].qs);
-            const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, ylo), _mm256_maddubs_epi16(hi, yhi));
-            p[h] = madd1(_mm256_sub_epi16(s16, off));
-        }
-        /* p[h]: lanes 0..3 belong to row 2h, lanes 4..7 to row 2h + 1 */
-        const __m256 d4 = _mm256_castps128_ps256(_mm_mul_ps(ROW_SCALES4(x, b), _mm_set1_ps(_cvtsh_ss(q[b].d))));
-        acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[0]), _mm256_permutevar8x32_ps(d4, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)), acc[0]);
-        acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[1]), _mm256_permutevar8x32_ps(d4, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)), acc[1]);
-    }
-    /* rows 0, 1 from acc[0], rows 2, 3 from acc[1]: sum each group of 4 lanes */
-    const __m256 h = _mm256_hadd_ps(acc[0], acc[1]); /* r0 r0 r2 r2 | r1 r1 r3 r3 */
-    const __m256 h2 = _mm256_hadd_ps(h, h);           /* r0 r2 r0 r2 | r1 r3 r1 r3 */
-    float t[8];
-    _mm256_storeu_ps(t, h2);
-    y[0] = t[0];
-    y[1] = t[4];
-    y[2] = t[1];
-    y[3] = t[5];
-}
-
-kk_rows4_fn kk_rows4_avx2(int type) {
-    switch (type) {
-    case KQ_Q4_0: return rows4_q4_0;
-    default: return NULL;
     }
 }
 
