@@ -48,6 +48,7 @@ static int run(ks_runner *r, const char *text, const char *stop, int think, sink
     int fin = g.finish;
     CHECK(over == 1);
     ks_gen_free(&g);
+    json_decref(stops); /* the pipeline borrows the stop list */
     ks_req_put(r, q);
     return fin;
 }

@@ -48,6 +48,11 @@ static void usage(FILE *f) {
             KILN_VERSION);
 }
 
+/* The text of -f FILE; the commands keep pointers to it until they return. */
+static char *g_prompt_file;
+
+static void free_prompt_file(void) { free(g_prompt_file); }
+
 void cli_opts_init(cli_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_predict = 128;
@@ -119,7 +124,9 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
         fclose(f);
         if (!buf) { fprintf(stderr, "kiln: out of memory reading %s\n", path); return -1; }
         buf[len] = 0;
-        o->prompt = buf; /* lives until the process exits */
+        free(g_prompt_file); /* a second -f replaces the first */
+        g_prompt_file = buf;
+        o->prompt = buf;
         return 1;
     }
     if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) return want_int(argc, argv, i, &o->n_predict);
@@ -180,6 +187,7 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
 }
 
 int main(int argc, char **argv) {
+    atexit(free_prompt_file);
     if (argc < 2) {
         usage(stderr);
         return 2;

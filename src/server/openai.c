@@ -494,6 +494,7 @@ static json_t *whole_result(run *u) {
 static void run_free(run *u) {
     atomic_store(&u->q->cancel, 1); /* no-op when over */
     ks_metrics_tokens(u->q->n_prompt, u->q->n_cached, u->g.n_gen);
+    json_decref(u->g.stops); /* the run holds a reference (see run_new) */
     ks_gen_free(&u->g);
     ks_req_put(u->r, u->q);
     ks_runner_release(u->r, u->a.keep_alive);

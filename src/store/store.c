@@ -138,7 +138,7 @@ void kst_name_from_file(const char *file, char out[KST_NAME_MAX + 1]) {
     size_t i = 0; /* drop leading separators and any ".." */
     while (tmp[i] == '.' || tmp[i] == '-') i++;
     for (char *d; (d = strstr(tmp + i, ".."));) d[0] = '-';
-    snprintf(out, KST_NAME_MAX + 1, "%s:latest", tmp[i] ? tmp + i : "model");
+    snprintf(out, KST_NAME_MAX + 1, "%.96s:latest", tmp[i] ? tmp + i : "model"); /* tmp holds <= 96 */
 }
 
 int kst_file_ok(const char *s) {

@@ -38,7 +38,9 @@ test('load: no errors and flat memory', async () => {
     const secs = (Date.now() - t0) / 1000;
     const end = await rssKiB(srv.proc.pid);
     console.log(`# 200 requests in ${secs.toFixed(1)} s; RSS ${warm} KiB after warm-up, ${end} KiB at the end`);
-    assert.ok(end - warm < 8 * 1024, `RSS grew by ${end - warm} KiB`);
+    // AddressSanitizer keeps freed memory in quarantine, so RSS only means
+    // something on a plain build (scripts/test.sh sets KILN_SANITIZED there).
+    if (!process.env.KILN_SANITIZED) assert.ok(end - warm < 8 * 1024, `RSS grew by ${end - warm} KiB`);
   } finally {
     assert.equal(await srv.stop(), 0);
   }
