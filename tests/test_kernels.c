@@ -212,6 +212,7 @@ int main(void) {
     test_tiles(KQ_Q8_0);
     test_tiles(KQ_Q4_0);
     test_tiles(KQ_Q4_K);
+    test_tiles(KQ_F16);
 
     kpool *pool = kpool_new(2);
     CHECK(pool != NULL);
