@@ -213,6 +213,7 @@ int main(void) {
     test_tiles(KQ_Q4_0);
     test_tiles(KQ_Q4_K);
     test_tiles(KQ_F16);
+    test_tiles(KQ_Q6_K);
 
     kpool *pool = kpool_new(2);
     CHECK(pool != NULL);

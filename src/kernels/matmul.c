@@ -53,6 +53,7 @@ TILE_REF_DEF(KQ_Q8_0)
 TILE_REF_DEF(KQ_Q4_0)
 TILE_REF_DEF(KQ_Q4_K)
 TILE_REF_DEF(KQ_F16)
+TILE_REF_DEF(KQ_Q6_K)
 #undef TILE_REF_DEF
 
 kk_tile_fn kk_tile_at(int t, int isa) {
@@ -62,6 +63,7 @@ kk_tile_fn kk_tile_at(int t, int isa) {
         case KQ_Q4_0: return tile_ref_KQ_Q4_0;
         case KQ_Q4_K: return tile_ref_KQ_Q4_K;
         case KQ_F16: return tile_ref_KQ_F16;
+        case KQ_Q6_K: return tile_ref_KQ_Q6_K;
         default: return NULL;
         }
     }

@@ -190,6 +190,83 @@ static void tile_q4_K(int n, const void *w, size_t wrow, const void *a, size_t a
     }
 }
 
+/* Q6_K x Q8_K.  Per 32-weight chunk and token: maddubs of the unsigned
+ * 6-bit quants (0..63) with y, madd with the row's two 16-weight scales,
+ * then the 4 rows folded as in the other tiles and summed over the
+ * super-block in int32.  The -32 offset of every quant is taken off once
+ * per block as 32 * sum_j scale_j * bsum_j (also folded), all exact in
+ * int32 (at most 16 * 127 * 2048 * 32 before the offset). */
+static void tile_q6_K(int n, const void *w, size_t wrow, const void *a, size_t arow, float *y, int64_t ldy) {
+    const kq_block_q6_K *x[4];
+    const kq_block_q8_K *q[4];
+    #pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        x[k] = (const kq_block_q6_K *)((const uint8_t *)w + (size_t)k * wrow);
+        q[k] = (const kq_block_q8_K *)((const uint8_t *)a + (size_t)k * arow);
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+    /* pshufb patterns spreading scale bytes 2k, 2k+1 over 8 bytes each */
+    const __m128i shuf[4] = {
+        _mm_set_epi64x(0x0101010101010101, 0x0000000000000000),
+        _mm_set_epi64x(0x0303030303030303, 0x0202020202020202),
+        _mm_set_epi64x(0x0505050505050505, 0x0404040404040404),
+        _mm_set_epi64x(0x0707070707070707, 0x0606060606060606),
+    };
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int b = 0; b < n / KQ_QK_K; b++) {
+        __m256i isum[4];
+        /* the offset: -32 * sum_j sc[r][j] * bsum[t][j], folded over rows */
+        __m256i sc16[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[r][b].scales));
+        #pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)q[t][b].bsums);
+            const __m256i o = fold4(_mm256_madd_epi16(sc16[0], bs), _mm256_madd_epi16(sc16[1], bs),
+                                    _mm256_madd_epi16(sc16[2], bs), _mm256_madd_epi16(sc16[3], bs));
+            isum[t] = _mm256_mullo_epi32(o, _mm256_set1_epi32(-32));
+        }
+        for (int h = 0; h < 2; h++) {
+            for (int k = 0; k < 4; k++) {
+                __m256i qv[4], scv[4];
+                #pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    const uint8_t *ql = x[r][b].ql + 64 * h + 32 * (k & 1);
+                    const __m256i l = _mm256_loadu_si256((const __m256i *)ql);
+                    const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[r][b].qh + 32 * h));
+                    /* low nibble for chunks 0, 1; high nibble for 2, 3; the
+                     * top 2 bits sit at bits 2k..2k+1 of qh */
+                    const __m256i lo = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+                    const __m256i hi = k == 0 ? _mm256_slli_epi16(qh, 4)
+                                     : k == 1 ? _mm256_slli_epi16(qh, 2)
+                                     : k == 2 ? qh
+                                              : _mm256_srli_epi16(qh, 2);
+                    qv[r] = _mm256_or_si256(lo, _mm256_and_si256(hi, m2));
+                    const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[r][b].scales);
+                    const __m128i sch = h ? _mm_srli_si128(sc8, 8) : sc8;
+                    scv[r] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sch, shuf[k]));
+                }
+                #pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) {
+                    const __m256i yv = _mm256_loadu_si256((const __m256i *)(q[t][b].qs + 128 * h + 32 * k));
+                    const __m256i f = fold4(_mm256_madd_epi16(_mm256_maddubs_epi16(qv[0], yv), scv[0]),
+                                            _mm256_madd_epi16(_mm256_maddubs_epi16(qv[1], yv), scv[1]),
+                                            _mm256_madd_epi16(_mm256_maddubs_epi16(qv[2], yv), scv[2]),
+                                            _mm256_madd_epi16(_mm256_maddubs_epi16(qv[3], yv), scv[3]));
+                    isum[t] = _mm256_add_epi32(isum[t], f);
+                }
+            }
+        }
+        const __m128 d4 = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)x[0][b].d | (uint64_t)x[1][b].d << 16 |
+                                                                     (uint64_t)x[2][b].d << 32 | (uint64_t)x[3][b].d << 48)));
+        const __m256 dx = dup128(d4);
+        #pragma GCC unroll 4
+        for (int t = 0; t < 4; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dx, _mm256_set1_ps(q[t][b].d)), acc[t]);
+    }
+    store_tile(acc, y, ldy);
+}
+
 /* F16 x F16 (F16 weights take F16 activations).  Each 8-element step
  * converts the 4 weight rows and the 4 activation rows once and does the
  * 16 products from registers; the scalar tail covers n % 8. */
@@ -231,6 +308,7 @@ static void tile_f16(int n, const void *w, size_t wrow, const void *a, size_t ar
 kk_tile_fn kk_tile_avx2(int type) {
     switch (type) {
     case KQ_F16: return tile_f16;
+    case KQ_Q6_K: return tile_q6_K;
     case KQ_Q8_0: return tile_q8_0;
     case KQ_Q4_0: return tile_q4_0;
     case KQ_Q4_K: return tile_q4_K;
