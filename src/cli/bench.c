@@ -4,18 +4,13 @@
  * times after one warm-up and reported as mean ± standard deviation. */
 #include "cli.h"
 
+#include "base/base.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 #define MAX_LIST 8
 
@@ -43,7 +38,7 @@ typedef struct bench_row {
 /* One timed run; returns seconds or a negative value on failure. */
 static double run_once(kiln_context *c, const int32_t *toks, int n_prompt, int n_gen) {
     kiln_seq_truncate(c, 0, 0);
-    double t0 = now_s();
+    double t0 = kb_now();
     if (n_prompt > 0) {
         kiln_batch b = {n_prompt, toks, NULL, NULL, NULL};
         if (kiln_decode(c, &b) != KILN_OK) return -1;
@@ -52,7 +47,7 @@ static double run_once(kiln_context *c, const int32_t *toks, int n_prompt, int n
         kiln_batch b = {1, &toks[i], NULL, NULL, NULL};
         if (kiln_decode(c, &b) != KILN_OK) return -1;
     }
-    return now_s() - t0;
+    return kb_now() - t0;
 }
 
 int cmd_bench(int argc, char **argv) {

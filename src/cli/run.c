@@ -2,18 +2,13 @@
  * generated text goes to stdout; diagnostics and timings go to stderr. */
 #include "cli.h"
 
+#include "base/base.h"
+
 #include "chat/template.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 typedef struct gen_stats {
     int n_prompt, n_gen;
@@ -38,7 +33,7 @@ static int generate(kiln_model *m, kiln_context *c, kiln_sampler *s, int last_id
     kiln_detok *d = kiln_detok_new(m);
     if (!d) return cli_fail("out of memory");
     const float *logits = kiln_get_logits(c, last_idx);
-    double t0 = now_s();
+    double t0 = kb_now();
     int rc = 0;
     for (int i = 0; n_predict < 0 || i < n_predict; i++) {
         int32_t id = kiln_sampler_sample(s, logits);
@@ -71,7 +66,7 @@ static int generate(kiln_model *m, kiln_context *c, kiln_sampler *s, int last_id
     const char *tail = kiln_detok_flush(d, &len);
     fwrite(tail, 1, len, stdout);
     fflush(stdout);
-    st->t_gen += now_s() - t0;
+    st->t_gen += kb_now() - t0;
     kiln_detok_free(d);
     return rc;
 }
@@ -144,9 +139,9 @@ int cmd_run(int argc, char **argv) {
     }
     for (int i = 0; i < n_prompt; i++) kiln_sampler_accept(s, ids[i]);
     gen_stats st = {n_prompt, 0, 0, 0};
-    double t0 = now_s();
+    double t0 = kb_now();
     if (feed(c, ids, n_prompt, o.n_batch > 0 ? o.n_batch : 512)) goto done;
-    st.t_prompt = now_s() - t0;
+    st.t_prompt = kb_now() - t0;
     int last = (n_prompt - 1) % (o.n_batch > 0 ? o.n_batch : 512);
     if (o.n_predict != 0 && generate(m, c, s, last, o.n_predict, &st, NULL, NULL)) goto done;
     print_timings(&st);
