@@ -62,51 +62,47 @@ static void render_hist(ks_buf *o, const char *name, const char *help, const his
 }
 
 void ks_metrics_render(ks_srv *s, ks_buf *o) {
-    ks_buf_puts(o, "# HELP kiln_requests_running Requests decoding now.\n# TYPE kiln_requests_running gauge\n");
-    ks_buf g = {0}, w = {0}, kv = {0}, kvb = {0}, hit = {0}, look = {0}, ld = {0};
+    /* per-model gauges and counters: each family is filled while the
+     * runners are locked, then written after its HELP/TYPE header */
+    enum { RUN, WAIT, KVU, KVB, LOOK, HIT, LOADED, N_FAM };
+    static const char *const head[N_FAM] = {
+        "# HELP kiln_requests_running Requests decoding now.\n# TYPE kiln_requests_running gauge\n",
+        "# HELP kiln_requests_waiting Requests queued for a slot.\n# TYPE kiln_requests_waiting gauge\n",
+        "# HELP kiln_kv_cache_usage_ratio KV blocks held by sequences / all blocks.\n"
+        "# TYPE kiln_kv_cache_usage_ratio gauge\n",
+        "# HELP kiln_kv_cache_blocks KV blocks by state.\n# TYPE kiln_kv_cache_blocks gauge\n",
+        "# HELP kiln_prefix_cache_queries_total Prompt tokens looked up in the prefix cache.\n"
+        "# TYPE kiln_prefix_cache_queries_total counter\n",
+        "# HELP kiln_prefix_cache_hits_total Prompt tokens found in the prefix cache.\n"
+        "# TYPE kiln_prefix_cache_hits_total counter\n",
+        "# HELP kiln_model_loaded 1 while the model is resident.\n# TYPE kiln_model_loaded gauge\n",
+    };
+    ks_buf f[N_FAM] = {{0}};
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->n_runners; i++) {
         ks_runner *r = s->runners[i];
         pthread_mutex_lock(&r->mu);
         const char *m = r->name;
-        ks_buf_printf(&g, "kiln_requests_running{model_name=\"%s\"} %d\n", m, r->n_running);
-        ks_buf_printf(&w, "kiln_requests_waiting{model_name=\"%s\"} %d\n", m, r->n_waiting);
+        ks_buf_printf(&f[RUN], "kiln_requests_running{model_name=\"%s\"} %d\n", m, r->n_running);
+        ks_buf_printf(&f[WAIT], "kiln_requests_waiting{model_name=\"%s\"} %d\n", m, r->n_waiting);
         double use = r->kv.n_blocks ? (double)r->kv.n_used / r->kv.n_blocks : 0;
-        ks_buf_printf(&kv, "kiln_kv_cache_usage_ratio{model_name=\"%s\"} %.6f\n", m, use);
-        ks_buf_printf(&kvb, "kiln_kv_cache_blocks{model_name=\"%s\",state=\"used\"} %d\n", m, r->kv.n_used);
-        ks_buf_printf(&kvb, "kiln_kv_cache_blocks{model_name=\"%s\",state=\"cached\"} %d\n", m, r->kv.n_cached);
-        ks_buf_printf(&kvb, "kiln_kv_cache_blocks{model_name=\"%s\",state=\"total\"} %d\n", m, r->kv.n_blocks);
-        ks_buf_printf(&hit, "kiln_prefix_cache_hits_total{model_name=\"%s\"} %llu\n", m,
+        ks_buf_printf(&f[KVU], "kiln_kv_cache_usage_ratio{model_name=\"%s\"} %.6f\n", m, use);
+        ks_buf_printf(&f[KVB], "kiln_kv_cache_blocks{model_name=\"%s\",state=\"used\"} %d\n", m, r->kv.n_used);
+        ks_buf_printf(&f[KVB], "kiln_kv_cache_blocks{model_name=\"%s\",state=\"cached\"} %d\n", m, r->kv.n_cached);
+        ks_buf_printf(&f[KVB], "kiln_kv_cache_blocks{model_name=\"%s\",state=\"total\"} %d\n", m, r->kv.n_blocks);
+        ks_buf_printf(&f[HIT], "kiln_prefix_cache_hits_total{model_name=\"%s\"} %llu\n", m,
                       (unsigned long long)r->kv.hit_blocks * (unsigned long long)r->kv.block_tokens);
-        ks_buf_printf(&look, "kiln_prefix_cache_queries_total{model_name=\"%s\"} %llu\n", m,
+        ks_buf_printf(&f[LOOK], "kiln_prefix_cache_queries_total{model_name=\"%s\"} %llu\n", m,
                       (unsigned long long)r->kv.lookup_blocks * (unsigned long long)r->kv.block_tokens);
-        ks_buf_printf(&ld, "kiln_model_loaded{model_name=\"%s\"} %d\n", m, r->state == KS_M_READY);
+        ks_buf_printf(&f[LOADED], "kiln_model_loaded{model_name=\"%s\"} %d\n", m, r->state == KS_M_READY);
         pthread_mutex_unlock(&r->mu);
     }
     pthread_mutex_unlock(&s->mu);
-    ks_buf_puts(o, g.p ? g.p : "");
-    ks_buf_puts(o, "# HELP kiln_requests_waiting Requests queued for a slot.\n# TYPE kiln_requests_waiting gauge\n");
-    ks_buf_puts(o, w.p ? w.p : "");
-    ks_buf_puts(o, "# HELP kiln_kv_cache_usage_ratio KV blocks held by sequences / all blocks.\n"
-                   "# TYPE kiln_kv_cache_usage_ratio gauge\n");
-    ks_buf_puts(o, kv.p ? kv.p : "");
-    ks_buf_puts(o, "# HELP kiln_kv_cache_blocks KV blocks by state.\n# TYPE kiln_kv_cache_blocks gauge\n");
-    ks_buf_puts(o, kvb.p ? kvb.p : "");
-    ks_buf_puts(o, "# HELP kiln_prefix_cache_queries_total Prompt tokens looked up in the prefix cache.\n"
-                   "# TYPE kiln_prefix_cache_queries_total counter\n");
-    ks_buf_puts(o, look.p ? look.p : "");
-    ks_buf_puts(o, "# HELP kiln_prefix_cache_hits_total Prompt tokens found in the prefix cache.\n"
-                   "# TYPE kiln_prefix_cache_hits_total counter\n");
-    ks_buf_puts(o, hit.p ? hit.p : "");
-    ks_buf_puts(o, "# HELP kiln_model_loaded 1 while the model is resident.\n# TYPE kiln_model_loaded gauge\n");
-    ks_buf_puts(o, ld.p ? ld.p : "");
-    ks_buf_free(&g);
-    ks_buf_free(&w);
-    ks_buf_free(&kv);
-    ks_buf_free(&kvb);
-    ks_buf_free(&hit);
-    ks_buf_free(&look);
-    ks_buf_free(&ld);
+    for (int k = 0; k < N_FAM; k++) {
+        ks_buf_puts(o, head[k]);
+        ks_buf_puts(o, f[k].p ? f[k].p : "");
+        ks_buf_free(&f[k]);
+    }
     pthread_mutex_lock(&g_mu);
     hist ttft = g_ttft, itl = g_itl;
     uint64_t p = g_prompt, cch = g_cached, gen = g_gen, st[6];
