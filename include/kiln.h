@@ -63,6 +63,11 @@ typedef struct kiln_model kiln_model;
 
 typedef struct kiln_model_params {
     int prefetch;       /* 1: advise the kernel to read the weights ahead */
+    int repack;         /* 1: copy Q4_0 matrices into kiln's 8-row interleaved
+                           layout at load (faster products; the copies replace
+                           the mapped pages in memory, so RSS stays about the
+                           same).  Default 1; the environment variable
+                           KILN_REPACK=0 turns the default off. */
 } kiln_model_params;
 
 kiln_model_params kiln_model_default_params(void);
@@ -86,6 +91,8 @@ typedef struct kiln_model_info {
     uint64_t n_params;       /* number of weights */
     uint64_t n_bytes;        /* bytes of tensor data */
     const char *ftype;       /* dominant weight type, e.g. "Q4_0" */
+    uint64_t repacked_bytes; /* weights copied to the interleaved layout at
+                                load (0: repacking off or nothing to repack) */
 } kiln_model_info;
 
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *info);

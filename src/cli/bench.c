@@ -127,7 +127,8 @@ int cmd_bench(int argc, char **argv) {
             if (!strcmp(out_fmt, "md")) fprintf(stderr, "kiln bench: %s done\n", r->test);
         }
     }
-    const char *path = kiln_cpu_path();
+    char path[64];
+    snprintf(path, sizeof path, "%s%s", kiln_cpu_path(), info.repacked_bytes ? ", repack" : "");
     int nthreads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (!strcmp(out_fmt, "json")) {
         printf("[\n");

@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
             "  --seed S        random seed (default fixed, so runs repeat)\n"
             "  --kv-f32        keep the KV cache in F32 instead of F16\n"
+            "  --no-repack     (any command) keep Q4_0 weights in the file's layout instead of\n"
+            "                  copying them to the 8-row interleaved one at load (KILN_REPACK=0)\n"
             "  -v              verbose log on stderr\n",
             KILN_VERSION);
 }
@@ -213,6 +215,14 @@ int main(int argc, char **argv) {
             setenv("KILN_STORE", argv[i + 1], 1);
             memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 1) * sizeof *argv);
             argc -= 2;
+            i--;
+        }
+    /* --no-repack anywhere: every model load keeps the file's layout */
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--no-repack")) {
+            setenv("KILN_REPACK", "0", 1);
+            memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
+            argc -= 1;
             i--;
         }
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)

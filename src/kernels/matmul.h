@@ -12,6 +12,11 @@
  * through a tile kernel where the type has one (kk_tile_fn), leftover
  * tokens (and decode steps) row by row with the kq vec_dot: one weight
  * stream at a time, which the hardware prefetch serves best.
+ *
+ * Q4_0 goes through the 8-row interleaved kernels of pack.h instead: for
+ * every batch when the weight was repacked at load, and for batches of
+ * X8_MIN_TOK or more tokens otherwise (each 8-row group is then packed on
+ * the fly into a small stack buffer, once per batch).
  */
 #ifndef KILN_MATMUL_H
 #define KILN_MATMUL_H
@@ -26,6 +31,9 @@ typedef struct kk_mat {
     int type;
     int64_t ncols;
     int64_t nrows;
+    /* Q4_0 only: the same matrix interleaved by 8 rows (kernels/pack.h),
+     * made at load when repacking is on; NULL otherwise. */
+    const void *packed;
 } kk_mat;
 
 /* One product of a job: a weight, where its outputs go, and their stride. */

@@ -3,6 +3,7 @@
 #include "model/model.h"
 
 #include "base/base.h"
+#include "kernels/pack.h"
 #include "model/bert.h"
 #include "quant/quant.h"
 
@@ -11,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct loader {
     kiln_model *m;
@@ -219,6 +222,57 @@ static void summarize(kiln_model *m) {
     snprintf(m->ftype, sizeof m->ftype, "%s", kq_get(best)->name);
 }
 
+/* The decoder matrices that repacking may cover. */
+static int model_mats(kiln_model *m, kk_mat **out, int cap) {
+    int n = 0;
+    if (n < cap) out[n++] = &m->output;
+    for (int i = 0; i < m->hp.n_layer && m->layers; i++) {
+        kl_layer *l = &m->layers[i];
+        kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0] && n < cap; k++) out[n++] = ms[k];
+    }
+    return n;
+}
+
+static int can_pack(const kk_mat *w) {
+    return w->data && w->type == KQ_Q4_0 && w->nrows % 8 == 0 && w->ncols % 32 == 0;
+}
+
+/* Gives back the pages of [p, p + n) that lie wholly inside it: the mapping
+ * is private and read-only, so they come back from the file if touched. */
+static void drop_pages(const void *p, size_t n) {
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), b = ((uintptr_t)p + n) & ~(pg - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* Copies every Q4_0 matrix into the q4_0x8 layout (kernels/pack.h), all in
+ * one anonymous mapping, and releases the mapped originals.  A tied output
+ * is packed once and shared with tok_embd (kk_get_row reads packed rows). */
+static void repack(kiln_model *m) {
+    kk_mat *mats[8 * 1024 + 1];
+    const int n = model_mats(m, mats, (int)(sizeof mats / sizeof mats[0]));
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (can_pack(mats[i]))
+            total += (kk_q4_0x8_size(mats[i]->ncols, mats[i]->nrows) + 63) & ~(size_t)63;
+    if (!total) return;
+    void *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return; /* the plain layout still works */
+    uint8_t *p = mem;
+    for (int i = 0; i < n; i++) {
+        kk_mat *w = mats[i];
+        if (!can_pack(w)) continue;
+        kk_pack_q4_0x8_matrix(w->data, w->ncols, w->nrows, (kk_q4_0x8 *)p);
+        drop_pages(w->data, kq_row_size(w->type, w->ncols) * (size_t)w->nrows);
+        w->packed = p;
+        p += (kk_q4_0x8_size(w->ncols, w->nrows) + 63) & ~(size_t)63;
+    }
+    if (m->tok_embd.data == m->output.data) m->tok_embd.packed = m->output.packed;
+    m->packed_mem = mem;
+    m->packed_bytes = total;
+}
+
 kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out) {
     *out = NULL;
     kiln_model_params p = params ? *params : kiln_model_default_params();
@@ -270,6 +324,7 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
     }
     summarize(m);
     if (p.prefetch) gguf_prefetch(m->gf);
+    if (p.repack && !m->arch->encoder) repack(m);
     *out = m;
     return KILN_OK;
 fail:
@@ -285,11 +340,14 @@ void kiln_model_free(kiln_model *m) {
     kl_bert_free(m->bert);
     free(m->chat_template);
     gguf_close(m->gf);
+    if (m->packed_mem) munmap(m->packed_mem, m->packed_bytes);
     free(m);
 }
 
 kiln_model_params kiln_model_default_params(void) {
-    kiln_model_params p = {1};
+    kiln_model_params p = {1, 1};
+    const char *e = getenv("KILN_REPACK");
+    if (e && strcmp(e, "0") == 0) p.repack = 0;
     return p;
 }
 
@@ -297,6 +355,7 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info) {
     memset(info, 0, sizeof *info);
     info->arch = m->arch_name;
     info->name = m->name;
+    info->repacked_bytes = m->packed_bytes;
     info->n_vocab = m->hp.n_vocab;
     info->n_ctx_train = m->hp.n_ctx_train;
     info->n_embd = m->hp.n_embd;

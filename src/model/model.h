@@ -70,6 +70,8 @@ struct kiln_model {
     char ftype[16];
     char *chat_template;
     uint64_t n_params, n_bytes;
+    void *packed_mem;       /* interleaved copies of Q4_0 matrices (repack) */
+    size_t packed_bytes;
 };
 
 /* ---- KV cache (kv.c) ----
