@@ -19,12 +19,20 @@ static inline __m256i bcast4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
+/* Decode streams the weights from memory once per token: prefetching
+ * this many blocks (2.3 KB) ahead took one thread from 8.7 to 10-12 GB/s.
+ * Groups of a matrix are contiguous, so the lookahead runs on into the
+ * next group. */
+#define PF_BLOCKS 16
 /* One token (decode): the accumulator stays in a register. */
 static void x8_q4_0_1(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda, float *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
         const kk_q4_0x8 *wb = &w[b];
+        _mm_prefetch((const char *)(wb + PF_BLOCKS), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
         const kk_act8 *ab = a + (size_t)b * lda;
         const int8_t *y = ab->qs;
         __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
