@@ -44,6 +44,14 @@ static inline __m128i mins_dot(__m128i sm, const int16_t bsums[16])
 }
 
 /* Broadcast 16-bit lane k of v (k constant per call site) to 16 lanes. */
+/* Decode reads each weight row once, rows back to back: fetching the
+ * lines about 2 KB ahead keeps more of the memory stream in flight than
+ * the hardware prefetcher alone (past the end of the matrix it is a no-op). */
+#define PF_AHEAD 2048
+static inline void prefetch_block(const void *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PF_AHEAD + o, _MM_HINT_T0);
+}
+
 #define BCAST16(v16, k) _mm256_set1_epi16((short)_mm_extract_epi16((v16), (k)))
 
 static void q4_K_dot(int n, float *s, const void *vx, const void *vy)
@@ -55,6 +63,7 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy)
     __m128 accm = _mm_setzero_ps();
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
+        prefetch_block(&x[i], sizeof x[i]);
         const float d = y[i].d * f16(x[i].d);
         const float dmin = -y[i].d * f16(x[i].dmin);
         const __m128i sm = unpack_scales_k4(x[i].scales);
@@ -148,6 +157,7 @@ static void q6_K_dot(int n, float *s, const void *vx, const void *vy)
     __m256 acc = _mm256_setzero_ps();
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
+        prefetch_block(&x[i], sizeof x[i]);
         const float d = y[i].d * f16(x[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);

@@ -168,6 +168,8 @@ static void dot_q8_0(int n, float *s, const void *vx, const void *vy) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int i = 0;
     for (; i + 1 < nb; i += 2) {
+        /* two blocks = 68 bytes: one line 2 KB ahead (see kquants_avx2.c) */
+        _mm_prefetch((const char *)&x[i] + 2048, _MM_HINT_T0);
         acc0 = _mm256_fmadd_ps(dot_s8(x[i].qs, y[i].qs), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc0);
         acc1 = _mm256_fmadd_ps(dot_s8(x[i + 1].qs, y[i + 1].qs),
                                _mm256_set1_ps(h2f(x[i + 1].d) * h2f(y[i + 1].d)), acc1);
