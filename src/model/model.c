@@ -238,36 +238,100 @@ static int can_pack(const kk_mat *w) {
     return w->data && w->type == KQ_Q4_0 && w->nrows % 8 == 0 && w->ncols % 32 == 0;
 }
 
-/* Gives back the pages of [p, p + n) that lie wholly inside it: the mapping
- * is private and read-only, so they come back from the file if touched. */
-static void drop_pages(const void *p, size_t n) {
+typedef struct byte_range { uintptr_t a, b; } byte_range;
+
+static int range_cmp(const void *x, const void *y) {
+    const byte_range *r = x, *s = y;
+    return r->a < s->a ? -1 : r->a > s->a;
+}
+
+/* Gives back the mapped pages of the copied tensors: the mapping is private
+ * and read-only, so they come back from the file if touched.  Ranges are
+ * merged across the alignment padding first, because a large folio of the
+ * page cache mapped whole (PMD) stays mapped unless one call covers it;
+ * each tensor is also dropped right after its copy, which keeps the peak
+ * near one copy of the weights. */
+static void drop_range(byte_range r) {
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), b = ((uintptr_t)p + n) & ~(pg - 1);
+    uintptr_t a = (r.a + pg - 1) & ~(pg - 1), b = r.b & ~(pg - 1);
     if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+static void drop_ranges(byte_range *r, int n) {
+    if (n <= 0) return;
+    qsort(r, (size_t)n, sizeof *r, range_cmp);
+    int k = 0;
+    for (int i = 1; i < n; i++) {
+        if (r[i].a <= r[k].b + 64) { if (r[i].b > r[k].b) r[k].b = r[i].b; }
+        else r[++k] = r[i];
+    }
+    for (int i = 0; i <= k; i++) drop_range(r[i]);
+}
+
+/* The small F32 vectors of the decoder (norms, biases) and their lengths. */
+static int model_vecs(kiln_model *m, const float ***out, int64_t *len, int cap) {
+    const kl_hparams *hp = &m->hp;
+    const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
+    int n = 0;
+    if (n < cap) { out[n] = &m->out_norm; len[n++] = hp->n_embd; }
+    for (int i = 0; i < hp->n_layer && m->layers; i++) {
+        kl_layer *l = &m->layers[i];
+        const float **v[] = {&l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv, &l->q_norm, &l->k_norm};
+        const int64_t vl[] = {hp->n_embd, hp->n_embd, nq, nkv, nkv, hp->hd_k, hp->hd_k};
+        for (size_t k = 0; k < sizeof v / sizeof v[0] && n < cap; k++)
+            if (*v[k]) { out[n] = v[k]; len[n++] = vl[k]; }
+    }
+    return n;
 }
 
 /* Copies every Q4_0 matrix into the q4_0x8 layout (kernels/pack.h), all in
  * one anonymous mapping, and releases the mapped originals.  A tied output
- * is packed once and shared with tok_embd (kk_get_row reads packed rows). */
+ * is packed once and shared with tok_embd (kk_get_row reads packed rows).
+ * The norms and biases move too: they sit between the matrices in the
+ * file, and where the page cache holds the file in large folios, touching
+ * them every token would map the released matrix pages around them back
+ * into the process. */
 static void repack(kiln_model *m) {
-    kk_mat *mats[8 * 1024 + 1];
-    const int n = model_mats(m, mats, (int)(sizeof mats / sizeof mats[0]));
+    enum { MAX_MATS = 8 * 1024 + 1 };
+    kk_mat *mats[MAX_MATS];
+    const float **vecs[MAX_MATS];
+    int64_t vlen[MAX_MATS];
+
+    const int n = model_mats(m, mats, MAX_MATS);
+    const int nv = model_vecs(m, vecs, vlen, MAX_MATS);
     size_t total = 0;
     for (int i = 0; i < n; i++)
-        if (can_pack(mats[i]))
-            total += (kk_q4_0x8_size(mats[i]->ncols, mats[i]->nrows) + 63) & ~(size_t)63;
+        if (can_pack(mats[i])) total += (kk_q4_0x8_size(mats[i]->ncols, mats[i]->nrows) + 63) & ~(size_t)63;
     if (!total) return;
-    void *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) return; /* the plain layout still works */
+    for (int i = 0; i < nv; i++) total += ((size_t)vlen[i] * sizeof(float) + 63) & ~(size_t)63;
+    byte_range *dropped = malloc(sizeof *dropped * (size_t)(n + nv));
+    void *mem = dropped ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (mem == MAP_FAILED) { /* the plain layout still works */
+        free(dropped);
+        return;
+    }
+    int nd = 0;
     uint8_t *p = mem;
     for (int i = 0; i < n; i++) {
         kk_mat *w = mats[i];
         if (!can_pack(w)) continue;
         kk_pack_q4_0x8_matrix(w->data, w->ncols, w->nrows, (kk_q4_0x8 *)p);
-        drop_pages(w->data, kq_row_size(w->type, w->ncols) * (size_t)w->nrows);
+        dropped[nd].a = (uintptr_t)w->data;
+        dropped[nd].b = (uintptr_t)w->data + kq_row_size(w->type, w->ncols) * (size_t)w->nrows;
+        drop_range(dropped[nd++]); /* now, so the copy and the original do not add up */
         w->packed = p;
         p += (kk_q4_0x8_size(w->ncols, w->nrows) + 63) & ~(size_t)63;
     }
+    for (int i = 0; i < nv; i++) {
+        const size_t bytes = (size_t)vlen[i] * sizeof(float);
+        memcpy(p, *vecs[i], bytes);
+        dropped[nd].a = (uintptr_t)*vecs[i];
+        dropped[nd++].b = (uintptr_t)*vecs[i] + bytes;
+        *vecs[i] = (const float *)p;
+        p += (bytes + 63) & ~(size_t)63;
+    }
+    drop_ranges(dropped, nd);
+    free(dropped);
     if (m->tok_embd.data == m->output.data) m->tok_embd.packed = m->output.packed;
     m->packed_mem = mem;
     m->packed_bytes = total;
