@@ -162,7 +162,8 @@ static const fixture k_fixtures[] = {
     {"qwen3", 1e-4, 0.0},     {"llama-q8_0", 2e-2, 0.25}, {"llama-q4_0", 2e-2, 0.25},
 };
 
-static void test_fixture(const fixture *fx) {
+/* repack: kiln_model_params.repack (the Q4_0 fixture runs both ways). */
+static void test_fixture(const fixture *fx, int repack) {
     char path[256];
     snprintf(path, sizeof path, "data/fixtures/%s.json", fx->name);
     json_error_t je;
@@ -171,10 +172,16 @@ static void test_fixture(const fixture *fx) {
     if (!j) return;
     snprintf(path, sizeof path, "data/fixtures/%s", json_string_value(json_object_get(j, "model")));
     kiln_model *m;
-    CHECKF(kiln_model_load(path, NULL, &m) == KILN_OK, "%s", kiln_last_error());
+    kiln_model_params mp = kiln_model_default_params();
+    mp.repack = repack;
+    CHECKF(kiln_model_load(path, &mp, &m) == KILN_OK, "%s", kiln_last_error());
     if (!m) { json_decref(j); return; }
     kiln_model_info info;
     kiln_model_get_info(m, &info);
+    /* only Q4_0 matrices are repacked, and only when asked */
+    CHECKF((info.repacked_bytes > 0) == (repack && strstr(fx->name, "q4_0") != NULL), "%s: repacked %llu bytes",
+           fx->name, (unsigned long long)info.repacked_bytes);
+    if (repack == 0) printf("%-12s (file layout, --no-repack)\n", fx->name);
     int nv = (int)json_integer_value(json_object_get(j, "n_vocab"));
     CHECK(nv == info.n_vocab);
     json_t *pj = json_object_get(j, "prompt_ids"), *gj = json_object_get(j, "greedy_ids");
@@ -323,7 +330,8 @@ static void test_sampler(void) {
 
 int main(void) {
     test_stories();
-    for (size_t i = 0; i < sizeof k_fixtures / sizeof k_fixtures[0]; i++) test_fixture(&k_fixtures[i]);
+    for (size_t i = 0; i < sizeof k_fixtures / sizeof k_fixtures[0]; i++) test_fixture(&k_fixtures[i], 1);
+    test_fixture(&k_fixtures[5], 0); /* llama-q4_0 in the file layout */
     test_context_rules();
     test_sampler();
     return t_done();
