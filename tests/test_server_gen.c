@@ -1,16 +1,33 @@
 /* The server's output pipeline (src/server/gen.c) on a token stream from
  * the stories260K tokenizer: <think> becomes reasoning, <tool_call>{json}
  * becomes a tool call, stop strings cut the text (even across tokens) and
- * cancel the request, and text that only looks like a tag survives. */
+ * cancel the request, and text that only looks like a tag survives.
+ *
+ * Tool calls streamed in parts (OpenAI streaming): each case's text is fed
+ * cut at every byte offset, and one byte at a time; the header must come
+ * first, the pieces must join into the arguments' text and be out before
+ * the closing tag arrives, and blocks that are not calls must come back as
+ * content with nothing streamed. */
 #include "server/srv.h"
 #include "testutil.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#define MAX_CALLS 4
+
 typedef struct sink {
     ks_buf content, reasoning;
-    json_t *tools;
+    json_t *tools;            /* whole calls (on_tool) */
+    /* calls in parts (on_tool_part) */
+    int n;                    /* calls opened */
+    char name[MAX_CALLS][32];
+    ks_buf args[MAX_CALLS];
+    int pieces[MAX_CALLS];
+    int bad_order;            /* a header out of turn, a piece for a call not open */
+    int bad_utf8;             /* a piece ending inside a character */
+    size_t fed;               /* bytes of text fed so far */
+    size_t head_at[MAX_CALLS], last_at[MAX_CALLS]; /* fed when the header / last piece went out */
 } sink;
 
 static void on_text(ks_gen *g, int kind, const char *s, size_t n, void *user) {
@@ -21,6 +38,41 @@ static void on_text(ks_gen *g, int kind, const char *s, size_t n, void *user) {
 static void on_tool(ks_gen *g, int index, json_t *call, void *user) {
     sink *k = user;
     json_array_append(k->tools, call);
+}
+
+/* 1 when s[0..n) is whole UTF-8 characters. */
+static int whole_utf8(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t need = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+        if (!need || i + need > n) return 0;
+        for (size_t j = 1; j < need; j++)
+            if (((unsigned char)s[i + j] & 0xC0) != 0x80) return 0;
+        i += need;
+    }
+    return 1;
+}
+
+static void on_tool_part(ks_gen *g, int index, const char *name, const char *args, size_t n, void *user) {
+    sink *k = user;
+    if (name) {
+        if (index != k->n || index >= MAX_CALLS || n) {
+            k->bad_order = 1;
+            return;
+        }
+        snprintf(k->name[index], sizeof k->name[index], "%s", name);
+        k->head_at[index] = k->fed;
+        k->n++;
+        return;
+    }
+    if (index != k->n - 1 || index < 0) {
+        k->bad_order = 1;
+        return;
+    }
+    if (!whole_utf8(args, n)) k->bad_utf8 = 1;
+    ks_buf_put(&k->args[index], args, n);
+    k->pieces[index]++;
+    k->last_at[index] = k->fed;
 }
 
 /* Runs text (as tokens) through a finished request and the pipeline.  The
@@ -59,7 +111,128 @@ static void done(sink *k) {
     ks_buf_free(&k->content);
     ks_buf_free(&k->reasoning);
     json_decref(k->tools);
+    for (int i = 0; i < MAX_CALLS; i++) ks_buf_free(&k->args[i]);
 }
+
+/* Feeds text straight to the tag parser (no tokens): in two pieces cut at
+ * `at`, or one byte at a time when at is (size_t)-1; parts picks the sink
+ * that takes calls in parts. */
+static void feed(ks_runner *r, const char *text, size_t at, int parts, sink *k) {
+    memset(k, 0, sizeof *k);
+    k->tools = json_array();
+    ks_gen g;
+    ks_gen_init(&g, r, NULL, 0);
+    g.on_text = on_text;
+    g.on_tool = on_tool;
+    if (parts) g.on_tool_part = on_tool_part;
+    g.user = k;
+    size_t len = strlen(text);
+    if (at == (size_t)-1) {
+        for (size_t i = 0; i < len; i++) {
+            k->fed = i + 1;
+            ks_gen_text(&g, text + i, 1, 0);
+        }
+    } else {
+        k->fed = at;
+        ks_gen_text(&g, text, at, 0);
+        k->fed = len;
+        ks_gen_text(&g, text + at, len - at, 0);
+    }
+    ks_gen_text(&g, "", 0, 1);
+    CHECK(g.n_tools == k->n + (int)json_array_size(k->tools));
+    ks_gen_free(&g);
+}
+
+typedef struct tcase {
+    const char *text;         /* model output */
+    const char *content;      /* what stays content */
+    int n;                    /* calls */
+    const char *name[2];
+    const char *args[2];      /* the text the pieces join into */
+    int early;                /* the arguments are out before </tool_call> arrives */
+    int many[2];              /* fed bytewise, they come in many pieces (not when before the name) */
+} tcase;
+
+/* Streamed in parts at every cut; the whole-call sink agrees. */
+static void check_parts(ks_runner *r, const tcase *c) {
+    size_t len = strlen(c->text);
+    size_t close[2] = {len, len};
+    const char *p = c->text;
+    for (int i = 0; i < c->n && (p = strstr(p, "</tool_call>")); i++, p++) close[i] = (size_t)(p - c->text);
+    int fails = 0;
+    for (size_t at = 0; at <= len + 1 && fails < 3; at++) {
+        int bytewise = at == len + 1;
+        sink k;
+        feed(r, c->text, bytewise ? (size_t)-1 : at, 1, &k);
+        int ok = !strcmp(str(&k.content), c->content) && k.n == c->n && !k.bad_order && !k.bad_utf8 &&
+                 json_array_size(k.tools) == 0;
+        for (int i = 0; ok && i < c->n; i++) {
+            ok = !strcmp(k.name[i], c->name[i]) && !strcmp(str(&k.args[i]), c->args[i]);
+            if (!bytewise) continue;
+            /* byte by byte: out before the closing tag, and in pieces */
+            ok = ok && k.head_at[i] <= close[i] && (!c->early || k.last_at[i] <= close[i]);
+            if (c->many[i]) ok = ok && k.pieces[i] > 3;
+        }
+        CHECKF(ok, "cut %s%zu of '%s': content '%s', %d calls (%s '%s', %d pieces), order %d utf8 %d",
+               bytewise ? "bytewise " : "", at, c->text, str(&k.content), k.n, k.name[0], str(&k.args[0]), k.pieces[0],
+               k.bad_order, k.bad_utf8);
+        fails += !ok;
+        done(&k);
+    }
+    sink w;
+    feed(r, c->text, len, 0, &w);
+    CHECKF(!strcmp(str(&w.content), c->content) && (int)json_array_size(w.tools) == c->n, "whole: '%s'", c->text);
+    for (int i = 0; i < c->n && i < (int)json_array_size(w.tools); i++) {
+        json_t *call = json_array_get(w.tools, (size_t)i);
+        json_t *want = json_loads(c->args[i], 0, NULL);
+        CHECK(!strcmp(json_string_value(json_object_get(call, "name")), c->name[i]));
+        CHECKF(json_equal(json_object_get(call, "arguments"), want), "whole arguments of '%s'", c->text);
+        json_decref(want);
+    }
+    done(&w);
+}
+
+/* A block that is not a call: content at every cut, nothing streamed. */
+static void check_not_call(ks_runner *r, const char *text) {
+    size_t len = strlen(text);
+    int fails = 0;
+    for (size_t at = 0; at <= len + 1 && fails < 3; at++) {
+        sink k;
+        feed(r, text, at == len + 1 ? (size_t)-1 : at, 1, &k);
+        int ok = !strcmp(str(&k.content), text) && k.n == 0 && !k.bad_order && json_array_size(k.tools) == 0;
+        CHECKF(ok, "cut %zu of '%s': content '%s', %d calls", at, text, str(&k.content), k.n);
+        fails += !ok;
+        done(&k);
+    }
+}
+
+static const tcase k_cases[] = {
+    /* an object, name first, with every kind of value and escapes kept as written */
+    {"Sure. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": [1, -2.5e+3, "
+     "true, null, 0], \"note\": \"caf\\u00e9 \\\"x\\\" \xc3\xa9\"}}\n</tool_call>",
+     "Sure. ", 1, {"get_weather"},
+     {"{\"city\": \"Paris\", \"days\": [1, -2.5e+3, true, null, 0], \"note\": \"caf\\u00e9 \\\"x\\\" \xc3\xa9\"}"}, 1, {1}},
+    /* arguments before the name; a second call whose arguments are a string
+     * of JSON (its decoded characters are streamed, surrogate pair included) */
+    {"<tool_call>{\"arguments\": {\"a\": {\"b\": []}, \"n\": 0.5}, \"name\": \"first\"}</tool_call> and "
+     "<tool_call>{\"name\":\"second\",\"arguments\":\"{\\\"q\\\": \\\"\\u00e9\\ud83d\\ude00\\\", \\\"k\\\": [1]}\"}"
+     "</tool_call>",
+     " and ", 2, {"first", "second"}, {"{\"a\": {\"b\": []}, \"n\": 0.5}", "{\"q\": \"\xc3\xa9\xf0\x9f\x98\x80\", \"k\": [1]}"}, 1, {0, 1}},
+    /* no arguments: {} at the closing tag, as the whole call has */
+    {"<tool_call>{\"name\": \"ping\"}</tool_call>", "", 1, {"ping"}, {"{}"}, 0, {0}},
+};
+
+static const char *const k_not_calls[] = {
+    "a <tool_call>not json</tool_call> b",
+    "<tool_call>{\"name\": 5, \"arguments\": {}}</tool_call>",
+    "<tool_call>{\"arguments\": {\"x\": 1}, \"name\": \"f\" \"y\": 2}</tool_call>", /* no comma after the name */
+    "<tool_call>{\"nam\": \"f\", \"arguments\": {\"x\": 1}}</tool_call>",
+    "<tool_call>[{\"name\": \"f\"}]</tool_call>",
+    "<tool_call>{\"name\": \"f\\ud800\", \"arguments\": {}}</tool_call>", /* lone surrogate */
+    "<tool_call>{\"name\": \"f\\u0000\", \"arguments\": {}}</tool_call>",
+    "<tool_call>{\"arguments\": {\"x\": 01}, \"name\": \"f\"}</tool_call>",
+    "<tool_call>{\"arguments\": {\"x\": \"\xc0\xaf\"}, \"name\": \"f\"}</tool_call>", /* overlong UTF-8 */
+};
 
 int main(void) {
     ks_runner r;
@@ -101,6 +274,55 @@ int main(void) {
     CHECKF(!strcmp(str(&k.content), " a <tool_call>not json</tool_call> b < c"), "content '%s'", str(&k.content));
     CHECK(json_array_size(k.tools) == 0);
     done(&k);
+
+    /* tool calls in parts */
+    for (size_t i = 0; i < sizeof k_cases / sizeof *k_cases; i++) check_parts(&r, &k_cases[i]);
+    for (size_t i = 0; i < sizeof k_not_calls / sizeof *k_not_calls; i++) check_not_call(&r, k_not_calls[i]);
+
+    /* what the scanner cannot follow (a repeated key, which jansson takes
+     * the last of) still comes whole at the closing tag */
+    feed(&r, "<tool_call>{\"arguments\": 1, \"arguments\": {\"x\": 2}, \"name\": \"f\"}</tool_call>", 40, 1, &k);
+    CHECK(k.n == 0 && json_array_size(k.tools) == 1 && !strcmp(str(&k.content), ""));
+    CHECK(json_integer_value(json_object_get(json_object_get(json_array_get(k.tools, 0), "arguments"), "x")) == 2);
+    done(&k);
+
+    /* an opened call stands when the text ends inside it (max_tokens); the
+     * whole-call sink keeps such a block as text */
+    feed(&r, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 12", (size_t)-1, 1, &k);
+    CHECKF(k.n == 1 && !strcmp(k.name[0], "f") && !strcmp(str(&k.args[0]), "{\"x\": 12") && !k.content.len,
+           "cut call: %d, '%s', content '%s'", k.n, str(&k.args[0]), str(&k.content));
+    done(&k);
+    feed(&r, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 12", (size_t)-1, 0, &k);
+    CHECK(json_array_size(k.tools) == 0 && !strncmp(str(&k.content), "<tool_call>{", 12));
+    done(&k);
+
+    /* the same through tokens and the detokenizer */
+    memset(&k, 0, sizeof k);
+    {
+        k.tools = json_array();
+        ks_req *q = ks_req_new();
+        int32_t n = 0;
+        int32_t *ids = ks_tokenize(r.model, "Ok <tool_call>{\"name\": \"get\", \"arguments\": {\"x\": [1, 2]}}</tool_call>",
+                                   0, &n);
+        q->out = calloc((size_t)n + 1, sizeof(ks_tok));
+        for (int32_t i = 1; i < n; i++) q->out[q->n_out++].id = ids[i];
+        free(ids);
+        q->state = KS_Q_DONE;
+        q->finish = KS_FIN_STOP;
+        ks_gen g;
+        ks_gen_init(&g, &r, q, 0);
+        g.on_text = on_text;
+        g.on_tool = on_tool;
+        g.on_tool_part = on_tool_part;
+        g.user = &k;
+        CHECK(ks_gen_pump(&g, 0) == 1 && g.n_tools == 1);
+        ks_gen_free(&g);
+        ks_req_put(&r, q);
+        CHECKF(k.n == 1 && !strcmp(k.name[0], "get") && !strcmp(str(&k.args[0]), "{\"x\": [1, 2]}") && k.pieces[0] > 1,
+               "tokens: %d calls, '%s' in %d pieces", k.n, str(&k.args[0]), k.pieces[0]);
+        CHECK(!strcmp(str(&k.content), " Ok ") && json_array_size(k.tools) == 0);
+        done(&k);
+    }
 
     /* invalid UTF-8 never reaches JSON */
     json_t *j = ks_jstr("ok\xff\xfe!", 5);

@@ -2,7 +2,12 @@
  *   detokenize (whole UTF-8 characters) -> stop strings (text that might
  *   begin a stop string is held back) -> tags: <think>...</think> becomes
  *   reasoning, <tool_call>{json}</tool_call> a tool call; a partial tag is
- *   held back too.  A stop string match cancels the request. */
+ *   held back too.  A stop string match cancels the request.
+ *
+ * A tool call reaches the sink whole at its closing tag (on_tool), or, when
+ * the sink takes parts (on_tool_part, OpenAI streaming), while it is being
+ * written: toolscan.c reads the body as it comes, the header goes out once
+ * the name is settled and the arguments' text follows piece by piece. */
 #define _GNU_SOURCE
 #include "server/srv.h"
 
@@ -30,6 +35,7 @@ void ks_gen_free(ks_gen *g) {
     ks_buf_free(&g->sbuf);
     ks_buf_free(&g->pbuf);
     ks_buf_free(&g->tool);
+    ks_toolscan_free(&g->ts);
     json_decref(g->tool_calls);
     json_decref(g->logprobs);
 }
@@ -46,9 +52,67 @@ static size_t partial_suffix(const char *s, size_t n, const char *t) {
     return 0;
 }
 
+/* Length of s[0..n) without a UTF-8 character cut at its end. */
+static size_t whole_chars(const char *s, size_t n) {
+    size_t i = n, k = 0;
+    while (i > 0 && k < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) { i--; k++; }
+    if (i == 0) return n;
+    unsigned char c = (unsigned char)s[i - 1];
+    size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return k + 1 < need ? i - 1 : n;
+}
+
+/* Sends what the scanner has of the current call: the header once the name
+ * is settled (and nothing so far broke the shape), then the arguments' text
+ * beyond what went out. */
+static void tool_stream(ks_gen *g, int final) {
+    ks_toolscan *t = &g->ts;
+    if (!g->tool_open) {
+        if (!t->named || t->bad) return;
+        g->tool_open = 1;
+        g->args_sent = 0;
+        g->on_tool_part(g, g->n_tools, t->name.p ? t->name.p : "", NULL, 0, g->user);
+    }
+    size_t end = final ? t->args.len : whole_chars(t->args.p, t->args.len);
+    if (end > g->args_sent) {
+        g->on_tool_part(g, g->n_tools, NULL, t->args.p + g->args_sent, end - g->args_sent, g->user);
+        g->args_sent = end;
+    }
+}
+
+/* More of the current <tool_call> body. */
+static void tool_text(ks_gen *g, const char *s, size_t n) {
+    ks_buf_put(&g->tool, s, n);
+    if (!g->on_tool_part || g->ts.bad) return;
+    ks_toolscan_feed(&g->ts, s, n);
+    tool_stream(g, 0);
+}
+
+/* The end of a call already opened in parts: it stands.  The call kept in
+ * g->tool_calls is the body's parse when the scanner followed all of it,
+ * else what was streamed (the arguments' text parsed if it can be). */
+static json_t *tool_streamed_done(ks_gen *g, json_t *call) {
+    ks_toolscan *t = &g->ts;
+    tool_stream(g, 1);
+    if (!t->args_begun) g->on_tool_part(g, g->n_tools, NULL, "{}", 2, g->user);
+    if (call && !t->bad && t->closed) return call;
+    json_decref(call);
+    call = json_object();
+    json_object_set_new(call, "name", ks_jstr(t->name.p ? t->name.p : "", t->name.len));
+    json_error_t je;
+    json_t *args = t->args_begun ? json_loadb(t->args.p ? t->args.p : "", t->args.len, JSON_DECODE_ANY, &je)
+                                 : json_object();
+    if (!args) args = ks_jstr(t->args.p ? t->args.p : "", t->args.len);
+    json_object_set_new(call, "arguments", args);
+    return call;
+}
+
 static void tool_done(ks_gen *g) {
     json_error_t je;
     json_t *call = json_loadb(g->tool.p ? g->tool.p : "", g->tool.len, 0, &je);
+    int streamed = g->tool_open;
+    if (streamed) call = tool_streamed_done(g, call);
+    g->tool_open = 0;
     json_t *name = call ? json_object_get(call, "name") : NULL;
     if (!json_is_string(name)) {
         /* not a tool call after all: keep the text */
@@ -64,7 +128,7 @@ static void tool_done(ks_gen *g) {
             if (parsed) json_object_set_new(call, "arguments", parsed);
         }
         json_array_append(g->tool_calls, call);
-        if (g->on_tool) g->on_tool(g, g->n_tools, call, g->user);
+        if (g->on_tool && !streamed) g->on_tool(g, g->n_tools, call, g->user);
         g->n_tools++;
         json_decref(call);
     }
@@ -102,14 +166,18 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
             }
             upto = len - hold;
         }
-        if (g->mode == 2) ks_buf_put(&g->tool, base, upto);
+        if (g->mode == 2) tool_text(g, base, upto);
         else emit(g, g->mode == 1 ? KS_D_REASONING : KS_D_CONTENT, base, upto);
         pos += upto;
         if (!hit) break;
         pos += strlen(k_tags[which]);
         if (which == 0) g->mode = 1;
         else if (which == 1) g->mode = 0;
-        else if (which == 2) { g->mode = 2; g->tool.len = 0; }
+        else if (which == 2) {
+            g->mode = 2;
+            g->tool.len = 0;
+            ks_toolscan_reset(&g->ts);
+        }
         else { tool_done(g); g->mode = 0; }
     }
     if (final && g->mode == 2 && g->tool.len) { /* unterminated: try it anyway */
@@ -121,7 +189,7 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
 }
 
 /* Stop strings, then tags.  Returns 1 when a stop string matched. */
-static int push_text(ks_gen *g, const char *s, size_t n, int final) {
+int ks_gen_text(ks_gen *g, const char *s, size_t n, int final) {
     size_t ns = json_array_size(g->stops);
     if (!ns) {
         parse_text(g, s, n, final);
@@ -168,8 +236,8 @@ static json_t *lp_entry(kiln_model *m, int32_t id, float lp) {
 static void finish(ks_gen *g, int fin) {
     size_t n;
     const char *tail = kiln_detok_flush(g->dt, &n);
-    if (push_text(g, tail, n, 1)) fin = KS_FIN_STOP;
-    else push_text(g, "", 0, 1);
+    if (ks_gen_text(g, tail, n, 1)) fin = KS_FIN_STOP;
+    else ks_gen_text(g, "", 0, 1);
     g->finish = fin;
 }
 
@@ -207,7 +275,7 @@ int ks_gen_pump(ks_gen *g, int wait_ms) {
             json_object_set_new(e, "top_logprobs", top);
             json_array_append_new(g->logprobs, e);
         }
-        if (push_text(g, piece, n, 0)) {
+        if (ks_gen_text(g, piece, n, 0)) {
             atomic_store(&q->cancel, 1);
             finish(g, KS_FIN_STOP);
             return 1;

@@ -381,6 +381,26 @@ static void on_tool(ks_gen *g, int index, json_t *call, void *user) {
     else json_array_append_new(u->oai_tools, oai ? oai_tool(index, call, 0) : oll_tool(call));
 }
 
+/* OpenAI streams a call as it is written: {index, id, type, function:
+ * {name, arguments: ""}} first, then {index, function: {arguments: piece}}
+ * chunks whose pieces join into the arguments' JSON text. */
+static void on_tool_part(ks_gen *g, int index, const char *name, const char *args, size_t n, void *user) {
+    run *u = user;
+    json_t *fn = json_object();
+    json_t *t = json_object();
+    json_object_set_new(t, "index", json_integer(index));
+    if (name) {
+        char id[32];
+        snprintf(id, sizeof id, "call_%d", index); /* as oai_tool names it */
+        json_object_set_new(t, "id", json_string(id));
+        json_object_set_new(t, "type", json_string("function"));
+        json_object_set_new(fn, "name", ks_jstr(name, strlen(name)));
+    }
+    json_object_set_new(fn, "arguments", ks_jstr(args ? args : "", n));
+    json_object_set_new(t, "function", fn);
+    stream_delta(u, KS_D_CONTENT, "", 0, t);
+}
+
 static void oll_final_fields(run *u, json_t *j) {
     double now = ks_now();
     ks_req *q = u->q;
@@ -551,6 +571,8 @@ int ks_run(ks_srv *s, ks_runner *r, struct MHD_Connection *c, ks_req *q, const k
     u->g.want_logprobs = o->logprobs;
     u->g.on_text = on_text;
     u->g.on_tool = on_tool;
+    /* Ollama sends whole calls, as Ollama does */
+    if (a->stream && a->format == KS_F_OAI_CHAT) u->g.on_tool_part = on_tool_part;
     u->g.user = u;
     if (a->stream) {
         ks_stream *st = calloc(1, sizeof *st);

@@ -15,6 +15,7 @@
  *   http.c     daemon, routing, auth, body limit, JSON errors, streaming
  *   runner.c   per-model load/unload (keep-alive) and the batch scheduler
  *   gen.c      token stream -> text: stop strings, <think>, <tool_call>
+ *   toolscan.c a <tool_call> body read as it arrives (streamed calls)
  *   prompt.c   chat messages -> prompt text (GGUF template or built-ins)
  *   openai.c   /v1/...          ollama.c  /api/...
  *   metrics.c  /metrics         webui.c   GET / (embedded chat page)

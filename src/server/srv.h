@@ -147,6 +147,27 @@ void ks_template_free(void *t);
 /* Tokenizes text; parse_special for rendered chat; *n receives the count. */
 int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n);
 
+/* toolscan.c: a <tool_call> body read as it arrives (see there) */
+typedef struct ks_toolscan {
+    ks_buf name;              /* the "name" value, decoded (NUL-terminated) */
+    ks_buf args;              /* "arguments": its JSON text, or a string's decoded characters */
+    int named;                /* name complete and followed by ',' or '}' */
+    int args_begun, args_done;
+    int closed;               /* the object ended */
+    int bad;                  /* the text broke the JSON or the call's shape; the rest is ignored */
+    /* lexer state */
+    int st, member, str_key, in_args, name_done, seen_name, seen_args;
+    ks_buf stack;             /* '{' and '[' of the open containers */
+    ks_buf key;               /* a key of the call's object, decoded */
+    ks_buf *sink;             /* where the current string's characters go, or NULL */
+    const char *lit;
+    int litpos, hexn, u8need;
+    unsigned cp, hi, u8cp, u8min;
+} ks_toolscan;
+void ks_toolscan_reset(ks_toolscan *t); /* for a new body; keeps the buffers */
+void ks_toolscan_free(ks_toolscan *t);
+void ks_toolscan_feed(ks_toolscan *t, const char *s, size_t n);
+
 /* gen.c: turns a request's tokens into text deltas */
 enum { KS_D_CONTENT = 0, KS_D_REASONING = 1 };
 
@@ -160,6 +181,9 @@ typedef struct ks_gen {
     ks_buf sbuf;              /* text held back by stop matching */
     ks_buf pbuf;              /* text held back by tag parsing */
     ks_buf tool;              /* body of the current <tool_call> */
+    ks_toolscan ts;           /* the same body read as it comes (with on_tool_part) */
+    int tool_open;            /* the current call's header went out */
+    size_t args_sent;         /* bytes of ts.args sent */
     int mode;                 /* 0 content, 1 reasoning, 2 tool call */
     int parse;                /* 1: split <think> and <tool_call> */
     int finish;               /* KS_FIN_* once over */
@@ -170,7 +194,16 @@ typedef struct ks_gen {
     char err[256];
     /* sinks */
     void (*on_text)(struct ks_gen *g, int kind, const char *s, size_t n, void *user);
+    /* a whole call ({name, arguments}) at its closing tag */
     void (*on_tool)(struct ks_gen *g, int index, json_t *call, void *user);
+    /* Optional: streams calls as they are written.  name (NUL-terminated)
+     * opens call index, once its "name" is settled and the body so far has
+     * the call's shape; then args carries the next piece of the arguments'
+     * JSON text (whole UTF-8 characters).  A call opened this way stands
+     * even if its body breaks later (e.g. cut by max_tokens) and does not
+     * reach on_tool; a body that never opened one goes to on_tool or back
+     * to content at its closing tag, as without this sink. */
+    void (*on_tool_part)(struct ks_gen *g, int index, const char *name, const char *args, size_t n, void *user);
     void *user;
 } ks_gen;
 
@@ -179,6 +212,10 @@ void ks_gen_free(ks_gen *g);
 /* Processes whatever the scheduler produced; waits up to wait_ms when there
  * is nothing new.  Returns 1 when the generation is over (g->finish set). */
 int ks_gen_pump(ks_gen *g, int wait_ms);
+/* The pump's second half: detokenized text through stop strings and tags
+ * (final: no more text follows).  Returns 1 when a stop string matched.
+ * Tests feed text with it directly. */
+int ks_gen_text(ks_gen *g, const char *s, size_t n, int final);
 
 /* http.c helpers the API files use */
 struct MHD_Connection;
