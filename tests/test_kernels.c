@@ -56,8 +56,9 @@ static void test_ops(const kk_ops *s, const kk_ops *v) {
     fill(q, N, 3.0f);
     s->round_f16_row(q, qr, N);
     for (int n = 1; n <= N; n += 13) {
+        /* same summation order in both twins (ops.c): bit for bit */
         float a = s->dot_f16(k, qr, n), b = v->dot_f16(k, qr, n);
-        CHECKF(rel_close(a, b, 1e-6), "dot_f16 n=%d: %.9g vs %.9g", n, a, b);
+        CHECKF(a == b, "dot_f16 n=%d: %.9g vs %.9g", n, a, b);
     }
     /* F16 accumulator: every update rounded, bit-exact */
     memcpy(y1, k, sizeof k);
@@ -191,6 +192,52 @@ static void test_matmul(kpool *pool, int t) {
     free(y1);
     free(scratch);
     free(xa);
+}
+
+/* attn_f16: every SIMD twin against the scalar loop, bit for bit, over a
+ * paged cache (shuffled blocks of 16 cells) with head sizes that take each
+ * path (64-wide chunks, 8-wide rest, scalar rest) and position counts
+ * inside and across blocks. */
+static void test_attn(const kk_ops *s, const kk_ops *v) {
+    enum { NBLK = 8, CELLS = NBLK * 16, HMAX = 136, STRIDE = 2 * HMAX };
+    static uint16_t kc[CELLS * STRIDE], vc[CELLS * STRIDE];
+    for (int i = 0; i < CELLS * STRIDE; i++) {
+        kc[i] = kq_f32_to_f16(2.0f * frand());
+        vc[i] = kq_f32_to_f16(frand());
+    }
+    const int32_t blocks[NBLK] = {5, 2, 7, 0, 3, 6, 1, 4};
+    static float q[HMAX], o1[HMAX], o2[HMAX], scratch[2 * HMAX + 3 * CELLS];
+    const int hds[] = {8, 64, 72, 128, 131};
+    const int counts[] = {1, 2, 15, 17, 77, CELLS};
+    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+            const int hd = hds[h];
+            fill(q, hd, 3.0f);
+            kk_attn_f16 a = {q, hd, counts[c], blocks, 4, kc + HMAX, vc + 3, STRIDE, 1.0f / sqrtf((float)hd), o1, scratch};
+            s->attn_f16(&a);
+            a.out = o2;
+            v->attn_f16(&a);
+            CHECKF(memcmp(o1, o2, sizeof(float) * (size_t)hd) == 0, "attn_f16 hd %d, %d positions: twins differ", hd,
+                   counts[c]);
+            /* and the scalar loop is attention: a plain double softmax
+             * agrees to F16 accuracy */
+            double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
+            for (int t = 0; t < counts[c]; t++) {
+                const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
+                double d = 0.0;
+                for (int i = 0; i < hd; i++) d += (double)kq_f16_to_f32(kc[HMAX + cell * STRIDE + (size_t)i]) * q[i];
+                w[t] = d / sqrt((double)hd);
+                if (w[t] > mx) mx = w[t];
+            }
+            for (int t = 0; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
+            for (int i = 0; i < hd; i++) {
+                double r = 0.0;
+                for (int t = 0; t < counts[c]; t++)
+                    r += w[t] / sum * kq_f16_to_f32(vc[3 + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE + (size_t)i]);
+                if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
+            }
+            CHECKF(err < 2e-2, "attn_f16 hd %d, %d positions: %.3g from a double softmax", hd, counts[c], err);
+        }
 }
 
 /* The q4_0x8 kernels: every SIMD twin equals the scalar one bit for bit
@@ -330,6 +377,7 @@ int main(void) {
         const kk_ops *v = kk_ops_at(KQ_ISA_AVX2);
         CHECK(v != NULL);
         if (v) test_ops(s, v);
+        if (v) test_attn(s, v);
     }
     /* the scalar set against itself: the test harness agrees with itself */
     test_ops(s, s);

@@ -121,8 +121,25 @@ float kk_dot_f32(const float *a, const float *b, int n) {
 }
 
 float kk_dot_f16(const uint16_t *a, const float *b, int n) {
-    double s = 0.0; /* products are exact in double: F16 x F16-rounded query */
-    for (int i = 0; i < n; i++) s += (double)(kq_f16_to_f32(a[i]) * b[i]);
+    /* the first n & ~31 elements: 4 accumulators of 8 float lanes, element
+     * i in accumulator (i / 8) % 4, lane i % 8, one fma each; then lanes
+     * folded (a0 + a2) + (a1 + a3), halves added, and the 4 sums added
+     * pairwise (s0 + s1) + (s2 + s3).  The rest is summed in double.  The
+     * products are exact in float (F16 x F16-rounded query). */
+    const int np = n & ~31;
+    double s = 0.0;
+    if (np) {
+        float acc[4][8] = {{0}};
+        for (int i = 0; i < np; i += 32)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 8; l++)
+                    acc[j][l] = fmaf(kq_f16_to_f32(a[i + 8 * j + l]), b[i + 8 * j + l], acc[j][l]);
+        float x[8], h[4];
+        for (int l = 0; l < 8; l++) x[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+        for (int l = 0; l < 4; l++) h[l] = x[l] + x[l + 4];
+        s = (double)((h[0] + h[1]) + (h[2] + h[3]));
+    }
+    for (int i = np; i < n; i++) s += (double)(kq_f16_to_f32(a[i]) * b[i]);
     return (float)s;
 }
 
@@ -150,6 +167,33 @@ void kk_round_f16_row(const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] = kq_f16_to_f32(kq_f32_to_f16(x[i]));
 }
 
+static void attn_f16_ref(const kk_attn_f16 *a) {
+    const int hd = a->hd;
+    float *qr = a->scratch;
+    uint16_t *acc = (uint16_t *)(qr + hd);
+    kk_round_f16_row(a->q, qr, hd);
+    memset(acc, 0, (size_t)hd * sizeof *acc);
+    const int32_t mask = (1 << a->block_shift) - 1;
+    float M = -INFINITY, S = 0.0f;
+    for (int t = 0; t < a->n_pos; t++) {
+        const size_t cell = ((size_t)a->blocks[t >> a->block_shift] << a->block_shift) + (size_t)(t & mask);
+        const float sc = kk_dot_f16(a->k + cell * a->stride, qr, hd) * a->scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (sc > M) {
+            const float old = M;
+            M = sc;
+            ms = expf(old - M);
+            kk_scale_f16(acc, ms, hd);
+        } else {
+            vs = expf(sc - M);
+        }
+        kk_mad_f16(acc, a->v + cell * a->stride, vs, hd);
+        S = S * ms + vs;
+    }
+    const float inv = 1.0f / S;
+    for (int d = 0; d < hd; d++) a->out[d] = kq_f16_to_f32(acc[d]) * inv;
+}
+
 static void rope_neox_ref(const float *cs, float *x, int n_heads, int head_dim, int n_rot) {
     kk_rope r;
     memset(&r, 0, sizeof r);
@@ -159,6 +203,7 @@ static void rope_neox_ref(const float *cs, float *x, int n_heads, int head_dim, 
 }
 
 static const kk_ops scalar_ops = {
+    .attn_f16 = attn_f16_ref,
     .dot_f16 = kk_dot_f16,
     .scale_f16 = kk_scale_f16,
     .mad_f16 = kk_mad_f16,

@@ -6,6 +6,7 @@
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* out = x / sqrt(mean(x^2) + eps) * w   (w NULL: no scale).  out may be x. */
@@ -41,6 +42,8 @@ void kk_rope_apply(const kk_rope *r, const float *cs, float *x, int n_heads, int
 
 /* Attention helpers over cached keys/values (F16 or F32 rows). */
 float kk_dot_f32(const float *a, const float *b, int n);
+/* F16 row . F16-rounded query: float lanes over whole 32-element steps in
+ * a fixed order, the remaining elements in double (see ops.c). */
 float kk_dot_f16(const uint16_t *a, const float *b, int n);
 /* y = y * scale + w * x  */
 void kk_scale_axpy_f32(float *y, float scale, float w, const float *x, int n);
@@ -57,7 +60,32 @@ void kk_round_f16_row(const float *x, float *y, int n);
  * scalar set (the functions above) is the reference; the forward pass takes
  * kk_ops_best() once per call.  rope_neox is kk_rope_apply for neox pairs
  * with the table of n_rot rotated dimensions. */
+/* One query head against an F16 KV cache: softmax(q . k_t * scale) over
+ * positions t < n_pos, times v_t.  Cache rows are paged: position t is in
+ * cell (blocks[t >> block_shift] << block_shift) + (t & (block - 1)), and
+ * the head's row of cell c starts at k + c * stride (v alike).
+ *
+ * The arithmetic is the F16 flash-attention scheme (see model/forward.c):
+ * the query rounded to F16, scores by dot_f16, an online maximum, and an
+ * F16 accumulator rounded after every rescale (scale_f16) and every value
+ * update (mad_f16); out = accumulator / sum.  The scalar twin is that loop
+ * verbatim; SIMD twins may reorder the work but not the arithmetic, so
+ * every twin gives the same bits. */
+typedef struct kk_attn_f16 {
+    const float *q;         /* [hd] F32 query */
+    int hd;
+    int n_pos;
+    const int32_t *blocks;
+    int block_shift;
+    const uint16_t *k, *v;
+    size_t stride;          /* elements from one cell's row to the next */
+    float scale;
+    float *out;             /* [hd] */
+    float *scratch;         /* [2 * hd + 3 * n_pos] floats */
+} kk_attn_f16;
+
 typedef struct kk_ops {
+    void (*attn_f16)(const kk_attn_f16 *a);
     float (*dot_f16)(const uint16_t *a, const float *b, int n);
     void (*scale_f16)(uint16_t *y, float s, int n);
     void (*mad_f16)(uint16_t *y, const uint16_t *x, float w, int n);

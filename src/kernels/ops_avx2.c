@@ -5,9 +5,10 @@
  * kk_ops_at() hands out one set or the other and test_kernels compares them.
  *
  * Numerics kept from the scalar kernels:
- *   dot_f16   products of F16 values with an F16-rounded query are exact in
- *             float; they are summed in double lanes as the reference sums
- *             them in double (only the order of the additions differs)
+ *   dot_f16   4 x 8 float lanes with fma over whole 32-element steps, folded
+ *             in a fixed order, the rest in double (the order ggml's AVX2
+ *             F16 dot uses, so a head size under 32 is summed in double);
+ *             the scalar twin follows the same order: bit for bit
  *   scale_f16, mad_f16   one float multiply / one fused multiply-add per
  *             element, rounded to F16 (nearest-even) after every update
  *   rmsnorm   sum of squares in double, then (x * scale) * w in float
@@ -41,23 +42,22 @@ static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 static inline uint16_t f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 
 static float dot_f16(const uint16_t *a, const float *b, int n) {
-    __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 p0 = _mm256_mul_ps(load_h8(a + i), _mm256_loadu_ps(b + i));
-        const __m256 p1 = _mm256_mul_ps(load_h8(a + i + 8), _mm256_loadu_ps(b + i + 8));
-        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(p0)));
-        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(p0, 1)));
-        s2 = _mm256_add_pd(s2, _mm256_cvtps_pd(_mm256_castps256_ps128(p1)));
-        s3 = _mm256_add_pd(s3, _mm256_cvtps_pd(_mm256_extractf128_ps(p1, 1)));
+    const int np = n & ~31;
+    double s = 0.0;
+    if (np) {
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        for (int i = 0; i < np; i += 32) {
+            s0 = _mm256_fmadd_ps(load_h8(a + i), _mm256_loadu_ps(b + i), s0);
+            s1 = _mm256_fmadd_ps(load_h8(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+            s2 = _mm256_fmadd_ps(load_h8(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+            s3 = _mm256_fmadd_ps(load_h8(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+        }
+        const __m256 x = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+        const __m128 h = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+        const __m128 t = _mm_hadd_ps(h, h);
+        s = (double)_mm_cvtss_f32(_mm_hadd_ps(t, t));
     }
-    for (; i + 8 <= n; i += 8) {
-        const __m256 p0 = _mm256_mul_ps(load_h8(a + i), _mm256_loadu_ps(b + i));
-        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(p0)));
-        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(p0, 1)));
-    }
-    double s = hsum4d(_mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3)));
-    for (; i < n; i++) s += (double)(h2f(a[i]) * b[i]);
+    for (int i = np; i < n; i++) s += (double)(h2f(a[i]) * b[i]);
     return (float)s;
 }
 
@@ -92,6 +92,76 @@ static void round_f16_row(const float *x, float *y, int n) {
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
     for (; i < n; i++) y[i] = h2f(f2h(x[i]));
+}
+
+/* round to F16 and back: what storing to and reloading an F16 row does */
+static inline __m256 rnd16(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
+
+/* The F16 attention loop of ops.c split into three passes with the same
+ * arithmetic: (1) every score, (2) the online maximum's sequence of
+ * rescale factors ms and weights vs, (3) the accumulator, 64 elements at a
+ * time held in 8 registers across all positions, rounded to F16 after each
+ * rescale and each update exactly as scale_f16 / mad_f16 store it.  Pass 1
+ * and 3 stream K and V once each without the scalar steps in between. */
+static void attn_f16(const kk_attn_f16 *a) {
+    const int hd = a->hd, n = a->n_pos;
+    float *qr = a->scratch, *sc = qr + 2 * hd, *msv = sc + n, *vsv = msv + n;
+    const int32_t mask = (1 << a->block_shift) - 1;
+#define CELL(t) (((size_t)a->blocks[(t) >> a->block_shift] << a->block_shift) + (size_t)((t) & mask))
+    round_f16_row(a->q, qr, hd);
+    for (int t = 0; t < n; t++) sc[t] = dot_f16(a->k + CELL(t) * a->stride, qr, hd) * a->scale;
+    float M = -INFINITY, S = 0.0f;
+    for (int t = 0; t < n; t++) {
+        float ms = 1.0f, vs = 1.0f;
+        if (sc[t] > M) {
+            const float old = M;
+            M = sc[t];
+            ms = expf(old - M);
+        } else {
+            vs = expf(sc[t] - M);
+        }
+        msv[t] = ms; /* a rescale by exactly 1 leaves the accumulator as it is */
+        vsv[t] = vs;
+        S = S * ms + vs;
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / S);
+    int d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) {
+        __m256 acc[8];
+        #pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+        for (int t = 0; t < n; t++) {
+            const uint16_t *vr = a->v + CELL(t) * a->stride + d0;
+            if (msv[t] != 1.0f) {
+                const __m256 m = _mm256_set1_ps(msv[t]);
+                #pragma GCC unroll 8
+                for (int r = 0; r < 8; r++) acc[r] = rnd16(_mm256_mul_ps(acc[r], m));
+            }
+            const __m256 w = _mm256_set1_ps(vsv[t]);
+            #pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) acc[r] = rnd16(_mm256_fmadd_ps(load_h8(vr + 8 * r), w, acc[r]));
+        }
+        #pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) _mm256_storeu_ps(a->out + d0 + 8 * r, _mm256_mul_ps(acc[r], inv));
+    }
+    for (; d0 + 8 <= hd; d0 += 8) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int t = 0; t < n; t++) {
+            const uint16_t *vr = a->v + CELL(t) * a->stride + d0;
+            if (msv[t] != 1.0f) acc = rnd16(_mm256_mul_ps(acc, _mm256_set1_ps(msv[t])));
+            acc = rnd16(_mm256_fmadd_ps(load_h8(vr), _mm256_set1_ps(vsv[t]), acc));
+        }
+        _mm256_storeu_ps(a->out + d0, _mm256_mul_ps(acc, inv));
+    }
+    for (; d0 < hd; d0++) {
+        float acc = 0.0f;
+        for (int t = 0; t < n; t++) {
+            if (msv[t] != 1.0f) acc = h2f(f2h(acc * msv[t]));
+            acc = h2f(f2h(fmaf(h2f(a->v[CELL(t) * a->stride + (size_t)d0]), vsv[t], acc)));
+        }
+        a->out[d0] = acc * (1.0f / S);
+    }
+#undef CELL
 }
 
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
@@ -187,6 +257,7 @@ static void rope_neox(const float *cs, float *x, int n_heads, int head_dim, int 
 
 const kk_ops *kk_ops_avx2(void) {
     static const kk_ops ops = {
+        .attn_f16 = attn_f16,
         .dot_f16 = dot_f16,
         .scale_f16 = scale_f16,
         .mad_f16 = mad_f16,

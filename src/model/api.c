@@ -138,6 +138,8 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     size_t maxk = E > nq ? E : nq;
     if ((size_t)hp->n_ff > maxk) maxk = (size_t)hp->n_ff;
     c->logits_cap = p.n_batch;
+    /* positions per sequence stay below n_ctx; one block of slack */
+    c->att_scratch_per_thread = (size_t)(2 * hp->hd_k) + 3 * ((size_t)n_ctx + KL_KV_BLOCK);
     ctx_buf bufs[] = {
         {(void **)&c->x, B * E * 4},        {(void **)&c->xn, B * E * 4},
         {(void **)&c->q, B * nq * 4},       {(void **)&c->k, B * nkv * 4},
@@ -147,7 +149,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         {(void **)&c->b_pos, B * 4},        {(void **)&c->b_seq, B * 4},
         {(void **)&c->out_idx, B * 4},
         {(void **)&c->out_rows, B * E * 4},
-        {(void **)&c->att_scratch, (size_t)c->p.n_threads * (size_t)(2 * hp->hd_k) * 4},
+        {(void **)&c->att_scratch, (size_t)c->p.n_threads * c->att_scratch_per_thread * 4},
         {(void **)&c->mm_scratch, kk_matmul_scratch_size((int64_t)maxk, p.n_batch)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {

@@ -39,10 +39,8 @@ static void attn_task(void *ud, int ith, int nth) {
     const kl_kv *kv = &c->kv;
     const int hd = hp->hd_k, group = hp->n_head / hp->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
-    /* per-thread scratch: [hd] rounded query, [hd] F16 accumulator */
-    float *qr = c->att_scratch + (size_t)ith * (size_t)(2 * hd);
-    uint16_t *acc16 = (uint16_t *)(qr + hd);
-    const int f16 = kv->type != KILN_KV_F32;
+    /* per-thread scratch (api.c): [2 * hd + 3 * n_ctx] floats */
+    float *scratch = c->att_scratch + (size_t)ith * c->att_scratch_per_thread;
     const kk_ops *ops = j->ops;
     const long n_items = (long)j->n_tok * hp->n_head;
     for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
@@ -50,37 +48,38 @@ static void attn_task(void *ud, int ith, int nth) {
         int s = c->b_seq[i], pos = c->b_pos[i], kvh = h / group;
         const float *q = c->q + ((size_t)i * hp->n_head + h) * hd;
         float *o = c->att + ((size_t)i * hp->n_head + h) * hd;
-        float M = -INFINITY, S = 0.0f;
-        if (f16) {
-            ops->round_f16_row(q, qr, hd);
-            memset(acc16, 0, (size_t)hd * sizeof(uint16_t));
-        } else {
-            memset(o, 0, (size_t)hd * sizeof(float));
+        if (kv->type != KILN_KV_F32) {
+            const kk_attn_f16 a = {
+                .q = q, .hd = hd, .n_pos = pos + 1, .blocks = kv->seqs[s].blocks, .block_shift = KL_KV_BLOCK_SHIFT,
+                .k = (const uint16_t *)kl_kv_k(kv, j->layer, 0) + (size_t)kvh * hd,
+                .v = (const uint16_t *)kl_kv_v(kv, j->layer, 0) + (size_t)kvh * hd,
+                .stride = (size_t)kv->row_k, .scale = scale, .out = o, .scratch = scratch,
+            };
+            ops->attn_f16(&a);
+            continue;
         }
+        /* F32 cache: the same online softmax in F32 throughout */
+        float M = -INFINITY, S = 0.0f;
+        memset(o, 0, (size_t)hd * sizeof(float));
         for (int t = 0; t <= pos; t++) {
             int64_t cell = kl_kv_cell(kv, s, t);
-            const uint8_t *kr = (const uint8_t *)kl_kv_k(kv, j->layer, cell) + (size_t)kvh * hd * kv->elt;
-            const uint8_t *vr = (const uint8_t *)kl_kv_v(kv, j->layer, cell) + (size_t)kvh * hd * kv->elt;
-            float sc = (f16 ? ops->dot_f16((const uint16_t *)kr, qr, hd) : kk_dot_f32((const float *)kr, q, hd)) * scale;
+            const float *kr = (const float *)kl_kv_k(kv, j->layer, cell) + (size_t)kvh * hd;
+            const float *vr = (const float *)kl_kv_v(kv, j->layer, cell) + (size_t)kvh * hd;
+            float sc = kk_dot_f32(kr, q, hd) * scale;
             float ms = 1.0f, vs = 1.0f;
             if (sc > M) {
                 float old = M;
                 M = sc;
                 ms = expf(old - M);
-                if (f16) ops->scale_f16(acc16, ms, hd);
-                else kk_scale_axpy_f32(o, ms, 0.0f, o, hd);
+                kk_scale_axpy_f32(o, ms, 0.0f, o, hd);
             } else {
                 vs = expf(sc - M);
             }
-            if (f16) ops->mad_f16(acc16, (const uint16_t *)vr, vs, hd);
-            else kk_scale_axpy_f32(o, 1.0f, vs, (const float *)vr, hd);
+            kk_scale_axpy_f32(o, 1.0f, vs, vr, hd);
             S = S * ms + vs;
         }
         float inv = 1.0f / S;
-        if (f16)
-            for (int d = 0; d < hd; d++) o[d] = kq_f16_to_f32(acc16[d]) * inv;
-        else
-            for (int d = 0; d < hd; d++) o[d] *= inv;
+        for (int d = 0; d < hd; d++) o[d] *= inv;
     }
 }
 

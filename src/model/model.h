@@ -87,6 +87,7 @@ struct kiln_model {
  * when the free list is empty.  A shared block is never written: only cells
  * at positions >= len are, and truncating into a shared block copies it. */
 #define KL_KV_BLOCK 16
+#define KL_KV_BLOCK_SHIFT 4 /* log2(KL_KV_BLOCK) */
 
 typedef struct kl_seq {
     int32_t len;       /* tokens held */
@@ -158,7 +159,8 @@ struct kiln_context {
     float *logits;            /* [logits_cap][n_vocab] */
     int32_t logits_cap;
     float *out_rows;          /* [logits_cap][n_embd] normalized rows */
-    float *att_scratch;       /* per thread: [2 * hd] rounded query + F16 accumulator */
+    float *att_scratch;       /* per thread: [2 * hd + 3 * n_ctx] (kk_attn_f16 scratch) */
+    size_t att_scratch_per_thread; /* floats */
     void *mm_scratch;
     char err[512];
 };
