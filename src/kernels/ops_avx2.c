@@ -94,6 +94,11 @@ static void round_f16_row(const float *x, float *y, int n) {
     for (; i < n; i++) y[i] = h2f(f2h(x[i]));
 }
 
+#define PF_POS 4
+static inline void prefetch_row(const void *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
 /* round to F16 and back: what storing to and reloading an F16 row does */
 static inline __m256 rnd16(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
 
@@ -109,7 +114,14 @@ static void attn_f16(const kk_attn_f16 *a) {
     const int32_t mask = (1 << a->block_shift) - 1;
 #define CELL(t) (((size_t)a->blocks[(t) >> a->block_shift] << a->block_shift) + (size_t)((t) & mask))
     round_f16_row(a->q, qr, hd);
-    for (int t = 0; t < n; t++) sc[t] = dot_f16(a->k + CELL(t) * a->stride, qr, hd) * a->scale;
+    /* rows of successive positions are a cell apart (kilobytes), too far
+     * for the hardware prefetcher to follow from the start: fetch the row
+     * PF_POS positions ahead by hand */
+    const size_t row_bytes = (size_t)hd * sizeof(uint16_t);
+    for (int t = 0; t < n; t++) {
+        if (t + PF_POS < n) prefetch_row(a->k + CELL(t + PF_POS) * a->stride, row_bytes);
+        sc[t] = dot_f16(a->k + CELL(t) * a->stride, qr, hd) * a->scale;
+    }
     float M = -INFINITY, S = 0.0f;
     for (int t = 0; t < n; t++) {
         float ms = 1.0f, vs = 1.0f;
@@ -132,6 +144,7 @@ static void attn_f16(const kk_attn_f16 *a) {
         for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
             const uint16_t *vr = a->v + CELL(t) * a->stride + d0;
+            if (t + PF_POS < n) prefetch_row(a->v + CELL(t + PF_POS) * a->stride + d0, 64 * sizeof(uint16_t));
             if (msv[t] != 1.0f) {
                 const __m256 m = _mm256_set1_ps(msv[t]);
                 #pragma GCC unroll 8

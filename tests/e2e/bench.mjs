@@ -39,8 +39,10 @@ async function ttft(question) {
   for (;;) {
     const { value, done } = await rd.read();
     if (done) break;
-    if (!first) first = performance.now() - t0;
     text += new TextDecoder().decode(value);
+    /* the first token is the first data chunk; ": keep-alive" comments
+     * that the server sends while a long prompt is prefilled do not count */
+    if (!first && text.includes('data: ')) first = performance.now() - t0;
   }
   const usage = JSON.parse(text.split('\n').filter((l) => l.includes('"usage"')).pop().slice(6)).usage;
   return { ms: first, prompt: usage.prompt_tokens, cached: usage.prompt_tokens_details.cached_tokens };
