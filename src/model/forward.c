@@ -21,7 +21,7 @@ typedef struct attn_job {
     const kk_ops *ops;
     int layer;
     int n_tok;
-    atomic_long next; /* next (token, head) item to claim: late tokens cost more */
+    atomic_long next; /* next (KV head, token, head) item to claim */
 } attn_job;
 
 /* One (token, head) pair per work item: an online softmax over the
@@ -44,8 +44,12 @@ static void attn_task(void *ud, int ith, int nth) {
     const kk_ops *ops = j->ops;
     const long n_items = (long)j->n_tok * hp->n_head;
     for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
-        int i = (int)(w / hp->n_head), h = (int)(w % hp->n_head);
-        int s = c->b_seq[i], pos = c->b_pos[i], kvh = h / group;
+        /* items go KV head by KV head, then token, then the heads sharing
+         * it: consecutive items read the same K/V rows, which then come
+         * from this core's cache instead of memory */
+        const long per_kvh = (long)j->n_tok * group;
+        const int kvh = (int)(w / per_kvh), i = (int)(w % per_kvh / group), h = kvh * group + (int)(w % group);
+        int s = c->b_seq[i], pos = c->b_pos[i];
         const float *q = c->q + ((size_t)i * hp->n_head + h) * hd;
         float *o = c->att + ((size_t)i * hp->n_head + h) * hd;
         if (kv->type != KILN_KV_F32) {
