@@ -240,81 +240,91 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
         }
 }
 
-/* The q4_0x8 kernels: every SIMD twin equals the scalar one bit for bit
- * (same int32 block sums, same fma order), over several tokens with a
- * token stride (lda) larger than the count. */
-static void test_x8_kernels(void) {
-    const int nb = 9, n_tok = 5, lda = 7;
-    const size_t wrow = kq_row_size(KQ_Q4_0, 32 * nb);
-    uint8_t *w = make_weights(KQ_Q4_0, 8, 32 * nb);
-    kk_q4_0x8 *pk = malloc(sizeof *pk * nb);
-    kk_pack_q4_0x8(w, wrow, 0, nb, pk);
-    kk_act8 *a = malloc(sizeof *a * (size_t)(nb * lda));
-    float *x = malloc(sizeof(float) * 32 * nb);
-    for (int t = 0; t < lda; t++) {
-        fill(x, 32 * nb, 2.0f);
-        kk_act8_from_f32(x, 32 * nb, a + t, (size_t)lda);
-    }
-    kk_x8_fn ref = kk_x8_q4_0_at(KQ_ISA_SCALAR);
+/* The interleaved kernels of type t: every SIMD twin equals the scalar one
+ * bit for bit (same int32 block sums, same fma order), over several tokens
+ * with a token stride (lda) larger than the count; the scalar one agrees
+ * with the plain row dot of t; packed rows expand to the plain rows. */
+static void test_x8_kernels(int t) {
+    const kk_x8_traits *xt = kk_x8_get(t);
+    CHECK(xt != NULL);
+    if (!xt) return;
+    const int nb = 9, n_tok = 5, lda = 7, n = xt->blk * nb;
+    const kq_traits *tr = kq_get(t);
+    const size_t wrow = kq_row_size(t, n);
+    uint8_t *w = make_weights(t, 8, n);
+    uint8_t *pk = malloc(xt->pblock * nb);
+    xt->pack(w, wrow, 0, nb, pk);
+    uint8_t *a = malloc(xt->ablock * (size_t)(nb * lda));
+    float *x = malloc(sizeof(float) * (size_t)n * lda);
+    fill(x, n * lda, 2.0f);
+    for (int tok = 0; tok < lda; tok++) xt->act(x + (size_t)tok * n, n, a + (size_t)tok * xt->ablock, (size_t)lda);
+    kk_x8_fn ref = kk_x8_at(t, KQ_ISA_SCALAR);
     CHECK(ref != NULL);
     float ys[8 * n_tok], yv[8 * n_tok];
     for (int isa = KQ_ISA_AVX2; isa <= KQ_ISA_AVX512 && ref; isa++) {
-        kk_x8_fn f = kk_x8_q4_0_at(isa);
+        kk_x8_fn f = kk_x8_at(t, isa);
         if (!f) continue;
         for (int nt = 1; nt <= n_tok; nt += n_tok - 1) {
             for (int i = 0; i < 8 * nt; i++) ys[i] = yv[i] = 0.25f * (float)i;
             ref(nb, pk, a, (size_t)lda, nt, ys);
             f(nb, pk, a, (size_t)lda, nt, yv);
-            CHECKF(memcmp(ys, yv, sizeof(float) * 8 * (size_t)nt) == 0, "q4_0x8 kernel at %s, %d tokens differs",
-                   kq_isa_name(isa), nt);
+            CHECKF(memcmp(ys, yv, sizeof(float) * 8 * (size_t)nt) == 0, "%s x8 kernel at %s, %d tokens differs",
+                   tr->name, kq_isa_name(isa), nt);
         }
     }
-    /* the scalar kernel against the plain Q4_0 x Q8_0 reference dot */
-    if (ref) {
+    if (ref) { /* the scalar kernel against the plain dot, same activations */
         for (int i = 0; i < 8 * n_tok; i++) ys[i] = 0.0f;
         ref(nb, pk, a, (size_t)lda, n_tok, ys);
-        uint8_t *q8 = malloc(kq_row_size(KQ_Q8_0, 32 * nb));
+        const kq_traits *at = kq_get(tr->vec_dot_type);
+        uint8_t *q = malloc(kq_row_size(tr->vec_dot_type, n));
         int bad = 0;
-        for (int t = 0; t < n_tok; t++) {
-            for (int b = 0; b < nb; b++) { /* the act8 blocks back to Q8_0 */
-                kq_block_q8_0 *blk = (kq_block_q8_0 *)q8 + b;
-                memcpy(blk->qs, a[b * lda + t].qs, 32);
-                blk->d = kq_f32_to_f16(a[b * lda + t].d);
-            }
+        for (int tok = 0; tok < n_tok; tok++) {
+            at->from_f32(x + (size_t)tok * n, q, n);
             for (int r = 0; r < 8; r++) {
                 float want;
-                kq_get(KQ_Q4_0)->vec_dot_ref(32 * nb, &want, w + (size_t)r * wrow, q8);
-                bad += !(fabsf(want - ys[8 * t + r]) <= 1e-5f * (1.0f + fabsf(want)));
+                tr->vec_dot_ref(n, &want, w + (size_t)r * wrow, q);
+                bad += !(fabsf(want - ys[8 * tok + r]) <= 1e-5f * (1.0f + fabsf(want)));
             }
         }
-        CHECKF(bad == 0, "q4_0x8 scalar kernel: %d of %d differ from the Q4_0 dot", bad, 8 * n_tok);
-        free(q8);
+        CHECKF(bad == 0, "%s x8 scalar kernel: %d of %d differ from the plain dot", tr->name, bad, 8 * n_tok);
+        free(q);
     }
+    float *rp = malloc(sizeof(float) * (size_t)n), *rq = malloc(sizeof(float) * (size_t)n);
+    int bad = 0;
+    for (int r = 0; r < 8; r++) {
+        tr->to_f32(w + (size_t)r * wrow, rp, n);
+        xt->get_row(pk, r, nb, rq);
+        bad += memcmp(rp, rq, sizeof(float) * (size_t)n) != 0;
+    }
+    CHECKF(bad == 0, "%s: %d of 8 packed rows expand differently", tr->name, bad);
+    free(rp);
+    free(rq);
     free(w);
     free(pk);
     free(a);
     free(x);
 }
 
-/* kk_matmul on Q4_0 matrices with rows in groups of 8, plain and repacked:
- * batches of 1, 7 and 300 tokens (past one 256-token kernel call) and 66
- * blocks per row (past one 64-block packing chunk), against reference
+/* kk_matmul on matrices of an interleaved type with rows in groups of 8,
+ * plain and repacked: batches of 1, 7 and 300 tokens (past one 256-token
+ * kernel call) and rows longer than one packing chunk, against reference
  * dots; and kk_get_row of a repacked matrix equals the plain row. */
-static void test_matmul_x8(kpool *pool) {
-    const int64_t ncols = 32 * 66, r0 = 40, r1 = 24;
+static void test_matmul_x8(kpool *pool, int t) {
+    const kk_x8_traits *xt = kk_x8_get(t);
+    const int64_t ncols = (int64_t)xt->blk * (int64_t)(16384 / xt->pblock + 2), r0 = 40, r1 = 24;
     const int max_tok = 300;
-    const kq_traits *tr = kq_get(KQ_Q4_0);
-    const size_t wrow = kq_row_size(KQ_Q4_0, ncols);
-    kk_mat w0 = {make_weights(KQ_Q4_0, r0, ncols), KQ_Q4_0, ncols, r0, NULL};
-    kk_mat w1 = {make_weights(KQ_Q4_0, r1, ncols), KQ_Q4_0, ncols, r1, NULL};
-    void *p0 = malloc(kk_q4_0x8_size(ncols, r0)), *p1 = malloc(kk_q4_0x8_size(ncols, r1));
-    kk_pack_q4_0x8_matrix(w0.data, ncols, r0, p0);
-    kk_pack_q4_0x8_matrix(w1.data, ncols, r1, p1);
+    const kq_traits *tr = kq_get(t);
+    const size_t wrow = kq_row_size(t, ncols);
+    kk_mat w0 = {make_weights(t, r0, ncols), t, ncols, r0, NULL};
+    kk_mat w1 = {make_weights(t, r1, ncols), t, ncols, r1, NULL};
+    void *p0 = malloc(kk_x8_matrix_size(t, ncols, r0)), *p1 = malloc(kk_x8_matrix_size(t, ncols, r1));
+    kk_x8_pack_matrix(t, w0.data, ncols, r0, p0);
+    kk_x8_pack_matrix(t, w1.data, ncols, r1, p1);
     float *x = malloc(sizeof(float) * (size_t)(max_tok * ncols));
     fill(x, (int)(max_tok * ncols), 1.0f);
     float *y0 = malloc(sizeof(float) * (size_t)(max_tok * r0)), *y1 = malloc(sizeof(float) * (size_t)(max_tok * r1));
     void *scratch = malloc(kk_matmul_scratch_size(ncols, max_tok));
-    uint8_t *xa = malloc(kq_row_size(KQ_Q8_0, ncols));
+    uint8_t *xa = malloc(kq_row_size(tr->vec_dot_type, ncols));
     const int counts[] = {1, 7, max_tok};
     for (int packed = 0; packed < 2; packed++) {
         w0.packed = packed ? p0 : NULL;
@@ -325,7 +335,7 @@ static void test_matmul_x8(kpool *pool) {
             kk_matmul_multi(pool, outs, 2, x, nt, scratch);
             int bad = 0;
             for (int tok = 0; tok < nt; tok++) {
-                kq_get(KQ_Q8_0)->from_f32(x + tok * ncols, xa, ncols);
+                kq_get(tr->vec_dot_type)->from_f32(x + tok * ncols, xa, ncols);
                 for (int o = 0; o < 2; o++) {
                     const kk_mat *w = o ? &w1 : &w0;
                     const float *y = o ? y1 : y0;
@@ -336,7 +346,8 @@ static void test_matmul_x8(kpool *pool) {
                     }
                 }
             }
-            CHECKF(bad == 0, "Q4_0 matmul (%s), %d tokens: %d outputs differ", packed ? "repacked" : "plain", nt, bad);
+            CHECKF(bad == 0, "%s matmul (%s), %d tokens: %d outputs differ", tr->name, packed ? "repacked" : "plain",
+                   nt, bad);
         }
     }
     float *rp = malloc(sizeof(float) * (size_t)ncols), *rq = malloc(sizeof(float) * (size_t)ncols);
@@ -348,7 +359,7 @@ static void test_matmul_x8(kpool *pool) {
         kk_get_row(&w0, r, rq);
         bad += memcmp(rp, rq, sizeof(float) * (size_t)ncols) != 0;
     }
-    CHECKF(bad == 0, "kk_get_row of a repacked matrix: %d of %d rows differ", bad, (int)r0);
+    CHECKF(bad == 0, "%s kk_get_row of a repacked matrix: %d of %d rows differ", tr->name, bad, (int)r0);
     free(rp);
     free(rq);
     free((void *)w0.data);
@@ -386,7 +397,8 @@ int main(void) {
     test_tiles(KQ_Q4_K);
     test_tiles(KQ_F16);
     test_tiles(KQ_Q6_K);
-    test_x8_kernels();
+    test_x8_kernels(KQ_Q4_0);
+    test_x8_kernels(KQ_Q6_K);
 
     kpool *pool = kpool_new(2);
     CHECK(pool != NULL);
@@ -396,7 +408,8 @@ int main(void) {
         CHECK(total == 200 * 1000);
         const int types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K, KQ_Q6_K, KQ_F16};
         for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) test_matmul(pool, types[i]);
-        test_matmul_x8(pool);
+        test_matmul_x8(pool, KQ_Q4_0);
+        test_matmul_x8(pool, KQ_Q6_K);
         kpool_free(pool);
     }
     return t_done();

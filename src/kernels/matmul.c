@@ -14,17 +14,19 @@
 /* Jobs with at most this many activation elements are converted on the
  * calling thread: cheaper than a pool hand-off (decode steps). */
 #define QUANT_INLINE_MAX 16384
-/* q4_0x8 path: unpacked weights take it from this batch size on; tokens
- * and weight blocks per kernel call (stack buffers of 8 KB and 9 KB). */
+/* Interleaved (pack.h) path: unpacked weights take it from this batch size
+ * on; tokens per kernel call and bytes of weights packed per call (stack
+ * buffers of 8 KB and 16 KB). */
 #define X8_MIN_TOK 4
 #define X8_TOK 256
-#define X8_KB 64
+#define X8_PACK_BYTES 16384
+#define MAX_X8 2
 
 size_t kk_matmul_scratch_size(int64_t ncols, int n_tok) {
     /* the widest activation format is F32 (4 bytes/element); Q8 formats
      * are smaller.  Room for two formats covers a job mixing types. */
     return (size_t)MAX_ACT_TYPES * (size_t)n_tok * (size_t)ncols * 4 + 64 +
-           (size_t)n_tok * (size_t)(ncols / 32) * sizeof(kk_act8) + 64;
+           (size_t)MAX_X8 * ((size_t)n_tok * (size_t)(ncols / 32) * sizeof(kk_act8) + 64);
 }
 
 typedef struct mm_job {
@@ -40,9 +42,11 @@ typedef struct mm_job {
     int n_act;
     int out_act[MAX_OUTS]; /* index into act[] per output */
     kk_tile_fn tile[MAX_OUTS]; /* 4 x 4 kernel per output, NULL = none */
-    int x8[MAX_OUTS];          /* output goes through the q4_0x8 kernel */
-    kk_x8_fn x8fn;
-    kk_act8 *act8;             /* [block][token] activations for x8 outputs */
+    int x8[MAX_OUTS];          /* index into x8t[] + 1, 0 = not interleaved */
+    const kk_x8_traits *x8t[MAX_X8]; /* interleaved formats in use, */
+    kk_x8_fn x8fn[MAX_X8];           /* their kernels */
+    uint8_t *x8act[MAX_X8];          /* and [block][token] activations */
+    int n_x8;
     int64_t total_rows;
     /* row tiles are handed out in chunks from this counter, so a thread
      * that starts late (preempted on a busy machine) takes fewer */
@@ -84,13 +88,15 @@ kk_tile_fn kk_tile_at(int t, int isa) {
 static void quantize_task(void *ud, int ith, int nth) {
     mm_job *j = ud;
     long lo, hi;
-    const int n_fmt = j->n_act + (j->act8 != NULL);
+    const int n_fmt = j->n_act + j->n_x8;
     kpool_range((long)j->n_tok * n_fmt, ith, nth, &lo, &hi);
     for (long i = lo; i < hi; i++) {
         int a = (int)(i / j->n_tok);
         int t = (int)(i % j->n_tok);
-        if (a == j->n_act) {
-            kk_act8_from_f32(j->x + (int64_t)t * j->ncols, j->ncols, j->act8 + t, (size_t)j->n_tok);
+        if (a >= j->n_act) {
+            const kk_x8_traits *xt = j->x8t[a - j->n_act];
+            xt->act(j->x + (int64_t)t * j->ncols, j->ncols, j->x8act[a - j->n_act] + (size_t)t * xt->ablock,
+                    (size_t)j->n_tok);
             continue;
         }
         const kq_traits *tr = kq_get(j->act_type[a]);
@@ -98,28 +104,33 @@ static void quantize_task(void *ud, int ith, int nth) {
     }
 }
 
-/* Rows [a, b) (multiples of 8) of output o through the q4_0x8 kernel. */
+/* Rows [a, b) (multiples of 8) of output o through its interleaved kernel. */
 static void x8_rows(mm_job *j, int o, int64_t a, int64_t b) {
     const kk_mat *w = j->outs[o].w;
-    const int nb = (int)(w->ncols / 32);
+    const int x = j->x8[o] - 1;
+    const kk_x8_traits *xt = j->x8t[x];
+    const kk_x8_fn fn = j->x8fn[x];
+    const uint8_t *act = j->x8act[x];
+    const int nb = (int)(w->ncols / xt->blk);
+    const int chunk = (int)(X8_PACK_BYTES / xt->pblock);
     const size_t wrow = kq_row_size(w->type, w->ncols);
     float *y = j->outs[o].y;
     const int64_t ldy = j->outs[o].ldy;
     const int n_tok = j->n_tok;
     float acc[X8_TOK * 8];
-    kk_q4_0x8 pk[X8_KB];
+    _Alignas(64) uint8_t pk[X8_PACK_BYTES];
     for (int64_t g = a; g < b; g += 8) {
         for (int t0 = 0; t0 < n_tok; t0 += X8_TOK) {
             const int nt = n_tok - t0 < X8_TOK ? n_tok - t0 : X8_TOK;
             memset(acc, 0, sizeof(float) * 8 * (size_t)nt);
             if (w->packed) {
-                const kk_q4_0x8 *wp = (const kk_q4_0x8 *)w->packed + (size_t)(g / 8) * (size_t)nb;
-                j->x8fn(nb, wp, j->act8 + t0, (size_t)n_tok, nt, acc);
+                const uint8_t *wp = (const uint8_t *)w->packed + (size_t)(g / 8) * (size_t)nb * xt->pblock;
+                fn(nb, wp, act + (size_t)t0 * xt->ablock, (size_t)n_tok, nt, acc);
             } else {
-                for (int b0 = 0; b0 < nb; b0 += X8_KB) {
-                    const int kb = nb - b0 < X8_KB ? nb - b0 : X8_KB;
-                    kk_pack_q4_0x8((const uint8_t *)w->data + (size_t)g * wrow, wrow, b0, kb, pk);
-                    j->x8fn(kb, pk, j->act8 + (size_t)b0 * (size_t)n_tok + t0, (size_t)n_tok, nt, acc);
+                for (int b0 = 0; b0 < nb; b0 += chunk) {
+                    const int kb = nb - b0 < chunk ? nb - b0 : chunk;
+                    xt->pack((const uint8_t *)w->data + (size_t)g * wrow, wrow, b0, kb, pk);
+                    fn(kb, pk, act + ((size_t)b0 * (size_t)n_tok + (size_t)t0) * xt->ablock, (size_t)n_tok, nt, acc);
                 }
             }
             for (int t = 0; t < nt; t++) memcpy(y + (int64_t)(t0 + t) * ldy + g, acc + 8 * t, 8 * sizeof(float));
@@ -200,15 +211,23 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
     j.ncols = outs[0].w->ncols;
     uint8_t *sp = scratch;
     const int isa = n_tok >= 4 ? kq_active_isa() : KQ_ISA_SCALAR; /* only tiles need it */
-    int need_act8 = 0;
     for (int o = 0; o < n_out; o++) {
         const kk_mat *w = outs[o].w;
         /* x8 needs 8-row groups that start at multiples of 8 in the
          * concatenated rows, which the 16-row tiles then keep whole */
-        j.x8[o] = w->type == KQ_Q4_0 && w->nrows % 8 == 0 && j.total_rows % 8 == 0 && w->ncols % 32 == 0 &&
-                  (w->packed || n_tok >= X8_MIN_TOK);
-        if (j.x8[o]) {
-            need_act8 = 1;
+        const kk_x8_traits *xt = kk_x8_get(w->type);
+        if (xt && w->nrows % 8 == 0 && j.total_rows % 8 == 0 && w->ncols % xt->blk == 0 &&
+            (w->packed || n_tok >= X8_MIN_TOK)) {
+            int f = 0;
+            while (f < j.n_x8 && j.x8t[f] != xt) f++;
+            if (f == j.n_x8) {
+                j.x8t[f] = xt;
+                j.x8fn[f] = kk_x8_best(w->type);
+                j.x8act[f] = sp;
+                sp += ((size_t)n_tok * (size_t)(j.ncols / xt->blk) * xt->ablock + 63) & ~(size_t)63;
+                j.n_x8++;
+            }
+            j.x8[o] = f + 1;
             j.total_rows += w->nrows;
             continue;
         }
@@ -230,15 +249,9 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
         j.tile[o] = n_tok >= 4 && isa >= KQ_ISA_AVX2 ? kk_tile_avx2(outs[o].w->type) : NULL;
         j.total_rows += outs[o].w->nrows;
     }
-    if (need_act8) {
-        j.x8fn = kk_x8_q4_0_best();
-        j.act8 = (kk_act8 *)sp;
-        sp += ((size_t)n_tok * (size_t)(j.ncols / 32) * sizeof(kk_act8) + 63) & ~(size_t)63;
-    }
     /* only non-F32 formats need converting */
     mm_job q = j;
     q.n_act = 0;
-    q.act8 = j.act8;
     for (int a = 0; a < j.n_act; a++) {
         if (j.act_type[a] == KQ_F32) continue;
         q.act_type[q.n_act] = j.act_type[a];
@@ -249,7 +262,7 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
     const long n_tiles = (long)((j.total_rows + ROW_TILE - 1) / ROW_TILE);
     const long n_chunks = 8L * kpool_size(pool);
     j.chunk_tiles = (n_tiles + n_chunks - 1) / n_chunks;
-    if (q.n_act || q.act8) {
+    if (q.n_act || q.n_x8) {
         if ((int64_t)n_tok * j.ncols <= QUANT_INLINE_MAX) quantize_task(&q, 0, 1);
         else kpool_run(pool, quantize_task, &q);
     }
@@ -263,17 +276,9 @@ void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y
 
 void kk_get_row(const kk_mat *w, int64_t r, float *out) {
     if (w->packed) { /* row r is lane r % 8 of its group's blocks */
-        const int nb = (int)(w->ncols / 32), i = (int)(r % 8);
-        const kk_q4_0x8 *g = (const kk_q4_0x8 *)w->packed + (size_t)(r / 8) * (size_t)nb;
-        for (int b = 0; b < nb; b++) {
-            const float d = kq_f16_to_f32(g[b].d[i]);
-            for (int k = 0; k < 4; k++)
-                for (int j = 0; j < 4; j++) {
-                    const uint8_t q = g[b].qs[32 * k + 4 * i + j];
-                    out[32 * b + 4 * k + j] = d * (float)((q & 0x0F) - 8);
-                    out[32 * b + 16 + 4 * k + j] = d * (float)((q >> 4) - 8);
-                }
-        }
+        const kk_x8_traits *xt = kk_x8_get(w->type);
+        const int nb = (int)(w->ncols / xt->blk);
+        xt->get_row((const uint8_t *)w->packed + (size_t)(r / 8) * (size_t)nb * xt->pblock, (int)(r % 8), nb, out);
         return;
     }
     size_t rs = kq_row_size(w->type, w->ncols);

@@ -1,13 +1,17 @@
-/* pack.c — q4_0x8 packing, kk_act8 quantization and the scalar kernel that
- * the SIMD twins (pack_avx2.c) are tested against. */
+/* pack.c — packing to the interleaved formats of pack.h, their activation
+ * blocks, and the scalar kernels the SIMD twins (pack_avx2.c) are tested
+ * against. */
 #include "kernels/pack.h"
 
+#include "quant/kquants_layout.h"
 #include "quant/quant.h"
 
 #include <math.h>
 #include <string.h>
 
 #define QK 32
+
+/* ---- Q4_0 ---- */
 
 void kk_pack_q4_0x8(const void *w, size_t wrow, int b0, int nb, kk_q4_0x8 *out) {
     for (int i = 0; i < 8; i++) {
@@ -19,16 +23,7 @@ void kk_pack_q4_0x8(const void *w, size_t wrow, int b0, int nb, kk_q4_0x8 *out) 
     }
 }
 
-size_t kk_q4_0x8_size(int64_t ncols, int64_t nrows) {
-    return (size_t)(nrows / 8) * (size_t)(ncols / QK) * sizeof(kk_q4_0x8);
-}
-
-void kk_pack_q4_0x8_matrix(const void *w, int64_t ncols, int64_t nrows, kk_q4_0x8 *out) {
-    const int nb = (int)(ncols / QK);
-    const size_t wrow = kq_row_size(KQ_Q4_0, ncols);
-    for (int64_t g = 0; g < nrows / 8; g++)
-        kk_pack_q4_0x8((const uint8_t *)w + (size_t)(8 * g) * wrow, wrow, 0, nb, out + (size_t)g * (size_t)nb);
-}
+static void pack_q4_0(const void *w, size_t wrow, int b0, int nb, void *out) { kk_pack_q4_0x8(w, wrow, b0, nb, out); }
 
 void kk_act8_from_f32(const float *x, int64_t n, kk_act8 *a, size_t lda) {
     const kq_traits *q8 = kq_get(KQ_Q8_0);
@@ -44,7 +39,24 @@ void kk_act8_from_f32(const float *x, int64_t n, kk_act8 *a, size_t lda) {
     }
 }
 
-static void x8_q4_0_ref(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda, int n_tok, float *acc) {
+static void act_q4_0(const float *x, int64_t n, void *a, size_t lda) { kk_act8_from_f32(x, n, a, lda); }
+
+static void row_q4_0(const void *g, int i, int nb, float *out) {
+    const kk_q4_0x8 *w = g;
+    for (int b = 0; b < nb; b++) {
+        const float d = kq_f16_to_f32(w[b].d[i]);
+        for (int k = 0; k < 4; k++)
+            for (int j = 0; j < 4; j++) {
+                const uint8_t q = w[b].qs[32 * k + 4 * i + j];
+                out[32 * b + 4 * k + j] = d * (float)((q & 0x0F) - 8);
+                out[32 * b + 16 + 4 * k + j] = d * (float)((q >> 4) - 8);
+            }
+    }
+}
+
+static void x8_q4_0_ref(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
+    const kk_q4_0x8 *w = vw;
+    const kk_act8 *a = va;
     for (int b = 0; b < nb; b++) {
         const kk_q4_0x8 *wb = &w[b];
         for (int t = 0; t < n_tok; t++) {
@@ -63,13 +75,101 @@ static void x8_q4_0_ref(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda
     }
 }
 
-kk_x8_fn kk_x8_q4_0_at(int isa) {
-    if (isa == KQ_ISA_SCALAR) return x8_q4_0_ref;
-    if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_x8_q4_0_avx2();
+/* ---- Q6_K ---- */
+
+static void pack_q6_K(const void *w, size_t wrow, int b0, int nb, void *vout) {
+    kk_q6_Kx8 *out = vout;
+    for (int i = 0; i < 8; i++) {
+        const kq_block_q6_K *src = (const kq_block_q6_K *)((const uint8_t *)w + (size_t)i * wrow) + b0;
+        for (int b = 0; b < nb; b++) {
+            out[b].d[i] = src[b].d;
+            for (int s = 0; s < 16; s++) out[b].sc[8 * s + i] = src[b].scales[s];
+            for (int k = 0; k < 32; k++) memcpy(out[b].ql + 32 * k + 4 * i, src[b].ql + 4 * k, 4);
+            for (int k = 0; k < 16; k++) memcpy(out[b].qh + 32 * k + 4 * i, src[b].qh + 4 * k, 4);
+        }
+    }
+}
+
+static void act_q6_K(const float *x, int64_t n, void *va, size_t lda) {
+    const kq_traits *q8 = kq_get(KQ_Q8_K);
+    kq_block_q8_K *a = va;
+    for (int64_t b = 0; b < n / KQ_QK_K; b++) q8->from_f32_fast(x + b * KQ_QK_K, a + (size_t)b * lda, KQ_QK_K);
+}
+
+/* The 6-bit quant (0..63) of weight e of row i in a packed block. */
+static inline int q6_at(const kk_q6_Kx8 *w, int i, int e) {
+    const int h = e / 128, r = e % 128 / 32, l = e % 32;
+    const int lb = 64 * h + 32 * (r & 1) + l; /* ql byte of the row */
+    const int hb = 32 * h + l;                /* qh byte of the row */
+    const uint8_t ql = w->ql[32 * (lb / 4) + 4 * i + lb % 4];
+    const uint8_t qh = w->qh[32 * (hb / 4) + 4 * i + hb % 4];
+    return (r < 2 ? ql & 0x0F : ql >> 4) | ((qh >> (2 * r)) & 3) << 4;
+}
+
+static void row_q6_K(const void *g, int i, int nb, float *out) {
+    const kk_q6_Kx8 *w = g;
+    for (int b = 0; b < nb; b++) {
+        const float d = kq_f16_to_f32(w[b].d[i]);
+        for (int e = 0; e < KQ_QK_K; e++)
+            out[KQ_QK_K * b + e] = d * (float)w[b].sc[8 * (e / 16) + i] * (float)(q6_at(&w[b], i, e) - 32);
+    }
+}
+
+/* Per block and (row, token): sum over sub-blocks s of sc_s * sum(q * y)
+ * minus 32 * sum_s sc_s * bsum_s, exact in int32, then one fma. */
+static void x8_q6_K_ref(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
+    const kk_q6_Kx8 *w = vw;
+    const kq_block_q8_K *a = va;
+    for (int b = 0; b < nb; b++)
+        for (int t = 0; t < n_tok; t++) {
+            const kq_block_q8_K *y = &a[(size_t)b * lda + (size_t)t];
+            for (int i = 0; i < 8; i++) {
+                int32_t s = 0, o = 0;
+                for (int sb = 0; sb < 16; sb++) {
+                    int32_t p = 0;
+                    for (int e = 16 * sb; e < 16 * sb + 16; e++) p += q6_at(&w[b], i, e) * y->qs[e];
+                    s += w[b].sc[8 * sb + i] * p;
+                    o += w[b].sc[8 * sb + i] * y->bsums[sb];
+                }
+                s -= 32 * o;
+                acc[8 * t + i] = fmaf((float)s, kq_f16_to_f32(w[b].d[i]) * y->d, acc[8 * t + i]);
+            }
+        }
+}
+
+/* ---- tables ---- */
+
+static const kk_x8_traits k_x8[] = {
+    {KQ_Q4_0, KQ_Q8_0, QK, sizeof(kk_q4_0x8), sizeof(kk_act8), pack_q4_0, act_q4_0, row_q4_0},
+    {KQ_Q6_K, KQ_Q8_K, KQ_QK_K, sizeof(kk_q6_Kx8), sizeof(kq_block_q8_K), pack_q6_K, act_q6_K, row_q6_K},
+};
+
+const kk_x8_traits *kk_x8_get(int t) {
+    for (size_t i = 0; i < sizeof k_x8 / sizeof k_x8[0]; i++)
+        if (k_x8[i].type == t) return &k_x8[i];
     return NULL;
 }
 
-kk_x8_fn kk_x8_q4_0_best(void) {
-    if (kq_active_isa() >= KQ_ISA_AVX2) return kk_x8_q4_0_avx2();
-    return x8_q4_0_ref;
+kk_x8_fn kk_x8_at(int t, int isa) {
+    if (isa == KQ_ISA_SCALAR) return t == KQ_Q4_0 ? x8_q4_0_ref : t == KQ_Q6_K ? x8_q6_K_ref : NULL;
+    if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_x8_avx2(t);
+    return NULL;
+}
+
+kk_x8_fn kk_x8_best(int t) {
+    kk_x8_fn f = kq_active_isa() >= KQ_ISA_AVX2 ? kk_x8_avx2(t) : NULL;
+    return f ? f : kk_x8_at(t, KQ_ISA_SCALAR);
+}
+
+size_t kk_x8_matrix_size(int t, int64_t ncols, int64_t nrows) {
+    const kk_x8_traits *x = kk_x8_get(t);
+    return x ? (size_t)(nrows / 8) * (size_t)(ncols / x->blk) * x->pblock : 0;
+}
+
+void kk_x8_pack_matrix(int t, const void *w, int64_t ncols, int64_t nrows, void *out) {
+    const kk_x8_traits *x = kk_x8_get(t);
+    const int nb = (int)(ncols / x->blk);
+    const size_t wrow = kq_row_size(t, ncols);
+    for (int64_t g = 0; g < nrows / 8; g++)
+        x->pack((const uint8_t *)w + (size_t)(8 * g) * wrow, wrow, 0, nb, (uint8_t *)out + (size_t)g * (size_t)nb * x->pblock);
 }

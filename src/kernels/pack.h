@@ -1,6 +1,6 @@
 /*
- * pack — Q4_0 weights interleaved by 8 rows ("q4_0x8"), and the int8
- * activation blocks their kernel reads.
+ * pack — weights interleaved by 8 rows (Q4_0 as "q4_0x8", Q6_K as
+ * "q6_Kx8"), and the int8 activation blocks their kernels read.
  *
  * A row-major Q4_0 matrix gives every row its own run of 18-byte blocks, so
  * a dot product reads one row at a time and reduces each block across
@@ -21,8 +21,8 @@
  * Q8_0 dot up to float summation order; s8 = 8 * sum(qs) takes off the
  * Q4_0 zero point.
  *
- * The same matrix is also kept as a plain Q4_0 tensor; kk_mat.packed points
- * at the q4_0x8 copy when the model was repacked at load.
+ * kk_mat.packed points at the interleaved copy when the model was
+ * repacked at load (the mapped original is then released).
  */
 #ifndef KILN_PACK_H
 #define KILN_PACK_H
@@ -41,28 +41,58 @@ typedef struct kk_act8 {
     int32_t s8;       /* 8 * sum of qs */
 } kk_act8;
 
-/* Packs blocks [b0, b0 + nb) of the 8 Q4_0 rows at w, w + wrow, ... into
- * out[0 .. nb). */
-void kk_pack_q4_0x8(const void *w, size_t wrow, int b0, int nb, kk_q4_0x8 *out);
-
-/* Quantizes n (a multiple of 32) floats to kk_act8 blocks a[b * lda]. */
-void kk_act8_from_f32(const float *x, int64_t n, kk_act8 *a, size_t lda);
+/* Q6_K interleaved by 8 rows ("q6_Kx8"), one 256-weight super-block:
+ *     ql[32k + 4i + j] = ql[4k + j] of row i   (k < 32)
+ *     qh[32k + 4i + j] = qh[4k + j] of row i   (k < 16)
+ *     sc[8 * s + i]    = scale of sub-block s (16 weights) of row i
+ * The same bytes as 8 Q6_K blocks (1680), regrouped so that, as for
+ * q4_0x8, one load holds a 4-byte group of all 8 rows.  Its activations
+ * are Q8_K blocks (with their 16-element sums), also [block][token]. */
+typedef struct kk_q6_Kx8 {
+    uint16_t d[8];
+    int8_t sc[128];
+    uint8_t ql[1024];
+    uint8_t qh[512];
+} kk_q6_Kx8;
 
 /* Accumulates the products of one 8-row group with n_tok tokens:
  *     acc[8 t + i] += sum over blocks b < nb of  w[b] row i . a[b * lda + t]
  * Each block's int32 sum is scaled by fma(sum, d_w * d_a, acc), in this
  * order in every twin, so the scalar and SIMD kernels agree bit for bit. */
-typedef void (*kk_x8_fn)(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda, int n_tok, float *acc);
+typedef void (*kk_x8_fn)(int nb, const void *w, const void *a, size_t lda, int n_tok, float *acc);
 
-/* The kernel at exactly level isa (KQ_ISA_*), NULL if there is none. */
-kk_x8_fn kk_x8_q4_0_at(int isa);
-/* The best kernel for this CPU under the active ISA cap. */
-kk_x8_fn kk_x8_q4_0_best(void);
-kk_x8_fn kk_x8_q4_0_avx2(void);
+/* What the matmul driver and the loader need to know of one interleaved
+ * format. */
+typedef struct kk_x8_traits {
+    int type;         /* the plain weight type (KQ_Q4_0, KQ_Q6_K) */
+    int act_type;     /* its activation type (KQ_Q8_0 content / KQ_Q8_K) */
+    int blk;          /* weights per block along a row */
+    size_t pblock;    /* bytes of one packed block (8 rows) */
+    size_t ablock;    /* bytes of one activation block */
+    /* packs blocks [b0, b0 + nb) of the 8 rows at w, w + wrow, ... */
+    void (*pack)(const void *w, size_t wrow, int b0, int nb, void *out);
+    /* quantizes n floats to activation blocks at a, a + lda blocks, ... */
+    void (*act)(const float *x, int64_t n, void *a, size_t lda);
+    /* row i (< 8) of a packed group of nb blocks, to F32 */
+    void (*get_row)(const void *g, int i, int nb, float *out);
+} kk_x8_traits;
 
-/* Interleaved copy of a whole Q4_0 matrix (nrows % 8 == 0, ncols % 32 == 0):
- * group g, block b at out[g * (ncols / 32) + b].  Bytes it needs: */
-size_t kk_q4_0x8_size(int64_t ncols, int64_t nrows);
-void kk_pack_q4_0x8_matrix(const void *w, int64_t ncols, int64_t nrows, kk_q4_0x8 *out);
+/* The traits of weight type t, NULL when it has no interleaved form. */
+const kk_x8_traits *kk_x8_get(int t);
+/* The kernel of type t at exactly level isa (KQ_ISA_*), NULL if none. */
+kk_x8_fn kk_x8_at(int t, int isa);
+/* The best kernel of type t for this CPU under the active ISA cap. */
+kk_x8_fn kk_x8_best(int t);
+/* AVX2 kernels (pack_avx2.c); NULL for types without one. */
+kk_x8_fn kk_x8_avx2(int t);
+
+/* The Q4_0 pieces, named for tests and callers that know the type. */
+void kk_pack_q4_0x8(const void *w, size_t wrow, int b0, int nb, kk_q4_0x8 *out);
+void kk_act8_from_f32(const float *x, int64_t n, kk_act8 *a, size_t lda);
+
+/* Interleaved copy of a whole matrix of type t (nrows % 8 == 0, ncols a
+ * multiple of the block): group g, block b at block g * nb + b. */
+size_t kk_x8_matrix_size(int t, int64_t ncols, int64_t nrows);
+void kk_x8_pack_matrix(int t, const void *w, int64_t ncols, int64_t nrows, void *out);
 
 #endif

@@ -10,6 +10,9 @@
  */
 #include "kernels/pack.h"
 
+#include "quant/kquants_layout.h"
+#include "quant/quant.h"
+
 #include <immintrin.h>
 #include <string.h>
 
@@ -51,7 +54,9 @@ static void x8_q4_0_1(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda, 
     _mm256_storeu_ps(acc, sum);
 }
 
-static void x8_q4_0(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda, int n_tok, float *acc) {
+static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
+    const kk_q4_0x8 *w = vw;
+    const kk_act8 *a = va;
     if (n_tok == 1) {
         x8_q4_0_1(nb, w, a, lda, acc);
         return;
@@ -87,4 +92,81 @@ static void x8_q4_0(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda, in
     }
 }
 
-kk_x8_fn kk_x8_q4_0_avx2(void) { return x8_q4_0; }
+/* Q6_K x Q8_K.  Per super-block the 8 rows' quants are expanded once to
+ * 64 vectors of unsigned 6-bit values (q[4 * (4h + r) ... ]: weights
+ * 128h + 32r + 4kk .. + 3 of the 8 rows in vector 8(4h + r) + kk) and the
+ * scales to 16-bit pairs per row lane.  Per token: two maddubs per 16-bit
+ * sum (at most 2 * 2 * 63 * 127), madd with the sub-block's scales into
+ * int32, and the -32 offset as 32 * sum_s sc_s * bsum_s; int32 throughout
+ * (at most 16 * 128 * 16 * 63 * 127), then one fma per block. */
+static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
+    const kk_q6_Kx8 *w = vw;
+    const kq_block_q8_K *a = va;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), lo16 = _mm256_set1_epi32(0xFFFF);
+    __m256i q[64], dsc[16], osc[8];
+    for (int b = 0; b < nb; b++) {
+        const kk_q6_Kx8 *wb = &w[b];
+        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
+        for (int h = 0; h < 2; h++)
+            for (int kk = 0; kk < 8; kk++) {
+                const __m256i A = _mm256_loadu_si256((const __m256i *)(wb->ql + 32 * (16 * h + kk)));
+                const __m256i B = _mm256_loadu_si256((const __m256i *)(wb->ql + 32 * (16 * h + 8 + kk)));
+                const __m256i H = _mm256_loadu_si256((const __m256i *)(wb->qh + 32 * (8 * h + kk)));
+                __m256i *qq = q + 32 * h + kk;
+                qq[0] = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+                qq[8] = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+                qq[16] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m30));
+                qq[24] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                         _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+            }
+        __m256i sv[16];
+        for (int sb = 0; sb < 16; sb++) {
+            sv[sb] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
+            dsc[sb] = _mm256_or_si256(_mm256_and_si256(sv[sb], lo16), _mm256_slli_epi32(sv[sb], 16));
+        }
+        for (int p = 0; p < 8; p++)
+            osc[p] = _mm256_or_si256(_mm256_and_si256(sv[2 * p], lo16), _mm256_slli_epi32(sv[2 * p + 1], 16));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
+        const kq_block_q8_K *ab = a + (size_t)b * lda;
+        for (int t = 0; t < n_tok; t++) {
+            const kq_block_q8_K *y = &ab[t];
+            __m256i isum = _mm256_setzero_si256();
+            #pragma GCC unroll 8
+            for (int hr = 0; hr < 8; hr++) { /* h = hr / 4, r = hr % 4: sub-blocks 2hr, 2hr + 1 */
+                const int8_t *yb = y->qs + 32 * hr;
+                const __m256i *qq = q + 8 * hr;
+                const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(qq[0], bcast4(yb)),
+                                                    _mm256_maddubs_epi16(qq[1], bcast4(yb + 4)));
+                const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(qq[2], bcast4(yb + 8)),
+                                                    _mm256_maddubs_epi16(qq[3], bcast4(yb + 12)));
+                const __m256i p2 = _mm256_add_epi16(_mm256_maddubs_epi16(qq[4], bcast4(yb + 16)),
+                                                    _mm256_maddubs_epi16(qq[5], bcast4(yb + 20)));
+                const __m256i p3 = _mm256_add_epi16(_mm256_maddubs_epi16(qq[6], bcast4(yb + 24)),
+                                                    _mm256_maddubs_epi16(qq[7], bcast4(yb + 28)));
+                isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(p0, dsc[2 * hr]),
+                                                               _mm256_madd_epi16(p1, dsc[2 * hr])));
+                isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(p2, dsc[2 * hr + 1]),
+                                                               _mm256_madd_epi16(p3, dsc[2 * hr + 1])));
+            }
+            __m256i off = _mm256_setzero_si256();
+            #pragma GCC unroll 8
+            for (int p = 0; p < 8; p++) {
+                int32_t bs;
+                memcpy(&bs, y->bsums + 2 * p, 4);
+                off = _mm256_add_epi32(off, _mm256_madd_epi16(osc[p], _mm256_set1_epi32(bs)));
+            }
+            isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
+            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(y->d));
+            float *o = acc + 8 * t;
+            _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, _mm256_loadu_ps(o)));
+        }
+    }
+}
+
+kk_x8_fn kk_x8_avx2(int t) {
+    switch (t) {
+    case KQ_Q4_0: return x8_q4_0;
+    case KQ_Q6_K: return x8_q6_K;
+    default: return NULL;
+    }
+}

@@ -235,7 +235,8 @@ static int model_mats(kiln_model *m, kk_mat **out, int cap) {
 }
 
 static int can_pack(const kk_mat *w) {
-    return w->data && w->type == KQ_Q4_0 && w->nrows % 8 == 0 && w->ncols % 32 == 0;
+    const kk_x8_traits *xt = kk_x8_get(w->type);
+    return w->data && !w->packed && xt && w->nrows % 8 == 0 && w->ncols % xt->blk == 0;
 }
 
 typedef struct byte_range { uintptr_t a, b; } byte_range;
@@ -284,7 +285,8 @@ static int model_vecs(kiln_model *m, const float ***out, int64_t *len, int cap) 
     return n;
 }
 
-/* Copies every Q4_0 matrix into the q4_0x8 layout (kernels/pack.h), all in
+/* Copies every Q4_0 and Q6_K matrix into its 8-row interleaved layout
+ * (kernels/pack.h), all in
  * one anonymous mapping, and releases the mapped originals.  A tied output
  * is packed once and shared with tok_embd (kk_get_row reads packed rows).
  * The norms and biases move too: they sit between the matrices in the
@@ -301,7 +303,7 @@ static void repack(kiln_model *m) {
     const int nv = model_vecs(m, vecs, vlen, MAX_MATS);
     size_t total = 0;
     for (int i = 0; i < n; i++)
-        if (can_pack(mats[i])) total += (kk_q4_0x8_size(mats[i]->ncols, mats[i]->nrows) + 63) & ~(size_t)63;
+        if (can_pack(mats[i])) total += (kk_x8_matrix_size(mats[i]->type, mats[i]->ncols, mats[i]->nrows) + 63) & ~(size_t)63;
     if (!total) return;
     for (int i = 0; i < nv; i++) total += ((size_t)vlen[i] * sizeof(float) + 63) & ~(size_t)63;
     byte_range *dropped = malloc(sizeof *dropped * (size_t)(n + nv));
@@ -315,12 +317,12 @@ static void repack(kiln_model *m) {
     for (int i = 0; i < n; i++) {
         kk_mat *w = mats[i];
         if (!can_pack(w)) continue;
-        kk_pack_q4_0x8_matrix(w->data, w->ncols, w->nrows, (kk_q4_0x8 *)p);
+        kk_x8_pack_matrix(w->type, w->data, w->ncols, w->nrows, p);
         dropped[nd].a = (uintptr_t)w->data;
         dropped[nd].b = (uintptr_t)w->data + kq_row_size(w->type, w->ncols) * (size_t)w->nrows;
         drop_range(dropped[nd++]); /* now, so the copy and the original do not add up */
         w->packed = p;
-        p += (kk_q4_0x8_size(w->ncols, w->nrows) + 63) & ~(size_t)63;
+        p += (kk_x8_matrix_size(w->type, w->ncols, w->nrows) + 63) & ~(size_t)63;
     }
     for (int i = 0; i < nv; i++) {
         const size_t bytes = (size_t)vlen[i] * sizeof(float);
