@@ -146,11 +146,15 @@ static void dot_rows(mm_job *j, int64_t r0, int64_t r1) {
         int64_t end = base + w->nrows;
         if (r0 < end) {
             int64_t a = r0 - base, b = (r1 < end ? r1 : end) - base;
-            if (j->x8[o]) {
-                x8_rows(j, o, a, b);
-                r0 = base + b;
-                base = end;
-                continue;
+            if (j->x8[o]) { /* whole groups interleaved, the last nrows % 8 rows plain */
+                const int64_t n8 = w->nrows & ~(int64_t)7;
+                if (a < n8) x8_rows(j, o, a, b < n8 ? b : n8);
+                if (b <= n8) {
+                    r0 = base + b;
+                    base = end;
+                    continue;
+                }
+                if (a < n8) a = n8;
             }
             const kq_traits *tr = kq_get(w->type);
             size_t wrow = kq_row_size(w->type, w->ncols);
@@ -216,7 +220,7 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
         /* x8 needs 8-row groups that start at multiples of 8 in the
          * concatenated rows, which the 16-row tiles then keep whole */
         const kk_x8_traits *xt = kk_x8_get(w->type);
-        if (xt && w->nrows % 8 == 0 && j.total_rows % 8 == 0 && w->ncols % xt->blk == 0 &&
+        if (xt && w->nrows >= 8 && j.total_rows % 8 == 0 && w->ncols % xt->blk == 0 &&
             (w->packed || n_tok >= X8_MIN_TOK)) {
             int f = 0;
             while (f < j.n_x8 && j.x8t[f] != xt) f++;
@@ -228,8 +232,10 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
                 j.n_x8++;
             }
             j.x8[o] = f + 1;
-            j.total_rows += w->nrows;
-            continue;
+            if (w->nrows % 8 == 0) {
+                j.total_rows += w->nrows;
+                continue;
+            } /* else the last rows also need the plain format */
         }
         int vt = kq_get(outs[o].w->type)->vec_dot_type;
         int a = 0;
@@ -275,7 +281,7 @@ void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y
 }
 
 void kk_get_row(const kk_mat *w, int64_t r, float *out) {
-    if (w->packed) { /* row r is lane r % 8 of its group's blocks */
+    if (w->packed && r < (w->nrows & ~(int64_t)7)) { /* row r is lane r % 8 of its group's blocks */
         const kk_x8_traits *xt = kk_x8_get(w->type);
         const int nb = (int)(w->ncols / xt->blk);
         xt->get_row((const uint8_t *)w->packed + (size_t)(r / 8) * (size_t)nb * xt->pblock, (int)(r % 8), nb, out);

@@ -236,7 +236,7 @@ static int model_mats(kiln_model *m, kk_mat **out, int cap) {
 
 static int can_pack(const kk_mat *w) {
     const kk_x8_traits *xt = kk_x8_get(w->type);
-    return w->data && !w->packed && xt && w->nrows % 8 == 0 && w->ncols % xt->blk == 0;
+    return w->data && !w->packed && xt && w->nrows >= 8 && w->ncols % xt->blk == 0;
 }
 
 typedef struct byte_range { uintptr_t a, b; } byte_range;
@@ -319,7 +319,9 @@ static void repack(kiln_model *m) {
         if (!can_pack(w)) continue;
         kk_x8_pack_matrix(w->type, w->data, w->ncols, w->nrows, p);
         dropped[nd].a = (uintptr_t)w->data;
-        dropped[nd].b = (uintptr_t)w->data + kq_row_size(w->type, w->ncols) * (size_t)w->nrows;
+        /* only whole groups of 8 rows are copied: the last nrows % 8 stay
+         * mapped (e.g. a vocabulary of 50257) */
+        dropped[nd].b = (uintptr_t)w->data + kq_row_size(w->type, w->ncols) * (size_t)(w->nrows & ~(int64_t)7);
         drop_range(dropped[nd++]); /* now, so the copy and the original do not add up */
         w->packed = p;
         p += (kk_x8_matrix_size(w->type, w->ncols, w->nrows) + 63) & ~(size_t)63;
