@@ -64,6 +64,9 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int b = 0; b < nb; b++) {
         const kk_q4_0x8 *wb = &w[b];
+        _mm_prefetch((const char *)(wb + PF_BLOCKS), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
         __m256i q[8];
         #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
