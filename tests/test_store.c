@@ -173,7 +173,7 @@ static long part_size(const char *root, char *path_out) {
                 struct stat st;
                 if (stat(p, &st) == 0) {
                     size = (long)st.st_size;
-                    if (path_out) snprintf(path_out, PATH_MAX, "%s", p);
+                    if (path_out && strlen(p) < PATH_MAX) memcpy(path_out, p, strlen(p) + 1);
                 }
             }
         }

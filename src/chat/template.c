@@ -3195,6 +3195,20 @@ void kct_free(kct *t)
     free(t);
 }
 
+/* The request's variables into the root frame.  A function of its own so
+ * that no local of the setjmp caller lives across a longjmp. */
+static void bind_vars(rctx *r, frame *root, const json_t *vars)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)vars, k, v) frame_set(&r->c, root, (str){ k, strlen(k) }, json_to_kv(&r->c, v));
+    json_t *now = json_object_get(vars, "kct_now");
+    if (json_is_integer(now)) {
+        r->has_now = 1;
+        r->now = (int64_t)json_integer_value(now);
+    }
+}
+
 char *kct_render(const kct *t, const json_t *vars, char *err, size_t errlen)
 {
     rctx r;
@@ -3207,13 +3221,7 @@ char *kct_render(const kct *t, const json_t *vars, char *err, size_t errlen)
     }
     if (vars && !json_is_object(vars)) fail(&r.c, 0, 0, "template variables must be a JSON object");
     frame *root = new_frame(&r.c, NULL);
-    if (vars) {
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)vars, k, v) frame_set(&r.c, root, (str){ k, strlen(k) }, json_to_kv(&r.c, v));
-        json_t *now = json_object_get(vars, "kct_now");
-        if (json_is_integer(now)) { r.has_now = 1; r.now = (int64_t)json_integer_value(now); }
-    }
+    if (vars) bind_vars(&r, root, vars);
     sbuf out = {0};
     sb_put(&r.c, &out, "", 0);
     exec_body(&r, &t->body, root, &out);
