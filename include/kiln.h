@@ -63,11 +63,11 @@ typedef struct kiln_model kiln_model;
 
 typedef struct kiln_model_params {
     int prefetch;       /* 1: advise the kernel to read the weights ahead */
-    int repack;         /* 1: copy Q4_0 matrices into kiln's 8-row interleaved
-                           layout at load (faster products; the copies replace
-                           the mapped pages in memory, so RSS stays about the
-                           same).  Default 1; the environment variable
-                           KILN_REPACK=0 turns the default off. */
+    int repack;         /* 1: copy Q4_0 and Q6_K matrices into kiln's 8-row
+                           interleaved layout at load (faster products; the
+                           copies replace the mapped pages in memory, so RSS
+                           stays about the same).  Default 1; the environment
+                           variable KILN_REPACK=0 turns the default off. */
 } kiln_model_params;
 
 kiln_model_params kiln_model_default_params(void);
