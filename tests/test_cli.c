@@ -143,6 +143,20 @@ int main(void) {
     CHECK(rc == 0 && o && strstr(o, "| pp16 |") && strstr(o, "| tg8 |") && strstr(o, "±"));
     free(o); free(e);
 
+    /* -s: tg over several sequences at once, one row per stream count */
+    rc = run("bench -m ../models/stories260K.gguf -p 0 -n 8 -s 1,3 -r 1 -t 1 -o json", &o, &e);
+    CHECK(rc == 0);
+    j = o ? json_loads(o, 0, &je) : NULL;
+    CHECKF(j && json_is_array(j) && json_array_size(j) == 2, "bench -s json: %s", o ? o : "");
+    if (j && json_array_size(j) == 2) {
+        CHECK(!strcmp(json_string_value(json_object_get(json_array_get(j, 0), "test")), "tg8"));
+        CHECK(!strcmp(json_string_value(json_object_get(json_array_get(j, 1), "test")), "tg8 x3"));
+        CHECK(json_integer_value(json_object_get(json_array_get(j, 1), "n_streams")) == 3);
+        CHECK(json_real_value(json_object_get(json_array_get(j, 1), "avg_ts")) > 0);
+    }
+    json_decref(j);
+    free(o); free(e);
+
     rc = run("quantize ../models/stories260K.gguf /tmp/kiln-cli-q8.gguf q8_0", &o, &e);
     CHECK(rc == 0);
     free(o); free(e);

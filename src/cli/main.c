@@ -16,7 +16,7 @@ static void usage(FILE *f) {
             "  chat      -m MODEL                  interactive chat with the model's template\n"
             "  show      MODEL                     metadata, tensors, size and parameters\n"
             "  tokenize  -m MODEL -p TEXT [--json] token ids and pieces\n"
-            "  bench     -m MODEL [-p 512] [-n 128] prompt and generation speed\n"
+            "  bench     -m MODEL [-p 512] [-n 128] [-s 1,8] prompt, generation and batched speed\n"
             "  quantize  IN.gguf OUT.gguf TYPE     convert weights (q8_0, q4_0, q4_k_m, ...)\n"
             "  serve     [-m MODEL ...] [--port 8080] OpenAI/Ollama-compatible HTTP server (serve --help)\n"
             "  embed     -m MODEL [--query|--document] [--dim N] [--truncate] TEXT...\n"
