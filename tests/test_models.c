@@ -178,7 +178,8 @@ static void test_fixture(const fixture *fx, int repack) {
     if (!m) { json_decref(j); return; }
     kiln_model_info info;
     kiln_model_get_info(m, &info);
-    /* only Q4_0 matrices are repacked, and only when asked */
+    /* only types with an interleaved form (of these fixtures: Q4_0) are
+     * repacked, and only when asked */
     CHECKF((info.repacked_bytes > 0) == (repack && strstr(fx->name, "q4_0") != NULL), "%s: repacked %llu bytes",
            fx->name, (unsigned long long)info.repacked_bytes);
     if (repack == 0) printf("%-12s (file layout, --no-repack)\n", fx->name);

@@ -90,7 +90,7 @@ static void pack_q6_K(const void *w, size_t wrow, int b0, int nb, void *vout) {
     }
 }
 
-static void act_q6_K(const float *x, int64_t n, void *va, size_t lda) {
+static void act_q8_K(const float *x, int64_t n, void *va, size_t lda) {
     const kq_traits *q8 = kq_get(KQ_Q8_K);
     kq_block_q8_K *a = va;
     for (int64_t b = 0; b < n / KQ_QK_K; b++) q8->from_f32_fast(x + b * KQ_QK_K, a + (size_t)b * lda, KQ_QK_K);
@@ -137,11 +137,77 @@ static void x8_q6_K_ref(int nb, const void *vw, const void *va, size_t lda, int 
         }
 }
 
+/* ---- Q4_K ---- */
+
+static void pack_q4_K(const void *w, size_t wrow, int b0, int nb, void *vout) {
+    kk_q4_Kx8 *out = vout;
+    for (int i = 0; i < 8; i++) {
+        const kq_block_q4_K *src = (const kq_block_q4_K *)((const uint8_t *)w + (size_t)i * wrow) + b0;
+        for (int b = 0; b < nb; b++) {
+            uint32_t sm[4];
+            uint8_t bytes[16]; /* scales 0..7, mins 0..7 */
+            kq_unpack_scales_k4(src[b].scales, sm);
+            memcpy(bytes, sm, 16);
+            out[b].d[i] = src[b].d;
+            out[b].dmin[i] = src[b].dmin;
+            for (int s = 0; s < 8; s++) {
+                out[b].sc[8 * s + i] = bytes[s];
+                out[b].mn[8 * s + i] = bytes[8 + s];
+            }
+            for (int k = 0; k < 32; k++) memcpy(out[b].qs + 32 * k + 4 * i, src[b].qs + 4 * k, 4);
+        }
+    }
+}
+
+/* The 4-bit quant of weight e of row i: qs byte 32g + l of the row holds
+ * weights 64g + l (low nibble) and 64g + 32 + l (high). */
+static inline int q4k_at(const kk_q4_Kx8 *w, int i, int e) {
+    const int g = e / 64, hi = e % 64 >= 32, l = e % 32;
+    const int byte = 32 * g + l;
+    const uint8_t q = w->qs[32 * (byte / 4) + 4 * i + byte % 4];
+    return hi ? q >> 4 : q & 0x0F;
+}
+
+static void row_q4_K(const void *g, int i, int nb, float *out) {
+    const kk_q4_Kx8 *w = g;
+    for (int b = 0; b < nb; b++) {
+        const float d = kq_f16_to_f32(w[b].d[i]), dmin = kq_f16_to_f32(w[b].dmin[i]);
+        for (int s = 0; s < 8; s++) {
+            const float dl = d * w[b].sc[8 * s + i], ml = dmin * w[b].mn[8 * s + i];
+            for (int e = 32 * s; e < 32 * s + 32; e++) out[KQ_QK_K * b + e] = dl * (float)q4k_at(&w[b], i, e) - ml;
+        }
+    }
+}
+
+/* Per block and (row, token): isum = sum_s sc_s * sum(q * y) and msum =
+ * sum_s mn_s * (the two 16-element sums of sub-block s), exact in int32;
+ * then acc += isum * (d * dy), acc -= msum * (dmin * dy), two fmas. */
+static void x8_q4_K_ref(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
+    const kk_q4_Kx8 *w = vw;
+    const kq_block_q8_K *a = va;
+    for (int b = 0; b < nb; b++)
+        for (int t = 0; t < n_tok; t++) {
+            const kq_block_q8_K *y = &a[(size_t)b * lda + (size_t)t];
+            for (int i = 0; i < 8; i++) {
+                int32_t is = 0, ms = 0;
+                for (int sb = 0; sb < 8; sb++) {
+                    int32_t p = 0;
+                    for (int e = 32 * sb; e < 32 * sb + 32; e++) p += q4k_at(&w[b], i, e) * y->qs[e];
+                    is += w[b].sc[8 * sb + i] * p;
+                    ms += w[b].mn[8 * sb + i] * (y->bsums[2 * sb] + y->bsums[2 * sb + 1]);
+                }
+                float r = fmaf((float)is, kq_f16_to_f32(w[b].d[i]) * y->d, acc[8 * t + i]);
+                acc[8 * t + i] = fmaf(-(float)ms, kq_f16_to_f32(w[b].dmin[i]) * y->d, r);
+            }
+        }
+}
+
 /* ---- tables ---- */
 
 static const kk_x8_traits k_x8[] = {
     {KQ_Q4_0, KQ_Q8_0, QK, sizeof(kk_q4_0x8), sizeof(kk_act8), pack_q4_0, act_q4_0, row_q4_0},
-    {KQ_Q6_K, KQ_Q8_K, KQ_QK_K, sizeof(kk_q6_Kx8), sizeof(kq_block_q8_K), pack_q6_K, act_q6_K, row_q6_K},
+    {KQ_Q4_K, KQ_Q8_K, KQ_QK_K, sizeof(kk_q4_Kx8), sizeof(kq_block_q8_K), pack_q4_K, act_q8_K, row_q4_K},
+    {KQ_Q6_K, KQ_Q8_K, KQ_QK_K, sizeof(kk_q6_Kx8), sizeof(kq_block_q8_K), pack_q6_K, act_q8_K, row_q6_K},
 };
 
 const kk_x8_traits *kk_x8_get(int t) {
@@ -151,7 +217,14 @@ const kk_x8_traits *kk_x8_get(int t) {
 }
 
 kk_x8_fn kk_x8_at(int t, int isa) {
-    if (isa == KQ_ISA_SCALAR) return t == KQ_Q4_0 ? x8_q4_0_ref : t == KQ_Q6_K ? x8_q6_K_ref : NULL;
+    if (isa == KQ_ISA_SCALAR) {
+        switch (t) {
+        case KQ_Q4_0: return x8_q4_0_ref;
+        case KQ_Q4_K: return x8_q4_K_ref;
+        case KQ_Q6_K: return x8_q6_K_ref;
+        default: return NULL;
+        }
+    }
     if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_x8_avx2(t);
     return NULL;
 }

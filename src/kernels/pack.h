@@ -1,6 +1,7 @@
 /*
- * pack — weights interleaved by 8 rows (Q4_0 as "q4_0x8", Q6_K as
- * "q6_Kx8"), and the int8 activation blocks their kernels read.
+ * pack — weights interleaved by 8 rows (Q4_0 as "q4_0x8", Q4_K as
+ * "q4_Kx8", Q6_K as "q6_Kx8"), and the int8 activation blocks their kernels
+ * read.
  *
  * A row-major Q4_0 matrix gives every row its own run of 18-byte blocks, so
  * a dot product reads one row at a time and reduces each block across
@@ -55,6 +56,17 @@ typedef struct kk_q6_Kx8 {
     uint8_t qh[512];
 } kk_q6_Kx8;
 
+/* Q4_K interleaved by 8 rows ("q4_Kx8"), one 256-weight super-block, with
+ * the 6-bit scales and mins unpacked to bytes (1184 bytes, 8 rows):
+ *     qs[32k + 4i + j] = qs[4k + j] of row i   (k < 32)
+ *     sc[8 * s + i], mn[8 * s + i] = scale and min of sub-block s of row i
+ * Activations are Q8_K blocks [block][token], as for q6_Kx8. */
+typedef struct kk_q4_Kx8 {
+    uint16_t d[8], dmin[8];
+    uint8_t sc[64], mn[64];
+    uint8_t qs[1024];
+} kk_q4_Kx8;
+
 /* Accumulates the products of one 8-row group with n_tok tokens:
  *     acc[8 t + i] += sum over blocks b < nb of  w[b] row i . a[b * lda + t]
  * Each block's int32 sum is scaled by fma(sum, d_w * d_a, acc), in this
@@ -64,7 +76,7 @@ typedef void (*kk_x8_fn)(int nb, const void *w, const void *a, size_t lda, int n
 /* What the matmul driver and the loader need to know of one interleaved
  * format. */
 typedef struct kk_x8_traits {
-    int type;         /* the plain weight type (KQ_Q4_0, KQ_Q6_K) */
+    int type;         /* the plain weight type (KQ_Q4_0, KQ_Q4_K, KQ_Q6_K) */
     int act_type;     /* its activation type (KQ_Q8_0 content / KQ_Q8_K) */
     int blk;          /* weights per block along a row */
     size_t pblock;    /* bytes of one packed block (8 rows) */

@@ -166,9 +166,116 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
+/* Q4_K x Q8_K.  Per super-block the 8 rows' nibbles are split once into
+ * 64 vectors (q[8s + kk]: weights 32s + 4kk .. + 3 of sub-block s) and the
+ * scales and mins widened to 16-bit pairs per row lane.  Per token and
+ * sub-block: 8 maddubs summed in 16 bits (at most 8 * 2 * 15 * 128), one
+ * madd with the scales into int32; the mins go through the activation's
+ * 16-element sums.  Two fmas per block, as in the scalar twin. */
+/* One token (decode): the nibbles go straight from the load into maddubs
+ * and the accumulator stays in a register; same arithmetic as below. */
+static void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a, size_t lda, float *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 sum = _mm256_loadu_ps(acc);
+    for (int b = 0; b < nb; b++) {
+        const kk_q4_Kx8 *wb = &w[b];
+        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
+        const kq_block_q8_K *y = a + (size_t)b * lda;
+        __m256i is = _mm256_setzero_si256(), ms = _mm256_setzero_si256();
+        for (int g = 0; g < 4; g++) {
+            const int8_t *y0 = y->qs + 64 * g, *y1 = y0 + 32;
+            __m256i l0 = _mm256_setzero_si256(), l1 = l0, h0 = l0, h1 = l0;
+            #pragma GCC unroll 8
+            for (int kk = 0; kk < 8; kk += 2) {
+                const __m256i p0 = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * (8 * g + kk)));
+                const __m256i p1 = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * (8 * g + kk + 1)));
+                l0 = _mm256_add_epi16(l0, _mm256_maddubs_epi16(_mm256_and_si256(p0, m4), bcast4(y0 + 4 * kk)));
+                l1 = _mm256_add_epi16(l1, _mm256_maddubs_epi16(_mm256_and_si256(p1, m4), bcast4(y0 + 4 * kk + 4)));
+                h0 = _mm256_add_epi16(h0, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p0, 4), m4),
+                                                               bcast4(y1 + 4 * kk)));
+                h1 = _mm256_add_epi16(h1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p1, 4), m4),
+                                                               bcast4(y1 + 4 * kk + 4)));
+            }
+            for (int hh = 0; hh < 2; hh++) {
+                const int sb = 2 * g + hh;
+                const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
+                const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 8 * sb)));
+                const __m256i p = hh ? _mm256_add_epi16(h0, h1) : _mm256_add_epi16(l0, l1);
+                is = _mm256_add_epi32(is, _mm256_madd_epi16(p, _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16))));
+                int32_t bs;
+                memcpy(&bs, y->bsums + 2 * sb, 4);
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_or_si256(mn, _mm256_slli_epi32(mn, 16)),
+                                                            _mm256_set1_epi32(bs)));
+            }
+        }
+        const __m256 yd = _mm256_set1_ps(y->d);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
+        sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, yd), sum);
+        sum = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, yd), sum);
+    }
+    _mm256_storeu_ps(acc, sum);
+}
+
+static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
+    const kk_q4_Kx8 *w = vw;
+    const kq_block_q8_K *a = va;
+    if (n_tok == 1) {
+        x8_q4_K_1(nb, w, a, lda, acc);
+        return;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i q[64], dsc[8], dmn[8];
+    for (int b = 0; b < nb; b++) {
+        const kk_q4_Kx8 *wb = &w[b];
+        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
+        for (int g = 0; g < 4; g++)
+            for (int kk = 0; kk < 8; kk++) {
+                const __m256i p = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * (8 * g + kk)));
+                q[16 * g + kk] = _mm256_and_si256(p, m4);
+                q[16 * g + 8 + kk] = _mm256_and_si256(_mm256_srli_epi16(p, 4), m4);
+            }
+        for (int sb = 0; sb < 8; sb++) {
+            const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
+            const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 8 * sb)));
+            dsc[sb] = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+            dmn[sb] = _mm256_or_si256(mn, _mm256_slli_epi32(mn, 16));
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
+        const kq_block_q8_K *ab = a + (size_t)b * lda;
+        for (int t = 0; t < n_tok; t++) {
+            const kq_block_q8_K *y = &ab[t];
+            __m256i is = _mm256_setzero_si256(), ms = _mm256_setzero_si256();
+            #pragma GCC unroll 8
+            for (int sb = 0; sb < 8; sb++) {
+                const int8_t *yb = y->qs + 32 * sb;
+                const __m256i *qq = q + 8 * sb;
+                __m256i s0 = _mm256_maddubs_epi16(qq[0], bcast4(yb));
+                __m256i s1 = _mm256_maddubs_epi16(qq[1], bcast4(yb + 4));
+                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(qq[2], bcast4(yb + 8)));
+                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(qq[3], bcast4(yb + 12)));
+                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(qq[4], bcast4(yb + 16)));
+                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(qq[5], bcast4(yb + 20)));
+                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(qq[6], bcast4(yb + 24)));
+                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(qq[7], bcast4(yb + 28)));
+                is = _mm256_add_epi32(is, _mm256_madd_epi16(_mm256_add_epi16(s0, s1), dsc[sb]));
+                int32_t bs;
+                memcpy(&bs, y->bsums + 2 * sb, 4);
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(dmn[sb], _mm256_set1_epi32(bs)));
+            }
+            const __m256 yd = _mm256_set1_ps(y->d);
+            float *o = acc + 8 * t;
+            const __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, yd), _mm256_loadu_ps(o));
+            _mm256_storeu_ps(o, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, yd), r));
+        }
+    }
+}
+
 kk_x8_fn kk_x8_avx2(int t) {
     switch (t) {
     case KQ_Q4_0: return x8_q4_0;
+    case KQ_Q4_K: return x8_q4_K;
     case KQ_Q6_K: return x8_q6_K;
     default: return NULL;
     }
