@@ -4,11 +4,13 @@
 
 #include "base/base.h"
 #include "kernels/pack.h"
+#include "thread/pool.h"
 #include "model/bert.h"
 #include "quant/quant.h"
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,39 +295,75 @@ static int model_vecs(kiln_model *m, const float ***out, int64_t *len, int cap) 
  * file, and where the page cache holds the file in large folios, touching
  * them every token would map the released matrix pages around them back
  * into the process. */
+typedef struct pack_job {
+    kk_mat **mats;      /* the matrices to pack, */
+    uint8_t **dst;      /* where each one's copy goes, */
+    byte_range *src;    /* and the mapped bytes it replaces */
+    int n;
+    atomic_int next;
+} pack_job;
+
+static void pack_task(void *ud, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    pack_job *j = ud;
+    for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
+        kk_mat *w = j->mats[i];
+        kk_x8_pack_matrix(w->type, w->data, w->ncols, w->nrows, j->dst[i]);
+        drop_range(j->src[i]); /* now, so the copy and the original do not add up */
+    }
+}
+
 static void repack(kiln_model *m) {
     enum { MAX_MATS = 8 * 1024 + 1 };
-    kk_mat *mats[MAX_MATS];
+    kk_mat *all[MAX_MATS];
     const float **vecs[MAX_MATS];
     int64_t vlen[MAX_MATS];
-
-    const int n = model_mats(m, mats, MAX_MATS);
+    const int n_all = model_mats(m, all, MAX_MATS);
     const int nv = model_vecs(m, vecs, vlen, MAX_MATS);
+    pack_job j = {.mats = malloc(sizeof(kk_mat *) * (size_t)n_all), .dst = malloc(sizeof(uint8_t *) * (size_t)n_all)};
+    byte_range *dropped = malloc(sizeof *dropped * (size_t)(n_all + nv));
     size_t total = 0;
-    for (int i = 0; i < n; i++)
-        if (can_pack(mats[i])) total += (kk_x8_matrix_size(mats[i]->type, mats[i]->ncols, mats[i]->nrows) + 63) & ~(size_t)63;
-    if (!total) return;
-    for (int i = 0; i < nv; i++) total += ((size_t)vlen[i] * sizeof(float) + 63) & ~(size_t)63;
-    byte_range *dropped = malloc(sizeof *dropped * (size_t)(n + nv));
-    void *mem = dropped ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
-    if (mem == MAP_FAILED) { /* the plain layout still works */
+    for (int i = 0; i < n_all && j.mats && j.dst && dropped; i++)
+        if (can_pack(all[i])) {
+            j.mats[j.n++] = all[i];
+            total += (kk_x8_matrix_size(all[i]->type, all[i]->ncols, all[i]->nrows) + 63) & ~(size_t)63;
+        }
+    void *mem = MAP_FAILED;
+    if (total) {
+        for (int i = 0; i < nv; i++) total += ((size_t)vlen[i] * sizeof(float) + 63) & ~(size_t)63;
+        mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
+    if (mem == MAP_FAILED) { /* nothing to pack, or the plain layout stays */
+        free(j.mats);
+        free(j.dst);
         free(dropped);
         return;
     }
-    int nd = 0;
+    madvise(mem, total, MADV_HUGEPAGE); /* fewer faults while filling it, fewer TLB misses after */
     uint8_t *p = mem;
-    for (int i = 0; i < n; i++) {
-        kk_mat *w = mats[i];
-        if (!can_pack(w)) continue;
-        kk_x8_pack_matrix(w->type, w->data, w->ncols, w->nrows, p);
-        dropped[nd].a = (uintptr_t)w->data;
+    for (int i = 0; i < j.n; i++) {
+        const kk_mat *w = j.mats[i];
+        j.dst[i] = p;
+        p += (kk_x8_matrix_size(w->type, w->ncols, w->nrows) + 63) & ~(size_t)63;
         /* only whole groups of 8 rows are copied: the last nrows % 8 stay
          * mapped (e.g. a vocabulary of 50257) */
-        dropped[nd].b = (uintptr_t)w->data + kq_row_size(w->type, w->ncols) * (size_t)(w->nrows & ~(int64_t)7);
-        drop_range(dropped[nd++]); /* now, so the copy and the original do not add up */
-        w->packed = p;
-        p += (kk_x8_matrix_size(w->type, w->ncols, w->nrows) + 63) & ~(size_t)63;
+        dropped[i].a = (uintptr_t)w->data;
+        dropped[i].b = (uintptr_t)w->data + kq_row_size(w->type, w->ncols) * (size_t)(w->nrows & ~(int64_t)7);
     }
+    j.src = dropped;
+    atomic_init(&j.next, 0);
+    /* the matrices are independent: pack them on every CPU */
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    kpool *pool = ncpu > 1 ? kpool_new(ncpu < 16 ? (int)ncpu : 16) : NULL;
+    if (pool) {
+        kpool_run(pool, pack_task, &j);
+        kpool_free(pool);
+    } else {
+        pack_task(&j, 0, 1);
+    }
+    for (int i = 0; i < j.n; i++) j.mats[i]->packed = j.dst[i];
+    int nd = j.n;
     for (int i = 0; i < nv; i++) {
         const size_t bytes = (size_t)vlen[i] * sizeof(float);
         memcpy(p, *vecs[i], bytes);
@@ -336,6 +374,8 @@ static void repack(kiln_model *m) {
     }
     drop_ranges(dropped, nd);
     free(dropped);
+    free(j.mats);
+    free(j.dst);
     if (m->tok_embd.data == m->output.data) m->tok_embd.packed = m->output.packed;
     m->packed_mem = mem;
     m->packed_bytes = total;
