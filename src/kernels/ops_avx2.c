@@ -41,7 +41,7 @@ static inline void store_h8(uint16_t *p, __m256 v) {
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 static inline uint16_t f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 
-static float dot_f16(const uint16_t *a, const float *b, int n) {
+static inline __attribute__((always_inline)) float dot_f16_in(const uint16_t *a, const float *b, int n) {
     const int np = n & ~31;
     double s = 0.0;
     if (np) {
@@ -60,6 +60,8 @@ static float dot_f16(const uint16_t *a, const float *b, int n) {
     for (int i = np; i < n; i++) s += (double)(h2f(a[i]) * b[i]);
     return (float)s;
 }
+
+static float dot_f16(const uint16_t *a, const float *b, int n) { return dot_f16_in(a, b, n); }
 
 static void scale_f16(uint16_t *y, float s, int n) {
     const __m256 vs = _mm256_set1_ps(s);
@@ -120,7 +122,7 @@ static void attn_f16(const kk_attn_f16 *a) {
     const size_t row_bytes = (size_t)hd * sizeof(uint16_t);
     for (int t = 0; t < n; t++) {
         if (t + PF_POS < n) prefetch_row(a->k + CELL(t + PF_POS) * a->stride, row_bytes);
-        sc[t] = dot_f16(a->k + CELL(t) * a->stride, qr, hd) * a->scale;
+        sc[t] = dot_f16_in(a->k + CELL(t) * a->stride, qr, hd) * a->scale;
     }
     float M = -INFINITY, S = 0.0f;
     for (int t = 0; t < n; t++) {
