@@ -55,7 +55,9 @@ static inline __attribute__((always_inline)) float dot_f16_in(const uint16_t *a,
         const __m256 x = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
         const __m128 h = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
         const __m128 t = _mm_hadd_ps(h, h);
-        s = (double)_mm_cvtss_f32(_mm_hadd_ps(t, t));
+        const float f = _mm_cvtss_f32(_mm_hadd_ps(t, t));
+        if (np == n) return f; /* the same value as the round trip through double */
+        s = (double)f;
     }
     for (int i = np; i < n; i++) s += (double)(h2f(a[i]) * b[i]);
     return (float)s;
