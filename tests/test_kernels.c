@@ -196,8 +196,9 @@ static void test_matmul(kpool *pool, int t) {
 
 /* attn_f16: every SIMD twin against the scalar loop, bit for bit, over a
  * paged cache (shuffled blocks of 16 cells) with head sizes that take each
- * path (64-wide chunks, 8-wide rest, scalar rest) and position counts
- * inside and across blocks. */
+ * path (64-wide chunks, 8-wide rest, scalar rest), one query head or two
+ * sharing the KV head (the paired path at head size 128), and position
+ * counts inside and across blocks. */
 static void test_attn(const kk_ops *s, const kk_ops *v) {
     enum { NBLK = 8, CELLS = NBLK * 16, HMAX = 136, STRIDE = 2 * HMAX };
     static uint16_t kc[CELLS * STRIDE], vc[CELLS * STRIDE];
@@ -206,19 +207,23 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
         vc[i] = kq_f32_to_f16(frand());
     }
     const int32_t blocks[NBLK] = {5, 2, 7, 0, 3, 6, 1, 4};
-    static float q[HMAX], o1[HMAX], o2[HMAX], scratch[2 * HMAX + 3 * CELLS];
+    static float q[2 * HMAX], o1[2 * HMAX], o2[2 * HMAX], scratch[2 * (2 * HMAX + 3 * CELLS)];
     const int hds[] = {8, 64, 72, 128, 131};
     const int counts[] = {1, 2, 15, 17, 77, CELLS};
+    for (int nq = 1; nq <= 2; nq++)
     for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
             const int hd = hds[h];
-            fill(q, hd, 3.0f);
-            kk_attn_f16 a = {q, hd, counts[c], blocks, 4, kc + HMAX, vc + 3, STRIDE, 1.0f / sqrtf((float)hd), o1, scratch};
+            fill(q, nq * hd, 3.0f);
+            kk_attn_f16 a = {.q = q, .nq = nq, .hd = hd, .n_pos = counts[c], .blocks = blocks, .block_shift = 4,
+                             .k = kc + HMAX, .v = vc + 3, .stride = STRIDE, .scale = 1.0f / sqrtf((float)hd),
+                             .out = o1, .scratch = scratch};
             s->attn_f16(&a);
             a.out = o2;
             v->attn_f16(&a);
-            CHECKF(memcmp(o1, o2, sizeof(float) * (size_t)hd) == 0, "attn_f16 hd %d, %d positions: twins differ", hd,
-                   counts[c]);
+            CHECKF(memcmp(o1, o2, sizeof(float) * (size_t)(nq * hd)) == 0,
+                   "attn_f16 %d heads, hd %d, %d positions: twins differ", nq, hd, counts[c]);
+            if (nq == 2) continue; /* the reference below checks one head */
             /* and the scalar loop is attention: a plain double softmax
              * agrees to F16 accuracy */
             double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;

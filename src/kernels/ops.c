@@ -167,7 +167,7 @@ void kk_round_f16_row(const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] = kq_f16_to_f32(kq_f32_to_f16(x[i]));
 }
 
-static void attn_f16_ref(const kk_attn_f16 *a) {
+static void attn_f16_one(const kk_attn_f16 *a) {
     const int hd = a->hd;
     float *qr = a->scratch;
     uint16_t *acc = (uint16_t *)(qr + hd);
@@ -192,6 +192,18 @@ static void attn_f16_ref(const kk_attn_f16 *a) {
     }
     const float inv = 1.0f / S;
     for (int d = 0; d < hd; d++) a->out[d] = kq_f16_to_f32(acc[d]) * inv;
+}
+
+/* The queries one after the other, each with its own scratch. */
+static void attn_f16_ref(const kk_attn_f16 *a) {
+    for (int j = 0; j < a->nq; j++) {
+        kk_attn_f16 one = *a;
+        one.nq = 1;
+        one.q = a->q + (size_t)j * (size_t)a->hd;
+        one.out = a->out + (size_t)j * (size_t)a->hd;
+        one.scratch = a->scratch + (size_t)j * (size_t)(2 * a->hd + 3 * a->n_pos);
+        attn_f16_one(&one);
+    }
 }
 
 static void rope_neox_ref(const float *cs, float *x, int n_heads, int head_dim, int n_rot) {

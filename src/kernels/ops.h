@@ -72,7 +72,8 @@ void kk_round_f16_row(const float *x, float *y, int n);
  * verbatim; SIMD twins may reorder the work but not the arithmetic, so
  * every twin gives the same bits. */
 typedef struct kk_attn_f16 {
-    const float *q;         /* [hd] F32 query */
+    const float *q;         /* [nq][hd] F32 queries (heads sharing this KV head) */
+    int nq;                 /* 1 or 2 */
     int hd;
     int n_pos;
     const int32_t *blocks;
@@ -80,8 +81,8 @@ typedef struct kk_attn_f16 {
     const uint16_t *k, *v;
     size_t stride;          /* elements from one cell's row to the next */
     float scale;
-    float *out;             /* [hd] */
-    float *scratch;         /* [2 * hd + 3 * n_pos] floats */
+    float *out;             /* [nq][hd] */
+    float *scratch;         /* [nq * (2 * hd + 3 * n_pos)] floats */
 } kk_attn_f16;
 
 typedef struct kk_ops {

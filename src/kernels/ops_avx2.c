@@ -112,20 +112,9 @@ static inline __m256 rnd16(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v,
  * time held in 8 registers across all positions, rounded to F16 after each
  * rescale and each update exactly as scale_f16 / mad_f16 store it.  Pass 1
  * and 3 stream K and V once each without the scalar steps in between. */
-static void attn_f16(const kk_attn_f16 *a) {
-    const int hd = a->hd, n = a->n_pos;
-    float *qr = a->scratch, *sc = qr + 2 * hd, *msv = sc + n, *vsv = msv + n;
-    const int32_t mask = (1 << a->block_shift) - 1;
-#define CELL(t) (((size_t)a->blocks[(t) >> a->block_shift] << a->block_shift) + (size_t)((t) & mask))
-    round_f16_row(a->q, qr, hd);
-    /* rows of successive positions are a cell apart (kilobytes), too far
-     * for the hardware prefetcher to follow from the start: fetch the row
-     * PF_POS positions ahead by hand */
-    const size_t row_bytes = (size_t)hd * sizeof(uint16_t);
-    for (int t = 0; t < n; t++) {
-        if (t + PF_POS < n) prefetch_row(a->k + CELL(t + PF_POS) * a->stride, row_bytes);
-        sc[t] = dot_f16_in(a->k + CELL(t) * a->stride, qr, hd) * a->scale;
-    }
+/* Pass 2: the online maximum's rescale factors ms and weights vs for
+ * every position; returns the softmax sum, in the scalar loop's order. */
+static float softmax_factors(const float *sc, float *msv, float *vsv, int n) {
     float M = -INFINITY, S = 0.0f;
     for (int t = 0; t < n; t++) {
         float ms = 1.0f, vs = 1.0f;
@@ -140,6 +129,24 @@ static void attn_f16(const kk_attn_f16 *a) {
         vsv[t] = vs;
         S = S * ms + vs;
     }
+    return S;
+}
+
+static void attn_one(const kk_attn_f16 *a) {
+    const int hd = a->hd, n = a->n_pos;
+    float *qr = a->scratch, *sc = qr + 2 * hd, *msv = sc + n, *vsv = msv + n;
+    const int32_t mask = (1 << a->block_shift) - 1;
+#define CELL(t) (((size_t)a->blocks[(t) >> a->block_shift] << a->block_shift) + (size_t)((t) & mask))
+    round_f16_row(a->q, qr, hd);
+    /* rows of successive positions are a cell apart (kilobytes), too far
+     * for the hardware prefetcher to follow from the start: fetch the row
+     * PF_POS positions ahead by hand */
+    const size_t row_bytes = (size_t)hd * sizeof(uint16_t);
+    for (int t = 0; t < n; t++) {
+        if (t + PF_POS < n) prefetch_row(a->k + CELL(t + PF_POS) * a->stride, row_bytes);
+        sc[t] = dot_f16_in(a->k + CELL(t) * a->stride, qr, hd) * a->scale;
+    }
+    const float S = softmax_factors(sc, msv, vsv, n);
     const __m256 inv = _mm256_set1_ps(1.0f / S);
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) {
@@ -179,6 +186,75 @@ static void attn_f16(const kk_attn_f16 *a) {
         a->out[d0] = acc * (1.0f / S);
     }
 #undef CELL
+}
+
+/* Two query heads of one KV head with head size 128: each K row is read
+ * for both scores while in L1, and pass 3 runs both accumulators (16
+ * registers of chains) over each V row, which hides the fma + rounding
+ * latency that bounds one head.  Per head the arithmetic is attn_one's. */
+static void attn_pair(const kk_attn_f16 *a) {
+    enum { HD = 128 };
+    const int n = a->n_pos;
+    const size_t per = 2 * HD + 3 * (size_t)n;
+    float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *ms0 = sc0 + n, *vs0 = ms0 + n;
+    float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *ms1 = sc1 + n, *vs1 = ms1 + n;
+    const int32_t mask = (1 << a->block_shift) - 1;
+#define CELL(t) (((size_t)a->blocks[(t) >> a->block_shift] << a->block_shift) + (size_t)((t) & mask))
+    round_f16_row(a->q, qr0, HD);
+    round_f16_row(a->q + HD, qr1, HD);
+    for (int t = 0; t < n; t++) {
+        if (t + PF_POS < n) prefetch_row(a->k + CELL(t + PF_POS) * a->stride, HD * sizeof(uint16_t));
+        const uint16_t *kr = a->k + CELL(t) * a->stride;
+        sc0[t] = dot_f16_in(kr, qr0, HD) * a->scale;
+        sc1[t] = dot_f16_in(kr, qr1, HD) * a->scale;
+    }
+    const __m256 inv0 = _mm256_set1_ps(1.0f / softmax_factors(sc0, ms0, vs0, n));
+    const __m256 inv1 = _mm256_set1_ps(1.0f / softmax_factors(sc1, ms1, vs1, n));
+    for (int d0 = 0; d0 < HD; d0 += 64) {
+        __m256 x0[8], x1[8];
+        #pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) x0[r] = x1[r] = _mm256_setzero_ps();
+        for (int t = 0; t < n; t++) {
+            const uint16_t *vr = a->v + CELL(t) * a->stride + d0;
+            if (t + PF_POS < n) prefetch_row(a->v + CELL(t + PF_POS) * a->stride + d0, 64 * sizeof(uint16_t));
+            if (ms0[t] != 1.0f) {
+                #pragma GCC unroll 8
+                for (int r = 0; r < 8; r++) x0[r] = rnd16(_mm256_mul_ps(x0[r], _mm256_set1_ps(ms0[t])));
+            }
+            if (ms1[t] != 1.0f) {
+                #pragma GCC unroll 8
+                for (int r = 0; r < 8; r++) x1[r] = rnd16(_mm256_mul_ps(x1[r], _mm256_set1_ps(ms1[t])));
+            }
+            const __m256 w0 = _mm256_set1_ps(vs0[t]), w1 = _mm256_set1_ps(vs1[t]);
+            #pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                const __m256 v = load_h8(vr + 8 * r);
+                x0[r] = rnd16(_mm256_fmadd_ps(v, w0, x0[r]));
+                x1[r] = rnd16(_mm256_fmadd_ps(v, w1, x1[r]));
+            }
+        }
+        #pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            _mm256_storeu_ps(a->out + d0 + 8 * r, _mm256_mul_ps(x0[r], inv0));
+            _mm256_storeu_ps(a->out + HD + d0 + 8 * r, _mm256_mul_ps(x1[r], inv1));
+        }
+    }
+#undef CELL
+}
+
+static void attn_f16(const kk_attn_f16 *a) {
+    if (a->nq == 2 && a->hd == 128) {
+        attn_pair(a);
+        return;
+    }
+    for (int j = 0; j < a->nq; j++) {
+        kk_attn_f16 one = *a;
+        one.nq = 1;
+        one.q = a->q + (size_t)j * (size_t)a->hd;
+        one.out = a->out + (size_t)j * (size_t)a->hd;
+        one.scratch = a->scratch + (size_t)j * (size_t)(2 * a->hd + 3 * a->n_pos);
+        attn_one(&one);
+    }
 }
 
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {

@@ -139,7 +139,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     if ((size_t)hp->n_ff > maxk) maxk = (size_t)hp->n_ff;
     c->logits_cap = p.n_batch;
     /* positions per sequence stay below n_ctx; one block of slack */
-    c->att_scratch_per_thread = (size_t)(2 * hp->hd_k) + 3 * ((size_t)n_ctx + KL_KV_BLOCK);
+    c->att_scratch_per_thread = 2 * ((size_t)(2 * hp->hd_k) + 3 * ((size_t)n_ctx + KL_KV_BLOCK)); /* 2 heads */
     ctx_buf bufs[] = {
         {(void **)&c->x, B * E * 4},        {(void **)&c->xn, B * E * 4},
         {(void **)&c->q, B * nq * 4},       {(void **)&c->k, B * nkv * 4},

@@ -39,22 +39,24 @@ static void attn_task(void *ud, int ith, int nth) {
     const kl_kv *kv = &c->kv;
     const int hd = hp->hd_k, group = hp->n_head / hp->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
-    /* per-thread scratch (api.c): [2 * hd + 3 * n_ctx] floats */
+    /* per-thread scratch (api.c): room for two heads of kk_attn_f16 */
     float *scratch = c->att_scratch + (size_t)ith * c->att_scratch_per_thread;
     const kk_ops *ops = j->ops;
-    const long n_items = (long)j->n_tok * hp->n_head;
+    const int pairs = (group + 1) / 2;
+    const long n_items = (long)j->n_tok * hp->n_head_kv * pairs;
     for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
-        /* items go KV head by KV head, then token, then the heads sharing
-         * it: consecutive items read the same K/V rows, which then come
-         * from this core's cache instead of memory */
-        const long per_kvh = (long)j->n_tok * group;
-        const int kvh = (int)(w / per_kvh), i = (int)(w % per_kvh / group), h = kvh * group + (int)(w % group);
+        /* items go KV head by KV head, then token, then pairs of the heads
+         * sharing it (one kernel call reads K and V once for both): items
+         * in a row read the same K/V rows, from this core's cache */
+        const long per_kvh = (long)j->n_tok * pairs;
+        const int kvh = (int)(w / per_kvh), i = (int)(w % per_kvh / pairs), h = kvh * group + 2 * (int)(w % pairs);
+        const int nq = h + 1 < (kvh + 1) * group ? 2 : 1;
         int s = c->b_seq[i], pos = c->b_pos[i];
         const float *q = c->q + ((size_t)i * hp->n_head + h) * hd;
         float *o = c->att + ((size_t)i * hp->n_head + h) * hd;
         if (kv->type != KILN_KV_F32) {
             const kk_attn_f16 a = {
-                .q = q, .hd = hd, .n_pos = pos + 1, .blocks = kv->seqs[s].blocks, .block_shift = KL_KV_BLOCK_SHIFT,
+                .q = q, .nq = nq, .hd = hd, .n_pos = pos + 1, .blocks = kv->seqs[s].blocks, .block_shift = KL_KV_BLOCK_SHIFT,
                 .k = (const uint16_t *)kl_kv_k(kv, j->layer, 0) + (size_t)kvh * hd,
                 .v = (const uint16_t *)kl_kv_v(kv, j->layer, 0) + (size_t)kvh * hd,
                 .stride = (size_t)kv->row_k, .scale = scale, .out = o, .scratch = scratch,
@@ -62,28 +64,32 @@ static void attn_task(void *ud, int ith, int nth) {
             ops->attn_f16(&a);
             continue;
         }
-        /* F32 cache: the same online softmax in F32 throughout */
-        float M = -INFINITY, S = 0.0f;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int t = 0; t <= pos; t++) {
-            int64_t cell = kl_kv_cell(kv, s, t);
-            const float *kr = (const float *)kl_kv_k(kv, j->layer, cell) + (size_t)kvh * hd;
-            const float *vr = (const float *)kl_kv_v(kv, j->layer, cell) + (size_t)kvh * hd;
-            float sc = kk_dot_f32(kr, q, hd) * scale;
-            float ms = 1.0f, vs = 1.0f;
-            if (sc > M) {
-                float old = M;
-                M = sc;
-                ms = expf(old - M);
-                kk_scale_axpy_f32(o, ms, 0.0f, o, hd);
-            } else {
-                vs = expf(sc - M);
+        /* F32 cache: the same online softmax in F32 throughout, head by head */
+        for (int hh = 0; hh < nq; hh++) {
+            const float *qh = q + (size_t)hh * hd;
+            float *oh = o + (size_t)hh * hd;
+            float M = -INFINITY, S = 0.0f;
+            memset(oh, 0, (size_t)hd * sizeof(float));
+            for (int t = 0; t <= pos; t++) {
+                int64_t cell = kl_kv_cell(kv, s, t);
+                const float *kr = (const float *)kl_kv_k(kv, j->layer, cell) + (size_t)kvh * hd;
+                const float *vr = (const float *)kl_kv_v(kv, j->layer, cell) + (size_t)kvh * hd;
+                float sc = kk_dot_f32(kr, qh, hd) * scale;
+                float ms = 1.0f, vs = 1.0f;
+                if (sc > M) {
+                    float old = M;
+                    M = sc;
+                    ms = expf(old - M);
+                    kk_scale_axpy_f32(oh, ms, 0.0f, oh, hd);
+                } else {
+                    vs = expf(sc - M);
+                }
+                kk_scale_axpy_f32(oh, 1.0f, vs, vr, hd);
+                S = S * ms + vs;
             }
-            kk_scale_axpy_f32(o, 1.0f, vs, vr, hd);
-            S = S * ms + vs;
+            float inv = 1.0f / S;
+            for (int d = 0; d < hd; d++) oh[d] *= inv;
         }
-        float inv = 1.0f / S;
-        for (int d = 0; d < hd; d++) o[d] *= inv;
     }
 }
 

@@ -159,7 +159,7 @@ struct kiln_context {
     float *logits;            /* [logits_cap][n_vocab] */
     int32_t logits_cap;
     float *out_rows;          /* [logits_cap][n_embd] normalized rows */
-    float *att_scratch;       /* per thread: [2 * hd + 3 * n_ctx] (kk_attn_f16 scratch) */
+    float *att_scratch;       /* per thread: 2 x [2 * hd + 3 * n_ctx] (kk_attn_f16, 2 heads) */
     size_t att_scratch_per_thread; /* floats */
     void *mm_scratch;
     char err[512];
