@@ -63,7 +63,7 @@ typedef struct kiln_model kiln_model;
 
 typedef struct kiln_model_params {
     int prefetch;       /* 1: advise the kernel to read the weights ahead */
-    int repack;         /* 1: copy Q4_0, Q4_K and Q6_K matrices into the 8-row
+    int repack;         /* 1: copy Q4_0, Q8_0, Q4_K and Q6_K matrices into the 8-row
                            interleaved layout at load (faster products; the
                            copies replace the mapped pages in memory, so RSS
                            stays about the same).  Default 1; the environment

@@ -405,6 +405,7 @@ int main(void) {
     test_tiles(KQ_F16);
     test_tiles(KQ_Q6_K);
     test_x8_kernels(KQ_Q4_0);
+    test_x8_kernels(KQ_Q8_0);
     test_x8_kernels(KQ_Q4_K);
     test_x8_kernels(KQ_Q6_K);
 
@@ -417,6 +418,7 @@ int main(void) {
         const int types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K, KQ_Q6_K, KQ_F16};
         for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) test_matmul(pool, types[i]);
         test_matmul_x8(pool, KQ_Q4_0);
+        test_matmul_x8(pool, KQ_Q8_0);
         test_matmul_x8(pool, KQ_Q4_K);
         test_matmul_x8(pool, KQ_Q6_K);
         kpool_free(pool);

@@ -44,8 +44,8 @@ static void usage(FILE *f) {
             "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
             "  --seed S        random seed (default fixed, so runs repeat)\n"
             "  --kv-f32        keep the KV cache in F32 instead of F16\n"
-            "  --no-repack     (any command) keep Q4_0/Q4_K/Q6_K weights in the file's layout instead of\n"
-            "                  copying them to the 8-row interleaved one at load (KILN_REPACK=0)\n"
+            "  --no-repack     (any command) keep Q4_0/Q8_0/Q4_K/Q6_K weights in the file's layout\n"
+            "                  instead of copying them to the 8-row interleaved one at load (KILN_REPACK=0)\n"
             "  -v              verbose log on stderr\n",
             KILN_VERSION);
 }

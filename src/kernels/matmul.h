@@ -13,7 +13,7 @@
  * tokens (and decode steps) row by row with the kq vec_dot: one weight
  * stream at a time, which the hardware prefetch serves best.
  *
- * Q4_0, Q4_K and Q6_K go through the 8-row interleaved kernels of pack.h: for
+ * Q4_0, Q8_0, Q4_K and Q6_K go through the 8-row interleaved kernels of pack.h: for
  * every batch when the weight was repacked at load, and for batches of
  * X8_MIN_TOK or more tokens otherwise (each 8-row group is then packed on
  * the fly into a small stack buffer, once per batch).
@@ -31,7 +31,7 @@ typedef struct kk_mat {
     int type;
     int64_t ncols;
     int64_t nrows;
-    /* Q4_0, Q4_K and Q6_K: the matrix's whole groups of 8 rows interleaved
+    /* Q4_0, Q8_0, Q4_K, Q6_K: the matrix's whole groups of 8 rows interleaved
      * (kernels/pack.h), made at load when repacking is on; NULL otherwise.
      * Rows past the last whole group stay in data only. */
     const void *packed;

@@ -75,6 +75,41 @@ static void x8_q4_0_ref(int nb, const void *vw, const void *va, size_t lda, int 
     }
 }
 
+/* ---- Q8_0 ---- */
+
+static void pack_q8_0(const void *w, size_t wrow, int b0, int nb, void *vout) {
+    kk_q8_0x8 *out = vout;
+    for (int i = 0; i < 8; i++) {
+        const kq_block_q8_0 *src = (const kq_block_q8_0 *)((const uint8_t *)w + (size_t)i * wrow) + b0;
+        for (int b = 0; b < nb; b++) {
+            out[b].d[i] = src[b].d;
+            for (int k = 0; k < 8; k++) memcpy(out[b].qs + 32 * k + 4 * i, src[b].qs + 4 * k, 4);
+        }
+    }
+}
+
+static void row_q8_0(const void *g, int i, int nb, float *out) {
+    const kk_q8_0x8 *w = g;
+    for (int b = 0; b < nb; b++) {
+        const float d = kq_f16_to_f32(w[b].d[i]);
+        for (int e = 0; e < QK; e++) out[QK * b + e] = d * (float)w[b].qs[32 * (e / 4) + 4 * i + e % 4];
+    }
+}
+
+static void x8_q8_0_ref(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
+    const kk_q8_0x8 *w = vw;
+    const kk_act8 *a = va;
+    for (int b = 0; b < nb; b++)
+        for (int t = 0; t < n_tok; t++) {
+            const kk_act8 *y = &a[(size_t)b * lda + (size_t)t];
+            for (int i = 0; i < 8; i++) {
+                int32_t s = 0;
+                for (int e = 0; e < QK; e++) s += w[b].qs[32 * (e / 4) + 4 * i + e % 4] * y->qs[e];
+                acc[8 * t + i] = fmaf((float)s, kq_f16_to_f32(w[b].d[i]) * y->d, acc[8 * t + i]);
+            }
+        }
+}
+
 /* ---- Q6_K ---- */
 
 static void pack_q6_K(const void *w, size_t wrow, int b0, int nb, void *vout) {
@@ -206,6 +241,7 @@ static void x8_q4_K_ref(int nb, const void *vw, const void *va, size_t lda, int 
 
 static const kk_x8_traits k_x8[] = {
     {KQ_Q4_0, KQ_Q8_0, QK, sizeof(kk_q4_0x8), sizeof(kk_act8), pack_q4_0, act_q4_0, row_q4_0},
+    {KQ_Q8_0, KQ_Q8_0, QK, sizeof(kk_q8_0x8), sizeof(kk_act8), pack_q8_0, act_q4_0, row_q8_0},
     {KQ_Q4_K, KQ_Q8_K, KQ_QK_K, sizeof(kk_q4_Kx8), sizeof(kq_block_q8_K), pack_q4_K, act_q8_K, row_q4_K},
     {KQ_Q6_K, KQ_Q8_K, KQ_QK_K, sizeof(kk_q6_Kx8), sizeof(kq_block_q8_K), pack_q6_K, act_q8_K, row_q6_K},
 };
@@ -220,6 +256,7 @@ kk_x8_fn kk_x8_at(int t, int isa) {
     if (isa == KQ_ISA_SCALAR) {
         switch (t) {
         case KQ_Q4_0: return x8_q4_0_ref;
+        case KQ_Q8_0: return x8_q8_0_ref;
         case KQ_Q4_K: return x8_q4_K_ref;
         case KQ_Q6_K: return x8_q6_K_ref;
         default: return NULL;

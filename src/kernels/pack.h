@@ -1,7 +1,7 @@
 /*
- * pack — weights interleaved by 8 rows (Q4_0 as "q4_0x8", Q4_K as
- * "q4_Kx8", Q6_K as "q6_Kx8"), and the int8 activation blocks their kernels
- * read.
+ * pack — weights interleaved by 8 rows (Q4_0 as "q4_0x8", Q8_0 as
+ * "q8_0x8", Q4_K as "q4_Kx8", Q6_K as "q6_Kx8"), and the int8 activation
+ * blocks their kernels read.
  *
  * A row-major Q4_0 matrix gives every row its own run of 18-byte blocks, so
  * a dot product reads one row at a time and reduces each block across
@@ -42,6 +42,15 @@ typedef struct kk_act8 {
     int32_t s8;       /* 8 * sum of qs */
 } kk_act8;
 
+/* Q8_0 interleaved by 8 rows ("q8_0x8"): qs[32k + 4i + j] = qs[4k + j] of
+ * row i (k < 8), the same 272 bytes as 8 blocks.  Its activations are
+ * kk_act8 (s8 unused).  The weights are signed, so maddubs takes |w| and
+ * the activation with w's sign, per token. */
+typedef struct kk_q8_0x8 {
+    uint16_t d[8];
+    int8_t qs[256];
+} kk_q8_0x8;
+
 /* Q6_K interleaved by 8 rows ("q6_Kx8"), one 256-weight super-block:
  *     ql[32k + 4i + j] = ql[4k + j] of row i   (k < 32)
  *     qh[32k + 4i + j] = qh[4k + j] of row i   (k < 16)
@@ -76,7 +85,7 @@ typedef void (*kk_x8_fn)(int nb, const void *w, const void *a, size_t lda, int n
 /* What the matmul driver and the loader need to know of one interleaved
  * format. */
 typedef struct kk_x8_traits {
-    int type;         /* the plain weight type (KQ_Q4_0, KQ_Q4_K, KQ_Q6_K) */
+    int type;         /* the plain weight type (KQ_Q4_0, KQ_Q8_0, KQ_Q4_K, KQ_Q6_K) */
     int act_type;     /* its activation type (KQ_Q8_0 content / KQ_Q8_K) */
     int blk;          /* weights per block along a row */
     size_t pblock;    /* bytes of one packed block (8 rows) */

@@ -166,6 +166,42 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
+/* Q8_0 x Q8_0.  |w| once per block; per token and 4-byte group: the
+ * activation broadcast takes w's sign (sign_epi8), maddubs, and madd to
+ * int32 at once (a pair of 127 * 127 products nearly fills 16 bits).  One
+ * fma per block, as in the scalar twin. */
+static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
+    const kk_q8_0x8 *w = vw;
+    const kk_act8 *a = va;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int b = 0; b < nb; b++) {
+        const kk_q8_0x8 *wb = &w[b];
+        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
+        __m256i q[8], aq[8];
+        #pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            q[k] = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * k));
+            aq[k] = _mm256_abs_epi8(q[k]);
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
+        const kk_act8 *ab = a + (size_t)b * lda;
+        for (int t = 0; t < n_tok; t++) {
+            const int8_t *y = ab[t].qs;
+            __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+            #pragma GCC unroll 8
+            for (int k = 0; k < 8; k += 2) {
+                s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(aq[k], _mm256_sign_epi8(bcast4(y + 4 * k), q[k])), ones));
+                s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(aq[k + 1], _mm256_sign_epi8(bcast4(y + 4 * k + 4), q[k + 1])), ones));
+            }
+            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(ab[t].d));
+            float *o = acc + 8 * t;
+            _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), d, _mm256_loadu_ps(o)));
+        }
+    }
+}
+
 /* Q4_K x Q8_K.  Per super-block the 8 rows' nibbles are split once into
  * 64 vectors (q[8s + kk]: weights 32s + 4kk .. + 3 of sub-block s) and the
  * scales and mins widened to 16-bit pairs per row lane.  Per token and
@@ -275,6 +311,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
 kk_x8_fn kk_x8_avx2(int t) {
     switch (t) {
     case KQ_Q4_0: return x8_q4_0;
+    case KQ_Q8_0: return x8_q8_0;
     case KQ_Q4_K: return x8_q4_K;
     case KQ_Q6_K: return x8_q6_K;
     default: return NULL;

@@ -10,7 +10,6 @@
 
 #include <math.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,22 +294,52 @@ static int model_vecs(kiln_model *m, const float ***out, int64_t *len, int cap) 
  * file, and where the page cache holds the file in large folios, touching
  * them every token would map the released matrix pages around them back
  * into the process. */
+/* One piece of packing: groups [g0, g1) of matrix m, whose source bytes
+ * start at src. */
+typedef struct pack_piece {
+    uintptr_t src;
+    int m;
+    int64_t g0, g1;
+} pack_piece;
+
 typedef struct pack_job {
     kk_mat **mats;      /* the matrices to pack, */
     uint8_t **dst;      /* where each one's copy goes, */
-    byte_range *src;    /* and the mapped bytes it replaces */
-    int n;
-    atomic_int next;
+    pack_piece *pieces; /* in pieces of about PACK_PIECE source bytes, by address */
+    int n, n_pieces;
 } pack_job;
 
+#define PACK_PIECE (2u << 20)
+#define FOLIO (2u << 20)
+
+static int piece_cmp(const void *x, const void *y) {
+    const pack_piece *a = x, *b = y;
+    return a->src < b->src ? -1 : a->src > b->src;
+}
+
+/* Each thread packs one run of pieces in address order and gives back the
+ * mapped source behind it as it goes, so a load's peak memory stays near
+ * one copy of the weights.  It keeps the last 2 MB: where the page cache
+ * holds the file in large folios, reading the next piece maps the whole
+ * folio around it again. */
 static void pack_task(void *ud, int ith, int nth) {
-    (void)ith;
-    (void)nth;
     pack_job *j = ud;
-    for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
-        kk_mat *w = j->mats[i];
-        kk_x8_pack_matrix(w->type, w->data, w->ncols, w->nrows, j->dst[i]);
-        drop_range(j->src[i]); /* now, so the copy and the original do not add up */
+    long lo, hi;
+    kpool_range(j->n_pieces, ith, nth, &lo, &hi);
+    uintptr_t done = lo < hi ? j->pieces[lo].src : 0;
+    for (long i = lo; i < hi; i++) {
+        const pack_piece *pc = &j->pieces[i];
+        const kk_mat *w = j->mats[pc->m];
+        const kk_x8_traits *xt = kk_x8_get(w->type);
+        const size_t gbytes = 8 * kq_row_size(w->type, w->ncols), nb = (size_t)(w->ncols / xt->blk);
+        kk_x8_pack_matrix(w->type, (const void *)pc->src, w->ncols, 8 * (pc->g1 - pc->g0),
+                          j->dst[pc->m] + (size_t)pc->g0 * nb * xt->pblock);
+        const uintptr_t end = pc->src + (size_t)(pc->g1 - pc->g0) * gbytes;
+        const uintptr_t upto = (i + 1 < hi ? j->pieces[i + 1].src : end) & ~(uintptr_t)(FOLIO - 1);
+        if (upto > done) {
+            drop_range((byte_range){done, upto});
+            done = upto;
+        }
     }
 }
 
@@ -351,18 +380,8 @@ static void repack(kiln_model *m) {
         dropped[i].a = (uintptr_t)w->data;
         dropped[i].b = (uintptr_t)w->data + kq_row_size(w->type, w->ncols) * (size_t)(w->nrows & ~(int64_t)7);
     }
-    j.src = dropped;
-    atomic_init(&j.next, 0);
-    /* the matrices are independent: pack them on every CPU */
-    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    kpool *pool = ncpu > 1 ? kpool_new(ncpu < 16 ? (int)ncpu : 16) : NULL;
-    if (pool) {
-        kpool_run(pool, pack_task, &j);
-        kpool_free(pool);
-    } else {
-        pack_task(&j, 0, 1);
-    }
-    for (int i = 0; i < j.n; i++) j.mats[i]->packed = j.dst[i];
+    /* the vectors first: reading them maps the large folios around them,
+     * which the packing below then releases as it passes */
     int nd = j.n;
     for (int i = 0; i < nv; i++) {
         const size_t bytes = (size_t)vlen[i] * sizeof(float);
@@ -372,6 +391,40 @@ static void repack(kiln_model *m) {
         *vecs[i] = (const float *)p;
         p += (bytes + 63) & ~(size_t)63;
     }
+    int cap = 0;
+    for (int i = 0; i < j.n; i++) {
+        const size_t gbytes = 8 * kq_row_size(j.mats[i]->type, j.mats[i]->ncols);
+        const int64_t per = gbytes >= PACK_PIECE ? 1 : (int64_t)(PACK_PIECE / gbytes);
+        cap += (int)((j.mats[i]->nrows / 8 + per - 1) / per);
+    }
+    j.pieces = malloc(sizeof *j.pieces * (size_t)(cap ? cap : 1));
+    if (!j.pieces) { /* the plain layout stays */
+        munmap(mem, total);
+        free(j.mats);
+        free(j.dst);
+        free(dropped);
+        return;
+    }
+    for (int i = 0; i < j.n; i++) {
+        const size_t gbytes = 8 * kq_row_size(j.mats[i]->type, j.mats[i]->ncols);
+        const int64_t ng = j.mats[i]->nrows / 8;
+        const int64_t per = gbytes >= PACK_PIECE ? 1 : (int64_t)(PACK_PIECE / gbytes);
+        for (int64_t g = 0; g < ng; g += per)
+            j.pieces[j.n_pieces++] = (pack_piece){(uintptr_t)j.mats[i]->data + (size_t)g * gbytes, i, g,
+                                                  g + per < ng ? g + per : ng};
+    }
+    qsort(j.pieces, (size_t)j.n_pieces, sizeof *j.pieces, piece_cmp);
+    /* the pieces are independent: pack them on every CPU */
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    kpool *pool = ncpu > 1 ? kpool_new(ncpu < 16 ? (int)ncpu : 16) : NULL;
+    if (pool) {
+        kpool_run(pool, pack_task, &j);
+        kpool_free(pool);
+    } else {
+        pack_task(&j, 0, 1);
+    }
+    for (int i = 0; i < j.n; i++) j.mats[i]->packed = j.dst[i];
+    free(j.pieces);
     drop_ranges(dropped, nd);
     free(dropped);
     free(j.mats);
