@@ -153,6 +153,30 @@ static void test_tiles(int t) {
     free(a);
 }
 
+/* Outputs of a two-matrix kk_matmul_multi (y0, y1: [tok][rows]) against
+ * reference dots of each row with the token quantized to the weights'
+ * activation type (xa: room for one such row).  Returns how many differ. */
+static int count_bad_outputs(const kk_mat *w0, const kk_mat *w1, const float *y0, const float *y1, const float *x,
+                             int nt, uint8_t *xa) {
+    const kq_traits *tr = kq_get(w0->type);
+    const int64_t ncols = w0->ncols;
+    const size_t wrow = kq_row_size(w0->type, ncols);
+    int bad = 0;
+    for (int tok = 0; tok < nt; tok++) {
+        kq_get(tr->vec_dot_type)->from_f32(x + tok * ncols, xa, ncols);
+        for (int o = 0; o < 2; o++) {
+            const kk_mat *w = o ? w1 : w0;
+            const float *y = o ? y1 : y0;
+            for (int64_t r = 0; r < w->nrows; r++) {
+                float ref;
+                tr->vec_dot_ref((int)ncols, &ref, (const uint8_t *)w->data + (size_t)r * wrow, xa);
+                bad += !(fabsf(ref - y[tok * w->nrows + r]) <= 1e-4f * (1.0f + fabsf(ref)));
+            }
+        }
+    }
+    return bad;
+}
+
 /* kk_matmul_multi on a pool against reference dots: two outputs of
  * different row counts (37 and 20: not multiples of the tiles) over a
  * batch of 7 tokens (one tile of 4, three single tokens) and of 1 token. */
@@ -169,20 +193,7 @@ static void test_matmul(kpool *pool, int t) {
     for (int nt = 1; nt <= n_tok; nt += n_tok - 1) {
         kk_mm_out outs[2] = {{&w0, y0, r0}, {&w1, y1, r1}};
         kk_matmul_multi(pool, outs, 2, x, nt, scratch);
-        int bad = 0;
-        for (int tok = 0; tok < nt; tok++) {
-            kq_get(tr->vec_dot_type)->from_f32(x + tok * ncols, xa, ncols);
-            for (int o = 0; o < 2; o++) {
-                const kk_mat *w = o ? &w1 : &w0;
-                const float *y = o ? y1 : y0;
-                for (int64_t r = 0; r < w->nrows; r++) {
-                    float ref;
-                    tr->vec_dot_ref((int)ncols, &ref, (const uint8_t *)w->data + (size_t)r * kq_row_size(t, ncols), xa);
-                    float got = y[tok * w->nrows + r];
-                    bad += !(fabsf(ref - got) <= 1e-4f * (1.0f + fabsf(ref)));
-                }
-            }
-        }
+        const int bad = count_bad_outputs(&w0, &w1, y0, y1, x, nt, xa);
         CHECKF(bad == 0, "%s matmul, %d tokens: %d outputs differ", tr->name, nt, bad);
     }
     free((void *)w0.data);
@@ -321,7 +332,6 @@ static void test_matmul_x8(kpool *pool, int t) {
     const int64_t ncols = (int64_t)xt->blk * (int64_t)(16384 / xt->pblock + 2), r0 = 43, r1 = 24;
     const int max_tok = 300;
     const kq_traits *tr = kq_get(t);
-    const size_t wrow = kq_row_size(t, ncols);
     kk_mat w0 = {make_weights(t, r0, ncols), t, ncols, r0, NULL};
     kk_mat w1 = {make_weights(t, r1, ncols), t, ncols, r1, NULL};
     void *p0 = malloc(kk_x8_matrix_size(t, ncols, r0)), *p1 = malloc(kk_x8_matrix_size(t, ncols, r1));
@@ -340,19 +350,7 @@ static void test_matmul_x8(kpool *pool, int t) {
             const int nt = counts[c];
             kk_mm_out outs[2] = {{&w0, y0, r0}, {&w1, y1, r1}};
             kk_matmul_multi(pool, outs, 2, x, nt, scratch);
-            int bad = 0;
-            for (int tok = 0; tok < nt; tok++) {
-                kq_get(tr->vec_dot_type)->from_f32(x + tok * ncols, xa, ncols);
-                for (int o = 0; o < 2; o++) {
-                    const kk_mat *w = o ? &w1 : &w0;
-                    const float *y = o ? y1 : y0;
-                    for (int64_t r = 0; r < w->nrows; r++) {
-                        float ref;
-                        tr->vec_dot_ref((int)ncols, &ref, (const uint8_t *)w->data + (size_t)r * wrow, xa);
-                        bad += !(fabsf(ref - y[tok * w->nrows + r]) <= 1e-4f * (1.0f + fabsf(ref)));
-                    }
-                }
-            }
+            const int bad = count_bad_outputs(&w0, &w1, y0, y1, x, nt, xa);
             CHECKF(bad == 0, "%s matmul (%s), %d tokens: %d outputs differ", tr->name, packed ? "repacked" : "plain",
                    nt, bad);
         }

@@ -197,11 +197,7 @@ static void attn_f16_one(const kk_attn_f16 *a) {
 /* The queries one after the other, each with its own scratch. */
 static void attn_f16_ref(const kk_attn_f16 *a) {
     for (int j = 0; j < a->nq; j++) {
-        kk_attn_f16 one = *a;
-        one.nq = 1;
-        one.q = a->q + (size_t)j * (size_t)a->hd;
-        one.out = a->out + (size_t)j * (size_t)a->hd;
-        one.scratch = a->scratch + (size_t)j * (size_t)(2 * a->hd + 3 * a->n_pos);
+        const kk_attn_f16 one = kk_attn_f16_head(a, j);
         attn_f16_one(&one);
     }
 }

@@ -85,6 +85,16 @@ typedef struct kk_attn_f16 {
     float *scratch;         /* [nq * (2 * hd + 3 * n_pos)] floats */
 } kk_attn_f16;
 
+/* Query j of a as a one-query call (its query, output and scratch). */
+static inline kk_attn_f16 kk_attn_f16_head(const kk_attn_f16 *a, int j) {
+    kk_attn_f16 one = *a;
+    one.nq = 1;
+    one.q = a->q + (size_t)j * (size_t)a->hd;
+    one.out = a->out + (size_t)j * (size_t)a->hd;
+    one.scratch = a->scratch + (size_t)j * (size_t)(2 * a->hd + 3 * a->n_pos);
+    return one;
+}
+
 typedef struct kk_ops {
     void (*attn_f16)(const kk_attn_f16 *a);
     float (*dot_f16)(const uint16_t *a, const float *b, int n);
