@@ -1,9 +1,9 @@
 /*
  * test_kernels — the SIMD twins in src/kernels against their scalar
  * references: the attention and element-wise ops (kk_ops_at), the 4 x 4
- * matmul tiles (kk_tile_at), and kk_matmul / kk_matmul_multi on a thread
+ * F16 matmul tile (kk_tile_at), and kk_matmul / kk_matmul_multi on a thread
  * pool (tiles plus leftover rows and tokens) against plain reference dots,
- * and the q4_0x8 interleaved kernels (kk_x8_q4_0_at) with their packing.
+ * and the 8-row interleaved kernels (kk_x8_at) with their packing.
  * F16 rounding steps (scale, mad, conversions) and RoPE must agree bit for
  * bit; sums may differ only by their order.
  */
@@ -397,11 +397,7 @@ int main(void) {
     }
     /* the scalar set against itself: the test harness agrees with itself */
     test_ops(s, s);
-    test_tiles(KQ_Q8_0);
-    test_tiles(KQ_Q4_0);
-    test_tiles(KQ_Q4_K);
     test_tiles(KQ_F16);
-    test_tiles(KQ_Q6_K);
     test_x8_kernels(KQ_Q4_0);
     test_x8_kernels(KQ_Q8_0);
     test_x8_kernels(KQ_Q4_K);

@@ -63,24 +63,11 @@ typedef struct mm_job {
                 dot(n, &y[t * ldy + r], (const uint8_t *)w + (size_t)r * wrow,                     \
                     (const uint8_t *)a + (size_t)t * arow);                                        \
     }
-TILE_REF_DEF(KQ_Q8_0)
-TILE_REF_DEF(KQ_Q4_0)
-TILE_REF_DEF(KQ_Q4_K)
 TILE_REF_DEF(KQ_F16)
-TILE_REF_DEF(KQ_Q6_K)
 #undef TILE_REF_DEF
 
 kk_tile_fn kk_tile_at(int t, int isa) {
-    if (isa == KQ_ISA_SCALAR) {
-        switch (t) {
-        case KQ_Q8_0: return tile_ref_KQ_Q8_0;
-        case KQ_Q4_0: return tile_ref_KQ_Q4_0;
-        case KQ_Q4_K: return tile_ref_KQ_Q4_K;
-        case KQ_F16: return tile_ref_KQ_F16;
-        case KQ_Q6_K: return tile_ref_KQ_Q6_K;
-        default: return NULL;
-        }
-    }
+    if (isa == KQ_ISA_SCALAR) return t == KQ_F16 ? tile_ref_KQ_F16 : NULL;
     if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_tile_avx2(t);
     return NULL;
 }

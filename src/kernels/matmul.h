@@ -1,22 +1,23 @@
 /*
- * matmul — products of a weight matrix (any kq type, straight from the
- * mapping) with a batch of F32 activation rows, split across a thread pool.
+ * matmul — products of a weight matrix (any kq type) with a batch of F32
+ * activation rows, split across a thread pool.
  *
  * A weight W has nrows rows (output features) of ncols elements (input
  * features); GGUF stores it with ne[0] = ncols, ne[1] = nrows.  For tokens
  * t < n_tok:   y[t * ldy + r] = sum_k W[r][k] * x[t * ncols + k].
- * The activations are first converted once to W's vec_dot_type (e.g. Q8_0
- * blocks) in a caller-provided scratch buffer (on the calling thread for
- * small batches), then the threads take chunks of 16-row tiles from a
- * shared counter.  Within a tile, batches go 4 tokens x 4 rows at a time
- * through a tile kernel where the type has one (kk_tile_fn), leftover
- * tokens (and decode steps) row by row with the kq vec_dot: one weight
- * stream at a time, which the hardware prefetch serves best.
+ * The activations are first converted once to the format the weight's
+ * kernel reads, in a caller-provided scratch buffer (on the calling thread
+ * for small batches), then the threads take chunks of 16-row tiles from a
+ * shared counter.
  *
- * Q4_0, Q8_0, Q4_K and Q6_K go through the 8-row interleaved kernels of pack.h: for
- * every batch when the weight was repacked at load, and for batches of
- * X8_MIN_TOK or more tokens otherwise (each 8-row group is then packed on
- * the fly into a small stack buffer, once per batch).
+ * Q4_0, Q8_0, Q4_K and Q6_K go through the 8-row interleaved kernels of
+ * pack.h: for every batch when the weight was repacked at load, and for
+ * batches of X8_MIN_TOK or more tokens otherwise (each 8-row group is then
+ * packed on the fly into a small stack buffer, once per batch).  Other
+ * types take F16's 4 x 4 tile kernel (kk_tile_fn) where they have one, and
+ * otherwise, like leftover tokens and rows, go row by row with the kq
+ * vec_dot: one weight stream at a time, which the hardware prefetch serves
+ * best.
  */
 #ifndef KILN_MATMUL_H
 #define KILN_MATMUL_H
@@ -62,8 +63,8 @@ void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y
  * use tiles so a weight block is unpacked once for 4 tokens. */
 typedef void (*kk_tile_fn)(int n, const void *w, size_t wrow, const void *a, size_t arow, float *y, int64_t ldy);
 /* The tile kernel of weight type t at exactly level isa (a KQ_ISA_* value),
- * NULL if there is none.  The scalar level has one for every type with a
- * dot (16 calls of the reference vec_dot): the twin the tests compare with. */
+ * NULL if there is none.  Only F16 has one; its scalar level (16 calls of
+ * the reference vec_dot) is the twin the tests compare with. */
 kk_tile_fn kk_tile_at(int t, int isa);
 /* AVX2 tiles (matmul_avx2.c); NULL for types without one. */
 kk_tile_fn kk_tile_avx2(int t);
