@@ -201,6 +201,20 @@ static int name_ok(const char *n) {
     return 1;
 }
 
+json_t *ks_store_models(ks_srv *s) {
+    char *list = NULL;
+    json_t *arr = NULL;
+    if (s->store && kiln_store_list(s->store, &list) == KILN_OK) {
+        arr = json_loads(list, 0, NULL);
+        kiln_store_free_string(list);
+    }
+    if (!json_is_array(arr)) {
+        json_decref(arr);
+        arr = json_array();
+    }
+    return arr;
+}
+
 static int same_name(const char *have, const char *want) {
     if (!strcmp(have, want)) return 1;
     size_t hl = strlen(have);

@@ -70,24 +70,20 @@ static int tags(ks_srv *s, struct MHD_Connection *c) {
         pthread_mutex_unlock(&r->mu);
     }
     pthread_mutex_unlock(&s->mu);
-    char *list = NULL;
-    if (s->store && kiln_store_list(s->store, &list) == KILN_OK) {
-        json_t *arr = json_loads(list, 0, NULL);
-        size_t i;
-        json_t *e;
-        json_array_foreach(arr, i, e) {
-            const char *name = json_string_value(json_object_get(e, "name"));
-            if (!name) continue;
-            json_t *det = json_object();
-            json_object_set_new(det, "format", json_string("gguf"));
-            json_object_set(det, "family", json_object_get(e, "arch"));
-            json_object_set(det, "quantization_level", json_object_get(e, "quantization"));
-            json_array_append_new(models, tag_entry(name, (uint64_t)json_integer_value(json_object_get(e, "size")),
-                                                    json_string_value(json_object_get(e, "id")), det));
-        }
-        json_decref(arr);
-        kiln_store_free_string(list);
+    json_t *arr = ks_store_models(s);
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e) {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        if (!name) continue;
+        json_t *det = json_object();
+        json_object_set_new(det, "format", json_string("gguf"));
+        json_object_set(det, "family", json_object_get(e, "arch"));
+        json_object_set(det, "quantization_level", json_object_get(e, "quantization"));
+        json_array_append_new(models, tag_entry(name, (uint64_t)json_integer_value(json_object_get(e, "size")),
+                                                json_string_value(json_object_get(e, "id")), det));
     }
+    json_decref(arr);
     json_t *j = json_object();
     json_object_set_new(j, "models", models);
     return ks_send_json(c, 200, j);

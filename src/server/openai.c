@@ -605,41 +605,34 @@ int ks_run(ks_srv *s, ks_runner *r, struct MHD_Connection *c, ks_req *q, const k
 
 /* ---- endpoints ---- */
 
+/* One entry of GET /v1/models. */
+static json_t *model_entry(const char *id) {
+    json_t *m = json_object();
+    json_object_set_new(m, "id", json_string(id));
+    json_object_set_new(m, "object", json_string("model"));
+    json_object_set_new(m, "created", json_integer(0));
+    json_object_set_new(m, "owned_by", json_string("kiln"));
+    return m;
+}
+
 int ks_oai_models(ks_srv *s, struct MHD_Connection *c) {
     json_t *data = json_array();
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_runners; i++) {
-        json_t *m = json_object();
-        json_object_set_new(m, "id", json_string(s->runners[i]->name));
-        json_object_set_new(m, "object", json_string("model"));
-        json_object_set_new(m, "created", json_integer(0));
-        json_object_set_new(m, "owned_by", json_string("kiln"));
-        json_array_append_new(data, m);
-    }
+    for (int i = 0; i < s->n_runners; i++) json_array_append_new(data, model_entry(s->runners[i]->name));
     pthread_mutex_unlock(&s->mu);
-    char *list = NULL;
-    if (s->store && kiln_store_list(s->store, &list) == KILN_OK) {
-        json_t *arr = json_loads(list, 0, NULL);
-        size_t i;
-        json_t *e;
-        json_array_foreach(arr, i, e) {
-            const char *name = json_string_value(json_object_get(e, "name"));
-            if (!name) continue;
-            int dup = 0;
-            size_t k;
-            json_t *have;
-            json_array_foreach(data, k, have) dup |= !strcmp(json_string_value(json_object_get(have, "id")), name);
-            if (dup) continue;
-            json_t *m = json_object();
-            json_object_set_new(m, "id", json_string(name));
-            json_object_set_new(m, "object", json_string("model"));
-            json_object_set_new(m, "created", json_integer(0));
-            json_object_set_new(m, "owned_by", json_string("kiln"));
-            json_array_append_new(data, m);
-        }
-        json_decref(arr);
-        kiln_store_free_string(list);
+    json_t *arr = ks_store_models(s);
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e) {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        if (!name) continue;
+        int dup = 0;
+        size_t k;
+        json_t *have;
+        json_array_foreach(data, k, have) dup |= !strcmp(json_string_value(json_object_get(have, "id")), name);
+        if (!dup) json_array_append_new(data, model_entry(name));
     }
+    json_decref(arr);
     json_t *j = json_object();
     json_object_set_new(j, "object", json_string("list"));
     json_object_set_new(j, "data", data);

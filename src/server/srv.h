@@ -129,6 +129,9 @@ ks_req *ks_req_new(void);
 void ks_req_put(ks_runner *r, ks_req *q); /* drops a reference */
 /* Finds or creates the runner for a model name; NULL with status/msg. */
 ks_runner *ks_find_model(ks_srv *s, const char *name, int *http_status, char *msg, size_t cap);
+/* The store's installed models as kiln_store_list's JSON array (an empty
+ * array without a store or on failure); the caller decrefs it. */
+json_t *ks_store_models(ks_srv *s);
 
 /* metrics.c */
 void ks_metrics_request(int status);
