@@ -22,6 +22,11 @@
 #define X8_PACK_BYTES 16384
 #define MAX_X8 2
 
+int kk_mat_interleavable(const kk_mat *w) {
+    const kk_x8_traits *xt = kk_x8_get(w->type);
+    return xt && w->nrows >= 8 && w->ncols % xt->blk == 0;
+}
+
 size_t kk_matmul_scratch_size(int64_t ncols, int n_tok) {
     /* the widest activation format is F32 (4 bytes/element); Q8 formats
      * are smaller.  Room for two formats covers a job mixing types. */
@@ -207,8 +212,7 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
         /* x8 needs 8-row groups that start at multiples of 8 in the
          * concatenated rows, which the 16-row tiles then keep whole */
         const kk_x8_traits *xt = kk_x8_get(w->type);
-        if (xt && w->nrows >= 8 && j.total_rows % 8 == 0 && w->ncols % xt->blk == 0 &&
-            (w->packed || n_tok >= X8_MIN_TOK)) {
+        if (kk_mat_interleavable(w) && j.total_rows % 8 == 0 && (w->packed || n_tok >= X8_MIN_TOK)) {
             int f = 0;
             while (f < j.n_x8 && j.x8t[f] != xt) f++;
             if (f == j.n_x8) {

@@ -45,6 +45,11 @@ typedef struct kk_mm_out {
     int64_t ldy;
 } kk_mm_out;
 
+/* 1 when w's type has an interleaved form (pack.h) and w has at least one
+ * whole group of 8 rows of whole blocks: what repacking and the
+ * interleaved kernels both need. */
+int kk_mat_interleavable(const kk_mat *w);
+
 /* Scratch bytes a product with n_tok rows of ncols needs, for weights of any
  * type (the largest activation format). */
 size_t kk_matmul_scratch_size(int64_t ncols, int n_tok);

@@ -235,10 +235,7 @@ static int model_mats(kiln_model *m, kk_mat **out, int cap) {
     return n;
 }
 
-static int can_pack(const kk_mat *w) {
-    const kk_x8_traits *xt = kk_x8_get(w->type);
-    return w->data && !w->packed && xt && w->nrows >= 8 && w->ncols % xt->blk == 0;
-}
+static int can_pack(const kk_mat *w) { return w->data && !w->packed && kk_mat_interleavable(w); }
 
 typedef struct byte_range { uintptr_t a, b; } byte_range;
 
