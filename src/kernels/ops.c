@@ -173,11 +173,10 @@ static void attn_f16_one(const kk_attn_f16 *a) {
     uint16_t *acc = (uint16_t *)(qr + hd);
     kk_round_f16_row(a->q, qr, hd);
     memset(acc, 0, (size_t)hd * sizeof *acc);
-    const int32_t mask = (1 << a->block_shift) - 1;
     float M = -INFINITY, S = 0.0f;
     for (int t = 0; t < a->n_pos; t++) {
-        const size_t cell = ((size_t)a->blocks[t >> a->block_shift] << a->block_shift) + (size_t)(t & mask);
-        const float sc = kk_dot_f16(a->k + cell * a->stride, qr, hd) * a->scale;
+        const size_t row = kk_attn_row(a, t);
+        const float sc = kk_dot_f16(a->k + row, qr, hd) * a->scale;
         float ms = 1.0f, vs = 1.0f;
         if (sc > M) {
             const float old = M;
@@ -187,7 +186,7 @@ static void attn_f16_one(const kk_attn_f16 *a) {
         } else {
             vs = expf(sc - M);
         }
-        kk_mad_f16(acc, a->v + cell * a->stride, vs, hd);
+        kk_mad_f16(acc, a->v + row, vs, hd);
         S = S * ms + vs;
     }
     const float inv = 1.0f / S;

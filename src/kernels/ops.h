@@ -85,6 +85,13 @@ typedef struct kk_attn_f16 {
     float *scratch;         /* [nq * (2 * hd + 3 * n_pos)] floats */
 } kk_attn_f16;
 
+/* Offset (in elements from a->k or a->v) of position t's row. */
+static inline size_t kk_attn_row(const kk_attn_f16 *a, int t) {
+    const size_t cell = ((size_t)a->blocks[t >> a->block_shift] << a->block_shift) +
+                        (size_t)(t & ((1 << a->block_shift) - 1));
+    return cell * a->stride;
+}
+
 /* Query j of a as a one-query call (its query, output and scratch). */
 static inline kk_attn_f16 kk_attn_f16_head(const kk_attn_f16 *a, int j) {
     kk_attn_f16 one = *a;

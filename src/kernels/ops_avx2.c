@@ -135,16 +135,14 @@ static float softmax_factors(const float *sc, float *msv, float *vsv, int n) {
 static void attn_one(const kk_attn_f16 *a) {
     const int hd = a->hd, n = a->n_pos;
     float *qr = a->scratch, *sc = qr + 2 * hd, *msv = sc + n, *vsv = msv + n;
-    const int32_t mask = (1 << a->block_shift) - 1;
-#define CELL(t) (((size_t)a->blocks[(t) >> a->block_shift] << a->block_shift) + (size_t)((t) & mask))
     round_f16_row(a->q, qr, hd);
     /* rows of successive positions are a cell apart (kilobytes), too far
      * for the hardware prefetcher to follow from the start: fetch the row
      * PF_POS positions ahead by hand */
     const size_t row_bytes = (size_t)hd * sizeof(uint16_t);
     for (int t = 0; t < n; t++) {
-        if (t + PF_POS < n) prefetch_row(a->k + CELL(t + PF_POS) * a->stride, row_bytes);
-        sc[t] = dot_f16_in(a->k + CELL(t) * a->stride, qr, hd) * a->scale;
+        if (t + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + PF_POS), row_bytes);
+        sc[t] = dot_f16_in(a->k + kk_attn_row(a, t), qr, hd) * a->scale;
     }
     const float S = softmax_factors(sc, msv, vsv, n);
     const __m256 inv = _mm256_set1_ps(1.0f / S);
@@ -154,8 +152,8 @@ static void attn_one(const kk_attn_f16 *a) {
         #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
-            const uint16_t *vr = a->v + CELL(t) * a->stride + d0;
-            if (t + PF_POS < n) prefetch_row(a->v + CELL(t + PF_POS) * a->stride + d0, 64 * sizeof(uint16_t));
+            const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
+            if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
             if (msv[t] != 1.0f) {
                 const __m256 m = _mm256_set1_ps(msv[t]);
                 #pragma GCC unroll 8
@@ -171,7 +169,7 @@ static void attn_one(const kk_attn_f16 *a) {
     for (; d0 + 8 <= hd; d0 += 8) {
         __m256 acc = _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
-            const uint16_t *vr = a->v + CELL(t) * a->stride + d0;
+            const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
             if (msv[t] != 1.0f) acc = rnd16(_mm256_mul_ps(acc, _mm256_set1_ps(msv[t])));
             acc = rnd16(_mm256_fmadd_ps(load_h8(vr), _mm256_set1_ps(vsv[t]), acc));
         }
@@ -181,11 +179,10 @@ static void attn_one(const kk_attn_f16 *a) {
         float acc = 0.0f;
         for (int t = 0; t < n; t++) {
             if (msv[t] != 1.0f) acc = h2f(f2h(acc * msv[t]));
-            acc = h2f(f2h(fmaf(h2f(a->v[CELL(t) * a->stride + (size_t)d0]), vsv[t], acc)));
+            acc = h2f(f2h(fmaf(h2f(a->v[kk_attn_row(a, t) + (size_t)d0]), vsv[t], acc)));
         }
         a->out[d0] = acc * (1.0f / S);
     }
-#undef CELL
 }
 
 /* Two query heads of one KV head with head size 128: each K row is read
@@ -198,13 +195,11 @@ static void attn_pair(const kk_attn_f16 *a) {
     const size_t per = 2 * HD + 3 * (size_t)n;
     float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *ms0 = sc0 + n, *vs0 = ms0 + n;
     float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *ms1 = sc1 + n, *vs1 = ms1 + n;
-    const int32_t mask = (1 << a->block_shift) - 1;
-#define CELL(t) (((size_t)a->blocks[(t) >> a->block_shift] << a->block_shift) + (size_t)((t) & mask))
     round_f16_row(a->q, qr0, HD);
     round_f16_row(a->q + HD, qr1, HD);
     for (int t = 0; t < n; t++) {
-        if (t + PF_POS < n) prefetch_row(a->k + CELL(t + PF_POS) * a->stride, HD * sizeof(uint16_t));
-        const uint16_t *kr = a->k + CELL(t) * a->stride;
+        if (t + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+        const uint16_t *kr = a->k + kk_attn_row(a, t);
         sc0[t] = dot_f16_in(kr, qr0, HD) * a->scale;
         sc1[t] = dot_f16_in(kr, qr1, HD) * a->scale;
     }
@@ -215,8 +210,8 @@ static void attn_pair(const kk_attn_f16 *a) {
         #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) x0[r] = x1[r] = _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
-            const uint16_t *vr = a->v + CELL(t) * a->stride + d0;
-            if (t + PF_POS < n) prefetch_row(a->v + CELL(t + PF_POS) * a->stride + d0, 64 * sizeof(uint16_t));
+            const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
+            if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
             if (ms0[t] != 1.0f) {
                 #pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) x0[r] = rnd16(_mm256_mul_ps(x0[r], _mm256_set1_ps(ms0[t])));
@@ -239,7 +234,6 @@ static void attn_pair(const kk_attn_f16 *a) {
             _mm256_storeu_ps(a->out + HD + d0 + 8 * r, _mm256_mul_ps(x1[r], inv1));
         }
     }
-#undef CELL
 }
 
 static void attn_f16(const kk_attn_f16 *a) {
