@@ -211,9 +211,6 @@ static void rope_neox_ref(const float *cs, float *x, int n_heads, int head_dim, 
 
 static const kk_ops scalar_ops = {
     .attn_f16 = attn_f16_ref,
-    .dot_f16 = kk_dot_f16,
-    .scale_f16 = kk_scale_f16,
-    .mad_f16 = kk_mad_f16,
     .f32_to_f16_row = kk_f32_to_f16_row,
     .round_f16_row = kk_round_f16_row,
     .rmsnorm = kk_rmsnorm,

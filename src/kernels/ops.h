@@ -56,19 +56,15 @@ void kk_mad_f16(uint16_t *y, const uint16_t *x, float w, int n);
 /* y = x rounded to F16 and back (the query of F16 attention). */
 void kk_round_f16_row(const float *x, float *y, int n);
 
-/* The kernels above that have SIMD twins, as one set per ISA level.  The
- * scalar set (the functions above) is the reference; the forward pass takes
- * kk_ops_best() once per call.  rope_neox is kk_rope_apply for neox pairs
- * with the table of n_rot rotated dimensions. */
 /* One query head against an F16 KV cache: softmax(q . k_t * scale) over
  * positions t < n_pos, times v_t.  Cache rows are paged: position t is in
  * cell (blocks[t >> block_shift] << block_shift) + (t & (block - 1)), and
  * the head's row of cell c starts at k + c * stride (v alike).
  *
  * The arithmetic is the F16 flash-attention scheme (see model/forward.c):
- * the query rounded to F16, scores by dot_f16, an online maximum, and an
- * F16 accumulator rounded after every rescale (scale_f16) and every value
- * update (mad_f16); out = accumulator / sum.  The scalar twin is that loop
+ * the query rounded to F16, scores by kk_dot_f16, an online maximum, and an
+ * F16 accumulator rounded after every rescale (kk_scale_f16) and every value
+ * update (kk_mad_f16); out = accumulator / sum.  The scalar twin is that loop
  * verbatim; SIMD twins may reorder the work but not the arithmetic, so
  * every twin gives the same bits. */
 typedef struct kk_attn_f16 {
@@ -102,11 +98,12 @@ static inline kk_attn_f16 kk_attn_f16_head(const kk_attn_f16 *a, int j) {
     return one;
 }
 
+/* The kernels with SIMD twins, as one set per ISA level.  The
+ * scalar set (the functions above) is the reference; the forward pass takes
+ * kk_ops_best() once per call.  rope_neox is kk_rope_apply for neox pairs
+ * with the table of n_rot rotated dimensions. */
 typedef struct kk_ops {
     void (*attn_f16)(const kk_attn_f16 *a);
-    float (*dot_f16)(const uint16_t *a, const float *b, int n);
-    void (*scale_f16)(uint16_t *y, float s, int n);
-    void (*mad_f16)(uint16_t *y, const uint16_t *x, float w, int n);
     void (*f32_to_f16_row)(const float *x, uint16_t *y, int n);
     void (*round_f16_row)(const float *x, float *y, int n);
     void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);

@@ -5,12 +5,13 @@
  * kk_ops_at() hands out one set or the other and test_kernels compares them.
  *
  * Numerics kept from the scalar kernels:
- *   dot_f16   4 x 8 float lanes with fma over whole 32-element steps, folded
- *             in a fixed order, the rest in double (the order ggml's AVX2
- *             F16 dot uses, so a head size under 32 is summed in double);
- *             the scalar twin follows the same order: bit for bit
- *   scale_f16, mad_f16   one float multiply / one fused multiply-add per
- *             element, rounded to F16 (nearest-even) after every update
+ *   attn_f16  scores by the F16 dot: 4 x 8 float lanes with fma over whole
+ *             32-element steps, folded in a fixed order, the rest in double
+ *             (the order ggml's AVX2 F16 dot uses, so a head size under 32
+ *             is summed in double); accumulator rescales and updates are one
+ *             float multiply / one fused multiply-add per element, rounded to
+ *             F16 (nearest-even) after each, as kk_scale_f16 / kk_mad_f16 do:
+ *             bit for bit
  *   rmsnorm   sum of squares in double, then (x * scale) * w in float
  *   swiglu    g / (1 + e^-g) * u with a polynomial e^x (about 1 ulp)
  */
@@ -63,28 +64,6 @@ static inline __attribute__((always_inline)) float dot_f16_in(const uint16_t *a,
     return (float)s;
 }
 
-static float dot_f16(const uint16_t *a, const float *b, int n) { return dot_f16_in(a, b, n); }
-
-static void scale_f16(uint16_t *y, float s, int n) {
-    const __m256 vs = _mm256_set1_ps(s);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) store_h8(y + i, _mm256_mul_ps(load_h8(y + i), vs));
-    for (; i < n; i++) y[i] = f2h(h2f(y[i]) * s);
-}
-
-static void mad_f16(uint16_t *y, const uint16_t *x, float w, int n) {
-    const __m256 vw = _mm256_set1_ps(w);
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 a = _mm256_fmadd_ps(load_h8(x + i), vw, load_h8(y + i));
-        const __m256 b = _mm256_fmadd_ps(load_h8(x + i + 8), vw, load_h8(y + i + 8));
-        store_h8(y + i, a);
-        store_h8(y + i + 8, b);
-    }
-    for (; i + 8 <= n; i += 8) store_h8(y + i, _mm256_fmadd_ps(load_h8(x + i), vw, load_h8(y + i)));
-    for (; i < n; i++) y[i] = f2h(fmaf(h2f(x[i]), w, h2f(y[i])));
-}
-
 static void f32_to_f16_row(const float *x, uint16_t *y, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8) store_h8(y + i, _mm256_loadu_ps(x + i));
@@ -110,7 +89,7 @@ static inline __m256 rnd16(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v,
  * arithmetic: (1) every score, (2) the online maximum's sequence of
  * rescale factors ms and weights vs, (3) the accumulator, 64 elements at a
  * time held in 8 registers across all positions, rounded to F16 after each
- * rescale and each update exactly as scale_f16 / mad_f16 store it.  Pass 1
+ * rescale and each update exactly as kk_scale_f16 / kk_mad_f16 store it.  Pass 1
  * and 3 stream K and V once each without the scalar steps in between. */
 /* Pass 2: the online maximum's rescale factors ms and weights vs for
  * every position; returns the softmax sum, in the scalar loop's order. */
@@ -341,9 +320,6 @@ static void rope_neox(const float *cs, float *x, int n_heads, int head_dim, int 
 const kk_ops *kk_ops_avx2(void) {
     static const kk_ops ops = {
         .attn_f16 = attn_f16,
-        .dot_f16 = dot_f16,
-        .scale_f16 = scale_f16,
-        .mad_f16 = mad_f16,
         .f32_to_f16_row = f32_to_f16_row,
         .round_f16_row = round_f16_row,
         .rmsnorm = rmsnorm,
