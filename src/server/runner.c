@@ -183,6 +183,17 @@ static void finish_req(ks_runner *r, ks_req *q, int fin, const char *err) {
     if (--q->refs == 0) req_free(q);
 }
 
+/* Under r->mu: ends every queued request with fin and err. */
+static void finish_queue(ks_runner *r, int fin, const char *err) {
+    while (r->q_head) {
+        ks_req *q = r->q_head;
+        r->q_head = q->next;
+        r->n_waiting--;
+        finish_req(r, q, fin, err);
+    }
+    r->q_tail = NULL;
+}
+
 /* ---- loading ---- */
 
 static void do_load(ks_runner *r) {
@@ -448,13 +459,7 @@ static void *sched_main(void *arg) {
         }
         /* fail everything queued while there is no model */
         if (r->state != KS_M_READY) {
-            while (r->q_head) {
-                ks_req *q = r->q_head;
-                r->q_head = q->next;
-                r->n_waiting--;
-                finish_req(r, q, KS_FIN_ERROR, "the model is not loaded");
-            }
-            r->q_tail = NULL;
+            finish_queue(r, KS_FIN_ERROR, "the model is not loaded");
             pthread_cond_wait(&r->cv, &r->mu);
             continue;
         }
@@ -612,13 +617,7 @@ static void *sched_main(void *arg) {
         r->n_running--;
         finish_req(r, q, KS_FIN_CANCEL, "the server is shutting down");
     }
-    while (r->q_head) {
-        ks_req *q = r->q_head;
-        r->q_head = q->next;
-        r->n_waiting--;
-        finish_req(r, q, KS_FIN_CANCEL, "the server is shutting down");
-    }
-    r->q_tail = NULL;
+    finish_queue(r, KS_FIN_CANCEL, "the server is shutting down");
     if (r->state == KS_M_READY) do_unload(r);
     if (r->state == KS_M_LOADING) {
         r->state = KS_M_FAILED;
