@@ -293,8 +293,16 @@ int main(void) {
            "cut call: %d, '%s', content '%s'", k.n, str(&k.args[0]), str(&k.content));
     done(&k);
     feed(&r, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 12", (size_t)-1, 0, &k);
-    CHECK(json_array_size(k.tools) == 0 && !strncmp(str(&k.content), "<tool_call>{", 12));
+    CHECKF(json_array_size(k.tools) == 0 && !strcmp(str(&k.content), "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 12"),
+           "cut call, whole: content '%s'", str(&k.content)); /* as written: no closing tag added */
     done(&k);
+    /* cut right after the opening tag: the tag stays, in either sink */
+    for (int parts = 0; parts < 2; parts++) {
+        feed(&r, "a <tool_call>", (size_t)-1, parts, &k);
+        CHECKF(k.n == 0 && json_array_size(k.tools) == 0 && !strcmp(str(&k.content), "a <tool_call>"),
+               "cut after the tag: content '%s'", str(&k.content));
+        done(&k);
+    }
 
     /* the same through tokens and the detokenizer */
     memset(&k, 0, sizeof k);

@@ -107,7 +107,9 @@ static json_t *tool_streamed_done(ks_gen *g, json_t *call) {
     return call;
 }
 
-static void tool_done(ks_gen *g) {
+/* The end of a <tool_call> body: at its closing tag (closed), or where
+ * the text ended inside it. */
+static void tool_done(ks_gen *g, int closed) {
     json_error_t je;
     json_t *call = json_loadb(g->tool.p ? g->tool.p : "", g->tool.len, 0, &je);
     int streamed = g->tool_open;
@@ -115,10 +117,10 @@ static void tool_done(ks_gen *g) {
     g->tool_open = 0;
     json_t *name = call ? json_object_get(call, "name") : NULL;
     if (!json_is_string(name)) {
-        /* not a tool call after all: keep the text */
+        /* not a tool call after all: keep the text as written */
         emit(g, KS_D_CONTENT, "<tool_call>", 11);
         emit(g, KS_D_CONTENT, g->tool.p ? g->tool.p : "", g->tool.len);
-        emit(g, KS_D_CONTENT, "</tool_call>", 12);
+        if (closed) emit(g, KS_D_CONTENT, "</tool_call>", 12);
         json_decref(call);
     } else {
         json_t *args = json_object_get(call, "arguments");
@@ -178,10 +180,10 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
             g->tool.len = 0;
             ks_toolscan_reset(&g->ts);
         }
-        else { tool_done(g); g->mode = 0; }
+        else { tool_done(g, 1); g->mode = 0; }
     }
-    if (final && g->mode == 2 && g->tool.len) { /* unterminated: try it anyway */
-        tool_done(g);
+    if (final && g->mode == 2) { /* unterminated: try it anyway */
+        tool_done(g, 0);
         g->mode = 0;
     }
     memmove(g->pbuf.p, g->pbuf.p + pos, g->pbuf.len - pos);
