@@ -12,6 +12,12 @@ Usage (from the repository root):
         <name>.gguf and <name>.json with "inputs" (text, ids, truncated,
         reference unit vector), written from tests/data/vocab.
 
+    /usr/bin/python3 tests/gen_fixtures.py --toolcall
+        Regenerates only the scripted tool-call fixture (toolcall.gguf and
+        toolcall.json, no vocab files needed): a bigram model that answers
+        any chat prompt with fixed reasoning and a fixed tool call, for the
+        server's end-to-end test (see "Scripted tool-call fixture" below).
+
     /usr/bin/python3 tests/gen_fixtures.py --bench OUT.gguf
         Writes a random-weight model with Qwen3-0.6B's shapes (F16, GPT-2
         vocab, 986 MB) for benchmarks, streaming one tensor at a time.  No
@@ -20,7 +26,9 @@ Usage (from the repository root):
 Needs Debian's python3-numpy and python3-torch (apt, not pip) and the vocab
 GGUFs in /work/shared/vocab.  No GGUF library is used: the small GGUF v3 writer
 and reader below are written from the format description, and every written
-file is re-parsed and compared with what was meant to be written.
+file is re-parsed and compared with what was meant to be written.  The
+tool-call fixture also needs Debian's python3-jinja2: it renders its prompt
+with the template and environment of tests/gen_templates.py.
 
 Random weights come from fixed seeds.  For each fixture the seeds base, base+1,
 ... are tried in order and the first one is kept whose float64 greedy
@@ -37,6 +45,11 @@ For each fixture the script writes:
 
 The reference forward pass is an independent PyTorch implementation written
 from the math (float64), checked against a float32 run of the same code.
+
+The tool-call fixture is the exception to the above: fixed weights built so
+that greedy decoding follows a script, its own small vocabulary, no logits
+file; its json holds the rendered prompt, its ids, the scripted ids and the
+text they decode to.
 """
 
 import argparse
@@ -44,6 +57,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import struct
 import sys
 
@@ -899,6 +913,243 @@ def gen_qwen3_embed():
 
 
 # ---------------------------------------------------------------------------
+# Scripted tool-call fixture: a model that always answers with the same
+# reasoning and tool call, for end-to-end tests of the server's output
+# parsing (tests/e2e/tools.test.mjs).
+#
+# It is a bigram model: attn_output and ffn_down are zero, so the residual
+# stream at every position is the current token's embedding and the logits
+# depend on that token alone.  The tokens that start a scripted step (the
+# prompt's final "\n" and every chain token but the last) get orthonormal
+# random embedding directions (RMS 1); the LM-head row of each step's
+# successor is TOOLCALL_LOGIT / n_embd times its predecessor's embedding, and
+# every other row is zero.  With output_norm = 1 the successor's logit is
+# TOOLCALL_LOGIT and every other logit 0 (up to rounding), whatever the
+# position or the earlier context.  Every chain token is distinct and none is
+# "\n", so greedy decoding walks the chain once and stops at <|im_end|>.
+#
+# The vocabulary is byte-level BPE (tokenizer model "gpt2", pre-tokenizer
+# "qwen2"): the 256 byte tokens (id = byte value), the chain's multi-character
+# pieces as ordinary tokens, and Qwen-style special tokens at the end
+# (<|im_start|>, <|im_end|>, <|endoftext|> control; <think>, <tool_call> and
+# their closers, <tool_response> user-defined, so they appear in decoded
+# text).  There are no merges: text outside special tokens encodes one token
+# per byte, and the multi-character tokens are only ever written by the model.
+# The chat template is the Qwen3 template of tests/gen_templates.py (tools,
+# tool calls and results, enable_thinking); its generation prompt ends with
+# "<|im_start|>assistant\n" (or "</think>\n\n" with thinking off), i.e. the
+# "\n" byte token either way.
+
+TOOLCALL_CFG = Cfg(name="toolcall", arch="qwen3", n_embd=32, n_layer=1, n_head=2, n_head_kv=1, head_dim=16,
+                   n_ff=32, eps=1e-6, rope_base=1000000.0, ctx=4096, qk_norm=True, write_key_length=True,
+                   seed=9000)
+TOOLCALL_LOGIT = 30.0
+TOOLCALL_THOUGHT = "I should look up the weather."
+TOOLCALL_CALL = {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}
+# The scripted output, one token per entry.  The arguments' JSON is spread
+# over five tokens so a streaming client sees several fragments.
+TOOLCALL_PIECES = ["<think>", "I should", " look up", " the weather.", "</think>",
+                   "<tool_call>", '{"name": "', "get_weather", '", "arguments": ', '{"city": ', '"Paris"',
+                   ', "unit": ', '"celsius"', "}}", "</tool_call>", "<|im_end|>"]
+TOK_NORMAL, TOK_CONTROL, TOK_USER_DEFINED = 1, 3, 4
+TOOLCALL_SPECIALS = [("<|endoftext|>", TOK_CONTROL), ("<|im_start|>", TOK_CONTROL), ("<|im_end|>", TOK_CONTROL),
+                     ("<think>", TOK_USER_DEFINED), ("</think>", TOK_USER_DEFINED),
+                     ("<tool_call>", TOK_USER_DEFINED), ("</tool_call>", TOK_USER_DEFINED),
+                     ("<tool_response>", TOK_USER_DEFINED), ("</tool_response>", TOK_USER_DEFINED)]
+TOOLCALL_USER = "What's the weather in Paris?"
+
+
+def gpt2_byte_chars():
+    """GPT-2's byte -> printable character map: '!'..'~', 0xA1..0xAC and
+    0xAE..0xFF stand for themselves, the other 68 bytes take U+0100,
+    U+0101, ... in byte order."""
+    out, nxt = [], 256
+    for b in range(256):
+        if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or b >= 0xAE:
+            out.append(chr(b))
+        else:
+            out.append(chr(nxt))
+            nxt += 1
+    return out
+
+
+class ToolcallVocab:
+    def __init__(self):
+        chars = gpt2_byte_chars()
+        specials = dict(TOOLCALL_SPECIALS)
+        self.texts = list(chars)                      # id = byte value
+        self.types = [TOK_NORMAL] * 256
+        self.normal = [p for p in TOOLCALL_PIECES if p not in specials]
+        for p in self.normal:
+            self.texts.append("".join(chars[b] for b in p.encode("utf-8")))
+            self.types.append(TOK_NORMAL)
+        for s, ty in TOOLCALL_SPECIALS:
+            self.texts.append(s)
+            self.types.append(ty)
+        assert len(set(self.texts)) == len(self.texts)
+        self.ids = {t: i for i, t in enumerate(self.texts)}
+        self.specials = specials
+        self.n = len(self.texts)
+
+    def piece_id(self, piece):
+        if piece in self.specials:
+            return self.ids[piece]
+        return 256 + self.normal.index(piece)
+
+    def encode(self, text):
+        """Special tokens (longest first), then one token per byte: what a
+        byte-level BPE with no merges gives, whatever the pre-tokenizer."""
+        alts = sorted(self.specials, key=len, reverse=True)
+        out = []
+        for part in re.split("(" + "|".join(re.escape(s) for s in alts) + ")", text):
+            if part in self.specials:
+                out.append(self.ids[part])
+            else:
+                out.extend(part.encode("utf-8"))
+        return out
+
+    def decode(self, ids):
+        """Text as a runtime shows it: control tokens produce nothing."""
+        byte_of = {c: b for b, c in enumerate(gpt2_byte_chars())}
+        out = b""
+        for i in ids:
+            t = self.texts[i]
+            if self.types[i] == TOK_CONTROL:
+                continue
+            if self.types[i] == TOK_USER_DEFINED:
+                out += t.encode("utf-8")
+            else:
+                out += bytes(byte_of[c] for c in t)
+        return out.decode("utf-8")
+
+
+def toolcall_weights(cfg, vocab, sources, chain):
+    rng = np.random.default_rng(cfg.seed)
+    E, F, H, HK, D = cfg.n_embd, cfg.n_ff, cfg.n_head, cfg.n_head_kv, cfg.head_dim
+    f32 = np.float32
+    emb = rng.standard_normal((vocab.n, E))
+    q, _ = np.linalg.qr(rng.standard_normal((E, len(sources))))
+    emb[sources] = q.T * math.sqrt(E)                     # orthogonal rows, RMS 1
+    emb = emb.astype(f32)
+    out = np.zeros((vocab.n, E), f32)
+    for s, t in zip(sources, chain):
+        out[t] = emb[s] * f32(TOOLCALL_LOGIT / E)
+
+    def lin(n_out, n_in):
+        return (rng.standard_normal((n_out, n_in)) / math.sqrt(n_in)).astype(f32)
+
+    def norm(n):
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(f32)
+
+    W = {"token_embd.weight": emb, "output_norm.weight": np.ones(E, f32), "output.weight": out}
+    p = "blk.0."
+    W[p + "attn_norm.weight"] = norm(E)
+    W[p + "attn_q.weight"] = lin(H * D, E)
+    W[p + "attn_k.weight"] = lin(HK * D, E)
+    W[p + "attn_v.weight"] = lin(HK * D, E)
+    W[p + "attn_q_norm.weight"] = norm(D)
+    W[p + "attn_k_norm.weight"] = norm(D)
+    W[p + "attn_output.weight"] = np.zeros((E, H * D), f32)
+    W[p + "ffn_norm.weight"] = norm(E)
+    W[p + "ffn_gate.weight"] = lin(F, E)
+    W[p + "ffn_up.weight"] = lin(F, E)
+    W[p + "ffn_down.weight"] = np.zeros((E, F), f32)
+    return W
+
+
+def gen_toolcall():
+    import gen_templates  # jinja2 (Debian python3-jinja2), only for this fixture
+    cfg = TOOLCALL_CFG
+    vocab = ToolcallVocab()
+    text = "".join(p for p in TOOLCALL_PIECES if p != "<|im_end|>")
+    assert text == ("<think>" + TOOLCALL_THOUGHT + "</think><tool_call>" + json.dumps(TOOLCALL_CALL) +
+                    "</tool_call>")
+    chain = [vocab.piece_id(p) for p in TOOLCALL_PIECES]
+    newline = ord("\n")
+    sources = [newline] + chain[:-1]
+    assert len(set(sources)) == len(sources) and newline not in chain and len(sources) <= cfg.n_embd
+
+    template = gen_templates.TEMPLATES["qwen3"]
+    env = gen_templates.make_env(True)
+    tools = [gen_templates.TOOLS[0]]
+    messages = [{"role": "user", "content": TOOLCALL_USER}]
+    prompt_text = env.from_string(template).render(messages=messages, tools=tools, add_generation_prompt=True,
+                                                   bos_token="<|endoftext|>", eos_token="<|im_end|>")
+    prompt = vocab.encode(prompt_text)
+    assert prompt_text.endswith("<|im_start|>assistant\n") and prompt[-1] == newline
+    # the other prompts the e2e test sends end in the same token
+    call = {"id": "call_0", "type": "function", "function": TOOLCALL_CALL}
+    for extra in ({"enable_thinking": False},
+                  {"messages": messages + [{"role": "assistant", "content": "", "tool_calls": [call]},
+                                           {"role": "tool", "content": '{"temperature": 21}',
+                                            "tool_call_id": "call_0"}]}):
+        v = dict(messages=messages, tools=tools, add_generation_prompt=True, bos_token="<|endoftext|>",
+                 eos_token="<|im_end|>")
+        v.update(extra)
+        assert vocab.encode(env.from_string(template).render(**v))[-1] == newline
+
+    W = toolcall_weights(cfg, vocab, sources, chain)
+    W64 = {k: torch.from_numpy(np.asarray(v, np.float64)) for k, v in W.items()}
+    ids, margins = list(prompt), []
+    eot = vocab.ids["<|im_end|>"]
+    for _ in range(len(chain) + 4):
+        logits = forward(cfg, W64, ids)[-1]
+        top = torch.topk(logits, 2)
+        margins.append(float(top.values[0] - top.values[1]))
+        ids.append(int(top.indices[0]))
+        if ids[-1] == eot:
+            break
+    gen = ids[len(prompt):]
+    assert gen == chain, (gen, chain)
+    assert min(margins) > TOOLCALL_LOGIT - 1e-3, margins
+    W32 = {k: torch.from_numpy(np.asarray(v, np.float32)) for k, v in W.items()}
+    am32 = torch.argmax(forward(cfg, W32, ids[:-1])[len(prompt) - 1:], dim=-1).tolist()
+    assert am32 == gen, am32
+    expected = vocab.decode(gen)
+    assert expected == text
+
+    tok_kvs = [("tokenizer.ggml.model", T_STR, "gpt2"),
+               ("tokenizer.ggml.pre", T_STR, "qwen2"),
+               ("tokenizer.ggml.tokens", T_ARR, vocab.texts, T_STR),
+               ("tokenizer.ggml.token_type", T_ARR, np.array(vocab.types, np.int32), T_I32),
+               ("tokenizer.ggml.merges", T_ARR, [], T_STR),
+               ("tokenizer.ggml.eos_token_id", T_U32, eot),
+               ("tokenizer.ggml.padding_token_id", T_U32, vocab.ids["<|endoftext|>"]),
+               ("tokenizer.ggml.bos_token_id", T_U32, vocab.ids["<|endoftext|>"]),
+               ("tokenizer.ggml.add_bos_token", T_BOOL, False),
+               ("tokenizer.chat_template", T_STR, template)]
+    names = tensor_order(cfg)
+    kvs = model_kvs(cfg, cfg.name, tok_kvs, FTYPE_ALL_F32)
+    packed = f32_packed(W)
+    gguf = os.path.join(OUT_DIR, cfg.name + ".gguf")
+    write_gguf(gguf, kvs, [(n, list(reversed(W[n].shape)), GGML_F32, (lambda b=packed[n][1]: b)) for n in names])
+    check_written(gguf, kvs, names, packed, W)
+
+    notes = ("Scripted bigram model for the server's reasoning and tool-call parsing. %s. attn_output and "
+             "ffn_down are zero, so the hidden state is the current token's embedding; the %d tokens that "
+             "start a scripted step ('\\n' and the chain but its last token) have orthonormal random "
+             "embedding directions (seed %d), output.weight row of each step's successor = %g/n_embd times "
+             "the predecessor's embedding, all other rows zero, output_norm 1: the successor's logit is %g "
+             "and every other 0. Vocabulary: 256 byte tokens (id = byte), %d chain pieces, %d special "
+             "tokens; gpt2 model, qwen2 pre-tokenizer, no merges (prompt text encodes byte by byte). "
+             "Template: Qwen3's (tests/gen_templates.py). prompt_text renders messages and tools with "
+             "add_generation_prompt; greedy_ids come from a float64 PyTorch forward of the whole sequence "
+             "each step (float32 agrees) and end with <|im_end|>; expected_text is their decoded text "
+             "(control tokens produce none)."
+             % (describe(cfg, vocab.n), len(sources), cfg.seed, TOOLCALL_LOGIT, TOOLCALL_LOGIT,
+                len(vocab.normal), len(TOOLCALL_SPECIALS)))
+    meta = {"model": cfg.name + ".gguf", "n_vocab": vocab.n, "messages": messages, "tools": tools,
+            "prompt_text": prompt_text, "prompt_ids": prompt, "greedy_ids": gen, "pieces": TOOLCALL_PIECES,
+            "expected_text": expected, "reasoning": TOOLCALL_THOUGHT, "tool_call": TOOLCALL_CALL,
+            "greedy_top2_margins": [round(m, 6) for m in margins], "notes": notes}
+    with open(os.path.join(OUT_DIR, cfg.name + ".json"), "w", encoding="utf-8") as f:
+        f.write("{\n" + ",\n".join("  %s: %s" % (json.dumps(k), json.dumps(v, ensure_ascii=False))
+                                      for k, v in meta.items()) + "\n}\n")
+    print("%-16s %d prompt tokens -> %d scripted tokens, %d bytes" %
+          (cfg.name, len(prompt), len(gen), os.path.getsize(gguf)))
+
+
+# ---------------------------------------------------------------------------
 # Benchmark model: Qwen3-0.6B shapes, random F16 weights, streamed.
 
 def gen_bench(path):
@@ -972,6 +1223,7 @@ def main():
     ap.add_argument("--bench", metavar="OUT.gguf", help="write the Qwen3-0.6B-shaped benchmark model")
     ap.add_argument("--bench-bert", metavar="OUT.gguf", help="write a bge-small-shaped BERT for benchmarks")
     ap.add_argument("--embed", action="store_true", help="write only the embedding fixtures")
+    ap.add_argument("--toolcall", action="store_true", help="write only the scripted tool-call fixture")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.bench:
@@ -981,11 +1233,14 @@ def main():
         gen_bench_bert(args.bench_bert)
         return
     os.makedirs(OUT_DIR, exist_ok=True)
-    if not args.embed:
+    if not args.embed and not args.toolcall:
         for cfg in FIXTURES:
             gen_fixture(cfg)
-    gen_bert_embed()
-    gen_qwen3_embed()
+    if not args.toolcall:
+        gen_bert_embed()
+        gen_qwen3_embed()
+    if not args.embed:
+        gen_toolcall()
     total = 0
     for fn in sorted(os.listdir(OUT_DIR)):
         path = os.path.join(OUT_DIR, fn)
