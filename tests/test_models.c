@@ -7,6 +7,11 @@
  *     logits and the 32-token greedy continuation.
  *  3. Context rules: a batch past n_ctx fails before any compute; two
  *     sequences in one batch give the logits each gives alone.
+ *  4. The scripted tool-call fixture (toolcall.json): kiln's tokenizer
+ *     gives the reference prompt ids for the rendered prompt text, and
+ *     greedy decoding writes the scripted tokens, ends at end of generation
+ *     and decodes to the expected text.  It has no logits file, so it is not
+ *     in the table of item 2.
  */
 #include "kiln.h"
 #include "testutil.h"
@@ -231,6 +236,71 @@ static void test_fixture(const fixture *fx, int repack) {
     json_decref(j);
 }
 
+static void test_toolcall(void) {
+    json_error_t je;
+    json_t *j = json_load_file("data/fixtures/toolcall.json", 0, &je);
+    CHECKF(j != NULL, "toolcall.json: %s", je.text);
+    if (!j) return;
+    kiln_model *m;
+    CHECKF(kiln_model_load("data/fixtures/toolcall.gguf", NULL, &m) == KILN_OK, "%s", kiln_last_error());
+    if (!m) { json_decref(j); return; }
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    CHECK(info.n_vocab == (int)json_integer_value(json_object_get(j, "n_vocab")));
+    CHECK(kiln_model_chat_template(m) != NULL);
+
+    /* the rendered prompt, special tokens parsed, no BOS (gpt2 vocab) */
+    json_t *pj = json_object_get(j, "prompt_ids"), *gj = json_object_get(j, "greedy_ids");
+    const char *text = json_string_value(json_object_get(j, "prompt_text"));
+    int np = (int)json_array_size(pj), ng = (int)json_array_size(gj);
+    int32_t *prompt = malloc(((size_t)np + 16) * sizeof *prompt);
+    int n = text && prompt ? kiln_tokenize(m, text, strlen(text), 1, 1, prompt, np + 16) : -1;
+    int same = n == np;
+    for (int i = 0; same && i < np; i++) same = prompt[i] == (int32_t)json_integer_value(json_array_get(pj, (size_t)i));
+    CHECKF(same, "toolcall: tokenizing prompt_text gives %d ids, not the %d of prompt_ids", n, np);
+
+    for (int kv = 0; kv < 2 && same; kv++) {
+        kiln_context *c = new_ctx(m, kv == 0 ? KILN_KV_F16 : KILN_KV_F32, 0, 1);
+        CHECK(c != NULL);
+        if (!c) continue;
+        int ok = 1;
+        for (int off = 0; ok && off < np; off += 256) { /* prefill in chunks, as the server does */
+            kiln_batch b = {np - off < 256 ? np - off : 256, prompt + off, NULL, NULL, NULL};
+            ok = kiln_decode(c, &b) == KILN_OK;
+        }
+        CHECK(ok);
+        const float *lg = ok ? kiln_get_logits(c, (np - 1) % 256) : NULL;
+        int32_t got[64];
+        int k = 0;
+        kiln_detok *d = kiln_detok_new(m);
+        char out[1024];
+        size_t ol = 0, pl;
+        while (lg && k < 64) {
+            got[k] = argmax(lg, info.n_vocab);
+            const char *p = kiln_detok_push(d, got[k], &pl);
+            if (ol + pl < sizeof out) { memcpy(out + ol, p, pl); ol += pl; }
+            if (kiln_token_is_eog(m, got[k++])) break;
+            kiln_batch b1 = {1, &got[k - 1], NULL, NULL, NULL};
+            lg = kiln_decode(c, &b1) == KILN_OK ? kiln_get_logits(c, 0) : NULL;
+        }
+        const char *p = kiln_detok_flush(d, &pl);
+        if (ol + pl < sizeof out) { memcpy(out + ol, p, pl); ol += pl; }
+        out[ol] = 0;
+        kiln_detok_free(d);
+        int gsame = k == ng;
+        for (int i = 0; gsame && i < ng; i++) gsame = got[i] == (int32_t)json_integer_value(json_array_get(gj, (size_t)i));
+        CHECKF(gsame, "toolcall (%s KV): %d greedy ids, not the scripted %d", kv == 0 ? "F16" : "F32", k, ng);
+        const char *want = json_string_value(json_object_get(j, "expected_text"));
+        CHECKF(want && strcmp(out, want) == 0, "toolcall: got text '%s'", out);
+        printf("toolcall     %s KV: %d prompt ids, %d scripted tokens %s\n", kv == 0 ? "F16" : "F32", np, k,
+               gsame ? "identical" : "DIFFERENT");
+        kiln_context_free(c);
+    }
+    free(prompt);
+    kiln_model_free(m);
+    json_decref(j);
+}
+
 static void test_context_rules(void) {
     kiln_model *m;
     if (kiln_model_load(STORIES, NULL, &m) != KILN_OK) { CHECK(0); return; }
@@ -334,6 +404,7 @@ int main(void) {
     test_stories();
     for (size_t i = 0; i < sizeof k_fixtures / sizeof k_fixtures[0]; i++) test_fixture(&k_fixtures[i], 1);
     test_fixture(&k_fixtures[5], 0); /* llama-q4_0 in the file layout */
+    test_toolcall();
     test_context_rules();
     test_sampler();
     return t_done();
