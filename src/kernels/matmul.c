@@ -114,7 +114,9 @@ static void x8_rows(mm_job *j, int o, int64_t a, int64_t b) {
     for (int64_t g = a; g < b; g += 8) {
         for (int t0 = 0; t0 < n_tok; t0 += X8_TOK) {
             const int nt = n_tok - t0 < X8_TOK ? n_tok - t0 : X8_TOK;
-            memset(acc, 0, sizeof(float) * 8 * (size_t)nt);
+            /* per token, a fixed 32 bytes: one variable-length memset
+             * became rep stos, 3 % of an 8-token decode step */
+            for (int t = 0; t < nt; t++) memset(acc + 8 * t, 0, 8 * sizeof(float));
             if (w->packed) {
                 const uint8_t *wp = (const uint8_t *)w->packed + (size_t)(g / 8) * (size_t)nb * xt->pblock;
                 fn(nb, wp, act + (size_t)t0 * xt->ablock, (size_t)n_tok, nt, acc);
