@@ -77,7 +77,7 @@ static void round_f16_row(const float *x, float *y, int n) {
     for (; i < n; i++) y[i] = h2f(f2h(x[i]));
 }
 
-#define PF_POS 4
+#define PF_POS 8
 static inline void prefetch_row(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
@@ -174,10 +174,20 @@ static void attn_pair(const kk_attn_f16 *a) {
     const size_t per = 2 * HD + 3 * (size_t)n;
     float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *ms0 = sc0 + n, *vs0 = ms0 + n;
     float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *ms1 = sc1 + n, *vs1 = ms1 + n;
+    /* K and V rows come from DRAM (the weights stream evicts them between
+     * layers): the first rows are fetched before the query is rounded, and
+     * the score loop fetches the V rows too, so pass 3 finds them cached */
+    for (int t = 0; t < PF_POS && t < n; t++) {
+        prefetch_row(a->k + kk_attn_row(a, t), HD * sizeof(uint16_t));
+        prefetch_row(a->v + kk_attn_row(a, t), HD * sizeof(uint16_t));
+    }
     round_f16_row(a->q, qr0, HD);
     round_f16_row(a->q + HD, qr1, HD);
     for (int t = 0; t < n; t++) {
-        if (t + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+        if (t + PF_POS < n) {
+            prefetch_row(a->k + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+            prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+        }
         const uint16_t *kr = a->k + kk_attn_row(a, t);
         sc0[t] = dot_f16_in(kr, qr0, HD) * a->scale;
         sc1[t] = dot_f16_in(kr, qr1, HD) * a->scale;
