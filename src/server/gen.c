@@ -83,9 +83,16 @@ static void tool_stream(ks_gen *g, int final) {
 /* More of the current <tool_call> body. */
 static void tool_text(ks_gen *g, const char *s, size_t n) {
     ks_buf_put(&g->tool, s, n);
-    if (!g->on_tool_part || g->ts.bad) return;
-    ks_toolscan_feed(&g->ts, s, n);
-    tool_stream(g, 0);
+    if (g->ts.bad) return;
+    ks_toolscan_feed(&g->ts, s, n); /* also without streaming: ks_gen_args_text */
+    if (g->on_tool_part) tool_stream(g, 0);
+}
+
+const char *ks_gen_args_text(const ks_gen *g, size_t *n) {
+    const ks_toolscan *t = &g->ts;
+    if (t->bad || !t->closed || !t->args_begun) return NULL;
+    *n = t->args.len;
+    return t->args.p ? t->args.p : "";
 }
 
 /* The end of a call already opened in parts: it stands.  The call kept in

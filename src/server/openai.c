@@ -197,16 +197,32 @@ static const char *finish_str(const run *u) {
     return "stop";
 }
 
-static json_t *oai_tool(int index, json_t *call, int with_index) {
+/* A call's id: unique per response (the response id's serial, then the
+ * call's index), so tool results of different turns can't be mixed up. */
+static void call_id(const run *u, int index, char *buf, size_t cap) {
+    const char *serial = strchr(u->id, '-');
+    snprintf(buf, cap, "call_%s_%d", serial ? serial + 1 : u->id, index);
+}
+
+/* A whole call, OpenAI-shaped.  The arguments are the text as the model
+ * wrote it when the scanner has it (as a stream joins it), else the parsed
+ * value serialized. */
+static json_t *oai_tool(const run *u, int index, json_t *call, int with_index) {
     json_t *fn = json_object();
     json_object_set(fn, "name", json_object_get(call, "name"));
-    char *args = json_dumps(json_object_get(call, "arguments"), JSON_COMPACT | JSON_ENCODE_ANY);
-    json_object_set_new(fn, "arguments", json_string(args ? args : "{}"));
-    free(args);
+    size_t n;
+    const char *text = ks_gen_args_text(&u->g, &n);
+    if (text) {
+        json_object_set_new(fn, "arguments", ks_jstr(text, n));
+    } else {
+        char *args = json_dumps(json_object_get(call, "arguments"), JSON_COMPACT | JSON_ENCODE_ANY);
+        json_object_set_new(fn, "arguments", json_string(args ? args : "{}"));
+        free(args);
+    }
     json_t *t = json_object();
     if (with_index) json_object_set_new(t, "index", json_integer(index));
-    char id[32];
-    snprintf(id, sizeof id, "call_%d", index);
+    char id[80];
+    call_id(u, index, id, sizeof id);
     json_object_set_new(t, "id", json_string(id));
     json_object_set_new(t, "type", json_string("function"));
     json_object_set_new(t, "function", fn);
@@ -377,8 +393,8 @@ static void on_text(ks_gen *g, int kind, const char *s, size_t n, void *user) {
 static void on_tool(ks_gen *g, int index, json_t *call, void *user) {
     run *u = user;
     int oai = u->a.format == KS_F_OAI_CHAT;
-    if (u->a.stream) stream_delta(u, KS_D_CONTENT, "", 0, oai ? oai_tool(index, call, 1) : oll_tool(call));
-    else json_array_append_new(u->oai_tools, oai ? oai_tool(index, call, 0) : oll_tool(call));
+    if (u->a.stream) stream_delta(u, KS_D_CONTENT, "", 0, oai ? oai_tool(u, index, call, 1) : oll_tool(call));
+    else json_array_append_new(u->oai_tools, oai ? oai_tool(u, index, call, 0) : oll_tool(call));
 }
 
 /* OpenAI streams a call as it is written: {index, id, type, function:
@@ -390,8 +406,8 @@ static void on_tool_part(ks_gen *g, int index, const char *name, const char *arg
     json_t *t = json_object();
     json_object_set_new(t, "index", json_integer(index));
     if (name) {
-        char id[32];
-        snprintf(id, sizeof id, "call_%d", index); /* as oai_tool names it */
+        char id[80];
+        call_id(u, index, id, sizeof id);
         json_object_set_new(t, "id", json_string(id));
         json_object_set_new(t, "type", json_string("function"));
         json_object_set_new(fn, "name", ks_jstr(name, strlen(name)));

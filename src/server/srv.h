@@ -211,6 +211,10 @@ typedef struct ks_gen {
 } ks_gen;
 
 void ks_gen_init(ks_gen *g, ks_runner *r, ks_req *q, int start_in_think);
+/* During on_tool: the call's arguments as the model wrote them (JSON text,
+ * or a JSON string's characters), when the scanner followed the whole body;
+ * NULL otherwise (then serialize the parsed value). */
+const char *ks_gen_args_text(const ks_gen *g, size_t *n);
 void ks_gen_free(ks_gen *g);
 /* Processes whatever the scheduler produced; waits up to wait_ms when there
  * is nothing new.  Returns 1 when the generation is over (g->finish set). */

@@ -82,6 +82,8 @@ test('openai chat: a tool call with reasoning, not streamed', T, async () => {
   assert.equal(tc.function.name, CALL.name);
   assert.equal(typeof tc.function.arguments, 'string');
   assert.deepEqual(JSON.parse(tc.function.arguments), CALL.arguments);
+  // the arguments' text as the model wrote it, as a stream joins it
+  assert.equal(tc.function.arguments, ARGS_TEXT);
   // every scripted token but the end-of-generation one is counted
   assert.equal(r.usage.completion_tokens, fx.greedy_ids.length - 1);
 });
@@ -99,6 +101,9 @@ test('openai chat: streamed deltas add up to the same call', T, async () => {
   assert.equal(typeof call.id, 'string');
   assert.ok(call.id.length > 0);
   assert.equal(call.function.name, want.function.name);
+  // ids are unique per response, so tool results of different turns can't be mixed up
+  assert.match(call.id, /^call_/);
+  assert.notEqual(call.id, want.id);
   assert.ok(s.argPieces > 1, `arguments in ${s.argPieces} fragments`);
   assert.deepEqual(JSON.parse(call.function.arguments), JSON.parse(want.function.arguments));
   // the pieces join into the arguments' text as the model wrote it
