@@ -208,7 +208,7 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
             const int hd = hds[h];
             fill(q, nq * hd, 3.0f);
             kk_attn_f16 a = {.q = q, .nq = nq, .hd = hd, .n_pos = counts[c], .blocks = blocks, .block_shift = 4,
-                             .k = kc + HMAX, .v = vc + 3, .stride = STRIDE, .scale = 1.0f / sqrtf((float)hd),
+                             .k = kc + HMAX, .v = vc + 3, .block_stride = 16 * STRIDE, .row_stride = STRIDE, .scale = 1.0f / sqrtf((float)hd),
                              .out = o1, .scratch = scratch};
             s->attn_f16(&a);
             a.out = o2;

@@ -75,7 +75,8 @@ typedef struct kk_attn_f16 {
     const int32_t *blocks;
     int block_shift;
     const uint16_t *k, *v;
-    size_t stride;          /* elements from one cell's row to the next */
+    size_t block_stride;    /* elements from one cache block to the next */
+    size_t row_stride;      /* elements from a row to the next within a block */
     float scale;
     float *out;             /* [nq][hd] */
     float *scratch;         /* [nq * (2 * hd + 3 * n_pos)] floats */
@@ -83,9 +84,8 @@ typedef struct kk_attn_f16 {
 
 /* Offset (in elements from a->k or a->v) of position t's row. */
 static inline size_t kk_attn_row(const kk_attn_f16 *a, int t) {
-    const size_t cell = ((size_t)a->blocks[t >> a->block_shift] << a->block_shift) +
-                        (size_t)(t & ((1 << a->block_shift) - 1));
-    return cell * a->stride;
+    return (size_t)a->blocks[t >> a->block_shift] * a->block_stride +
+           (size_t)(t & ((1 << a->block_shift) - 1)) * a->row_stride;
 }
 
 /* Query j of a as a one-query call (its query, output and scratch). */

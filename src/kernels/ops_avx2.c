@@ -77,7 +77,7 @@ static void round_f16_row(const float *x, float *y, int n) {
     for (; i < n; i++) y[i] = h2f(f2h(x[i]));
 }
 
-#define PF_POS 8
+#define PF_POS 16
 static inline void prefetch_row(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }

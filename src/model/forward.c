@@ -57,9 +57,10 @@ static void attn_task(void *ud, int ith, int nth) {
         if (kv->type != KILN_KV_F32) {
             const kk_attn_f16 a = {
                 .q = q, .nq = nq, .hd = hd, .n_pos = pos + 1, .blocks = kv->seqs[s].blocks, .block_shift = KL_KV_BLOCK_SHIFT,
-                .k = (const uint16_t *)kl_kv_k(kv, j->layer, 0) + (size_t)kvh * hd,
-                .v = (const uint16_t *)kl_kv_v(kv, j->layer, 0) + (size_t)kvh * hd,
-                .stride = (size_t)kv->row_k, .scale = scale, .out = o, .scratch = scratch,
+                .k = (const uint16_t *)kl_kv_kblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hd,
+                .v = (const uint16_t *)kl_kv_vblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hd,
+                .block_stride = kl_kv_block_stride(kv), .row_stride = (size_t)hd,
+                .scale = scale, .out = o, .scratch = scratch,
             };
             ops->attn_f16(&a);
             continue;
@@ -72,8 +73,8 @@ static void attn_task(void *ud, int ith, int nth) {
             memset(oh, 0, (size_t)hd * sizeof(float));
             for (int t = 0; t <= pos; t++) {
                 int64_t cell = kl_kv_cell(kv, s, t);
-                const float *kr = (const float *)kl_kv_k(kv, j->layer, cell) + (size_t)kvh * hd;
-                const float *vr = (const float *)kl_kv_v(kv, j->layer, cell) + (size_t)kvh * hd;
+                const float *kr = kl_kv_khead(kv, j->layer, cell, kvh);
+                const float *vr = kl_kv_vhead(kv, j->layer, cell, kvh);
                 float sc = kk_dot_f32(kr, qh, hd) * scale;
                 float ms = 1.0f, vs = 1.0f;
                 if (sc > M) {
@@ -141,12 +142,15 @@ static void tok_range(const tok_job *j, int i0, int i1) {
             /* store this token's K and V in its cache cell */
             int64_t cell = kl_kv_cell(kv, c->b_seq[i], c->b_pos[i]);
             const float *vi = c->v + (size_t)i * nkv;
-            if (kv->type == KILN_KV_F32) {
-                memcpy(kl_kv_k(kv, j->layer, cell), ki, (size_t)nkv * sizeof(float));
-                memcpy(kl_kv_v(kv, j->layer, cell), vi, (size_t)nkv * sizeof(float));
-            } else {
-                ops->f32_to_f16_row(ki, kl_kv_k(kv, j->layer, cell), (int)nkv);
-                ops->f32_to_f16_row(vi, kl_kv_v(kv, j->layer, cell), (int)nkv);
+            for (int h = 0; h < hp->n_head_kv; h++) { /* head-major blocks (model.h) */
+                const float *kh = ki + (size_t)h * hd, *vh = vi + (size_t)h * hd;
+                if (kv->type == KILN_KV_F32) {
+                    memcpy(kl_kv_khead(kv, j->layer, cell, h), kh, (size_t)hd * sizeof(float));
+                    memcpy(kl_kv_vhead(kv, j->layer, cell, h), vh, (size_t)hd * sizeof(float));
+                } else {
+                    ops->f32_to_f16_row(kh, kl_kv_khead(kv, j->layer, cell, h), hd);
+                    ops->f32_to_f16_row(vh, kl_kv_vhead(kv, j->layer, cell, h), hd);
+                }
             }
             break;
         }

@@ -22,6 +22,8 @@ int kl_kv_init(kl_kv *kv, const kl_hparams *hp, int type, int n_seq, int n_ctx, 
     kv->n_layer = hp->n_layer;
     kv->row_k = (int64_t)hp->n_head_kv * hp->hd_k;
     kv->row_v = (int64_t)hp->n_head_kv * hp->hd_v;
+    kv->n_head_kv = hp->n_head_kv;
+    kv->hd = hp->hd_k; /* model.c requires hd_v == hd_k */
     kv->n_seq = n_seq;
     kv->max_blocks_per_seq = (n_ctx + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
     kv->n_blocks = kv->max_blocks_per_seq * n_seq;
@@ -32,6 +34,7 @@ int kl_kv_init(kl_kv *kv, const kl_hparams *hp, int type, int n_seq, int n_ctx, 
         kb_errf(err, errlen, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes);
         return -1;
     }
+    madvise(kv->mem, kv->mem_bytes, MADV_HUGEPAGE);
     size_t nb = (size_t)kv->n_blocks;
     kv->n_bucket = 16;
     while (kv->n_bucket < kv->n_blocks) kv->n_bucket *= 2;
@@ -156,13 +159,14 @@ static void drop_block(kl_kv *kv, int32_t b) {
     else kv->free_list[kv->n_free++] = b;
 }
 
+/* The first n cells of block src into block dst, head by head. */
 static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
-    for (int l = 0; l < kv->n_layer; l++) {
-        memcpy(kl_kv_k(kv, l, (int64_t)dst * KL_KV_BLOCK), kl_kv_k(kv, l, (int64_t)src * KL_KV_BLOCK),
-               (size_t)n * (size_t)kv->row_k * kv->elt);
-        memcpy(kl_kv_v(kv, l, (int64_t)dst * KL_KV_BLOCK), kl_kv_v(kv, l, (int64_t)src * KL_KV_BLOCK),
-               (size_t)n * (size_t)kv->row_v * kv->elt);
-    }
+    const size_t run = (size_t)KL_KV_BLOCK * (size_t)kv->hd * kv->elt, bytes = (size_t)n * (size_t)kv->hd * kv->elt;
+    for (int l = 0; l < kv->n_layer; l++)
+        for (int h = 0; h < kv->n_head_kv; h++) {
+            memcpy((uint8_t *)kl_kv_kblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_kblock(kv, l, src) + h * run, bytes);
+            memcpy((uint8_t *)kl_kv_vblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_vblock(kv, l, src) + h * run, bytes);
+        }
 }
 
 int kl_kv_reserve(kl_kv *kv, int seq, int32_t len) {
@@ -251,17 +255,35 @@ void kl_kv_register(kl_kv *kv, int seq, const int32_t *tokens, int32_t n) {
     }
 }
 
-void *kl_kv_k(const kl_kv *kv, int layer, int64_t cell) {
-    size_t n_cells = (size_t)kv->n_blocks * KL_KV_BLOCK;
-    size_t off = ((size_t)layer * n_cells + (size_t)cell) * (size_t)kv->row_k;
+/* Block-major: a block holds, layer by layer, its K then its V run
+ * (n_head_kv * KL_KV_BLOCK * hd elements each), so a sequence's cache is
+ * its blocks and nothing else: huge pages (the mapping asks for them) are
+ * filled by the blocks in use, and one TLB entry covers about a block. */
+static size_t block_elems(const kl_kv *kv) {
+    return (size_t)kv->n_layer * KL_KV_BLOCK * (size_t)(kv->row_k + kv->row_v);
+}
+
+void *kl_kv_kblock(const kl_kv *kv, int layer, int32_t b) {
+    size_t off = (size_t)b * block_elems(kv) + (size_t)layer * KL_KV_BLOCK * (size_t)(kv->row_k + kv->row_v);
     return (uint8_t *)kv->mem + off * kv->elt;
 }
 
-void *kl_kv_v(const kl_kv *kv, int layer, int64_t cell) {
-    size_t n_cells = (size_t)kv->n_blocks * KL_KV_BLOCK;
-    size_t k_total = (size_t)kv->n_layer * n_cells * (size_t)kv->row_k;
-    size_t off = k_total + ((size_t)layer * n_cells + (size_t)cell) * (size_t)kv->row_v;
-    return (uint8_t *)kv->mem + off * kv->elt;
+void *kl_kv_vblock(const kl_kv *kv, int layer, int32_t b) {
+    return (uint8_t *)kl_kv_kblock(kv, layer, b) + (size_t)KL_KV_BLOCK * (size_t)kv->row_k * kv->elt;
+}
+
+size_t kl_kv_block_stride(const kl_kv *kv) { return block_elems(kv); }
+
+static size_t head_off(const kl_kv *kv, int64_t cell, int h) {
+    return ((size_t)h * KL_KV_BLOCK + (size_t)(cell % KL_KV_BLOCK)) * (size_t)kv->hd * kv->elt;
+}
+
+void *kl_kv_khead(const kl_kv *kv, int layer, int64_t cell, int h) {
+    return (uint8_t *)kl_kv_kblock(kv, layer, (int32_t)(cell / KL_KV_BLOCK)) + head_off(kv, cell, h);
+}
+
+void *kl_kv_vhead(const kl_kv *kv, int layer, int64_t cell, int h) {
+    return (uint8_t *)kl_kv_vblock(kv, layer, (int32_t)(cell / KL_KV_BLOCK)) + head_off(kv, cell, h);
 }
 
 /* ---- public prefix-cache calls (kiln.h) ---- */
