@@ -115,9 +115,8 @@ static void attn_one(const kk_attn_f16 *a) {
     const int hd = a->hd, n = a->n_pos;
     float *qr = a->scratch, *sc = qr + 2 * hd, *msv = sc + n, *vsv = msv + n;
     round_f16_row(a->q, qr, hd);
-    /* rows of successive positions are a cell apart (kilobytes), too far
-     * for the hardware prefetcher to follow from the start: fetch the row
-     * PF_POS positions ahead by hand */
+    /* a block's rows are contiguous but blocks are not, and the cache comes
+     * from DRAM: fetch the row PF_POS positions ahead by hand */
     const size_t row_bytes = (size_t)hd * sizeof(uint16_t);
     for (int t = 0; t < n; t++) {
         if (t + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + PF_POS), row_bytes);
