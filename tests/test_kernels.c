@@ -241,6 +241,9 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
  * bit for bit (same int32 block sums, same fma order), over several tokens
  * with a token stride (lda) larger than the count; the scalar one agrees
  * with the plain row dot of t; packed rows expand to the plain rows. */
+/* pack_avx512.c built against tests/emu512.h (tests/CMakeLists.txt) */
+kk_x8_fn kk_x8_avx512_emu(int t);
+
 static void test_x8_kernels(int t) {
     const kk_x8_traits *xt = kk_x8_get(t);
     CHECK(xt != NULL);
@@ -258,15 +261,21 @@ static void test_x8_kernels(int t) {
     kk_x8_fn ref = kk_x8_at(t, KQ_ISA_SCALAR);
     CHECK(ref != NULL);
     float ys[8 * n_tok], yv[8 * n_tok];
-    for (int isa = KQ_ISA_AVX2; isa <= KQ_ISA_AVX512 && ref; isa++) {
-        kk_x8_fn f = kk_x8_at(t, isa);
-        if (!f) continue;
+    /* the twins this CPU runs, and pack_avx512.c's kernels on emulated
+     * intrinsics (any x86-64 with AVX2) */
+    const struct { const char *name; kk_x8_fn f; } twins[] = {
+        {"avx2", kk_x8_at(t, KQ_ISA_AVX2)},
+        {"avx512", kk_x8_at(t, KQ_ISA_AVX512)},
+        {"avx512 (emulated)", kq_cpu_isa() >= KQ_ISA_AVX2 ? kk_x8_avx512_emu(t) : NULL},
+    };
+    for (size_t k = 0; k < sizeof twins / sizeof twins[0] && ref; k++) {
+        if (!twins[k].f) continue;
         for (int nt = 1; nt <= n_tok; nt += n_tok - 1) {
             for (int i = 0; i < 8 * nt; i++) ys[i] = yv[i] = 0.25f * (float)i;
             ref(nb, pk, a, (size_t)lda, nt, ys);
-            f(nb, pk, a, (size_t)lda, nt, yv);
+            twins[k].f(nb, pk, a, (size_t)lda, nt, yv);
             CHECKF(memcmp(ys, yv, sizeof(float) * 8 * (size_t)nt) == 0, "%s x8 kernel at %s, %d tokens differs",
-                   tr->name, kq_isa_name(isa), nt);
+                   tr->name, twins[k].name, nt);
         }
     }
     if (ref) { /* the scalar kernel against the plain dot, same activations */

@@ -263,11 +263,15 @@ kk_x8_fn kk_x8_at(int t, int isa) {
         }
     }
     if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_x8_avx2(t);
+    if (isa == KQ_ISA_AVX512 && kq_cpu_isa() >= KQ_ISA_AVX512) return kk_x8_avx512(t);
     return NULL;
 }
 
+/* The widest twin the active ISA allows; types without an AVX-512 twin
+ * take the AVX2 one there. */
 kk_x8_fn kk_x8_best(int t) {
-    kk_x8_fn f = kq_active_isa() >= KQ_ISA_AVX2 ? kk_x8_avx2(t) : NULL;
+    kk_x8_fn f = kq_active_isa() >= KQ_ISA_AVX512 ? kk_x8_avx512(t) : NULL;
+    if (!f && kq_active_isa() >= KQ_ISA_AVX2) f = kk_x8_avx2(t);
     return f ? f : kk_x8_at(t, KQ_ISA_SCALAR);
 }
 
