@@ -9,6 +9,7 @@
  */
 #include "quant/quant.h"
 #include "testutil.h"
+#include "twins.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -257,13 +258,13 @@ static void check_type(const kbound *kb)
         float s = 0;
         tr->vec_dot_ref(m, &s, qx, qa);
         CHECKF(fabs(s - ref) <= 1e-5 * mag, "%s n=%d: ref dot %g vs float %g", tr->name, m, s, ref);
-        for (int isa = KQ_ISA_AVX2; isa <= kq_cpu_isa(); ++isa) {
-            kq_vec_dot_fn f = kq_vec_dot_at(kb->type, isa);
+        for (int tw = 0; tw < N_TWINS; ++tw) {
+            kq_vec_dot_fn f = dot_twin(kb->type, tw);
             if (!f) continue;
             float v = 0;
             f(m, &v, qx, qa);
             CHECKF(fabs(v - s) <= 2e-6 * mag, "%s n=%d %s: %g vs ref %g", tr->name, m,
-                   kq_isa_name(isa), v, s);
+                   twin_name(tw), v, s);
         }
     }
     /* the kernels chosen by kq_init agree too */
@@ -289,11 +290,11 @@ static void check_q8_K_simd(void)
     memset(s, 0xCD, sizeof s);
     tr->from_f32(x, r, NMAX);
     size_t bytes = kq_row_size(KQ_Q8_K, NMAX);
-    for (int isa = KQ_ISA_AVX2; isa <= kq_cpu_isa(); ++isa) {
-        kq_from_f32_fn f = kq_from_f32_at(KQ_Q8_K, isa);
+    for (int k = 0; k < N_TWINS; ++k) {
+        kq_from_f32_fn f = quant_twin(KQ_Q8_K, k);
         if (!f) continue;
         f(x, s, NMAX);
-        CHECKF(memcmp(r, s, bytes) == 0, "Q8_K quantizer %s differs from reference", kq_isa_name(isa));
+        CHECKF(memcmp(r, s, bytes) == 0, "Q8_K quantizer %s differs from reference", twin_name(k));
     }
 }
 

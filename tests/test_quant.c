@@ -6,6 +6,7 @@
  */
 #include "quant/quant.h"
 #include "testutil.h"
+#include "twins.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -212,13 +213,13 @@ static void test_dots(int t) {
             tr->vec_dot_ref(n, &ref, wq, aq);
             CHECKF(fabs(ref - exact) <= b->dot * mag + 0x1p-10 * 1.01 * ms + 1e-30, "%s n=%d %s: ref dot %.9g vs %.9g (mag %.3g)",
                    tr->name, n, DIST_NAME[dist], ref, exact, mag);
-            for (int isa = KQ_ISA_AVX2; isa <= kq_cpu_isa(); isa++) {
-                kq_vec_dot_fn f = kq_vec_dot_at(t, isa);
+            for (int k = 0; k < N_TWINS; k++) {
+                kq_vec_dot_fn f = dot_twin(t, k);
                 if (!f) continue;
                 float got = NAN;
                 f(n, &got, wq, aq);
                 CHECKF(fabs((double)got - ref) <= SIMD_DOT_TOL * mag + 1e-30,
-                       "%s %s n=%d %s: simd dot %.9g vs ref %.9g (mag %.3g)", tr->name, kq_isa_name(isa), n,
+                       "%s %s n=%d %s: simd dot %.9g vs ref %.9g (mag %.3g)", tr->name, twin_name(k), n,
                        DIST_NAME[dist], got, ref, mag);
             }
         }
@@ -242,8 +243,8 @@ static void test_fast_quant(int t) {
     const bound *b = bound_of(t);
     if (!b) return;
     const int grp = tr->blck > 32 ? tr->blck : 32;
-    for (int isa = KQ_ISA_AVX2; isa <= kq_cpu_isa(); isa++) {
-        kq_from_f32_fn f = kq_from_f32_at(t, isa);
+    for (int k = 0; k < N_TWINS; k++) {
+        kq_from_f32_fn f = quant_twin(t, k);
         if (!f) continue;
         CHECKF(b->step > 0, "%s: SIMD quantizer but no step bound", tr->name);
         int ns[32];
@@ -261,7 +262,7 @@ static void test_fast_quant(int t) {
                 /* the legacy SIMD quantizers are bit-identical to the reference */
                 if (is_legacy(t))
                     CHECKF(memcmp(qr, qf, rs) == 0, "%s %s n=%d %s: bytes differ from reference", tr->name,
-                           kq_isa_name(isa), n, DIST_NAME[dist]);
+                           twin_name(k), n, DIST_NAME[dist]);
                 tr->to_f32(qr, a, n);
                 tr->to_f32(qf, c, n);
                 double worst = 0;
@@ -275,7 +276,7 @@ static void test_fast_quant(int t) {
                     if (r > worst) worst = r;
                 }
                 CHECKF(worst <= b->step * 1.01, "%s %s n=%d %s: fast quantizer off by %.6g of amax", tr->name,
-                       kq_isa_name(isa), n, DIST_NAME[dist], worst);
+                       twin_name(k), n, DIST_NAME[dist], worst);
             }
             free(x);
             free(a);
