@@ -267,8 +267,7 @@ kk_x8_fn kk_x8_at(int t, int isa) {
     return NULL;
 }
 
-/* The widest twin the active ISA allows; types without an AVX-512 twin
- * take the AVX2 one there. */
+/* The widest twin the active ISA allows. */
 kk_x8_fn kk_x8_best(int t) {
     kk_x8_fn f = kq_active_isa() >= KQ_ISA_AVX512 ? kk_x8_avx512(t) : NULL;
     if (!f && kq_active_isa() >= KQ_ISA_AVX2) f = kk_x8_avx2(t);

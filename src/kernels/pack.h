@@ -106,7 +106,7 @@ kk_x8_fn kk_x8_at(int t, int isa);
 kk_x8_fn kk_x8_best(int t);
 /* AVX2 kernels (pack_avx2.c); NULL for types without one. */
 kk_x8_fn kk_x8_avx2(int t);
-kk_x8_fn kk_x8_avx512(int t); /* Q4_0 and Q8_0 (VNNI); NULL for the others */
+kk_x8_fn kk_x8_avx512(int t); /* AVX-512 VNNI */
 
 /* The Q4_0 pieces, named for tests and callers that know the type. */
 void kk_pack_q4_0x8(const void *w, size_t wrow, int b0, int nb, kk_q4_0x8 *out);

@@ -1,5 +1,5 @@
 /*
- * pack_avx512.c — AVX-512 VNNI twins of the q4_0x8 and q8_0x8 kernels
+ * pack_avx512.c — AVX-512 VNNI twins of the four interleaved kernels
  * (pack.h), for CPUs with F, BW, VL, DQ and VNNI.
  *
  * One zmm holds two 4-byte groups of all 8 rows: the 64 bytes at
@@ -16,12 +16,18 @@
  *   Q4_0: nibbles are 0..15; the zero point goes as s8 = 8 * sum(a).
  *   Q8_0: weights are signed and AVX-512 has no vpsignb, so w + 128 (an
  *         xor) is the unsigned operand and 128 * sum(a) = 16 * s8 comes off.
+ *   Q4_K, Q6_K: the scales multiply 16-bit maddubs sums, so vpdpwssd (int16
+ *         pairs times the row scale, into int32) takes the madd + add.
+ * The tests also build this file against tests/emu512.h, so its kernels are
+ * checked on CPUs without AVX-512.
  */
 #include "kernels/pack.h"
 
+#include "quant/kquants_layout.h"
 #include "quant/quant.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 /* as in pack_avx2.c: blocks of lookahead for the decode stream */
 #define PF_BLOCKS 16
@@ -98,10 +104,139 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
+/* Row scales (8 bytes, one per row) as int16 pairs (sc, sc) per row lane,
+ * in both halves: dpwssd then multiplies both 16-bit sums of a lane by
+ * the row's scale.  sgn: the scales are signed (Q6_K) or not (Q4_K). */
+static inline __m512i scale_pairs(const void *p, int sgn) {
+    const __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    const __m256i v = sgn ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+    const __m256i d = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(d), d, 1);
+}
+
+/* Q4_K x Q8_K.  Per super-block the 8 rows' nibbles become 32 zmm (w[16g +
+ * 2m + h]: sub-block 2g + h, groups 2m and 2m + 1).  Per token and
+ * sub-block: 4 maddubs summed in 16 bits (each lane half at most 4 * 2 * 15
+ * * 127), one dpwssd with the row scales; the mins go through the
+ * activation's 16-element sums as in the AVX2 twin.  Two fmas per block. */
+static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
+    const kk_q4_Kx8 *w = vw;
+    const kq_block_q8_K *a = va;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
+    __m512i q[32], dsc[8];
+    __m256i dmn[8];
+    for (int b = 0; b < nb; b++) {
+        const kk_q4_Kx8 *wb = &w[b];
+        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
+        for (int g = 0; g < 4; g++)
+            for (int m = 0; m < 4; m++) {
+                const __m512i p = _mm512_loadu_si512(wb->qs + 32 * (8 * g + 2 * m));
+                q[8 * g + m] = _mm512_and_si512(p, m4);
+                q[8 * g + 4 + m] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+            }
+        for (int sb = 0; sb < 8; sb++) {
+            dsc[sb] = scale_pairs(wb->sc + 8 * sb, 0);
+            const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 8 * sb)));
+            dmn[sb] = _mm256_or_si256(mn, _mm256_slli_epi32(mn, 16));
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
+        const kq_block_q8_K *ab = a + (size_t)b * lda;
+        for (int t = 0; t < n_tok; t++) {
+            const kq_block_q8_K *y = &ab[t];
+            __m512i is = _mm512_setzero_si512();
+            __m256i ms = _mm256_setzero_si256();
+            for (int sb = 0; sb < 8; sb++) {
+                const __m512i yv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 32 * sb)));
+                const __m512i *qq = q + 8 * (sb / 2) + 4 * (sb % 2);
+                __m512i s = _mm512_maddubs_epi16(qq[0], _mm512_permutexvar_epi32(idx[0], yv));
+                s = _mm512_add_epi16(s, _mm512_maddubs_epi16(qq[1], _mm512_permutexvar_epi32(idx[1], yv)));
+                s = _mm512_add_epi16(s, _mm512_maddubs_epi16(qq[2], _mm512_permutexvar_epi32(idx[2], yv)));
+                s = _mm512_add_epi16(s, _mm512_maddubs_epi16(qq[3], _mm512_permutexvar_epi32(idx[3], yv)));
+                is = _mm512_dpwssd_epi32(is, s, dsc[sb]);
+                int32_t bs;
+                memcpy(&bs, y->bsums + 2 * sb, 4);
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(dmn[sb], _mm256_set1_epi32(bs)));
+            }
+            const __m256 yd = _mm256_set1_ps(y->d);
+            float *o = acc + 8 * t;
+            const __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(is)), _mm256_mul_ps(dw, yd), _mm256_loadu_ps(o));
+            _mm256_storeu_ps(o, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, yd), r));
+        }
+    }
+}
+
+/* Q6_K x Q8_K.  Per super-block the 8 rows' 6-bit values (0..63) become 32
+ * zmm (q[4 hr + m]: 32-weight chunk hr, groups 2m and 2m + 1); per token and
+ * chunk two 16-bit sums (sub-blocks 2hr and 2hr + 1, each lane half at most
+ * 2 * 2 * 63 * 127) go through dpwssd with their scales; the -32 offset is
+ * 32 * sum_s sc_s * bsum_s, as in the AVX2 twin; one fma per block. */
+static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
+    const kk_q6_Kx8 *w = vw;
+    const kq_block_q8_K *a = va;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
+    __m512i q[32], dsc[16];
+    __m256i osc[8];
+    for (int b = 0; b < nb; b++) {
+        const kk_q6_Kx8 *wb = &w[b];
+        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
+        for (int h = 0; h < 2; h++)
+            for (int m = 0; m < 4; m++) { /* groups kk = 2m, 2m + 1 */
+                const __m512i A = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 2 * m));
+                const __m512i B = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 8 + 2 * m));
+                const __m512i H = _mm512_loadu_si512(wb->qh + 32 * (8 * h + 2 * m));
+                __m512i *qq = q + 16 * h + m; /* chunk hr = 4h + r at qq[4r] */
+                qq[0] = _mm512_or_si512(_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30));
+                qq[4] = _mm512_or_si512(_mm512_and_si512(B, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m30));
+                qq[8] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(A, 4), m4), _mm512_and_si512(H, m30));
+                qq[12] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B, 4), m4),
+                                         _mm512_and_si512(_mm512_srli_epi16(H, 2), m30));
+            }
+        __m256i sv[16];
+        for (int sb = 0; sb < 16; sb++) {
+            dsc[sb] = scale_pairs(wb->sc + 8 * sb, 1);
+            sv[sb] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
+        }
+        for (int p = 0; p < 8; p++)
+            osc[p] = _mm256_or_si256(_mm256_and_si256(sv[2 * p], lo16), _mm256_slli_epi32(sv[2 * p + 1], 16));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
+        const kq_block_q8_K *ab = a + (size_t)b * lda;
+        for (int t = 0; t < n_tok; t++) {
+            const kq_block_q8_K *y = &ab[t];
+            __m512i is = _mm512_setzero_si512();
+            for (int hr = 0; hr < 8; hr++) {
+                const __m512i yv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 32 * hr)));
+                const __m512i *qq = q + 4 * hr;
+                const __m512i p0 = _mm512_add_epi16(_mm512_maddubs_epi16(qq[0], _mm512_permutexvar_epi32(idx[0], yv)),
+                                                    _mm512_maddubs_epi16(qq[1], _mm512_permutexvar_epi32(idx[1], yv)));
+                const __m512i p1 = _mm512_add_epi16(_mm512_maddubs_epi16(qq[2], _mm512_permutexvar_epi32(idx[2], yv)),
+                                                    _mm512_maddubs_epi16(qq[3], _mm512_permutexvar_epi32(idx[3], yv)));
+                is = _mm512_dpwssd_epi32(is, p0, dsc[2 * hr]);
+                is = _mm512_dpwssd_epi32(is, p1, dsc[2 * hr + 1]);
+            }
+            __m256i off = _mm256_setzero_si256();
+            for (int p = 0; p < 8; p++) {
+                int32_t bs;
+                memcpy(&bs, y->bsums + 2 * p, 4);
+                off = _mm256_add_epi32(off, _mm256_madd_epi16(osc[p], _mm256_set1_epi32(bs)));
+            }
+            const __m256i isum = _mm256_sub_epi32(fold(is), _mm256_slli_epi32(off, 5));
+            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(y->d));
+            float *o = acc + 8 * t;
+            _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, _mm256_loadu_ps(o)));
+        }
+    }
+}
+
 kk_x8_fn kk_x8_avx512(int t) {
     switch (t) {
     case KQ_Q4_0: return x8_q4_0;
     case KQ_Q8_0: return x8_q8_0;
+    case KQ_Q4_K: return x8_q4_K;
+    case KQ_Q6_K: return x8_q6_K;
     default: return NULL;
     }
 }
