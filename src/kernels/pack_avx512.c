@@ -49,32 +49,37 @@ static inline void finish(float *o, __m256i s, int32_t off, __m256 dw, float d) 
     _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, _mm256_loadu_ps(o)));
 }
 
+/* The 8 rows' integer sums over one block of 32 quant bytes qs, with the
+ * block's weights as u[m] = groups 2m, 2m + 1 and idx[m] their dwords. */
+static inline __m256i block_sums(const __m512i u[4], const __m512i idx[4], const int8_t *qs) {
+    const __m512i y = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)qs));
+    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], _mm512_permutexvar_epi32(idx[0], y));
+    __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[1], _mm512_permutexvar_epi32(idx[1], y));
+    s0 = _mm512_dpbusd_epi32(s0, u[2], _mm512_permutexvar_epi32(idx[2], y));
+    s1 = _mm512_dpbusd_epi32(s1, u[3], _mm512_permutexvar_epi32(idx[3], y));
+    return fold(_mm512_add_epi32(s0, s1));
+}
+
 static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q4_0x8 *w = vw;
     const kk_act8 *a = va;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    /* low nibbles of qs[0..63] are groups 0, 1 (elements 0..7); of
-     * qs[64..127] groups 2, 3; the high nibbles elements 16.. (4..7) */
-    const __m512i i01 = pair_idx(0, 1), i23 = pair_idx(2, 3), i45 = pair_idx(4, 5), i67 = pair_idx(6, 7);
+    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     for (int b = 0; b < nb; b++) {
         const kk_q4_0x8 *wb = &w[b];
         _mm_prefetch((const char *)(wb + PF_BLOCKS), _MM_HINT_T0);
         _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
+        /* low nibbles of qs[0..63] are groups 0, 1 (elements 0..7), of
+         * qs[64..127] groups 2, 3; the high nibbles elements 16.. (4..7) */
         const __m512i p0 = _mm512_loadu_si512(wb->qs), p1 = _mm512_loadu_si512(wb->qs + 64);
-        const __m512i w01 = _mm512_and_si512(p0, m4), w23 = _mm512_and_si512(p1, m4);
-        const __m512i w45 = _mm512_and_si512(_mm512_srli_epi16(p0, 4), m4);
-        const __m512i w67 = _mm512_and_si512(_mm512_srli_epi16(p1, 4), m4);
+        const __m512i u[4] = {_mm512_and_si512(p0, m4), _mm512_and_si512(p1, m4),
+                              _mm512_and_si512(_mm512_srli_epi16(p0, 4), m4),
+                              _mm512_and_si512(_mm512_srli_epi16(p1, 4), m4)};
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const kk_act8 *ab = a + (size_t)b * lda;
-        for (int t = 0; t < n_tok; t++) {
-            const __m512i y = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ab[t].qs));
-            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w01, _mm512_permutexvar_epi32(i01, y));
-            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w23, _mm512_permutexvar_epi32(i23, y));
-            s0 = _mm512_dpbusd_epi32(s0, w45, _mm512_permutexvar_epi32(i45, y));
-            s1 = _mm512_dpbusd_epi32(s1, w67, _mm512_permutexvar_epi32(i67, y));
-            finish(acc + 8 * t, fold(_mm512_add_epi32(s0, s1)), ab[t].s8, dw, ab[t].d);
-        }
+        for (int t = 0; t < n_tok; t++)
+            finish(acc + 8 * t, block_sums(u, idx, ab[t].qs), ab[t].s8, dw, ab[t].d);
     }
 }
 
@@ -82,25 +87,16 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
     const kk_q8_0x8 *w = vw;
     const kk_act8 *a = va;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
-    const __m512i i01 = pair_idx(0, 1), i23 = pair_idx(2, 3), i45 = pair_idx(4, 5), i67 = pair_idx(6, 7);
+    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     for (int b = 0; b < nb; b++) {
         const kk_q8_0x8 *wb = &w[b];
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
-        /* w + 128 as unsigned bytes */
-        const __m512i u01 = _mm512_xor_si512(_mm512_loadu_si512(wb->qs), bias);
-        const __m512i u23 = _mm512_xor_si512(_mm512_loadu_si512(wb->qs + 64), bias);
-        const __m512i u45 = _mm512_xor_si512(_mm512_loadu_si512(wb->qs + 128), bias);
-        const __m512i u67 = _mm512_xor_si512(_mm512_loadu_si512(wb->qs + 192), bias);
+        __m512i u[4]; /* w + 128 as unsigned bytes */
+        for (int m = 0; m < 4; m++) u[m] = _mm512_xor_si512(_mm512_loadu_si512(wb->qs + 64 * m), bias);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const kk_act8 *ab = a + (size_t)b * lda;
-        for (int t = 0; t < n_tok; t++) {
-            const __m512i y = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ab[t].qs));
-            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u01, _mm512_permutexvar_epi32(i01, y));
-            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23, _mm512_permutexvar_epi32(i23, y));
-            s0 = _mm512_dpbusd_epi32(s0, u45, _mm512_permutexvar_epi32(i45, y));
-            s1 = _mm512_dpbusd_epi32(s1, u67, _mm512_permutexvar_epi32(i67, y));
-            finish(acc + 8 * t, fold(_mm512_add_epi32(s0, s1)), 16 * ab[t].s8, dw, ab[t].d);
-        }
+        for (int t = 0; t < n_tok; t++)
+            finish(acc + 8 * t, block_sums(u, idx, ab[t].qs), 16 * ab[t].s8, dw, ab[t].d);
     }
 }
 
