@@ -24,7 +24,7 @@ void ks_gen_init(ks_gen *g, ks_runner *r, ks_req *q, int start_in_think) {
     g->r = r;
     g->q = q;
     g->dt = kiln_detok_new(r->model);
-    g->parse = 1;
+    g->split_think = g->split_tools = 1;
     g->mode = start_in_think ? 1 : 0;
     g->tool_calls = json_array();
     g->logprobs = json_array();
@@ -146,7 +146,7 @@ static void tool_done(ks_gen *g, int closed) {
 
 /* Splits text by tags into the current mode's sink. */
 static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
-    if (!g->parse) {
+    if (!g->split_think && !g->split_tools && g->mode == 0) {
         emit(g, KS_D_CONTENT, s, n);
         return;
     }
@@ -157,7 +157,10 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
         size_t len = g->pbuf.len - pos;
         /* the tags that matter in this mode */
         int cand[2], nc = 0;
-        if (g->mode == 0) { cand[nc++] = 0; cand[nc++] = 2; }
+        if (g->mode == 0) {
+            if (g->split_think) cand[nc++] = 0;
+            if (g->split_tools) cand[nc++] = 2;
+        }
         else if (g->mode == 1) cand[nc++] = 1;
         else cand[nc++] = 3;
         const char *hit = NULL;

@@ -585,6 +585,11 @@ int ks_run(ks_srv *s, ks_runner *r, struct MHD_Connection *c, ks_req *q, const k
         json_incref(o->stop);
     }
     u->g.want_logprobs = o->logprobs;
+    /* What the output is split into, as the references do: completions are
+     * raw text; reasoning is split unless Ollama's think is false; a
+     * <tool_call> block is a call only when the request offered tools. */
+    u->g.split_think = a->format != KS_F_OAI_COMPL && !a->think_off;
+    u->g.split_tools = (a->format == KS_F_OAI_CHAT || a->format == KS_F_OLL_CHAT) && a->has_tools;
     u->g.on_text = on_text;
     u->g.on_tool = on_tool;
     /* Ollama sends whole calls, as Ollama does */
@@ -716,7 +721,9 @@ int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format
     }
     int32_t n = 0;
     int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
-    ks_run_args a = {format, 1, 0, ends_with_think(prompt), ka, json_string_value(json_object_get(body, "model"))};
+    json_t *tools = json_object_get(body, "tools");
+    ks_run_args a = {format, 1, 0, ends_with_think(prompt), ka, json_string_value(json_object_get(body, "model")),
+                     ollama && th == 0, json_is_array(tools) && json_array_size(tools) > 0};
     free(prompt);
     json_t *stream = json_object_get(body, "stream");
     a.stream = ollama ? !json_is_false(stream) : json_is_true(stream);
@@ -771,7 +778,8 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
             text = rendered;
             start_think = ends_with_think(rendered);
         }
-        ids = ks_tokenize(r->model, text, rendered != NULL, &n);
+        /* special-token text in a raw prompt is the token, as llama.cpp reads it */
+        ids = ks_tokenize(r->model, text, 1, &n);
     }
     free(rendered);
     if (!ids) {
@@ -786,7 +794,8 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
     json_t *stream = json_object_get(body, "stream");
     ks_run_args a = {format, ollama ? !json_is_false(stream) : json_is_true(stream),
                      json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage")),
-                     start_think, ka, json_string_value(json_object_get(body, "model"))};
+                     start_think, ka, json_string_value(json_object_get(body, "model")),
+                     ollama && json_is_false(json_object_get(body, "think")), 0};
     return ks_run(s, r, c, q, &a, o);
 }
 

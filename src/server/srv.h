@@ -188,7 +188,8 @@ typedef struct ks_gen {
     int tool_open;            /* the current call's header went out */
     size_t args_sent;         /* bytes of ts.args sent */
     int mode;                 /* 0 content, 1 reasoning, 2 tool call */
-    int parse;                /* 1: split <think> and <tool_call> */
+    int split_think;          /* 1: <think>...</think> is reasoning, else content as written */
+    int split_tools;          /* 1: <tool_call>...</tool_call> is a call, else content as written */
     int finish;               /* KS_FIN_* once over */
     int n_tools;
     json_t *tool_calls;       /* array of {name, arguments(obj)} parsed */
@@ -273,6 +274,8 @@ typedef struct ks_run_args {
     int start_think;          /* the prompt opened a <think> block */
     double keep_alive;        /* seconds for the model after this; NAN = keep */
     const char *model;        /* name echoed back */
+    int think_off;            /* the request said think: false (Ollama) */
+    int has_tools;            /* the request offered tools */
 } ks_run_args;
 /* Sends q's result (streamed or whole) in the chosen shape; takes over the
  * request reference and the runner use. */

@@ -184,6 +184,33 @@ test('ollama chat: tools and think, not streamed', T, async () => {
   const off = await oll.chat({ model: MODEL, messages: ASK, tools: TOOLS, think: false, stream: false });
   assert.equal(off.prompt_eval_count, r.prompt_eval_count + 6);
   assert.deepEqual(off.message.tool_calls, r.message.tool_calls);
+  // with think: false, Ollama leaves reasoning the model writes anyway in
+  // the content, as written
+  assert.ok(!off.message.thinking, JSON.stringify(off.message));
+  assert.equal(off.message.content, `<think>${THOUGHT}</think>`);
+});
+
+test('raw text where the request asked for no parsing', T, async () => {
+  const whole = `<think>${THOUGHT}</think><tool_call>{"name": "${CALL.name}", "arguments": ${ARGS_TEXT}}</tool_call>`;
+  // no tools offered: a <tool_call> block stays content, as written
+  const r = await oai.chat.completions.create({ model: MODEL, messages: ASK });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  assert.equal(r.choices[0].message.tool_calls, undefined);
+  assert.equal(r.choices[0].message.reasoning_content, THOUGHT);
+  assert.equal(r.choices[0].message.content, whole.slice(`<think>${THOUGHT}</think>`.length));
+  const o = await oll.chat({ model: MODEL, messages: ASK, stream: false });
+  assert.equal(o.message.tool_calls, undefined);
+  assert.equal(o.message.content, whole.slice(`<think>${THOUGHT}</think>`.length));
+  // completions are the text itself, tags and all, streamed or not
+  const prompt = fx.prompt_text;
+  const c = await oai.completions.create({ model: MODEL, prompt, max_tokens: 32 });
+  assert.equal(c.choices[0].text, whole);
+  // special-token text in the prompt is read as those tokens, as llama.cpp does
+  assert.equal(c.usage.prompt_tokens, fx.prompt_ids.length);
+  let streamed = '';
+  for await (const ch of await oai.completions.create({ model: MODEL, prompt, max_tokens: 32, stream: true }))
+    streamed += ch.choices[0]?.text ?? '';
+  assert.equal(streamed, whole);
 });
 
 test('ollama chat: tools and think, streamed', T, async () => {
