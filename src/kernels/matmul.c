@@ -53,10 +53,9 @@ typedef struct mm_job {
     uint8_t *x8act[MAX_X8];          /* and [block][token] activations */
     int n_x8;
     int64_t total_rows;
-    /* row tiles are handed out in chunks from this counter, so a thread
-     * that starts late (preempted on a busy machine) takes fewer */
-    atomic_long next_chunk;
-    long chunk_tiles;
+    /* row tiles are handed out in pieces from this counter (dot_task), so a
+     * thread that starts late (preempted on a busy machine) takes fewer */
+    atomic_long next_tile;    /* the first row tile nobody has taken */
 } mm_job;
 
 #define TILE_REF_DEF(T)                                                                            \
@@ -186,22 +185,31 @@ static void dot_rows(mm_job *j, int64_t r0, int64_t r1) {
     }
 }
 
+/* Guided split: a thread takes half its fair share of what is left (at
+ * least one tile), so pieces shrink toward the end and the threads finish
+ * within a small piece of each other; early pieces stay long, so the
+ * weight stream of each is long too. */
 static void dot_task(void *ud, int ith, int nth) {
+    (void)ith;
     mm_job *j = ud;
     const long n_tiles = (long)((j->total_rows + ROW_TILE - 1) / ROW_TILE);
+    long lo = atomic_load_explicit(&j->next_tile, memory_order_relaxed);
     for (;;) {
-        const long c = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed);
-        const long lo = c * j->chunk_tiles;
         if (lo >= n_tiles) break;
-        const long hi = lo + j->chunk_tiles < n_tiles ? lo + j->chunk_tiles : n_tiles;
+        long take = (n_tiles - lo) / (2L * nth);
+        if (take < 1) take = 1;
+        const long hi = lo + take < n_tiles ? lo + take : n_tiles;
+        if (!atomic_compare_exchange_weak_explicit(&j->next_tile, &lo, hi, memory_order_relaxed, memory_order_relaxed))
+            continue; /* lo now holds the current value */
         dot_rows(j, lo * ROW_TILE, hi * ROW_TILE < j->total_rows ? hi * ROW_TILE : j->total_rows);
+        lo = atomic_load_explicit(&j->next_tile, memory_order_relaxed);
     }
 }
 
 void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch) {
     mm_job j;
     memset(&j, 0, sizeof j);
-    atomic_init(&j.next_chunk, 0);
+    atomic_init(&j.next_tile, 0);
     j.outs = outs;
     j.n_out = n_out;
     j.x = x;
@@ -258,9 +266,6 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
         q.act_row[q.n_act] = j.act_row[a];
         q.n_act++;
     }
-    const long n_tiles = (long)((j.total_rows + ROW_TILE - 1) / ROW_TILE);
-    const long n_chunks = 8L * kpool_size(pool);
-    j.chunk_tiles = (n_tiles + n_chunks - 1) / n_chunks;
     if (q.n_act || q.n_x8) {
         if ((int64_t)n_tok * j.ncols <= QUANT_INLINE_MAX) quantize_task(&q, 0, 1);
         else kpool_run(pool, quantize_task, &q);
