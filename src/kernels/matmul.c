@@ -113,20 +113,23 @@ static void x8_rows(mm_job *j, int o, int64_t a, int64_t b) {
     for (int64_t g = a; g < b; g += 8) {
         for (int t0 = 0; t0 < n_tok; t0 += X8_TOK) {
             const int nt = n_tok - t0 < X8_TOK ? n_tok - t0 : X8_TOK;
+            /* one token (decode) sums straight into y */
+            float *dst = nt == 1 ? y + (int64_t)t0 * ldy + g : acc;
             /* per token, a fixed 32 bytes: one variable-length memset
              * became rep stos, 3 % of an 8-token decode step */
-            for (int t = 0; t < nt; t++) memset(acc + 8 * t, 0, 8 * sizeof(float));
+            for (int t = 0; t < nt; t++) memset(dst + 8 * t, 0, 8 * sizeof(float));
             if (w->packed) {
                 const uint8_t *wp = (const uint8_t *)w->packed + (size_t)(g / 8) * (size_t)nb * xt->pblock;
-                fn(nb, wp, act + (size_t)t0 * xt->ablock, (size_t)n_tok, nt, acc);
+                fn(nb, wp, act + (size_t)t0 * xt->ablock, (size_t)n_tok, nt, dst);
             } else {
                 for (int b0 = 0; b0 < nb; b0 += chunk) {
                     const int kb = nb - b0 < chunk ? nb - b0 : chunk;
                     xt->pack((const uint8_t *)w->data + (size_t)g * wrow, wrow, b0, kb, pk);
-                    fn(kb, pk, act + ((size_t)b0 * (size_t)n_tok + (size_t)t0) * xt->ablock, (size_t)n_tok, nt, acc);
+                    fn(kb, pk, act + ((size_t)b0 * (size_t)n_tok + (size_t)t0) * xt->ablock, (size_t)n_tok, nt, dst);
                 }
             }
-            for (int t = 0; t < nt; t++) memcpy(y + (int64_t)(t0 + t) * ldy + g, acc + 8 * t, 8 * sizeof(float));
+            if (dst == acc)
+                for (int t = 0; t < nt; t++) memcpy(y + (int64_t)(t0 + t) * ldy + g, acc + 8 * t, 8 * sizeof(float));
         }
     }
 }
