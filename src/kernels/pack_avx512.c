@@ -100,12 +100,10 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
-/* Row scales (8 bytes, one per row) as int16 pairs (sc, sc) per row lane,
- * in both halves: dpwssd then multiplies both 16-bit sums of a lane by
- * the row's scale.  sgn: the scales are signed (Q6_K) or not (Q4_K). */
-static inline __m512i scale_pairs(const void *p, int sgn) {
-    const __m128i b = _mm_loadl_epi64((const __m128i *)p);
-    const __m256i v = sgn ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+/* The 8 rows' scales (one int32 per row lane) as int16 pairs (sc, sc) per
+ * row lane, in both halves: dpwssd then multiplies both 16-bit sums of a
+ * lane by the row's scale. */
+static inline __m512i scale_pairs(__m256i v) {
     const __m256i d = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
     return _mm512_inserti64x4(_mm512_castsi256_si512(d), d, 1);
 }
@@ -132,7 +130,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
                 q[8 * g + 4 + m] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
             }
         for (int sb = 0; sb < 8; sb++) {
-            dsc[sb] = scale_pairs(wb->sc + 8 * sb, 0);
+            dsc[sb] = scale_pairs(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb))));
             const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 8 * sb)));
             dmn[sb] = _mm256_or_si256(mn, _mm256_slli_epi32(mn, 16));
         }
@@ -193,8 +191,8 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
             }
         __m256i sv[16];
         for (int sb = 0; sb < 16; sb++) {
-            dsc[sb] = scale_pairs(wb->sc + 8 * sb, 1);
             sv[sb] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
+            dsc[sb] = scale_pairs(sv[sb]);
         }
         for (int p = 0; p < 8; p++)
             osc[p] = _mm256_or_si256(_mm256_and_si256(sv[2 * p], lo16), _mm256_slli_epi32(sv[2 * p + 1], 16));
