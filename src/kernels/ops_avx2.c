@@ -64,6 +64,32 @@ static inline __attribute__((always_inline)) float dot_f16_in(const uint16_t *a,
     return (float)s;
 }
 
+/* dot_f16_in of one F16 row with two float rows of n = 32k, each summed
+ * exactly as dot_f16_in sums it; the row is converted once for both. */
+static inline __attribute__((always_inline)) void dot2_f16_in(const uint16_t *a, const float *b0, const float *b1,
+                                                              int n, float *out0, float *out1) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    __m256 t0 = s0, t1 = s0, t2 = s0, t3 = s0;
+    for (int i = 0; i < n; i += 32) {
+        const __m256 a0 = load_h8(a + i), a1 = load_h8(a + i + 8), a2 = load_h8(a + i + 16), a3 = load_h8(a + i + 24);
+        s0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b0 + i), s0);
+        s1 = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b0 + i + 8), s1);
+        s2 = _mm256_fmadd_ps(a2, _mm256_loadu_ps(b0 + i + 16), s2);
+        s3 = _mm256_fmadd_ps(a3, _mm256_loadu_ps(b0 + i + 24), s3);
+        t0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b1 + i), t0);
+        t1 = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b1 + i + 8), t1);
+        t2 = _mm256_fmadd_ps(a2, _mm256_loadu_ps(b1 + i + 16), t2);
+        t3 = _mm256_fmadd_ps(a3, _mm256_loadu_ps(b1 + i + 24), t3);
+    }
+    const __m256 x = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+    const __m256 y = _mm256_add_ps(_mm256_add_ps(t0, t2), _mm256_add_ps(t1, t3));
+    const __m128 hx = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    const __m128 hy = _mm_add_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));
+    const __m128 tx = _mm_hadd_ps(hx, hx), ty = _mm_hadd_ps(hy, hy);
+    *out0 = _mm_cvtss_f32(_mm_hadd_ps(tx, tx));
+    *out1 = _mm_cvtss_f32(_mm_hadd_ps(ty, ty));
+}
+
 static void f32_to_f16_row(const float *x, uint16_t *y, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8) store_h8(y + i, _mm256_loadu_ps(x + i));
@@ -187,9 +213,10 @@ static void attn_pair(const kk_attn_f16 *a) {
             prefetch_row(a->k + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
             prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
         }
-        const uint16_t *kr = a->k + kk_attn_row(a, t);
-        sc0[t] = dot_f16_in(kr, qr0, HD) * a->scale;
-        sc1[t] = dot_f16_in(kr, qr1, HD) * a->scale;
+        float d0, d1;
+        dot2_f16_in(a->k + kk_attn_row(a, t), qr0, qr1, HD, &d0, &d1);
+        sc0[t] = d0 * a->scale;
+        sc1[t] = d1 * a->scale;
     }
     const __m256 inv0 = _mm256_set1_ps(1.0f / softmax_factors(sc0, ms0, vs0, n));
     const __m256 inv1 = _mm256_set1_ps(1.0f / softmax_factors(sc1, ms1, vs1, n));
