@@ -95,33 +95,84 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
-/* Q6_K x Q8_K.  Per super-block the 8 rows' quants are expanded once to
- * 64 vectors of unsigned 6-bit values (q[4 * (4h + r) ... ]: weights
- * 128h + 32r + 4kk .. + 3 of the 8 rows in vector 8(4h + r) + kk) and the
- * scales to 16-bit pairs per row lane.  Per token: two maddubs per 16-bit
- * sum (at most 2 * 2 * 63 * 127), madd with the sub-block's scales into
- * int32, and the -32 offset as 32 * sum_s sc_s * bsum_s; int32 throughout
- * (at most 16 * 128 * 16 * 63 * 127), then one fma per block. */
-static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q6_Kx8 *w = vw;
-    const kq_block_q8_K *a = va;
+/* Tokens per pass over a super-block's sub-blocks in the K-quant kernels:
+ * their int32 sums (two 32-byte vectors per token) stay on the stack. */
+#define KT 16
+
+/* Q6_K x Q8_K.  Per super-block the scales are widened once to 16-bit
+ * pairs per row lane; then, 32 weights of the 8 rows at a time (sub-blocks
+ * 2hr, 2hr + 1), the 6-bit values are put together in 8 registers and meet
+ * up to KT tokens before the next 32 — a whole super-block unpacked (64
+ * vectors) spills, and reloading it per token made this kernel twice as
+ * slow per weight as q4_0x8's.  Per token: two maddubs per 16-bit sum (at
+ * most 2 * 2 * 63 * 127), madd with the sub-block's scales into int32, and
+ * the -32 offset as 32 * sum_s sc_s * bsum_s; int32 throughout (at most
+ * 16 * 128 * 16 * 63 * 127, exact in any order), then one fma per block. */
+/* One token (decode): per half h and pair of 4-byte groups kk, kk + 1, the
+ * three loads (ql of blocks A and B, qh) of each group give all four 6-bit
+ * vectors r, which go straight into maddubs — no unpacked copy of the
+ * super-block.  Same int32 sums as below. */
+static void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size_t lda, float *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), lo16 = _mm256_set1_epi32(0xFFFF);
-    __m256i q[64], dsc[16], osc[8];
+    __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
         const kk_q6_Kx8 *wb = &w[b];
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
+        const kq_block_q8_K *y = a + (size_t)b * lda;
+        __m256i isum = _mm256_setzero_si256(), off = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++)
-            for (int kk = 0; kk < 8; kk++) {
-                const __m256i A = _mm256_loadu_si256((const __m256i *)(wb->ql + 32 * (16 * h + kk)));
-                const __m256i B = _mm256_loadu_si256((const __m256i *)(wb->ql + 32 * (16 * h + 8 + kk)));
-                const __m256i H = _mm256_loadu_si256((const __m256i *)(wb->qh + 32 * (8 * h + kk)));
-                __m256i *qq = q + 32 * h + kk;
-                qq[0] = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-                qq[8] = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-                qq[16] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m30));
-                qq[24] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
-                                         _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+            for (int kk = 0; kk < 8; kk += 2) {
+                __m256i q[2][4];
+                #pragma GCC unroll 2
+                for (int e = 0; e < 2; e++) {
+                    const __m256i A = _mm256_loadu_si256((const __m256i *)(wb->ql + 32 * (16 * h + kk + e)));
+                    const __m256i B = _mm256_loadu_si256((const __m256i *)(wb->ql + 32 * (16 * h + 8 + kk + e)));
+                    const __m256i H = _mm256_loadu_si256((const __m256i *)(wb->qh + 32 * (8 * h + kk + e)));
+                    q[e][0] = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+                    q[e][1] = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+                    q[e][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m30));
+                    q[e][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                              _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+                }
+                #pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    const int hr = 4 * h + r, sb = 2 * hr + (kk >> 2);
+                    const int8_t *yb = y->qs + 32 * hr + 4 * kk;
+                    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q[0][r], bcast4(yb)),
+                                                       _mm256_maddubs_epi16(q[1][r], bcast4(yb + 4)));
+                    const __m256i sv = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
+                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_or_si256(_mm256_and_si256(sv, lo16),
+                                                                                       _mm256_slli_epi32(sv, 16))));
+                }
             }
+        #pragma GCC unroll 8
+        for (int p = 0; p < 8; p++) {
+            const __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 16 * p)));
+            const __m256i s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 16 * p + 8)));
+            int32_t bs;
+            memcpy(&bs, y->bsums + 2 * p, 4);
+            off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_or_si256(_mm256_and_si256(s0, lo16), _mm256_slli_epi32(s1, 16)),
+                                                          _mm256_set1_epi32(bs)));
+        }
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
+        sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)),
+                                                                      _mm256_set1_ps(y->d)), sum);
+    }
+    _mm256_storeu_ps(acc, sum);
+}
+
+static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
+    const kk_q6_Kx8 *w = vw;
+    const kq_block_q8_K *a = va;
+    if (n_tok == 1) {
+        x8_q6_K_1(nb, w, a, lda, acc);
+        return;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), lo16 = _mm256_set1_epi32(0xFFFF);
+    __m256i dsc[16], osc[8], isum[KT];
+    for (int b = 0; b < nb; b++) {
+        const kk_q6_Kx8 *wb = &w[b];
+        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         __m256i sv[16];
         for (int sb = 0; sb < 16; sb++) {
             sv[sb] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
@@ -131,37 +182,54 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
             osc[p] = _mm256_or_si256(_mm256_and_si256(sv[2 * p], lo16), _mm256_slli_epi32(sv[2 * p + 1], 16));
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const kq_block_q8_K *ab = a + (size_t)b * lda;
-        for (int t = 0; t < n_tok; t++) {
-            const kq_block_q8_K *y = &ab[t];
-            __m256i isum = _mm256_setzero_si256();
-            #pragma GCC unroll 8
-            for (int hr = 0; hr < 8; hr++) { /* h = hr / 4, r = hr % 4: sub-blocks 2hr, 2hr + 1 */
-                const int8_t *yb = y->qs + 32 * hr;
-                const __m256i *qq = q + 8 * hr;
-                const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(qq[0], bcast4(yb)),
-                                                    _mm256_maddubs_epi16(qq[1], bcast4(yb + 4)));
-                const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(qq[2], bcast4(yb + 8)),
-                                                    _mm256_maddubs_epi16(qq[3], bcast4(yb + 12)));
-                const __m256i p2 = _mm256_add_epi16(_mm256_maddubs_epi16(qq[4], bcast4(yb + 16)),
-                                                    _mm256_maddubs_epi16(qq[5], bcast4(yb + 20)));
-                const __m256i p3 = _mm256_add_epi16(_mm256_maddubs_epi16(qq[6], bcast4(yb + 24)),
-                                                    _mm256_maddubs_epi16(qq[7], bcast4(yb + 28)));
-                isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(p0, dsc[2 * hr]),
-                                                               _mm256_madd_epi16(p1, dsc[2 * hr])));
-                isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(p2, dsc[2 * hr + 1]),
-                                                               _mm256_madd_epi16(p3, dsc[2 * hr + 1])));
+        for (int t0 = 0; t0 < n_tok; t0 += KT) {
+            const int nt = n_tok - t0 < KT ? n_tok - t0 : KT;
+            for (int t = 0; t < nt; t++) isum[t] = _mm256_setzero_si256();
+            for (int hr = 0; hr < 8; hr++) {
+                /* weights 32hr .. 32hr + 31: low 4 bits from ql (block A or
+                 * B of half h, low or high nibbles), high 2 bits from qh */
+                const int h = hr >> 2, r = hr & 3;
+                const uint8_t *ql = wb->ql + 32 * (16 * h + 8 * (r & 1)), *qh = wb->qh + 32 * 8 * h;
+                __m256i qq[8];
+                #pragma GCC unroll 8
+                for (int kk = 0; kk < 8; kk++) {
+                    const __m256i L = _mm256_loadu_si256((const __m256i *)(ql + 32 * kk));
+                    const __m256i H = _mm256_loadu_si256((const __m256i *)(qh + 32 * kk));
+                    const __m256i lo = _mm256_and_si256(r & 2 ? _mm256_srli_epi16(L, 4) : L, m4);
+                    const __m256i hi = r == 0 ? _mm256_slli_epi16(H, 4) : r == 1 ? _mm256_slli_epi16(H, 2)
+                                     : r == 2 ? H : _mm256_srli_epi16(H, 2);
+                    qq[kk] = _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
+                }
+                const __m256i d0 = dsc[2 * hr], d1 = dsc[2 * hr + 1];
+                for (int t = 0; t < nt; t++) {
+                    const int8_t *yb = ab[t0 + t].qs + 32 * hr;
+                    const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(qq[0], bcast4(yb)),
+                                                        _mm256_maddubs_epi16(qq[1], bcast4(yb + 4)));
+                    const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(qq[2], bcast4(yb + 8)),
+                                                        _mm256_maddubs_epi16(qq[3], bcast4(yb + 12)));
+                    const __m256i p2 = _mm256_add_epi16(_mm256_maddubs_epi16(qq[4], bcast4(yb + 16)),
+                                                        _mm256_maddubs_epi16(qq[5], bcast4(yb + 20)));
+                    const __m256i p3 = _mm256_add_epi16(_mm256_maddubs_epi16(qq[6], bcast4(yb + 24)),
+                                                        _mm256_maddubs_epi16(qq[7], bcast4(yb + 28)));
+                    const __m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(p0, d0), _mm256_madd_epi16(p1, d0));
+                    const __m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(p2, d1), _mm256_madd_epi16(p3, d1));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(s01, s23));
+                }
             }
-            __m256i off = _mm256_setzero_si256();
-            #pragma GCC unroll 8
-            for (int p = 0; p < 8; p++) {
-                int32_t bs;
-                memcpy(&bs, y->bsums + 2 * p, 4);
-                off = _mm256_add_epi32(off, _mm256_madd_epi16(osc[p], _mm256_set1_epi32(bs)));
+            for (int t = 0; t < nt; t++) {
+                const kq_block_q8_K *y = &ab[t0 + t];
+                __m256i off = _mm256_setzero_si256();
+                #pragma GCC unroll 8
+                for (int p = 0; p < 8; p++) {
+                    int32_t bs;
+                    memcpy(&bs, y->bsums + 2 * p, 4);
+                    off = _mm256_add_epi32(off, _mm256_madd_epi16(osc[p], _mm256_set1_epi32(bs)));
+                }
+                const __m256i is = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(off, 5));
+                const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(y->d));
+                float *o = acc + 8 * (t0 + t);
+                _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, _mm256_loadu_ps(o)));
             }
-            isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
-            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(y->d));
-            float *o = acc + 8 * t;
-            _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, _mm256_loadu_ps(o)));
         }
     }
 }
