@@ -270,12 +270,12 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
-/* Q4_K x Q8_K.  Per super-block the 8 rows' nibbles are split once into
- * 64 vectors (q[8s + kk]: weights 32s + 4kk .. + 3 of sub-block s) and the
- * scales and mins widened to 16-bit pairs per row lane.  Per token and
- * sub-block: 8 maddubs summed in 16 bits (at most 8 * 2 * 15 * 128), one
- * madd with the scales into int32; the mins go through the activation's
- * 16-element sums.  Two fmas per block, as in the scalar twin. */
+/* Q4_K x Q8_K.  A sub-block's nibbles (8 vectors: weights 32s + 4kk ..
+ * + 3 of the 8 rows) are split once and meet up to KT tokens, as in
+ * x8_q6_K.  Per token and sub-block: 8 maddubs summed in 16 bits (at most
+ * 8 * 2 * 15 * 128), one madd with the scales (widened to 16-bit pairs per
+ * row lane) into int32; the mins go through the activation's 16-element
+ * sums.  Two fmas per block, as in the scalar twin. */
 /* One token (decode): the nibbles go straight from the load into maddubs
  * and the accumulator stays in a register; same arithmetic as below. */
 static void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a, size_t lda, float *acc) {
@@ -329,49 +329,57 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         return;
     }
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256i q[64], dsc[8], dmn[8];
+    __m256i isum[KT];
     for (int b = 0; b < nb; b++) {
         const kk_q4_Kx8 *wb = &w[b];
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
-        for (int g = 0; g < 4; g++)
-            for (int kk = 0; kk < 8; kk++) {
-                const __m256i p = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * (8 * g + kk)));
-                q[16 * g + kk] = _mm256_and_si256(p, m4);
-                q[16 * g + 8 + kk] = _mm256_and_si256(_mm256_srli_epi16(p, 4), m4);
-            }
-        for (int sb = 0; sb < 8; sb++) {
-            const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
-            const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 8 * sb)));
-            dsc[sb] = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-            dmn[sb] = _mm256_or_si256(mn, _mm256_slli_epi32(mn, 16));
-        }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
         const kq_block_q8_K *ab = a + (size_t)b * lda;
-        for (int t = 0; t < n_tok; t++) {
-            const kq_block_q8_K *y = &ab[t];
-            __m256i is = _mm256_setzero_si256(), ms = _mm256_setzero_si256();
-            #pragma GCC unroll 8
+        for (int t0 = 0; t0 < n_tok; t0 += KT) {
+            const int nt = n_tok - t0 < KT ? n_tok - t0 : KT;
+            for (int t = 0; t < nt; t++) isum[t] = _mm256_setzero_si256();
             for (int sb = 0; sb < 8; sb++) {
-                const int8_t *yb = y->qs + 32 * sb;
-                const __m256i *qq = q + 8 * sb;
-                __m256i s0 = _mm256_maddubs_epi16(qq[0], bcast4(yb));
-                __m256i s1 = _mm256_maddubs_epi16(qq[1], bcast4(yb + 4));
-                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(qq[2], bcast4(yb + 8)));
-                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(qq[3], bcast4(yb + 12)));
-                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(qq[4], bcast4(yb + 16)));
-                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(qq[5], bcast4(yb + 20)));
-                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(qq[6], bcast4(yb + 24)));
-                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(qq[7], bcast4(yb + 28)));
-                is = _mm256_add_epi32(is, _mm256_madd_epi16(_mm256_add_epi16(s0, s1), dsc[sb]));
-                int32_t bs;
-                memcpy(&bs, y->bsums + 2 * sb, 4);
-                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(dmn[sb], _mm256_set1_epi32(bs)));
+                /* sub-block sb: the low (even sb) or high nibbles of
+                 * group-of-64 g = sb / 2 */
+                const uint8_t *qs = wb->qs + 32 * 8 * (sb >> 1);
+                __m256i qq[8];
+                #pragma GCC unroll 8
+                for (int kk = 0; kk < 8; kk++) {
+                    const __m256i p = _mm256_loadu_si256((const __m256i *)(qs + 32 * kk));
+                    qq[kk] = _mm256_and_si256(sb & 1 ? _mm256_srli_epi16(p, 4) : p, m4);
+                }
+                const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
+                const __m256i dsc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+                for (int t = 0; t < nt; t++) {
+                    const int8_t *yb = ab[t0 + t].qs + 32 * sb;
+                    __m256i s0 = _mm256_maddubs_epi16(qq[0], bcast4(yb));
+                    __m256i s1 = _mm256_maddubs_epi16(qq[1], bcast4(yb + 4));
+                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(qq[2], bcast4(yb + 8)));
+                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(qq[3], bcast4(yb + 12)));
+                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(qq[4], bcast4(yb + 16)));
+                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(qq[5], bcast4(yb + 20)));
+                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(qq[6], bcast4(yb + 24)));
+                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(qq[7], bcast4(yb + 28)));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_add_epi16(s0, s1), dsc));
+                }
             }
-            const __m256 yd = _mm256_set1_ps(y->d);
-            float *o = acc + 8 * t;
-            const __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, yd), _mm256_loadu_ps(o));
-            _mm256_storeu_ps(o, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, yd), r));
+            for (int t = 0; t < nt; t++) {
+                const kq_block_q8_K *y = &ab[t0 + t];
+                __m256i ms = _mm256_setzero_si256();
+                #pragma GCC unroll 8
+                for (int sb = 0; sb < 8; sb++) {
+                    const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 8 * sb)));
+                    int32_t bs;
+                    memcpy(&bs, y->bsums + 2 * sb, 4);
+                    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_or_si256(mn, _mm256_slli_epi32(mn, 16)),
+                                                                _mm256_set1_epi32(bs)));
+                }
+                const __m256 yd = _mm256_set1_ps(y->d);
+                float *o = acc + 8 * (t0 + t);
+                const __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, yd), _mm256_loadu_ps(o));
+                _mm256_storeu_ps(o, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, yd), r));
+            }
         }
     }
 }
