@@ -22,6 +22,22 @@ static inline __m256i bcast4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
+/* The 16-bit sums, per row lane, of 8 vectors of unsigned 4-byte groups
+ * (q[k]: weights 4k .. 4k + 3 of the 8 rows) times 32 activation bytes y:
+ * 8 maddubs in two chains.  Exact while each lane's total fits in 16 bits
+ * (nibbles: at most 8 * 2 * 15 * 128). */
+static inline __m256i dot8_u16(const __m256i q[8], const int8_t *y) {
+    __m256i s0 = _mm256_maddubs_epi16(q[0], bcast4(y));
+    __m256i s1 = _mm256_maddubs_epi16(q[1], bcast4(y + 4));
+    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[2], bcast4(y + 8)));
+    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[3], bcast4(y + 12)));
+    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[4], bcast4(y + 16)));
+    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[5], bcast4(y + 20)));
+    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[6], bcast4(y + 24)));
+    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[7], bcast4(y + 28)));
+    return _mm256_add_epi16(s0, s1);
+}
+
 /* Decode streams the weights from memory once per token: prefetching
  * this many blocks (2.3 KB) ahead took one thread from 8.7 to 10-12 GB/s.
  * Groups of a matrix are contiguous, so the lookahead runs on into the
@@ -77,16 +93,7 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const kk_act8 *ab = a + (size_t)b * lda;
         for (int t = 0; t < n_tok; t++) {
-            const int8_t *y = ab[t].qs;
-            __m256i s0 = _mm256_maddubs_epi16(q[0], bcast4(y + 0));
-            __m256i s1 = _mm256_maddubs_epi16(q[1], bcast4(y + 4));
-            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[2], bcast4(y + 8)));
-            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[3], bcast4(y + 12)));
-            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[4], bcast4(y + 16)));
-            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[5], bcast4(y + 20)));
-            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[6], bcast4(y + 24)));
-            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[7], bcast4(y + 28)));
-            __m256i s = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
+            __m256i s = _mm256_madd_epi16(dot8_u16(q, ab[t].qs), ones);
             s = _mm256_sub_epi32(s, _mm256_set1_epi32(ab[t].s8));
             const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(ab[t].d));
             float *o = acc + 8 * t;
@@ -352,16 +359,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
                 const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
                 const __m256i dsc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
                 for (int t = 0; t < nt; t++) {
-                    const int8_t *yb = ab[t0 + t].qs + 32 * sb;
-                    __m256i s0 = _mm256_maddubs_epi16(qq[0], bcast4(yb));
-                    __m256i s1 = _mm256_maddubs_epi16(qq[1], bcast4(yb + 4));
-                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(qq[2], bcast4(yb + 8)));
-                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(qq[3], bcast4(yb + 12)));
-                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(qq[4], bcast4(yb + 16)));
-                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(qq[5], bcast4(yb + 20)));
-                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(qq[6], bcast4(yb + 24)));
-                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(qq[7], bcast4(yb + 28)));
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_add_epi16(s0, s1), dsc));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(dot8_u16(qq, ab[t0 + t].qs + 32 * sb), dsc));
                 }
             }
             for (int t = 0; t < nt; t++) {
