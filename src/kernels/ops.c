@@ -167,7 +167,57 @@ void kk_round_f16_row(const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] = kq_f16_to_f32(kq_f32_to_f16(x[i]));
 }
 
+float kk_exp_attn(float x) {
+    /* the steps of ops_avx2.c's exp8, one lane: x = k ln2 + r (ln2 in two
+     * parts), a degree-6 polynomial in r, 2^k in two halves */
+    x = x < -87.3f ? -87.3f : x > 88.7f ? 88.7f : x;
+    const float k = nearbyintf(x * 1.44269504088896341f);
+    float r = fmaf(-k, 0.693359375f, x);
+    r = fmaf(-k, -2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p, r * r, r + 1.0f);
+    const int32_t ki = (int32_t)k, k1 = ki >> 1, k2 = ki - k1;
+    const uint32_t b1 = (uint32_t)(k1 + 127) << 23, b2 = (uint32_t)(k2 + 127) << 23;
+    float e1, e2;
+    memcpy(&e1, &b1, 4);
+    memcpy(&e2, &b2, 4);
+    return p * e1 * e2;
+}
+
+/* acc_f32 = 1: scores, maximum, weights, float accumulator (ops.h). */
+static void attn_f32acc_one(const kk_attn_f16 *a) {
+    const int hd = a->hd, n = a->n_pos;
+    float *qr = a->scratch, *acc = qr + hd, *sc = qr + 2 * hd, *w = sc + n;
+    kk_round_f16_row(a->q, qr, hd);
+    float M = -INFINITY;
+    for (int t = 0; t < n; t++) {
+        sc[t] = kk_dot_f16(a->k + kk_attn_row(a, t), qr, hd) * a->scale;
+        M = sc[t] > M ? sc[t] : M;
+    }
+    float S = 0.0f;
+    for (int t = 0; t < n; t++) {
+        w[t] = kk_exp_attn(sc[t] - M);
+        S += w[t];
+    }
+    memset(acc, 0, (size_t)hd * sizeof *acc);
+    for (int t = 0; t < n; t++) {
+        const uint16_t *vr = a->v + kk_attn_row(a, t);
+        for (int d = 0; d < hd; d++) acc[d] = fmaf(kq_f16_to_f32(vr[d]), w[t], acc[d]);
+    }
+    const float inv = 1.0f / S;
+    for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
+}
+
 static void attn_f16_one(const kk_attn_f16 *a) {
+    if (a->acc_f32) {
+        attn_f32acc_one(a);
+        return;
+    }
     const int hd = a->hd;
     float *qr = a->scratch;
     uint16_t *acc = (uint16_t *)(qr + hd);

@@ -55,18 +55,27 @@ void kk_scale_f16(uint16_t *y, float s, int n);
 void kk_mad_f16(uint16_t *y, const uint16_t *x, float w, int n);
 /* y = x rounded to F16 and back (the query of F16 attention). */
 void kk_round_f16_row(const float *x, float *y, int n);
+/* e^x by the polynomial the SIMD attention uses (within 2 ulp of expf for
+ * x <= 0; x is clamped to [-87.3, 88.7]), so scalar and SIMD softmax
+ * weights are the same bits. */
+float kk_exp_attn(float x);
 
 /* One query head against an F16 KV cache: softmax(q . k_t * scale) over
  * positions t < n_pos, times v_t.  Cache rows are paged: position t is in
  * cell (blocks[t >> block_shift] << block_shift) + (t & (block - 1)), and
  * the head's row of cell c starts at k + c * stride (v alike).
  *
- * The arithmetic is the F16 flash-attention scheme (see model/forward.c):
- * the query rounded to F16, scores by kk_dot_f16, an online maximum, and an
- * F16 accumulator rounded after every rescale (kk_scale_f16) and every value
- * update (kk_mad_f16); out = accumulator / sum.  The scalar twin is that loop
- * verbatim; SIMD twins may reorder the work but not the arithmetic, so
- * every twin gives the same bits. */
+ * Two arithmetics (model/forward.c says which a query gets); both round the
+ * query to F16 and score with kk_dot_f16:
+ *   acc_f32 = 0: the F16 flash-attention scheme: an online maximum and an
+ *     F16 accumulator rounded after every rescale (kk_scale_f16) and every
+ *     value update (kk_mad_f16), with expf;
+ *   acc_f32 = 1: every score first, their maximum M, weights
+ *     w_t = kk_exp_attn(s_t - M) summed in position order, and a float
+ *     accumulator acc = fma(v_t, w_t, acc) over positions in order.
+ * Then out = accumulator / sum.  The scalar twin is those loops verbatim;
+ * SIMD twins may reorder the work but not the arithmetic, so every twin
+ * gives the same bits. */
 typedef struct kk_attn_f16 {
     const float *q;         /* [nq][hd] F32 queries (heads sharing this KV head) */
     int nq;                 /* 1 or 2 */
@@ -78,6 +87,7 @@ typedef struct kk_attn_f16 {
     size_t block_stride;    /* elements from one cache block to the next */
     size_t row_stride;      /* elements from a row to the next within a block */
     float scale;
+    int acc_f32;            /* 1: float accumulator (see above) */
     float *out;             /* [nq][hd] */
     float *scratch;         /* [nq * (2 * hd + 3 * n_pos)] floats */
 } kk_attn_f16;

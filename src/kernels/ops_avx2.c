@@ -8,10 +8,12 @@
  *   attn_f16  scores by the F16 dot: 4 x 8 float lanes with fma over whole
  *             32-element steps, folded in a fixed order, the rest in double
  *             (the order ggml's AVX2 F16 dot uses, so a head size under 32
- *             is summed in double); accumulator rescales and updates are one
- *             float multiply / one fused multiply-add per element, rounded to
- *             F16 (nearest-even) after each, as kk_scale_f16 / kk_mad_f16 do:
- *             bit for bit
+ *             is summed in double); F16 accumulator: rescales and updates
+ *             are one float multiply / one fused multiply-add per element,
+ *             rounded to F16 (nearest-even) after each, as kk_scale_f16 /
+ *             kk_mad_f16 do; float accumulator: weights by exp8, which is
+ *             kk_exp_attn lane by lane, one fma per element and position in
+ *             position order: bit for bit
  *   rmsnorm   sum of squares in double, then (x * scale) * w in float
  *   swiglu    g / (1 + e^-g) * u with a polynomial e^x (about 1 ulp)
  */
@@ -251,14 +253,150 @@ static void attn_pair(const kk_attn_f16 *a) {
     }
 }
 
+/* e^x for 8 floats: x = k ln2 + r with |r| <= ln2/2 (ln2 split in two
+ * parts so k ln2 is exact), e^r by a degree-6 polynomial, 2^k through the
+ * exponent bits.  Inputs are clamped to [-87.3, 88.7] so 2^k stays a normal
+ * float: e^x underflows to ~1e-38 instead of 0 and overflows to ~3e38
+ * instead of inf, which neither SwiGLU's 1 / (1 + e^x) nor a softmax weight
+ * beside the maximum's 1 notices.  kk_exp_attn (ops.c) is its scalar twin. */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* k is in [-126, 128]; split as two halves so 2^k needs no inf/denormal */
+    const __m256i ki = _mm256_cvtps_epi32(k);
+    const __m256i k1 = _mm256_srai_epi32(ki, 1), k2 = _mm256_sub_epi32(ki, k1);
+    const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23));
+    const __m256 e2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, e1), e2);
+}
+
+/* acc_f32 = 1 (ops.h): the same three passes with a float accumulator:
+ * (1) every score and their maximum, (2) the weights e^(s - M), eight at a
+ * time through exp8 (kk_exp_attn lane by lane), and their sum in position
+ * order, (3) one fma per accumulator element and position, no rounding. */
+static float softmax_weights(const float *sc, float *w, int n, float M) {
+    const __m256 m = _mm256_set1_ps(M);
+    int t = 0;
+    for (; t + 8 <= n; t += 8) _mm256_storeu_ps(w + t, exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), m)));
+    for (; t < n; t++) w[t] = kk_exp_attn(sc[t] - M);
+    float S = 0.0f;
+    for (t = 0; t < n; t++) S += w[t];
+    return S;
+}
+
+static void attn_one_f32acc(const kk_attn_f16 *a) {
+    const int hd = a->hd, n = a->n_pos;
+    float *qr = a->scratch, *sc = qr + 2 * hd, *w = sc + n;
+    round_f16_row(a->q, qr, hd);
+    const size_t row_bytes = (size_t)hd * sizeof(uint16_t);
+    float M = -INFINITY;
+    for (int t = 0; t < n; t++) {
+        if (t + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + PF_POS), row_bytes);
+        sc[t] = dot_f16_in(a->k + kk_attn_row(a, t), qr, hd) * a->scale;
+        M = sc[t] > M ? sc[t] : M;
+    }
+    const float inv_s = 1.0f / softmax_weights(sc, w, n, M);
+    const __m256 inv = _mm256_set1_ps(inv_s);
+    int d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) {
+        __m256 acc[8];
+        #pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+        for (int t = 0; t < n; t++) {
+            const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
+            if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
+            const __m256 wt = _mm256_set1_ps(w[t]);
+            #pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_h8(vr + 8 * r), wt, acc[r]);
+        }
+        #pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) _mm256_storeu_ps(a->out + d0 + 8 * r, _mm256_mul_ps(acc[r], inv));
+    }
+    for (; d0 + 8 <= hd; d0 += 8) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int t = 0; t < n; t++)
+            acc = _mm256_fmadd_ps(load_h8(a->v + kk_attn_row(a, t) + d0), _mm256_set1_ps(w[t]), acc);
+        _mm256_storeu_ps(a->out + d0, _mm256_mul_ps(acc, inv));
+    }
+    for (; d0 < hd; d0++) {
+        float acc = 0.0f;
+        for (int t = 0; t < n; t++) acc = fmaf(h2f(a->v[kk_attn_row(a, t) + (size_t)d0]), w[t], acc);
+        a->out[d0] = acc * inv_s;
+    }
+}
+
+/* attn_pair with the float accumulator: 16 registers of fma chains over
+ * each V row, converted once for both heads. */
+static void attn_pair_f32acc(const kk_attn_f16 *a) {
+    enum { HD = 128 };
+    const int n = a->n_pos;
+    const size_t per = 2 * HD + 3 * (size_t)n;
+    float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *w0 = sc0 + n;
+    float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *w1 = sc1 + n;
+    for (int t = 0; t < PF_POS && t < n; t++) {
+        prefetch_row(a->k + kk_attn_row(a, t), HD * sizeof(uint16_t));
+        prefetch_row(a->v + kk_attn_row(a, t), HD * sizeof(uint16_t));
+    }
+    round_f16_row(a->q, qr0, HD);
+    round_f16_row(a->q + HD, qr1, HD);
+    float M0 = -INFINITY, M1 = -INFINITY;
+    for (int t = 0; t < n; t++) {
+        if (t + PF_POS < n) {
+            prefetch_row(a->k + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+            prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+        }
+        float d0, d1;
+        dot2_f16_in(a->k + kk_attn_row(a, t), qr0, qr1, HD, &d0, &d1);
+        sc0[t] = d0 * a->scale;
+        sc1[t] = d1 * a->scale;
+        M0 = sc0[t] > M0 ? sc0[t] : M0;
+        M1 = sc1[t] > M1 ? sc1[t] : M1;
+    }
+    const __m256 inv0 = _mm256_set1_ps(1.0f / softmax_weights(sc0, w0, n, M0));
+    const __m256 inv1 = _mm256_set1_ps(1.0f / softmax_weights(sc1, w1, n, M1));
+    for (int d0 = 0; d0 < HD; d0 += 64) {
+        __m256 x0[8], x1[8];
+        #pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) x0[r] = x1[r] = _mm256_setzero_ps();
+        for (int t = 0; t < n; t++) {
+            const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
+            if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
+            const __m256 wa = _mm256_set1_ps(w0[t]), wb = _mm256_set1_ps(w1[t]);
+            #pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                const __m256 v = load_h8(vr + 8 * r);
+                x0[r] = _mm256_fmadd_ps(v, wa, x0[r]);
+                x1[r] = _mm256_fmadd_ps(v, wb, x1[r]);
+            }
+        }
+        #pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            _mm256_storeu_ps(a->out + d0 + 8 * r, _mm256_mul_ps(x0[r], inv0));
+            _mm256_storeu_ps(a->out + HD + d0 + 8 * r, _mm256_mul_ps(x1[r], inv1));
+        }
+    }
+}
+
 static void attn_f16(const kk_attn_f16 *a) {
     if (a->nq == 2 && a->hd == 128) {
-        attn_pair(a);
+        if (a->acc_f32) attn_pair_f32acc(a);
+        else attn_pair(a);
         return;
     }
     for (int j = 0; j < a->nq; j++) {
         const kk_attn_f16 one = kk_attn_f16_head(a, j);
-        attn_one(&one);
+        if (one.acc_f32) attn_one_f32acc(&one);
+        else attn_one(&one);
     }
 }
 
@@ -284,32 +422,6 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
         for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
         for (; i < n; i++) out[i] = x[i] * scale;
     }
-}
-
-/* e^x for 8 floats: x = k ln2 + r with |r| <= ln2/2 (ln2 split in two
- * parts so k ln2 is exact), e^r by a degree-6 polynomial, 2^k through the
- * exponent bits.  Inputs are clamped to [-87.3, 88.7] so 2^k stays a normal
- * float: e^x underflows to ~1e-38 instead of 0 and overflows to ~3e38
- * instead of inf, which the callers' 1 / (1 + e^x) does not notice. */
-static inline __m256 exp8(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
-    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    /* k is in [-126, 128]; split as two halves so 2^k needs no inf/denormal */
-    const __m256i ki = _mm256_cvtps_epi32(k);
-    const __m256i k1 = _mm256_srai_epi32(ki, 1), k2 = _mm256_sub_epi32(ki, k1);
-    const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23));
-    const __m256 e2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23));
-    return _mm256_mul_ps(_mm256_mul_ps(p, e1), e2);
 }
 
 static void swiglu(float *g, const float *u, int n) {

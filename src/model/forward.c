@@ -24,14 +24,24 @@ typedef struct attn_job {
     atomic_long next; /* next (KV head, token, head) item to claim */
 } attn_job;
 
-/* One (token, head) pair per work item: an online softmax over the
- * sequence's cached positions 0..pos (one pass over K and V).
+/* One (token, head) pair per work item: a softmax over the sequence's
+ * cached positions 0..pos (one pass over K and V).
  *
- * With an F16 cache the arithmetic follows the F16 flash-attention scheme
- * GGUF runtimes use, so greedy outputs agree with theirs on near-ties: the
- * query is rounded to F16 before the K dot, and the weighted V sum is kept
- * in an F16 accumulator (rounded after every update).  With an F32 cache
- * everything stays F32. */
+ * With an F16 cache the query is rounded to F16 before the K dot, as GGUF
+ * runtimes do, and the weighted V sum depends on how far the query sees:
+ *   - up to KL_ATTN_F16_ACC_MAX positions, the F16 flash-attention scheme of
+ *     llama.cpp's one-query path: an online maximum and an F16 accumulator
+ *     rounded after every update, so greedy outputs agree with theirs on
+ *     near-ties (the bundled model's recorded continuations, bit for bit);
+ *   - beyond, a float accumulator (kk_attn_f16.acc_f32).  Rounding every
+ *     update to F16 costs two conversions per multiply-add, which made
+ *     attention half of a 1024-token prefill, and its error grows with the
+ *     span; llama.cpp also leaves that scheme for long prompts (its tiled
+ *     path, F32).
+ * The choice is per query position, never per batch, so a token gets the
+ * same bits whether it is computed alone, in a batch, beside other
+ * sequences or after a prefix-cache hit.  With an F32 cache everything
+ * stays F32. */
 static void attn_task(void *ud, int ith, int nth) {
     attn_job *j = ud;
     kiln_context *c = j->c;
@@ -60,7 +70,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .k = (const uint16_t *)kl_kv_kblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hd,
                 .v = (const uint16_t *)kl_kv_vblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hd,
                 .block_stride = kl_kv_block_stride(kv), .row_stride = (size_t)hd,
-                .scale = scale, .out = o, .scratch = scratch,
+                .scale = scale, .acc_f32 = pos + 1 > KL_ATTN_F16_ACC_MAX, .out = o, .scratch = scratch,
             };
             ops->attn_f16(&a);
             continue;

@@ -93,6 +93,10 @@ struct kiln_model {
  * at positions >= len are, and truncating into a shared block copies it. */
 #define KL_KV_BLOCK 16
 #define KL_KV_BLOCK_SHIFT 4 /* log2(KL_KV_BLOCK) */
+/* F16 cache: a query that sees up to this many positions keeps llama.cpp's
+ * F16-rounded accumulator; one that sees more accumulates in float
+ * (forward.c, attn_task). */
+#define KL_ATTN_F16_ACC_MAX 256
 
 typedef struct kl_seq {
     int32_t len;       /* tokens held */
