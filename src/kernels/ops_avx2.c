@@ -139,17 +139,58 @@ static float softmax_factors(const float *sc, float *msv, float *vsv, int n) {
     return S;
 }
 
-static void attn_one(const kk_attn_f16 *a) {
+/* Pass 1 of one query: the query rounded to F16 into qr, every score into
+ * sc; returns their maximum. */
+static float scores_one(const kk_attn_f16 *a, float *qr, float *sc) {
     const int hd = a->hd, n = a->n_pos;
-    float *qr = a->scratch, *sc = qr + 2 * hd, *msv = sc + n, *vsv = msv + n;
     round_f16_row(a->q, qr, hd);
     /* a block's rows are contiguous but blocks are not, and the cache comes
      * from DRAM: fetch the row PF_POS positions ahead by hand */
     const size_t row_bytes = (size_t)hd * sizeof(uint16_t);
+    float M = -INFINITY;
     for (int t = 0; t < n; t++) {
         if (t + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + PF_POS), row_bytes);
         sc[t] = dot_f16_in(a->k + kk_attn_row(a, t), qr, hd) * a->scale;
+        M = sc[t] > M ? sc[t] : M;
     }
+    return M;
+}
+
+/* Pass 1 of a head pair at head size 128 (attn_pair): both queries' scores
+ * from one pass over K; their maxima in m[2].  K and V rows come from DRAM
+ * (the weights stream evicts them between layers): the first rows are
+ * fetched before the queries are rounded, and the score loop fetches the V
+ * rows too, so pass 3 finds them cached. */
+static void scores_pair(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0, float *sc1, float m[2]) {
+    enum { HD = 128 };
+    const int n = a->n_pos;
+    for (int t = 0; t < PF_POS && t < n; t++) {
+        prefetch_row(a->k + kk_attn_row(a, t), HD * sizeof(uint16_t));
+        prefetch_row(a->v + kk_attn_row(a, t), HD * sizeof(uint16_t));
+    }
+    round_f16_row(a->q, qr0, HD);
+    round_f16_row(a->q + HD, qr1, HD);
+    float M0 = -INFINITY, M1 = -INFINITY;
+    for (int t = 0; t < n; t++) {
+        if (t + PF_POS < n) {
+            prefetch_row(a->k + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+            prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+        }
+        float d0, d1;
+        dot2_f16_in(a->k + kk_attn_row(a, t), qr0, qr1, HD, &d0, &d1);
+        sc0[t] = d0 * a->scale;
+        sc1[t] = d1 * a->scale;
+        M0 = sc0[t] > M0 ? sc0[t] : M0;
+        M1 = sc1[t] > M1 ? sc1[t] : M1;
+    }
+    m[0] = M0;
+    m[1] = M1;
+}
+
+static void attn_one(const kk_attn_f16 *a) {
+    const int hd = a->hd, n = a->n_pos;
+    float *qr = a->scratch, *sc = qr + 2 * hd, *msv = sc + n, *vsv = msv + n;
+    scores_one(a, qr, sc);
     const float S = softmax_factors(sc, msv, vsv, n);
     const __m256 inv = _mm256_set1_ps(1.0f / S);
     int d0 = 0;
@@ -201,25 +242,8 @@ static void attn_pair(const kk_attn_f16 *a) {
     const size_t per = 2 * HD + 3 * (size_t)n;
     float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *ms0 = sc0 + n, *vs0 = ms0 + n;
     float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *ms1 = sc1 + n, *vs1 = ms1 + n;
-    /* K and V rows come from DRAM (the weights stream evicts them between
-     * layers): the first rows are fetched before the query is rounded, and
-     * the score loop fetches the V rows too, so pass 3 finds them cached */
-    for (int t = 0; t < PF_POS && t < n; t++) {
-        prefetch_row(a->k + kk_attn_row(a, t), HD * sizeof(uint16_t));
-        prefetch_row(a->v + kk_attn_row(a, t), HD * sizeof(uint16_t));
-    }
-    round_f16_row(a->q, qr0, HD);
-    round_f16_row(a->q + HD, qr1, HD);
-    for (int t = 0; t < n; t++) {
-        if (t + PF_POS < n) {
-            prefetch_row(a->k + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
-            prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
-        }
-        float d0, d1;
-        dot2_f16_in(a->k + kk_attn_row(a, t), qr0, qr1, HD, &d0, &d1);
-        sc0[t] = d0 * a->scale;
-        sc1[t] = d1 * a->scale;
-    }
+    float m[2];
+    scores_pair(a, qr0, qr1, sc0, sc1, m);
     const __m256 inv0 = _mm256_set1_ps(1.0f / softmax_factors(sc0, ms0, vs0, n));
     const __m256 inv1 = _mm256_set1_ps(1.0f / softmax_factors(sc1, ms1, vs1, n));
     for (int d0 = 0; d0 < HD; d0 += 64) {
@@ -297,14 +321,7 @@ static float softmax_weights(const float *sc, float *w, int n, float M) {
 static void attn_one_f32acc(const kk_attn_f16 *a) {
     const int hd = a->hd, n = a->n_pos;
     float *qr = a->scratch, *sc = qr + 2 * hd, *w = sc + n;
-    round_f16_row(a->q, qr, hd);
-    const size_t row_bytes = (size_t)hd * sizeof(uint16_t);
-    float M = -INFINITY;
-    for (int t = 0; t < n; t++) {
-        if (t + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + PF_POS), row_bytes);
-        sc[t] = dot_f16_in(a->k + kk_attn_row(a, t), qr, hd) * a->scale;
-        M = sc[t] > M ? sc[t] : M;
-    }
+    const float M = scores_one(a, qr, sc);
     const float inv_s = 1.0f / softmax_weights(sc, w, n, M);
     const __m256 inv = _mm256_set1_ps(inv_s);
     int d0 = 0;
@@ -343,27 +360,10 @@ static void attn_pair_f32acc(const kk_attn_f16 *a) {
     const size_t per = 2 * HD + 3 * (size_t)n;
     float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *w0 = sc0 + n;
     float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *w1 = sc1 + n;
-    for (int t = 0; t < PF_POS && t < n; t++) {
-        prefetch_row(a->k + kk_attn_row(a, t), HD * sizeof(uint16_t));
-        prefetch_row(a->v + kk_attn_row(a, t), HD * sizeof(uint16_t));
-    }
-    round_f16_row(a->q, qr0, HD);
-    round_f16_row(a->q + HD, qr1, HD);
-    float M0 = -INFINITY, M1 = -INFINITY;
-    for (int t = 0; t < n; t++) {
-        if (t + PF_POS < n) {
-            prefetch_row(a->k + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
-            prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
-        }
-        float d0, d1;
-        dot2_f16_in(a->k + kk_attn_row(a, t), qr0, qr1, HD, &d0, &d1);
-        sc0[t] = d0 * a->scale;
-        sc1[t] = d1 * a->scale;
-        M0 = sc0[t] > M0 ? sc0[t] : M0;
-        M1 = sc1[t] > M1 ? sc1[t] : M1;
-    }
-    const __m256 inv0 = _mm256_set1_ps(1.0f / softmax_weights(sc0, w0, n, M0));
-    const __m256 inv1 = _mm256_set1_ps(1.0f / softmax_weights(sc1, w1, n, M1));
+    float m[2];
+    scores_pair(a, qr0, qr1, sc0, sc1, m);
+    const __m256 inv0 = _mm256_set1_ps(1.0f / softmax_weights(sc0, w0, n, m[0]));
+    const __m256 inv1 = _mm256_set1_ps(1.0f / softmax_weights(sc1, w1, n, m[1]));
     for (int d0 = 0; d0 < HD; d0 += 64) {
         __m256 x0[8], x1[8];
         #pragma GCC unroll 8
