@@ -119,6 +119,23 @@ test('greedy: concurrent requests equal sequential ones', async () => {
   assert.deepEqual(par, seq);
 });
 
+test('greedy: long prompts past 256 positions, concurrent equal sequential', async () => {
+  // attention switches to a float accumulator past 256 positions; the
+  // choice is per position, so neither batching nor the prefix cache (the
+  // shared start, cached after the first request) may change a token
+  const start = 'Tom had a red ball. He liked to play with it in the park every day. '.repeat(11);
+  const prompts = ['Then a dog came.', 'One day it rained.', 'His mom said no.', 'Sue saw the ball.']
+    .map((e) => start + e);
+  // the log-probabilities too: equal floats, not just equal argmaxes
+  const one = (p) => oai.completions.create({ model: MODEL, prompt: p, temperature: 0, max_tokens: 40, logprobs: 1 })
+    .then((r) => ({ text: r.choices[0].text, lp: r.choices[0].logprobs.token_logprobs, n: r.usage.prompt_tokens }));
+  const seq = [];
+  for (const p of prompts) seq.push(await one(p));
+  assert.ok(seq.every((r) => r.n > 256 && r.n + 40 <= 512), `prompt tokens ${seq.map((r) => r.n)}`);
+  const par = await Promise.all(prompts.map(one));
+  assert.deepEqual(par, seq);
+});
+
 test('cancellation frees the sequence at once', async () => {
   const ac = new AbortController();
   const s = await oai.completions.create({ model: MODEL, prompt: 'Once upon a time', temperature: 0.8, max_tokens: 400,
