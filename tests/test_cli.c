@@ -157,6 +157,30 @@ int main(void) {
     json_decref(j);
     free(o); free(e);
 
+    /* -pg: prompt then generation as one test; -d: after a filled context,
+     * as llama-bench names them */
+    rc = run("bench -m ../models/stories260K.gguf -p 0 -n 0 -pg 16,8 -d 0,40 -r 1 -t 1 -o json", &o, &e);
+    CHECK(rc == 0);
+    j = o ? json_loads(o, 0, &je) : NULL;
+    CHECKF(j && json_is_array(j) && json_array_size(j) == 2, "bench -pg -d json: %s", o ? o : "");
+    if (j && json_array_size(j) == 2) {
+        json_t *r0 = json_array_get(j, 0), *r1 = json_array_get(j, 1);
+        CHECK(!strcmp(json_string_value(json_object_get(r0, "test")), "pp16+tg8"));
+        CHECK(!strcmp(json_string_value(json_object_get(r1, "test")), "pp16+tg8 @ d40"));
+        CHECK(json_integer_value(json_object_get(r0, "n_prompt")) == 16 && json_integer_value(json_object_get(r0, "n_gen")) == 8);
+        CHECK(json_integer_value(json_object_get(r1, "n_depth")) == 40);
+        CHECK(json_real_value(json_object_get(r1, "avg_ts")) > 0);
+    }
+    json_decref(j);
+    free(o); free(e);
+    /* depth + prompt + generation past the model's context (2048) is refused */
+    rc = run("bench -m ../models/stories260K.gguf -p 0 -n 8 -d 2045 -r 1 -t 1", &o, &e);
+    CHECK(rc == 1 && e && strstr(e, "2053") && strstr(e, "2048"));
+    free(o); free(e);
+    rc = run("bench -m ../models/stories260K.gguf -pg 16", &o, &e);
+    CHECK(rc == 2 && e && strstr(e, "-pg"));
+    free(o); free(e);
+
     rc = run("quantize ../models/stories260K.gguf /tmp/kiln-cli-q8.gguf q8_0", &o, &e);
     CHECK(rc == 0);
     free(o); free(e);

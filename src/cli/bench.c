@@ -1,7 +1,9 @@
 /* kiln bench: prompt processing (pp) and generation (tg) speed, measured
- * like llama-bench: pp runs one batch of p tokens from an empty context, tg
- * runs n single-token steps from an empty context; each test is repeated r
- * times after one warm-up and reported as mean ± standard deviation.
+ * like llama-bench: pp runs one batch of p tokens, tg runs n single-token
+ * steps, pg (-pg P,N) runs the two one after the other and counts both; each
+ * test starts from an empty context, or from one already holding d tokens
+ * (-d, untimed; test "... @ dD"), and is repeated r times after one warm-up,
+ * reported as mean ± standard deviation.
  * With -s S (S > 1), tg runs S sequences side by side the way the server's
  * continuous batching does: n steps of one batch holding one token of each
  * sequence, logits for all of them; t/s is the aggregate (test "tgN xS"). */
@@ -31,19 +33,35 @@ static int parse_list(const char *s, int *out) {
 }
 
 typedef struct bench_row {
-    char test[32];
-    int n_prompt, n_gen, n_streams;
+    char test[48];
+    int n_prompt, n_gen, n_streams, n_depth;
     double avg, sd;
     double samples[64];
     int n_samples;
 } bench_row;
 
+/* Empties sequence s and fills it with depth tokens (untimed); 0 or -1. */
+static int fill_depth(kiln_context *c, const int32_t *toks, int s, int depth) {
+    kiln_seq_truncate(c, s, 0);
+    enum { CHUNK = 512 };
+    int32_t seq[CHUNK];
+    for (int i = 0; i < CHUNK; i++) seq[i] = s;
+    for (int i = 0; i < depth; i += CHUNK) {
+        const int k = depth - i < CHUNK ? depth - i : CHUNK;
+        kiln_batch b = {k, toks + i, NULL, seq, NULL};
+        if (kiln_decode(c, &b) != KILN_OK) return -1;
+    }
+    return 0;
+}
+
 /* One timed run of n_gen steps over n_seq sequences at once (one token of
- * each per step, every token's logits); seconds or a negative value. */
-static double run_streams(kiln_context *c, const int32_t *toks, int n_tok, int n_seq, int n_gen) {
+ * each per step, every token's logits), each after depth cached tokens;
+ * seconds or a negative value. */
+static double run_streams(kiln_context *c, const int32_t *toks, int n_tok, int n_seq, int n_gen, int depth) {
     int32_t tok[64], seq[64];
     int8_t want[64];
-    for (int s = 0; s < n_seq; s++) kiln_seq_truncate(c, s, 0);
+    for (int s = 0; s < n_seq; s++)
+        if (fill_depth(c, toks, s, depth)) return -1;
     double t0 = kb_now();
     for (int i = 0; i < n_gen; i++) {
         for (int s = 0; s < n_seq; s++) {
@@ -57,24 +75,33 @@ static double run_streams(kiln_context *c, const int32_t *toks, int n_tok, int n
     return kb_now() - t0;
 }
 
-/* One timed run; returns seconds or a negative value on failure. */
-static double run_once(kiln_context *c, const int32_t *toks, int n_prompt, int n_gen) {
-    kiln_seq_truncate(c, 0, 0);
+/* One timed run after depth cached tokens; returns seconds or a negative
+ * value on failure. */
+static double run_once(kiln_context *c, const int32_t *toks, int n_prompt, int n_gen, int depth) {
+    if (fill_depth(c, toks, 0, depth)) return -1;
+    const int32_t *t = toks + depth;
     double t0 = kb_now();
     if (n_prompt > 0) {
-        kiln_batch b = {n_prompt, toks, NULL, NULL, NULL};
+        kiln_batch b = {n_prompt, t, NULL, NULL, NULL};
         if (kiln_decode(c, &b) != KILN_OK) return -1;
     }
     for (int i = 0; i < n_gen; i++) {
-        kiln_batch b = {1, &toks[i], NULL, NULL, NULL};
+        kiln_batch b = {1, &t[n_prompt + i], NULL, NULL, NULL};
         if (kiln_decode(c, &b) != KILN_OK) return -1;
     }
     return kb_now() - t0;
 }
 
+/* One test to run: prompt and generated tokens, streams, depth. */
+typedef struct bench_test {
+    int np, ng, ns, depth;
+} bench_test;
+
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *out_fmt = "md";
     int pp[MAX_LIST] = {512}, tg[MAX_LIST] = {128}, n_pp = 1, n_tg = 1;
+    int pg_p[MAX_LIST], pg_n[MAX_LIST], n_pg = 0;
+    int depths[MAX_LIST] = {0}, n_depths = 1;
     int threads = 0, reps = 5, kv_f32 = 0;
     int streams[MAX_LIST] = {1}, n_streams = 1;
     for (int i = 1; i < argc; i++) {
@@ -83,6 +110,17 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "-m") && v) { model = v; i++; }
         else if (!strcmp(a, "-p") && v) { if ((n_pp = parse_list(v, pp)) < 0) goto bad; i++; }
         else if (!strcmp(a, "-n") && v) { if ((n_tg = parse_list(v, tg)) < 0) goto bad; i++; }
+        else if (!strcmp(a, "-pg") && v) { /* P,N: one test; repeat -pg for more */
+            int two[MAX_LIST];
+            if (n_pg == MAX_LIST || parse_list(v, two) != 2 || two[0] + two[1] == 0) goto bad;
+            pg_p[n_pg] = two[0];
+            pg_n[n_pg++] = two[1];
+            i++;
+        }
+        else if ((!strcmp(a, "-d") || !strcmp(a, "--n-depth")) && v) {
+            if ((n_depths = parse_list(v, depths)) < 1) goto bad;
+            i++;
+        }
         else if (!strcmp(a, "-t") && v) { threads = atoi(v); i++; }
         else if (!strcmp(a, "-r") && v) { reps = atoi(v); i++; }
         else if (!strcmp(a, "-o") && v) { out_fmt = v; i++; }
@@ -100,18 +138,38 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!model || reps < 1 || reps > 64 || (strcmp(out_fmt, "md") && strcmp(out_fmt, "json"))) goto bad;
 
+    /* the tests, depth by depth as llama-bench orders them: pp, tg (per
+     * stream count), pg */
+    enum { MAX_TESTS = MAX_LIST * (MAX_LIST + MAX_LIST * MAX_LIST + MAX_LIST) };
+    bench_test tests[MAX_TESTS];
+    int n_tests = 0;
+    for (int di = 0; di < n_depths; di++) {
+        for (int i = 0; i < n_pp; i++)
+            if (pp[i] > 0) tests[n_tests++] = (bench_test){pp[i], 0, 1, depths[di]};
+        for (int i = 0; i < n_tg; i++)
+            for (int k = 0; k < n_streams && tg[i] > 0; k++) tests[n_tests++] = (bench_test){0, tg[i], streams[k], depths[di]};
+        for (int i = 0; i < n_pg; i++) tests[n_tests++] = (bench_test){pg_p[i], pg_n[i], 1, depths[di]};
+    }
+
     kiln_model *m;
     if (cli_model_path(model, 0, &model)) return 1;
     if (kiln_model_load(model, NULL, &m) != KILN_OK) return cli_fail(NULL);
     kiln_model_info info;
     kiln_model_get_info(m, &info);
-    int max_tokens = 1;
-    for (int i = 0; i < n_pp; i++) max_tokens = pp[i] > max_tokens ? pp[i] : max_tokens;
-    for (int i = 0; i < n_tg; i++) max_tokens = tg[i] > max_tokens ? tg[i] : max_tokens;
+    /* per sequence: the longest depth + prompt + generation; per batch: the
+     * longest prompt, a depth-filling chunk, or one token per stream */
+    int max_tokens = 1, max_batch = max_streams;
+    for (int i = 0; i < n_tests; i++) {
+        const bench_test *t = &tests[i];
+        if (t->depth + t->np + t->ng > max_tokens) max_tokens = t->depth + t->np + t->ng;
+        if (t->np > max_batch) max_batch = t->np;
+        if (t->depth > 0 && max_batch < 512) max_batch = t->depth < 512 ? t->depth : 512;
+    }
     kiln_context_params cp = kiln_context_default_params();
     cp.n_threads = threads;
     cp.n_ctx = max_tokens < info.n_ctx_train ? max_tokens : info.n_ctx_train;
-    cp.n_batch = cp.n_ctx > max_streams ? cp.n_ctx : max_streams;
+    cp.n_batch = max_batch < cp.n_ctx ? max_batch : cp.n_ctx;
+    if (cp.n_batch < max_streams) cp.n_batch = max_streams;
     cp.n_seq_max = max_streams;
     cp.kv_type = kv_f32 ? KILN_KV_F32 : KILN_KV_F16;
     kiln_context *c;
@@ -127,47 +185,47 @@ int cmd_bench(int argc, char **argv) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = (int32_t)((x >> 33) % (uint64_t)info.n_vocab);
     }
-    bench_row rows[MAX_LIST + MAX_LIST * MAX_LIST];
+    bench_row *rows = calloc((size_t)n_tests + 1, sizeof *rows);
     int n_rows = 0, rc = 0;
-    for (int kind = 0; kind < 2 && toks; kind++) {
-        int n_list = kind == 0 ? n_pp : n_tg * n_streams;
-        for (int li = 0; li < n_list; li++) {
-            int np = kind == 0 ? pp[li] : 0, ng = kind == 0 ? 0 : tg[li / n_streams];
-            const int ns = kind == 0 ? 1 : streams[li % n_streams];
-            if (np + ng == 0) continue;
-            if (np > cp.n_ctx || ng > cp.n_ctx) {
-                fprintf(stderr, "kiln bench: %d tokens exceed the model's context of %d\n", np + ng, cp.n_ctx);
-                rc = 1;
-                continue;
-            }
-            bench_row *r = &rows[n_rows++];
-            memset(r, 0, sizeof *r);
-            snprintf(r->test, sizeof r->test, "%s%d", kind == 0 ? "pp" : "tg", kind == 0 ? np : ng);
-            if (ns > 1) snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " x%d", ns);
-            r->n_prompt = np;
-            r->n_gen = ng;
-            r->n_streams = ns;
-            /* the first run is a warm-up */
-            if ((ns > 1 ? run_streams(c, toks, max_tokens, ns, ng) : run_once(c, toks, np, ng)) < 0) {
-                rc = cli_fail("decode");
-                n_rows--;
-                continue;
-            }
-            double sum = 0, sq = 0;
-            for (int k = 0; k < reps; k++) {
-                double t = ns > 1 ? run_streams(c, toks, max_tokens, ns, ng) : run_once(c, toks, np, ng);
-                if (t <= 0) { rc = cli_fail("decode"); break; }
-                double ts = (double)(np + ng) * ns / t;
-                r->samples[r->n_samples++] = ts;
-                sum += ts;
-                sq += ts * ts;
-            }
-            if (r->n_samples == 0) { n_rows--; continue; }
-            r->avg = sum / r->n_samples;
-            r->sd = r->n_samples > 1 ? sqrt(fmax(0.0, (sq - sum * sum / r->n_samples) / (r->n_samples - 1))) : 0.0;
-            if (!strcmp(out_fmt, "md")) fprintf(stderr, "kiln bench: %s done\n", r->test);
+    for (int ti = 0; ti < n_tests && toks && rows; ti++) {
+        const bench_test *t = &tests[ti];
+        const int np = t->np, ng = t->ng, ns = t->ns, depth = t->depth;
+        if (depth + np + ng > cp.n_ctx) {
+            fprintf(stderr, "kiln bench: %d tokens exceed the model's context of %d\n", depth + np + ng, cp.n_ctx);
+            rc = 1;
+            continue;
         }
+        bench_row *r = &rows[n_rows++];
+        memset(r, 0, sizeof *r);
+        if (np && ng) snprintf(r->test, sizeof r->test, "pp%d+tg%d", np, ng);
+        else snprintf(r->test, sizeof r->test, "%s%d", np ? "pp" : "tg", np ? np : ng);
+        if (ns > 1) snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " x%d", ns);
+        if (depth) snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " @ d%d", depth);
+        r->n_prompt = np;
+        r->n_gen = ng;
+        r->n_streams = ns;
+        r->n_depth = depth;
+        /* the first run is a warm-up */
+        if ((ns > 1 ? run_streams(c, toks, max_tokens, ns, ng, depth) : run_once(c, toks, np, ng, depth)) < 0) {
+            rc = cli_fail("decode");
+            n_rows--;
+            continue;
+        }
+        double sum = 0, sq = 0;
+        for (int k = 0; k < reps; k++) {
+            double sec = ns > 1 ? run_streams(c, toks, max_tokens, ns, ng, depth) : run_once(c, toks, np, ng, depth);
+            if (sec <= 0) { rc = cli_fail("decode"); break; }
+            double ts = (double)(np + ng) * ns / sec;
+            r->samples[r->n_samples++] = ts;
+            sum += ts;
+            sq += ts * ts;
+        }
+        if (r->n_samples == 0) { n_rows--; continue; }
+        r->avg = sum / r->n_samples;
+        r->sd = r->n_samples > 1 ? sqrt(fmax(0.0, (sq - sum * sum / r->n_samples) / (r->n_samples - 1))) : 0.0;
+        if (!strcmp(out_fmt, "md")) fprintf(stderr, "kiln bench: %s done\n", r->test);
     }
+    if (!rows) rc = cli_fail("out of memory");
     char path[64];
     snprintf(path, sizeof path, "%s%s", kiln_cpu_path(), info.repacked_bytes ? ", repack" : "");
     int nthreads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -176,10 +234,10 @@ int cmd_bench(int argc, char **argv) {
         for (int i = 0; i < n_rows; i++) {
             bench_row *r = &rows[i];
             printf("  {\"model_type\": \"%s %s\", \"model_size\": %llu, \"model_n_params\": %llu, \"cpu_path\": \"%s\", "
-                   "\"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"n_streams\": %d, \"avg_ts\": %.6f, "
-                   "\"stddev_ts\": %.6f, \"samples_ts\": [",
+                   "\"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"n_streams\": %d, "
+                   "\"n_depth\": %d, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"samples_ts\": [",
                    info.arch, info.ftype, (unsigned long long)info.n_bytes, (unsigned long long)info.n_params, path,
-                   nthreads, r->test, r->n_prompt, r->n_gen, r->n_streams, r->avg, r->sd);
+                   nthreads, r->test, r->n_prompt, r->n_gen, r->n_streams, r->n_depth, r->avg, r->sd);
             for (int k = 0; k < r->n_samples; k++) printf(k ? ", %.6f" : "%.6f", r->samples[k]);
             printf("]}%s\n", i + 1 < n_rows ? "," : "");
         }
@@ -192,12 +250,13 @@ int cmd_bench(int argc, char **argv) {
                    (double)info.n_bytes / (1024.0 * 1024.0), (double)info.n_params / 1e6, path, nthreads,
                    rows[i].test, rows[i].avg, rows[i].sd);
     }
+    free(rows);
     free(toks);
     kiln_context_free(c);
     kiln_model_free(m);
     return rc;
 bad:
-    fprintf(stderr, "usage: kiln bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-s 1[,4,8..]] [-t N] [-r 5] [-o md|json] "
-                    "[--kv-f32]\n");
+    fprintf(stderr, "usage: kiln bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-pg P,N]... [-d 0[,..]] [-s 1[,4,8..]] "
+                    "[-t N] [-r 5] [-o md|json] [--kv-f32]\n");
     return 2;
 }
