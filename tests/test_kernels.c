@@ -202,33 +202,56 @@ static void test_matmul(kpool *pool, int t) {
  * either accumulator, over a paged cache (shuffled blocks of 16 cells) with
  * head sizes that take each path (64-wide chunks, 8-wide rest, scalar rest),
  * one query head or two sharing the KV head (the paired path at head size
- * 128), and position counts inside and across blocks. */
+ * 128), one token or a tile of consecutive tokens (the float accumulator
+ * at head size 128 takes up to 8 queries at once, so 5 tokens of 2 heads
+ * are split), and position counts inside and across blocks. */
 static void test_attn(const kk_ops *s, const kk_ops *v) {
-    enum { NBLK = 8, CELLS = NBLK * 16, HMAX = 136, STRIDE = 2 * HMAX };
+    enum { NBLK = 8, CELLS = NBLK * 16, HMAX = 136, STRIDE = 2 * HMAX, NTMAX = 5, TOK = 2 * HMAX + 5 };
     static uint16_t kc[CELLS * STRIDE], vc[CELLS * STRIDE];
     for (int i = 0; i < CELLS * STRIDE; i++) {
         kc[i] = kq_f32_to_f16(2.0f * frand());
         vc[i] = kq_f32_to_f16(frand());
     }
     const int32_t blocks[NBLK] = {5, 2, 7, 0, 3, 6, 1, 4};
-    static float q[2 * HMAX], o1[2 * HMAX], o2[2 * HMAX], scratch[2 * (2 * HMAX + 3 * CELLS)];
+    static float q[NTMAX * TOK], o1[NTMAX * TOK], o2[NTMAX * TOK], scratch[2 * NTMAX * (2 * HMAX + 3 * CELLS)];
     const int hds[] = {8, 64, 72, 128, 131};
     const int counts[] = {1, 2, 15, 17, 77, CELLS};
+    const int nts[] = {1, 3, 4, 5};
     for (int acc_f32 = 0; acc_f32 <= 1; acc_f32++)
     for (int nq = 1; nq <= 2; nq++)
     for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+    for (size_t u = 0; u < sizeof nts / sizeof nts[0]; u++)
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
-            const int hd = hds[h];
-            fill(q, nq * hd, 3.0f);
-            kk_attn_f16 a = {.q = q, .nq = nq, .hd = hd, .n_pos = counts[c], .blocks = blocks, .block_shift = 4,
-                             .k = kc + HMAX, .v = vc + 3, .block_stride = 16 * STRIDE, .row_stride = STRIDE, .scale = 1.0f / sqrtf((float)hd),
-                             .acc_f32 = acc_f32, .out = o1, .scratch = scratch};
+            const int hd = hds[h], nt = nts[u];
+            const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
+            if (nt > 1 && hd != 8 && hd != 128) continue; /* tiles: the tiled size and one other */
+            fill(q, NTMAX * TOK, 3.0f);
+            memset(o1, 0, sizeof o1);
+            memset(o2, 0, sizeof o2);
+            kk_attn_f16 a = {.q = q, .nq = nq, .nt = nt, .tok_stride = TOK, .hd = hd, .n_pos = n_pos, .blocks = blocks,
+                             .block_shift = 4, .k = kc + HMAX, .v = vc + 3, .block_stride = 16 * STRIDE,
+                             .row_stride = STRIDE, .scale = 1.0f / sqrtf((float)hd), .acc_f32 = acc_f32, .out = o1,
+                             .scratch = scratch};
+            CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
             s->attn_f16(&a);
             a.out = o2;
             v->attn_f16(&a);
-            CHECKF(memcmp(o1, o2, sizeof(float) * (size_t)(nq * hd)) == 0,
-                   "attn_f16 (%s accumulator) %d heads, hd %d, %d positions: twins differ",
-                   acc_f32 ? "float" : "F16", nq, hd, counts[c]);
+            CHECKF(memcmp(o1, o2, sizeof o1) == 0,
+                   "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d, %d positions: twins differ",
+                   acc_f32 ? "float" : "F16", nq, nt, hd, n_pos);
+            if (nt > 1) { /* a tile is its tokens one by one */
+                for (int t = 0; t < nt; t++) {
+                    kk_attn_f16 one = a;
+                    one.nt = 1;
+                    one.n_pos = n_pos + t;
+                    one.q = q + (size_t)t * TOK;
+                    one.out = o2 + (size_t)t * TOK;
+                    v->attn_f16(&one);
+                }
+                CHECKF(memcmp(o1, o2, sizeof o1) == 0, "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d: tile != tokens",
+                       acc_f32 ? "float" : "F16", nq, nt, hd);
+                continue;
+            }
             if (nq == 2) continue; /* the reference below checks one head */
             /* and the scalar loop is attention: a plain double softmax
              * agrees within 4e-3 with the F16 accumulator (2.2e-3 measured)

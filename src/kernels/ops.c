@@ -245,10 +245,11 @@ static void attn_f16_one(const kk_attn_f16 *a) {
 
 /* The queries one after the other, each with its own scratch. */
 static void attn_f16_ref(const kk_attn_f16 *a) {
-    for (int j = 0; j < a->nq; j++) {
-        const kk_attn_f16 one = kk_attn_f16_head(a, j);
-        attn_f16_one(&one);
-    }
+    for (int u = 0; u < a->nt; u++)
+        for (int j = 0; j < a->nq; j++) {
+            const kk_attn_f16 one = kk_attn_f16_query(a, u, j);
+            attn_f16_one(&one);
+        }
 }
 
 static void rope_neox_ref(const float *cs, float *x, int n_heads, int head_dim, int n_rot) {

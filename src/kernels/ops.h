@@ -60,10 +60,16 @@ void kk_round_f16_row(const float *x, float *y, int n);
  * weights are the same bits. */
 float kk_exp_attn(float x);
 
-/* One query head against an F16 KV cache: softmax(q . k_t * scale) over
- * positions t < n_pos, times v_t.  Cache rows are paged: position t is in
- * cell (blocks[t >> block_shift] << block_shift) + (t & (block - 1)), and
- * the head's row of cell c starts at k + c * stride (v alike).
+/* Query heads against an F16 KV cache: softmax(q . k_t * scale) over the
+ * positions t < n a query sees, times v_t.  Cache rows are paged: position
+ * t is in cell (blocks[t >> block_shift] << block_shift) + (t & (block - 1)),
+ * and the head's row of cell c starts at k + c * stride (v alike).
+ *
+ * One call takes nq heads sharing the KV head for each of nt consecutive
+ * tokens of one sequence: token u (0 <= u < nt) sees n = n_pos + u
+ * positions, and its queries and outputs start tok_stride floats after
+ * token u - 1's.  Each (token, head) is its own softmax; the tokens share
+ * only the reading of K and V.
  *
  * Two arithmetics (model/forward.c says which a query gets); both round the
  * query to F16 and score with kk_dot_f16:
@@ -73,14 +79,16 @@ float kk_exp_attn(float x);
  *   acc_f32 = 1: every score first, their maximum M, weights
  *     w_t = kk_exp_attn(s_t - M) summed in position order, and a float
  *     accumulator acc = fma(v_t, w_t, acc) over positions in order.
- * Then out = accumulator / sum.  The scalar twin is those loops verbatim;
- * SIMD twins may reorder the work but not the arithmetic, so every twin
- * gives the same bits. */
+ * Then out = accumulator / sum.  The scalar twin is those loops verbatim,
+ * query by query; SIMD twins may reorder the work but not the arithmetic,
+ * so every twin gives the same bits. */
 typedef struct kk_attn_f16 {
-    const float *q;         /* [nq][hd] F32 queries (heads sharing this KV head) */
-    int nq;                 /* 1 or 2 */
+    const float *q;         /* [nt][nq][hd] F32 queries, tokens tok_stride apart */
+    int nq;                 /* heads sharing this KV head: 1 or 2 */
+    int nt;                 /* consecutive tokens, >= 1 */
+    size_t tok_stride;      /* floats from one token's queries (and outputs) to the next's */
     int hd;
-    int n_pos;
+    int n_pos;              /* positions the first token sees */
     const int32_t *blocks;
     int block_shift;
     const uint16_t *k, *v;
@@ -88,9 +96,15 @@ typedef struct kk_attn_f16 {
     size_t row_stride;      /* elements from a row to the next within a block */
     float scale;
     int acc_f32;            /* 1: float accumulator (see above) */
-    float *out;             /* [nq][hd] */
-    float *scratch;         /* [nq * (2 * hd + 3 * n_pos)] floats */
+    float *out;             /* [nt][nq][hd], tokens tok_stride apart */
+    float *scratch;         /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
 } kk_attn_f16;
+
+/* Floats of scratch one call needs: per query, 2 * hd + 3 * (positions the
+ * last token sees). */
+static inline size_t kk_attn_scratch(int nq, int nt, int hd, int n_pos) {
+    return (size_t)nq * (size_t)nt * (2 * (size_t)hd + 3 * (size_t)(n_pos + nt - 1));
+}
 
 /* Offset (in elements from a->k or a->v) of position t's row. */
 static inline size_t kk_attn_row(const kk_attn_f16 *a, int t) {
@@ -98,13 +112,24 @@ static inline size_t kk_attn_row(const kk_attn_f16 *a, int t) {
            (size_t)(t & ((1 << a->block_shift) - 1)) * a->row_stride;
 }
 
-/* Query j of a as a one-query call (its query, output and scratch). */
-static inline kk_attn_f16 kk_attn_f16_head(const kk_attn_f16 *a, int j) {
+/* Head j of token u of a as a one-query call (its query, span, output and
+ * scratch). */
+static inline kk_attn_f16 kk_attn_f16_query(const kk_attn_f16 *a, int u, int j) {
     kk_attn_f16 one = *a;
+    const size_t off = (size_t)u * a->tok_stride + (size_t)j * (size_t)a->hd;
     one.nq = 1;
-    one.q = a->q + (size_t)j * (size_t)a->hd;
-    one.out = a->out + (size_t)j * (size_t)a->hd;
-    one.scratch = a->scratch + (size_t)j * (size_t)(2 * a->hd + 3 * a->n_pos);
+    one.nt = 1;
+    one.n_pos = a->n_pos + u;
+    one.q = a->q + off;
+    one.out = a->out + off;
+    one.scratch = a->scratch + (size_t)(u * a->nq + j) * (2 * (size_t)a->hd + 3 * (size_t)(a->n_pos + a->nt - 1));
+    return one;
+}
+
+/* Token u of a, all its heads, as a one-token call. */
+static inline kk_attn_f16 kk_attn_f16_token(const kk_attn_f16 *a, int u) {
+    kk_attn_f16 one = kk_attn_f16_query(a, u, 0);
+    one.nq = a->nq;
     return one;
 }
 

@@ -308,13 +308,17 @@ static inline __m256 exp8(__m256 x) {
  * (1) every score and their maximum, (2) the weights e^(s - M), eight at a
  * time through exp8 (kk_exp_attn lane by lane), and their sum in position
  * order, (3) one fma per accumulator element and position, no rounding. */
-static float softmax_weights(const float *sc, float *w, int n, float M) {
+static void exp_weights(const float *sc, float *w, int n, float M) {
     const __m256 m = _mm256_set1_ps(M);
     int t = 0;
     for (; t + 8 <= n; t += 8) _mm256_storeu_ps(w + t, exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), m)));
     for (; t < n; t++) w[t] = kk_exp_attn(sc[t] - M);
+}
+
+static float softmax_weights(const float *sc, float *w, int n, float M) {
+    exp_weights(sc, w, n, M);
     float S = 0.0f;
-    for (t = 0; t < n; t++) S += w[t];
+    for (int t = 0; t < n; t++) S += w[t];
     return S;
 }
 
@@ -387,16 +391,255 @@ static void attn_pair_f32acc(const kk_attn_f16 *a) {
     }
 }
 
+/* acc_f32 = 1 at head size 128 for a tile: Q = nq * nt query heads (up
+ * to 8) read each K and V row once, converted once for all of them.
+ *   pass 1: K rows are converted 8 at a time into a float block (L1).  Each
+ *     query scores the 8 rows together: for each 8-lane accumulator j of
+ *     kk_dot_f16's order (elements 32 s + 8 j + lane) the fma chain over s,
+ *     the four folded (a0 + a2) + (a1 + a3), then the lanes of the 8 rows
+ *     folded by one transpose (fold8): the same additions in the same order.
+ *   pass 2: per query, the maximum over its own span, then its weights.
+ *   pass 3: per block of 64 positions and per chunk of the head, every
+ *     query's accumulator chunk stays in registers across the block; the
+ *     positions past the first token's span update only the tokens that see
+ *     them, in position order. */
+enum { ATT_HD = 128, ATT_KB = 8, ATT_VB = 64, ATT_QMAX = 8 };
+
+/* [s_0 .. s_7] with s_p = (h0 + h1) + (h2 + h3), h_l = x[p][l] + x[p][l + 4]:
+ * kk_dot_f16's final fold of 8 rows.  The 128-bit swaps give h of two rows
+ * per register, the two hadds the pair sums and then s, in the lane order
+ * 0 2 4 6 1 3 5 7 that the permute puts right. */
+static inline __m256 fold8(const __m256 x[8]) {
+    __m256 u[4];
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm256_add_ps(_mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x31));
+    const __m256 r = _mm256_hadd_ps(_mm256_hadd_ps(u[0], u[1]), _mm256_hadd_ps(u[2], u[3]));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* The lanes of chain j of kk_dot_f16 (elements 32 s + 8 j + lane, fma over
+ * s from zero) for NQ (1 or 2) F16-rounded queries qr[i][128] and the 8
+ * converted rows kb[8][128], into part[i][j][p]: the queries' 4 registers
+ * stay while two rows at a time meet both queries, so each row load feeds
+ * NQ fmas. */
+static inline __attribute__((always_inline)) void chains8(float *const *qr, const int NQ, const float *kb,
+                                                          float part[2][4][8][8]) {
+    #pragma GCC unroll 1
+    for (int j = 0; j < 4; j++) {
+        __m256 q[2][4];
+        #pragma GCC unroll 2
+        for (int i = 0; i < NQ; i++)
+            #pragma GCC unroll 4
+            for (int s = 0; s < 4; s++) q[i][s] = _mm256_loadu_ps(qr[i] + 32 * s + 8 * j);
+        #pragma GCC unroll 1
+        for (int p = 0; p < 8; p += 2) {
+            const float *k0 = kb + p * ATT_HD + 8 * j, *k1 = k0 + ATT_HD;
+            __m256 c[2][2];
+            #pragma GCC unroll 4
+            for (int s = 0; s < 4; s++) {
+                const __m256 r0 = _mm256_load_ps(k0 + 32 * s), r1 = _mm256_load_ps(k1 + 32 * s);
+                #pragma GCC unroll 2
+                for (int i = 0; i < NQ; i++) {
+                    c[i][0] = _mm256_fmadd_ps(r0, q[i][s], s ? c[i][0] : _mm256_setzero_ps());
+                    c[i][1] = _mm256_fmadd_ps(r1, q[i][s], s ? c[i][1] : _mm256_setzero_ps());
+                }
+            }
+            #pragma GCC unroll 2
+            for (int i = 0; i < NQ; i++) {
+                _mm256_store_ps(part[i][j][p], c[i][0]);
+                _mm256_store_ps(part[i][j][p + 1], c[i][1]);
+            }
+        }
+    }
+}
+
+/* The 8 scores of one query from its chain ends: (a0 + a2) + (a1 + a3)
+ * lane by lane, then fold8. */
+static inline __m256 score8(float part[4][8][8]) {
+    __m256 x[8];
+    #pragma GCC unroll 8
+    for (int p = 0; p < 8; p++)
+        x[p] = _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(part[0][p]), _mm256_load_ps(part[2][p])),
+                             _mm256_add_ps(_mm256_load_ps(part[1][p]), _mm256_load_ps(part[3][p])));
+    return fold8(x);
+}
+
+/* Pass 1: sc[i][t] for every query i and t < n (the last token's span). */
+static void tile_scores(const kk_attn_f16 *a, int Q, float *const *qr, float *const *sc, int n) {
+    float kb[ATT_KB * ATT_HD] __attribute__((aligned(32)));
+    const __m256 scale = _mm256_set1_ps(a->scale);
+    for (int t0 = 0; t0 < n; t0 += ATT_KB) {
+        const int nb = n - t0 < ATT_KB ? n - t0 : ATT_KB;
+        for (int p = 0; p < ATT_KB; p++) {
+            float *d = kb + p * ATT_HD;
+            const int t = t0 + p;
+            if (p >= nb) { /* past the span: scored, never used */
+                for (int c = 0; c < ATT_HD; c += 8) _mm256_store_ps(d + c, _mm256_setzero_ps());
+                continue;
+            }
+            if (t + PF_POS < n) { /* V too: after a layer's weights it comes from DRAM */
+                prefetch_row(a->k + kk_attn_row(a, t + PF_POS), ATT_HD * sizeof(uint16_t));
+                prefetch_row(a->v + kk_attn_row(a, t + PF_POS), ATT_HD * sizeof(uint16_t));
+            }
+            const uint16_t *r = a->k + kk_attn_row(a, t);
+            #pragma GCC unroll 16
+            for (int c = 0; c < ATT_HD; c += 8) _mm256_store_ps(d + c, load_h8(r + c));
+        }
+        for (int i = 0; i < Q; i += 2) {
+            float part[2][4][8][8] __attribute__((aligned(32)));
+            const int nq = Q - i < 2 ? 1 : 2;
+            if (nq == 2) chains8(qr + i, 2, kb, part);
+            else chains8(qr + i, 1, kb, part);
+            for (int e = 0; e < nq; e++) {
+                const __m256 s = _mm256_mul_ps(score8(part[e]), scale);
+                if (nb == ATT_KB) {
+                    _mm256_storeu_ps(sc[i + e] + t0, s);
+                } else {
+                    float tmp[8];
+                    _mm256_storeu_ps(tmp, s);
+                    for (int p = 0; p < nb; p++) sc[i + e][t0 + p] = tmp[p];
+                }
+            }
+        }
+    }
+}
+
+/* The largest score, as the scalar loop's M = s > M ? s : M finds it:
+ * maxps returns its second operand when either is NaN. */
+static float max_score(const float *sc, int n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int t = 0;
+    for (; t + 8 <= n; t += 8) m = _mm256_max_ps(_mm256_loadu_ps(sc + t), m);
+    float l[8], M = -INFINITY;
+    _mm256_storeu_ps(l, m);
+    for (int i = 0; i < 8; i++) M = l[i] > M ? l[i] : M;
+    for (; t < n; t++) M = sc[t] > M ? sc[t] : M;
+    return M;
+}
+
+/* Pass 3 for Q queries that all see positions t0 .. t1 - 1: acc[i] +=
+ * w[i][t] * v_t, one fma per element and position, in position order.  A
+ * chunk of CW registers per query (as many as 8 accumulators allow) stays
+ * in registers over a block of 64 positions, whose row addresses are found
+ * once. */
+static inline __attribute__((always_inline)) void tile_values(const kk_attn_f16 *a, const int Q, float *const *w,
+                                                              float *const *acc, int t0, int t1) {
+    const int CW = Q <= 2 ? 4 : Q <= 4 ? 2 : 1;
+    const uint16_t *rows[ATT_VB];
+    for (int tb = t0; tb < t1; tb += ATT_VB) {
+        const int te = t1 - tb < ATT_VB ? t1 : tb + ATT_VB;
+        for (int t = tb; t < te; t++) rows[t - tb] = a->v + kk_attn_row(a, t);
+        for (int d = 0; d < ATT_HD; d += 8 * CW) {
+            __m256 x[ATT_QMAX][4];
+            #pragma GCC unroll 8
+            for (int i = 0; i < Q; i++)
+                #pragma GCC unroll 4
+                for (int c = 0; c < CW; c++) x[i][c] = _mm256_loadu_ps(acc[i] + d + 8 * c);
+            for (int t = tb; t < te; t++) {
+                const uint16_t *r = rows[t - tb] + d;
+                if (d == 0 && t + ATT_VB < t1) prefetch_row(a->v + kk_attn_row(a, t + ATT_VB), ATT_HD * sizeof(uint16_t));
+                __m256 v[4];
+                #pragma GCC unroll 4
+                for (int c = 0; c < CW; c++) v[c] = load_h8(r + 8 * c);
+                #pragma GCC unroll 8
+                for (int i = 0; i < Q; i++) {
+                    const __m256 wt = _mm256_broadcast_ss(w[i] + t);
+                    #pragma GCC unroll 4
+                    for (int c = 0; c < CW; c++) x[i][c] = _mm256_fmadd_ps(v[c], wt, x[i][c]);
+                }
+            }
+            #pragma GCC unroll 8
+            for (int i = 0; i < Q; i++)
+                #pragma GCC unroll 4
+                for (int c = 0; c < CW; c++) _mm256_storeu_ps(acc[i] + d + 8 * c, x[i][c]);
+        }
+    }
+}
+
+static void tile_values_q(const kk_attn_f16 *a, int Q, float *const *w, float *const *acc, int t0, int t1) {
+    switch (Q) {
+    case 1: tile_values(a, 1, w, acc, t0, t1); break;
+    case 2: tile_values(a, 2, w, acc, t0, t1); break;
+    case 3: tile_values(a, 3, w, acc, t0, t1); break;
+    case 4: tile_values(a, 4, w, acc, t0, t1); break;
+    case 5: tile_values(a, 5, w, acc, t0, t1); break;
+    case 6: tile_values(a, 6, w, acc, t0, t1); break;
+    case 7: tile_values(a, 7, w, acc, t0, t1); break;
+    default: tile_values(a, 8, w, acc, t0, t1); break;
+    }
+}
+
+/* Query i is head i % nq of token i / nq; its scratch as in
+ * kk_attn_f16_query: the rounded query, the accumulator, scores, weights. */
+static void attn_tile_f32acc(const kk_attn_f16 *a) {
+    const int Q = a->nq * a->nt, n_last = a->n_pos + a->nt - 1;
+    const size_t per = 2 * ATT_HD + 3 * (size_t)n_last;
+    float *qr[ATT_QMAX] = {0}, *acc[ATT_QMAX] = {0}, *sc[ATT_QMAX] = {0}, *w[ATT_QMAX] = {0}, inv[ATT_QMAX];
+    for (int t = 0; t < PF_POS && t < n_last; t++) {
+        prefetch_row(a->k + kk_attn_row(a, t), ATT_HD * sizeof(uint16_t));
+        prefetch_row(a->v + kk_attn_row(a, t), ATT_HD * sizeof(uint16_t));
+    }
+    for (int i = 0; i < Q; i++) {
+        qr[i] = a->scratch + (size_t)i * per;
+        acc[i] = qr[i] + ATT_HD;
+        sc[i] = qr[i] + 2 * ATT_HD;
+        w[i] = sc[i] + n_last;
+        round_f16_row(a->q + (size_t)(i / a->nq) * a->tok_stride + (size_t)(i % a->nq) * ATT_HD, qr[i], ATT_HD);
+        for (int d = 0; d < ATT_HD; d += 8) _mm256_storeu_ps(acc[i] + d, _mm256_setzero_ps());
+    }
+    tile_scores(a, Q, qr, sc, n_last);
+    /* weights, and their sums in position order: one add chain per query,
+     * the queries' chains side by side (one chain alone waits on the add
+     * latency) */
+    float S[ATT_QMAX] = {0};
+    for (int i = 0; i < Q; i++) {
+        const int n = a->n_pos + i / a->nq;
+        exp_weights(sc[i], w[i], n, max_score(sc[i], n));
+    }
+    for (int t = 0; t < a->n_pos; t++) {
+        #pragma GCC unroll 8
+        for (int i = 0; i < ATT_QMAX; i++)
+            if (i < Q) S[i] += w[i][t];
+    }
+    for (int i = a->nq; i < Q; i++)
+        for (int t = a->n_pos; t < a->n_pos + i / a->nq; t++) S[i] += w[i][t];
+    for (int i = 0; i < Q; i++) inv[i] = 1.0f / S[i];
+    tile_values_q(a, Q, w, acc, 0, a->n_pos);
+    for (int t = a->n_pos; t < n_last; t++) { /* seen by tokens t - n_pos + 1 .. nt - 1 */
+        const int i0 = (t - a->n_pos + 1) * a->nq;
+        tile_values_q(a, Q - i0, w + i0, acc + i0, t, t + 1);
+    }
+    for (int i = 0; i < Q; i++) {
+        float *o = a->out + (size_t)(i / a->nq) * a->tok_stride + (size_t)(i % a->nq) * ATT_HD;
+        const __m256 s = _mm256_set1_ps(inv[i]);
+        for (int d = 0; d < ATT_HD; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(acc[i] + d), s));
+    }
+}
+
 static void attn_f16(const kk_attn_f16 *a) {
-    if (a->nq == 2 && a->hd == 128) {
-        if (a->acc_f32) attn_pair_f32acc(a);
-        else attn_pair(a);
+    if (a->acc_f32 && a->hd == ATT_HD && a->nt > 1) { /* tiles of up to ATT_QMAX queries */
+        const int step = ATT_QMAX / a->nq;
+        for (int u = 0; u < a->nt; u += step) {
+            kk_attn_f16 sub = kk_attn_f16_token(a, u);
+            sub.nt = a->nt - u < step ? a->nt - u : step;
+            attn_tile_f32acc(&sub);
+        }
         return;
     }
-    for (int j = 0; j < a->nq; j++) {
-        const kk_attn_f16 one = kk_attn_f16_head(a, j);
-        if (one.acc_f32) attn_one_f32acc(&one);
-        else attn_one(&one);
+    for (int u = 0; u < a->nt; u++) {
+        if (a->nq == 2 && a->hd == 128) {
+            const kk_attn_f16 tok = kk_attn_f16_token(a, u);
+            if (a->acc_f32) attn_pair_f32acc(&tok);
+            else attn_pair(&tok);
+            continue;
+        }
+        for (int j = 0; j < a->nq; j++) {
+            const kk_attn_f16 one = kk_attn_f16_query(a, u, j);
+            if (one.acc_f32) attn_one_f32acc(&one);
+            else attn_one(&one);
+        }
     }
 }
 

@@ -139,7 +139,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     if ((size_t)hp->n_ff > maxk) maxk = (size_t)hp->n_ff;
     c->logits_cap = p.n_batch;
     /* positions per sequence stay below n_ctx; one block of slack */
-    c->att_scratch_per_thread = 2 * ((size_t)(2 * hp->hd_k) + 3 * ((size_t)n_ctx + KL_KV_BLOCK)); /* 2 heads */
+    c->att_scratch_per_thread = kk_attn_scratch(2, KL_ATTN_TILE, hp->hd_k, n_ctx + KL_KV_BLOCK);
     ctx_buf bufs[] = {
         {(void **)&c->x, B * E * 4},        {(void **)&c->xn, B * E * 4},
         {(void **)&c->q, B * nq * 4},       {(void **)&c->k, B * nkv * 4},
@@ -147,6 +147,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         {(void **)&c->gate, B * (size_t)hp->n_ff * 4}, {(void **)&c->up, B * (size_t)hp->n_ff * 4},
         {(void **)&c->rope_cs, B * (size_t)hp->rope.n_rot * 4},
         {(void **)&c->b_pos, B * 4},        {(void **)&c->b_seq, B * 4},
+        {(void **)&c->b_tile, (B + 1) * 4},
         {(void **)&c->out_idx, B * 4},
         {(void **)&c->out_rows, B * E * 4},
         {(void **)&c->att_scratch, (size_t)c->p.n_threads * c->att_scratch_per_thread * 4},
@@ -173,7 +174,7 @@ void kiln_context_free(kiln_context *c) {
     if (!c) return;
     kl_kv_free(&c->kv);
     if (c->pool) kpool_free(c->pool);
-    void *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->b_pos, c->b_seq,
+    void *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->b_pos, c->b_seq, c->b_tile,
                     c->out_idx, c->out_rows, c->att_scratch, c->mm_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     if (c->logits) munmap(c->logits, ctx_logits_bytes(c));

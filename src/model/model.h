@@ -97,6 +97,10 @@ struct kiln_model {
  * F16-rounded accumulator; one that sees more accumulates in float
  * (forward.c, attn_task). */
 #define KL_ATTN_F16_ACC_MAX 256
+/* Tokens of one sequence at consecutive positions that one attention call
+ * takes together (kk_attn_f16.nt) when they accumulate in float: they share
+ * the conversion of every K and V row. */
+#define KL_ATTN_TILE 4
 
 typedef struct kl_seq {
     int32_t len;       /* tokens held */
@@ -171,11 +175,13 @@ struct kiln_context {
     float *x, *xn, *q, *k, *v, *att, *gate, *up;
     float *rope_cs;           /* [n_batch][n_rot] rotation tables */
     int32_t *b_pos, *b_seq;   /* resolved positions and sequences */
+    int32_t *b_tile;          /* [n_tile + 1] batch index where each attention tile starts */
+    int32_t n_tile;
     int32_t *out_idx;         /* batch index -> logits row, -1 if none */
     float *logits;            /* [logits_cap][n_vocab] */
     int32_t logits_cap;
     float *out_rows;          /* [logits_cap][n_embd] normalized rows */
-    float *att_scratch;       /* per thread: 2 x [2 * hd + 3 * n_ctx] (kk_attn_f16, 2 heads) */
+    float *att_scratch;       /* per thread: kk_attn_scratch of 2 heads x KL_ATTN_TILE tokens */
     size_t att_scratch_per_thread; /* floats */
     void *mm_scratch;
     char err[512];
