@@ -44,6 +44,13 @@ static inline void store_h8(uint16_t *p, __m256 v) {
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 static inline uint16_t f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 
+/* (h0 + h1) + (h2 + h3) with h_l = x[l] + x[l + 4] */
+static inline float fold1(__m256 x) {
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    const __m128 t = _mm_hadd_ps(h, h);
+    return _mm_cvtss_f32(_mm_hadd_ps(t, t));
+}
+
 static inline __attribute__((always_inline)) float dot_f16_in(const uint16_t *a, const float *b, int n) {
     const int np = n & ~31;
     double s = 0.0;
@@ -55,10 +62,7 @@ static inline __attribute__((always_inline)) float dot_f16_in(const uint16_t *a,
             s2 = _mm256_fmadd_ps(load_h8(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
             s3 = _mm256_fmadd_ps(load_h8(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
         }
-        const __m256 x = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
-        const __m128 h = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-        const __m128 t = _mm_hadd_ps(h, h);
-        const float f = _mm_cvtss_f32(_mm_hadd_ps(t, t));
+        const float f = fold1(_mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3)));
         if (np == n) return f; /* the same value as the round trip through double */
         s = (double)f;
     }
@@ -66,10 +70,12 @@ static inline __attribute__((always_inline)) float dot_f16_in(const uint16_t *a,
     return (float)s;
 }
 
-/* dot_f16_in of one F16 row with two float rows of n = 32k, each summed
- * exactly as dot_f16_in sums it; the row is converted once for both. */
-static inline __attribute__((always_inline)) void dot2_f16_in(const uint16_t *a, const float *b0, const float *b1,
-                                                              int n, float *out0, float *out1) {
+/* dot_f16_in of one F16 row with two float rows of n = 32k, up to the
+ * last fold: per float row the 8 lanes x = (s0 + s2) + (s1 + s3), each
+ * summed exactly as dot_f16_in sums it; the row is converted once for
+ * both.  fold1 (one row) or fold8 (8 rows at once) finishes them. */
+static inline __attribute__((always_inline)) void dot2_f16_lanes(const uint16_t *a, const float *b0, const float *b1,
+                                                                 int n, __m256 *x0, __m256 *x1) {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     __m256 t0 = s0, t1 = s0, t2 = s0, t3 = s0;
     for (int i = 0; i < n; i += 32) {
@@ -83,13 +89,22 @@ static inline __attribute__((always_inline)) void dot2_f16_in(const uint16_t *a,
         t2 = _mm256_fmadd_ps(a2, _mm256_loadu_ps(b1 + i + 16), t2);
         t3 = _mm256_fmadd_ps(a3, _mm256_loadu_ps(b1 + i + 24), t3);
     }
-    const __m256 x = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
-    const __m256 y = _mm256_add_ps(_mm256_add_ps(t0, t2), _mm256_add_ps(t1, t3));
-    const __m128 hx = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    const __m128 hy = _mm_add_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));
-    const __m128 tx = _mm_hadd_ps(hx, hx), ty = _mm_hadd_ps(hy, hy);
-    *out0 = _mm_cvtss_f32(_mm_hadd_ps(tx, tx));
-    *out1 = _mm_cvtss_f32(_mm_hadd_ps(ty, ty));
+    *x0 = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+    *x1 = _mm256_add_ps(_mm256_add_ps(t0, t2), _mm256_add_ps(t1, t3));
+}
+
+/* [s_0 .. s_7] with s_p = (h0 + h1) + (h2 + h3), h_l = x[p][l] + x[p][l + 4]:
+ * kk_dot_f16's final fold of 8 rows.  The 128-bit swaps give h of two rows
+ * per register, the two hadds the pair sums and then s, in the lane order
+ * 0 2 4 6 1 3 5 7 that the permute puts right. */
+static inline __m256 fold8(const __m256 x[8]) {
+    __m256 u[4];
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm256_add_ps(_mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x31));
+    const __m256 r = _mm256_hadd_ps(_mm256_hadd_ps(u[0], u[1]), _mm256_hadd_ps(u[2], u[3]));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 static void f32_to_f16_row(const float *x, uint16_t *y, int n) {
@@ -170,16 +185,39 @@ static void scores_pair(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0
     }
     round_f16_row(a->q, qr0, HD);
     round_f16_row(a->q + HD, qr1, HD);
-    float M0 = -INFINITY, M1 = -INFINITY;
-    for (int t = 0; t < n; t++) {
-        if (t + PF_POS < n) {
-            prefetch_row(a->k + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
-            prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+    /* 8 positions at a time, their lanes folded together (fold8); the
+     * maxima as max_score finds them */
+    const __m256 scale = _mm256_set1_ps(a->scale);
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+    int t = 0;
+    for (; t + 8 <= n; t += 8) {
+        __m256 x0[8], x1[8];
+        #pragma GCC unroll 8
+        for (int p = 0; p < 8; p++) {
+            if (t + p + PF_POS < n) {
+                prefetch_row(a->k + kk_attn_row(a, t + p + PF_POS), HD * sizeof(uint16_t));
+                prefetch_row(a->v + kk_attn_row(a, t + p + PF_POS), HD * sizeof(uint16_t));
+            }
+            dot2_f16_lanes(a->k + kk_attn_row(a, t + p), qr0, qr1, HD, &x0[p], &x1[p]);
         }
-        float d0, d1;
-        dot2_f16_in(a->k + kk_attn_row(a, t), qr0, qr1, HD, &d0, &d1);
-        sc0[t] = d0 * a->scale;
-        sc1[t] = d1 * a->scale;
+        const __m256 s0 = _mm256_mul_ps(fold8(x0), scale), s1 = _mm256_mul_ps(fold8(x1), scale);
+        _mm256_storeu_ps(sc0 + t, s0);
+        _mm256_storeu_ps(sc1 + t, s1);
+        m0 = _mm256_max_ps(s0, m0);
+        m1 = _mm256_max_ps(s1, m1);
+    }
+    float l0[8], l1[8], M0 = -INFINITY, M1 = -INFINITY;
+    _mm256_storeu_ps(l0, m0);
+    _mm256_storeu_ps(l1, m1);
+    for (int i = 0; i < 8; i++) {
+        M0 = l0[i] > M0 ? l0[i] : M0;
+        M1 = l1[i] > M1 ? l1[i] : M1;
+    }
+    for (; t < n; t++) {
+        __m256 x0, x1;
+        dot2_f16_lanes(a->k + kk_attn_row(a, t), qr0, qr1, HD, &x0, &x1);
+        sc0[t] = fold1(x0) * a->scale;
+        sc1[t] = fold1(x1) * a->scale;
         M0 = sc0[t] > M0 ? sc0[t] : M0;
         M1 = sc1[t] > M1 ? sc1[t] : M1;
     }
@@ -404,20 +442,6 @@ static void attn_pair_f32acc(const kk_attn_f16 *a) {
  *     positions past the first token's span update only the tokens that see
  *     them, in position order. */
 enum { ATT_HD = 128, ATT_KB = 8, ATT_VB = 64, ATT_QMAX = 8 };
-
-/* [s_0 .. s_7] with s_p = (h0 + h1) + (h2 + h3), h_l = x[p][l] + x[p][l + 4]:
- * kk_dot_f16's final fold of 8 rows.  The 128-bit swaps give h of two rows
- * per register, the two hadds the pair sums and then s, in the lane order
- * 0 2 4 6 1 3 5 7 that the permute puts right. */
-static inline __m256 fold8(const __m256 x[8]) {
-    __m256 u[4];
-    #pragma GCC unroll 4
-    for (int i = 0; i < 4; i++)
-        u[i] = _mm256_add_ps(_mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x20),
-                             _mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x31));
-    const __m256 r = _mm256_hadd_ps(_mm256_hadd_ps(u[0], u[1]), _mm256_hadd_ps(u[2], u[3]));
-    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
 
 /* The lanes of chain j of kk_dot_f16 (elements 32 s + 8 j + lane, fma over
  * s from zero) for NQ (1 or 2) F16-rounded queries qr[i][128] and the 8
