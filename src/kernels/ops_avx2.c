@@ -51,23 +51,39 @@ static inline float fold1(__m256 x) {
     return _mm_cvtss_f32(_mm_hadd_ps(t, t));
 }
 
+/* The 8 lanes x = (s0 + s2) + (s1 + s3) of dot_f16_in over n = 32k
+ * elements, before the final fold. */
+static inline __attribute__((always_inline)) __m256 dot_f16_lanes(const uint16_t *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int i = 0; i < n; i += 32) {
+        s0 = _mm256_fmadd_ps(load_h8(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(load_h8(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(load_h8(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(load_h8(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    return _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+}
+
 static inline __attribute__((always_inline)) float dot_f16_in(const uint16_t *a, const float *b, int n) {
     const int np = n & ~31;
     double s = 0.0;
     if (np) {
-        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-        for (int i = 0; i < np; i += 32) {
-            s0 = _mm256_fmadd_ps(load_h8(a + i), _mm256_loadu_ps(b + i), s0);
-            s1 = _mm256_fmadd_ps(load_h8(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-            s2 = _mm256_fmadd_ps(load_h8(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
-            s3 = _mm256_fmadd_ps(load_h8(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
-        }
-        const float f = fold1(_mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3)));
+        const float f = fold1(dot_f16_lanes(a, b, np));
         if (np == n) return f; /* the same value as the round trip through double */
         s = (double)f;
     }
     for (int i = np; i < n; i++) s += (double)(h2f(a[i]) * b[i]);
     return (float)s;
+}
+
+/* The largest of M and the 8 lanes of m, by the scalar loop's rule
+ * M = s > M ? s : M (maxps keeps its second operand when either is NaN, so
+ * lanes folded with it follow the same rule). */
+static inline float hmax8(__m256 m, float M) {
+    float l[8];
+    _mm256_storeu_ps(l, m);
+    for (int i = 0; i < 8; i++) M = l[i] > M ? l[i] : M;
+    return M;
 }
 
 /* dot_f16_in of one F16 row with two float rows of n = 32k, up to the
@@ -163,7 +179,24 @@ static float scores_one(const kk_attn_f16 *a, float *qr, float *sc) {
      * from DRAM: fetch the row PF_POS positions ahead by hand */
     const size_t row_bytes = (size_t)hd * sizeof(uint16_t);
     float M = -INFINITY;
-    for (int t = 0; t < n; t++) {
+    int t = 0;
+    if (hd % 32 == 0) { /* 8 positions at a time, folded together */
+        const __m256 scale = _mm256_set1_ps(a->scale);
+        __m256 m = _mm256_set1_ps(-INFINITY);
+        for (; t + 8 <= n; t += 8) {
+            __m256 x[8];
+            #pragma GCC unroll 8
+            for (int p = 0; p < 8; p++) {
+                if (t + p + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + p + PF_POS), row_bytes);
+                x[p] = dot_f16_lanes(a->k + kk_attn_row(a, t + p), qr, hd);
+            }
+            const __m256 s8 = _mm256_mul_ps(fold8(x), scale);
+            _mm256_storeu_ps(sc + t, s8);
+            m = _mm256_max_ps(s8, m);
+        }
+        M = hmax8(m, M);
+    }
+    for (; t < n; t++) {
         if (t + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + PF_POS), row_bytes);
         sc[t] = dot_f16_in(a->k + kk_attn_row(a, t), qr, hd) * a->scale;
         M = sc[t] > M ? sc[t] : M;
@@ -206,13 +239,7 @@ static void scores_pair(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0
         m0 = _mm256_max_ps(s0, m0);
         m1 = _mm256_max_ps(s1, m1);
     }
-    float l0[8], l1[8], M0 = -INFINITY, M1 = -INFINITY;
-    _mm256_storeu_ps(l0, m0);
-    _mm256_storeu_ps(l1, m1);
-    for (int i = 0; i < 8; i++) {
-        M0 = l0[i] > M0 ? l0[i] : M0;
-        M1 = l1[i] > M1 ? l1[i] : M1;
-    }
+    float M0 = hmax8(m0, -INFINITY), M1 = hmax8(m1, -INFINITY);
     for (; t < n; t++) {
         __m256 x0, x1;
         dot2_f16_lanes(a->k + kk_attn_row(a, t), qr0, qr1, HD, &x0, &x1);
@@ -536,9 +563,7 @@ static float max_score(const float *sc, int n) {
     __m256 m = _mm256_set1_ps(-INFINITY);
     int t = 0;
     for (; t + 8 <= n; t += 8) m = _mm256_max_ps(_mm256_loadu_ps(sc + t), m);
-    float l[8], M = -INFINITY;
-    _mm256_storeu_ps(l, m);
-    for (int i = 0; i < 8; i++) M = l[i] > M ? l[i] : M;
+    float M = hmax8(m, -INFINITY);
     for (; t < n; t++) M = sc[t] > M ? sc[t] : M;
     return M;
 }
