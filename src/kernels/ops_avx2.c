@@ -458,9 +458,10 @@ static void attn_pair_f32acc(const kk_attn_f16 *a) {
 
 /* acc_f32 = 1 at head size 128 for a tile: Q = nq * nt query heads (up
  * to 8) read each K and V row once, converted once for all of them.
- *   pass 1: K rows are converted 8 at a time into a float block (L1).  Each
- *     query scores the 8 rows together: for each 8-lane accumulator j of
- *     kk_dot_f16's order (elements 32 s + 8 j + lane) the fma chain over s,
+ *   pass 1: K rows are converted 8 at a time into a float block (L1).  The
+ *     queries, two at a time (chains8), score the 8 rows together: for each
+ *     8-lane accumulator j of kk_dot_f16's order (elements 32 s + 8 j + lane)
+ *     the fma chain over s,
  *     the four folded (a0 + a2) + (a1 + a3), then the lanes of the 8 rows
  *     folded by one transpose (fold8): the same additions in the same order.
  *   pass 2: per query, the maximum over its own span, then its weights.
