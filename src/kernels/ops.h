@@ -101,7 +101,7 @@ typedef struct kk_attn_f16 {
 } kk_attn_f16;
 
 /* Floats of scratch one call needs: per query, 2 * hd + 3 * (positions the
- * last token sees). */
+ * last token sees); query j of token u has the (u * nq + j)-th share. */
 static inline size_t kk_attn_scratch(int nq, int nt, int hd, int n_pos) {
     return (size_t)nq * (size_t)nt * (2 * (size_t)hd + 3 * (size_t)(n_pos + nt - 1));
 }
@@ -122,7 +122,7 @@ static inline kk_attn_f16 kk_attn_f16_query(const kk_attn_f16 *a, int u, int j) 
     one.n_pos = a->n_pos + u;
     one.q = a->q + off;
     one.out = a->out + off;
-    one.scratch = a->scratch + (size_t)(u * a->nq + j) * (2 * (size_t)a->hd + 3 * (size_t)(a->n_pos + a->nt - 1));
+    one.scratch = a->scratch + (size_t)(u * a->nq + j) * kk_attn_scratch(1, 1, a->hd, a->n_pos + a->nt - 1);
     return one;
 }
 

@@ -625,7 +625,7 @@ static void tile_values_q(const kk_attn_f16 *a, int Q, float *const *w, float *c
  * kk_attn_f16_query: the rounded query, the accumulator, scores, weights. */
 static void attn_tile_f32acc(const kk_attn_f16 *a) {
     const int Q = a->nq * a->nt, n_last = a->n_pos + a->nt - 1;
-    const size_t per = 2 * ATT_HD + 3 * (size_t)n_last;
+    const size_t per = kk_attn_scratch(1, 1, ATT_HD, n_last);
     float *qr[ATT_QMAX] = {0}, *acc[ATT_QMAX] = {0}, *sc[ATT_QMAX] = {0}, *w[ATT_QMAX] = {0}, inv[ATT_QMAX];
     for (int t = 0; t < PF_POS && t < n_last; t++) {
         prefetch_row(a->k + kk_attn_row(a, t), ATT_HD * sizeof(uint16_t));

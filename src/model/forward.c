@@ -46,6 +46,9 @@ typedef struct attn_job {
  * same bits whether it is computed alone, in a batch, in a tile, beside
  * other sequences or after a prefix-cache hit.  With an F32 cache everything
  * stays F32. */
+/* Whether the query at position pos (F16 cache) accumulates in float. */
+static inline int attn_acc_f32(int pos) { return pos + 1 > KL_ATTN_F16_ACC_MAX; }
+
 static void attn_task(void *ud, int ith, int nth) {
     attn_job *j = ud;
     kiln_context *c = j->c;
@@ -58,7 +61,6 @@ static void attn_task(void *ud, int ith, int nth) {
     const kk_ops *ops = j->ops;
     const int pairs = (group + 1) / 2;
     const long n_items = (long)c->n_tile * hp->n_head_kv * pairs;
-    (void)nth;
     for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
         /* items go KV head by KV head, then tile, then pairs of the heads
          * sharing it (one kernel call reads K and V once for both): items
@@ -77,7 +79,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .k = (const uint16_t *)kl_kv_kblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hd,
                 .v = (const uint16_t *)kl_kv_vblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hd,
                 .block_stride = kl_kv_block_stride(kv), .row_stride = (size_t)hd,
-                .scale = scale, .acc_f32 = pos + 1 > KL_ATTN_F16_ACC_MAX, .out = o, .scratch = scratch,
+                .scale = scale, .acc_f32 = attn_acc_f32(pos), .out = o, .scratch = scratch,
             };
             ops->attn_f16(&a);
             continue;
@@ -257,7 +259,7 @@ kiln_status kl_forward(kiln_context *c, const kiln_batch *b) {
     for (int i = 0; i < n; i++) {
         const int t = c->n_tile;
         const int join = i > 0 && kv->type != KILN_KV_F32 && c->b_seq[i] == c->b_seq[i - 1] &&
-                         c->b_pos[i] == c->b_pos[i - 1] + 1 && c->b_pos[i - 1] + 1 > KL_ATTN_F16_ACC_MAX &&
+                         c->b_pos[i] == c->b_pos[i - 1] + 1 && attn_acc_f32(c->b_pos[i - 1]) &&
                          i - c->b_tile[t - 1] < KL_ATTN_TILE;
         if (!join) c->b_tile[c->n_tile++] = i;
     }
