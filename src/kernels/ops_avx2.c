@@ -621,22 +621,23 @@ static void tile_values_q(const kk_attn_f16 *a, int Q, float *const *w, float *c
     }
 }
 
-/* Query i is head i % nq of token i / nq; its scratch as in
- * kk_attn_f16_query: the rounded query, the accumulator, scores, weights. */
+/* Query i is head i % nq of token i / nq (kk_attn_f16_query); its scratch
+ * holds the rounded query, the accumulator, scores and weights. */
 static void attn_tile_f32acc(const kk_attn_f16 *a) {
     const int Q = a->nq * a->nt, n_last = a->n_pos + a->nt - 1;
-    const size_t per = kk_attn_scratch(1, 1, ATT_HD, n_last);
+    kk_attn_f16 one[ATT_QMAX]; /* each query's own pointers and span */
     float *qr[ATT_QMAX] = {0}, *acc[ATT_QMAX] = {0}, *sc[ATT_QMAX] = {0}, *w[ATT_QMAX] = {0}, inv[ATT_QMAX];
     for (int t = 0; t < PF_POS && t < n_last; t++) {
         prefetch_row(a->k + kk_attn_row(a, t), ATT_HD * sizeof(uint16_t));
         prefetch_row(a->v + kk_attn_row(a, t), ATT_HD * sizeof(uint16_t));
     }
     for (int i = 0; i < Q; i++) {
-        qr[i] = a->scratch + (size_t)i * per;
+        one[i] = kk_attn_f16_query(a, i / a->nq, i % a->nq);
+        qr[i] = one[i].scratch;
         acc[i] = qr[i] + ATT_HD;
         sc[i] = qr[i] + 2 * ATT_HD;
         w[i] = sc[i] + n_last;
-        round_f16_row(a->q + (size_t)(i / a->nq) * a->tok_stride + (size_t)(i % a->nq) * ATT_HD, qr[i], ATT_HD);
+        round_f16_row(one[i].q, qr[i], ATT_HD);
         for (int d = 0; d < ATT_HD; d += 8) _mm256_storeu_ps(acc[i] + d, _mm256_setzero_ps());
     }
     tile_scores(a, Q, qr, sc, n_last);
@@ -644,17 +645,14 @@ static void attn_tile_f32acc(const kk_attn_f16 *a) {
      * the queries' chains side by side (one chain alone waits on the add
      * latency) */
     float S[ATT_QMAX] = {0};
-    for (int i = 0; i < Q; i++) {
-        const int n = a->n_pos + i / a->nq;
-        exp_weights(sc[i], w[i], n, max_score(sc[i], n));
-    }
+    for (int i = 0; i < Q; i++) exp_weights(sc[i], w[i], one[i].n_pos, max_score(sc[i], one[i].n_pos));
     for (int t = 0; t < a->n_pos; t++) {
         #pragma GCC unroll 8
         for (int i = 0; i < ATT_QMAX; i++)
             if (i < Q) S[i] += w[i][t];
     }
     for (int i = a->nq; i < Q; i++)
-        for (int t = a->n_pos; t < a->n_pos + i / a->nq; t++) S[i] += w[i][t];
+        for (int t = a->n_pos; t < one[i].n_pos; t++) S[i] += w[i][t];
     for (int i = 0; i < Q; i++) inv[i] = 1.0f / S[i];
     tile_values_q(a, Q, w, acc, 0, a->n_pos);
     for (int t = a->n_pos; t < n_last; t++) { /* seen by tokens t - n_pos + 1 .. nt - 1 */
@@ -662,9 +660,8 @@ static void attn_tile_f32acc(const kk_attn_f16 *a) {
         tile_values_q(a, Q - i0, w + i0, acc + i0, t, t + 1);
     }
     for (int i = 0; i < Q; i++) {
-        float *o = a->out + (size_t)(i / a->nq) * a->tok_stride + (size_t)(i % a->nq) * ATT_HD;
         const __m256 s = _mm256_set1_ps(inv[i]);
-        for (int d = 0; d < ATT_HD; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(acc[i] + d), s));
+        for (int d = 0; d < ATT_HD; d += 8) _mm256_storeu_ps(one[i].out + d, _mm256_mul_ps(_mm256_loadu_ps(acc[i] + d), s));
     }
 }
 
