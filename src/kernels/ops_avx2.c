@@ -252,12 +252,16 @@ static void scores_pair(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0
     m[1] = M1;
 }
 
-static void attn_one(const kk_attn_f16 *a) {
+/* Pass 3 of one query, the whole head: acc += w_t * v_t in position order,
+ * then out = acc * inv_s.  f16 (a constant): the F16 scheme's accumulator,
+ * rescaled by ms_t where that is not 1 and rounded to F16 after every
+ * rescale and update, as kk_scale_f16 / kk_mad_f16 store it; otherwise a
+ * float accumulator, one fma per element and position (ms unused).  64
+ * elements at a time are held in 8 registers across all positions. */
+static inline __attribute__((always_inline)) void values_one(const kk_attn_f16 *a, const float *ms, const float *w,
+                                                             float inv_s, const int f16) {
     const int hd = a->hd, n = a->n_pos;
-    float *qr = a->scratch, *sc = qr + 2 * hd, *msv = sc + n, *vsv = msv + n;
-    scores_one(a, qr, sc);
-    const float S = softmax_factors(sc, msv, vsv, n);
-    const __m256 inv = _mm256_set1_ps(1.0f / S);
+    const __m256 inv = _mm256_set1_ps(inv_s);
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) {
         __m256 acc[8];
@@ -266,14 +270,17 @@ static void attn_one(const kk_attn_f16 *a) {
         for (int t = 0; t < n; t++) {
             const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
             if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
-            if (msv[t] != 1.0f) {
-                const __m256 m = _mm256_set1_ps(msv[t]);
+            if (f16 && ms[t] != 1.0f) {
+                const __m256 m = _mm256_set1_ps(ms[t]);
                 #pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) acc[r] = rnd16(_mm256_mul_ps(acc[r], m));
             }
-            const __m256 w = _mm256_set1_ps(vsv[t]);
+            const __m256 wt = _mm256_set1_ps(w[t]);
             #pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) acc[r] = rnd16(_mm256_fmadd_ps(load_h8(vr + 8 * r), w, acc[r]));
+            for (int r = 0; r < 8; r++) {
+                const __m256 x = _mm256_fmadd_ps(load_h8(vr + 8 * r), wt, acc[r]);
+                acc[r] = f16 ? rnd16(x) : x;
+            }
         }
         #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) _mm256_storeu_ps(a->out + d0 + 8 * r, _mm256_mul_ps(acc[r], inv));
@@ -281,20 +288,28 @@ static void attn_one(const kk_attn_f16 *a) {
     for (; d0 + 8 <= hd; d0 += 8) {
         __m256 acc = _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
-            const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
-            if (msv[t] != 1.0f) acc = rnd16(_mm256_mul_ps(acc, _mm256_set1_ps(msv[t])));
-            acc = rnd16(_mm256_fmadd_ps(load_h8(vr), _mm256_set1_ps(vsv[t]), acc));
+            if (f16 && ms[t] != 1.0f) acc = rnd16(_mm256_mul_ps(acc, _mm256_set1_ps(ms[t])));
+            const __m256 x = _mm256_fmadd_ps(load_h8(a->v + kk_attn_row(a, t) + d0), _mm256_set1_ps(w[t]), acc);
+            acc = f16 ? rnd16(x) : x;
         }
         _mm256_storeu_ps(a->out + d0, _mm256_mul_ps(acc, inv));
     }
     for (; d0 < hd; d0++) {
         float acc = 0.0f;
         for (int t = 0; t < n; t++) {
-            if (msv[t] != 1.0f) acc = h2f(f2h(acc * msv[t]));
-            acc = h2f(f2h(fmaf(h2f(a->v[kk_attn_row(a, t) + (size_t)d0]), vsv[t], acc)));
+            if (f16 && ms[t] != 1.0f) acc = h2f(f2h(acc * ms[t]));
+            const float x = fmaf(h2f(a->v[kk_attn_row(a, t) + (size_t)d0]), w[t], acc);
+            acc = f16 ? h2f(f2h(x)) : x;
         }
-        a->out[d0] = acc * (1.0f / S);
+        a->out[d0] = acc * inv_s;
     }
+}
+
+static void attn_one(const kk_attn_f16 *a) {
+    const int hd = a->hd, n = a->n_pos;
+    float *qr = a->scratch, *sc = qr + 2 * hd, *msv = sc + n, *vsv = msv + n;
+    scores_one(a, qr, sc);
+    values_one(a, msv, vsv, 1.0f / softmax_factors(sc, msv, vsv, n), 1);
 }
 
 /* Two query heads of one KV head with head size 128: each K row is read
@@ -391,34 +406,7 @@ static void attn_one_f32acc(const kk_attn_f16 *a) {
     const int hd = a->hd, n = a->n_pos;
     float *qr = a->scratch, *sc = qr + 2 * hd, *w = sc + n;
     const float M = scores_one(a, qr, sc);
-    const float inv_s = 1.0f / softmax_weights(sc, w, n, M);
-    const __m256 inv = _mm256_set1_ps(inv_s);
-    int d0 = 0;
-    for (; d0 + 64 <= hd; d0 += 64) {
-        __m256 acc[8];
-        #pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
-        for (int t = 0; t < n; t++) {
-            const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
-            if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
-            const __m256 wt = _mm256_set1_ps(w[t]);
-            #pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_h8(vr + 8 * r), wt, acc[r]);
-        }
-        #pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) _mm256_storeu_ps(a->out + d0 + 8 * r, _mm256_mul_ps(acc[r], inv));
-    }
-    for (; d0 + 8 <= hd; d0 += 8) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int t = 0; t < n; t++)
-            acc = _mm256_fmadd_ps(load_h8(a->v + kk_attn_row(a, t) + d0), _mm256_set1_ps(w[t]), acc);
-        _mm256_storeu_ps(a->out + d0, _mm256_mul_ps(acc, inv));
-    }
-    for (; d0 < hd; d0++) {
-        float acc = 0.0f;
-        for (int t = 0; t < n; t++) acc = fmaf(h2f(a->v[kk_attn_row(a, t) + (size_t)d0]), w[t], acc);
-        a->out[d0] = acc * inv_s;
-    }
+    values_one(a, NULL, w, 1.0f / softmax_weights(sc, w, n, M), 0);
 }
 
 /* attn_pair with the float accumulator: 16 registers of fma chains over
