@@ -312,20 +312,14 @@ static void attn_one(const kk_attn_f16 *a) {
     values_one(a, msv, vsv, 1.0f / softmax_factors(sc, msv, vsv, n), 1);
 }
 
-/* Two query heads of one KV head with head size 128: each K row is read
- * for both scores while in L1, and pass 3 runs both accumulators (16
- * registers of chains) over each V row, which hides the fma + rounding
- * latency that bounds one head.  Per head the arithmetic is attn_one's. */
-static void attn_pair(const kk_attn_f16 *a) {
+/* Pass 3 of a head pair at head size 128: values_one for both heads, 16
+ * registers of chains over each V row, converted once for both. */
+static inline __attribute__((always_inline)) void values_pair(const kk_attn_f16 *a, const float *const ms[2],
+                                                              const float *const w[2], const float inv_s[2],
+                                                              const int f16) {
     enum { HD = 128 };
     const int n = a->n_pos;
-    const size_t per = 2 * HD + 3 * (size_t)n;
-    float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *ms0 = sc0 + n, *vs0 = ms0 + n;
-    float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *ms1 = sc1 + n, *vs1 = ms1 + n;
-    float m[2];
-    scores_pair(a, qr0, qr1, sc0, sc1, m);
-    const __m256 inv0 = _mm256_set1_ps(1.0f / softmax_factors(sc0, ms0, vs0, n));
-    const __m256 inv1 = _mm256_set1_ps(1.0f / softmax_factors(sc1, ms1, vs1, n));
+    const __m256 inv0 = _mm256_set1_ps(inv_s[0]), inv1 = _mm256_set1_ps(inv_s[1]);
     for (int d0 = 0; d0 < HD; d0 += 64) {
         __m256 x0[8], x1[8];
         #pragma GCC unroll 8
@@ -333,20 +327,21 @@ static void attn_pair(const kk_attn_f16 *a) {
         for (int t = 0; t < n; t++) {
             const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
             if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
-            if (ms0[t] != 1.0f) {
+            if (f16 && ms[0][t] != 1.0f) {
                 #pragma GCC unroll 8
-                for (int r = 0; r < 8; r++) x0[r] = rnd16(_mm256_mul_ps(x0[r], _mm256_set1_ps(ms0[t])));
+                for (int r = 0; r < 8; r++) x0[r] = rnd16(_mm256_mul_ps(x0[r], _mm256_set1_ps(ms[0][t])));
             }
-            if (ms1[t] != 1.0f) {
+            if (f16 && ms[1][t] != 1.0f) {
                 #pragma GCC unroll 8
-                for (int r = 0; r < 8; r++) x1[r] = rnd16(_mm256_mul_ps(x1[r], _mm256_set1_ps(ms1[t])));
+                for (int r = 0; r < 8; r++) x1[r] = rnd16(_mm256_mul_ps(x1[r], _mm256_set1_ps(ms[1][t])));
             }
-            const __m256 w0 = _mm256_set1_ps(vs0[t]), w1 = _mm256_set1_ps(vs1[t]);
+            const __m256 wa = _mm256_set1_ps(w[0][t]), wb = _mm256_set1_ps(w[1][t]);
             #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
                 const __m256 v = load_h8(vr + 8 * r);
-                x0[r] = rnd16(_mm256_fmadd_ps(v, w0, x0[r]));
-                x1[r] = rnd16(_mm256_fmadd_ps(v, w1, x1[r]));
+                const __m256 y0 = _mm256_fmadd_ps(v, wa, x0[r]), y1 = _mm256_fmadd_ps(v, wb, x1[r]);
+                x0[r] = f16 ? rnd16(y0) : y0;
+                x1[r] = f16 ? rnd16(y1) : y1;
             }
         }
         #pragma GCC unroll 8
@@ -355,6 +350,23 @@ static void attn_pair(const kk_attn_f16 *a) {
             _mm256_storeu_ps(a->out + HD + d0 + 8 * r, _mm256_mul_ps(x1[r], inv1));
         }
     }
+}
+
+/* Two query heads of one KV head with head size 128: each K row is read
+ * for both scores while in L1, and pass 3 runs both accumulators (16
+ * registers of chains) over each V row, which hides the fma + rounding
+ * latency that bounds one head.  Per head the arithmetic is attn_one's. */
+static void attn_pair(const kk_attn_f16 *a) {
+    enum { HD = 128 };
+    const int n = a->n_pos;
+    const size_t per = kk_attn_scratch(1, 1, HD, n);
+    float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *ms0 = sc0 + n, *vs0 = ms0 + n;
+    float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *ms1 = sc1 + n, *vs1 = ms1 + n;
+    float m[2];
+    scores_pair(a, qr0, qr1, sc0, sc1, m);
+    const float inv_s[2] = {1.0f / softmax_factors(sc0, ms0, vs0, n), 1.0f / softmax_factors(sc1, ms1, vs1, n)};
+    const float *const ms[2] = {ms0, ms1}, *const w[2] = {vs0, vs1};
+    values_pair(a, ms, w, inv_s, 1);
 }
 
 /* e^x for 8 floats: x = k ln2 + r with |r| <= ln2/2 (ln2 split in two
@@ -409,39 +421,18 @@ static void attn_one_f32acc(const kk_attn_f16 *a) {
     values_one(a, NULL, w, 1.0f / softmax_weights(sc, w, n, M), 0);
 }
 
-/* attn_pair with the float accumulator: 16 registers of fma chains over
- * each V row, converted once for both heads. */
+/* attn_pair with the float accumulator. */
 static void attn_pair_f32acc(const kk_attn_f16 *a) {
     enum { HD = 128 };
     const int n = a->n_pos;
-    const size_t per = 2 * HD + 3 * (size_t)n;
+    const size_t per = kk_attn_scratch(1, 1, HD, n);
     float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *w0 = sc0 + n;
     float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *w1 = sc1 + n;
     float m[2];
     scores_pair(a, qr0, qr1, sc0, sc1, m);
-    const __m256 inv0 = _mm256_set1_ps(1.0f / softmax_weights(sc0, w0, n, m[0]));
-    const __m256 inv1 = _mm256_set1_ps(1.0f / softmax_weights(sc1, w1, n, m[1]));
-    for (int d0 = 0; d0 < HD; d0 += 64) {
-        __m256 x0[8], x1[8];
-        #pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) x0[r] = x1[r] = _mm256_setzero_ps();
-        for (int t = 0; t < n; t++) {
-            const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
-            if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
-            const __m256 wa = _mm256_set1_ps(w0[t]), wb = _mm256_set1_ps(w1[t]);
-            #pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) {
-                const __m256 v = load_h8(vr + 8 * r);
-                x0[r] = _mm256_fmadd_ps(v, wa, x0[r]);
-                x1[r] = _mm256_fmadd_ps(v, wb, x1[r]);
-            }
-        }
-        #pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) {
-            _mm256_storeu_ps(a->out + d0 + 8 * r, _mm256_mul_ps(x0[r], inv0));
-            _mm256_storeu_ps(a->out + HD + d0 + 8 * r, _mm256_mul_ps(x1[r], inv1));
-        }
-    }
+    const float inv_s[2] = {1.0f / softmax_weights(sc0, w0, n, m[0]), 1.0f / softmax_weights(sc1, w1, n, m[1])};
+    const float *const ms[2] = {NULL, NULL}, *const w[2] = {w0, w1};
+    values_pair(a, ms, w, inv_s, 0);
 }
 
 /* acc_f32 = 1 at head size 128 for a tile: Q = nq * nt query heads (up
