@@ -335,13 +335,19 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         x8_q4_K_1(nb, w, a, lda, acc);
         return;
     }
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256i isum[KT];
     for (int b = 0; b < nb; b++) {
         const kk_q4_Kx8 *wb = &w[b];
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
+        /* mnp[p], per row lane: the mins of sub-blocks 2p and 2p + 1 as a
+         * 16-bit pair, for one madd per pair and token */
+        __m256i mnp[4];
+        for (int p = 0; p < 4; p++)
+            mnp[p] = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 16 * p))),
+                                     _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 16 * p + 8))), 16));
         const kq_block_q8_K *ab = a + (size_t)b * lda;
         for (int t0 = 0; t0 < n_tok; t0 += KT) {
             const int nt = n_tok - t0 < KT ? n_tok - t0 : KT;
@@ -364,15 +370,14 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
             }
             for (int t = 0; t < nt; t++) {
                 const kq_block_q8_K *y = &ab[t0 + t];
-                __m256i ms = _mm256_setzero_si256();
-                #pragma GCC unroll 8
-                for (int sb = 0; sb < 8; sb++) {
-                    const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 8 * sb)));
-                    int32_t bs;
-                    memcpy(&bs, y->bsums + 2 * sb, 4);
-                    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_or_si256(mn, _mm256_slli_epi32(mn, 16)),
-                                                                _mm256_set1_epi32(bs)));
-                }
+                /* the sub-blocks' 32-element sums, as 16-bit pairs: dword
+                 * 0, 1, 4, 5 of bp hold (s0, s1), (s2, s3), (s4, s5), (s6, s7) */
+                const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), ones);
+                const __m256i bp = _mm256_packs_epi32(s32, s32);
+                __m256i ms = _mm256_madd_epi16(mnp[0], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(0)));
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[1], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(1))));
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[2], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(4))));
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[3], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(5))));
                 const __m256 yd = _mm256_set1_ps(y->d);
                 float *o = acc + 8 * (t0 + t);
                 const __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, yd), _mm256_loadu_ps(o));
