@@ -285,6 +285,33 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
  * 8 * 2 * 15 * 128), one madd with the scales (widened to 16-bit pairs per
  * row lane) into int32; the mins go through the activation's 16-element
  * sums.  Two fmas per block, as in the scalar twin. */
+/* The 8 rows' mins term sum_s mn[8 s + i] * (bsums[2 s] + bsums[2 s + 1])
+ * of one super-block: the sub-blocks' 32-element sums packed into 16-bit
+ * pairs (dwords 0, 1, 4, 5 of bp hold sums (0, 1), (2, 3), (4, 5), (6, 7)),
+ * the mins likewise per row lane, one madd per pair of sub-blocks. */
+static inline __m256i q4_K_mins_p(const __m256i mnp[4], const int16_t *bsums) {
+    const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), _mm256_set1_epi16(1));
+    const __m256i bp = _mm256_packs_epi32(s32, s32);
+    __m256i ms = _mm256_madd_epi16(mnp[0], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(0)));
+    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[1], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(1))));
+    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[2], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(4))));
+    return _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[3], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(5))));
+}
+
+/* mnp[p], per row lane: the mins of sub-blocks 2p and 2p + 1 as a 16-bit
+ * pair. */
+static inline void q4_K_min_pairs(const uint8_t *mn, __m256i mnp[4]) {
+    for (int p = 0; p < 4; p++)
+        mnp[p] = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mn + 16 * p))),
+                                 _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mn + 16 * p + 8))), 16));
+}
+
+static inline __m256i q4_K_mins(const uint8_t *mn, const int16_t *bsums) {
+    __m256i mnp[4];
+    q4_K_min_pairs(mn, mnp);
+    return q4_K_mins_p(mnp, bsums);
+}
+
 /* One token (decode): the nibbles go straight from the load into maddubs
  * and the accumulator stays in a register; same arithmetic as below. */
 static void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a, size_t lda, float *acc) {
@@ -294,7 +321,7 @@ static void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a, size_t
         const kk_q4_Kx8 *wb = &w[b];
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const kq_block_q8_K *y = a + (size_t)b * lda;
-        __m256i is = _mm256_setzero_si256(), ms = _mm256_setzero_si256();
+        __m256i is = _mm256_setzero_si256();
         for (int g = 0; g < 4; g++) {
             const int8_t *y0 = y->qs + 64 * g, *y1 = y0 + 32;
             __m256i l0 = _mm256_setzero_si256(), l1 = l0, h0 = l0, h1 = l0;
@@ -312,15 +339,11 @@ static void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a, size_t
             for (int hh = 0; hh < 2; hh++) {
                 const int sb = 2 * g + hh;
                 const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
-                const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 8 * sb)));
                 const __m256i p = hh ? _mm256_add_epi16(h0, h1) : _mm256_add_epi16(l0, l1);
                 is = _mm256_add_epi32(is, _mm256_madd_epi16(p, _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16))));
-                int32_t bs;
-                memcpy(&bs, y->bsums + 2 * sb, 4);
-                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_or_si256(mn, _mm256_slli_epi32(mn, 16)),
-                                                            _mm256_set1_epi32(bs)));
             }
         }
+        const __m256i ms = q4_K_mins(wb->mn, y->bsums);
         const __m256 yd = _mm256_set1_ps(y->d);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
@@ -337,19 +360,15 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         x8_q4_K_1(nb, w, a, lda, acc);
         return;
     }
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i isum[KT];
     for (int b = 0; b < nb; b++) {
         const kk_q4_Kx8 *wb = &w[b];
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
-        /* mnp[p], per row lane: the mins of sub-blocks 2p and 2p + 1 as a
-         * 16-bit pair, for one madd per pair and token */
-        __m256i mnp[4];
-        for (int p = 0; p < 4; p++)
-            mnp[p] = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 16 * p))),
-                                     _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 16 * p + 8))), 16));
+        __m256i mnp[4]; /* widened once per super-block */
+        q4_K_min_pairs(wb->mn, mnp);
         const kq_block_q8_K *ab = a + (size_t)b * lda;
         for (int t0 = 0; t0 < n_tok; t0 += KT) {
             const int nt = n_tok - t0 < KT ? n_tok - t0 : KT;
@@ -373,14 +392,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
             }
             for (int t = 0; t < nt; t++) {
                 const kq_block_q8_K *y = &ab[t0 + t];
-                /* the sub-blocks' 32-element sums, as 16-bit pairs: dword
-                 * 0, 1, 4, 5 of bp hold (s0, s1), (s2, s3), (s4, s5), (s6, s7) */
-                const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), ones);
-                const __m256i bp = _mm256_packs_epi32(s32, s32);
-                __m256i ms = _mm256_madd_epi16(mnp[0], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(0)));
-                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[1], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(1))));
-                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[2], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(4))));
-                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[3], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(5))));
+                const __m256i ms = q4_K_mins_p(mnp, y->bsums);
                 const __m256 yd = _mm256_set1_ps(y->d);
                 float *o = acc + 8 * (t0 + t);
                 const __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, yd), _mm256_loadu_ps(o));
