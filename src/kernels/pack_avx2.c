@@ -106,6 +106,32 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
  * their int32 sums (two 32-byte vectors per token) stay on the stack. */
 #define KT 16
 
+/* The Q6_K scales of a packed super-block as 16-bit pairs per row lane:
+ * dsc[s] = (sc_s, sc_s) for the madd of sub-block s's sums, and osc[p] =
+ * (sc_2p, sc_2p+1) for the offset term against the 16-element sums. */
+static inline void q6_K_scale_pairs(const int8_t *sc, __m256i dsc[16], __m256i osc[8]) {
+    const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+    __m256i sv[16];
+    for (int s = 0; s < 16; s++) {
+        sv[s] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * s)));
+        dsc[s] = _mm256_or_si256(_mm256_and_si256(sv[s], lo16), _mm256_slli_epi32(sv[s], 16));
+    }
+    for (int p = 0; p < 8; p++)
+        osc[p] = _mm256_or_si256(_mm256_and_si256(sv[2 * p], lo16), _mm256_slli_epi32(sv[2 * p + 1], 16));
+}
+
+/* The -32 offset of the 8 rows' int32 sums: 32 * sum_s sc_s * bsums[s]. */
+static inline __m256i q6_K_offset(const __m256i osc[8], const int16_t *bsums) {
+    __m256i off = _mm256_setzero_si256();
+    #pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        int32_t bs;
+        memcpy(&bs, bsums + 2 * p, 4);
+        off = _mm256_add_epi32(off, _mm256_madd_epi16(osc[p], _mm256_set1_epi32(bs)));
+    }
+    return _mm256_slli_epi32(off, 5);
+}
+
 /* Q6_K x Q8_K.  Per super-block the scales are widened once to 16-bit
  * pairs per row lane; then, 32 weights of the 8 rows at a time (sub-blocks
  * 2hr, 2hr + 1), the 6-bit values are put together in 8 registers and meet
@@ -120,13 +146,15 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
  * vectors r, which go straight into maddubs — no unpacked copy of the
  * super-block.  Same int32 sums as below. */
 static void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size_t lda, float *acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), lo16 = _mm256_set1_epi32(0xFFFF);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 sum = _mm256_loadu_ps(acc);
+    __m256i dsc[16], osc[8];
     for (int b = 0; b < nb; b++) {
         const kk_q6_Kx8 *wb = &w[b];
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const kq_block_q8_K *y = a + (size_t)b * lda;
-        __m256i isum = _mm256_setzero_si256(), off = _mm256_setzero_si256();
+        q6_K_scale_pairs(wb->sc, dsc, osc);
+        __m256i isum = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++)
             for (int kk = 0; kk < 8; kk += 2) {
                 __m256i q[2][4];
@@ -147,21 +175,10 @@ static void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size_t
                     const int8_t *yb = y->qs + 32 * hr + 4 * kk;
                     const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q[0][r], bcast4(yb)),
                                                        _mm256_maddubs_epi16(q[1][r], bcast4(yb + 4)));
-                    const __m256i sv = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
-                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_or_si256(_mm256_and_si256(sv, lo16),
-                                                                                       _mm256_slli_epi32(sv, 16))));
+                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, dsc[sb]));
                 }
             }
-        #pragma GCC unroll 8
-        for (int p = 0; p < 8; p++) {
-            const __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 16 * p)));
-            const __m256i s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 16 * p + 8)));
-            int32_t bs;
-            memcpy(&bs, y->bsums + 2 * p, 4);
-            off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_or_si256(_mm256_and_si256(s0, lo16), _mm256_slli_epi32(s1, 16)),
-                                                          _mm256_set1_epi32(bs)));
-        }
-        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
+        isum = _mm256_sub_epi32(isum, q6_K_offset(osc, y->bsums));
         sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)),
                                                                       _mm256_set1_ps(y->d)), sum);
     }
@@ -175,18 +192,12 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         x8_q6_K_1(nb, w, a, lda, acc);
         return;
     }
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), lo16 = _mm256_set1_epi32(0xFFFF);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256i dsc[16], osc[8], isum[KT];
     for (int b = 0; b < nb; b++) {
         const kk_q6_Kx8 *wb = &w[b];
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
-        __m256i sv[16];
-        for (int sb = 0; sb < 16; sb++) {
-            sv[sb] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
-            dsc[sb] = _mm256_or_si256(_mm256_and_si256(sv[sb], lo16), _mm256_slli_epi32(sv[sb], 16));
-        }
-        for (int p = 0; p < 8; p++)
-            osc[p] = _mm256_or_si256(_mm256_and_si256(sv[2 * p], lo16), _mm256_slli_epi32(sv[2 * p + 1], 16));
+        q6_K_scale_pairs(wb->sc, dsc, osc);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const kq_block_q8_K *ab = a + (size_t)b * lda;
         for (int t0 = 0; t0 < n_tok; t0 += KT) {
@@ -227,14 +238,7 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
             }
             for (int t = 0; t < nt; t++) {
                 const kq_block_q8_K *y = &ab[t0 + t];
-                __m256i off = _mm256_setzero_si256();
-                #pragma GCC unroll 8
-                for (int p = 0; p < 8; p++) {
-                    int32_t bs;
-                    memcpy(&bs, y->bsums + 2 * p, 4);
-                    off = _mm256_add_epi32(off, _mm256_madd_epi16(osc[p], _mm256_set1_epi32(bs)));
-                }
-                const __m256i is = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(off, 5));
+                const __m256i is = _mm256_sub_epi32(isum[t], q6_K_offset(osc, y->bsums));
                 const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(y->d));
                 float *o = acc + 8 * (t0 + t);
                 _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, _mm256_loadu_ps(o)));
