@@ -283,12 +283,6 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
-/* Q4_K x Q8_K.  A sub-block's nibbles (8 vectors: weights 32s + 4kk ..
- * + 3 of the 8 rows) are split once and meet up to KT tokens, as in
- * x8_q6_K.  Per token and sub-block: 8 maddubs summed in 16 bits (at most
- * 8 * 2 * 15 * 128), one madd with the scales (widened to 16-bit pairs per
- * row lane) into int32; the mins go through the activation's 16-element
- * sums.  Two fmas per block, as in the scalar twin. */
 /* The 8 rows' mins term sum_s mn[8 s + i] * (bsums[2 s] + bsums[2 s + 1])
  * of one super-block: the sub-blocks' 32-element sums packed into 16-bit
  * pairs (dwords 0, 1, 4, 5 of bp hold sums (0, 1), (2, 3), (4, 5), (6, 7)),
@@ -316,6 +310,12 @@ static inline __m256i q4_K_mins(const uint8_t *mn, const int16_t *bsums) {
     return q4_K_mins_p(mnp, bsums);
 }
 
+/* Q4_K x Q8_K.  A sub-block's nibbles (8 vectors: weights 32s + 4kk ..
+ * + 3 of the 8 rows) are split once and meet up to KT tokens, as in
+ * x8_q6_K.  Per token and sub-block: 8 maddubs summed in 16 bits (at most
+ * 8 * 2 * 15 * 128), one madd with the scales (widened to 16-bit pairs per
+ * row lane) into int32; the mins go through the activation's sums, paired
+ * by sub-block (q4_K_mins).  Two fmas per block, as in the scalar twin. */
 /* One token (decode): the nibbles go straight from the load into maddubs
  * and the accumulator stays in a register; same arithmetic as below. */
 static void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a, size_t lda, float *acc) {
