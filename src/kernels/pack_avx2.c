@@ -155,7 +155,11 @@ static void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size_t
         const kq_block_q8_K *y = a + (size_t)b * lda;
         q6_K_scale_pairs(wb->sc, dsc, osc);
         __m256i isum = _mm256_setzero_si256();
+        /* unrolled whole: rolled, the scale pair of each step was indexed
+         * at run time and isum went through the stack, 15 % slower */
+        #pragma GCC unroll 2
         for (int h = 0; h < 2; h++)
+            #pragma GCC unroll 4
             for (int kk = 0; kk < 8; kk += 2) {
                 __m256i q[2][4];
                 #pragma GCC unroll 2
