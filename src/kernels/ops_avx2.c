@@ -94,6 +94,7 @@ static inline __attribute__((always_inline)) void dot2_f16_lanes(const uint16_t 
                                                                  int n, __m256 *x0, __m256 *x1) {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     __m256 t0 = s0, t1 = s0, t2 = s0, t3 = s0;
+    #pragma GCC unroll 4
     for (int i = 0; i < n; i += 32) {
         const __m256 a0 = load_h8(a + i), a1 = load_h8(a + i + 8), a2 = load_h8(a + i + 16), a3 = load_h8(a + i + 24);
         s0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b0 + i), s0);
@@ -137,6 +138,7 @@ static void round_f16_row(const float *x, float *y, int n) {
 }
 
 #define PF_POS 16
+_Static_assert(PF_POS % 8 == 0, "scores_pair fetches 8 consecutive rows PF_POS ahead");
 static inline void prefetch_row(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
@@ -223,15 +225,24 @@ static void scores_pair(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0
     const __m256 scale = _mm256_set1_ps(a->scale);
     __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
     int t = 0;
+    /* blocks of 8 rows or more: rows t .. t + 7 (t a multiple of 8) are
+     * consecutive, and so are the 8 fetched PF_POS ahead (a multiple of 8),
+     * so each group takes two block lookups, not sixteen */
+    const int contig = a->block_shift >= 3;
+    const size_t rs = a->row_stride;
     for (; t + 8 <= n; t += 8) {
         __m256 x0[8], x1[8];
+        const int pf = t + PF_POS < n;
+        const size_t r0 = kk_attn_row(a, t), rp = pf ? kk_attn_row(a, t + PF_POS) : 0;
         #pragma GCC unroll 8
         for (int p = 0; p < 8; p++) {
-            if (t + p + PF_POS < n) {
-                prefetch_row(a->k + kk_attn_row(a, t + p + PF_POS), HD * sizeof(uint16_t));
-                prefetch_row(a->v + kk_attn_row(a, t + p + PF_POS), HD * sizeof(uint16_t));
+            if (pf && t + p + PF_POS < n) {
+                const size_t r = contig ? rp + (size_t)p * rs : kk_attn_row(a, t + p + PF_POS);
+                prefetch_row(a->k + r, HD * sizeof(uint16_t));
+                prefetch_row(a->v + r, HD * sizeof(uint16_t));
             }
-            dot2_f16_lanes(a->k + kk_attn_row(a, t + p), qr0, qr1, HD, &x0[p], &x1[p]);
+            const size_t r = contig ? r0 + (size_t)p * rs : kk_attn_row(a, t + p);
+            dot2_f16_lanes(a->k + r, qr0, qr1, HD, &x0[p], &x1[p]);
         }
         const __m256 s0 = _mm256_mul_ps(fold8(x0), scale), s1 = _mm256_mul_ps(fold8(x1), scale);
         _mm256_storeu_ps(sc0 + t, s0);
