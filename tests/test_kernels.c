@@ -213,7 +213,12 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
         vc[i] = kq_f32_to_f16(frand());
     }
     const int32_t blocks[NBLK] = {5, 2, 7, 0, 3, 6, 1, 4};
-    static float q[NTMAX * TOK], o1[NTMAX * TOK], o2[NTMAX * TOK], scratch[2 * NTMAX * (2 * HMAX + 3 * CELLS)];
+    /* the same cells paged in blocks of 4: no 8 consecutive rows, so the
+     * twins' per-row block lookups run too */
+    int32_t blocks4[CELLS / 4];
+    for (int i = 0; i < CELLS / 4; i++) blocks4[i] = (i * 11 + 5) % (CELLS / 4);
+    static float q[NTMAX * TOK], o1[NTMAX * TOK], o2[NTMAX * TOK], o3[NTMAX * TOK], o4[NTMAX * TOK];
+    static float scratch[2 * NTMAX * (2 * HMAX + 3 * CELLS)];
     const int hds[] = {8, 64, 72, 128, 131};
     const int counts[] = {1, 2, 15, 17, 77, CELLS};
     const int nts[] = {1, 3, 4, 5};
@@ -239,6 +244,21 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
             CHECKF(memcmp(o1, o2, sizeof o1) == 0,
                    "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d, %d positions: twins differ",
                    acc_f32 ? "float" : "F16", nq, nt, hd, n_pos);
+            if (nt == 1) {
+                kk_attn_f16 b4 = a;
+                b4.blocks = blocks4;
+                b4.block_shift = 2;
+                b4.block_stride = 4 * STRIDE;
+                memset(o3, 0, sizeof o3);
+                memset(o4, 0, sizeof o4);
+                b4.out = o3;
+                s->attn_f16(&b4);
+                b4.out = o4;
+                v->attn_f16(&b4);
+                CHECKF(memcmp(o3, o4, sizeof o3) == 0,
+                       "attn_f16 (%s accumulator) %d heads, hd %d, %d positions, blocks of 4: twins differ",
+                       acc_f32 ? "float" : "F16", nq, hd, n_pos);
+            }
             if (nt > 1) { /* a tile is its tokens one by one */
                 for (int t = 0; t < nt; t++) {
                     kk_attn_f16 one = a;
