@@ -2,7 +2,10 @@
 # Side-by-side speed: kiln bench and, when one is installed, llama-bench on
 # the same GGUF files with the same threads, then the ratios.
 #
-#   bench/compare.sh [-t THREADS] [-p 512] [-n 128] [-r 3] MODEL.gguf...
+#   bench/compare.sh [-t THREADS] [-p 512] [-n 128] [-r 3] [-d DEPTH] MODEL.gguf...
+#
+# -d runs the tests after DEPTH cached tokens (both tools' -d); a llama-bench
+# without -d fails that run, and its column shows '-'.
 #
 # llama-bench is looked up as $LLAMA_BENCH, then on PATH; this script never
 # builds llama.cpp.  kiln is $KILN_BIN or build/kiln.
@@ -10,15 +13,15 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 kiln=${KILN_BIN:-$here/build/kiln}
 llama=${LLAMA_BENCH:-$(command -v llama-bench || true)}
-threads=2 pp=512 tg=128 reps=3
-while getopts "t:p:n:r:" opt; do
+threads=2 pp=512 tg=128 reps=3 depth=
+while getopts "t:p:n:r:d:" opt; do
   case $opt in
-    t) threads=$OPTARG ;; p) pp=$OPTARG ;; n) tg=$OPTARG ;; r) reps=$OPTARG ;;
-    *) echo "usage: $0 [-t N] [-p N] [-n N] [-r N] MODEL.gguf..." >&2; exit 2 ;;
+    t) threads=$OPTARG ;; p) pp=$OPTARG ;; n) tg=$OPTARG ;; r) reps=$OPTARG ;; d) depth=$OPTARG ;;
+    *) echo "usage: $0 [-t N] [-p N] [-n N] [-r N] [-d N] MODEL.gguf..." >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -gt 0 ] || { echo "usage: $0 [-t N] [-p N] [-n N] [-r N] MODEL.gguf..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 [-t N] [-p N] [-n N] [-r N] [-d N] MODEL.gguf..." >&2; exit 2; }
 [ -x "$kiln" ] || { echo "compare: $kiln not built (cmake --build build)" >&2; exit 1; }
 [ -n "$llama" ] || echo "compare: llama-bench not found (set LLAMA_BENCH); kiln figures only" >&2
 
@@ -26,9 +29,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for m in "$@"; do
   b=$(basename "$m")
-  "$kiln" bench -m "$m" -t "$threads" -p "$pp" -n "$tg" -r "$reps" -o json > "$tmp/$b.kiln.json"
+  "$kiln" bench -m "$m" -t "$threads" -p "$pp" -n "$tg" -r "$reps" ${depth:+-d "$depth"} -o json > "$tmp/$b.kiln.json"
   if [ -n "$llama" ]; then
-    "$llama" -m "$m" -t "$threads" -p "$pp" -n "$tg" -r "$reps" -o json > "$tmp/$b.llama.json" 2>/dev/null || true
+    "$llama" -m "$m" -t "$threads" -p "$pp" -n "$tg" -r "$reps" ${depth:+-d "$depth"} -o json > "$tmp/$b.llama.json" 2>/dev/null || true
   fi
 done
 python3 - "$tmp" "$@" <<'PY'
@@ -41,10 +44,12 @@ def load(p):
     except (OSError, ValueError):
         return []
 def llama_test(row):
-    # llama-bench rows carry n_prompt / n_gen instead of a test name
-    if row.get("n_gen", 0) == 0: return "pp%d" % row.get("n_prompt", 0)
-    if row.get("n_prompt", 0) == 0: return "tg%d" % row.get("n_gen", 0)
-    return "pp%d+tg%d" % (row["n_prompt"], row["n_gen"])
+    # llama-bench rows carry n_prompt / n_gen / n_depth instead of a test
+    # name; kiln names them as llama-bench prints them
+    at = " @ d%d" % row["n_depth"] if row.get("n_depth", 0) else ""
+    if row.get("n_gen", 0) == 0: return "pp%d%s" % (row.get("n_prompt", 0), at)
+    if row.get("n_prompt", 0) == 0: return "tg%d%s" % (row.get("n_gen", 0), at)
+    return "pp%d+tg%d%s" % (row["n_prompt"], row["n_gen"], at)
 print("| model | test | kiln t/s | llama.cpp t/s | kiln / llama.cpp |")
 print("| --- | --- | ---: | ---: | ---: |")
 for m in models:
