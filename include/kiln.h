@@ -93,6 +93,9 @@ typedef struct kiln_model_info {
     const char *ftype;       /* dominant weight type, e.g. "Q4_0" */
     uint64_t repacked_bytes; /* weights copied to the interleaved layout at
                                 load (0: repacking off or nothing to repack) */
+    uint64_t step_bytes;     /* tensor bytes one decode step reads: all but
+                                the token embedding (one row of it), unless
+                                the output projection is that same tensor */
 } kiln_model_info;
 
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *info);

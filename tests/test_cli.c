@@ -8,6 +8,7 @@
 #include "gguf/gguf.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -155,6 +156,37 @@ int main(void) {
         CHECK(json_real_value(json_object_get(json_array_get(j, 1), "avg_ts")) > 0);
     }
     json_decref(j);
+    free(o); free(e);
+
+    /* --roofline: each tg row gets the read bandwidth measured around it,
+     * the roofline that allows (streams x bandwidth / the bytes one step
+     * reads) and the share of it reached; other rows get nulls.  The stories
+     * model's output is a tensor of its own, so a step reads all but the
+     * 128 KiB token_embd. */
+    rc = run("bench -m ../models/stories260K.gguf -p 16 -n 8 -s 1,2 -r 1 -t 1 --roofline -o json", &o, &e);
+    CHECK(rc == 0);
+    j = o ? json_loads(o, 0, &je) : NULL;
+    CHECKF(j && json_is_array(j) && json_array_size(j) == 3, "bench --roofline json: %s", o ? o : "");
+    if (j && json_array_size(j) == 3) {
+        json_t *pp = json_array_get(j, 0);
+        CHECK(json_is_null(json_object_get(pp, "read_gbs")) && json_is_null(json_object_get(pp, "roofline_share")));
+        for (int i = 1; i < 3; i++) {
+            json_t *r = json_array_get(j, (size_t)i);
+            const double step = (double)json_integer_value(json_object_get(r, "model_step_bytes"));
+            const double bw = json_real_value(json_object_get(r, "read_gbs"));
+            const double top = json_real_value(json_object_get(r, "roofline_ts"));
+            const double ts = json_real_value(json_object_get(r, "avg_ts"));
+            const double share = json_real_value(json_object_get(r, "roofline_share"));
+            CHECK(step == (double)(json_integer_value(json_object_get(r, "model_size")) - 131072));
+            CHECKF(bw > 0 && fabs(top - i * bw * 1e9 / step) <= 1e-5 * top && fabs(share - ts / top) <= 1e-5 * share,
+                   "row %d: %g GB/s, %g t/s of %g (%g)", i, bw, ts, top, share);
+        }
+    }
+    json_decref(j);
+    free(o); free(e);
+    rc = run("bench -m ../models/stories260K.gguf -p 0 -n 8 -r 1 -t 1 --roofline", &o, &e);
+    CHECK(rc == 0 && o && strstr(o, "| read GB/s | roofline t/s | share |") && strstr(o, " % |") &&
+          e && strstr(e, "read bandwidth"));
     free(o); free(e);
 
     /* -pg: prompt then generation as one test; -d: after a filled context,

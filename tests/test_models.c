@@ -192,6 +192,20 @@ static void test_fixture(const fixture *fx, int repack) {
     CHECKF((info.repacked_bytes > 0) == (repack && packable), "%s: repacked %llu bytes", fx->name,
            (unsigned long long)info.repacked_bytes);
     if (repack == 0) printf("%-12s (file layout, --no-repack)\n", fx->name);
+    /* a decode step reads every tensor but token_embd, and all of that too
+     * when the output projection is token_embd itself (no output.weight) */
+    char gerr[256];
+    gguf_file *gf = gguf_open(path, gerr, sizeof gerr);
+    CHECKF(gf != NULL, "%s", gerr);
+    if (gf) {
+        uint64_t step = 0;
+        for (int i = 0; i < gguf_n_tensors(gf); i++) step += gguf_tensor_at(gf, i)->nbytes;
+        CHECK(step == info.n_bytes);
+        if (gguf_find_tensor(gf, "output.weight")) step -= gguf_find_tensor(gf, "token_embd.weight")->nbytes;
+        CHECKF(info.step_bytes == step, "%s: step reads %llu bytes, want %llu", fx->name,
+               (unsigned long long)info.step_bytes, (unsigned long long)step);
+        gguf_close(gf);
+    }
     int nv = (int)json_integer_value(json_object_get(j, "n_vocab"));
     CHECK(nv == info.n_vocab);
     json_t *pj = json_object_get(j, "prompt_ids"), *gj = json_object_get(j, "greedy_ids");

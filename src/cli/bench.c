@@ -6,15 +6,22 @@
  * reported as mean ± standard deviation.
  * With -s S (S > 1), tg runs S sequences side by side the way the server's
  * continuous batching does: n steps of one batch holding one token of each
- * sequence, logits for all of them; t/s is the aggregate (test "tgN xS"). */
+ * sequence, logits for all of them; t/s is the aggregate (test "tgN xS").
+ * --roofline adds, to each tg row, the read bandwidth measured just before
+ * and after it (mean), the decode roofline it allows (streams x bandwidth /
+ * the weight bytes of one step, kiln_model_info.step_bytes) and the share of
+ * it reached.  KV cache reads are not counted, so at depth the share is of
+ * the weights' roofline only. */
 #include "cli.h"
 
 #include "base/base.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define MAX_LIST 8
@@ -36,9 +43,60 @@ typedef struct bench_row {
     char test[48];
     int n_prompt, n_gen, n_streams, n_depth;
     double avg, sd;
+    double read_bps; /* --roofline, tg rows: mean read bandwidth, bytes/s; 0 otherwise */
     double samples[64];
     int n_samples;
 } bench_row;
+
+/* The read-bandwidth probe of --roofline: n threads each stream their
+ * slice of a buffer eight times a 32 MiB L3, the way decode streams the
+ * weights; the best of PROBE_PASSES passes. */
+enum { PROBE_BYTES = 256 << 20, PROBE_PASSES = 5 };
+
+typedef struct probe_slice {
+    const uint64_t *p;
+    size_t n; /* words, a multiple of 8 */
+    uint64_t sink;
+} probe_slice;
+
+static void *probe_read(void *ud) {
+    probe_slice *s = ud;
+    const uint64_t *p = s->p;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0; /* four chains: loads, not xor latency, set the pace */
+    for (size_t i = 0; i < s->n; i += 8) {
+        a0 ^= p[i] ^ p[i + 4];
+        a1 ^= p[i + 1] ^ p[i + 5];
+        a2 ^= p[i + 2] ^ p[i + 6];
+        a3 ^= p[i + 3] ^ p[i + 7];
+    }
+    s->sink = a0 ^ a1 ^ a2 ^ a3; /* keeps the loads */
+    return NULL;
+}
+
+/* Bytes per second read by n_threads threads over buf (PROBE_BYTES, already
+ * written so every page is backed); 0 if a thread cannot start. */
+static double probe_bandwidth(const uint64_t *buf, int n_threads) {
+    enum { MAX_T = 64 };
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > MAX_T) n_threads = MAX_T;
+    const size_t words = PROBE_BYTES / sizeof(uint64_t), per = words / (size_t)n_threads & ~(size_t)7;
+    probe_slice sl[MAX_T];
+    pthread_t th[MAX_T];
+    double best = 0;
+    for (int pass = 0; pass < PROBE_PASSES; pass++) {
+        const double t0 = kb_now();
+        int started = 0;
+        for (; started < n_threads; started++) {
+            sl[started] = (probe_slice){buf + (size_t)started * per, per, 0};
+            if (pthread_create(&th[started], NULL, probe_read, &sl[started])) break;
+        }
+        for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+        if (started < n_threads) return 0;
+        const double bps = (double)(per * sizeof(uint64_t)) * n_threads / (kb_now() - t0);
+        if (bps > best) best = bps;
+    }
+    return best;
+}
 
 /* Empties sequence s and fills it with depth tokens (untimed); 0 or -1. */
 static int fill_depth(kiln_context *c, const int32_t *toks, int s, int depth) {
@@ -92,6 +150,12 @@ static double run_once(kiln_context *c, const int32_t *toks, int n_prompt, int n
     return kb_now() - t0;
 }
 
+/* The decode roofline of a tg row: every step reads the step's weight
+ * bytes once and yields one token per stream; tokens/s. */
+static double roofline_ts(const bench_row *r, const kiln_model_info *info) {
+    return info->step_bytes ? r->n_streams * r->read_bps / (double)info->step_bytes : 0;
+}
+
 /* One test to run: prompt and generated tokens, streams, depth. */
 typedef struct bench_test {
     int np, ng, ns, depth;
@@ -102,7 +166,7 @@ int cmd_bench(int argc, char **argv) {
     int pp[MAX_LIST] = {512}, tg[MAX_LIST] = {128}, n_pp = 1, n_tg = 1;
     int pg_p[MAX_LIST], pg_n[MAX_LIST], n_pg = 0;
     int depths[MAX_LIST] = {0}, n_depths = 1;
-    int threads = 0, reps = 5, kv_f32 = 0;
+    int threads = 0, reps = 5, kv_f32 = 0, roofline = 0;
     int streams[MAX_LIST] = {1}, n_streams = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -129,6 +193,7 @@ int cmd_bench(int argc, char **argv) {
             i++;
         }
         else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
+        else if (!strcmp(a, "--roofline")) roofline = 1;
         else goto bad;
     }
     int max_streams = 1;
@@ -187,6 +252,20 @@ int cmd_bench(int argc, char **argv) {
     }
     bench_row *rows = calloc((size_t)n_tests + 1, sizeof *rows);
     int n_rows = 0, rc = 0;
+    const int nthreads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t *probe = NULL;
+    if (roofline) {
+        void *mem = mmap(NULL, PROBE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED) {
+            fprintf(stderr, "kiln bench: no memory for the bandwidth probe (%d MiB)\n", PROBE_BYTES >> 20);
+            rc = 1;
+            n_tests = 0;
+        } else {
+            madvise(mem, PROBE_BYTES, MADV_HUGEPAGE); /* as the weights are */
+            memset(mem, 1, PROBE_BYTES);              /* untouched pages would all read the zero page */
+            probe = mem;
+        }
+    }
     for (int ti = 0; ti < n_tests && toks && rows; ti++) {
         const bench_test *t = &tests[ti];
         const int np = t->np, ng = t->ng, ns = t->ns, depth = t->depth;
@@ -211,6 +290,8 @@ int cmd_bench(int argc, char **argv) {
             n_rows--;
             continue;
         }
+        const int probed = probe && np == 0;
+        const double bw0 = probed ? probe_bandwidth(probe, nthreads) : 0;
         double sum = 0, sq = 0;
         for (int k = 0; k < reps; k++) {
             double sec = ns > 1 ? run_streams(c, toks, max_tokens, ns, ng, depth) : run_once(c, toks, np, ng, depth);
@@ -221,6 +302,13 @@ int cmd_bench(int argc, char **argv) {
             sq += ts * ts;
         }
         if (r->n_samples == 0) { n_rows--; continue; }
+        if (probed) {
+            const double bw1 = probe_bandwidth(probe, nthreads);
+            r->read_bps = bw0 > 0 && bw1 > 0 ? (bw0 + bw1) / 2 : 0;
+            if (!strcmp(out_fmt, "md"))
+                fprintf(stderr, "kiln bench: read bandwidth %.1f GB/s before %s, %.1f after\n", bw0 / 1e9, r->test,
+                        bw1 / 1e9);
+        }
         r->avg = sum / r->n_samples;
         r->sd = r->n_samples > 1 ? sqrt(fmax(0.0, (sq - sum * sum / r->n_samples) / (r->n_samples - 1))) : 0.0;
         if (!strcmp(out_fmt, "md")) fprintf(stderr, "kiln bench: %s done\n", r->test);
@@ -228,35 +316,54 @@ int cmd_bench(int argc, char **argv) {
     if (!rows) rc = cli_fail("out of memory");
     char path[64];
     snprintf(path, sizeof path, "%s%s", kiln_cpu_path(), info.repacked_bytes ? ", repack" : "");
-    int nthreads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (!strcmp(out_fmt, "json")) {
         printf("[\n");
         for (int i = 0; i < n_rows; i++) {
             bench_row *r = &rows[i];
             printf("  {\"model_type\": \"%s %s\", \"model_size\": %llu, \"model_n_params\": %llu, \"cpu_path\": \"%s\", "
                    "\"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"n_streams\": %d, "
-                   "\"n_depth\": %d, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"samples_ts\": [",
+                   "\"n_depth\": %d, \"model_step_bytes\": %llu, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, "
+                   "\"samples_ts\": [",
                    info.arch, info.ftype, (unsigned long long)info.n_bytes, (unsigned long long)info.n_params, path,
-                   nthreads, r->test, r->n_prompt, r->n_gen, r->n_streams, r->n_depth, r->avg, r->sd);
+                   nthreads, r->test, r->n_prompt, r->n_gen, r->n_streams, r->n_depth,
+                   (unsigned long long)info.step_bytes, r->avg, r->sd);
             for (int k = 0; k < r->n_samples; k++) printf(k ? ", %.6f" : "%.6f", r->samples[k]);
-            printf("]}%s\n", i + 1 < n_rows ? "," : "");
+            printf("]");
+            if (r->read_bps > 0) {
+                const double top = roofline_ts(r, &info);
+                printf(", \"read_gbs\": %.6f, \"roofline_ts\": %.6f, \"roofline_share\": %.6f", r->read_bps / 1e9, top,
+                       r->avg / top);
+            } else if (roofline) {
+                printf(", \"read_gbs\": null, \"roofline_ts\": null, \"roofline_share\": null");
+            }
+            printf("}%s\n", i + 1 < n_rows ? "," : "");
         }
         printf("]\n");
     } else {
-        printf("| model | size | params | backend | threads | test | t/s |\n");
-        printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
-        for (int i = 0; i < n_rows; i++)
-            printf("| %s %s | %.2f MiB | %.2f M | CPU (%s) | %d | %s | %.2f ± %.2f |\n", info.arch, info.ftype,
-                   (double)info.n_bytes / (1024.0 * 1024.0), (double)info.n_params / 1e6, path, nthreads,
-                   rows[i].test, rows[i].avg, rows[i].sd);
+        printf("| model | size | params | backend | threads | test | t/s |%s\n",
+               roofline ? " read GB/s | roofline t/s | share |" : "");
+        printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |%s\n", roofline ? " ---: | ---: | ---: |" : "");
+        for (int i = 0; i < n_rows; i++) {
+            const bench_row *r = &rows[i];
+            printf("| %s %s | %.2f MiB | %.2f M | CPU (%s) | %d | %s | %.2f ± %.2f |", info.arch, info.ftype,
+                   (double)info.n_bytes / (1024.0 * 1024.0), (double)info.n_params / 1e6, path, nthreads, r->test,
+                   r->avg, r->sd);
+            if (r->read_bps > 0)
+                printf(" %.1f | %.2f | %.0f %% |", r->read_bps / 1e9, roofline_ts(r, &info),
+                       100.0 * r->avg / roofline_ts(r, &info));
+            else if (roofline)
+                printf(" - | - | - |");
+            printf("\n");
+        }
     }
     free(rows);
     free(toks);
+    if (probe) munmap(probe, PROBE_BYTES);
     kiln_context_free(c);
     kiln_model_free(m);
     return rc;
 bad:
     fprintf(stderr, "usage: kiln bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-pg P,N]... [-d 0[,..]] [-s 1[,4,8..]] "
-                    "[-t N] [-r 5] [-o md|json] [--kv-f32]\n");
+                    "[-t N] [-r 5] [-o md|json] [--kv-f32] [--roofline]\n");
     return 2;
 }

@@ -523,6 +523,10 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info) {
     info->n_ff = m->hp.n_ff;
     info->n_params = m->n_params;
     info->n_bytes = m->n_bytes;
+    info->step_bytes = m->n_bytes;
+    const gguf_tensor *te = gguf_find_tensor(m->gf, "token_embd.weight");
+    const int tied = m->output.data && m->output.data == m->tok_embd.data;
+    if (te && !tied) info->step_bytes -= te->nbytes;
     info->ftype = m->ftype;
 }
 
