@@ -48,7 +48,9 @@ static inline __m128i mins_dot(__m128i sm, const int16_t bsums[16])
  * lines about 2 KB ahead keeps more of the memory stream in flight than
  * the hardware prefetcher alone (past the end of the matrix it is a no-op). */
 #define PF_AHEAD 2048
-static inline void prefetch_block(const void *p, size_t bytes) {
+/* always inlined: an out-of-line copy would be dropped as dead code
+ * (see prefetch_row in kernels/ops_avx2.c) */
+static inline __attribute__((always_inline)) void prefetch_block(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PF_AHEAD + o, _MM_HINT_T0);
 }
 
