@@ -141,7 +141,9 @@ static void round_f16_row(const float *x, float *y, int n) {
 _Static_assert(PF_POS % 8 == 0, "scores_pair fetches 8 consecutive rows PF_POS ahead");
 /* Always inlined: GCC deems prefetches free of side effects, so a call to
  * an out-of-line copy of this function counts as dead code and is dropped
- * with every prefetch in it (values_one and tile_values had lost theirs). */
+ * with every prefetch in it (values_one and tile_values had lost theirs,
+ * and scores_pair did too when its head size became a parameter: 20 to 30 %
+ * slower decode at depth 1024 and 4096). */
 static inline __attribute__((always_inline)) void prefetch_row(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
@@ -209,13 +211,17 @@ static float scores_one(const kk_attn_f16 *a, float *qr, float *sc) {
     return M;
 }
 
-/* Pass 1 of a head pair at head size 128 (attn_pair): both queries' scores
- * from one pass over K; their maxima in m[2].  K and V rows come from DRAM
- * (the weights stream evicts them between layers): the first rows are
- * fetched before the queries are rounded, and the score loop fetches the V
- * rows too, so pass 3 finds them cached. */
-static void scores_pair(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0, float *sc1, float m[2]) {
-    enum { HD = 128 };
+/* The head-pair kernels below take the head size HD as a constant, 64 or
+ * 128 (PAIR_HD): each is compiled once per size. */
+#define PAIR_HD(hd) ((hd) == 64 || (hd) == 128)
+
+/* Pass 1 of a head pair (attn_pair): both queries' scores from one pass
+ * over K; their maxima in m[2].  K and V rows come from DRAM (the weights
+ * stream evicts them between layers): the first rows are fetched before the
+ * queries are rounded, and the score loop fetches the V rows too, so pass 3
+ * finds them cached. */
+static inline __attribute__((always_inline)) void scores_pair_hd(const kk_attn_f16 *a, float *qr0, float *qr1,
+                                                                 float *sc0, float *sc1, float m[2], const int HD) {
     const int n = a->n_pos;
     for (int t = 0; t < PF_POS && t < n; t++) {
         prefetch_row(a->k + kk_attn_row(a, t), HD * sizeof(uint16_t));
@@ -264,6 +270,16 @@ static void scores_pair(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0
     }
     m[0] = M0;
     m[1] = M1;
+}
+static void scores_pair128(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0, float *sc1, float m[2]) {
+    scores_pair_hd(a, qr0, qr1, sc0, sc1, m, 128);
+}
+static void scores_pair64(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0, float *sc1, float m[2]) {
+    scores_pair_hd(a, qr0, qr1, sc0, sc1, m, 64);
+}
+static inline void scores_pair(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0, float *sc1, float m[2]) {
+    if (a->hd == 128) scores_pair128(a, qr0, qr1, sc0, sc1, m);
+    else scores_pair64(a, qr0, qr1, sc0, sc1, m);
 }
 
 /* Pass 3 of one query, the whole head: acc += w_t * v_t in position order,
@@ -326,11 +342,11 @@ static void attn_one(const kk_attn_f16 *a) {
     values_one(a, msv, vsv, 1.0f / softmax_factors(sc, msv, vsv, n), 1);
 }
 
-/* Pass 3 of a head pair at head size 128 in the F16 scheme: values_one
- * for both heads, 16 registers of chains over each V row, converted once
- * for both. */
-static void values_pair(const kk_attn_f16 *a, const float *const ms[2], const float *const w[2], const float inv_s[2]) {
-    enum { HD = 128 };
+/* Pass 3 of a head pair in the F16 scheme: values_one for both heads, 16
+ * registers of chains over each V row, converted once for both. */
+static inline __attribute__((always_inline)) void values_pair_hd(const kk_attn_f16 *a, const float *const ms[2],
+                                                                 const float *const w[2], const float inv_s[2],
+                                                                 const int HD) {
     const int n = a->n_pos;
     const __m256 inv0 = _mm256_set1_ps(inv_s[0]), inv1 = _mm256_set1_ps(inv_s[1]);
     for (int d0 = 0; d0 < HD; d0 += 64) {
@@ -364,12 +380,21 @@ static void values_pair(const kk_attn_f16 *a, const float *const ms[2], const fl
     }
 }
 
-/* Two query heads of one KV head with head size 128: each K row is read
+static void values_pair128(const kk_attn_f16 *a, const float *const ms[2], const float *const w[2],
+                           const float inv_s[2]) {
+    values_pair_hd(a, ms, w, inv_s, 128);
+}
+static void values_pair64(const kk_attn_f16 *a, const float *const ms[2], const float *const w[2],
+                          const float inv_s[2]) {
+    values_pair_hd(a, ms, w, inv_s, 64);
+}
+
+/* Two query heads of one KV head (head size PAIR_HD): each K row is read
  * for both scores while in L1, and pass 3 runs both accumulators (16
  * registers of chains) over each V row, which hides the fma + rounding
  * latency that bounds one head.  Per head the arithmetic is attn_one's. */
 static void attn_pair(const kk_attn_f16 *a) {
-    enum { HD = 128 };
+    const int HD = a->hd;
     const int n = a->n_pos;
     const size_t per = kk_attn_scratch(1, 1, HD, n);
     float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *ms0 = sc0 + n, *vs0 = ms0 + n;
@@ -378,7 +403,8 @@ static void attn_pair(const kk_attn_f16 *a) {
     scores_pair(a, qr0, qr1, sc0, sc1, m);
     const float inv_s[2] = {1.0f / softmax_factors(sc0, ms0, vs0, n), 1.0f / softmax_factors(sc1, ms1, vs1, n)};
     const float *const ms[2] = {ms0, ms1}, *const w[2] = {vs0, vs1};
-    values_pair(a, ms, w, inv_s);
+    if (HD == 128) values_pair128(a, ms, w, inv_s);
+    else values_pair64(a, ms, w, inv_s);
 }
 
 /* e^x for 8 floats: x = k ln2 + r with |r| <= ln2/2 (ln2 split in two
@@ -433,19 +459,20 @@ static void attn_one_f32acc(const kk_attn_f16 *a) {
     values_one(a, NULL, w, 1.0f / softmax_weights(sc, w, n, M), 0);
 }
 
-/* Pass 3 of a head pair at head size 128, float accumulator: the span in
- * blocks of VB_POS positions (one cache block), each block over both halves
- * of its V rows, the accumulators (2 x 128 floats, twice the registers
- * there are) kept in L1 between blocks.  Each element still takes one fma
+/* Pass 3 of a head pair, float accumulator: the span in blocks of VB_POS
+ * positions (one cache block), each block over the 64-element halves of its
+ * V rows (one at head size 64), the accumulators (2 x HD floats; at 128
+ * twice the registers there are) kept in L1 between blocks.  Each element still takes one fma
  * per position in position order, so the bits are values_one's.  The
  * span used to be swept once per half, every V row read twice, two of its
  * four lines each time; a whole one-stream decode step at 1024 to 4096
  * positions is 4 to 7 % faster this way. */
 enum { VB_POS = 16 };
-static void values_pair_f32(const kk_attn_f16 *a, const float *w0, const float *w1, const float inv_s[2]) {
-    enum { HD = 128 };
+static inline __attribute__((always_inline)) void values_pair_f32_hd(const kk_attn_f16 *a, const float *w0,
+                                                                     const float *w1, const float inv_s[2],
+                                                                     const int HD) {
     const int n = a->n_pos;
-    _Alignas(32) float acc[2][HD] = {{0.0f}};
+    _Alignas(32) float acc[2][128] = {{0.0f}}; /* HD of each used */
     for (int t0 = 0; t0 < n; t0 += VB_POS) {
         const int t1 = t0 + VB_POS < n ? t0 + VB_POS : n;
         for (int d0 = 0; d0 < HD; d0 += 64) {
@@ -479,10 +506,16 @@ static void values_pair_f32(const kk_attn_f16 *a, const float *w0, const float *
         _mm256_storeu_ps(a->out + HD + d, _mm256_mul_ps(_mm256_load_ps(&acc[1][d]), inv1));
     }
 }
+static void values_pair_f32_128(const kk_attn_f16 *a, const float *w0, const float *w1, const float inv_s[2]) {
+    values_pair_f32_hd(a, w0, w1, inv_s, 128);
+}
+static void values_pair_f32_64(const kk_attn_f16 *a, const float *w0, const float *w1, const float inv_s[2]) {
+    values_pair_f32_hd(a, w0, w1, inv_s, 64);
+}
 
 /* attn_pair with the float accumulator. */
 static void attn_pair_f32acc(const kk_attn_f16 *a) {
-    enum { HD = 128 };
+    const int HD = a->hd;
     const int n = a->n_pos;
     const size_t per = kk_attn_scratch(1, 1, HD, n);
     float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *w0 = sc0 + n;
@@ -490,7 +523,8 @@ static void attn_pair_f32acc(const kk_attn_f16 *a) {
     float m[2];
     scores_pair(a, qr0, qr1, sc0, sc1, m);
     const float inv_s[2] = {1.0f / softmax_weights(sc0, w0, n, m[0]), 1.0f / softmax_weights(sc1, w1, n, m[1])};
-    values_pair_f32(a, w0, w1, inv_s);
+    if (HD == 128) values_pair_f32_128(a, w0, w1, inv_s);
+    else values_pair_f32_64(a, w0, w1, inv_s);
 }
 
 /* acc_f32 = 1 at head size 128 for a tile: Q = nq * nt query heads (up
@@ -714,7 +748,7 @@ static void attn_f16(const kk_attn_f16 *a) {
         return;
     }
     for (int u = 0; u < a->nt; u++) {
-        if (a->nq == 2 && a->hd == 128) {
+        if (a->nq == 2 && PAIR_HD(a->hd)) {
             const kk_attn_f16 tok = kk_attn_f16_token(a, u);
             if (a->acc_f32) attn_pair_f32acc(&tok);
             else attn_pair(&tok);
