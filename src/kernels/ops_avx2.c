@@ -527,8 +527,9 @@ static void attn_pair_f32acc(const kk_attn_f16 *a) {
     else values_pair_f32_64(a, w0, w1, inv_s);
 }
 
-/* acc_f32 = 1 at head size 128 for a tile: Q = nq * nt query heads (up
- * to 8) read each K and V row once, converted once for all of them.
+/* acc_f32 = 1 at head size 64 or 128 (PAIR_HD, HD below) for a tile: Q =
+ * nq * nt query heads (up to 8) read each K and V row once, converted once
+ * for all of them.
  *   pass 1: K rows are converted 8 at a time into a float block (L1).  The
  *     queries, two at a time (chains8), score the 8 rows together: for each
  *     8-lane accumulator j of kk_dot_f16's order (elements 32 s + 8 j + lane)
@@ -540,28 +541,28 @@ static void attn_pair_f32acc(const kk_attn_f16 *a) {
  *     query's accumulator chunk stays in registers across the block; the
  *     positions past the first token's span update only the tokens that see
  *     them, in position order. */
-enum { ATT_HD = 128, ATT_KB = 8, ATT_VB = 64, ATT_QMAX = 8 };
+enum { ATT_HD = 128 /* the largest HD */, ATT_KB = 8, ATT_VB = 64, ATT_QMAX = 8 };
 
 /* The lanes of chain j of kk_dot_f16 (elements 32 s + 8 j + lane, fma over
- * s from zero) for NQ (1 or 2) F16-rounded queries qr[i][128] and the 8
- * converted rows kb[8][128], into part[i][j][p]: the queries' 4 registers
- * stay while two rows at a time meet both queries, so each row load feeds
- * NQ fmas. */
+ * s from zero) for NQ (1 or 2) F16-rounded queries qr[i][HD] and the 8
+ * converted rows kb[8][HD], into part[i][j][p]: the queries' HD / 32
+ * registers stay while two rows at a time meet both queries, so each row
+ * load feeds NQ fmas. */
 static inline __attribute__((always_inline)) void chains8(float *const *qr, const int NQ, const float *kb,
-                                                          float part[2][4][8][8]) {
+                                                          float part[2][4][8][8], const int HD) {
     #pragma GCC unroll 1
     for (int j = 0; j < 4; j++) {
         __m256 q[2][4];
         #pragma GCC unroll 2
         for (int i = 0; i < NQ; i++)
             #pragma GCC unroll 4
-            for (int s = 0; s < 4; s++) q[i][s] = _mm256_loadu_ps(qr[i] + 32 * s + 8 * j);
+            for (int s = 0; s < HD / 32; s++) q[i][s] = _mm256_loadu_ps(qr[i] + 32 * s + 8 * j);
         #pragma GCC unroll 1
         for (int p = 0; p < 8; p += 2) {
-            const float *k0 = kb + p * ATT_HD + 8 * j, *k1 = k0 + ATT_HD;
+            const float *k0 = kb + p * HD + 8 * j, *k1 = k0 + HD;
             __m256 c[2][2];
             #pragma GCC unroll 4
-            for (int s = 0; s < 4; s++) {
+            for (int s = 0; s < HD / 32; s++) {
                 const __m256 r0 = _mm256_load_ps(k0 + 32 * s), r1 = _mm256_load_ps(k1 + 32 * s);
                 #pragma GCC unroll 2
                 for (int i = 0; i < NQ; i++) {
@@ -590,31 +591,32 @@ static inline __m256 score8(float part[4][8][8]) {
 }
 
 /* Pass 1: sc[i][t] for every query i and t < n (the last token's span). */
-static void tile_scores(const kk_attn_f16 *a, int Q, float *const *qr, float *const *sc, int n) {
-    float kb[ATT_KB * ATT_HD] __attribute__((aligned(32)));
+static inline __attribute__((always_inline)) void tile_scores_hd(const kk_attn_f16 *a, int Q, float *const *qr,
+                                                                 float *const *sc, int n, const int HD) {
+    float kb[ATT_KB * ATT_HD] __attribute__((aligned(32))); /* 8 rows of HD */
     const __m256 scale = _mm256_set1_ps(a->scale);
     for (int t0 = 0; t0 < n; t0 += ATT_KB) {
         const int nb = n - t0 < ATT_KB ? n - t0 : ATT_KB;
         for (int p = 0; p < ATT_KB; p++) {
-            float *d = kb + p * ATT_HD;
+            float *d = kb + p * HD;
             const int t = t0 + p;
             if (p >= nb) { /* past the span: scored, never used */
-                for (int c = 0; c < ATT_HD; c += 8) _mm256_store_ps(d + c, _mm256_setzero_ps());
+                for (int c = 0; c < HD; c += 8) _mm256_store_ps(d + c, _mm256_setzero_ps());
                 continue;
             }
             if (t + PF_POS < n) { /* V too: after a layer's weights it comes from DRAM */
-                prefetch_row(a->k + kk_attn_row(a, t + PF_POS), ATT_HD * sizeof(uint16_t));
-                prefetch_row(a->v + kk_attn_row(a, t + PF_POS), ATT_HD * sizeof(uint16_t));
+                prefetch_row(a->k + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+                prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
             }
             const uint16_t *r = a->k + kk_attn_row(a, t);
             #pragma GCC unroll 16
-            for (int c = 0; c < ATT_HD; c += 8) _mm256_store_ps(d + c, load_h8(r + c));
+            for (int c = 0; c < HD; c += 8) _mm256_store_ps(d + c, load_h8(r + c));
         }
         for (int i = 0; i < Q; i += 2) {
             float part[2][4][8][8] __attribute__((aligned(32)));
             const int nq = Q - i < 2 ? 1 : 2;
-            if (nq == 2) chains8(qr + i, 2, kb, part);
-            else chains8(qr + i, 1, kb, part);
+            if (nq == 2) chains8(qr + i, 2, kb, part, HD);
+            else chains8(qr + i, 1, kb, part, HD);
             for (int e = 0; e < nq; e++) {
                 const __m256 s = _mm256_mul_ps(score8(part[e]), scale);
                 if (nb == ATT_KB) {
@@ -627,6 +629,11 @@ static void tile_scores(const kk_attn_f16 *a, int Q, float *const *qr, float *co
             }
         }
     }
+}
+
+static void tile_scores(const kk_attn_f16 *a, int Q, float *const *qr, float *const *sc, int n) {
+    if (a->hd == 128) tile_scores_hd(a, Q, qr, sc, n, 128);
+    else tile_scores_hd(a, Q, qr, sc, n, 64);
 }
 
 /* The largest score, as the scalar loop's M = s > M ? s : M finds it:
@@ -648,13 +655,13 @@ static float max_score(const float *sc, int n) {
  * here, dead code until prefetch_row was always inlined, made a prompt of
  * 512 after 2048 tokens 4 to 7 % slower once it ran). */
 static inline __attribute__((always_inline)) void tile_values(const kk_attn_f16 *a, const int Q, float *const *w,
-                                                              float *const *acc, int t0, int t1) {
+                                                              float *const *acc, int t0, int t1, const int HD) {
     const int CW = Q <= 2 ? 4 : Q <= 4 ? 2 : 1;
     const uint16_t *rows[ATT_VB];
     for (int tb = t0; tb < t1; tb += ATT_VB) {
         const int te = t1 - tb < ATT_VB ? t1 : tb + ATT_VB;
         for (int t = tb; t < te; t++) rows[t - tb] = a->v + kk_attn_row(a, t);
-        for (int d = 0; d < ATT_HD; d += 8 * CW) {
+        for (int d = 0; d < HD; d += 8 * CW) {
             __m256 x[ATT_QMAX][4];
             #pragma GCC unroll 8
             for (int i = 0; i < Q; i++)
@@ -680,37 +687,49 @@ static inline __attribute__((always_inline)) void tile_values(const kk_attn_f16 
     }
 }
 
-static void tile_values_q(const kk_attn_f16 *a, int Q, float *const *w, float *const *acc, int t0, int t1) {
+static inline __attribute__((always_inline)) void tile_values_qhd(const kk_attn_f16 *a, int Q, float *const *w,
+                                                                  float *const *acc, int t0, int t1, const int HD) {
     switch (Q) {
-    case 1: tile_values(a, 1, w, acc, t0, t1); break;
-    case 2: tile_values(a, 2, w, acc, t0, t1); break;
-    case 3: tile_values(a, 3, w, acc, t0, t1); break;
-    case 4: tile_values(a, 4, w, acc, t0, t1); break;
-    case 5: tile_values(a, 5, w, acc, t0, t1); break;
-    case 6: tile_values(a, 6, w, acc, t0, t1); break;
-    case 7: tile_values(a, 7, w, acc, t0, t1); break;
-    default: tile_values(a, 8, w, acc, t0, t1); break;
+    case 1: tile_values(a, 1, w, acc, t0, t1, HD); break;
+    case 2: tile_values(a, 2, w, acc, t0, t1, HD); break;
+    case 3: tile_values(a, 3, w, acc, t0, t1, HD); break;
+    case 4: tile_values(a, 4, w, acc, t0, t1, HD); break;
+    case 5: tile_values(a, 5, w, acc, t0, t1, HD); break;
+    case 6: tile_values(a, 6, w, acc, t0, t1, HD); break;
+    case 7: tile_values(a, 7, w, acc, t0, t1, HD); break;
+    default: tile_values(a, 8, w, acc, t0, t1, HD); break;
     }
+}
+static void tile_values_q128(const kk_attn_f16 *a, int Q, float *const *w, float *const *acc, int t0, int t1) {
+    tile_values_qhd(a, Q, w, acc, t0, t1, 128);
+}
+static void tile_values_q64(const kk_attn_f16 *a, int Q, float *const *w, float *const *acc, int t0, int t1) {
+    tile_values_qhd(a, Q, w, acc, t0, t1, 64);
+}
+static void tile_values_q(const kk_attn_f16 *a, int Q, float *const *w, float *const *acc, int t0, int t1) {
+    if (a->hd == 128) tile_values_q128(a, Q, w, acc, t0, t1);
+    else tile_values_q64(a, Q, w, acc, t0, t1);
 }
 
 /* Query i is head i % nq of token i / nq (kk_attn_f16_query); its scratch
  * holds the rounded query, the accumulator, scores and weights. */
 static void attn_tile_f32acc(const kk_attn_f16 *a) {
+    const int HD = a->hd;
     const int Q = a->nq * a->nt, n_last = a->n_pos + a->nt - 1;
     kk_attn_f16 one[ATT_QMAX]; /* each query's own pointers and span */
     float *qr[ATT_QMAX] = {0}, *acc[ATT_QMAX] = {0}, *sc[ATT_QMAX] = {0}, *w[ATT_QMAX] = {0}, inv[ATT_QMAX];
     for (int t = 0; t < PF_POS && t < n_last; t++) {
-        prefetch_row(a->k + kk_attn_row(a, t), ATT_HD * sizeof(uint16_t));
-        prefetch_row(a->v + kk_attn_row(a, t), ATT_HD * sizeof(uint16_t));
+        prefetch_row(a->k + kk_attn_row(a, t), HD * sizeof(uint16_t));
+        prefetch_row(a->v + kk_attn_row(a, t), HD * sizeof(uint16_t));
     }
     for (int i = 0; i < Q; i++) {
         one[i] = kk_attn_f16_query(a, i / a->nq, i % a->nq);
         qr[i] = one[i].scratch;
-        acc[i] = qr[i] + ATT_HD;
-        sc[i] = qr[i] + 2 * ATT_HD;
+        acc[i] = qr[i] + HD;
+        sc[i] = qr[i] + 2 * HD;
         w[i] = sc[i] + n_last;
-        round_f16_row(one[i].q, qr[i], ATT_HD);
-        for (int d = 0; d < ATT_HD; d += 8) _mm256_storeu_ps(acc[i] + d, _mm256_setzero_ps());
+        round_f16_row(one[i].q, qr[i], HD);
+        for (int d = 0; d < HD; d += 8) _mm256_storeu_ps(acc[i] + d, _mm256_setzero_ps());
     }
     tile_scores(a, Q, qr, sc, n_last);
     /* weights, and their sums in position order: one add chain per query,
@@ -733,12 +752,12 @@ static void attn_tile_f32acc(const kk_attn_f16 *a) {
     }
     for (int i = 0; i < Q; i++) {
         const __m256 s = _mm256_set1_ps(inv[i]);
-        for (int d = 0; d < ATT_HD; d += 8) _mm256_storeu_ps(one[i].out + d, _mm256_mul_ps(_mm256_loadu_ps(acc[i] + d), s));
+        for (int d = 0; d < HD; d += 8) _mm256_storeu_ps(one[i].out + d, _mm256_mul_ps(_mm256_loadu_ps(acc[i] + d), s));
     }
 }
 
 static void attn_f16(const kk_attn_f16 *a) {
-    if (a->acc_f32 && a->hd == ATT_HD && a->nt > 1) { /* tiles of up to ATT_QMAX queries */
+    if (a->acc_f32 && PAIR_HD(a->hd) && a->nt > 1) { /* tiles of up to ATT_QMAX queries */
         const int step = ATT_QMAX / a->nq;
         for (int u = 0; u < a->nt; u += step) {
             kk_attn_f16 sub = kk_attn_f16_token(a, u);
