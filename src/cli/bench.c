@@ -348,9 +348,10 @@ int cmd_bench(int argc, char **argv) {
             printf("| %s %s | %.2f MiB | %.2f M | CPU (%s) | %d | %s | %.2f ± %.2f |", info.arch, info.ftype,
                    (double)info.n_bytes / (1024.0 * 1024.0), (double)info.n_params / 1e6, path, nthreads, r->test,
                    r->avg, r->sd);
-            if (r->read_bps > 0)
-                printf(" %.1f | %.2f | %.0f %% |", r->read_bps / 1e9, roofline_ts(r, &info),
-                       100.0 * r->avg / roofline_ts(r, &info));
+            if (r->read_bps > 0) {
+                const double top = roofline_ts(r, &info);
+                printf(" %.1f | %.2f | %.0f %% |", r->read_bps / 1e9, top, 100.0 * r->avg / top);
+            }
             else if (roofline)
                 printf(" - | - | - |");
             printf("\n");

@@ -462,11 +462,11 @@ static void attn_one_f32acc(const kk_attn_f16 *a) {
 /* Pass 3 of a head pair, float accumulator: the span in blocks of VB_POS
  * positions (one cache block), each block over the 64-element halves of its
  * V rows (one at head size 64), the accumulators (2 x HD floats; at 128
- * twice the registers there are) kept in L1 between blocks.  Each element still takes one fma
- * per position in position order, so the bits are values_one's.  The
- * span used to be swept once per half, every V row read twice, two of its
- * four lines each time; a whole one-stream decode step at 1024 to 4096
- * positions is 4 to 7 % faster this way. */
+ * twice the registers there are) kept in L1 between blocks.  Each element
+ * still takes one fma per position in position order, so the bits are
+ * values_one's.  The span used to be swept once per half, every V row read
+ * twice, two of its four lines each time; a whole one-stream decode step at
+ * 1024 to 4096 positions is 4 to 7 % faster this way. */
 enum { VB_POS = 16 };
 static inline __attribute__((always_inline)) void values_pair_f32_hd(const kk_attn_f16 *a, const float *w0,
                                                                      const float *w1, const float inv_s[2],
