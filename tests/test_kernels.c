@@ -297,6 +297,77 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
         }
 }
 
+/* attn_q8: the SIMD twin against the scalar loop, bit for bit, over a
+ * paged Q8_0 cache (shuffled blocks of 16 cells, and of 4) at head sizes of
+ * 1 to 8 blocks, 1, 2, 3 or 10 heads (more than one tile holds), one token
+ * or a tile, spans ending inside and at the end of 8-row steps; the scalar loop
+ * against a double softmax over the dequantized cache (the error left is
+ * the query's quantization). */
+static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
+    enum { NBLK = 8, CELLS = NBLK * 16, HMAX = 256, RB = HMAX / 32 * 34, STRIDE = RB + 6, NTMAX = 4,
+           TOK = 10 * HMAX + 5 };
+    static uint8_t kc[CELLS * STRIDE], vc[CELLS * STRIDE];
+    static float row[HMAX];
+    const kq_traits *q8 = kq_get(KQ_Q8_0);
+    for (int c = 0; c < CELLS; c++) {
+        fill(row, HMAX, 2.0f);
+        q8->from_f32(row, kc + (size_t)c * STRIDE, HMAX);
+        fill(row, HMAX, 1.0f);
+        q8->from_f32(row, vc + (size_t)c * STRIDE, HMAX);
+    }
+    const int32_t blocks[NBLK] = {5, 2, 7, 0, 3, 6, 1, 4};
+    int32_t blocks4[CELLS / 4];
+    for (int i = 0; i < CELLS / 4; i++) blocks4[i] = (i * 11 + 5) % (CELLS / 4);
+    static float q[NTMAX * TOK], o1[NTMAX * TOK], o2[NTMAX * TOK];
+    static float scratch[10 * NTMAX * (2 * HMAX + 3 * CELLS)];
+    const int hds[] = {32, 64, 96, 128, 256};
+    const int counts[] = {1, 2, 15, 17, 77, CELLS};
+    const int nts[] = {1, 4};
+    for (int b4 = 0; b4 <= 1; b4++)
+    for (int nq = 1; nq <= 10; nq += nq < 3 ? 1 : 7)
+    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+    for (size_t u = 0; u < sizeof nts / sizeof nts[0]; u++)
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+            const int hd = hds[h], nt = nts[u];
+            const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
+            fill(q, NTMAX * TOK, 3.0f);
+            memset(o1, 0, sizeof o1);
+            memset(o2, 0, sizeof o2);
+            kk_attn_q8 a = {.q = q, .nq = nq, .nt = nt, .tok_stride = TOK, .hd = hd, .n_pos = n_pos,
+                            .blocks = b4 ? blocks4 : blocks, .block_shift = b4 ? 2 : 4, .k = kc, .v = vc,
+                            .block_stride = (b4 ? 4 : 16) * (size_t)STRIDE, .row_stride = STRIDE,
+                            .scale = 1.0f / sqrtf((float)hd), .out = o1, .scratch = scratch};
+            CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
+            s->attn_q8(&a);
+            a.out = o2;
+            v->attn_q8(&a);
+            CHECKF(memcmp(o1, o2, sizeof o1) == 0, "attn_q8 %d heads x %d tokens, hd %d, %d positions%s: twins differ",
+                   nq, nt, hd, n_pos, b4 ? ", blocks of 4" : "");
+            if (nt > 1 || nq > 1 || b4) continue;
+            /* the scalar loop is attention over the dequantized cache */
+            double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
+            float kf[HMAX];
+            for (int t = 0; t < counts[c]; t++) {
+                const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
+                q8->to_f32(kc + cell * STRIDE, kf, hd);
+                double d = 0.0;
+                for (int i = 0; i < hd; i++) d += (double)kf[i] * q[i];
+                w[t] = d / sqrt((double)hd);
+                if (w[t] > mx) mx = w[t];
+            }
+            for (int t = 0; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
+            static float vf[CELLS][HMAX];
+            for (int t = 0; t < counts[c]; t++)
+                q8->to_f32(vc + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE, vf[t], hd);
+            for (int i = 0; i < hd; i++) {
+                double r = 0.0;
+                for (int t = 0; t < counts[c]; t++) r += w[t] / sum * vf[t][i];
+                if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
+            }
+            CHECKF(err < 2e-2, "attn_q8 hd %d, %d positions: %.3g from a double softmax", hd, counts[c], err);
+        }
+}
+
 /* The interleaved kernels of type t: every SIMD twin equals the scalar one
  * bit for bit (same int32 block sums, same fma order), over several tokens
  * with a token stride (lda) larger than the count; the scalar one agrees
@@ -446,6 +517,7 @@ int main(void) {
         CHECK(v != NULL);
         if (v) test_ops(s, v);
         if (v) test_attn(s, v);
+        if (v) test_attn_q8(s, v);
     }
     /* the scalar set against itself: the test harness agrees with itself */
     test_ops(s, s);

@@ -252,6 +252,50 @@ static void attn_f16_ref(const kk_attn_f16 *a) {
         }
 }
 
+/* One query against a Q8_0 cache, the loops of ops.h verbatim. */
+static void attn_q8_one(const kk_attn_q8 *a) {
+    const int hd = a->hd, n = a->n_pos, nb = hd / 32;
+    kq_block_q8_0 *qq = (kq_block_q8_0 *)a->scratch;
+    float *acc = a->scratch + hd, *sc = a->scratch + 2 * hd, *w = sc + n;
+    kq_get(KQ_Q8_0)->from_f32(a->q, qq, hd);
+    float M = -INFINITY;
+    for (int t = 0; t < n; t++) {
+        const kq_block_q8_0 *kb = (const kq_block_q8_0 *)(a->k + kk_attn_q8_row(a, t));
+        float s = 0.0f;
+        for (int b = 0; b < nb; b++) {
+            int32_t is = 0;
+            for (int i = 0; i < 32; i++) is += (int32_t)qq[b].qs[i] * kb[b].qs[i];
+            s = fmaf((float)is, kq_f16_to_f32(qq[b].d) * kq_f16_to_f32(kb[b].d), s);
+        }
+        sc[t] = s * a->scale;
+        M = sc[t] > M ? sc[t] : M;
+    }
+    float S = 0.0f;
+    for (int t = 0; t < n; t++) {
+        w[t] = kk_exp_attn(sc[t] - M);
+        S += w[t];
+    }
+    memset(acc, 0, (size_t)hd * sizeof *acc);
+    for (int t = 0; t < n; t++) {
+        const kq_block_q8_0 *vb = (const kq_block_q8_0 *)(a->v + kk_attn_q8_row(a, t));
+        for (int b = 0; b < nb; b++) {
+            const float dv = kq_f16_to_f32(vb[b].d);
+            /* (float)q * dv is exact: 11 significant bits times 8 */
+            for (int i = 0; i < 32; i++) acc[32 * b + i] = fmaf((float)vb[b].qs[i] * dv, w[t], acc[32 * b + i]);
+        }
+    }
+    const float inv = 1.0f / S;
+    for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
+}
+
+static void attn_q8_ref(const kk_attn_q8 *a) {
+    for (int u = 0; u < a->nt; u++)
+        for (int j = 0; j < a->nq; j++) {
+            const kk_attn_q8 one = kk_attn_q8_query(a, u, j);
+            attn_q8_one(&one);
+        }
+}
+
 static void rope_neox_ref(const float *cs, float *x, int n_heads, int head_dim, int n_rot) {
     kk_rope r;
     memset(&r, 0, sizeof r);
@@ -262,6 +306,7 @@ static void rope_neox_ref(const float *cs, float *x, int n_heads, int head_dim, 
 
 static const kk_ops scalar_ops = {
     .attn_f16 = attn_f16_ref,
+    .attn_q8 = attn_q8_ref,
     .f32_to_f16_row = kk_f32_to_f16_row,
     .round_f16_row = kk_round_f16_row,
     .rmsnorm = kk_rmsnorm,

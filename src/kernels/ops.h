@@ -133,12 +133,61 @@ static inline kk_attn_f16 kk_attn_f16_token(const kk_attn_f16 *a, int u) {
     return one;
 }
 
+/* Query heads against a Q8_0 KV cache (KILN_KV_Q8_0): rows of hd / 32
+ * blocks of 34 bytes (an F16 scale d, 32 int8 q), the same paging, tiling
+ * and scratch as kk_attn_f16 but with byte strides.  One arithmetic:
+ *   - the query is quantized to Q8_0 blocks by the reference quantizer
+ *     (kq_get(KQ_Q8_0)->from_f32), so q . k is exact per block:
+ *     s_t = sum over blocks b in order of fmaf((float)isum_b, dq_b * dk_b, s),
+ *     from s = 0, then s_t * scale;
+ *   - M = max s_t, w_t = kk_exp_attn(s_t - M), S = sum of w_t in order;
+ *   - acc = fmaf((float)v_q * dv_b, w_t, acc) over positions in order, per
+ *     element (dv_b the scale of the element's block; the product is exact);
+ *   - out = acc * (1 / S).
+ * The scalar twin is those loops; SIMD twins give the same bits. */
+typedef struct kk_attn_q8 {
+    const float *q;         /* [nt][nq][hd] F32 queries, tokens tok_stride apart */
+    int nq;                 /* heads sharing this KV head */
+    int nt;                 /* consecutive tokens, >= 1 */
+    size_t tok_stride;      /* floats between tokens' queries (and outputs) */
+    int hd;                 /* a multiple of 32, at most 256 */
+    int n_pos;              /* positions the first token sees */
+    const int32_t *blocks;
+    int block_shift;
+    const uint8_t *k, *v;
+    size_t block_stride;    /* bytes from one cache block to the next */
+    size_t row_stride;      /* bytes from a row to the next within a block */
+    float scale;
+    float *out;             /* [nt][nq][hd], tokens tok_stride apart */
+    float *scratch;         /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
+} kk_attn_q8;
+
+static inline size_t kk_attn_q8_row(const kk_attn_q8 *a, int t) {
+    return (size_t)a->blocks[t >> a->block_shift] * a->block_stride +
+           (size_t)(t & ((1 << a->block_shift) - 1)) * a->row_stride;
+}
+
+/* Head j of token u of a as a one-query call; its scratch share holds the
+ * quantized query (hd / 32 blocks, within 2 * hd floats) and the scores. */
+static inline kk_attn_q8 kk_attn_q8_query(const kk_attn_q8 *a, int u, int j) {
+    kk_attn_q8 one = *a;
+    const size_t off = (size_t)u * a->tok_stride + (size_t)j * (size_t)a->hd;
+    one.nq = 1;
+    one.nt = 1;
+    one.n_pos = a->n_pos + u;
+    one.q = a->q + off;
+    one.out = a->out + off;
+    one.scratch = a->scratch + (size_t)(u * a->nq + j) * kk_attn_scratch(1, 1, a->hd, a->n_pos + a->nt - 1);
+    return one;
+}
+
 /* The kernels with SIMD twins, as one set per ISA level.  The
  * scalar set (the functions above) is the reference; the forward pass takes
  * kk_ops_best() once per call.  rope_neox is kk_rope_apply for neox pairs
  * with the table of n_rot rotated dimensions. */
 typedef struct kk_ops {
     void (*attn_f16)(const kk_attn_f16 *a);
+    void (*attn_q8)(const kk_attn_q8 *a);
     void (*f32_to_f16_row)(const float *x, uint16_t *y, int n);
     void (*round_f16_row)(const float *x, float *y, int n);
     void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);

@@ -14,13 +14,21 @@
  *             kk_mad_f16 do; float accumulator: weights by exp8, which is
  *             kk_exp_attn lane by lane, one fma per element and position in
  *             position order: bit for bit
+ *   attn_q8   Q8_0 cache: exact int8 block dots (maddubs on |k| and the
+ *             query with k's sign), each block's sum scaled into the score
+ *             by the reference's fma chain in block order (8 positions per
+ *             vector); weights by exp8; V expanded to v * dv (exact) and one
+ *             fma per element and position: bit for bit
  *   rmsnorm   sum of squares in double, then (x * scale) * w in float
  *   swiglu    g / (1 + e^-g) * u with a polynomial e^x (about 1 ulp)
  */
 #include "kernels/ops.h"
 
+#include "quant/quant.h"
+
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 /* gcc contracts a * b + c into an FMA by default once -mfma is on, also in
  * intrinsics (they are plain vector arithmetic to it); the reference rounds
@@ -781,6 +789,152 @@ static void attn_f16(const kk_attn_f16 *a) {
     }
 }
 
+/* ---- attention over a Q8_0 cache (kk_attn_q8) ---- */
+
+/* r[p] = the sum of the 8 int32 lanes of v[p], p < 8 (integer sums: any
+ * order is exact). */
+static inline __m256i hsum8_epi32(const __m256i v[8]) {
+    const __m256i q0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i q1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
+}
+
+/* Queries taken together by one pass over K and V (a tile of tokens times
+ * the heads sharing the KV head). */
+enum { Q8_QMAX = 8 };
+
+/* The queries of tokens u0 .. u0 + nu - 1 and heads j0 .. j0 + nj - 1 of
+ * a, nu * nj <= Q8_QMAX.  Pass 1 goes 8 positions at a time: per query and
+ * block, the 8 rows' int8 dots (maddubs on |k| and q with k's sign, exact)
+ * reduce to one vector with a lane per position, and the reference's chain
+ * over blocks runs lane-wise (fma with dq_b * dk_b in block order).  Pass 2: weights by
+ * exp8, zero past a query's span.  Pass 3 goes one cache block (16
+ * positions) at a time: the V rows are expanded once to floats (v * dv,
+ * exact) in an L1 buffer, and every query's accumulator takes one fma per
+ * element and position from it, in position order. */
+static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
+    const int hd = a->hd, nb = hd / 32, Q = nu * nj;
+    const int n_end = a->n_pos + u0 + nu - 1; /* positions the last query sees */
+    const size_t rb = (size_t)nb * sizeof(kq_block_q8_0);
+    const kq_block_q8_0 *qq[Q8_QMAX];
+    float *acc[Q8_QMAX], *sc[Q8_QMAX], *w[Q8_QMAX], inv[Q8_QMAX];
+    int nsee[Q8_QMAX];
+    __m256 dq[Q8_QMAX][8];
+    kk_attn_q8 one[Q8_QMAX];
+    for (int qi = 0; qi < Q; qi++) {
+        one[qi] = kk_attn_q8_query(a, u0 + qi / nj, j0 + qi % nj);
+        kq_block_q8_0 *qb = (kq_block_q8_0 *)one[qi].scratch;
+        kq_get(KQ_Q8_0)->from_f32(one[qi].q, qb, hd);
+        for (int b = 0; b < nb; b++) dq[qi][b] = _mm256_set1_ps(h2f(qb[b].d));
+        qq[qi] = qb;
+        nsee[qi] = one[qi].n_pos;
+        acc[qi] = one[qi].scratch + hd;
+        sc[qi] = one[qi].scratch + 2 * hd;
+        w[qi] = sc[qi] + one[qi].n_pos;
+        memset(acc[qi], 0, (size_t)hd * sizeof(float));
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256 scale = _mm256_set1_ps(a->scale);
+    __m256 mx[Q8_QMAX];
+    for (int qi = 0; qi < Q; qi++) mx[qi] = _mm256_set1_ps(-INFINITY);
+    /* pass 1 */
+    for (int t0 = 0; t0 < n_end; t0 += 8) {
+        const int np = n_end - t0 < 8 ? n_end - t0 : 8;
+        const kq_block_q8_0 *kr[8];
+        for (int p = 0; p < 8; p++) {
+            kr[p] = (const kq_block_q8_0 *)(a->k + kk_attn_q8_row(a, t0 + (p < np ? p : 0)));
+            if (t0 + p + PF_POS < n_end) {
+                prefetch_row(a->k + kk_attn_q8_row(a, t0 + p + PF_POS), rb);
+                prefetch_row(a->v + kk_attn_q8_row(a, t0 + p + PF_POS), rb);
+            }
+        }
+        __m256 dk[8];
+        for (int b = 0; b < nb; b++) {
+            uint16_t d[8];
+            for (int p = 0; p < 8; p++) d[p] = kr[p][b].d;
+            dk[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+        }
+        for (int qi = 0; qi < Q; qi++) {
+            __m256 s = _mm256_setzero_ps();
+            for (int b = 0; b < nb; b++) {
+                const __m256i qv = _mm256_loadu_si256((const __m256i *)qq[qi][b].qs);
+                __m256i v[8];
+                #pragma GCC unroll 8
+                for (int p = 0; p < 8; p++) {
+                    const __m256i kv = _mm256_loadu_si256((const __m256i *)kr[p][b].qs);
+                    v[p] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(kv), _mm256_sign_epi8(qv, kv)), ones);
+                }
+                s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_epi32(v)), _mm256_mul_ps(dq[qi][b], dk[b]), s);
+            }
+            s = _mm256_mul_ps(s, scale);
+            if (t0 + 8 <= nsee[qi]) {
+                _mm256_storeu_ps(sc[qi] + t0, s);
+                mx[qi] = _mm256_max_ps(mx[qi], s);
+            } else { /* the query's span ends in these 8 rows (or before) */
+                float tmp[8];
+                _mm256_storeu_ps(tmp, s);
+                for (int p = 0; t0 + p < nsee[qi]; p++) {
+                    sc[qi][t0 + p] = tmp[p];
+                    mx[qi] = _mm256_max_ps(mx[qi], _mm256_set1_ps(tmp[p]));
+                }
+            }
+        }
+    }
+    /* pass 2: the span's weights, zero beyond it up to n_end */
+    for (int qi = 0; qi < Q; qi++) {
+        inv[qi] = 1.0f / softmax_weights(sc[qi], w[qi], nsee[qi], hmax8(mx[qi], -INFINITY));
+        for (int t = nsee[qi]; t < n_end; t++) w[qi][t] = 0.0f;
+    }
+    /* pass 3 */
+    float vf[VB_POS * 256];
+    for (int c0 = 0; c0 < n_end; c0 += VB_POS) {
+        const int c1 = c0 + VB_POS < n_end ? c0 + VB_POS : n_end;
+        for (int t = c0; t < c1; t++) {
+            const kq_block_q8_0 *vb = (const kq_block_q8_0 *)(a->v + kk_attn_q8_row(a, t));
+            float *o = vf + (size_t)(t - c0) * hd;
+            for (int b = 0; b < nb; b++) {
+                const __m256 dv = _mm256_set1_ps(h2f(vb[b].d));
+                #pragma GCC unroll 4
+                for (int r = 0; r < 4; r++)
+                    _mm256_storeu_ps(o + 32 * b + 8 * r,
+                                     _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                       _mm_loadl_epi64((const __m128i *)(vb[b].qs + 8 * r)))),
+                                                   dv));
+            }
+        }
+        for (int qi = 0; qi < Q; qi++) {
+            for (int d0 = 0; d0 < hd; d0 += 32) {
+                __m256 x0 = _mm256_loadu_ps(acc[qi] + d0), x1 = _mm256_loadu_ps(acc[qi] + d0 + 8);
+                __m256 x2 = _mm256_loadu_ps(acc[qi] + d0 + 16), x3 = _mm256_loadu_ps(acc[qi] + d0 + 24);
+                for (int t = c0; t < c1; t++) {
+                    const __m256 wt = _mm256_set1_ps(w[qi][t]);
+                    const float *v = vf + (size_t)(t - c0) * hd + d0;
+                    x0 = _mm256_fmadd_ps(_mm256_loadu_ps(v), wt, x0);
+                    x1 = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8), wt, x1);
+                    x2 = _mm256_fmadd_ps(_mm256_loadu_ps(v + 16), wt, x2);
+                    x3 = _mm256_fmadd_ps(_mm256_loadu_ps(v + 24), wt, x3);
+                }
+                _mm256_storeu_ps(acc[qi] + d0, x0);
+                _mm256_storeu_ps(acc[qi] + d0 + 8, x1);
+                _mm256_storeu_ps(acc[qi] + d0 + 16, x2);
+                _mm256_storeu_ps(acc[qi] + d0 + 24, x3);
+            }
+        }
+    }
+    for (int qi = 0; qi < Q; qi++) {
+        const __m256 iv = _mm256_set1_ps(inv[qi]);
+        for (int d = 0; d < hd; d += 8)
+            _mm256_storeu_ps(one[qi].out + d, _mm256_mul_ps(_mm256_loadu_ps(acc[qi] + d), iv));
+    }
+}
+
+static void attn_q8(const kk_attn_q8 *a) {
+    const int nj = a->nq < Q8_QMAX ? a->nq : Q8_QMAX, per = Q8_QMAX / nj; /* heads, tokens per tile */
+    for (int j = 0; j < a->nq; j += nj)
+        for (int u = 0; u < a->nt; u += per)
+            attn_q8_tile(a, u, a->nt - u < per ? a->nt - u : per, j, a->nq - j < nj ? a->nq - j : nj);
+}
+
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     __m256d s0 = _mm256_setzero_pd(), s1 = s0;
     int i = 0;
@@ -849,6 +1003,7 @@ static void rope_neox(const float *cs, float *x, int n_heads, int head_dim, int 
 const kk_ops *kk_ops_avx2(void) {
     static const kk_ops ops = {
         .attn_f16 = attn_f16,
+        .attn_q8 = attn_q8,
         .f32_to_f16_row = f32_to_f16_row,
         .round_f16_row = round_f16_row,
         .rmsnorm = rmsnorm,
