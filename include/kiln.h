@@ -132,14 +132,17 @@ const char *kiln_detok_flush(kiln_detok *d, size_t *len);
 
 typedef struct kiln_context kiln_context;
 
-enum { KILN_KV_F16 = 0, KILN_KV_F32 = 1 };
+/* KV cache element types.  Q8_0 (llama.cpp's -ctk/-ctv q8_0) takes 34
+ * bytes per 32 elements, 53 % of F16, and needs head sizes that are
+ * multiples of 32 (at most 256). */
+enum { KILN_KV_F16 = 0, KILN_KV_F32 = 1, KILN_KV_Q8_0 = 2 };
 
 typedef struct kiln_context_params {
     int32_t n_ctx;      /* tokens per sequence; 0 = the model's, capped by memory */
     int32_t n_batch;    /* most tokens one kiln_decode call may carry */
     int32_t n_seq_max;  /* sequences that may be live at once */
     int32_t n_threads;  /* 0 = all online CPUs */
-    int32_t kv_type;    /* KILN_KV_F16 or KILN_KV_F32 */
+    int32_t kv_type;    /* KILN_KV_F16, KILN_KV_F32 or KILN_KV_Q8_0 */
     uint64_t mem_limit; /* bytes the KV cache may take; 0 = half of RAM */
     int32_t embeddings; /* 1: keep the final hidden states (after the output
                            norm) of requested tokens instead of logits */

@@ -428,20 +428,25 @@ static int write_hd128_model(const char *dst) {
  * at every chunk) and one token at a time (no tiles), the logits are the
  * same bits; the F16 cache stays within 4e-3 of the F32 one.  On the stories
  * model (heads 8 wide) and on a model with heads 128 wide, which takes the
- * tiled SIMD path. */
-static void long_attention(const char *path, int n_vocab) {
+ * tiled SIMD path.  q8: the Q8_0 cache too (tiles of 4 from position 0),
+ * same bits in all three chunkings and within 1e-2 of the F32 cache (its
+ * keys and values carry 8-bit blocks); the stories model's heads of 8 are
+ * refused for it. */
+static void long_attention(const char *path, int n_vocab, int q8) {
     kiln_model *m;
     if (kiln_model_load(path, NULL, &m) != KILN_OK) { CHECKF(0, "%s: %s", path, kiln_last_error()); return; }
     enum { N = 300 };
     static int32_t toks[N];
-    float *out[4];
-    for (int r = 0; r < 4; r++) out[r] = calloc((size_t)n_vocab, sizeof(float));
+    float *out[7];
+    for (int r = 0; r < 7; r++) out[r] = calloc((size_t)n_vocab, sizeof(float));
     for (int i = 0; i < N; i++) toks[i] = 3 + (i * 37) % 500;
-    for (int run = 0; run < 4; run++) { /* whole, chunks of 7, one by one, F32 cache */
-        kiln_context *c = new_ctx(m, run == 3 ? KILN_KV_F32 : KILN_KV_F16, 512, 1);
+    /* runs: F16 whole, chunks of 7, one by one; F32; Q8_0 whole, chunks of 7, one by one */
+    for (int run = 0; run < (q8 ? 7 : 4); run++) {
+        const int kv = run == 3 ? KILN_KV_F32 : run >= 4 ? KILN_KV_Q8_0 : KILN_KV_F16;
+        kiln_context *c = new_ctx(m, kv, 512, 1);
         CHECK(c != NULL);
         if (!c) continue;
-        const int step = run == 1 ? 7 : run == 2 ? 1 : N;
+        const int step = run % 4 == 1 || run == 5 ? 7 : run == 2 || run == 6 ? 1 : N;
         int ok = 1;
         for (int i = 0; i < N; i += step) {
             kiln_batch b = {N - i < step ? N - i : step, toks + i, NULL, NULL, NULL};
@@ -456,16 +461,32 @@ static void long_attention(const char *path, int n_vocab) {
     CHECKF(memcmp(out[2], out[0], sizeof(float) * (size_t)n_vocab) == 0, "%s: 300 tokens one by one != one batch", path);
     CHECKF(rel_err(out[0], out[3], n_vocab) < 4e-3, "%s: F16 cache at 300 positions: %.3g from the F32 cache", path,
            rel_err(out[0], out[3], n_vocab));
-    for (int r = 0; r < 4; r++) free(out[r]);
+    if (q8) {
+        CHECKF(memcmp(out[5], out[4], sizeof(float) * (size_t)n_vocab) == 0, "%s: Q8_0 cache, chunks of 7 != one batch",
+               path);
+        CHECKF(memcmp(out[6], out[4], sizeof(float) * (size_t)n_vocab) == 0, "%s: Q8_0 cache, one by one != one batch",
+               path);
+        const double e = rel_err(out[4], out[3], n_vocab);
+        CHECKF(e < 1e-2, "%s: Q8_0 cache at 300 positions: %.3g from the F32 cache", path, e);
+        printf("Q8_0 KV cache at 300 positions: logits rel err %.2e from the F32 cache (F16: %.2e)\n", e,
+               rel_err(out[0], out[3], n_vocab));
+    } else {
+        kiln_context_params cp = kiln_context_default_params();
+        cp.kv_type = KILN_KV_Q8_0;
+        kiln_context *c = NULL;
+        CHECK(kiln_context_new(m, &cp, &c) == KILN_ERR_UNSUPPORTED && c == NULL);
+        CHECKF(strstr(kiln_last_error(), "multiple of 32") != NULL, "%s", kiln_last_error());
+    }
+    for (int r = 0; r < 7; r++) free(out[r]);
     kiln_model_free(m);
 }
 
 static void test_long_attention(void) {
-    long_attention(STORIES, 512);
+    long_attention(STORIES, 512, 0);
     char path[64];
     snprintf(path, sizeof path, "/tmp/kiln-test-hd128-%d.gguf", (int)getpid());
     CHECK(write_hd128_model(path) == 0);
-    long_attention(path, 50257);
+    long_attention(path, 50257, 1);
     unlink(path);
 }
 

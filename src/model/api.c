@@ -95,8 +95,12 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     if (p.n_batch <= 0) p.n_batch = 512;
     if (p.n_seq_max <= 0) p.n_seq_max = 1;
     if (p.n_seq_max > 64) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "n_seq_max %d exceeds 64", p.n_seq_max);
-    if (p.kv_type != KILN_KV_F16 && p.kv_type != KILN_KV_F32)
+    if (p.kv_type != KILN_KV_F16 && p.kv_type != KILN_KV_F32 && p.kv_type != KILN_KV_Q8_0)
         return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown KV cache type %d", p.kv_type);
+    if (p.kv_type == KILN_KV_Q8_0 && (hp->hd_k % 32 || hp->hd_k > 256))
+        return kl_fail(NULL, KILN_ERR_UNSUPPORTED,
+                       "a Q8_0 KV cache needs a head size that is a multiple of 32, at most 256 (this model's is %d)",
+                       hp->hd_k);
     if (p.n_ctx < 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "negative context size");
     if (p.n_ctx > hp->n_ctx_train)
         return kl_fail(NULL, KILN_ERR_INVALID_ARG, "context %d exceeds the model's %d", p.n_ctx, hp->n_ctx_train);

@@ -72,13 +72,25 @@ static void attn_task(void *ud, int ith, int nth) {
         int s = c->b_seq[i], pos = c->b_pos[i];
         const float *q = c->q + ((size_t)i * hp->n_head + h) * hd;
         float *o = c->att + ((size_t)i * hp->n_head + h) * hd;
-        if (kv->type != KILN_KV_F32) {
+        if (kv->type == KILN_KV_Q8_0) {
+            const kk_attn_q8 a = {
+                .q = q, .nq = nq, .nt = nt, .tok_stride = (size_t)hp->n_head * hd, .hd = hd, .n_pos = pos + 1,
+                .blocks = kv->seqs[s].blocks, .block_shift = KL_KV_BLOCK_SHIFT,
+                .k = (const uint8_t *)kl_kv_kblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * kv->hrow,
+                .v = (const uint8_t *)kl_kv_vblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * kv->hrow,
+                .block_stride = kl_kv_block_bytes(kv), .row_stride = kv->hrow,
+                .scale = scale, .out = o, .scratch = scratch,
+            };
+            ops->attn_q8(&a);
+            continue;
+        }
+        if (kv->type == KILN_KV_F16) {
             const kk_attn_f16 a = {
                 .q = q, .nq = nq, .nt = nt, .tok_stride = (size_t)hp->n_head * hd, .hd = hd, .n_pos = pos + 1,
                 .blocks = kv->seqs[s].blocks, .block_shift = KL_KV_BLOCK_SHIFT,
                 .k = (const uint16_t *)kl_kv_kblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hd,
                 .v = (const uint16_t *)kl_kv_vblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hd,
-                .block_stride = kl_kv_block_stride(kv), .row_stride = (size_t)hd,
+                .block_stride = kl_kv_block_bytes(kv) / sizeof(uint16_t), .row_stride = (size_t)hd,
                 .scale = scale, .acc_f32 = attn_acc_f32(pos), .out = o, .scratch = scratch,
             };
             ops->attn_f16(&a);
@@ -167,6 +179,10 @@ static void tok_range(const tok_job *j, int i0, int i1) {
                 if (kv->type == KILN_KV_F32) {
                     memcpy(kl_kv_khead(kv, j->layer, cell, h), kh, (size_t)hd * sizeof(float));
                     memcpy(kl_kv_vhead(kv, j->layer, cell, h), vh, (size_t)hd * sizeof(float));
+                } else if (kv->type == KILN_KV_Q8_0) { /* the reference quantizer: the same bits on every CPU */
+                    const kq_traits *q8 = kq_get(KQ_Q8_0);
+                    q8->from_f32(kh, kl_kv_khead(kv, j->layer, cell, h), hd);
+                    q8->from_f32(vh, kl_kv_vhead(kv, j->layer, cell, h), hd);
                 } else {
                     ops->f32_to_f16_row(kh, kl_kv_khead(kv, j->layer, cell, h), hd);
                     ops->f32_to_f16_row(vh, kl_kv_vhead(kv, j->layer, cell, h), hd);
@@ -253,14 +269,15 @@ kiln_status kl_forward(kiln_context *c, const kiln_batch *b) {
     const kk_ops *ops = kk_ops_best();
 
     /* attention tiles: runs of up to KL_ATTN_TILE tokens of one sequence
-     * at consecutive positions, all past KL_ATTN_F16_ACC_MAX (float
-     * accumulator); every other token is a tile of its own */
+     * at consecutive positions, with an F16 cache all past
+     * KL_ATTN_F16_ACC_MAX (float accumulator), with Q8_0 any; every other
+     * token is a tile of its own */
     c->n_tile = 0;
     for (int i = 0; i < n; i++) {
         const int t = c->n_tile;
-        const int join = i > 0 && kv->type != KILN_KV_F32 && c->b_seq[i] == c->b_seq[i - 1] &&
-                         c->b_pos[i] == c->b_pos[i - 1] + 1 && attn_acc_f32(c->b_pos[i - 1]) &&
-                         i - c->b_tile[t - 1] < KL_ATTN_TILE;
+        const int join = i > 0 && c->b_seq[i] == c->b_seq[i - 1] && c->b_pos[i] == c->b_pos[i - 1] + 1 &&
+                         i - c->b_tile[t - 1] < KL_ATTN_TILE &&
+                         (kv->type == KILN_KV_Q8_0 || (kv->type == KILN_KV_F16 && attn_acc_f32(c->b_pos[i - 1])));
         if (!join) c->b_tile[c->n_tile++] = i;
     }
     c->b_tile[c->n_tile] = n;

@@ -10,15 +10,22 @@
 #include <string.h>
 #include <sys/mman.h>
 
+/* Bytes of one head's row of hd elements: F16 or F32 elements, or hd / 32
+ * Q8_0 blocks (34 bytes: an F16 scale and 32 int8). */
+static size_t head_row_bytes(int hd, int type) {
+    if (type == KILN_KV_Q8_0) return (size_t)(hd / 32) * 34;
+    return (size_t)hd * (type == KILN_KV_F32 ? 4 : 2);
+}
+
 uint64_t kl_kv_bytes_per_token(const kl_hparams *hp, int type) {
-    uint64_t elt = type == KILN_KV_F32 ? 4 : 2;
-    return (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)(hp->hd_k + hp->hd_v) * elt;
+    return (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv *
+           (uint64_t)(head_row_bytes(hp->hd_k, type) + head_row_bytes(hp->hd_v, type));
 }
 
 int kl_kv_init(kl_kv *kv, const kl_hparams *hp, int type, int n_seq, int n_ctx, char *err, size_t errlen) {
     memset(kv, 0, sizeof *kv);
     kv->type = type;
-    kv->elt = type == KILN_KV_F32 ? 4 : 2;
+    kv->hrow = head_row_bytes(hp->hd_k, type);
     kv->n_layer = hp->n_layer;
     kv->row_k = (int64_t)hp->n_head_kv * hp->hd_k;
     kv->row_v = (int64_t)hp->n_head_kv * hp->hd_v;
@@ -161,7 +168,7 @@ static void drop_block(kl_kv *kv, int32_t b) {
 
 /* The first n cells of block src into block dst, head by head. */
 static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
-    const size_t run = (size_t)KL_KV_BLOCK * (size_t)kv->hd * kv->elt, bytes = (size_t)n * (size_t)kv->hd * kv->elt;
+    const size_t run = (size_t)KL_KV_BLOCK * kv->hrow, bytes = (size_t)n * kv->hrow;
     for (int l = 0; l < kv->n_layer; l++)
         for (int h = 0; h < kv->n_head_kv; h++) {
             memcpy((uint8_t *)kl_kv_kblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_kblock(kv, l, src) + h * run, bytes);
@@ -256,26 +263,24 @@ void kl_kv_register(kl_kv *kv, int seq, const int32_t *tokens, int32_t n) {
 }
 
 /* Block-major: a block holds, layer by layer, its K then its V run
- * (n_head_kv * KL_KV_BLOCK * hd elements each), so a sequence's cache is
+ * (n_head_kv * KL_KV_BLOCK head rows each), so a sequence's cache is
  * its blocks and nothing else: huge pages (the mapping asks for them) are
  * filled by the blocks in use, and one TLB entry covers about a block. */
-static size_t block_elems(const kl_kv *kv) {
-    return (size_t)kv->n_layer * KL_KV_BLOCK * (size_t)(kv->row_k + kv->row_v);
-}
+/* bytes of one layer's K (or V) run in a block */
+static size_t run_bytes(const kl_kv *kv) { return (size_t)kv->n_head_kv * KL_KV_BLOCK * kv->hrow; }
+
+size_t kl_kv_block_bytes(const kl_kv *kv) { return (size_t)kv->n_layer * 2 * run_bytes(kv); }
 
 void *kl_kv_kblock(const kl_kv *kv, int layer, int32_t b) {
-    size_t off = (size_t)b * block_elems(kv) + (size_t)layer * KL_KV_BLOCK * (size_t)(kv->row_k + kv->row_v);
-    return (uint8_t *)kv->mem + off * kv->elt;
+    return (uint8_t *)kv->mem + (size_t)b * kl_kv_block_bytes(kv) + (size_t)layer * 2 * run_bytes(kv);
 }
 
 void *kl_kv_vblock(const kl_kv *kv, int layer, int32_t b) {
-    return (uint8_t *)kl_kv_kblock(kv, layer, b) + (size_t)KL_KV_BLOCK * (size_t)kv->row_k * kv->elt;
+    return (uint8_t *)kl_kv_kblock(kv, layer, b) + run_bytes(kv);
 }
 
-size_t kl_kv_block_stride(const kl_kv *kv) { return block_elems(kv); }
-
 static size_t head_off(const kl_kv *kv, int64_t cell, int h) {
-    return ((size_t)h * KL_KV_BLOCK + (size_t)(cell % KL_KV_BLOCK)) * (size_t)kv->hd * kv->elt;
+    return ((size_t)h * KL_KV_BLOCK + (size_t)(cell % KL_KV_BLOCK)) * kv->hrow;
 }
 
 void *kl_kv_khead(const kl_kv *kv, int layer, int64_t cell, int h) {

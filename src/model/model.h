@@ -75,7 +75,9 @@ struct kiln_model {
 };
 
 /* ---- KV cache (kv.c) ----
- * Memory is blocks of KL_KV_BLOCK token cells, in F16 or F32.  A block
+ * Memory is blocks of KL_KV_BLOCK token cells, in F16, F32 or Q8_0 (a head
+ * row of hd / 32 blocks of 34 bytes, made by the reference quantizer when
+ * the token is stored; attention reads it through kk_attn_q8).  A block
  * holds, for each layer, K as [n_head_kv][KL_KV_BLOCK][hd] and then V the
  * same way: head by head, so attention, which walks one head's positions,
  * reads 16 rows in a row (4 KB at hd 128 in F16) that the hardware prefetch
@@ -110,7 +112,7 @@ typedef struct kl_seq {
 } kl_seq;
 
 typedef struct kl_kv {
-    int type;          /* KILN_KV_F16 / KILN_KV_F32 */
+    int type;          /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
     int n_layer;
     int64_t row_k, row_v; /* elements per cell per layer (all heads) */
     int n_head_kv, hd;    /* row_k = row_v = n_head_kv * hd */
@@ -119,7 +121,7 @@ typedef struct kl_kv {
     int32_t *free_list;   /* unreferenced, unregistered blocks */
     void *mem;         /* one anonymous mapping of n_blocks blocks (huge pages asked) */
     size_t mem_bytes;
-    size_t elt;        /* bytes per element */
+    size_t hrow;       /* bytes of one head's row (hd elements) */
     int32_t n_seq;
     int32_t max_blocks_per_seq;
     kl_seq *seqs;
@@ -155,11 +157,11 @@ void kl_kv_register(kl_kv *kv, int seq, const int32_t *tokens, int32_t n);
 static inline int64_t kl_kv_cell(const kl_kv *kv, int seq, int32_t pos) {
     return (int64_t)kv->seqs[seq].blocks[pos / KL_KV_BLOCK] * KL_KV_BLOCK + pos % KL_KV_BLOCK;
 }
-/* Block b of a layer: n_head_kv runs of KL_KV_BLOCK rows of hd. */
+/* Block b of a layer: n_head_kv runs of KL_KV_BLOCK head rows (hrow bytes). */
 void *kl_kv_kblock(const kl_kv *kv, int layer, int32_t b);
 void *kl_kv_vblock(const kl_kv *kv, int layer, int32_t b);
-/* Elements from a layer's K (or V) in block b to the same in block b + 1. */
-size_t kl_kv_block_stride(const kl_kv *kv);
+/* Bytes from a layer's K (or V) in block b to the same in block b + 1. */
+size_t kl_kv_block_bytes(const kl_kv *kv);
 /* The hd elements of KV head h in a cell. */
 void *kl_kv_khead(const kl_kv *kv, int layer, int64_t cell, int h);
 void *kl_kv_vhead(const kl_kv *kv, int layer, int64_t cell, int h);
