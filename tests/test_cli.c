@@ -117,6 +117,19 @@ int main(void) {
     CHECK(rc != 0 && o && !*o && e && strstr(e, "(7 tokens) plus 100") && strstr(e, "64"));
     free(o); free(e);
 
+    /* --cache-type: a Q8_0 cache needs heads of a multiple of 32 (the
+     * stories model's are 8): a clear error, no output; an unknown type is
+     * a usage error; F32 runs */
+    rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 8 --cache-type q8_0", &o, &e);
+    CHECKF(rc != 0 && o && !*o && e && strstr(e, "multiple of 32") && strstr(e, "is 8"), "stderr: %s", e ? e : "");
+    free(o); free(e);
+    rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 8 --cache-type q4", &o, &e);
+    CHECKF(rc == 2 && e && strstr(e, "'q4' is not f16, f32 or q8_0"), "rc %d stderr: %s", rc, e ? e : "");
+    free(o); free(e);
+    rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 8 --temp 0 --cache-type f32", &o, &e);
+    CHECK(rc == 0 && o && strlen(o) > 0);
+    free(o); free(e);
+
     rc = run("tokenize -m ../models/stories260K.gguf -p 'Tom had a red' --json", &o, &e);
     CHECK(rc == 0 && o && !strcmp(o, "[1, 274, 287, 381, 261, 352, 266]\n"));
     free(o); free(e);
@@ -136,6 +149,8 @@ int main(void) {
         CHECK(!strcmp(json_string_value(json_object_get(json_array_get(j, 1), "test")), "tg8"));
         CHECK(json_real_value(json_object_get(json_array_get(j, 1), "avg_ts")) > 0);
         CHECK(json_string_value(json_object_get(json_array_get(j, 0), "cpu_path")) != NULL);
+        const char *tk = json_string_value(json_object_get(json_array_get(j, 0), "type_k"));
+        CHECKF(tk && !strcmp(tk, "f16"), "type_k %s", tk ? tk : "(none)");
     }
     json_decref(j);
     free(o); free(e);

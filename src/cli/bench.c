@@ -166,7 +166,7 @@ int cmd_bench(int argc, char **argv) {
     int pp[MAX_LIST] = {512}, tg[MAX_LIST] = {128}, n_pp = 1, n_tg = 1;
     int pg_p[MAX_LIST], pg_n[MAX_LIST], n_pg = 0;
     int depths[MAX_LIST] = {0}, n_depths = 1;
-    int threads = 0, reps = 5, kv_f32 = 0, roofline = 0;
+    int threads = 0, reps = 5, kv_type = KILN_KV_F16, roofline = 0;
     int streams[MAX_LIST] = {1}, n_streams = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -192,7 +192,11 @@ int cmd_bench(int argc, char **argv) {
             if ((n_streams = parse_list(v, streams)) < 0) goto bad;
             i++;
         }
-        else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
+        else if (!strcmp(a, "--kv-f32")) kv_type = KILN_KV_F32;
+        else if (!strcmp(a, "--cache-type") && v) {
+            if ((kv_type = cli_kv_type(v)) < 0) goto bad;
+            i++;
+        }
         else if (!strcmp(a, "--roofline")) roofline = 1;
         else goto bad;
     }
@@ -236,7 +240,7 @@ int cmd_bench(int argc, char **argv) {
     cp.n_batch = max_batch < cp.n_ctx ? max_batch : cp.n_ctx;
     if (cp.n_batch < max_streams) cp.n_batch = max_streams;
     cp.n_seq_max = max_streams;
-    cp.kv_type = kv_f32 ? KILN_KV_F32 : KILN_KV_F16;
+    cp.kv_type = kv_type;
     kiln_context *c;
     if (kiln_context_new(m, &cp, &c) != KILN_OK) {
         cli_fail(model);
@@ -315,17 +319,20 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!rows) rc = cli_fail("out of memory");
     char path[64];
-    snprintf(path, sizeof path, "%s%s", kiln_cpu_path(), info.repacked_bytes ? ", repack" : "");
+    const char *kv_name = kv_type == KILN_KV_F32 ? "f32" : kv_type == KILN_KV_Q8_0 ? "q8_0" : "f16";
+    /* the cache type shows in the backend column when it is not the default */
+    snprintf(path, sizeof path, "%s%s%s%s", kiln_cpu_path(), info.repacked_bytes ? ", repack" : "",
+             kv_type != KILN_KV_F16 ? ", kv " : "", kv_type != KILN_KV_F16 ? kv_name : "");
     if (!strcmp(out_fmt, "json")) {
         printf("[\n");
         for (int i = 0; i < n_rows; i++) {
             bench_row *r = &rows[i];
             printf("  {\"model_type\": \"%s %s\", \"model_size\": %llu, \"model_n_params\": %llu, \"cpu_path\": \"%s\", "
-                   "\"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"n_streams\": %d, "
+                   "\"type_k\": \"%s\", \"type_v\": \"%s\", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"n_streams\": %d, "
                    "\"n_depth\": %d, \"model_step_bytes\": %llu, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, "
                    "\"samples_ts\": [",
                    info.arch, info.ftype, (unsigned long long)info.n_bytes, (unsigned long long)info.n_params, path,
-                   nthreads, r->test, r->n_prompt, r->n_gen, r->n_streams, r->n_depth,
+                   kv_name, kv_name, nthreads, r->test, r->n_prompt, r->n_gen, r->n_streams, r->n_depth,
                    (unsigned long long)info.step_bytes, r->avg, r->sd);
             for (int k = 0; k < r->n_samples; k++) printf(k ? ", %.6f" : "%.6f", r->samples[k]);
             printf("]");
@@ -365,6 +372,6 @@ int cmd_bench(int argc, char **argv) {
     return rc;
 bad:
     fprintf(stderr, "usage: kiln bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-pg P,N]... [-d 0[,..]] [-s 1[,4,8..]] "
-                    "[-t N] [-r 5] [-o md|json] [--kv-f32] [--roofline]\n");
+                    "[-t N] [-r 5] [-o md|json] [--cache-type f16|f32|q8_0] [--roofline]\n");
     return 2;
 }

@@ -30,7 +30,7 @@ typedef struct cli_opts {
     int n_threads;
     int n_ctx;
     int n_batch;
-    int kv_f32;
+    int kv_type; /* KILN_KV_* */
     int json;
     int verbose;
     kiln_sampler_params sp;
@@ -40,6 +40,8 @@ void cli_opts_init(cli_opts *o);
 /* Parses the option at argv[*i] (advancing *i past its value).  Returns 1
  * when consumed, 0 when it is not a shared option, -1 on a bad value. */
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i);
+/* The KILN_KV_* type named s ("f16", "f32", "q8_0"); -1 if none. */
+int cli_kv_type(const char *s);
 /* Prints "kiln: <msg>" for the last library error and returns 1. */
 int cli_fail(const char *what);
 /* Loads the model and a context for o; prints the error and returns 1 on

@@ -43,7 +43,8 @@ static void usage(FILE *f) {
             "  --min-p P       (default 0.05; 0 = off)\n"
             "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
             "  --seed S        random seed (default fixed, so runs repeat)\n"
-            "  --kv-f32        keep the KV cache in F32 instead of F16\n"
+            "  --cache-type T  KV cache type: f16 (default), f32 or q8_0 (about half of f16's memory)\n"
+            "  --kv-f32        the same as --cache-type f32\n"
             "  --no-repack     (any command) keep Q4_0/Q8_0/Q4_K/Q6_K weights in the file's layout\n"
             "                  instead of copying them to the 8-row interleaved one at load (KILN_REPACK=0)\n"
             "  -v              verbose log on stderr\n",
@@ -60,6 +61,13 @@ void cli_opts_init(cli_opts *o) {
     o->n_predict = 128;
     o->n_batch = 512;
     o->sp = kiln_sampler_default_params();
+}
+
+int cli_kv_type(const char *s) {
+    if (!strcmp(s, "f16")) return KILN_KV_F16;
+    if (!strcmp(s, "f32")) return KILN_KV_F32;
+    if (!strcmp(s, "q8_0")) return KILN_KV_Q8_0;
+    return -1;
 }
 
 static int want_int(int argc, char **argv, int *i, int *out) {
@@ -149,7 +157,19 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
         if (r == 1) o->sp.seed = (uint64_t)(uint32_t)v;
         return r;
     }
-    if (!strcmp(a, "--kv-f32")) { o->kv_f32 = 1; return 1; }
+    if (!strcmp(a, "--kv-f32")) { o->kv_type = KILN_KV_F32; return 1; }
+    if (!strcmp(a, "--cache-type")) {
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "kiln: %s needs a value\n", a);
+            return -1;
+        }
+        if ((o->kv_type = cli_kv_type(argv[*i + 1])) < 0) {
+            fprintf(stderr, "kiln: %s: '%s' is not f16, f32 or q8_0\n", a, argv[*i + 1]);
+            return -1;
+        }
+        (*i)++;
+        return 1;
+    }
     if (!strcmp(a, "--json")) { o->json = 1; return 1; }
     if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { o->verbose = 1; return 1; }
     return 0;
@@ -178,7 +198,7 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
     cp.n_threads = o->n_threads;
     cp.n_batch = o->n_batch > 0 ? o->n_batch : 512;
     cp.n_seq_max = n_seq;
-    cp.kv_type = o->kv_f32 ? KILN_KV_F32 : KILN_KV_F16;
+    cp.kv_type = o->kv_type;
     if (kiln_context_new(*m, &cp, c) != KILN_OK) {
         cli_fail(o->model);
         kiln_model_free(*m);

@@ -51,7 +51,7 @@ static void serve_usage(void) {
             "  -b N              most tokens per forward step (default 512)\n"
             "  -t N              threads (default: all CPUs)\n"
             "  --kv-budget MIB   KV cache memory per model (default: -c x --parallel)\n"
-            "  --kv-f32          keep the KV cache in F32\n"
+            "  --cache-type T    KV cache type: f16 (default), f32 or q8_0 (--kv-f32 = f32)\n"
             "  --api-key KEY     require 'Authorization: Bearer KEY' (not on /health); also $KILN_API_KEY\n"
             "  --keep-alive DUR  idle time before a model unloads (default 5m; -1 = never)\n"
             "  --max-body BYTES  request body limit (default 8 MiB)\n"
@@ -80,7 +80,14 @@ int cmd_serve(int argc, char **argv) {
                 free(models);
                 return 2;
             }
-        } else if (!strcmp(a, "--kv-f32")) cfg.kv_f32 = 1;
+        } else if (!strcmp(a, "--kv-f32")) cfg.kv_type = KILN_KV_F32;
+        else if (!strcmp(a, "--cache-type") && has) {
+            if ((cfg.kv_type = cli_kv_type(argv[++i])) < 0) {
+                fprintf(stderr, "kiln serve: --cache-type: '%s' is not f16, f32 or q8_0\n", argv[i]);
+                free(models);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             serve_usage();
             free(models);

@@ -210,7 +210,7 @@ static void do_load(ks_runner *r) {
         cp.n_batch = cfg->n_batch > 0 ? cfg->n_batch : 512;
         cp.n_seq_max = cfg->parallel > 0 ? cfg->parallel : 4;
         cp.n_threads = cfg->n_threads;
-        cp.kv_type = cfg->kv_f32 ? KILN_KV_F32 : KILN_KV_F16;
+        cp.kv_type = cfg->kv_type;
         cp.mem_limit = cfg->kv_budget;
         if (kiln_context_new(m, &cp, &c) != KILN_OK) {
             snprintf(err, sizeof err, "cannot create a context for %s: %s", r->name, kiln_last_error());

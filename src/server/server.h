@@ -40,7 +40,7 @@ typedef struct ks_config {
     int n_ctx;                   /* tokens per sequence; 0 = model's, capped */
     int n_batch;                 /* most tokens per forward step (512) */
     int n_threads;               /* 0 = all CPUs */
-    int kv_f32;
+    int kv_type;                 /* KILN_KV_* (F16) */
     uint64_t kv_budget;          /* bytes of KV cache per model; 0 = -c x --parallel */
     const char *api_key;         /* NULL: no auth */
     double keep_alive;           /* seconds an idle model stays; < 0 forever (300) */
