@@ -189,6 +189,16 @@ float kk_exp_attn(float x) {
     return p * e1 * e2;
 }
 
+/* w_t = e^(s_t - M) and their sum in position order. */
+static float softmax_weights_ref(const float *sc, float *w, int n, float M) {
+    float S = 0.0f;
+    for (int t = 0; t < n; t++) {
+        w[t] = kk_exp_attn(sc[t] - M);
+        S += w[t];
+    }
+    return S;
+}
+
 /* acc_f32 = 1: scores, maximum, weights, float accumulator (ops.h). */
 static void attn_f32acc_one(const kk_attn_f16 *a) {
     const int hd = a->hd, n = a->n_pos;
@@ -199,11 +209,7 @@ static void attn_f32acc_one(const kk_attn_f16 *a) {
         sc[t] = kk_dot_f16(a->k + kk_attn_row(a, t), qr, hd) * a->scale;
         M = sc[t] > M ? sc[t] : M;
     }
-    float S = 0.0f;
-    for (int t = 0; t < n; t++) {
-        w[t] = kk_exp_attn(sc[t] - M);
-        S += w[t];
-    }
+    const float S = softmax_weights_ref(sc, w, n, M);
     memset(acc, 0, (size_t)hd * sizeof *acc);
     for (int t = 0; t < n; t++) {
         const uint16_t *vr = a->v + kk_attn_row(a, t);
@@ -270,11 +276,7 @@ static void attn_q8_one(const kk_attn_q8 *a) {
         sc[t] = s * a->scale;
         M = sc[t] > M ? sc[t] : M;
     }
-    float S = 0.0f;
-    for (int t = 0; t < n; t++) {
-        w[t] = kk_exp_attn(sc[t] - M);
-        S += w[t];
-    }
+    const float S = softmax_weights_ref(sc, w, n, M);
     memset(acc, 0, (size_t)hd * sizeof *acc);
     for (int t = 0; t < n; t++) {
         const kq_block_q8_0 *vb = (const kq_block_q8_0 *)(a->v + kk_attn_q8_row(a, t));

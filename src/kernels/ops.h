@@ -106,10 +106,15 @@ static inline size_t kk_attn_scratch(int nq, int nt, int hd, int n_pos) {
     return (size_t)nq * (size_t)nt * (2 * (size_t)hd + 3 * (size_t)(n_pos + nt - 1));
 }
 
+/* Offset of position t's row in a paged cache: block blocks[t >> shift],
+ * row t mod 2^shift within it (strides in the caller's unit). */
+static inline size_t kk_page_off(const int32_t *blocks, int shift, size_t block_stride, size_t row_stride, int t) {
+    return (size_t)blocks[t >> shift] * block_stride + (size_t)(t & ((1 << shift) - 1)) * row_stride;
+}
+
 /* Offset (in elements from a->k or a->v) of position t's row. */
 static inline size_t kk_attn_row(const kk_attn_f16 *a, int t) {
-    return (size_t)a->blocks[t >> a->block_shift] * a->block_stride +
-           (size_t)(t & ((1 << a->block_shift) - 1)) * a->row_stride;
+    return kk_page_off(a->blocks, a->block_shift, a->block_stride, a->row_stride, t);
 }
 
 /* Head j of token u of a as a one-query call (its query, span, output and
@@ -162,9 +167,9 @@ typedef struct kk_attn_q8 {
     float *scratch;         /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
 } kk_attn_q8;
 
+/* Offset in bytes from a->k or a->v of position t's row. */
 static inline size_t kk_attn_q8_row(const kk_attn_q8 *a, int t) {
-    return (size_t)a->blocks[t >> a->block_shift] * a->block_stride +
-           (size_t)(t & ((1 << a->block_shift) - 1)) * a->row_stride;
+    return kk_page_off(a->blocks, a->block_shift, a->block_stride, a->row_stride, t);
 }
 
 /* Head j of token u of a as a one-query call; its scratch share holds the
