@@ -470,6 +470,34 @@ static void long_attention(const char *path, int n_vocab, int q8) {
         CHECKF(e < 1e-2, "%s: Q8_0 cache at 300 positions: %.3g from the F32 cache", path, e);
         printf("Q8_0 KV cache at 300 positions: logits rel err %.2e from the F32 cache (F16: %.2e)\n", e,
                rel_err(out[0], out[3], n_vocab));
+        /* prefix blocks are shared and copied as Q8_0 rows too: sequence 1
+         * attaches sequence 0's two cached blocks of a 40-token prompt and
+         * decodes the rest, then truncates into a shared block (a copy) and
+         * decodes again; the last logits equal sequence 0's each time */
+        kiln_context *c = new_ctx(m, KILN_KV_Q8_0, 512, 2);
+        CHECK(c != NULL);
+        if (c) {
+            enum { P = 40 };
+            const int32_t s1 = 1;
+            kiln_batch b0 = {P, toks, NULL, NULL, NULL};
+            CHECK(kiln_decode(c, &b0) == KILN_OK);
+            memcpy(out[5], kiln_get_logits(c, P - 1), sizeof(float) * (size_t)n_vocab);
+            CHECK(kiln_seq_cache(c, 0, toks, P) == KILN_OK);
+            const int32_t got = kiln_seq_reuse(c, 1, toks, P);
+            CHECKF(got == 32, "reused %d positions, want 32", got);
+            int32_t seq[P];
+            for (int i = 0; i < P; i++) seq[i] = s1;
+            for (int round = 0; round < 2; round++) {
+                const int32_t from = round ? 20 : got;
+                if (round) CHECK(kiln_seq_truncate(c, 1, from) == KILN_OK);
+                kiln_batch b1 = {P - from, toks + from, NULL, seq, NULL};
+                CHECK(kiln_decode(c, &b1) == KILN_OK);
+                const float *lg = kiln_get_logits(c, P - from - 1);
+                CHECKF(lg && memcmp(lg, out[5], sizeof(float) * (size_t)n_vocab) == 0,
+                       "Q8_0 cache: sequence 1 from %d shared positions != sequence 0", from);
+            }
+            kiln_context_free(c);
+        }
     } else {
         kiln_context_params cp = kiln_context_default_params();
         cp.kv_type = KILN_KV_Q8_0;
