@@ -850,9 +850,9 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
         }
         __m256 dk[8];
         for (int b = 0; b < nb; b++) {
-            uint16_t d[8];
-            for (int p = 0; p < 8; p++) d[p] = kr[p][b].d;
-            dk[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+            dk[b] = _mm256_cvtph_ps(_mm_setr_epi16((short)kr[0][b].d, (short)kr[1][b].d, (short)kr[2][b].d,
+                                                   (short)kr[3][b].d, (short)kr[4][b].d, (short)kr[5][b].d,
+                                                   (short)kr[6][b].d, (short)kr[7][b].d));
         }
         for (int qi = 0; qi < Q; qi++) {
             __m256 s = _mm256_setzero_ps();
