@@ -54,7 +54,8 @@ typedef void (*kiln_log_fn)(int level, const char *msg, void *user);
 /* Sends log lines up to max_level to fn (NULL restores stderr). */
 void kiln_set_log(kiln_log_fn fn, void *user, int max_level);
 
-/* Highest SIMD level the kernels use: "scalar", "avx2" or "avx512". */
+/* Highest SIMD level the kernels use: "scalar", "avx2", "avx512 vnni" or
+ * "avx512 vnni bf16" (BF16 rows then use vdpbf16ps). */
 const char *kiln_cpu_path(void);
 
 /* ------------------------------------------------------------------ model */

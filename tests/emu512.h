@@ -9,7 +9,7 @@
  * unsigned bytes of the first source times signed bytes of the second,
  * four products per int32 lane added without saturation; vpmaddubsw
  * saturates its pair sums to int16; vpmovdb truncates; a masked load reads
- * only the lanes its mask selects).  __m512 and __m512i are the same union
+ * only the lanes its mask selects; vdpbf16ps flushes denormals).  __m512 and __m512i are the same union
  * here, so the casts between them are free.  An intrinsic missing from the
  * list fails the emulated build, since AVX-512 is not enabled for it.
  *
@@ -20,6 +20,7 @@
 #define KILN_EMU512_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -324,6 +325,28 @@ static inline float emu_reduce_add_ps(kiln_emu512 a) {
     for (int i = 0; i < 4; i++) t6[i] = t3[4 + i] + t3[i];
     return (t6[0] + t6[2]) + (t6[1] + t6[3]);
 }
+/* vdpbf16ps: per float lane j, acc += a[2j+1] * b[2j+1], then
+ * acc += a[2j] * b[2j] (BF16 widened exactly; the product of two 8-bit
+ * significands is exact in float), round to nearest, denormal inputs and
+ * results taken as zero (DAZ, FTZ). */
+static inline float emu_daz(float x) { return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x; }
+static inline float emu_bf16(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return emu_daz(f);
+}
+static inline kiln_emu512 emu_dpbf16_ps(kiln_emu512 acc, kiln_emu512 a, kiln_emu512 b) {
+    kiln_emu512 r;
+    for (int j = 0; j < 16; j++) {
+        float t = emu_daz(acc.f32[j]);
+        t = emu_daz(t + emu_bf16(a.u16[2 * j + 1]) * emu_bf16(b.u16[2 * j + 1]));
+        r.f32[j] = emu_daz(t + emu_bf16(a.u16[2 * j]) * emu_bf16(b.u16[2 * j]));
+    }
+    return r;
+}
+#define KILN_BH(v) (v)
+
 static inline float emu_reduce_max_ps(kiln_emu512 a) {
     float m = a.f32[0];
     for (int i = 1; i < 16; i++) m = a.f32[i] > m ? a.f32[i] : m;
@@ -459,5 +482,7 @@ static inline float emu_reduce_max_ps(kiln_emu512 a) {
 #define _mm512_reduce_add_ps emu_reduce_add_ps
 #undef _mm512_reduce_max_ps
 #define _mm512_reduce_max_ps emu_reduce_max_ps
+#undef _mm512_dpbf16_ps
+#define _mm512_dpbf16_ps emu_dpbf16_ps
 
 #endif

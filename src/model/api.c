@@ -47,7 +47,10 @@ void kiln_set_log(kiln_log_fn fn, void *user, int max_level) { kb_set_log(fn, us
 
 const char *kiln_cpu_path(void) {
     kq_init(KQ_ISA_AVX512);
-    return kq_isa_name(kq_active_isa());
+    const int isa = kq_active_isa();
+    /* the AVX-512 level always has VNNI (quant.c); BF16 is extra */
+    if (isa == KQ_ISA_AVX512) return kq_cpu_bf16() ? "avx512 vnni bf16" : "avx512 vnni";
+    return kq_isa_name(isa);
 }
 
 /* ---------------------------------------------------------------- context */

@@ -69,6 +69,9 @@ typedef struct kq_traits {
 void kq_init(int isa_max);
 /* The level the CPU supports (cpuid + OS xsave state). */
 int kq_cpu_isa(void);
+/* 1 when the CPU has AVX512_BF16 as well as the AVX-512 level (the BF16
+ * dot then uses vdpbf16ps). */
+int kq_cpu_bf16(void);
 /* The level kq_init() chose. */
 int kq_active_isa(void);
 const char *kq_isa_name(int isa);
