@@ -27,8 +27,6 @@ int kl_kv_init(kl_kv *kv, const kl_hparams *hp, int type, int n_seq, int n_ctx, 
     kv->type = type;
     kv->hrow = head_row_bytes(hp->hd_k, type);
     kv->n_layer = hp->n_layer;
-    kv->row_k = (int64_t)hp->n_head_kv * hp->hd_k;
-    kv->row_v = (int64_t)hp->n_head_kv * hp->hd_v;
     kv->n_head_kv = hp->n_head_kv;
     kv->hd = hp->hd_k; /* model.c requires hd_v == hd_k */
     kv->n_seq = n_seq;

@@ -114,8 +114,7 @@ typedef struct kl_seq {
 typedef struct kl_kv {
     int type;          /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
     int n_layer;
-    int64_t row_k, row_v; /* elements per cell per layer (all heads) */
-    int n_head_kv, hd;    /* row_k = row_v = n_head_kv * hd */
+    int n_head_kv, hd;    /* model.c requires hd_v == hd_k (hd) */
     int32_t n_blocks;
     int32_t n_free;
     int32_t *free_list;   /* unreferenced, unregistered blocks */
