@@ -50,11 +50,26 @@ static int detect_isa(void) {
     return KQ_ISA_AVX2;
 }
 
+/* detect()'s answer, asked once; threads may race to store the same value */
+static int cached(int *slot, int (*detect)(void)) {
+    int v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = detect();
+        __atomic_store_n(slot, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+int kq_cpu_isa(void) {
+    static int slot = -1;
+    return cached(&slot, detect_isa);
+}
+
 /* AVX512_BF16 (CPUID.(EAX=7, ECX=1):EAX bit 5): vdpbf16ps, two BF16
  * products per float lane.  Only asked for once the AVX-512 level holds. */
 static int detect_bf16(void) {
     unsigned a, b, c, d;
-    if (detect_isa() < KQ_ISA_AVX512 || __get_cpuid_max(0, NULL) < 7) return 0;
+    if (kq_cpu_isa() < KQ_ISA_AVX512) return 0; /* which also means leaf 7 exists */
     __cpuid_count(7, 0, a, b, c, d);
     if (a < 1) return 0; /* no subleaf 1 */
     __cpuid_count(7, 1, a, b, c, d);
@@ -62,23 +77,8 @@ static int detect_bf16(void) {
 }
 
 int kq_cpu_bf16(void) {
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        v = detect_bf16();
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
-
-int kq_cpu_isa(void) {
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        v = detect_isa();
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    static int slot = -1;
+    return cached(&slot, detect_bf16);
 }
 
 const char *kq_isa_name(int isa) {
