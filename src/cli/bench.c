@@ -319,7 +319,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!rows) rc = cli_fail("out of memory");
     char path[64];
-    const char *kv_name = kv_type == KILN_KV_F32 ? "f32" : kv_type == KILN_KV_Q8_0 ? "q8_0" : "f16";
+    const char *kv_name = cli_kv_name(kv_type);
     /* the cache type shows in the backend column when it is not the default */
     snprintf(path, sizeof path, "%s%s%s%s", kiln_cpu_path(), info.repacked_bytes ? ", repack" : "",
              kv_type != KILN_KV_F16 ? ", kv " : "", kv_type != KILN_KV_F16 ? kv_name : "");

@@ -42,6 +42,8 @@ void cli_opts_init(cli_opts *o);
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i);
 /* The KILN_KV_* type named s ("f16", "f32", "q8_0"); -1 if none. */
 int cli_kv_type(const char *s);
+/* The name of KILN_KV_* type t. */
+const char *cli_kv_name(int t);
 /* Prints "kiln: <msg>" for the last library error and returns 1. */
 int cli_fail(const char *what);
 /* Loads the model and a context for o; prints the error and returns 1 on

@@ -63,12 +63,17 @@ void cli_opts_init(cli_opts *o) {
     o->sp = kiln_sampler_default_params();
 }
 
+/* indexed by KILN_KV_* */
+static const char *const kv_names[] = {"f16", "f32", "q8_0"};
+_Static_assert(sizeof kv_names / sizeof kv_names[0] == KILN_KV_Q8_0 + 1, "a name per KV cache type");
+
 int cli_kv_type(const char *s) {
-    if (!strcmp(s, "f16")) return KILN_KV_F16;
-    if (!strcmp(s, "f32")) return KILN_KV_F32;
-    if (!strcmp(s, "q8_0")) return KILN_KV_Q8_0;
+    for (int t = 0; t < (int)(sizeof kv_names / sizeof kv_names[0]); t++)
+        if (!strcmp(s, kv_names[t])) return t;
     return -1;
 }
+
+const char *cli_kv_name(int type) { return kv_names[type]; }
 
 static int want_int(int argc, char **argv, int *i, int *out) {
     if (*i + 1 >= argc) {
