@@ -134,6 +134,31 @@ int main(void) {
     CHECK(rc == 0 && o && !strcmp(o, "[1, 274, 287, 381, 261, 352, 266]\n"));
     free(o); free(e);
 
+    /* --help: every command prints its usage on stdout and exits 0, as the
+     * first argument, among options, or as `kiln help CMD`; the value of an
+     * option is never taken for it (-p --help is a prompt) */
+    const char *helps[][2] = {
+        {"run --help", "usage: kiln run -m MODEL"}, {"run -m x -t 2 -h", "--cache-type T"},
+        {"chat -m x --help", "usage: kiln chat"}, {"help bench", "usage: kiln bench -m MODEL"},
+        {"tokenize -m x --help", "usage: kiln tokenize"}, {"quantize --help", "q4_k_m"},
+        {"embed --help", "usage: kiln embed"}, {"pull --help", "usage: kiln pull URL"},
+        {"import --help", "usage: kiln import PATH"}, {"show --help", "usage: kiln show MODEL"},
+        {"rm --help", "usage: kiln rm NAME|ID"}, {"verify -h", "usage: kiln verify"}, {"cp --help", "usage: kiln cp"},
+        {"ls --help", "usage: kiln ls"}, {"gc --help", "usage: kiln gc"}, {"serve --help", "--port P"},
+        {"help serve", "--parallel N"},
+    };
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+        rc = run(helps[i][0], &o, &e);
+        CHECKF(rc == 0 && o && strstr(o, helps[i][1]), "kiln %s: rc %d, '%s'", helps[i][0], rc, o ? o : "");
+        free(o); free(e);
+    }
+    rc = run("help nosuch", &o, &e);
+    CHECK(rc == 2 && e && strstr(e, "unknown command 'nosuch'"));
+    free(o); free(e);
+    rc = run("run -m ../models/stories260K.gguf -p --help -n 4 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && *o && !strstr(o, "usage"), "stdout: '%s'", o ? o : "");
+    free(o); free(e);
+
     rc = run("show ../models/stories260K.gguf", &o, &e);
     CHECK(rc == 0 && o && strstr(o, "llama.block_count") && strstr(o, "blk.4.ffn_down.weight") &&
           strstr(o, "runnable:  yes") && strstr(o, "292800"));

@@ -198,6 +198,7 @@ int cmd_bench(int argc, char **argv) {
             i++;
         }
         else if (!strcmp(a, "--roofline")) roofline = 1;
+        else if (cli_help("bench", a)) return 0;
         else goto bad;
     }
     int max_streams = 1;
@@ -371,7 +372,6 @@ int cmd_bench(int argc, char **argv) {
     kiln_model_free(m);
     return rc;
 bad:
-    fprintf(stderr, "usage: kiln bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-pg P,N]... [-d 0[,..]] [-s 1[,4,8..]] "
-                    "[-t N] [-r 5] [-o md|json] [--cache-type f16|f32|q8_0] [--roofline]\n");
+    cli_usage("bench", stderr);
     return 2;
 }

@@ -5,6 +5,7 @@
 #include "kiln.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
@@ -44,6 +45,13 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i);
 int cli_kv_type(const char *s);
 /* The name of KILN_KV_* type t. */
 const char *cli_kv_name(int t);
+/* Prints "usage: kiln <synopsis of cmd>" (and, for run and chat, their
+ * options) on f. */
+void cli_usage(const char *cmd, FILE *f);
+/* When arg is -h or --help: prints cmd's usage on stdout and returns 1.
+ * Option loops ask it where an argument is not one of theirs, so the value
+ * of an option (-p --help) is never taken for it. */
+int cli_help(const char *cmd, const char *arg);
 /* Prints "kiln: <msg>" for the last library error and returns 1. */
 int cli_fail(const char *what);
 /* Loads the model and a context for o; prints the error and returns 1 on

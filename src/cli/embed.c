@@ -6,10 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void embed_usage(void) {
-    fprintf(stderr, "usage: kiln embed -m MODEL [--query|--document] [--dim N] [--truncate] [-t N] TEXT...\n");
-}
-
 int cmd_embed(int argc, char **argv) {
     const char *model = NULL;
     int kind = KILN_EMBED_DOCUMENT, dim = 0, truncate = 0;
@@ -33,9 +29,10 @@ int cmd_embed(int argc, char **argv) {
         else if (!strcmp(a, "--dim")) dim = atoi(argv[++i]);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) p.n_threads = atoi(argv[++i]);
         else if (a[0] == '-' && a[1] && strcmp(a, "--")) {
-            fprintf(stderr, "kiln: unknown option '%s'\n", a);
-            embed_usage();
             free(texts);
+            if (cli_help("embed", a)) return 0;
+            fprintf(stderr, "kiln: unknown option '%s'\n", a);
+            cli_usage("embed", stderr);
             return 2;
         } else if (!strcmp(a, "--")) {
             while (++i < argc) texts[n++] = argv[i];
@@ -44,7 +41,7 @@ int cmd_embed(int argc, char **argv) {
         }
     }
     if (!model || n == 0) {
-        embed_usage();
+        cli_usage("embed", stderr);
         free(texts);
         return 2;
     }

@@ -5,11 +5,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The options run and chat share, for `kiln --help` and `kiln run --help`. */
+static const char run_options[] =
+    "sampling and runtime options (run, chat):\n"
+    "  -f FILE         read the prompt from FILE instead of -p\n"
+    "  -n N            tokens to generate (default 128; -1 = until the context is full)\n"
+    "  -t N            threads (default: all CPUs)\n"
+    "  -c N            context size (default: the model's, capped by memory)\n"
+    "  -b N            batch size for prompt processing (default 512)\n"
+    "  --temp T        temperature (default 0.8; 0 = greedy)\n"
+    "  --top-k K       (default 40; 0 = off)\n"
+    "  --top-p P       (default 0.95; 1 = off)\n"
+    "  --min-p P       (default 0.05; 0 = off)\n"
+    "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
+    "  --seed S        random seed (default fixed, so runs repeat)\n"
+    "  --cache-type T  KV cache type: f16 (default), f32 or q8_0 (about half of f16's memory)\n"
+    "  --kv-f32        the same as --cache-type f32\n"
+    "  --no-repack     (any command) keep Q4_0/Q8_0/Q4_K/Q6_K weights in the file's layout\n"
+    "                  instead of copying them to the 8-row interleaved one at load (KILN_REPACK=0)\n"
+    "  -v              verbose log on stderr\n";
+
 static void usage(FILE *f) {
     fprintf(f,
             "kiln %s — local inference runtime\n"
             "\n"
-            "usage: kiln COMMAND [options]\n"
+            "usage: kiln COMMAND [options]     (kiln COMMAND --help: that command's usage)\n"
             "\n"
             "commands:\n"
             "  run       -m MODEL -p TEXT [-n N]   generate a continuation of TEXT\n"
@@ -18,7 +38,7 @@ static void usage(FILE *f) {
             "  tokenize  -m MODEL -p TEXT [--json] token ids and pieces\n"
             "  bench     -m MODEL [-p 512] [-n 128] [-s 1,8] prompt, generation and batched speed\n"
             "  quantize  IN.gguf OUT.gguf TYPE     convert weights (q8_0, q4_0, q4_k_m, ...)\n"
-            "  serve     [-m MODEL ...] [--port 8080] OpenAI/Ollama-compatible HTTP server (serve --help)\n"
+            "  serve     [-m MODEL ...] [--port 8080] OpenAI/Ollama-compatible HTTP server\n"
             "  embed     -m MODEL [--query|--document] [--dim N] [--truncate] TEXT...\n"
             "                                      normalized embeddings as JSON\n"
             "\n"
@@ -30,25 +50,59 @@ static void usage(FILE *f) {
             "  verify    NAME                      re-hash every file\n"
             "  gc        remove staging and quarantine older than a day\n"
             "  cp        NAME NEW-NAME             add another name\n"
-            "\n"
-            "sampling and runtime options (run, chat):\n"
-            "  -f FILE         read the prompt from FILE instead of -p\n"
-            "  -n N            tokens to generate (default 128; -1 = until the context is full)\n"
-            "  -t N            threads (default: all CPUs)\n"
-            "  -c N            context size (default: the model's, capped by memory)\n"
-            "  -b N            batch size for prompt processing (default 512)\n"
-            "  --temp T        temperature (default 0.8; 0 = greedy)\n"
-            "  --top-k K       (default 40; 0 = off)\n"
-            "  --top-p P       (default 0.95; 1 = off)\n"
-            "  --min-p P       (default 0.05; 0 = off)\n"
-            "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
-            "  --seed S        random seed (default fixed, so runs repeat)\n"
-            "  --cache-type T  KV cache type: f16 (default), f32 or q8_0 (about half of f16's memory)\n"
-            "  --kv-f32        the same as --cache-type f32\n"
-            "  --no-repack     (any command) keep Q4_0/Q8_0/Q4_K/Q6_K weights in the file's layout\n"
-            "                  instead of copying them to the 8-row interleaved one at load (KILN_REPACK=0)\n"
-            "  -v              verbose log on stderr\n",
-            KILN_VERSION);
+            "\n%s",
+            KILN_VERSION, run_options);
+}
+
+/* Every command with its synopsis (after "kiln "): `kiln CMD --help` prints
+ * it on stdout, a usage error on stderr (cli_usage).  serve prints its own,
+ * longer, list of options. */
+static const struct cli_cmd {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *synopsis;
+} cmds[] = {
+    {"run", cmd_run, "run -m MODEL (-p TEXT | -f FILE) [options]"},
+    {"chat", cmd_chat, "chat -m MODEL [--system TEXT] [options]"},
+    {"show", cmd_show, "show MODEL"},
+    {"tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT [--json] [--ids] [--no-bos] [--parse-special]"},
+    {"bench", cmd_bench,
+     "bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-pg P,N]... [-d 0[,..]] [-s 1[,4,8..]] [-t N] [-r 5] "
+     "[-o md|json] [--cache-type f16|f32|q8_0] [--roofline]"},
+    {"quantize", cmd_quantize,
+     "quantize IN.gguf OUT.gguf TYPE [-t N]\n"
+     "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m q4_k_s q5_k_m q3_k_m iq4_nl "
+     "iq4_xs"},
+    {"serve", cmd_serve, "serve [-m MODEL|NAME ...] [options]   (kiln serve --help lists them)"},
+    {"embed", cmd_embed, "embed -m MODEL [--query|--document] [--dim N] [--truncate] [-t N] TEXT..."},
+    {"pull", cmd_pull, "pull URL [--name NAME] [--sha256 HEX] [--header 'K: V'] [--json]"},
+    {"import", cmd_import, "import PATH [--name NAME] [--copy|--move|--link]"},
+    {"ls", cmd_ls, "ls [--json]"},
+    {"rm", cmd_rm, "rm NAME|ID ..."},
+    {"verify", cmd_verify, "verify NAME|ID"},
+    {"gc", cmd_gc, "gc"},
+    {"cp", cmd_cp, "cp SOURCE NEW-NAME"},
+};
+
+static const struct cli_cmd *find_cmd(const char *name) {
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(name, cmds[i].name)) return &cmds[i];
+    return NULL;
+}
+
+void cli_usage(const char *name, FILE *f) {
+    const struct cli_cmd *c = find_cmd(name);
+    if (!c) return;
+    fprintf(f, "usage: kiln %s\n", c->synopsis);
+    if (c->fn == cmd_run || c->fn == cmd_chat) fprintf(f, "\n%s", run_options);
+}
+
+static int is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help"); }
+
+int cli_help(const char *cmd, const char *arg) {
+    if (!is_help(arg)) return 0;
+    cli_usage(cmd, stdout);
+    return 1;
 }
 
 /* The text of -f FILE; the commands keep pointers to it until they return. */
@@ -220,7 +274,20 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+    if (!strcmp(cmd, "help") && argc > 2) { /* kiln help CMD: kiln CMD --help */
+        const struct cli_cmd *h = find_cmd(argv[2]);
+        if (!h) {
+            fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", argv[2]);
+            return 2;
+        }
+        if (h->fn == cmd_serve) {
+            char *sv[] = {"serve", "--help", NULL};
+            return cmd_serve(2, sv);
+        }
+        cli_usage(h->name, stdout);
+        return 0;
+    }
+    if (is_help(cmd) || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;
     }
@@ -228,12 +295,16 @@ int main(int argc, char **argv) {
         printf("kiln %s (%s)\n", KILN_VERSION, kiln_cpu_path());
         return 0;
     }
-    struct { const char *name; int (*fn)(int, char **); } cmds[] = {
-        {"run", cmd_run}, {"chat", cmd_chat}, {"show", cmd_show}, {"tokenize", cmd_tokenize},
-        {"bench", cmd_bench}, {"quantize", cmd_quantize}, {"serve", cmd_serve}, {"embed", cmd_embed},
-        {"pull", cmd_pull}, {"import", cmd_import}, {"ls", cmd_ls}, {"rm", cmd_rm},
-        {"verify", cmd_verify}, {"gc", cmd_gc}, {"cp", cmd_cp},
-    };
+    const struct cli_cmd *c = find_cmd(cmd);
+    if (!c) {
+        fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", cmd);
+        return 2;
+    }
+    /* kiln CMD --help (the first argument; later, -h could be a value) */
+    if (argc > 2 && is_help(argv[2]) && c->fn != cmd_serve) {
+        cli_usage(cmd, stdout);
+        return 0;
+    }
     /* --store DIR anywhere selects the model store for every command */
     for (int i = 2; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--store")) {
@@ -250,8 +321,5 @@ int main(int argc, char **argv) {
             argc -= 1;
             i--;
         }
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        if (!strcmp(cmd, cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", cmd);
-    return 2;
+    return c->fn(argc - 1, argv + 1);
 }

@@ -101,6 +101,7 @@ int cmd_run(int argc, char **argv) {
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
+            if (cli_help("run", argv[i])) return 0;
             fprintf(stderr, "kiln run: unknown option '%s'\n", argv[i]);
             return 2;
         }
@@ -221,6 +222,7 @@ int cmd_chat(int argc, char **argv) {
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
+            if (cli_help("chat", argv[i])) return 0;
             fprintf(stderr, "kiln chat: unknown option '%s'\n", argv[i]);
             return 2;
         }

@@ -39,8 +39,8 @@ static int parse_dur(const char *s, double *out) {
     return 0;
 }
 
-static void serve_usage(void) {
-    fprintf(stderr,
+static void serve_usage(FILE *f) {
+    fprintf(f,
             "usage: kiln serve [-m MODEL|NAME ...] [options]\n"
             "  -m MODEL|NAME     a GGUF file or a store name (repeatable; loaded at start)\n"
             "  --host ADDR       bind address (default 127.0.0.1)\n"
@@ -89,7 +89,7 @@ int cmd_serve(int argc, char **argv) {
             }
         }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            serve_usage();
+            serve_usage(stdout);
             free(models);
             return 0;
         } else {
@@ -100,7 +100,7 @@ int cmd_serve(int argc, char **argv) {
                 if (!strcmp(a, numeric[j])) k = j;
             if (k < 0) {
                 fprintf(stderr, "kiln serve: unknown option '%s'\n", a);
-                serve_usage();
+                serve_usage(stderr);
                 free(models);
                 return 2;
             }

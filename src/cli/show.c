@@ -39,6 +39,7 @@ int cmd_show(int argc, char **argv) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--no-tensors")) tensors = 0;
         else if (argv[i][0] != '-' && !path) path = argv[i];
+        else if (cli_help("show", argv[i])) return 0;
         else {
             fprintf(stderr, "kiln show: unknown option '%s'\n", argv[i]);
             return 2;
@@ -131,12 +132,13 @@ int cmd_tokenize(int argc, char **argv) {
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
+            if (cli_help("tokenize", argv[i])) return 0;
             fprintf(stderr, "kiln tokenize: unknown option '%s'\n", argv[i]);
             return 2;
         }
     }
     if (!o.model || !o.prompt) {
-        fprintf(stderr, "kiln tokenize: usage: kiln tokenize -m MODEL -p TEXT [--json] [--ids] [--no-bos] [--parse-special]\n");
+        cli_usage("tokenize", stderr);
         return 2;
     }
     kiln_model *m;

@@ -123,13 +123,14 @@ int cmd_pull(int argc, char **argv) {
         else if (!strcmp(a, "--header") && i + 1 < argc && n_headers < 16) headers[n_headers++] = argv[++i];
         else if (!strcmp(a, "--json")) json = 1;
         else if (a[0] != '-' && !url) url = a;
+        else if (cli_help("pull", a)) return 0;
         else {
             fprintf(stderr, "kiln pull: unknown option '%s'\n", a);
             return 2;
         }
     }
     if (!url) {
-        fprintf(stderr, "kiln pull: usage: kiln pull URL [--name NAME] [--sha256 HEX] [--header 'K: V'] [--json]\n");
+        cli_usage("pull", stderr);
         return 2;
     }
     kiln_store *s;
@@ -158,13 +159,14 @@ int cmd_import(int argc, char **argv) {
         else if (!strcmp(a, "--link")) mode = KILN_STORE_LINK;
         else if (!strcmp(a, "--json")) json = 1;
         else if (a[0] != '-' && !path) path = a;
+        else if (cli_help("import", a)) return 0;
         else {
             fprintf(stderr, "kiln import: unknown option '%s'\n", a);
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "kiln import: usage: kiln import PATH [--name NAME] [--copy|--move|--link]\n");
+        cli_usage("import", stderr);
         return 2;
     }
     kiln_store *s;
@@ -181,7 +183,7 @@ int cmd_import(int argc, char **argv) {
 int cmd_ls(int argc, char **argv) {
     int json = argc > 1 && !strcmp(argv[1], "--json");
     if (argc > 1 + json) {
-        fprintf(stderr, "kiln ls: usage: kiln ls [--json]\n");
+        cli_usage("ls", stderr);
         return 2;
     }
     kiln_store *s;
@@ -215,7 +217,7 @@ int cmd_ls(int argc, char **argv) {
 
 int cmd_rm(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "kiln rm: usage: kiln rm NAME|ID ...\n");
+        cli_usage("rm", stderr);
         return 2;
     }
     kiln_store *s;
@@ -231,7 +233,7 @@ int cmd_rm(int argc, char **argv) {
 
 int cmd_verify(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "kiln verify: usage: kiln verify NAME|ID\n");
+        cli_usage("verify", stderr);
         return 2;
     }
     kiln_store *s;
@@ -256,7 +258,7 @@ static void gc_line(const char *path, uint64_t bytes, void *user) {
 int cmd_gc(int argc, char **argv) {
     (void)argv;
     if (argc != 1) {
-        fprintf(stderr, "kiln gc: usage: kiln gc\n");
+        cli_usage("gc", stderr);
         return 2;
     }
     kiln_store *s;
@@ -273,7 +275,7 @@ int cmd_gc(int argc, char **argv) {
 
 int cmd_cp(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "kiln cp: usage: kiln cp SOURCE NEW-NAME\n");
+        cli_usage("cp", stderr);
         return 2;
     }
     kiln_store *s;
