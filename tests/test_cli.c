@@ -159,6 +159,22 @@ int main(void) {
     CHECKF(rc == 0 && o && *o && !strstr(o, "usage"), "stdout: '%s'", o ? o : "");
     free(o); free(e);
 
+    /* a prompt piped in on stdin, as `echo TEXT | kiln run` gives it: the
+     * same continuation as -p TEXT (echo's newline dropped); -f - keeps
+     * every byte; nothing piped in is "no prompt" */
+    FILE *pf = fopen("/tmp/kiln-cli-stdin.txt", "w");
+    if (pf) { fputs("Tom had a red\n", pf); fclose(pf); }
+    rc = run("run -m ../models/stories260K.gguf -n 8 --temp 0 < /tmp/kiln-cli-stdin.txt", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, " ball. He liked to play"), "stdin prompt: '%s'", o ? o : "");
+    free(o); free(e);
+    rc = run("tokenize -m ../models/stories260K.gguf -f - --json < /tmp/kiln-cli-stdin.txt", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, "[1, 274, 287, 381, 261, 352, 266, 13]\n"), "-f -: '%s'", o ? o : "");
+    free(o); free(e);
+    rc = run("run -m ../models/stories260K.gguf -n 8 < /dev/null", &o, &e);
+    CHECK(rc == 2 && o && !*o && e && strstr(e, "no prompt"));
+    free(o); free(e);
+    remove("/tmp/kiln-cli-stdin.txt");
+
     rc = run("show ../models/stories260K.gguf", &o, &e);
     CHECK(rc == 0 && o && strstr(o, "llama.block_count") && strstr(o, "blk.4.ffn_down.weight") &&
           strstr(o, "runnable:  yes") && strstr(o, "292800"));

@@ -41,6 +41,10 @@ void cli_opts_init(cli_opts *o);
 /* Parses the option at argv[*i] (advancing *i past its value).  Returns 1
  * when consumed, 0 when it is not a shared option, -1 on a bad value. */
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i);
+/* With no -p or -f: the prompt is what is piped in on stdin, less one
+ * trailing newline (-f - keeps it).  Returns 0 when o->prompt is set, -1
+ * when there is none (stdin a terminal, or nothing piped in). */
+int cli_prompt_from_stdin(cli_opts *o);
 /* The KILN_KV_* type named s ("f16", "f32", "q8_0"); -1 if none. */
 int cli_kv_type(const char *s);
 /* The name of KILN_KV_* type t. */

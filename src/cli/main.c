@@ -4,11 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The options run and chat share, for `kiln --help` and `kiln run --help`. */
 static const char run_options[] =
     "sampling and runtime options (run, chat):\n"
-    "  -f FILE         read the prompt from FILE instead of -p\n"
+    "  -f FILE         read the prompt from FILE instead of -p (- = stdin, byte for byte);\n"
+    "                  with neither, a prompt piped in on stdin (less echo's newline)\n"
     "  -n N            tokens to generate (default 128; -1 = until the context is full)\n"
     "  -t N            threads (default: all CPUs)\n"
     "  -c N            context size (default: the model's, capped by memory)\n"
@@ -110,6 +112,41 @@ static char *g_prompt_file;
 
 static void free_prompt_file(void) { free(g_prompt_file); }
 
+/* Reads all of f as the prompt of o (what = its name for errors). */
+static int set_prompt(cli_opts *o, FILE *f, const char *what) {
+    size_t cap = 4096, len = 0, k;
+    char *buf = malloc(cap);
+    while (buf && (k = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += k;
+        if (len + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) { free(buf); buf = NULL; break; }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (!buf) { fprintf(stderr, "kiln: out of memory reading %s\n", what); return -1; }
+    if (ferror(f)) { fprintf(stderr, "kiln: cannot read %s\n", what); free(buf); return -1; }
+    buf[len] = 0;
+    free(g_prompt_file); /* a second -f replaces the first */
+    g_prompt_file = buf;
+    o->prompt = buf;
+    return 0;
+}
+
+/* The trailing newline that echo and a here-string add is not part of a
+ * piped prompt; -f FILE (and -f -) keeps every byte, so a rendered chat
+ * prompt can end with one. */
+int cli_prompt_from_stdin(cli_opts *o) {
+    if (o->prompt) return 0;
+    if (isatty(STDIN_FILENO) || set_prompt(o, stdin, "standard input")) return -1;
+    size_t n = strlen(g_prompt_file);
+    if (n && g_prompt_file[n - 1] == '\n') g_prompt_file[--n] = 0;
+    if (n && g_prompt_file[n - 1] == '\r') g_prompt_file[--n] = 0;
+    if (!n) o->prompt = NULL; /* nothing piped in */
+    return o->prompt ? 0 : -1;
+}
+
 void cli_opts_init(cli_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_predict = 128;
@@ -176,27 +213,12 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
         if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
         const char *path = argv[++*i];
-        FILE *f = fopen(path, "rb");
+        const int std_in = !strcmp(path, "-");
+        FILE *f = std_in ? stdin : fopen(path, "rb");
         if (!f) { fprintf(stderr, "kiln: %s: cannot open %s\n", a, path); return -1; }
-        size_t cap = 4096, len = 0;
-        char *buf = malloc(cap);
-        size_t k;
-        while (buf && (k = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-            len += k;
-            if (len + 1 == cap) {
-                char *nb = realloc(buf, cap * 2);
-                if (!nb) { free(buf); buf = NULL; break; }
-                buf = nb;
-                cap *= 2;
-            }
-        }
-        fclose(f);
-        if (!buf) { fprintf(stderr, "kiln: out of memory reading %s\n", path); return -1; }
-        buf[len] = 0;
-        free(g_prompt_file); /* a second -f replaces the first */
-        g_prompt_file = buf;
-        o->prompt = buf;
-        return 1;
+        const int rc = set_prompt(o, f, std_in ? "standard input" : path);
+        if (!std_in) fclose(f);
+        return rc ? -1 : 1;
     }
     if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) return want_int(argc, argv, i, &o->n_predict);
     if (!strcmp(a, "-t") || !strcmp(a, "--threads")) return want_int(argc, argv, i, &o->n_threads);

@@ -106,8 +106,8 @@ int cmd_run(int argc, char **argv) {
             return 2;
         }
     }
-    if (!o.prompt) {
-        fprintf(stderr, "kiln run: no prompt (use -p TEXT)\n");
+    if (cli_prompt_from_stdin(&o)) {
+        fprintf(stderr, "kiln run: no prompt (use -p TEXT, -f FILE, or pipe it in)\n");
         return 2;
     }
     if (o.verbose) kiln_set_log(NULL, NULL, KILN_LOG_DEBUG);

@@ -137,7 +137,7 @@ int cmd_tokenize(int argc, char **argv) {
             return 2;
         }
     }
-    if (!o.model || !o.prompt) {
+    if (!o.model || cli_prompt_from_stdin(&o)) {
         cli_usage("tokenize", stderr);
         return 2;
     }
