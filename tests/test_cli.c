@@ -67,6 +67,45 @@ static void test_chat(void) {
     free(e);
     size_t l1 = r1 ? strlen(r1) : 0;
     CHECK(rc == 0 && rc2 == 0 && l1 > 1 && both && strncmp(both, r1, l1) == 0 && strlen(both) > l1);
+    /* REPL commands, as in Ollama's: /clear starts over (the same reply
+     * again), /help, empty lines and an unknown command send nothing, /bye
+     * ends before the next message */
+    if (r1) {
+        const char *inputs[][2] = {
+            {"Hello there\n/clear\nHello there\n", "two"},
+            {"\n/help\n/nosuch\n\nHello there\n", "one"},
+            {"Hello there\n/bye\nTell me a story\n", "one"},
+        };
+        for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
+            in = fopen("/tmp/kiln-cli-in.txt", "w");
+            if (in) { fputs(inputs[i][0], in); fclose(in); }
+            char *out;
+            rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &out, &e);
+            char want[4096];
+            snprintf(want, sizeof want, "%s%s", r1, inputs[i][1][1] == 'w' ? r1 : "");
+            CHECKF(rc == 0 && out && !strcmp(out, want), "chat input %zu: '%s'", i, out ? out : "");
+            if (i == 1) CHECK(e && strstr(e, "unknown command '/nosuch'") && strstr(e, "/clear"));
+            free(out); free(e);
+        }
+    }
+    /* a message of several lines between two lines of \"\"\", and //TEXT
+     * (sent as /TEXT), equal a fresh run on the rendered prompt */
+    const char *msgs[][2] = {{"\"\"\"\nHello\nthere\n\"\"\"\n", "Hello\nthere"}, {"//clear\n", "/clear"}};
+    for (size_t i = 0; i < sizeof msgs / sizeof msgs[0]; i++) {
+        in = fopen("/tmp/kiln-cli-in.txt", "w");
+        if (in) { fputs(msgs[i][0], in); fclose(in); }
+        FILE *p = fopen("/tmp/kiln-cli-prompt.txt", "w");
+        if (p) { fprintf(p, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", msgs[i][1]); fclose(p); }
+        char *c1, *f1, *e1;
+        rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &c1, &e);
+        rc2 = run("run -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 -f /tmp/kiln-cli-prompt.txt", &f1, &e1);
+        const size_t lc = c1 ? strlen(c1) : 0;
+        if (lc) c1[lc - 1] = 0; /* chat's newline after the reply */
+        CHECKF(rc == 0 && rc2 == 0 && lc > 1 && f1 && !strcmp(c1, f1), "chat message %zu: '%s' vs run '%s'", i,
+               c1 ? c1 : "", f1 ? f1 : "");
+        free(c1); free(f1); free(e); free(e1);
+        remove("/tmp/kiln-cli-prompt.txt");
+    }
     if (rc == 0 && rc2 == 0 && l1 > 1 && both && strlen(both) > l1) {
         r1[l1 - 1] = 0; /* the newline kiln chat prints after a reply */
         char *reply2 = both + l1;

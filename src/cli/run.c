@@ -209,6 +209,43 @@ static int hold(chat_state *st, const int32_t *ids, int n) {
     return 0;
 }
 
+/* One chat message from stdin into *buf (no trailing newline): a line of
+ * any length, or the lines between two lines of just \"\"\".  Returns its
+ * length (0 for an empty line), -1 at the end of input. */
+static int read_message(char **buf, size_t *cap) {
+    char *ln = NULL;
+    size_t lcap = 0, len = 0;
+    int multi = 0, rc = -1;
+    fprintf(stderr, "> ");
+    fflush(stderr);
+    for (ssize_t k; (k = getline(&ln, &lcap, stdin)) >= 0;) {
+        while (k && (ln[k - 1] == '\n' || ln[k - 1] == '\r')) ln[--k] = 0;
+        if (!strcmp(ln, "\"\"\"")) {
+            if (multi) { rc = 0; break; } /* the closing line */
+            multi = 1;
+            fprintf(stderr, ". ");
+            fflush(stderr);
+            continue;
+        }
+        const size_t need = len + (multi && len ? 1 : 0) + (size_t)k + 1;
+        if (need > *cap) {
+            char *nb = realloc(*buf, need * 2);
+            if (!nb) break;
+            *buf = nb;
+            *cap = need * 2;
+        }
+        if (multi && len) (*buf)[len++] = '\n';
+        memcpy(*buf + len, ln, (size_t)k + 1);
+        len += (size_t)k;
+        if (!multi) { rc = 0; break; }
+        fprintf(stderr, ". ");
+        fflush(stderr);
+    }
+    free(ln);
+    if (rc < 0 && !(multi && len)) return -1; /* end of input (an open \"\"\" sends what it has) */
+    return (int)len;
+}
+
 int cmd_chat(int argc, char **argv) {
     cli_opts o;
     cli_opts_init(&o);
@@ -242,23 +279,41 @@ int cmd_chat(int argc, char **argv) {
     piece_text(st.m, kiln_token_eos(st.m), st.eos, sizeof st.eos);
     st.messages = json_array();
     if (system) json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "system", "content", system));
-    fprintf(stderr, "kiln chat: %s (%s). Empty line or Ctrl-D ends.\n", info.name[0] ? info.name : info.arch,
-            st.tmpl ? "the model's chat template" : "no chat template: text is continued");
+    fprintf(stderr, "kiln chat: %s (%s). /help for commands; /bye or Ctrl-D ends.\n",
+            info.name[0] ? info.name : info.arch, st.tmpl ? "the model's chat template" : "no chat template: text is continued");
     kiln_sampler *s = NULL;
     int rc = 1;
     const int nb = o.n_batch > 0 ? o.n_batch : 512;
+    char *line = NULL;
+    size_t line_cap = 0;
     if (kiln_sampler_new(&o.sp, info.n_vocab, &s) != KILN_OK) {
         cli_fail("sampler");
         goto done;
     }
-    char line[8192];
     for (;;) {
-        fprintf(stderr, "> ");
-        fflush(stderr);
-        if (!fgets(line, sizeof line, stdin)) break;
-        size_t ll = strlen(line);
-        while (ll && (line[ll - 1] == '\n' || line[ll - 1] == '\r')) line[--ll] = 0;
-        if (!ll) break;
+        const int got = read_message(&line, &line_cap);
+        if (got < 0) break; /* end of input */
+        if (got == 0) continue;
+        if (line[0] == '/' && line[1] == '/') memmove(line, line + 1, (size_t)got); /* //TEXT sends /TEXT */
+        else if (line[0] == '/') { /* a command, as in Ollama's REPL */
+            if (!strcmp(line, "/bye") || !strcmp(line, "/exit")) break;
+            if (!strcmp(line, "/clear")) { /* forget the turns, keep the system prompt */
+                while (json_array_size(st.messages) > (system ? 1u : 0u))
+                    json_array_remove(st.messages, json_array_size(st.messages) - 1);
+                kiln_seq_truncate(st.c, 0, 0);
+                st.n_held = 0;
+                kiln_sampler_reset(s);
+                fprintf(stderr, "kiln chat: conversation cleared\n");
+                continue;
+            }
+            if (strcmp(line, "/help") && strcmp(line, "/?"))
+                fprintf(stderr, "kiln chat: unknown command '%s'\n", line);
+            fprintf(stderr, "  /clear      forget the conversation (the system prompt stays)\n"
+                            "  /bye        end (also Ctrl-D)\n"
+                            "  \"\"\"         alone on a line begins and ends a message of several lines\n"
+                            "  //TEXT      sends /TEXT\n");
+            continue;
+        }
         int n = 0;
         int32_t *ids;
         if (st.tmpl) {
@@ -313,6 +368,7 @@ int cmd_chat(int argc, char **argv) {
     }
     rc = 0;
 done:
+    free(line);
     json_decref(st.messages);
     kct_free(st.tmpl);
     free(st.held);
