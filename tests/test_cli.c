@@ -214,6 +214,39 @@ int main(void) {
     free(o); free(e);
     remove("/tmp/kiln-cli-stdin.txt");
 
+    /* Ctrl-C (one SIGINT; a second one ends the process at once): run stops
+     * generating, prints its timings and exits 130; at chat's prompt it
+     * asks again instead of ending (stdin closes later, which ends it).
+     * The signal goes once the first tokens (or chat's prompt) are out
+     * (waiting 20 s at most); generating until the stories model's
+     * 2048-token context is full takes about a second. */
+    {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd,
+                 "rm -f /tmp/kiln-cli-out.txt; '%s' run -m ../models/stories260K.gguf -p Once -n -1 -t 1 >/tmp/kiln-cli-out.txt "
+                 "2>/tmp/kiln-cli-err.txt & p=$!; i=0; while [ ! -s /tmp/kiln-cli-out.txt ] && [ $i -lt 400 ]; do "
+                 "sleep 0.05; i=$((i+1)); done; kill -INT $p; wait $p", bin);
+        int st = system(cmd);
+        o = t_read_file("/tmp/kiln-cli-out.txt", NULL);
+        e = t_read_file("/tmp/kiln-cli-err.txt", NULL);
+        int n_gen = -1;
+        const char *g = e ? strstr(e, "generated ") : NULL;
+        if (g) sscanf(g, "generated %d", &n_gen);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 130 && o && *o && e && strstr(e, "interrupted") && n_gen > 0 &&
+                   n_gen < 2047, "interrupted run: status %d, %d tokens, stderr '%s'", st, n_gen, e ? e : "");
+        free(o); free(e);
+        snprintf(cmd, sizeof cmd,
+                 "rm -f /tmp/kiln-cli-err.txt; sleep 2 | '%s' chat -m ../models/stories260K.gguf >/tmp/kiln-cli-out.txt "
+                 "2>/tmp/kiln-cli-err.txt "
+                 "& p=$!; i=0; while ! grep -q '> ' /tmp/kiln-cli-err.txt 2>/dev/null && [ $i -lt 400 ]; do sleep 0.05; "
+                 "i=$((i+1)); done; kill -INT $p; wait $p", bin);
+        st = system(cmd);
+        e = t_read_file("/tmp/kiln-cli-err.txt", NULL);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0 && e && strstr(e, "(/bye or Ctrl-D ends the chat)"),
+               "chat prompt Ctrl-C: status %d, stderr '%s'", st, e ? e : "");
+        free(e);
+    }
+
     rc = run("show ../models/stories260K.gguf", &o, &e);
     CHECK(rc == 0 && o && strstr(o, "llama.block_count") && strstr(o, "blk.4.ffn_down.weight") &&
           strstr(o, "runnable:  yes") && strstr(o, "292800"));

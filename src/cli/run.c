@@ -6,6 +6,7 @@
 
 #include "chat/template.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +14,38 @@
 typedef struct gen_stats {
     int n_prompt, n_gen;
     double t_prompt, t_gen;
+    int interrupted; /* Ctrl-C stopped the generation */
 } gen_stats;
 
+/* Ctrl-C: stops the prompt or the generation at the next batch or token
+ * (run then exits, chat goes back to its prompt); a second one before that
+ * ends the process as usual. */
+static volatile sig_atomic_t g_sigint;
+
+static void on_sigint(int sig) {
+    if (g_sigint) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    g_sigint = 1;
+}
+
+static void catch_sigint(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint; /* no SA_RESTART: a read at chat's prompt returns */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+#define FEED_INTERRUPTED 2
+
 /* Feeds ids (appending to sequence 0) in chunks of the batch size; the
- * logits of the last id are left in the context. */
+ * logits of the last id are left in the context.  Returns 0, 1 after an
+ * error (printed) or FEED_INTERRUPTED when Ctrl-C came between chunks. */
 static int feed(kiln_context *c, const int32_t *ids, int n, int n_batch) {
     for (int i = 0; i < n; i += n_batch) {
+        if (g_sigint) return FEED_INTERRUPTED;
         int k = n - i < n_batch ? n - i : n_batch;
         kiln_batch b = {k, ids + i, NULL, NULL, NULL};
         if (kiln_decode(c, &b) != KILN_OK) return cli_fail("decode");
@@ -36,6 +63,10 @@ static int generate(kiln_model *m, kiln_context *c, kiln_sampler *s, int last_id
     double t0 = kb_now();
     int rc = 0;
     for (int i = 0; n_predict < 0 || i < n_predict; i++) {
+        if (g_sigint) {
+            st->interrupted = 1;
+            break;
+        }
         int32_t id = kiln_sampler_sample(s, logits);
         kiln_sampler_accept(s, id);
         if (kiln_token_is_eog(m, id)) break;
@@ -139,14 +170,18 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     for (int i = 0; i < n_prompt; i++) kiln_sampler_accept(s, ids[i]);
-    gen_stats st = {n_prompt, 0, 0, 0};
+    gen_stats st = {n_prompt, 0, 0, 0, 0};
+    catch_sigint();
     double t0 = kb_now();
-    if (feed(c, ids, n_prompt, o.n_batch > 0 ? o.n_batch : 512)) goto done;
+    const int fr = feed(c, ids, n_prompt, o.n_batch > 0 ? o.n_batch : 512);
+    if (fr == FEED_INTERRUPTED) st.interrupted = 1;
+    else if (fr) goto done;
     st.t_prompt = kb_now() - t0;
     int last = (n_prompt - 1) % (o.n_batch > 0 ? o.n_batch : 512);
-    if (o.n_predict != 0 && generate(m, c, s, last, o.n_predict, &st, NULL, NULL)) goto done;
+    if (!st.interrupted && o.n_predict != 0 && generate(m, c, s, last, o.n_predict, &st, NULL, NULL)) goto done;
     print_timings(&st);
-    rc = 0;
+    if (st.interrupted) fprintf(stderr, "kiln run: interrupted\n");
+    rc = st.interrupted ? 130 : 0; /* 128 + SIGINT, as a shell reports it */
 done:
     free(ids);
     kiln_sampler_free(s);
@@ -241,7 +276,14 @@ static int read_message(char **buf, size_t *cap) {
         fprintf(stderr, ". ");
         fflush(stderr);
     }
+    const int interrupted = rc < 0 && g_sigint;
     free(ln);
+    if (interrupted) { /* Ctrl-C at the prompt: drop what was typed, ask again */
+        g_sigint = 0;
+        clearerr(stdin);
+        fprintf(stderr, "\n(/bye or Ctrl-D ends the chat)\n");
+        return 0;
+    }
     if (rc < 0 && !(multi && len)) return -1; /* end of input (an open \"\"\" sends what it has) */
     return (int)len;
 }
@@ -267,6 +309,7 @@ int cmd_chat(int argc, char **argv) {
     chat_state st;
     memset(&st, 0, sizeof st);
     if (cli_load(&o, &st.m, &st.c, 1)) return 1;
+    catch_sigint();
     kiln_model_info info;
     kiln_model_get_info(st.m, &info);
     const char *src = kiln_model_chat_template(st.m);
@@ -340,9 +383,18 @@ int cmd_chat(int argc, char **argv) {
             goto done;
         }
         for (int i = 0; i < n_feed; i++) kiln_sampler_accept(s, feed_ids[i]);
-        gen_stats gs = {n_feed, 0, 0, 0};
-        int fr = feed(st.c, feed_ids, n_feed, nb) || hold(&st, feed_ids, n_feed);
+        gen_stats gs = {n_feed, 0, 0, 0, 0};
+        int fr = feed(st.c, feed_ids, n_feed, nb);
         int last = (n_feed - 1) % nb;
+        if (fr == FEED_INTERRUPTED) { /* Ctrl-C during the prompt: the message is not sent */
+            free(ids);
+            kiln_seq_truncate(st.c, 0, st.n_held);
+            if (st.tmpl) json_array_remove(st.messages, json_array_size(st.messages) - 1);
+            g_sigint = 0;
+            fprintf(stderr, "\n");
+            continue;
+        }
+        fr = fr || hold(&st, feed_ids, n_feed);
         free(ids);
         if (fr) goto done;
         int budget = n_ctx - kiln_seq_len(st.c, 0) - 1;
@@ -351,6 +403,7 @@ int cmd_chat(int argc, char **argv) {
         size_t reply_len = 0;
         int before = kiln_seq_len(st.c, 0);
         if (generate(st.m, st.c, s, last, np, &gs, &reply, &reply_len)) { free(reply); goto done; }
+        g_sigint = 0; /* Ctrl-C ended the reply early: what was shown stays in the conversation */
         printf("\n");
         /* the generated tokens are in the cache too; the template's
          * rendering of the reply decides next turn what is reused */
