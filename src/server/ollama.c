@@ -157,12 +157,28 @@ static int show(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     return ks_send_json(c, 200, j);
 }
 
+int ks_oll_format(const json_t *fmt, ks_gen_opts *o, struct MHD_Connection *c, int *rc) {
+    if (!fmt || json_is_null(fmt) || (json_is_string(fmt) && !json_string_length(fmt))) return 0;
+    if (json_is_string(fmt) && !strcmp(json_string_value(fmt), "json")) {
+        o->json_mode = 1;
+        return 0;
+    }
+    char msg[300];
+    if (!json_is_object(fmt)) snprintf(msg, sizeof msg, "'format' must be \"json\" or a JSON schema");
+    else if (!ks_check_schema(fmt, msg, sizeof msg)) {
+        o->json_mode = 1;
+        o->schema = fmt;
+        return 0;
+    }
+    *rc = ks_oll_error(c, 400, msg);
+    return -1;
+}
+
 static int generate(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     ks_gen_opts o;
     int rc = MHD_NO;
     if (ks_parse_opts(c, json_object_get(body, "options"), 1, &o, &rc)) return rc;
-    json_t *fmt = json_object_get(body, "format");
-    if ((json_is_string(fmt) && !strcmp(json_string_value(fmt), "json")) || json_is_object(fmt)) o.json_mode = 1;
+    if (ks_oll_format(json_object_get(body, "format"), &o, c, &rc)) return rc;
     double ka = ks_parse_duration(json_object_get(body, "keep_alive"));
     json_t *p = json_object_get(body, "prompt");
     if (p && !json_is_string(p)) return ks_oll_error(c, 400, "'prompt' must be a string");

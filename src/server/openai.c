@@ -102,6 +102,11 @@ int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts
     json_t *rf = json_object_get(src, "response_format");
     const char *rft = json_string_value(json_object_get(rf, "type"));
     if (rft && (!strcmp(rft, "json_object") || !strcmp(rft, "json_schema"))) o->json_mode = 1;
+    if (rft && !strcmp(rft, "json_schema")) { /* {"json_schema": {"name": ..., "schema": {...}}} */
+        char msg[300];
+        o->schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
+        if (ks_check_schema(o->schema, msg, sizeof msg)) return bad(c, rc, "response_format", msg);
+    }
     json_t *n = json_object_get(src, "n");
     if (n && !json_is_null(n) && (!json_is_integer(n) || json_integer_value(n) != 1))
         return bad(c, rc, "n", "only n = 1 is supported");
@@ -129,6 +134,17 @@ double ks_parse_duration(json_t *v) {
         any = 1;
     }
     return any ? total : NAN;
+}
+
+int ks_check_schema(const json_t *schema, char *msg, size_t n) {
+    char err[256];
+    ks_schema *s = schema ? ks_schema_compile(schema, err, sizeof err) : NULL;
+    if (schema && !s) {
+        snprintf(msg, n, "the JSON schema cannot be enforced: %s", err);
+        return -1;
+    }
+    ks_schema_free(s);
+    return 0;
 }
 
 ks_req *ks_start(ks_runner *r, struct MHD_Connection *c, int32_t *ids, int32_t n, const ks_gen_opts *o, int *rc) {
@@ -164,6 +180,11 @@ ks_req *ks_start(ks_runner *r, struct MHD_Connection *c, int32_t *ids, int32_t n
     q->n_top = o->n_top;
     q->want_logprobs = o->logprobs;
     q->json_mode = o->json_mode;
+    if (o->json_mode && o->schema && !(q->schema = ks_schema_compile(o->schema, msg, sizeof msg))) {
+        ks_req_put(r, q);
+        *rc = ks_send_error(c, 400, "invalid_request_error", msg, "response_format");
+        return NULL;
+    }
     if (ks_runner_submit(r, q)) {
         ks_req_put(r, q);
         *rc = ks_send_error(c, 429, "rate_limit_error", "the request queue is full; retry shortly", NULL);
@@ -698,8 +719,7 @@ int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format
     if (ks_parse_opts(c, optsrc, ollama, &o, &rc)) return rc;
     if (ollama) {
         json_t *fmt = json_object_get(body, "format");
-        if (json_is_string(fmt) && !strcmp(json_string_value(fmt), "json")) o.json_mode = 1;
-        else if (json_is_object(fmt)) o.json_mode = 1;
+        if (ks_oll_format(fmt, &o, c, &rc)) return rc;
     }
     json_t *messages = json_object_get(body, "messages");
     if (!json_is_array(messages) || !json_array_size(messages))

@@ -23,112 +23,9 @@ typedef struct slot {
     int32_t pending;      /* sampled token still to feed, -1 none */
     int32_t *hist;        /* prompt + generated, for the prefix cache */
     int32_t n_hist, cap_hist;
-    void *json;           /* JSON-mode validator or NULL */
+    ks_sv *json;          /* JSON-mode recognizer (jschema.h) or NULL */
     double t_last;        /* when the previous token came out */
 } slot;
-
-/* ---- JSON-constrained sampling: a pushdown recognizer of one JSON value
- * (objects, arrays, strings, numbers, true/false/null).  Each candidate
- * token's text must keep the output a valid prefix; end-of-generation is
- * allowed only once the value is complete. */
-typedef struct jv {
-    char stack[64];       /* '{' or '[' */
-    int depth;
-    int st;               /* state, see jv_feed */
-    int lit;              /* position in a literal */
-    const char *word;     /* literal being matched */
-    int done;
-} jv;
-
-enum { J_VALUE, J_OBJ_KEY_OR_END, J_OBJ_KEY, J_COLON, J_AFTER, J_STR, J_STR_ESC, J_KEYSTR, J_KEYSTR_ESC,
-       J_NUM, J_LIT, J_ARR_VALUE_OR_END };
-
-static int jv_end_value(jv *v) {
-    if (v->depth == 0) {
-        v->done = 1;
-        v->st = J_AFTER;
-    } else {
-        v->st = J_AFTER;
-    }
-    return 1;
-}
-
-/* Feeds one byte; 0 when it breaks the grammar. */
-static int jv_byte(jv *v, unsigned char ch) {
-    int ws = ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r';
-    switch (v->st) {
-    case J_NUM:
-        if ((ch >= '0' && ch <= '9') || ch == '.' || ch == 'e' || ch == 'E' || ch == '+' || ch == '-') return 1;
-        jv_end_value(v);
-        return jv_byte(v, ch);
-    case J_LIT:
-        if (ch != (unsigned char)v->word[v->lit]) return 0;
-        if (!v->word[++v->lit]) jv_end_value(v);
-        return 1;
-    case J_STR:
-        if (ch == '\\') v->st = J_STR_ESC;
-        else if (ch == '"') jv_end_value(v);
-        else if (ch < 0x20) return 0;
-        return 1;
-    case J_STR_ESC: v->st = J_STR; return 1;
-    case J_KEYSTR:
-        if (ch == '\\') v->st = J_KEYSTR_ESC;
-        else if (ch == '"') v->st = J_COLON;
-        else if (ch < 0x20) return 0;
-        return 1;
-    case J_KEYSTR_ESC: v->st = J_KEYSTR; return 1;
-    default: break;
-    }
-    if (ws) return 1;
-    if (v->done) return 0;
-    switch (v->st) {
-    case J_OBJ_KEY_OR_END:
-        if (ch == '}') { v->depth--; return jv_end_value(v); }
-        /* fall through */
-    case J_OBJ_KEY:
-        if (ch != '"') return 0;
-        v->st = J_KEYSTR;
-        return 1;
-    case J_COLON:
-        if (ch != ':') return 0;
-        v->st = J_VALUE;
-        return 1;
-    case J_AFTER:
-        if (v->depth == 0) return 0;
-        if (ch == ',') { v->st = v->stack[v->depth - 1] == '{' ? J_OBJ_KEY : J_VALUE; return 1; }
-        if (ch == '}' && v->stack[v->depth - 1] == '{') { v->depth--; return jv_end_value(v); }
-        if (ch == ']' && v->stack[v->depth - 1] == '[') { v->depth--; return jv_end_value(v); }
-        return 0;
-    case J_ARR_VALUE_OR_END:
-        if (ch == ']') { v->depth--; return jv_end_value(v); }
-        /* fall through */
-    case J_VALUE:
-        if (ch == '{' || ch == '[') {
-            if (v->depth >= (int)sizeof v->stack) return 0;
-            v->stack[v->depth++] = (char)ch;
-            v->st = ch == '{' ? J_OBJ_KEY_OR_END : J_ARR_VALUE_OR_END;
-            return 1;
-        }
-        if (ch == '"') { v->st = J_STR; return 1; }
-        if (ch == '-' || (ch >= '0' && ch <= '9')) { v->st = J_NUM; return 1; }
-        v->word = ch == 't' ? "true" : ch == 'f' ? "false" : ch == 'n' ? "null" : NULL;
-        if (!v->word) return 0;
-        v->lit = 1;
-        v->st = J_LIT;
-        return 1;
-    default: return 0;
-    }
-}
-
-/* A top-level number has no closing byte: it counts as complete. */
-static int jv_complete(const jv *v) { return v->done || (v->depth == 0 && v->st == J_NUM); }
-
-static int jv_accepts(const jv *v, const char *s, int n) {
-    jv t = *v;
-    for (int i = 0; i < n; i++)
-        if (!jv_byte(&t, (unsigned char)s[i])) return 0;
-    return 1;
-}
 
 /* ---- requests ---- */
 
@@ -144,6 +41,7 @@ static void req_free(ks_req *q) {
     pthread_cond_destroy(&q->cv);
     free(q->prompt);
     free(q->out);
+    ks_schema_free(q->schema);
     free(q);
 }
 
@@ -336,20 +234,20 @@ static void log_softmax_top(const float *lg, int nv, int32_t id, int n_top, ks_t
     }
 }
 
-/* Samples under the JSON constraint: the sampler's choice if it fits,
- * else the most likely token that does. */
+/* Samples under the JSON constraint (any value, or the request's schema):
+ * the sampler's choice if it fits, else the most likely token that does. */
 static int32_t sample_json(ks_runner *r, slot *sl, const float *logits, float *scratch) {
-    jv *v = sl->json;
+    const ks_sv *v = sl->json;
     kiln_model *m = r->model;
     int nv = r->n_vocab;
     char piece[256];
     int32_t id = kiln_sampler_sample(sl->smp, logits);
     for (int tries = 0; tries < 2; tries++) {
         if (kiln_token_is_eog(m, id)) {
-            if (jv_complete(v)) return id;
+            if (ks_sv_complete(v)) return id;
         } else {
             int n = kiln_token_to_piece(m, id, piece, sizeof piece, 0);
-            if (n > 0 && n <= (int)sizeof piece && jv_accepts(v, piece, n)) return id;
+            if (n > 0 && n <= (int)sizeof piece && ks_sv_accepts(v, piece, n)) return id;
         }
         /* mask and resample once, then fall back to a scan by logit */
         memcpy(scratch, logits, (size_t)nv * sizeof(float));
@@ -361,10 +259,10 @@ static int32_t sample_json(ks_runner *r, slot *sl, const float *logits, float *s
     for (int i = 0; i < nv; i++) {
         if (scratch[i] == -INFINITY || (best >= 0 && scratch[i] <= scratch[best])) continue;
         if (kiln_token_is_eog(m, i)) {
-            if (!jv_complete(v)) continue;
+            if (!ks_sv_complete(v)) continue;
         } else {
             int n = kiln_token_to_piece(m, i, piece, sizeof piece, 0);
-            if (n <= 0 || n > (int)sizeof piece || !jv_accepts(v, piece, n)) continue;
+            if (n <= 0 || n > (int)sizeof piece || !ks_sv_accepts(v, piece, n)) continue;
         }
         best = i;
     }
@@ -375,7 +273,7 @@ static void json_advance(ks_runner *r, slot *sl, int32_t id) {
     if (!sl->json || kiln_token_is_eog(r->model, id)) return;
     char piece[256];
     int n = kiln_token_to_piece(r->model, id, piece, sizeof piece, 0);
-    for (int i = 0; i < n && i < (int)sizeof piece; i++) jv_byte(sl->json, (unsigned char)piece[i]);
+    for (int i = 0; i < n && i < (int)sizeof piece; i++) ks_sv_byte(sl->json, (unsigned char)piece[i]);
 }
 
 static void hist_push(slot *sl, int32_t id) {
@@ -405,9 +303,12 @@ static int slot_start(ks_runner *r, slot *sl, int seq, ks_req *q) {
     kiln_model_info info;
     kiln_model_get_info(r->model, &info);
     if (kiln_sampler_new(&q->sp, info.n_vocab, &sl->smp) != KILN_OK) return -1;
-    if (q->json_mode && !(sl->json = calloc(1, sizeof(jv)))) {
-        kiln_sampler_free(sl->smp);
-        return -1;
+    if (q->json_mode) {
+        if (!(sl->json = malloc(sizeof *sl->json))) {
+            kiln_sampler_free(sl->smp);
+            return -1;
+        }
+        ks_sv_init(sl->json, q->schema);
     }
     sl->q = q;
     sl->pending = -1;
@@ -589,7 +490,7 @@ static void *sched_main(void *arg) {
             }
             sl->t_last = now;
             if (!fin) {
-                if (eog || (sl->json && ((jv *)sl->json)->done)) fin = KS_FIN_STOP;
+                if (eog || (sl->json && sl->json->done)) fin = KS_FIN_STOP;
                 else if (q->n_out >= q->max_tokens) fin = KS_FIN_LENGTH;
             }
             pthread_cond_broadcast(&q->cv);

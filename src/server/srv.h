@@ -2,6 +2,7 @@
 #ifndef KILN_SRV_H
 #define KILN_SRV_H
 
+#include "server/jschema.h"
 #include "server/server.h"
 
 #include <jansson.h>
@@ -50,6 +51,7 @@ typedef struct ks_req {
     int32_t n_top;            /* top logprobs wanted per token (0..20) */
     int want_logprobs;        /* compute ks_tok.logprob */
     int json_mode;            /* constrain sampling to one JSON value */
+    ks_schema *schema;        /* with json_mode: the value's schema (owned); NULL = any value */
     /* scheduler state, under the runner's mutex */
     int state;
     int finish;               /* KS_FIN_* once DONE */
@@ -264,7 +266,14 @@ typedef struct ks_gen_opts {
     int32_t n_top;
     int logprobs;
     int json_mode;
+    const json_t *schema;     /* borrowed: the JSON Schema json_mode output must follow, or NULL */
 } ks_gen_opts;
+struct MHD_Connection;
+/* 0 when schema (NULL: none) compiles; else a message for a 400. */
+int ks_check_schema(const json_t *schema, char *msg, size_t n);
+/* Ollama's "format": "json" or a JSON Schema into o; a schema that cannot
+ * be enforced answers 400 (*rc) and returns -1. */
+int ks_oll_format(const json_t *fmt, ks_gen_opts *o, struct MHD_Connection *c, int *rc);
 /* Output shapes of ks_run */
 enum { KS_F_OAI_CHAT = 0, KS_F_OAI_COMPL, KS_F_OLL_GEN, KS_F_OLL_CHAT };
 typedef struct ks_run_args {

@@ -216,6 +216,59 @@ test('ollama format json gives valid JSON', async () => {
   else assert.ok(g.response.trim().startsWith('{') || g.response.trim().startsWith('['));
 });
 
+// Structured output: a schema of booleans and enums leaves the model only
+// the choice of values and whitespace, so even the stories model finishes
+// well inside the budget, with every property in order.
+const SCHEMA = {
+  type: 'object',
+  properties: { ok: { type: 'boolean' }, color: { enum: ['red', 'green', 'blue'] },
+                size: { type: 'string', enum: ['S', 'M'] }, note: { type: ['null', 'boolean'] } },
+  required: ['ok', 'color', 'size'],
+};
+function checkSchema(text) {
+  const v = JSON.parse(text);
+  assert.equal(typeof v.ok, 'boolean', text);
+  assert.ok(['red', 'green', 'blue'].includes(v.color), text);
+  assert.ok(['S', 'M'].includes(v.size), text);
+  const keys = Object.keys(v);
+  assert.deepEqual(keys.slice(0, 3), ['ok', 'color', 'size'], text);
+  if (keys.length > 3) assert.ok(v.note === null || typeof v.note === 'boolean', text);
+}
+
+test('ollama format with a JSON schema follows it', async () => {
+  const g = await oll.generate({ model: MODEL, prompt: 'Data:', format: SCHEMA,
+                                 options: { temperature: 0, num_predict: 450 } });
+  assert.equal(g.done_reason, 'stop', g.response);
+  checkSchema(g.response);
+  const c = await oll.chat({ model: MODEL, messages: [{ role: 'user', content: 'A shirt' }], format: SCHEMA,
+                             options: { temperature: 0.9, seed: 3, num_predict: 450 } });
+  checkSchema(c.message.content);
+});
+
+test('openai response_format json_schema follows it', async () => {
+  const r = await oai.chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content: 'A shirt' }], temperature: 0, max_tokens: 450,
+    response_format: { type: 'json_schema', json_schema: { name: 'shirt', schema: SCHEMA, strict: true } },
+  });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  checkSchema(r.choices[0].message.content);
+});
+
+test('a schema that cannot be enforced is a 400, not a looser answer', async () => {
+  const bad = { anyOf: [{ type: 'object' }, { type: 'object', properties: { a: {} } }] };
+  const o = await fetch(srv.base + '/api/generate', { method: 'POST',
+    body: JSON.stringify({ model: MODEL, prompt: 'x', format: bad, stream: false }) });
+  assert.equal(o.status, 400);
+  assert.match((await o.json()).error, /cannot be enforced.*begin alike/);
+  await assert.rejects(oai.chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content: 'x' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'strin' } } },
+  }), (e) => e.status === 400 && /unknown type 'strin'/.test(e.message));
+  const f = await fetch(srv.base + '/api/generate', { method: 'POST',
+    body: JSON.stringify({ model: MODEL, prompt: 'x', format: 'yaml', stream: false }) });
+  assert.equal(f.status, 400);
+});
+
 test('keep_alive 0 unloads, the next request loads again', async () => {
   const r = await fetch(srv.base + '/api/generate', { method: 'POST',
     body: JSON.stringify({ model: MODEL, keep_alive: 0 }) });

@@ -1,0 +1,62 @@
+/*
+ * jschema — structured output: a JSON Schema compiled to a byte-level
+ * recognizer that constrained sampling asks, token by token, whether a
+ * piece of text can still lead to a value the schema allows.
+ *
+ * A compiled ks_schema is immutable and shared by every request that names
+ * it; each generating sequence keeps its own ks_sv (a fixed-size stack of
+ * frames, no allocation), which is copied to try a candidate token.
+ *
+ * Supported: type (a name or a list of them), properties with required
+ * (properties come in the schema's order, as llama.cpp's grammars have
+ * them; optional ones may be left out), items, minItems / maxItems, enum,
+ * const, anyOf / oneOf whose alternatives begin with different characters,
+ * allOf of one schema, and $ref into #/$defs or #/definitions (recursion
+ * allowed).  A schema with none of these (or `true`) is any JSON value; an
+ * object without properties takes any keys.  Keywords that constrain the
+ * contents of strings and numbers (pattern, format, lengths, ranges) are
+ * not enforced.  Anything else the recognizer could not honour is refused
+ * with a message rather than loosened.
+ */
+#ifndef KILN_JSCHEMA_H
+#define KILN_JSCHEMA_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ks_schema ks_schema;
+typedef struct ks_node ks_node;
+
+/* schema NULL = any JSON value.  Returns NULL with a message in err when
+ * the schema is invalid or uses what the recognizer cannot enforce. */
+ks_schema *ks_schema_compile(const json_t *schema, char *err, size_t errsz);
+void ks_schema_free(ks_schema *s);
+
+#define KS_SV_DEPTH 32
+
+typedef struct ks_sv_frame {
+    const ks_node *n;
+    int32_t st;   /* state within the value (jschema.c) */
+    int32_t idx;  /* object: last property written (-1 none); array: items so far */
+    int32_t pos;  /* bytes matched of a key or literal, digits of a number */
+    uint64_t cand; /* keys or literals still possible */
+} ks_sv_frame;
+
+typedef struct ks_sv {
+    int depth;    /* frames in use; 0 once the value is complete */
+    int done;
+    int ws;       /* whitespace since the last token (jschema.c) */
+    ks_sv_frame f[KS_SV_DEPTH];
+} ks_sv;
+
+void ks_sv_init(ks_sv *v, const ks_schema *s);
+/* Feeds one byte; 0 when it cannot continue an allowed value (v is then
+ * left in an unspecified state: try on a copy, see ks_sv_accepts). */
+int ks_sv_byte(ks_sv *v, unsigned char ch);
+/* Whether the text so far is a whole allowed value (so generation may end). */
+int ks_sv_complete(const ks_sv *v);
+/* Whether n bytes can follow the text so far (v is not changed). */
+int ks_sv_accepts(const ks_sv *v, const char *s, int n);
+
+#endif
