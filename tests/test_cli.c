@@ -106,6 +106,40 @@ static void test_chat(void) {
         free(c1); free(f1); free(e); free(e1);
         remove("/tmp/kiln-cli-prompt.txt");
     }
+    /* /set system TEXT and /set parameter NAME VALUE (Ollama's REPL): the
+     * reply equals kiln run on the prompt and settings they make */
+    const char *sets[][3] = {
+        {"/set system Be brief.\nHello there\n",
+         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
+         "-n 12"},
+        {"/set parameter num_predict 3\nHello there\n",
+         "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n", "-n 3"},
+        {"/set parameter temperature 0.8\n/set parameter seed 5\nHello there\n",
+         "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n", "-n 12 --temp 0.8 --seed 5"},
+    };
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        in = fopen("/tmp/kiln-cli-in.txt", "w");
+        if (in) { fputs(sets[i][0], in); fclose(in); }
+        FILE *p = fopen("/tmp/kiln-cli-prompt.txt", "w");
+        if (p) { fputs(sets[i][1], p); fclose(p); }
+        char cmd[256], *c1, *f1, *e1;
+        rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &c1, &e);
+        snprintf(cmd, sizeof cmd, "run -m /tmp/kiln-cli-chat.gguf --temp 0 %s -f /tmp/kiln-cli-prompt.txt", sets[i][2]);
+        rc2 = run(cmd, &f1, &e1);
+        const size_t lc = c1 ? strlen(c1) : 0;
+        if (lc) c1[lc - 1] = 0;
+        CHECKF(rc == 0 && rc2 == 0 && lc > 1 && f1 && !strcmp(c1, f1), "/set case %zu: '%s' vs run '%s'", i,
+               c1 ? c1 : "", f1 ? f1 : "");
+        free(c1); free(f1); free(e); free(e1);
+        remove("/tmp/kiln-cli-prompt.txt");
+    }
+    in = fopen("/tmp/kiln-cli-in.txt", "w");
+    if (in) { fputs("/set parameter nosuch 1\n/set\n", in); fclose(in); }
+    char *c2;
+    rc = run("chat -m /tmp/kiln-cli-chat.gguf < /tmp/kiln-cli-in.txt", &c2, &e);
+    CHECKF(rc == 0 && c2 && !*c2 && e && strstr(e, "/set parameter NAME VALUE with NAME one of"), "bad /set: %s",
+           e ? e : "");
+    free(c2); free(e);
     if (rc == 0 && rc2 == 0 && l1 > 1 && both && strlen(both) > l1) {
         r1[l1 - 1] = 0; /* the newline kiln chat prints after a reply */
         char *reply2 = both + l1;

@@ -288,6 +288,64 @@ static int read_message(char **buf, size_t *cap) {
     return (int)len;
 }
 
+/* Sampling settings /set parameter can change, by Ollama's names. */
+static int set_parameter(cli_opts *o, const char *name, const char *value) {
+    char *end;
+    const double v = strtod(value, &end);
+    if (end == value || *end) return -1;
+    kiln_sampler_params *p = &o->sp;
+    if (!strcmp(name, "temperature")) p->temperature = (float)v;
+    else if (!strcmp(name, "top_k")) p->top_k = (int32_t)v;
+    else if (!strcmp(name, "top_p")) p->top_p = (float)v;
+    else if (!strcmp(name, "min_p")) p->min_p = (float)v;
+    else if (!strcmp(name, "repeat_penalty")) p->repeat_penalty = (float)v;
+    else if (!strcmp(name, "repeat_last_n")) p->repeat_last_n = (int32_t)v;
+    else if (!strcmp(name, "presence_penalty")) p->presence_penalty = (float)v;
+    else if (!strcmp(name, "frequency_penalty")) p->frequency_penalty = (float)v;
+    else if (!strcmp(name, "seed")) p->seed = (uint64_t)v;
+    else if (!strcmp(name, "num_predict")) o->n_predict = (int)v;
+    else return -1;
+    return 0;
+}
+
+/* /set system TEXT and /set parameter NAME VALUE, as in Ollama's REPL.  A
+ * new system prompt replaces the old one (the next turn re-renders the
+ * conversation, so the cached prefix is reused only up to it); new sampling
+ * settings take a new sampler, which is told the tokens in the cache so
+ * the penalties see the same history. */
+static void chat_set(chat_state *st, cli_opts *o, kiln_sampler **s, int n_vocab, int *has_system, char *args) {
+    if (!strncmp(args, "system ", 7) && args[7]) {
+        if (!st->tmpl) {
+            fprintf(stderr, "kiln chat: the model has no chat template, so there is no system prompt\n");
+            return;
+        }
+        json_t *m = json_pack("{s:s, s:s}", "role", "system", "content", args + 7);
+        if (*has_system) json_array_set_new(st->messages, 0, m);
+        else json_array_insert_new(st->messages, 0, m);
+        *has_system = 1;
+        fprintf(stderr, "kiln chat: system prompt set\n");
+        return;
+    }
+    char *name = !strncmp(args, "parameter ", 10) ? args + 10 : NULL;
+    char *value = name ? strchr(name, ' ') : NULL;
+    if (value) *value++ = 0;
+    if (!value || set_parameter(o, name, value)) {
+        fprintf(stderr, "kiln chat: /set system TEXT, or /set parameter NAME VALUE with NAME one of temperature, "
+                        "top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, "
+                        "seed, num_predict\n");
+        return;
+    }
+    kiln_sampler *ns;
+    if (kiln_sampler_new(&o->sp, n_vocab, &ns) != KILN_OK) {
+        cli_fail("sampler");
+        return;
+    }
+    for (int i = 0; i < st->n_held; i++) kiln_sampler_accept(ns, st->held[i]);
+    kiln_sampler_free(*s);
+    *s = ns;
+    fprintf(stderr, "kiln chat: %s set to %s\n", name, value);
+}
+
 int cmd_chat(int argc, char **argv) {
     cli_opts o;
     cli_opts_init(&o);
@@ -322,6 +380,7 @@ int cmd_chat(int argc, char **argv) {
     piece_text(st.m, kiln_token_eos(st.m), st.eos, sizeof st.eos);
     st.messages = json_array();
     if (system) json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "system", "content", system));
+    int has_system = system != NULL;
     fprintf(stderr, "kiln chat: %s (%s). /help for commands; /bye or Ctrl-D ends.\n",
             info.name[0] ? info.name : info.arch, st.tmpl ? "the model's chat template" : "no chat template: text is continued");
     kiln_sampler *s = NULL;
@@ -341,7 +400,7 @@ int cmd_chat(int argc, char **argv) {
         else if (line[0] == '/') { /* a command, as in Ollama's REPL */
             if (!strcmp(line, "/bye") || !strcmp(line, "/exit")) break;
             if (!strcmp(line, "/clear")) { /* forget the turns, keep the system prompt */
-                while (json_array_size(st.messages) > (system ? 1u : 0u))
+                while (json_array_size(st.messages) > (has_system ? 1u : 0u))
                     json_array_remove(st.messages, json_array_size(st.messages) - 1);
                 kiln_seq_truncate(st.c, 0, 0);
                 st.n_held = 0;
@@ -349,9 +408,15 @@ int cmd_chat(int argc, char **argv) {
                 fprintf(stderr, "kiln chat: conversation cleared\n");
                 continue;
             }
+            if (!strncmp(line, "/set ", 5)) {
+                chat_set(&st, &o, &s, info.n_vocab, &has_system, line + 5);
+                continue;
+            }
             if (strcmp(line, "/help") && strcmp(line, "/?"))
                 fprintf(stderr, "kiln chat: unknown command '%s'\n", line);
             fprintf(stderr, "  /clear      forget the conversation (the system prompt stays)\n"
+                            "  /set system TEXT             set the system prompt\n"
+                            "  /set parameter NAME VALUE    temperature, top_k, top_p, min_p, seed, num_predict, ...\n"
                             "  /bye        end (also Ctrl-D)\n"
                             "  \"\"\"         alone on a line begins and ends a message of several lines\n"
                             "  //TEXT      sends /TEXT\n");
