@@ -146,6 +146,15 @@ int main(void) {
     expect(nul, "1", 0, "a type list");
     ks_schema_free(nul);
 
+    /* string lengths in characters: a UTF-8 character or an escape is one */
+    ks_schema *len = compile("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}");
+    expect(len, "\"ab\"", -1, "2 characters");
+    expect(len, "\"a\"", 2, "under minLength");
+    expect(len, "\"abcd\"", 4, "over maxLength");
+    expect(len, "\"\xc3\xa9\\u00e9x\"", -1, "a 2-byte character, an escape and a letter: 3");
+    expect(len, "\"\\n\\t\\\\\\\"\"", 7, "4 escapes: the fourth is over");
+    ks_schema_free(len);
+
     /* $ref into $defs, recursive; additionalProperties as a schema */
     ks_schema *tree = compile(
         "{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, "

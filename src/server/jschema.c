@@ -34,7 +34,7 @@ struct ks_node {
     int *key_len;
     ks_node **props;
     uint8_t *req;
-    /* array */
+    /* array (items), string (characters) */
     ks_node *items;
     int min_items, max_items; /* max -1 = no bound */
     /* literal */
@@ -95,6 +95,7 @@ static void make_statics(void) {
     k_any_arr.items = &k_any;
     k_any_arr.max_items = -1;
     k_str.kind = N_STRING;
+    k_str.max_items = -1;
     k_num.kind = N_NUMBER;
     k_words.kind = N_LITERAL;
     k_words.n_lits = 3;
@@ -273,6 +274,11 @@ static ks_node *typed(ks_schema *s, const json_t *j, const char *t, int depth, i
     n->ready = 1; /* kind and first byte known: enough for a union above it */
     if (memo && remember(s, j, n)) return NULL;
     if (kind == N_OBJECT) return compile_object(s, j, n, depth);
+    if (kind == N_STRING) {
+        if (get_count(s, j, "minLength", &n->min_items) || get_count(s, j, "maxLength", &n->max_items)) return NULL;
+        if (n->max_items >= 0 && n->max_items < n->min_items) return fail(s, "%s", "maxLength is below minLength");
+        return n;
+    }
     if (kind != N_ARRAY) return n;
     const json_t *items = json_object_get(j, "items");
     if (json_is_array(items) || json_object_get(j, "prefixItems"))
@@ -557,7 +563,7 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
             switch (n->kind) {
             case N_OBJECT: f->st = S_OBJ_OPEN; f->idx = -1; return 1;
             case N_ARRAY: f->st = S_ARR_OPEN; f->idx = 0; return 1;
-            case N_STRING: f->st = S_STR; return 1;
+            case N_STRING: f->st = S_STR; f->idx = 0; return 1;
             case N_NUMBER:
             case N_INTEGER:
                 f->st = ch == '-' ? S_NUM_MINUS : ch == '0' ? S_NUM_ZERO : S_NUM_INT;
@@ -629,6 +635,13 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
         case S_STR:
         case S_STR_ESC:
         case S_STR_U: {
+            /* characters counted for min/maxLength: a UTF-8 lead byte or an
+             * escape (\\n, \\u00e9) begins one */
+            if (f->st == S_STR && ch == '"' && f->idx < n->min_items) return 0;
+            if (f->st == S_STR && ch != '"' && (ch & 0xC0) != 0x80) {
+                if (n->max_items >= 0 && f->idx >= n->max_items) return 0;
+                f->idx++;
+            }
             const int r = str_byte(f, ch, S_STR, S_STR_ESC, S_STR_U);
             if (r != 2) return r;
             break;

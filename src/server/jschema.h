@@ -9,14 +9,14 @@
  *
  * Supported: type (a name or a list of them), properties with required
  * (properties come in the schema's order, as llama.cpp's grammars have
- * them; optional ones may be left out), items, minItems / maxItems, enum,
- * const, anyOf / oneOf whose alternatives begin with different characters,
- * allOf of one schema, and $ref into #/$defs or #/definitions (recursion
- * allowed).  A schema with none of these (or `true`) is any JSON value; an
- * object without properties takes any keys.  Keywords that constrain the
- * contents of strings and numbers (pattern, format, lengths, ranges) are
- * not enforced.  Anything else the recognizer could not honour is refused
- * with a message rather than loosened.
+ * them; optional ones may be left out), items, minItems / maxItems,
+ * minLength / maxLength (in characters), enum, const, anyOf / oneOf whose
+ * alternatives begin with different characters, allOf of one schema, and
+ * $ref into #/$defs or #/definitions (recursion allowed).  A schema with
+ * none of these (or `true`) is any JSON value; an object without properties
+ * takes any keys.  pattern, format and number ranges are not enforced.
+ * Anything else the recognizer could not honour is refused with a message
+ * rather than loosened.
  */
 #ifndef KILN_JSCHEMA_H
 #define KILN_JSCHEMA_H
