@@ -145,6 +145,17 @@ int main(void) {
     expect(nul, "\"s\"", -1, "a type list");
     expect(nul, "1", 0, "a type list");
     ks_schema_free(nul);
+    ks_schema *nest = compile("{\"anyOf\": [{\"type\": [\"string\", \"null\"]}, {\"type\": \"integer\"}]}");
+    expect(nest, "null", -1, "a union inside a union");
+    expect(nest, "7", -1, "a union inside a union");
+    expect(nest, "true", 0, "a union inside a union");
+    ks_schema_free(nest);
+    ks_schema *list = compile("{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"next\": {\"anyOf\": "
+                              "[{\"$ref\": \"#/$defs/n\"}, {\"type\": \"null\"}]}}, \"required\": [\"next\"]}}, "
+                              "\"$ref\": \"#/$defs/n\"}");
+    expect(list, "{\"next\": {\"next\": null}}", -1, "a $ref back through anyOf");
+    expect(list, "{\"next\": 1}", 9, "a $ref back through anyOf");
+    ks_schema_free(list);
 
     /* string lengths in characters: a UTF-8 character or an escape is one */
     ks_schema *len = compile("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}");

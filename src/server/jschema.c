@@ -26,7 +26,6 @@ enum { N_ANY, N_OBJECT, N_ARRAY, N_STRING, N_NUMBER, N_INTEGER, N_LITERAL, N_UNI
 
 struct ks_node {
     int kind;
-    int ready;          /* compiled (a $ref cycle may meet a node being built) */
     uint8_t first[32];  /* bytes a value may begin with (bit set) */
     /* object: keys as they appear between the quotes (JSON-escaped) */
     int n_props, any_keys;
@@ -102,10 +101,7 @@ static void make_statics(void) {
     k_words.lits = k_word_txt;
     k_words.lit_len = k_word_len;
     ks_node *all[] = {&k_any_obj, &k_any_arr, &k_str, &k_num, &k_words, &k_any};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        first_of_kind(all[i]);
-        all[i]->ready = 1;
-    }
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) first_of_kind(all[i]);
 }
 
 static void init_statics(void) {
@@ -144,7 +140,6 @@ static ks_node *literal(ks_schema *s, const json_t *const *vals, int n) {
     if (n > MAX_KEYS) return fail(s, "an enum of more than %s values", "64");
     ks_node *node = new_node(s, N_LITERAL);
     if (!node) return NULL;
-    node->ready = 1;
     node->lits = calloc((size_t)n, sizeof *node->lits);
     node->lit_len = calloc((size_t)n, sizeof *node->lit_len);
     if (!node->lits || !node->lit_len) return fail(s, "%s", "out of memory");
@@ -169,7 +164,6 @@ static ks_node *make_union(ks_schema *s, ks_node **alts, int n) {
     memcpy(u->alts, alts, (size_t)n * sizeof *alts);
     u->n_alts = n;
     for (int i = 0; i < n; i++) {
-        if (!alts[i]->ready) return fail(s, "%s", "a $ref cycle through anyOf is not supported");
         for (int b = 0; b < 32; b++) {
             if (u->first[b] & alts[i]->first[b])
                 return fail(s, "%s",
@@ -270,8 +264,7 @@ static ks_node *typed(ks_schema *s, const json_t *j, const char *t, int depth, i
     if (kind < 0) return fail(s, "unknown type '%s'", t);
     ks_node *n = new_node(s, kind);
     if (!n) return NULL;
-    first_of_kind(n);
-    n->ready = 1; /* kind and first byte known: enough for a union above it */
+    first_of_kind(n); /* known before the children: enough for a union above a $ref back to n */
     if (memo && remember(s, j, n)) return NULL;
     if (kind == N_OBJECT) return compile_object(s, j, n, depth);
     if (kind == N_STRING) {
