@@ -43,7 +43,8 @@ static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: kiln serve [-m MODEL|NAME ...] [options]\n"
             "  -m MODEL|NAME     a GGUF file or a store name (repeatable; loaded at start)\n"
-            "  --host ADDR       bind address (default 127.0.0.1)\n"
+            "  --host ADDR       bind address, IPv4 or IPv6 (default 127.0.0.1); bound to loopback, only\n"
+            "                    requests whose Host is a loopback name or the address itself are served\n"
             "  --port P          port (default %d; 0 = any free port, printed at start)\n"
             "  --store DIR       model store root (default $KILN_STORE or ~/.local/share/kiln)\n"
             "  --parallel N      sequences decoded together per model (default 4)\n"
@@ -52,7 +53,10 @@ static void serve_usage(FILE *f) {
             "  -t N              threads (default: all CPUs)\n"
             "  --kv-budget MIB   KV cache memory per model (default: -c x --parallel)\n"
             "  --cache-type T    KV cache type: f16 (default), f32 or q8_0 (--kv-f32 = f32)\n"
-            "  --api-key KEY     require 'Authorization: Bearer KEY' (not on /health); also $KILN_API_KEY\n"
+            "  --api-key KEY     require 'Authorization: Bearer KEY' (not on /health and the chat page's\n"
+            "                    files); also $KILN_API_KEY\n"
+            "  --cors-origins L  browser origins allowed besides loopback ones and the server's own:\n"
+            "                    comma-separated, '*' globs ('*' alone = any); also $KILN_ORIGINS\n"
             "  --keep-alive DUR  idle time before a model unloads (default 5m; -1 = never)\n"
             "  --max-body BYTES  request body limit (default 8 MiB)\n"
             "  --max-queue N     waiting requests per model before 429 (default 64)\n"
@@ -74,6 +78,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--host") && has) cfg.host = argv[++i];
         else if (!strcmp(a, "--store") && has) cfg.store_root = argv[++i];
         else if (!strcmp(a, "--api-key") && has) cfg.api_key = argv[++i];
+        else if (!strcmp(a, "--cors-origins") && has) cfg.cors_origins = argv[++i];
         else if (!strcmp(a, "--keep-alive") && has) {
             if (parse_dur(argv[++i], &cfg.keep_alive)) {
                 fprintf(stderr, "kiln serve: --keep-alive: '%s' is not a duration\n", argv[i]);
@@ -141,7 +146,9 @@ int cmd_serve(int argc, char **argv) {
         free(models);
         return 1;
     }
-    fprintf(stderr, "kiln serve: listening on http://%s:%d\n", cfg.host, ks_server_port(s));
+    int v6 = strchr(cfg.host, ':') && cfg.host[0] != '[';
+    fprintf(stderr, "kiln serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", cfg.host, v6 ? "]" : "",
+            ks_server_port(s));
     fflush(stderr);
     int sig = 0;
     while (sigwait(&set, &sig) == EINTR) {}

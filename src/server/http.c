@@ -6,6 +6,7 @@
 #include "server/srv.h"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
 #include <math.h>
 #include <microhttpd.h>
 #include <poll.h>
@@ -106,8 +107,15 @@ json_t *ks_jstr(const char *s, size_t n) {
 
 /* ---- responses ---- */
 
+/* Every response to a request that carries an Origin names it back: the
+ * handler refused disallowed origins before any response was made. */
 static int queue(struct MHD_Connection *c, int status, struct MHD_Response *r) {
     if (!r) return MHD_NO;
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
     ks_metrics_request(status);
     int rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -320,6 +328,51 @@ static json_t *parse_body(conn_state *cs, struct MHD_Connection *c, int *rc) {
     return j;
 }
 
+/* 403 for a request the guard turns away, in the shape of the API the path
+ * belongs to, without CORS headers (the page may not read it). */
+static int refuse(struct MHD_Connection *c, const char *url, const char *msg) {
+    json_t *root = json_object();
+    if (!strncmp(url, "/api/", 5)) {
+        json_object_set_new(root, "error", json_string(msg));
+    } else {
+        json_t *e = json_object();
+        json_object_set_new(e, "message", json_string(msg));
+        json_object_set_new(e, "type", json_string("permission_error"));
+        json_object_set_new(e, "param", json_null());
+        json_object_set_new(e, "code", json_null());
+        json_object_set_new(root, "error", e);
+    }
+    char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(root);
+    if (!s) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    ks_metrics_request(403);
+    int rc = MHD_queue_response(c, 403, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* A CORS preflight from an allowed origin: the methods the APIs use and
+ * whatever request headers the page asks for (token characters only). */
+static int preflight(struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Allow", "GET, HEAD, POST, DELETE, OPTIONS");
+    if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin")) {
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, DELETE, OPTIONS");
+        const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        int ok = h && *h && strlen(h) < 1024;
+        for (const char *p = h; ok && *p; p++)
+            ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                 strchr("-_, ", *p);
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", ok ? h : "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    return queue(c, 204, r);
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     ks_srv *s = cls;
@@ -338,9 +391,15 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         *upload_size = 0;
         return MHD_YES;
     }
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (!ks_guard_host_ok(&s->guard, host))
+        return (enum MHD_Result)refuse(c, url, "this server answers only to a loopback Host (DNS rebinding?)");
+    if (!ks_guard_origin_ok(&s->guard, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"), host))
+        return (enum MHD_Result)refuse(c, url, "requests from this origin are not allowed (see --cors-origins)");
+    if (!strcmp(method, "OPTIONS")) return (enum MHD_Result)preflight(c);
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     if (get && !strcmp(url, "/health")) return (enum MHD_Result)health(s, c);
-    if (!authorized(s, c))
+    if (!(get && ks_guard_public_path(url)) && !authorized(s, c))
         return (enum MHD_Result)ks_send_error(c, 401, "authentication_error",
                                               "a valid API key is required (Authorization: Bearer KEY)", NULL);
     if (cs->too_big) {
@@ -453,23 +512,45 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
         }
         s->runners[s->n_runners++] = r;
     }
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)cfg->port);
-    if (inet_pton(AF_INET, s->cfg.host, &sa.sin_addr) != 1) {
-        fprintf(stderr, "kiln serve: --host '%s' is not an IPv4 address\n", s->cfg.host);
+    /* the bind address: IPv4, or IPv6 with or without brackets */
+    char addr[64];
+    const char *h = s->cfg.host;
+    size_t hl = strlen(h);
+    if (h[0] == '[' && hl > 2 && h[hl - 1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    if (!strcmp(s->cfg.host, "localhost")) h = "127.0.0.1", hl = 9;
+    snprintf(addr, sizeof addr, "%.*s", (int)(hl < sizeof addr ? hl : sizeof addr - 1), h);
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+    if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)cfg->port);
+    } else if (inet_pton(AF_INET6, addr, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)cfg->port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        fprintf(stderr, "kiln serve: --host '%s' is not an IPv4 or IPv6 address\n", s->cfg.host);
         ks_server_free((ks_server *)s);
         return KILN_ERR_INVALID_ARG;
     }
-    s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
-                                  MHD_USE_ERROR_LOG,
-                              (uint16_t)cfg->port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &sa,
+    const char *origins = cfg->cors_origins ? cfg->cors_origins : getenv("KILN_ORIGINS");
+    if (ks_guard_init(&s->guard, addr, origins)) {
+        ks_server_free((ks_server *)s);
+        return KILN_ERR_NOMEM;
+    }
+    s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &ss,
                               MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, 600u,
                               MHD_OPTION_END);
     if (!s->mhd) {
-        fprintf(stderr, "kiln serve: cannot listen on %s:%d\n", s->cfg.host, cfg->port);
+        fprintf(stderr, "kiln serve: cannot listen on %s port %d\n", s->cfg.host, cfg->port);
         ks_server_free((ks_server *)s);
         return KILN_ERR_IO;
     }
@@ -526,6 +607,7 @@ void ks_server_free(ks_server *srv) {
     if (s->listen_fd >= 0) close(s->listen_fd);
     for (int i = 0; i < s->n_runners; i++) ks_runner_free(s->runners[i]);
     if (s->store) kiln_store_close(s->store);
+    ks_guard_free(&s->guard);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

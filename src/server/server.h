@@ -13,6 +13,7 @@
  *
  * Files:
  *   http.c     daemon, routing, auth, body limit, JSON errors, streaming
+ *   guard.c    Host / Origin / public-path rules (DNS rebinding, CSRF)
  *   runner.c   per-model load/unload (keep-alive) and the batch scheduler
  *   gen.c      token stream -> text: stop strings, <think>, <tool_call>
  *   toolscan.c a <tool_call> body read as it arrives (streamed calls)
@@ -31,7 +32,8 @@
 #define KS_DEFAULT_PORT 8080
 
 typedef struct ks_config {
-    const char *host;            /* bind address; default "127.0.0.1" */
+    const char *host;            /* bind address, IPv4 or IPv6 ("::1", "[::1]");
+                                    default "127.0.0.1"; "localhost" = 127.0.0.1 */
     int port;                    /* default KS_DEFAULT_PORT; 0 = any free port */
     const char *const *models;   /* GGUF paths or store names (-m), may be 0 */
     int n_models;
@@ -43,6 +45,8 @@ typedef struct ks_config {
     int kv_type;                 /* KILN_KV_* (F16) */
     uint64_t kv_budget;          /* bytes of KV cache per model; 0 = -c x --parallel */
     const char *api_key;         /* NULL: no auth */
+    const char *cors_origins;    /* extra allowed browser origins, comma-separated
+                                    globs ("*" = any); NULL = $KILN_ORIGINS */
     double keep_alive;           /* seconds an idle model stays; < 0 forever (300) */
     size_t max_body;             /* request body limit in bytes (8 MiB) */
     int max_queue;               /* waiting requests per model before 429 (64) */

@@ -2,6 +2,7 @@
 #ifndef KILN_SRV_H
 #define KILN_SRV_H
 
+#include "server/guard.h"
 #include "server/jschema.h"
 #include "server/server.h"
 
@@ -111,6 +112,7 @@ typedef struct ks_srv {
     ks_runner *runners[16];
     int n_runners;
     kiln_store *store;
+    ks_guard guard;           /* Host, Origin and public-path rules */
     atomic_int draining;
     atomic_int n_active_http;
 } ks_srv;

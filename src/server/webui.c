@@ -2,7 +2,8 @@
  * assets).  It lists models from /v1/models, streams replies over SSE from
  * /v1/chat/completions (or /v1/completions in completion mode, for base
  * models), renders a small markdown subset, shows reasoning separately and
- * has a stop button that aborts the fetch (the server then cancels). */
+ * has a stop button that aborts the fetch (the server then cancels).  With
+ * --api-key the page itself loads without the key and asks for it. */
 #include "server/srv.h"
 
 const char ks_webui_html[] =
@@ -30,15 +31,20 @@ const char ks_webui_html[] =
 "<button id=send type=submit>Send</button><button id=stop type=button disabled>Stop</button></form>"
 "<script>\n"
 "const $=id=>document.getElementById(id);let history=[],ctl=null;\n"
+/* API calls carry the key the page keeps in localStorage; a 401 asks for
+ * it once and retries */
+"async function api(url,o={}){const k=localStorage.getItem('kiln.key');const h=Object.assign({},o.headers||{});"
+"if(k)h.Authorization='Bearer '+k;let r=await fetch(url,Object.assign({},o,{headers:h}));"
+"if(r.status===401){const nk=prompt('This server needs an API key:');if(nk){localStorage.setItem('kiln.key',nk);return api(url,o)}}return r}\n"
 "function esc(s){return s.replace(/[&<>]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;'}[c]))}\n"
 "function md(s){let out='',parts=s.split('```');parts.forEach((p,i)=>{if(i%2){out+='<pre><code>'+esc(p.replace(/^[^\\n]*\\n/,''))+'</code></pre>';return}"
 "let h=esc(p).replace(/`([^`]+)`/g,'<code>$1</code>').replace(/\\*\\*([^*]+)\\*\\*/g,'<b>$1</b>').replace(/\\*([^*]+)\\*/g,'<i>$1</i>')"
 ".replace(/^### (.*)$/gm,'<h4>$1</h4>').replace(/^## (.*)$/gm,'<h3>$1</h3>').replace(/^# (.*)$/gm,'<h2>$1</h2>')"
 ".replace(/^[-*] (.*)$/gm,'&bull; $1').replace(/\\n/g,'<br>');out+=h});return out}\n"
-"async function models(){try{const r=await fetch('/v1/models');const j=await r.json();"
+"async function models(){try{const r=await api('/v1/models');const j=await r.json();"
 "$('model').innerHTML=j.data.map(m=>'<option>'+esc(m.id)+'</option>').join('');pick()}catch(e){$('status').textContent='no models'}}\n"
 /* a model without a chat template is a base model: continue text */
-"async function pick(){try{const r=await fetch('/api/show',{method:'POST',headers:{'Content-Type':'application/json'},body:JSON.stringify({model:$('model').value})});"
+"async function pick(){try{const r=await api('/api/show',{method:'POST',headers:{'Content-Type':'application/json'},body:JSON.stringify({model:$('model').value})});"
 "const j=await r.json();$('compl').checked=!j.template}catch(e){}}\n"
 "$('model').onchange=()=>{history=[];pick()};\n"
 "function bubble(role){const d=document.createElement('div');d.className='msg '+role;$('log').appendChild(d);return d}\n"
@@ -48,7 +54,7 @@ const char ks_webui_html[] =
 "if(compl){url='/v1/completions';body={model:$('model').value,prompt:text,max_tokens:200,stream:true}}"
 "else{history.push({role:'user',content:text});url='/v1/chat/completions';body={model:$('model').value,messages:history,stream:true}}"
 "ctl=new AbortController();$('stop').disabled=false;$('send').disabled=true;$('status').textContent='generating…';"
-"try{const r=await fetch(url,{method:'POST',headers:{'Content-Type':'application/json'},body:JSON.stringify(body),signal:ctl.signal});"
+"try{const r=await api(url,{method:'POST',headers:{'Content-Type':'application/json'},body:JSON.stringify(body),signal:ctl.signal});"
 "if(!r.ok){const j=await r.json().catch(()=>({}));throw new Error((j.error&&j.error.message)||r.statusText)}"
 "const rd=r.body.getReader(),dec=new TextDecoder();let buf='';"
 "for(;;){const {value,done}=await rd.read();if(done)break;buf+=dec.decode(value,{stream:true});let i;"
