@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it:
-#   1. a libFuzzer run over the GGUF reader (bounded: KILN_FUZZ_SECONDS,
-#      60 s under CI, 15 s otherwise; skipped if KILN_FUZZ_SECONDS=0)
+#   1. libFuzzer runs over the GGUF reader and the checkpoint readers
+#      (bounded: KILN_FUZZ_SECONDS each, 60 s under CI, 15 s otherwise;
+#      skipped if KILN_FUZZ_SECONDS=0)
 #   2. every test under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. the engine lifecycle tests under ThreadSanitizer
 #   4. every test on the Release build (its summary is the last line)
@@ -19,6 +20,12 @@ if [ "$fuzz_s" != "0" ]; then
   cp models/stories260K.gguf tests/data/vocab/ggml-vocab-gpt-2.gguf tests/data/vocab/ggml-vocab-bert-bge.gguf build-fuzz/corpus/
   ./build-fuzz/tests/fuzz_gguf -max_total_time="$fuzz_s" -max_len=4194304 -rss_limit_mb=2048 \
       -print_final_stats=1 build-fuzz/corpus 2>&1 | tail -n 12
+  echo "== fuzz: checkpoint readers (PyTorch ZIP, pickle, safetensors) for ${fuzz_s}s"
+  cmake --build build-fuzz -j"$jobs" --target fuzz_ckpt >/dev/null
+  mkdir -p build-fuzz/corpus-ckpt
+  cp tests/data/image/ckpt/*.pt tests/data/image/ckpt/*.safetensors build-fuzz/corpus-ckpt/
+  ./build-fuzz/tests/fuzz_ckpt -max_total_time="$fuzz_s" -max_len=65536 -rss_limit_mb=2048 \
+      -print_final_stats=1 build-fuzz/corpus-ckpt 2>&1 | tail -n 12
 fi
 
 echo "== ASan + UBSan build"

@@ -22,6 +22,13 @@ int cmd_verify(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
+int cmd_image(int argc, char **argv);
+
+/* image.c: a PyTorch ZIP or safetensors file (by its first bytes), and
+ * kiln show's listing of one through the restricted readers (no weights
+ * are read). */
+int cli_is_checkpoint(const char *path);
+int cli_show_checkpoint(const char *path, int tensors);
 
 /* Options shared by the model-running commands. */
 typedef struct cli_opts {

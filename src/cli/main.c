@@ -36,7 +36,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  run       -m MODEL -p TEXT [-n N]   generate a continuation of TEXT\n"
             "  chat      -m MODEL                  interactive chat with the model's template\n"
-            "  show      MODEL                     metadata, tensors, size and parameters\n"
+            "  show      MODEL                     metadata, tensors, size and parameters (.pt/.safetensors too)\n"
             "  tokenize  -m MODEL -p TEXT [--json] token ids and pieces\n"
             "  bench     -m MODEL [-p 512] [-n 128] [-s 1,8] prompt, generation and batched speed\n"
             "  quantize  IN.gguf OUT.gguf TYPE     convert weights (q8_0, q4_0, q4_k_m, ...)\n"
@@ -66,7 +66,7 @@ static const struct cli_cmd {
 } cmds[] = {
     {"run", cmd_run, "run -m MODEL (-p TEXT | -f FILE) [options]"},
     {"chat", cmd_chat, "chat -m MODEL [--system TEXT] [options]"},
-    {"show", cmd_show, "show MODEL"},
+    {"show", cmd_show, "show MODEL | FILE.pt | FILE.safetensors [--no-tensors]"},
     {"tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT [--json] [--ids] [--no-bos] [--parse-special]"},
     {"bench", cmd_bench,
      "bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-pg P,N]... [-d 0[,..]] [-s 1[,4,8..]] [-t N] [-r 5] "

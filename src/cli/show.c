@@ -50,6 +50,7 @@ int cmd_show(int argc, char **argv) {
         return 2;
     }
     if (cli_model_path(path, 1, &path)) return 1;
+    if (cli_is_checkpoint(path)) return cli_show_checkpoint(path, tensors);
     char err[512];
     gguf_file *f = gguf_open(path, err, sizeof err);
     if (!f) {

@@ -1,0 +1,142 @@
+/* Opening a checkpoint: format detection, the name index, accessors. */
+#include "ckpt/ckpt_internal.h"
+
+#include "quant/quant.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int size;
+} dtypes[CK_DTYPE_COUNT] = {
+    [CK_F32] = {"F32", 4},   [CK_F16] = {"F16", 2},         [CK_BF16] = {"BF16", 2},      [CK_F64] = {"F64", 8},
+    [CK_I64] = {"I64", 8},   [CK_I32] = {"I32", 4},         [CK_I16] = {"I16", 2},        [CK_I8] = {"I8", 1},
+    [CK_U8] = {"U8", 1},     [CK_BOOL] = {"BOOL", 1},       [CK_F8_E4M3] = {"F8_E4M3", 1}, [CK_F8_E5M2] = {"F8_E5M2", 1},
+};
+
+const char *ck_dtype_name(int dtype) { return dtype >= 0 && dtype < CK_DTYPE_COUNT ? dtypes[dtype].name : "?"; }
+int ck_dtype_size(int dtype) { return dtype >= 0 && dtype < CK_DTYPE_COUNT ? dtypes[dtype].size : 0; }
+
+int ck_dtype_kq(int dtype) {
+    switch (dtype) {
+    case CK_F32: return KQ_F32;
+    case CK_F16: return KQ_F16;
+    case CK_BF16: return KQ_BF16;
+    default: return -1;
+    }
+}
+
+const char *ck_format_name(int format) { return format == CK_TORCH_ZIP ? "pytorch-zip" : "safetensors"; }
+
+static int by_addr(const void *a, const void *b) {
+    const ck_tensor *x = a, *y = b;
+    if (x->data != y->data) return (const uint8_t *)x->data < (const uint8_t *)y->data ? -1 : 1;
+    return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
+}
+
+typedef struct named {
+    const char *name;
+    int idx;
+} named;
+
+static int by_name(const void *a, const void *b) { return strcmp(((const named *)a)->name, ((const named *)b)->name); }
+
+int ck_finish(ck_file *f, char *err, size_t errlen) {
+    if (f->n > 1) qsort(f->tensors, (size_t)f->n, sizeof *f->tensors, by_addr);
+    f->by_name = malloc((size_t)(f->n ? f->n : 1) * sizeof *f->by_name);
+    named *tmp = malloc((size_t)(f->n ? f->n : 1) * sizeof *tmp);
+    if (!f->by_name || !tmp) {
+        free(tmp);
+        kb_errf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < f->n; i++) tmp[i] = (named){f->tensors[i].name, i};
+    if (f->n > 1) qsort(tmp, (size_t)f->n, sizeof *tmp, by_name);
+    for (int i = 0; i < f->n; i++) f->by_name[i] = tmp[i].idx;
+    free(tmp);
+    for (int i = 1; i < f->n; i++)
+        if (!strcmp(f->tensors[f->by_name[i - 1]].name, f->tensors[f->by_name[i]].name)) {
+            kb_errf(err, errlen, "tensor '%s' appears twice", f->tensors[f->by_name[i]].name);
+            return -1;
+        }
+    return 0;
+}
+
+static ck_file *open_bytes(ck_file *f, char *err, size_t errlen) {
+    int rc;
+    if (f->len >= 4 && !memcmp(f->data, "PK\x03\x04", 4)) {
+        f->format = CK_TORCH_ZIP;
+        rc = ck_read_torchzip(f, err, errlen);
+    } else {
+        f->format = CK_SAFETENSORS;
+        rc = ck_read_safetensors(f, err, errlen);
+    }
+    if (rc) {
+        ck_close(f);
+        return NULL;
+    }
+    return f;
+}
+
+ck_file *ck_open(const char *path, char *err, size_t errlen) {
+    ck_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        kb_errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (kb_map_file(path, &f->map, err, errlen)) {
+        free(f);
+        return NULL;
+    }
+    f->data = f->map.addr;
+    f->len = f->map.len;
+    char sub[384];
+    ck_file *r = open_bytes(f, sub, sizeof sub);
+    if (!r) kb_errf(err, errlen, "%s: %s", path, sub);
+    return r;
+}
+
+ck_file *ck_open_memory(const void *data, size_t len, char *err, size_t errlen) {
+    ck_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        kb_errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    f->data = data;
+    f->len = len;
+    return open_bytes(f, err, errlen);
+}
+
+void ck_close(ck_file *f) {
+    if (!f) return;
+    if (f->map.addr) kb_unmap(&f->map);
+    free(f->tensors);
+    free(f->by_name);
+    free(f->strings);
+    free(f->meta);
+    free(f);
+}
+
+int ck_format(const ck_file *f) { return f->format; }
+uint64_t ck_file_size(const ck_file *f) { return f->len; }
+int ck_n_tensors(const ck_file *f) { return f->n; }
+const ck_tensor *ck_tensor_at(const ck_file *f, int i) { return i >= 0 && i < f->n ? &f->tensors[i] : NULL; }
+
+const ck_tensor *ck_find(const ck_file *f, const char *name) {
+    int lo = 0, hi = f->n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        int c = strcmp(f->tensors[f->by_name[mid]].name, name);
+        if (!c) return &f->tensors[f->by_name[mid]];
+        if (c < 0) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return NULL;
+}
+
+const char *ck_meta(const ck_file *f, const char *key) {
+    for (int i = 0; i < f->n_meta; i++)
+        if (!strcmp(f->meta[2 * i], key)) return f->meta[2 * i + 1];
+    return NULL;
+}

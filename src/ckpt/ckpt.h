@@ -1,0 +1,92 @@
+/*
+ * ckpt — tensor checkpoints written by PyTorch tooling, read as data.
+ *
+ * Two formats, told apart by their first bytes:
+ *   safetensors   8-byte little-endian header length, a JSON header (read
+ *                 with jansson) naming each tensor's dtype, shape and byte
+ *                 range, then the raw data;
+ *   PyTorch ZIP   torch.save's archive: PREFIX/data.pkl, a pickle of the
+ *                 state dictionary, and PREFIX/data/KEY, one stored (not
+ *                 compressed) entry per storage.  libzip reads the archive.
+ *
+ * The pickle is a program for Python's unpickler; kiln never runs it.
+ * pickle.c interprets only the opcodes a state dictionary uses and only
+ * these globals:
+ *   collections.OrderedDict            called with no arguments
+ *   torch._utils._rebuild_tensor_v2    (storage, offset, size, stride,
+ *                                       requires_grad, hooks[, metadata])
+ *   torch._utils._rebuild_parameter    (tensor, requires_grad, hooks)
+ *   torch.{Float,Half,BFloat16,Double,Long,Int,Short,Char,Byte,Bool}Storage
+ *                                      as the type inside a persistent id
+ * Any other global, a REDUCE of anything else, a BUILD on anything but a
+ * dictionary, an object-creating opcode (INST, OBJ, NEWOBJ, EXT*), a
+ * storage that is missing, compressed, misaligned or whose size disagrees
+ * with its entry, and a tensor that reaches past its storage or is not
+ * contiguous are refused with an error that names it.  Every count and
+ * length is bounded before anything is allocated for it.
+ *
+ * Tensor data is never copied: ck_tensor.data points into the read-only
+ * mapping (or the caller's buffer), so listing a checkpoint touches no
+ * weight pages.
+ */
+#ifndef KILN_CKPT_H
+#define KILN_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum ck_dtype {
+    CK_F32 = 0, CK_F16, CK_BF16, CK_F64,
+    CK_I64, CK_I32, CK_I16, CK_I8, CK_U8, CK_BOOL,
+    CK_F8_E4M3, CK_F8_E5M2,
+    CK_DTYPE_COUNT
+};
+
+enum ck_format { CK_SAFETENSORS = 0, CK_TORCH_ZIP = 1 };
+
+#define CK_MAX_DIMS 8
+
+typedef struct ck_tensor {
+    const char *name;           /* NUL-terminated, owned by the file */
+    int dtype;                  /* enum ck_dtype */
+    int n_dims;                 /* 0 (a scalar) .. CK_MAX_DIMS */
+    int64_t shape[CK_MAX_DIMS]; /* outermost first, as PyTorch prints it */
+    int64_t numel;
+    const void *data;           /* numel elements, row-major, aligned to the element size */
+    uint64_t nbytes;
+} ck_tensor;
+
+typedef struct ck_file ck_file;
+
+/* Limits a reader enforces before allocating (bytes or counts). */
+#define CK_MAX_HEADER (100u << 20)   /* safetensors JSON header */
+#define CK_MAX_PICKLE (64u << 20)    /* data.pkl, uncompressed */
+#define CK_MAX_TENSORS 1000000
+#define CK_MAX_ENTRIES 1000000       /* ZIP entries */
+
+/* Maps path and reads its tensor directory.  NULL on failure, with one line
+ * in err naming the file and what is wrong. */
+ck_file *ck_open(const char *path, char *err, size_t errlen);
+/* The same over bytes the caller keeps alive and unchanged until ck_close
+ * (used by the fuzzer and the tests). */
+ck_file *ck_open_memory(const void *data, size_t len, char *err, size_t errlen);
+void ck_close(ck_file *f);
+
+int ck_format(const ck_file *f);
+const char *ck_format_name(int format); /* "safetensors", "pytorch-zip" */
+uint64_t ck_file_size(const ck_file *f);
+int ck_n_tensors(const ck_file *f);
+/* Tensor i in file order (by data offset); NULL when out of range. */
+const ck_tensor *ck_tensor_at(const ck_file *f, int i);
+/* The tensor called name, or NULL. */
+const ck_tensor *ck_find(const ck_file *f, const char *name);
+/* safetensors __metadata__ value of key, or NULL (always NULL for ZIP). */
+const char *ck_meta(const ck_file *f, const char *key);
+
+const char *ck_dtype_name(int dtype); /* "F32", ... as safetensors spells them */
+int ck_dtype_size(int dtype);
+/* The kq type (quant.h) of a float dtype kiln computes with: KQ_F32, KQ_F16
+ * or KQ_BF16; -1 for any other. */
+int ck_dtype_kq(int dtype);
+
+#endif

@@ -1,0 +1,60 @@
+/* Internal to src/ckpt: the file record both readers fill in, and the
+ * pickle interpreter's result that torchzip.c binds to ZIP entries. */
+#ifndef KILN_CKPT_INTERNAL_H
+#define KILN_CKPT_INTERNAL_H
+
+#include "base/base.h"
+#include "ckpt/ckpt.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ck_file {
+    int format;
+    kb_map map;              /* owned mapping (ck_open), or addr NULL */
+    const uint8_t *data;     /* the whole file */
+    size_t len;
+    ck_tensor *tensors;      /* [n], in data order */
+    int n;
+    int *by_name;            /* [n] indices sorted by name */
+    char *strings;           /* names and metadata, one block */
+    const char **meta;       /* [2 * n_meta] key, value pairs */
+    int n_meta;
+};
+
+/* Sorts f->tensors by data address, builds the name index and refuses
+ * duplicate names.  0 on success. */
+int ck_finish(ck_file *f, char *err, size_t errlen);
+
+/* ---- pickle.c ---- */
+
+/* A tensor of the state dictionary as the pickle describes it. */
+typedef struct ck_pkl_tensor {
+    const char *name;        /* into the result's arena */
+    const char *storage_key; /* the persistent id's key: entry data/KEY */
+    int dtype;               /* of the storage */
+    int64_t storage_numel;   /* elements the persistent id declares */
+    int64_t offset;          /* storage offset, elements */
+    int n_dims;
+    int64_t shape[CK_MAX_DIMS];
+    int64_t numel;
+} ck_pkl_tensor;
+
+typedef struct ck_pkl_result {
+    ck_pkl_tensor *tensors;
+    int n;
+    void *arena;             /* owns every string and the array */
+} ck_pkl_result;
+
+/* Interprets a torch.save pickle as a state dictionary: a dict or
+ * OrderedDict of name -> tensor (or such a dict under the key
+ * "state_dict").  Non-tensor values are skipped.  Returns 0, or -1 with
+ * err naming the refused opcode, global or value and its byte offset. */
+int ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out, char *err, size_t errlen);
+void ck_pickle_free(ck_pkl_result *r);
+
+/* ---- safetensors.c / torchzip.c ---- */
+int ck_read_safetensors(ck_file *f, char *err, size_t errlen);
+int ck_read_torchzip(ck_file *f, char *err, size_t errlen);
+
+#endif
