@@ -303,14 +303,24 @@ void kiln_store_free_string(char *str);
 /* Re-hashes every artifact; a mismatch names the file and marks the pack
  * damaged (resolve then refuses it). */
 kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progress_fn progress, void *user);
-/* Removes a name, or with a full id the pack and all its names.  A pack
- * whose last name goes is deleted; refused (KILN_ERR_STATE) while leased. */
+/* Wherever a call takes a name it also takes a pack id, or a prefix of one
+ * (at least 4 hex digits, such as the 12 kiln ls prints) that begins only
+ * one pack; a name wins over a prefix, and an ambiguous prefix is
+ * KILN_ERR_INVALID_ARG. */
+/* Removes a name, or with an id the pack and all its names.  A pack whose
+ * last name goes is deleted; refused (KILN_ERR_STATE) while leased. */
 kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id);
-/* Adds the name dst for the pack src names (kiln cp). */
+/* Adds the name dst for the pack src names (kiln cp).  When dst already
+ * names another pack it is refused (KILN_ERR_STATE) unless force; then dst
+ * moves, and the pack it named goes with its last name (at once, or by gc
+ * while a lease holds it). */
+kiln_status kiln_store_copy(kiln_store *s, const char *src, const char *dst, int force);
+/* kiln_store_copy without force. */
 kiln_status kiln_store_alias(kiln_store *s, const char *src, const char *dst);
 
-/* Deletes orphaned staging and quarantine entries older than a day; each()
- * (may be NULL) hears every removal. */
+/* Deletes orphaned staging and quarantine entries older than a day, and
+ * packs that no name points at and no lease holds; each() (may be NULL)
+ * hears every removal. */
 typedef void (*kiln_store_gc_fn)(const char *path, uint64_t bytes, void *user);
 kiln_status kiln_store_gc(kiln_store *s, kiln_store_gc_fn each, void *user, uint64_t *n_removed,
                           uint64_t *bytes_removed);

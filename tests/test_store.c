@@ -7,6 +7,7 @@
 #include "kiln.h"
 
 #include <curl/curl.h>
+#include <jansson.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -271,11 +272,102 @@ static void test_import_copy(void) {
     CHECK(kiln_store_alias(s, "tiny:copy", "tiny:alias") == KILN_OK);
     CHECK(kiln_store_remove(s, "tiny:copy") == KILN_OK);
     CHECK(has_model(s, "tiny:alias"));
-    /* a prefix of the id is not an id */
-    char prefix[13];
+    /* the short id kiln ls prints names the pack; three digits do not */
+    char prefix[13], *info = NULL;
     memcpy(prefix, id, 12);
     prefix[12] = 0;
+    CHECKF(kiln_store_info(s, prefix, &info) == KILN_OK && info && strstr(info, id), "%s", kiln_last_error());
+    kiln_store_free_string(info);
+    prefix[3] = 0;
     CHECK(kiln_store_remove(s, prefix) == KILN_ERR_NOT_FOUND);
+    kiln_store_close(s);
+}
+
+/* Entries of kiln_store_list named name ("" for a pack without a name). */
+static int list_count(kiln_store *s, const char *name) {
+    char *txt = NULL;
+    CHECK(kiln_store_list(s, &txt) == KILN_OK);
+    json_t *list = json_loads(txt ? txt : "", 0, NULL);
+    kiln_store_free_string(txt);
+    int n = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) n += !strcmp(json_string_value(json_object_get(e, "name")), name);
+    json_decref(list);
+    return n;
+}
+
+static void resolve_id(kiln_store *s, const char *name, char id[65]) {
+    kiln_store_lease *l = NULL;
+    id[0] = 0;
+    CHECKF(kiln_store_resolve(s, name, &l) == KILN_OK, "resolve %s: %s", name, kiln_last_error());
+    if (l) snprintf(id, 65, "%s", kiln_store_lease_id(l));
+    kiln_store_release(l);
+}
+
+/* kiln cp refuses to overwrite a name unless --force, and then leaves no
+ * pack without a name behind; rm takes the short id. */
+static void test_copy_force(void) {
+    kiln_store *s = open_store();
+    char other[PATH_MAX], a[65], b[65], err[PATH_MAX];
+    snprintf(other, sizeof other, "%s/other.gguf", g_tmp);
+    snprintf(err, sizeof err, "%s/cp.err", g_tmp);
+    copy_model(other); /* another origin: another pack */
+    CHECK(kiln_store_import(s, k_model, "cp:a", KILN_STORE_COPY, NULL, NULL, a) == KILN_OK);
+    CHECK(kiln_store_import(s, other, "cp:b", KILN_STORE_COPY, NULL, NULL, b) == KILN_OK);
+    CHECK(strcmp(a, b) != 0);
+    const int packs = count_dir(g_root, "packs");
+    CHECK(kiln_store_copy(s, "cp:a", "cp:b", 0) == KILN_ERR_STATE);
+    CHECKF(strstr(kiln_last_error(), "already names") != NULL, "%s", kiln_last_error());
+    CHECK(kiln_store_alias(s, "cp:a", "cp:b") == KILN_ERR_STATE);
+    char got[65];
+    resolve_id(s, "cp:b", got);
+    CHECK(!strcmp(got, b));
+    CHECK(kiln_store_alias(s, "cp:b", "cp:b") == KILN_OK); /* the same pack again is no change */
+    /* the CLI: refused, then forced; the old pack had no other name and no
+     * lease, so it goes at once */
+    const char *cp[] = {"cp", "cp:a", "cp:b", NULL};
+    CHECK(run_kiln(g_root, err, cp) == 1 && contains(err, "already names"));
+    const char *cpf[] = {"cp", "cp:a", "cp:b", "--force", NULL};
+    CHECK(run_kiln(g_root, err, cpf) == 0);
+    resolve_id(s, "cp:b", got);
+    CHECK(!strcmp(got, a));
+    CHECK(count_dir(g_root, "packs") == packs - 1);
+    CHECK(list_count(s, "") == 0);
+    /* forced over a leased pack: it stays while leased, unnamed; gc then
+     * removes it */
+    CHECK(kiln_store_import(s, other, "cp:c", KILN_STORE_COPY, NULL, NULL, b) == KILN_OK);
+    kiln_store_lease *l = NULL;
+    CHECK(kiln_store_resolve(s, "cp:c", &l) == KILN_OK);
+    CHECK(kiln_store_copy(s, "cp:a", "cp:c", 1) == KILN_OK);
+    CHECK(list_count(s, "") == 1 && count_dir(g_root, "packs") == packs);
+    uint64_t n = 0, bytes = 0;
+    CHECK(kiln_store_gc(s, NULL, NULL, &n, &bytes) == KILN_OK && n == 0);
+    kiln_store_release(l);
+    CHECK(kiln_store_gc(s, NULL, NULL, &n, &bytes) == KILN_OK);
+    CHECKF(n == 1 && bytes >= g_model_len, "gc removed %llu items", (unsigned long long)n);
+    CHECK(list_count(s, "") == 0 && count_dir(g_root, "packs") == packs - 1);
+    /* an id prefix that begins two packs is refused, and says so */
+    char fake[PATH_MAX], man[PATH_MAX + 16];
+    snprintf(fake, sizeof fake, "%s/packs/%.12s%052d", g_root, a, 0);
+    if (!strncmp(fake + strlen(fake) - 52, a + 12, 52)) fake[strlen(fake) - 1] = '1';
+    CHECK(mkdir(fake, 0755) == 0);
+    snprintf(man, sizeof man, "%s/manifest.json", fake);
+    copy_model(man);
+    char prefix[13];
+    snprintf(prefix, sizeof prefix, "%.12s", a);
+    CHECK(kiln_store_remove(s, prefix) == KILN_ERR_INVALID_ARG);
+    CHECKF(strstr(kiln_last_error(), "ambiguous") != NULL, "%s", kiln_last_error());
+    unlink(man);
+    rmdir(fake);
+    /* kiln rm with the 12 digits kiln ls prints: the pack and its names */
+    const char *ls[] = {"ls", NULL};
+    CHECK(run_kiln(g_root, err, ls) == 0 && contains(err, prefix));
+    const char *rm[] = {"rm", prefix, NULL};
+    CHECK(run_kiln(g_root, err, rm) == 0);
+    CHECK(kiln_store_resolve(s, "cp:a", &l) == KILN_ERR_NOT_FOUND);
+    CHECK(kiln_store_resolve(s, "cp:b", &l) == KILN_ERR_NOT_FOUND);
+    CHECK(count_dir(g_root, "packs") == packs - 2);
     kiln_store_close(s);
 }
 
@@ -684,6 +776,7 @@ int main(int argc, char **argv) {
     test_names();
     test_import_copy();
     test_rm_leased();
+    test_copy_force();
     test_link();
     test_move();
     test_verify_damage();

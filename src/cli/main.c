@@ -48,10 +48,11 @@ static void usage(FILE *f) {
             "  pull      URL [--name N] [--sha256 HEX] [--header 'K: V'] [--json]  download and install\n"
             "  import    PATH [--name N] [--copy|--move|--link]                   add a local GGUF\n"
             "  ls        [--json]                  installed models\n"
-            "  rm        NAME|ID                   remove a name (the pack goes with its last name)\n"
+            "  rm        NAME|ID                   remove a name (the pack goes with its last name);\n"
+            "                                      an ID may be the prefix kiln ls prints\n"
             "  verify    NAME                      re-hash every file\n"
-            "  gc        remove staging and quarantine older than a day\n"
-            "  cp        NAME NEW-NAME             add another name\n"
+            "  gc        remove staging and quarantine older than a day, and packs without a name\n"
+            "  cp        NAME NEW-NAME [--force]   add another name (--force: move one in use)\n"
             "\n%s",
             KILN_VERSION, run_options);
 }
@@ -80,10 +81,10 @@ static const struct cli_cmd {
     {"pull", cmd_pull, "pull URL [--name NAME] [--sha256 HEX] [--header 'K: V'] [--json]"},
     {"import", cmd_import, "import PATH [--name NAME] [--copy|--move|--link]"},
     {"ls", cmd_ls, "ls [--json]"},
-    {"rm", cmd_rm, "rm NAME|ID ..."},
+    {"rm", cmd_rm, "rm NAME|ID|ID-PREFIX ..."},
     {"verify", cmd_verify, "verify NAME|ID"},
     {"gc", cmd_gc, "gc"},
-    {"cp", cmd_cp, "cp SOURCE NEW-NAME"},
+    {"cp", cmd_cp, "cp SOURCE NEW-NAME [--force]"},
 };
 
 static const struct cli_cmd *find_cmd(const char *name) {

@@ -274,16 +274,29 @@ int cmd_gc(int argc, char **argv) {
 }
 
 int cmd_cp(int argc, char **argv) {
-    if (argc != 3) {
+    const char *src = NULL, *dst = NULL;
+    int force = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--force") || !strcmp(a, "-f")) force = 1;
+        else if (a[0] != '-' && !src) src = a;
+        else if (a[0] != '-' && !dst) dst = a;
+        else if (cli_help("cp", a)) return 0;
+        else {
+            cli_usage("cp", stderr);
+            return 2;
+        }
+    }
+    if (!src || !dst) {
         cli_usage("cp", stderr);
         return 2;
     }
     kiln_store *s;
     if (open_store(&s)) return 1;
-    kiln_status st = kiln_store_alias(s, argv[1], argv[2]);
+    kiln_status st = kiln_store_copy(s, src, dst, force);
     kiln_store_close(s);
     if (st != KILN_OK) return cli_fail("cp");
-    printf("copied %s to %s\n", argv[1], argv[2]);
+    printf("copied %s to %s\n", src, dst);
     return 0;
 }
 

@@ -57,6 +57,7 @@ static int tags(ks_srv *s, struct MHD_Connection *c) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->n_runners; i++) {
         ks_runner *r = s->runners[i];
+        if (r->lease) continue; /* a store model: its store entry below lists it */
         FILE *f = fopen(r->path, "rb");
         uint64_t size = 0;
         if (f) {
@@ -75,7 +76,16 @@ static int tags(ks_srv *s, struct MHD_Connection *c) {
     json_t *e;
     json_array_foreach(arr, i, e) {
         const char *name = json_string_value(json_object_get(e, "name"));
-        if (!name) continue;
+        if (!name || !*name) continue; /* a pack no name points at is gc's, not a model */
+        int dup = 0; /* a -m model of the same name is the one requests reach */
+        size_t k;
+        json_t *have;
+        json_array_foreach(models, k, have) {
+            const char *hn = json_string_value(json_object_get(have, "name"));
+            size_t hl = strlen(hn);
+            dup |= !strcmp(hn, name) || (!strncmp(hn, name, hl) && !strcmp(name + hl, ":latest"));
+        }
+        if (dup) continue;
         json_t *det = json_object();
         json_object_set_new(det, "format", json_string("gguf"));
         json_object_set(det, "family", json_object_get(e, "arch"));

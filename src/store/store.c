@@ -176,8 +176,37 @@ static int pack_exists(kiln_store *s, const char *id) {
     return !kst_path(p, "%s/packs/%s/manifest.json", s->root, id) && stat(p, &st) == 0;
 }
 
-/* Finds the pack of a name or full id.  norm_out (may be NULL) receives the
- * normalized name, or "" when ref was an id. */
+/* The one pack whose id begins with prefix (lowercase hex, at least
+ * KST_ID_PREFIX_MIN digits): 1 found, 0 none, -1 ambiguous (message set). */
+static int find_prefix(kiln_store *s, const char *prefix, char id[KST_ID_LEN + 1]) {
+    size_t n = strlen(prefix);
+    if (n < KST_ID_PREFIX_MIN || n >= KST_ID_LEN) return 0;
+    for (const char *p = prefix; *p; p++)
+        if (!isxdigit((unsigned char)*p) || isupper((unsigned char)*p)) return 0;
+    char dir[PATH_MAX];
+    if (kst_path(dir, "%s/packs", s->root)) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    char other[KST_ID_LEN + 1] = "";
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!kst_hex_ok(e->d_name) || strncmp(e->d_name, prefix, n) || !pack_exists(s, e->d_name)) continue;
+        if (found++) memcpy(other, e->d_name, KST_ID_LEN + 1);
+        else memcpy(id, e->d_name, KST_ID_LEN + 1);
+    }
+    closedir(d);
+    if (found > 1) {
+        kl_fail(NULL, KILN_ERR_INVALID_ARG, "id prefix '%s' is ambiguous: %d packs begin with it (%.16s..., %.16s...); give more digits",
+                prefix, found, id, other);
+        return -1;
+    }
+    return found;
+}
+
+/* Finds the pack of a name, a full id or a unique id prefix (a name wins
+ * over a prefix).  norm_out (may be NULL) receives the normalized name, or
+ * "" when ref was an id. */
 static kiln_status find_ref(kiln_store *s, const char *ref, char id[KST_ID_LEN + 1], char *norm_out) {
     if (norm_out) norm_out[0] = 0;
     if (kst_hex_ok(ref) && pack_exists(s, ref)) {
@@ -186,19 +215,27 @@ static kiln_status find_ref(kiln_store *s, const char *ref, char id[KST_ID_LEN +
     }
     char norm[KST_NAME_MAX + 1];
     kiln_status st = kst_name_norm(ref, norm);
-    if (st) return st;
-    if (name_lookup(s, norm, id) != 0 || !pack_exists(s, id))
-        return kl_fail(NULL, KILN_ERR_NOT_FOUND, "model '%s' is not in the store %s", ref, s->root);
-    if (norm_out) snprintf(norm_out, KST_NAME_MAX + 1, "%s", norm);
-    return KILN_OK;
+    if (!st && name_lookup(s, norm, id) == 0 && pack_exists(s, id)) {
+        if (norm_out) snprintf(norm_out, KST_NAME_MAX + 1, "%s", norm);
+        return KILN_OK;
+    }
+    const int pr = find_prefix(s, ref, id);
+    if (pr < 0) return KILN_ERR_INVALID_ARG;
+    if (pr > 0) return KILN_OK;
+    if (st) return kst_name_norm(ref, norm); /* the name's own complaint */
+    return kl_fail(NULL, KILN_ERR_NOT_FOUND, "model '%s' is not in the store %s", ref, s->root);
 }
 
+static void drop_if_unnamed(kiln_store *s, const char *id);
+
 kiln_status kst_bind_name(kiln_store *s, const char *name, const char *id) {
-    char p[PATH_MAX], line[KST_ID_LEN + 2];
+    char p[PATH_MAX], line[KST_ID_LEN + 2], old[KST_ID_LEN + 1];
     if (kst_path(p, "%s/names/%s", s->root, name)) return KILN_ERR_INVALID_ARG;
+    const int had = name_lookup(s, name, old) == 0 && strcmp(old, id);
     snprintf(line, sizeof line, "%s\n", id);
     if (kst_write_atomic(p, line, strlen(line), 0644) != 0)
         return kl_fail(NULL, KILN_ERR_IO, "cannot write name %s: %s", p, strerror(errno));
+    if (had) drop_if_unnamed(s, old); /* the name moved: its old pack may be nobody's now */
     return KILN_OK;
 }
 
@@ -732,18 +769,23 @@ kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progre
     return st;
 }
 
-kiln_status kiln_store_alias(kiln_store *s, const char *src, const char *dst) {
+kiln_status kiln_store_copy(kiln_store *s, const char *src, const char *dst, int force) {
     if (!s || !src || !dst) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or name");
-    char norm[KST_NAME_MAX + 1], id[KST_ID_LEN + 1];
+    char norm[KST_NAME_MAX + 1], id[KST_ID_LEN + 1], old[KST_ID_LEN + 1];
     kiln_status st = kst_name_norm(dst, norm);
     if (st) return st;
     int lk = mut_lock(s, LOCK_EX);
     if (lk < 0) return KILN_ERR_IO;
     st = find_ref(s, src, id, NULL);
+    if (!st && !force && name_lookup(s, norm, old) == 0 && pack_exists(s, old) && strcmp(old, id))
+        st = kl_fail(NULL, KILN_ERR_STATE, "'%s' already names another model (%.12s); remove it first, or copy with --force",
+                     norm, old);
     if (!st) st = kst_bind_name(s, norm, id);
     kst_unlock(lk);
     return st;
 }
+
+kiln_status kiln_store_alias(kiln_store *s, const char *src, const char *dst) { return kiln_store_copy(s, src, dst, 0); }
 
 /* Lists the processes holding leases on id into buf ("pid 12 (kiln), ..."),
  * removing records of processes that are gone. */
@@ -789,6 +831,54 @@ static void count_name(const char *name, const char *nid, void *ud) {
     (*(int *)ud)++;
 }
 
+/* The exclusive lease lock of id, taken without waiting: the fd, or -1
+ * while some process holds a lease. */
+static int lease_excl(kiln_store *s, const char *id) {
+    char p[PATH_MAX];
+    if (kst_path(p, "%s/leases/%s.lock", s->root, id)) return -1;
+    return kst_lock(p, LOCK_EX | LOCK_NB);
+}
+
+/* Under the mutation lock and id's exclusive lease lock: deletes pack id
+ * with its state and lease files (its names are gone already). */
+static void delete_pack(kiln_store *s, const char *id) {
+    char p[PATH_MAX], src[PATH_MAX];
+    kst_path(src, "%s/packs/%s", s->root, id);
+    /* the rename makes the removal atomic; deleting the renamed tree
+     * never follows a linked pack's symlink into its target */
+    kst_quarantine(s, src, "removed");
+    char q[PATH_MAX];
+    kst_path(q, "%s/quarantine", s->root);
+    DIR *d = opendir(q);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n > KST_ID_LEN && !strcmp(e->d_name + n - KST_ID_LEN, id) && !kst_path(p, "%s/%s", q, e->d_name))
+            kst_rmtree(p);
+    }
+    if (d) closedir(d);
+    if (!kst_path(p, "%s/state/%s.json", s->root, id)) unlink(p);
+    lease_holders(s, id, p, sizeof p); /* sweeps stale lease records */
+    if (!kst_path(p, "%s/leases/%s.lock", s->root, id)) unlink(p);
+}
+
+/* Under the mutation lock: deletes pack id if no name points at it and no
+ * lease holds it (a leased one is left for gc).  1 when it went. */
+static int drop_unnamed(kiln_store *s, const char *id) {
+    int n_names = 0;
+    each_name(s, id, count_name, &n_names);
+    if (n_names || !pack_exists(s, id)) return 0;
+    int lease = lease_excl(s, id);
+    if (lease < 0) return 0;
+    delete_pack(s, id);
+    kst_unlock(lease);
+    return 1;
+}
+
+static void drop_if_unnamed(kiln_store *s, const char *id) {
+    if (drop_unnamed(s, id)) kb_log(KB_LOG_INFO, "store: removed pack %.12s, which no name points at any more", id);
+}
+
 kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
     if (!s || !name_or_id) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or name");
     int lk = mut_lock(s, LOCK_EX);
@@ -805,31 +895,14 @@ kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
         return st;
     }
     int lease = -1;
-    if (!st && !kst_path(p, "%s/leases/%s.lock", s->root, id) && (lease = kst_lock(p, LOCK_EX | LOCK_NB)) < 0) {
+    if (!st && (lease = lease_excl(s, id)) < 0) {
         char who[512];
         lease_holders(s, id, who, sizeof who);
         st = kl_fail(NULL, KILN_ERR_STATE, "%s is in use by %s; unload it first", name_or_id, who);
     }
     if (!st) {
         each_name(s, id, unlink_name, s);
-        char src[PATH_MAX];
-        kst_path(src, "%s/packs/%s", s->root, id);
-        /* the rename makes the removal atomic; deleting the renamed tree
-         * never follows a linked pack's symlink into its target */
-        kst_quarantine(s, src, "removed");
-        char q[PATH_MAX];
-        kst_path(q, "%s/quarantine", s->root);
-        DIR *d = opendir(q);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            size_t n = strlen(e->d_name);
-            if (n > KST_ID_LEN && !strcmp(e->d_name + n - KST_ID_LEN, id) && !kst_path(p, "%s/%s", q, e->d_name))
-                kst_rmtree(p);
-        }
-        if (d) closedir(d);
-        if (!kst_path(p, "%s/state/%s.json", s->root, id)) unlink(p);
-        lease_holders(s, id, p, sizeof p); /* sweeps stale lease records */
-        if (!kst_path(p, "%s/leases/%s.lock", s->root, id)) unlink(p);
+        delete_pack(s, id);
     }
     kst_unlock(lease);
     kst_unlock(lk);
@@ -873,6 +946,23 @@ kiln_status kiln_store_gc(kiln_store *s, kiln_store_gc_fn each, void *user, uint
     uint64_t n = 0, bytes = 0;
     gc_dir(s, ".staging", 1, each, user, &n, &bytes);
     gc_dir(s, "quarantine", 0, each, user, &n, &bytes);
+    /* packs no name points at (a name moved while the old pack was leased) */
+    char dir[PATH_MAX];
+    kst_path(dir, "%s/packs", s->root);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!kst_hex_ok(e->d_name)) continue;
+        char id[KST_ID_LEN + 1], p[PATH_MAX];
+        memcpy(id, e->d_name, KST_ID_LEN + 1);
+        uint64_t size = kst_path(p, "%s/%s", dir, id) ? 0 : kst_tree_size(p, NULL);
+        if (drop_unnamed(s, id)) {
+            n++;
+            bytes += size;
+            if (each) each(p, size, user);
+        }
+    }
+    if (d) closedir(d);
     kst_unlock(lk);
     if (n_removed) *n_removed = n;
     if (bytes_removed) *bytes_removed = bytes;

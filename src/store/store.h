@@ -30,6 +30,7 @@
 
 #define KST_NAME_MAX 128     /* bytes of "name:tag" */
 #define KST_ID_LEN 64        /* hex digits of a pack id */
+#define KST_ID_PREFIX_MIN 4  /* hex digits an id prefix needs (kiln ls prints 12) */
 #define KST_STAGING_MAX_AGE (60.0 * 60.0)      /* install-time cleanup, seconds */
 #define KST_GC_MAX_AGE (24.0 * 60.0 * 60.0)    /* gc threshold, seconds */
 
@@ -88,7 +89,9 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
 /* Looks for a published, healthy pack whose manifest "origin" is origin and,
  * if sha256 is given, whose first artifact has that hash. */
 int kst_find_origin(kiln_store *s, const char *origin, const char *sha256, char id_out[KST_ID_LEN + 1]);
-/* Points name at id (under the mutation lock). */
+/* Points name at id (under the mutation lock).  A pack the name pointed at
+ * before goes when no other name is left on it and nothing leases it (gc
+ * removes it later otherwise). */
 kiln_status kst_bind_name(kiln_store *s, const char *name, const char *id);
 /* Emits one event when progress is not NULL. */
 void kst_emit(kiln_store_progress_fn progress, void *user, const kiln_store_progress *p);

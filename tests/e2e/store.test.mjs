@@ -1,0 +1,66 @@
+// The store through the Ollama API: /api/tags lists each model once (a store
+// model that a request loaded is not listed again as a loaded file, and a
+// pack without a name is not a model), and /api/copy refuses to overwrite a
+// name, as kiln cp does without --force.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { startServer, bin, model } from './lib.mjs';
+
+let srv, store, other;
+
+function kiln(...args) {
+  const r = spawnSync(bin, args, { env: { ...process.env, KILN_STORE: store }, encoding: 'utf8' });
+  assert.equal(r.status, 0, args.join(' ') + ': ' + r.stderr);
+  return r.stdout;
+}
+
+async function tagNames() {
+  const j = await (await fetch(srv.base + '/api/tags')).json();
+  return j.models.map((m) => m.name);
+}
+
+before(async () => {
+  store = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-e2e-store-'));
+  other = path.join(store, 'other.gguf');
+  fs.copyFileSync(model, other);
+  kiln('import', model, '--name', 'tiny', '--link');
+  kiln('import', other, '--name', 'spare', '--link');
+  srv = await startServer(['-c', '256', '-t', '1'], { KILN_STORE: store });
+});
+
+after(async () => {
+  assert.equal(await srv.stop(), 0);
+  fs.rmSync(store, { recursive: true, force: true });
+});
+
+test('/api/tags lists each model once, also once a request loaded it from the store', async () => {
+  const r = await fetch(srv.base + '/api/generate', {
+    method: 'POST', body: JSON.stringify({ model: 'tiny', prompt: 'Once', stream: false, options: { num_predict: 2 } }),
+  });
+  assert.equal(r.status, 200);
+  const names = await tagNames();
+  assert.deepEqual([...names].sort(), ['spare:latest', 'stories260K', 'tiny:latest'], names.join(','));
+  assert.ok(!names.includes(''), 'no nameless entry');
+});
+
+test('/api/copy refuses to overwrite a name', async () => {
+  const r = await fetch(srv.base + '/api/copy', {
+    method: 'POST', body: JSON.stringify({ source: 'tiny', destination: 'spare' }),
+  });
+  assert.equal(r.status, 409);
+  assert.match((await r.json()).error, /already names/);
+  const ok = await fetch(srv.base + '/api/copy', {
+    method: 'POST', body: JSON.stringify({ source: 'tiny', destination: 'tiny2' }),
+  });
+  assert.equal(ok.status, 200);
+  // --force moves the name; the pack it named had no other name and goes
+  kiln('cp', 'tiny', 'spare', '--force');
+  const names = await tagNames();
+  assert.deepEqual([...names].sort(), ['spare:latest', 'stories260K', 'tiny2:latest', 'tiny:latest'], names.join(','));
+  const ls = JSON.parse(kiln('ls', '--json'));
+  assert.equal(new Set(ls.map((e) => e.id)).size, 1, 'one pack left: ' + JSON.stringify(ls));
+});
