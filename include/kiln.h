@@ -608,8 +608,39 @@ kiln_status kiln_engine_embed(kiln_engine *e, const kiln_embed_request *r, kiln_
 /* ------------------------------------------------------------- quantizer */
 
 /* Writes a copy of in_path with 2-D weights converted to type ("q8_0",
- * "q4_0", "q4_k_m", ...).  Norms and 1-D tensors stay F32. */
+ * "q4_0", "q4_k_m", ...).  Norms and 1-D tensors stay F32.  The output is
+ * written beside out_path and renamed over it when complete; an out_path
+ * that is the input file (the same path, a link, another name of its
+ * inode) is refused with KILN_ERR_INVALID_ARG. */
 kiln_status kiln_quantize(const char *in_path, const char *out_path, const char *type, int n_threads);
+
+/* One tensor's conversion, told before the file is written.  wanted is set
+ * when the type rules chose a type whose blocks (wanted_block elements)
+ * do not divide the tensor's rows (ne[0] elements), so type_out is a
+ * fallback; it is NULL otherwise.  Strings are valid during the call. */
+typedef struct kiln_quantize_tensor {
+    const char *name;
+    int32_t index, count;  /* tensor number (from 0) and how many */
+    int32_t n_dims;
+    int64_t ne[4];
+    const char *type_in;   /* "F16", "Q8_0", ... */
+    const char *type_out;
+    const char *wanted;
+    int32_t wanted_block;
+    uint64_t bytes_in, bytes_out;
+} kiln_quantize_tensor;
+typedef void (*kiln_quantize_fn)(const kiln_quantize_tensor *t, void *user);
+
+typedef struct kiln_quantize_params {
+    int32_t n_threads;          /* 0 = all online CPUs */
+    kiln_quantize_fn on_tensor; /* optional: hears every tensor, in file order */
+    void *user;
+} kiln_quantize_params;
+
+kiln_quantize_params kiln_quantize_default_params(void);
+/* kiln_quantize with params (NULL: the defaults). */
+kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const char *type,
+                               const kiln_quantize_params *params);
 
 #ifdef __cplusplus
 }

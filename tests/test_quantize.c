@@ -4,7 +4,10 @@
  *    gen_fixtures.py wrote with ggml's reference quantizers (an independent
  *    implementation in Python), so llama.cpp reads them the same way;
  *  - the Q4_K_M mix puts Q6_K exactly where llama.cpp's rules do, and the
- *    result loads and computes close to the F32 model.
+ *    result loads and computes close to the F32 model;
+ *  - the input is never the output; every block-size fallback is reported;
+ *    kiln quantize prints a summary and takes store names, as kiln embed
+ *    does.
  */
 #include "kiln.h"
 #include "testutil.h"
@@ -15,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char tmpdir[] = "/tmp/kiln-test-quantize-XXXXXX";
@@ -176,8 +180,124 @@ static void test_k_mix(void) {
     CHECK(strstr(kiln_last_error(), "q9_9") != NULL);
 }
 
+typedef struct seen {
+    int n, fallbacks, ffn_down_f16;
+    uint64_t in, out;
+} seen;
+
+static void on_tensor(const kiln_quantize_tensor *t, void *user) {
+    seen *s = user;
+    CHECK(t->index == s->n && t->count == 48);
+    s->n++;
+    s->in += t->bytes_in;
+    s->out += t->bytes_out;
+    if (!t->wanted) return;
+    /* a fallback only where the wanted type's blocks do not divide the rows */
+    s->fallbacks++;
+    CHECKF(t->ne[0] % t->wanted_block != 0 && strcmp(t->wanted, t->type_out), "%s: %s -> %s", t->name, t->wanted,
+           t->type_out);
+    if (strstr(t->name, "ffn_down") && !strcmp(t->type_out, "F16") && t->ne[0] == 172) s->ffn_down_f16++;
+}
+
+/* Runs kiln with args (a shell fragment); stdout and stderr land in files
+ * of tmpdir and are returned (freed by the caller). */
+static int run_kiln(const char *args, char **out, char **err) {
+    const char *bin = getenv("KILN_BIN");
+    char cmd[2048], o[600], e[600];
+    snprintf(o, sizeof o, "%s/out.txt", tmpdir);
+    snprintf(e, sizeof e, "%s/err.txt", tmpdir);
+    snprintf(cmd, sizeof cmd, "KILN_STORE='%s/store' '%s' %s >'%s' 2>'%s'", tmpdir, bin, args, o, e);
+    int rc = system(cmd);
+    *out = t_read_file(o, NULL);
+    *err = t_read_file(e, NULL);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void test_in_out_and_report(void) {
+    const char *stories = "../models/stories260K.gguf";
+    char in[512], lnk[512], hard[512], out[512];
+    snprintf(in, sizeof in, "%s/in.gguf", tmpdir);
+    snprintf(lnk, sizeof lnk, "%s/link.gguf", tmpdir);
+    snprintf(hard, sizeof hard, "%s/hard.gguf", tmpdir);
+    snprintf(out, sizeof out, "%s/out.gguf", tmpdir);
+    size_t len, len2;
+    char *orig = t_read_file(stories, &len);
+    FILE *f = fopen(in, "wb");
+    CHECK(orig && f && fwrite(orig, 1, len, f) == len);
+    if (f) fclose(f);
+    CHECK(symlink(in, lnk) == 0 && link(in, hard) == 0);
+    /* the same file by its path, a symlink or a hard link is refused and
+     * left as it was */
+    const char *same[] = {in, lnk, hard};
+    for (int i = 0; i < 3; i++) {
+        CHECKF(kiln_quantize(in, same[i], "q8_0", 1) == KILN_ERR_INVALID_ARG, "%s accepted as the output", same[i]);
+        CHECKF(strstr(kiln_last_error(), "input file itself") != NULL, "%s", kiln_last_error());
+    }
+    char *now = t_read_file(in, &len2);
+    CHECK(now && len2 == len && !memcmp(now, orig, len));
+    free(now);
+    /* stories' rows of 64 and 172 do not divide into Q4_K's 256: every
+     * such tensor is reported with the type it got instead */
+    seen s = {0};
+    kiln_quantize_params p = kiln_quantize_default_params();
+    p.n_threads = 1;
+    p.on_tensor = on_tensor;
+    p.user = &s;
+    CHECKF(kiln_quantize_with(in, out, "q4_k_m", &p) == KILN_OK, "%s", kiln_last_error());
+    CHECKF(s.n == 48 && s.fallbacks == 37 && s.ffn_down_f16 == 5, "%d tensors, %d fallbacks, %d ffn_down in F16", s.n,
+           s.fallbacks, s.ffn_down_f16);
+    /* the sizes reported are the tensor bytes of the two files */
+    char err[256];
+    gguf_file *g = gguf_open(out, err, sizeof err), *gi = gguf_open(in, err, sizeof err);
+    uint64_t bytes = 0, bytes_in = 0;
+    for (int i = 0; g && i < gguf_n_tensors(g); i++) bytes += gguf_tensor_at(g, i)->nbytes;
+    for (int i = 0; gi && i < gguf_n_tensors(gi); i++) bytes_in += gguf_tensor_at(gi, i)->nbytes;
+    CHECKF(g && gi && bytes == s.out && s.in == bytes_in && s.out < s.in, "reported %llu -> %llu bytes, files %llu -> %llu",
+           (unsigned long long)s.in, (unsigned long long)s.out, (unsigned long long)bytes_in, (unsigned long long)bytes);
+    gguf_close(g);
+    gguf_close(gi);
+    free(orig);
+
+    if (!getenv("KILN_BIN")) {
+        printf("CLI cases skipped: KILN_BIN is not set\n");
+        return;
+    }
+    /* the CLI: refused in == out, a summary, each fallback on stderr */
+    char args[1400], *o = NULL, *e = NULL;
+    snprintf(args, sizeof args, "quantize '%s' '%s' q8_0", in, lnk);
+    CHECK(run_kiln(args, &o, &e) == 1 && e && strstr(e, "input file itself"));
+    free(o);
+    free(e);
+    snprintf(args, sizeof args, "quantize '%s' '%s' q4_k_m", in, out);
+    CHECK(run_kiln(args, &o, &e) == 0);
+    CHECKF(o && strstr(o, "types: F32 48 -> ") && strstr(o, "Q8_0 32") && strstr(o, "F16 5") && strstr(o, "size:") &&
+           strstr(o, "37 of 48 tensors fell back"), "summary: %s", o ? o : "");
+    CHECKF(e && strstr(e, "blk.0.ffn_down.weight: rows of 172 are not a multiple of 256, which Q4_K needs: F16"),
+           "fallback warnings: %s", e ? e : "");
+    free(o);
+    free(e);
+    /* store names work for quantize and embed */
+    snprintf(args, sizeof args, "import '%s' --name tiny --link && KILN_STORE='%s/store' '%s' import "
+             "data/fixtures/bert-embed.gguf --name bert --link", stories, tmpdir, getenv("KILN_BIN"));
+    CHECK(run_kiln(args, &o, &e) == 0);
+    free(o);
+    free(e);
+    snprintf(args, sizeof args, "quantize tiny '%s' q8_0", out);
+    CHECKF(run_kiln(args, &o, &e) == 0 && o && strstr(o, "quantized tiny"), "quantize by name: %s", e ? e : "");
+    free(o);
+    free(e);
+    CHECK(run_kiln("embed -m bert 'a kiln'", &o, &e) == 0);
+    CHECKF(o && strstr(o, "\"embedding\"") && strstr(o, "\"model\":\"bert\""), "embed by name: %s", e ? e : "");
+    free(o);
+    free(e);
+    CHECK(run_kiln("embed -m nothing-here 'a kiln'", &o, &e) == 1 && e && strstr(e, "not a model in the store"));
+    free(o);
+    free(e);
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir)) return 1;
+    test_in_out_and_report();
     compare_with_fixture("q8_0", "data/fixtures/llama-q8_0.gguf");
     compare_with_fixture("q4_0", "data/fixtures/llama-q4_0.gguf");
     test_k_mix();

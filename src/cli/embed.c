@@ -1,4 +1,5 @@
-/* kiln embed — L2-normalized embeddings of the given texts as JSON. */
+/* kiln embed — L2-normalized embeddings of the given texts as JSON.  -m
+ * takes a file or a store name (leased while the command runs). */
 #include "cli.h"
 
 #include <jansson.h>
@@ -45,8 +46,13 @@ int cmd_embed(int argc, char **argv) {
         free(texts);
         return 2;
     }
+    const char *path;
+    if (cli_model_path(model, 0, &path)) {
+        free(texts);
+        return 1;
+    }
     kiln_embedder *e;
-    if (kiln_embedder_new(model, &p, &e) != KILN_OK) {
+    if (kiln_embedder_new(path, &p, &e) != KILN_OK) {
         free(texts);
         return cli_fail(model);
     }

@@ -73,7 +73,7 @@ static const struct cli_cmd {
      "bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-pg P,N]... [-d 0[,..]] [-s 1[,4,8..]] [-t N] [-r 5] "
      "[-o md|json] [--cache-type f16|f32|q8_0] [--roofline]"},
     {"quantize", cmd_quantize,
-     "quantize IN.gguf OUT.gguf TYPE [-t N]\n"
+     "quantize IN.gguf|NAME OUT.gguf TYPE [-t N]\n"
      "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m q4_k_s q5_k_m q3_k_m iq4_nl "
      "iq4_xs"},
     {"serve", cmd_serve, "serve [-m MODEL|NAME ...] [options]   (kiln serve --help lists them)"},

@@ -10,7 +10,7 @@
  *     in the first and last eighth of the layers and every third layer
  *     between ("use more bits");
  *   - a tensor whose rows don't divide into the type's blocks falls back to
- *     a type whose blocks fit.
+ *     a type whose blocks fit (the caller hears of each one).
  * Metadata is copied, with general.file_type and
  * general.quantization_version updated.
  */
@@ -23,9 +23,11 @@
 #include "thread/pool.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct qmix {
     const char *name;
@@ -68,8 +70,10 @@ static int is_output(const gguf_file *f, const char *name) {
     return !strcmp(name, "token_embd.weight") && !gguf_find_tensor(f, "output.weight");
 }
 
-/* Target type of tensor t under mix q. */
-static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, int n_layer) {
+/* Target type of tensor t under mix q; *wanted receives the type the rules
+ * chose before the block-size fallback. */
+static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, int n_layer, int *wanted) {
+    *wanted = -1;
     if (t->n_dims < 2 || strstr(t->name, "norm")) return t->type == KQ_F16 || t->type == KQ_BF16 ? KQ_F32 : (int)t->type;
     int want = q->base;
     int quantized = kq_get(want)->blck > 1;
@@ -79,6 +83,7 @@ static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, in
         if (l >= 0 && use_more_bits(l, n_layer)) want = q->more_bits;
     }
     /* rows must divide into blocks; fall back toward finer blocks */
+    *wanted = want;
     if (t->ne[0] % kq_get(want)->blck != 0) {
         if (t->ne[0] % 32 == 0) want = kq_get(want)->blck == 256 ? KQ_Q8_0 : want;
         else want = KQ_F16;
@@ -127,10 +132,33 @@ static int produce(void *ud, int idx, void *dst, uint64_t nbytes) {
     return j->failed ? -1 : 0;
 }
 
+kiln_quantize_params kiln_quantize_default_params(void) {
+    kiln_quantize_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
 kiln_status kiln_quantize(const char *in_path, const char *out_path, const char *type, int n_threads) {
+    kiln_quantize_params p = kiln_quantize_default_params();
+    p.n_threads = n_threads;
+    return kiln_quantize_with(in_path, out_path, type, &p);
+}
+
+kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const char *type,
+                               const kiln_quantize_params *params) {
     const qmix *q = type ? find_mix(type) : NULL;
     if (!q) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown quantization type '%s'", type ? type : "");
     if (!in_path || !out_path) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "missing input or output path");
+    const kiln_quantize_params defaults = kiln_quantize_default_params();
+    if (!params) params = &defaults;
+    const int n_threads = params->n_threads;
+    /* the output replaces its path when complete: never the input itself
+     * (the same path, a link to it, or another name of its inode) */
+    struct stat si, so;
+    if (stat(in_path, &si) != 0) return kl_fail(NULL, KILN_ERR_IO, "%s: %s", in_path, strerror(errno));
+    if (stat(out_path, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "the output %s is the input file itself; write to another path",
+                       out_path);
     char err[512];
     gguf_file *f = gguf_open(in_path, err, sizeof err);
     if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "%s", err);
@@ -168,8 +196,20 @@ kiln_status kiln_quantize(const char *in_path, const char *out_path, const char 
                          kq_get((int)t->type)->name);
             goto done;
         }
-        types[i] = pick_type(f, t, q, n_layer);
+        int wanted;
+        types[i] = pick_type(f, t, q, n_layer, &wanted);
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
+        if (params->on_tensor) {
+            const int64_t nrows = t->ne[1] * t->ne[2] * t->ne[3];
+            kiln_quantize_tensor qt = {
+                .name = t->name, .index = i, .count = nt, .n_dims = (int32_t)t->n_dims,
+                .ne = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}, .type_in = kq_get((int)t->type)->name,
+                .type_out = kq_get(types[i])->name,
+                .wanted = wanted >= 0 && wanted != types[i] ? kq_get(wanted)->name : NULL,
+                .wanted_block = wanted >= 0 ? (int32_t)kq_get(wanted)->blck : 0,
+                .bytes_in = t->nbytes, .bytes_out = (uint64_t)nrows * kq_row_size(types[i], t->ne[0])};
+            params->on_tensor(&qt, params->user);
+        }
         gguf_w_tensor(w, t->name, (uint32_t)types[i], (int)t->n_dims, t->ne,
                       (int)t->type == types[i] ? t->data : NULL);
     }
