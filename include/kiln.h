@@ -58,6 +58,37 @@ void kiln_set_log(kiln_log_fn fn, void *user, int max_level);
  * "avx512 vnni bf16" (BF16 rows then use vdpbf16ps). */
 const char *kiln_cpu_path(void);
 
+/* --------------------------------------------------------------- backends */
+
+/* What this machine can run, found without loading a model: each CPU path
+ * kiln's kernels have (and AMX), and the GPU runtimes kiln knows of.  A
+ * path is available only when the hardware has it AND the OS enables its
+ * register state (a virtual machine may advertise AMX or AVX-512 and trap
+ * on it); a GPU runtime is available when its driver library loads,
+ * initializes and finds a device. */
+typedef enum kiln_availability {
+    KILN_AVAILABILITY_UNKNOWN = 0,
+    KILN_AVAILABILITY_AVAILABLE = 1,
+    KILN_AVAILABILITY_UNAVAILABLE = 2
+} kiln_availability;
+
+typedef struct kiln_backend_status {
+    const char *name;          /* "cpu", "cpu-avx2", "cpu-avx512", "cpu-avx512-vnni",
+                                  "cpu-avx512-bf16", "cpu-amx", "cuda", "vulkan" */
+    const char *kind;          /* "cpu" or "gpu" */
+    kiln_availability availability;
+    int supported;             /* 1: this build has kernels for it */
+    int used;                  /* 1: kiln's kernels run on it now (KILN_ISA may cap) */
+    char detail[256];          /* the reason or what was found, in a few words */
+} kiln_backend_status;
+
+/* Writes up to cap rows into out (may be NULL with cap 0) and returns how
+ * many there are.  GPU checks dlopen the driver's library and initialize it
+ * (which may take a moment); no model is read.  Safe from any thread. */
+int kiln_backend_probe(kiln_backend_status *out, int cap);
+/* "available", "unavailable" or "unknown". */
+const char *kiln_availability_str(kiln_availability a);
+
 /* ------------------------------------------------------------------ model */
 
 typedef struct kiln_model kiln_model;

@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang
       libpcre2-dev libutf8proc-dev libjansson-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev
-      libzip-dev libpng-dev
+      libzip-dev libpng-dev libvulkan-dev
       python3 nodejs chromium nginx-light)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -10,6 +10,7 @@
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_show(int argc, char **argv);
+int cmd_backends(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);

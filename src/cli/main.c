@@ -53,6 +53,9 @@ static void usage(FILE *f) {
             "  verify    NAME                      re-hash every file\n"
             "  gc        remove staging and quarantine older than a day, and packs without a name\n"
             "  cp        NAME NEW-NAME [--force]   add another name (--force: move one in use)\n"
+            "\n"
+            "machine:\n"
+            "  backends  [--json]                  CPU paths and GPU runtimes this machine can run\n"
             "\n%s",
             KILN_VERSION, run_options);
 }
@@ -85,6 +88,7 @@ static const struct cli_cmd {
     {"verify", cmd_verify, "verify NAME|ID"},
     {"gc", cmd_gc, "gc"},
     {"cp", cmd_cp, "cp SOURCE NEW-NAME [--force]"},
+    {"backends", cmd_backends, "backends [--json]"},
 };
 
 static const struct cli_cmd *find_cmd(const char *name) {

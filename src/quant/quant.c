@@ -9,7 +9,6 @@
  */
 #include "quant/quant.h"
 
-#include <cpuid.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,31 +21,11 @@ static int g_active_isa = KQ_ISA_SCALAR;
 
 /* ---- CPU features ---- */
 
-/* XCR0: which register states the OS saves on context switch. */
-static uint64_t read_xcr0(void) {
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-
 static int detect_isa(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return KQ_ISA_SCALAR;
-    const int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
-    const int fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
-    if (!osxsave || !avx) return KQ_ISA_SCALAR;
-    const uint64_t xcr0 = read_xcr0();
-    if ((xcr0 & 0x6) != 0x6) return KQ_ISA_SCALAR;     /* XMM + YMM state */
-    if (__get_cpuid_max(0, NULL) < 7) return KQ_ISA_SCALAR;
-    __cpuid_count(7, 0, a, b, c, d);
-    const int avx2 = (b >> 5) & 1, bmi2 = (b >> 8) & 1;
+    const kq_cpu *p = kq_cpu_get();
     /* The *_avx2.c files are built with -mavx2 -mfma -mf16c -mbmi2. */
-    if (!(avx2 && fma && f16c && bmi2)) return KQ_ISA_SCALAR;
-    const int f = (b >> 16) & 1, dq = (b >> 17) & 1;
-    const int bw = (b >> 30) & 1, vl = (b >> 31) & 1;
-    const int vnni = (c >> 11) & 1;
-    const int zmm_state = (xcr0 & 0xE0) == 0xE0;        /* opmask, ZMM_Hi256, Hi16_ZMM */
-    if (f && dq && bw && vl && vnni && zmm_state) return KQ_ISA_AVX512;
+    if (!(p->os_ymm && p->avx && p->avx2 && p->fma && p->f16c && p->bmi2)) return KQ_ISA_SCALAR;
+    if (p->os_zmm && p->avx512f && p->avx512dq && p->avx512bw && p->avx512vl && p->avx512vnni) return KQ_ISA_AVX512;
     return KQ_ISA_AVX2;
 }
 
@@ -67,14 +46,7 @@ int kq_cpu_isa(void) {
 
 /* AVX512_BF16 (CPUID.(EAX=7, ECX=1):EAX bit 5): vdpbf16ps, two BF16
  * products per float lane.  Only asked for once the AVX-512 level holds. */
-static int detect_bf16(void) {
-    unsigned a, b, c, d;
-    if (kq_cpu_isa() < KQ_ISA_AVX512) return 0; /* which also means leaf 7 exists */
-    __cpuid_count(7, 0, a, b, c, d);
-    if (a < 1) return 0; /* no subleaf 1 */
-    __cpuid_count(7, 1, a, b, c, d);
-    return (a >> 5) & 1;
-}
+static int detect_bf16(void) { return kq_cpu_isa() >= KQ_ISA_AVX512 && kq_cpu_get()->avx512bf16; }
 
 int kq_cpu_bf16(void) {
     static int slot = -1;

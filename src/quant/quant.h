@@ -64,6 +64,21 @@ typedef struct kq_traits {
     kq_vec_dot_fn vec_dot_ref; /* scalar twin */
 } kq_traits;
 
+/* The processor's features (CPUID) and the register states the OS enables
+ * (XCR0); read once.  Only a feature whose state the OS enables may run. */
+typedef struct kq_cpu {
+    char vendor[13];         /* "GenuineIntel", "AuthenticAMD" */
+    char brand[49];          /* the model string, "" when not reported */
+    unsigned avx : 1, avx2 : 1, fma : 1, f16c : 1, bmi2 : 1;
+    unsigned avx512f : 1, avx512dq : 1, avx512bw : 1, avx512vl : 1, avx512vnni : 1, avx512bf16 : 1;
+    unsigned amx_tile : 1, amx_int8 : 1, amx_bf16 : 1;
+    unsigned os_ymm : 1;     /* XCR0 saves XMM and YMM */
+    unsigned os_zmm : 1;     /* ... and the AVX-512 opmask and ZMM states */
+    unsigned os_amx : 1;     /* ... and the AMX tile states */
+    unsigned kernel_amx : 1; /* Linux would grant a process the AMX tile data */
+} kq_cpu;
+const kq_cpu *kq_cpu_get(void);
+
 /* Picks SIMD paths.  isa_max caps the level (KQ_ISA_AVX512 = no cap).  Safe to
  * call more than once; the first call happens inside kq_get() if needed. */
 void kq_init(int isa_max);

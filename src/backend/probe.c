@@ -1,0 +1,193 @@
+/*
+ * probe.c — kiln_backend_probe: what this machine can run, found without
+ * loading a model.
+ *
+ * CPU rows come from CPUID and the OS-enabled register states (quant/cpu.c):
+ * a path is available only when both allow it, so an AMX or AVX-512 unit a
+ * virtual machine advertises but does not enable is reported unavailable,
+ * never used.  GPU rows load the vendor's driver library with dlopen and
+ * initialize it (CUDA: cuInit and the device count; Vulkan: an instance and
+ * its physical devices); a missing library is "unavailable", a library that
+ * fails to initialize says so with its error code.  kiln has no GPU kernels
+ * yet, so those rows are never "used".
+ */
+#define _GNU_SOURCE
+#include "backend/probe.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+
+typedef struct rows {
+    kiln_backend_status *out;
+    int cap, n;
+} rows;
+
+static void row(rows *r, const char *name, const char *kind, kiln_availability a, int supported, int used,
+                const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static void row(rows *r, const char *name, const char *kind, kiln_availability a, int supported, int used,
+                const char *fmt, ...) {
+    if (r->n < r->cap) {
+        kiln_backend_status *s = &r->out[r->n];
+        memset(s, 0, sizeof *s);
+        s->name = name;
+        s->kind = kind;
+        s->availability = a;
+        s->supported = supported;
+        s->used = used;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->detail, sizeof s->detail, fmt, ap);
+        va_end(ap);
+    }
+    r->n++;
+}
+
+static kiln_availability avail(int ok) { return ok ? KILN_AVAILABILITY_AVAILABLE : KILN_AVAILABILITY_UNAVAILABLE; }
+
+static void cpu_rows(rows *r, const kq_cpu *p, int active, int top) {
+    const char *cap = active < top ? " (capped by KILN_ISA)" : "";
+    row(r, "cpu", "cpu", KILN_AVAILABILITY_AVAILABLE, 1, active == KQ_ISA_SCALAR, "scalar kernels, any x86-64%s",
+        active == KQ_ISA_SCALAR ? cap : "");
+
+    int avx2_hw = p->avx && p->avx2 && p->fma && p->f16c && p->bmi2;
+    row(r, "cpu-avx2", "cpu", avail(avx2_hw && p->os_ymm), 1, active == KQ_ISA_AVX2, "%s%s",
+        !avx2_hw ? "needs AVX2, FMA, F16C and BMI2" : !p->os_ymm ? "the OS does not enable the YMM state" : "AVX2 + FMA",
+        active == KQ_ISA_AVX2 ? cap : "");
+
+    int f_hw = p->avx512f && p->avx512dq && p->avx512bw && p->avx512vl;
+    int zmm = avx2_hw && f_hw && p->os_zmm;
+    const char *why = !f_hw ? "no AVX-512 F/DQ/BW/VL" : !p->os_zmm ? "advertised, but the OS does not enable the ZMM state"
+                                                                   : "AVX-512 F/DQ/BW/VL";
+    row(r, "cpu-avx512", "cpu", avail(zmm), 1, active == KQ_ISA_AVX512, "%s", why);
+    row(r, "cpu-avx512-vnni", "cpu", avail(zmm && p->avx512vnni), 1, active == KQ_ISA_AVX512, "%s%s",
+        !zmm ? "needs the AVX-512 row" : !p->avx512vnni ? "no AVX512_VNNI (kiln's AVX-512 kernels need it)" : "vpdpbusd",
+        active == KQ_ISA_AVX512 ? "" : cap);
+    int bf16 = zmm && p->avx512vnni && p->avx512bf16;
+    row(r, "cpu-avx512-bf16", "cpu", avail(bf16), 1, active == KQ_ISA_AVX512 && bf16, "%s",
+        !(zmm && p->avx512vnni) ? "needs the AVX-512 VNNI row" : !p->avx512bf16 ? "no AVX512_BF16" : "vdpbf16ps for BF16 weights");
+
+    int amx_hw = p->amx_tile && (p->amx_int8 || p->amx_bf16);
+    const char *amx = !amx_hw        ? "no AMX tiles"
+                      : !p->os_amx   ? "advertised, but the OS does not enable the tile state (it would trap)"
+                      : !p->kernel_amx ? "the kernel does not grant the tile data state"
+                                       : "AMX tiles (kiln has no AMX kernels)";
+    row(r, "cpu-amx", "cpu", avail(amx_hw && p->os_amx && p->kernel_amx), 0, 0, "%s", amx);
+}
+
+/* The CUDA driver API, declared by hand: five calls of a stable C ABI. */
+typedef int (*cu_init_fn)(unsigned);
+typedef int (*cu_count_fn)(int *);
+typedef int (*cu_get_fn)(int *, int);
+typedef int (*cu_name_fn)(char *, int, int);
+typedef int (*cu_version_fn)(int *);
+
+static void cuda_row(rows *r) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        row(r, "cuda", "gpu", KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "no NVIDIA driver (libcuda.so.1 not found)");
+        return;
+    }
+    cu_init_fn init = (cu_init_fn)dlsym(h, "cuInit");
+    cu_count_fn count = (cu_count_fn)dlsym(h, "cuDeviceGetCount");
+    cu_get_fn get = (cu_get_fn)dlsym(h, "cuDeviceGet");
+    cu_name_fn name = (cu_name_fn)dlsym(h, "cuDeviceGetName");
+    cu_version_fn ver = (cu_version_fn)dlsym(h, "cuDriverGetVersion");
+    if (!init || !count || !get || !name) {
+        row(r, "cuda", "gpu", KILN_AVAILABILITY_UNKNOWN, 0, 0, "libcuda.so.1 lacks the driver API");
+        return; /* the driver stays loaded: CUDA does not support unloading */
+    }
+    int e = init(0), n = 0, v = 0;
+    if (e) {
+        row(r, "cuda", "gpu", KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "driver found, cuInit failed (error %d)", e);
+        return;
+    }
+    if (ver) ver(&v);
+    if ((e = count(&n)) || n <= 0) {
+        row(r, "cuda", "gpu", KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "driver %d.%d, no device (error %d)", v / 1000,
+            v % 1000 / 10, e);
+        return;
+    }
+    char dev0[128] = "";
+    int d = 0;
+    if (get(&d, 0) == 0) name(dev0, (int)sizeof dev0, d);
+    row(r, "cuda", "gpu", KILN_AVAILABILITY_AVAILABLE, 0, 0, "driver %d.%d, %d device%s: %s%s", v / 1000,
+        v % 1000 / 10, n, n == 1 ? "" : "s", dev0, n > 1 ? ", ..." : "");
+}
+
+static void vulkan_row(rows *r) {
+    void *h = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        row(r, "vulkan", "gpu", KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "no Vulkan loader (libvulkan.so.1 not found)");
+        return;
+    }
+    PFN_vkGetInstanceProcAddr gipa = (PFN_vkGetInstanceProcAddr)dlsym(h, "vkGetInstanceProcAddr");
+    PFN_vkCreateInstance create = gipa ? (PFN_vkCreateInstance)gipa(NULL, "vkCreateInstance") : NULL;
+    if (!create) {
+        row(r, "vulkan", "gpu", KILN_AVAILABILITY_UNKNOWN, 0, 0, "libvulkan.so.1 lacks vkCreateInstance");
+        dlclose(h);
+        return;
+    }
+    VkApplicationInfo app = {VK_STRUCTURE_TYPE_APPLICATION_INFO, NULL, "kiln", 1, "kiln", 1, VK_API_VERSION_1_0};
+    VkInstanceCreateInfo ci = {VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, NULL, 0, &app, 0, NULL, 0, NULL};
+    VkInstance inst = NULL;
+    VkResult e = create(&ci, NULL, &inst);
+    if (e != VK_SUCCESS) {
+        row(r, "vulkan", "gpu", KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "loader found, vkCreateInstance failed (%d)", (int)e);
+        dlclose(h);
+        return;
+    }
+    PFN_vkEnumeratePhysicalDevices enumerate = (PFN_vkEnumeratePhysicalDevices)gipa(inst, "vkEnumeratePhysicalDevices");
+    PFN_vkGetPhysicalDeviceProperties props =
+        (PFN_vkGetPhysicalDeviceProperties)gipa(inst, "vkGetPhysicalDeviceProperties");
+    PFN_vkDestroyInstance destroy = (PFN_vkDestroyInstance)gipa(inst, "vkDestroyInstance");
+    uint32_t n = 0;
+    VkPhysicalDevice devs[8];
+    if (enumerate) {
+        n = 8;
+        if (enumerate(inst, &n, devs) < 0) n = 0;
+    }
+    char list[224] = "";
+    int gpus = 0;
+    for (uint32_t i = 0; i < n && props; i++) {
+        VkPhysicalDeviceProperties p;
+        props(devs[i], &p);
+        int cpu = p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+        gpus += !cpu;
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof list - l, "%s%.64s%s", l ? ", " : "", p.deviceName, cpu ? " (software)" : "");
+    }
+    if (destroy) destroy(inst, NULL);
+    dlclose(h);
+    if (!n) row(r, "vulkan", "gpu", KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "loader found, no device");
+    else
+        row(r, "vulkan", "gpu", gpus ? KILN_AVAILABILITY_AVAILABLE : KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "%s%s", list,
+            gpus ? "" : ": no GPU, only software rendering");
+}
+
+int kbe_cpu_rows(const kq_cpu *p, int active, int top, kiln_backend_status *out, int cap) {
+    rows r = {out, out ? cap : 0, 0};
+    cpu_rows(&r, p, active, top);
+    return r.n;
+}
+
+int kiln_backend_probe(kiln_backend_status *out, int cap) {
+    rows r = {out, out ? cap : 0, 0};
+    cpu_rows(&r, kq_cpu_get(), kq_active_isa(), kq_cpu_isa());
+    cuda_row(&r);
+    vulkan_row(&r);
+    return r.n;
+}
+
+const char *kiln_availability_str(kiln_availability a) {
+    switch (a) {
+    case KILN_AVAILABILITY_AVAILABLE: return "available";
+    case KILN_AVAILABILITY_UNAVAILABLE: return "unavailable";
+    default: return "unknown";
+    }
+}

@@ -1,0 +1,17 @@
+/*
+ * backend — which CPU paths and GPU runtimes this machine offers
+ * (kiln_backend_probe in kiln.h).  The CPU rows are a pure function of the
+ * feature bits, so tests can ask it about machines they are not on (an
+ * AMX unit a VM advertises but does not enable, AVX-512 without VNNI).
+ */
+#ifndef KILN_BACKEND_PROBE_H
+#define KILN_BACKEND_PROBE_H
+
+#include "kiln.h"
+#include "quant/quant.h"
+
+/* The CPU rows for features p, the level in use (active) and the best the
+ * CPU has (top), both KQ_ISA_*; returns how many rows there are. */
+int kbe_cpu_rows(const kq_cpu *p, int active, int top, kiln_backend_status *out, int cap);
+
+#endif
