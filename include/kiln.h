@@ -6,14 +6,72 @@
  * kiln_last_error() on the calling thread; calls on a context also keep it
  * in kiln_context_error().  The library never exits the process.
  *
- * A typical generation:
+ * A whole program: generate up to N tokens after a prompt.  It builds as
+ * written (tests/header_example.sh compiles it against the installed
+ * library):  cc gen.c $(pkg-config --cflags --libs kiln) -o gen
  *
- *   kiln_model *m;   kiln_model_load("model.gguf", NULL, &m);
- *   kiln_context *c; kiln_context_new(m, NULL, &c);
- *   int32_t ids[512]; int n = kiln_tokenize(m, text, len, 1, 0, ids, 512);
- *   kiln_batch b = { n, ids, NULL, NULL, NULL };       // seq 0, appended
- *   kiln_decode(c, &b);                                 // logits of the last
- *   int32_t next = kiln_sampler_sample(s, kiln_get_logits(c, n - 1));
+ *     #include <kiln.h>
+ *     #include <stdio.h>
+ *     #include <stdlib.h>
+ *     #include <string.h>
+ *
+ *     int main(int argc, char **argv) {
+ *         if (argc != 4) {
+ *             fprintf(stderr, "usage: %s MODEL.gguf PROMPT N\n", argv[0]);
+ *             return 2;
+ *         }
+ *         const char *prompt = argv[2];
+ *         const int n_predict = atoi(argv[3]);
+ *         kiln_model *m = NULL;
+ *         kiln_context *c = NULL;
+ *         kiln_sampler *s = NULL;
+ *         int32_t ids[512];
+ *         if (kiln_model_load(argv[1], NULL, &m) != KILN_OK || kiln_context_new(m, NULL, &c) != KILN_OK) {
+ *             fprintf(stderr, "%s\n", kiln_last_error());
+ *             kiln_model_free(m);
+ *             return 1;
+ *         }
+ *         kiln_model_info info;
+ *         kiln_model_get_info(m, &info);
+ *         kiln_sampler_params sp = kiln_sampler_default_params();
+ *         sp.temperature = 0; // greedy: the same text every time (the default 0.8 samples)
+ *         kiln_sampler_new(&sp, info.n_vocab, &s);
+ *         // the prompt, with BOS as the model asks; a negative count is an error
+ *         int n = kiln_tokenize(m, prompt, strlen(prompt), 1, 0, ids, 512);
+ *         if (n < 1 || n > 512) {
+ *             fprintf(stderr, "the prompt does not fit 512 tokens\n");
+ *             return 1;
+ *         }
+ *         for (int i = 0; i < n; i++) kiln_sampler_accept(s, ids[i]); // the penalties' history
+ *         kiln_detok *d = kiln_detok_new(m);
+ *         kiln_batch b = {n, ids, NULL, NULL, NULL}; // sequence 0, logits of its last token
+ *         int rc = 0;
+ *         for (int k = 0; k < n_predict; k++) {
+ *             if (kiln_decode(c, &b) != KILN_OK) { // KILN_ERR_CONTEXT_FULL when the context is full
+ *                 fprintf(stderr, "%s\n", kiln_last_error());
+ *                 rc = 1;
+ *                 break;
+ *             }
+ *             int32_t next = kiln_sampler_sample(s, kiln_get_logits(c, b.n - 1));
+ *             if (kiln_token_is_eog(m, next)) break;
+ *             kiln_sampler_accept(s, next);
+ *             size_t len;
+ *             const char *piece = kiln_detok_push(d, next, &len); // whole UTF-8 characters only
+ *             fwrite(piece, 1, len, stdout);
+ *             fflush(stdout);
+ *             ids[0] = next; // the next batch: the token just chosen
+ *             b.n = 1;
+ *         }
+ *         size_t len;
+ *         const char *tail = kiln_detok_flush(d, &len);
+ *         fwrite(tail, 1, len, stdout);
+ *         putchar('\n');
+ *         kiln_detok_free(d);
+ *         kiln_sampler_free(s);
+ *         kiln_context_free(c);
+ *         kiln_model_free(m);
+ *         return rc;
+ *     }
  *
  * Threads: one model may back many contexts; one context is driven by one
  * thread at a time.
