@@ -1,7 +1,7 @@
 /* The public entry points of kiln.h that concern models and contexts:
  * status strings, errors, context creation and sizing, decode, tokenizer
  * wrappers. */
-#include "model/model.h"
+#include "model/decoder.h"
 
 #include "base/base.h"
 #include "quant/quant.h"
@@ -91,7 +91,8 @@ static size_t ctx_logits_bytes(const kiln_context *c) {
 kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, kiln_context **out) {
     *out = NULL;
     if (!m) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model");
-    if (m->arch->encoder)
+    const kl_family *fam = m->arch->family;
+    if (fam->encoder || !fam->forward)
         return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "%s is an encoder: use kiln_embedder", m->arch_name);
     kiln_context_params p = params ? *params : kiln_context_default_params();
     const kl_hparams *hp = &m->hp;
@@ -100,18 +101,20 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     if (p.n_seq_max > 64) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "n_seq_max %d exceeds 64", p.n_seq_max);
     if (p.kv_type != KILN_KV_F16 && p.kv_type != KILN_KV_F32 && p.kv_type != KILN_KV_Q8_0)
         return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown KV cache type %d", p.kv_type);
-    if (p.kv_type == KILN_KV_Q8_0 && (hp->hd_k % 32 || hp->hd_k > 256))
+    kl_seq_shape shape;
+    fam->seq_shape(m, &shape);
+    if (p.kv_type == KILN_KV_Q8_0 && shape.n_attn_layer && (shape.hd % 32 || shape.hd > 256))
         return kl_fail(NULL, KILN_ERR_UNSUPPORTED,
                        "a Q8_0 KV cache needs a head size that is a multiple of 32, at most 256 (this model's is %d)",
-                       hp->hd_k);
+                       shape.hd);
     if (p.n_ctx < 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "negative context size");
     if (p.n_ctx > hp->n_ctx_train)
         return kl_fail(NULL, KILN_ERR_INVALID_ARG, "context %d exceeds the model's %d", p.n_ctx, hp->n_ctx_train);
     /* the usable context is the smaller of the model's and what the KV
      * budget allows for n_seq_max sequences */
     uint64_t budget = p.mem_limit ? p.mem_limit : default_kv_budget();
-    uint64_t per_tok = kl_kv_bytes_per_token(hp, p.kv_type);
-    uint64_t fit = budget / (per_tok * (uint64_t)p.n_seq_max);
+    uint64_t per_tok = kl_kv_bytes_per_token(&shape, p.kv_type);
+    uint64_t fit = per_tok ? budget / (per_tok * (uint64_t)p.n_seq_max) : (uint64_t)hp->n_ctx_train;
     int32_t n_ctx = p.n_ctx ? p.n_ctx : hp->n_ctx_train;
     if ((uint64_t)n_ctx > fit) {
         if (p.n_ctx)
@@ -130,10 +133,11 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     if (!c) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
     c->m = m;
     c->p = p;
+    c->shape = shape;
     char err[256];
     kq_init(KQ_ISA_AVX512);
     c->pool = kpool_new(p.n_threads);
-    if (!c->pool || kl_kv_init(&c->kv, hp, p.kv_type, p.n_seq_max, n_ctx, err, sizeof err)) {
+    if (!c->pool || kl_kv_init(&c->kv, &shape, p.kv_type, p.n_seq_max, n_ctx, err, sizeof err)) {
         if (c->pool) kl_fail(NULL, KILN_ERR_NOMEM, "%s", err);
         else kl_fail(NULL, KILN_ERR_NOMEM, "cannot start threads");
         kiln_context_free(c);
@@ -141,24 +145,17 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     }
     c->p.n_threads = kpool_size(c->pool);
     const size_t B = (size_t)p.n_batch, E = (size_t)hp->n_embd;
-    const size_t nq = (size_t)hp->n_head * hp->hd_k, nkv = (size_t)hp->n_head_kv * hp->hd_k;
-    size_t maxk = E > nq ? E : nq;
-    if ((size_t)hp->n_ff > maxk) maxk = (size_t)hp->n_ff;
     c->logits_cap = p.n_batch;
     /* positions per sequence stay below n_ctx; one block of slack */
-    c->att_scratch_per_thread = kk_attn_scratch(2, KL_ATTN_TILE, hp->hd_k, n_ctx + KL_KV_BLOCK);
+    c->att_scratch_per_thread =
+        shape.n_attn_layer ? kk_attn_scratch(2, KL_ATTN_TILE, shape.hd, n_ctx + KL_KV_BLOCK) : 0;
     ctx_buf bufs[] = {
-        {(void **)&c->x, B * E * 4},        {(void **)&c->xn, B * E * 4},
-        {(void **)&c->q, B * nq * 4},       {(void **)&c->k, B * nkv * 4},
-        {(void **)&c->v, B * nkv * 4},      {(void **)&c->att, B * nq * 4},
-        {(void **)&c->gate, B * (size_t)hp->n_ff * 4}, {(void **)&c->up, B * (size_t)hp->n_ff * 4},
         {(void **)&c->rope_cs, B * (size_t)hp->rope.n_rot * 4},
         {(void **)&c->b_pos, B * 4},        {(void **)&c->b_seq, B * 4},
         {(void **)&c->b_tile, (B + 1) * 4},
         {(void **)&c->out_idx, B * 4},
         {(void **)&c->out_rows, B * E * 4},
         {(void **)&c->att_scratch, (size_t)c->p.n_threads * c->att_scratch_per_thread * 4},
-        {(void **)&c->mm_scratch, kk_matmul_scratch_size((int64_t)maxk, p.n_batch)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].ptr = malloc(bufs[i].bytes ? bufs[i].bytes : 1);
@@ -166,6 +163,10 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
             kiln_context_free(c);
             return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory for activations");
         }
+    }
+    if (fam->ctx_init(c)) {
+        kiln_context_free(c);
+        return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory for activations");
     }
     /* logits for every batch row, committed only where written */
     c->logits = map_zero(ctx_logits_bytes(c));
@@ -179,10 +180,10 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
 
 void kiln_context_free(kiln_context *c) {
     if (!c) return;
+    c->m->arch->family->ctx_free(c);
     kl_kv_free(&c->kv);
     if (c->pool) kpool_free(c->pool);
-    void *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->b_pos, c->b_seq, c->b_tile,
-                    c->out_idx, c->out_rows, c->att_scratch, c->mm_scratch};
+    void *bufs[] = {c->rope_cs, c->b_pos, c->b_seq, c->b_tile, c->out_idx, c->out_rows, c->att_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     if (c->logits) munmap(c->logits, ctx_logits_bytes(c));
     free(c);
@@ -195,7 +196,9 @@ kiln_status kiln_decode(kiln_context *c, const kiln_batch *b) {
     if (!c || !b || !b->token) return kl_fail(c, KILN_ERR_INVALID_ARG, "no batch");
     c->err[0] = 0;
     for (int i = 0; i < c->p.n_batch; i++) c->out_idx[i] = -1;
-    return kl_forward(c, b);
+    int n_out = 0;
+    kiln_status st = kl_batch_begin(c, b, &n_out);
+    return st != KILN_OK ? st : c->m->arch->family->forward(c, b, n_out);
 }
 
 const float *kiln_get_logits(kiln_context *c, int32_t i) {

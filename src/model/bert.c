@@ -1,6 +1,18 @@
-/* The bert encoder: tensor binding and the padded, masked forward pass
- * (math in bert.h). */
-#include "model/bert.h"
+/*
+ * The bert family: the encoder architecture (general.architecture "bert", llama.cpp
+ * tensor names and keys).  Per token row of n_embd:
+ *
+ *   x = LN(tok[id] + type[0] + pos[t])                       token_embd_norm
+ *   per layer, post-norm:
+ *     x = LN(x + O(attn(Qx + bq, Kx + bk, Vx + bv)) + bo)    attn_output_norm
+ *     x = LN(x + down(gelu(up x + b_up)) + b_down)           layer_output_norm
+ *
+ * Attention is bidirectional over the real tokens of the row's own
+ * sequence; padding rows are never attended to.  GELU is the tanh
+ * approximation ggml_gelu uses (kk_gelu).  LayerNorm epsilon comes from
+ * bert.attention.layer_norm_epsilon.
+ */
+#include "model/model.h"
 
 #include "quant/quant.h"
 
@@ -9,105 +21,77 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct kl_bert_layer {
+    kk_mat wq, wk, wv, wo;              /* n_embd -> n_embd */
+    const float *bq, *bk, *bv, *bo;     /* [n_embd] */
+    const float *ln_attn_w, *ln_attn_b; /* attn_output_norm [n_embd] */
+    kk_mat w_up, w_down;                /* n_embd -> n_ff -> n_embd */
+    const float *b_up, *b_down;         /* [n_ff], [n_embd] */
+    const float *ln_out_w, *ln_out_b;   /* layer_output_norm [n_embd] */
+} kl_bert_layer;
+
+struct kl_bert {
+    kk_mat pos_embd;              /* [n_pos rows of n_embd] */
+    kk_mat type_embd;             /* [n_types rows]; data NULL when absent */
+    const float *emb_norm_w, *emb_norm_b;
+    float eps;                    /* LayerNorm epsilon */
+    int n_pos;                    /* longest input the positions allow */
+    kl_bert_layer *layers;
+};
+
 /* ---------------------------------------------------------------- binding */
 
-typedef struct binder {
-    const gguf_file *gf;
-    char *err;
-    size_t errlen;
-    int failed;
-} binder;
+static void bert_free_data(struct kl_bert *b);
 
-/* Tensor `name` with exactly [ne0] (ne1 == 0) or [ne0, ne1]; ne1 < 0 takes
- * any row count.  Missing is an error unless optional. */
-static const gguf_tensor *find(binder *B, const char *name, int64_t ne0, int64_t ne1, int optional) {
-    if (B->failed) return NULL;
-    const gguf_tensor *t = gguf_find_tensor(B->gf, name);
-    if (!t) {
-        if (!optional) {
-            snprintf(B->err, B->errlen, "missing tensor %s", name);
-            B->failed = 1;
-        }
-        return NULL;
-    }
-    int dims = ne1 ? 2 : 1;
-    if ((int)t->n_dims != dims || t->ne[0] != ne0 || (ne1 > 0 && t->ne[1] != ne1) || (dims == 2 && t->ne[1] < 1)) {
-        snprintf(B->err, B->errlen, "tensor %s has shape [%lld, %lld] (%u dims), expected [%lld, %lld]", name,
-                 (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)ne0, (long long)ne1);
-        B->failed = 1;
-        return NULL;
-    }
-    if (!kq_supported((int)t->type) || (dims == 1 && t->type != KQ_F32)) {
-        const kq_traits *tr = kq_get((int)t->type);
-        snprintf(B->err, B->errlen, "tensor %s has type %s, which kiln cannot compute here", name,
-                 tr && tr->name ? tr->name : "?");
-        B->failed = 1;
-        return NULL;
-    }
-    return t;
-}
-
-static const float *vec(binder *B, const char *name, int64_t n) {
-    const gguf_tensor *t = find(B, name, n, 0, 0);
-    return t ? t->data : NULL;
-}
-
-static kk_mat mat(binder *B, const char *name, int64_t ncols, int64_t nrows, int optional) {
-    kk_mat w = {0};
-    const gguf_tensor *t = find(B, name, ncols, nrows, optional);
-    if (!t) return w;
-    w.data = t->data;
-    w.type = (int)t->type;
-    w.ncols = ncols;
-    w.nrows = t->ne[1];
-    return w;
-}
-
-int kl_bert_bind(kiln_model *m, char *err, size_t errlen) {
+static int bert_bind(kiln_model *m, char *err, size_t errlen) {
     kl_hparams *hp = &m->hp;
     if (hp->n_head_kv != hp->n_head || hp->hd_k * hp->n_head != hp->n_embd) {
         snprintf(err, errlen, "bert needs n_head_kv == n_head and head size n_embd/n_head (got %d/%d heads, %d)",
                  hp->n_head_kv, hp->n_head, hp->hd_k);
         return -1;
     }
+    if (hp->n_ff <= 0) {
+        snprintf(err, errlen, "bad or missing feed_forward_length (%d)", hp->n_ff);
+        return -1;
+    }
     struct kl_bert *b = calloc(1, sizeof *b);
     if (b) b->layers = calloc((size_t)hp->n_layer, sizeof *b->layers);
     if (!b || !b->layers) {
-        kl_bert_free(b);
+        bert_free_data(b);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    m->bert = b;
+    m->fam = b;
     b->eps = (float)gguf_get_float(m->gf, "bert.attention.layer_norm_epsilon", 1e-12);
-    binder B = {m->gf, err, errlen, 0};
+    kl_binder B = {m, err, errlen, 0};
     const int64_t E = hp->n_embd, F = hp->n_ff;
-    m->tok_embd = mat(&B, "token_embd.weight", E, -1, 0);
+    m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
-    b->type_embd = mat(&B, "token_types.weight", E, -1, 1);
-    b->pos_embd = mat(&B, "position_embd.weight", E, -1, 0);
+    b->type_embd = kl_bind_mat(&B, "token_types.weight", E, -1, 1);
+    b->pos_embd = kl_bind_mat(&B, "position_embd.weight", E, -1, 0);
     b->n_pos = (int)b->pos_embd.nrows;
-    b->emb_norm_w = vec(&B, "token_embd_norm.weight", E);
-    b->emb_norm_b = vec(&B, "token_embd_norm.bias", E);
+    b->emb_norm_w = kl_bind_vec(&B, "token_embd_norm.weight", E, 0);
+    b->emb_norm_b = kl_bind_vec(&B, "token_embd_norm.bias", E, 0);
     for (int i = 0; i < hp->n_layer && !B.failed; i++) {
         kl_bert_layer *l = &b->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
-        l->wq = mat(&B, NAME("attn_q.weight"), E, E, 0);
-        l->wk = mat(&B, NAME("attn_k.weight"), E, E, 0);
-        l->wv = mat(&B, NAME("attn_v.weight"), E, E, 0);
-        l->wo = mat(&B, NAME("attn_output.weight"), E, E, 0);
-        l->bq = vec(&B, NAME("attn_q.bias"), E);
-        l->bk = vec(&B, NAME("attn_k.bias"), E);
-        l->bv = vec(&B, NAME("attn_v.bias"), E);
-        l->bo = vec(&B, NAME("attn_output.bias"), E);
-        l->ln_attn_w = vec(&B, NAME("attn_output_norm.weight"), E);
-        l->ln_attn_b = vec(&B, NAME("attn_output_norm.bias"), E);
-        l->w_up = mat(&B, NAME("ffn_up.weight"), E, F, 0);
-        l->b_up = vec(&B, NAME("ffn_up.bias"), F);
-        l->w_down = mat(&B, NAME("ffn_down.weight"), F, E, 0);
-        l->b_down = vec(&B, NAME("ffn_down.bias"), E);
-        l->ln_out_w = vec(&B, NAME("layer_output_norm.weight"), E);
-        l->ln_out_b = vec(&B, NAME("layer_output_norm.bias"), E);
+        l->wq = kl_bind_mat(&B, NAME("attn_q.weight"), E, E, 0);
+        l->wk = kl_bind_mat(&B, NAME("attn_k.weight"), E, E, 0);
+        l->wv = kl_bind_mat(&B, NAME("attn_v.weight"), E, E, 0);
+        l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), E, E, 0);
+        l->bq = kl_bind_vec(&B, NAME("attn_q.bias"), E, 0);
+        l->bk = kl_bind_vec(&B, NAME("attn_k.bias"), E, 0);
+        l->bv = kl_bind_vec(&B, NAME("attn_v.bias"), E, 0);
+        l->bo = kl_bind_vec(&B, NAME("attn_output.bias"), E, 0);
+        l->ln_attn_w = kl_bind_vec(&B, NAME("attn_output_norm.weight"), E, 0);
+        l->ln_attn_b = kl_bind_vec(&B, NAME("attn_output_norm.bias"), E, 0);
+        l->w_up = kl_bind_mat(&B, NAME("ffn_up.weight"), E, F, 0);
+        l->b_up = kl_bind_vec(&B, NAME("ffn_up.bias"), F, 0);
+        l->w_down = kl_bind_mat(&B, NAME("ffn_down.weight"), F, E, 0);
+        l->b_down = kl_bind_vec(&B, NAME("ffn_down.bias"), E, 0);
+        l->ln_out_w = kl_bind_vec(&B, NAME("layer_output_norm.weight"), E, 0);
+        l->ln_out_b = kl_bind_vec(&B, NAME("layer_output_norm.bias"), E, 0);
 #undef NAME
     }
     if (B.failed) return -1;
@@ -119,15 +103,17 @@ int kl_bert_bind(kiln_model *m, char *err, size_t errlen) {
     return 0;
 }
 
-void kl_bert_free(struct kl_bert *b) {
+static void bert_free_data(struct kl_bert *b) {
     if (!b) return;
     free(b->layers);
     free(b);
 }
 
+static void bert_free(kiln_model *m) { bert_free_data(m->fam); }
+
 /* ---------------------------------------------------------------- forward */
 
-struct kl_bert_ws {
+typedef struct kl_bert_ws {
     kpool *pool;
     int cap_tok;
     float *x, *y;            /* [cap_tok][n_embd] residual stream, sublayer output */
@@ -135,9 +121,11 @@ struct kl_bert_ws {
     float *up;               /* [cap_tok][n_ff] */
     float *scores;           /* per thread [cap_tok] attention weights */
     void *mm_scratch;
-};
+} kl_bert_ws;
 
-kl_bert_ws *kl_bert_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
+static void bert_ws_free(void *ws);
+
+static void *bert_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
     const size_t N = (size_t)cap_tok, E = (size_t)m->hp.n_embd, F = (size_t)m->hp.n_ff;
     kl_bert_ws *w = calloc(1, sizeof *w);
     if (!w) return NULL;
@@ -150,13 +138,14 @@ kl_bert_ws *kl_bert_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
     ok &= (w->scores = malloc((size_t)kpool_size(pool) * N * 4)) != NULL;
     ok &= (w->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)(E > F ? E : F), cap_tok))) != NULL;
     if (!ok) {
-        kl_bert_ws_free(w);
+        bert_ws_free(w);
         return NULL;
     }
     return w;
 }
 
-void kl_bert_ws_free(kl_bert_ws *w) {
+static void bert_ws_free(void *ws) {
+    kl_bert_ws *w = ws;
     if (!w) return;
     void *bufs[] = {w->x, w->y, w->q, w->k, w->v, w->att, w->up, w->scores, w->mm_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
@@ -221,7 +210,7 @@ static void residual_norm_task(void *ud, int ith, int nth) {
         float *x = j->w->x + (size_t)r * E;
         kk_add(x, j->w->y + (size_t)r * E, E);
         kk_add(x, nj->bias, E);
-        kk_layernorm(x, x, nj->w, nj->b, E, j->m->bert->eps);
+        kk_layernorm(x, x, nj->w, nj->b, E, ((const struct kl_bert *)j->m->fam)->eps);
     }
 }
 
@@ -237,10 +226,11 @@ static void up_gelu_task(void *ud, int ith, int nth) {
     }
 }
 
-void kl_bert_forward(kl_bert_ws *w, const kiln_model *m, const int32_t *tokens, const int32_t *len, int n_seq,
-                     int T, int pooling, float *out) {
+static void bert_encode(void *ws, const kiln_model *m, const int32_t *tokens, const int32_t *len, int n_seq, int T,
+                        int pooling, float *out) {
+    kl_bert_ws *w = ws;
     const kl_hparams *hp = &m->hp;
-    const struct kl_bert *b = m->bert;
+    const struct kl_bert *b = m->fam;
     const int E = hp->n_embd, N = n_seq * T;
     fwd_job j = {w, m, NULL, len, n_seq, T};
 
@@ -299,3 +289,19 @@ void kl_bert_forward(kl_bert_ws *w, const kiln_model *m, const int32_t *tokens, 
         }
     }
 }
+
+static const kl_arch k_archs[] = {
+    {"bert", &kl_family_bert, 1, 0}, /* BERT, bge, e5, MiniLM (absolute positions) */
+};
+
+const kl_family kl_family_bert = {
+    .name = "bert",
+    .archs = k_archs,
+    .n_archs = sizeof k_archs / sizeof k_archs[0],
+    .encoder = 1,
+    .bind = bert_bind,
+    .free = bert_free,
+    .enc_new = bert_ws_new,
+    .enc_free = bert_ws_free,
+    .encode = bert_encode,
+};

@@ -1,8 +1,8 @@
 /* kiln_embedder: input formatting, token limits, batching, pooling,
- * normalization and the model fingerprint.  Encoders run through bert.c
- * on padded batches; decoders through an embeddings context, one input
- * per run. */
-#include "model/bert.h"
+ * normalization and the model fingerprint.  Encoders run through their
+ * family's encode on padded batches; decoders through an embeddings
+ * context, one input per run. */
+#include "model/model.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -24,7 +24,7 @@ struct kiln_embedder {
     float *pooled;               /* [EMBED_MAX_SEQ][n_embd] pooled, not normalized */
     /* encoder */
     kpool *pool;
-    kl_bert_ws *ws;
+    void *ws;                    /* the encoder family's workspace */
     int32_t *run_tok;            /* [n_batch] padded token rows of one run */
     int32_t run_len[EMBED_MAX_SEQ];
     /* decoder */
@@ -150,7 +150,7 @@ static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
         e->n_batch = p.n_batch < e->max_tokens ? e->max_tokens : p.n_batch;
         e->pool = kpool_new(p.n_threads);
         if (!e->pool) return kl_fail(NULL, KILN_ERR_NOMEM, "cannot start threads");
-        e->ws = kl_bert_ws_new(m, e->n_batch, e->pool);
+        e->ws = m->arch->family->enc_new(m, e->n_batch, e->pool);
         e->run_tok = malloc((size_t)e->n_batch * sizeof *e->run_tok);
         if (!e->ws || !e->run_tok) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
         return KILN_OK;
@@ -201,7 +201,7 @@ kiln_status kiln_embedder_new(const char *path, const kiln_embedder_params *p, k
 
 void kiln_embedder_free(kiln_embedder *e) {
     if (!e) return;
-    kl_bert_ws_free(e->ws);
+    if (e->ws) e->m->arch->family->enc_free(e->ws);
     if (e->pool) kpool_free(e->pool);
     kiln_context_free(e->ctx);
     free(e->run_tok);
@@ -415,7 +415,7 @@ static void encode_group(kiln_embed_job *j, const int32_t *idx, int32_t count, i
         for (int32_t t = n; t < maxlen; t++) row[t] = 0;
         e->run_len[s] = n;
     }
-    kl_bert_forward(e->ws, e->m, e->run_tok, e->run_len, count, maxlen, e->pooling, e->pooled);
+    e->m->arch->family->encode(e->ws, e->m, e->run_tok, e->run_len, count, maxlen, e->pooling, e->pooled);
     for (int32_t s = 0; s < count; s++)
         finish(e->pooled + (size_t)s * E, j->res.dim, j->vectors + (size_t)idx[s] * j->res.dim);
 }

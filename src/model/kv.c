@@ -17,23 +17,23 @@ static size_t head_row_bytes(int hd, int type) {
     return (size_t)hd * (type == KILN_KV_F32 ? 4 : 2);
 }
 
-uint64_t kl_kv_bytes_per_token(const kl_hparams *hp, int type) {
-    return (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv *
-           (uint64_t)(head_row_bytes(hp->hd_k, type) + head_row_bytes(hp->hd_v, type));
+uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
+    return (uint64_t)shape->n_attn_layer * (uint64_t)shape->n_head_kv * 2 * (uint64_t)head_row_bytes(shape->hd, type);
 }
 
-int kl_kv_init(kl_kv *kv, const kl_hparams *hp, int type, int n_seq, int n_ctx, char *err, size_t errlen) {
+int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, char *err, size_t errlen) {
     memset(kv, 0, sizeof *kv);
     kv->type = type;
-    kv->hrow = head_row_bytes(hp->hd_k, type);
-    kv->n_layer = hp->n_layer;
-    kv->n_head_kv = hp->n_head_kv;
-    kv->hd = hp->hd_k; /* model.c requires hd_v == hd_k */
+    kv->hrow = head_row_bytes(shape->hd, type);
+    kv->n_layer = shape->n_attn_layer;
+    kv->n_head_kv = shape->n_head_kv;
+    kv->hd = shape->hd; /* keys and values have the same head size */
     kv->n_seq = n_seq;
     kv->max_blocks_per_seq = (n_ctx + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
     kv->n_blocks = kv->max_blocks_per_seq * n_seq;
-    kv->mem_bytes = (size_t)kv->n_blocks * KL_KV_BLOCK * kl_kv_bytes_per_token(hp, type);
-    kv->mem = mmap(NULL, kv->mem_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    kv->mem_bytes = (size_t)kv->n_blocks * KL_KV_BLOCK * kl_kv_bytes_per_token(shape, type);
+    kv->mem = mmap(NULL, kv->mem_bytes ? kv->mem_bytes : 1, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (kv->mem == MAP_FAILED) {
         kv->mem = NULL;
         kb_errf(err, errlen, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes);
@@ -76,7 +76,7 @@ int kl_kv_init(kl_kv *kv, const kl_hparams *hp, int type, int n_seq, int n_ctx, 
 }
 
 void kl_kv_free(kl_kv *kv) {
-    if (kv->mem) munmap(kv->mem, kv->mem_bytes);
+    if (kv->mem) munmap(kv->mem, kv->mem_bytes ? kv->mem_bytes : 1);
     if (kv->seqs)
         for (int s = 0; s < kv->n_seq; s++) free(kv->seqs[s].blocks);
     free(kv->seqs);

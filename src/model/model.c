@@ -5,7 +5,6 @@
 #include "base/base.h"
 #include "kernels/pack.h"
 #include "thread/pool.h"
-#include "model/bert.h"
 #include "quant/quant.h"
 
 #include <math.h>
@@ -21,21 +20,31 @@ typedef struct loader {
     char err[512];
 } loader;
 
-static int64_t meta_int(const kiln_model *m, const char *suffix, int64_t def) {
+static void meta_key(const kiln_model *m, const char *suffix, char *key, size_t cap) {
+    snprintf(key, cap, "%s.%s", m->arch_name, suffix);
+}
+
+int64_t kl_meta_int(const kiln_model *m, const char *suffix, int64_t def) {
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
+    meta_key(m, suffix, key, sizeof key);
     return gguf_get_int(m->gf, key, def);
 }
 
-static double meta_float(const kiln_model *m, const char *suffix, double def) {
+double kl_meta_float(const kiln_model *m, const char *suffix, double def) {
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
+    meta_key(m, suffix, key, sizeof key);
     return gguf_get_float(m->gf, key, def);
+}
+
+const gguf_kv *kl_meta_kv(const kiln_model *m, const char *suffix) {
+    char key[128];
+    meta_key(m, suffix, key, sizeof key);
+    return gguf_find(m->gf, key);
 }
 
 static const char *meta_str(const kiln_model *m, const char *suffix, char *buf, size_t cap) {
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
+    meta_key(m, suffix, key, sizeof key);
     return gguf_get_cstr(m->gf, key, buf, cap, NULL);
 }
 
@@ -45,98 +54,147 @@ static void shape_str(char *buf, size_t cap, const int64_t *ne, int n) {
     if (o < (int)cap) snprintf(buf + o, cap - (size_t)o, "]");
 }
 
-/* Finds tensor `name` with exactly the given shape (ne1 = 0 for 1-D).
- * Returns NULL and sets the error when missing (unless optional) or wrong. */
-static const gguf_tensor *need(loader *L, const char *name, int64_t ne0, int64_t ne1, int optional) {
-    if (L->err[0]) return NULL;
-    const gguf_tensor *t = gguf_find_tensor(L->m->gf, name);
+/* ---- the binder (model.h) ---- */
+
+void kl_bind_fail(kl_binder *B, const char *fmt, ...) {
+    if (B->failed) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(B->err, B->errlen, fmt, ap);
+    va_end(ap);
+    B->failed = 1;
+}
+
+const gguf_tensor *kl_bind_tensor(kl_binder *B, const char *name, int dims, const int64_t *ne, int optional) {
+    if (B->failed) return NULL;
+    const gguf_tensor *t = gguf_find_tensor(B->m->gf, name);
     if (!t) {
-        if (!optional) snprintf(L->err, sizeof L->err, "missing tensor %s", name);
+        if (!optional) kl_bind_fail(B, "missing tensor %s", name);
         return NULL;
     }
-    int64_t want[2] = {ne0, ne1};
-    int dims = ne1 ? 2 : 1;
-    int ok = (int)t->n_dims == dims && t->ne[0] == ne0 && (dims == 1 || t->ne[1] == ne1);
+    int ok = (int)t->n_dims == dims;
+    for (int d = 0; d < dims && ok; d++) ok = ne[d] < 0 ? t->ne[d] >= 1 : t->ne[d] == ne[d];
     if (!ok) {
-        char a[64], b[64];
+        char a[96], b[96];
         shape_str(a, sizeof a, t->ne, (int)t->n_dims);
-        shape_str(b, sizeof b, want, dims);
-        snprintf(L->err, sizeof L->err, "tensor %s has shape %s, expected %s", name, a, b);
+        shape_str(b, sizeof b, ne, dims);
+        kl_bind_fail(B, "tensor %s has shape %s, expected %s", name, a, b);
         return NULL;
     }
     if (!kq_supported((int)t->type)) {
         const kq_traits *tr = kq_get((int)t->type);
-        snprintf(L->err, sizeof L->err, "tensor %s has type %s, which kiln cannot compute", name,
-                 tr && tr->name ? tr->name : "?");
+        kl_bind_fail(B, "tensor %s has type %s, which kiln cannot compute", name, tr && tr->name ? tr->name : "?");
         return NULL;
     }
     return t;
 }
 
-static const float *need_f32(loader *L, const char *name, int64_t n, int optional) {
-    const gguf_tensor *t = need(L, name, n, 0, optional);
+const float *kl_bind_vec(kl_binder *B, const char *name, int64_t n, int optional) {
+    const gguf_tensor *t = kl_bind_tensor(B, name, 1, &n, optional);
     if (!t) return NULL;
     if (t->type != KQ_F32) {
-        snprintf(L->err, sizeof L->err, "tensor %s must be F32 (it is %s)", name, kq_get((int)t->type)->name);
+        kl_bind_fail(B, "tensor %s must be F32 (it is %s)", name, kq_get((int)t->type)->name);
         return NULL;
     }
     return t->data;
 }
 
-static kk_mat need_mat(loader *L, const char *name, int64_t ncols, int64_t nrows) {
+kk_mat kl_bind_mat(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional) {
     kk_mat w = {0};
-    const gguf_tensor *t = need(L, name, ncols, nrows, 0);
+    const int64_t ne[2] = {ncols, nrows};
+    const gguf_tensor *t = kl_bind_tensor(B, name, 2, ne, optional);
     if (!t) return w;
     w.data = t->data;
     w.type = (int)t->type;
     w.ncols = ncols;
-    w.nrows = nrows;
+    w.nrows = t->ne[1];
     return w;
 }
 
+int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kk_mat *out,
+                  int optional) {
+    const int64_t ne[3] = {ncols, nrows, n_mat};
+    const gguf_tensor *t = kl_bind_tensor(B, name, 3, ne, optional);
+    if (!t) return 0;
+    const size_t bytes = kq_row_size((int)t->type, ncols) * (size_t)nrows;
+    for (int e = 0; e < n_mat; e++)
+        out[e] = (kk_mat){(const uint8_t *)t->data + (size_t)e * bytes, (int)t->type, ncols, nrows, NULL};
+    return 1;
+}
+
+/* ---- the repack list (model.h) ---- */
+
+void kl_weights_mat(kl_weights *w, kk_mat *m) {
+    if (w->failed || !m->data) return;
+    if (w->n_mats == w->cap_mats) {
+        int nc = w->cap_mats ? 2 * w->cap_mats : 256;
+        kk_mat **nm = realloc(w->mats, (size_t)nc * sizeof *nm);
+        if (!nm) { w->failed = 1; return; }
+        w->mats = nm;
+        w->cap_mats = nc;
+    }
+    w->mats[w->n_mats++] = m;
+}
+
+void kl_weights_vec(kl_weights *w, const float **v, int64_t len) {
+    if (w->failed || !*v) return;
+    if (w->n_vecs == w->cap_vecs) {
+        int nc = w->cap_vecs ? 2 * w->cap_vecs : 256;
+        const float ***nv = realloc(w->vecs, (size_t)nc * sizeof *nv);
+        int64_t *nl = nv ? realloc(w->vlen, (size_t)nc * sizeof *nl) : NULL;
+        if (nv) w->vecs = nv;
+        if (!nv || !nl) { w->failed = 1; return; }
+        w->vlen = nl;
+        w->cap_vecs = nc;
+    }
+    w->vecs[w->n_vecs] = v;
+    w->vlen[w->n_vecs++] = len;
+}
+
+/* The hyperparameters every family reads the same way.  n_ff may be
+ * absent (mixture-of-experts models); a family that needs it checks. */
 static int load_hparams(loader *L) {
     kiln_model *m = L->m;
     kl_hparams *hp = &m->hp;
-    hp->n_embd = (int)meta_int(m, "embedding_length", 0);
-    hp->n_layer = (int)meta_int(m, "block_count", 0);
-    hp->n_ff = (int)meta_int(m, "feed_forward_length", 0);
-    hp->n_head = (int)meta_int(m, "attention.head_count", 0);
-    hp->n_head_kv = (int)meta_int(m, "attention.head_count_kv", hp->n_head);
-    hp->n_ctx_train = (int)meta_int(m, "context_length", 2048);
-    hp->eps = (float)meta_float(m, "attention.layer_norm_rms_epsilon", 1e-5);
-    if (hp->n_embd <= 0 || hp->n_embd > 65536 || hp->n_layer <= 0 || hp->n_layer > 1024 || hp->n_ff <= 0 ||
-        hp->n_head <= 0 || hp->n_head > 1024 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0 ||
-        hp->n_ctx_train <= 0) {
+    hp->n_embd = (int)kl_meta_int(m, "embedding_length", 0);
+    hp->n_layer = (int)kl_meta_int(m, "block_count", 0);
+    hp->n_ff = (int)kl_meta_int(m, "feed_forward_length", 0);
+    hp->n_head = (int)kl_meta_int(m, "attention.head_count", 0);
+    hp->n_head_kv = (int)kl_meta_int(m, "attention.head_count_kv", hp->n_head);
+    hp->n_ctx_train = (int)kl_meta_int(m, "context_length", 2048);
+    hp->eps = (float)kl_meta_float(m, "attention.layer_norm_rms_epsilon", 1e-5);
+    if (hp->n_embd <= 0 || hp->n_embd > 65536 || hp->n_layer <= 0 || hp->n_layer > 1024 || hp->n_ff < 0 ||
+        hp->n_ff > (1 << 20) || hp->n_head <= 0 || hp->n_head > 1024 || hp->n_head_kv <= 0 ||
+        hp->n_head % hp->n_head_kv != 0 || hp->n_ctx_train <= 0) {
         snprintf(L->err, sizeof L->err,
                  "bad or missing hyperparameters (n_embd %d, n_layer %d, n_ff %d, n_head %d, n_head_kv %d, "
                  "context %d)",
                  hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv, hp->n_ctx_train);
         return -1;
     }
-    hp->hd_k = (int)meta_int(m, "attention.key_length", hp->n_embd / hp->n_head);
-    hp->hd_v = (int)meta_int(m, "attention.value_length", hp->hd_k);
+    hp->hd_k = (int)kl_meta_int(m, "attention.key_length", hp->n_embd / hp->n_head);
+    hp->hd_v = (int)kl_meta_int(m, "attention.value_length", hp->hd_k);
     if (hp->hd_k <= 0 || hp->hd_k > 1024 || hp->hd_v != hp->hd_k) {
         snprintf(L->err, sizeof L->err, "unsupported head sizes (key %d, value %d)", hp->hd_k, hp->hd_v);
         return -1;
     }
     kk_rope *r = &hp->rope;
-    r->n_rot = (int)meta_int(m, "rope.dimension_count", hp->hd_k);
+    r->n_rot = (int)kl_meta_int(m, "rope.dimension_count", hp->hd_k);
     if (r->n_rot <= 0 || r->n_rot > hp->hd_k || r->n_rot % 2) {
         snprintf(L->err, sizeof L->err, "bad rope.dimension_count %d", r->n_rot);
         return -1;
     }
-    r->neox = m->arch->rope_neox;
-    r->base = (float)meta_float(m, "rope.freq_base", 10000.0);
+    r->base = (float)kl_meta_float(m, "rope.freq_base", 10000.0);
     r->freq_scale = 1.0f;
     r->attn_factor = 1.0f;
-    r->beta_fast = (float)meta_float(m, "rope.scaling.yarn_beta_fast", 32.0);
-    r->beta_slow = (float)meta_float(m, "rope.scaling.yarn_beta_slow", 1.0);
-    r->n_ctx_orig = (int)meta_int(m, "rope.scaling.original_context_length", hp->n_ctx_train);
+    r->beta_fast = (float)kl_meta_float(m, "rope.scaling.yarn_beta_fast", 32.0);
+    r->beta_slow = (float)kl_meta_float(m, "rope.scaling.yarn_beta_slow", 1.0);
+    r->n_ctx_orig = (int)kl_meta_int(m, "rope.scaling.original_context_length", hp->n_ctx_train);
     char st[32];
     const char *stype = meta_str(m, "rope.scaling.type", st, sizeof st);
-    double factor = meta_float(m, "rope.scaling.factor", 0.0);
+    double factor = kl_meta_float(m, "rope.scaling.factor", 0.0);
     if (factor == 0.0) {
-        double lin = meta_float(m, "rope.scale_linear", 0.0); /* older files */
+        double lin = kl_meta_float(m, "rope.scale_linear", 0.0); /* older files */
         if (lin != 0.0) { factor = lin; if (!stype) stype = "linear"; }
     }
     if (stype && strcmp(stype, "none") != 0 && factor > 0.0 && factor != 1.0) {
@@ -145,7 +203,7 @@ static int load_hparams(loader *L) {
         } else if (strcmp(stype, "yarn") == 0) {
             r->freq_scale = (float)(1.0 / factor);
             r->ext_factor = 1.0f;
-            r->attn_factor = (float)meta_float(m, "rope.scaling.attn_factor", 1.0);
+            r->attn_factor = (float)kl_meta_float(m, "rope.scaling.attn_factor", 1.0);
         } else {
             snprintf(L->err, sizeof L->err, "unsupported rope scaling type '%s'", stype);
             return -1;
@@ -158,81 +216,18 @@ static int load_hparams(loader *L) {
     return 0;
 }
 
-static int bind_tensors(loader *L) {
-    kiln_model *m = L->m;
-    kl_hparams *hp = &m->hp;
-    const gguf_tensor *te = gguf_find_tensor(m->gf, "token_embd.weight");
-    if (!te) {
-        snprintf(L->err, sizeof L->err, "missing tensor token_embd.weight");
-        return -1;
-    }
-    hp->n_vocab = (int)te->ne[1];
-    if (te->n_dims != 2 || hp->n_vocab <= 0) {
-        snprintf(L->err, sizeof L->err, "tensor token_embd.weight is not a 2-D [n_embd, n_vocab] matrix");
-        return -1;
-    }
-    m->tok_embd = need_mat(L, "token_embd.weight", hp->n_embd, hp->n_vocab);
-    m->out_norm = need_f32(L, "output_norm.weight", hp->n_embd, 0);
-    if (gguf_find_tensor(m->gf, "output.weight"))
-        m->output = need_mat(L, "output.weight", hp->n_embd, hp->n_vocab);
-    else
-        m->output = m->tok_embd; /* tied embeddings */
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) {
-        snprintf(L->err, sizeof L->err, "out of memory");
-        return -1;
-    }
-    const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
-    for (int i = 0; i < hp->n_layer && !L->err[0]; i++) {
-        kl_layer *l = &m->layers[i];
-        char n[96];
-#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
-        l->attn_norm = need_f32(L, NAME("attn_norm.weight"), hp->n_embd, 0);
-        l->wq = need_mat(L, NAME("attn_q.weight"), hp->n_embd, nq);
-        l->wk = need_mat(L, NAME("attn_k.weight"), hp->n_embd, nkv);
-        l->wv = need_mat(L, NAME("attn_v.weight"), hp->n_embd, nkv);
-        l->wo = need_mat(L, NAME("attn_output.weight"), nq, hp->n_embd);
-        int bias_req = m->arch->qkv_bias;
-        l->bq = need_f32(L, NAME("attn_q.bias"), nq, !bias_req);
-        l->bk = need_f32(L, NAME("attn_k.bias"), nkv, !bias_req);
-        l->bv = need_f32(L, NAME("attn_v.bias"), nkv, !bias_req);
-        if (m->arch->qk_norm) {
-            l->q_norm = need_f32(L, NAME("attn_q_norm.weight"), hp->hd_k, 0);
-            l->k_norm = need_f32(L, NAME("attn_k_norm.weight"), hp->hd_k, 0);
-        }
-        l->ffn_norm = need_f32(L, NAME("ffn_norm.weight"), hp->n_embd, 0);
-        l->w_gate = need_mat(L, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff);
-        l->w_up = need_mat(L, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff);
-        l->w_down = need_mat(L, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd);
-#undef NAME
-    }
-    return L->err[0] ? -1 : 0;
-}
-
 static void summarize(kiln_model *m) {
     int counts[KQ_TYPE_COUNT] = {0};
     for (int i = 0; i < gguf_n_tensors(m->gf); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->gf, i);
         m->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
         m->n_bytes += t->nbytes;
-        if (t->n_dims == 2 && t->type < KQ_TYPE_COUNT) counts[t->type]++;
+        if (t->n_dims >= 2 && t->type < KQ_TYPE_COUNT) counts[t->type]++;
     }
     int best = KQ_F32;
     for (int t = 0; t < KQ_TYPE_COUNT; t++)
         if (counts[t] > counts[best]) best = t;
     snprintf(m->ftype, sizeof m->ftype, "%s", kq_get(best)->name);
-}
-
-/* The decoder matrices that repacking may cover. */
-static int model_mats(kiln_model *m, kk_mat **out, int cap) {
-    int n = 0;
-    if (n < cap) out[n++] = &m->output;
-    for (int i = 0; i < m->hp.n_layer && m->layers; i++) {
-        kl_layer *l = &m->layers[i];
-        kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t k = 0; k < sizeof ms / sizeof ms[0] && n < cap; k++) out[n++] = ms[k];
-    }
-    return n;
 }
 
 static int can_pack(const kk_mat *w) { return w->data && !w->packed && kk_mat_interleavable(w); }
@@ -265,22 +260,6 @@ static void drop_ranges(byte_range *r, int n) {
         else r[++k] = r[i];
     }
     for (int i = 0; i <= k; i++) drop_range(r[i]);
-}
-
-/* The small F32 vectors of the decoder (norms, biases) and their lengths. */
-static int model_vecs(kiln_model *m, const float ***out, int64_t *len, int cap) {
-    const kl_hparams *hp = &m->hp;
-    const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
-    int n = 0;
-    if (n < cap) { out[n] = &m->out_norm; len[n++] = hp->n_embd; }
-    for (int i = 0; i < hp->n_layer && m->layers; i++) {
-        kl_layer *l = &m->layers[i];
-        const float **v[] = {&l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv, &l->q_norm, &l->k_norm};
-        const int64_t vl[] = {hp->n_embd, hp->n_embd, nq, nkv, nkv, hp->hd_k, hp->hd_k};
-        for (size_t k = 0; k < sizeof v / sizeof v[0] && n < cap; k++)
-            if (*v[k]) { out[n] = v[k]; len[n++] = vl[k]; }
-    }
-    return n;
 }
 
 /* Copies every Q4_0 and Q6_K matrix into its 8-row interleaved layout
@@ -340,15 +319,26 @@ static void pack_task(void *ud, int ith, int nth) {
     }
 }
 
+static void repack_list(kiln_model *m, kl_weights *wl);
+
 static void repack(kiln_model *m) {
-    enum { MAX_MATS = 8 * 1024 + 1 };
-    kk_mat *all[MAX_MATS];
-    const float **vecs[MAX_MATS];
-    int64_t vlen[MAX_MATS];
-    const int n_all = model_mats(m, all, MAX_MATS);
-    const int nv = model_vecs(m, vecs, vlen, MAX_MATS);
-    pack_job j = {.mats = malloc(sizeof(kk_mat *) * (size_t)n_all), .dst = malloc(sizeof(uint8_t *) * (size_t)n_all)};
-    byte_range *dropped = malloc(sizeof *dropped * (size_t)(n_all + nv));
+    kl_weights wl;
+    memset(&wl, 0, sizeof wl);
+    if (m->arch->family->weights) m->arch->family->weights(m, &wl);
+    if (!wl.failed) repack_list(m, &wl);
+    free(wl.mats);
+    free(wl.vecs);
+    free(wl.vlen);
+}
+
+static void repack_list(kiln_model *m, kl_weights *wl) {
+    kk_mat **all = wl->mats;
+    const float ***vecs = wl->vecs;
+    const int64_t *vlen = wl->vlen;
+    const int n_all = wl->n_mats, nv = wl->n_vecs;
+    pack_job j = {.mats = malloc(sizeof(kk_mat *) * (size_t)(n_all ? n_all : 1)),
+                  .dst = malloc(sizeof(uint8_t *) * (size_t)(n_all ? n_all : 1))};
+    byte_range *dropped = malloc(sizeof *dropped * (size_t)(n_all + nv + 1));
     size_t total = 0;
     for (int i = 0; i < n_all && j.mats && j.dst && dropped; i++)
         if (can_pack(all[i])) {
@@ -457,8 +447,12 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
         goto fail;
     }
     gguf_get_cstr(m->gf, "general.name", m->name, sizeof m->name, "");
-    if (load_hparams(&L) || (m->arch->encoder ? kl_bert_bind(m, L.err, sizeof L.err) : bind_tensors(&L))) {
-        if (strstr(L.err, "cannot compute")) st = KILN_ERR_UNSUPPORTED;
+    if (load_hparams(&L) || m->arch->family->bind(m, L.err, sizeof L.err)) {
+        if (strstr(L.err, "cannot compute") || strstr(L.err, "unsupported")) st = KILN_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    if (m->hp.n_vocab <= 0) {
+        snprintf(L.err, sizeof L.err, "tensor token_embd.weight has no rows");
         goto fail;
     }
     char terr[400];
@@ -482,7 +476,7 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
     }
     summarize(m);
     if (p.prefetch) gguf_prefetch(m->gf);
-    if (p.repack && !m->arch->encoder) repack(m);
+    if (p.repack) repack(m);
     *out = m;
     return KILN_OK;
 fail:
@@ -494,8 +488,7 @@ fail:
 void kiln_model_free(kiln_model *m) {
     if (!m) return;
     if (m->tok) ktok_free(m->tok);
-    free(m->layers);
-    kl_bert_free(m->bert);
+    if (m->arch && m->arch->family->free) m->arch->family->free(m);
     free(m->chat_template);
     gguf_close(m->gf);
     if (m->packed_mem) munmap(m->packed_mem, m->packed_bytes);

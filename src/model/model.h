@@ -1,14 +1,20 @@
 /*
- * model — architectures, weights and the batched forward pass.
+ * model — model families, weights, the sequence state and the forward pass.
  *
- * arch.c    the table of supported architectures (the only place that
- *           knows architecture names) and what each one's blocks contain
- * model.c   reads hyperparameters from GGUF metadata and binds tensors,
- *           checking every shape; weights stay in the mapping
- * kv.c      the paged KV cache: fixed-size blocks, a block table per
- *           sequence, a free list
- * forward.c the transformer over a batch of tokens from several sequences
- * bert.c    encoder weights and the bidirectional forward (bert.h)
+ * A family is one file that declares itself once, through a kl_family
+ * table: the architecture names it serves, how it binds its tensors, how
+ * much state a sequence needs, and its forward pass.  Nothing outside the
+ * family's file knows its architectures' names.
+ *
+ * family.c  the registry of families (kl_arch_find looks a name up)
+ * model.c   kiln_model_load: common hyperparameters, the tensor binder
+ *           (shapes checked, 1-, 2- and 3-D), repacking
+ * dense.c   llama, qwen2, qwen3: every layer attention + SwiGLU
+ * bert.c    the bert encoder (embeddings only)
+ * decoder.c what the decoder families share: the batch's positions,
+ *           attention over the KV cache, the output head (decoder.h)
+ * kv.c      the paged KV cache of the attention layers
+ * api.c     contexts and the public decode/sequence calls
  * embed.c   kiln_embedder: formatting, limits, pooling, fingerprints
  */
 #ifndef KILN_MODEL_H
@@ -22,38 +28,55 @@
 #include "thread/pool.h"
 #include "tokenizer/tokenizer.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
-/* What distinguishes one decoder-only architecture from another.  The
- * forward pass reads these flags; it never looks at names. */
+typedef struct kl_family kl_family;
+
+/* One supported general.architecture: its family and that family's
+ * switches for it (meaning private to the family). */
 typedef struct kl_arch {
-    const char *name;     /* general.architecture */
-    int rope_neox;        /* RoPE pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
-    int qkv_bias;         /* 1: Q/K/V biases required; 0: used when present */
-    int qk_norm;          /* per-head RMSNorm of Q and K before RoPE */
-    int encoder;          /* 1: bidirectional encoder with its own weights and
-                             forward (bert.c); no KV cache, no LM head */
+    const char *name;
+    const kl_family *family;
+    int encoder;            /* = family->encoder: embeds, cannot generate */
+    unsigned flags;
 } kl_arch;
 
+/* The arch row for a name, NULL when no family serves it. */
 const kl_arch *kl_arch_find(const char *name);
 /* Comma-separated list of supported names, for error messages. */
 const char *kl_arch_list(void);
 
-typedef struct kl_layer {
-    const float *attn_norm;       /* [n_embd] */
-    kk_mat wq, wk, wv, wo;        /* q: n_embd -> n_head*hd_k ... */
-    const float *bq, *bk, *bv;    /* optional biases */
-    const float *q_norm, *k_norm; /* [hd_k] (qk_norm archs) */
-    const float *ffn_norm;        /* [n_embd] */
-    kk_mat w_gate, w_up, w_down;  /* n_embd -> n_ff -> n_embd */
-} kl_layer;
-
+/* Hyperparameters every family reads the same way (model.c fills them
+ * from {arch}.* keys before the family's bind; a family may refine them). */
 typedef struct kl_hparams {
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
     int hd_k, hd_v;         /* per-head key/value width */
     float eps;              /* RMSNorm epsilon */
     kk_rope rope;
 } kl_hparams;
+
+/* What a sequence of this model holds besides its length: the KV cache of
+ * its attention layers (indexed by attention-layer ordinal) and a
+ * recurrent-state slot of rs_floats floats (0: none). */
+typedef struct kl_seq_shape {
+    int n_attn_layer;       /* layers with a KV cache */
+    int n_head_kv, hd;      /* their KV heads and head size */
+    size_t rs_floats;       /* recurrent state per sequence */
+} kl_seq_shape;
+
+/* The weights repacking may cover (model.c's repack): matrices and the
+ * small F32 vectors that sit between them in the file. */
+typedef struct kl_weights {
+    kk_mat **mats;
+    int n_mats, cap_mats;
+    const float ***vecs;
+    int64_t *vlen;
+    int n_vecs, cap_vecs;
+    int failed;             /* an append ran out of memory */
+} kl_weights;
+void kl_weights_mat(kl_weights *w, kk_mat *m);
+void kl_weights_vec(kl_weights *w, const float **v, int64_t len);
 
 struct kiln_model {
     gguf_file *gf;
@@ -62,23 +85,85 @@ struct kiln_model {
     kk_mat tok_embd;        /* [n_vocab rows of n_embd] */
     const float *out_norm;
     kk_mat output;          /* = tok_embd when tied */
-    kl_layer *layers;       /* decoders only */
-    struct kl_bert *bert;   /* encoders only (bert.c) */
+    void *fam;              /* the family's weights and hyperparameters */
     ktok *tok;
     char arch_name[64];
     char name[256];
     char ftype[16];
     char *chat_template;
     uint64_t n_params, n_bytes;
-    void *packed_mem;       /* interleaved copies of Q4_0 matrices (repack) */
+    uint64_t active_bytes;  /* tensor bytes one token's decode reads (the family
+                               may lower it from n_bytes: only used experts) */
+    void *packed_mem;       /* interleaved copies (repack) */
     size_t packed_bytes;
 };
+
+/* ---- the family table ---- */
+struct kl_family {
+    const char *name;
+    const kl_arch *archs;
+    int n_archs;
+    int encoder;            /* 1: bidirectional encoder (kiln_embedder only) */
+    /* Binds the family's tensors with their shapes checked and reads its
+     * own hyperparameters (m->hp holds the common ones); fills m->fam,
+     * m->tok_embd, m->out_norm, m->output and m->hp.n_vocab.  -1 with one
+     * line in err, m->fam possibly partly filled (free is called). */
+    int (*bind)(kiln_model *m, char *err, size_t errlen);
+    void (*free)(kiln_model *m);
+    /* Appends the matrices and vectors repacking may cover (NULL: none). */
+    void (*weights)(kiln_model *m, kl_weights *w);
+    /* Decoders: a sequence's state, activations for a context, forward. */
+    void (*seq_shape)(const kiln_model *m, kl_seq_shape *s);
+    /* Allocates c->ws (activations for c->p.n_batch tokens) and
+     * c->mm_scratch; -1 when out of memory. */
+    int (*ctx_init)(kiln_context *c);
+    void (*ctx_free)(kiln_context *c);
+    /* Runs a batch checked by kl_batch_begin (decoder.h). */
+    kiln_status (*forward)(kiln_context *c, const kiln_batch *b, int n_out);
+    /* Encoders: a workspace for up to cap_tok token rows and the padded,
+     * pooled forward pass (kiln_embedder calls these). */
+    void *(*enc_new)(const kiln_model *m, int cap_tok, kpool *pool);
+    void (*enc_free)(void *ws);
+    void (*encode)(void *ws, const kiln_model *m, const int32_t *tokens, const int32_t *len, int n_seq, int T,
+                   int pooling, float *out);
+};
+
+extern const kl_family kl_family_dense;
+extern const kl_family kl_family_bert;
+
+/* ---- binding (model.c) ----
+ * A binder finds tensors by name with exact shapes (ne[0] first) and a
+ * type kiln computes; the first failure is kept and later calls return
+ * nothing, so a family binds everything and checks once at the end. */
+typedef struct kl_binder {
+    const kiln_model *m;
+    char *err;
+    size_t errlen;
+    int failed;
+} kl_binder;
+/* The tensor, or NULL (an error unless optional).  dims 1..3; ne[i] < 0
+ * accepts any extent there. */
+const gguf_tensor *kl_bind_tensor(kl_binder *B, const char *name, int dims, const int64_t *ne, int optional);
+/* An F32 vector of n. */
+const float *kl_bind_vec(kl_binder *B, const char *name, int64_t n, int optional);
+/* A matrix of nrows rows of ncols (nrows < 0: any). */
+kk_mat kl_bind_mat(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional);
+/* A 3-D [ncols, nrows, n_mat] tensor as n_mat matrices (out[n_mat]);
+ * returns 1 when bound, 0 when absent (optional) or failed. */
+int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kk_mat *out,
+                  int optional);
+void kl_bind_fail(kl_binder *B, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* {arch}.suffix metadata. */
+int64_t kl_meta_int(const kiln_model *m, const char *suffix, int64_t def);
+double kl_meta_float(const kiln_model *m, const char *suffix, double def);
+const gguf_kv *kl_meta_kv(const kiln_model *m, const char *suffix);
 
 /* ---- KV cache (kv.c) ----
  * Memory is blocks of KL_KV_BLOCK token cells, in F16, F32 or Q8_0 (a head
  * row of hd / 32 blocks of 34 bytes, made by the reference quantizer when
  * the token is stored; attention reads it through kk_attn_q8).  A block
- * holds, for each layer, K as [n_head_kv][KL_KV_BLOCK][hd] and then V the
+ * holds, for each attention layer (by ordinal: a hybrid model's recurrent
+ * layers have none), K as [n_head_kv][KL_KV_BLOCK][hd] and then V the
  * same way: head by head, so attention, which walks one head's positions,
  * reads 16 rows in a row (4 KB at hd 128 in F16) that the hardware prefetch
  * follows, instead of 256 bytes every 2 KB; and block by block, so the
@@ -97,7 +182,7 @@ struct kiln_model {
 #define KL_KV_BLOCK_SHIFT 4 /* log2(KL_KV_BLOCK) */
 /* F16 cache: a query that sees up to this many positions keeps llama.cpp's
  * F16-rounded accumulator; one that sees more accumulates in float
- * (forward.c, attn_task). */
+ * (decoder.c, attn_task). */
 #define KL_ATTN_F16_ACC_MAX 256
 /* Tokens of one sequence at consecutive positions that one attention call
  * takes together (kk_attn_f16.nt) when they accumulate in float: they share
@@ -113,8 +198,8 @@ typedef struct kl_seq {
 
 typedef struct kl_kv {
     int type;          /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
-    int n_layer;
-    int n_head_kv, hd;    /* model.c requires hd_v == hd_k (hd) */
+    int n_layer;       /* attention layers */
+    int n_head_kv, hd;
     int32_t n_blocks;
     int32_t n_free;
     int32_t *free_list;   /* unreferenced, unregistered blocks */
@@ -138,7 +223,9 @@ typedef struct kl_kv {
     uint64_t n_lookup_blocks, n_hit_blocks; /* prefix queries and hits, in blocks */
 } kl_kv;
 
-int kl_kv_init(kl_kv *kv, const kl_hparams *hp, int type, int n_seq, int n_ctx, char *err, size_t errlen);
+/* shape: the attention layers' heads (n_attn_layer may be 0: the cache
+ * then only tracks lengths and prefix keys). */
+int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, char *err, size_t errlen);
 void kl_kv_free(kl_kv *kv);
 /* Makes sure seq can hold `len` tokens (evicting cached blocks if the free
  * list is empty); returns -1 when out of blocks. */
@@ -156,7 +243,7 @@ void kl_kv_register(kl_kv *kv, int seq, const int32_t *tokens, int32_t n);
 static inline int64_t kl_kv_cell(const kl_kv *kv, int seq, int32_t pos) {
     return (int64_t)kv->seqs[seq].blocks[pos / KL_KV_BLOCK] * KL_KV_BLOCK + pos % KL_KV_BLOCK;
 }
-/* Block b of a layer: n_head_kv runs of KL_KV_BLOCK head rows (hrow bytes). */
+/* Block b of an attention layer: n_head_kv runs of KL_KV_BLOCK head rows. */
 void *kl_kv_kblock(const kl_kv *kv, int layer, int32_t b);
 void *kl_kv_vblock(const kl_kv *kv, int layer, int32_t b);
 /* Bytes from a layer's K (or V) in block b to the same in block b + 1. */
@@ -164,31 +251,32 @@ size_t kl_kv_block_bytes(const kl_kv *kv);
 /* The hd elements of KV head h in a cell. */
 void *kl_kv_khead(const kl_kv *kv, int layer, int64_t cell, int h);
 void *kl_kv_vhead(const kl_kv *kv, int layer, int64_t cell, int h);
-/* Bytes one token takes in the cache (all layers, K and V). */
-uint64_t kl_kv_bytes_per_token(const kl_hparams *hp, int type);
+/* Bytes one token takes in the cache (attention layers, K and V). */
+uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type);
 
 struct kiln_context {
     kiln_model *m;
     kiln_context_params p;
     kpool *pool;
+    kl_seq_shape shape;
     kl_kv kv;
-    /* activations for up to n_batch tokens, sized once */
-    float *x, *xn, *q, *k, *v, *att, *gate, *up;
-    float *rope_cs;           /* [n_batch][n_rot] rotation tables */
-    int32_t *b_pos, *b_seq;   /* resolved positions and sequences */
-    int32_t *b_tile;          /* [n_tile + 1] batch index where each attention tile starts */
-    int32_t n_tile;
+    /* the batch as kl_batch_begin resolved it */
+    int32_t *b_pos, *b_seq;   /* [n_batch] positions and sequences */
     int32_t *out_idx;         /* batch index -> logits row, -1 if none */
+    /* attention (decoder.c) */
+    float *rope_cs;           /* [n_batch][n_rot] rotation tables */
+    int32_t *b_tile;          /* [n_batch + 1] batch index where each attention tile starts */
+    int32_t n_tile;
+    float *att_scratch;       /* per thread: kk_attn_scratch of 2 heads x KL_ATTN_TILE tokens */
+    size_t att_scratch_per_thread; /* floats */
+    /* output */
     float *logits;            /* [logits_cap][n_vocab] */
     int32_t logits_cap;
     float *out_rows;          /* [logits_cap][n_embd] normalized rows */
-    float *att_scratch;       /* per thread: kk_attn_scratch of 2 heads x KL_ATTN_TILE tokens */
-    size_t att_scratch_per_thread; /* floats */
-    void *mm_scratch;
+    void *mm_scratch;         /* the family's ctx_init sizes it */
+    void *ws;                 /* the family's activations */
     char err[512];
 };
-
-kiln_status kl_forward(kiln_context *c, const kiln_batch *b);
 
 /* Sets the thread's last error (and c->err when c is not NULL). */
 kiln_status kl_fail(kiln_context *c, kiln_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -1,0 +1,41 @@
+/*
+ * decoder — what the decoder families (dense.c, hybrid.c) share: resolving
+ * a batch's sequences and positions, attention over the paged KV cache of
+ * an attention layer, and the output head.  A family's forward calls
+ *
+ *   kl_attn_prepare           once per batch (RoPE tables, attention tiles)
+ *   kl_attn_store / _run      per attention layer, by its ordinal
+ *   kl_batch_commit           once the layers ran (the sequences grow)
+ *   kl_batch_output           the final norm and the logits
+ *
+ * after api.c's kl_batch_begin checked the batch.
+ */
+#ifndef KILN_DECODER_H
+#define KILN_DECODER_H
+
+#include "model/model.h"
+
+/* Checks batch b against the context before any compute (ids, sequences,
+ * positions, room in the context and in the KV cache) and resolves each
+ * token's sequence and position into c->b_seq / c->b_pos and its logits
+ * row into c->out_idx (-1: none); *n_out counts the rows. */
+kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out);
+/* The batch's n tokens are now held by their sequences. */
+void kl_batch_commit(kiln_context *c, int n);
+/* Rows x[i] (n_embd floats, i < n) of the tokens that asked for logits:
+ * output norm into c->out_rows, then logits (unless an embeddings context). */
+void kl_batch_output(kiln_context *c, const kk_ops *ops, const float *x, int n, int n_out);
+
+/* RoPE tables of the n batch positions (c->rope_cs, with the model's
+ * hp.rope) and the attention tiles (c->b_tile): runs of up to KL_ATTN_TILE
+ * tokens of one sequence at consecutive positions that read K and V once. */
+void kl_attn_prepare(kiln_context *c, int n);
+/* Token i's keys and values (n_head_kv rows of hd floats each) into the
+ * cache of attention layer ord, in the cache's type. */
+void kl_attn_store(kiln_context *c, const kk_ops *ops, int ord, int i, const float *k, const float *v);
+/* Causal attention of every batch token over its sequence's cached
+ * positions 0..pos in attention layer ord: q and out are [n][n_head * hd],
+ * heads sharing a KV head by groups of n_head / n_head_kv. */
+void kl_attn_run(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n);
+
+#endif

@@ -1,0 +1,290 @@
+/*
+ * The dense decoder family: llama, qwen2, qwen3.  Every layer is
+ *
+ *   x += Wo attn(rope(norm_q(Wq xn + bq)), rope(norm_k(Wk xn + bk)), Wv xn + bv),  xn = rms(x) * attn_norm
+ *   x += Wdown (silu(Wgate xn) * Wup xn),                                            xn = rms(x) * ffn_norm
+ *
+ * with the biases and q/k norms where the architecture has them.  Shapes of
+ * the activations (per token row):
+ *   x, xn  [n_embd]          residual stream and its normalized copy
+ *   q, att [n_head * hd]     queries, attention output
+ *   k, v   [n_head_kv * hd]  this batch's keys/values before caching
+ *   gate, up [n_ff]          feed-forward
+ * Every buffer is sized for n_batch tokens when the context is made, so a
+ * decode step allocates nothing.
+ */
+#include "model/decoder.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    DENSE_NEOX = 1,     /* RoPE pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
+    DENSE_QKV_BIAS = 2, /* Q/K/V biases required (otherwise used when present) */
+    DENSE_QK_NORM = 4,  /* per-head RMSNorm of Q and K before RoPE */
+};
+
+static const kl_arch k_archs[] = {
+    {"llama", &kl_family_dense, 0, 0}, /* Llama 2/3, Mistral, TinyLlama */
+    {"qwen2", &kl_family_dense, 0, DENSE_NEOX | DENSE_QKV_BIAS},
+    {"qwen3", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM},
+};
+
+typedef struct dense_layer {
+    const float *attn_norm;       /* [n_embd] */
+    kk_mat wq, wk, wv, wo;        /* q: n_embd -> n_head*hd_k ... */
+    const float *bq, *bk, *bv;    /* optional biases */
+    const float *q_norm, *k_norm; /* [hd_k] (qk_norm archs) */
+    const float *ffn_norm;        /* [n_embd] */
+    kk_mat w_gate, w_up, w_down;  /* n_embd -> n_ff -> n_embd */
+} dense_layer;
+
+typedef struct dense_model {
+    dense_layer *layers;
+} dense_model;
+
+/* ---------------------------------------------------------------- binding */
+
+static int dense_bind(kiln_model *m, char *err, size_t errlen) {
+    kl_hparams *hp = &m->hp;
+    if (hp->n_ff <= 0) {
+        snprintf(err, errlen, "bad or missing feed_forward_length (%d)", hp->n_ff);
+        return -1;
+    }
+    hp->rope.neox = (m->arch->flags & DENSE_NEOX) != 0;
+    dense_model *d = calloc(1, sizeof *d);
+    if (d) d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
+    m->fam = d;
+    if (!d || !d->layers) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    kl_binder B = {m, err, errlen, 0};
+    const int64_t E = hp->n_embd;
+    m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
+    hp->n_vocab = (int)m->tok_embd.nrows;
+    m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
+    m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
+    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
+    const int bias_opt = !(m->arch->flags & DENSE_QKV_BIAS);
+    for (int i = 0; i < hp->n_layer && !B.failed; i++) {
+        dense_layer *l = &d->layers[i];
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
+        l->attn_norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
+        l->wq = kl_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
+        l->wk = kl_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
+        l->wv = kl_bind_mat(&B, NAME("attn_v.weight"), E, nkv, 0);
+        l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
+        l->bq = kl_bind_vec(&B, NAME("attn_q.bias"), nq, bias_opt);
+        l->bk = kl_bind_vec(&B, NAME("attn_k.bias"), nkv, bias_opt);
+        l->bv = kl_bind_vec(&B, NAME("attn_v.bias"), nkv, bias_opt);
+        if (m->arch->flags & DENSE_QK_NORM) {
+            l->q_norm = kl_bind_vec(&B, NAME("attn_q_norm.weight"), hp->hd_k, 0);
+            l->k_norm = kl_bind_vec(&B, NAME("attn_k_norm.weight"), hp->hd_k, 0);
+        }
+        l->ffn_norm = kl_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
+        l->w_gate = kl_bind_mat(&B, NAME("ffn_gate.weight"), E, hp->n_ff, 0);
+        l->w_up = kl_bind_mat(&B, NAME("ffn_up.weight"), E, hp->n_ff, 0);
+        l->w_down = kl_bind_mat(&B, NAME("ffn_down.weight"), hp->n_ff, E, 0);
+#undef NAME
+    }
+    return B.failed ? -1 : 0;
+}
+
+static void dense_free(kiln_model *m) {
+    dense_model *d = m->fam;
+    if (!d) return;
+    free(d->layers);
+    free(d);
+}
+
+static void dense_weights(kiln_model *m, kl_weights *w) {
+    const kl_hparams *hp = &m->hp;
+    dense_model *d = m->fam;
+    const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
+    kl_weights_mat(w, &m->output);
+    kl_weights_vec(w, &m->out_norm, hp->n_embd);
+    for (int i = 0; i < hp->n_layer; i++) {
+        dense_layer *l = &d->layers[i];
+        kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
+        const float **v[] = {&l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv, &l->q_norm, &l->k_norm};
+        const int64_t vl[] = {hp->n_embd, hp->n_embd, nq, nkv, nkv, hp->hd_k, hp->hd_k};
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
+            if (*v[k]) kl_weights_vec(w, v[k], vl[k]);
+    }
+}
+
+static void dense_seq_shape(const kiln_model *m, kl_seq_shape *s) {
+    memset(s, 0, sizeof *s);
+    s->n_attn_layer = m->hp.n_layer;
+    s->n_head_kv = m->hp.n_head_kv;
+    s->hd = m->hp.hd_k;
+}
+
+/* ------------------------------------------------------------ activations */
+
+typedef struct dense_ws {
+    float *x, *xn, *q, *k, *v, *att, *gate, *up;
+} dense_ws;
+
+static void dense_ctx_free(kiln_context *c) {
+    dense_ws *w = c->ws;
+    if (w) {
+        float *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->gate, w->up};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+        free(w);
+    }
+    free(c->mm_scratch);
+    c->ws = c->mm_scratch = NULL;
+}
+
+static int dense_ctx_init(kiln_context *c) {
+    const kl_hparams *hp = &c->m->hp;
+    dense_ws *w = calloc(1, sizeof *w);
+    c->ws = w;
+    if (!w) return -1;
+    const size_t B = (size_t)c->p.n_batch, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
+    const size_t nq = (size_t)hp->n_head * hp->hd_k, nkv = (size_t)hp->n_head_kv * hp->hd_k;
+    struct { float **p; size_t n; } bufs[] = {
+        {&w->x, B * E}, {&w->xn, B * E}, {&w->q, B * nq}, {&w->k, B * nkv},
+        {&w->v, B * nkv}, {&w->att, B * nq}, {&w->gate, B * F}, {&w->up, B * F},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (!(*bufs[i].p = malloc(bufs[i].n ? bufs[i].n * sizeof(float) : 1))) return -1;
+    size_t maxk = E > nq ? E : nq;
+    if (F > maxk) maxk = F;
+    c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, c->p.n_batch));
+    return c->mm_scratch ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* The per-token element-wise steps between the matrix products.  One pass
+ * over a token range; run on the pool when the batch is big enough to pay
+ * for the hand-off, inline otherwise. */
+enum tok_step { STEP_ATTN_NORM, STEP_QK_ROPE_STORE, STEP_RESID_FFN_NORM, STEP_SWIGLU, STEP_RESID };
+
+typedef struct tok_job {
+    kiln_context *c;
+    const kk_ops *ops;
+    const dense_layer *L;
+    int layer;
+    int n_tok;
+    enum tok_step step;
+} tok_job;
+
+static void tok_range(const tok_job *j, int i0, int i1) {
+    kiln_context *c = j->c;
+    dense_ws *w = c->ws;
+    const kl_hparams *hp = &c->m->hp;
+    const kk_ops *ops = j->ops;
+    const dense_layer *L = j->L;
+    const int E = hp->n_embd, hd = hp->hd_k;
+    const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
+    for (int i = i0; i < i1; i++) {
+        float *x = w->x + (size_t)i * E, *xn = w->xn + (size_t)i * E;
+        switch (j->step) {
+        case STEP_ATTN_NORM:
+            ops->rmsnorm(xn, x, L->attn_norm, E, hp->eps);
+            break;
+        case STEP_QK_ROPE_STORE: {
+            float *qi = w->q + (size_t)i * nq, *ki = w->k + (size_t)i * nkv, *vi = w->v + (size_t)i * nkv;
+            if (L->bq) kk_add(qi, L->bq, (int)nq);
+            if (L->bk) kk_add(ki, L->bk, (int)nkv);
+            if (L->bv) kk_add(vi, L->bv, (int)nkv);
+            if (L->q_norm) {
+                for (int h = 0; h < hp->n_head; h++) ops->rmsnorm(qi + h * hd, qi + h * hd, L->q_norm, hd, hp->eps);
+                for (int h = 0; h < hp->n_head_kv; h++) ops->rmsnorm(ki + h * hd, ki + h * hd, L->k_norm, hd, hp->eps);
+            }
+            const float *cs = c->rope_cs + (size_t)i * hp->rope.n_rot;
+            if (hp->rope.neox) {
+                ops->rope_neox(cs, qi, hp->n_head, hd, hp->rope.n_rot);
+                ops->rope_neox(cs, ki, hp->n_head_kv, hd, hp->rope.n_rot);
+            } else {
+                kk_rope_apply(&hp->rope, cs, qi, hp->n_head, hd);
+                kk_rope_apply(&hp->rope, cs, ki, hp->n_head_kv, hd);
+            }
+            kl_attn_store(c, ops, j->layer, i, ki, vi);
+            break;
+        }
+        case STEP_RESID_FFN_NORM: /* x += attention output (in xn), then normalize */
+            ops->add(x, xn, E);
+            ops->rmsnorm(xn, x, L->ffn_norm, E, hp->eps);
+            break;
+        case STEP_SWIGLU:
+            ops->swiglu(w->gate + (size_t)i * hp->n_ff, w->up + (size_t)i * hp->n_ff, hp->n_ff);
+            break;
+        case STEP_RESID:
+            ops->add(x, xn, E);
+            break;
+        }
+    }
+}
+
+static void tok_task(void *ud, int ith, int nth) {
+    const tok_job *j = ud;
+    long lo, hi;
+    kpool_range(j->n_tok, ith, nth, &lo, &hi);
+    tok_range(j, (int)lo, (int)hi);
+}
+
+/* Batches below this many tokens do the element-wise steps on the calling
+ * thread: a pool hand-off costs about as much as a few tokens' work. */
+#define TOK_PAR_MIN 4
+
+static void tok_step(tok_job *j, enum tok_step step) {
+    j->step = step;
+    if (j->n_tok >= TOK_PAR_MIN) kpool_run(j->c->pool, tok_task, j);
+    else tok_range(j, 0, j->n_tok);
+}
+
+static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out) {
+    const kiln_model *m = c->m;
+    const kl_hparams *hp = &m->hp;
+    const dense_model *d = m->fam;
+    dense_ws *w = c->ws;
+    const int n = b->n, E = hp->n_embd, hd = hp->hd_k;
+    const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
+    const kk_ops *ops = kk_ops_best();
+
+    kl_attn_prepare(c, n);
+    for (int i = 0; i < n; i++) kk_get_row(&m->tok_embd, b->token[i], w->x + (size_t)i * E);
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const dense_layer *L = &d->layers[l];
+        tok_job tj = {c, ops, L, l, n, STEP_ATTN_NORM};
+        tok_step(&tj, STEP_ATTN_NORM);
+        kk_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
+        kk_matmul_multi(c->pool, qkv, 3, w->xn, n, c->mm_scratch);
+        tok_step(&tj, STEP_QK_ROPE_STORE);
+        kl_attn_run(c, ops, l, w->q, w->att, n);
+        kk_matmul(c->pool, &L->wo, w->att, n, w->xn, E, c->mm_scratch);
+        tok_step(&tj, STEP_RESID_FFN_NORM);
+        kk_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
+        kk_matmul_multi(c->pool, gu, 2, w->xn, n, c->mm_scratch);
+        tok_step(&tj, STEP_SWIGLU);
+        kk_matmul(c->pool, &L->w_down, w->gate, n, w->xn, E, c->mm_scratch);
+        tok_step(&tj, STEP_RESID);
+    }
+
+    kl_batch_commit(c, n);
+    kl_batch_output(c, ops, w->x, n, n_out);
+    return KILN_OK;
+}
+
+const kl_family kl_family_dense = {
+    .name = "dense",
+    .archs = k_archs,
+    .n_archs = sizeof k_archs / sizeof k_archs[0],
+    .bind = dense_bind,
+    .free = dense_free,
+    .weights = dense_weights,
+    .seq_shape = dense_seq_shape,
+    .ctx_init = dense_ctx_init,
+    .ctx_free = dense_ctx_free,
+    .forward = dense_forward,
+};
