@@ -235,7 +235,7 @@ static void test_roundtrip_and_split(void) {
     kiln_model *m1, *m2;
     CHECK(kiln_model_load(STORIES, NULL, &m1) == KILN_OK);
     CHECKF(kiln_model_load(s1, NULL, &m2) == KILN_OK, "%s", kiln_last_error());
-    kiln_context *c1, *c2;
+    kiln_context *c1 = NULL, *c2 = NULL;
     kiln_context_params cp = kiln_context_default_params();
     cp.n_ctx = 64;
     CHECK(kiln_context_new(m1, &cp, &c1) == KILN_OK && kiln_context_new(m2, &cp, &c2) == KILN_OK);

@@ -36,7 +36,7 @@ static void detect(void) {
     memcpy(p->vendor, &b, 4);
     memcpy(p->vendor + 4, &d, 4);
     memcpy(p->vendor + 8, &c, 4);
-    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
         unsigned w[12];
         for (unsigned i = 0; i < 3; i++) __cpuid(0x80000002u + i, w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
         memcpy(p->brand, w, 48);
