@@ -1,0 +1,417 @@
+/*
+ * jinja.h — private to src/chat/: the types and calls the files of the
+ * template interpreter share (template.h is the public contract).
+ *
+ * Everything a compile or a render allocates comes from the arena in ctx;
+ * a failure (kct_fail, kct_fail_at) longjmps to ctx.jb with the message in
+ * ctx.err, so no call below returns an error code.
+ */
+#ifndef KILN_CHAT_JINJA_H
+#define KILN_CHAT_JINJA_H
+
+#include <jansson.h>
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+typedef struct ablk { struct ablk *next; size_t cap, used; _Alignas(16) char data[]; } ablk;
+
+/* Shared by compile and render: the arena, the error buffer and the jump
+ * target for failures. */
+typedef struct ctx {
+    ablk *blocks;
+    jmp_buf jb;
+    char *err;
+    size_t errlen;
+} ctx;
+
+/* A growable byte buffer living in the arena. */
+typedef struct sbuf { char *p; size_t n, cap; } sbuf;
+
+typedef struct str { const char *p; size_t n; } str;
+
+enum vt { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_FUNC, V_LOOP };
+/* Why a value is undefined, for Jinja2's error messages. */
+enum { U_NAME, U_ATTR, U_ITEM };
+
+typedef struct klist klist;
+typedef struct kdict kdict;
+typedef struct kfn kfn;
+typedef struct kloop kloop;
+
+typedef struct kv {
+    uint8_t t;
+    uint8_t aux;    /* V_LIST: 1 = tuple; V_UNDEF: U_* kind; V_DICT: 1 = namespace */
+    uint8_t aux2;   /* V_UNDEF: the type (enum vt) of the object that lacked the name */
+    union {
+        int64_t i;
+        double f;
+        str s;      /* V_STR, and the missing name of V_UNDEF */
+        klist *l;
+        kdict *d;
+        kfn *fn;
+        kloop *loop;
+    };
+} kv;
+
+struct klist { kv *v; size_t n, cap; };
+struct kdict { kv *keys; kv *vals; size_t n, cap; };
+
+static const kv UNDEF = { .t = V_UNDEF };
+static const kv NONE = { .t = V_NONE };
+
+enum tk { T_DATA, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END, T_NAME, T_STRING, T_INT, T_FLOAT, T_OP, T_EOF };
+
+typedef struct tok {
+    uint8_t type;
+    char op[3];      /* T_OP: the operator, NUL-terminated */
+    int line, col;
+    str s;           /* T_DATA, T_NAME, T_STRING (decoded) */
+    int64_t i;
+    double f;
+} tok;
+
+typedef struct lexer {
+    ctx *c;
+    const char *src;
+    size_t len, pos;
+    int line;
+    size_t line_start;   /* offset of the current line, for columns */
+    tok *toks;
+    size_t n, cap;
+} lexer;
+
+enum nk {
+    /* statements */
+    N_DATA, N_OUTPUT, N_IF, N_FOR, N_SET, N_SETATTR, N_SETBLOCK, N_MACRO, N_CALLBLOCK, N_BREAK, N_CONTINUE,
+    N_SCOPE,
+    /* expressions */
+    E_LIT, E_NAME, E_LIST, E_TUPLE, E_DICT, E_ATTR, E_ITEM, E_SLICE, E_CALL, E_FILTER, E_TEST,
+    E_NOT, E_NEG, E_POS, E_BIN, E_AND, E_OR, E_COND, E_CMP
+};
+
+enum binop { B_ADD, B_SUB, B_MUL, B_DIV, B_FDIV, B_MOD, B_POW, B_CAT };
+enum cmpop { C_EQ, C_NE, C_LT, C_LE, C_GT, C_GE, C_IN, C_NOTIN };
+
+typedef struct node node;
+typedef struct nlist { node **v; int n, cap; } nlist;
+
+struct node {
+    uint8_t kind, op;
+    uint8_t neg;     /* E_TEST: "is not" */
+    int line, col;
+    int id;          /* E_FILTER / E_TEST: builtin index */
+    str name;        /* E_NAME, E_ATTR, N_SET*, N_MACRO, filter/test name */
+    str name2;       /* N_SETATTR: attribute */
+    kv lit;          /* E_LIT, N_DATA */
+    node *a, *b, *c; /* operands; N_FOR: a = iterable, b = filter condition */
+    nlist args;      /* call/filter/test args, list items, dict keys, bodies */
+    nlist args2;     /* keyword values, dict values, else bodies, macro defaults */
+    str *names;      /* keyword names (args2), loop/set targets, macro params */
+    int nnames;
+};
+
+/* Nesting limits keep hostile templates from exhausting the C stack. */
+enum { MAX_PARSE_DEPTH = 200, MAX_CALL_DEPTH = 100 };
+
+typedef struct parser {
+    ctx *c;
+    tok *t;
+    size_t i, n;
+    int depth;   /* expression and block nesting */
+} parser;
+
+enum {
+    F_ABS, F_ATTR, F_CAPITALIZE, F_COUNT, F_D, F_DEFAULT, F_DICTSORT, F_E, F_ESCAPE, F_FIRST, F_FLOAT,
+    F_INDENT, F_INT, F_ITEMS, F_JOIN, F_LAST, F_LENGTH, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN, F_REJECT,
+    F_REJECTATTR, F_REPLACE, F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM,
+    F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_WORDCOUNT,
+    F_N /* how many */
+};
+
+enum {
+    X_BOOLEAN, X_CALLABLE, X_DEFINED, X_DIVISIBLEBY, X_EQ, X_EQUALTO, X_ESCAPED, X_EVEN, X_FALSE, X_FILTER,
+    X_FLOAT, X_GE, X_GREATERTHAN, X_GT, X_IN, X_INTEGER, X_ITERABLE, X_LE, X_LESSTHAN, X_LOWER, X_LT,
+    X_MAPPING, X_NE, X_NONE, X_NUMBER, X_ODD, X_SAMEAS, X_SEQUENCE, X_STRING, X_TEST, X_TRUE, X_UNDEFINED,
+    X_UPPER, X_SYM_EQ, X_SYM_NE, X_SYM_LT, X_SYM_LE, X_SYM_GT, X_SYM_GE,
+    X_N /* how many */
+};
+
+typedef struct frame {
+    struct frame *parent;
+    int n, cap;
+    str *keys;
+    kv *vals;
+} frame;
+
+enum { FN_GLOBAL, FN_METHOD, FN_MACRO, FN_CALLER };
+enum { G_RANGE, G_NAMESPACE, G_DICT, G_RAISE, G_STRFTIME };
+
+struct kfn {
+    int kind, id;
+    str name;             /* method name; macro name */
+    kv self;              /* bound receiver of a method */
+    const node *def;      /* macro definition or call block */
+    frame *closure;       /* scope the macro or caller body sees */
+};
+
+struct kloop { kv *items; int64_t n, i; };
+
+typedef struct rctx {
+    ctx c;
+    int has_now;
+    int64_t now;
+    int call_depth;   /* macro calls in progress */
+} rctx;
+
+/* json.dumps(v, ensure_ascii=False, indent=..., separators=..., sort_keys=...) */
+typedef struct jopts { str indent; int has_indent; str item_sep, key_sep; int sort_keys; } jopts;
+
+typedef struct args { kv *pos; int npos; kv *kw; str *kwn; int nkw; } args;
+
+/* value.c: the arena, buffers, lists and dicts; failing with a message */
+_Noreturn void kct_fail(ctx *c, int line, int col, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void *kct_ar_alloc(ctx *c, size_t n);
+void kct_sb_put(ctx *c, sbuf *b, const char *s, size_t n);
+void kct_list_push(ctx *c, klist *l, kv x);
+void kct_dict_set(ctx *c, kdict *d, kv k, kv v);
+_Noreturn void kct_fail_at(rctx *r, const node *x, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* value.c: Python semantics of values, jansson input, frames */
+const char *kct_type_name(const kv *v);
+int kct_truthy(const kv *v);
+void kct_to_str(rctx *r, sbuf *b, const kv *v);
+void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o, int level);
+int kct_kv_eq(const kv *a, const kv *b);
+int kct_kv_cmp(rctx *r, const node *x, const kv *a, const kv *b);
+kv *kct_iter_items(rctx *r, const node *x, const kv *v, size_t *n);
+kv kct_json_to_kv(ctx *c, const json_t *j);
+void kct_frame_set(ctx *c, frame *f, str k, kv v);
+kv kct_lookup(rctx *r, frame *f, str k);
+
+/* lexer.c: the tokens of L->src into L->toks */
+void kct_lex(lexer *L);
+
+/* parser.c: statements up to one of the end tags in ends (a space-separated list) */
+void kct_parse_body(parser *P, nlist *out, const char *ends, const tok *opener, const char *opname);
+
+/* eval.c */
+kv kct_get_attr(rctx *r, const node *x, const kv *obj, str name);
+kv kct_get_item(rctx *r, const node *x, const kv *obj, const kv *key);
+int kct_exec_body(rctx *r, const nlist *body, frame *f, sbuf *out);
+
+/* filters.c: builtins by index (F_*, X_*, G_*), methods by name */
+extern const char *const kct_filters[F_N];
+extern const char *const kct_tests[X_N];
+kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a);
+int kct_kv_contains(rctx *r, const node *x, const kv *hay, const kv *item);
+int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a);
+kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a);
+kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a);
+
+/* small helpers every file uses (Python indexes strings by code point:
+ * the cp_* calls) */
+static inline void *ar_zalloc(ctx *c, size_t n)
+{
+    void *p = kct_ar_alloc(c, n);
+    memset(p, 0, n);
+    return p;
+}
+
+static inline void ar_free(ctx *c)
+{
+    for (ablk *b = c->blocks, *nx; b; b = nx) {
+        nx = b->next;
+        free(b);
+    }
+    c->blocks = NULL;
+}
+
+static inline char *ar_strdup(ctx *c, const char *s, size_t n)
+{
+    char *p = kct_ar_alloc(c, n + 1);
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+static inline void sb_puts(ctx *c, sbuf *b, const char *s) { kct_sb_put(c, b, s, strlen(s)); }
+static inline void sb_putc(ctx *c, sbuf *b, char ch) { kct_sb_put(c, b, &ch, 1); }
+
+static inline kv mk_bool(int b) { kv v = { .t = V_BOOL }; v.i = b != 0; return v; }
+static inline kv mk_int(int64_t i) { kv v = { .t = V_INT }; v.i = i; return v; }
+static inline kv mk_float(double f) { kv v = { .t = V_FLOAT }; v.f = f; return v; }
+static inline kv mk_str(const char *p, size_t n) { kv v = { .t = V_STR }; v.s.p = p; v.s.n = n; return v; }
+static inline kv mk_undef(int kind, int objtype, const char *name, size_t n)
+{
+    kv v = { .t = V_UNDEF, .aux = (uint8_t)kind, .aux2 = (uint8_t)objtype };
+    v.s.p = name;
+    v.s.n = n;
+    return v;
+}
+
+static inline kv mk_list(ctx *c, size_t cap)
+{
+    kv v = { .t = V_LIST };
+    v.l = ar_zalloc(c, sizeof(klist));
+    v.l->cap = cap ? cap : 4;
+    v.l->v = kct_ar_alloc(c, v.l->cap * sizeof(kv));
+    return v;
+}
+
+static inline kv mk_dict(ctx *c, size_t cap)
+{
+    kv v = { .t = V_DICT };
+    v.d = ar_zalloc(c, sizeof(kdict));
+    v.d->cap = cap ? cap : 4;
+    v.d->keys = kct_ar_alloc(c, v.d->cap * sizeof(kv));
+    v.d->vals = kct_ar_alloc(c, v.d->cap * sizeof(kv));
+    return v;
+}
+
+static inline int str_eq(str a, const char *b, size_t bn) { return a.n == bn && memcmp(a.p, b, bn) == 0; }
+static inline int str_is(str a, const char *lit) { return str_eq(a, lit, strlen(lit)); }
+
+static inline kv *dict_find_str(const kdict *d, const char *k, size_t kn)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (d->keys[i].t == V_STR && str_eq(d->keys[i].s, k, kn)) return &d->vals[i];
+    return NULL;
+}
+
+static inline kv *dict_find(const kdict *d, const kv *k)
+{
+    if (k->t == V_STR) return dict_find_str(d, k->s.p, k->s.n);
+    for (size_t i = 0; i < d->n; i++)
+        if (kct_kv_eq(&d->keys[i], k)) return &d->vals[i];
+    return NULL;
+}
+
+static inline int is_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f'; }
+
+static inline void put_utf8(ctx *c, sbuf *b, uint32_t cp)
+{
+    uint8_t tmp[4];
+    utf8proc_ssize_t k = utf8proc_encode_char((utf8proc_int32_t)cp, tmp);
+    kct_sb_put(c, b, (const char *)tmp, (size_t)k);
+}
+
+static inline int lookup_name(const char *const *tab, size_t n, str s)
+{
+    for (size_t i = 0; i < n; i++)
+        if (str_is(s, tab[i])) return (int)i;
+    return -1;
+}
+
+/* Raises Jinja2's UndefinedError for an undefined value being used. */
+static inline _Noreturn void undef_fail(rctx *r, const node *x, const kv *u)
+{
+    static const char *const objn[] = { "Undefined", "None", "bool", "int", "float", "str", "list", "dict",
+                                         "function", "LoopContext" };
+    const char *on = u->aux2 < sizeof objn / sizeof *objn ? objn[u->aux2] : "object";
+    if (u->aux == U_NAME) kct_fail_at(r, x, "'%.*s' is undefined", (int)u->s.n, u->s.p);
+    if (u->aux2 == V_NONE) kct_fail_at(r, x, "'None' has no attribute '%.*s'", (int)u->s.n, u->s.p);
+    if (u->aux == U_ITEM) kct_fail_at(r, x, "'%s object' has no element %.*s", on, (int)u->s.n, u->s.p);
+    kct_fail_at(r, x, "'%s object' has no attribute '%.*s'", on, (int)u->s.n, u->s.p);
+}
+
+static inline int is_num(const kv *v) { return v->t == V_INT || v->t == V_FLOAT || v->t == V_BOOL; }
+static inline double num_f(const kv *v) { return v->t == V_FLOAT ? v->f : (double)v->i; }
+
+static inline int is_ascii(str s)
+{
+    for (size_t i = 0; i < s.n; i++) if ((unsigned char)s.p[i] >= 0x80) return 0;
+    return 1;
+}
+
+static inline size_t cp_count(str s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s.n; i++) n += ((unsigned char)s.p[i] & 0xC0) != 0x80;
+    return n;
+}
+
+/* Byte offsets of each code point, plus one for the end (n + 1 entries). */
+static inline size_t *cp_offsets(ctx *c, str s, size_t *n)
+{
+    size_t cnt = cp_count(s), k = 0;
+    size_t *off = kct_ar_alloc(c, (cnt + 1) * sizeof(size_t));
+    for (size_t i = 0; i < s.n; i++)
+        if (((unsigned char)s.p[i] & 0xC0) != 0x80) off[k++] = i;
+    off[cnt] = s.n;
+    *n = cnt;
+    return off;
+}
+
+static inline uint32_t cp_decode(const char *p, size_t n, size_t *adv)
+{
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)p, (utf8proc_ssize_t)n, &cp);
+    if (k <= 0) { *adv = 1; return (unsigned char)p[0]; }
+    *adv = (size_t)k;
+    return (uint32_t)cp;
+}
+
+static inline int py_isspace(uint32_t cp)
+{
+    if (cp < 128) return cp == ' ' || (cp >= 9 && cp <= 13) || (cp >= 0x1c && cp <= 0x1f);
+    return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 ||
+           cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+}
+
+static inline str kv_tostr(rctx *r, const kv *v)
+{
+    if (v->t == V_STR) return v->s;
+    sbuf b = {0};
+    kct_sb_put(&r->c, &b, "", 0);
+    kct_to_str(r, &b, v);
+    return (str){ b.p, b.n };
+}
+
+static inline kv list_of(rctx *r, const node *x, const kv *v)
+{
+    size_t n;
+    kv *it = kct_iter_items(r, x, v, &n);
+    kv out = mk_list(&r->c, n);
+    if (n) memcpy(out.l->v, it, n * sizeof(kv));
+    out.l->n = n;
+    return out;
+}
+
+static inline frame *new_frame(ctx *c, frame *parent)
+{
+    frame *f = kct_ar_alloc(c, sizeof(frame));
+    f->parent = parent;
+    f->n = f->cap = 0;
+    f->keys = NULL;
+    f->vals = NULL;
+    return f;
+}
+
+/* Argument number idx (positional) or named `name`; 0 when absent. */
+static inline int arg_get(const args *a, int idx, const char *name, kv *out)
+{
+    if (idx >= 0 && idx < a->npos) { *out = a->pos[idx]; return 1; }
+    if (name)
+        for (int i = 0; i < a->nkw; i++)
+            if (str_is(a->kwn[i], name)) { *out = a->kw[i]; return 1; }
+    return 0;
+}
+
+static inline kv arg_or(const args *a, int idx, const char *name, kv def)
+{
+    kv v;
+    return arg_get(a, idx, name, &v) ? v : def;
+}
+
+static inline kv need_str(rctx *r, const node *x, const kv *v, const char *what)
+{
+    if (v->t == V_UNDEF) undef_fail(r, x, v);
+    if (v->t != V_STR) kct_fail_at(r, x, "%s expects a string, got %s", what, kct_type_name(v));
+    return *v;
+}
+
+#endif
