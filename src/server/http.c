@@ -4,6 +4,7 @@
  * the server's start and drain. */
 #define _GNU_SOURCE
 #include "server/srv.h"
+#include "server/webui.h"
 
 #include <arpa/inet.h>
 #include <sys/socket.h>
@@ -407,9 +408,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->cfg.max_body);
         return (enum MHD_Result)ks_send_error(c, 413, "invalid_request_error", msg, NULL);
     }
-    if (get && (!strcmp(url, "/") || !strcmp(url, "/index.html")))
-        return (enum MHD_Result)ks_send_text(c, 200, "text/html; charset=utf-8", ks_webui_html,
-                                             strlen(ks_webui_html), 1);
+    if (get && ks_webui_path(url)) return (enum MHD_Result)ks_webui_serve(c, url);
     if (get && !strcmp(url, "/metrics")) {
         ks_buf b = {0};
         ks_metrics_render(s, &b);

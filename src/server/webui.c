@@ -1,10 +1,20 @@
-/* The chat page served at GET /: one self-contained HTML file (no external
- * assets).  It lists models from /v1/models, streams replies over SSE from
- * /v1/chat/completions (or /v1/completions in completion mode, for base
- * models), renders a small markdown subset, shows reasoning separately and
- * has a stop button that aborts the fetch (the server then cancels).  With
- * --api-key the page itself loads without the key and asks for it. */
+/* The chat page's routes, and the plain page: one self-contained HTML file
+ * (no external assets) embedded when the bundle (web/) was not built.  The
+ * plain page lists models from v1/models, streams replies over SSE from
+ * v1/chat/completions (or v1/completions in completion mode, for base
+ * models), renders a small markdown subset, shows reasoning separately, has
+ * a stop button that aborts the fetch (the server then cancels) and asks
+ * for the API key on a 401 (kept in localStorage as the bundle keeps it).
+ * URLs are relative, so both pages work behind a proxy's path prefix. */
 #include "server/srv.h"
+#include "server/webui.h"
+
+#include <microhttpd.h>
+#include <string.h>
+
+#ifndef KS_WEBUI_BUNDLE
+const ks_webui_file ks_webui_files[] = {{0, 0, 0, 0, 0}};
+#endif
 
 const char ks_webui_html[] =
 "<!doctype html><html lang=en><head><meta charset=utf-8><title>kiln</title>"
@@ -31,30 +41,29 @@ const char ks_webui_html[] =
 "<button id=send type=submit>Send</button><button id=stop type=button disabled>Stop</button></form>"
 "<script>\n"
 "const $=id=>document.getElementById(id);let history=[],ctl=null;\n"
-/* API calls carry the key the page keeps in localStorage; a 401 asks for
- * it once and retries */
-"async function api(url,o={}){const k=localStorage.getItem('kiln.key');const h=Object.assign({},o.headers||{});"
-"if(k)h.Authorization='Bearer '+k;let r=await fetch(url,Object.assign({},o,{headers:h}));"
-"if(r.status===401){const nk=prompt('This server needs an API key:');if(nk){localStorage.setItem('kiln.key',nk);return api(url,o)}}return r}\n"
+"function hdr(){const k=localStorage.getItem('kiln.key');const h={'Content-Type':'application/json'};if(k)h.Authorization='Bearer '+k;return h}\n"
+/* a 401 asks for the key once per call and retries */
+"async function api(url,opt={}){for(let i=0;i<3;i++){const r=await fetch(url,{...opt,headers:hdr()});if(r.status!==401)return r;"
+"const k=prompt('This server needs an API key');if(!k)return r;localStorage.setItem('kiln.key',k)}return fetch(url,{...opt,headers:hdr()})}\n"
 "function esc(s){return s.replace(/[&<>]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;'}[c]))}\n"
 "function md(s){let out='',parts=s.split('```');parts.forEach((p,i)=>{if(i%2){out+='<pre><code>'+esc(p.replace(/^[^\\n]*\\n/,''))+'</code></pre>';return}"
 "let h=esc(p).replace(/`([^`]+)`/g,'<code>$1</code>').replace(/\\*\\*([^*]+)\\*\\*/g,'<b>$1</b>').replace(/\\*([^*]+)\\*/g,'<i>$1</i>')"
 ".replace(/^### (.*)$/gm,'<h4>$1</h4>').replace(/^## (.*)$/gm,'<h3>$1</h3>').replace(/^# (.*)$/gm,'<h2>$1</h2>')"
 ".replace(/^[-*] (.*)$/gm,'&bull; $1').replace(/\\n/g,'<br>');out+=h});return out}\n"
-"async function models(){try{const r=await api('/v1/models');const j=await r.json();"
+"async function models(){try{const r=await api('v1/models');const j=await r.json();"
 "$('model').innerHTML=j.data.map(m=>'<option>'+esc(m.id)+'</option>').join('');pick()}catch(e){$('status').textContent='no models'}}\n"
 /* a model without a chat template is a base model: continue text */
-"async function pick(){try{const r=await api('/api/show',{method:'POST',headers:{'Content-Type':'application/json'},body:JSON.stringify({model:$('model').value})});"
+"async function pick(){try{const r=await api('api/show',{method:'POST',body:JSON.stringify({model:$('model').value})});"
 "const j=await r.json();$('compl').checked=!j.template}catch(e){}}\n"
 "$('model').onchange=()=>{history=[];pick()};\n"
 "function bubble(role){const d=document.createElement('div');d.className='msg '+role;$('log').appendChild(d);return d}\n"
 "async function send(text){const u=bubble('user');u.textContent=text;const a=bubble('assistant');a.innerHTML='<div class=think hidden></div><div class=body></div>';"
 "const th=a.querySelector('.think'),bd=a.querySelector('.body');let content='',reasoning='';"
 "const compl=$('compl').checked;let url,body;"
-"if(compl){url='/v1/completions';body={model:$('model').value,prompt:text,max_tokens:200,stream:true}}"
-"else{history.push({role:'user',content:text});url='/v1/chat/completions';body={model:$('model').value,messages:history,stream:true}}"
+"if(compl){url='v1/completions';body={model:$('model').value,prompt:text,max_tokens:200,stream:true}}"
+"else{history.push({role:'user',content:text});url='v1/chat/completions';body={model:$('model').value,messages:history,stream:true}}"
 "ctl=new AbortController();$('stop').disabled=false;$('send').disabled=true;$('status').textContent='generating…';"
-"try{const r=await api(url,{method:'POST',headers:{'Content-Type':'application/json'},body:JSON.stringify(body),signal:ctl.signal});"
+"try{const r=await api(url,{method:'POST',body:JSON.stringify(body),signal:ctl.signal});"
 "if(!r.ok){const j=await r.json().catch(()=>({}));throw new Error((j.error&&j.error.message)||r.statusText)}"
 "const rd=r.body.getReader(),dec=new TextDecoder();let buf='';"
 "for(;;){const {value,done}=await rd.read();if(done)break;buf+=dec.decode(value,{stream:true});let i;"
@@ -68,3 +77,40 @@ const char ks_webui_html[] =
 "$('inp').onkeydown=e=>{if(e.key==='Enter'&&!e.shiftKey){e.preventDefault();$('f').requestSubmit()}};\n"
 "$('stop').onclick=()=>{if(ctl)ctl.abort()};models();\n"
 "</script></body></html>\n";
+
+/* ---- routes ---- */
+
+int ks_webui_bundled(void) { return ks_webui_files[0].path != NULL; }
+
+int ks_webui_path(const char *url) {
+    return !strcmp(url, "/") || !strcmp(url, "/index.html") || !strcmp(url, "/favicon.ico") ||
+           !strncmp(url, "/assets/", 8);
+}
+
+static int reply(struct MHD_Connection *c, int status, const char *type, const char *data, size_t len,
+                 const char *cache) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Cache-Control", cache);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    ks_metrics_request(status);
+    int rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+int ks_webui_serve(struct MHD_Connection *c, const char *url) {
+    static const char missing[] = "not found\n";
+    if (!strcmp(url, "/")) url = "/index.html";
+    if (!ks_webui_bundled()) {
+        if (!strcmp(url, "/index.html"))
+            return reply(c, 200, "text/html; charset=utf-8", ks_webui_html, strlen(ks_webui_html), "no-cache");
+        return reply(c, 404, "text/plain; charset=utf-8", missing, sizeof missing - 1, "no-cache");
+    }
+    for (const ks_webui_file *f = ks_webui_files; f->path; f++)
+        if (!strcmp(f->path, url))
+            return reply(c, 200, f->type, f->data, f->len,
+                         f->immutable ? "public, max-age=31536000, immutable" : "no-cache");
+    return reply(c, 404, "text/plain; charset=utf-8", missing, sizeof missing - 1, "no-cache");
+}
