@@ -73,3 +73,22 @@ export async function readSSE(response, onEvent) {
     }
   }
 }
+
+// Reads an NDJSON response (Ollama's streams), calling onEvent per line.
+export async function readNDJSON(response, onEvent) {
+  const reader = response.body.getReader();
+  const dec = new TextDecoder();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, { stream: true });
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i).trim();
+      buf = buf.slice(i + 1);
+      if (line) onEvent(JSON.parse(line));
+    }
+  }
+  if (buf.trim()) onEvent(JSON.parse(buf));
+}

@@ -1,12 +1,13 @@
 // The kiln chat page: conversations kept in the browser, streamed replies
-// from /v1/chat/completions, markdown, reasoning, tool-call cards, text and
+// from api/chat (its final line carries the server's own token counts and
+// timings, so tokens/s is the server's figure, not the network's), markdown, reasoning, tool-call cards, text and
 // image attachments, per-conversation system prompt and sampling settings,
 // the context in use against the model's, and a context that overflows.
 import { Fragment, render } from 'preact';
 import { useEffect, useReducer, useRef, useState } from 'preact/hooks';
 import 'katex/dist/katex.min.css';
 import './styles.css';
-import { api, getJSON, readSSE, onKeyNeeded, apiKey, setApiKey } from './api.js';
+import { api, getJSON, readNDJSON, onKeyNeeded, apiKey, setApiKey } from './api.js';
 import * as store from './store.js';
 import { renderMarkdown, splitContent } from './markdown.js';
 import { fitStart, reserveFor, parseOverflow, DEFAULT_CPT, estimateTokens } from './context.js';
@@ -42,6 +43,7 @@ function save(c) {
   const err = store.saveConversation(c);
   S.error = err || (S.error.startsWith('the browser storage') ? '' : S.error);
   S.index = store.listConversations();
+  if (c === S.conv) store.setPref('open', c.id);
 }
 
 function defaults() {
@@ -128,15 +130,16 @@ async function loadInfo(m, refresh) {
 
 // ---- generation ----
 
-function userContent(m, withImages) {
-  let text = m.content || '';
+// A user message for api/chat: attached text files follow the text as
+// fenced blocks; images go as base64 in "images" (models that accept them).
+function userMessage(m, withImages) {
+  let content = m.content || '';
   const images = [];
   for (const a of m.attachments || []) {
-    if (a.kind === 'text') text += `\n\n[File: ${a.name}]\n\`\`\`\n${a.text}\n\`\`\``;
-    else if (a.kind === 'image') images.push(a);
+    if (a.kind === 'text') content += `\n\n[File: ${a.name}]\n\`\`\`\n${a.text}\n\`\`\``;
+    else if (a.kind === 'image' && withImages) images.push(a.url.replace(/^data:[^,]*,/, ''));
   }
-  if (!withImages || !images.length) return text;
-  return [{ type: 'text', text }, ...images.map((a) => ({ type: 'image_url', image_url: { url: a.url } }))];
+  return images.length ? { role: 'user', content, images } : { role: 'user', content };
 }
 
 // The API messages for the conversation up to (not including) index end,
@@ -147,7 +150,7 @@ function apiMessages(c, end, withImages) {
   if (c.system.trim()) { out.push({ role: 'system', content: c.system }); src.push(-1); }
   for (let i = 0; i < end; i++) {
     const m = c.messages[i];
-    if (m.role === 'user') out.push({ role: 'user', content: userContent(m, withImages) });
+    if (m.role === 'user') out.push(userMessage(m, withImages));
     else if (!m.error && (m.content || m.tools?.length)) {
       const a = { role: 'assistant', content: m.content || '' };
       out.push(a);
@@ -157,13 +160,14 @@ function apiMessages(c, end, withImages) {
   return { out, src };
 }
 
-function params(c) {
-  const p = {};
+// The conversation's settings as api/chat options (max_tokens is num_predict).
+function options(c) {
+  const o = {};
   for (const [k] of PARAMS) {
     const v = c.params[k];
-    if (v !== '' && v !== null && v !== undefined && !Number.isNaN(Number(v))) p[k] = Number(v);
+    if (v !== '' && v !== null && v !== undefined && !Number.isNaN(Number(v))) o[k === 'max_tokens' ? 'num_predict' : k] = Number(v);
   }
-  return p;
+  return o;
 }
 
 async function generate(c) {
@@ -176,13 +180,13 @@ async function generate(c) {
   redraw();
   const t0 = performance.now();
   let tFirst = 0;
-  let tLast = 0;
   let chunks = 0;
-  let usage = null;
+  let final = null;
+  let sent = [];
   try {
     const info = c.model ? await loadInfo(c.model) : { ctx: 0, caps: [] };
     const { out, src } = apiMessages(c, end, info.caps.includes('vision'));
-    const p = params(c);
+    const o = options(c);
     let ctx = info.ctx;
     let cpt = c.cpt || DEFAULT_CPT;
     let extra = 0;
@@ -190,13 +194,11 @@ async function generate(c) {
     const sysN = start;
     let resp = null;
     for (let attempt = 0; attempt < 12 && !resp; attempt++) {
-      if (ctx) start = fitStart(out, ctx, reserveFor(ctx, p.max_tokens), cpt, extra);
-      const body = {
-        model: c.model, messages: [...out.slice(0, sysN), ...out.slice(start)], stream: true,
-        stream_options: { include_usage: true }, ...p,
-      };
+      if (ctx) start = fitStart(out, ctx, reserveFor(ctx, o.num_predict), cpt, extra);
+      sent = [...out.slice(0, sysN), ...out.slice(start)];
+      const body = { model: c.model, messages: sent, stream: true, options: o };
       try {
-        resp = await api('v1/chat/completions', { method: 'POST', body, signal: ctl.signal });
+        resp = await api('api/chat', { method: 'POST', body, signal: ctl.signal });
       } catch (e) {
         const ov = e.status === 400 ? parseOverflow(e.message) : null;
         if (!ov || start >= out.length - 1) {
@@ -206,63 +208,56 @@ async function generate(c) {
         }
         if (ov.ctx) { ctx = ov.ctx; info.ctx = ov.ctx; }
         if (ov.prompt) { // the estimate was short: learn from the count
-          const sent = body.messages.reduce((n, m) => n + estimateTokens(typeof m.content === 'string' ? m.content : '', cpt), 0);
-          if (ov.prompt > sent) cpt = Math.max(0.5, cpt * sent / ov.prompt);
+          const est = sent.reduce((n, m) => n + estimateTokens(m.content, cpt), 0);
+          if (ov.prompt > est) cpt = Math.max(0.5, cpt * est / ov.prompt);
         }
         extra++;
       }
     }
     if (!resp) throw new Error('the conversation could not be fitted into the context');
-    const kept = start < src.length ? src[start] : end;
-    target.keptFrom = kept;
-    target.dropped = src.slice(sysN, start).length;
-    const calls = [];
-    await readSSE(resp, (j) => {
-      if (j.error) throw new Error(j.error.message || String(j.error));
-      if (j.usage) usage = j.usage;
-      const ch = j.choices && j.choices[0];
-      if (!ch) return;
-      const d = ch.delta || {};
-      if (d.content || d.reasoning_content || d.tool_calls) {
-        const now = performance.now();
-        if (!tFirst) tFirst = now;
-        tLast = now;
+    target.keptFrom = start < src.length ? src[start] : end;
+    target.dropped = start - sysN;
+    await readNDJSON(resp, (j) => {
+      if (j.error) throw new Error(typeof j.error === 'string' ? j.error : j.error.message);
+      const m = j.message || {};
+      if (m.content || m.thinking || m.tool_calls) {
+        if (!tFirst) tFirst = performance.now();
         chunks++;
       }
-      if (d.content) target.content += d.content;
-      if (d.reasoning_content) target.reasoning += d.reasoning_content;
-      for (const t of d.tool_calls || []) {
-        const k = t.index ?? calls.length;
-        calls[k] = calls[k] || { name: '', args: '' };
-        if (t.function?.name) calls[k].name = t.function.name;
-        if (t.function?.arguments) calls[k].args += t.function.arguments;
-        target.tools = calls.filter(Boolean);
+      if (m.content) target.content += m.content;
+      if (m.thinking) target.reasoning += m.thinking;
+      for (const t of m.tool_calls || []) {
+        const a = t.function?.arguments;
+        target.tools.push({ name: t.function?.name || '?', args: typeof a === 'string' ? a : JSON.stringify(a ?? {}) });
       }
-      if (ch.finish_reason) target.finish = ch.finish_reason;
+      if (j.done) {
+        final = j;
+        if (j.done_reason === 'length') target.finish = 'length';
+      }
       scheduleRedraw();
     });
     // what was measured: characters per token, for the next estimate
-    if (usage && usage.prompt_tokens) {
-      const sent = [...out.slice(0, sysN), ...out.slice(start)];
-      const chars = sent.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : 0), 0);
-      const body = usage.prompt_tokens - 6 * sent.length;
+    if (final && final.prompt_eval_count) {
+      const chars = sent.reduce((n, m) => n + m.content.length, 0);
+      const body = final.prompt_eval_count - 6 * sent.length;
       if (body > 8 && chars > 0) c.cpt = Math.min(8, Math.max(0.5, chars / body));
     }
   } catch (e) {
     if (e.name === 'AbortError') target.stopped = true;
     else target.error = e.message || String(e);
   }
-  const tEnd = tLast || performance.now();
-  const n = usage ? usage.completion_tokens : chunks;
-  if (n > 0 || usage) {
-    const genMs = tFirst ? tEnd - tFirst : 0;
+  const ms = Math.round(performance.now() - t0);
+  if (final) {
+    const evalS = (final.eval_duration || 0) / 1e9;
     target.stats = {
-      tokens: n, prompt: usage ? usage.prompt_tokens : null,
-      cached: usage && usage.prompt_tokens_details ? usage.prompt_tokens_details.cached_tokens : null,
-      ttft: tFirst ? Math.round(tFirst - t0) : null, ms: Math.round(tEnd - t0),
-      tps: n > 1 && genMs > 0 ? (n - 1) / (genMs / 1000) : null,
+      tokens: final.eval_count, prompt: final.prompt_eval_count ?? null, ms,
+      ttft: tFirst ? Math.round(tFirst - t0) : null,
+      tps: final.eval_count > 0 && evalS > 0 ? final.eval_count / evalS : null,
+      promptTps: final.prompt_eval_duration > 0 ? final.prompt_eval_count / (final.prompt_eval_duration / 1e9) : null,
     };
-    if (usage) c.ctxUsed = usage.prompt_tokens + usage.completion_tokens;
+    c.ctxUsed = (final.prompt_eval_count || 0) + (final.eval_count || 0);
+  } else if (chunks) {
+    target.stats = { tokens: chunks, prompt: null, ms, ttft: tFirst ? Math.round(tFirst - t0) : null, tps: null, approx: true };
   }
   delete target.pending;
   S.busy = null;
@@ -493,13 +488,14 @@ function Attachments({ list }) {
 
 function Stats({ s, m }) {
   if (!s) return null;
-  const parts = [`${s.tokens} tokens`];
+  const parts = [`${s.approx ? '~' : ''}${s.tokens} tokens`];
   if (s.tps) parts.push(`${s.tps.toFixed(1)} t/s`);
   parts.push(`${(s.ms / 1000).toFixed(1)} s`);
   const tip = [
-    s.prompt !== null ? `prompt ${s.prompt} tokens${s.cached ? ` (${s.cached} cached)` : ''}` : '',
+    s.prompt !== null ? `prompt ${s.prompt} tokens${s.promptTps ? ` at ${s.promptTps.toFixed(0)} t/s` : ''}` : '',
     s.ttft !== null ? `first token after ${s.ttft} ms` : '',
     m.stopped ? 'stopped' : m.finish === 'length' ? 'cut at the token limit' : '',
+    s.approx ? 'stopped before the server reported its counts: pieces received' : 'generation speed as the server measured it',
   ].filter(Boolean).join(' · ');
   return <span class="stats" title={tip}>{parts.join(' · ')}</span>;
 }
@@ -697,8 +693,8 @@ function Composer() {
             onClick={() => fileRef.current.click()}><Icon name="clip" /></button>
           <input ref={fileRef} type="file" multiple hidden class="file-input"
             onChange={(e) => { addFiles([...e.currentTarget.files]); e.currentTarget.value = ''; }} />
-          <textarea ref={taRef} class="prompt" rows={1} value={text} placeholder="Message (Enter sends, Shift+Enter for a new line)"
-            aria-label="Message"
+          <textarea ref={taRef} class="prompt" rows={1} value={text} aria-label="Message"
+            placeholder={matchMedia('(max-width: 760px)').matches ? 'Message' : 'Message (Enter sends, Shift+Enter for a new line)'}
             onInput={(e) => { setText(e.currentTarget.value); store.setPref('draft', e.currentTarget.value); }}
             onPaste={(e) => { const fs = [...(e.clipboardData?.files || [])]; if (fs.length) { e.preventDefault(); addFiles(fs); } }}
             onKeyDown={(e) => { if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); submit(); } }} />
