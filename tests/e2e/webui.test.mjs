@@ -36,6 +36,11 @@ before(async () => {
     startServer(['-m', b, '-c', '512', '-t', '1', '--parallel', '2']),
     bundled ? startServer(['-c', '256', '-t', '1', '--parallel', '1', '--api-key', 'sesame']) : null,
   ]);
+  const html = await (await fetch(srv.base + '/')).text();
+  if (bundled && !/assets\/app-/.test(html)) {
+    throw new Error('the build found node and npm but embedded the plain page: the bundle failed to build '
+      + '(see the warning in the build log; -DKILN_WEBUI=OFF builds without it)');
+  }
   // playwright gives each launch a new, empty --user-data-dir
   browser = await chromium.launch({
     executablePath: exe,
@@ -194,6 +199,7 @@ test('web chat: send, stream, stats, settings, stop, regenerate, edit, reload', 
   await page.click('button[aria-label="Conversation settings"]');
   assert.equal(await page.inputValue('.settings textarea[name=system]'), 'A story for children.');
   assert.equal(await page.inputValue('.settings input[name=temperature]'), '0.8');
+  await shot(page, 'webui-settings');
   await page.click('.settings button[aria-label=Close]');
   assert.deepEqual(page.errors, []);
   await page.context().close();
