@@ -161,8 +161,12 @@ test('web chat: send, stream, stats, settings, stop, regenerate, edit, reload', 
   assert.equal(page.requests.length, 2);
   assert.deepEqual(page.requests[1].messages, page.requests[0].messages, 'the same prompt once more');
   assert.equal(await page.locator('.msg').count(), 2, 'one question, one answer');
-  // temperature 0: the same text again
+  // temperature 0: the same text again; the first version is kept
   assert.equal(await lastReply(page).locator('.body').innerText(), reply1);
+  assert.equal(await lastReply(page).locator('.version-n').innerText(), '2/2');
+  await lastReply(page).locator('.prev-version').click();
+  assert.equal(await lastReply(page).locator('.version-n').innerText(), '1/2');
+  await lastReply(page).locator('.next-version').click();
 
   // stop: a long reply (no token limit) is cut, the page is ready for more
   await settings(page, { max_tokens: '', temperature: 0.8 });

@@ -170,9 +170,26 @@ function options(c) {
   return o;
 }
 
-async function generate(c) {
+// What one version of a reply holds (regenerate keeps the earlier ones).
+const VERSION_FIELDS = ['content', 'reasoning', 'tools', 'stats', 'error', 'stopped', 'finish', 'dropped', 'keptFrom'];
+function snapshot(m) {
+  const v = {};
+  for (const k of VERSION_FIELDS) if (m[k] !== undefined) v[k] = m[k];
+  return v;
+}
+
+function showVersion(m, vi) {
+  for (const k of VERSION_FIELDS) delete m[k];
+  Object.assign(m, m.versions[vi]);
+  m.vi = vi;
+  save(S.conv);
+  redraw();
+}
+
+async function generate(c, versions) {
   if (S.busy) return;
   const target = { id: store.uid(), role: 'assistant', content: '', reasoning: '', tools: [], pending: true };
+  if (versions) target.versions = versions;
   const end = c.messages.length;
   c.messages.push(target);
   const ctl = new AbortController();
@@ -260,6 +277,10 @@ async function generate(c) {
     target.stats = { tokens: chunks, prompt: null, ms, ttft: tFirst ? Math.round(tFirst - t0) : null, tps: null, approx: true };
   }
   delete target.pending;
+  if (target.versions) {
+    target.versions.push(snapshot(target));
+    target.vi = target.versions.length - 1;
+  }
   S.busy = null;
   if (!c.title) c.title = titleOf(c);
   save(c);
@@ -291,9 +312,13 @@ function send(text, attachments) {
 function regenerate() {
   const c = S.conv;
   if (!c || S.busy) return;
-  while (c.messages.length && c.messages[c.messages.length - 1].role === 'assistant') c.messages.pop();
+  let versions = null;
+  while (c.messages.length && c.messages[c.messages.length - 1].role === 'assistant') {
+    const old = c.messages.pop();
+    if (!versions) versions = old.versions ? [...old.versions] : [snapshot(old)];
+  }
   if (!c.messages.length) return;
-  generate(c);
+  generate(c, versions);
 }
 
 function editAndResend(i, text) {
@@ -572,6 +597,13 @@ function Message({ m, i, last, live }) {
         <div class="actions">
           <button class="icon-btn" title="Copy" aria-label="Copy" onClick={(e) => copyText(m.content, e.currentTarget)}><Icon name="copy" size={15} /></button>
           {last && <button class="icon-btn regen" title="Regenerate" aria-label="Regenerate" disabled={!!S.busy} onClick={regenerate}><Icon name="refresh" size={15} /></button>}
+          {m.versions && m.versions.length > 1 && (
+            <span class="versions">
+              <button class="icon-btn prev-version" aria-label="Previous version" disabled={!!S.busy || m.vi === 0} onClick={() => showVersion(m, m.vi - 1)}>‹</button>
+              <span class="version-n">{m.vi + 1}/{m.versions.length}</span>
+              <button class="icon-btn next-version" aria-label="Next version" disabled={!!S.busy || m.vi === m.versions.length - 1} onClick={() => showVersion(m, m.vi + 1)}>›</button>
+            </span>
+          )}
           <Stats s={m.stats} m={m} />
         </div>
       )}
@@ -798,8 +830,10 @@ function App() {
         tick();
       }
     };
+    const onKey = (e) => { if (e.key === 'Escape' && S.busy) S.busy.ctl.abort(); }; // Esc stops a reply
     window.addEventListener('storage', onStorage);
-    return () => window.removeEventListener('storage', onStorage);
+    window.addEventListener('keydown', onKey);
+    return () => { window.removeEventListener('storage', onStorage); window.removeEventListener('keydown', onKey); };
   }, []);
   return (
     <div class="app">
