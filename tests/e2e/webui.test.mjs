@@ -251,6 +251,7 @@ test('web chat: the list (new, rename, export, delete, import), markdown, reason
     '```python', 'def area(r):', '    return 3.14159 * r ** 2  # a circle', '```', '',
     'Euler: $e^{i\\pi} + 1 = 0$, and', '', '$$\\int_0^1 x^2\\,dx = \\frac{1}{3}$$', '',
     '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>', '',
+    '![a cat](http://127.0.0.1:9/cat.png) <span style="background:url(http://127.0.0.1:9/bg.png)">styled</span>', '',
     '<tool_call>', '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}', '</tool_call>',
   ].join('\n');
   const conv = {
@@ -277,6 +278,11 @@ test('web chat: the list (new, rename, export, delete, import), markdown, reason
   assert.equal(await page.locator('.md .katex-display').count(), 1);
   assert.equal(await page.evaluate(() => window.__xss), undefined, 'no script from the reply runs');
   assert.equal(await page.locator('.md script').count(), 0);
+  // images and styles from a reply fetch nothing: an image is a link
+  assert.equal(await page.locator('.md img').count(), 0);
+  assert.equal(await page.locator('.md a.md-image').getAttribute('href'), 'http://127.0.0.1:9/cat.png');
+  assert.equal(await page.locator('.md span:has-text("styled")').getAttribute('style'), null);
+  assert.ok(await page.locator('.md .katex [style]').count() > 0, 'KaTeX keeps its own styles');
   assert.equal(await page.locator('.tool-card .tool-name').innerText(), 'get_weather');
   assert.match(await page.locator('.tool-card .tool-args').innerText(), /"city": "Paris"/);
   assert.doesNotMatch(await lastReply(page).innerText(), /<tool_call>/);

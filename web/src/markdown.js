@@ -1,7 +1,9 @@
 // Markdown to safe HTML: marked (GitHub-flavoured: tables, task lists,
 // strikethrough), KaTeX for $...$, $$...$$, \(...\) and \[...\], highlight.js
 // for fenced code (with a copy button), and DOMPurify over the result, so
-// nothing the model writes can run script in the page.
+// nothing the model writes can run script in the page.  Images in a reply
+// become links: a model (or a page it read) cannot make the browser fetch
+// an address by itself, which would carry data out of the conversation.
 import { Marked } from 'marked';
 import DOMPurify from 'dompurify';
 import hljs from 'highlight.js/lib/common';
@@ -11,12 +13,20 @@ function esc(s) {
   return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c]));
 }
 
+// KaTeX's output needs style attributes, which the sanitizer removes from
+// everything else (a style can fetch a url()), so formulas are rendered
+// into placeholders and put in after sanitizing.  KaTeX runs untrusted
+// (no \href, \includegraphics or raw HTML).
+let formulas = [];
 function tex(src, display) {
+  let html;
   try {
-    return katex.renderToString(src, { displayMode: display, throwOnError: false, output: 'htmlAndMathml' });
+    html = katex.renderToString(src, { displayMode: display, throwOnError: false, output: 'htmlAndMathml', trust: false });
   } catch {
-    return `<code>${esc(src)}</code>`;
+    html = `<code>${esc(src)}</code>`;
   }
+  formulas.push(html);
+  return `<span data-formula="${formulas.length - 1}"></span>`;
 }
 
 // Math as marked extensions, so code spans and blocks keep their dollars.
@@ -50,6 +60,9 @@ const marked = new Marked({ gfm: true, breaks: true });
 marked.use({
   extensions: [mathBlock, mathInline],
   renderer: {
+    image({ href, text }) {
+      return `<a href="${esc(href || '')}" class="md-image">[image: ${esc(text || href || '')}]</a>`;
+    },
     code({ text, lang }) {
       const name = (lang || '').trim().split(/\s+/)[0].toLowerCase();
       let body;
@@ -72,12 +85,23 @@ DOMPurify.addHook('afterSanitizeAttributes', (node) => {
 
 export function renderMarkdown(src) {
   let html;
+  formulas = [];
   try {
     html = marked.parse(src || '');
   } catch {
     html = `<p>${esc(src || '')}</p>`;
   }
-  return DOMPurify.sanitize(html, { ADD_ATTR: ['target'] });
+  const done = formulas;
+  formulas = [];
+  return sanitize(html).replace(/<span data-formula="(\d+)"><\/span>/g, (m, i) => done[+i] ?? '');
+}
+
+function sanitize(html) {
+  return DOMPurify.sanitize(html, {
+    ADD_ATTR: ['target'],
+    FORBID_TAGS: ['img', 'image', 'video', 'audio', 'source', 'picture', 'iframe', 'object', 'embed', 'style', 'form', 'link', 'meta', 'base'],
+    FORBID_ATTR: ['style', 'srcset', 'background', 'poster'],
+  });
 }
 
 // A reply's text as parts: text, reasoning (<think>…</think>, in case the
