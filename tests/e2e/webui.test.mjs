@@ -395,7 +395,7 @@ test('web chat: with --api-key the page asks for the key, keeps it and sends it'
   await sendAndWait(page, 'Hello');
   assert.ok((await lastReply(page).locator('.body').innerText()).length > 0);
   assert.ok(auth.length && auth.every((a) => a === 'Bearer sesame'), 'every API call carries the key: ' + auth);
-  assert.equal(await page.evaluate(() => localStorage.getItem('kiln.apiKey')), 'sesame');
+  assert.equal(await page.evaluate(() => localStorage.getItem('kiln.key')), 'sesame');
   await page.reload();
   await modelsLoaded(page);
   assert.equal(await page.locator('.key-modal').count(), 0, 'the stored key is used after a reload');

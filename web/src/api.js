@@ -3,7 +3,7 @@
 // handler the page installs, stores it and tries again.  URLs are relative
 // to the page, so it works behind a proxy's path prefix.
 
-const KEY = 'kiln.apiKey';
+const KEY = 'kiln.key'; // the plain page uses the same
 let askKey = null; // (reason) => Promise<string|null>
 
 export function onKeyNeeded(fn) { askKey = fn; }
