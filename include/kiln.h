@@ -242,6 +242,10 @@ kiln_context_params kiln_context_default_params(void);
 kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, kiln_context **out);
 void kiln_context_free(kiln_context *c);
 int32_t kiln_context_n_ctx(const kiln_context *c);
+/* Most tokens one kiln_decode call may carry, and sequences that may be
+ * live at once (the values in effect after kiln_context_new's caps). */
+int32_t kiln_context_n_batch(const kiln_context *c);
+int32_t kiln_context_n_seq_max(const kiln_context *c);
 const char *kiln_context_error(const kiln_context *c);
 
 /* A batch of tokens from one or more sequences.  Each sequence grows at its
@@ -543,12 +547,17 @@ kiln_status kiln_embed(kiln_embedder *e, const kiln_embed_request *r, kiln_embed
  * Inference calls run on the calling thread and block until done; running
  * one never loads a model.
  *
- * Request gate: one request, load or unload runs at a time per instance.
- * An urgent request goes ahead of every waiting non-urgent request and
- * every waiting load or unload.  A request made of several native runs
- * (an LLM generation decodes one step per run) yields before each run:
- * waiting urgent requests go first, then it takes the gate back ahead of
- * all others, so no load or unload runs between two runs of one request.
+ * Request gate: a load or unload runs alone; requests take one of the
+ * gate's places, as many as the resident model runs at once (1 for the
+ * embedding family; for the LLM family the context's n_seq_max, whose
+ * requests decode together by continuous batching).  An urgent request
+ * goes ahead of every waiting non-urgent request and every waiting load or
+ * unload.  A request made of several native runs yields before each run
+ * (an LLM generation at each decode step): when an urgent request waits
+ * for a place, it gets the yielding request's, which then takes one back
+ * ahead of all other waiters, so no load or unload runs between two runs
+ * of one request.  (A yielded generation keeps its tokens; its KV cache
+ * goes to the prefix cache and is picked up again when it resumes.)
  *
  * Teardown: once unload or stop is accepted new requests are refused.  An
  * uncancelled teardown waits for the requests already admitted; firing its
@@ -637,6 +646,11 @@ kiln_status kiln_engine_create(kiln_engine_family_id family, kiln_engine_backend
 /* Set these before start. */
 kiln_status kiln_engine_set_status_fn(kiln_engine *e, kiln_engine_status_fn fn, void *user);
 kiln_status kiln_engine_set_store(kiln_engine *e, const kiln_engine_store *store);
+/* LLM family: the context each loaded model gets (KV type, n_ctx, threads
+ * ...); its n_seq_max is how many requests decode together (continuous
+ * batching).  The embedding family takes n_threads.  Applies to the next
+ * load; without it a load uses kiln_context_default_params(). */
+kiln_status kiln_engine_set_context_params(kiln_engine *e, const kiln_context_params *p);
 
 kiln_status kiln_engine_start(kiln_engine *e);
 /* model: a file path, or a name the store resolves.  cancel (optional)
@@ -679,12 +693,17 @@ typedef struct kiln_engine_generate_request {
     void *user;
     int urgent;                    /* 1: go ahead of waiting work */
     kiln_engine_cancel *cancel;    /* optional */
-    int32_t n_threads;             /* 0 = all online CPUs */
+    int32_t n_threads;             /* unused: requests share the model's context, whose
+                                      threads kiln_engine_set_context_params sets */
 } kiln_engine_generate_request;
 
 kiln_engine_generate_request kiln_engine_generate_default(void);
 /* Generates until n_predict tokens, an end-of-generation token, or the
- * callback asks to stop.  *n_generated (optional) receives the count. */
+ * callback asks to stop; the callback runs on the calling thread (a slow
+ * one holds its own generation after 32 tokens, not the others').  The
+ * prompt must fit the context with n_predict (KILN_ERR_CONTEXT_FULL);
+ * prompts that share a prefix with earlier ones reuse its KV cache.
+ * *n_generated (optional) receives the count. */
 kiln_status kiln_engine_generate(kiln_engine *e, const kiln_engine_generate_request *req, int32_t *n_generated);
 
 /* Embedding family.  Embeds r like kiln_embed; a query request is urgent

@@ -12,16 +12,42 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static const char *bin;
+
+/* Scratch files live in a directory of this run's own, so runs of the
+ * suite side by side do not read each other's output: subst rewrites the
+ * "/tmp/kiln-cli-" prefix of paths and commands into it (the result stays
+ * valid for the next seven calls). */
+static char g_dir[] = "/tmp/kiln-cli-XXXXXX";
+
+static const char *subst(const char *s) {
+    static char bufs[8][4096];
+    static int next;
+    char *out = bufs[next++ % 8];
+    size_t o = 0;
+    const char *pre = "/tmp/kiln-cli-";
+    const size_t pl = strlen(pre);
+    while (*s && o + 64 < sizeof bufs[0]) {
+        if (!strncmp(s, pre, pl)) {
+            o += (size_t)snprintf(out + o, sizeof bufs[0] - o, "%s/", g_dir);
+            s += pl;
+        } else {
+            out[o++] = *s++;
+        }
+    }
+    out[o] = 0;
+    return out;
+}
 
 /* Runs a shell command; captures stdout (and stderr separately). */
 static int run(const char *args, char **out, char **err) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "'%s' %s >/tmp/kiln-cli-out.txt 2>/tmp/kiln-cli-err.txt", bin, args);
-    int rc = system(cmd);
-    *out = t_read_file("/tmp/kiln-cli-out.txt", NULL);
-    *err = t_read_file("/tmp/kiln-cli-err.txt", NULL);
+    int rc = system(subst(cmd));
+    *out = t_read_file(subst("/tmp/kiln-cli-out.txt"), NULL);
+    *err = t_read_file(subst("/tmp/kiln-cli-err.txt"), NULL);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
@@ -49,7 +75,8 @@ static int write_chat_model(const char *dst) {
  * reuses the cached prefix: turn 2's reply must equal what a fresh run on
  * the full rendered conversation produces. */
 static void test_chat(void) {
-    const char *model = "/tmp/kiln-cli-chat.gguf";
+    char model[4096];
+    snprintf(model, sizeof model, "%s", subst("/tmp/kiln-cli-chat.gguf"));
     CHECK(write_chat_model(model) == 0);
     char *o, *e;
     int rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /dev/null", &o, &e);
@@ -57,11 +84,11 @@ static void test_chat(void) {
     free(o); free(e);
     /* turn 1 alone, then two turns; stdout is each reply plus a newline */
     char *r1, *both;
-    FILE *in = fopen("/tmp/kiln-cli-in.txt", "w");
+    FILE *in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
     if (in) { fputs("Hello there\n", in); fclose(in); }
     rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &r1, &e);
     free(e);
-    in = fopen("/tmp/kiln-cli-in.txt", "w");
+    in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
     if (in) { fputs("Hello there\nTell me a story\n", in); fclose(in); }
     int rc2 = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &both, &e);
     free(e);
@@ -77,7 +104,7 @@ static void test_chat(void) {
             {"Hello there\n/bye\nTell me a story\n", "one"},
         };
         for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
-            in = fopen("/tmp/kiln-cli-in.txt", "w");
+            in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
             if (in) { fputs(inputs[i][0], in); fclose(in); }
             char *out;
             rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &out, &e);
@@ -92,9 +119,9 @@ static void test_chat(void) {
      * (sent as /TEXT), equal a fresh run on the rendered prompt */
     const char *msgs[][2] = {{"\"\"\"\nHello\nthere\n\"\"\"\n", "Hello\nthere"}, {"//clear\n", "/clear"}};
     for (size_t i = 0; i < sizeof msgs / sizeof msgs[0]; i++) {
-        in = fopen("/tmp/kiln-cli-in.txt", "w");
+        in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
         if (in) { fputs(msgs[i][0], in); fclose(in); }
-        FILE *p = fopen("/tmp/kiln-cli-prompt.txt", "w");
+        FILE *p = fopen(subst("/tmp/kiln-cli-prompt.txt"), "w");
         if (p) { fprintf(p, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", msgs[i][1]); fclose(p); }
         char *c1, *f1, *e1;
         rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &c1, &e);
@@ -104,7 +131,7 @@ static void test_chat(void) {
         CHECKF(rc == 0 && rc2 == 0 && lc > 1 && f1 && !strcmp(c1, f1), "chat message %zu: '%s' vs run '%s'", i,
                c1 ? c1 : "", f1 ? f1 : "");
         free(c1); free(f1); free(e); free(e1);
-        remove("/tmp/kiln-cli-prompt.txt");
+        remove(subst("/tmp/kiln-cli-prompt.txt"));
     }
     /* /set system TEXT and /set parameter NAME VALUE (Ollama's REPL): the
      * reply equals kiln run on the prompt and settings they make */
@@ -118,9 +145,9 @@ static void test_chat(void) {
          "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n", "-n 12 --temp 0.8 --seed 5"},
     };
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
-        in = fopen("/tmp/kiln-cli-in.txt", "w");
+        in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
         if (in) { fputs(sets[i][0], in); fclose(in); }
-        FILE *p = fopen("/tmp/kiln-cli-prompt.txt", "w");
+        FILE *p = fopen(subst("/tmp/kiln-cli-prompt.txt"), "w");
         if (p) { fputs(sets[i][1], p); fclose(p); }
         char cmd[256], *c1, *f1, *e1;
         rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &c1, &e);
@@ -131,9 +158,9 @@ static void test_chat(void) {
         CHECKF(rc == 0 && rc2 == 0 && lc > 1 && f1 && !strcmp(c1, f1), "/set case %zu: '%s' vs run '%s'", i,
                c1 ? c1 : "", f1 ? f1 : "");
         free(c1); free(f1); free(e); free(e1);
-        remove("/tmp/kiln-cli-prompt.txt");
+        remove(subst("/tmp/kiln-cli-prompt.txt"));
     }
-    in = fopen("/tmp/kiln-cli-in.txt", "w");
+    in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
     if (in) { fputs("/set parameter nosuch 1\n/set\n", in); fclose(in); }
     char *c2;
     rc = run("chat -m /tmp/kiln-cli-chat.gguf < /tmp/kiln-cli-in.txt", &c2, &e);
@@ -145,7 +172,7 @@ static void test_chat(void) {
         char *reply2 = both + l1;
         reply2[strlen(reply2) - 1] = 0;
         /* the rendered two-turn conversation, given to kiln run */
-        FILE *p = fopen("/tmp/kiln-cli-prompt.txt", "w");
+        FILE *p = fopen(subst("/tmp/kiln-cli-prompt.txt"), "w");
         if (p) {
             fprintf(p, "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n%s<|im_end|>\n"
                        "<|im_start|>user\nTell me a story<|im_end|>\n<|im_start|>assistant\n", r1);
@@ -156,11 +183,11 @@ static void test_chat(void) {
         free(e2);
         CHECKF(rc == 0 && o2 && !strcmp(o2, reply2), "chat turn 2 '%s' vs fresh run '%s'", reply2, o2 ? o2 : "");
         free(o2);
-        remove("/tmp/kiln-cli-prompt.txt");
+        remove(subst("/tmp/kiln-cli-prompt.txt"));
     }
     free(r1);
     free(both);
-    remove("/tmp/kiln-cli-in.txt");
+    remove(subst("/tmp/kiln-cli-in.txt"));
     remove(model);
 }
 
@@ -168,6 +195,10 @@ int main(void) {
     bin = getenv("KILN_BIN");
     if (!bin) {
         fprintf(stderr, "KILN_BIN is not set\n");
+        return 1;
+    }
+    if (!mkdtemp(g_dir)) {
+        fprintf(stderr, "cannot make a scratch directory\n");
         return 1;
     }
     char *o, *e;
@@ -235,7 +266,7 @@ int main(void) {
     /* a prompt piped in on stdin, as `echo TEXT | kiln run` gives it: the
      * same continuation as -p TEXT (echo's newline dropped); -f - keeps
      * every byte; nothing piped in is "no prompt" */
-    FILE *pf = fopen("/tmp/kiln-cli-stdin.txt", "w");
+    FILE *pf = fopen(subst("/tmp/kiln-cli-stdin.txt"), "w");
     if (pf) { fputs("Tom had a red\n", pf); fclose(pf); }
     rc = run("run -m ../models/stories260K.gguf -n 8 --temp 0 < /tmp/kiln-cli-stdin.txt", &o, &e);
     CHECKF(rc == 0 && o && !strcmp(o, " ball. He liked to play"), "stdin prompt: '%s'", o ? o : "");
@@ -246,7 +277,7 @@ int main(void) {
     rc = run("run -m ../models/stories260K.gguf -n 8 < /dev/null", &o, &e);
     CHECK(rc == 2 && o && !*o && e && strstr(e, "no prompt"));
     free(o); free(e);
-    remove("/tmp/kiln-cli-stdin.txt");
+    remove(subst("/tmp/kiln-cli-stdin.txt"));
 
     /* Ctrl-C (one SIGINT; a second one ends the process at once): run stops
      * generating, prints its timings and exits 130; at chat's prompt it
@@ -260,9 +291,9 @@ int main(void) {
                  "rm -f /tmp/kiln-cli-out.txt; '%s' run -m ../models/stories260K.gguf -p Once -n -1 -t 1 >/tmp/kiln-cli-out.txt "
                  "2>/tmp/kiln-cli-err.txt & p=$!; i=0; while [ ! -s /tmp/kiln-cli-out.txt ] && [ $i -lt 400 ]; do "
                  "sleep 0.05; i=$((i+1)); done; kill -INT $p; wait $p", bin);
-        int st = system(cmd);
-        o = t_read_file("/tmp/kiln-cli-out.txt", NULL);
-        e = t_read_file("/tmp/kiln-cli-err.txt", NULL);
+        int st = system(subst(cmd));
+        o = t_read_file(subst("/tmp/kiln-cli-out.txt"), NULL);
+        e = t_read_file(subst("/tmp/kiln-cli-err.txt"), NULL);
         int n_gen = -1;
         const char *g = e ? strstr(e, "generated ") : NULL;
         if (g) sscanf(g, "generated %d", &n_gen);
@@ -274,8 +305,8 @@ int main(void) {
                  "2>/tmp/kiln-cli-err.txt "
                  "& p=$!; i=0; while ! grep -q '> ' /tmp/kiln-cli-err.txt 2>/dev/null && [ $i -lt 400 ]; do sleep 0.05; "
                  "i=$((i+1)); done; kill -INT $p; wait $p", bin);
-        st = system(cmd);
-        e = t_read_file("/tmp/kiln-cli-err.txt", NULL);
+        st = system(subst(cmd));
+        e = t_read_file(subst("/tmp/kiln-cli-err.txt"), NULL);
         CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0 && e && strstr(e, "(/bye or Ctrl-D ends the chat)"),
                "chat prompt Ctrl-C: status %d, stderr '%s'", st, e ? e : "");
         free(e);
@@ -381,7 +412,7 @@ int main(void) {
     rc = run("run -m /tmp/kiln-cli-q8.gguf -p 'Tom had a red' -n 8 --temp 0", &o, &e);
     CHECK(rc == 0 && o && strlen(o) > 0);
     free(o); free(e);
-    remove("/tmp/kiln-cli-q8.gguf");
+    remove(subst("/tmp/kiln-cli-q8.gguf"));
 
     test_chat();
 
@@ -391,7 +422,8 @@ int main(void) {
     rc = run("run -m /nonexistent.gguf -p x", &o, &e);
     CHECK(rc == 1 && e && strstr(e, "/nonexistent.gguf") && strchr(e, '\n') == e + strlen(e) - 1);
     free(o); free(e);
-    remove("/tmp/kiln-cli-out.txt");
-    remove("/tmp/kiln-cli-err.txt");
+    remove(subst("/tmp/kiln-cli-out.txt"));
+    remove(subst("/tmp/kiln-cli-err.txt"));
+    rmdir(g_dir);
     return t_done();
 }

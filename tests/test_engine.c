@@ -155,7 +155,7 @@ static kiln_status fake_run(void *user, void *model, int task, void *req, engine
     return KILN_OK;
 }
 
-static const engine_ops fake_ops = {fake_check, fake_load, fake_unload, fake_run, NULL};
+static const engine_ops fake_ops = {fake_check, fake_load, fake_unload, fake_run, NULL, NULL};
 static const char *const fake_tasks[] = {"generate", NULL};
 static const kiln_engine_family fake_family = {KILN_ENGINE_LLM, "standin", "Stand-in", fake_tasks, 3u, 1};
 

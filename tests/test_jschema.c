@@ -1,10 +1,10 @@
 /*
- * Structured output (src/server/jschema.c): texts fed byte by byte to the
+ * Structured output (src/sample/jschema.c): texts fed byte by byte to the
  * recognizer of a schema must be accepted to the end (and be complete) or
  * be refused at the byte where they leave what the schema allows; schemas
  * the recognizer cannot honour are refused with a message.
  */
-#include "server/jschema.h"
+#include "sample/jschema.h"
 #include "testutil.h"
 
 #include <string.h>

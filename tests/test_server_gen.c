@@ -78,30 +78,34 @@ static void on_tool_part(ks_gen *g, int index, const char *name, const char *arg
 /* Runs text (as tokens) through a finished request and the pipeline.  The
  * SentencePiece vocabulary adds a space before the text, so outputs begin
  * with one. */
-static int run(ks_runner *r, const char *text, const char *stop, int think, sink *k) {
+/* Feeds the tokens of text (less BOS) as a generation ending with fin;
+ * returns what the pipeline made of it. */
+static int tokens(ks_gen *g, kiln_model *m, const char *text, int fin) {
+    int32_t n = 0;
+    int32_t *ids = ks_tokenize(m, text, 0, &n);
+    int over = 0;
+    for (int32_t i = 1; i < n && !over; i++) { /* skip BOS */
+        gen_token t = {.id = ids[i]};
+        over = ks_gen_token(g, &t);
+    }
+    free(ids);
+    if (!over) ks_gen_end(g, fin);
+    return g->finish;
+}
+
+static int run(kiln_model *m, const char *text, const char *stop, int think, sink *k) {
     memset(k, 0, sizeof *k);
     k->tools = json_array();
-    ks_req *q = ks_req_new();
-    int32_t n = 0;
-    int32_t *ids = ks_tokenize(r->model, text, 0, &n);
-    q->out = calloc((size_t)n + 1, sizeof(ks_tok));
-    for (int32_t i = 1; i < n; i++) q->out[q->n_out++].id = ids[i]; /* skip BOS */
-    free(ids);
-    q->state = KS_Q_DONE;
-    q->finish = KS_FIN_LENGTH;
     ks_gen g;
-    ks_gen_init(&g, r, q, think);
+    ks_gen_init(&g, m, think);
     json_t *stops = stop ? json_pack("[s]", stop) : NULL;
     g.stops = stops;
     g.on_text = on_text;
     g.on_tool = on_tool;
     g.user = k;
-    int over = ks_gen_pump(&g, 0);
-    int fin = g.finish;
-    CHECK(over == 1);
+    int fin = tokens(&g, m, text, KS_FIN_LENGTH);
     ks_gen_free(&g);
     json_decref(stops); /* the pipeline borrows the stop list */
-    ks_req_put(r, q);
     return fin;
 }
 
@@ -117,11 +121,11 @@ static void done(sink *k) {
 /* Feeds text straight to the tag parser (no tokens): in two pieces cut at
  * `at`, or one byte at a time when at is (size_t)-1; parts picks the sink
  * that takes calls in parts. */
-static void feed(ks_runner *r, const char *text, size_t at, int parts, sink *k) {
+static void feed(kiln_model *m, const char *text, size_t at, int parts, sink *k) {
     memset(k, 0, sizeof *k);
     k->tools = json_array();
     ks_gen g;
-    ks_gen_init(&g, r, NULL, 0);
+    ks_gen_init(&g, m, 0);
     g.on_text = on_text;
     g.on_tool = on_tool;
     if (parts) g.on_tool_part = on_tool_part;
@@ -154,7 +158,7 @@ typedef struct tcase {
 } tcase;
 
 /* Streamed in parts at every cut; the whole-call sink agrees. */
-static void check_parts(ks_runner *r, const tcase *c) {
+static void check_parts(kiln_model *m, const tcase *c) {
     size_t len = strlen(c->text);
     size_t close[2] = {len, len};
     const char *p = c->text;
@@ -163,7 +167,7 @@ static void check_parts(ks_runner *r, const tcase *c) {
     for (size_t at = 0; at <= len + 1 && fails < 3; at++) {
         int bytewise = at == len + 1;
         sink k;
-        feed(r, c->text, bytewise ? (size_t)-1 : at, 1, &k);
+        feed(m, c->text, bytewise ? (size_t)-1 : at, 1, &k);
         int ok = !strcmp(str(&k.content), c->content) && k.n == c->n && !k.bad_order && !k.bad_utf8 &&
                  json_array_size(k.tools) == 0;
         for (int i = 0; ok && i < c->n; i++) {
@@ -180,7 +184,7 @@ static void check_parts(ks_runner *r, const tcase *c) {
         done(&k);
     }
     sink w;
-    feed(r, c->text, len, 0, &w);
+    feed(m, c->text, len, 0, &w);
     CHECKF(!strcmp(str(&w.content), c->content) && (int)json_array_size(w.tools) == c->n, "whole: '%s'", c->text);
     for (int i = 0; i < c->n && i < (int)json_array_size(w.tools); i++) {
         json_t *call = json_array_get(w.tools, (size_t)i);
@@ -193,12 +197,12 @@ static void check_parts(ks_runner *r, const tcase *c) {
 }
 
 /* A block that is not a call: content at every cut, nothing streamed. */
-static void check_not_call(ks_runner *r, const char *text) {
+static void check_not_call(kiln_model *m, const char *text) {
     size_t len = strlen(text);
     int fails = 0;
     for (size_t at = 0; at <= len + 1 && fails < 3; at++) {
         sink k;
-        feed(r, text, at == len + 1 ? (size_t)-1 : at, 1, &k);
+        feed(m, text, at == len + 1 ? (size_t)-1 : at, 1, &k);
         int ok = !strcmp(str(&k.content), text) && k.n == 0 && !k.bad_order && json_array_size(k.tools) == 0;
         CHECKF(ok, "cut %zu of '%s': content '%s', %d calls", at, text, str(&k.content), k.n);
         fails += !ok;
@@ -235,14 +239,12 @@ static const char *const k_not_calls[] = {
 };
 
 int main(void) {
-    ks_runner r;
-    memset(&r, 0, sizeof r);
-    pthread_mutex_init(&r.mu, NULL);
-    CHECK(kiln_model_load("../models/stories260K.gguf", NULL, &r.model) == KILN_OK);
-    if (!r.model) return t_done();
+    kiln_model *m = NULL;
+    CHECK(kiln_model_load("../models/stories260K.gguf", NULL, &m) == KILN_OK);
+    if (!m) return t_done();
     sink k;
 
-    int fin = run(&r, "Hi <think>let me see</think>The answer. <tool_call>{\"name\": \"get\", \"arguments\": {\"x\": 1}}"
+    int fin = run(m, "Hi <think>let me see</think>The answer. <tool_call>{\"name\": \"get\", \"arguments\": {\"x\": 1}}"
                       "</tool_call> Bye", NULL, 0, &k);
     CHECK(fin == KS_FIN_LENGTH);
     CHECKF(!strcmp(str(&k.reasoning), "let me see"), "reasoning '%s'", str(&k.reasoning));
@@ -254,51 +256,51 @@ int main(void) {
     done(&k);
 
     /* a prompt that opened <think> starts in reasoning */
-    run(&r, "hmm, maybe</think>yes", NULL, 1, &k);
+    run(m, "hmm, maybe</think>yes", NULL, 1, &k);
     CHECK(!strcmp(str(&k.reasoning), " hmm, maybe") && !strcmp(str(&k.content), "yes"));
     done(&k);
 
     /* a stop string spanning tokens ends the text before it */
-    fin = run(&r, "Once upon a time there was a dog.", "time there", 0, &k);
+    fin = run(m, "Once upon a time there was a dog.", "time there", 0, &k);
     CHECK(fin == KS_FIN_STOP);
     CHECKF(!strcmp(str(&k.content), " Once upon a "), "content '%s'", str(&k.content));
     done(&k);
 
     /* a partial stop string at the end is released */
-    fin = run(&r, "The cat sat on the ma", "mat.", 0, &k);
+    fin = run(m, "The cat sat on the ma", "mat.", 0, &k);
     CHECK(fin == KS_FIN_LENGTH && !strcmp(str(&k.content), " The cat sat on the ma"));
     done(&k);
 
     /* a broken tool call stays text; a lone '<' is kept */
-    run(&r, "a <tool_call>not json</tool_call> b < c", NULL, 0, &k);
+    run(m, "a <tool_call>not json</tool_call> b < c", NULL, 0, &k);
     CHECKF(!strcmp(str(&k.content), " a <tool_call>not json</tool_call> b < c"), "content '%s'", str(&k.content));
     CHECK(json_array_size(k.tools) == 0);
     done(&k);
 
     /* tool calls in parts */
-    for (size_t i = 0; i < sizeof k_cases / sizeof *k_cases; i++) check_parts(&r, &k_cases[i]);
-    for (size_t i = 0; i < sizeof k_not_calls / sizeof *k_not_calls; i++) check_not_call(&r, k_not_calls[i]);
+    for (size_t i = 0; i < sizeof k_cases / sizeof *k_cases; i++) check_parts(m, &k_cases[i]);
+    for (size_t i = 0; i < sizeof k_not_calls / sizeof *k_not_calls; i++) check_not_call(m, k_not_calls[i]);
 
     /* what the scanner cannot follow (a repeated key, which jansson takes
      * the last of) still comes whole at the closing tag */
-    feed(&r, "<tool_call>{\"arguments\": 1, \"arguments\": {\"x\": 2}, \"name\": \"f\"}</tool_call>", 40, 1, &k);
+    feed(m, "<tool_call>{\"arguments\": 1, \"arguments\": {\"x\": 2}, \"name\": \"f\"}</tool_call>", 40, 1, &k);
     CHECK(k.n == 0 && json_array_size(k.tools) == 1 && !strcmp(str(&k.content), ""));
     CHECK(json_integer_value(json_object_get(json_object_get(json_array_get(k.tools, 0), "arguments"), "x")) == 2);
     done(&k);
 
     /* an opened call stands when the text ends inside it (max_tokens); the
      * whole-call sink keeps such a block as text */
-    feed(&r, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 12", (size_t)-1, 1, &k);
+    feed(m, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 12", (size_t)-1, 1, &k);
     CHECKF(k.n == 1 && !strcmp(k.name[0], "f") && !strcmp(str(&k.args[0]), "{\"x\": 12") && !k.content.len,
            "cut call: %d, '%s', content '%s'", k.n, str(&k.args[0]), str(&k.content));
     done(&k);
-    feed(&r, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 12", (size_t)-1, 0, &k);
+    feed(m, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 12", (size_t)-1, 0, &k);
     CHECKF(json_array_size(k.tools) == 0 && !strcmp(str(&k.content), "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 12"),
            "cut call, whole: content '%s'", str(&k.content)); /* as written: no closing tag added */
     done(&k);
     /* cut right after the opening tag: the tag stays, in either sink */
     for (int parts = 0; parts < 2; parts++) {
-        feed(&r, "a <tool_call>", (size_t)-1, parts, &k);
+        feed(m, "a <tool_call>", (size_t)-1, parts, &k);
         CHECKF(k.n == 0 && json_array_size(k.tools) == 0 && !strcmp(str(&k.content), "a <tool_call>"),
                "cut after the tag: content '%s'", str(&k.content));
         done(&k);
@@ -308,24 +310,15 @@ int main(void) {
     memset(&k, 0, sizeof k);
     {
         k.tools = json_array();
-        ks_req *q = ks_req_new();
-        int32_t n = 0;
-        int32_t *ids = ks_tokenize(r.model, "Ok <tool_call>{\"name\": \"get\", \"arguments\": {\"x\": [1, 2]}}</tool_call>",
-                                   0, &n);
-        q->out = calloc((size_t)n + 1, sizeof(ks_tok));
-        for (int32_t i = 1; i < n; i++) q->out[q->n_out++].id = ids[i];
-        free(ids);
-        q->state = KS_Q_DONE;
-        q->finish = KS_FIN_STOP;
         ks_gen g;
-        ks_gen_init(&g, &r, q, 0);
+        ks_gen_init(&g, m, 0);
         g.on_text = on_text;
         g.on_tool = on_tool;
         g.on_tool_part = on_tool_part;
         g.user = &k;
-        CHECK(ks_gen_pump(&g, 0) == 1 && g.n_tools == 1);
+        tokens(&g, m, "Ok <tool_call>{\"name\": \"get\", \"arguments\": {\"x\": [1, 2]}}</tool_call>", KS_FIN_STOP);
+        CHECK(g.finish == KS_FIN_STOP && g.n_tools == 1);
         ks_gen_free(&g);
-        ks_req_put(&r, q);
         CHECKF(k.n == 1 && !strcmp(k.name[0], "get") && !strcmp(str(&k.args[0]), "{\"x\": [1, 2]}") && k.pieces[0] > 1,
                "tokens: %d calls, '%s' in %d pieces", k.n, str(&k.args[0]), k.pieces[0]);
         CHECK(!strcmp(str(&k.content), " Ok ") && json_array_size(k.tools) == 0);
@@ -337,7 +330,6 @@ int main(void) {
     CHECK(j && !strcmp(json_string_value(j), "ok\xef\xbf\xbd\xef\xbf\xbd!"));
     json_decref(j);
 
-    kiln_model_free(r.model);
-    pthread_mutex_destroy(&r.mu);
+    kiln_model_free(m);
     return t_done();
 }

@@ -4,9 +4,10 @@
  * test starts from an empty context, or from one already holding d tokens
  * (-d, untimed; test "... @ dD"), and is repeated r times after one warm-up,
  * reported as mean ± standard deviation.
- * With -s S (S > 1), tg runs S sequences side by side the way the server's
- * continuous batching does: n steps of one batch holding one token of each
- * sequence, logits for all of them; t/s is the aggregate (test "tgN xS").
+ * With -s S (S > 1), tg runs S streams through the generation core, as the
+ * server's continuous batching does: after each stream's prompt (d + 1
+ * tokens, untimed), n steps of one batch holding one token of each, each
+ * sampled greedily from its logits; t/s is the aggregate (test "tgN xS").
  * --roofline adds, to each tg row, the read bandwidth measured just before
  * and after it (mean), the decode roofline it allows (streams x bandwidth /
  * the weight bytes of one step, kiln_model_info.step_bytes) and the share of
@@ -15,6 +16,7 @@
 #include "cli.h"
 
 #include "base/base.h"
+#include "gen/gen.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -112,24 +114,58 @@ static int fill_depth(kiln_context *c, const int32_t *toks, int s, int depth) {
     return 0;
 }
 
-/* One timed run of n_gen steps over n_seq sequences at once (one token of
- * each per step, every token's logits), each after depth cached tokens;
- * seconds or a negative value. */
-static double run_streams(kiln_context *c, const int32_t *toks, int n_tok, int n_seq, int n_gen, int depth) {
-    int32_t tok[64], seq[64];
-    int8_t want[64];
-    for (int s = 0; s < n_seq; s++)
-        if (fill_depth(c, toks, s, depth)) return -1;
-    double t0 = kb_now();
-    for (int i = 0; i < n_gen; i++) {
-        for (int s = 0; s < n_seq; s++) {
-            tok[s] = toks[(i + 17 * s) % n_tok]; /* the streams differ */
-            seq[s] = s;
-            want[s] = 1;
-        }
-        kiln_batch b = {n_seq, tok, NULL, seq, want};
-        if (kiln_decode(c, &b) != KILN_OK) return -1;
+/* A stream of run_streams: pauses once its first token is out, so every
+ * stream starts the timed steps together. */
+typedef struct stream {
+    gen_slot *slot;
+    int first, done;
+} stream;
+
+static int stream_event(void *user, const gen_event *ev, const float *logits) {
+    stream *st = user;
+    if (ev->kind == GEN_EV_DONE) st->done = 1;
+    else if (!st->first) {
+        st->first = 1;
+        gen_slot_pause(st->slot, 1);
     }
+    return 0;
+}
+
+/* One timed run of n_gen steps of the generation core over n_seq streams
+ * at once (each step one token of each, sampled greedily from its logits,
+ * as the server's continuous batching runs them), each after depth + 1
+ * prompt tokens fed untimed; seconds or a negative value. */
+static double run_streams(gen_batch *gb, const int32_t *toks, int n_tok, int n_seq, int n_gen, int depth) {
+    stream st[64];
+    memset(st, 0, sizeof st);
+    for (int s = 0; s < n_seq; s++) {
+        gen_params p = gen_params_default();
+        int32_t *pr = malloc((size_t)(depth + 1) * sizeof *pr);
+        if (!pr) return -1;
+        memcpy(pr, toks, (size_t)depth * sizeof *pr);
+        pr[depth] = toks[(depth + 17 * s) % n_tok]; /* the streams differ */
+        p.prompt = pr;
+        p.n_prompt = depth + 1;
+        p.n_predict = n_gen + 1; /* the first token ends the untimed prompt */
+        p.sampler.temperature = 0;
+        p.ignore_eos = 1;
+        p.on_event = stream_event;
+        p.user = &st[s];
+        kiln_status rs = gen_batch_add(gb, &p, s, &st[s].slot);
+        free(pr);
+        if (rs != KILN_OK) return -1;
+    }
+    int all = 0;
+    while (!all) {
+        if (gen_batch_step(gb) != KILN_OK) return -1;
+        all = 1;
+        for (int s = 0; s < n_seq; s++) all &= st[s].first || st[s].done;
+    }
+    for (int s = 0; s < n_seq; s++)
+        if (!st[s].done) gen_slot_pause(st[s].slot, 0);
+    double t0 = kb_now();
+    while (gen_batch_n_active(gb) > 0)
+        if (gen_batch_step(gb) != KILN_OK) return -1;
     return kb_now() - t0;
 }
 
@@ -231,7 +267,8 @@ int cmd_bench(int argc, char **argv) {
     int max_tokens = 1, max_batch = max_streams;
     for (int i = 0; i < n_tests; i++) {
         const bench_test *t = &tests[i];
-        if (t->depth + t->np + t->ng > max_tokens) max_tokens = t->depth + t->np + t->ng;
+        const int need = t->depth + t->np + t->ng + (t->ns > 1); /* streams: one more prompt token */
+        if (need > max_tokens) max_tokens = need;
         if (t->np > max_batch) max_batch = t->np;
         if (t->depth > 0 && max_batch < 512) max_batch = t->depth < 512 ? t->depth : 512;
     }
@@ -245,6 +282,13 @@ int cmd_bench(int argc, char **argv) {
     kiln_context *c;
     if (kiln_context_new(m, &cp, &c) != KILN_OK) {
         cli_fail(model);
+        kiln_model_free(m);
+        return 1;
+    }
+    gen_batch *gb = NULL;
+    if (gen_batch_new(m, c, 0, &gb) != KILN_OK) {
+        cli_fail("out of memory");
+        kiln_context_free(c);
         kiln_model_free(m);
         return 1;
     }
@@ -274,8 +318,9 @@ int cmd_bench(int argc, char **argv) {
     for (int ti = 0; ti < n_tests && toks && rows; ti++) {
         const bench_test *t = &tests[ti];
         const int np = t->np, ng = t->ng, ns = t->ns, depth = t->depth;
-        if (depth + np + ng > cp.n_ctx) {
-            fprintf(stderr, "kiln bench: %d tokens exceed the model's context of %d\n", depth + np + ng, cp.n_ctx);
+        if (depth + np + ng + (ns > 1) > cp.n_ctx) {
+            fprintf(stderr, "kiln bench: %d tokens exceed the model's context of %d\n", depth + np + ng + (ns > 1),
+                    cp.n_ctx);
             rc = 1;
             continue;
         }
@@ -290,7 +335,7 @@ int cmd_bench(int argc, char **argv) {
         r->n_streams = ns;
         r->n_depth = depth;
         /* the first run is a warm-up */
-        if ((ns > 1 ? run_streams(c, toks, max_tokens, ns, ng, depth) : run_once(c, toks, np, ng, depth)) < 0) {
+        if ((ns > 1 ? run_streams(gb, toks, max_tokens, ns, ng, depth) : run_once(c, toks, np, ng, depth)) < 0) {
             rc = cli_fail("decode");
             n_rows--;
             continue;
@@ -299,7 +344,7 @@ int cmd_bench(int argc, char **argv) {
         const double bw0 = probed ? probe_bandwidth(probe, nthreads) : 0;
         double sum = 0, sq = 0;
         for (int k = 0; k < reps; k++) {
-            double sec = ns > 1 ? run_streams(c, toks, max_tokens, ns, ng, depth) : run_once(c, toks, np, ng, depth);
+            double sec = ns > 1 ? run_streams(gb, toks, max_tokens, ns, ng, depth) : run_once(c, toks, np, ng, depth);
             if (sec <= 0) { rc = cli_fail("decode"); break; }
             double ts = (double)(np + ng) * ns / sec;
             r->samples[r->n_samples++] = ts;
@@ -368,6 +413,7 @@ int cmd_bench(int argc, char **argv) {
     free(rows);
     free(toks);
     if (probe) munmap(probe, PROBE_BYTES);
+    gen_batch_free(gb);
     kiln_context_free(c);
     kiln_model_free(m);
     return rc;

@@ -5,6 +5,7 @@
 #include "base/base.h"
 
 #include "chat/template.h"
+#include "gen/gen.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -38,67 +39,92 @@ static void catch_sigint(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-#define FEED_INTERRUPTED 2
+/* What a slot's events do here: stream the text to stdout, keep it (chat)
+ * and count. */
+typedef struct sink {
+    kiln_detok *d;
+    gen_stats *st;
+    double t0, t_first;
+    char *out;          /* the reply, when kept */
+    size_t out_len;
+    int keep_text;
+    int oom;
+    int done;
+    gen_reason why;
+    char err[256];
+} sink;
 
-/* Feeds ids (appending to sequence 0) in chunks of the batch size; the
- * logits of the last id are left in the context.  Returns 0, 1 after an
- * error (printed) or FEED_INTERRUPTED when Ctrl-C came between chunks. */
-static int feed(kiln_context *c, const int32_t *ids, int n, int n_batch) {
-    for (int i = 0; i < n; i += n_batch) {
-        if (g_sigint) return FEED_INTERRUPTED;
-        int k = n - i < n_batch ? n - i : n_batch;
-        kiln_batch b = {k, ids + i, NULL, NULL, NULL};
-        if (kiln_decode(c, &b) != KILN_OK) return cli_fail("decode");
+static int on_event(void *user, const gen_event *ev, const float *logits) {
+    sink *k = user;
+    if (ev->kind == GEN_EV_DONE) {
+        k->done = 1;
+        k->why = ev->reason;
+        snprintf(k->err, sizeof k->err, "%s", ev->error ? ev->error : "");
+        return 0;
+    }
+    if (k->st->n_gen == 0) k->t_first = kb_now();
+    k->st->n_gen++;
+    size_t len;
+    const char *txt = kiln_detok_push(k->d, ev->tok.id, &len);
+    fwrite(txt, 1, len, stdout);
+    fflush(stdout);
+    if (k->keep_text && len) {
+        char *nb = realloc(k->out, k->out_len + len + 1);
+        if (!nb) {
+            k->oom = 1;
+            return 1;
+        }
+        memcpy(nb + k->out_len, txt, len);
+        k->out_len += len;
+        nb[k->out_len] = 0;
+        k->out = nb;
     }
     return 0;
 }
 
-/* Samples up to n_predict tokens after the prompt already fed; streams the
- * text to stdout and, when out is not NULL, appends it there. */
-static int generate(kiln_model *m, kiln_context *c, kiln_sampler *s, int last_idx, int n_predict, gen_stats *st,
-                    char **out, size_t *out_len) {
-    kiln_detok *d = kiln_detok_new(m);
-    if (!d) return cli_fail("out of memory");
-    const float *logits = kiln_get_logits(c, last_idx);
-    double t0 = kb_now();
+/* Runs one slot (p, on sequence 0) through the generation core until it
+ * ends, streaming the text to stdout.  The prompt's time is until the
+ * first token; Ctrl-C cancels at the next step.  Returns 0, or 1 after
+ * printing an error. */
+static int run_slot(gen_batch *b, kiln_model *m, gen_params *p, gen_stats *st, sink *k) {
+    k->d = kiln_detok_new(m);
+    k->st = st;
+    if (!k->d) return cli_fail("out of memory");
+    p->on_event = on_event;
+    p->user = k;
+    gen_slot *slot;
+    kiln_status rs = gen_batch_add(b, p, 0, &slot);
+    if (rs != KILN_OK) {
+        kiln_detok_free(k->d);
+        fprintf(stderr, "kiln: %s\n", kiln_status_str(rs));
+        return 1;
+    }
+    k->t0 = kb_now();
     int rc = 0;
-    for (int i = 0; n_predict < 0 || i < n_predict; i++) {
-        if (g_sigint) {
+    while (!k->done) {
+        if (g_sigint && !st->interrupted) {
             st->interrupted = 1;
-            break;
+            gen_slot_cancel(slot);
         }
-        int32_t id = kiln_sampler_sample(s, logits);
-        kiln_sampler_accept(s, id);
-        if (kiln_token_is_eog(m, id)) break;
-        size_t len;
-        const char *txt = kiln_detok_push(d, id, &len);
-        fwrite(txt, 1, len, stdout);
-        fflush(stdout);
-        if (out && len) {
-            char *nb = realloc(*out, *out_len + len + 1);
-            if (nb) {
-                memcpy(nb + *out_len, txt, len);
-                *out_len += len;
-                nb[*out_len] = 0;
-                *out = nb;
-            }
-        }
-        st->n_gen++;
-        if (n_predict < 0 && kiln_seq_len(c, 0) >= kiln_context_n_ctx(c)) {
-            fprintf(stderr, "\nkiln: stopped: the context of %d tokens is full\n", kiln_context_n_ctx(c));
-            break;
-        }
-        if (n_predict >= 0 && i == n_predict - 1) break; /* no need to decode the last token */
-        kiln_batch b = {1, &id, NULL, NULL, NULL};
-        if (kiln_decode(c, &b) != KILN_OK) { rc = cli_fail("decode"); break; }
-        logits = kiln_get_logits(c, 0);
+        if (gen_batch_step(b) != KILN_OK && !k->done) rc = 1;
     }
     size_t len;
-    const char *tail = kiln_detok_flush(d, &len);
+    const char *tail = kiln_detok_flush(k->d, &len);
     fwrite(tail, 1, len, stdout);
     fflush(stdout);
-    st->t_gen += kb_now() - t0;
-    kiln_detok_free(d);
+    const double t_end = kb_now();
+    const double t_first = st->n_gen ? k->t_first : t_end;
+    st->t_prompt += t_first - k->t0;
+    st->t_gen += t_end - t_first;
+    kiln_detok_free(k->d);
+    k->d = NULL;
+    if (k->why == GEN_FAILED) {
+        fprintf(stderr, "kiln: %s\n", k->err);
+        rc = 1;
+    } else if (k->oom) {
+        fprintf(stderr, "kiln: out of memory\n");
+        rc = 1;
+    }
     return rc;
 }
 
@@ -146,11 +172,9 @@ int cmd_run(int argc, char **argv) {
     kiln_context *c;
     if (cli_load(&o, &m, &c, 1)) return 1;
     int rc = 1;
-    kiln_sampler *s = NULL;
+    gen_batch *b = NULL;
     int n_prompt = 0;
     int32_t *ids = tokenize_alloc(m, o.prompt, 1, 0, &n_prompt);
-    kiln_model_info info;
-    kiln_model_get_info(m, &info);
     if (!ids) {
         cli_fail("tokenize");
         goto done;
@@ -165,26 +189,28 @@ int cmd_run(int argc, char **argv) {
                 n_prompt, o.n_predict, n_ctx);
         goto done;
     }
-    if (kiln_sampler_new(&o.sp, info.n_vocab, &s) != KILN_OK) {
-        cli_fail("sampler");
+    if (gen_batch_new(m, c, 0, &b) != KILN_OK) {
+        cli_fail("out of memory");
         goto done;
     }
-    for (int i = 0; i < n_prompt; i++) kiln_sampler_accept(s, ids[i]);
+    gen_params p = gen_params_default();
+    p.prompt = ids;
+    p.n_prompt = n_prompt;
+    p.n_predict = o.n_predict;
+    p.sampler = o.sp;
     gen_stats st = {n_prompt, 0, 0, 0, 0};
+    sink k;
+    memset(&k, 0, sizeof k);
     catch_sigint();
-    double t0 = kb_now();
-    const int fr = feed(c, ids, n_prompt, o.n_batch > 0 ? o.n_batch : 512);
-    if (fr == FEED_INTERRUPTED) st.interrupted = 1;
-    else if (fr) goto done;
-    st.t_prompt = kb_now() - t0;
-    int last = (n_prompt - 1) % (o.n_batch > 0 ? o.n_batch : 512);
-    if (!st.interrupted && o.n_predict != 0 && generate(m, c, s, last, o.n_predict, &st, NULL, NULL)) goto done;
+    if (run_slot(b, m, &p, &st, &k)) goto done;
+    if (k.why == GEN_LENGTH && o.n_predict < 0)
+        fprintf(stderr, "\nkiln: stopped: the context of %d tokens is full\n", n_ctx);
     print_timings(&st);
     if (st.interrupted) fprintf(stderr, "kiln run: interrupted\n");
     rc = st.interrupted ? 130 : 0; /* 128 + SIGINT, as a shell reports it */
 done:
     free(ids);
-    kiln_sampler_free(s);
+    gen_batch_free(b);
     kiln_context_free(c);
     kiln_model_free(m);
     return rc;
@@ -201,8 +227,10 @@ typedef struct chat_state {
     kiln_context *c;
     kct *tmpl;
     json_t *messages;
-    int32_t *held;      /* tokens in the KV cache, in order */
+    int32_t *held;      /* the conversation's tokens as last fed (with a template: the
+                           rendered prompt; without: every message and reply) */
     int n_held, cap_held;
+    int n_kv;           /* of those, held by the KV cache */
     char bos[64], eos[64];
 } chat_state;
 
@@ -311,9 +339,9 @@ static int set_parameter(cli_opts *o, const char *name, const char *value) {
 /* /set system TEXT and /set parameter NAME VALUE, as in Ollama's REPL.  A
  * new system prompt replaces the old one (the next turn re-renders the
  * conversation, so the cached prefix is reused only up to it); new sampling
- * settings take a new sampler, which is told the tokens in the cache so
- * the penalties see the same history. */
-static void chat_set(chat_state *st, cli_opts *o, kiln_sampler **s, int n_vocab, int *has_system, char *args) {
+ * settings apply from the next reply (each reply's sampler sees the whole
+ * rendered conversation, so the penalties see the same history). */
+static void chat_set(chat_state *st, cli_opts *o, int *has_system, char *args) {
     if (!strncmp(args, "system ", 7) && args[7]) {
         if (!st->tmpl) {
             fprintf(stderr, "kiln chat: the model has no chat template, so there is no system prompt\n");
@@ -335,14 +363,6 @@ static void chat_set(chat_state *st, cli_opts *o, kiln_sampler **s, int n_vocab,
                         "seed, num_predict\n");
         return;
     }
-    kiln_sampler *ns;
-    if (kiln_sampler_new(&o->sp, n_vocab, &ns) != KILN_OK) {
-        cli_fail("sampler");
-        return;
-    }
-    for (int i = 0; i < st->n_held; i++) kiln_sampler_accept(ns, st->held[i]);
-    kiln_sampler_free(*s);
-    *s = ns;
     fprintf(stderr, "kiln chat: %s set to %s\n", name, value);
 }
 
@@ -383,13 +403,12 @@ int cmd_chat(int argc, char **argv) {
     int has_system = system != NULL;
     fprintf(stderr, "kiln chat: %s (%s). /help for commands; /bye or Ctrl-D ends.\n",
             info.name[0] ? info.name : info.arch, st.tmpl ? "the model's chat template" : "no chat template: text is continued");
-    kiln_sampler *s = NULL;
     int rc = 1;
-    const int nb = o.n_batch > 0 ? o.n_batch : 512;
     char *line = NULL;
     size_t line_cap = 0;
-    if (kiln_sampler_new(&o.sp, info.n_vocab, &s) != KILN_OK) {
-        cli_fail("sampler");
+    gen_batch *gb = NULL;
+    if (gen_batch_new(st.m, st.c, 0, &gb) != KILN_OK) {
+        cli_fail("out of memory");
         goto done;
     }
     for (;;) {
@@ -403,13 +422,12 @@ int cmd_chat(int argc, char **argv) {
                 while (json_array_size(st.messages) > (has_system ? 1u : 0u))
                     json_array_remove(st.messages, json_array_size(st.messages) - 1);
                 kiln_seq_truncate(st.c, 0, 0);
-                st.n_held = 0;
-                kiln_sampler_reset(s);
+                st.n_held = st.n_kv = 0;
                 fprintf(stderr, "kiln chat: conversation cleared\n");
                 continue;
             }
             if (!strncmp(line, "/set ", 5)) {
-                chat_set(&st, &o, &s, info.n_vocab, &has_system, line + 5);
+                chat_set(&st, &o, &has_system, line + 5);
                 continue;
             }
             if (strcmp(line, "/help") && strcmp(line, "/?"))
@@ -422,67 +440,85 @@ int cmd_chat(int argc, char **argv) {
                             "  //TEXT      sends /TEXT\n");
             continue;
         }
+        /* the whole conversation as tokens: rendered by the template, or
+         * the text so far with the new message after it */
         int n = 0;
         int32_t *ids;
+        const int n_before = st.n_held;
         if (st.tmpl) {
             json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "user", "content", line));
             ids = render_chat(&st, &n);
         } else {
-            ids = tokenize_alloc(st.m, line, st.n_held == 0, 0, &n);
+            int k = 0;
+            int32_t *msg = tokenize_alloc(st.m, line, st.n_held == 0, 0, &k);
+            ids = msg && !hold(&st, msg, k) ? st.held : NULL;
+            n = st.n_held;
+            free(msg);
         }
         if (!ids) goto done;
-        /* keep the cached prefix that the new rendering shares */
+        /* the cache keeps the prefix the new tokens share */
         int keep = 0;
-        if (st.tmpl) {
-            while (keep < st.n_held && keep < n && st.held[keep] == ids[keep]) keep++;
-            if (keep == n) keep--; /* always feed at least one token */
-            kiln_seq_truncate(st.c, 0, keep);
-            st.n_held = keep;
-        }
-        const int32_t *feed_ids = st.tmpl ? ids + keep : ids;
-        int n_feed = st.tmpl ? n - keep : n;
+        while (keep < st.n_kv && keep < n && st.held[keep] == ids[keep]) keep++;
+        if (keep == n) keep--; /* always feed at least one token */
         int n_ctx = kiln_context_n_ctx(st.c);
-        if (kiln_seq_len(st.c, 0) + n_feed + 1 > n_ctx) {
+        if (n + 1 > n_ctx) {
             fprintf(stderr, "kiln chat: the conversation no longer fits the context of %d tokens\n", n_ctx);
-            free(ids);
+            if (ids != st.held) free(ids);
             goto done;
         }
-        for (int i = 0; i < n_feed; i++) kiln_sampler_accept(s, feed_ids[i]);
-        gen_stats gs = {n_feed, 0, 0, 0, 0};
-        int fr = feed(st.c, feed_ids, n_feed, nb);
-        int last = (n_feed - 1) % nb;
-        if (fr == FEED_INTERRUPTED) { /* Ctrl-C during the prompt: the message is not sent */
-            free(ids);
-            kiln_seq_truncate(st.c, 0, st.n_held);
+        int budget = n_ctx - n - 1;
+        gen_params p = gen_params_default();
+        p.prompt = ids;
+        p.n_prompt = n;
+        p.n_past = keep;
+        p.keep = 1;
+        p.n_predict = o.n_predict < 0 || o.n_predict > budget ? budget : o.n_predict;
+        p.sampler = o.sp;
+        gen_stats gs = {n - keep, 0, 0, 0, 0};
+        sink k;
+        memset(&k, 0, sizeof k);
+        k.keep_text = 1;
+        int fr = run_slot(gb, st.m, &p, &gs, &k);
+        if (k.why == GEN_FAILED) st.n_kv = 0; /* the core emptied the sequence */
+        if (fr || k.why == GEN_FAILED) {
+            if (ids != st.held) free(ids);
+            free(k.out);
+            goto done;
+        }
+        if (gs.interrupted && gs.n_gen == 0) { /* Ctrl-C during the prompt: the message is not sent */
+            kiln_seq_truncate(st.c, 0, keep);
+            st.n_kv = keep;
             if (st.tmpl) json_array_remove(st.messages, json_array_size(st.messages) - 1);
+            else st.n_held = n_before;
+            if (ids != st.held) free(ids);
+            free(k.out);
             g_sigint = 0;
             fprintf(stderr, "\n");
             continue;
         }
-        fr = fr || hold(&st, feed_ids, n_feed);
-        free(ids);
-        if (fr) goto done;
-        int budget = n_ctx - kiln_seq_len(st.c, 0) - 1;
-        int np = o.n_predict < 0 || o.n_predict > budget ? budget : o.n_predict;
-        char *reply = NULL;
-        size_t reply_len = 0;
-        int before = kiln_seq_len(st.c, 0);
-        if (generate(st.m, st.c, s, last, np, &gs, &reply, &reply_len)) { free(reply); goto done; }
         g_sigint = 0; /* Ctrl-C ended the reply early: what was shown stays in the conversation */
         printf("\n");
-        /* the generated tokens are in the cache too; the template's
-         * rendering of the reply decides next turn what is reused */
-        st.n_held = before; /* exact ids of the reply are not kept: re-rendered */
-        kiln_seq_truncate(st.c, 0, before);
-        if (st.tmpl)
-            json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "assistant", "content", reply ? reply : ""));
-        else if (reply_len) {
-            int k = 0;
-            int32_t *r = tokenize_alloc(st.m, reply, 0, 0, &k);
-            if (r && k > 0 && kiln_seq_len(st.c, 0) + k < n_ctx && !feed(st.c, r, k, nb)) hold(&st, r, k);
+        /* the cache keeps the prompt; the reply's tokens come back with the
+         * next turn's text (re-rendered by the template, or re-tokenized) */
+        kiln_seq_truncate(st.c, 0, n);
+        st.n_kv = n;
+        if (st.tmpl) {
+            st.n_held = 0;
+            int hr = hold(&st, ids, n);
+            free(ids);
+            if (hr) goto done;
+            json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "assistant", "content", k.out ? k.out : ""));
+        } else if (k.out_len) {
+            int nr = 0;
+            int32_t *r = tokenize_alloc(st.m, k.out, 0, 0, &nr);
+            if (!r || hold(&st, r, nr)) {
+                free(r);
+                free(k.out);
+                goto done;
+            }
             free(r);
         }
-        free(reply);
+        free(k.out);
     }
     rc = 0;
 done:
@@ -490,7 +526,7 @@ done:
     json_decref(st.messages);
     kct_free(st.tmpl);
     free(st.held);
-    kiln_sampler_free(s);
+    gen_batch_free(gb);
     kiln_context_free(st.c);
     kiln_model_free(st.m);
     return rc;

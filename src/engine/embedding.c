@@ -51,7 +51,7 @@ static kiln_status emb_run(void *user, void *model, int task, void *req, engine_
     return KILN_OK;
 }
 
-const engine_ops engine_embedding_ops = {emb_check, emb_load, emb_unload, emb_run, NULL};
+const engine_ops engine_embedding_ops = {emb_check, emb_load, emb_unload, emb_run, NULL, NULL};
 
 kiln_status kiln_engine_embed(kiln_engine *e, const kiln_embed_request *r, kiln_engine_cancel *cancel,
                               kiln_embed_job **out) {

@@ -10,6 +10,10 @@
  *   GATE_RESUME  requests that yielded to an urgent one and come back
  *   GATE_NORMAL  other requests, loads and unloads
  *
+ * The gate has as many places as the resident model runs requests at once
+ * (the family's capacity: 1, or the llm family's sequences); a request
+ * takes one, a load or unload all of them.
+ *
  * Teardown (unload, stop) first sets `closing` so no request is admitted,
  * then the worker waits until every admitted request has left (n_active
  * reaches 0; a fired teardown token sets `escalated`, which cancels them)
@@ -34,7 +38,9 @@ enum { GATE_URGENT = 0, GATE_RESUME = 1, GATE_NORMAL = 2 };
 typedef struct gate_waiter {
     int cls;
     uint64_t ticket;
+    int weight;                 /* places it takes: 1 for a request, all for load/unload */
     int granted;
+    int async;                  /* queued by engine_yield_async: nobody blocks on it */
     struct gate_waiter *next;
 } gate_waiter;
 
@@ -42,7 +48,8 @@ struct engine_run {
     kiln_engine *e;
     kiln_engine_cancel *cancel; /* the work's own token, or NULL */
     int is_request;
-    int holds;                  /* holds the gate (requests) */
+    int holds;                  /* holds places of the gate */
+    int weight;                 /* how many */
     gate_waiter w;
 };
 
@@ -92,8 +99,10 @@ struct kiln_engine {
     char model_name[512];
     int release_failed;           /* model kept after a failed release */
 
-    int gate_busy;
+    int gate_cap, gate_used;      /* places, and places held */
     gate_waiter *waiters;
+    kiln_context_params ctx_params; /* for the families that make contexts */
+    int has_ctx_params;
     uint64_t next_ticket;
     int n_active, n_waiting;
 
@@ -159,54 +168,92 @@ static int run_cancelled(const engine_run *r) {
 
 int engine_cancelled(const engine_run *r) { return run_cancelled(r); }
 
+/* Grants waiters in order (class, then ticket) while their places are
+ * free; the best waiter that does not fit stops the others, so a load
+ * waiting for every place is not overtaken for ever. */
 static void gate_grant_next(kiln_engine *e) {
-    gate_waiter **best = NULL;
-    for (gate_waiter **p = &e->waiters; *p; p = &(*p)->next)
-        if (!best || (*p)->cls < (*best)->cls || ((*p)->cls == (*best)->cls && (*p)->ticket < (*best)->ticket))
-            best = p;
-    if (!best) return;
-    gate_waiter *w = *best;
-    *best = w->next;
-    w->granted = 1;
-    e->gate_busy = 1;
+    for (;;) {
+        gate_waiter **best = NULL;
+        for (gate_waiter **p = &e->waiters; *p; p = &(*p)->next)
+            if (!best || (*p)->cls < (*best)->cls || ((*p)->cls == (*best)->cls && (*p)->ticket < (*best)->ticket))
+                best = p;
+        if (!best || e->gate_used + (*best)->weight > e->gate_cap) break;
+        gate_waiter *w = *best;
+        *best = w->next;
+        w->granted = 1;
+        e->gate_used += w->weight;
+        if (w->async) e->n_waiting--;
+    }
     pthread_cond_broadcast(&e->cv);
 }
 
-static void gate_leave(kiln_engine *e) {
-    e->gate_busy = 0;
+static void gate_leave(kiln_engine *e, engine_run *r) {
+    e->gate_used -= r->weight;
+    r->holds = 0;
     gate_grant_next(e);
-    pthread_cond_broadcast(&e->cv);
+}
+
+static void gate_unqueue(kiln_engine *e, gate_waiter *w) {
+    for (gate_waiter **p = &e->waiters; *p; p = &(*p)->next) {
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    }
+}
+
+/* Queues r for the gate in class cls (mu held). */
+static void gate_queue(kiln_engine *e, engine_run *r, int cls) {
+    gate_waiter *w = &r->w;
+    r->weight = r->is_request ? 1 : e->gate_cap;
+    w->cls = cls;
+    w->ticket = e->next_ticket++;
+    w->weight = r->weight;
+    w->granted = 0;
+    w->next = e->waiters;
+    e->waiters = w;
 }
 
 /* Waits (mu held) for the gate in class cls.  A request gives up when it is
  * cancelled before being granted. */
 static kiln_status gate_enter(kiln_engine *e, engine_run *r, int cls) {
     gate_waiter *w = &r->w;
-    w->cls = cls;
-    w->ticket = e->next_ticket++;
-    w->granted = 0;
-    if (!e->gate_busy && !e->waiters) {
-        e->gate_busy = 1;
-        r->holds = 1;
-        return KILN_OK;
-    }
-    w->next = e->waiters;
-    e->waiters = w;
-    if (r->is_request) e->n_waiting++;
+    w->async = 0;
+    gate_queue(e, r, cls);
+    gate_grant_next(e);
+    const int waited = r->is_request && !w->granted;
+    if (waited) e->n_waiting++;
     while (!w->granted && !(r->is_request && run_cancelled(r))) pthread_cond_wait(&e->cv, &e->mu);
-    if (r->is_request) e->n_waiting--;
+    if (waited) e->n_waiting--;
     if (!w->granted) {
-        for (gate_waiter **p = &e->waiters; *p; p = &(*p)->next) {
-            if (*p == w) {
-                *p = w->next;
-                break;
-            }
-        }
-        pthread_cond_broadcast(&e->cv);
+        gate_unqueue(e, w);
+        gate_grant_next(e);
         return kl_fail(NULL, KILN_ERR_CANCELLED, "request cancelled while waiting");
     }
     r->holds = 1;
     return KILN_OK;
+}
+
+/* Leaves the gate, or the queue of a yielded request (mu held). */
+static void gate_drop(kiln_engine *e, engine_run *r) {
+    if (r->w.async && !r->holds) {
+        r->w.async = 0;
+        if (r->w.granted) {
+            r->holds = 1;
+        } else {
+            gate_unqueue(e, &r->w);
+            e->n_waiting--;
+            gate_grant_next(e);
+            return;
+        }
+    }
+    if (r->holds) gate_leave(e, r);
+}
+
+static int urgent_waits(const kiln_engine *e) {
+    for (const gate_waiter *w = e->waiters; w; w = w->next)
+        if (w->cls == GATE_URGENT) return 1;
+    return 0;
 }
 
 kiln_status engine_yield(engine_run *r) {
@@ -215,16 +262,50 @@ kiln_status engine_yield(engine_run *r) {
     if (!r->is_request) return KILN_OK;
     kiln_engine *e = r->e;
     pthread_mutex_lock(&e->mu);
-    int urgent_waits = 0;
-    for (gate_waiter *w = e->waiters; w; w = w->next) urgent_waits |= w->cls == GATE_URGENT;
     kiln_status st = KILN_OK;
-    if (urgent_waits) {
-        r->holds = 0;
-        gate_leave(e);
+    if (urgent_waits(e)) {
+        gate_leave(e, r);
         st = gate_enter(e, r, GATE_RESUME);
     }
     pthread_mutex_unlock(&e->mu);
     return st;
+}
+
+int engine_urgent_waiting(kiln_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    int u = urgent_waits(e);
+    pthread_mutex_unlock(&e->mu);
+    return u;
+}
+
+void engine_yield_async(engine_run *r) {
+    kiln_engine *e = r->e;
+    pthread_mutex_lock(&e->mu);
+    if (r->holds) {
+        r->w.async = 1;
+        gate_queue(e, r, GATE_RESUME);
+        e->n_waiting++;
+        gate_leave(e, r); /* grants the urgent waiter; r comes after it */
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+int engine_regained(engine_run *r) {
+    kiln_engine *e = r->e;
+    pthread_mutex_lock(&e->mu);
+    if (!r->holds && r->w.async && r->w.granted) {
+        r->holds = 1;
+        r->w.async = 0;
+    }
+    int h = r->holds;
+    pthread_mutex_unlock(&e->mu);
+    return h;
+}
+
+kiln_engine *engine_of(const engine_run *r) { return r->e; }
+
+const kiln_context_params *engine_context_params(const engine_run *r) {
+    return r->e->has_ctx_params ? &r->e->ctx_params : NULL;
 }
 
 /* -------------------------------------------------------------- create */
@@ -245,6 +326,7 @@ kiln_status engine_create_with(const kiln_engine_family *fam, const engine_ops *
     e->ops = ops;
     e->backend = KILN_ENGINE_BACKEND_CPU; /* AUTO: the only backend built */
     e->next_seq = 1;
+    e->gate_cap = 1;
     atomic_init(&e->escalated, 0);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -281,6 +363,15 @@ kiln_status kiln_engine_set_store(kiln_engine *e, const kiln_engine_store *store
     if (!started) e->store = *store;
     pthread_mutex_unlock(&e->mu);
     return started ? kl_fail(NULL, KILN_ERR_STATE, "the store is set before start") : KILN_OK;
+}
+
+kiln_status kiln_engine_set_context_params(kiln_engine *e, const kiln_context_params *p) {
+    if (!e || !p) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine or parameters");
+    pthread_mutex_lock(&e->mu);
+    e->ctx_params = *p;
+    e->has_ctx_params = 1;
+    pthread_mutex_unlock(&e->mu);
+    return KILN_OK;
 }
 
 /* -------------------------------------------------------------- worker */
@@ -332,8 +423,10 @@ static kiln_status run_load(kiln_engine *e, op *o, msgbuf msg) {
         e->lease = o->lease;
         snprintf(e->model_name, sizeof e->model_name, "%s", o->name);
         e->release_failed = st != KILN_OK;
+        if (st == KILN_OK && e->ops->capacity) e->gate_cap = e->ops->capacity(e->ops->user, model);
+        if (e->gate_cap < 1) e->gate_cap = 1;
     }
-    gate_leave(e);
+    gate_leave(e, &r);
     pthread_mutex_unlock(&e->mu);
     if (!model) release_lease(e, o->lease);
     if (st == KILN_OK) publish(e, KILN_ENGINE_LOADED, KILN_OK, NULL, o->name);
@@ -377,7 +470,8 @@ static kiln_status run_teardown(kiln_engine *e, op *o, msgbuf msg) {
     int more_teardown = 0;
     for (op *q = e->head; q; q = q->next) more_teardown |= q->kind == OP_UNLOAD || q->kind == OP_STOP;
     e->closing = more_teardown;
-    gate_leave(e);
+    if (st == KILN_OK) e->gate_cap = 1;
+    gate_leave(e, &r);
     pthread_mutex_unlock(&e->mu);
 
     if (st == KILN_OK) {
@@ -730,7 +824,7 @@ kiln_status engine_request(kiln_engine *e, int task, void *req, int urgent, kiln
     if (!why) {
         if (st == KILN_OK) st = e->ops->run(e->ops->user, model, task, req, &r);
         pthread_mutex_lock(&e->mu);
-        if (r.holds) gate_leave(e);
+        gate_drop(e, &r);
         e->n_active--;
         pthread_cond_broadcast(&e->cv);
         pthread_mutex_unlock(&e->mu);

@@ -34,6 +34,21 @@ int engine_cancelled(const engine_run *r);
  * reports cancellation. */
 kiln_status engine_yield(engine_run *r);
 
+/* For a family that runs admitted requests on a thread of its own (the
+ * llm family's continuous batching): the gate's yield, one step at a time.
+ * engine_urgent_waiting: an urgent request waits for a place.
+ * engine_yield_async: r gives its place to it and queues to take one back
+ * ahead of every non-urgent waiter; returns at once.  engine_regained: 1
+ * once r holds a place again.  The request that owns r leaves the gate (or
+ * its queue) as usual when it ends. */
+int engine_urgent_waiting(kiln_engine *e);
+void engine_yield_async(engine_run *r);
+int engine_regained(engine_run *r);
+kiln_engine *engine_of(const engine_run *r);
+/* The context parameters the host set (kiln_engine_set_context_params), or
+ * NULL for the family's defaults. */
+const kiln_context_params *engine_context_params(const engine_run *r);
+
 /* Tasks a family's run() receives. */
 enum { ENGINE_TASK_GENERATE = 0, ENGINE_TASK_EMBED = 1 };
 
@@ -51,6 +66,9 @@ typedef struct engine_ops {
     /* Runs one request of kind task on the calling thread. */
     kiln_status (*run)(void *user, void *model, int task, void *req, engine_run *r);
     void *user;
+    /* Optional: how many requests the model runs at once (the gate's
+     * places while it is resident); 1 without it. */
+    int32_t (*capacity)(void *user, void *model);
 } engine_ops;
 
 /* The ops behind a registry family, or NULL when this build lacks it. */

@@ -1,9 +1,12 @@
-/* The llm family: a resident kiln_model; each generate request gets its own
- * context sized to prompt + n_predict, so requests that interleave at yield
- * points never share KV state.  Native runs are the prompt chunks and the
- * single-token decode steps; the request yields before each. */
+/* The llm family: a resident kiln_model with one context whose sequences
+ * serve the admitted requests together, by continuous batching (gen.h):
+ * the scheduler thread steps them, a request reads its tokens on its own
+ * thread.  The gate has a place per sequence; the scheduler yields a
+ * running request's place to a waiting urgent one (its sequence goes to
+ * the prefix cache and comes back when it regains a place). */
 #include "engine/engine.h"
 
+#include "gen/gen.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 
@@ -30,85 +33,58 @@ kiln_status engine_gguf_check(const char *path, int generate) {
 
 static kiln_status llm_check(void *user, const char *path) { return engine_gguf_check(path, 1); }
 
-static kiln_status llm_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r,
-                            void **model) {
-    kiln_model *m = NULL;
-    kiln_status st = kiln_model_load(path, NULL, &m);
-    *model = m;
-    return st;
-}
+/* A resident model: its weights, one context whose sequences are the
+ * places of the gate, and the scheduler that batches the requests. */
+typedef struct llm_model {
+    kiln_model *m;
+    kiln_context *c;
+    gen_sched *sched;
+    int32_t n_seq;
+} llm_model;
+
+/* Prompt tokens one sequence adds per step while others generate. */
+#define LLM_PREFILL_CHUNK 256
+
+/* The gate hooks of the scheduler: the engine's own gate. */
+static int gate_urgent(void *user) { return engine_urgent_waiting(user); }
+static void gate_yield(void *user, void *ticket) { engine_yield_async(ticket); }
+static int gate_regained(void *user, void *ticket) { return engine_regained(ticket); }
+static int gate_cancelled(void *user, void *ticket) { return engine_cancelled(ticket); }
 
 static kiln_status llm_unload(void *user, void *model) {
-    kiln_model_free(model);
+    llm_model *lm = model;
+    if (!lm) return KILN_OK;
+    gen_sched_free(lm->sched);
+    kiln_context_free(lm->c);
+    kiln_model_free(lm->m);
+    free(lm);
     return KILN_OK;
 }
 
-typedef struct gen_state {
-    kiln_model *m;
-    const kiln_engine_generate_request *req;
-    kiln_context *ctx;
-    kiln_sampler *smp;
-    kiln_detok *dt;
-    int32_t *toks;
-    int32_t n_generated;
-} gen_state;
-
-/* Decodes n tokens in chunks of at most n_batch, yielding before each. */
-static kiln_status decode_chunks(gen_state *g, engine_run *r, const int32_t *toks, int32_t n, int32_t n_batch) {
-    for (int32_t i = 0; i < n; i += n_batch) {
-        kiln_status st = engine_yield(r);
-        if (st != KILN_OK) return st;
-        int32_t k = n - i < n_batch ? n - i : n_batch;
-        kiln_batch b = {k, toks + i, NULL, NULL, NULL};
-        st = kiln_decode(g->ctx, &b);
-        if (st != KILN_OK) return st;
+static kiln_status llm_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r,
+                            void **model) {
+    *model = NULL;
+    llm_model *lm = calloc(1, sizeof *lm);
+    if (!lm) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    kiln_status st = kiln_model_load(path, NULL, &lm->m);
+    const kiln_context_params *cp = engine_context_params(r);
+    kiln_context_params dp = kiln_context_default_params();
+    if (st == KILN_OK) st = kiln_context_new(lm->m, cp ? cp : &dp, &lm->c);
+    if (st == KILN_OK) {
+        lm->n_seq = kiln_context_n_seq_max(lm->c);
+        gen_gate gate = {gate_urgent, gate_yield, gate_regained, gate_cancelled, engine_of(r)};
+        st = gen_sched_new(lm->m, lm->c, LLM_PREFILL_CHUNK, &gate, &lm->sched);
+        if (st != KILN_OK) kl_fail(NULL, st, "cannot start the scheduler");
     }
+    if (st != KILN_OK) {
+        llm_unload(user, lm);
+        return st;
+    }
+    *model = lm;
     return KILN_OK;
 }
 
-static kiln_status generate(gen_state *g, engine_run *r) {
-    const kiln_engine_generate_request *req = g->req;
-    size_t len = strlen(req->prompt);
-    int n = kiln_tokenize(g->m, req->prompt, len, 1, 0, NULL, 0);
-    if (n < 0) return (kiln_status)n;
-    if (n == 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "the prompt has no tokens");
-    g->toks = malloc((size_t)n * sizeof *g->toks);
-    if (!g->toks) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
-    kiln_tokenize(g->m, req->prompt, len, 1, 0, g->toks, n);
-
-    kiln_model_info info;
-    kiln_model_get_info(g->m, &info);
-    kiln_context_params cp = kiln_context_default_params();
-    cp.n_ctx = n + req->n_predict;
-    if (info.n_ctx_train > 0 && cp.n_ctx > info.n_ctx_train)
-        return kl_fail(NULL, KILN_ERR_CONTEXT_FULL, "%d prompt + %d predicted tokens exceed the model's %d", n,
-                       req->n_predict, info.n_ctx_train);
-    cp.n_threads = req->n_threads;
-    kiln_status st = kiln_context_new(g->m, &cp, &g->ctx);
-    if (st == KILN_OK) st = kiln_sampler_new(&req->sampler, info.n_vocab, &g->smp);
-    if (st != KILN_OK) return st;
-    if (!(g->dt = kiln_detok_new(g->m))) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < n; i++) kiln_sampler_accept(g->smp, g->toks[i]);
-
-    st = decode_chunks(g, r, g->toks, n, cp.n_batch);
-    int32_t last = n - 1; /* batch index whose logits the next sample reads */
-    while (st == KILN_OK) {
-        int32_t id = kiln_sampler_sample(g->smp, kiln_get_logits(g->ctx, last));
-        if (kiln_token_is_eog(g->m, id)) break;
-        kiln_sampler_accept(g->smp, id);
-        g->n_generated++;
-        size_t plen = 0;
-        const char *piece = kiln_detok_push(g->dt, id, &plen);
-        if (req->on_token && plen > 0 && req->on_token(piece, plen, id, req->user)) break;
-        if (g->n_generated >= req->n_predict) break;
-        st = decode_chunks(g, r, &id, 1, 1);
-        last = 0;
-    }
-    size_t rest = 0;
-    const char *tail = kiln_detok_flush(g->dt, &rest);
-    if (st == KILN_OK && req->on_token && rest > 0) req->on_token(tail, rest, -1, req->user);
-    return st;
-}
+static int32_t llm_capacity(void *user, void *model) { return ((llm_model *)model)->n_seq; }
 
 /* A generate call as the engine carries it: the caller's request and the
  * count that travels back. */
@@ -117,20 +93,69 @@ typedef struct gen_call {
     int32_t n_generated;
 } gen_call;
 
-static kiln_status llm_run(void *user, void *model, int task, void *req, engine_run *r) {
-    if (task != ENGINE_TASK_GENERATE) return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the llm family only generates");
-    gen_call *call = req;
-    gen_state g = {.m = model, .req = call->req};
-    kiln_status st = generate(&g, r);
-    call->n_generated = g.n_generated;
-    kiln_detok_free(g.dt);
-    kiln_sampler_free(g.smp);
-    kiln_context_free(g.ctx);
-    free(g.toks);
+/* Runs one request through the scheduler; pieces reach the callback on
+ * this (the caller's) thread. */
+static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
+    const kiln_engine_generate_request *req = call->req;
+    size_t len = strlen(req->prompt);
+    int n = kiln_tokenize(lm->m, req->prompt, len, 1, 0, NULL, 0);
+    if (n < 0) return (kiln_status)n;
+    if (n == 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "the prompt has no tokens");
+    const int32_t n_ctx = kiln_context_n_ctx(lm->c);
+    if ((int64_t)n + req->n_predict > n_ctx)
+        return kl_fail(NULL, KILN_ERR_CONTEXT_FULL, "%d prompt + %d predicted tokens exceed the context of %d", n,
+                       req->n_predict, n_ctx);
+    int32_t *toks = malloc((size_t)n * sizeof *toks);
+    kiln_detok *dt = kiln_detok_new(lm->m);
+    if (!toks || !dt) {
+        free(toks);
+        kiln_detok_free(dt);
+        return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    }
+    kiln_tokenize(lm->m, req->prompt, len, 1, 0, toks, n);
+    gen_params p = gen_params_default();
+    p.prompt = toks;
+    p.n_prompt = n;
+    p.n_predict = req->n_predict;
+    p.sampler = req->sampler;
+    p.reuse = 1;
+    gen_req *q = NULL;
+    kiln_status st = gen_sched_submit(lm->sched, &p, req->urgent, r, &q);
+    free(toks);
+    if (st != KILN_OK) {
+        kiln_detok_free(dt);
+        return kl_fail(NULL, st, "cannot queue the request");
+    }
+    int stopped = 0;
+    gen_event ev;
+    for (;;) {
+        gen_req_next(q, &ev, -1);
+        if (ev.kind == GEN_EV_DONE) break;
+        if (stopped) continue; /* already on its way to the end */
+        call->n_generated++;
+        size_t plen = 0;
+        const char *piece = kiln_detok_push(dt, ev.tok.id, &plen);
+        if (req->on_token && plen > 0 && req->on_token(piece, plen, ev.tok.id, req->user)) {
+            stopped = 1;
+            gen_req_stop(q);
+        }
+    }
+    if (ev.reason == GEN_CANCELLED) st = kl_fail(NULL, KILN_ERR_CANCELLED, "request cancelled");
+    else if (ev.reason == GEN_FAILED) st = kl_fail(NULL, KILN_ERR_INTERNAL, "%s", ev.error);
+    size_t rest = 0;
+    const char *tail = kiln_detok_flush(dt, &rest);
+    if (st == KILN_OK && !stopped && req->on_token && rest > 0) req->on_token(tail, rest, -1, req->user);
+    gen_req_free(q);
+    kiln_detok_free(dt);
     return st;
 }
 
-const engine_ops engine_llm_ops = {llm_check, llm_load, llm_unload, llm_run, NULL};
+static kiln_status llm_run(void *user, void *model, int task, void *req, engine_run *r) {
+    if (task != ENGINE_TASK_GENERATE) return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the llm family only generates");
+    return generate(model, req, r);
+}
+
+const engine_ops engine_llm_ops = {llm_check, llm_load, llm_unload, llm_run, NULL, llm_capacity};
 
 kiln_engine_generate_request kiln_engine_generate_default(void) {
     kiln_engine_generate_request q;

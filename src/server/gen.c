@@ -19,11 +19,10 @@
 
 static const char *const k_tags[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
 
-void ks_gen_init(ks_gen *g, ks_runner *r, ks_req *q, int start_in_think) {
+void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think) {
     memset(g, 0, sizeof *g);
-    g->r = r;
-    g->q = q;
-    g->dt = kiln_detok_new(r->model);
+    g->m = m;
+    g->dt = kiln_detok_new(m);
     g->split_think = g->split_tools = 1;
     g->mode = start_in_think ? 1 : 0;
     g->tool_calls = json_array();
@@ -245,7 +244,8 @@ static json_t *lp_entry(kiln_model *m, int32_t id, float lp) {
     return e;
 }
 
-static void finish(ks_gen *g, int fin) {
+void ks_gen_end(ks_gen *g, int fin) {
+    if (g->finish) return;
     size_t n;
     const char *tail = kiln_detok_flush(g->dt, &n);
     if (ks_gen_text(g, tail, n, 1)) fin = KS_FIN_STOP;
@@ -253,49 +253,56 @@ static void finish(ks_gen *g, int fin) {
     g->finish = fin;
 }
 
-int ks_gen_pump(ks_gen *g, int wait_ms) {
+int ks_gen_token(ks_gen *g, const gen_token *t) {
     if (g->finish) return 1;
-    ks_runner *r = g->r;
-    ks_req *q = g->q;
-    pthread_mutex_lock(&r->mu);
-    if (q->n_out == g->consumed && q->state != KS_Q_DONE && wait_ms > 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)wait_ms * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&q->cv, &r->mu, &ts);
+    g->n_gen++;
+    size_t n;
+    const char *piece = kiln_detok_push(g->dt, t->id, &n);
+    if (g->want_logprobs) {
+        json_t *e = lp_entry(g->m, t->id, t->logprob);
+        json_t *top = json_array();
+        for (int k = 0; k < t->n_top; k++) json_array_append_new(top, lp_entry(g->m, t->top_id[k], t->top_lp[k]));
+        json_object_set_new(e, "top_logprobs", top);
+        json_array_append_new(g->logprobs, e);
     }
-    int32_t have = q->n_out;
-    int done = q->state == KS_Q_DONE;
-    int fin = q->finish;
-    if (done && q->err[0]) snprintf(g->err, sizeof g->err, "%s", q->err);
-    pthread_mutex_unlock(&r->mu);
-    /* q->out entries below have are immutable now; reading without the lock
-     * is safe except that realloc may move the array, so copy each one */
-    for (; g->consumed < have; g->consumed++) {
-        pthread_mutex_lock(&r->mu);
-        ks_tok t = q->out[g->consumed];
-        pthread_mutex_unlock(&r->mu);
-        g->n_gen++;
-        size_t n;
-        const char *piece = kiln_detok_push(g->dt, t.id, &n);
-        if (g->want_logprobs) {
-            json_t *e = lp_entry(r->model, t.id, t.logprob);
-            json_t *top = json_array();
-            for (int k = 0; k < t.n_top; k++) json_array_append_new(top, lp_entry(r->model, t.top_id[k], t.top_lp[k]));
-            json_object_set_new(e, "top_logprobs", top);
-            json_array_append_new(g->logprobs, e);
-        }
-        if (ks_gen_text(g, piece, n, 0)) {
-            atomic_store(&q->cancel, 1);
-            finish(g, KS_FIN_STOP);
+    if (ks_gen_text(g, piece, n, 0)) {
+        ks_gen_end(g, KS_FIN_STOP);
+        return 1;
+    }
+    return 0;
+}
+
+static int fin_of(gen_reason why) {
+    switch (why) {
+    case GEN_LENGTH: return KS_FIN_LENGTH;
+    case GEN_CANCELLED: return KS_FIN_CANCEL;
+    case GEN_FAILED: return KS_FIN_ERROR;
+    default: return KS_FIN_STOP;
+    }
+}
+
+int ks_gen_pump(ks_gen *g, ks_req *q, int wait_ms) {
+    if (g->finish) return 1;
+    gen_event ev;
+    for (int wait = wait_ms; gen_req_next(q->gr, &ev, wait); wait = 0) {
+        q->n_cached = ev.n_cached;
+        q->t_start = ev.t_start;
+        if (ev.kind == GEN_EV_DONE) {
+            if (ev.reason == GEN_FAILED) snprintf(g->err, sizeof g->err, "%s", ev.error);
+            ks_gen_end(g, fin_of(ev.reason));
             return 1;
         }
-    }
-    if (done) {
-        finish(g, fin == KS_FIN_NONE ? KS_FIN_STOP : fin);
-        return 1;
+        if (q->t_first == 0) {
+            q->t_first = ev.t;
+            ks_metrics_ttft(ev.t - q->t_submit);
+        } else {
+            ks_metrics_itl(ev.t - q->t_last);
+        }
+        q->t_last = ev.t;
+        if (ks_gen_token(g, &ev.tok)) {
+            gen_req_stop(q->gr);
+            return 1;
+        }
     }
     return 0;
 }

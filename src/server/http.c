@@ -586,6 +586,7 @@ void ks_server_drain(ks_server *srv, double grace) {
         ks_runner *r = s->runners[i];
         pthread_mutex_lock(&r->mu);
         r->quit = 1;
+        if (r->sched) gen_sched_cancel_all(r->sched);
         pthread_cond_signal(&r->cv);
         pthread_mutex_unlock(&r->mu);
     }
@@ -598,6 +599,7 @@ void ks_server_free(ks_server *srv) {
         ks_runner *r = s->runners[i];
         pthread_mutex_lock(&r->mu);
         r->quit = 1;
+        if (r->sched) gen_sched_cancel_all(r->sched);
         pthread_cond_broadcast(&r->cv);
         pthread_cond_broadcast(&r->load_cv);
         pthread_mutex_unlock(&r->mu);

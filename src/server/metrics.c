@@ -83,17 +83,21 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
         ks_runner *r = s->runners[i];
         pthread_mutex_lock(&r->mu);
         const char *m = r->name;
-        ks_buf_printf(&f[RUN], "kiln_requests_running{model_name=\"%s\"} %d\n", m, r->n_running);
-        ks_buf_printf(&f[WAIT], "kiln_requests_waiting{model_name=\"%s\"} %d\n", m, r->n_waiting);
-        double use = r->kv.n_blocks ? (double)r->kv.n_used / r->kv.n_blocks : 0;
+        gen_sched_stats gs;
+        memset(&gs, 0, sizeof gs);
+        if (r->sched) gen_sched_get_stats(r->sched, &gs);
+        const kiln_kv_stats *kv = &gs.kv;
+        ks_buf_printf(&f[RUN], "kiln_requests_running{model_name=\"%s\"} %d\n", m, gs.n_running);
+        ks_buf_printf(&f[WAIT], "kiln_requests_waiting{model_name=\"%s\"} %d\n", m, gs.n_waiting);
+        double use = kv->n_blocks ? (double)kv->n_used / kv->n_blocks : 0;
         ks_buf_printf(&f[KVU], "kiln_kv_cache_usage_ratio{model_name=\"%s\"} %.6f\n", m, use);
-        ks_buf_printf(&f[KVB], "kiln_kv_cache_blocks{model_name=\"%s\",state=\"used\"} %d\n", m, r->kv.n_used);
-        ks_buf_printf(&f[KVB], "kiln_kv_cache_blocks{model_name=\"%s\",state=\"cached\"} %d\n", m, r->kv.n_cached);
-        ks_buf_printf(&f[KVB], "kiln_kv_cache_blocks{model_name=\"%s\",state=\"total\"} %d\n", m, r->kv.n_blocks);
+        ks_buf_printf(&f[KVB], "kiln_kv_cache_blocks{model_name=\"%s\",state=\"used\"} %d\n", m, kv->n_used);
+        ks_buf_printf(&f[KVB], "kiln_kv_cache_blocks{model_name=\"%s\",state=\"cached\"} %d\n", m, kv->n_cached);
+        ks_buf_printf(&f[KVB], "kiln_kv_cache_blocks{model_name=\"%s\",state=\"total\"} %d\n", m, kv->n_blocks);
         ks_buf_printf(&f[HIT], "kiln_prefix_cache_hits_total{model_name=\"%s\"} %llu\n", m,
-                      (unsigned long long)r->kv.hit_blocks * (unsigned long long)r->kv.block_tokens);
+                      (unsigned long long)kv->hit_blocks * (unsigned long long)kv->block_tokens);
         ks_buf_printf(&f[LOOK], "kiln_prefix_cache_queries_total{model_name=\"%s\"} %llu\n", m,
-                      (unsigned long long)r->kv.lookup_blocks * (unsigned long long)r->kv.block_tokens);
+                      (unsigned long long)kv->lookup_blocks * (unsigned long long)kv->block_tokens);
         ks_buf_printf(&f[LOADED], "kiln_model_loaded{model_name=\"%s\"} %d\n", m, r->state == KS_M_READY);
         pthread_mutex_unlock(&r->mu);
     }

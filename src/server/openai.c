@@ -96,9 +96,9 @@ int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts
         o->logprobs = 1;
         o->n_top = (int32_t)json_integer_value(lp);
     }
-    if ((r = get_num(src, "top_logprobs", 0, KS_TOP_MAX, &d, c, rc)) < 0) return -1;
+    if ((r = get_num(src, "top_logprobs", 0, SAMPLE_TOP_MAX, &d, c, rc)) < 0) return -1;
     if (r) o->n_top = (int32_t)d;
-    if (o->n_top > KS_TOP_MAX) return bad(c, rc, "logprobs", "at most 20 alternatives per token");
+    if (o->n_top > SAMPLE_TOP_MAX) return bad(c, rc, "logprobs", "at most 20 alternatives per token");
     json_t *rf = json_object_get(src, "response_format");
     const char *rft = json_string_value(json_object_get(rf, "type"));
     if (rft && (!strcmp(rft, "json_object") || !strcmp(rft, "json_schema"))) o->json_mode = 1;
@@ -181,12 +181,12 @@ ks_req *ks_start(ks_runner *r, struct MHD_Connection *c, int32_t *ids, int32_t n
     q->want_logprobs = o->logprobs;
     q->json_mode = o->json_mode;
     if (o->json_mode && o->schema && !(q->schema = ks_schema_compile(o->schema, msg, sizeof msg))) {
-        ks_req_put(r, q);
+        ks_req_free(q);
         *rc = ks_send_error(c, 400, "invalid_request_error", msg, "response_format");
         return NULL;
     }
     if (ks_runner_submit(r, q)) {
-        ks_req_put(r, q);
+        ks_req_free(q);
         *rc = ks_send_error(c, 429, "rate_limit_error", "the request queue is full; retry shortly", NULL);
         return NULL;
     }
@@ -549,11 +549,10 @@ static json_t *whole_result(run *u) {
 }
 
 static void run_free(run *u) {
-    atomic_store(&u->q->cancel, 1); /* no-op when over */
     ks_metrics_tokens(u->q->n_prompt, u->q->n_cached, u->g.n_gen);
     json_decref(u->g.stops); /* the run holds a reference (see run_new) */
     ks_gen_free(&u->g);
-    ks_req_put(u->r, u->q);
+    ks_req_free(u->q); /* cancels it when it is still running */
     ks_runner_release(u->r, u->a.keep_alive);
     ks_buf_free(&u->content);
     ks_buf_free(&u->reasoning);
@@ -566,7 +565,7 @@ static int run_fill(ks_stream *st) {
     u->sink = &st->out;
     /* wait for output in short slices so a gone client is noticed */
     for (int i = 0; i < 50 && st->out.len == 0; i++) {
-        if (ks_gen_pump(&u->g, 100)) {
+        if (ks_gen_pump(&u->g, u->q, 100)) {
             stream_final(u);
             return 1;
         }
@@ -581,8 +580,7 @@ static void run_cleanup(ks_stream *st) { run_free(st->user); }
 int ks_run(ks_srv *s, ks_runner *r, struct MHD_Connection *c, ks_req *q, const ks_run_args *a, const ks_gen_opts *o) {
     run *u = calloc(1, sizeof *u);
     if (!u) {
-        atomic_store(&q->cancel, 1);
-        ks_req_put(r, q);
+        ks_req_free(q);
         ks_runner_release(r, a->keep_alive);
         return ks_send_error(c, 500, "server_error", "out of memory", NULL);
     }
@@ -597,7 +595,7 @@ int ks_run(ks_srv *s, ks_runner *r, struct MHD_Connection *c, ks_req *q, const k
     static atomic_uint_fast64_t counter;
     snprintf(u->id, sizeof u->id, "%s-%lx%llx", a->format == KS_F_OAI_CHAT ? "chatcmpl" : "cmpl", u->created,
              (unsigned long long)atomic_fetch_add(&counter, 1));
-    ks_gen_init(&u->g, r, q, a->start_think);
+    ks_gen_init(&u->g, r->model, a->start_think);
     u->g.stops = o->stop;
     if (json_is_string(o->stop)) { /* one string: wrap it */
         u->g.stops = json_array();
@@ -628,7 +626,7 @@ int ks_run(ks_srv *s, ks_runner *r, struct MHD_Connection *c, ks_req *q, const k
         int oai = a->format == KS_F_OAI_CHAT || a->format == KS_F_OAI_COMPL;
         return ks_send_stream(c, oai ? "text/event-stream" : "application/x-ndjson", st);
     }
-    while (!ks_gen_pump(&u->g, 100)) {
+    while (!ks_gen_pump(&u->g, u->q, 100)) {
         if (ks_conn_gone(c)) {
             run_free(u);
             return MHD_NO;

@@ -3,7 +3,9 @@
 #define KILN_SRV_H
 
 #include "server/guard.h"
-#include "server/jschema.h"
+#include "gen/gen.h"
+#include "sample/jschema.h"
+#include "sample/sample.h"
 #include "server/server.h"
 
 #include <jansson.h>
@@ -29,42 +31,23 @@ void ks_buf_free(ks_buf *b);
 /* A JSON string of s[0..n); invalid UTF-8 bytes become U+FFFD. */
 json_t *ks_jstr(const char *s, size_t n);
 
-/* ---- a generation request as the scheduler sees it ---- */
-#define KS_TOP_MAX 20
-
-typedef struct ks_tok {
-    int32_t id;
-    float logprob;            /* log-softmax of the raw logits */
-    int32_t n_top;
-    int32_t top_id[KS_TOP_MAX];
-    float top_lp[KS_TOP_MAX];
-} ks_tok;
-
-enum { KS_Q_WAITING = 0, KS_Q_RUNNING, KS_Q_DONE };
+/* ---- a generation request ---- */
 enum { KS_FIN_NONE = 0, KS_FIN_STOP, KS_FIN_LENGTH, KS_FIN_CANCEL, KS_FIN_ERROR };
 
 typedef struct ks_req {
-    /* input, fixed once submitted */
     int32_t *prompt;
     int32_t n_prompt;
     int32_t max_tokens;
     kiln_sampler_params sp;
     int32_t n_top;            /* top logprobs wanted per token (0..20) */
-    int want_logprobs;        /* compute ks_tok.logprob */
+    int want_logprobs;        /* compute the token's logprob */
     int json_mode;            /* constrain sampling to one JSON value */
     ks_schema *schema;        /* with json_mode: the value's schema (owned); NULL = any value */
-    /* scheduler state, under the runner's mutex */
-    int state;
-    int finish;               /* KS_FIN_* once DONE */
-    char err[256];
-    ks_tok *out;
-    int32_t n_out, cap_out;
+    ks_sv sv;                 /* the recognizer's state while it runs */
+    sample_constraint cons;
+    gen_req *gr;              /* in the model's scheduler, once submitted */
     int32_t n_cached;         /* prompt tokens taken from the prefix cache */
-    double t_submit, t_start, t_first, t_done;
-    atomic_int cancel;        /* set by the HTTP side: disconnect or stop string */
-    int refs;                 /* HTTP side + scheduler; freed at 0 */
-    pthread_cond_t cv;        /* signalled on new output and at DONE */
-    struct ks_req *next;      /* queue link */
+    double t_submit, t_start, t_first, t_last;
 } ks_req;
 
 /* ---- one model: its weights, context and scheduler thread ---- */
@@ -96,9 +79,7 @@ typedef struct ks_runner {
     double last_used;
     double loaded_at;
     double load_seconds;
-    ks_req *q_head, *q_tail;
-    int n_waiting, n_running;
-    kiln_kv_stats kv;         /* snapshot for /metrics */
+    gen_sched *sched;         /* batches the requests while loaded */
     int n_ctx;
     int n_vocab;
 } ks_runner;
@@ -127,10 +108,10 @@ int ks_runner_acquire(ks_runner *r, char *msg, size_t cap);
 void ks_runner_release(ks_runner *r, double keep_alive);
 /* Asks the scheduler to unload once idle. */
 void ks_runner_unload(ks_runner *r);
-/* Queues q (takes a reference); -1 when the queue is full. */
+/* Starts q in the model's scheduler; -1 when its queue is full. */
 int ks_runner_submit(ks_runner *r, ks_req *q);
 ks_req *ks_req_new(void);
-void ks_req_put(ks_runner *r, ks_req *q); /* drops a reference */
+void ks_req_free(ks_req *q); /* cancels it unless done, and waits for that */
 /* Finds or creates the runner for a model name; NULL with status/msg. */
 ks_runner *ks_find_model(ks_srv *s, const char *name, int *http_status, char *msg, size_t cap);
 /* The store's installed models as kiln_store_list's JSON array (an empty
@@ -179,10 +160,8 @@ void ks_toolscan_feed(ks_toolscan *t, const char *s, size_t n);
 enum { KS_D_CONTENT = 0, KS_D_REASONING = 1 };
 
 typedef struct ks_gen {
-    ks_runner *r;
-    ks_req *q;
+    kiln_model *m;
     kiln_detok *dt;
-    int32_t consumed;         /* tokens of q->out processed */
     int32_t n_gen;            /* tokens counted as generated */
     json_t *stops;            /* array of stop strings or NULL */
     ks_buf sbuf;              /* text held back by stop matching */
@@ -215,15 +194,21 @@ typedef struct ks_gen {
     void *user;
 } ks_gen;
 
-void ks_gen_init(ks_gen *g, ks_runner *r, ks_req *q, int start_in_think);
+void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think);
 /* During on_tool: the call's arguments as the model wrote them (JSON text,
  * or a JSON string's characters), when the scanner followed the whole body;
  * NULL otherwise (then serialize the parsed value). */
 const char *ks_gen_args_text(const ks_gen *g, size_t *n);
 void ks_gen_free(ks_gen *g);
-/* Processes whatever the scheduler produced; waits up to wait_ms when there
+/* One generated token through the pipeline.  Returns 1 when a stop string
+ * matched: the generation is over (g->finish is KS_FIN_STOP) and the
+ * caller ends the request. */
+int ks_gen_token(ks_gen *g, const gen_token *t);
+/* The end of the tokens (fin: KS_FIN_*): flushes what was held back. */
+void ks_gen_end(ks_gen *g, int fin);
+/* Takes whatever q's scheduler produced, waiting up to wait_ms when there
  * is nothing new.  Returns 1 when the generation is over (g->finish set). */
-int ks_gen_pump(ks_gen *g, int wait_ms);
+int ks_gen_pump(ks_gen *g, ks_req *q, int wait_ms);
 /* The pump's second half: detokenized text through stop strings and tags
  * (final: no more text follows).  Returns 1 when a stop string matched.
  * Tests feed text with it directly. */

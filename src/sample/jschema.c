@@ -11,7 +11,7 @@
  * which kind it is.  Numbers and literals have no closing byte: they end
  * when a byte arrives that cannot extend them, which then goes to the
  * frame below. */
-#include "server/jschema.h"
+#include "sample/jschema.h"
 
 #include <pthread.h>
 #include <stdio.h>

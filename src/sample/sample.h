@@ -1,0 +1,65 @@
+/*
+ * sample — choosing tokens from logits.
+ *
+ * sampler.c    kiln_sampler (kiln.h): penalties, top-k, top-p, min-p,
+ *              temperature, seeded draw
+ * constrain.c  sampling under a constraint: a hook that says which token
+ *              texts may come next (structured output), the JSON
+ *              recognizer as such a hook, and log-softmax with the top
+ *              alternatives (logprobs)
+ * jschema.c    a JSON Schema compiled to a byte-level recognizer (jschema.h)
+ *
+ * Nothing here runs a model: callers hand in logits and get token ids.
+ */
+#ifndef KILN_SAMPLE_H
+#define KILN_SAMPLE_H
+
+#include "kiln.h"
+
+#include <stdint.h>
+
+/* What may be generated next.  The hook looks at token texts (the bytes
+ * kiln_token_to_piece gives, special tokens not rendered), so it knows
+ * nothing of vocabularies.  state belongs to whoever set the hook up and
+ * must outlive its use. */
+typedef struct sample_constraint {
+    /* 1 when the n bytes of a token may follow the text so far. */
+    int (*allows)(void *state, const char *text, int n);
+    /* 1 when the text so far is complete, so generation may end here (an
+     * end-of-generation token is allowed only then). */
+    int (*complete)(void *state);
+    /* The chosen token's bytes: advance past them. */
+    void (*accept)(void *state, const char *text, int n);
+    /* 1 when nothing more may follow: generation ends after this token. */
+    int (*done)(void *state);
+    void *state;
+} sample_constraint;
+
+/* Bytes a token text may have for the constraint to consider it; longer
+ * tokens are never allowed. */
+#define SAMPLE_PIECE_MAX 256
+
+/* Samples from logits (n_vocab floats, unchanged) under c: the sampler's
+ * own choice when c allows it, else one more draw with that token masked,
+ * else the most likely token c allows (an end-of-generation token counts
+ * only where c is complete), else EOS.  scratch holds n_vocab floats.  The
+ * caller then tells c about the token (sample_constraint_accept). */
+int32_t sample_constrained(kiln_sampler *s, const kiln_model *m, int32_t n_vocab, const float *logits,
+                           float *scratch, const sample_constraint *c);
+/* Feeds token id's text to c (nothing for an end-of-generation token). */
+void sample_constraint_accept(const sample_constraint *c, const kiln_model *m, int32_t id);
+
+/* The constraint of a JSON recognizer (jschema.h): v must outlive c. */
+struct ks_sv;
+void sample_json_constraint(sample_constraint *c, struct ks_sv *v);
+
+/* Most alternatives sample_logprobs reports. */
+#define SAMPLE_TOP_MAX 20
+
+/* The log-softmax of logits[id] (n_vocab floats) in *logprob, and the
+ * n_top (<= SAMPLE_TOP_MAX) most likely tokens with theirs, best first,
+ * ties by id.  Returns how many alternatives were written. */
+int32_t sample_logprobs(const float *logits, int32_t n_vocab, int32_t id, int32_t n_top, float *logprob,
+                        int32_t *top_id, float *top_lp);
+
+#endif
