@@ -23,8 +23,8 @@ if [ "$fuzz_s" != "0" ]; then
   echo "== fuzz: checkpoint readers (PyTorch ZIP, pickle, safetensors) for ${fuzz_s}s"
   cmake --build build-fuzz -j"$jobs" --target fuzz_ckpt >/dev/null
   mkdir -p build-fuzz/corpus-ckpt
-  cp tests/data/image/ckpt/*.pt tests/data/image/ckpt/*.safetensors build-fuzz/corpus-ckpt/
-  ./build-fuzz/tests/fuzz_ckpt -max_total_time="$fuzz_s" -max_len=65536 -rss_limit_mb=2048 \
+  cp tests/data/image/ckpt/*.pt tests/data/image/ckpt/*.safetensors tests/data/image/tiny/spiece.model build-fuzz/corpus-ckpt/
+  ./build-fuzz/tests/fuzz_ckpt -max_total_time="$fuzz_s" -max_len=262144 -rss_limit_mb=2048 \
       -print_final_stats=1 build-fuzz/corpus-ckpt 2>&1 | tail -n 12
 fi
 

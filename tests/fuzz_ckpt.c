@@ -1,10 +1,11 @@
 /* libFuzzer target: arbitrary bytes through the checkpoint readers (the
  * restricted PyTorch ZIP reader with its pickle interpreter, and the
- * safetensors reader), then the pickle interpreter alone on the same bytes,
- * and every tensor's claimed bytes are read.  Built only with
+ * safetensors reader), then the pickle interpreter and the SentencePiece
+ * model reader alone on the same bytes; every tensor's claimed bytes are read.  Built only with
  * -DKILN_FUZZ=ON (clang). */
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_internal.h"
+#include "image/spiece.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -27,5 +28,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     ck_pkl_result r;
     if (ck_pickle_state_dict(data, size, &r, err, sizeof err) == 0) ck_pickle_free(&r);
+    /* and as a SentencePiece model (protobuf, character map, encoder) */
+    im_spiece *s = im_spiece_load(data, size, err, sizeof err);
+    if (s) {
+        int32_t ids[64];
+        im_spiece_encode(s, "a Red  circle ＡＢ\xff on a blue background", 44, ids, 64);
+        im_spiece_free(s);
+    }
     return 0;
 }

@@ -278,6 +278,530 @@ def gen_ckpt():
         report(os.path.join(d, n))
 
 
+# ---------------------------------------------------------------- the seeded Gaussian (src/image/rng.h)
+
+M64 = (1 << 64) - 1
+LN2 = 0.6931471805599453
+
+
+def rng_log(x):
+    """ln x for 0 < x < 1 as kiln computes it: frexp, then 2 atanh(t) by a
+    fixed series (the same IEEE double operations in the same order)."""
+    m, e = __import__("math").frexp(x)      # x = m 2^e, m in [0.5, 1)
+    if m < 0.7071067811865476:
+        m *= 2.0
+        e -= 1
+    t = (m - 1.0) / (m + 1.0)
+    t2 = t * t
+    p = 1.0 / 23.0
+    for k in range(21, 0, -2):
+        p = p * t2 + 1.0 / k
+    return 2.0 * t * p + e * LN2
+
+
+class Rng:
+    def __init__(self, seed):
+        self.s = seed & M64
+
+    def u64(self):
+        self.s = (self.s + 0x9E3779B97F4A7C15) & M64
+        z = self.s
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        return z ^ (z >> 31)
+
+    def uniform(self):  # in (-1, 1)
+        return (((self.u64() >> 11) + 0.5) * (1.0 / 9007199254740992.0)) * 2.0 - 1.0
+
+    def gauss(self, n):
+        out = []
+        while len(out) < n:
+            u, v = self.uniform(), self.uniform()
+            s = u * u + v * v
+            if s >= 1.0 or s == 0.0:
+                continue
+            f = __import__("math").sqrt(-2.0 * rng_log(s) / s)
+            out += [u * f, v * f]
+        return np.array(out[:n], dtype=np.float32)
+
+
+# ---------------------------------------------------------------- tokenizer
+
+COLORS = "red green blue yellow white black purple orange".split()
+SHAPES = "circle square triangle".split()
+
+
+def caption(c, s, b):
+    return f"a {c} {s} on a {b} background"
+
+
+PROSE = """the quick brown fox jumps over the lazy dog while a small bird sings in the tree
+a picture of a house by the river at sunset with mountains far away
+painting of a cat sitting on a chair next to an open window in the morning light
+photo of a bowl of fruit apples bananas and grapes on a wooden table
+a large ship sailing across the ocean under a cloudy sky
+simple flat shapes drawn with bright colors for children to learn names
+café naïve façade über straße 中文 字 日本語 numbers 0123456789""".split("\n")
+
+
+def gen_tokenizer(path):
+    import sentencepiece as spm
+    lines = [caption(c, s, b) for c in COLORS for s in SHAPES for b in COLORS if b != c] + PROSE * 8
+    m = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=m, vocab_size=160,
+                                   model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
+                                   character_coverage=1.0, hard_vocab_limit=False, num_threads=1,
+                                   minloglevel=2)
+    with open(path, "wb") as f:
+        f.write(m.getvalue())
+    return spm.SentencePieceProcessor(model_file=path)
+
+
+TOK_CASES = ["a red circle on a blue background", "A Red Circle", "  leading   and  trailing  spaces  ",
+             "ＡＢＣ full width ｄｉｇｉｔｓ １２３", "the ﬁne ligature", "café naïve", "中文字 and 日本",
+             "①② circled", "😀😀 emoji", "tab\there\nnewline", "", " ", "orange triangle purple square",
+             "zzqq unknown xyzzy", "e\u0301 combining", "Ⅻ roman", "a" * 40]
+TOK_BYTES = [b"ab\xff\xfecd", b"\xc3(", b"ok\xe2\x82"]
+
+
+def tok_ref(sp):
+    cases = [{"text": t, "ids": sp.encode(t)} for t in TOK_CASES]
+    cases += [{"hex": b.hex(), "ids": sp.encode(b)} for b in TOK_BYTES]
+    return cases
+
+
+# ---------------------------------------------------------------- references (float64, written from the math)
+
+def rmsnorm_t5(x, w, eps):
+    return w * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps))
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh((2.0 / np.pi) ** 0.5 * (x + 0.044715 * x ** 3)))
+
+
+def t5_buckets(n, num_buckets, max_distance):
+    """Bidirectional relative position buckets [q, k], computed as
+    transformers' T5 does (float32 logs, truncation)."""
+    ctx = torch.arange(n)[:, None]
+    mem = torch.arange(n)[None, :]
+    rel = mem - ctx
+    nb = num_buckets // 2
+    ret = (rel > 0).long() * nb
+    a = rel.abs()
+    max_exact = nb // 2
+    small = a < max_exact
+    large = max_exact + (torch.log(a.float() / max_exact) / np.log(max_distance / max_exact)
+                         * (nb - max_exact)).long()
+    large = torch.min(large, torch.full_like(large, nb - 1))
+    return ret + torch.where(small, a, large)
+
+
+def t5_encode(W, cfg, ids):
+    h = W["shared.weight"][torch.tensor(ids)]
+    n, H, dk = len(ids), cfg["heads"], cfg["d_kv"]
+    bias = W["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"][
+        t5_buckets(n, cfg["buckets"], cfg["max_distance"])].permute(2, 0, 1)
+    for i in range(cfg["layers"]):
+        p = f"encoder.block.{i}.layer."
+        x = rmsnorm_t5(h, W[p + "0.layer_norm.weight"], 1e-6)
+        q = (x @ W[p + "0.SelfAttention.q.weight"].T).view(n, H, dk).transpose(0, 1)
+        k = (x @ W[p + "0.SelfAttention.k.weight"].T).view(n, H, dk).transpose(0, 1)
+        v = (x @ W[p + "0.SelfAttention.v.weight"].T).view(n, H, dk).transpose(0, 1)
+        a = torch.softmax(q @ k.transpose(1, 2) + bias, -1) @ v
+        h = h + a.transpose(0, 1).reshape(n, H * dk) @ W[p + "0.SelfAttention.o.weight"].T
+        x = rmsnorm_t5(h, W[p + "1.layer_norm.weight"], 1e-6)
+        f = gelu_tanh(x @ W[p + "1.DenseReluDense.wi_0.weight"].T) * (x @ W[p + "1.DenseReluDense.wi_1.weight"].T)
+        h = h + f @ W[p + "1.DenseReluDense.wo.weight"].T
+    return rmsnorm_t5(h, W["encoder.final_layer_norm.weight"], 1e-6)
+
+
+def lin(W, name, x):
+    return x @ W[name + ".weight"].T + W[name + ".bias"]
+
+
+def sincos_1d(dim, pos):
+    omega = np.arange(dim // 2, dtype=np.float64) / (dim / 2.0)
+    omega = 1.0 / 10000 ** omega
+    out = np.einsum("m,d->md", pos.reshape(-1), omega)
+    return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+
+
+def pos_embed_2d(dim, grid, base, interp):
+    """diffusers' get_2d_sincos_pos_embed: the first half of each vector
+    encodes the column, the second the row."""
+    gh = np.arange(grid, dtype=np.float32) / (grid / base) / interp
+    gw = np.arange(grid, dtype=np.float32) / (grid / base) / interp
+    g = np.stack(np.meshgrid(gw, gh), axis=0).reshape(2, 1, grid, grid)
+    return np.concatenate([sincos_1d(dim // 2, g[0]), sincos_1d(dim // 2, g[1])], axis=1)
+
+
+def timestep_embedding(t, dim=256):
+    half = dim // 2
+    ex = -np.log(10000.0) * torch.arange(half, dtype=torch.float64) / half
+    e = t[:, None] * torch.exp(ex)[None]
+    return torch.cat([torch.cos(e), torch.sin(e)], -1)  # flip_sin_to_cos
+
+
+def layernorm(x, eps=1e-6):
+    m = x.mean(-1, keepdim=True)
+    v = ((x - m) ** 2).mean(-1, keepdim=True)
+    return (x - m) / torch.sqrt(v + eps)
+
+
+def mha(q, k, v, heads):
+    B, n, D = q.shape
+    m = k.shape[1]
+    hd = D // heads
+    q = q.view(B, n, heads, hd).transpose(1, 2)
+    k = k.view(B, m, heads, hd).transpose(1, 2)
+    v = v.view(B, m, heads, hd).transpose(1, 2)
+    a = torch.softmax(q @ k.transpose(2, 3) / hd ** 0.5, -1) @ v
+    return a.transpose(1, 2).reshape(B, n, D)
+
+
+def dit_forward(W, cfg, x, t, ctx):
+    """PixArt-alpha transformer (diffusers PixArtTransformer2DModel, no
+    micro-conditions): x [B, C, H, W], t [B], ctx [B, L, caption] -> [B, out, H, W]."""
+    B, C, Hh, Ww = x.shape
+    p, D, heads = cfg["patch"], cfg["hidden"], cfg["heads"]
+    h = torch.nn.functional.conv2d(x, W["pos_embed.proj.weight"], W["pos_embed.proj.bias"], stride=p)
+    gh, gw = Hh // p, Ww // p
+    h = h.flatten(2).transpose(1, 2)
+    h = h + torch.from_numpy(pos_embed_2d(D, gh, cfg["sample"] // p, cfg["interp"]))[None]
+    te = lin(W, "adaln_single.emb.timestep_embedder.linear_2",
+             torch.nn.functional.silu(lin(W, "adaln_single.emb.timestep_embedder.linear_1", timestep_embedding(t))))
+    t6 = lin(W, "adaln_single.linear", torch.nn.functional.silu(te))
+    c = lin(W, "caption_projection.linear_2",
+            gelu_tanh(lin(W, "caption_projection.linear_1", ctx)))
+    for i in range(cfg["depth"]):
+        b = f"transformer_blocks.{i}."
+        sh_msa, sc_msa, g_msa, sh_mlp, sc_mlp, g_mlp = (W[b + "scale_shift_table"][None] + t6.view(B, 6, D)).chunk(6, 1)
+        n = layernorm(h) * (1 + sc_msa) + sh_msa
+        a = mha(lin(W, b + "attn1.to_q", n), lin(W, b + "attn1.to_k", n), lin(W, b + "attn1.to_v", n), heads)
+        h = h + g_msa * lin(W, b + "attn1.to_out.0", a)
+        a = mha(lin(W, b + "attn2.to_q", h), lin(W, b + "attn2.to_k", c), lin(W, b + "attn2.to_v", c), heads)
+        h = h + lin(W, b + "attn2.to_out.0", a)
+        n = layernorm(h) * (1 + sc_mlp) + sh_mlp
+        f = lin(W, b + "ff.net.2", gelu_tanh(lin(W, b + "ff.net.0.proj", n)))
+        h = h + g_mlp * f
+    shift, scale = (W["scale_shift_table"][None] + te[:, None]).chunk(2, 1)
+    h = layernorm(h) * (1 + scale) + shift
+    h = lin(W, "proj_out", h)
+    oc = cfg["out_ch"]
+    h = h.view(B, gh, gw, p, p, oc)
+    return torch.einsum("nhwpqc->nchpwq", h).reshape(B, oc, gh * p, gw * p)
+
+
+def group_norm(x, W, name, groups):
+    return torch.nn.functional.group_norm(x, groups, W[name + ".weight"], W[name + ".bias"], eps=1e-6)
+
+
+def conv(W, name, x, pad=1):
+    return torch.nn.functional.conv2d(x, W[name + ".weight"], W[name + ".bias"], padding=pad)
+
+
+def resnet(W, name, x, groups):
+    h = conv(W, name + ".conv1", torch.nn.functional.silu(group_norm(x, W, name + ".norm1", groups)))
+    h = conv(W, name + ".conv2", torch.nn.functional.silu(group_norm(h, W, name + ".norm2", groups)))
+    if name + ".conv_shortcut.weight" in W:
+        x = conv(W, name + ".conv_shortcut", x, pad=0)
+    return x + h
+
+
+def vae_attention(W, name, x, groups):
+    B, C, H, Wd = x.shape
+    h = group_norm(x, W, name + ".group_norm", groups).view(B, C, H * Wd).transpose(1, 2)
+    a = mha(lin(W, name + ".to_q", h), lin(W, name + ".to_k", h), lin(W, name + ".to_v", h), 1)
+    a = lin(W, name + ".to_out.0", a).transpose(1, 2).reshape(B, C, H, Wd)
+    return a + x
+
+
+def vae_decode(W, cfg, z):
+    """diffusers AutoencoderKL.decode (post_quant_conv, then the Decoder)."""
+    g = cfg["groups"]
+    z = conv(W, "post_quant_conv", z / cfg["scaling"], pad=0)
+    h = conv(W, "decoder.conv_in", z)
+    h = resnet(W, "decoder.mid_block.resnets.0", h, g)
+    h = vae_attention(W, "decoder.mid_block.attentions.0", h, g)
+    h = resnet(W, "decoder.mid_block.resnets.1", h, g)
+    for i in range(len(cfg["channels"])):
+        for j in range(cfg["layers_per_block"] + 1):
+            h = resnet(W, f"decoder.up_blocks.{i}.resnets.{j}", h, g)
+        if f"decoder.up_blocks.{i}.upsamplers.0.conv.weight" in W:
+            h = torch.nn.functional.interpolate(h, scale_factor=2.0, mode="nearest")
+            h = conv(W, f"decoder.up_blocks.{i}.upsamplers.0.conv", h)
+    h = torch.nn.functional.silu(group_norm(h, W, "decoder.conv_norm_out", g))
+    return conv(W, "decoder.conv_out", h)
+
+
+def to_pixels(img):
+    """[3, H, W] in [-1, 1] -> uint8 [H, W, 3] as diffusers' image processor does."""
+    x = (img / 2 + 0.5).clamp(0, 1).permute(1, 2, 0).numpy()
+    return np.round(x * 255).astype(np.uint8)
+
+
+def schedule(sc, steps):
+    """diffusers EulerDiscreteScheduler.set_timesteps (linear interpolation of
+    sigmas): (timesteps, sigmas with a final 0, init_noise_sigma)."""
+    N = sc["num_train_timesteps"]
+    if sc["beta_schedule"] == "linear":
+        betas = torch.linspace(sc["beta_start"], sc["beta_end"], N, dtype=torch.float32)
+    elif sc["beta_schedule"] == "scaled_linear":
+        betas = torch.linspace(sc["beta_start"] ** 0.5, sc["beta_end"] ** 0.5, N, dtype=torch.float32) ** 2
+    else:
+        raise ValueError(sc["beta_schedule"])
+    ac = torch.cumprod(1.0 - betas, dim=0)
+    sp = sc["timestep_spacing"]
+    if sp == "linspace":
+        ts = np.linspace(0, N - 1, steps, dtype=np.float32)[::-1].copy()
+    elif sp == "leading":
+        ratio = N // steps
+        ts = (np.arange(0, steps) * ratio).round()[::-1].copy().astype(np.float32) + sc["steps_offset"]
+    else:
+        ts = np.round(np.arange(N, 0, -N / steps)).astype(np.float32) - 1
+    sig = np.array(((1 - ac) / ac) ** 0.5)
+    sig = np.interp(ts, np.arange(0, len(sig)), sig)
+    sig = np.concatenate([sig, [0.0]]).astype(np.float32)
+    init = float(sig.max()) if sp in ("linspace", "trailing") else float((sig.max() ** 2 + 1) ** 0.5)
+    return ts.astype(np.float32), sig, init
+
+
+def generate(Wt, tcfg, Wd, dcfg, Wv, vcfg, sc, ids_c, ids_u, steps, cfg_scale, seed):
+    """The whole pipeline: encoder states of the prompt and of "", Euler with
+    classifier-free guidance (both passes in one batch), VAE, pixels."""
+    ec = t5_encode(Wt, tcfg, ids_c)
+    eu = t5_encode(Wt, tcfg, ids_u)
+    ts, sig, init = schedule(sc, steps)
+    lc = dcfg["in_ch"]
+    z = torch.from_numpy(Rng(seed).gauss(lc * dcfg["sample"] ** 2).astype(np.float64)).view(1, lc, dcfg["sample"],
+                                                                                            dcfg["sample"]) * init
+    for i in range(steps):
+        s = float(sig[i])
+        x = z / (s * s + 1) ** 0.5
+        # the passes differ in context length; each runs on its own tokens
+        out_u = dit_forward(Wd, dcfg, x, torch.tensor([float(ts[i])], dtype=torch.float64), eu[None])
+        out_c = dit_forward(Wd, dcfg, x, torch.tensor([float(ts[i])], dtype=torch.float64), ec[None])
+        eps = out_u[:, :lc] + cfg_scale * (out_c[:, :lc] - out_u[:, :lc])
+        if sc["prediction_type"] == "epsilon":
+            x0 = z - s * eps
+        else:
+            x0 = eps * (-s / (s * s + 1) ** 0.5) + z / (s * s + 1)
+        z = z + (z - x0) / s * (float(sig[i + 1]) - s)
+    img = vae_decode(Wv, vcfg, z)[0]
+    return ec, eu, z, img
+
+
+# ---------------------------------------------------------------- the tiny pipeline
+
+T5_CFG = {"d_model": 64, "heads": 4, "d_kv": 16, "d_ff": 96, "layers": 2, "buckets": 32, "max_distance": 128}
+DIT_CFG = {"hidden": 144, "heads": 2, "depth": 2, "patch": 2, "in_ch": 4, "out_ch": 8, "sample": 32, "interp": 1.0,
+           "mlp": 4}
+VAE_CFG = {"channels": [32, 32, 64, 64], "layers_per_block": 1, "groups": 32, "latent": 4, "scaling": 0.18215}
+SCHED = {"num_train_timesteps": 1000, "beta_start": 0.0001, "beta_end": 0.02, "beta_schedule": "linear",
+         "prediction_type": "epsilon", "timestep_spacing": "linspace", "steps_offset": 0}
+
+
+def rnd(g, *shape, std=None):
+    fan = shape[1] if len(shape) > 1 else shape[0]
+    for s in shape[2:]:
+        fan *= s
+    return torch.randn(*shape, generator=g, dtype=torch.float64) * (std if std is not None else fan ** -0.5)
+
+
+def t5_weights(g, n_vocab, c):
+    W = collections.OrderedDict()
+    D, H, dk, F = c["d_model"], c["heads"], c["d_kv"], c["d_ff"]
+    W["shared.weight"] = rnd(g, n_vocab, D, std=1.0)
+    for i in range(c["layers"]):
+        p = f"encoder.block.{i}.layer."
+        W[p + "0.layer_norm.weight"] = 1 + 0.1 * rnd(g, D, std=1.0)
+        for n in "qkv":
+            W[p + f"0.SelfAttention.{n}.weight"] = rnd(g, H * dk, D)
+        W[p + "0.SelfAttention.o.weight"] = rnd(g, D, H * dk)
+        if i == 0:
+            W[p + "0.SelfAttention.relative_attention_bias.weight"] = rnd(g, c["buckets"], H, std=0.5)
+        W[p + "1.layer_norm.weight"] = 1 + 0.1 * rnd(g, D, std=1.0)
+        W[p + "1.DenseReluDense.wi_0.weight"] = rnd(g, F, D)
+        W[p + "1.DenseReluDense.wi_1.weight"] = rnd(g, F, D)
+        W[p + "1.DenseReluDense.wo.weight"] = rnd(g, D, F)
+    W["encoder.final_layer_norm.weight"] = 1 + 0.1 * rnd(g, D, std=1.0)
+    return W
+
+
+def dit_weights(g, c, caption):
+    W = collections.OrderedDict()
+    D, p = c["hidden"], c["patch"]
+    W["pos_embed.proj.weight"] = rnd(g, D, c["in_ch"], p, p)
+    W["pos_embed.proj.bias"] = rnd(g, D, std=0.02)
+    W["adaln_single.emb.timestep_embedder.linear_1.weight"] = rnd(g, D, 256)
+    W["adaln_single.emb.timestep_embedder.linear_1.bias"] = rnd(g, D, std=0.02)
+    W["adaln_single.emb.timestep_embedder.linear_2.weight"] = rnd(g, D, D)
+    W["adaln_single.emb.timestep_embedder.linear_2.bias"] = rnd(g, D, std=0.02)
+    W["adaln_single.linear.weight"] = rnd(g, 6 * D, D, std=0.3 * D ** -0.5)
+    W["adaln_single.linear.bias"] = rnd(g, 6 * D, std=0.02)
+    W["caption_projection.linear_1.weight"] = rnd(g, D, caption)
+    W["caption_projection.linear_1.bias"] = rnd(g, D, std=0.02)
+    W["caption_projection.linear_2.weight"] = rnd(g, D, D)
+    W["caption_projection.linear_2.bias"] = rnd(g, D, std=0.02)
+    for i in range(c["depth"]):
+        b = f"transformer_blocks.{i}."
+        W[b + "scale_shift_table"] = rnd(g, 6, D, std=D ** -0.5)
+        for a in ("attn1", "attn2"):
+            for n in ("to_q", "to_k", "to_v", "to_out.0"):
+                W[b + f"{a}.{n}.weight"] = rnd(g, D, D)
+                W[b + f"{a}.{n}.bias"] = rnd(g, D, std=0.02)
+        W[b + "ff.net.0.proj.weight"] = rnd(g, c["mlp"] * D, D)
+        W[b + "ff.net.0.proj.bias"] = rnd(g, c["mlp"] * D, std=0.02)
+        W[b + "ff.net.2.weight"] = rnd(g, D, c["mlp"] * D)
+        W[b + "ff.net.2.bias"] = rnd(g, D, std=0.02)
+    W["scale_shift_table"] = rnd(g, 2, D, std=D ** -0.5)
+    W["proj_out.weight"] = rnd(g, p * p * c["out_ch"], D)
+    W["proj_out.bias"] = rnd(g, p * p * c["out_ch"], std=0.02)
+    return W
+
+
+def vae_weights(g, c):
+    W = collections.OrderedDict()
+    ch = c["channels"]
+    # a few encoder tensors, as a full AutoencoderKL file has: the reader must skip them
+    W["encoder.conv_in.weight"] = rnd(g, ch[0], 3, 3, 3)
+    W["encoder.conv_in.bias"] = rnd(g, ch[0], std=0.02)
+    W["quant_conv.weight"] = rnd(g, 2 * c["latent"], 2 * c["latent"], 1, 1)
+    W["quant_conv.bias"] = rnd(g, 2 * c["latent"], std=0.02)
+    W["post_quant_conv.weight"] = rnd(g, c["latent"], c["latent"], 1, 1)
+    W["post_quant_conv.bias"] = rnd(g, c["latent"], std=0.02)
+
+    def norm(name, n):
+        W[name + ".weight"] = 1 + 0.1 * rnd(g, n, std=1.0)
+        W[name + ".bias"] = rnd(g, n, std=0.05)
+
+    def convw(name, o, i, k=3):
+        W[name + ".weight"] = rnd(g, o, i, k, k)
+        W[name + ".bias"] = rnd(g, o, std=0.02)
+
+    def res(name, i, o):
+        norm(name + ".norm1", i)
+        convw(name + ".conv1", o, i)
+        norm(name + ".norm2", o)
+        convw(name + ".conv2", o, o)
+        if i != o:
+            convw(name + ".conv_shortcut", o, i, 1)
+
+    top = ch[-1]
+    convw("decoder.conv_in", top, c["latent"])
+    res("decoder.mid_block.resnets.0", top, top)
+    norm("decoder.mid_block.attentions.0.group_norm", top)
+    for n in ("to_q", "to_k", "to_v", "to_out.0"):
+        W[f"decoder.mid_block.attentions.0.{n}.weight"] = rnd(g, top, top)
+        W[f"decoder.mid_block.attentions.0.{n}.bias"] = rnd(g, top, std=0.02)
+    res("decoder.mid_block.resnets.1", top, top)
+    rev = list(reversed(ch))
+    prev = top
+    for i, o in enumerate(rev):
+        for j in range(c["layers_per_block"] + 1):
+            res(f"decoder.up_blocks.{i}.resnets.{j}", prev if j == 0 else o, o)
+        prev = o
+        if i < len(rev) - 1:
+            convw(f"decoder.up_blocks.{i}.upsamplers.0.conv", o, o)
+    norm("decoder.conv_norm_out", ch[0])
+    convw("decoder.conv_out", 3, ch[0])
+    return W
+
+
+def stored(W, dtypes):
+    """The weights as the file holds them (rounded to their dtypes), back in
+    float64 for the reference, and the torch tensors to save."""
+    ref, save = collections.OrderedDict(), collections.OrderedDict()
+    for k, v in W.items():
+        dt = dtypes(k)
+        t = v.to(dt).contiguous()
+        save[k] = t
+        ref[k] = t.double()
+    return ref, save
+
+
+def write_st_torch(path, save):
+    items = []
+    for k, t in save.items():
+        dt = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}[t.dtype]
+        items.append((k, t.float().numpy(), dt))
+    write_safetensors(path, items)
+
+
+def f32file(path, arr):
+    np.ascontiguousarray(np.asarray(arr), dtype="<f4").tofile(path)
+
+
+def gen_tiny():
+    d = os.path.join(OUT, "tiny")
+    os.makedirs(d, exist_ok=True)
+    sp = gen_tokenizer(os.path.join(d, "spiece.model"))
+    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+        json.dump({"eos": 1, "cases": tok_ref(sp)}, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    g = torch.Generator().manual_seed(2401)
+    n_vocab = sp.get_piece_size() + 4
+    Wt, save = stored(t5_weights(g, n_vocab, T5_CFG),
+                      lambda k: torch.bfloat16 if k == "shared.weight" else torch.float32)
+    write_st_torch(os.path.join(d, "t5.safetensors"), save)
+    Wd, save = stored(dit_weights(g, DIT_CFG, T5_CFG["d_model"]),
+                      lambda k: torch.float16 if ".ff.net." in k and k.endswith("weight") else torch.float32)
+    torch.save(save, os.path.join(d, "dit.pt"))
+    Wv, save = stored(vae_weights(g, VAE_CFG), lambda k: torch.float32)
+    write_st_torch(os.path.join(d, "vae.safetensors"), save)
+
+    prompt = "a red circle on a blue background"
+    ids_c = sp.encode(prompt) + [1]
+    ids_u = [1]
+    # stage references
+    ec, eu = t5_encode(Wt, T5_CFG, ids_c), t5_encode(Wt, T5_CFG, ids_u)
+    f32file(os.path.join(d, "ref_t5.f32"), ec.numpy())
+    x = torch.from_numpy(Rng(7).gauss(4 * 32 * 32).astype(np.float64)).view(1, 4, 32, 32)
+    dit1 = dit_forward(Wd, DIT_CFG, x, torch.tensor([500.0], dtype=torch.float64), ec[None])
+    f32file(os.path.join(d, "ref_dit_step.f32"), dit1.numpy())
+    zv = torch.from_numpy(Rng(9).gauss(4 * 32 * 32).astype(np.float64)).view(1, 4, 32, 32) * 0.18215
+    img = vae_decode(Wv, VAE_CFG, zv)[0]
+    f32file(os.path.join(d, "ref_vae.f32"), img.numpy())
+    steps, cfg_scale, seed = 4, 4.5, 42
+    _, _, zf, full = generate(Wt, T5_CFG, Wd, DIT_CFG, Wv, VAE_CFG, SCHED, ids_c, ids_u, steps, cfg_scale, seed)
+    f32file(os.path.join(d, "ref_latent.f32"), zf.numpy())
+    to_pixels(full).tofile(os.path.join(d, "ref_image.rgb"))
+    ts, sig, init = schedule(SCHED, steps)
+    ref = {"prompt": prompt, "ids": ids_c, "uncond_ids": ids_u,
+           "t5": {"file": "ref_t5.f32", "shape": list(ec.shape)},
+           "dit_step": {"file": "ref_dit_step.f32", "noise_seed": 7, "timestep": 500.0, "shape": list(dit1.shape)},
+           "vae": {"file": "ref_vae.f32", "noise_seed": 9, "latent_scale": 0.18215, "shape": list(img.shape)},
+           "pipeline": {"steps": steps, "cfg": cfg_scale, "seed": seed, "latent": "ref_latent.f32",
+                        "image": "ref_image.rgb", "timesteps": ts.tolist(), "sigmas": sig.tolist(),
+                        "init_noise_sigma": init},
+           "noise": {"seed": 42, "first": Rng(42).gauss(8).tolist()}}
+    with open(os.path.join(d, "ref.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    write_pack(d, "tiny-random", {"dit": "dit.pt", "text-encoder": "t5.safetensors", "tokenizer": "spiece.model",
+                                  "vae": "vae.safetensors"},
+               {"dit": {"attention_head_dim": DIT_CFG["hidden"] // DIT_CFG["heads"], "interpolation_scale": 1.0},
+                "text_encoder": {"relative_attention_max_distance": 128, "max_tokens": 120},
+                "vae": {"scaling_factor": 0.18215, "norm_num_groups": 32},
+                "scheduler": SCHED, "defaults": {"steps": 4, "cfg": 4.5}},
+               "random weights for tests (kiln's own, MIT)")
+    for n in sorted(os.listdir(d)):
+        report(os.path.join(d, n))
+
+
+def write_pack(d, name, files, config, license_):
+    arts = []
+    for role, f in files.items():
+        arts.append({"role": role, "path": f, "length": os.path.getsize(os.path.join(d, f)),
+                     "sha256": sha256(os.path.join(d, f))})
+    pack = {"kind": "kiln-image-pack", "schema": 1, "name": name, "license": license_, "artifacts": arts}
+    pack.update(config)
+    with open(os.path.join(d, "pack.json"), "w") as f:
+        json.dump(pack, f, indent=1)
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", action="store_true")
@@ -286,6 +810,7 @@ def main():
     gen_ckpt()
     if a.ckpt:
         return
+    gen_tiny()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,112 @@
+/*
+ * image — text to image: a T5 encoder (t5.h), a PixArt-alpha diffusion
+ * transformer (dit.h), Euler sampling with classifier-free guidance
+ * (sched.h) from a seeded Gaussian (nn.h), the Stable Diffusion VAE
+ * decoder (vae.h), PNG out.  The subsystem's contract for the engine
+ * family, the CLI and the server.
+ *
+ * A pack is a directory with pack.json:
+ *   {"kind": "kiln-image-pack", "schema": 1, "name": ..., "license": ...,
+ *    "artifacts": [{"role": "dit"|"text-encoder"|"tokenizer"|"vae",
+ *                   "path": FILE, "length": BYTES, "sha256": HEX}, ...],
+ *    "dit": {"attention_head_dim", "interpolation_scale"},
+ *    "text_encoder": {"relative_attention_max_distance", "max_tokens"},
+ *    "vae": {"scaling_factor", "norm_num_groups"},
+ *    "scheduler": {diffusers' num_train_timesteps, beta_start, beta_end,
+ *                  beta_schedule, prediction_type, timestep_spacing,
+ *                  steps_offset},
+ *    "defaults": {"steps", "cfg"}}
+ * All four roles are required; each file must have its recorded length and
+ * SHA-256.  The configuration objects are optional: their defaults are the
+ * pinned pipeline's (PixArt-alpha 256 with 72-dim heads, Flan-T5 with 120
+ * tokens, the SD VAE's 0.18215 and 32 groups, PixArt's linear schedule).
+ *
+ * Opening a pipeline checks, before any model memory is allocated: the DiT
+ * (PyTorch ZIP, restricted reader), the encoder and the VAE (safetensors)
+ * against their tensor schemas (names, shapes, F32/F16/BF16), the
+ * tokenizer, and that they fit together (caption width = encoder width,
+ * latent channels, vocabulary, 256 x 256 output).
+ */
+#ifndef KILN_IMAGE_H
+#define KILN_IMAGE_H
+
+#include "image/sched.h"
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct im_config {
+    int head_dim;        /* DiT attention head size */
+    float interp;        /* DiT position-table interpolation scale */
+    int max_distance;    /* T5 relative-position maximum distance */
+    int max_tokens;      /* prompt tokens, EOS included */
+    float vae_scaling;
+    int vae_groups;
+    im_sched sched;
+    int steps;           /* defaults of a request */
+    float cfg;
+    char name[128];
+} im_config;
+
+typedef struct im_files {
+    char dit[PATH_MAX], t5[PATH_MAX], tokenizer[PATH_MAX], vae[PATH_MAX];
+} im_files;
+
+/* The pinned pipeline's configuration. */
+void im_config_default(im_config *c);
+/* 1 when path is a pack: a directory holding pack.json, or such a file. */
+int im_is_pack(const char *path);
+/* Reads a pack's manifest into files and config and checks every
+ * artifact's length, and its SHA-256 when verify is set.  -1 with err. */
+int im_pack_read(const char *path, int verify, im_files *files, im_config *config, char *err, size_t errlen);
+
+typedef struct im_pipeline im_pipeline;
+
+/* Checks the schemas (see above), then loads: weights stay mapped. */
+int im_pipeline_open(const im_files *files, const im_config *config, int n_threads, im_pipeline **out, char *err,
+                     size_t errlen);
+void im_pipeline_free(im_pipeline *p);
+const im_config *im_pipeline_config(const im_pipeline *p);
+int im_pipeline_width(const im_pipeline *p); /* pixels: 256 */
+int im_pipeline_height(const im_pipeline *p);
+
+/* Called before each step (step 0 .. steps - 1) and once with step ==
+ * steps before the VAE; nonzero cancels. */
+typedef int (*im_progress_fn)(void *user, int step, int steps);
+
+typedef struct im_request {
+    const char *prompt;
+    int steps;           /* 0 = the pack's default */
+    float cfg;           /* guidance scale; <= 1 runs the conditional pass only; < 0 = default */
+    uint64_t seed;
+    im_progress_fn progress;
+    void *user;
+} im_request;
+
+enum { IM_OK = 0, IM_ERR = -1, IM_CANCELLED = -2, IM_TOO_LONG = -3 };
+
+/* Generates one image; *png (malloc'd) receives the PNG bytes.  Returns
+ * IM_OK, or IM_ERR / IM_TOO_LONG (the prompt exceeds max_tokens) /
+ * IM_CANCELLED with err set. */
+int im_generate(im_pipeline *p, const im_request *r, uint8_t **png, size_t *png_len, char *err, size_t errlen);
+
+/* Stages, for tests and tools.  Tokens of prompt with EOS (returns the
+ * count, which may exceed cap; -1 on error). */
+int im_tokenize(const im_pipeline *p, const char *prompt, int32_t *ids, int cap);
+/* out [n][d_model]. */
+int im_encode(im_pipeline *p, const int32_t *ids, int n, float *out, char *err, size_t errlen);
+int im_encoder_width(const im_pipeline *p);
+/* One DiT evaluation of x [in_ch][32][32] at timestep t with caption
+ * states ctx [n][d_model]: out [out_ch][32][32]. */
+int im_dit_once(im_pipeline *p, const float *x, float t, const float *ctx, int n, float *out, char *err, size_t errlen);
+int im_dit_out_channels(const im_pipeline *p);
+/* img [3][256][256] from latents z [4][32][32] (scaled latents: divided by
+ * the scaling factor first). */
+int im_decode(im_pipeline *p, const float *z, float *img, char *err, size_t errlen);
+/* [3][h][w] in [-1, 1] to h * w * 3 bytes: (x / 2 + 0.5) clamped to [0, 1],
+ * times 255, rounded half to even. */
+void im_to_pixels(const float *img, int w, int h, uint8_t *rgb);
+int im_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,191 @@
+#include "image/nn.h"
+
+#include "base/base.h"
+#include "kernels/ops.h"
+#include "quant/quant.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const ck_tensor *im_find(const ck_file *f, const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return ck_find(f, name);
+}
+
+static void shape_text(char *buf, size_t cap, int n, const int64_t *s) {
+    int o = snprintf(buf, cap, "[");
+    for (int d = 0; d < n && o < (int)cap; d++) o += snprintf(buf + o, cap - (size_t)o, d ? ", %lld" : "%lld", (long long)s[d]);
+    if (o < (int)cap) snprintf(buf + o, cap - (size_t)o, "]");
+}
+
+/* The tensor name must exist as a float tensor of n elements (and, when
+ * shape is given, exactly that shape). */
+static const ck_tensor *need(im_binder *b, const char *name, int n_dims, const int64_t *shape, int64_t numel) {
+    if (b->failed) return NULL;
+    const ck_tensor *t = ck_find(b->f, name);
+    char want[128], got[128];
+    if (!t) {
+        kb_errf(b->err, b->errlen, "%s: tensor %s is missing", b->what, name);
+        b->failed = 1;
+        return NULL;
+    }
+    if (ck_dtype_kq(t->dtype) < 0) {
+        kb_errf(b->err, b->errlen, "%s: tensor %s is %s (F32, F16 or BF16 expected)", b->what, name,
+                ck_dtype_name(t->dtype));
+        b->failed = 1;
+        return NULL;
+    }
+    int ok = t->numel == numel;
+    if (shape) {
+        ok = ok && t->n_dims == n_dims;
+        for (int d = 0; ok && d < n_dims; d++) ok = t->shape[d] == shape[d];
+    }
+    if (!ok) {
+        if (shape) shape_text(want, sizeof want, n_dims, shape);
+        else snprintf(want, sizeof want, "%lld elements", (long long)numel);
+        shape_text(got, sizeof got, t->n_dims, t->shape);
+        kb_errf(b->err, b->errlen, "%s: tensor %s has shape %s, expected %s", b->what, name, got, want);
+        b->failed = 1;
+        return NULL;
+    }
+    return t;
+}
+
+int im_mat(im_binder *b, kk_mat *out, int n_dims, const int64_t *shape, const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int64_t numel = 1;
+    for (int d = 0; d < n_dims; d++) numel *= shape[d];
+    const ck_tensor *t = need(b, name, n_dims, shape, numel);
+    if (!t) return -1;
+    memset(out, 0, sizeof *out);
+    out->data = t->data;
+    out->type = ck_dtype_kq(t->dtype);
+    out->nrows = shape[0];
+    out->ncols = numel / shape[0];
+    return 0;
+}
+
+float *im_vec(im_binder *b, int64_t n, const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const ck_tensor *t = need(b, name, 0, NULL, n);
+    if (!t || b->check) return NULL;
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) {
+        kb_errf(b->err, b->errlen, "out of memory");
+        b->failed = 1;
+        return NULL;
+    }
+    kq_get(ck_dtype_kq(t->dtype))->to_f32(t->data, v, n);
+    return v;
+}
+
+int im_lin_bind(im_binder *b, im_lin *l, int64_t out, int64_t in, int bias, const char *fmt, ...) {
+    char prefix[224];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    int rc = im_mat(b, &l->w, 2, (int64_t[]){out, in}, "%s.weight", prefix);
+    l->b = bias ? im_vec(b, out, "%s.bias", prefix) : NULL;
+    return rc || b->failed ? -1 : 0;
+}
+
+void im_linear(kpool *pool, const im_lin *l, const float *x, int n, float *y, void *scratch) {
+    kk_matmul(pool, &l->w, x, n, y, l->w.nrows, scratch);
+    if (l->b) kk_add_rows(y, l->b, n, (int)l->w.nrows);
+}
+
+size_t im_attention_scratch(int n_q, int n_kv, int hd) {
+    const size_t f = (size_t)n_q * (size_t)hd + 2 * (size_t)n_kv * (size_t)hd + (size_t)n_q * (size_t)n_kv;
+    const int64_t cols = n_kv > hd ? n_kv : hd;
+    return f * sizeof(float) + kk_matmul_scratch_size(cols, n_q) + 128;
+}
+
+void im_attention(kpool *pool, const im_attn *a, void *scratch) {
+    float *q = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float *k = q + (size_t)a->n_q * (size_t)a->hd;
+    float *vt = k + (size_t)a->n_kv * (size_t)a->hd;
+    float *s = vt + (size_t)a->n_kv * (size_t)a->hd;
+    void *mm = (void *)(((uintptr_t)(s + (size_t)a->n_q * (size_t)a->n_kv) + 63) & ~(uintptr_t)63);
+    for (int h = 0; h < a->heads; h++) {
+        const size_t c0 = (size_t)h * (size_t)a->hd;
+        for (int i = 0; i < a->n_q; i++)
+            memcpy(q + (size_t)i * (size_t)a->hd, a->q + (size_t)i * (size_t)a->ldq + c0, (size_t)a->hd * sizeof *q);
+        for (int j = 0; j < a->n_kv; j++) {
+            memcpy(k + (size_t)j * (size_t)a->hd, a->k + (size_t)j * (size_t)a->ldk + c0, (size_t)a->hd * sizeof *k);
+            const float *vr = a->v + (size_t)j * (size_t)a->ldv + c0;
+            for (int d = 0; d < a->hd; d++) vt[(size_t)d * (size_t)a->n_kv + (size_t)j] = vr[d];
+        }
+        const kk_mat km = {k, KQ_F32, a->hd, a->n_kv, NULL};
+        kk_matmul(pool, &km, q, a->n_q, s, a->n_kv, mm);
+        for (int i = 0; i < a->n_q; i++) {
+            float *row = s + (size_t)i * (size_t)a->n_kv;
+            const float *bias = a->bias ? a->bias + ((size_t)h * (size_t)a->n_q + (size_t)i) * (size_t)a->n_kv : NULL;
+            for (int j = 0; j < a->n_kv; j++) row[j] = row[j] * a->scale + (bias ? bias[j] : 0.0f);
+            kk_softmax(row, a->n_kv);
+        }
+        const kk_mat vm = {vt, KQ_F32, a->n_kv, a->hd, NULL};
+        kk_matmul(pool, &vm, s, a->n_q, a->out + c0, a->ldo, mm);
+    }
+}
+
+void im_modulate(float *out, const float *x, int n, int d, const float *shift, const float *scale) {
+    for (int i = 0; i < n; i++) {
+        float *o = out + (size_t)i * (size_t)d;
+        kk_layernorm(o, x + (size_t)i * (size_t)d, NULL, NULL, d, 1e-6f);
+        for (int j = 0; j < d; j++) o[j] = o[j] * (1.0f + scale[j]) + shift[j];
+    }
+}
+
+void im_silu(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+/* ---- the seeded Gaussian (nn.h) ---- */
+
+static uint64_t splitmix(im_rng *r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(im_rng *r) { return (((double)(splitmix(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0)) * 2.0 - 1.0; }
+
+double im_rng_log(double x) {
+    int e;
+    double m = frexp(x, &e); /* x = m 2^e, m in [0.5, 1) */
+    if (m < 0.7071067811865476) {
+        m *= 2.0;
+        e -= 1;
+    }
+    const double t = (m - 1.0) / (m + 1.0), t2 = t * t;
+    double p = 1.0 / 23.0;
+    for (int k = 21; k >= 1; k -= 2) p = p * t2 + 1.0 / (double)k;
+    return 2.0 * t * p + (double)e * 0.6931471805599453;
+}
+
+void im_rng_gauss(im_rng *r, float *out, size_t n) {
+    for (size_t i = 0; i < n;) {
+        const double u = uniform(r), v = uniform(r), s = u * u + v * v;
+        if (s >= 1.0 || s == 0.0) continue;
+        const double f = sqrt(-2.0 * im_rng_log(s) / s);
+        out[i++] = (float)(u * f);
+        if (i < n) out[i++] = (float)(v * f);
+    }
+}

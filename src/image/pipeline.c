@@ -1,0 +1,274 @@
+/* The text-to-image pipeline: opening (schemas first), the stages and one
+ * generation. */
+#include "image/image.h"
+
+#include "base/base.h"
+#include "image/dit.h"
+#include "image/spiece.h"
+#include "image/t5.h"
+#include "image/vae.h"
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define IMAGE_SIZE 256
+
+struct im_pipeline {
+    im_config cfg;
+    ck_file *fd, *ft, *fv;
+    im_spiece *tok;
+    im_t5 t5;
+    im_dit dit;
+    im_vae vae;
+    kpool *pool;
+};
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+static uint8_t *read_all(const char *path, size_t *len, size_t max, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        kb_errf(err, errlen, "%s: cannot open", path);
+        return NULL;
+    }
+    uint8_t *buf = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n < 0 || (size_t)n > max) {
+        kb_errf(err, errlen, "%s: %s", path, n < 0 ? "cannot read" : "too large for a tokenizer");
+    } else if ((buf = malloc((size_t)n + 1)) && (rewind(f), fread(buf, 1, (size_t)n, f) == (size_t)n)) {
+        *len = (size_t)n;
+    } else {
+        kb_errf(err, errlen, "%s: cannot read", path);
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+void im_pipeline_free(im_pipeline *p) {
+    if (!p) return;
+    im_t5_free(&p->t5);
+    im_dit_free(&p->dit);
+    im_vae_free(&p->vae);
+    im_spiece_free(p->tok);
+    ck_close(p->fd);
+    ck_close(p->ft);
+    ck_close(p->fv);
+    if (p->pool) kpool_free(p->pool);
+    free(p);
+}
+
+int im_pipeline_open(const im_files *files, const im_config *config, int n_threads, im_pipeline **out, char *err,
+                     size_t errlen) {
+    *out = NULL;
+    im_pipeline *p = calloc(1, sizeof *p);
+    if (!p) {
+        kb_errf(err, errlen, "out of memory");
+        return -1;
+    }
+    p->cfg = *config;
+    /* headers only: the readers map the files and list their tensors */
+    char sub[512];
+    if (!(p->fd = ck_open(files->dit, sub, sizeof sub)) || !(p->ft = ck_open(files->t5, sub, sizeof sub)) ||
+        !(p->fv = ck_open(files->vae, sub, sizeof sub))) {
+        kb_errf(err, errlen, "%s", sub);
+        goto fail;
+    }
+    if (ck_format(p->fd) != CK_TORCH_ZIP) {
+        kb_errf(err, errlen, "%s: the DiT must be a PyTorch ZIP state dictionary", files->dit);
+        goto fail;
+    }
+    if (ck_format(p->ft) != CK_SAFETENSORS || ck_format(p->fv) != CK_SAFETENSORS) {
+        kb_errf(err, errlen, "%s: the text encoder and the VAE must be safetensors",
+                ck_format(p->ft) != CK_SAFETENSORS ? files->t5 : files->vae);
+        goto fail;
+    }
+    size_t tl = 0;
+    uint8_t *tb = read_all(files->tokenizer, &tl, 64u << 20, err, errlen);
+    if (!tb) goto fail;
+    p->tok = im_spiece_load(tb, tl, sub, sizeof sub);
+    free(tb);
+    if (!p->tok) {
+        kb_errf(err, errlen, "%s: %s", files->tokenizer, sub);
+        goto fail;
+    }
+    /* every schema before any model memory */
+    im_t5 t5;
+    im_dit dit;
+    im_vae vae;
+    const char *nd = base_name(files->dit), *nt = base_name(files->t5), *nv = base_name(files->vae);
+    if (im_t5_bind(&t5, p->ft, nt, config->max_distance, 1, err, errlen) ||
+        im_dit_bind(&dit, p->fd, nd, config->head_dim, config->interp, 1, err, errlen) ||
+        im_vae_bind(&vae, p->fv, nv, config->vae_groups, config->vae_scaling, 1, err, errlen))
+        goto fail;
+    if (dit.caption != t5.d_model) {
+        kb_errf(err, errlen, "%s takes %d-wide caption states but the text encoder %s gives %d", nd, dit.caption, nt,
+                t5.d_model);
+        goto fail;
+    }
+    if (dit.in_ch != vae.latent || (dit.out_ch != dit.in_ch && dit.out_ch != 2 * dit.in_ch)) {
+        kb_errf(err, errlen, "%s has %d latent channels in and %d out, the VAE %s %d", nd, dit.in_ch, dit.out_ch, nv,
+                vae.latent);
+        goto fail;
+    }
+    if (dit.sample * im_vae_factor(&vae) != IMAGE_SIZE) {
+        kb_errf(err, errlen, "%s with %s makes %d-pixel images; only %d x %d is supported", nd, nv,
+                dit.sample * im_vae_factor(&vae), IMAGE_SIZE, IMAGE_SIZE);
+        goto fail;
+    }
+    if (im_spiece_n_pieces(p->tok) > t5.n_vocab || im_spiece_eos(p->tok) < 0) {
+        kb_errf(err, errlen, "the tokenizer (%d pieces%s) does not fit the text encoder's %d embeddings",
+                im_spiece_n_pieces(p->tok), im_spiece_eos(p->tok) < 0 ? ", no EOS" : "", t5.n_vocab);
+        goto fail;
+    }
+    if (im_t5_bind(&p->t5, p->ft, nt, config->max_distance, 0, err, errlen) ||
+        im_dit_bind(&p->dit, p->fd, nd, config->head_dim, config->interp, 0, err, errlen) ||
+        im_vae_bind(&p->vae, p->fv, nv, config->vae_groups, config->vae_scaling, 0, err, errlen))
+        goto fail;
+    if (!(p->pool = kpool_new(n_threads))) {
+        kb_errf(err, errlen, "cannot start threads");
+        goto fail;
+    }
+    *out = p;
+    return 0;
+fail:
+    im_pipeline_free(p);
+    return -1;
+}
+
+const im_config *im_pipeline_config(const im_pipeline *p) { return &p->cfg; }
+int im_pipeline_width(const im_pipeline *p) { return p->dit.sample * im_vae_factor(&p->vae); }
+int im_pipeline_height(const im_pipeline *p) { return p->dit.sample * im_vae_factor(&p->vae); }
+int im_encoder_width(const im_pipeline *p) { return p->t5.d_model; }
+int im_dit_out_channels(const im_pipeline *p) { return p->dit.out_ch; }
+
+int im_tokenize(const im_pipeline *p, const char *prompt, int32_t *ids, int cap) {
+    int n = im_spiece_encode(p->tok, prompt, strlen(prompt), ids, cap > 0 ? cap - 1 : 0);
+    if (n < 0) return -1;
+    if (n + 1 <= cap) ids[n] = im_spiece_eos(p->tok);
+    return n + 1;
+}
+
+int im_encode(im_pipeline *p, const int32_t *ids, int n, float *out, char *err, size_t errlen) {
+    return im_t5_encode(&p->t5, p->pool, ids, n, out, err, errlen);
+}
+
+int im_dit_once(im_pipeline *p, const float *x, float t, const float *ctx, int n, float *out, char *err,
+                size_t errlen) {
+    im_dit_work *w = im_dit_work_new(&p->dit, p->pool, 1, &ctx, &n);
+    if (!w) {
+        kb_errf(err, errlen, "out of memory");
+        return -1;
+    }
+    im_dit_forward(&p->dit, p->pool, w, x, &t, out);
+    im_dit_work_free(w);
+    return 0;
+}
+
+int im_decode(im_pipeline *p, const float *z, float *img, char *err, size_t errlen) {
+    return im_vae_decode(&p->vae, p->pool, z, p->dit.sample, p->dit.sample, img, err, errlen);
+}
+
+void im_to_pixels(const float *img, int w, int h, uint8_t *rgb) {
+    const size_t plane = (size_t)w * (size_t)h;
+    for (size_t i = 0; i < plane; i++)
+        for (int c = 0; c < 3; c++) {
+            float v = img[(size_t)c * plane + i] / 2.0f + 0.5f;
+            v = v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
+            rgb[i * 3 + (size_t)c] = (uint8_t)nearbyintf(v * 255.0f);
+        }
+}
+
+int im_generate(im_pipeline *p, const im_request *r, uint8_t **png, size_t *png_len, char *err, size_t errlen) {
+    *png = NULL;
+    *png_len = 0;
+    const im_config *c = &p->cfg;
+    const int steps = r->steps > 0 ? r->steps : c->steps;
+    const float cfg = r->cfg >= 0 ? r->cfg : c->cfg;
+    const int guided = cfg > 1.0f;
+    if (!r->prompt) {
+        kb_errf(err, errlen, "no prompt");
+        return IM_ERR;
+    }
+    const int S = p->dit.sample, lc = p->dit.in_ch, oc = p->dit.out_ch, W = im_pipeline_width(p);
+    const size_t nz = (size_t)lc * (size_t)S * (size_t)S, D = (size_t)p->t5.d_model;
+    int32_t *ids = malloc((size_t)c->max_tokens * sizeof *ids);
+    float *ts = malloc((size_t)steps * sizeof *ts), *sig = malloc(((size_t)steps + 1) * sizeof *sig);
+    float *ec = malloc((size_t)c->max_tokens * D * sizeof *ec), *eu = malloc(D * sizeof *eu);
+    float *z = malloc(nz * sizeof *z), *x = malloc(2 * nz * sizeof *x), *o = malloc(2 * (size_t)oc * S * S * sizeof *o);
+    float *img = malloc(3 * (size_t)W * (size_t)W * sizeof *img);
+    uint8_t *rgb = malloc(3 * (size_t)W * (size_t)W);
+    im_dit_work *w = NULL;
+    int rc = IM_ERR;
+    if (!ids || !ts || !sig || !ec || !eu || !z || !x || !o || !img || !rgb) {
+        kb_errf(err, errlen, "out of memory");
+        goto done;
+    }
+    float init;
+    if (im_sched_plan(&c->sched, steps, ts, sig, &init, err, errlen)) goto done;
+    int n = im_tokenize(p, r->prompt, ids, c->max_tokens);
+    if (n < 0) {
+        kb_errf(err, errlen, "out of memory");
+        goto done;
+    }
+    if (n > c->max_tokens) {
+        kb_errf(err, errlen, "the prompt is %d tokens; the text encoder takes at most %d (end token included)", n,
+                c->max_tokens);
+        rc = IM_TOO_LONG;
+        goto done;
+    }
+    if (im_encode(p, ids, n, ec, err, errlen)) goto done;
+    const int32_t eos = im_spiece_eos(p->tok);
+    if (guided && im_encode(p, &eos, 1, eu, err, errlen)) goto done;
+    /* batch item 0 is the unconditional pass, 1 the prompt's */
+    const float *ctx[2] = {eu, ec};
+    const int len[2] = {1, n};
+    const int B = guided ? 2 : 1;
+    w = im_dit_work_new(&p->dit, p->pool, B, guided ? ctx : ctx + 1, guided ? len : len + 1);
+    if (!w) {
+        kb_errf(err, errlen, "out of memory");
+        goto done;
+    }
+    im_rng g;
+    im_rng_seed(&g, r->seed);
+    im_rng_gauss(&g, z, nz);
+    for (size_t i = 0; i < nz; i++) z[i] *= init;
+    for (int s = 0; s < steps; s++) {
+        if (r->progress && r->progress(r->user, s, steps)) {
+            kb_errf(err, errlen, "cancelled");
+            rc = IM_CANCELLED;
+            goto done;
+        }
+        const float sg = sig[s], scale = sqrtf(sg * sg + 1.0f);
+        for (size_t i = 0; i < nz; i++) x[i] = z[i] / scale;
+        if (guided) memcpy(x + nz, x, nz * sizeof *x);
+        const float tt[2] = {ts[s], ts[s]};
+        im_dit_forward(&p->dit, p->pool, w, x, tt, o);
+        /* the first lc output channels are the noise (a learned-sigma model
+         * predicts lc more) */
+        float *eps = guided ? o + (size_t)oc * S * S : o;
+        if (guided)
+            for (size_t i = 0; i < nz; i++) eps[i] = o[i] + cfg * (eps[i] - o[i]);
+        im_euler_step(&c->sched, z, eps, sg, sig[s + 1], nz);
+    }
+    if (r->progress && r->progress(r->user, steps, steps)) {
+        kb_errf(err, errlen, "cancelled");
+        rc = IM_CANCELLED;
+        goto done;
+    }
+    if (im_decode(p, z, img, err, errlen)) goto done;
+    im_to_pixels(img, W, W, rgb);
+    if (im_png_encode(rgb, W, W, png, png_len, err, errlen)) goto done;
+    rc = IM_OK;
+done:
+    im_dit_work_free(w);
+    free(ids); free(ts); free(sig); free(ec); free(eu); free(z); free(x); free(o); free(img); free(rgb);
+    return rc;
+}

@@ -1,0 +1,58 @@
+/*
+ * vae — the decoder of Stable Diffusion's AutoencoderKL, tensors named as
+ * diffusers names them (post_quant_conv, decoder.conv_in,
+ * decoder.mid_block.{resnets.0, attentions.0, resnets.1},
+ * decoder.up_blocks.N.{resnets.M, upsamplers.0.conv}, decoder.conv_norm_out,
+ * decoder.conv_out).  Encoder tensors in the same file are ignored.
+ *
+ * z / scaling_factor -> post_quant_conv (1x1) -> conv_in (3x3) -> mid
+ * (ResNet, single-head attention over the pixels with a residual, ResNet)
+ * -> up blocks from the widest channels down (layers_per_block + 1 ResNets
+ * each, a nearest 2x upsample and 3x3 conv after all but the last) ->
+ * GroupNorm + SiLU -> conv_out to RGB in [-1, 1].  A ResNet is
+ * x' = shortcut(x) + conv2(silu(gn2(conv1(silu(gn1(x)))))), the shortcut a
+ * 1x1 conv when the channel count changes.  GroupNorm eps is 1e-6.
+ */
+#ifndef KILN_IMAGE_VAE_H
+#define KILN_IMAGE_VAE_H
+
+#include "image/nn.h"
+#include "kernels/conv.h"
+
+#define IM_VAE_MAX_BLOCKS 8
+
+typedef struct im_conv {
+    kk_mat w;
+    float *b;
+    int cin, cout, k;
+} im_conv;
+
+typedef struct im_resnet {
+    float *n1w, *n1b, *n2w, *n2b;
+    im_conv c1, c2, sc; /* sc.cout == 0: identity shortcut */
+    int cin, cout;
+} im_resnet;
+
+typedef struct im_vae {
+    int latent, groups, n_blocks, layers;  /* layers = resnets per up block */
+    int ch[IM_VAE_MAX_BLOCKS];             /* block_out_channels, narrowest first */
+    float scaling;
+    im_conv pq, conv_in, conv_out;
+    im_resnet mid0, mid1;
+    float *an_w, *an_b;                    /* mid attention group norm */
+    im_lin aq, ak, av, ao;
+    im_resnet *res;                        /* [n_blocks][layers] */
+    im_conv up[IM_VAE_MAX_BLOCKS];         /* up[i] for i < n_blocks - 1 */
+    float *no_w, *no_b;
+} im_vae;
+
+int im_vae_bind(im_vae *m, const ck_file *f, const char *what, int groups, float scaling, int check, char *err,
+                size_t errlen);
+void im_vae_free(im_vae *m);
+/* Pixels per latent step in each direction (2^(n_blocks - 1)). */
+static inline int im_vae_factor(const im_vae *m) { return 1 << (m->n_blocks - 1); }
+/* img [3][h f][w f] = decode(z [latent][h][w]); allocates its buffers for
+ * the call.  -1 with err when out of memory. */
+int im_vae_decode(const im_vae *m, kpool *pool, const float *z, int h, int w, float *img, char *err, size_t errlen);
+
+#endif

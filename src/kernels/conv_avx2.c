@@ -1,0 +1,81 @@
+/* AVX2 twin of the group norm (conv.h): the same double sums in 4-lane
+ * accumulators, the affine map by FMA and a polynomial exp for the SiLU. */
+#include "kernels/conv.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+/* e^x for x in [-87, 88] (clamped): 2^n * p(r), r = x - n ln 2, a degree-6
+ * polynomial, within 2 ulp of expf over that range. */
+static inline __m256 exp256(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+static inline double hsum_pd(__m256d v) {
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+static void gn_avx2(const kk_gn *g, const float *x, float *y, int grp) {
+    const int cpg = g->c / g->groups;
+    const size_t n = (size_t)cpg * (size_t)g->hw, off = (size_t)grp * n;
+    const float *xs = x + off;
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(xs + i);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    }
+    double s = hsum_pd(_mm256_add_pd(a0, a1));
+    for (; i < n; i++) s += xs[i];
+    const double mean = s / (double)n;
+    const __m256d mv = _mm256_set1_pd(mean);
+    a0 = a1 = _mm256_setzero_pd();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(xs + i);
+        const __m256d d0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), mv);
+        const __m256d d1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), mv);
+        a0 = _mm256_fmadd_pd(d0, d0, a0);
+        a1 = _mm256_fmadd_pd(d1, d1, a1);
+    }
+    double var = hsum_pd(_mm256_add_pd(a0, a1));
+    for (; i < n; i++) {
+        const double d = xs[i] - mean;
+        var += d * d;
+    }
+    const float inv = (float)(1.0 / sqrt(var / (double)n + g->eps)), m = (float)mean;
+    for (int cc = 0; cc < cpg; cc++) {
+        const int ch = grp * cpg + cc;
+        const float a = g->w ? g->w[ch] * inv : inv;
+        const float b = (g->b ? g->b[ch] : 0.0f) - m * a;
+        const float *xc = xs + (size_t)cc * (size_t)g->hw;
+        float *yc = y + off + (size_t)cc * (size_t)g->hw;
+        const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), one = _mm256_set1_ps(1.0f);
+        int k = 0;
+        for (; k + 8 <= g->hw; k += 8) {
+            __m256 t = _mm256_fmadd_ps(_mm256_loadu_ps(xc + k), va, vb);
+            if (g->silu) t = _mm256_div_ps(t, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), t))));
+            _mm256_storeu_ps(yc + k, t);
+        }
+        for (; k < g->hw; k++) {
+            const float t = fmaf(xc[k], a, b);
+            yc[k] = g->silu ? t / (1.0f + expf(-t)) : t;
+        }
+    }
+}
+
+kk_gn_fn kk_groupnorm_avx2(void) { return gn_avx2; }

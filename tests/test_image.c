@@ -1,0 +1,394 @@
+/*
+ * The text-to-image pipeline against the PyTorch reference of
+ * tests/gen_image.py (tests/data/image/tiny: a random-weight pipeline in
+ * the real formats, a SentencePiece model trained there):
+ *  - the tokenizer gives SentencePiece's ids on every conformance case;
+ *  - the seeded Gaussian gives the reference's exact floats, and the
+ *    schedule its timesteps and sigmas;
+ *  - encoder states, one DiT evaluation and one VAE decode within the
+ *    tolerances below (float32 against the float64 reference; the DiT's
+ *    F16 MLP weights round its activations to F16);
+ *  - the whole pipeline's pixels within 2 levels of the reference's, and
+ *    the same PNG bytes across runs and thread counts;
+ *  - packs with a wrong hash or length, a missing role, a substituted
+ *    encoder or VAE, or a malicious DiT are refused before loading.
+ */
+#include "testutil.h"
+
+#include "image/image.h"
+#include "image/nn.h"
+#include "image/spiece.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <png.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TINY "data/image/tiny/"
+
+static float *read_f32(const char *path, size_t n) {
+    size_t len;
+    char *b = t_read_file(path, &len);
+    CHECKF(b && len == n * 4, "%s: %zu bytes, expected %zu", path, b ? len : 0, n * 4);
+    if (!b || len != n * 4) {
+        free(b);
+        return NULL;
+    }
+    return (float *)b;
+}
+
+static double max_err(const float *a, const float *b, size_t n, double *ref_max) {
+    double m = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > m || d != d) m = d != d ? INFINITY : d;
+        if (fabs(b[i]) > r) r = fabs(b[i]);
+    }
+    if (ref_max) *ref_max = r;
+    return m;
+}
+
+static void test_tokenizer(void) {
+    size_t n;
+    char *model = t_read_file(TINY "spiece.model", &n);
+    char err[256];
+    im_spiece *s = model ? im_spiece_load((const uint8_t *)model, n, err, sizeof err) : NULL;
+    CHECKF(s != NULL, "spiece: %s", model ? err : "no file");
+    free(model);
+    json_error_t je;
+    json_t *j = json_load_file(TINY "tokenizer.json", 0, &je);
+    CHECK(j != NULL);
+    if (!s || !j) return;
+    CHECK(im_spiece_eos(s) == 1 && im_spiece_unk(s) == 2 && im_spiece_pad(s) == 0);
+    size_t i;
+    json_t *c;
+    int n_ok = 0;
+    json_array_foreach(json_object_get(j, "cases"), i, c) {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        char bytes[256];
+        size_t len;
+        if (text) {
+            len = strlen(text);
+        } else {
+            const char *hex = json_string_value(json_object_get(c, "hex"));
+            len = strlen(hex) / 2;
+            for (size_t k = 0; k < len; k++) {
+                unsigned v;
+                sscanf(hex + 2 * k, "%2x", &v);
+                bytes[k] = (char)v;
+            }
+            text = bytes;
+        }
+        int32_t ids[256];
+        int got = im_spiece_encode(s, text, len, ids, 256);
+        json_t *want = json_object_get(c, "ids");
+        int same = got == (int)json_array_size(want);
+        for (int k = 0; same && k < got; k++) same = ids[k] == json_integer_value(json_array_get(want, (size_t)k));
+        CHECKF(same, "case %zu: %d tokens, expected %zu", i, got, json_array_size(want));
+        n_ok += same;
+    }
+    CHECK(n_ok == (int)json_array_size(json_object_get(j, "cases")));
+    /* a truncated or garbled model is refused, never a crash */
+    model = t_read_file(TINY "spiece.model", &n);
+    for (size_t k = 1; model && k < n; k += k < 64 ? 1 : 997) {
+        im_spiece *t = im_spiece_load((const uint8_t *)model, k, err, sizeof err);
+        if (t) {
+            int32_t ids[64];
+            im_spiece_encode(t, "a red circle", 12, ids, 64);
+            im_spiece_free(t);
+        }
+    }
+    free(model);
+    json_decref(j);
+    im_spiece_free(s);
+}
+
+/* Pixels of a PNG in memory (RGB 8-bit); NULL when it does not decode. */
+static uint8_t *png_pixels(const uint8_t *png, size_t len, int *w, int *h) {
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(&im, png, len)) return NULL;
+    im.format = PNG_FORMAT_RGB;
+    uint8_t *buf = malloc(PNG_IMAGE_SIZE(im));
+    if (!buf || !png_image_finish_read(&im, NULL, buf, 0, NULL)) {
+        free(buf);
+        png_image_free(&im);
+        return NULL;
+    }
+    *w = (int)im.width;
+    *h = (int)im.height;
+    return buf;
+}
+
+static im_pipeline *open_tiny(int threads) {
+    im_files f;
+    im_config c;
+    char err[512];
+    im_pipeline *p = NULL;
+    int rc = im_pack_read(TINY, 1, &f, &c, err, sizeof err);
+    CHECKF(rc == 0, "pack: %s", err);
+    if (rc) return NULL;
+    rc = im_pipeline_open(&f, &c, threads, &p, err, sizeof err);
+    CHECKF(rc == 0, "open: %s", err);
+    return p;
+}
+
+static void test_stages(json_t *ref) {
+    im_pipeline *p = open_tiny(2);
+    if (!p) return;
+    char err[256];
+    /* the noise, bit for bit */
+    json_t *noise = json_object_get(ref, "noise");
+    float g[8];
+    im_rng r;
+    im_rng_seed(&r, (uint64_t)json_integer_value(json_object_get(noise, "seed")));
+    im_rng_gauss(&r, g, 8);
+    for (int i = 0; i < 8; i++) CHECK(g[i] == (float)json_number_value(json_array_get(json_object_get(noise, "first"), (size_t)i)));
+    /* schedule */
+    json_t *pl = json_object_get(ref, "pipeline");
+    const int steps = (int)json_integer_value(json_object_get(pl, "steps"));
+    float ts[64], sig[65], init;
+    CHECK(im_sched_plan(&im_pipeline_config(p)->sched, steps, ts, sig, &init, err, sizeof err) == 0);
+    for (int i = 0; i < steps; i++) CHECK(ts[i] == (float)json_number_value(json_array_get(json_object_get(pl, "timesteps"), (size_t)i)));
+    for (int i = 0; i <= steps; i++)
+        CHECKF(fabsf(sig[i] - (float)json_number_value(json_array_get(json_object_get(pl, "sigmas"), (size_t)i))) <=
+                   1e-6f * (1 + sig[i]), "sigma %d = %g", i, sig[i]);
+    CHECK(fabsf(init - (float)json_number_value(json_object_get(pl, "init_noise_sigma"))) <= 1e-6f * init);
+    /* tokens and encoder states */
+    int32_t ids[128];
+    const int n = im_tokenize(p, json_string_value(json_object_get(ref, "prompt")), ids, 128);
+    json_t *want = json_object_get(ref, "ids");
+    CHECK(n == (int)json_array_size(want));
+    for (int i = 0; i < n && i < (int)json_array_size(want); i++) CHECK(ids[i] == json_integer_value(json_array_get(want, (size_t)i)));
+    const int D = im_encoder_width(p);
+    float *states = malloc((size_t)n * (size_t)D * sizeof *states);
+    float *rt5 = read_f32(TINY "ref_t5.f32", (size_t)n * (size_t)D);
+    CHECK(im_encode(p, ids, n, states, err, sizeof err) == 0);
+    double rmax, e = rt5 ? max_err(states, rt5, (size_t)n * (size_t)D, &rmax) : INFINITY;
+    printf("t5 states: max abs error %.3g (values up to %.3g)\n", e, rmax);
+    CHECK(e < 1e-4);
+    /* one DiT evaluation on the reference's own states */
+    const size_t nz = 4 * 32 * 32, no = (size_t)im_dit_out_channels(p) * 32 * 32;
+    float *x = malloc(nz * sizeof *x), *out = malloc(no * sizeof *out);
+    json_t *ds = json_object_get(ref, "dit_step");
+    im_rng_seed(&r, (uint64_t)json_integer_value(json_object_get(ds, "noise_seed")));
+    im_rng_gauss(&r, x, nz);
+    float *rd = read_f32(TINY "ref_dit_step.f32", no);
+    CHECK(im_dit_once(p, x, (float)json_number_value(json_object_get(ds, "timestep")), rt5 ? rt5 : states, n, out, err,
+                      sizeof err) == 0);
+    e = rd ? max_err(out, rd, no, &rmax) : INFINITY;
+    printf("dit step: max abs error %.3g (values up to %.3g)\n", e, rmax);
+    CHECK(e < 5e-3);
+    /* one VAE decode */
+    json_t *vs = json_object_get(ref, "vae");
+    im_rng_seed(&r, (uint64_t)json_integer_value(json_object_get(vs, "noise_seed")));
+    im_rng_gauss(&r, x, nz);
+    for (size_t i = 0; i < nz; i++) x[i] *= (float)json_number_value(json_object_get(vs, "latent_scale"));
+    const size_t ni = 3 * 256 * 256;
+    float *img = malloc(ni * sizeof *img), *rv = read_f32(TINY "ref_vae.f32", ni);
+    CHECK(im_decode(p, x, img, err, sizeof err) == 0);
+    e = rv ? max_err(img, rv, ni, &rmax) : INFINITY;
+    printf("vae decode: max abs error %.3g (values up to %.3g)\n", e, rmax);
+    CHECK(e < 1e-3);
+    free(states); free(rt5); free(x); free(out); free(rd); free(img); free(rv);
+    im_pipeline_free(p);
+}
+
+static uint8_t *generate(im_pipeline *p, json_t *ref, size_t *len) {
+    json_t *pl = json_object_get(ref, "pipeline");
+    im_request r = {json_string_value(json_object_get(ref, "prompt")), (int)json_integer_value(json_object_get(pl, "steps")),
+                    (float)json_number_value(json_object_get(pl, "cfg")), (uint64_t)json_integer_value(json_object_get(pl, "seed")),
+                    NULL, NULL};
+    uint8_t *png = NULL;
+    char err[256];
+    int rc = im_generate(p, &r, &png, len, err, sizeof err);
+    CHECKF(rc == IM_OK, "generate: %s", err);
+    return png;
+}
+
+static int cancel_at_2(void *user, int step, int steps) {
+    (void)steps;
+    ++*(int *)user;
+    return step == 2;
+}
+
+static void test_pipeline(json_t *ref) {
+    im_pipeline *p2 = open_tiny(2), *p1 = open_tiny(1);
+    if (!p1 || !p2) {
+        im_pipeline_free(p1);
+        im_pipeline_free(p2);
+        return;
+    }
+    size_t l2, l2b, l1;
+    uint8_t *a = generate(p2, ref, &l2), *b = generate(p2, ref, &l2b), *c = generate(p1, ref, &l1);
+    CHECK(a && b && c && l2 == l2b && l2 == l1 && !memcmp(a, b, l2) && !memcmp(a, c, l2));
+    int w = 0, h = 0;
+    uint8_t *px = a ? png_pixels(a, l2, &w, &h) : NULL;
+    size_t rl;
+    uint8_t *want = (uint8_t *)t_read_file(TINY "ref_image.rgb", &rl);
+    CHECK(px && w == 256 && h == 256 && want && rl == 256 * 256 * 3);
+    if (px && want && rl == 256 * 256 * 3) {
+        int mx = 0;
+        long sum = 0, n_diff = 0;
+        for (size_t i = 0; i < rl; i++) {
+            int d = abs((int)px[i] - want[i]);
+            mx = d > mx ? d : mx;
+            sum += d;
+            n_diff += d != 0;
+        }
+        printf("pipeline: max pixel error %d, mean %.4f, %.2f %% of values differ\n", mx, (double)sum / (double)rl,
+               100.0 * (double)n_diff / (double)rl);
+        CHECK(mx <= 2);
+        CHECK((double)sum / (double)rl < 0.05);
+    }
+    /* another seed, another image; cancellation from the progress callback */
+    json_t *pl = json_object_get(ref, "pipeline");
+    im_request r = {"a red circle on a blue background", 4, 4.5f, 43, cancel_at_2, NULL};
+    int calls = 0;
+    r.user = &calls;
+    uint8_t *png = NULL;
+    size_t len;
+    char err[256];
+    CHECK(im_generate(p2, &r, &png, &len, err, sizeof err) == IM_CANCELLED && !png && calls == 3);
+    r.progress = NULL;
+    CHECK(im_generate(p2, &r, &png, &len, err, sizeof err) == IM_OK && png && (len != l2 || memcmp(png, a, len)));
+    free(png);
+    /* an over-long prompt is refused, not cut */
+    char lng[2048];
+    memset(lng, 'z', sizeof lng - 1);
+    for (size_t i = 1; i < sizeof lng - 1; i += 2) lng[i] = ' ';
+    lng[sizeof lng - 1] = 0;
+    r.prompt = lng;
+    CHECK(im_generate(p2, &r, &png, &len, err, sizeof err) == IM_TOO_LONG && strstr(err, "at most 120"));
+    (void)pl;
+    free(a); free(b); free(c); free(px); free(want);
+    im_pipeline_free(p1);
+    im_pipeline_free(p2);
+}
+
+/* A copy of the tiny pack in dir with pack.json edited by fn. */
+static char tmp[] = "/tmp/kiln-test-image-XXXXXX";
+
+static int copy_file(const char *from, const char *to) {
+    size_t n;
+    char *b = t_read_file(from, &n);
+    FILE *f = b ? fopen(to, "wb") : NULL;
+    int ok = f && fwrite(b, 1, n, f) == n;
+    if (f) fclose(f);
+    free(b);
+    return ok ? 0 : -1;
+}
+
+static int refused(json_t *pack, const char *expect) {
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/pack.json", tmp);
+    json_dump_file(pack, path, JSON_INDENT(1));
+    im_files f;
+    im_config c;
+    im_pipeline *p = NULL;
+    int rc = im_pack_read(tmp, 1, &f, &c, err, sizeof err);
+    if (!rc) rc = im_pipeline_open(&f, &c, 1, &p, err, sizeof err);
+    im_pipeline_free(p);
+    CHECKF(rc != 0, "accepted (expected: %s)", expect);
+    CHECKF(rc == 0 || strstr(err, expect), "'%s' lacks '%s'", err, expect);
+    return rc != 0;
+}
+
+static json_t *art(json_t *pack, const char *role) {
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(pack, "artifacts"), i, a) if (!strcmp(json_string_value(json_object_get(a, "role")), role)) return a;
+    return NULL;
+}
+
+static void set_file(json_t *pack, const char *role, const char *file) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", tmp, file);
+    size_t n;
+    char *b = t_read_file(path, &n);
+    free(b);
+    json_t *a = art(pack, role);
+    json_object_set_new(a, "path", json_string(file));
+    json_object_set_new(a, "length", json_integer((json_int_t)n));
+    /* the right hash, so the schema check is what refuses */
+    char cmd[700], hex[80] = "";
+    snprintf(cmd, sizeof cmd, "sha256sum '%s'", path);
+    FILE *pp = popen(cmd, "r");
+    if (pp && fscanf(pp, "%64s", hex) == 1) json_object_set_new(a, "sha256", json_string(hex));
+    if (pp) pclose(pp);
+}
+
+static void test_packs(void) {
+    if (!mkdtemp(tmp)) {
+        CHECK(0);
+        return;
+    }
+    const char *files[] = {"dit.pt", "t5.safetensors", "spiece.model", "vae.safetensors"};
+    char to[600], from[600];
+    for (int i = 0; i < 4; i++) {
+        snprintf(from, sizeof from, TINY "%s", files[i]);
+        snprintf(to, sizeof to, "%s/%s", tmp, files[i]);
+        CHECK(copy_file(from, to) == 0);
+    }
+    snprintf(to, sizeof to, "%s/evil.pt", tmp);
+    CHECK(copy_file("data/image/ckpt/evil_system.pt", to) == 0);
+    json_error_t je;
+    json_t *orig = json_load_file(TINY "pack.json", 0, &je), *p;
+    if (!orig) return;
+    p = json_deep_copy(orig);
+    json_object_set_new(art(p, "vae"), "sha256", json_string("00000000000000000000000000000000000000000000000000000000000000ff"));
+    refused(p, "has sha256");
+    json_decref(p);
+    p = json_deep_copy(orig);
+    json_object_set_new(art(p, "dit"), "length", json_integer(12));
+    refused(p, "the pack records 12");
+    json_decref(p);
+    p = json_deep_copy(orig);
+    json_array_remove(json_object_get(p, "artifacts"), 2);
+    refused(p, "no tokenizer artifact");
+    json_decref(p);
+    p = json_deep_copy(orig);
+    set_file(p, "text-encoder", "vae.safetensors");
+    refused(p, "not a T5 encoder");
+    json_decref(p);
+    p = json_deep_copy(orig);
+    set_file(p, "vae", "t5.safetensors");
+    refused(p, "not an AutoencoderKL decoder");
+    json_decref(p);
+    p = json_deep_copy(orig);
+    set_file(p, "dit", "vae.safetensors");
+    refused(p, "PyTorch ZIP");
+    json_decref(p);
+    p = json_deep_copy(orig);
+    set_file(p, "dit", "evil.pt");
+    refused(p, "posix.system");
+    json_decref(p);
+    p = json_deep_copy(orig);
+    json_object_set_new(json_object_get(p, "dit"), "attention_head_dim", json_integer(50));
+    refused(p, "head size 50");
+    json_decref(p);
+    json_decref(orig);
+    const char *all[] = {"dit.pt", "t5.safetensors", "spiece.model", "vae.safetensors", "evil.pt", "pack.json"};
+    for (int i = 0; i < 6; i++) {
+        snprintf(to, sizeof to, "%s/%s", tmp, all[i]);
+        unlink(to);
+    }
+    rmdir(tmp);
+}
+
+int main(void) {
+    test_tokenizer();
+    json_error_t je;
+    json_t *ref = json_load_file(TINY "ref.json", 0, &je);
+    CHECKF(ref != NULL, "ref.json: %s", je.text);
+    if (ref) {
+        test_stages(ref);
+        test_pipeline(ref);
+        json_decref(ref);
+    }
+    test_packs();
+    return t_done();
+}
