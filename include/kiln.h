@@ -572,7 +572,8 @@ typedef struct kiln_engine kiln_engine;
 
 typedef enum kiln_engine_family_id {
     KILN_ENGINE_LLM = 0,        /* text generation */
-    KILN_ENGINE_EMBEDDING = 1   /* text embeddings */
+    KILN_ENGINE_EMBEDDING = 1,  /* text embeddings */
+    KILN_ENGINE_IMAGE = 2       /* text to image */
 } kiln_engine_family_id;
 
 typedef enum kiln_engine_backend {
@@ -712,6 +713,51 @@ kiln_status kiln_engine_generate(kiln_engine *e, const kiln_engine_generate_requ
  * kiln_embed_job_free); on failure NULL. */
 kiln_status kiln_engine_embed(kiln_engine *e, const kiln_embed_request *r, kiln_engine_cancel *cancel,
                               kiln_embed_job **out);
+
+/* Image family.  The model a load names is an image pack's pack.json (the
+ * manifest in the pack's directory), whose four artifacts (a PixArt-alpha
+ * DiT as a PyTorch ZIP state dict, a T5 encoder and a Stable Diffusion VAE
+ * as safetensors, a SentencePiece tokenizer) are checked at load for their
+ * recorded lengths and SHA-256 and for their tensor schemas, before any
+ * model memory is allocated.  A request generates n 256 x 256 images, the
+ * i-th from seed + i; the same seed gives the same PNG bytes on every run
+ * and thread count.  It yields before each sampling step. */
+typedef int (*kiln_image_progress_fn)(int32_t image, int32_t step, int32_t steps, void *user);
+
+typedef struct kiln_image_request {
+    const char *prompt;            /* UTF-8; at most the pack's token limit */
+    int32_t steps;                 /* Euler steps; 0 = the pack's default */
+    float cfg;                     /* classifier-free guidance; < 0 = the pack's
+                                      default, <= 1 = the prompt's pass only */
+    uint64_t seed;
+    int32_t n;                     /* images (>= 1) */
+    int32_t width, height;         /* 0 or 256 */
+    kiln_image_progress_fn progress; /* optional: before each step, and with
+                                        step == steps before decoding; nonzero
+                                        cancels */
+    void *user;
+    int urgent;
+    kiln_engine_cancel *cancel;    /* optional */
+} kiln_image_request;
+
+typedef struct kiln_image {
+    uint8_t *png;                  /* PNG bytes, owned by the result */
+    size_t len;
+    uint64_t seed;
+} kiln_image;
+
+typedef struct kiln_image_result {
+    int32_t n;
+    int32_t width, height;
+    kiln_image *images;            /* [n] */
+} kiln_image_result;
+
+kiln_image_request kiln_image_request_default(void);
+/* On success *out holds n images (free with kiln_image_result_free); an
+ * over-long prompt is KILN_ERR_CONTEXT_FULL, an unsupported size
+ * KILN_ERR_UNSUPPORTED. */
+kiln_status kiln_engine_image(kiln_engine *e, const kiln_image_request *r, kiln_image_result **out);
+void kiln_image_result_free(kiln_image_result *r);
 
 /* ------------------------------------------------------------- quantizer */
 

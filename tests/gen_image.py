@@ -5,6 +5,9 @@ Usage (from the repository root):
 
     /usr/bin/python3 tests/gen_image.py            everything below
     /usr/bin/python3 tests/gen_image.py --ckpt     only the checkpoint-reader fixtures
+    /usr/bin/python3 tests/gen_image.py --demo MIN train models/shapes-256 for about MIN minutes
+    /usr/bin/python3 tests/gen_image.py --bench DIR  random F16 weights with Flan-T5-Base, PixArt-256 and SD
+                                                    VAE shapes (about 1.6 GB) for speed measurements
 
 Needs Debian's python3-torch, python3-numpy and python3-sentencepiece.  Output
 is deterministic (fixed seeds, fixed ZIP dates); every file's sha256 is printed.
@@ -438,7 +441,7 @@ def pos_embed_2d(dim, grid, base, interp):
 
 def timestep_embedding(t, dim=256):
     half = dim // 2
-    ex = -np.log(10000.0) * torch.arange(half, dtype=torch.float64) / half
+    ex = -np.log(10000.0) * torch.arange(half, dtype=t.dtype) / half
     e = t[:, None] * torch.exp(ex)[None]
     return torch.cat([torch.cos(e), torch.sin(e)], -1)  # flip_sin_to_cos
 
@@ -449,18 +452,21 @@ def layernorm(x, eps=1e-6):
     return (x - m) / torch.sqrt(v + eps)
 
 
-def mha(q, k, v, heads):
+def mha(q, k, v, heads, key_mask=None):
     B, n, D = q.shape
     m = k.shape[1]
     hd = D // heads
     q = q.view(B, n, heads, hd).transpose(1, 2)
     k = k.view(B, m, heads, hd).transpose(1, 2)
     v = v.view(B, m, heads, hd).transpose(1, 2)
-    a = torch.softmax(q @ k.transpose(2, 3) / hd ** 0.5, -1) @ v
+    s = q @ k.transpose(2, 3) / hd ** 0.5
+    if key_mask is not None:  # [B, m], False = padding
+        s = s.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    a = torch.softmax(s, -1) @ v
     return a.transpose(1, 2).reshape(B, n, D)
 
 
-def dit_forward(W, cfg, x, t, ctx):
+def dit_forward(W, cfg, x, t, ctx, ctx_mask=None):
     """PixArt-alpha transformer (diffusers PixArtTransformer2DModel, no
     micro-conditions): x [B, C, H, W], t [B], ctx [B, L, caption] -> [B, out, H, W]."""
     B, C, Hh, Ww = x.shape
@@ -468,7 +474,7 @@ def dit_forward(W, cfg, x, t, ctx):
     h = torch.nn.functional.conv2d(x, W["pos_embed.proj.weight"], W["pos_embed.proj.bias"], stride=p)
     gh, gw = Hh // p, Ww // p
     h = h.flatten(2).transpose(1, 2)
-    h = h + torch.from_numpy(pos_embed_2d(D, gh, cfg["sample"] // p, cfg["interp"]))[None]
+    h = h + torch.from_numpy(pos_embed_2d(D, gh, cfg["sample"] // p, cfg["interp"])).to(h.dtype)[None]
     te = lin(W, "adaln_single.emb.timestep_embedder.linear_2",
              torch.nn.functional.silu(lin(W, "adaln_single.emb.timestep_embedder.linear_1", timestep_embedding(t))))
     t6 = lin(W, "adaln_single.linear", torch.nn.functional.silu(te))
@@ -480,7 +486,8 @@ def dit_forward(W, cfg, x, t, ctx):
         n = layernorm(h) * (1 + sc_msa) + sh_msa
         a = mha(lin(W, b + "attn1.to_q", n), lin(W, b + "attn1.to_k", n), lin(W, b + "attn1.to_v", n), heads)
         h = h + g_msa * lin(W, b + "attn1.to_out.0", a)
-        a = mha(lin(W, b + "attn2.to_q", h), lin(W, b + "attn2.to_k", c), lin(W, b + "attn2.to_v", c), heads)
+        a = mha(lin(W, b + "attn2.to_q", h), lin(W, b + "attn2.to_k", c), lin(W, b + "attn2.to_v", c), heads,
+                ctx_mask)
         h = h + lin(W, b + "attn2.to_out.0", a)
         n = layernorm(h) * (1 + sc_mlp) + sh_mlp
         f = lin(W, b + "ff.net.2", gelu_tanh(lin(W, b + "ff.net.0.proj", n)))
@@ -785,7 +792,7 @@ def gen_tiny():
                 "text_encoder": {"relative_attention_max_distance": 128, "max_tokens": 120},
                 "vae": {"scaling_factor": 0.18215, "norm_num_groups": 32},
                 "scheduler": SCHED, "defaults": {"steps": 4, "cfg": 4.5}},
-               "random weights for tests (kiln's own, MIT)")
+               "random weights for tests (kiln's own, under the project's terms)")
     for n in sorted(os.listdir(d)):
         report(os.path.join(d, n))
 
@@ -802,11 +809,183 @@ def write_pack(d, name, files, config, license_):
         f.write("\n")
 
 
+
+
+# ---------------------------------------------------------------- the demo: a tiny pipeline trained here
+
+DEMO_T5 = {"d_model": 64, "heads": 4, "d_kv": 16, "d_ff": 128, "layers": 2, "buckets": 32, "max_distance": 128}
+DEMO_DIT = {"hidden": 96, "heads": 2, "depth": 3, "patch": 4, "in_ch": 4, "out_ch": 4, "sample": 32, "interp": 1.0,
+            "mlp": 4}
+DEMO_VAE = {"channels": [8, 8, 16, 32], "layers_per_block": 1, "groups": 4, "latent": 4, "scaling": 1.5}
+RGB = {"red": (220, 30, 30), "green": (30, 170, 50), "blue": (30, 60, 220), "yellow": (240, 220, 40),
+       "white": (245, 245, 245), "black": (15, 15, 15), "purple": (140, 40, 170), "orange": (245, 140, 20)}
+
+
+def draw(color, shape, bg, rng):
+    """A 256 x 256 picture of one shape, jittered in place and size."""
+    yy, xx = np.mgrid[0:256, 0:256].astype(np.float32) + 0.5
+    r = rng.uniform(50, 80)
+    cx, cy = rng.uniform(100, 156), rng.uniform(100, 156)
+    if shape == "circle":
+        m = (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r
+    elif shape == "square":
+        m = (np.abs(xx - cx) <= r * 0.85) & (np.abs(yy - cy) <= r * 0.85)
+    else:
+        h = r * 1.6
+        top, base = cy - h / 2, cy + h / 2
+        half = (yy - top) / h * r
+        m = (yy >= top) & (yy <= base) & (np.abs(xx - cx) <= half)
+    img = np.empty((256, 256, 3), np.float32)
+    img[:] = RGB[bg]
+    img[m] = RGB[color]
+    return img / 127.5 - 1.0   # [-1, 1]
+
+
+def raw_latent(img):
+    """The demo's latent: the picture averaged over 8 x 8 cells (RGB) and its
+    luma, [4, 32, 32] in [-1, 1]; the decoder learns to paint it back."""
+    x = torch.from_numpy(img).permute(2, 0, 1)[None]
+    small = torch.nn.functional.avg_pool2d(x, 8)[0]
+    luma = (0.299 * small[0] + 0.587 * small[1] + 0.114 * small[2])[None]
+    return torch.cat([small, luma], 0)
+
+
+def as_params(W):
+    return {k: torch.nn.Parameter(v.float().clone()) for k, v in W.items()}
+
+
+def gen_demo(minutes):
+    import time
+    torch.set_num_threads(2)
+    d = os.path.join(os.path.dirname(ROOT), "models", "shapes-256")
+    os.makedirs(d, exist_ok=True)
+    sp = gen_tokenizer(os.path.join(d, "spiece.model"))
+    caps = [(c, s, b) for c in COLORS for s in SHAPES for b in COLORS if b != c]
+    rng = np.random.default_rng(5)
+    g = torch.Generator().manual_seed(77)
+    budget = minutes * 60.0
+
+    # 1. the decoder: latents of random pictures back to the pictures
+    Wv = as_params(vae_weights(g, DEMO_VAE))
+    for k in list(Wv):
+        if k.startswith("encoder.") or k.startswith("quant_conv"):
+            del Wv[k]
+    opt = torch.optim.Adam(Wv.values(), lr=2e-3)
+    t0, step = time.time(), 0
+    while time.time() - t0 < budget * 0.25:
+        batch = [draw(*caps[rng.integers(len(caps))], rng) for _ in range(2)]
+        x = torch.from_numpy(np.stack(batch)).permute(0, 3, 1, 2)
+        z = torch.stack([raw_latent(b) for b in batch]) * DEMO_VAE["scaling"]
+        loss = (vae_decode(Wv, DEMO_VAE, z) - x).abs().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        if step % 20 == 0:
+            print(f"vae step {step}: L1 {loss.item():.4f}", flush=True)
+    print(f"vae: {step} steps in {time.time() - t0:.0f} s, L1 {loss.item():.4f}", flush=True)
+
+    # 2. the encoder and the transformer together, epsilon prediction with
+    #    10 % of captions dropped to "" for guidance
+    Wt = as_params(t5_weights(g, sp.get_piece_size() + 4, DEMO_T5))
+    Wd = as_params(dit_weights(g, DEMO_DIT, DEMO_T5["d_model"]))
+    for k in Wd:
+        if k.startswith("proj_out"):
+            Wd[k].data.mul_(0.1)
+    opt = torch.optim.AdamW(list(Wt.values()) + list(Wd.values()), lr=1e-3, weight_decay=0.0)
+    betas = torch.linspace(SCHED["beta_start"], SCHED["beta_end"], 1000, dtype=torch.float32)
+    ac = torch.cumprod(1 - betas, 0)
+    t0, step = time.time(), 0
+    ids_all = {cap: sp.encode(caption(*cap)) + [1] for cap in caps}
+    B = 16
+    t_end = budget * 0.75
+    while time.time() - t0 < t_end:
+        if time.time() - t0 > 0.8 * t_end:
+            for grp in opt.param_groups:
+                grp["lr"] = 3e-4
+        pick = [caps[rng.integers(len(caps))] for _ in range(B)]
+        lat = torch.stack([raw_latent(draw(*cap, rng)) for cap in pick]) * DEMO_VAE["scaling"]
+        t = torch.randint(0, 1000, (B,))
+        noise = torch.randn(lat.shape)
+        a = ac[t].view(B, 1, 1, 1)
+        xt = a.sqrt() * lat + (1 - a).sqrt() * noise
+        # captions of one batch padded apart: each item encodes alone
+        ctxs = []
+        for cap in pick:
+            ids = ids_all[cap] if rng.random() > 0.1 else [1]
+            ctxs.append(t5_encode(Wt, DEMO_T5, ids))
+        L = max(c.shape[0] for c in ctxs)
+        ctx = torch.zeros(B, L, DEMO_T5["d_model"])
+        mask = torch.zeros(B, L, dtype=torch.bool)
+        for i, c in enumerate(ctxs):
+            ctx[i, :c.shape[0]] = c
+            mask[i, :c.shape[0]] = True
+        pred = dit_forward(Wd, DEMO_DIT, xt, t.float(), ctx, mask)
+        loss = ((pred - noise) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(Wt.values()) + list(Wd.values()), 1.0)
+        opt.step()
+        step += 1
+        if step % 20 == 0:
+            print(f"dit step {step}: mse {loss.item():.4f}", flush=True)
+    print(f"dit: {step} steps in {time.time() - t0:.0f} s, mse {loss.item():.4f}", flush=True)
+
+    # 3. the files, in the real formats
+    save = collections.OrderedDict((k, v.detach().float()) for k, v in Wt.items())
+    write_st_torch(os.path.join(d, "t5.safetensors"), save)
+    save = collections.OrderedDict((k, v.detach().half() if v.dim() == 2 else v.detach().float()) for k, v in Wd.items())
+    torch.save(save, os.path.join(d, "dit.pt"))
+    save = collections.OrderedDict((k, v.detach().float()) for k, v in Wv.items())
+    write_st_torch(os.path.join(d, "vae.safetensors"), save)
+    write_pack(d, "shapes-256", {"dit": "dit.pt", "text-encoder": "t5.safetensors", "tokenizer": "spiece.model",
+                                 "vae": "vae.safetensors"},
+               {"dit": {"attention_head_dim": DEMO_DIT["hidden"] // DEMO_DIT["heads"], "interpolation_scale": 1.0},
+                "text_encoder": {"relative_attention_max_distance": 128, "max_tokens": 120},
+                "vae": {"scaling_factor": DEMO_VAE["scaling"], "norm_num_groups": DEMO_VAE["groups"]},
+                "scheduler": SCHED, "defaults": {"steps": 20, "cfg": 4.0}},
+               "kiln's own (under the project's terms), trained by tests/gen_image.py --demo on generated pictures of coloured shapes")
+    for n in sorted(os.listdir(d)):
+        report(os.path.join(d, n))
+
+
+def gen_bench(d):
+    """Random F16 weights with the shapes of Flan-T5-Base, PixArt-alpha 256
+    (caption width 768) and the SD VAE, for speed measurements only."""
+    os.makedirs(d, exist_ok=True)
+    g = torch.Generator().manual_seed(1)
+    sp = gen_tokenizer(os.path.join(d, "spiece.model"))
+    del sp
+    t5 = {"d_model": 768, "heads": 12, "d_kv": 64, "d_ff": 2048, "layers": 12, "buckets": 32, "max_distance": 128}
+    dit = {"hidden": 1152, "heads": 16, "depth": 28, "patch": 2, "in_ch": 4, "out_ch": 8, "sample": 32, "interp": 1.0,
+           "mlp": 4}
+    vae = {"channels": [128, 256, 512, 512], "layers_per_block": 2, "groups": 32, "latent": 4, "scaling": 0.18215}
+
+    def f16(W):
+        return collections.OrderedDict((k, v.half()) for k, v in W.items())
+    write_st_torch(os.path.join(d, "t5.safetensors"), f16(t5_weights(g, 32128, t5)))
+    torch.save(f16(dit_weights(g, dit, 768)), os.path.join(d, "dit.pt"))
+    write_st_torch(os.path.join(d, "vae.safetensors"), f16(vae_weights(g, vae)))
+    write_pack(d, "bench-pixart-256", {"dit": "dit.pt", "text-encoder": "t5.safetensors", "tokenizer": "spiece.model",
+                                       "vae": "vae.safetensors"}, {}, "random weights for benchmarks")
+    for n in sorted(os.listdir(d)):
+        report(os.path.join(d, n))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", action="store_true")
+    ap.add_argument("--demo", type=float, metavar="MINUTES",
+                    help="train the bundled demo pipeline (models/shapes-256) for about MINUTES of wall time")
+    ap.add_argument("--bench", metavar="DIR", help="write a random F16 pipeline with PixArt-256 shapes to DIR")
     a = ap.parse_args()
     torch.manual_seed(0)
+    if a.bench:
+        gen_bench(a.bench)
+        return
+    if a.demo:
+        gen_demo(a.demo)
+        return
     gen_ckpt()
     if a.ckpt:
         return

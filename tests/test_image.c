@@ -379,8 +379,46 @@ static void test_packs(void) {
     rmdir(tmp);
 }
 
+static int run(const char *cmd, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, cap - 1, p) : 0;
+    out[n] = 0;
+    return p ? pclose(p) : -1;
+}
+
+/* kiln image with a pack and with the four files (the tiny pipeline has the
+ * pinned defaults' settings, so both give the same bytes); usage errors. */
+static void test_cli(void) {
+    const char *bin = getenv("KILN_BIN");
+    if (!bin) return;
+    char cmd[2048], out[4096], a[64], b[64];
+    snprintf(a, sizeof a, "/tmp/kiln-test-image-a-%d.png", (int)getpid());
+    snprintf(b, sizeof b, "/tmp/kiln-test-image-b-%d.png", (int)getpid());
+    snprintf(cmd, sizeof cmd, "'%s' image -m " TINY " -p 'a green square on a white background' --steps 3 --seed 7 "
+             "-t 2 -o %s 2>&1", bin, a);
+    CHECKF(run(cmd, out, sizeof out) == 0 && strstr(out, "wrote"), "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' image --dit " TINY "dit.pt --t5 " TINY "t5.safetensors --tokenizer " TINY
+             "spiece.model --vae " TINY "vae.safetensors -p 'a green square on a white background' --steps 3 "
+             "--cfg 4.5 --seed 7 -t 1 -o %s 2>&1", bin, b);
+    CHECKF(run(cmd, out, sizeof out) == 0, "%s", out);
+    size_t la, lb;
+    char *pa = t_read_file(a, &la), *pb = t_read_file(b, &lb);
+    CHECK(pa && pb && la == lb && la > 8 && !memcmp(pa, "\x89PNG", 4) && !memcmp(pa, pb, la));
+    free(pa);
+    free(pb);
+    unlink(a);
+    unlink(b);
+    snprintf(cmd, sizeof cmd, "'%s' image -m " TINY " 2>&1", bin);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "no prompt"));
+    snprintf(cmd, sizeof cmd, "'%s' image -m data/image/ckpt -p x 2>&1", bin);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "not an image pack") && strchr(out, '\n') == out + strlen(out) - 1);
+    snprintf(cmd, sizeof cmd, "'%s' image -m " TINY " -p x --steps 0 2>&1", bin);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "out of range"));
+}
+
 int main(void) {
     test_tokenizer();
+    test_cli();
     json_error_t je;
     json_t *ref = json_load_file(TINY "ref.json", 0, &je);
     CHECKF(ref != NULL, "ref.json: %s", je.text);

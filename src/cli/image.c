@@ -1,11 +1,14 @@
 /* kiln image (text to image) and kiln show for checkpoint files. */
 #include "cli.h"
 
+#include "base/base.h"
 #include "ckpt/ckpt.h"
+#include "image/image.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int cli_is_checkpoint(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -55,5 +58,140 @@ int cli_show_checkpoint(const char *path, int tensors) {
         }
     }
     ck_close(f);
+    return 0;
+}
+
+/* ---- kiln image ---- */
+
+typedef struct bar {
+    int tty;
+    double t0, t_step;
+    int last;
+} bar;
+
+static int on_progress(void *user, int step, int steps) {
+    bar *b = user;
+    const double now = kb_now();
+    if (step == 0) b->t_step = now;
+    if (!b->tty) return 0;
+    const int width = 30, fill = steps ? step * width / steps : width;
+    char line[64];
+    for (int i = 0; i < width; i++) line[i] = i < fill ? '=' : i == fill ? '>' : ' ';
+    line[width] = 0;
+    const double per = step ? (now - b->t_step) / step : 0;
+    if (step < steps)
+        fprintf(stderr, "\r  step %d/%d [%s] %.2f s/step ", step + 1, steps, line, per);
+    else
+        fprintf(stderr, "\r  decoding [%s] %.2f s/step    ", line, per);
+    fflush(stderr);
+    b->last = step;
+    return 0;
+}
+
+int cmd_image(int argc, char **argv) {
+    const char *pack = NULL, *prompt = NULL, *outp = "output.png";
+    im_files files;
+    memset(&files, 0, sizeof files);
+    int direct = 0, steps = 0, threads = 0, verify = 1;
+    float cfg = -1.0f;
+    unsigned long long seed = 42;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (cli_help("image", a)) return 0;
+        if (!strcmp(a, "--no-verify")) {
+            verify = 0;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "kiln image: %s needs a value (or is unknown)\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) pack = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) outp = v;
+        else if (!strcmp(a, "--dit") || !strcmp(a, "--t5") || !strcmp(a, "--tokenizer") || !strcmp(a, "--vae")) {
+            char *d = a[2] == 'd' ? files.dit : a[2] == 't' && a[3] == '5' ? files.t5 : a[2] == 't' ? files.tokenizer : files.vae;
+            snprintf(d, PATH_MAX, "%s", v);
+            direct = 1;
+        } else if (!strcmp(a, "--steps") || !strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            long n = strtol(v, &end, 10);
+            const int is_steps = !strcmp(a, "--steps");
+            if (*end || n < 1 || n > (is_steps ? IM_MAX_STEPS : 1024)) {
+                fprintf(stderr, "kiln image: %s: '%s' is out of range\n", a, v);
+                return 2;
+            }
+            if (is_steps) steps = (int)n;
+            else threads = (int)n;
+        } else if (!strcmp(a, "--cfg")) {
+            cfg = strtof(v, &end);
+            if (*end || !(cfg >= 0) || cfg > 100) {
+                fprintf(stderr, "kiln image: --cfg: '%s' is not a guidance scale (0..100)\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--seed")) {
+            seed = strtoull(v, &end, 10);
+            if (*end || v[0] == '-') {
+                fprintf(stderr, "kiln image: --seed: '%s' is not a non-negative integer\n", v);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "kiln image: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!prompt) {
+        fprintf(stderr, "kiln image: no prompt (-p TEXT)\n");
+        return 2;
+    }
+    if (!pack == !direct || (direct && (!files.dit[0] || !files.t5[0] || !files.tokenizer[0] || !files.vae[0]))) {
+        fprintf(stderr, "kiln image: give a pack (-m DIR) or all four files (--dit --t5 --tokenizer --vae)\n");
+        return 2;
+    }
+    char err[1024];
+    im_config cfgp;
+    if (pack) {
+        if (im_pack_read(pack, verify, &files, &cfgp, err, sizeof err)) {
+            fprintf(stderr, "kiln: %s\n", err);
+            return 1;
+        }
+    } else {
+        im_config_default(&cfgp);
+    }
+    const double t0 = kb_now();
+    im_pipeline *p;
+    if (im_pipeline_open(&files, &cfgp, threads, &p, err, sizeof err)) {
+        fprintf(stderr, "kiln: %s\n", err);
+        return 1;
+    }
+    const double t_load = kb_now() - t0;
+    bar b = {isatty(STDERR_FILENO), kb_now(), 0, 0};
+    im_request r = {prompt, steps, cfg, seed, on_progress, &b};
+    uint8_t *png;
+    size_t len;
+    const double tg = kb_now();
+    int rc = im_generate(p, &r, &png, &len, err, sizeof err);
+    const double t_gen = kb_now() - tg;
+    if (b.tty) fputc('\n', stderr);
+    const im_config *c = im_pipeline_config(p);
+    const int n_steps = steps ? steps : c->steps;
+    const float g = cfg >= 0 ? cfg : c->cfg;
+    const int w = im_pipeline_width(p), h = im_pipeline_height(p);
+    im_pipeline_free(p);
+    if (rc) {
+        fprintf(stderr, "kiln: %s\n", err);
+        return 1;
+    }
+    FILE *f = !strcmp(outp, "-") ? stdout : fopen(outp, "wb");
+    int ok = f && fwrite(png, 1, len, f) == len;
+    if (f && f != stdout && fclose(f)) ok = 0;
+    free(png);
+    if (!ok) {
+        fprintf(stderr, "kiln: cannot write %s\n", outp);
+        return 1;
+    }
+    fprintf(stderr, "kiln: wrote %s (%dx%d PNG, %d steps, cfg %g, seed %llu): load %.2f s, generate %.2f s\n",
+            !strcmp(outp, "-") ? "standard output" : outp, w, h, n_steps, g, seed, t_load, t_gen);
     return 0;
 }

@@ -43,6 +43,7 @@ static void usage(FILE *f) {
             "  serve     [-m MODEL ...] [--port 8080] OpenAI/Ollama-compatible HTTP server\n"
             "  embed     -m MODEL [--query|--document] [--dim N] [--truncate] TEXT...\n"
             "                                      normalized embeddings as JSON\n"
+            "  image     -m PACK -p TEXT [--steps N] [--cfg S] [--seed N] [-o out.png]   text to image (PNG)\n"
             "\n"
             "model store (MODEL above may be a store name; --store DIR or KILN_STORE picks the store):\n"
             "  pull      URL [--name N] [--sha256 HEX] [--header 'K: V'] [--json]  download and install\n"
@@ -81,6 +82,11 @@ static const struct cli_cmd {
      "iq4_xs"},
     {"serve", cmd_serve, "serve [-m MODEL|NAME ...] [options]   (kiln serve --help lists them)"},
     {"embed", cmd_embed, "embed -m MODEL [--query|--document] [--dim N] [--truncate] [-t N] TEXT..."},
+    {"image", cmd_image,
+     "image (-m PACK | --dit FILE.pt --t5 FILE.safetensors --tokenizer spiece.model --vae FILE.safetensors)\n"
+     "           -p PROMPT [--steps N] [--cfg S] [--seed N] [-o out.png|-] [-t N] [--no-verify]\n"
+     "a 256x256 PNG; PACK is a directory with pack.json (every file's length and SHA-256 checked, or only the\n"
+     "lengths with --no-verify); defaults: the pack's steps and cfg, seed 42, output.png"},
     {"pull", cmd_pull, "pull URL [--name NAME] [--sha256 HEX] [--header 'K: V'] [--json]"},
     {"import", cmd_import, "import PATH [--name NAME] [--copy|--move|--link]"},
     {"ls", cmd_ls, "ls [--json]"},

@@ -7,6 +7,7 @@
  * registry.c  the table of families and the ops each one plugs in
  * llm.c       the llm family over kiln_model / kiln_context
  * embedding.c the embedding family over kiln_embedder
+ * image.c     the image family over an image pack (src/image)
  *
  * A family plugs in through engine_ops: load a model file, release it, and
  * run one request on it.  The engine owns ordering, admission and
@@ -50,7 +51,7 @@ kiln_engine *engine_of(const engine_run *r);
 const kiln_context_params *engine_context_params(const engine_run *r);
 
 /* Tasks a family's run() receives. */
-enum { ENGINE_TASK_GENERATE = 0, ENGINE_TASK_EMBED = 1 };
+enum { ENGINE_TASK_GENERATE = 0, ENGINE_TASK_EMBED = 1, ENGINE_TASK_IMAGE = 2 };
 
 /* Every op reports failure as a kiln_status with kiln_last_error() set on
  * the calling thread.  user is engine_ops.user. */
@@ -75,6 +76,7 @@ typedef struct engine_ops {
 const engine_ops *engine_family_ops(kiln_engine_family_id id);
 extern const engine_ops engine_llm_ops;
 extern const engine_ops engine_embedding_ops;
+extern const engine_ops engine_image_ops;
 
 /* Reads only the GGUF header of path: it must parse and name an
  * architecture kiln runs; generate also refuses encoders. */

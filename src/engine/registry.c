@@ -8,6 +8,7 @@
 
 static const char *const llm_tasks[] = {"generate", NULL};
 static const char *const embedding_tasks[] = {"embed", NULL};
+static const char *const image_tasks[] = {"image", NULL};
 
 /* Ordered by display order; the index is the family id. */
 static const struct {
@@ -20,6 +21,9 @@ static const struct {
     {{KILN_ENGINE_EMBEDDING, "embedding", "Text embeddings", embedding_tasks,
       BACKEND_BIT(KILN_ENGINE_BACKEND_AUTO) | BACKEND_BIT(KILN_ENGINE_BACKEND_CPU), 1},
      &engine_embedding_ops},
+    {{KILN_ENGINE_IMAGE, "image", "Text to image", image_tasks,
+      BACKEND_BIT(KILN_ENGINE_BACKEND_AUTO) | BACKEND_BIT(KILN_ENGINE_BACKEND_CPU), 1},
+     &engine_image_ops},
 };
 
 enum { N_FAMILIES = (int)(sizeof families / sizeof families[0]) };
