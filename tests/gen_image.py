@@ -814,18 +814,19 @@ def write_pack(d, name, files, config, license_):
 # ---------------------------------------------------------------- the demo: a tiny pipeline trained here
 
 DEMO_T5 = {"d_model": 64, "heads": 4, "d_kv": 16, "d_ff": 128, "layers": 2, "buckets": 32, "max_distance": 128}
-DEMO_DIT = {"hidden": 96, "heads": 2, "depth": 3, "patch": 4, "in_ch": 4, "out_ch": 4, "sample": 32, "interp": 1.0,
+DEMO_DIT = {"hidden": 64, "heads": 1, "depth": 3, "patch": 4, "in_ch": 4, "out_ch": 4, "sample": 32, "interp": 1.0,
             "mlp": 4}
 DEMO_VAE = {"channels": [8, 8, 16, 32], "layers_per_block": 1, "groups": 4, "latent": 4, "scaling": 1.5}
 RGB = {"red": (220, 30, 30), "green": (30, 170, 50), "blue": (30, 60, 220), "yellow": (240, 220, 40),
        "white": (245, 245, 245), "black": (15, 15, 15), "purple": (140, 40, 170), "orange": (245, 140, 20)}
 
 
-def draw(color, shape, bg, rng):
-    """A 256 x 256 picture of one shape, jittered in place and size."""
-    yy, xx = np.mgrid[0:256, 0:256].astype(np.float32) + 0.5
-    r = rng.uniform(50, 80)
-    cx, cy = rng.uniform(100, 156), rng.uniform(100, 156)
+def draw(color, shape, bg, rng, size=256):
+    """A size x size picture of one shape, jittered in place and size."""
+    k = size / 256.0
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) + 0.5
+    r = rng.uniform(50, 80) * k
+    cx, cy = rng.uniform(100, 156) * k, rng.uniform(100, 156) * k
     if shape == "circle":
         m = (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r
     elif shape == "square":
@@ -835,7 +836,7 @@ def draw(color, shape, bg, rng):
         top, base = cy - h / 2, cy + h / 2
         half = (yy - top) / h * r
         m = (yy >= top) & (yy <= base) & (np.abs(xx - cx) <= half)
-    img = np.empty((256, 256, 3), np.float32)
+    img = np.empty((size, size, 3), np.float32)
     img[:] = RGB[bg]
     img[m] = RGB[color]
     return img / 127.5 - 1.0   # [-1, 1]
@@ -843,7 +844,7 @@ def draw(color, shape, bg, rng):
 
 def raw_latent(img):
     """The demo's latent: the picture averaged over 8 x 8 cells (RGB) and its
-    luma, [4, 32, 32] in [-1, 1]; the decoder learns to paint it back."""
+    luma, [4, H / 8, W / 8] in [-1, 1]; the decoder learns to paint it back."""
     x = torch.from_numpy(img).permute(2, 0, 1)[None]
     small = torch.nn.functional.avg_pool2d(x, 8)[0]
     luma = (0.299 * small[0] + 0.587 * small[1] + 0.114 * small[2])[None]
@@ -856,7 +857,7 @@ def as_params(W):
 
 def gen_demo(minutes):
     import time
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # a shared machine: OpenMP threads spinning on busy cores only lose
     d = os.path.join(os.path.dirname(ROOT), "models", "shapes-256")
     os.makedirs(d, exist_ok=True)
     sp = gen_tokenizer(os.path.join(d, "spiece.model"))
@@ -865,15 +866,17 @@ def gen_demo(minutes):
     g = torch.Generator().manual_seed(77)
     budget = minutes * 60.0
 
-    # 1. the decoder: latents of random pictures back to the pictures
+    # 1. the decoder: latents of random pictures back to the pictures, on
+    #    128-pixel pictures (a latent cell is 8 x 8 pixels at any size, and
+    #    every layer but the group norms and the 16-cell attention is local)
     Wv = as_params(vae_weights(g, DEMO_VAE))
     for k in list(Wv):
         if k.startswith("encoder.") or k.startswith("quant_conv"):
             del Wv[k]
     opt = torch.optim.Adam(Wv.values(), lr=2e-3)
     t0, step = time.time(), 0
-    while time.time() - t0 < budget * 0.25:
-        batch = [draw(*caps[rng.integers(len(caps))], rng) for _ in range(2)]
+    while time.time() - t0 < budget * 0.2:
+        batch = [draw(*caps[rng.integers(len(caps))], rng, 128) for _ in range(4)]
         x = torch.from_numpy(np.stack(batch)).permute(0, 3, 1, 2)
         z = torch.stack([raw_latent(b) for b in batch]) * DEMO_VAE["scaling"]
         loss = (vae_decode(Wv, DEMO_VAE, z) - x).abs().mean()
@@ -898,7 +901,7 @@ def gen_demo(minutes):
     t0, step = time.time(), 0
     ids_all = {cap: sp.encode(caption(*cap)) + [1] for cap in caps}
     B = 16
-    t_end = budget * 0.75
+    t_end = budget * 0.8
     while time.time() - t0 < t_end:
         if time.time() - t0 > 0.8 * t_end:
             for grp in opt.param_groups:

@@ -65,7 +65,7 @@ int cli_show_checkpoint(const char *path, int tensors) {
 
 typedef struct bar {
     int tty;
-    double t0, t_step;
+    double t0, t_step, t_decode; /* first step began, decoding began */
     int last;
 } bar;
 
@@ -73,6 +73,7 @@ static int on_progress(void *user, int step, int steps) {
     bar *b = user;
     const double now = kb_now();
     if (step == 0) b->t_step = now;
+    if (step == steps) b->t_decode = now;
     if (!b->tty) return 0;
     const int width = 30, fill = steps ? step * width / steps : width;
     char line[64];
@@ -166,7 +167,7 @@ int cmd_image(int argc, char **argv) {
         return 1;
     }
     const double t_load = kb_now() - t0;
-    bar b = {isatty(STDERR_FILENO), kb_now(), 0, 0};
+    bar b = {isatty(STDERR_FILENO), kb_now(), 0, 0, 0};
     im_request r = {prompt, steps, cfg, seed, on_progress, &b};
     uint8_t *png;
     size_t len;
@@ -191,7 +192,11 @@ int cmd_image(int argc, char **argv) {
         fprintf(stderr, "kiln: cannot write %s\n", outp);
         return 1;
     }
-    fprintf(stderr, "kiln: wrote %s (%dx%d PNG, %d steps, cfg %g, seed %llu): load %.2f s, generate %.2f s\n",
-            !strcmp(outp, "-") ? "standard output" : outp, w, h, n_steps, g, seed, t_load, t_gen);
+    const double per_step = b.t_decode > b.t_step ? (b.t_decode - b.t_step) / n_steps : 0;
+    fprintf(stderr,
+            "kiln: wrote %s (%dx%d PNG, %d steps, cfg %g, seed %llu): load %.2f s, generate %.2f s "
+            "(%.3f s per step, decode %.2f s)\n",
+            !strcmp(outp, "-") ? "standard output" : outp, w, h, n_steps, g, seed, t_load, t_gen, per_step,
+            b.t_decode ? tg + t_gen - b.t_decode : 0.0);
     return 0;
 }
