@@ -400,6 +400,34 @@ def t5_buckets(n, num_buckets, max_distance):
     return ret + torch.where(small, a, large)
 
 
+def t5_encode_batch(W, cfg, id_lists):
+    """Several inputs at once, padded on the right; padded keys are masked,
+    so each row equals t5_encode of its own ids (for training)."""
+    B, n = len(id_lists), max(len(x) for x in id_lists)
+    ids = torch.zeros(B, n, dtype=torch.long)
+    mask = torch.zeros(B, n, dtype=torch.bool)
+    for i, x in enumerate(id_lists):
+        ids[i, :len(x)] = torch.tensor(x)
+        mask[i, :len(x)] = True
+    H, dk = cfg["heads"], cfg["d_kv"]
+    h = W["shared.weight"][ids]
+    bias = W["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"][
+        t5_buckets(n, cfg["buckets"], cfg["max_distance"])].permute(2, 0, 1)[None]
+    bias = bias.masked_fill(~mask[:, None, None, :], float("-inf"))
+    for i in range(cfg["layers"]):
+        p = f"encoder.block.{i}.layer."
+        x = rmsnorm_t5(h, W[p + "0.layer_norm.weight"], 1e-6)
+        q = (x @ W[p + "0.SelfAttention.q.weight"].T).view(B, n, H, dk).transpose(1, 2)
+        k = (x @ W[p + "0.SelfAttention.k.weight"].T).view(B, n, H, dk).transpose(1, 2)
+        v = (x @ W[p + "0.SelfAttention.v.weight"].T).view(B, n, H, dk).transpose(1, 2)
+        a = torch.softmax(q @ k.transpose(2, 3) + bias, -1) @ v
+        h = h + a.transpose(1, 2).reshape(B, n, H * dk) @ W[p + "0.SelfAttention.o.weight"].T
+        x = rmsnorm_t5(h, W[p + "1.layer_norm.weight"], 1e-6)
+        f = gelu_tanh(x @ W[p + "1.DenseReluDense.wi_0.weight"].T) * (x @ W[p + "1.DenseReluDense.wi_1.weight"].T)
+        h = h + f @ W[p + "1.DenseReluDense.wo.weight"].T
+    return rmsnorm_t5(h, W["encoder.final_layer_norm.weight"], 1e-6), mask
+
+
 def t5_encode(W, cfg, ids):
     h = W["shared.weight"][torch.tensor(ids)]
     n, H, dk = len(ids), cfg["heads"], cfg["d_kv"]
@@ -865,6 +893,7 @@ def gen_demo(minutes):
     rng = np.random.default_rng(5)
     g = torch.Generator().manual_seed(77)
     budget = minutes * 60.0
+    t_start = time.time()
 
     # 1. the decoder: latents of random pictures back to the pictures, on
     #    128-pixel pictures (a latent cell is 8 x 8 pixels at any size, and
@@ -895,34 +924,27 @@ def gen_demo(minutes):
     for k in Wd:
         if k.startswith("proj_out"):
             Wd[k].data.mul_(0.1)
-    opt = torch.optim.AdamW(list(Wt.values()) + list(Wd.values()), lr=1e-3, weight_decay=0.0)
+    opt = torch.optim.AdamW(list(Wt.values()) + list(Wd.values()), lr=2e-3, weight_decay=0.0)
     betas = torch.linspace(SCHED["beta_start"], SCHED["beta_end"], 1000, dtype=torch.float32)
     ac = torch.cumprod(1 - betas, 0)
-    t0, step = time.time(), 0
     ids_all = {cap: sp.encode(caption(*cap)) + [1] for cap in caps}
+    # a fixed set of pictures: 8 jittered drawings of every caption
+    data = [(cap, raw_latent(draw(*cap, rng)) * DEMO_VAE["scaling"]) for cap in caps for _ in range(8)]
+    print(f"dit: {len(data)} training pictures", flush=True)
+    t0, step = time.time(), 0
     B = 16
-    t_end = budget * 0.8
+    t_end = budget * 0.8 - (time.time() - t_start)
     while time.time() - t0 < t_end:
-        if time.time() - t0 > 0.8 * t_end:
+        if time.time() - t0 > 0.85 * t_end:
             for grp in opt.param_groups:
                 grp["lr"] = 3e-4
-        pick = [caps[rng.integers(len(caps))] for _ in range(B)]
-        lat = torch.stack([raw_latent(draw(*cap, rng)) for cap in pick]) * DEMO_VAE["scaling"]
+        pick = [data[rng.integers(len(data))] for _ in range(B)]
+        lat = torch.stack([p[1] for p in pick])
         t = torch.randint(0, 1000, (B,))
         noise = torch.randn(lat.shape)
         a = ac[t].view(B, 1, 1, 1)
         xt = a.sqrt() * lat + (1 - a).sqrt() * noise
-        # captions of one batch padded apart: each item encodes alone
-        ctxs = []
-        for cap in pick:
-            ids = ids_all[cap] if rng.random() > 0.1 else [1]
-            ctxs.append(t5_encode(Wt, DEMO_T5, ids))
-        L = max(c.shape[0] for c in ctxs)
-        ctx = torch.zeros(B, L, DEMO_T5["d_model"])
-        mask = torch.zeros(B, L, dtype=torch.bool)
-        for i, c in enumerate(ctxs):
-            ctx[i, :c.shape[0]] = c
-            mask[i, :c.shape[0]] = True
+        ctx, mask = t5_encode_batch(Wt, DEMO_T5, [ids_all[p[0]] if rng.random() > 0.1 else [1] for p in pick])
         pred = dit_forward(Wd, DEMO_DIT, xt, t.float(), ctx, mask)
         loss = ((pred - noise) ** 2).mean()
         opt.zero_grad()

@@ -286,7 +286,7 @@ static void test_registry(void) {
     CHECK(llm && (llm->backends & (1u << KILN_ENGINE_BACKEND_CPU)));
     const kiln_engine_family *emb = kiln_engine_family_find("embedding");
     CHECK(emb && emb->id == KILN_ENGINE_EMBEDDING && emb->available && strcmp(emb->tasks[0], "embed") == 0);
-    CHECK(kiln_engine_family_find("image") == NULL);
+    CHECK(kiln_engine_family_find("no-such-family") == NULL);
     CHECK(kiln_engine_family_at(kiln_engine_family_count()) == NULL);
     for (int i = 0; i < kiln_engine_family_count(); i++) CHECK(kiln_engine_family_at(i)->display_name[0]);
     kiln_engine *e = NULL;
