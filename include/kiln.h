@@ -362,22 +362,55 @@ typedef void (*kiln_store_progress_fn)(const kiln_store_progress *p, void *user)
 int kiln_store_progress_json(const kiln_store_progress *p, char *buf, size_t cap);
 
 typedef struct kiln_store_pull_params {
-    const char *const *headers; /* "Name: value" lines sent to the URL's own
-                                   origin only, never after a redirect to
-                                   another host; NULL = $KILN_AUTH_HEADER */
+    const char *const *headers; /* "Name: value" lines sent to the source's
+                                   own origin only (the URL's, the hub's or
+                                   the registry's), never after a redirect
+                                   to another host; NULL = $KILN_AUTH_HEADER */
     int32_t n_headers;
     kiln_store_progress_fn progress;
     void *user;
     const volatile int *cancel; /* non-zero cancels; the partial file stays */
+    const char *token;          /* bearer token for the hub or registry (its
+                                   origin only); NULL = $HF_TOKEN (or the
+                                   token file huggingface_hub writes) for
+                                   the hub, none for a registry */
 } kiln_store_pull_params;
 
-/* Downloads url (HTTPS, or HTTP on loopback) into the store and names it.
- * A URL ending in ".json" is a pack manifest listing several artifacts.
- * sha256 (64 hex digits, may be NULL) must match the (first) artifact.
- * Interrupted pulls resume from their partial file.  id_out (65 bytes, may
- * be NULL) receives the pack id. */
-kiln_status kiln_store_pull(kiln_store *s, const char *url, const char *name, const char *sha256,
+/* Downloads a model into the store and names it.  ref is one of
+ *   https://host/path/model.gguf   a file (HTTP only to this machine); a
+ *                                  URL ending in ".json" is a pack
+ *                                  manifest listing several artifacts
+ *   hf.co/ORG/REPO[:QUANT]         Hugging Face: the GGUF of QUANT (else
+ *   hf.co/ORG/REPO/FILE.gguf[@REV] Q4_K_M, Q8_0, the first), every shard
+ *                                  and the mmproj companion, at the commit
+ *                                  the revision (default main) names;
+ *                                  $HF_ENDPOINT sets the hub
+ *   [HOST/][NS/]MODEL[:TAG]        an Ollama registry ($KILN_REGISTRY, a
+ *                                  base URL, default
+ *                                  https://registry.ollama.ai; NS library)
+ * name (may be NULL) defaults to ref itself for hub and registry pulls,
+ * to the file name for URLs.  sha256 (64 hex digits, may be NULL) must
+ * match the (first) artifact.  Interrupted pulls resume from their partial
+ * files; a pack of the same pinned source already installed is reused.
+ * id_out (65 bytes, may be NULL) receives the pack id.  On failure
+ * kiln_store_last_source_result() tells what kind of failure it was. */
+kiln_status kiln_store_pull(kiln_store *s, const char *ref, const char *name, const char *sha256,
                             const kiln_store_pull_params *params, char *id_out);
+
+/* What the last pull or inspection of this thread ended with at its
+ * source: the distinct results a user needs to act on. */
+typedef enum kiln_store_source_result {
+    KILN_SOURCE_OK = 0,
+    KILN_SOURCE_AUTH_REQUIRED = 1, /* credentials needed and none given */
+    KILN_SOURCE_GATED = 2,         /* the account must accept the terms first */
+    KILN_SOURCE_DENIED = 3,        /* credentials given and refused */
+    KILN_SOURCE_NOT_FOUND = 4,     /* no such repository, revision, file or tag (or private) */
+    KILN_SOURCE_TRANSIENT = 5,     /* network or server failures outlasted the retries */
+    KILN_SOURCE_UNVERIFIED = 6,    /* metadata missing, inconsistent, or a Range ignored */
+    KILN_SOURCE_OTHER = 7          /* anything else: local I/O, integrity, format */
+} kiln_store_source_result;
+kiln_store_source_result kiln_store_last_source_result(void);
+const char *kiln_store_source_result_str(kiln_store_source_result r);
 
 enum { KILN_STORE_COPY = 0, KILN_STORE_MOVE = 1, KILN_STORE_LINK = 2 };
 /* Imports a local GGUF.  COPY leaves the source alone; MOVE commits a copy
@@ -388,7 +421,8 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
 
 /* JSON texts, freed with kiln_store_free_string.  list: an array of
  * {name, id, size, arch, quantization, mode, state}; info: {name, id, state,
- * manifest} of one name or id. */
+ * names, defaults, manifest} of one name or id (defaults: see
+ * kiln_store_lease_defaults). */
 kiln_status kiln_store_list(kiln_store *s, char **json_out);
 kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out);
 void kiln_store_free_string(char *str);
@@ -425,6 +459,18 @@ kiln_status kiln_store_gc(kiln_store *s, kiln_store_gc_fn each, void *user, uint
 kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease **out);
 const char *kiln_store_lease_path(const kiln_store_lease *l); /* the GGUF */
 const char *kiln_store_lease_id(const kiln_store_lease *l);
+/* What the pack brings beside its weights, read with the verified pack, as
+ * one JSON object (owned by the lease; "{}" for a plain GGUF):
+ *   "template"         chat template override ("template_format": "go",
+ *                      Go text/template as Ollama models carry it)
+ *   "system"           default system prompt
+ *   "options"          default options by Ollama's names (temperature,
+ *                      top_k, top_p, min_p, repeat_penalty, num_ctx,
+ *                      num_predict, stop, seed, ...); request options win
+ *   "license"          array of license texts
+ *   "messages"         an initial conversation (array of {role, content})
+ * Each key is present only when the pack has it. */
+const char *kiln_store_lease_defaults(const kiln_store_lease *l);
 void kiln_store_release(kiln_store_lease *l);
 
 /* ------------------------------------------------------------- embedder */

@@ -238,9 +238,15 @@ static int contains(const char *file, const char *needle) {
 
 static void test_names(void) {
     kiln_store *s = open_store();
-    const char *bad[] = {"../x", "a/b", "", ":tag", "name:", "a:b:c", ".hidden", "x..y", "sp ace"};
+    const char *bad[] = {"../x", "a//b", "/a", "a/", "a/.b", "a/-b:t", "x/../y", "a/b:1/c", "h:x/m", "a/b@", "a@b:t@c",
+                         "", ":tag", "name:", "a:b:c", ".hidden", "x..y", "sp ace", "a\\b", "a%2Fb", "a/b/c/d/e/f/g/h/i"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECKF(kiln_store_alias(s, "nothing", bad[i]) == KILN_ERR_INVALID_ARG, "name '%s' accepted", bad[i]);
+    /* the references pulls use are names (valid, just not there) */
+    const char *good[] = {"qwen3:0.6b", "hf.co/org/Repo-GGUF:Q4_K_M", "registry.example/ns/model:tag",
+                          "127.0.0.1:5000/ns/m:t", "hf.co/o/r/sub/f.gguf@main", "ns/model"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        CHECKF(kiln_store_alias(s, "nothing", good[i]) == KILN_ERR_NOT_FOUND, "name '%s': %s", good[i], kiln_last_error());
     char longname[300];
     memset(longname, 'a', sizeof longname - 1);
     longname[sizeof longname - 1] = 0;

@@ -46,7 +46,9 @@ static void usage(FILE *f) {
             "  image     -m PACK -p TEXT [--steps N] [--cfg S] [--seed N] [-o out.png]   text to image (PNG)\n"
             "\n"
             "model store (MODEL above may be a store name; --store DIR or KILN_STORE picks the store):\n"
-            "  pull      URL [--name N] [--sha256 HEX] [--header 'K: V'] [--json]  download and install\n"
+            "  pull      URL|REF [--name N] [--sha256 HEX] [--header 'K: V'] [--token T] [--json]\n"
+            "                                      download and install; REF is hf.co/ORG/REPO[:QUANT],\n"
+            "                                      hf.co/ORG/REPO/FILE.gguf[@REV] or an Ollama name (qwen3:0.6b)\n"
             "  import    PATH [--name N] [--copy|--move|--link]                   add a local GGUF\n"
             "  ls        [--json]                  installed models\n"
             "  rm        NAME|ID                   remove a name (the pack goes with its last name);\n"
@@ -71,7 +73,8 @@ static const struct cli_cmd {
 } cmds[] = {
     {"run", cmd_run, "run -m MODEL (-p TEXT | -f FILE) [options]"},
     {"chat", cmd_chat, "chat -m MODEL [--system TEXT] [options]"},
-    {"show", cmd_show, "show MODEL | FILE.pt | FILE.safetensors [--no-tensors]"},
+    {"show", cmd_show, "show MODEL | FILE.pt | FILE.safetensors [--no-tensors]\n"
+                       "show URL|REF --remote [--token TOKEN] [--json]   the GGUF header only, read by Range requests"},
     {"tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT [--json] [--ids] [--no-bos] [--parse-special]"},
     {"bench", cmd_bench,
      "bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-pg P,N]... [-d 0[,..]] [-s 1[,4,8..]] [-t N] [-r 5] "
@@ -87,7 +90,10 @@ static const struct cli_cmd {
      "           -p PROMPT [--steps N] [--cfg S] [--seed N] [-o out.png|-] [-t N] [--no-verify]\n"
      "a 256x256 PNG; PACK is a directory with pack.json (every file's length and SHA-256 checked, or only the\n"
      "lengths with --no-verify); defaults: the pack's steps and cfg, seed 42, output.png"},
-    {"pull", cmd_pull, "pull URL [--name NAME] [--sha256 HEX] [--header 'K: V'] [--json]"},
+    {"pull", cmd_pull,
+     "pull URL|REF [--name NAME] [--sha256 HEX] [--header 'K: V'] [--token TOKEN] [--json]\n"
+     "REF: hf.co/ORG/REPO[:QUANT]  hf.co/ORG/REPO/FILE.gguf[@REVISION]  [HOST/][NAMESPACE/]MODEL[:TAG]\n"
+     "environment: HF_ENDPOINT (the hub), HF_TOKEN (its token), KILN_REGISTRY (the default registry URL)"},
     {"import", cmd_import, "import PATH [--name NAME] [--copy|--move|--link]"},
     {"ls", cmd_ls, "ls [--json]"},
     {"rm", cmd_rm, "rm NAME|ID|ID-PREFIX ..."},

@@ -113,7 +113,7 @@ static void init_show(show_ctx *c, int json) {
 /* ---- commands ---- */
 
 int cmd_pull(int argc, char **argv) {
-    const char *url = NULL, *name = NULL, *sha = NULL;
+    const char *url = NULL, *name = NULL, *sha = NULL, *token = NULL;
     const char *headers[16];
     int n_headers = 0, json = 0;
     for (int i = 1; i < argc; i++) {
@@ -121,6 +121,7 @@ int cmd_pull(int argc, char **argv) {
         if (!strcmp(a, "--name") && i + 1 < argc) name = argv[++i];
         else if (!strcmp(a, "--sha256") && i + 1 < argc) sha = argv[++i];
         else if (!strcmp(a, "--header") && i + 1 < argc && n_headers < 16) headers[n_headers++] = argv[++i];
+        else if (!strcmp(a, "--token") && i + 1 < argc) token = argv[++i];
         else if (!strcmp(a, "--json")) json = 1;
         else if (a[0] != '-' && !url) url = a;
         else if (cli_help("pull", a)) return 0;
@@ -139,12 +140,21 @@ int cmd_pull(int argc, char **argv) {
     show_ctx sc;
     init_show(&sc, json);
     kiln_store_pull_params pp = {.headers = n_headers ? headers : NULL, .n_headers = n_headers,
-                                 .progress = on_progress, .user = &sc, .cancel = &g_cancel};
+                                 .progress = on_progress, .user = &sc, .cancel = &g_cancel, .token = token};
     char id[65];
     kiln_status st = kiln_store_pull(s, url, name, sha, &pp, id);
     end_bar(&sc);
     kiln_store_close(s);
-    if (st != KILN_OK) return cli_fail("pull");
+    if (st != KILN_OK) {
+        /* the source result picks the exit code: 1 failed here, 3 needs
+         * credentials or access, 4 not found, 5 try again later */
+        kiln_store_source_result r = kiln_store_last_source_result();
+        cli_fail("pull");
+        return r == KILN_SOURCE_AUTH_REQUIRED || r == KILN_SOURCE_GATED || r == KILN_SOURCE_DENIED ? 3
+               : r == KILN_SOURCE_NOT_FOUND                                                      ? 4
+               : r == KILN_SOURCE_TRANSIENT                                                      ? 5
+                                                                                                 : 1;
+    }
     return 0;
 }
 

@@ -7,7 +7,14 @@
  * that is not a 206 starting exactly at the part's end restarts the file
  * from zero: bytes are never appended to a part they don't continue.
  * Redirects are followed here, not by libcurl, so caller headers (which may
- * hold credentials) go only to the origin they were given for. */
+ * hold credentials) go only to the source's origin, and never again once
+ * a redirect chain left it (the hub's CDN never sees a token).  What is
+ * recorded of a URL (part metadata, manifest) has no query: a signed
+ * redirect target is used once and forgotten.
+ *
+ * A pull runs a plan: the artifacts, their expected lengths and hashes and
+ * the pinned origin.  For a URL the plan is the URL (or the pack manifest
+ * it names); hub.c and registry.c make it from a reference. */
 #include "store/store.h"
 
 #include "base/base.h"
@@ -27,16 +34,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_REDIRECTS 10
-#define MAX_ARTIFACTS 64
+#define MAX_ARTIFACTS KST_MAX_ARTIFACTS
 
 typedef struct pull_ctx {
     const kiln_store_pull_params *pp;
+    kst_net net;
     const char *const *headers;
     int n_headers;
-    long stall_s;          /* no bytes for this long is a stall */
-    int max_attempts;      /* consecutive attempts without progress */
-    long backoff_ms;       /* first retry delay; doubles, capped at 30 s */
+    int kind;              /* KST_SRC_* */
+    int have_token;
+    const char *what;      /* the source as messages name it */
+    char auth_origin[512]; /* where headers may go */
     int index, count;
     uint64_t all_before;   /* bytes of the artifacts already complete */
     uint64_t all_total;    /* 0 when some length is unknown */
@@ -55,23 +63,12 @@ typedef struct xfer {
     uint64_t meta_total;   /* length recorded when the part began */
     int decided, discard, restart, integrity, werr, nospace;
     char why[512];
-    char content_range[128], validator[256], etag[256], last_mod[128];
+    char content_range[128], validator[256], etag[256], last_mod[128], error_code[64];
     double t_last_emit, t_rate, rate;
     uint64_t rate_bytes;
 } xfer;
 
-static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
-static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
-
-static long env_long(const char *name, long def, long lo, long hi) {
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    char *end;
-    long n = strtol(v, &end, 10);
-    return (*end || n < lo || n > hi) ? def : n;
-}
-
-static int cancelled(const pull_ctx *pc) { return pc->pp && pc->pp->cancel && *pc->pp->cancel; }
+static int cancelled(const pull_ctx *pc) { return kst_net_cancelled(&pc->net); }
 
 static void emit(xfer *x, const char *event, const char *message) {
     pull_ctx *pc = x->pc;
@@ -83,37 +80,6 @@ static void emit(xfer *x, const char *event, const char *message) {
                              .eta = (x->rate > 0 && total >= x->have) ? (double)(total - x->have) / x->rate : -1,
                              .message = message};
     pc->pp->progress(&p, pc->pp->user);
-}
-
-/* ---- URL policy ---- */
-
-static int is_loopback(const char *host) {
-    return !strcasecmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "[::1]") || !strcmp(host, "::1");
-}
-
-/* Checks the scheme (HTTPS, or HTTP to loopback) and writes the origin
- * "scheme://host:port". */
-static kiln_status url_origin(const char *url, char *origin, size_t cap) {
-    CURLU *u = curl_url();
-    char *scheme = NULL, *host = NULL, *port = NULL;
-    kiln_status st = KILN_OK;
-    if (!u || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
-        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
-        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK) {
-        st = kl_fail(NULL, KILN_ERR_INVALID_ARG, "'%s' is not a valid URL", url);
-    } else if (strcasecmp(scheme, "https") &&
-               !(!strcasecmp(scheme, "http") && (is_loopback(host) || env_long("KILN_ALLOW_HTTP", 0, 0, 1)))) {
-        st = kl_fail(NULL, KILN_ERR_INVALID_ARG, "%s: only HTTPS (or HTTP to this machine) is allowed", url);
-    } else {
-        snprintf(origin, cap, "%s://%s:%s", scheme, host, port);
-        for (char *c = origin; *c; c++) *c = (char)tolower((unsigned char)*c);
-    }
-    curl_free(scheme);
-    curl_free(host);
-    curl_free(port);
-    curl_url_cleanup(u);
-    return st;
 }
 
 /* ---- part metadata ---- */
@@ -153,13 +119,15 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
     xfer *x = ud;
     size_t n = size * nmemb;
     if (n >= 5 && !strncmp(line, "HTTP/", 5)) {
-        x->content_range[0] = x->etag[0] = x->last_mod[0] = 0;
+        x->content_range[0] = x->etag[0] = x->last_mod[0] = x->error_code[0] = 0;
     } else if (n > 14 && !strncasecmp(line, "content-range:", 14)) {
         copy_header(x->content_range, sizeof x->content_range, line + 14, n - 14);
     } else if (n > 5 && !strncasecmp(line, "etag:", 5)) {
         copy_header(x->etag, sizeof x->etag, line + 5, n - 5);
     } else if (n > 14 && !strncasecmp(line, "last-modified:", 14)) {
         copy_header(x->last_mod, sizeof x->last_mod, line + 14, n - 14);
+    } else if (n > 13 && !strncasecmp(line, "x-error-code:", 13)) {
+        copy_header(x->error_code, sizeof x->error_code, line + 13, n - 13);
     }
     return n;
 }
@@ -276,24 +244,6 @@ static int on_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 
 /* ---- one artifact ---- */
 
-static void sleep_cancellable(const pull_ctx *pc, long ms) {
-    for (long left = ms; left > 0 && !cancelled(pc); left -= 100) {
-        struct timespec ts = {0, (left < 100 ? left : 100) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-}
-
-static int transient_curl(CURLcode rc) {
-    switch (rc) {
-    case CURLE_UNSUPPORTED_PROTOCOL: case CURLE_URL_MALFORMAT: case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CACERT_BADFILE: case CURLE_SSL_CERTPROBLEM: case CURLE_TOO_MANY_REDIRECTS:
-    case CURLE_FILESIZE_EXCEEDED: case CURLE_OUT_OF_MEMORY:
-        return 0;
-    default:
-        return 1;
-    }
-}
-
 /* Downloads url into dir/file.  On an integrity failure (*quarantine set)
  * the caller quarantines the staging directory. */
 static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url, const char *file, uint64_t expect,
@@ -302,7 +252,9 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
     *quarantine = 0;
     if (kst_path(final_p, "%s/%s", dir, file) || kst_path(part_p, "%s.part", final_p) || kst_path(meta_p, "%s.part.json", final_p))
         return KILN_ERR_INVALID_ARG;
-    xfer x = {.pc = pc, .file = file, .meta_path = meta_p, .url = url, .fd = -1, .expect = expect};
+    char rec_url[4096]; /* what the part's record and messages hold of url */
+    kst_url_clean(url, rec_url, sizeof rec_url);
+    xfer x = {.pc = pc, .file = file, .meta_path = meta_p, .url = rec_url, .fd = -1, .expect = expect};
     struct stat st;
     /* completed by an earlier run whose pack was not published yet */
     if (stat(final_p, &st) == 0) {
@@ -327,7 +279,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         const char *mval = json_string_value(json_object_get(m, "validator"));
         json_int_t mtotal = json_integer_value(json_object_get(m, "total"));
         /* a part is only continued when it is known to come from this URL */
-        if (x.have && (!murl || strcmp(murl, url) || (expect && x.have > expect) || (mtotal > 0 && x.have > (uint64_t)mtotal)))
+        if (x.have && (!murl || strcmp(murl, rec_url) || (expect && x.have > expect) || (mtotal > 0 && x.have > (uint64_t)mtotal)))
             truncate_part(&x);
         else if (x.have) {
             x.meta_total = mtotal > 0 ? (uint64_t)mtotal : 0;
@@ -343,8 +295,8 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         return kl_fail(NULL, KILN_ERR_NOMEM, "cannot create an HTTP handle");
     }
     x.h = h;
-    char origin0[512], cur[8192], errbuf[CURL_ERROR_SIZE];
-    kiln_status st_ret = url_origin(url, origin0, sizeof origin0);
+    char cur[8192], errbuf[CURL_ERROR_SIZE];
+    kiln_status st_ret = KILN_OK;
     int attempts = 0, hops = 0, left_origin = 0, done = 0;
     snprintf(cur, sizeof cur, "%s", url);
     if (x.have) emit(&x, "resume", NULL);
@@ -358,6 +310,11 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         uint64_t have0 = x.have;
         x.decided = x.discard = x.restart = 0;
         x.why[0] = errbuf[0] = 0;
+        char cur_origin[512];
+        if ((st_ret = kst_url_origin(cur, cur_origin, sizeof cur_origin))) break;
+        /* credentials only on the source's origin, and never again once
+         * the chain left it */
+        if (strcmp(cur_origin, pc->auth_origin)) left_origin = 1;
         struct curl_slist *hdrs = NULL;
         if (!left_origin)
             for (int i = 0; i < pc->n_headers; i++) hdrs = curl_slist_append(hdrs, pc->headers[i]);
@@ -387,7 +344,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, &x);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, pc->stall_s);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, pc->net.stall_s);
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
         x.t_rate = x.t_last_emit = kb_now();
         x.rate_bytes = x.have;
@@ -403,7 +360,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
             st_ret = kl_fail(NULL, KILN_ERR_IO, "%s; %llu bytes kept in %s", x.why, (unsigned long long)x.have, part_p);
         } else if (x.integrity) {
             *quarantine = 1;
-            st_ret = kl_fail(NULL, KILN_ERR_FORMAT, "%s", x.why);
+            st_ret = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s", x.why);
         } else if (rc == CURLE_ABORTED_BY_CALLBACK || cancelled(pc)) {
             continue; /* reported at the top of the loop */
         } else if (x.restart) {
@@ -414,13 +371,11 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
             char *loc = NULL;
             curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &loc);
             char next_origin[512];
-            if (!loc || ++hops > MAX_REDIRECTS) {
-                st_ret = kl_fail(NULL, KILN_ERR_IO, "%s: %s", url, loc ? "too many redirects" : "redirect without a location");
-            } else if (!(st_ret = url_origin(loc, next_origin, sizeof next_origin))) {
-                /* once the chain leaves the original origin, caller headers
-                 * stay off for the rest of it */
-                if (strcmp(next_origin, origin0)) left_origin = 1;
-                snprintf(cur, sizeof cur, "%s", loc);
+            if (!loc || ++hops > KST_MAX_REDIRECTS) {
+                st_ret = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: %s", rec_url,
+                                         loc ? "too many redirects" : "redirect without a location");
+            } else if (!(st_ret = kst_url_origin(loc, next_origin, sizeof next_origin))) {
+                snprintf(cur, sizeof cur, "%s", loc); /* used for this transfer only, never recorded */
             }
             continue;
         } else if (rc == CURLE_OK && (code == 200 || code == 206)) {
@@ -439,16 +394,20 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
                 snprintf(reason, sizeof reason, "HTTP 416");
             }
         } else if (rc == CURLE_OK && code != 408 && code != 429 && code < 500) {
-            st_ret = kl_fail(NULL, code == 404 ? KILN_ERR_NOT_FOUND : KILN_ERR_IO, "%s: HTTP %ld%s", url, code,
-                             code == 401 || code == 403 ? " (pass credentials with --header or KILN_AUTH_HEADER)" : "");
+            char what[600];
+            if (pc->kind == KST_SRC_URL) snprintf(what, sizeof what, "%.590s", rec_url);
+            else snprintf(what, sizeof what, "%s (%s)", pc->what, file);
+            st_ret = kst_http_error(pc->kind, code, x.error_code, what, pc->have_token);
         } else if (rc == CURLE_OK) {
             snprintf(reason, sizeof reason, "HTTP %ld", code);
-        } else if (!transient_curl(rc)) {
-            st_ret = kl_fail(NULL, KILN_ERR_IO, "%s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+        } else if (!kst_curl_transient(rc)) {
+            char eb[CURL_ERROR_SIZE + 8];
+            kst_url_clean(errbuf[0] ? errbuf : curl_easy_strerror(rc), eb, sizeof eb);
+            st_ret = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: %s", rec_url, eb);
         } else if (rc == CURLE_OPERATION_TIMEDOUT) {
-            snprintf(reason, sizeof reason, "stalled: no data for %ld s", pc->stall_s);
+            snprintf(reason, sizeof reason, "stalled: no data for %ld s", pc->net.stall_s);
         } else {
-            snprintf(reason, sizeof reason, "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
+            kst_url_clean(errbuf[0] ? errbuf : curl_easy_strerror(rc), reason, sizeof reason);
         }
         if (st_ret || done) break;
         /* a transient failure: start over from the original URL, resuming;
@@ -457,17 +416,17 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         hops = 0;
         left_origin = 0;
         snprintf(cur, sizeof cur, "%s", url);
-        if (attempts >= pc->max_attempts) {
-            st_ret = kl_fail(NULL, KILN_ERR_IO, "%s: giving up after %d attempts (%s); %llu bytes kept, pull again to resume",
-                             file, attempts, reason, (unsigned long long)x.have);
+        if (attempts >= pc->net.max_attempts) {
+            st_ret = kst_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
+                                     "%s: giving up after %d attempts (%s); %llu bytes kept, pull again to resume", file,
+                                     attempts, reason, (unsigned long long)x.have);
             break;
         }
-        long delay = pc->backoff_ms << (attempts - 1 < 5 ? attempts - 1 : 5);
-        if (delay > 30000) delay = 30000;
+        long delay = kst_net_delay(&pc->net, attempts);
         char msg[700];
         snprintf(msg, sizeof msg, "%s; retrying in %.1f s", reason, (double)delay / 1000.0);
         emit(&x, "retry", msg);
-        sleep_cancellable(pc, delay);
+        kst_net_sleep(&pc->net, delay);
     }
     curl_easy_cleanup(h);
     if (!st_ret && fsync(x.fd) != 0) st_ret = kl_fail(NULL, KILN_ERR_IO, "writing %s: %s", part_p, strerror(errno));
@@ -495,14 +454,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
 
 /* ---- the pack ---- */
 
-typedef struct artifact {
-    char url[4096];
-    char file[256];
-    char role[32];
-    char sha[KST_ID_LEN + 1]; /* expected; "" = unknown */
-    char license[128];
-    uint64_t length;          /* expected; 0 = unknown */
-} artifact;
+typedef kst_artifact artifact;
 
 /* The file name of a URL's last path segment, made safe. */
 static void file_from_url(const char *url, char *out, size_t cap) {
@@ -533,6 +485,8 @@ static int resolve_url(const char *base, const char *rel, char *out, size_t cap)
 /* Reads a pack manifest fetched from url: {"name"?, "artifacts": [{"url",
  * "path"?, "role"?, "sha256"?, "length"?, "license"?}]}. */
 static kiln_status parse_remote(const char *path, const char *url, artifact *arts, int *n_out, char *name, size_t name_cap) {
+    char shown[600];
+    kst_url_clean(url, shown, sizeof shown);
     char *txt = kst_read_text(path, 1 << 20, NULL);
     json_error_t je;
     json_t *m = txt ? json_loads(txt, 0, &je) : NULL;
@@ -540,7 +494,7 @@ static kiln_status parse_remote(const char *path, const char *url, artifact *art
     json_t *list = json_object_get(m, "artifacts");
     if (!json_is_array(list) || !json_array_size(list) || json_array_size(list) > MAX_ARTIFACTS) {
         json_decref(m);
-        return kl_fail(NULL, KILN_ERR_FORMAT, "%s is not a pack manifest (an object with 1..%d \"artifacts\")", url, MAX_ARTIFACTS);
+        return kl_fail(NULL, KILN_ERR_FORMAT, "%s is not a pack manifest (an object with 1..%d \"artifacts\")", shown, MAX_ARTIFACTS);
     }
     snprintf(name, name_cap, "%s", json_string_value(json_object_get(m, "name")) ? json_string_value(json_object_get(m, "name")) : "");
     kiln_status st = KILN_OK;
@@ -556,18 +510,18 @@ static kiln_status parse_remote(const char *path, const char *url, artifact *art
         const char *l = json_string_value(json_object_get(a, "license"));
         json_int_t len = json_integer_value(json_object_get(a, "length"));
         if (!u || resolve_url(url, u, t->url, sizeof t->url) != 0) {
-            st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: artifact %zu has no valid \"url\"", url, i);
+            st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: artifact %zu has no valid \"url\"", shown, i);
             break;
         }
         if (p) snprintf(t->file, sizeof t->file, "%s", p);
         else file_from_url(t->url, t->file, sizeof t->file);
         if (!kst_file_ok(t->file)) {
-            st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: artifact path '%s' is not a plain file name", url, t->file);
+            st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: artifact path '%s' is not a plain file name", shown, t->file);
             break;
         }
         for (size_t k = 0; k < i; k++)
-            if (!strcmp(arts[k].file, t->file)) st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: artifact '%s' listed twice", url, t->file);
-        if (h && !kst_hex_ok(h)) st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: artifact %s: sha256 is not 64 lowercase hex digits", url, t->file);
+            if (!strcmp(arts[k].file, t->file)) st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: artifact '%s' listed twice", shown, t->file);
+        if (h && !kst_hex_ok(h)) st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: artifact %s: sha256 is not 64 lowercase hex digits", shown, t->file);
         if (st) break;
         snprintf(t->role, sizeof t->role, "%s", r ? r : i == 0 ? "model" : "companion");
         if (h) snprintf(t->sha, sizeof t->sha, "%s", h);
@@ -584,61 +538,117 @@ static int url_is_manifest(const char *url) {
     return n > 5 && !strncasecmp(url + n - 5, ".json", 5);
 }
 
-kiln_status kiln_store_pull(kiln_store *s, const char *url, const char *name, const char *sha256,
-                            const kiln_store_pull_params *params, char *id_out) {
-    if (!s || !url) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or URL");
-    pthread_once(&g_curl_once, curl_init_once);
-    char origin[512], want[KST_ID_LEN + 1] = "", norm[KST_NAME_MAX + 1] = "";
-    kiln_status st = url_origin(url, origin, sizeof origin);
-    if (st) return st;
-    if (sha256) {
-        for (size_t i = 0; i < KST_ID_LEN && sha256[i]; i++) want[i] = (char)tolower((unsigned char)sha256[i]);
-        want[KST_ID_LEN] = 0;
-        if (strlen(sha256) != KST_ID_LEN || !kst_hex_ok(want))
-            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "--sha256 needs 64 hex digits");
-    }
-    if (name && (st = kst_name_norm(name, norm))) return st;
-    pull_ctx pc = {.pp = params, .stall_s = env_long("KILN_PULL_STALL_SECONDS", 30, 1, 3600),
-                   .max_attempts = (int)env_long("KILN_PULL_RETRIES", 6, 1, 1000),
-                   .backoff_ms = env_long("KILN_PULL_BACKOFF_MS", 1000, 1, 60000), .count = 1};
-    const char *env_hdr = getenv("KILN_AUTH_HEADER");
-    if (params && params->headers) {
-        pc.headers = params->headers;
-        pc.n_headers = params->n_headers;
-    } else if (env_hdr && *env_hdr) {
-        pc.headers = &env_hdr;
-        pc.n_headers = 1;
-    }
-    for (int i = 0; i < pc.n_headers; i++)
-        if (!pc.headers[i] || strpbrk(pc.headers[i], "\r\n") || !strchr(pc.headers[i], ':'))
-            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "header %d is not one 'Name: value' line", i + 1);
-
-    /* one lock per source; the holder downloads, others wait and then find
-     * the pack installed */
-    char hex[KST_ID_LEN + 1], key[40], lockp[PATH_MAX], dir[PATH_MAX];
-    char keysrc[4200];
-    snprintf(keysrc, sizeof keysrc, "kiln-pull\n%s", url);
-    kst_sha256_hex(keysrc, strlen(keysrc), hex);
-    snprintf(key, sizeof key, "%.32s", hex);
+/* Takes the pull lock of key into *fd, waiting (cancellably) while
+ * another process holds it: one transfer per pinned source, and the one
+ * that waited finds the pack installed. */
+static kiln_status lock_source(kiln_store *s, pull_ctx *pc, const char *key, int *fd) {
+    char lockp[PATH_MAX];
+    *fd = -1;
     if (kst_path(lockp, "%s/locks/%s.lock", s->root, key)) return KILN_ERR_INVALID_ARG;
-    int lk, waited = 0;
-    while ((lk = kst_lock(lockp, LOCK_EX | LOCK_NB)) < 0) {
+    int waited = 0;
+    while ((*fd = kst_lock(lockp, LOCK_EX | LOCK_NB)) < 0) {
         if (errno != EWOULDBLOCK) return kl_fail(NULL, KILN_ERR_IO, "lock %s: %s", lockp, strerror(errno));
-        if (!waited++ && params && params->progress) {
+        if (!waited++ && pc->pp && pc->pp->progress) {
             kiln_store_progress p = {.event = "waiting", .eta = -1, .message = "another process is pulling this model"};
-            params->progress(&p, params->user);
+            pc->pp->progress(&p, pc->pp->user);
         }
-        if (cancelled(&pc)) return kl_fail(NULL, KILN_ERR_CANCELLED, "pull cancelled while waiting for another pull");
-        sleep_cancellable(&pc, 100);
+        if (cancelled(pc)) return kl_fail(NULL, KILN_ERR_CANCELLED, "pull cancelled while waiting for another pull");
+        kst_net_sleep(&pc->net, 100);
     }
+    return KILN_OK;
+}
+
+static void source_key(const char *origin, char key[40]) {
+    char hex[KST_ID_LEN + 1], keysrc[4200];
+    snprintf(keysrc, sizeof keysrc, "kiln-pull\n%s", origin);
+    kst_sha256_hex(keysrc, strlen(keysrc), hex);
+    snprintf(key, 40, "%.32s", hex);
+}
+
+/* An installed healthy pack of origin (and sha256 for its first artifact)
+ * gets the name (moving it when move is set, as a pull of a reference
+ * updates its name); 1 when there was one. */
+static int reuse(kiln_store *s, pull_ctx *pc, const char *origin, const char *sha, const char *norm, int move,
+                 char *id_out, kiln_status *st) {
     char id[KST_ID_LEN + 1];
-    if (kst_find_origin(s, url, want[0] ? want : NULL, id)) {
-        st = name ? kiln_store_alias(s, id, norm) : KILN_OK;
-        if (!st && params && params->progress) {
-            kiln_store_progress p = {.event = "published", .eta = 0, .message = id};
-            params->progress(&p, params->user);
+    if (!kst_find_origin(s, origin, sha && *sha ? sha : NULL, id)) return 0;
+    *st = norm[0] ? kiln_store_copy(s, id, norm, move) : KILN_OK;
+    if (!*st && pc->pp && pc->pp->progress) {
+        kiln_store_progress p = {.event = "published", .eta = 0, .message = id};
+        pc->pp->progress(&p, pc->pp->user);
+    }
+    if (!*st && id_out) memcpy(id_out, id, KST_ID_LEN + 1);
+    return 1;
+}
+
+/* Downloads every artifact into dir and publishes the pack under norm.
+ * dir is consumed on integrity failures (quarantined) and on success. */
+static kiln_status fetch_publish(kiln_store *s, pull_ctx *pc, const char *dir, const artifact *arts, int n_arts,
+                                 const char *origin, json_t *source, const char *norm, char *id_out) {
+    kiln_status st = KILN_OK;
+    int quarantine = 0;
+    pc->count = n_arts;
+    pc->all_total = 0;
+    for (int i = 0; i < n_arts; i++) {
+        if (!arts[i].length) {
+            pc->all_total = 0;
+            break;
+        }
+        pc->all_total += arts[i].length;
+    }
+    json_t *man = json_pack("{s:s,s:s,s:[]}", "mode", "owned", "origin", origin, "artifacts");
+    if (source) json_object_set(man, "source", source);
+    for (int i = 0; !st && i < n_arts; i++) {
+        const artifact *a = &arts[i];
+        char got[KST_ID_LEN + 1], src[4096];
+        uint64_t len = 0;
+        pc->index = i;
+        st = pull_artifact(pc, dir, a->url, a->file, a->length, a->sha[0] ? a->sha : NULL, got, &len, &quarantine);
+        if (st) break;
+        pc->all_before += len;
+        kst_url_clean(a->url, src, sizeof src);
+        json_t *ja = json_pack("{s:s,s:s,s:I,s:s,s:s}", "role", a->role, "path", a->file, "length", (json_int_t)len,
+                               "sha256", got, "source", src);
+        if (a->license[0]) json_object_set_new(ja, "license", json_string(a->license));
+        json_array_append_new(json_object_get(man, "artifacts"), ja);
+    }
+    for (int i = 0; !st && i < n_arts; i++) {
+        char p[PATH_MAX];
+        if (kst_path(p, "%s/%s", dir, arts[i].file)) st = KILN_ERR_INVALID_ARG;
+        else if ((st = kst_check_text(p, arts[i].role, arts[i].file))) quarantine = 1;
+    }
+    /* the last point where a cancel wins; after it, publication commits */
+    if (!st && cancelled(pc)) st = kl_fail(NULL, KILN_ERR_CANCELLED, "pull cancelled before publication; the download is kept");
+    if (st && quarantine) kst_quarantine(s, dir, kiln_last_error());
+    if (!st) {
+        char id[KST_ID_LEN + 1];
+        st = kst_publish(s, dir, man, norm[0] ? norm : NULL, id);
+        if (st) kst_source_set(KILN_SOURCE_OTHER);
+        if (!st && pc->pp && pc->pp->progress) {
+            kiln_store_progress p = {.event = "published", .index = n_arts - 1, .count = n_arts,
+                                     .all_done = pc->all_before, .all_total = pc->all_before, .eta = 0, .message = id};
+            pc->pp->progress(&p, pc->pp->user);
         }
         if (!st && id_out) memcpy(id_out, id, KST_ID_LEN + 1);
+    }
+    json_decref(man);
+    return st;
+}
+
+/* A URL: the file, or the pack manifest it names (fetched fresh every
+ * time, inside the source's staging). */
+static kiln_status pull_url(kiln_store *s, pull_ctx *pc, const char *url, const char *name, const char *want, char *norm,
+                            char *id_out) {
+    char rec[4096], key[40], dir[PATH_MAX];
+    kst_url_clean(url, rec, sizeof rec);
+    kiln_status st = kst_url_origin(url, pc->auth_origin, sizeof pc->auth_origin);
+    if (st) return st;
+    pc->kind = KST_SRC_URL;
+    pc->what = rec;
+    source_key(rec, key);
+    int lk;
+    if ((st = lock_source(s, pc, key, &lk))) return st;
+    if (reuse(s, pc, rec, want, norm, 0, id_out, &st)) {
         kst_unlock(lk);
         return st;
     }
@@ -651,13 +661,12 @@ kiln_status kiln_store_pull(kiln_store *s, const char *url, const char *name, co
     char remote_name[KST_NAME_MAX + 1] = "";
     if (!arts) st = kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
     else if (url_is_manifest(url)) {
-        /* the manifest itself is fetched fresh every time */
         char rp[PATH_MAX], sha_m[KST_ID_LEN + 1];
         uint64_t len_m;
         const char *mf = ".remote.json";
         if (!kst_path(rp, "%s/%s.part", dir, mf)) unlink(rp);
         if (!kst_path(rp, "%s/%s", dir, mf)) unlink(rp);
-        st = pull_artifact(&pc, dir, url, mf, 0, NULL, sha_m, &len_m, &quarantine);
+        st = pull_artifact(pc, dir, url, mf, 0, NULL, sha_m, &len_m, &quarantine);
         if (!st) st = parse_remote(rp, url, arts, &n_arts, remote_name, sizeof remote_name);
         if (!st) unlink(rp);
         if (!st && want[0] && arts[0].sha[0] && strcmp(arts[0].sha, want))
@@ -673,42 +682,114 @@ kiln_status kiln_store_pull(kiln_store *s, const char *url, const char *name, co
         kst_name_from_file(url, norm);
         st = kst_name_norm(norm, norm);
     }
-    pc.count = n_arts;
-    for (int i = 0; !st && i < n_arts; i++) {
-        if (!arts[i].length) {
-            pc.all_total = 0;
-            break;
-        }
-        pc.all_total += arts[i].length;
-    }
-    json_t *man = json_pack("{s:s,s:s,s:[]}", "mode", "owned", "origin", url, "artifacts");
-    for (int i = 0; !st && i < n_arts; i++) {
-        artifact *a = &arts[i];
-        char got[KST_ID_LEN + 1];
-        uint64_t len = 0;
-        pc.index = i;
-        st = pull_artifact(&pc, dir, a->url, a->file, a->length, a->sha[0] ? a->sha : NULL, got, &len, &quarantine);
-        if (st) break;
-        pc.all_before += len;
-        json_t *ja = json_pack("{s:s,s:s,s:I,s:s,s:s}", "role", a->role, "path", a->file, "length", (json_int_t)len,
-                               "sha256", got, "source", a->url);
-        if (a->license[0]) json_object_set_new(ja, "license", json_string(a->license));
-        json_array_append_new(json_object_get(man, "artifacts"), ja);
-    }
-    /* the last point where a cancel wins; after it, publication commits */
-    if (!st && cancelled(&pc)) st = kl_fail(NULL, KILN_ERR_CANCELLED, "pull cancelled before publication; the download is kept");
-    if (st && quarantine) kst_quarantine(s, dir, kiln_last_error());
-    if (!st) {
-        st = kst_publish(s, dir, man, norm, id);
-        if (!st && params && params->progress) {
-            kiln_store_progress p = {.event = "published", .index = n_arts - 1, .count = n_arts,
-                                     .all_done = pc.all_before, .all_total = pc.all_before, .eta = 0, .message = id};
-            params->progress(&p, params->user);
-        }
-        if (!st && id_out) memcpy(id_out, id, KST_ID_LEN + 1);
-    }
-    json_decref(man);
+    if (!st) st = fetch_publish(s, pc, dir, arts, n_arts, rec, NULL, norm, id_out);
     free(arts);
     kst_unlock(lk);
+    return st;
+}
+
+/* A hub or registry reference: resolved to a pinned plan before the lock
+ * (the lock and the staging belong to the exact revision). */
+static kiln_status pull_ref(kiln_store *s, pull_ctx *pc, const char *ref, const char *want, char *norm, char *id_out) {
+    kst_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    kiln_status st = kst_hub_ref(ref) ? kst_hub_plan(ref, &pc->net, pc->headers, pc->n_headers, pc->have_token, plan)
+                                      : kst_registry_plan(ref, &pc->net, pc->headers, pc->n_headers, pc->have_token, plan);
+    if (!st && want[0] && strcmp(plan->arts[0].sha[0] ? plan->arts[0].sha : want, want))
+        st = kl_fail(NULL, KILN_ERR_INVALID_ARG, "--sha256 differs from the source's hash of %s", plan->arts[0].file);
+    if (!st && want[0]) snprintf(plan->arts[0].sha, sizeof plan->arts[0].sha, "%s", want);
+    if (st) {
+        json_decref(plan->source);
+        free(plan);
+        return st;
+    }
+    pc->kind = plan->kind;
+    pc->what = plan->what;
+    snprintf(pc->auth_origin, sizeof pc->auth_origin, "%s", plan->auth_origin);
+    if (plan->n_unverified && pc->pp && pc->pp->progress) {
+        char msg[800];
+        snprintf(msg, sizeof msg, "unverified: %s publishes no SHA-256 for %s%s; the hash is computed from the download",
+                 plan->what, plan->unverified, plan->n_unverified > 4 ? ", ..." : "");
+        kiln_store_progress p = {.event = "warning", .eta = -1, .message = msg};
+        pc->pp->progress(&p, pc->pp->user);
+    }
+    char key[40], dir[PATH_MAX];
+    source_key(plan->origin, key);
+    int lk;
+    st = lock_source(s, pc, key, &lk);
+    if (!st && !reuse(s, pc, plan->origin, plan->arts[0].sha, norm, 1, id_out, &st)) {
+        if (!(st = kst_staging(s, key, dir)))
+            st = fetch_publish(s, pc, dir, plan->arts, plan->n_arts, plan->origin, plan->source, norm, id_out);
+    }
+    if (lk >= 0) kst_unlock(lk);
+    json_decref(plan->source);
+    free(plan);
+    return st;
+}
+
+static kiln_status pull_any(kiln_store *s, const char *ref, const char *name, const char *sha256,
+                            const kiln_store_pull_params *params, char *id_out) {
+    if (!s || !ref) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or model reference");
+    kst_curl_init();
+    char want[KST_ID_LEN + 1] = "", norm[KST_NAME_MAX + 1] = "";
+    kiln_status st = KILN_OK;
+    if (sha256) {
+        for (size_t i = 0; i < KST_ID_LEN && sha256[i]; i++) want[i] = (char)tolower((unsigned char)sha256[i]);
+        want[KST_ID_LEN] = 0;
+        if (strlen(sha256) != KST_ID_LEN || !kst_hex_ok(want))
+            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "--sha256 needs 64 hex digits");
+    }
+    const int is_url = strstr(ref, "://") != NULL;
+    if (name && (st = kst_name_norm(name, norm))) return st;
+    /* a reference is the model's name afterwards; its own rules first */
+    if (!is_url && (st = kst_hub_ref(ref) ? kst_hub_check(ref) : kst_registry_check(ref))) return st;
+    if (!name && !is_url && (st = kst_name_norm(ref, norm))) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", kiln_last_error());
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "%s; give the model a name with --name", msg);
+    }
+    pull_ctx pc = {.pp = params, .count = 1};
+    kst_net_init(&pc.net, params);
+    const char *env_hdr = getenv("KILN_AUTH_HEADER");
+    const char *hdrs[34];
+    int n_hdrs = 0;
+    if (params && params->headers) {
+        for (int i = 0; i < params->n_headers; i++) {
+            if (n_hdrs == 32) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "more than 32 headers");
+            hdrs[n_hdrs++] = params->headers[i];
+        }
+    } else if (env_hdr && *env_hdr) {
+        hdrs[n_hdrs++] = env_hdr;
+    }
+    for (int i = 0; i < n_hdrs; i++) {
+        if (!hdrs[i] || strpbrk(hdrs[i], "\r\n") || !strchr(hdrs[i], ':'))
+            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "header %d is not one 'Name: value' line", i + 1);
+        if (!strncasecmp(hdrs[i], "authorization:", 14)) pc.have_token = 1;
+    }
+    char tok[1100], bearer[1200];
+    const char *token = params && params->token ? params->token : NULL;
+    if (!token && !is_url && kst_hub_ref(ref) && kst_hub_token(tok, sizeof tok)) token = tok;
+    if (token && *token) {
+        for (const char *c = token; *c; c++)
+            if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f)
+                return kl_fail(NULL, KILN_ERR_INVALID_ARG, "the token holds a character a header cannot carry");
+        if (strlen(token) > 1024) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "the token is longer than 1024 bytes");
+        snprintf(bearer, sizeof bearer, "Authorization: Bearer %s", token);
+        hdrs[n_hdrs++] = bearer;
+        pc.have_token = 1;
+    }
+    pc.headers = hdrs;
+    pc.n_headers = n_hdrs;
+    st = is_url ? pull_url(s, &pc, ref, name, want, norm, id_out) : pull_ref(s, &pc, ref, want, norm, id_out);
+    memset(tok, 0, sizeof tok);
+    memset(bearer, 0, sizeof bearer);
+    return st;
+}
+
+kiln_status kiln_store_pull(kiln_store *s, const char *ref, const char *name, const char *sha256,
+                            const kiln_store_pull_params *params, char *id_out) {
+    kst_source_set(KILN_SOURCE_OK);
+    kiln_status st = pull_any(s, ref, name, sha256, params, id_out);
+    if (st && kiln_store_last_source_result() == KILN_SOURCE_OK) kst_source_set(KILN_SOURCE_OTHER);
     return st;
 }

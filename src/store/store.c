@@ -27,6 +27,7 @@ struct kiln_store_lease {
     char record[PATH_MAX];     /* leases/<id>.<pid>.<n> */
     char path[PATH_MAX];
     char id[KST_ID_LEN + 1];
+    char *defaults;            /* JSON text, read with the verified pack */
 };
 
 void kst_emit(kiln_store_progress_fn progress, void *user, const kiln_store_progress *p) {
@@ -102,25 +103,90 @@ static int mut_lock(kiln_store *s, int op) {
 
 static int name_char(int c) { return isalnum(c) || c == '.' || c == '_' || c == '-'; }
 
+/* A name is [HOST[:PORT]/]...[SEGMENT/]BASE[:TAG], as the references kiln
+ * pulls spell models: "qwen3:0.6b", "registry.example/ns/model:tag",
+ * "hf.co/org/repo:Q4_K_M", "hf.co/org/repo/file.gguf@main".  Segments are
+ * [A-Za-z0-9._-] and begin with a letter or digit; only the first of
+ * several may carry a port, only the last one '@' (a revision); the tag
+ * follows the last ':' after the last '/'.  No ".." anywhere, so a name
+ * is never a path: on disk each '/' becomes "%2F" (name_file). */
 kiln_status kst_name_norm(const char *in, char out[KST_NAME_MAX + 1]) {
     if (!in || !*in) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "empty model name");
     size_t len = strlen(in);
-    const char *colon = strchr(in, ':');
-    size_t base = colon ? (size_t)(colon - in) : len;
+    const char *last_slash = strrchr(in, '/');
+    const char *base = last_slash ? last_slash + 1 : in;
+    const char *colon = strchr(base, ':');
     if (len + (colon ? 0 : 7) > KST_NAME_MAX)
         return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%.40s...' is longer than %d bytes", in, KST_NAME_MAX);
-    if (base == 0 || (colon && !colon[1]) || (colon && strchr(colon + 1, ':')))
+    if (!*base || base == colon || (colon && !colon[1]) || (colon && strchr(colon + 1, ':')))
         return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s' must be NAME or NAME:TAG", in);
-    for (size_t i = 0; i < len; i++)
-        if (i != base && !name_char((unsigned char)in[i]))
+    if (strstr(in, ".."))
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s' may not contain '..'", in);
+    int n_seg = 0;
+    for (const char *seg = in; seg < base; n_seg++) {
+        const char *end = strchr(seg, '/');
+        const char *port = memchr(seg, ':', (size_t)(end - seg));
+        if (end == seg || !isalnum((unsigned char)*seg))
+            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s': each part before a '/' must begin with a letter or digit", in);
+        if (port && (seg != in || port + 1 == end))
+            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s': only a host may carry a ':PORT'", in);
+        for (const char *c = seg; c < end; c++) {
+            if (port && c > port ? !isdigit((unsigned char)*c) : c != port && !name_char((unsigned char)*c))
+                return kl_fail(NULL, KILN_ERR_INVALID_ARG,
+                               "model name '%s': only letters, digits, '.', '_', '-', '/' and ':' are allowed", in);
+        }
+        seg = end + 1;
+    }
+    if (n_seg > 7) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s' has more than 8 parts", in);
+    const char *at = strchr(base, '@');
+    for (const char *c = base; *c; c++)
+        if (c != colon && c != at && !name_char((unsigned char)*c))
             return kl_fail(NULL, KILN_ERR_INVALID_ARG,
-                           "model name '%s': only letters, digits, '.', '_' and '-' are allowed", in);
-    if (in[0] == '.' || in[0] == '-' || (colon && (colon[1] == '.' || colon[1] == '-')) || strstr(in, ".."))
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s' may not start with '.' or '-' or contain '..'", in);
+                           "model name '%s': only letters, digits, '.', '_', '-', '/' and ':' are allowed", in);
+    if (at && (strchr(at + 1, '@') || at == base || !at[1] || at + 1 == colon || at - 1 == colon || at[1] == '.' ||
+               at[1] == '-'))
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s': '@' may only mark one revision", in);
+    if (base[0] == '.' || base[0] == '-' || (colon && (colon[1] == '.' || colon[1] == '-')))
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s' may not start with '.' or '-'", in);
     char tmp[KST_NAME_MAX + 1]; /* out may be in */
     snprintf(tmp, sizeof tmp, "%s%s", in, colon ? "" : ":latest");
     memcpy(out, tmp, sizeof tmp);
     return KILN_OK;
+}
+
+/* names/<file> of a normalized name: '/' written as "%2F" ('%' is never
+ * in a name, so the mapping is one-to-one). */
+static int name_file(kiln_store *s, const char *norm, char p[PATH_MAX]) {
+    char enc[3 * KST_NAME_MAX + 1];
+    size_t o = 0;
+    for (const char *c = norm; *c && o + 4 < sizeof enc; c++) {
+        if (*c == '/') {
+            memcpy(enc + o, "%2F", 3);
+            o += 3;
+        } else {
+            enc[o++] = *c;
+        }
+    }
+    enc[o] = 0;
+    return kst_path(p, "%s/names/%s", s->root, enc);
+}
+
+/* The name a names/ entry stands for; -1 for anything else. */
+static int name_decode(const char *file, char out[KST_NAME_MAX + 1]) {
+    size_t o = 0;
+    for (const char *c = file; *c; c++) {
+        if (o >= KST_NAME_MAX) return -1;
+        if (*c == '%') {
+            if (strncmp(c, "%2F", 3)) return -1;
+            out[o++] = '/';
+            c += 2;
+        } else {
+            out[o++] = *c;
+        }
+    }
+    out[o] = 0;
+    char norm[KST_NAME_MAX + 1];
+    return kst_name_norm(out, norm) == KILN_OK && !strcmp(norm, out) ? 0 : -1;
 }
 
 void kst_name_from_file(const char *file, char out[KST_NAME_MAX + 1]) {
@@ -157,7 +223,7 @@ int kst_hex_ok(const char *s) {
 
 static int name_lookup(kiln_store *s, const char *norm, char id[KST_ID_LEN + 1]) {
     char p[PATH_MAX];
-    if (kst_path(p, "%s/names/%s", s->root, norm)) return -1;
+    if (name_file(s, norm, p)) return -1;
     char *txt = kst_read_text(p, 256, NULL);
     if (!txt) return -1;
     int ok = strlen(txt) >= KST_ID_LEN && (txt[KST_ID_LEN] == '\n' || !txt[KST_ID_LEN]);
@@ -230,7 +296,7 @@ static void drop_if_unnamed(kiln_store *s, const char *id);
 
 kiln_status kst_bind_name(kiln_store *s, const char *name, const char *id) {
     char p[PATH_MAX], line[KST_ID_LEN + 2], old[KST_ID_LEN + 1];
-    if (kst_path(p, "%s/names/%s", s->root, name)) return KILN_ERR_INVALID_ARG;
+    if (name_file(s, name, p)) return KILN_ERR_INVALID_ARG;
     const int had = name_lookup(s, name, old) == 0 && strcmp(old, id);
     snprintf(line, sizeof line, "%s\n", id);
     if (kst_write_atomic(p, line, strlen(line), 0644) != 0)
@@ -247,9 +313,9 @@ static void each_name(kiln_store *s, const char *id, void (*fn)(const char *name
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.")) continue;
-        char nid[KST_ID_LEN + 1];
-        if (name_lookup(s, e->d_name, nid) == 0 && (!id || !strcmp(nid, id))) fn(e->d_name, nid, ud);
+        char name[KST_NAME_MAX + 1], nid[KST_ID_LEN + 1];
+        if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.") || name_decode(e->d_name, name)) continue;
+        if (name_lookup(s, name, nid) == 0 && (!id || !strcmp(nid, id))) fn(name, nid, ud);
     }
     closedir(d);
 }
@@ -652,6 +718,9 @@ kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out) {
     json_t *names = json_array();
     each_name(s, id, collect_plain, names);
     json_object_set_new(o, "names", names);
+    char dir[PATH_MAX];
+    json_t *d = kst_path(dir, "%s/packs/%s", s->root, id) ? json_object() : kst_pack_defaults(dir, man);
+    json_object_set_new(o, "defaults", d);
     json_object_set_new(o, "manifest", man);
     *json_out = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(o);
@@ -726,6 +795,12 @@ kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease
     const char *file = man ? model_file(man) : NULL;
     if (!st && (!file || kst_path(l->path, "%s/packs/%s/%s", s->root, l->id, file)))
         st = kl_fail(NULL, KILN_ERR_FORMAT, "pack %.12s has no model artifact", l->id);
+    char dir[PATH_MAX];
+    if (!st && !kst_path(dir, "%s/packs/%s", s->root, l->id)) {
+        json_t *d = kst_pack_defaults(dir, man);
+        l->defaults = json_dumps(d, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(d);
+    }
     json_decref(man);
     if (st) {
         kiln_store_release(l);
@@ -737,9 +812,11 @@ kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease
 
 const char *kiln_store_lease_path(const kiln_store_lease *l) { return l ? l->path : ""; }
 const char *kiln_store_lease_id(const kiln_store_lease *l) { return l ? l->id : ""; }
+const char *kiln_store_lease_defaults(const kiln_store_lease *l) { return l && l->defaults ? l->defaults : "{}"; }
 
 void kiln_store_release(kiln_store_lease *l) {
     if (!l) return;
+    free(l->defaults);
     if (l->record[0]) unlink(l->record);
     kst_unlock(l->fd);
     free(l);
@@ -822,7 +899,7 @@ static void unlink_name(const char *name, const char *nid, void *ud) {
     (void)nid;
     kiln_store *s = ud;
     char p[PATH_MAX];
-    if (!kst_path(p, "%s/names/%s", s->root, name)) unlink(p);
+    if (!name_file(s, name, p)) unlink(p);
 }
 
 static void count_name(const char *name, const char *nid, void *ud) {
@@ -889,7 +966,7 @@ kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
     if (!st) each_name(s, id, count_name, &n_names);
     if (!st && norm[0] && n_names > 1) {
         /* another name keeps the pack: only this alias goes */
-        if (!kst_path(p, "%s/names/%s", s->root, norm) && unlink(p) != 0)
+        if (!name_file(s, norm, p) && unlink(p) != 0)
             st = kl_fail(NULL, KILN_ERR_IO, "cannot remove %s: %s", p, strerror(errno));
         kst_unlock(lk);
         return st;

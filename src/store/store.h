@@ -4,7 +4,7 @@
  * Layout under the root (everything the store writes stays below it):
  *   packs/<id>/manifest.json   canonical JSON; id = SHA-256 of these bytes
  *   packs/<id>/<file>          read-only artifacts (symlinks for linked packs)
- *   names/<name:tag>           "<id>\n"
+ *   names/<name:tag>           "<id>\n"; a '/' of the name is "%2F" here
  *   state/<id>.json            mutable facts: damaged reason, verify stamps
  *   leases/<id>.lock           shared flock per loaded pack
  *   leases/<id>.<pid>.<n>      one file per live lease, so rm can name it
@@ -16,7 +16,12 @@
  * store.c    names, publish, list/info, resolve and leases, verify, rm, gc
  * fsutil.c   hashing, atomic writes, tree removal, locks
  * import.c   copy / move / link of local files
- * pull.c     HTTP(S) transfers through libcurl
+ * pull.c     downloads into staging (resume, verify, publish)
+ * http.c     bounded metadata requests, URL and credential rules
+ * hub.c      Hugging Face references: revision, tree, file choice
+ * registry.c Ollama registry references: manifest, layers
+ * inspect.c  a remote GGUF header read through Range requests
+ * defaults.c a pack's chat template, system prompt, options, license
  */
 #ifndef KILN_STORE_H
 #define KILN_STORE_H
@@ -28,7 +33,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#define KST_NAME_MAX 128     /* bytes of "name:tag" */
+#define KST_NAME_MAX 200     /* bytes of "name:tag" */
 #define KST_ID_LEN 64        /* hex digits of a pack id */
 #define KST_ID_PREFIX_MIN 4  /* hex digits an id prefix needs (kiln ls prints 12) */
 #define KST_STAGING_MAX_AGE (60.0 * 60.0)      /* install-time cleanup, seconds */
@@ -37,6 +42,149 @@
 struct kiln_store {
     char root[PATH_MAX];
 };
+
+/* ---- http.c ---- */
+
+enum { KST_SRC_URL = 0, KST_SRC_HUB = 1, KST_SRC_REGISTRY = 2 };
+enum { KST_FOLLOW_NONE = 0, KST_FOLLOW_SAME = 1, KST_FOLLOW_ALL = 2 };
+#define KST_MAX_REDIRECTS 10
+
+/* Retry and cancel settings shared by metadata requests and downloads
+ * (KILN_PULL_STALL_SECONDS, KILN_PULL_RETRIES, KILN_PULL_BACKOFF_MS). */
+typedef struct kst_net {
+    const volatile int *cancel;
+    kiln_store_progress_fn progress; /* hears "retry" events */
+    void *user;
+    long stall_s;
+    int max_attempts;  /* consecutive attempts without progress */
+    long backoff_ms;   /* first retry delay; doubles, capped at 30 s */
+} kst_net;
+
+void kst_net_init(kst_net *n, const kiln_store_pull_params *pp);
+int kst_net_cancelled(const kst_net *n);
+void kst_net_sleep(const kst_net *n, long ms);
+long kst_net_delay(const kst_net *n, int attempt);
+int kst_curl_transient(int curl_code);
+void kst_curl_init(void);
+long kst_env_long(const char *name, long def, long lo, long hi);
+
+int kst_is_loopback(const char *host);
+/* Checks the scheme (HTTPS, or HTTP to loopback), refuses user-info and
+ * writes the origin "scheme://host:port". */
+kiln_status kst_url_origin(const char *url, char *origin, size_t cap);
+/* url without user-info, query and fragment: the only form messages and
+ * records show. */
+void kst_url_clean(const char *url, char *out, size_t cap);
+/* Percent-encodes in (keeping '/' when keep_slash); -1 when out is small. */
+int kst_url_escape(const char *in, char *out, size_t cap, int keep_slash);
+/* The SHA-256 an ETag names ("\"<64 hex>\""), lowercased; 0 when it is
+ * anything else (a Git blob id, a weak validator). */
+int kst_etag_sha256(const char *etag, char out[KST_ID_LEN + 1]);
+
+/* One GET (or HEAD) with a bounded body.  Caller headers go only to
+ * auth_origin (NULL: nowhere) and never again once a redirect left it.
+ * Transient failures (connection, timeout, 408, 429, 5xx) are retried
+ * with backoff; KILN_OK means an answer arrived, whatever its code.  With
+ * a range, a server that answers 200 sets range_ignored and nothing of
+ * the body is kept. */
+typedef struct kst_http {
+    /* request */
+    const char *url;
+    const char *accept;
+    const char *const *headers;
+    int n_headers;
+    const char *auth_origin;
+    int head;                   /* HEAD instead of GET */
+    int follow;                 /* KST_FOLLOW_* */
+    uint64_t range_start, range_len; /* range_len 0: no Range */
+    size_t max_body;            /* 0: 1 MiB */
+    /* response (of the last hop) */
+    long code;
+    char *body;                 /* NUL-terminated, malloc'd; kst_http_done */
+    size_t len, cap;
+    int overflow, range_ignored, nomem;
+    int64_t content_length;     /* -1 unknown */
+    uint64_t linked_size;
+    int has_linked_size;
+    char content_range[128], etag[160], linked_etag[160], repo_commit[64], error_code[64];
+    char docker_digest[100], www_auth[512];
+    char link_next[2048];       /* Link rel="next" */
+    char location[4096];        /* of an unfollowed redirect; never persisted */
+    char final_url[2048];       /* cleaned */
+    /* internal */
+    void *curl;
+    const kst_net *net;
+} kst_http;
+
+kiln_status kst_http_get(kst_http *h, const kst_net *net);
+void kst_http_done(kst_http *h);
+
+/* Source results (kiln_store_last_source_result): set, and fail with a
+ * message. */
+void kst_source_set(kiln_store_source_result r);
+kiln_status kst_source_fail(kiln_store_source_result r, kiln_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Maps an error answer of a source (kind KST_SRC_*; error_code is the
+ * hub's X-Error-Code or "") to its source result and one line naming
+ * what (a reference, never a URL query or body). */
+kiln_status kst_http_error(int kind, long code, const char *error_code, const char *what, int have_token);
+
+/* ---- pull plans: what to fetch, made by hub.c / registry.c, run by
+ * pull.c ---- */
+
+#define KST_MAX_ARTIFACTS 64
+
+typedef struct kst_artifact {
+    char url[4096];            /* the pinned source URL: never a signed one */
+    char file[256];            /* name in the pack */
+    char role[32];             /* model, shard, mmproj, template, system, params, license */
+    char sha[KST_ID_LEN + 1];  /* expected SHA-256; "" unknown */
+    char license[128];
+    uint64_t length;           /* expected; 0 unknown */
+} kst_artifact;
+
+typedef struct kst_plan {
+    int kind;                  /* KST_SRC_* */
+    char origin[1400];         /* the manifest's "origin": the pinned source */
+    char what[300];            /* how messages name the source */
+    char auth_origin[512];     /* the one origin credentials go to */
+    kst_artifact arts[KST_MAX_ARTIFACTS];
+    int n_arts;
+    json_t *source;            /* provenance for the manifest (owned), or NULL */
+    int n_unverified;          /* artifacts whose SHA-256 the source did not publish */
+    char unverified[200];      /* the first few of them */
+} kst_plan;
+
+/* hub.c: 1 when ref starts with hf.co/ or huggingface.co/. */
+int kst_hub_ref(const char *ref);
+/* Checks a reference's form (no network). */
+kiln_status kst_hub_check(const char *ref);
+kiln_status kst_registry_check(const char *ref);
+/* $HF_ENDPOINT without trailing '/', or https://huggingface.co. */
+const char *kst_hub_endpoint(char *buf, size_t cap);
+/* Resolves a hub reference into plan (headers go to the hub's origin). */
+kiln_status kst_hub_plan(const char *ref, const kst_net *net, const char *const *headers, int n_headers, int have_token,
+                         kst_plan *plan);
+
+/* The hub token as huggingface_hub finds it ($HF_TOKEN, else its token
+ * file); 1 when there is one. */
+int kst_hub_token(char *buf, size_t cap);
+
+/* registry.c: resolves an Ollama registry reference into plan. */
+kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *const *headers, int n_headers,
+                              int have_token, kst_plan *plan);
+
+/* ---- defaults.c ---- */
+
+#define KST_TEXT_MAX (1u << 20) /* bytes of a template, system, params, license */
+
+/* Checks a text artifact (roles template, system, params, license,
+ * messages) is what its role needs; other roles pass. */
+kiln_status kst_check_text(const char *path, const char *role, const char *file);
+/* The defaults of the pack in pack_dir: {"template", "template_format",
+ * "system", "options", "license": [...], "messages"}, each key only when
+ * the pack has it (an empty object for a plain GGUF pack). */
+json_t *kst_pack_defaults(const char *pack_dir, json_t *man);
 
 /* ---- fsutil.c ---- */
 
