@@ -53,6 +53,7 @@ static void serve_usage(FILE *f) {
             "  -t N              threads (default: all CPUs)\n"
             "  --kv-budget MIB   KV cache memory per model (default: -c x --parallel)\n"
             "  --cache-type T    KV cache type: f16 (default), f32 or q8_0 (--kv-f32 = f32)\n"
+            "  --image PACK      serve an image pack at POST /v1/images/generations (256x256, b64_json)\n"
             "  --api-key KEY     require 'Authorization: Bearer KEY' (not on /health and the chat page's\n"
             "                    files); also $KILN_API_KEY\n"
             "  --cors-origins L  browser origins allowed besides loopback ones and the server's own:\n"
@@ -78,6 +79,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--host") && has) cfg.host = argv[++i];
         else if (!strcmp(a, "--store") && has) cfg.store_root = argv[++i];
         else if (!strcmp(a, "--api-key") && has) cfg.api_key = argv[++i];
+        else if (!strcmp(a, "--image") && has) cfg.image_pack = argv[++i];
         else if (!strcmp(a, "--cors-origins") && has) cfg.cors_origins = argv[++i];
         else if (!strcmp(a, "--keep-alive") && has) {
             if (parse_dur(argv[++i], &cfg.keep_alive)) {

@@ -429,6 +429,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (post && !strcmp(url, "/v1/chat/completions")) rc = ks_oai_chat(s, c, body);
     else if (post && !strcmp(url, "/v1/completions")) rc = ks_oai_completions(s, c, body);
     else if (post && !strcmp(url, "/v1/embeddings")) rc = ks_oai_embeddings(s, c, body);
+    else if (post && !strcmp(url, "/v1/images/generations")) rc = ks_oai_images(s, c, body);
     else if (is_api) rc = ks_oll_route(s, c, method, url, body);
     else {
         char msg[300];
@@ -539,6 +540,14 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
         ks_server_free((ks_server *)s);
         return KILN_ERR_INVALID_ARG;
     }
+    if (cfg->image_pack) {
+        char ierr[1024];
+        if (!(s->images = ks_images_start(cfg->image_pack, ierr, sizeof ierr))) {
+            fprintf(stderr, "kiln serve: --image %s: %s\n", cfg->image_pack, ierr);
+            ks_server_free((ks_server *)s);
+            return KILN_ERR_FORMAT;
+        }
+    }
     const char *origins = cfg->cors_origins ? cfg->cors_origins : getenv("KILN_ORIGINS");
     if (ks_guard_init(&s->guard, addr, origins)) {
         ks_server_free((ks_server *)s);
@@ -607,6 +616,7 @@ void ks_server_free(ks_server *srv) {
     if (s->mhd) MHD_stop_daemon(s->mhd);
     if (s->listen_fd >= 0) close(s->listen_fd);
     for (int i = 0; i < s->n_runners; i++) ks_runner_free(s->runners[i]);
+    ks_images_free(s->images);
     if (s->store) kiln_store_close(s->store);
     ks_guard_free(&s->guard);
     pthread_mutex_destroy(&s->mu);

@@ -20,6 +20,7 @@
  *   prompt.c   chat messages -> prompt text (GGUF template or built-ins)
  *   openai.c   /v1/...          ollama.c  /api/...
  *   metrics.c  /metrics         webui.c   GET / (embedded chat page)
+ *   images.c   /v1/images/generations over an image pack (--image)
  */
 #ifndef KILN_SERVER_H
 #define KILN_SERVER_H
@@ -51,6 +52,7 @@ typedef struct ks_config {
     size_t max_body;             /* request body limit in bytes (8 MiB) */
     int max_queue;               /* waiting requests per model before 429 (64) */
     int max_connections;         /* open connections (256) */
+    const char *image_pack;      /* image pack served at /v1/images/generations, or NULL */
 } ks_config;
 
 ks_config ks_config_default(void);

@@ -84,6 +84,11 @@ typedef struct ks_runner {
     int n_vocab;
 } ks_runner;
 
+/* images.c: the image pack behind /v1/images/generations */
+typedef struct ks_images ks_images;
+ks_images *ks_images_start(const char *pack, char *err, size_t cap);
+void ks_images_free(ks_images *im);
+
 typedef struct ks_srv {
     ks_config cfg;
     struct MHD_Daemon *mhd;
@@ -96,6 +101,7 @@ typedef struct ks_srv {
     ks_guard guard;           /* Host, Origin and public-path rules */
     atomic_int draining;
     atomic_int n_active_http;
+    ks_images *images;        /* NULL without --image */
 } ks_srv;
 
 /* runner.c */
@@ -242,6 +248,7 @@ int ks_oai_models(ks_srv *s, struct MHD_Connection *c);
 int ks_oai_chat(ks_srv *s, struct MHD_Connection *c, json_t *body);
 int ks_oai_completions(ks_srv *s, struct MHD_Connection *c, json_t *body);
 int ks_oai_embeddings(ks_srv *s, struct MHD_Connection *c, json_t *body);
+int ks_oai_images(ks_srv *s, struct MHD_Connection *c, json_t *body);
 int ks_oll_route(ks_srv *s, struct MHD_Connection *c, const char *method, const char *url, json_t *body);
 extern const char ks_webui_html[];
 
