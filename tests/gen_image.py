@@ -883,7 +883,20 @@ def as_params(W):
     return {k: torch.nn.Parameter(v.float().clone()) for k, v in W.items()}
 
 
-def gen_demo(minutes):
+def load_safetensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    W = collections.OrderedDict()
+    for k, v in json.loads(raw[8:8 + n]).items():
+        if k == "__metadata__":
+            continue
+        b, e = v["data_offsets"]
+        a = np.frombuffer(raw[8 + n + b:8 + n + e], dtype={"F32": "<f4", "F16": "<f2"}[v["dtype"]])
+        W[k] = torch.from_numpy(a.astype(np.float32).reshape(v["shape"]))
+    return W
+
+
+def gen_demo(minutes, resume=False):
     import time
     torch.set_num_threads(1)  # a shared machine: OpenMP threads spinning on busy cores only lose
     d = os.path.join(os.path.dirname(ROOT), "models", "shapes-256")
@@ -895,16 +908,20 @@ def gen_demo(minutes):
     budget = minutes * 60.0
     t_start = time.time()
 
+    if resume:  # go on from the bundled weights: the decoder stays, the rest trains further
+        Wv = as_params(load_safetensors(os.path.join(d, "vae.safetensors")))
+        Wt = as_params(load_safetensors(os.path.join(d, "t5.safetensors")))
+        Wd = as_params(torch.load(os.path.join(d, "dit.pt")))
     # 1. the decoder: latents of random pictures back to the pictures, on
     #    128-pixel pictures (a latent cell is 8 x 8 pixels at any size, and
     #    every layer but the group norms and the 16-cell attention is local)
-    Wv = as_params(vae_weights(g, DEMO_VAE))
+    Wv = Wv if resume else as_params(vae_weights(g, DEMO_VAE))
     for k in list(Wv):
         if k.startswith("encoder.") or k.startswith("quant_conv"):
             del Wv[k]
     opt = torch.optim.Adam(Wv.values(), lr=2e-3)
     t0, step = time.time(), 0
-    while time.time() - t0 < budget * 0.2:
+    while not resume and time.time() - t0 < budget * 0.2:
         batch = [draw(*caps[rng.integers(len(caps))], rng, 128) for _ in range(4)]
         x = torch.from_numpy(np.stack(batch)).permute(0, 3, 1, 2)
         z = torch.stack([raw_latent(b) for b in batch]) * DEMO_VAE["scaling"]
@@ -915,15 +932,17 @@ def gen_demo(minutes):
         step += 1
         if step % 20 == 0:
             print(f"vae step {step}: L1 {loss.item():.4f}", flush=True)
-    print(f"vae: {step} steps in {time.time() - t0:.0f} s, L1 {loss.item():.4f}", flush=True)
+    if step:
+        print(f"vae: {step} steps in {time.time() - t0:.0f} s, L1 {loss.item():.4f}", flush=True)
 
     # 2. the encoder and the transformer together, epsilon prediction with
     #    10 % of captions dropped to "" for guidance
-    Wt = as_params(t5_weights(g, sp.get_piece_size() + 4, DEMO_T5))
-    Wd = as_params(dit_weights(g, DEMO_DIT, DEMO_T5["d_model"]))
-    for k in Wd:
-        if k.startswith("proj_out"):
-            Wd[k].data.mul_(0.1)
+    if not resume:
+        Wt = as_params(t5_weights(g, sp.get_piece_size() + 4, DEMO_T5))
+        Wd = as_params(dit_weights(g, DEMO_DIT, DEMO_T5["d_model"]))
+        for k in Wd:
+            if k.startswith("proj_out"):
+                Wd[k].data.mul_(0.1)
     opt = torch.optim.AdamW(list(Wt.values()) + list(Wd.values()), lr=2e-3, weight_decay=0.0)
     betas = torch.linspace(SCHED["beta_start"], SCHED["beta_end"], 1000, dtype=torch.float32)
     ac = torch.cumprod(1 - betas, 0)
@@ -933,7 +952,7 @@ def gen_demo(minutes):
     print(f"dit: {len(data)} training pictures", flush=True)
     t0, step = time.time(), 0
     B = 16
-    t_end = budget * 0.8 - (time.time() - t_start)
+    t_end = (budget if resume else budget * 0.8) - (time.time() - t_start)
     while time.time() - t0 < t_end:
         if time.time() - t0 > 0.85 * t_end:
             for grp in opt.param_groups:
@@ -1002,6 +1021,7 @@ def main():
     ap.add_argument("--ckpt", action="store_true")
     ap.add_argument("--demo", type=float, metavar="MINUTES",
                     help="train the bundled demo pipeline (models/shapes-256) for about MINUTES of wall time")
+    ap.add_argument("--resume", action="store_true", help="with --demo: train the bundled weights further")
     ap.add_argument("--bench", metavar="DIR", help="write a random F16 pipeline with PixArt-256 shapes to DIR")
     a = ap.parse_args()
     torch.manual_seed(0)
@@ -1009,7 +1029,7 @@ def main():
         gen_bench(a.bench)
         return
     if a.demo:
-        gen_demo(a.demo)
+        gen_demo(a.demo, a.resume)
         return
     gen_ckpt()
     if a.ckpt:
