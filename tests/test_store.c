@@ -575,7 +575,9 @@ static void test_transient_faults(void) {
     double t0 = now_s();
     CHECKF(kiln_store_pull(s, url, "tiny:stalled", NULL, NULL, NULL) == KILN_OK, "%s", kiln_last_error());
     double dt = now_s() - t0;
-    CHECKF(dt >= 1.5 && dt < 9, "stall took %.1f s", dt);
+    /* at least the stall limit (the detector waited), and not the whole
+     * transfer timeout (it fired); generous above for loaded machines */
+    CHECKF(dt >= 1.5 && dt < 30, "stall took %.1f s", dt);
     CHECK(has_model(s, "tiny:stalled"));
     CHECK(log_count("/e/", "\"range\": \"bytes=200000-\"") == 1);
     kiln_store_close(s);
