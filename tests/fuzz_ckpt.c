@@ -32,7 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     im_spiece *s = im_spiece_load(data, size, err, sizeof err);
     if (s) {
         int32_t ids[64];
-        im_spiece_encode(s, "a Red  circle ＡＢ\xff on a blue background", 44, ids, 64);
+        static const char text[] = "a Red  circle ＡＢ\xff on a blue background";
+        im_spiece_encode(s, text, sizeof text - 1, ids, 64);
         im_spiece_free(s);
     }
     return 0;
