@@ -2,11 +2,21 @@
  * Structured output (src/sample/jschema.c): texts fed byte by byte to the
  * recognizer of a schema must be accepted to the end (and be complete) or
  * be refused at the byte where they leave what the schema allows; schemas
- * the recognizer cannot honour are refused with a message.
+ * the recognizer cannot honour are refused with a message.  Number ranges
+ * and patterns are also checked exhaustively over short texts against an
+ * oracle (exact decimal arithmetic; PCRE2 for patterns): the same texts
+ * are allowed, every prefix an allowed text extends is taken, and no taken
+ * prefix dead-ends.
  */
 #include "sample/jschema.h"
+#include "sample/regex.h"
 #include "testutil.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* How many bytes of text the recognizer of s takes; *whole: whether they
@@ -57,6 +67,565 @@ static void refused(const char *src, const char *msg) {
     CHECKF(!s && strstr(err, msg), "schema %s: want an error with '%s', got '%s'", src, msg, s ? "(compiled)" : err);
     ks_schema_free(s);
     json_decref(j);
+}
+
+/* ---- exhaustive checks against an oracle ----
+ * For texts over an alphabet up to a length: the recognizer takes a whole
+ * text exactly when the oracle allows it; it takes a prefix whenever some
+ * allowed text of the enumeration extends it; and wherever it has taken a
+ * prefix some byte may follow or the value is complete (no dead end), and
+ * a greedy walk from there reaches a complete value the oracle allows. */
+
+typedef int (*oracle_fn)(const char *text, int len, void *ud);
+
+/* Bytes of the longest prefix the recognizer takes; *whole: all of it and
+ * complete. */
+static int take(const ks_schema *s, const char *t, int n, int *whole) {
+    ks_sv v;
+    ks_sv_init(&v, s);
+    int i = 0;
+    while (i < n && ks_sv_byte(&v, (unsigned char)t[i])) i++;
+    *whole = i == n && ks_sv_complete(&v);
+    return i;
+}
+
+/* Whether the value can be completed within depth more bytes from v,
+ * trying the bytes of cands (the closing quote first); the completion is
+ * written to out. */
+static int search(const ks_sv *v, const char *cands, int nc, int depth, char *out) {
+    if (ks_sv_complete(v)) return 1;
+    if (!depth) return 0;
+    for (int i = 0; i < nc; i++) {
+        ks_sv w = *v;
+        if (!ks_sv_byte(&w, (unsigned char)cands[i])) continue;
+        out[0] = cands[i];
+        if (search(&w, cands, nc, depth - 1, out + 1)) return 1;
+    }
+    return 0;
+}
+
+/* Completes t[0..n) (appending, up to cap bytes) with the shortest text
+ * over cands, after checking that the state after t is no dead end (some
+ * byte at all may follow, or it is complete).  Returns the new length, or
+ * 0 when there is a dead end or no completion within 10 bytes. */
+static int complete_with(const ks_schema *s, char *t, int n, int cap, const char *cands, int nc) {
+    ks_sv v;
+    ks_sv_init(&v, s);
+    for (int i = 0; i < n; i++)
+        if (!ks_sv_byte(&v, (unsigned char)t[i])) return 0;
+    int any = ks_sv_complete(&v);
+    for (int b = 0; b < 256 && !any; b++) {
+        const char ch = (char)b;
+        any = ks_sv_accepts(&v, &ch, 1);
+    }
+    if (!any) return 0;
+    for (int d = 0; d <= 10 && n + d <= cap; d++)
+        if (search(&v, cands, nc, d, t + n)) return n + d;
+    return 0;
+}
+
+/* Some byte may follow t[0..n) (or the value is complete there). */
+static int no_dead_end(const ks_schema *s, const char *t, int n) {
+    ks_sv v;
+    ks_sv_init(&v, s);
+    for (int i = 0; i < n; i++)
+        if (!ks_sv_byte(&v, (unsigned char)t[i])) return 0;
+    int any = ks_sv_complete(&v);
+    for (int b = 0; b < 256 && !any; b++) {
+        const char ch = (char)b;
+        any = ks_sv_accepts(&v, &ch, 1);
+    }
+    return any;
+}
+
+/* The distinct bytes of the texts in tok, and the quote first. */
+static int cands_of(const char *const *tok, int n_tok, char *out) {
+    int n = 0;
+    out[n++] = '"';
+    for (int i = 0; i < n_tok; i++)
+        for (const char *p = tok[i]; *p; p++)
+            if (!memchr(out, *p, (size_t)n)) out[n++] = *p;
+    return n;
+}
+
+typedef struct enum_ctx {
+    const char *const *tok; /* the alphabet: texts of one or more bytes */
+    int n_tok, max_len;
+    const char *prefix, *suffix; /* around every text (the quotes of a string) */
+} enum_ctx;
+
+/* Checks s against the oracle over every text of up to e->max_len tokens. */
+static void exhaust(const ks_schema *s, const enum_ctx *e, oracle_fn ok, void *ud, const char *what) {
+    enum { CAP = 600, MAXLEN = 8 };
+    /* texts in order: by length, then as little-endian numbers in base
+     * n_tok, so a prefix of p tokens is text base[p] + its digits */
+    long base[MAXLEN + 2];
+    base[0] = 0;
+    long pw = 1;
+    for (int l = 0; l <= e->max_len; l++, pw *= e->n_tok) base[l + 1] = base[l] + pw;
+    const long nt = base[e->max_len + 1];
+    CHECK(e->max_len <= MAXLEN && nt <= 500000);
+    uint8_t *tok_of = malloc((size_t)nt * MAXLEN), *len_of = malloc((size_t)nt), *allowed = calloc((size_t)nt, 1),
+            *viable = calloc((size_t)nt, 1);
+    long at = 0;
+    for (int len = 0; len <= e->max_len; len++) {
+        int idx[MAXLEN] = {0};
+        for (;;) {
+            for (int i = 0; i < len; i++) tok_of[at * MAXLEN + i] = (uint8_t)idx[i];
+            len_of[at++] = (uint8_t)len;
+            int k = 0;
+            while (k < len && ++idx[k] == e->n_tok) idx[k++] = 0;
+            if (k == len) break;
+        }
+    }
+    const int pl = (int)strlen(e->prefix), sl = (int)strlen(e->suffix);
+    char t[CAP], cands[256];
+    const int nc = cands_of(e->tok, e->n_tok, cands);
+    /* the text of i between prefix and suffix; returns its byte length */
+#define BODY(i)                                                                                  \
+    ({                                                                                           \
+        int bl_ = pl;                                                                            \
+        memcpy(t, e->prefix, (size_t)pl);                                                        \
+        for (int q_ = 0; q_ < len_of[i]; q_++) {                                                 \
+            const char *tk_ = e->tok[tok_of[(i) * MAXLEN + q_]];                                 \
+            memcpy(t + bl_, tk_, strlen(tk_));                                                   \
+            bl_ += (int)strlen(tk_);                                                             \
+        }                                                                                        \
+        bl_ - pl;                                                                                \
+    })
+    long n_ok = 0;
+    for (long i = 0; i < nt; i++) {
+        const int bl = BODY(i);
+        if (!(allowed[i] = (uint8_t)ok(t + pl, bl, ud))) continue;
+        n_ok++;
+        long pi = 0, p = 1; /* every prefix is viable */
+        for (int q = 0; q <= len_of[i]; q++) {
+            viable[base[q] + pi] = 1;
+            if (q < len_of[i]) pi += tok_of[i * MAXLEN + q] * p, p *= e->n_tok;
+        }
+    }
+    int bad = 0;
+    for (long i = 0; i < nt && bad < 6; i++) {
+        const int bl = BODY(i);
+        memcpy(t + pl + bl, e->suffix, (size_t)sl);
+        int whole, w2;
+        take(s, t, pl + bl + sl, &whole);
+        if (whole != allowed[i] && ++bad)
+            fprintf(stderr, "  %s: '%.*s' whole %d, oracle %d\n", what, pl + bl + sl, t, whole, allowed[i]);
+        const int took = take(s, t, pl + bl, &w2);
+        if (viable[i] && took != pl + bl && ++bad)
+            fprintf(stderr, "  %s: prefix '%.*s' refused at byte %d, but an allowed text extends it\n", what, pl + bl, t,
+                    took);
+        if (took == pl + bl) {
+            const int cn = complete_with(s, t, pl + bl, CAP - 1, cands, nc);
+            if (!cn && ++bad) fprintf(stderr, "  %s: prefix '%.*s' dead-ends\n", what, pl + bl, t);
+            const int inner = cn - pl - sl;
+            if (cn && !(inner >= 0 && !memcmp(t + cn - sl, e->suffix, (size_t)sl) && ok(t + pl, inner, ud)) && ++bad)
+                fprintf(stderr, "  %s: the completion '%.*s' is not allowed\n", what, cn, t);
+        }
+    }
+#undef BODY
+    CHECKF(bad == 0, "%s: the recognizer and the oracle disagree", what);
+    printf("%s: %ld texts (%ld allowed) agree with the oracle\n", what, nt, n_ok);
+    free(tok_of);
+    free(len_of);
+    free(allowed);
+    free(viable);
+}
+
+/* ---- numbers ---- */
+
+typedef __int128 i128;
+
+/* Decimal text (digits, at most one point, a sign) in units of 1e-20. */
+static int decimal(const char *t, int n, i128 *out) {
+    int i = 0, neg = 0, frac = -1, digits = 0;
+    i128 v = 0;
+    if (i < n && t[i] == '-') neg = 1, i++;
+    for (; i < n; i++) {
+        if (t[i] == '.' && frac < 0) frac = 0;
+        else if (t[i] >= '0' && t[i] <= '9' && frac < 20) v = v * 10 + (t[i] - '0'), digits++, frac += frac >= 0;
+        else return 0;
+    }
+    if (!digits) return 0;
+    for (int k = frac < 0 ? 0 : frac; k < 20; k++) v *= 10;
+    *out = neg ? -v : v;
+    return 1;
+}
+
+typedef struct num_oracle {
+    int integer;
+    i128 lo, hi; /* inclusive */
+} num_oracle;
+
+/* A JSON number of the plain decimal form a ranged number has (no
+ * exponent; no fraction for an integer; at most 16 decimals), not
+ * negative zero, in range. */
+static int num_ok(const char *t, int n, void *ud) {
+    const num_oracle *o = ud;
+    int i = 0, neg = 0;
+    if (i < n && t[i] == '-') neg = 1, i++;
+    if (i >= n || t[i] < '0' || t[i] > '9') return 0;
+    if (t[i] == '0' && i + 1 < n && t[i + 1] >= '0' && t[i + 1] <= '9') return 0; /* a leading zero */
+    while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+    if (i < n && t[i] == '.') {
+        if (o->integer) return 0;
+        const int d0 = ++i;
+        while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+        if (i == d0 || i - d0 > 16) return 0;
+    }
+    i128 v;
+    if (i != n || !decimal(t, n, &v)) return 0;
+    if (neg && v == 0) return 0;
+    return v >= o->lo && v <= o->hi;
+}
+
+static const char *const k_num_tok[] = {"-", "0", "1", "2", "3", "5", "7", "9", "."};
+
+/* lo and hi: the inclusive bounds as decimal text ("0.1000000000000001"). */
+static void number_case(const char *schema, int integer, const char *lo, const char *hi, int max_len) {
+    ks_schema *s = compile(schema);
+    num_oracle o = {integer, 0, 0};
+    CHECK(decimal(lo, (int)strlen(lo), &o.lo) && decimal(hi, (int)strlen(hi), &o.hi));
+    enum_ctx e = {k_num_tok, (int)(sizeof k_num_tok / sizeof k_num_tok[0]), max_len, "", ""};
+    exhaust(s, &e, num_ok, &o, schema);
+    ks_schema_free(s);
+}
+
+static void test_numbers(void) {
+    /* the issue's case: 5..10, never -0 */
+    number_case("{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 10}", 1, "5", "10", 4);
+    number_case("{\"type\": \"integer\", \"minimum\": -13, \"maximum\": 2}", 1, "-13", "2", 4);
+    number_case("{\"type\": \"integer\", \"exclusiveMinimum\": -1, \"exclusiveMaximum\": 71}", 1, "0", "70", 4);
+    number_case("{\"type\": \"integer\", \"minimum\": 5, \"exclusiveMinimum\": true, \"maximum\": 7}", 1, "6", "7", 3);
+    number_case("{\"type\": \"integer\", \"minimum\": 2.5, \"maximum\": 9.5}", 1, "3", "9", 3);
+    number_case("{\"type\": \"number\", \"minimum\": -2.5, \"maximum\": 3.75}", 0, "-2.5", "3.75", 5);
+    number_case("{\"type\": \"number\", \"exclusiveMinimum\": 0.1, \"exclusiveMaximum\": 0.3}", 0, "0.1000000000000001", "0.2999999999999999", 5);
+    number_case("{\"type\": \"number\", \"minimum\": 0, \"maximum\": 10}", 0, "0", "10", 5);
+    number_case("{\"type\": \"number\", \"minimum\": -0.5, \"maximum\": -0.25}", 0, "-0.5", "-0.25", 5);
+    /* no bounds: +-(2^53 - 1), so at most 16 digits; no -0 */
+    ks_schema *i = compile("{\"type\": \"integer\"}");
+    expect(i, "9007199254740991", -1, "the largest safe integer");
+    expect(i, "-9007199254740991", -1, "the smallest");
+    expect(i, "9007199254740992", 15, "one more");
+    expect(i, "1234567890123456789012345678901234567890", 16, "40 digits");
+    expect(i, "-0", 1, "minus zero");
+    expect(i, "0", -1, "zero");
+    expect(i, "[1]", 0, "an array");
+    ks_schema_free(i);
+    ks_schema *pos = compile("{\"type\": \"integer\", \"minimum\": 0}");
+    expect(pos, "-1", 0, "no sign below 0");
+    expect(pos, "12", -1, "positive");
+    ks_schema_free(pos);
+    ks_schema *i32 = compile("{\"type\": \"integer\", \"format\": \"int32\"}");
+    expect(i32, "2147483647", -1, "int32 max");
+    expect(i32, "2147483648", 9, "int32 max + 1");
+    expect(i32, "-2147483648", -1, "int32 min");
+    ks_schema_free(i32);
+    ks_schema *big = compile("{\"type\": \"integer\", \"minimum\": 1e18, \"maximum\": 1.5e18}");
+    expect(big, "1000000000000000000", -1, "a bound of 19 digits");
+    expect(big, "1500000000000000001", 18, "just above");
+    ks_schema_free(big);
+    /* a range: plain decimal, 16 digits after the point */
+    ks_schema *r = compile("{\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}");
+    expect(r, "0.1234567890123456", -1, "16 decimals");
+    expect(r, "0.12345678901234567", 18, "17 decimals");
+    expect(r, "1e0", 1, "no exponent in a range");
+    expect(r, "1.0000000000000001", 17, "above 1 in the last decimal");
+    expect(r, "-0.0", 0, "no sign when nothing is below 0");
+    ks_schema_free(r);
+    ks_schema *tiny = compile("{\"type\": \"number\", \"minimum\": 1e-17}");
+    expect(tiny, "0.0000000000000001", -1, "the least number of 16 decimals above 1e-17");
+    expect(tiny, "0.0", 3, "not zero");
+    ks_schema_free(tiny);
+    /* no range: exponents allowed, digits bounded */
+    ks_schema *f = compile("{\"type\": \"number\"}");
+    expect(f, "-1.5e+300", -1, "an exponent");
+    expect(f, "12345678901234567", 16, "17 integer digits");
+    expect(f, "1.12345678901234567", 18, "17 decimals");
+    expect(f, "1e1234", 5, "a 4-digit exponent");
+    ks_schema_free(f);
+    ks_schema *in_obj = compile("{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 5, "
+                                "\"maximum\": 10}}, \"required\": [\"n\"]}");
+    expect(in_obj, "{\"n\": 10}", -1, "a ranged integer in an object");
+    expect(in_obj, "{\"n\": 1}", 7, "1 ends too early");
+    expect(in_obj, "{\"n\": 11}", 7, "11 is too big");
+    expect(in_obj, "{\"n\": 7 }", -1, "whitespace ends it");
+    ks_schema_free(in_obj);
+    refused("{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "allows no integer");
+    refused("{\"type\": \"integer\", \"minimum\": 5.5, \"maximum\": 5.9}", "allows no integer");
+    refused("{\"type\": \"number\", \"multipleOf\": 0.5}", "'multipleOf' is not supported");
+    refused("{\"type\": \"integer\", \"minimum\": \"3\"}", "'minimum' must be a number");
+    ks_schema_free(compile("{\"type\": \"integer\", \"multipleOf\": 1}"));
+}
+
+/* ---- strings: pattern and format ---- */
+
+typedef struct str_oracle {
+    pcre2_code *re;
+    pcre2_match_data *md;
+    int min_len, max_len; /* characters, max -1 none */
+} str_oracle;
+
+/* t is the inside of a JSON string: valid JSON, its decoded UTF-8 within
+ * the lengths and matched by the pattern (a search, as JSON Schema's). */
+static int str_ok(const char *t, int n, void *ud) {
+    const str_oracle *o = ud;
+    char buf[1200];
+    if (n + 2 > (int)sizeof buf) return 0;
+    buf[0] = '"';
+    memcpy(buf + 1, t, (size_t)n);
+    buf[n + 1] = '"';
+    json_t *j = json_loadb(buf, (size_t)n + 2, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    if (!json_is_string(j)) {
+        json_decref(j);
+        return 0;
+    }
+    const char *v = json_string_value(j);
+    const size_t len = json_string_length(j);
+    int chars = 0;
+    for (size_t i = 0; i < len; i++) chars += ((unsigned char)v[i] & 0xC0) != 0x80;
+    int fine = chars >= o->min_len && (o->max_len < 0 || chars <= o->max_len) &&
+               (!o->re || pcre2_match(o->re, (PCRE2_SPTR)v, len, 0, 0, o->md, NULL) >= 0);
+    json_decref(j);
+    return fine;
+}
+
+/* Compares the string schema of pattern pat (and lengths) with PCRE2 over
+ * texts of up to max_len tokens. */
+static void pattern_case(const char *pat, int min_len, int max_len, const char *const *tok, int n_tok, int depth) {
+    json_t *sch = json_pack("{s:s,s:s}", "type", "string", "pattern", pat);
+    if (min_len > 0) json_object_set_new(sch, "minLength", json_integer(min_len));
+    if (max_len >= 0) json_object_set_new(sch, "maxLength", json_integer(max_len));
+    char err[256] = "";
+    ks_schema *s = ks_schema_compile(sch, err, sizeof err);
+    CHECKF(s != NULL, "pattern %s refused: %s", pat, err);
+    int ec;
+    PCRE2_SIZE eo;
+    str_oracle o = {pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                                  PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_ALT_BSUX | PCRE2_ALLOW_EMPTY_CLASS, &ec, &eo,
+                                  NULL),
+                    NULL, min_len, max_len};
+    CHECKF(o.re != NULL, "PCRE2 does not take %s", pat);
+    o.md = pcre2_match_data_create(4, NULL);
+    char what[200];
+    snprintf(what, sizeof what, "pattern %s, length %d..%d", pat, min_len, max_len);
+    enum_ctx e = {tok, n_tok, depth, "\"", "\""};
+    if (s && o.re) exhaust(s, &e, str_ok, &o, what);
+    pcre2_match_data_free(o.md);
+    pcre2_code_free(o.re);
+    ks_schema_free(s);
+    json_decref(sch);
+}
+
+static void test_patterns(void) {
+    static const char *const ab[] = {"a", "b", "c", "-", "\\n", "\\\"", "\\u0061", "\xc3\xa9"};
+    const int nab = (int)(sizeof ab / sizeof ab[0]);
+    const char *const pats[] = {
+        "^[a-c]{2,3}$", "^(ab|a)*c?$", "abc", "b.a", "^(?:a|bc)+$", "^[^a]+$", "-$", "^a|b$", "^$", "c", "^\\d*$",
+        "^[\\w-]{1,3}$", "^\\n\"?$", "^(?<x>a)(b)?$", "^(a|\xc3\xa9)+?$", "^\\u00e9$", "^[^\\n]*$", "^a{0,2}b{1,}$",
+    };
+    for (size_t i = 0; i < sizeof pats / sizeof pats[0]; i++) pattern_case(pats[i], 0, -1, ab, nab, 4);
+    /* lengths with a pattern, folded into its DFA: only the lengths the
+     * pattern has within the bounds (aa, aaaa: never a dead end at aaa) */
+    pattern_case("^(aa)+$", 3, 5, ab, nab, 5);
+    pattern_case("^[ab]*c$", 2, 3, ab, nab, 4);
+    pattern_case("b", 1, 2, ab, nab, 4);
+    /* raw control characters and escapes of non-ASCII characters are
+     * refused where a pattern holds the string (é is written raw) */
+    ks_schema *e = compile("{\"type\": \"string\", \"pattern\": \"^\\u00e9\\n$\"}");
+    expect(e, "\"\xc3\xa9\\n\"", -1, "raw UTF-8 and a short escape");
+    expect(e, "\"\xc3\xa9\\u000a\"", -1, "\\u000a for the line break");
+    expect(e, "\"\\u00e9\\n\"", 1, "no escape stands for é");
+    expect(e, "\"\xc3\xa9\n\"", 3, "a raw line break is no JSON");
+    expect(e, "\"\xc3\xa9\\u0080\"", 7, "\\u0080: beyond ASCII");
+    ks_schema_free(e);
+    /* a pattern that cannot fit its lengths, and what the dialect lacks */
+    refused("{\"type\": \"string\", \"pattern\": \"^a{5}$\", \"maxLength\": 3}", "no string of the pattern");
+    refused("{\"type\": \"string\", \"pattern\": \"^(aa)+$\", \"minLength\": 3, \"maxLength\": 3}", "no string of the pattern");
+    refused("{\"type\": \"string\", \"pattern\": \"(?=a)b\"}", "lookahead");
+    refused("{\"type\": \"string\", \"pattern\": \"(a)\\\\1\"}", "backreferences");
+    refused("{\"type\": \"string\", \"pattern\": \"\\\\bword\"}", "word boundaries");
+    refused("{\"type\": \"string\", \"pattern\": \"\\\\p{L}\"}", "Unicode property");
+    refused("{\"type\": \"string\", \"pattern\": \"a(b\"}", "without its ')'");
+    refused("{\"type\": \"string\", \"pattern\": \"[z-a]\"}", "out of order");
+    refused("{\"type\": \"string\", \"pattern\": \"a**\"}", "nothing to repeat");
+    refused("{\"type\": \"string\", \"pattern\": \"a^b\"}", "matches no string");
+    refused("{\"type\": \"string\", \"pattern\": \"[ab]*a[ab]{13}\"}", "too complex");
+    /* random patterns: a DFA or a message, never a crash (ASan checks the
+     * memory); where PCRE2 takes the pattern too and it uses no syntax the
+     * dialects read differently, both agree on a few texts */
+    uint64_t x = 7;
+    const char sym[] = "ab()[]{}|*+?^$.-,01\\dw";
+    int n_dfa = 0;
+    for (int i = 0; i < 3000; i++) {
+        char pat[16];
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        const int len = 1 + (int)((x >> 60) % 10);
+        for (int k = 0; k < len; k++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            pat[k] = sym[(x >> 33) % (sizeof sym - 1)];
+        }
+        pat[len] = 0;
+        char msg[160] = "";
+        sample_re *r = sample_re_compile(pat, (size_t)len, msg, sizeof msg);
+        CHECKF(r || msg[0], "pattern '%s': neither a DFA nor a message", pat);
+        if (!r) continue;
+        n_dfa++;
+        int ec;
+        PCRE2_SIZE eo;
+        pcre2_code *re = strpbrk(pat, "{}") ? NULL
+                       : pcre2_compile((PCRE2_SPTR)pat, (size_t)len, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_ALLOW_EMPTY_CLASS,
+                                       &ec, &eo, NULL);
+        if (re) {
+            pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+            const char *texts[] = {"", "a", "b", "ab", "ba", "a-b", "01", "aab", "(", "{1}", "-", "a.b"};
+            for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+                const char *t = texts[k];
+                int st = r->start;
+                for (const char *c = t; *c && st >= 0; c++) st = sample_re_step(r, st, (unsigned char)*c);
+                const int mine = st >= 0 && r->accept[st];
+                const int theirs = pcre2_match(re, (PCRE2_SPTR)t, strlen(t), 0, 0, md, NULL) >= 0;
+                CHECKF(mine == theirs, "pattern '%s' on '%s': %d, PCRE2 %d", pat, t, mine, theirs);
+            }
+            pcre2_match_data_free(md);
+            pcre2_code_free(re);
+        }
+        sample_re_free(r);
+    }
+    printf("random patterns: %d of 3000 compiled\n", n_dfa);
+}
+
+/* Texts of a format: each allowed whole, each refused one refused at the
+ * byte given (-2: taken to its end but not complete). */
+typedef struct fcase {
+    const char *text;
+    int stop;
+} fcase;
+
+static void format_case(const char *fmt, const fcase *c, int n) {
+    char src[128];
+    snprintf(src, sizeof src, "{\"type\": \"string\", \"format\": \"%s\"}", fmt);
+    ks_schema *s = compile(src);
+    for (int i = 0; i < n; i++) {
+        char t[256], what[64];
+        snprintf(t, sizeof t, "\"%s\"", c[i].text);
+        snprintf(what, sizeof what, "format %s", fmt);
+        if (c[i].stop == -2) partial(s, t, what);
+        else if (c[i].stop == -3) expect(s, t, (int)strlen(t) - 1, what); /* all taken but the closing quote */
+        else expect(s, t, c[i].stop < 0 ? -1 : c[i].stop + 1, what);
+        /* every prefix of an allowed text completes */
+        if (c[i].stop == -1)
+            for (int k = 1; k < (int)strlen(t); k++) {
+                char u[600];
+                memcpy(u, t, (size_t)k);
+                CHECKF(no_dead_end(s, u, k), "format %s: '%.*s' dead-ends", fmt, k, t);
+            }
+    }
+    ks_schema_free(s);
+}
+
+static void test_formats(void) {
+    const fcase date[] = {{"2024-02-29", -1}, {"2000-02-29", -1}, {"1999-12-31", -1}, {"0000-02-29", -1},
+                          {"2023-02-29", 9}, {"1900-02-29", 9}, {"2024-13-01", 6}, {"2024-04-31", 9},
+                          {"2024-4-01", 5}, {"2024-02-2", -3}};
+    format_case("date", date, (int)(sizeof date / sizeof date[0]));
+    const fcase time[] = {{"23:59:60Z", -1}, {"12:00:00.123456789+05:30", -1}, {"00:00:00z", -1},
+                          {"24:00:00Z", 1}, {"12:60:00Z", 3}, {"12:00:00", -3}, {"12:00:00.1234567890Z", 18},
+                          {"12:00:00+24:00", 10}};
+    format_case("time", time, (int)(sizeof time / sizeof time[0]));
+    const fcase dt[] = {{"2024-01-01T00:00:00Z", -1}, {"2024-01-01t10:20:30.5-08:00", -1}, {"2024-01-01 00:00:00Z", 10}};
+    format_case("date-time", dt, (int)(sizeof dt / sizeof dt[0]));
+    const fcase uuid[] = {{"123e4567-e89b-12d3-a456-426614174000", -1}, {"123E4567-E89B-12D3-A456-426614174000", -1},
+                          {"123e4567e89b", 8}, {"123e4567-e89b-12d3-a456-42661417400", -3}, {"g23e4567", 0}};
+    format_case("uuid", uuid, (int)(sizeof uuid / sizeof uuid[0]));
+    const fcase email[] = {{"a.b+c@example.com", -1}, {"x@sub.example.org", -1}, {"a..b@x.com", 2}, {"@x.com", 0},
+                           {"a@b", -3}, {"a@b.1c", -3}, {"a@b.c1", -1}, {"a@-b.com", 2}, {"a b@x.com", 1}};
+    format_case("email", email, (int)(sizeof email / sizeof email[0]));
+    const fcase ip[] = {{"255.255.255.255", -1}, {"0.0.0.0", -1}, {"10.1.2.3", -1}, {"256.1.1.1", 2},
+                        {"01.2.3.4", 1}, {"1.2.3", -3}, {"1.2.3.4.5", 7}};
+    format_case("ipv4", ip, (int)(sizeof ip / sizeof ip[0]));
+    const fcase host2[] = {{"example.com", -1}, {"a-b.c", -1}, {"localhost", -1}, {"-a.com", 0}, {"a..b", 2}};
+    format_case("hostname", host2, (int)(sizeof host2 / sizeof host2[0]));
+    /* a label of 63 characters, not 64; 253 characters in all */
+    char longl[200] = "\"", *p = longl + 1;
+    for (int i = 0; i < 64; i++) *p++ = 'a';
+    strcpy(p, ".com\"");
+    ks_schema *h = compile("{\"type\": \"string\", \"format\": \"hostname\"}");
+    expect(h, longl, 64, "a 64-character label");
+    ks_schema_free(h);
+    /* pattern and format together: both hold */
+    ks_schema *both = compile("{\"type\": \"string\", \"format\": \"date\", \"pattern\": \"^2024-\"}");
+    expect(both, "\"2024-05-01\"", -1, "date and pattern");
+    expect(both, "\"2023-05-01\"", 4, "the date, not the pattern");
+    expect(both, "\"2024-02-30\"", 9, "the pattern, not the date");
+    ks_schema_free(both);
+    /* format with lengths */
+    ks_schema *ml = compile("{\"type\": \"string\", \"format\": \"ipv4\", \"maxLength\": 7}");
+    expect(ml, "\"1.2.3.4\"", -1, "7 characters");
+    expect(ml, "\"1.2.3.45\"", 8, "8 characters");
+    expect(ml, "\"10.2.3.4\"", 2, "10 leaves no room for three more numbers");
+    ks_schema_free(ml);
+    refused("{\"type\": \"string\", \"format\": \"uri\"}", "format 'uri' is not supported");
+    refused("{\"type\": \"string\", \"format\": \"uuid\", \"maxLength\": 10}", "no string of the pattern");
+}
+
+/* ---- keywords ---- */
+
+static void test_keywords(void) {
+    /* constraints kiln cannot enforce are named, never dropped */
+    refused("{\"not\": {\"type\": \"string\"}}", "'not' is not supported");
+    refused("{\"type\": \"object\", \"if\": {}, \"then\": {}}", "'if' is not supported");
+    refused("{\"type\": \"array\", \"contains\": {\"type\": \"integer\"}}", "'contains' is not supported");
+    refused("{\"type\": \"array\", \"uniqueItems\": true}", "'uniqueItems' is not supported");
+    refused("{\"type\": \"object\", \"patternProperties\": {\"^a\": {}}}", "'patternProperties' is not supported");
+    refused("{\"type\": \"object\", \"propertyNames\": {\"maxLength\": 3}}", "'propertyNames' is not supported");
+    refused("{\"type\": \"object\", \"minProperties\": 1}", "minProperties");
+    refused("{\"type\": \"object\", \"required\": [\"a\"]}", "'a' is not among the properties");
+    refused("{\"type\": \"object\", \"anyOf\": [{\"required\": [\"a\"]}, {\"required\": [\"b\"]}]}",
+            "'anyOf' beside 'type'");
+    refused("{\"$defs\": {\"a\": {\"type\": \"string\"}}, \"$ref\": \"#/$defs/a\", \"maxLength\": 3}",
+            "'$ref' beside 'maxLength'");
+    refused("{\"allOf\": [{\"type\": \"string\"}], \"minLength\": 2}", "'allOf' beside 'minLength'");
+    refused("{\"minLength\": 2, \"minimum\": 3}", "several types");
+    /* what is redundant or only annotates passes */
+    ks_schema_free(compile("{\"type\": \"array\", \"uniqueItems\": false, \"title\": \"t\", \"x-extra\": 1}"));
+    ks_schema_free(compile("{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"a\"], "
+                           "\"minProperties\": 1, \"maxProperties\": 1, \"unevaluatedProperties\": false}"));
+    ks_schema_free(compile("{\"anyOf\": [{\"type\": \"integer\"}, {\"type\": \"null\"}], \"default\": null, "
+                           "\"title\": \"Count\", \"description\": \"how many\"}"));
+    /* keywords without "type" imply it */
+    ks_schema *imp = compile("{\"minimum\": 1, \"maximum\": 3}");
+    expect(imp, "2", -1, "minimum implies a number");
+    expect(imp, "\"2\"", 0, "not a string");
+    ks_schema_free(imp);
+    ks_schema *impl = compile("{\"maxLength\": 2}");
+    expect(impl, "\"ab\"", -1, "maxLength implies a string");
+    expect(impl, "\"abc\"", 3, "over it");
+    ks_schema_free(impl);
+    /* an object with no properties and no others is {} */
+    ks_schema *none = compile("{\"type\": \"object\", \"additionalProperties\": false}");
+    expect(none, "{}", -1, "the empty object");
+    expect(none, "{\"a\": 1}", 1, "no key");
+    ks_schema_free(none);
+    /* enum and const with the rest of the schema: values it refuses go */
+    ks_schema *en = compile("{\"type\": \"string\", \"enum\": [\"ab\", \"abc\", 3, \"b\"], \"maxLength\": 2}");
+    expect(en, "\"ab\"", -1, "an enum value within maxLength");
+    expect(en, "\"abc\"", 3, "an enum value over maxLength");
+    expect(en, "3", 0, "an enum value of another type");
+    expect(en, "\"b\"", -1, "another");
+    ks_schema_free(en);
+    ks_schema *ec = compile("{\"enum\": [1, 2, 3], \"const\": 2}");
+    expect(ec, "2", -1, "const among the enum values");
+    expect(ec, "1", 0, "the others go");
+    ks_schema_free(ec);
+    ks_schema *pydantic = compile("{\"$defs\": {\"Color\": {\"enum\": [\"red\", \"green\"], \"title\": \"Color\", "
+                                  "\"type\": \"string\"}}, \"type\": \"object\", \"properties\": {\"c\": {\"$ref\": "
+                                  "\"#/$defs/Color\", \"description\": \"a color\"}}, \"required\": [\"c\"]}");
+    expect(pydantic, "{\"c\": \"green\"}", -1, "an enum by $ref beside a description");
+    ks_schema_free(pydantic);
+    refused("{\"enum\": [\"a\", \"b\"], \"minLength\": 2}", "no 'enum' / 'const' value");
+    refused("{\"enum\": [1, 2], \"const\": 3}", "not among the 'enum' values");
 }
 
 int main(void) {
@@ -189,5 +758,10 @@ int main(void) {
     refused("{\"allOf\": [{}, {}]}", "exactly one");
     refused("{\"enum\": []}", "allows nothing");
     refused("false", "allows nothing");
+
+    test_numbers();
+    test_patterns();
+    test_formats();
+    test_keywords();
     return t_done();
 }

@@ -1,17 +1,24 @@
 /* jschema.c — JSON Schema to a recognizer of allowed output (jschema.h).
  *
  * Compiling turns the schema into a graph of nodes: object (keys in order,
- * which are required), array (item node, bounds), string, number, integer,
- * literal (the compact JSON texts of enum / const / true / false / null),
- * union (alternatives told apart by their first character) and "any".  A
- * $ref compiles its target once, so a recursive schema becomes a cycle.
+ * which are required), array (item node, bounds), string (lengths, and a
+ * DFA for pattern and format), number and integer (a range, exact in
+ * decimal), literal (the compact JSON texts of enum / const / true / false
+ * / null), union (alternatives told apart by their first character) and
+ * "any".  A $ref compiles its target once, so a recursive schema becomes a
+ * cycle.
  *
  * The recognizer is a stack of frames, one per value being written.  A
  * frame starts as "a value of node n, not begun"; its first byte fixes
  * which kind it is.  Numbers and literals have no closing byte: they end
  * when a byte arrives that cannot extend them, which then goes to the
- * frame below. */
+ * frame below.  Every byte it takes can still lead to an allowed value:
+ * a number's digits are taken only while some completion lies in its
+ * range, a string's characters only while its DFA and length bounds still
+ * reach an end. */
 #include "sample/jschema.h"
+
+#include "sample/regex.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -21,8 +28,25 @@
 enum { N_ANY, N_OBJECT, N_ARRAY, N_STRING, N_NUMBER, N_INTEGER, N_LITERAL, N_UNION };
 
 #define MAX_KEYS 64 /* properties of one object, values of one enum: bits of a frame's cand */
-#define MAX_NUM 40  /* bytes of one number: a model must not write digits forever */
 #define MAX_WS 20   /* indentation after a line break */
+
+/* Digits of a number without a range: integer part, fraction, exponent. */
+#define FREE_INT_DIGITS 16
+#define FREE_FRAC_DIGITS 16
+#define FREE_EXP_DIGITS 3
+/* A number with a range is written in plain decimal (no exponent) with at
+ * most NUM_INT_DIGITS + NUM_FRAC_DIGITS digits, and held to its range
+ * exactly: values are integers in units of 10^-NUM_FRAC_DIGITS.  An
+ * integer has at most INT_DIGITS digits and, without bounds, lies within
+ * +-(2^53 - 1), the integers every JSON parser reads exactly. */
+#define NUM_INT_DIGITS 16
+#define NUM_FRAC_DIGITS 16
+#define INT_DIGITS 19
+#define INT_SAFE 9007199254740991LL
+/* minLength / maxLength up to this are folded into a pattern's DFA */
+#define LEN_EXACT 1000
+
+typedef __int128 i128;
 
 struct ks_node {
     int kind;
@@ -36,6 +60,13 @@ struct ks_node {
     /* array (items), string (characters) */
     ks_node *items;
     int min_items, max_items; /* max -1 = no bound */
+    /* string: pattern and format as one DFA (NULL: any text) */
+    const sample_re *re;
+    sample_re *re_owned;      /* re, when this node owns it */
+    /* number, integer: ranged 1 when held to [lo, hi] in units of
+     * 10^-frac (frac 0 for integers) */
+    int ranged, frac;
+    i128 lo, hi;
     /* literal */
     int n_lits;
     char **lits;
@@ -61,6 +92,7 @@ struct ks_schema {
 static ks_node k_any, k_any_obj, k_any_arr, k_str, k_num, k_words;
 static char *k_word_txt[] = {"true", "false", "null"};
 static int k_word_len[] = {4, 5, 4};
+static i128 k_p10[39]; /* powers of ten */
 
 static void set_bit(uint8_t *s, unsigned char c) { s[c >> 3] |= (uint8_t)(1u << (c & 7)); }
 static int has_bit(const uint8_t *s, unsigned char c) { return s[c >> 3] >> (c & 7) & 1; }
@@ -87,6 +119,8 @@ static void first_of_kind(ks_node *n) {
 }
 
 static void make_statics(void) {
+    k_p10[0] = 1;
+    for (int i = 1; i < 39; i++) k_p10[i] = k_p10[i - 1] * 10;
     k_any.kind = N_ANY;
     k_any_obj.kind = N_OBJECT;
     k_any_obj.any_keys = 1;
@@ -109,11 +143,64 @@ static void init_statics(void) {
     pthread_once(&once, make_statics);
 }
 
+/* ---- formats: anchored patterns, compiled once per process ---- */
+
+#define DATE_RE                                                                                                   \
+    "(?:(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[048]|[2468][048]|[13579][26])00)-02-29|[0-9]{4}-"      \
+    "(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|" \
+    "2[0-8])))"
+#define TIME_RE                                                                                                   \
+    "(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\\.[0-9]{1,9})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+#define LABEL_RE "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+#define ATOM_RE "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+
+static const struct format {
+    const char *name;
+    const char *re;
+    int max_len; /* characters, -1 none */
+} k_formats[] = {
+    /* RFC 3339 full-date (February 29 only in leap years), full-time
+     * (fractions up to nanoseconds), date-time */
+    {"date", "^" DATE_RE "$", -1},
+    {"time", "^" TIME_RE "$", -1},
+    {"date-time", "^" DATE_RE "[Tt]" TIME_RE "$", -1},
+    /* RFC 4122 text form */
+    {"uuid", "^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$", -1},
+    /* a dot-atom local part at a domain of two or more labels, the last
+     * beginning with a letter; RFC 5321's 254 characters */
+    {"email", "^" ATOM_RE "(?:\\." ATOM_RE ")*@(?:" LABEL_RE "\\.)+[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$", 254},
+    {"ipv4", "^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])$",
+     -1},
+    /* RFC 1123 labels of up to 63 characters, 253 in all */
+    {"hostname", "^" LABEL_RE "(?:\\." LABEL_RE ")*$", 253},
+};
+#define N_FORMATS ((int)(sizeof k_formats / sizeof k_formats[0]))
+
+static sample_re *k_format_re[N_FORMATS];
+static char k_format_err[N_FORMATS][128];
+
+static void make_formats(void) {
+    for (int i = 0; i < N_FORMATS; i++)
+        k_format_re[i] = sample_re_compile(k_formats[i].re, strlen(k_formats[i].re), k_format_err[i], sizeof k_format_err[i]);
+}
+
+static const sample_re *format_re(int i, const char **err) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, make_formats);
+    *err = k_format_err[i];
+    return k_format_re[i];
+}
+
 /* ---- compiling ---- */
 
 static ks_node *fail(ks_schema *s, const char *fmt, const char *what) {
     if (!s->err[0]) snprintf(s->err, s->errsz, fmt, what);
     return NULL;
+}
+
+static int failn(ks_schema *s, const char *fmt, const char *what) {
+    fail(s, fmt, what);
+    return -1;
 }
 
 static ks_node *new_node(ks_schema *s, int kind) {
@@ -132,7 +219,8 @@ static ks_node *new_node(ks_schema *s, int kind) {
     return n;
 }
 
-static ks_node *compile(ks_schema *s, const json_t *j, int depth);
+static ks_node *compile(ks_schema *s, const json_t *j, int depth, int no_lit);
+static int node_accepts(const ks_node *n, const char *text, int len);
 
 /* A literal node of the compact texts of vals. */
 static ks_node *literal(ks_schema *s, const json_t *const *vals, int n) {
@@ -175,19 +263,45 @@ static ks_node *make_union(ks_schema *s, ks_node **alts, int n) {
     return u;
 }
 
+static int get_count(ks_schema *s, const json_t *j, const char *name, int *out) {
+    const json_t *v = json_object_get(j, name);
+    if (!v) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000)
+        return failn(s, "'%s' must be a non-negative integer", name);
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
 static ks_node *compile_object(ks_schema *s, const json_t *j, ks_node *n, int depth) {
     const json_t *props = json_object_get(j, "properties");
     if (props && !json_is_object(props)) return fail(s, "%s", "'properties' must be an object");
     const json_t *req = json_object_get(j, "required");
     if (req && !json_is_array(req)) return fail(s, "%s", "'required' must be an array");
+    const json_t *ap = json_object_get(j, "additionalProperties"), *up = json_object_get(j, "unevaluatedProperties");
+    if (up && !json_is_false(up)) return fail(s, "%s", "'unevaluatedProperties' other than false is not supported");
     const size_t np = props ? json_object_size(props) : 0;
-    if (np == 0) { /* no properties: any keys, values as additionalProperties says */
-        n->any_keys = 1;
-        const json_t *ap = json_object_get(j, "additionalProperties");
-        if (json_is_object(ap) && !(n->items = compile(s, ap, depth + 1))) return NULL;
+    int min_p = 0, max_p = -1;
+    if (get_count(s, j, "minProperties", &min_p) || get_count(s, j, "maxProperties", &max_p)) return NULL;
+    if (np == 0) {
+        if (json_array_size(req))
+            return fail(s, "required property '%s' is not among the properties",
+                        json_string_value(json_array_get(req, 0)) ? json_string_value(json_array_get(req, 0)) : "?");
+        if (json_is_false(ap) || json_is_false(up)) { /* no properties and no others: {} */
+            if (min_p > 0) return fail(s, "%s", "'minProperties' above the properties the object may have");
+            return n;
+        }
+        if (min_p > 0 || max_p >= 0) return fail(s, "%s", "minProperties / maxProperties on an open object are not supported");
+        n->any_keys = 1; /* any keys, values as additionalProperties says */
+        if (json_is_object(ap) && !(n->items = compile(s, ap, depth + 1, 0))) return NULL;
         return n;
     }
     if (np > MAX_KEYS) return fail(s, "an object of more than %s properties", "64");
+    /* the keys are the properties (others are never written), so bounds
+     * on their count hold when the required ones reach the minimum and
+     * all of them stay under the maximum */
+    if (max_p >= 0 && (size_t)max_p < np) return fail(s, "%s", "'maxProperties' below the number of properties is not supported");
+    if ((size_t)min_p > json_array_size(req))
+        return fail(s, "%s", "'minProperties' above the number of required properties is not supported");
     n->keys = calloc(np, sizeof *n->keys);
     n->key_len = calloc(np, sizeof *n->key_len);
     n->props = calloc(np, sizeof *n->props);
@@ -206,7 +320,7 @@ static ks_node *compile_object(ks_schema *s, const json_t *j, ks_node *n, int de
         free(q);
         if (!n->keys[i]) return fail(s, "%s", "out of memory");
         n->n_props = i + 1; /* for ks_schema_free */
-        if (!(n->props[i] = compile(s, sub, depth + 1))) return NULL;
+        if (!(n->props[i] = compile(s, sub, depth + 1, 0))) return NULL;
         size_t k;
         const json_t *r;
         json_array_foreach((json_t *)req, k, r) if (json_is_string(r) && !strcmp(json_string_value(r), key)) n->req[i] = 1;
@@ -221,17 +335,6 @@ static ks_node *compile_object(ks_schema *s, const json_t *j, ks_node *n, int de
     return n;
 }
 
-static int get_count(ks_schema *s, const json_t *j, const char *name, int *out) {
-    const json_t *v = json_object_get(j, name);
-    if (!v) return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000) {
-        fail(s, "'%s' must be a non-negative integer", name);
-        return -1;
-    }
-    *out = (int)json_integer_value(v);
-    return 0;
-}
-
 static int remember(ks_schema *s, const json_t *j, ks_node *n) {
     if (s->n_memo == s->cap_memo) {
         int cap = s->cap_memo ? 2 * s->cap_memo : 16;
@@ -239,15 +342,252 @@ static int remember(ks_schema *s, const json_t *j, ks_node *n) {
         if (mj) s->memo_json = mj;
         ks_node **mn = realloc(s->memo_node, (size_t)cap * sizeof *mn);
         if (mn) s->memo_node = mn;
-        if (!mj || !mn) {
-            fail(s, "%s", "out of memory");
-            return -1;
-        }
+        if (!mj || !mn) return failn(s, "%s", "out of memory");
         s->cap_memo = cap;
     }
     s->memo_json[s->n_memo] = j;
     s->memo_node[s->n_memo++] = n;
     return 0;
+}
+
+/* ---- numbers: bounds in units of 10^-frac ---- */
+
+static i128 max_mag(const ks_node *n) {
+    return n->kind == N_INTEGER ? k_p10[INT_DIGITS] - 1 : k_p10[NUM_INT_DIGITS + NUM_FRAC_DIGITS] - 1;
+}
+
+/* The JSON number v times 10^frac, rounded up (up) or down, saturating
+ * far beyond any bound a number can reach. */
+static i128 scaled(const json_t *v, int frac, int up) {
+    const i128 big = k_p10[37];
+    if (json_is_integer(v)) return (i128)json_integer_value(v) * k_p10[frac];
+    /* a real: its shortest decimal form, which is what the schema said */
+    const double d = json_real_value(v);
+    char buf[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*e", prec - 1, d);
+        if (strtod(buf, NULL) == d) break;
+    }
+    const char *p = buf;
+    int neg = 0;
+    if (*p == '-') neg = 1, p++;
+    if (*p == 'i' || *p == 'n') return neg ? -big : big; /* inf, nan: no bound */
+    i128 mant = 0;
+    int nd = 0, exp10 = 0;
+    for (; *p && *p != 'e'; p++)
+        if (*p >= '0' && *p <= '9') mant = mant * 10 + (*p - '0'), nd++;
+    if (*p == 'e') exp10 = atoi(p + 1);
+    /* value = mant * 10^(exp10 - (nd - 1)); scaled: times 10^frac */
+    int e = exp10 - (nd - 1) + frac;
+    i128 mag;
+    int exact = 1;
+    if (e >= 0) {
+        mag = e + nd > 37 ? big : mant * k_p10[e];
+    } else if (-e > 37) {
+        mag = 0;
+        exact = mant == 0;
+    } else {
+        mag = mant / k_p10[-e];
+        exact = mant % k_p10[-e] == 0;
+    }
+    /* round the magnitude so the signed value rounds as asked */
+    if (!exact && (neg ? !up : up)) mag++;
+    return neg ? -mag : mag;
+}
+
+/* Bounds of a number or integer node from minimum, maximum and their
+ * exclusive forms (numbers, or draft 4's booleans). */
+static int number_range(ks_schema *s, const json_t *j, ks_node *n) {
+    const json_t *mn = json_object_get(j, "minimum"), *mx = json_object_get(j, "maximum");
+    const json_t *emn = json_object_get(j, "exclusiveMinimum"), *emx = json_object_get(j, "exclusiveMaximum");
+    const json_t *mo = json_object_get(j, "multipleOf"), *fm = json_object_get(j, "format");
+    const int integer = n->kind == N_INTEGER;
+    const char *names[] = {"minimum", "maximum"};
+    const json_t *vals[] = {mn, mx};
+    for (int i = 0; i < 2; i++)
+        if (vals[i] && !json_is_number(vals[i])) return failn(s, "'%s' must be a number", names[i]);
+    if ((emn && !json_is_number(emn) && !json_is_boolean(emn)) || (emx && !json_is_number(emx) && !json_is_boolean(emx)))
+        return failn(s, "%s", "'exclusiveMinimum' / 'exclusiveMaximum' must be numbers");
+    if (mo && !(integer && json_is_number(mo) && json_number_value(mo) == 1))
+        return failn(s, "%s", "'multipleOf' is not supported (except 1 on an integer)");
+    n->frac = integer ? 0 : NUM_FRAC_DIGITS;
+    n->ranged = integer || mn || mx || json_is_number(emn) || json_is_number(emx);
+    const i128 lim = max_mag(n);
+    /* an integer without a bound on one side stays safe on that side */
+    n->lo = integer && !mn && !json_is_number(emn) ? -(i128)INT_SAFE : -lim;
+    n->hi = integer && !mx && !json_is_number(emx) ? (i128)INT_SAFE : lim;
+    if (integer && json_is_string(fm)) { /* OpenAPI's integer formats (string formats say nothing of numbers) */
+        const char *f = json_string_value(fm);
+        if (!strcmp(f, "int32")) n->lo = -(i128)2147483648LL, n->hi = 2147483647;
+        else if (!strcmp(f, "int64")) n->lo = -(i128)9223372036854775807LL - 1, n->hi = 9223372036854775807LL;
+    }
+    if (!n->ranged) return 0;
+    i128 lo = n->lo, hi = n->hi, v;
+    if (mn) {
+        v = json_is_true(emn) ? scaled(mn, n->frac, 0) + 1 : scaled(mn, n->frac, 1);
+        if (v > lo) lo = v;
+    }
+    if (json_is_number(emn) && (v = scaled(emn, n->frac, 0) + 1) > lo) lo = v;
+    if (mx) {
+        v = json_is_true(emx) ? scaled(mx, n->frac, 1) - 1 : scaled(mx, n->frac, 0);
+        if (v < hi) hi = v;
+    }
+    if (json_is_number(emx) && (v = scaled(emx, n->frac, 1) - 1) < hi) hi = v;
+    if (lo < -lim) lo = -lim;
+    if (hi > lim) hi = lim;
+    if (lo > hi)
+        return failn(s, "the range (minimum, maximum and their exclusive forms) allows no %s",
+                     integer ? "integer" : "number of up to 16 decimals");
+    n->lo = lo;
+    n->hi = hi;
+    return 0;
+}
+
+/* ---- strings: pattern and format ---- */
+
+static int compile_string(ks_schema *s, const json_t *j, ks_node *n) {
+    if (get_count(s, j, "minLength", &n->min_items) || get_count(s, j, "maxLength", &n->max_items)) return -1;
+    const json_t *pat = json_object_get(j, "pattern"), *fm = json_object_get(j, "format");
+    if (pat && !json_is_string(pat)) return failn(s, "%s", "'pattern' must be a string");
+    if (fm && !json_is_string(fm)) return failn(s, "%s", "'format' must be a string");
+    const sample_re *fre = NULL;
+    if (fm) {
+        const char *name = json_string_value(fm), *ferr = "";
+        int i = 0;
+        while (i < N_FORMATS && strcmp(k_formats[i].name, name)) i++;
+        if (i == N_FORMATS)
+            return failn(s, "format '%s' is not supported (supported: date, time, date-time, uuid, email, ipv4, hostname)",
+                         name);
+        if (!(fre = format_re(i, &ferr))) return failn(s, "format: %s", ferr);
+        if (k_formats[i].max_len >= 0 && (n->max_items < 0 || n->max_items > k_formats[i].max_len))
+            n->max_items = k_formats[i].max_len;
+    }
+    if (n->max_items >= 0 && n->max_items < n->min_items) return failn(s, "%s", "maxLength is below minLength");
+    if (pat) {
+        char msg[160];
+        sample_re *re = sample_re_compile(json_string_value(pat), json_string_length(pat), msg, sizeof msg);
+        if (!re) return failn(s, "pattern: %s", msg);
+        if (fre) {
+            sample_re *both = sample_re_intersect(re, fre, msg, sizeof msg);
+            sample_re_free(re);
+            if (!both) return failn(s, "pattern with format: %s", msg);
+            re = both;
+        }
+        n->re = n->re_owned = re;
+    } else {
+        n->re = fre;
+    }
+    if (n->re && (n->min_items > 0 || n->max_items >= 0) && n->min_items <= LEN_EXACT &&
+        n->max_items <= LEN_EXACT) {
+        /* lengths exactly: the DFA times a count of characters, while that
+         * stays small; beyond, the bounds are checked against each state's
+         * shortest and longest completion (pat_step) */
+        char len_pat[64], msg[160];
+        if (n->max_items >= 0) snprintf(len_pat, sizeof len_pat, "^[\\s\\S]{%d,%d}$", n->min_items, n->max_items);
+        else snprintf(len_pat, sizeof len_pat, "^[\\s\\S]{%d,}$", n->min_items);
+        sample_re *lr = sample_re_compile(len_pat, strlen(len_pat), msg, sizeof msg);
+        sample_re *both = lr ? sample_re_intersect(n->re, lr, msg, sizeof msg) : NULL;
+        sample_re_free(lr);
+        if (both) {
+            sample_re_free(n->re_owned);
+            n->re = n->re_owned = both;
+        } else if (!strstr(msg, "too complex")) {
+            return failn(s, "%s", strstr(msg, "no string") ? "no string of the pattern / format has a length within "
+                                                              "minLength and maxLength"
+                                                            : msg);
+        }
+    }
+    if (n->re) { /* the lengths must leave room for a match */
+        const sample_re *r = n->re;
+        const int lo = r->min_chars[r->start], hi = r->max_chars[r->start];
+        if ((n->max_items >= 0 && lo > n->max_items) || (hi >= 0 && hi < n->min_items))
+            return failn(s, "%s", "no string of the pattern / format has a length within minLength and maxLength");
+    }
+    return 0;
+}
+
+/* ---- keywords ---- */
+
+/* Keywords of JSON Schema that constrain a value but that the recognizer
+ * does not enforce (some are handled where they are redundant). */
+static const char *const k_unsupported[] = {
+    "not", "if", "then", "else", "contains", "minContains", "maxContains", "patternProperties", "propertyNames",
+    "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+};
+
+/* The keywords kiln enforces.  Any other keyword (title, description,
+ * default, $defs, an extension...) says nothing about the value and is
+ * ignored; one of these next to $ref, anyOf, oneOf or allOf would have to
+ * hold as well, which the recognizer cannot combine. */
+static const char *const k_constraints[] = {
+    "type", "enum", "const", "properties", "required", "additionalProperties", "unevaluatedProperties", "items",
+    "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern",
+    "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties",
+    "maxProperties", "anyOf", "oneOf", "allOf", "$ref",
+};
+
+static int in_list(const char *k, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(k, list[i])) return 1;
+    return 0;
+}
+#define IN(k, list) in_list(k, list, sizeof list / sizeof list[0])
+
+static int check_keywords(ks_schema *s, const json_t *j) {
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)j, key, v) {
+        if (IN(key, k_unsupported)) return failn(s, "'%s' is not supported", key);
+        if (!strcmp(key, "uniqueItems") && json_is_true(v)) return failn(s, "%s", "'uniqueItems' is not supported");
+    }
+    return 0;
+}
+
+/* The first constraint keyword of j other than the one named self (and
+ * the others listed with it, NULL-terminated), or NULL. */
+static const char *other_constraint(const json_t *j, const char *const *self) {
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)j, key, v) {
+        int mine = 0;
+        for (const char *const *p = self; *p; p++) mine |= !strcmp(key, *p);
+        if (!mine && IN(key, k_constraints)) return key;
+    }
+    return NULL;
+}
+
+static int alone(ks_schema *s, const json_t *j, const char *kw) {
+    const char *self[] = {kw, NULL};
+    const char *other = other_constraint(j, self);
+    if (!other) return 0;
+    char msg[160];
+    snprintf(msg, sizeof msg, "'%s' beside '%s' is not supported: put '%s' inside", kw, other, other);
+    return failn(s, "%s", msg);
+}
+
+/* The type the keywords of a schema without "type" imply, or NULL. */
+static const char *implied_type(ks_schema *s, const json_t *j, int *clash) {
+    static const struct {
+        const char *kw, *type;
+    } imp[] = {
+        {"properties", "object"}, {"additionalProperties", "object"}, {"required", "object"},
+        {"minProperties", "object"}, {"maxProperties", "object"}, {"items", "array"}, {"minItems", "array"},
+        {"maxItems", "array"}, {"minLength", "string"}, {"maxLength", "string"}, {"pattern", "string"},
+        {"format", "string"}, {"minimum", "number"}, {"maximum", "number"}, {"exclusiveMinimum", "number"},
+        {"exclusiveMaximum", "number"}, {"multipleOf", "number"},
+    };
+    const char *t = NULL;
+    *clash = 0;
+    for (size_t i = 0; i < sizeof imp / sizeof imp[0]; i++) {
+        if (!json_object_get(j, imp[i].kw)) continue;
+        if (t && strcmp(t, imp[i].type)) {
+            *clash = 1;
+            fail(s, "%s", "keywords of several types without 'type' are not supported");
+            return NULL;
+        }
+        t = imp[i].type;
+    }
+    return t;
 }
 
 /* The node of j with its type fixed to the name t.  memo: j is this one
@@ -267,16 +607,12 @@ static ks_node *typed(ks_schema *s, const json_t *j, const char *t, int depth, i
     first_of_kind(n); /* known before the children: enough for a union above a $ref back to n */
     if (memo && remember(s, j, n)) return NULL;
     if (kind == N_OBJECT) return compile_object(s, j, n, depth);
-    if (kind == N_STRING) {
-        if (get_count(s, j, "minLength", &n->min_items) || get_count(s, j, "maxLength", &n->max_items)) return NULL;
-        if (n->max_items >= 0 && n->max_items < n->min_items) return fail(s, "%s", "maxLength is below minLength");
-        return n;
-    }
-    if (kind != N_ARRAY) return n;
+    if (kind == N_STRING) return compile_string(s, j, n) ? NULL : n;
+    if (kind == N_NUMBER || kind == N_INTEGER) return number_range(s, j, n) ? NULL : n;
     const json_t *items = json_object_get(j, "items");
     if (json_is_array(items) || json_object_get(j, "prefixItems"))
         return fail(s, "%s", "tuple arrays (items as a list, prefixItems) are not supported");
-    n->items = items ? compile(s, items, depth + 1) : &k_any;
+    n->items = items ? compile(s, items, depth + 1, 0) : &k_any;
     if (!n->items) return NULL;
     if (get_count(s, j, "minItems", &n->min_items) || get_count(s, j, "maxItems", &n->max_items)) return NULL;
     if (n->max_items >= 0 && n->max_items < n->min_items) return fail(s, "%s", "maxItems is below minItems");
@@ -308,54 +644,86 @@ static const json_t *resolve_ref(ks_schema *s, const char *ref) {
     return at;
 }
 
-static ks_node *compile(ks_schema *s, const json_t *j, int depth) {
+/* enum / const: the literal values that also satisfy the rest of j. */
+static ks_node *compile_literals(ks_schema *s, const json_t *j, int depth) {
+    const json_t *en = json_object_get(j, "enum"), *cn = json_object_get(j, "const");
+    if (en && !json_is_array(en)) return fail(s, "%s", "'enum' must be an array");
+    const json_t *vals[MAX_KEYS];
+    int n = 0;
+    if (en) {
+        if (json_array_size(en) > MAX_KEYS) return fail(s, "an enum of more than %s values", "64");
+        for (size_t i = 0; i < json_array_size(en); i++)
+            if (!cn || json_equal(json_array_get(en, i), (json_t *)cn)) vals[n++] = json_array_get(en, i);
+        if (!n) return fail(s, "%s", cn ? "'const' is not among the 'enum' values" : "an empty enum allows nothing");
+    } else {
+        vals[n++] = cn;
+    }
+    const char *self[] = {"enum", "const", NULL};
+    if (other_constraint(j, self)) { /* the values the other keywords allow too */
+        ks_node *rest = compile(s, j, depth + 1, 1);
+        if (!rest) return NULL;
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            char *txt = json_dumps(vals[i], JSON_COMPACT | JSON_ENCODE_ANY);
+            if (!txt) return fail(s, "%s", "out of memory");
+            if (node_accepts(rest, txt, (int)strlen(txt))) vals[k++] = vals[i];
+            free(txt);
+        }
+        if (!k) return fail(s, "%s", "no 'enum' / 'const' value satisfies the rest of its schema");
+        n = k;
+    }
+    return literal(s, vals, n);
+}
+
+/* no_lit: compile j as if it had no enum or const (their values are then
+ * checked against the result), and without remembering it for $ref. */
+static ks_node *compile(ks_schema *s, const json_t *j, int depth, int no_lit) {
     if (depth > 64) return fail(s, "%s", "the schema nests deeper than 64 levels");
     if (json_is_true(j)) return &k_any;
     if (json_is_false(j)) return fail(s, "%s", "a 'false' schema allows nothing");
     if (!json_is_object(j)) return fail(s, "%s", "a schema must be an object or a boolean");
-    for (int i = 0; i < s->n_memo; i++)
-        if (s->memo_json[i] == j) return s->memo_node[i];
+    if (!no_lit)
+        for (int i = 0; i < s->n_memo; i++)
+            if (s->memo_json[i] == j) return s->memo_node[i];
+    if (check_keywords(s, j)) return NULL;
     const json_t *ref = json_object_get(j, "$ref");
     if (ref) {
         if (!json_is_string(ref)) return fail(s, "%s", "'$ref' must be a string");
+        if (alone(s, j, "$ref")) return NULL;
         const json_t *target = resolve_ref(s, json_string_value(ref));
         if (!target) return fail(s, "'$ref' %s does not point into this schema", json_string_value(ref));
-        return compile(s, target, depth + 1);
+        return compile(s, target, depth + 1, 0);
     }
-    const json_t *en = json_object_get(j, "enum"), *cn = json_object_get(j, "const");
-    if (en) {
-        if (!json_is_array(en)) return fail(s, "%s", "'enum' must be an array");
-        const json_t *vals[MAX_KEYS];
-        size_t n = json_array_size(en);
-        if (n > MAX_KEYS) return fail(s, "an enum of more than %s values", "64");
-        for (size_t i = 0; i < n; i++) vals[i] = json_array_get(en, i);
-        return literal(s, vals, (int)n);
-    }
-    if (cn) return literal(s, &cn, 1);
+    if (!no_lit && (json_object_get(j, "enum") || json_object_get(j, "const"))) return compile_literals(s, j, depth);
     const json_t *all = json_object_get(j, "allOf");
     if (all) {
         if (!json_is_array(all) || json_array_size(all) != 1)
             return fail(s, "%s", "allOf is supported with exactly one schema");
-        return compile(s, json_array_get(all, 0), depth + 1);
+        if (alone(s, j, "allOf")) return NULL;
+        return compile(s, json_array_get(all, 0), depth + 1, 0);
     }
-    const json_t *any = json_object_get(j, "anyOf");
-    if (!any) any = json_object_get(j, "oneOf");
+    const char *which = json_object_get(j, "anyOf") ? "anyOf" : "oneOf";
+    const json_t *any = json_object_get(j, which);
     if (any) {
         if (!json_is_array(any) || !json_array_size(any)) return fail(s, "%s", "anyOf / oneOf must be a non-empty array");
+        if (json_object_get(j, "anyOf") && json_object_get(j, "oneOf"))
+            return fail(s, "%s", "'anyOf' beside 'oneOf' is not supported");
+        if (alone(s, j, which)) return NULL;
         ks_node *alts[MAX_KEYS];
         size_t n = json_array_size(any);
         if (n > MAX_KEYS) return fail(s, "anyOf of more than %s schemas", "64");
         for (size_t i = 0; i < n; i++)
-            if (!(alts[i] = compile(s, json_array_get(any, i), depth + 1))) return NULL;
+            if (!(alts[i] = compile(s, json_array_get(any, i), depth + 1, 0))) return NULL;
         return make_union(s, alts, (int)n);
     }
     const json_t *type = json_object_get(j, "type");
     if (!type) { /* no type: what the keywords imply, else anything */
-        if (json_object_get(j, "properties")) return typed(s, j, "object", depth, 1);
-        if (json_object_get(j, "items")) return typed(s, j, "array", depth, 1);
-        return &k_any;
+        int clash;
+        const char *t = implied_type(s, j, &clash);
+        if (clash) return NULL;
+        return t ? typed(s, j, t, depth, !no_lit) : &k_any;
     }
-    if (json_is_string(type)) return typed(s, j, json_string_value(type), depth, 1);
+    if (json_is_string(type)) return typed(s, j, json_string_value(type), depth, !no_lit);
     if (!json_is_array(type)) return fail(s, "%s", "'type' must be a string or an array of strings");
     ks_node *alts[8];
     size_t nt = json_array_size(type);
@@ -384,7 +752,7 @@ ks_schema *ks_schema_compile(const json_t *schema, char *err, size_t errsz) {
     s->err = err;
     s->errsz = errsz;
     s->doc = schema;
-    s->root = schema ? compile(s, schema, 0) : &k_any;
+    s->root = schema ? compile(s, schema, 0, 0) : &k_any;
     s->doc = NULL; /* nothing of the caller's is kept */
     free(s->memo_json);
     free(s->memo_node);
@@ -411,6 +779,7 @@ void ks_schema_free(ks_schema *s) {
         free(n->lits);
         free(n->lit_len);
         free(n->alts);
+        sample_re_free(n->re_owned);
         free(n);
     }
     free(s->nodes);
@@ -426,19 +795,24 @@ enum {
     S_OBJ_OPEN, S_OBJ_KEY, S_OBJ_KEY_ESC, S_OBJ_KEY_U, S_OBJ_COLON, S_OBJ_VALUE, S_OBJ_AFTER, S_OBJ_COMMA,
     S_ARR_OPEN, S_ARR_VALUE, S_ARR_AFTER,
     S_STR, S_STR_ESC, S_STR_U,
-    S_NUM_MINUS, S_NUM_ZERO, S_NUM_INT, S_NUM_DOT, S_NUM_FRAC, S_NUM_E, S_NUM_ESIGN, S_NUM_EXP,
+    S_NUM_BEGIN, S_NUM_MINUS, S_NUM_ZERO, S_NUM_INT, S_NUM_DOT, S_NUM_FRAC, S_NUM_E, S_NUM_ESIGN, S_NUM_EXP,
     S_LIT,
 };
 
 static int is_ws(unsigned char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 static int is_hex(unsigned char c) { return (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'f'); }
+static int hex_val(unsigned char c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
 
-void ks_sv_init(ks_sv *v, const ks_schema *s) {
-    init_statics();
+static void sv_init_node(ks_sv *v, const ks_node *n) {
     v->depth = 1;
     v->done = 0;
     v->ws = 0;
-    v->f[0] = (ks_sv_frame){s ? s->root : &k_any, S_VALUE, -1, 0, 0};
+    v->f[0] = (ks_sv_frame){n, S_VALUE, -1, 0, 0, 0, 0};
+}
+
+void ks_sv_init(ks_sv *v, const ks_schema *s) {
+    init_statics();
+    sv_init_node(v, s ? s->root : &k_any);
 }
 
 /* Keys that may come after property idx: the next ones in order up to and
@@ -460,7 +834,7 @@ static int required_after(const ks_node *n, int idx) {
 
 static int push(ks_sv *v, const ks_node *n) {
     if (v->depth == KS_SV_DEPTH) return 0;
-    v->f[v->depth++] = (ks_sv_frame){n, S_VALUE, -1, 0, 0};
+    v->f[v->depth++] = (ks_sv_frame){n, S_VALUE, -1, 0, 0, 0, 0};
     return 1;
 }
 
@@ -478,8 +852,161 @@ static void value_done(ks_sv *v) {
     }
 }
 
-/* A number's state accepts an end there. */
-static int num_whole(int st) { return st == S_NUM_ZERO || st == S_NUM_INT || st == S_NUM_FRAC || st == S_NUM_EXP; }
+/* ---- numbers ----
+ * A frame of a number: idx integer digits, pos fraction digits, cand the
+ * integer part's value and aux the fraction digits' (ranged numbers);
+ * sub the sign (ranged) or exponent digits (free). */
+
+/* The magnitudes a ranged number of sign neg may have: [*a, *b]; 0 when
+ * none. */
+static int mag_range(const ks_node *n, int neg, i128 *a, i128 *b) {
+    if (neg) { /* -0 is no negative number */
+        *a = -n->hi > 1 ? -n->hi : 1;
+        *b = -n->lo;
+    } else {
+        *a = n->lo > 0 ? n->lo : 0;
+        *b = n->hi;
+    }
+    return *a <= *b;
+}
+
+/* Whether the digits so far can still be completed into a value in the
+ * range. */
+static int num_feasible(const ks_sv_frame *f) {
+    const ks_node *n = f->n;
+    i128 a, b;
+    if (!mag_range(n, f->sub, &a, &b)) return 0;
+    const i128 unit = k_p10[n->frac];
+    const int max_int = n->kind == N_INTEGER ? INT_DIGITS : NUM_INT_DIGITS;
+    const i128 ip = (i128)f->cand;
+    switch (f->st) {
+    case S_NUM_MINUS: return a <= max_mag(n);
+    case S_NUM_ZERO: return a <= unit - 1; /* 0 or 0.xxx */
+    case S_NUM_INT: /* I, I?, I??, ... each with any fraction */
+        for (int k = 0; f->idx + k <= max_int; k++) {
+            const i128 lo = ip * k_p10[k] * unit, hi = (ip + 1) * k_p10[k] * unit - 1;
+            if (lo > b) return 0;
+            if (hi >= a) return 1;
+        }
+        return 0;
+    default: { /* S_NUM_DOT, S_NUM_FRAC: I.F followed by any digits */
+        const i128 step = k_p10[n->frac - f->pos];
+        const i128 lo = ip * unit + (i128)f->aux * step, hi = lo + step - 1;
+        return lo <= b && hi >= a;
+    }
+    }
+}
+
+static int num_whole(const ks_sv_frame *f) {
+    const ks_node *n = f->n;
+    if (!n->ranged) return f->st == S_NUM_ZERO || f->st == S_NUM_INT || f->st == S_NUM_FRAC || f->st == S_NUM_EXP;
+    if (f->st != S_NUM_ZERO && f->st != S_NUM_INT && f->st != S_NUM_FRAC) return 0;
+    i128 a, b;
+    if (!mag_range(n, f->sub, &a, &b)) return 0;
+    const i128 m = (i128)f->cand * k_p10[n->frac] + (f->st == S_NUM_FRAC ? (i128)f->aux * k_p10[n->frac - f->pos] : 0);
+    return m >= a && m <= b;
+}
+
+/* One byte of a number: 1 taken, 0 refused, -1 not part of it (the
+ * number ends there if it is whole). */
+static int num_byte(ks_sv_frame *f, unsigned char ch) {
+    const ks_node *n = f->n;
+    const int digit = ch >= '0' && ch <= '9', d = ch - '0';
+    if (n->ranged) {
+        ks_sv_frame t = *f;
+        const int max_int = n->kind == N_INTEGER ? INT_DIGITS : NUM_INT_DIGITS;
+        switch (f->st) {
+        case S_NUM_BEGIN:
+            if (ch == '-') {
+                t.st = S_NUM_MINUS;
+                t.sub = 1;
+                break;
+            }
+            /* fall through */
+        case S_NUM_MINUS:
+            if (!digit) return f->st == S_NUM_BEGIN ? 0 : -1;
+            t.st = d ? S_NUM_INT : S_NUM_ZERO;
+            t.cand = (uint64_t)d;
+            t.idx = 1;
+            break;
+        case S_NUM_ZERO:
+        case S_NUM_INT:
+            if (digit && f->st == S_NUM_INT && f->idx < max_int) {
+                t.cand = f->cand * 10 + (uint64_t)d;
+                t.idx++;
+            } else if (ch == '.' && n->frac > 0) {
+                t.st = S_NUM_DOT;
+            } else {
+                return -1;
+            }
+            break;
+        case S_NUM_DOT:
+        case S_NUM_FRAC:
+            if (!digit || f->pos >= n->frac) return -1;
+            t.st = S_NUM_FRAC;
+            t.aux = f->aux * 10 + (uint64_t)d;
+            t.pos++;
+            break;
+        default: return -1;
+        }
+        if (!num_feasible(&t)) return 0;
+        *f = t;
+        return 1;
+    }
+    /* free: JSON's number grammar with bounded digits */
+    const int integer = n->kind == N_INTEGER;
+    switch (f->st) {
+    case S_NUM_BEGIN:
+        if (ch == '-') {
+            f->st = S_NUM_MINUS;
+            return 1;
+        }
+        /* fall through */
+    case S_NUM_MINUS:
+        if (!digit) return f->st == S_NUM_BEGIN ? 0 : -1;
+        f->st = d ? S_NUM_INT : S_NUM_ZERO;
+        f->idx = 1;
+        return 1;
+    case S_NUM_ZERO:
+    case S_NUM_INT:
+        if (digit && f->st == S_NUM_INT) {
+            if (f->idx >= FREE_INT_DIGITS) return -1;
+            f->idx++;
+            return 1;
+        }
+        if (!integer && ch == '.') f->st = S_NUM_DOT;
+        else if (!integer && (ch == 'e' || ch == 'E')) f->st = S_NUM_E;
+        else return -1;
+        return 1;
+    case S_NUM_DOT:
+    case S_NUM_FRAC:
+        if (digit && f->pos < FREE_FRAC_DIGITS) {
+            f->st = S_NUM_FRAC;
+            f->pos++;
+            return 1;
+        }
+        if (f->st == S_NUM_FRAC && (ch == 'e' || ch == 'E')) {
+            f->st = S_NUM_E;
+            return 1;
+        }
+        return -1;
+    case S_NUM_E:
+        if (ch == '+' || ch == '-') {
+            f->st = S_NUM_ESIGN;
+            return 1;
+        }
+        /* fall through */
+    case S_NUM_ESIGN:
+    case S_NUM_EXP:
+        if (!digit || f->sub >= FREE_EXP_DIGITS) return -1;
+        f->st = S_NUM_EXP;
+        f->sub++;
+        return 1;
+    default: return -1;
+    }
+}
+
+/* ---- strings ---- */
 
 /* One byte of string content, the frame in state in, esc (after a
  * backslash) or u (in \uXXXX): 1 taken, 0 refused, 2 the closing quote. */
@@ -505,11 +1032,93 @@ static int str_byte(ks_sv_frame *f, unsigned char ch, int in, int esc, int u) {
     return 1;
 }
 
+/* A string held to a DFA (pattern, format): cand its state, idx the
+ * characters so far.  Byte b of the decoded text may come next: the DFA
+ * takes it and a match within the length bounds stays reachable.  Sets
+ * *state and *count on success. */
+static int pat_step(const ks_node *n, uint64_t state, int count, unsigned char b, uint64_t *nstate, int *ncount) {
+    const sample_re *r = n->re;
+    const int32_t t = sample_re_step(r, (int32_t)state, b);
+    if (t < 0) return 0;
+    const int c = count + ((b & 0xC0) != 0x80); /* a lead byte begins a character */
+    if (n->max_items >= 0 && c + r->min_chars[t] > n->max_items) return 0;
+    if (r->max_chars[t] >= 0 && c + r->max_chars[t] < n->min_items) return 0;
+    *nstate = (uint64_t)t;
+    *ncount = c;
+    return 1;
+}
+
+/* Whether some character written as an escape (all of them are ASCII:
+ * short escapes and \u00XX) may follow; lo..hi narrows \u00XX's last
+ * digit. */
+static int pat_escapable(const ks_node *n, uint64_t state, int count, int lo, int hi) {
+    uint64_t s2;
+    int c2;
+    for (int b = lo; b <= hi; b++)
+        if (pat_step(n, state, count, (unsigned char)b, &s2, &c2)) return 1;
+    return 0;
+}
+
+/* One byte of a string held to a DFA: 1 taken, 0 refused, 2 closed.  Raw
+ * bytes go to the DFA as they are; an escape goes as the byte it stands
+ * for (\u only as \u00XX, ASCII: other characters are written raw). */
+static int pat_byte(ks_sv_frame *f, unsigned char ch) {
+    const ks_node *n = f->n;
+    const sample_re *r = n->re;
+    uint64_t s2;
+    int c2;
+    switch (f->st) {
+    case S_STR:
+        if (ch == '"') return r->accept[f->cand] && f->idx >= n->min_items ? 2 : 0;
+        if (ch == '\\') {
+            if (!pat_escapable(n, f->cand, f->idx, 0, 0x7F)) return 0;
+            f->st = S_STR_ESC;
+            return 1;
+        }
+        if (ch < 0x20 || !pat_step(n, f->cand, f->idx, ch, &s2, &c2)) return 0;
+        break;
+    case S_STR_ESC: {
+        if (ch == 'u') {
+            if (!pat_escapable(n, f->cand, f->idx, 0, 0x7F)) return 0;
+            f->st = S_STR_U;
+            f->pos = 0;
+            f->sub = 0;
+            return 1;
+        }
+        static const char esc[] = "\"\\/bfnrt", dec[] = "\"\\/\b\f\n\r\t";
+        const char *e = ch ? strchr(esc, ch) : NULL;
+        if (!e || !pat_step(n, f->cand, f->idx, (unsigned char)dec[e - esc], &s2, &c2)) return 0;
+        break;
+    }
+    default: /* S_STR_U: "00", then 0-7 and a hex digit */
+        if (f->pos < 2) {
+            if (ch != '0') return 0;
+            f->pos++;
+            return 1;
+        }
+        if (f->pos == 2) {
+            if (ch < '0' || ch > '7' || !pat_escapable(n, f->cand, f->idx, (ch - '0') << 4, ((ch - '0') << 4) | 15))
+                return 0;
+            f->sub = ch - '0';
+            f->pos++;
+            return 1;
+        }
+        if (!is_hex(ch) || !pat_step(n, f->cand, f->idx, (unsigned char)(f->sub << 4 | hex_val(ch)), &s2, &c2)) return 0;
+        break;
+    }
+    f->cand = s2;
+    f->idx = c2;
+    f->st = S_STR;
+    return 1;
+}
+
 static int lit_whole(const ks_sv_frame *f) {
     for (int i = 0; i < f->n->n_lits; i++)
         if ((f->cand >> i & 1) && f->n->lit_len[i] == f->pos) return 1;
     return 0;
 }
+
+static int is_num_state(int st) { return st >= S_NUM_BEGIN && st <= S_NUM_EXP; }
 
 int ks_sv_byte(ks_sv *v, unsigned char ch) {
     if (is_ws(ch)) {
@@ -517,9 +1126,9 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
         ks_sv_frame *f = v->depth ? &v->f[v->depth - 1] : NULL;
         const int content = f && ((f->st >= S_STR && f->st <= S_STR_U) || (f->st >= S_OBJ_KEY && f->st <= S_OBJ_KEY_U));
         if (!content) {
-            if (f && ((f->st >= S_NUM_MINUS && f->st <= S_NUM_EXP) || f->st == S_LIT)) {
+            if (f && (is_num_state(f->st) || f->st == S_LIT)) {
                 /* ends a number or literal, if it is whole */
-                if (f->st == S_LIT ? !lit_whole(f) : !num_whole(f->st)) return 0;
+                if (f->st == S_LIT ? !lit_whole(f) : !num_whole(f)) return 0;
                 value_done(v);
             }
             /* between two tokens: nothing, one space, or a line break and
@@ -556,12 +1165,17 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
             switch (n->kind) {
             case N_OBJECT: f->st = S_OBJ_OPEN; f->idx = -1; return 1;
             case N_ARRAY: f->st = S_ARR_OPEN; f->idx = 0; return 1;
-            case N_STRING: f->st = S_STR; f->idx = 0; return 1;
+            case N_STRING:
+                f->st = S_STR;
+                f->idx = 0;
+                if (n->re) f->cand = (uint64_t)n->re->start;
+                return 1;
             case N_NUMBER:
             case N_INTEGER:
-                f->st = ch == '-' ? S_NUM_MINUS : ch == '0' ? S_NUM_ZERO : S_NUM_INT;
-                f->pos = 1;
-                return 1;
+                f->st = S_NUM_BEGIN;
+                f->idx = f->pos = f->sub = 0;
+                f->cand = f->aux = 0;
+                continue; /* the byte begins the number */
             default: /* N_LITERAL */
                 f->cand = 0;
                 for (int i = 0; i < n->n_lits; i++)
@@ -628,6 +1242,11 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
         case S_STR:
         case S_STR_ESC:
         case S_STR_U: {
+            if (n->re) {
+                const int r = pat_byte(f, ch);
+                if (r != 2) return r;
+                break;
+            }
             /* characters counted for min/maxLength: a UTF-8 lead byte or an
              * escape (\\n, \\u00e9) begins one */
             if (f->st == S_STR && ch == '"' && f->idx < n->min_items) return 0;
@@ -654,30 +1273,9 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
             continue; /* the byte belongs to the frame below */
         }
         default: { /* numbers */
-            const int integer = n->kind == N_INTEGER;
-            const int digit = ch >= '0' && ch <= '9';
-            int next = -1;
-            switch (f->st) {
-            case S_NUM_MINUS: next = ch == '0' ? S_NUM_ZERO : digit ? S_NUM_INT : -1; break;
-            case S_NUM_ZERO:
-            case S_NUM_INT:
-                if (digit && f->st == S_NUM_INT) next = S_NUM_INT;
-                else if (!integer && ch == '.') next = S_NUM_DOT;
-                else if (!integer && (ch == 'e' || ch == 'E')) next = S_NUM_E;
-                break;
-            case S_NUM_DOT: next = digit ? S_NUM_FRAC : -1; break;
-            case S_NUM_FRAC: next = digit ? S_NUM_FRAC : (ch == 'e' || ch == 'E') ? S_NUM_E : -1; break;
-            case S_NUM_E: next = digit ? S_NUM_EXP : (ch == '+' || ch == '-') ? S_NUM_ESIGN : -1; break;
-            case S_NUM_ESIGN: next = digit ? S_NUM_EXP : -1; break;
-            case S_NUM_EXP: next = digit ? S_NUM_EXP : -1; break;
-            default: return 0;
-            }
-            if (next >= 0) {
-                if (++f->pos > MAX_NUM) return 0;
-                f->st = next;
-                return 1;
-            }
-            if (!num_whole(f->st)) return 0;
+            const int r = num_byte(f, ch);
+            if (r >= 0) return r;
+            if (!num_whole(f)) return 0;
             value_done(v);
             continue;
         }
@@ -693,7 +1291,7 @@ int ks_sv_complete(const ks_sv *v) {
     if (v->depth != 1) return 0;
     const ks_sv_frame *f = &v->f[0];
     if (f->st == S_LIT) return lit_whole(f);
-    return f->st >= S_NUM_MINUS && f->st <= S_NUM_EXP && num_whole(f->st);
+    return is_num_state(f->st) && num_whole(f);
 }
 
 int ks_sv_accepts(const ks_sv *v, const char *s, int n) {
@@ -706,4 +1304,13 @@ int ks_sv_accepts(const ks_sv *v, const char *s, int n) {
     for (int i = 0; i < n; i++)
         if (!ks_sv_byte(&t, (unsigned char)s[i])) return 0;
     return 1;
+}
+
+/* Whether text is a whole value of node n. */
+static int node_accepts(const ks_node *n, const char *text, int len) {
+    ks_sv v;
+    sv_init_node(&v, n);
+    for (int i = 0; i < len; i++)
+        if (!ks_sv_byte(&v, (unsigned char)text[i])) return 0;
+    return ks_sv_complete(&v);
 }

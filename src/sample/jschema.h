@@ -9,14 +9,29 @@
  *
  * Supported: type (a name or a list of them), properties with required
  * (properties come in the schema's order, as llama.cpp's grammars have
- * them; optional ones may be left out), items, minItems / maxItems,
- * minLength / maxLength (in characters), enum, const, anyOf / oneOf whose
- * alternatives begin with different characters, allOf of one schema, and
- * $ref into #/$defs or #/definitions (recursion allowed).  A schema with
- * none of these (or `true`) is any JSON value; an object without properties
- * takes any keys.  pattern, format and number ranges are not enforced.
- * Anything else the recognizer could not honour is refused with a message
- * rather than loosened.
+ * them; optional ones may be left out; no other keys), items, minItems /
+ * maxItems, minLength / maxLength (in characters), pattern (the regex
+ * subset of sample/regex.h, searching as JSON Schema's pattern does),
+ * format (date, time, date-time, uuid, email, ipv4, hostname), minimum /
+ * maximum / exclusiveMinimum / exclusiveMaximum (exactly, in decimal),
+ * enum, const (their values filtered by the rest of the schema), anyOf /
+ * oneOf whose alternatives begin with different characters, allOf of one
+ * schema, and $ref into #/$defs or #/definitions (recursion allowed).  A
+ * schema with none of these (or `true`) is any JSON value; an object
+ * without properties takes any keys.
+ *
+ * Numbers are written in bounded digits: an integer has at most 19 and,
+ * without bounds, lies within +-(2^53 - 1); "-0" is no integer.  A number
+ * with a range is plain decimal (at most 16 digits before the point and
+ * 16 after, no exponent); one without, at most 16 + 16 digits and a
+ * 3-digit exponent.  In a string held to a pattern or format an escape
+ * may stand only for an ASCII character (\u00XX or a short escape);
+ * other characters are written as UTF-8.
+ *
+ * Anything else that constrains a value (not, if/then/else, contains,
+ * patternProperties, uniqueItems, multipleOf except 1 on an integer, ...,
+ * or a keyword beside $ref / anyOf / oneOf / allOf) is refused with a
+ * message naming it rather than loosened.
  */
 #ifndef KILN_JSCHEMA_H
 #define KILN_JSCHEMA_H
@@ -37,10 +52,15 @@ void ks_schema_free(ks_schema *s);
 
 typedef struct ks_sv_frame {
     const ks_node *n;
-    int32_t st;   /* state within the value (jschema.c) */
-    int32_t idx;  /* object: last property written (-1 none); array: items so far */
-    int32_t pos;  /* bytes matched of a key or literal, digits of a number */
-    uint64_t cand; /* keys or literals still possible */
+    int32_t st;    /* state within the value (jschema.c) */
+    int32_t idx;   /* object: last property written (-1 none); array: items so
+                      far; string: characters; number: integer digits */
+    int32_t pos;   /* bytes matched of a key or literal, \u digits; number:
+                      fraction digits */
+    int32_t sub;   /* number: sign or exponent digits; string: a \u value */
+    uint64_t cand; /* keys or literals still possible; string: DFA state;
+                      number: the integer part */
+    uint64_t aux;  /* number: the fraction digits' value */
 } ks_sv_frame;
 
 typedef struct ks_sv {

@@ -8,6 +8,8 @@
  *              recognizer as such a hook, and log-softmax with the top
  *              alternatives (logprobs)
  * jschema.c    a JSON Schema compiled to a byte-level recognizer (jschema.h)
+ * regex.c      a regex subset compiled to a DFA over UTF-8 bytes, for
+ *              jschema's pattern and format (regex.h)
  *
  * Nothing here runs a model: callers hand in logits and get token ids.
  */

@@ -254,7 +254,38 @@ test('openai response_format json_schema follows it', async () => {
   checkSchema(r.choices[0].message.content);
 });
 
+// Ranges, patterns and formats hold what the stories model writes, at any
+// temperature: an integer in 5..10 (never -0, never 40 digits), a code of
+// the pattern, a date.
+test('structured output holds number ranges, patterns and formats', async () => {
+  const schema = {
+    type: 'object',
+    properties: { n: { type: 'integer', minimum: 5, maximum: 10 }, x: { type: 'number', minimum: -1, maximum: 1 },
+                  code: { type: 'string', pattern: '^[A-Z]{2}-[0-9]{3}$' }, day: { type: 'string', format: 'date' } },
+    required: ['n', 'x', 'code', 'day'],
+  };
+  for (const seed of [1, 2, 3]) {
+    const g = await oll.generate({ model: MODEL, prompt: 'Data:', format: schema,
+                                   options: { temperature: 1.0, seed, num_predict: 400 } });
+    assert.equal(g.done_reason, 'stop', g.response);
+    const v = JSON.parse(g.response);
+    assert.ok(Number.isInteger(v.n) && v.n >= 5 && v.n <= 10 && !Object.is(v.n, -0), g.response);
+    assert.ok(typeof v.x === 'number' && v.x >= -1 && v.x <= 1, g.response);
+    assert.match(v.code, /^[A-Z]{2}-[0-9]{3}$/, g.response);
+    assert.match(v.day, /^\d{4}-\d{2}-\d{2}$/, g.response);
+    assert.ok(!Number.isNaN(Date.parse(v.day + 'T00:00:00Z')), g.response);
+  }
+});
+
 test('a schema that cannot be enforced is a 400, not a looser answer', async () => {
+  for (const [schema, why] of [[{ type: 'string', not: { const: 'a' } }, /'not' is not supported/],
+                               [{ type: 'string', format: 'uri' }, /format 'uri' is not supported/],
+                               [{ type: 'string', pattern: '(?=a)' }, /lookahead/]]) {
+    const r = await fetch(srv.base + '/api/generate', { method: 'POST',
+      body: JSON.stringify({ model: MODEL, prompt: 'x', format: schema, stream: false }) });
+    assert.equal(r.status, 400);
+    assert.match((await r.json()).error, why);
+  }
   const bad = { anyOf: [{ type: 'object' }, { type: 'object', properties: { a: {} } }] };
   const o = await fetch(srv.base + '/api/generate', { method: 'POST',
     body: JSON.stringify({ model: MODEL, prompt: 'x', format: bad, stream: false }) });
