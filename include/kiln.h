@@ -580,6 +580,131 @@ void kiln_embed_job_free(kiln_embed_job *j);
  * NULL. */
 kiln_status kiln_embed(kiln_embedder *e, const kiln_embed_request *r, kiln_embed_job **out);
 
+/* --------------------------------------------------------- speech to text */
+
+/* Whisper speech recognition over whisper.cpp's GGML files (ggml-tiny.bin
+ * ... ggml-large-v3-turbo.bin, F32, F16 or quantized).
+ *
+ *   kiln_stt *m;  kiln_stt_load("ggml-base.en.bin", &m);
+ *   float *pcm; int64_t n;  kiln_audio_load("talk.flac", &pcm, &n, NULL);
+ *   kiln_transcribe_params p = kiln_transcribe_default_params();
+ *   kiln_transcript *t;  kiln_transcribe(m, pcm, n, &p, &t);
+ *   for (i < t->n_segments) ... t->segments[i].start, .end, .text ...
+ *   kiln_transcript_free(t);  kiln_audio_free(pcm);
+ *
+ * One kiln_stt may serve several threads, each call with its own working
+ * memory; the model is read-only after load. */
+typedef struct kiln_stt kiln_stt;
+
+kiln_status kiln_stt_load(const char *path, kiln_stt **out);
+/* 1 when path begins with the GGML magic (reads 4 bytes; no validation). */
+int kiln_is_whisper_file(const char *path);
+void kiln_stt_free(kiln_stt *m);
+
+typedef struct kiln_stt_info {
+    const char *size;           /* "tiny" ... "large-v3-turbo", or "custom" */
+    const char *ftype;          /* type of the matrices: "F16", "Q8_0", ... */
+    int32_t n_vocab, n_text_tokens, n_langs;
+    int32_t n_audio_ctx, n_audio_state, n_audio_head, n_audio_layer;
+    int32_t n_text_ctx, n_text_state, n_text_head, n_text_layer, n_mels;
+    int32_t multilingual;       /* 0: English only */
+    int32_t can_translate;      /* multilingual and not large-v3-turbo */
+    double window_seconds;      /* audio one encoder pass covers (30 s) */
+    uint64_t n_params, n_bytes; /* weights and their bytes in the file */
+    uint64_t copied_bytes;      /* tensors copied out of the mapping (the
+                                   format does not align tensor data) */
+} kiln_stt_info;
+void kiln_stt_get_info(const kiln_stt *m, kiln_stt_info *info);
+/* Language code of token index i (0 = "en"), NULL past the model's. */
+const char *kiln_stt_language(const kiln_stt *m, int i);
+
+/* Audio files (WAV, FLAC, Ogg/Vorbis, MP3 ... as libsndfile reads them, 8 to
+ * 192 kHz, 1 to 8 channels) decoded to 16 kHz mono floats; *pcm (free with
+ * kiln_audio_free) is NULL when the clip is empty.  format (may be NULL,
+ * 64 bytes) receives the container and encoding. */
+kiln_status kiln_audio_load(const char *path, float **pcm, int64_t *n, char *format);
+kiln_status kiln_audio_decode(const void *data, size_t len, float **pcm, int64_t *n, char *format);
+/* Interleaved PCM (n_samples values in frames of channels) to 16 kHz mono:
+ * finite samples and whole frames only; pcm is not written. */
+kiln_status kiln_audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t sample_rate, int32_t channels,
+                                  float **out, int64_t *n);
+void kiln_audio_free(float *pcm);
+
+/* Called after each window: seconds of audio done and in all; a nonzero
+ * return cancels (KILN_ERR_CANCELLED). */
+typedef int (*kiln_stt_progress_fn)(double done, double total, void *user);
+
+typedef struct kiln_transcribe_params {
+    const char *language;       /* "en", "german", ...; NULL, "" or "auto":
+                                   detected (English on English-only models) */
+    int32_t translate;          /* 1: English text from any language */
+    int32_t beam_size;          /* at temperature 0; 1 = greedy (default 5) */
+    int32_t best_of;            /* samples kept at temperature > 0 (default 5) */
+    float temperature;          /* the first try (default 0) */
+    float temperature_inc;      /* fallback step up to 1.0 (default 0.2; 0: none) */
+    /* a try falls back to the next temperature when its text compresses
+     * (zlib) better than compression_ratio_threshold (2.4) or its mean token
+     * log-probability is below logprob_threshold (-1), unless the window
+     * is silence: no-speech probability above no_speech_threshold (0.6).
+     * A silent window whose mean log-probability is also below the
+     * threshold yields no segment.  Thresholds <= -1e9 (or a ratio <= 0)
+     * switch a test off. */
+    float compression_ratio_threshold;
+    float logprob_threshold;
+    float no_speech_threshold;
+    int32_t timestamps;         /* 1: segment times from timestamp tokens (default) */
+    int32_t condition_on_previous; /* 1: a window's text prompts the next (default) */
+    const char *initial_prompt; /* text that prompts the first window, or NULL */
+    int32_t suppress_non_speech;/* 1: never emit symbols such as "#" or "♪" (default) */
+    int32_t n_threads;          /* 0 = all online CPUs */
+    uint64_t seed;              /* of the sampling at temperature > 0 */
+    kiln_stt_progress_fn progress;
+    void *user;
+    /* polled during decoding; nonzero cancels (the engine sets it) */
+    int (*abort)(void *user);
+    void *abort_user;
+} kiln_transcribe_params;
+
+kiln_transcribe_params kiln_transcribe_default_params(void);
+/* Checks p against m (language code, translation on an English-only or
+ * turbo model, ranges) without any work. */
+kiln_status kiln_transcribe_check(const kiln_stt *m, const kiln_transcribe_params *p);
+
+typedef struct kiln_segment {
+    double start, end;          /* seconds from the start of the audio */
+    const char *text;           /* UTF-8, as decoded (usually a leading space) */
+    int32_t n_tokens;
+    const int32_t *tokens;      /* text and timestamp tokens */
+    float avg_logprob;          /* of the window's decode */
+    float no_speech_prob;
+    float compression_ratio;
+    float temperature;          /* of the try that was kept */
+} kiln_segment;
+
+typedef struct kiln_transcript {
+    const char *text;           /* every segment's text joined */
+    const char *language;       /* code, "" when not known */
+    float language_prob;        /* of a detected language (1 when given) */
+    double duration;            /* seconds of audio */
+    int32_t n_segments;
+    const kiln_segment *segments;
+    int32_t n_windows;          /* encoder passes */
+    int32_t n_fallbacks;        /* tries at a higher temperature */
+} kiln_transcript;
+
+/* Transcribes 16 kHz mono audio (pcm may be NULL when n is 0: an empty
+ * clip gives an empty transcript).  Long audio goes in windows of
+ * window_seconds, each starting where the last one's last complete
+ * segment ended. */
+kiln_status kiln_transcribe(kiln_stt *m, const float *pcm, int64_t n, const kiln_transcribe_params *p,
+                            kiln_transcript **out);
+void kiln_transcript_free(kiln_transcript *t);
+/* t as "txt" (the text, trimmed), "srt", "vtt", "json" ({"text"}) or
+ * "verbose_json" (OpenAI's shape: task, language name, duration, text,
+ * segments with times, tokens and scores; translated sets its task).
+ * Returns a malloc'ed string, or NULL for an unknown format. */
+char *kiln_transcript_format(const kiln_transcript *t, const char *format, int translated);
+
 /* ---------------------------------------------------------------- engine */
 
 /* An engine instance hosts one model at a time for a host program.  The
@@ -619,7 +744,8 @@ typedef struct kiln_engine kiln_engine;
 typedef enum kiln_engine_family_id {
     KILN_ENGINE_LLM = 0,        /* text generation */
     KILN_ENGINE_EMBEDDING = 1,  /* text embeddings */
-    KILN_ENGINE_IMAGE = 2       /* text to image */
+    KILN_ENGINE_IMAGE = 2,      /* text to image */
+    KILN_ENGINE_STT = 3         /* speech to text (Whisper) */
 } kiln_engine_family_id;
 
 typedef enum kiln_engine_backend {
@@ -804,6 +930,33 @@ kiln_image_request kiln_image_request_default(void);
  * KILN_ERR_UNSUPPORTED. */
 kiln_status kiln_engine_image(kiln_engine *e, const kiln_image_request *r, kiln_image_result **out);
 void kiln_image_result_free(kiln_image_result *r);
+
+/* Speech-to-text family.  Transcribes interleaved PCM (any rate from 8 to
+ * 192 kHz, 1 to 8 channels; the caller's buffer is not written) like
+ * kiln_transcribe, yielding before each window.  On success *out is the
+ * transcript (free with kiln_transcript_free). */
+typedef struct kiln_audio_window {
+    const char *id;             /* the caller's name for it, echoed back */
+    const float *pcm;           /* interleaved */
+    int64_t n_samples;
+    int32_t sample_rate, channels;
+} kiln_audio_window;
+
+kiln_status kiln_engine_transcribe(kiln_engine *e, const kiln_audio_window *audio, const kiln_transcribe_params *p,
+                                   kiln_engine_cancel *cancel, kiln_transcript **out);
+
+/* A stream of windows: next fills *w and returns 1, or returns 0 at the
+ * end (a negative return fails the stream with KILN_ERR_INVALID_ARG); each
+ * window yields one result through on_result (an empty transcript when
+ * nothing was said; times relative to the window), whose nonzero return
+ * ends the stream successfully.  The whole stream holds the engine's
+ * gate: no other request, load or unload runs until it ends, and a
+ * graceful teardown waits for it.  *n_windows (optional) counts results. */
+typedef int (*kiln_window_next_fn)(void *user, kiln_audio_window *w);
+typedef int (*kiln_window_result_fn)(void *user, const char *id, const kiln_transcript *t);
+kiln_status kiln_engine_transcribe_stream(kiln_engine *e, kiln_window_next_fn next, kiln_window_result_fn on_result,
+                                          void *user, const kiln_transcribe_params *p, kiln_engine_cancel *cancel,
+                                          int32_t *n_windows);
 
 /* ------------------------------------------------------------- quantizer */
 

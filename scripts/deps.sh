@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang
       libpcre2-dev libutf8proc-dev libjansson-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev
       libzip-dev libpng-dev libvulkan-dev
+      libsndfile1-dev libsamplerate0-dev libfftw3-dev zlib1g-dev espeak-ng
       python3 nodejs chromium nginx-light)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -30,6 +30,9 @@ int cmd_image(int argc, char **argv);
  * are read). */
 int cli_is_checkpoint(const char *path);
 int cli_show_checkpoint(const char *path, int tensors);
+int cmd_transcribe(int argc, char **argv);
+/* kiln show on a whisper.cpp GGML file (transcribe.c); returns the exit code. */
+int cli_show_whisper(const char *path, int tensors);
 
 /* Options shared by the model-running commands. */
 typedef struct cli_opts {

@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "  embed     -m MODEL [--query|--document] [--dim N] [--truncate] TEXT...\n"
             "                                      normalized embeddings as JSON\n"
             "  image     -m PACK -p TEXT [--steps N] [--cfg S] [--seed N] [-o out.png]   text to image (PNG)\n"
+            "  transcribe -m MODEL AUDIO... [--language xx] [--translate] [-o txt|srt|vtt|json]\n"
+            "                                      speech to text with a Whisper model\n"
             "\n"
             "model store (MODEL above may be a store name; --store DIR or KILN_STORE picks the store):\n"
             "  pull      URL|REF [--name N] [--sha256 HEX] [--header 'K: V'] [--token T] [--json]\n"
@@ -93,7 +95,24 @@ static const struct cli_cmd {
     {"pull", cmd_pull,
      "pull URL|REF [--name NAME] [--sha256 HEX] [--header 'K: V'] [--token TOKEN] [--json]\n"
      "REF: hf.co/ORG/REPO[:QUANT]  hf.co/ORG/REPO/FILE.gguf[@REVISION]  [HOST/][NAMESPACE/]MODEL[:TAG]\n"
-     "environment: HF_ENDPOINT (the hub), HF_TOKEN (its token), KILN_REGISTRY (the default registry URL)"},
+     "environment: HF_ENDPOINT (the hub), HF_TOKEN (its token), KILN_REGISTRY (the default registry URL)\n"
+     "kiln pull BUILTIN --url MIRROR: a built-in name (whisper:base.en ...); MIRROR is the file's URL or a folder URL ending in /"},
+    {"transcribe", cmd_transcribe,
+     "transcribe -m MODEL AUDIO... [options]\n"
+     "  AUDIO: WAV, FLAC, Ogg/Vorbis, MP3 ... (any rate from 8 to 192 kHz, 1 to 8 channels)\n"
+     "  -l, --language XX    spoken language (code or name; default: detected, English on .en models)\n"
+     "  --translate          English text from any language (multilingual models)\n"
+     "  --beam-size N        beams at temperature 0 (default 5; 1 = greedy)\n"
+     "  --best-of N          samples per fallback temperature (default 5)\n"
+     "  --temperature T      first temperature (default 0); --temperature-inc D (default 0.2)\n"
+     "  --no-fallback        no retries at higher temperatures\n"
+     "  --prompt TEXT        initial prompt (spelling, names, style)\n"
+     "  --no-timestamps      one segment per window, no timestamp tokens\n"
+     "  --no-context         windows do not see the previous window's text\n"
+     "  --keep-symbols       do not suppress non-speech symbols\n"
+     "  -o FORMAT            txt (default), srt, vtt, json or verbose_json\n"
+     "  --output-dir DIR     write DIR/NAME.FORMAT per audio file instead of stdout\n"
+     "  -t N                 threads (default: all CPUs); -q: no progress line; -v: timings"},
     {"import", cmd_import, "import PATH [--name NAME] [--copy|--move|--link]"},
     {"ls", cmd_ls, "ls [--json]"},
     {"rm", cmd_rm, "rm NAME|ID|ID-PREFIX ..."},

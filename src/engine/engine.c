@@ -794,10 +794,11 @@ kiln_status kiln_engine_observe(kiln_engine *e, kiln_engine_observation *out) {
 /* ------------------------------------------------------------ requests */
 
 static int family_has_task(const kiln_engine_family *fam, int task) {
-    const char *name = task == ENGINE_TASK_GENERATE ? "generate"
-                       : task == ENGINE_TASK_EMBED ? "embed"
-                       : task == ENGINE_TASK_IMAGE ? "image"
-                                                   : "";
+    const char *name = task == ENGINE_TASK_GENERATE    ? "generate"
+                       : task == ENGINE_TASK_EMBED      ? "embed"
+                       : task == ENGINE_TASK_IMAGE      ? "image"
+                       : task == ENGINE_TASK_TRANSCRIBE ? "transcribe"
+                                                        : "";
     for (const char *const *t = fam->tasks; t && *t; t++)
         if (strcmp(*t, name) == 0) return 1;
     return 0;

@@ -8,6 +8,7 @@
  * llm.c       the llm family over kiln_model / kiln_context
  * embedding.c the embedding family over kiln_embedder
  * image.c     the image family over an image pack (src/image)
+ * stt.c       the speech-to-text family over kiln_stt (Whisper)
  *
  * A family plugs in through engine_ops: load a model file, release it, and
  * run one request on it.  The engine owns ordering, admission and
@@ -51,7 +52,7 @@ kiln_engine *engine_of(const engine_run *r);
 const kiln_context_params *engine_context_params(const engine_run *r);
 
 /* Tasks a family's run() receives. */
-enum { ENGINE_TASK_GENERATE = 0, ENGINE_TASK_EMBED = 1, ENGINE_TASK_IMAGE = 2 };
+enum { ENGINE_TASK_GENERATE = 0, ENGINE_TASK_EMBED = 1, ENGINE_TASK_IMAGE = 2, ENGINE_TASK_TRANSCRIBE = 3 };
 
 /* Every op reports failure as a kiln_status with kiln_last_error() set on
  * the calling thread.  user is engine_ops.user. */
@@ -77,6 +78,7 @@ const engine_ops *engine_family_ops(kiln_engine_family_id id);
 extern const engine_ops engine_llm_ops;
 extern const engine_ops engine_embedding_ops;
 extern const engine_ops engine_image_ops;
+extern const engine_ops engine_stt_ops;
 
 /* Reads only the GGUF header of path: it must parse and name an
  * architecture kiln runs; generate also refuses encoders. */

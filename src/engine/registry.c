@@ -9,6 +9,7 @@
 static const char *const llm_tasks[] = {"generate", NULL};
 static const char *const embedding_tasks[] = {"embed", NULL};
 static const char *const image_tasks[] = {"image", NULL};
+static const char *const stt_tasks[] = {"transcribe", NULL};
 
 /* Ordered by display order; the index is the family id. */
 static const struct {
@@ -24,6 +25,9 @@ static const struct {
     {{KILN_ENGINE_IMAGE, "image", "Text to image", image_tasks,
       BACKEND_BIT(KILN_ENGINE_BACKEND_AUTO) | BACKEND_BIT(KILN_ENGINE_BACKEND_CPU), 1},
      &engine_image_ops},
+    {{KILN_ENGINE_STT, "stt", "Speech to text", stt_tasks,
+      BACKEND_BIT(KILN_ENGINE_BACKEND_AUTO) | BACKEND_BIT(KILN_ENGINE_BACKEND_CPU), 1},
+     &engine_stt_ops},
 };
 
 enum { N_FAMILIES = (int)(sizeof families / sizeof families[0]) };

@@ -1,0 +1,53 @@
+/*
+ * audio — speech input: decoding, conversion to 16 kHz mono, log-mel.
+ *
+ * read.c   files through libsndfile (WAV, FLAC, Ogg/Vorbis, Opus, MP3 ...),
+ *          interleaved PCM checked (finite samples, whole frames, 8 to
+ *          192 kHz, 1 to 8 channels), channels averaged, resampled with
+ *          libsamplerate.  The caller's buffers are never written.
+ * mel.c    Whisper's log-mel spectrogram with FFTW (double precision):
+ *          400-sample periodic Hann frames every 160 samples, centred
+ *          (reflected 200 samples at both ends), |X|^2 of the 201 bins, the
+ *          model's filterbank, log10 floored at 1e-10, everything below the
+ *          maximum - 8 raised to it, then (x + 4) / 4.
+ *
+ * Errors are one line in err (errlen bytes); functions return 0 or -1.
+ */
+#ifndef KILN_AUDIO_H
+#define KILN_AUDIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "thread/pool.h"
+
+#define KA_RATE 16000
+#define KA_HOP 160
+#define KA_N_FFT 400
+#define KA_N_BINS 201
+
+typedef struct ka_info {
+    int32_t rate;          /* of the source */
+    int32_t channels;
+    int64_t frames;        /* source frames */
+    char format[64];       /* "WAV (Microsoft) / Signed 16 bit PCM", ... */
+} ka_info;
+
+/* Decodes path to 16 kHz mono floats (*out malloc'ed, *n samples; an empty
+ * clip gives n = 0 and out NULL). */
+int ka_read_file(const char *path, float **out, int64_t *n, ka_info *info, char *err, size_t errlen);
+/* The same from memory (e.g. an upload): data of len bytes in any format
+ * libsndfile reads. */
+int ka_read_memory(const void *data, size_t len, float **out, int64_t *n, ka_info *info, char *err, size_t errlen);
+/* Converts interleaved PCM (n_samples values, frames of channels) at rate
+ * to 16 kHz mono. */
+int ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out, int64_t *n,
+                  char *err, size_t errlen);
+
+/* Log-mel of x[0..n) followed by pad zero samples: *mel is malloc'ed
+ * [n_mels][*n_frames] (row stride *n_frames), n_frames = (n + pad) / 160.
+ * filters is [n_mels][201].  pool may be NULL (one thread). */
+int ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, kpool *pool, float **mel,
+               int64_t *n_frames, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,148 @@
+/* The public speech-to-text entry points (kiln.h, "speech to text"). */
+#include "whisper/whisper.h"
+
+#include "audio/audio.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kiln_stt {
+    wh_model *m;
+};
+
+kiln_status kiln_stt_load(const char *path, kiln_stt **out) {
+    if (!out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output handle");
+    *out = NULL;
+    if (!path) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model path");
+    char err[512];
+    wh_model *m = wh_load(path, err, sizeof err);
+    if (!m) {
+        kiln_status st = strstr(err, "out of memory") ? KILN_ERR_NOMEM
+                         : strstr(err, "cannot multiply") || strstr(err, "unknown ftype") ? KILN_ERR_UNSUPPORTED
+                         : strstr(err, "No such file") || strstr(err, "Permission") ? KILN_ERR_IO
+                                                                                    : KILN_ERR_FORMAT;
+        return kl_fail(NULL, st, "%s", err);
+    }
+    kiln_stt *s = calloc(1, sizeof *s);
+    if (!s) {
+        wh_free(m);
+        return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    }
+    s->m = m;
+    *out = s;
+    return KILN_OK;
+}
+
+int kiln_is_whisper_file(const char *path) { return path && wh_is_ggml_file(path); }
+
+void kiln_stt_free(kiln_stt *s) {
+    if (!s) return;
+    wh_free(s->m);
+    free(s);
+}
+
+const wh_model *wh_of(const kiln_stt *s) { return s ? s->m : NULL; }
+
+void kiln_stt_get_info(const kiln_stt *s, kiln_stt_info *info) {
+    memset(info, 0, sizeof *info);
+    if (!s) return;
+    const wh_model *m = s->m;
+    const wh_hparams *hp = &m->hp;
+    info->size = m->size_name;
+    info->ftype = kq_get(m->wtype)->name;
+    info->n_vocab = hp->n_vocab;
+    info->n_text_tokens = m->vocab.n_text;
+    info->n_langs = m->n_langs;
+    info->n_audio_ctx = hp->n_audio_ctx;
+    info->n_audio_state = hp->n_audio_state;
+    info->n_audio_head = hp->n_audio_head;
+    info->n_audio_layer = hp->n_audio_layer;
+    info->n_text_ctx = hp->n_text_ctx;
+    info->n_text_state = hp->n_text_state;
+    info->n_text_head = hp->n_text_head;
+    info->n_text_layer = hp->n_text_layer;
+    info->n_mels = hp->n_mels;
+    info->multilingual = m->vocab.multilingual;
+    info->can_translate = m->vocab.multilingual && strcmp(m->size_name, "large-v3-turbo") != 0;
+    info->window_seconds = wh_window_seconds(m);
+    info->n_params = m->n_params;
+    info->n_bytes = m->n_bytes;
+    info->copied_bytes = m->copied_bytes;
+}
+
+const char *kiln_stt_language(const kiln_stt *s, int i) {
+    return s && i >= 0 && i < s->m->n_langs ? wh_lang_code(i) : NULL;
+}
+
+kiln_transcribe_params kiln_transcribe_default_params(void) {
+    kiln_transcribe_params p;
+    memset(&p, 0, sizeof p);
+    p.beam_size = 5;
+    p.best_of = 5;
+    p.temperature = 0.0f;
+    p.temperature_inc = 0.2f;
+    p.compression_ratio_threshold = 2.4f;
+    p.logprob_threshold = -1.0f;
+    p.no_speech_threshold = 0.6f;
+    p.timestamps = 1;
+    p.condition_on_previous = 1;
+    p.suppress_non_speech = 1;
+    p.seed = 0;
+    return p;
+}
+
+kiln_status kiln_transcribe_check(const kiln_stt *s, const kiln_transcribe_params *p) {
+    if (!s || !p) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model or parameters");
+    int lang;
+    return wh_check_params(s->m, p, &lang);
+}
+
+kiln_status kiln_transcribe(kiln_stt *s, const float *pcm, int64_t n, const kiln_transcribe_params *p,
+                            kiln_transcript **out) {
+    if (!out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output transcript");
+    *out = NULL;
+    if (!s) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model");
+    kiln_transcribe_params def = kiln_transcribe_default_params();
+    return wh_transcribe(s->m, pcm, n, p ? p : &def, out);
+}
+
+/* ------------------------------------------------------------------ audio */
+
+static kiln_status audio_status(const char *err) {
+    return strstr(err, "out of memory") ? KILN_ERR_NOMEM
+           : strstr(err, "cannot open")  ? KILN_ERR_IO
+           : strstr(err, "not an audio file") || strstr(err, "decoding failed") || strstr(err, "empty file")
+               ? KILN_ERR_FORMAT
+               : KILN_ERR_INVALID_ARG;
+}
+
+kiln_status kiln_audio_load(const char *path, float **pcm, int64_t *n, char *format) {
+    if (!pcm || !n || !path) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no path or output");
+    char err[512];
+    ka_info info;
+    if (ka_read_file(path, pcm, n, &info, err, sizeof err)) return kl_fail(NULL, audio_status(err), "%s", err);
+    if (format) snprintf(format, 64, "%s", info.format);
+    return KILN_OK;
+}
+
+kiln_status kiln_audio_decode(const void *data, size_t len, float **pcm, int64_t *n, char *format) {
+    if (!pcm || !n) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output");
+    char err[512];
+    ka_info info;
+    if (ka_read_memory(data, len, pcm, n, &info, err, sizeof err)) return kl_fail(NULL, audio_status(err), "%s", err);
+    if (format) snprintf(format, 64, "%s", info.format);
+    return KILN_OK;
+}
+
+kiln_status kiln_audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out,
+                                  int64_t *n) {
+    if (!out || !n) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output");
+    char err[256];
+    if (ka_to_mono16k(pcm, n_samples, rate, channels, out, n, err, sizeof err))
+        return kl_fail(NULL, audio_status(err), "%s", err);
+    return KILN_OK;
+}
+
+void kiln_audio_free(float *pcm) { free(pcm); }
