@@ -473,6 +473,26 @@ const char *kiln_store_lease_id(const kiln_store_lease *l);
 const char *kiln_store_lease_defaults(const kiln_store_lease *l);
 void kiln_store_release(kiln_store_lease *l);
 
+/* Built-in models: names kiln knows without a manifest (the published
+ * Whisper variants, "whisper:tiny" ... "whisper:large-v3-turbo").  Reading
+ * the table touches no file. */
+typedef struct kiln_builtin_model {
+    const char *name;       /* store name */
+    const char *family;     /* engine family key ("stt") */
+    const char *file;       /* the publisher's file name */
+    const char *size;       /* as published ("142 MiB"); exact length unknown */
+    const char *sha1;       /* the publisher's SHA-1, NULL if unknown */
+    const char *sha256;     /* NULL: not published; the pull records it */
+} kiln_builtin_model;
+int kiln_builtin_count(void);
+const kiln_builtin_model *kiln_builtin_at(int i);
+const kiln_builtin_model *kiln_builtin_find(const char *name);
+/* Pulls a built-in model from url (a file URL, or a mirror folder ending in
+ * "/" to which the file name is added), names it, then checks the
+ * published SHA-1 (a mismatch removes the pack). */
+kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, const kiln_store_pull_params *p,
+                              char *id_out);
+
 /* ------------------------------------------------------------- embedder */
 
 /* Text embeddings: a bert encoder, or a decoder (e.g. qwen3) whose final

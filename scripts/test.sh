@@ -36,7 +36,7 @@ cmake --build build-asan -j"$jobs" >/dev/null
 
 echo "== ThreadSanitizer: engine lifecycle"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_engine test_engine_llm test_engine_embed test_gen >/dev/null
+cmake --build build-tsan -j"$jobs" --target test_engine test_engine_llm test_engine_embed test_engine_stt test_gen >/dev/null
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_engine|test_gen)" -E "^test_engine_image$")
 
 echo "== Release build"

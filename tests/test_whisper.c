@@ -78,7 +78,7 @@ static void test_loader_rejects(void) {
     expect_reject("bad magic", c, n, "magic");
     memcpy(c, f, n);
     int32_t v = 7;
-    memcpy(c + 4 + 4 * 2, &v, 4); /* n_audio_state 7: not a multiple of the heads */
+    memcpy(c + 4 + 4 * 3, &v, 4); /* n_audio_head 7: the width is not a multiple of it */
     expect_reject("odd width", c, n, "width");
     memcpy(c, f, n);
     v = 99;

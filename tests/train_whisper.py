@@ -185,7 +185,7 @@ def greedy(model, vocab, mel_one, n_max=40):
         seq = [vocab.sot]
         for _ in range(n_max):
             lg = model.decode(torch.tensor([seq]), xa)[0, -1].double().numpy()
-            lg = W.apply_rules(vocab, lg, seq, 1, True, max_initial_ts=50)
+            lg = W.apply_rules(vocab, lg, seq, 1, True, max_initial_ts=50, n_audio_ctx=DIMS["n_audio_ctx"])
             t = int(np.argmax(lg))
             if t == vocab.eot:
                 break
@@ -241,12 +241,14 @@ def main():
             f.write(f"{name}\t{t}\n")
 
     model = W.Whisper(dims)
+    with torch.no_grad():  # small tied embeddings: initial logits near zero
+        model.tok.weight.normal_(0, 0.02)
     mel = Mel()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
     budget = args.minutes * 60 - (time.time() - t0) - 120
     t1 = time.time()
     step = 0
-    warm = 200
+    warm = 100
     ema = None
     while time.time() - t1 < budget:
         frac = (time.time() - t1) / budget

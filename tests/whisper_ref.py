@@ -342,11 +342,13 @@ def suppressed(vocab, timestamps):
     return s
 
 
-def apply_rules(vocab, logits, seq, n_prompt, timestamps, max_initial_ts=50):
+def apply_rules(vocab, logits, seq, n_prompt, timestamps, max_initial_ts=50, n_audio_ctx=1500):
     """logits (float64 numpy, n_vocab) for the next token after seq (whose
-    first n_prompt tokens are the prompt).  Returns the masked logits."""
+    first n_prompt tokens are the prompt).  Returns the masked logits.
+    Timestamps past the window (n_audio_ctx positions of 0.02 s) are barred."""
     lg = logits.copy()
     lg[suppressed(vocab, timestamps)] = -np.inf
+    lg[vocab.ts_begin + n_audio_ctx + 1:] = -np.inf
     gen = seq[n_prompt:]
     if not gen:  # a transcript does not begin with a blank or end at once
         lg[vocab.eot] = -np.inf
@@ -390,7 +392,7 @@ def decode_greedy(model, vocab, xa, prompt, n_max, timestamps):
     with torch.no_grad():
         for _ in range(n_max):
             lg = model.decode(torch.tensor([seq]), xa)[0, -1].double().numpy()
-            lg = apply_rules(vocab, lg, seq, len(prompt), timestamps)
+            lg = apply_rules(vocab, lg, seq, len(prompt), timestamps, n_audio_ctx=model.dims["n_audio_ctx"])
             top = np.sort(lg[np.isfinite(lg)])[::-1]
             if len(top) > 1:
                 margin = min(margin, top[0] - top[1])

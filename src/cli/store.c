@@ -113,7 +113,7 @@ static void init_show(show_ctx *c, int json) {
 /* ---- commands ---- */
 
 int cmd_pull(int argc, char **argv) {
-    const char *url = NULL, *name = NULL, *sha = NULL, *token = NULL;
+    const char *url = NULL, *name = NULL, *sha = NULL, *token = NULL, *mirror = NULL;
     const char *headers[16];
     int n_headers = 0, json = 0;
     for (int i = 1; i < argc; i++) {
@@ -123,6 +123,7 @@ int cmd_pull(int argc, char **argv) {
         else if (!strcmp(a, "--header") && i + 1 < argc && n_headers < 16) headers[n_headers++] = argv[++i];
         else if (!strcmp(a, "--token") && i + 1 < argc) token = argv[++i];
         else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--url") && i + 1 < argc) mirror = argv[++i];
         else if (a[0] != '-' && !url) url = a;
         else if (cli_help("pull", a)) return 0;
         else {
@@ -142,7 +143,9 @@ int cmd_pull(int argc, char **argv) {
     kiln_store_pull_params pp = {.headers = n_headers ? headers : NULL, .n_headers = n_headers,
                                  .progress = on_progress, .user = &sc, .cancel = &g_cancel, .token = token};
     char id[65];
-    kiln_status st = kiln_store_pull(s, url, name, sha, &pp, id);
+    /* a built-in name (whisper:base.en) takes its file from --url */
+    kiln_status st = kiln_builtin_find(url) ? kiln_builtin_pull(s, url, mirror, &pp, id)
+                                            : kiln_store_pull(s, url, name, sha, &pp, id);
     end_bar(&sc);
     kiln_store_close(s);
     if (st != KILN_OK) {

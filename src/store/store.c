@@ -476,6 +476,7 @@ void kst_quarantine(kiln_store *s, const char *dir, const char *reason) {
 }
 
 kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16]) {
+    if (kiln_is_whisper_file(path)) return kst_check_whisper(path, artifact, arch, quant);
     char err[512];
     gguf_file *f = gguf_open(path, err, sizeof err);
     if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact, err);

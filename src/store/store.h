@@ -229,6 +229,8 @@ void kst_quarantine(kiln_store *s, const char *dir, const char *reason);
 /* Checks the staged GGUF (header, tensors, supported architecture) and
  * reports its architecture and dominant weight type. */
 kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16]);
+/* The same for a whisper.cpp GGML file (builtin.c): arch "whisper". */
+kiln_status kst_check_whisper(const char *path, const char *artifact, char arch[64], char quant[16]);
 /* Publishes a staging directory whose artifacts are in place: fills in the
  * manifest's arch/quantization/size, writes it last, renames the directory
  * to packs/<id> and binds name (may be NULL).  The directory is consumed

@@ -8,8 +8,8 @@
  *            sampling at higher temperatures (best of best_of) while the
  *            text compresses too well or its mean log-probability is too
  *            low, unless the window is silence
- *   rules    control tokens and (by default) non-speech symbols are never
- *            emitted; no blank or end at the start; with timestamps the
+ *   rules    control tokens, (by default) non-speech symbols and times past
+ *            the window are never emitted; no blank or end at the start; with timestamps the
  *            first token is a timestamp of at most 1.00 s, timestamps come
  *            in pairs and never decrease, and text is barred when all
  *            timestamps together are likelier than any one text token
@@ -82,6 +82,8 @@ static void mask_row(const job *j, const float *logits, float *out, const int32_
     memcpy(out, logits, (size_t)nv * sizeof *out);
     for (int i = 0; i < nv; i++)
         if (j->suppress[i]) out[i] = -INFINITY;
+    /* no time past the window (models with windows under 30 s) */
+    for (int i = tb + j->m->hp.n_audio_ctx + 1; i < nv; i++) out[i] = -INFINITY;
     if (n_gen == 0) {
         out[v->eot] = -INFINITY;
         if (v->space >= 0) out[v->space] = -INFINITY;
@@ -447,6 +449,41 @@ typedef struct seg_acc {
     char **text;
 } seg_acc;
 
+/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
+static int utf8_len(const unsigned char *s, size_t n) {
+    int k = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+    if (!k || (size_t)k > n) return 0;
+    for (int i = 1; i < k; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    uint32_t c = k == 1 ? s[0] : k == 2 ? s[0] & 0x1fu : k == 3 ? s[0] & 0x0fu : s[0] & 0x07u;
+    for (int i = 1; i < k; i++) c = (c << 6) | (s[i] & 0x3fu);
+    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < min[k] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
+    return k;
+}
+
+/* A copy of s (len bytes) with each invalid byte replaced by U+FFFD, as
+ * text decoded from tokens that split a character is shown. */
+static char *utf8_clean(const char *s, size_t len) {
+    char *out = malloc(len * 3 + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        int k = utf8_len((const unsigned char *)s + i, len - i);
+        if (k) {
+            memcpy(out + o, s + i, (size_t)k);
+            o += (size_t)k;
+            i += (size_t)k;
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = 0;
+    return out;
+}
+
 static int add_segment(job *j, seg_acc *a, double t0, double t1, const int32_t *tok, int n, const result *r) {
     if (a->n == a->cap) {
         int cap = a->cap ? a->cap * 2 : 16;
@@ -459,14 +496,13 @@ static int add_segment(job *j, seg_acc *a, double t0, double t1, const int32_t *
     if (window_text(j, tok, n, &len)) return -1;
     kiln_segment *s = &a->seg[a->n];
     memset(s, 0, sizeof *s);
-    char *text = malloc(len + 1);
+    char *text = utf8_clean(j->text, len);
     int32_t *tk = malloc((size_t)(n ? n : 1) * sizeof *tk);
     if (!text || !tk) {
         free(text);
         free(tk);
         return -1;
     }
-    memcpy(text, j->text, len + 1);
     memcpy(tk, tok, (size_t)n * sizeof *tk);
     s->start = t0;
     s->end = t1 > t0 ? t1 : t0;
@@ -536,12 +572,12 @@ kiln_status wh_check_params(const wh_model *m, const kiln_transcribe_params *p, 
     if (p->language && *p->language && strcmp(p->language, "auto")) {
         int l = wh_lang_find(p->language);
         if (l < 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown language '%s'", p->language);
-        if (l >= m->n_langs)
-            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "language '%s' is not one of this model's %d", p->language,
-                           m->n_langs);
         if (!m->vocab.multilingual && l != 0)
             return kl_fail(NULL, KILN_ERR_INVALID_ARG, "this model is English-only; language '%s' is not available",
                            p->language);
+        if (l >= m->n_langs)
+            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "language '%s' is not one of this model's %d", p->language,
+                           m->n_langs);
         *lang = l;
     }
     if (p->translate) {

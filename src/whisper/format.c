@@ -98,7 +98,7 @@ char *kiln_transcript_format(const kiln_transcript *t, const char *format, int t
     } else if (!strcmp(format, "json") || !strcmp(format, "verbose_json")) {
         json_t *o = format[0] == 'j' ? json_pack("{s:s}", "text", t->text)
                                      : verbose(t, translated ? "translate" : "transcribe");
-        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(7)) : NULL;
         json_decref(o);
         if (!s) {
             kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
