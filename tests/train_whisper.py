@@ -3,7 +3,7 @@
 
 Usage (from the repository root; PyTorch on the CPU, about half an hour):
 
-    nice -n 10 /usr/bin/python3 tests/train_whisper.py [--minutes 35] [--threads 2]
+    nice -n 10 /usr/bin/python3 tests/train_whisper.py [--steps 900] [--threads 2]
         [--out models/whisper-espeak.bin] [--eval-dir DIR]
 
 A Whisper-architecture model (tests/whisper_ref.py) small enough to train
@@ -214,12 +214,13 @@ def write_wav(path, a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--minutes", type=float, default=35)
+    ap.add_argument("--steps", type=int, default=900)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="models/whisper-espeak.bin")
     ap.add_argument("--eval-dir", default="tests/data/whisper/espeak")
     ap.add_argument("--pool", type=int, default=5000)
-    ap.add_argument("--batch", type=int, default=24)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--cache", help="keep the synthesized utterances in this file (pickle) for later runs")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     W.FAST_CPU = True
@@ -228,7 +229,16 @@ def main():
     vocab = make_vocab()
     dims = dict(DIMS, n_vocab=vocab.n_vocab)
     t0 = time.time()
-    utts = pool(args.pool, 10)
+    if args.cache and os.path.exists(args.cache):
+        import pickle
+        with open(args.cache, "rb") as f:
+            utts = pickle.load(f)
+    else:
+        utts = pool(args.pool, 10)
+        if args.cache:
+            import pickle
+            with open(args.cache, "wb") as f:
+                pickle.dump(utts, f)
     print(f"pool: {len(utts)} utterances in {time.time() - t0:.0f} s", flush=True)
 
     # held-out clips: texts, voices and speeds drawn with another seed
@@ -245,14 +255,13 @@ def main():
         model.tok.weight.normal_(0, 0.02)
     mel = Mel()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
-    budget = args.minutes * 60 - (time.time() - t0) - 120
     t1 = time.time()
     step = 0
     warm = 100
     ema = None
-    while time.time() - t1 < budget:
-        frac = (time.time() - t1) / budget
-        lr = 2e-3 * min(1.0, (step + 1) / warm) * (0.5 * (1 + math.cos(math.pi * min(frac, 1.0))) * 0.95 + 0.05)
+    while step < args.steps:
+        frac = step / args.steps
+        lr = 2e-3 * min(1.0, (step + 1) / warm) * (0.5 * (1 + math.cos(math.pi * frac)) * 0.95 + 0.05)
         for g in opt.param_groups:
             g["lr"] = lr
         m, toks, tgt = batch(rng, utts, vocab, mel, args.batch)
@@ -278,6 +287,7 @@ def main():
         e, n = wer(t, hyp)
         errs += e
         words += n
+    print(f"trained {step} steps in {time.time() - t1:.0f} s")
     print(f"steps {step}, held-out WER (PyTorch greedy) {100.0 * errs / max(words, 1):.1f} % "
           f"({errs}/{words} words)", flush=True)
     filters = W.mel_filters(80)

@@ -416,6 +416,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (get && (!strcmp(url, "/v1/models") || !strcmp(url, "/models"))) return (enum MHD_Result)ks_oai_models(s, c);
     int post = !strcmp(method, "POST");
+    if (post && !strncmp(url, "/v1/audio/", 10)) return (enum MHD_Result)ks_audio_route(s, c, url, cs->body.p, cs->body.len);
     json_t *body = NULL;
     int rc = MHD_NO;
     int is_oai = !strncmp(url, "/v1/", 4);

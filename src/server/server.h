@@ -19,6 +19,7 @@
  *   toolscan.c a <tool_call> body read as it arrives (streamed calls)
  *   prompt.c   chat messages -> prompt text (GGUF template or built-ins)
  *   openai.c   /v1/...          ollama.c  /api/...
+ *   audio.c    /v1/audio/transcriptions, /v1/audio/translations (multipart)
  *   metrics.c  /metrics         webui.c   GET / (embedded chat page)
  *   images.c   /v1/images/generations over an image pack (--image)
  */

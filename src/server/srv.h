@@ -230,6 +230,10 @@ int ks_send_text(struct MHD_Connection *c, int status, const char *ctype, const 
 /* 1 when the client has gone away. */
 int ks_conn_gone(struct MHD_Connection *c);
 
+/* audio.c: POST /v1/audio/transcriptions and /translations over the buffered
+ * multipart body. */
+int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const char *body, size_t len);
+
 /* A streamed response: fill() appends bytes to out and returns 1 at the
  * end; it runs on the connection's thread and may block briefly. */
 typedef struct ks_stream {

@@ -1,0 +1,313 @@
+/* POST /v1/audio/transcriptions and /v1/audio/translations (OpenAI's audio
+ * API): a multipart form (file, model, language, prompt, response_format,
+ * temperature, timestamp_granularities[]) parsed by libmicrohttpd's post
+ * processor over the buffered body, transcribed by a speech-to-text engine
+ * (kiln_engine, family stt) kept resident per model.  The engine's gate
+ * orders concurrent requests; a client that disconnects fires the
+ * request's cancel token, which frees the gate at the next decoding step.
+ *
+ * Models: the request's "model" names a -m model or an installed store
+ * name; "whisper-1" (the OpenAI client's usual value) or no model picks
+ * the first Whisper model given with -m. */
+#include "server/srv.h"
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_FIELD 4096
+#define MAX_ENGINES 4
+
+typedef struct form {
+    ks_buf file;
+    char filename[256];
+    int have_file;
+    char model[256], language[64], format[32], temperature[32];
+    ks_buf prompt;
+    int word_granularity;
+    int bad_field;
+} form;
+
+static void put_field(char *dst, size_t cap, const char *data, uint64_t off, size_t size) {
+    size_t at = (size_t)off;
+    if (at >= cap - 1) return;
+    size_t n = size < cap - 1 - at ? size : cap - 1 - at;
+    memcpy(dst + at, data, n);
+    dst[at + n] = 0;
+}
+
+static enum MHD_Result field(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
+                             const char *ctype, const char *enc, const char *data, uint64_t off, size_t size) {
+    form *f = cls;
+    if (!key) return MHD_YES;
+    if (!strcmp(key, "file")) {
+        if (off == 0 && filename) snprintf(f->filename, sizeof f->filename, "%s", filename);
+        ks_buf_put(&f->file, data, size);
+        f->have_file = 1;
+    } else if (!strcmp(key, "model")) put_field(f->model, sizeof f->model, data, off, size);
+    else if (!strcmp(key, "language")) put_field(f->language, sizeof f->language, data, off, size);
+    else if (!strcmp(key, "response_format")) put_field(f->format, sizeof f->format, data, off, size);
+    else if (!strcmp(key, "temperature")) put_field(f->temperature, sizeof f->temperature, data, off, size);
+    else if (!strcmp(key, "prompt")) {
+        if (f->prompt.len + size > MAX_FIELD) f->bad_field = 1;
+        else ks_buf_put(&f->prompt, data, size);
+    } else if (!strcmp(key, "timestamp_granularities[]") || !strcmp(key, "timestamp_granularities")) {
+        if (size >= 4 && !strncmp(data, "word", 4)) f->word_granularity = 1;
+    }
+    return MHD_YES;
+}
+
+/* The length of body up to the end of its closing boundary line, or len. */
+static size_t form_end(struct MHD_Connection *c, const char *body, size_t len) {
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    const char *b = ct ? strstr(ct, "boundary=") : NULL;
+    if (!b) return len;
+    b += 9;
+    char mark[256];
+    size_t bl = strcspn(b, "; ");
+    if (*b == '"') bl = strcspn(++b, "\"");
+    if (bl == 0 || bl + 4 >= sizeof mark) return len;
+    int n = snprintf(mark, sizeof mark, "--%.*s--", (int)bl, b);
+    for (size_t i = len >= (size_t)n ? len - (size_t)n + 1 : 0; i-- > 0;)
+        if (!memcmp(body + i, mark, (size_t)n)) {
+            size_t end = i + (size_t)n;
+            if (end + 2 <= len && !memcmp(body + end, "\r\n", 2)) end += 2;
+            return end;
+        }
+    return len;
+}
+
+/* ------------------------------------------------------------ engines */
+
+typedef struct stt_slot {
+    const ks_srv *srv;
+    char name[256];
+    kiln_engine *e;
+} stt_slot;
+
+static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
+static stt_slot slots[MAX_ENGINES];
+
+static kiln_status store_acquire(void *user, const char *family, const char *name, char *path, size_t cap,
+                                 void **lease) {
+    kiln_store *st = user;
+    kiln_store_lease *l = NULL;
+    kiln_status rc = kiln_store_resolve(st, name, &l);
+    if (rc != KILN_OK) return rc;
+    snprintf(path, cap, "%s", kiln_store_lease_path(l));
+    *lease = l;
+    return KILN_OK;
+}
+
+static void store_release(void *user, void *lease) { kiln_store_release(lease); }
+
+/* The path behind a request's model name, "" when none fits. */
+static void pick_model(ks_srv *s, const char *want, char *out, size_t cap) {
+    out[0] = 0;
+    int any = !want[0] || !strcmp(want, "whisper-1");
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_runners; i++) {
+        ks_runner *r = s->runners[i];
+        /* "ggml-base.en" names the -m model ggml-base.en.bin */
+        size_t nl = strlen(r->name), wl = strlen(want);
+        int named = !strcmp(r->name, want) ||
+                    (nl == wl + 4 && !strncmp(r->name, want, wl) && !strcmp(r->name + wl, ".bin"));
+        if ((any || named) && kiln_is_whisper_file(r->path)) {
+            snprintf(out, cap, "%s", r->path);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!out[0] && !any && s->store) {
+        kiln_store_lease *l = NULL;
+        if (kiln_store_resolve(s->store, want, &l) == KILN_OK) {
+            if (kiln_is_whisper_file(kiln_store_lease_path(l))) snprintf(out, cap, "%s", want);
+            kiln_store_release(l);
+        }
+    }
+}
+
+/* The resident engine for model (a path or store name), loaded on first use. */
+static kiln_engine *engine_for(ks_srv *s, const char *model, char *msg, size_t cap) {
+    pthread_mutex_lock(&slots_mu);
+    stt_slot *free_slot = NULL;
+    for (int i = 0; i < MAX_ENGINES; i++) {
+        if (slots[i].e && slots[i].srv == s && !strcmp(slots[i].name, model)) {
+            kiln_engine *e = slots[i].e;
+            pthread_mutex_unlock(&slots_mu);
+            return e;
+        }
+        if (!slots[i].e && !free_slot) free_slot = &slots[i];
+    }
+    kiln_engine *e = NULL;
+    if (!free_slot) {
+        snprintf(msg, cap, "at most %d speech models are resident", MAX_ENGINES);
+        goto out;
+    }
+    if (kiln_engine_create(KILN_ENGINE_STT, KILN_ENGINE_BACKEND_AUTO, &e) != KILN_OK) goto fail;
+    if (s->store) {
+        kiln_engine_store es = {store_acquire, store_release, s->store};
+        kiln_engine_set_store(e, &es);
+    }
+    if (kiln_engine_start(e) != KILN_OK || kiln_engine_load(e, model, NULL) != KILN_OK ||
+        kiln_engine_wait_idle(e, -1) != KILN_OK)
+        goto fail;
+    free_slot->srv = s;
+    snprintf(free_slot->name, sizeof free_slot->name, "%s", model);
+    free_slot->e = e;
+    goto out;
+fail:
+    snprintf(msg, cap, "%s", kiln_last_error());
+    kiln_engine_free(e);
+    e = NULL;
+out:
+    pthread_mutex_unlock(&slots_mu);
+    return e;
+}
+
+/* ---------------------------------------------------- disconnect watch */
+
+typedef struct watch {
+    struct MHD_Connection *c;
+    kiln_engine_cancel *cancel;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} watch;
+
+static void *watch_fn(void *u) {
+    watch *w = u;
+    pthread_mutex_lock(&w->mu);
+    while (!w->done) {
+        if (ks_conn_gone(w->c)) {
+            kiln_engine_cancel_fire(w->cancel);
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* -------------------------------------------------------------- route */
+
+int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const char *body, size_t len) {
+    int translate = !strcmp(url, "/v1/audio/translations");
+    if (!translate && strcmp(url, "/v1/audio/transcriptions")) {
+        char m[300];
+        snprintf(m, sizeof m, "no route for POST %.200s", url);
+        return ks_send_error(c, 404, "not_found_error", m, NULL);
+    }
+    form f;
+    memset(&f, 0, sizeof f);
+    struct MHD_PostProcessor *pp = MHD_create_post_processor(c, 65536, field, &f);
+    if (!pp)
+        return ks_send_error(c, 400, "invalid_request_error",
+                             "the request must be multipart/form-data (fields file, model, ...)", NULL);
+    /* the post processor refuses bytes after the closing boundary (some
+     * clients add a blank line there) and needs the line break after it */
+    len = form_end(c, body, len);
+    int ok = MHD_post_process(pp, body, len) == MHD_YES;
+    if (ok && (len < 2 || memcmp(body + len - 2, "\r\n", 2) != 0)) ok = MHD_post_process(pp, "\r\n", 2) == MHD_YES;
+    MHD_destroy_post_processor(pp);
+    int rc;
+    char msg[600], model[4096];
+    const char *fmt = f.format[0] ? f.format : "json";
+    if (!ok || f.bad_field) {
+        rc = ks_send_error(c, 400, "invalid_request_error", "the multipart form could not be read", NULL);
+        goto out;
+    }
+    if (!f.have_file || f.file.len == 0) {
+        rc = ks_send_error(c, 400, "invalid_request_error", "the form has no (or an empty) 'file' field", "file");
+        goto out;
+    }
+    if (strcmp(fmt, "json") && strcmp(fmt, "text") && strcmp(fmt, "srt") && strcmp(fmt, "vtt") &&
+        strcmp(fmt, "verbose_json")) {
+        snprintf(msg, sizeof msg, "response_format '%.40s' is not one of json, text, srt, vtt, verbose_json", fmt);
+        rc = ks_send_error(c, 400, "invalid_request_error", msg, "response_format");
+        goto out;
+    }
+    if (f.word_granularity) {
+        rc = ks_send_error(c, 400, "invalid_request_error",
+                           "timestamp_granularities 'word' is not supported (segment is)", "timestamp_granularities");
+        goto out;
+    }
+    kiln_transcribe_params p = kiln_transcribe_default_params();
+    p.n_threads = s->cfg.n_threads;
+    p.translate = translate;
+    if (f.language[0] && !translate) p.language = f.language;
+    if (f.prompt.len) {
+        ks_buf_put(&f.prompt, "", 1);
+        p.initial_prompt = f.prompt.p;
+    }
+    if (f.temperature[0]) {
+        char *end;
+        double t = strtod(f.temperature, &end);
+        if (*end || !(t >= 0.0 && t <= 1.0)) {
+            rc = ks_send_error(c, 400, "invalid_request_error", "temperature must be a number from 0 to 1",
+                               "temperature");
+            goto out;
+        }
+        p.temperature = (float)t;
+    }
+    pick_model(s, f.model, model, sizeof model);
+    if (!model[0]) {
+        snprintf(msg, sizeof msg, "no speech-to-text model '%.200s' (serve one with -m ggml-*.bin)",
+                 f.model[0] ? f.model : "whisper-1");
+        rc = ks_send_error(c, 404, "not_found_error", msg, "model");
+        goto out;
+    }
+    kiln_engine *e = engine_for(s, model, msg, sizeof msg);
+    if (!e) {
+        rc = ks_send_error(c, 500, "server_error", msg, "model");
+        goto out;
+    }
+    float *pcm = NULL;
+    int64_t n = 0;
+    if (kiln_audio_decode(f.file.p, f.file.len, &pcm, &n, NULL) != KILN_OK) {
+        snprintf(msg, sizeof msg, "%s%s%s", f.filename[0] ? f.filename : "file", ": ", kiln_last_error());
+        rc = ks_send_error(c, 400, "invalid_request_error", msg, "file");
+        goto out;
+    }
+    kiln_audio_window w = {f.filename, pcm, n, 16000, 1};
+    watch wt = {c, kiln_engine_cancel_new(), PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    pthread_t th;
+    int watching = wt.cancel && pthread_create(&th, NULL, watch_fn, &wt) == 0;
+    kiln_transcript *t = NULL;
+    kiln_status st = kiln_engine_transcribe(e, &w, &p, wt.cancel, &t);
+    if (watching) {
+        pthread_mutex_lock(&wt.mu);
+        wt.done = 1;
+        pthread_cond_signal(&wt.cv);
+        pthread_mutex_unlock(&wt.mu);
+        pthread_join(th, NULL);
+    }
+    kiln_engine_cancel_free(wt.cancel);
+    kiln_audio_free(pcm);
+    if (st != KILN_OK) {
+        int code = st == KILN_ERR_INVALID_ARG ? 400 : st == KILN_ERR_CANCELLED ? 499 : 500;
+        rc = ks_send_error(c, code == 499 ? 400 : code, code == 500 ? "server_error" : "invalid_request_error",
+                           kiln_last_error(), NULL);
+        goto out;
+    }
+    char *text = kiln_transcript_format(t, !strcmp(fmt, "text") ? "txt" : fmt, translate);
+    kiln_transcript_free(t);
+    if (!text) {
+        rc = ks_send_error(c, 500, "server_error", kiln_last_error(), NULL);
+        goto out;
+    }
+    const char *ctype = !strcmp(fmt, "json") || !strcmp(fmt, "verbose_json") ? "application/json"
+                        : !strcmp(fmt, "vtt")                                 ? "text/vtt; charset=utf-8"
+                                                                              : "text/plain; charset=utf-8";
+    rc = ks_send_text(c, 200, ctype, text, strlen(text), 0);
+out:
+    ks_buf_free(&f.file);
+    ks_buf_free(&f.prompt);
+    return rc;
+}
