@@ -420,11 +420,11 @@ def q8_0(a):
     q = np.round(x * inv[:, None]).astype(np.int8)  # numpy rounds half to even, ggml away from zero
     ties = np.abs(x * inv[:, None] - np.trunc(x * inv[:, None])) == 0.5
     q = np.where(ties, (np.trunc(x * inv[:, None]) + np.sign(x)).astype(np.int8), q)
-    out = bytearray()
-    dh = d.astype(np.float16)
-    for i in range(x.shape[0]):
-        out += dh[i].tobytes() + q[i].tobytes()
-    return bytes(out), dequant_q8_0(dh, q)
+    dh = d.astype("<f2")
+    out = np.empty((x.shape[0], 34), dtype=np.uint8)
+    out[:, :2] = dh.view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q.view(np.uint8)
+    return out.tobytes(), dequant_q8_0(dh, q)
 
 
 def dequant_q8_0(dh, q):
