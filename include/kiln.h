@@ -397,6 +397,20 @@ typedef struct kiln_store_pull_params {
 kiln_status kiln_store_pull(kiln_store *s, const char *ref, const char *name, const char *sha256,
                             const kiln_store_pull_params *params, char *id_out);
 
+/* Inspects a model before any download: ref as kiln_store_pull takes it
+ * (a URL, a hub or a registry reference; params as for a pull, may be
+ * NULL).  Only metadata and the GGUF header are read, with Range requests
+ * of at most 16 MiB and 64 MiB in all; a server that ignores Range gives
+ * KILN_SOURCE_UNVERIFIED rather than a whole-file read.  *json_out (free
+ * with kiln_store_free_string): {reference, source?, files [{path, role,
+ * length?, sha256?}], size?, metadata_verified, arch, model_name?,
+ * context_length, layers, embedding_length, quantization, file_type,
+ * tensors, parameters, tensor_bytes, split_count, gguf_version,
+ * model_file_size, header_bytes_read, range_requests, runnable,
+ * runnable_reason}.  Counts from the header are of the first file of a
+ * split model. */
+kiln_status kiln_store_inspect(const char *ref, const kiln_store_pull_params *params, char **json_out);
+
 /* What the last pull or inspection of this thread ended with at its
  * source: the distinct results a user needs to act on. */
 typedef enum kiln_store_source_result {

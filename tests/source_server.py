@@ -30,6 +30,8 @@ Repositories (COMMIT_A is main at first; /_ctl?main=b moves main to B):
   acme/private-GGUF  tiny-Q4_K_M.gguf; needs token hf_good or hf_accepted
   acme/gated-GGUF    tiny-Q4_K_M.gguf; files need token hf_accepted
   acme/denied-GGUF   tiny-Q4_K_M.gguf; files are 403 with any token
+  acme/big-GGUF      big-Q4_K_M.gguf: a GGUF whose header is 1.5 MiB (no tensors)
+  acme/huge-GGUF     huge-Q4_K_M.gguf: a GGUF whose header is 65 MiB
 Every model file is MODEL plus a few zero bytes, so each has its own hash.
 
 GET /_ctl?k=v on any port sets (for later requests):
@@ -59,6 +61,17 @@ STATE = {"main": "a", "fail503": 0, "badsha": 0, "badlink": 0, "drop": 0, "noran
 LOCK = threading.Lock()
 SECRET_BODY = "BODY-SECRET-do-not-print"
 EMPTY_GGUF = b"GGUF" + struct.pack("<IQQ", 3, 0, 0)
+
+
+def gguf_header_only(pad_len):
+    """A GGUF without tensors whose header holds a string of pad_len bytes."""
+    def kv_str(key, val):
+        k = key.encode()
+        return struct.pack("<Q", len(k)) + k + struct.pack("<IQ", 8, len(val)) + val
+    kvs = [kv_str("general.architecture", b"llama"), kv_str("tokenizer.ggml.model", b"llama"),
+           kv_str("test.padding", b"x" * pad_len)]
+    out = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs)
+    return out + b"\0" * (-len(out) % 32)
 
 
 def git_blob_id(data):
@@ -91,9 +104,13 @@ class World:
             self.repos[("acme/tiny-GGUF", commit)] = files
         for name in ("acme/private-GGUF", "acme/gated-GGUF", "acme/denied-GGUF"):
             self.repos[(name, COMMIT_A)] = {"tiny-Q4_K_M.gguf": (gguf(0), True)}
+        # headers of 1.5 MiB (two range reads) and of 65 MiB (past the 64 MiB an inspection reads)
+        self.repos[("acme/big-GGUF", COMMIT_A)] = {"big-Q4_K_M.gguf": (gguf_header_only(3 << 19), True)}
+        self.repos[("acme/huge-GGUF", COMMIT_A)] = {"huge-Q4_K_M.gguf": (gguf_header_only(65 << 20), True)}
+        self.sha = {}  # id(bytes) -> sha256, so no answer hashes 65 MiB again
         for files in self.repos.values():
             for data, _ in files.values():
-                self.blobs[hashlib.sha256(data).hexdigest()] = data
+                self.blobs[self.sha256(data)] = data
         # the registry
         self.manifests = {}
         layers = [
@@ -112,6 +129,11 @@ class World:
         # the blob it names is served with other bytes
         wrong_sha = json.loads(wrong)["layers"][0]["digest"][7:]
         self.blobs[wrong_sha] = model + b"\2"
+
+    def sha256(self, data):
+        if id(data) not in self.sha:
+            self.sha[id(data)] = hashlib.sha256(data).hexdigest()
+        return self.sha[id(data)]
 
     def manifest(self, layers):
         out = []
@@ -194,7 +216,7 @@ class Handler(BaseHTTPRequestHandler):
         return rev if (repo, rev) in self.server.world.repos else None
 
     def lfs_sha(self, name, data):
-        sha = hashlib.sha256(data).hexdigest()
+        sha = self.server.world.sha256(data)
         if STATE["badsha"] and name.endswith("tiny-Q4_K_M.gguf"):
             sha = "0" * 64
         return sha
@@ -238,7 +260,10 @@ class Handler(BaseHTTPRequestHandler):
                     entries.append({"type": "directory", "oid": "0" * 40, "size": 0, "path": d})
                 for p in sorted(files):
                     data, lfs = files[p]
-                    e = {"type": "file", "oid": git_blob_id(data), "size": len(data), "path": p}
+                    # an LFS file's oid is its pointer's Git blob id, never the content's hash
+                    oid = git_blob_id(("version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n" % (
+                        world.sha256(data), len(data))).encode()) if lfs else git_blob_id(data)
+                    e = {"type": "file", "oid": oid, "size": len(data), "path": p}
                     if lfs:
                         e["lfs"] = {"oid": self.lfs_sha(p, data), "size": len(data), "pointerSize": 134}
                     entries.append(e)
@@ -267,7 +292,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(200, data, [("ETag", '"%s"' % git_blob_id(data)), ("X-Repo-Commit", commit)])
             sha = self.lfs_sha(path, data)
             linked = "1" * 64 if STATE["badlink"] else sha
-            real = hashlib.sha256(data).hexdigest()
+            real = world.sha256(data)
             loc = "http://127.0.0.1:%d/blob/%s?X-Amz-Signature=sig-secret-123&Expires=99" % (self.server.cdn_port, real)
             return self.reply(302, b"", [("Location", loc), ("X-Repo-Commit", commit),
                                          ("X-Linked-Etag", '"%s"' % linked), ("X-Linked-Size", str(len(data))),
@@ -330,7 +355,7 @@ class Handler(BaseHTTPRequestHandler):
         while sent < len(body):
             with LOCK:
                 rate, drop = STATE["rate"], STATE["drop"]
-            n = min(16384, len(body) - sent)
+            n = min(16384 if (rate or drop) else 1 << 20, len(body) - sent)
             try:
                 if drop and sent + n >= drop:
                     self.wfile.write(body[sent:drop])
@@ -360,6 +385,7 @@ def main():
     for role in ("hub", "cdn", "registry"):
         srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         srv.daemon_threads = True
+        srv.handle_error = lambda request, address: None  # a client that hangs up is no error here
         srv.role = role
         srv.world = world
         srv.log_path = args.log

@@ -396,6 +396,75 @@ static void test_registry(void) {
     kiln_store_close(s);
 }
 
+/* ---- inspection before download ---- */
+
+static json_t *inspect(const char *ref, kiln_status *st) {
+    char *txt = NULL;
+    *st = kiln_store_inspect(ref, NULL, &txt);
+    json_t *j = txt ? json_loads(txt, 0, NULL) : NULL;
+    kiln_store_free_string(txt);
+    return j;
+}
+
+static void test_inspect(void) {
+    kiln_status st;
+    int staging0 = count_dir(".staging"), cdn0 = log_count("cdn", NULL, NULL);
+    json_t *j = inspect("hf.co/acme/tiny-GGUF:Q8_0", &st);
+    CHECKF(st == KILN_OK && j, "%s", kiln_last_error());
+    CHECK(!strcmp(jstr(j, "arch"), "llama") && json_is_true(json_object_get(j, "runnable")));
+    CHECK(json_integer_value(json_object_get(j, "context_length")) == 2048 &&
+          json_integer_value(json_object_get(j, "layers")) == 5 && !strcmp(jstr(j, "quantization"), "F32"));
+    CHECK(json_integer_value(json_object_get(j, "range_requests")) == 1 &&
+          json_integer_value(json_object_get(j, "header_bytes_read")) == 1 << 20);
+    CHECK(json_is_true(json_object_get(j, "metadata_verified")) &&
+          !strcmp(jstr(json_array_get(json_object_get(j, "files"), 0), "path"), "tiny-Q8_0.gguf"));
+    json_decref(j);
+    /* one range read at the CDN, no token there, nothing in the store */
+    CHECK(log_count("cdn", NULL, NULL) == cdn0 + 1 && log_count("cdn", NULL, "\"range\": \"bytes=0-1048575\"") >= 1);
+    CHECK(count_dir(".staging") == staging0);
+
+    j = inspect("tiny", &st);
+    CHECKF(st == KILN_OK && j && json_is_true(json_object_get(j, "runnable")), "%s", kiln_last_error());
+    json_decref(j);
+    /* a header longer than the first range: the next range is twice as long */
+    j = inspect("hf.co/acme/big-GGUF", &st);
+    CHECKF(st == KILN_OK && j, "%s", kiln_last_error());
+    CHECK(json_integer_value(json_object_get(j, "range_requests")) == 2 &&
+          json_integer_value(json_object_get(j, "header_bytes_read")) > 1 << 20);
+    CHECK(!json_is_true(json_object_get(j, "runnable")) && strstr(jstr(j, "runnable_reason"), "no tensors"));
+    json_decref(j);
+    /* past the budget: unverified, after reading at most 64 MiB */
+    j = inspect("hf.co/acme/huge-GGUF", &st);
+    CHECKF(st == KILN_ERR_FORMAT && kiln_store_last_source_result() == KILN_SOURCE_UNVERIFIED &&
+           strstr(kiln_last_error(), "64 MiB"), "%s", kiln_last_error());
+    json_decref(j);
+    /* a server that ignores Range: unverified, never a whole-file read */
+    ctl("norange=1");
+    j = inspect("tiny", &st);
+    CHECKF(st == KILN_ERR_FORMAT && kiln_store_last_source_result() == KILN_SOURCE_UNVERIFIED &&
+           strstr(kiln_last_error(), "Range"), "%s", kiln_last_error());
+    json_decref(j);
+    ctl("norange=0");
+    /* a plain URL: no published length or hash */
+    char url[256];
+    size_t len;
+    char *m = t_read_file(k_model, &len);
+    FILE *p = popen("sha256sum ../models/stories260K.gguf", "r");
+    char sha[65] = "";
+    CHECK(p && fscanf(p, "%64s", sha) == 1);
+    if (p) pclose(p);
+    free(m);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/blob/%s", g_cdn, sha);
+    j = inspect(url, &st);
+    CHECKF(st == KILN_OK && j && !json_is_true(json_object_get(j, "metadata_verified")) &&
+           json_integer_value(json_object_get(j, "size")) == (json_int_t)len, "%s", kiln_last_error());
+    json_decref(j);
+    j = inspect("hf.co/acme/nothing-GGUF", &st);
+    CHECK(st == KILN_ERR_NOT_FOUND && kiln_store_last_source_result() == KILN_SOURCE_NOT_FOUND);
+    json_decref(j);
+    CHECK(log_count("cdn", NULL, "\"auth\": true") == 0);
+}
+
 /* ---- the command line ---- */
 
 static int run_kiln(const char *const *args, const char *errfile) {
@@ -445,6 +514,10 @@ static void test_cli(void) {
     CHECK(run_kiln(run, err) == 0);
     const char *tok[] = {"pull", "hf.co/acme/private-GGUF", "--token", "hf_good", NULL};
     CHECK(run_kiln(tok, err) == 0);
+    const char *show[] = {"show", "hf.co/acme/private-GGUF", "--remote", NULL};
+    CHECK(run_kiln(show, err) == 4);
+    const char *show_tok[] = {"show", "hf.co/acme/private-GGUF", "--remote", "--token", "hf_good", NULL};
+    CHECK(run_kiln(show_tok, err) == 0);
 }
 
 static void cleanup(void) {
@@ -491,6 +564,7 @@ int main(void) {
     test_hub_resume();
     test_hub_revision_moves();
     test_registry();
+    test_inspect();
     test_cli();
 
     /* nothing secret was written anywhere in the store */

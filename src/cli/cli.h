@@ -77,5 +77,8 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq);
  * store manifest first when print_manifest is set.  Returns 1 after printing
  * the error. */
 int cli_model_path(const char *arg, int print_manifest, const char **path_out);
+/* store.c: kiln show REF --remote (kiln_store_inspect), as text or JSON.
+ * Returns the exit code. */
+int cli_show_remote(const char *ref, const char *token, int json);
 
 #endif

@@ -33,11 +33,14 @@ static void print_value(const gguf_kv *kv) {
 }
 
 int cmd_show(int argc, char **argv) {
-    const char *path = NULL;
-    int tensors = 1;
+    const char *path = NULL, *token = NULL;
+    int tensors = 1, remote = 0, json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--no-tensors")) tensors = 0;
+        else if (!strcmp(argv[i], "--remote")) remote = 1;
+        else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--token") && i + 1 < argc) token = argv[++i];
         else if (argv[i][0] != '-' && !path) path = argv[i];
         else if (cli_help("show", argv[i])) return 0;
         else {
@@ -49,6 +52,7 @@ int cmd_show(int argc, char **argv) {
         fprintf(stderr, "kiln show: no model given\n");
         return 2;
     }
+    if (remote) return cli_show_remote(path, token, json);
     if (cli_model_path(path, 1, &path)) return 1;
     if (cli_is_checkpoint(path)) return cli_show_checkpoint(path, tensors);
     if (kiln_is_whisper_file(path)) return cli_show_whisper(path, tensors);

@@ -112,6 +112,8 @@ static void init_show(show_ctx *c, int json) {
 
 /* ---- commands ---- */
 
+static int source_exit(void);
+
 int cmd_pull(int argc, char **argv) {
     const char *url = NULL, *name = NULL, *sha = NULL, *token = NULL, *mirror = NULL;
     const char *headers[16];
@@ -149,14 +151,8 @@ int cmd_pull(int argc, char **argv) {
     end_bar(&sc);
     kiln_store_close(s);
     if (st != KILN_OK) {
-        /* the source result picks the exit code: 1 failed here, 3 needs
-         * credentials or access, 4 not found, 5 try again later */
-        kiln_store_source_result r = kiln_store_last_source_result();
         cli_fail("pull");
-        return r == KILN_SOURCE_AUTH_REQUIRED || r == KILN_SOURCE_GATED || r == KILN_SOURCE_DENIED ? 3
-               : r == KILN_SOURCE_NOT_FOUND                                                      ? 4
-               : r == KILN_SOURCE_TRANSIENT                                                      ? 5
-                                                                                                 : 1;
+        return source_exit();
     }
     return 0;
 }
@@ -310,6 +306,73 @@ int cmd_cp(int argc, char **argv) {
     kiln_store_close(s);
     if (st != KILN_OK) return cli_fail("cp");
     printf("copied %s to %s\n", src, dst);
+    return 0;
+}
+
+/* the exit code for a failed pull or inspection: 1 failed here, 3 needs
+ * credentials or access, 4 not found, 5 try again later */
+static int source_exit(void) {
+    kiln_store_source_result r = kiln_store_last_source_result();
+    return r == KILN_SOURCE_AUTH_REQUIRED || r == KILN_SOURCE_GATED || r == KILN_SOURCE_DENIED ? 3
+           : r == KILN_SOURCE_NOT_FOUND                                                      ? 4
+           : r == KILN_SOURCE_TRANSIENT                                                      ? 5
+                                                                                             : 1;
+}
+
+int cli_show_remote(const char *ref, const char *token, int json) {
+    kiln_store_pull_params pp = {.token = token};
+    char *txt = NULL;
+    if (kiln_store_inspect(ref, &pp, &txt) != KILN_OK) {
+        cli_fail("show --remote");
+        return source_exit();
+    }
+    if (json) {
+        printf("%s\n", txt);
+        kiln_store_free_string(txt);
+        return 0;
+    }
+    json_t *j = json_loads(txt, 0, NULL);
+    kiln_store_free_string(txt);
+    json_t *src = json_object_get(j, "source");
+    const char *commit = json_string_value(json_object_get(src, "commit"));
+    const char *mdigest = json_string_value(json_object_get(src, "manifest"));
+    printf("remote:    %s", ref);
+    if (commit) printf(" (commit %.12s)", commit);
+    if (mdigest) printf(" (manifest %.19s)", mdigest);
+    printf("\n");
+    json_t *files = json_object_get(j, "files");
+    size_t i;
+    json_t *f;
+    json_array_foreach(files, i, f) {
+        char size[32] = "?";
+        if (json_is_integer(json_object_get(f, "length")))
+            human((uint64_t)json_integer_value(json_object_get(f, "length")), size, sizeof size);
+        const char *sha = json_string_value(json_object_get(f, "sha256"));
+        printf("file:      %-40s %-7s %10s  %s%.16s%s\n", json_string_value(json_object_get(f, "path")),
+               json_string_value(json_object_get(f, "role")), size, sha ? "sha256 " : "no published SHA-256", sha ? sha : "",
+               sha ? "..." : "");
+    }
+    char total[32] = "?", params[32];
+    if (json_is_integer(json_object_get(j, "size"))) human((uint64_t)json_integer_value(json_object_get(j, "size")), total, sizeof total);
+    double np = (double)json_integer_value(json_object_get(j, "parameters"));
+    snprintf(params, sizeof params, np >= 1e9 ? "%.2f B" : "%.2f M", np >= 1e9 ? np / 1e9 : np / 1e6);
+    const char *name = json_string_value(json_object_get(j, "model_name"));
+    printf("size:      %s%s\n", total, json_is_true(json_object_get(j, "metadata_verified")) ? "" : " (lengths or hashes unpublished)");
+    printf("arch:      %s%s%s%s, %lld layers, embedding %lld, context %lld\n", json_string_value(json_object_get(j, "arch")),
+           name ? " (\"" : "", name ? name : "", name ? "\")" : "", (long long)json_integer_value(json_object_get(j, "layers")),
+           (long long)json_integer_value(json_object_get(j, "embedding_length")),
+           (long long)json_integer_value(json_object_get(j, "context_length")));
+    long long split = json_integer_value(json_object_get(j, "split_count"));
+    printf("weights:   %s, %s parameters in %lld tensors%s\n", json_string_value(json_object_get(j, "quantization")), params,
+           (long long)json_integer_value(json_object_get(j, "tensors")), split > 1 ? " (the first of the split files)" : "");
+    char read[32];
+    human((uint64_t)json_integer_value(json_object_get(j, "header_bytes_read")), read, sizeof read);
+    printf("read:      %s of the header in %lld range request%s; no weights\n", read,
+           (long long)json_integer_value(json_object_get(j, "range_requests")),
+           json_integer_value(json_object_get(j, "range_requests")) == 1 ? "" : "s");
+    printf("runnable:  %s: %s\n", json_is_true(json_object_get(j, "runnable")) ? "yes" : "no",
+           json_string_value(json_object_get(j, "runnable_reason")));
+    json_decref(j);
     return 0;
 }
 

@@ -20,7 +20,9 @@
 typedef struct shard {
     kb_map map;           /* empty for gguf_open_memory */
     const uint8_t *base;  /* start of the image */
-    uint64_t size;
+    uint64_t size;        /* of the file */
+    uint64_t avail;       /* bytes of it at base: all, or a prefix (gguf_open_header) */
+    int short_read;       /* parsing stopped only because the prefix ended */
     const uint8_t *data;  /* start of the tensor data section */
     uint64_t data_size;
 } shard;
@@ -42,12 +44,20 @@ typedef struct cur {
     char *err;
     size_t errlen;
     int failed;
+    uint64_t beyond;  /* bytes of the file after end: 0 unless a prefix is parsed */
+    int *short_read;  /* set when only the prefix's end stopped the parse */
 } cur;
 
 static int need(cur *c, uint64_t n, const char *what) {
     if (c->failed) return -1;
-    if ((uint64_t)(c->end - c->p) < n) {
-        kb_errf(c->err, c->errlen, "truncated file while reading %s", what);
+    const uint64_t have = (uint64_t)(c->end - c->p);
+    if (have < n) {
+        if (n - have <= c->beyond) {
+            *c->short_read = 1;
+            kb_errf(c->err, c->errlen, "the header goes on past the bytes read (at %s)", what);
+        } else {
+            kb_errf(c->err, c->errlen, "truncated file while reading %s", what);
+        }
         c->failed = 1;
         return -1;
     }
@@ -113,7 +123,7 @@ static int rd_value(cur *c, gguf_kv *kv, const char *key) {
         kv->n = n;
         if (kv->arr_type == GGUF_STRING) {
             /* each string takes at least its 8-byte length */
-            if (n > (uint64_t)(c->end - c->p) / 8) {
+            if (n > ((uint64_t)(c->end - c->p) + c->beyond) / 8) {
                 kb_errf(c->err, c->errlen, "key %s: array of %llu strings exceeds the file", key,
                         (unsigned long long)n);
                 c->failed = 1;
@@ -182,7 +192,8 @@ static void free_contents(gguf_file *f) {
  * for shard 0; tensors are appended. */
 static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
     shard *sh = &f->shards[si];
-    cur c = {sh->base, sh->base + sh->size, err, errlen, 0};
+    if (!sh->avail || sh->avail > sh->size) sh->avail = sh->size;
+    cur c = {sh->base, sh->base + sh->avail, err, errlen, 0, sh->size - sh->avail, &sh->short_read};
     uint32_t magic = rd_u32(&c, "magic");
     if (c.failed) return -1;
     if (magic != GGUF_MAGIC) {
@@ -198,7 +209,7 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
     uint64_t n_tensors = rd_u64(&c, "tensor count");
     uint64_t n_kv = rd_u64(&c, "metadata count");
     if (c.failed) return -1;
-    uint64_t left = (uint64_t)(c.end - c.p);
+    uint64_t left = (uint64_t)(c.end - c.p) + c.beyond;
     /* a key/value takes at least 8 (key length) + 4 (type) + 1 bytes;
      * a tensor info at least 8 + 4 + 8 + 4 + 8 */
     if (n_kv > left / 13 || n_kv > 1000000) {
@@ -340,7 +351,8 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
         }
         data_off = sh->size;
     }
-    sh->data = sh->base + data_off;
+    /* a prefix holds no tensor data: its pointers stay NULL */
+    sh->data = data_off <= sh->avail && sh->avail == sh->size ? sh->base + data_off : NULL;
     sh->data_size = sh->size - data_off;
     for (int i = base_t; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
@@ -350,13 +362,33 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
                     t->name, (unsigned long long)t->offset, (unsigned long long)t->nbytes);
             return -1;
         }
-        t->data = sh->data + t->offset;
+        t->data = sh->data ? sh->data + t->offset : NULL;
     }
     return 0;
 }
 
 static gguf_file *new_file(void) {
     gguf_file *f = calloc(1, sizeof *f);
+    return f;
+}
+
+gguf_file *gguf_open_header(const void *buf, size_t len, uint64_t file_size, int *more, char *err, size_t errlen) {
+    *more = 0;
+    if (len > file_size) {
+        kb_errf(err, errlen, "%zu bytes read of a file of %llu", len, (unsigned long long)file_size);
+        return NULL;
+    }
+    gguf_file *f = new_file();
+    if (!f) { kb_errf(err, errlen, "out of memory"); return NULL; }
+    f->n_shards = 1;
+    f->shards[0].base = buf;
+    f->shards[0].size = file_size;
+    f->shards[0].avail = len;
+    if (parse_shard(f, 0, err, errlen)) {
+        *more = f->shards[0].short_read;
+        gguf_close(f);
+        return NULL;
+    }
     return f;
 }
 

@@ -63,6 +63,11 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen);
 /* Parses an in-memory image (no mapping; used by the fuzzer).  The buffer
  * must outlive the result. */
 gguf_file *gguf_open_memory(const void *buf, size_t len, char *err, size_t errlen);
+/* Parses the header of a file of file_size bytes from its first len bytes
+ * (a Range read): metadata and tensor infos, every count and offset checked
+ * against file_size; tensor data pointers are NULL.  When the header goes
+ * on past len, returns NULL with *more set (read more and call again). */
+gguf_file *gguf_open_header(const void *buf, size_t len, uint64_t file_size, int *more, char *err, size_t errlen);
 void gguf_close(gguf_file *f);
 
 uint32_t gguf_version(const gguf_file *f);

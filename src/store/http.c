@@ -326,7 +326,8 @@ void kst_http_done(kst_http *h) {
 kiln_status kst_http_get(kst_http *h, const kst_net *net) {
     kst_curl_init();
     char what[600];
-    kst_url_clean(h->url, what, sizeof what);
+    if (h->what) snprintf(what, sizeof what, "%s", h->what);
+    else kst_url_clean(h->url, what, sizeof what);
     if (!h->max_body) h->max_body = 1 << 20;
     h->net = net;
     char origin0[512], cur[8192];

@@ -238,6 +238,7 @@ static kiln_status hub_get(hub_ctx *c, const char *url, kst_http *h, int head) {
     h->headers = c->headers;
     h->n_headers = c->n_headers;
     h->auth_origin = c->origin;
+    h->what = c->what;
     h->head = head;
     h->follow = KST_FOLLOW_SAME;
     h->max_body = HUB_JSON_MAX;

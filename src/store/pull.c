@@ -750,40 +750,49 @@ static kiln_status pull_any(kiln_store *s, const char *ref, const char *name, co
     }
     pull_ctx pc = {.pp = params, .count = 1};
     kst_net_init(&pc.net, params);
+    kst_creds cr;
+    if ((st = kst_creds_init(&cr, params, ref))) return st;
+    pc.headers = cr.hdrs;
+    pc.n_headers = cr.n;
+    pc.have_token = cr.have_token;
+    st = is_url ? pull_url(s, &pc, ref, name, want, norm, id_out) : pull_ref(s, &pc, ref, want, norm, id_out);
+    kst_creds_wipe(&cr);
+    return st;
+}
+
+kiln_status kst_creds_init(kst_creds *c, const kiln_store_pull_params *params, const char *ref) {
+    memset(c, 0, sizeof *c);
     const char *env_hdr = getenv("KILN_AUTH_HEADER");
-    const char *hdrs[34];
-    int n_hdrs = 0;
     if (params && params->headers) {
         for (int i = 0; i < params->n_headers; i++) {
-            if (n_hdrs == 32) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "more than 32 headers");
-            hdrs[n_hdrs++] = params->headers[i];
+            if (c->n == 32) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "more than 32 headers");
+            c->hdrs[c->n++] = params->headers[i];
         }
     } else if (env_hdr && *env_hdr) {
-        hdrs[n_hdrs++] = env_hdr;
+        c->hdrs[c->n++] = env_hdr;
     }
-    for (int i = 0; i < n_hdrs; i++) {
-        if (!hdrs[i] || strpbrk(hdrs[i], "\r\n") || !strchr(hdrs[i], ':'))
+    for (int i = 0; i < c->n; i++) {
+        if (!c->hdrs[i] || strpbrk(c->hdrs[i], "\r\n") || !strchr(c->hdrs[i], ':'))
             return kl_fail(NULL, KILN_ERR_INVALID_ARG, "header %d is not one 'Name: value' line", i + 1);
-        if (!strncasecmp(hdrs[i], "authorization:", 14)) pc.have_token = 1;
+        if (!strncasecmp(c->hdrs[i], "authorization:", 14)) c->have_token = 1;
     }
-    char tok[1100], bearer[1200];
     const char *token = params && params->token ? params->token : NULL;
-    if (!token && !is_url && kst_hub_ref(ref) && kst_hub_token(tok, sizeof tok)) token = tok;
+    if (!token && !strstr(ref, "://") && kst_hub_ref(ref) && kst_hub_token(c->tok, sizeof c->tok)) token = c->tok;
     if (token && *token) {
-        for (const char *c = token; *c; c++)
-            if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f)
+        for (const char *p = token; *p; p++)
+            if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
                 return kl_fail(NULL, KILN_ERR_INVALID_ARG, "the token holds a character a header cannot carry");
         if (strlen(token) > 1024) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "the token is longer than 1024 bytes");
-        snprintf(bearer, sizeof bearer, "Authorization: Bearer %s", token);
-        hdrs[n_hdrs++] = bearer;
-        pc.have_token = 1;
+        snprintf(c->bearer, sizeof c->bearer, "Authorization: Bearer %s", token);
+        c->hdrs[c->n++] = c->bearer;
+        c->have_token = 1;
     }
-    pc.headers = hdrs;
-    pc.n_headers = n_hdrs;
-    st = is_url ? pull_url(s, &pc, ref, name, want, norm, id_out) : pull_ref(s, &pc, ref, want, norm, id_out);
-    memset(tok, 0, sizeof tok);
-    memset(bearer, 0, sizeof bearer);
-    return st;
+    return KILN_OK;
+}
+
+void kst_creds_wipe(kst_creds *c) {
+    memset(c->tok, 0, sizeof c->tok);
+    memset(c->bearer, 0, sizeof c->bearer);
 }
 
 kiln_status kiln_store_pull(kiln_store *s, const char *ref, const char *name, const char *sha256,

@@ -147,7 +147,7 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
     snprintf(url, sizeof url, "%s/v2/%s/%s/manifests/%s", base, r.ns, r.model, r.tag);
 
     kst_http h = {.url = url, .accept = REG_ACCEPT, .headers = headers, .n_headers = n_headers, .auth_origin = origin,
-                  .follow = KST_FOLLOW_ALL, .max_body = REG_MANIFEST_MAX};
+                  .what = plan->what, .follow = KST_FOLLOW_ALL, .max_body = REG_MANIFEST_MAX};
     st = kst_http_get(&h, net);
     if (!st && h.code != 200) st = kst_http_error(KST_SRC_REGISTRY, h.code, "", plan->what, have_token);
     char digest[KST_ID_LEN + 1] = "";

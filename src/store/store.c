@@ -494,6 +494,13 @@ kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64]
         gguf_close(f);
         return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s: GGUF has no tensors", artifact);
     }
+    snprintf(quant, 16, "%s", kst_dominant_type(f));
+    gguf_close(f);
+    return KILN_OK;
+}
+
+const char *kst_dominant_type(const void *gf) {
+    const gguf_file *f = gf;
     int counts[KQ_TYPE_COUNT] = {0};
     for (int i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -503,9 +510,7 @@ kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64]
     for (int t = 0; t < KQ_TYPE_COUNT; t++)
         if (counts[t] > counts[best]) best = t;
     const char *qn = kq_get(best)->name;
-    snprintf(quant, 16, "%s", qn ? qn : "?");
-    gguf_close(f);
-    return KILN_OK;
+    return qn ? qn : "?";
 }
 
 kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const char *name, char id_out[KST_ID_LEN + 1]) {

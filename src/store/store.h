@@ -94,6 +94,7 @@ typedef struct kst_http {
     const char *const *headers;
     int n_headers;
     const char *auth_origin;
+    const char *what;           /* how messages name it; NULL: the cleaned URL */
     int head;                   /* HEAD instead of GET */
     int follow;                 /* KST_FOLLOW_* */
     uint64_t range_start, range_len; /* range_len 0: no Range */
@@ -173,6 +174,20 @@ int kst_hub_token(char *buf, size_t cap);
 /* registry.c: resolves an Ollama registry reference into plan. */
 kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *const *headers, int n_headers,
                               int have_token, kst_plan *plan);
+
+/* pull.c: the caller's headers (or $KILN_AUTH_HEADER) and the bearer token
+ * (params->token, else the hub's for a hub reference), checked to be one
+ * header line each. */
+typedef struct kst_creds {
+    const char *hdrs[34];
+    int n, have_token;
+    char tok[1100], bearer[1200];
+} kst_creds;
+kiln_status kst_creds_init(kst_creds *c, const kiln_store_pull_params *params, const char *ref);
+void kst_creds_wipe(kst_creds *c);
+
+/* store.c: the most common type of the 2-D tensors (the weights), by name. */
+const char *kst_dominant_type(const void *gguf_file);
 
 /* ---- defaults.c ---- */
 
