@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Stand-ins for the sources kiln pulls from, for test_store_sources.
 
-Usage: source_server.py --file MODEL --log LOG
+Usage: source_server.py --file MODEL --chat-file CHAT_MODEL --log LOG
 Prints "PORTS <hub> <cdn> <registry>" once all three listen on 127.0.0.1.
 
 hub       the Hugging Face routes kiln uses:
@@ -21,7 +21,8 @@ registry  the Ollama registry routes:
             GET /v2/NS/MODEL/blobs/sha256:X  307 to the CDN
           library/tiny:latest (model, template, system, params, license),
           library/wrong:latest (its model digest is not its bytes),
-          team/private:latest (401 without "Authorization: Bearer regtoken").
+          team/private:latest (401 without "Authorization: Bearer regtoken"),
+          library/chatty:latest (CHAT_MODEL, a system prompt, temperature 0).
 
 Repositories (COMMIT_A is main at first; /_ctl?main=b moves main to B):
   acme/tiny-GGUF     README.md, tiny-Q8_0.gguf, tiny-Q4_K_M.gguf,
@@ -81,7 +82,7 @@ def git_blob_id(data):
 class World:
     """Files of every repository at every commit, blobs by sha256."""
 
-    def __init__(self, model):
+    def __init__(self, model, chat_model):
         self.model = model
         self.blobs = {}
         self.repos = {}
@@ -124,6 +125,11 @@ class World:
         ]
         self.manifests[("library/tiny", "latest")] = self.manifest(layers)
         self.manifests[("team/private", "latest")] = self.manifest(layers[:1])
+        self.manifests[("library/chatty", "latest")] = self.manifest([
+            ("application/vnd.ollama.image.model", chat_model),
+            ("application/vnd.ollama.image.template", b"{{ range .Messages }}{{ .Content }}{{ end }}"),
+            ("application/vnd.ollama.image.system", b"Be brief."),
+            ("application/vnd.ollama.image.params", b'{"temperature":0,"num_predict":8}')])
         wrong = self.manifest([("application/vnd.ollama.image.model", model + b"\1")])
         self.manifests[("library/wrong", "latest")] = wrong
         # the blob it names is served with other bytes
@@ -376,10 +382,11 @@ class Handler(BaseHTTPRequestHandler):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--file", required=True)
+    ap.add_argument("--chat-file", required=True)
     ap.add_argument("--log", required=True)
     args = ap.parse_args()
-    with open(args.file, "rb") as f:
-        world = World(f.read())
+    with open(args.file, "rb") as f, open(args.chat_file, "rb") as c:
+        world = World(f.read(), c.read())
     open(args.log, "w").close()
     servers = {}
     for role in ("hub", "cdn", "registry"):

@@ -7,6 +7,7 @@
 #include "testutil.h"
 
 #include "kiln.h"
+#include "gguf/gguf.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -33,7 +34,31 @@ static const char *g_kiln;
 
 /* ---- the servers ---- */
 
+/* A copy of the stories model with a ChatML template, for kiln chat. */
+static int write_chat_model(const char *dst) {
+    char err[256];
+    gguf_file *f = gguf_open(k_model, err, sizeof err);
+    if (!f) return -1;
+    gguf_writer *w = gguf_writer_new();
+    for (int i = 0; i < gguf_n_kv(f); i++) gguf_w_copy_kv(w, gguf_kv_at(f, i));
+    const char *t = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+                    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    gguf_w_str(w, "tokenizer.chat_template", t, strlen(t));
+    for (int i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *x = gguf_tensor_at(f, i);
+        gguf_w_tensor(w, x->name, x->type, (int)x->n_dims, x->ne, x->data);
+    }
+    int rc = gguf_writer_save(w, dst, NULL, NULL, err, sizeof err);
+    gguf_writer_free(w);
+    gguf_close(f);
+    return rc;
+}
+
+static char g_chat[600];
+
 static int start_server(void) {
+    snprintf(g_chat, sizeof g_chat, "%s/chat.gguf", g_tmp);
+    if (write_chat_model(g_chat) != 0) return -1;
     int fds[2];
     if (pipe(fds) != 0) return -1;
     snprintf(g_log, sizeof g_log, "%s/server.log", g_tmp);
@@ -42,7 +67,8 @@ static int start_server(void) {
         prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the test */
         dup2(fds[1], 1);
         close(fds[0]);
-        execl("/usr/bin/python3", "python3", "source_server.py", "--file", k_model, "--log", g_log, (char *)NULL);
+        execl("/usr/bin/python3", "python3", "source_server.py", "--file", k_model, "--chat-file", g_chat, "--log", g_log,
+              (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -467,19 +493,21 @@ static void test_inspect(void) {
 
 /* ---- the command line ---- */
 
-static int run_kiln(const char *const *args, const char *errfile) {
+/* Runs kiln with args on the test's store; stdin from infile (NULL:
+ * /dev/null), stdout to outfile (NULL: /dev/null), stderr to errfile. */
+static int run_kiln_io(const char *const *args, const char *infile, const char *outfile, const char *errfile) {
     pid_t pid = fork();
     if (pid == 0) {
-        const char *argv[16];
+        const char *argv[24];
         int n = 0;
         argv[n++] = g_kiln;
-        for (int i = 0; args[i] && n < 13; i++) argv[n++] = args[i];
+        for (int i = 0; args[i] && n < 21; i++) argv[n++] = args[i];
         argv[n++] = "--store";
         argv[n++] = g_root;
         argv[n] = NULL;
-        FILE *e = freopen(errfile, "w", stderr);
-        (void)e;
-        if (!freopen("/dev/null", "w", stdout)) _exit(126);
+        if (!freopen(errfile, "w", stderr) || !freopen(outfile ? outfile : "/dev/null", "w", stdout) ||
+            !freopen(infile ? infile : "/dev/null", "r", stdin))
+            _exit(126);
         execv(g_kiln, (char *const *)argv);
         _exit(127);
     }
@@ -494,6 +522,59 @@ static int run_kiln(const char *const *args, const char *errfile) {
         return -1;
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int run_kiln(const char *const *args, const char *errfile) { return run_kiln_io(args, NULL, NULL, errfile); }
+
+/* stdout of kiln args (NULL when it failed) */
+static char *kiln_out(const char *const *args, const char *infile) {
+    char out[PATH_MAX], err[PATH_MAX];
+    snprintf(out, sizeof out, "%s/out.txt", g_tmp);
+    snprintf(err, sizeof err, "%s/out.err", g_tmp);
+    if (run_kiln_io(args, infile, out, err) != 0) return NULL;
+    return t_read_file(out, NULL);
+}
+
+/* An Ollama model's params and system prompt are run's and chat's
+ * defaults; the command line still wins. */
+static void test_pack_defaults(void) {
+    char err[PATH_MAX], in[PATH_MAX];
+    snprintf(err, sizeof err, "%s/defaults.err", g_tmp);
+    /* num_ctx 96 */
+    const char *too_long[] = {"run", "-m", "tiny", "-p", "Once", "-n", "200", NULL};
+    CHECK(run_kiln(too_long, err) != 0);
+    char *e = t_read_file(err, NULL);
+    CHECKF(e && strstr(e, "context of 96"), "%s", e ? e : "");
+    free(e);
+    const char *wider[] = {"run", "-m", "tiny", "-p", "Once", "-n", "200", "-c", "512", NULL};
+    CHECK(run_kiln(wider, err) == 0);
+    /* temperature 0.25 and top_k 7, as if given */
+    const char *packed[] = {"run", "-m", "tiny", "-p", "Once upon", "-n", "24", "--seed", "5", NULL};
+    const char *flags[] = {"run", "-m", "../models/stories260K.gguf", "-p", "Once upon", "-n", "24", "--seed", "5",
+                           "--temp", "0.25", "--top-k", "7", NULL};
+    const char *plain[] = {"run", "-m", "../models/stories260K.gguf", "-p", "Once upon", "-n", "24", "--seed", "5", NULL};
+    char *a = kiln_out(packed, NULL), *b = kiln_out(flags, NULL), *c = kiln_out(plain, NULL);
+    CHECKF(a && b && c && !strcmp(a, b) && strcmp(a, c), "pack '%s', flags '%s', defaults '%s'", a ? a : "", b ? b : "",
+           c ? c : "");
+    free(a);
+    free(b);
+    free(c);
+    /* chat: the pack's system prompt and temperature 0 */
+    snprintf(in, sizeof in, "%s/chat.in", g_tmp);
+    FILE *f = fopen(in, "w");
+    CHECK(f && fputs("Hello there\n", f) >= 0);
+    if (f) fclose(f);
+    const char *chat_pack[] = {"chat", "-m", "chatty", NULL};
+    const char *chat_flags[] = {"chat", "-m", g_chat, "--system", "Be brief.", "--temp", "0", "-n", "8", NULL};
+    const char *chat_nosys[] = {"chat", "-m", g_chat, "--temp", "0", "-n", "8", NULL};
+    a = kiln_out(chat_pack, in);
+    b = kiln_out(chat_flags, in);
+    c = kiln_out(chat_nosys, in);
+    CHECKF(a && b && c && *a && !strcmp(a, b) && strcmp(a, c), "pack '%s', flags '%s', no system '%s'", a ? a : "",
+           b ? b : "", c ? c : "");
+    free(a);
+    free(b);
+    free(c);
 }
 
 static void test_cli(void) {
@@ -518,6 +599,9 @@ static void test_cli(void) {
     CHECK(run_kiln(show, err) == 4);
     const char *show_tok[] = {"show", "hf.co/acme/private-GGUF", "--remote", "--token", "hf_good", NULL};
     CHECK(run_kiln(show_tok, err) == 0);
+    const char *chatty[] = {"pull", "chatty", NULL};
+    CHECK(run_kiln(chatty, err) == 0);
+    test_pack_defaults();
 }
 
 static void cleanup(void) {

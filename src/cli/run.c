@@ -151,9 +151,28 @@ static int32_t *tokenize_alloc(kiln_model *m, const char *text, int add_special,
     return ids;
 }
 
+/* A store pack's defaults (an Ollama model's params and system prompt)
+ * take the options the command line left alone: pack_begin before the
+ * options are parsed, pack_end after.  kiln chat's template stays the
+ * GGUF's: the pack's override is Go template syntax. */
+static cli_opts pack_begin(cli_opts *o) {
+    cli_opts base = *o;
+    cli_pack_mark(o);
+    return base;
+}
+
+static void pack_end(cli_opts *o, const cli_opts *base, cli_pack *pk, const char **system) {
+    cli_pack_apply(o, base, pk);
+    if (system && !*system) *system = pk->system;
+    if (system && pk->template_go)
+        fprintf(stderr, "kiln chat: the pack's template override is in Go template syntax; the GGUF's chat template is "
+                        "used\n");
+}
+
 int cmd_run(int argc, char **argv) {
     cli_opts o;
     cli_opts_init(&o);
+    cli_opts base = pack_begin(&o);
     for (int i = 1; i < argc; i++) {
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
@@ -163,6 +182,9 @@ int cmd_run(int argc, char **argv) {
             return 2;
         }
     }
+    cli_pack pk;
+    pack_end(&o, &base, &pk, NULL);
+    cli_pack_free(&pk);
     if (cli_prompt_from_stdin(&o)) {
         fprintf(stderr, "kiln run: no prompt (use -p TEXT, -f FILE, or pipe it in)\n");
         return 2;
@@ -371,6 +393,7 @@ int cmd_chat(int argc, char **argv) {
     cli_opts_init(&o);
     o.n_predict = -1;
     const char *system = NULL;
+    cli_opts base = pack_begin(&o);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--system") && i + 1 < argc) {
             system = argv[++i];
@@ -384,9 +407,14 @@ int cmd_chat(int argc, char **argv) {
             return 2;
         }
     }
+    cli_pack pk;
+    pack_end(&o, &base, &pk, &system);
     chat_state st;
     memset(&st, 0, sizeof st);
-    if (cli_load(&o, &st.m, &st.c, 1)) return 1;
+    if (cli_load(&o, &st.m, &st.c, 1)) {
+        cli_pack_free(&pk);
+        return 1;
+    }
     catch_sigint();
     kiln_model_info info;
     kiln_model_get_info(st.m, &info);
@@ -525,6 +553,7 @@ done:
     free(line);
     json_decref(st.messages);
     kct_free(st.tmpl);
+    cli_pack_free(&pk);
     free(st.held);
     gen_batch_free(gb);
     kiln_context_free(st.c);

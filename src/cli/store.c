@@ -4,6 +4,8 @@
 #include "cli.h"
 
 #include <jansson.h>
+#include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -374,6 +376,80 @@ int cli_show_remote(const char *ref, const char *token, int json) {
            json_string_value(json_object_get(j, "runnable_reason")));
     json_decref(j);
     return 0;
+}
+
+/* ---- a pack's defaults under the command line's options ---- */
+
+/* unset until cli_pack_apply: values no option parser writes */
+#define UNSET_F NAN
+#define UNSET_I INT_MIN
+#define UNSET_SEED UINT64_MAX
+
+void cli_pack_mark(cli_opts *o) {
+    o->sp.temperature = o->sp.top_p = o->sp.min_p = o->sp.repeat_penalty = UNSET_F;
+    o->sp.presence_penalty = o->sp.frequency_penalty = UNSET_F;
+    o->sp.top_k = o->sp.repeat_last_n = o->n_predict = o->n_ctx = o->n_threads = o->n_batch = UNSET_I;
+    o->sp.seed = UNSET_SEED;
+}
+
+static void take_f(float *v, float base, json_t *opts, const char *key) {
+    if (!isnan(*v)) return;
+    json_t *j = json_object_get(opts, key);
+    double d = json_number_value(j);
+    *v = json_is_number(j) && isfinite(d) && fabs(d) < 1e6 ? (float)d : base;
+}
+
+static void take_i(int32_t *v, int32_t base, json_t *opts, const char *key, int32_t lo) {
+    if (*v != UNSET_I) return;
+    json_t *j = json_object_get(opts, key);
+    double d = json_number_value(j);
+    *v = json_is_number(j) && d >= lo && d <= 1 << 30 && d == (double)(int32_t)d ? (int32_t)d : base;
+}
+
+void cli_pack_apply(cli_opts *o, const cli_opts *base, cli_pack *pk) {
+    memset(pk, 0, sizeof *pk);
+    json_t *info = NULL;
+    struct stat st;
+    kiln_store *s = NULL;
+    char *txt = NULL;
+    /* a file path has no pack; a store name may */
+    if (o->model && stat(o->model, &st) != 0 && kiln_store_open(NULL, &s) == KILN_OK &&
+        kiln_store_info(s, o->model, &txt) == KILN_OK)
+        info = json_loads(txt, 0, NULL);
+    kiln_store_free_string(txt);
+    kiln_store_close(s);
+    json_t *d = json_object_get(info, "defaults");
+    json_t *opts = json_object_get(d, "options");
+    kiln_sampler_params *p = &o->sp;
+    const kiln_sampler_params *b = &base->sp;
+    take_f(&p->temperature, b->temperature, opts, "temperature");
+    take_f(&p->top_p, b->top_p, opts, "top_p");
+    take_f(&p->min_p, b->min_p, opts, "min_p");
+    take_f(&p->repeat_penalty, b->repeat_penalty, opts, "repeat_penalty");
+    take_f(&p->presence_penalty, b->presence_penalty, opts, "presence_penalty");
+    take_f(&p->frequency_penalty, b->frequency_penalty, opts, "frequency_penalty");
+    take_i(&p->top_k, b->top_k, opts, "top_k", 0);
+    take_i(&p->repeat_last_n, b->repeat_last_n, opts, "repeat_last_n", -1);
+    take_i(&o->n_predict, base->n_predict, opts, "num_predict", -1);
+    take_i(&o->n_ctx, base->n_ctx, opts, "num_ctx", 0);
+    take_i(&o->n_threads, base->n_threads, opts, "num_thread", 0);
+    take_i(&o->n_batch, base->n_batch, opts, "num_batch", 1);
+    if (p->seed == UNSET_SEED) {
+        json_t *j = json_object_get(opts, "seed");
+        /* Ollama's -1 is a random seed: the default here */
+        p->seed = json_is_integer(j) && json_integer_value(j) >= 0 ? (uint64_t)json_integer_value(j) : b->seed;
+    }
+    const char *sys = json_string_value(json_object_get(d, "system"));
+    const char *tmpl = json_string_value(json_object_get(d, "template"));
+    if (sys) pk->system = strdup(sys);
+    if (tmpl) pk->template_go = strdup(tmpl);
+    json_decref(info);
+}
+
+void cli_pack_free(cli_pack *pk) {
+    free(pk->system);
+    free(pk->template_go);
+    memset(pk, 0, sizeof *pk);
 }
 
 /* ---- store names wherever a model is taken ---- */
