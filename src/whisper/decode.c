@@ -118,12 +118,11 @@ static void mask_row(const job *j, const float *logits, float *out, const int32_
     float mx = -INFINITY;
     for (int i = 0; i < nv; i++) mx = out[i] > mx ? out[i] : mx;
     if (mx == -INFINITY) return;
-    double z = 0, zt = 0;
+    double zt = 0;
     float best_text = -INFINITY;
     for (int i = 0; i < nv; i++) {
         if (out[i] == -INFINITY) continue;
         double e = exp((double)out[i] - mx);
-        z += e;
         if (i >= tb) zt += e;
         else if (out[i] > best_text) best_text = out[i];
     }
