@@ -509,8 +509,9 @@ kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, 
 
 /* ------------------------------------------------------------- embedder */
 
-/* Text embeddings: a bert encoder, or a decoder (e.g. qwen3) whose final
- * normalized hidden states are pooled.  Every vector is L2-normalized.
+/* Text embeddings: an encoder (bert, modern-bert, gemma-embedding), or a
+ * decoder (e.g. qwen3) whose final normalized hidden states are pooled.
+ * Every vector is L2-normalized.
  *
  *   kiln_embedder *e;  kiln_embedder_new("model.gguf", NULL, &e);
  *   const char *texts[] = {"first doc", "second doc"};
@@ -521,13 +522,20 @@ kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, 
  *   kiln_embed_job_free(j);
  *
  * A caller that must yield between forward runs (a request gate) uses
- * kiln_embed_begin, then kiln_embed_run over the ranges kiln_embed_batch_end
- * gives.  One embedder is driven by one thread at a time.
+ * kiln_embed_begin, then kiln_embed_next until no input is left (or
+ * kiln_embed_run over the ranges kiln_embed_batch_end gives).  Encoder
+ * inputs run shortest first, several per run laid end to end (no padding);
+ * each vector equals the one its input gets alone.  One embedder is driven
+ * by one thread at a time.
  *
- * Formatting: the runtime adds the model's prefix to each input itself.
- * The GGUF string keys kiln.embedding.query_prefix and
- * kiln.embedding.document_prefix (an empty string means none) win; without
- * them general.name picks a family default (case-insensitive):
+ * Formatting: the runtime formats each input itself.  A format replaces
+ * "{text}" by the input and "{title}" by the document's title ("none"
+ * without one); a format without "{text}" is a prefix.  The GGUF string
+ * keys kiln.embedding.query_prefix and kiln.embedding.document_prefix (an
+ * empty string means none) win; then the architecture's own
+ * (gemma-embedding: "task: search result | query: {text}" and
+ * "title: {title} | text: {text}"); then general.name picks a family
+ * default (case-insensitive):
  *   "e5"                   query "query: ", document "passage: "
  *   "bge" (English)        query "Represent this sentence for searching relevant passages: "
  *   "nomic-embed"          "search_query: " / "search_document: "
@@ -582,6 +590,8 @@ typedef struct kiln_embed_request {
                                    and renormalizes (Matryoshka) */
     int32_t allow_truncate;     /* 1: cut inputs over the limit (keeping the
                                    closing special token) instead of failing */
+    const char *const *titles;  /* documents: [n] titles for formats with
+                                   {title} (NULL, or a NULL/"" entry: "none") */
 } kiln_embed_request;
 
 typedef struct kiln_embeddings {
@@ -604,6 +614,10 @@ kiln_status kiln_embed_begin(kiln_embedder *e, const kiln_embed_request *r, kiln
 int32_t kiln_embed_over_limit(const kiln_embedder *e, const int32_t **index, const int32_t **n_tokens);
 /* The end of the longest range [begin, end) that one forward run holds. */
 int32_t kiln_embed_batch_end(const kiln_embed_job *j, int32_t begin);
+/* Runs the next forward run of the job: the shortest inputs not embedded
+ * yet, as many as one run holds (decoders: the next input).  *n_left
+ * (optional) gets the inputs still to embed; 0 when done. */
+kiln_status kiln_embed_next(kiln_embed_job *j, int32_t *n_left);
 /* Embeds inputs [begin, end) (several forward runs when they do not fit
  * one).  Each vector equals the one its input gets alone (within 1e-5). */
 kiln_status kiln_embed_run(kiln_embed_job *j, int32_t begin, int32_t end);

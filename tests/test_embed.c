@@ -74,7 +74,7 @@ static double norm(const float *a, int n) {
 }
 
 static kiln_embed_request req(int n, const char *const *texts, int kind, int dim, int trunc) {
-    kiln_embed_request r = {n, texts, NULL, kind, dim, trunc};
+    kiln_embed_request r = {n, texts, NULL, kind, dim, trunc, NULL};
     return r;
 }
 

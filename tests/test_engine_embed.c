@@ -22,7 +22,7 @@ int main(void) {
     CHECK(kiln_engine_load(e, BERT, NULL) == KILN_OK);
     CHECK(kiln_engine_wait_idle(e, LIMIT_MS) == KILN_OK);
 
-    kiln_embed_request req = {3, docs, NULL, KILN_EMBED_DOCUMENT, 0, 0};
+    kiln_embed_request req = {3, docs, NULL, KILN_EMBED_DOCUMENT, 0, 0, NULL};
     kiln_embed_job *job = NULL;
     CHECK(kiln_engine_embed(e, &req, NULL, &job) == KILN_OK && job);
 
@@ -44,7 +44,7 @@ int main(void) {
     kiln_embed_job_free(ref);
 
     /* A query (urgent) with a smaller dimension. */
-    kiln_embed_request q = {1, docs, NULL, KILN_EMBED_QUERY, 8, 0};
+    kiln_embed_request q = {1, docs, NULL, KILN_EMBED_QUERY, 8, 0, NULL};
     CHECK(kiln_engine_embed(e, &q, NULL, &job) == KILN_OK && job && kiln_embed_result(job)->dim == 8);
     kiln_embed_job_free(job);
 

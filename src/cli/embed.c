@@ -1,5 +1,7 @@
 /* kiln embed — L2-normalized embeddings of the given texts as JSON.  -m
- * takes a file or a store name (leased while the command runs). */
+ * takes a file or a store name (leased while the command runs); --title
+ * gives the documents' title where the model's format has one
+ * (EmbeddingGemma). */
 #include "cli.h"
 
 #include <jansson.h>
@@ -8,7 +10,7 @@
 #include <string.h>
 
 int cmd_embed(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *title = NULL;
     int kind = KILN_EMBED_DOCUMENT, dim = 0, truncate = 0;
     kiln_embedder_params p = kiln_embedder_default_params();
     const char **texts = calloc((size_t)argc, sizeof *texts);
@@ -17,7 +19,7 @@ int cmd_embed(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int needs_value = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--dim") || !strcmp(a, "-t") ||
-                          !strcmp(a, "--threads");
+                          !strcmp(a, "--threads") || !strcmp(a, "--title");
         if (needs_value && i + 1 >= argc) {
             fprintf(stderr, "kiln: %s needs a value\n", a);
             free(texts);
@@ -28,6 +30,7 @@ int cmd_embed(int argc, char **argv) {
         else if (!strcmp(a, "--document")) kind = KILN_EMBED_DOCUMENT;
         else if (!strcmp(a, "--truncate")) truncate = 1;
         else if (!strcmp(a, "--dim")) dim = atoi(argv[++i]);
+        else if (!strcmp(a, "--title")) title = argv[++i];
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) p.n_threads = atoi(argv[++i]);
         else if (a[0] == '-' && a[1] && strcmp(a, "--")) {
             free(texts);
@@ -56,7 +59,14 @@ int cmd_embed(int argc, char **argv) {
         free(texts);
         return cli_fail(model);
     }
-    kiln_embed_request r = {n, texts, NULL, kind, dim, truncate};
+    const char **titles = calloc((size_t)n, sizeof *titles);
+    if (!titles) {
+        free(texts);
+        kiln_embedder_free(e);
+        return cli_fail("out of memory");
+    }
+    for (int i = 0; i < n; i++) titles[i] = title;
+    kiln_embed_request r = {n, texts, NULL, kind, dim, truncate, titles};
     kiln_embed_job *j;
     int rc = 0;
     if (kiln_embed(e, &r, &j) != KILN_OK) {
@@ -89,6 +99,7 @@ int cmd_embed(int argc, char **argv) {
         kiln_embed_job_free(j);
     }
     kiln_embedder_free(e);
+    free(titles);
     free(texts);
     return rc;
 }

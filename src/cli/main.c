@@ -86,7 +86,7 @@ static const struct cli_cmd {
      "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m q4_k_s q5_k_m q3_k_m iq4_nl "
      "iq4_xs"},
     {"serve", cmd_serve, "serve [-m MODEL|NAME ...] [options]   (kiln serve --help lists them)"},
-    {"embed", cmd_embed, "embed -m MODEL [--query|--document] [--dim N] [--truncate] [-t N] TEXT..."},
+    {"embed", cmd_embed, "embed -m MODEL [--query|--document [--title T]] [--dim N] [--truncate] [-t N] TEXT..."},
     {"image", cmd_image,
      "image (-m PACK | --dit FILE.pt --t5 FILE.safetensors --tokenizer spiece.model --vae FILE.safetensors)\n"
      "           -p PROMPT [--steps N] [--cfg S] [--seed N] [-o out.png|-] [-t N] [--no-verify]\n"

@@ -1,7 +1,7 @@
 /* The embedding family: a resident kiln_embedder.  A request counts every
  * input first (kiln_embed_begin runs no model), then embeds one forward
- * run's range of inputs at a time, yielding before each, so a query waits
- * for at most the run in progress.  A job owns its tokens and vectors, so
+ * run at a time, shortest inputs first (kiln_embed_next), yielding before
+ * each, so a query waits for at most the run in progress.  A job owns its tokens and vectors, so
  * requests that interleave at yield points do not disturb each other. */
 #include "engine/engine.h"
 
@@ -37,11 +37,9 @@ static kiln_status emb_run(void *user, void *model, int task, void *req, engine_
     emb_call *call = req;
     kiln_embed_job *j = NULL;
     kiln_status st = kiln_embed_begin(model, call->req, &j);
-    for (int32_t b = 0; st == KILN_OK && b < call->req->n;) {
-        int32_t end = kiln_embed_batch_end(j, b);
+    for (int32_t left = call->req->n; st == KILN_OK && left > 0;) {
         st = engine_yield(r);
-        if (st == KILN_OK) st = kiln_embed_run(j, b, end);
-        b = end;
+        if (st == KILN_OK) st = kiln_embed_next(j, &left);
     }
     if (st != KILN_OK) {
         kiln_embed_job_free(j);

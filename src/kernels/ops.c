@@ -58,6 +58,10 @@ void kk_gelu(float *x, int n) {
     }
 }
 
+void kk_gelu_erf(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = (float)(0.5 * x[i] * (1.0 + erf(x[i] * 0.70710678118654752440)));
+}
+
 void kk_add(float *y, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += x[i];
 }

@@ -19,6 +19,9 @@ void kk_softmax(float *x, int n);
 void kk_swiglu(float *g, const float *u, int n);
 /* In place: x = gelu(x) (tanh approximation, as BERT GGUFs expect). */
 void kk_gelu(float *x, int n);
+/* In place: x = x * Phi(x), the exact GELU with erf (Hugging Face's "gelu";
+ * ModernBERT and its heads were trained with it). */
+void kk_gelu_erf(float *x, int n);
 /* y += x */
 void kk_add(float *y, const float *x, int n);
 /* y += b broadcast over n_rows rows of n */

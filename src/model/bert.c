@@ -2,17 +2,24 @@
  * The bert family: the encoder architecture (general.architecture "bert", llama.cpp
  * tensor names and keys).  Per token row of n_embd:
  *
- *   x = LN(tok[id] + type[0] + pos[t])                       token_embd_norm
+ *   x = LN(tok[id] + type[type] + pos[t])                    token_embd_norm
  *   per layer, post-norm:
  *     x = LN(x + O(attn(Qx + bq, Kx + bk, Vx + bv)) + bo)    attn_output_norm
  *     x = LN(x + down(gelu(up x + b_up)) + b_down)           layer_output_norm
  *
- * Attention is bidirectional over the real tokens of the row's own
- * sequence; padding rows are never attended to.  GELU is the tanh
- * approximation ggml_gelu uses (kk_gelu).  LayerNorm epsilon comes from
- * bert.attention.layer_norm_epsilon.
+ * Attention is bidirectional over the tokens of the row's own sequence
+ * (an unpadded batch, encoder.h).  GELU is the tanh approximation
+ * ggml_gelu uses (kk_gelu).  LayerNorm epsilon comes from
+ * bert.attention.layer_norm_epsilon.  type is the token type of the row
+ * (0 unless the caller frames a pair: a reranker's document is type 1).
+ *
+ * A cross-encoder reranker carries a classification head, read from the
+ * [CLS] row (rank pooling):
+ *   score = cls.output(tanh(cls x + cls.b)) + cls.output.b
+ * with cls optional (a single projection).  cls.output has one row per
+ * score (bert.classifier.output_labels; the first is the relevance).
  */
-#include "model/model.h"
+#include "model/encoder.h"
 
 #include "quant/quant.h"
 
@@ -37,6 +44,11 @@ struct kl_bert {
     float eps;                    /* LayerNorm epsilon */
     int n_pos;                    /* longest input the positions allow */
     kl_bert_layer *layers;
+    /* classification head (rerankers): cls [n_embd -> n_embd] + tanh
+     * (optional), cls.output [n_embd -> n_cls_out]; cls_out.data NULL when
+     * the file has none */
+    kk_mat cls, cls_out;
+    const float *cls_b, *cls_out_b;
 };
 
 /* ---------------------------------------------------------------- binding */
@@ -94,6 +106,17 @@ static int bert_bind(kiln_model *m, char *err, size_t errlen) {
         l->ln_out_b = kl_bind_vec(&B, NAME("layer_output_norm.bias"), E, 0);
 #undef NAME
     }
+    b->cls_out = kl_bind_mat(&B, "cls.output.weight", E, -1, 1);
+    if (b->cls_out.data) {
+        hp->n_cls_out = (int)b->cls_out.nrows;
+        b->cls_out_b = kl_bind_vec(&B, "cls.output.bias", hp->n_cls_out, 1);
+        b->cls = kl_bind_mat(&B, "cls.weight", E, E, 1);
+        if (b->cls.data) b->cls_b = kl_bind_vec(&B, "cls.bias", E, 1);
+        const gguf_kv *labels = kl_meta_kv(m, "classifier.output_labels");
+        if (!B.failed && labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != hp->n_cls_out))
+            kl_bind_fail(&B, "bert.classifier.output_labels has %lld entries but cls.output.weight %d rows",
+                         labels->type == GGUF_ARRAY ? (long long)labels->n : -1LL, hp->n_cls_out);
+    }
     if (B.failed) return -1;
     if (hp->n_vocab <= 0 || b->n_pos <= 0) {
         snprintf(err, errlen, "bert embedding tables are empty");
@@ -119,7 +142,9 @@ typedef struct kl_bert_ws {
     float *x, *y;            /* [cap_tok][n_embd] residual stream, sublayer output */
     float *q, *k, *v, *att;  /* [cap_tok][n_embd] */
     float *up;               /* [cap_tok][n_ff] */
-    float *scores;           /* per thread [cap_tok] attention weights */
+    float *scratch;          /* attention scores, kl_enc_attn_scratch */
+    int32_t *off, *seq;      /* the batch layout (encoder.h) */
+    float *pooled;           /* [cap_tok][n_embd] pooled rows (rank pooling) */
     void *mm_scratch;
 } kl_bert_ws;
 
@@ -135,7 +160,10 @@ static void *bert_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
     int ok = 1;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ok &= (*bufs[i] = malloc(N * E * 4)) != NULL;
     ok &= (w->up = malloc(N * F * 4)) != NULL;
-    ok &= (w->scores = malloc((size_t)kpool_size(pool) * N * 4)) != NULL;
+    ok &= (w->scratch = malloc(kl_enc_attn_scratch(pool, cap_tok) * 4)) != NULL;
+    ok &= (w->off = malloc((N + 1) * sizeof *w->off)) != NULL;
+    ok &= (w->seq = malloc(N * sizeof *w->seq)) != NULL;
+    ok &= (w->pooled = m->hp.n_cls_out ? malloc(N * E * 4) : calloc(1, 1)) != NULL;
     ok &= (w->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)(E > F ? E : F), cap_tok))) != NULL;
     if (!ok) {
         bert_ws_free(w);
@@ -147,7 +175,8 @@ static void *bert_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
 static void bert_ws_free(void *ws) {
     kl_bert_ws *w = ws;
     if (!w) return;
-    void *bufs[] = {w->x, w->y, w->q, w->k, w->v, w->att, w->up, w->scores, w->mm_scratch};
+    void *bufs[] = {w->x, w->y, w->q, w->k, w->v, w->att, w->up, w->scratch, w->off, w->seq, w->pooled,
+                    w->mm_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(w);
 }
@@ -156,61 +185,21 @@ typedef struct fwd_job {
     kl_bert_ws *w;
     const kiln_model *m;
     const kl_bert_layer *L;
-    const int32_t *len;
-    int n_seq, T;
+    int n_rows;
+    /* residual_norm_task: x = LN(x + y + bias) with this norm */
+    const float *bias, *nw, *nb;
 } fwd_job;
 
-/* Is row r = s * T + t a real token? */
-static int real_row(const fwd_job *j, long r) { return r % j->T < j->len[r / j->T]; }
-
-/* One (row, head) per work item: softmax(q k^T / sqrt(hd)) v over the real
- * tokens of the row's sequence.  Padding rows get zeros. */
-static void attn_task(void *ud, int ith, int nth) {
-    fwd_job *j = ud;
-    const kl_hparams *hp = &j->m->hp;
-    const int E = hp->n_embd, H = hp->n_head, hd = hp->hd_k;
-    const float scale = 1.0f / sqrtf((float)hd);
-    float *p = j->w->scores + (size_t)ith * (size_t)j->w->cap_tok;
-    long lo, hi;
-    kpool_range((long)j->n_seq * j->T * H, ith, nth, &lo, &hi);
-    for (long it = lo; it < hi; it++) {
-        long r = it / H;
-        int h = (int)(it % H), s = (int)(r / j->T), n = j->len[s];
-        float *o = j->w->att + (size_t)r * E + (size_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof *o);
-        if (!real_row(j, r)) continue;
-        const float *q = j->w->q + (size_t)r * E + (size_t)h * hd;
-        const size_t r0 = (size_t)s * (size_t)j->T;
-        float mx = -INFINITY;
-        for (int u = 0; u < n; u++) {
-            p[u] = kk_dot_f32(q, j->w->k + (r0 + (size_t)u) * E + (size_t)h * hd, hd) * scale;
-            if (p[u] > mx) mx = p[u];
-        }
-        double sum = 0.0;
-        for (int u = 0; u < n; u++) sum += p[u] = expf(p[u] - mx);
-        const float inv = (float)(1.0 / sum);
-        for (int u = 0; u < n; u++)
-            kk_scale_axpy_f32(o, 1.0f, p[u] * inv, j->w->v + (r0 + (size_t)u) * E + (size_t)h * hd, hd);
-    }
-}
-
-/* Per row: x = LN(x + y + bias) with the given norm (after attention or FFN). */
-typedef struct norm_job {
-    fwd_job *f;
-    const float *bias, *w, *b;
-} norm_job;
-
 static void residual_norm_task(void *ud, int ith, int nth) {
-    norm_job *nj = ud;
-    fwd_job *j = nj->f;
+    fwd_job *j = ud;
     const int E = j->m->hp.n_embd;
     long lo, hi;
-    kpool_range((long)j->n_seq * j->T, ith, nth, &lo, &hi);
+    kpool_range(j->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         float *x = j->w->x + (size_t)r * E;
         kk_add(x, j->w->y + (size_t)r * E, E);
-        kk_add(x, nj->bias, E);
-        kk_layernorm(x, x, nj->w, nj->b, E, ((const struct kl_bert *)j->m->fam)->eps);
+        kk_add(x, j->bias, E);
+        kk_layernorm(x, x, j->nw, j->nb, E, ((const struct kl_bert *)j->m->fam)->eps);
     }
 }
 
@@ -218,7 +207,7 @@ static void up_gelu_task(void *ud, int ith, int nth) {
     fwd_job *j = ud;
     const int F = j->m->hp.n_ff;
     long lo, hi;
-    kpool_range((long)j->n_seq * j->T, ith, nth, &lo, &hi);
+    kpool_range(j->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         float *u = j->w->up + (size_t)r * F;
         kk_add(u, j->L->b_up, F);
@@ -226,34 +215,55 @@ static void up_gelu_task(void *ud, int ith, int nth) {
     }
 }
 
-static void bert_encode(void *ws, const kiln_model *m, const int32_t *tokens, const int32_t *len, int n_seq, int T,
-                        int pooling, float *out) {
+/* The classification head of rank pooling on the [CLS] rows in pooled:
+ * out = cls.output(tanh(cls x + b)) + b_out, or cls.output x + b_out
+ * when the file has no cls (a single projection). */
+static void bert_rank_head(kl_bert_ws *w, const kiln_model *m, int n_seq, float *out) {
+    const struct kl_bert *b = m->fam;
+    const int E = m->hp.n_embd, C = m->hp.n_cls_out;
+    const float *h = w->pooled;
+    if (b->cls.data) {
+        kk_matmul(w->pool, &b->cls, w->pooled, n_seq, w->y, E, w->mm_scratch);
+        for (int s = 0; s < n_seq; s++) {
+            float *r = w->y + (size_t)s * E;
+            if (b->cls_b) kk_add(r, b->cls_b, E);
+            for (int d = 0; d < E; d++) r[d] = tanhf(r[d]);
+        }
+        h = w->y;
+    }
+    kk_matmul(w->pool, &b->cls_out, h, n_seq, out, C, w->mm_scratch);
+    if (b->cls_out_b) kk_add_rows(out, b->cls_out_b, n_seq, C);
+}
+
+static void bert_encode(void *ws, const kiln_model *m, const int32_t *tokens, const uint8_t *types,
+                        const int32_t *len, int n_seq, int pooling, float *out) {
     kl_bert_ws *w = ws;
     const kl_hparams *hp = &m->hp;
     const struct kl_bert *b = m->fam;
-    const int E = hp->n_embd, N = n_seq * T;
-    fwd_job j = {w, m, NULL, len, n_seq, T};
+    const int E = hp->n_embd;
+    kl_enc_batch bt;
+    kl_enc_batch_init(&bt, len, n_seq, w->off, w->seq);
+    const int N = bt.n_rows;
+    fwd_job j = {w, m, NULL, N, NULL, NULL, NULL};
 
-    /* embeddings; padding rows stay zero (their LayerNorm gives the bias) */
+    /* embeddings: token + type + position (within the sequence) */
     float *tmp = w->y;
     for (int r = 0; r < N; r++) {
         float *x = w->x + (size_t)r * E;
-        int t = r % T;
-        if (!real_row(&j, r)) {
-            memset(x, 0, (size_t)E * sizeof *x);
-            kk_layernorm(x, x, b->emb_norm_w, b->emb_norm_b, E, b->eps);
-            continue;
-        }
+        const int t = r - bt.off[bt.seq[r]];
         kk_get_row(&m->tok_embd, tokens[r], x);
         kk_get_row(&b->pos_embd, t, tmp);
         kk_add(x, tmp, E);
         if (b->type_embd.data) {
-            kk_get_row(&b->type_embd, 0, tmp);
+            const int ty = types && types[r] < b->type_embd.nrows ? types[r] : 0;
+            kk_get_row(&b->type_embd, ty, tmp);
             kk_add(x, tmp, E);
         }
         kk_layernorm(x, x, b->emb_norm_w, b->emb_norm_b, E, b->eps);
     }
 
+    const int H = hp->n_head, hd = hp->hd_k;
+    kl_enc_attn at = {&bt, w->q, w->k, w->v, E, E, w->att, E, H, H, hd, -1, 1.0f / sqrtf((float)hd), w->scratch};
     for (int l = 0; l < hp->n_layer; l++) {
         const kl_bert_layer *L = &b->layers[l];
         j.L = L;
@@ -262,31 +272,23 @@ static void bert_encode(void *ws, const kiln_model *m, const int32_t *tokens, co
         kk_add_rows(w->q, L->bq, N, E);
         kk_add_rows(w->k, L->bk, N, E);
         kk_add_rows(w->v, L->bv, N, E);
-        kpool_run(w->pool, attn_task, &j);
+        kl_enc_attention(w->pool, &at);
         kk_matmul(w->pool, &L->wo, w->att, N, w->y, E, w->mm_scratch);
-        norm_job na = {&j, L->bo, L->ln_attn_w, L->ln_attn_b};
-        kpool_run(w->pool, residual_norm_task, &na);
+        j.bias = L->bo, j.nw = L->ln_attn_w, j.nb = L->ln_attn_b;
+        kpool_run(w->pool, residual_norm_task, &j);
 
         kk_matmul(w->pool, &L->w_up, w->x, N, w->up, hp->n_ff, w->mm_scratch);
         kpool_run(w->pool, up_gelu_task, &j);
         kk_matmul(w->pool, &L->w_down, w->up, N, w->y, E, w->mm_scratch);
-        norm_job nf = {&j, L->b_down, L->ln_out_w, L->ln_out_b};
-        kpool_run(w->pool, residual_norm_task, &nf);
+        j.bias = L->b_down, j.nw = L->ln_out_w, j.nb = L->ln_out_b;
+        kpool_run(w->pool, residual_norm_task, &j);
     }
 
-    for (int s = 0; s < n_seq; s++) {
-        const float *rows = w->x + (size_t)s * T * E;
-        float *o = out + (size_t)s * E;
-        if (pooling == KILN_POOLING_MEAN) {
-            for (int d = 0; d < E; d++) {
-                double acc = 0.0;
-                for (int t = 0; t < len[s]; t++) acc += rows[(size_t)t * E + d];
-                o[d] = (float)(acc / len[s]);
-            }
-        } else {
-            int t = pooling == KILN_POOLING_LAST ? len[s] - 1 : 0;
-            memcpy(o, rows + (size_t)t * E, (size_t)E * sizeof *o);
-        }
+    if (pooling == KL_POOL_RANK) {
+        kl_enc_pool(&bt, w->x, E, KL_POOL_CLS, w->pooled);
+        bert_rank_head(w, m, n_seq, out);
+    } else {
+        kl_enc_pool(&bt, w->x, E, pooling, out);
     }
 }
 

@@ -1,7 +1,7 @@
 /* kiln_embedder: input formatting, token limits, batching, pooling,
  * normalization and the model fingerprint.  Encoders run through their
- * family's encode on padded batches; decoders through an embeddings
- * context, one input per run. */
+ * family's encode on unpadded batches (inputs end to end, shortest first);
+ * decoders through an embeddings context, one input per run. */
 #include "model/model.h"
 
 #include <ctype.h>
@@ -25,7 +25,7 @@ struct kiln_embedder {
     /* encoder */
     kpool *pool;
     void *ws;                    /* the encoder family's workspace */
-    int32_t *run_tok;            /* [n_batch] padded token rows of one run */
+    int32_t *run_tok;            /* [n_batch] the token ids of one run, inputs end to end */
     int32_t run_len[EMBED_MAX_SEQ];
     /* decoder */
     kiln_context *ctx;
@@ -42,6 +42,8 @@ struct kiln_embed_job {
     float *vectors;
     int32_t *n_tokens, *truncated;
     int32_t **tokens;            /* [n] token ids per input */
+    int32_t *order;              /* kiln_embed_next: the run order (encoders: shortest first) */
+    int32_t n_done;              /* inputs of order embedded */
 };
 
 kiln_embedder_params kiln_embedder_default_params(void) {
@@ -84,9 +86,14 @@ static void family_prefixes(const char *name, const char **q, const char **d) {
     }
 }
 
+/* The input formats: the file's kiln.embedding.* keys, else the family's
+ * defaults, else the defaults by general.name. */
 static int load_prefixes(kiln_embedder *e) {
     const char *fq, *fd;
     family_prefixes(e->m->name, &fq, &fd);
+    const kl_family *fam = e->m->arch->family;
+    if (fam->embed_query) fq = fam->embed_query;
+    if (fam->embed_document) fd = fam->embed_document;
     gguf_str s;
     e->qprefix = gguf_get_str(e->m->gf, "kiln.embedding.query_prefix", &s) == 0 ? dup_str(s.ptr, s.len)
                                                                                  : dup_str(fq, strlen(fq));
@@ -229,21 +236,66 @@ void kiln_embedder_get_info(const kiln_embedder *e, kiln_embedder_info *info) {
 
 /* ------------------------------------------------------------ tokenizing */
 
-/* prefix + text with the vocabulary's special tokens; *out is malloc'd.
+/* Appends n bytes of s to the growing buffer b (of *len bytes, *cap). */
+static int put(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = (*len + n + 1) * 2;
+        char *nb = realloc(*b, c);
+        if (!nb) return -1;
+        *b = nb;
+        *cap = c;
+    }
+    memcpy(*b + *len, s, n);
+    *len += n;
+    (*b)[*len] = 0;
+    return 0;
+}
+
+/* The input as the model reads it: fmt with "{text}" replaced by the text
+ * and "{title}" by the title ("none" when there is none); a format without
+ * "{text}" is a prefix.  Returns the malloc'd string (length in *out_len)
+ * or NULL when out of memory. */
+static char *format_input(const char *fmt, const char *text, size_t len, const char *title, size_t *out_len) {
+    char *b = NULL;
+    size_t n = 0, cap = 0;
+    int ok = put(&b, &n, &cap, "", 0) == 0, has_text = strstr(fmt, "{text}") != NULL;
+    for (const char *p = fmt; ok && *p;) {
+        if (!strncmp(p, "{text}", 6)) {
+            ok = put(&b, &n, &cap, text, len) == 0;
+            p += 6;
+        } else if (!strncmp(p, "{title}", 7)) {
+            const char *t = title && *title ? title : "none";
+            ok = put(&b, &n, &cap, t, strlen(t)) == 0;
+            p += 7;
+        } else {
+            ok = put(&b, &n, &cap, p++, 1) == 0;
+        }
+    }
+    if (ok && !has_text) ok = put(&b, &n, &cap, text, len) == 0;
+    if (!ok) {
+        free(b);
+        return NULL;
+    }
+    *out_len = n;
+    return b;
+}
+
+/* The formatted input with the vocabulary's special tokens added, and
+ * every special token written in the text recognized (as Hugging Face's
+ * tokenizers and llama.cpp read embedding inputs); *out is malloc'd.
  * Returns the count, or a negative kiln_status. */
-static int32_t tokenize(const kiln_embedder *e, const char *prefix, const char *text, size_t len, int32_t **out) {
-    size_t pl = strlen(prefix);
-    char *buf = malloc(pl + len + 1);
+static int32_t tokenize(const kiln_embedder *e, const char *fmt, const char *text, size_t len, const char *title,
+                        int32_t **out) {
+    size_t bl = 0;
+    char *buf = format_input(fmt, text, len, title, &bl);
     if (!buf) return KILN_ERR_NOMEM;
-    memcpy(buf, prefix, pl);
-    memcpy(buf + pl, text, len);
-    int32_t cap = (int32_t)(pl + len + 8 < (size_t)INT32_MAX ? pl + len + 8 : INT32_MAX);
+    int32_t cap = (int32_t)(bl + 8 < (size_t)INT32_MAX ? bl + 8 : INT32_MAX);
     int32_t *ids = NULL, n = 0;
     for (int attempt = 0; attempt < 2; attempt++) {
         free(ids);
         ids = malloc((size_t)cap * sizeof *ids);
         if (!ids) break;
-        n = ktok_encode(e->m->tok, buf, pl + len, 1, 0, ids, cap);
+        n = ktok_encode(e->m->tok, buf, bl, 1, 1, ids, cap);
         if (n >= 0 || n == KTOK_ERR_NOMEM) break;
         cap = -n;
     }
@@ -284,6 +336,7 @@ void kiln_embed_job_free(kiln_embed_job *j) {
     if (j->tokens)
         for (int32_t i = 0; i < j->res.n; i++) free(j->tokens[i]);
     free(j->tokens);
+    free(j->order);
     free(j->vectors);
     free(j->n_tokens);
     free(j->truncated);
@@ -334,7 +387,8 @@ kiln_status kiln_embed_begin(kiln_embedder *e, const kiln_embed_request *r, kiln
             kiln_embed_job_free(j);
             return kl_fail(NULL, KILN_ERR_INVALID_ARG, "input %d is NULL", i);
         }
-        int32_t c = tokenize(e, prefix, t, r->lens ? r->lens[i] : strlen(t), &j->tokens[i]);
+        const char *title = r->kind == KILN_EMBED_DOCUMENT && r->titles ? r->titles[i] : NULL;
+        int32_t c = tokenize(e, prefix, t, r->lens ? r->lens[i] : strlen(t), title, &j->tokens[i]);
         if (c < 0) {
             kiln_embed_job_free(j);
             return kl_fail(NULL, (kiln_status)c, "input %d: out of memory while tokenizing", i);
@@ -385,37 +439,33 @@ static void finish(const float *v, int dim, float *out) {
     for (int d = 0; d < dim; d++) out[d] = v[d] * inv;
 }
 
-/* Whether count inputs of at most maxlen tokens fit one encoder run. */
-static int fits(const kiln_embedder *e, int32_t count, int32_t maxlen) {
-    return count <= EMBED_MAX_SEQ && (int64_t)count * maxlen <= e->n_batch;
+/* Whether count inputs of sum tokens in all fit one encoder run. */
+static int fits(const kiln_embedder *e, int32_t count, int64_t sum) {
+    return count <= EMBED_MAX_SEQ && sum <= e->n_batch;
 }
 
 int32_t kiln_embed_batch_end(const kiln_embed_job *j, int32_t begin) {
     const kiln_embedder *e = j->e;
     if (begin < 0 || begin >= j->res.n) return begin;
     if (!e->m->arch->encoder) return begin + 1;
-    int32_t end = begin + 1, maxlen = j->n_tokens[begin];
-    while (end < j->res.n) {
-        int32_t ml = j->n_tokens[end] > maxlen ? j->n_tokens[end] : maxlen;
-        if (!fits(e, end - begin + 1, ml)) break;
-        maxlen = ml;
-        end++;
-    }
+    int32_t end = begin + 1;
+    int64_t sum = j->n_tokens[begin];
+    while (end < j->res.n && fits(e, end - begin + 1, sum + j->n_tokens[end])) sum += j->n_tokens[end++];
     return end;
 }
 
-/* One encoder run over the inputs idx[0..count), padded to maxlen. */
-static void encode_group(kiln_embed_job *j, const int32_t *idx, int32_t count, int32_t maxlen) {
+/* One encoder run over the inputs idx[0..count), laid end to end. */
+static void encode_group(kiln_embed_job *j, const int32_t *idx, int32_t count) {
     kiln_embedder *e = j->e;
     const int E = e->m->hp.n_embd;
+    size_t o = 0;
     for (int32_t s = 0; s < count; s++) {
-        int32_t n = j->n_tokens[idx[s]];
-        int32_t *row = e->run_tok + (size_t)s * maxlen;
-        memcpy(row, j->tokens[idx[s]], (size_t)n * sizeof *row);
-        for (int32_t t = n; t < maxlen; t++) row[t] = 0;
+        const int32_t n = j->n_tokens[idx[s]];
+        memcpy(e->run_tok + o, j->tokens[idx[s]], (size_t)n * sizeof *e->run_tok);
+        o += (size_t)n;
         e->run_len[s] = n;
     }
-    e->m->arch->family->encode(e->ws, e->m, e->run_tok, e->run_len, count, maxlen, e->pooling, e->pooled);
+    e->m->arch->family->encode(e->ws, e->m, e->run_tok, NULL, e->run_len, count, e->pooling, e->pooled);
     for (int32_t s = 0; s < count; s++)
         finish(e->pooled + (size_t)s * E, j->res.dim, j->vectors + (size_t)idx[s] * j->res.dim);
 }
@@ -464,6 +514,29 @@ static int by_length(const void *a, const void *b) {
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
+/* idx[k] = the inputs [begin, end) shortest first (ties by index). */
+static int sort_range(const kiln_embed_job *j, int32_t begin, int32_t end, int32_t *idx) {
+    const int32_t n = end - begin;
+    by_len *order = malloc((size_t)(n ? n : 1) * sizeof *order);
+    if (!order) return -1;
+    for (int32_t k = 0; k < n; k++) order[k] = (by_len){j->n_tokens[begin + k], begin + k};
+    qsort(order, (size_t)n, sizeof *order, by_length);
+    for (int32_t k = 0; k < n; k++) idx[k] = order[k].index;
+    free(order);
+    return 0;
+}
+
+/* Runs the inputs idx[0..n) in that order, as many per run as fit. */
+static void encode_in_order(kiln_embed_job *j, const int32_t *idx, int32_t n) {
+    for (int32_t k = 0; k < n;) {
+        int32_t c = 1;
+        int64_t sum = j->n_tokens[idx[k]];
+        while (k + c < n && fits(j->e, c + 1, sum + j->n_tokens[idx[k + c]])) sum += j->n_tokens[idx[k + c++]];
+        encode_group(j, idx + k, c);
+        k += c;
+    }
+}
+
 kiln_status kiln_embed_run(kiln_embed_job *j, int32_t begin, int32_t end) {
     if (!j || begin < 0 || end > j->res.n || begin > end)
         return kl_fail(NULL, KILN_ERR_INVALID_ARG, "bad input range [%d, %d)", begin, end);
@@ -475,26 +548,46 @@ kiln_status kiln_embed_run(kiln_embed_job *j, int32_t begin, int32_t end) {
         }
         return KILN_OK;
     }
-    /* shortest first, so each run pads little */
-    const int32_t n = end - begin;
-    by_len *order = malloc((size_t)(n ? n : 1) * sizeof *order);
-    int32_t *idx = malloc((size_t)(n ? n : 1) * sizeof *idx);
-    if (!order || !idx) {
-        free(order);
+    int32_t *idx = malloc((size_t)(end - begin + 1) * sizeof *idx);
+    if (!idx || sort_range(j, begin, end, idx)) {
         free(idx);
         return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
     }
-    for (int32_t k = 0; k < n; k++) order[k] = (by_len){j->n_tokens[begin + k], begin + k};
-    qsort(order, (size_t)n, sizeof *order, by_length);
-    for (int32_t k = 0; k < n; k++) idx[k] = order[k].index;
-    for (int32_t k = 0; k < n;) {
-        int32_t c = 1;
-        while (k + c < n && fits(e, c + 1, order[k + c].n_tokens)) c++;
-        encode_group(j, idx + k, c, order[k + c - 1].n_tokens);
-        k += c;
-    }
-    free(order);
+    encode_in_order(j, idx, end - begin);
     free(idx);
+    return KILN_OK;
+}
+
+kiln_status kiln_embed_next(kiln_embed_job *j, int32_t *n_left) {
+    if (!j) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no job");
+    if (!j->order) {
+        j->order = malloc((size_t)(j->res.n + 1) * sizeof *j->order);
+        if (!j->order) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+        if (j->e->m->arch->encoder) {
+            if (sort_range(j, 0, j->res.n, j->order)) {
+                free(j->order);
+                j->order = NULL;
+                return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+            }
+        } else {
+            for (int32_t i = 0; i < j->res.n; i++) j->order[i] = i;
+        }
+    }
+    if (j->n_done < j->res.n) {
+        if (!j->e->m->arch->encoder) {
+            kiln_status st = decode_one(j, j->order[j->n_done]);
+            if (st != KILN_OK) return st;
+            j->n_done++;
+        } else {
+            int32_t c = 1, k = j->n_done;
+            int64_t sum = j->n_tokens[j->order[k]];
+            while (k + c < j->res.n && fits(j->e, c + 1, sum + j->n_tokens[j->order[k + c]]))
+                sum += j->n_tokens[j->order[k + c++]];
+            encode_group(j, j->order + k, c);
+            j->n_done += c;
+        }
+    }
+    if (n_left) *n_left = j->res.n - j->n_done;
     return KILN_OK;
 }
 

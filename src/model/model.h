@@ -54,6 +54,7 @@ typedef struct kl_hparams {
     int hd_k, hd_v;         /* per-head key/value width */
     float eps;              /* RMSNorm epsilon */
     kk_rope rope;
+    int n_cls_out;          /* outputs of a classification head (rank pooling), 0: none */
 } kl_hparams;
 
 /* What a sequence of this model holds besides its length: the KV cache of
@@ -120,16 +121,30 @@ struct kl_family {
     void (*ctx_free)(kiln_context *c);
     /* Runs a batch checked by kl_batch_begin (decoder.h). */
     kiln_status (*forward)(kiln_context *c, const kiln_batch *b, int n_out);
-    /* Encoders: a workspace for up to cap_tok token rows and the padded,
-     * pooled forward pass (kiln_embedder calls these). */
+    /* Encoders: a workspace for up to cap_tok token rows and the pooled
+     * forward pass (kiln_embedder, kiln_reranker and the decision engine
+     * call these).  The batch is unpadded (model/encoder.h): n_seq token
+     * sequences of len[s] laid end to end in tokens (and types: NULL for
+     * all 0; a family without token types ignores them), sum(len) <=
+     * cap_tok.  out gets n_seq rows: n_embd floats each for KL_POOL_MEAN /
+     * KL_POOL_CLS (not normalized), n_cls_out scores each for KL_POOL_RANK
+     * (the family's classification head). */
     void *(*enc_new)(const kiln_model *m, int cap_tok, kpool *pool);
     void (*enc_free)(void *ws);
-    void (*encode)(void *ws, const kiln_model *m, const int32_t *tokens, const int32_t *len, int n_seq, int T,
-                   int pooling, float *out);
+    void (*encode)(void *ws, const kiln_model *m, const int32_t *tokens, const uint8_t *types, const int32_t *len,
+                   int n_seq, int pooling, float *out);
+    /* Encoders: the default input formats of kiln_embedder ("{text}" and
+     * "{title}" are replaced; NULL: the text as given). */
+    const char *embed_query, *embed_document;
 };
+
+/* Pooling modes of encode (the first three are KILN_POOLING_*). */
+enum { KL_POOL_MEAN = 1, KL_POOL_CLS = 2, KL_POOL_LAST = 3, KL_POOL_RANK = 4 };
 
 extern const kl_family kl_family_dense;
 extern const kl_family kl_family_bert;
+extern const kl_family kl_family_modernbert;
+extern const kl_family kl_family_gemma_embed;
 
 /* ---- binding (model.c) ----
  * A binder finds tensors by name with exact shapes (ne[0] first) and a

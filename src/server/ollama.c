@@ -257,7 +257,7 @@ int ks_embed_inputs(ks_runner *r, struct MHD_Connection *c, json_t *input, int d
     }
     kiln_embed_job *job = NULL;
     if (!status) {
-        kiln_embed_request req = {(int32_t)n, texts, NULL, KILN_EMBED_DOCUMENT, dims, truncate};
+        kiln_embed_request req = {(int32_t)n, texts, NULL, KILN_EMBED_DOCUMENT, dims, truncate, NULL};
         kiln_status st = kiln_embed(r->emb, &req, &job);
         if (st != KILN_OK) {
             snprintf(msg, sizeof msg, "%s", kiln_last_error());

@@ -59,7 +59,7 @@ static const pre_def k_pre[] = {
     { "starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b", 0, {
         "\\p{N}", RE_GPT2 } },
     { "gpt-2|phi-2|jina-es|jina-de|gigachat|jina-v1-en|jina-v2-es|jina-v2-de|jina-v2-code|"
-      "roberta-bpe|mpt|olmo|jais", 0, { RE_GPT2 } },
+      "roberta-bpe|mpt|olmo|jais|modern-bert", 0, { RE_GPT2 } },
     { "qwen2|deepseek-r1-qwen|stablelm2|megrez", 0, { RE_QWEN2 } },
     { "poro-chat|bloom|gpt3-finnish", 0, { RE_PORO } },
     { "viking", 0, { RE_PORO, "\\p{N}" } },

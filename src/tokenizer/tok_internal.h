@@ -24,7 +24,7 @@ typedef struct tok_pairmap {
 } tok_pairmap;
 
 /* Attribute bits kept per token next to its type. */
-enum { TOK_A_EOG = 1, TOK_A_RSTRIP = 2 };
+enum { TOK_A_EOG = 1, TOK_A_RSTRIP = 2, TOK_A_LSTRIP = 4 };
 
 typedef struct tok_pretok tok_pretok;
 

@@ -272,6 +272,13 @@ ktok *ktok_load(const gguf_file *f, char *err, size_t errlen) {
         }
     }
 
+    /* ModernBERT's [MASK] takes the whitespace before it (lstrip in its
+     * tokenizer; the reference keys this on the pre-tokenizer name) */
+    if (kind == KTOK_BPE && pre_p && strcmp(pre_p, "modern-bert") == 0) {
+        int32_t id = find(t, "[MASK]");
+        if (id >= 0) t->attr[id] |= TOK_A_LSTRIP;
+    }
+
     if (kind == KTOK_SPM) {
         for (int b = 0; b < 256; b++) {
             char hex[8];
@@ -395,8 +402,10 @@ static frag *partition(const ktok *t, const char *text, size_t len, int parse_sp
                     if (p < end) b[nb++] = (frag){ -1, (uint32_t)p, (uint32_t)(end - p) };
                     break;
                 }
-                size_t ms = (size_t)(m - text);
-                if (ms > p) b[nb++] = (frag){ -1, (uint32_t)p, (uint32_t)(ms - p) };
+                size_t ms = (size_t)(m - text), te = ms; /* text before the token ends at te */
+                if (t->attr[id] & TOK_A_LSTRIP)
+                    while (te > p && isspace((unsigned char)text[te - 1])) te--;
+                if (te > p) b[nb++] = (frag){ -1, (uint32_t)p, (uint32_t)(te - p) };
                 b[nb++] = (frag){ id, (uint32_t)ms, (uint32_t)sl };
                 p = ms + sl;
                 if (t->attr[id] & TOK_A_RSTRIP)

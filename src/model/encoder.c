@@ -1,0 +1,75 @@
+/* The unpadded batch, attention and pooling shared by the encoder
+ * families (encoder.h). */
+#include "model/encoder.h"
+
+#include <math.h>
+#include <string.h>
+
+void kl_enc_batch_init(kl_enc_batch *b, const int32_t *len, int n_seq, int32_t *off, int32_t *seq) {
+    b->n_seq = n_seq;
+    b->len = len;
+    b->off = off;
+    b->seq = seq;
+    b->max_len = 0;
+    off[0] = 0;
+    for (int s = 0; s < n_seq; s++) {
+        off[s + 1] = off[s] + len[s];
+        for (int32_t r = off[s]; r < off[s + 1]; r++) seq[r] = s;
+        if (len[s] > b->max_len) b->max_len = len[s];
+    }
+    b->n_rows = off[n_seq];
+}
+
+/* One (row, head) per work item.  The scores of a row live in this
+ * thread's share of the scratch, indexed by the key's position. */
+static void attn_task(void *ud, int ith, int nth) {
+    const kl_enc_attn *a = ud;
+    const kl_enc_batch *b = a->b;
+    const int H = a->n_head, hd = a->hd, group = a->n_head / a->n_head_kv;
+    float *p = a->scratch + (size_t)ith * (size_t)b->max_len;
+    long lo, hi;
+    kpool_range((long)b->n_rows * H, ith, nth, &lo, &hi);
+    for (long it = lo; it < hi; it++) {
+        const int r = (int)(it / H), h = (int)(it % H), s = b->seq[r];
+        const int r0 = b->off[s], t = r - r0, n = b->len[s];
+        float *o = a->out + (size_t)r * a->out_stride + (size_t)h * hd;
+        int u0 = 0, u1 = n; /* keys [u0, u1) */
+        if (a->window >= 0) {
+            u0 = t - a->window > 0 ? t - a->window : 0;
+            u1 = t + a->window + 1 < n ? t + a->window + 1 : n;
+        }
+        const float *q = a->q + (size_t)r * a->q_stride + (size_t)h * hd;
+        const size_t kh = (size_t)(h / group) * hd;
+        float mx = -INFINITY;
+        for (int u = u0; u < u1; u++) {
+            p[u] = kk_dot_f32(q, a->k + (size_t)(r0 + u) * a->kv_stride + kh, hd) * a->scale;
+            if (p[u] > mx) mx = p[u];
+        }
+        double sum = 0.0;
+        for (int u = u0; u < u1; u++) sum += p[u] = expf(p[u] - mx);
+        const float inv = (float)(1.0 / sum);
+        memset(o, 0, (size_t)hd * sizeof *o);
+        for (int u = u0; u < u1; u++)
+            kk_scale_axpy_f32(o, 1.0f, p[u] * inv, a->v + (size_t)(r0 + u) * a->kv_stride + kh, hd);
+    }
+}
+
+void kl_enc_attention(kpool *pool, const kl_enc_attn *a) { kpool_run(pool, attn_task, (void *)a); }
+
+void kl_enc_pool(const kl_enc_batch *b, const float *x, int E, int pooling, float *out) {
+    for (int s = 0; s < b->n_seq; s++) {
+        const float *rows = x + (size_t)b->off[s] * E;
+        float *o = out + (size_t)s * E;
+        const int n = b->len[s];
+        if (pooling == KL_POOL_MEAN) {
+            for (int d = 0; d < E; d++) {
+                double acc = 0.0;
+                for (int t = 0; t < n; t++) acc += rows[(size_t)t * E + d];
+                o[d] = (float)(acc / n);
+            }
+        } else {
+            const int t = pooling == KL_POOL_LAST ? n - 1 : 0;
+            memcpy(o, rows + (size_t)t * E, (size_t)E * sizeof *o);
+        }
+    }
+}

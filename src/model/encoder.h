@@ -1,0 +1,55 @@
+/*
+ * encoder — what the encoder families share: the unpadded batch layout,
+ * bidirectional attention over it (optionally inside a symmetric window)
+ * and pooling.
+ *
+ * A batch is n_seq sequences laid end to end: sequence s holds rows
+ * off[s] .. off[s] + len[s] - 1 (off[0] = 0, off[s + 1] = off[s] + len[s]),
+ * n_rows = the sum of len.  A token attends to the tokens of its own
+ * sequence only, so each sequence's result equals the one it gets alone,
+ * and no work is spent on padding.
+ */
+#ifndef KILN_ENCODER_H
+#define KILN_ENCODER_H
+
+#include "model/model.h"
+
+typedef struct kl_enc_batch {
+    int n_seq, n_rows;
+    const int32_t *len;      /* [n_seq] */
+    int32_t *off;            /* [n_seq + 1] first row of each sequence */
+    int32_t *seq;            /* [n_rows] the sequence of each row */
+    int max_len;
+} kl_enc_batch;
+
+/* Fills off and seq (caller-owned, sized as above) from len. */
+void kl_enc_batch_init(kl_enc_batch *b, const int32_t *len, int n_seq, int32_t *off, int32_t *seq);
+
+/* One attention call: softmax(q . k * scale) v per (row, head).  Query head
+ * h reads KV head h / (n_head / n_head_kv).  Strides are in floats from
+ * one row to the next; a head's hd values are contiguous. */
+typedef struct kl_enc_attn {
+    const kl_enc_batch *b;
+    const float *q, *k, *v;
+    int q_stride, kv_stride;
+    float *out;              /* [rows][n_head * hd], out_stride apart */
+    int out_stride;
+    int n_head, n_head_kv, hd;
+    int window;              /* < 0: every token; else |t - u| <= window */
+    float scale;
+    float *scratch;          /* kl_enc_attn_scratch floats */
+} kl_enc_attn;
+
+/* Scratch floats kl_enc_attention needs for sequences of up to max_len. */
+static inline size_t kl_enc_attn_scratch(const kpool *pool, int max_len) {
+    return (size_t)kpool_size(pool) * (size_t)max_len;
+}
+
+void kl_enc_attention(kpool *pool, const kl_enc_attn *a);
+
+/* Pools the rows x (stride E floats) of each sequence into out[s * E]:
+ * KL_POOL_MEAN over its tokens, KL_POOL_CLS the first, KL_POOL_LAST the
+ * last.  Sums run in double. */
+void kl_enc_pool(const kl_enc_batch *b, const float *x, int E, int pooling, float *out);
+
+#endif
