@@ -2,7 +2,7 @@
  * test_embed — kiln_embedder on the bert and qwen3-embedding fixtures
  * (tests/gen_fixtures.py): vectors against the PyTorch references (cosine
  * >= 0.99999), the ggml-vocab-bert-bge WordPiece tokenization behind them,
- * batch == solo within 1e-5 (padded batches, several runs, the range API),
+ * batch == solo within 1e-5 (unpadded batches, several runs, the range API),
  * Matryoshka dimensions, over-limit errors naming every input, truncation
  * lists, query prefixes, and fingerprints.
  */
