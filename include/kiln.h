@@ -628,6 +628,90 @@ void kiln_embed_job_free(kiln_embed_job *j);
  * NULL. */
 kiln_status kiln_embed(kiln_embedder *e, const kiln_embed_request *r, kiln_embed_job **out);
 
+/* ------------------------------------------------------------- reranker */
+
+/* Scores (query, document) pairs for relevance: a cross-encoder (an
+ * encoder with a classification head, cls.output: BERT-family, ModernBERT)
+ * or a causal LM reranker (Qwen3-Reranker: {arch}.pooling_type 4, the
+ * "yes"/"no" rows in cls.output and the tokenizer.chat_template.rerank
+ * prompt with {query} and {document}).
+ *
+ *   kiln_reranker *r;  kiln_reranker_new("reranker.gguf", NULL, &r);
+ *   const char *docs[] = {"a kiln fires clay", "the weather is sunny"};
+ *   kiln_rerank_request q = {"what does a kiln do", 0, 2, docs, NULL, 1};
+ *   kiln_rerank_job *j;  kiln_rerank(r, &q, &j);
+ *   ... kiln_rerank_result(j)->scores[i] ...
+ *   kiln_rerank_job_free(j);
+ *
+ * Framing of a cross-encoder's pair, each text tokenized on its own with
+ * every special token recognized:
+ *   WordPiece (BERT):   [CLS] q [SEP] d [SEP], token type 1 from d on
+ *                       (Hugging Face's pair encoding; llama.cpp drops the
+ *                       last [SEP] and uses type 0 throughout)
+ *   ModernBERT:         [CLS] q [SEP] d [SEP]
+ *   others:             [BOS] q [EOS] [SEP] d [EOS], each piece only when the
+ *                       vocabulary adds it (RoBERTa: <s> q </s></s> d </s>)
+ * The score is the head's first output, raw (a logit: higher is more
+ * relevant); a causal reranker's is the probability of "yes" against "no"
+ * at the last token.  A pair longer than max_tokens fails the request
+ * naming each such document unless allow_truncate, which cuts the
+ * document's end (framing kept). */
+typedef struct kiln_reranker kiln_reranker;
+typedef struct kiln_rerank_job kiln_rerank_job;
+
+typedef struct kiln_reranker_params {
+    int32_t n_threads;  /* 0 = all online CPUs */
+    int32_t n_batch;    /* cross-encoders: most tokens per forward run (pairs
+                           end to end); 0 = 2048, raised to max_tokens */
+    int32_t max_tokens; /* per pair, framing included; 0 = the model's context
+                           (decoders: capped by the KV memory budget) */
+} kiln_reranker_params;
+
+kiln_reranker_params kiln_reranker_default_params(void);
+/* Loads path and checks that it is a reranker (KILN_ERR_UNSUPPORTED when
+ * the model has no classification head). */
+kiln_status kiln_reranker_new(const char *path, const kiln_reranker_params *p, kiln_reranker **out);
+/* Same over an already loaded model, which must outlive the reranker. */
+kiln_status kiln_reranker_new_from_model(kiln_model *m, const kiln_reranker_params *p, kiln_reranker **out);
+void kiln_reranker_free(kiln_reranker *r);
+
+typedef struct kiln_reranker_info {
+    const char *arch;            /* general.architecture */
+    int32_t causal;              /* 1: a causal LM scoring yes/no */
+    int32_t max_tokens;          /* per pair */
+    int32_t n_labels;            /* outputs of the head (the score is the first) */
+} kiln_reranker_info;
+void kiln_reranker_get_info(const kiln_reranker *r, kiln_reranker_info *info);
+
+typedef struct kiln_rerank_request {
+    const char *query;           /* UTF-8 */
+    size_t query_len;            /* 0: NUL-terminated */
+    int32_t n;                   /* documents */
+    const char *const *documents;
+    const size_t *lens;          /* byte lengths; NULL: NUL-terminated */
+    int32_t allow_truncate;      /* 1: cut documents over the limit */
+} kiln_rerank_request;
+
+typedef struct kiln_rerank_scores {
+    int32_t n;
+    const float *scores;         /* [n] in the documents' order */
+    const int32_t *n_tokens;     /* [n] tokens each pair runs with */
+    int32_t n_truncated;
+    const int32_t *truncated;    /* [n_truncated] ascending indices of cut documents */
+} kiln_rerank_scores;
+
+/* Frames and tokenizes every pair and checks the limit; runs no model. */
+kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, kiln_rerank_job **out);
+/* Runs the next forward run (the shortest pairs left, as many as one run
+ * holds; a causal reranker: the next pair, reusing the cached prompt
+ * prefix).  *n_left (optional) gets the pairs still to score. */
+kiln_status kiln_rerank_next(kiln_rerank_job *j, int32_t *n_left);
+/* Scores of pairs not run yet are 0.  Owned by the job. */
+const kiln_rerank_scores *kiln_rerank_result(const kiln_rerank_job *j);
+void kiln_rerank_job_free(kiln_rerank_job *j);
+/* begin + next until done.  On failure *out is NULL. */
+kiln_status kiln_rerank(kiln_reranker *r, const kiln_rerank_request *q, kiln_rerank_job **out);
+
 /* --------------------------------------------------------- speech to text */
 
 /* Whisper speech recognition over whisper.cpp's GGML files (ggml-tiny.bin

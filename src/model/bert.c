@@ -305,5 +305,6 @@ const kl_family kl_family_bert = {
     .free = bert_free,
     .enc_new = bert_ws_new,
     .enc_free = bert_ws_free,
+    .pair = KL_PAIR_BERT,
     .encode = bert_encode,
 };

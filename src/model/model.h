@@ -136,7 +136,15 @@ struct kl_family {
     /* Encoders: the default input formats of kiln_embedder ("{text}" and
      * "{title}" are replaced; NULL: the text as given). */
     const char *embed_query, *embed_document;
+    /* Encoders: how kiln_reranker frames a (query, document) pair. */
+    int pair;               /* KL_PAIR_* */
 };
+
+/* Pair framings (kiln.h, reranker).  KL_PAIR_SPECIALS (0): [BOS] q [EOS]
+ * [SEP] d [EOS], each piece as the vocabulary adds it; KL_PAIR_BERT:
+ * [CLS] q [SEP] d [SEP] with token type 1 from d on (WordPiece vocabularies;
+ * others fall back to KL_PAIR_SPECIALS); KL_PAIR_CLS_SEP: [BOS] q [SEP] d [EOS]. */
+enum { KL_PAIR_SPECIALS = 0, KL_PAIR_BERT = 1, KL_PAIR_CLS_SEP = 2 };
 
 /* Pooling modes of encode (the first three are KILN_POOLING_*). */
 enum { KL_POOL_MEAN = 1, KL_POOL_CLS = 2, KL_POOL_LAST = 3, KL_POOL_RANK = 4 };

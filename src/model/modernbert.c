@@ -386,5 +386,6 @@ const kl_family kl_family_modernbert = {
     .weights = mb_weights,
     .enc_new = mb_ws_new,
     .enc_free = mb_ws_free,
+    .pair = KL_PAIR_CLS_SEP,
     .encode = mb_encode,
 };

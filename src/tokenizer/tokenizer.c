@@ -465,6 +465,27 @@ fail:
     return KTOK_ERR_NOMEM;
 }
 
+int32_t ktok_encode_alloc(const ktok *t, const char *text, size_t len, int add_special, int parse_special,
+                          int32_t **out) {
+    *out = NULL;
+    /* a byte gives at most one token, plus the specials add_special adds */
+    int32_t cap = len + 8 < (size_t)INT32_MAX ? (int32_t)(len + 8) : INT32_MAX;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids) return KTOK_ERR_NOMEM;
+        int32_t n = ktok_encode(t, text, len, add_special, parse_special, ids, cap);
+        if (n >= 0) {
+            if (n) *out = ids;
+            else free(ids);
+            return n;
+        }
+        free(ids);
+        if (n == KTOK_ERR_NOMEM) return n;
+        cap = -n;
+    }
+    return KTOK_ERR_NOMEM;
+}
+
 /* ---- decoding ---- */
 
 static const char *piece_of(const ktok *t, int32_t id, int special, size_t *len) {

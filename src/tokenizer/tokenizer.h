@@ -80,6 +80,11 @@ int32_t ktok_find(const ktok *t, const char *s, size_t len);
 int32_t ktok_encode(const ktok *t, const char *text, size_t len, int add_special,
                     int parse_special, int32_t *out, int32_t cap);
 
+/* ktok_encode into a buffer of the right size: *out is malloc'd (free it;
+ * NULL when the result is 0 tokens).  Returns the count or KTOK_ERR_NOMEM. */
+int32_t ktok_encode_alloc(const ktok *t, const char *text, size_t len, int add_special, int parse_special,
+                          int32_t **out);
+
 /* Bytes of one token: SPM maps U+2581 to space and <0xXX> to the byte, BPE
  * undoes the byte-to-code-point mapping, WordPiece gives the text without
  * its word-start marker (with a leading space instead).  Control and
