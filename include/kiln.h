@@ -99,7 +99,9 @@ typedef enum kiln_status {
     KILN_ERR_CANCELLED = -7,    /* the request was cancelled */
     KILN_ERR_STATE = -8,        /* the call is not valid in the current state */
     KILN_ERR_NOT_FOUND = -9,    /* a named model, key or sequence does not exist */
-    KILN_ERR_INTERNAL = -10     /* a bug in kiln */
+    KILN_ERR_INTERNAL = -10,    /* a bug in kiln */
+    KILN_ERR_CORRUPT = -11      /* model corrupt: its weights disagree with its own
+                                   configuration (a decision pack's heads) */
 } kiln_status;
 
 /* A static English description of a status ("invalid argument"). */
@@ -837,6 +839,106 @@ void kiln_transcript_free(kiln_transcript *t);
  * Returns a malloc'ed string, or NULL for an unknown format. */
 char *kiln_transcript_format(const kiln_transcript *t, const char *format, int translated);
 
+/* ------------------------------------------------------------- decisions */
+
+/* Typed decisions over a state text: a decision pack is an encoder GGUF
+ * (ModernBERT) with heads as tensors decision.<head>.* and its
+ * configuration (question types, each with a labels head or an options
+ * head scored option by option; max_len; head_max_len; option slots;
+ * calibration temperatures by question type and by option-count bucket)
+ * as JSON in the metadata key kiln.decision.config.  docs/decision.md
+ * describes the format.
+ *
+ *   kiln_decider *d;  kiln_decider_new("pack.gguf", NULL, &d);
+ *   const char *opts[] = {"weather", "search"};
+ *   kiln_decide_question qs[] = {{"q1", "route", "what next", 0, NULL},
+ *                                {"q2", "pick", "which tool", 2, opts}};
+ *   kiln_decide_request r = {state, 0, 2, qs};
+ *   kiln_decide_job *j;  kiln_decide(d, &r, &j);
+ *   const kiln_decisions *out = kiln_decide_result(j);
+ *   ... out->d[1].probs[k], out->d[1].truncated ...
+ *   kiln_decide_job_free(j);
+ *
+ * Each question's sequence is [CLS] head part [SEP] state [SEP]; a state
+ * longer than a question's room keeps the tokens that fit before the
+ * final [SEP] (no error: kiln_decide_measure tells beforehand).  Texts are
+ * tokenized with every added token recognized.  A malformed configuration
+ * fails the load (KILN_ERR_FORMAT) and keeps nothing; heads whose shapes
+ * disagree with it are KILN_ERR_CORRUPT.  A request naming an unknown
+ * type, more options than the type's slots, or a head part longer than
+ * head_max_len is KILN_ERR_INVALID_ARG. */
+typedef struct kiln_decider kiln_decider;
+typedef struct kiln_decide_job kiln_decide_job;
+
+typedef struct kiln_decider_params {
+    int32_t n_threads;    /* 0 = all online CPUs */
+    int32_t n_batch;      /* most tokens per forward run; 0 = 2048 (at least max_len) */
+    int32_t measure_only; /* 1: read the tokenizer and configuration only (no
+                             weights bound, no workspace): Measure works,
+                             decide fails with KILN_ERR_STATE */
+} kiln_decider_params;
+
+kiln_decider_params kiln_decider_default_params(void);
+kiln_status kiln_decider_new(const char *path, const kiln_decider_params *p, kiln_decider **out);
+void kiln_decider_free(kiln_decider *d);
+
+typedef struct kiln_decider_info {
+    const char *arch;
+    int32_t max_len, head_max_len;
+    int32_t n_types;
+    const char *const *types;   /* [n_types] question type names */
+} kiln_decider_info;
+void kiln_decider_get_info(const kiln_decider *d, kiln_decider_info *info);
+
+typedef struct kiln_decide_question {
+    const char *id;             /* echoed in the result (may be NULL) */
+    const char *type;           /* a question type of the pack */
+    const char *text;           /* the question; NULL or "": none */
+    int32_t n_options;          /* options types: the options to score */
+    const char *const *options;
+} kiln_decide_question;
+
+typedef struct kiln_decide_request {
+    const char *state;          /* UTF-8 */
+    size_t state_len;           /* 0: NUL-terminated */
+    int32_t n_questions;
+    const kiln_decide_question *questions;
+} kiln_decide_request;
+
+typedef struct kiln_decision {
+    const char *id, *type;
+    int32_t n;                  /* labels (labels types) or options */
+    const char *const *labels;  /* the type's labels or the request's options */
+    const float *probs;         /* [n], summing to 1 */
+    int32_t best;               /* index of the most probable */
+    float temperature;          /* the calibration temperature applied */
+    int32_t state_tokens_kept;  /* state tokens the sequences hold */
+    int32_t truncated;          /* 1: the state was cut to fit */
+} kiln_decision;
+
+typedef struct kiln_decisions {
+    int32_t n;                  /* questions */
+    const kiln_decision *d;
+    int32_t state_tokens;       /* tokens the whole state encodes to */
+} kiln_decisions;
+
+/* Measure: the state's token count and, per question, the most state
+ * tokens its sequence keeps (budgets[n_questions]), with the same
+ * tokenizer and framing as kiln_decide and no forward pass.  A question
+ * truncates the state exactly when *state_tokens > budgets[i]. */
+kiln_status kiln_decide_measure(kiln_decider *d, const kiln_decide_request *r, int32_t *state_tokens,
+                                int32_t *budgets);
+/* Tokenizes and frames every question; runs no model. */
+kiln_status kiln_decide_begin(kiln_decider *d, const kiln_decide_request *r, kiln_decide_job **out);
+/* Runs the next forward run (the shortest sequences left); *n_left gets
+ * the sequences still to run.  The results are complete when it is 0. */
+kiln_status kiln_decide_next(kiln_decide_job *j, int32_t *n_left);
+/* Owned by the job; valid once every sequence ran. */
+const kiln_decisions *kiln_decide_result(const kiln_decide_job *j);
+void kiln_decide_job_free(kiln_decide_job *j);
+/* begin + next until done.  On failure *out is NULL. */
+kiln_status kiln_decide(kiln_decider *d, const kiln_decide_request *r, kiln_decide_job **out);
+
 /* ---------------------------------------------------------------- engine */
 
 /* An engine instance hosts one model at a time for a host program.  The
@@ -873,11 +975,14 @@ char *kiln_transcript_format(const kiln_transcript *t, const char *format, int t
 
 typedef struct kiln_engine kiln_engine;
 
+/* Ids are stable once published. */
 typedef enum kiln_engine_family_id {
     KILN_ENGINE_LLM = 0,        /* text generation */
     KILN_ENGINE_EMBEDDING = 1,  /* text embeddings */
     KILN_ENGINE_IMAGE = 2,      /* text to image */
-    KILN_ENGINE_STT = 3         /* speech to text (Whisper) */
+    KILN_ENGINE_STT = 3,        /* speech to text (Whisper) */
+    KILN_ENGINE_DECISION = 4,   /* typed decisions (decision packs) */
+    KILN_ENGINE_RERANK = 5      /* relevance of documents to a query */
 } kiln_engine_family_id;
 
 typedef enum kiln_engine_backend {
@@ -1089,6 +1194,21 @@ typedef int (*kiln_window_result_fn)(void *user, const char *id, const kiln_tran
 kiln_status kiln_engine_transcribe_stream(kiln_engine *e, kiln_window_next_fn next, kiln_window_result_fn on_result,
                                           void *user, const kiln_transcribe_params *p, kiln_engine_cancel *cancel,
                                           int32_t *n_windows);
+
+/* Rerank family.  Scores q like kiln_rerank, yielding before each forward
+ * run; urgent goes ahead of waiting non-urgent requests (a search's small
+ * rerank ahead of a long batch).  On success *out is the job (free it with
+ * kiln_rerank_job_free); on failure NULL. */
+kiln_status kiln_engine_rerank(kiln_engine *e, const kiln_rerank_request *q, int urgent, kiln_engine_cancel *cancel,
+                               kiln_rerank_job **out);
+
+/* Decision family (load takes a decision pack).  Decides like kiln_decide,
+ * yielding before each forward run.  Measure runs no forward pass but, like
+ * a decision, needs a resident pack; it goes ahead of waiting work. */
+kiln_status kiln_engine_decide(kiln_engine *e, const kiln_decide_request *r, kiln_engine_cancel *cancel,
+                               kiln_decide_job **out);
+kiln_status kiln_engine_decide_measure(kiln_engine *e, const kiln_decide_request *r, int32_t *state_tokens,
+                                       int32_t *budgets);
 
 /* ------------------------------------------------------------- quantizer */
 

@@ -144,11 +144,39 @@ static void test_refusals(void) {
     kiln_reranker_free(r);
 }
 
+static void test_engine(void) {
+    const kiln_engine_family *f = kiln_engine_family_find("rerank");
+    CHECK(f && f->id == KILN_ENGINE_RERANK && f->available && !strcmp(f->tasks[0], "rerank"));
+    kiln_engine *e = NULL;
+    CHECK(kiln_engine_create(KILN_ENGINE_RERANK, KILN_ENGINE_BACKEND_CPU, &e) == KILN_OK);
+    if (!e) return;
+    CHECK(kiln_engine_start(e) == KILN_OK);
+    CHECK(kiln_engine_load(e, DIR "modernbert.gguf", NULL) == KILN_OK && kiln_engine_wait_idle(e, 60000) == KILN_OK);
+    const char *docs[] = {"a kiln fires clay", "sunny weather", "glaze and cones"};
+    kiln_rerank_request q = {"kiln", 0, 3, docs, NULL, 1};
+    kiln_rerank_job *j = NULL, *ref = NULL;
+    CHECKF(kiln_engine_rerank(e, &q, 1, NULL, &j) == KILN_OK && j, "%s", kiln_last_error());
+    kiln_reranker *r = NULL;
+    CHECK(kiln_reranker_new(DIR "modernbert.gguf", NULL, &r) == KILN_OK && kiln_rerank(r, &q, &ref) == KILN_OK);
+    for (int i = 0; j && ref && i < 3; i++)
+        CHECK(kiln_rerank_result(j)->scores[i] == kiln_rerank_result(ref)->scores[i]);
+    kiln_rerank_job_free(j);
+    kiln_rerank_job_free(ref);
+    kiln_reranker_free(r);
+    /* an embedding request goes nowhere in this family */
+    kiln_embed_request er = {1, docs, NULL, KILN_EMBED_QUERY, 0, 0, NULL};
+    kiln_embed_job *ej = NULL;
+    CHECK(kiln_engine_embed(e, &er, NULL, &ej) == KILN_ERR_UNSUPPORTED && !ej);
+    CHECK(kiln_engine_destroy(e, NULL) == KILN_OK);
+    kiln_engine_free(e);
+}
+
 int main(void) {
     check_scores("bert-rerank.json", DIR "bert-rerank.gguf", 1, 1e-5);
     check_scores("modernbert.json", DIR "modernbert.gguf", 0, 1e-5);
     check_scores("qwen3-rerank.json", DIR "qwen3-rerank.gguf", 0, 1e-5);
     test_causal_truncation();
     test_refusals();
+    test_engine();
     return t_done();
 }

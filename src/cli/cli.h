@@ -23,6 +23,8 @@ int cmd_verify(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
+int cmd_rerank(int argc, char **argv);
+int cmd_decide(int argc, char **argv);
 int cmd_image(int argc, char **argv);
 
 /* image.c: a PyTorch ZIP or safetensors file (by its first bytes), and

@@ -43,6 +43,8 @@ static void usage(FILE *f) {
             "  serve     [-m MODEL ...] [--port 8080] OpenAI/Ollama-compatible HTTP server\n"
             "  embed     -m MODEL [--query|--document] [--dim N] [--truncate] TEXT...\n"
             "                                      normalized embeddings as JSON\n"
+            "  rerank    -m MODEL --query Q [--top-n N] DOC...  documents scored for Q, best first\n"
+            "  decide    -m PACK --state FILE --question JSON [--measure]  typed decisions of a pack\n"
             "  image     -m PACK -p TEXT [--steps N] [--cfg S] [--seed N] [-o out.png]   text to image (PNG)\n"
             "  transcribe -m MODEL AUDIO... [--language xx] [--translate] [-o txt|srt|vtt|json]\n"
             "                                      speech to text with a Whisper model\n"
@@ -92,6 +94,10 @@ static const struct cli_cmd {
      "           -p PROMPT [--steps N] [--cfg S] [--seed N] [-o out.png|-] [-t N] [--no-verify]\n"
      "a 256x256 PNG; PACK is a directory with pack.json (every file's length and SHA-256 checked, or only the\n"
      "lengths with --no-verify); defaults: the pack's steps and cfg, seed 42, output.png"},
+    {"rerank", cmd_rerank,
+     "rerank -m MODEL --query Q [--top-n N] [--documents] [--no-truncate] [-t N] (DOC... | -f FILE)"},
+    {"decide", cmd_decide,
+     "decide -m PACK (--state FILE | --state-text TEXT) --question JSON [--question JSON ...] [--measure] [-t N]"},
     {"pull", cmd_pull,
      "pull URL|REF [--name NAME] [--sha256 HEX] [--header 'K: V'] [--token TOKEN] [--json]\n"
      "REF: hf.co/ORG/REPO[:QUANT]  hf.co/ORG/REPO/FILE.gguf[@REVISION]  [HOST/][NAMESPACE/]MODEL[:TAG]\n"

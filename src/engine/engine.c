@@ -798,6 +798,9 @@ static int family_has_task(const kiln_engine_family *fam, int task) {
                        : task == ENGINE_TASK_EMBED      ? "embed"
                        : task == ENGINE_TASK_IMAGE      ? "image"
                        : task == ENGINE_TASK_TRANSCRIBE ? "transcribe"
+                       : task == ENGINE_TASK_DECIDE     ? "decide"
+                       : task == ENGINE_TASK_MEASURE    ? "measure"
+                       : task == ENGINE_TASK_RERANK     ? "rerank"
                                                         : "";
     for (const char *const *t = fam->tasks; t && *t; t++)
         if (strcmp(*t, name) == 0) return 1;

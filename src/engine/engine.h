@@ -9,6 +9,8 @@
  * embedding.c the embedding family over kiln_embedder
  * image.c     the image family over an image pack (src/image)
  * stt.c       the speech-to-text family over kiln_stt (Whisper)
+ * decision.c  the decision family over kiln_decider (decision packs)
+ * rerank.c    the rerank family over kiln_reranker
  *
  * A family plugs in through engine_ops: load a model file, release it, and
  * run one request on it.  The engine owns ordering, admission and
@@ -52,7 +54,8 @@ kiln_engine *engine_of(const engine_run *r);
 const kiln_context_params *engine_context_params(const engine_run *r);
 
 /* Tasks a family's run() receives. */
-enum { ENGINE_TASK_GENERATE = 0, ENGINE_TASK_EMBED = 1, ENGINE_TASK_IMAGE = 2, ENGINE_TASK_TRANSCRIBE = 3 };
+enum { ENGINE_TASK_GENERATE = 0, ENGINE_TASK_EMBED = 1, ENGINE_TASK_IMAGE = 2, ENGINE_TASK_TRANSCRIBE = 3,
+       ENGINE_TASK_DECIDE = 4, ENGINE_TASK_MEASURE = 5, ENGINE_TASK_RERANK = 6 };
 
 /* Every op reports failure as a kiln_status with kiln_last_error() set on
  * the calling thread.  user is engine_ops.user. */
@@ -79,6 +82,8 @@ extern const engine_ops engine_llm_ops;
 extern const engine_ops engine_embedding_ops;
 extern const engine_ops engine_image_ops;
 extern const engine_ops engine_stt_ops;
+extern const engine_ops engine_decision_ops;
+extern const engine_ops engine_rerank_ops;
 
 /* Reads only the GGUF header of path: it must parse and name an
  * architecture kiln runs; generate also refuses encoders. */

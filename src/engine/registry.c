@@ -10,6 +10,8 @@ static const char *const llm_tasks[] = {"generate", NULL};
 static const char *const embedding_tasks[] = {"embed", NULL};
 static const char *const image_tasks[] = {"image", NULL};
 static const char *const stt_tasks[] = {"transcribe", NULL};
+static const char *const decision_tasks[] = {"decide", "measure", NULL};
+static const char *const rerank_tasks[] = {"rerank", NULL};
 
 /* Ordered by display order; the index is the family id. */
 static const struct {
@@ -28,6 +30,12 @@ static const struct {
     {{KILN_ENGINE_STT, "stt", "Speech to text", stt_tasks,
       BACKEND_BIT(KILN_ENGINE_BACKEND_AUTO) | BACKEND_BIT(KILN_ENGINE_BACKEND_CPU), 1},
      &engine_stt_ops},
+    {{KILN_ENGINE_DECISION, "decision", "Typed decisions", decision_tasks,
+      BACKEND_BIT(KILN_ENGINE_BACKEND_AUTO) | BACKEND_BIT(KILN_ENGINE_BACKEND_CPU), 1},
+     &engine_decision_ops},
+    {{KILN_ENGINE_RERANK, "rerank", "Document reranking", rerank_tasks,
+      BACKEND_BIT(KILN_ENGINE_BACKEND_AUTO) | BACKEND_BIT(KILN_ENGINE_BACKEND_CPU), 1},
+     &engine_rerank_ops},
 };
 
 enum { N_FAMILIES = (int)(sizeof families / sizeof families[0]) };

@@ -39,6 +39,7 @@ const char *kiln_status_str(kiln_status st) {
     case KILN_ERR_STATE: return "invalid state";
     case KILN_ERR_NOT_FOUND: return "not found";
     case KILN_ERR_INTERNAL: return "internal error";
+    case KILN_ERR_CORRUPT: return "model corrupt";
     }
     return "unknown status";
 }

@@ -1,0 +1,61 @@
+/* The rerank family: a resident kiln_reranker.  A request frames and
+ * counts every pair first (kiln_rerank_begin runs no model), then scores
+ * one forward run at a time, yielding before each, so an urgent request
+ * waits for at most the run in progress. */
+#include "engine/engine.h"
+
+#include "model/model.h"
+
+static kiln_status rr_check(void *user, const char *path) { return engine_gguf_check(path, 0); }
+
+static kiln_status rr_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r,
+                           void **model) {
+    kiln_reranker *m = NULL;
+    /* runs of at most 512 tokens bound an urgent request's wait, as for
+     * embeddings */
+    kiln_reranker_params p = kiln_reranker_default_params();
+    p.n_batch = 512;
+    kiln_status st = kiln_reranker_new(path, &p, &m);
+    *model = m;
+    return st;
+}
+
+static kiln_status rr_unload(void *user, void *model) {
+    kiln_reranker_free(model);
+    return KILN_OK;
+}
+
+typedef struct rr_call {
+    const kiln_rerank_request *req;
+    kiln_rerank_job *job;
+} rr_call;
+
+static kiln_status rr_run(void *user, void *model, int task, void *req, engine_run *r) {
+    if (task != ENGINE_TASK_RERANK) return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the rerank family only reranks");
+    rr_call *call = req;
+    kiln_rerank_job *j = NULL;
+    kiln_status st = kiln_rerank_begin(model, call->req, &j);
+    for (int32_t left = call->req->n; st == KILN_OK && left > 0;) {
+        st = engine_yield(r);
+        if (st == KILN_OK) st = kiln_rerank_next(j, &left);
+    }
+    if (st != KILN_OK) {
+        kiln_rerank_job_free(j);
+        return st;
+    }
+    call->job = j;
+    return KILN_OK;
+}
+
+const engine_ops engine_rerank_ops = {rr_check, rr_load, rr_unload, rr_run, NULL, NULL};
+
+kiln_status kiln_engine_rerank(kiln_engine *e, const kiln_rerank_request *q, int urgent, kiln_engine_cancel *cancel,
+                               kiln_rerank_job **out) {
+    if (!out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output job");
+    *out = NULL;
+    if (!e || !q) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine or request");
+    rr_call call = {q, NULL};
+    kiln_status st = engine_request(e, ENGINE_TASK_RERANK, &call, urgent, cancel);
+    *out = call.job;
+    return st;
+}
