@@ -1,15 +1,17 @@
 /*
  * Query latency while a long document request runs, through the engine's
- * request gate (the embedding family makes queries urgent and lets a long
- * request yield between forward runs).
+ * request gate (the embedding family makes queries urgent, the rerank
+ * family takes an urgent flag, and both let a long request yield between
+ * forward runs).
  *
- *   build/bench/kiln-embed-latency MODEL.gguf [N_DOCS=1000] [N_QUERIES=30]
+ *   build/bench/kiln-embed-latency [--rerank] MODEL.gguf [N_DOCS=1000] [N_QUERIES=30]
  *
- * A background thread embeds N_DOCS document chunks (about 100 words each)
- * in one request; meanwhile the main thread sends N_QUERIES short queries,
- * one every 50 ms, and times each from call to result.  Prints the median
- * and maximum query latency, the document request's duration, and, for
- * comparison, a query's latency on an idle engine.
+ * A background thread embeds (--rerank: scores against one query) N_DOCS
+ * document chunks of about 100 words in one request; meanwhile the main
+ * thread sends N_QUERIES short queries (--rerank: urgent one-document
+ * reranks), one every 50 ms, and times each from call to result.  Prints
+ * the median and maximum query latency, the document request's duration,
+ * and, for comparison, a query's latency on an idle engine.
  */
 #include "kiln.h"
 
@@ -26,6 +28,8 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+static int g_rerank;
+
 typedef struct doc_job {
     kiln_engine *e;
     int n;
@@ -37,6 +41,17 @@ typedef struct doc_job {
 
 static void *doc_thread(void *arg) {
     doc_job *d = arg;
+    if (g_rerank) {
+        kiln_rerank_request q = {"what do the fox and the dog do by the river?", 0, d->n,
+                                 (const char *const *)d->texts, NULL, 1};
+        kiln_rerank_job *j = NULL;
+        d->t0 = now_ms();
+        d->st = kiln_engine_rerank(d->e, &q, 0, NULL, &j);
+        d->t1 = now_ms();
+        kiln_rerank_job_free(j);
+        d->done = 1;
+        return NULL;
+    }
     kiln_embed_request r;
     memset(&r, 0, sizeof r);
     r.n = d->n;
@@ -56,6 +71,16 @@ static double query_once(kiln_engine *e, int i) {
     char text[128];
     snprintf(text, sizeof text, "what did the fox do on day %d?", i);
     const char *texts[1] = {text};
+    if (g_rerank) {
+        const char *doc[1] = {"the lazy dog sleeps by the river while the quick brown fox jumps over the stone"};
+        kiln_rerank_request q = {text, 0, 1, doc, NULL, 1};
+        kiln_rerank_job *j = NULL;
+        double t0 = now_ms();
+        kiln_status st = kiln_engine_rerank(e, &q, 1, NULL, &j);
+        double dt = now_ms() - t0;
+        kiln_rerank_job_free(j);
+        return st == KILN_OK ? dt : -1.0;
+    }
     kiln_embed_request r;
     memset(&r, 0, sizeof r);
     r.n = 1;
@@ -75,14 +100,20 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--rerank")) {
+        g_rerank = 1;
+        argv++;
+        argc--;
+    }
     if (argc < 2) {
-        fprintf(stderr, "usage: %s MODEL.gguf [N_DOCS] [N_QUERIES]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--rerank] MODEL.gguf [N_DOCS] [N_QUERIES]\n", argv[0]);
         return 2;
     }
     int n_docs = argc > 2 ? atoi(argv[2]) : 1000, n_q = argc > 3 ? atoi(argv[3]) : 30;
     if (n_docs < 1 || n_q < 1 || n_q > 1000) return 2;
     kiln_engine *e;
-    if (kiln_engine_create(KILN_ENGINE_EMBEDDING, KILN_ENGINE_BACKEND_AUTO, &e) != KILN_OK ||
+    if (kiln_engine_create(g_rerank ? KILN_ENGINE_RERANK : KILN_ENGINE_EMBEDDING, KILN_ENGINE_BACKEND_AUTO, &e) !=
+            KILN_OK ||
         kiln_engine_start(e) != KILN_OK || kiln_engine_load(e, argv[1], NULL) != KILN_OK ||
         kiln_engine_wait_idle(e, 60000) != KILN_OK) {
         fprintf(stderr, "engine: %s\n", kiln_last_error());
@@ -118,11 +149,14 @@ int main(int argc, char **argv) {
     int overlapped = !d.done;
     pthread_join(th, NULL);
     qsort(lat, (size_t)got, sizeof lat[0], cmp_d);
-    printf("model %s, %d documents of 100 words, %s\n", argv[1], n_docs, kiln_cpu_path());
-    printf("document request: %.1f s (%s)\n", (d.t1 - d.t0) / 1e3, kiln_status_str(d.st));
+    printf("model %s, %d documents of 100 words, %s%s\n", argv[1], n_docs, kiln_cpu_path(),
+           g_rerank ? ", rerank" : "");
+    printf("%s request: %.1f s (%s)\n", g_rerank ? "rerank" : "document", (d.t1 - d.t0) / 1e3,
+           kiln_status_str(d.st));
     printf("idle query latency: median %.2f ms\n", idle[2]);
     if (got)
-        printf("query latency during the document request (%d queries%s): median %.2f ms, max %.2f ms\n", got,
+        printf("query latency during the %s request (%d queries%s): median %.2f ms, max %.2f ms\n",
+               g_rerank ? "rerank" : "document", got,
                overlapped ? "" : ", some after it ended", lat[got / 2], lat[got - 1]);
     for (int i = 0; i < n_docs; i++) free(texts[i]);
     free(texts);

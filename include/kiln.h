@@ -557,8 +557,9 @@ enum { KILN_POOLING_NONE = 0, KILN_POOLING_MEAN = 1, KILN_POOLING_CLS = 2, KILN_
 
 typedef struct kiln_embedder_params {
     int32_t n_threads;  /* 0 = all online CPUs */
-    int32_t n_batch;    /* most token rows, padding included, per forward run;
-                           0 = 2048 (raised to max_tokens when smaller) */
+    int32_t n_batch;    /* encoders: most tokens several inputs share one forward
+                           run with (an input longer than that runs alone);
+                           decoders: most tokens per decode; 0 = 2048 */
     int32_t max_tokens; /* per-input limit; 0 = the model's context length
                            (for decoders capped by the KV memory budget) */
 } kiln_embedder_params;
@@ -663,8 +664,8 @@ typedef struct kiln_rerank_job kiln_rerank_job;
 
 typedef struct kiln_reranker_params {
     int32_t n_threads;  /* 0 = all online CPUs */
-    int32_t n_batch;    /* cross-encoders: most tokens per forward run (pairs
-                           end to end); 0 = 2048, raised to max_tokens */
+    int32_t n_batch;    /* cross-encoders: most tokens several pairs share one
+                           forward run with (a longer pair runs alone); 0 = 2048 */
     int32_t max_tokens; /* per pair, framing included; 0 = the model's context
                            (decoders: capped by the KV memory budget) */
 } kiln_reranker_params;
@@ -872,7 +873,8 @@ typedef struct kiln_decide_job kiln_decide_job;
 
 typedef struct kiln_decider_params {
     int32_t n_threads;    /* 0 = all online CPUs */
-    int32_t n_batch;      /* most tokens per forward run; 0 = 2048 (at least max_len) */
+    int32_t n_batch;      /* most tokens several sequences share one forward run
+                             with (a longer one runs alone); 0 = 2048 */
     int32_t measure_only; /* 1: read the tokenizer and configuration only (no
                              weights bound, no workspace): Measure works,
                              decide fails with KILN_ERR_STATE */

@@ -10,8 +10,9 @@ Usage (from the repository root):
 
     /usr/bin/python3 tests/gen_encoders.py --bench-modernbert OUT.gguf
     /usr/bin/python3 tests/gen_encoders.py --bench-gemma OUT.gguf
-        Random-weight models with ModernBERT-base's and EmbeddingGemma-300m's
-        shapes for benchmarks (no references).
+        Random F16 weights in ModernBERT-base's shapes (with a reranker head)
+        and EmbeddingGemma-300m's, with the fixtures' small vocabularies, for
+        benchmarks such as bench/embed_latency.c (no references).
 
 Needs Debian's python3-numpy, python3-torch, python3-regex and
 python3-sentencepiece (apt, not pip).  The GGUF writer and reader come from
@@ -935,9 +936,110 @@ def gen_gemma():
           % (len(cases), len(inputs), n_vocab, worst))
 
 
+# ---------------------------------------------------------------------------
+# Benchmark models: the published shapes with random F16 weights (no references)
+
+def f16_tensor(rng, shape, scale):
+    return lambda: (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype("<f2").tobytes()
+
+
+def f32_ones(n):
+    return lambda: np.ones(n, "<f4").tobytes()
+
+
+def gen_bench_modernbert(path):
+    """ModernBERT-base: 22 layers of 768, 12 heads, n_ff 1152, window 128,
+    pattern 3, context 8192, with the fixture's vocabulary."""
+    c = dict(MB, E=768, L=22, H=12, F=1152, ctx=8192, n_swa=128)
+    tok_kvs, n_vocab, _, _ = mb_vocab()
+    rng = np.random.default_rng(1)
+    E, F = c["E"], c["F"]
+    t = [("token_embd.weight", [E, n_vocab], gf.GGML_F16, f16_tensor(rng, (n_vocab, E), 1.0)),
+         ("token_embd_norm.weight", [E], gf.GGML_F32, f32_ones(E))]
+    for i in range(c["L"]):
+        p = "blk.%d." % i
+        if i:
+            t.append((p + "attn_norm.weight", [E], gf.GGML_F32, f32_ones(E)))
+        t += [(p + "attn_qkv.weight", [E, 3 * E], gf.GGML_F16, f16_tensor(rng, (3 * E, E), 1 / math.sqrt(E))),
+              (p + "attn_output.weight", [E, E], gf.GGML_F16, f16_tensor(rng, (E, E), 1 / math.sqrt(E))),
+              (p + "ffn_norm.weight", [E], gf.GGML_F32, f32_ones(E)),
+              (p + "ffn_up.weight", [E, 2 * F], gf.GGML_F16, f16_tensor(rng, (2 * F, E), 1 / math.sqrt(E))),
+              (p + "ffn_down.weight", [F, E], gf.GGML_F16, f16_tensor(rng, (E, F), 1 / math.sqrt(F)))]
+    t += [("output_norm.weight", [E], gf.GGML_F32, f32_ones(E)),
+          ("cls.weight", [E, E], gf.GGML_F16, f16_tensor(rng, (E, E), 1 / math.sqrt(E))),
+          ("cls.norm.weight", [E], gf.GGML_F32, f32_ones(E)),
+          ("cls.output.weight", [E, 1], gf.GGML_F16, f16_tensor(rng, (1, E), 1 / math.sqrt(E)))]
+    kvs = [kv if kv[0] != "general.file_type" else ("general.file_type", T_U32, 1)
+           for kv in mb_kvs(c, "modernbert-base-shaped-random", tok_kvs)]
+    gf.write_gguf(path, kvs, t)
+    print("wrote %s (ModernBERT-base shapes, F16, random)" % path)
+
+
+def gen_bench_gemma(path):
+    """EmbeddingGemma-300m: 24 layers of 768, 3 query heads and 1 KV head of
+    256, n_ff 1152, window 512, dense 768 -> 3072 -> 768, context 2048, with
+    the fixture's vocabulary."""
+    c = dict(GE, E=768, L=24, H=3, HK=1, D=256, F=1152, D2=3072, ctx=2048, n_swa=512)
+    with tempfile.TemporaryDirectory() as tmp:
+        sp = train_spm(tmp)
+    n_vocab = sp.get_piece_size()
+    toks = [sp.id_to_piece(i) for i in range(n_vocab)]
+    types = [TOK_UNKNOWN if sp.is_unknown(i) else TOK_CONTROL if sp.is_control(i) else TOK_BYTE if sp.is_byte(i)
+             else TOK_NORMAL for i in range(n_vocab)]
+    rng = np.random.default_rng(2)
+    E, F, H, HK, D = c["E"], c["F"], c["H"], c["HK"], c["D"]
+    t = [("token_embd.weight", [E, n_vocab], gf.GGML_F16, f16_tensor(rng, (n_vocab, E), 0.05))]
+    for i in range(c["L"]):
+        p = "blk.%d." % i
+        t += [(p + "attn_norm.weight", [E], gf.GGML_F32, f32_ones(E)),
+              (p + "attn_q.weight", [E, H * D], gf.GGML_F16, f16_tensor(rng, (H * D, E), 1 / math.sqrt(E))),
+              (p + "attn_k.weight", [E, HK * D], gf.GGML_F16, f16_tensor(rng, (HK * D, E), 1 / math.sqrt(E))),
+              (p + "attn_v.weight", [E, HK * D], gf.GGML_F16, f16_tensor(rng, (HK * D, E), 1 / math.sqrt(E))),
+              (p + "attn_q_norm.weight", [D], gf.GGML_F32, f32_ones(D)),
+              (p + "attn_k_norm.weight", [D], gf.GGML_F32, f32_ones(D)),
+              (p + "attn_output.weight", [H * D, E], gf.GGML_F16, f16_tensor(rng, (E, H * D), 1 / math.sqrt(H * D))),
+              (p + "post_attention_norm.weight", [E], gf.GGML_F32, f32_ones(E)),
+              (p + "ffn_norm.weight", [E], gf.GGML_F32, f32_ones(E)),
+              (p + "ffn_gate.weight", [E, F], gf.GGML_F16, f16_tensor(rng, (F, E), 1 / math.sqrt(E))),
+              (p + "ffn_up.weight", [E, F], gf.GGML_F16, f16_tensor(rng, (F, E), 1 / math.sqrt(E))),
+              (p + "ffn_down.weight", [F, E], gf.GGML_F16, f16_tensor(rng, (E, F), 1 / math.sqrt(F))),
+              (p + "post_ffw_norm.weight", [E], gf.GGML_F32, f32_ones(E))]
+    t += [("output_norm.weight", [E], gf.GGML_F32, f32_ones(E)),
+          ("dense_2.weight", [E, c["D2"]], gf.GGML_F16, f16_tensor(rng, (c["D2"], E), 1 / math.sqrt(E))),
+          ("dense_3.weight", [c["D2"], E], gf.GGML_F16, f16_tensor(rng, (E, c["D2"]), 1 / math.sqrt(c["D2"])))]
+    a = "gemma-embedding"
+    kvs = [("general.architecture", T_STR, a), ("general.name", T_STR, "embeddinggemma-300m-shaped-random"),
+           ("general.file_type", T_U32, 1), (a + ".context_length", T_U32, c["ctx"]),
+           (a + ".embedding_length", T_U32, E), (a + ".block_count", T_U32, c["L"]),
+           (a + ".feed_forward_length", T_U32, F), (a + ".attention.head_count", T_U32, H),
+           (a + ".attention.head_count_kv", T_U32, HK), (a + ".attention.key_length", T_U32, D),
+           (a + ".attention.value_length", T_U32, D), (a + ".attention.layer_norm_rms_epsilon", T_F32, c["eps"]),
+           (a + ".attention.sliding_window", T_U32, c["n_swa"]), (a + ".rope.freq_base", T_F32, c["base"]),
+           (a + ".rope.freq_base_swa", T_F32, c["base_swa"]), (a + ".pooling_type", T_U32, 1),
+           ("tokenizer.ggml.model", T_STR, "llama"), ("tokenizer.ggml.pre", T_STR, "default"),
+           ("tokenizer.ggml.tokens", T_ARR, toks, T_STR),
+           ("tokenizer.ggml.scores", T_ARR, [sp.get_score(i) for i in range(n_vocab)], T_F32),
+           ("tokenizer.ggml.token_type", T_ARR, types, T_I32),
+           ("tokenizer.ggml.bos_token_id", T_U32, sp.bos_id()), ("tokenizer.ggml.eos_token_id", T_U32, sp.eos_id()),
+           ("tokenizer.ggml.unknown_token_id", T_U32, sp.unk_id()),
+           ("tokenizer.ggml.padding_token_id", T_U32, sp.pad_id()),
+           ("tokenizer.ggml.add_bos_token", T_BOOL, True), ("tokenizer.ggml.add_eos_token", T_BOOL, True),
+           ("tokenizer.ggml.add_space_prefix", T_BOOL, False)]
+    gf.write_gguf(path, kvs, t)
+    print("wrote %s (EmbeddingGemma-300m shapes, F16, random)" % path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.parse_args()
+    ap.add_argument("--bench-modernbert", metavar="OUT.gguf", help="write a ModernBERT-base-shaped reranker")
+    ap.add_argument("--bench-gemma", metavar="OUT.gguf", help="write an EmbeddingGemma-300m-shaped model")
+    args = ap.parse_args()
+    if args.bench_modernbert or args.bench_gemma:
+        if args.bench_modernbert:
+            gen_bench_modernbert(args.bench_modernbert)
+        if args.bench_gemma:
+            gen_bench_gemma(args.bench_gemma)
+        return
     os.makedirs(OUT_DIR, exist_ok=True)
     torch.set_num_threads(1)
     n = check_bpe_against_llamacpp()

@@ -186,6 +186,12 @@ static void test_modernbert(void) {
         kiln_embed_job_free(j);
     }
     kiln_embedder_free(e);
+    /* runs of at most 16 tokens: the longer inputs run alone */
+    p = kiln_embedder_default_params();
+    p.n_batch = 16;
+    e = NULL;
+    CHECK(kiln_embedder_new(DIR "modernbert.gguf", &p, &e) == KILN_OK);
+    if (e) check_vectors("modernbert n_batch 16", e, &r, 0, r.n);
     json_decref(root);
 }
 

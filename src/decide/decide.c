@@ -23,7 +23,7 @@ struct kiln_decider {
     kpool *pool;
     void *ws;
     int32_t n_batch;
-    int32_t *run_tok;            /* [n_batch] */
+    int32_t *run_tok;            /* one run's sequences end to end */
     int32_t run_len[KD_MAX_SEQ];
     float *pooled;               /* [KD_MAX_SEQ][n_embd] */
     float *h;                    /* [n_embd] head activations */
@@ -119,14 +119,15 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
         goto fail;
     }
     const int E = d->m->hp.n_embd;
-    d->n_batch = p.n_batch < d->cfg.max_len ? d->cfg.max_len : p.n_batch;
+    d->n_batch = p.n_batch; /* a longer sequence runs alone: the workspace holds max_len */
+    const int32_t cap = d->n_batch < d->cfg.max_len ? d->cfg.max_len : d->n_batch;
     d->pool = kpool_new(p.n_threads);
     if (!d->pool) {
         st = kl_fail(NULL, KILN_ERR_NOMEM, "cannot start threads");
         goto fail;
     }
-    d->ws = d->m->arch->family->enc_new(d->m, d->n_batch, d->pool);
-    d->run_tok = malloc((size_t)d->n_batch * sizeof *d->run_tok);
+    d->ws = d->m->arch->family->enc_new(d->m, cap, d->pool);
+    d->run_tok = malloc((size_t)cap * sizeof *d->run_tok);
     d->pooled = malloc((size_t)KD_MAX_SEQ * (size_t)E * sizeof *d->pooled);
     d->h = malloc((size_t)E * sizeof *d->h);
     d->mm_scratch = malloc(kk_matmul_scratch_size(E, 1));

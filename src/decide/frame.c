@@ -43,7 +43,7 @@ static int push_seq(kd_frame *fr, int *cap, int q, int opt, int head, int32_t cl
         k += nh;
         tok[k++] = sep;
     }
-    memcpy(tok + k, s, (size_t)ns * sizeof *tok);
+    if (ns) memcpy(tok + k, s, (size_t)ns * sizeof *tok);
     k += ns;
     tok[k++] = sep;
     fr->seqs[fr->n_seq++] = (kd_seq){q, opt, head, k, tok};

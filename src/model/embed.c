@@ -25,7 +25,7 @@ struct kiln_embedder {
     /* encoder */
     kpool *pool;
     void *ws;                    /* the encoder family's workspace */
-    int32_t *run_tok;            /* [n_batch] the token ids of one run, inputs end to end */
+    int32_t *run_tok;            /* the token ids of one run, inputs end to end */
     int32_t run_len[EMBED_MAX_SEQ];
     /* decoder */
     kiln_context *ctx;
@@ -154,11 +154,14 @@ static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
         if (e->max_tokens > m->hp.n_ctx_train)
             return kl_fail(NULL, KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", e->max_tokens,
                            m->hp.n_ctx_train);
-        e->n_batch = p.n_batch < e->max_tokens ? e->max_tokens : p.n_batch;
+        /* n_batch bounds what several inputs share one run with; an input
+         * longer than that runs alone, so the workspace holds the longer */
+        e->n_batch = p.n_batch;
+        const int32_t cap = e->n_batch < e->max_tokens ? e->max_tokens : e->n_batch;
         e->pool = kpool_new(p.n_threads);
         if (!e->pool) return kl_fail(NULL, KILN_ERR_NOMEM, "cannot start threads");
-        e->ws = m->arch->family->enc_new(m, e->n_batch, e->pool);
-        e->run_tok = malloc((size_t)e->n_batch * sizeof *e->run_tok);
+        e->ws = m->arch->family->enc_new(m, cap, e->pool);
+        e->run_tok = malloc((size_t)cap * sizeof *e->run_tok);
         if (!e->ws || !e->run_tok) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
         return KILN_OK;
     }

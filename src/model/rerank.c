@@ -26,7 +26,7 @@ struct kiln_reranker {
     /* cross-encoder */
     kpool *pool;
     void *ws;
-    int32_t *run_tok;            /* [n_batch] one run's pairs end to end */
+    int32_t *run_tok;            /* one run's pairs end to end */
     uint8_t *run_type;
     int32_t run_len[RR_MAX_SEQ];
     float *run_scores;           /* [RR_MAX_SEQ][n_labels] */
@@ -82,12 +82,13 @@ static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p
     if (r->max_tokens > m->hp.n_ctx_train)
         return kl_fail(NULL, KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", r->max_tokens,
                        m->hp.n_ctx_train);
-    r->n_batch = p->n_batch < r->max_tokens ? r->max_tokens : p->n_batch;
+    r->n_batch = p->n_batch; /* a longer pair runs alone: the workspace holds max_tokens */
+    const int32_t cap = r->n_batch < r->max_tokens ? r->max_tokens : r->n_batch;
     r->pool = kpool_new(p->n_threads);
     if (!r->pool) return kl_fail(NULL, KILN_ERR_NOMEM, "cannot start threads");
-    r->ws = m->arch->family->enc_new(m, r->n_batch, r->pool);
-    r->run_tok = malloc((size_t)r->n_batch * sizeof *r->run_tok);
-    r->run_type = malloc((size_t)r->n_batch);
+    r->ws = m->arch->family->enc_new(m, cap, r->pool);
+    r->run_tok = malloc((size_t)cap * sizeof *r->run_tok);
+    r->run_type = malloc((size_t)cap);
     r->run_scores = malloc((size_t)RR_MAX_SEQ * (size_t)r->n_labels * sizeof *r->run_scores);
     if (!r->ws || !r->run_tok || !r->run_type || !r->run_scores)
         return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
@@ -226,12 +227,12 @@ static int frame_pair(const kiln_reranker *r, const int32_t *q, int32_t nq, cons
     }
     int32_t k = 0;
     if (r->f_first >= 0) t[k++] = r->f_first;
-    memcpy(t + k, q, (size_t)nq * sizeof *t);
+    if (nq) memcpy(t + k, q, (size_t)nq * sizeof *t);
     k += nq;
     if (r->f_mid1 >= 0) t[k++] = r->f_mid1;
     if (r->f_mid2 >= 0) t[k++] = r->f_mid2;
     const int32_t doc0 = k;
-    memcpy(t + k, d, (size_t)nd * sizeof *t);
+    if (nd) memcpy(t + k, d, (size_t)nd * sizeof *t);
     k += nd;
     if (r->f_last >= 0) t[k++] = r->f_last;
     if (ty)
@@ -286,14 +287,19 @@ static int32_t frame_causal(const kiln_reranker *r, const char *q, size_t nq, co
     int32_t *dt = NULL;
     int32_t ndt = ktok_encode_alloc(t, d, nd, 0, 1, &dt);
     if (ndt == KTOK_ERR_NOMEM) return KILN_ERR_NOMEM;
-    char *text = malloc(nd + 1);
+    /* a prefix of the tokens decodes to about its bytes; room for more */
+    const int32_t cap = nd < (size_t)INT32_MAX / 4 - 64 ? (int32_t)(4 * nd + 64) : INT32_MAX;
+    char *text = malloc((size_t)cap);
     if (!text) {
         free(dt);
         return KILN_ERR_NOMEM;
     }
     for (int32_t keep = ndt - (n - r->max_tokens); keep >= 0; keep--) {
-        int32_t tl = ktok_decode(t, dt, keep, text, (int32_t)nd + 1, 1, 0);
-        if (tl < 0) tl = 0; /* cannot happen: a prefix decodes to at most nd bytes */
+        const int32_t tl = ktok_decode(t, dt, keep, text, cap, 1, 0);
+        if (tl < 0) {
+            n = KTOK_ERR_NOMEM;
+            break;
+        }
         free(*out);
         *out = NULL;
         prompt = render(r->tmpl, q, nq, text, (size_t)tl, &len);
