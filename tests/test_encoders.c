@@ -192,6 +192,7 @@ static void test_modernbert(void) {
     e = NULL;
     CHECK(kiln_embedder_new(DIR "modernbert.gguf", &p, &e) == KILN_OK);
     if (e) check_vectors("modernbert n_batch 16", e, &r, 0, r.n);
+    kiln_embedder_free(e);
     json_decref(root);
 }
 
