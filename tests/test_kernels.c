@@ -3,13 +3,16 @@
  * references: the attention and element-wise ops (kk_ops_at), the 4 x 4
  * F16 matmul tile (kk_tile_at), and kk_matmul / kk_matmul_multi on a thread
  * pool (tiles plus leftover rows and tokens) against plain reference dots,
- * and the 8-row interleaved kernels (kk_x8_at) with their packing.
+ * and the 8-row interleaved kernels (kk_x8_at) with their packing; the
+ * Gated DeltaNet kernels (kk_ssm_ops_at: the convolution, the recurrent and
+ * chunked delta rule) and mixture-of-experts routing.
  * F16 rounding steps (scale, mad, conversions) and RoPE must agree bit for
  * bit; sums may differ only by their order.
  */
 #include "kernels/matmul.h"
 #include "kernels/pack.h"
 #include "kernels/ops.h"
+#include "kernels/ssm.h"
 #include "quant/quant.h"
 #include "thread/pool.h"
 #include "testutil.h"
@@ -170,6 +173,38 @@ static int count_bad_outputs(const kk_mat *w0, const kk_mat *w1, const float *y0
     return bad;
 }
 
+/* Outputs given token ranges (kk_matmul_ranges, as a mixture of experts
+ * routes rows): w0 over tokens [a0, a0 + n0) and w1 over [a1, a1 + n1) of
+ * x, each output row t the product with token a + t.  Returns how many of
+ * the outputs differ from the reference dots. */
+static int check_ranged(kpool *pool, const kk_mat *w0, const kk_mat *w1, const float *x, int n_tok, int a0, int n0,
+                        int a1, int n1, void *scratch, uint8_t *xa) {
+    const kq_traits *tr = kq_get(w0->type);
+    const int64_t ncols = w0->ncols;
+    const size_t wrow = kq_row_size(w0->type, ncols);
+    float *y0 = malloc(sizeof(float) * (size_t)(n0 * w0->nrows)), *y1 = malloc(sizeof(float) * (size_t)(n1 * w1->nrows));
+    kk_mm_out outs[2] = {{w0, y0, w0->nrows}, {w1, y1, w1->nrows}};
+    const int32_t t0[2] = {a0, a1}, nt[2] = {n0, n1};
+    kk_matmul_ranges(pool, outs, t0, nt, 2, x, n_tok, scratch);
+    int bad = 0;
+    for (int o = 0; o < 2; o++) {
+        const kk_mat *w = o ? w1 : w0;
+        const int a = o ? a1 : a0, n = o ? n1 : n0;
+        const float *y = o ? y1 : y0;
+        for (int t = 0; t < n; t++) {
+            kq_get(tr->vec_dot_type)->from_f32(x + (a + t) * ncols, xa, ncols);
+            for (int64_t r = 0; r < w->nrows; r++) {
+                float ref;
+                tr->vec_dot_ref((int)ncols, &ref, (const uint8_t *)w->data + (size_t)r * wrow, xa);
+                bad += !(fabsf(ref - y[t * w->nrows + r]) <= 1e-4f * (1.0f + fabsf(ref)));
+            }
+        }
+    }
+    free(y0);
+    free(y1);
+    return bad;
+}
+
 /* kk_matmul_multi on a pool against reference dots: two outputs of
  * different row counts (37 and 20: not multiples of the tiles) over a
  * batch of 7 tokens (one tile of 4, three single tokens) and of 1 token. */
@@ -189,6 +224,10 @@ static void test_matmul(kpool *pool, int t) {
         const int bad = count_bad_outputs(&w0, &w1, y0, y1, x, nt, xa);
         CHECKF(bad == 0, "%s matmul, %d tokens: %d outputs differ", tr->name, nt, bad);
     }
+    /* token ranges: a tile of 4 and a tail, a single token, overlapping */
+    int bad = check_ranged(pool, &w0, &w1, x, n_tok, 1, 5, 6, 1, scratch, xa);
+    bad += check_ranged(pool, &w0, &w1, x, n_tok, 0, 7, 2, 4, scratch, xa);
+    CHECKF(bad == 0, "%s matmul over token ranges: %d outputs differ", tr->name, bad);
     free((void *)w0.data);
     free((void *)w1.data);
     free(x);
@@ -477,6 +516,11 @@ static void test_matmul_x8(kpool *pool, int t) {
             CHECKF(bad == 0, "%s matmul (%s), %d tokens: %d outputs differ", tr->name, packed ? "repacked" : "plain",
                    nt, bad);
         }
+        /* token ranges: more than one kernel call of tokens, a short run, one token */
+        int bad = check_ranged(pool, &w0, &w1, x, max_tok, 3, 290, 100, 7, scratch, xa);
+        bad += check_ranged(pool, &w0, &w1, x, max_tok, 299, 1, 0, 1, scratch, xa);
+        CHECKF(bad == 0, "%s matmul (%s) over token ranges: %d outputs differ", tr->name,
+               packed ? "repacked" : "plain", bad);
     }
     float *rp = malloc(sizeof(float) * (size_t)ncols), *rq = malloc(sizeof(float) * (size_t)ncols);
     int bad = 0;
@@ -501,6 +545,205 @@ static void test_matmul_x8(kpool *pool, int t) {
     free(xa);
 }
 
+/* Largest |a - b| over n relative to the largest |b| (0 when equal). */
+static double max_rel(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        if (d > md) md = d;
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+/* The causal depthwise convolution: a twin against the reference on
+ * channels that leave a tail of 3, a run of tokens against the same tokens
+ * in pieces (the carried state), and the reference against the sum written
+ * out; the state after n tokens is the last K - 1 inputs. */
+static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
+    enum { C = 131, K = 4, NT = 21 };
+    static float x[NT * C], w[K * C], st0[(K - 1) * C], sa[(K - 1) * C], sb[(K - 1) * C], ya[NT * C], yb[NT * C];
+    fill(x, NT * C, 2.0f);
+    fill(w, K * C, 0.6f);
+    fill(st0, (K - 1) * C, 2.0f);
+    memcpy(sa, st0, sizeof sa);
+    memcpy(sb, st0, sizeof sb);
+    kk_conv a = {NT, C, K, x, C, w, sa, C, ya, C};
+    s->conv_silu(&a);
+    /* token 1, channel 5, by hand: taps 0, 1 on the state rows 1, 2, taps 2, 3 on x_0, x_1 */
+    float acc = 0.0f;
+    acc += st0[1 * C + 5] * w[0 * C + 5];
+    acc += st0[2 * C + 5] * w[1 * C + 5];
+    acc += x[0 * C + 5] * w[2 * C + 5];
+    acc += x[1 * C + 5] * w[3 * C + 5];
+    CHECKF(fabsf(ya[C + 5] - acc / (1.0f + expf(-acc))) <= 1e-6f * (1.0f + fabsf(ya[C + 5])), "conv by hand: %g vs %g",
+           ya[C + 5], acc / (1.0f + expf(-acc)));
+    CHECK(memcmp(sa, x + (NT - K + 1) * C, sizeof sa) == 0);
+    /* in pieces of 1, 2 and the rest: the same bits */
+    const int cuts[] = {0, 1, 3, NT};
+    for (int p = 0; p < 3; p++) {
+        kk_conv b = {cuts[p + 1] - cuts[p], C, K, x + cuts[p] * C, C, w, sb, C, yb + cuts[p] * C, C};
+        s->conv_silu(&b);
+    }
+    CHECK(memcmp(ya, yb, sizeof ya) == 0 && memcmp(sa, sb, sizeof sa) == 0);
+    /* a slice of the channels (what a thread takes): the same columns */
+    {
+        enum { C0 = 40, CN = 37 };
+        memcpy(sb, st0, sizeof sb);
+        memset(yb, 0, sizeof yb);
+        kk_conv b = {NT, CN, K, x + C0, C, w + C0, sb + C0, C, yb + C0, C};
+        s->conv_silu(&b);
+        int same = 1;
+        for (int t = 0; t < NT; t++) same &= !memcmp(yb + t * C + C0, ya + t * C + C0, CN * sizeof(float));
+        for (int r = 0; r < K - 1; r++) same &= !memcmp(sb + r * C + C0, sa + r * C + C0, CN * sizeof(float));
+        CHECK(same);
+    }
+    if (v != s) {
+        memcpy(sb, st0, sizeof sb);
+        kk_conv b = {NT, C, K, x, C, w, sb, C, yb, C};
+        v->conv_silu(&b);
+        const double e = max_rel(yb, ya, NT * C);
+        CHECKF(e < 1e-6, "conv_silu twin: rel err %g", e);
+        CHECK(memcmp(sa, sb, sizeof sa) == 0);
+        /* one token with a state of K - 1 rows: the decode step */
+        memcpy(sa, st0, sizeof sa);
+        memcpy(sb, st0, sizeof sb);
+        kk_conv c1 = {1, C, K, x, C, w, sa, C, ya, C}, c2 = {1, C, K, x, C, w, sb, C, yb, C};
+        s->conv_silu(&c1);
+        v->conv_silu(&c2);
+        CHECK(max_rel(yb, ya, C) < 1e-6 && memcmp(sa, sb, sizeof sa) == 0);
+    }
+}
+
+/* Random delta-rule inputs for n tokens of one head: unit q and k, v of
+ * order 1, log decays in [-1.5, 0] and betas in [0, 1]. */
+static void gdn_inputs(int n, int dk, int dv, float *q, float *k, float *v, float *g, float *beta) {
+    fill(q, n * dk, 1.0f);
+    fill(k, n * dk, 1.0f);
+    fill(v, n * dv, 1.0f);
+    for (int t = 0; t < n; t++) {
+        kk_l2norm(q + t * dk, dk, 1e-6f);
+        kk_l2norm(k + t * dk, dk, 1e-6f);
+        g[t] = -0.75f * (1.0f + frand());
+        beta[t] = 0.5f * (1.0f + frand());
+    }
+}
+
+/* The gated delta rule: a recurrent twin against the reference; the
+ * chunked form (reference and twin) against the recurrent one over runs
+ * that start off a chunk boundary and end inside one, for head sizes with
+ * and without 8-lane tails; and the recurrent reference against the rule
+ * written out in double. */
+static void test_gdn(const kk_ssm_ops *s, const kk_ssm_ops *v) {
+    const int shapes[][2] = {{16, 16}, {128, 128}, {20, 12}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int dk = shapes[si][0], dv = shapes[si][1], n = 45, pos0 = 7;
+        float *q = malloc(sizeof(float) * (size_t)(n * dk)), *k = malloc(sizeof(float) * (size_t)(n * dk));
+        float *vv = malloc(sizeof(float) * (size_t)(n * dv)), g[64], beta[64];
+        float *s0 = malloc(sizeof(float) * (size_t)(dk * dv)), *sa = malloc(sizeof(float) * (size_t)(dk * dv));
+        float *sb = malloc(sizeof(float) * (size_t)(dk * dv));
+        float *oa = malloc(sizeof(float) * (size_t)(n * dv)), *ob = malloc(sizeof(float) * (size_t)(n * dv));
+        float *scratch = malloc(sizeof(float) * kk_gdn_scratch(dk, dv));
+        gdn_inputs(n, dk, dv, q, k, vv, g, beta);
+        fill(s0, dk * dv, 0.5f);
+        const float scale = 1.0f / sqrtf((float)dk);
+        kk_gdn a = {n, pos0, dk, dv, q, k, (size_t)dk, vv, (size_t)dv, g, beta, 1, scale, sa, oa, (size_t)dv, scratch};
+        kk_gdn b = a;
+        b.s = sb;
+        b.o = ob;
+        memcpy(sa, s0, sizeof(float) * (size_t)(dk * dv));
+        s->gdn_step(&a);
+        /* the first two tokens in double, straight from the formula */
+        {
+            double *S = malloc(sizeof(double) * (size_t)(dk * dv)), worst = 0, big = 0;
+            for (int i = 0; i < dk * dv; i++) S[i] = s0[i];
+            for (int t = 0; t < 2; t++) {
+                const double dc = exp((double)g[t]);
+                for (int j = 0; j < dv; j++) {
+                    double sk = 0, sq = 0;
+                    for (int i = 0; i < dk; i++) sk += (S[j * dk + i] *= dc) * k[t * dk + i];
+                    const double d = beta[t] * (vv[t * dv + j] - sk);
+                    for (int i = 0; i < dk; i++) sq += (S[j * dk + i] += d * k[t * dk + i]) * q[t * dk + i];
+                    const double o = sq * scale, e = fabs(o - oa[t * dv + j]);
+                    worst = e > worst ? e : worst;
+                    big = fabs(o) > big ? fabs(o) : big;
+                }
+            }
+            CHECKF(worst <= 1e-5 * big, "gdn_step %dx%d against double: %g of %g", dk, dv, worst, big);
+            free(S);
+        }
+        if (v != s) {
+            memcpy(sb, s0, sizeof(float) * (size_t)(dk * dv));
+            v->gdn_step(&b);
+            const double eo = max_rel(ob, oa, (size_t)(n * dv)), es = max_rel(sb, sa, (size_t)(dk * dv));
+            CHECKF(eo < 1e-5 && es < 1e-5, "gdn_step twin %dx%d: out %g, state %g", dk, dv, eo, es);
+        }
+        /* chunked vs recurrent: 1e-5 relative in float (measured: under 5e-7) */
+        for (int impl = 0; impl < (v != s ? 2 : 1); impl++) {
+            memcpy(sb, s0, sizeof(float) * (size_t)(dk * dv));
+            (impl ? v : s)->gdn_chunk(&b);
+            const double eo = max_rel(ob, oa, (size_t)(n * dv)), es = max_rel(sb, sa, (size_t)(dk * dv));
+            CHECKF(eo < 1e-5 && es < 1e-5, "gdn_chunk (%s) %dx%d against the recurrent form: out %g, state %g",
+                   impl ? "avx2" : "scalar", dk, dv, eo, es);
+        }
+        /* the chunked form cut at a chunk boundary gives the same bits as in one call */
+        {
+            memcpy(sb, s0, sizeof(float) * (size_t)(dk * dv));
+            s->gdn_chunk(&b);
+            float *oc = malloc(sizeof(float) * (size_t)(n * dv)), *sc = malloc(sizeof(float) * (size_t)(dk * dv));
+            memcpy(sc, s0, sizeof(float) * (size_t)(dk * dv));
+            const int cut = KK_GDN_CHUNK - pos0 + KK_GDN_CHUNK; /* absolute position 32 */
+            kk_gdn c1 = b, c2 = b;
+            c1.n = cut;
+            c1.s = sc;
+            c1.o = oc;
+            c2.n = n - cut;
+            c2.pos0 = pos0 + cut;
+            c2.q = q + cut * dk;
+            c2.k = k + cut * dk;
+            c2.v = vv + cut * dv;
+            c2.g = g + cut;
+            c2.beta = beta + cut;
+            c2.s = sc;
+            c2.o = oc + cut * dv;
+            s->gdn_chunk(&c1);
+            s->gdn_chunk(&c2);
+            CHECK(memcmp(oc, ob, sizeof(float) * (size_t)(n * dv)) == 0 &&
+                  memcmp(sc, sb, sizeof(float) * (size_t)(dk * dv)) == 0);
+            free(oc);
+            free(sc);
+        }
+        free(q); free(k); free(vv); free(s0); free(sa); free(sb); free(oa); free(ob); free(scratch);
+    }
+}
+
+/* Routing: softmax, the top k (ties to the lower id), renormalized; and
+ * the small helpers against their formulas. */
+static void test_route(void) {
+    const float lg[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, -3.0f};
+    int32_t ids[3];
+    float w[3];
+    kk_moe_route(lg, 6, 3, 1, 1.0f, ids, w);
+    CHECKF(ids[0] == 1 && ids[1] == 3 && ids[2] == 4, "route ids %d %d %d", ids[0], ids[1], ids[2]);
+    const double e1 = exp(2.0), e4 = exp(1.0), sum = 2 * e1 + e4;
+    CHECK(fabs(w[0] - e1 / sum) < 1e-6 && fabs(w[1] - e1 / sum) < 1e-6 && fabs(w[2] - e4 / sum) < 1e-6);
+    kk_moe_route(lg, 6, 2, 0, 2.0f, ids, w);
+    double all = 0;
+    for (int e = 0; e < 6; e++) all += exp(lg[e]);
+    CHECK(ids[0] == 1 && ids[1] == 3 && fabs(w[0] - 2 * e1 / all) < 1e-6);
+    CHECK(fabsf(kk_softplus(0.0f) - logf(2.0f)) < 1e-7f && kk_softplus(30.0f) == 30.0f);
+    CHECK(fabsf(kk_sigmoid(0.0f) - 0.5f) < 1e-7f);
+    float x[3] = {3.0f, 0.0f, 4.0f};
+    kk_l2norm(x, 3, 1e-6f);
+    CHECK(fabsf(x[0] - 0.6f) < 1e-7f && fabsf(x[2] - 0.8f) < 1e-7f);
+    float z[2] = {0.0f, 0.0f}, out[2], wn[2] = {1.0f, 1.0f};
+    kk_l2norm(z, 2, 1e-6f); /* the norm floor: zeros stay zero */
+    CHECK(z[0] == 0.0f && z[1] == 0.0f);
+    const float xr[2] = {1.0f, -1.0f}, zr[2] = {0.0f, 10.0f};
+    kk_rmsnorm_gated(out, xr, wn, zr, 2, 0.0f);
+    CHECK(out[0] == 0.0f && fabsf(out[1] + 10.0f / (1.0f + expf(-10.0f))) < 1e-5f);
+}
+
 static void count_task(void *ud, int ith, int nth) {
     long lo, hi;
     kpool_range(1000, ith, nth, &lo, &hi);
@@ -521,6 +764,13 @@ int main(void) {
     }
     /* the scalar set against itself: the test harness agrees with itself */
     test_ops(s, s);
+    {
+        const kk_ssm_ops *ss = kk_ssm_ops_at(KQ_ISA_SCALAR), *sv = kk_ssm_ops_at(KQ_ISA_AVX2);
+        CHECK(ss != NULL && kk_ssm_ops_best() != NULL);
+        if (ss) test_conv(ss, sv ? sv : ss);
+        if (ss) test_gdn(ss, sv ? sv : ss);
+        test_route();
+    }
     test_tiles(KQ_F16);
     test_x8_kernels(KQ_Q4_0);
     test_x8_kernels(KQ_Q8_0);

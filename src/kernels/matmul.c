@@ -9,7 +9,7 @@
 /* Rows handled together: one tile of weights stays in cache while every
  * token of the batch passes over it. */
 #define ROW_TILE 16
-#define MAX_OUTS 4
+#define MAX_OUTS KK_MM_MAX_OUTS
 #define MAX_ACT_TYPES 2
 /* Jobs with at most this many activation elements are converted on the
  * calling thread: cheaper than a pool hand-off (decode steps). */
@@ -34,6 +34,13 @@ size_t kk_matmul_scratch_size(int64_t ncols, int n_tok) {
            (size_t)MAX_X8 * ((size_t)n_tok * (size_t)(ncols / 32) * sizeof(kk_act8) + 64);
 }
 
+typedef struct mm_out_info {
+    int act;          /* index into act[] */
+    kk_tile_fn tile;  /* 4 x 4 kernel, NULL = none */
+    int x8;           /* index into x8t[] + 1, 0 = not interleaved */
+    int t0, nt;       /* the activation rows it takes */
+} mm_out_info;
+
 typedef struct mm_job {
     const kk_mm_out *outs;
     int n_out;
@@ -45,9 +52,7 @@ typedef struct mm_job {
     const uint8_t *act[MAX_ACT_TYPES];
     size_t act_row[MAX_ACT_TYPES];
     int n_act;
-    int out_act[MAX_OUTS]; /* index into act[] per output */
-    kk_tile_fn tile[MAX_OUTS]; /* 4 x 4 kernel per output, NULL = none */
-    int x8[MAX_OUTS];          /* index into x8t[] + 1, 0 = not interleaved */
+    struct mm_out_info *oi;   /* [n_out] per output */
     const kk_x8_traits *x8t[MAX_X8]; /* interleaved formats in use, */
     kk_x8_fn x8fn[MAX_X8];           /* their kernels */
     uint8_t *x8act[MAX_X8];          /* and [block][token] activations */
@@ -98,16 +103,16 @@ static void quantize_task(void *ud, int ith, int nth) {
 /* Rows [a, b) (multiples of 8) of output o through its interleaved kernel. */
 static void x8_rows(mm_job *j, int o, int64_t a, int64_t b) {
     const kk_mat *w = j->outs[o].w;
-    const int x = j->x8[o] - 1;
+    const int x = j->oi[o].x8 - 1;
     const kk_x8_traits *xt = j->x8t[x];
     const kk_x8_fn fn = j->x8fn[x];
-    const uint8_t *act = j->x8act[x];
+    const uint8_t *act = j->x8act[x] + (size_t)j->oi[o].t0 * xt->ablock;
     const int nb = (int)(w->ncols / xt->blk);
     const int chunk = (int)(X8_PACK_BYTES / xt->pblock);
     const size_t wrow = kq_row_size(w->type, w->ncols);
     float *y = j->outs[o].y;
     const int64_t ldy = j->outs[o].ldy;
-    const int n_tok = j->n_tok;
+    const int n_tok = j->oi[o].nt, stride = j->n_tok;
     float acc[X8_TOK * 8];
     _Alignas(64) uint8_t pk[X8_PACK_BYTES];
     for (int64_t g = a; g < b; g += 8) {
@@ -120,12 +125,12 @@ static void x8_rows(mm_job *j, int o, int64_t a, int64_t b) {
             for (int t = 0; t < nt; t++) memset(dst + 8 * t, 0, 8 * sizeof(float));
             if (w->packed) {
                 const uint8_t *wp = (const uint8_t *)w->packed + (size_t)(g / 8) * (size_t)nb * xt->pblock;
-                fn(nb, wp, act + (size_t)t0 * xt->ablock, (size_t)n_tok, nt, dst);
+                fn(nb, wp, act + (size_t)t0 * xt->ablock, (size_t)stride, nt, dst);
             } else {
                 for (int b0 = 0; b0 < nb; b0 += chunk) {
                     const int kb = nb - b0 < chunk ? nb - b0 : chunk;
                     xt->pack((const uint8_t *)w->data + (size_t)g * wrow, wrow, b0, kb, pk);
-                    fn(kb, pk, act + ((size_t)b0 * (size_t)n_tok + (size_t)t0) * xt->ablock, (size_t)n_tok, nt, dst);
+                    fn(kb, pk, act + ((size_t)b0 * (size_t)stride + (size_t)t0) * xt->ablock, (size_t)stride, nt, dst);
                 }
             }
             if (dst == acc)
@@ -142,7 +147,7 @@ static void dot_rows(mm_job *j, int64_t r0, int64_t r1) {
         int64_t end = base + w->nrows;
         if (r0 < end) {
             int64_t a = r0 - base, b = (r1 < end ? r1 : end) - base;
-            if (j->x8[o]) { /* whole groups interleaved, the last nrows % 8 rows plain */
+            if (j->oi[o].x8) { /* whole groups interleaved, the last nrows % 8 rows plain */
                 const int64_t n8 = w->nrows & ~(int64_t)7;
                 if (a < n8) x8_rows(j, o, a, b < n8 ? b : n8);
                 if (b <= n8) {
@@ -154,17 +159,18 @@ static void dot_rows(mm_job *j, int64_t r0, int64_t r1) {
             }
             const kq_traits *tr = kq_get(w->type);
             size_t wrow = kq_row_size(w->type, w->ncols);
-            const uint8_t *act = j->act[j->out_act[o]];
-            size_t arow = j->act_row[j->out_act[o]];
+            size_t arow = j->act_row[j->oi[o].act];
+            const uint8_t *act = j->act[j->oi[o].act] + (size_t)j->oi[o].t0 * arow;
+            const int n_tok = j->oi[o].nt;
             float *y = j->outs[o].y;
             int64_t ldy = j->outs[o].ldy;
-            kk_tile_fn tile = j->tile[o];
+            kk_tile_fn tile = j->oi[o].tile;
             for (int64_t rt = a; rt < b; rt += ROW_TILE) {
                 int64_t re = rt + ROW_TILE < b ? rt + ROW_TILE : b;
                 int t = 0;
                 if (tile) {
                     int64_t r4 = rt + ((re - rt) & ~(int64_t)3);
-                    for (; t + 4 <= j->n_tok; t += 4) {
+                    for (; t + 4 <= n_tok; t += 4) {
                         const uint8_t *xa = act + (size_t)t * arow;
                         float *yt = y + (int64_t)t * ldy;
                         for (int64_t r = rt; r < r4; r += 4)
@@ -175,7 +181,7 @@ static void dot_rows(mm_job *j, int64_t r0, int64_t r1) {
                                             xa + (size_t)tt * arow);
                     }
                 }
-                for (; t < j->n_tok; t++) {
+                for (; t < n_tok; t++) {
                     const void *xa = act + (size_t)t * arow;
                     float *yt = y + (int64_t)t * ldy;
                     for (int64_t r = rt; r < re; r++)
@@ -210,9 +216,16 @@ static void dot_task(void *ud, int ith, int nth) {
 }
 
 void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch) {
+    kk_matmul_ranges(pool, outs, NULL, NULL, n_out, x, n_tok, scratch);
+}
+
+void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
+                      const float *x, int n_tok, void *scratch) {
+    mm_out_info oi[MAX_OUTS];
     mm_job j;
     memset(&j, 0, sizeof j);
     atomic_init(&j.next_tile, 0);
+    j.oi = oi;
     j.outs = outs;
     j.n_out = n_out;
     j.x = x;
@@ -222,10 +235,11 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
     const int isa = n_tok >= 4 ? kq_active_isa() : KQ_ISA_SCALAR; /* only tiles need it */
     for (int o = 0; o < n_out; o++) {
         const kk_mat *w = outs[o].w;
+        oi[o] = (mm_out_info){0, NULL, 0, nt ? t0[o] : 0, nt ? nt[o] : n_tok};
         /* x8 needs 8-row groups that start at multiples of 8 in the
          * concatenated rows, which the 16-row tiles then keep whole */
         const kk_x8_traits *xt = kk_x8_get(w->type);
-        if (kk_mat_interleavable(w) && j.total_rows % 8 == 0 && (w->packed || n_tok >= X8_MIN_TOK)) {
+        if (kk_mat_interleavable(w) && j.total_rows % 8 == 0 && (w->packed || oi[o].nt >= X8_MIN_TOK)) {
             int f = 0;
             while (f < j.n_x8 && j.x8t[f] != xt) f++;
             if (f == j.n_x8) {
@@ -235,7 +249,7 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
                 sp += ((size_t)n_tok * (size_t)(j.ncols / xt->blk) * xt->ablock + 63) & ~(size_t)63;
                 j.n_x8++;
             }
-            j.x8[o] = f + 1;
+            oi[o].x8 = f + 1;
             if (w->nrows % 8 == 0) {
                 j.total_rows += w->nrows;
                 continue;
@@ -255,8 +269,8 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
             }
             j.n_act++;
         }
-        j.out_act[o] = a;
-        j.tile[o] = n_tok >= 4 && isa >= KQ_ISA_AVX2 ? kk_tile_avx2(outs[o].w->type) : NULL;
+        oi[o].act = a;
+        oi[o].tile = oi[o].nt >= 4 && isa >= KQ_ISA_AVX2 ? kk_tile_avx2(outs[o].w->type) : NULL;
         j.total_rows += outs[o].w->nrows;
     }
     /* only non-F32 formats need converting */

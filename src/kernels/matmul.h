@@ -45,6 +45,9 @@ typedef struct kk_mm_out {
     int64_t ldy;
 } kk_mm_out;
 
+/* Most products one kk_matmul_multi call takes. */
+#define KK_MM_MAX_OUTS 512
+
 /* 1 when w's type has an interleaved form (pack.h) and w has at least one
  * whole group of 8 rows of whole blocks: what repacking and the
  * interleaved kernels both need. */
@@ -54,11 +57,17 @@ int kk_mat_interleavable(const kk_mat *w);
  * type (the largest activation format). */
 size_t kk_matmul_scratch_size(int64_t ncols, int n_tok);
 
-/* Computes n_out products that share the input x (all weights must have the
- * same ncols), e.g. Q, K and V from one normalized activation: x is
- * converted once per activation type and the rows of every product are
- * spread over the threads together. */
+/* Computes n_out (<= KK_MM_MAX_OUTS) products that share the input x (all
+ * weights must have the same ncols), e.g. Q, K and V from one normalized
+ * activation: x is converted once per activation type and the rows of every
+ * product are spread over the threads together. */
 void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch);
+/* The same with product i over activation rows t0[i] .. t0[i] + nt[i] - 1
+ * only, its y[t * ldy + r] the output of row t0[i] + t (a mixture of experts
+ * gives each expert the rows routed to it; ranges may overlap).  x is
+ * converted once for all n_tok rows. */
+void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
+                      const float *x, int n_tok, void *scratch);
 void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch);
 
 /* A 4 x 4 tile of a product: for r, t < 4

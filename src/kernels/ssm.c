@@ -1,0 +1,191 @@
+/* Gated DeltaNet kernels: the scalar references (ssm.h) and small helpers. */
+#include "kernels/ssm.h"
+
+#include "quant/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+float kk_softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+float kk_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void kk_l2norm(float *x, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float scale = 1.0f / fmaxf(sqrtf((float)ss), eps);
+    for (int i = 0; i < n; i++) x[i] *= scale;
+}
+
+void kk_rmsnorm_gated(float *out, const float *x, const float *w, const float *z, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i] * (z[i] / (1.0f + expf(-z[i])));
+}
+
+void kk_moe_route(const float *logits, int n_expert, int k, int norm, float scale, int32_t *ids, float *w) {
+    float mx = -INFINITY;
+    for (int e = 0; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
+    double sum = 0.0;
+    for (int e = 0; e < n_expert; e++) sum += expf(logits[e] - mx);
+    const float inv = (float)(1.0 / sum);
+    /* selection by the logits (the softmax keeps their order), k passes */
+    for (int i = 0; i < k; i++) {
+        int best = -1;
+        for (int e = 0; e < n_expert; e++) {
+            int taken = 0;
+            for (int j = 0; j < i && !taken; j++) taken = ids[j] == e;
+            if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+        }
+        ids[i] = best;
+        w[i] = expf(logits[best] - mx) * inv;
+    }
+    if (norm) {
+        float s = 0.0f;
+        for (int i = 0; i < k; i++) s += w[i];
+        if (s < 6.103515625e-5f) s = 6.103515625e-5f;
+        for (int i = 0; i < k; i++) w[i] /= s;
+    }
+    if (scale != 1.0f && scale != 0.0f)
+        for (int i = 0; i < k; i++) w[i] *= scale;
+}
+
+/* ------------------------------------------------------------ references */
+
+static float silu(float v) { return v / (1.0f + expf(-v)); }
+
+static void conv_silu_ref(const kk_conv *a) {
+    const int C = a->C, K = a->K;
+    for (int t = 0; t < a->n; t++) {
+        float *yt = a->y + (size_t)t * a->ldy;
+        for (int c = 0; c < C; c++) {
+            float acc = 0.0f;
+            /* taps 0..K-2 on the window (state then earlier tokens), K-1 on x_t */
+            for (int k = 0; k < K; k++) {
+                const int src = t + k - (K - 1); /* token index, < 0: state row K-1+src */
+                const float in = src < 0 ? a->state[(size_t)(K - 1 + src) * a->ldc + c] : a->x[(size_t)src * a->ldx + c];
+                acc += in * a->w[(size_t)k * a->ldc + c];
+            }
+            yt[c] = silu(acc);
+        }
+    }
+    /* the state becomes the last K - 1 inputs */
+    const int keep = K - 1;
+    for (int r = 0; r < keep; r++) {
+        const int src = a->n - keep + r; /* token index of state row r */
+        float *dst = a->state + (size_t)r * a->ldc;
+        if (src >= 0) memcpy(dst, a->x + (size_t)src * a->ldx, (size_t)C * sizeof(float));
+        else memmove(dst, a->state + (size_t)(r + a->n) * a->ldc, (size_t)C * sizeof(float));
+    }
+}
+
+static float dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void gdn_step_ref(const kk_gdn *a) {
+    const int dk = a->dk, dv = a->dv;
+    for (int t = 0; t < a->n; t++) {
+        const float *q = a->q + (size_t)t * a->ld_qk, *k = a->k + (size_t)t * a->ld_qk;
+        const float *v = a->v + (size_t)t * a->ld_v;
+        const float decay = expf(a->g[(size_t)t * a->ld_gb]), beta = a->beta[(size_t)t * a->ld_gb];
+        float *o = a->o + (size_t)t * a->ld_o;
+        for (int j = 0; j < dv; j++) {
+            float *row = a->s + (size_t)j * dk;
+            for (int i = 0; i < dk; i++) row[i] *= decay;
+            const float d = (v[j] - dot(row, k, dk)) * beta;
+            for (int i = 0; i < dk; i++) row[i] += d * k[i];
+            o[j] = dot(row, q, dk) * a->scale;
+        }
+    }
+}
+
+/* One chunk of c <= KK_GDN_CHUNK tokens (see ssm.h for the algebra). */
+static void gdn_piece_ref(const kk_gdn *a, int t0, int c) {
+    const int dk = a->dk, dv = a->dv, C = KK_GDN_CHUNK;
+    float *sk = a->scratch, *sq = sk + (size_t)C * dv, *u = sq + (size_t)C * dv;
+    float *kk = u + (size_t)C * dv, *kq = kk + (size_t)C * C, *G = kq + (size_t)C * C, *eG = G + C;
+    const float *K[KK_GDN_CHUNK], *Q[KK_GDN_CHUNK], *V[KK_GDN_CHUNK];
+    float beta[KK_GDN_CHUNK];
+    float acc = 0.0f;
+    for (int t = 0; t < c; t++) {
+        K[t] = a->k + (size_t)(t0 + t) * a->ld_qk;
+        Q[t] = a->q + (size_t)(t0 + t) * a->ld_qk;
+        V[t] = a->v + (size_t)(t0 + t) * a->ld_v;
+        beta[t] = a->beta[(size_t)(t0 + t) * a->ld_gb];
+        acc += a->g[(size_t)(t0 + t) * a->ld_gb];
+        G[t] = acc;
+        eG[t] = expf(acc);
+    }
+    /* S0 k_t and S0 q_t, row by row */
+    for (int j = 0; j < dv; j++) {
+        const float *row = a->s + (size_t)j * dk;
+        for (int t = 0; t < c; t++) {
+            sk[(size_t)t * dv + j] = dot(row, K[t], dk);
+            sq[(size_t)t * dv + j] = dot(row, Q[t], dk);
+        }
+    }
+    for (int t = 0; t < c; t++)
+        for (int s = 0; s <= t; s++) {
+            kk[t * C + s] = dot(K[t], K[s], dk);
+            kq[t * C + s] = dot(K[s], Q[t], dk);
+        }
+    /* u_t by forward substitution, then the outputs */
+    for (int t = 0; t < c; t++) {
+        float *ut = u + (size_t)t * dv;
+        for (int j = 0; j < dv; j++) ut[j] = beta[t] * (V[t][j] - eG[t] * sk[(size_t)t * dv + j]);
+        for (int s = 0; s < t; s++) {
+            const float f = beta[t] * expf(G[t] - G[s]) * kk[t * C + s];
+            const float *us = u + (size_t)s * dv;
+            for (int j = 0; j < dv; j++) ut[j] -= f * us[j];
+        }
+        float *o = a->o + (size_t)(t0 + t) * a->ld_o;
+        for (int j = 0; j < dv; j++) o[j] = eG[t] * sq[(size_t)t * dv + j];
+        for (int s = 0; s <= t; s++) {
+            const float f = expf(G[t] - G[s]) * kq[t * C + s];
+            const float *us = u + (size_t)s * dv;
+            for (int j = 0; j < dv; j++) o[j] += f * us[j];
+        }
+        for (int j = 0; j < dv; j++) o[j] *= a->scale;
+    }
+    /* the state at the end of the piece */
+    const float last = G[c - 1];
+    for (int s = 0; s < c; s++) {
+        const float f = expf(last - G[s]);
+        for (int j = 0; j < dv; j++) u[(size_t)s * dv + j] *= f;
+    }
+    for (int j = 0; j < dv; j++) {
+        float *row = a->s + (size_t)j * dk;
+        for (int i = 0; i < dk; i++) row[i] *= eG[c - 1];
+        for (int s = 0; s < c; s++) {
+            const float us = u[(size_t)s * dv + j];
+            for (int i = 0; i < dk; i++) row[i] += us * K[s][i];
+        }
+    }
+}
+
+static void gdn_chunk_ref(const kk_gdn *a) {
+    for (int t = 0; t < a->n;) {
+        const int pos = a->pos0 + t, end = (pos / KK_GDN_CHUNK + 1) * KK_GDN_CHUNK - a->pos0;
+        const int c = (end < a->n ? end : a->n) - t;
+        gdn_piece_ref(a, t, c);
+        t += c;
+    }
+}
+
+static const kk_ssm_ops scalar_ops = {
+    .conv_silu = conv_silu_ref,
+    .gdn_step = gdn_step_ref,
+    .gdn_chunk = gdn_chunk_ref,
+};
+
+const kk_ssm_ops *kk_ssm_ops_at(int isa) {
+    if (isa == KQ_ISA_SCALAR) return &scalar_ops;
+    if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_ssm_ops_avx2();
+    return NULL;
+}
+
+const kk_ssm_ops *kk_ssm_ops_best(void) { return kq_active_isa() >= KQ_ISA_AVX2 ? kk_ssm_ops_avx2() : &scalar_ops; }

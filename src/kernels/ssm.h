@@ -1,0 +1,107 @@
+/*
+ * ssm — the kernels of a Gated DeltaNet layer (qwen35, qwen3next): the
+ * causal depthwise convolution with its carried state, and the gated delta
+ * rule in its recurrent form (one token after the other) and its chunked
+ * form (KK_GDN_CHUNK tokens at a time as small matrix products).
+ * All F32.  Each kernel has a scalar reference here and an AVX2 twin
+ * (ssm_avx2.c); kk_ssm_ops_at() hands out one set or the other.
+ */
+#ifndef KILN_SSM_H
+#define KILN_SSM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Causal depthwise convolution of K taps over n tokens of C channels, then
+ * SiLU:  y[t][c] = silu(sum_k w[k][c] * in[t + k][c]), where in is the
+ * previous K - 1 inputs (state) followed by x, and tap K - 1 meets the
+ * current token.  The sum runs over k in order from 0, in float.
+ *   x      [n] rows of ldx floats (channels 0..C-1 used)
+ *   w      [K] rows of ldc floats: the taps, tap-major (the family
+ *          transposes GGUF's [C][K]); ldc >= C, so a caller can hand a
+ *          thread a slice of the channels
+ *   state  [K - 1] rows of ldc floats, oldest first; on return the last
+ *          K - 1 inputs
+ *   y      [n] rows of ldy floats; may not alias x
+ * K is at most KK_CONV_MAX_K. */
+#define KK_CONV_MAX_K 16
+typedef struct kk_conv {
+    int n, C, K;
+    const float *x;
+    size_t ldx;
+    const float *w;
+    float *state;
+    size_t ldc;
+    float *y;
+    size_t ldy;
+} kk_conv;
+
+/* The gated delta rule of one value head over n tokens, state S [dv][dk]
+ * (row j belongs to value element j):
+ *   S = e^g_t S;  d = beta_t (v_t - S k_t);  S += d k_t^T;  o_t = scale S q_t
+ * q and k are the head's L2-normalized query and key, g_t <= 0 its log
+ * decay.  The recurrent form (gdn_step) follows those lines per token: a
+ * row's decay, its dot with k, its update and its dot with q, rows in
+ * order.  The chunked form (gdn_chunk) cuts the tokens at absolute
+ * positions that are multiples of KK_GDN_CHUNK (pos0 is the first token's)
+ * and computes each piece at once from its start state S0 with G_t the
+ * decay summed over the piece up to t:
+ *   u_t = beta_t (v_t - e^G_t S0 k_t) - sum_{s<t} beta_t e^(G_t-G_s) (k_t.k_s) u_s
+ *   o_t = scale (e^G_t S0 q_t + sum_{s<=t} e^(G_t-G_s) (k_s.q_t) u_s)
+ *   S   = e^G_last S0 + sum_s e^(G_last-G_s) u_s k_s^T
+ * which is the recurrence rearranged (within float rounding of it; the
+ * tests bound the difference).  Both forms give the same bits on every
+ * twin up to the order of sums. */
+#define KK_GDN_CHUNK 16
+typedef struct kk_gdn {
+    int n;
+    int pos0;               /* absolute position of token 0 (chunk alignment) */
+    int dk, dv;
+    const float *q, *k;     /* token t at q + t * ld_qk: [dk] */
+    size_t ld_qk;
+    const float *v;         /* token t at v + t * ld_v: [dv] */
+    size_t ld_v;
+    const float *g, *beta;  /* token t at g[t * ld_gb], beta[t * ld_gb] */
+    size_t ld_gb;
+    float scale;
+    float *s;               /* [dv][dk], updated */
+    float *o;               /* token t at o + t * ld_o: [dv] */
+    size_t ld_o;
+    float *scratch;         /* kk_gdn_scratch(dk, dv) floats (chunked form) */
+} kk_gdn;
+
+static inline size_t kk_gdn_scratch(int dk, int dv) {
+    const size_t C = KK_GDN_CHUNK;
+    /* S0 k, S0 q, u: [C][dv] each; k.k and k.q: [C][C]; G, e^G: [C] */
+    return 3 * C * (size_t)dv + 2 * C * C + 2 * C + 16;
+}
+
+typedef struct kk_ssm_ops {
+    void (*conv_silu)(const kk_conv *a);
+    void (*gdn_step)(const kk_gdn *a);
+    void (*gdn_chunk)(const kk_gdn *a);
+} kk_ssm_ops;
+
+/* The set of exactly level isa (a KQ_ISA_* value), NULL if there is none or
+ * the CPU lacks it; kk_ssm_ops_best() the best at or below kq_init's. */
+const kk_ssm_ops *kk_ssm_ops_at(int isa);
+const kk_ssm_ops *kk_ssm_ops_best(void);
+const kk_ssm_ops *kk_ssm_ops_avx2(void);
+
+/* In place: x = x / max(||x||, eps), the norm's square summed in double
+ * (ggml_l2_norm). */
+void kk_l2norm(float *x, int n, float eps);
+/* out = rms(x) * w * silu(z) over n (Gated DeltaNet's output norm). */
+void kk_rmsnorm_gated(float *out, const float *x, const float *w, const float *z, int n, float eps);
+/* softplus(x) = log(1 + e^x), with ggml's cut-off (x > 20: x). */
+float kk_softplus(float x);
+float kk_sigmoid(float x);
+
+/* Mixture-of-experts routing of one token: softmax over n_expert router
+ * logits, the k largest (ties to the lower id), their probabilities
+ * renormalized to sum 1 when norm (the sum clamped below at 6.1e-5, F16's
+ * smallest normal) and then times scale (1: none).  ids[k], w[k] in
+ * descending order.  logits is left unchanged. */
+void kk_moe_route(const float *logits, int n_expert, int k, int norm, float scale, int32_t *ids, float *w);
+
+#endif
