@@ -188,6 +188,15 @@ typedef struct kiln_model_info {
     uint64_t step_bytes;     /* tensor bytes one decode step reads: all but
                                 the token embedding (one row of it), unless
                                 the output projection is that same tensor */
+    uint64_t active_bytes;   /* the same for one token of a mixture of
+                                experts: only its experts' rows (= step_bytes
+                                for other models) */
+    int32_t n_attn_layer;    /* layers with a KV cache (hybrid models: the
+                                full-attention ones; the rest are recurrent) */
+    uint64_t kv_bytes_per_token; /* K and V of one token over those layers,
+                                    F16 cache */
+    uint64_t state_bytes;    /* recurrent state one sequence holds, whatever
+                                its length (0: none) */
 } kiln_model_info;
 
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *info);
@@ -235,9 +244,13 @@ typedef struct kiln_context_params {
     int32_t n_seq_max;  /* sequences that may be live at once */
     int32_t n_threads;  /* 0 = all online CPUs */
     int32_t kv_type;    /* KILN_KV_F16, KILN_KV_F32 or KILN_KV_Q8_0 */
-    uint64_t mem_limit; /* bytes the KV cache may take; 0 = half of RAM */
+    uint64_t mem_limit; /* bytes the KV cache and the recurrent state may
+                           take; 0 = half of RAM */
     int32_t embeddings; /* 1: keep the final hidden states (after the output
                            norm) of requested tokens instead of logits */
+    int32_t n_state_snapshots; /* models with recurrent layers: copies of a
+                           sequence's state kept for prefix reuse and
+                           kiln_seq_truncate; 0 = 4 per sequence, -1 = none */
 } kiln_context_params;
 
 kiln_context_params kiln_context_default_params(void);
@@ -274,8 +287,22 @@ const float *kiln_get_logits(kiln_context *c, int32_t i);
 const float *kiln_get_embeddings(kiln_context *c, int32_t i);
 /* Tokens held for seq. */
 int32_t kiln_seq_len(const kiln_context *c, int32_t seq);
-/* Drops the tokens of seq from position p on (p = 0 clears it). */
+/* Drops the tokens of seq from position p on (p = 0 clears it).  A model
+ * with recurrent layers (qwen35, qwen35moe, qwen3next) keeps a state that
+ * cannot be cut back to any position: only to 0, to the current length, or
+ * where the context kept a snapshot of seq (the end of each prompt chunk,
+ * its last block boundary, where kiln_seq_cache was called);
+ * elsewhere this fails with KILN_ERR_STATE and changes nothing. */
 kiln_status kiln_seq_truncate(kiln_context *c, int32_t seq, int32_t p);
+/* The largest position q <= p that kiln_seq_truncate(c, seq, q) accepts:
+ * p itself (at most the length) for models whose state is their KV cache;
+ * for recurrent ones the nearest snapshot, else 0. */
+int32_t kiln_seq_truncate_point(const kiln_context *c, int32_t seq, int32_t p);
+/* Makes dst (which must be empty) hold what src holds: whole KV blocks
+ * shared (copy on write), the last partial one copied, the recurrent state
+ * copied.  A fork to try tokens on (speculative decoding) and drop with
+ * kiln_seq_truncate(dst, 0). */
+kiln_status kiln_seq_copy(kiln_context *c, int32_t src, int32_t dst);
 
 /* Prefix cache.  The KV cache is made of blocks of block_tokens tokens; a
  * full block whose tokens were published with kiln_seq_cache can be shared
@@ -289,7 +316,14 @@ kiln_status kiln_seq_truncate(kiln_context *c, int32_t seq, int32_t p);
  * token to decode, and returns the tokens now held (a multiple of
  * block_tokens); decode continues with tokens[returned..n).
  * kiln_seq_cache: tokens[0..n) are the first n tokens seq holds; publishes
- * its full blocks among them (call again as the sequence grows). */
+ * its full blocks among them (call again as the sequence grows).
+ * Models with recurrent layers reuse a prefix only where a snapshot of a
+ * state after exactly those tokens exists (kiln_seq_cache keys seq's
+ * snapshots by their tokens and takes one at the current length): the
+ * returned count is then that snapshot's position (any, not only a
+ * multiple of block_tokens), possibly 0; decoding resumes from it as if
+ * the prefix had just been decoded.  Where the KV cache matched further
+ * than any snapshot, the next prefill of seq takes one at that point. */
 int32_t kiln_seq_reuse(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n);
 kiln_status kiln_seq_cache(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n);
 
@@ -300,6 +334,9 @@ typedef struct kiln_kv_stats {
     int32_t n_cached;       /* unheld but kept for reuse */
     uint64_t lookup_blocks; /* blocks kiln_seq_reuse looked up, in total */
     uint64_t hit_blocks;    /* of those, found */
+    int32_t state_snapshots;  /* recurrent models: snapshot slots in use */
+    int32_t state_slots;      /* and in all */
+    uint64_t state_restores;  /* states restored (reuse, truncate) */
 } kiln_kv_stats;
 void kiln_kv_get_stats(const kiln_context *c, kiln_kv_stats *out);
 

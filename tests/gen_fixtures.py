@@ -1149,6 +1149,369 @@ def gen_toolcall():
           (cfg.name, len(prompt), len(gen), os.path.getsize(gguf)))
 
 
+
+# ---------------------------------------------------------------------------
+# Hybrid fixtures: the Qwen 3.5 family (qwen35, qwen35moe, qwen3next), Gated
+# DeltaNet layers between gated full-attention layers, dense or mixture-of-
+# experts FFN.  Layouts as llama.cpp reads them (see the file description in
+# the repository's tests/data/hybrid/README.md):
+#   - recurrent layer: attn_qkv rows [q heads | k heads | v heads], attn_gate
+#     (z), ssm_conv1d [K taps per channel], ssm_dt.bias, ssm_a (= -exp(A_log)),
+#     ssm_beta + ssm_alpha (qwen35*) or ssm_ba grouped per key head as
+#     [beta x r, alpha x r] (qwen3next), ssm_norm, ssm_out;
+#   - value head j reads key head j mod Hk (qwen35*) or j // (Hv / Hk)
+#     (qwen3next);
+#   - attention layer: attn_q rows per head [query | gate], q/k norms, NeoX
+#     RoPE on the first n_rot dims, output times sigmoid(gate);
+#   - MoE: softmax router (F32), top k renormalized, experts as 3-D tensors,
+#     a shared expert gated by sigmoid(ffn_gate_inp_shexp . h).
+# The reference runs the delta rule in its recurrent form, token by token,
+# in float64, recomputing the whole sequence each greedy step.
+
+STORIES = os.path.join(HERE, "..", "models", "stories260K.gguf")
+HYB_PROMPT = 40     # tokens: more than a KV block (16) and a delta-rule chunk (16)
+
+HYBRID = [
+    Cfg(name="qwen35", arch="qwen35", n_embd=32, n_layer=6, interval=3, n_head=4, n_head_kv=2, head_dim=16,
+        n_rot=8, n_ff=48, Hk=2, Hv=4, Dk=16, K=4, eps=1e-6, rope_base=10000000.0, ctx=4096, n_expert=0,
+        grouped=False, ba=False, layer_array=False, mtp=1, seed=9000),
+    Cfg(name="qwen35moe", arch="qwen35moe", n_embd=32, n_layer=4, interval=2, n_head=4, n_head_kv=2,
+        head_dim=16, n_rot=8, n_ff=64, Hk=2, Hv=4, Dk=16, K=4, eps=1e-6, rope_base=10000.0, ctx=4096,
+        n_expert=4, n_used=2, F_exp=32, F_sh=32, grouped=False, ba=False, layer_array=False, mtp=0, seed=9100,
+        quant="q8_0"),
+    Cfg(name="qwen3next", arch="qwen3next", n_embd=32, n_layer=4, interval=2, n_head=4, n_head_kv=2,
+        head_dim=16, n_rot=8, n_ff=64, Hk=2, Hv=4, Dk=16, K=4, eps=1e-6, rope_base=10000.0, ctx=4096,
+        n_expert=4, n_used=2, F_exp=32, F_sh=32, grouped=True, ba=True, layer_array=True, mtp=0, seed=9200),
+]
+
+
+def hyb_recurrent(cfg):
+    return [(i + 1) % cfg.interval != 0 for i in range(cfg.n_layer)]
+
+
+def hyb_weights(cfg, n_vocab, seed):
+    rng = np.random.default_rng(seed)
+    E, D, H, HK = cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv
+    Dk, Hk, Hv = cfg.Dk, cfg.Hk, cfg.Hv
+    conv_dim, vd = 2 * Hk * Dk + Hv * Dk, Hv * Dk
+    f32 = np.float32
+
+    def lin(n_out, n_in, gain=1.0):
+        return (rng.standard_normal((n_out, n_in)) * (gain / math.sqrt(n_in))).astype(f32)
+
+    def norm(n):
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(f32)
+
+    def ffn(p, moe):
+        if not moe:
+            W[p + "ffn_gate.weight"] = lin(cfg.n_ff, E)
+            W[p + "ffn_up.weight"] = lin(cfg.n_ff, E)
+            W[p + "ffn_down.weight"] = lin(E, cfg.n_ff, 2.0)
+            return
+        NE, Fe, Fs = cfg.n_expert, cfg.F_exp, cfg.F_sh
+        W[p + "ffn_gate_inp.weight"] = lin(NE, E, 2.0)
+        W[p + "ffn_gate_exps.weight"] = np.stack([lin(Fe, E) for _ in range(NE)])
+        W[p + "ffn_up_exps.weight"] = np.stack([lin(Fe, E) for _ in range(NE)])
+        W[p + "ffn_down_exps.weight"] = np.stack([lin(E, Fe, 2.0) for _ in range(NE)])
+        W[p + "ffn_gate_inp_shexp.weight"] = (rng.standard_normal(E) / math.sqrt(E)).astype(f32)
+        W[p + "ffn_gate_shexp.weight"] = lin(Fs, E)
+        W[p + "ffn_up_shexp.weight"] = lin(Fs, E)
+        W[p + "ffn_down_shexp.weight"] = lin(E, Fs, 2.0)
+
+    def attention(p):
+        W[p + "attn_q.weight"] = lin(2 * H * D, E)
+        W[p + "attn_k.weight"] = lin(HK * D, E)
+        W[p + "attn_v.weight"] = lin(HK * D, E)
+        W[p + "attn_output.weight"] = lin(E, H * D, 3.0)
+        W[p + "attn_q_norm.weight"] = norm(D)
+        W[p + "attn_k_norm.weight"] = norm(D)
+
+    W = {"token_embd.weight": (rng.standard_normal((n_vocab, E)) * (3.0 / math.sqrt(E))).astype(f32)}
+    moe = cfg.n_expert > 0
+    for i, rec in enumerate(hyb_recurrent(cfg)):
+        p = "blk.%d." % i
+        W[p + "attn_norm.weight"] = norm(E)
+        if rec:
+            W[p + "attn_qkv.weight"] = lin(conv_dim, E, 2.0)
+            W[p + "attn_gate.weight"] = lin(vd, E)
+            W[p + "ssm_conv1d.weight"] = (0.5 * rng.standard_normal((conv_dim, cfg.K))).astype(f32)
+            W[p + "ssm_dt.bias"] = (-0.5 + 0.5 * rng.standard_normal(Hv)).astype(f32)
+            W[p + "ssm_a"] = (-np.exp(rng.uniform(-2.0, 0.0, Hv))).astype(f32)
+            if cfg.ba:
+                W[p + "ssm_ba.weight"] = lin(2 * Hv, E, 2.0)
+            else:
+                W[p + "ssm_beta.weight"] = lin(Hv, E, 2.0)
+                W[p + "ssm_alpha.weight"] = lin(Hv, E, 2.0)
+            W[p + "ssm_norm.weight"] = norm(Dk)
+            W[p + "ssm_out.weight"] = lin(E, vd, 3.0)
+        else:
+            attention(p)
+        W[p + "post_attention_norm.weight"] = norm(E)
+        ffn(p, moe)
+    for i in range(cfg.n_layer, cfg.n_layer + cfg.mtp):  # an MTP block: loaded, never run
+        p = "blk.%d." % i
+        W[p + "attn_norm.weight"] = norm(E)
+        attention(p)
+        W[p + "post_attention_norm.weight"] = norm(E)
+        ffn(p, moe)
+        W[p + "nextn.eh_proj.weight"] = lin(E, 2 * E)
+        W[p + "nextn.enorm.weight"] = norm(E)
+        W[p + "nextn.hnorm.weight"] = norm(E)
+    W["output_norm.weight"] = norm(E)
+    return W
+
+
+def hyb_tensor_order(W):
+    def key(n):
+        if n.startswith("blk."):
+            return (1, int(n.split(".")[1]))
+        return (0 if n == "token_embd.weight" else 2, 0)
+    return sorted(W, key=key)
+
+
+def l2norm(x, eps):
+    n = torch.sqrt((x * x).sum(dim=-1, keepdim=True))
+    return x / torch.clamp(n, min=eps)
+
+
+def act_q8(x):
+    """x rounded as a runtime feeding it to a Q8_0 matrix does: float32,
+    then Q8_0 blocks of 32 (scale amax / 127 stored as F16)."""
+    a = x.detach().numpy().astype(np.float32)
+    return torch.from_numpy(quantize_q8_0(a)[1]).to(x.dtype)
+
+
+def hyb_forward(cfg, Wt, ids, q8=False):
+    """All-position logits [T, n_vocab].  q8: the weights are Q8_0 (all
+    matrices but the router's), so their inputs are rounded to Q8_0 first
+    (as llama.cpp and kiln compute a Q8_0 product)."""
+    qa = act_q8 if q8 else (lambda v: v)
+    T = len(ids)
+    E, D, H, HK = cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv
+    Dk, Hk, Hv, K = cfg.Dk, cfg.Hk, cfg.Hv, cfg.K
+    r = Hv // Hk
+    eps = float(np.float32(cfg.eps))
+    dtype = Wt["token_embd.weight"].dtype
+    silu, sig, softplus = torch.nn.functional.silu, torch.sigmoid, torch.nn.functional.softplus
+    # NeoX RoPE on the first n_rot dims
+    half = cfg.n_rot // 2
+    inv = cfg.rope_base ** (-2.0 * torch.arange(half, dtype=torch.float64) / cfg.n_rot)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv
+    cos, sin = torch.cos(ang).to(dtype)[:, None, :], torch.sin(ang).to(dtype)[:, None, :]
+
+    def rope(x):
+        a, b, rest = x[..., :half], x[..., half:cfg.n_rot], x[..., cfg.n_rot:]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos, rest], dim=-1)
+
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    x = Wt["token_embd.weight"][torch.tensor(ids)]
+    for l, rec in enumerate(hyb_recurrent(cfg)):
+        p = "blk.%d." % l
+        h = rms_norm(x, Wt[p + "attn_norm.weight"], eps)
+        if rec:
+            hq = qa(h)
+            qkv = hq @ Wt[p + "attn_qkv.weight"].T                     # [T, conv_dim]
+            z = (hq @ Wt[p + "attn_gate.weight"].T).view(T, Hv, Dk)
+            if cfg.ba:
+                ba = (hq @ Wt[p + "ssm_ba.weight"].T).view(T, Hk, 2 * r)
+                b, a = ba[:, :, :r].reshape(T, Hv), ba[:, :, r:].reshape(T, Hv)
+            else:
+                b, a = hq @ Wt[p + "ssm_beta.weight"].T, hq @ Wt[p + "ssm_alpha.weight"].T
+            beta = sig(b)
+            g = softplus(a + Wt[p + "ssm_dt.bias"]) * Wt[p + "ssm_a"]     # log decay, <= 0
+            w = Wt[p + "ssm_conv1d.weight"]                              # [conv_dim, K]
+            padded = torch.cat([torch.zeros(K - 1, qkv.shape[1], dtype=dtype), qkv])
+            conv = torch.stack([(padded[t:t + K].T * w).sum(dim=1) for t in range(T)])
+            conv = silu(conv)
+            q = l2norm(conv[:, :Hk * Dk].view(T, Hk, Dk), eps)
+            k = l2norm(conv[:, Hk * Dk:2 * Hk * Dk].view(T, Hk, Dk), eps)
+            v = conv[:, 2 * Hk * Dk:].view(T, Hv, Dk)
+            S = torch.zeros(Hv, Dk, Dk, dtype=dtype)                     # [head][value][key]
+            o = torch.zeros(T, Hv, Dk, dtype=dtype)
+            for t in range(T):
+                for j in range(Hv):
+                    kh = j // r if cfg.grouped else j % Hk
+                    S[j] = S[j] * torch.exp(g[t, j])
+                    d = beta[t, j] * (v[t, j] - S[j] @ k[t, kh])
+                    S[j] = S[j] + torch.outer(d, k[t, kh])
+                    o[t, j] = (S[j] @ q[t, kh]) / math.sqrt(Dk)
+            o = rms_norm(o, Wt[p + "ssm_norm.weight"], eps) * silu(z)
+            out = qa(o.reshape(T, Hv * Dk)) @ Wt[p + "ssm_out.weight"].T
+        else:
+            hq = qa(h)
+            qg = (hq @ Wt[p + "attn_q.weight"].T).view(T, H, 2 * D)
+            q, gate = qg[:, :, :D], qg[:, :, D:]
+            q = rope(rms_norm(q, Wt[p + "attn_q_norm.weight"], eps))
+            k = rope(rms_norm((hq @ Wt[p + "attn_k.weight"].T).view(T, HK, D), Wt[p + "attn_k_norm.weight"], eps))
+            v = (hq @ Wt[p + "attn_v.weight"].T).view(T, HK, D)
+            outs = []
+            for hh in range(H):
+                sc = (q[:, hh] @ k[:, hh // (H // HK)].T) / math.sqrt(D)
+                outs.append(torch.softmax(sc.masked_fill(mask, float("-inf")), dim=-1) @ v[:, hh // (H // HK)])
+            att = torch.stack(outs, dim=1) * sig(gate)
+            out = qa(att.reshape(T, H * D)) @ Wt[p + "attn_output.weight"].T
+        x = x + out
+        h = rms_norm(x, Wt[p + "post_attention_norm.weight"], eps)
+        hq = qa(h)
+        if cfg.n_expert == 0:
+            y = qa(silu(hq @ Wt[p + "ffn_gate.weight"].T) * (hq @ Wt[p + "ffn_up.weight"].T)) @ Wt[p + "ffn_down.weight"].T
+        else:
+            probs = torch.softmax(h @ Wt[p + "ffn_gate_inp.weight"].T, dim=-1)
+            top = torch.topk(probs, cfg.n_used, dim=-1)
+            wts = top.values / top.values.sum(dim=-1, keepdim=True)
+            y = torch.zeros_like(x)
+            for t in range(T):
+                for s in range(cfg.n_used):
+                    e = int(top.indices[t, s])
+                    a = silu(Wt[p + "ffn_gate_exps.weight"][e] @ hq[t]) * (Wt[p + "ffn_up_exps.weight"][e] @ hq[t])
+                    y[t] = y[t] + wts[t, s] * (Wt[p + "ffn_down_exps.weight"][e] @ qa(a))
+            sh = qa(silu(hq @ Wt[p + "ffn_gate_shexp.weight"].T) * (hq @ Wt[p + "ffn_up_shexp.weight"].T)) \
+                @ Wt[p + "ffn_down_shexp.weight"].T
+            y = y + sh * sig(h @ Wt[p + "ffn_gate_inp_shexp.weight"])[:, None]
+        x = x + y
+    x = rms_norm(x, Wt["output_norm.weight"], eps)
+    return qa(x) @ Wt["token_embd.weight"].T
+
+
+def hyb_reference(cfg, W, prompt, special, q8=False):
+    W64 = {k: torch.from_numpy(np.asarray(v, np.float64)) for k, v in W.items()}
+    ids, margins, last = list(prompt), [], None
+    for step in range(N_GEN):
+        logits = hyb_forward(cfg, W64, ids, q8)[-1]
+        if step == 0:
+            last = logits.clone()
+        top = torch.topk(logits, 2).values
+        margins.append(float(top[0] - top[1]))
+        ids.append(int(torch.argmax(logits)))
+    gen = ids[len(prompt):]
+    if min(margins) <= MIN_MARGIN or len(set(gen)) < MIN_DISTINCT or special & set(gen):
+        return None
+    W32 = {k: torch.from_numpy(np.asarray(v, np.float32)) for k, v in W.items()}
+    l32 = hyb_forward(cfg, W32, ids[:-1], q8)
+    am32 = torch.argmax(l32[len(prompt) - 1:], dim=-1).tolist()
+    assert am32 == gen, (cfg.name, am32, gen)
+    err32 = float((l32[len(prompt) - 1].double() - last).abs().max())
+    assert err32 < 1e-3, (cfg.name, err32)
+    return {"greedy": gen, "logits": last.numpy().astype("<f4"), "margins": margins,
+            "min_margin": min(margins), "f32_err": err32}
+
+
+def hyb_kvs(cfg, tok_kvs, name, ftype):
+    a = cfg.arch
+    kvs = [("general.architecture", T_STR, a),
+           ("general.name", T_STR, "kiln-fixture-" + name),
+           ("general.file_type", T_U32, ftype),
+           (a + ".context_length", T_U32, cfg.ctx),
+           (a + ".embedding_length", T_U32, cfg.n_embd),
+           (a + ".block_count", T_U32, cfg.n_layer + cfg.mtp),
+           (a + ".feed_forward_length", T_U32, cfg.n_ff),
+           (a + ".attention.head_count", T_U32, cfg.n_head),
+           (a + ".attention.head_count_kv", T_U32, cfg.n_head_kv),
+           (a + ".attention.key_length", T_U32, cfg.head_dim),
+           (a + ".attention.value_length", T_U32, cfg.head_dim),
+           (a + ".attention.layer_norm_rms_epsilon", T_F32, cfg.eps),
+           (a + ".rope.dimension_count", T_U32, cfg.n_rot),
+           (a + ".rope.freq_base", T_F32, cfg.rope_base)]
+    if cfg.arch != "qwen3next":
+        kvs.append((a + ".rope.dimension_sections", T_ARR, [2, 1, 1, 0], T_I32))
+    if cfg.n_expert:
+        kvs += [(a + ".expert_count", T_U32, cfg.n_expert), (a + ".expert_used_count", T_U32, cfg.n_used),
+                (a + ".expert_feed_forward_length", T_U32, cfg.F_exp),
+                (a + ".expert_shared_feed_forward_length", T_U32, cfg.F_sh)]
+    kvs += [(a + ".ssm.conv_kernel", T_U32, cfg.K), (a + ".ssm.state_size", T_U32, cfg.Dk),
+            (a + ".ssm.group_count", T_U32, cfg.Hk), (a + ".ssm.time_step_rank", T_U32, cfg.Hv),
+            (a + ".ssm.inner_size", T_U32, cfg.Hv * cfg.Dk)]
+    if cfg.layer_array:
+        kvs.append((a + ".attention.recurrent_layers", T_ARR, [int(x) for x in hyb_recurrent(cfg)], T_U8))
+    else:
+        kvs.append((a + ".full_attention_interval", T_U32, cfg.interval))
+    if cfg.mtp:
+        kvs.append((a + ".nextn_predict_layers", T_U32, cfg.mtp))
+    return kvs + tok_kvs
+
+
+def gen_hybrid(cfg):
+    g = GGUFFile(STORIES)
+    tok_kvs = [(k,) + (g.kv[k][0], g.kv[k][1]) + ((g.kv[k][2],) if g.kv[k][0] == T_ARR else ())
+               for k in g.kv_order if k.startswith("tokenizer.")]
+    n_vocab = len(g.get("tokenizer.ggml.tokens"))
+    types = g.get("tokenizer.ggml.token_type")
+    special = {i for i, t in enumerate(types) if t in (2, 3, 5)} | {1, 2}
+    quant = getattr(cfg, "quant", None)
+    for seed in range(cfg.seed, cfg.seed + 100):
+        rng = np.random.default_rng(seed)
+        prompt = [1] + [int(t) for t in rng.integers(3, n_vocab, HYB_PROMPT - 1)]
+        W = hyb_weights(cfg, n_vocab, seed)
+        ref = hyb_reference(cfg, W, prompt, special)
+        if ref is None:
+            continue
+        if quant:
+            qpacked, qdeq = hyb_quantize(W)
+            qref = hyb_reference(cfg, qdeq, prompt, special, q8=True)
+            if qref is None:
+                continue
+        break
+    else:
+        raise SystemExit("%s: no seed gives a usable greedy continuation" % cfg.name)
+    hyb_emit(cfg, cfg.name, tok_kvs, n_vocab, prompt, W, f32_packed(W), ref, seed, FTYPE_ALL_F32, "")
+    if quant:
+        diff = float(np.abs(qref["logits"] - ref["logits"]).max() / np.abs(ref["logits"]).max())
+        hyb_emit(cfg, cfg.name + "-" + quant, tok_kvs, n_vocab, prompt, qdeq, qpacked, qref, seed,
+                 FTYPE_MOSTLY_Q8_0,
+                 " Same weights as %s.gguf with the 2-D and 3-D weights (experts too) in Q8_0 by ggml's "
+                 "reference quantizer, the router, ssm_conv1d and 1-D tensors F32, as llama-quantize does; the "
+                 "reference runs on the dequantized weights with each Q8_0 product's input rounded to Q8_0 "
+                 "blocks, as a runtime computes it (this random network's routing flips on smaller changes). "
+                 "Max relative logit change from the F32 model: %.3g." %
+                 (cfg.name, diff))
+
+
+def hyb_quantize(W):
+    """Q8_0 for the matrices and expert tensors llama-quantize quantizes."""
+    packed, deq = {}, {}
+    for name, a in W.items():
+        if a.ndim >= 2 and "ffn_gate_inp.weight" not in name and "ssm_conv1d" not in name:
+            raw, d = quantize_q8_0(a)
+            packed[name], deq[name] = (GGML_Q8_0, raw), d
+        else:
+            packed[name], deq[name] = (GGML_F32, a.astype("<f4").tobytes()), a
+    return packed, deq
+
+
+def hyb_emit(cfg, name, tok_kvs, n_vocab, prompt, W, packed, ref, seed, ftype, extra):
+    names = hyb_tensor_order(W)
+    kvs = hyb_kvs(cfg, tok_kvs, name, ftype)
+    tensors = [(n, list(reversed(W[n].shape)), packed[n][0], (lambda b=packed[n][1]: b)) for n in names]
+    path = os.path.join(OUT_DIR, name + ".gguf")
+    write_gguf(path, kvs, tensors)
+    check_written(path, kvs, names, packed, W)
+    with open(os.path.join(OUT_DIR, name + ".logits.f32"), "wb") as f:
+        f.write(ref["logits"].tobytes())
+    kinds = "".join("R" if r else "A" for r in hyb_recurrent(cfg))
+    notes = ("%s: n_vocab %d (stories260K's tokenizer), n_embd %d, layers %s (R Gated DeltaNet, A full "
+             "attention%s)%s; attention %d/%d heads of %d, NeoX RoPE on %d dims, base %g; DeltaNet %d key heads, "
+             "%d value heads (%s), head %d, conv %d taps; FFN %s; tied output. Random weights, seed %d. "
+             "Prompt: BOS and %d random ids. Greedy ids from a float64 PyTorch forward with the recurrent delta "
+             "rule, recomputing the sequence each step; logits_file holds float32 logits at the last prompt "
+             "position. Smallest top-2 margin: %.4g; max |float32 - float64| logit: %.2g.%s" %
+             (cfg.arch, n_vocab, cfg.n_embd, kinds, ", from attention.recurrent_layers" if cfg.layer_array else
+              ", full_attention_interval %d" % cfg.interval,
+              " plus %d MTP block(s) that load but do not run" % cfg.mtp if cfg.mtp else "",
+              cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, cfg.rope_base, cfg.Hk, cfg.Hv,
+              "grouped" if cfg.grouped else "tiled", cfg.Dk, cfg.K,
+              "%d experts, %d used, width %d, shared expert %d%s" % (cfg.n_expert, cfg.n_used, cfg.F_exp, cfg.F_sh,
+                                                                    ", fused ssm_ba" if cfg.ba else "")
+              if cfg.n_expert else "dense SwiGLU %d" % cfg.n_ff,
+              seed, HYB_PROMPT - 1, ref["min_margin"], ref["f32_err"], extra))
+    meta = {"model": name + ".gguf", "prompt_ids": prompt, "n_vocab": n_vocab, "greedy_ids": ref["greedy"],
+            "logits_file": name + ".logits.f32",
+            "greedy_top2_margins": [round(m, 6) for m in ref["margins"]], "notes": notes}
+    with open(os.path.join(OUT_DIR, name + ".json"), "w", encoding="utf-8") as f:
+        f.write("{\n" + ",\n".join("  %s: %s" % (json.dumps(k), json.dumps(v, ensure_ascii=False))
+                                      for k, v in meta.items()) + "\n}\n")
+    print("%-16s greedy %s... min margin %.4f (%.0f KB)" % (name, ref["greedy"][:8], ref["min_margin"],
+                                                             os.path.getsize(path) / 1e3))
+
 # ---------------------------------------------------------------------------
 # Benchmark model: Qwen3-0.6B shapes, random F16 weights, streamed.
 
@@ -1224,6 +1587,7 @@ def main():
     ap.add_argument("--bench-bert", metavar="OUT.gguf", help="write a bge-small-shaped BERT for benchmarks")
     ap.add_argument("--embed", action="store_true", help="write only the embedding fixtures")
     ap.add_argument("--toolcall", action="store_true", help="write only the scripted tool-call fixture")
+    ap.add_argument("--hybrid", action="store_true", help="write only the qwen35 / qwen35moe / qwen3next fixtures")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.bench:
@@ -1233,13 +1597,17 @@ def main():
         gen_bench_bert(args.bench_bert)
         return
     os.makedirs(OUT_DIR, exist_ok=True)
-    if not args.embed and not args.toolcall:
+    only = args.embed or args.toolcall or args.hybrid
+    if not only:
         for cfg in FIXTURES:
             gen_fixture(cfg)
-    if not args.toolcall:
+    if not only or args.hybrid:
+        for cfg in HYBRID:
+            gen_hybrid(cfg)
+    if not only or args.embed:
         gen_bert_embed()
         gen_qwen3_embed()
-    if not args.embed:
+    if not only or args.toolcall:
         gen_toolcall()
     total = 0
     for fn in sorted(os.listdir(OUT_DIR)):

@@ -488,6 +488,7 @@ int cmd_chat(int argc, char **argv) {
         int keep = 0;
         while (keep < st.n_kv && keep < n && st.held[keep] == ids[keep]) keep++;
         if (keep == n) keep--; /* always feed at least one token */
+        keep = kiln_seq_truncate_point(st.c, 0, keep); /* a recurrent state resumes only at a snapshot */
         int n_ctx = kiln_context_n_ctx(st.c);
         if (n + 1 > n_ctx) {
             fprintf(stderr, "kiln chat: the conversation no longer fits the context of %d tokens\n", n_ctx);
@@ -500,6 +501,7 @@ int cmd_chat(int argc, char **argv) {
         p.n_prompt = n;
         p.n_past = keep;
         p.keep = 1;
+        p.reuse = 1; /* keys the prompt's end, where the reply is cut back to */
         p.n_predict = o.n_predict < 0 || o.n_predict > budget ? budget : o.n_predict;
         p.sampler = o.sp;
         gen_stats gs = {n - keep, 0, 0, 0, 0};
@@ -514,6 +516,7 @@ int cmd_chat(int argc, char **argv) {
             goto done;
         }
         if (gs.interrupted && gs.n_gen == 0) { /* Ctrl-C during the prompt: the message is not sent */
+            keep = kiln_seq_truncate_point(st.c, 0, keep);
             kiln_seq_truncate(st.c, 0, keep);
             st.n_kv = keep;
             if (st.tmpl) json_array_remove(st.messages, json_array_size(st.messages) - 1);
@@ -528,8 +531,9 @@ int cmd_chat(int argc, char **argv) {
         printf("\n");
         /* the cache keeps the prompt; the reply's tokens come back with the
          * next turn's text (re-rendered by the template, or re-tokenized) */
-        kiln_seq_truncate(st.c, 0, n);
-        st.n_kv = n;
+        const int cut = kiln_seq_truncate_point(st.c, 0, n);
+        kiln_seq_truncate(st.c, 0, cut);
+        st.n_kv = cut;
         if (st.tmpl) {
             st.n_held = 0;
             int hr = hold(&st, ids, n);

@@ -109,6 +109,22 @@ int cmd_show(int argc, char **argv) {
     printf("\nrunnable:  yes: %s, %d layers, n_embd %d, %d heads (%d KV), n_ff %d, vocab %d, context %d, %s\n",
            info.arch, info.n_layer, info.n_embd, info.n_head, info.n_head_kv, info.n_ff, info.n_vocab,
            info.n_ctx_train, info.ftype);
+    if (info.kv_bytes_per_token) {
+        /* what one sequence holds; beside it, a model of the same shapes
+         * whose every layer kept K and V */
+        const double ctx = 32768, mib = 1024.0 * 1024.0;
+        const uint64_t all = info.n_attn_layer ? info.kv_bytes_per_token / (uint64_t)info.n_attn_layer * (uint64_t)info.n_layer : 0;
+        printf("memory:    KV cache (F16) %llu bytes per token in %d of %d layers: %.1f MiB at a 32k context",
+               (unsigned long long)info.kv_bytes_per_token, info.n_attn_layer, info.n_layer,
+               (double)info.kv_bytes_per_token * ctx / mib);
+        if (info.n_attn_layer < info.n_layer)
+            printf(" (every layer attention: %.1f MiB); recurrent state %.2f MiB per sequence", (double)all * ctx / mib,
+                   (double)info.state_bytes / mib);
+        printf("\n");
+    }
+    if (info.active_bytes < info.step_bytes)
+        printf("experts:   a decode step reads %.2f MiB of the %.2f MiB of weights (the used experts only)\n",
+               (double)info.active_bytes / (1024.0 * 1024.0), (double)info.step_bytes / (1024.0 * 1024.0));
     kiln_model_free(m);
     return 0;
 }

@@ -8,7 +8,14 @@
  *     Q6_K for every target below Q8_0;
  *   - the _M mixes give attn_v and ffn_down Q6_K (Q4_K_M) or Q5_K (Q3_K_M)
  *     in the first and last eighth of the layers and every third layer
- *     between ("use more bits");
+ *     between ("use more bits"); attn_v counts with attn_qkv (a Gated
+ *     DeltaNet layer's fused input) by their order in the file, ffn_down
+ *     with the experts' and the shared expert's down projections by layer;
+ *   - with 8 experts, attn_v, attn_qkv and attn_k become Q8_0 and, in the
+ *     K mixes up to Q4_K_M, attn_output Q5_K;
+ *   - a mixture of experts' 3-D expert tensors are quantized like 2-D ones;
+ *     its router (ffn_gate_inp) and a Gated DeltaNet's ssm_conv1d keep
+ *     their type, as tensors whose names do not end in "weight" do;
  *   - a tensor whose rows don't divide into the type's blocks falls back to
  *     a type whose blocks fit (the caller hears of each one).
  * Metadata is copied, with general.file_type and
@@ -70,17 +77,46 @@ static int is_output(const gguf_file *f, const char *name) {
     return !strcmp(name, "token_embd.weight") && !gguf_find_tensor(f, "output.weight");
 }
 
+static int ends_with(const char *s, const char *tail) {
+    const size_t n = strlen(s), k = strlen(tail);
+    return n >= k && !strcmp(s + n - k, tail);
+}
+
+/* attn_v-like tensors: counted together, in file order */
+static int is_attn_v(const char *name) {
+    return strstr(name, "attn_v.weight") || strstr(name, "attn_qkv.weight") || strstr(name, "attn_kv_b.weight");
+}
+
+/* What the rules need from the whole file. */
+typedef struct qplan {
+    int n_layer;        /* {arch}.block_count */
+    int n_expert;       /* {arch}.expert_count */
+    int n_attn_v, i_attn_v; /* attn_v-like tensors, and how many came before */
+} qplan;
+
 /* Target type of tensor t under mix q; *wanted receives the type the rules
  * chose before the block-size fallback. */
-static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, int n_layer, int *wanted) {
+static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, qplan *qp, int *wanted) {
     *wanted = -1;
     if (t->n_dims < 2 || strstr(t->name, "norm")) return t->type == KQ_F16 || t->type == KQ_BF16 ? KQ_F32 : (int)t->type;
+    if (!ends_with(t->name, "weight") || strstr(t->name, "ffn_gate_inp.weight") || strstr(t->name, "ssm_conv1d"))
+        return (int)t->type;
     int want = q->base;
     int quantized = kq_get(want)->blck > 1;
     if (quantized && want != KQ_Q8_0 && is_output(f, t->name)) want = KQ_Q6_K;
-    if (q->more_bits >= 0 && (strstr(t->name, "attn_v.weight") || strstr(t->name, "ffn_down.weight"))) {
+    if (is_attn_v(t->name)) {
+        const int i = qp->i_attn_v++;
+        if (q->more_bits >= 0 && use_more_bits(i, qp->n_attn_v)) want = q->more_bits;
+        if (quantized && qp->n_expert == 8) want = KQ_Q8_0;
+    } else if (quantized && qp->n_expert == 8 && strstr(t->name, "attn_k.weight")) {
+        want = KQ_Q8_0;
+    } else if (quantized && qp->n_expert == 8 && strstr(t->name, "attn_output.weight") &&
+               (q->ftype == 11 || q->ftype == 12 || q->ftype == 14 || q->ftype == 15 || q->ftype == 25 ||
+                q->ftype == 30 || q->ftype == 10)) {
+        want = KQ_Q5_K; /* Q2_K, Q3_K_S/M, Q4_K_S/M, IQ4_NL, IQ4_XS */
+    } else if (q->more_bits >= 0 && strstr(t->name, "ffn_down")) {
         int l = layer_of(t->name);
-        if (l >= 0 && use_more_bits(l, n_layer)) want = q->more_bits;
+        if (l >= 0 && use_more_bits(l, qp->n_layer)) want = q->more_bits;
     }
     /* rows must divide into blocks; fall back toward finer blocks */
     *wanted = want;
@@ -164,11 +200,14 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "%s", err);
     char arch[64];
     char key[96];
-    int n_layer = 0;
+    qplan qp = {0, 0, 0, 0};
     if (gguf_get_cstr(f, "general.architecture", arch, sizeof arch, NULL)) {
         snprintf(key, sizeof key, "%s.block_count", arch);
-        n_layer = (int)gguf_get_int(f, key, 0);
+        qp.n_layer = (int)gguf_get_int(f, key, 0);
+        snprintf(key, sizeof key, "%s.expert_count", arch);
+        qp.n_expert = (int)gguf_get_int(f, key, 0);
     }
+    for (int i = 0; i < gguf_n_tensors(f); i++) qp.n_attn_v += is_attn_v(gguf_tensor_at(f, i)->name) != 0;
     kiln_status st = KILN_OK;
     int nt = gguf_n_tensors(f);
     int *types = calloc((size_t)(nt ? nt : 1), sizeof *types);
@@ -197,7 +236,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
             goto done;
         }
         int wanted;
-        types[i] = pick_type(f, t, q, n_layer, &wanted);
+        types[i] = pick_type(f, t, q, &qp, &wanted);
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
         if (params->on_tensor) {
             const int64_t nrows = t->ne[1] * t->ne[2] * t->ne[3];

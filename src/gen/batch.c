@@ -175,6 +175,7 @@ kiln_status gen_batch_add(gen_batch *b, const gen_params *p, int32_t seq, gen_sl
      * blocks; at least the last prompt token is fed */
     if (p->n_past > 0) {
         s->n_fed = p->n_past < p->n_prompt ? p->n_past : p->n_prompt - 1;
+        s->n_fed = kiln_seq_truncate_point(b->c, seq, s->n_fed); /* a recurrent state resumes at a snapshot */
         kiln_seq_truncate(b->c, seq, s->n_fed);
     } else {
         kiln_seq_truncate(b->c, seq, 0);

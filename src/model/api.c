@@ -2,6 +2,7 @@
  * status strings, errors, context creation and sizing, decode, tokenizer
  * wrappers. */
 #include "model/decoder.h"
+#include "model/state.h"
 
 #include "base/base.h"
 #include "quant/quant.h"
@@ -111,9 +112,18 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     if (p.n_ctx < 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "negative context size");
     if (p.n_ctx > hp->n_ctx_train)
         return kl_fail(NULL, KILN_ERR_INVALID_ARG, "context %d exceeds the model's %d", p.n_ctx, hp->n_ctx_train);
-    /* the usable context is the smaller of the model's and what the KV
-     * budget allows for n_seq_max sequences */
+    /* the usable context is the smaller of the model's and what the
+     * budget allows for n_seq_max sequences once the recurrent-state pool
+     * (allocated whole, whatever the context) is taken out of it */
     uint64_t budget = p.mem_limit ? p.mem_limit : default_kv_budget();
+    const int n_snap = !shape.rs_floats || p.n_state_snapshots < 0 ? 0
+                       : p.n_state_snapshots ? p.n_state_snapshots : KL_RS_SNAP_PER_SEQ * p.n_seq_max;
+    const uint64_t rs_bytes = shape.rs_floats ? kl_rs_bytes(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap) : 0;
+    if (rs_bytes >= budget)
+        return kl_fail(NULL, KILN_ERR_NOMEM,
+                       "the recurrent state of %d sequence(s) and %d snapshot(s) takes %llu MiB; the budget is %llu MiB",
+                       p.n_seq_max, n_snap, (unsigned long long)(rs_bytes >> 20), (unsigned long long)(budget >> 20));
+    budget -= rs_bytes;
     uint64_t per_tok = kl_kv_bytes_per_token(&shape, p.kv_type);
     uint64_t fit = per_tok ? budget / (per_tok * (uint64_t)p.n_seq_max) : (uint64_t)hp->n_ctx_train;
     int32_t n_ctx = p.n_ctx ? p.n_ctx : hp->n_ctx_train;
@@ -138,7 +148,8 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     char err[256];
     kq_init(KQ_ISA_AVX512);
     c->pool = kpool_new(p.n_threads);
-    if (!c->pool || kl_kv_init(&c->kv, &shape, p.kv_type, p.n_seq_max, n_ctx, err, sizeof err)) {
+    if (!c->pool || kl_kv_init(&c->kv, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap, err, sizeof err) ||
+        (shape.rs_floats && !(c->rs = kl_rs_new(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, err, sizeof err)))) {
         if (c->pool) kl_fail(NULL, KILN_ERR_NOMEM, "%s", err);
         else kl_fail(NULL, KILN_ERR_NOMEM, "cannot start threads");
         kiln_context_free(c);
@@ -182,6 +193,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
 void kiln_context_free(kiln_context *c) {
     if (!c) return;
     c->m->arch->family->ctx_free(c);
+    kl_rs_free(c->rs);
     kl_kv_free(&c->kv);
     if (c->pool) kpool_free(c->pool);
     void *bufs[] = {c->rope_cs, c->b_pos, c->b_seq, c->b_tile, c->out_idx, c->out_rows, c->att_scratch};
@@ -222,8 +234,21 @@ int32_t kiln_seq_len(const kiln_context *c, int32_t seq) {
 kiln_status kiln_seq_truncate(kiln_context *c, int32_t seq, int32_t p) {
     if (!c || seq < 0 || seq >= c->kv.n_seq || p < 0)
         return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
+    if (c->rs) return kl_rs_truncate(c, seq, p);
     kl_kv_truncate(&c->kv, seq, p);
     return KILN_OK;
+}
+
+int32_t kiln_seq_truncate_point(const kiln_context *c, int32_t seq, int32_t p) {
+    if (!c || seq < 0 || seq >= c->kv.n_seq || p < 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
+    if (c->rs) return kl_rs_restorable(c, seq, p);
+    return p < c->kv.seqs[seq].len ? p : c->kv.seqs[seq].len;
+}
+
+kiln_status kiln_seq_copy(kiln_context *c, int32_t src, int32_t dst) {
+    if (!c || src < 0 || src >= c->kv.n_seq || dst < 0 || dst >= c->kv.n_seq || src == dst)
+        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequences %d -> %d", src, dst);
+    return kl_rs_copy(c, src, dst);
 }
 
 /* -------------------------------------------------------------- tokenizer */

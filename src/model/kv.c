@@ -3,6 +3,7 @@
  * through a free list, and full blocks can be shared between sequences
  * through the prefix table (see model.h). */
 #include "model/model.h"
+#include "model/state.h"
 
 #include "base/base.h"
 
@@ -21,7 +22,8 @@ uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
     return (uint64_t)shape->n_attn_layer * (uint64_t)shape->n_head_kv * 2 * (uint64_t)head_row_bytes(shape->hd, type);
 }
 
-int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, char *err, size_t errlen) {
+int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra, char *err,
+               size_t errlen) {
     memset(kv, 0, sizeof *kv);
     kv->type = type;
     kv->hrow = head_row_bytes(shape->hd, type);
@@ -30,7 +32,7 @@ int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_
     kv->hd = shape->hd; /* keys and values have the same head size */
     kv->n_seq = n_seq;
     kv->max_blocks_per_seq = (n_ctx + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
-    kv->n_blocks = kv->max_blocks_per_seq * n_seq;
+    kv->n_blocks = kv->max_blocks_per_seq * n_seq + n_extra;
     kv->mem_bytes = (size_t)kv->n_blocks * KL_KV_BLOCK * kl_kv_bytes_per_token(shape, type);
     kv->mem = mmap(NULL, kv->mem_bytes ? kv->mem_bytes : 1, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -260,6 +262,50 @@ void kl_kv_register(kl_kv *kv, int seq, const int32_t *tokens, int32_t n) {
     }
 }
 
+uint64_t kl_kv_chain_key(const int32_t *tokens, int32_t nb) {
+    uint64_t key = 0;
+    for (int32_t i = 0; i < nb; i++) key = block_key(key, tokens + (size_t)i * KL_KV_BLOCK);
+    return key;
+}
+
+void kl_kv_pin(kl_kv *kv, int32_t b) {
+    if (kv->ref[b]++ == 0 && kv->hashed[b]) lru_unlink(kv, b);
+}
+
+void kl_kv_unpin(kl_kv *kv, int32_t b) { drop_block(kv, b); }
+
+int32_t kl_kv_copy_block(kl_kv *kv, int32_t src, int32_t n) {
+    int32_t b = take_block(kv);
+    if (b >= 0) copy_cells(kv, b, src, n);
+    return b;
+}
+
+int kl_kv_fork(kl_kv *kv, int src, int dst) {
+    kl_seq *s = &kv->seqs[src], *d = &kv->seqs[dst];
+    if (d->len || d->n_blocks) return -1;
+    const int32_t full = s->len / KL_KV_BLOCK, part = s->len % KL_KV_BLOCK;
+    int32_t last = -1;
+    if (part && (last = take_block(kv)) < 0) return -1;
+    for (int32_t i = 0; i < full; i++) {
+        kv->ref[s->blocks[i]]++;
+        d->blocks[i] = s->blocks[i];
+    }
+    d->n_blocks = full;
+    if (part) {
+        copy_cells(kv, last, s->blocks[full], part);
+        d->blocks[d->n_blocks++] = last;
+    }
+    d->n_hashed = s->n_hashed < full ? s->n_hashed : full;
+    d->len = s->len;
+    return 0;
+}
+
+void kl_kv_append_block(kl_kv *kv, int seq, int32_t b, int32_t len) {
+    kl_seq *s = &kv->seqs[seq];
+    s->blocks[s->n_blocks++] = b;
+    s->len = len;
+}
+
 /* Block-major: a block holds, layer by layer, its K then its V run
  * (n_head_kv * KL_KV_BLOCK head rows each), so a sequence's cache is
  * its blocks and nothing else: huge pages (the mapping asks for them) are
@@ -295,6 +341,8 @@ int32_t kiln_seq_reuse(kiln_context *c, int32_t seq, const int32_t *tokens, int3
     if (!c || seq < 0 || seq >= c->kv.n_seq || (!tokens && n) || n < 0)
         return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
     if (c->kv.seqs[seq].len != 0) return kl_fail(c, KILN_ERR_STATE, "sequence %d is not empty", seq);
+    if (n <= 1) return 0;
+    if (c->rs) return kl_rs_reuse(c, seq, tokens, n);
     return kl_kv_reuse(&c->kv, seq, tokens, n, n - 1);
 }
 
@@ -302,6 +350,7 @@ kiln_status kiln_seq_cache(kiln_context *c, int32_t seq, const int32_t *tokens, 
     if (!c || seq < 0 || seq >= c->kv.n_seq || (!tokens && n) || n < 0)
         return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
     kl_kv_register(&c->kv, seq, tokens, n);
+    if (c->rs) kl_rs_cache(c, seq, tokens, n);
     return KILN_OK;
 }
 
@@ -315,4 +364,9 @@ void kiln_kv_get_stats(const kiln_context *c, kiln_kv_stats *out) {
     out->n_used = kv->n_blocks - kv->n_free - kv->n_cached;
     out->lookup_blocks = kv->n_lookup_blocks;
     out->hit_blocks = kv->n_hit_blocks;
+    if (c->rs) {
+        out->state_slots = c->rs->n_snap;
+        for (int i = 0; i < c->rs->n_snap; i++) out->state_snapshots += c->rs->snap[i].pos >= 0;
+        out->state_restores = c->rs->n_restored;
+    }
 }

@@ -520,7 +520,16 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info) {
     const gguf_tensor *te = gguf_find_tensor(m->gf, "token_embd.weight");
     const int tied = m->output.data && m->output.data == m->tok_embd.data;
     if (te && !tied) info->step_bytes -= te->nbytes;
+    info->active_bytes = m->active_bytes ? m->active_bytes : m->n_bytes;
+    if (te && !tied) info->active_bytes -= te->nbytes;
     info->ftype = m->ftype;
+    if (m->arch->family->seq_shape) {
+        kl_seq_shape s;
+        m->arch->family->seq_shape(m, &s);
+        info->n_attn_layer = s.n_attn_layer;
+        info->kv_bytes_per_token = kl_kv_bytes_per_token(&s, KILN_KV_F16);
+        info->state_bytes = (uint64_t)s.rs_floats * sizeof(float);
+    }
 }
 
 const char *kiln_model_chat_template(const kiln_model *m) { return m->chat_template; }

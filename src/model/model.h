@@ -10,10 +10,13 @@
  * model.c   kiln_model_load: common hyperparameters, the tensor binder
  *           (shapes checked, 1-, 2- and 3-D), repacking
  * dense.c   llama, qwen2, qwen3: every layer attention + SwiGLU
+ * hybrid.c  qwen35, qwen35moe, qwen3next: Gated DeltaNet and gated full
+ *           attention layers, dense or mixture-of-experts FFN
  * bert.c    the bert encoder (embeddings only)
  * decoder.c what the decoder families share: the batch's positions,
  *           attention over the KV cache, the output head (decoder.h)
  * kv.c      the paged KV cache of the attention layers
+ * state.c   the recurrent-state pool: a slot per sequence, snapshots
  * api.c     contexts and the public decode/sequence calls
  * embed.c   kiln_embedder: formatting, limits, pooling, fingerprints
  */
@@ -64,6 +67,7 @@ typedef struct kl_seq_shape {
     int n_attn_layer;       /* layers with a KV cache */
     int n_head_kv, hd;      /* their KV heads and head size */
     size_t rs_floats;       /* recurrent state per sequence */
+    size_t roll_floats;     /* recorded inputs of a rollback run (state.h) */
 } kl_seq_shape;
 
 /* The weights repacking may cover (model.c's repack): matrices and the
@@ -121,6 +125,10 @@ struct kl_family {
     void (*ctx_free)(kiln_context *c);
     /* Runs a batch checked by kl_batch_begin (decoder.h). */
     kiln_status (*forward)(kiln_context *c, const kiln_batch *b, int n_out);
+    /* Recurrent families: recomputes seq's live state (already set back to
+     * the state before its last recorded run, state.h) over the first n
+     * tokens of that run. */
+    void (*replay)(kiln_context *c, int seq, int32_t n);
     /* Encoders: a workspace for up to cap_tok token rows and the pooled
      * forward pass (kiln_embedder, kiln_reranker and the decision engine
      * call these).  The batch is unpadded (model/encoder.h): n_seq token
@@ -150,6 +158,7 @@ enum { KL_PAIR_SPECIALS = 0, KL_PAIR_BERT = 1, KL_PAIR_CLS_SEP = 2 };
 enum { KL_POOL_MEAN = 1, KL_POOL_CLS = 2, KL_POOL_LAST = 3, KL_POOL_RANK = 4 };
 
 extern const kl_family kl_family_dense;
+extern const kl_family kl_family_hybrid;
 extern const kl_family kl_family_bert;
 extern const kl_family kl_family_modernbert;
 extern const kl_family kl_family_gemma_embed;
@@ -233,7 +242,7 @@ typedef struct kl_kv {
     int32_t max_blocks_per_seq;
     kl_seq *seqs;
     /* per block */
-    int32_t *ref;         /* sequences holding it */
+    int32_t *ref;         /* sequences (and state snapshots) holding it */
     uint8_t *hashed;      /* 1 when registered in the table */
     uint64_t *bhash;      /* its key when registered */
     int32_t *btok;        /* [n_blocks][KL_KV_BLOCK] its tokens when registered */
@@ -247,8 +256,11 @@ typedef struct kl_kv {
 } kl_kv;
 
 /* shape: the attention layers' heads (n_attn_layer may be 0: the cache
- * then only tracks lengths and prefix keys). */
-int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, char *err, size_t errlen);
+ * then only tracks lengths and prefix keys).  n_extra blocks beyond what
+ * n_seq sequences of n_ctx tokens take: room for the blocks state
+ * snapshots pin. */
+int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra, char *err,
+               size_t errlen);
 void kl_kv_free(kl_kv *kv);
 /* Makes sure seq can hold `len` tokens (evicting cached blocks if the free
  * list is empty); returns -1 when out of blocks. */
@@ -263,6 +275,22 @@ int32_t kl_kv_reuse(kl_kv *kv, int seq, const int32_t *tokens, int32_t n, int32_
 /* Registers the full blocks among the first n tokens of seq (tokens are
  * its contents from position 0). */
 void kl_kv_register(kl_kv *kv, int seq, const int32_t *tokens, int32_t n);
+/* Key of the chain of nb full blocks tokens[0 .. nb * KL_KV_BLOCK), as
+ * registering them computes it. */
+uint64_t kl_kv_chain_key(const int32_t *tokens, int32_t nb);
+/* An extra reference to block b (a state snapshot pins the block its last
+ * tokens are in) and its release. */
+void kl_kv_pin(kl_kv *kv, int32_t b);
+void kl_kv_unpin(kl_kv *kv, int32_t b);
+/* A block of its own holding the first n cells of block src; -1 when none
+ * is free. */
+int32_t kl_kv_copy_block(kl_kv *kv, int32_t src, int32_t n);
+/* Appends block b (held by the caller's reference) to seq, which then
+ * holds len tokens. */
+void kl_kv_append_block(kl_kv *kv, int seq, int32_t b, int32_t len);
+/* dst (empty) takes src's tokens: whole blocks shared, the partly filled
+ * last one copied.  -1 when dst is not empty or no block is free. */
+int kl_kv_fork(kl_kv *kv, int src, int dst);
 static inline int64_t kl_kv_cell(const kl_kv *kv, int seq, int32_t pos) {
     return (int64_t)kv->seqs[seq].blocks[pos / KL_KV_BLOCK] * KL_KV_BLOCK + pos % KL_KV_BLOCK;
 }
@@ -283,6 +311,7 @@ struct kiln_context {
     kpool *pool;
     kl_seq_shape shape;
     kl_kv kv;
+    struct kl_rs *rs;         /* recurrent state (state.h), NULL without */
     /* the batch as kl_batch_begin resolved it */
     int32_t *b_pos, *b_seq;   /* [n_batch] positions and sequences */
     int32_t *out_idx;         /* batch index -> logits row, -1 if none */

@@ -1,0 +1,990 @@
+/*
+ * The hybrid family: qwen35, qwen35moe, qwen3next (the Qwen 3.5 family).
+ * Layers are of two kinds, read from the metadata (attention.recurrent_layers,
+ * else full_attention_interval: layer i is full attention iff
+ * (i + 1) % interval == 0), each followed by a dense SwiGLU FFN or a mixture
+ * of experts with a shared expert:
+ *
+ *   x += mixer(xn),        xn = rms(x) * attn_norm
+ *   x += ffn(xn),          xn = rms(x) * post_attention_norm
+ *
+ * Gated attention (full-attention layers; KV cache by attention ordinal):
+ *   [q_h | g_h] = (Wq xn)_h per head;  q = rope(rms(q_h) * q_norm), k = rope(rms(Wk xn) * k_norm)
+ *   mixer = Wo (attn(q, k, Wv xn) * sigmoid(g))        NeoX RoPE on the first n_rot dims
+ *
+ * Gated DeltaNet (recurrent layers; state in the context's pool):
+ *   c = silu(causal_conv(Wqkv xn))   = [q heads | k heads | v heads],  z = Wz xn
+ *   q, k L2-normalized per head;  beta = sigmoid(Wb xn);  g = softplus(Wa xn + dt_bias) * ssm_a
+ *   per value head j (reading key head j mod Hk, or j / (Hv/Hk) grouped):
+ *     S = e^g S;  S += beta (v - S k) k^T;  o = S q / sqrt(Dk)      (kernels/ssm.h)
+ *   mixer = Wout (rms(o_j) * ssm_norm * silu(z_j))
+ *
+ * MoE (kk_moe_route): softmax over the router's logits, the top k
+ * renormalized; out = sum_i w_i down_i(silu(gate_i xn) * up_i xn)
+ *                     + sigmoid(shexp_gate . xn) * shared(xn).
+ * Only the selected experts' rows are read.
+ *
+ * Shapes of the activations, per token row (every buffer sized for n_batch
+ * rows when a context is made): x, xn, y [n_embd]; qg [n_head * 2 hd];
+ * q, att [n_head * hd]; k, v [n_head_kv * hd]; qkv, cv [conv_dim];
+ * z, o [Hv * Dv]; ba [2 Hv]; beta, gd [Hv]; gate, up [n_ff]; experts: the
+ * token's k rows among [n_batch * k] rows grouped by expert.
+ */
+#include "model/decoder.h"
+#include "model/state.h"
+
+#include "kernels/ssm.h"
+#include "quant/quant.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    HYB_GROUPED = 1, /* value head j reads key head j / (Hv / Hk) (qwen3next); else j mod Hk */
+    HYB_BA = 2,      /* beta and alpha in one ssm_ba, grouped per key head as [beta x r, alpha x r] */
+};
+
+static const kl_arch k_archs[] = {
+    {"qwen35", &kl_family_hybrid, 0, 0},
+    {"qwen35moe", &kl_family_hybrid, 0, 0},
+    {"qwen3next", &kl_family_hybrid, 0, HYB_GROUPED | HYB_BA},
+};
+
+typedef struct hyb_layer {
+    int recurrent;               /* 1: Gated DeltaNet, 0: full attention */
+    int ord;                     /* ordinal among the layers of its kind */
+    const float *attn_norm, *post_norm;   /* [n_embd] */
+    /* full attention */
+    kk_mat wq, wk, wv, wo;       /* wq: n_embd -> n_head * 2 hd, per head [query | gate] */
+    const float *q_norm, *k_norm;         /* [hd] */
+    /* Gated DeltaNet */
+    kk_mat wqkv, wz, wbeta, walpha, wba, wout;
+    float *conv_w;               /* [K][conv_dim], transposed from GGUF's [conv_dim][K] */
+    const float *dt_bias, *ssm_a; /* [Hv]; ssm_a = -exp(A_log) */
+    const float *ssm_norm;       /* [Dv] */
+    /* FFN */
+    int moe;
+    kk_mat w_gate, w_up, w_down;          /* dense */
+    kk_mat router;                        /* n_embd -> n_expert, F32 */
+    kk_mat *e_gate, *e_up, *e_down;       /* [n_expert] views of the 3-D tensors */
+    kk_mat s_gate, s_up, s_down;          /* shared expert (data NULL: none) */
+    const float *s_gate_inp;              /* [n_embd]: the shared expert's gate */
+} hyb_layer;
+
+/* A multi-token-prediction block (nextn): bound with shapes checked and
+ * kept for speculative decoding; the forward pass does not run it. */
+typedef struct hyb_mtp {
+    kk_mat eh_proj;                       /* 2 n_embd -> n_embd */
+    const float *enorm, *hnorm;
+    kk_mat embed_tokens, head;            /* optional own embedding and head */
+    const float *head_norm;
+    hyb_layer block;                      /* full attention + FFN */
+} hyb_mtp;
+
+typedef struct hyb_model {
+    int n_layer, n_layer_all;             /* run / declared (block_count, MTP included) */
+    int n_attn, n_rec;
+    hyb_layer *layers;                    /* [n_layer] */
+    hyb_mtp *mtp;                         /* [n_layer_all - n_layer] */
+    /* Gated DeltaNet */
+    int K, Hk, Hv, Dk, Dv, conv_dim, flags;
+    size_t conv_floats, delta_floats;     /* per layer in a state slot */
+    /* MoE */
+    int n_expert, n_used, F_exp, F_sh;
+    float w_scale;
+    int has_moe, has_dense;
+    kk_mat *experts;                      /* all views (one allocation) */
+    float *conv_mem;                      /* all transposed conv weights */
+} hyb_model;
+
+/* ---------------------------------------------------------------- binding */
+
+static int get_bool_array(const kiln_model *m, const char *suffix, int n, int *out) {
+    const gguf_kv *kv = kl_meta_kv(m, suffix);
+    if (!kv) return 0;
+    if (kv->type != GGUF_ARRAY || (int64_t)kv->n < n) return -1;
+    for (int i = 0; i < n; i++) out[i] = gguf_arr_int(kv, (uint64_t)i) != 0;
+    return 1;
+}
+
+static void bind_attention(kl_binder *B, const kiln_model *m, int i, hyb_layer *l, int optional) {
+    const kl_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, hd = hp->hd_k, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
+    char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
+    l->wq = kl_bind_mat(B, NAME("attn_q.weight"), E, 2 * nq, optional);
+    l->wk = kl_bind_mat(B, NAME("attn_k.weight"), E, nkv, optional);
+    l->wv = kl_bind_mat(B, NAME("attn_v.weight"), E, nkv, optional);
+    l->wo = kl_bind_mat(B, NAME("attn_output.weight"), nq, E, optional);
+    l->q_norm = kl_bind_vec(B, NAME("attn_q_norm.weight"), hd, optional);
+    l->k_norm = kl_bind_vec(B, NAME("attn_k_norm.weight"), hd, optional);
+#undef NAME
+}
+
+static void bind_ffn(kl_binder *B, kiln_model *m, hyb_model *h, int i, hyb_layer *l, kk_mat *views, int optional) {
+    const kl_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd;
+    char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
+    l->moe = gguf_find_tensor(m->gf, NAME("ffn_gate_inp.weight")) != NULL;
+    if (!l->moe) {
+        if (hp->n_ff <= 0 && !optional) {
+            kl_bind_fail(B, "layer %d has a dense FFN but feed_forward_length is %d", i, hp->n_ff);
+            return;
+        }
+        l->w_gate = kl_bind_mat(B, NAME("ffn_gate.weight"), E, hp->n_ff, optional);
+        l->w_up = kl_bind_mat(B, NAME("ffn_up.weight"), E, hp->n_ff, optional);
+        l->w_down = kl_bind_mat(B, NAME("ffn_down.weight"), hp->n_ff, E, optional);
+        h->has_dense = 1;
+        return;
+    }
+    if (h->n_expert <= 0) {
+        kl_bind_fail(B, "layer %d routes to experts but expert_count is %d", i, h->n_expert);
+        return;
+    }
+    const int ne = h->n_expert;
+    l->router = kl_bind_mat(B, NAME("ffn_gate_inp.weight"), E, ne, 0);
+    if (l->router.data && l->router.type != KQ_F32) {
+        kl_bind_fail(B, "tensor %s must be F32 (it is %s)", n, kq_get(l->router.type)->name);
+        return;
+    }
+    l->e_gate = views;
+    l->e_up = views + ne;
+    l->e_down = views + 2 * ne;
+    const int64_t Fe = h->F_exp;
+    if (gguf_find_tensor(m->gf, NAME("ffn_gate_up_exps.weight"))) {
+        /* one [E, 2 Fe, n_expert] tensor: per expert the gate rows, then the up rows */
+        if (kl_bind_mats3(B, n, E, 2 * Fe, ne, l->e_gate, 0))
+            for (int e = 0; e < ne; e++) {
+                l->e_gate[e].nrows = Fe;
+                l->e_up[e] = l->e_gate[e];
+                l->e_up[e].data = (const uint8_t *)l->e_gate[e].data + kq_row_size(l->e_gate[e].type, E) * (size_t)Fe;
+            }
+    } else {
+        kl_bind_mats3(B, NAME("ffn_gate_exps.weight"), E, Fe, ne, l->e_gate, 0);
+        kl_bind_mats3(B, NAME("ffn_up_exps.weight"), E, Fe, ne, l->e_up, 0);
+    }
+    kl_bind_mats3(B, NAME("ffn_down_exps.weight"), Fe, E, ne, l->e_down, 0);
+    if (gguf_find_tensor(m->gf, NAME("ffn_up_shexp.weight"))) {
+        const int64_t Fs = h->F_sh;
+        l->s_gate = kl_bind_mat(B, NAME("ffn_gate_shexp.weight"), E, Fs, 0);
+        l->s_up = kl_bind_mat(B, NAME("ffn_up_shexp.weight"), E, Fs, 0);
+        l->s_down = kl_bind_mat(B, NAME("ffn_down_shexp.weight"), Fs, E, 0);
+        l->s_gate_inp = kl_bind_vec(B, NAME("ffn_gate_inp_shexp.weight"), E, 0);
+    }
+    h->has_moe = 1;
+#undef NAME
+}
+
+static void bind_recurrent(kl_binder *B, kiln_model *m, hyb_model *h, int i, hyb_layer *l, float *conv) {
+    const int64_t E = m->hp.n_embd, vd = (int64_t)h->Hv * h->Dv;
+    char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
+    if (gguf_find_tensor(m->gf, NAME("ssm_in.weight")) && !gguf_find_tensor(m->gf, NAME("attn_qkv.weight"))) {
+        kl_bind_fail(B, "layer %d: a fused ssm_in (an older %s conversion) is not supported; convert the model again",
+                     i, m->arch_name);
+        return;
+    }
+    l->wqkv = kl_bind_mat(B, NAME("attn_qkv.weight"), E, h->conv_dim, 0);
+    l->wz = kl_bind_mat(B, NAME("attn_gate.weight"), E, vd, 0);
+    if (h->flags & HYB_BA) {
+        l->wba = kl_bind_mat(B, NAME("ssm_ba.weight"), E, 2 * h->Hv, 0);
+    } else {
+        l->wbeta = kl_bind_mat(B, NAME("ssm_beta.weight"), E, h->Hv, 0);
+        l->walpha = kl_bind_mat(B, NAME("ssm_alpha.weight"), E, h->Hv, 0);
+    }
+    const int64_t cne[2] = {h->K, h->conv_dim};
+    const gguf_tensor *ct = kl_bind_tensor(B, NAME("ssm_conv1d.weight"), 2, cne, 0);
+    if (ct && ct->type != KQ_F32) kl_bind_fail(B, "tensor %s must be F32 (it is %s)", n, kq_get((int)ct->type)->name);
+    l->dt_bias = kl_bind_vec(B, NAME("ssm_dt.bias"), h->Hv, 0);
+    l->ssm_a = kl_bind_vec(B, NAME("ssm_a"), h->Hv, 0);
+    l->ssm_norm = kl_bind_vec(B, NAME("ssm_norm.weight"), h->Dv, 0);
+    l->wout = kl_bind_mat(B, NAME("ssm_out.weight"), vd, E, 0);
+    if (!B->failed) { /* the taps tap-major, so 8 channels load at once */
+        const float *src = ct->data;
+        for (int c = 0; c < h->conv_dim; c++)
+            for (int k = 0; k < h->K; k++) conv[(size_t)k * h->conv_dim + c] = src[(size_t)c * h->K + k];
+        l->conv_w = conv;
+    }
+#undef NAME
+}
+
+static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
+    kl_hparams *hp = &m->hp;
+    kl_binder B = {m, err, errlen, 0};
+    hyb_model *h = calloc(1, sizeof *h);
+    m->fam = h;
+    if (!h) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    h->flags = (int)m->arch->flags;
+    h->n_layer_all = hp->n_layer;
+    const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
+    if (nextn < 0 || nextn >= hp->n_layer) {
+        snprintf(err, errlen, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
+        return -1;
+    }
+    h->n_layer = hp->n_layer - (int)nextn;
+    hp->n_layer = h->n_layer; /* what runs */
+    /* Gated DeltaNet dimensions: all keys must be there */
+    const int64_t K = kl_meta_int(m, "ssm.conv_kernel", 0), inner = kl_meta_int(m, "ssm.inner_size", 0);
+    const int64_t Dk = kl_meta_int(m, "ssm.state_size", 0), Hv = kl_meta_int(m, "ssm.time_step_rank", 0);
+    const int64_t Hk = kl_meta_int(m, "ssm.group_count", 0);
+    if (K < 1 || K > KK_CONV_MAX_K || Dk < 1 || Dk > 1024 || Hk < 1 || Hv < 1 || Hv > 4096 || Hv % Hk ||
+        inner != Hv * Dk) {
+        snprintf(err, errlen,
+                 "bad or missing recurrent-state keys (ssm.conv_kernel %lld, ssm.state_size %lld, ssm.group_count "
+                 "%lld, ssm.time_step_rank %lld, ssm.inner_size %lld; kiln needs 1 <= conv_kernel <= %d and "
+                 "inner_size = time_step_rank x state_size)",
+                 (long long)K, (long long)Dk, (long long)Hk, (long long)Hv, (long long)inner, KK_CONV_MAX_K);
+        return -1;
+    }
+    h->K = (int)K;
+    h->Dk = h->Dv = (int)Dk;
+    h->Hk = (int)Hk;
+    h->Hv = (int)Hv;
+    h->conv_dim = (int)(2 * Hk * Dk + Hv * Dk);
+    h->conv_floats = (size_t)(K - 1) * (size_t)h->conv_dim;
+    h->delta_floats = (size_t)Hv * (size_t)Dk * (size_t)Dk;
+    /* the layer layout */
+    h->layers = calloc((size_t)h->n_layer, sizeof *h->layers);
+    int *rec = calloc((size_t)h->n_layer_all, sizeof *rec);
+    if (!h->layers || !rec) {
+        free(rec);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    const int got = get_bool_array(m, "attention.recurrent_layers", h->n_layer_all, rec);
+    if (got < 0) {
+        free(rec);
+        snprintf(err, errlen, "attention.recurrent_layers must be an array of %d flags", h->n_layer_all);
+        return -1;
+    }
+    if (!got) {
+        const int64_t iv = kl_meta_int(m, "full_attention_interval", 4);
+        if (iv < 1) {
+            free(rec);
+            snprintf(err, errlen, "bad full_attention_interval %lld", (long long)iv);
+            return -1;
+        }
+        for (int i = 0; i < h->n_layer_all; i++) rec[i] = (i + 1) % iv != 0;
+    }
+    for (int i = 0; i < h->n_layer; i++) {
+        h->layers[i].recurrent = rec[i];
+        h->layers[i].ord = rec[i] ? h->n_rec++ : h->n_attn++;
+    }
+    free(rec);
+    /* attention: NeoX RoPE on the first n_rot dims; M-RoPE's sections give
+     * every text position the same angle in each section, which is this */
+    hp->rope.neox = 1;
+    const gguf_kv *sec = kl_meta_kv(m, "rope.dimension_sections");
+    if (sec && sec->type == GGUF_ARRAY) {
+        int64_t sum = 0;
+        for (uint64_t s = 0; s < sec->n; s++) sum += gguf_arr_int(sec, s);
+        if (sum * 2 > hp->rope.n_rot) {
+            snprintf(err, errlen, "rope.dimension_sections cover %lld dims, more than rope.dimension_count %d",
+                     (long long)(sum * 2), hp->rope.n_rot);
+            return -1;
+        }
+    }
+    /* experts */
+    h->n_expert = (int)kl_meta_int(m, "expert_count", 0);
+    h->n_used = (int)kl_meta_int(m, "expert_used_count", 0);
+    if (h->n_expert < 0 || h->n_expert > 4096 || (h->n_expert && (h->n_used < 1 || h->n_used > h->n_expert))) {
+        snprintf(err, errlen, "bad expert_count %d / expert_used_count %d", h->n_expert, h->n_used);
+        return -1;
+    }
+    if (h->n_expert) {
+        h->F_exp = (int)kl_meta_int(m, "expert_feed_forward_length", h->n_used ? hp->n_ff / h->n_used : 0);
+        h->F_sh = (int)kl_meta_int(m, "expert_shared_feed_forward_length", hp->n_ff);
+        h->w_scale = (float)kl_meta_float(m, "expert_weights_scale", 0.0);
+        const int64_t gating = kl_meta_int(m, "expert_gating_func", 1);
+        if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || gating != 1) {
+            snprintf(err, errlen,
+                     "bad expert metadata (expert_feed_forward_length %d, expert_shared_feed_forward_length %d, "
+                     "expert_gating_func %lld: kiln routes by softmax, 1)",
+                     h->F_exp, h->F_sh, (long long)gating);
+            return -1;
+        }
+    }
+    const int n_mtp = h->n_layer_all - h->n_layer;
+    h->mtp = n_mtp ? calloc((size_t)n_mtp, sizeof *h->mtp) : NULL;
+    h->experts = h->n_expert ? calloc((size_t)h->n_layer_all * 3 * (size_t)h->n_expert, sizeof *h->experts) : NULL;
+    h->conv_mem = h->n_rec ? malloc((size_t)h->n_rec * (size_t)h->K * (size_t)h->conv_dim * sizeof(float)) : NULL;
+    if ((n_mtp && !h->mtp) || (h->n_expert && !h->experts) || (h->n_rec && !h->conv_mem)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    /* tensors */
+    const int64_t E = hp->n_embd;
+    m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
+    hp->n_vocab = (int)m->tok_embd.nrows;
+    m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
+    m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
+    if (!m->output.data) m->output = m->tok_embd;
+    for (int i = 0; i < h->n_layer && !B.failed; i++) {
+        hyb_layer *l = &h->layers[i];
+        char n[96];
+        snprintf(n, sizeof n, "blk.%d.attn_norm.weight", i);
+        l->attn_norm = kl_bind_vec(&B, n, E, 0);
+        snprintf(n, sizeof n, "blk.%d.post_attention_norm.weight", i);
+        l->post_norm = kl_bind_vec(&B, n, E, 0);
+        if (l->recurrent) bind_recurrent(&B, m, h, i, l, h->conv_mem + (size_t)l->ord * h->K * h->conv_dim);
+        else bind_attention(&B, m, i, l, 0);
+        bind_ffn(&B, m, h, i, l, h->experts ? h->experts + (size_t)i * 3 * h->n_expert : NULL, 0);
+    }
+    /* MTP blocks: whatever of them the file carries, shapes checked */
+    for (int i = h->n_layer; i < h->n_layer_all && !B.failed; i++) {
+        hyb_mtp *t = &h->mtp[i - h->n_layer];
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
+        t->eh_proj = kl_bind_mat(&B, NAME("nextn.eh_proj.weight"), 2 * E, E, 1);
+        t->enorm = kl_bind_vec(&B, NAME("nextn.enorm.weight"), E, 1);
+        t->hnorm = kl_bind_vec(&B, NAME("nextn.hnorm.weight"), E, 1);
+        t->embed_tokens = kl_bind_mat(&B, NAME("nextn.embed_tokens.weight"), E, hp->n_vocab, 1);
+        t->head = kl_bind_mat(&B, NAME("nextn.shared_head_head.weight"), E, hp->n_vocab, 1);
+        t->head_norm = kl_bind_vec(&B, NAME("nextn.shared_head_norm.weight"), E, 1);
+        t->block.attn_norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, 1);
+        t->block.post_norm = kl_bind_vec(&B, NAME("post_attention_norm.weight"), E, 1);
+#undef NAME
+        bind_attention(&B, m, i, &t->block, 1);
+        bind_ffn(&B, m, h, i, &t->block, h->experts ? h->experts + (size_t)i * 3 * h->n_expert : NULL, 1);
+    }
+    if (B.failed) return -1;
+    /* a decode step reads one token's experts, not all of them */
+    m->active_bytes = 0;
+    for (int i = 0; i < gguf_n_tensors(m->gf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->gf, i);
+        int layer = -1;
+        if (sscanf(t->name, "blk.%d.", &layer) == 1 && layer >= h->n_layer) continue; /* MTP: not run */
+        m->active_bytes += t->n_dims == 3 && h->n_expert ? t->nbytes / (uint64_t)h->n_expert * (uint64_t)h->n_used
+                                                          : t->nbytes;
+    }
+    return 0;
+}
+
+static void hyb_free(kiln_model *m) {
+    hyb_model *h = m->fam;
+    if (!h) return;
+    free(h->layers);
+    free(h->mtp);
+    free(h->experts);
+    free(h->conv_mem);
+    free(h);
+}
+
+static void layer_weights(const kiln_model *m, const hyb_model *h, hyb_layer *l, kl_weights *w) {
+    const kl_hparams *hp = &m->hp;
+    kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->wqkv, &l->wz, &l->wbeta, &l->walpha, &l->wba, &l->wout,
+                    &l->w_gate, &l->w_up, &l->w_down, &l->s_gate, &l->s_up, &l->s_down};
+    for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
+    if (l->moe)
+        for (int e = 0; e < h->n_expert; e++) {
+            kl_weights_mat(w, &l->e_gate[e]);
+            kl_weights_mat(w, &l->e_up[e]);
+            kl_weights_mat(w, &l->e_down[e]);
+        }
+    kl_weights_vec(w, &l->attn_norm, hp->n_embd);
+    kl_weights_vec(w, &l->post_norm, hp->n_embd);
+    kl_weights_vec(w, &l->q_norm, hp->hd_k);
+    kl_weights_vec(w, &l->k_norm, hp->hd_k);
+    kl_weights_vec(w, &l->dt_bias, h->Hv);
+    kl_weights_vec(w, &l->ssm_a, h->Hv);
+    kl_weights_vec(w, &l->ssm_norm, h->Dv);
+    kl_weights_vec(w, &l->s_gate_inp, hp->n_embd);
+}
+
+static void hyb_weights(kiln_model *m, kl_weights *w) {
+    hyb_model *h = m->fam;
+    kl_weights_mat(w, &m->output);
+    kl_weights_vec(w, &m->out_norm, m->hp.n_embd);
+    for (int i = 0; i < h->n_layer; i++) layer_weights(m, h, &h->layers[i], w);
+}
+
+/* Floats a recorded run keeps per token and recurrent layer: the
+ * convolution's input row, then beta and the log decay per value head. */
+static size_t roll_row(const hyb_model *h) { return (size_t)h->conv_dim + 2 * (size_t)h->Hv; }
+
+static void hyb_seq_shape(const kiln_model *m, kl_seq_shape *s) {
+    const hyb_model *h = m->fam;
+    memset(s, 0, sizeof *s);
+    s->n_attn_layer = h->n_attn;
+    s->n_head_kv = m->hp.n_head_kv;
+    s->hd = m->hp.hd_k;
+    s->rs_floats = (size_t)h->n_rec * (h->conv_floats + h->delta_floats);
+    s->roll_floats = (size_t)h->n_rec * KL_RS_ROLL_MAX * roll_row(h);
+}
+
+/* ------------------------------------------------------------ activations */
+
+typedef struct hyb_ws {
+    float *x, *xn, *y;
+    float *qg, *q, *k, *v, *att;
+    float *qkv, *cv, *z, *o, *ba, *beta, *gd;
+    float *gate, *up;
+    /* experts */
+    float *router, *sgl;          /* [n][n_expert] logits, [n] shared gate logit */
+    int32_t *sel;                 /* [n][k] experts per token */
+    float *selw;                  /* [n][k] their weights */
+    int32_t *row_of;              /* [n][k] the (token, slot)'s row in the grouped arrays */
+    float *mx, *mg, *mu, *md;     /* [n * k][n_embd] / [n * k][F_exp] x2 / [n * k][n_embd] */
+    float *sg, *su;               /* [n][F_sh] */
+    int32_t *e_count, *e_off;     /* [n_expert] */
+    kk_mm_out *outs;              /* [2 * n_expert] products over row ranges, */
+    int32_t *out_t0, *out_nt;     /* and those ranges */
+    /* order and runs */
+    int32_t *ord;                 /* work row -> batch index */
+    int32_t *tmp_i;               /* [n] */
+    int32_t *run;                 /* [n + 1] row where each run of one sequence starts */
+    int n_run;
+    /* snapshots this pass takes: per run up to HYB_MAX_CAP */
+    int32_t *verify;              /* [n] 1: the run is recorded for rollback (state.h) */
+    int32_t *cap_n;               /* [n] */
+    int32_t *cap_pos;             /* [n][HYB_MAX_CAP] */
+    float **cap_dst;              /* [n][HYB_MAX_CAP] */
+    float *gdn_scratch;           /* per thread */
+    size_t gdn_scratch_floats;
+} hyb_ws;
+
+#define HYB_MAX_CAP 4
+
+static void hyb_ctx_free(kiln_context *c) {
+    hyb_ws *w = c->ws;
+    if (w) {
+        void *bufs[] = {w->x, w->xn, w->y, w->qg, w->q, w->k, w->v, w->att, w->qkv, w->cv, w->z, w->o, w->ba,
+                        w->beta, w->gd, w->gate, w->up, w->router, w->sgl, w->sel, w->selw, w->row_of, w->mx,
+                        w->mg, w->mu, w->md, w->sg, w->su, w->e_count, w->e_off, w->outs, w->out_t0, w->out_nt, w->ord, w->tmp_i,
+                        w->run, w->verify, w->cap_n, w->cap_pos, w->cap_dst, w->gdn_scratch};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+        free(w);
+    }
+    free(c->mm_scratch);
+    c->ws = c->mm_scratch = NULL;
+}
+
+static int hyb_ctx_init(kiln_context *c) {
+    const kiln_model *m = c->m;
+    const kl_hparams *hp = &m->hp;
+    const hyb_model *h = m->fam;
+    hyb_ws *w = calloc(1, sizeof *w);
+    c->ws = w;
+    if (!w) return -1;
+    const size_t B = (size_t)c->p.n_batch, E = (size_t)hp->n_embd, hd = (size_t)hp->hd_k;
+    const size_t nq = (size_t)hp->n_head * hd, nkv = (size_t)hp->n_head_kv * hd;
+    const size_t vd = (size_t)h->Hv * h->Dv, CD = (size_t)h->conv_dim, Hv = (size_t)h->Hv;
+    const size_t F = h->has_dense ? (size_t)hp->n_ff : 0, NE = (size_t)h->n_expert, KU = (size_t)h->n_used;
+    const size_t Fe = (size_t)h->F_exp, Fs = (size_t)h->F_sh;
+    const size_t attn = h->n_attn ? 1 : 0, rec = h->n_rec ? 1 : 0, moe = h->has_moe ? 1 : 0;
+    w->gdn_scratch_floats = rec ? kk_gdn_scratch(h->Dk, h->Dv) : 0;
+    struct { void **p; size_t bytes; } bufs[] = {
+        {(void **)&w->x, B * E * 4}, {(void **)&w->xn, B * E * 4}, {(void **)&w->y, B * E * 4},
+        {(void **)&w->qg, attn * B * 2 * nq * 4}, {(void **)&w->q, attn * B * nq * 4},
+        {(void **)&w->k, attn * B * nkv * 4}, {(void **)&w->v, attn * B * nkv * 4},
+        {(void **)&w->att, attn * B * nq * 4},
+        {(void **)&w->qkv, rec * B * CD * 4}, {(void **)&w->cv, rec * B * CD * 4}, {(void **)&w->z, rec * B * vd * 4},
+        {(void **)&w->o, rec * B * vd * 4}, {(void **)&w->ba, rec * B * 2 * Hv * 4},
+        {(void **)&w->beta, rec * B * Hv * 4}, {(void **)&w->gd, rec * B * Hv * 4},
+        {(void **)&w->gate, B * F * 4}, {(void **)&w->up, B * F * 4},
+        {(void **)&w->router, moe * B * NE * 4}, {(void **)&w->sgl, moe * B * 4},
+        {(void **)&w->sel, moe * B * KU * 4}, {(void **)&w->selw, moe * B * KU * 4},
+        {(void **)&w->row_of, moe * B * KU * 4},
+        {(void **)&w->mx, moe * B * KU * E * 4}, {(void **)&w->mg, moe * B * KU * Fe * 4},
+        {(void **)&w->mu, moe * B * KU * Fe * 4}, {(void **)&w->md, moe * B * KU * E * 4},
+        {(void **)&w->sg, moe * B * Fs * 4}, {(void **)&w->su, moe * B * Fs * 4},
+        {(void **)&w->e_count, moe * NE * 4}, {(void **)&w->e_off, moe * NE * 4},
+        {(void **)&w->outs, moe * 2 * NE * sizeof(kk_mm_out)},
+        {(void **)&w->out_t0, moe * 2 * NE * 4}, {(void **)&w->out_nt, moe * 2 * NE * 4},
+        {(void **)&w->ord, B * 4}, {(void **)&w->tmp_i, B * 4}, {(void **)&w->run, (B + 1) * 4},
+        {(void **)&w->verify, B * 4}, {(void **)&w->cap_n, B * 4}, {(void **)&w->cap_pos, B * HYB_MAX_CAP * 4},
+        {(void **)&w->cap_dst, B * HYB_MAX_CAP * sizeof(float *)},
+        {(void **)&w->gdn_scratch, (size_t)c->p.n_threads * w->gdn_scratch_floats * 4},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (!(*bufs[i].p = malloc(bufs[i].bytes ? bufs[i].bytes : 1))) return -1;
+    /* matrix products: widest input row and most rows at once */
+    size_t maxk = E;
+    const size_t cols[] = {nq, vd, F, Fe, Fs};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) maxk = cols[i] > maxk ? cols[i] : maxk;
+    const size_t rows = moe && KU > 1 ? B * KU : B;
+    c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, (int)rows));
+    return c->mm_scratch ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* Per-token element-wise steps, on the pool when the batch is big enough. */
+enum hyb_step {
+    STEP_NORM_IN,    /* xn = rms(x) * attn_norm */
+    STEP_ATTN_PRE,   /* split q and gate, q/k norms, RoPE, store K and V */
+    STEP_ATTN_GATE,  /* att *= sigmoid(gate) */
+    STEP_REC_GATES,  /* beta = sigmoid(b), g = softplus(a + dt_bias) * ssm_a */
+    STEP_REC_QKNORM, /* L2 norm of the conv output's q and k heads */
+    STEP_REC_OUT,    /* o = rms(o_j) * ssm_norm * silu(z_j) */
+    STEP_RESID_NORM, /* x += y, xn = rms(x) * post_norm */
+    STEP_SWIGLU,     /* gate = silu(gate) * up (dense FFN) */
+    STEP_RESID,      /* x += y */
+};
+
+typedef struct hyb_job {
+    kiln_context *c;
+    const kk_ops *ops;
+    const kk_ssm_ops *sops;
+    const hyb_layer *L;
+    int n;
+    enum hyb_step step;
+    atomic_long next;
+} hyb_job;
+
+static void tok_range(hyb_job *j, int i0, int i1) {
+    kiln_context *c = j->c;
+    hyb_ws *w = c->ws;
+    const kiln_model *m = c->m;
+    const kl_hparams *hp = &m->hp;
+    const hyb_model *h = m->fam;
+    const hyb_layer *L = j->L;
+    const kk_ops *ops = j->ops;
+    const int E = hp->n_embd, hd = hp->hd_k, nh = hp->n_head, nkv = hp->n_head_kv;
+    const int vd = h->Hv * h->Dv;
+    for (int i = i0; i < i1; i++) {
+        float *x = w->x + (size_t)i * E, *xn = w->xn + (size_t)i * E, *y = w->y + (size_t)i * E;
+        switch (j->step) {
+        case STEP_NORM_IN:
+            ops->rmsnorm(xn, x, L->attn_norm, E, hp->eps);
+            break;
+        case STEP_ATTN_PRE: {
+            const float *qg = w->qg + (size_t)i * 2 * nh * hd;
+            float *q = w->q + (size_t)i * nh * hd, *k = w->k + (size_t)i * nkv * hd;
+            for (int hh = 0; hh < nh; hh++) ops->rmsnorm(q + hh * hd, qg + (size_t)hh * 2 * hd, L->q_norm, hd, hp->eps);
+            for (int hh = 0; hh < nkv; hh++) ops->rmsnorm(k + hh * hd, k + hh * hd, L->k_norm, hd, hp->eps);
+            const float *cs = c->rope_cs + (size_t)i * hp->rope.n_rot;
+            ops->rope_neox(cs, q, nh, hd, hp->rope.n_rot);
+            ops->rope_neox(cs, k, nkv, hd, hp->rope.n_rot);
+            kl_attn_store(c, ops, L->ord, i, k, w->v + (size_t)i * nkv * hd);
+            break;
+        }
+        case STEP_ATTN_GATE: {
+            const float *qg = w->qg + (size_t)i * 2 * nh * hd;
+            float *att = w->att + (size_t)i * nh * hd;
+            for (int hh = 0; hh < nh; hh++)
+                for (int d = 0; d < hd; d++) att[hh * hd + d] *= kk_sigmoid(qg[(size_t)hh * 2 * hd + hd + d]);
+            break;
+        }
+        case STEP_REC_GATES: {
+            const float *ba = w->ba + (size_t)i * 2 * h->Hv;
+            float *beta = w->beta + (size_t)i * h->Hv, *gd = w->gd + (size_t)i * h->Hv;
+            const int r = h->Hv / h->Hk;
+            for (int v = 0; v < h->Hv; v++) {
+                float b, a;
+                if (h->flags & HYB_BA) { /* per key head: [beta x r, alpha x r] */
+                    b = ba[(v / r) * 2 * r + v % r];
+                    a = ba[(v / r) * 2 * r + r + v % r];
+                } else {
+                    b = ba[v];
+                    a = ba[h->Hv + v];
+                }
+                beta[v] = kk_sigmoid(b);
+                gd[v] = kk_softplus(a + L->dt_bias[v]) * L->ssm_a[v];
+            }
+            break;
+        }
+        case STEP_REC_QKNORM: {
+            float *cv = w->cv + (size_t)i * h->conv_dim;
+            for (int hh = 0; hh < 2 * h->Hk; hh++) kk_l2norm(cv + (size_t)hh * h->Dk, h->Dk, hp->eps);
+            break;
+        }
+        case STEP_REC_OUT: {
+            float *o = w->o + (size_t)i * vd;
+            const float *z = w->z + (size_t)i * vd;
+            for (int v = 0; v < h->Hv; v++)
+                kk_rmsnorm_gated(o + (size_t)v * h->Dv, o + (size_t)v * h->Dv, L->ssm_norm, z + (size_t)v * h->Dv, h->Dv,
+                                 hp->eps);
+            break;
+        }
+        case STEP_RESID_NORM:
+            ops->add(x, y, E);
+            ops->rmsnorm(xn, x, L->post_norm, E, hp->eps);
+            break;
+        case STEP_SWIGLU:
+            ops->swiglu(w->gate + (size_t)i * hp->n_ff, w->up + (size_t)i * hp->n_ff, hp->n_ff);
+            break;
+        case STEP_RESID:
+            ops->add(x, y, E);
+            break;
+        }
+    }
+}
+
+static void tok_task(void *ud, int ith, int nth) {
+    hyb_job *j = ud;
+    long lo, hi;
+    kpool_range(j->n, ith, nth, &lo, &hi);
+    tok_range(j, (int)lo, (int)hi);
+}
+
+#define TOK_PAR_MIN 4
+
+static void tok_step(hyb_job *j, enum hyb_step step) {
+    j->step = step;
+    if (j->n >= TOK_PAR_MIN) kpool_run(j->c->pool, tok_task, j);
+    else tok_range(j, 0, j->n);
+}
+
+/* The convolution: work items of (run, block of channels), each through
+ * every capture point of its run. */
+#define CONV_BLOCK 256
+
+static void conv_task(void *ud, int ith, int nth) {
+    hyb_job *j = ud;
+    kiln_context *c = j->c;
+    hyb_ws *w = c->ws;
+    const hyb_model *h = c->m->fam;
+    const hyb_layer *L = j->L;
+    const int nb = (h->conv_dim + CONV_BLOCK - 1) / CONV_BLOCK;
+    const long n_items = (long)w->n_run * nb;
+    const size_t layer_off = (size_t)L->ord * (h->conv_floats + h->delta_floats);
+    for (long it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
+        const int r = (int)(it / nb), c0 = (int)(it % nb) * CONV_BLOCK;
+        const int cn = h->conv_dim - c0 < CONV_BLOCK ? h->conv_dim - c0 : CONV_BLOCK;
+        const int r0 = w->run[r], r1 = w->run[r + 1], seq = c->b_seq[r0];
+        float *state = kl_rs_live(c->rs, seq) + layer_off + c0;
+        int t = r0;
+        for (int k = 0; k <= w->cap_n[r]; k++) { /* segments end at each capture, then at the run's end */
+            const int end = k < w->cap_n[r] ? r0 + (w->cap_pos[(size_t)r * HYB_MAX_CAP + k] - c->b_pos[r0]) : r1;
+            if (end > t) {
+                kk_conv a = {end - t, cn, h->K, w->qkv + (size_t)t * h->conv_dim + c0, (size_t)h->conv_dim,
+                             L->conv_w + c0, state, (size_t)h->conv_dim, w->cv + (size_t)t * h->conv_dim + c0,
+                             (size_t)h->conv_dim};
+                j->sops->conv_silu(&a);
+                t = end;
+            }
+            if (k < w->cap_n[r]) {
+                float *dst = w->cap_dst[(size_t)r * HYB_MAX_CAP + k] + layer_off + c0;
+                for (int row = 0; row < h->K - 1; row++)
+                    memcpy(dst + (size_t)row * h->conv_dim, state + (size_t)row * h->conv_dim, (size_t)cn * sizeof(float));
+            }
+        }
+    }
+    (void)ith;
+    (void)nth;
+}
+
+/* The delta rule: work items of (run, value head). */
+static void gdn_task(void *ud, int ith, int nth) {
+    hyb_job *j = ud;
+    kiln_context *c = j->c;
+    hyb_ws *w = c->ws;
+    const hyb_model *h = c->m->fam;
+    const hyb_layer *L = j->L;
+    const long n_items = (long)w->n_run * h->Hv;
+    const size_t layer_off = (size_t)L->ord * (h->conv_floats + h->delta_floats) + h->conv_floats;
+    const size_t head = (size_t)h->Dv * h->Dk;
+    const int r_kv = h->Hv / h->Hk;
+    float *scratch = w->gdn_scratch + (size_t)ith * w->gdn_scratch_floats;
+    for (long it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
+        const int r = (int)(it / h->Hv), v = (int)(it % h->Hv);
+        const int kh = h->flags & HYB_GROUPED ? v / r_kv : v % h->Hk;
+        const int r0 = w->run[r], r1 = w->run[r + 1], seq = c->b_seq[r0];
+        float *S = kl_rs_live(c->rs, seq) + layer_off + (size_t)v * head;
+        const size_t ld = (size_t)h->conv_dim;
+        int t = r0;
+        for (int k = 0; k <= w->cap_n[r]; k++) {
+            const int end = k < w->cap_n[r] ? r0 + (w->cap_pos[(size_t)r * HYB_MAX_CAP + k] - c->b_pos[r0]) : r1;
+            if (end > t) {
+                const float *row = w->cv + (size_t)t * ld;
+                kk_gdn a = {end - t, c->b_pos[t], h->Dk, h->Dv,
+                            row + (size_t)kh * h->Dk, row + (size_t)(h->Hk + kh) * h->Dk, ld,
+                            row + (size_t)2 * h->Hk * h->Dk + (size_t)v * h->Dv, ld,
+                            w->gd + (size_t)t * h->Hv + v, w->beta + (size_t)t * h->Hv + v, (size_t)h->Hv,
+                            1.0f / sqrtf((float)h->Dk), S, w->o + (size_t)t * h->Hv * h->Dv + (size_t)v * h->Dv,
+                            (size_t)h->Hv * h->Dv, scratch};
+                if (end - t > 1 && !w->verify[r]) j->sops->gdn_chunk(&a);
+                else j->sops->gdn_step(&a); /* one token, or a run recorded for rollback: as decoding does */
+                t = end;
+            }
+            if (k < w->cap_n[r])
+                memcpy(w->cap_dst[(size_t)r * HYB_MAX_CAP + k] + layer_off + (size_t)v * head, S, head * sizeof(float));
+        }
+    }
+    (void)nth;
+}
+
+static void run_items(hyb_job *j, kpool_fn fn) {
+    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+    kpool_run(j->c->pool, fn, j);
+}
+
+static void recurrent_layer(hyb_job *j) {
+    kiln_context *c = j->c;
+    hyb_ws *w = c->ws;
+    const hyb_model *h = c->m->fam;
+    const hyb_layer *L = j->L;
+    const int n = j->n, vd = h->Hv * h->Dv, Hv2 = 2 * h->Hv;
+    if (h->flags & HYB_BA) {
+        kk_mm_out o[3] = {{&L->wqkv, w->qkv, h->conv_dim}, {&L->wz, w->z, vd}, {&L->wba, w->ba, Hv2}};
+        kk_matmul_multi(c->pool, o, 3, w->xn, n, c->mm_scratch);
+    } else {
+        kk_mm_out o[4] = {{&L->wqkv, w->qkv, h->conv_dim},
+                          {&L->wz, w->z, vd},
+                          {&L->wbeta, w->ba, Hv2},
+                          {&L->walpha, w->ba + h->Hv, Hv2}};
+        kk_matmul_multi(c->pool, o, 4, w->xn, n, c->mm_scratch);
+    }
+    tok_step(j, STEP_REC_GATES);
+    for (int r = 0; r < w->n_run; r++) { /* a recorded run keeps this layer's inputs */
+        if (!w->verify[r]) continue;
+        const int r0 = w->run[r], len = w->run[r + 1] - r0;
+        float *dst = kl_rs_roll_in(c->rs, c->b_seq[r0]) + (size_t)L->ord * KL_RS_ROLL_MAX * roll_row(h);
+        for (int t = 0; t < len; t++, dst += roll_row(h)) {
+            memcpy(dst, w->qkv + (size_t)(r0 + t) * h->conv_dim, (size_t)h->conv_dim * sizeof(float));
+            memcpy(dst + h->conv_dim, w->beta + (size_t)(r0 + t) * h->Hv, (size_t)h->Hv * sizeof(float));
+            memcpy(dst + h->conv_dim + h->Hv, w->gd + (size_t)(r0 + t) * h->Hv, (size_t)h->Hv * sizeof(float));
+        }
+    }
+    run_items(j, conv_task);
+    tok_step(j, STEP_REC_QKNORM);
+    run_items(j, gdn_task);
+    tok_step(j, STEP_REC_OUT);
+    kk_matmul(c->pool, &L->wout, w->o, n, w->y, c->m->hp.n_embd, c->mm_scratch);
+}
+
+static void attention_layer(hyb_job *j) {
+    kiln_context *c = j->c;
+    hyb_ws *w = c->ws;
+    const kl_hparams *hp = &c->m->hp;
+    const hyb_layer *L = j->L;
+    const int n = j->n;
+    const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
+    kk_mm_out o[3] = {{&L->wq, w->qg, 2 * nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
+    kk_matmul_multi(c->pool, o, 3, w->xn, n, c->mm_scratch);
+    tok_step(j, STEP_ATTN_PRE);
+    kl_attn_run(c, j->ops, L->ord, w->q, w->att, n);
+    tok_step(j, STEP_ATTN_GATE);
+    kk_matmul(c->pool, &L->wo, w->att, n, w->y, hp->n_embd, c->mm_scratch);
+}
+
+static void dense_ffn(hyb_job *j) {
+    kiln_context *c = j->c;
+    hyb_ws *w = c->ws;
+    const kl_hparams *hp = &c->m->hp;
+    const hyb_layer *L = j->L;
+    kk_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
+    kk_matmul_multi(c->pool, gu, 2, w->xn, j->n, c->mm_scratch);
+    tok_step(j, STEP_SWIGLU);
+    kk_matmul(c->pool, &L->w_down, w->gate, j->n, w->y, hp->n_embd, c->mm_scratch);
+}
+
+/* The routed rows: xn of every (token, slot) copied into mx grouped by
+ * expert, the experts' gate/up and down products over their groups, then
+ * per token the weighted sum in slot order plus the gated shared expert. */
+static void moe_ffn(hyb_job *j) {
+    kiln_context *c = j->c;
+    hyb_ws *w = c->ws;
+    const kiln_model *m = c->m;
+    const hyb_model *h = m->fam;
+    const hyb_layer *L = j->L;
+    const kk_ops *ops = j->ops;
+    const int n = j->n, E = m->hp.n_embd, NE = h->n_expert, KU = h->n_used, Fe = h->F_exp, Fs = h->F_sh;
+    const int shared = L->s_up.data != NULL;
+    /* the router, and the shared expert's products on the same input (its
+     * gate vector as a one-row matrix) */
+    const kk_mat sgi = {L->s_gate_inp, KQ_F32, E, 1, NULL};
+    kk_mm_out o0[4] = {{&L->router, w->router, NE}};
+    int n0 = 1;
+    if (shared) {
+        o0[n0++] = (kk_mm_out){&L->s_gate, w->sg, Fs};
+        o0[n0++] = (kk_mm_out){&L->s_up, w->su, Fs};
+        o0[n0++] = (kk_mm_out){&sgi, w->sgl, 1};
+    }
+    kk_matmul_multi(c->pool, o0, n0, w->xn, n, c->mm_scratch);
+    /* route, then group the rows by expert */
+    memset(w->e_count, 0, (size_t)NE * sizeof *w->e_count);
+    for (int t = 0; t < n; t++) {
+        kk_moe_route(w->router + (size_t)t * NE, NE, KU, 1, h->w_scale, w->sel + (size_t)t * KU, w->selw + (size_t)t * KU);
+        for (int s = 0; s < KU; s++) w->e_count[w->sel[(size_t)t * KU + s]]++;
+    }
+    int off = 0, n_out = 0;
+    for (int e = 0; e < NE; e++) {
+        w->e_off[e] = off;
+        off += w->e_count[e];
+    }
+    for (int e = 0; e < NE; e++) w->e_count[e] = 0; /* refilled as rows are placed */
+    for (int t = 0; t < n; t++)
+        for (int s = 0; s < KU; s++) {
+            const int e = w->sel[(size_t)t * KU + s], r = w->e_off[e] + w->e_count[e]++;
+            w->row_of[(size_t)t * KU + s] = r;
+            memcpy(w->mx + (size_t)r * E, w->xn + (size_t)t * E, (size_t)E * sizeof(float));
+        }
+    for (int e = 0; e < NE; e++) {
+        if (!w->e_count[e]) continue;
+        const int32_t r0 = w->e_off[e], cnt = w->e_count[e];
+        for (int k = 0; k < 2; k++) {
+            w->outs[n_out] = (kk_mm_out){k ? &L->e_up[e] : &L->e_gate[e], (k ? w->mu : w->mg) + (size_t)r0 * Fe, Fe};
+            w->out_t0[n_out] = r0;
+            w->out_nt[n_out++] = cnt;
+        }
+    }
+    const int rows = n * KU;
+    for (int a = 0; a < n_out; a += KK_MM_MAX_OUTS)
+        kk_matmul_ranges(c->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
+                         n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, w->mx, rows, c->mm_scratch);
+    for (int r = 0; r < rows; r++) ops->swiglu(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe);
+    n_out = 0;
+    for (int e = 0; e < NE; e++) {
+        if (!w->e_count[e]) continue;
+        const int32_t r0 = w->e_off[e], cnt = w->e_count[e];
+        w->outs[n_out] = (kk_mm_out){&L->e_down[e], w->md + (size_t)r0 * E, E};
+        w->out_t0[n_out] = r0;
+        w->out_nt[n_out++] = cnt;
+    }
+    for (int a = 0; a < n_out; a += KK_MM_MAX_OUTS)
+        kk_matmul_ranges(c->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
+                         n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, w->mg, rows, c->mm_scratch);
+    if (shared) {
+        for (int t = 0; t < n; t++) ops->swiglu(w->sg + (size_t)t * Fs, w->su + (size_t)t * Fs, Fs);
+        kk_matmul(c->pool, &L->s_down, w->sg, n, w->y, E, c->mm_scratch);
+    }
+    for (int t = 0; t < n; t++) {
+        float *y = w->y + (size_t)t * E;
+        const float sgate = shared ? kk_sigmoid(w->sgl[t]) : 0.0f;
+        float *acc = w->xn + (size_t)t * E; /* xn is free again */
+        for (int s = 0; s < KU; s++) {
+            const float ws = w->selw[(size_t)t * KU + s];
+            const float *d = w->md + (size_t)w->row_of[(size_t)t * KU + s] * E;
+            if (s == 0)
+                for (int i = 0; i < E; i++) acc[i] = d[i] * ws;
+            else
+                for (int i = 0; i < E; i++) acc[i] += d[i] * ws;
+        }
+        if (shared)
+            for (int i = 0; i < E; i++) y[i] = acc[i] + y[i] * sgate;
+        else
+            memcpy(y, acc, (size_t)E * sizeof(float));
+    }
+}
+
+/* Orders the batch by sequence (stable, so positions stay increasing) into
+ * w->ord and cuts it into runs; b_seq / b_pos are permuted to match.
+ * Returns 1 when the order changed. */
+static int order_batch(kiln_context *c, hyb_ws *w, int n) {
+    uint64_t seen = 0; /* sequences whose run ended (n_seq_max <= 64) */
+    int sorted = 1;
+    for (int i = 1; i < n && sorted; i++)
+        if (c->b_seq[i] != c->b_seq[i - 1]) {
+            seen |= 1ull << c->b_seq[i - 1];
+            sorted = !(seen >> c->b_seq[i] & 1); /* a sequence back after another: not grouped */
+        }
+    for (int i = 0; i < n; i++) w->ord[i] = i;
+    if (!sorted) {
+        int k = 0;
+        for (int s = 0; s < c->kv.n_seq; s++)
+            for (int i = 0; i < n; i++)
+                if (c->b_seq[i] == s) w->ord[k++] = i;
+        for (int i = 0; i < n; i++) w->tmp_i[i] = c->b_seq[w->ord[i]];
+        memcpy(c->b_seq, w->tmp_i, (size_t)n * sizeof(int32_t));
+        for (int i = 0; i < n; i++) w->tmp_i[i] = c->b_pos[w->ord[i]];
+        memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
+    }
+    w->n_run = 0;
+    for (int i = 0; i < n; i++)
+        if (i == 0 || c->b_seq[i] != c->b_seq[i - 1]) w->run[w->n_run++] = i;
+    w->run[w->n_run] = n;
+    return !sorted;
+}
+
+static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) {
+    const kiln_model *m = c->m;
+    const kl_hparams *hp = &m->hp;
+    const hyb_model *h = m->fam;
+    hyb_ws *w = c->ws;
+    const int n = b->n, E = hp->n_embd;
+    const kk_ops *ops = kk_ops_best();
+    const int moved = order_batch(c, w, n);
+    /* per run: recorded for rollback (every token asks for logits: a
+     * decode token with drafts to verify), or the snapshots it takes */
+    for (int r = 0; r < w->n_run; r++) {
+        const int r0 = w->run[r], len = w->run[r + 1] - r0, seq = c->b_seq[r0];
+        int all = h->n_rec && len >= 2 && len <= KL_RS_ROLL_MAX;
+        for (int i = r0; all && i < r0 + len; i++) all = c->out_idx[w->ord[i]] >= 0;
+        w->verify[r] = all;
+        w->cap_n[r] = 0;
+        if (!h->n_rec) continue;
+        kl_rs_record(c->rs, seq, c->b_pos[r0], all ? len : 0);
+        if (!all)
+            w->cap_n[r] = kl_rs_plan(c, seq, c->b_pos[r0], c->b_pos[r0] + len, w->cap_pos + (size_t)r * HYB_MAX_CAP,
+                                     w->cap_dst + (size_t)r * HYB_MAX_CAP, HYB_MAX_CAP);
+    }
+    if (h->n_attn) kl_attn_prepare(c, n);
+    for (int i = 0; i < n; i++) kk_get_row(&m->tok_embd, b->token[w->ord[i]], w->x + (size_t)i * E);
+    hyb_job j = {c, ops, kk_ssm_ops_best(), NULL, n, STEP_NORM_IN, 0};
+    for (int l = 0; l < h->n_layer; l++) {
+        j.L = &h->layers[l];
+        tok_step(&j, STEP_NORM_IN);
+        if (j.L->recurrent) recurrent_layer(&j);
+        else attention_layer(&j);
+        tok_step(&j, STEP_RESID_NORM);
+        if (j.L->moe) moe_ffn(&j);
+        else dense_ffn(&j);
+        tok_step(&j, STEP_RESID);
+    }
+    kl_batch_commit(c, n);
+    const float *xo = w->x;
+    if (moved) { /* back to batch order for the output rows (and b_seq / b_pos) */
+        for (int i = 0; i < n; i++) memcpy(w->xn + (size_t)w->ord[i] * E, w->x + (size_t)i * E, (size_t)E * sizeof(float));
+        xo = w->xn;
+        for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_seq[i];
+        memcpy(c->b_seq, w->tmp_i, (size_t)n * sizeof(int32_t));
+        for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_pos[i];
+        memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
+    }
+    kl_batch_output(c, ops, xo, n, n_out);
+    return KILN_OK;
+}
+
+/* kl_family.replay: the recorded inputs of seq's last run through each
+ * recurrent layer's convolution and delta rule, token by token as the run
+ * computed them, up to n tokens (on the calling thread; outputs dropped). */
+static void hyb_replay(kiln_context *c, int seq, int32_t n) {
+    const hyb_model *h = c->m->fam;
+    hyb_ws *w = c->ws;
+    const kk_ssm_ops *sops = kk_ssm_ops_best();
+    const size_t row = roll_row(h), head = (size_t)h->Dv * h->Dk;
+    const int r_kv = h->Hv / h->Hk;
+    for (int l = 0; l < h->n_layer; l++) {
+        const hyb_layer *L = &h->layers[l];
+        if (!L->recurrent) continue;
+        const float *in = kl_rs_roll_in(c->rs, seq) + (size_t)L->ord * KL_RS_ROLL_MAX * row;
+        float *st = kl_rs_live(c->rs, seq) + (size_t)L->ord * (h->conv_floats + h->delta_floats);
+        kk_conv a = {n, h->conv_dim, h->K, in, row, L->conv_w, st, (size_t)h->conv_dim, w->cv, (size_t)h->conv_dim};
+        sops->conv_silu(&a);
+        for (int t = 0; t < n; t++)
+            for (int hh = 0; hh < 2 * h->Hk; hh++)
+                kk_l2norm(w->cv + (size_t)t * h->conv_dim + (size_t)hh * h->Dk, h->Dk, c->m->hp.eps);
+        for (int v = 0; v < h->Hv; v++) {
+            const int kh = h->flags & HYB_GROUPED ? v / r_kv : v % h->Hk;
+            const float *cv = w->cv;
+            kk_gdn g = {n, 0, h->Dk, h->Dv, cv + (size_t)kh * h->Dk, cv + (size_t)(h->Hk + kh) * h->Dk,
+                        (size_t)h->conv_dim, cv + (size_t)2 * h->Hk * h->Dk + (size_t)v * h->Dv, (size_t)h->conv_dim,
+                        in + h->conv_dim + h->Hv + v, in + h->conv_dim + v, row, 1.0f / sqrtf((float)h->Dk),
+                        st + h->conv_floats + (size_t)v * head, w->o, (size_t)h->Dv, NULL};
+            sops->gdn_step(&g);
+        }
+    }
+}
+
+const kl_family kl_family_hybrid = {
+    .name = "hybrid",
+    .archs = k_archs,
+    .n_archs = sizeof k_archs / sizeof k_archs[0],
+    .bind = hyb_bind,
+    .free = hyb_free,
+    .weights = hyb_weights,
+    .seq_shape = hyb_seq_shape,
+    .ctx_init = hyb_ctx_init,
+    .ctx_free = hyb_ctx_free,
+    .forward = hyb_forward,
+    .replay = hyb_replay,
+};

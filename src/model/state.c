@@ -1,0 +1,279 @@
+/* The recurrent-state pool and its snapshots (state.h). */
+#include "model/state.h"
+
+#include "base/base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+uint64_t kl_rs_bytes(size_t slot_floats, size_t roll_floats, int n_seq, int n_snap) {
+    /* live slots, snapshots, a rollback state and inputs per sequence */
+    return ((uint64_t)slot_floats * (uint64_t)(2 * n_seq + n_snap) + (uint64_t)roll_floats * (uint64_t)n_seq) *
+           sizeof(float);
+}
+
+kl_rs *kl_rs_new(size_t slot_floats, size_t roll_floats, int n_seq, int n_snap, char *err, size_t errlen) {
+    kl_rs *rs = calloc(1, sizeof *rs);
+    if (!rs) {
+        kb_errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    rs->slot_floats = slot_floats;
+    rs->n_seq = n_seq;
+    rs->n_snap = n_snap;
+    rs->roll_floats = roll_floats;
+    rs->mem_bytes = (size_t)kl_rs_bytes(slot_floats, roll_floats, n_seq, n_snap);
+    /* zero pages until written: a new sequence's state is zero */
+    rs->mem = mmap(NULL, rs->mem_bytes ? rs->mem_bytes : 1, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    rs->snap = calloc((size_t)(n_snap ? n_snap : 1), sizeof *rs->snap);
+    rs->want = malloc((size_t)n_seq * sizeof *rs->want);
+    rs->roll_a = calloc((size_t)n_seq, sizeof *rs->roll_a);
+    rs->roll_n = calloc((size_t)n_seq, sizeof *rs->roll_n);
+    if (rs->mem == MAP_FAILED || !rs->snap || !rs->want || !rs->roll_a || !rs->roll_n) {
+        if (rs->mem == MAP_FAILED) rs->mem = NULL;
+        kb_errf(err, errlen, "cannot reserve %zu bytes for the recurrent state", rs->mem_bytes);
+        kl_rs_free(rs);
+        return NULL;
+    }
+    madvise(rs->mem, rs->mem_bytes, MADV_HUGEPAGE);
+    rs->roll_state = rs->mem + (size_t)(n_seq + n_snap) * slot_floats;
+    rs->roll_in = rs->roll_state + (size_t)n_seq * slot_floats;
+    for (int i = 0; i < n_snap; i++) rs->snap[i] = (kl_snap){.pos = -1, .owner = -1, .pin = -1};
+    for (int s = 0; s < n_seq; s++) rs->want[s] = -1;
+    return rs;
+}
+
+void kl_rs_free(kl_rs *rs) {
+    if (!rs) return;
+    if (rs->mem) munmap(rs->mem, rs->mem_bytes ? rs->mem_bytes : 1);
+    free(rs->snap);
+    free(rs->want);
+    free(rs->roll_a);
+    free(rs->roll_n);
+    free(rs);
+}
+
+/* ---- snapshot slots ---- */
+
+static void snap_drop(kiln_context *c, int i) {
+    kl_snap *s = &c->rs->snap[i];
+    if (s->pin >= 0) kl_kv_unpin(&c->kv, s->pin);
+    *s = (kl_snap){.pos = -1, .owner = -1, .pin = -1};
+}
+
+/* A slot for seq's state after pos tokens: the one it has there already,
+ * else a free one, else the least recently used. */
+static int snap_claim(kiln_context *c, int seq, int32_t pos) {
+    kl_rs *rs = c->rs;
+    int best = -1;
+    for (int i = 0; i < rs->n_snap; i++) {
+        const kl_snap *s = &rs->snap[i];
+        if (s->owner == seq && s->pos == pos) {
+            best = i;
+            break;
+        }
+        if (best < 0 || (rs->snap[best].pos >= 0 && (s->pos < 0 || s->used < rs->snap[best].used))) best = i;
+    }
+    if (best < 0) return -1;
+    snap_drop(c, best);
+    rs->snap[best].pos = pos;
+    rs->snap[best].owner = seq;
+    rs->snap[best].used = ++rs->clock;
+    rs->n_taken++;
+    return best;
+}
+
+/* The snapshot seq owns at exactly pos, -1 if none. */
+static int snap_owned(const kl_rs *rs, int seq, int32_t pos) {
+    for (int i = 0; i < rs->n_snap; i++)
+        if (rs->snap[i].owner == seq && rs->snap[i].pos == pos) return i;
+    return -1;
+}
+
+static void restore(kiln_context *c, int seq, int i) {
+    kl_rs *rs = c->rs;
+    memcpy(kl_rs_live(rs, seq), kl_rs_slot(rs, i), rs->slot_floats * sizeof(float));
+    rs->snap[i].used = ++rs->clock;
+    rs->n_restored++;
+}
+
+/* seq no longer holds tokens from p on: its snapshots past p describe
+ * other tokens from now on. */
+static void disown_after(kiln_context *c, int seq, int32_t p) {
+    kl_rs *rs = c->rs;
+    for (int i = 0; i < rs->n_snap; i++) {
+        kl_snap *s = &rs->snap[i];
+        if (s->owner != seq || s->pos <= p) continue;
+        if (s->keyed) s->owner = -1;
+        else snap_drop(c, i);
+    }
+}
+
+void kl_rs_record(kl_rs *rs, int seq, int32_t a, int32_t n) {
+    rs->roll_a[seq] = a;
+    rs->roll_n[seq] = n;
+    if (n) memcpy(rs->roll_state + (size_t)seq * rs->slot_floats, kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
+}
+
+int kl_rs_plan(kiln_context *c, int seq, int32_t a, int32_t b, int32_t *pos, float **dst, int max) {
+    kl_rs *rs = c->rs;
+    if (!rs || rs->n_snap == 0) return 0;
+    int32_t cand[3];
+    int nc = 0;
+    const int32_t w = rs->want[seq];
+    if (w > a && w <= b) { /* the prefix kiln_seq_reuse found shared */
+        cand[nc++] = w;
+        rs->want[seq] = -1;
+    }
+    if (b - a > 1) {
+        /* a prompt chunk: its last block boundary (an identical prompt can
+         * reuse up to it and still decode its last token) and its end (a
+         * chat's next turn, a longer prompt's next chunk) */
+        const int32_t blk = b / KL_KV_BLOCK * KL_KV_BLOCK;
+        if (blk > a && blk < b) cand[nc++] = blk;
+        cand[nc++] = b;
+    }
+    /* ascending, unique */
+    for (int i = 1; i < nc; i++)
+        for (int k = i; k > 0 && cand[k] < cand[k - 1]; k--) {
+            const int32_t t = cand[k];
+            cand[k] = cand[k - 1];
+            cand[k - 1] = t;
+        }
+    int n = 0;
+    for (int i = 0; i < nc && n < max; i++) {
+        if (n && cand[i] == pos[n - 1]) continue;
+        const int slot = snap_claim(c, seq, cand[i]);
+        if (slot < 0) break;
+        pos[n] = cand[i];
+        dst[n++] = kl_rs_slot(rs, slot);
+    }
+    return n;
+}
+
+void kl_rs_cache(kiln_context *c, int seq, const int32_t *tokens, int32_t n) {
+    kl_rs *rs = c->rs;
+    if (!rs || rs->n_snap == 0) return;
+    const kl_seq *s = &c->kv.seqs[seq];
+    if (n > s->len) n = s->len;
+    if (n > 0 && snap_owned(rs, seq, n) < 0 && n == s->len) { /* the state as it is now */
+        const int i = snap_claim(c, seq, n);
+        if (i >= 0) memcpy(kl_rs_slot(rs, i), kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
+    }
+    for (int i = 0; i < rs->n_snap; i++) {
+        kl_snap *sn = &rs->snap[i];
+        if (sn->owner != seq || sn->keyed || sn->pos > n || sn->pos <= 0) continue;
+        const int32_t nb = sn->pos / KL_KV_BLOCK, part = sn->pos % KL_KV_BLOCK;
+        sn->key = kl_kv_chain_key(tokens, nb);
+        memset(sn->tail, 0, sizeof sn->tail);
+        memcpy(sn->tail, tokens + (size_t)nb * KL_KV_BLOCK, (size_t)part * sizeof(int32_t));
+        if (part) {
+            sn->pin = s->blocks[nb];
+            kl_kv_pin(&c->kv, sn->pin);
+        }
+        sn->keyed = 1;
+    }
+}
+
+int32_t kl_rs_reuse(kiln_context *c, int seq, const int32_t *tokens, int32_t n) {
+    kl_rs *rs = c->rs;
+    kl_kv *kv = &c->kv;
+    /* the whole blocks the KV cache shares, then the longest snapshot
+     * within them (or just past them, its tail in a pinned block) whose
+     * tokens are these */
+    const int32_t L = kl_kv_reuse(kv, seq, tokens, n, n - 1);
+    int best = -1;
+    for (int i = 0; rs && i < rs->n_snap; i++) {
+        const kl_snap *s = &rs->snap[i];
+        if (!s->keyed || s->pos <= 0 || s->pos > n - 1 || (best >= 0 && s->pos <= rs->snap[best].pos)) continue;
+        const int32_t nb = s->pos / KL_KV_BLOCK, part = s->pos % KL_KV_BLOCK;
+        if (nb * KL_KV_BLOCK > L || (s->pos > L && s->pin < 0)) continue;
+        if (s->key != kl_kv_chain_key(tokens, nb) || memcmp(s->tail, tokens + (size_t)nb * KL_KV_BLOCK, (size_t)part * 4))
+            continue;
+        best = i;
+    }
+    int32_t got = 0;
+    if (best >= 0) {
+        const kl_snap *s = &rs->snap[best];
+        if (s->pos <= L) {
+            kl_kv_truncate(kv, seq, s->pos);
+            got = kv->seqs[seq].len == s->pos ? s->pos : 0; /* (no block to copy a shared one into) */
+        } else { /* the tail's cells from the block the snapshot pinned */
+            const int32_t b = kl_kv_copy_block(kv, s->pin, s->pos % KL_KV_BLOCK);
+            if (b >= 0) {
+                kl_kv_append_block(kv, seq, b, s->pos);
+                got = s->pos;
+            }
+        }
+        if (got) restore(c, seq, best);
+    }
+    if (!got) kl_kv_truncate(kv, seq, 0);
+    if (!got) memset(kl_rs_live(rs, seq), 0, rs->slot_floats * sizeof(float));
+    rs->roll_n[seq] = 0;
+    /* the KV cache shares more than any snapshot covers: take one there
+     * as this prompt goes by, so the next prompt with this prefix finds it */
+    rs->want[seq] = L > got ? L : -1;
+    return got;
+}
+
+kiln_status kl_rs_truncate(kiln_context *c, int seq, int32_t p) {
+    kl_rs *rs = c->rs;
+    const int32_t len = c->kv.seqs[seq].len;
+    if (p >= len) return KILN_OK;
+    if (p == 0) {
+        kl_kv_truncate(&c->kv, seq, 0);
+        memset(kl_rs_live(rs, seq), 0, rs->slot_floats * sizeof(float));
+        disown_after(c, seq, 0);
+        rs->want[seq] = -1;
+        rs->roll_n[seq] = 0;
+        return KILN_OK;
+    }
+    const int32_t ra = rs->roll_a[seq], rn = rs->roll_n[seq];
+    if (rn && p >= ra && p < ra + rn && ra + rn == len) { /* inside the recorded run: replay up to p */
+        memcpy(kl_rs_live(rs, seq), rs->roll_state + (size_t)seq * rs->slot_floats, rs->slot_floats * sizeof(float));
+        if (p > ra) c->m->arch->family->replay(c, seq, p - ra);
+        rs->roll_n[seq] = p > ra ? p - ra : 0; /* what remains recorded */
+        rs->n_replayed++;
+        kl_kv_truncate(&c->kv, seq, p);
+        disown_after(c, seq, p);
+        return KILN_OK;
+    }
+    const int i = snap_owned(rs, seq, p);
+    if (i < 0)
+        return kl_fail(c, KILN_ERR_STATE,
+                       "sequence %d: its recurrent state cannot be cut back to position %d (it holds %d tokens; "
+                       "kiln_seq_truncate_point gives where it can)",
+                       seq, p, len);
+    restore(c, seq, i);
+    kl_kv_truncate(&c->kv, seq, p);
+    disown_after(c, seq, p);
+    rs->roll_n[seq] = 0;
+    return KILN_OK;
+}
+
+int32_t kl_rs_restorable(const kiln_context *c, int seq, int32_t p) {
+    const kl_rs *rs = c->rs;
+    const int32_t len = c->kv.seqs[seq].len;
+    if (p >= len) return len;
+    const int32_t ra = rs->roll_a[seq], rn = rs->roll_n[seq];
+    if (rn && p >= ra && ra + rn == len) return p; /* replayable */
+    int32_t best = 0;
+    for (int i = 0; i < rs->n_snap; i++)
+        if (rs->snap[i].owner == seq && rs->snap[i].pos <= p && rs->snap[i].pos > best) best = rs->snap[i].pos;
+    return best;
+}
+
+kiln_status kl_rs_copy(kiln_context *c, int src, int dst) {
+    if (kl_kv_fork(&c->kv, src, dst))
+        return kl_fail(c, KILN_ERR_STATE, "cannot copy sequence %d into %d: it is not empty, or no block is free", src,
+                       dst);
+    if (c->rs) {
+        memcpy(kl_rs_live(c->rs, dst), kl_rs_live(c->rs, src), c->rs->slot_floats * sizeof(float));
+        c->rs->want[dst] = -1;
+        c->rs->roll_n[dst] = 0;
+    }
+    return KILN_OK;
+}

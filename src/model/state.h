@@ -1,0 +1,98 @@
+/*
+ * state — the recurrent-state pool of a context (families with recurrent
+ * layers).  Allocated once for n_seq_max sequences: a live slot per
+ * sequence holding every recurrent layer's state (the family decides the
+ * layout within a slot), and snapshot slots, each a copy of some
+ * sequence's live slot after its first pos tokens.
+ *
+ * A recurrent state cannot be cut back to an earlier position, so a
+ * sequence is truncated, reused from the prefix cache or forked only where
+ * a snapshot of it exists:
+ *   - kl_rs_plan lists, before a forward pass, the positions of a run of
+ *     tokens where the pass must copy the state into a snapshot (the end
+ *     of a prompt chunk, the last block boundary before it, a position
+ *     kiln_seq_reuse found shared with other prompts);
+ *   - kiln_seq_cache keys the snapshots of the published prefix by its
+ *     tokens (and takes one at the current length), so kiln_seq_reuse can
+ *     attach a prefix of another sequence only where one fits;
+ *   - kiln_seq_truncate restores the snapshot at the position cut to.
+ * Snapshot slots are recycled least recently used first.  A snapshot at a
+ * position inside a KV block pins that block (kl_kv_pin) so its cells stay
+ * intact for a later reuse.
+ *
+ * Rollback (speculative decoding): a run of 2 to KL_RS_ROLL_MAX tokens of
+ * one sequence that asks for every token's logits (a decode token and the
+ * drafts to verify) is computed in the recurrent form, token by token, and
+ * recorded: the state before it and each recurrent layer's inputs per
+ * token.  Until the sequence changes again, kiln_seq_truncate to any
+ * position inside the run restores that state and replays the inputs up to
+ * there (kl_family.replay), which gives the state one-token decoding would
+ * have reached, bit for bit, at the cost of the convolution and the delta
+ * rule alone.
+ */
+#define KL_RS_ROLL_MAX 17
+#ifndef KILN_STATE_H
+#define KILN_STATE_H
+
+#include "model/model.h"
+
+/* Snapshots kept per sequence when kiln_context_params.n_state_snapshots
+ * is 0. */
+#define KL_RS_SNAP_PER_SEQ 4
+
+typedef struct kl_snap {
+    int32_t pos;        /* tokens the state covers; -1: slot free */
+    int32_t owner;      /* sequence it was taken from and still matches, -1: none */
+    int keyed;          /* 1: key and tail identify its tokens */
+    uint64_t key;       /* kl_kv_chain_key of its whole blocks */
+    int32_t tail[KL_KV_BLOCK]; /* the pos % KL_KV_BLOCK tokens after them */
+    int32_t pin;        /* KV block holding those tail cells (pinned), -1: none */
+    uint64_t used;      /* LRU clock */
+} kl_snap;
+
+struct kl_rs {
+    size_t slot_floats;
+    int n_seq, n_snap;
+    float *mem;         /* [n_seq + n_snap][slot_floats] */
+    size_t mem_bytes;
+    kl_snap *snap;      /* [n_snap] */
+    uint64_t clock;
+    /* per sequence: a position kiln_seq_reuse asked to capture (-1: none) */
+    int32_t *want;
+    /* per sequence: the recorded run (rollback) */
+    int32_t *roll_a, *roll_n;     /* its first position and length; roll_n 0: none */
+    float *roll_state;            /* [n_seq][slot_floats] the state before it */
+    float *roll_in;               /* [n_seq][roll_floats] the family's per-token inputs */
+    size_t roll_floats;
+    uint64_t n_restored, n_taken, n_replayed; /* counters for tests and stats */
+};
+typedef struct kl_rs kl_rs;
+
+/* Bytes the pool takes for n_seq sequences and n_snap snapshots, with
+ * roll_floats floats of recorded inputs per sequence. */
+uint64_t kl_rs_bytes(size_t slot_floats, size_t roll_floats, int n_seq, int n_snap);
+kl_rs *kl_rs_new(size_t slot_floats, size_t roll_floats, int n_seq, int n_snap, char *err, size_t errlen);
+void kl_rs_free(kl_rs *rs);
+static inline float *kl_rs_live(kl_rs *rs, int seq) { return rs->mem + (size_t)seq * rs->slot_floats; }
+static inline float *kl_rs_slot(kl_rs *rs, int i) { return rs->mem + (size_t)(rs->n_seq + i) * rs->slot_floats; }
+static inline float *kl_rs_roll_in(kl_rs *rs, int seq) { return rs->roll_in + (size_t)seq * rs->roll_floats; }
+/* The forward pass records seq's run a .. a + n (rollback): saves the live
+ * state now; the family writes its inputs to kl_rs_roll_in.  n = 0 drops
+ * the record (any other run of seq). */
+void kl_rs_record(kl_rs *rs, int seq, int32_t a, int32_t n);
+
+/* Up to max positions p with a < p <= b where the forward pass over tokens
+ * a .. b - 1 of seq must copy the state after token p - 1 into dst[i]
+ * (snapshot slots it claims now, owned by seq, unkeyed until
+ * kiln_seq_cache).  n_tok: tokens of the run (a prefill chunk takes a
+ * snapshot at its end; a single decoded token none).  Returns the count. */
+int kl_rs_plan(kiln_context *c, int seq, int32_t a, int32_t b, int32_t *pos, float **dst, int max);
+
+/* Called by api.c (kiln_seq_*), see kiln.h. */
+kiln_status kl_rs_truncate(kiln_context *c, int seq, int32_t p);
+int32_t kl_rs_reuse(kiln_context *c, int seq, const int32_t *tokens, int32_t n);
+void kl_rs_cache(kiln_context *c, int seq, const int32_t *tokens, int32_t n);
+int32_t kl_rs_restorable(const kiln_context *c, int seq, int32_t p);
+kiln_status kl_rs_copy(kiln_context *c, int src, int dst);
+
+#endif
