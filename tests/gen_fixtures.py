@@ -23,6 +23,14 @@ Usage (from the repository root):
         vocab, 986 MB) for benchmarks, streaming one tensor at a time.  No
         reference outputs.
 
+    /usr/bin/python3 tests/gen_fixtures.py --hybrid
+        Regenerates only the Qwen 3.5-family fixtures (qwen35, qwen35moe,
+        qwen35moe-q8_0, qwen3next), from stories260K's tokenizer.
+
+    /usr/bin/python3 tests/gen_fixtures.py --bench-hybrid DIR
+        Writes qwen35-bench-f16.gguf (0.41 B parameters) and
+        qwen35moe-bench-f16.gguf (1.40 B, 64 experts, 8 used) into DIR.
+
 Needs Debian's python3-numpy and python3-torch (apt, not pip) and the vocab
 GGUFs in /work/shared/vocab.  No GGUF library is used: the small GGUF v3 writer
 and reader below are written from the format description, and every written
@@ -1581,6 +1589,76 @@ def gen_bench_bert(path):
     print("wrote %s (%.1f MB)" % (path, os.path.getsize(path) / 1e6))
 
 
+# ---------------------------------------------------------------------------
+# Hybrid benchmark models: a qwen35 with real proportions (n_embd 1024, 24
+# layers, full attention every fourth, FFN 3584, GPT-2 vocabulary: 0.41 B
+# parameters) and a qwen35moe on the same trunk with 64 experts of width 256,
+# 8 used, and a shared expert of 512 (1.40 B in all, about 0.35 B read per
+# token).  Random F16 weights (F32 norms, router, conv), streamed.
+
+def gen_bench_hybrid(out_dir):
+    g = GGUFFile(os.path.join(HERE, "data", "vocab", "ggml-vocab-gpt-2.gguf"))
+    tok_kvs = [(k,) + (g.kv[k][0], g.kv[k][1]) + ((g.kv[k][2],) if g.kv[k][0] == T_ARR else ())
+               for k in g.kv_order if k.startswith("tokenizer.")]
+    n_vocab = len(g.get("tokenizer.ggml.tokens"))
+    base = dict(n_embd=1024, n_layer=24, interval=4, n_head=8, n_head_kv=2, head_dim=128, n_rot=32, n_ff=3584,
+                Hk=4, Hv=8, Dk=128, K=4, eps=1e-6, rope_base=10000000.0, ctx=32768, grouped=False, ba=False,
+                layer_array=False, mtp=0)
+    models = [Cfg(name="qwen35-bench", arch="qwen35", n_expert=0, **base),
+              Cfg(name="qwen35moe-bench", arch="qwen35moe", n_expert=64, n_used=8, F_exp=256, F_sh=512, **base)]
+    rng = np.random.default_rng(11)
+    for cfg in models:
+        E, D, H, HK, Dk, Hk, Hv = cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv, cfg.Dk, cfg.Hk, cfg.Hv
+        conv_dim, vd = 2 * Hk * Dk + Hv * Dk, Hv * Dk
+        shapes = {"token_embd.weight": (n_vocab, E), "output_norm.weight": (E,)}
+        f32 = {"output_norm.weight"}
+        for i, rec in enumerate(hyb_recurrent(cfg)):
+            p = "blk.%d." % i
+            shapes[p + "attn_norm.weight"] = (E,)
+            shapes[p + "post_attention_norm.weight"] = (E,)
+            if rec:
+                shapes.update({p + "attn_qkv.weight": (conv_dim, E), p + "attn_gate.weight": (vd, E),
+                               p + "ssm_conv1d.weight": (conv_dim, cfg.K), p + "ssm_dt.bias": (Hv,),
+                               p + "ssm_a": (Hv,), p + "ssm_beta.weight": (Hv, E), p + "ssm_alpha.weight": (Hv, E),
+                               p + "ssm_norm.weight": (Dk,), p + "ssm_out.weight": (E, vd)})
+                f32.add(p + "ssm_conv1d.weight")
+            else:
+                shapes.update({p + "attn_q.weight": (2 * H * D, E), p + "attn_k.weight": (HK * D, E),
+                               p + "attn_v.weight": (HK * D, E), p + "attn_output.weight": (E, H * D),
+                               p + "attn_q_norm.weight": (D,), p + "attn_k_norm.weight": (D,)})
+            if cfg.n_expert:
+                NE, Fe, Fs = cfg.n_expert, cfg.F_exp, cfg.F_sh
+                shapes.update({p + "ffn_gate_inp.weight": (NE, E), p + "ffn_gate_exps.weight": (NE, Fe, E),
+                               p + "ffn_up_exps.weight": (NE, Fe, E), p + "ffn_down_exps.weight": (NE, E, Fe),
+                               p + "ffn_gate_inp_shexp.weight": (E,), p + "ffn_gate_shexp.weight": (Fs, E),
+                               p + "ffn_up_shexp.weight": (Fs, E), p + "ffn_down_shexp.weight": (E, Fs)})
+                f32.add(p + "ffn_gate_inp.weight")
+            else:
+                shapes.update({p + "ffn_gate.weight": (cfg.n_ff, E), p + "ffn_up.weight": (cfg.n_ff, E),
+                               p + "ffn_down.weight": (E, cfg.n_ff)})
+
+        def producer(name, shape):
+            def make():
+                if name.endswith("ssm_a"):
+                    return (-np.exp(rng.uniform(-2.0, 0.0, shape))).astype("<f4").tobytes()
+                if name.endswith("ssm_dt.bias"):
+                    return (-0.5 + 0.5 * rng.standard_normal(shape)).astype("<f4").tobytes()
+                if len(shape) == 1:
+                    return (1.0 + 0.1 * rng.standard_normal(shape, np.float32)).astype("<f4").tobytes()
+                a = rng.standard_normal(shape, np.float32)
+                a *= np.float32(1.0 / math.sqrt(shape[-1]))
+                return a.astype("<f4" if name in f32 else "<f2").tobytes()
+            return make
+
+        names = hyb_tensor_order(shapes)
+        tensors = [(n, list(reversed(shapes[n])), GGML_F32 if len(shapes[n]) == 1 or n in f32 else GGML_F16,
+                    producer(n, shapes[n])) for n in names]
+        path = os.path.join(out_dir, cfg.name + "-f16.gguf")
+        write_gguf(path, hyb_kvs(cfg, tok_kvs, cfg.name, FTYPE_MOSTLY_F16), tensors)
+        n_params = sum(int(np.prod(v)) for v in shapes.values())
+        print("wrote %s (%.2f B parameters, %.1f MB)" % (path, n_params / 1e9, os.path.getsize(path) / 1e6))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", metavar="OUT.gguf", help="write the Qwen3-0.6B-shaped benchmark model")
@@ -1588,6 +1666,7 @@ def main():
     ap.add_argument("--embed", action="store_true", help="write only the embedding fixtures")
     ap.add_argument("--toolcall", action="store_true", help="write only the scripted tool-call fixture")
     ap.add_argument("--hybrid", action="store_true", help="write only the qwen35 / qwen35moe / qwen3next fixtures")
+    ap.add_argument("--bench-hybrid", metavar="DIR", help="write the qwen35 and qwen35moe benchmark models into DIR")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.bench:
@@ -1595,6 +1674,9 @@ def main():
         return
     if args.bench_bert:
         gen_bench_bert(args.bench_bert)
+        return
+    if args.bench_hybrid:
+        gen_bench_hybrid(args.bench_hybrid)
         return
     os.makedirs(OUT_DIR, exist_ok=True)
     only = args.embed or args.toolcall or args.hybrid
