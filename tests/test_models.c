@@ -5,7 +5,10 @@
  *     byte; on the random-weight fixtures, a prompt split over several
  *     decode calls, sequences batched together, a prefix-cache hit and a
  *     truncation to a snapshot each give what a cold single run gives;
- *     truncating where no snapshot is fails and changes nothing.
+ *     truncating where no snapshot is fails and changes nothing; drafts
+ *     verified and rolled back give the plain greedy text; the server's
+ *     batched step (gen_batch) gives concurrent, cached, partly cached and
+ *     suspended requests what each gets alone.
  *  1. The bundled stories260K model: greedy continuations equal the ones
  *     llama.cpp recorded (tests/data/stories/stories260K.expected.jsonl).
  *  2. Random-weight fixtures (tests/data/fixtures, written by
@@ -564,9 +567,10 @@ static void q_rule(const kiln_quantize_tensor *t, void *user) {
 }
 
 static void hybrid_quantize(void) {
-    const char *in = "data/fixtures/qwen35moe.gguf", *out = "/tmp/kiln-test-qwen35moe-q8.gguf";
-    char tmp[64];
-    snprintf(tmp, sizeof tmp, "/tmp/kiln-test-qwen35moe-%d.gguf", (int)getpid());
+    const char *in = "data/fixtures/qwen35moe.gguf";
+    char dir[] = "/tmp/kiln-test-hybrid-XXXXXX", tmp[64], out[64];
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    snprintf(tmp, sizeof tmp, "%s/q4_k_m.gguf", dir);
     qseen q = {0, 0};
     kiln_quantize_params p = kiln_quantize_default_params();
     p.n_threads = 2;
@@ -575,8 +579,7 @@ static void hybrid_quantize(void) {
     CHECKF(kiln_quantize_with(in, tmp, "q4_k_m", &p) == KILN_OK, "%s", kiln_last_error());
     CHECKF(q.n > 40 && q.bad == 0, "q4_k_m: %d of %d tensors against llama.cpp's rules", q.bad, q.n);
     remove(tmp);
-    snprintf(tmp, sizeof tmp, "/tmp/kiln-test-qwen35moe-q8-%d.gguf", (int)getpid());
-    out = tmp;
+    snprintf(out, sizeof out, "%s/q8_0.gguf", dir);
     CHECK(kiln_quantize(in, out, "q8_0", 2) == KILN_OK);
     /* the same bytes as the generator's reference quantizer, experts too */
     char err[256];
@@ -611,6 +614,7 @@ static void hybrid_quantize(void) {
     }
     kiln_model_free(m);
     remove(out);
+    rmdir(dir);
 }
 
 /* Speculative decoding on a hybrid model through the generation core: a
@@ -690,6 +694,127 @@ static void hybrid_drafts(const char *name) {
                    name, nd, wrongs[w]);
         }
     printf("%-12s verified drafts (2 to 8, right and wrong): the same greedy text\n", name);
+    gen_batch_free(b);
+    kiln_context_free(c);
+    kiln_model_free(m);
+    json_decref(j);
+}
+
+/* The server's batched step on a hybrid model (gen_batch, as gen_sched
+ * drives it), prompts fed 7 tokens a step: N concurrent greedy requests
+ * each get the tokens they get alone; a request with a finished one's
+ * prompt takes a prefix from the cache (a snapshot) and gives the same
+ * tokens; one whose prompt differs 3 tokens from the end reuses only up to
+ * a snapshot before that and prefills the rest; a slot suspended
+ * mid-generation (its state published) and resumed continues as it would
+ * have. */
+typedef struct hy_req {
+    int32_t tok[64];
+    int n, n_cached, done;
+} hy_req;
+
+static int hy_req_event(void *user, const gen_event *ev, const float *logits) {
+    (void)logits;
+    hy_req *r = user;
+    if (ev->kind == GEN_EV_TOKEN && r->n < 64) r->tok[r->n++] = ev->tok.id;
+    if (ev->kind == GEN_EV_DONE) {
+        r->done = 1;
+        r->n_cached = ev->n_cached;
+    }
+    return 0;
+}
+
+static int hy_run(gen_batch *b, int n, const int32_t *const *prompts, const int *lens, int reuse, hy_req *out) {
+    for (int i = 0; i < n; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        gen_params p = gen_params_default();
+        p.prompt = prompts[i];
+        p.n_prompt = lens[i];
+        p.n_predict = 16;
+        p.sampler.temperature = 0;
+        p.ignore_eos = 1;
+        p.reuse = reuse;
+        p.on_event = hy_req_event;
+        p.user = &out[i];
+        if (gen_batch_add(b, &p, -1, NULL) != KILN_OK) return -1;
+    }
+    for (int i = 0; i < 400 && gen_batch_n_active(b); i++)
+        if (gen_batch_step(b) != KILN_OK) return -1;
+    for (int i = 0; i < n; i++)
+        if (!out[i].done || out[i].n != 16) return -1;
+    return 0;
+}
+
+static void hybrid_serving(const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "data/fixtures/%s.json", name);
+    json_t *j = json_load_file(path, 0, NULL);
+    snprintf(path, sizeof path, "data/fixtures/%s.gguf", name);
+    kiln_model *m;
+    if (!j || kiln_model_load(path, NULL, &m) != KILN_OK) { CHECK(0); json_decref(j); return; }
+    json_t *pj = json_object_get(j, "prompt_ids");
+    const int np = (int)json_array_size(pj);
+    int32_t pa[64], pb[64], pc[64], pd[64];
+    for (int i = 0; i < np && i < 64; i++) pa[i] = (int32_t)json_integer_value(json_array_get(pj, (size_t)i));
+    CHECK(np > 2 * KL_BLOCK_TOKENS && np <= 64);
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    /* b: a's system prefix with another question; c: a shorter prompt of
+     * its own; d: a with a token 3 from the end changed */
+    memcpy(pb, pa, sizeof pa);
+    for (int i = np - 9; i < np; i++) pb[i] = (pa[i] * 7 + 11) % info.n_vocab;
+    for (int i = 0; i < np; i++) pc[i] = pa[(i * 5 + 3) % np];
+    memcpy(pd, pa, sizeof pa);
+    pd[np - 3] = (pd[np - 3] + 7) % info.n_vocab;
+    const int32_t *prompts[4] = {pa, pb, pc, pd};
+    const int lens[4] = {np, np, np - 13, np};
+    kiln_context *c = new_ctx(m, KILN_KV_F16, 256, 3);
+    gen_batch *b = NULL;
+    CHECK(c && gen_batch_new(m, c, 7, &b) == KILN_OK);
+    hy_req alone[4], got[4];
+    for (int i = 0; b && i < 4; i++) CHECK(hy_run(b, 1, prompts + i, lens + i, 0, &alone[i]) == 0);
+    /* three at once, publishing their prompts */
+    CHECK(b && hy_run(b, 3, prompts, lens, 1, got) == 0);
+    for (int i = 0; b && i < 3; i++)
+        CHECKF(!memcmp(got[i].tok, alone[i].tok, sizeof got[i].tok) && got[i].n_cached == 0,
+               "%s: request %d of 3 batched: other tokens (or %d cached)", name, i, got[i].n_cached);
+    kiln_kv_stats st0, st1;
+    kiln_kv_get_stats(c, &st0);
+    /* a's prompt again: a prefix from a snapshot, the same tokens */
+    CHECK(b && hy_run(b, 1, prompts, lens, 1, got) == 0);
+    CHECKF(got[0].n_cached >= np - KL_BLOCK_TOKENS && got[0].n_cached < np, "%s: a repeated prompt reused %d of %d", name,
+           got[0].n_cached, np);
+    CHECKF(!memcmp(got[0].tok, alone[0].tok, sizeof got[0].tok), "%s: a prefix-cache hit gives other tokens", name);
+    /* d: what it shares with a, up to a snapshot, and no further */
+    CHECK(b && hy_run(b, 1, prompts + 3, lens + 3, 1, got + 3) == 0);
+    CHECKF(got[3].n_cached > 0 && got[3].n_cached <= np - 3, "%s: a prompt that differs at %d reused %d", name, np - 3,
+           got[3].n_cached);
+    CHECKF(!memcmp(got[3].tok, alone[3].tok, sizeof got[3].tok), "%s: a partial prefix hit gives other tokens", name);
+    kiln_kv_get_stats(c, &st1);
+    CHECK(st1.state_restores >= st0.state_restores + 2);
+    /* suspended after 5 tokens, b's prompt run meanwhile, then resumed */
+    {
+        hy_req r = {{0}, 0, 0, 0}, other;
+        gen_params p = gen_params_default();
+        p.prompt = pc;
+        p.n_prompt = lens[2];
+        p.n_predict = 16;
+        p.sampler.temperature = 0;
+        p.ignore_eos = 1;
+        p.reuse = 1;
+        p.on_event = hy_req_event;
+        p.user = &r;
+        gen_slot *s = NULL;
+        CHECK(b && gen_batch_add(b, &p, -1, &s) == KILN_OK);
+        for (int i = 0; s && i < 100 && r.n < 5; i++) CHECK(gen_batch_step(b) == KILN_OK);
+        if (s) gen_slot_suspend(b, s);
+        CHECK(b && hy_run(b, 1, prompts + 1, lens + 1, 0, &other) == 0 && !memcmp(other.tok, alone[1].tok, sizeof other.tok));
+        CHECK(s && gen_slot_resume(b, s) == KILN_OK);
+        for (int i = 0; s && i < 100 && gen_batch_n_active(b); i++) CHECK(gen_batch_step(b) == KILN_OK);
+        CHECKF(r.done && r.n == 16 && !memcmp(r.tok, alone[2].tok, sizeof r.tok), "%s: suspended and resumed: other tokens",
+               name);
+    }
+    printf("%-12s gen_batch: 3 at once, prefix hits, a partial hit, suspend/resume: as alone\n", name);
     gen_batch_free(b);
     kiln_context_free(c);
     kiln_model_free(m);
@@ -908,6 +1033,8 @@ int main(void) {
     hybrid_quantize();
     hybrid_drafts("qwen35");
     hybrid_drafts("qwen3next");
+    hybrid_serving("qwen35");
+    hybrid_serving("qwen35moe");
     test_context_rules();
     test_long_attention();
     return t_done();
