@@ -257,10 +257,11 @@ kiln_context_params kiln_context_default_params(void);
 kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, kiln_context **out);
 void kiln_context_free(kiln_context *c);
 int32_t kiln_context_n_ctx(const kiln_context *c);
-/* Most tokens one kiln_decode call may carry, and sequences that may be
- * live at once (the values in effect after kiln_context_new's caps). */
+/* Most tokens one kiln_decode call may carry, sequences that may be live
+ * at once and threads (the values in effect after kiln_context_new). */
 int32_t kiln_context_n_batch(const kiln_context *c);
 int32_t kiln_context_n_seq_max(const kiln_context *c);
+int32_t kiln_context_n_threads(const kiln_context *c);
 const char *kiln_context_error(const kiln_context *c);
 
 /* A batch of tokens from one or more sequences.  Each sequence grows at its

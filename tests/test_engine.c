@@ -155,7 +155,7 @@ static kiln_status fake_run(void *user, void *model, int task, void *req, engine
     return KILN_OK;
 }
 
-static const engine_ops fake_ops = {fake_check, fake_load, fake_unload, fake_run, NULL, NULL};
+static const engine_ops fake_ops = {.check = fake_check, .load = fake_load, .unload = fake_unload, .run = fake_run};
 static const char *const fake_tasks[] = {"generate", NULL};
 static const kiln_engine_family fake_family = {KILN_ENGINE_LLM, "standin", "Stand-in", fake_tasks, 3u, 1};
 
@@ -282,7 +282,7 @@ static void test_registry(void) {
     CHECK(kiln_engine_family_count() >= 2);
     const kiln_engine_family *llm = kiln_engine_family_find("llm");
     CHECK(llm && llm->id == KILN_ENGINE_LLM && llm->available);
-    CHECK(llm && strcmp(llm->tasks[0], "generate") == 0 && llm->tasks[1] == NULL);
+    CHECK(llm && strcmp(llm->tasks[0], "generate") == 0 && strcmp(llm->tasks[1], "embed") == 0 && !llm->tasks[2]);
     CHECK(llm && (llm->backends & (1u << KILN_ENGINE_BACKEND_CPU)));
     const kiln_engine_family *emb = kiln_engine_family_find("embedding");
     CHECK(emb && emb->id == KILN_ENGINE_EMBEDDING && emb->available && strcmp(emb->tasks[0], "embed") == 0);

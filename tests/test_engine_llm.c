@@ -107,6 +107,30 @@ int main(void) {
     CHECK(longj.st == KILN_OK && longj.n > 8);
     CHECKF(atomic_load(&urg.finished) < atomic_load(&longj.finished), "the urgent request waited for the long one");
 
+    /* The llm family embeds too (a decoder's pooled hidden states), as the
+     * embedder over the same model does. */
+    {
+        const char *texts[] = {"Tom had a red ball"};
+        kiln_embed_request er = {1, texts, NULL, KILN_EMBED_DOCUMENT, 0, 0, NULL};
+        kiln_embed_job *ej = NULL, *dj = NULL;
+        CHECK(kiln_engine_embed(e, &er, NULL, &ej) == KILN_OK && ej);
+        kiln_embedder *direct = NULL;
+        CHECK(kiln_embedder_new(MODEL, NULL, &direct) == KILN_OK);
+        CHECK(direct && kiln_embed(direct, &er, &dj) == KILN_OK);
+        if (ej && dj) {
+            const kiln_embeddings *a = kiln_embed_result(ej), *b = kiln_embed_result(dj);
+            float diff = 0;
+            for (int i = 0; i < a->dim && a->dim == b->dim; i++) {
+                float d = a->vectors[i] - b->vectors[i];
+                diff = d > diff ? d : -d > diff ? -d : diff;
+            }
+            CHECKF(a->dim == b->dim && diff < 1e-5f, "engine vs embedder: %g", diff);
+        }
+        kiln_embed_job_free(ej);
+        kiln_embed_job_free(dj);
+        kiln_embedder_free(direct);
+    }
+
     /* Unload with a fired token cancels a running generation; the model is
      * released after it stops. */
     job c = {.e = e, .req = greedy("Once upon a time", 200)};

@@ -6,6 +6,7 @@
 #include "server/server.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -39,6 +40,19 @@ static int parse_dur(const char *s, double *out) {
     return 0;
 }
 
+/* A line of kiln serve on stderr, as text or (--log-format json) as a JSON
+ * object like the server's own lines. */
+static void say(int json, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(int json, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ks_log_line(json, msg);
+    fflush(stderr);
+}
+
 static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: kiln serve [-m MODEL|NAME ...] [options]\n"
@@ -58,8 +72,13 @@ static void serve_usage(FILE *f) {
             "                    files); also $KILN_API_KEY\n"
             "  --cors-origins L  browser origins allowed besides loopback ones and the server's own:\n"
             "                    comma-separated, '*' globs ('*' alone = any); also $KILN_ORIGINS\n"
-            "  --keep-alive DUR  idle time before a model unloads (default 5m; -1 = never)\n"
+            "  --keep-alive DUR  idle time before a model unloads (default 5m; -1 = never); a request's\n"
+            "                    keep_alive (Ollama) applies after that request only\n"
+            "  --max-loaded N    models resident at once (default: as many as fit in 3/4 of RAM); the\n"
+            "                    least recently used idle one unloads first\n"
             "  --max-body BYTES  request body limit (default 8 MiB)\n"
+            "  --log-format F    text (default) or json: one line per request (method, path, status,\n"
+            "                    model, tokens, ms) and per model event on stderr\n"
             "  --max-queue N     waiting requests per model before 429 (default 64)\n"
             "  --grace S         seconds to finish running requests on SIGTERM (default 10)\n",
             KS_DEFAULT_PORT);
@@ -87,6 +106,14 @@ int cmd_serve(int argc, char **argv) {
                 free(models);
                 return 2;
             }
+        } else if (!strcmp(a, "--log-format") && has) {
+            const char *f = argv[++i];
+            if (strcmp(f, "text") && strcmp(f, "json")) {
+                fprintf(stderr, "kiln serve: --log-format: '%s' is not text or json\n", f);
+                free(models);
+                return 2;
+            }
+            cfg.log_json = !strcmp(f, "json");
         } else if (!strcmp(a, "--kv-f32")) cfg.kv_type = KILN_KV_F32;
         else if (!strcmp(a, "--cache-type") && has) {
             if ((cfg.kv_type = cli_kv_type(argv[++i])) < 0) {
@@ -101,7 +128,7 @@ int cmd_serve(int argc, char **argv) {
             return 0;
         } else {
             const char *numeric[] = {"--port", "--parallel", "-c", "-b", "-t", "--kv-budget", "--max-body",
-                                     "--max-queue", "--grace", "--ctx-size", "--threads"};
+                                     "--max-queue", "--grace", "--ctx-size", "--threads", "--max-loaded"};
             int k = -1;
             for (int j = 0; j < (int)(sizeof numeric / sizeof numeric[0]); j++)
                 if (!strcmp(a, numeric[j])) k = j;
@@ -125,6 +152,7 @@ int cmd_serve(int argc, char **argv) {
             case 6: cfg.max_body = (size_t)v; break;
             case 7: cfg.max_queue = (int)v; break;
             case 8: grace = v; break;
+            case 11: cfg.max_loaded = (int)v; break;
             }
         }
     }
@@ -149,15 +177,21 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     int v6 = strchr(cfg.host, ':') && cfg.host[0] != '[';
-    fprintf(stderr, "kiln serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", cfg.host, v6 ? "]" : "",
-            ks_server_port(s));
-    fflush(stderr);
+    say(cfg.log_json, "listening on http://%s%s%s:%d", v6 ? "[" : "", cfg.host, v6 ? "]" : "", ks_server_port(s));
+    /* a -m model that does not load ends the server at once, with why */
+    char why[512];
+    if (ks_server_wait_loaded(s, why, sizeof why) != KILN_OK) {
+        say(cfg.log_json, "%s", why);
+        ks_server_free(s);
+        free(models);
+        return 1;
+    }
     int sig = 0;
     while (sigwait(&set, &sig) == EINTR) {}
-    fprintf(stderr, "kiln serve: signal %d: draining (up to %.0f s)\n", sig, grace);
+    say(cfg.log_json, "signal %d: draining (up to %g s)", sig, grace);
     ks_server_drain(s, grace);
     ks_server_free(s);
     free(models);
-    fprintf(stderr, "kiln serve: stopped\n");
+    say(cfg.log_json, "stopped");
     return 0;
 }

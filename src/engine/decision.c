@@ -61,7 +61,7 @@ static kiln_status dec_run(void *user, void *model, int task, void *req, engine_
     return KILN_OK;
 }
 
-const engine_ops engine_decision_ops = {dec_check, dec_load, dec_unload, dec_run, NULL, NULL};
+const engine_ops engine_decision_ops = {.check = dec_check, .load = dec_load, .unload = dec_unload, .run = dec_run};
 
 kiln_status kiln_engine_decide(kiln_engine *e, const kiln_decide_request *r, kiln_engine_cancel *cancel,
                                kiln_decide_job **out) {

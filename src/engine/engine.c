@@ -46,7 +46,10 @@ typedef struct gate_waiter {
 
 struct engine_run {
     kiln_engine *e;
-    kiln_engine_cancel *cancel; /* the work's own token, or NULL */
+    kiln_engine_cancel *cancel; /* the work's own token (our reference), or NULL */
+    engine_watch watch;         /* a fired token wakes the gate */
+    int (*abandon)(void *user); /* polled while waiting for the gate: 1 gives up */
+    void *abandon_user;
     int is_request;
     int holds;                  /* holds places of the gate */
     int weight;                 /* how many */
@@ -223,7 +226,21 @@ static kiln_status gate_enter(kiln_engine *e, engine_run *r, int cls) {
     gate_grant_next(e);
     const int waited = r->is_request && !w->granted;
     if (waited) e->n_waiting++;
-    while (!w->granted && !(r->is_request && run_cancelled(r))) pthread_cond_wait(&e->cv, &e->mu);
+    while (!w->granted && !(r->is_request && run_cancelled(r))) {
+        if (!r->abandon) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        if (!w->granted && r->abandon(r->abandon_user)) break;
+    }
     if (waited) e->n_waiting--;
     if (!w->granted) {
         gate_unqueue(e, w);
@@ -807,35 +824,87 @@ static int family_has_task(const kiln_engine_family *fam, int task) {
     return 0;
 }
 
-kiln_status engine_request(kiln_engine *e, int task, void *req, int urgent, kiln_engine_cancel *cancel) {
-    if (!e || !req) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine or request");
+kiln_status engine_admit(kiln_engine *e, int task, int urgent, kiln_engine_cancel *cancel,
+                         int (*abandon)(void *user), void *user, engine_run **out, void **model) {
+    *out = NULL;
+    if (model) *model = NULL;
+    if (!e) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine");
     if (!family_has_task(e->fam, task))
         return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the %s family does not run this task", e->fam->key);
-    engine_run r = {.e = e, .cancel = cancel, .is_request = 1};
-    engine_watch w = {wake_fn, e, NULL}; /* a fired token wakes the gate */
-    if (cancel) engine_cancel_watch(cancel, &w);
+    engine_run *r = calloc(1, sizeof *r);
+    if (!r) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    r->e = e;
+    r->cancel = engine_cancel_ref(cancel);
+    r->is_request = 1;
+    r->abandon = abandon;
+    r->abandon_user = user;
+    r->watch = (engine_watch){wake_fn, e, NULL}; /* a fired token wakes the gate */
+    if (cancel) engine_cancel_watch(cancel, &r->watch);
     pthread_mutex_lock(&e->mu);
     const char *why = e->closing || e->stop_accepted ? "an unload or stop was accepted"
                       : e->release_failed        ? "a failed release holds the model; unload to retry"
                       : !e->model                ? "no model is loaded"
                                                  : NULL;
-    kiln_status st = KILN_OK;
-    void *model = e->model;
+    kiln_status st;
     if (why) {
         st = kl_fail(NULL, KILN_ERR_STATE, "request refused: %s", why);
     } else {
         e->n_active++;
-        st = gate_enter(e, &r, urgent ? GATE_URGENT : GATE_NORMAL);
+        st = gate_enter(e, r, urgent ? GATE_URGENT : GATE_NORMAL);
+        if (st != KILN_OK) {
+            e->n_active--;
+            pthread_cond_broadcast(&e->cv);
+        }
     }
+    void *m = e->model;
     pthread_mutex_unlock(&e->mu);
-    if (!why) {
-        if (st == KILN_OK) st = e->ops->run(e->ops->user, model, task, req, &r);
-        pthread_mutex_lock(&e->mu);
-        gate_drop(e, &r);
-        e->n_active--;
-        pthread_cond_broadcast(&e->cv);
-        pthread_mutex_unlock(&e->mu);
+    if (st != KILN_OK) {
+        if (cancel) engine_cancel_unwatch(cancel, &r->watch);
+        kiln_engine_cancel_free(r->cancel);
+        free(r);
+        return st;
     }
-    if (cancel) engine_cancel_unwatch(cancel, &w);
+    if (model) *model = m;
+    *out = r;
+    return KILN_OK;
+}
+
+void engine_dismiss(engine_run *r) {
+    if (!r) return;
+    kiln_engine *e = r->e;
+    pthread_mutex_lock(&e->mu);
+    gate_drop(e, r);
+    e->n_active--;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (r->cancel) {
+        engine_cancel_unwatch(r->cancel, &r->watch);
+        kiln_engine_cancel_free(r->cancel);
+    }
+    free(r);
+}
+
+kiln_status engine_request(kiln_engine *e, int task, void *req, int urgent, kiln_engine_cancel *cancel) {
+    if (!e || !req) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine or request");
+    engine_run *r;
+    void *model;
+    kiln_status st = engine_admit(e, task, urgent, cancel, NULL, NULL, &r, &model);
+    if (st != KILN_OK) return st;
+    st = e->ops->run(e->ops->user, model, task, req, r);
+    engine_dismiss(r);
     return st;
+}
+
+kiln_model *engine_model(kiln_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    kiln_model *m = e->model && e->ops->model_of ? e->ops->model_of(e->ops->user, e->model) : NULL;
+    pthread_mutex_unlock(&e->mu);
+    return m;
+}
+
+void *engine_resident(kiln_engine *e, const engine_ops *ops) {
+    pthread_mutex_lock(&e->mu);
+    void *m = e->ops == ops ? e->model : NULL;
+    pthread_mutex_unlock(&e->mu);
+    return m;
 }

@@ -25,6 +25,8 @@
 
 #include "kiln.h"
 
+#include <pthread.h>
+
 /* Per-request (or per-load) context handed to a family. */
 typedef struct engine_run engine_run;
 
@@ -58,7 +60,8 @@ enum { ENGINE_TASK_GENERATE = 0, ENGINE_TASK_EMBED = 1, ENGINE_TASK_IMAGE = 2, E
        ENGINE_TASK_DECIDE = 4, ENGINE_TASK_MEASURE = 5, ENGINE_TASK_RERANK = 6 };
 
 /* Every op reports failure as a kiln_status with kiln_last_error() set on
- * the calling thread.  user is engine_ops.user. */
+ * the calling thread.  user is engine_ops.user.  Define a table with
+ * designated initializers: optional ops come and go at the end. */
 typedef struct engine_ops {
     /* Optional: can the family run this file?  Runs on the caller's thread
      * inside kiln_engine_load, so it must be cheap (headers only). */
@@ -74,6 +77,8 @@ typedef struct engine_ops {
     /* Optional: how many requests the model runs at once (the gate's
      * places while it is resident); 1 without it. */
     int32_t (*capacity)(void *user, void *model);
+    /* Optional: the kiln_model inside a resident model (engine_model). */
+    kiln_model *(*model_of)(void *user, void *model);
 } engine_ops;
 
 /* The ops behind a registry family, or NULL when this build lacks it. */
@@ -88,6 +93,9 @@ extern const engine_ops engine_rerank_ops;
 /* Reads only the GGUF header of path: it must parse and name an
  * architecture kiln runs; generate also refuses encoders. */
 kiln_status engine_gguf_check(const char *path, int generate);
+/* The family that serves path: embedding for an encoder, llm for a
+ * decoder (after engine_gguf_check's checks). */
+kiln_status engine_gguf_family(const char *path, kiln_engine_family_id *out);
 
 /* Creates an instance of fam driven by ops (kiln_engine_create uses the
  * registry's ops; tests plug in stand-in loaders). */
@@ -98,6 +106,51 @@ kiln_status engine_create_with(const kiln_engine_family *fam, const engine_ops *
  * the gate.  Refused with KILN_ERR_STATE when no model is resident, a
  * teardown was accepted or a release failed. */
 kiln_status engine_request(kiln_engine *e, int task, void *req, int urgent, kiln_engine_cancel *cancel);
+/* engine_request in two halves, for callers that run the request
+ * themselves (the server reads a generation as its HTTP client does):
+ * engine_admit waits for the gate as engine_request does (abandon, when
+ * set, is polled while it waits: 1 gives up, as a fired token does) and
+ * hands back the admission and the resident model; engine_dismiss leaves
+ * the gate.  Every admission must be dismissed. */
+kiln_status engine_admit(kiln_engine *e, int task, int urgent, kiln_engine_cancel *cancel,
+                         int (*abandon)(void *user), void *user, engine_run **out, void **model);
+void engine_dismiss(engine_run *r);
+/* The resident model when e runs the family of ops, else NULL.  Valid
+ * while the host keeps e from unloading (it asks for every unload). */
+void *engine_resident(kiln_engine *e, const engine_ops *ops);
+/* The kiln_model of e's resident model, or NULL (same validity). */
+kiln_model *engine_model(kiln_engine *e);
+
+/* ---- the llm family (llm.c) ---- */
+
+typedef struct gen_params gen_params;
+typedef struct gen_req gen_req;
+typedef struct gen_sched_stats gen_sched_stats;
+typedef struct engine_llm_req engine_llm_req;
+
+/* Admits a generation (as engine_admit) and starts it in the resident
+ * model's scheduler: p as gen_sched_submit takes it. */
+kiln_status engine_llm_begin(kiln_engine *e, const gen_params *p, int urgent, kiln_engine_cancel *cancel,
+                             int (*abandon)(void *user), void *user, engine_llm_req **out);
+/* Its events (gen_req_next, gen_req_stop, gen_req_cancel). */
+gen_req *engine_llm_events(engine_llm_req *q);
+/* Cancels it unless it ended, waits for that and leaves the gate. */
+void engine_llm_end(engine_llm_req *q);
+/* The resident model's context length and scheduler counts; KILN_ERR_STATE
+ * when e holds no llm model. */
+kiln_status engine_llm_stats(kiln_engine *e, int32_t *n_ctx, gen_sched_stats *st);
+
+/* ---- embedding, in either family (embedding.c) ---- */
+
+/* An embed call as the engine carries it. */
+typedef struct engine_embed_call {
+    const kiln_embed_request *req;
+    kiln_embed_job *job;
+} engine_embed_call;
+/* Runs call on em: counts every input, then one forward run at a time,
+ * yielding before each; mu (optional) is held around em's native work
+ * only, so requests sharing em interleave at the yields. */
+kiln_status engine_embed_run(kiln_embedder *em, pthread_mutex_t *mu, engine_embed_call *call, engine_run *r);
 
 /* Token watchers: fn(arg) runs once when the token fires (at once, during
  * engine_cancel_watch, if it already has).  The watch node belongs to the

@@ -92,7 +92,7 @@ static kiln_status img_run(void *user, void *model, int task, void *req, engine_
     return KILN_OK;
 }
 
-const engine_ops engine_image_ops = {img_check, img_load, img_unload, img_run, NULL, NULL};
+const engine_ops engine_image_ops = {.check = img_check, .load = img_load, .unload = img_unload, .run = img_run};
 
 kiln_image_request kiln_image_request_default(void) {
     kiln_image_request r;

@@ -31,6 +31,19 @@ kiln_status engine_gguf_check(const char *path, int generate) {
     return st;
 }
 
+kiln_status engine_gguf_family(const char *path, kiln_engine_family_id *out) {
+    kiln_status st = engine_gguf_check(path, 0);
+    if (st != KILN_OK) return st;
+    char err[512], name[64];
+    gguf_file *f = gguf_open(path, err, sizeof err);
+    if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "%s", err);
+    const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
+    const kl_arch *arch = a ? kl_arch_find(a) : NULL;
+    *out = arch && arch->encoder ? KILN_ENGINE_EMBEDDING : KILN_ENGINE_LLM;
+    gguf_close(f);
+    return KILN_OK;
+}
+
 static kiln_status llm_check(void *user, const char *path) { return engine_gguf_check(path, 1); }
 
 /* A resident model: its weights, one context whose sequences are the
@@ -40,6 +53,8 @@ typedef struct llm_model {
     kiln_context *c;
     gen_sched *sched;
     int32_t n_seq;
+    pthread_mutex_t emb_mu;   /* guards emb and its native runs */
+    kiln_embedder *emb;       /* made at the first embed request */
 } llm_model;
 
 /* Prompt tokens one sequence adds per step while others generate. */
@@ -55,6 +70,8 @@ static kiln_status llm_unload(void *user, void *model) {
     llm_model *lm = model;
     if (!lm) return KILN_OK;
     gen_sched_free(lm->sched);
+    kiln_embedder_free(lm->emb);
+    pthread_mutex_destroy(&lm->emb_mu);
     kiln_context_free(lm->c);
     kiln_model_free(lm->m);
     free(lm);
@@ -66,6 +83,7 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
     *model = NULL;
     llm_model *lm = calloc(1, sizeof *lm);
     if (!lm) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&lm->emb_mu, NULL);
     kiln_status st = kiln_model_load(path, NULL, &lm->m);
     const kiln_context_params *cp = engine_context_params(r);
     kiln_context_params dp = kiln_context_default_params();
@@ -150,12 +168,79 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
     return st;
 }
 
+/* Embeddings from the decoder's final hidden states (kiln_embedder over
+ * the resident model, made at the first request). */
+static kiln_status embed(llm_model *lm, engine_embed_call *call, engine_run *r) {
+    pthread_mutex_lock(&lm->emb_mu);
+    kiln_status st = KILN_OK;
+    if (!lm->emb) {
+        kiln_embedder_params p = kiln_embedder_default_params();
+        p.n_threads = kiln_context_n_threads(lm->c);
+        st = kiln_embedder_new_from_model(lm->m, &p, &lm->emb);
+        if (st != KILN_OK) lm->emb = NULL;
+    }
+    pthread_mutex_unlock(&lm->emb_mu);
+    if (st != KILN_OK) return st;
+    return engine_embed_run(lm->emb, &lm->emb_mu, call, r);
+}
+
 static kiln_status llm_run(void *user, void *model, int task, void *req, engine_run *r) {
-    if (task != ENGINE_TASK_GENERATE) return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the llm family only generates");
+    if (task == ENGINE_TASK_EMBED) return embed(model, req, r);
+    if (task != ENGINE_TASK_GENERATE) return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the llm family does not run this task");
     return generate(model, req, r);
 }
 
-const engine_ops engine_llm_ops = {llm_check, llm_load, llm_unload, llm_run, NULL, llm_capacity};
+static kiln_model *llm_model_of(void *user, void *model) { return ((llm_model *)model)->m; }
+
+const engine_ops engine_llm_ops = {.check = llm_check, .load = llm_load, .unload = llm_unload, .run = llm_run,
+                                   .capacity = llm_capacity, .model_of = llm_model_of};
+
+/* ---- generations read by their caller (engine.h) ---- */
+
+struct engine_llm_req {
+    engine_run *r;
+    gen_req *q;
+};
+
+kiln_status engine_llm_begin(kiln_engine *e, const gen_params *p, int urgent, kiln_engine_cancel *cancel,
+                             int (*abandon)(void *user), void *user, engine_llm_req **out) {
+    *out = NULL;
+    engine_llm_req *q = calloc(1, sizeof *q);
+    if (!q) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    void *model = NULL;
+    kiln_status st = engine_admit(e, ENGINE_TASK_GENERATE, urgent, cancel, abandon, user, &q->r, &model);
+    if (st == KILN_OK && engine_resident(e, &engine_llm_ops) != model)
+        st = kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the engine does not run the llm family");
+    if (st == KILN_OK) {
+        llm_model *lm = model;
+        st = gen_sched_submit(lm->sched, p, urgent, q->r, &q->q);
+        if (st != KILN_OK) kl_fail(NULL, st, "cannot queue the request");
+    }
+    if (st != KILN_OK) {
+        engine_dismiss(q->r);
+        free(q);
+        return st;
+    }
+    *out = q;
+    return KILN_OK;
+}
+
+gen_req *engine_llm_events(engine_llm_req *q) { return q->q; }
+
+void engine_llm_end(engine_llm_req *q) {
+    if (!q) return;
+    gen_req_free(q->q);
+    engine_dismiss(q->r);
+    free(q);
+}
+
+kiln_status engine_llm_stats(kiln_engine *e, int32_t *n_ctx, gen_sched_stats *st) {
+    llm_model *lm = engine_resident(e, &engine_llm_ops);
+    if (!lm) return kl_fail(NULL, KILN_ERR_STATE, "no llm model is resident");
+    if (n_ctx) *n_ctx = kiln_context_n_ctx(lm->c);
+    if (st) gen_sched_get_stats(lm->sched, st);
+    return KILN_OK;
+}
 
 kiln_engine_generate_request kiln_engine_generate_default(void) {
     kiln_engine_generate_request q;

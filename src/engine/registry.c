@@ -6,7 +6,7 @@
 
 #define BACKEND_BIT(b) (1u << (b))
 
-static const char *const llm_tasks[] = {"generate", NULL};
+static const char *const llm_tasks[] = {"generate", "embed", NULL};
 static const char *const embedding_tasks[] = {"embed", NULL};
 static const char *const image_tasks[] = {"image", NULL};
 static const char *const stt_tasks[] = {"transcribe", NULL};

@@ -47,7 +47,7 @@ static kiln_status rr_run(void *user, void *model, int task, void *req, engine_r
     return KILN_OK;
 }
 
-const engine_ops engine_rerank_ops = {rr_check, rr_load, rr_unload, rr_run, NULL, NULL};
+const engine_ops engine_rerank_ops = {.check = rr_check, .load = rr_load, .unload = rr_unload, .run = rr_run};
 
 kiln_status kiln_engine_rerank(kiln_engine *e, const kiln_rerank_request *q, int urgent, kiln_engine_cancel *cancel,
                                kiln_rerank_job **out) {

@@ -104,7 +104,8 @@ static kiln_status stt_run(void *user, void *model, int task, void *req, engine_
     }
 }
 
-const engine_ops engine_stt_ops = {stt_check, stt_load, stt_unload, stt_run, NULL, NULL}; /* one place: a stream holds the whole gate */
+/* one place (no capacity op): a stream holds the whole gate */
+const engine_ops engine_stt_ops = {.check = stt_check, .load = stt_load, .unload = stt_unload, .run = stt_run};
 
 kiln_status kiln_engine_transcribe(kiln_engine *e, const kiln_audio_window *audio, const kiln_transcribe_params *p,
                                    kiln_engine_cancel *cancel, kiln_transcript **out) {

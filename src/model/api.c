@@ -205,6 +205,7 @@ void kiln_context_free(kiln_context *c) {
 int32_t kiln_context_n_ctx(const kiln_context *c) { return c->p.n_ctx; }
 int32_t kiln_context_n_batch(const kiln_context *c) { return c->p.n_batch; }
 int32_t kiln_context_n_seq_max(const kiln_context *c) { return c->p.n_seq_max; }
+int32_t kiln_context_n_threads(const kiln_context *c) { return c->p.n_threads; }
 const char *kiln_context_error(const kiln_context *c) { return c->err; }
 
 kiln_status kiln_decode(kiln_context *c, const kiln_batch *b) {

@@ -11,6 +11,7 @@
  * the first Whisper model given with -m. */
 #include "server/srv.h"
 
+#include <math.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -18,7 +19,6 @@
 #include <time.h>
 
 #define MAX_FIELD 4096
-#define MAX_ENGINES 4
 
 typedef struct form {
     ks_buf file;
@@ -77,94 +77,6 @@ static size_t form_end(struct MHD_Connection *c, const char *body, size_t len) {
             return end;
         }
     return len;
-}
-
-/* ------------------------------------------------------------ engines */
-
-typedef struct stt_slot {
-    const ks_srv *srv;
-    char name[256];
-    kiln_engine *e;
-} stt_slot;
-
-static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
-static stt_slot slots[MAX_ENGINES];
-
-static kiln_status store_acquire(void *user, const char *family, const char *name, char *path, size_t cap,
-                                 void **lease) {
-    kiln_store *st = user;
-    kiln_store_lease *l = NULL;
-    kiln_status rc = kiln_store_resolve(st, name, &l);
-    if (rc != KILN_OK) return rc;
-    snprintf(path, cap, "%s", kiln_store_lease_path(l));
-    *lease = l;
-    return KILN_OK;
-}
-
-static void store_release(void *user, void *lease) { kiln_store_release(lease); }
-
-/* The path behind a request's model name, "" when none fits. */
-static void pick_model(ks_srv *s, const char *want, char *out, size_t cap) {
-    out[0] = 0;
-    int any = !want[0] || !strcmp(want, "whisper-1");
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_runners; i++) {
-        ks_runner *r = s->runners[i];
-        /* "ggml-base.en" names the -m model ggml-base.en.bin */
-        size_t nl = strlen(r->name), wl = strlen(want);
-        int named = !strcmp(r->name, want) ||
-                    (nl == wl + 4 && !strncmp(r->name, want, wl) && !strcmp(r->name + wl, ".bin"));
-        if ((any || named) && kiln_is_whisper_file(r->path)) {
-            snprintf(out, cap, "%s", r->path);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (!out[0] && !any && s->store) {
-        kiln_store_lease *l = NULL;
-        if (kiln_store_resolve(s->store, want, &l) == KILN_OK) {
-            if (kiln_is_whisper_file(kiln_store_lease_path(l))) snprintf(out, cap, "%s", want);
-            kiln_store_release(l);
-        }
-    }
-}
-
-/* The resident engine for model (a path or store name), loaded on first use. */
-static kiln_engine *engine_for(ks_srv *s, const char *model, char *msg, size_t cap) {
-    pthread_mutex_lock(&slots_mu);
-    stt_slot *free_slot = NULL;
-    for (int i = 0; i < MAX_ENGINES; i++) {
-        if (slots[i].e && slots[i].srv == s && !strcmp(slots[i].name, model)) {
-            kiln_engine *e = slots[i].e;
-            pthread_mutex_unlock(&slots_mu);
-            return e;
-        }
-        if (!slots[i].e && !free_slot) free_slot = &slots[i];
-    }
-    kiln_engine *e = NULL;
-    if (!free_slot) {
-        snprintf(msg, cap, "at most %d speech models are resident", MAX_ENGINES);
-        goto out;
-    }
-    if (kiln_engine_create(KILN_ENGINE_STT, KILN_ENGINE_BACKEND_AUTO, &e) != KILN_OK) goto fail;
-    if (s->store) {
-        kiln_engine_store es = {store_acquire, store_release, s->store};
-        kiln_engine_set_store(e, &es);
-    }
-    if (kiln_engine_start(e) != KILN_OK || kiln_engine_load(e, model, NULL) != KILN_OK ||
-        kiln_engine_wait_idle(e, -1) != KILN_OK)
-        goto fail;
-    free_slot->srv = s;
-    snprintf(free_slot->name, sizeof free_slot->name, "%s", model);
-    free_slot->e = e;
-    goto out;
-fail:
-    snprintf(msg, cap, "%s", kiln_last_error());
-    kiln_engine_free(e);
-    e = NULL;
-out:
-    pthread_mutex_unlock(&slots_mu);
-    return e;
 }
 
 /* ---------------------------------------------------- disconnect watch */
@@ -256,22 +168,29 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
         }
         p.temperature = (float)t;
     }
-    pick_model(s, f.model, model, sizeof model);
-    if (!model[0]) {
+    /* "whisper-1" (the OpenAI client's usual name) or none: the first -m
+     * speech model */
+    snprintf(model, sizeof model, "%s", f.model);
+    if ((!model[0] || !strcmp(model, "whisper-1")) && ks_model_first(s, KILN_ENGINE_STT, model, sizeof model)) {
         snprintf(msg, sizeof msg, "no speech-to-text model '%.200s' (serve one with -m ggml-*.bin)",
                  f.model[0] ? f.model : "whisper-1");
         rc = ks_send_error(c, 404, "not_found_error", msg, "model");
         goto out;
     }
-    kiln_engine *e = engine_for(s, model, msg, sizeof msg);
-    if (!e) {
-        rc = ks_send_error(c, 500, "server_error", msg, "model");
+    int status;
+    ks_model *m = ks_model_use(s, model, KS_TASK_TRANSCRIBE, NULL, &status, msg, sizeof msg);
+    ks_reqlog_model(ks_reqlog_current(), m ? m->name : model);
+    if (!m) {
+        rc = ks_send_error(c, status, status == 404 ? "not_found_error" : status == 400 ? "invalid_request_error"
+                                      : status == 503 ? "unavailable_error" : "server_error", msg, "model");
         goto out;
     }
+    kiln_engine *e = m->eng;
     float *pcm = NULL;
     int64_t n = 0;
     if (kiln_audio_decode(f.file.p, f.file.len, &pcm, &n, NULL) != KILN_OK) {
         snprintf(msg, sizeof msg, "%s%s%s", f.filename[0] ? f.filename : "file", ": ", kiln_last_error());
+        ks_model_done(m, NAN);
         rc = ks_send_error(c, 400, "invalid_request_error", msg, "file");
         goto out;
     }
@@ -290,6 +209,7 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
     }
     kiln_engine_cancel_free(wt.cancel);
     kiln_audio_free(pcm);
+    ks_model_done(m, NAN);
     if (st != KILN_OK) {
         int code = st == KILN_ERR_INVALID_ARG ? 400 : st == KILN_ERR_CANCELLED ? 499 : 500;
         rc = ks_send_error(c, code == 499 ? 400 : code, code == 500 ? "server_error" : "invalid_request_error",

@@ -118,6 +118,7 @@ static int queue(struct MHD_Connection *c, int status, struct MHD_Response *r) {
         MHD_add_response_header(r, "Vary", "Origin");
     }
     ks_metrics_request(status);
+    ks_reqlog_status(ks_reqlog_current(), status);
     int rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return rc;
@@ -199,84 +200,13 @@ int ks_send_stream(struct MHD_Connection *c, const char *ctype, ks_stream *st) {
     return queue(c, 200, r);
 }
 
-/* ---- models ---- */
-
-static int name_ok(const char *n) {
-    size_t len = strlen(n);
-    if (!len || len > 200 || strstr(n, "..") || n[0] == '/' || n[0] == '.') return 0;
-    for (const char *p = n; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("._:-/", *p)))
-            return 0;
-    return 1;
-}
-
-json_t *ks_store_models(ks_srv *s) {
-    char *list = NULL;
-    json_t *arr = NULL;
-    if (s->store && kiln_store_list(s->store, &list) == KILN_OK) {
-        arr = json_loads(list, 0, NULL);
-        kiln_store_free_string(list);
-    }
-    if (!json_is_array(arr)) {
-        json_decref(arr);
-        arr = json_array();
-    }
-    return arr;
-}
-
-static int same_name(const char *have, const char *want) {
-    if (!strcmp(have, want)) return 1;
-    size_t hl = strlen(have);
-    /* "name:latest" is "name" */
-    return !strncmp(have, want, hl) && !strcmp(want + hl, ":latest");
-}
-
-ks_runner *ks_find_model(ks_srv *s, const char *name, int *status, char *msg, size_t cap) {
-    pthread_mutex_lock(&s->mu);
-    ks_runner *r = NULL;
-    if (!name || !*name) {
-        if (s->n_runners) r = s->runners[0];
-    } else {
-        for (int i = 0; i < s->n_runners && !r; i++)
-            if (same_name(s->runners[i]->name, name) || !strcmp(s->runners[i]->path, name)) r = s->runners[i];
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (r) return r;
-    if (!name || !*name) {
-        *status = 400;
-        snprintf(msg, cap, "'model' is required");
-        return NULL;
-    }
-    *status = 404;
-    snprintf(msg, cap, "model '%s' not found", name);
-    if (!name_ok(name) || !s->store) return NULL;
-    kiln_store_lease *lease = NULL;
-    if (kiln_store_resolve(s->store, name, &lease) != KILN_OK) return NULL;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_runners && !r; i++)
-        if (same_name(s->runners[i]->name, name)) r = s->runners[i];
-    if (!r && s->n_runners < (int)(sizeof s->runners / sizeof s->runners[0])) {
-        r = ks_runner_new(s, name, kiln_store_lease_path(lease), lease);
-        if (r) {
-            s->runners[s->n_runners++] = r;
-            lease = NULL;
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (lease) kiln_store_release(lease);
-    if (!r) {
-        *status = 503;
-        snprintf(msg, cap, "too many models are open");
-    }
-    return r;
-}
-
 /* ---- the request handler ---- */
 
 typedef struct conn_state {
     ks_buf body;
     int too_big;
     int counted;
+    ks_reqlog *log;
 } conn_state;
 
 static int authorized(ks_srv *s, struct MHD_Connection *c) {
@@ -291,16 +221,14 @@ static int authorized(ks_srv *s, struct MHD_Connection *c) {
 }
 
 static int health(ks_srv *s, struct MHD_Connection *c) {
-    int ready = 0, loading = 0;
+    int ready = 0, loading = 0, none = 1;
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_runners; i++) {
-        ks_runner *r = s->runners[i];
-        pthread_mutex_lock(&r->mu);
+    for (ks_model *r = s->models; r; r = r->next) {
+        if (!r->pinned) continue;
+        none = 0;
         ready |= r->state == KS_M_READY || r->loaded_at > 0;
         loading |= r->state == KS_M_LOADING;
-        pthread_mutex_unlock(&r->mu);
     }
-    int none = s->n_runners == 0;
     pthread_mutex_unlock(&s->mu);
     if (atomic_load(&s->draining))
         return ks_send_error(c, 503, "unavailable_error", "the server is shutting down", NULL);
@@ -350,6 +278,7 @@ static int refuse(struct MHD_Connection *c, const char *url, const char *msg) {
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "application/json");
     ks_metrics_request(403);
+    ks_reqlog_status(ks_reqlog_current(), 403);
     int rc = MHD_queue_response(c, 403, r);
     MHD_destroy_response(r);
     return rc;
@@ -383,9 +312,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!cs) return MHD_NO;
         *con_cls = cs;
         cs->counted = 1;
+        cs->log = ks_reqlog_begin(s, method, url);
         atomic_fetch_add(&s->n_active_http, 1);
         return MHD_YES;
     }
+    ks_reqlog_set_current(cs->log);
     if (*upload_size) {
         if (cs->body.len + *upload_size > s->cfg.max_body) cs->too_big = 1;
         else ks_buf_put(&cs->body, upload, *upload_size);
@@ -446,6 +377,9 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     conn_state *cs = *con_cls;
     if (!cs) return;
     if (cs->counted) atomic_fetch_sub(&s->n_active_http, 1);
+    ks_reqlog_done(cs->log);
+    ks_reqlog_put(cs->log);
+    ks_reqlog_set_current(NULL);
     ks_buf_free(&cs->body);
     free(cs);
     *con_cls = NULL;
@@ -467,14 +401,6 @@ ks_config ks_config_default(void) {
     return c;
 }
 
-static void model_display_name(const char *path, char *out, size_t cap) {
-    const char *b = strrchr(path, '/');
-    b = b ? b + 1 : path;
-    snprintf(out, cap, "%s", b);
-    size_t n = strlen(out);
-    if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = 0;
-}
-
 kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     *out = NULL;
     ks_srv *s = calloc(1, sizeof *s);
@@ -485,33 +411,16 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     if (!s->cfg.max_body) s->cfg.max_body = 8u << 20;
     if (s->cfg.max_queue <= 0) s->cfg.max_queue = 64;
     if (s->cfg.max_connections <= 0) s->cfg.max_connections = 256;
-    s->listen_fd = -1;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
     if (kiln_store_open(cfg->store_root, &s->store) != KILN_OK) {
         fprintf(stderr, "kiln serve: no model store (%s); only -m models are served\n", kiln_last_error());
         s->store = NULL;
     }
-    for (int i = 0; i < cfg->n_models && s->n_runners < 16; i++) {
-        const char *m = cfg->models[i];
-        char name[256];
-        const char *path = m;
-        kiln_store_lease *lease = NULL;
-        if (access(m, R_OK) == 0) {
-            model_display_name(m, name, sizeof name);
-        } else if (s->store && kiln_store_resolve(s->store, m, &lease) == KILN_OK) {
-            snprintf(name, sizeof name, "%s", m);
-            path = kiln_store_lease_path(lease);
-        } else {
-            fprintf(stderr, "kiln serve: model '%s' is neither a readable file nor in the store\n", m);
-            ks_server_free((ks_server *)s);
-            return KILN_ERR_NOT_FOUND;
-        }
-        ks_runner *r = ks_runner_new(s, name, path, lease);
-        if (!r) {
-            ks_server_free((ks_server *)s);
-            return KILN_ERR_NOMEM;
-        }
-        s->runners[s->n_runners++] = r;
+    kiln_status mst = ks_models_start(s); /* -m models: each checked, then loading */
+    if (mst != KILN_OK) {
+        ks_server_free((ks_server *)s);
+        return mst;
     }
     /* the bind address: IPv4, or IPv6 with or without brackets */
     char addr[64];
@@ -565,61 +474,37 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
-    /* start loading the configured models now */
-    for (int i = 0; i < s->n_runners; i++) {
-        ks_runner *r = s->runners[i];
-        pthread_mutex_lock(&r->mu);
-        if (r->state == KS_M_UNLOADED) {
-            r->state = KS_M_LOADING;
-            r->want_load = 1;
-            r->last_used = ks_now();
-            pthread_cond_signal(&r->cv);
-        }
-        pthread_mutex_unlock(&r->mu);
-    }
     *out = (ks_server *)s;
     return KILN_OK;
 }
 
 int ks_server_port(const ks_server *srv) { return ((const ks_srv *)srv)->port; }
 
+kiln_status ks_server_wait_loaded(ks_server *srv, char *msg, size_t cap) {
+    return ks_models_wait_loaded((ks_srv *)srv, msg, cap);
+}
+
 void ks_server_drain(ks_server *srv, double grace) {
     ks_srv *s = (ks_srv *)srv;
-    atomic_store(&s->draining, 1);
-    /* no new connections are accepted from here on; the listening socket
-     * is closed after MHD_stop_daemon, as MHD requires */
-    if (s->mhd && s->listen_fd < 0) s->listen_fd = MHD_quiesce_daemon(s->mhd);
-    double end = ks_now() + grace;
+    if (atomic_exchange(&s->draining, 1)) return;
+    /* connections are still taken (/health answers 503, new work 503);
+     * every engine stops gracefully, cancelled after grace seconds */
+    ks_models_drain(s, grace);
+    /* the handlers see their requests end and finish their responses */
+    double end = ks_now() + 5;
     while (atomic_load(&s->n_active_http) > 0 && ks_now() < end) usleep(20000);
-    /* what is left is cancelled: the schedulers end every request */
-    for (int i = 0; i < s->n_runners; i++) {
-        ks_runner *r = s->runners[i];
-        pthread_mutex_lock(&r->mu);
-        r->quit = 1;
-        if (r->sched) gen_sched_cancel_all(r->sched);
-        pthread_cond_signal(&r->cv);
-        pthread_mutex_unlock(&r->mu);
-    }
 }
 
 void ks_server_free(ks_server *srv) {
     ks_srv *s = (ks_srv *)srv;
     if (!s) return;
-    for (int i = 0; i < s->n_runners; i++) {
-        ks_runner *r = s->runners[i];
-        pthread_mutex_lock(&r->mu);
-        r->quit = 1;
-        if (r->sched) gen_sched_cancel_all(r->sched);
-        pthread_cond_broadcast(&r->cv);
-        pthread_cond_broadcast(&r->load_cv);
-        pthread_mutex_unlock(&r->mu);
-    }
+    ks_server_drain(srv, 0);
     if (s->mhd) MHD_stop_daemon(s->mhd);
-    if (s->listen_fd >= 0) close(s->listen_fd);
-    for (int i = 0; i < s->n_runners; i++) ks_runner_free(s->runners[i]);
+    ks_models_free(s);
     ks_images_free(s->images);
     if (s->store) kiln_store_close(s->store);
     ks_guard_free(&s->guard);
+    pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

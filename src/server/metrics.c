@@ -1,5 +1,5 @@
 /* Prometheus text metrics.  Counters and histograms are process-wide;
- * gauges (running, waiting, KV use) are read from the runners when
+ * gauges (running, waiting, KV use) are read from the models when
  * rendered.  Names follow vLLM's where one exists, prefixed kiln_. */
 #include "server/srv.h"
 
@@ -63,7 +63,7 @@ static void render_hist(ks_buf *o, const char *name, const char *help, const his
 
 void ks_metrics_render(ks_srv *s, ks_buf *o) {
     /* per-model gauges and counters: each family is filled while the
-     * runners are locked, then written after its HELP/TYPE header */
+     * models are locked, then written after its HELP/TYPE header */
     enum { RUN, WAIT, KVU, KVB, LOOK, HIT, LOADED, N_FAM };
     static const char *const head[N_FAM] = {
         "# HELP kiln_requests_running Requests decoding now.\n# TYPE kiln_requests_running gauge\n",
@@ -79,13 +79,19 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
     };
     ks_buf f[N_FAM] = {{0}};
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_runners; i++) {
-        ks_runner *r = s->runners[i];
-        pthread_mutex_lock(&r->mu);
+    for (ks_model *r = s->models; r; r = r->next) {
         const char *m = r->name;
+        /* requests as the engine's gate counts them (waiting: for a place,
+         * or yielded to an urgent one); the KV cache from its scheduler */
         gen_sched_stats gs;
         memset(&gs, 0, sizeof gs);
-        if (r->sched) gen_sched_get_stats(r->sched, &gs);
+        if (r->state == KS_M_READY && r->family == KILN_ENGINE_LLM) engine_llm_stats(r->eng, NULL, &gs);
+        if (r->eng) {
+            kiln_engine_observation ob;
+            kiln_engine_observe(r->eng, &ob);
+            gs.n_running = ob.n_active - ob.n_waiting;
+            gs.n_waiting = ob.n_waiting;
+        }
         const kiln_kv_stats *kv = &gs.kv;
         ks_buf_printf(&f[RUN], "kiln_requests_running{model_name=\"%s\"} %d\n", m, gs.n_running);
         ks_buf_printf(&f[WAIT], "kiln_requests_waiting{model_name=\"%s\"} %d\n", m, gs.n_waiting);
@@ -99,7 +105,6 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
         ks_buf_printf(&f[LOOK], "kiln_prefix_cache_queries_total{model_name=\"%s\"} %llu\n", m,
                       (unsigned long long)kv->lookup_blocks * (unsigned long long)kv->block_tokens);
         ks_buf_printf(&f[LOADED], "kiln_model_loaded{model_name=\"%s\"} %d\n", m, r->state == KS_M_READY);
-        pthread_mutex_unlock(&r->mu);
     }
     pthread_mutex_unlock(&s->mu);
     for (int k = 0; k < N_FAM; k++) {

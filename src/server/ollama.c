@@ -21,26 +21,6 @@ static void iso(double t, char *buf, size_t cap) {
     strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static json_t *details(kiln_model *m, const char *fallback_arch) {
-    json_t *d = json_object();
-    json_object_set_new(d, "format", json_string("gguf"));
-    if (m) {
-        kiln_model_info info;
-        kiln_model_get_info(m, &info);
-        char ps[32];
-        double p = (double)info.n_params;
-        if (p >= 1e9) snprintf(ps, sizeof ps, "%.1fB", p / 1e9);
-        else if (p >= 1e6) snprintf(ps, sizeof ps, "%.1fM", p / 1e6);
-        else snprintf(ps, sizeof ps, "%.1fK", p / 1e3);
-        json_object_set_new(d, "family", json_string(info.arch));
-        json_object_set_new(d, "parameter_size", json_string(ps));
-        json_object_set_new(d, "quantization_level", json_string(info.ftype));
-    } else if (fallback_arch) {
-        json_object_set_new(d, "family", json_string(fallback_arch));
-    }
-    return d;
-}
-
 static json_t *tag_entry(const char *name, uint64_t size, const char *digest, json_t *det) {
     json_t *e = json_object();
     json_object_set_new(e, "name", json_string(name));
@@ -55,20 +35,9 @@ static json_t *tag_entry(const char *name, uint64_t size, const char *digest, js
 static int tags(ks_srv *s, struct MHD_Connection *c) {
     json_t *models = json_array();
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_runners; i++) {
-        ks_runner *r = s->runners[i];
-        if (r->lease) continue; /* a store model: its store entry below lists it */
-        FILE *f = fopen(r->path, "rb");
-        uint64_t size = 0;
-        if (f) {
-            fseek(f, 0, SEEK_END);
-            long n = ftell(f);
-            size = n > 0 ? (uint64_t)n : 0;
-            fclose(f);
-        }
-        pthread_mutex_lock(&r->mu);
-        json_array_append_new(models, tag_entry(r->name, size, "", details(r->model, NULL)));
-        pthread_mutex_unlock(&r->mu);
+    for (ks_model *r = s->models; r; r = r->next) {
+        if (!r->pinned || strcmp(r->name, r->ref) == 0) continue; /* a store name: its store entry below lists it */
+        json_array_append_new(models, tag_entry(r->name, r->file_bytes, "", ks_model_details(r)));
     }
     pthread_mutex_unlock(&s->mu);
     json_t *arr = ks_store_models(s);
@@ -102,13 +71,9 @@ static int tags(ks_srv *s, struct MHD_Connection *c) {
 static int ps(ks_srv *s, struct MHD_Connection *c) {
     json_t *models = json_array();
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_runners; i++) {
-        ks_runner *r = s->runners[i];
-        pthread_mutex_lock(&r->mu);
-        if (r->state == KS_M_READY) {
-            kiln_model_info info;
-            kiln_model_get_info(r->model, &info);
-            json_t *e = tag_entry(r->name, info.n_bytes, "", details(r->model, NULL));
+    for (ks_model *r = s->models; r; r = r->next) {
+        if (r->state == KS_M_READY || r->state == KS_M_UNLOADING) { /* resident until its memory is released */
+            json_t *e = tag_entry(r->name, r->weight_bytes, "", ks_model_details(r));
             char t[40];
             double exp = r->keep_alive < 0 ? 4102444800.0 /* 2100: "forever" */
                                            : ks_wall() + r->keep_alive - (r->users ? 0 : ks_now() - r->last_used);
@@ -118,7 +83,6 @@ static int ps(ks_srv *s, struct MHD_Connection *c) {
             json_object_set_new(e, "context_length", json_integer(r->n_ctx));
             json_array_append_new(models, e);
         }
-        pthread_mutex_unlock(&r->mu);
     }
     pthread_mutex_unlock(&s->mu);
     json_t *j = json_object();
@@ -134,9 +98,8 @@ static const char *model_field(json_t *body) {
 static int show(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     int status;
     char msg[512];
-    ks_runner *r = ks_find_model(s, model_field(body), &status, msg, sizeof msg);
+    ks_model *r = ks_model_use(s, model_field(body), KS_TASK_INFO, NULL, &status, msg, sizeof msg);
     if (!r) return ks_oll_error(c, status, msg);
-    if (ks_runner_acquire(r, msg, sizeof msg)) return ks_oll_error(c, 503, msg);
     kiln_model_info info;
     kiln_model_get_info(r->model, &info);
     json_t *j = json_object();
@@ -144,7 +107,7 @@ static int show(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     json_object_set_new(j, "modelfile", json_string(""));
     json_object_set_new(j, "parameters", json_string(""));
     json_object_set_new(j, "template", json_string(tmpl ? tmpl : ""));
-    json_object_set_new(j, "details", details(r->model, NULL));
+    json_object_set_new(j, "details", ks_model_details(r));
     json_t *mi = json_object();
     char key[96];
     json_object_set_new(mi, "general.architecture", json_string(info.arch));
@@ -158,12 +121,12 @@ static int show(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     json_object_set_new(mi, key, json_integer(info.n_layer));
     json_object_set_new(j, "model_info", mi);
     json_t *caps = json_array();
-    json_array_append_new(caps, json_string("completion"));
+    if (r->family == KILN_ENGINE_LLM) json_array_append_new(caps, json_string("completion"));
     json_array_append_new(caps, json_string("embedding"));
     if (tmpl && strstr(tmpl, "tools")) json_array_append_new(caps, json_string("tools"));
     if (tmpl && strstr(tmpl, "<think>")) json_array_append_new(caps, json_string("thinking"));
     json_object_set_new(j, "capabilities", caps);
-    ks_runner_release(r, NAN);
+    ks_model_done(r, NAN);
     return ks_send_json(c, 200, j);
 }
 
@@ -195,24 +158,30 @@ static int generate(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     if (!p || !json_string_length(p)) {
         /* no prompt: only load (or with keep_alive 0, unload) the model */
         int status;
-        char msg[512];
-        ks_runner *r = ks_find_model(s, model_field(body), &status, msg, sizeof msg);
-        if (!r) return ks_oll_error(c, status, msg);
+        char msg[600];
+        const char *name = model_field(body);
+        double t0 = ks_now(), load_wait = 0;
         json_t *j = json_object();
-        json_object_set_new(j, "model", json_string(r->name));
-        json_object_set_new(j, "response", json_string(""));
-        json_object_set_new(j, "done", json_true());
         if (!isnan(ka) && ka == 0) {
-            ks_runner_unload(r);
+            if (ks_model_unload(s, name, &status, msg, sizeof msg)) {
+                json_decref(j);
+                return ks_oll_error(c, status, msg);
+            }
             json_object_set_new(j, "done_reason", json_string("unload"));
         } else {
-            if (ks_runner_acquire(r, msg, sizeof msg)) {
+            ks_model *r = ks_model_use(s, name, KS_TASK_GENERATE, &load_wait, &status, msg, sizeof msg);
+            if (!r) {
                 json_decref(j);
-                return ks_oll_error(c, 503, msg);
+                return ks_oll_error(c, status, msg);
             }
-            ks_runner_release(r, ka);
+            ks_model_done(r, ka);
             json_object_set_new(j, "done_reason", json_string("load"));
+            json_object_set_new(j, "load_duration", json_integer((json_int_t)(load_wait * 1e9)));
+            json_object_set_new(j, "total_duration", json_integer((json_int_t)((ks_now() - t0) * 1e9)));
         }
+        json_object_set_new(j, "model", json_string(name ? name : ""));
+        json_object_set_new(j, "response", json_string(""));
+        json_object_set_new(j, "done", json_true());
         return ks_send_json(c, 200, j);
     }
     return ks_generate_common(s, c, body, KS_F_OLL_GEN, json_string_value(p), NULL, &o, ka);
@@ -220,8 +189,8 @@ static int generate(ks_srv *s, struct MHD_Connection *c, json_t *body) {
 
 /* ---- embeddings ---- */
 
-int ks_embed_inputs(ks_runner *r, struct MHD_Connection *c, json_t *input, int dims, int truncate, int ollama,
-                    json_t **vectors, int *n_tokens, int *rc) {
+int ks_embed_inputs(ks_model *r, struct MHD_Connection *c, json_t *input, int kind, int dims, int truncate,
+                    int ollama, json_t **vectors, int *n_tokens, int *rc) {
     const char *one[1];
     const char **texts = one;
     size_t n = 0;
@@ -247,25 +216,19 @@ int ks_embed_inputs(ks_runner *r, struct MHD_Connection *c, json_t *input, int d
                                      "'input' must be a string or a non-empty array of strings", "input");
         return -1;
     }
-    pthread_mutex_lock(&r->emb_mu);
-    char msg[512] = "";
+    char msg[600] = "";
     int status = 0;
-    if (!r->emb && kiln_embedder_new_from_model(r->model, NULL, &r->emb) != KILN_OK) {
-        snprintf(msg, sizeof msg, "this model cannot embed: %s", kiln_last_error());
-        status = 400;
-        r->emb = NULL;
-    }
     kiln_embed_job *job = NULL;
-    if (!status) {
-        kiln_embed_request req = {(int32_t)n, texts, NULL, KILN_EMBED_DOCUMENT, dims, truncate, NULL};
-        kiln_status st = kiln_embed(r->emb, &req, &job);
-        if (st != KILN_OK) {
-            snprintf(msg, sizeof msg, "%s", kiln_last_error());
-            status = st == KILN_ERR_CONTEXT_FULL || st == KILN_ERR_INVALID_ARG ? 400 : 500;
-        }
+    /* through the model's engine: a query goes ahead of queued documents */
+    kiln_embed_request req = {(int32_t)n, texts, NULL, kind, dims, truncate, NULL};
+    kiln_status st = kiln_engine_embed(r->eng, &req, NULL, &job);
+    if (st != KILN_OK) {
+        const int bad = st == KILN_ERR_CONTEXT_FULL || st == KILN_ERR_INVALID_ARG || st == KILN_ERR_UNSUPPORTED;
+        snprintf(msg, sizeof msg, "%s%s", st == KILN_ERR_UNSUPPORTED ? "this model cannot embed: " : "",
+                 kiln_last_error());
+        status = bad ? 400 : st == KILN_ERR_STATE ? 503 : 500;
     }
     if (status) {
-        pthread_mutex_unlock(&r->emb_mu);
         if (texts != one) free(texts);
         *rc = ollama ? ks_oll_error(c, status, msg)
                      : ks_send_error(c, status, status == 400 ? "invalid_request_error" : "server_error", msg, "input");
@@ -280,8 +243,8 @@ int ks_embed_inputs(ks_runner *r, struct MHD_Connection *c, json_t *input, int d
         json_array_append_new(vs, v);
         *n_tokens += e->n_tokens[i];
     }
+    ks_reqlog_tokens(ks_reqlog_current(), *n_tokens, 0);
     kiln_embed_job_free(job);
-    pthread_mutex_unlock(&r->emb_mu);
     if (texts != one) free(texts);
     *vectors = vs;
     return 0;
@@ -332,33 +295,52 @@ static json_t *b64_floats(json_t *v) {
     return s;
 }
 
-static ks_runner *embed_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int ollama, int *rc) {
+static ks_model *embed_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int ollama, double *load_wait,
+                             int *rc) {
     int status;
-    char msg[512];
-    ks_runner *r = ks_find_model(s, json_string_value(json_object_get(body, "model")), &status, msg, sizeof msg);
+    char msg[600];
+    ks_model *r = ks_model_use(s, json_string_value(json_object_get(body, "model")), KS_TASK_EMBED, load_wait,
+                               &status, msg, sizeof msg);
+    ks_reqlog_model(ks_reqlog_current(), r ? r->name : json_string_value(json_object_get(body, "model")));
     if (!r) {
-        *rc = ollama ? ks_oll_error(c, status, msg) : ks_send_error(c, status, "not_found_error", msg, "model");
-        return NULL;
-    }
-    if (ks_runner_acquire(r, msg, sizeof msg)) {
-        *rc = ollama ? ks_oll_error(c, 503, msg) : ks_send_error(c, 503, "unavailable_error", msg, "model");
+        const char *type = status == 404 ? "not_found_error" : status == 400 ? "invalid_request_error"
+                           : status == 503 ? "unavailable_error" : "server_error";
+        *rc = ollama ? ks_oll_error(c, status, msg) : ks_send_error(c, status, type, msg, "model");
         return NULL;
     }
     return r;
 }
 
+/* Whether inputs are queries or documents: "input_type" (as the embedding
+ * APIs of Cohere and Voyage name it; "search_query" too), documents when
+ * absent.  A query gets the model's query prefix and goes ahead of queued
+ * documents. */
+static int input_kind(json_t *body, struct MHD_Connection *c, int ollama, int *kind, int *rc) {
+    json_t *t = json_object_get(body, "input_type");
+    *kind = KILN_EMBED_DOCUMENT;
+    if (!t || json_is_null(t)) return 0;
+    const char *v = json_string_value(t);
+    if (v && (!strcmp(v, "query") || !strcmp(v, "search_query"))) *kind = KILN_EMBED_QUERY;
+    else if (!v || (strcmp(v, "document") && strcmp(v, "search_document"))) {
+        const char *msg = "'input_type' must be \"query\" or \"document\"";
+        *rc = ollama ? ks_oll_error(c, 400, msg) : ks_send_error(c, 400, "invalid_request_error", msg, "input_type");
+        return -1;
+    }
+    return 0;
+}
+
 int ks_oai_embeddings(ks_srv *s, struct MHD_Connection *c, json_t *body) {
-    int rc = MHD_NO, dims, ntok;
-    if (dims_of(body, c, 0, &dims, &rc)) return rc;
+    int rc = MHD_NO, dims, ntok, kind;
+    if (dims_of(body, c, 0, &dims, &rc) || input_kind(body, c, 0, &kind, &rc)) return rc;
     const char *enc = json_string_value(json_object_get(body, "encoding_format"));
     if (enc && strcmp(enc, "float") && strcmp(enc, "base64"))
         return ks_send_error(c, 400, "invalid_request_error", "'encoding_format' must be float or base64",
                              "encoding_format");
-    ks_runner *r = embed_model(s, c, body, 0, &rc);
+    ks_model *r = embed_model(s, c, body, 0, NULL, &rc);
     if (!r) return rc;
     json_t *vs;
-    if (ks_embed_inputs(r, c, json_object_get(body, "input"), dims, 0, 0, &vs, &ntok, &rc)) {
-        ks_runner_release(r, NAN);
+    if (ks_embed_inputs(r, c, json_object_get(body, "input"), kind, dims, 0, 0, &vs, &ntok, &rc)) {
+        ks_model_done(r, NAN);
         return rc;
     }
     json_t *data = json_array();
@@ -377,36 +359,37 @@ int ks_oai_embeddings(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     json_object_set_new(j, "data", data);
     json_object_set_new(j, "model", json_string(r->name));
     json_object_set_new(j, "usage", json_pack("{s:i,s:i}", "prompt_tokens", ntok, "total_tokens", ntok));
-    ks_runner_release(r, NAN);
+    ks_model_done(r, NAN);
     return ks_send_json(c, 200, j);
 }
 
 /* legacy: 1 for /api/embeddings ({"prompt"} in, {"embedding": [...]} out) */
 static int embed(ks_srv *s, struct MHD_Connection *c, json_t *body, int legacy) {
-    int rc = MHD_NO, dims, ntok;
-    if (dims_of(body, c, 1, &dims, &rc)) return rc;
-    ks_runner *r = embed_model(s, c, body, 1, &rc);
+    int rc = MHD_NO, dims, ntok, kind;
+    if (dims_of(body, c, 1, &dims, &rc) || input_kind(body, c, 1, &kind, &rc)) return rc;
+    double t0 = ks_now(), load_wait = 0;
+    ks_model *r = embed_model(s, c, body, 1, &load_wait, &rc);
     if (!r) return rc;
-    double t0 = ks_now();
     json_t *vs;
     json_t *tr = json_object_get(body, "truncate");
-    if (ks_embed_inputs(r, c, json_object_get(body, "input"), dims, !json_is_false(tr), 1, &vs, &ntok, &rc)) {
-        ks_runner_release(r, ks_parse_duration(json_object_get(body, "keep_alive")));
+    const double ka = ks_parse_duration(json_object_get(body, "keep_alive"));
+    if (ks_embed_inputs(r, c, json_object_get(body, "input"), kind, dims, !json_is_false(tr), 1, &vs, &ntok, &rc)) {
+        ks_model_done(r, ka);
         return rc;
     }
     json_t *j = json_object();
     if (legacy) {
         json_object_set(j, "embedding", json_array_get(vs, 0));
         json_decref(vs);
-        ks_runner_release(r, ks_parse_duration(json_object_get(body, "keep_alive")));
+        ks_model_done(r, ka);
         return ks_send_json(c, 200, j);
     }
     json_object_set_new(j, "model", json_string(r->name));
     json_object_set_new(j, "embeddings", vs);
     json_object_set_new(j, "total_duration", json_integer((json_int_t)((ks_now() - t0) * 1e9)));
-    json_object_set_new(j, "load_duration", json_integer(0));
+    json_object_set_new(j, "load_duration", json_integer((json_int_t)(load_wait * 1e9)));
     json_object_set_new(j, "prompt_eval_count", json_integer(ntok));
-    ks_runner_release(r, ks_parse_duration(json_object_get(body, "keep_alive")));
+    ks_model_done(r, ka);
     return ks_send_json(c, 200, j);
 }
 

@@ -107,6 +107,7 @@ int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts
         o->schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
         if (ks_check_schema(o->schema, msg, sizeof msg)) return bad(c, rc, "response_format", msg);
     }
+    o->ignore_eos = json_is_true(json_object_get(src, "ignore_eos"));
     json_t *n = json_object_get(src, "n");
     if (n && !json_is_null(n) && (!json_is_integer(n) || json_integer_value(n) != 1))
         return bad(c, rc, "n", "only n = 1 is supported");
@@ -147,7 +148,19 @@ int ks_check_schema(const json_t *schema, char *msg, size_t n) {
     return 0;
 }
 
-ks_req *ks_start(ks_runner *r, struct MHD_Connection *c, int32_t *ids, int32_t n, const ks_gen_opts *o, int *rc) {
+ks_req *ks_req_new(void) { return calloc(1, sizeof(ks_req)); }
+
+void ks_req_free(ks_req *q) {
+    if (!q) return;
+    engine_llm_end(q->er);
+    free(q->prompt);
+    ks_schema_free(q->schema);
+    free(q);
+}
+
+static int conn_gone(void *c) { return ks_conn_gone(c); }
+
+ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, const ks_gen_opts *o, int *rc) {
     char msg[300];
     if (n <= 0) {
         free(ids);
@@ -180,16 +193,45 @@ ks_req *ks_start(ks_runner *r, struct MHD_Connection *c, int32_t *ids, int32_t n
     q->n_top = o->n_top;
     q->want_logprobs = o->logprobs;
     q->json_mode = o->json_mode;
+    q->ignore_eos = o->ignore_eos;
     if (o->json_mode && o->schema && !(q->schema = ks_schema_compile(o->schema, msg, sizeof msg))) {
         ks_req_free(q);
         *rc = ks_send_error(c, 400, "invalid_request_error", msg, "response_format");
         return NULL;
     }
-    if (ks_runner_submit(r, q)) {
+    kiln_engine_observation ob;
+    kiln_engine_observe(r->eng, &ob);
+    if (ob.n_waiting >= r->srv->cfg.max_queue) {
         ks_req_free(q);
         *rc = ks_send_error(c, 429, "rate_limit_error", "the request queue is full; retry shortly", NULL);
         return NULL;
     }
+    gen_params p = gen_params_default();
+    p.prompt = q->prompt;
+    p.n_prompt = q->n_prompt;
+    p.n_predict = q->max_tokens;
+    p.sampler = q->sp;
+    p.n_top = q->want_logprobs ? q->n_top : -1;
+    p.ignore_eos = q->ignore_eos;
+    p.reuse = 1;
+    if (q->json_mode) {
+        ks_sv_init(&q->sv, q->schema);
+        sample_json_constraint(&q->cons, &q->sv);
+        p.constraint = &q->cons;
+    }
+    q->t_submit = ks_now();
+    /* the gate: urgent requests first; a client that leaves while it waits
+     * gives its turn up */
+    kiln_status st = engine_llm_begin(r->eng, &p, o->urgent, NULL, conn_gone, c, &q->er);
+    if (st != KILN_OK) {
+        snprintf(msg, sizeof msg, "%s", kiln_last_error());
+        ks_req_free(q);
+        *rc = st == KILN_ERR_CANCELLED ? MHD_NO
+              : st == KILN_ERR_STATE   ? ks_send_error(c, 503, "unavailable_error", msg, NULL)
+                                       : ks_send_error(c, 500, "server_error", msg, NULL);
+        return NULL;
+    }
+    q->gr = engine_llm_events(q->er);
     return q;
 }
 
@@ -197,7 +239,7 @@ ks_req *ks_start(ks_runner *r, struct MHD_Connection *c, int32_t *ids, int32_t n
 
 typedef struct run {
     ks_srv *s;
-    ks_runner *r;
+    ks_model *r;
     ks_req *q;
     ks_gen g;
     ks_run_args a;
@@ -210,6 +252,7 @@ typedef struct run {
     int sent_final;
     json_t *oai_tools;        /* OpenAI-shaped tool calls */
     double t0;
+    ks_reqlog *log;           /* the request's log line */
 } run;
 
 static const char *finish_str(const run *u) {
@@ -445,8 +488,8 @@ static void oll_final_fields(run *u, json_t *j) {
     double t_start = q->t_start > 0 ? q->t_start : u->t0;
     json_object_set_new(j, "done", json_true());
     json_object_set_new(j, "done_reason", json_string(u->g.finish == KS_FIN_LENGTH ? "length" : "stop"));
-    json_object_set_new(j, "total_duration", json_integer((json_int_t)((now - u->t0) * 1e9)));
-    json_object_set_new(j, "load_duration", json_integer(0));
+    json_object_set_new(j, "total_duration", json_integer((json_int_t)((now - u->t0 + u->a.load_wait) * 1e9)));
+    json_object_set_new(j, "load_duration", json_integer((json_int_t)(u->a.load_wait * 1e9)));
     json_object_set_new(j, "prompt_eval_count", json_integer(q->n_prompt));
     json_object_set_new(j, "prompt_eval_duration", json_integer((json_int_t)((t_first - t_start) * 1e9)));
     json_object_set_new(j, "eval_count", json_integer(u->g.n_gen));
@@ -550,10 +593,15 @@ static json_t *whole_result(run *u) {
 
 static void run_free(run *u) {
     ks_metrics_tokens(u->q->n_prompt, u->q->n_cached, u->g.n_gen);
+    /* the line goes out before the admission ends: it precedes any unload
+     * or stop this request's end lets happen */
+    ks_reqlog_tokens(u->log, u->q->n_prompt, u->g.n_gen);
+    ks_reqlog_emit(u->log);
+    ks_reqlog_put(u->log);
     json_decref(u->g.stops); /* the run holds a reference (see run_new) */
     ks_gen_free(&u->g);
     ks_req_free(u->q); /* cancels it when it is still running */
-    ks_runner_release(u->r, u->a.keep_alive);
+    ks_model_done(u->r, u->a.keep_alive);
     ks_buf_free(&u->content);
     ks_buf_free(&u->reasoning);
     json_decref(u->oai_tools);
@@ -577,17 +625,18 @@ static int run_fill(ks_stream *st) {
 
 static void run_cleanup(ks_stream *st) { run_free(st->user); }
 
-int ks_run(ks_srv *s, ks_runner *r, struct MHD_Connection *c, ks_req *q, const ks_run_args *a, const ks_gen_opts *o) {
+int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks_run_args *a, const ks_gen_opts *o) {
     run *u = calloc(1, sizeof *u);
     if (!u) {
         ks_req_free(q);
-        ks_runner_release(r, a->keep_alive);
+        ks_model_done(r, a->keep_alive);
         return ks_send_error(c, 500, "server_error", "out of memory", NULL);
     }
     u->s = s;
     u->r = r;
     u->q = q;
     u->a = *a;
+    u->log = ks_reqlog_hold(ks_reqlog_current());
     u->t0 = ks_now();
     u->created = (long)ks_wall();
     u->oai_tools = json_array();
@@ -658,7 +707,8 @@ static json_t *model_entry(const char *id) {
 int ks_oai_models(ks_srv *s, struct MHD_Connection *c) {
     json_t *data = json_array();
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_runners; i++) json_array_append_new(data, model_entry(s->runners[i]->name));
+    for (ks_model *m = s->models; m; m = m->next)
+        if (m->pinned) json_array_append_new(data, model_entry(m->name));
     pthread_mutex_unlock(&s->mu);
     json_t *arr = ks_store_models(s);
     size_t i;
@@ -680,7 +730,8 @@ int ks_oai_models(ks_srv *s, struct MHD_Connection *c) {
 }
 
 /* Finds and loads the request's model; sends the error itself. */
-static ks_runner *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int ollama, int *rc) {
+static ks_model *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int ollama, double *load_wait,
+                            int *rc) {
     json_t *mv = json_object_get(body, "model");
     if (mv && !json_is_string(mv)) {
         *rc = ollama ? ks_oll_error(c, 400, "'model' must be a string")
@@ -688,16 +739,13 @@ static ks_runner *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, 
         return NULL;
     }
     int status = 404;
-    char msg[512];
-    ks_runner *r = ks_find_model(s, json_string_value(mv), &status, msg, sizeof msg);
+    char msg[600];
+    ks_model *r = ks_model_use(s, json_string_value(mv), KS_TASK_GENERATE, load_wait, &status, msg, sizeof msg);
+    ks_reqlog_model(ks_reqlog_current(), r ? r->name : json_string_value(mv));
     if (!r) {
-        *rc = ollama ? ks_oll_error(c, status, msg)
-                     : ks_send_error(c, status, status == 404 ? "not_found_error" : "invalid_request_error", msg,
-                                     "model");
-        return NULL;
-    }
-    if (ks_runner_acquire(r, msg, sizeof msg)) {
-        *rc = ollama ? ks_oll_error(c, 503, msg) : ks_send_error(c, 503, "unavailable_error", msg, "model");
+        const char *type = status == 404 ? "not_found_error" : status == 400 ? "invalid_request_error"
+                           : status == 503 ? "unavailable_error" : "server_error";
+        *rc = ollama ? ks_oll_error(c, status, msg) : ks_send_error(c, status, type, msg, "model");
         return NULL;
     }
     return r;
@@ -724,7 +772,10 @@ int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format
         return ollama ? ks_oll_error(c, 400, "'messages' must be a non-empty array")
                       : ks_send_error(c, 400, "invalid_request_error", "'messages' must be a non-empty array",
                                       "messages");
-    ks_runner *r = open_model(s, c, body, ollama, &rc);
+    o.urgent = json_is_true(json_object_get(body, "urgent"));
+    o.ignore_eos |= json_is_true(json_object_get(body, "ignore_eos"));
+    double load_wait = 0;
+    ks_model *r = open_model(s, c, body, ollama, &load_wait, &rc);
     if (!r) return rc;
     json_t *think = json_object_get(body, "think");
     int th = json_is_boolean(think) ? json_is_true(think) : -1;
@@ -734,22 +785,23 @@ int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format
     char *prompt = ks_render_chat(r, messages, json_object_get(body, "tools"), th, err, sizeof err);
     double ka = ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN;
     if (!prompt) {
-        ks_runner_release(r, ka);
+        ks_model_done(r, ka);
         return ollama ? ks_oll_error(c, 400, err) : ks_send_error(c, 400, "invalid_request_error", err, "messages");
     }
     int32_t n = 0;
     int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
     json_t *tools = json_object_get(body, "tools");
     ks_run_args a = {format, 1, 0, ends_with_think(prompt), ka, json_string_value(json_object_get(body, "model")),
-                     ollama && th == 0, json_is_array(tools) && json_array_size(tools) > 0};
+                     ollama && th == 0, json_is_array(tools) && json_array_size(tools) > 0, 0};
     free(prompt);
     json_t *stream = json_object_get(body, "stream");
     a.stream = ollama ? !json_is_false(stream) : json_is_true(stream);
     a.include_usage = json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
+    a.load_wait = load_wait;
     ks_req *q = ids ? ks_start(r, c, ids, n, &o, &rc) : NULL;
     if (!ids) rc = ks_send_error(c, 500, "server_error", "tokenization failed", NULL);
     if (!q) {
-        ks_runner_release(r, ka);
+        ks_model_done(r, ka);
         return rc;
     }
     return ks_run(s, r, c, q, &a, &o);
@@ -760,7 +812,10 @@ int ks_oai_chat(ks_srv *s, struct MHD_Connection *c, json_t *body) { return ks_c
 int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format, const char *prompt_text,
                        json_t *prompt_ids, ks_gen_opts *o, double ka) {
     int ollama = format == KS_F_OLL_GEN, rc = MHD_NO;
-    ks_runner *r = open_model(s, c, body, ollama, &rc);
+    o->urgent = json_is_true(json_object_get(body, "urgent"));
+    o->ignore_eos |= json_is_true(json_object_get(body, "ignore_eos"));
+    double load_wait = 0;
+    ks_model *r = open_model(s, c, body, ollama, &load_wait, &rc);
     if (!r) return rc;
     int32_t n = 0, *ids = NULL;
     char *rendered = NULL;
@@ -772,7 +827,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
             json_int_t v = json_integer_value(json_array_get(prompt_ids, (size_t)i));
             if (v < 0 || v >= r->n_vocab) {
                 free(ids);
-                ks_runner_release(r, ka);
+                ks_model_done(r, ka);
                 return ks_send_error(c, 400, "invalid_request_error", "a prompt token id is out of range", "prompt");
             }
             ids[i] = (int32_t)v;
@@ -790,7 +845,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
             rendered = ks_render_chat(r, msgs, NULL, json_is_boolean(think) ? json_is_true(think) : -1, err, sizeof err);
             json_decref(msgs);
             if (!rendered) {
-                ks_runner_release(r, ka);
+                ks_model_done(r, ka);
                 return ks_oll_error(c, 400, err);
             }
             text = rendered;
@@ -801,19 +856,19 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
     }
     free(rendered);
     if (!ids) {
-        ks_runner_release(r, ka);
+        ks_model_done(r, ka);
         return ks_send_error(c, 500, "server_error", "tokenization failed", NULL);
     }
     ks_req *q = ks_start(r, c, ids, n, o, &rc);
     if (!q) {
-        ks_runner_release(r, ka);
+        ks_model_done(r, ka);
         return rc;
     }
     json_t *stream = json_object_get(body, "stream");
     ks_run_args a = {format, ollama ? !json_is_false(stream) : json_is_true(stream),
                      json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage")),
                      start_think, ka, json_string_value(json_object_get(body, "model")),
-                     ollama && json_is_false(json_object_get(body, "think")), 0};
+                     ollama && json_is_false(json_object_get(body, "think")), 0, load_wait};
     return ks_run(s, r, c, q, &a, o);
 }
 

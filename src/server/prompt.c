@@ -45,7 +45,7 @@ static void content_text(json_t *msg, ks_buf *out) {
     }
 }
 
-int ks_has_chat(ks_runner *r) { return kiln_model_chat_template(r->model) != NULL; }
+int ks_has_chat(ks_model *r) { return kiln_model_chat_template(r->model) != NULL; }
 
 static char *token_text(kiln_model *m, int32_t id) {
     char buf[128];
@@ -90,13 +90,13 @@ static json_t *normalize(json_t *messages) {
     return out;
 }
 
-char *ks_render_chat(ks_runner *r, json_t *messages, json_t *tools, int think, char *err, size_t cap) {
+char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, char *err, size_t cap) {
     const char *src = kiln_model_chat_template(r->model);
     if (!json_is_array(messages) || json_array_size(messages) == 0) {
         snprintf(err, cap, "'messages' must be a non-empty array");
         return NULL;
     }
-    pthread_mutex_lock(&r->mu);
+    pthread_mutex_lock(&r->srv->mu);
     if (src && !r->tmpl_tried) {
         char cerr[256];
         r->tmpl_tried = 1;
@@ -104,7 +104,7 @@ char *ks_render_chat(ks_runner *r, json_t *messages, json_t *tools, int think, c
         if (!r->tmpl) fprintf(stderr, "kiln serve: %s: chat template: %s; using a built-in format\n", r->name, cerr);
     }
     const kct *tmpl = r->tmpl;
-    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_unlock(&r->srv->mu);
     if (tmpl) {
         json_t *vars = json_object();
         json_object_set_new(vars, "messages", normalize(messages));

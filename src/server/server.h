@@ -1,7 +1,8 @@
 /*
  * server — `kiln serve`: an OpenAI- and Ollama-compatible HTTP API over
- * libmicrohttpd, with one scheduler thread per loaded model doing
- * continuous batching over the paged KV cache (prefix reuse included).
+ * libmicrohttpd.  Each model is an engine instance (kiln.h, "engine"):
+ * requests go through its gate, and a generator's engine batches them
+ * continuously over the paged KV cache (prefix reuse included).
  *
  * The contract (this header) is what the CLI uses:
  *
@@ -14,7 +15,8 @@
  * Files:
  *   http.c     daemon, routing, auth, body limit, JSON errors, streaming
  *   guard.c    Host / Origin / public-path rules (DNS rebinding, CSRF)
- *   runner.c   per-model load/unload (keep-alive) and the batch scheduler
+ *   models.c   the models: engines, loads on demand, keep-alive, room, drain
+ *   log.c      the request log line and the server's other lines
  *   gen.c      token stream -> text: stop strings, <think>, <tool_call>
  *   toolscan.c a <tool_call> body read as it arrives (streamed calls)
  *   prompt.c   chat messages -> prompt text (GGUF template or built-ins)
@@ -54,6 +56,8 @@ typedef struct ks_config {
     int max_queue;               /* waiting requests per model before 429 (64) */
     int max_connections;         /* open connections (256) */
     const char *image_pack;      /* image pack served at /v1/images/generations, or NULL */
+    int max_loaded;              /* models resident at once; 0 = as memory allows */
+    int log_json;                /* 1: stderr lines are JSON objects (--log-format json) */
 } ks_config;
 
 ks_config ks_config_default(void);
@@ -64,11 +68,18 @@ typedef struct ks_server ks_server;
  * background (GET /health answers 503 until the first is ready).  cfg's
  * strings must outlive the server. */
 kiln_status ks_server_start(const ks_config *cfg, ks_server **out);
+/* Waits until the -m models have loaded (or failed): KILN_OK, or the
+ * first failure with its message in msg. */
+kiln_status ks_server_wait_loaded(ks_server *s, char *msg, size_t cap);
 /* The bound port (useful with port 0). */
 int ks_server_port(const ks_server *s);
-/* Stops accepting connections, lets running requests finish for up to
- * grace seconds, then cancels what is left and waits for it to end. */
+/* Refuses new work (503; /health too), lets running requests finish for up
+ * to grace seconds, then cancels what is left; returns once every model's
+ * engine has stopped (its native work over, its memory released). */
 void ks_server_drain(ks_server *s, double grace);
 void ks_server_free(ks_server *s);
+/* One line on stderr as the server writes its own: "kiln serve: msg", or
+ * with json a JSON object {time, msg}. */
+void ks_log_line(int json, const char *msg);
 
 #endif

@@ -3,6 +3,7 @@
 #define KILN_SRV_H
 
 #include "server/guard.h"
+#include "engine/engine.h"
 #include "gen/gen.h"
 #include "sample/jschema.h"
 #include "sample/sample.h"
@@ -42,47 +43,45 @@ typedef struct ks_req {
     int32_t n_top;            /* top logprobs wanted per token (0..20) */
     int want_logprobs;        /* compute the token's logprob */
     int json_mode;            /* constrain sampling to one JSON value */
+    int ignore_eos;
     ks_schema *schema;        /* with json_mode: the value's schema (owned); NULL = any value */
     ks_sv sv;                 /* the recognizer's state while it runs */
     sample_constraint cons;
-    gen_req *gr;              /* in the model's scheduler, once submitted */
+    engine_llm_req *er;       /* its admission by the model's engine, once started */
+    gen_req *gr;              /* and its events */
     int32_t n_cached;         /* prompt tokens taken from the prefix cache */
     double t_submit, t_start, t_first, t_last;
 } ks_req;
 
-/* ---- one model: its weights, context and scheduler thread ---- */
-enum { KS_M_UNLOADED = 0, KS_M_LOADING, KS_M_READY, KS_M_FAILED };
+/* ---- the models the server knows (models.c) ---- */
+enum { KS_M_UNLOADED = 0, KS_M_LOADING, KS_M_READY, KS_M_UNLOADING, KS_M_FAILED, KS_M_STOPPED };
+/* What a request asks of a model. */
+enum { KS_TASK_GENERATE = 0, KS_TASK_EMBED, KS_TASK_TRANSCRIBE, KS_TASK_INFO };
 
-typedef struct ks_runner {
+typedef struct ks_model {
     struct ks_srv *srv;
     char name[256];           /* as clients name it */
-    char path[4096];
-    void *lease;              /* kiln_store_lease when resolved by the store */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;        /* wakes the scheduler */
-    pthread_cond_t load_cv;   /* load finished (READY or FAILED) */
-    pthread_t thread;
-    int started;
-    int state;                /* KS_M_* */
-    char load_err[512];
-    int want_load;
-    int unload_now;
-    int quit;
-    kiln_model *model;
-    kiln_context *ctx;
+    char ref[4096];           /* what its engine loads: a file, or a store name */
+    int pinned;               /* named by -m: loaded at start, the default model */
+    kiln_engine_family_id family;
+    kiln_engine *eng;         /* made at the first load */
+    uint64_t file_bytes;
+    /* the rest under ks_srv.mu */
+    int state;                /* KS_M_*, from the engine's events */
+    char err[512];            /* the latest failure */
+    int users;                /* requests holding it: it is not unloaded under them */
+    double last_used;         /* ks_now() */
+    double keep_alive;        /* seconds after the last use; < 0 forever */
+    double load_started, load_seconds;
+    double loaded_at;         /* ks_wall() */
+    kiln_model *model;        /* while READY (and only for a user: it goes with the unload) */
+    int32_t n_ctx, n_vocab;
+    uint64_t weight_bytes;    /* of the latest load */
+    json_t *details;          /* Ollama's details of the latest load, or NULL */
     void *tmpl;               /* compiled chat template or NULL */
     int tmpl_tried;
-    kiln_embedder *emb;       /* created on first embedding request */
-    pthread_mutex_t emb_mu;
-    int users;                /* HTTP requests holding the model */
-    double keep_alive;        /* seconds; < 0 forever */
-    double last_used;
-    double loaded_at;
-    double load_seconds;
-    gen_sched *sched;         /* batches the requests while loaded */
-    int n_ctx;
-    int n_vocab;
-} ks_runner;
+    struct ks_model *next;
+} ks_model;
 
 /* images.c: the image pack behind /v1/images/generations */
 typedef struct ks_images ks_images;
@@ -92,11 +91,13 @@ void ks_images_free(ks_images *im);
 typedef struct ks_srv {
     ks_config cfg;
     struct MHD_Daemon *mhd;
-    int listen_fd;            /* returned by MHD_quiesce_daemon, or -1 */
     int port;
-    pthread_mutex_t mu;       /* runners list */
-    ks_runner *runners[16];
-    int n_runners;
+    pthread_mutex_t mu;       /* the models and their fields */
+    pthread_cond_t cv;        /* broadcast when a model changes */
+    ks_model *models;         /* every model named so far, first used first */
+    uint64_t mem_budget;      /* what resident models may take without --max-loaded */
+    pthread_t keeper;         /* keep-alive timers */
+    int keeper_started, quit;
     kiln_store *store;
     ks_guard guard;           /* Host, Origin and public-path rules */
     atomic_int draining;
@@ -104,25 +105,55 @@ typedef struct ks_srv {
     ks_images *images;        /* NULL without --image */
 } ks_srv;
 
-/* runner.c */
-ks_runner *ks_runner_new(ks_srv *s, const char *name, const char *path, void *lease);
-void ks_runner_free(ks_runner *r);
-/* Loads if needed (waits) and takes a use; 0 ok, else a KILN status with
- * msg filled. */
-int ks_runner_acquire(ks_runner *r, char *msg, size_t cap);
-/* Drops a use; keep_alive (seconds, NAN = unchanged) resets the idle timer. */
-void ks_runner_release(ks_runner *r, double keep_alive);
-/* Asks the scheduler to unload once idle. */
-void ks_runner_unload(ks_runner *r);
-/* Starts q in the model's scheduler; -1 when its queue is full. */
-int ks_runner_submit(ks_runner *r, ks_req *q);
-ks_req *ks_req_new(void);
-void ks_req_free(ks_req *q); /* cancels it unless done, and waits for that */
-/* Finds or creates the runner for a model name; NULL with status/msg. */
-ks_runner *ks_find_model(ks_srv *s, const char *name, int *http_status, char *msg, size_t cap);
+/* Loads -m models (and starts the keep-alive timers).  Fails when one is
+ * not a model file or store name. */
+kiln_status ks_models_start(ks_srv *s);
+/* Waits for the -m models' first loads: the first failure, with msg. */
+kiln_status ks_models_wait_loaded(ks_srv *s, char *msg, size_t cap);
+/* Every engine's graceful stop; after grace seconds what still runs is
+ * cancelled; returns once every engine has stopped. */
+void ks_models_drain(ks_srv *s, double grace);
+void ks_models_free(ks_srv *s);
+/* The model a request names ("" or NULL: the first -m model), loaded if
+ * needed (waiting), for task (KS_TASK_*: a generation of an embedding
+ * model is a 400).  Takes a use, which ks_model_done drops.  *load_wait
+ * (optional) receives the seconds spent waiting for a load.  NULL with an
+ * HTTP status and message. */
+ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait, int *status, char *msg,
+                       size_t cap);
+/* The name of the first -m model of family in out; -1 when there is none. */
+int ks_model_first(ks_srv *s, kiln_engine_family_id family, char *out, size_t cap);
+/* Drops a use; keep_alive (seconds; NAN: the server's) is how long the
+ * model stays once idle (0: it unloads now). */
+void ks_model_done(ks_model *m, double keep_alive);
+/* Unloads name once idle (keep_alive 0 without a request); -1 with status. */
+int ks_model_unload(ks_srv *s, const char *name, int *status, char *msg, size_t cap);
+/* Ollama's "details" of m (under ks_srv.mu; a new object). */
+json_t *ks_model_details(const ks_model *m);
 /* The store's installed models as kiln_store_list's JSON array (an empty
  * array without a store or on failure); the caller decrefs it. */
 json_t *ks_store_models(ks_srv *s);
+
+/* log.c: the request log line and the server's other lines */
+typedef struct ks_reqlog ks_reqlog;
+ks_reqlog *ks_reqlog_begin(const ks_srv *s, const char *method, const char *url);
+/* The record of the request this connection thread is handling (or NULL);
+ * http.c sets it before each call into a handler. */
+void ks_reqlog_set_current(ks_reqlog *l);
+ks_reqlog *ks_reqlog_current(void);
+ks_reqlog *ks_reqlog_ref(ks_reqlog *l);
+void ks_reqlog_put(ks_reqlog *l);
+void ks_reqlog_status(ks_reqlog *l, int status); /* the first one counts */
+void ks_reqlog_model(ks_reqlog *l, const char *model);
+void ks_reqlog_tokens(ks_reqlog *l, int64_t prompt, int64_t gen);
+/* Writes the line, once (later calls do nothing). */
+void ks_reqlog_emit(ks_reqlog *l);
+/* A generation takes the line over (a reference with it): the
+ * connection's end (ks_reqlog_done) leaves it to the generation's end. */
+ks_reqlog *ks_reqlog_hold(ks_reqlog *l);
+void ks_reqlog_done(ks_reqlog *l);
+/* A line about the server ("kiln serve: ..." or a JSON object). */
+void ks_logf(const ks_srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* metrics.c */
 void ks_metrics_request(int status);
@@ -134,9 +165,9 @@ void ks_metrics_render(ks_srv *s, ks_buf *out);
 /* prompt.c */
 /* Renders messages (+ tools) into a prompt; returns malloc'd text or NULL
  * with err.  think: -1 default, 0 off, 1 on. */
-char *ks_render_chat(ks_runner *r, json_t *messages, json_t *tools, int think, char *err, size_t cap);
+char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, char *err, size_t cap);
 /* 1 when the model has a chat template kiln can apply. */
-int ks_has_chat(ks_runner *r);
+int ks_has_chat(ks_model *r);
 void ks_template_free(void *t);
 /* Tokenizes text; parse_special for rendered chat; *n receives the count. */
 int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n);
@@ -265,6 +296,8 @@ typedef struct ks_gen_opts {
     int logprobs;
     int json_mode;
     const json_t *schema;     /* borrowed: the JSON Schema json_mode output must follow, or NULL */
+    int urgent;               /* "urgent": true (kiln's own field): ahead of queued requests */
+    int ignore_eos;           /* "ignore_eos": true (llama-server's): never end at an end-of-generation token */
 } ks_gen_opts;
 struct MHD_Connection;
 /* 0 when schema (NULL: none) compiles; else a message for a 400. */
@@ -283,10 +316,11 @@ typedef struct ks_run_args {
     const char *model;        /* name echoed back */
     int think_off;            /* the request said think: false (Ollama) */
     int has_tools;            /* the request offered tools */
+    double load_wait;         /* seconds this request waited for the model to load */
 } ks_run_args;
 /* Sends q's result (streamed or whole) in the chosen shape; takes over the
- * request reference and the runner use. */
-int ks_run(ks_srv *s, ks_runner *r, struct MHD_Connection *c, ks_req *q, const ks_run_args *a, const ks_gen_opts *o);
+ * request and the model use. */
+int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks_run_args *a, const ks_gen_opts *o);
 /* Parses OpenAI-style sampling fields (or Ollama's options when ollama);
  * on a bad value sends a 400 and returns -1. */
 int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc);
@@ -298,13 +332,13 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
                        json_t *prompt_ids, ks_gen_opts *o, double keep_alive);
 /* Embeds inputs (a string or an array of strings) with r's model; fills
  * vectors (json arrays) or sends the error and returns -1. */
-int ks_embed_inputs(ks_runner *r, struct MHD_Connection *c, json_t *input, int dims, int truncate, int ollama,
+int ks_embed_inputs(ks_model *r, struct MHD_Connection *c, json_t *input, int kind, int dims, int truncate, int ollama,
                     json_t **vectors, int *n_tokens, int *rc);
 /* Ollama error shape {"error": msg}. */
 int ks_oll_error(struct MHD_Connection *c, int status, const char *msg);
 
 /* Validates against the context and queues: returns the request, or NULL
  * after sending the error response (*rc receives MHD's return). */
-ks_req *ks_start(ks_runner *r, struct MHD_Connection *c, int32_t *ids, int32_t n, const ks_gen_opts *o, int *rc);
+ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, const ks_gen_opts *o, int *rc);
 
 #endif

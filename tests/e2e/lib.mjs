@@ -9,8 +9,10 @@ export const root = path.resolve(here, '..', '..');
 export const model = path.join(root, 'models', 'stories260K.gguf');
 export const bin = process.env.KILN_BIN || path.join(root, 'build', 'kiln');
 
+// modelPath null: no -m (args may carry their own).
 export async function startServer(args = [], env = {}, modelPath = model) {
-  const proc = spawn(bin, ['serve', '-m', modelPath, '--host', '127.0.0.1', '--port', '0', ...args], {
+  const m = modelPath === null ? [] : ['-m', modelPath];
+  const proc = spawn(bin, ['serve', ...m, '--host', '127.0.0.1', '--port', '0', ...args], {
     env: { ...process.env, KILN_STORE: path.join(here, '.store'), ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
