@@ -51,10 +51,11 @@ static int run(const char *args, char **out, char **err) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-/* A copy of the stories model with a ChatML template, for kiln chat. */
-static int write_chat_model(const char *dst) {
+/* A copy of a model (the stories model, unless src) with a ChatML
+ * template, for kiln chat. */
+static int write_chat_model_from(const char *src, const char *dst) {
     char err[256];
-    gguf_file *f = gguf_open("../models/stories260K.gguf", err, sizeof err);
+    gguf_file *f = gguf_open(src, err, sizeof err);
     if (!f) return -1;
     gguf_writer *w = gguf_writer_new();
     for (int i = 0; i < gguf_n_kv(f); i++) gguf_w_copy_kv(w, gguf_kv_at(f, i));
@@ -70,6 +71,8 @@ static int write_chat_model(const char *dst) {
     gguf_close(f);
     return rc;
 }
+
+static int write_chat_model(const char *dst) { return write_chat_model_from("../models/stories260K.gguf", dst); }
 
 /* kiln chat renders the whole conversation with the template each turn and
  * reuses the cached prefix: turn 2's reply must equal what a fresh run on
@@ -182,6 +185,49 @@ static void test_chat(void) {
         rc = run("run -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 -f /tmp/kiln-cli-prompt.txt", &o2, &e2);
         free(e2);
         CHECKF(rc == 0 && o2 && !strcmp(o2, reply2), "chat turn 2 '%s' vs fresh run '%s'", reply2, o2 ? o2 : "");
+        free(o2);
+        remove(subst("/tmp/kiln-cli-prompt.txt"));
+    }
+    free(r1);
+    free(both);
+    remove(subst("/tmp/kiln-cli-in.txt"));
+    remove(model);
+}
+
+/* kiln chat on a hybrid model (qwen35: recurrent layers, whose state
+ * resumes only at a snapshot): each turn cuts the reply back to the end of
+ * the prompt and reuses what the next rendering shares, and turn 2's reply
+ * equals a fresh kiln run on the rendered two-turn conversation. */
+static void test_chat_hybrid(void) {
+    char model[4096];
+    snprintf(model, sizeof model, "%s", subst("/tmp/kiln-cli-chat35.gguf"));
+    CHECK(write_chat_model_from("data/hybrid/qwen35-spm-f32.gguf", model) == 0);
+    char *r1, *both, *e;
+    FILE *in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
+    if (in) { fputs("Hello there\n", in); fclose(in); }
+    int rc = run("chat -m /tmp/kiln-cli-chat35.gguf -n 10 --temp 0 < /tmp/kiln-cli-in.txt", &r1, &e);
+    free(e);
+    in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
+    if (in) { fputs("Hello there\nTell me a story\n", in); fclose(in); }
+    int rc2 = run("chat -m /tmp/kiln-cli-chat35.gguf -n 10 --temp 0 < /tmp/kiln-cli-in.txt", &both, &e);
+    free(e);
+    const size_t l1 = r1 ? strlen(r1) : 0;
+    CHECKF(rc == 0 && rc2 == 0 && l1 > 1 && both && !strncmp(both, r1, l1) && strlen(both) > l1,
+           "qwen35 chat: turn 1 '%s', both turns '%s'", r1 ? r1 : "", both ? both : "");
+    if (rc == 0 && rc2 == 0 && l1 > 1 && both && strlen(both) > l1) {
+        r1[l1 - 1] = 0;
+        char *reply2 = both + l1;
+        reply2[strlen(reply2) - 1] = 0;
+        FILE *p = fopen(subst("/tmp/kiln-cli-prompt.txt"), "w");
+        if (p) {
+            fprintf(p, "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n%s<|im_end|>\n"
+                       "<|im_start|>user\nTell me a story<|im_end|>\n<|im_start|>assistant\n", r1);
+            fclose(p);
+        }
+        char *o2, *e2;
+        rc = run("run -m /tmp/kiln-cli-chat35.gguf -n 10 --temp 0 -f /tmp/kiln-cli-prompt.txt", &o2, &e2);
+        free(e2);
+        CHECKF(rc == 0 && o2 && !strcmp(o2, reply2), "qwen35 chat turn 2 '%s' vs fresh run '%s'", reply2, o2 ? o2 : "");
         free(o2);
         remove(subst("/tmp/kiln-cli-prompt.txt"));
     }
@@ -415,6 +461,7 @@ int main(void) {
     remove(subst("/tmp/kiln-cli-q8.gguf"));
 
     test_chat();
+    test_chat_hybrid();
 
     rc = run("frobnicate", &o, &e);
     CHECK(rc == 2 && e && strstr(e, "unknown command"));
