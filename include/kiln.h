@@ -474,7 +474,8 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
                               kiln_store_progress_fn progress, void *user, char *id_out);
 
 /* JSON texts, freed with kiln_store_free_string.  list: an array of
- * {name, id, size, arch, quantization, mode, state}; info: {name, id, state,
+ * {name, id, size, arch, quantization, mode, state (ok, changed, missing
+ * with "missing" naming the file, damaged)}; info: {name, id, state,
  * names, defaults, manifest} of one name or id (defaults: see
  * kiln_store_lease_defaults). */
 kiln_status kiln_store_list(kiln_store *s, char **json_out);
@@ -1058,6 +1059,18 @@ int kiln_engine_family_count(void);
 const kiln_engine_family *kiln_engine_family_at(int i);
 /* The family with this key, or NULL. */
 const kiln_engine_family *kiln_engine_family_find(const char *key);
+/* The registry listing (kiln engines): a JSON array of families in
+ * registry order, {key, display_name, tasks, backends, available,
+ * builtin_count, models}, each model {name, builtin, state, reason?, file?,
+ * id?, size?, arch?, quantization?} with state "installed" (every file
+ * present; "changed" files are re-hashed at the next load), "not-downloaded"
+ * (a built-in the store lacks), "files-missing" (file names the first
+ * absent one), "damaged" or "not-supported" (reason says why), built-ins
+ * first, then the store's models by name.  It reads the store's records
+ * with stat calls only: nothing is loaded, hashed, installed or
+ * downloaded.  s may be NULL (built-ins only).  Free *json_out with
+ * kiln_store_free_string. */
+kiln_status kiln_engine_listing(kiln_store *s, char **json_out);
 
 /* A cancel token: fired once, never reset.  Shared by reference: the
  * engine keeps its own reference while it watches the token, so the

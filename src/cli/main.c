@@ -41,6 +41,8 @@ static void usage(FILE *f) {
             "  bench     -m MODEL [-p 512] [-n 128] [-s 1,8] prompt, generation and batched speed\n"
             "  quantize  IN.gguf OUT.gguf TYPE     convert weights (q8_0, q4_0, q4_k_m, ...)\n"
             "  serve     [-m MODEL ...] [--port 8080] OpenAI/Ollama-compatible HTTP server\n"
+            "  ps        [--host H] [--json]       models a running kiln serve holds: size, context, until when\n"
+            "  stop      NAME [--host H]           unload a model from a running kiln serve\n"
             "  embed     -m MODEL [--query|--document] [--dim N] [--truncate] TEXT...\n"
             "                                      normalized embeddings as JSON\n"
             "  rerank    -m MODEL --query Q [--top-n N] DOC...  documents scored for Q, best first\n"
@@ -61,8 +63,11 @@ static void usage(FILE *f) {
             "  gc        remove staging and quarantine older than a day, and packs without a name\n"
             "  cp        NAME NEW-NAME [--force]   add another name (--force: move one in use)\n"
             "\n"
+            "\n"
             "machine:\n"
             "  backends  [--json]                  CPU paths and GPU runtimes this machine can run\n"
+            "  engines   [--json]                  engine families, their built-in models and the store's,\n"
+            "                                      each with its state (loads and downloads nothing)\n"
             "\n%s",
             KILN_VERSION, run_options);
 }
@@ -126,6 +131,11 @@ static const struct cli_cmd {
     {"gc", cmd_gc, "gc"},
     {"cp", cmd_cp, "cp SOURCE NEW-NAME [--force]"},
     {"backends", cmd_backends, "backends [--json]"},
+    {"engines", cmd_engines, "engines [--json]   every engine family, its built-in models and the store's models it\n"
+                             "serves: installed, not downloaded, files missing (FILE), damaged or not supported (WHY)"},
+    {"ps", cmd_ps, "ps [--host HOST[:PORT]|URL] [--api-key KEY] [--json]\n"
+                   "the models a running kiln serve holds ($KILN_HOST, default 127.0.0.1:8080; $KILN_API_KEY)"},
+    {"stop", cmd_stop, "stop NAME [--host HOST[:PORT]|URL] [--api-key KEY]   unload NAME from a running kiln serve"},
 };
 
 static const struct cli_cmd *find_cmd(const char *name) {

@@ -636,8 +636,8 @@ static void collect_name(const char *name, const char *nid, void *ud) {
 }
 
 /* "ok", "changed" (needs a re-hash), "missing" or "damaged", from stat
- * calls only. */
-static const char *pack_state(kiln_store *s, const char *id, json_t *man, json_t *state) {
+ * calls only; *missing (may be NULL) names the first absent artifact. */
+static const char *pack_state(kiln_store *s, const char *id, json_t *man, json_t *state, const char **missing) {
     if (json_is_string(json_object_get(state, "damaged"))) return "damaged";
     int linked = !strcmp(jstr(man, "mode"), "linked");
     size_t i;
@@ -645,8 +645,10 @@ static const char *pack_state(kiln_store *s, const char *id, json_t *man, json_t
     json_array_foreach(json_object_get(man, "artifacts"), i, a) {
         char p[PATH_MAX];
         struct stat st;
-        if (kst_path(p, "%s/packs/%s/%s", s->root, id, jstr(a, "path")) || (linked ? stat(p, &st) : lstat(p, &st)) != 0)
+        if (kst_path(p, "%s/packs/%s/%s", s->root, id, jstr(a, "path")) || (linked ? stat(p, &st) : lstat(p, &st)) != 0) {
+            if (missing) *missing = jstr(a, "path");
             return "missing";
+        }
         if (!stamp_matches(json_object_get(json_object_get(state, "stamps"), jstr(a, "path")), &st, jstr(a, "sha256")))
             return "changed";
     }
@@ -655,9 +657,12 @@ static const char *pack_state(kiln_store *s, const char *id, json_t *man, json_t
 
 static json_t *entry_json(kiln_store *s, const char *name, const char *id, json_t *man) {
     json_t *state = load_state(s, id);
+    const char *missing = NULL;
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:s,s:s}", "name", name, "id", id, "size",
                           (json_int_t)juint(man, "size"), "arch", jstr(man, "arch"), "quantization",
-                          jstr(man, "quantization"), "mode", jstr(man, "mode"), "state", pack_state(s, id, man, state));
+                          jstr(man, "quantization"), "mode", jstr(man, "mode"), "state",
+                          pack_state(s, id, man, state, &missing));
+    if (missing) json_object_set_new(o, "missing", json_string(missing));
     if (json_is_string(json_object_get(state, "damaged")))
         json_object_set(o, "damaged", json_object_get(state, "damaged"));
     json_decref(state);
