@@ -255,6 +255,21 @@ int main(void) {
     CHECK(e && strstr(e, "generated 40 tokens"));
     free(o); free(e);
 
+    /* --stop: the text ends before the first stop string written (across
+     * tokens), which is not printed; a string no text begins with changes
+     * nothing */
+    rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0 --stop 'his toys and' --stop zzz",
+             &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, " ball. He liked to play with his toys. He liked to play with "), "stdout: '%s'",
+           o ? o : "");
+    free(o); free(e);
+    rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0 --stop ' b'", &o, &e);
+    CHECK(rc == 0 && o && !*o);
+    free(o); free(e);
+    rc = run("run -m ../models/stories260K.gguf -p 'x' --stop ''", &o, &e);
+    CHECK(rc == 2 && e && strstr(e, "--stop needs a non-empty text"));
+    free(o); free(e);
+
     /* a seed fixes a sampled continuation */
     char *o2, *e2;
     rc = run("run -m ../models/stories260K.gguf -p 'Once' -n 30 --temp 0.9 --seed 7", &o, &e);

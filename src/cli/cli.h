@@ -51,6 +51,10 @@ typedef struct cli_opts {
     int json;
     int verbose;
     kiln_sampler_params sp;
+    /* stop strings (--stop, else a store pack's "stop"): the text ends
+     * before the first one written, which is not printed */
+    char stop[8][128];
+    int n_stop;
 } cli_opts;
 
 void cli_opts_init(cli_opts *o);

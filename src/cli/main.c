@@ -21,6 +21,7 @@ static const char run_options[] =
     "  --min-p P       (default 0.05; 0 = off)\n"
     "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
     "  --seed S        random seed (default fixed, so runs repeat)\n"
+    "  --stop TEXT     end the text before TEXT (repeatable, up to 8; default: a store pack's stop)\n"
     "  --cache-type T  KV cache type: f16 (default), f32 or q8_0 (about half of f16's memory)\n"
     "  --kv-f32        the same as --cache-type f32\n"
     "  --no-repack     (any command) keep Q4_0/Q8_0/Q4_K/Q6_K weights in the file's layout\n"
@@ -289,6 +290,18 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
         int r = want_int(argc, argv, i, &v);
         if (r == 1) o->sp.seed = (uint64_t)(uint32_t)v;
         return r;
+    }
+    if (!strcmp(a, "--stop")) {
+        if (*i + 1 >= argc || !argv[*i + 1][0]) {
+            fprintf(stderr, "kiln: --stop needs a non-empty text\n");
+            return -1;
+        }
+        if (o->n_stop == 8 || strlen(argv[*i + 1]) >= sizeof o->stop[0]) {
+            fprintf(stderr, "kiln: --stop: at most 8 stop strings of up to %zu bytes\n", sizeof o->stop[0] - 1);
+            return -1;
+        }
+        snprintf(o->stop[o->n_stop++], sizeof o->stop[0], "%s", argv[++*i]);
+        return 1;
     }
     if (!strcmp(a, "--kv-f32")) { o->kv_type = KILN_KV_F32; return 1; }
     if (!strcmp(a, "--cache-type")) {

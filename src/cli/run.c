@@ -1,5 +1,6 @@
 /* kiln run and kiln chat: prompt in, streamed continuation out.  Only the
  * generated text goes to stdout; diagnostics and timings go to stderr. */
+#define _GNU_SOURCE /* memmem */
 #include "cli.h"
 
 #include "base/base.h"
@@ -52,7 +53,71 @@ typedef struct sink {
     int done;
     gen_reason why;
     char err[256];
+    /* stop strings: text that may begin one is held back */
+    const cli_opts *o;
+    char held[1024];
+    size_t n_held;
+    int stopped;        /* a stop string ended the text */
 } sink;
+
+/* Text that goes out: to stdout, and kept for chat.  Returns -1 out of memory. */
+static int write_text(sink *k, const char *txt, size_t len) {
+    if (!len) return 0;
+    fwrite(txt, 1, len, stdout);
+    fflush(stdout);
+    if (k->keep_text) {
+        char *nb = realloc(k->out, k->out_len + len + 1);
+        if (!nb) {
+            k->oom = 1;
+            return -1;
+        }
+        memcpy(nb + k->out_len, txt, len);
+        k->out_len += len;
+        nb[k->out_len] = 0;
+        k->out = nb;
+    }
+    return 0;
+}
+
+/* Text through the stop strings (final: nothing follows).  Returns 1 when
+ * one matched: the text before it went out, the rest never does. */
+static int put_text(sink *k, const char *txt, size_t len, int final) {
+    if (!k->o || !k->o->n_stop) return write_text(k, txt, len) ? 1 : 0;
+    while (len || final) {
+        /* the held text is shorter than the longest stop string, so this
+         * always takes at least one byte */
+        size_t take = sizeof k->held - k->n_held < len ? sizeof k->held - k->n_held : len;
+        memcpy(k->held + k->n_held, txt, take);
+        k->n_held += take;
+        txt += take;
+        len -= take;
+        size_t cut = k->n_held, keep = 0;
+        for (int i = 0; i < k->o->n_stop; i++) {
+            const char *st = k->o->stop[i];
+            size_t sl = strlen(st);
+            const char *h = memmem(k->held, k->n_held, st, sl);
+            if (h && (size_t)(h - k->held) < cut) cut = (size_t)(h - k->held);
+            /* the longest end of the held text that begins this stop string */
+            for (size_t n = sl - 1 < k->n_held ? sl - 1 : k->n_held; n > keep; n--)
+                if (!memcmp(k->held + k->n_held - n, st, n)) {
+                    keep = n;
+                    break;
+                }
+        }
+        if (cut < k->n_held) {
+            write_text(k, k->held, cut);
+            k->n_held = 0;
+            k->stopped = 1;
+            return 1;
+        }
+        size_t out = final && !len ? k->n_held : k->n_held - keep;
+        if (write_text(k, k->held, out)) return 1;
+        memmove(k->held, k->held + out, k->n_held - out);
+        k->n_held -= out;
+        if (final && !len) break;
+    }
+    return 0;
+}
 
 static int on_event(void *user, const gen_event *ev, const float *logits) {
     sink *k = user;
@@ -64,22 +129,10 @@ static int on_event(void *user, const gen_event *ev, const float *logits) {
     }
     if (k->st->n_gen == 0) k->t_first = kb_now();
     k->st->n_gen++;
+    if (k->stopped) return 1;
     size_t len;
     const char *txt = kiln_detok_push(k->d, ev->tok.id, &len);
-    fwrite(txt, 1, len, stdout);
-    fflush(stdout);
-    if (k->keep_text && len) {
-        char *nb = realloc(k->out, k->out_len + len + 1);
-        if (!nb) {
-            k->oom = 1;
-            return 1;
-        }
-        memcpy(nb + k->out_len, txt, len);
-        k->out_len += len;
-        nb[k->out_len] = 0;
-        k->out = nb;
-    }
-    return 0;
+    return put_text(k, txt, len, 0);
 }
 
 /* Runs one slot (p, on sequence 0) through the generation core until it
@@ -110,8 +163,7 @@ static int run_slot(gen_batch *b, kiln_model *m, gen_params *p, gen_stats *st, s
     }
     size_t len;
     const char *tail = kiln_detok_flush(k->d, &len);
-    fwrite(tail, 1, len, stdout);
-    fflush(stdout);
+    if (!k->stopped) put_text(k, tail, len, 1);
     const double t_end = kb_now();
     const double t_first = st->n_gen ? k->t_first : t_end;
     st->t_prompt += t_first - k->t0;
@@ -223,6 +275,7 @@ int cmd_run(int argc, char **argv) {
     gen_stats st = {n_prompt, 0, 0, 0, 0};
     sink k;
     memset(&k, 0, sizeof k);
+    k.o = &o;
     catch_sigint();
     if (run_slot(b, m, &p, &st, &k)) goto done;
     if (k.why == GEN_LENGTH && o.n_predict < 0)
@@ -507,6 +560,7 @@ int cmd_chat(int argc, char **argv) {
         gen_stats gs = {n - keep, 0, 0, 0, 0};
         sink k;
         memset(&k, 0, sizeof k);
+        k.o = &o;
         k.keep_text = 1;
         int fr = run_slot(gb, st.m, &p, &gs, &k);
         if (k.why == GEN_FAILED) st.n_kv = 0; /* the core emptied the sequence */

@@ -439,6 +439,22 @@ void cli_pack_apply(cli_opts *o, const cli_opts *base, cli_pack *pk) {
         /* Ollama's -1 is a random seed: the default here */
         p->seed = json_is_integer(j) && json_integer_value(j) >= 0 ? (uint64_t)json_integer_value(j) : b->seed;
     }
+    /* the pack's stop strings when the command line gave none (longer
+     * ones than the options hold are dropped with a warning) */
+    json_t *stop = json_object_get(opts, "stop");
+    if (o->n_stop == 0 && (json_is_string(stop) || json_is_array(stop))) {
+        size_t n = json_is_string(stop) ? 1 : json_array_size(stop);
+        for (size_t i = 0; i < n; i++) {
+            const char *t = json_string_value(json_is_string(stop) ? stop : json_array_get(stop, i));
+            if (!t || !*t) continue;
+            if (o->n_stop == 8 || strlen(t) >= sizeof o->stop[0]) {
+                fprintf(stderr, "kiln: the pack's stop string '%.40s' is left out (at most 8 of up to %zu bytes)\n", t,
+                        sizeof o->stop[0] - 1);
+                continue;
+            }
+            snprintf(o->stop[o->n_stop++], sizeof o->stop[0], "%s", t);
+        }
+    }
     const char *sys = json_string_value(json_object_get(d, "system"));
     const char *tmpl = json_string_value(json_object_get(d, "template"));
     if (sys) pk->system = strdup(sys);
