@@ -266,6 +266,28 @@ static void test_hub_split_file(void) {
     kiln_store_close(s);
 }
 
+/* The hub's own page URLs name the references they show: a repository's
+ * tree at a tag, a file's page (inspected before any download). */
+static void test_hub_page_urls(void) {
+    kiln_store *s = open_store();
+    char url[300];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/acme/tiny-GGUF/tree/v1", g_hub);
+    CHECKF(pull(s, url, NULL, NULL) == KILN_OK, "%s", kiln_last_error());
+    json_t *inf = info(s, "hf.co/acme/tiny-GGUF@v1");
+    CHECK(inf && !strcmp(jstr(json_object_get(json_object_get(inf, "manifest"), "source"), "commit"), COMMIT_A));
+    CHECK(inf && !strcmp(jstr(artifact(inf, 0), "path"), "tiny-Q4_K_M.gguf"));
+    json_decref(inf);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/acme/tiny-GGUF/blob/main/tiny-Q8_0.gguf", g_hub);
+    char *txt = NULL;
+    kiln_status st = kiln_store_inspect(url, NULL, &txt);
+    json_t *j = txt ? json_loads(txt, 0, NULL) : NULL;
+    kiln_store_free_string(txt);
+    CHECKF(st == KILN_OK && j && json_is_true(json_object_get(j, "metadata_verified")), "%s", kiln_last_error());
+    CHECK(j && !strcmp(jstr(j, "reference"), "hf.co/acme/tiny-GGUF/tiny-Q8_0.gguf@main"));
+    json_decref(j);
+    kiln_store_close(s);
+}
+
 static void test_hub_errors(void) {
     kiln_store *s = open_store();
     struct {
@@ -643,6 +665,7 @@ int main(void) {
     test_hub_default();
     test_hub_token_quant();
     test_hub_split_file();
+    test_hub_page_urls();
     test_hub_errors();
     test_hub_integrity();
     test_hub_resume();

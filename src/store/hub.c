@@ -493,6 +493,54 @@ kiln_status kst_hub_check(const char *ref) {
     return parse_ref(ref, &r);
 }
 
+/* A page or file URL of the hub as the reference it names:
+ *   https://huggingface.co/ORG/REPO                    hf.co/ORG/REPO
+ *   https://huggingface.co/ORG/REPO/tree/REV           hf.co/ORG/REPO@REV
+ *   https://huggingface.co/ORG/REPO/blob/REV/PATH.gguf hf.co/ORG/REPO/PATH.gguf@REV
+ * for the hub's own origin ($HF_ENDPOINT, or huggingface.co / hf.co when
+ * it is the default), without a query.  1 with out set, else 0: a URL to
+ * download as it is (a .../resolve/... file URL among them). */
+int kst_hub_url_ref(const char *url, char *out, size_t cap) {
+    char ep[512];
+    kst_hub_endpoint(ep, sizeof ep);
+    const char *rest = NULL;
+    size_t el = strlen(ep);
+    if (!strncasecmp(url, ep, el) && url[el] == '/') rest = url + el + 1;
+    else if (!getenv("HF_ENDPOINT") || !*getenv("HF_ENDPOINT")) {
+        static const char *const hosts[] = {"https://huggingface.co/", "https://www.huggingface.co/", "https://hf.co/"};
+        for (size_t i = 0; i < sizeof hosts / sizeof hosts[0] && !rest; i++)
+            if (!strncasecmp(url, hosts[i], strlen(hosts[i]))) rest = url + strlen(hosts[i]);
+    }
+    if (!rest || strpbrk(rest, "?#")) return 0;
+    char parts[6][1024];
+    int n = 0;
+    for (const char *p = rest; *p && n < 6;) {
+        size_t k = strcspn(p, "/");
+        if (k >= sizeof parts[0]) return 0;
+        memcpy(parts[n], p, k);
+        parts[n++][k] = 0;
+        p += k;
+        if (*p == '/') p++;
+        if (n == 3 && *p && !strcmp(parts[2], "blob")) {
+            /* REV, then the file's path (may hold '/') */
+            size_t r = strcspn(p, "/");
+            if (!r || !p[r] || r >= sizeof parts[0]) return 0;
+            memcpy(parts[3], p, r);
+            parts[3][r] = 0;
+            snprintf(parts[4], sizeof parts[4], "%s", p + r + 1);
+            n = 5;
+            break;
+        }
+    }
+    int w;
+    if (n == 2) w = snprintf(out, cap, "hf.co/%s/%s", parts[0], parts[1]);
+    else if (n == 4 && !strcmp(parts[2], "tree")) w = snprintf(out, cap, "hf.co/%s/%s@%s", parts[0], parts[1], parts[3]);
+    else if (n == 5 && ends_with_ci(parts[4], ".gguf"))
+        w = snprintf(out, cap, "hf.co/%s/%s/%s@%s", parts[0], parts[1], parts[4], parts[3]);
+    else return 0;
+    return w > 0 && (size_t)w < cap && kst_hub_check(out) == KILN_OK;
+}
+
 const char *kst_hub_endpoint(char *buf, size_t cap) {
     const char *e = getenv("HF_ENDPOINT");
     snprintf(buf, cap, "%s", e && *e ? e : "https://huggingface.co");

@@ -147,6 +147,8 @@ kiln_status kiln_store_inspect(const char *ref, const kiln_store_pull_params *pa
     kst_source_set(KILN_SOURCE_OK);
     if (!ref || !json_out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no reference or output");
     *json_out = NULL;
+    char mapped[2048];
+    if (kst_hub_url_ref(ref, mapped, sizeof mapped)) ref = mapped; /* a hub page: its reference */
     kst_curl_init();
     kst_net net;
     kst_net_init(&net, params);

@@ -798,6 +798,8 @@ void kst_creds_wipe(kst_creds *c) {
 kiln_status kiln_store_pull(kiln_store *s, const char *ref, const char *name, const char *sha256,
                             const kiln_store_pull_params *params, char *id_out) {
     kst_source_set(KILN_SOURCE_OK);
+    char mapped[2048];
+    if (ref && kst_hub_url_ref(ref, mapped, sizeof mapped)) ref = mapped; /* a hub page: its reference */
     kiln_status st = pull_any(s, ref, name, sha256, params, id_out);
     if (st && kiln_store_last_source_result() == KILN_SOURCE_OK) kst_source_set(KILN_SOURCE_OTHER);
     return st;

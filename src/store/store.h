@@ -161,6 +161,9 @@ int kst_hub_ref(const char *ref);
 /* Checks a reference's form (no network). */
 kiln_status kst_hub_check(const char *ref);
 kiln_status kst_registry_check(const char *ref);
+/* A hub page or file URL as its reference (hf.co/...): 1 with out set,
+ * 0 for a URL that is downloaded as it is. */
+int kst_hub_url_ref(const char *url, char *out, size_t cap);
 /* $HF_ENDPOINT without trailing '/', or https://huggingface.co. */
 const char *kst_hub_endpoint(char *buf, size_t cap);
 /* Resolves a hub reference into plan (headers go to the hub's origin). */
