@@ -354,9 +354,9 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
     if (o->verbose) { /* the load line: what runs, and on which kernel path */
         kiln_model_info info;
         kiln_model_get_info(*m, &info);
-        fprintf(stderr, "kiln: loaded %s: %s %s, %.2f M params, %d-token context, CPU (%s%s), %d threads\n", o->model,
-                info.arch, info.ftype, (double)info.n_params / 1e6, kiln_context_n_ctx(*c), kiln_cpu_path(),
-                info.repacked_bytes ? ", repack" : "", kiln_context_n_threads(*c));
+        fprintf(stderr, "kiln: loaded %s: %s %s, %.2f M params, %d-token context, CPU (%s%s)\n", o->model, info.arch,
+                info.ftype, (double)info.n_params / 1e6, kiln_context_n_ctx(*c), kiln_cpu_path(),
+                info.repacked_bytes ? ", repack" : "");
     }
     return 0;
 }
