@@ -61,7 +61,8 @@ test('kiln stop unloads; the next request loads it again', T, async () => {
   assert.equal(again.code, 1);
   assert.match(again.stderr, /^kiln stop: model 'stories260K' is not loaded/);
   const g = await fetch(srv.base + '/api/generate', { method: 'POST', headers: { authorization: 'Bearer ' + KEY },
-    body: JSON.stringify({ model: 'stories260K', prompt: 'Once', stream: false, options: { num_predict: 2 } }) });
+    body: JSON.stringify({ model: 'stories260K', prompt: 'Once', stream: false, keep_alive: '10m',
+                           options: { num_predict: 2 } }) });
   assert.equal(g.status, 200);
   assert.equal((await apiPs()).length, 1);
 });
