@@ -25,6 +25,7 @@ void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think) {
     g->dt = kiln_detok_new(m);
     g->split_think = g->split_tools = 1;
     g->mode = start_in_think ? 1 : 0;
+    g->stop_hit = -1;
     g->tool_calls = json_array();
     g->logprobs = json_array();
 }
@@ -216,6 +217,7 @@ int ks_gen_text(ks_gen *g, const char *s, size_t n, int final) {
         if (h && (size_t)(h - g->sbuf.p) < cut) {
             cut = (size_t)(h - g->sbuf.p);
             matched = 1;
+            g->stop_hit = (int)i;
         }
         size_t k = partial_suffix(g->sbuf.p ? g->sbuf.p : "", g->sbuf.len, st);
         if (k > hold) hold = k;

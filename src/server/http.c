@@ -4,6 +4,7 @@
  * the server's start and drain. */
 #define _GNU_SOURCE
 #include "server/srv.h"
+#include "server/xapi.h"
 #include "server/webui.h"
 
 #include <arpa/inet.h>
@@ -139,14 +140,23 @@ int ks_send_json(struct MHD_Connection *c, int status, json_t *j) {
     return ks_send_text(c, status, "application/json", s, strlen(s), 0);
 }
 
+/* 1 while this thread answers Anthropic's Messages API: errors take its
+ * shape ({"type": "error", "error": {type, message}}). */
+static _Thread_local int anthropic_errors;
+
 int ks_send_error(struct MHD_Connection *c, int status, const char *type, const char *msg, const char *param) {
-    json_t *e = json_object();
-    json_object_set_new(e, "message", json_string(msg));
-    json_object_set_new(e, "type", json_string(type));
-    json_object_set_new(e, "param", param ? json_string(param) : json_null());
-    json_object_set_new(e, "code", json_null());
-    json_t *root = json_object();
-    json_object_set_new(root, "error", e);
+    json_t *root;
+    if (anthropic_errors) {
+        root = ks_msg_ops.error_body(type, msg);
+    } else {
+        json_t *e = json_object();
+        json_object_set_new(e, "message", json_string(msg));
+        json_object_set_new(e, "type", json_string(type));
+        json_object_set_new(e, "param", param ? json_string(param) : json_null());
+        json_object_set_new(e, "code", json_null());
+        root = json_object();
+        json_object_set_new(root, "error", e);
+    }
     char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(root);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
@@ -209,11 +219,14 @@ typedef struct conn_state {
     ks_reqlog *log;
 } conn_state;
 
+/* The key as "Authorization: Bearer KEY" or, as Anthropic's clients send
+ * it, "x-api-key: KEY". */
 static int authorized(ks_srv *s, struct MHD_Connection *c) {
     if (!s->cfg.api_key || !*s->cfg.api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
-    const char *k = h + 7, *want = s->cfg.api_key;
+    const char *k = h && !strncasecmp(h, "Bearer ", 7) ? h + 7 : NULL, *want = s->cfg.api_key;
+    if (!k) k = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (!k) return 0;
     size_t kl = strlen(k), wl = strlen(want);
     unsigned diff = (unsigned)(kl ^ wl);
     for (size_t i = 0; i < wl; i++) diff |= (unsigned)(want[i] ^ (i < kl ? k[i] : 0));
@@ -317,6 +330,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     ks_reqlog_set_current(cs->log);
+    anthropic_errors = !strncmp(url, "/v1/messages", 12);
     if (*upload_size) {
         if (cs->body.len + *upload_size > s->cfg.max_body) cs->too_big = 1;
         else ks_buf_put(&cs->body, upload, *upload_size);
@@ -352,7 +366,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     int rc = MHD_NO;
     int is_oai = !strncmp(url, "/v1/", 4);
     int is_api = !strncmp(url, "/api/", 5);
-    if ((post || !strcmp(method, "DELETE")) && (is_oai || is_api) && cs->body.len) {
+    int is_llama = ks_llama_path(url);
+    if ((post || !strcmp(method, "DELETE")) && (is_oai || is_api || is_llama) && cs->body.len) {
         body = parse_body(cs, c, &rc);
         if (!body) return (enum MHD_Result)rc;
     } else if (post && is_oai) {
@@ -362,7 +377,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     else if (post && !strcmp(url, "/v1/completions")) rc = ks_oai_completions(s, c, body);
     else if (post && !strcmp(url, "/v1/embeddings")) rc = ks_oai_embeddings(s, c, body);
     else if (post && !strcmp(url, "/v1/images/generations")) rc = ks_oai_images(s, c, body);
+    else if (post && !strcmp(url, "/v1/responses")) rc = ks_resp_handle(s, c, body);
+    else if (post && !strcmp(url, "/v1/messages")) rc = ks_msg_handle(s, c, body, 0);
+    else if (post && !strcmp(url, "/v1/messages/count_tokens")) rc = ks_msg_handle(s, c, body, 1);
     else if (is_api) rc = ks_oll_route(s, c, method, url, body);
+    else if (is_llama) rc = ks_llama_route(s, c, method, url, body);
     else {
         char msg[300];
         snprintf(msg, sizeof msg, "no route for %s %.200s", method, url);

@@ -211,6 +211,7 @@ typedef struct ks_gen {
     int split_think;          /* 1: <think>...</think> is reasoning, else content as written */
     int split_tools;          /* 1: <tool_call>...</tool_call> is a call, else content as written */
     int finish;               /* KS_FIN_* once over */
+    int stop_hit;             /* index in stops of the string that ended it, or -1 */
     int n_tools;
     json_t *tool_calls;       /* array of {name, arguments(obj)} parsed */
     json_t *logprobs;         /* pending logprob entries (OpenAI shape) */
