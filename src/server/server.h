@@ -1,5 +1,5 @@
 /*
- * server — `kiln serve`: an OpenAI- and Ollama-compatible HTTP API over
+ * server — `kiln serve`: an OpenAI-, Anthropic- and Ollama-compatible HTTP API over
  * libmicrohttpd.  Each model is an engine instance (kiln.h, "engine"):
  * requests go through its gate, and a generator's engine batches them
  * continuously over the paged KV cache (prefix reuse included).
@@ -24,6 +24,9 @@
  *   audio.c    /v1/audio/transcriptions, /v1/audio/translations (multipart)
  *   metrics.c  /metrics         webui.c   GET / (embedded chat page)
  *   images.c   /v1/images/generations over an image pack (--image)
+ *   xapi.h     OpenAI Responses (responses.c) and Anthropic Messages
+ *              (messages.c): request translation and writers; xrun.c runs them
+ *   llama.c    llama-server's /tokenize, /detokenize, /apply-template, /props
  */
 #ifndef KILN_SERVER_H
 #define KILN_SERVER_H
