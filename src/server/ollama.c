@@ -404,6 +404,7 @@ typedef struct pull_job {
     ks_buf events;            /* NDJSON lines not yet sent */
     int done;
     volatile int cancel;
+    kiln_store_source_result source; /* how it ended at its source */
 } pull_job;
 
 static void pull_progress(const kiln_store_progress *p, void *user) {
@@ -424,7 +425,8 @@ static void *pull_main(void *arg) {
     pp.progress = pull_progress;
     pp.user = j;
     pp.cancel = &j->cancel;
-    kiln_status st = kiln_store_pull(j->s->store, j->url, j->name, NULL, &pp, NULL);
+    kiln_status st = kiln_store_pull(j->s->store, j->url, j->name[0] ? j->name : NULL, NULL, &pp, NULL);
+    j->source = kiln_store_last_source_result(); /* this thread's */
     json_t *e = json_object();
     if (st == KILN_OK) json_object_set_new(e, "status", json_string("success"));
     else json_object_set_new(e, "error", json_string(kiln_last_error()));
@@ -464,19 +466,22 @@ static void pull_cleanup(ks_stream *st) {
     free(j);
 }
 
-/* {"model": NAME, "url": URL} (kiln pulls GGUF URLs or pack manifests, not
- * the Ollama registry); a URL given as the model is named after its file. */
+/* {"model": REF} as Ollama takes it: REF is a registry name (qwen3:0.6b,
+ * HOST/NS/MODEL:TAG), a Hugging Face reference (hf.co/ORG/REPO[:QUANT]) or
+ * a URL; the name is the reference (a URL's: its file name), or "model"
+ * with kiln's "url" (a GGUF URL or a pack manifest). */
 static int pull(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     if (!s->store) return ks_oll_error(c, 503, "the model store is not available");
     const char *model = model_field(body);
     const char *url = json_string_value(json_object_get(body, "url"));
-    if (!url && model && strstr(model, "://")) url = model;
-    if (!url) return ks_oll_error(c, 400, "kiln pulls from a URL: give 'url' (https://.../model.gguf) and 'model'");
+    if (!url && model && *model) url = model;
+    if (!url) return ks_oll_error(c, 400, "give 'model': a registry name (qwen3:0.6b), hf.co/ORG/REPO[:QUANT] or a URL");
     pull_job *j = calloc(1, sizeof *j);
     if (!j) return ks_oll_error(c, 500, "out of memory");
     j->s = s;
     snprintf(j->url, sizeof j->url, "%s", url);
     if (model && model != url) snprintf(j->name, sizeof j->name, "%s", model);
+    else if (!strstr(url, "://")) j->name[0] = 0; /* a reference names itself */
     else {
         const char *b = strrchr(url, '/');
         snprintf(j->name, sizeof j->name, "%s", b ? b + 1 : url);
@@ -499,13 +504,20 @@ static int pull(ks_srv *s, struct MHD_Connection *c, json_t *body) {
             last = json_loads(prev ? prev + 1 : lines, 0, NULL);
             break;
         }
+        kiln_store_source_result src = j->source;
         ks_buf_free(&j->events);
         pthread_mutex_destroy(&j->mu);
         pthread_cond_destroy(&j->cv);
         free(j);
         if (!last) return ks_oll_error(c, 500, "pull failed");
-        int ok = json_object_get(last, "error") == NULL;
-        return ks_send_json(c, ok ? 200 : 500, last);
+        /* a source's answer in HTTP's words */
+        int code = json_object_get(last, "error") == NULL    ? 200
+                   : src == KILN_SOURCE_AUTH_REQUIRED        ? 401
+                   : src == KILN_SOURCE_GATED || src == KILN_SOURCE_DENIED ? 403
+                   : src == KILN_SOURCE_NOT_FOUND            ? 404
+                   : src == KILN_SOURCE_TRANSIENT || src == KILN_SOURCE_UNVERIFIED ? 502
+                                                             : 500;
+        return ks_send_json(c, code, last);
     }
     ks_stream *st = calloc(1, sizeof *st);
     if (!st) {

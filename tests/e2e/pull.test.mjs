@@ -1,0 +1,81 @@
+// /api/pull by name through the official ollama client, against the
+// stand-ins of tests/source_server.py (a Hugging Face hub with its CDN and an
+// Ollama registry on 127.0.0.1): a registry name and an hf.co reference
+// install under their reference and then serve requests; a private
+// repository is a 404 (possibly private), a registry model that needs
+// credentials a 401, a missing one a 404, each with the source's message.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Ollama } from 'ollama';
+import { startServer, root, model } from './lib.mjs';
+
+const T = { timeout: 30000 };
+let src, srv, oll, dir;
+
+before(async () => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-e2e-pull-'));
+  src = spawn('/usr/bin/python3', ['source_server.py', '--file', model, '--chat-file',
+    path.join(root, 'tests', 'data', 'fixtures', 'toolcall.gguf'), '--log', path.join(dir, 'log')],
+    { cwd: path.join(root, 'tests'), stdio: ['ignore', 'pipe', 'inherit'] });
+  const ports = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('source_server.py did not start')), 15000);
+    let out = '';
+    src.stdout.on('data', (d) => {
+      out += d;
+      const m = /PORTS (\d+) (\d+) (\d+)/.exec(out);
+      if (m) { clearTimeout(timer); resolve(m.slice(1).map(Number)); }
+    });
+    src.on('exit', (code) => { clearTimeout(timer); reject(new Error('source_server.py exited ' + code)); });
+  });
+  srv = await startServer(['-t', '1', '-c', '1024'], {
+    KILN_STORE: path.join(dir, 'store'), HF_ENDPOINT: `http://127.0.0.1:${ports[0]}`,
+    KILN_REGISTRY: `http://127.0.0.1:${ports[2]}`, HF_TOKEN: '', HUGGING_FACE_HUB_TOKEN: '',
+    HF_HOME: dir, KILN_PULL_RETRIES: '0' }, null);
+  oll = new Ollama({ host: srv.base });
+});
+
+after(async () => {
+  if (srv) assert.equal(await srv.stop(), 0);
+  if (src) src.kill();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+test('a registry name installs under its name and answers', T, async () => {
+  const r = await oll.pull({ model: 'chatty', stream: false });
+  assert.equal(r.status, 'success');
+  const tags = await oll.list();
+  assert.ok(tags.models.some((m) => m.name === 'chatty:latest' || m.name === 'chatty'), JSON.stringify(tags));
+  const chat = await oll.chat({ model: 'chatty', messages: [{ role: 'user', content: 'hi' }], stream: false });
+  assert.equal(chat.message.role, 'assistant');
+  assert.ok(chat.eval_count > 0);
+});
+
+test('an hf.co reference streams progress and installs', T, async () => {
+  const events = [];
+  for await (const e of await oll.pull({ model: 'hf.co/acme/tiny-GGUF:Q8_0', stream: true })) events.push(e);
+  assert.equal(events.at(-1).status, 'success');
+  assert.ok(events.length > 1, 'progress before success');
+  const g = await oll.generate({ model: 'hf.co/acme/tiny-GGUF:Q8_0', prompt: 'Once', raw: true, stream: false,
+                                 options: { num_predict: 3, temperature: 0 } });
+  assert.ok(g.response.length > 0);
+});
+
+test('source failures keep their kind', T, async () => {
+  const post = (model) => fetch(srv.base + '/api/pull', { method: 'POST',
+    body: JSON.stringify({ model, stream: false }) });
+  // the hub hides a private repository: not found, possibly private
+  const priv = await post('hf.co/acme/private-GGUF');
+  assert.equal(priv.status, 404);
+  assert.match((await priv.json()).error, /private/i);
+  // the registry asks for credentials
+  const auth = await post('team/private:latest');
+  assert.equal(auth.status, 401);
+  assert.match((await auth.json()).error, /authentication/i);
+  const missing = await post('library/nothing-here:latest');
+  assert.equal(missing.status, 404);
+  assert.match((await missing.json()).error, /not found/i);
+});
