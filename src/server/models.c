@@ -210,6 +210,7 @@ static ks_model *find(ks_srv *s, const char *name, int *status, char *msg, size_
     if (kiln_store_resolve(s->store, name, &lease) != KILN_OK) return NULL; /* the message above */
     char why[512];
     ks_model *made = make(s, name, name, kiln_store_lease_path(lease), why, sizeof why);
+    if (made) made->defaults = json_loads(kiln_store_lease_defaults(lease), 0, NULL);
     kiln_store_release(lease); /* the engine takes its own lease at each load */
     if (!made) {
         *status = 500;
@@ -224,6 +225,7 @@ static ks_model *find(ks_srv *s, const char *name, int *status, char *msg, size_
         made = NULL;
     }
     pthread_mutex_unlock(&s->mu);
+    if (made) json_decref(made->defaults);
     free(made);
     return m;
 }
@@ -461,6 +463,7 @@ kiln_status ks_models_start(ks_srv *s) {
             m = make(s, name, ref, ref, msg, sizeof msg);
         } else if (s->store && kiln_store_resolve(s->store, ref, &lease) == KILN_OK) {
             m = make(s, ref, ref, kiln_store_lease_path(lease), msg, sizeof msg);
+            if (m) m->defaults = json_loads(kiln_store_lease_defaults(lease), 0, NULL);
             kiln_store_release(lease);
         } else {
             snprintf(msg, sizeof msg, "model '%s' is neither a readable file nor in the store", ref);
@@ -476,6 +479,7 @@ kiln_status ks_models_start(ks_srv *s) {
         pthread_mutex_unlock(&s->mu);
         if (dup) {
             ks_logf(s, "-m %s names the model %s a second time", ref, m->name);
+            json_decref(m->defaults);
             free(m);
             return KILN_ERR_INVALID_ARG;
         }
@@ -560,6 +564,7 @@ void ks_models_free(ks_srv *s) {
         kiln_engine_free(m->eng); /* stops and waits for native work */
         ks_template_free(m->tmpl);
         json_decref(m->details);
+        json_decref(m->defaults);
         free(m);
     }
     s->models = NULL;

@@ -777,12 +777,18 @@ int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format
     double load_wait = 0;
     ks_model *r = open_model(s, c, body, ollama, &load_wait, &rc);
     if (!r) return rc;
+    if (ks_defaults_opts(r, c, optsrc, ollama, &o, &rc)) { /* a store pack's options under the request's */
+        ks_model_done(r, NAN);
+        return rc;
+    }
     json_t *think = json_object_get(body, "think");
     int th = json_is_boolean(think) ? json_is_true(think) : -1;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     if (json_is_boolean(json_object_get(kw, "enable_thinking"))) th = json_is_true(json_object_get(kw, "enable_thinking"));
     char err[300];
-    char *prompt = ks_render_chat(r, messages, json_object_get(body, "tools"), th, err, sizeof err);
+    json_t *msgs = ks_defaults_messages(r, messages); /* and its system prompt */
+    char *prompt = ks_render_chat(r, msgs, json_object_get(body, "tools"), th, err, sizeof err);
+    json_decref(msgs);
     double ka = ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN;
     if (!prompt) {
         ks_model_done(r, ka);
@@ -817,6 +823,10 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
     double load_wait = 0;
     ks_model *r = open_model(s, c, body, ollama, &load_wait, &rc);
     if (!r) return rc;
+    if (ks_defaults_opts(r, c, ollama ? json_object_get(body, "options") : body, ollama, o, &rc)) {
+        ks_model_done(r, ka);
+        return rc;
+    }
     int32_t n = 0, *ids = NULL;
     char *rendered = NULL;
     int start_think = 0;
@@ -838,6 +848,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
         if (ollama && ks_has_chat(r) && !json_is_true(json_object_get(body, "raw"))) {
             json_t *msgs = json_array();
             const char *sys = json_string_value(json_object_get(body, "system"));
+            if (!sys) sys = ks_defaults_system(r);
             if (sys) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", sys));
             json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", prompt_text));
             json_t *think = json_object_get(body, "think");

@@ -78,6 +78,7 @@ typedef struct ks_model {
     int32_t n_ctx, n_vocab;
     uint64_t weight_bytes;    /* of the latest load */
     json_t *details;          /* Ollama's details of the latest load, or NULL */
+    json_t *defaults;         /* a store pack's defaults (kiln_store_lease_defaults), or NULL */
     void *tmpl;               /* compiled chat template or NULL */
     int tmpl_tried;
     struct ks_model *next;
@@ -341,5 +342,16 @@ int ks_oll_error(struct MHD_Connection *c, int status, const char *msg);
 /* Validates against the context and queues: returns the request, or NULL
  * after sending the error response (*rc receives MHD's return). */
 ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, const ks_gen_opts *o, int *rc);
+
+/* defaults.c: a store pack's defaults (an Ollama model's params and
+ * system layers) under what a request sets.  Re-reads o with the pack's
+ * options under the request's (ollama: src is the request's "options",
+ * else its body), keeping o's other fields; -1 after sending a 400. */
+int ks_defaults_opts(ks_model *r, struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc);
+/* messages with the pack's system prompt first when they have none: a new
+ * reference (messages itself when nothing changes). */
+json_t *ks_defaults_messages(ks_model *r, json_t *messages);
+/* The pack's system prompt, or NULL. */
+const char *ks_defaults_system(ks_model *r);
 
 #endif

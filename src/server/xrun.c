@@ -224,8 +224,15 @@ static int handle(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp, i
         ks_xreq_free(&x);
         return ks_send_error(c, status, status_type(status), err, "model");
     }
+    if (ks_defaults_opts(r, c, x.chat, 0, &o, &rc)) { /* a store pack's options under the request's */
+        ks_model_done(r, NAN);
+        ks_xreq_free(&x);
+        return rc;
+    }
     json_t *tools = json_object_get(x.chat, "tools");
-    char *prompt = ks_render_chat(r, json_object_get(x.chat, "messages"), tools, x.think, err, sizeof err);
+    json_t *msgs = ks_defaults_messages(r, json_object_get(x.chat, "messages"));
+    char *prompt = ks_render_chat(r, msgs, tools, x.think, err, sizeof err);
+    json_decref(msgs);
     if (!prompt) {
         ks_model_done(r, NAN);
         ks_xreq_free(&x);

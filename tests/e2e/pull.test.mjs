@@ -54,6 +54,35 @@ test('a registry name installs under its name and answers', T, async () => {
   assert.ok(chat.eval_count > 0);
 });
 
+// chatty's layers: system "Be brief.", params {"temperature": 0, "num_predict": 8}; the
+// model (the tool-call fixture) writes 15 tokens whatever it is asked
+test('a pulled model\'s system prompt and options apply under the request\'s', T, async () => {
+  const ask = [{ role: 'user', content: 'hi' }];
+  const plain = await oll.chat({ model: 'chatty', messages: ask, stream: false });
+  assert.equal(plain.eval_count, 8, 'num_predict from the pack');
+  assert.equal(plain.done_reason, 'length');
+  const withSys = await oll.chat({ model: 'chatty', stream: false,
+                                   messages: [{ role: 'system', content: 'Be brief.' }, ...ask] });
+  assert.equal(plain.prompt_eval_count, withSys.prompt_eval_count, 'the pack\'s system prompt is in the prompt');
+  const other = await oll.chat({ model: 'chatty', stream: false,
+                                 messages: [{ role: 'system', content: 'Be very very long.' }, ...ask] });
+  assert.notEqual(other.prompt_eval_count, plain.prompt_eval_count, 'a request\'s own system prompt wins');
+  const mine = await oll.chat({ model: 'chatty', messages: ask, stream: false, options: { num_predict: 3 } });
+  assert.equal(mine.eval_count, 3, 'the request\'s options win');
+  const oai = await (await fetch(srv.base + '/v1/chat/completions', { method: 'POST',
+    body: JSON.stringify({ model: 'chatty', messages: ask }) })).json();
+  assert.equal(oai.usage.completion_tokens, 8);
+  assert.equal(oai.choices[0].finish_reason, 'length');
+  assert.equal(oai.usage.prompt_tokens, plain.prompt_eval_count);
+  const resp = await (await fetch(srv.base + '/v1/responses', { method: 'POST',
+    body: JSON.stringify({ model: 'chatty', input: 'hi' }) })).json();
+  assert.equal(resp.usage.output_tokens, 8);
+  assert.equal(resp.status, 'incomplete');
+  const gen = await oll.generate({ model: 'chatty', prompt: 'hi', stream: false });
+  assert.equal(gen.eval_count, 8);
+  assert.equal(gen.prompt_eval_count, plain.prompt_eval_count, '/api/generate templates with the system prompt');
+});
+
 test('an hf.co reference streams progress and installs', T, async () => {
   const events = [];
   for await (const e of await oll.pull({ model: 'hf.co/acme/tiny-GGUF:Q8_0', stream: true })) events.push(e);
