@@ -76,8 +76,8 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
         }
         if (m->family == KILN_ENGINE_LLM) {
             engine_llm_stats(e, &m->n_ctx, NULL);
-            ks_logf(s, "%s ready (generation, %d tokens x %d sequences, loaded in %.2f s)", m->name, m->n_ctx,
-                    s->cfg.parallel, m->load_seconds);
+            ks_logf(s, "%s ready (generation, %d tokens x %d sequences, CPU %s, loaded in %.2f s)", m->name,
+                    m->n_ctx, s->cfg.parallel, kiln_cpu_path(), m->load_seconds);
         } else {
             ks_logf(s, "%s ready (%s, loaded in %.2f s)", m->name,
                     m->family == KILN_ENGINE_EMBEDDING ? "embeddings" : "speech to text", m->load_seconds);
