@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,6 +41,20 @@ void kb_errf(char *err, size_t errlen, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+}
+
+uint64_t kb_random_u64(void) {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) == (ssize_t)sizeof v) return v;
+    /* no entropy source (a very old kernel): the clock and a counter, so
+     * draws at least differ from each other */
+    static _Atomic uint64_t n;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    v = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ (++n << 40);
+    v ^= v >> 33;
+    v *= 0xff51afd7ed558ccdULL;
+    return v ^ (v >> 33);
 }
 
 double kb_now(void) {

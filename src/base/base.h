@@ -22,6 +22,10 @@ void kb_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((form
 /* Monotonic time in seconds. */
 double kb_now(void);
 
+/* 64 bits from the OS's random source (getrandom), for seeds nobody gave:
+ * two calls in the same microsecond still differ. */
+uint64_t kb_random_u64(void);
+
 /* A read-only private mapping of a whole file. */
 typedef struct kb_map {
     const uint8_t *addr;

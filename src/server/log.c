@@ -27,6 +27,8 @@ struct ks_reqlog {
     char model[256];
     int64_t prompt, gen;
     int has_tokens;
+    uint64_t seed;
+    int has_seed;
     double t0;
 };
 
@@ -81,6 +83,12 @@ void ks_reqlog_tokens(ks_reqlog *l, int64_t prompt, int64_t gen) {
     l->has_tokens = 1;
 }
 
+void ks_reqlog_seed(ks_reqlog *l, uint64_t seed) {
+    if (!l) return;
+    l->seed = seed;
+    l->has_seed = 1;
+}
+
 static void iso_now(char *buf, size_t cap) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -104,6 +112,7 @@ void ks_reqlog_emit(ks_reqlog *l) {
         json_object_set_new(j, "model", l->model[0] ? ks_jstr(l->model, strlen(l->model)) : json_null());
         json_object_set_new(j, "prompt_tokens", l->has_tokens ? json_integer(l->prompt) : json_null());
         json_object_set_new(j, "completion_tokens", l->has_tokens ? json_integer(l->gen) : json_null());
+        if (l->has_seed) json_object_set_new(j, "seed", json_integer((json_int_t)l->seed));
         json_object_set_new(j, "ms", json_real((double)(int64_t)(ms * 10) / 10));
         char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
         json_decref(j);
@@ -112,8 +121,10 @@ void ks_reqlog_emit(ks_reqlog *l) {
     } else {
         char tok[64] = "";
         if (l->has_tokens) snprintf(tok, sizeof tok, " tokens=%lld+%lld", (long long)l->prompt, (long long)l->gen);
-        fprintf(stderr, "kiln serve: %s %s %d%s%s%s %.1f ms\n", l->method, l->path, l->status,
-                l->model[0] ? " model=" : "", l->model, tok, ms);
+        char seed[40] = "";
+        if (l->has_seed) snprintf(seed, sizeof seed, " seed=%llu", (unsigned long long)l->seed);
+        fprintf(stderr, "kiln serve: %s %s %d%s%s%s%s %.1f ms\n", l->method, l->path, l->status,
+                l->model[0] ? " model=" : "", l->model, tok, seed, ms);
     }
 }
 

@@ -4,6 +4,8 @@
  * generate/chat objects (NDJSON). */
 #include "server/srv.h"
 
+#include "base/base.h"
+
 #include <math.h>
 #include <microhttpd.h>
 #include <stdio.h>
@@ -36,17 +38,29 @@ static int get_num(json_t *src, const char *k, double lo, double hi, double *out
     return 1;
 }
 
+static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc);
+
 int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc) {
     memset(o, 0, sizeof *o);
     o->max_tokens = -1;
     o->sp = kiln_sampler_default_params();
-    o->sp.temperature = ollama ? 0.8f : 1.0f;
-    o->sp.top_k = ollama ? 40 : 0;
-    o->sp.top_p = ollama ? 0.9f : 1.0f;
-    o->sp.min_p = 0.0f;
+    /* what the request leaves out: Ollama's defaults on the Ollama API,
+     * llama-server's on the OpenAI one (clients expect their server's) */
+    o->sp.temperature = 0.8f;
+    o->sp.top_k = 40;
+    o->sp.top_p = ollama ? 0.9f : 0.95f;
+    o->sp.min_p = ollama ? 0.0f : 0.05f;
     o->sp.repeat_penalty = ollama ? 1.1f : 1.0f;
     o->sp.repeat_last_n = 64;
-    o->sp.seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)o;
+    /* per request from the OS, so unseeded calls differ; 32 bits, so the
+     * logged seed replays through every API and kiln run --seed */
+    o->sp.seed = (uint32_t)kb_random_u64();
+    int r = parse_sampling(c, src, ollama, o, rc);
+    if (r == 0) ks_reqlog_seed(ks_reqlog_current(), o->sp.seed);
+    return r;
+}
+
+static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc) {
     if (!src) return 0;
     double d;
     int r;

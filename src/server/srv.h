@@ -147,6 +147,8 @@ void ks_reqlog_put(ks_reqlog *l);
 void ks_reqlog_status(ks_reqlog *l, int status); /* the first one counts */
 void ks_reqlog_model(ks_reqlog *l, const char *model);
 void ks_reqlog_tokens(ks_reqlog *l, int64_t prompt, int64_t gen);
+/* the sampling seed the request ran with (given or drawn) */
+void ks_reqlog_seed(ks_reqlog *l, uint64_t seed);
 /* Writes the line, once (later calls do nothing). */
 void ks_reqlog_emit(ks_reqlog *l);
 /* A generation takes the line over (a reference with it): the
