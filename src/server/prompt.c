@@ -55,10 +55,7 @@ static char *token_text(kiln_model *m, int32_t id) {
     return strdup(buf);
 }
 
-/* Messages whose content is an array of parts become plain strings, and
- * tool-call arguments given as JSON text become objects, as templates
- * expect. */
-static json_t *normalize(json_t *messages) {
+json_t *ks_chat_normalize(json_t *messages) {
     json_t *out = json_array();
     size_t i;
     json_t *m;
@@ -68,7 +65,12 @@ static json_t *normalize(json_t *messages) {
             json_decref(c);
             continue;
         }
-        if (json_is_array(json_object_get(c, "content"))) {
+        json_t *content = json_object_get(c, "content");
+        if (!content || json_is_null(content)) {
+            /* an assistant turn that only calls tools: OpenAI sends null,
+             * some clients leave it out; templates test and slice it */
+            json_object_set_new(c, "content", json_string(""));
+        } else if (json_is_array(content)) {
             ks_buf b = {0};
             content_text(m, &b);
             json_object_set_new(c, "content", ks_jstr(b.p ? b.p : "", b.len));
@@ -107,7 +109,7 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, ch
     pthread_mutex_unlock(&r->srv->mu);
     if (tmpl) {
         json_t *vars = json_object();
-        json_object_set_new(vars, "messages", normalize(messages));
+        json_object_set_new(vars, "messages", ks_chat_normalize(messages));
         if (json_is_array(tools) && json_array_size(tools)) json_object_set(vars, "tools", tools);
         json_object_set_new(vars, "add_generation_prompt", json_true());
         char *bos = token_text(r->model, kiln_token_bos(r->model));

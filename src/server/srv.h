@@ -166,6 +166,10 @@ void ks_metrics_itl(double s);
 void ks_metrics_render(ks_srv *s, ks_buf *out);
 
 /* prompt.c */
+/* A copy of messages as chat templates expect them (the caller owns it):
+ * null or missing content becomes "", an array of parts its text, and
+ * tool-call arguments given as JSON text become objects. */
+json_t *ks_chat_normalize(json_t *messages);
 /* Renders messages (+ tools) into a prompt; returns malloc'd text or NULL
  * with err.  think: -1 default, 0 off, 1 on. */
 char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, char *err, size_t cap);
