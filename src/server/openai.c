@@ -771,6 +771,25 @@ static int ends_with_think(const char *p) {
     return n >= 7 && !strncmp(p + n - 7, "<think>", 7);
 }
 
+/* OpenAI's tool_choice: "auto" (or none given) lets the model choose;
+ * "none" neither shows the tools to the model nor reads its output as
+ * calls.  Forcing a call ("required", a named function) would need the
+ * output constrained to the template's call syntax, which kiln does not
+ * do: a 400 says so rather than a call the request did not ask for. */
+static int tool_choice(struct MHD_Connection *c, json_t *v, int *off, int *rc) {
+    const char *s = json_string_value(v);
+    if (!v || json_is_null(v) || (s && !strcmp(s, "auto"))) return 0;
+    if (s && !strcmp(s, "none")) {
+        *off = 1;
+        return 0;
+    }
+    const char *msg = "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}";
+    if ((s && !strcmp(s, "required")) || json_is_object(v))
+        msg = "'tool_choice' that forces a call (\"required\" or a named function) is not supported; "
+              "use \"auto\" or \"none\"";
+    return bad(c, rc, "tool_choice", msg);
+}
+
 /* Shared by /v1/chat/completions and /api/chat. */
 int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format) {
     int ollama = format == KS_F_OLL_CHAT, rc = MHD_NO;
@@ -788,6 +807,8 @@ int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format
                                       "messages");
     o.urgent = json_is_true(json_object_get(body, "urgent"));
     o.ignore_eos |= json_is_true(json_object_get(body, "ignore_eos"));
+    int tools_off = 0;
+    if (!ollama && tool_choice(c, json_object_get(body, "tool_choice"), &tools_off, &rc)) return rc;
     double load_wait = 0;
     ks_model *r = open_model(s, c, body, ollama, &load_wait, &rc);
     if (!r) return rc;
@@ -800,8 +821,10 @@ int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     if (json_is_boolean(json_object_get(kw, "enable_thinking"))) th = json_is_true(json_object_get(kw, "enable_thinking"));
     char err[300];
+    json_t *tools = json_object_get(body, "tools");
+    if (tools_off) tools = NULL;
     json_t *msgs = ks_defaults_messages(r, messages); /* and its system prompt */
-    char *prompt = ks_render_chat(r, msgs, json_object_get(body, "tools"), th, err, sizeof err);
+    char *prompt = ks_render_chat(r, msgs, tools, th, err, sizeof err);
     json_decref(msgs);
     double ka = ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN;
     if (!prompt) {
@@ -810,7 +833,6 @@ int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format
     }
     int32_t n = 0;
     int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
-    json_t *tools = json_object_get(body, "tools");
     ks_run_args a = {format, 1, 0, ends_with_think(prompt), ka, json_string_value(json_object_get(body, "model")),
                      ollama && th == 0, json_is_array(tools) && json_array_size(tools) > 0, 0};
     free(prompt);

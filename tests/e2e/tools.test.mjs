@@ -243,3 +243,22 @@ test('ollama chat: the tool result goes back; show lists the capabilities', T, a
   assert.ok(show.capabilities.includes('tools'), JSON.stringify(show.capabilities));
   assert.ok(show.capabilities.includes('thinking'), JSON.stringify(show.capabilities));
 });
+
+test('openai chat: tool_choice none hides the tools; forcing a call is a 400 that says so', T, async () => {
+  const auto = await oai.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, tool_choice: 'auto' });
+  assert.equal(auto.choices[0].finish_reason, 'tool_calls');
+  const none = await oai.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, tool_choice: 'none',
+                                                   max_tokens: 64 });
+  const m = none.choices[0].message;
+  assert.equal(m.tool_calls, undefined, 'no tool calls with tool_choice none');
+  assert.notEqual(none.choices[0].finish_reason, 'tool_calls');
+  assert.ok(none.usage.prompt_tokens < auto.usage.prompt_tokens, 'the tools are not in the prompt');
+  for (const tool_choice of ['required', { type: 'function', function: { name: CALL.name } }, 'sometimes']) {
+    const r = await fetch(srv.base + '/v1/chat/completions', {
+      method: 'POST', body: JSON.stringify({ model: MODEL, messages: ASK, tools: TOOLS, tool_choice }) });
+    assert.equal(r.status, 400, JSON.stringify(tool_choice));
+    const e = (await r.json()).error;
+    assert.equal(e.param, 'tool_choice');
+    assert.match(e.message, typeof tool_choice === 'string' && tool_choice === 'sometimes' ? /must be/ : /not supported/);
+  }
+});
