@@ -188,8 +188,8 @@ int cmd_serve(int argc, char **argv) {
     }
     int sig = 0;
     while (sigwait(&set, &sig) == EINTR) {}
-    say(cfg.log_json, "signal %d: draining (up to %g s)", sig, grace);
-    ks_server_drain(s, grace);
+    say(cfg.log_json, "signal %d", sig);
+    ks_server_drain(s, grace); /* says "draining" once /health answers 503 */
     ks_server_free(s);
     free(models);
     say(cfg.log_json, "stopped");

@@ -508,6 +508,7 @@ void ks_server_drain(ks_server *srv, double grace) {
     if (atomic_exchange(&s->draining, 1)) return;
     /* connections are still taken (/health answers 503, new work 503);
      * every engine stops gracefully, cancelled after grace seconds */
+    ks_logf(s, "draining (up to %g s)", grace);
     ks_models_drain(s, grace);
     /* the handlers see their requests end and finish their responses */
     double end = ks_now() + 5;
