@@ -55,6 +55,20 @@ void sample_constraint_accept(const sample_constraint *c, const kiln_model *m, i
 struct ks_sv;
 void sample_json_constraint(sample_constraint *c, struct ks_sv *v);
 
+/* The distribution kiln_sampler_sample draws from after logits (penalties
+ * over s's history, top-k, top-p, min-p, temperature): n tokens, most
+ * likely first, probabilities summing to 1; greedy is the argmax alone
+ * with 1.  Draws nothing.  *ids and *probs point into s, valid until its
+ * next call.  Speculative verification needs the distribution itself. */
+int32_t sample_dist(kiln_sampler *s, const float *logits, const int32_t **ids, const float **probs);
+/* Uniform in [0, 1) from s's generator (one draw). */
+double sample_uniform(kiln_sampler *s);
+/* An index i < n drawn with probability w[i] / sum(w) (weights <= 0 never
+ * come out) from s's generator; -1 when every weight is <= 0. */
+int32_t sample_pick(kiln_sampler *s, const float *w, int32_t n);
+/* The parameters s was made with (top_p and repeat_penalty as normalized). */
+const kiln_sampler_params *sample_params(const kiln_sampler *s);
+
 /* Most alternatives sample_logprobs reports. */
 #define SAMPLE_TOP_MAX 20
 

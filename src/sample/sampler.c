@@ -9,6 +9,8 @@
  */
 #include "kiln.h"
 
+#include "sample/sample.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,8 @@ struct kiln_sampler {
     int32_t *hist;      /* ring of accepted ids */
     int32_t hist_cap, hist_len, hist_pos;
     int32_t *count;     /* [n_vocab] occurrences inside the window */
+    int32_t *d_id;      /* [n_vocab] sample_dist's tokens */
+    float *d_p;         /* [n_vocab] and their probabilities */
     uint64_t s[4];      /* xoshiro256** state */
 };
 
@@ -86,7 +90,9 @@ kiln_status kiln_sampler_new(const kiln_sampler_params *p, int32_t n_vocab, kiln
     s->pen = malloc((size_t)n_vocab * sizeof *s->pen);
     s->count = calloc((size_t)n_vocab, sizeof *s->count);
     s->hist = malloc((size_t)(s->hist_cap > 0 ? s->hist_cap : 1) * sizeof *s->hist);
-    if (!s->c || !s->pen || !s->count || !s->hist) {
+    s->d_id = malloc((size_t)n_vocab * sizeof *s->d_id);
+    s->d_p = malloc((size_t)n_vocab * sizeof *s->d_p);
+    if (!s->c || !s->pen || !s->count || !s->hist || !s->d_id || !s->d_p) {
         kiln_sampler_free(s);
         return KILN_ERR_NOMEM;
     }
@@ -101,6 +107,8 @@ void kiln_sampler_free(kiln_sampler *s) {
     free(s->pen);
     free(s->count);
     free(s->hist);
+    free(s->d_id);
+    free(s->d_p);
     free(s);
 }
 
@@ -188,28 +196,33 @@ static int32_t argmax(const float *lg, int32_t n) {
     return 0; /* lg[0] is NaN and nothing compared greater */
 }
 
-int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits) {
+/* The penalized logits (s->pen, or logits itself when no penalty
+ * applies). */
+static const float *penalized(kiln_sampler *s, const float *logits) {
     const kiln_sampler_params *p = &s->p;
-    const float *lg = logits;
     int penalize = s->hist_len > 0 &&
                    (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
-    if (penalize) {
-        memcpy(s->pen, logits, (size_t)s->n_vocab * sizeof(float));
-        /* once per distinct id: a handled id's count is negated, then restored */
-        for (int i = 0; i < s->hist_len; i++) {
-            int32_t id = s->hist[i];
-            if (s->count[id] <= 0) continue;
-            float v = s->pen[id];
-            v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
-            v -= (float)s->count[id] * p->frequency_penalty + p->presence_penalty;
-            s->pen[id] = v;
-            s->count[id] = -s->count[id];
-        }
-        for (int i = 0; i < s->hist_len; i++)
-            if (s->count[s->hist[i]] < 0) s->count[s->hist[i]] = -s->count[s->hist[i]];
-        lg = s->pen;
+    if (!penalize) return logits;
+    memcpy(s->pen, logits, (size_t)s->n_vocab * sizeof(float));
+    /* once per distinct id: a handled id's count is negated, then restored */
+    for (int i = 0; i < s->hist_len; i++) {
+        int32_t id = s->hist[i];
+        if (s->count[id] <= 0) continue;
+        float v = s->pen[id];
+        v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
+        v -= (float)s->count[id] * p->frequency_penalty + p->presence_penalty;
+        s->pen[id] = v;
+        s->count[id] = -s->count[id];
     }
-    if (p->temperature <= 0.0f) return argmax(lg, s->n_vocab);
+    for (int i = 0; i < s->hist_len; i++)
+        if (s->count[s->hist[i]] < 0) s->count[s->hist[i]] = -s->count[s->hist[i]];
+    return s->pen;
+}
+
+/* The candidates the draw chooses among (temperature > 0): s->c[0..n),
+ * the first one a maximum, after top-k, top-p and min-p; returns n. */
+static int candidates(kiln_sampler *s, const float *lg) {
+    const kiln_sampler_params *p = &s->p;
     /* Candidates.  Sorting a 150k vocabulary per token is what costs, so
      * tokens that no cut could keep are dropped first, in one pass:
      *   top-p at temperature 1 never reaches tokens 30 nats below the top
@@ -254,6 +267,15 @@ int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits) {
         while (k < n && s->c[k].logit >= cut) k++;
         n = k;
     }
+    return n;
+}
+
+int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits) {
+    const kiln_sampler_params *p = &s->p;
+    const float *lg = penalized(s, logits);
+    if (p->temperature <= 0.0f) return argmax(lg, s->n_vocab);
+    const int n = candidates(s, lg);
+    const float mx = s->c[0].logit;
     double tot = 0.0;
     for (int i = 0; i < n; i++) tot += exp((double)(s->c[i].logit - mx) / p->temperature);
     double r = next_unit(s) * tot, acc = 0.0;
@@ -263,3 +285,46 @@ int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits) {
     }
     return s->c[n - 1].id;
 }
+
+/* ---- the distribution itself (sample.h) ---- */
+
+int32_t sample_dist(kiln_sampler *s, const float *logits, const int32_t **ids, const float **probs) {
+    const kiln_sampler_params *p = &s->p;
+    const float *lg = penalized(s, logits);
+    if (p->temperature <= 0.0f) {
+        s->d_id[0] = argmax(lg, s->n_vocab);
+        s->d_p[0] = 1.0f;
+        *ids = s->d_id;
+        *probs = s->d_p;
+        return 1;
+    }
+    const int n = candidates(s, lg);
+    const float mx = s->c[0].logit;
+    double tot = 0.0;
+    for (int i = 0; i < n; i++) tot += exp((double)(s->c[i].logit - mx) / p->temperature);
+    for (int i = 0; i < n; i++) {
+        s->d_id[i] = s->c[i].id;
+        s->d_p[i] = (float)(exp((double)(s->c[i].logit - mx) / p->temperature) / tot);
+    }
+    *ids = s->d_id;
+    *probs = s->d_p;
+    return n;
+}
+
+double sample_uniform(kiln_sampler *s) { return next_unit(s); }
+
+int32_t sample_pick(kiln_sampler *s, const float *w, int32_t n) {
+    double tot = 0.0;
+    for (int32_t i = 0; i < n; i++) tot += w[i] > 0 ? w[i] : 0;
+    double r = next_unit(s) * tot, acc = 0.0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < n; i++) {
+        if (!(w[i] > 0)) continue;
+        acc += w[i];
+        last = i;
+        if (r < acc) return i;
+    }
+    return last;
+}
+
+const kiln_sampler_params *sample_params(const kiln_sampler *s) { return &s->p; }
