@@ -7,6 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Acceptance rates are running means with this weight per step on the
+ * past, so a slot that leaves a quoted passage stops speculating within a
+ * few steps. */
+#define SPEC_DECAY 0.85
+/* The prior of a new slot: SPEC_PRIOR_N proposals, SPEC_PRIOR_A of them
+ * accepted (hopeful, so the first steps try).  It decays with the steps
+ * like what is observed, so proposals that are always right take the rate
+ * to 1 (and the length to its most). */
+#define SPEC_PRIOR_A 1.2
+#define SPEC_PRIOR_N 2.0
+/* An expensive proposer whose length came out 0 is tried with one
+ * proposal once in this many steps. */
+#define SPEC_PROBE_EVERY 8
+
 struct gen_slot {
     gen_batch *b;
     gen_params p;             /* prompt points into tok */
@@ -22,6 +36,13 @@ struct gen_slot {
     kiln_sampler *smp;
     int32_t draft[GEN_DRAFT_MAX];
     int32_t n_drafts;         /* proposals fed this step */
+    const gen_dist *dist;     /* what they were drawn from, or NULL (gen_ask) */
+    int32_t n_shadow;         /* proposals asked for but not fed (adaptive length 0) */
+    int32_t ask;              /* proposals asked for this step */
+    int shadow;               /* they are only compared with the sampled token, not fed */
+    double acc_a, acc_n;      /* accepted and verified proposals (the prior included), decayed by SPEC_DECAY */
+    int32_t since_probe;      /* steps since an expensive proposer was last tried */
+    int32_t n_drafted, n_accepted; /* proposals fed and accepted, in total */
     int32_t b_first, b_count; /* this step's rows in the batch */
     int decoding;             /* this step feeds the last token (and drafts) */
     double t_start;           /* when it first took a sequence */
@@ -38,8 +59,19 @@ struct gen_batch {
     int32_t *b_tok, *b_seq;   /* [n_batch] the step being built */
     int8_t *b_want;
     float *scratch;           /* [n_vocab] masked logits */
+    float *scratch2;          /* [n_vocab] residual weights (verify_drawn) */
+    float *qd;                /* [n_vocab] a draft distribution scattered, zero between uses */
     int32_t *eog;             /* end-of-generation ids, for ignore_eos */
     int32_t n_eog;
+    /* speculative decoding */
+    const gen_proposer *prop;
+    gen_ask *asks;            /* [n_seq] this step's asks of prop */
+    gen_slot **ask_slot;      /* [n_seq] whose they are */
+    /* the cost model of adaptive length: decayed sums over steps that fed
+     * only decode rows, of 1, rows, rows^2, seconds and rows * seconds */
+    double cw, cn, cnn, ct, cnt;
+    double t_prop;            /* seconds per proposal asked of prop (decayed mean); -1: none yet */
+    gen_spec_stats st;
 };
 
 const char *gen_reason_str(gen_reason r) {
@@ -74,9 +106,15 @@ kiln_status gen_batch_new(kiln_model *m, kiln_context *c, int32_t prefill_chunk,
     b->b_seq = malloc((size_t)b->n_batch * sizeof *b->b_seq);
     b->b_want = malloc((size_t)b->n_batch);
     b->scratch = malloc((size_t)b->n_vocab * sizeof *b->scratch);
+    b->scratch2 = malloc((size_t)b->n_vocab * sizeof *b->scratch2);
+    b->qd = calloc((size_t)b->n_vocab, sizeof *b->qd);
+    b->asks = calloc((size_t)b->n_seq, sizeof *b->asks);
+    b->ask_slot = calloc((size_t)b->n_seq, sizeof *b->ask_slot);
+    b->t_prop = -1;
     for (int32_t id = 0; id < b->n_vocab; id++) b->n_eog += kiln_token_is_eog(m, id) != 0;
     b->eog = malloc((size_t)(b->n_eog ? b->n_eog : 1) * sizeof *b->eog);
-    if (!b->by_seq || !b->b_tok || !b->b_seq || !b->b_want || !b->scratch || !b->eog) {
+    if (!b->by_seq || !b->b_tok || !b->b_seq || !b->b_want || !b->scratch || !b->scratch2 || !b->qd || !b->asks ||
+        !b->ask_slot || !b->eog) {
         gen_batch_free(b);
         return KILN_ERR_NOMEM;
     }
@@ -101,6 +139,8 @@ static void emit_done(gen_slot *s, gen_reason reason, const char *err) {
     ev.n_gen = s->n_gen;
     ev.t = kb_now();
     ev.t_start = s->t_start;
+    ev.n_drafted = s->n_drafted;
+    ev.n_accepted = s->n_accepted;
     s->p.on_event(s->p.user, &ev, NULL);
 }
 
@@ -131,9 +171,17 @@ void gen_batch_free(gen_batch *b) {
     free(b->b_seq);
     free(b->b_want);
     free(b->scratch);
+    free(b->scratch2);
+    free(b->qd);
+    free(b->asks);
+    free(b->ask_slot);
     free(b->eog);
     free(b);
 }
+
+void gen_batch_set_proposer(gen_batch *b, const gen_proposer *p) { b->prop = p; }
+
+void gen_batch_spec_stats(const gen_batch *b, gen_spec_stats *out) { *out = b->st; }
 
 static int32_t free_seq(const gen_batch *b) {
     for (int32_t i = 0; i < b->n_seq; i++)
@@ -152,9 +200,11 @@ kiln_status gen_batch_add(gen_batch *b, const gen_params *p, int32_t seq, gen_sl
     gen_slot *s = calloc(1, sizeof *s);
     if (!s) return KILN_ERR_NOMEM;
     s->b = b;
+    s->acc_a = SPEC_PRIOR_A;
+    s->acc_n = SPEC_PRIOR_N;
     s->p = *p;
     if (s->p.n_draft > GEN_DRAFT_MAX) s->p.n_draft = GEN_DRAFT_MAX;
-    if (!s->p.draft) s->p.n_draft = 0;
+    if (s->p.n_draft < 0 || (!s->p.draft && !b->prop)) s->p.n_draft = 0;
     /* room for every token the slot can hold: the prompt, what it may
      * generate, and the one sampled when the context is full */
     int64_t cap = p->n_predict >= 0 ? (int64_t)p->n_prompt + p->n_predict : (int64_t)b->n_ctx + 1;
@@ -278,12 +328,80 @@ static int emit_token(gen_batch *b, gen_slot *s, int32_t id, const float *logits
     ev.n_gen = s->n_gen;
     ev.t = kb_now();
     ev.t_start = s->t_start;
+    ev.n_drafted = s->n_drafted;
+    ev.n_accepted = s->n_accepted;
     return s->p.on_event(s->p.user, &ev, logits);
 }
 
+/* The rejection rule of speculative sampling (Leviathan, Kalman and
+ * Matias 2023; Chen et al. 2023), for a proposal x drawn from a draft
+ * distribution q, with p the distribution the slot's sampler draws from at
+ * this position (sample_dist: penalties, top-k, top-p, min-p, temperature):
+ *
+ *   accept x with probability min(1, p(x) / q(x)); otherwise emit a token
+ *   drawn from the residual r(y) = max(0, p(y) - q(y)) / sum_z max(0, p(z) - q(z)).
+ *
+ * Then P(emit y) = q(y) min(1, p(y)/q(y)) + (1 - sum_z min(p(z), q(z))) r(y)
+ *               = min(p(y), q(y)) + max(0, p(y) - q(y)) = p(y),
+ * because sum_z max(0, p(z) - q(z)) = 1 - sum_z min(p(z), q(z)): every
+ * emitted token follows the target's distribution exactly, whatever q is,
+ * and the run stops at the first rejection (later proposals were drawn
+ * after a token that is no longer there).  A deterministic proposal is
+ * the case q = one-hot(x): accept with probability p(x), else draw from p
+ * without x, which is exactly what drawing y from p and comparing it with
+ * x does, so those go through choose() with plain decoding's draws.  The
+ * draws here come from the slot's own generator; tests/test_spec.c checks
+ * the rule statistically.  Returns the emitted token (the sampler has
+ * taken it). */
+static int32_t verify_drawn(gen_batch *b, gen_slot *s, const float *logits, int32_t x, const gen_dist *q) {
+    const float *lg = logits;
+    if (s->p.ignore_eos && b->n_eog) { /* p as plain decoding masks it */
+        memcpy(b->scratch, logits, (size_t)b->n_vocab * sizeof(float));
+        for (int32_t i = 0; i < b->n_eog; i++) b->scratch[b->eog[i]] = -1e30f;
+        lg = b->scratch;
+    }
+    const int32_t *pid;
+    const float *pp;
+    const int32_t n = sample_dist(s->smp, lg, &pid, &pp);
+    float px = 0, qx = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (pid[i] == x) {
+            px = pp[i];
+            break;
+        }
+    for (int32_t i = 0; i < q->n; i++)
+        if (q->id[i] == x) {
+            qx = q->p[i];
+            break;
+        }
+    int32_t id;
+    if (qx > 0 && sample_uniform(s->smp) * qx < px) {
+        id = x;
+    } else {
+        for (int32_t i = 0; i < q->n; i++)
+            if (q->id[i] >= 0 && q->id[i] < b->n_vocab) b->qd[q->id[i]] += q->p[i];
+        for (int32_t i = 0; i < n; i++) {
+            const float r = pp[i] - b->qd[pid[i]];
+            b->scratch2[i] = r > 0 ? r : 0;
+        }
+        for (int32_t i = 0; i < q->n; i++)
+            if (q->id[i] >= 0 && q->id[i] < b->n_vocab) b->qd[q->id[i]] = 0;
+        const int32_t k = sample_pick(s->smp, b->scratch2, n);
+        id = pid[k >= 0 ? k : 0]; /* no residual mass: only when p <= q, where x was certain */
+    }
+    kiln_sampler_accept(s->smp, id);
+    return id;
+}
+
+static void note_acceptance(gen_slot *s, int32_t verified, int32_t accepted) {
+    if (verified <= 0) return;
+    s->acc_a = s->acc_a * SPEC_DECAY + accepted;
+    s->acc_n = s->acc_n * SPEC_DECAY + verified;
+}
+
 /* After the forward: samples s from the logits of batch row `row` onward,
- * accepting proposals while they match.  Returns the reason s ends, or
- * GEN_RUNNING. */
+ * accepting proposals while the target agrees.  Returns the reason s ends,
+ * or GEN_RUNNING. */
 static gen_reason sample_run(gen_batch *b, gen_slot *s, int32_t row) {
     if (!s->prefilled) {
         s->prefilled = 1;
@@ -291,10 +409,13 @@ static gen_reason sample_run(gen_batch *b, gen_slot *s, int32_t row) {
     }
     if (s->p.n_predict == 0) return GEN_LENGTH; /* the prompt only */
     gen_reason why = GEN_RUNNING;
-    int32_t j = 0; /* proposals accepted */
+    int32_t j = 0, verified = 0; /* proposals accepted, and compared */
+    const int drawn = s->dist && !s->p.constraint;
     for (;;) {
         const float *lg = kiln_get_logits(b->c, row);
-        const int32_t id = choose(b, s, lg);
+        const int32_t id = drawn && j < s->n_drafts ? verify_drawn(b, s, lg, s->draft[j], &s->dist[j])
+                                                    : choose(b, s, lg);
+        if (j == 0 && s->n_shadow > 0) note_acceptance(s, 1, id == s->draft[0]);
         if (kiln_token_is_eog(b->m, id)) {
             why = GEN_STOP;
             break;
@@ -308,16 +429,30 @@ static gen_reason sample_run(gen_batch *b, gen_slot *s, int32_t row) {
             why = GEN_LENGTH;
         else if (s->n_fed >= b->n_ctx)
             why = GEN_LENGTH; /* no room to feed it */
-        if (why != GEN_RUNNING || j >= s->n_drafts || id != s->draft[j]) break;
+        if (why != GEN_RUNNING || j >= s->n_drafts) break;
+        verified++;
+        if (id != s->draft[j]) break;
         /* the proposal is this very token and already in the cache: the
          * next row's logits follow it */
         s->n_fed++;
         row++;
         j++;
     }
-    /* proposals after the accepted ones leave the sequence */
+    /* proposals after the accepted ones leave the sequence (and, for a
+     * recurrent model, the state goes back to where they began) */
     if (s->n_drafts > j) kiln_seq_truncate(b->c, s->seq, s->n_fed);
+    if (s->n_drafts > 0) {
+        note_acceptance(s, verified, j);
+        s->n_drafted += s->n_drafts;
+        s->n_accepted += j;
+        b->st.n_steps++;
+        b->st.n_drafted += (uint64_t)s->n_drafts;
+        b->st.n_accepted += (uint64_t)j;
+        for (int32_t i = 0; i < j; i++) b->st.n_accepted_at[i]++;
+    }
     s->n_drafts = 0;
+    s->n_shadow = 0;
+    s->dist = NULL;
     return why;
 }
 
@@ -333,51 +468,191 @@ static int32_t put(gen_batch *b, int32_t n, const gen_slot *s, const int32_t *t,
     return n + k;
 }
 
+/* The cost of a step as a + b * rows, fitted by least squares over the
+ * decay-weighted steps so far (b->cw ... b->cnt); a and b into *pa, *pb.
+ * With too little spread in the rows to tell b from a, b is a tenth of a
+ * (a memory-bound step: reading the weights is most of it). */
+static void step_fit(const gen_batch *b, double *pa, double *pb) {
+    const double k0 = 0.1;
+    *pa = *pb = 0;
+    if (b->cw < 0.5) return;
+    const double mn = b->cn / b->cw, mt = b->ct / b->cw, var = b->cnn / b->cw - mn * mn;
+    double a, bb;
+    if (var > 0.05) { /* noise may push the fit out of bounds: clamp it */
+        bb = (b->cnt / b->cw - mn * mt) / var;
+        a = mt - bb * mn;
+        if (a < 0.05 * mt) {
+            a = 0.05 * mt;
+            bb = (mt - a) / mn;
+        }
+        if (bb < 0.01 * a) {
+            bb = 0.01 * a;
+            a = mt / (1 + 0.01 * mn);
+        }
+    } else {
+        a = mt / (1 + k0 * mn);
+        bb = k0 * a;
+    }
+    *pa = a;
+    *pb = bb;
+}
+
+/* The costs of a row and of a proposal relative to a step's fixed part
+ * (into *r and *rc); before any step is seen a row costs a tenth and a
+ * proposal nothing. */
+static void step_costs(const gen_batch *b, double *r, double *rc) {
+    double a, bb;
+    step_fit(b, &a, &bb);
+    *r = a > 0 ? bb / a : 0.1;
+    *rc = a > 0 && b->t_prop > 0 ? b->t_prop / a : 0;
+}
+
+/* Adds a step of rows decode rows that took dt seconds to the fit; a step
+ * three times slower than the fit predicts (the machine was busy) counts
+ * as three times. */
+static void step_observe(gen_batch *b, int32_t rows, double dt) {
+    double a, bb;
+    step_fit(b, &a, &bb);
+    const double pred = a + bb * rows;
+    if (pred > 0 && dt > 3 * pred) dt = 3 * pred;
+    const double g = 0.97;
+    b->cw = b->cw * g + 1;
+    b->cn = b->cn * g + rows;
+    b->cnn = b->cnn * g + (double)rows * rows;
+    b->ct = b->ct * g + dt;
+    b->cnt = b->cnt * g + rows * dt;
+}
+
+/* The adaptive length: the number of proposals k <= room that maximizes
+ * the expected tokens per unit of time of the step,
+ *     (n_dec - 1 + sum_{i=0..k} alpha^i) / (1 + r (rows + k) + rc k),
+ * with alpha the slot's acceptance rate, n_dec the decoding slots, rows
+ * the rows the step already holds, r and rc the costs of a row and of a
+ * proposal relative to a step's fixed part (step_costs). */
+static int32_t adaptive_len(const gen_slot *s, int32_t room, int32_t n_dec, int32_t rows, double r, double rc) {
+    const double alpha = s->acc_a / s->acc_n;
+    double e = n_dec, ai = 1, best = e / (1 + r * rows);
+    int32_t best_k = 0;
+    for (int32_t k = 1; k <= room; k++) {
+        ai *= alpha;
+        e += ai;
+        const double v = e / (1 + r * (rows + k) + rc * k);
+        if (v > best * 1.0001) {
+            best = v;
+            best_k = k;
+        }
+    }
+    return best_k;
+}
+
 kiln_status gen_batch_step(gen_batch *b) {
     /* ends asked for since the last step (suspended slots included) */
     for (gen_slot *s = b->head, *nx; s; s = nx) {
         nx = s->next;
         if (s->end_req != GEN_RUNNING) finish(b, s, s->end_req, NULL);
     }
+    /* the slots that decode this step (their last token, with proposals) */
+    int32_t n_dec = 0;
+    for (int32_t q = 0; q < b->n_seq; q++) {
+        gen_slot *s = b->by_seq[q];
+        if (s) s->decoding = !s->paused && s->n_tok - s->n_fed == 1 && s->prefilled;
+        n_dec += s && s->decoding;
+    }
+    if (n_dec > b->n_batch) n_dec = b->n_batch;
+    /* how many proposals each asks for: within the batch, the budget, the
+     * context and the adaptive length */
+    double r = 0, rc = 0;
+    step_costs(b, &r, &rc);
+    int32_t rows = n_dec, n_ask = 0, asked_total = 0;
+    for (int32_t q = 0; q < b->n_seq; q++) {
+        gen_slot *s = b->by_seq[q];
+        if (!s || !s->decoding) continue;
+        s->n_drafts = s->n_shadow = s->ask = s->shadow = 0;
+        s->dist = NULL;
+        if (s->p.n_draft <= 0) continue;
+        /* each accepted proposal is one more token of budget and one more
+         * cell of the context */
+        int64_t room = (int64_t)b->n_batch - rows;
+        if (room > s->p.n_draft) room = s->p.n_draft;
+        if (s->p.n_predict >= 0 && room > (int64_t)s->p.n_predict - s->n_gen - 1)
+            room = (int64_t)s->p.n_predict - s->n_gen - 1;
+        if (room > (int64_t)b->n_ctx - s->n_fed - 1) room = (int64_t)b->n_ctx - s->n_fed - 1;
+        if (room <= 0) continue;
+        const int cheap = s->p.draft || (b->prop && b->prop->cheap);
+        int32_t k = s->p.spec_fixed ? (int32_t)room : adaptive_len(s, (int32_t)room, n_dec, rows, r, rc);
+        int shadow = 0;
+        if (k == 0) {
+            if (cheap) shadow = 1;
+            else if (++s->since_probe < SPEC_PROBE_EVERY) continue;
+            k = 1;
+        }
+        s->since_probe = 0;
+        s->ask = k;
+        s->shadow = shadow;
+        if (s->p.draft) {
+            const int32_t got = s->p.draft(s->p.draft_user, s->tok, s->n_tok, s->draft, k);
+            s->n_drafts = got > 0 ? (got < k ? got : k) : 0;
+        } else {
+            gen_ask *a = &b->asks[n_ask];
+            a->seq = s->seq;
+            a->tok = s->tok;
+            a->n_tok = s->n_tok;
+            a->max = k;
+            a->sampler = &s->p.sampler;
+            a->n = 0;
+            a->draft = s->draft;
+            a->dist = NULL;
+            b->ask_slot[n_ask++] = s;
+            asked_total += k;
+        }
+        if (!shadow) rows += k;
+    }
+    if (n_ask) {
+        const double t0 = kb_now();
+        b->prop->propose(b->prop->self, b->asks, n_ask);
+        const double per = (kb_now() - t0) / asked_total;
+        b->t_prop = b->t_prop < 0 ? per : 0.8 * b->t_prop + 0.2 * per;
+        for (int32_t i = 0; i < n_ask; i++) {
+            gen_slot *s = b->ask_slot[i];
+            const gen_ask *a = &b->asks[i];
+            s->n_drafts = a->n > 0 ? (a->n < a->max ? a->n : a->max) : 0;
+            s->dist = s->n_drafts ? a->dist : NULL;
+        }
+    }
+    for (int32_t q = 0; q < b->n_seq; q++) {
+        gen_slot *s = b->by_seq[q];
+        if (s && s->decoding && s->shadow) { /* seen, not fed */
+            s->n_shadow = s->n_drafts;
+            s->n_drafts = 0;
+            s->dist = NULL;
+        }
+    }
     /* decode rows first (each generating slot's last token, with its
      * proposals), then prompt chunks, in sequence order */
     int32_t n = 0;
     for (int32_t q = 0; q < b->n_seq && n < b->n_batch; q++) {
         gen_slot *s = b->by_seq[q];
-        if (!s || s->paused || s->n_tok - s->n_fed != 1 || !s->prefilled) continue;
+        if (!s || !s->decoding) continue;
         s->b_first = n;
-        s->decoding = 1;
-        s->n_drafts = 0;
-        if (s->p.n_draft > 0) {
-            /* each accepted proposal is one more token of budget and one
-             * more cell of the context */
-            int64_t room = (int64_t)b->n_batch - n - 1;
-            if (room > s->p.n_draft) room = s->p.n_draft;
-            if (s->p.n_predict >= 0 && room > (int64_t)s->p.n_predict - s->n_gen - 1)
-                room = (int64_t)s->p.n_predict - s->n_gen - 1;
-            if (room > (int64_t)b->n_ctx - s->n_fed - 1) room = (int64_t)b->n_ctx - s->n_fed - 1;
-            if (room > 0) {
-                int32_t k = s->p.draft(s->p.draft_user, s->tok, s->n_tok, s->draft, (int32_t)room);
-                s->n_drafts = k > 0 ? (k < room ? k : (int32_t)room) : 0;
-            }
-        }
+        if (s->n_drafts > b->n_batch - n - 1) s->n_drafts = b->n_batch - n - 1;
         n = put(b, n, s, &s->tok[s->n_tok - 1], 1, 1, 1);
         n = put(b, n, s, s->draft, s->n_drafts, 1, 1);
         s->b_count = n - s->b_first;
     }
+    const int32_t n_decode_rows = n;
     for (int32_t q = 0; q < b->n_seq && n < b->n_batch; q++) {
         gen_slot *s = b->by_seq[q];
-        if (!s || s->paused || s->n_fed >= s->n_tok || (s->n_tok - s->n_fed == 1 && s->prefilled)) continue;
+        if (!s || s->paused || s->decoding || s->n_fed >= s->n_tok) continue;
         int32_t k = s->n_tok - s->n_fed;
         if (k > b->prefill_chunk) k = b->prefill_chunk;
         if (k > b->n_batch - n) k = b->n_batch - n;
         s->b_first = n;
-        s->decoding = 0;
         n = put(b, n, s, &s->tok[s->n_fed], k, 0, s->n_fed + k == s->n_tok);
         s->b_count = k;
     }
     if (n == 0) return KILN_OK;
     kiln_batch kb = {n, b->b_tok, NULL, b->b_seq, b->b_want};
+    const double t0 = kb_now();
     kiln_status st = kiln_decode(b->c, &kb);
     if (st != KILN_OK) {
         char msg[300];
@@ -388,6 +663,7 @@ kiln_status gen_batch_step(gen_batch *b) {
         }
         return st;
     }
+    if (n == n_decode_rows) step_observe(b, n, kb_now() - t0); /* the cost model: decode rows only */
     for (gen_slot *s = b->head, *nx; s; s = nx) {
         nx = s->next;
         if (s->b_count <= 0) continue;
@@ -401,6 +677,7 @@ kiln_status gen_batch_step(gen_batch *b) {
             if (s->n_fed == s->n_tok) why = sample_run(b, s, last);
         }
         s->b_count = 0;
+        s->decoding = 0;
         if (why != GEN_RUNNING) finish(b, s, why, NULL);
     }
     return KILN_OK;

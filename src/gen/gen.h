@@ -19,14 +19,34 @@
  * one is in, samples the next token from its logits and appends it.  A
  * prompt is fed in chunks; a generating slot feeds one token per step.
  *
- * Verification (speculative decoding): a slot with a draft hook feeds its
+ * Verification (speculative decoding): a slot that speculates feeds its
  * last token together with up to n_draft proposed ones, with logits for
- * each.  The token sampled after each position is compared with the next
- * proposal: while they agree the proposal is already in the cache and the
- * next position is sampled too; at the first disagreement the sampled token
- * stands and the rejected proposals are cut from the sequence.  Every
- * emitted token is the one sampling would have chosen without drafts, with
- * the same draws of the sampler, so drafts change speed only.
+ * each, in the same forward as every other slot.  Proposals come from the
+ * slot's own hook (gen_params.draft) or from the batch's proposer
+ * (gen_batch_set_proposer: n-gram lookup, a draft model, MTP heads; see
+ * src/spec).  Position by position the target decides, and the first
+ * disagreement ends the run: the target's own token stands there, and the
+ * rejected proposals are cut from the sequence (kiln_seq_truncate, which
+ * for a recurrent model also restores its state), so they leave no trace.
+ *   - A proposal chosen deterministically (n-gram lookup, greedy drafts,
+ *     any proposal of a slot under a constraint) is accepted when the
+ *     token sampled at its position, with the sampler's usual draws, is
+ *     that very proposal.  Every emitted token is then the one plain
+ *     decoding would have chosen, with the same draws: greedy output is
+ *     byte-identical, and a seeded one too.
+ *   - A proposal drawn from a distribution q (a draft model or MTP head
+ *     sampling at temperature > 0, gen_dist) goes through the rejection
+ *     rule of speculative sampling, which keeps the target's distribution
+ *     p exactly (see verify_drawn in batch.c).
+ * Adaptive length: unless gen_params.spec_fixed, each step asks for the
+ * number of proposals that maximizes the expected tokens per second, from
+ * the slot's running acceptance rate and the measured cost of a step per
+ * token it carries and of a proposal; when that number is 0, cheap
+ * proposers are still asked and their first proposal is checked against
+ * the sampled token without feeding it, and the others are tried with one
+ * proposal every few steps, so a slot whose proposals stop being accepted
+ * costs within a few percent of plain decoding and one whose proposals
+ * become good again is noticed.
  *
  * Terminal reasons: GEN_STOP (an end-of-generation token, the constraint is
  * complete, or the consumer asked: an event callback's nonzero return or
@@ -69,6 +89,8 @@ typedef struct gen_event {
     int32_t n_gen;            /* tokens generated so far */
     double t;                 /* when it happened (kb_now, seconds) */
     double t_start;           /* when the slot first took a sequence */
+    int32_t n_drafted;        /* proposals verified so far (speculative decoding) */
+    int32_t n_accepted;       /* of those, accepted */
 } gen_event;
 
 /* Called on the stepping thread.  For a TOKEN, logits (n_vocab floats) is
@@ -78,8 +100,47 @@ typedef struct gen_event {
 typedef int (*gen_event_fn)(void *user, const gen_event *ev, const float *logits);
 
 /* Proposes up to max tokens that may follow tok[0..n) (speculative
- * decoding); returns how many it wrote. */
+ * decoding), chosen deterministically; returns how many it wrote. */
 typedef int32_t (*gen_draft_fn)(void *user, const int32_t *tok, int32_t n, int32_t *out, int32_t max);
+
+/* Most proposals one slot verifies in a step. */
+#define GEN_DRAFT_MAX 16
+
+/* A distribution a proposal was drawn from: n tokens with probabilities
+ * summing to 1 (a proposer may truncate its model's distribution and
+ * renormalize; the rule is exact for whatever it drew from). */
+typedef struct gen_dist {
+    int32_t n;
+    const int32_t *id;
+    const float *p;
+} gen_dist;
+
+/* One slot's request to a proposer in a step. */
+typedef struct gen_ask {
+    int32_t seq;              /* the slot's sequence */
+    const int32_t *tok;       /* its tokens: the sequence holds tok[0..n_tok - 1), and
+                                 tok[n_tok - 1] goes in with the proposals */
+    int32_t n_tok;
+    int32_t max;              /* most proposals wanted, 1..GEN_DRAFT_MAX */
+    const kiln_sampler_params *sampler; /* the slot's (temperature <= 0: greedy) */
+    /* the answer */
+    int32_t n;                /* proposals written to draft[0..n), n <= max */
+    int32_t *draft;           /* [max], the slot's */
+    const gen_dist *dist;     /* NULL (chosen deterministically), or [n]: what draft[i]
+                                 was drawn from; valid until the step ends */
+} gen_ask;
+
+/* A proposer shared by the slots of a batch.  propose answers every slot
+ * that speculates this step in one call (a draft model then runs one
+ * batch for all of them).  It runs on the stepping thread, before the
+ * step's forward.  cheap: proposals cost next to nothing (n-gram lookup),
+ * so they are also asked for when the adaptive length is 0 and checked
+ * without being fed. */
+typedef struct gen_proposer {
+    void (*propose)(void *self, gen_ask *asks, int32_t n);
+    void *self;
+    int cheap;
+} gen_proposer;
 
 typedef struct gen_params {
     const int32_t *prompt;    /* copied by gen_batch_add */
@@ -92,9 +153,10 @@ typedef struct gen_params {
     int reuse;                /* take cached prefix blocks and publish this slot's (kiln_seq_reuse/_cache) */
     int32_t n_past;           /* prompt tokens the sequence already holds (needs an explicit seq) */
     int keep;                 /* leave the tokens in the sequence when done (else it is emptied) */
-    gen_draft_fn draft;       /* optional */
+    gen_draft_fn draft;       /* optional: the slot's own proposer (else the batch's, if any) */
     void *draft_user;
-    int32_t n_draft;          /* most proposals verified per step */
+    int32_t n_draft;          /* most proposals verified per step (0: no speculation) */
+    int spec_fixed;           /* 1: always ask for n_draft proposals (no adaptive length) */
     gen_event_fn on_event;    /* optional for gen_batch; set by gen_sched */
     void *user;
 } gen_params;
@@ -123,6 +185,19 @@ kiln_status gen_batch_add(gen_batch *b, const gen_params *p, int32_t seq, gen_sl
  * forward) when none has.  A failed forward ends the slots in it with
  * GEN_FAILED and returns the status. */
 kiln_status gen_batch_step(gen_batch *b);
+/* Proposals for slots with n_draft > 0 and no hook of their own (p
+ * borrowed, NULL: none).  Set it before adding such slots. */
+void gen_batch_set_proposer(gen_batch *b, const gen_proposer *p);
+
+/* Speculative decoding counters of a batch since it was made. */
+typedef struct gen_spec_stats {
+    uint64_t n_steps;         /* slot-steps that fed proposals */
+    uint64_t n_drafted;       /* proposals fed and verified */
+    uint64_t n_accepted;      /* of those, accepted */
+    uint64_t n_accepted_at[GEN_DRAFT_MAX]; /* [i]: slot-steps whose proposal i was accepted */
+} gen_spec_stats;
+void gen_batch_spec_stats(const gen_batch *b, gen_spec_stats *out);
+
 /* Slots not ended yet (suspended ones included). */
 int32_t gen_batch_n_active(const gen_batch *b);
 /* Slots a step would feed now. */
@@ -165,13 +240,14 @@ typedef struct gen_req gen_req;
 
 /* Events a request's queue holds before its slot pauses. */
 #define GEN_QUEUE 32
-/* Most proposals one slot verifies in a step. */
-#define GEN_DRAFT_MAX 16
 
 /* Starts the scheduler thread over a new gen_batch on m and c (borrowed
  * until gen_sched_free).  gate may be NULL (no yields). */
 kiln_status gen_sched_new(kiln_model *m, kiln_context *c, int32_t prefill_chunk, const gen_gate *gate,
                           gen_sched **out);
+/* The batch's proposer (gen_batch_set_proposer); call before the first
+ * submit.  p is borrowed until gen_sched_free. */
+void gen_sched_set_proposer(gen_sched *s, const gen_proposer *p);
 /* Cancels every request, waits for the thread and frees.  Requests must
  * have been freed (gen_req_free) before. */
 void gen_sched_free(gen_sched *s);
@@ -195,6 +271,7 @@ typedef struct gen_sched_stats {
     int32_t n_running;        /* requests holding a sequence */
     int32_t n_waiting;        /* queued or yielded */
     kiln_kv_stats kv;         /* as of the latest step */
+    gen_spec_stats spec;      /* as of the latest step */
 } gen_sched_stats;
 void gen_sched_get_stats(gen_sched *s, gen_sched_stats *out);
 

@@ -50,6 +50,7 @@ struct gen_sched {
     gen_req *head, *tail;
     uint64_t next_order;
     kiln_kv_stats kv;
+    gen_spec_stats spec;
 };
 
 static void wake(gen_sched *s) { pthread_cond_signal(&s->cv); }
@@ -181,8 +182,11 @@ static void *sched_main(void *arg) {
         gen_batch_step(s->b); /* a failure ends its slots; their events say why */
         kiln_kv_stats kv;
         kiln_kv_get_stats(s->c, &kv);
+        gen_spec_stats sp;
+        gen_batch_spec_stats(s->b, &sp);
         pthread_mutex_lock(&s->mu);
         s->kv = kv;
+        s->spec = sp;
     }
     for (gen_req *q = s->head; q; q = q->next)
         if (q->state == Q_PENDING) done_unstarted(q, GEN_CANCELLED);
@@ -220,6 +224,12 @@ kiln_status gen_sched_new(kiln_model *m, kiln_context *c, int32_t prefill_chunk,
     }
     *out = s;
     return KILN_OK;
+}
+
+void gen_sched_set_proposer(gen_sched *s, const gen_proposer *p) {
+    pthread_mutex_lock(&s->mu);
+    gen_batch_set_proposer(s->b, p);
+    pthread_mutex_unlock(&s->mu);
 }
 
 void gen_sched_free(gen_sched *s) {
@@ -355,5 +365,6 @@ void gen_sched_get_stats(gen_sched *s, gen_sched_stats *out) {
         out->n_waiting += q->state == Q_PENDING || q->state == Q_YIELDED;
     }
     out->kv = s->kv;
+    out->spec = s->spec;
     pthread_mutex_unlock(&s->mu);
 }
