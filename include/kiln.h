@@ -366,6 +366,47 @@ int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits);
 void kiln_sampler_accept(kiln_sampler *s, int32_t id);
 void kiln_sampler_reset(kiln_sampler *s);
 
+/* ---------------------------------------------------- speculative decoding */
+
+/* Speculative decoding: a proposer guesses the next few tokens and the
+ * model checks them all in one batched forward, so every accepted guess
+ * costs little more than reading the weights once.  The model's verdict is
+ * the output: greedy decoding gives byte-identical text with or without
+ * it, and sampling keeps the model's distribution exactly.  Proposers:
+ *   KILN_SPEC_NGRAM  prompt lookup: the continuation of the latest earlier
+ *                    occurrence of the last few tokens in the prompt and
+ *                    output so far (no extra model; good for quoting,
+ *                    code edits, answers from given documents)
+ *   KILN_SPEC_DRAFT  a smaller model with the same vocabulary (checked at
+ *                    load: the same token texts and special ids), with its
+ *                    own context and KV cache
+ *   KILN_SPEC_MTP    the model's own multi-token-prediction (NextN)
+ *                    block(s), as Qwen 3.5 checkpoints carry them
+ * The number of guesses per step adapts to how many are accepted, so
+ * speculation that does not pay costs only a few percent. */
+typedef enum kiln_spec_type {
+    KILN_SPEC_NONE = 0,
+    KILN_SPEC_NGRAM = 1,
+    KILN_SPEC_DRAFT = 2,
+    KILN_SPEC_MTP = 3
+} kiln_spec_type;
+
+typedef struct kiln_spec_params {
+    kiln_spec_type type;
+    int32_t n_max;           /* most tokens proposed per step, 1..16 (default 8) */
+    int32_t fixed;           /* 1: always propose n_max (no adaptive length) */
+    const char *draft_model; /* KILN_SPEC_DRAFT: the draft model's GGUF path */
+    int32_t ngram_min;       /* KILN_SPEC_NGRAM: shortest match looked up (default 2) */
+    int32_t ngram_max;       /*   and longest, tried first (default 5) */
+    float p_min;             /* draft and MTP, greedy: stop proposing at a token the
+                                proposer gives less probability than this (default 0) */
+} kiln_spec_params;
+
+kiln_spec_params kiln_spec_default_params(void);
+/* "none", "ngram", "draft", "mtp"; the type named s, or -1. */
+const char *kiln_spec_type_str(kiln_spec_type t);
+int kiln_spec_type_from_str(const char *s);
+
 /* ------------------------------------------------------------------ store */
 
 /* The model store: named packs of verified artifacts under one root
