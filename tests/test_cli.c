@@ -295,6 +295,41 @@ int main(void) {
     CHECK(rc == 0 && o && strlen(o) > 0);
     free(o); free(e);
 
+    /* --spec: the same text as plain greedy decoding, the counts on stderr;
+     * a draft of another vocabulary, a missing draft, a model without MTP
+     * blocks and a bad value are clear errors with no output */
+    const char *specs[] = {"--spec ngram", "--spec ngram --spec-n 3 --spec-fixed",
+                           "--spec draft -md data/spec/spec-llama.gguf", "-md ../models/stories260K.gguf --spec-n 4"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0 %s", specs[i]);
+        rc = run(args, &o, &e);
+        CHECKF(rc == 0 && o && !strcmp(o, " ball. He liked to play with his toys. He liked to play with his toys and run around the room. He saw a big"),
+               "%s: rc %d, stdout '%s'", specs[i], rc, o ? o : "");
+        CHECKF(e && strstr(e, "speculative decoding (") && strstr(e, "tokens proposed"), "%s: stderr %s", specs[i],
+               e ? e : "");
+        free(o); free(e);
+    }
+    const char *spec_errs[][2] = {
+        {"--spec draft -md data/fixtures/llama.gguf", "has another vocabulary than the target: token 259"},
+        {"--spec draft", "needs --draft-model"},
+        {"--spec mtp", "no MTP (nextn) blocks"},
+    };
+    for (size_t i = 0; i < sizeof spec_errs / sizeof spec_errs[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "run -m ../models/stories260K.gguf -p 'Tom' -n 4 %s", spec_errs[i][0]);
+        rc = run(args, &o, &e);
+        CHECKF(rc == 1 && o && !*o && e && strstr(e, spec_errs[i][1]), "%s: rc %d, stderr %s", spec_errs[i][0], rc,
+               e ? e : "");
+        free(o); free(e);
+    }
+    rc = run("run -m ../models/stories260K.gguf -p 'Tom' --spec lookup", &o, &e);
+    CHECKF(rc == 2 && e && strstr(e, "'lookup' is not ngram, draft, mtp or none"), "rc %d stderr: %s", rc, e ? e : "");
+    free(o); free(e);
+    rc = run("run -m ../models/stories260K.gguf -p 'Tom' --spec ngram --spec-n 17", &o, &e);
+    CHECKF(rc == 2 && e && strstr(e, "out of range"), "rc %d stderr: %s", rc, e ? e : "");
+    free(o); free(e);
+
     rc = run("tokenize -m ../models/stories260K.gguf -p 'Tom had a red' --json", &o, &e);
     CHECK(rc == 0 && o && !strcmp(o, "[1, 274, 287, 381, 261, 352, 266]\n"));
     free(o); free(e);

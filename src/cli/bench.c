@@ -8,6 +8,12 @@
  * server's continuous batching does: after each stream's prompt (d + 1
  * tokens, untimed), n steps of one batch holding one token of each, each
  * sampled greedily from its logits; t/s is the aggregate (test "tgN xS").
+ * With --spec TYPE (and its options, as for kiln run), each tg test also
+ * runs as real greedy generation through the generation core after a
+ * prompt (-f FILE's text, else the random tokens), once plain and once
+ * speculating, alternated rep by rep so both see the same machine: rows
+ * "tgN gen" and "tgN spec TYPE" (t/s of the N tokens after the first),
+ * the latter with the acceptance rate and its ratio to the former.
  * --roofline adds, to each tg row, the read bandwidth measured just before
  * and after it (mean), the decode roofline it allows (streams x bandwidth /
  * the weight bytes of one step, kiln_model_info.step_bytes) and the share of
@@ -17,6 +23,7 @@
 
 #include "base/base.h"
 #include "gen/gen.h"
+#include "spec/spec.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -48,6 +55,9 @@ typedef struct bench_row {
     double read_bps; /* --roofline, tg rows: mean read bandwidth, bytes/s; 0 otherwise */
     double samples[64];
     int n_samples;
+    int spec;        /* a speculative row: accept and ratio are set */
+    double accept;   /* accepted / proposed */
+    double ratio;    /* t/s over the plain generation row's */
 } bench_row;
 
 /* The read-bandwidth probe of --roofline: n threads each stream their
@@ -169,6 +179,49 @@ static double run_streams(gen_batch *gb, const int32_t *toks, int n_tok, int n_s
     return kb_now() - t0;
 }
 
+/* A generation of run_gen: the time of its first token and of its end. */
+typedef struct gen_timing {
+    double t_first, t_end;
+    int n, done;
+    int32_t n_drafted, n_accepted;
+} gen_timing;
+
+static int gen_timing_event(void *user, const gen_event *ev, const float *logits) {
+    gen_timing *g = user;
+    (void)logits;
+    if (ev->kind == GEN_EV_DONE) {
+        g->done = 1;
+        g->t_end = ev->t;
+        g->n_drafted = ev->n_drafted;
+        g->n_accepted = ev->n_accepted;
+    } else if (g->n++ == 0) {
+        g->t_first = ev->t;
+    }
+    return 0;
+}
+
+/* Greedy generation of n_gen tokens after the prompt (whose first token's
+ * time is not counted), speculating when n_draft > 0; seconds, or a
+ * negative value on failure. */
+static double run_gen(gen_batch *gb, const int32_t *prompt, int n_prompt, int n_gen, int n_draft, int fixed,
+                      gen_timing *g) {
+    memset(g, 0, sizeof *g);
+    gen_params p = gen_params_default();
+    p.prompt = prompt;
+    p.n_prompt = n_prompt;
+    p.n_predict = n_gen + 1;
+    p.sampler.temperature = 0;
+    p.ignore_eos = 1;
+    p.n_draft = n_draft;
+    p.spec_fixed = fixed;
+    p.on_event = gen_timing_event;
+    p.user = g;
+    if (gen_batch_add(gb, &p, 0, NULL) != KILN_OK) return -1;
+    while (gen_batch_n_active(gb) > 0)
+        if (gen_batch_step(gb) != KILN_OK) return -1;
+    return g->n == n_gen + 1 ? g->t_end - g->t_first : -1;
+}
+
 /* One timed run after depth cached tokens; returns seconds or a negative
  * value on failure. */
 static double run_once(kiln_context *c, const int32_t *toks, int n_prompt, int n_gen, int depth) {
@@ -184,6 +237,54 @@ static double run_once(kiln_context *c, const int32_t *toks, int n_prompt, int n
         if (kiln_decode(c, &b) != KILN_OK) return -1;
     }
     return kb_now() - t0;
+}
+
+/* The rows of --spec for a tg test of ng tokens: plain generation and
+ * speculative, alternated rep by rep.  1 when both were filled. */
+static int spec_rows(gen_batch *gb, const spec *spx, const int32_t *prompt, int n_prompt, const int32_t *toks,
+                     int depth, int ng, int reps, bench_row *out) {
+    if (!prompt) { /* the random tokens: depth of them and one more */
+        prompt = toks;
+        n_prompt = depth + 1;
+    }
+    const kiln_spec_params *sp = spec_params(spx);
+    bench_row *pr = &out[0], *sr = &out[1];
+    memset(out, 0, 2 * sizeof *out);
+    snprintf(pr->test, sizeof pr->test, "tg%d gen", ng);
+    snprintf(sr->test, sizeof sr->test, "tg%d spec %s", ng, kiln_spec_type_str(sp->type));
+    for (int k = 0; k < 2; k++) {
+        out[k].n_gen = ng;
+        out[k].n_streams = 1;
+        out[k].n_depth = n_prompt;
+    }
+    gen_timing g;
+    /* a warm-up of each */
+    if (run_gen(gb, prompt, n_prompt, ng, 0, 0, &g) < 0 || run_gen(gb, prompt, n_prompt, ng, sp->n_max, sp->fixed, &g) < 0)
+        return 0;
+    int64_t drafted = 0, accepted = 0;
+    double sum[2] = {0, 0}, sq[2] = {0, 0};
+    for (int k = 0; k < reps; k++)
+        for (int w = 0; w < 2; w++) {
+            const double sec = run_gen(gb, prompt, n_prompt, ng, w ? sp->n_max : 0, sp->fixed, &g);
+            if (sec <= 0) return 0;
+            const double ts = ng / sec;
+            out[w].samples[out[w].n_samples++] = ts;
+            sum[w] += ts;
+            sq[w] += ts * ts;
+            if (w) {
+                drafted += g.n_drafted;
+                accepted += g.n_accepted;
+            }
+        }
+    for (int w = 0; w < 2; w++) {
+        const int n = out[w].n_samples;
+        out[w].avg = sum[w] / n;
+        out[w].sd = n > 1 ? sqrt(fmax(0.0, (sq[w] - sum[w] * sum[w] / n) / (n - 1))) : 0.0;
+    }
+    sr->spec = 1;
+    sr->accept = drafted ? (double)accepted / (double)drafted : 0;
+    sr->ratio = pr->avg > 0 ? sr->avg / pr->avg : 0;
+    return 1;
 }
 
 /* The decode roofline of a tg row: every step reads the step's weight
@@ -204,10 +305,16 @@ int cmd_bench(int argc, char **argv) {
     int depths[MAX_LIST] = {0}, n_depths = 1;
     int threads = 0, reps = 5, kv_type = KILN_KV_F16, roofline = 0;
     int streams[MAX_LIST] = {1}, n_streams = 1;
+    kiln_spec_params sp = kiln_spec_default_params();
+    const char *prompt_file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const int sr = cli_parse_spec(&sp, argc, argv, &i);
+        if (sr < 0) return 2;
+        if (sr > 0) continue;
         if (!strcmp(a, "-m") && v) { model = v; i++; }
+        else if (!strcmp(a, "-f") && v) { prompt_file = v; i++; }
         else if (!strcmp(a, "-p") && v) { if ((n_pp = parse_list(v, pp)) < 0) goto bad; i++; }
         else if (!strcmp(a, "-n") && v) { if ((n_tg = parse_list(v, tg)) < 0) goto bad; i++; }
         else if (!strcmp(a, "-pg") && v) { /* P,N: one test; repeat -pg for more */
@@ -262,12 +369,50 @@ int cmd_bench(int argc, char **argv) {
     if (kiln_model_load(model, NULL, &m) != KILN_OK) return cli_fail(NULL);
     kiln_model_info info;
     kiln_model_get_info(m, &info);
+    /* --spec: the prompt of the generation rows */
+    int32_t *sprompt = NULL;
+    int n_sprompt = 0;
+    if (sp.type != KILN_SPEC_NONE && prompt_file) {
+        size_t len = 0;
+        FILE *pf = fopen(prompt_file, "rb");
+        char *text = NULL;
+        if (pf) {
+            fseek(pf, 0, SEEK_END);
+            long sz = ftell(pf);
+            rewind(pf);
+            text = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
+            if (text) {
+                len = fread(text, 1, (size_t)sz, pf);
+                text[len] = 0;
+            }
+            fclose(pf);
+        }
+        if (!text) {
+            fprintf(stderr, "kiln bench: cannot read %s\n", prompt_file);
+            kiln_model_free(m);
+            return 1;
+        }
+        n_sprompt = kiln_tokenize(m, text, len, 1, 0, NULL, 0);
+        sprompt = n_sprompt > 0 ? malloc((size_t)n_sprompt * sizeof *sprompt) : NULL;
+        if (sprompt) kiln_tokenize(m, text, len, 1, 0, sprompt, n_sprompt);
+        free(text);
+        if (!sprompt) {
+            fprintf(stderr, "kiln bench: %s has no tokens\n", prompt_file);
+            kiln_model_free(m);
+            return 1;
+        }
+    }
     /* per sequence: the longest depth + prompt + generation; per batch: the
      * longest prompt, a depth-filling chunk, or one token per stream */
     int max_tokens = 1, max_batch = max_streams;
     for (int i = 0; i < n_tests; i++) {
         const bench_test *t = &tests[i];
-        const int need = t->depth + t->np + t->ng + (t->ns > 1); /* streams: one more prompt token */
+        int need = t->depth + t->np + t->ng + (t->ns > 1); /* streams: one more prompt token */
+        if (sp.type != KILN_SPEC_NONE && t->ng && t->ns == 1) {
+            const int g = (sprompt ? n_sprompt : t->depth + 1) + t->ng + 1 + GEN_DRAFT_MAX;
+            if (g > need) need = g;
+            if (sprompt && n_sprompt > max_batch) max_batch = n_sprompt < 512 ? n_sprompt : 512;
+        }
         if (need > max_tokens) max_tokens = need;
         if (t->np > max_batch) max_batch = t->np;
         if (t->depth > 0 && max_batch < 512) max_batch = t->depth < 512 ? t->depth : 512;
@@ -286,11 +431,23 @@ int cmd_bench(int argc, char **argv) {
         return 1;
     }
     gen_batch *gb = NULL;
+    spec *spx = NULL;
     if (gen_batch_new(m, c, 0, &gb) != KILN_OK) {
         cli_fail("out of memory");
         kiln_context_free(c);
         kiln_model_free(m);
         return 1;
+    }
+    if (sp.type != KILN_SPEC_NONE) {
+        if (spec_new(&sp, m, c, &spx) != KILN_OK) {
+            cli_fail("--spec");
+            gen_batch_free(gb);
+            kiln_context_free(c);
+            kiln_model_free(m);
+            free(sprompt);
+            return 1;
+        }
+        gen_batch_set_proposer(gb, spec_proposer(spx));
     }
     /* random token ids, fixed seed: speed does not depend on the text */
     int32_t *toks = malloc((size_t)max_tokens * sizeof *toks);
@@ -299,7 +456,7 @@ int cmd_bench(int argc, char **argv) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = (int32_t)((x >> 33) % (uint64_t)info.n_vocab);
     }
-    bench_row *rows = calloc((size_t)n_tests + 1, sizeof *rows);
+    bench_row *rows = calloc((size_t)n_tests * 3 + 1, sizeof *rows);
     int n_rows = 0, rc = 0;
     const int nthreads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     uint64_t *probe = NULL;
@@ -362,6 +519,10 @@ int cmd_bench(int argc, char **argv) {
         r->avg = sum / r->n_samples;
         r->sd = r->n_samples > 1 ? sqrt(fmax(0.0, (sq - sum * sum / r->n_samples) / (r->n_samples - 1))) : 0.0;
         if (!strcmp(out_fmt, "md")) fprintf(stderr, "kiln bench: %s done\n", r->test);
+        if (spx && ng && !np && ns == 1 && spec_rows(gb, spx, sprompt, n_sprompt, toks, depth, ng, reps, &rows[n_rows]))
+            n_rows += 2;
+        else if (spx && ng && !np && ns == 1)
+            rc = cli_fail("generation");
     }
     if (!rows) rc = cli_fail("out of memory");
     char path[64];
@@ -382,6 +543,7 @@ int cmd_bench(int argc, char **argv) {
                    (unsigned long long)info.step_bytes, r->avg, r->sd);
             for (int k = 0; k < r->n_samples; k++) printf(k ? ", %.6f" : "%.6f", r->samples[k]);
             printf("]");
+            if (r->spec) printf(", \"spec_accept\": %.6f, \"spec_speedup\": %.6f", r->accept, r->ratio);
             if (r->read_bps > 0) {
                 const double top = roofline_ts(r, &info);
                 printf(", \"read_gbs\": %.6f, \"roofline_ts\": %.6f, \"roofline_share\": %.6f", r->read_bps / 1e9, top,
@@ -393,9 +555,10 @@ int cmd_bench(int argc, char **argv) {
         }
         printf("]\n");
     } else {
-        printf("| model | size | params | backend | threads | test | t/s |%s\n",
-               roofline ? " read GB/s | roofline t/s | share |" : "");
-        printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |%s\n", roofline ? " ---: | ---: | ---: |" : "");
+        printf("| model | size | params | backend | threads | test | t/s |%s%s\n",
+               roofline ? " read GB/s | roofline t/s | share |" : "", spx ? " speculation |" : "");
+        printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |%s%s\n", roofline ? " ---: | ---: | ---: |" : "",
+               spx ? " --- |" : "");
         for (int i = 0; i < n_rows; i++) {
             const bench_row *r = &rows[i];
             printf("| %s %s | %.2f MiB | %.2f M | CPU (%s) | %d | %s | %.2f ± %.2f |", info.arch, info.ftype,
@@ -407,13 +570,17 @@ int cmd_bench(int argc, char **argv) {
             }
             else if (roofline)
                 printf(" - | - | - |");
+            if (r->spec) printf(" %.1f %% accepted, %.2fx tg gen |", 100.0 * r->accept, r->ratio);
+            else if (spx) printf(" - |");
             printf("\n");
         }
     }
     free(rows);
     free(toks);
+    free(sprompt);
     if (probe) munmap(probe, PROBE_BYTES);
     gen_batch_free(gb);
+    spec_free(spx);
     kiln_context_free(c);
     kiln_model_free(m);
     return rc;

@@ -55,12 +55,16 @@ typedef struct cli_opts {
      * before the first one written, which is not printed */
     char stop[8][128];
     int n_stop;
+    kiln_spec_params spec;  /* speculative decoding (--spec ...) */
 } cli_opts;
 
 void cli_opts_init(cli_opts *o);
 /* Parses the option at argv[*i] (advancing *i past its value).  Returns 1
  * when consumed, 0 when it is not a shared option, -1 on a bad value. */
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i);
+/* The speculative decoding options (--spec, --spec-n, --draft-model ...)
+ * into sp, as cli_parse_common returns. */
+int cli_parse_spec(kiln_spec_params *sp, int argc, char **argv, int *i);
 /* With no -p or -f: the prompt is what is piped in on stdin, less one
  * trailing newline (-f - keeps it).  Returns 0 when o->prompt is set, -1
  * when there is none (stdin a terminal, or nothing piped in). */

@@ -24,6 +24,13 @@ static const char run_options[] =
     "  --stop TEXT     end the text before TEXT (repeatable, up to 8; default: a store pack's stop)\n"
     "  --cache-type T  KV cache type: f16 (default), f32 or q8_0 (about half of f16's memory)\n"
     "  --kv-f32        the same as --cache-type f32\n"
+    "  --spec TYPE     speculative decoding: ngram (prompt lookup), draft (with --draft-model) or\n"
+    "                  mtp (the model's own MTP blocks); the output stays what the model decides\n"
+    "  --spec-n N      most tokens proposed per step (default 8, 1..16; fewer while few are accepted)\n"
+    "  -md, --draft-model M   the draft model of --spec draft (the target's vocabulary)\n"
+    "  --spec-fixed    always propose --spec-n tokens (no adaptive length)\n"
+    "  --spec-ngram-min N, --spec-ngram-max N   n-gram lengths looked up (default 2 and 5)\n"
+    "  --spec-p-min P  draft and mtp, greedy: stop proposing at a token below probability P\n"
     "  --no-repack     (any command) keep Q4_0/Q8_0/Q4_K/Q6_K weights in the file's layout\n"
     "                  instead of copying them to the 8-row interleaved one at load (KILN_REPACK=0)\n"
     "  -v              verbose log on stderr\n";
@@ -88,7 +95,10 @@ static const struct cli_cmd {
     {"tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT [--json] [--ids] [--no-bos] [--parse-special]"},
     {"bench", cmd_bench,
      "bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-pg P,N]... [-d 0[,..]] [-s 1[,4,8..]] [-t N] [-r 5] "
-     "[-o md|json] [--cache-type f16|f32|q8_0] [--roofline]"},
+     "[-o md|json] [--cache-type f16|f32|q8_0] [--roofline]\n"
+     "           [--spec ngram|draft|mtp [--spec-n N] [-md DRAFT] [--spec-fixed] [-f PROMPT_FILE]]\n"
+     "--spec adds, per tg test, greedy generation after the prompt (-f's text, else random tokens) plain and\n"
+     "speculating, alternated rep by rep, with the acceptance rate and the ratio of the two"},
     {"quantize", cmd_quantize,
      "quantize IN.gguf|NAME OUT.gguf TYPE [-t N]\n"
      "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m q4_k_s q5_k_m q3_k_m iq4_nl "
@@ -205,6 +215,7 @@ void cli_opts_init(cli_opts *o) {
     o->n_predict = 128;
     o->n_batch = 512;
     o->sp = kiln_sampler_default_params();
+    o->spec = kiln_spec_default_params();
 }
 
 /* indexed by KILN_KV_* */
@@ -251,8 +262,47 @@ static int want_float(int argc, char **argv, int *i, float *out) {
     return 1;
 }
 
+int cli_parse_spec(kiln_spec_params *sp, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "--spec")) {
+        if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        const int t = kiln_spec_type_from_str(argv[*i + 1]);
+        if (t < 0) {
+            fprintf(stderr, "kiln: %s: '%s' is not ngram, draft, mtp or none\n", a, argv[*i + 1]);
+            return -1;
+        }
+        sp->type = (kiln_spec_type)t;
+        (*i)++;
+        return 1;
+    }
+    if (!strcmp(a, "-md") || !strcmp(a, "--draft-model")) {
+        if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        const char *path;
+        if (cli_model_path(argv[++*i], 0, &path)) return -1;
+        sp->draft_model = path;
+        if (sp->type == KILN_SPEC_NONE) sp->type = KILN_SPEC_DRAFT; /* as llama.cpp's -md */
+        return 1;
+    }
+    int r = 0;
+    if (!strcmp(a, "--spec-n") || !strcmp(a, "--draft-max")) r = want_int(argc, argv, i, &sp->n_max);
+    else if (!strcmp(a, "--spec-ngram-min")) r = want_int(argc, argv, i, &sp->ngram_min);
+    else if (!strcmp(a, "--spec-ngram-max")) r = want_int(argc, argv, i, &sp->ngram_max);
+    else if (!strcmp(a, "--spec-p-min")) r = want_float(argc, argv, i, &sp->p_min);
+    else if (!strcmp(a, "--spec-fixed")) { sp->fixed = 1; return 1; }
+    else return 0;
+    if (r == 1 && (sp->n_max < 1 || sp->n_max > 16 || sp->ngram_min < 1 || sp->ngram_min > 16 || sp->ngram_max < 1 ||
+                   sp->ngram_max > 16 || sp->p_min < 0 || sp->p_min > 1)) {
+        fprintf(stderr, "kiln: %s: '%s' is out of range (--spec-n 1..16, n-gram lengths 1..16, --spec-p-min 0..1)\n",
+                a, argv[*i]);
+        return -1;
+    }
+    return r;
+}
+
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
+    const int sr = cli_parse_spec(&o->spec, argc, argv, i);
+    if (sr) return sr;
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
         if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
         o->model = argv[++*i];

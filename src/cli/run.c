@@ -7,6 +7,7 @@
 
 #include "chat/template.h"
 #include "gen/gen.h"
+#include "spec/spec.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@ typedef struct gen_stats {
     int n_prompt, n_gen;
     double t_prompt, t_gen;
     int interrupted; /* Ctrl-C stopped the generation */
+    int n_drafted, n_accepted; /* speculative decoding */
 } gen_stats;
 
 /* Ctrl-C: stops the prompt or the generation at the next batch or token
@@ -124,6 +126,8 @@ static int on_event(void *user, const gen_event *ev, const float *logits) {
     if (ev->kind == GEN_EV_DONE) {
         k->done = 1;
         k->why = ev->reason;
+        k->st->n_drafted += ev->n_drafted;
+        k->st->n_accepted += ev->n_accepted;
         snprintf(k->err, sizeof k->err, "%s", ev->error ? ev->error : "");
         return 0;
     }
@@ -180,10 +184,31 @@ static int run_slot(gen_batch *b, kiln_model *m, gen_params *p, gen_stats *st, s
     return rc;
 }
 
-static void print_timings(const gen_stats *st) {
+static void print_timings(const gen_stats *st, const spec *sp) {
     fprintf(stderr, "\nkiln: prompt %d tokens in %.3f s (%.2f t/s), generated %d tokens in %.3f s (%.2f t/s)\n",
             st->n_prompt, st->t_prompt, st->t_prompt > 0 ? st->n_prompt / st->t_prompt : 0.0, st->n_gen, st->t_gen,
             st->t_gen > 0 ? st->n_gen / st->t_gen : 0.0);
+    if (sp)
+        fprintf(stderr, "kiln: speculative decoding (%s): %d tokens proposed, %d accepted (%.1f %%)\n",
+                kiln_spec_type_str(spec_params(sp)->type), st->n_drafted, st->n_accepted,
+                st->n_drafted ? 100.0 * st->n_accepted / st->n_drafted : 0.0);
+}
+
+/* The proposer o asks for (--spec), on b; *out stays NULL without one.
+ * Returns 0, or 1 after printing the error. */
+static int attach_spec(const cli_opts *o, kiln_model *m, kiln_context *c, gen_batch *b, spec **out) {
+    *out = NULL;
+    if (o->spec.type == KILN_SPEC_NONE) return 0;
+    if (spec_new(&o->spec, m, c, out) != KILN_OK) return cli_fail("--spec");
+    gen_batch_set_proposer(b, spec_proposer(*out));
+    return 0;
+}
+
+/* A slot's speculation as sp sets it. */
+static void spec_slot(gen_params *p, const spec *sp) {
+    if (!sp) return;
+    p->n_draft = spec_params(sp)->n_max;
+    p->spec_fixed = spec_params(sp)->fixed;
 }
 
 static int32_t *tokenize_alloc(kiln_model *m, const char *text, int add_special, int parse_special, int *n) {
@@ -247,6 +272,7 @@ int cmd_run(int argc, char **argv) {
     if (cli_load(&o, &m, &c, 1)) return 1;
     int rc = 1;
     gen_batch *b = NULL;
+    spec *sp = NULL;
     int n_prompt = 0;
     int32_t *ids = tokenize_alloc(m, o.prompt, 1, 0, &n_prompt);
     if (!ids) {
@@ -267,12 +293,14 @@ int cmd_run(int argc, char **argv) {
         cli_fail("out of memory");
         goto done;
     }
+    if (attach_spec(&o, m, c, b, &sp)) goto done;
     gen_params p = gen_params_default();
     p.prompt = ids;
     p.n_prompt = n_prompt;
     p.n_predict = o.n_predict;
     p.sampler = o.sp;
-    gen_stats st = {n_prompt, 0, 0, 0, 0};
+    spec_slot(&p, sp);
+    gen_stats st = {n_prompt, 0, 0, 0, 0, 0, 0};
     sink k;
     memset(&k, 0, sizeof k);
     k.o = &o;
@@ -280,12 +308,13 @@ int cmd_run(int argc, char **argv) {
     if (run_slot(b, m, &p, &st, &k)) goto done;
     if (k.why == GEN_LENGTH && o.n_predict < 0)
         fprintf(stderr, "\nkiln: stopped: the context of %d tokens is full\n", n_ctx);
-    print_timings(&st);
+    print_timings(&st, sp);
     if (st.interrupted) fprintf(stderr, "kiln run: interrupted\n");
     rc = st.interrupted ? 130 : 0; /* 128 + SIGINT, as a shell reports it */
 done:
     free(ids);
     gen_batch_free(b);
+    spec_free(sp);
     kiln_context_free(c);
     kiln_model_free(m);
     return rc;
@@ -488,10 +517,12 @@ int cmd_chat(int argc, char **argv) {
     char *line = NULL;
     size_t line_cap = 0;
     gen_batch *gb = NULL;
+    spec *sp = NULL;
     if (gen_batch_new(st.m, st.c, 0, &gb) != KILN_OK) {
         cli_fail("out of memory");
         goto done;
     }
+    if (attach_spec(&o, st.m, st.c, gb, &sp)) goto done;
     for (;;) {
         const int got = read_message(&line, &line_cap);
         if (got < 0) break; /* end of input */
@@ -557,7 +588,8 @@ int cmd_chat(int argc, char **argv) {
         p.reuse = 1; /* keys the prompt's end, where the reply is cut back to */
         p.n_predict = o.n_predict < 0 || o.n_predict > budget ? budget : o.n_predict;
         p.sampler = o.sp;
-        gen_stats gs = {n - keep, 0, 0, 0, 0};
+        spec_slot(&p, sp);
+        gen_stats gs = {n - keep, 0, 0, 0, 0, 0, 0};
         sink k;
         memset(&k, 0, sizeof k);
         k.o = &o;
@@ -614,6 +646,7 @@ done:
     cli_pack_free(&pk);
     free(st.held);
     gen_batch_free(gb);
+    spec_free(sp);
     kiln_context_free(st.c);
     kiln_model_free(st.m);
     return rc;
