@@ -1155,6 +1155,11 @@ kiln_status kiln_engine_set_store(kiln_engine *e, const kiln_engine_store *store
  * batching).  The embedding family takes n_threads.  Applies to the next
  * load; without it a load uses kiln_context_default_params(). */
 kiln_status kiln_engine_set_context_params(kiln_engine *e, const kiln_context_params *p);
+/* LLM family: speculative decoding for every request of the models loaded
+ * from now on (a draft model loads with its target, an MTP model's context
+ * keeps its MTP cache); a load fails when the model cannot do it (no MTP
+ * blocks, a draft of another vocabulary).  NULL or KILN_SPEC_NONE: off. */
+kiln_status kiln_engine_set_spec_params(kiln_engine *e, const kiln_spec_params *p);
 
 kiln_status kiln_engine_start(kiln_engine *e);
 /* model: a file path, or a name the store resolves.  cancel (optional)

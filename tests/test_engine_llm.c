@@ -151,5 +151,35 @@ int main(void) {
 
     CHECK(kiln_engine_destroy(e, NULL) == KILN_OK);
     kiln_engine_free(e);
+
+    /* Speculative decoding is a load option: n-gram lookup and a draft
+     * model give the plain greedy text; a draft of another vocabulary
+     * fails the load with the reason. */
+    job plain = {.e = NULL, .req = greedy("Once upon a time, there was a girl. Once upon a time", 60)};
+    const char *drafts[] = {NULL, "data/spec/spec-llama.gguf", "data/fixtures/llama.gguf"};
+    for (int k = 0; k < 4; k++) {
+        CHECK(kiln_engine_create(KILN_ENGINE_LLM, KILN_ENGINE_BACKEND_AUTO, &e) == KILN_OK);
+        kiln_spec_params sp = kiln_spec_default_params();
+        sp.type = k == 0 ? KILN_SPEC_NONE : k == 1 ? KILN_SPEC_NGRAM : KILN_SPEC_DRAFT;
+        sp.draft_model = k >= 2 ? drafts[k - 1] : NULL;
+        CHECK(kiln_engine_set_spec_params(e, &sp) == KILN_OK);
+        CHECK(kiln_engine_start(e) == KILN_OK);
+        kiln_status ls = kiln_engine_load(e, MODEL, NULL);
+        if (ls == KILN_OK) ls = kiln_engine_wait_idle(e, LIMIT_MS);
+        kiln_engine_observe(e, &o);
+        if (k == 3) {
+            CHECKF(o.state != KILN_ENGINE_LOADED && strstr(o.message, "another vocabulary"),
+                   "a draft of another vocabulary: state %d, error '%s'", (int)o.state, o.message);
+        } else {
+            CHECKF(ls == KILN_OK && o.state == KILN_ENGINE_LOADED, "spec %d: load %d, '%s'", k, (int)ls, o.message);
+            job j = {.e = e, .req = plain.req};
+            job_thread(&j);
+            CHECK(j.st == KILN_OK && j.n == 60);
+            if (k == 0) plain = j;
+            else CHECKF(!strcmp(j.out.buf, plain.out.buf), "spec %d: '%s' (plain '%s')", k, j.out.buf, plain.out.buf);
+        }
+        CHECK(kiln_engine_destroy(e, NULL) == KILN_OK);
+        kiln_engine_free(e);
+    }
     return t_done();
 }

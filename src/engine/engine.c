@@ -106,6 +106,8 @@ struct kiln_engine {
     gate_waiter *waiters;
     kiln_context_params ctx_params; /* for the families that make contexts */
     int has_ctx_params;
+    kiln_spec_params spec_params;   /* the llm family's speculative decoding */
+    char spec_draft[4096];          /* its draft_model, copied */
     uint64_t next_ticket;
     int n_active, n_waiting;
 
@@ -325,6 +327,16 @@ const kiln_context_params *engine_context_params(const engine_run *r) {
     return r->e->has_ctx_params ? &r->e->ctx_params : NULL;
 }
 
+kiln_spec_params engine_spec_params(const engine_run *r, char *draft, size_t cap) {
+    kiln_engine *e = r->e;
+    pthread_mutex_lock(&e->mu);
+    kiln_spec_params p = e->spec_params;
+    snprintf(draft, cap, "%s", e->spec_draft);
+    pthread_mutex_unlock(&e->mu);
+    p.draft_model = draft;
+    return p;
+}
+
 /* -------------------------------------------------------------- create */
 
 kiln_status engine_create_with(const kiln_engine_family *fam, const engine_ops *ops, kiln_engine_backend backend,
@@ -344,6 +356,7 @@ kiln_status engine_create_with(const kiln_engine_family *fam, const engine_ops *
     e->backend = KILN_ENGINE_BACKEND_CPU; /* AUTO: the only backend built */
     e->next_seq = 1;
     e->gate_cap = 1;
+    e->spec_params = kiln_spec_default_params();
     atomic_init(&e->escalated, 0);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -387,6 +400,20 @@ kiln_status kiln_engine_set_context_params(kiln_engine *e, const kiln_context_pa
     pthread_mutex_lock(&e->mu);
     e->ctx_params = *p;
     e->has_ctx_params = 1;
+    pthread_mutex_unlock(&e->mu);
+    return KILN_OK;
+}
+
+kiln_status kiln_engine_set_spec_params(kiln_engine *e, const kiln_spec_params *p) {
+    if (!e) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine");
+    kiln_spec_params q = p ? *p : kiln_spec_default_params();
+    if ((unsigned)q.type > KILN_SPEC_MTP) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown speculative decoding type");
+    if (q.draft_model && strlen(q.draft_model) >= sizeof e->spec_draft)
+        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "the draft model's path is too long");
+    pthread_mutex_lock(&e->mu);
+    snprintf(e->spec_draft, sizeof e->spec_draft, "%s", q.draft_model ? q.draft_model : "");
+    q.draft_model = NULL; /* engine_spec_params hands out a copy of spec_draft */
+    e->spec_params = q;
     pthread_mutex_unlock(&e->mu);
     return KILN_OK;
 }

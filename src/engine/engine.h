@@ -54,6 +54,10 @@ kiln_engine *engine_of(const engine_run *r);
 /* The context parameters the host set (kiln_engine_set_context_params), or
  * NULL for the family's defaults. */
 const kiln_context_params *engine_context_params(const engine_run *r);
+/* The speculative decoding the host set (kiln_engine_set_spec_params);
+ * type KILN_SPEC_NONE without.  Its draft_model is copied into draft (cap
+ * bytes), which it then points to. */
+kiln_spec_params engine_spec_params(const engine_run *r, char *draft, size_t cap);
 
 /* Tasks a family's run() receives. */
 enum { ENGINE_TASK_GENERATE = 0, ENGINE_TASK_EMBED = 1, ENGINE_TASK_IMAGE = 2, ENGINE_TASK_TRANSCRIBE = 3,

@@ -9,6 +9,7 @@
 #include "gen/gen.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "spec/spec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@ typedef struct llm_model {
     kiln_model *m;
     kiln_context *c;
     gen_sched *sched;
+    spec *spec;               /* speculative decoding, or NULL */
     int32_t n_seq;
     pthread_mutex_t emb_mu;   /* guards emb and its native runs */
     kiln_embedder *emb;       /* made at the first embed request */
@@ -72,6 +74,7 @@ static kiln_status llm_unload(void *user, void *model) {
     gen_sched_free(lm->sched);
     kiln_embedder_free(lm->emb);
     pthread_mutex_destroy(&lm->emb_mu);
+    spec_free(lm->spec);
     kiln_context_free(lm->c);
     kiln_model_free(lm->m);
     free(lm);
@@ -87,12 +90,16 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
     kiln_status st = kiln_model_load(path, NULL, &lm->m);
     const kiln_context_params *cp = engine_context_params(r);
     kiln_context_params dp = kiln_context_default_params();
+    char draft[4096];
+    const kiln_spec_params sp = engine_spec_params(r, draft, sizeof draft);
     if (st == KILN_OK) st = kiln_context_new(lm->m, cp ? cp : &dp, &lm->c);
+    if (st == KILN_OK && sp.type != KILN_SPEC_NONE) st = spec_new(&sp, lm->m, lm->c, &lm->spec);
     if (st == KILN_OK) {
         lm->n_seq = kiln_context_n_seq_max(lm->c);
         gen_gate gate = {gate_urgent, gate_yield, gate_regained, gate_cancelled, engine_of(r)};
         st = gen_sched_new(lm->m, lm->c, LLM_PREFILL_CHUNK, &gate, &lm->sched);
         if (st != KILN_OK) kl_fail(NULL, st, "cannot start the scheduler");
+        else if (lm->spec) gen_sched_set_proposer(lm->sched, spec_proposer(lm->spec));
     }
     if (st != KILN_OK) {
         llm_unload(user, lm);
@@ -137,6 +144,10 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
     p.n_predict = req->n_predict;
     p.sampler = req->sampler;
     p.reuse = 1;
+    if (lm->spec) {
+        p.n_draft = spec_params(lm->spec)->n_max;
+        p.spec_fixed = spec_params(lm->spec)->fixed;
+    }
     gen_req *q = NULL;
     kiln_status st = gen_sched_submit(lm->sched, &p, req->urgent, r, &q);
     free(toks);
@@ -213,7 +224,12 @@ kiln_status engine_llm_begin(kiln_engine *e, const gen_params *p, int urgent, ki
         st = kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the engine does not run the llm family");
     if (st == KILN_OK) {
         llm_model *lm = model;
-        st = gen_sched_submit(lm->sched, p, urgent, q->r, &q->q);
+        gen_params pp = *p;
+        if (lm->spec && pp.n_draft == 0) { /* the model's speculative decoding */
+            pp.n_draft = spec_params(lm->spec)->n_max;
+            pp.spec_fixed = spec_params(lm->spec)->fixed;
+        }
+        st = gen_sched_submit(lm->sched, &pp, urgent, q->r, &q->q);
         if (st != KILN_OK) kl_fail(NULL, st, "cannot queue the request");
     }
     if (st != KILN_OK) {
