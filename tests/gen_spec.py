@@ -13,8 +13,8 @@ bundled stories model, with head size 32 so the Q8_0 KV cache runs on them:
   spec-llama.json   prompt_ids, greedy_ids (32, from gen_fixtures.py's float64
                     PyTorch forward), greedy_top2_margins, notes
 
---bench-copy DIR writes the speed test's models (not stored; see the notes
-in docs/performance.md), whose greedy output copies text by construction:
+--bench-copy DIR [--arch llama] writes the speed test's models (not stored;
+see docs/performance.md), whose greedy output copies text by construction:
 
   copy-0.6b.gguf    Qwen3-0.6B's shapes (the --bench model's, GPT-2
                     vocabulary), F16, an untied head: every layer runs at full
@@ -124,10 +124,10 @@ def word_tokens(tokens, rng, n):
     return [cand[i] for i in pick]
 
 
-def copy_model(path, tok_kvs, n_vocab, chain, E, n_layer, H, HK, D, F, seed, chain_head=True):
-    cfg = gf.Cfg(name=os.path.basename(path)[:-5], arch="qwen3", n_embd=E, n_layer=n_layer, n_head=H,
+def copy_model(path, tok_kvs, n_vocab, chain, E, n_layer, H, HK, D, F, seed, chain_head=True, arch="qwen3"):
+    cfg = gf.Cfg(name=os.path.basename(path)[:-5], arch=arch, n_embd=E, n_layer=n_layer, n_head=H,
                  n_head_kv=HK, head_dim=D, n_ff=F, eps=1e-6, rope_base=1000000.0, ctx=40960, tied=False,
-                 qk_norm=True, write_key_length=True)
+                 qk_norm=arch == "qwen3", write_key_length=True)
     rng = np.random.default_rng(seed)
     emb = rng.standard_normal((n_vocab, E), np.float32) / np.float32(math.sqrt(E))
     out = np.zeros((n_vocab, E), np.float32)
@@ -147,10 +147,12 @@ def copy_model(path, tok_kvs, n_vocab, chain, E, n_layer, H, HK, D, F, seed, cha
         p = "blk.%d." % i
         W.update({p + "attn_norm.weight": np.ones(E, np.float32), p + "attn_q.weight": mat((H * D, E)),
                   p + "attn_k.weight": mat((HK * D, E)), p + "attn_v.weight": mat((HK * D, E)),
-                  p + "attn_q_norm.weight": np.ones(D, np.float32), p + "attn_k_norm.weight": np.ones(D, np.float32),
                   p + "attn_output.weight": mat((E, H * D), chain_head), p + "ffn_norm.weight": np.ones(E, np.float32),
                   p + "ffn_gate.weight": mat((F, E)), p + "ffn_up.weight": mat((F, E)),
                   p + "ffn_down.weight": mat((E, F), chain_head)})
+        if cfg.qk_norm:
+            W.update({p + "attn_q_norm.weight": np.ones(D, np.float32),
+                      p + "attn_k_norm.weight": np.ones(D, np.float32)})
     names = gf.tensor_order(cfg)
     assert sorted(names) == sorted(W)
     tensors = [(n, list(reversed(W[n].shape)), gf.GGML_F32 if W[n].ndim == 1 else gf.GGML_F16,
@@ -165,17 +167,20 @@ def copy_model(path, tok_kvs, n_vocab, chain, E, n_layer, H, HK, D, F, seed, cha
     print("wrote %s (%.1f MB)" % (path, os.path.getsize(path) / 1e6))
 
 
-def gen_bench_copy(out_dir):
+def gen_bench_copy(out_dir, arch):
     os.makedirs(out_dir, exist_ok=True)
+    sfx = "" if arch == "qwen3" else "-" + arch
     tok_kvs, tokens = gpt2_vocab()
     n_vocab = len(tokens)
     rng = np.random.default_rng(77)
     chain = word_tokens(tokens, rng, COPY_CHAIN + 40)
     others, chain = chain[COPY_CHAIN:], chain[:COPY_CHAIN]
-    copy_model(os.path.join(out_dir, "copy-draft.gguf"), tok_kvs, n_vocab, chain, 128, 2, 2, 1, 64, 256, 78)
-    copy_model(os.path.join(out_dir, "rand-draft.gguf"), tok_kvs, n_vocab, chain, 128, 2, 2, 1, 64, 256, 79,
-               chain_head=False)
-    copy_model(os.path.join(out_dir, "copy-0.6b.gguf"), tok_kvs, n_vocab, chain, 1024, 28, 16, 8, 128, 3072, 80)
+    copy_model(os.path.join(out_dir, "copy-draft%s.gguf" % sfx), tok_kvs, n_vocab, chain, 128, 2, 2, 1, 64, 256, 78,
+               arch=arch)
+    copy_model(os.path.join(out_dir, "rand-draft%s.gguf" % sfx), tok_kvs, n_vocab, chain, 128, 2, 2, 1, 64, 256, 79,
+               chain_head=False, arch=arch)
+    copy_model(os.path.join(out_dir, "copy-0.6b%s.gguf" % sfx), tok_kvs, n_vocab, chain, 1024, 28, 16, 8, 128, 3072,
+               80, arch=arch)
     word = lambda i: tokens[i][1:]  # noqa: E731
     passage = chain[:200]
     edited = [others[(k // 16) % len(others)] if k % 16 == 15 else t for k, t in enumerate(passage)]
@@ -190,10 +195,13 @@ def gen_bench_copy(out_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench-copy", metavar="DIR", help="write the speed test's copy models and prompts")
+    ap.add_argument("--arch", default="qwen3", choices=["qwen3", "llama"],
+                    help="--bench-copy: the models' architecture (llama: the same weights without Q/K norms, "
+                         "for builds of other programs that do not load qwen3; files get a -llama suffix)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.bench_copy:
-        gen_bench_copy(args.bench_copy)
+        gen_bench_copy(args.bench_copy, args.arch)
         return
     os.makedirs(OUT_DIR, exist_ok=True)
     gen_spec_llama()
