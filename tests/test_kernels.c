@@ -147,6 +147,28 @@ static void test_tiles(int t) {
     }
     free(w);
     free(a);
+    /* the AVX2 tile is bit-identical to the AVX2 vec_dot (matmul uses it
+     * beside that one only), for every split of n into 32-blocks, 8-groups
+     * and a tail: a token's outputs do not depend on its batch */
+    kk_tile_fn f = kq_cpu_isa() >= KQ_ISA_AVX2 ? kk_tile_at(t, KQ_ISA_AVX2) : NULL;
+    kq_vec_dot_fn dot = kq_vec_dot_at(t, KQ_ISA_AVX2);
+    const int ns[] = {8, 31, 32, 40, 72, 100, 512, 1000, 1024 + 24 + 5};
+    for (size_t k = 0; f && dot && k < sizeof ns / sizeof ns[0]; k++) {
+        const int m = ns[k];
+        const size_t wr = kq_row_size(t, m), ar = kq_row_size(at, m);
+        uint8_t *w2 = make_weights(t, 4, m), *a2 = make_weights(at, 4, m);
+        f(m, w2, wr, a2, ar, yv, 5);
+        int bad = 0;
+        for (int tt = 0; tt < 4; tt++)
+            for (int r = 0; r < 4; r++) {
+                float d;
+                dot(m, &d, w2 + (size_t)r * wr, a2 + (size_t)tt * ar);
+                bad += memcmp(&d, &yv[tt * 5 + r], sizeof d) != 0;
+            }
+        CHECKF(bad == 0, "%s tile at avx2, n %d: %d of 16 differ from the avx2 vec_dot in their bits", tr->name, m, bad);
+        free(w2);
+        free(a2);
+    }
 }
 
 /* Outputs of a two-matrix kk_matmul_multi (y0, y1: [tok][rows]) against

@@ -270,7 +270,9 @@ void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, con
             j.n_act++;
         }
         oi[o].act = a;
-        oi[o].tile = oi[o].nt >= 4 && isa >= KQ_ISA_AVX2 ? kk_tile_avx2(outs[o].w->type) : NULL;
+        /* the AVX2 tile gives the AVX2 vec_dot's bits: only beside it (a
+         * token's outputs never depend on the batch it is in) */
+        oi[o].tile = oi[o].nt >= 4 && isa == KQ_ISA_AVX2 ? kk_tile_avx2(outs[o].w->type) : NULL;
         j.total_rows += outs[o].w->nrows;
     }
     /* only non-F32 formats need converting */

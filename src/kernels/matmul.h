@@ -14,7 +14,9 @@
  * pack.h: for every batch when the weight was repacked at load, and for
  * batches of X8_MIN_TOK or more tokens otherwise (each 8-row group is then
  * packed on the fly into a small stack buffer, once per batch).  Other
- * types take F16's 4 x 4 tile kernel (kk_tile_fn) where they have one, and
+ * types take F16's 4 x 4 tile kernel (kk_tile_fn) where they have one
+ * (AVX2, when AVX2 is the active level: its outputs are the AVX2 vec_dot's
+ * bits, so a token's result never depends on the batch it is in), and
  * otherwise, like leftover tokens and rows, go row by row with the kq
  * vec_dot: one weight stream at a time, which the hardware prefetch serves
  * best.
