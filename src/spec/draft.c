@@ -11,6 +11,13 @@
  * further proposal with every chain still going.  The last proposal is
  * never fed: the next step decides whether it is kept.
  *
+ * A draft with recurrent layers (the hybrid family) cannot cut its state
+ * back to an arbitrary position, so its context has twice the sequences:
+ * sequence s holds only the slot's own tokens, which are never taken
+ * back, and the chain runs on a disposable fork s + n_seq (kiln_seq_copy:
+ * KV blocks shared, the recurrent state copied), emptied after each step.
+ * Proposals the target accepts are fed to s with the next step's tokens.
+ *
  * The vocabulary is checked when the draft loads: every token id both
  * models have must have the same text (special tokens rendered), the same
  * end-of-generation flag, and BOS and EOS must be the same ids.  A draft
@@ -34,6 +41,7 @@ struct spec_draft {
     kiln_model *m;    /* the draft (owned) */
     kiln_context *c;  /* its context (owned) */
     int32_t n_vocab, n_vocab_target, n_seq, n_ctx, n_batch;
+    int fork;         /* 1: chains run on forks (a recurrent draft) */
     float p_min;
     dseq *seqs;
     int32_t *b_tok, *b_seq;
@@ -106,7 +114,15 @@ spec_draft *spec_draft_new(const kiln_spec_params *p, kiln_model *m, kiln_contex
     kiln_model_get_info(d->m, &di);
     kiln_model_get_info(m, &ti);
     if (cp.n_ctx > di.n_ctx_train) cp.n_ctx = di.n_ctx_train;
+    const int32_t n_seq = kiln_context_n_seq_max(c);
     kiln_status cs = kiln_context_new(d->m, &cp, &d->c);
+    if (cs == KILN_OK && d->c->rs) { /* recurrent: a fork per sequence */
+        kiln_context_free(d->c);
+        d->c = NULL;
+        cp.n_seq_max = 2 * n_seq;
+        cs = kiln_context_new(d->m, &cp, &d->c);
+        d->fork = 1;
+    }
     if (cs == KILN_ERR_UNSUPPORTED && cp.kv_type == KILN_KV_Q8_0) { /* a head size Q8_0 cannot take */
         cp.kv_type = KILN_KV_F16;
         cs = kiln_context_new(d->m, &cp, &d->c);
@@ -120,7 +136,12 @@ spec_draft *spec_draft_new(const kiln_spec_params *p, kiln_model *m, kiln_contex
     }
     d->n_vocab = di.n_vocab;
     d->n_vocab_target = ti.n_vocab;
-    d->n_seq = kiln_context_n_seq_max(d->c);
+    d->n_seq = d->fork ? n_seq : kiln_context_n_seq_max(d->c);
+    if (d->fork && kiln_context_n_seq_max(d->c) < 2 * n_seq) {
+        kl_fail(NULL, KILN_ERR_NOMEM, "the draft model's context cannot hold %d sequences", 2 * n_seq);
+        spec_draft_free(d);
+        return NULL;
+    }
     d->n_ctx = kiln_context_n_ctx(d->c);
     d->n_batch = kiln_context_n_batch(d->c);
     d->p_min = p->p_min;
@@ -172,6 +193,7 @@ static int draft_decode(spec_draft *d, int32_t n, gen_ask *asks, int32_t n_asks)
         d->going[a] = 0;
         asks[a].n = 0;
         kiln_seq_truncate(d->c, asks[a].seq, 0);
+        if (d->fork) kiln_seq_truncate(d->c, asks[a].seq + d->n_seq, 0);
         d->seqs[asks[a].seq].n_held = 0;
     }
     return -1;
@@ -186,7 +208,8 @@ static int take(spec_draft *d, gen_ask *k, int32_t a, int32_t i) {
     k->draft[i] = id;
     k->n = i + 1;
     /* an end of generation ends the text: nothing can follow it */
-    return k->n < k->max && !kiln_token_is_eog(d->m, id) && q->n_held < d->n_ctx;
+    const int32_t len = d->fork ? q->n_held + k->n - 1 : q->n_held; /* what feeding it would make */
+    return k->n < k->max && !kiln_token_is_eog(d->m, id) && len < d->n_ctx;
 }
 
 void spec_draft_propose(void *self, gen_ask *asks, int32_t n_asks) {
@@ -208,7 +231,11 @@ void spec_draft_propose(void *self, gen_ask *asks, int32_t n_asks) {
                 lcp = i;
                 break;
             }
-        if (lcp < q->n_held) kiln_seq_truncate(d->c, k->seq, lcp);
+        if (lcp < q->n_held) { /* a recurrent state goes back to a snapshot at or before lcp */
+            const int32_t at = kiln_seq_truncate_point(d->c, k->seq, lcp);
+            lcp = at >= 0 && kiln_seq_truncate(d->c, k->seq, at) == KILN_OK ? at : 0;
+            if (lcp == 0) kiln_seq_truncate(d->c, k->seq, 0);
+        }
         q->n_held = lcp;
         d->from[a] = lcp;
         d->going[a] = 1;
@@ -247,7 +274,8 @@ void spec_draft_propose(void *self, gen_ask *asks, int32_t n_asks) {
                 d->from[a] = asks[a].n_tok + 1; /* done feeding */
             }
     }
-    /* one batch per further proposal: each chain feeds its latest */
+    /* one batch per further proposal: each chain feeds its latest (to the
+     * sequence itself, or to its fork, made from it at the first) */
     for (int32_t i = 1; i < GEN_DRAFT_MAX; i++) {
         int32_t n = 0;
         for (int32_t a = 0; a < n_asks; a++) {
@@ -257,10 +285,14 @@ void spec_draft_propose(void *self, gen_ask *asks, int32_t n_asks) {
                 continue;
             }
             dseq *q = &d->seqs[k->seq];
+            if (d->fork && i == 1 && kiln_seq_copy(d->c, k->seq, k->seq + d->n_seq) != KILN_OK) {
+                d->going[a] = 0;
+                continue;
+            }
             d->b_tok[n] = k->draft[i - 1];
-            d->b_seq[n] = k->seq;
+            d->b_seq[n] = d->fork ? k->seq + d->n_seq : k->seq;
             d->b_want[n] = 1;
-            q->held[q->n_held++] = k->draft[i - 1];
+            if (!d->fork) q->held[q->n_held++] = k->draft[i - 1];
             d->row[a] = n++;
         }
         if (n == 0) break;
@@ -268,6 +300,8 @@ void spec_draft_propose(void *self, gen_ask *asks, int32_t n_asks) {
         for (int32_t a = 0; a < n_asks; a++)
             if (d->going[a]) d->going[a] = take(d, &asks[a], a, i);
     }
-    for (int32_t a = 0; a < n_asks; a++)
+    for (int32_t a = 0; a < n_asks; a++) {
         if (asks[a].n > 0 && spec_chain_drawn(&d->seqs[asks[a].seq].ch)) asks[a].dist = d->seqs[asks[a].seq].ch.dist;
+        if (d->fork && asks[a].seq >= 0 && asks[a].seq < d->n_seq) kiln_seq_truncate(d->c, asks[a].seq + d->n_seq, 0);
+    }
 }
