@@ -80,7 +80,10 @@ static void serve_usage(FILE *f) {
             "  --log-format F    text (default) or json: one line per request (method, path, status,\n"
             "                    model, tokens, ms) and per model event on stderr\n"
             "  --max-queue N     waiting requests per model before 429 (default 64)\n"
-            "  --grace S         seconds to finish running requests on SIGTERM (default 10)\n",
+            "  --grace S         seconds to finish running requests on SIGTERM (default 10)\n"
+            "  --spec TYPE       speculative decoding for every request of a generating model: ngram\n"
+            "                    or draft, with --spec-n N, -md/--draft-model M, --spec-fixed,\n"
+            "                    --spec-ngram-min N, --spec-ngram-max N, --spec-p-min P as for kiln run\n",
             KS_DEFAULT_PORT);
 }
 
@@ -90,6 +93,7 @@ int cmd_serve(int argc, char **argv) {
     if (!models) return 1;
     int n_models = 0;
     double grace = 10, v;
+    int sr;
     cfg.api_key = getenv("KILN_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -126,6 +130,11 @@ int cmd_serve(int argc, char **argv) {
             serve_usage(stdout);
             free(models);
             return 0;
+        } else if ((sr = cli_parse_spec(&cfg.spec, argc, argv, &i)) != 0) {
+            if (sr < 0) {
+                free(models);
+                return 2;
+            }
         } else {
             const char *numeric[] = {"--port", "--parallel", "-c", "-b", "-t", "--kv-budget", "--max-body",
                                      "--max-queue", "--grace", "--ctx-size", "--threads", "--max-loaded"};

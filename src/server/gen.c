@@ -289,6 +289,8 @@ int ks_gen_pump(ks_gen *g, ks_req *q, int wait_ms) {
     for (int wait = wait_ms; gen_req_next(q->gr, &ev, wait); wait = 0) {
         q->n_cached = ev.n_cached;
         q->t_start = ev.t_start;
+        q->n_drafted = ev.n_drafted;
+        q->n_accepted = ev.n_accepted;
         if (ev.kind == GEN_EV_DONE) {
             if (ev.reason == GEN_FAILED) snprintf(g->err, sizeof g->err, "%s", ev.error);
             ks_gen_end(g, fin_of(ev.reason));

@@ -417,6 +417,7 @@ ks_config ks_config_default(void) {
     c.max_body = 8u << 20;
     c.max_queue = 64;
     c.max_connections = 256;
+    c.spec = kiln_spec_default_params();
     return c;
 }
 

@@ -64,7 +64,7 @@ static void render_hist(ks_buf *o, const char *name, const char *help, const his
 void ks_metrics_render(ks_srv *s, ks_buf *o) {
     /* per-model gauges and counters: each family is filled while the
      * models are locked, then written after its HELP/TYPE header */
-    enum { RUN, WAIT, KVU, KVB, LOOK, HIT, LOADED, N_FAM };
+    enum { RUN, WAIT, KVU, KVB, LOOK, HIT, LOADED, SP_DRAFT, SP_ACC, SP_STEPS, SP_RATE, SP_POS, N_FAM };
     static const char *const head[N_FAM] = {
         "# HELP kiln_requests_running Requests decoding now.\n# TYPE kiln_requests_running gauge\n",
         "# HELP kiln_requests_waiting Requests queued for a slot.\n# TYPE kiln_requests_waiting gauge\n",
@@ -76,6 +76,16 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
         "# HELP kiln_prefix_cache_hits_total Prompt tokens found in the prefix cache.\n"
         "# TYPE kiln_prefix_cache_hits_total counter\n",
         "# HELP kiln_model_loaded 1 while the model is resident.\n# TYPE kiln_model_loaded gauge\n",
+        "# HELP kiln_spec_decode_num_draft_tokens_total Proposed tokens the model verified (speculative decoding, "
+        "since the model loaded).\n# TYPE kiln_spec_decode_num_draft_tokens_total counter\n",
+        "# HELP kiln_spec_decode_num_accepted_tokens_total Of those, accepted.\n"
+        "# TYPE kiln_spec_decode_num_accepted_tokens_total counter\n",
+        "# HELP kiln_spec_decode_num_drafts_total Verifications (a sequence's proposals checked in one forward).\n"
+        "# TYPE kiln_spec_decode_num_drafts_total counter\n",
+        "# HELP kiln_spec_decode_acceptance_rate Accepted / proposed tokens since the model loaded.\n"
+        "# TYPE kiln_spec_decode_acceptance_rate gauge\n",
+        "# HELP kiln_spec_decode_num_accepted_tokens_per_pos_total Verifications that accepted the proposal at each "
+        "position (1 = the first).\n# TYPE kiln_spec_decode_num_accepted_tokens_per_pos_total counter\n",
     };
     ks_buf f[N_FAM] = {{0}};
     pthread_mutex_lock(&s->mu);
@@ -105,6 +115,22 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
         ks_buf_printf(&f[LOOK], "kiln_prefix_cache_queries_total{model_name=\"%s\"} %llu\n", m,
                       (unsigned long long)kv->lookup_blocks * (unsigned long long)kv->block_tokens);
         ks_buf_printf(&f[LOADED], "kiln_model_loaded{model_name=\"%s\"} %d\n", m, r->state == KS_M_READY);
+        if (s->cfg.spec.type != KILN_SPEC_NONE && r->family == KILN_ENGINE_LLM) {
+            const gen_spec_stats *sp = &gs.spec;
+            ks_buf_printf(&f[SP_DRAFT], "kiln_spec_decode_num_draft_tokens_total{model_name=\"%s\"} %llu\n", m,
+                          (unsigned long long)sp->n_drafted);
+            ks_buf_printf(&f[SP_ACC], "kiln_spec_decode_num_accepted_tokens_total{model_name=\"%s\"} %llu\n", m,
+                          (unsigned long long)sp->n_accepted);
+            ks_buf_printf(&f[SP_STEPS], "kiln_spec_decode_num_drafts_total{model_name=\"%s\"} %llu\n", m,
+                          (unsigned long long)sp->n_steps);
+            ks_buf_printf(&f[SP_RATE], "kiln_spec_decode_acceptance_rate{model_name=\"%s\"} %.6f\n", m,
+                          sp->n_drafted ? (double)sp->n_accepted / (double)sp->n_drafted : 0.0);
+            for (int k = 0; k < GEN_DRAFT_MAX; k++)
+                ks_buf_printf(&f[SP_POS],
+                              "kiln_spec_decode_num_accepted_tokens_per_pos_total{model_name=\"%s\",position=\"%d\"} "
+                              "%llu\n",
+                              m, k + 1, (unsigned long long)sp->n_accepted_at[k]);
+        }
     }
     pthread_mutex_unlock(&s->mu);
     for (int k = 0; k < N_FAM; k++) {

@@ -234,6 +234,7 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
         p.constraint = &q->cons;
     }
     q->t_submit = ks_now();
+    q->spec = r->srv->cfg.spec.type != KILN_SPEC_NONE;
     /* the gate: urgent requests first; a client that leaves while it waits
      * gives its turn up */
     kiln_status st = engine_llm_begin(r->eng, &p, o->urgent, NULL, conn_gone, c, &q->er);
@@ -315,6 +316,32 @@ static json_t *usage(const run *u) {
     json_t *d = json_object();
     json_object_set_new(d, "cached_tokens", json_integer(u->q->n_cached));
     json_object_set_new(j, "prompt_tokens_details", d);
+    return j;
+}
+
+/* llama.cpp's per-request "timings" (milliseconds), with the draft counts
+ * (draft_n proposed, draft_n_accepted) when the model speculates. */
+static json_t *timings(const run *u) {
+    const ks_req *q = u->q;
+    const double now = ks_now();
+    const double t_first = q->t_first > 0 ? q->t_first : now;
+    const double t_start = q->t_start > 0 ? q->t_start : u->t0;
+    const double p_ms = (t_first - t_start) * 1e3, g_ms = (now - t_first) * 1e3;
+    const int32_t p_n = q->n_prompt - q->n_cached, g_n = u->g.n_gen;
+    json_t *j = json_object();
+    json_object_set_new(j, "cache_n", json_integer(q->n_cached));
+    json_object_set_new(j, "prompt_n", json_integer(p_n));
+    json_object_set_new(j, "prompt_ms", json_real(p_ms));
+    json_object_set_new(j, "prompt_per_token_ms", json_real(p_n > 0 ? p_ms / p_n : 0));
+    json_object_set_new(j, "prompt_per_second", json_real(p_ms > 0 ? 1e3 * p_n / p_ms : 0));
+    json_object_set_new(j, "predicted_n", json_integer(g_n));
+    json_object_set_new(j, "predicted_ms", json_real(g_ms));
+    json_object_set_new(j, "predicted_per_token_ms", json_real(g_n > 0 ? g_ms / g_n : 0));
+    json_object_set_new(j, "predicted_per_second", json_real(g_ms > 0 ? 1e3 * g_n / g_ms : 0));
+    if (q->spec) {
+        json_object_set_new(j, "draft_n", json_integer(q->n_drafted));
+        json_object_set_new(j, "draft_n_accepted", json_integer(q->n_accepted));
+    }
     return j;
 }
 
@@ -540,6 +567,7 @@ static void stream_final(run *u) {
         json_t *arr = json_array();
         json_array_append_new(arr, ch);
         json_object_set_new(j, "choices", arr);
+        json_object_set_new(j, "timings", timings(u));
         sse(u, j);
         if (u->a.include_usage) {
             j = oai_base(u, chat ? "chat.completion.chunk" : "text_completion");
@@ -587,6 +615,7 @@ static json_t *whole_result(run *u) {
         json_array_append_new(arr, ch);
         json_object_set_new(j, "choices", arr);
         json_object_set_new(j, "usage", usage(u));
+        json_object_set_new(j, "timings", timings(u));
         return j;
     }
     json_t *j = oll_base(u);

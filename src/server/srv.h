@@ -50,6 +50,9 @@ typedef struct ks_req {
     engine_llm_req *er;       /* its admission by the model's engine, once started */
     gen_req *gr;              /* and its events */
     int32_t n_cached;         /* prompt tokens taken from the prefix cache */
+    int32_t n_drafted;        /* speculative decoding: proposals verified */
+    int32_t n_accepted;       /*   and accepted */
+    int spec;                 /* the model speculates (timings carry the counts) */
     double t_submit, t_start, t_first, t_last;
 } ks_req;
 
