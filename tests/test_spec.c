@@ -653,24 +653,27 @@ static void test_reference(void) {
 }
 
 int main(void) {
-    alarm(600);
+    alarm(1500);
+    /* under the sanitizers (KILN_SANITIZED, several times slower) one model
+     * of each kind: dense F32 and Q8_0 caches, hybrid dense and MoE */
+    const int full = getenv("KILN_SANITIZED") == NULL;
     const char *const stories_drafts[] = {SPEC_LLAMA};
     identity(STORIES, KILN_KV_F16, stories_drafts, 1);
     const char *const spec_drafts[] = {STORIES};
-    identity(SPEC_LLAMA, KILN_KV_F16, spec_drafts, 1);
+    if (full) identity(SPEC_LLAMA, KILN_KV_F16, spec_drafts, 1);
     identity(SPEC_LLAMA, KILN_KV_Q8_0, spec_drafts, 1);
     const char *const llama_drafts[] = {"data/fixtures/llama-q4_0.gguf"};
-    identity("data/fixtures/llama.gguf", KILN_KV_F16, llama_drafts, 1);
+    if (full) identity("data/fixtures/llama.gguf", KILN_KV_F16, llama_drafts, 1);
     const char *const q8_drafts[] = {"data/fixtures/llama.gguf"};
-    identity("data/fixtures/llama-q8_0.gguf", KILN_KV_F16, q8_drafts, 1);
-    identity("data/fixtures/qwen2.gguf", KILN_KV_F16, NULL, 0);
-    identity("data/fixtures/qwen3.gguf", KILN_KV_F16, NULL, 0);
+    if (full) identity("data/fixtures/llama-q8_0.gguf", KILN_KV_F16, q8_drafts, 1);
+    if (full) identity("data/fixtures/qwen2.gguf", KILN_KV_F16, NULL, 0);
+    if (full) identity("data/fixtures/qwen3.gguf", KILN_KV_F16, NULL, 0);
     /* the hybrid family (stories260K's vocabulary): rejected proposals
      * roll the recurrent state back */
     const char *const hybrid_drafts[] = {STORIES};
     identity("data/fixtures/qwen35.gguf", KILN_KV_F16, hybrid_drafts, 1);
-    identity("data/fixtures/qwen3next.gguf", KILN_KV_F16, hybrid_drafts, 1);
-    identity("data/hybrid/qwen35-spm-f32.gguf", KILN_KV_Q8_0, hybrid_drafts, 1);
+    if (full) identity("data/fixtures/qwen3next.gguf", KILN_KV_F16, hybrid_drafts, 1);
+    if (full) identity("data/hybrid/qwen35-spm-f32.gguf", KILN_KV_Q8_0, hybrid_drafts, 1);
     identity("data/hybrid/qwen35moe-spm-f16.gguf", KILN_KV_Q8_0, hybrid_drafts, 1);
     test_reference();
     test_vocab_mismatch();
