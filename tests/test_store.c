@@ -5,6 +5,7 @@
 #include "testutil.h"
 
 #include "kiln.h"
+#include "image/image.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -753,6 +754,120 @@ static void test_gc_and_staging(void) {
     kiln_store_close(s);
 }
 
+/* ---- image packs: a directory with pack.json and four files ---- */
+
+static const char *k_pack = "data/image/tiny";
+static const char *k_pack_files[] = {"pack.json", "dit.pt", "t5.safetensors", "spiece.model", "vae.safetensors"};
+
+static void copy_pack(const char *dst) {
+    CHECK(mkdir(dst, 0755) == 0);
+    for (int i = 0; i < 5; i++) {
+        char a[PATH_MAX], b[PATH_MAX];
+        snprintf(a, sizeof a, "%s/%s", k_pack, k_pack_files[i]);
+        snprintf(b, sizeof b, "%s/%s", dst, k_pack_files[i]);
+        size_t n;
+        char *bytes = t_read_file(a, &n);
+        FILE *f = fopen(b, "wb");
+        CHECK(bytes && f && fwrite(bytes, 1, n, f) == n);
+        if (f) fclose(f);
+        free(bytes);
+    }
+}
+
+/* 1 when name resolves to a pack.json that opens as an image pack with
+ * every hash right. */
+static int has_image_pack(kiln_store *s, const char *name) {
+    kiln_store_lease *l = NULL;
+    if (kiln_store_resolve(s, name, &l) != KILN_OK) {
+        fprintf(stderr, "  resolve %s: %s\n", name, kiln_last_error());
+        return 0;
+    }
+    const char *p = kiln_store_lease_path(l);
+    const size_t n = strlen(p);
+    im_files files;
+    im_config cfg;
+    char err[512];
+    int ok = n > 10 && !strcmp(p + n - 10, "/pack.json") && im_pack_read(p, 1, &files, &cfg, err, sizeof err) == 0 &&
+             im_pipeline_check(&files, &cfg, err, sizeof err) == 0 && !strncmp(files.dit, p, n - 9);
+    if (!ok) fprintf(stderr, "  %s: %s\n", p, err);
+    kiln_store_release(l);
+    return ok;
+}
+
+static void test_image_pack(void) {
+    kiln_store *s = open_store();
+    const int before = count_dir(g_root, "packs");
+    /* copy: listed as an image pack, the lease hands out pack.json */
+    CHECKF(kiln_store_import(s, k_pack, "shapes:copy", KILN_STORE_COPY, NULL, NULL, NULL) == KILN_OK, "%s",
+           kiln_last_error());
+    CHECK(has_image_pack(s, "shapes:copy"));
+    char *txt = NULL;
+    CHECK(kiln_store_list(s, &txt) == KILN_OK);
+    json_t *list = json_loads(txt ? txt : "", 0, NULL), *e;
+    kiln_store_free_string(txt);
+    size_t i;
+    int listed = 0;
+    json_array_foreach(list, i, e) {
+        listed += !strcmp(json_string_value(json_object_get(e, "name")), "shapes:copy") &&
+                  !strcmp(json_string_value(json_object_get(e, "arch")), "image") &&
+                  !strcmp(json_string_value(json_object_get(e, "quantization")), "F32");
+    }
+    CHECK(listed == 1);
+    json_decref(list);
+    CHECK(kiln_store_verify(s, "shapes:copy", NULL, NULL) == KILN_OK);
+    /* pack.json itself imports the same content: the same pack id */
+    char id1[65], id2[65];
+    resolve_id(s, "shapes:copy", id1);
+    CHECK(kiln_store_import(s, "data/image/tiny/pack.json", "shapes:again", KILN_STORE_COPY, NULL, NULL, id2) == KILN_OK);
+    CHECK(!strcmp(id1, id2) && count_dir(g_root, "packs") == before + 1);
+    /* one byte of an artifact changed (same length): refused, nothing kept */
+    char dir[PATH_MAX - 64], file[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/pack-bad", g_tmp);
+    copy_pack(dir);
+    snprintf(file, sizeof file, "%s/vae.safetensors", dir);
+    int fd = open(file, O_WRONLY);
+    CHECK(fd >= 0 && pwrite(fd, "\x55", 1, 2000) == 1);
+    close(fd);
+    CHECK(kiln_store_import(s, dir, "shapes:bad", KILN_STORE_COPY, NULL, NULL, NULL) == KILN_ERR_FORMAT);
+    CHECKF(strstr(kiln_last_error(), "vae.safetensors") && strstr(kiln_last_error(), "pack.json records"), "unclear: %s",
+           kiln_last_error());
+    CHECK(count_dir(g_root, "packs") == before + 1 && count_dir(g_root, ".staging") == 0);
+    /* a file missing */
+    unlink(file);
+    CHECK(kiln_store_import(s, dir, "shapes:bad", KILN_STORE_COPY, NULL, NULL, NULL) != KILN_OK);
+    CHECKF(strstr(kiln_last_error(), "missing"), "unclear: %s", kiln_last_error());
+    /* a directory that is no pack is not imported as one */
+    snprintf(file, sizeof file, "%s/pack.json", dir);
+    unlink(file);
+    CHECK(kiln_store_import(s, dir, "shapes:bad", KILN_STORE_COPY, NULL, NULL, NULL) == KILN_ERR_INVALID_ARG);
+    /* link: the files stay where they are; rm leaves them */
+    snprintf(dir, sizeof dir, "%s/pack-link", g_tmp);
+    copy_pack(dir);
+    CHECKF(kiln_store_import(s, dir, "shapes:link", KILN_STORE_LINK, NULL, NULL, NULL) == KILN_OK, "%s",
+           kiln_last_error());
+    CHECK(has_image_pack(s, "shapes:link"));
+    CHECK(kiln_store_remove(s, "shapes:link") == KILN_OK);
+    snprintf(file, sizeof file, "%s/dit.pt", dir);
+    CHECK(access(file, F_OK) == 0);
+    /* move: a committed copy, then the sources go */
+    snprintf(dir, sizeof dir, "%s/pack-move", g_tmp);
+    copy_pack(dir);
+    CHECKF(kiln_store_import(s, dir, "shapes:move", KILN_STORE_MOVE, NULL, NULL, NULL) == KILN_OK, "%s",
+           kiln_last_error());
+    CHECK(has_image_pack(s, "shapes:move"));
+    snprintf(file, sizeof file, "%s/pack.json", dir);
+    CHECK(count_dir(g_tmp, "pack-move") == 0);
+    /* the CLI: kiln ls names the kind, kiln rm removes every name */
+    char err[PATH_MAX];
+    snprintf(err, sizeof err, "%s/ls.out", g_tmp);
+    const char *ls[] = {"ls", NULL};
+    CHECK(run_kiln(g_root, err, ls) == 0 && contains(err, "shapes:copy") && contains(err, " image "));
+    const char *rm[] = {"rm", "shapes:copy", "shapes:again", "shapes:move", NULL};
+    CHECK(run_kiln(g_root, err, rm) == 0);
+    CHECK(count_dir(g_root, "packs") == before);
+    kiln_store_close(s);
+}
+
 static void cleanup(void) {
     if (g_server > 0) {
         kill(g_server, SIGTERM);
@@ -789,6 +904,7 @@ int main(int argc, char **argv) {
     test_move();
     test_verify_damage();
     test_gc_and_staging();
+    test_image_pack();
     if (local) {
         printf("local cases only\n");
     } else if (start_server() != 0) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int cli_is_checkpoint(const char *path) {
@@ -150,6 +151,9 @@ int cmd_image(int argc, char **argv) {
         fprintf(stderr, "kiln image: give a pack (-m DIR) or all four files (--dit --t5 --tokenizer --vae)\n");
         return 2;
     }
+    /* a pack directory (or its pack.json), else a name in the store */
+    struct stat pst;
+    if (pack && stat(pack, &pst) != 0 && cli_model_path(pack, 0, &pack)) return 1;
     char err[1024];
     im_config cfgp;
     if (pack) {

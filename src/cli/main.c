@@ -106,10 +106,11 @@ static const struct cli_cmd {
     {"serve", cmd_serve, "serve [-m MODEL|NAME ...] [options]   (kiln serve --help lists them)"},
     {"embed", cmd_embed, "embed -m MODEL [--query|--document [--title T]] [--dim N] [--truncate] [-t N] TEXT..."},
     {"image", cmd_image,
-     "image (-m PACK | --dit FILE.pt --t5 FILE.safetensors --tokenizer spiece.model --vae FILE.safetensors)\n"
+     "image (-m PACK|NAME | --dit FILE.pt --t5 FILE.safetensors --tokenizer spiece.model --vae FILE.safetensors)\n"
      "           -p PROMPT [--steps N] [--cfg S] [--seed N] [-o out.png|-] [-t N] [--no-verify]\n"
      "a 256x256 PNG; PACK is a directory with pack.json (every file's length and SHA-256 checked, or only the\n"
-     "lengths with --no-verify); defaults: the pack's steps and cfg, seed 42, output.png"},
+     "lengths with --no-verify), NAME one imported into the store (kiln import PACK); defaults: the pack's steps\n"
+     "and cfg, seed 42, output.png"},
     {"rerank", cmd_rerank,
      "rerank -m MODEL --query Q [--top-n N] [--documents] [--no-truncate] [-t N] (DOC... | -f FILE)"},
     {"decide", cmd_decide,
@@ -135,7 +136,9 @@ static const struct cli_cmd {
      "  -o FORMAT            txt (default), srt, vtt, json or verbose_json\n"
      "  --output-dir DIR     write DIR/NAME.FORMAT per audio file instead of stdout\n"
      "  -t N                 threads (default: all CPUs); -q: no progress line; -v: timings"},
-    {"import", cmd_import, "import PATH [--name NAME] [--copy|--move|--link]"},
+    {"import", cmd_import, "import PATH [--name NAME] [--copy|--move|--link]\n"
+     "PATH: a GGUF or whisper.cpp file, or an image pack (a directory with pack.json: all its files, each checked\n"
+     "against the SHA-256 pack.json records)"},
     {"ls", cmd_ls, "ls [--json]"},
     {"rm", cmd_rm, "rm NAME|ID|ID-PREFIX ..."},
     {"verify", cmd_verify, "verify NAME|ID"},

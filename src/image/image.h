@@ -63,6 +63,9 @@ int im_pack_read(const char *path, int verify, im_files *files, im_config *confi
 
 typedef struct im_pipeline im_pipeline;
 
+/* Checks the schemas (see above) and that the parts fit, loading nothing;
+ * 0, or -1 with err. */
+int im_pipeline_check(const im_files *files, const im_config *config, char *err, size_t errlen);
 /* Checks the schemas (see above), then loads: weights stay mapped. */
 int im_pipeline_open(const im_files *files, const im_config *config, int n_threads, im_pipeline **out, char *err,
                      size_t errlen);

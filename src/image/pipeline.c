@@ -65,39 +65,34 @@ void im_pipeline_free(im_pipeline *p) {
     free(p);
 }
 
-int im_pipeline_open(const im_files *files, const im_config *config, int n_threads, im_pipeline **out, char *err,
-                     size_t errlen) {
-    *out = NULL;
-    im_pipeline *p = calloc(1, sizeof *p);
-    if (!p) {
-        kb_errf(err, errlen, "out of memory");
-        return -1;
-    }
-    p->cfg = *config;
+/* Maps the three model files, reads the tokenizer and checks every schema
+ * and that the parts fit, before any model memory: the first half of
+ * opening, and all of checking. */
+static int open_checked(im_pipeline *p, const im_files *files, const im_config *config, char *err, size_t errlen) {
     /* headers only: the readers map the files and list their tensors */
     char sub[512];
     if (!(p->fd = ck_open(files->dit, sub, sizeof sub)) || !(p->ft = ck_open(files->t5, sub, sizeof sub)) ||
         !(p->fv = ck_open(files->vae, sub, sizeof sub))) {
         kb_errf(err, errlen, "%s", sub);
-        goto fail;
+        return -1;
     }
     if (ck_format(p->fd) != CK_TORCH_ZIP) {
         kb_errf(err, errlen, "%s: the DiT must be a PyTorch ZIP state dictionary", files->dit);
-        goto fail;
+        return -1;
     }
     if (ck_format(p->ft) != CK_SAFETENSORS || ck_format(p->fv) != CK_SAFETENSORS) {
         kb_errf(err, errlen, "%s: the text encoder and the VAE must be safetensors",
                 ck_format(p->ft) != CK_SAFETENSORS ? files->t5 : files->vae);
-        goto fail;
+        return -1;
     }
     size_t tl = 0;
     uint8_t *tb = read_all(files->tokenizer, &tl, 64u << 20, err, errlen);
-    if (!tb) goto fail;
+    if (!tb) return -1;
     p->tok = im_spiece_load(tb, tl, sub, sizeof sub);
     free(tb);
     if (!p->tok) {
         kb_errf(err, errlen, "%s: %s", files->tokenizer, sub);
-        goto fail;
+        return -1;
     }
     /* every schema before any model memory */
     im_t5 t5;
@@ -107,27 +102,52 @@ int im_pipeline_open(const im_files *files, const im_config *config, int n_threa
     if (im_t5_bind(&t5, p->ft, nt, config->max_distance, 1, err, errlen) ||
         im_dit_bind(&dit, p->fd, nd, config->head_dim, config->interp, 1, err, errlen) ||
         im_vae_bind(&vae, p->fv, nv, config->vae_groups, config->vae_scaling, 1, err, errlen))
-        goto fail;
+        return -1;
     if (dit.caption != t5.d_model) {
         kb_errf(err, errlen, "%s takes %d-wide caption states but the text encoder %s gives %d", nd, dit.caption, nt,
                 t5.d_model);
-        goto fail;
+        return -1;
     }
     if (dit.in_ch != vae.latent || (dit.out_ch != dit.in_ch && dit.out_ch != 2 * dit.in_ch)) {
         kb_errf(err, errlen, "%s has %d latent channels in and %d out, the VAE %s %d", nd, dit.in_ch, dit.out_ch, nv,
                 vae.latent);
-        goto fail;
+        return -1;
     }
     if (dit.sample * im_vae_factor(&vae) != IMAGE_SIZE) {
         kb_errf(err, errlen, "%s with %s makes %d-pixel images; only %d x %d is supported", nd, nv,
                 dit.sample * im_vae_factor(&vae), IMAGE_SIZE, IMAGE_SIZE);
-        goto fail;
+        return -1;
     }
     if (im_spiece_n_pieces(p->tok) > t5.n_vocab || im_spiece_eos(p->tok) < 0) {
         kb_errf(err, errlen, "the tokenizer (%d pieces%s) does not fit the text encoder's %d embeddings",
                 im_spiece_n_pieces(p->tok), im_spiece_eos(p->tok) < 0 ? ", no EOS" : "", t5.n_vocab);
-        goto fail;
+        return -1;
     }
+    return 0;
+}
+
+int im_pipeline_check(const im_files *files, const im_config *config, char *err, size_t errlen) {
+    im_pipeline *p = calloc(1, sizeof *p);
+    if (!p) {
+        kb_errf(err, errlen, "out of memory");
+        return -1;
+    }
+    const int rc = open_checked(p, files, config, err, errlen);
+    im_pipeline_free(p);
+    return rc;
+}
+
+int im_pipeline_open(const im_files *files, const im_config *config, int n_threads, im_pipeline **out, char *err,
+                     size_t errlen) {
+    *out = NULL;
+    im_pipeline *p = calloc(1, sizeof *p);
+    if (!p) {
+        kb_errf(err, errlen, "out of memory");
+        return -1;
+    }
+    p->cfg = *config;
+    const char *nd = base_name(files->dit), *nt = base_name(files->t5), *nv = base_name(files->vae);
+    if (open_checked(p, files, config, err, errlen)) goto fail;
     if (im_t5_bind(&p->t5, p->ft, nt, config->max_distance, 0, err, errlen) ||
         im_dit_bind(&p->dit, p->fd, nd, config->head_dim, config->interp, 0, err, errlen) ||
         im_vae_bind(&p->vae, p->fv, nv, config->vae_groups, config->vae_scaling, 0, err, errlen))

@@ -1,10 +1,12 @@
-/* kiln import: copy, move or link a local GGUF into the store.  Copies go
+/* kiln import: copy, move or link a local GGUF (or whisper.cpp file, or an
+ * image pack: a directory with pack.json) into the store.  Copies go
  * through the store's own staging directory (same volume as the packs), so
  * publication is a rename; a move is copy-then-retire, never a rename of the
  * caller's file, and it never rolls back a committed pack. */
 #include "store/store.h"
 
 #include "base/base.h"
+#include "image/image.h"
 #include "model/model.h"
 
 #include <errno.h>
@@ -81,6 +83,143 @@ static kiln_status copy_hash(const char *src, const char *dst, const char *file,
     return st;
 }
 
+/* Brings one file of an image pack into the staging directory dir as file
+ * (a copy, or a link to it), hashing it; the pack's record must match. */
+static kiln_status stage_one(const char *src, const char *dir, const char *file, int mode, const char *want_sha,
+                             struct stat *s0, char hex[KST_ID_LEN + 1], kiln_store_progress_fn progress, void *user) {
+    char dst[PATH_MAX];
+    if (stat(src, s0) != 0) return kl_fail(NULL, KILN_ERR_IO, "%s: %s", src, strerror(errno));
+    if (!S_ISREG(s0->st_mode)) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "%s is not a regular file", src);
+    if (kst_path(dst, "%s/%s", dir, file)) return KILN_ERR_INVALID_ARG;
+    kiln_store_progress p0 = {.event = "start", .artifact = file, .count = 1, .total = (uint64_t)s0->st_size,
+                              .all_total = (uint64_t)s0->st_size, .eta = -1};
+    kst_emit(progress, user, &p0);
+    struct stat s1;
+    kiln_status st = KILN_OK;
+    if (mode == KILN_STORE_LINK) {
+        if (kst_sha256_file(src, hex, &s1, progress, user, file) != 0)
+            st = kl_fail(NULL, KILN_ERR_IO, "cannot read %s: %s", src, strerror(errno));
+        else if (symlink(src, dst) != 0)
+            st = kl_fail(NULL, KILN_ERR_IO, "cannot link %s: %s", dst, strerror(errno));
+    } else {
+        st = copy_hash(src, dst, file, (uint64_t)s0->st_size, hex, progress, user);
+        if (!st && stat(src, &s1) != 0) st = kl_fail(NULL, KILN_ERR_IO, "%s: %s", src, strerror(errno));
+    }
+    if (!st && !same_file(s0, &s1))
+        st = kl_fail(NULL, KILN_ERR_STATE, "%s changed while it was read; nothing imported", src);
+    if (!st && want_sha && strcmp(hex, want_sha))
+        st = kl_fail(NULL, KILN_ERR_FORMAT, "%s has sha256 %s, but pack.json records %s; nothing imported", src, hex,
+                     want_sha);
+    return st;
+}
+
+/* An image pack (image/image.h): pack.json and its four artifacts, each
+ * checked against the length and SHA-256 pack.json records, become one
+ * store pack whose "image-pack" artifact is pack.json itself. */
+static kiln_status import_image_pack(kiln_store *s, const char *canon, const char *name, int mode,
+                                     kiln_store_progress_fn progress, void *user, char *id_out) {
+    static atomic_uint seq;
+    char pj[PATH_MAX], dir[PATH_MAX], srcdir[PATH_MAX], norm[KST_NAME_MAX + 1], err[1024];
+    struct stat sd;
+    if (stat(canon, &sd) != 0) return kl_fail(NULL, KILN_ERR_IO, "%s: %s", canon, strerror(errno));
+    if (S_ISDIR(sd.st_mode)) {
+        snprintf(srcdir, sizeof srcdir, "%s", canon);
+        if (kst_path(pj, "%s/pack.json", canon)) return KILN_ERR_INVALID_ARG;
+    } else {
+        snprintf(pj, sizeof pj, "%s", canon);
+        snprintf(srcdir, sizeof srcdir, "%s", canon);
+        *strrchr(srcdir, '/') = 0;
+    }
+    /* the pack's own checks first: roles, plain file names, lengths */
+    im_files files;
+    im_config cfg;
+    if (im_pack_read(pj, 0, &files, &cfg, err, sizeof err)) return kl_fail(NULL, KILN_ERR_FORMAT, "%s", err);
+    kiln_status st;
+    if (name) st = kst_name_norm(name, norm);
+    else {
+        kst_name_from_file(srcdir, norm);
+        st = kst_name_norm(norm, norm);
+    }
+    if (st) return st;
+    json_error_t je;
+    json_t *pack = json_load_file(pj, JSON_REJECT_DUPLICATES, &je);
+    if (!pack) return kl_fail(NULL, KILN_ERR_FORMAT, "%s: %s", pj, je.text);
+
+    char key[96];
+    snprintf(key, sizeof key, "import-%ld-%u-%lld", (long)getpid(), atomic_fetch_add(&seq, 1), (long long)kst_wall_now());
+    if ((st = kst_staging(s, key, dir))) {
+        json_decref(pack);
+        return st;
+    }
+    json_t *arts = json_array();
+    struct stat stats[5];
+    char srcs[5][PATH_MAX];
+    size_t n = 0, i;
+    json_t *a;
+    uint64_t total = 0;
+    /* pack.json first (its role names the pack's kind), then the files */
+    json_t *list = json_array();
+    json_array_append_new(list, json_pack("{s:s,s:s}", "role", "image-pack", "path", "pack.json"));
+    json_array_foreach(json_object_get(pack, "artifacts"), i, a) json_array_append(list, a);
+    json_array_foreach(list, i, a) {
+        const char *file = json_string_value(json_object_get(a, "path"));
+        const char *role = json_string_value(json_object_get(a, "role"));
+        const char *sha = i ? json_string_value(json_object_get(a, "sha256")) : NULL;
+        if (i >= 5) {
+            st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: more artifacts than an image pack has", pj);
+            break;
+        }
+        if (!kst_file_ok(file) || !strcmp(file, "manifest.json") || (i && !strcmp(file, "pack.json"))) {
+            st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: the artifact name '%s' cannot be kept in the store", pj,
+                         file ? file : "");
+            break;
+        }
+        char hex[KST_ID_LEN + 1];
+        if (kst_path(srcs[i], "%s/%s", srcdir, file)) {
+            st = KILN_ERR_INVALID_ARG;
+            break;
+        }
+        if ((st = stage_one(srcs[i], dir, file, mode, sha, &stats[i], hex, progress, user))) break;
+        json_array_append_new(arts, json_pack("{s:s,s:s,s:I,s:s,s:s}", "role", role, "path", file, "length",
+                                              (json_int_t)stats[i].st_size, "sha256", hex, "source", srcs[i]));
+        total += (uint64_t)stats[i].st_size;
+        n = i + 1;
+    }
+    json_decref(list);
+    json_decref(pack);
+    if (st) {
+        json_decref(arts);
+        if (st == KILN_ERR_STATE) kst_quarantine(s, dir, kiln_last_error());
+        else kst_rmtree(dir);
+        return st;
+    }
+    json_t *man = json_pack("{s:s,s:s,s:o}", "mode", mode == KILN_STORE_LINK ? "linked" : "owned", "origin", srcdir,
+                            "artifacts", arts);
+    char id[KST_ID_LEN + 1];
+    st = man ? kst_publish(s, dir, man, norm, id) : kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    json_decref(man);
+    if (st) return st;
+    kiln_store_progress pub = {.event = "published", .artifact = "pack.json", .count = (int)n, .done = total,
+                               .total = total, .all_done = total, .all_total = total, .eta = 0, .message = id};
+    kst_emit(progress, user, &pub);
+    for (size_t k = 0; mode == KILN_STORE_MOVE && k < n; k++) {
+        struct stat s2;
+        char msg[PATH_MAX + 128];
+        msg[0] = 0;
+        if (stat(srcs[k], &s2) != 0 || !same_file(&stats[k], &s2))
+            snprintf(msg, sizeof msg, "%s changed after the copy; it is kept", srcs[k]);
+        else if (unlink(srcs[k]) != 0)
+            snprintf(msg, sizeof msg, "cannot remove %s: %s; it is kept", srcs[k], strerror(errno));
+        if (msg[0]) {
+            kb_log(KB_LOG_WARN, "import: %s", msg);
+            kiln_store_progress w = {.event = "warning", .artifact = "pack.json", .count = 1, .eta = -1, .message = msg};
+            kst_emit(progress, user, &w);
+        }
+    }
+    if (id_out) memcpy(id_out, id, KST_ID_LEN + 1);
+    return KILN_OK;
+}
+
 kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name, int mode,
                               kiln_store_progress_fn progress, void *user, char *id_out) {
     static atomic_uint seq;
@@ -89,6 +228,7 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
         return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown import mode %d", mode);
     char canon[PATH_MAX], norm[KST_NAME_MAX + 1];
     if (!realpath(path, canon)) return kl_fail(NULL, KILN_ERR_IO, "%s: %s", path, strerror(errno));
+    if (im_is_pack(canon)) return import_image_pack(s, canon, name, mode, progress, user, id_out);
     kiln_status st;
     if (name) st = kst_name_norm(name, norm);
     else {

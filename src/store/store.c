@@ -527,8 +527,10 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
             return kl_fail(NULL, KILN_ERR_FORMAT, "bad artifact name '%s'", file);
         }
         size += juint(a, "length");
-        if (!strcmp(jstr(a, "role"), "model") && !arch[0]) {
-            kiln_status st = kst_check_gguf(p, file, arch, quant);
+        const char *role = jstr(a, "role");
+        if ((!strcmp(role, "model") || !strcmp(role, "image-pack")) && !arch[0]) {
+            kiln_status st = !strcmp(role, "model") ? kst_check_gguf(p, file, arch, quant)
+                                                    : kst_check_image(p, file, arch, quant);
             if (st) {
                 kst_quarantine(s, dir, kiln_last_error());
                 return st;
@@ -541,7 +543,7 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
     }
     if (!arch[0]) {
         kst_quarantine(s, dir, "no model artifact");
-        return kl_fail(NULL, KILN_ERR_FORMAT, "the pack has no GGUF model artifact");
+        return kl_fail(NULL, KILN_ERR_FORMAT, "the pack has no GGUF model artifact (nor an image pack's pack.json)");
     }
     json_object_set_new(manifest, "arch", json_string(arch));
     json_object_set_new(manifest, "quantization", json_string(quant));
@@ -740,10 +742,15 @@ kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out) {
 
 /* ---- resolve and leases ---- */
 
+/* The file a lease hands out: the GGUF (or whisper.cpp file), or an image
+ * pack's pack.json. */
 static const char *model_file(json_t *man) {
     size_t i;
     json_t *a;
-    json_array_foreach(json_object_get(man, "artifacts"), i, a) if (!strcmp(jstr(a, "role"), "model")) return jstr(a, "path");
+    json_array_foreach(json_object_get(man, "artifacts"), i, a) {
+        const char *role = jstr(a, "role");
+        if (!strcmp(role, "model") || !strcmp(role, "image-pack")) return jstr(a, "path");
+    }
     return NULL;
 }
 

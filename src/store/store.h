@@ -15,7 +15,9 @@
  *
  * store.c    names, publish, list/info, resolve and leases, verify, rm, gc
  * fsutil.c   hashing, atomic writes, tree removal, locks
- * import.c   copy / move / link of local files
+ * import.c   copy / move / link of local files (a model file, or an image
+ *            pack's directory)
+ * image.c    the check that lets the store hold image packs
  * pull.c     downloads into staging (resume, verify, publish)
  * http.c     bounded metadata requests, URL and credential rules
  * hub.c      Hugging Face references: revision, tree, file choice
@@ -249,6 +251,10 @@ void kst_quarantine(kiln_store *s, const char *dir, const char *reason);
 kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16]);
 /* The same for a whisper.cpp GGML file (builtin.c): arch "whisper". */
 kiln_status kst_check_whisper(const char *path, const char *artifact, char arch[64], char quant[16]);
+/* image.c: the same for an image pack's pack.json (its artifacts beside
+ * it): the pack's schemas as opening it checks them, loading nothing; arch
+ * "image", quant the DiT's weight type. */
+kiln_status kst_check_image(const char *path, const char *artifact, char arch[64], char quant[16]);
 /* Publishes a staging directory whose artifacts are in place: fills in the
  * manifest's arch/quantization/size, writes it last, renames the directory
  * to packs/<id> and binds name (may be NULL).  The directory is consumed

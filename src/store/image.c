@@ -1,0 +1,39 @@
+/* The check that lets the store hold image packs (image/image.h) beside
+ * GGUF and whisper.cpp files: a pack's pack.json and its four artifacts are
+ * one store pack, published only when the pipeline would open. */
+#include "store/store.h"
+
+#include "base/base.h"
+#include "ckpt/ckpt.h"
+#include "image/image.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The most common dtype of the DiT's matrices (its weights). */
+static void dit_dtype(const char *path, char quant[16]) {
+    char err[256];
+    ck_file *f = ck_open(path, err, sizeof err);
+    int counts[CK_DTYPE_COUNT] = {0}, best = CK_F32;
+    for (int i = 0; f && i < ck_n_tensors(f); i++) {
+        const ck_tensor *t = ck_tensor_at(f, i);
+        if (t->n_dims == 2 && t->dtype >= 0 && t->dtype < CK_DTYPE_COUNT) counts[t->dtype]++;
+    }
+    for (int t = 0; t < CK_DTYPE_COUNT; t++)
+        if (counts[t] > counts[best]) best = t;
+    snprintf(quant, 16, "%s", ck_dtype_name(best));
+    ck_close(f);
+}
+
+kiln_status kst_check_image(const char *path, const char *artifact, char arch[64], char quant[16]) {
+    im_files files;
+    im_config cfg;
+    char err[1024];
+    /* lengths here; the caller hashed every file against pack.json */
+    if (im_pack_read(path, 0, &files, &cfg, err, sizeof err) || im_pipeline_check(&files, &cfg, err, sizeof err))
+        return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s is not a usable image pack: %s", artifact, err);
+    snprintf(arch, 64, "image");
+    dit_dtype(files.dit, quant);
+    return KILN_OK;
+}
