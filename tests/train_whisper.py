@@ -212,6 +212,26 @@ def write_wav(path, a):
         w.writeframes((np.clip(a, -1, 1) * 32767).astype("<i2").tobytes())
 
 
+def slow_blas():
+    """1 when the BLAS PyTorch was linked with (Debian's reference libblas,
+    say) multiplies slower than oneDNN's convolutions: the model then runs
+    its products as 1x1 convolutions (whisper_ref.FAST_CPU).  Installing
+    OpenBLAS (libopenblas0-pthread) makes training several times faster."""
+    a, w = torch.randn(1024, 64), torch.randn(256, 64)
+
+    def best(f):
+        out = []
+        for _ in range(3):
+            t = time.process_time()
+            for _ in range(10):
+                f()
+            out.append(time.process_time() - t)
+        return min(out)
+    mm = best(lambda: a @ w.T)
+    conv = best(lambda: F.conv1d(a.T[None], w[:, :, None]))
+    return mm > 1.2 * conv
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=900)
@@ -221,9 +241,12 @@ def main():
     ap.add_argument("--pool", type=int, default=5000)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--cache", help="keep the synthesized utterances in this file (pickle) for later runs")
+    ap.add_argument("--ckpt", help="save the training state here every 50 steps and go on from it when it exists "
+                                   "(a run stopped by a time limit resumes where it was)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    W.FAST_CPU = True
+    W.FAST_CPU = slow_blas()
+    print(f"products as {'1x1 convolutions (slow BLAS)' if W.FAST_CPU else 'BLAS matrix products'}", flush=True)
     torch.manual_seed(1)
     rng = random.Random(2)
     vocab = make_vocab()
@@ -259,6 +282,14 @@ def main():
     step = 0
     warm = 100
     ema = None
+    if args.ckpt and os.path.exists(args.ckpt):
+        st = torch.load(args.ckpt, weights_only=False)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        step, ema = st["step"], st["ema"]
+        rng.setstate(st["rng"])
+        torch.set_rng_state(st["torch_rng"])
+        print(f"resumed at step {step}", flush=True)
     while step < args.steps:
         frac = step / args.steps
         lr = 2e-3 * min(1.0, (step + 1) / warm) * (0.5 * (1 + math.cos(math.pi * frac)) * 0.95 + 0.05)
@@ -276,6 +307,10 @@ def main():
         step += 1
         if step % 50 == 0:
             print(f"step {step} loss {ema:.3f} lr {lr:.2e} {time.time() - t1:.0f} s", flush=True)
+            if args.ckpt:
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "ema": ema,
+                            "rng": rng.getstate(), "torch_rng": torch.get_rng_state()}, args.ckpt + ".tmp")
+                os.replace(args.ckpt + ".tmp", args.ckpt)
 
     model.eval()
     errs = words = 0
