@@ -845,6 +845,7 @@ DEMO_T5 = {"d_model": 64, "heads": 4, "d_kv": 16, "d_ff": 128, "layers": 2, "buc
 DEMO_DIT = {"hidden": 64, "heads": 1, "depth": 3, "patch": 4, "in_ch": 4, "out_ch": 4, "sample": 32, "interp": 1.0,
             "mlp": 4}
 DEMO_VAE = {"channels": [8, 8, 16, 32], "layers_per_block": 1, "groups": 4, "latent": 4, "scaling": 1.5}
+DEMO_SCHED = dict(SCHED, prediction_type="v_prediction")
 RGB = {"red": (220, 30, 30), "green": (30, 170, 50), "blue": (30, 60, 220), "yellow": (240, 220, 40),
        "white": (245, 245, 245), "black": (15, 15, 15), "purple": (140, 40, 170), "orange": (245, 140, 20)}
 
@@ -896,7 +897,7 @@ def load_safetensors(path):
     return W
 
 
-def gen_demo(minutes, resume=False):
+def gen_demo(minutes, resume=False, keep_vae=False):
     import time
     torch.set_num_threads(1)  # a shared machine: OpenMP threads spinning on busy cores only lose
     d = os.path.join(os.path.dirname(ROOT), "models", "shapes-256")
@@ -908,20 +909,21 @@ def gen_demo(minutes, resume=False):
     budget = minutes * 60.0
     t_start = time.time()
 
-    if resume:  # go on from the bundled weights: the decoder stays, the rest trains further
+    if resume or keep_vae:  # the bundled decoder stays
         Wv = as_params(load_safetensors(os.path.join(d, "vae.safetensors")))
+    if resume:  # the encoder and the transformer train further
         Wt = as_params(load_safetensors(os.path.join(d, "t5.safetensors")))
         Wd = as_params(torch.load(os.path.join(d, "dit.pt")))
     # 1. the decoder: latents of random pictures back to the pictures, on
     #    128-pixel pictures (a latent cell is 8 x 8 pixels at any size, and
     #    every layer but the group norms and the 16-cell attention is local)
-    Wv = Wv if resume else as_params(vae_weights(g, DEMO_VAE))
+    Wv = Wv if resume or keep_vae else as_params(vae_weights(g, DEMO_VAE))
     for k in list(Wv):
         if k.startswith("encoder.") or k.startswith("quant_conv"):
             del Wv[k]
     opt = torch.optim.Adam(Wv.values(), lr=2e-3)
     t0, step = time.time(), 0
-    while not resume and time.time() - t0 < budget * 0.2:
+    while not resume and not keep_vae and time.time() - t0 < budget * 0.2:
         batch = [draw(*caps[rng.integers(len(caps))], rng, 128) for _ in range(4)]
         x = torch.from_numpy(np.stack(batch)).permute(0, 3, 1, 2)
         z = torch.stack([raw_latent(b) for b in batch]) * DEMO_VAE["scaling"]
@@ -935,8 +937,8 @@ def gen_demo(minutes, resume=False):
     if step:
         print(f"vae: {step} steps in {time.time() - t0:.0f} s, L1 {loss.item():.4f}", flush=True)
 
-    # 2. the encoder and the transformer together, epsilon prediction with
-    #    10 % of captions dropped to "" for guidance
+    # 2. the encoder and the transformer together, v-prediction with 10 %
+    #    of captions dropped to "" for guidance
     if not resume:
         Wt = as_params(t5_weights(g, sp.get_piece_size() + 4, DEMO_T5))
         Wd = as_params(dit_weights(g, DEMO_DIT, DEMO_T5["d_model"]))
@@ -951,8 +953,9 @@ def gen_demo(minutes, resume=False):
     data = [(cap, raw_latent(draw(*cap, rng)) * DEMO_VAE["scaling"]) for cap in caps for _ in range(8)]
     print(f"dit: {len(data)} training pictures", flush=True)
     t0, step = time.time(), 0
+    t_saved = t0
     B = 16
-    t_end = (budget if resume else budget * 0.8) - (time.time() - t_start)
+    t_end = (budget if resume or keep_vae else budget * 0.8) - (time.time() - t_start)
     while time.time() - t0 < t_end:
         if time.time() - t0 > 0.85 * t_end:
             for grp in opt.param_groups:
@@ -965,17 +968,33 @@ def gen_demo(minutes, resume=False):
         xt = a.sqrt() * lat + (1 - a).sqrt() * noise
         ctx, mask = t5_encode_batch(Wt, DEMO_T5, [ids_all[p[0]] if rng.random() > 0.1 else [1] for p in pick])
         pred = dit_forward(Wd, DEMO_DIT, xt, t.float(), ctx, mask)
-        loss = ((pred - noise) ** 2).mean()
+        # v-prediction: at high noise the target is nearly -x0 (the picture
+        # the caption asks for), where an epsilon target is nearly the input
+        # itself and carries almost no signal about the caption.  The plain
+        # v loss weighs an x0 error by SNR + 1 >= 1, so the noisiest steps,
+        # where only the caption tells the picture, count fully (min-SNR
+        # weighting would mute them and the captions are never learnt)
+        v = a.sqrt() * noise - (1 - a).sqrt() * lat
+        loss = ((pred - v) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(Wt.values()) + list(Wd.values()), 1.0)
         opt.step()
         step += 1
         if step % 20 == 0:
-            print(f"dit step {step}: mse {loss.item():.4f}", flush=True)
+            print(f"dit step {step}: loss {loss.item():.4f} {time.time() - t0:.0f} s", flush=True)
+        if time.time() - t_saved > 300:  # a run cut short keeps what it learnt
+            save_pack(d, Wt, Wd, Wv)
+            t_saved = time.time()
     print(f"dit: {step} steps in {time.time() - t0:.0f} s, mse {loss.item():.4f}", flush=True)
 
-    # 3. the files, in the real formats
+    save_pack(d, Wt, Wd, Wv)
+    for n in sorted(os.listdir(d)):
+        report(os.path.join(d, n))
+
+
+def save_pack(d, Wt, Wd, Wv):
+    """The files, in the real formats."""
     save = collections.OrderedDict((k, v.detach().float()) for k, v in Wt.items())
     write_st_torch(os.path.join(d, "t5.safetensors"), save)
     save = collections.OrderedDict((k, v.detach().half() if v.dim() == 2 else v.detach().float()) for k, v in Wd.items())
@@ -987,10 +1006,8 @@ def gen_demo(minutes, resume=False):
                {"dit": {"attention_head_dim": DEMO_DIT["hidden"] // DEMO_DIT["heads"], "interpolation_scale": 1.0},
                 "text_encoder": {"relative_attention_max_distance": 128, "max_tokens": 120},
                 "vae": {"scaling_factor": DEMO_VAE["scaling"], "norm_num_groups": DEMO_VAE["groups"]},
-                "scheduler": SCHED, "defaults": {"steps": 20, "cfg": 4.0}},
+                "scheduler": DEMO_SCHED, "defaults": {"steps": 20, "cfg": 4.0}},
                "kiln's own (under the project's terms), trained by tests/gen_image.py --demo on generated pictures of coloured shapes")
-    for n in sorted(os.listdir(d)):
-        report(os.path.join(d, n))
 
 
 def gen_bench(d):
@@ -1022,6 +1039,8 @@ def main():
     ap.add_argument("--demo", type=float, metavar="MINUTES",
                     help="train the bundled demo pipeline (models/shapes-256) for about MINUTES of wall time")
     ap.add_argument("--resume", action="store_true", help="with --demo: train the bundled weights further")
+    ap.add_argument("--keep-vae", action="store_true",
+                    help="with --demo: keep the bundled decoder, train the encoder and the transformer anew")
     ap.add_argument("--bench", metavar="DIR", help="write a random F16 pipeline with PixArt-256 shapes to DIR")
     a = ap.parse_args()
     torch.manual_seed(0)
@@ -1029,7 +1048,7 @@ def main():
         gen_bench(a.bench)
         return
     if a.demo:
-        gen_demo(a.demo, a.resume)
+        gen_demo(a.demo, a.resume, a.keep_vae)
         return
     gen_ckpt()
     if a.ckpt:
