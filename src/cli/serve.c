@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int want_num(int argc, char **argv, int *i, double *out) {
     if (*i + 1 >= argc) {
@@ -67,7 +68,8 @@ static void serve_usage(FILE *f) {
             "  -t N              threads (default: all CPUs)\n"
             "  --kv-budget MIB   KV cache memory per model (default: -c x --parallel)\n"
             "  --cache-type T    KV cache type: f16 (default), f32 or q8_0 (--kv-f32 = f32)\n"
-            "  --image PACK      serve an image pack at POST /v1/images/generations (256x256, b64_json)\n"
+            "  --image PACK      serve an image pack (a directory, or a name in the store) at\n"
+            "                    POST /v1/images/generations (256x256, b64_json)\n"
             "  --api-key KEY     require 'Authorization: Bearer KEY' (not on /health and the chat page's\n"
             "                    files); also $KILN_API_KEY\n"
             "  --cors-origins L  browser origins allowed besides loopback ones and the server's own:\n"
@@ -172,6 +174,22 @@ int cmd_serve(int argc, char **argv) {
     }
     cfg.models = models;
     cfg.n_models = n_models;
+    /* --image takes a pack's directory or the name of one in the store; the
+     * lease keeps the pack from removal while it is served */
+    kiln_store_lease *image_lease = NULL;
+    struct stat ist;
+    if (cfg.image_pack && stat(cfg.image_pack, &ist) != 0) {
+        kiln_store *st = NULL;
+        if (kiln_store_open(cfg.store_root, &st) != KILN_OK || kiln_store_resolve(st, cfg.image_pack, &image_lease) != KILN_OK) {
+            fprintf(stderr, "kiln serve: --image %s: no such pack, and not one in the store (%s)\n", cfg.image_pack,
+                    kiln_last_error());
+            kiln_store_close(st);
+            free(models);
+            return 1;
+        }
+        kiln_store_close(st);
+        cfg.image_pack = kiln_store_lease_path(image_lease);
+    }
     /* signals are taken synchronously by this thread; every other thread
      * (started below) inherits the blocked mask */
     sigset_t set;
@@ -182,6 +200,7 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     ks_server *s;
     if (ks_server_start(&cfg, &s) != KILN_OK) {
+        kiln_store_release(image_lease);
         free(models);
         return 1;
     }
@@ -200,6 +219,7 @@ int cmd_serve(int argc, char **argv) {
     say(cfg.log_json, "signal %d", sig);
     ks_server_drain(s, grace); /* says "draining" once /health answers 503 */
     ks_server_free(s);
+    kiln_store_release(image_lease);
     free(models);
     say(cfg.log_json, "stopped");
     return 0;
