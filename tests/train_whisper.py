@@ -112,8 +112,9 @@ def pool(n, seed):
 
 
 def window(rng, utts, vocab):
-    """One training window: (audio [WIN], tokens, n_prompt).  n_prompt
-    tokens at the start are inputs only (no loss)."""
+    """One training window: (audio [WIN], tokens, n_prompt, text tokens).
+    n_prompt tokens at the start are inputs only (no loss); the text tokens
+    (no timestamps) are the CTC target."""
     audio = np.zeros(WIN, dtype=np.float32)
     k = 2 if rng.random() < 0.25 else 1
     picks = [rng.choice(utts) for _ in range(k)]
@@ -147,7 +148,8 @@ def window(rng, utts, vocab):
             body.append(vocab.ts_begin + min(200, int(round(s / 320))))
             body += vocab.encode(" " + t)
             body.append(vocab.ts_begin + min(200, int(round(e / 320))))
-    return audio, prompt + body + [vocab.eot], len(prompt)
+    text = [x for s_, e_, t in segs for x in vocab.encode(" " + t)]
+    return audio, prompt + body + [vocab.eot], len(prompt), text
 
 
 class Mel:
@@ -167,16 +169,18 @@ class Mel:
 
 def batch(rng, utts, vocab, mel, n):
     items = [window(rng, utts, vocab) for _ in range(n)]
-    L = max(len(t) for _, t, _ in items)
+    L = max(len(t) for _, t, _, _ in items)
     toks = torch.full((n, L), vocab.eot, dtype=torch.long)
     tgt = torch.full((n, L - 1), -100, dtype=torch.long)
-    for i, (_, t, np_) in enumerate(items):
+    for i, (_, t, np_, _) in enumerate(items):
         toks[i, :len(t)] = torch.tensor(t)
         tt = torch.tensor(t[1:])
         tt[: np_ - 1] = -100
         tgt[i, :len(t) - 1] = tt
-    audio = torch.from_numpy(np.stack([a for a, _, _ in items]))
-    return mel(audio), toks[:, :-1], tgt
+    audio = torch.from_numpy(np.stack([a for a, _, _, _ in items]))
+    ctc = (torch.tensor([x for *_, c in items for x in c], dtype=torch.long),
+           torch.tensor([len(c) for *_, c in items], dtype=torch.long))
+    return mel(audio), toks[:, :-1], tgt, ctc
 
 
 def greedy(model, vocab, mel_one, n_max=40):
@@ -240,6 +244,8 @@ def main():
     ap.add_argument("--eval-dir", default="tests/data/whisper/espeak")
     ap.add_argument("--pool", type=int, default=5000)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--ctc", type=float, default=0.5,
+                    help="weight of a CTC loss on the encoder output (a training-only head, not in the model file)")
     ap.add_argument("--cache", help="keep the synthesized utterances in this file (pickle) for later runs")
     ap.add_argument("--ckpt", help="save the training state here every 50 steps and go on from it when it exists "
                                    "(a run stopped by a time limit resumes where it was)")
@@ -277,7 +283,14 @@ def main():
     with torch.no_grad():  # small tied embeddings: initial logits near zero
         model.tok.weight.normal_(0, 0.02)
     mel = Mel()
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
+    # hybrid CTC/attention training (Watanabe et al. 2017): a linear head on
+    # the encoder output, trained with CTC over the text tokens (blank =
+    # n_text), makes the encoder learn what was said long before the
+    # decoder's cross-attention finds it; the head is dropped at export
+    n_text = vocab.n_text
+    ctc_head = torch.nn.Linear(dims["n_audio_state"], n_text + 1)
+    params = list(model.parameters()) + (list(ctc_head.parameters()) if args.ctc > 0 else [])
+    opt = torch.optim.AdamW(params, lr=2e-3, weight_decay=0.01)
     t1 = time.time()
     step = 0
     warm = 100
@@ -285,7 +298,10 @@ def main():
     if args.ckpt and os.path.exists(args.ckpt):
         st = torch.load(args.ckpt, weights_only=False)
         model.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
+        if "ctc" in st:
+            ctc_head.load_state_dict(st["ctc"])
+        if ("ctc" in st) == (args.ctc > 0):
+            opt.load_state_dict(st["opt"])
         step, ema = st["step"], st["ema"]
         rng.setstate(st["rng"])
         torch.set_rng_state(st["torch_rng"])
@@ -295,13 +311,17 @@ def main():
         lr = 2e-3 * min(1.0, (step + 1) / warm) * (0.5 * (1 + math.cos(math.pi * frac)) * 0.95 + 0.05)
         for g in opt.param_groups:
             g["lr"] = lr
-        m, toks, tgt = batch(rng, utts, vocab, mel, args.batch)
+        m, toks, tgt, (ctc_tgt, ctc_len) = batch(rng, utts, vocab, mel, args.batch)
         xa = model.encode(m)
         logits = model.decode(toks, xa)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
+        if args.ctc > 0:
+            lp = F.log_softmax(ctc_head(xa), dim=-1).transpose(0, 1)  # [T][B][n_text + 1]
+            T = torch.full((lp.shape[1],), lp.shape[0], dtype=torch.long)
+            loss = loss + args.ctc * F.ctc_loss(lp, ctc_tgt, T, ctc_len, blank=n_text, zero_infinity=True)
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
         step += 1
@@ -309,6 +329,7 @@ def main():
             print(f"step {step} loss {ema:.3f} lr {lr:.2e} {time.time() - t1:.0f} s", flush=True)
             if args.ckpt:
                 torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "ema": ema,
+                            **({"ctc": ctc_head.state_dict()} if args.ctc > 0 else {}),
                             "rng": rng.getstate(), "torch_rng": torch.get_rng_state()}, args.ckpt + ".tmp")
                 os.replace(args.ckpt + ".tmp", args.ckpt)
 
