@@ -151,6 +151,11 @@ static void test_engine(void) {
     CHECK(kiln_engine_create(KILN_ENGINE_RERANK, KILN_ENGINE_BACKEND_CPU, &e) == KILN_OK);
     if (!e) return;
     CHECK(kiln_engine_start(e) == KILN_OK);
+    /* the header check: an embedder without a head, or a decoder without
+     * rank pooling, is no reranker */
+    CHECK(kiln_engine_load(e, DIR "gemma-embed.gguf", NULL) == KILN_ERR_UNSUPPORTED);
+    CHECK(strstr(kiln_last_error(), "not a reranker") != NULL);
+    CHECK(kiln_engine_load(e, "../models/stories260K.gguf", NULL) == KILN_ERR_UNSUPPORTED);
     CHECK(kiln_engine_load(e, DIR "modernbert.gguf", NULL) == KILN_OK && kiln_engine_wait_idle(e, 60000) == KILN_OK);
     const char *docs[] = {"a kiln fires clay", "sunny weather", "glaze and cones"};
     kiln_rerank_request q = {"kiln", 0, 3, docs, NULL, 1};

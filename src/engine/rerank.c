@@ -6,7 +6,20 @@
 
 #include "model/model.h"
 
-static kiln_status rr_check(void *user, const char *path) { return engine_gguf_check(path, 0); }
+/* The header must describe a reranker (kl_gguf_is_reranker). */
+static kiln_status rr_check(void *user, const char *path) {
+    kiln_status st = engine_gguf_check(path, 0);
+    if (st != KILN_OK) return st;
+    char err[512];
+    gguf_file *f = gguf_open(path, err, sizeof err);
+    if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "%s", err);
+    st = kl_gguf_is_reranker(f) ? KILN_OK
+                                : kl_fail(NULL, KILN_ERR_UNSUPPORTED,
+                                          "%s: not a reranker (no classification head cls.output.weight, or a "
+                                          "decoder without rank pooling)", path);
+    gguf_close(f);
+    return st;
+}
 
 static kiln_status rr_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r,
                            void **model) {

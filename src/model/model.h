@@ -49,6 +49,11 @@ typedef struct kl_arch {
 const kl_arch *kl_arch_find(const char *name);
 /* Comma-separated list of supported names, for error messages. */
 const char *kl_arch_list(void);
+/* 1 when the header describes a reranker (what kiln_reranker takes): a
+ * classification head cls.output.weight on an encoder (a cross-encoder),
+ * or on a decoder with rank pooling ({arch}.pooling_type 4).  Reads the
+ * header only. */
+int kl_gguf_is_reranker(const gguf_file *f);
 
 /* Hyperparameters every family reads the same way (model.c fills them
  * from {arch}.* keys before the family's bind; a family may refine them). */

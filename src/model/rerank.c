@@ -57,6 +57,16 @@ kiln_reranker_params kiln_reranker_default_params(void) {
 
 /* ---------------------------------------------------------------- create */
 
+int kl_gguf_is_reranker(const gguf_file *f) {
+    char name[64], key[96];
+    const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
+    const kl_arch *arch = a ? kl_arch_find(a) : NULL;
+    if (!arch || !gguf_find_tensor(f, "cls.output.weight")) return 0;
+    if (arch->encoder) return 1;
+    snprintf(key, sizeof key, "%s.pooling_type", a);
+    return gguf_get_int(f, key, 0) == 4;
+}
+
 static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p) {
     kiln_model *m = r->m;
     const ktok *t = m->tok;
