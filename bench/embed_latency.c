@@ -4,14 +4,17 @@
  * family takes an urgent flag, and both let a long request yield between
  * forward runs).
  *
- *   build/bench/kiln-embed-latency [--rerank] MODEL.gguf [N_DOCS=1000] [N_QUERIES=30]
+ *   build/bench/kiln-embed-latency [--rerank] [--fifo] MODEL.gguf [N_DOCS=1000] [N_QUERIES=30]
  *
  * A background thread embeds (--rerank: scores against one query) N_DOCS
  * document chunks of about 100 words in one request; meanwhile the main
  * thread sends N_QUERIES short queries (--rerank: urgent one-document
  * reranks), one every 50 ms, and times each from call to result.  Prints
  * the median and maximum query latency, the document request's duration,
- * and, for comparison, a query's latency on an idle engine.
+ * and, for comparison, a query's latency on an idle engine.  --fifo sends
+ * the queries without urgency (embeddings: as documents; reranks: urgent
+ * 0), so they wait in arrival order: the same run without the gate's
+ * priority.
  */
 #include "kiln.h"
 
@@ -28,7 +31,7 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static int g_rerank;
+static int g_rerank, g_fifo;
 
 typedef struct doc_job {
     kiln_engine *e;
@@ -76,7 +79,7 @@ static double query_once(kiln_engine *e, int i) {
         kiln_rerank_request q = {text, 0, 1, doc, NULL, 1};
         kiln_rerank_job *j = NULL;
         double t0 = now_ms();
-        kiln_status st = kiln_engine_rerank(e, &q, 1, NULL, &j);
+        kiln_status st = kiln_engine_rerank(e, &q, !g_fifo, NULL, &j);
         double dt = now_ms() - t0;
         kiln_rerank_job_free(j);
         return st == KILN_OK ? dt : -1.0;
@@ -85,7 +88,7 @@ static double query_once(kiln_engine *e, int i) {
     memset(&r, 0, sizeof r);
     r.n = 1;
     r.texts = texts;
-    r.kind = KILN_EMBED_QUERY;
+    r.kind = g_fifo ? KILN_EMBED_DOCUMENT : KILN_EMBED_QUERY;
     kiln_embed_job *j = NULL;
     double t0 = now_ms();
     kiln_status st = kiln_engine_embed(e, &r, NULL, &j);
@@ -100,13 +103,14 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "--rerank")) {
-        g_rerank = 1;
+    while (argc > 1 && (!strcmp(argv[1], "--rerank") || !strcmp(argv[1], "--fifo"))) {
+        if (!strcmp(argv[1], "--rerank")) g_rerank = 1;
+        else g_fifo = 1;
         argv++;
         argc--;
     }
     if (argc < 2) {
-        fprintf(stderr, "usage: %s [--rerank] MODEL.gguf [N_DOCS] [N_QUERIES]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--rerank] [--fifo] MODEL.gguf [N_DOCS] [N_QUERIES]\n", argv[0]);
         return 2;
     }
     int n_docs = argc > 2 ? atoi(argv[2]) : 1000, n_q = argc > 3 ? atoi(argv[3]) : 30;
@@ -149,8 +153,8 @@ int main(int argc, char **argv) {
     int overlapped = !d.done;
     pthread_join(th, NULL);
     qsort(lat, (size_t)got, sizeof lat[0], cmp_d);
-    printf("model %s, %d documents of 100 words, %s%s\n", argv[1], n_docs, kiln_cpu_path(),
-           g_rerank ? ", rerank" : "");
+    printf("model %s, %d documents of 100 words, %s%s%s\n", argv[1], n_docs, kiln_cpu_path(),
+           g_rerank ? ", rerank" : "", g_fifo ? ", queries not urgent (--fifo)" : "");
     printf("%s request: %.1f s (%s)\n", g_rerank ? "rerank" : "document", (d.t1 - d.t0) / 1e3,
            kiln_status_str(d.st));
     printf("idle query latency: median %.2f ms\n", idle[2]);
