@@ -74,6 +74,168 @@ static int write_chat_model_from(const char *src, const char *dst) {
 
 static int write_chat_model(const char *dst) { return write_chat_model_from("../models/stories260K.gguf", dst); }
 
+/* The encoder commands on the fixtures, against their float64 references:
+ * kiln embed --query/--document (EmbeddingGemma's formats, --dim), kiln
+ * rerank (scores, --top-n, --documents, -f, --no-truncate) and kiln decide
+ * (probabilities, --measure, a bad question). */
+static json_t *out_json(const char *o) {
+    json_error_t je;
+    return o ? json_loads(o, 0, &je) : NULL;
+}
+
+static void test_encoders(void) {
+    json_error_t je;
+    char *o, *e, cmd[1024];
+    /* embed: the gemma fixture's first query and a document without title */
+    json_t *g = json_load_file("data/encoders/gemma-embed.json", 0, &je);
+    CHECK(g != NULL);
+    size_t i;
+    json_t *in;
+    int seen_q = 0, seen_d = 0;
+    json_array_foreach(json_object_get(g, "inputs"), i, in) {
+        const char *kind = json_string_value(json_object_get(in, "kind"));
+        const int q = kind && !strcmp(kind, "query");
+        json_t *title = json_object_get(in, "title");
+        if ((q ? seen_q : seen_d) || (!q && title && !json_is_null(title))) continue;
+        const char *text = json_string_value(json_object_get(in, "text"));
+        if (!text || !*text || strchr(text, '\'')) continue;
+        snprintf(cmd, sizeof cmd, "embed -m data/encoders/gemma-embed.gguf -t 1 --%s '%s'", q ? "query" : "document",
+                 text);
+        int rc = run(cmd, &o, &e);
+        json_t *j = out_json(o);
+        json_t *v = json_object_get(json_array_get(json_object_get(j, "data"), 0), "embedding");
+        json_t *ref = json_object_get(in, "vector");
+        double dot = 0, nv = 0, nr = 0;
+        for (size_t k = 0; k < json_array_size(ref) && k < json_array_size(v); k++) {
+            const double a = json_number_value(json_array_get(v, k)), b = json_number_value(json_array_get(ref, k));
+            dot += a * b, nv += a * a, nr += b * b;
+        }
+        CHECKF(rc == 0 && json_array_size(v) == json_array_size(ref) && dot / sqrt(nv * nr) > 0.99999,
+               "kiln embed --%s '%s': rc %d, cosine %.7f", q ? "query" : "document", text, rc, dot / sqrt(nv * nr));
+        CHECK(!strcmp(json_string_value(json_object_get(j, "kind")) ? json_string_value(json_object_get(j, "kind")) : "",
+                      q ? "query" : "document"));
+        json_decref(j);
+        free(o); free(e);
+        if (q) seen_q = 1;
+        else seen_d = 1;
+    }
+    CHECK(seen_q && seen_d);
+    json_decref(g);
+    int rc = run("embed -m data/encoders/gemma-embed.gguf -t 1 --dim 32 'a kiln'", &o, &e);
+    json_t *j = out_json(o);
+    CHECK(rc == 0 && json_integer_value(json_object_get(j, "dim")) == 32 &&
+          json_array_size(json_object_get(json_array_get(json_object_get(j, "data"), 0), "embedding")) == 32);
+    json_decref(j);
+    free(o); free(e);
+
+    /* rerank: every scored pair of the BERT cross-encoder's fixture */
+    json_t *b = json_load_file("data/encoders/bert-rerank.json", 0, &je);
+    CHECK(b != NULL);
+    FILE *f = fopen(subst("/tmp/kiln-cli-docs.txt"), "w");
+    double want[64];
+    int n = 0;
+    json_t *pr;
+    json_array_foreach(json_object_get(b, "pairs"), i, pr) {
+        const char *d = json_string_value(json_object_get(pr, "document"));
+        if (n == 64 || !d || !*d || strchr(d, '\n') || json_is_true(json_object_get(pr, "truncated"))) continue;
+        if (f) fprintf(f, "%s\n", d);
+        want[n++] = json_number_value(json_object_get(pr, "score"));
+    }
+    if (f) fclose(f);
+    CHECK(n >= 3);
+    snprintf(cmd, sizeof cmd, "rerank -m data/encoders/bert-rerank.gguf -t 1 --query '%s' -f /tmp/kiln-cli-docs.txt",
+             json_string_value(json_object_get(b, "query")));
+    rc = run(cmd, &o, &e);
+    j = out_json(o);
+    json_t *res = json_object_get(j, "results");
+    CHECKF(rc == 0 && (int)json_array_size(res) == n, "kiln rerank: rc %d, %s", rc, e ? e : "");
+    double prev = INFINITY;
+    json_array_foreach(res, i, pr) {
+        const json_int_t k = json_integer_value(json_object_get(pr, "index"));
+        const double sc = json_number_value(json_object_get(pr, "relevance_score"));
+        CHECKF(k >= 0 && k < n && fabs(sc - want[k]) < 1e-5, "document %lld: %.7f, want %.7f", (long long)k, sc,
+               k >= 0 && k < n ? want[k] : 0.0);
+        CHECK(sc <= prev);
+        prev = sc;
+    }
+    json_decref(j);
+    free(o); free(e);
+    snprintf(cmd, sizeof cmd,
+             "rerank -m data/encoders/bert-rerank.gguf -t 1 --query '%s' --top-n 2 --documents -f /tmp/kiln-cli-docs.txt",
+             json_string_value(json_object_get(b, "query")));
+    rc = run(cmd, &o, &e);
+    j = out_json(o);
+    res = json_object_get(j, "results");
+    CHECK(rc == 0 && json_array_size(res) == 2 &&
+          json_is_string(json_object_get(json_object_get(json_array_get(res, 0), "document"), "text")));
+    json_decref(j);
+    free(o); free(e);
+    json_decref(b);
+    remove(subst("/tmp/kiln-cli-docs.txt"));
+    /* a document over the model's 128 tokens: cut and listed, or with
+     * --no-truncate one error line naming it */
+    char longdoc[600] = "";
+    for (int w = 0; w < 100; w++) strcat(longdoc, "kiln "); /* 200 WordPiece tokens */
+    snprintf(cmd, sizeof cmd, "rerank -m data/encoders/bert-rerank.gguf -t 1 --query q 'short' '%s'", longdoc);
+    rc = run(cmd, &o, &e);
+    j = out_json(o);
+    CHECK(rc == 0 && json_array_size(json_object_get(j, "truncated")) == 1 &&
+          json_integer_value(json_array_get(json_object_get(j, "truncated"), 0)) == 1);
+    json_decref(j);
+    free(o); free(e);
+    snprintf(cmd, sizeof cmd, "rerank -m data/encoders/bert-rerank.gguf -t 1 --no-truncate --query q '%s'", longdoc);
+    rc = run(cmd, &o, &e);
+    CHECKF(rc == 1 && o && !*o && e && strchr(e, '\n') == e + strlen(e) - 1, "rc %d stderr %s", rc, e ? e : "");
+    free(o); free(e);
+    rc = run("rerank -m data/encoders/gemma-embed.gguf --query q d", &o, &e);
+    CHECKF(rc == 1 && e && strstr(e, "not a reranker"), "rc %d stderr %s", rc, e ? e : "");
+    free(o); free(e);
+
+    /* decide: the pack fixture's first case, every question */
+    json_t *d = json_load_file("data/encoders/modernbert-decide.json", 0, &je);
+    json_t *c0 = json_array_get(json_object_get(d, "cases"), 0);
+    size_t o_len = (size_t)snprintf(cmd, sizeof cmd, "decide -m data/encoders/modernbert-decide.gguf -t 1 --state-text '%s'",
+                                    json_string_value(json_object_get(c0, "state")));
+    json_t *qq;
+    json_array_foreach(json_object_get(d, "questions"), i, qq) {
+        char *qs = json_dumps(qq, JSON_COMPACT);
+        o_len += (size_t)snprintf(cmd + o_len, o_len < sizeof cmd ? sizeof cmd - o_len : 0, " --question '%s'", qs);
+        free(qs);
+    }
+    CHECK(o_len < sizeof cmd);
+    rc = run(cmd, &o, &e);
+    j = out_json(o);
+    json_t *ds = json_object_get(j, "decisions");
+    CHECKF(rc == 0 && json_array_size(ds) == json_array_size(json_object_get(c0, "results")), "kiln decide: rc %d %s",
+           rc, e ? e : "");
+    CHECK(json_integer_value(json_object_get(j, "state_tokens")) == json_integer_value(json_object_get(c0, "state_tokens")));
+    json_t *want_r;
+    json_array_foreach(json_object_get(c0, "results"), i, want_r) {
+        json_t *got = json_array_get(ds, i);
+        json_t *wp = json_object_get(want_r, "probabilities"), *gp = json_object_get(got, "probabilities");
+        CHECK(json_array_size(wp) == json_array_size(gp));
+        for (size_t k = 0; k < json_array_size(wp); k++)
+            CHECKF(fabs(json_number_value(json_array_get(gp, k)) - json_number_value(json_array_get(wp, k))) < 1e-5,
+                   "question %zu, probability %zu", i, k);
+        CHECK(fabs(json_number_value(json_object_get(got, "temperature")) -
+                   json_number_value(json_object_get(want_r, "temperature"))) < 1e-6);
+    }
+    json_decref(j);
+    free(o); free(e);
+    json_decref(d);
+    rc = run("decide -m data/encoders/modernbert-decide.gguf --state-text 'a b c' "
+             "--question '{\"id\": \"q\", \"type\": \"route\", \"text\": \"x\"}' --measure", &o, &e);
+    j = out_json(o);
+    json_t *mq = json_array_get(json_object_get(j, "questions"), 0);
+    CHECK(rc == 0 && json_integer_value(json_object_get(j, "state_tokens")) > 0 &&
+          json_integer_value(json_object_get(mq, "budget")) > 0 && json_is_false(json_object_get(mq, "truncates")));
+    json_decref(j);
+    free(o); free(e);
+    rc = run("decide -m data/encoders/modernbert-decide.gguf --state-text x --question '{\"type\": \"nosuch\"}'", &o, &e);
+    CHECK(rc == 1 && o && !*o && e && strstr(e, "unknown question type 'nosuch'"));
+    free(o); free(e);
+}
+
 /* kiln chat renders the whole conversation with the template each turn and
  * reuses the cached prefix: turn 2's reply must equal what a fresh run on
  * the full rendered conversation produces. */
@@ -345,7 +507,8 @@ int main(void) {
         {"import --help", "usage: kiln import PATH"}, {"show --help", "usage: kiln show MODEL"},
         {"rm --help", "usage: kiln rm NAME|ID"}, {"verify -h", "usage: kiln verify"}, {"cp --help", "usage: kiln cp"},
         {"ls --help", "usage: kiln ls"}, {"gc --help", "usage: kiln gc"}, {"serve --help", "--port P"},
-        {"help serve", "--parallel N"},
+        {"help serve", "--parallel N"}, {"rerank --help", "usage: kiln rerank"},
+        {"decide --help", "usage: kiln decide"},
     };
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
         rc = run(helps[i][0], &o, &e);
@@ -512,6 +675,7 @@ int main(void) {
 
     test_chat();
     test_chat_hybrid();
+    test_encoders();
 
     rc = run("frobnicate", &o, &e);
     CHECK(rc == 2 && e && strstr(e, "unknown command"));
