@@ -40,7 +40,7 @@ kiln_status engine_gguf_family(const char *path, kiln_engine_family_id *out) {
     if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "%s", err);
     const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
     const kl_arch *arch = a ? kl_arch_find(a) : NULL;
-    *out = arch && arch->encoder ? KILN_ENGINE_EMBEDDING : KILN_ENGINE_LLM;
+    *out = kl_gguf_is_reranker(f) ? KILN_ENGINE_RERANK : arch && arch->encoder ? KILN_ENGINE_EMBEDDING : KILN_ENGINE_LLM;
     gguf_close(f);
     return KILN_OK;
 }

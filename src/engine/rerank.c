@@ -1,10 +1,12 @@
-/* The rerank family: a resident kiln_reranker.  A request frames and
+/* The rerank family: a resident kiln_model and its kiln_reranker.  A request frames and
  * counts every pair first (kiln_rerank_begin runs no model), then scores
  * one forward run at a time, yielding before each, so an urgent request
  * waits for at most the run in progress. */
 #include "engine/engine.h"
 
 #include "model/model.h"
+
+#include <stdlib.h>
 
 /* The header must describe a reranker (kl_gguf_is_reranker). */
 static kiln_status rr_check(void *user, const char *path) {
@@ -21,20 +23,38 @@ static kiln_status rr_check(void *user, const char *path) {
     return st;
 }
 
+typedef struct rr_model {
+    kiln_model *m;
+    kiln_reranker *rr;
+} rr_model;
+
+static kiln_status rr_unload(void *user, void *model) {
+    rr_model *x = model;
+    if (!x) return KILN_OK;
+    kiln_reranker_free(x->rr);
+    kiln_model_free(x->m);
+    free(x);
+    return KILN_OK;
+}
+
 static kiln_status rr_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r,
                            void **model) {
-    kiln_reranker *m = NULL;
+    *model = NULL;
+    rr_model *x = calloc(1, sizeof *x);
+    if (!x) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
     /* runs of at most 512 tokens bound an urgent request's wait, as for
      * embeddings */
     kiln_reranker_params p = kiln_reranker_default_params();
     p.n_batch = 512;
-    kiln_status st = kiln_reranker_new(path, &p, &m);
-    *model = m;
-    return st;
-}
-
-static kiln_status rr_unload(void *user, void *model) {
-    kiln_reranker_free(model);
+    const kiln_context_params *cp = engine_context_params(r);
+    if (cp) p.n_threads = cp->n_threads;
+    kiln_status st = kiln_model_load(path, NULL, &x->m);
+    if (st == KILN_OK) st = kiln_reranker_new_from_model(x->m, &p, &x->rr);
+    if (st != KILN_OK) {
+        rr_unload(user, x);
+        return st;
+    }
+    *model = x;
     return KILN_OK;
 }
 
@@ -47,7 +67,7 @@ static kiln_status rr_run(void *user, void *model, int task, void *req, engine_r
     if (task != ENGINE_TASK_RERANK) return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the rerank family only reranks");
     rr_call *call = req;
     kiln_rerank_job *j = NULL;
-    kiln_status st = kiln_rerank_begin(model, call->req, &j);
+    kiln_status st = kiln_rerank_begin(((rr_model *)model)->rr, call->req, &j);
     for (int32_t left = call->req->n; st == KILN_OK && left > 0;) {
         st = engine_yield(r);
         if (st == KILN_OK) st = kiln_rerank_next(j, &left);
@@ -60,7 +80,10 @@ static kiln_status rr_run(void *user, void *model, int task, void *req, engine_r
     return KILN_OK;
 }
 
-const engine_ops engine_rerank_ops = {.check = rr_check, .load = rr_load, .unload = rr_unload, .run = rr_run};
+static kiln_model *rr_model_of(void *user, void *model) { return ((rr_model *)model)->m; }
+
+const engine_ops engine_rerank_ops = {.check = rr_check, .load = rr_load, .unload = rr_unload, .run = rr_run,
+                                      .model_of = rr_model_of};
 
 kiln_status kiln_engine_rerank(kiln_engine *e, const kiln_rerank_request *q, int urgent, kiln_engine_cancel *cancel,
                                kiln_rerank_job **out) {

@@ -13,10 +13,8 @@
 
 #include <math.h>
 #include <microhttpd.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_FIELD 4096
 
@@ -77,34 +75,6 @@ static size_t form_end(struct MHD_Connection *c, const char *body, size_t len) {
             return end;
         }
     return len;
-}
-
-/* ---------------------------------------------------- disconnect watch */
-
-typedef struct watch {
-    struct MHD_Connection *c;
-    kiln_engine_cancel *cancel;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-} watch;
-
-static void *watch_fn(void *u) {
-    watch *w = u;
-    pthread_mutex_lock(&w->mu);
-    while (!w->done) {
-        if (ks_conn_gone(w->c)) {
-            kiln_engine_cancel_fire(w->cancel);
-            break;
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
 }
 
 /* -------------------------------------------------------------- route */
@@ -195,19 +165,10 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
         goto out;
     }
     kiln_audio_window w = {f.filename, pcm, n, 16000, 1};
-    watch wt = {c, kiln_engine_cancel_new(), PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-    pthread_t th;
-    int watching = wt.cancel && pthread_create(&th, NULL, watch_fn, &wt) == 0;
+    ks_watch *wt = ks_watch_start(c);
     kiln_transcript *t = NULL;
-    kiln_status st = kiln_engine_transcribe(e, &w, &p, wt.cancel, &t);
-    if (watching) {
-        pthread_mutex_lock(&wt.mu);
-        wt.done = 1;
-        pthread_cond_signal(&wt.cv);
-        pthread_mutex_unlock(&wt.mu);
-        pthread_join(th, NULL);
-    }
-    kiln_engine_cancel_free(wt.cancel);
+    kiln_status st = kiln_engine_transcribe(e, &w, &p, ks_watch_cancel(wt), &t);
+    ks_watch_stop(wt);
     kiln_audio_free(pcm);
     ks_model_done(m, NAN);
     if (st != KILN_OK) {

@@ -175,6 +175,66 @@ int ks_conn_gone(struct MHD_Connection *c) {
     return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
+struct ks_watch {
+    struct MHD_Connection *c;
+    kiln_engine_cancel *cancel;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+    int done;
+};
+
+/* Polls the connection every 50 ms until stopped or the client is gone. */
+static void *watch_fn(void *u) {
+    ks_watch *w = u;
+    pthread_mutex_lock(&w->mu);
+    while (!w->done) {
+        if (ks_conn_gone(w->c)) {
+            kiln_engine_cancel_fire(w->cancel);
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+ks_watch *ks_watch_start(struct MHD_Connection *c) {
+    ks_watch *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->c = c;
+    w->cancel = kiln_engine_cancel_new();
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (!w->cancel || pthread_create(&w->th, NULL, watch_fn, w) != 0) {
+        kiln_engine_cancel_free(w->cancel);
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+kiln_engine_cancel *ks_watch_cancel(ks_watch *w) { return w ? w->cancel : NULL; }
+
+void ks_watch_stop(ks_watch *w) {
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL);
+    kiln_engine_cancel_free(w->cancel);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     ks_stream *st = cls;
     while (st->pos == st->out.len) {
@@ -364,7 +424,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (post && !strncmp(url, "/v1/audio/", 10)) return (enum MHD_Result)ks_audio_route(s, c, url, cs->body.p, cs->body.len);
     json_t *body = NULL;
     int rc = MHD_NO;
-    int is_oai = !strncmp(url, "/v1/", 4);
+    /* llama-server's unversioned rerank paths take OpenAI-style bodies */
+    const int rerank = !strcmp(url, "/v1/rerank") || !strcmp(url, "/v1/reranking") || !strcmp(url, "/rerank") ||
+                       !strcmp(url, "/reranking");
+    int is_oai = !strncmp(url, "/v1/", 4) || rerank;
     int is_api = !strncmp(url, "/api/", 5);
     int is_llama = ks_llama_path(url);
     if ((post || !strcmp(method, "DELETE")) && (is_oai || is_api || is_llama) && cs->body.len) {
@@ -380,6 +443,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     else if (post && !strcmp(url, "/v1/responses")) rc = ks_resp_handle(s, c, body);
     else if (post && !strcmp(url, "/v1/messages")) rc = ks_msg_handle(s, c, body, 0);
     else if (post && !strcmp(url, "/v1/messages/count_tokens")) rc = ks_msg_handle(s, c, body, 1);
+    else if (post && rerank) rc = ks_rerank(s, c, body);
     else if (is_api) rc = ks_oll_route(s, c, method, url, body);
     else if (is_llama) rc = ks_llama_route(s, c, method, url, body);
     else {

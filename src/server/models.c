@@ -80,7 +80,10 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
                     m->n_ctx, s->cfg.parallel, kiln_cpu_path(), m->load_seconds);
         } else {
             ks_logf(s, "%s ready (%s, loaded in %.2f s)", m->name,
-                    m->family == KILN_ENGINE_EMBEDDING ? "embeddings" : "speech to text", m->load_seconds);
+                    m->family == KILN_ENGINE_EMBEDDING ? "embeddings"
+                    : m->family == KILN_ENGINE_RERANK  ? "reranking"
+                                                       : "speech to text",
+                    m->load_seconds);
         }
         break;
     }
@@ -344,12 +347,16 @@ ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait,
     ks_model *m = find(s, name, status, msg, cap);
     if (!m) return NULL;
     const char *cannot = NULL;
-    if (m->family == KILN_ENGINE_EMBEDDING && task != KS_TASK_EMBED && task != KS_TASK_INFO)
+    if (m->family != KILN_ENGINE_RERANK && task == KS_TASK_RERANK)
+        cannot = "not a reranker (no classification head cls.output, or a decoder without rank pooling)";
+    else if (m->family == KILN_ENGINE_EMBEDDING && task != KS_TASK_EMBED && task != KS_TASK_INFO)
         cannot = "an embedding model: it cannot generate text (it serves /v1/embeddings and /api/embed)";
     else if (m->family == KILN_ENGINE_STT && task != KS_TASK_TRANSCRIBE && task != KS_TASK_INFO)
         cannot = "a speech-to-text model: it serves /v1/audio/transcriptions and /v1/audio/translations only";
     else if (m->family != KILN_ENGINE_STT && task == KS_TASK_TRANSCRIBE)
         cannot = "not a speech-to-text model";
+    else if (m->family == KILN_ENGINE_RERANK && task != KS_TASK_RERANK && task != KS_TASK_INFO)
+        cannot = "a reranker: it serves /v1/rerank only (it neither embeds nor generates)";
     if (cannot) {
         *status = 400;
         snprintf(msg, cap, "'%s' is %s", m->name, cannot);

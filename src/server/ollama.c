@@ -122,7 +122,9 @@ static int show(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     json_object_set_new(j, "model_info", mi);
     json_t *caps = json_array();
     if (r->family == KILN_ENGINE_LLM) json_array_append_new(caps, json_string("completion"));
-    json_array_append_new(caps, json_string("embedding"));
+    if (r->family == KILN_ENGINE_LLM || r->family == KILN_ENGINE_EMBEDDING)
+        json_array_append_new(caps, json_string("embedding"));
+    if (r->family == KILN_ENGINE_RERANK) json_array_append_new(caps, json_string("rerank"));
     if (tmpl && strstr(tmpl, "tools")) json_array_append_new(caps, json_string("tools"));
     if (tmpl && strstr(tmpl, "<think>")) json_array_append_new(caps, json_string("thinking"));
     json_object_set_new(j, "capabilities", caps);

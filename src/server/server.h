@@ -22,6 +22,7 @@
  *   prompt.c   chat messages -> prompt text (GGUF template or built-ins)
  *   openai.c   /v1/...          ollama.c  /api/...
  *   audio.c    /v1/audio/transcriptions, /v1/audio/translations (multipart)
+ *   rerank.c   /v1/rerank (/rerank, /v1/reranking, /reranking) over a reranker
  *   metrics.c  /metrics         webui.c   GET / (embedded chat page)
  *   images.c   /v1/images/generations over an image pack (--image)
  *   xapi.h     OpenAI Responses (responses.c) and Anthropic Messages

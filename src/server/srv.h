@@ -59,7 +59,7 @@ typedef struct ks_req {
 /* ---- the models the server knows (models.c) ---- */
 enum { KS_M_UNLOADED = 0, KS_M_LOADING, KS_M_READY, KS_M_UNLOADING, KS_M_FAILED, KS_M_STOPPED };
 /* What a request asks of a model. */
-enum { KS_TASK_GENERATE = 0, KS_TASK_EMBED, KS_TASK_TRANSCRIBE, KS_TASK_INFO };
+enum { KS_TASK_GENERATE = 0, KS_TASK_EMBED, KS_TASK_TRANSCRIBE, KS_TASK_INFO, KS_TASK_RERANK };
 
 typedef struct ks_model {
     struct ks_srv *srv;
@@ -271,6 +271,15 @@ int ks_send_text(struct MHD_Connection *c, int status, const char *ctype, const 
                  int copy);
 /* 1 when the client has gone away. */
 int ks_conn_gone(struct MHD_Connection *c);
+/* A thread that fires a cancel token when the client goes away, for a
+ * request that runs long before it writes (a transcription, a rerank).
+ * Start returns NULL when it cannot watch (then the request runs
+ * unwatched); cancel gives the token (NULL for NULL); stop joins the
+ * thread and frees the token. */
+typedef struct ks_watch ks_watch;
+ks_watch *ks_watch_start(struct MHD_Connection *c);
+kiln_engine_cancel *ks_watch_cancel(ks_watch *w);
+void ks_watch_stop(ks_watch *w);
 
 /* audio.c: POST /v1/audio/transcriptions and /translations over the buffered
  * multipart body. */
@@ -295,6 +304,7 @@ int ks_oai_chat(ks_srv *s, struct MHD_Connection *c, json_t *body);
 int ks_oai_completions(ks_srv *s, struct MHD_Connection *c, json_t *body);
 int ks_oai_embeddings(ks_srv *s, struct MHD_Connection *c, json_t *body);
 int ks_oai_images(ks_srv *s, struct MHD_Connection *c, json_t *body);
+int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body); /* rerank.c: /v1/rerank and its aliases */
 int ks_oll_route(ks_srv *s, struct MHD_Connection *c, const char *method, const char *url, json_t *body);
 extern const char ks_webui_html[];
 
