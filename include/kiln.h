@@ -1152,8 +1152,10 @@ kiln_status kiln_engine_set_status_fn(kiln_engine *e, kiln_engine_status_fn fn, 
 kiln_status kiln_engine_set_store(kiln_engine *e, const kiln_engine_store *store);
 /* LLM family: the context each loaded model gets (KV type, n_ctx, threads
  * ...); its n_seq_max is how many requests decode together (continuous
- * batching).  The embedding family takes n_threads.  Applies to the next
- * load; without it a load uses kiln_context_default_params(). */
+ * batching); n_ctx 0 means min(the model's, 4096) per sequence (a model
+ * declaring 131072 tokens does not reserve them for every sequence).  The
+ * embedding family takes n_threads.  Applies to the next load; without it
+ * a load uses kiln_context_default_params(). */
 kiln_status kiln_engine_set_context_params(kiln_engine *e, const kiln_context_params *p);
 /* LLM family: speculative decoding for every request of the models loaded
  * from now on (a draft model loads with its target, an MTP model's context

@@ -352,6 +352,31 @@ static void test_chat(void) {
     }
     free(r1);
     free(both);
+    /* A conversation that outgrows the context drops its oldest turns, the
+     * system prompt kept, and says so; a message too long on its own is
+     * not sent, and the chat goes on.  Ten messages of about 20 tokens in
+     * a 160-token context; then one of about 400 tokens, then a short one. */
+    for (int with_template = 1; with_template >= 0; with_template--) {
+        in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
+        if (in) {
+            for (int i = 0; i < 10; i++) fprintf(in, "Tell me about the dog and the cat who played in the park %d\n", i);
+            for (int i = 0; i < 40; i++) fputs("the big red ball rolled away ", in);
+            fputs("\nHello there\n", in);
+            fclose(in);
+        }
+        char args[512];
+        snprintf(args, sizeof args, "chat -m %s -c 160 -n 12 --temp 0 -t 1 %s < /tmp/kiln-cli-in.txt",
+                 with_template ? "/tmp/kiln-cli-chat.gguf" : "../models/stories260K.gguf",
+                 with_template ? "-sys 'You are a storyteller.'" : "");
+        char *out;
+        rc = run(args, &out, &e);
+        int lines = 0;
+        for (const char *q = out; q && *q; q++) lines += *q == '\n';
+        CHECKF(rc == 0 && e && strstr(e, "dropped the oldest") && strstr(e, "it was not sent") && lines >= 11,
+               "%s: rc %d, %d lines, stderr '%s'", with_template ? "template" : "plain", rc, lines, e ? e : "");
+        if (with_template) CHECK(e && strstr(e, "(the system prompt stays)"));
+        free(out); free(e);
+    }
     remove(subst("/tmp/kiln-cli-in.txt"));
     remove(model);
 }
@@ -435,7 +460,8 @@ int main(void) {
     /* a seed fixes a sampled continuation */
     char *o2, *e2;
     rc = run("run -m ../models/stories260K.gguf -p 'Once' -n 30 --temp 0.9 --seed 7", &o, &e);
-    int rc2 = run("run -m ../models/stories260K.gguf -p 'Once' -n 30 --temp 0.9 --seed 7", &o2, &e2);
+    int rc2;
+    rc2 = run("run -m ../models/stories260K.gguf -p 'Once' -n 30 --temp 0.9 --seed 7", &o2, &e2);
     CHECK(rc == 0 && rc2 == 0 && o && o2 && strlen(o) > 0 && !strcmp(o, o2));
     free(o); free(e); free(o2); free(e2);
 
@@ -490,6 +516,69 @@ int main(void) {
     free(o); free(e);
     rc = run("run -m ../models/stories260K.gguf -p 'Tom' --spec ngram --spec-n 17", &o, &e);
     CHECKF(rc == 2 && e && strstr(e, "out of range"), "rc %d stderr: %s", rc, e ? e : "");
+    free(o); free(e);
+    /* numeric flags are checked: a bad value is a usage error naming it */
+    const char *bad_flags[][2] = {
+        {"-t 0", "out of range"}, {"-t x", "not a whole number"}, {"--top-p 1.5", "out of range"},
+        {"-n -2", "out of range"}, {"--min-p -0.1", "out of range"}, {"--temp -1", "out of range"},
+        {"-s -5", "out of range"}, {"--seed 4294967296", "out of range"}, {"-c -1", "out of range"},
+        {"-b 0", "out of range"}, {"--top-k 3.5", "not a whole number"}, {"-n 99999999999", "out of range"},
+        {"-ctk q8_0 -ctv f16", "one type"},
+    };
+    for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "run -m ../models/stories260K.gguf -p Once %s", bad_flags[i][0]);
+        rc = run(args, &o, &e);
+        CHECKF(rc == 2 && o && !*o && e && strstr(e, bad_flags[i][1]), "%s: rc %d, stderr '%s'", bad_flags[i][0], rc,
+               e ? e : "");
+        free(o); free(e);
+    }
+    rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 8 --temp 0 -ctk f32 -ctv f32", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, " ball. He liked to play"), "-ctk/-ctv f32: rc %d '%s'", rc, o ? o : "");
+    free(o); free(e);
+
+    /* -n defaults to unlimited: with --ignore-eos, until the context is full */
+    rc = run("run -m ../models/stories260K.gguf -p Once -c 300 -t 1 --ignore-eos", &o, &e);
+    CHECKF(rc == 0 && e && strstr(e, "generated 299 tokens") && strstr(e, "context of 300 tokens is full"),
+           "unlimited -n: rc %d, stderr '%s'", rc, e ? e : "");
+    free(o); free(e);
+
+    /* the seed is random unless given; -v prints it, and -s replays it */
+    {
+        char *a, *ea, *b2, *eb;
+        rc = run("run -m ../models/stories260K.gguf -p Once -n 30 --temp 1 -v", &a, &ea);
+        rc2 = run("run -m ../models/stories260K.gguf -p Once -n 30 --temp 1", &b2, &eb);
+        CHECKF(rc == 0 && rc2 == 0 && a && b2 && strcmp(a, b2), "two unseeded runs: '%s' and '%s'", a ? a : "",
+               b2 ? b2 : "");
+        unsigned long long seed = 0;
+        const char *sp = ea ? strstr(ea, "kiln run: seed ") : NULL;
+        CHECKF(sp && sscanf(sp, "kiln run: seed %llu", &seed) == 1, "-v prints the seed: '%s'", ea ? ea : "");
+        char args[256];
+        snprintf(args, sizeof args, "run -m ../models/stories260K.gguf -p Once -n 30 --temp 1 -s %llu", seed);
+        rc = run(args, &o, &e);
+        CHECKF(rc == 0 && o && a && !strcmp(o, a), "-s %llu replays: '%s' vs '%s'", seed, o ? o : "", a ? a : "");
+        free(o); free(e); free(a); free(ea); free(b2); free(eb);
+    }
+
+    /* -e processes escapes in the prompt; --ignore-eos and --json-schema as llama.cpp names them */
+    rc = run("run -m ../models/stories260K.gguf -p 'Tom had a\\x20red' -e -n 8 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, " ball. He liked to play"), "-e: rc %d '%s' %s", rc, o ? o : "", e ? e : "");
+    free(o); free(e);
+    rc = run("run -m ../models/stories260K.gguf -p Once -t 1 -n 40 --json-schema "
+             "'{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 10}'", &o, &e);
+    {
+        char *end = NULL;
+        long v = o ? strtol(o, &end, 10) : -1;
+        while (end && (*end == ' ' || *end == '\n')) end++;
+        CHECKF(rc == 0 && end && !*end && v >= 5 && v <= 10, "--json-schema: rc %d '%s' %s", rc, o ? o : "",
+               e ? e : "");
+    }
+    free(o); free(e);
+    rc = run("run -m ../models/stories260K.gguf -p Once --json-schema '{\"type\": \"integer\", \"not\": {}}'", &o, &e);
+    CHECKF(rc == 2 && e && strstr(e, "not"), "an unenforced schema: rc %d '%s'", rc, e ? e : "");
+    free(o); free(e);
+    rc = run("chat -m ../models/stories260K.gguf -sys 'Be brief' -n 4 < /dev/null", &o, &e);
+    CHECKF(rc == 0, "chat -sys: rc %d '%s'", rc, e ? e : "");
     free(o); free(e);
 
     rc = run("tokenize -m ../models/stories260K.gguf -p 'Tom had a red' --json", &o, &e);

@@ -48,9 +48,13 @@ typedef struct cli_opts {
     int n_ctx;
     int n_batch;
     int kv_type; /* KILN_KV_* */
+    int kv_flag; /* the -ctk/-ctv/--cache-type seen so far (1 + type), 0 none */
     int json;
     int verbose;
-    kiln_sampler_params sp;
+    int ignore_eos; /* end-of-generation tokens are never sampled */
+    int escape;     /* -e: the prompt's \n, \t, \\ ... are processed */
+    const char *json_schema; /* --json-schema: the output follows this JSON schema */
+    kiln_sampler_params sp;  /* sp.seed: --seed's, else drawn from the OS */
     /* stop strings (--stop, else a store pack's "stop"): the text ends
      * before the first one written, which is not printed */
     char stop[8][128];
@@ -59,6 +63,9 @@ typedef struct cli_opts {
 } cli_opts;
 
 void cli_opts_init(cli_opts *o);
+/* After parsing: -e's escapes applied to the prompt, the seed on stderr
+ * with -v.  Returns -1 after printing an error. */
+int cli_opts_finish(cli_opts *o, const char *cmd);
 /* Parses the option at argv[*i] (advancing *i past its value).  Returns 1
  * when consumed, 0 when it is not a shared option, -1 on a bad value. */
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i);

@@ -1,6 +1,12 @@
 /* kiln — entry point and shared option handling. */
 #include "cli.h"
 
+#include "base/base.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +17,8 @@ static const char run_options[] =
     "sampling and runtime options (run, chat):\n"
     "  -f FILE         read the prompt from FILE instead of -p (- = stdin, byte for byte);\n"
     "                  with neither, a prompt piped in on stdin (less echo's newline)\n"
-    "  -n N            tokens to generate (default 128; -1 = until the context is full)\n"
-    "  -t N            threads (default: all CPUs)\n"
+    "  -n N            tokens to generate (default -1: until the end of text or a full context)\n"
+    "  -t N            threads (default: all CPUs; 1 to 4 x the CPUs)\n"
     "  -c N            context size (default: the model's, capped by memory)\n"
     "  -b N            batch size for prompt processing (default 512)\n"
     "  --temp T        temperature (default 0.8; 0 = greedy)\n"
@@ -20,9 +26,13 @@ static const char run_options[] =
     "  --top-p P       (default 0.95; 1 = off)\n"
     "  --min-p P       (default 0.05; 0 = off)\n"
     "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
-    "  --seed S        random seed (default fixed, so runs repeat)\n"
+    "  -s, --seed S    sampling seed (default: drawn from the OS, printed with -v; -1 = random)\n"
     "  --stop TEXT     end the text before TEXT (repeatable, up to 8; default: a store pack's stop)\n"
-    "  --cache-type T  KV cache type: f16 (default), f32 or q8_0 (about half of f16's memory)\n"
+    "  --ignore-eos    never end at the end-of-text token (generate -n tokens)\n"
+    "  --json-schema S the output is JSON that follows the schema S (JSON text)\n"
+    "  -e, --escape    process \\n, \\r, \\t, \\', \\\", \\\\ in the prompt (--no-escape: as written, the default)\n"
+    "  --cache-type T  KV cache type: f16 (default), f32 or q8_0 (about half of f16's memory);\n"
+    "                  -ctk T / -ctv T as llama.cpp (kiln keeps K and V in one type)\n"
     "  --kv-f32        the same as --cache-type f32\n"
     "  --spec TYPE     speculative decoding: ngram (prompt lookup), draft (with --draft-model) or\n"
     "                  mtp (the model's own MTP blocks); the output stays what the model decides\n"
@@ -215,10 +225,59 @@ int cli_prompt_from_stdin(cli_opts *o) {
 
 void cli_opts_init(cli_opts *o) {
     memset(o, 0, sizeof *o);
-    o->n_predict = 128;
+    o->n_predict = -1;
     o->n_batch = 512;
     o->sp = kiln_sampler_default_params();
     o->spec = kiln_spec_default_params();
+    /* 32 bits, so the printed seed replays through --seed */
+    o->sp.seed = (uint32_t)kb_random_u64();
+}
+
+/* -e: \n \r \t \' \" \\ as llama.cpp's --escape reads them (and \xHH);
+ * any other backslash stays as written. */
+static char *unescape(const char *s) {
+    size_t n = strlen(s);
+    char *out = malloc(n + 1), *w = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '\\' || i + 1 == n) {
+            *w++ = s[i];
+            continue;
+        }
+        const char c = s[++i];
+        if (c == 'n') *w++ = '\n';
+        else if (c == 'r') *w++ = '\r';
+        else if (c == 't') *w++ = '\t';
+        else if (c == '\'' || c == '"' || c == '\\') *w++ = c;
+        else if (c == 'x' && i + 2 < n + 1 && isxdigit((unsigned char)s[i + 1]) && isxdigit((unsigned char)s[i + 2])) {
+            char hex[3] = {s[i + 1], s[i + 2], 0};
+            *w++ = (char)strtol(hex, NULL, 16);
+            i += 2;
+        } else {
+            *w++ = '\\';
+            *w++ = c;
+        }
+    }
+    *w = 0;
+    return out;
+}
+
+static char *g_escaped;
+static void free_escaped(void) { free(g_escaped); }
+
+int cli_opts_finish(cli_opts *o, const char *cmd) {
+    if (o->escape && o->prompt) {
+        free(g_escaped);
+        if (!(g_escaped = unescape(o->prompt))) {
+            fprintf(stderr, "kiln %s: out of memory\n", cmd);
+            return -1;
+        }
+        static int registered;
+        if (!registered++) atexit(free_escaped);
+        o->prompt = g_escaped;
+    }
+    if (o->verbose) fprintf(stderr, "kiln %s: seed %llu\n", cmd, (unsigned long long)o->sp.seed);
+    return 0;
 }
 
 /* indexed by KILN_KV_* */
@@ -233,31 +292,49 @@ int cli_kv_type(const char *s) {
 
 const char *cli_kv_name(int type) { return kv_names[type]; }
 
-static int want_int(int argc, char **argv, int *i, int *out) {
+/* A numeric flag's value within [lo, hi]; anything else is a usage error
+ * that names the flag and the range, never another meaning. */
+static int want_ll(int argc, char **argv, int *i, long long lo, long long hi, long long *out) {
     if (*i + 1 >= argc) {
         fprintf(stderr, "kiln: %s needs a value\n", argv[*i]);
         return -1;
     }
     char *end;
-    long v = strtol(argv[*i + 1], &end, 10);
-    if (*end || end == argv[*i + 1]) {
-        fprintf(stderr, "kiln: %s: '%s' is not a number\n", argv[*i], argv[*i + 1]);
+    errno = 0;
+    long long v = strtoll(argv[*i + 1], &end, 10);
+    if (*end || end == argv[*i + 1] || errno) {
+        fprintf(stderr, "kiln: %s: '%s' is not a whole number\n", argv[*i], argv[*i + 1]);
         return -1;
     }
-    *out = (int)v;
+    if (v < lo || v > hi) {
+        fprintf(stderr, "kiln: %s: %lld is out of range (%lld to %lld)\n", argv[*i], v, lo, hi);
+        return -1;
+    }
+    *out = v;
     (*i)++;
     return 1;
 }
 
-static int want_float(int argc, char **argv, int *i, float *out) {
+static int want_int(int argc, char **argv, int *i, int lo, int hi, int *out) {
+    long long v;
+    int r = want_ll(argc, argv, i, lo, hi, &v);
+    if (r == 1) *out = (int)v;
+    return r;
+}
+
+static int want_float(int argc, char **argv, int *i, double lo, double hi, float *out) {
     if (*i + 1 >= argc) {
         fprintf(stderr, "kiln: %s needs a value\n", argv[*i]);
         return -1;
     }
     char *end;
     double v = strtod(argv[*i + 1], &end);
-    if (*end || end == argv[*i + 1]) {
+    if (*end || end == argv[*i + 1] || v != v) {
         fprintf(stderr, "kiln: %s: '%s' is not a number\n", argv[*i], argv[*i + 1]);
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        fprintf(stderr, "kiln: %s: %g is out of range (%g to %g)\n", argv[*i], v, lo, hi);
         return -1;
     }
     *out = (float)v;
@@ -287,10 +364,10 @@ int cli_parse_spec(kiln_spec_params *sp, int argc, char **argv, int *i) {
         return 1;
     }
     int r = 0;
-    if (!strcmp(a, "--spec-n") || !strcmp(a, "--draft-max")) r = want_int(argc, argv, i, &sp->n_max);
-    else if (!strcmp(a, "--spec-ngram-min")) r = want_int(argc, argv, i, &sp->ngram_min);
-    else if (!strcmp(a, "--spec-ngram-max")) r = want_int(argc, argv, i, &sp->ngram_max);
-    else if (!strcmp(a, "--spec-p-min")) r = want_float(argc, argv, i, &sp->p_min);
+    if (!strcmp(a, "--spec-n") || !strcmp(a, "--draft-max")) r = want_int(argc, argv, i, 1, 16, &sp->n_max);
+    else if (!strcmp(a, "--spec-ngram-min")) r = want_int(argc, argv, i, 1, 16, &sp->ngram_min);
+    else if (!strcmp(a, "--spec-ngram-max")) r = want_int(argc, argv, i, 1, 16, &sp->ngram_max);
+    else if (!strcmp(a, "--spec-p-min")) r = want_float(argc, argv, i, 0, 1, &sp->p_min);
     else if (!strcmp(a, "--spec-fixed")) { sp->fixed = 1; return 1; }
     else return 0;
     if (r == 1 && (sp->n_max < 1 || sp->n_max > 16 || sp->ngram_min < 1 || sp->ngram_min > 16 || sp->ngram_max < 1 ||
@@ -300,6 +377,29 @@ int cli_parse_spec(kiln_spec_params *sp, int argc, char **argv, int *i) {
         return -1;
     }
     return r;
+}
+
+/* -ctk, -ctv and --cache-type name the one KV cache type kiln keeps. */
+static int want_kv(cli_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kiln: %s needs a value\n", a);
+        return -1;
+    }
+    const int t = cli_kv_type(argv[*i + 1]);
+    if (t < 0) {
+        fprintf(stderr, "kiln: %s: '%s' is not f16, f32 or q8_0\n", a, argv[*i + 1]);
+        return -1;
+    }
+    if (o->kv_flag && o->kv_flag != t + 1) {
+        fprintf(stderr, "kiln: %s %s: kiln keeps K and V in one type, and %s was already given\n", a, argv[*i + 1],
+                cli_kv_name(o->kv_flag - 1));
+        return -1;
+    }
+    o->kv_flag = t + 1;
+    o->kv_type = t;
+    (*i)++;
+    return 1;
 }
 
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
@@ -326,22 +426,24 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
         if (!std_in) fclose(f);
         return rc ? -1 : 1;
     }
-    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) return want_int(argc, argv, i, &o->n_predict);
-    if (!strcmp(a, "-t") || !strcmp(a, "--threads")) return want_int(argc, argv, i, &o->n_threads);
-    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) return want_int(argc, argv, i, &o->n_ctx);
-    if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) return want_int(argc, argv, i, &o->n_batch);
-    if (!strcmp(a, "--temp")) return want_float(argc, argv, i, &o->sp.temperature);
-    if (!strcmp(a, "--top-k")) return want_int(argc, argv, i, &o->sp.top_k);
-    if (!strcmp(a, "--top-p")) return want_float(argc, argv, i, &o->sp.top_p);
-    if (!strcmp(a, "--min-p")) return want_float(argc, argv, i, &o->sp.min_p);
-    if (!strcmp(a, "--repeat-penalty")) return want_float(argc, argv, i, &o->sp.repeat_penalty);
-    if (!strcmp(a, "--repeat-last-n")) return want_int(argc, argv, i, &o->sp.repeat_last_n);
-    if (!strcmp(a, "--presence-penalty")) return want_float(argc, argv, i, &o->sp.presence_penalty);
-    if (!strcmp(a, "--frequency-penalty")) return want_float(argc, argv, i, &o->sp.frequency_penalty);
-    if (!strcmp(a, "--seed")) {
-        int v;
-        int r = want_int(argc, argv, i, &v);
-        if (r == 1) o->sp.seed = (uint64_t)(uint32_t)v;
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const int max_threads = (int)(ncpu > 0 ? ncpu * 4 : 1024);
+    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) return want_int(argc, argv, i, -1, INT_MAX, &o->n_predict);
+    if (!strcmp(a, "-t") || !strcmp(a, "--threads")) return want_int(argc, argv, i, 1, max_threads, &o->n_threads);
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) return want_int(argc, argv, i, 0, INT_MAX, &o->n_ctx);
+    if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) return want_int(argc, argv, i, 1, INT_MAX, &o->n_batch);
+    if (!strcmp(a, "--temp")) return want_float(argc, argv, i, 0, 100, &o->sp.temperature);
+    if (!strcmp(a, "--top-k")) return want_int(argc, argv, i, 0, INT_MAX, &o->sp.top_k);
+    if (!strcmp(a, "--top-p")) return want_float(argc, argv, i, 0, 1, &o->sp.top_p);
+    if (!strcmp(a, "--min-p")) return want_float(argc, argv, i, 0, 1, &o->sp.min_p);
+    if (!strcmp(a, "--repeat-penalty")) return want_float(argc, argv, i, 0, 10, &o->sp.repeat_penalty);
+    if (!strcmp(a, "--repeat-last-n")) return want_int(argc, argv, i, -1, INT_MAX, &o->sp.repeat_last_n);
+    if (!strcmp(a, "--presence-penalty")) return want_float(argc, argv, i, -2, 2, &o->sp.presence_penalty);
+    if (!strcmp(a, "--frequency-penalty")) return want_float(argc, argv, i, -2, 2, &o->sp.frequency_penalty);
+    if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
+        long long v;
+        int r = want_ll(argc, argv, i, -1, UINT32_MAX, &v);
+        if (r == 1 && v >= 0) o->sp.seed = (uint64_t)v; /* -1 keeps the drawn one */
         return r;
     }
     if (!strcmp(a, "--stop")) {
@@ -356,19 +458,18 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
         snprintf(o->stop[o->n_stop++], sizeof o->stop[0], "%s", argv[++*i]);
         return 1;
     }
-    if (!strcmp(a, "--kv-f32")) { o->kv_type = KILN_KV_F32; return 1; }
-    if (!strcmp(a, "--cache-type")) {
-        if (*i + 1 >= argc) {
-            fprintf(stderr, "kiln: %s needs a value\n", a);
-            return -1;
-        }
-        if ((o->kv_type = cli_kv_type(argv[*i + 1])) < 0) {
-            fprintf(stderr, "kiln: %s: '%s' is not f16, f32 or q8_0\n", a, argv[*i + 1]);
-            return -1;
-        }
-        (*i)++;
+    if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = 1; return 1; }
+    if (!strcmp(a, "-e") || !strcmp(a, "--escape")) { o->escape = 1; return 1; }
+    if (!strcmp(a, "--no-escape")) { o->escape = 0; return 1; }
+    if (!strcmp(a, "--json-schema")) {
+        if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        o->json_schema = argv[++*i];
         return 1;
     }
+    if (!strcmp(a, "--kv-f32")) { o->kv_type = KILN_KV_F32; return 1; }
+    if (!strcmp(a, "--cache-type") || !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") ||
+        !strcmp(a, "--cache-type-v"))
+        return want_kv(o, argc, argv, i);
     if (!strcmp(a, "--json")) { o->json = 1; return 1; }
     if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { o->verbose = 1; return 1; }
     return 0;

@@ -8,6 +8,8 @@
 #include "chat/template.h"
 #include "gen/gen.h"
 #include "spec/spec.h"
+#include "sample/jschema.h"
+#include "sample/sample.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -246,6 +248,21 @@ static void pack_end(cli_opts *o, const cli_opts *base, cli_pack *pk, const char
                         "used\n");
 }
 
+/* --json-schema: the schema compiled, or NULL after printing why. */
+static ks_schema *schema_of(const cli_opts *o, const char *cmd) {
+    json_error_t je;
+    json_t *j = json_loads(o->json_schema, JSON_DECODE_ANY, &je);
+    if (!j) {
+        fprintf(stderr, "kiln %s: --json-schema: not JSON: %s\n", cmd, je.text);
+        return NULL;
+    }
+    char err[300] = "";
+    ks_schema *sc = ks_schema_compile(j, err, sizeof err);
+    json_decref(j);
+    if (!sc) fprintf(stderr, "kiln %s: --json-schema: %s\n", cmd, err);
+    return sc;
+}
+
 int cmd_run(int argc, char **argv) {
     cli_opts o;
     cli_opts_init(&o);
@@ -262,14 +279,21 @@ int cmd_run(int argc, char **argv) {
     cli_pack pk;
     pack_end(&o, &base, &pk, NULL);
     cli_pack_free(&pk);
+    if (cli_opts_finish(&o, "run")) return 2;
+    ks_schema *schema = NULL;
+    if (o.json_schema && !(schema = schema_of(&o, "run"))) return 2;
     if (cli_prompt_from_stdin(&o)) {
+        ks_schema_free(schema);
         fprintf(stderr, "kiln run: no prompt (use -p TEXT, -f FILE, or pipe it in)\n");
         return 2;
     }
     if (o.verbose) kiln_set_log(NULL, NULL, KILN_LOG_DEBUG);
     kiln_model *m;
     kiln_context *c;
-    if (cli_load(&o, &m, &c, 1)) return 1;
+    if (cli_load(&o, &m, &c, 1)) {
+        ks_schema_free(schema);
+        return 1;
+    }
     int rc = 1;
     gen_batch *b = NULL;
     spec *sp = NULL;
@@ -300,6 +324,14 @@ int cmd_run(int argc, char **argv) {
     p.n_predict = o.n_predict;
     p.sampler = o.sp;
     spec_slot(&p, sp);
+    p.ignore_eos = o.ignore_eos;
+    ks_sv sv;
+    sample_constraint cons;
+    if (schema) {
+        ks_sv_init(&sv, schema);
+        sample_json_constraint(&cons, &sv);
+        p.constraint = &cons;
+    }
     gen_stats st = {n_prompt, 0, 0, 0, 0, 0, 0};
     sink k;
     memset(&k, 0, sizeof k);
@@ -317,6 +349,7 @@ done:
     spec_free(sp);
     kiln_context_free(c);
     kiln_model_free(m);
+    ks_schema_free(schema);
     return rc;
 }
 
@@ -473,11 +506,11 @@ static void chat_set(chat_state *st, cli_opts *o, int *has_system, char *args) {
 int cmd_chat(int argc, char **argv) {
     cli_opts o;
     cli_opts_init(&o);
-    o.n_predict = -1;
     const char *system = NULL;
     cli_opts base = pack_begin(&o);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--system") && i + 1 < argc) {
+        if ((!strcmp(argv[i], "--system") || !strcmp(argv[i], "-sys") || !strcmp(argv[i], "--system-prompt")) &&
+            i + 1 < argc) {
             system = argv[++i];
             continue;
         }
@@ -491,10 +524,16 @@ int cmd_chat(int argc, char **argv) {
     }
     cli_pack pk;
     pack_end(&o, &base, &pk, &system);
+    ks_schema *schema = NULL;
+    if (cli_opts_finish(&o, "chat") || (o.json_schema && !(schema = schema_of(&o, "chat")))) {
+        cli_pack_free(&pk);
+        return 2;
+    }
     chat_state st;
     memset(&st, 0, sizeof st);
     if (cli_load(&o, &st.m, &st.c, 1)) {
         cli_pack_free(&pk);
+        ks_schema_free(schema);
         return 1;
     }
     catch_sigint();
@@ -568,17 +607,63 @@ int cmd_chat(int argc, char **argv) {
             free(msg);
         }
         if (!ids) goto done;
+        const int n_ctx = kiln_context_n_ctx(st.c);
+        /* A conversation that outgrows the context loses its oldest turns
+         * (the system prompt stays), as Ollama does, with room left for a
+         * reply: -n's tokens, or a quarter of the context. */
+        const int reserve = o.n_predict > 0 && o.n_predict < n_ctx / 2 ? o.n_predict : n_ctx / 4;
+        if (n + reserve > n_ctx) {
+            int dropped = 0;
+            if (st.tmpl) {
+                const size_t first = has_system ? 1 : 0;
+                while (ids && n + reserve > n_ctx && json_array_size(st.messages) > first + 1) {
+                    json_array_remove(st.messages, first); /* a turn: the message and the replies after it */
+                    while (json_array_size(st.messages) > first + 1 &&
+                           strcmp(json_string_value(json_object_get(json_array_get(st.messages, first), "role")),
+                                  "user"))
+                        json_array_remove(st.messages, first);
+                    dropped++;
+                    free(ids);
+                    ids = render_chat(&st, &n);
+                }
+                if (!ids) goto done;
+            } else if (n_before > 0) { /* plain text: the oldest tokens go, the BOS stays */
+                const int lead = kiln_token_bos(st.m) >= 0 && st.held[0] == kiln_token_bos(st.m) ? 1 : 0;
+                const int want = n_ctx - reserve;
+                const int cut = n - want > n_before - lead ? n_before - lead : n - want;
+                if (cut > 0) {
+                    memmove(st.held + lead, st.held + lead + cut, (size_t)(n - lead - cut) * sizeof *st.held);
+                    st.n_held = n = n - cut;
+                    dropped = cut;
+                    kiln_seq_truncate(st.c, 0, 0);
+                    st.n_kv = 0;
+                }
+            }
+            if (dropped)
+                fprintf(stderr, "kiln chat: the conversation outgrew the context of %d tokens: dropped the oldest %d %s%s\n",
+                        n_ctx, dropped, st.tmpl ? (dropped == 1 ? "turn" : "turns") : "tokens",
+                        has_system && st.tmpl ? " (the system prompt stays)" : "");
+        }
+        if (n + 1 > n_ctx) { /* the message alone does not fit: not sent, the chat goes on */
+            fprintf(stderr, "kiln chat: this message makes %d tokens, over the context of %d tokens; it was not sent\n",
+                    n, n_ctx);
+            if (st.tmpl) {
+                json_array_remove(st.messages, json_array_size(st.messages) - 1);
+                free(ids);
+            } else { /* back to before the message (or to nothing, once trimmed) */
+                st.n_held = st.n_kv ? n_before : 0;
+                if (!st.n_held) {
+                    kiln_seq_truncate(st.c, 0, 0);
+                    st.n_kv = 0;
+                }
+            }
+            continue;
+        }
         /* the cache keeps the prefix the new tokens share */
         int keep = 0;
         while (keep < st.n_kv && keep < n && st.held[keep] == ids[keep]) keep++;
         if (keep == n) keep--; /* always feed at least one token */
         keep = kiln_seq_truncate_point(st.c, 0, keep); /* a recurrent state resumes only at a snapshot */
-        int n_ctx = kiln_context_n_ctx(st.c);
-        if (n + 1 > n_ctx) {
-            fprintf(stderr, "kiln chat: the conversation no longer fits the context of %d tokens\n", n_ctx);
-            if (ids != st.held) free(ids);
-            goto done;
-        }
         int budget = n_ctx - n - 1;
         gen_params p = gen_params_default();
         p.prompt = ids;
@@ -589,6 +674,14 @@ int cmd_chat(int argc, char **argv) {
         p.n_predict = o.n_predict < 0 || o.n_predict > budget ? budget : o.n_predict;
         p.sampler = o.sp;
         spec_slot(&p, sp);
+        p.ignore_eos = o.ignore_eos;
+        ks_sv sv;
+        sample_constraint cons;
+        if (schema) { /* each reply is one value */
+            ks_sv_init(&sv, schema);
+            sample_json_constraint(&cons, &sv);
+            p.constraint = &cons;
+        }
         gen_stats gs = {n - keep, 0, 0, 0, 0, 0, 0};
         sink k;
         memset(&k, 0, sizeof k);
@@ -644,6 +737,7 @@ done:
     json_decref(st.messages);
     kct_free(st.tmpl);
     cli_pack_free(&pk);
+    ks_schema_free(schema);
     free(st.held);
     gen_batch_free(gb);
     spec_free(sp);

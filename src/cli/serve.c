@@ -63,7 +63,7 @@ static void serve_usage(FILE *f) {
             "  --port P          port (default %d; 0 = any free port, printed at start)\n"
             "  --store DIR       model store root (default $KILN_STORE or ~/.local/share/kiln)\n"
             "  --parallel N      sequences decoded together per model (default 4)\n"
-            "  -c N              context tokens per sequence (default: the model's, capped by memory)\n"
+            "  -c N              context tokens per sequence (default: the model's up to 4096, capped by memory)\n"
             "  -b N              most tokens per forward step (default 512)\n"
             "  -t N              threads (default: all CPUs)\n"
             "  --kv-budget MIB   KV cache memory per model (default: -c x --parallel)\n"

@@ -61,6 +61,9 @@ typedef struct llm_model {
 
 /* Prompt tokens one sequence adds per step while others generate. */
 #define LLM_PREFILL_CHUNK 256
+/* Tokens per sequence when the caller leaves n_ctx at 0 (at most the
+ * model's own): Ollama's default context. */
+#define LLM_DEFAULT_CTX 4096
 
 /* The gate hooks of the scheduler: the engine's own gate. */
 static int gate_urgent(void *user) { return engine_urgent_waiting(user); }
@@ -89,10 +92,17 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
     pthread_mutex_init(&lm->emb_mu, NULL);
     kiln_status st = kiln_model_load(path, NULL, &lm->m);
     const kiln_context_params *cp = engine_context_params(r);
-    kiln_context_params dp = kiln_context_default_params();
+    kiln_context_params p = cp ? *cp : kiln_context_default_params();
+    if (st == KILN_OK && p.n_ctx == 0) {
+        /* a model declaring 131072 tokens would reserve them for every
+         * sequence: Ollama's 4096 per sequence instead (n_ctx asks for more) */
+        kiln_model_info info;
+        kiln_model_get_info(lm->m, &info);
+        p.n_ctx = info.n_ctx_train < LLM_DEFAULT_CTX ? info.n_ctx_train : LLM_DEFAULT_CTX;
+    }
+    if (st == KILN_OK) st = kiln_context_new(lm->m, &p, &lm->c);
     char draft[4096];
     const kiln_spec_params sp = engine_spec_params(r, draft, sizeof draft);
-    if (st == KILN_OK) st = kiln_context_new(lm->m, cp ? cp : &dp, &lm->c);
     if (st == KILN_OK && sp.type != KILN_SPEC_NONE) st = spec_new(&sp, lm->m, lm->c, &lm->spec);
     if (st == KILN_OK) {
         lm->n_seq = kiln_context_n_seq_max(lm->c);

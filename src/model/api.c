@@ -110,8 +110,13 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
                        "a Q8_0 KV cache needs a head size that is a multiple of 32, at most 256 (this model's is %d)",
                        shape.hd);
     if (p.n_ctx < 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "negative context size");
-    if (p.n_ctx > hp->n_ctx_train)
+    /* past the trained length a rotary decoder still runs (its quality may
+     * fall, as llama.cpp warns); an encoder's learned positions end there */
+    if (p.n_ctx > hp->n_ctx_train && m->arch->encoder)
         return kl_fail(NULL, KILN_ERR_INVALID_ARG, "context %d exceeds the model's %d", p.n_ctx, hp->n_ctx_train);
+    if (p.n_ctx > hp->n_ctx_train)
+        kb_log(KB_LOG_WARN, "the context of %d tokens exceeds the %d the model was trained on; output past it may "
+                            "degrade", p.n_ctx, hp->n_ctx_train);
     /* the usable context is the smaller of the model's and what the
      * budget allows for n_seq_max sequences once the recurrent-state pool
      * (allocated whole, whatever the context) is taken out of it */

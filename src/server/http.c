@@ -144,27 +144,39 @@ int ks_send_json(struct MHD_Connection *c, int status, json_t *j) {
  * shape ({"type": "error", "error": {type, message}}). */
 static _Thread_local int anthropic_errors;
 
-int ks_send_error(struct MHD_Connection *c, int status, const char *type, const char *msg, const char *param) {
-    json_t *root;
-    if (anthropic_errors) {
-        root = ks_msg_ops.error_body(type, msg);
-    } else {
-        json_t *e = json_object();
-        json_object_set_new(e, "message", json_string(msg));
-        json_object_set_new(e, "type", json_string(type));
-        json_object_set_new(e, "param", param ? json_string(param) : json_null());
-        json_object_set_new(e, "code", json_null());
-        root = json_object();
-        json_object_set_new(root, "error", e);
-    }
+/* Sends an error body (stolen) with the headers its status calls for. */
+static int send_error_body(struct MHD_Connection *c, int status, json_t *root) {
     char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(root);
+    if (!s) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
-    if (!r) return MHD_NO;
+    if (!r) {
+        free(s);
+        return MHD_NO;
+    }
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     return queue(c, status, r);
+}
+
+int ks_send_error(struct MHD_Connection *c, int status, const char *type, const char *msg, const char *param) {
+    if (anthropic_errors) return send_error_body(c, status, ks_msg_ops.error_body(type, msg));
+    json_t *e = json_object();
+    json_object_set_new(e, "message", json_string(msg));
+    json_object_set_new(e, "type", json_string(type));
+    json_object_set_new(e, "param", param ? json_string(param) : json_null());
+    json_object_set_new(e, "code", json_null());
+    json_t *root = json_object();
+    json_object_set_new(root, "error", e);
+    return send_error_body(c, status, root);
+}
+
+int ks_error(struct MHD_Connection *c, int ollama, int status, const char *type, const char *msg, const char *param) {
+    if (!ollama) return ks_send_error(c, status, type, msg, param);
+    json_t *root = json_object();
+    json_object_set_new(root, "error", json_string(msg));
+    return send_error_body(c, status, root);
 }
 
 int ks_conn_gone(struct MHD_Connection *c) {
@@ -359,6 +371,44 @@ static int refuse(struct MHD_Connection *c, const char *url, const char *msg) {
 
 /* A CORS preflight from an allowed origin: the methods the APIs use and
  * whatever request headers the page asks for (token characters only). */
+/* The paths routed below outside /api/, by the one method each takes: a
+ * known path asked with another method is a 405 with Allow, not a 404. */
+static const char *const k_post_paths[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings",
+                                           "/v1/images/generations", "/v1/audio/transcriptions",
+                                           "/v1/audio/translations"};
+static const char *const k_get_paths[] = {"/v1/models", "/models", "/health", "/metrics"};
+
+static int wrong_method(const char *url, int post) {
+    const char *const *list = post ? k_get_paths : k_post_paths;
+    const size_t n = post ? sizeof k_get_paths / sizeof *k_get_paths : sizeof k_post_paths / sizeof *k_post_paths;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(url, list[i])) return 1;
+    return 0;
+}
+
+static int method_not_allowed(struct MHD_Connection *c, const char *allow) {
+    json_t *e = json_object();
+    char msg[64];
+    snprintf(msg, sizeof msg, "method not allowed; use %s", allow);
+    json_object_set_new(e, "message", json_string(msg));
+    json_object_set_new(e, "type", json_string("invalid_request_error"));
+    json_object_set_new(e, "param", json_null());
+    json_object_set_new(e, "code", json_null());
+    json_t *root = json_object();
+    json_object_set_new(root, "error", e);
+    char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(root);
+    if (!s) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Allow", allow);
+    return queue(c, 405, r);
+}
+
 static int preflight(struct MHD_Connection *c) {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
@@ -405,13 +455,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!strcmp(method, "OPTIONS")) return (enum MHD_Result)preflight(c);
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     if (get && !strcmp(url, "/health")) return (enum MHD_Result)health(s, c);
+    const int is_api = !strncmp(url, "/api/", 5); /* Ollama's API: its error shape */
     if (!(get && ks_guard_public_path(url)) && !authorized(s, c))
-        return (enum MHD_Result)ks_send_error(c, 401, "authentication_error",
-                                              "a valid API key is required (Authorization: Bearer KEY)", NULL);
+        return (enum MHD_Result)ks_error(c, is_api, 401, "authentication_error",
+                                         "a valid API key is required (Authorization: Bearer KEY)", NULL);
     if (cs->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->cfg.max_body);
-        return (enum MHD_Result)ks_send_error(c, 413, "invalid_request_error", msg, NULL);
+        return (enum MHD_Result)ks_error(c, is_api, 413, "invalid_request_error", msg, NULL);
     }
     if (get && ks_webui_path(url)) return (enum MHD_Result)ks_webui_serve(c, url);
     if (get && !strcmp(url, "/metrics")) {
@@ -428,7 +479,6 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     const int rerank = !strcmp(url, "/v1/rerank") || !strcmp(url, "/v1/reranking") || !strcmp(url, "/rerank") ||
                        !strcmp(url, "/reranking");
     int is_oai = !strncmp(url, "/v1/", 4) || rerank;
-    int is_api = !strncmp(url, "/api/", 5);
     int is_llama = ks_llama_path(url);
     if ((post || !strcmp(method, "DELETE")) && (is_oai || is_api || is_llama) && cs->body.len) {
         body = parse_body(cs, c, &rc);
@@ -446,6 +496,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     else if (post && rerank) rc = ks_rerank(s, c, body);
     else if (is_api) rc = ks_oll_route(s, c, method, url, body);
     else if (is_llama) rc = ks_llama_route(s, c, method, url, body);
+    else if (wrong_method(url, post)) rc = method_not_allowed(c, post ? "GET, HEAD" : "POST");
     else {
         char msg[300];
         snprintf(msg, sizeof msg, "no route for %s %.200s", method, url);

@@ -9,9 +9,7 @@
 #include <time.h>
 
 int ks_oll_error(struct MHD_Connection *c, int status, const char *msg) {
-    json_t *j = json_object();
-    json_object_set_new(j, "error", json_string(msg));
-    return ks_send_json(c, status, j);
+    return ks_error(c, 1, status, NULL, msg, NULL);
 }
 
 static void iso(double t, char *buf, size_t cap) {
@@ -549,6 +547,8 @@ int ks_oll_route(ks_srv *s, struct MHD_Connection *c, const char *method, const 
     }
     if (get && !strcmp(url, "/api/tags")) return tags(s, c);
     if (get && !strcmp(url, "/api/ps")) return ps(s, c);
+    if (!strcmp(url, "/api/version") || !strcmp(url, "/api/tags") || !strcmp(url, "/api/ps"))
+        return ks_oll_error(c, 405, "method not allowed; use GET");
     if (!post && strcmp(method, "DELETE")) return ks_oll_error(c, 405, "method not allowed");
     if (!body) return ks_oll_error(c, 400, "the request has no JSON body");
     if (post && !strcmp(url, "/api/show")) return show(s, c, body);

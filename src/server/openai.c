@@ -15,24 +15,24 @@
 
 /* ---- request options ---- */
 
-static int bad(struct MHD_Connection *c, int *rc, const char *param, const char *msg) {
-    *rc = ks_send_error(c, 400, "invalid_request_error", msg, param);
+static int bad(struct MHD_Connection *c, int ollama, int *rc, const char *param, const char *msg) {
+    *rc = ks_error(c, ollama, 400, "invalid_request_error", msg, param);
     return -1;
 }
 
 static int get_num(json_t *src, const char *k, double lo, double hi, double *out, struct MHD_Connection *c,
-                   int *rc) {
+                   int ollama, int *rc) {
     json_t *v = json_object_get(src, k);
     if (!v || json_is_null(v)) return 0;
     char msg[160];
     if (!json_is_number(v)) {
         snprintf(msg, sizeof msg, "'%s' must be a number", k);
-        return bad(c, rc, k, msg);
+        return bad(c, ollama, rc, k, msg);
     }
     double d = json_number_value(v);
     if (d < lo || d > hi) {
         snprintf(msg, sizeof msg, "'%s' is %g; it must be between %g and %g", k, d, lo, hi);
-        return bad(c, rc, k, msg);
+        return bad(c, ollama, rc, k, msg);
     }
     *out = d;
     return 1;
@@ -55,6 +55,7 @@ int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts
     /* per request from the OS, so unseeded calls differ; 32 bits, so the
      * logged seed replays through every API and kiln run --seed */
     o->sp.seed = (uint32_t)kb_random_u64();
+    o->ollama = ollama;
     int r = parse_sampling(c, src, ollama, o, rc);
     if (r == 0) ks_reqlog_seed(ks_reqlog_current(), o->sp.seed);
     return r;
@@ -64,32 +65,32 @@ static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_
     if (!src) return 0;
     double d;
     int r;
-    if ((r = get_num(src, "temperature", 0, 100, &d, c, rc)) < 0) return -1;
+    if ((r = get_num(src, "temperature", 0, 100, &d, c, ollama, rc)) < 0) return -1;
     if (r) o->sp.temperature = (float)d;
-    if ((r = get_num(src, "top_p", 0, 1, &d, c, rc)) < 0) return -1;
+    if ((r = get_num(src, "top_p", 0, 1, &d, c, ollama, rc)) < 0) return -1;
     if (r) o->sp.top_p = (float)d;
-    if ((r = get_num(src, "min_p", 0, 1, &d, c, rc)) < 0) return -1;
+    if ((r = get_num(src, "min_p", 0, 1, &d, c, ollama, rc)) < 0) return -1;
     if (r) o->sp.min_p = (float)d;
-    if ((r = get_num(src, "top_k", 0, 1e6, &d, c, rc)) < 0) return -1;
+    if ((r = get_num(src, "top_k", 0, 1e6, &d, c, ollama, rc)) < 0) return -1;
     if (r) o->sp.top_k = (int32_t)d;
-    if ((r = get_num(src, "presence_penalty", -2, 2, &d, c, rc)) < 0) return -1;
+    if ((r = get_num(src, "presence_penalty", -2, 2, &d, c, ollama, rc)) < 0) return -1;
     if (r) o->sp.presence_penalty = (float)d;
-    if ((r = get_num(src, "frequency_penalty", -2, 2, &d, c, rc)) < 0) return -1;
+    if ((r = get_num(src, "frequency_penalty", -2, 2, &d, c, ollama, rc)) < 0) return -1;
     if (r) o->sp.frequency_penalty = (float)d;
-    if ((r = get_num(src, "repeat_penalty", 0, 10, &d, c, rc)) < 0) return -1;
+    if ((r = get_num(src, "repeat_penalty", 0, 10, &d, c, ollama, rc)) < 0) return -1;
     if (r) o->sp.repeat_penalty = (float)d;
-    if ((r = get_num(src, "repeat_last_n", -1, 1e9, &d, c, rc)) < 0) return -1;
+    if ((r = get_num(src, "repeat_last_n", -1, 1e9, &d, c, ollama, rc)) < 0) return -1;
     if (r) o->sp.repeat_last_n = (int32_t)d;
-    if ((r = get_num(src, "seed", -9.3e18, 1.8e19, &d, c, rc)) < 0) return -1;
+    if ((r = get_num(src, "seed", -9.3e18, 1.8e19, &d, c, ollama, rc)) < 0) return -1;
     if (r) o->sp.seed = (uint64_t)(int64_t)json_integer_value(json_object_get(src, "seed"));
     const char *mt[] = {"max_completion_tokens", "max_tokens", "num_predict"};
     for (int i = 0; i < 3; i++) {
         json_t *v = json_object_get(src, mt[i]);
         if (!v || json_is_null(v)) continue;
-        if (!json_is_integer(v)) return bad(c, rc, mt[i], "the token limit must be an integer");
+        if (!json_is_integer(v)) return bad(c, ollama, rc, mt[i], "the token limit must be an integer");
         json_int_t n = json_integer_value(v);
         if (ollama && n < 0) continue; /* Ollama: -1 = unlimited */
-        if (n < 1 || n > 1 << 30) return bad(c, rc, mt[i], "the token limit must be at least 1");
+        if (n < 1 || n > 1 << 30) return bad(c, ollama, rc, mt[i], "the token limit must be at least 1");
         o->max_tokens = (int32_t)n;
         break;
     }
@@ -99,10 +100,10 @@ static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_
     } else if (json_is_array(stop)) {
         size_t i;
         json_t *x;
-        json_array_foreach(stop, i, x) if (!json_is_string(x)) return bad(c, rc, "stop", "'stop' must hold strings");
+        json_array_foreach(stop, i, x) if (!json_is_string(x)) return bad(c, ollama, rc, "stop", "'stop' must hold strings");
         o->stop = stop;
     } else if (stop && !json_is_null(stop)) {
-        return bad(c, rc, "stop", "'stop' must be a string or an array of strings");
+        return bad(c, ollama, rc, "stop", "'stop' must be a string or an array of strings");
     }
     json_t *lp = json_object_get(src, "logprobs");
     if (json_is_true(lp)) o->logprobs = 1;
@@ -110,21 +111,21 @@ static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_
         o->logprobs = 1;
         o->n_top = (int32_t)json_integer_value(lp);
     }
-    if ((r = get_num(src, "top_logprobs", 0, SAMPLE_TOP_MAX, &d, c, rc)) < 0) return -1;
+    if ((r = get_num(src, "top_logprobs", 0, SAMPLE_TOP_MAX, &d, c, ollama, rc)) < 0) return -1;
     if (r) o->n_top = (int32_t)d;
-    if (o->n_top > SAMPLE_TOP_MAX) return bad(c, rc, "logprobs", "at most 20 alternatives per token");
+    if (o->n_top > SAMPLE_TOP_MAX) return bad(c, ollama, rc, "logprobs", "at most 20 alternatives per token");
     json_t *rf = json_object_get(src, "response_format");
     const char *rft = json_string_value(json_object_get(rf, "type"));
     if (rft && (!strcmp(rft, "json_object") || !strcmp(rft, "json_schema"))) o->json_mode = 1;
     if (rft && !strcmp(rft, "json_schema")) { /* {"json_schema": {"name": ..., "schema": {...}}} */
         char msg[300];
         o->schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
-        if (ks_check_schema(o->schema, msg, sizeof msg)) return bad(c, rc, "response_format", msg);
+        if (ks_check_schema(o->schema, msg, sizeof msg)) return bad(c, ollama, rc, "response_format", msg);
     }
     o->ignore_eos = json_is_true(json_object_get(src, "ignore_eos"));
     json_t *n = json_object_get(src, "n");
     if (n && !json_is_null(n) && (!json_is_integer(n) || json_integer_value(n) != 1))
-        return bad(c, rc, "n", "only n = 1 is supported");
+        return bad(c, ollama, rc, "n", "only n = 1 is supported");
     return 0;
 }
 
@@ -178,7 +179,7 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     char msg[300];
     if (n <= 0) {
         free(ids);
-        *rc = ks_send_error(c, 400, "invalid_request_error", "the prompt is empty", "prompt");
+        *rc = ks_error(c, o->ollama, 400, "invalid_request_error", "the prompt is empty", "prompt");
         return NULL;
     }
     int32_t max = o->max_tokens < 0 ? r->n_ctx - n : o->max_tokens;
@@ -191,13 +192,13 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
             snprintf(msg, sizeof msg,
                      "the prompt (%d tokens) plus max_tokens (%d) is %d tokens, more than the context of %d tokens", n,
                      max, n + max, r->n_ctx);
-        *rc = ks_send_error(c, 400, "invalid_request_error", msg, "max_tokens");
+        *rc = ks_error(c, o->ollama, 400, "invalid_request_error", msg, "max_tokens");
         return NULL;
     }
     ks_req *q = ks_req_new();
     if (!q) {
         free(ids);
-        *rc = ks_send_error(c, 500, "server_error", "out of memory", NULL);
+        *rc = ks_error(c, o->ollama, 500, "server_error", "out of memory", NULL);
         return NULL;
     }
     q->prompt = ids;
@@ -210,14 +211,14 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     q->ignore_eos = o->ignore_eos;
     if (o->json_mode && o->schema && !(q->schema = ks_schema_compile(o->schema, msg, sizeof msg))) {
         ks_req_free(q);
-        *rc = ks_send_error(c, 400, "invalid_request_error", msg, "response_format");
+        *rc = ks_error(c, o->ollama, 400, "invalid_request_error", msg, "response_format");
         return NULL;
     }
     kiln_engine_observation ob;
     kiln_engine_observe(r->eng, &ob);
     if (ob.n_waiting >= r->srv->cfg.max_queue) {
         ks_req_free(q);
-        *rc = ks_send_error(c, 429, "rate_limit_error", "the request queue is full; retry shortly", NULL);
+        *rc = ks_error(c, o->ollama, 429, "rate_limit_error", "the request queue is full; retry shortly", NULL);
         return NULL;
     }
     gen_params p = gen_params_default();
@@ -242,8 +243,8 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
         snprintf(msg, sizeof msg, "%s", kiln_last_error());
         ks_req_free(q);
         *rc = st == KILN_ERR_CANCELLED ? MHD_NO
-              : st == KILN_ERR_STATE   ? ks_send_error(c, 503, "unavailable_error", msg, NULL)
-                                       : ks_send_error(c, 500, "server_error", msg, NULL);
+              : st == KILN_ERR_STATE   ? ks_error(c, o->ollama, 503, "unavailable_error", msg, NULL)
+                                       : ks_error(c, o->ollama, 500, "server_error", msg, NULL);
         return NULL;
     }
     q->gr = engine_llm_events(q->er);
@@ -673,7 +674,7 @@ int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks
     if (!u) {
         ks_req_free(q);
         ks_model_done(r, a->keep_alive);
-        return ks_send_error(c, 500, "server_error", "out of memory", NULL);
+        return ks_error(c, o->ollama, 500, "server_error", "out of memory", NULL);
     }
     u->s = s;
     u->r = r;
@@ -710,7 +711,7 @@ int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks
         ks_stream *st = calloc(1, sizeof *st);
         if (!st) {
             run_free(u);
-            return ks_send_error(c, 500, "server_error", "out of memory", NULL);
+            return ks_error(c, o->ollama, 500, "server_error", "out of memory", NULL);
         }
         st->fill = run_fill;
         st->cleanup = run_cleanup;
@@ -816,7 +817,48 @@ static int tool_choice(struct MHD_Connection *c, json_t *v, int *off, int *rc) {
     if ((s && !strcmp(s, "required")) || json_is_object(v))
         msg = "'tool_choice' that forces a call (\"required\" or a named function) is not supported; "
               "use \"auto\" or \"none\"";
-    return bad(c, rc, "tool_choice", msg);
+    return bad(c, 0, rc, "tool_choice", msg);
+}
+
+/* What a message carries besides text ("images", "audio"), or NULL:
+ * Ollama's images array, or an OpenAI content part other than text. */
+static const char *media_of(json_t *m) {
+    json_t *im = json_object_get(m, "images");
+    if (json_is_array(im) && json_array_size(im)) return "images";
+    json_t *parts = json_object_get(m, "content");
+    size_t i;
+    json_t *part;
+    json_array_foreach(parts, i, part) {
+        const char *t = json_string_value(json_object_get(part, "type"));
+        if (!t || !strcmp(t, "text")) continue;
+        return strstr(t, "audio") ? "audio" : "images";
+    }
+    return NULL;
+}
+
+/* A request the model cannot serve as asked is a 400, never a silent
+ * drop: images or audio to a text-only model (every model kiln generates
+ * with), Ollama's think: true to a model without thinking (Ollama's rule:
+ * its template has no <think>).  messages: the chat's, or NULL for a
+ * generate body's own "images".  Returns 1 after sending the error. */
+static int cannot_serve(ks_model *r, struct MHD_Connection *c, json_t *body, json_t *messages, int ollama, int *rc) {
+    const char *media = messages ? NULL : media_of(body);
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) if (!media) media = media_of(m);
+    char msg[400];
+    if (media) {
+        snprintf(msg, sizeof msg, "\"%s\" does not accept %s: kiln runs it as a text-only model", r->name, media);
+        *rc = ks_error(c, ollama, 400, "invalid_request_error", msg, messages ? "messages" : "images");
+        return 1;
+    }
+    const char *tmpl = kiln_model_chat_template(r->model);
+    if (ollama && json_is_true(json_object_get(body, "think")) && !(tmpl && strstr(tmpl, "<think>"))) {
+        snprintf(msg, sizeof msg, "\"%s\" does not support thinking", r->name);
+        *rc = ks_oll_error(c, 400, msg);
+        return 1;
+    }
+    return 0;
 }
 
 /* Shared by /v1/chat/completions and /api/chat. */
@@ -845,6 +887,10 @@ int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format
         ks_model_done(r, NAN);
         return rc;
     }
+    if (cannot_serve(r, c, body, messages, ollama, &rc)) {
+        ks_model_done(r, ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN);
+        return rc;
+    }
     json_t *think = json_object_get(body, "think");
     int th = json_is_boolean(think) ? json_is_true(think) : -1;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
@@ -870,7 +916,7 @@ int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format
     a.include_usage = json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
     a.load_wait = load_wait;
     ks_req *q = ids ? ks_start(r, c, ids, n, &o, &rc) : NULL;
-    if (!ids) rc = ks_send_error(c, 500, "server_error", "tokenization failed", NULL);
+    if (!ids) rc = ks_error(c, ollama, 500, "server_error", "tokenization failed", NULL);
     if (!q) {
         ks_model_done(r, ka);
         return rc;
@@ -892,6 +938,10 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
         ks_model_done(r, ka);
         return rc;
     }
+    if (cannot_serve(r, c, body, NULL, ollama, &rc)) {
+        ks_model_done(r, ka);
+        return rc;
+    }
     int32_t n = 0, *ids = NULL;
     char *rendered = NULL;
     int start_think = 0;
@@ -903,7 +953,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
             if (v < 0 || v >= r->n_vocab) {
                 free(ids);
                 ks_model_done(r, ka);
-                return ks_send_error(c, 400, "invalid_request_error", "a prompt token id is out of range", "prompt");
+                return ks_error(c, ollama, 400, "invalid_request_error", "a prompt token id is out of range", "prompt");
             }
             ids[i] = (int32_t)v;
         }
@@ -933,7 +983,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
     free(rendered);
     if (!ids) {
         ks_model_done(r, ka);
-        return ks_send_error(c, 500, "server_error", "tokenization failed", NULL);
+        return ks_error(c, ollama, 500, "server_error", "tokenization failed", NULL);
     }
     ks_req *q = ks_start(r, c, ids, n, o, &rc);
     if (!q) {

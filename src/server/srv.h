@@ -267,6 +267,9 @@ struct MHD_Connection;
 typedef struct ks_conn ks_conn;
 int ks_send_json(struct MHD_Connection *c, int status, json_t *j); /* steals j */
 int ks_send_error(struct MHD_Connection *c, int status, const char *type, const char *msg, const char *param);
+/* An error in the request's API's shape: Ollama's {"error": msg} when
+ * ollama, else OpenAI's {"error": {"message", "type", "param", "code"}}. */
+int ks_error(struct MHD_Connection *c, int ollama, int status, const char *type, const char *msg, const char *param);
 int ks_send_text(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len,
                  int copy);
 /* 1 when the client has gone away. */
@@ -319,6 +322,7 @@ typedef struct ks_gen_opts {
     const json_t *schema;     /* borrowed: the JSON Schema json_mode output must follow, or NULL */
     int urgent;               /* "urgent": true (kiln's own field): ahead of queued requests */
     int ignore_eos;           /* "ignore_eos": true (llama-server's): never end at an end-of-generation token */
+    int ollama;               /* errors in Ollama's shape ({"error": "..."}) */
 } ks_gen_opts;
 struct MHD_Connection;
 /* 0 when schema (NULL: none) compiles; else a message for a 400. */
