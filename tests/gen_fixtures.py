@@ -32,7 +32,7 @@ Usage (from the repository root):
         qwen35moe-bench-f16.gguf (1.40 B, 64 experts, 8 used) into DIR.
 
 Needs Debian's python3-numpy and python3-torch (apt, not pip) and the vocab
-GGUFs in /work/shared/vocab.  No GGUF library is used: the small GGUF v3 writer
+GGUFs in ../shared/vocab.  No GGUF library is used: the small GGUF v3 writer
 and reader below are written from the format description, and every written
 file is re-parsed and compared with what was meant to be written.  The
 tool-call fixture also needs Debian's python3-jinja2: it renders its prompt
@@ -47,7 +47,7 @@ variants; so the chosen seed is itself deterministic.
 For each fixture the script writes:
   <name>.gguf         tiny random-weight model using llama.cpp's GGUF conventions
                       (metadata keys, tensor names, ggml dimension order) and a
-                      real tokenizer copied from a vocab GGUF in /work/shared/vocab
+                      real tokenizer copied from a vocab GGUF in ../shared/vocab
   <name>.json         prompt ids, 32 greedy continuation ids, notes
   <name>.logits.f32   raw little-endian float32 logits at the last prompt position
 
@@ -74,7 +74,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT_DIR = os.path.join(HERE, "data", "fixtures")
-VOCAB_DIR = "/work/shared/vocab"
+# the shared tokenizer conformance data, beside the repository (../shared/vocab)
+VOCAB_DIR = os.environ.get("KILN_VOCAB_DIR", os.path.join(HERE, "..", "..", "shared", "vocab"))
 
 # ---------------------------------------------------------------------------
 # GGUF v3 constants
