@@ -321,6 +321,82 @@ static void test_vocab_mismatch(void) {
     kiln_model_free(m);
 }
 
+/* ---- the n-gram index ---- */
+
+/* A sequence that comes back shorter (the same prompt again after a longer
+ * run: a benchmark's repetitions, a server's cached prefix) still finds
+ * the earlier occurrences of its n-grams: entries of the longer run that
+ * point past the end must not hide them. */
+static void test_ngram_index(void) {
+    kiln_spec_params q = kiln_spec_default_params();
+    q.type = KILN_SPEC_NGRAM;
+    q.ngram_min = 2;
+    q.ngram_max = 3;
+    spec_ngram *g = spec_ngram_new(&q, 1, 64);
+    CHECK(g != NULL);
+    if (!g) return;
+    /* 1..8 9 9 1..8 9 9 1 2 3: "1 2 3" last ended at 12 */
+    int32_t tok[24], draft[4];
+    int n = 0;
+    for (int r = 0; r < 2; r++) {
+        for (int v = 1; v <= 8; v++) tok[n++] = v;
+        tok[n++] = 9;
+        tok[n++] = 9;
+    }
+    tok[n++] = 1;
+    tok[n++] = 2;
+    tok[n++] = 3;
+    const int lens[] = {n, 13, n, 3 + 10};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        gen_ask a = {0, tok, lens[k], 4, NULL, 0, draft, NULL};
+        spec_ngram_propose(g, &a, 1);
+        /* the last "1 2 3" ends at lens[k] - 1: the latest earlier one is
+         * followed by 4 5 6 7 */
+        CHECKF(a.n == 4 && draft[0] == 4 && draft[1] == 5 && draft[2] == 6 && draft[3] == 7,
+               "n-gram lookup at length %d: %d proposals, first %d", lens[k], a.n, a.n ? draft[0] : -1);
+    }
+    /* another sequence on the slot: its own n-grams only */
+    int32_t other[8] = {9, 9, 1, 2, 30, 31, 1, 2};
+    gen_ask a = {0, other, 8, 4, NULL, 0, draft, NULL};
+    spec_ngram_propose(g, &a, 1);
+    CHECKF(a.n == 4 && draft[0] == 30 && draft[1] == 31 && draft[2] == 1 && draft[3] == 2,
+           "n-gram lookup on a new sequence: %d proposals, first %d", a.n, a.n ? draft[0] : -1);
+    spec_ngram_free(g);
+}
+
+/* The same greedy n-gram run twice on one batch (the second reuses the
+ * cached prompt) feeds the same proposals and gives the same text. */
+static void test_ngram_repeat(kiln_model *m) {
+    kiln_context *c = new_ctx(m, 256, 1, KILN_KV_F16);
+    prompts P;
+    tokenize_prompts(m, &P);
+    kiln_spec_params q = kiln_spec_default_params();
+    q.type = KILN_SPEC_NGRAM;
+    q.ngram_min = 1;
+    spec *s = NULL;
+    CHECK(spec_new(&q, m, c, &s) == KILN_OK);
+    if (!s) return;
+    gen_batch *b = NULL;
+    CHECK(gen_batch_new(m, c, 0, &b) == KILN_OK);
+    gen_batch_set_proposer(b, spec_proposer(s));
+    out o[2];
+    for (int k = 0; k < 2; k++) {
+        memset(&o[k], 0, sizeof o[k]);
+        gen_params p = greedy_params(&P, 0, 80, &o[k]);
+        p.n_draft = 4;
+        p.spec_fixed = 1;
+        p.reuse = 1;
+        CHECK(gen_batch_add(b, &p, 0, NULL) == KILN_OK);
+        run_all(b);
+    }
+    CHECKF(same(&o[0], &o[1]), "n-gram run again: the text changed");
+    CHECKF(o[0].n_drafted > 10 && o[1].n_drafted == o[0].n_drafted,
+           "n-gram run again: %d proposals, the first run %d", o[1].n_drafted, o[0].n_drafted);
+    gen_batch_free(b);
+    spec_free(s);
+    kiln_context_free(c);
+}
+
 /* ---- sampling ---- */
 
 /* n-gram proposals are deterministic: a seeded run gives the plain text. */
@@ -675,6 +751,7 @@ int main(void) {
     if (full) identity("data/fixtures/qwen3next.gguf", KILN_KV_F16, hybrid_drafts, 1);
     if (full) identity("data/hybrid/qwen35-spm-f32.gguf", KILN_KV_Q8_0, hybrid_drafts, 1);
     identity("data/hybrid/qwen35moe-spm-f16.gguf", KILN_KV_Q8_0, hybrid_drafts, 1);
+    test_ngram_index();
     test_reference();
     test_vocab_mismatch();
     test_adaptive();
@@ -682,6 +759,7 @@ int main(void) {
     CHECK(kiln_model_load(STORIES, NULL, &m) == KILN_OK);
     if (m) {
         test_seeded_ngram(m);
+        test_ngram_repeat(m);
         test_rejection_rule(m);
         kiln_model_free(m);
     }

@@ -4,8 +4,8 @@
  * Each sequence has one table per n-gram length, direct-mapped by a hash
  * of the n tokens, holding 1 + the position where the latest n-gram with
  * that hash ends (0: none).  A hit is checked against the tokens, so a
- * collision or an entry left by an earlier slot on the sequence only
- * costs a miss.  A step indexes the tokens added since the last one (the
+ * collision only costs a miss; a sequence that lost tokens is indexed
+ * again (ng_sync).  A step indexes the tokens added since the last one (the
  * n-grams ending before the last token, which is the key) and looks up
  * once per length: no allocation, work proportional to the new tokens.
  * When the continuation runs into the key itself (a repeating stretch),
@@ -75,16 +75,23 @@ static inline int32_t *ng_table(const spec_ngram *g, const ng_seq *q, int32_t le
     return q->table + (size_t)(len - g->nmin) * (g->mask + 1);
 }
 
-/* Brings q's index to tok[0..n) (n-grams ending at positions < n). */
+/* Brings q's index to tok[0..n) (n-grams ending at positions < n).
+ * When q held more than the common prefix (a new slot on the sequence, or
+ * the same prompt again after a longer run), entries may point past it and
+ * hide an earlier occurrence of their n-gram that is still valid: all of
+ * tok[0..n) is indexed again, in order, so every n-gram present maps to
+ * its latest occurrence below n (entries left pointing higher are n-grams
+ * absent below n, and a lookup's checks turn them into misses). */
 static void ng_sync(const spec_ngram *g, ng_seq *q, const int32_t *tok, int32_t n) {
     if (n > g->n_ctx) n = g->n_ctx;
     int32_t lcp = q->n < n ? q->n : n;
     if (memcmp(q->tok, tok, (size_t)lcp * sizeof *tok)) {
         int32_t i = 0;
         while (i < lcp && q->tok[i] == tok[i]) i++;
-        lcp = i; /* entries past it are stale: lookups check the tokens */
+        lcp = i;
     }
     memcpy(q->tok + lcp, tok + lcp, (size_t)(n - lcp) * sizeof *tok);
+    if (lcp < q->n) lcp = 0;
     for (int32_t e = lcp; e < n; e++)
         for (int32_t len = g->nmin; len <= g->nmax && len <= e + 1; len++)
             ng_table(g, q, len)[ng_hash(tok + e - len + 1, len) & g->mask] = e + 1;
