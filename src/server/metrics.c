@@ -77,12 +77,12 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
         "# TYPE kiln_prefix_cache_hits_total counter\n",
         "# HELP kiln_model_loaded 1 while the model is resident.\n# TYPE kiln_model_loaded gauge\n",
         "# HELP kiln_spec_decode_num_draft_tokens_total Proposed tokens the model verified (speculative decoding, "
-        "since the model loaded).\n# TYPE kiln_spec_decode_num_draft_tokens_total counter\n",
+        "since the server started).\n# TYPE kiln_spec_decode_num_draft_tokens_total counter\n",
         "# HELP kiln_spec_decode_num_accepted_tokens_total Of those, accepted.\n"
         "# TYPE kiln_spec_decode_num_accepted_tokens_total counter\n",
         "# HELP kiln_spec_decode_num_drafts_total Verifications (a sequence's proposals checked in one forward).\n"
         "# TYPE kiln_spec_decode_num_drafts_total counter\n",
-        "# HELP kiln_spec_decode_acceptance_rate Accepted / proposed tokens since the model loaded.\n"
+        "# HELP kiln_spec_decode_acceptance_rate Accepted / proposed tokens since the server started.\n"
         "# TYPE kiln_spec_decode_acceptance_rate gauge\n",
         "# HELP kiln_spec_decode_num_accepted_tokens_per_pos_total Verifications that accepted the proposal at each "
         "position (1 = the first).\n# TYPE kiln_spec_decode_num_accepted_tokens_per_pos_total counter\n",
@@ -95,7 +95,8 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
          * or yielded to an urgent one); the KV cache from its scheduler */
         gen_sched_stats gs;
         memset(&gs, 0, sizeof gs);
-        if (r->state == KS_M_READY && r->family == KILN_ENGINE_LLM) engine_llm_stats(r->eng, NULL, &gs);
+        const int live = r->state == KS_M_READY && r->family == KILN_ENGINE_LLM &&
+                         engine_llm_stats(r->eng, NULL, &gs) == KILN_OK;
         if (r->eng) {
             kiln_engine_observation ob;
             kiln_engine_observe(r->eng, &ob);
@@ -110,13 +111,16 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
         ks_buf_printf(&f[KVB], "kiln_kv_cache_blocks{model_name=\"%s\",state=\"used\"} %d\n", m, kv->n_used);
         ks_buf_printf(&f[KVB], "kiln_kv_cache_blocks{model_name=\"%s\",state=\"cached\"} %d\n", m, kv->n_cached);
         ks_buf_printf(&f[KVB], "kiln_kv_cache_blocks{model_name=\"%s\",state=\"total\"} %d\n", m, kv->n_blocks);
+        /* counters: since the server started, whatever loads came between */
+        ks_counts tot;
+        ks_model_counts(r, live ? &gs : NULL, &tot);
         ks_buf_printf(&f[HIT], "kiln_prefix_cache_hits_total{model_name=\"%s\"} %llu\n", m,
-                      (unsigned long long)kv->hit_blocks * (unsigned long long)kv->block_tokens);
+                      (unsigned long long)tot.hit_tokens);
         ks_buf_printf(&f[LOOK], "kiln_prefix_cache_queries_total{model_name=\"%s\"} %llu\n", m,
-                      (unsigned long long)kv->lookup_blocks * (unsigned long long)kv->block_tokens);
+                      (unsigned long long)tot.lookup_tokens);
         ks_buf_printf(&f[LOADED], "kiln_model_loaded{model_name=\"%s\"} %d\n", m, r->state == KS_M_READY);
         if (s->cfg.spec.type != KILN_SPEC_NONE && r->family == KILN_ENGINE_LLM) {
-            const gen_spec_stats *sp = &gs.spec;
+            const gen_spec_stats *sp = &tot.spec;
             ks_buf_printf(&f[SP_DRAFT], "kiln_spec_decode_num_draft_tokens_total{model_name=\"%s\"} %llu\n", m,
                           (unsigned long long)sp->n_drafted);
             ks_buf_printf(&f[SP_ACC], "kiln_spec_decode_num_accepted_tokens_total{model_name=\"%s\"} %llu\n", m,

@@ -52,6 +52,30 @@ static json_t *details_of(const kiln_model *m) {
 
 
 
+/* ---- counters that outlive a load ---- */
+
+static void counts_of(const gen_sched_stats *gs, ks_counts *c) {
+    c->spec = gs->spec;
+    c->lookup_tokens = gs->kv.lookup_blocks * (uint64_t)gs->kv.block_tokens;
+    c->hit_tokens = gs->kv.hit_blocks * (uint64_t)gs->kv.block_tokens;
+}
+
+static void counts_add(ks_counts *to, const ks_counts *c) {
+    to->spec.n_steps += c->spec.n_steps;
+    to->spec.n_drafted += c->spec.n_drafted;
+    to->spec.n_accepted += c->spec.n_accepted;
+    for (int k = 0; k < GEN_DRAFT_MAX; k++) to->spec.n_accepted_at[k] += c->spec.n_accepted_at[k];
+    to->lookup_tokens += c->lookup_tokens;
+    to->hit_tokens += c->hit_tokens;
+}
+
+void ks_model_counts(const ks_model *m, const gen_sched_stats *live, ks_counts *out) {
+    *out = m->base;
+    ks_counts now = m->seen;
+    if (live) counts_of(live, &now);
+    counts_add(out, &now);
+}
+
 static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
     ks_model *m = user;
     ks_srv *s = m->srv;
@@ -59,6 +83,7 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
     switch (ev->state) {
     case KILN_ENGINE_LOADED: {
         m->state = KS_M_READY;
+        memset(&m->seen, 0, sizeof m->seen); /* a new scheduler counts from 0 */
         m->model = engine_model(e); /* NULL for families without a kiln_model (speech) */
         m->load_seconds = ks_now() - m->load_started;
         m->loaded_at = ks_wall();
@@ -92,6 +117,10 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
         if (ev->model[0]) ks_logf(s, "%s %s", m->name, kiln_engine_state_str(ev->state));
         m->state = ev->state == KILN_ENGINE_STOPPED ? KS_M_STOPPED : KS_M_UNLOADED;
         m->model = NULL;
+        /* no request ran after the last one ended: what it saw is the
+         * load's total */
+        counts_add(&m->base, &m->seen);
+        memset(&m->seen, 0, sizeof m->seen);
         ks_template_free(m->tmpl);
         m->tmpl = NULL;
         m->tmpl_tried = 0;
@@ -402,6 +431,11 @@ ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait,
 void ks_model_done(ks_model *m, double keep_alive) {
     ks_srv *s = m->srv;
     pthread_mutex_lock(&s->mu);
+    if (m->state == KS_M_READY && m->family == KILN_ENGINE_LLM) {
+        gen_sched_stats gs;
+        memset(&gs, 0, sizeof gs);
+        if (engine_llm_stats(m->eng, NULL, &gs) == KILN_OK) counts_of(&gs, &m->seen);
+    }
     m->users--;
     m->last_used = ks_now();
     m->keep_alive = isnan(keep_alive) ? s->cfg.keep_alive : keep_alive;

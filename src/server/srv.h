@@ -61,6 +61,15 @@ enum { KS_M_UNLOADED = 0, KS_M_LOADING, KS_M_READY, KS_M_UNLOADING, KS_M_FAILED,
 /* What a request asks of a model. */
 enum { KS_TASK_GENERATE = 0, KS_TASK_EMBED, KS_TASK_TRANSCRIBE, KS_TASK_INFO, KS_TASK_RERANK };
 
+/* Counters of a generation model that /metrics reports as totals since the
+ * server started (as llama-server's _total counters), so they survive the
+ * model's unloads and reloads. */
+typedef struct ks_counts {
+    gen_spec_stats spec;      /* speculative decoding */
+    uint64_t lookup_tokens;   /* prompt tokens looked up in the prefix cache */
+    uint64_t hit_tokens;      /* of those, found */
+} ks_counts;
+
 typedef struct ks_model {
     struct ks_srv *srv;
     char name[256];           /* as clients name it */
@@ -84,6 +93,8 @@ typedef struct ks_model {
     json_t *defaults;         /* a store pack's defaults (kiln_store_lease_defaults), or NULL */
     void *tmpl;               /* compiled chat template or NULL */
     int tmpl_tried;
+    ks_counts base;           /* what earlier loads counted */
+    ks_counts seen;           /* what this load had counted when its latest request ended */
     struct ks_model *next;
 } ks_model;
 
@@ -127,6 +138,10 @@ ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait,
                        size_t cap);
 /* The name of the first -m model of family in out; -1 when there is none. */
 int ks_model_first(ks_srv *s, kiln_engine_family_id family, char *out, size_t cap);
+/* m's counters since the server started: earlier loads' plus live (the
+ * resident model's stats, or NULL when it is not resident).  Under
+ * ks_srv.mu. */
+void ks_model_counts(const ks_model *m, const gen_sched_stats *live, ks_counts *out);
 /* Drops a use; keep_alive (seconds; NAN: the server's) is how long the
  * model stays once idle (0: it unloads now). */
 void ks_model_done(ks_model *m, double keep_alive);

@@ -2,7 +2,7 @@
 // Greedy completions are the plain server's, byte for byte, alone and four
 // at once (continuous batching with several speculating sequences); the
 // final response carries llama.cpp-style timings with the draft counts, and
-// /metrics the spec_decode counters.
+// /metrics the spec_decode counters, which an unload and reload keep.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -51,6 +51,23 @@ test('spec: greedy text unchanged, timings and metrics carry the draft counts', 
       assert.equal(await metric(s.base, 'kiln_spec_decode_num_accepted_tokens_total'), accepted);
       const rate = await metric(s.base, 'kiln_spec_decode_acceptance_rate');
       assert.ok(Math.abs(rate - accepted / drafted) < 1e-5);
+      // the counters are totals since the server started: an unload and the
+      // reload of the next request keep them and count on
+      const un = await fetch(s.base + '/api/generate', { method: 'POST',
+        body: JSON.stringify({ model: 'stories260K', keep_alive: 0 }) });
+      assert.equal((await un.json()).done_reason, 'unload');
+      let loaded = 1;
+      for (let i = 0; i < 100 && loaded; i++) {
+        await new Promise((res) => setTimeout(res, 50));
+        loaded = await metric(s.base, 'kiln_model_loaded');
+      }
+      assert.equal(loaded, 0, `${args.join(' ')}: the model did not unload`);
+      assert.equal(await metric(s.base, 'kiln_spec_decode_num_draft_tokens_total'), drafted);
+      const again = await complete(s.base, prompts[0]);
+      assert.equal(again.choices[0].text, want[0], `${args.join(' ')}: after the reload`);
+      assert.equal(await metric(s.base, 'kiln_spec_decode_num_draft_tokens_total'), drafted + again.timings.draft_n);
+      assert.equal(await metric(s.base, 'kiln_spec_decode_num_accepted_tokens_total'),
+        accepted + again.timings.draft_n_accepted);
     } finally {
       await s.stop();
     }
