@@ -236,6 +236,7 @@ static inline kiln_emu512 emu_set1_ps(float v) {
 }
 static inline kiln_emu512 emu_setzero_ps(void) { return emu_zero(); }
 static inline kiln_emu512 emu_loadu_ps(const void *p) { return emu_loadu_si512(p); }
+static inline void emu_storeu_ps(void *p, kiln_emu512 a) { memcpy(p, a.u8, 64); }
 static inline kiln_emu512 emu_castsi512_ps(kiln_emu512 a) { return a; }
 static inline __m256 emu_castps512_ps256(kiln_emu512 a) { return a.hf[0]; }
 static inline __m256 emu_extractf32x8_ps(kiln_emu512 a, int imm) { return a.hf[imm & 1]; }
@@ -440,6 +441,8 @@ static inline float emu_reduce_max_ps(kiln_emu512 a) {
 #define _mm512_setzero_ps emu_setzero_ps
 #undef _mm512_loadu_ps
 #define _mm512_loadu_ps emu_loadu_ps
+#undef _mm512_storeu_ps
+#define _mm512_storeu_ps emu_storeu_ps
 #undef _mm512_castsi512_ps
 #define _mm512_castsi512_ps emu_castsi512_ps
 #undef _mm512_castps512_ps256

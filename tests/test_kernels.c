@@ -1,8 +1,9 @@
 /*
  * test_kernels — the SIMD twins in src/kernels against their scalar
- * references: the attention and element-wise ops (kk_ops_at), the 4 x 4
- * F16 matmul tile (kk_tile_at), and kk_matmul / kk_matmul_multi on a thread
- * pool (tiles plus leftover rows and tokens) against plain reference dots,
+ * references: the attention and element-wise ops (kk_ops_at), the F16
+ * block kernels (kk_tile_at: bit for bit with kq_dot_f16_lanes and the
+ * vec_dot of their level), and kk_matmul / kk_matmul_multi on a thread
+ * pool (blocks plus leftover rows and tokens) against plain reference dots,
  * and the 8-row interleaved kernels (kk_x8_at) with their packing; the
  * Gated DeltaNet kernels (kk_ssm_ops_at: the convolution, the recurrent and
  * chunked delta rule) and mixture-of-experts routing.
@@ -16,6 +17,7 @@
 #include "quant/quant.h"
 #include "thread/pool.h"
 #include "testutil.h"
+#include "twins.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -126,48 +128,70 @@ static void *make_weights(int t, int64_t nrows, int64_t ncols) {
     return w;
 }
 
-static void test_tiles(int t) {
-    const int n = 512;
-    const kq_traits *tr = kq_get(t);
-    const int at = tr->vec_dot_type;
-    const size_t wrow = kq_row_size(t, n), arow = kq_row_size(at, n);
-    uint8_t *w = make_weights(t, 4, n);
-    uint8_t *a = make_weights(at, 4, n);
-    float ys[4 * 5], yv[4 * 5];
-    for (int isa = KQ_ISA_AVX2; isa <= kq_cpu_isa(); isa++) {
-        kk_tile_fn f = kk_tile_at(t, isa), ref = kk_tile_at(t, KQ_ISA_SCALAR);
-        if (!f) continue;
-        CHECK(ref != NULL);
-        ref(n, w, wrow, a, arow, ys, 5);
-        f(n, w, wrow, a, arow, yv, 5);
-        int bad = 0;
-        for (int tt = 0; tt < 4; tt++)
-            for (int r = 0; r < 4; r++) bad += !(fabsf(ys[tt * 5 + r] - yv[tt * 5 + r]) <= 1e-4f * (1.0f + fabsf(ys[tt * 5 + r])));
-        CHECKF(bad == 0, "%s tile at %s: %d of 16 differ", tr->name, kq_isa_name(isa), bad);
-    }
-    free(w);
-    free(a);
-    /* the AVX2 tile is bit-identical to the AVX2 vec_dot (matmul uses it
-     * beside that one only), for every split of n into 32-blocks, 8-groups
-     * and a tail: a token's outputs do not depend on its batch */
-    kk_tile_fn f = kq_cpu_isa() >= KQ_ISA_AVX2 ? kk_tile_at(t, KQ_ISA_AVX2) : NULL;
-    kq_vec_dot_fn dot = kq_vec_dot_at(t, KQ_ISA_AVX2);
-    const int ns[] = {8, 31, 32, 40, 72, 100, 512, 1000, 1024 + 24 + 5};
-    for (size_t k = 0; f && dot && k < sizeof ns / sizeof ns[0]; k++) {
-        const int m = ns[k];
-        const size_t wr = kq_row_size(t, m), ar = kq_row_size(at, m);
-        uint8_t *w2 = make_weights(t, 4, m), *a2 = make_weights(at, 4, m);
-        f(m, w2, wr, a2, ar, yv, 5);
-        int bad = 0;
-        for (int tt = 0; tt < 4; tt++)
-            for (int r = 0; r < 4; r++) {
-                float d;
-                dot(m, &d, w2 + (size_t)r * wr, a2 + (size_t)tt * ar);
-                bad += memcmp(&d, &yv[tt * 5 + r], sizeof d) != 0;
+kk_tile_fn kk_tile_avx512_emu(int t);
+
+/* The F16 block kernels at each SIMD level (AVX2, AVX-512 native and on
+ * emulated intrinsics) against their scalar twin kq_dot_f16_lanes and the
+ * same level's vec_dot, bit for bit, for every output of blocks of up to 37
+ * rows x 11 tokens (not multiples of the 3 x 3 / 4 x 4 register tiles or of
+ * the 16 rows the kernels keep partial sums for) over lengths that split
+ * into k-blocks, whole lane groups and a tail in every way: a token's
+ * outputs do not depend on the batch it is in.  And against the reference
+ * (double) dot within float tolerance. */
+static void test_tiles(void) {
+    const int t = KQ_F16;
+    const int ns[] = {1, 7, 8, 16, 31, 40, 100, 512, 1000, 1024 + 24 + 5};
+    const int blocks[][2] = {{1, 1}, {3, 3}, {4, 4}, {37, 11}, {17, 2}, {5, 7}};
+    kk_tile_fn ref = kk_tile_at(t, KQ_ISA_SCALAR);
+    CHECK(ref != NULL);
+    for (int lv = 0; lv < 3; lv++) {
+        kk_tile_fn f;
+        kq_vec_dot_fn dot;
+        int lanes;
+        if (lv == 2) {
+            if (kq_cpu_isa() < KQ_ISA_AVX2) continue;
+            f = kk_tile_avx512_emu(t);
+            dot = kq_legacy_dot_avx512_emu(t);
+            lanes = 16;
+        } else {
+            const int isa = lv == 0 ? KQ_ISA_AVX2 : KQ_ISA_AVX512;
+            f = kk_tile_at(t, isa);
+            dot = kq_vec_dot_at(t, isa);
+            lanes = lv == 0 ? 8 : 16;
+            if (isa > kq_cpu_isa()) continue;
+        }
+        const char *name = twin_name(lv);
+        CHECKF(f != NULL && dot != NULL, "F16 block kernel and vec_dot at %s", name);
+        if (!f || !dot) continue;
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+            for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
+                const int n = ns[k], nr = blocks[b][0], nt = blocks[b][1];
+                const size_t row = kq_row_size(t, n);
+                uint8_t *w = make_weights(t, nr, n), *a = make_weights(t, nt, n);
+                const int64_t ldy = nr + 3;
+                float *y = malloc(sizeof(float) * (size_t)(nt * ldy)), *yr = malloc(sizeof(float) * (size_t)(nt * ldy));
+                f(n, w, row, nr, a, row, nt, y, ldy);
+                ref(n, w, row, nr, a, row, nt, yr, ldy);
+                int bad_bits = 0, bad_dot = 0, bad_ref = 0;
+                for (int tt = 0; tt < nt; tt++)
+                    for (int r = 0; r < nr; r++) {
+                        const uint16_t *wr = (const uint16_t *)(w + (size_t)r * row), *ar = (const uint16_t *)(a + (size_t)tt * row);
+                        const float v = y[tt * ldy + r], twin = kq_dot_f16_lanes(n, wr, ar, lanes);
+                        float d;
+                        dot(n, &d, wr, ar);
+                        bad_bits += memcmp(&v, &twin, sizeof v) != 0;
+                        bad_dot += memcmp(&v, &d, sizeof v) != 0;
+                        bad_ref += !(fabsf(v - yr[tt * ldy + r]) <= 1e-4f * (1.0f + fabsf(yr[tt * ldy + r])));
+                    }
+                CHECKF(bad_bits == 0 && bad_dot == 0 && bad_ref == 0,
+                       "F16 block at %s, n %d, %d rows x %d tokens: %d differ from the scalar twin in their bits, %d from "
+                       "the vec_dot, %d from the reference dot",
+                       name, n, nr, nt, bad_bits, bad_dot, bad_ref);
+                free(w);
+                free(a);
+                free(y);
+                free(yr);
             }
-        CHECKF(bad == 0, "%s tile at avx2, n %d: %d of 16 differ from the avx2 vec_dot in their bits", tr->name, m, bad);
-        free(w2);
-        free(a2);
     }
 }
 
@@ -793,7 +817,7 @@ int main(void) {
         if (ss) test_gdn(ss, sv ? sv : ss);
         test_route();
     }
-    test_tiles(KQ_F16);
+    test_tiles();
     test_x8_kernels(KQ_Q4_0);
     test_x8_kernels(KQ_Q8_0);
     test_x8_kernels(KQ_Q4_K);

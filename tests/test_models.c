@@ -1021,6 +1021,88 @@ static void test_long_attention(void) {
     unlink(path);
 }
 
+/* Batch invariance: a token's logits do not depend on the batch it is in
+ * (speculative verification and continuous batching rely on it).  After a
+ * 32-token prompt in one batch, 30 more tokens in chunks of 1, 2, 4 and 8
+ * (twice) give, at every position, the very bits one-token decoding gives.
+ * Weights F32 and kiln quantize's F16, BF16, Q8_0 and Q4_0 of the qwen3
+ * fixture (F16 takes the block kernel for every batch size; the others the
+ * interleaved or row kernels), and the hybrid F16 fixtures (chunks this
+ * short use the recurrent delta rule). */
+static int invariance_run(const char *path, int chunked, float **out, int *n_vocab) {
+    kiln_model *m;
+    if (kiln_model_load(path, NULL, &m) != KILN_OK) {
+        fprintf(stderr, "%s: %s\n", path, kiln_last_error());
+        return -1;
+    }
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    const int V = info.n_vocab;
+    enum { NP = 32, NC = 30 };
+    int32_t toks[NP + NC];
+    for (int i = 0; i < NP + NC; i++) toks[i] = 3 + (i * 37) % (V - 3 < 400 ? V - 3 : 400);
+    kiln_context *c = new_ctx(m, KILN_KV_F16, 128, 1);
+    int rc = c ? 0 : -1;
+    if (c) {
+        kiln_batch b = {NP, toks, NULL, NULL, NULL};
+        rc |= kiln_decode(c, &b) != KILN_OK;
+        const int sizes[] = {1, 2, 4, 8};
+        int8_t all[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        for (int i = NP, k = 0; rc == 0 && i < NP + NC; k++) {
+            int n = chunked ? sizes[k % 4] : 1;
+            if (n > NP + NC - i) n = NP + NC - i;
+            kiln_batch cb = {n, toks + i, NULL, NULL, all};
+            rc |= kiln_decode(c, &cb) != KILN_OK;
+            for (int j = 0; rc == 0 && j < n; j++) {
+                const float *lg = kiln_get_logits(c, j);
+                if (!lg) rc = -1;
+                else memcpy(*out + (size_t)(i - NP + j) * V, lg, sizeof(float) * (size_t)V);
+            }
+            i += n;
+        }
+        kiln_context_free(c);
+    }
+    *n_vocab = V;
+    kiln_model_free(m);
+    return rc;
+}
+
+static void batch_invariance(const char *path, const char *label) {
+    enum { NC = 30 };
+    int V = 0;
+    kiln_model *m;
+    if (kiln_model_load(path, NULL, &m) != KILN_OK) { CHECKF(0, "%s: %s", path, kiln_last_error()); return; }
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    V = info.n_vocab;
+    kiln_model_free(m);
+    float *a = malloc(sizeof(float) * (size_t)NC * (size_t)V), *b = malloc(sizeof(float) * (size_t)NC * (size_t)V);
+    CHECKF(invariance_run(path, 1, &a, &V) == 0 && invariance_run(path, 0, &b, &V) == 0, "%s: decode failed", label);
+    int bad = 0;
+    for (int i = 0; i < NC; i++) bad += memcmp(a + (size_t)i * V, b + (size_t)i * V, sizeof(float) * (size_t)V) != 0;
+    CHECKF(bad == 0, "%s: %d of %d positions decoded in chunks of 1/2/4/8 differ from one-token decoding", label, bad, NC);
+    free(a);
+    free(b);
+}
+
+static void test_batch_invariance(void) {
+    char dir[] = "/tmp/kiln-test-invariance-XXXXXX", out[80];
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    batch_invariance("data/fixtures/qwen3.gguf", "qwen3 F32");
+    const char *types[] = {"f16", "bf16", "q8_0", "q4_0"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        snprintf(out, sizeof out, "%s/%s.gguf", dir, types[i]);
+        CHECKF(kiln_quantize("data/fixtures/qwen3.gguf", out, types[i], 2) == KILN_OK, "%s", kiln_last_error());
+        char label[32];
+        snprintf(label, sizeof label, "qwen3 %s", types[i]);
+        batch_invariance(out, label);
+        remove(out);
+    }
+    rmdir(dir);
+    batch_invariance("data/hybrid/qwen35moe-spm-f16.gguf", "qwen35moe F16");
+    batch_invariance("data/hybrid/qwen3next-spm-f16.gguf", "qwen3next F16");
+}
+
 int main(void) {
     test_stories();
     for (size_t i = 0; i < sizeof k_fixtures / sizeof k_fixtures[0]; i++) test_fixture(&k_fixtures[i], 1);
@@ -1037,5 +1119,6 @@ int main(void) {
     hybrid_serving("qwen35moe");
     test_context_rules();
     test_long_attention();
+    test_batch_invariance();
     return t_done();
 }

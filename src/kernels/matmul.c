@@ -36,7 +36,7 @@ size_t kk_matmul_scratch_size(int64_t ncols, int n_tok) {
 
 typedef struct mm_out_info {
     int act;          /* index into act[] */
-    kk_tile_fn tile;  /* 4 x 4 kernel, NULL = none */
+    kk_tile_fn tile;  /* block kernel, NULL = none */
     int x8;           /* index into x8t[] + 1, 0 = not interleaved */
     int t0, nt;       /* the activation rows it takes */
 } mm_out_info;
@@ -63,21 +63,20 @@ typedef struct mm_job {
     atomic_long next_tile;    /* the first row tile nobody has taken */
 } mm_job;
 
-#define TILE_REF_DEF(T)                                                                            \
-    static void tile_ref_##T(int n, const void *w, size_t wrow, const void *a, size_t arow, float *y, \
-                             int64_t ldy) {                                                        \
-        const kq_vec_dot_fn dot = kq_get(T)->vec_dot_ref;                                          \
-        for (int t = 0; t < 4; t++)                                                                \
-            for (int r = 0; r < 4; r++)                                                            \
-                dot(n, &y[t * ldy + r], (const uint8_t *)w + (size_t)r * wrow,                     \
-                    (const uint8_t *)a + (size_t)t * arow);                                        \
-    }
-TILE_REF_DEF(KQ_F16)
-#undef TILE_REF_DEF
+/* The scalar level: the reference vec_dot per output. */
+static void tile_ref_f16(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                         int64_t ldy) {
+    const kq_vec_dot_fn dot = kq_get(KQ_F16)->vec_dot_ref;
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nr; r++)
+            dot(n, &y[t * ldy + r], (const uint8_t *)w + (size_t)r * wrow, (const uint8_t *)a + (size_t)t * arow);
+}
 
 kk_tile_fn kk_tile_at(int t, int isa) {
-    if (isa == KQ_ISA_SCALAR) return t == KQ_F16 ? tile_ref_KQ_F16 : NULL;
-    if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_tile_avx2(t);
+    if (isa == KQ_ISA_SCALAR) return t == KQ_F16 ? tile_ref_f16 : NULL;
+    if (isa > kq_cpu_isa()) return NULL;
+    if (isa == KQ_ISA_AVX2) return kk_tile_avx2(t);
+    if (isa == KQ_ISA_AVX512) return kk_tile_avx512(t);
     return NULL;
 }
 
@@ -167,21 +166,12 @@ static void dot_rows(mm_job *j, int64_t r0, int64_t r1) {
             kk_tile_fn tile = j->oi[o].tile;
             for (int64_t rt = a; rt < b; rt += ROW_TILE) {
                 int64_t re = rt + ROW_TILE < b ? rt + ROW_TILE : b;
-                int t = 0;
                 if (tile) {
-                    int64_t r4 = rt + ((re - rt) & ~(int64_t)3);
-                    for (; t + 4 <= n_tok; t += 4) {
-                        const uint8_t *xa = act + (size_t)t * arow;
-                        float *yt = y + (int64_t)t * ldy;
-                        for (int64_t r = rt; r < r4; r += 4)
-                            tile((int)w->ncols, (const uint8_t *)w->data + (size_t)r * wrow, wrow, xa, arow, yt + r, ldy);
-                        for (int tt = 0; tt < 4; tt++)
-                            for (int64_t r = r4; r < re; r++)
-                                tr->vec_dot((int)w->ncols, &yt[tt * ldy + r], (const uint8_t *)w->data + (size_t)r * wrow,
-                                            xa + (size_t)tt * arow);
-                    }
+                    tile((int)w->ncols, (const uint8_t *)w->data + (size_t)rt * wrow, wrow, (int)(re - rt), act, arow,
+                         n_tok, y + rt, ldy);
+                    continue;
                 }
-                for (; t < n_tok; t++) {
+                for (int t = 0; t < n_tok; t++) {
                     const void *xa = act + (size_t)t * arow;
                     float *yt = y + (int64_t)t * ldy;
                     for (int64_t r = rt; r < re; r++)
@@ -222,6 +212,7 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
 void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
                       const float *x, int n_tok, void *scratch) {
     mm_out_info oi[MAX_OUTS];
+    const int isa = kq_active_isa(); /* the block kernel beside the vec_dot of the same level */
     mm_job j;
     memset(&j, 0, sizeof j);
     atomic_init(&j.next_tile, 0);
@@ -232,7 +223,6 @@ void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, con
     j.n_tok = n_tok;
     j.ncols = outs[0].w->ncols;
     uint8_t *sp = scratch;
-    const int isa = n_tok >= 4 ? kq_active_isa() : KQ_ISA_SCALAR; /* only tiles need it */
     for (int o = 0; o < n_out; o++) {
         const kk_mat *w = outs[o].w;
         oi[o] = (mm_out_info){0, NULL, 0, nt ? t0[o] : 0, nt ? nt[o] : n_tok};
@@ -270,9 +260,7 @@ void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, con
             j.n_act++;
         }
         oi[o].act = a;
-        /* the AVX2 tile gives the AVX2 vec_dot's bits: only beside it (a
-         * token's outputs never depend on the batch it is in) */
-        oi[o].tile = oi[o].nt >= 4 && isa == KQ_ISA_AVX2 ? kk_tile_avx2(outs[o].w->type) : NULL;
+        oi[o].tile = isa > KQ_ISA_SCALAR ? kk_tile_at(outs[o].w->type, isa) : NULL;
         j.total_rows += outs[o].w->nrows;
     }
     /* only non-F32 formats need converting */

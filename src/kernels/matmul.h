@@ -13,13 +13,12 @@
  * Q4_0, Q8_0, Q4_K and Q6_K go through the 8-row interleaved kernels of
  * pack.h: for every batch when the weight was repacked at load, and for
  * batches of X8_MIN_TOK or more tokens otherwise (each 8-row group is then
- * packed on the fly into a small stack buffer, once per batch).  Other
- * types take F16's 4 x 4 tile kernel (kk_tile_fn) where they have one
- * (AVX2, when AVX2 is the active level: its outputs are the AVX2 vec_dot's
- * bits, so a token's result never depends on the batch it is in), and
- * otherwise, like leftover tokens and rows, go row by row with the kq
- * vec_dot: one weight stream at a time, which the hardware prefetch serves
- * best.
+ * packed on the fly into a small stack buffer, once per batch).  F16
+ * takes its block kernel (kk_tile_fn) at the active level, for every batch
+ * size: its outputs are that level's vec_dot bits, so a token's result
+ * never depends on the batch it is in.  Other types, and leftover rows, go
+ * row by row with the kq vec_dot: one weight stream at a time, which the
+ * hardware prefetch serves best.
  */
 #ifndef KILN_MATMUL_H
 #define KILN_MATMUL_H
@@ -72,18 +71,25 @@ void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, con
                       const float *x, int n_tok, void *scratch);
 void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch);
 
-/* A 4 x 4 tile of a product: for r, t < 4
+/* A block of a product: for r < nr, t < nt
  *     y[t * ldy + r] = dot of n elements of weight row r (at w + r * wrow)
  *                      and activation row t (at a + t * arow)
- * with the activations in the weight type's vec_dot_type.  Prompt batches
- * use tiles so a weight block is unpacked once for 4 tokens. */
-typedef void (*kk_tile_fn)(int n, const void *w, size_t wrow, const void *a, size_t arow, float *y, int64_t ldy);
-/* The tile kernel of weight type t at exactly level isa (a KQ_ISA_* value),
- * NULL if there is none.  Only F16 has one; its scalar level (16 calls of
- * the reference vec_dot) is the twin the tests compare with. */
+ * with the activations in the weight type's vec_dot_type, each output the
+ * very float the same level's vec_dot gives (so a token's result never
+ * depends on the batch it is in).  Prompt batches and decode both use it:
+ * a weight vector is converted once for several tokens, an activation
+ * vector once for several rows. */
+typedef void (*kk_tile_fn)(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                           int64_t ldy);
+/* The block kernel of weight type t at exactly level isa (a KQ_ISA_* value),
+ * NULL if there is none.  Only F16 has one, at AVX2 and AVX-512; the scalar
+ * level is the reference vec_dot per output (within tolerance), and
+ * kq_dot_f16_lanes the bit-exact twin of each SIMD level. */
 kk_tile_fn kk_tile_at(int t, int isa);
-/* AVX2 tiles (matmul_avx2.c); NULL for types without one. */
+/* AVX2 and AVX-512 block kernels (matmul_avx2.c, matmul_avx512.c); NULL for
+ * types without one. */
 kk_tile_fn kk_tile_avx2(int t);
+kk_tile_fn kk_tile_avx512(int t);
 
 /* Expands row r of w to F32 (used for embedding lookups). */
 void kk_get_row(const kk_mat *w, int64_t r, float *out);

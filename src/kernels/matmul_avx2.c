@@ -1,84 +1,124 @@
 /*
- * matmul_avx2.c — the AVX2 tile kernel for F16 prompt batches: 4 weight
- * rows times 4 activation rows per call (see kk_tile_fn in matmul.h), so
- * each weight vector is converted once for 4 tokens and each activation
- * vector once for 4 rows.  The quantized types with an interleaved form
- * (kernels/pack.h) take batches through it instead of tiles.
+ * matmul_avx2.c — the AVX2 F16 block kernel for F16 weights (see kk_tile_fn
+ * in matmul.h): rows x tokens of products in the lane order of the AVX2
+ * F16 vec_dot (dot_f16 in quant/legacy_avx2.c), which is
+ *     lane l (of 8) sums w[k] * a[k] for k = l, l + 8, l + 16, ... with one
+ *     fma per element, the last partial group of 8 zero-padded; the 8 lanes
+ *     are then added as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))
+ * (kq_dot_f16_lanes(.., 8) is its scalar twin).  Each output is thus the
+ * very float the one-row dot gives, whatever batch its token is in.
  *
- * The loops over the 4 rows / tokens are unrolled by pragma so their
- * arrays of vectors live in registers (-O2 would keep them on the stack).
+ * One accumulator per output lets a 3 x 4 register tile (12 independent
+ * chains, enough to keep both FMA pipes busy; 12 + 4 + 1 of the 16 ymm
+ * registers) hold 3 weight rows against 4 tokens: per 8 elements, 3 weight
+ * conversions and 4 activation loads for 12 fmas.  The tokens' F16 activations are widened (exactly) once per
+ * k-block into an F32 buffer in L1 that every row of the block reuses;
+ * partial sums of 16 rows survive from one k-block to the next in memory
+ * (a store and a load give back the same bits).
+ *
+ * The loops over the tile are unrolled by pragma so their arrays of vectors
+ * live in registers (-O2 would keep them on the stack).
  */
 #include "kernels/matmul.h"
 
 #include "quant/quant.h"
 
 #include <immintrin.h>
+#include <string.h>
 
-/* acc[r][t] += weight row r times activation row t, elements i .. i + 8. */
-static inline __attribute__((always_inline)) void f16_step(__m256 acc[4][4], const uint16_t *const x[4],
-                                                           const uint16_t *const q[4], int i) {
-    __m256 av[4];
+#define LANES 8
+#define KB 512   /* elements per k-block: TT rows of KB floats = 8 KB of L1 */
+#define RB 16    /* rows whose partial sums live across k-blocks */
+#define TR 3     /* register tile: weight rows */
+#define TT 4     /* and tokens */
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* part[r * TT + t] += rows wr[r] (F16) . buffered tokens ab + t * KB (F32)
+ * over nk groups of 8 elements, for r < R, t < T. */
+static inline __attribute__((always_inline)) void micro(const int R, const int T, int nk, const uint16_t *const *wr,
+                                                        const float *ab, __m256 *part) {
+    __m256 acc[TR][TT];
     #pragma GCC unroll 4
-    for (int t = 0; t < 4; t++) av[t] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q[t] + i)));
-    #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x[r] + i)));
+    for (int r = 0; r < R; r++)
         #pragma GCC unroll 4
-        for (int t = 0; t < 4; t++) acc[r][t] = _mm256_fmadd_ps(wv, av[t], acc[r][t]);
+        for (int t = 0; t < T; t++) acc[r][t] = part[r * TT + t];
+    for (int i = 0; i < nk; i++) {
+        __m256 av[TT];
+        #pragma GCC unroll 4
+        for (int t = 0; t < T; t++) av[t] = _mm256_loadu_ps(ab + (size_t)t * KB + 8 * i);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wr[r] + 8 * i)));
+            #pragma GCC unroll 4
+            for (int t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(wv, av[t], acc[r][t]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 4
+        for (int t = 0; t < T; t++) part[r * TT + t] = acc[r][t];
+}
+
+static void micro_any(int R, int T, int nk, const uint16_t *const *wr, const float *ab, __m256 *part) {
+    switch (R * 8 + T) {
+#define M(r, t) case r * 8 + t: micro(r, t, nk, wr, ab, part); break;
+    M(1, 1) M(1, 2) M(1, 3) M(1, 4) M(2, 1) M(2, 2) M(2, 3) M(2, 4) M(3, 1) M(3, 2) M(3, 3)
+#undef M
+    default: micro(3, 4, nk, wr, ab, part); break;
     }
 }
 
-/* F16 x F16 (F16 weights take F16 activations).  Each 8-element step
- * converts the 4 weight rows and the 4 activation rows once and does the
- * 16 products from registers.
- *
- * Every output is the very float the AVX2 vec_dot (dot_f16 in
- * quant/legacy_avx2.c) gives for its row and token, so a token gets the
- * same bits in a prompt batch, a verify batch of speculative decoding or
- * alone: that dot keeps 4 accumulators, lane group k of each 32-element
- * block going to accumulator k, the leftover 8-element groups to the
- * first, then sums them as (a0 + a1) + (a2 + a3) and adds the n % 8 tail
- * in scalar.  The tile runs one pass per accumulator (16 of them live in
- * registers per pass; the 4 x 4 rows stay in L1 between passes) and
- * combines them the same way. */
-static void tile_f16(int n, const void *w, size_t wrow, const void *a, size_t arow, float *y, int64_t ldy) {
-    const uint16_t *x[4], *q[4];
-    #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        x[k] = (const uint16_t *)((const uint8_t *)w + (size_t)k * wrow);
-        q[k] = (const uint16_t *)((const uint8_t *)a + (size_t)k * arow);
-    }
-    const int n32 = n & ~31;
-    int end8 = n32; /* where the 8-element groups end */
-    while (end8 + 8 <= n) end8 += 8;
-    __m256 part[4][4][4]; /* [accumulator][row][token] */
-    for (int k = 0; k < 4; k++) {
-        __m256 acc[4][4];
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++)
-            #pragma GCC unroll 4
-            for (int t = 0; t < 4; t++) acc[r][t] = _mm256_setzero_ps();
-        /* accumulator k takes group k of every 32-block, and accumulator 0
-         * the leftover groups after them */
-        for (int i = 8 * k; i < n32; i += 32) f16_step(acc, x, q, i);
-        if (k == 0)
-            for (int i = n32; i < end8; i += 8) f16_step(acc, x, q, i);
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++)
-            #pragma GCC unroll 4
-            for (int t = 0; t < 4; t++) part[k][r][t] = acc[r][t];
-    }
-    for (int t = 0; t < 4; t++)
-        for (int r = 0; r < 4; r++) {
-            const __m256 v = _mm256_add_ps(_mm256_add_ps(part[0][r][t], part[1][r][t]),
-                                           _mm256_add_ps(part[2][r][t], part[3][r][t]));
-            __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-            s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-            s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-            float sum = _mm_cvtss_f32(s4);
-            for (int i = end8; i < n; i++) sum += _cvtsh_ss(x[r][i]) * _cvtsh_ss(q[t][i]);
-            y[t * ldy + r] = sum;
+static void tile_f16(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                     int64_t ldy) {
+    _Alignas(32) float ab[TT * KB];
+    _Alignas(32) uint16_t wtail[TR][LANES];
+    __m256 part[RB * TT];
+    for (int r0 = 0; r0 < nr; r0 += RB) {
+        const int rn = nr - r0 < RB ? nr - r0 : RB;
+        for (int t0 = 0; t0 < nt; t0 += TT) {
+            const int tn = nt - t0 < TT ? nt - t0 : TT;
+            for (int i = 0; i < RB * TT; i++) part[i] = _mm256_setzero_ps();
+            for (int k0 = 0; k0 < n; k0 += KB) {
+                const int kn = n - k0 < KB ? n - k0 : KB;
+                const int full = kn / LANES, rest = kn % LANES;
+                for (int t = 0; t < tn; t++) { /* widen the k-block of token t0 + t, zero-padded */
+                    const uint16_t *q = (const uint16_t *)((const uint8_t *)a + (size_t)(t0 + t) * arow) + k0;
+                    float *d = ab + (size_t)t * KB;
+                    int i = 0;
+                    for (; i + 8 <= kn; i += 8) _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q + i))));
+                    if (rest) {
+                        uint16_t tmp[LANES] = {0};
+                        memcpy(tmp, q + i, (size_t)rest * sizeof(uint16_t));
+                        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tmp)));
+                    }
+                }
+                for (int r = 0; r < rn; r += TR) {
+                    const int rr = rn - r < TR ? rn - r : TR;
+                    const uint16_t *wr[TR];
+                    for (int i = 0; i < rr; i++)
+                        wr[i] = (const uint16_t *)((const uint8_t *)w + (size_t)(r0 + r + i) * wrow) + k0;
+                    micro_any(rr, tn, full, wr, ab, part + r * TT);
+                    if (rest) { /* the row ends inside this group: a zero-padded copy */
+                        const uint16_t *wt[TR];
+                        for (int i = 0; i < rr; i++) {
+                            memset(wtail[i], 0, sizeof wtail[i]);
+                            memcpy(wtail[i], wr[i] + 8 * full, (size_t)rest * sizeof(uint16_t));
+                            wt[i] = wtail[i];
+                        }
+                        micro_any(rr, tn, 1, wt, ab + 8 * full, part + r * TT);
+                    }
+                }
+            }
+            for (int r = 0; r < rn; r++)
+                for (int t = 0; t < tn; t++) y[(int64_t)(t0 + t) * ldy + r0 + r] = hsum8(part[r * TT + t]);
         }
+    }
 }
 
 kk_tile_fn kk_tile_avx2(int type) { return type == KQ_F16 ? tile_f16 : NULL; }

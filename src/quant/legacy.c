@@ -72,6 +72,17 @@ static void dot_f16(int n, float *s, const void *vx, const void *vy) {
     for (int i = 0; i < n; i++) acc += (double)h2f(x[i]) * h2f(y[i]);
     *s = (float)acc;
 }
+float kq_dot_f16_lanes(int n, const uint16_t *x, const uint16_t *y, int lanes) {
+    float acc[16] = {0};
+    for (int i = 0; i < n; i += lanes)
+        for (int l = 0; l < lanes; l++) /* past n: 0 x 0, as the zero-padded last group */
+            acc[l] = __builtin_fmaf(i + l < n ? h2f(x[i + l]) : 0.0f, i + l < n ? h2f(y[i + l]) : 0.0f, acc[l]);
+    if (lanes == 16)
+        for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
+    float s4[4];
+    for (int l = 0; l < 4; l++) s4[l] = acc[l] + acc[l + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
 static void dot_bf16(int n, float *s, const void *vx, const void *vy) {
     const uint16_t *x = vx, *y = vy;
     double acc = 0.0;

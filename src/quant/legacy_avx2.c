@@ -199,20 +199,24 @@ static void dot_f32(int n, float *s, const void *vx, const void *vy) {
 
 static inline __m256 load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
+/* One accumulator: lane l sums x[k] * y[k] for k = l mod 8, one fma per
+ * element, the last partial group zero-padded; then hsum8.  This lane order
+ * is what the F16 block kernel (kernels/matmul_avx2.c) reproduces for many
+ * rows and tokens at once, so a token's outputs never depend on its batch;
+ * kq_dot_f16_lanes(.., 8) is the scalar twin, bit for bit.  A single chain
+ * is latency-bound for one row; matmuls go through the block kernel. */
 static void dot_f16(int n, float *s, const void *vx, const void *vy) {
     const uint16_t *x = vx, *y = vy;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 acc = _mm256_setzero_ps();
     int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(load_f16(x + i), load_f16(y + i), a0);
-        a1 = _mm256_fmadd_ps(load_f16(x + i + 8), load_f16(y + i + 8), a1);
-        a2 = _mm256_fmadd_ps(load_f16(x + i + 16), load_f16(y + i + 16), a2);
-        a3 = _mm256_fmadd_ps(load_f16(x + i + 24), load_f16(y + i + 24), a3);
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(load_f16(x + i), load_f16(y + i), acc);
+    if (i < n) {
+        uint16_t tx[8] = {0}, ty[8] = {0};
+        memcpy(tx, x + i, (size_t)(n - i) * sizeof(uint16_t));
+        memcpy(ty, y + i, (size_t)(n - i) * sizeof(uint16_t));
+        acc = _mm256_fmadd_ps(load_f16(tx), load_f16(ty), acc);
     }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_f16(x + i), load_f16(y + i), a0);
-    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) sum += h2f(x[i]) * h2f(y[i]);
-    *s = sum;
+    *s = hsum8(acc);
 }
 
 /* bf16 is the top half of an f32: widen and shift left by 16 (exact) */

@@ -183,7 +183,27 @@ static inline __m512 load_bf16(const void *p, int i, __mmask16 m) {
     }
 
 FLOAT_DOT(dot_f32, load_f32)
-FLOAT_DOT(dot_f16, load_f16)
+
+/* One accumulator: lane l sums x[k] * y[k] for k = l mod 16, one fma per
+ * element, the masked last group zero-padded; lanes l and l + 8 added, then
+ * the 8 sums as the AVX2 hsum does.  This lane order is what the F16 block
+ * kernel (kernels/matmul_avx512.c) reproduces for many rows and tokens at
+ * once, so a token's outputs never depend on its batch;
+ * kq_dot_f16_lanes(.., 16) is the scalar twin, bit for bit. */
+static void dot_f16(int n, float *s, const void *x, const void *y) {
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(load_f16(x, i, 0xFFFF), load_f16(y, i, 0xFFFF), acc);
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        acc = _mm512_fmadd_ps(load_f16(x, i, m), load_f16(y, i, m), acc);
+    }
+    const __m256 v = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+    *s = _mm_cvtss_f32(s4);
+}
 FLOAT_DOT(dot_bf16, load_bf16)
 
 /* tests/emu512.h has no __m512bh: there the operands stay its union */

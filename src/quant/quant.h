@@ -105,6 +105,14 @@ int kq_from_name(const char *name);
 kq_vec_dot_fn kq_vec_dot_at(int t, int isa);
 kq_from_f32_fn kq_from_f32_at(int t, int isa);
 
+/* The F16 dot in the lane order of the AVX2 (lanes 8) and AVX-512 (lanes
+ * 16) F16 vec_dot and F16 block kernels: lane l sums x[k] * y[k] (one fused
+ * multiply-add each) for k = l mod lanes, the last partial group
+ * zero-padded; with 16 lanes, lanes l and l + 8 are added; then with
+ * s_l = a_l + a_(l+4): (s0 + s2) + (s1 + s3).  The scalar twin of those
+ * kernels, bit for bit (tests). */
+float kq_dot_f16_lanes(int n, const uint16_t *x, const uint16_t *y, int lanes);
+
 /* IEEE half and bfloat16 conversions (scalar, exact, round-to-nearest-even). */
 float kq_f16_to_f32(uint16_t h);
 uint16_t kq_f32_to_f16(float f);
