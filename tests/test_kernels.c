@@ -132,16 +132,16 @@ kk_tile_fn kk_tile_avx512_emu(int t);
 
 /* The F16 block kernels at each SIMD level (AVX2, AVX-512 native and on
  * emulated intrinsics) against their scalar twin kq_dot_f16_lanes and the
- * same level's vec_dot, bit for bit, for every output of blocks of up to 37
- * rows x 11 tokens (not multiples of the 3 x 3 / 4 x 4 register tiles or of
- * the 16 rows the kernels keep partial sums for) over lengths that split
+ * same level's vec_dot, bit for bit, for every output of blocks of up to 261
+ * rows and 11 tokens (not multiples of the 3 x 4 / 4 x 4 register tiles or
+ * of the 128 rows the kernels keep partial sums for) over lengths that split
  * into k-blocks, whole lane groups and a tail in every way: a token's
  * outputs do not depend on the batch it is in.  And against the reference
  * (double) dot within float tolerance. */
 static void test_tiles(void) {
     const int t = KQ_F16;
     const int ns[] = {1, 7, 8, 16, 31, 40, 100, 512, 1000, 1024 + 24 + 5};
-    const int blocks[][2] = {{1, 1}, {3, 3}, {4, 4}, {37, 11}, {17, 2}, {5, 7}};
+    const int blocks[][2] = {{1, 1}, {3, 3}, {4, 4}, {37, 11}, {17, 2}, {5, 7}, {261, 5}};
     kk_tile_fn ref = kk_tile_at(t, KQ_ISA_SCALAR);
     CHECK(ref != NULL);
     for (int lv = 0; lv < 3; lv++) {

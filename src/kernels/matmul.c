@@ -164,13 +164,11 @@ static void dot_rows(mm_job *j, int64_t r0, int64_t r1) {
             float *y = j->outs[o].y;
             int64_t ldy = j->outs[o].ldy;
             kk_tile_fn tile = j->oi[o].tile;
-            for (int64_t rt = a; rt < b; rt += ROW_TILE) {
+            if (tile) /* the whole piece: the kernel blocks its rows itself */
+                tile((int)w->ncols, (const uint8_t *)w->data + (size_t)a * wrow, wrow, (int)(b - a), act, arow, n_tok,
+                     y + a, ldy);
+            for (int64_t rt = a; !tile && rt < b; rt += ROW_TILE) {
                 int64_t re = rt + ROW_TILE < b ? rt + ROW_TILE : b;
-                if (tile) {
-                    tile((int)w->ncols, (const uint8_t *)w->data + (size_t)rt * wrow, wrow, (int)(re - rt), act, arow,
-                         n_tok, y + rt, ldy);
-                    continue;
-                }
                 for (int t = 0; t < n_tok; t++) {
                     const void *xa = act + (size_t)t * arow;
                     float *yt = y + (int64_t)t * ldy;

@@ -11,9 +11,10 @@
  * One accumulator per output lets a 3 x 4 register tile (12 independent
  * chains, enough to keep both FMA pipes busy; 12 + 4 + 1 of the 16 ymm
  * registers) hold 3 weight rows against 4 tokens: per 8 elements, 3 weight
- * conversions and 4 activation loads for 12 fmas.  The tokens' F16 activations are widened (exactly) once per
- * k-block into an F32 buffer in L1 that every row of the block reuses;
- * partial sums of 16 rows survive from one k-block to the next in memory
+ * conversions and 4 activation loads for 12 fmas.  The tokens' F16
+ * activations are widened (exactly) once per k-block into an F32 buffer in
+ * L1 that 128 rows reuse;
+ * partial sums of 128 rows survive from one k-block to the next in memory
  * (a store and a load give back the same bits).
  *
  * The loops over the tile are unrolled by pragma so their arrays of vectors
@@ -28,7 +29,7 @@
 
 #define LANES 8
 #define KB 512   /* elements per k-block: TT rows of KB floats = 8 KB of L1 */
-#define RB 16    /* rows whose partial sums live across k-blocks */
+#define RB 128   /* rows that reuse one buffered k-block; their partial sums (16 KB) live across k-blocks */
 #define TR 3     /* register tile: weight rows */
 #define TT 4     /* and tokens */
 
@@ -83,7 +84,7 @@ static void tile_f16(int n, const void *w, size_t wrow, int nr, const void *a, s
         const int rn = nr - r0 < RB ? nr - r0 : RB;
         for (int t0 = 0; t0 < nt; t0 += TT) {
             const int tn = nt - t0 < TT ? nt - t0 : TT;
-            for (int i = 0; i < RB * TT; i++) part[i] = _mm256_setzero_ps();
+            for (int i = 0; i < rn * TT; i++) part[i] = _mm256_setzero_ps();
             for (int k0 = 0; k0 < n; k0 += KB) {
                 const int kn = n - k0 < KB ? n - k0 : KB;
                 const int full = kn / LANES, rest = kn % LANES;

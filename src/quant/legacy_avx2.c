@@ -310,8 +310,19 @@ kq_vec_dot_fn kq_legacy_dot_avx2(int t) {
     }
 }
 
+/* F16C rounds to nearest even, NaNs quieted with their top payload bits:
+ * the bits of the scalar kq_f32_to_f16. */
+static void f16_from_f32(const float *x, void *vy, int64_t n) {
+    uint16_t *y = vy;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = f2h(x[i]);
+}
+
 kq_from_f32_fn kq_legacy_quant_avx2(int t) {
     switch (t) {
+    case KQ_F16: return f16_from_f32;
     case KQ_Q8_0: return q8_0_from_f32;
     case KQ_Q8_1: return q8_1_from_f32;
     default: return NULL;
