@@ -1,7 +1,8 @@
 /* The server's output pipeline (src/server/gen.c) on a token stream from
  * the stories260K tokenizer: <think> becomes reasoning, <tool_call>{json}
- * becomes a tool call, stop strings cut the text (even across tokens) and
- * cancel the request, and text that only looks like a tag survives.
+ * (or Qwen3.5's <function=...><parameter=...> form) becomes a tool call,
+ * stop strings cut the text (even across tokens) and cancel the request,
+ * and text that only looks like a tag survives.
  *
  * Tool calls streamed in parts (OpenAI streaming): each case's text is fed
  * cut at every byte offset, and one byte at a time; the header must come
@@ -275,6 +276,34 @@ int main(void) {
     run(m, "a <tool_call>not json</tool_call> b < c", NULL, 0, &k);
     CHECKF(!strcmp(str(&k.content), " a <tool_call>not json</tool_call> b < c"), "content '%s'", str(&k.content));
     CHECK(json_array_size(k.tools) == 0);
+    done(&k);
+
+    /* Qwen3.5's format: the prompt opened <think>; the call in XML form,
+     * a string, a number, an object and a two-line string for arguments;
+     * whole at the closing tag in both sinks (the streaming scanner reads
+     * JSON only), and a block that breaks the form stays text */
+    const char *q35 = "The user wants weather.\n</think>\n\nChecking.\n\n<tool_call>\n<function=get_weather>\n"
+                      "<parameter=city>\nLyon\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+                      "<parameter=opts>\n{\"metric\": true}\n</parameter>\n<parameter=note>\nline one\nline two\n"
+                      "</parameter>\n</function>\n</tool_call>";
+    run(m, q35, NULL, 1, &k);
+    CHECKF(!strcmp(str(&k.reasoning), " The user wants weather.\n"), "reasoning '%s'", str(&k.reasoning));
+    CHECKF(!strcmp(str(&k.content), "\n\nChecking.\n\n"), "content '%s'", str(&k.content));
+    CHECK(json_array_size(k.tools) == 1);
+    {
+        json_t *want = json_loads("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lyon\", \"days\": 3, "
+                                  "\"opts\": {\"metric\": true}, \"note\": \"line one\\nline two\"}}", 0, NULL);
+        char *got = json_dumps(json_array_get(k.tools, 0), JSON_COMPACT);
+        CHECKF(want && json_equal(want, json_array_get(k.tools, 0)), "qwen3.5 call: %s", got ? got : "-");
+        free(got);
+        json_decref(want);
+    }
+    done(&k);
+    feed(m, strstr(q35, "<tool_call>"), (size_t)-1, 1, &k);
+    CHECK(k.n == 0 && json_array_size(k.tools) == 1 && !strcmp(str(&k.content), ""));
+    done(&k);
+    feed(m, "<tool_call>\n<function=f>\n<parameter=x>\n1\n</function>\n</tool_call>", 20, 0, &k);
+    CHECK(json_array_size(k.tools) == 0 && !strcmp(str(&k.content), "<tool_call>\n<function=f>\n<parameter=x>\n1\n</function>\n</tool_call>"));
     done(&k);
 
     /* tool calls in parts */

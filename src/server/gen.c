@@ -1,7 +1,8 @@
 /* From a request's tokens to text deltas, on the HTTP thread:
  *   detokenize (whole UTF-8 characters) -> stop strings (text that might
  *   begin a stop string is held back) -> tags: <think>...</think> becomes
- *   reasoning, <tool_call>{json}</tool_call> a tool call; a partial tag is
+ *   reasoning, <tool_call>{json}</tool_call> a tool call (or its XML form,
+ *   <function=NAME><parameter=KEY>..., see xml_call); a partial tag is
  *   held back too.  A stop string match cancels the request.
  *
  * A tool call reaches the sink whole at its closing tag (on_tool), or, when
@@ -114,11 +115,76 @@ static json_t *tool_streamed_done(ks_gen *g, json_t *call) {
     return call;
 }
 
+static const char *skip_ws(const char *p, const char *e) {
+    while (p < e && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+    return p;
+}
+
+/* p[0..e) starts with the literal t: returns the end of it, else NULL. */
+static const char *lit(const char *p, const char *e, const char *t) {
+    size_t n = strlen(t);
+    return (size_t)(e - p) >= n && !memcmp(p, t, n) ? p + n : NULL;
+}
+
+/* The XML form of a call (Qwen3.5, Qwen3-Coder):
+ *     <function=NAME>
+ *     <parameter=KEY>
+ *     VALUE
+ *     </parameter>
+ *     ...
+ *     </function>
+ * as {name, arguments}, or NULL when the body is not that.  A VALUE is the
+ * text between the newline after its tag and the newline before the
+ * closing one (a template writes strings as they are and other values as
+ * JSON): it becomes the JSON value it spells when it is a number, true,
+ * false, null, an array or an object, else a string. */
+static json_t *xml_call(const char *s, size_t n) {
+    const char *e = s + n, *p = lit(skip_ws(s, e), e, "<function=");
+    if (!p) return NULL;
+    const char *q = memchr(p, '>', (size_t)(e - p));
+    if (!q || q == p || memchr(p, '\n', (size_t)(q - p))) return NULL;
+    json_t *args = json_object(), *call = json_object();
+    json_object_set_new(call, "name", ks_jstr(p, (size_t)(q - p)));
+    p = q + 1;
+    for (;;) {
+        p = skip_ws(p, e);
+        const char *k = lit(p, e, "<parameter=");
+        if (!k) break;
+        const char *ke = memchr(k, '>', (size_t)(e - k));
+        if (!ke || ke == k || memchr(k, '\n', (size_t)(ke - k))) goto bad;
+        const char *v = ke + 1;
+        if (v < e && *v == '\n') v++;
+        const char *ve = memmem(v, (size_t)(e - v), "</parameter>", 12);
+        if (!ve) goto bad;
+        p = ve + 12;
+        if (ve > v && ve[-1] == '\n') ve--;
+        char key[256];
+        if ((size_t)(ke - k) >= sizeof key) goto bad;
+        memcpy(key, k, (size_t)(ke - k));
+        key[ke - k] = 0;
+        json_error_t je;
+        json_t *val = json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, &je);
+        if (!val || json_is_string(val)) {
+            json_decref(val);
+            val = ks_jstr(v, (size_t)(ve - v));
+        }
+        json_object_set_new(args, key, val);
+    }
+    if (!(p = lit(p, e, "</function>")) || skip_ws(p, e) != e) goto bad;
+    json_object_set_new(call, "arguments", args);
+    return call;
+bad:
+    json_decref(args);
+    json_decref(call);
+    return NULL;
+}
+
 /* The end of a <tool_call> body: at its closing tag (closed), or where
  * the text ended inside it. */
 static void tool_done(ks_gen *g, int closed) {
     json_error_t je;
     json_t *call = json_loadb(g->tool.p ? g->tool.p : "", g->tool.len, 0, &je);
+    if (!call && closed) call = xml_call(g->tool.p ? g->tool.p : "", g->tool.len);
     int streamed = g->tool_open;
     if (streamed) call = tool_streamed_done(g, call);
     g->tool_open = 0;
