@@ -141,7 +141,7 @@ kk_tile_fn kk_tile_avx512_emu(int t);
 static void test_tiles(void) {
     const int t = KQ_F16;
     const int ns[] = {1, 7, 8, 16, 31, 40, 100, 512, 1000, 1024 + 24 + 5};
-    const int blocks[][2] = {{1, 1}, {3, 3}, {4, 4}, {37, 11}, {17, 2}, {5, 7}, {261, 5}};
+    const int blocks[][2] = {{1, 1}, {3, 3}, {4, 4}, {37, 11}, {17, 2}, {5, 7}, {261, 5}, {37, 1}};
     kk_tile_fn ref = kk_tile_at(t, KQ_ISA_SCALAR);
     CHECK(ref != NULL);
     for (int lv = 0; lv < 3; lv++) {

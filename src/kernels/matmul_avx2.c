@@ -75,8 +75,53 @@ static void micro_any(int R, int T, int nk, const uint16_t *const *wr, const flo
     }
 }
 
+/* One token (decode): y[r] for R rows at wr[r], 8 independent chains when
+ * R = 8, the activation widened once per group for all of them; the same
+ * lane order, so the same bits. */
+static inline __attribute__((always_inline)) void one_token(const int R, int n, const uint16_t *const *wr,
+                                                            const uint16_t *q, const uint16_t *qtail, float *y) {
+    __m256 acc[8];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        const __m256 av = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q + i)));
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wr[r] + i))), av, acc[r]);
+    }
+    if (i < n) { /* the rows end inside this group: zero-padded copies */
+        const __m256 av = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(qtail)));
+        for (int r = 0; r < R; r++) {
+            _Alignas(64) uint16_t wt[LANES] = {0};
+            memcpy(wt, wr[r] + i, (size_t)(n - i) * sizeof(uint16_t));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wt))), av, acc[r]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++) y[r] = hsum8(acc[r]);
+}
+
+static void tile_one_token(int n, const void *w, size_t wrow, int nr, const uint16_t *q, float *y) {
+    _Alignas(64) uint16_t qtail[LANES] = {0};
+    if (n % LANES) memcpy(qtail, q + n / LANES * LANES, (size_t)(n % LANES) * sizeof(uint16_t));
+    const uint16_t *wr[8];
+    int r = 0;
+    for (; r + 8 <= nr; r += 8) {
+        for (int i = 0; i < 8; i++) wr[i] = (const uint16_t *)((const uint8_t *)w + (size_t)(r + i) * wrow);
+        one_token(8, n, wr, q, qtail, y + r);
+    }
+    for (; r < nr; r++) {
+        wr[0] = (const uint16_t *)((const uint8_t *)w + (size_t)r * wrow);
+        one_token(1, n, wr, q, qtail, y + r);
+    }
+}
+
 static void tile_f16(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                      int64_t ldy) {
+    if (nt == 1) {
+        tile_one_token(n, w, wrow, nr, a, y);
+        return;
+    }
     _Alignas(32) float ab[TT * KB];
     _Alignas(32) uint16_t wtail[TR][LANES];
     __m256 part[RB * TT];
