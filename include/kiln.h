@@ -516,7 +516,9 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
 
 /* JSON texts, freed with kiln_store_free_string.  list: an array of
  * {name, id, size, arch, quantization, mode, state (ok, changed, missing
- * with "missing" naming the file, damaged)}; info: {name, id, state,
+ * with "missing" naming the file, damaged), installed (when the pack was
+ * published), modified (when the name was last bound to it; both seconds
+ * since the epoch)}; info: {name, id, state,
  * names, defaults, manifest} of one name or id (defaults: see
  * kiln_store_lease_defaults). */
 kiln_status kiln_store_list(kiln_store *s, char **json_out);

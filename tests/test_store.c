@@ -312,6 +312,78 @@ static void resolve_id(kiln_store *s, const char *name, char id[65]) {
     kiln_store_release(l);
 }
 
+/* An entry of kiln_store_list by name, owned by the caller. */
+static json_t *list_entry(kiln_store *s, const char *name) {
+    char *txt = NULL;
+    CHECK(kiln_store_list(s, &txt) == KILN_OK);
+    json_t *list = json_loads(txt ? txt : "", 0, NULL), *found = NULL;
+    kiln_store_free_string(txt);
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) if (!found && !strcmp(json_string_value(json_object_get(e, "name")), name))
+        found = json_incref(e);
+    json_decref(list);
+    return found;
+}
+
+static void set_mtime(const char *path, time_t t) {
+    struct timespec ts[2] = {{t, 0}, {t, 0}};
+    CHECKF(utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW) == 0, "utimensat %s: %s", path, strerror(errno));
+}
+
+/* The install time is recorded at publish; a name's time is when it was
+ * bound; a store from before the record falls back to the manifest's mtime;
+ * kiln ls says how long ago, as ollama ls does. */
+static void test_times(void) {
+    kiln_store *s = open_store();
+    char id[65], p[PATH_MAX], err[PATH_MAX];
+    const time_t t0 = time(NULL);
+    CHECKF(kiln_store_import(s, k_model, "when:a", KILN_STORE_COPY, NULL, NULL, id) == KILN_OK, "%s", kiln_last_error());
+    const time_t t1 = time(NULL);
+    json_t *e = list_entry(s, "when:a");
+    CHECK(e != NULL);
+    json_int_t inst = json_integer_value(json_object_get(e, "installed"));
+    CHECKF(inst >= t0 && inst <= t1, "installed %lld not in [%lld, %lld]", (long long)inst, (long long)t0, (long long)t1);
+    CHECK(json_integer_value(json_object_get(e, "modified")) >= inst);
+    json_decref(e);
+    snprintf(p, sizeof p, "%s/state/%s.json", g_root, id);
+    char *state = t_read_file(p, NULL);
+    CHECKF(state && strstr(state, "\"installed\""), "state: %s", state ? state : "(none)");
+    free(state);
+    /* an older store: no record, so the manifest's mtime; the name bound
+     * later is the modified time */
+    json_t *sj = json_load_file(p, 0, NULL);
+    CHECK(sj && json_object_del(sj, "installed") == 0 && json_dump_file(sj, p, JSON_COMPACT) == 0);
+    json_decref(sj);
+    const time_t five_days = t0 - 5 * 86400, three_hours = t0 - 3 * 3600 - 60;
+    snprintf(p, sizeof p, "%s/packs/%s/manifest.json", g_root, id);
+    set_mtime(p, five_days);
+    snprintf(p, sizeof p, "%s/names/when:a", g_root);
+    set_mtime(p, three_hours);
+    e = list_entry(s, "when:a");
+    CHECKF(json_integer_value(json_object_get(e, "installed")) == five_days, "installed %lld, want %lld",
+           (long long)json_integer_value(json_object_get(e, "installed")), (long long)five_days);
+    CHECK(json_integer_value(json_object_get(e, "modified")) == three_hours);
+    json_decref(e);
+    snprintf(err, sizeof err, "%s/ls-times.out", g_tmp);
+    const char *ls[] = {"ls", NULL};
+    CHECK(run_kiln(g_root, err, ls) == 0 && contains(err, "MODIFIED") && contains(err, "3 hours ago"));
+    /* a name older than the pack (a clock step) is never shown before the
+     * install; a copy is modified now */
+    set_mtime(p, five_days - 86400);
+    e = list_entry(s, "when:a");
+    CHECK(json_integer_value(json_object_get(e, "modified")) == five_days);
+    json_decref(e);
+    CHECK(kiln_store_alias(s, "when:a", "when:b") == KILN_OK);
+    e = list_entry(s, "when:b");
+    CHECK(e && json_integer_value(json_object_get(e, "modified")) >= t0);
+    json_decref(e);
+    CHECK(run_kiln(g_root, err, ls) == 0 && contains(err, "5 days ago") &&
+          (contains(err, "seconds ago") || contains(err, "Less than a second ago") || contains(err, "About a minute ago")));
+    CHECK(kiln_store_remove(s, id) == KILN_OK);
+    kiln_store_close(s);
+}
+
 /* kiln cp refuses to overwrite a name unless --force, and then leaves no
  * pack without a name behind; rm takes the short id. */
 static void test_copy_force(void) {
@@ -900,6 +972,7 @@ int main(int argc, char **argv) {
     test_import_copy();
     test_rm_leased();
     test_copy_force();
+    test_times();
     test_link();
     test_move();
     test_verify_damage();

@@ -191,6 +191,23 @@ int cmd_import(int argc, char **argv) {
     return st != KILN_OK ? cli_fail("import") : 0;
 }
 
+/* "2 hours ago", as ollama ls words the time a model was modified. */
+static void ago(json_int_t t, char *buf, size_t cap) {
+    const double d = difftime(time(NULL), (time_t)t);
+    const long n = (long)d;
+    if (t <= 0) snprintf(buf, cap, "-");
+    else if (d < 1) snprintf(buf, cap, "Less than a second ago");
+    else if (d < 60) snprintf(buf, cap, "%ld second%s ago", n, n == 1 ? "" : "s");
+    else if (d < 120) snprintf(buf, cap, "About a minute ago");
+    else if (d < 3600) snprintf(buf, cap, "%ld minutes ago", n / 60);
+    else if (d < 7200) snprintf(buf, cap, "About an hour ago");
+    else if (d < 2 * 86400) snprintf(buf, cap, "%ld hours ago", n / 3600);
+    else if (d < 14 * 86400) snprintf(buf, cap, "%ld days ago", n / 86400);
+    else if (d < 60 * 86400) snprintf(buf, cap, "%ld weeks ago", n / (7 * 86400));
+    else if (d < 730 * 86400) snprintf(buf, cap, "%ld months ago", n / (30 * 86400));
+    else snprintf(buf, cap, "%ld years ago", n / (365 * 86400));
+}
+
 int cmd_ls(int argc, char **argv) {
     int json = argc > 1 && !strcmp(argv[1], "--json");
     if (argc > 1 + json) {
@@ -210,15 +227,17 @@ int cmd_ls(int argc, char **argv) {
     }
     json_t *list = json_loads(txt, 0, NULL);
     kiln_store_free_string(txt);
-    printf("%-32s %-12s %10s  %-8s %-8s %-7s %s\n", "NAME", "ID", "SIZE", "ARCH", "QUANT", "MODE", "STATE");
+    printf("%-32s %-12s %10s  %-22s %-8s %-8s %-7s %s\n", "NAME", "ID", "SIZE", "MODIFIED", "ARCH", "QUANT", "MODE",
+           "STATE");
     size_t i;
     json_t *e;
     json_array_foreach(list, i, e) {
-        char size[32];
+        char size[32], when[48];
         const char *name = json_string_value(json_object_get(e, "name"));
         human((uint64_t)json_integer_value(json_object_get(e, "size")), size, sizeof size);
-        printf("%-32s %-12.12s %10s  %-8s %-8s %-7s %s\n", name && *name ? name : "-",
-               json_string_value(json_object_get(e, "id")), size, json_string_value(json_object_get(e, "arch")),
+        ago(json_integer_value(json_object_get(e, "modified")), when, sizeof when);
+        printf("%-32s %-12.12s %10s  %-22s %-8s %-8s %-7s %s\n", name && *name ? name : "-",
+               json_string_value(json_object_get(e, "id")), size, when, json_string_value(json_object_get(e, "arch")),
                json_string_value(json_object_get(e, "quantization")), json_string_value(json_object_get(e, "mode")),
                json_string_value(json_object_get(e, "state")));
     }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 int ks_oll_error(struct MHD_Connection *c, int status, const char *msg) {
@@ -19,11 +20,29 @@ static void iso(double t, char *buf, size_t cap) {
     strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static json_t *tag_entry(const char *name, uint64_t size, const char *digest, json_t *det) {
+/* When a model was last modified, seconds since the epoch: a file's mtime,
+ * or the time its store name was bound (0: unknown). */
+static double modified_time(ks_srv *s, const char *ref) {
+    struct stat st;
+    if (stat(ref, &st) == 0 && S_ISREG(st.st_mode)) return (double)st.st_mtime;
+    char *txt = NULL;
+    double t = 0;
+    if (s->store && kiln_store_info(s->store, ref, &txt) == KILN_OK) {
+        json_t *j = json_loads(txt, 0, NULL);
+        t = (double)json_integer_value(json_object_get(j, "modified"));
+        json_decref(j);
+    }
+    kiln_store_free_string(txt);
+    return t;
+}
+
+static json_t *tag_entry(const char *name, uint64_t size, const char *digest, double modified, json_t *det) {
     json_t *e = json_object();
+    char t[40];
+    iso(modified, t, sizeof t);
     json_object_set_new(e, "name", json_string(name));
     json_object_set_new(e, "model", json_string(name));
-    json_object_set_new(e, "modified_at", json_string("1970-01-01T00:00:00Z"));
+    json_object_set_new(e, "modified_at", json_string(t));
     json_object_set_new(e, "size", json_integer((json_int_t)size));
     json_object_set_new(e, "digest", json_string(digest ? digest : ""));
     json_object_set_new(e, "details", det);
@@ -35,7 +54,9 @@ static int tags(ks_srv *s, struct MHD_Connection *c) {
     pthread_mutex_lock(&s->mu);
     for (ks_model *r = s->models; r; r = r->next) {
         if (!r->pinned || strcmp(r->name, r->ref) == 0) continue; /* a store name: its store entry below lists it */
-        json_array_append_new(models, tag_entry(r->name, r->file_bytes, "", ks_model_details(r)));
+        struct stat st;
+        const double t = stat(r->ref, &st) == 0 ? (double)st.st_mtime : 0;
+        json_array_append_new(models, tag_entry(r->name, r->file_bytes, "", t, ks_model_details(r)));
     }
     pthread_mutex_unlock(&s->mu);
     json_t *arr = ks_store_models(s);
@@ -58,7 +79,8 @@ static int tags(ks_srv *s, struct MHD_Connection *c) {
         json_object_set(det, "family", json_object_get(e, "arch"));
         json_object_set(det, "quantization_level", json_object_get(e, "quantization"));
         json_array_append_new(models, tag_entry(name, (uint64_t)json_integer_value(json_object_get(e, "size")),
-                                                json_string_value(json_object_get(e, "id")), det));
+                                                json_string_value(json_object_get(e, "id")),
+                                                (double)json_integer_value(json_object_get(e, "modified")), det));
     }
     json_decref(arr);
     json_t *j = json_object();
@@ -71,7 +93,8 @@ static int ps(ks_srv *s, struct MHD_Connection *c) {
     pthread_mutex_lock(&s->mu);
     for (ks_model *r = s->models; r; r = r->next) {
         if (r->state == KS_M_READY || r->state == KS_M_UNLOADING) { /* resident until its memory is released */
-            json_t *e = tag_entry(r->name, r->weight_bytes, "", ks_model_details(r));
+            json_t *e = tag_entry(r->name, r->weight_bytes, "", 0, ks_model_details(r));
+            json_object_del(e, "modified_at"); /* not part of Ollama's /api/ps */
             char t[40];
             double exp = r->keep_alive < 0 ? 4102444800.0 /* 2100: "forever" */
                                            : ks_wall() + r->keep_alive - (r->users ? 0 : ks_now() - r->last_used);
@@ -106,6 +129,9 @@ static int show(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     json_object_set_new(j, "parameters", json_string(""));
     json_object_set_new(j, "template", json_string(tmpl ? tmpl : ""));
     json_object_set_new(j, "details", ks_model_details(r));
+    char when[40];
+    iso(modified_time(s, r->ref), when, sizeof when);
+    json_object_set_new(j, "modified_at", json_string(when));
     json_t *mi = json_object();
     char key[96];
     json_object_set_new(mi, "general.architecture", json_string(info.arch));

@@ -587,6 +587,10 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
                 fsync(dfd);
                 close(dfd);
             }
+            /* the install time lives in the state, not the manifest: the id
+             * hashes the manifest, and the same content installed twice is
+             * one pack */
+            json_object_set_new(state, "installed", json_integer((json_int_t)kst_wall_now()));
             /* stamps of what was hashed during the transfer */
             json_t *stamps = json_object_get(state, "stamps");
             json_array_foreach(arts, i, a) {
@@ -657,13 +661,33 @@ static const char *pack_state(kiln_store *s, const char *id, json_t *man, json_t
     return "ok";
 }
 
+/* Seconds since the epoch: when the pack was published (its state's
+ * "installed"; a store from before that record: the manifest's mtime, which
+ * publishing wrote), and when name was last bound to it (the name file's
+ * mtime; cp and a re-pull move it), never before the install. */
+static void entry_times(kiln_store *s, const char *name, const char *id, json_t *state, json_int_t *installed,
+                        json_int_t *modified) {
+    char p[PATH_MAX];
+    struct stat st;
+    *installed = json_integer_value(json_object_get(state, "installed"));
+    if (*installed <= 0 && !kst_path(p, "%s/packs/%s/manifest.json", s->root, id) && lstat(p, &st) == 0)
+        *installed = (json_int_t)st.st_mtime;
+    *modified = *installed;
+    if (name && *name && !name_file(s, name, p) && stat(p, &st) == 0 && (json_int_t)st.st_mtime > *modified)
+        *modified = (json_int_t)st.st_mtime;
+}
+
 static json_t *entry_json(kiln_store *s, const char *name, const char *id, json_t *man) {
     json_t *state = load_state(s, id);
+    json_int_t installed, modified;
+    entry_times(s, name, id, state, &installed, &modified);
     const char *missing = NULL;
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:s,s:s}", "name", name, "id", id, "size",
                           (json_int_t)juint(man, "size"), "arch", jstr(man, "arch"), "quantization",
                           jstr(man, "quantization"), "mode", jstr(man, "mode"), "state",
                           pack_state(s, id, man, state, &missing));
+    json_object_set_new(o, "installed", json_integer(installed));
+    json_object_set_new(o, "modified", json_integer(modified));
     if (missing) json_object_set_new(o, "missing", json_string(missing));
     if (json_is_string(json_object_get(state, "damaged")))
         json_object_set(o, "damaged", json_object_get(state, "damaged"));

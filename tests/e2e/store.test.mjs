@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { startServer, bin, model } from './lib.mjs';
 
-let srv, store, other;
+let srv, store, other, t0;
 
 function kiln(...args) {
   const r = spawnSync(bin, args, { env: { ...process.env, KILN_STORE: store }, encoding: 'utf8' });
@@ -24,6 +24,7 @@ async function tagNames() {
 }
 
 before(async () => {
+  t0 = Math.floor(Date.now() / 1000);
   store = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-e2e-store-'));
   other = path.join(store, 'other.gguf');
   fs.copyFileSync(model, other);
@@ -45,6 +46,24 @@ test('/api/tags lists each model once, also once a request loaded it from the st
   const names = await tagNames();
   assert.deepEqual([...names].sort(), ['spare:latest', 'stories260K', 'tiny:latest'], names.join(','));
   assert.ok(!names.includes(''), 'no nameless entry');
+});
+
+test('modified_at is when the name was installed; a -m file gives its mtime; /api/show has it', async () => {
+  const j = await (await fetch(srv.base + '/api/tags')).json();
+  const now = Math.floor(Date.now() / 1000) + 1;
+  const secs = (m) => Date.parse(m.modified_at) / 1000;
+  for (const m of j.models) {
+    assert.match(m.modified_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/, m.name);
+    if (m.name === 'stories260K') assert.equal(secs(m), Math.floor(fs.statSync(model).mtimeMs / 1000), 'the file\'s mtime');
+    else assert.ok(secs(m) >= t0 && secs(m) <= now, `${m.name}: ${m.modified_at} not in [${t0}, ${now}]`);
+  }
+  const ls = JSON.parse(kiln('ls', '--json'));
+  const tiny = ls.find((e) => e.name === 'tiny:latest');
+  assert.equal(secs(j.models.find((m) => m.name === 'tiny:latest')), tiny.modified);
+  assert.ok(tiny.installed >= t0 && tiny.installed <= tiny.modified);
+  assert.match(kiln('ls'), /MODIFIED[\s\S]*tiny:latest .*(second|minute|Less than)/);
+  const show = await (await fetch(srv.base + '/api/show', { method: 'POST', body: JSON.stringify({ model: 'tiny' }) })).json();
+  assert.equal(secs(show), tiny.modified);
 });
 
 test('/api/copy refuses to overwrite a name', async () => {
