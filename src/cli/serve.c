@@ -62,7 +62,7 @@ static void serve_usage(FILE *f) {
             "                    requests whose Host is a loopback name or the address itself are served\n"
             "  --port P          port (default %d; 0 = any free port, printed at start)\n"
             "  --store DIR       model store root (default $KILN_STORE or ~/.local/share/kiln)\n"
-            "  --parallel N      sequences decoded together per model (default 4)\n"
+            "  -np, --parallel N sequences decoded together per model: the slots (default 4)\n"
             "  -c N              context tokens per sequence (default: the model's up to 4096, capped by memory)\n"
             "  -b N              most tokens per forward step (default 512)\n"
             "  -t N              threads (default: all CPUs)\n"
@@ -139,7 +139,7 @@ int cmd_serve(int argc, char **argv) {
             }
         } else {
             const char *numeric[] = {"--port", "--parallel", "-c", "-b", "-t", "--kv-budget", "--max-body",
-                                     "--max-queue", "--grace", "--ctx-size", "--threads", "--max-loaded"};
+                                     "--max-queue", "--grace", "--ctx-size", "--threads", "--max-loaded", "-np"};
             int k = -1;
             for (int j = 0; j < (int)(sizeof numeric / sizeof numeric[0]); j++)
                 if (!strcmp(a, numeric[j])) k = j;
@@ -155,7 +155,7 @@ int cmd_serve(int argc, char **argv) {
             }
             switch (k) {
             case 0: cfg.port = (int)v; break;
-            case 1: cfg.parallel = (int)v; break;
+            case 1: case 12: cfg.parallel = (int)v; break;
             case 2: case 9: cfg.n_ctx = (int)v; break;
             case 3: cfg.n_batch = (int)v; break;
             case 4: case 10: cfg.n_threads = (int)v; break;

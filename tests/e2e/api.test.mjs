@@ -353,6 +353,31 @@ test('a full queue answers 429 with Retry-After', async () => {
   }
 });
 
+test('a full queue on /api answers 429 in Ollama\'s error shape; -np is --parallel', async () => {
+  const k = await startServer(['-np', '1', '--max-queue', '1', '-c', '512', '-t', '1']);
+  try {
+    const props = await (await fetch(k.base + '/props')).json();
+    assert.equal(props.total_slots, 1, '-np 1 gives one slot');
+    for (const [path, extra] of [['/api/generate', { prompt: 'Once upon a time' }],
+      ['/api/chat', { messages: [{ role: 'user', content: 'Once upon a time' }] }]]) {
+      const body = JSON.stringify({ model: MODEL, stream: false, options: { num_predict: 300, temperature: 0.8 }, ...extra });
+      const rs = await Promise.all(Array.from({ length: 5 }, () => fetch(k.base + path, { method: 'POST', body })));
+      const limited = rs.filter((r) => r.status === 429);
+      assert.ok(limited.length >= 1, `${path}: some requests were refused`);
+      assert.equal(limited[0].headers.get('retry-after'), '1');
+      const j = await limited[0].json();
+      assert.deepEqual(Object.keys(j), ['error'], `${path}: Ollama's shape is {"error": "..."}`);
+      assert.match(j.error, /queue is full/);
+      for (const r of rs.filter((r) => r.status !== 429)) {
+        assert.equal(r.status, 200);
+        assert.equal((await r.json()).done, true);
+      }
+    }
+  } finally {
+    assert.equal(await k.stop(), 0);
+  }
+});
+
 test('SIGTERM lets a running stream finish, then exits 0', async () => {
   const k = await startServer(['-c', '512', '-t', '1', '--grace', '20']);
   const r = await fetch(k.base + '/v1/completions', { method: 'POST', body: JSON.stringify({
