@@ -9,6 +9,7 @@
  * prefix dead-ends.
  */
 #include "sample/jschema.h"
+#include "sample/sample.h"
 #include "sample/regex.h"
 #include "testutil.h"
 
@@ -628,6 +629,96 @@ static void test_keywords(void) {
     refused("{\"enum\": [1, 2], \"const\": 3}", "not among the 'enum' values");
 }
 
+/* ---- a forced tool call (src/sample/call.c) ---- */
+
+/* Bytes of text the call constraint takes; *whole: whether it is done. */
+static int call_feed(const ks_schema *const *schemas, const char *const *names, int n, int think, const char *text,
+                     int *whole) {
+    sample_call k;
+    CHECK(sample_call_init(&k, names, schemas, n, think) == 0);
+    sample_constraint c;
+    sample_call_constraint(&c, &k);
+    const int len = (int)strlen(text);
+    int i = 0;
+    for (; i < len; i++) {
+        if (!c.allows(c.state, text + i, 1)) break;
+        c.accept(c.state, text + i, 1);
+    }
+    *whole = i == len && c.complete(c.state) && c.done(c.state);
+    return i;
+}
+
+static void call_expect(const ks_schema *const *schemas, const char *const *names, int n, int think, const char *text,
+                        int stop, const char *what) {
+    int whole;
+    const int got = call_feed(schemas, names, n, think, text, &whole);
+    if (stop < 0) CHECKF(got == (int)strlen(text) && whole, "%s: stopped at byte %d (whole %d) of '%s'", what, got, whole, text);
+    else CHECKF(got == stop, "%s: stopped at byte %d, not %d, of '%s'", what, got, stop, text);
+}
+
+static void test_call(void) {
+    ks_schema *weather = compile("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, "
+                                 "\"unit\": {\"enum\": [\"celsius\", \"fahrenheit\"]}}, \"required\": [\"city\"]}");
+    ks_schema *clock = compile("{\"type\": \"object\", \"properties\": {\"tz\": {\"type\": \"string\"}}, "
+                               "\"required\": [\"tz\"]}");
+    const ks_schema *schemas[] = {weather, clock};
+    const char *names[] = {"get_weather", "get_time"};
+    const char *w = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>";
+    call_expect(schemas, names, 2, 0, w, -1, "the Hermes form");
+    call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}</tool_call>", -1,
+                "another tool, no line breaks");
+    call_expect(schemas, names, 2, 0, "\n<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"} }</tool_call>",
+                -1, "a line break first, a space before the closing brace");
+    /* one name only: a named tool_choice */
+    call_expect(schemas + 1, names + 1, 1, 0, w, 26, "not the named tool");
+    call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_wind\"", 26, "no such tool");
+    call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"city\": 1}}", 47,
+                "the arguments follow the named tool's schema");
+    call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}", 46, "a required argument");
+    call_expect(schemas, names, 2, 0, "Sure! <tool_call>", 0, "no text before the call");
+    call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\n", 46,
+                "the arguments on one line");
+    call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\":  ", 52,
+                "one space between tokens");
+    call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"a  \\n b\"}}</tool_call>",
+                -1, "spaces inside a string are its text");
+    call_expect(schemas, names, 2, 0, "<think>hm</think>", 2, "no reasoning unless the model has it");
+    call_expect(schemas, names, 2, 0, "   <tool_call>", 2, "at most two whitespace bytes");
+    const char *tail = "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}</tool_call>";
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s ", tail);
+    call_expect(schemas, names, 2, 0, buf, (int)strlen(tail), "nothing after the call");
+    /* reasoning first, when the template has it; "</think>" may be
+     * preceded by a partial match */
+    snprintf(buf, sizeof buf, "<think>I should look < up </th the time.</think>\n\n%s", tail);
+    call_expect(schemas, names, 2, 1, buf, -1, "a reasoning block first");
+    call_expect(schemas, names, 2, 1, tail, -1, "or none");
+    snprintf(buf, sizeof buf, "the time.</think>\n%s", tail);
+    call_expect(schemas, names, 2, 2, buf, -1, "the prompt opened the block");
+    call_expect(schemas, names, 2, 1, "<think>x</think><think>", 18, "one block only");
+    /* a token may cross from one part into the next */
+    sample_call k;
+    CHECK(sample_call_init(&k, names, schemas, 2, 0) == 0);
+    sample_constraint c;
+    sample_call_constraint(&c, &k);
+    const char *toks[] = {"<tool_call>{\"name\": \"get_", "time\", \"arguments\": {\"tz", "\": \"UTC\"}}</tool", "_call>"};
+    for (int i = 0; i < 4; i++) {
+        CHECKF(c.allows(c.state, toks[i], (int)strlen(toks[i])), "token %d", i);
+        CHECK(!c.complete(c.state));
+        c.accept(c.state, toks[i], (int)strlen(toks[i]));
+    }
+    CHECK(c.complete(c.state) && c.done(c.state) && !strcmp(sample_call_name(&k), "get_time"));
+    CHECK(!c.allows(c.state, "\n", 1));
+    /* names it cannot write as they are, repeated or none */
+    const char *badn[] = {"a\"b", "ok"};
+    CHECK(sample_call_init(&k, badn, schemas, 2, 0) != 0);
+    const char *twice[] = {"same", "same"};
+    CHECK(sample_call_init(&k, twice, schemas, 2, 0) != 0);
+    CHECK(sample_call_init(&k, names, schemas, 0, 0) != 0);
+    ks_schema_free(weather);
+    ks_schema_free(clock);
+}
+
 int main(void) {
     /* any JSON value (the JSON mode) */
     ks_schema *any = ks_schema_compile(NULL, NULL, 0);
@@ -763,5 +854,6 @@ int main(void) {
     test_patterns();
     test_formats();
     test_keywords();
+    test_call();
     return t_done();
 }

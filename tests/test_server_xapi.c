@@ -83,6 +83,24 @@ static void msg_requests(void) {
     ks_xreq_free(&x);
     json_decref(b);
 
+    /* a forced call: any is OpenAI's "required", tool a named function */
+    b = J("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":{\"type\":\"any\"},"
+          "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]}");
+    CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
+    CHECK(same(x.chat, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"required\","
+                       "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]}",
+               "tool_choice any"));
+    ks_xreq_free(&x);
+    json_decref(b);
+    b = J("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+          "\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\",\"disable_parallel_tool_use\":true},"
+          "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]}");
+    CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
+    CHECK(same(json_object_get(x.chat, "tool_choice"), "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}",
+               "tool_choice tool"));
+    ks_xreq_free(&x);
+    json_decref(b);
+
     static const struct {
         const char *body, *param, *words;
     } refused[] = {
@@ -91,8 +109,10 @@ static void msg_requests(void) {
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "messages", "role"},
         {"{\"max_tokens\":5,\"messages\":[]}", "messages", "non-empty"},
         {"{\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens", "at least 1"},
-        {"{\"max_tokens\":5,\"tool_choice\":{\"type\":\"any\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
-         "tool_choice", "cannot force"},
+        {"{\"max_tokens\":5,\"tool_choice\":{\"type\":\"some\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+         "tool_choice", "'auto', 'any', 'tool' or 'none'"},
+        {"{\"max_tokens\":5,\"tool_choice\":{\"type\":\"tool\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+         "tool_choice", "'name'"},
         {"{\"max_tokens\":5,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}],"
          "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "tools", "server tool"},
         {"{\"max_tokens\":5,\"stop_sequences\":[\"\"],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
@@ -160,6 +180,19 @@ static void resp_requests(void) {
     ks_xreq_free(&x);
     json_decref(b);
 
+    b = J("{\"input\":\"hi\",\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"},"
+          "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}]}");
+    CHECK(ks_resp_translate(b, &x, err, sizeof err, &param) == 0);
+    CHECK(same(json_object_get(x.chat, "tool_choice"), "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}",
+               "responses: a named function"));
+    ks_xreq_free(&x);
+    json_decref(b);
+    b = J("{\"input\":\"hi\",\"tool_choice\":\"required\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}");
+    CHECK(ks_resp_translate(b, &x, err, sizeof err, &param) == 0);
+    CHECK(!strcmp(json_string_value(json_object_get(x.chat, "tool_choice")), "required"));
+    ks_xreq_free(&x);
+    json_decref(b);
+
     b = J("{\"input\":\"hello\",\"stream\":true}");
     CHECK(ks_resp_translate(b, &x, err, sizeof err, &param) == 0);
     CHECK(x.stream == 1 && x.think == -1 && x.has_max == 0);
@@ -175,7 +208,7 @@ static void resp_requests(void) {
         {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"u\"}]}]}", "input",
          "input_image"},
         {"{\"input\":\"x\",\"tools\":[{\"type\":\"file_search\"}]}", "tools", "file_search"},
-        {"{\"input\":\"x\",\"tool_choice\":\"required\"}", "tool_choice", "cannot force"},
+        {"{\"input\":\"x\",\"tool_choice\":{\"type\":\"allowed_tools\"}}", "tool_choice", "'required'"},
         {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens", "at least 1"},
         {"{\"input\":[]}", "input", "non-empty"},
         {"{\"input\":[{\"type\":\"function_call\",\"name\":\"f\"}]}", "input", "call_id"},

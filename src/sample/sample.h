@@ -7,6 +7,7 @@
  *              texts may come next (structured output), the JSON
  *              recognizer as such a hook, and log-softmax with the top
  *              alternatives (logprobs)
+ * call.c       a forced tool call as such a hook
  * jschema.c    a JSON Schema compiled to a byte-level recognizer (jschema.h)
  * regex.c      a regex subset compiled to a DFA over UTF-8 bytes, for
  *              jschema's pattern and format (regex.h)
@@ -17,6 +18,7 @@
 #define KILN_SAMPLE_H
 
 #include "kiln.h"
+#include "sample/jschema.h"
 
 #include <stdint.h>
 
@@ -52,8 +54,31 @@ int32_t sample_constrained(kiln_sampler *s, const kiln_model *m, int32_t n_vocab
 void sample_constraint_accept(const sample_constraint *c, const kiln_model *m, int32_t id);
 
 /* The constraint of a JSON recognizer (jschema.h): v must outlive c. */
-struct ks_sv;
 void sample_json_constraint(sample_constraint *c, struct ks_sv *v);
+
+/* call.c: a forced tool call.  The output is an optional <think> block
+ * (when think), then <tool_call>{"name": "NAME", "arguments": ARGS}
+ * </tool_call> and nothing more, NAME one of names[0..n) and ARGS a value of
+ * the matching schema (NULL: any JSON value).  names and schemas are
+ * borrowed and must outlive k; k is plain data (copied to try a token). */
+#define SAMPLE_CALL_MAX 64
+struct ks_schema;
+typedef struct sample_call {
+    const char *const *names;
+    const struct ks_schema *const *schemas;
+    int n_names;
+    int phase, pos, ws, pick;
+    uint64_t cand;        /* which opening literals are still possible */
+    uint64_t names_left;  /* which names are still possible */
+    struct ks_sv sv;      /* the arguments' recognizer */
+} sample_call;
+/* -1 when n is not 1..SAMPLE_CALL_MAX or a name is empty, repeated or
+ * holds a '"', '\\' or a control character. */
+int sample_call_init(sample_call *k, const char *const *names, const struct ks_schema *const *schemas, int n,
+                     int think);
+void sample_call_constraint(sample_constraint *c, sample_call *k);
+/* The name the call has settled on, or NULL before its closing quote. */
+const char *sample_call_name(const sample_call *k);
 
 /* The distribution kiln_sampler_sample draws from after logits (penalties
  * over s's history, top-k, top-p, min-p, temperature): n tokens, most

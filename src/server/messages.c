@@ -261,9 +261,17 @@ int ks_msg_translate(json_t *body, int count, ks_xreq *x, char *err, size_t cap,
     json_t *tools = json_object_get(body, "tools");
     json_t *choice = json_object_get(body, "tool_choice");
     const char *ct = json_string_value(json_object_get(choice, "type"));
-    if (choice && !json_is_null(choice) && (!ct || (strcmp(ct, "auto") && strcmp(ct, "none"))))
-        return fail(err, cap, param, "tool_choice",
-                    "tool_choice: kiln takes 'auto' and 'none' (it cannot force a tool call)");
+    if (choice && !json_is_null(choice) &&
+        (!ct || (strcmp(ct, "auto") && strcmp(ct, "none") && strcmp(ct, "any") && strcmp(ct, "tool"))))
+        return fail(err, cap, param, "tool_choice", "tool_choice: the type must be 'auto', 'any', 'tool' or 'none'");
+    if (ct && !strcmp(ct, "any")) { /* a call of some tool: OpenAI's "required" */
+        json_object_set_new(chat, "tool_choice", json_string("required"));
+    } else if (ct && !strcmp(ct, "tool")) {
+        const char *want = json_string_value(json_object_get(choice, "name"));
+        if (!want) return fail(err, cap, param, "tool_choice", "tool_choice: type 'tool' needs the tool's 'name'");
+        json_object_set_new(chat, "tool_choice",
+                            json_pack("{s:s,s:{s:s}}", "type", "function", "function", "name", want));
+    }
     if (tools && !json_is_null(tools)) {
         if (!json_is_array(tools)) return fail(err, cap, param, "tools", "tools: must be an array");
         json_t *out = json_array();

@@ -170,10 +170,62 @@ void ks_req_free(ks_req *q) {
     engine_llm_end(q->er);
     free(q->prompt);
     ks_schema_free(q->schema);
+    for (int i = 0; i < q->n_call; i++) {
+        free(q->call_names[i]);
+        ks_schema_free(q->call_schemas[i]);
+    }
+    free(q->call_names);
+    free(q->call_schemas);
     free(q);
 }
 
 static int conn_gone(void *c) { return ks_conn_gone(c); }
+
+/* The forced call's names and schemas into q, its recognizer set up. */
+static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, size_t cap) {
+    const char *tmpl = kiln_model_chat_template(r->model);
+    if (!tmpl || !strstr(tmpl, "<tool_call>")) {
+        snprintf(msg, cap, "'tool_choice' forces a call, which needs a chat template that writes calls as "
+                           "<tool_call>...</tool_call>; the template of \"%.100s\" does not", r->name);
+        return -1;
+    }
+    if (o->json_mode) {
+        snprintf(msg, cap, "a forced 'tool_choice' and a JSON response_format cannot both shape one reply");
+        return -1;
+    }
+    size_t n = json_array_size(o->force_tools);
+    q->call_names = calloc(n ? n : 1, sizeof *q->call_names);
+    q->call_schemas = calloc(n ? n : 1, sizeof *q->call_schemas);
+    if (!q->call_names || !q->call_schemas) {
+        snprintf(msg, cap, "out of memory");
+        return -1;
+    }
+    json_t *any_object = json_pack("{s:s}", "type", "object");
+    for (size_t i = 0; i < n; i++) {
+        json_t *fn = json_object_get(json_array_get(o->force_tools, i), "function");
+        json_t *params = json_object_get(fn, "parameters");
+        char err[240];
+        q->call_names[i] = strdup(json_string_value(json_object_get(fn, "name")));
+        q->call_schemas[i] = ks_schema_compile(json_is_object(params) ? params : any_object, err, sizeof err);
+        q->n_call = (int)i + 1;
+        if (!q->call_names[i] || !q->call_schemas[i]) {
+            snprintf(msg, cap, "the parameters of tool '%.60s' cannot be enforced for a forced call: %.150s",
+                     q->call_names[i] ? q->call_names[i] : "?", q->call_schemas[i] ? "out of memory" : err);
+            json_decref(any_object);
+            return -1;
+        }
+    }
+    json_decref(any_object);
+    if (sample_call_init(&q->call, (const char *const *)q->call_names, (const ks_schema *const *)q->call_schemas,
+                         q->n_call, o->force_think) != 0) {
+        snprintf(msg, cap, "a forced call takes 1..%d tools with distinct names free of quotes, backslashes and "
+                           "control characters", SAMPLE_CALL_MAX);
+        return -1;
+    }
+    sample_call_constraint(&q->cons, &q->call);
+    return 0;
+}
+
 
 ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, const ks_gen_opts *o, int *rc) {
     char msg[300];
@@ -232,6 +284,14 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     if (q->json_mode) {
         ks_sv_init(&q->sv, q->schema);
         sample_json_constraint(&q->cons, &q->sv);
+        p.constraint = &q->cons;
+    }
+    if (o->force_tools) {
+        if (force_setup(q, r, o, msg, sizeof msg)) {
+            ks_req_free(q);
+            *rc = ks_error(c, o->ollama, 400, "invalid_request_error", msg, "tool_choice");
+            return NULL;
+        }
         p.constraint = &q->cons;
     }
     q->t_submit = ks_now();
@@ -801,23 +861,54 @@ static int ends_with_think(const char *p) {
     return n >= 7 && !strncmp(p + n - 7, "<think>", 7);
 }
 
+int ks_force_think(ks_model *r, const char *prompt) {
+    if (ends_with_think(prompt)) return 2;
+    const char *tmpl = kiln_model_chat_template(r->model);
+    return tmpl && strstr(tmpl, "<think>") ? 1 : 0;
+}
+
 /* OpenAI's tool_choice: "auto" (or none given) lets the model choose;
  * "none" neither shows the tools to the model nor reads its output as
- * calls.  Forcing a call ("required", a named function) would need the
- * output constrained to the template's call syntax, which kiln does not
- * do: a 400 says so rather than a call the request did not ask for. */
-static int tool_choice(struct MHD_Connection *c, json_t *v, int *off, int *rc) {
+ * calls; "required" and a named function constrain the output to one call
+ * in the template's <tool_call> syntax (sample/call.c), its arguments held
+ * to the tool's parameters. */
+int ks_tool_choice(const json_t *v, const json_t *tools, int *off, json_t **force, char *msg, size_t cap) {
     const char *s = json_string_value(v);
+    *force = NULL;
     if (!v || json_is_null(v) || (s && !strcmp(s, "auto"))) return 0;
     if (s && !strcmp(s, "none")) {
         *off = 1;
         return 0;
     }
-    const char *msg = "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}";
-    if ((s && !strcmp(s, "required")) || json_is_object(v))
-        msg = "'tool_choice' that forces a call (\"required\" or a named function) is not supported; "
-              "use \"auto\" or \"none\"";
-    return bad(c, 0, rc, "tool_choice", msg);
+    const char *want = NULL;
+    if (json_is_object(v)) {
+        const char *type = json_string_value(json_object_get(v, "type"));
+        want = json_string_value(json_object_get(json_object_get(v, "function"), "name"));
+        if (!type || strcmp(type, "function") || !want) {
+            snprintf(msg, cap, "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+            return -1;
+        }
+    } else if (!s || strcmp(s, "required")) {
+        snprintf(msg, cap, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+        return -1;
+    }
+    json_t *out = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        const char *type = json_string_value(json_object_get(t, "type"));
+        if (!name || (type && strcmp(type, "function"))) continue;
+        if (!want || !strcmp(want, name)) json_array_append(out, t);
+    }
+    if (!json_array_size(out)) {
+        json_decref(out);
+        if (want) snprintf(msg, cap, "'tool_choice' names the function '%s', which is not among 'tools'", want);
+        else snprintf(msg, cap, "'tool_choice' is \"required\" but 'tools' offers no function");
+        return -1;
+    }
+    *force = out;
+    return 0;
 }
 
 /* What a message carries besides text ("images", "audio"), or NULL:
@@ -861,12 +952,27 @@ static int cannot_serve(ks_model *r, struct MHD_Connection *c, json_t *body, jso
     return 0;
 }
 
+static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int format, json_t *force, int tools_off);
+
 /* Shared by /v1/chat/completions and /api/chat. */
 int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format) {
+    int tools_off = 0, rc = MHD_NO;
+    json_t *force = NULL;
+    char msg[300];
+    if (format != KS_F_OLL_CHAT && ks_tool_choice(json_object_get(body, "tool_choice"), json_object_get(body, "tools"),
+                                                  &tools_off, &force, msg, sizeof msg))
+        return bad(c, 0, &rc, "tool_choice", msg);
+    rc = chat_run(s, c, body, format, force, tools_off);
+    json_decref(force); /* a started request keeps its own copies */
+    return rc;
+}
+
+static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int format, json_t *force, int tools_off) {
     int ollama = format == KS_F_OLL_CHAT, rc = MHD_NO;
     ks_gen_opts o;
     json_t *optsrc = ollama ? json_object_get(body, "options") : body;
     if (ks_parse_opts(c, optsrc, ollama, &o, &rc)) return rc;
+    o.force_tools = force;
     if (ollama) {
         json_t *fmt = json_object_get(body, "format");
         if (ks_oll_format(fmt, &o, c, &rc)) return rc;
@@ -878,8 +984,6 @@ int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format
                                       "messages");
     o.urgent = json_is_true(json_object_get(body, "urgent"));
     o.ignore_eos |= json_is_true(json_object_get(body, "ignore_eos"));
-    int tools_off = 0;
-    if (!ollama && tool_choice(c, json_object_get(body, "tool_choice"), &tools_off, &rc)) return rc;
     double load_wait = 0;
     ks_model *r = open_model(s, c, body, ollama, &load_wait, &rc);
     if (!r) return rc;
@@ -908,6 +1012,7 @@ int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format
     }
     int32_t n = 0;
     int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
+    o.force_think = ks_force_think(r, prompt);
     ks_run_args a = {format, 1, 0, ends_with_think(prompt), ka, json_string_value(json_object_get(body, "model")),
                      ollama && th == 0, json_is_array(tools) && json_array_size(tools) > 0, 0};
     free(prompt);

@@ -248,9 +248,17 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
     json_t *tools = json_object_get(body, "tools");
     json_t *choice = json_object_get(body, "tool_choice");
     const char *cs = json_string_value(choice);
-    if (choice && !json_is_null(choice) && (!cs || (strcmp(cs, "auto") && strcmp(cs, "none"))))
+    const char *ct = json_string_value(json_object_get(choice, "type"));
+    const char *want = json_string_value(json_object_get(choice, "name"));
+    if (json_is_object(choice) && ct && !strcmp(ct, "function") && want) { /* a named function */
+        json_object_set_new(chat, "tool_choice",
+                            json_pack("{s:s,s:{s:s}}", "type", "function", "function", "name", want));
+    } else if (cs && !strcmp(cs, "required")) {
+        json_object_set_new(chat, "tool_choice", json_string("required"));
+    } else if (choice && !json_is_null(choice) && (!cs || (strcmp(cs, "auto") && strcmp(cs, "none")))) {
         return fail(err, cap, param, "tool_choice",
-                    "tool_choice: kiln takes 'auto' and 'none' (it cannot force a tool call)");
+                    "tool_choice: kiln takes 'auto', 'none', 'required' or {\"type\": \"function\", \"name\": ...}");
+    }
     if (json_is_array(tools) && json_array_size(tools)) {
         json_t *out = json_array();
         size_t i;

@@ -46,6 +46,10 @@ typedef struct ks_req {
     int ignore_eos;
     ks_schema *schema;        /* with json_mode: the value's schema (owned); NULL = any value */
     ks_sv sv;                 /* the recognizer's state while it runs */
+    int n_call;               /* a forced tool call: the names it may take */
+    char **call_names;        /*   (owned) */
+    ks_schema **call_schemas; /*   and their arguments' schemas (owned) */
+    sample_call call;         /*   its recognizer's state */
     sample_constraint cons;
     engine_llm_req *er;       /* its admission by the model's engine, once started */
     gen_req *gr;              /* and its events */
@@ -338,10 +342,20 @@ typedef struct ks_gen_opts {
     int urgent;               /* "urgent": true (kiln's own field): ahead of queued requests */
     int ignore_eos;           /* "ignore_eos": true (llama-server's): never end at an end-of-generation token */
     int ollama;               /* errors in Ollama's shape ({"error": "..."}) */
+    const json_t *force_tools; /* borrowed: a forced tool_choice's tools, one of which the output must call */
+    int force_think;          /* with force_tools: 1 a <think> block may come first, 2 the prompt opened one */
 } ks_gen_opts;
 struct MHD_Connection;
 /* 0 when schema (NULL: none) compiles; else a message for a 400. */
 int ks_check_schema(const json_t *schema, char *msg, size_t n);
+/* OpenAI's tool_choice over tools (OpenAI function tools): "auto" or
+ * absent leaves both NULL/0; "none" sets *off; "required" or
+ * {"type": "function", "function": {"name": N}} sets *force to the tools the
+ * one call may name (a new array).  -1 with a message for a 400. */
+int ks_tool_choice(const json_t *choice, const json_t *tools, int *off, json_t **force, char *msg, size_t cap);
+/* force_think for a prompt: 2 when it opens a <think> block, 1 when the
+ * model's template has one, else 0. */
+int ks_force_think(ks_model *r, const char *prompt);
 /* Ollama's "format": "json" or a JSON Schema into o; a schema that cannot
  * be enforced answers 400 (*rc) and returns -1. */
 int ks_oll_format(const json_t *fmt, ks_gen_opts *o, struct MHD_Connection *c, int *rc);

@@ -199,6 +199,9 @@ static void new_serial(char *buf, size_t cap) {
     snprintf(buf, cap, "%lx%llx", (long)ks_wall(), (unsigned long long)atomic_fetch_add(&counter, 1));
 }
 
+static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp, int count, ks_xreq *xp,
+                     ks_gen_opts *op);
+
 /* Shared by both APIs: count only (Messages' count_tokens) or run. */
 static int handle(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp, int count) {
     ks_xreq x;
@@ -215,18 +218,34 @@ static int handle(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp, i
         ks_xreq_free(&x);
         return rc;
     }
+    int off = 0;
+    json_t *force = NULL;
+    if (ks_tool_choice(json_object_get(x.chat, "tool_choice"), json_object_get(x.chat, "tools"), &off, &force, err,
+                       sizeof err)) {
+        ks_xreq_free(&x);
+        return ks_send_error(c, 400, "invalid_request_error", err, "tool_choice");
+    }
+    o.force_tools = force;
+    rc = run_model(s, c, body, resp, count, &x, &o);
+    json_decref(force); /* a started request keeps its own copies */
+    ks_xreq_free(&x);
+    return rc;
+}
+
+static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp, int count, ks_xreq *xp,
+                     ks_gen_opts *op) {
+    ks_xreq x = *xp; /* freed by the caller */
+    ks_gen_opts o = *op;
+    char err[600];
+    int rc = MHD_NO;
     const char *name = json_string_value(json_object_get(body, "model"));
     double load_wait = 0;
     int status = 404;
     ks_model *r = ks_model_use(s, name, KS_TASK_GENERATE, &load_wait, &status, err, sizeof err);
     ks_reqlog_model(ks_reqlog_current(), r ? r->name : name);
-    if (!r) {
-        ks_xreq_free(&x);
-        return ks_send_error(c, status, status_type(status), err, "model");
-    }
+    if (!r) return ks_send_error(c, status, status_type(status), err, "model");
     if (ks_defaults_opts(r, c, x.chat, 0, &o, &rc)) { /* a store pack's options under the request's */
         ks_model_done(r, NAN);
-        ks_xreq_free(&x);
         return rc;
     }
     json_t *tools = json_object_get(x.chat, "tools");
@@ -235,35 +254,31 @@ static int handle(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp, i
     json_decref(msgs);
     if (!prompt) {
         ks_model_done(r, NAN);
-        ks_xreq_free(&x);
         return ks_send_error(c, 400, "invalid_request_error", err, "messages");
     }
     int32_t n = 0;
     int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
     int start_think = ends_with_think(prompt);
+    o.force_think = ks_force_think(r, prompt);
     free(prompt);
     if (!ids) {
         ks_model_done(r, NAN);
-        ks_xreq_free(&x);
         return ks_send_error(c, 500, "server_error", "tokenization failed", NULL);
     }
     if (count) {
         free(ids);
         ks_model_done(r, NAN);
-        ks_xreq_free(&x);
         return ks_send_json(c, 200, json_pack("{s:i}", "input_tokens", (int)n));
     }
     ks_req *q = ks_start(r, c, ids, n, &o, &rc);
     if (!q) {
         ks_model_done(r, NAN);
-        ks_xreq_free(&x);
         return rc;
     }
     ks_xw *w = calloc(1, sizeof *w);
     if (!w) {
         ks_req_free(q);
         ks_model_done(r, NAN);
-        ks_xreq_free(&x);
         return ks_send_error(c, 500, "server_error", "out of memory", NULL);
     }
     char serial[40];
@@ -274,9 +289,7 @@ static int handle(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp, i
     int split_tools = json_array_size(tools) > 0;
     /* the options stay valid: o.stop points into x.chat, which the run
      * copies (ks_xrun takes its own reference) before x goes */
-    rc = ks_xrun(s, r, c, q, w, &o, x.stream, start_think, split_tools, NAN);
-    ks_xreq_free(&x);
-    return rc;
+    return ks_xrun(s, r, c, q, w, &o, x.stream, start_think, split_tools, NAN);
 }
 
 int ks_resp_handle(ks_srv *s, struct MHD_Connection *c, json_t *body) { return handle(s, c, body, 1, 0); }

@@ -80,6 +80,24 @@ test('messages.create: thinking and tool_use blocks, stop_reason tool_use, usage
   assert.equal(count.input_tokens, fx.prompt_ids.length);
 });
 
+test('tool_choice tool and any force a tool_use block whose input follows the schema', T, async () => {
+  const clock = { name: 'get_time', description: 'The time in a zone.',
+                  input_schema: { type: 'object', properties: { tz: { type: 'string', enum: ['UTC', 'CET'] } },
+                                  required: ['tz'] } };
+  const ask = [{ role: 'user', content: fx.messages[0].content }];
+  const m = await ant.messages.create({ model: 'toolcall', max_tokens: 200, tools: [...TOOLS, clock],
+                                        tool_choice: { type: 'tool', name: 'get_time' }, messages: ask });
+  assert.deepEqual(m.content.map((b) => b.type), ['thinking', 'tool_use']);
+  assert.equal(m.content[1].name, 'get_time');
+  assert.deepEqual(Object.keys(m.content[1].input), ['tz']);
+  assert.ok(['UTC', 'CET'].includes(m.content[1].input.tz), JSON.stringify(m.content[1].input));
+  assert.equal(m.stop_reason, 'tool_use');
+  const any = await ant.messages.create({ model: 'toolcall', max_tokens: 200, tools: [clock, ...TOOLS],
+                                          tool_choice: { type: 'any' }, messages: ask });
+  assert.equal(any.content[1].name, CALL.name, 'any: the model picks the tool');
+  assert.deepEqual(any.content[1].input, CALL.arguments);
+});
+
 test('messages.stream: the events fold into the same message; arguments arrive in pieces', T, async () => {
   const stream = ant.messages.stream({ model: 'toolcall', max_tokens: 200, tools: TOOLS,
                                        messages: [{ role: 'user', content: fx.messages[0].content }] });
@@ -195,9 +213,9 @@ test('errors come in Anthropic\'s shape; x-api-key is the key', T, async () => {
   await assert.rejects(wrong.messages.create({ model: 'toolcall', max_tokens: 5,
                                                messages: [{ role: 'user', content: 'hi' }] }),
     (e) => e instanceof Anthropic.AuthenticationError && e.error.error.type === 'authentication_error');
-  await assert.rejects(ant.messages.create({ model: 'toolcall', max_tokens: 5, tool_choice: { type: 'any' },
+  await assert.rejects(ant.messages.create({ model: 'toolcall', max_tokens: 5, tool_choice: { type: 'tool', name: 'nope' },
                                              tools: TOOLS, messages: [{ role: 'user', content: 'hi' }] }),
-    (e) => e instanceof Anthropic.BadRequestError && /tool_choice/.test(e.error.error.message));
+    (e) => e instanceof Anthropic.BadRequestError && /'nope'/.test(e.error.error.message));
   // the raw header the SDK sends
   const r = await fetch(tc.base + '/v1/messages/count_tokens', { method: 'POST',
     headers: { 'x-api-key': KEY, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },

@@ -175,6 +175,22 @@ test('json_schema output through text.format', T, async () => {
   assert.equal(typeof v.name, 'string');
 });
 
+test('tool_choice required or a named function forces a function_call', T, async () => {
+  const clock = { type: 'function', name: 'get_time', strict: false,
+                  parameters: { type: 'object', properties: { tz: { type: 'string', enum: ['UTC', 'CET'] } },
+                                required: ['tz'] } };
+  const named = await oai.responses.create({ model: 'toolcall', input: fx.messages[0].content, max_output_tokens: 200,
+                                            tools: [...TOOLS, clock], tool_choice: { type: 'function', name: 'get_time' } });
+  const fc = named.output.find((o) => o.type === 'function_call');
+  assert.equal(fc.name, 'get_time');
+  const args = JSON.parse(fc.arguments);
+  assert.deepEqual(Object.keys(args), ['tz']);
+  assert.ok(['UTC', 'CET'].includes(args.tz), fc.arguments);
+  const req = await oai.responses.create({ model: 'toolcall', input: fx.messages[0].content, tools: [clock, ...TOOLS],
+                                          tool_choice: 'required' });
+  assert.equal(req.output.find((o) => o.type === 'function_call').arguments, ARGS_TEXT);
+});
+
 test('what kiln does not keep is refused by name', T, async () => {
   await assert.rejects(oai.responses.create({ model: 'toolcall', input: 'hi', previous_response_id: 'resp_1' }),
     (e) => e instanceof OpenAI.BadRequestError && /previous_response_id/.test(e.message));

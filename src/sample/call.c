@@ -1,0 +1,184 @@
+/* A forced tool call as a constraint (sample.h): an optional reasoning
+ * block, then exactly
+ *
+ *   <tool_call>{"name": "NAME", "arguments": ARGS}</tool_call>
+ *
+ * with NAME one of the offered names and ARGS a value of that name's
+ * schema (jschema.h), and nothing after it.  Up to CALL_WS whitespace bytes
+ * may stand before the reasoning and around the tags, as models write a
+ * line break there; the spacing inside the JSON wrapper is the Hermes
+ * format's, as Qwen's templates show it, and ARGS stays on one line with at
+ * most one space between its tokens (so a model cannot spend its tokens on
+ * blank space).  Everything is decided byte by
+ * byte, so a token may cross from one part into the next. */
+#include "sample/sample.h"
+
+#include "sample/jschema.h"
+
+#include <string.h>
+
+#define CALL_WS 2
+
+static const char k_think_open[] = "<think>";
+static const char k_think_close[] = "</think>";
+static const char k_tag_open[] = "<tool_call>";
+static const char k_head[] = "{\"name\": \"";
+static const char k_mid[] = "\", \"arguments\": ";
+static const char k_tail[] = "}";
+static const char k_tag_close[] = "</tool_call>";
+
+/* Phases, in order.  OPEN takes "<think>" (when reasoning may come) or the
+ * call's opening tag, after up to CALL_WS whitespace bytes. */
+enum {
+    C_OPEN,   /* pos: bytes matched; cand bit 0 "<think>", bit 1 "<tool_call>" */
+    C_THINK,  /* reasoning; pos: bytes of "</think>" matched */
+    C_GAP,    /* whitespace, then "<tool_call>" */
+    C_TAG,    /* in "<tool_call>" */
+    C_GAP2,   /* whitespace, then the wrapper's '{' */
+    C_HEAD,   /* in {"name": " */
+    C_NAME,   /* names: bit i while names[i] is still possible; pos: bytes matched */
+    C_MID,    /* in ", "arguments": */
+    C_ARGS,   /* the arguments value */
+    C_TAIL,   /* whitespace, then '}' */
+    C_GAP3,   /* whitespace, then "</tool_call>" */
+    C_CLOSE,  /* in "</tool_call>" */
+    C_DONE,
+};
+
+static int is_ws(unsigned char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+/* Begins phase ph (pos and whitespace count reset). */
+static void enter(sample_call *k, int ph) {
+    k->phase = ph;
+    k->pos = 0;
+    k->ws = 0;
+}
+
+/* One byte of a fixed literal lit, entering next at its end. */
+static int lit_byte(sample_call *k, const char *lit, unsigned char ch, int next) {
+    if ((unsigned char)lit[k->pos] != ch) return 0;
+    if (!lit[++k->pos]) enter(k, next);
+    return 1;
+}
+
+/* Whitespace (up to CALL_WS bytes) of a gap before literal lit. */
+static int gap_byte(sample_call *k, const char *lit, unsigned char ch, int lit_phase, int next) {
+    if (is_ws(ch)) return k->ws++ < CALL_WS;
+    enter(k, lit_phase);
+    return lit_byte(k, lit, ch, next);
+}
+
+static int call_byte(sample_call *k, unsigned char ch) {
+    switch (k->phase) {
+    case C_OPEN: {
+        if (k->pos == 0 && is_ws(ch)) return k->ws++ < CALL_WS;
+        uint64_t cand = 0;
+        if ((k->cand & 1) && (unsigned char)k_think_open[k->pos] == ch) cand |= 1;
+        if ((k->cand & 2) && (unsigned char)k_tag_open[k->pos] == ch) cand |= 2;
+        if (!cand) return 0;
+        k->cand = cand;
+        k->pos++;
+        if ((cand & 1) && !k_think_open[k->pos]) enter(k, C_THINK);
+        else if (cand == 2) k->phase = C_TAG; /* pos carries on in the tag */
+        if (k->phase == C_TAG && !k_tag_open[k->pos]) enter(k, C_GAP2);
+        return 1;
+    }
+    case C_THINK:
+        /* any text; "</think>" ends it ('<' is its only repeated byte, so a
+         * mismatch restarts at 0, or at 1 on a '<') */
+        if ((unsigned char)k_think_close[k->pos] == ch) {
+            if (!k_think_close[++k->pos]) enter(k, C_GAP);
+        } else {
+            k->pos = ch == '<';
+        }
+        return 1;
+    case C_GAP: return gap_byte(k, k_tag_open, ch, C_TAG, C_GAP2);
+    case C_TAG: return lit_byte(k, k_tag_open, ch, C_GAP2);
+    case C_GAP2: return gap_byte(k, k_head, ch, C_HEAD, C_NAME);
+    case C_HEAD: return lit_byte(k, k_head, ch, C_NAME);
+    case C_NAME: {
+        uint64_t cand = 0;
+        int whole = -1;
+        for (int i = 0; i < k->n_names; i++) {
+            if (!(k->names_left >> i & 1)) continue;
+            const char *nm = k->names[i];
+            if (ch == '"' && !nm[k->pos]) whole = i;
+            else if (nm[k->pos] && (unsigned char)nm[k->pos] == ch) cand |= 1ull << i;
+        }
+        if (whole >= 0) { /* names are distinct, so one ends here */
+            k->pick = whole;
+            enter(k, C_MID);
+            k->pos = 1; /* the '"' of k_mid */
+            return 1;
+        }
+        if (!cand) return 0;
+        k->names_left = cand;
+        k->pos++;
+        return 1;
+    }
+    case C_MID:
+        if (!lit_byte(k, k_mid, ch, C_ARGS)) return 0;
+        if (k->phase == C_ARGS) ks_sv_init(&k->sv, k->schemas[k->pick]);
+        return 1;
+    case C_ARGS: {
+        /* on one line, as the format writes a call: between tokens at most
+         * one space (sv.ws counts a line break as 2 and up) */
+        ks_sv t = k->sv;
+        if (ks_sv_byte(&t, ch) && t.ws <= 1) {
+            k->sv = t;
+            return 1;
+        }
+        if (!ks_sv_complete(&k->sv)) return 0;
+        enter(k, C_TAIL);
+        return call_byte(k, ch);
+    }
+    case C_TAIL: return gap_byte(k, k_tail, ch, C_TAIL, C_GAP3);
+    case C_GAP3: return gap_byte(k, k_tag_close, ch, C_CLOSE, C_DONE);
+    case C_CLOSE: return lit_byte(k, k_tag_close, ch, C_DONE);
+    default: return 0;
+    }
+}
+
+int sample_call_init(sample_call *k, const char *const *names, const struct ks_schema *const *schemas, int n,
+                     int think) {
+    memset(k, 0, sizeof *k);
+    if (n < 1 || n > SAMPLE_CALL_MAX) return -1;
+    for (int i = 0; i < n; i++) {
+        if (!names[i] || !names[i][0]) return -1;
+        for (const char *c = names[i]; *c; c++) /* a name is written as it is: no escapes */
+            if ((unsigned char)*c < 0x20 || *c == '"' || *c == '\\') return -1;
+        for (int j = 0; j < i; j++)
+            if (!strcmp(names[i], names[j])) return -1;
+    }
+    k->names = names;
+    k->schemas = schemas;
+    k->n_names = n;
+    k->pick = -1;
+    enter(k, think == 2 ? C_THINK : C_OPEN);
+    k->cand = think ? 3 : 2;
+    k->names_left = n == 64 ? ~0ull : (1ull << n) - 1;
+    return 0;
+}
+
+static int call_allows(void *st, const char *text, int n) {
+    sample_call t = *(const sample_call *)st;
+    for (int i = 0; i < n; i++)
+        if (!call_byte(&t, (unsigned char)text[i])) return 0;
+    return 1;
+}
+
+static int call_complete(void *st) { return ((const sample_call *)st)->phase == C_DONE; }
+
+static void call_accept(void *st, const char *text, int n) {
+    for (int i = 0; i < n; i++) call_byte(st, (unsigned char)text[i]);
+}
+
+void sample_call_constraint(sample_constraint *c, sample_call *k) {
+    c->allows = call_allows;
+    c->complete = call_complete;
+    c->accept = call_accept;
+    c->done = call_complete;
+    c->state = k;
+}
+
+const char *sample_call_name(const sample_call *k) { return k->pick >= 0 ? k->names[k->pick] : NULL; }
