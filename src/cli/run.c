@@ -5,6 +5,7 @@
 
 #include "base/base.h"
 
+#include "chat/gotmpl.h"
 #include "chat/template.h"
 #include "gen/gen.h"
 #include "spec/spec.h"
@@ -232,8 +233,8 @@ static int32_t *tokenize_alloc(kiln_model *m, const char *text, int add_special,
 
 /* A store pack's defaults (an Ollama model's params and system prompt)
  * take the options the command line left alone: pack_begin before the
- * options are parsed, pack_end after.  kiln chat's template stays the
- * GGUF's: the pack's override is Go template syntax. */
+ * options are parsed, pack_end after.  kiln chat renders with the pack's
+ * Go template (an Ollama model's) when it has one. */
 static cli_opts pack_begin(cli_opts *o) {
     cli_opts base = *o;
     cli_pack_mark(o);
@@ -243,9 +244,6 @@ static cli_opts pack_begin(cli_opts *o) {
 static void pack_end(cli_opts *o, const cli_opts *base, cli_pack *pk, const char **system) {
     cli_pack_apply(o, base, pk);
     if (system && !*system) *system = pk->system;
-    if (system && pk->template_go)
-        fprintf(stderr, "kiln chat: the pack's template override is in Go template syntax; the GGUF's chat template is "
-                        "used\n");
 }
 
 /* --json-schema: the schema compiled, or NULL after printing why. */
@@ -362,7 +360,8 @@ done:
 typedef struct chat_state {
     kiln_model *m;
     kiln_context *c;
-    kct *tmpl;
+    kct *tmpl;          /* the GGUF's template, or */
+    kgt *go;            /* the pack's Go template (either: has_tmpl) */
     json_t *messages;
     int32_t *held;      /* the conversation's tokens as last fed (with a template: the
                            rendered prompt; without: every message and reply) */
@@ -380,11 +379,16 @@ static void piece_text(kiln_model *m, int32_t id, char *buf, int cap) {
 
 /* Renders the conversation (with an open assistant turn) to tokens. */
 static int32_t *render_chat(chat_state *st, int *n) {
-    json_t *vars = json_pack("{s:O, s:b, s:s, s:s}", "messages", st->messages, "add_generation_prompt", 1,
-                             "bos_token", st->bos, "eos_token", st->eos);
     char err[256];
-    char *text = vars ? kct_render(st->tmpl, vars, err, sizeof err) : NULL;
-    json_decref(vars);
+    char *text;
+    if (st->go) {
+        text = kgt_render_chat(st->go, st->messages, NULL, -1, err, sizeof err);
+    } else {
+        json_t *vars = json_pack("{s:O, s:b, s:s, s:s}", "messages", st->messages, "add_generation_prompt", 1,
+                                 "bos_token", st->bos, "eos_token", st->eos);
+        text = vars ? kct_render(st->tmpl, vars, err, sizeof err) : NULL;
+        json_decref(vars);
+    }
     if (!text) {
         fprintf(stderr, "kiln chat: the chat template failed: %s\n", err);
         return NULL;
@@ -480,7 +484,7 @@ static int set_parameter(cli_opts *o, const char *name, const char *value) {
  * rendered conversation, so the penalties see the same history). */
 static void chat_set(chat_state *st, cli_opts *o, int *has_system, char *args) {
     if (!strncmp(args, "system ", 7) && args[7]) {
-        if (!st->tmpl) {
+        if (!st->tmpl && !st->go) {
             fprintf(stderr, "kiln chat: the model has no chat template, so there is no system prompt\n");
             return;
         }
@@ -540,18 +544,24 @@ int cmd_chat(int argc, char **argv) {
     kiln_model_info info;
     kiln_model_get_info(st.m, &info);
     const char *src = kiln_model_chat_template(st.m);
-    if (src) {
+    if (pk.template_go) {
+        char err[256];
+        st.go = kgt_compile(pk.template_go, strlen(pk.template_go), err, sizeof err);
+        if (!st.go) fprintf(stderr, "kiln chat: the pack's Go template does not compile (%s); using the GGUF's\n", err);
+    }
+    if (src && !st.go) {
         char err[256];
         st.tmpl = kct_compile(src, strlen(src), err, sizeof err);
         if (!st.tmpl) fprintf(stderr, "kiln chat: the model's chat template does not compile (%s); continuing text\n", err);
     }
+    const int has_tmpl = st.tmpl || st.go;
     piece_text(st.m, kiln_token_bos(st.m), st.bos, sizeof st.bos);
     piece_text(st.m, kiln_token_eos(st.m), st.eos, sizeof st.eos);
     st.messages = json_array();
     if (system) json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "system", "content", system));
     int has_system = system != NULL;
     fprintf(stderr, "kiln chat: %s (%s). /help for commands; /bye or Ctrl-D ends.\n",
-            info.name[0] ? info.name : info.arch, st.tmpl ? "the model's chat template" : "no chat template: text is continued");
+            info.name[0] ? info.name : info.arch, st.go ? "the pack's template" : st.tmpl ? "the model's chat template" : "no chat template: text is continued");
     int rc = 1;
     char *line = NULL;
     size_t line_cap = 0;
@@ -596,7 +606,7 @@ int cmd_chat(int argc, char **argv) {
         int n = 0;
         int32_t *ids;
         const int n_before = st.n_held;
-        if (st.tmpl) {
+        if (has_tmpl) {
             json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "user", "content", line));
             ids = render_chat(&st, &n);
         } else {
@@ -614,7 +624,7 @@ int cmd_chat(int argc, char **argv) {
         const int reserve = o.n_predict > 0 && o.n_predict < n_ctx / 2 ? o.n_predict : n_ctx / 4;
         if (n + reserve > n_ctx) {
             int dropped = 0;
-            if (st.tmpl) {
+            if (has_tmpl) {
                 const size_t first = has_system ? 1 : 0;
                 while (ids && n + reserve > n_ctx && json_array_size(st.messages) > first + 1) {
                     json_array_remove(st.messages, first); /* a turn: the message and the replies after it */
@@ -641,13 +651,13 @@ int cmd_chat(int argc, char **argv) {
             }
             if (dropped)
                 fprintf(stderr, "kiln chat: the conversation outgrew the context of %d tokens: dropped the oldest %d %s%s\n",
-                        n_ctx, dropped, st.tmpl ? (dropped == 1 ? "turn" : "turns") : "tokens",
-                        has_system && st.tmpl ? " (the system prompt stays)" : "");
+                        n_ctx, dropped, has_tmpl ? (dropped == 1 ? "turn" : "turns") : "tokens",
+                        has_system && has_tmpl ? " (the system prompt stays)" : "");
         }
         if (n + 1 > n_ctx) { /* the message alone does not fit: not sent, the chat goes on */
             fprintf(stderr, "kiln chat: this message makes %d tokens, over the context of %d tokens; it was not sent\n",
                     n, n_ctx);
-            if (st.tmpl) {
+            if (has_tmpl) {
                 json_array_remove(st.messages, json_array_size(st.messages) - 1);
                 free(ids);
             } else { /* back to before the message (or to nothing, once trimmed) */
@@ -698,7 +708,7 @@ int cmd_chat(int argc, char **argv) {
             keep = kiln_seq_truncate_point(st.c, 0, keep);
             kiln_seq_truncate(st.c, 0, keep);
             st.n_kv = keep;
-            if (st.tmpl) json_array_remove(st.messages, json_array_size(st.messages) - 1);
+            if (has_tmpl) json_array_remove(st.messages, json_array_size(st.messages) - 1);
             else st.n_held = n_before;
             if (ids != st.held) free(ids);
             free(k.out);
@@ -713,7 +723,7 @@ int cmd_chat(int argc, char **argv) {
         const int cut = kiln_seq_truncate_point(st.c, 0, n);
         kiln_seq_truncate(st.c, 0, cut);
         st.n_kv = cut;
-        if (st.tmpl) {
+        if (has_tmpl) {
             st.n_held = 0;
             int hr = hold(&st, ids, n);
             free(ids);
@@ -736,6 +746,7 @@ done:
     free(line);
     json_decref(st.messages);
     kct_free(st.tmpl);
+    kgt_free(st.go);
     cli_pack_free(&pk);
     ks_schema_free(schema);
     free(st.held);

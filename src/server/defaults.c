@@ -13,6 +13,12 @@ static json_t *pack_options(ks_model *r) {
     return json_is_object(o) && json_object_size(o) ? o : NULL;
 }
 
+const char *ks_defaults_template(ks_model *r) {
+    const char *t = json_string_value(json_object_get(r->defaults, "template"));
+    const char *f = json_string_value(json_object_get(r->defaults, "template_format"));
+    return t && *t && f && !strcmp(f, "go") ? t : NULL;
+}
+
 const char *ks_defaults_system(ks_model *r) {
     const char *s = json_string_value(json_object_get(r->defaults, "system"));
     return s && *s ? s : NULL;
@@ -54,6 +60,8 @@ int ks_defaults_opts(ks_model *r, struct MHD_Connection *c, json_t *src, int oll
     o->ignore_eos |= keep.ignore_eos;
     o->json_mode = keep.json_mode;
     o->schema = keep.schema;
+    o->force_tools = keep.force_tools;
+    o->force_think = keep.force_think;
     if (o->stop) o->stop = keep.stop ? keep.stop : json_object_get(pack, "stop");
     return 0;
 }

@@ -158,7 +158,9 @@ static int apply_template(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     json_t *et = json_object_get(kw, "enable_thinking");
     int think = json_is_boolean(et) ? json_is_true(et) : -1;
     char err[300];
-    char *prompt = ks_render_chat(r, messages, json_object_get(body, "tools"), think, err, sizeof err);
+    json_t *msgs = ks_defaults_messages(r, messages); /* a pack's system prompt, as a chat request gets it */
+    char *prompt = ks_render_chat(r, msgs, json_object_get(body, "tools"), think, err, sizeof err);
+    json_decref(msgs);
     ks_model_done(r, NAN);
     if (!prompt) return bad(c, err, "messages");
     json_t *j = json_object();
@@ -203,7 +205,7 @@ static int props(ks_srv *s, struct MHD_Connection *c) {
     json_object_set_new(j, "model_path", json_string(r->ref));
     json_object_set_new(j, "n_ctx", json_integer(r->n_ctx));
     json_object_set_new(j, "n_vocab", json_integer(r->n_vocab));
-    const char *tmpl = kiln_model_chat_template(r->model);
+    const char *tmpl = ks_template_text(r);
     json_object_set_new(j, "chat_template", json_string(tmpl ? tmpl : ""));
     json_object_set_new(j, "bos_token", token_str(r->model, kiln_token_bos(r->model)));
     json_object_set_new(j, "eos_token", token_str(r->model, kiln_token_eos(r->model)));

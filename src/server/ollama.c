@@ -124,7 +124,7 @@ static int show(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     kiln_model_info info;
     kiln_model_get_info(r->model, &info);
     json_t *j = json_object();
-    const char *tmpl = kiln_model_chat_template(r->model);
+    const char *tmpl = ks_template_text(r); /* the pack's Go template, as Ollama shows it, else the GGUF's */
     json_object_set_new(j, "modelfile", json_string(""));
     json_object_set_new(j, "parameters", json_string(""));
     json_object_set_new(j, "template", json_string(tmpl ? tmpl : ""));

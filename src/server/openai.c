@@ -183,7 +183,7 @@ static int conn_gone(void *c) { return ks_conn_gone(c); }
 
 /* The forced call's names and schemas into q, its recognizer set up. */
 static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, size_t cap) {
-    const char *tmpl = kiln_model_chat_template(r->model);
+    const char *tmpl = ks_template_text(r);
     if (!tmpl || !strstr(tmpl, "<tool_call>")) {
         snprintf(msg, cap, "'tool_choice' forces a call, which needs a chat template that writes calls as "
                            "<tool_call>...</tool_call>; the template of \"%.100s\" does not", r->name);
@@ -863,7 +863,7 @@ static int ends_with_think(const char *p) {
 
 int ks_force_think(ks_model *r, const char *prompt) {
     if (ends_with_think(prompt)) return 2;
-    const char *tmpl = kiln_model_chat_template(r->model);
+    const char *tmpl = ks_template_text(r);
     return tmpl && strstr(tmpl, "<think>") ? 1 : 0;
 }
 
@@ -943,7 +943,7 @@ static int cannot_serve(ks_model *r, struct MHD_Connection *c, json_t *body, jso
         *rc = ks_error(c, ollama, 400, "invalid_request_error", msg, messages ? "messages" : "images");
         return 1;
     }
-    const char *tmpl = kiln_model_chat_template(r->model);
+    const char *tmpl = ks_template_text(r);
     if (ollama && json_is_true(json_object_get(body, "think")) && !(tmpl && strstr(tmpl, "<think>"))) {
         snprintf(msg, sizeof msg, "\"%s\" does not support thinking", r->name);
         *rc = ks_oll_error(c, 400, msg);

@@ -1,10 +1,14 @@
-/* Chat messages to prompt text.  The GGUF's tokenizer.chat_template runs in
- * kiln's Jinja2-subset interpreter (src/chat); a template it cannot compile
- * falls back to the built-in format its markers suggest (ChatML, Llama 3,
- * Llama 2).  A model without a template (a base model) gets the message
- * texts joined by blank lines, to be continued as plain text. */
+/* Chat messages to prompt text.  A store pack's Go template (an Ollama
+ * model's template layer) runs in kiln's Go text/template subset with
+ * Ollama's data model (src/chat/gotmpl.h); else the GGUF's
+ * tokenizer.chat_template runs in kiln's Jinja2-subset interpreter
+ * (src/chat); a template it cannot compile falls back to the built-in
+ * format its markers suggest (ChatML, Llama 3, Llama 2).  A model without a
+ * template (a base model) gets the message texts joined by blank lines, to
+ * be continued as plain text. */
 #include "server/srv.h"
 
+#include "chat/gotmpl.h"
 #include "chat/template.h"
 
 #include <stdio.h>
@@ -27,7 +31,24 @@ static const chat_fmt k_formats[] = {
     {"[INST]", "[INST] ", " [/INST]", "[INST] ", " [/INST]", "", "</s>"},
 };
 
-void ks_template_free(void *t) { kct_free(t); }
+/* A model's compiled template: the pack's Go one, or the GGUF's Jinja. */
+typedef struct ks_tmpl {
+    kgt *go;
+    kct *jinja;
+} ks_tmpl;
+
+void ks_template_free(void *t) {
+    ks_tmpl *k = t;
+    if (!k) return;
+    kgt_free(k->go);
+    kct_free(k->jinja);
+    free(k);
+}
+
+const char *ks_template_text(ks_model *r) {
+    const char *go = ks_defaults_template(r);
+    return go ? go : kiln_model_chat_template(r->model);
+}
 
 /* The text of a message's content: a string, or the text parts of an
  * array of parts. */
@@ -45,7 +66,7 @@ static void content_text(json_t *msg, ks_buf *out) {
     }
 }
 
-int ks_has_chat(ks_model *r) { return kiln_model_chat_template(r->model) != NULL; }
+int ks_has_chat(ks_model *r) { return ks_template_text(r) != NULL; }
 
 static char *token_text(kiln_model *m, int32_t id) {
     char buf[128];
@@ -98,15 +119,27 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, ch
         snprintf(err, cap, "'messages' must be a non-empty array");
         return NULL;
     }
+    const char *go_src = ks_defaults_template(r);
     pthread_mutex_lock(&r->srv->mu);
-    if (src && !r->tmpl_tried) {
+    if ((src || go_src) && !r->tmpl_tried) {
         char cerr[256];
         r->tmpl_tried = 1;
-        r->tmpl = kct_compile(src, strlen(src), cerr, sizeof cerr);
-        if (!r->tmpl) fprintf(stderr, "kiln serve: %s: chat template: %s; using a built-in format\n", r->name, cerr);
+        ks_tmpl *k = calloc(1, sizeof *k);
+        if (k && go_src && !(k->go = kgt_compile(go_src, strlen(go_src), cerr, sizeof cerr)))
+            fprintf(stderr, "kiln serve: %s: the pack's Go template: %s; using the GGUF's\n", r->name, cerr);
+        if (k && !k->go && src && !(k->jinja = kct_compile(src, strlen(src), cerr, sizeof cerr)))
+            fprintf(stderr, "kiln serve: %s: chat template: %s; using a built-in format\n", r->name, cerr);
+        r->tmpl = k;
     }
-    const kct *tmpl = r->tmpl;
+    const ks_tmpl *k = r->tmpl;
     pthread_mutex_unlock(&r->srv->mu);
+    if (k && k->go) {
+        json_t *msgs = ks_chat_normalize(messages);
+        char *out = kgt_render_chat(k->go, msgs, tools, think, err, cap);
+        json_decref(msgs);
+        return out;
+    }
+    const kct *tmpl = k ? k->jinja : NULL;
     if (tmpl) {
         json_t *vars = json_object();
         json_object_set_new(vars, "messages", ks_chat_normalize(messages));

@@ -192,11 +192,15 @@ void ks_metrics_render(ks_srv *s, ks_buf *out);
  * null or missing content becomes "", an array of parts its text, and
  * tool-call arguments given as JSON text become objects. */
 json_t *ks_chat_normalize(json_t *messages);
-/* Renders messages (+ tools) into a prompt; returns malloc'd text or NULL
- * with err.  think: -1 default, 0 off, 1 on. */
+/* Renders messages (+ tools) into a prompt with the pack's Go template
+ * (an Ollama model's) when it has one, else the GGUF's; returns malloc'd
+ * text or NULL with err.  think: -1 default, 0 off, 1 on. */
 char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, char *err, size_t cap);
 /* 1 when the model has a chat template kiln can apply. */
 int ks_has_chat(ks_model *r);
+/* The template text ks_render_chat uses (the pack's Go template, else the
+ * GGUF's), or NULL: what /api/show shows and capabilities are read from. */
+const char *ks_template_text(ks_model *r);
 void ks_template_free(void *t);
 /* Tokenizes text; parse_special for rendered chat; *n receives the count. */
 int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n);
@@ -405,5 +409,7 @@ int ks_defaults_opts(ks_model *r, struct MHD_Connection *c, json_t *src, int oll
 json_t *ks_defaults_messages(ks_model *r, json_t *messages);
 /* The pack's system prompt, or NULL. */
 const char *ks_defaults_system(ks_model *r);
+/* The pack's Go template (an Ollama model's template layer), or NULL. */
+const char *ks_defaults_template(ks_model *r);
 
 #endif

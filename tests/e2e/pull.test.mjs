@@ -83,6 +83,26 @@ test('a pulled model\'s system prompt and options apply under the request\'s', T
   assert.equal(gen.prompt_eval_count, plain.prompt_eval_count, '/api/generate templates with the system prompt');
 });
 
+// The registry's template layer is a Go template: the pack chats with it
+// (Ollama's data model), not with the GGUF's own template.
+test('a pulled model renders its own Go template', T, async () => {
+  const apply = async (model, messages) => (await (await fetch(srv.base + '/apply-template', {
+    method: 'POST', body: JSON.stringify({ model, messages }) })).json()).prompt;
+  const conv = [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'yo' }, { role: 'user', content: 'again' }];
+  // {{ range .Messages }}{{ .Content }}{{ end }}, the pack's system prompt first
+  assert.equal(await apply('chatty', conv), 'Be brief.hiyoagain');
+  const show = await oll.show({ model: 'chatty' });
+  assert.equal(show.template, '{{ range .Messages }}{{ .Content }}{{ end }}');
+  assert.equal((await oll.pull({ model: 'tiny', stream: false })).status, 'success');
+  // {{ if .System }}<|system|>{{ .System }}\n{{ end }}{{ range .Messages }}<|{{ .Role }}|>{{ .Content }}\n{{ end }}<|assistant|>
+  const sys = 'You are a tiny test model.';
+  assert.equal(await apply('tiny', conv.slice(0, 1)), `<|system|>${sys}\n<|system|>${sys}\n<|user|>hi\n<|assistant|>`);
+  assert.equal(await apply('tiny', [{ role: 'system', content: 'S' }, ...conv]),
+    '<|system|>S\n<|system|>S\n<|user|>hi\n<|assistant|>yo\n<|user|>again\n<|assistant|>');
+  const r = await oll.chat({ model: 'tiny', messages: conv.slice(0, 1), stream: false, options: { num_predict: 2 } });
+  assert.equal(r.done, true);
+});
+
 test('an hf.co reference streams progress and installs', T, async () => {
   const events = [];
   for await (const e of await oll.pull({ model: 'hf.co/acme/tiny-GGUF:Q8_0', stream: true })) events.push(e);
