@@ -83,6 +83,22 @@ static void msg_requests(void) {
     ks_xreq_free(&x);
     json_decref(b);
 
+    /* documents: a text source and a content source, with title and
+     * context, apart from the text around them by blank lines */
+    b = J("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":["
+          "{\"type\":\"text\",\"text\":\"Read:\"},"
+          "{\"type\":\"document\",\"title\":\"Notes\",\"context\":\"From May.\",\"source\":{\"type\":\"text\","
+          "\"media_type\":\"text/plain\",\"data\":\"Line 1.\\nLine 2.\"},\"citations\":{\"enabled\":false}},"
+          "{\"type\":\"document\",\"source\":{\"type\":\"content\",\"content\":[{\"type\":\"text\",\"text\":\"A\"},"
+          "{\"type\":\"text\",\"text\":\"B\"}]}},"
+          "{\"type\":\"text\",\"text\":\"Summarize.\"}]}]}");
+    CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
+    CHECK(same(x.chat, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
+                       "\"Read:\\n\\nNotes\\n\\nFrom May.\\n\\nLine 1.\\nLine 2.\\n\\nAB\\n\\nSummarize.\"}]}",
+               "documents"));
+    ks_xreq_free(&x);
+    json_decref(b);
+
     /* a forced call: any is OpenAI's "required", tool a named function */
     b = J("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":{\"type\":\"any\"},"
           "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]}");
@@ -104,8 +120,20 @@ static void msg_requests(void) {
     static const struct {
         const char *body, *param, *words;
     } refused[] = {
-        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]}",
-         "messages", "'image'"},
+        {"{\"model\":\"tiny\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]}",
+         "messages", "\"tiny\" takes no images"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\",\"source\":"
+         "{\"type\":\"base64\",\"media_type\":\"application/pdf\",\"data\":\"JVBERi0=\"}}]}]}",
+         "messages", "is a PDF; kiln reads text documents only"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\",\"source\":"
+         "{\"type\":\"url\",\"url\":\"https://example.com/a.pdf\"}}]}]}",
+         "messages", "fetches no URLs"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\",\"source\":"
+         "{\"type\":\"text\",\"media_type\":\"text/plain\"}}]}]}",
+         "messages", "'data' as a string"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\",\"source\":"
+         "{\"type\":\"content\",\"content\":[{\"type\":\"image\"}]}}]}]}",
+         "messages", "only text blocks"},
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "messages", "role"},
         {"{\"max_tokens\":5,\"messages\":[]}", "messages", "non-empty"},
         {"{\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens", "at least 1"},

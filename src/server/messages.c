@@ -1,8 +1,10 @@
 /* Anthropic's Messages API: POST /v1/messages and /v1/messages/count_tokens.
  *
  * Request -> chat form: "system" (a string or text blocks) becomes a system
- * message; a user turn's text blocks its content and each tool_result
- * block a "tool" message (in the order written); an assistant turn's text,
+ * message; a user turn's text and document blocks its content (a
+ * document's title, context and text, apart by blank lines; PDFs, URLs and
+ * files, and images, are refused) and each tool_result block a "tool"
+ * message (in the order written); an assistant turn's text,
  * thinking (reasoning_content, as templates read it) and tool_use blocks
  * (tool_calls with the input as arguments).  "tools" ({name, description,
  * input_schema}) become function tools; "stop_sequences" stop strings;
@@ -63,10 +65,47 @@ static void put_msg(json_t *msgs, const char *role, ks_buf *text) {
     text->len = 0;
 }
 
-/* One user turn: text runs and tool results, in order. */
-static int user_turn(json_t *content, json_t *msgs, char *err, size_t cap) {
+/* A document block's text into b (its title and context first, each
+ * followed by a blank line): a plain-text source or a content source of
+ * text blocks.  A PDF, a URL or a file reference is refused: kiln reads no
+ * PDFs and fetches nothing. */
+static int document_text(json_t *blk, size_t i, ks_buf *b, char *err, size_t cap) {
+    json_t *src = json_object_get(blk, "source");
+    const char *st = json_string_value(json_object_get(src, "type"));
+    const char *mt = json_string_value(json_object_get(src, "media_type"));
+    if (st && !strcmp(st, "base64") && mt && !strcmp(mt, "application/pdf")) {
+        snprintf(err, cap, "messages: document block %zu is a PDF; kiln reads text documents only (a source of type "
+                           "'text', or 'content' with text blocks): extract the PDF's text first", i);
+        return -1;
+    }
+    if (!st || (strcmp(st, "text") && strcmp(st, "content"))) {
+        snprintf(err, cap, "messages: document block %zu has a source of type '%s'; kiln takes 'text' and 'content' "
+                           "(it fetches no URLs and keeps no files)", i, st ? st : "(none)");
+        return -1;
+    }
+    const char *parts[] = {"title", "context"};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(blk, parts[k]);
+        if (json_is_string(v) && json_string_length(v)) {
+            ks_buf_put(b, json_string_value(v), json_string_length(v));
+            ks_buf_puts(b, "\n\n");
+        }
+    }
+    if (!strcmp(st, "content"))
+        return text_of(json_object_get(src, "content"), b, "messages: a document's content", err, cap);
+    json_t *data = json_object_get(src, "data");
+    if (!json_is_string(data)) {
+        snprintf(err, cap, "messages: document block %zu: a text source needs its 'data' as a string", i);
+        return -1;
+    }
+    ks_buf_put(b, json_string_value(data), json_string_length(data));
+    return 0;
+}
+
+/* One user turn: text runs, documents and tool results, in order. */
+static int user_turn(json_t *content, json_t *msgs, const char *model, char *err, size_t cap) {
     ks_buf text = {0};
-    int rc = 0, any = 0;
+    int rc = 0, any = 0, after_doc = 0;
     if (json_is_string(content)) {
         ks_buf_put(&text, json_string_value(content), json_string_length(content));
         put_msg(msgs, "user", &text);
@@ -79,8 +118,22 @@ static int user_turn(json_t *content, json_t *msgs, char *err, size_t cap) {
         const char *t = json_string_value(json_object_get(blk, "type"));
         if (t && !strcmp(t, "text") && json_is_string(json_object_get(blk, "text"))) {
             json_t *tx = json_object_get(blk, "text");
+            if (after_doc && text.len) ks_buf_puts(&text, "\n\n");
             ks_buf_put(&text, json_string_value(tx), json_string_length(tx));
             any = 1;
+            after_doc = 0;
+        } else if (t && !strcmp(t, "document")) { /* its text, a blank line from what is around it */
+            if (text.len) ks_buf_puts(&text, "\n\n");
+            if (document_text(blk, i, &text, err, cap)) {
+                rc = -1;
+                break;
+            }
+            any = after_doc = 1;
+        } else if (t && !strcmp(t, "image")) {
+            snprintf(err, cap, "messages: block %zu is an image; \"%.80s\" takes no images (kiln runs it as a text-only "
+                               "model)", i, model && *model ? model : "the model");
+            rc = -1;
+            break;
         } else if (t && !strcmp(t, "tool_result")) {
             const char *id = json_string_value(json_object_get(blk, "tool_use_id"));
             if (!id) {
@@ -115,8 +168,8 @@ static int user_turn(json_t *content, json_t *msgs, char *err, size_t cap) {
             ks_buf_free(&out);
             json_array_append_new(msgs, m);
         } else {
-            snprintf(err, cap, "messages: a user turn's block %zu is of type '%s'; kiln takes text and tool_result", i,
-                     t ? t : "(none)");
+            snprintf(err, cap, "messages: a user turn's block %zu is of type '%s'; kiln takes text, document and "
+                               "tool_result", i, t ? t : "(none)");
             rc = -1;
             break;
         }
@@ -246,7 +299,8 @@ int ks_msg_translate(json_t *body, int count, ks_xreq *x, char *err, size_t cap,
             return -1;
         }
         int rc;
-        if (role && !strcmp(role, "user")) rc = user_turn(content, msgs, err, cap);
+        if (role && !strcmp(role, "user"))
+            rc = user_turn(content, msgs, json_string_value(json_object_get(body, "model")), err, cap);
         else if (role && !strcmp(role, "assistant")) rc = assistant_turn(content, msgs, err, cap);
         else {
             snprintf(err, cap, "messages.%zu.role: must be 'user' or 'assistant'", i);
