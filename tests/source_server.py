@@ -21,7 +21,15 @@ registry  the Ollama registry routes:
             GET /v2/NS/MODEL/blobs/sha256:X  307 to the CDN
           library/tiny:latest (model, template, system, params, license),
           library/wrong:latest (its model digest is not its bytes),
-          team/private:latest (401 without "Authorization: Bearer regtoken"),
+          team/private:latest (401 without "Authorization: Bearer regtoken"
+          or the token /token gives for it),
+          and three that need the token exchange (401 with
+          "WWW-Authenticate: Bearer realm=...,service=...[,scope=...]"):
+          team/tokened (GET /token?service=kiln-registry&scope=
+          repository:team/tokened:pull gives {"access_token": ...} to
+          anyone; the challenge names no scope), team/keyed (its token
+          only for "Bearer regtoken"), team/farauth (its realm is the
+          CDN's /token: another origin, which must be asked anonymously),
           library/chatty:latest (CHAT_MODEL, a system prompt, temperature 0).
 
 Repositories (COMMIT_A is main at first; /_ctl?main=b moves main to B):
@@ -124,10 +132,14 @@ class World:
             ("application/vnd.ollama.image.license", b"Tiny License 1.0\n"),
         ]
         self.manifests[("library/tiny", "latest")] = self.manifest(layers)
-        self.manifests[("team/private", "latest")] = self.manifest(layers[:1])
+        for name in ("team/private", "team/tokened", "team/keyed", "team/farauth"):
+            self.manifests[(name, "latest")] = self.manifest(layers[:1])
         self.manifests[("library/chatty", "latest")] = self.manifest([
             ("application/vnd.ollama.image.model", chat_model),
-            ("application/vnd.ollama.image.template", b"{{ range .Messages }}{{ .Content }}{{ end }}"),
+            # ChatML as a Go template: for a conversation without tools it
+            # renders what the GGUF's own (Qwen3) template does
+            ("application/vnd.ollama.image.template",
+             b"{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"),
             ("application/vnd.ollama.image.system", b"Be brief."),
             ("application/vnd.ollama.image.params", b'{"temperature":0,"num_predict":8}')])
         wrong = self.manifest([("application/vnd.ollama.image.model", model + b"\1")])
@@ -307,16 +319,40 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---- registry ----
 
+    # the token each guarded repository takes, and what its token service
+    # wants to hand it out (None: anyone)
+    GUARDED = {"team/private": ("private-token", "regtoken"), "team/tokened": ("anon-token", None),
+               "team/keyed": ("keyed-token", "regtoken"), "team/farauth": ("far-token", None)}
+
+    def token_service(self, url):
+        q = parse_qs(url.query)
+        scope, service = q.get("scope", [""])[0], q.get("service", [""])[0]
+        if not scope.startswith("repository:") or not scope.endswith(":pull") or service != "kiln-registry":
+            return self.reply(400, json.dumps({"errors": [{"code": "DENIED"}]}).encode())
+        name = scope[len("repository:"):-len(":pull")]
+        guard = self.GUARDED.get(name)
+        if guard is None or (guard[1] is not None and self.token() != guard[1]):
+            return self.reply(401, json.dumps({"errors": [{"code": "UNAUTHORIZED", "message": SECRET_BODY}]}).encode())
+        key = "access_token" if name == "team/tokened" else "token"
+        return self.reply(200, json.dumps({key: guard[0], "expires_in": 300}).encode(),
+                          [("Content-Type", "application/json")])
+
     def route_registry(self, url):
         parts = url.path.split("/")
         world = self.server.world
+        if url.path == "/token":
+            return self.token_service(url)
         if len(parts) != 6 or parts[1] != "v2":
             return self.error(404)
         name = parts[2] + "/" + parts[3]
-        if name == "team/private" and self.token() != "regtoken":
-            hdr = [("WWW-Authenticate", 'Bearer realm="http://127.0.0.1/token",service="test"')]
+        guard = self.GUARDED.get(name)
+        if guard and self.token() not in ((guard[0], "regtoken") if name == "team/private" else (guard[0],)):
+            port = self.server.cdn_port if name == "team/farauth" else self.server.server_address[1]
+            chal = 'Bearer realm="http://127.0.0.1:%d/token",service="kiln-registry"' % port
+            if name in ("team/keyed", "team/private"):
+                chal += ',scope="repository:%s:pull"' % name
             return self.reply(401, json.dumps({"errors": [{"code": "UNAUTHORIZED", "message": SECRET_BODY}]}).encode(),
-                              hdr)
+                              [("WWW-Authenticate", chal)])
         if parts[4] == "manifests":
             m = world.manifests.get((name, parts[5]))
             if m is None:
@@ -332,6 +368,8 @@ class Handler(BaseHTTPRequestHandler):
     # ---- cdn ----
 
     def route_cdn(self, url):
+        if url.path == "/token":  # team/farauth's realm, on another origin
+            return self.token_service(url)
         parts = url.path.split("/")
         if len(parts) != 3 or parts[1] != "blob" or parts[2] not in self.server.world.blobs:
             return self.error(404)

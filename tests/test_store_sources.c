@@ -436,6 +436,28 @@ static void test_registry(void) {
           kiln_store_last_source_result() == KILN_SOURCE_DENIED);
     CHECKF(pull(s, "team/private", "regtoken", NULL) == KILN_OK, "%s", kiln_last_error());
     CHECK(log_count("registry", "/team/private/manifests/", "\"auth\": true") == 2);
+    /* the token exchange (401 + WWW-Authenticate: Bearer realm=...): an
+     * anonymous token given as access_token, with the scope kiln names
+     * when the challenge does not; the blobs carry it, the CDN never */
+    int tok0 = log_count("registry", "/token\"", NULL);
+    CHECKF(pull(s, "team/tokened", NULL, NULL) == KILN_OK, "%s", kiln_last_error());
+    CHECK(log_count("registry", "/token\"", "\"status\": 200") == 1 && log_count("registry", "/token\"", NULL) == tok0 + 1);
+    CHECK(log_count("registry", "/team/tokened/manifests/", "\"status\": 401") == 1 &&
+          log_count("registry", "/team/tokened/manifests/", "\"status\": 200") == 1);
+    CHECK(log_count("registry", "/team/tokened/blobs/", "\"status\": 307") == 1 &&
+          log_count("registry", "/team/tokened/blobs/", "\"auth\": true") == 1);
+    CHECK(loads(s, "team/tokened"));
+    /* a token for the caller's credentials: refused without them, and
+     * the failed exchange reports the registry's 401 */
+    CHECK(pull(s, "team/keyed", NULL, NULL) == KILN_ERR_STATE &&
+          kiln_store_last_source_result() == KILN_SOURCE_AUTH_REQUIRED);
+    clean_message("team/keyed");
+    CHECK(log_count("registry", "/token\"", "\"status\": 401") >= 1);
+    CHECKF(pull(s, "team/keyed", "regtoken", NULL) == KILN_OK, "%s", kiln_last_error());
+    CHECK(log_count("registry", "/team/keyed/manifests/", "\"status\": 200") == 1);
+    /* a realm on another origin is asked without the caller's token */
+    CHECKF(pull(s, "team/farauth", "regtoken", NULL) == KILN_OK, "%s", kiln_last_error());
+    CHECK(log_count("cdn", "/token\"", "\"status\": 200") == 1 && log_count("cdn", "/token\"", "\"auth\": true") == 0);
     CHECK(pull(s, "nothing:here", NULL, NULL) == KILN_ERR_NOT_FOUND &&
           kiln_store_last_source_result() == KILN_SOURCE_NOT_FOUND);
     clean_message("nothing:here");
@@ -581,7 +603,8 @@ static void test_pack_defaults(void) {
     free(a);
     free(b);
     free(c);
-    /* chat: the pack's system prompt and temperature 0 */
+    /* chat: the pack's system prompt and temperature 0, and its Go template
+     * (ChatML), which renders this conversation as the GGUF's does */
     snprintf(in, sizeof in, "%s/chat.in", g_tmp);
     FILE *f = fopen(in, "w");
     CHECK(f && fputs("Hello there\n", f) >= 0);

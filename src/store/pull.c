@@ -700,12 +700,24 @@ static kiln_status pull_ref(kiln_store *s, pull_ctx *pc, const char *ref, const 
     if (!st && want[0]) snprintf(plan->arts[0].sha, sizeof plan->arts[0].sha, "%s", want);
     if (st) {
         json_decref(plan->source);
+        memset(plan->bearer, 0, sizeof plan->bearer);
         free(plan);
         return st;
     }
     pc->kind = plan->kind;
     pc->what = plan->what;
     snprintf(pc->auth_origin, sizeof pc->auth_origin, "%s", plan->auth_origin);
+    /* a registry's token replaces the caller's Authorization for the blobs */
+    const char *hdrs[36];
+    int n_hdrs = 0;
+    if (plan->bearer[0]) {
+        for (int i = 0; i < pc->n_headers && n_hdrs < 34; i++)
+            if (strncasecmp(pc->headers[i], "authorization:", 14)) hdrs[n_hdrs++] = pc->headers[i];
+        hdrs[n_hdrs++] = plan->bearer;
+        pc->headers = hdrs;
+        pc->n_headers = n_hdrs;
+        pc->have_token = 1;
+    }
     if (plan->n_unverified && pc->pp && pc->pp->progress) {
         char msg[800];
         snprintf(msg, sizeof msg, "unverified: %s publishes no SHA-256 for %s%s; the hash is computed from the download",
@@ -723,6 +735,7 @@ static kiln_status pull_ref(kiln_store *s, pull_ctx *pc, const char *ref, const 
     }
     if (lk >= 0) kst_unlock(lk);
     json_decref(plan->source);
+    memset(plan->bearer, 0, sizeof plan->bearer);
     free(plan);
     return st;
 }

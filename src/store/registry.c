@@ -10,7 +10,16 @@
  * sha256:HEX, usually a redirect to a CDN), checked against its digest
  * as it is downloaded.  The model layer is the GGUF; the template, system,
  * params and license layers become the pack's chat template override,
- * default system prompt, default options and license (defaults.c). */
+ * default system prompt, default options and license (defaults.c).
+ *
+ * A registry that answers 401 with a challenge "WWW-Authenticate: Bearer
+ * realm=...,service=...,scope=..." gets the token exchange of the
+ * distribution spec: GET realm?service=...&scope=... (the scope the
+ * challenge names, else repository:NS/MODEL:pull), whose JSON gives
+ * "token" (or "access_token"), then the manifest again with that token,
+ * which the blobs use too.  The caller's credentials go to the realm only
+ * when it is on the registry's own origin; another origin is asked
+ * anonymously.  A failed exchange reports the registry's 401. */
 #include "store/store.h"
 
 #include "base/base.h"
@@ -78,6 +87,83 @@ static kiln_status parse_ref(const char *ref, reg_ref *r) {
         return kl_fail(NULL, KILN_ERR_INVALID_ARG,
                        "%s: not a model reference: [HOST/][NAMESPACE/]MODEL[:TAG] of letters, digits, '.', '_' and '-'", ref);
     return KILN_OK;
+}
+
+/* A parameter of a Bearer challenge (key="value", comma-separated; a
+ * quoted value may hold commas) into out; 0 when it is absent. */
+static int challenge_param(const char *www, const char *key, char *out, size_t cap) {
+    const char *c = www + 7; /* after "Bearer " */
+    const size_t kl = strlen(key);
+    while (*c) {
+        while (*c == ' ' || *c == ',') c++;
+        const char *k = c;
+        while (*c && *c != '=' && *c != ',') c++;
+        size_t n = (size_t)(c - k);
+        while (n && k[n - 1] == ' ') n--;
+        if (*c != '=') continue;
+        c++;
+        while (*c == ' ') c++;
+        char val[1024];
+        size_t o = 0;
+        if (*c == '"') {
+            for (c++; *c && *c != '"'; c++) {
+                if (*c == '\\' && c[1]) c++;
+                if (o + 1 < sizeof val) val[o++] = *c;
+            }
+            if (*c == '"') c++;
+        } else {
+            for (; *c && *c != ','; c++)
+                if (o + 1 < sizeof val) val[o++] = *c;
+        }
+        val[o] = 0;
+        if (n == kl && !strncasecmp(k, key, kl)) {
+            if (o >= cap) return 0;
+            memcpy(out, val, o + 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The token exchange for a 401 challenge www: bearer receives
+ * "Authorization: Bearer TOKEN".  headers go to the realm only when it is
+ * on origin. */
+static kiln_status exchange_token(const char *www, const reg_ref *r, const char *origin, const kst_net *net,
+                                  const char *const *headers, int n_headers, const char *what, char *bearer,
+                                  size_t cap) {
+    char realm[1024], service[256] = "", scope[512], rorigin[512];
+    if (!challenge_param(www, "realm", realm, sizeof realm))
+        return kl_fail(NULL, KILN_ERR_FORMAT, "%s: the registry's challenge names no realm", what);
+    kiln_status st = kst_url_origin(realm, rorigin, sizeof rorigin);
+    if (st) return st;
+    challenge_param(www, "service", service, sizeof service);
+    if (!challenge_param(www, "scope", scope, sizeof scope))
+        snprintf(scope, sizeof scope, "repository:%s/%s:pull", r->ns, r->model);
+    char esvc[800], escope[1600], url[4096];
+    if (kst_url_escape(service, esvc, sizeof esvc, 0) < 0 || kst_url_escape(scope, escope, sizeof escope, 0) < 0)
+        return kl_fail(NULL, KILN_ERR_FORMAT, "%s: the registry's challenge is too long", what);
+    int n = snprintf(url, sizeof url, "%s%s%s%s%sscope=%s", realm, strchr(realm, '?') ? "&" : "?", esvc[0] ? "service=" : "",
+                     esvc, esvc[0] ? "&" : "", escope);
+    if (n < 0 || (size_t)n >= sizeof url) return kl_fail(NULL, KILN_ERR_FORMAT, "%s: the token URL is too long", what);
+    const int same = !strcmp(rorigin, origin);
+    char twhat[340];
+    snprintf(twhat, sizeof twhat, "%s (its token)", what);
+    kst_http h = {.url = url, .accept = "application/json", .headers = same ? headers : NULL,
+                  .n_headers = same ? n_headers : 0, .auth_origin = same ? origin : NULL, .what = twhat,
+                  .follow = KST_FOLLOW_SAME, .max_body = 64 * 1024};
+    st = kst_http_get(&h, net);
+    json_t *j = !st && h.code == 200 ? json_loadb(h.body, h.len, 0, NULL) : NULL;
+    const char *tok = json_string_value(json_object_get(j, "token"));
+    if (!tok || !*tok) tok = json_string_value(json_object_get(j, "access_token"));
+    int ok = tok && *tok && strlen(tok) + 24 < cap;
+    for (const char *c = tok; ok && *c; c++) ok = (unsigned char)*c > 0x20 && (unsigned char)*c < 0x7f;
+    if (ok) snprintf(bearer, cap, "Authorization: Bearer %s", tok);
+    if (!st && !ok)
+        st = kl_fail(NULL, KILN_ERR_STATE, "%s: the token service gave no token (HTTP %ld)", what, h.code);
+    json_decref(j);
+    if (h.body) memset(h.body, 0, h.len);
+    kst_http_done(&h);
+    return st;
 }
 
 /* The base URL for r: $KILN_REGISTRY for names without a host (or whose
@@ -149,6 +235,31 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
     kst_http h = {.url = url, .accept = REG_ACCEPT, .headers = headers, .n_headers = n_headers, .auth_origin = origin,
                   .what = plan->what, .follow = KST_FOLLOW_ALL, .max_body = REG_MANIFEST_MAX};
     st = kst_http_get(&h, net);
+    if (!st && h.code == 401 && !strncasecmp(h.www_auth, "Bearer ", 7)) {
+        /* the token exchange, then the manifest again with the token in
+         * place of the caller's Authorization */
+        char www[sizeof h.www_auth];
+        snprintf(www, sizeof www, "%s", h.www_auth);
+        kiln_status xs = exchange_token(www, &r, origin, net, headers, n_headers, plan->what, plan->bearer,
+                                        sizeof plan->bearer);
+        if (!xs) {
+            const char *hdrs[36];
+            int nh = 0;
+            for (int i = 0; i < n_headers && nh < 34; i++)
+                if (strncasecmp(headers[i], "authorization:", 14)) hdrs[nh++] = headers[i];
+            hdrs[nh++] = plan->bearer;
+            kst_http_done(&h);
+            kst_http h2 = {.url = url, .accept = REG_ACCEPT, .headers = hdrs, .n_headers = nh, .auth_origin = origin,
+                           .what = plan->what, .follow = KST_FOLLOW_ALL, .max_body = REG_MANIFEST_MAX};
+            h = h2;
+            st = kst_http_get(&h, net);
+            have_token = 1;
+        } else if (xs == KILN_ERR_CANCELLED) {
+            st = xs;
+        } else {
+            memset(plan->bearer, 0, sizeof plan->bearer); /* the registry's 401 stands */
+        }
+    }
     if (!st && h.code != 200) st = kst_http_error(KST_SRC_REGISTRY, h.code, "", plan->what, have_token);
     char digest[KST_ID_LEN + 1] = "";
     if (!st) {

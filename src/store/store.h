@@ -156,6 +156,8 @@ typedef struct kst_plan {
     json_t *source;            /* provenance for the manifest (owned), or NULL */
     int n_unverified;          /* artifacts whose SHA-256 the source did not publish */
     char unverified[200];      /* the first few of them */
+    char bearer[1200];         /* a registry's token ("Authorization: Bearer ..."), to use in place of the
+                                  caller's Authorization for the artifacts; "" none; wiped after the pull */
 } kst_plan;
 
 /* hub.c: 1 when ref starts with hf.co/ or huggingface.co/. */
@@ -247,8 +249,9 @@ kiln_status kst_staging(kiln_store *s, const char *key, char dir[PATH_MAX]);
 /* Moves a staging directory into quarantine with a reason file. */
 void kst_quarantine(kiln_store *s, const char *dir, const char *reason);
 /* Checks the staged GGUF (header, tensors, supported architecture) and
- * reports its architecture and dominant weight type. */
-kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16]);
+ * reports its architecture, dominant weight type and the family its
+ * architecture does not tell ("rerank", "decision", else ""). */
+kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16], char family[16]);
 /* The same for a whisper.cpp GGML file (builtin.c): arch "whisper". */
 kiln_status kst_check_whisper(const char *path, const char *artifact, char arch[64], char quant[16]);
 /* image.c: the same for an image pack's pack.json (its artifacts beside

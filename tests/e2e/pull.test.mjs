@@ -89,10 +89,12 @@ test('a pulled model renders its own Go template', T, async () => {
   const apply = async (model, messages) => (await (await fetch(srv.base + '/apply-template', {
     method: 'POST', body: JSON.stringify({ model, messages }) })).json()).prompt;
   const conv = [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'yo' }, { role: 'user', content: 'again' }];
-  // {{ range .Messages }}{{ .Content }}{{ end }}, the pack's system prompt first
-  assert.equal(await apply('chatty', conv), 'Be brief.hiyoagain');
+  // {{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n,
+  // the pack's system prompt first
+  const chatml = (ms) => ms.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join('') + '<|im_start|>assistant\n';
+  assert.equal(await apply('chatty', conv), chatml([{ role: 'system', content: 'Be brief.' }, ...conv]));
   const show = await oll.show({ model: 'chatty' });
-  assert.equal(show.template, '{{ range .Messages }}{{ .Content }}{{ end }}');
+  assert.match(show.template, /^\{\{- range \.Messages \}\}<\|im_start\|>/);
   assert.equal((await oll.pull({ model: 'tiny', stream: false })).status, 'success');
   // {{ if .System }}<|system|>{{ .System }}\n{{ end }}{{ range .Messages }}<|{{ .Role }}|>{{ .Content }}\n{{ end }}<|assistant|>
   const sys = 'You are a tiny test model.';
