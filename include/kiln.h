@@ -516,7 +516,8 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
 
 /* JSON texts, freed with kiln_store_free_string.  list: an array of
  * {name, id, size, arch, quantization, mode, state (ok, changed, missing
- * with "missing" naming the file, damaged), installed (when the pack was
+ * with "missing" naming the file, damaged), family ("rerank" or
+ * "decision" when the architecture does not tell it), installed (when the pack was
  * published), modified (when the name was last bound to it; both seconds
  * since the epoch)}; info: {name, id, state,
  * names, defaults, manifest} of one name or id (defaults: see

@@ -1,7 +1,8 @@
 /* kiln engines on a store of this test's own: every family in registry
  * order (kiln_engine_family_at) with its built-ins; a built-in that is installed (a Whisper fixture
  * imported under a built-in name) and the others not downloaded; imported
- * models under the family that serves them; a linked pack whose file went
+ * models under the family that serves them (a reranker, a decision pack and
+ * an image pack under their own); a linked pack whose file went
  * away is "files missing" naming it; a pack whose manifest names an
  * architecture kiln does not run (written here as a store would write it)
  * is "not supported" with the reason.  Listing takes no lease. */
@@ -93,6 +94,14 @@ int main(void) {
     free(o), free(e);
     CHECK(kiln("import ../models/stories260K.gguf --name stories", &o, &e) == 0);
     free(o), free(e);
+    /* a reranker and a decision pack (encoders both: their manifests
+     * record the family) and an image pack */
+    CHECK(kiln("import data/encoders/bert-rerank.gguf --name rr", &o, &e) == 0);
+    free(o), free(e);
+    CHECK(kiln("import data/encoders/modernbert-decide.gguf --name dd", &o, &e) == 0);
+    free(o), free(e);
+    CHECKF(kiln("import data/image/tiny --name shapes", &o, &e) == 0, "%s", e ? e : "");
+    free(o), free(e);
     snprintf(args, sizeof args, "import '%s' --name gone --link", path);
     CHECK(kiln(args, &o, &e) == 0);
     free(o), free(e);
@@ -119,7 +128,7 @@ int main(void) {
     CHECK(json_array_size(json_object_get(stt, "models")) == 12);
     CHECK(!strcmp(str(json_array_get(json_object_get(stt, "models"), 0), "name"), "whisper:tiny"));
     json_t *emb = family(arr, "embedding");
-    CHECK(json_array_size(json_object_get(emb, "models")) == 1);
+    CHECK(json_array_size(json_object_get(emb, "models")) == 1); /* not the reranker nor the decision pack */
     CHECK(!strcmp(str(model(emb, "bert:latest"), "state"), "installed"));
     json_t *llm = family(arr, "llm");
     /* by name: gone, ssm, stories */
@@ -133,8 +142,19 @@ int main(void) {
     json_t *ssm = model(llm, "ssm:latest");
     CHECK(!strcmp(str(ssm, "state"), "not-supported") && strstr(str(ssm, "reason"), "'mamba'"));
     CHECK(!strcmp(str(model(llm, "stories:latest"), "state"), "installed"));
-    CHECK(json_array_size(json_object_get(family(arr, "image"), "models")) == 0);
+    json_t *img = family(arr, "image");
+    CHECK(json_array_size(json_object_get(img, "models")) == 1 &&
+          !strcmp(str(model(img, "shapes:latest"), "state"), "installed") &&
+          !strcmp(str(model(img, "shapes:latest"), "arch"), "image"));
+    json_t *rr = family(arr, "rerank"), *dd = family(arr, "decision");
+    CHECK(json_array_size(json_object_get(rr, "models")) == 1 && !strcmp(str(model(rr, "rr:latest"), "state"), "installed"));
+    CHECK(json_array_size(json_object_get(dd, "models")) == 1 && !strcmp(str(model(dd, "dd:latest"), "state"), "installed"));
     json_decref(arr);
+    /* kiln ls --json says the family the architecture does not */
+    CHECK(kiln("ls --json", &o, &e) == 0);
+    CHECK(o && strstr(o, "\"family\": \"rerank\"") && strstr(o, "\"family\": \"decision\""));
+    free(o);
+    free(e);
 
     /* the table says the same in words */
     CHECK(kiln("engines", &o, &e) == 0);

@@ -1,8 +1,11 @@
 /* The registry listing: every family, its built-in models and the store's
  * models it serves, each with its state in the store.  A store model's
- * family comes from the architecture its manifest records (whisper: speech
- * to text; an encoder: embeddings; another architecture kiln runs: text
- * generation), so no file is opened, hashed or loaded. */
+ * family comes from its manifest: the family it records (a reranker or a
+ * decision pack, told apart when it was installed), else the architecture
+ * (whisper: speech to text; image: an image pack; an encoder: embeddings;
+ * another architecture kiln runs: text generation), so no file is opened,
+ * hashed or loaded.  A pack installed before the family was recorded is
+ * listed by its architecture alone. */
 #include "engine/engine.h"
 
 #include "model/model.h"
@@ -12,18 +15,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The family serving arch, or -1 with the reason it is not supported. */
-static int family_of(const char *arch, char *why, size_t cap) {
+/* The family serving a store entry (its arch, and the family its manifest
+ * records when the arch does not tell: rerank, decision), or -1 with the
+ * reason it is not supported. */
+static int family_of(const char *arch, const char *family, char *why, size_t cap) {
     if (!arch || !*arch) {
         snprintf(why, cap, "the manifest names no architecture");
         return -1;
     }
     if (!strcmp(arch, "whisper")) return KILN_ENGINE_STT;
+    if (!strcmp(arch, "image")) return KILN_ENGINE_IMAGE; /* an image pack (pack.json and its artifacts) */
     const kl_arch *a = kl_arch_find(arch);
     if (!a) {
         snprintf(why, cap, "architecture '%s' is not one kiln runs (it runs %s)", arch, kl_arch_list());
         return -1;
     }
+    if (family && !strcmp(family, "rerank")) return KILN_ENGINE_RERANK;
+    if (family && !strcmp(family, "decision")) return KILN_ENGINE_DECISION;
     return a->encoder ? KILN_ENGINE_EMBEDDING : KILN_ENGINE_LLM;
 }
 
@@ -120,7 +128,8 @@ kiln_status kiln_engine_listing(kiln_store *s, char **json_out) {
             const char *name = json_string_value(json_object_get(e, "name"));
             if (!name || kiln_builtin_find(name)) continue;
             char why[512];
-            int fid = family_of(json_string_value(json_object_get(e, "arch")), why, sizeof why);
+            int fid = family_of(json_string_value(json_object_get(e, "arch")),
+                                json_string_value(json_object_get(e, "family")), why, sizeof why);
             /* an architecture no family serves is listed under the
              * generator, the family its GGUF would have gone to */
             if (fid < 0 ? fam->id != KILN_ENGINE_LLM : fid != (int)fam->id) continue;

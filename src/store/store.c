@@ -475,7 +475,8 @@ void kst_quarantine(kiln_store *s, const char *dir, const char *reason) {
     }
 }
 
-kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16]) {
+kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16], char family[16]) {
+    family[0] = 0;
     if (kiln_is_whisper_file(path)) return kst_check_whisper(path, artifact, arch, quant);
     char err[512];
     gguf_file *f = gguf_open(path, err, sizeof err);
@@ -495,6 +496,10 @@ kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64]
         return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s: GGUF has no tensors", artifact);
     }
     snprintf(quant, 16, "%s", kst_dominant_type(f));
+    /* what the architecture does not tell: a reranker (a cls.output head)
+     * and a decision pack (its configuration key) */
+    if (kl_gguf_is_reranker(f)) snprintf(family, 16, "rerank");
+    else if (gguf_find(f, "kiln.decision.config")) snprintf(family, 16, "decision");
     gguf_close(f);
     return KILN_OK;
 }
@@ -516,7 +521,7 @@ const char *kst_dominant_type(const void *gf) {
 kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const char *name, char id_out[KST_ID_LEN + 1]) {
     json_t *arts = json_object_get(manifest, "artifacts");
     int linked = !strcmp(jstr(manifest, "mode"), "linked");
-    char arch[64] = "", quant[16] = "", p[PATH_MAX];
+    char arch[64] = "", quant[16] = "", family[16] = "", p[PATH_MAX];
     uint64_t size = 0;
     size_t i;
     json_t *a;
@@ -529,7 +534,7 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
         size += juint(a, "length");
         const char *role = jstr(a, "role");
         if ((!strcmp(role, "model") || !strcmp(role, "image-pack")) && !arch[0]) {
-            kiln_status st = !strcmp(role, "model") ? kst_check_gguf(p, file, arch, quant)
+            kiln_status st = !strcmp(role, "model") ? kst_check_gguf(p, file, arch, quant, family)
                                                     : kst_check_image(p, file, arch, quant);
             if (st) {
                 kst_quarantine(s, dir, kiln_last_error());
@@ -546,6 +551,7 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
         return kl_fail(NULL, KILN_ERR_FORMAT, "the pack has no GGUF model artifact (nor an image pack's pack.json)");
     }
     json_object_set_new(manifest, "arch", json_string(arch));
+    if (family[0]) json_object_set_new(manifest, "family", json_string(family)); /* only then: other ids stay */
     json_object_set_new(manifest, "quantization", json_string(quant));
     json_object_set_new(manifest, "size", json_integer((json_int_t)size));
     json_object_set_new(manifest, "schema", json_integer(1));
@@ -686,6 +692,7 @@ static json_t *entry_json(kiln_store *s, const char *name, const char *id, json_
                           (json_int_t)juint(man, "size"), "arch", jstr(man, "arch"), "quantization",
                           jstr(man, "quantization"), "mode", jstr(man, "mode"), "state",
                           pack_state(s, id, man, state, &missing));
+    if (json_is_string(json_object_get(man, "family"))) json_object_set(o, "family", json_object_get(man, "family"));
     json_object_set_new(o, "installed", json_integer(installed));
     json_object_set_new(o, "modified", json_integer(modified));
     if (missing) json_object_set_new(o, "missing", json_string(missing));
