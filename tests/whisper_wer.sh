@@ -3,11 +3,14 @@
 # held-out espeak-ng clips (tests/data/whisper/espeak/, texts in
 # transcripts.tsv), through `kiln transcribe` as a user runs it (default
 # decoding: beam search, temperature fallback).  Fails above KILN_WER_MAX
-# percent (default 10).  -v lists the clips with errors.
+# percent (default 10).  -v lists the clips with errors.  KILN_WER_MODEL
+# measures another model file (a retrained one) on the same clips;
+# KILN_WER_ARGS adds decoding options (say --beam-size 1 --no-fallback).
 #   KILN_BIN=build/kiln tests/whisper_wer.sh [-v]
 set -euo pipefail
+model=$(realpath "${KILN_WER_MODEL:-$(dirname "$0")/../models/whisper-espeak.bin}")
+bin=$(realpath "${KILN_BIN:-$(dirname "$0")/../build/kiln}")
 cd "$(dirname "$0")"
-bin=${KILN_BIN:-../build/kiln}
 dir=data/whisper/espeak
 max=${KILN_WER_MAX:-10}
 out=$(mktemp)
@@ -15,7 +18,8 @@ trap 'rm -f "$out"' EXIT
 files=()
 while IFS=$'\t' read -r f _; do files+=("$dir/$f"); done < "$dir/transcripts.tsv"
 # one process for every clip; the txt output puts "==> FILE <==" before each
-"$bin" transcribe -m ../models/whisper-espeak.bin -q -t 2 "${files[@]}" > "$out"
+# shellcheck disable=SC2086
+"$bin" transcribe -m "$model" -q -t 2 ${KILN_WER_ARGS:-} "${files[@]}" > "$out"
 rc=0
 awk -v max="$max" -v verbose="${1:-}" -v dir="$dir/" '
   function norm(s) { s = tolower(s); gsub(/[^a-z0-9 ]/, " ", s); gsub(/ +/, " ", s); sub(/^ /, "", s); sub(/ $/, "", s); return s }
