@@ -1,6 +1,7 @@
 /* kiln backends: what this machine can run (kiln_backend_probe), as a table
  * or JSON.  Loads no model, opens no store. */
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
 
 #include <jansson.h>
 #include <stdio.h>

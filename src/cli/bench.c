@@ -19,7 +19,8 @@
  * the weight bytes of one step, kiln_model_info.step_bytes) and the share of
  * it reached.  KV cache reads are not counted, so at depth the share is of
  * the weights' roofline only. */
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
 
 #include "base/base.h"
 #include "gen/gen.h"

@@ -6,7 +6,8 @@
  * inline).  Each --question is a JSON object {"id", "type", "text",
  * "options"} or an array of them.  --measure prints the state's token
  * count and each question's budget without running the model. */
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -2,7 +2,8 @@
  * takes a file or a store name (leased while the command runs); --title
  * gives the documents' title where the model's format has one
  * (EmbeddingGemma). */
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -1,6 +1,7 @@
 /* kiln engines: the registry listing (kiln_engine_listing) as a table or
  * JSON.  Loads, installs and downloads nothing. */
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -1,5 +1,6 @@
 /* kiln image (text to image) and kiln show for checkpoint files. */
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
 
 #include "base/base.h"
 #include "ckpt/ckpt.h"

@@ -5,7 +5,8 @@
  * or a URL, else $KILN_HOST, else 127.0.0.1:8080; --api-key (or
  * $KILN_API_KEY) is sent as a bearer token. */
 #define _GNU_SOURCE
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
 
 #include <curl/curl.h>
 #include <jansson.h>

@@ -2,7 +2,8 @@
  * back to another type (as a warning on stderr), then a summary on stdout
  * as llama-quantize gives one: the types before and after, with their
  * tensor counts, and the size before and after. */
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,8 @@
  * best first, in the shape of the /v1/rerank response (index,
  * relevance_score, the document with --documents).  -m takes a file or a
  * store name; documents come as arguments or, with -f FILE, one per line. */
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -1,7 +1,9 @@
 /* kiln run and kiln chat: prompt in, streamed continuation out.  Only the
  * generated text goes to stdout; diagnostics and timings go to stderr. */
 #define _GNU_SOURCE /* memmem */
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
+#include "cli/model.h"
 
 #include "base/base.h"
 

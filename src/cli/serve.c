@@ -1,7 +1,8 @@
 /* kiln serve: the HTTP server (src/server).  Runs until SIGTERM or SIGINT,
  * then drains: no new connections, running requests get --grace seconds to
  * finish, the rest are cancelled, and the process exits 0. */
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
 
 #include "server/server.h"
 

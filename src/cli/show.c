@@ -1,5 +1,6 @@
 /* kiln show and kiln tokenize. */
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
 
 #include "gguf/gguf.h"
 #include "quant/quant.h"

@@ -1,5 +1,6 @@
 /* kiln transcribe: speech to text with a Whisper model. */
-#include "cli.h"
+#include "cli/cli.h"
+#include "cli/common.h"
 
 #include <errno.h>
 #include <stdio.h>
