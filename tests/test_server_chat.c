@@ -5,7 +5,7 @@
  * arguments as JSON text or as an object, then the tool's result.  Each
  * renders, and the prompt carries the call and the result. */
 #include "chat/template.h"
-#include "server/srv.h"
+#include "server/prompt.h"
 #include "testutil.h"
 
 #include <stdio.h>

@@ -9,7 +9,9 @@
  * first, the pieces must join into the arguments' text and be out before
  * the closing tag arrives, and blocks that are not calls must come back as
  * content with nothing streamed. */
-#include "server/srv.h"
+#include "server/buf.h"
+#include "server/gen.h"
+#include "server/prompt.h"
 #include "testutil.h"
 
 #include <stdlib.h>

@@ -5,6 +5,8 @@
  * types, every event's name equal to its data's type, Responses' sequence
  * numbers counting from 0, deltas that fold into the whole object, and the
  * same whole object without streaming. */
+#include "server/buf.h"
+#include "server/gen.h"
 #include "server/xapi.h"
 #include "testutil.h"
 

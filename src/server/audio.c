@@ -9,6 +9,11 @@
  * Models: the request's "model" names a -m model or an installed store
  * name; "whisper-1" (the OpenAI client's usual value) or no model picks
  * the first Whisper model given with -m. */
+#include "server/api.h"
+#include "server/buf.h"
+#include "server/log.h"
+#include "server/models.h"
+#include "server/reply.h"
 #include "server/srv.h"
 
 #include <math.h>

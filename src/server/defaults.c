@@ -4,6 +4,9 @@
  * the pack's.  The pack's options use Ollama's names; an OpenAI-shaped
  * request takes them under its own (num_predict as max_tokens).  num_ctx
  * is the server's (-c), not a request's. */
+#include "server/defaults.h"
+
+#include "server/opts.h"
 #include "server/srv.h"
 
 #include <string.h>

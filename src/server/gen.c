@@ -10,7 +10,11 @@
  * written: toolscan.c reads the body as it comes, the header goes out once
  * the name is settled and the arguments' text follows piece by piece. */
 #define _GNU_SOURCE
-#include "server/srv.h"
+#include "server/gen.h"
+
+#include "server/buf.h"
+#include "server/metrics.h"
+#include "server/toolscan.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,10 +1,17 @@
 /* The HTTP side: libmicrohttpd with a thread per connection (so a handler
- * may block while its request runs), routing, the API key, the body limit,
- * JSON parsing with positioned errors, streamed responses, model lookup and
- * the server's start and drain. */
+ * may block while its request runs), the Host/Origin guard, the API key,
+ * the body limit, JSON parsing with positioned errors, the route tables'
+ * lookup (api.h), /health and /metrics, and the server's start and drain. */
 #define _GNU_SOURCE
+#include "server/api.h"
+#include "server/buf.h"
+#include "server/guard.h"
+#include "server/log.h"
+#include "server/metrics.h"
+#include "server/models.h"
+#include "server/reply.h"
+#include "server/server.h"
 #include "server/srv.h"
-#include "server/xapi.h"
 #include "server/webui.h"
 
 #include <arpa/inet.h>
@@ -18,269 +25,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- small utilities ---- */
-
-double ks_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-double ks_wall(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void ks_buf_put(ks_buf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->len + n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) return;
-        b->p = np;
-        b->cap = nc;
-    }
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-void ks_buf_puts(ks_buf *b, const char *s) { ks_buf_put(b, s, strlen(s)); }
-
-void ks_buf_printf(ks_buf *b, const char *fmt, ...) {
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        ks_buf_put(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) return;
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    ks_buf_put(b, big, (size_t)n);
-    free(big);
-}
-
-void ks_buf_json(ks_buf *b, const json_t *j) {
-    char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY);
-    if (s) ks_buf_puts(b, s);
-    free(s);
-}
-
-void ks_buf_free(ks_buf *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
-json_t *ks_jstr(const char *s, size_t n) {
-    json_t *j = json_stringn(s, n);
-    if (j) return j;
-    ks_buf b = {0};
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        int ok = k && i + k <= n && c != 0;
-        for (size_t t = 1; ok && t < k; t++) ok = ((unsigned char)s[i + t] >> 6) == 2;
-        if (ok && k > 1) { /* overlong forms and surrogates fail here */
-            json_t *t = json_stringn(s + i, k);
-            ok = t != NULL;
-            json_decref(t);
-        }
-        if (ok) {
-            ks_buf_put(&b, s + i, k);
-            i += k;
-        } else {
-            ks_buf_puts(&b, "\xef\xbf\xbd");
-            i++;
-        }
-    }
-    j = json_stringn(b.p ? b.p : "", b.len);
-    ks_buf_free(&b);
-    return j ? j : json_string("");
-}
-
-/* ---- responses ---- */
-
-/* Every response to a request that carries an Origin names it back: the
- * handler refused disallowed origins before any response was made. */
-static int queue(struct MHD_Connection *c, int status, struct MHD_Response *r) {
-    if (!r) return MHD_NO;
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (origin) {
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
-        MHD_add_response_header(r, "Vary", "Origin");
-    }
-    ks_metrics_request(status);
-    ks_reqlog_status(ks_reqlog_current(), status);
-    int rc = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return rc;
-}
-
-int ks_send_text(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len, int copy) {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, (void *)body, copy ? MHD_RESPMEM_MUST_COPY : MHD_RESPMEM_MUST_FREE);
-    if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", ctype);
-    return queue(c, status, r);
-}
-
-int ks_send_json(struct MHD_Connection *c, int status, json_t *j) {
-    char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
-    json_decref(j);
-    if (!s) return ks_send_text(c, 500, "text/plain", "out of memory", 13, 1);
-    return ks_send_text(c, status, "application/json", s, strlen(s), 0);
-}
-
-/* 1 while this thread answers Anthropic's Messages API: errors take its
- * shape ({"type": "error", "error": {type, message}}). */
-static _Thread_local int anthropic_errors;
-
-/* Sends an error body (stolen) with the headers its status calls for. */
-static int send_error_body(struct MHD_Connection *c, int status, json_t *root) {
-    char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
-    json_decref(root);
-    if (!s) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(s);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
-    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-    return queue(c, status, r);
-}
-
-int ks_send_error(struct MHD_Connection *c, int status, const char *type, const char *msg, const char *param) {
-    if (anthropic_errors) return send_error_body(c, status, ks_msg_ops.error_body(type, msg));
-    json_t *e = json_object();
-    json_object_set_new(e, "message", json_string(msg));
-    json_object_set_new(e, "type", json_string(type));
-    json_object_set_new(e, "param", param ? json_string(param) : json_null());
-    json_object_set_new(e, "code", json_null());
-    json_t *root = json_object();
-    json_object_set_new(root, "error", e);
-    return send_error_body(c, status, root);
-}
-
-int ks_error(struct MHD_Connection *c, int ollama, int status, const char *type, const char *msg, const char *param) {
-    if (!ollama) return ks_send_error(c, status, type, msg, param);
-    json_t *root = json_object();
-    json_object_set_new(root, "error", json_string(msg));
-    return send_error_body(c, status, root);
-}
-
-int ks_conn_gone(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return 1;
-    struct pollfd p = {ci->connect_fd, POLLRDHUP, 0};
-    if (poll(&p, 1, 0) < 0) return 0;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-}
-
-struct ks_watch {
-    struct MHD_Connection *c;
-    kiln_engine_cancel *cancel;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t th;
-    int done;
-};
-
-/* Polls the connection every 50 ms until stopped or the client is gone. */
-static void *watch_fn(void *u) {
-    ks_watch *w = u;
-    pthread_mutex_lock(&w->mu);
-    while (!w->done) {
-        if (ks_conn_gone(w->c)) {
-            kiln_engine_cancel_fire(w->cancel);
-            break;
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-ks_watch *ks_watch_start(struct MHD_Connection *c) {
-    ks_watch *w = calloc(1, sizeof *w);
-    if (!w) return NULL;
-    w->c = c;
-    w->cancel = kiln_engine_cancel_new();
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    if (!w->cancel || pthread_create(&w->th, NULL, watch_fn, w) != 0) {
-        kiln_engine_cancel_free(w->cancel);
-        pthread_mutex_destroy(&w->mu);
-        pthread_cond_destroy(&w->cv);
-        free(w);
-        return NULL;
-    }
-    return w;
-}
-
-kiln_engine_cancel *ks_watch_cancel(ks_watch *w) { return w ? w->cancel : NULL; }
-
-void ks_watch_stop(ks_watch *w) {
-    if (!w) return;
-    pthread_mutex_lock(&w->mu);
-    w->done = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->th, NULL);
-    kiln_engine_cancel_free(w->cancel);
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-    free(w);
-}
-
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    ks_stream *st = cls;
-    while (st->pos == st->out.len) {
-        if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-        st->out.len = st->pos = 0;
-        if (ks_conn_gone(st->conn)) return MHD_CONTENT_READER_END_WITH_ERROR;
-        st->ended = st->fill(st);
-    }
-    size_t n = st->out.len - st->pos;
-    if (n > max) n = max;
-    memcpy(buf, st->out.p + st->pos, n);
-    st->pos += n;
-    return (ssize_t)n;
-}
-
-static void stream_free(void *cls) {
-    ks_stream *st = cls;
-    if (st->cleanup) st->cleanup(st);
-    ks_buf_free(&st->out);
-    free(st);
-}
-
-int ks_send_stream(struct MHD_Connection *c, const char *ctype, ks_stream *st) {
-    st->conn = c;
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
-    if (!r) {
-        stream_free(st);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", ctype);
-    MHD_add_response_header(r, "Cache-Control", "no-cache");
-    MHD_add_response_header(r, "X-Accel-Buffering", "no"); /* nginx: pass chunks through */
-    return queue(c, 200, r);
-}
 
 /* ---- the request handler ---- */
 
@@ -345,57 +89,7 @@ static json_t *parse_body(conn_state *cs, struct MHD_Connection *c, int *rc) {
 /* 403 for a request the guard turns away, in the shape of the API the path
  * belongs to, without CORS headers (the page may not read it). */
 static int refuse(struct MHD_Connection *c, const char *url, const char *msg) {
-    json_t *root = json_object();
-    if (!strncmp(url, "/api/", 5)) {
-        json_object_set_new(root, "error", json_string(msg));
-    } else {
-        json_t *e = json_object();
-        json_object_set_new(e, "message", json_string(msg));
-        json_object_set_new(e, "type", json_string("permission_error"));
-        json_object_set_new(e, "param", json_null());
-        json_object_set_new(e, "code", json_null());
-        json_object_set_new(root, "error", e);
-    }
-    char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
-    json_decref(root);
-    if (!s) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
-    if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    ks_metrics_request(403);
-    ks_reqlog_status(ks_reqlog_current(), 403);
-    int rc = MHD_queue_response(c, 403, r);
-    MHD_destroy_response(r);
-    return rc;
-}
-
-/* A CORS preflight from an allowed origin: the methods the APIs use and
- * whatever request headers the page asks for (token characters only). */
-/* The paths routed below outside /api/, by the one method each takes: a
- * known path asked with another method is a 405 with Allow, not a 404. */
-static const char *const k_post_paths[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings",
-                                           "/v1/images/generations", "/v1/audio/transcriptions",
-                                           "/v1/audio/translations"};
-static const char *const k_get_paths[] = {"/v1/models", "/models", "/health", "/metrics"};
-
-static int wrong_method(const char *url, int post) {
-    const char *const *list = post ? k_get_paths : k_post_paths;
-    const size_t n = post ? sizeof k_get_paths / sizeof *k_get_paths : sizeof k_post_paths / sizeof *k_post_paths;
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(url, list[i])) return 1;
-    return 0;
-}
-
-static int method_not_allowed(struct MHD_Connection *c, const char *allow) {
-    json_t *e = json_object();
-    char msg[64];
-    snprintf(msg, sizeof msg, "method not allowed; use %s", allow);
-    json_object_set_new(e, "message", json_string(msg));
-    json_object_set_new(e, "type", json_string("invalid_request_error"));
-    json_object_set_new(e, "param", json_null());
-    json_object_set_new(e, "code", json_null());
-    json_t *root = json_object();
-    json_object_set_new(root, "error", e);
+    json_t *root = ks_error_body(!strncmp(url, "/api/", 5) ? KS_API_OLLAMA : KS_API_OPENAI, "permission_error", msg, NULL);
     char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(root);
     if (!s) return MHD_NO;
@@ -405,10 +99,22 @@ static int method_not_allowed(struct MHD_Connection *c, const char *allow) {
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
-    MHD_add_response_header(r, "Allow", allow);
-    return queue(c, 405, r);
+    ks_metrics_request(403);
+    ks_reqlog_status(ks_reqlog_current(), 403);
+    int rc = MHD_queue_response(c, 403, r);
+    MHD_destroy_response(r);
+    return rc;
 }
 
+/* A known path asked with another method: a 405 with Allow, not a 404. */
+static int method_not_allowed(struct MHD_Connection *c, const char *allow) {
+    char msg[64];
+    snprintf(msg, sizeof msg, "method not allowed; use %s", allow);
+    return ks_send_error_allow(c, 405, ks_error_body(KS_API_OPENAI, "invalid_request_error", msg, NULL), allow);
+}
+
+/* A CORS preflight from an allowed origin: the methods the APIs use and
+ * whatever request headers the page asks for (token characters only). */
 static int preflight(struct MHD_Connection *c) {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
@@ -423,7 +129,7 @@ static int preflight(struct MHD_Connection *c) {
         MHD_add_response_header(r, "Access-Control-Allow-Headers", ok ? h : "Authorization, Content-Type");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
-    return queue(c, 204, r);
+    return ks_reply(c, 204, r);
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -440,7 +146,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     ks_reqlog_set_current(cs->log);
-    anthropic_errors = !strncmp(url, "/v1/messages", 12);
+    ks_reply_api(!strncmp(url, "/v1/messages", 12) ? KS_API_ANTHROPIC : KS_API_OPENAI);
     if (*upload_size) {
         if (cs->body.len + *upload_size > s->cfg.max_body) cs->too_big = 1;
         else ks_buf_put(&cs->body, upload, *upload_size);
@@ -470,33 +176,25 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         ks_metrics_render(s, &b);
         return (enum MHD_Result)ks_send_text(c, 200, "text/plain; version=0.0.4", b.p, b.len, 0);
     }
-    if (get && (!strcmp(url, "/v1/models") || !strcmp(url, "/models"))) return (enum MHD_Result)ks_oai_models(s, c);
-    int post = !strcmp(method, "POST");
-    if (post && !strncmp(url, "/v1/audio/", 10)) return (enum MHD_Result)ks_audio_route(s, c, url, cs->body.p, cs->body.len);
+    int post = !strcmp(method, "POST"), known = 0;
+    const char *allow = NULL;
+    const ks_route *rt = ks_oai_find(method, url, &known, &allow);
+    if (rt && rt->raw) return (enum MHD_Result)rt->raw(s, c, url, cs->body.p, cs->body.len);
     json_t *body = NULL;
     int rc = MHD_NO;
-    /* llama-server's unversioned rerank paths take OpenAI-style bodies */
-    const int rerank = !strcmp(url, "/v1/rerank") || !strcmp(url, "/v1/reranking") || !strcmp(url, "/rerank") ||
-                       !strcmp(url, "/reranking");
-    int is_oai = !strncmp(url, "/v1/", 4) || rerank;
-    int is_llama = ks_llama_path(url);
+    const int is_oai = !strncmp(url, "/v1/", 4) || rt || known;
+    const int is_llama = ks_llama_path(url);
     if ((post || !strcmp(method, "DELETE")) && (is_oai || is_api || is_llama) && cs->body.len) {
         body = parse_body(cs, c, &rc);
         if (!body) return (enum MHD_Result)rc;
     } else if (post && is_oai) {
         return (enum MHD_Result)ks_send_error(c, 400, "invalid_request_error", "the request has no JSON body", NULL);
     }
-    if (post && !strcmp(url, "/v1/chat/completions")) rc = ks_oai_chat(s, c, body);
-    else if (post && !strcmp(url, "/v1/completions")) rc = ks_oai_completions(s, c, body);
-    else if (post && !strcmp(url, "/v1/embeddings")) rc = ks_oai_embeddings(s, c, body);
-    else if (post && !strcmp(url, "/v1/images/generations")) rc = ks_oai_images(s, c, body);
-    else if (post && !strcmp(url, "/v1/responses")) rc = ks_resp_handle(s, c, body);
-    else if (post && !strcmp(url, "/v1/messages")) rc = ks_msg_handle(s, c, body, 0);
-    else if (post && !strcmp(url, "/v1/messages/count_tokens")) rc = ks_msg_handle(s, c, body, 1);
-    else if (post && rerank) rc = ks_rerank(s, c, body);
+    if (!get && (!strcmp(url, "/health") || !strcmp(url, "/metrics"))) known = 1, allow = "GET, HEAD";
+    if (rt) rc = rt->json(s, c, body);
     else if (is_api) rc = ks_oll_route(s, c, method, url, body);
     else if (is_llama) rc = ks_llama_route(s, c, method, url, body);
-    else if (wrong_method(url, post)) rc = method_not_allowed(c, post ? "GET, HEAD" : "POST");
+    else if (known) rc = method_not_allowed(c, allow);
     else {
         char msg[300];
         snprintf(msg, sizeof msg, "no route for %s %.200s", method, url);

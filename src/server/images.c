@@ -6,6 +6,9 @@
  * one image pack), quality ("standard" or "auto"), style (none), user, and
  * kiln's own seed (default 42), steps and cfg.  Anything else, or another
  * value, is a 400 naming the parameter. */
+#include "server/api.h"
+#include "server/buf.h"
+#include "server/reply.h"
 #include "server/srv.h"
 
 #include <microhttpd.h>

@@ -10,6 +10,13 @@
  *                         tokens and the generation defaults
  * Each takes "model" (in the body, or ?model= for /props) as the other
  * routes do; without it the first -m model answers. */
+#include "server/api.h"
+#include "server/buf.h"
+#include "server/log.h"
+#include "server/models.h"
+#include "server/opts.h"
+#include "server/prompt.h"
+#include "server/reply.h"
 #include "server/srv.h"
 
 #include <math.h>

@@ -8,6 +8,10 @@
  * request ran is over (before its engine admission is dismissed, so it
  * precedes any UNLOADED or STOPPED that follows from it) or when the
  * connection is done with the request, whichever comes first. */
+#include "server/log.h"
+
+#include "server/buf.h"
+#include "server/server.h"
 #include "server/srv.h"
 
 #include <stdarg.h>

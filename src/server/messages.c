@@ -17,6 +17,9 @@
  * message_start, ping, content_block_start / _delta (text_delta,
  * thinking_delta, input_json_delta) / _stop per block, message_delta and
  * message_stop. */
+#include "server/buf.h"
+#include "server/gen.h"
+#include "server/reply.h"
 #include "server/xapi.h"
 
 #include <stdio.h>
@@ -502,27 +505,15 @@ static void msg_finish(ks_xw *w) {
     ks_xw_event(w, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 
-static json_t *msg_error_body(const char *type, const char *msg) {
-    /* OpenAI-style types the server uses, in Anthropic's words */
-    const char *t = !strcmp(type, "server_error")        ? "api_error"
-                    : !strcmp(type, "unavailable_error") ? "overloaded_error"
-                                                         : type;
-    json_t *e = json_object();
-    json_object_set_new(e, "type", json_string(t));
-    json_object_set_new(e, "message", json_string(msg));
-    json_t *j = json_object();
-    json_object_set_new(j, "type", json_string("error"));
-    json_object_set_new(j, "error", e);
-    return j;
-}
-
 static void msg_fail(ks_xw *w, const char *msg) {
-    if (w->out) ks_xw_event(w, "error", msg_error_body("api_error", msg));
+    if (w->out) ks_xw_event(w, "error", ks_error_body(KS_API_ANTHROPIC, "api_error", msg, NULL));
 }
 
 static void msg_ping(ks_xw *w) {
     if (w->out) ks_xw_event(w, "ping", json_pack("{s:s}", "type", "ping"));
 }
+
+static json_t *msg_error_body(const char *type, const char *msg) { return ks_error_body(KS_API_ANTHROPIC, type, msg, NULL); }
 
 const ks_xw_ops ks_msg_ops = {msg_start, msg_text, msg_tool_open, msg_tool_args, msg_finish, msg_fail, msg_ping,
                               msg_error_body};

@@ -1,7 +1,13 @@
 /* Prometheus text metrics.  Counters and histograms are process-wide;
  * gauges (running, waiting, KV use) are read from the models when
  * rendered.  Names follow vLLM's where one exists, prefixed kiln_. */
+#include "server/metrics.h"
+#include "server/buf.h"
+#include "server/models.h"
 #include "server/srv.h"
+
+
+#include "gen/gen.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -16,7 +16,12 @@
  * Every field of every entry is guarded by ks_srv.mu; s->cv is broadcast
  * on each change.  Lock order: ks_srv.mu before an engine's own lock (the
  * engine calls status_cb without holding its lock). */
+#include "server/models.h"
+#include "server/buf.h"
+#include "server/log.h"
+#include "server/prompt.h"
 #include "server/srv.h"
+
 
 #include "engine/engine.h"
 

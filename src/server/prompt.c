@@ -6,6 +6,9 @@
  * format its markers suggest (ChatML, Llama 3, Llama 2).  A model without a
  * template (a base model) gets the message texts joined by blank lines, to
  * be continued as plain text. */
+#include "server/prompt.h"
+
+#include "server/buf.h"
 #include "server/srv.h"
 
 #include "chat/gotmpl.h"

@@ -11,6 +11,11 @@
  * the response its bare array [{"index", "score", "text"?}] ("return_text").
  * A rerank of at most KS_RR_SMALL documents (a search's) is urgent unless
  * "urgent" says otherwise: it goes ahead of queued larger ones. */
+#include "server/api.h"
+#include "server/buf.h"
+#include "server/log.h"
+#include "server/models.h"
+#include "server/reply.h"
 #include "server/srv.h"
 
 #include <math.h>

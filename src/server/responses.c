@@ -19,6 +19,9 @@
  * reasoning_text.delta / function_call_arguments.delta, their .done,
  * content_part.done, output_item.done, and response.completed (or
  * response.incomplete when max_output_tokens cut it). */
+#include "server/buf.h"
+#include "server/gen.h"
+#include "server/reply.h"
 #include "server/xapi.h"
 
 #include <stdio.h>
@@ -494,17 +497,6 @@ static void resp_finish(ks_xw *w) {
     ev(w, w->finish == KS_FIN_LENGTH ? "response.incomplete" : "response.completed", j);
 }
 
-static json_t *resp_error_body(const char *type, const char *msg) {
-    json_t *e = json_object();
-    json_object_set_new(e, "message", json_string(msg));
-    json_object_set_new(e, "type", json_string(type));
-    json_object_set_new(e, "param", json_null());
-    json_object_set_new(e, "code", json_null());
-    json_t *j = json_object();
-    json_object_set_new(j, "error", e);
-    return j;
-}
-
 /* A failure after the stream began: an error event, then
  * response.failed with what was produced so far. */
 static void resp_fail(ks_xw *w, const char *msg) {
@@ -525,6 +517,8 @@ static void resp_fail(ks_xw *w, const char *msg) {
 static void resp_ping(ks_xw *w) {
     if (w->out) ks_buf_puts(w->out, ": keep-alive\n\n");
 }
+
+static json_t *resp_error_body(const char *type, const char *msg) { return ks_error_body(KS_API_OPENAI, type, msg, NULL); }
 
 const ks_xw_ops ks_resp_ops = {resp_start, resp_text, resp_tool_open, resp_tool_args, resp_finish, resp_fail,
                                resp_ping, resp_error_body};

@@ -12,22 +12,29 @@
  *   ks_server_drain(s, 10.0);                   // stop accepting, finish
  *   ks_server_free(s);
  *
- * Files:
- *   http.c     daemon, routing, auth, body limit, JSON errors, streaming
- *   guard.c    Host / Origin / public-path rules (DNS rebinding, CSRF)
+ * Files, from the top down (each file calls only those below it; every
+ * concern has its own small header, srv.h holds the shared types):
+ *   http.c     daemon, guard and API key, body limit, JSON errors, /health,
+ *              /metrics; asks the route tables (api.h) for everything else
+ *   openai.c   the route table of OpenAI-style paths (/v1/..., rerank aliases)
+ *   ollama.c   /api/... (its route table; models and the store)
+ *   llama.c    llama-server's /tokenize, /detokenize, /apply-template, /props
+ *   xrun.c     OpenAI Responses (responses.c) and Anthropic Messages
+ *              (messages.c): request translation and writers (xapi.h)
+ *   generate.c chat and generate/completion, shared by both APIs
+ *   embed.c    embeddings for both APIs
+ *   audio.c    /v1/audio/transcriptions, /v1/audio/translations (multipart)
+ *   rerank.c   /v1/rerank over a reranker    images.c /v1/images/generations
+ *   run.c      a generation from admission to response (SSE or NDJSON)
+ *   defaults.c a store pack's defaults        opts.c   a request's options
+ *   reply.c    responses: JSON, errors in each API's shape, streams, watches
  *   models.c   the models: engines, loads on demand, keep-alive, room, drain
- *   log.c      the request log line and the server's other lines
+ *   metrics.c  Prometheus text               webui.c  GET / (the chat page)
  *   gen.c      token stream -> text: stop strings, <think>, <tool_call>
  *   toolscan.c a <tool_call> body read as it arrives (streamed calls)
  *   prompt.c   chat messages -> prompt text (GGUF template or built-ins)
- *   openai.c   /v1/...          ollama.c  /api/...
- *   audio.c    /v1/audio/transcriptions, /v1/audio/translations (multipart)
- *   rerank.c   /v1/rerank (/rerank, /v1/reranking, /reranking) over a reranker
- *   metrics.c  /metrics         webui.c   GET / (embedded chat page)
- *   images.c   /v1/images/generations over an image pack (--image)
- *   xapi.h     OpenAI Responses (responses.c) and Anthropic Messages
- *              (messages.c): request translation and writers; xrun.c runs them
- *   llama.c    llama-server's /tokenize, /detokenize, /apply-template, /props
+ *   log.c      the request log line and the server's other lines
+ *   buf.c      clocks, the byte buffer      guard.c  Host / Origin / paths
  */
 #ifndef KILN_SERVER_H
 #define KILN_SERVER_H

@@ -16,7 +16,9 @@
  * invalid UTF-8, leading zeros, more than 2048 levels, text after the
  * object.  It also gives up on a repeated "name" or "arguments", where
  * jansson would quietly keep the last.  Number overflow is not tracked. */
-#include "server/srv.h"
+#include "server/toolscan.h"
+
+#include "server/buf.h"
 
 #include <string.h>
 

@@ -6,8 +6,9 @@
  * a stop button that aborts the fetch (the server then cancels) and asks
  * for the API key on a 401 (kept in localStorage as the bundle keeps it).
  * URLs are relative, so both pages work behind a proxy's path prefix. */
-#include "server/srv.h"
 #include "server/webui.h"
+
+#include "server/metrics.h"
 
 #include <microhttpd.h>
 #include <string.h>

@@ -14,6 +14,9 @@
 #ifndef KILN_SERVER_XAPI_H
 #define KILN_SERVER_XAPI_H
 
+#include "server/buf.h"
+#include "server/gen.h"
+#include "server/opts.h"
 #include "server/srv.h"
 
 #include <jansson.h>
@@ -98,19 +101,10 @@ void ks_xw_event(ks_xw *w, const char *name, json_t *j);
 
 /* ---- the driver (xrun.c) ---- */
 
-void ks_req_free(ks_req *q); /* openai.c: ends q (cancelling it if it runs) */
-
 /* Runs q with w (heap-allocated, out NULL; taken over with q and the
  * model use): stream gives SSE events, else the whole object as JSON.
  * split_tools: <tool_call> blocks are calls (the request offered tools). */
 int ks_xrun(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, ks_xw *w, const ks_gen_opts *o,
             int stream, int start_think, int split_tools, double keep_alive);
-
-/* The handlers http.c routes to. */
-/* llama.c: llama-server's /tokenize, /detokenize, /apply-template, /props */
-int ks_llama_path(const char *url);
-int ks_llama_route(ks_srv *s, struct MHD_Connection *c, const char *method, const char *url, json_t *body);
-int ks_resp_handle(ks_srv *s, struct MHD_Connection *c, json_t *body);
-int ks_msg_handle(ks_srv *s, struct MHD_Connection *c, json_t *body, int count);
 
 #endif

@@ -1,6 +1,18 @@
 /* The Responses and Messages endpoints: their request in chat form through
  * the model's template and gate, and the generation through a writer
  * (xapi.h) as a stream of SSE events or one JSON object. */
+#include "server/api.h"
+#include "server/buf.h"
+#include "server/defaults.h"
+#include "server/gen.h"
+#include "server/log.h"
+#include "server/metrics.h"
+#include "server/models.h"
+#include "server/opts.h"
+#include "server/prompt.h"
+#include "server/reply.h"
+#include "server/run.h"
+#include "server/srv.h"
 #include "server/xapi.h"
 
 #include <math.h>
@@ -9,39 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- writers' common part ---- */
-
-void ks_xw_init(ks_xw *w, const ks_xw_ops *ops, const char *prefix, const char *serial, const char *model,
-                ks_buf *out) {
-    memset(w, 0, sizeof *w);
-    w->ops = ops;
-    w->out = out;
-    snprintf(w->serial, sizeof w->serial, "%s", serial);
-    snprintf(w->id, sizeof w->id, "%s_%s", prefix, serial);
-    snprintf(w->model, sizeof w->model, "%s", model ? model : "");
-    w->created = (long)ks_wall();
-    w->open = KS_XB_NONE;
-    w->items = json_array();
-}
-
-void ks_xw_free(ks_xw *w) {
-    json_decref(w->echo);
-    json_decref(w->cur);
-    json_decref(w->items);
-    json_decref(w->result);
-    ks_buf_free(&w->acc);
-    memset(w, 0, sizeof *w);
-}
-
-void ks_xw_event(ks_xw *w, const char *name, json_t *j) {
-    if (w->out) {
-        ks_buf_printf(w->out, "event: %s\ndata: ", name);
-        ks_buf_json(w->out, j);
-        ks_buf_puts(w->out, "\n\n");
-    }
-    json_decref(j);
-}
 
 /* ---- the driver ---- */
 

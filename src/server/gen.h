@@ -1,0 +1,102 @@
+/* A generation request as the server holds it (ks_req, made by run.c) and
+ * the pipeline that turns its tokens into text deltas (gen.c). */
+#ifndef KILN_SERVER_GEN_H
+#define KILN_SERVER_GEN_H
+
+#include "server/buf.h"
+#include "server/toolscan.h"
+#include "engine/engine.h"
+#include "gen/gen.h"
+#include "sample/jschema.h"
+#include "sample/sample.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+/* ---- a generation request ---- */
+enum { KS_FIN_NONE = 0, KS_FIN_STOP, KS_FIN_LENGTH, KS_FIN_CANCEL, KS_FIN_ERROR };
+
+typedef struct ks_req {
+    int32_t *prompt;
+    int32_t n_prompt;
+    int32_t max_tokens;
+    kiln_sampler_params sp;
+    int32_t n_top;            /* top logprobs wanted per token (0..20) */
+    int want_logprobs;        /* compute the token's logprob */
+    int json_mode;            /* constrain sampling to one JSON value */
+    int ignore_eos;
+    ks_schema *schema;        /* with json_mode: the value's schema (owned); NULL = any value */
+    ks_sv sv;                 /* the recognizer's state while it runs */
+    int n_call;               /* a forced tool call: the names it may take */
+    char **call_names;        /*   (owned) */
+    ks_schema **call_schemas; /*   and their arguments' schemas (owned) */
+    sample_call call;         /*   its recognizer's state */
+    sample_constraint cons;
+    engine_llm_req *er;       /* its admission by the model's engine, once started */
+    gen_req *gr;              /* and its events */
+    int32_t n_cached;         /* prompt tokens taken from the prefix cache */
+    int32_t n_drafted;        /* speculative decoding: proposals verified */
+    int32_t n_accepted;       /*   and accepted */
+    int spec;                 /* the model speculates (timings carry the counts) */
+    double t_submit, t_start, t_first, t_last;
+} ks_req;
+
+enum { KS_D_CONTENT = 0, KS_D_REASONING = 1 };
+
+typedef struct ks_gen {
+    kiln_model *m;
+    kiln_detok *dt;
+    int32_t n_gen;            /* tokens counted as generated */
+    json_t *stops;            /* array of stop strings or NULL */
+    ks_buf sbuf;              /* text held back by stop matching */
+    ks_buf pbuf;              /* text held back by tag parsing */
+    ks_buf tool;              /* body of the current <tool_call> */
+    ks_toolscan ts;           /* the same body read as it comes (with on_tool_part) */
+    int tool_open;            /* the current call's header went out */
+    size_t args_sent;         /* bytes of ts.args sent */
+    int mode;                 /* 0 content, 1 reasoning, 2 tool call */
+    int split_think;          /* 1: <think>...</think> is reasoning, else content as written */
+    int split_tools;          /* 1: <tool_call>...</tool_call> is a call, else content as written */
+    int finish;               /* KS_FIN_* once over */
+    int stop_hit;             /* index in stops of the string that ended it, or -1 */
+    int n_tools;
+    json_t *tool_calls;       /* array of {name, arguments(obj)} parsed */
+    json_t *logprobs;         /* pending logprob entries (OpenAI shape) */
+    int want_logprobs;
+    char err[256];
+    /* sinks */
+    void (*on_text)(struct ks_gen *g, int kind, const char *s, size_t n, void *user);
+    /* a whole call ({name, arguments}) at its closing tag */
+    void (*on_tool)(struct ks_gen *g, int index, json_t *call, void *user);
+    /* Optional: streams calls as they are written.  name (NUL-terminated)
+     * opens call index, once its "name" is settled and the body so far has
+     * the call's shape; then args carries the next piece of the arguments'
+     * JSON text (whole UTF-8 characters).  A call opened this way stands
+     * even if its body breaks later (e.g. cut by max_tokens) and does not
+     * reach on_tool; a body that never opened one goes to on_tool or back
+     * to content at its closing tag, as without this sink. */
+    void (*on_tool_part)(struct ks_gen *g, int index, const char *name, const char *args, size_t n, void *user);
+    void *user;
+} ks_gen;
+
+void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think);
+/* During on_tool: the call's arguments as the model wrote them (JSON text,
+ * or a JSON string's characters), when the scanner followed the whole body;
+ * NULL otherwise (then serialize the parsed value). */
+const char *ks_gen_args_text(const ks_gen *g, size_t *n);
+void ks_gen_free(ks_gen *g);
+/* One generated token through the pipeline.  Returns 1 when a stop string
+ * matched: the generation is over (g->finish is KS_FIN_STOP) and the
+ * caller ends the request. */
+int ks_gen_token(ks_gen *g, const gen_token *t);
+/* The end of the tokens (fin: KS_FIN_*): flushes what was held back. */
+void ks_gen_end(ks_gen *g, int fin);
+/* Takes whatever q's scheduler produced, waiting up to wait_ms when there
+ * is nothing new.  Returns 1 when the generation is over (g->finish set). */
+int ks_gen_pump(ks_gen *g, ks_req *q, int wait_ms);
+/* The pump's second half: detokenized text through stop strings and tags
+ * (final: no more text follows).  Returns 1 when a stop string matched.
+ * Tests feed text with it directly. */
+int ks_gen_text(ks_gen *g, const char *s, size_t n, int final);
+
+#endif

@@ -1,0 +1,287 @@
+/* The generation endpoints both APIs share: chat (a rendered template) and
+ * generate/completion (text or token ids), each through ks_run. */
+#include "server/generate.h"
+
+#include "server/defaults.h"
+#include "server/gen.h"
+#include "server/log.h"
+#include "server/models.h"
+#include "server/opts.h"
+#include "server/prompt.h"
+#include "server/reply.h"
+#include "server/run.h"
+#include "server/srv.h"
+
+#include <math.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Finds and loads the request's model; sends the error itself. */
+static ks_model *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int ollama, double *load_wait,
+                            int *rc) {
+    json_t *mv = json_object_get(body, "model");
+    if (mv && !json_is_string(mv)) {
+        *rc = ollama ? ks_oll_error(c, 400, "'model' must be a string")
+                     : ks_send_error(c, 400, "invalid_request_error", "'model' must be a string", "model");
+        return NULL;
+    }
+    int status = 404;
+    char msg[600];
+    ks_model *r = ks_model_use(s, json_string_value(mv), KS_TASK_GENERATE, load_wait, &status, msg, sizeof msg);
+    ks_reqlog_model(ks_reqlog_current(), r ? r->name : json_string_value(mv));
+    if (!r) {
+        const char *type = status == 404 ? "not_found_error" : status == 400 ? "invalid_request_error"
+                           : status == 503 ? "unavailable_error" : "server_error";
+        *rc = ollama ? ks_oll_error(c, status, msg) : ks_send_error(c, status, type, msg, "model");
+        return NULL;
+    }
+    return r;
+}
+
+static int ends_with_think(const char *p) {
+    size_t n = strlen(p);
+    while (n && (p[n - 1] == '\n' || p[n - 1] == ' ')) n--;
+    return n >= 7 && !strncmp(p + n - 7, "<think>", 7);
+}
+
+int ks_force_think(ks_model *r, const char *prompt) {
+    if (ends_with_think(prompt)) return 2;
+    const char *tmpl = ks_template_text(r);
+    return tmpl && strstr(tmpl, "<think>") ? 1 : 0;
+}
+
+/* OpenAI's tool_choice: "auto" (or none given) lets the model choose;
+ * "none" neither shows the tools to the model nor reads its output as
+ * calls; "required" and a named function constrain the output to one call
+ * in the template's <tool_call> syntax (sample/call.c), its arguments held
+ * to the tool's parameters. */
+int ks_tool_choice(const json_t *v, const json_t *tools, int *off, json_t **force, char *msg, size_t cap) {
+    const char *s = json_string_value(v);
+    *force = NULL;
+    if (!v || json_is_null(v) || (s && !strcmp(s, "auto"))) return 0;
+    if (s && !strcmp(s, "none")) {
+        *off = 1;
+        return 0;
+    }
+    const char *want = NULL;
+    if (json_is_object(v)) {
+        const char *type = json_string_value(json_object_get(v, "type"));
+        want = json_string_value(json_object_get(json_object_get(v, "function"), "name"));
+        if (!type || strcmp(type, "function") || !want) {
+            snprintf(msg, cap, "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+            return -1;
+        }
+    } else if (!s || strcmp(s, "required")) {
+        snprintf(msg, cap, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+        return -1;
+    }
+    json_t *out = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        const char *type = json_string_value(json_object_get(t, "type"));
+        if (!name || (type && strcmp(type, "function"))) continue;
+        if (!want || !strcmp(want, name)) json_array_append(out, t);
+    }
+    if (!json_array_size(out)) {
+        json_decref(out);
+        if (want) snprintf(msg, cap, "'tool_choice' names the function '%s', which is not among 'tools'", want);
+        else snprintf(msg, cap, "'tool_choice' is \"required\" but 'tools' offers no function");
+        return -1;
+    }
+    *force = out;
+    return 0;
+}
+
+/* What a message carries besides text ("images", "audio"), or NULL:
+ * Ollama's images array, or an OpenAI content part other than text. */
+static const char *media_of(json_t *m) {
+    json_t *im = json_object_get(m, "images");
+    if (json_is_array(im) && json_array_size(im)) return "images";
+    json_t *parts = json_object_get(m, "content");
+    size_t i;
+    json_t *part;
+    json_array_foreach(parts, i, part) {
+        const char *t = json_string_value(json_object_get(part, "type"));
+        if (!t || !strcmp(t, "text")) continue;
+        return strstr(t, "audio") ? "audio" : "images";
+    }
+    return NULL;
+}
+
+/* A request the model cannot serve as asked is a 400, never a silent
+ * drop: images or audio to a text-only model (every model kiln generates
+ * with), Ollama's think: true to a model without thinking (Ollama's rule:
+ * its template has no <think>).  messages: the chat's, or NULL for a
+ * generate body's own "images".  Returns 1 after sending the error. */
+static int cannot_serve(ks_model *r, struct MHD_Connection *c, json_t *body, json_t *messages, int ollama, int *rc) {
+    const char *media = messages ? NULL : media_of(body);
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) if (!media) media = media_of(m);
+    char msg[400];
+    if (media) {
+        snprintf(msg, sizeof msg, "\"%s\" does not accept %s: kiln runs it as a text-only model", r->name, media);
+        *rc = ks_error(c, ollama, 400, "invalid_request_error", msg, messages ? "messages" : "images");
+        return 1;
+    }
+    const char *tmpl = ks_template_text(r);
+    if (ollama && json_is_true(json_object_get(body, "think")) && !(tmpl && strstr(tmpl, "<think>"))) {
+        snprintf(msg, sizeof msg, "\"%s\" does not support thinking", r->name);
+        *rc = ks_oll_error(c, 400, msg);
+        return 1;
+    }
+    return 0;
+}
+
+static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int format, json_t *force, int tools_off);
+
+/* Shared by /v1/chat/completions and /api/chat. */
+int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format) {
+    int tools_off = 0, rc = MHD_NO;
+    json_t *force = NULL;
+    char msg[300];
+    if (format != KS_F_OLL_CHAT && ks_tool_choice(json_object_get(body, "tool_choice"), json_object_get(body, "tools"),
+                                                  &tools_off, &force, msg, sizeof msg))
+        return ks_error(c, 0, 400, "invalid_request_error", msg, "tool_choice");
+    rc = chat_run(s, c, body, format, force, tools_off);
+    json_decref(force); /* a started request keeps its own copies */
+    return rc;
+}
+
+static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int format, json_t *force, int tools_off) {
+    int ollama = format == KS_F_OLL_CHAT, rc = MHD_NO;
+    ks_gen_opts o;
+    json_t *optsrc = ollama ? json_object_get(body, "options") : body;
+    if (ks_parse_opts(c, optsrc, ollama, &o, &rc)) return rc;
+    o.force_tools = force;
+    if (ollama) {
+        json_t *fmt = json_object_get(body, "format");
+        if (ks_oll_format(fmt, &o, c, &rc)) return rc;
+    }
+    json_t *messages = json_object_get(body, "messages");
+    if (!json_is_array(messages) || !json_array_size(messages))
+        return ollama ? ks_oll_error(c, 400, "'messages' must be a non-empty array")
+                      : ks_send_error(c, 400, "invalid_request_error", "'messages' must be a non-empty array",
+                                      "messages");
+    o.urgent = json_is_true(json_object_get(body, "urgent"));
+    o.ignore_eos |= json_is_true(json_object_get(body, "ignore_eos"));
+    double load_wait = 0;
+    ks_model *r = open_model(s, c, body, ollama, &load_wait, &rc);
+    if (!r) return rc;
+    if (ks_defaults_opts(r, c, optsrc, ollama, &o, &rc)) { /* a store pack's options under the request's */
+        ks_model_done(r, NAN);
+        return rc;
+    }
+    if (cannot_serve(r, c, body, messages, ollama, &rc)) {
+        ks_model_done(r, ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN);
+        return rc;
+    }
+    json_t *think = json_object_get(body, "think");
+    int th = json_is_boolean(think) ? json_is_true(think) : -1;
+    json_t *kw = json_object_get(body, "chat_template_kwargs");
+    if (json_is_boolean(json_object_get(kw, "enable_thinking"))) th = json_is_true(json_object_get(kw, "enable_thinking"));
+    char err[300];
+    json_t *tools = json_object_get(body, "tools");
+    if (tools_off) tools = NULL;
+    json_t *msgs = ks_defaults_messages(r, messages); /* and its system prompt */
+    char *prompt = ks_render_chat(r, msgs, tools, th, err, sizeof err);
+    json_decref(msgs);
+    double ka = ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN;
+    if (!prompt) {
+        ks_model_done(r, ka);
+        return ollama ? ks_oll_error(c, 400, err) : ks_send_error(c, 400, "invalid_request_error", err, "messages");
+    }
+    int32_t n = 0;
+    int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
+    o.force_think = ks_force_think(r, prompt);
+    ks_run_args a = {format, 1, 0, ends_with_think(prompt), ka, json_string_value(json_object_get(body, "model")),
+                     ollama && th == 0, json_is_array(tools) && json_array_size(tools) > 0, 0};
+    free(prompt);
+    json_t *stream = json_object_get(body, "stream");
+    a.stream = ollama ? !json_is_false(stream) : json_is_true(stream);
+    a.include_usage = json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
+    a.load_wait = load_wait;
+    ks_req *q = ids ? ks_start(r, c, ids, n, &o, &rc) : NULL;
+    if (!ids) rc = ks_error(c, ollama, 500, "server_error", "tokenization failed", NULL);
+    if (!q) {
+        ks_model_done(r, ka);
+        return rc;
+    }
+    return ks_run(s, r, c, q, &a, &o);
+}
+
+int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format, const char *prompt_text,
+                       json_t *prompt_ids, ks_gen_opts *o, double ka) {
+    int ollama = format == KS_F_OLL_GEN, rc = MHD_NO;
+    o->urgent = json_is_true(json_object_get(body, "urgent"));
+    o->ignore_eos |= json_is_true(json_object_get(body, "ignore_eos"));
+    double load_wait = 0;
+    ks_model *r = open_model(s, c, body, ollama, &load_wait, &rc);
+    if (!r) return rc;
+    if (ks_defaults_opts(r, c, ollama ? json_object_get(body, "options") : body, ollama, o, &rc)) {
+        ks_model_done(r, ka);
+        return rc;
+    }
+    if (cannot_serve(r, c, body, NULL, ollama, &rc)) {
+        ks_model_done(r, ka);
+        return rc;
+    }
+    int32_t n = 0, *ids = NULL;
+    char *rendered = NULL;
+    int start_think = 0;
+    if (prompt_ids) {
+        n = (int32_t)json_array_size(prompt_ids);
+        ids = malloc(((size_t)n + 1) * sizeof *ids);
+        for (int32_t i = 0; ids && i < n; i++) {
+            json_int_t v = json_integer_value(json_array_get(prompt_ids, (size_t)i));
+            if (v < 0 || v >= r->n_vocab) {
+                free(ids);
+                ks_model_done(r, ka);
+                return ks_error(c, ollama, 400, "invalid_request_error", "a prompt token id is out of range", "prompt");
+            }
+            ids[i] = (int32_t)v;
+        }
+    } else {
+        const char *text = prompt_text;
+        /* Ollama applies the chat template to a plain prompt unless raw */
+        if (ollama && ks_has_chat(r) && !json_is_true(json_object_get(body, "raw"))) {
+            json_t *msgs = json_array();
+            const char *sys = json_string_value(json_object_get(body, "system"));
+            if (!sys) sys = ks_defaults_system(r);
+            if (sys) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", sys));
+            json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", prompt_text));
+            json_t *think = json_object_get(body, "think");
+            char err[300];
+            rendered = ks_render_chat(r, msgs, NULL, json_is_boolean(think) ? json_is_true(think) : -1, err, sizeof err);
+            json_decref(msgs);
+            if (!rendered) {
+                ks_model_done(r, ka);
+                return ks_oll_error(c, 400, err);
+            }
+            text = rendered;
+            start_think = ends_with_think(rendered);
+        }
+        /* special-token text in a raw prompt is the token, as llama.cpp reads it */
+        ids = ks_tokenize(r->model, text, 1, &n);
+    }
+    free(rendered);
+    if (!ids) {
+        ks_model_done(r, ka);
+        return ks_error(c, ollama, 500, "server_error", "tokenization failed", NULL);
+    }
+    ks_req *q = ks_start(r, c, ids, n, o, &rc);
+    if (!q) {
+        ks_model_done(r, ka);
+        return rc;
+    }
+    json_t *stream = json_object_get(body, "stream");
+    ks_run_args a = {format, ollama ? !json_is_false(stream) : json_is_true(stream),
+                     json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage")),
+                     start_think, ka, json_string_value(json_object_get(body, "model")),
+                     ollama && json_is_false(json_object_get(body, "think")), 0, load_wait};
+    return ks_run(s, r, c, q, &a, o);
+}

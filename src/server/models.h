@@ -1,0 +1,44 @@
+/* The models a server knows (models.c): loads on demand, uses, keep-alive,
+ * room, the drain. */
+#ifndef KILN_SERVER_MODELS_H
+#define KILN_SERVER_MODELS_H
+
+#include "server/srv.h"
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* Loads -m models (and starts the keep-alive timers).  Fails when one is
+ * not a model file or store name. */
+kiln_status ks_models_start(ks_srv *s);
+/* Waits for the -m models' first loads: the first failure, with msg. */
+kiln_status ks_models_wait_loaded(ks_srv *s, char *msg, size_t cap);
+/* Every engine's graceful stop; after grace seconds what still runs is
+ * cancelled; returns once every engine has stopped. */
+void ks_models_drain(ks_srv *s, double grace);
+void ks_models_free(ks_srv *s);
+/* The model a request names ("" or NULL: the first -m model), loaded if
+ * needed (waiting), for task (KS_TASK_*: a generation of an embedding
+ * model is a 400).  Takes a use, which ks_model_done drops.  *load_wait
+ * (optional) receives the seconds spent waiting for a load.  NULL with an
+ * HTTP status and message. */
+ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait, int *status, char *msg,
+                       size_t cap);
+/* The name of the first -m model of family in out; -1 when there is none. */
+int ks_model_first(ks_srv *s, kiln_engine_family_id family, char *out, size_t cap);
+/* m's counters since the server started: earlier loads' plus live (the
+ * resident model's stats, or NULL when it is not resident).  Under
+ * ks_srv.mu. */
+void ks_model_counts(const ks_model *m, const gen_sched_stats *live, ks_counts *out);
+/* Drops a use; keep_alive (seconds; NAN: the server's) is how long the
+ * model stays once idle (0: it unloads now). */
+void ks_model_done(ks_model *m, double keep_alive);
+/* Unloads name once idle (keep_alive 0 without a request); -1 with status. */
+int ks_model_unload(ks_srv *s, const char *name, int *status, char *msg, size_t cap);
+/* Ollama's "details" of m (under ks_srv.mu; a new object). */
+json_t *ks_model_details(const ks_model *m);
+/* The store's installed models as kiln_store_list's JSON array (an empty
+ * array without a store or on failure); the caller decrefs it. */
+json_t *ks_store_models(ks_srv *s);
+
+#endif

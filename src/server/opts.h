@@ -1,0 +1,47 @@
+/* A generation request's options: OpenAI's sampling fields, Ollama's
+ * options and format, durations (opts.c). */
+#ifndef KILN_SERVER_OPTS_H
+#define KILN_SERVER_OPTS_H
+
+#include "kiln.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct MHD_Connection;
+
+typedef struct ks_gen_opts {
+    int32_t max_tokens;       /* -1 = rest of the context */
+    kiln_sampler_params sp;
+    json_t *stop;             /* borrowed */
+    int32_t n_top;
+    int logprobs;
+    int json_mode;
+    const json_t *schema;     /* borrowed: the JSON Schema json_mode output must follow, or NULL */
+    int urgent;               /* "urgent": true (kiln's own field): ahead of queued requests */
+    int ignore_eos;           /* "ignore_eos": true (llama-server's): never end at an end-of-generation token */
+    int ollama;               /* errors in Ollama's shape ({"error": "..."}) */
+    const json_t *force_tools; /* borrowed: a forced tool_choice's tools, one of which the output must call */
+    int force_think;          /* with force_tools: 1 a <think> block may come first, 2 the prompt opened one */
+} ks_gen_opts;
+/* 0 when schema (NULL: none) compiles; else a message for a 400. */
+int ks_check_schema(const json_t *schema, char *msg, size_t n);
+/* OpenAI's tool_choice over tools (OpenAI function tools): "auto" or
+ * absent leaves both NULL/0; "none" sets *off; "required" or
+ * {"type": "function", "function": {"name": N}} sets *force to the tools the
+ * one call may name (a new array).  -1 with a message for a 400. */
+int ks_tool_choice(const json_t *choice, const json_t *tools, int *off, json_t **force, char *msg, size_t cap);
+/* force_think for a prompt: 2 when it opens a <think> block, 1 when the
+ * model's template has one, else 0. */
+int ks_force_think(ks_model *r, const char *prompt);
+/* Ollama's "format": "json" or a JSON Schema into o; a schema that cannot
+ * be enforced answers 400 (*rc) and returns -1. */
+int ks_oll_format(const json_t *fmt, ks_gen_opts *o, struct MHD_Connection *c, int *rc);
+/* Parses OpenAI-style sampling fields (or Ollama's options when ollama);
+ * on a bad value sends a 400 and returns -1. */
+int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc);
+/* "1.5m", "300", 300, -1 ... -> seconds; NAN when absent or bad. */
+double ks_parse_duration(json_t *v);
+
+#endif

@@ -1,0 +1,27 @@
+/* Chat messages to prompt text and tokens (prompt.c). */
+#ifndef KILN_SERVER_PROMPT_H
+#define KILN_SERVER_PROMPT_H
+
+#include "server/srv.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+/* A copy of messages as chat templates expect them (the caller owns it):
+ * null or missing content becomes "", an array of parts its text, and
+ * tool-call arguments given as JSON text become objects. */
+json_t *ks_chat_normalize(json_t *messages);
+/* Renders messages (+ tools) into a prompt with the pack's Go template
+ * (an Ollama model's) when it has one, else the GGUF's; returns malloc'd
+ * text or NULL with err.  think: -1 default, 0 off, 1 on. */
+char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, char *err, size_t cap);
+/* 1 when the model has a chat template kiln can apply. */
+int ks_has_chat(ks_model *r);
+/* The template text ks_render_chat uses (the pack's Go template, else the
+ * GGUF's), or NULL: what /api/show shows and capabilities are read from. */
+const char *ks_template_text(ks_model *r);
+void ks_template_free(void *t);
+/* Tokenizes text; parse_special for rendered chat; *n receives the count. */
+int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n);
+
+#endif
