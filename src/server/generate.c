@@ -1,7 +1,6 @@
 /* The generation endpoints both APIs share: chat (a rendered template) and
  * generate/completion (text or token ids), each through ks_run. */
 #include "server/generate.h"
-
 #include "server/defaults.h"
 #include "server/gen.h"
 #include "server/log.h"
@@ -11,6 +10,7 @@
 #include "server/reply.h"
 #include "server/run.h"
 #include "server/srv.h"
+
 
 #include <math.h>
 #include <microhttpd.h>
@@ -40,14 +40,8 @@ static ks_model *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, i
     return r;
 }
 
-static int ends_with_think(const char *p) {
-    size_t n = strlen(p);
-    while (n && (p[n - 1] == '\n' || p[n - 1] == ' ')) n--;
-    return n >= 7 && !strncmp(p + n - 7, "<think>", 7);
-}
-
 int ks_force_think(ks_model *r, const char *prompt) {
-    if (ends_with_think(prompt)) return 2;
+    if (ks_prompt_opens_think(prompt)) return 2;
     const char *tmpl = ks_template_text(r);
     return tmpl && strstr(tmpl, "<think>") ? 1 : 0;
 }
@@ -198,7 +192,7 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     int32_t n = 0;
     int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
     o.force_think = ks_force_think(r, prompt);
-    ks_run_args a = {format, 1, 0, ends_with_think(prompt), ka, json_string_value(json_object_get(body, "model")),
+    ks_run_args a = {format, 1, 0, ks_prompt_opens_think(prompt), ka, json_string_value(json_object_get(body, "model")),
                      ollama && th == 0, json_is_array(tools) && json_array_size(tools) > 0, 0};
     free(prompt);
     json_t *stream = json_object_get(body, "stream");
@@ -263,7 +257,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
                 return ks_oll_error(c, 400, err);
             }
             text = rendered;
-            start_think = ends_with_think(rendered);
+            start_think = ks_prompt_opens_think(rendered);
         }
         /* special-token text in a raw prompt is the token, as llama.cpp reads it */
         ids = ks_tokenize(r->model, text, 1, &n);

@@ -89,21 +89,8 @@ static json_t *parse_body(conn_state *cs, struct MHD_Connection *c, int *rc) {
 /* 403 for a request the guard turns away, in the shape of the API the path
  * belongs to, without CORS headers (the page may not read it). */
 static int refuse(struct MHD_Connection *c, const char *url, const char *msg) {
-    json_t *root = ks_error_body(!strncmp(url, "/api/", 5) ? KS_API_OLLAMA : KS_API_OPENAI, "permission_error", msg, NULL);
-    char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
-    json_decref(root);
-    if (!s) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(s);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    ks_metrics_request(403);
-    ks_reqlog_status(ks_reqlog_current(), 403);
-    int rc = MHD_queue_response(c, 403, r);
-    MHD_destroy_response(r);
-    return rc;
+    const ks_api api = !strncmp(url, "/api/", 5) ? KS_API_OLLAMA : KS_API_OPENAI;
+    return ks_reply_bare(c, 403, ks_error_response(403, ks_error_body(api, "permission_error", msg, NULL), NULL));
 }
 
 /* A known path asked with another method: a 405 with Allow, not a 404. */

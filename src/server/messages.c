@@ -28,36 +28,13 @@
 
 /* ---- request ---- */
 
+/* the part types whose text Messages takes */
+static const char *const msg_parts[] = {"text", NULL};
+
 static int fail(char *err, size_t cap, const char **param, const char *p, const char *msg) {
     snprintf(err, cap, "%s", msg);
     *param = p;
     return -1;
-}
-
-/* The text of a string or of an array of text blocks into b; -1 when a
- * block is not text (what is kept is said in err). */
-static int text_of(json_t *v, ks_buf *b, const char *what, char *err, size_t cap) {
-    if (json_is_string(v)) {
-        ks_buf_put(b, json_string_value(v), json_string_length(v));
-        return 0;
-    }
-    if (!json_is_array(v)) {
-        snprintf(err, cap, "%s must be a string or an array of text blocks", what);
-        return -1;
-    }
-    size_t i;
-    json_t *blk;
-    json_array_foreach(v, i, blk) {
-        const char *t = json_string_value(json_object_get(blk, "type"));
-        json_t *tx = json_object_get(blk, "text");
-        if (!t || strcmp(t, "text") || !json_is_string(tx)) {
-            snprintf(err, cap, "%s: block %zu is %s%s%s; only text blocks are supported here", what, i,
-                     t ? "of type '" : "not a text block", t ? t : "", t ? "'" : "");
-            return -1;
-        }
-        ks_buf_put(b, json_string_value(tx), json_string_length(tx));
-    }
-    return 0;
 }
 
 static void put_msg(json_t *msgs, const char *role, ks_buf *text) {
@@ -150,7 +127,7 @@ static int user_turn(json_t *content, json_t *msgs, const char *model, char *err
             }
             ks_buf out = {0};
             json_t *c = json_object_get(blk, "content");
-            if (c && !json_is_null(c) && text_of(c, &out, "messages: a tool_result's content", err, cap)) {
+            if (c && !json_is_null(c) && ks_xapi_text(c, &out, msg_parts, "messages: a tool_result's content", err, cap)) {
                 ks_buf_free(&out);
                 rc = -1;
                 break;
@@ -280,7 +257,7 @@ int ks_msg_translate(json_t *body, int count, ks_xreq *x, char *err, size_t cap,
     json_t *sys = json_object_get(body, "system");
     if (sys && !json_is_null(sys)) {
         ks_buf b = {0};
-        if (text_of(sys, &b, "system", err, cap)) {
+        if (ks_xapi_text(sys, &b, msg_parts, "system", err, cap)) {
             ks_buf_free(&b);
             *param = "system";
             return -1;
@@ -430,16 +407,12 @@ static void close_block(ks_xw *w) {
         json_object_set_new(w->cur, "input", input);
     }
     if (w->out) block_event(w, "content_block_stop", NULL, NULL);
-    json_array_append_new(w->items, w->cur);
-    w->cur = NULL;
-    w->open = KS_XB_NONE;
-    w->acc.len = 0;
+    ks_xw_closed(w);
 }
 
 static void open_block(ks_xw *w, int kind, json_t *blk) {
     close_block(w);
-    w->open = kind;
-    w->cur = blk;
+    ks_xw_opened(w, kind, blk);
     if (w->out) block_event(w, "content_block_start", json_deep_copy(blk), "content_block");
 }
 

@@ -210,3 +210,9 @@ int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t
     *n_out = n;
     return ids;
 }
+
+int ks_prompt_opens_think(const char *p) {
+    size_t n = strlen(p);
+    while (n && (p[n - 1] == '\n' || p[n - 1] == ' ')) n--;
+    return n >= 7 && !strncmp(p + n - 7, "<think>", 7);
+}

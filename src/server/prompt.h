@@ -21,6 +21,9 @@ int ks_has_chat(ks_model *r);
  * GGUF's), or NULL: what /api/show shows and capabilities are read from. */
 const char *ks_template_text(ks_model *r);
 void ks_template_free(void *t);
+/* 1 when a rendered prompt ends in an open <think> block (blank space
+ * after it aside): the generation starts in reasoning. */
+int ks_prompt_opens_think(const char *p);
 /* Tokenizes text; parse_special for rendered chat; *n receives the count. */
 int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n);
 

@@ -26,6 +26,11 @@ int ks_reply(struct MHD_Connection *c, int status, struct MHD_Response *r) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
         MHD_add_response_header(r, "Vary", "Origin");
     }
+    return ks_reply_bare(c, status, r);
+}
+
+int ks_reply_bare(struct MHD_Connection *c, int status, struct MHD_Response *r) {
+    if (!r) return MHD_NO;
     ks_metrics_request(status);
     ks_reqlog_status(ks_reqlog_current(), status);
     int rc = MHD_queue_response(c, (unsigned)status, r);
@@ -100,20 +105,24 @@ int ks_send_error_body(struct MHD_Connection *c, int status, json_t *root) {
     return ks_send_error_allow(c, status, root, NULL);
 }
 
-int ks_send_error_allow(struct MHD_Connection *c, int status, json_t *root, const char *allow) {
+struct MHD_Response *ks_error_response(int status, json_t *root, const char *allow) {
     char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(root);
-    if (!s) return MHD_NO;
+    if (!s) return NULL;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(s);
-        return MHD_NO;
+        return NULL;
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (allow) MHD_add_response_header(r, "Allow", allow);
-    return ks_reply(c, status, r);
+    return r;
+}
+
+int ks_send_error_allow(struct MHD_Connection *c, int status, json_t *root, const char *allow) {
+    return ks_reply(c, status, ks_error_response(status, root, allow));
 }
 
 int ks_send_error(struct MHD_Connection *c, int status, const char *type, const char *msg, const char *param) {

@@ -60,8 +60,14 @@ void ks_reply_api(ks_api api);
 /* A response made here (status, headers) goes out: CORS for an Origin,
  * the metrics and the request log count it.  Takes r. */
 int ks_reply(struct MHD_Connection *c, int status, struct MHD_Response *r);
-/* An error body (stolen) as a response, with the headers its status calls
- * for (Retry-After on 429/503, WWW-Authenticate on 401). */
+/* The same without CORS headers (a refusal the page may not read). */
+int ks_reply_bare(struct MHD_Connection *c, int status, struct MHD_Response *r);
+/* An error body (stolen) as a response not yet sent: JSON, with the
+ * headers its status calls for (and Allow when allow is set); NULL when
+ * out of memory. */
+struct MHD_Response *ks_error_response(int status, json_t *root, const char *allow);
+/* An error body (stolen) sent, with the headers its status calls for
+ * (Retry-After on 429/503, WWW-Authenticate on 401). */
 int ks_send_error_body(struct MHD_Connection *c, int status, json_t *root);
 /* The same with an Allow header (a 405; allow NULL: none). */
 int ks_send_error_allow(struct MHD_Connection *c, int status, json_t *root, const char *allow);

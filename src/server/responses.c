@@ -30,39 +30,20 @@
 
 /* ---- request ---- */
 
+/* the part types whose text Responses takes (a refusal's too) */
+static const char *const resp_parts[] = {"input_text", "output_text", "text", "refusal", NULL};
+
+/* The text of input item's content into b. */
+static int item_text(json_t *c, ks_buf *b, size_t item, char *err, size_t cap) {
+    char what[48];
+    snprintf(what, sizeof what, "input[%zu].content", item);
+    return ks_xapi_text(c, b, resp_parts, what, err, cap);
+}
+
 static int fail(char *err, size_t cap, const char **param, const char *p, const char *msg) {
     snprintf(err, cap, "%s", msg);
     *param = p;
     return -1;
-}
-
-/* The text of content (a string or an array of text parts) into b. */
-static int content_text(json_t *c, ks_buf *b, size_t item, char *err, size_t cap) {
-    if (json_is_string(c)) {
-        ks_buf_put(b, json_string_value(c), json_string_length(c));
-        return 0;
-    }
-    if (!json_is_array(c)) {
-        snprintf(err, cap, "input[%zu].content must be a string or an array of content parts", item);
-        return -1;
-    }
-    size_t i;
-    json_t *p;
-    json_array_foreach(c, i, p) {
-        const char *t = json_string_value(json_object_get(p, "type"));
-        json_t *tx = json_object_get(p, "text");
-        if (t && (!strcmp(t, "input_text") || !strcmp(t, "output_text") || !strcmp(t, "text")) && json_is_string(tx)) {
-            ks_buf_put(b, json_string_value(tx), json_string_length(tx));
-        } else if (t && !strcmp(t, "refusal")) {
-            json_t *r = json_object_get(p, "refusal");
-            if (json_is_string(r)) ks_buf_put(b, json_string_value(r), json_string_length(r));
-        } else {
-            snprintf(err, cap, "input[%zu].content[%zu] is of type '%s'; kiln takes text parts only", item, i,
-                     t ? t : "(none)");
-            return -1;
-        }
-    }
-    return 0;
 }
 
 /* The assistant message a function_call or reasoning item joins: the last
@@ -162,7 +143,7 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
                     return -1;
                 }
                 ks_buf b = {0};
-                if (content_text(json_object_get(it, "content"), &b, i, err, cap)) {
+                if (item_text(json_object_get(it, "content"), &b, i, err, cap)) {
                     ks_buf_free(&b);
                     ks_buf_free(&pending);
                     *param = "input";
@@ -208,7 +189,7 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
                 const char *id = json_string_value(json_object_get(it, "call_id"));
                 json_t *out = json_object_get(it, "output");
                 ks_buf b = {0};
-                if (!id || (!json_is_string(out) && content_text(out, &b, i, err, cap))) {
+                if (!id || (!json_is_string(out) && item_text(out, &b, i, err, cap))) {
                     ks_buf_free(&b);
                     ks_buf_free(&pending);
                     if (!id) snprintf(err, cap, "input[%zu]: a function_call_output needs 'call_id'", i);
@@ -410,16 +391,12 @@ static void close_item(ks_xw *w) {
         json_object_set(j, "item", w->cur);
         ev(w, "response.output_item.done", j);
     }
-    json_array_append_new(w->items, w->cur);
-    w->cur = NULL;
-    w->open = KS_XB_NONE;
-    w->acc.len = 0;
+    ks_xw_closed(w);
 }
 
 static void open_item(ks_xw *w, int kind, json_t *item) {
     close_item(w);
-    w->open = kind;
-    w->cur = item;
+    ks_xw_opened(w, kind, item);
     if (!w->out) return;
     json_t *j = json_object();
     json_object_set_new(j, "output_index", json_integer(out_index(w)));

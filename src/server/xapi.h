@@ -42,6 +42,11 @@ typedef struct ks_xreq {
 int ks_resp_translate(json_t *body, ks_xreq *out, char *err, size_t cap, const char **param);
 int ks_msg_translate(json_t *body, int count, ks_xreq *out, char *err, size_t cap, const char **param);
 void ks_xreq_free(ks_xreq *x);
+/* The text of v, a string or an array of parts, into b (appended): each
+ * part's "type" one of types (NULL-terminated), its text under "text" (a
+ * "refusal" part's under "refusal").  -1 with err naming what ("system",
+ * "input[2].content") and the part that is not text. */
+int ks_xapi_text(json_t *v, ks_buf *b, const char *const *types, const char *what, char *err, size_t cap);
 
 /* ---- writers ---- */
 
@@ -96,6 +101,10 @@ extern const ks_xw_ops ks_resp_ops, ks_msg_ops;
 void ks_xw_init(ks_xw *w, const ks_xw_ops *ops, const char *prefix, const char *serial, const char *model,
                 ks_buf *out);
 void ks_xw_free(ks_xw *w);
+/* The writer's block state: a block (owned) of kind KS_XB_* opens; the
+ * open block moves to items, and its text accumulator empties. */
+void ks_xw_opened(ks_xw *w, int kind, json_t *blk);
+void ks_xw_closed(ks_xw *w);
 /* SSE with an event name: "event: NAME\ndata: JSON\n\n" (steals j). */
 void ks_xw_event(ks_xw *w, const char *name, json_t *j);
 

@@ -159,14 +159,6 @@ int ks_xrun(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, ks_xw *
     return rc;
 }
 
-/* ---- endpoints ---- */
-
-static int ends_with_think(const char *p) {
-    size_t n = strlen(p);
-    while (n && (p[n - 1] == '\n' || p[n - 1] == ' ')) n--;
-    return n >= 7 && !strncmp(p + n - 7, "<think>", 7);
-}
-
 static const char *status_type(int status) {
     return status == 404 ? "not_found_error" : status == 400 ? "invalid_request_error"
            : status == 503 ? "unavailable_error" : "server_error";
@@ -237,7 +229,7 @@ static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp
     }
     int32_t n = 0;
     int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
-    int start_think = ends_with_think(prompt);
+    int start_think = ks_prompt_opens_think(prompt);
     o.force_think = ks_force_think(r, prompt);
     free(prompt);
     if (!ids) {
