@@ -2,6 +2,7 @@
  * normalization and the model fingerprint.  Encoders run through their
  * family's encode on unpadded batches (inputs end to end, shortest first);
  * decoders through an embeddings context, one input per run. */
+#include "model/encoder.h"
 #include "model/model.h"
 
 #include <ctype.h>
@@ -11,9 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Most inputs one encoder run carries (bounds the pooled-output buffer). */
-#define EMBED_MAX_SEQ 64
-
 struct kiln_embedder {
     kiln_model *m;
     int own_model;
@@ -21,12 +19,12 @@ struct kiln_embedder {
     int32_t max_tokens, n_batch;
     char *qprefix, *dprefix;
     char fingerprint[65];
-    float *pooled;               /* [EMBED_MAX_SEQ][n_embd] pooled, not normalized */
+    float *pooled;               /* [KL_ENC_MAX_SEQ][n_embd] pooled, not normalized */
     /* encoder */
     kpool *pool;
     void *ws;                    /* the encoder family's workspace */
     int32_t *run_tok;            /* the token ids of one run, inputs end to end */
-    int32_t run_len[EMBED_MAX_SEQ];
+    int32_t run_len[KL_ENC_MAX_SEQ];
     /* decoder */
     kiln_context *ctx;
     int8_t *flags;               /* [n_batch] rows whose hidden state is kept */
@@ -147,7 +145,7 @@ static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
                        "%s = %d: kiln embeds with mean (1), CLS (2) or last-token (3) pooling", key, e->pooling);
     if (load_prefixes(e) || fingerprint(e)) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
     e->acc = malloc((size_t)m->hp.n_embd * sizeof *e->acc);
-    e->pooled = malloc((size_t)EMBED_MAX_SEQ * (size_t)m->hp.n_embd * sizeof *e->pooled);
+    e->pooled = malloc((size_t)KL_ENC_MAX_SEQ * (size_t)m->hp.n_embd * sizeof *e->pooled);
     if (!e->acc || !e->pooled) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
     if (m->arch->encoder) {
         e->max_tokens = p.max_tokens ? p.max_tokens : m->hp.n_ctx_train;
@@ -442,19 +440,11 @@ static void finish(const float *v, int dim, float *out) {
     for (int d = 0; d < dim; d++) out[d] = v[d] * inv;
 }
 
-/* Whether count inputs of sum tokens in all fit one encoder run. */
-static int fits(const kiln_embedder *e, int32_t count, int64_t sum) {
-    return count <= EMBED_MAX_SEQ && sum <= e->n_batch;
-}
-
 int32_t kiln_embed_batch_end(const kiln_embed_job *j, int32_t begin) {
     const kiln_embedder *e = j->e;
     if (begin < 0 || begin >= j->res.n) return begin;
     if (!e->m->arch->encoder) return begin + 1;
-    int32_t end = begin + 1;
-    int64_t sum = j->n_tokens[begin];
-    while (end < j->res.n && fits(e, end - begin + 1, sum + j->n_tokens[end])) sum += j->n_tokens[end++];
-    return end;
+    return begin + kl_enc_run_count(j->n_tokens + begin, NULL, j->res.n - begin, e->n_batch);
 }
 
 /* One encoder run over the inputs idx[0..count), laid end to end. */
@@ -507,34 +497,10 @@ static kiln_status decode_one(kiln_embed_job *j, int32_t i) {
     return KILN_OK;
 }
 
-typedef struct by_len {
-    int32_t n_tokens, index;
-} by_len;
-
-static int by_length(const void *a, const void *b) {
-    const by_len *x = a, *y = b;
-    if (x->n_tokens != y->n_tokens) return x->n_tokens < y->n_tokens ? -1 : 1;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
-/* idx[k] = the inputs [begin, end) shortest first (ties by index). */
-static int sort_range(const kiln_embed_job *j, int32_t begin, int32_t end, int32_t *idx) {
-    const int32_t n = end - begin;
-    by_len *order = malloc((size_t)(n ? n : 1) * sizeof *order);
-    if (!order) return -1;
-    for (int32_t k = 0; k < n; k++) order[k] = (by_len){j->n_tokens[begin + k], begin + k};
-    qsort(order, (size_t)n, sizeof *order, by_length);
-    for (int32_t k = 0; k < n; k++) idx[k] = order[k].index;
-    free(order);
-    return 0;
-}
-
 /* Runs the inputs idx[0..n) in that order, as many per run as fit. */
 static void encode_in_order(kiln_embed_job *j, const int32_t *idx, int32_t n) {
     for (int32_t k = 0; k < n;) {
-        int32_t c = 1;
-        int64_t sum = j->n_tokens[idx[k]];
-        while (k + c < n && fits(j->e, c + 1, sum + j->n_tokens[idx[k + c]])) sum += j->n_tokens[idx[k + c++]];
+        const int32_t c = kl_enc_run_count(j->n_tokens, idx + k, n - k, j->e->n_batch);
         encode_group(j, idx + k, c);
         k += c;
     }
@@ -552,7 +518,7 @@ kiln_status kiln_embed_run(kiln_embed_job *j, int32_t begin, int32_t end) {
         return KILN_OK;
     }
     int32_t *idx = malloc((size_t)(end - begin + 1) * sizeof *idx);
-    if (!idx || sort_range(j, begin, end, idx)) {
+    if (!idx || kl_enc_order_by_length(j->n_tokens, begin, end, idx)) {
         free(idx);
         return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
     }
@@ -567,7 +533,7 @@ kiln_status kiln_embed_next(kiln_embed_job *j, int32_t *n_left) {
         j->order = malloc((size_t)(j->res.n + 1) * sizeof *j->order);
         if (!j->order) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
         if (j->e->m->arch->encoder) {
-            if (sort_range(j, 0, j->res.n, j->order)) {
+            if (kl_enc_order_by_length(j->n_tokens, 0, j->res.n, j->order)) {
                 free(j->order);
                 j->order = NULL;
                 return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
@@ -582,10 +548,8 @@ kiln_status kiln_embed_next(kiln_embed_job *j, int32_t *n_left) {
             if (st != KILN_OK) return st;
             j->n_done++;
         } else {
-            int32_t c = 1, k = j->n_done;
-            int64_t sum = j->n_tokens[j->order[k]];
-            while (k + c < j->res.n && fits(j->e, c + 1, sum + j->n_tokens[j->order[k + c]]))
-                sum += j->n_tokens[j->order[k + c++]];
+            const int32_t k = j->n_done;
+            const int32_t c = kl_enc_run_count(j->n_tokens, j->order + k, j->res.n - k, j->e->n_batch);
             encode_group(j, j->order + k, c);
             j->n_done += c;
         }

@@ -2,6 +2,8 @@
  * families (encoder.h). */
 #include "model/encoder.h"
 
+#include <stdlib.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -72,4 +74,38 @@ void kl_enc_pool(const kl_enc_batch *b, const float *x, int E, int pooling, floa
             memcpy(o, rows + (size_t)t * E, (size_t)E * sizeof *o);
         }
     }
+}
+
+int32_t kl_enc_run_count(const int32_t *n_tokens, const int32_t *order, int32_t n, int64_t max_tokens) {
+    if (n <= 0) return 0;
+    int32_t c = 1;
+    int64_t sum = n_tokens[order ? order[0] : 0];
+    while (c < n && c < KL_ENC_MAX_SEQ) {
+        const int32_t next = n_tokens[order ? order[c] : c];
+        if (sum + next > max_tokens) break;
+        sum += next;
+        c++;
+    }
+    return c;
+}
+
+typedef struct by_len {
+    int32_t n_tokens, index;
+} by_len;
+
+static int by_length(const void *a, const void *b) {
+    const by_len *x = a, *y = b;
+    if (x->n_tokens != y->n_tokens) return x->n_tokens < y->n_tokens ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+int kl_enc_order_by_length(const int32_t *n_tokens, int32_t begin, int32_t end, int32_t *order) {
+    const int32_t n = end - begin;
+    by_len *o = malloc((size_t)(n > 0 ? n : 1) * sizeof *o);
+    if (!o) return -1;
+    for (int32_t k = 0; k < n; k++) o[k] = (by_len){n_tokens[begin + k], begin + k};
+    qsort(o, (size_t)(n > 0 ? n : 0), sizeof *o, by_length);
+    for (int32_t k = 0; k < n; k++) order[k] = o[k].index;
+    free(o);
+    return 0;
 }

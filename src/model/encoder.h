@@ -22,6 +22,21 @@ typedef struct kl_enc_batch {
     int max_len;
 } kl_enc_batch;
 
+/* Most sequences one encoder run of the embedder or the reranker carries
+ * (bounds their per-run output buffers). */
+#define KL_ENC_MAX_SEQ 64
+
+/* Of the inputs order[0..n) (NULL: 0..n-1), with n_tokens[i] tokens each:
+ * how many from the first go in one run of at most KL_ENC_MAX_SEQ
+ * sequences and max_tokens tokens (at least 1, so one input over the
+ * limit still runs alone). */
+int32_t kl_enc_run_count(const int32_t *n_tokens, const int32_t *order, int32_t n, int64_t max_tokens);
+
+/* order[k] = the inputs begin..end-1 shortest first, ties by index (the
+ * order that packs runs tightly while staying deterministic).  -1 when out
+ * of memory. */
+int kl_enc_order_by_length(const int32_t *n_tokens, int32_t begin, int32_t end, int32_t *order);
+
 /* Fills off and seq (caller-owned, sized as above) from len. */
 void kl_enc_batch_init(kl_enc_batch *b, const int32_t *len, int n_seq, int32_t *off, int32_t *seq);
 

@@ -4,6 +4,7 @@
  * or by a causal LM's "yes"/"no" rows at the last token of its rerank
  * prompt (one pair per run; the prompt's prefix, the same for every pair
  * of a request, is computed once and reused from the prefix cache). */
+#include "model/encoder.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -12,7 +13,6 @@
 #include <string.h>
 
 /* Most pairs one cross-encoder run carries (bounds the score buffer). */
-#define RR_MAX_SEQ 64
 
 struct kiln_reranker {
     kiln_model *m;
@@ -28,8 +28,8 @@ struct kiln_reranker {
     void *ws;
     int32_t *run_tok;            /* one run's pairs end to end */
     uint8_t *run_type;
-    int32_t run_len[RR_MAX_SEQ];
-    float *run_scores;           /* [RR_MAX_SEQ][n_labels] */
+    int32_t run_len[KL_ENC_MAX_SEQ];
+    float *run_scores;           /* [KL_ENC_MAX_SEQ][n_labels] */
     /* causal */
     kiln_context *ctx;
     int8_t *flags;
@@ -99,7 +99,7 @@ static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p
     r->ws = m->arch->family->enc_new(m, cap, r->pool);
     r->run_tok = malloc((size_t)cap * sizeof *r->run_tok);
     r->run_type = malloc((size_t)cap);
-    r->run_scores = malloc((size_t)RR_MAX_SEQ * (size_t)r->n_labels * sizeof *r->run_scores);
+    r->run_scores = malloc((size_t)KL_ENC_MAX_SEQ * (size_t)r->n_labels * sizeof *r->run_scores);
     if (!r->ws || !r->run_tok || !r->run_type || !r->run_scores)
         return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
     return KILN_OK;
@@ -327,16 +327,6 @@ static int32_t frame_causal(const kiln_reranker *r, const char *q, size_t nq, co
     return n <= r->max_tokens ? n : 0;
 }
 
-typedef struct by_len {
-    int32_t n_tokens, index;
-} by_len;
-
-static int by_length(const void *a, const void *b) {
-    const by_len *x = a, *y = b;
-    if (x->n_tokens != y->n_tokens) return x->n_tokens < y->n_tokens ? -1 : 1;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
 kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, kiln_rerank_job **out) {
     *out = NULL;
     if (!r || !q || !q->query || q->n < 0 || (q->n && !q->documents))
@@ -434,15 +424,14 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
                      r->max_tokens, msg);
         goto done;
     }
-    by_len *ord = malloc((n + 1) * sizeof *ord);
-    if (!ord) {
+    /* encoders: shortest first, so runs pack tightly; a causal model in
+     * request order, so the prompt prefix stays cached */
+    if (r->causal) {
+        for (int32_t i = 0; i < q->n; i++) j->order[i] = i;
+    } else if (kl_enc_order_by_length(j->n_tokens, 0, q->n, j->order)) {
         st = kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
-    for (int32_t i = 0; i < q->n; i++) ord[i] = (by_len){j->n_tokens[i], i};
-    if (!r->causal) qsort(ord, n, sizeof *ord, by_length);
-    for (int32_t i = 0; i < q->n; i++) j->order[i] = ord[i].index;
-    free(ord);
     j->res.scores = j->scores;
     j->res.n_tokens = j->n_tokens;
     j->res.truncated = j->truncated;
@@ -518,10 +507,8 @@ kiln_status kiln_rerank_next(kiln_rerank_job *j, int32_t *n_left) {
             if (st != KILN_OK) return st;
             j->n_done++;
         } else {
-            int32_t c = 1, k = j->n_done;
-            int64_t sum = j->n_tokens[j->order[k]];
-            while (k + c < j->res.n && c < RR_MAX_SEQ && sum + j->n_tokens[j->order[k + c]] <= r->n_batch)
-                sum += j->n_tokens[j->order[k + c++]];
+            const int32_t k = j->n_done;
+            const int32_t c = kl_enc_run_count(j->n_tokens, j->order + k, j->res.n - k, r->n_batch);
             run_encoder(j, j->order + k, c);
             j->n_done += c;
         }
