@@ -44,35 +44,9 @@ static const char *subst(const char *s) {
 /* Runs a shell command; captures stdout (and stderr separately). */
 static int run(const char *args, char **out, char **err) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' %s >/tmp/kiln-cli-out.txt 2>/tmp/kiln-cli-err.txt", bin, args);
-    int rc = system(subst(cmd));
-    *out = t_read_file(subst("/tmp/kiln-cli-out.txt"), NULL);
-    *err = t_read_file(subst("/tmp/kiln-cli-err.txt"), NULL);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    snprintf(cmd, sizeof cmd, "'%s' %s", bin, args);
+    return t_run_capture(subst(cmd), g_dir, out, err);
 }
-
-/* A copy of a model (the stories model, unless src) with a ChatML
- * template, for kiln chat. */
-static int write_chat_model_from(const char *src, const char *dst) {
-    char err[256];
-    gguf_file *f = gguf_open(src, err, sizeof err);
-    if (!f) return -1;
-    gguf_writer *w = gguf_writer_new();
-    for (int i = 0; i < gguf_n_kv(f); i++) gguf_w_copy_kv(w, gguf_kv_at(f, i));
-    const char *t = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
-                    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-    gguf_w_str(w, "tokenizer.chat_template", t, strlen(t));
-    for (int i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *x = gguf_tensor_at(f, i);
-        gguf_w_tensor(w, x->name, x->type, (int)x->n_dims, x->ne, x->data);
-    }
-    int rc = gguf_writer_save(w, dst, NULL, NULL, err, sizeof err);
-    gguf_writer_free(w);
-    gguf_close(f);
-    return rc;
-}
-
-static int write_chat_model(const char *dst) { return write_chat_model_from("../models/stories260K.gguf", dst); }
 
 /* The encoder commands on the fixtures, against their float64 references:
  * kiln embed --query/--document (EmbeddingGemma's formats, --dim), kiln
@@ -242,7 +216,7 @@ static void test_encoders(void) {
 static void test_chat(void) {
     char model[4096];
     snprintf(model, sizeof model, "%s", subst("/tmp/kiln-cli-chat.gguf"));
-    CHECK(write_chat_model(model) == 0);
+    CHECK(t_write_chat_model("../models/stories260K.gguf", model) == 0);
     char *o, *e;
     int rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /dev/null", &o, &e);
     CHECK(rc == 0 && e && strstr(e, "chat template"));
@@ -388,7 +362,7 @@ static void test_chat(void) {
 static void test_chat_hybrid(void) {
     char model[4096];
     snprintf(model, sizeof model, "%s", subst("/tmp/kiln-cli-chat35.gguf"));
-    CHECK(write_chat_model_from("data/hybrid/qwen35-spm-f32.gguf", model) == 0);
+    CHECK(t_write_chat_model("data/hybrid/qwen35-spm-f32.gguf", model) == 0);
     char *r1, *both, *e;
     FILE *in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
     if (in) { fputs("Hello there\n", in); fclose(in); }

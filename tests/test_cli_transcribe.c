@@ -14,15 +14,12 @@
 #define CLIP "data/whisper/clip5s.wav"
 
 static const char *bin;
-static char out_path[256], err_path[256];
+static char g_dir[] = "/tmp/kiln-stt-cli-XXXXXX"; /* this run's own scratch directory */
 
 static int run(const char *args, char **out, char **err) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' %s >%s 2>%s", bin, args, out_path, err_path);
-    int rc = system(cmd);
-    *out = t_read_file(out_path, NULL);
-    *err = t_read_file(err_path, NULL);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    snprintf(cmd, sizeof cmd, "'%s' %s", bin, args);
+    return t_run_capture(cmd, g_dir, out, err);
 }
 
 static int one_line(const char *s) {
@@ -36,8 +33,10 @@ int main(void) {
         fprintf(stderr, "KILN_BIN is not set\n");
         return 1;
     }
-    snprintf(out_path, sizeof out_path, "/tmp/kiln-stt-cli-%d.out", (int)getpid());
-    snprintf(err_path, sizeof err_path, "/tmp/kiln-stt-cli-%d.err", (int)getpid());
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
     char *o, *e;
     const char *q = "--beam-size 1 --no-fallback -t 2";
     char args[1024];
@@ -120,7 +119,11 @@ int main(void) {
     CHECK(run(args, &o, &e) == 0 && o && strstr(o, "English-only") && strstr(o, "n_mels         128") &&
           strstr(o, "runnable:  yes"));
     free(o), free(e);
-    unlink(out_path);
-    unlink(err_path);
+    char path[64];
+    snprintf(path, sizeof path, "%s/out.txt", g_dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/err.txt", g_dir);
+    unlink(path);
+    rmdir(g_dir);
     return t_done();
 }

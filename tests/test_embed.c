@@ -51,22 +51,6 @@ static int load_fixture(const char *path, fixture *f) {
     return 0;
 }
 
-static double cosine(const float *a, const double *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
-static double max_diff(const float *a, const float *b, int n) {
-    double m = 0;
-    for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
-    return m;
-}
-
 static double norm(const float *a, int n) {
     double s = 0;
     for (int i = 0; i < n; i++) s += (double)a[i] * a[i];
@@ -89,7 +73,7 @@ static void check_vectors(kiln_embedder *e, const fixture *f, const char *name) 
     int n_trunc = 0;
     for (int i = 0; i < f->n; i++) {
         const float *v = out->vectors + (size_t)i * out->dim;
-        double c = cosine(v, f->vec[i], f->n_embd);
+        double c = t_cosine(v, f->vec[i], f->n_embd);
         CHECKF(c >= 0.99999, "%s input %d: cosine %.8f", name, i, c);
         CHECKF(fabs(norm(v, out->dim) - 1.0) < 1e-5, "%s input %d: norm %g", name, i, norm(v, out->dim));
         CHECKF(out->n_tokens[i] == f->n_ids[i], "%s input %d: %d tokens, expected %d", name, i, out->n_tokens[i],
@@ -103,7 +87,7 @@ static void check_vectors(kiln_embedder *e, const fixture *f, const char *name) 
         kiln_embed_job *j1 = NULL;
         CHECK(kiln_embed(e, &r1, &j1) == KILN_OK);
         if (j1) {
-            double d = max_diff(kiln_embed_result(j1)->vectors, v, out->dim);
+            double d = t_max_diff(kiln_embed_result(j1)->vectors, v, out->dim);
             CHECKF(d <= 1e-5, "%s input %d: batch vs solo differ by %g", name, i, d);
             kiln_embed_job_free(j1);
         }
@@ -121,7 +105,7 @@ static void check_vectors(kiln_embedder *e, const fixture *f, const char *name) 
             CHECK(kiln_embed_run(g, b, end) == KILN_OK);
             b = end;
         }
-        double d = max_diff(kiln_embed_result(g)->vectors, out->vectors, f->n * out->dim);
+        double d = t_max_diff(kiln_embed_result(g)->vectors, out->vectors, f->n * out->dim);
         CHECKF(d <= 1e-5, "%s: range runs (%d) vs one call differ by %g", name, runs, d);
         kiln_embed_job_free(g);
     }
@@ -139,7 +123,7 @@ static void check_vectors(kiln_embedder *e, const fixture *f, const char *name) 
             double nf = norm(full, dim);
             float want[64];
             for (int k = 0; k < dim; k++) want[k] = (float)(full[k] / nf);
-            CHECKF(max_diff(small, want, dim) < 1e-6, "%s input %d: Matryoshka dim %d", name, i, dim);
+            CHECKF(t_max_diff(small, want, dim) < 1e-6, "%s input %d: Matryoshka dim %d", name, i, dim);
             CHECK(fabs(norm(small, dim) - 1.0) < 1e-5);
         }
         kiln_embed_job_free(jd);
@@ -176,7 +160,7 @@ static void check_limits(kiln_embedder *e, const fixture *f, const char *name) {
         const kiln_embeddings *out = kiln_embed_result(j);
         CHECK(out->n_truncated == 2 && out->truncated[0] == 1 && out->truncated[1] == 3);
         CHECK(out->n_tokens[0] == f->n_ids[0] && out->n_tokens[1] == 64 && out->n_tokens[3] == 64);
-        CHECK(cosine(out->vectors + out->dim, f->vec[over], out->dim) >= 0.99999);
+        CHECK(t_cosine(out->vectors + out->dim, f->vec[over], out->dim) >= 0.99999);
         kiln_embed_job_free(j);
     }
     CHECK(kiln_embed_over_limit(e, NULL, NULL) == 0);
@@ -199,9 +183,9 @@ static void check_query_prefix(kiln_embedder *e, const char *want_prefix, const 
           kiln_embed(e, &rp, &jp) == KILN_OK);
     if (jq && jd && jp) {
         const kiln_embeddings *a = kiln_embed_result(jq), *b = kiln_embed_result(jd), *p = kiln_embed_result(jp);
-        CHECKF(max_diff(a->vectors, b->vectors, a->dim) < 1e-6, "%s: query != prefixed document", name);
+        CHECKF(t_max_diff(a->vectors, b->vectors, a->dim) < 1e-6, "%s: query != prefixed document", name);
         CHECK(a->n_tokens[0] == b->n_tokens[0] && a->n_tokens[0] > p->n_tokens[0]);
-        CHECK(max_diff(a->vectors, p->vectors, a->dim) > 1e-3);
+        CHECK(t_max_diff(a->vectors, p->vectors, a->dim) > 1e-3);
     }
     kiln_embed_job_free(jq);
     kiln_embed_job_free(jd);

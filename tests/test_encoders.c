@@ -19,22 +19,6 @@
 
 #define DIR "data/encoders/"
 
-static double cosine(const float *a, const double *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
-static double max_diff(const float *a, const float *b, int n) {
-    double m = 0;
-    for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
-    return m;
-}
-
 static json_t *load(const char *name) {
     json_error_t je;
     char path[256];
@@ -122,12 +106,12 @@ static void check_vectors(const char *model, kiln_embedder *e, const refs *r, in
     double worst = 1, worst_solo = 0;
     for (int i = lo; i < hi; i++) {
         const float *v = a->vectors + (size_t)(i - lo) * a->dim;
-        double c = cosine(v, r->in[i].vec, a->dim);
+        double c = t_cosine(v, r->in[i].vec, a->dim);
         worst = fmin(worst, c);
         CHECKF(a->n_tokens[i - lo] == r->in[i].n_ids, "%s input %d: %d tokens, reference %d", model, i,
                a->n_tokens[i - lo], r->in[i].n_ids);
         kiln_embed_job *solo = embed_range(e, r, i, i + 1, 0, 0);
-        if (solo) worst_solo = fmax(worst_solo, max_diff(v, kiln_embed_result(solo)->vectors, a->dim));
+        if (solo) worst_solo = fmax(worst_solo, t_max_diff(v, kiln_embed_result(solo)->vectors, a->dim));
         kiln_embed_job_free(solo);
     }
     CHECKF(worst >= 0.99999, "%s: worst cosine to the reference %.9f", model, worst);
@@ -140,7 +124,7 @@ static void check_vectors(const char *model, kiln_embedder *e, const refs *r, in
         const kiln_embeddings *b = kiln_embed_result(t);
         CHECK(b->dim == dim);
         double w = 1;
-        for (int i = lo; i < hi; i++) w = fmin(w, cosine(b->vectors + (size_t)(i - lo) * dim, r->in[i].vec, dim));
+        for (int i = lo; i < hi; i++) w = fmin(w, t_cosine(b->vectors + (size_t)(i - lo) * dim, r->in[i].vec, dim));
         CHECKF(w >= 0.99999, "%s: dim %d worst cosine %.9f", model, dim, w);
         double nrm = 0;
         for (int k = 0; k < dim; k++) nrm += (double)b->vectors[k] * b->vectors[k];
@@ -181,7 +165,7 @@ static void test_modernbert(void) {
         CHECKF(runs >= 2 && runs < r.n, "%d runs", runs);
         double worst = 1;
         for (int i = 0; j && i < r.n; i++)
-            worst = fmin(worst, cosine(kiln_embed_result(j)->vectors + (size_t)i * r.n_embd, r.in[i].vec, r.n_embd));
+            worst = fmin(worst, t_cosine(kiln_embed_result(j)->vectors + (size_t)i * r.n_embd, r.in[i].vec, r.n_embd));
         CHECKF(worst >= 0.99999, "next(): worst cosine %.9f", worst);
         kiln_embed_job_free(j);
     }

@@ -14,23 +14,6 @@
 
 #define TINY "data/image/tiny"
 
-static uint8_t *png_pixels(const uint8_t *png, size_t len, int *w, int *h) {
-    png_image im;
-    memset(&im, 0, sizeof im);
-    im.version = PNG_IMAGE_VERSION;
-    if (!png_image_begin_read_from_memory(&im, png, len)) return NULL;
-    im.format = PNG_FORMAT_RGB;
-    uint8_t *buf = malloc(PNG_IMAGE_SIZE(im));
-    if (!buf || !png_image_finish_read(&im, NULL, buf, 0, NULL)) {
-        free(buf);
-        png_image_free(&im);
-        return NULL;
-    }
-    *w = (int)im.width;
-    *h = (int)im.height;
-    return buf;
-}
-
 typedef struct prog {
     int calls, last_image;
     kiln_engine_cancel *fire_at_step2;
@@ -74,7 +57,7 @@ int main(void) {
         CHECK(res->images[0].len != res->images[1].len ||
               memcmp(res->images[0].png, res->images[1].png, res->images[0].len));
         int w, h;
-        uint8_t *px = png_pixels(res->images[0].png, res->images[0].len, &w, &h);
+        uint8_t *px = t_png_pixels(res->images[0].png, res->images[0].len, &w, &h);
         size_t rl;
         uint8_t *want = (uint8_t *)t_read_file(TINY "/ref_image.rgb", &rl);
         int mx = 255;

@@ -105,24 +105,6 @@ static void test_tokenizer(void) {
     im_spiece_free(s);
 }
 
-/* Pixels of a PNG in memory (RGB 8-bit); NULL when it does not decode. */
-static uint8_t *png_pixels(const uint8_t *png, size_t len, int *w, int *h) {
-    png_image im;
-    memset(&im, 0, sizeof im);
-    im.version = PNG_IMAGE_VERSION;
-    if (!png_image_begin_read_from_memory(&im, png, len)) return NULL;
-    im.format = PNG_FORMAT_RGB;
-    uint8_t *buf = malloc(PNG_IMAGE_SIZE(im));
-    if (!buf || !png_image_finish_read(&im, NULL, buf, 0, NULL)) {
-        free(buf);
-        png_image_free(&im);
-        return NULL;
-    }
-    *w = (int)im.width;
-    *h = (int)im.height;
-    return buf;
-}
-
 static im_pipeline *open_tiny(int threads) {
     im_files f;
     im_config c;
@@ -226,7 +208,7 @@ static void test_pipeline(json_t *ref) {
     uint8_t *a = generate(p2, ref, &l2), *b = generate(p2, ref, &l2b), *c = generate(p1, ref, &l1);
     CHECK(a && b && c && l2 == l2b && l2 == l1 && !memcmp(a, b, l2) && !memcmp(a, c, l2));
     int w = 0, h = 0;
-    uint8_t *px = a ? png_pixels(a, l2, &w, &h) : NULL;
+    uint8_t *px = a ? t_png_pixels(a, l2, &w, &h) : NULL;
     size_t rl;
     uint8_t *want = (uint8_t *)t_read_file(TINY "ref_image.rgb", &rl);
     CHECK(px && w == 256 && h == 256 && want && rl == 256 * 256 * 3);

@@ -573,60 +573,219 @@ static void test_formats(void) {
 
 /* ---- keywords ---- */
 
-static void test_keywords(void) {
-    /* constraints kiln cannot enforce are named, never dropped */
-    refused("{\"not\": {\"type\": \"string\"}}", "'not' is not supported");
-    refused("{\"type\": \"object\", \"if\": {}, \"then\": {}}", "'if' is not supported");
-    refused("{\"type\": \"array\", \"contains\": {\"type\": \"integer\"}}", "'contains' is not supported");
-    refused("{\"type\": \"array\", \"uniqueItems\": true}", "'uniqueItems' is not supported");
-    refused("{\"type\": \"object\", \"patternProperties\": {\"^a\": {}}}", "'patternProperties' is not supported");
-    refused("{\"type\": \"object\", \"propertyNames\": {\"maxLength\": 3}}", "'propertyNames' is not supported");
-    refused("{\"type\": \"object\", \"minProperties\": 1}", "minProperties");
-    refused("{\"type\": \"object\", \"required\": [\"a\"]}", "'a' is not among the properties");
-    refused("{\"type\": \"object\", \"anyOf\": [{\"required\": [\"a\"]}, {\"required\": [\"b\"]}]}",
-            "'anyOf' beside 'type'");
-    refused("{\"$defs\": {\"a\": {\"type\": \"string\"}}, \"$ref\": \"#/$defs/a\", \"maxLength\": 3}",
-            "'$ref' beside 'maxLength'");
-    refused("{\"allOf\": [{\"type\": \"string\"}], \"minLength\": 2}", "'allOf' beside 'minLength'");
-    refused("{\"minLength\": 2, \"minimum\": 3}", "several types");
-    /* what is redundant or only annotates passes */
-    ks_schema_free(compile("{\"type\": \"array\", \"uniqueItems\": false, \"title\": \"t\", \"x-extra\": 1}"));
-    ks_schema_free(compile("{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"a\"], "
-                           "\"minProperties\": 1, \"maxProperties\": 1, \"unevaluatedProperties\": false}"));
-    ks_schema_free(compile("{\"anyOf\": [{\"type\": \"integer\"}, {\"type\": \"null\"}], \"default\": null, "
-                           "\"title\": \"Count\", \"description\": \"how many\"}"));
+/* ---- schemas and texts ---- */
+
+enum { WHOLE = -1, PARTIAL = -2 };
+
+/* A text fed to a schema's recognizer: accepted whole (WHOLE), accepted to
+ * its end but not yet a whole value (PARTIAL), or refused at byte stop. */
+typedef struct text_case {
+    const char *text;
+    int stop;
+    const char *what;
+} text_case;
+
+typedef struct schema_case {
+    const char *schema;       /* NULL: any JSON value (the JSON mode) */
+    text_case texts[24];      /* up to the first with no text */
+} schema_case;
+
+/* A schema the recognizer cannot honour, and a part of the message that
+ * must name why. */
+typedef struct refusal {
+    const char *schema, *msg;
+} refusal;
+
+static void run_schemas(const schema_case *t, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        ks_schema *s = t[i].schema ? compile(t[i].schema) : ks_schema_compile(NULL, NULL, 0);
+        CHECKF(s != NULL, "schema %s", t[i].schema ? t[i].schema : "(any)");
+        if (!s) continue;
+        for (const text_case *c = t[i].texts; c->text; c++) {
+            if (c->stop == PARTIAL) partial(s, c->text, c->what);
+            else expect(s, c->text, c->stop, c->what);
+        }
+        ks_schema_free(s);
+    }
+}
+
+static void run_refusals(const refusal *t, size_t n) {
+    for (size_t i = 0; i < n; i++) refused(t[i].schema, t[i].msg);
+}
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* values: the JSON mode, objects, enum and const, unions, strings, $ref */
+static const schema_case k_values[] = {
+    /* any JSON value (the JSON mode) */
+    {NULL,
+     {{"{\"a\": [1, -2.5e+3, \"x\\n\\u00e9\", true, null, {}], \"b\": {\"c\": false}}", WHOLE, "any"},
+      {" [ ] ", WHOLE, "any, a space around"},
+      {"12", WHOLE, "a top-level number is whole at the end"},
+      {"-", PARTIAL, "a lone minus"},
+      {"{\"a\":1", PARTIAL, "an open object"},
+      {"{\"a\" 1}", 5, "no colon"},
+      {"[1,]", 3, "a trailing comma"},
+      {"01", 1, "a leading zero"},
+      {"tru ", 3, "a cut literal"},
+      {"\"a\\x\"", 3, "a bad escape"},
+      {"\"\\ n\"", 2, "a space is no escape"},
+      {"{\"k\\u00 1\": 1}", 7, "nor a hex digit"},
+      {"\"a b\\t\"", WHOLE, "spaces in a string"},
+      {"{}}", 2, "after the value only whitespace"},
+      {"[\n                    1]", WHOLE, "a line break and 20 spaces"},
+      {"[\n                     1]", 22, "not 21"},
+      {"{\n  \"a\":\n\t1\n}", WHOLE, "indented lines"},
+      {"[1,\n\n2]", 4, "not two line breaks"},
+      {"[1,  2]", 4, "not two spaces"},
+      {"[1, \n2]", 4, "not a space before the line break"}}},
+    /* an object: properties in order, required ones present */
+    {"{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"age\": {\"type\": \"integer\"},"
+     " \"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"maxItems\": 2}},"
+     " \"required\": [\"name\", \"age\"]}",
+     {{"{\"name\": \"Bo\", \"age\": 7}", WHOLE, "required properties"},
+      {"{ \"name\":\"Bo\",\"age\":-7,\"tags\":[\"a\",\"b\"] }", WHOLE, "with the optional one"},
+      {"{\"age\": 7", 2, "a required property skipped"},
+      {"{\"name\": \"Bo\"}", 13, "a required property missing"},
+      {"{\"name\": \"Bo\", \"age\": 7.5}", 23, "a fraction in an integer"},
+      {"{\"name\": \"Bo\", \"age\": 7, \"tags\": [\"a\", \"b\", \"c\"]}", 42, "more items than maxItems"},
+      {"{\"nam\": 1}", 5, "a key that is not a property"},
+      {"{\"name\": 5}", 9, "a number for a string"},
+      {"[]", 0, "an array for an object"},
+      {"{\"name\": \"Bo\", \"age\": 7", PARTIAL, "no closing brace yet"}}},
+    /* optional properties may be skipped, but order holds */
+    {"{\"properties\": {\"a\": {\"type\": \"boolean\"}, \"b\": {\"type\": \"null\"}, "
+     "\"c\": {\"type\": \"number\"}}, \"required\": [\"c\"]}",
+     {{"{\"c\": 1}", WHOLE, "optional ones left out"},
+      {"{\"b\": null, \"c\": 0.5}", WHOLE, "one optional one"},
+      {"{\"c\": 1, \"a\": true}", 7, "out of order: nothing may follow the last one"},
+      {"{\"a\": true, \"a\": true}", 13, "a key twice"}}},
+    /* enum and const: the compact JSON texts */
+    {"{\"enum\": [\"red\", \"green\", 3, 31, null, [1, 2]]}",
+     {{"\"green\"", WHOLE, "a string enum value"},
+      {"3", WHOLE, "a number that is a prefix of another"},
+      {"31", WHOLE, "the longer one"},
+      {"null", WHOLE, "null"},
+      {"[1,2]", WHOLE, "an array value, compact"},
+      {"\"blue\"", 1, "a string not in the enum"},
+      {"4", 0, "a number not in the enum"},
+      {"[1, 2]", 3, "spaces the compact text does not have"},
+      {"\"gre", PARTIAL, "an enum string cut short"}}},
+    {"{\"type\": \"object\", \"properties\": {\"kind\": {\"const\": \"point\"}}, " "\"required\": [\"kind\"]}",
+     {{"{\"kind\": \"point\"}", WHOLE, "const"},
+      {"{\"kind\": \"line\"}", 10, "not the const"}}},
+    /* unions told apart by their first byte */
+    {"{\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"integer\"}, "
+     "{\"type\": \"array\", \"items\": {\"type\": \"boolean\"}, \"minItems\": 1}]}",
+     {{"\"x\"", WHOLE, "anyOf: the string"},
+      {"-5", WHOLE, "anyOf: the integer"},
+      {"[true, false]", WHOLE, "anyOf: the array"},
+      {"[]", 1, "anyOf: minItems"},
+      {"true", 0, "anyOf: none of them"}}},
+    {"{\"type\": [\"string\", \"null\"]}",
+     {{"null", WHOLE, "a type list"},
+      {"\"s\"", WHOLE, "a type list"},
+      {"1", 0, "a type list"}}},
+    {"{\"anyOf\": [{\"type\": [\"string\", \"null\"]}, {\"type\": \"integer\"}]}",
+     {{"null", WHOLE, "a union inside a union"},
+      {"7", WHOLE, "a union inside a union"},
+      {"true", 0, "a union inside a union"}}},
+    {"{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"next\": {\"anyOf\": "
+     "[{\"$ref\": \"#/$defs/n\"}, {\"type\": \"null\"}]}}, \"required\": [\"next\"]}}, " "\"$ref\": \"#/$defs/n\"}",
+     {{"{\"next\": {\"next\": null}}", WHOLE, "a $ref back through anyOf"},
+      {"{\"next\": 1}", 9, "a $ref back through anyOf"}}},
+    /* string lengths in characters: a UTF-8 character or an escape is one */
+    {"{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}",
+     {{"\"ab\"", WHOLE, "2 characters"},
+      {"\"a\"", 2, "under minLength"},
+      {"\"abcd\"", 4, "over maxLength"},
+      {"\"\xc3\xa9\\u00e9x\"", WHOLE, "a 2-byte character, an escape and a letter: 3"},
+      {"\"\\n\\t\\\\\\\"\"", 7, "4 escapes: the fourth is over"}}},
+    /* $ref into $defs, recursive; additionalProperties as a schema */
+    {"{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, "
+     "\"kids\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/node\"}}}, \"required\": [\"v\"]}}, "
+     "\"$ref\": \"#/$defs/node\"}",
+     {{"{\"v\": 1, \"kids\": [{\"v\": 2}, {\"v\": 3, \"kids\": []}]}", WHOLE, "a recursive $ref"},
+      {"{\"v\": 1, \"kids\": [{\"kids\": []}]}", 20, "a required property deep down"}}},
+    {"{\"type\": \"object\", \"additionalProperties\": {\"type\": \"number\"}}",
+     {{"{\"x\": 1, \"y z\": 2e5}", WHOLE, "any keys, number values"},
+      {"{\"x\": \"s\"}", 6, "a string for a number value"}}},
+};
+
+/* what the recognizer cannot honour is refused, never loosened */
+static const refusal k_values_refused[] = {
+    /* what the recognizer cannot honour is refused, never loosened */
+    {"{\"anyOf\": [{\"type\": \"object\"}, {\"type\": \"object\", \"properties\": {\"a\": {}}}]}", "begin alike"},
+    {"{\"type\": [\"number\", \"integer\"]}", "begin alike"},
+    {"{\"type\": \"array\", \"items\": [{\"type\": \"string\"}]}", "tuple"},
+    {"{\"type\": \"strin\"}", "unknown type 'strin'"},
+    {"{\"properties\": {\"a\": {}}, \"required\": [\"b\"]}", "'b' is not among the properties"},
+    {"{\"$ref\": \"#/$defs/none\"}", "does not point into this schema"},
+    {"{\"allOf\": [{}, {}]}", "exactly one"},
+    {"{\"enum\": []}", "allows nothing"},
+    {"false", "allows nothing"},
+};
+
+/* keywords: constraints kiln cannot enforce are named, never dropped;
+ * what is redundant or only annotates passes */
+static const schema_case k_keywords[] = {
     /* keywords without "type" imply it */
-    ks_schema *imp = compile("{\"minimum\": 1, \"maximum\": 3}");
-    expect(imp, "2", -1, "minimum implies a number");
-    expect(imp, "\"2\"", 0, "not a string");
-    ks_schema_free(imp);
-    ks_schema *impl = compile("{\"maxLength\": 2}");
-    expect(impl, "\"ab\"", -1, "maxLength implies a string");
-    expect(impl, "\"abc\"", 3, "over it");
-    ks_schema_free(impl);
+    {"{\"minimum\": 1, \"maximum\": 3}",
+     {{"2", WHOLE, "minimum implies a number"},
+      {"\"2\"", 0, "not a string"}}},
+    {"{\"maxLength\": 2}",
+     {{"\"ab\"", WHOLE, "maxLength implies a string"},
+      {"\"abc\"", 3, "over it"}}},
     /* an object with no properties and no others is {} */
-    ks_schema *none = compile("{\"type\": \"object\", \"additionalProperties\": false}");
-    expect(none, "{}", -1, "the empty object");
-    expect(none, "{\"a\": 1}", 1, "no key");
-    ks_schema_free(none);
+    {"{\"type\": \"object\", \"additionalProperties\": false}",
+     {{"{}", WHOLE, "the empty object"},
+      {"{\"a\": 1}", 1, "no key"}}},
     /* enum and const with the rest of the schema: values it refuses go */
-    ks_schema *en = compile("{\"type\": \"string\", \"enum\": [\"ab\", \"abc\", 3, \"b\"], \"maxLength\": 2}");
-    expect(en, "\"ab\"", -1, "an enum value within maxLength");
-    expect(en, "\"abc\"", 3, "an enum value over maxLength");
-    expect(en, "3", 0, "an enum value of another type");
-    expect(en, "\"b\"", -1, "another");
-    ks_schema_free(en);
-    ks_schema *ec = compile("{\"enum\": [1, 2, 3], \"const\": 2}");
-    expect(ec, "2", -1, "const among the enum values");
-    expect(ec, "1", 0, "the others go");
-    ks_schema_free(ec);
-    ks_schema *pydantic = compile("{\"$defs\": {\"Color\": {\"enum\": [\"red\", \"green\"], \"title\": \"Color\", "
-                                  "\"type\": \"string\"}}, \"type\": \"object\", \"properties\": {\"c\": {\"$ref\": "
-                                  "\"#/$defs/Color\", \"description\": \"a color\"}}, \"required\": [\"c\"]}");
-    expect(pydantic, "{\"c\": \"green\"}", -1, "an enum by $ref beside a description");
-    ks_schema_free(pydantic);
-    refused("{\"enum\": [\"a\", \"b\"], \"minLength\": 2}", "no 'enum' / 'const' value");
-    refused("{\"enum\": [1, 2], \"const\": 3}", "not among the 'enum' values");
+    {"{\"type\": \"string\", \"enum\": [\"ab\", \"abc\", 3, \"b\"], \"maxLength\": 2}",
+     {{"\"ab\"", WHOLE, "an enum value within maxLength"},
+      {"\"abc\"", 3, "an enum value over maxLength"},
+      {"3", 0, "an enum value of another type"},
+      {"\"b\"", WHOLE, "another"}}},
+    {"{\"enum\": [1, 2, 3], \"const\": 2}",
+     {{"2", WHOLE, "const among the enum values"},
+      {"1", 0, "the others go"}}},
+    {"{\"$defs\": {\"Color\": {\"enum\": [\"red\", \"green\"], \"title\": \"Color\", "
+     "\"type\": \"string\"}}, \"type\": \"object\", \"properties\": {\"c\": {\"$ref\": "
+     "\"#/$defs/Color\", \"description\": \"a color\"}}, \"required\": [\"c\"]}",
+     {{"{\"c\": \"green\"}", WHOLE, "an enum by $ref beside a description"}}},
+};
+
+static const refusal k_keywords_refused[] = {
+    /* constraints kiln cannot enforce are named, never dropped */
+    {"{\"not\": {\"type\": \"string\"}}", "'not' is not supported"},
+    {"{\"type\": \"object\", \"if\": {}, \"then\": {}}", "'if' is not supported"},
+    {"{\"type\": \"array\", \"contains\": {\"type\": \"integer\"}}", "'contains' is not supported"},
+    {"{\"type\": \"array\", \"uniqueItems\": true}", "'uniqueItems' is not supported"},
+    {"{\"type\": \"object\", \"patternProperties\": {\"^a\": {}}}", "'patternProperties' is not supported"},
+    {"{\"type\": \"object\", \"propertyNames\": {\"maxLength\": 3}}", "'propertyNames' is not supported"},
+    {"{\"type\": \"object\", \"minProperties\": 1}", "minProperties"},
+    {"{\"type\": \"object\", \"required\": [\"a\"]}", "'a' is not among the properties"},
+    {"{\"type\": \"object\", \"anyOf\": [{\"required\": [\"a\"]}, {\"required\": [\"b\"]}]}", "'anyOf' beside 'type'"},
+    {"{\"$defs\": {\"a\": {\"type\": \"string\"}}, \"$ref\": \"#/$defs/a\", \"maxLength\": 3}", "'$ref' beside 'maxLength'"},
+    {"{\"allOf\": [{\"type\": \"string\"}], \"minLength\": 2}", "'allOf' beside 'minLength'"},
+    {"{\"minLength\": 2, \"minimum\": 3}", "several types"},
+    {"{\"enum\": [\"a\", \"b\"], \"minLength\": 2}", "no 'enum' / 'const' value"},
+    {"{\"enum\": [1, 2], \"const\": 3}", "not among the 'enum' values"},
+};
+
+static const char *const k_keywords_pass[] = {
+    /* what is redundant or only annotates passes */
+    "{\"type\": \"array\", \"uniqueItems\": false, \"title\": \"t\", \"x-extra\": 1}",
+    "{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"a\"], "
+     "\"minProperties\": 1, \"maxProperties\": 1, \"unevaluatedProperties\": false}",
+    "{\"anyOf\": [{\"type\": \"integer\"}, {\"type\": \"null\"}], \"default\": null, "
+     "\"title\": \"Count\", \"description\": \"how many\"}",
+};
+
+static void test_keywords(void) {
+    run_schemas(k_keywords, N_OF(k_keywords));
+    run_refusals(k_keywords_refused, N_OF(k_keywords_refused));
+    for (size_t i = 0; i < N_OF(k_keywords_pass); i++) ks_schema_free(compile(k_keywords_pass[i]));
 }
 
 /* ---- a forced tool call (src/sample/call.c) ---- */
@@ -720,136 +879,8 @@ static void test_call(void) {
 }
 
 int main(void) {
-    /* any JSON value (the JSON mode) */
-    ks_schema *any = ks_schema_compile(NULL, NULL, 0);
-    CHECK(any != NULL);
-    expect(any, "{\"a\": [1, -2.5e+3, \"x\\n\\u00e9\", true, null, {}], \"b\": {\"c\": false}}", -1, "any");
-    expect(any, " [ ] ", -1, "any, a space around");
-    expect(any, "12", -1, "a top-level number is whole at the end");
-    partial(any, "-", "a lone minus");
-    partial(any, "{\"a\":1", "an open object");
-    expect(any, "{\"a\" 1}", 5, "no colon");
-    expect(any, "[1,]", 3, "a trailing comma");
-    expect(any, "01", 1, "a leading zero");
-    expect(any, "tru ", 3, "a cut literal");
-    expect(any, "\"a\\x\"", 3, "a bad escape");
-    expect(any, "\"\\ n\"", 2, "a space is no escape");
-    expect(any, "{\"k\\u00 1\": 1}", 7, "nor a hex digit");
-    expect(any, "\"a b\\t\"", -1, "spaces in a string");
-    expect(any, "{}}", 2, "after the value only whitespace");
-    /* whitespace between tokens: none, a space, or a line break and up to
-     * 20 spaces or tabs */
-    expect(any, "[\n                    1]", -1, "a line break and 20 spaces");
-    expect(any, "[\n                     1]", 22, "not 21");
-    expect(any, "{\n  \"a\":\n\t1\n}", -1, "indented lines");
-    expect(any, "[1,\n\n2]", 4, "not two line breaks");
-    expect(any, "[1,  2]", 4, "not two spaces");
-    expect(any, "[1, \n2]", 4, "not a space before the line break");
-    ks_schema_free(any);
-
-    /* an object: properties in order, required ones present */
-    ks_schema *person = compile(
-        "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"age\": {\"type\": \"integer\"},"
-        " \"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"maxItems\": 2}},"
-        " \"required\": [\"name\", \"age\"]}");
-    expect(person, "{\"name\": \"Bo\", \"age\": 7}", -1, "required properties");
-    expect(person, "{ \"name\":\"Bo\",\"age\":-7,\"tags\":[\"a\",\"b\"] }", -1, "with the optional one");
-    expect(person, "{\"age\": 7", 2, "a required property skipped");
-    expect(person, "{\"name\": \"Bo\"}", 13, "a required property missing");
-    expect(person, "{\"name\": \"Bo\", \"age\": 7.5}", 23, "a fraction in an integer");
-    expect(person, "{\"name\": \"Bo\", \"age\": 7, \"tags\": [\"a\", \"b\", \"c\"]}", 42, "more items than maxItems");
-    expect(person, "{\"nam\": 1}", 5, "a key that is not a property");
-    expect(person, "{\"name\": 5}", 9, "a number for a string");
-    expect(person, "[]", 0, "an array for an object");
-    partial(person, "{\"name\": \"Bo\", \"age\": 7", "no closing brace yet");
-    ks_schema_free(person);
-
-    /* optional properties may be skipped, but order holds */
-    ks_schema *opt = compile("{\"properties\": {\"a\": {\"type\": \"boolean\"}, \"b\": {\"type\": \"null\"}, "
-                             "\"c\": {\"type\": \"number\"}}, \"required\": [\"c\"]}");
-    expect(opt, "{\"c\": 1}", -1, "optional ones left out");
-    expect(opt, "{\"b\": null, \"c\": 0.5}", -1, "one optional one");
-    expect(opt, "{\"c\": 1, \"a\": true}", 7, "out of order: nothing may follow the last one");
-    expect(opt, "{\"a\": true, \"a\": true}", 13, "a key twice");
-    ks_schema_free(opt);
-
-    /* enum and const: the compact JSON texts */
-    ks_schema *en = compile("{\"enum\": [\"red\", \"green\", 3, 31, null, [1, 2]]}");
-    expect(en, "\"green\"", -1, "a string enum value");
-    expect(en, "3", -1, "a number that is a prefix of another");
-    expect(en, "31", -1, "the longer one");
-    expect(en, "null", -1, "null");
-    expect(en, "[1,2]", -1, "an array value, compact");
-    expect(en, "\"blue\"", 1, "a string not in the enum");
-    expect(en, "4", 0, "a number not in the enum");
-    expect(en, "[1, 2]", 3, "spaces the compact text does not have");
-    partial(en, "\"gre", "an enum string cut short");
-    ks_schema_free(en);
-    ks_schema *cst = compile("{\"type\": \"object\", \"properties\": {\"kind\": {\"const\": \"point\"}}, "
-                             "\"required\": [\"kind\"]}");
-    expect(cst, "{\"kind\": \"point\"}", -1, "const");
-    expect(cst, "{\"kind\": \"line\"}", 10, "not the const");
-    ks_schema_free(cst);
-
-    /* unions told apart by their first byte */
-    ks_schema *u = compile("{\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"integer\"}, "
-                           "{\"type\": \"array\", \"items\": {\"type\": \"boolean\"}, \"minItems\": 1}]}");
-    expect(u, "\"x\"", -1, "anyOf: the string");
-    expect(u, "-5", -1, "anyOf: the integer");
-    expect(u, "[true, false]", -1, "anyOf: the array");
-    expect(u, "[]", 1, "anyOf: minItems");
-    expect(u, "true", 0, "anyOf: none of them");
-    ks_schema_free(u);
-    ks_schema *nul = compile("{\"type\": [\"string\", \"null\"]}");
-    expect(nul, "null", -1, "a type list");
-    expect(nul, "\"s\"", -1, "a type list");
-    expect(nul, "1", 0, "a type list");
-    ks_schema_free(nul);
-    ks_schema *nest = compile("{\"anyOf\": [{\"type\": [\"string\", \"null\"]}, {\"type\": \"integer\"}]}");
-    expect(nest, "null", -1, "a union inside a union");
-    expect(nest, "7", -1, "a union inside a union");
-    expect(nest, "true", 0, "a union inside a union");
-    ks_schema_free(nest);
-    ks_schema *list = compile("{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"next\": {\"anyOf\": "
-                              "[{\"$ref\": \"#/$defs/n\"}, {\"type\": \"null\"}]}}, \"required\": [\"next\"]}}, "
-                              "\"$ref\": \"#/$defs/n\"}");
-    expect(list, "{\"next\": {\"next\": null}}", -1, "a $ref back through anyOf");
-    expect(list, "{\"next\": 1}", 9, "a $ref back through anyOf");
-    ks_schema_free(list);
-
-    /* string lengths in characters: a UTF-8 character or an escape is one */
-    ks_schema *len = compile("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}");
-    expect(len, "\"ab\"", -1, "2 characters");
-    expect(len, "\"a\"", 2, "under minLength");
-    expect(len, "\"abcd\"", 4, "over maxLength");
-    expect(len, "\"\xc3\xa9\\u00e9x\"", -1, "a 2-byte character, an escape and a letter: 3");
-    expect(len, "\"\\n\\t\\\\\\\"\"", 7, "4 escapes: the fourth is over");
-    ks_schema_free(len);
-
-    /* $ref into $defs, recursive; additionalProperties as a schema */
-    ks_schema *tree = compile(
-        "{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, "
-        "\"kids\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/node\"}}}, \"required\": [\"v\"]}}, "
-        "\"$ref\": \"#/$defs/node\"}");
-    expect(tree, "{\"v\": 1, \"kids\": [{\"v\": 2}, {\"v\": 3, \"kids\": []}]}", -1, "a recursive $ref");
-    expect(tree, "{\"v\": 1, \"kids\": [{\"kids\": []}]}", 20, "a required property deep down");
-    ks_schema_free(tree);
-    ks_schema *map = compile("{\"type\": \"object\", \"additionalProperties\": {\"type\": \"number\"}}");
-    expect(map, "{\"x\": 1, \"y z\": 2e5}", -1, "any keys, number values");
-    expect(map, "{\"x\": \"s\"}", 6, "a string for a number value");
-    ks_schema_free(map);
-
-    /* what the recognizer cannot honour is refused, never loosened */
-    refused("{\"anyOf\": [{\"type\": \"object\"}, {\"type\": \"object\", \"properties\": {\"a\": {}}}]}", "begin alike");
-    refused("{\"type\": [\"number\", \"integer\"]}", "begin alike");
-    refused("{\"type\": \"array\", \"items\": [{\"type\": \"string\"}]}", "tuple");
-    refused("{\"type\": \"strin\"}", "unknown type 'strin'");
-    refused("{\"properties\": {\"a\": {}}, \"required\": [\"b\"]}", "'b' is not among the properties");
-    refused("{\"$ref\": \"#/$defs/none\"}", "does not point into this schema");
-    refused("{\"allOf\": [{}, {}]}", "exactly one");
-    refused("{\"enum\": []}", "allows nothing");
-    refused("false", "allows nothing");
-
+    run_schemas(k_values, N_OF(k_values));
+    run_refusals(k_values_refused, N_OF(k_values_refused));
     test_numbers();
     test_patterns();
     test_formats();

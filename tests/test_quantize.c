@@ -202,15 +202,9 @@ static void on_tensor(const kiln_quantize_tensor *t, void *user) {
 /* Runs kiln with args (a shell fragment); stdout and stderr land in files
  * of tmpdir and are returned (freed by the caller). */
 static int run_kiln(const char *args, char **out, char **err) {
-    const char *bin = getenv("KILN_BIN");
-    char cmd[2048], o[600], e[600];
-    snprintf(o, sizeof o, "%s/out.txt", tmpdir);
-    snprintf(e, sizeof e, "%s/err.txt", tmpdir);
-    snprintf(cmd, sizeof cmd, "KILN_STORE='%s/store' '%s' %s >'%s' 2>'%s'", tmpdir, bin, args, o, e);
-    int rc = system(cmd);
-    *out = t_read_file(o, NULL);
-    *err = t_read_file(e, NULL);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "KILN_STORE='%s/store' '%s' %s", tmpdir, getenv("KILN_BIN"), args);
+    return t_run_capture(cmd, tmpdir, out, err);
 }
 
 static void test_in_out_and_report(void) {

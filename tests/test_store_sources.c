@@ -32,33 +32,11 @@ static int g_hub, g_cdn, g_reg;
 static pid_t g_server = -1;
 static const char *g_kiln;
 
-/* ---- the servers ---- */
-
-/* A copy of the stories model with a ChatML template, for kiln chat. */
-static int write_chat_model(const char *dst) {
-    char err[256];
-    gguf_file *f = gguf_open(k_model, err, sizeof err);
-    if (!f) return -1;
-    gguf_writer *w = gguf_writer_new();
-    for (int i = 0; i < gguf_n_kv(f); i++) gguf_w_copy_kv(w, gguf_kv_at(f, i));
-    const char *t = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
-                    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-    gguf_w_str(w, "tokenizer.chat_template", t, strlen(t));
-    for (int i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *x = gguf_tensor_at(f, i);
-        gguf_w_tensor(w, x->name, x->type, (int)x->n_dims, x->ne, x->data);
-    }
-    int rc = gguf_writer_save(w, dst, NULL, NULL, err, sizeof err);
-    gguf_writer_free(w);
-    gguf_close(f);
-    return rc;
-}
-
 static char g_chat[600];
 
 static int start_server(void) {
     snprintf(g_chat, sizeof g_chat, "%s/chat.gguf", g_tmp);
-    if (write_chat_model(g_chat) != 0) return -1;
+    if (t_write_chat_model(k_model, g_chat) != 0) return -1;
     int fds[2];
     if (pipe(fds) != 0) return -1;
     snprintf(g_log, sizeof g_log, "%s/server.log", g_tmp);
