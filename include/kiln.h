@@ -88,21 +88,28 @@ extern "C" {
 
 #define KILN_VERSION "0.1.0"
 
-typedef enum kiln_status {
-    KILN_OK = 0,
-    KILN_ERR_INVALID_ARG = -1,  /* a parameter is out of range or NULL */
-    KILN_ERR_IO = -2,           /* a file could not be opened, read or written */
-    KILN_ERR_FORMAT = -3,       /* a file is malformed (bad GGUF, wrong shapes) */
-    KILN_ERR_UNSUPPORTED = -4,  /* valid, but kiln can't run it (architecture, type) */
-    KILN_ERR_NOMEM = -5,        /* an allocation failed */
-    KILN_ERR_CONTEXT_FULL = -6, /* prompt + requested tokens exceed the context */
-    KILN_ERR_CANCELLED = -7,    /* the request was cancelled */
-    KILN_ERR_STATE = -8,        /* the call is not valid in the current state */
-    KILN_ERR_NOT_FOUND = -9,    /* a named model, key or sequence does not exist */
-    KILN_ERR_INTERNAL = -10,    /* a bug in kiln */
-    KILN_ERR_CORRUPT = -11      /* model corrupt: its weights disagree with its own
-                                   configuration (a decision pack's heads) */
-} kiln_status;
+/* Every status: its name, its number and the text kiln_status_str gives.
+ * The list is appended only: a status keeps its number forever, and a new
+ * one takes the next negative number at the end, so codes a caller stored
+ * or compared keep their meaning. */
+#define KILN_STATUS_LIST(X)                                                                                     \
+    X(KILN_OK, 0, "ok")                                                                                         \
+    X(KILN_ERR_INVALID_ARG, -1, "invalid argument")     /* a parameter is out of range or NULL */               \
+    X(KILN_ERR_IO, -2, "I/O error")                     /* a file could not be opened, read or written */       \
+    X(KILN_ERR_FORMAT, -3, "malformed file")            /* a file is malformed (bad GGUF, wrong shapes) */      \
+    X(KILN_ERR_UNSUPPORTED, -4, "unsupported")          /* valid, but kiln can't run it (architecture, type) */ \
+    X(KILN_ERR_NOMEM, -5, "out of memory")              /* an allocation failed */                              \
+    X(KILN_ERR_CONTEXT_FULL, -6, "context full")        /* prompt + requested tokens exceed the context */      \
+    X(KILN_ERR_CANCELLED, -7, "cancelled")              /* the request was cancelled */                         \
+    X(KILN_ERR_STATE, -8, "invalid state")              /* the call is not valid in the current state */        \
+    X(KILN_ERR_NOT_FOUND, -9, "not found")              /* a named model, key or sequence does not exist */     \
+    X(KILN_ERR_INTERNAL, -10, "internal error")         /* a bug in kiln */                                     \
+    X(KILN_ERR_CORRUPT, -11, "model corrupt")           /* its weights disagree with its own configuration */   \
+    /* (a decision pack's heads) */
+
+#define KILN_STATUS_ENUM_(name, value, text) name = value,
+typedef enum kiln_status { KILN_STATUS_LIST(KILN_STATUS_ENUM_) } kiln_status;
+#undef KILN_STATUS_ENUM_
 
 /* A static English description of a status ("invalid argument"). */
 const char *kiln_status_str(kiln_status st);

@@ -1,9 +1,12 @@
 /*
- * base — small pieces every subsystem uses: error strings, logging, clocks,
- * read-only file mappings.  No subsystem logic lives here.
+ * base — small pieces every subsystem uses: errors (error.c), allocation
+ * with a fault switch for tests (alloc.c), internal invariants, logging,
+ * clocks, read-only file mappings.  No subsystem logic lives here.
  */
 #ifndef KILN_BASE_H
 #define KILN_BASE_H
+
+#include "kiln.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +18,37 @@ enum { KB_LOG_ERROR = 0, KB_LOG_WARN = 1, KB_LOG_INFO = 2, KB_LOG_DEBUG = 3 };
 typedef void (*kb_log_fn)(int level, const char *msg, void *ud);
 void kb_set_log(kb_log_fn fn, void *ud, int max_level);
 void kb_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- errors (error.c) ----
+ * The one internal convention: a call that fails returns a kiln_status
+ * and has set this thread's last error (kiln_last_error) with kb_fail,
+ * whose message says what failed and why in one line.  kb_fail returns
+ * st, so a failure reads `return kb_fail(KILN_ERR_IO, "%s: ...", path);`. */
+kiln_status kb_fail(kiln_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+kiln_status kb_vfail(kiln_status st, const char *fmt, va_list ap);
+
+/* An internal invariant, never a user's mistake (those are a kiln_status
+ * with a message): when cond does not hold, kiln has a bug, so it says
+ * where (file:line and the condition) and aborts.  On in every build; keep
+ * it off hot loops. */
+#define KILN_ASSERT(cond) ((cond) ? (void)0 : kb_assert_fail(#cond, __FILE__, __LINE__))
+_Noreturn void kb_assert_fail(const char *cond, const char *file, int line);
+
+/* ---- allocation (alloc.c) ----
+ * malloc, calloc and realloc with a fault switch: after kb_fault_arm(n)
+ * the n-th allocation counted fails once (NULL), so a test can walk n over
+ * an operation (kb_fault_count: how many it made; kb_fault_fired: whether
+ * the n-th came).  kb_fault_arm(0) turns it off (the default).
+ * kb_fault_site counts one allocation and says whether it is the one to
+ * fail; a test binary that routes every malloc through it (ld --wrap)
+ * reaches the sites not yet written with kb_*. */
+void *kb_malloc(size_t n);
+void *kb_calloc(size_t k, size_t n);
+void *kb_realloc(void *p, size_t n);
+void kb_fault_arm(long n);
+long kb_fault_count(void);
+int kb_fault_fired(void);
+int kb_fault_site(void);
 
 /* snprintf into an error buffer that may be NULL. */
 void kb_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -25,7 +25,6 @@
 
 #include "base/base.h"
 #include "gguf/gguf.h"
-#include "model/model.h" /* kl_fail */
 #include "quant/quant.h"
 #include "thread/pool.h"
 
@@ -183,21 +182,21 @@ kiln_status kiln_quantize(const char *in_path, const char *out_path, const char 
 kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const char *type,
                                const kiln_quantize_params *params) {
     const qmix *q = type ? find_mix(type) : NULL;
-    if (!q) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown quantization type '%s'", type ? type : "");
-    if (!in_path || !out_path) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "missing input or output path");
+    if (!q) return kb_fail(KILN_ERR_INVALID_ARG, "unknown quantization type '%s'", type ? type : "");
+    if (!in_path || !out_path) return kb_fail(KILN_ERR_INVALID_ARG, "missing input or output path");
     const kiln_quantize_params defaults = kiln_quantize_default_params();
     if (!params) params = &defaults;
     const int n_threads = params->n_threads;
     /* the output replaces its path when complete: never the input itself
      * (the same path, a link to it, or another name of its inode) */
     struct stat si, so;
-    if (stat(in_path, &si) != 0) return kl_fail(NULL, KILN_ERR_IO, "%s: %s", in_path, strerror(errno));
+    if (stat(in_path, &si) != 0) return kb_fail(KILN_ERR_IO, "%s: %s", in_path, strerror(errno));
     if (stat(out_path, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "the output %s is the input file itself; write to another path",
+        return kb_fail(KILN_ERR_INVALID_ARG, "the output %s is the input file itself; write to another path",
                        out_path);
     char err[512];
     gguf_file *f = gguf_open(in_path, err, sizeof err);
-    if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "%s", err);
+    if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
     char arch[64];
     char key[96];
     qplan qp = {0, 0, 0, 0};
@@ -215,7 +214,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     gguf_writer *w = gguf_writer_new();
     kpool *pool = kpool_new(n_threads);
     if (!types || !w || !pool) {
-        st = kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+        st = kb_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
     kq_init(KQ_ISA_AVX512);
@@ -231,7 +230,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     for (int i = 0; i < nt; i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         if (!kq_supported((int)t->type)) {
-            st = kl_fail(NULL, KILN_ERR_UNSUPPORTED, "tensor %s has type %s, which kiln cannot convert", t->name,
+            st = kb_fail(KILN_ERR_UNSUPPORTED, "tensor %s has type %s, which kiln cannot convert", t->name,
                          kq_get((int)t->type)->name);
             goto done;
         }
@@ -259,10 +258,10 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     j.pool = pool;
     j.rowbuf = malloc((size_t)kpool_size(pool) * (size_t)max_ne0 * sizeof(float));
     if (!j.rowbuf) {
-        st = kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+        st = kb_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if (gguf_writer_save(w, out_path, produce, &j, err, sizeof err)) st = kl_fail(NULL, KILN_ERR_IO, "%s", err);
+    if (gguf_writer_save(w, out_path, produce, &j, err, sizeof err)) st = kb_fail(KILN_ERR_IO, "%s", err);
     free(j.rowbuf);
 done:
     kpool_free(pool);

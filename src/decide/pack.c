@@ -5,6 +5,7 @@
 #include "decide/decide.h"
 
 #include "quant/quant.h"
+#include "base/base.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -214,9 +215,9 @@ kiln_status kd_config_load(kd_config *c, const gguf_file *f) {
     memset(c, 0, sizeof *c);
     gguf_str s;
     if (gguf_get_str(f, CFG_KEY, &s) != 0)
-        return kl_fail(NULL, KILN_ERR_NOT_FOUND, "not a decision pack (no " CFG_KEY " in the metadata)");
+        return kb_fail(KILN_ERR_NOT_FOUND, "not a decision pack (no " CFG_KEY " in the metadata)");
     char err[400];
-    if (kd_config_parse(c, s.ptr, s.len, err, sizeof err)) return kl_fail(NULL, KILN_ERR_FORMAT, "%s", err);
+    if (kd_config_parse(c, s.ptr, s.len, err, sizeof err)) return kb_fail(KILN_ERR_FORMAT, "%s", err);
     return KILN_OK;
 }
 
@@ -235,7 +236,7 @@ float kd_temperature(const kd_type *t, int n) {
 /* ---------------------------------------------------------------- heads */
 
 #undef BAD
-#define CORRUPT(...) return kl_fail(NULL, KILN_ERR_CORRUPT, "model corrupt: " __VA_ARGS__)
+#define CORRUPT(...) return kb_fail(KILN_ERR_CORRUPT, "model corrupt: " __VA_ARGS__)
 
 /* The tensor decision.<head>.<part> when present, with its shape checked:
  * dims 1 or 2, ne as given.  *t NULL when absent; -1 on a bad shape. */

@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 
 #include "model/model.h"
+#include "base/base.h"
 
 #include <stdlib.h>
 
@@ -30,7 +31,7 @@ static kiln_status emb_load(void *user, const char *path, kiln_engine_backend ba
                             void **model) {
     *model = NULL;
     emb_model *e = calloc(1, sizeof *e);
-    if (!e) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!e) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     /* runs of at most 512 tokens: a query waits for one run, so a smaller
      * run bounds its latency; 512 still fills the matrix kernels */
     kiln_embedder_params p = kiln_embedder_default_params();
@@ -68,7 +69,7 @@ kiln_status engine_embed_run(kiln_embedder *em, pthread_mutex_t *mu, engine_embe
 }
 
 static kiln_status emb_run(void *user, void *model, int task, void *req, engine_run *r) {
-    if (task != ENGINE_TASK_EMBED) return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the embedding family only embeds");
+    if (task != ENGINE_TASK_EMBED) return kb_fail(KILN_ERR_UNSUPPORTED, "the embedding family only embeds");
     return engine_embed_run(((emb_model *)model)->em, NULL, req, r);
 }
 
@@ -79,9 +80,9 @@ const engine_ops engine_embedding_ops = {.check = emb_check, .load = emb_load, .
 
 kiln_status kiln_engine_embed(kiln_engine *e, const kiln_embed_request *r, kiln_engine_cancel *cancel,
                               kiln_embed_job **out) {
-    if (!out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output job");
+    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output job");
     *out = NULL;
-    if (!e || !r) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine or request");
+    if (!e || !r) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or request");
     engine_embed_call call = {r, NULL};
     kiln_status st = engine_request(e, ENGINE_TASK_EMBED, &call, r->kind == KILN_EMBED_QUERY, cancel);
     *out = call.job;

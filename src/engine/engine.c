@@ -22,7 +22,6 @@
 #include "engine/engine.h"
 
 #include "base/base.h"
-#include "model/model.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -247,7 +246,7 @@ static kiln_status gate_enter(kiln_engine *e, engine_run *r, int cls) {
     if (!w->granted) {
         gate_unqueue(e, w);
         gate_grant_next(e);
-        return kl_fail(NULL, KILN_ERR_CANCELLED, "request cancelled while waiting");
+        return kb_fail(KILN_ERR_CANCELLED, "request cancelled while waiting");
     }
     r->holds = 1;
     return KILN_OK;
@@ -277,7 +276,7 @@ static int urgent_waits(const kiln_engine *e) {
 
 kiln_status engine_yield(engine_run *r) {
     if (run_cancelled(r))
-        return kl_fail(NULL, KILN_ERR_CANCELLED, r->is_request ? "request cancelled" : "load cancelled");
+        return kb_fail(KILN_ERR_CANCELLED, r->is_request ? "request cancelled" : "load cancelled");
     if (!r->is_request) return KILN_OK;
     kiln_engine *e = r->e;
     pthread_mutex_lock(&e->mu);
@@ -341,16 +340,16 @@ kiln_spec_params engine_spec_params(const engine_run *r, char *draft, size_t cap
 
 kiln_status engine_create_with(const kiln_engine_family *fam, const engine_ops *ops, kiln_engine_backend backend,
                                kiln_engine **out) {
-    if (!out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output handle");
+    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output handle");
     *out = NULL;
     if (!fam || !ops || !ops->load || !ops->unload || !ops->run)
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "engine family without load/unload/run");
+        return kb_fail(KILN_ERR_INVALID_ARG, "engine family without load/unload/run");
     if (backend != KILN_ENGINE_BACKEND_AUTO && backend != KILN_ENGINE_BACKEND_CPU)
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown backend %d", (int)backend);
+        return kb_fail(KILN_ERR_INVALID_ARG, "unknown backend %d", (int)backend);
     if (!(fam->backends & (1u << backend)))
-        return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "family '%s' does not run on this backend", fam->key);
+        return kb_fail(KILN_ERR_UNSUPPORTED, "family '%s' does not run on this backend", fam->key);
     kiln_engine *e = calloc(1, sizeof *e);
-    if (!e) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!e) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     e->fam = fam;
     e->ops = ops;
     e->backend = KILN_ENGINE_BACKEND_CPU; /* AUTO: the only backend built */
@@ -368,14 +367,14 @@ kiln_status kiln_engine_create(kiln_engine_family_id family, kiln_engine_backend
     const kiln_engine_family *fam = NULL;
     for (int i = 0; i < kiln_engine_family_count(); i++)
         if (kiln_engine_family_at(i)->id == family) fam = kiln_engine_family_at(i);
-    if (!fam) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown engine family %d", (int)family);
+    if (!fam) return kb_fail(KILN_ERR_INVALID_ARG, "unknown engine family %d", (int)family);
     const engine_ops *ops = engine_family_ops(family);
-    if (!ops) return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "engine family '%s' is not built in", fam->key);
+    if (!ops) return kb_fail(KILN_ERR_UNSUPPORTED, "engine family '%s' is not built in", fam->key);
     return engine_create_with(fam, ops, backend, out);
 }
 
 kiln_status kiln_engine_set_status_fn(kiln_engine *e, kiln_engine_status_fn fn, void *user) {
-    if (!e) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
     pthread_mutex_lock(&e->mu);
     int started = e->start_accepted;
     if (!started) {
@@ -383,20 +382,20 @@ kiln_status kiln_engine_set_status_fn(kiln_engine *e, kiln_engine_status_fn fn, 
         e->status_user = user;
     }
     pthread_mutex_unlock(&e->mu);
-    return started ? kl_fail(NULL, KILN_ERR_STATE, "the status callback is set before start") : KILN_OK;
+    return started ? kb_fail(KILN_ERR_STATE, "the status callback is set before start") : KILN_OK;
 }
 
 kiln_status kiln_engine_set_store(kiln_engine *e, const kiln_engine_store *store) {
-    if (!e || !store || !store->acquire) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine or store hooks");
+    if (!e || !store || !store->acquire) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or store hooks");
     pthread_mutex_lock(&e->mu);
     int started = e->start_accepted;
     if (!started) e->store = *store;
     pthread_mutex_unlock(&e->mu);
-    return started ? kl_fail(NULL, KILN_ERR_STATE, "the store is set before start") : KILN_OK;
+    return started ? kb_fail(KILN_ERR_STATE, "the store is set before start") : KILN_OK;
 }
 
 kiln_status kiln_engine_set_context_params(kiln_engine *e, const kiln_context_params *p) {
-    if (!e || !p) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine or parameters");
+    if (!e || !p) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or parameters");
     pthread_mutex_lock(&e->mu);
     e->ctx_params = *p;
     e->has_ctx_params = 1;
@@ -405,11 +404,11 @@ kiln_status kiln_engine_set_context_params(kiln_engine *e, const kiln_context_pa
 }
 
 kiln_status kiln_engine_set_spec_params(kiln_engine *e, const kiln_spec_params *p) {
-    if (!e) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
     kiln_spec_params q = p ? *p : kiln_spec_default_params();
-    if ((unsigned)q.type > KILN_SPEC_MTP) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown speculative decoding type");
+    if ((unsigned)q.type > KILN_SPEC_MTP) return kb_fail(KILN_ERR_INVALID_ARG, "unknown speculative decoding type");
     if (q.draft_model && strlen(q.draft_model) >= sizeof e->spec_draft)
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "the draft model's path is too long");
+        return kb_fail(KILN_ERR_INVALID_ARG, "the draft model's path is too long");
     pthread_mutex_lock(&e->mu);
     snprintf(e->spec_draft, sizeof e->spec_draft, "%s", q.draft_model ? q.draft_model : "");
     q.draft_model = NULL; /* engine_spec_params hands out a copy of spec_draft */
@@ -444,7 +443,7 @@ static kiln_status run_load(kiln_engine *e, op *o, msgbuf msg) {
         return KILN_ERR_STATE;
     }
     void *model = NULL;
-    kiln_status st = run_cancelled(&r) ? kl_fail(NULL, KILN_ERR_CANCELLED, "load cancelled")
+    kiln_status st = run_cancelled(&r) ? kb_fail(KILN_ERR_CANCELLED, "load cancelled")
                                        : e->ops->load(e->ops->user, o->path, e->backend, &r, &model);
     if (st != KILN_OK) {
         kb_errf(msg, sizeof(msgbuf), "%s: %s", o->name, kiln_last_error());
@@ -582,7 +581,7 @@ static void enqueue(kiln_engine *e, op *o) {
 /* ----------------------------------------------------------- lifecycle */
 
 kiln_status kiln_engine_start(kiln_engine *e) {
-    if (!e) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
     pthread_mutex_lock(&e->mu);
     if (e->start_accepted || e->stop_accepted) { /* again, or after stop: no-op */
         pthread_mutex_unlock(&e->mu);
@@ -591,13 +590,13 @@ kiln_status kiln_engine_start(kiln_engine *e) {
     op *o = calloc(1, sizeof *o);
     if (!o) {
         pthread_mutex_unlock(&e->mu);
-        return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     int rc = pthread_create(&e->thread, NULL, worker, e);
     if (rc != 0) {
         pthread_mutex_unlock(&e->mu);
         free(o);
-        return kl_fail(NULL, KILN_ERR_NOMEM, "cannot start the engine thread: %s", strerror(rc));
+        return kb_fail(KILN_ERR_NOMEM, "cannot start the engine thread: %s", strerror(rc));
     }
     e->thread_started = 1;
     e->start_accepted = 1;
@@ -627,26 +626,26 @@ static const char *load_refusal(const kiln_engine *e) {
 }
 
 kiln_status kiln_engine_load(kiln_engine *e, const char *model, kiln_engine_cancel *cancel) {
-    if (!e || !model || !*model) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine or model name");
-    if (strlen(model) >= sizeof(((op *)0)->name)) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name too long");
+    if (!e || !model || !*model) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or model name");
+    if (strlen(model) >= sizeof(((op *)0)->name)) return kb_fail(KILN_ERR_INVALID_ARG, "model name too long");
     pthread_mutex_lock(&e->mu);
     const char *why = load_refusal(e);
     pthread_mutex_unlock(&e->mu);
-    if (why) return kl_fail(NULL, KILN_ERR_STATE, "load %s: %s", model, why);
+    if (why) return kb_fail(KILN_ERR_STATE, "load %s: %s", model, why);
 
     op *o = calloc(1, sizeof *o);
-    if (!o) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!o) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     o->kind = OP_LOAD;
     snprintf(o->name, sizeof o->name, "%s", model);
     struct stat sb;
     kiln_status st = KILN_OK;
     if (stat(model, &sb) == 0) {
-        if (!S_ISREG(sb.st_mode)) st = kl_fail(NULL, KILN_ERR_IO, "%s: not a regular file", model);
+        if (!S_ISREG(sb.st_mode)) st = kb_fail(KILN_ERR_IO, "%s: not a regular file", model);
         else snprintf(o->path, sizeof o->path, "%s", model);
     } else if (e->store.acquire) {
         st = e->store.acquire(e->store.user, e->fam->key, model, o->path, sizeof o->path, &o->lease);
     } else {
-        st = kl_fail(NULL, KILN_ERR_NOT_FOUND, "%s: %s (and no model store is set)", model, strerror(errno));
+        st = kb_fail(KILN_ERR_NOT_FOUND, "%s: %s (and no model store is set)", model, strerror(errno));
     }
     if (st == KILN_OK && e->ops->check) st = e->ops->check(e->ops->user, o->path);
     if (st == KILN_OK) {
@@ -658,7 +657,7 @@ kiln_status kiln_engine_load(kiln_engine *e, const char *model, kiln_engine_canc
         }
         pthread_mutex_unlock(&e->mu);
         if (!why) return KILN_OK;
-        st = kl_fail(NULL, KILN_ERR_STATE, "load %s: %s", model, why);
+        st = kb_fail(KILN_ERR_STATE, "load %s: %s", model, why);
     }
     release_lease(e, o->lease);
     free(o);
@@ -700,9 +699,9 @@ static void accept_teardown(kiln_engine *e, op *o) {
 }
 
 kiln_status kiln_engine_unload(kiln_engine *e, kiln_engine_cancel *cancel) {
-    if (!e) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
     op *o = new_teardown(e, OP_UNLOAD, cancel);
-    if (!o) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!o) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&e->mu);
     const char *why = !e->start_accepted ? "the engine is not started"
                       : e->stop_accepted ? "the engine is stopped"
@@ -711,7 +710,7 @@ kiln_status kiln_engine_unload(kiln_engine *e, kiln_engine_cancel *cancel) {
     pthread_mutex_unlock(&e->mu);
     if (!why) return KILN_OK;
     drop_teardown(o);
-    return kl_fail(NULL, KILN_ERR_STATE, "unload: %s", why);
+    return kb_fail(KILN_ERR_STATE, "unload: %s", why);
 }
 
 /* The queued or running stop (mu held), or NULL. */
@@ -743,9 +742,9 @@ static op *stop_locked(kiln_engine *e, op *o, kiln_engine_cancel *cancel) {
 }
 
 kiln_status kiln_engine_stop(kiln_engine *e, kiln_engine_cancel *cancel) {
-    if (!e) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
     op *o = new_teardown(e, OP_STOP, cancel);
-    if (!o) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!o) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&e->mu);
     int queued = stop_locked(e, o, cancel) == o;
     pthread_mutex_unlock(&e->mu);
@@ -754,9 +753,9 @@ kiln_status kiln_engine_stop(kiln_engine *e, kiln_engine_cancel *cancel) {
 }
 
 kiln_status kiln_engine_destroy(kiln_engine *e, kiln_engine_cancel *cancel) {
-    if (!e) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
     op *o = new_teardown(e, OP_STOP, cancel);
-    if (!o) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!o) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&e->mu);
     int queued = 0;
     if (e->destroy_phase == 0) {
@@ -776,7 +775,7 @@ kiln_status kiln_engine_destroy(kiln_engine *e, kiln_engine_cancel *cancel) {
     snprintf(msg, sizeof msg, "%s", e->destroy_msg);
     pthread_mutex_unlock(&e->mu);
     if (!queued) drop_teardown(o);
-    return st == KILN_OK ? KILN_OK : kl_fail(NULL, st, "%s", msg);
+    return st == KILN_OK ? KILN_OK : kb_fail(st, "%s", msg);
 }
 
 void kiln_engine_free(kiln_engine *e) {
@@ -793,7 +792,7 @@ void kiln_engine_free(kiln_engine *e) {
 }
 
 kiln_status kiln_engine_wait_idle(kiln_engine *e, int timeout_ms) {
-    if (!e) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     if (timeout_ms >= 0) {
@@ -816,12 +815,12 @@ kiln_status kiln_engine_wait_idle(kiln_engine *e, int timeout_ms) {
     msgbuf msg;
     snprintf(msg, sizeof msg, "%s", e->idle_msg);
     pthread_mutex_unlock(&e->mu);
-    if (timed_out) return kl_fail(NULL, KILN_ERR_STATE, "the engine did not become idle within %d ms", timeout_ms);
-    return st == KILN_OK ? KILN_OK : kl_fail(NULL, st, "%s", msg);
+    if (timed_out) return kb_fail(KILN_ERR_STATE, "the engine did not become idle within %d ms", timeout_ms);
+    return st == KILN_OK ? KILN_OK : kb_fail(st, "%s", msg);
 }
 
 kiln_status kiln_engine_observe(kiln_engine *e, kiln_engine_observation *out) {
-    if (!e || !out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine or output");
+    if (!e || !out) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or output");
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&e->mu);
     out->state = e->state;
@@ -855,11 +854,11 @@ kiln_status engine_admit(kiln_engine *e, int task, int urgent, kiln_engine_cance
                          int (*abandon)(void *user), void *user, engine_run **out, void **model) {
     *out = NULL;
     if (model) *model = NULL;
-    if (!e) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
     if (!family_has_task(e->fam, task))
-        return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the %s family does not run this task", e->fam->key);
+        return kb_fail(KILN_ERR_UNSUPPORTED, "the %s family does not run this task", e->fam->key);
     engine_run *r = calloc(1, sizeof *r);
-    if (!r) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!r) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     r->e = e;
     r->cancel = engine_cancel_ref(cancel);
     r->is_request = 1;
@@ -874,7 +873,7 @@ kiln_status engine_admit(kiln_engine *e, int task, int urgent, kiln_engine_cance
                                                  : NULL;
     kiln_status st;
     if (why) {
-        st = kl_fail(NULL, KILN_ERR_STATE, "request refused: %s", why);
+        st = kb_fail(KILN_ERR_STATE, "request refused: %s", why);
     } else {
         e->n_active++;
         st = gate_enter(e, r, urgent ? GATE_URGENT : GATE_NORMAL);
@@ -912,7 +911,7 @@ void engine_dismiss(engine_run *r) {
 }
 
 kiln_status engine_request(kiln_engine *e, int task, void *req, int urgent, kiln_engine_cancel *cancel) {
-    if (!e || !req) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine or request");
+    if (!e || !req) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or request");
     engine_run *r;
     void *model;
     kiln_status st = engine_admit(e, task, urgent, cancel, NULL, NULL, &r, &model);

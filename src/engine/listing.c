@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 
 #include "model/model.h"
+#include "base/base.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -154,5 +155,5 @@ kiln_status kiln_engine_listing(kiln_store *s, char **json_out) {
     json_decref(installed);
     *json_out = json_dumps(out, JSON_INDENT(2));
     json_decref(out);
-    return *json_out ? KILN_OK : kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    return *json_out ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "out of memory");
 }

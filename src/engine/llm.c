@@ -10,6 +10,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "spec/spec.h"
+#include "base/base.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,17 +18,17 @@
 kiln_status engine_gguf_check(const char *path, int generate) {
     char err[512];
     gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "%s", err);
+    if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
     char name[64];
     const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
     const kl_arch *arch = a ? kl_arch_find(a) : NULL;
     kiln_status st = KILN_OK;
-    if (!a) st = kl_fail(NULL, KILN_ERR_FORMAT, "%s: no general.architecture in the metadata", path);
+    if (!a) st = kb_fail(KILN_ERR_FORMAT, "%s: no general.architecture in the metadata", path);
     else if (!arch)
-        st = kl_fail(NULL, KILN_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (kiln runs: %s)", path, a,
+        st = kb_fail(KILN_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (kiln runs: %s)", path, a,
                      kl_arch_list());
     else if (generate && arch->encoder)
-        st = kl_fail(NULL, KILN_ERR_UNSUPPORTED, "%s: '%s' is an encoder; it embeds but cannot generate", path, a);
+        st = kb_fail(KILN_ERR_UNSUPPORTED, "%s: '%s' is an encoder; it embeds but cannot generate", path, a);
     gguf_close(f);
     return st;
 }
@@ -37,7 +38,7 @@ kiln_status engine_gguf_family(const char *path, kiln_engine_family_id *out) {
     if (st != KILN_OK) return st;
     char err[512], name[64];
     gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "%s", err);
+    if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
     const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
     const kl_arch *arch = a ? kl_arch_find(a) : NULL;
     *out = kl_gguf_is_reranker(f) ? KILN_ENGINE_RERANK : arch && arch->encoder ? KILN_ENGINE_EMBEDDING : KILN_ENGINE_LLM;
@@ -88,7 +89,7 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
                             void **model) {
     *model = NULL;
     llm_model *lm = calloc(1, sizeof *lm);
-    if (!lm) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!lm) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&lm->emb_mu, NULL);
     kiln_status st = kiln_model_load(path, NULL, &lm->m);
     const kiln_context_params *cp = engine_context_params(r);
@@ -108,7 +109,7 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
         lm->n_seq = kiln_context_n_seq_max(lm->c);
         gen_gate gate = {gate_urgent, gate_yield, gate_regained, gate_cancelled, engine_of(r)};
         st = gen_sched_new(lm->m, lm->c, LLM_PREFILL_CHUNK, &gate, &lm->sched);
-        if (st != KILN_OK) kl_fail(NULL, st, "cannot start the scheduler");
+        if (st != KILN_OK) kb_fail(st, "cannot start the scheduler");
         else if (lm->spec) gen_sched_set_proposer(lm->sched, spec_proposer(lm->spec));
     }
     if (st != KILN_OK) {
@@ -135,17 +136,17 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
     size_t len = strlen(req->prompt);
     int n = kiln_tokenize(lm->m, req->prompt, len, 1, 0, NULL, 0);
     if (n < 0) return (kiln_status)n;
-    if (n == 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "the prompt has no tokens");
+    if (n == 0) return kb_fail(KILN_ERR_INVALID_ARG, "the prompt has no tokens");
     const int32_t n_ctx = kiln_context_n_ctx(lm->c);
     if ((int64_t)n + req->n_predict > n_ctx)
-        return kl_fail(NULL, KILN_ERR_CONTEXT_FULL, "%d prompt + %d predicted tokens exceed the context of %d", n,
+        return kb_fail(KILN_ERR_CONTEXT_FULL, "%d prompt + %d predicted tokens exceed the context of %d", n,
                        req->n_predict, n_ctx);
     int32_t *toks = malloc((size_t)n * sizeof *toks);
     kiln_detok *dt = kiln_detok_new(lm->m);
     if (!toks || !dt) {
         free(toks);
         kiln_detok_free(dt);
-        return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     kiln_tokenize(lm->m, req->prompt, len, 1, 0, toks, n);
     gen_params p = gen_params_default();
@@ -163,7 +164,7 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
     free(toks);
     if (st != KILN_OK) {
         kiln_detok_free(dt);
-        return kl_fail(NULL, st, "cannot queue the request");
+        return kb_fail(st, "cannot queue the request");
     }
     int stopped = 0;
     gen_event ev;
@@ -179,8 +180,8 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
             gen_req_stop(q);
         }
     }
-    if (ev.reason == GEN_CANCELLED) st = kl_fail(NULL, KILN_ERR_CANCELLED, "request cancelled");
-    else if (ev.reason == GEN_FAILED) st = kl_fail(NULL, KILN_ERR_INTERNAL, "%s", ev.error);
+    if (ev.reason == GEN_CANCELLED) st = kb_fail(KILN_ERR_CANCELLED, "request cancelled");
+    else if (ev.reason == GEN_FAILED) st = kb_fail(KILN_ERR_INTERNAL, "%s", ev.error);
     size_t rest = 0;
     const char *tail = kiln_detok_flush(dt, &rest);
     if (st == KILN_OK && !stopped && req->on_token && rest > 0) req->on_token(tail, rest, -1, req->user);
@@ -207,7 +208,7 @@ static kiln_status embed(llm_model *lm, engine_embed_call *call, engine_run *r) 
 
 static kiln_status llm_run(void *user, void *model, int task, void *req, engine_run *r) {
     if (task == ENGINE_TASK_EMBED) return embed(model, req, r);
-    if (task != ENGINE_TASK_GENERATE) return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the llm family does not run this task");
+    if (task != ENGINE_TASK_GENERATE) return kb_fail(KILN_ERR_UNSUPPORTED, "the llm family does not run this task");
     return generate(model, req, r);
 }
 
@@ -227,11 +228,11 @@ kiln_status engine_llm_begin(kiln_engine *e, const gen_params *p, int urgent, ki
                              int (*abandon)(void *user), void *user, engine_llm_req **out) {
     *out = NULL;
     engine_llm_req *q = calloc(1, sizeof *q);
-    if (!q) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!q) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     void *model = NULL;
     kiln_status st = engine_admit(e, ENGINE_TASK_GENERATE, urgent, cancel, abandon, user, &q->r, &model);
     if (st == KILN_OK && engine_resident(e, &engine_llm_ops) != model)
-        st = kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the engine does not run the llm family");
+        st = kb_fail(KILN_ERR_UNSUPPORTED, "the engine does not run the llm family");
     if (st == KILN_OK) {
         llm_model *lm = model;
         gen_params pp = *p;
@@ -240,7 +241,7 @@ kiln_status engine_llm_begin(kiln_engine *e, const gen_params *p, int urgent, ki
             pp.spec_fixed = spec_params(lm->spec)->fixed;
         }
         st = gen_sched_submit(lm->sched, &pp, urgent, q->r, &q->q);
-        if (st != KILN_OK) kl_fail(NULL, st, "cannot queue the request");
+        if (st != KILN_OK) kb_fail(st, "cannot queue the request");
     }
     if (st != KILN_OK) {
         engine_dismiss(q->r);
@@ -262,7 +263,7 @@ void engine_llm_end(engine_llm_req *q) {
 
 kiln_status engine_llm_stats(kiln_engine *e, int32_t *n_ctx, gen_sched_stats *st) {
     llm_model *lm = engine_resident(e, &engine_llm_ops);
-    if (!lm) return kl_fail(NULL, KILN_ERR_STATE, "no llm model is resident");
+    if (!lm) return kb_fail(KILN_ERR_STATE, "no llm model is resident");
     if (n_ctx) *n_ctx = kiln_context_n_ctx(lm->c);
     if (st) gen_sched_get_stats(lm->sched, st);
     return KILN_OK;
@@ -278,8 +279,8 @@ kiln_engine_generate_request kiln_engine_generate_default(void) {
 
 kiln_status kiln_engine_generate(kiln_engine *e, const kiln_engine_generate_request *req, int32_t *n_generated) {
     if (n_generated) *n_generated = 0;
-    if (!e || !req || !req->prompt) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine, request or prompt");
-    if (req->n_predict <= 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "n_predict must be positive");
+    if (!e || !req || !req->prompt) return kb_fail(KILN_ERR_INVALID_ARG, "no engine, request or prompt");
+    if (req->n_predict <= 0) return kb_fail(KILN_ERR_INVALID_ARG, "n_predict must be positive");
     gen_call call = {req, 0};
     kiln_status st = engine_request(e, ENGINE_TASK_GENERATE, &call, req->urgent, req->cancel);
     if (n_generated) *n_generated = call.n_generated;

@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 
 #include "model/model.h"
+#include "base/base.h"
 
 #include <stdlib.h>
 
@@ -14,9 +15,9 @@ static kiln_status rr_check(void *user, const char *path) {
     if (st != KILN_OK) return st;
     char err[512];
     gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "%s", err);
+    if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
     st = kl_gguf_is_reranker(f) ? KILN_OK
-                                : kl_fail(NULL, KILN_ERR_UNSUPPORTED,
+                                : kb_fail(KILN_ERR_UNSUPPORTED,
                                           "%s: not a reranker (no classification head cls.output.weight, or a "
                                           "decoder without rank pooling)", path);
     gguf_close(f);
@@ -41,7 +42,7 @@ static kiln_status rr_load(void *user, const char *path, kiln_engine_backend bac
                            void **model) {
     *model = NULL;
     rr_model *x = calloc(1, sizeof *x);
-    if (!x) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!x) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     /* runs of at most 512 tokens bound an urgent request's wait, as for
      * embeddings */
     kiln_reranker_params p = kiln_reranker_default_params();
@@ -64,7 +65,7 @@ typedef struct rr_call {
 } rr_call;
 
 static kiln_status rr_run(void *user, void *model, int task, void *req, engine_run *r) {
-    if (task != ENGINE_TASK_RERANK) return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "the rerank family only reranks");
+    if (task != ENGINE_TASK_RERANK) return kb_fail(KILN_ERR_UNSUPPORTED, "the rerank family only reranks");
     rr_call *call = req;
     kiln_rerank_job *j = NULL;
     kiln_status st = kiln_rerank_begin(((rr_model *)model)->rr, call->req, &j);
@@ -87,9 +88,9 @@ const engine_ops engine_rerank_ops = {.check = rr_check, .load = rr_load, .unloa
 
 kiln_status kiln_engine_rerank(kiln_engine *e, const kiln_rerank_request *q, int urgent, kiln_engine_cancel *cancel,
                                kiln_rerank_job **out) {
-    if (!out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output job");
+    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output job");
     *out = NULL;
-    if (!e || !q) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no engine or request");
+    if (!e || !q) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or request");
     rr_call call = {q, NULL};
     kiln_status st = engine_request(e, ENGINE_TASK_RERANK, &call, urgent, cancel);
     *out = call.job;

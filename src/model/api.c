@@ -1,6 +1,6 @@
 /* The public entry points of kiln.h that concern models and contexts:
- * status strings, errors, context creation and sizing, decode, tokenizer
- * wrappers. */
+ * context creation and sizing, decode, tokenizer wrappers, and kl_fail (a
+ * failure that a context also keeps; base/error.c holds the rest). */
 #include "model/decoder.h"
 #include "model/state.h"
 
@@ -14,35 +14,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static _Thread_local char t_last_error[512];
-
-const char *kiln_last_error(void) { return t_last_error; }
-
 kiln_status kl_fail(kiln_context *c, kiln_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(t_last_error, sizeof t_last_error, fmt, ap);
+    kb_vfail(st, fmt, ap);
     va_end(ap);
-    if (c) snprintf(c->err, sizeof c->err, "%s", t_last_error);
+    if (c) snprintf(c->err, sizeof c->err, "%s", kiln_last_error());
     return st;
-}
-
-const char *kiln_status_str(kiln_status st) {
-    switch (st) {
-    case KILN_OK: return "ok";
-    case KILN_ERR_INVALID_ARG: return "invalid argument";
-    case KILN_ERR_IO: return "I/O error";
-    case KILN_ERR_FORMAT: return "malformed file";
-    case KILN_ERR_UNSUPPORTED: return "unsupported";
-    case KILN_ERR_NOMEM: return "out of memory";
-    case KILN_ERR_CONTEXT_FULL: return "context full";
-    case KILN_ERR_CANCELLED: return "cancelled";
-    case KILN_ERR_STATE: return "invalid state";
-    case KILN_ERR_NOT_FOUND: return "not found";
-    case KILN_ERR_INTERNAL: return "internal error";
-    case KILN_ERR_CORRUPT: return "model corrupt";
-    }
-    return "unknown status";
 }
 
 void kiln_set_log(kiln_log_fn fn, void *user, int max_level) { kb_set_log(fn, user, max_level); }
@@ -92,28 +70,28 @@ static size_t ctx_logits_bytes(const kiln_context *c) {
 
 kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, kiln_context **out) {
     *out = NULL;
-    if (!m) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model");
+    if (!m) return kb_fail(KILN_ERR_INVALID_ARG, "no model");
     const kl_family *fam = m->arch->family;
     if (fam->encoder || !fam->forward)
-        return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "%s is an encoder: use kiln_embedder", m->arch_name);
+        return kb_fail(KILN_ERR_UNSUPPORTED, "%s is an encoder: use kiln_embedder", m->arch_name);
     kiln_context_params p = params ? *params : kiln_context_default_params();
     const kl_hparams *hp = &m->hp;
     if (p.n_batch <= 0) p.n_batch = 512;
     if (p.n_seq_max <= 0) p.n_seq_max = 1;
-    if (p.n_seq_max > 64) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "n_seq_max %d exceeds 64", p.n_seq_max);
+    if (p.n_seq_max > 64) return kb_fail(KILN_ERR_INVALID_ARG, "n_seq_max %d exceeds 64", p.n_seq_max);
     if (p.kv_type != KILN_KV_F16 && p.kv_type != KILN_KV_F32 && p.kv_type != KILN_KV_Q8_0)
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown KV cache type %d", p.kv_type);
+        return kb_fail(KILN_ERR_INVALID_ARG, "unknown KV cache type %d", p.kv_type);
     kl_seq_shape shape;
     fam->seq_shape(m, &shape);
     if (p.kv_type == KILN_KV_Q8_0 && shape.n_attn_layer && (shape.hd % 32 || shape.hd > 256))
-        return kl_fail(NULL, KILN_ERR_UNSUPPORTED,
+        return kb_fail(KILN_ERR_UNSUPPORTED,
                        "a Q8_0 KV cache needs a head size that is a multiple of 32, at most 256 (this model's is %d)",
                        shape.hd);
-    if (p.n_ctx < 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "negative context size");
+    if (p.n_ctx < 0) return kb_fail(KILN_ERR_INVALID_ARG, "negative context size");
     /* past the trained length a rotary decoder still runs (its quality may
      * fall, as llama.cpp warns); an encoder's learned positions end there */
     if (p.n_ctx > hp->n_ctx_train && m->arch->encoder)
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "context %d exceeds the model's %d", p.n_ctx, hp->n_ctx_train);
+        return kb_fail(KILN_ERR_INVALID_ARG, "context %d exceeds the model's %d", p.n_ctx, hp->n_ctx_train);
     if (p.n_ctx > hp->n_ctx_train)
         kb_log(KB_LOG_WARN, "the context of %d tokens exceeds the %d the model was trained on; output past it may "
                             "degrade", p.n_ctx, hp->n_ctx_train);
@@ -125,7 +103,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
                        : p.n_state_snapshots ? p.n_state_snapshots : KL_RS_SNAP_PER_SEQ * p.n_seq_max;
     const uint64_t rs_bytes = shape.rs_floats ? kl_rs_bytes(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap) : 0;
     if (rs_bytes >= budget)
-        return kl_fail(NULL, KILN_ERR_NOMEM,
+        return kb_fail(KILN_ERR_NOMEM,
                        "the recurrent state of %d sequence(s) and %d snapshot(s) takes %llu MiB; the budget is %llu MiB",
                        p.n_seq_max, n_snap, (unsigned long long)(rs_bytes >> 20), (unsigned long long)(budget >> 20));
     budget -= rs_bytes;
@@ -134,19 +112,19 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     int32_t n_ctx = p.n_ctx ? p.n_ctx : hp->n_ctx_train;
     if ((uint64_t)n_ctx > fit) {
         if (p.n_ctx)
-            return kl_fail(NULL, KILN_ERR_NOMEM,
+            return kb_fail(KILN_ERR_NOMEM,
                            "context %d needs %llu MiB of KV cache for %d sequence(s); the budget is %llu MiB",
                            n_ctx, (unsigned long long)(per_tok * (uint64_t)n_ctx * (uint64_t)p.n_seq_max >> 20),
                            p.n_seq_max, (unsigned long long)(budget >> 20));
         n_ctx = (int32_t)fit;
         kb_log(KB_LOG_INFO, "context capped at %d tokens by the KV memory budget", n_ctx);
     }
-    if (n_ctx < 1) return kl_fail(NULL, KILN_ERR_NOMEM, "no room for a KV cache within the memory budget");
+    if (n_ctx < 1) return kb_fail(KILN_ERR_NOMEM, "no room for a KV cache within the memory budget");
     if (p.n_batch > n_ctx * p.n_seq_max) p.n_batch = n_ctx * p.n_seq_max;
     p.n_ctx = n_ctx;
 
     kiln_context *c = calloc(1, sizeof *c);
-    if (!c) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!c) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     c->m = m;
     c->p = p;
     c->shape = shape;
@@ -155,8 +133,8 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     c->pool = kpool_new(p.n_threads);
     if (!c->pool || kl_kv_init(&c->kv, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap, err, sizeof err) ||
         (shape.rs_floats && !(c->rs = kl_rs_new(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, err, sizeof err)))) {
-        if (c->pool) kl_fail(NULL, KILN_ERR_NOMEM, "%s", err);
-        else kl_fail(NULL, KILN_ERR_NOMEM, "cannot start threads");
+        if (c->pool) kb_fail(KILN_ERR_NOMEM, "%s", err);
+        else kb_fail(KILN_ERR_NOMEM, "cannot start threads");
         kiln_context_free(c);
         return KILN_ERR_NOMEM;
     }
@@ -178,18 +156,18 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         *bufs[i].ptr = malloc(bufs[i].bytes ? bufs[i].bytes : 1);
         if (!*bufs[i].ptr) {
             kiln_context_free(c);
-            return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory for activations");
+            return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
         }
     }
     if (fam->ctx_init(c)) {
         kiln_context_free(c);
-        return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory for activations");
+        return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
     }
     /* logits for every batch row, committed only where written */
     c->logits = map_zero(ctx_logits_bytes(c));
     if (!c->logits) {
         kiln_context_free(c);
-        return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory for logits");
+        return kb_fail(KILN_ERR_NOMEM, "out of memory for logits");
     }
     *out = c;
     return KILN_OK;
@@ -246,7 +224,7 @@ kiln_status kiln_seq_truncate(kiln_context *c, int32_t seq, int32_t p) {
 }
 
 int32_t kiln_seq_truncate_point(const kiln_context *c, int32_t seq, int32_t p) {
-    if (!c || seq < 0 || seq >= c->kv.n_seq || p < 0) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
+    if (!c || seq < 0 || seq >= c->kv.n_seq || p < 0) return kb_fail(KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
     if (c->rs) return kl_rs_restorable(c, seq, p);
     return p < c->kv.seqs[seq].len ? p : c->kv.seqs[seq].len;
 }
@@ -261,9 +239,9 @@ kiln_status kiln_seq_copy(kiln_context *c, int32_t src, int32_t dst) {
 
 int kiln_tokenize(const kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
                   int32_t *out, int cap) {
-    if (!m || (!text && len)) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "bad tokenize arguments");
+    if (!m || (!text && len)) return kb_fail(KILN_ERR_INVALID_ARG, "bad tokenize arguments");
     int32_t n = ktok_encode(m->tok, text ? text : "", len, add_special, parse_special, out, cap);
-    if (n == KTOK_ERR_NOMEM) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory while tokenizing");
+    if (n == KTOK_ERR_NOMEM) return kb_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
     return n < 0 ? -n : n;
 }
 

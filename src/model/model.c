@@ -424,15 +424,15 @@ static void repack_list(kiln_model *m, kl_weights *wl) {
 kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out) {
     *out = NULL;
     kiln_model_params p = params ? *params : kiln_model_default_params();
-    if (!path) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model path given");
+    if (!path) return kb_fail(KILN_ERR_INVALID_ARG, "no model path given");
     kiln_model *m = calloc(1, sizeof *m);
-    if (!m) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!m) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     loader L = {m, {0}};
     char err[512];
     m->gf = gguf_open(path, err, sizeof err);
     if (!m->gf) {
         free(m);
-        return kl_fail(NULL, strstr(err, "No such file") || strstr(err, "Permission") ? KILN_ERR_IO : KILN_ERR_FORMAT,
+        return kb_fail(strstr(err, "No such file") || strstr(err, "Permission") ? KILN_ERR_IO : KILN_ERR_FORMAT,
                        "%s", err);
     }
     kiln_status st = KILN_ERR_FORMAT;
@@ -480,7 +480,7 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
     *out = m;
     return KILN_OK;
 fail:
-    kl_fail(NULL, st, "%s: %s", path, L.err);
+    kb_fail(st, "%s: %s", path, L.err);
     kiln_model_free(m);
     return st;
 }

@@ -60,7 +60,7 @@ static int vocab_check(const kiln_model *t, const kiln_model *d, const char *pat
     kiln_model_get_info(t, &ti);
     kiln_model_get_info(d, &di);
     if (kiln_token_bos(t) != kiln_token_bos(d) || kiln_token_eos(t) != kiln_token_eos(d)) {
-        kl_fail(NULL, KILN_ERR_INVALID_ARG,
+        kb_fail(KILN_ERR_INVALID_ARG,
                 "the draft model %s has other special tokens than the target (BOS %d, EOS %d; the target's %d, %d)",
                 path, kiln_token_bos(d), kiln_token_eos(d), kiln_token_bos(t), kiln_token_eos(t));
         return -1;
@@ -74,7 +74,7 @@ static int vocab_check(const kiln_model *t, const kiln_model *d, const char *pat
             char qa[64], qb[64];
             snprintf(qa, sizeof qa, "%.*s", la < 40 && la >= 0 ? la : 40, a);
             snprintf(qb, sizeof qb, "%.*s", lb < 40 && lb >= 0 ? lb : 40, b);
-            kl_fail(NULL, KILN_ERR_INVALID_ARG,
+            kb_fail(KILN_ERR_INVALID_ARG,
                     "the draft model %s has another vocabulary than the target: token %d is \"%s\"%s in the target "
                     "and \"%s\"%s in the draft",
                     path, id, qa, kiln_token_is_eog(t, id) ? " (end of generation)" : "", qb,
@@ -91,14 +91,14 @@ static int vocab_check(const kiln_model *t, const kiln_model *d, const char *pat
 spec_draft *spec_draft_new(const kiln_spec_params *p, kiln_model *m, kiln_context *c) {
     spec_draft *d = calloc(1, sizeof *d);
     if (!d) {
-        kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+        kb_fail(KILN_ERR_NOMEM, "out of memory");
         return NULL;
     }
     kiln_model_params mp = kiln_model_default_params();
     char why[512];
     if (kiln_model_load(p->draft_model, &mp, &d->m) != KILN_OK) {
         snprintf(why, sizeof why, "%s", kiln_last_error());
-        kl_fail(NULL, KILN_ERR_INVALID_ARG, "cannot load the draft model: %s", why);
+        kb_fail(KILN_ERR_INVALID_ARG, "cannot load the draft model: %s", why);
         free(d);
         return NULL;
     }
@@ -129,7 +129,7 @@ spec_draft *spec_draft_new(const kiln_spec_params *p, kiln_model *m, kiln_contex
     }
     if (cs != KILN_OK) {
         snprintf(why, sizeof why, "%s", kiln_last_error());
-        kl_fail(NULL, KILN_ERR_INVALID_ARG, "cannot make the draft model's context: %s", why);
+        kb_fail(KILN_ERR_INVALID_ARG, "cannot make the draft model's context: %s", why);
         kiln_model_free(d->m);
         free(d);
         return NULL;
@@ -138,7 +138,7 @@ spec_draft *spec_draft_new(const kiln_spec_params *p, kiln_model *m, kiln_contex
     d->n_vocab_target = ti.n_vocab;
     d->n_seq = d->fork ? n_seq : kiln_context_n_seq_max(d->c);
     if (d->fork && kiln_context_n_seq_max(d->c) < 2 * n_seq) {
-        kl_fail(NULL, KILN_ERR_NOMEM, "the draft model's context cannot hold %d sequences", 2 * n_seq);
+        kb_fail(KILN_ERR_NOMEM, "the draft model's context cannot hold %d sequences", 2 * n_seq);
         spec_draft_free(d);
         return NULL;
     }
@@ -155,7 +155,7 @@ spec_draft *spec_draft_new(const kiln_spec_params *p, kiln_model *m, kiln_contex
     int ok = d->seqs && d->b_tok && d->b_seq && d->b_want && d->from && d->row && d->going;
     for (int32_t i = 0; ok && i < d->n_seq; i++) ok = (d->seqs[i].held = malloc((size_t)d->n_ctx * sizeof(int32_t))) != NULL;
     if (!ok) {
-        kl_fail(NULL, KILN_ERR_NOMEM, "out of memory for the draft model");
+        kb_fail(KILN_ERR_NOMEM, "out of memory for the draft model");
         spec_draft_free(d);
         return NULL;
     }

@@ -3,11 +3,12 @@
 #include "spec/spec.h"
 
 #include "model/model.h"
+#include "base/base.h"
 
 spec_mtp *spec_mtp_new(const kiln_spec_params *p, kiln_model *m, kiln_context *c) {
     (void)p;
     (void)c;
-    kl_fail(NULL, KILN_ERR_UNSUPPORTED, "%s has no MTP (nextn) blocks to propose with", m->arch_name);
+    kb_fail(KILN_ERR_UNSUPPORTED, "%s has no MTP (nextn) blocks to propose with", m->arch_name);
     return NULL;
 }
 

@@ -7,7 +7,7 @@
  * pack pulled without --sha256) and then checks the SHA-1. */
 #include "store/store.h"
 
-#include "model/model.h"
+#include "base/base.h"
 
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -46,7 +46,7 @@ const kiln_builtin_model *kiln_builtin_find(const char *name) {
 kiln_status kst_check_whisper(const char *path, const char *artifact, char arch[64], char quant[16]) {
     kiln_stt *m = NULL;
     if (kiln_stt_load(path, &m) != KILN_OK)
-        return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s is not a valid whisper.cpp GGML file: %s", artifact,
+        return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a valid whisper.cpp GGML file: %s", artifact,
                        kiln_last_error());
     kiln_stt_info info;
     kiln_stt_get_info(m, &info);
@@ -76,9 +76,9 @@ static int sha1_file(const char *path, char hex[41]) {
 kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, const kiln_store_pull_params *p,
                               char *id_out) {
     const kiln_builtin_model *b = kiln_builtin_find(name);
-    if (!b) return kl_fail(NULL, KILN_ERR_NOT_FOUND, "no built-in model '%s'", name ? name : "");
+    if (!b) return kb_fail(KILN_ERR_NOT_FOUND, "no built-in model '%s'", name ? name : "");
     if (!url || !*url)
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "%s has no download source here: give a mirror URL (--url) of %s",
+        return kb_fail(KILN_ERR_INVALID_ARG, "%s has no download source here: give a mirror URL (--url) of %s",
                        b->name, b->file);
     char full[4096];
     size_t ul = strlen(url);
@@ -94,10 +94,10 @@ kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, 
         char hex[41];
         int rc = sha1_file(kiln_store_lease_path(l), hex);
         kiln_store_release(l);
-        if (rc) return kl_fail(NULL, KILN_ERR_IO, "%s: cannot hash the installed file", b->name);
+        if (rc) return kb_fail(KILN_ERR_IO, "%s: cannot hash the installed file", b->name);
         if (strcmp(hex, b->sha1)) {
             kiln_store_remove(s, id);
-            return kl_fail(NULL, KILN_ERR_FORMAT,
+            return kb_fail(KILN_ERR_FORMAT,
                            "%s: the file from %s has SHA-1 %s, not the published %s; the pack was removed", b->name,
                            full, hex, b->sha1);
         }

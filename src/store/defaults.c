@@ -13,7 +13,6 @@
 #include "store/store.h"
 
 #include "base/base.h"
-#include "model/model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -49,11 +48,11 @@ kiln_status kst_check_text(const char *path, const char *role, const char *file)
     if (!is_text_role(role)) return KILN_OK;
     size_t len = 0;
     char *txt = kst_read_text(path, KST_TEXT_MAX, &len);
-    if (!txt) return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s: cannot read it as text of at most %u bytes", file, KST_TEXT_MAX);
+    if (!txt) return kb_fail(KILN_ERR_FORMAT, "artifact %s: cannot read it as text of at most %u bytes", file, KST_TEXT_MAX);
     char why[128];
     json_t *v = text_value(role, txt, len, why, sizeof why);
     free(txt);
-    if (!v) return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s: %s", file, why);
+    if (!v) return kb_fail(KILN_ERR_FORMAT, "artifact %s: %s", file, why);
     json_decref(v);
     return KILN_OK;
 }

@@ -3,7 +3,6 @@
 #include "store/store.h"
 
 #include "base/base.h"
-#include "model/model.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -23,7 +22,7 @@ int kst_path(char *buf, const char *fmt, ...) {
     int n = vsnprintf(buf, PATH_MAX, fmt, ap);
     va_end(ap);
     if (n < 0 || n >= PATH_MAX) {
-        kl_fail(NULL, KILN_ERR_INVALID_ARG, "path too long");
+        kb_fail(KILN_ERR_INVALID_ARG, "path too long");
         return -1;
     }
     return 0;

@@ -23,7 +23,6 @@
 #include "store/store.h"
 
 #include "base/base.h"
-#include "model/model.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -66,12 +65,12 @@ static int host_ok(const char *s) {
 static kiln_status parse_ref(const char *ref, reg_ref *r) {
     memset(r, 0, sizeof *r);
     char buf[600];
-    if (strlen(ref) >= sizeof buf) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "%.60s...: reference too long", ref);
+    if (strlen(ref) >= sizeof buf) return kb_fail(KILN_ERR_INVALID_ARG, "%.60s...: reference too long", ref);
     snprintf(buf, sizeof buf, "%s", ref);
     char *parts[4];
     int n = 0;
     for (char *p = buf, *slash;; p = slash + 1) {
-        if (n == 3) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "%s: expected [HOST/][NAMESPACE/]MODEL[:TAG]", ref);
+        if (n == 3) return kb_fail(KILN_ERR_INVALID_ARG, "%s: expected [HOST/][NAMESPACE/]MODEL[:TAG]", ref);
         parts[n++] = p;
         if (!(slash = strchr(p, '/'))) break;
         *slash = 0;
@@ -84,7 +83,7 @@ static kiln_status parse_ref(const char *ref, reg_ref *r) {
     snprintf(r->ns, sizeof r->ns, "%.127s", n >= 2 ? parts[n - 2] : "library");
     if (n == 3) snprintf(r->host, sizeof r->host, "%.255s", parts[0]);
     if ((n == 3 && !host_ok(r->host)) || !part_ok(r->ns, 80) || !part_ok(r->model, 80) || !part_ok(r->tag, 80))
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG,
+        return kb_fail(KILN_ERR_INVALID_ARG,
                        "%s: not a model reference: [HOST/][NAMESPACE/]MODEL[:TAG] of letters, digits, '.', '_' and '-'", ref);
     return KILN_OK;
 }

@@ -60,7 +60,7 @@ int kiln_store_progress_json(const kiln_store_progress *p, char *buf, size_t cap
 static const char *const k_subdirs[] = {"packs", "names", "state", "leases", "locks", ".staging", "quarantine"};
 
 kiln_status kiln_store_open(const char *root, kiln_store **out) {
-    if (!out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output handle");
+    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output handle");
     *out = NULL;
     char dir[PATH_MAX];
     const char *env = getenv("KILN_STORE"), *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
@@ -69,19 +69,19 @@ kiln_status kiln_store_open(const char *root, kiln_store **out) {
     else if (env && *env) r = kst_path(dir, "%s", env);
     else if (xdg && *xdg) r = kst_path(dir, "%s/kiln", xdg);
     else if (home && *home) r = kst_path(dir, "%s/.local/share/kiln", home);
-    else return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store root: set KILN_STORE, XDG_DATA_HOME or HOME");
+    else return kb_fail(KILN_ERR_INVALID_ARG, "no store root: set KILN_STORE, XDG_DATA_HOME or HOME");
     if (r) return KILN_ERR_INVALID_ARG;
     size_t n = strlen(dir);
     /* room for the store's own names below the root */
-    if (n > PATH_MAX - 512) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "store root %.60s... is too long", dir);
+    if (n > PATH_MAX - 512) return kb_fail(KILN_ERR_INVALID_ARG, "store root %.60s... is too long", dir);
     while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
     for (size_t i = 0; i < sizeof k_subdirs / sizeof k_subdirs[0]; i++) {
         char sub[PATH_MAX];
         if (kst_path(sub, "%s/%s", dir, k_subdirs[i])) return KILN_ERR_INVALID_ARG;
-        if (kst_mkdirs(sub) != 0) return kl_fail(NULL, KILN_ERR_IO, "store %s: cannot create %s: %s", dir, sub, strerror(errno));
+        if (kst_mkdirs(sub) != 0) return kb_fail(KILN_ERR_IO, "store %s: cannot create %s: %s", dir, sub, strerror(errno));
     }
     kiln_store *s = calloc(1, sizeof *s);
-    if (!s) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!s) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     memcpy(s->root, dir, n + 1);
     *out = s;
     return KILN_OK;
@@ -95,7 +95,7 @@ static int mut_lock(kiln_store *s, int op) {
     char p[PATH_MAX];
     if (kst_path(p, "%s/.lock", s->root)) return -1;
     int fd = kst_lock(p, op);
-    if (fd < 0) kl_fail(NULL, KILN_ERR_IO, "store lock %s: %s", p, strerror(errno));
+    if (fd < 0) kb_fail(KILN_ERR_IO, "store lock %s: %s", p, strerror(errno));
     return fd;
 }
 
@@ -111,43 +111,43 @@ static int name_char(int c) { return isalnum(c) || c == '.' || c == '_' || c == 
  * follows the last ':' after the last '/'.  No ".." anywhere, so a name
  * is never a path: on disk each '/' becomes "%2F" (name_file). */
 kiln_status kst_name_norm(const char *in, char out[KST_NAME_MAX + 1]) {
-    if (!in || !*in) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "empty model name");
+    if (!in || !*in) return kb_fail(KILN_ERR_INVALID_ARG, "empty model name");
     size_t len = strlen(in);
     const char *last_slash = strrchr(in, '/');
     const char *base = last_slash ? last_slash + 1 : in;
     const char *colon = strchr(base, ':');
     if (len + (colon ? 0 : 7) > KST_NAME_MAX)
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%.40s...' is longer than %d bytes", in, KST_NAME_MAX);
+        return kb_fail(KILN_ERR_INVALID_ARG, "model name '%.40s...' is longer than %d bytes", in, KST_NAME_MAX);
     if (!*base || base == colon || (colon && !colon[1]) || (colon && strchr(colon + 1, ':')))
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s' must be NAME or NAME:TAG", in);
+        return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s' must be NAME or NAME:TAG", in);
     if (strstr(in, ".."))
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s' may not contain '..'", in);
+        return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s' may not contain '..'", in);
     int n_seg = 0;
     for (const char *seg = in; seg < base; n_seg++) {
         const char *end = strchr(seg, '/');
         const char *port = memchr(seg, ':', (size_t)(end - seg));
         if (end == seg || !isalnum((unsigned char)*seg))
-            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s': each part before a '/' must begin with a letter or digit", in);
+            return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s': each part before a '/' must begin with a letter or digit", in);
         if (port && (seg != in || port + 1 == end))
-            return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s': only a host may carry a ':PORT'", in);
+            return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s': only a host may carry a ':PORT'", in);
         for (const char *c = seg; c < end; c++) {
             if (port && c > port ? !isdigit((unsigned char)*c) : c != port && !name_char((unsigned char)*c))
-                return kl_fail(NULL, KILN_ERR_INVALID_ARG,
+                return kb_fail(KILN_ERR_INVALID_ARG,
                                "model name '%s': only letters, digits, '.', '_', '-', '/' and ':' are allowed", in);
         }
         seg = end + 1;
     }
-    if (n_seg > 7) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s' has more than 8 parts", in);
+    if (n_seg > 7) return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s' has more than 8 parts", in);
     const char *at = strchr(base, '@');
     for (const char *c = base; *c; c++)
         if (c != colon && c != at && !name_char((unsigned char)*c))
-            return kl_fail(NULL, KILN_ERR_INVALID_ARG,
+            return kb_fail(KILN_ERR_INVALID_ARG,
                            "model name '%s': only letters, digits, '.', '_', '-', '/' and ':' are allowed", in);
     if (at && (strchr(at + 1, '@') || at == base || !at[1] || at + 1 == colon || at - 1 == colon || at[1] == '.' ||
                at[1] == '-'))
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s': '@' may only mark one revision", in);
+        return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s': '@' may only mark one revision", in);
     if (base[0] == '.' || base[0] == '-' || (colon && (colon[1] == '.' || colon[1] == '-')))
-        return kl_fail(NULL, KILN_ERR_INVALID_ARG, "model name '%s' may not start with '.' or '-'", in);
+        return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s' may not start with '.' or '-'", in);
     char tmp[KST_NAME_MAX + 1]; /* out may be in */
     snprintf(tmp, sizeof tmp, "%s%s", in, colon ? "" : ":latest");
     memcpy(out, tmp, sizeof tmp);
@@ -263,7 +263,7 @@ static int find_prefix(kiln_store *s, const char *prefix, char id[KST_ID_LEN + 1
     }
     closedir(d);
     if (found > 1) {
-        kl_fail(NULL, KILN_ERR_INVALID_ARG, "id prefix '%s' is ambiguous: %d packs begin with it (%.16s..., %.16s...); give more digits",
+        kb_fail(KILN_ERR_INVALID_ARG, "id prefix '%s' is ambiguous: %d packs begin with it (%.16s..., %.16s...); give more digits",
                 prefix, found, id, other);
         return -1;
     }
@@ -289,7 +289,7 @@ static kiln_status find_ref(kiln_store *s, const char *ref, char id[KST_ID_LEN +
     if (pr < 0) return KILN_ERR_INVALID_ARG;
     if (pr > 0) return KILN_OK;
     if (st) return kst_name_norm(ref, norm); /* the name's own complaint */
-    return kl_fail(NULL, KILN_ERR_NOT_FOUND, "model '%s' is not in the store %s", ref, s->root);
+    return kb_fail(KILN_ERR_NOT_FOUND, "model '%s' is not in the store %s", ref, s->root);
 }
 
 static void drop_if_unnamed(kiln_store *s, const char *id);
@@ -300,7 +300,7 @@ kiln_status kst_bind_name(kiln_store *s, const char *name, const char *id) {
     const int had = name_lookup(s, name, old) == 0 && strcmp(old, id);
     snprintf(line, sizeof line, "%s\n", id);
     if (kst_write_atomic(p, line, strlen(line), 0644) != 0)
-        return kl_fail(NULL, KILN_ERR_IO, "cannot write name %s: %s", p, strerror(errno));
+        return kb_fail(KILN_ERR_IO, "cannot write name %s: %s", p, strerror(errno));
     if (had) drop_if_unnamed(s, old); /* the name moved: its old pack may be nobody's now */
     return KILN_OK;
 }
@@ -334,7 +334,7 @@ static json_t *load_manifest(kiln_store *s, const char *id) {
     char p[PATH_MAX];
     if (kst_path(p, "%s/packs/%s/manifest.json", s->root, id)) return NULL;
     json_t *m = load_json(p);
-    if (!m) kl_fail(NULL, KILN_ERR_FORMAT, "pack %.12s: unreadable manifest %s", id, p);
+    if (!m) kb_fail(KILN_ERR_FORMAT, "pack %.12s: unreadable manifest %s", id, p);
     return m;
 }
 
@@ -392,35 +392,35 @@ static kiln_status check_artifact(kiln_store *s, const char *id, json_t *man, js
     uint64_t length = juint(art, "length");
     char p[PATH_MAX];
     if (!kst_file_ok(file) || kst_path(p, "%s/packs/%s/%s", s->root, id, file))
-        return kl_fail(NULL, KILN_ERR_FORMAT, "pack %.12s: bad artifact path '%s'", id, file);
+        return kb_fail(KILN_ERR_FORMAT, "pack %.12s: bad artifact path '%s'", id, file);
     struct stat st;
-    if (lstat(p, &st) != 0) return kl_fail(NULL, KILN_ERR_IO, "artifact %s of pack %.12s is missing: %s", file, id, strerror(errno));
+    if (lstat(p, &st) != 0) return kb_fail(KILN_ERR_IO, "artifact %s of pack %.12s is missing: %s", file, id, strerror(errno));
     if (linked) {
         char target[PATH_MAX];
         ssize_t n = S_ISLNK(st.st_mode) ? readlink(p, target, sizeof target - 1) : -1;
-        if (n < 0) return kl_fail(NULL, KILN_ERR_FORMAT, "linked artifact %s: the store's link %s is not a symlink", file, p);
+        if (n < 0) return kb_fail(KILN_ERR_FORMAT, "linked artifact %s: the store's link %s is not a symlink", file, p);
         target[n] = 0;
         if (strcmp(target, src))
-            return kl_fail(NULL, KILN_ERR_FORMAT, "linked artifact %s points to %s, not the imported %s", file, target, src);
+            return kb_fail(KILN_ERR_FORMAT, "linked artifact %s points to %s, not the imported %s", file, target, src);
         if (stat(p, &st) != 0)
-            return kl_fail(NULL, KILN_ERR_IO, "linked target %s of %s is unavailable: %s", src, file, strerror(errno));
+            return kb_fail(KILN_ERR_IO, "linked target %s of %s is unavailable: %s", src, file, strerror(errno));
     }
     const char *what = linked ? "linked target" : "artifact";
     const char *where = linked ? src : file;
-    if (!S_ISREG(st.st_mode)) return kl_fail(NULL, KILN_ERR_FORMAT, "%s %s is not a regular file", what, where);
+    if (!S_ISREG(st.st_mode)) return kb_fail(KILN_ERR_FORMAT, "%s %s is not a regular file", what, where);
     if ((uint64_t)st.st_size != length)
-        return kl_fail(NULL, KILN_ERR_FORMAT, "%s %s changed: size %llu, expected %llu", what, where,
+        return kb_fail(KILN_ERR_FORMAT, "%s %s changed: size %llu, expected %llu", what, where,
                        (unsigned long long)st.st_size, (unsigned long long)length);
     json_t *stamps = json_object_get(state, "stamps");
     if (!force && stamp_matches(json_object_get(stamps, file), &st, sha)) return KILN_OK;
     char got[KST_ID_LEN + 1];
     struct stat after;
     if (kst_sha256_file(p, got, &after, progress, user, file) != 0)
-        return kl_fail(NULL, KILN_ERR_IO, "cannot read %s %s: %s", what, where, strerror(errno));
+        return kb_fail(KILN_ERR_IO, "cannot read %s %s: %s", what, where, strerror(errno));
     if (strcmp(got, sha))
-        return kl_fail(NULL, KILN_ERR_FORMAT, "%s %s changed: sha256 %s, expected %s", what, where, got, sha);
+        return kb_fail(KILN_ERR_FORMAT, "%s %s changed: sha256 %s, expected %s", what, where, got, sha);
     if ((uint64_t)after.st_size != length)
-        return kl_fail(NULL, KILN_ERR_FORMAT, "%s %s changed while it was hashed", what, where);
+        return kb_fail(KILN_ERR_FORMAT, "%s %s changed while it was hashed", what, where);
     json_object_set_new(stamps, file, make_stamp(&after, sha));
     return KILN_OK;
 }
@@ -451,7 +451,7 @@ kiln_status kst_staging(kiln_store *s, const char *key, char dir[PATH_MAX]) {
     }
     if (d) closedir(d);
     if (kst_path(dir, "%s/%s", base, key)) return KILN_ERR_INVALID_ARG;
-    if (kst_mkdirs(dir) != 0) return kl_fail(NULL, KILN_ERR_IO, "cannot create staging %s: %s", dir, strerror(errno));
+    if (kst_mkdirs(dir) != 0) return kb_fail(KILN_ERR_IO, "cannot create staging %s: %s", dir, strerror(errno));
     return KILN_OK;
 }
 
@@ -480,20 +480,20 @@ kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64]
     if (kiln_is_whisper_file(path)) return kst_check_whisper(path, artifact, arch, quant);
     char err[512];
     gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact, err);
+    if (!f) return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact, err);
     gguf_get_cstr(f, "general.architecture", arch, 64, "");
     if (!arch[0]) {
         gguf_close(f);
-        return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s: GGUF has no general.architecture", artifact);
+        return kb_fail(KILN_ERR_FORMAT, "artifact %s: GGUF has no general.architecture", artifact);
     }
     if (!kl_arch_find(arch)) {
         gguf_close(f);
-        return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "artifact %s: architecture '%s' is not supported (kiln runs %s)",
+        return kb_fail(KILN_ERR_UNSUPPORTED, "artifact %s: architecture '%s' is not supported (kiln runs %s)",
                        artifact, arch, kl_arch_list());
     }
     if (gguf_n_tensors(f) == 0) {
         gguf_close(f);
-        return kl_fail(NULL, KILN_ERR_FORMAT, "artifact %s: GGUF has no tensors", artifact);
+        return kb_fail(KILN_ERR_FORMAT, "artifact %s: GGUF has no tensors", artifact);
     }
     snprintf(quant, 16, "%s", kst_dominant_type(f));
     /* what the architecture does not tell: a reranker (a cls.output head)
@@ -529,7 +529,7 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
         const char *file = jstr(a, "path");
         if (!kst_file_ok(file) || kst_path(p, "%s/%s", dir, file)) {
             kst_quarantine(s, dir, "bad artifact name");
-            return kl_fail(NULL, KILN_ERR_FORMAT, "bad artifact name '%s'", file);
+            return kb_fail(KILN_ERR_FORMAT, "bad artifact name '%s'", file);
         }
         size += juint(a, "length");
         const char *role = jstr(a, "role");
@@ -543,12 +543,12 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
         }
         if (!linked && chmod(p, 0444) != 0) {
             kst_quarantine(s, dir, "chmod failed");
-            return kl_fail(NULL, KILN_ERR_IO, "cannot make %s read-only: %s", p, strerror(errno));
+            return kb_fail(KILN_ERR_IO, "cannot make %s read-only: %s", p, strerror(errno));
         }
     }
     if (!arch[0]) {
         kst_quarantine(s, dir, "no model artifact");
-        return kl_fail(NULL, KILN_ERR_FORMAT, "the pack has no GGUF model artifact (nor an image pack's pack.json)");
+        return kb_fail(KILN_ERR_FORMAT, "the pack has no GGUF model artifact (nor an image pack's pack.json)");
     }
     json_object_set_new(manifest, "arch", json_string(arch));
     if (family[0]) json_object_set_new(manifest, "family", json_string(family)); /* only then: other ids stay */
@@ -558,13 +558,13 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
     /* canonical form: sorted keys, no whitespace; the id hashes exactly the
      * bytes written, so anyone can check a manifest against its id */
     char *canon = json_dumps(manifest, JSON_COMPACT | JSON_SORT_KEYS);
-    if (!canon) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!canon) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     char id[KST_ID_LEN + 1];
     kst_sha256_hex(canon, strlen(canon), id);
     int w = kst_path(p, "%s/manifest.json", dir) ? -1 : kst_write_atomic(p, canon, strlen(canon), 0444);
     free(canon);
     if (w != 0) {
-        kiln_status st = kl_fail(NULL, KILN_ERR_IO, "cannot write manifest %s: %s", p, strerror(errno));
+        kiln_status st = kb_fail(KILN_ERR_IO, "cannot write manifest %s: %s", p, strerror(errno));
         kst_quarantine(s, dir, kiln_last_error());
         return st;
     }
@@ -583,7 +583,7 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
     }
     if (!st && !pack_exists(s, id)) {
         if (rename(dir, dst) != 0) {
-            st = kl_fail(NULL, KILN_ERR_IO, "cannot publish %s: %s", dst, strerror(errno));
+            st = kb_fail(KILN_ERR_IO, "cannot publish %s: %s", dst, strerror(errno));
             kst_quarantine(s, dir, kiln_last_error());
         } else {
             char packs[PATH_MAX];
@@ -708,7 +708,7 @@ static int cmp_entry(const void *a, const void *b) {
 }
 
 kiln_status kiln_store_list(kiln_store *s, char **json_out) {
-    if (!s || !json_out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or output");
+    if (!s || !json_out) return kb_fail(KILN_ERR_INVALID_ARG, "no store or output");
     json_t *names = json_object();
     each_name(s, NULL, collect_name, names);
     char dir[PATH_MAX];
@@ -716,7 +716,7 @@ kiln_status kiln_store_list(kiln_store *s, char **json_out) {
     DIR *d = opendir(dir);
     if (!d) {
         json_decref(names);
-        return kl_fail(NULL, KILN_ERR_IO, "cannot read %s: %s", dir, strerror(errno));
+        return kb_fail(KILN_ERR_IO, "cannot read %s: %s", dir, strerror(errno));
     }
     json_t *list = json_array();
     struct dirent *e;
@@ -743,7 +743,7 @@ kiln_status kiln_store_list(kiln_store *s, char **json_out) {
     json_decref(list);
     *json_out = json_dumps(sorted, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(sorted);
-    return *json_out ? KILN_OK : kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    return *json_out ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "out of memory");
 }
 
 static void collect_plain(const char *name, const char *nid, void *ud) {
@@ -752,7 +752,7 @@ static void collect_plain(const char *name, const char *nid, void *ud) {
 }
 
 kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out) {
-    if (!s || !name || !json_out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store, name or output");
+    if (!s || !name || !json_out) return kb_fail(KILN_ERR_INVALID_ARG, "no store, name or output");
     char id[KST_ID_LEN + 1], norm[KST_NAME_MAX + 1];
     kiln_status st = find_ref(s, name, id, norm);
     if (st) return st;
@@ -768,7 +768,7 @@ kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out) {
     json_object_set_new(o, "manifest", man);
     *json_out = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(o);
-    return *json_out ? KILN_OK : kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    return *json_out ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "out of memory");
 }
 
 /* ---- resolve and leases ---- */
@@ -790,7 +790,7 @@ static kiln_status check_pack(kiln_store *s, const char *id, json_t *man, int fo
     json_t *state = load_state(s, id);
     int linked = !strcmp(jstr(man, "mode"), "linked");
     if (!force && json_is_string(json_object_get(state, "damaged"))) {
-        kiln_status st = kl_fail(NULL, KILN_ERR_FORMAT, "pack %.12s is damaged (%s); run kiln verify, or pull it again", id,
+        kiln_status st = kb_fail(KILN_ERR_FORMAT, "pack %.12s is damaged (%s); run kiln verify, or pull it again", id,
                                  jstr(state, "damaged"));
         json_decref(state);
         return st;
@@ -818,10 +818,10 @@ static kiln_status check_pack(kiln_store *s, const char *id, json_t *man, int fo
 
 kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease **out) {
     static atomic_uint seq;
-    if (!s || !name || !out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store, name or output");
+    if (!s || !name || !out) return kb_fail(KILN_ERR_INVALID_ARG, "no store, name or output");
     *out = NULL;
     kiln_store_lease *l = calloc(1, sizeof *l);
-    if (!l) return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+    if (!l) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     l->fd = -1;
     int mk = mut_lock(s, LOCK_SH);
     if (mk < 0) {
@@ -831,7 +831,7 @@ kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease
     char lockp[PATH_MAX];
     kiln_status st = find_ref(s, name, l->id, NULL);
     if (!st && kst_path(lockp, "%s/leases/%s.lock", s->root, l->id)) st = KILN_ERR_INVALID_ARG;
-    if (!st && (l->fd = kst_lock(lockp, LOCK_SH)) < 0) st = kl_fail(NULL, KILN_ERR_IO, "lease %s: %s", lockp, strerror(errno));
+    if (!st && (l->fd = kst_lock(lockp, LOCK_SH)) < 0) st = kb_fail(KILN_ERR_IO, "lease %s: %s", lockp, strerror(errno));
     if (!st && !kst_path(l->record, "%s/leases/%s.%ld.%u", s->root, l->id, (long)getpid(), atomic_fetch_add(&seq, 1))) {
         char line[32];
         int n = snprintf(line, sizeof line, "%ld\n", (long)getpid());
@@ -843,7 +843,7 @@ kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease
     if (!st) st = check_pack(s, l->id, man, 0, NULL, NULL);
     const char *file = man ? model_file(man) : NULL;
     if (!st && (!file || kst_path(l->path, "%s/packs/%s/%s", s->root, l->id, file)))
-        st = kl_fail(NULL, KILN_ERR_FORMAT, "pack %.12s has no model artifact", l->id);
+        st = kb_fail(KILN_ERR_FORMAT, "pack %.12s has no model artifact", l->id);
     char dir[PATH_MAX];
     if (!st && !kst_path(dir, "%s/packs/%s", s->root, l->id)) {
         json_t *d = kst_pack_defaults(dir, man);
@@ -874,7 +874,7 @@ void kiln_store_release(kiln_store_lease *l) {
 /* ---- verify, alias, remove ---- */
 
 kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progress_fn progress, void *user) {
-    if (!s || !name) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or name");
+    if (!s || !name) return kb_fail(KILN_ERR_INVALID_ARG, "no store or name");
     char id[KST_ID_LEN + 1];
     kiln_status st = find_ref(s, name, id, NULL);
     if (st) return st;
@@ -888,7 +888,7 @@ kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progre
         save_state(s, id, state);
         json_decref(state);
         json_decref(man);
-        return kl_fail(NULL, KILN_ERR_FORMAT, "pack %.12s: manifest.json does not hash to its id", id);
+        return kb_fail(KILN_ERR_FORMAT, "pack %.12s: manifest.json does not hash to its id", id);
     }
     st = check_pack(s, id, man, 1, progress, user);
     json_decref(man);
@@ -896,7 +896,7 @@ kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progre
 }
 
 kiln_status kiln_store_copy(kiln_store *s, const char *src, const char *dst, int force) {
-    if (!s || !src || !dst) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or name");
+    if (!s || !src || !dst) return kb_fail(KILN_ERR_INVALID_ARG, "no store or name");
     char norm[KST_NAME_MAX + 1], id[KST_ID_LEN + 1], old[KST_ID_LEN + 1];
     kiln_status st = kst_name_norm(dst, norm);
     if (st) return st;
@@ -904,7 +904,7 @@ kiln_status kiln_store_copy(kiln_store *s, const char *src, const char *dst, int
     if (lk < 0) return KILN_ERR_IO;
     st = find_ref(s, src, id, NULL);
     if (!st && !force && name_lookup(s, norm, old) == 0 && pack_exists(s, old) && strcmp(old, id))
-        st = kl_fail(NULL, KILN_ERR_STATE, "'%s' already names another model (%.12s); remove it first, or copy with --force",
+        st = kb_fail(KILN_ERR_STATE, "'%s' already names another model (%.12s); remove it first, or copy with --force",
                      norm, old);
     if (!st) st = kst_bind_name(s, norm, id);
     kst_unlock(lk);
@@ -1006,7 +1006,7 @@ static void drop_if_unnamed(kiln_store *s, const char *id) {
 }
 
 kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
-    if (!s || !name_or_id) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store or name");
+    if (!s || !name_or_id) return kb_fail(KILN_ERR_INVALID_ARG, "no store or name");
     int lk = mut_lock(s, LOCK_EX);
     if (lk < 0) return KILN_ERR_IO;
     char id[KST_ID_LEN + 1], norm[KST_NAME_MAX + 1], p[PATH_MAX];
@@ -1016,7 +1016,7 @@ kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
     if (!st && norm[0] && n_names > 1) {
         /* another name keeps the pack: only this alias goes */
         if (!name_file(s, norm, p) && unlink(p) != 0)
-            st = kl_fail(NULL, KILN_ERR_IO, "cannot remove %s: %s", p, strerror(errno));
+            st = kb_fail(KILN_ERR_IO, "cannot remove %s: %s", p, strerror(errno));
         kst_unlock(lk);
         return st;
     }
@@ -1024,7 +1024,7 @@ kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
     if (!st && (lease = lease_excl(s, id)) < 0) {
         char who[512];
         lease_holders(s, id, who, sizeof who);
-        st = kl_fail(NULL, KILN_ERR_STATE, "%s is in use by %s; unload it first", name_or_id, who);
+        st = kb_fail(KILN_ERR_STATE, "%s is in use by %s; unload it first", name_or_id, who);
     }
     if (!st) {
         each_name(s, id, unlink_name, s);
@@ -1066,7 +1066,7 @@ static void gc_dir(kiln_store *s, const char *sub, int check_lock, kiln_store_gc
 }
 
 kiln_status kiln_store_gc(kiln_store *s, kiln_store_gc_fn each, void *user, uint64_t *n_removed, uint64_t *bytes_removed) {
-    if (!s) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no store");
+    if (!s) return kb_fail(KILN_ERR_INVALID_ARG, "no store");
     int lk = mut_lock(s, LOCK_EX);
     if (lk < 0) return KILN_ERR_IO;
     uint64_t n = 0, bytes = 0;

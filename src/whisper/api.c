@@ -2,7 +2,7 @@
 #include "whisper/whisper.h"
 
 #include "audio/audio.h"
-#include "model/model.h"
+#include "base/base.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +13,9 @@ struct kiln_stt {
 };
 
 kiln_status kiln_stt_load(const char *path, kiln_stt **out) {
-    if (!out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output handle");
+    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output handle");
     *out = NULL;
-    if (!path) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model path");
+    if (!path) return kb_fail(KILN_ERR_INVALID_ARG, "no model path");
     char err[512];
     wh_model *m = wh_load(path, err, sizeof err);
     if (!m) {
@@ -23,12 +23,12 @@ kiln_status kiln_stt_load(const char *path, kiln_stt **out) {
                          : strstr(err, "cannot multiply") || strstr(err, "unknown ftype") ? KILN_ERR_UNSUPPORTED
                          : strstr(err, "No such file") || strstr(err, "Permission") ? KILN_ERR_IO
                                                                                     : KILN_ERR_FORMAT;
-        return kl_fail(NULL, st, "%s", err);
+        return kb_fail(st, "%s", err);
     }
     kiln_stt *s = calloc(1, sizeof *s);
     if (!s) {
         wh_free(m);
-        return kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     s->m = m;
     *out = s;
@@ -94,16 +94,16 @@ kiln_transcribe_params kiln_transcribe_default_params(void) {
 }
 
 kiln_status kiln_transcribe_check(const kiln_stt *s, const kiln_transcribe_params *p) {
-    if (!s || !p) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model or parameters");
+    if (!s || !p) return kb_fail(KILN_ERR_INVALID_ARG, "no model or parameters");
     int lang;
     return wh_check_params(s->m, p, &lang);
 }
 
 kiln_status kiln_transcribe(kiln_stt *s, const float *pcm, int64_t n, const kiln_transcribe_params *p,
                             kiln_transcript **out) {
-    if (!out) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output transcript");
+    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output transcript");
     *out = NULL;
-    if (!s) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no model");
+    if (!s) return kb_fail(KILN_ERR_INVALID_ARG, "no model");
     kiln_transcribe_params def = kiln_transcribe_default_params();
     return wh_transcribe(s->m, pcm, n, p ? p : &def, out);
 }
@@ -119,29 +119,29 @@ static kiln_status audio_status(const char *err) {
 }
 
 kiln_status kiln_audio_load(const char *path, float **pcm, int64_t *n, char *format) {
-    if (!pcm || !n || !path) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no path or output");
+    if (!pcm || !n || !path) return kb_fail(KILN_ERR_INVALID_ARG, "no path or output");
     char err[512];
     ka_info info;
-    if (ka_read_file(path, pcm, n, &info, err, sizeof err)) return kl_fail(NULL, audio_status(err), "%s", err);
+    if (ka_read_file(path, pcm, n, &info, err, sizeof err)) return kb_fail(audio_status(err), "%s", err);
     if (format) snprintf(format, 64, "%s", info.format);
     return KILN_OK;
 }
 
 kiln_status kiln_audio_decode(const void *data, size_t len, float **pcm, int64_t *n, char *format) {
-    if (!pcm || !n) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output");
+    if (!pcm || !n) return kb_fail(KILN_ERR_INVALID_ARG, "no output");
     char err[512];
     ka_info info;
-    if (ka_read_memory(data, len, pcm, n, &info, err, sizeof err)) return kl_fail(NULL, audio_status(err), "%s", err);
+    if (ka_read_memory(data, len, pcm, n, &info, err, sizeof err)) return kb_fail(audio_status(err), "%s", err);
     if (format) snprintf(format, 64, "%s", info.format);
     return KILN_OK;
 }
 
 kiln_status kiln_audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out,
                                   int64_t *n) {
-    if (!out || !n) return kl_fail(NULL, KILN_ERR_INVALID_ARG, "no output");
+    if (!out || !n) return kb_fail(KILN_ERR_INVALID_ARG, "no output");
     char err[256];
     if (ka_to_mono16k(pcm, n_samples, rate, channels, out, n, err, sizeof err))
-        return kl_fail(NULL, audio_status(err), "%s", err);
+        return kb_fail(audio_status(err), "%s", err);
     return KILN_OK;
 }
 

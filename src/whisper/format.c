@@ -2,7 +2,7 @@
  * verbose_json shapes). */
 #include "whisper/whisper.h"
 
-#include "model/model.h"
+#include "base/base.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -72,7 +72,7 @@ static json_t *verbose(const kiln_transcript *t, const char *task) {
 
 char *kiln_transcript_format(const kiln_transcript *t, const char *format, int translated) {
     if (!t || !format) {
-        kl_fail(NULL, KILN_ERR_INVALID_ARG, "no transcript or format");
+        kb_fail(KILN_ERR_INVALID_ARG, "no transcript or format");
         return NULL;
     }
     buf b = {0};
@@ -101,21 +101,21 @@ char *kiln_transcript_format(const kiln_transcript *t, const char *format, int t
         char *s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(7)) : NULL;
         json_decref(o);
         if (!s) {
-            kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+            kb_fail(KILN_ERR_NOMEM, "out of memory");
             return NULL;
         }
         puts_(&b, s);
         puts_(&b, "\n");
         free(s);
     } else {
-        kl_fail(NULL, KILN_ERR_INVALID_ARG, "unknown transcript format '%s' (txt, srt, vtt, json, verbose_json)",
+        kb_fail(KILN_ERR_INVALID_ARG, "unknown transcript format '%s' (txt, srt, vtt, json, verbose_json)",
                 format);
         return NULL;
     }
     if (b.fail || !b.p) {
         free(b.p);
         if (!b.fail) return strdup("");
-        kl_fail(NULL, KILN_ERR_NOMEM, "out of memory");
+        kb_fail(KILN_ERR_NOMEM, "out of memory");
         return NULL;
     }
     return b.p;

@@ -1,0 +1,42 @@
+/* kiln's one internal error convention: a call that fails returns a
+ * kiln_status and has set this thread's last error with kb_fail (a
+ * context's calls keep a copy in the context, model/api.c); callers pass
+ * the status up unchanged or add nothing but context to the message. */
+#include "base/base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static _Thread_local char t_last_error[512];
+
+const char *kiln_last_error(void) { return t_last_error; }
+
+kiln_status kb_vfail(kiln_status st, const char *fmt, va_list ap) {
+    vsnprintf(t_last_error, sizeof t_last_error, fmt, ap);
+    return st;
+}
+
+kiln_status kb_fail(kiln_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    kb_vfail(st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *kiln_status_str(kiln_status st) {
+    switch (st) {
+#define KB_STATUS_CASE_(name, value, text) \
+    case name: return text;
+        KILN_STATUS_LIST(KB_STATUS_CASE_)
+#undef KB_STATUS_CASE_
+    }
+    return "unknown status";
+}
+
+void kb_assert_fail(const char *cond, const char *file, int line) {
+    fprintf(stderr, "kiln: internal error at %s:%d: '%s' does not hold (a bug in kiln; please report it)\n", file,
+            line, cond);
+    fflush(stderr);
+    abort();
+}
