@@ -161,9 +161,15 @@ static int32_t take_block(kl_kv *kv) {
 }
 
 static void drop_block(kl_kv *kv, int32_t b) {
+    /* a block dropped more often than held would go to the free list while
+     * a sequence still reads it */
+    KILN_ASSERT(kv->ref[b] > 0);
     if (--kv->ref[b] > 0) return;
     if (kv->hashed[b]) lru_push(kv, b);
-    else kv->free_list[kv->n_free++] = b;
+    else {
+        KILN_ASSERT(kv->n_free < kv->n_blocks);
+        kv->free_list[kv->n_free++] = b;
+    }
 }
 
 /* The first n cells of block src into block dst, head by head. */

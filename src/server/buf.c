@@ -1,6 +1,8 @@
 /* Clocks, the growable byte buffer and JSON strings from bytes. */
 #include "server/buf.h"
 
+#include "base/base.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,18 +21,23 @@ double ks_wall(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void ks_buf_put(ks_buf *b, const char *s, size_t n) {
+int ks_buf_put(ks_buf *b, const char *s, size_t n) {
+    if (b->failed) return -1;
     if (b->len + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
         while (nc < b->len + n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) return;
+        char *np = kb_realloc(b->p, nc);
+        if (!np) {
+            b->failed = 1;
+            return -1;
+        }
         b->p = np;
         b->cap = nc;
     }
     if (n) memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = 0;
+    return 0;
 }
 
 void ks_buf_puts(ks_buf *b, const char *s) { ks_buf_put(b, s, strlen(s)); }
@@ -41,13 +48,19 @@ void ks_buf_printf(ks_buf *b, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    if (n < 0) return;
+    if (n < 0) {
+        b->failed = 1;
+        return;
+    }
     if ((size_t)n < sizeof tmp) {
         ks_buf_put(b, tmp, (size_t)n);
         return;
     }
-    char *big = malloc((size_t)n + 1);
-    if (!big) return;
+    char *big = kb_malloc((size_t)n + 1);
+    if (!big) {
+        b->failed = 1;
+        return;
+    }
     va_start(ap, fmt);
     vsnprintf(big, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -58,6 +71,7 @@ void ks_buf_printf(ks_buf *b, const char *fmt, ...) {
 void ks_buf_json(ks_buf *b, const json_t *j) {
     char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY);
     if (s) ks_buf_puts(b, s);
+    else b->failed = 1;
     free(s);
 }
 

@@ -13,8 +13,12 @@ double ks_wall(void); /* Unix time in seconds */
 typedef struct ks_buf {
     char *p;
     size_t len, cap;
+    int failed;               /* an append found no memory: the contents are incomplete */
 } ks_buf;
-void ks_buf_put(ks_buf *b, const char *s, size_t n);
+/* Appends s[0..n) (kept NUL-terminated); -1 when there is no memory for
+ * it, and then b->failed stays set until ks_buf_free, so whoever sends
+ * the buffer answers with an error instead of a cut text. */
+int ks_buf_put(ks_buf *b, const char *s, size_t n);
 void ks_buf_puts(ks_buf *b, const char *s);
 void ks_buf_printf(ks_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends j serialized compactly (and frees nothing). */

@@ -33,6 +33,10 @@ void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think) {
     g->stop_hit = -1;
     g->tool_calls = json_array();
     g->logprobs = json_array();
+    if (!g->dt || !g->tool_calls || !g->logprobs) { /* the request fails before its first token */
+        snprintf(g->err, sizeof g->err, "out of memory");
+        g->finish = KS_FIN_ERROR;
+    }
 }
 
 void ks_gen_free(ks_gen *g) {
@@ -271,7 +275,7 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
 }
 
 /* Stop strings, then tags.  Returns 1 when a stop string matched. */
-int ks_gen_text(ks_gen *g, const char *s, size_t n, int final) {
+static int text_step(ks_gen *g, const char *s, size_t n, int final) {
     size_t ns = json_array_size(g->stops);
     if (!ns) {
         parse_text(g, s, n, final);
@@ -301,6 +305,18 @@ int ks_gen_text(ks_gen *g, const char *s, size_t n, int final) {
     memmove(g->sbuf.p, g->sbuf.p + out, g->sbuf.len - out);
     g->sbuf.len -= out;
     return 0;
+}
+
+int ks_gen_text(ks_gen *g, const char *s, size_t n, int final) {
+    const int r = text_step(g, s, n, final);
+    /* text held back that found no memory: the generation fails rather
+     * than send a cut text */
+    if (g->sbuf.failed || g->pbuf.failed || g->tool.failed || g->ts.name.failed || g->ts.args.failed) {
+        snprintf(g->err, sizeof g->err, "out of memory");
+        g->finish = KS_FIN_ERROR;
+        return 1;
+    }
+    return r;
 }
 
 static json_t *lp_entry(kiln_model *m, int32_t id, float lp) {

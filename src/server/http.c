@@ -152,6 +152,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!(get && ks_guard_public_path(url)) && !authorized(s, c))
         return (enum MHD_Result)ks_error(c, is_api, 401, "authentication_error",
                                          "a valid API key is required (Authorization: Bearer KEY)", NULL);
+    if (cs->body.failed)
+        return (enum MHD_Result)ks_error(c, is_api, 500, "server_error", "out of memory reading the request body", NULL);
     if (cs->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->cfg.max_body);
@@ -161,6 +163,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (get && !strcmp(url, "/metrics")) {
         ks_buf b = {0};
         ks_metrics_render(s, &b);
+        if (b.failed) {
+            ks_buf_free(&b);
+            return (enum MHD_Result)ks_send_error(c, 500, "server_error", "out of memory", NULL);
+        }
         return (enum MHD_Result)ks_send_text(c, 200, "text/plain; version=0.0.4", b.p, b.len, 0);
     }
     int post = !strcmp(method, "POST"), known = 0;

@@ -213,6 +213,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         st->out.len = st->pos = 0;
         if (ks_conn_gone(st->conn)) return MHD_CONTENT_READER_END_WITH_ERROR;
         st->ended = st->fill(st);
+        /* what did not fit in memory is not sent cut: the stream breaks */
+        if (st->out.failed) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     size_t n = st->out.len - st->pos;
     if (n > max) n = max;

@@ -642,6 +642,10 @@ int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks
         }
     }
     int rc;
+    if (u->content.failed || u->reasoning.failed) { /* the text did not fit in memory: no cut answer */
+        snprintf(u->g.err, sizeof u->g.err, "out of memory");
+        u->g.finish = KS_FIN_ERROR;
+    }
     if (u->g.finish == KS_FIN_ERROR) {
         if (a->format >= KS_F_OLL_GEN) rc = ks_oll_error(c, 500, u->g.err[0] ? u->g.err : "generation failed");
         else rc = ks_send_error(c, 500, "server_error", u->g.err[0] ? u->g.err : "generation failed", NULL);
