@@ -12,7 +12,8 @@
 # roofline (kiln bench --roofline, at least 85 %), 8 streams against one
 # (kiln bench -s 1,8, at least 4x), and the time and peak RSS of a
 # one-token `run` with a context of -c tokens (4096) against llama-cli's (no
-# worse).
+# worse).  With -g the exit status is 3 when a measured goal is not met (the
+# table is printed first), so a check can fail on it.
 #
 # llama-bench is looked up as $LLAMA_BENCH, then on PATH; llama-cli as
 # $LLAMA_CLI, then beside llama-bench, then on PATH.  This script never
@@ -104,6 +105,7 @@ if os.environ.get("GOALS"):
     print("| model | tg vs llama.cpp (>= 1.10) | pp vs llama.cpp (>= 1.0) | roofline (>= 85 %%) | %s x8 / x1 (>= 4) "
           "| load s, kiln / llama.cpp | peak RSS MiB, kiln / llama.cpp | met of measured |" % tg)
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    missed = False
     for m in models:
         b = os.path.basename(m)
         k = {r["test"]: r for r in load(os.path.join(tmp, b + ".kiln.json"))}
@@ -131,4 +133,6 @@ if os.environ.get("GOALS"):
         goal(both or None, bool(both) and kl[0] <= ll[0], "%.2f / %.2f" % (kl[0], ll[0]) if both else "")
         goal(both or None, bool(both) and kl[1] <= ll[1], "%.0f / %.0f" % (kl[1], ll[1]) if both else "")
         print("| %s | %s | %d of %d |" % (b, " | ".join(cells), met, total))
+        missed = missed or met < total
+    sys.exit(3 if missed else 0)
 PY

@@ -53,9 +53,25 @@ cat > "$tmp/llama-cli" <<'FAKE'
 exec python3 -c 'import time; b = bytearray(600 << 20); time.sleep(0.5)'
 FAKE
 chmod +x "$tmp/llama-cli"
-out=$(LLAMA_CLI=$tmp/llama-cli run -p 8 -n 4 -g -c 256)
+# The exit status is 3 exactly when the row has a goal not met.
+goals_rc() { # output, status, what
+  if grep -q '(not met)' <<<"$1"; then want=3; else want=0; fi
+  if [ "$2" = "$want" ]; then echo "ok: $3: exit $2"; else echo "FAIL: $3: exit $2, want $want"; fail=1; fi
+}
+rc=0
+out=$(LLAMA_CLI=$tmp/llama-cli run -p 8 -n 4 -g -c 256) || rc=$?
 expect "$out" '\| stories260K.gguf \| [0-9.]+ \| [0-9.]+ \| [0-9]+ %( \(not met\))? \| [0-9.]+( \(not met\))? \| [0-9.]+ / [0-9.]+ \| [0-9]+ / 6[0-9][0-9] \| [4-6] of 6 \|' "goals row"
+goals_rc "$out" "$rc" "goals row"
+# a llama.cpp far faster than kiln: tg and pp are not met, and the check fails
+sed -i 's/: 10.0,/: 1e9,/g' "$tmp/llama-bench"
+rc=0
+out=$(LLAMA_CLI=$tmp/llama-cli run -p 8 -n 4 -g -c 256) || rc=$?
+expect "$out" '\| stories260K.gguf \| [0-9.]+ \(not met\) \| [0-9.]+ \(not met\) \|' "goals not met"
+[ "$rc" = 3 ] && echo "ok: goals not met: exit 3" || { echo "FAIL: goals not met: exit $rc, want 3"; fail=1; }
+sed -i 's/: 1e9,/: 10.0,/g' "$tmp/llama-bench"
 # without llama.cpp its four goals are not measured
-out=$(KILN_BIN=$KILN_BIN LLAMA_BENCH=/nonexistent bash "$here/bench/compare.sh" -t 1 -r 1 -p 8 -n 4 -g -c 256 "$model" 2>/dev/null)
+rc=0
+out=$(KILN_BIN=$KILN_BIN LLAMA_BENCH=/nonexistent bash "$here/bench/compare.sh" -t 1 -r 1 -p 8 -n 4 -g -c 256 "$model" 2>/dev/null) || rc=$?
 expect "$out" '\| stories260K.gguf \| - \| - \| [0-9]+ %.* \| [0-9.]+.* \| - \| - \| [0-2] of 2 \|' "without llama.cpp"
+goals_rc "$out" "$rc" "without llama.cpp"
 exit $fail
