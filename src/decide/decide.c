@@ -6,6 +6,7 @@
  * softmax(logits / T) with T the question type's temperature (options:
  * its option-count bucket's, when the pack has one). */
 #include "decide/decide.h"
+
 #include "base/base.h"
 
 #include <math.h>

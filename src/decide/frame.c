@@ -1,6 +1,7 @@
 /* Tokenizing and framing a decision request (decide.h gives the rule);
  * Measure is this without building the sequences. */
 #include "decide/decide.h"
+
 #include "base/base.h"
 
 #include <stdio.h>

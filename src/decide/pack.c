@@ -4,8 +4,8 @@
  * with one line and nothing stays resident. */
 #include "decide/decide.h"
 
-#include "quant/quant.h"
 #include "base/base.h"
+#include "quant/quant.h"
 
 #include <ctype.h>
 #include <jansson.h>

@@ -5,8 +5,8 @@
  * no forward pass: it takes the gate only to see the resident pack. */
 #include "engine/engine.h"
 
-#include "model/model.h"
 #include "base/base.h"
+#include "model/model.h"
 
 #include <stdio.h>
 

@@ -6,8 +6,8 @@
  * points do not disturb each other. */
 #include "engine/engine.h"
 
-#include "model/model.h"
 #include "base/base.h"
+#include "model/model.h"
 
 #include <stdlib.h>
 

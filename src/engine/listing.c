@@ -8,8 +8,8 @@
  * listed by its architecture alone. */
 #include "engine/engine.h"
 
-#include "model/model.h"
 #include "base/base.h"
+#include "model/model.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -6,45 +6,14 @@
  * the prefix cache and comes back when it regains a place). */
 #include "engine/engine.h"
 
+#include "base/base.h"
 #include "gen/gen.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "spec/spec.h"
-#include "base/base.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-kiln_status engine_gguf_check(const char *path, int generate) {
-    char err[512];
-    gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
-    char name[64];
-    const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
-    const kl_arch *arch = a ? kl_arch_find(a) : NULL;
-    kiln_status st = KILN_OK;
-    if (!a) st = kb_fail(KILN_ERR_FORMAT, "%s: no general.architecture in the metadata", path);
-    else if (!arch)
-        st = kb_fail(KILN_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (kiln runs: %s)", path, a,
-                     kl_arch_list());
-    else if (generate && arch->encoder)
-        st = kb_fail(KILN_ERR_UNSUPPORTED, "%s: '%s' is an encoder; it embeds but cannot generate", path, a);
-    gguf_close(f);
-    return st;
-}
-
-kiln_status engine_gguf_family(const char *path, kiln_engine_family_id *out) {
-    kiln_status st = engine_gguf_check(path, 0);
-    if (st != KILN_OK) return st;
-    char err[512], name[64];
-    gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
-    const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
-    const kl_arch *arch = a ? kl_arch_find(a) : NULL;
-    *out = kl_gguf_is_reranker(f) ? KILN_ENGINE_RERANK : arch && arch->encoder ? KILN_ENGINE_EMBEDDING : KILN_ENGINE_LLM;
-    gguf_close(f);
-    return KILN_OK;
-}
 
 static kiln_status llm_check(void *user, const char *path) { return engine_gguf_check(path, 1); }
 

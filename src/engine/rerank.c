@@ -4,8 +4,8 @@
  * waits for at most the run in progress. */
 #include "engine/engine.h"
 
-#include "model/model.h"
 #include "base/base.h"
+#include "model/model.h"
 
 #include <stdlib.h>
 

@@ -2,9 +2,9 @@
  * normalization and the model fingerprint.  Encoders run through their
  * family's encode on unpadded batches (inputs end to end, shortest first);
  * decoders through an embeddings context, one input per run. */
+#include "base/base.h"
 #include "model/encoder.h"
 #include "model/model.h"
-#include "base/base.h"
 
 #include <ctype.h>
 #include <math.h>

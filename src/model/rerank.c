@@ -4,9 +4,9 @@
  * or by a causal LM's "yes"/"no" rows at the last token of its rerank
  * prompt (one pair per run; the prompt's prefix, the same for every pair
  * of a request, is computed once and reused from the prefix cache). */
+#include "base/base.h"
 #include "model/encoder.h"
 #include "model/model.h"
-#include "base/base.h"
 
 #include <math.h>
 #include <stdio.h>

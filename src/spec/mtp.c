@@ -2,8 +2,8 @@
  * yet, so every model is refused. */
 #include "spec/spec.h"
 
-#include "model/model.h"
 #include "base/base.h"
+#include "model/model.h"
 
 spec_mtp *spec_mtp_new(const kiln_spec_params *p, kiln_model *m, kiln_context *c) {
     (void)p;

@@ -22,8 +22,8 @@
 #include "whisper/whisper.h"
 
 #include "audio/audio.h"
-#include "model/model.h"
 #include "base/base.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stdio.h>
