@@ -2,7 +2,7 @@
 # Installs the Debian packages kiln builds and tests with (root, apt-get).
 # Does nothing when they are all present already.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config clang
+pkgs=(build-essential cmake pkg-config clang clang-format
       libpcre2-dev libutf8proc-dev libjansson-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev
       libzip-dev libpng-dev libvulkan-dev
       libsndfile1-dev libsamplerate0-dev libfftw3-dev zlib1g-dev espeak-ng

@@ -6,10 +6,14 @@
 #   2. every test under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. the engine lifecycle tests under ThreadSanitizer
 #   4. every test on the Release build (its summary is the last line)
+# and, first of all, the C sources' layout (scripts/format.sh --check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 jobs=$(nproc)
+
+echo "== format"
+bash scripts/format.sh --check
 
 fuzz_s=${KILN_FUZZ_SECONDS:-$([ "${CI:-}" = "true" ] && echo 60 || echo 15)}
 if [ "$fuzz_s" != "0" ]; then

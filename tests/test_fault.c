@@ -301,9 +301,11 @@ static void test_server(void) {
             kb_fault_arm(0);
             /* a 200 is the whole answer; anything else an error (or a
              * connection the server dropped), never a cut text */
-            if (code != 200) errors++;
-            else CHECKF(got && answer_whole(got), "%s, allocation %ld: a 200 without a whole answer: %.200s",
-                        k_requests[r].path, n, got ? got : "");
+            if (code != 200)
+                errors++;
+            else
+                CHECKF(got && answer_whole(got), "%s, allocation %ld: a 200 without a whole answer: %.200s",
+                       k_requests[r].path, n, got ? got : "");
             free(got);
             got = NULL;
             /* the server stays sound: the same request answers the same

@@ -11,11 +11,24 @@
 extern int t_failures;
 extern int t_checks;
 
-#define CHECK(cond) do { t_checks++; if (!(cond)) { t_failures++; \
-    fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
-#define CHECKF(cond, ...) do { t_checks++; if (!(cond)) { t_failures++; \
-    fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
-    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        t_checks++;                                                                  \
+        if (!(cond)) {                                                               \
+            t_failures++;                                                            \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                            \
+    } while (0)
+#define CHECKF(cond, ...)                                                            \
+    do {                                                                             \
+        t_checks++;                                                                  \
+        if (!(cond)) {                                                               \
+            t_failures++;                                                            \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fputc('\n', stderr);                                                     \
+        }                                                                            \
+    } while (0)
 
 /* Prints "N passed, M failed" and returns the exit status. */
 int t_done(void);

@@ -35,8 +35,8 @@ const char *kiln_status_str(kiln_status st) {
 }
 
 void kb_assert_fail(const char *cond, const char *file, int line) {
-    fprintf(stderr, "kiln: internal error at %s:%d: '%s' does not hold (a bug in kiln; please report it)\n", file,
-            line, cond);
+    fprintf(stderr, "kiln: internal error at %s:%d: '%s' does not hold (a bug in kiln; please report it)\n", file, line,
+            cond);
     fflush(stderr);
     abort();
 }

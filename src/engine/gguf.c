@@ -14,10 +14,11 @@ kiln_status engine_gguf_check(const char *path, int generate) {
     const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
     const kl_arch *arch = a ? kl_arch_find(a) : NULL;
     kiln_status st = KILN_OK;
-    if (!a) st = kb_fail(KILN_ERR_FORMAT, "%s: no general.architecture in the metadata", path);
+    if (!a)
+        st = kb_fail(KILN_ERR_FORMAT, "%s: no general.architecture in the metadata", path);
     else if (!arch)
-        st = kb_fail(KILN_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (kiln runs: %s)", path, a,
-                     kl_arch_list());
+        st =
+            kb_fail(KILN_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (kiln runs: %s)", path, a, kl_arch_list());
     else if (generate && arch->encoder)
         st = kb_fail(KILN_ERR_UNSUPPORTED, "%s: '%s' is an encoder; it embeds but cannot generate", path, a);
     gguf_close(f);
@@ -32,7 +33,9 @@ kiln_status engine_gguf_family(const char *path, kiln_engine_family_id *out) {
     if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
     const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
     const kl_arch *arch = a ? kl_arch_find(a) : NULL;
-    *out = kl_gguf_is_reranker(f) ? KILN_ENGINE_RERANK : arch && arch->encoder ? KILN_ENGINE_EMBEDDING : KILN_ENGINE_LLM;
+    *out = kl_gguf_is_reranker(f)  ? KILN_ENGINE_RERANK
+           : arch && arch->encoder ? KILN_ENGINE_EMBEDDING
+                                   : KILN_ENGINE_LLM;
     gguf_close(f);
     return KILN_OK;
 }
