@@ -91,7 +91,7 @@ static void tool_stream(ks_gen *g, int final) {
 
 /* More of the current <tool_call> body. */
 static void tool_text(ks_gen *g, const char *s, size_t n) {
-    ks_buf_put(&g->tool, s, n);
+    if (ks_buf_put(&g->tool, s, n)) return; /* ks_gen_text fails the generation */
     if (g->ts.bad) return;
     ks_toolscan_feed(&g->ts, s, n); /* also without streaming: ks_gen_args_text */
     if (g->on_tool_part) tool_stream(g, 0);
@@ -224,7 +224,7 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
         emit(g, KS_D_CONTENT, s, n);
         return;
     }
-    ks_buf_put(&g->pbuf, s, n);
+    if (ks_buf_put(&g->pbuf, s, n)) return; /* ks_gen_text fails the generation */
     size_t pos = 0;
     for (;;) {
         const char *base = g->pbuf.p + pos;
@@ -281,7 +281,7 @@ static int text_step(ks_gen *g, const char *s, size_t n, int final) {
         parse_text(g, s, n, final);
         return 0;
     }
-    ks_buf_put(&g->sbuf, s, n);
+    if (ks_buf_put(&g->sbuf, s, n)) return 1; /* ks_gen_text fails the generation */
     size_t cut = g->sbuf.len, hold = 0;
     int matched = 0;
     for (size_t i = 0; i < ns; i++) {
@@ -311,7 +311,9 @@ int ks_gen_text(ks_gen *g, const char *s, size_t n, int final) {
     const int r = text_step(g, s, n, final);
     /* text held back that found no memory: the generation fails rather
      * than send a cut text */
-    if (g->sbuf.failed || g->pbuf.failed || g->tool.failed || g->ts.name.failed || g->ts.args.failed) {
+    const ks_toolscan *ts = &g->ts;
+    if (g->sbuf.failed || g->pbuf.failed || g->tool.failed || ts->name.failed || ts->args.failed || ts->stack.failed ||
+        ts->key.failed) {
         snprintf(g->err, sizeof g->err, "out of memory");
         g->finish = KS_FIN_ERROR;
         return 1;

@@ -136,7 +136,7 @@ static int key_end(ks_toolscan *t) {
 static int push(ks_toolscan *t, unsigned char c) {
     if (t->stack.len >= MAX_DEPTH) return -1;
     char ch = (char)c;
-    ks_buf_put(&t->stack, &ch, 1);
+    if (ks_buf_put(&t->stack, &ch, 1)) return -1; /* no memory: the body is bad, and ks_gen_text fails it */
     t->st = c == '{' ? S_KEY0 : S_VALUE0;
     return 0;
 }
