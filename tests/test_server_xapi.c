@@ -135,7 +135,7 @@ static void msg_requests(void) {
          "messages", "'data' as a string"},
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\",\"source\":"
          "{\"type\":\"content\",\"content\":[{\"type\":\"image\"}]}}]}]}",
-         "messages", "only text blocks"},
+         "messages", "only text parts"},
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "messages", "role"},
         {"{\"max_tokens\":5,\"messages\":[]}", "messages", "non-empty"},
         {"{\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens", "at least 1"},

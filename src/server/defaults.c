@@ -16,12 +16,6 @@ static json_t *pack_options(ks_model *r) {
     return json_is_object(o) && json_object_size(o) ? o : NULL;
 }
 
-const char *ks_defaults_template(ks_model *r) {
-    const char *t = json_string_value(json_object_get(r->defaults, "template"));
-    const char *f = json_string_value(json_object_get(r->defaults, "template_format"));
-    return t && *t && f && !strcmp(f, "go") ? t : NULL;
-}
-
 const char *ks_defaults_system(ks_model *r) {
     const char *s = json_string_value(json_object_get(r->defaults, "system"));
     return s && *s ? s : NULL;

@@ -19,7 +19,5 @@ int ks_defaults_opts(ks_model *r, struct MHD_Connection *c, json_t *src, int oll
 json_t *ks_defaults_messages(ks_model *r, json_t *messages);
 /* The pack's system prompt, or NULL. */
 const char *ks_defaults_system(ks_model *r);
-/* The pack's Go template (an Ollama model's template layer), or NULL. */
-const char *ks_defaults_template(ks_model *r);
 
 #endif

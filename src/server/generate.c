@@ -40,12 +40,6 @@ static ks_model *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, i
     return r;
 }
 
-int ks_force_think(ks_model *r, const char *prompt) {
-    if (ks_prompt_opens_think(prompt)) return 2;
-    const char *tmpl = ks_template_text(r);
-    return tmpl && strstr(tmpl, "<think>") ? 1 : 0;
-}
-
 /* OpenAI's tool_choice: "auto" (or none given) lets the model choose;
  * "none" neither shows the tools to the model nor reads its output as
  * calls; "required" and a named function constrain the output to one call

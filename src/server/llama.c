@@ -12,6 +12,7 @@
  * routes do; without it the first -m model answers. */
 #include "server/api.h"
 #include "server/buf.h"
+#include "server/defaults.h"
 #include "server/log.h"
 #include "server/models.h"
 #include "server/opts.h"

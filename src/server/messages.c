@@ -72,7 +72,7 @@ static int document_text(json_t *blk, size_t i, ks_buf *b, char *err, size_t cap
         }
     }
     if (!strcmp(st, "content"))
-        return text_of(json_object_get(src, "content"), b, "messages: a document's content", err, cap);
+        return ks_xapi_text(json_object_get(src, "content"), b, msg_parts, "messages: a document's content", err, cap);
     json_t *data = json_object_get(src, "data");
     if (!json_is_string(data)) {
         snprintf(err, cap, "messages: document block %zu: a text source needs its 'data' as a string", i);

@@ -6,6 +6,7 @@
 #include "server/generate.h"
 #include "server/models.h"
 #include "server/opts.h"
+#include "server/prompt.h"
 #include "server/reply.h"
 #include "server/run.h"
 #include "server/srv.h"

@@ -32,9 +32,6 @@ int ks_check_schema(const json_t *schema, char *msg, size_t n);
  * {"type": "function", "function": {"name": N}} sets *force to the tools the
  * one call may name (a new array).  -1 with a message for a 400. */
 int ks_tool_choice(const json_t *choice, const json_t *tools, int *off, json_t **force, char *msg, size_t cap);
-/* force_think for a prompt: 2 when it opens a <think> block, 1 when the
- * model's template has one, else 0. */
-int ks_force_think(ks_model *r, const char *prompt);
 /* Ollama's "format": "json" or a JSON Schema into o; a schema that cannot
  * be enforced answers 400 (*rc) and returns -1. */
 int ks_oll_format(const json_t *fmt, ks_gen_opts *o, struct MHD_Connection *c, int *rc);

@@ -18,6 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A store pack's Go template (an Ollama model's template layer), or NULL. */
+static const char *pack_go_template(ks_model *r) {
+    const char *t = json_string_value(json_object_get(r->defaults, "template"));
+    const char *f = json_string_value(json_object_get(r->defaults, "template_format"));
+    return t && *t && f && !strcmp(f, "go") ? t : NULL;
+}
+
 typedef struct chat_fmt {
     const char *marker;       /* text in the template that selects it */
     const char *sys_pre, *sys_post;
@@ -49,7 +56,7 @@ void ks_template_free(void *t) {
 }
 
 const char *ks_template_text(ks_model *r) {
-    const char *go = ks_defaults_template(r);
+    const char *go = pack_go_template(r);
     return go ? go : kiln_model_chat_template(r->model);
 }
 
@@ -122,7 +129,7 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, ch
         snprintf(err, cap, "'messages' must be a non-empty array");
         return NULL;
     }
-    const char *go_src = ks_defaults_template(r);
+    const char *go_src = pack_go_template(r);
     pthread_mutex_lock(&r->srv->mu);
     if ((src || go_src) && !r->tmpl_tried) {
         char cerr[256];
@@ -215,4 +222,10 @@ int ks_prompt_opens_think(const char *p) {
     size_t n = strlen(p);
     while (n && (p[n - 1] == '\n' || p[n - 1] == ' ')) n--;
     return n >= 7 && !strncmp(p + n - 7, "<think>", 7);
+}
+
+int ks_force_think(ks_model *r, const char *prompt) {
+    if (ks_prompt_opens_think(prompt)) return 2;
+    const char *tmpl = ks_template_text(r);
+    return tmpl && strstr(tmpl, "<think>") ? 1 : 0;
 }

@@ -24,6 +24,9 @@ void ks_template_free(void *t);
 /* 1 when a rendered prompt ends in an open <think> block (blank space
  * after it aside): the generation starts in reasoning. */
 int ks_prompt_opens_think(const char *p);
+/* force_think for a prompt: 2 when it opens a <think> block, 1 when the
+ * model's template has one, else 0. */
+int ks_force_think(ks_model *r, const char *prompt);
 /* Tokenizes text; parse_special for rendered chat; *n receives the count. */
 int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n);
 

@@ -9,6 +9,7 @@
 #include "server/metrics.h"
 #include "server/models.h"
 #include "server/opts.h"
+#include "server/prompt.h"
 #include "server/reply.h"
 #include "server/srv.h"
 
