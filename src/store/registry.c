@@ -132,7 +132,7 @@ static kiln_status exchange_token(const char *www, const reg_ref *r, const char 
                                   size_t cap) {
     char realm[1024], service[256] = "", scope[512], rorigin[512];
     if (!challenge_param(www, "realm", realm, sizeof realm))
-        return kl_fail(NULL, KILN_ERR_FORMAT, "%s: the registry's challenge names no realm", what);
+        return kb_fail(KILN_ERR_FORMAT, "%s: the registry's challenge names no realm", what);
     kiln_status st = kst_url_origin(realm, rorigin, sizeof rorigin);
     if (st) return st;
     challenge_param(www, "service", service, sizeof service);
@@ -140,10 +140,10 @@ static kiln_status exchange_token(const char *www, const reg_ref *r, const char 
         snprintf(scope, sizeof scope, "repository:%s/%s:pull", r->ns, r->model);
     char esvc[800], escope[1600], url[4096];
     if (kst_url_escape(service, esvc, sizeof esvc, 0) < 0 || kst_url_escape(scope, escope, sizeof escope, 0) < 0)
-        return kl_fail(NULL, KILN_ERR_FORMAT, "%s: the registry's challenge is too long", what);
+        return kb_fail(KILN_ERR_FORMAT, "%s: the registry's challenge is too long", what);
     int n = snprintf(url, sizeof url, "%s%s%s%s%sscope=%s", realm, strchr(realm, '?') ? "&" : "?", esvc[0] ? "service=" : "",
                      esvc, esvc[0] ? "&" : "", escope);
-    if (n < 0 || (size_t)n >= sizeof url) return kl_fail(NULL, KILN_ERR_FORMAT, "%s: the token URL is too long", what);
+    if (n < 0 || (size_t)n >= sizeof url) return kb_fail(KILN_ERR_FORMAT, "%s: the token URL is too long", what);
     const int same = !strcmp(rorigin, origin);
     char twhat[340];
     snprintf(twhat, sizeof twhat, "%s (its token)", what);
@@ -158,7 +158,7 @@ static kiln_status exchange_token(const char *www, const reg_ref *r, const char 
     for (const char *c = tok; ok && *c; c++) ok = (unsigned char)*c > 0x20 && (unsigned char)*c < 0x7f;
     if (ok) snprintf(bearer, cap, "Authorization: Bearer %s", tok);
     if (!st && !ok)
-        st = kl_fail(NULL, KILN_ERR_STATE, "%s: the token service gave no token (HTTP %ld)", what, h.code);
+        st = kb_fail(KILN_ERR_STATE, "%s: the token service gave no token (HTTP %ld)", what, h.code);
     json_decref(j);
     if (h.body) memset(h.body, 0, h.len);
     kst_http_done(&h);
