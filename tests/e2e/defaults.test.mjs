@@ -16,7 +16,7 @@ test('unseeded requests differ; the log names the seed, which replays the reply'
   const srv = await startServer(['-t', '1', '--log-format', 'json']);
   try {
     const texts = [];
-    for (let i = 0; i < 8; i++) texts.push(await complete(srv.base, { max_tokens: 24 }));
+    for (let i = 0; i < 8; i++) texts.push(await complete(srv.base, { max_tokens: 64 }));
     const distinct = new Set(texts).size;
     assert.ok(distinct >= 6, `8 unseeded replies, ${distinct} distinct:\n${texts.join('\n')}`);
     const lines = srv.log().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l))
@@ -24,7 +24,7 @@ test('unseeded requests differ; the log names the seed, which replays the reply'
     assert.equal(lines.length, 8, 'a log line per request');
     assert.ok(lines.every((l) => Number.isInteger(l.seed)), 'each line has the seed');
     assert.equal(new Set(lines.map((l) => l.seed)).size, 8, 'eight different seeds');
-    const again = await complete(srv.base, { max_tokens: 24, seed: lines[3].seed });
+    const again = await complete(srv.base, { max_tokens: 64, seed: lines[3].seed });
     assert.equal(again, texts[3], 'the logged seed replays the reply');
   } finally {
     await srv.stop();
