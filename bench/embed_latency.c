@@ -45,8 +45,8 @@ typedef struct doc_job {
 static void *doc_thread(void *arg) {
     doc_job *d = arg;
     if (g_rerank) {
-        kiln_rerank_request q = {"what do the fox and the dog do by the river?", 0, d->n,
-                                 (const char *const *)d->texts, NULL, 1};
+        kiln_rerank_request q = {
+            "what do the fox and the dog do by the river?", 0, d->n, (const char *const *)d->texts, NULL, 1};
         kiln_rerank_job *j = NULL;
         d->t0 = now_ms();
         d->st = kiln_engine_rerank(d->e, &q, 0, NULL, &j);
@@ -104,8 +104,10 @@ static int cmp_d(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     while (argc > 1 && (!strcmp(argv[1], "--rerank") || !strcmp(argv[1], "--fifo"))) {
-        if (!strcmp(argv[1], "--rerank")) g_rerank = 1;
-        else g_fifo = 1;
+        if (!strcmp(argv[1], "--rerank"))
+            g_rerank = 1;
+        else
+            g_fifo = 1;
         argv++;
         argc--;
     }
@@ -123,8 +125,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "engine: %s\n", kiln_last_error());
         return 1;
     }
-    static const char *words[] = {"the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "river",
-                                  "stone", "market", "winter", "garden", "lamp", "story", "kiln"};
+    static const char *words[] = {"the",   "quick", "brown",  "fox",    "jumps",  "over", "lazy",  "dog",
+                                  "river", "stone", "market", "winter", "garden", "lamp", "story", "kiln"};
     char **texts = malloc((size_t)n_docs * sizeof *texts);
     uint64_t x = 1;
     for (int i = 0; i < n_docs; i++) {
@@ -155,13 +157,12 @@ int main(int argc, char **argv) {
     qsort(lat, (size_t)got, sizeof lat[0], cmp_d);
     printf("model %s, %d documents of 100 words, %s%s%s\n", argv[1], n_docs, kiln_cpu_path(),
            g_rerank ? ", rerank" : "", g_fifo ? ", queries not urgent (--fifo)" : "");
-    printf("%s request: %.1f s (%s)\n", g_rerank ? "rerank" : "document", (d.t1 - d.t0) / 1e3,
-           kiln_status_str(d.st));
+    printf("%s request: %.1f s (%s)\n", g_rerank ? "rerank" : "document", (d.t1 - d.t0) / 1e3, kiln_status_str(d.st));
     printf("idle query latency: median %.2f ms\n", idle[2]);
     if (got)
         printf("query latency during the %s request (%d queries%s): median %.2f ms, max %.2f ms\n",
-               g_rerank ? "rerank" : "document", got,
-               overlapped ? "" : ", some after it ended", lat[got / 2], lat[got - 1]);
+               g_rerank ? "rerank" : "document", got, overlapped ? "" : ", some after it ended", lat[got / 2],
+               lat[got - 1]);
     for (int i = 0; i < n_docs; i++) free(texts[i]);
     free(texts);
     free(lat);

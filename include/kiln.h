@@ -92,19 +92,19 @@ extern "C" {
  * The list is appended only: a status keeps its number forever, and a new
  * one takes the next negative number at the end, so codes a caller stored
  * or compared keep their meaning. */
-#define KILN_STATUS_LIST(X)                                                                                     \
-    X(KILN_OK, 0, "ok")                                                                                         \
-    X(KILN_ERR_INVALID_ARG, -1, "invalid argument")     /* a parameter is out of range or NULL */               \
-    X(KILN_ERR_IO, -2, "I/O error")                     /* a file could not be opened, read or written */       \
-    X(KILN_ERR_FORMAT, -3, "malformed file")            /* a file is malformed (bad GGUF, wrong shapes) */      \
-    X(KILN_ERR_UNSUPPORTED, -4, "unsupported")          /* valid, but kiln can't run it (architecture, type) */ \
-    X(KILN_ERR_NOMEM, -5, "out of memory")              /* an allocation failed */                              \
-    X(KILN_ERR_CONTEXT_FULL, -6, "context full")        /* prompt + requested tokens exceed the context */      \
-    X(KILN_ERR_CANCELLED, -7, "cancelled")              /* the request was cancelled */                         \
-    X(KILN_ERR_STATE, -8, "invalid state")              /* the call is not valid in the current state */        \
-    X(KILN_ERR_NOT_FOUND, -9, "not found")              /* a named model, key or sequence does not exist */     \
-    X(KILN_ERR_INTERNAL, -10, "internal error")         /* a bug in kiln */                                     \
-    X(KILN_ERR_CORRUPT, -11, "model corrupt")           /* its weights disagree with its own configuration */   \
+#define KILN_STATUS_LIST(X)                                                                                 \
+    X(KILN_OK, 0, "ok")                                                                                     \
+    X(KILN_ERR_INVALID_ARG, -1, "invalid argument") /* a parameter is out of range or NULL */               \
+    X(KILN_ERR_IO, -2, "I/O error")                 /* a file could not be opened, read or written */       \
+    X(KILN_ERR_FORMAT, -3, "malformed file")        /* a file is malformed (bad GGUF, wrong shapes) */      \
+    X(KILN_ERR_UNSUPPORTED, -4, "unsupported")      /* valid, but kiln can't run it (architecture, type) */ \
+    X(KILN_ERR_NOMEM, -5, "out of memory")          /* an allocation failed */                              \
+    X(KILN_ERR_CONTEXT_FULL, -6, "context full")    /* prompt + requested tokens exceed the context */      \
+    X(KILN_ERR_CANCELLED, -7, "cancelled")          /* the request was cancelled */                         \
+    X(KILN_ERR_STATE, -8, "invalid state")          /* the call is not valid in the current state */        \
+    X(KILN_ERR_NOT_FOUND, -9, "not found")          /* a named model, key or sequence does not exist */     \
+    X(KILN_ERR_INTERNAL, -10, "internal error")     /* a bug in kiln */                                     \
+    X(KILN_ERR_CORRUPT, -11, "model corrupt")       /* its weights disagree with its own configuration */   \
     /* (a decision pack's heads) */
 
 #define KILN_STATUS_ENUM_(name, value, text) name = value,
@@ -140,13 +140,13 @@ typedef enum kiln_availability {
 } kiln_availability;
 
 typedef struct kiln_backend_status {
-    const char *name;          /* "cpu", "cpu-avx2", "cpu-avx512", "cpu-avx512-vnni",
+    const char *name; /* "cpu", "cpu-avx2", "cpu-avx512", "cpu-avx512-vnni",
                                   "cpu-avx512-bf16", "cpu-amx", "cuda", "vulkan" */
-    const char *kind;          /* "cpu" or "gpu" */
+    const char *kind; /* "cpu" or "gpu" */
     kiln_availability availability;
-    int supported;             /* 1: this build has kernels for it */
-    int used;                  /* 1: kiln's kernels run on it now (KILN_ISA may cap) */
-    char detail[256];          /* the reason or what was found, in a few words */
+    int supported;    /* 1: this build has kernels for it */
+    int used;         /* 1: kiln's kernels run on it now (KILN_ISA may cap) */
+    char detail[256]; /* the reason or what was found, in a few words */
 } kiln_backend_status;
 
 /* Writes up to cap rows into out (may be NULL with cap 0) and returns how
@@ -161,8 +161,8 @@ const char *kiln_availability_str(kiln_availability a);
 typedef struct kiln_model kiln_model;
 
 typedef struct kiln_model_params {
-    int prefetch;       /* 1: advise the kernel to read the weights ahead */
-    int repack;         /* 1: copy Q4_0, Q8_0, Q4_K and Q6_K matrices into the 8-row
+    int prefetch; /* 1: advise the kernel to read the weights ahead */
+    int repack;   /* 1: copy Q4_0, Q8_0, Q4_K and Q6_K matrices into the 8-row
                            interleaved layout at load (faster products; the
                            copies replace the mapped pages in memory, so RSS
                            stays about the same).  Default 1; the environment
@@ -178,31 +178,31 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
 void kiln_model_free(kiln_model *m);
 
 typedef struct kiln_model_info {
-    const char *arch;        /* general.architecture, e.g. "llama" */
-    const char *name;        /* general.name or "" */
+    const char *arch; /* general.architecture, e.g. "llama" */
+    const char *name; /* general.name or "" */
     int32_t n_vocab;
-    int32_t n_ctx_train;     /* context length the model declares */
+    int32_t n_ctx_train; /* context length the model declares */
     int32_t n_embd;
     int32_t n_layer;
     int32_t n_head;
     int32_t n_head_kv;
     int32_t n_ff;
-    uint64_t n_params;       /* number of weights */
-    uint64_t n_bytes;        /* bytes of tensor data */
-    const char *ftype;       /* dominant weight type, e.g. "Q4_0" */
-    uint64_t repacked_bytes; /* weights copied to the interleaved layout at
+    uint64_t n_params;           /* number of weights */
+    uint64_t n_bytes;            /* bytes of tensor data */
+    const char *ftype;           /* dominant weight type, e.g. "Q4_0" */
+    uint64_t repacked_bytes;     /* weights copied to the interleaved layout at
                                 load (0: repacking off or nothing to repack) */
-    uint64_t step_bytes;     /* tensor bytes one decode step reads: all but
+    uint64_t step_bytes;         /* tensor bytes one decode step reads: all but
                                 the token embedding (one row of it), unless
                                 the output projection is that same tensor */
-    uint64_t active_bytes;   /* the same for one token of a mixture of
+    uint64_t active_bytes;       /* the same for one token of a mixture of
                                 experts: only its experts' rows (= step_bytes
                                 for other models) */
-    int32_t n_attn_layer;    /* layers with a KV cache (hybrid models: the
+    int32_t n_attn_layer;        /* layers with a KV cache (hybrid models: the
                                 full-attention ones; the rest are recurrent) */
     uint64_t kv_bytes_per_token; /* K and V of one token over those layers,
                                     F16 cache */
-    uint64_t state_bytes;    /* recurrent state one sequence holds, whatever
+    uint64_t state_bytes;        /* recurrent state one sequence holds, whatever
                                 its length (0: none) */
 } kiln_model_info;
 
@@ -216,8 +216,8 @@ const char *kiln_model_chat_template(const kiln_model *m);
  * parse_special maps control-token texts (e.g. "<|im_end|>") to their ids.
  * Returns the number of tokens; if that is more than cap only cap were
  * written.  A negative return is a kiln_status. */
-int kiln_tokenize(const kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
-                  int32_t *out, int cap);
+int kiln_tokenize(const kiln_model *m, const char *text, size_t len, int add_special, int parse_special, int32_t *out,
+                  int cap);
 /* The bytes of one token (special tokens rendered only when special != 0).
  * Returns the length, which may exceed cap (then nothing is written). */
 int kiln_token_to_piece(const kiln_model *m, int32_t id, char *buf, int cap, int special);
@@ -246,14 +246,14 @@ typedef struct kiln_context kiln_context;
 enum { KILN_KV_F16 = 0, KILN_KV_F32 = 1, KILN_KV_Q8_0 = 2 };
 
 typedef struct kiln_context_params {
-    int32_t n_ctx;      /* tokens per sequence; 0 = the model's, capped by memory */
-    int32_t n_batch;    /* most tokens one kiln_decode call may carry */
-    int32_t n_seq_max;  /* sequences that may be live at once */
-    int32_t n_threads;  /* 0 = all online CPUs */
-    int32_t kv_type;    /* KILN_KV_F16, KILN_KV_F32 or KILN_KV_Q8_0 */
-    uint64_t mem_limit; /* bytes the KV cache and the recurrent state may
+    int32_t n_ctx;             /* tokens per sequence; 0 = the model's, capped by memory */
+    int32_t n_batch;           /* most tokens one kiln_decode call may carry */
+    int32_t n_seq_max;         /* sequences that may be live at once */
+    int32_t n_threads;         /* 0 = all online CPUs */
+    int32_t kv_type;           /* KILN_KV_F16, KILN_KV_F32 or KILN_KV_Q8_0 */
+    uint64_t mem_limit;        /* bytes the KV cache and the recurrent state may
                            take; 0 = half of RAM */
-    int32_t embeddings; /* 1: keep the final hidden states (after the output
+    int32_t embeddings;        /* 1: keep the final hidden states (after the output
                            norm) of requested tokens instead of logits */
     int32_t n_state_snapshots; /* models with recurrent layers: copies of a
                            sequence's state kept for prefix reuse and
@@ -336,15 +336,15 @@ int32_t kiln_seq_reuse(kiln_context *c, int32_t seq, const int32_t *tokens, int3
 kiln_status kiln_seq_cache(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n);
 
 typedef struct kiln_kv_stats {
-    int32_t block_tokens;   /* tokens per block */
-    int32_t n_blocks;       /* blocks in the budget */
-    int32_t n_used;         /* held by sequences */
-    int32_t n_cached;       /* unheld but kept for reuse */
-    uint64_t lookup_blocks; /* blocks kiln_seq_reuse looked up, in total */
-    uint64_t hit_blocks;    /* of those, found */
-    int32_t state_snapshots;  /* recurrent models: snapshot slots in use */
-    int32_t state_slots;      /* and in all */
-    uint64_t state_restores;  /* states restored (reuse, truncate) */
+    int32_t block_tokens;    /* tokens per block */
+    int32_t n_blocks;        /* blocks in the budget */
+    int32_t n_used;          /* held by sequences */
+    int32_t n_cached;        /* unheld but kept for reuse */
+    uint64_t lookup_blocks;  /* blocks kiln_seq_reuse looked up, in total */
+    uint64_t hit_blocks;     /* of those, found */
+    int32_t state_snapshots; /* recurrent models: snapshot slots in use */
+    int32_t state_slots;     /* and in all */
+    uint64_t state_restores; /* states restored (reuse, truncate) */
 } kiln_kv_stats;
 void kiln_kv_get_stats(const kiln_context *c, kiln_kv_stats *out);
 
@@ -353,14 +353,14 @@ void kiln_kv_get_stats(const kiln_context *c, kiln_kv_stats *out);
 typedef struct kiln_sampler kiln_sampler;
 
 typedef struct kiln_sampler_params {
-    float temperature;      /* <= 0: greedy */
-    int32_t top_k;          /* 0 = off */
-    float top_p;            /* 1 = off */
-    float min_p;            /* 0 = off */
-    float repeat_penalty;   /* 1 = off */
-    int32_t repeat_last_n;  /* window of the penalties; -1 = whole history */
-    float presence_penalty; /* 0 = off */
-    float frequency_penalty;/* 0 = off */
+    float temperature;       /* <= 0: greedy */
+    int32_t top_k;           /* 0 = off */
+    float top_p;             /* 1 = off */
+    float min_p;             /* 0 = off */
+    float repeat_penalty;    /* 1 = off */
+    int32_t repeat_last_n;   /* window of the penalties; -1 = whole history */
+    float presence_penalty;  /* 0 = off */
+    float frequency_penalty; /* 0 = off */
     uint64_t seed;
 } kiln_sampler_params;
 
@@ -436,13 +436,13 @@ const char *kiln_store_root(const kiln_store *s);
  * artifact and for the whole pack; a total of 0 is unknown. */
 typedef struct kiln_store_progress {
     const char *event;
-    const char *artifact;   /* file name, or NULL for pack-wide events */
-    int32_t index, count;   /* artifact number (from 0) and how many */
+    const char *artifact; /* file name, or NULL for pack-wide events */
+    int32_t index, count; /* artifact number (from 0) and how many */
     uint64_t done, total;
     uint64_t all_done, all_total;
-    double rate;            /* bytes per second, smoothed */
-    double eta;             /* seconds left, -1 when unknown */
-    const char *message;    /* reason of a retry/restart/warning, or NULL */
+    double rate;         /* bytes per second, smoothed */
+    double eta;          /* seconds left, -1 when unknown */
+    const char *message; /* reason of a retry/restart/warning, or NULL */
 } kiln_store_progress;
 typedef void (*kiln_store_progress_fn)(const kiln_store_progress *p, void *user);
 /* Renders p as one JSON object (the /api/pull event); returns its length,
@@ -583,12 +583,12 @@ void kiln_store_release(kiln_store_lease *l);
  * Whisper variants, "whisper:tiny" ... "whisper:large-v3-turbo").  Reading
  * the table touches no file. */
 typedef struct kiln_builtin_model {
-    const char *name;       /* store name */
-    const char *family;     /* engine family key ("stt") */
-    const char *file;       /* the publisher's file name */
-    const char *size;       /* as published ("142 MiB"); exact length unknown */
-    const char *sha1;       /* the publisher's SHA-1, NULL if unknown */
-    const char *sha256;     /* NULL: not published; the pull records it */
+    const char *name;   /* store name */
+    const char *family; /* engine family key ("stt") */
+    const char *file;   /* the publisher's file name */
+    const char *size;   /* as published ("142 MiB"); exact length unknown */
+    const char *sha1;   /* the publisher's SHA-1, NULL if unknown */
+    const char *sha256; /* NULL: not published; the pull records it */
 } kiln_builtin_model;
 int kiln_builtin_count(void);
 const kiln_builtin_model *kiln_builtin_at(int i);
@@ -663,38 +663,38 @@ kiln_status kiln_embedder_new_from_model(kiln_model *m, const kiln_embedder_para
 void kiln_embedder_free(kiln_embedder *e);
 
 typedef struct kiln_embedder_info {
-    const char *arch;            /* general.architecture */
-    int32_t n_embd;              /* full vector length */
-    int32_t max_tokens;          /* per input, prefix and special tokens included */
-    int32_t pooling;             /* KILN_POOLING_* */
-    const char *query_prefix;    /* "" when none */
+    const char *arch;         /* general.architecture */
+    int32_t n_embd;           /* full vector length */
+    int32_t max_tokens;       /* per input, prefix and special tokens included */
+    int32_t pooling;          /* KILN_POOLING_* */
+    const char *query_prefix; /* "" when none */
     const char *document_prefix;
-    const char *fingerprint;     /* 64 lowercase hex digits */
+    const char *fingerprint; /* 64 lowercase hex digits */
 } kiln_embedder_info;
 
 void kiln_embedder_get_info(const kiln_embedder *e, kiln_embedder_info *info);
 
 typedef struct kiln_embed_request {
-    int32_t n;                  /* inputs */
-    const char *const *texts;   /* UTF-8, as the caller wrote them */
-    const size_t *lens;         /* byte lengths; NULL: texts are NUL-terminated */
-    int32_t kind;               /* KILN_EMBED_QUERY or KILN_EMBED_DOCUMENT */
-    int32_t dim;                /* 0 = n_embd; 1..n_embd keeps the leading values
+    int32_t n;                 /* inputs */
+    const char *const *texts;  /* UTF-8, as the caller wrote them */
+    const size_t *lens;        /* byte lengths; NULL: texts are NUL-terminated */
+    int32_t kind;              /* KILN_EMBED_QUERY or KILN_EMBED_DOCUMENT */
+    int32_t dim;               /* 0 = n_embd; 1..n_embd keeps the leading values
                                    and renormalizes (Matryoshka) */
-    int32_t allow_truncate;     /* 1: cut inputs over the limit (keeping the
+    int32_t allow_truncate;    /* 1: cut inputs over the limit (keeping the
                                    closing special token) instead of failing */
-    const char *const *titles;  /* documents: [n] titles for formats with
+    const char *const *titles; /* documents: [n] titles for formats with
                                    {title} (NULL, or a NULL/"" entry: "none") */
 } kiln_embed_request;
 
 typedef struct kiln_embeddings {
-    int32_t n;                  /* inputs */
-    int32_t dim;                /* floats per vector */
-    const float *vectors;       /* [n][dim], unit length once embedded */
-    const int32_t *n_tokens;    /* [n] tokens each input runs with */
+    int32_t n;               /* inputs */
+    int32_t dim;             /* floats per vector */
+    const float *vectors;    /* [n][dim], unit length once embedded */
+    const int32_t *n_tokens; /* [n] tokens each input runs with */
     int32_t n_truncated;
-    const int32_t *truncated;   /* [n_truncated] ascending indices of cut inputs */
-    const char *fingerprint;    /* the embedder's; compare before mixing vectors */
+    const int32_t *truncated; /* [n_truncated] ascending indices of cut inputs */
+    const char *fingerprint;  /* the embedder's; compare before mixing vectors */
 } kiln_embeddings;
 
 /* Formats and tokenizes every input and checks each against max_tokens;
@@ -769,28 +769,28 @@ kiln_status kiln_reranker_new_from_model(kiln_model *m, const kiln_reranker_para
 void kiln_reranker_free(kiln_reranker *r);
 
 typedef struct kiln_reranker_info {
-    const char *arch;            /* general.architecture */
-    int32_t causal;              /* 1: a causal LM scoring yes/no */
-    int32_t max_tokens;          /* per pair */
-    int32_t n_labels;            /* outputs of the head (the score is the first) */
+    const char *arch;   /* general.architecture */
+    int32_t causal;     /* 1: a causal LM scoring yes/no */
+    int32_t max_tokens; /* per pair */
+    int32_t n_labels;   /* outputs of the head (the score is the first) */
 } kiln_reranker_info;
 void kiln_reranker_get_info(const kiln_reranker *r, kiln_reranker_info *info);
 
 typedef struct kiln_rerank_request {
-    const char *query;           /* UTF-8 */
-    size_t query_len;            /* 0: NUL-terminated */
-    int32_t n;                   /* documents */
+    const char *query; /* UTF-8 */
+    size_t query_len;  /* 0: NUL-terminated */
+    int32_t n;         /* documents */
     const char *const *documents;
-    const size_t *lens;          /* byte lengths; NULL: NUL-terminated */
-    int32_t allow_truncate;      /* 1: cut documents over the limit */
+    const size_t *lens;     /* byte lengths; NULL: NUL-terminated */
+    int32_t allow_truncate; /* 1: cut documents over the limit */
 } kiln_rerank_request;
 
 typedef struct kiln_rerank_scores {
     int32_t n;
-    const float *scores;         /* [n] in the documents' order */
-    const int32_t *n_tokens;     /* [n] tokens each pair runs with */
+    const float *scores;     /* [n] in the documents' order */
+    const int32_t *n_tokens; /* [n] tokens each pair runs with */
     int32_t n_truncated;
-    const int32_t *truncated;    /* [n_truncated] ascending indices of cut documents */
+    const int32_t *truncated; /* [n_truncated] ascending indices of cut documents */
 } kiln_rerank_scores;
 
 /* Frames and tokenizes every pair and checks the limit; runs no model. */
@@ -827,8 +827,8 @@ int kiln_is_whisper_file(const char *path);
 void kiln_stt_free(kiln_stt *m);
 
 typedef struct kiln_stt_info {
-    const char *size;           /* "tiny" ... "large-v3-turbo", or "custom" */
-    const char *ftype;          /* type of the matrices: "F16", "Q8_0", ... */
+    const char *size;  /* "tiny" ... "large-v3-turbo", or "custom" */
+    const char *ftype; /* type of the matrices: "F16", "Q8_0", ... */
     int32_t n_vocab, n_text_tokens, n_langs;
     int32_t n_audio_ctx, n_audio_state, n_audio_head, n_audio_layer;
     int32_t n_text_ctx, n_text_state, n_text_head, n_text_layer, n_mels;
@@ -860,13 +860,13 @@ void kiln_audio_free(float *pcm);
 typedef int (*kiln_stt_progress_fn)(double done, double total, void *user);
 
 typedef struct kiln_transcribe_params {
-    const char *language;       /* "en", "german", ...; NULL, "" or "auto":
+    const char *language;  /* "en", "german", ...; NULL, "" or "auto":
                                    detected (English on English-only models) */
-    int32_t translate;          /* 1: English text from any language */
-    int32_t beam_size;          /* at temperature 0; 1 = greedy (default 5) */
-    int32_t best_of;            /* samples kept at temperature > 0 (default 5) */
-    float temperature;          /* the first try (default 0) */
-    float temperature_inc;      /* fallback step up to 1.0 (default 0.2; 0: none) */
+    int32_t translate;     /* 1: English text from any language */
+    int32_t beam_size;     /* at temperature 0; 1 = greedy (default 5) */
+    int32_t best_of;       /* samples kept at temperature > 0 (default 5) */
+    float temperature;     /* the first try (default 0) */
+    float temperature_inc; /* fallback step up to 1.0 (default 0.2; 0: none) */
     /* a try falls back to the next temperature when its text compresses
      * (zlib) better than compression_ratio_threshold (2.4) or its mean token
      * log-probability is below logprob_threshold (-1), unless the window
@@ -877,12 +877,12 @@ typedef struct kiln_transcribe_params {
     float compression_ratio_threshold;
     float logprob_threshold;
     float no_speech_threshold;
-    int32_t timestamps;         /* 1: segment times from timestamp tokens (default) */
+    int32_t timestamps;            /* 1: segment times from timestamp tokens (default) */
     int32_t condition_on_previous; /* 1: a window's text prompts the next (default) */
-    const char *initial_prompt; /* text that prompts the first window, or NULL */
-    int32_t suppress_non_speech;/* 1: never emit symbols such as "#" or "♪" (default) */
-    int32_t n_threads;          /* 0 = all online CPUs */
-    uint64_t seed;              /* of the sampling at temperature > 0 */
+    const char *initial_prompt;    /* text that prompts the first window, or NULL */
+    int32_t suppress_non_speech;   /* 1: never emit symbols such as "#" or "♪" (default) */
+    int32_t n_threads;             /* 0 = all online CPUs */
+    uint64_t seed;                 /* of the sampling at temperature > 0 */
     kiln_stt_progress_fn progress;
     void *user;
     /* polled during decoding; nonzero cancels (the engine sets it) */
@@ -896,25 +896,25 @@ kiln_transcribe_params kiln_transcribe_default_params(void);
 kiln_status kiln_transcribe_check(const kiln_stt *m, const kiln_transcribe_params *p);
 
 typedef struct kiln_segment {
-    double start, end;          /* seconds from the start of the audio */
-    const char *text;           /* UTF-8, as decoded (usually a leading space) */
+    double start, end; /* seconds from the start of the audio */
+    const char *text;  /* UTF-8, as decoded (usually a leading space) */
     int32_t n_tokens;
-    const int32_t *tokens;      /* text and timestamp tokens */
-    float avg_logprob;          /* of the window's decode */
+    const int32_t *tokens; /* text and timestamp tokens */
+    float avg_logprob;     /* of the window's decode */
     float no_speech_prob;
     float compression_ratio;
-    float temperature;          /* of the try that was kept */
+    float temperature; /* of the try that was kept */
 } kiln_segment;
 
 typedef struct kiln_transcript {
-    const char *text;           /* every segment's text joined */
-    const char *language;       /* code, "" when not known */
-    float language_prob;        /* of a detected language (1 when given) */
-    double duration;            /* seconds of audio */
+    const char *text;     /* every segment's text joined */
+    const char *language; /* code, "" when not known */
+    float language_prob;  /* of a detected language (1 when given) */
+    double duration;      /* seconds of audio */
     int32_t n_segments;
     const kiln_segment *segments;
-    int32_t n_windows;          /* encoder passes */
-    int32_t n_fallbacks;        /* tries at a higher temperature */
+    int32_t n_windows;   /* encoder passes */
+    int32_t n_fallbacks; /* tries at a higher temperature */
 } kiln_transcript;
 
 /* Transcribes 16 kHz mono audio (pcm may be NULL when n is 0: an empty
@@ -978,48 +978,47 @@ typedef struct kiln_decider_info {
     const char *arch;
     int32_t max_len, head_max_len;
     int32_t n_types;
-    const char *const *types;   /* [n_types] question type names */
+    const char *const *types; /* [n_types] question type names */
 } kiln_decider_info;
 void kiln_decider_get_info(const kiln_decider *d, kiln_decider_info *info);
 
 typedef struct kiln_decide_question {
-    const char *id;             /* echoed in the result (may be NULL) */
-    const char *type;           /* a question type of the pack */
-    const char *text;           /* the question; NULL or "": none */
-    int32_t n_options;          /* options types: the options to score */
+    const char *id;    /* echoed in the result (may be NULL) */
+    const char *type;  /* a question type of the pack */
+    const char *text;  /* the question; NULL or "": none */
+    int32_t n_options; /* options types: the options to score */
     const char *const *options;
 } kiln_decide_question;
 
 typedef struct kiln_decide_request {
-    const char *state;          /* UTF-8 */
-    size_t state_len;           /* 0: NUL-terminated */
+    const char *state; /* UTF-8 */
+    size_t state_len;  /* 0: NUL-terminated */
     int32_t n_questions;
     const kiln_decide_question *questions;
 } kiln_decide_request;
 
 typedef struct kiln_decision {
     const char *id, *type;
-    int32_t n;                  /* labels (labels types) or options */
-    const char *const *labels;  /* the type's labels or the request's options */
-    const float *probs;         /* [n], summing to 1 */
-    int32_t best;               /* index of the most probable */
-    float temperature;          /* the calibration temperature applied */
-    int32_t state_tokens_kept;  /* state tokens the sequences hold */
-    int32_t truncated;          /* 1: the state was cut to fit */
+    int32_t n;                 /* labels (labels types) or options */
+    const char *const *labels; /* the type's labels or the request's options */
+    const float *probs;        /* [n], summing to 1 */
+    int32_t best;              /* index of the most probable */
+    float temperature;         /* the calibration temperature applied */
+    int32_t state_tokens_kept; /* state tokens the sequences hold */
+    int32_t truncated;         /* 1: the state was cut to fit */
 } kiln_decision;
 
 typedef struct kiln_decisions {
-    int32_t n;                  /* questions */
+    int32_t n; /* questions */
     const kiln_decision *d;
-    int32_t state_tokens;       /* tokens the whole state encodes to */
+    int32_t state_tokens; /* tokens the whole state encodes to */
 } kiln_decisions;
 
 /* Measure: the state's token count and, per question, the most state
  * tokens its sequence keeps (budgets[n_questions]), with the same
  * tokenizer and framing as kiln_decide and no forward pass.  A question
  * truncates the state exactly when *state_tokens > budgets[i]. */
-kiln_status kiln_decide_measure(kiln_decider *d, const kiln_decide_request *r, int32_t *state_tokens,
-                                int32_t *budgets);
+kiln_status kiln_decide_measure(kiln_decider *d, const kiln_decide_request *r, int32_t *state_tokens, int32_t *budgets);
 /* Tokenizes and frames every question; runs no model. */
 kiln_status kiln_decide_begin(kiln_decider *d, const kiln_decide_request *r, kiln_decide_job **out);
 /* Runs the next forward run (the shortest sequences left); *n_left gets
@@ -1069,12 +1068,12 @@ typedef struct kiln_engine kiln_engine;
 
 /* Ids are stable once published. */
 typedef enum kiln_engine_family_id {
-    KILN_ENGINE_LLM = 0,        /* text generation */
-    KILN_ENGINE_EMBEDDING = 1,  /* text embeddings */
-    KILN_ENGINE_IMAGE = 2,      /* text to image */
-    KILN_ENGINE_STT = 3,        /* speech to text (Whisper) */
-    KILN_ENGINE_DECISION = 4,   /* typed decisions (decision packs) */
-    KILN_ENGINE_RERANK = 5      /* relevance of documents to a query */
+    KILN_ENGINE_LLM = 0,       /* text generation */
+    KILN_ENGINE_EMBEDDING = 1, /* text embeddings */
+    KILN_ENGINE_IMAGE = 2,     /* text to image */
+    KILN_ENGINE_STT = 3,       /* speech to text (Whisper) */
+    KILN_ENGINE_DECISION = 4,  /* typed decisions (decision packs) */
+    KILN_ENGINE_RERANK = 5     /* relevance of documents to a query */
 } kiln_engine_family_id;
 
 typedef enum kiln_engine_backend {
@@ -1084,10 +1083,14 @@ typedef enum kiln_engine_backend {
 
 typedef enum kiln_engine_state {
     KILN_ENGINE_CREATED = 0,
-    KILN_ENGINE_STARTING, KILN_ENGINE_STARTED,
-    KILN_ENGINE_LOADING, KILN_ENGINE_LOADED,
-    KILN_ENGINE_UNLOADING, KILN_ENGINE_UNLOADED,
-    KILN_ENGINE_STOPPING, KILN_ENGINE_STOPPED,
+    KILN_ENGINE_STARTING,
+    KILN_ENGINE_STARTED,
+    KILN_ENGINE_LOADING,
+    KILN_ENGINE_LOADED,
+    KILN_ENGINE_UNLOADING,
+    KILN_ENGINE_UNLOADED,
+    KILN_ENGINE_STOPPING,
+    KILN_ENGINE_STOPPED,
     KILN_ENGINE_FAILED
 } kiln_engine_state;
 
@@ -1098,11 +1101,11 @@ const char *kiln_engine_state_str(kiln_engine_state s);
  * store and touches no file. */
 typedef struct kiln_engine_family {
     kiln_engine_family_id id;
-    const char *key;            /* stable id: "llm", "embedding" */
+    const char *key; /* stable id: "llm", "embedding" */
     const char *display_name;
-    const char *const *tasks;   /* NULL-terminated: "generate", "embed" */
-    unsigned backends;          /* bit (1u << kiln_engine_backend) per backend */
-    int available;              /* 1 when this build can create the family */
+    const char *const *tasks; /* NULL-terminated: "generate", "embed" */
+    unsigned backends;        /* bit (1u << kiln_engine_backend) per backend */
+    int available;            /* 1 when this build can create the family */
 } kiln_engine_family;
 
 int kiln_engine_family_count(void);
@@ -1148,8 +1151,7 @@ typedef void (*kiln_engine_status_fn)(kiln_engine *e, const kiln_engine_event *e
  * path into path (cap bytes) and may hand back a lease that keeps the files
  * in place; release drops it once the model is released. */
 typedef struct kiln_engine_store {
-    kiln_status (*acquire)(void *user, const char *family_key, const char *name, char *path, size_t cap,
-                           void **lease);
+    kiln_status (*acquire)(void *user, const char *family_key, const char *name, char *path, size_t cap, void **lease);
     void (*release)(void *user, void *lease);
     void *user;
 } kiln_engine_store;
@@ -1197,8 +1199,8 @@ typedef struct kiln_engine_observation {
     char model[512];             /* resident model as named at load, "" */
     kiln_status error;           /* of the latest failure, KILN_OK if none */
     char message[512];
-    int32_t n_active;            /* admitted requests not yet finished */
-    int32_t n_waiting;           /* of those, waiting for the gate */
+    int32_t n_active;  /* admitted requests not yet finished */
+    int32_t n_waiting; /* of those, waiting for the gate */
 } kiln_engine_observation;
 kiln_status kiln_engine_observe(kiln_engine *e, kiln_engine_observation *out);
 
@@ -1207,14 +1209,14 @@ kiln_status kiln_engine_observe(kiln_engine *e, kiln_engine_observation *out);
 typedef int (*kiln_engine_token_fn)(const char *piece, size_t len, int32_t token, void *user);
 
 typedef struct kiln_engine_generate_request {
-    const char *prompt;            /* tokenized with BOS as the model says */
-    int32_t n_predict;             /* most tokens to generate (> 0) */
+    const char *prompt; /* tokenized with BOS as the model says */
+    int32_t n_predict;  /* most tokens to generate (> 0) */
     kiln_sampler_params sampler;
     kiln_engine_token_fn on_token; /* optional */
     void *user;
-    int urgent;                    /* 1: go ahead of waiting work */
-    kiln_engine_cancel *cancel;    /* optional */
-    int32_t n_threads;             /* unused: requests share the model's context, whose
+    int urgent;                 /* 1: go ahead of waiting work */
+    kiln_engine_cancel *cancel; /* optional */
+    int32_t n_threads;          /* unused: requests share the model's context, whose
                                       threads kiln_engine_set_context_params sets */
 } kiln_engine_generate_request;
 
@@ -1245,23 +1247,23 @@ kiln_status kiln_engine_embed(kiln_engine *e, const kiln_embed_request *r, kiln_
 typedef int (*kiln_image_progress_fn)(int32_t image, int32_t step, int32_t steps, void *user);
 
 typedef struct kiln_image_request {
-    const char *prompt;            /* UTF-8; at most the pack's token limit */
-    int32_t steps;                 /* Euler steps; 0 = the pack's default */
-    float cfg;                     /* classifier-free guidance; < 0 = the pack's
+    const char *prompt; /* UTF-8; at most the pack's token limit */
+    int32_t steps;      /* Euler steps; 0 = the pack's default */
+    float cfg;          /* classifier-free guidance; < 0 = the pack's
                                       default, <= 1 = the prompt's pass only */
     uint64_t seed;
-    int32_t n;                     /* images (>= 1) */
-    int32_t width, height;         /* 0 or 256 */
+    int32_t n;                       /* images (>= 1) */
+    int32_t width, height;           /* 0 or 256 */
     kiln_image_progress_fn progress; /* optional: before each step, and with
                                         step == steps before decoding; nonzero
                                         cancels */
     void *user;
     int urgent;
-    kiln_engine_cancel *cancel;    /* optional */
+    kiln_engine_cancel *cancel; /* optional */
 } kiln_image_request;
 
 typedef struct kiln_image {
-    uint8_t *png;                  /* PNG bytes, owned by the result */
+    uint8_t *png; /* PNG bytes, owned by the result */
     size_t len;
     uint64_t seed;
 } kiln_image;
@@ -1269,7 +1271,7 @@ typedef struct kiln_image {
 typedef struct kiln_image_result {
     int32_t n;
     int32_t width, height;
-    kiln_image *images;            /* [n] */
+    kiln_image *images; /* [n] */
 } kiln_image_result;
 
 kiln_image_request kiln_image_request_default(void);
@@ -1284,8 +1286,8 @@ void kiln_image_result_free(kiln_image_result *r);
  * kiln_transcribe, yielding before each window.  On success *out is the
  * transcript (free with kiln_transcript_free). */
 typedef struct kiln_audio_window {
-    const char *id;             /* the caller's name for it, echoed back */
-    const float *pcm;           /* interleaved */
+    const char *id;   /* the caller's name for it, echoed back */
+    const float *pcm; /* interleaved */
     int64_t n_samples;
     int32_t sample_rate, channels;
 } kiln_audio_window;
@@ -1336,10 +1338,10 @@ kiln_status kiln_quantize(const char *in_path, const char *out_path, const char 
  * fallback; it is NULL otherwise.  Strings are valid during the call. */
 typedef struct kiln_quantize_tensor {
     const char *name;
-    int32_t index, count;  /* tensor number (from 0) and how many */
+    int32_t index, count; /* tensor number (from 0) and how many */
     int32_t n_dims;
     int64_t ne[4];
-    const char *type_in;   /* "F16", "Q8_0", ... */
+    const char *type_in; /* "F16", "Q8_0", ... */
     const char *type_out;
     const char *wanted;
     int32_t wanted_block;

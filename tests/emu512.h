@@ -144,7 +144,8 @@ static inline kiln_emu512 emu_maddubs_epi16(kiln_emu512 a, kiln_emu512 b) {
 }
 static inline kiln_emu512 emu_dpwssd_epi32(kiln_emu512 src, kiln_emu512 a, kiln_emu512 b) {
     for (int i = 0; i < 16; i++)
-        src.u32[i] += (uint32_t)((int32_t)a.i16[2 * i] * b.i16[2 * i]) + (uint32_t)((int32_t)a.i16[2 * i + 1] * b.i16[2 * i + 1]);
+        src.u32[i] +=
+            (uint32_t)((int32_t)a.i16[2 * i] * b.i16[2 * i]) + (uint32_t)((int32_t)a.i16[2 * i + 1] * b.i16[2 * i + 1]);
     return src;
 }
 static inline kiln_emu512 emu_permutexvar_epi16(kiln_emu512 idx, kiln_emu512 a) {
@@ -244,15 +245,18 @@ static inline kiln_emu512 emu_insertf32x8(kiln_emu512 a, __m256 b, int imm) {
     a.hf[imm & 1] = b;
     return a;
 }
-#define EMU_F2(name, expr)                                                   \
-    static inline kiln_emu512 name(kiln_emu512 a, kiln_emu512 b) {          \
-        kiln_emu512 r;                                                      \
-        for (int i = 0; i < 16; i++) { const float x = a.f32[i], y = b.f32[i]; r.f32[i] = (expr); } \
-        return r;                                                           \
+#define EMU_F2(name, expr)                                         \
+    static inline kiln_emu512 name(kiln_emu512 a, kiln_emu512 b) { \
+        kiln_emu512 r;                                             \
+        for (int i = 0; i < 16; i++) {                             \
+            const float x = a.f32[i], y = b.f32[i];                \
+            r.f32[i] = (expr);                                     \
+        }                                                          \
+        return r;                                                  \
     }
 EMU_F2(emu_add_ps, x + y)
 EMU_F2(emu_sub_ps, x - y)
-EMU_F2(emu_mul_ps, x * y)
+EMU_F2(emu_mul_ps, x *y)
 EMU_F2(emu_max_ps, x > y ? x : y) /* maxps: the second operand when unordered or both zero */
 static inline kiln_emu512 emu_and_ps(kiln_emu512 a, kiln_emu512 b) { return emu_and_si512(a, b); }
 static inline kiln_emu512 emu_or_ps(kiln_emu512 a, kiln_emu512 b) { return emu_or_si512(a, b); }
@@ -274,9 +278,7 @@ static inline kiln_emu512 emu_cvtepi32_ps(kiln_emu512 a) {
     return a;
 }
 /* out-of-range conversions give the "integer indefinite" 0x80000000 */
-static inline int32_t emu_f2i(float f) {
-    return f >= -2147483648.0f && f < 2147483648.0f ? (int32_t)f : INT32_MIN;
-}
+static inline int32_t emu_f2i(float f) { return f >= -2147483648.0f && f < 2147483648.0f ? (int32_t)f : INT32_MIN; }
 static inline kiln_emu512 emu_cvttps_epi32(kiln_emu512 a) {
     for (int i = 0; i < 16; i++) a.i32[i] = emu_f2i(a.f32[i]);
     return a;

@@ -17,8 +17,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const gguf_kv *kv = gguf_kv_at(f, i);
         if (kv->type != GGUF_ARRAY) continue;
         for (uint64_t k = 0; k < kv->n && k < 64; k++) {
-            if (kv->arr_type == GGUF_STRING) (void)gguf_arr_str(kv, k);
-            else (void)gguf_arr_float(kv, k);
+            if (kv->arr_type == GGUF_STRING)
+                (void)gguf_arr_str(kv, k);
+            else
+                (void)gguf_arr_float(kv, k);
         }
     }
     ktok *t = ktok_load(f, err, sizeof err);

@@ -53,8 +53,8 @@ static void this_machine(void) {
     int n = kiln_backend_probe(rows, 16);
     CHECK(n >= 8 && n <= 16);
     CHECK(kiln_backend_probe(NULL, 0) == n);
-    const char *names[] = {"cpu", "cpu-avx2", "cpu-avx512", "cpu-avx512-vnni", "cpu-avx512-bf16", "cpu-amx", "cuda",
-                           "vulkan"};
+    const char *names[] = {"cpu",     "cpu-avx2", "cpu-avx512", "cpu-avx512-vnni", "cpu-avx512-bf16",
+                           "cpu-amx", "cuda",     "vulkan"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) CHECKF(find(rows, n, names[i]), "%s", names[i]);
     for (int i = 0; i < n; i++) {
         CHECK(rows[i].detail[0]);
@@ -80,9 +80,8 @@ static void this_machine(void) {
     CHECK(is_avail(rows, n, "cpu-avx512-vnni") == (f512 && has(fl, "avx512_vnni")));
     CHECK(is_avail(rows, n, "cpu-avx512-bf16") == (f512 && has(fl, "avx512_vnni") && has(fl, "avx512_bf16")));
     if (is_avail(rows, n, "cpu-amx")) CHECK(has(fl, "amx_tile"));
-    printf("this machine: %s; avx2 %d avx512 %d vnni %d bf16 %d amx %d\n", path, is_avail(rows, n, "cpu-avx2"),
-           f512, is_avail(rows, n, "cpu-avx512-vnni"), is_avail(rows, n, "cpu-avx512-bf16"),
-           is_avail(rows, n, "cpu-amx"));
+    printf("this machine: %s; avx2 %d avx512 %d vnni %d bf16 %d amx %d\n", path, is_avail(rows, n, "cpu-avx2"), f512,
+           is_avail(rows, n, "cpu-avx512-vnni"), is_avail(rows, n, "cpu-avx512-bf16"), is_avail(rows, n, "cpu-amx"));
     free(fl);
 }
 
@@ -158,8 +157,10 @@ static void cli(void) {
         const char *name = json_string_value(json_object_get(o, "name"));
         int used = json_is_true(json_object_get(o, "used"));
         CHECK(name && json_string_value(json_object_get(o, "availability")));
-        if (name && !strcmp(name, "cpu")) scalar_used = used;
-        else others_used += used;
+        if (name && !strcmp(name, "cpu"))
+            scalar_used = used;
+        else
+            others_used += used;
     }
     CHECK(json_array_size(j) >= 8);
     CHECK(scalar_used == 1 && others_used == 0);

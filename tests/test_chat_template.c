@@ -10,11 +10,13 @@
 #include <time.h>
 
 /* Renders src with vars given as JSON text; returns malloc'd output or NULL (err filled). */
-static char *render_src(const char *src, const char *vars_json, char *err, size_t errlen)
-{
+static char *render_src(const char *src, const char *vars_json, char *err, size_t errlen) {
     json_error_t je;
     json_t *vars = json_loads(vars_json ? vars_json : "{}", 0, &je);
-    if (!vars) { snprintf(err, errlen, "bad test JSON: %s", je.text); return NULL; }
+    if (!vars) {
+        snprintf(err, errlen, "bad test JSON: %s", je.text);
+        return NULL;
+    }
     kct *t = kct_compile(src, strlen(src), err, errlen);
     char *out = t ? kct_render(t, vars, err, errlen) : NULL;
     kct_free(t);
@@ -22,8 +24,7 @@ static char *render_src(const char *src, const char *vars_json, char *err, size_
     return out;
 }
 
-static void expect_render(int line, const char *src, const char *vars, const char *want)
-{
+static void expect_render(int line, const char *src, const char *vars, const char *want) {
     char err[512] = "";
     char *got = render_src(src, vars, err, sizeof err);
     t_checks++;
@@ -36,22 +37,20 @@ static void expect_render(int line, const char *src, const char *vars, const cha
 }
 #define RENDER(src, vars, want) expect_render(__LINE__, src, vars, want)
 
-static void expect_error(int line, const char *src, const char *vars, const char *want_sub)
-{
+static void expect_error(int line, const char *src, const char *vars, const char *want_sub) {
     char err[512] = "";
     char *got = render_src(src, vars, err, sizeof err);
     t_checks++;
     if (got || !strstr(err, want_sub)) {
         t_failures++;
-        fprintf(stderr, "%s:%d: template %s\n  want error containing [%s]\n  got  [%s] err [%s]\n", __FILE__, line,
-                src, want_sub, got ? got : "(error)", err);
+        fprintf(stderr, "%s:%d: template %s\n  want error containing [%s]\n  got  [%s] err [%s]\n", __FILE__, line, src,
+                want_sub, got ? got : "(error)", err);
     }
     free(got);
 }
 #define FAILS(src, vars, want) expect_error(__LINE__, src, vars, want)
 
-static void test_expressions(void)
-{
+static void test_expressions(void) {
     RENDER("{{ 1 + 2 * 3 }}|{{ (1 + 2) * 3 }}|{{ 2 ** 3 ** 2 }}|{{ -2 ** 2 }}", NULL, "7|9|64|4");
     RENDER("{{ 7 // -2 }} {{ 7 % -3 }} {{ 1 / 4 }} {{ 0.1 + 0.2 }} {{ 1e100 }} {{ 3.0 }}", NULL,
            "-4 -2 0.25 0.30000000000000004 1e+100 3.0");
@@ -65,7 +64,8 @@ static void test_expressions(void)
     RENDER("{{ 'abc' < 'abd' }} {{ [1, 2] < [1, 3] }} {{ 1 == true }} {{ none == none }}", NULL, "True True True True");
     RENDER("{{ u == u }} {{ u == none }} {{ u|length }} {{ u is iterable }}", NULL, "True False 0 True");
     RENDER("{% for c in 'héj' %}[{{ c }}]{% endfor %} {{ 'héj'|length }} {{ 'héj'[1] }}", NULL, "[h][é][j] 3 é");
-    RENDER("{{ {'a': 1, 'b': [true, none, 1.5, 'q\"']}|tojson }}", NULL, "{\"a\": 1, \"b\": [true, null, 1.5, \"q\\\"\"]}");
+    RENDER("{{ {'a': 1, 'b': [true, none, 1.5, 'q\"']}|tojson }}", NULL,
+           "{\"a\": 1, \"b\": [true, null, 1.5, \"q\\\"\"]}");
     RENDER("{{ v|tojson }}", "{\"v\": {\"z\": 1, \"a\": \"\\u00e9\\n\"}}", "{\"z\": 1, \"a\": \"\xc3\xa9\\n\"}");
     RENDER("{{ [1, [2, {}]]|tojson(indent=2) }}", NULL, "[\n  1,\n  [\n    2,\n    {}\n  ]\n]");
     RENDER("{{ 'a\\tb\\n'|trim }}|{{ '  x  '.lstrip() }}|{{ 'x'.rstrip('x') }}", NULL, "a\tb|x  |");
@@ -73,26 +73,30 @@ static void test_expressions(void)
     RENDER("{{ range(3)|join(',') }} {{ [3, 1]|sort|first }} {{ 'x,y'.split(',')|last }}", NULL, "0,1,2 1 y");
     RENDER("{{ ['A', 'b', 'a']|unique|join }} {{ ['A', 'b', 'a']|unique(case_sensitive=true)|join }}", NULL, "Ab Aba");
     RENDER("{{ [{'n': 2}, {'n': 1}]|sort(attribute='n')|map(attribute='n')|join }}", NULL, "12");
-    RENDER("{{ 2.5|round }} {{ 3.5|round }} {{ 2.675|round(2) }} {{ 7|round }} {{ '3'|int + '0x1A'|int(base=16) }}", NULL,
-           "2.0 4.0 2.67 7 29");
+    RENDER("{{ 2.5|round }} {{ 3.5|round }} {{ 2.675|round(2) }} {{ 7|round }} {{ '3'|int + '0x1A'|int(base=16) }}",
+           NULL, "2.0 4.0 2.67 7 29");
     RENDER("{{ 'x'|float }} {{ '1e3'|float }} {{ none|string }} {{ true|int }}", NULL, "0.0 1000.0 None 1");
     RENDER("{% set n = namespace(a=1) %}{% set n.a = n.a + 1 %}{{ n.a }}", NULL, "2");
     RENDER("{% set l = [1] %}{{ l.append(2) }}{{ l }}", NULL, "None[1, 2]");
     RENDER("{{ strftime_now('%d %b %Y') }}", "{\"kct_now\": 1721995200}", "26 Jul 2024");
 }
 
-static void test_statements(void)
-{
+static void test_statements(void) {
     RENDER("{% for a, b in [[1, 2], [3, 4]] %}{{ a + b }}{% endfor %}", NULL, "37");
-    RENDER("{% for i in [1, 2, 3] if i != 2 %}{{ loop.index }}{{ i }}{{ loop.last }}{% endfor %}", NULL, "11False23True");
+    RENDER("{% for i in [1, 2, 3] if i != 2 %}{{ loop.index }}{{ i }}{{ loop.last }}{% endfor %}", NULL,
+           "11False23True");
     RENDER("{% for k, v in {'a': 1}|dictsort %}{{ k }}{{ v }}{% else %}none{% endfor %}", NULL, "a1");
     RENDER("{% for x in [] %}{% else %}E{% endfor %}", NULL, "E");
-    RENDER("{% for i in range(5) %}{% if i == 1 %}{% continue %}{% elif i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+    RENDER("{% for i in range(5) %}{% if i == 1 %}{% continue %}{% elif i == 3 %}{% break %}{% endif %}{{ i }}{% "
+           "endfor %}",
            NULL, "02");
-    RENDER("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}{% if true %}{% set x = 3 %}{% endif %}{{ x }}",
+    RENDER("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}{% if true %}{% set x = 3 %}{% endif "
+           "%}{{ x }}",
            NULL, "13");
-    RENDER("{% macro m(a, b='B') %}{{ a }}{{ b }}{{ caller() if caller is defined }}{% endmacro %}{{ m(1) }}{{ m(b=2, a=3) }}"
-           "{% call m('c') %}body{% endcall %}", NULL, "1B32cBbody");
+    RENDER("{% macro m(a, b='B') %}{{ a }}{{ b }}{{ caller() if caller is defined }}{% endmacro %}{{ m(1) }}{{ m(b=2, "
+           "a=3) }}"
+           "{% call m('c') %}body{% endcall %}",
+           NULL, "1B32cBbody");
     RENDER("{% set s %}a{{ 1 }}{% endset %}{{ s }}{{ s|length }}", NULL, "a12");
     /* whitespace control: trim_blocks + lstrip_blocks as Hugging Face sets them */
     RENDER("  {% if true %}\n  x\n  {% endif %}\n  y", NULL, "  x\n  y");
@@ -102,10 +106,11 @@ static void test_statements(void)
     RENDER("{% raw %}{{ x }}{% endraw %}", NULL, "{{ x }}");
 }
 
-static void test_errors(void)
-{
-    FAILS("line one\n{% for m in messages %}\n{{ m }}", NULL, "2:4: unexpected end of template: 'for' block is not closed");
-    FAILS("{% if x %}\n{% endfor %}", NULL, "2:4: unexpected 'endfor' inside 'if' block opened at 1:4 (expected 'endif')");
+static void test_errors(void) {
+    FAILS("line one\n{% for m in messages %}\n{{ m }}", NULL,
+          "2:4: unexpected end of template: 'for' block is not closed");
+    FAILS("{% if x %}\n{% endfor %}", NULL,
+          "2:4: unexpected 'endfor' inside 'if' block opened at 1:4 (expected 'endif')");
     FAILS("{{ x }}\n  {{ y | no_such_filter }}", NULL, "2:10: unknown filter 'no_such_filter'");
     FAILS("{{ x is no_such_test }}", NULL, "1:9: unknown test 'no_such_test'");
     FAILS("{% frobnicate %}", NULL, "1:4: unknown tag 'frobnicate'");
@@ -142,13 +147,16 @@ static void test_errors(void)
 
 /* Every (template, case) rendering jinja2 produced must match byte for byte;
  * where jinja2 failed, kct must fail too (with the raised message). */
-static void test_corpus(void)
-{
+static void test_corpus(void) {
     json_error_t je;
     json_t *cases = json_load_file("data/templates/cases.json", 0, &je);
     json_t *expected = json_load_file("data/templates/expected.json", 0, &je);
     CHECKF(cases && expected, "cannot load corpus: %s", je.text);
-    if (!cases || !expected) { json_decref(cases); json_decref(expected); return; }
+    if (!cases || !expected) {
+        json_decref(cases);
+        json_decref(expected);
+        return;
+    }
     size_t i, n_ok = 0;
     json_t *e;
     json_array_foreach(expected, i, e) {
@@ -175,7 +183,8 @@ static void test_corpus(void)
             const char *msg = json_string_value(json_object_get(e, "error"));
             int raised = json_is_true(json_object_get(e, "raised"));
             CHECKF(!out, "%s × %s: jinja2 failed (%s) but kct rendered:\n%s", tname, cname, msg, out);
-            if (!out && raised) CHECKF(strstr(err, msg) != NULL, "%s × %s: want error '%s', got '%s'", tname, cname, msg, err);
+            if (!out && raised)
+                CHECKF(strstr(err, msg) != NULL, "%s × %s: want error '%s', got '%s'", tname, cname, msg, err);
             n_ok += !out;
         }
         free(out);
@@ -187,14 +196,17 @@ static void test_corpus(void)
     json_decref(expected);
 }
 
-static void test_speed(void)
-{
+static void test_speed(void) {
     json_error_t je;
     json_t *cases = json_load_file("data/templates/cases.json", 0, &je);
     size_t len;
     char *src = t_read_file("data/templates/qwen3.jinja", &len);
     CHECK(cases && src);
-    if (!cases || !src) { json_decref(cases); free(src); return; }
+    if (!cases || !src) {
+        json_decref(cases);
+        free(src);
+        return;
+    }
     char err[256];
     kct *t = kct_compile(src, len, err, sizeof err);
     json_t *vars = json_object_get(cases, "long_20");
@@ -213,8 +225,7 @@ static void test_speed(void)
     json_decref(cases);
 }
 
-int main(void)
-{
+int main(void) {
     test_expressions();
     test_statements();
     test_errors();

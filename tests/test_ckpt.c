@@ -27,10 +27,26 @@
 static double value_at(const ck_tensor *t, int64_t i) {
     const uint8_t *p = t->data;
     switch (t->dtype) {
-    case CK_F32: { float v; memcpy(&v, p + 4 * i, 4); return v; }
-    case CK_F16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return kq_f16_to_f32(h); }
-    case CK_BF16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return kq_bf16_to_f32(h); }
-    case CK_I64: { int64_t v; memcpy(&v, p + 8 * i, 8); return (double)v; }
+    case CK_F32: {
+        float v;
+        memcpy(&v, p + 4 * i, 4);
+        return v;
+    }
+    case CK_F16: {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        return kq_f16_to_f32(h);
+    }
+    case CK_BF16: {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        return kq_bf16_to_f32(h);
+    }
+    case CK_I64: {
+        int64_t v;
+        memcpy(&v, p + 8 * i, 8);
+        return (double)v;
+    }
     default: return NAN;
     }
 }
@@ -86,8 +102,10 @@ static void robustness(const char *path, int all_prefixes_fail) {
     for (size_t k = 0; k < n; k++) {
         uint8_t *p = malloc(k ? k : 1);
         memcpy(p, orig, k);
-        if (opens(p, k, err, sizeof err)) fail_ok = 0;
-        else if (!err[0]) msg_ok = 0;
+        if (opens(p, k, err, sizeof err))
+            fail_ok = 0;
+        else if (!err[0])
+            msg_ok = 0;
         free(p);
     }
     if (all_prefixes_fail) CHECKF(fail_ok, "%s: a truncation opened", path);
@@ -194,13 +212,15 @@ static void test_safetensors_crafted(void) {
     st_case("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}    ", 8, 0, "data_offsets");
     st_case("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}    ", 8, 0, "data_offsets");
     st_case("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-            "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, 0, "overlaps");
+            "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+            8, 0, "overlaps");
     st_case("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-            "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, 0, "duplicate");
+            "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+            8, 0, "duplicate");
     st_case("{\"a\":{\"dtype\":\"Q9\",\"shape\":[2],\"data_offsets\":[0,8]}}     ", 8, 0, "dtype");
     st_case("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}   ", 8, 0, "shape");
-    st_case("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,8]}}", 8,
-            0, "shape");
+    st_case("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,8]}}", 8, 0,
+            "shape");
     st_case("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, 0, "dimensions");
     st_case("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[2,10]}}   ", 10, 0, "aligned");
     st_case("{\"__metadata__\":{\"k\":1}}", 0, 0, "__metadata__");
@@ -224,7 +244,8 @@ static void test_cli_show(void) {
     out[n] = 0;
     CHECK(p && pclose(p) == 0);
     CHECKF(strstr(out, "pytorch-zip") && strstr(out, "blocks.0.attn.to_q.weight") && strstr(out, "[3, 4]") &&
-           strstr(out, "tensors (7)"), "%s", out);
+               strstr(out, "tensors (7)"),
+           "%s", out);
     snprintf(cmd, sizeof cmd, "'%s' show " DIR "good.safetensors 2>&1", bin);
     p = popen(cmd, "r");
     n = p ? fread(out, 1, sizeof out - 1, p) : 0;

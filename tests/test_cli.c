@@ -86,12 +86,16 @@ static void test_encoders(void) {
         }
         CHECKF(rc == 0 && json_array_size(v) == json_array_size(ref) && dot / sqrt(nv * nr) > 0.99999,
                "kiln embed --%s '%s': rc %d, cosine %.7f", q ? "query" : "document", text, rc, dot / sqrt(nv * nr));
-        CHECK(!strcmp(json_string_value(json_object_get(j, "kind")) ? json_string_value(json_object_get(j, "kind")) : "",
-                      q ? "query" : "document"));
+        CHECK(
+            !strcmp(json_string_value(json_object_get(j, "kind")) ? json_string_value(json_object_get(j, "kind")) : "",
+                    q ? "query" : "document"));
         json_decref(j);
-        free(o); free(e);
-        if (q) seen_q = 1;
-        else seen_d = 1;
+        free(o);
+        free(e);
+        if (q)
+            seen_q = 1;
+        else
+            seen_d = 1;
     }
     CHECK(seen_q && seen_d);
     json_decref(g);
@@ -100,7 +104,8 @@ static void test_encoders(void) {
     CHECK(rc == 0 && json_integer_value(json_object_get(j, "dim")) == 32 &&
           json_array_size(json_object_get(json_array_get(json_object_get(j, "data"), 0), "embedding")) == 32);
     json_decref(j);
-    free(o); free(e);
+    free(o);
+    free(e);
 
     /* rerank: every scored pair of the BERT cross-encoder's fixture */
     json_t *b = json_load_file("data/encoders/bert-rerank.json", 0, &je);
@@ -133,17 +138,20 @@ static void test_encoders(void) {
         prev = sc;
     }
     json_decref(j);
-    free(o); free(e);
-    snprintf(cmd, sizeof cmd,
-             "rerank -m data/encoders/bert-rerank.gguf -t 1 --query '%s' --top-n 2 --documents -f /tmp/kiln-cli-docs.txt",
-             json_string_value(json_object_get(b, "query")));
+    free(o);
+    free(e);
+    snprintf(
+        cmd, sizeof cmd,
+        "rerank -m data/encoders/bert-rerank.gguf -t 1 --query '%s' --top-n 2 --documents -f /tmp/kiln-cli-docs.txt",
+        json_string_value(json_object_get(b, "query")));
     rc = run(cmd, &o, &e);
     j = out_json(o);
     res = json_object_get(j, "results");
     CHECK(rc == 0 && json_array_size(res) == 2 &&
           json_is_string(json_object_get(json_object_get(json_array_get(res, 0), "document"), "text")));
     json_decref(j);
-    free(o); free(e);
+    free(o);
+    free(e);
     json_decref(b);
     remove(subst("/tmp/kiln-cli-docs.txt"));
     /* a document over the model's 128 tokens: cut and listed, or with
@@ -156,20 +164,24 @@ static void test_encoders(void) {
     CHECK(rc == 0 && json_array_size(json_object_get(j, "truncated")) == 1 &&
           json_integer_value(json_array_get(json_object_get(j, "truncated"), 0)) == 1);
     json_decref(j);
-    free(o); free(e);
+    free(o);
+    free(e);
     snprintf(cmd, sizeof cmd, "rerank -m data/encoders/bert-rerank.gguf -t 1 --no-truncate --query q '%s'", longdoc);
     rc = run(cmd, &o, &e);
     CHECKF(rc == 1 && o && !*o && e && strchr(e, '\n') == e + strlen(e) - 1, "rc %d stderr %s", rc, e ? e : "");
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("rerank -m data/encoders/gemma-embed.gguf --query q d", &o, &e);
     CHECKF(rc == 1 && e && strstr(e, "not a reranker"), "rc %d stderr %s", rc, e ? e : "");
-    free(o); free(e);
+    free(o);
+    free(e);
 
     /* decide: the pack fixture's first case, every question */
     json_t *d = json_load_file("data/encoders/modernbert-decide.json", 0, &je);
     json_t *c0 = json_array_get(json_object_get(d, "cases"), 0);
-    size_t o_len = (size_t)snprintf(cmd, sizeof cmd, "decide -m data/encoders/modernbert-decide.gguf -t 1 --state-text '%s'",
-                                    json_string_value(json_object_get(c0, "state")));
+    size_t o_len =
+        (size_t)snprintf(cmd, sizeof cmd, "decide -m data/encoders/modernbert-decide.gguf -t 1 --state-text '%s'",
+                         json_string_value(json_object_get(c0, "state")));
     json_t *qq;
     json_array_foreach(json_object_get(d, "questions"), i, qq) {
         char *qs = json_dumps(qq, JSON_COMPACT);
@@ -182,7 +194,8 @@ static void test_encoders(void) {
     json_t *ds = json_object_get(j, "decisions");
     CHECKF(rc == 0 && json_array_size(ds) == json_array_size(json_object_get(c0, "results")), "kiln decide: rc %d %s",
            rc, e ? e : "");
-    CHECK(json_integer_value(json_object_get(j, "state_tokens")) == json_integer_value(json_object_get(c0, "state_tokens")));
+    CHECK(json_integer_value(json_object_get(j, "state_tokens")) ==
+          json_integer_value(json_object_get(c0, "state_tokens")));
     json_t *want_r;
     json_array_foreach(json_object_get(c0, "results"), i, want_r) {
         json_t *got = json_array_get(ds, i);
@@ -195,19 +208,24 @@ static void test_encoders(void) {
                    json_number_value(json_object_get(want_r, "temperature"))) < 1e-6);
     }
     json_decref(j);
-    free(o); free(e);
+    free(o);
+    free(e);
     json_decref(d);
     rc = run("decide -m data/encoders/modernbert-decide.gguf --state-text 'a b c' "
-             "--question '{\"id\": \"q\", \"type\": \"route\", \"text\": \"x\"}' --measure", &o, &e);
+             "--question '{\"id\": \"q\", \"type\": \"route\", \"text\": \"x\"}' --measure",
+             &o, &e);
     j = out_json(o);
     json_t *mq = json_array_get(json_object_get(j, "questions"), 0);
     CHECK(rc == 0 && json_integer_value(json_object_get(j, "state_tokens")) > 0 &&
           json_integer_value(json_object_get(mq, "budget")) > 0 && json_is_false(json_object_get(mq, "truncates")));
     json_decref(j);
-    free(o); free(e);
-    rc = run("decide -m data/encoders/modernbert-decide.gguf --state-text x --question '{\"type\": \"nosuch\"}'", &o, &e);
+    free(o);
+    free(e);
+    rc = run("decide -m data/encoders/modernbert-decide.gguf --state-text x --question '{\"type\": \"nosuch\"}'", &o,
+             &e);
     CHECK(rc == 1 && o && !*o && e && strstr(e, "unknown question type 'nosuch'"));
-    free(o); free(e);
+    free(o);
+    free(e);
 }
 
 /* kiln chat renders the whole conversation with the template each turn and
@@ -220,15 +238,22 @@ static void test_chat(void) {
     char *o, *e;
     int rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /dev/null", &o, &e);
     CHECK(rc == 0 && e && strstr(e, "chat template"));
-    free(o); free(e);
+    free(o);
+    free(e);
     /* turn 1 alone, then two turns; stdout is each reply plus a newline */
     char *r1, *both;
     FILE *in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
-    if (in) { fputs("Hello there\n", in); fclose(in); }
+    if (in) {
+        fputs("Hello there\n", in);
+        fclose(in);
+    }
     rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &r1, &e);
     free(e);
     in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
-    if (in) { fputs("Hello there\nTell me a story\n", in); fclose(in); }
+    if (in) {
+        fputs("Hello there\nTell me a story\n", in);
+        fclose(in);
+    }
     int rc2 = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &both, &e);
     free(e);
     size_t l1 = r1 ? strlen(r1) : 0;
@@ -244,14 +269,18 @@ static void test_chat(void) {
         };
         for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
             in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
-            if (in) { fputs(inputs[i][0], in); fclose(in); }
+            if (in) {
+                fputs(inputs[i][0], in);
+                fclose(in);
+            }
             char *out;
             rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &out, &e);
             char want[4096];
             snprintf(want, sizeof want, "%s%s", r1, inputs[i][1][1] == 'w' ? r1 : "");
             CHECKF(rc == 0 && out && !strcmp(out, want), "chat input %zu: '%s'", i, out ? out : "");
             if (i == 1) CHECK(e && strstr(e, "unknown command '/nosuch'") && strstr(e, "/clear"));
-            free(out); free(e);
+            free(out);
+            free(e);
         }
     }
     /* a message of several lines between two lines of \"\"\", and //TEXT
@@ -259,9 +288,15 @@ static void test_chat(void) {
     const char *msgs[][2] = {{"\"\"\"\nHello\nthere\n\"\"\"\n", "Hello\nthere"}, {"//clear\n", "/clear"}};
     for (size_t i = 0; i < sizeof msgs / sizeof msgs[0]; i++) {
         in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
-        if (in) { fputs(msgs[i][0], in); fclose(in); }
+        if (in) {
+            fputs(msgs[i][0], in);
+            fclose(in);
+        }
         FILE *p = fopen(subst("/tmp/kiln-cli-prompt.txt"), "w");
-        if (p) { fprintf(p, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", msgs[i][1]); fclose(p); }
+        if (p) {
+            fprintf(p, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", msgs[i][1]);
+            fclose(p);
+        }
         char *c1, *f1, *e1;
         rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &c1, &e);
         rc2 = run("run -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 -f /tmp/kiln-cli-prompt.txt", &f1, &e1);
@@ -269,7 +304,10 @@ static void test_chat(void) {
         if (lc) c1[lc - 1] = 0; /* chat's newline after the reply */
         CHECKF(rc == 0 && rc2 == 0 && lc > 1 && f1 && !strcmp(c1, f1), "chat message %zu: '%s' vs run '%s'", i,
                c1 ? c1 : "", f1 ? f1 : "");
-        free(c1); free(f1); free(e); free(e1);
+        free(c1);
+        free(f1);
+        free(e);
+        free(e1);
         remove(subst("/tmp/kiln-cli-prompt.txt"));
     }
     /* /set system TEXT and /set parameter NAME VALUE (Ollama's REPL): the
@@ -285,9 +323,15 @@ static void test_chat(void) {
     };
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
         in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
-        if (in) { fputs(sets[i][0], in); fclose(in); }
+        if (in) {
+            fputs(sets[i][0], in);
+            fclose(in);
+        }
         FILE *p = fopen(subst("/tmp/kiln-cli-prompt.txt"), "w");
-        if (p) { fputs(sets[i][1], p); fclose(p); }
+        if (p) {
+            fputs(sets[i][1], p);
+            fclose(p);
+        }
         char cmd[256], *c1, *f1, *e1;
         rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &c1, &e);
         snprintf(cmd, sizeof cmd, "run -m /tmp/kiln-cli-chat.gguf --temp 0 %s -f /tmp/kiln-cli-prompt.txt", sets[i][2]);
@@ -296,16 +340,23 @@ static void test_chat(void) {
         if (lc) c1[lc - 1] = 0;
         CHECKF(rc == 0 && rc2 == 0 && lc > 1 && f1 && !strcmp(c1, f1), "/set case %zu: '%s' vs run '%s'", i,
                c1 ? c1 : "", f1 ? f1 : "");
-        free(c1); free(f1); free(e); free(e1);
+        free(c1);
+        free(f1);
+        free(e);
+        free(e1);
         remove(subst("/tmp/kiln-cli-prompt.txt"));
     }
     in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
-    if (in) { fputs("/set parameter nosuch 1\n/set\n", in); fclose(in); }
+    if (in) {
+        fputs("/set parameter nosuch 1\n/set\n", in);
+        fclose(in);
+    }
     char *c2;
     rc = run("chat -m /tmp/kiln-cli-chat.gguf < /tmp/kiln-cli-in.txt", &c2, &e);
     CHECKF(rc == 0 && c2 && !*c2 && e && strstr(e, "/set parameter NAME VALUE with NAME one of"), "bad /set: %s",
            e ? e : "");
-    free(c2); free(e);
+    free(c2);
+    free(e);
     if (rc == 0 && rc2 == 0 && l1 > 1 && both && strlen(both) > l1) {
         r1[l1 - 1] = 0; /* the newline kiln chat prints after a reply */
         char *reply2 = both + l1;
@@ -313,8 +364,10 @@ static void test_chat(void) {
         /* the rendered two-turn conversation, given to kiln run */
         FILE *p = fopen(subst("/tmp/kiln-cli-prompt.txt"), "w");
         if (p) {
-            fprintf(p, "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n%s<|im_end|>\n"
-                       "<|im_start|>user\nTell me a story<|im_end|>\n<|im_start|>assistant\n", r1);
+            fprintf(p,
+                    "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n%s<|im_end|>\n"
+                    "<|im_start|>user\nTell me a story<|im_end|>\n<|im_start|>assistant\n",
+                    r1);
             fclose(p);
         }
         char *o2, *e2;
@@ -333,7 +386,8 @@ static void test_chat(void) {
     for (int with_template = 1; with_template >= 0; with_template--) {
         in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
         if (in) {
-            for (int i = 0; i < 10; i++) fprintf(in, "Tell me about the dog and the cat who played in the park %d\n", i);
+            for (int i = 0; i < 10; i++)
+                fprintf(in, "Tell me about the dog and the cat who played in the park %d\n", i);
             for (int i = 0; i < 40; i++) fputs("the big red ball rolled away ", in);
             fputs("\nHello there\n", in);
             fclose(in);
@@ -349,7 +403,8 @@ static void test_chat(void) {
         CHECKF(rc == 0 && e && strstr(e, "dropped the oldest") && strstr(e, "it was not sent") && lines >= 11,
                "%s: rc %d, %d lines, stderr '%s'", with_template ? "template" : "plain", rc, lines, e ? e : "");
         if (with_template) CHECK(e && strstr(e, "(the system prompt stays)"));
-        free(out); free(e);
+        free(out);
+        free(e);
     }
     remove(subst("/tmp/kiln-cli-in.txt"));
     remove(model);
@@ -365,11 +420,17 @@ static void test_chat_hybrid(void) {
     CHECK(t_write_chat_model("data/hybrid/qwen35-spm-f32.gguf", model) == 0);
     char *r1, *both, *e;
     FILE *in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
-    if (in) { fputs("Hello there\n", in); fclose(in); }
+    if (in) {
+        fputs("Hello there\n", in);
+        fclose(in);
+    }
     int rc = run("chat -m /tmp/kiln-cli-chat35.gguf -n 10 --temp 0 < /tmp/kiln-cli-in.txt", &r1, &e);
     free(e);
     in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
-    if (in) { fputs("Hello there\nTell me a story\n", in); fclose(in); }
+    if (in) {
+        fputs("Hello there\nTell me a story\n", in);
+        fclose(in);
+    }
     int rc2 = run("chat -m /tmp/kiln-cli-chat35.gguf -n 10 --temp 0 < /tmp/kiln-cli-in.txt", &both, &e);
     free(e);
     const size_t l1 = r1 ? strlen(r1) : 0;
@@ -381,8 +442,10 @@ static void test_chat_hybrid(void) {
         reply2[strlen(reply2) - 1] = 0;
         FILE *p = fopen(subst("/tmp/kiln-cli-prompt.txt"), "w");
         if (p) {
-            fprintf(p, "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n%s<|im_end|>\n"
-                       "<|im_start|>user\nTell me a story<|im_end|>\n<|im_start|>assistant\n", r1);
+            fprintf(p,
+                    "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n%s<|im_end|>\n"
+                    "<|im_start|>user\nTell me a story<|im_end|>\n<|im_start|>assistant\n",
+                    r1);
             fclose(p);
         }
         char *o2, *e2;
@@ -411,25 +474,30 @@ int main(void) {
     char *o, *e;
     int rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0", &o, &e);
     CHECK(rc == 0);
-    CHECKF(o && !strcmp(o, " ball. He liked to play with his toys. He liked to play with his toys and run around the room. He saw a big"),
+    CHECKF(o && !strcmp(o, " ball. He liked to play with his toys. He liked to play with his toys and run around the "
+                           "room. He saw a big"),
            "stdout: '%s'", o ? o : "");
     CHECK(e && strstr(e, "generated 40 tokens"));
-    free(o); free(e);
+    free(o);
+    free(e);
 
     /* --stop: the text ends before the first stop string written (across
      * tokens), which is not printed; a string no text begins with changes
      * nothing */
-    rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0 --stop 'his toys and' --stop zzz",
-             &o, &e);
+    rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0 --stop 'his toys and' --stop zzz", &o,
+             &e);
     CHECKF(rc == 0 && o && !strcmp(o, " ball. He liked to play with his toys. He liked to play with "), "stdout: '%s'",
            o ? o : "");
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0 --stop ' b'", &o, &e);
     CHECK(rc == 0 && o && !*o);
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("run -m ../models/stories260K.gguf -p 'x' --stop ''", &o, &e);
     CHECK(rc == 2 && e && strstr(e, "--stop needs a non-empty text"));
-    free(o); free(e);
+    free(o);
+    free(e);
 
     /* a seed fixes a sampled continuation */
     char *o2, *e2;
@@ -437,25 +505,32 @@ int main(void) {
     int rc2;
     rc2 = run("run -m ../models/stories260K.gguf -p 'Once' -n 30 --temp 0.9 --seed 7", &o2, &e2);
     CHECK(rc == 0 && rc2 == 0 && o && o2 && strlen(o) > 0 && !strcmp(o, o2));
-    free(o); free(e); free(o2); free(e2);
+    free(o);
+    free(e);
+    free(o2);
+    free(e2);
 
     /* prompt + n over the context: an error with the numbers, no output */
     rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 100 -c 64", &o, &e);
     CHECK(rc != 0 && o && !*o && e && strstr(e, "(7 tokens) plus 100") && strstr(e, "64"));
-    free(o); free(e);
+    free(o);
+    free(e);
 
     /* --cache-type: a Q8_0 cache needs heads of a multiple of 32 (the
      * stories model's are 8): a clear error, no output; an unknown type is
      * a usage error; F32 runs */
     rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 8 --cache-type q8_0", &o, &e);
     CHECKF(rc != 0 && o && !*o && e && strstr(e, "multiple of 32") && strstr(e, "is 8"), "stderr: %s", e ? e : "");
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 8 --cache-type q4", &o, &e);
     CHECKF(rc == 2 && e && strstr(e, "'q4' is not f16, f32 or q8_0"), "rc %d stderr: %s", rc, e ? e : "");
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 8 --temp 0 --cache-type f32", &o, &e);
     CHECK(rc == 0 && o && strlen(o) > 0);
-    free(o); free(e);
+    free(o);
+    free(e);
 
     /* --spec: the same text as plain greedy decoding, the counts on stderr;
      * a draft of another vocabulary, a missing draft, a model without MTP
@@ -466,11 +541,14 @@ int main(void) {
         char args[512];
         snprintf(args, sizeof args, "run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0 %s", specs[i]);
         rc = run(args, &o, &e);
-        CHECKF(rc == 0 && o && !strcmp(o, " ball. He liked to play with his toys. He liked to play with his toys and run around the room. He saw a big"),
+        CHECKF(rc == 0 && o &&
+                   !strcmp(o, " ball. He liked to play with his toys. He liked to play with his toys and run around "
+                              "the room. He saw a big"),
                "%s: rc %d, stdout '%s'", specs[i], rc, o ? o : "");
         CHECKF(e && strstr(e, "speculative decoding (") && strstr(e, "tokens proposed"), "%s: stderr %s", specs[i],
                e ? e : "");
-        free(o); free(e);
+        free(o);
+        free(e);
     }
     const char *spec_errs[][2] = {
         {"--spec draft -md data/fixtures/llama.gguf", "has another vocabulary than the target: token 259"},
@@ -483,20 +561,23 @@ int main(void) {
         rc = run(args, &o, &e);
         CHECKF(rc == 1 && o && !*o && e && strstr(e, spec_errs[i][1]), "%s: rc %d, stderr %s", spec_errs[i][0], rc,
                e ? e : "");
-        free(o); free(e);
+        free(o);
+        free(e);
     }
     rc = run("run -m ../models/stories260K.gguf -p 'Tom' --spec lookup", &o, &e);
     CHECKF(rc == 2 && e && strstr(e, "'lookup' is not ngram, draft, mtp or none"), "rc %d stderr: %s", rc, e ? e : "");
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("run -m ../models/stories260K.gguf -p 'Tom' --spec ngram --spec-n 17", &o, &e);
     CHECKF(rc == 2 && e && strstr(e, "out of range"), "rc %d stderr: %s", rc, e ? e : "");
-    free(o); free(e);
+    free(o);
+    free(e);
     /* numeric flags are checked: a bad value is a usage error naming it */
     const char *bad_flags[][2] = {
-        {"-t 0", "out of range"}, {"-t x", "not a whole number"}, {"--top-p 1.5", "out of range"},
-        {"-n -2", "out of range"}, {"--min-p -0.1", "out of range"}, {"--temp -1", "out of range"},
-        {"-s -5", "out of range"}, {"--seed 4294967296", "out of range"}, {"-c -1", "out of range"},
-        {"-b 0", "out of range"}, {"--top-k 3.5", "not a whole number"}, {"-n 99999999999", "out of range"},
+        {"-t 0", "out of range"},           {"-t x", "not a whole number"},        {"--top-p 1.5", "out of range"},
+        {"-n -2", "out of range"},          {"--min-p -0.1", "out of range"},      {"--temp -1", "out of range"},
+        {"-s -5", "out of range"},          {"--seed 4294967296", "out of range"}, {"-c -1", "out of range"},
+        {"-b 0", "out of range"},           {"--top-k 3.5", "not a whole number"}, {"-n 99999999999", "out of range"},
         {"-ctk q8_0 -ctv f16", "one type"},
     };
     for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
@@ -505,17 +586,20 @@ int main(void) {
         rc = run(args, &o, &e);
         CHECKF(rc == 2 && o && !*o && e && strstr(e, bad_flags[i][1]), "%s: rc %d, stderr '%s'", bad_flags[i][0], rc,
                e ? e : "");
-        free(o); free(e);
+        free(o);
+        free(e);
     }
     rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 8 --temp 0 -ctk f32 -ctv f32", &o, &e);
     CHECKF(rc == 0 && o && !strcmp(o, " ball. He liked to play"), "-ctk/-ctv f32: rc %d '%s'", rc, o ? o : "");
-    free(o); free(e);
+    free(o);
+    free(e);
 
     /* -n defaults to unlimited: with --ignore-eos, until the context is full */
     rc = run("run -m ../models/stories260K.gguf -p Once -c 300 -t 1 --ignore-eos", &o, &e);
     CHECKF(rc == 0 && e && strstr(e, "generated 299 tokens") && strstr(e, "context of 300 tokens is full"),
            "unlimited -n: rc %d, stderr '%s'", rc, e ? e : "");
-    free(o); free(e);
+    free(o);
+    free(e);
 
     /* the seed is random unless given; -v prints it, and -s replays it */
     {
@@ -531,15 +615,22 @@ int main(void) {
         snprintf(args, sizeof args, "run -m ../models/stories260K.gguf -p Once -n 30 --temp 1 -s %llu", seed);
         rc = run(args, &o, &e);
         CHECKF(rc == 0 && o && a && !strcmp(o, a), "-s %llu replays: '%s' vs '%s'", seed, o ? o : "", a ? a : "");
-        free(o); free(e); free(a); free(ea); free(b2); free(eb);
+        free(o);
+        free(e);
+        free(a);
+        free(ea);
+        free(b2);
+        free(eb);
     }
 
     /* -e processes escapes in the prompt; --ignore-eos and --json-schema as llama.cpp names them */
     rc = run("run -m ../models/stories260K.gguf -p 'Tom had a\\x20red' -e -n 8 --temp 0", &o, &e);
     CHECKF(rc == 0 && o && !strcmp(o, " ball. He liked to play"), "-e: rc %d '%s' %s", rc, o ? o : "", e ? e : "");
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("run -m ../models/stories260K.gguf -p Once -t 1 -n 40 --json-schema "
-             "'{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 10}'", &o, &e);
+             "'{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 10}'",
+             &o, &e);
     {
         char *end = NULL;
         long v = o ? strtol(o, &end, 10) : -1;
@@ -547,58 +638,81 @@ int main(void) {
         CHECKF(rc == 0 && end && !*end && v >= 5 && v <= 10, "--json-schema: rc %d '%s' %s", rc, o ? o : "",
                e ? e : "");
     }
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("run -m ../models/stories260K.gguf -p Once --json-schema '{\"type\": \"integer\", \"not\": {}}'", &o, &e);
     CHECKF(rc == 2 && e && strstr(e, "not"), "an unenforced schema: rc %d '%s'", rc, e ? e : "");
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("chat -m ../models/stories260K.gguf -sys 'Be brief' -n 4 < /dev/null", &o, &e);
     CHECKF(rc == 0, "chat -sys: rc %d '%s'", rc, e ? e : "");
-    free(o); free(e);
+    free(o);
+    free(e);
 
     rc = run("tokenize -m ../models/stories260K.gguf -p 'Tom had a red' --json", &o, &e);
     CHECK(rc == 0 && o && !strcmp(o, "[1, 274, 287, 381, 261, 352, 266]\n"));
-    free(o); free(e);
+    free(o);
+    free(e);
 
     /* --help: every command prints its usage on stdout and exits 0, as the
      * first argument, among options, or as `kiln help CMD`; the value of an
      * option is never taken for it (-p --help is a prompt) */
     const char *helps[][2] = {
-        {"run --help", "usage: kiln run -m MODEL"}, {"run -m x -t 2 -h", "--cache-type T"},
-        {"chat -m x --help", "usage: kiln chat"}, {"help bench", "usage: kiln bench -m MODEL"},
-        {"tokenize -m x --help", "usage: kiln tokenize"}, {"quantize --help", "q4_k_m"},
-        {"embed --help", "usage: kiln embed"}, {"pull --help", "usage: kiln pull URL"},
-        {"import --help", "usage: kiln import PATH"}, {"show --help", "usage: kiln show MODEL"},
-        {"rm --help", "usage: kiln rm NAME|ID"}, {"verify -h", "usage: kiln verify"}, {"cp --help", "usage: kiln cp"},
-        {"ls --help", "usage: kiln ls"}, {"gc --help", "usage: kiln gc"}, {"serve --help", "--port P"},
-        {"help serve", "--parallel N"}, {"rerank --help", "usage: kiln rerank"},
+        {"run --help", "usage: kiln run -m MODEL"},
+        {"run -m x -t 2 -h", "--cache-type T"},
+        {"chat -m x --help", "usage: kiln chat"},
+        {"help bench", "usage: kiln bench -m MODEL"},
+        {"tokenize -m x --help", "usage: kiln tokenize"},
+        {"quantize --help", "q4_k_m"},
+        {"embed --help", "usage: kiln embed"},
+        {"pull --help", "usage: kiln pull URL"},
+        {"import --help", "usage: kiln import PATH"},
+        {"show --help", "usage: kiln show MODEL"},
+        {"rm --help", "usage: kiln rm NAME|ID"},
+        {"verify -h", "usage: kiln verify"},
+        {"cp --help", "usage: kiln cp"},
+        {"ls --help", "usage: kiln ls"},
+        {"gc --help", "usage: kiln gc"},
+        {"serve --help", "--port P"},
+        {"help serve", "--parallel N"},
+        {"rerank --help", "usage: kiln rerank"},
         {"decide --help", "usage: kiln decide"},
     };
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
         rc = run(helps[i][0], &o, &e);
         CHECKF(rc == 0 && o && strstr(o, helps[i][1]), "kiln %s: rc %d, '%s'", helps[i][0], rc, o ? o : "");
-        free(o); free(e);
+        free(o);
+        free(e);
     }
     rc = run("help nosuch", &o, &e);
     CHECK(rc == 2 && e && strstr(e, "unknown command 'nosuch'"));
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("run -m ../models/stories260K.gguf -p --help -n 4 --temp 0", &o, &e);
     CHECKF(rc == 0 && o && *o && !strstr(o, "usage"), "stdout: '%s'", o ? o : "");
-    free(o); free(e);
+    free(o);
+    free(e);
 
     /* a prompt piped in on stdin, as `echo TEXT | kiln run` gives it: the
      * same continuation as -p TEXT (echo's newline dropped); -f - keeps
      * every byte; nothing piped in is "no prompt" */
     FILE *pf = fopen(subst("/tmp/kiln-cli-stdin.txt"), "w");
-    if (pf) { fputs("Tom had a red\n", pf); fclose(pf); }
+    if (pf) {
+        fputs("Tom had a red\n", pf);
+        fclose(pf);
+    }
     rc = run("run -m ../models/stories260K.gguf -n 8 --temp 0 < /tmp/kiln-cli-stdin.txt", &o, &e);
     CHECKF(rc == 0 && o && !strcmp(o, " ball. He liked to play"), "stdin prompt: '%s'", o ? o : "");
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("tokenize -m ../models/stories260K.gguf -f - --json < /tmp/kiln-cli-stdin.txt", &o, &e);
     CHECKF(rc == 0 && o && !strcmp(o, "[1, 274, 287, 381, 261, 352, 266, 13]\n"), "-f -: '%s'", o ? o : "");
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("run -m ../models/stories260K.gguf -n 8 < /dev/null", &o, &e);
     CHECK(rc == 2 && o && !*o && e && strstr(e, "no prompt"));
-    free(o); free(e);
+    free(o);
+    free(e);
     remove(subst("/tmp/kiln-cli-stdin.txt"));
 
     /* Ctrl-C (one SIGINT; a second one ends the process at once): run stops
@@ -610,9 +724,11 @@ int main(void) {
     {
         char cmd[1024];
         snprintf(cmd, sizeof cmd,
-                 "rm -f /tmp/kiln-cli-out.txt; '%s' run -m ../models/stories260K.gguf -p Once -n -1 -t 1 >/tmp/kiln-cli-out.txt "
+                 "rm -f /tmp/kiln-cli-out.txt; '%s' run -m ../models/stories260K.gguf -p Once -n -1 -t 1 "
+                 ">/tmp/kiln-cli-out.txt "
                  "2>/tmp/kiln-cli-err.txt & p=$!; i=0; while [ ! -s /tmp/kiln-cli-out.txt ] && [ $i -lt 400 ]; do "
-                 "sleep 0.05; i=$((i+1)); done; kill -INT $p; wait $p", bin);
+                 "sleep 0.05; i=$((i+1)); done; kill -INT $p; wait $p",
+                 bin);
         int st = system(subst(cmd));
         o = t_read_file(subst("/tmp/kiln-cli-out.txt"), NULL);
         e = t_read_file(subst("/tmp/kiln-cli-err.txt"), NULL);
@@ -620,13 +736,17 @@ int main(void) {
         const char *g = e ? strstr(e, "generated ") : NULL;
         if (g) sscanf(g, "generated %d", &n_gen);
         CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 130 && o && *o && e && strstr(e, "interrupted") && n_gen > 0 &&
-                   n_gen < 2047, "interrupted run: status %d, %d tokens, stderr '%s'", st, n_gen, e ? e : "");
-        free(o); free(e);
-        snprintf(cmd, sizeof cmd,
-                 "rm -f /tmp/kiln-cli-err.txt; sleep 2 | '%s' chat -m ../models/stories260K.gguf >/tmp/kiln-cli-out.txt "
-                 "2>/tmp/kiln-cli-err.txt "
-                 "& p=$!; i=0; while ! grep -q '> ' /tmp/kiln-cli-err.txt 2>/dev/null && [ $i -lt 400 ]; do sleep 0.05; "
-                 "i=$((i+1)); done; kill -INT $p; wait $p", bin);
+                   n_gen < 2047,
+               "interrupted run: status %d, %d tokens, stderr '%s'", st, n_gen, e ? e : "");
+        free(o);
+        free(e);
+        snprintf(
+            cmd, sizeof cmd,
+            "rm -f /tmp/kiln-cli-err.txt; sleep 2 | '%s' chat -m ../models/stories260K.gguf >/tmp/kiln-cli-out.txt "
+            "2>/tmp/kiln-cli-err.txt "
+            "& p=$!; i=0; while ! grep -q '> ' /tmp/kiln-cli-err.txt 2>/dev/null && [ $i -lt 400 ]; do sleep 0.05; "
+            "i=$((i+1)); done; kill -INT $p; wait $p",
+            bin);
         st = system(subst(cmd));
         e = t_read_file(subst("/tmp/kiln-cli-err.txt"), NULL);
         CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0 && e && strstr(e, "(/bye or Ctrl-D ends the chat)"),
@@ -637,7 +757,8 @@ int main(void) {
     rc = run("show ../models/stories260K.gguf", &o, &e);
     CHECK(rc == 0 && o && strstr(o, "llama.block_count") && strstr(o, "blk.4.ffn_down.weight") &&
           strstr(o, "runnable:  yes") && strstr(o, "292800"));
-    free(o); free(e);
+    free(o);
+    free(e);
 
     rc = run("bench -m ../models/stories260K.gguf -p 16 -n 8 -r 2 -t 1 -o json", &o, &e);
     CHECK(rc == 0);
@@ -653,11 +774,13 @@ int main(void) {
         CHECKF(tk && !strcmp(tk, "f16"), "type_k %s", tk ? tk : "(none)");
     }
     json_decref(j);
-    free(o); free(e);
+    free(o);
+    free(e);
 
     rc = run("bench -m ../models/stories260K.gguf -p 16 -n 8 -r 1", &o, &e);
     CHECK(rc == 0 && o && strstr(o, "| pp16 |") && strstr(o, "| tg8 |") && strstr(o, "±"));
-    free(o); free(e);
+    free(o);
+    free(e);
 
     /* -s: tg over several sequences at once, one row per stream count */
     rc = run("bench -m ../models/stories260K.gguf -p 0 -n 8 -s 1,3 -r 1 -t 1 -o json", &o, &e);
@@ -671,7 +794,8 @@ int main(void) {
         CHECK(json_real_value(json_object_get(json_array_get(j, 1), "avg_ts")) > 0);
     }
     json_decref(j);
-    free(o); free(e);
+    free(o);
+    free(e);
 
     /* --roofline: each tg row gets the read bandwidth measured around it,
      * the roofline that allows (streams x bandwidth / the bytes one step
@@ -698,11 +822,13 @@ int main(void) {
         }
     }
     json_decref(j);
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("bench -m ../models/stories260K.gguf -p 0 -n 8 -r 1 -t 1 --roofline", &o, &e);
-    CHECK(rc == 0 && o && strstr(o, "| read GB/s | roofline t/s | share |") && strstr(o, " % |") &&
-          e && strstr(e, "read bandwidth"));
-    free(o); free(e);
+    CHECK(rc == 0 && o && strstr(o, "| read GB/s | roofline t/s | share |") && strstr(o, " % |") && e &&
+          strstr(e, "read bandwidth"));
+    free(o);
+    free(e);
 
     /* -pg: prompt then generation as one test; -d: after a filled context,
      * as llama-bench names them */
@@ -714,26 +840,32 @@ int main(void) {
         json_t *r0 = json_array_get(j, 0), *r1 = json_array_get(j, 1);
         CHECK(!strcmp(json_string_value(json_object_get(r0, "test")), "pp16+tg8"));
         CHECK(!strcmp(json_string_value(json_object_get(r1, "test")), "pp16+tg8 @ d40"));
-        CHECK(json_integer_value(json_object_get(r0, "n_prompt")) == 16 && json_integer_value(json_object_get(r0, "n_gen")) == 8);
+        CHECK(json_integer_value(json_object_get(r0, "n_prompt")) == 16 &&
+              json_integer_value(json_object_get(r0, "n_gen")) == 8);
         CHECK(json_integer_value(json_object_get(r1, "n_depth")) == 40);
         CHECK(json_real_value(json_object_get(r1, "avg_ts")) > 0);
     }
     json_decref(j);
-    free(o); free(e);
+    free(o);
+    free(e);
     /* depth + prompt + generation past the model's context (2048) is refused */
     rc = run("bench -m ../models/stories260K.gguf -p 0 -n 8 -d 2045 -r 1 -t 1", &o, &e);
     CHECK(rc == 1 && e && strstr(e, "2053") && strstr(e, "2048"));
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("bench -m ../models/stories260K.gguf -pg 16", &o, &e);
     CHECK(rc == 2 && e && strstr(e, "-pg"));
-    free(o); free(e);
+    free(o);
+    free(e);
 
     rc = run("quantize ../models/stories260K.gguf /tmp/kiln-cli-q8.gguf q8_0", &o, &e);
     CHECK(rc == 0);
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("run -m /tmp/kiln-cli-q8.gguf -p 'Tom had a red' -n 8 --temp 0", &o, &e);
     CHECK(rc == 0 && o && strlen(o) > 0);
-    free(o); free(e);
+    free(o);
+    free(e);
     remove(subst("/tmp/kiln-cli-q8.gguf"));
 
     test_chat();
@@ -742,10 +874,12 @@ int main(void) {
 
     rc = run("frobnicate", &o, &e);
     CHECK(rc == 2 && e && strstr(e, "unknown command"));
-    free(o); free(e);
+    free(o);
+    free(e);
     rc = run("run -m /nonexistent.gguf -p x", &o, &e);
     CHECK(rc == 1 && e && strstr(e, "/nonexistent.gguf") && strchr(e, '\n') == e + strlen(e) - 1);
-    free(o); free(e);
+    free(o);
+    free(e);
     remove(subst("/tmp/kiln-cli-out.txt"));
     remove(subst("/tmp/kiln-cli-err.txt"));
     rmdir(g_dir);

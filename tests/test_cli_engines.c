@@ -48,8 +48,8 @@ static json_t *family(json_t *arr, const char *key) {
 static json_t *model(json_t *fam, const char *name) {
     size_t i;
     json_t *m;
-    json_array_foreach(json_object_get(fam, "models"), i, m)
-        if (!strcmp(json_string_value(json_object_get(m, "name")), name)) return m;
+    json_array_foreach(json_object_get(fam, "models"), i,
+                       m) if (!strcmp(json_string_value(json_object_get(m, "name")), name)) return m;
     return NULL;
 }
 
@@ -147,8 +147,10 @@ int main(void) {
           !strcmp(str(model(img, "shapes:latest"), "state"), "installed") &&
           !strcmp(str(model(img, "shapes:latest"), "arch"), "image"));
     json_t *rr = family(arr, "rerank"), *dd = family(arr, "decision");
-    CHECK(json_array_size(json_object_get(rr, "models")) == 1 && !strcmp(str(model(rr, "rr:latest"), "state"), "installed"));
-    CHECK(json_array_size(json_object_get(dd, "models")) == 1 && !strcmp(str(model(dd, "dd:latest"), "state"), "installed"));
+    CHECK(json_array_size(json_object_get(rr, "models")) == 1 &&
+          !strcmp(str(model(rr, "rr:latest"), "state"), "installed"));
+    CHECK(json_array_size(json_object_get(dd, "models")) == 1 &&
+          !strcmp(str(model(dd, "dd:latest"), "state"), "installed"));
     json_decref(arr);
     /* kiln ls --json says the family the architecture does not */
     CHECK(kiln("ls --json", &o, &e) == 0);

@@ -51,7 +51,14 @@ static void test_conv(int type, int cin, int cout, int h, int w, int k, int stri
     CHECKF(e <= tol * (1 + r), "%s conv %dx%d k%d s%d: max error %g (values up to %g)", kq_get(type)->name, h, w, k,
            stride, e, r);
     CHECK(!memcmp(y, y2, ny * sizeof *y));
-    free(wf); free(wq); free(bias); free(x); free(y); free(y2); free(yr); free(s);
+    free(wf);
+    free(wq);
+    free(bias);
+    free(x);
+    free(y);
+    free(y2);
+    free(yr);
+    free(s);
 }
 
 static void test_gn(int c, int hw, int groups, int silu, kpool *p1, kpool *p2) {
@@ -94,7 +101,11 @@ static void test_gn(int c, int hw, int groups, int silu, kpool *p1, kpool *p2) {
     memcpy(yb, x, n * sizeof *x);
     kk_groupnorm(p2, &g, yb, yb);
     CHECK(!memcmp(ya, yb, n * sizeof *ya));
-    free(x); free(ya); free(yb); free(w); free(b);
+    free(x);
+    free(ya);
+    free(yb);
+    free(w);
+    free(b);
 }
 
 int main(void) {

@@ -42,7 +42,8 @@ static void load_questions(void) {
         g_q[i].type = json_string_value(json_object_get(q, "type"));
         g_q[i].text = json_string_value(json_object_get(q, "text"));
         g_q[i].n_options = (int32_t)json_array_size(o);
-        for (int k = 0; k < g_q[i].n_options && k < 8; k++) g_opts[i][k] = json_string_value(json_array_get(o, (size_t)k));
+        for (int k = 0; k < g_q[i].n_options && k < 8; k++)
+            g_opts[i][k] = json_string_value(json_array_get(o, (size_t)k));
         g_q[i].options = g_q[i].n_options ? g_opts[i] : NULL;
     }
 }
@@ -155,9 +156,13 @@ static void test_invalid(kiln_decider *d) {
     expect_invalid(d, (kiln_decide_question){"x", "pick", "t", 5, five}, "5 options, but type 'pick' has 4");
     expect_invalid(d, (kiln_decide_question){"x", "route", "t", 2, two}, "takes no options");
     expect_invalid(d, (kiln_decide_question){"x", "pick", "t", 0, NULL}, "none were given");
-    expect_invalid(d, (kiln_decide_question){"x", "route", "a question text that is much longer than the head "
-                                             "budget of this small pack allows, which is sixteen tokens of the "
-                                             "question and its options together", 0, NULL}, "head_max_len");
+    expect_invalid(d,
+                   (kiln_decide_question){"x", "route",
+                                          "a question text that is much longer than the head "
+                                          "budget of this small pack allows, which is sixteen tokens of the "
+                                          "question and its options together",
+                                          0, NULL},
+                   "head_max_len");
     /* no questions: an empty result */
     kiln_decide_request r = {"state", 0, 0, NULL};
     kiln_decide_job *j = NULL;
@@ -219,10 +224,12 @@ static void test_bad_packs(void) {
          KILN_ERR_FORMAT, "exactly one"},
         {"{\"question_types\": {\"route\": {\"head\": \"route\", \"labels\": [\"a\", \"b\", \"c\", \"d\"]}, "
          "\"pick\": {\"head\": \"pick\", \"option_slots\": 4}, \"yesno\": {\"head\": \"yesno\", \"labels\": "
-         "[\"no\", \"yes\"]}}}", KILN_ERR_CORRUPT, "model corrupt"},
+         "[\"no\", \"yes\"]}}}",
+         KILN_ERR_CORRUPT, "model corrupt"},
         {"{\"question_types\": {\"route\": {\"head\": \"other\", \"labels\": [\"a\", \"b\", \"c\"]}, "
          "\"pick\": {\"head\": \"pick\", \"option_slots\": 4}, \"yesno\": {\"head\": \"yesno\", \"labels\": "
-         "[\"no\", \"yes\"]}}}", KILN_ERR_CORRUPT, "no decision.other.out.weight"},
+         "[\"no\", \"yes\"]}}}",
+         KILN_ERR_CORRUPT, "no decision.other.out.weight"},
         {"{\"max_len\": 300}", KILN_ERR_CORRUPT, "exceeds the encoder's 256 positions"},
         {NULL, KILN_ERR_FORMAT, "not a decision pack"},
     };

@@ -45,7 +45,8 @@ static int load_fixture(const char *path, fixture *f) {
         f->n_ids[i] = (int)json_array_size(ids);
         f->n_full[i] = (int)json_integer_value(json_object_get(in, "n_tokens_full"));
         f->truncated[i] = json_is_true(json_object_get(in, "truncated"));
-        for (int k = 0; k < f->n_ids[i] && k < 64; k++) f->ids[i][k] = (int32_t)json_integer_value(json_array_get(ids, (size_t)k));
+        for (int k = 0; k < f->n_ids[i] && k < 64; k++)
+            f->ids[i][k] = (int32_t)json_integer_value(json_array_get(ids, (size_t)k));
         for (int k = 0; k < f->n_embd; k++) f->vec[i][k] = json_number_value(json_array_get(v, (size_t)k));
     }
     return 0;
@@ -255,8 +256,7 @@ int main(void) {
     if (eq) {
         kiln_embedder_info iq;
         kiln_embedder_get_info(eq, &iq);
-        CHECK(!strcmp(iq.arch, "qwen3") && iq.n_embd == 16 && iq.max_tokens == 64 &&
-              iq.pooling == KILN_POOLING_LAST);
+        CHECK(!strcmp(iq.arch, "qwen3") && iq.n_embd == 16 && iq.max_tokens == 64 && iq.pooling == KILN_POOLING_LAST);
         CHECK(is_hex64(iq.fingerprint) && eb && strcmp(iq.fingerprint, ib.fingerprint) != 0);
         check_vectors(eq, &fq, "qwen3");
         check_limits(eq, &fq, "qwen3");

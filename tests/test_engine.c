@@ -22,7 +22,11 @@ static void sleep_ms(int ms) {
 }
 
 /* Polls cond every millisecond for up to LIMIT_MS, then checks it. */
-#define WAIT_FOR(cond) do { for (int w_ = 0; !(cond) && w_ < LIMIT_MS; w_++) sleep_ms(1); CHECK(cond); } while (0)
+#define WAIT_FOR(cond)                                                \
+    do {                                                              \
+        for (int w_ = 0; !(cond) && w_ < LIMIT_MS; w_++) sleep_ms(1); \
+        CHECK(cond);                                                  \
+    } while (0)
 
 /* ---------------------------------------------------------------- latch */
 
@@ -45,16 +49,16 @@ static int latch_wait(latch *l, const engine_run *r) {
 
 typedef struct fake {
     pthread_mutex_t mu;
-    char log[256];           /* runs ("A0") and releases ("U") in order */
-    int runs_active;         /* native runs in progress */
-    int release_during_run;  /* releases that happened while a run was active */
-    int loads, unloads;      /* successful ones */
-    int leases;              /* store leases held */
-    latch *load_hold;        /* load blocks here when set */
+    char log[256];          /* runs ("A0") and releases ("U") in order */
+    int runs_active;        /* native runs in progress */
+    int release_during_run; /* releases that happened while a run was active */
+    int loads, unloads;     /* successful ones */
+    int leases;             /* store leases held */
+    latch *load_hold;       /* load blocks here when set */
     int load_obeys_cancel;
     atomic_int load_entered;
     kiln_status load_result;
-    int unload_fails;        /* how many next releases fail */
+    int unload_fails; /* how many next releases fail */
 } fake;
 
 static fake F = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -110,8 +114,10 @@ static kiln_status fake_unload(void *user, void *model) {
     pthread_mutex_lock(&F.mu);
     F.release_during_run += F.runs_active > 0;
     int fail = F.unload_fails > 0;
-    if (fail) F.unload_fails--;
-    else F.unloads++;
+    if (fail)
+        F.unload_fails--;
+    else
+        F.unloads++;
     pthread_mutex_unlock(&F.mu);
     if (fail) return kl_fail(NULL, KILN_ERR_IO, "stand-in release failed");
     fake_log("U");
@@ -124,7 +130,7 @@ typedef struct freq {
     const char *name;
     int runs;
     latch *hold[4];
-    int obey_cancel;   /* a blocked run notices cancellation */
+    int obey_cancel; /* a blocked run notices cancellation */
     int urgent;
     kiln_engine_cancel *cancel;
     kiln_engine *e;
@@ -303,7 +309,7 @@ static void test_lifecycle(void) {
     CHECK(o.state == KILN_ENGINE_CREATED && o.backend == KILN_ENGINE_BACKEND_CPU && !o.model[0]);
     CHECK(kiln_engine_load(e, MODEL_FILE, NULL) == KILN_ERR_STATE); /* not started */
     CHECK(kiln_engine_start(e) == KILN_OK);
-    CHECK(kiln_engine_start(e) == KILN_OK);                          /* again: no-op */
+    CHECK(kiln_engine_start(e) == KILN_OK); /* again: no-op */
     CHECK(kiln_engine_set_status_fn(e, on_status, &x) == KILN_ERR_STATE);
     CHECK(kiln_engine_load(e, "missing.gguf", NULL) == KILN_ERR_NOT_FOUND);
     CHECK(strstr(kiln_last_error(), "missing.gguf") != NULL);
@@ -398,7 +404,7 @@ static void test_yield_and_drain(void) {
     CHECK(run_now(e, &d) == KILN_ERR_STATE); /* refused once teardown is accepted */
     WAIT_FOR(ev_count(&x) == base + 1);      /* unloading published ... */
     sleep_ms(20);
-    CHECK(fake_count(&F.unloads) == 0);      /* ... but nothing released yet */
+    CHECK(fake_count(&F.unloads) == 0); /* ... but nothing released yet */
     atomic_store(&hold.open, 1);
     pthread_join(a.th, NULL);
     pthread_join(b.th, NULL);
@@ -525,8 +531,9 @@ static void test_load_cancel(void) {
     CHECK(kiln_engine_wait_idle(e, LIMIT_MS) == KILN_ERR_CANCELLED);
     CHECK(atomic_load(&F.load_entered) == 2);
     char buf[512];
-    CHECKF(strcmp(ev_states(&x, 0, buf, sizeof buf),
-                  "starting started loading failed loading failed loading failed") == 0, "events: %s", buf);
+    CHECKF(strcmp(ev_states(&x, 0, buf, sizeof buf), "starting started loading failed loading failed loading failed") ==
+               0,
+           "events: %s", buf);
     CHECK(x.err[3] == KILN_ERR_CANCELLED && x.err[5] == KILN_ERR_CANCELLED && x.err[7] == KILN_ERR_CANCELLED);
     /* Still usable. */
     CHECK(kiln_engine_load(e, MODEL_FILE, NULL) == KILN_OK);

@@ -61,7 +61,7 @@ int main(void) {
     kiln_engine *llm = NULL;
     CHECK(kiln_engine_create(KILN_ENGINE_LLM, KILN_ENGINE_BACKEND_AUTO, &llm) == KILN_OK);
     CHECK(kiln_engine_start(llm) == KILN_OK);
-    CHECK(kiln_engine_load(llm, BERT, NULL) == KILN_ERR_UNSUPPORTED); /* an encoder cannot generate */
+    CHECK(kiln_engine_load(llm, BERT, NULL) == KILN_ERR_UNSUPPORTED);          /* an encoder cannot generate */
     CHECK(kiln_engine_embed(llm, &req, NULL, &job) == KILN_ERR_STATE && !job); /* embeds, but holds no model */
     kiln_engine_free(llm);
 

@@ -47,8 +47,7 @@ static int collect(const char *piece, size_t len, int32_t token, void *user) {
     }
     if (atomic_fetch_add(&j->n_calls, 1) == 0 && j->hold_for_waiter) {
         kiln_engine_observation o;
-        for (int i = 0; i < LIMIT_MS && kiln_engine_observe(j->e, &o) == KILN_OK && o.n_waiting == 0; i++)
-            sleep_1ms();
+        for (int i = 0; i < LIMIT_MS && kiln_engine_observe(j->e, &o) == KILN_OK && o.n_waiting == 0; i++) sleep_1ms();
     }
     return 0;
 }
@@ -175,8 +174,10 @@ int main(void) {
             job j = {.e = e, .req = plain.req};
             job_thread(&j);
             CHECK(j.st == KILN_OK && j.n == 60);
-            if (k == 0) plain = j;
-            else CHECKF(!strcmp(j.out.buf, plain.out.buf), "spec %d: '%s' (plain '%s')", k, j.out.buf, plain.out.buf);
+            if (k == 0)
+                plain = j;
+            else
+                CHECKF(!strcmp(j.out.buf, plain.out.buf), "spec %d: '%s' (plain '%s')", k, j.out.buf, plain.out.buf);
         }
         CHECK(kiln_engine_destroy(e, NULL) == KILN_OK);
         kiln_engine_free(e);

@@ -57,7 +57,7 @@ typedef struct stream {
     int next_i, n_results;
     int32_t segs[3];
     char ids[3][16];
-    kiln_engine_cancel *cancel_at_2;  /* fired when the third window is asked for */
+    kiln_engine_cancel *cancel_at_2;   /* fired when the third window is asked for */
     atomic_int in_stream, done_inside; /* a request waiting on the gate sees these */
     int spawn_waiter;
     pthread_t waiter;

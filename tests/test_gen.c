@@ -24,7 +24,7 @@ typedef struct out {
     int done;
     gen_reason why;
     int32_t n_cached;
-    int stop_after;          /* the callback asks to stop after this many (0: never) */
+    int stop_after; /* the callback asks to stop after this many (0: never) */
 } out;
 
 static int collect(void *user, const gen_event *ev, const float *logits) {
@@ -100,7 +100,7 @@ typedef struct oracle {
     const int32_t *prompt;
     int n_prompt;
     const out *ref;
-    int wrong_every;         /* every k-th proposal is wrong (0: never) */
+    int wrong_every; /* every k-th proposal is wrong (0: never) */
     int calls, proposed;
 } oracle;
 
@@ -111,8 +111,7 @@ static int32_t propose(void *user, const int32_t *tok, int32_t n, int32_t *dst, 
     int32_t k = 0;
     for (; k < max && at + k < o->ref->n; k++) {
         dst[k] = o->ref->tok[at + k];
-        if (o->wrong_every && (o->proposed + k) % o->wrong_every == o->wrong_every - 1)
-            dst[k] = (dst[k] + 1) % 500 + 3;
+        if (o->wrong_every && (o->proposed + k) % o->wrong_every == o->wrong_every - 1) dst[k] = (dst[k] + 1) % 500 + 3;
     }
     o->proposed += k;
     return k;
@@ -153,7 +152,7 @@ typedef struct reader {
     gen_sched *s;
     const char *prompt;
     int n_predict;
-    int slow;                /* sleeps between reads, so its queue fills */
+    int slow; /* sleeps between reads, so its queue fills */
     out o;
     kiln_status submit;
 } reader;
@@ -354,7 +353,8 @@ int main(void) {
     {
         char err[256];
         json_t *schema = json_loads("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},"
-                                    "\"required\":[\"a\"]}", 0, NULL);
+                                    "\"required\":[\"a\"]}",
+                                    0, NULL);
         ks_schema *sc = ks_schema_compile(schema, err, sizeof err);
         CHECK(sc != NULL);
         ks_sv v;

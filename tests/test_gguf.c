@@ -49,14 +49,21 @@ static void test_corruptions(const uint8_t *orig, size_t n) {
     /* every prefix up to the end of the header, then every 4 KiB */
     int all_fail = 1, all_msg = 1;
     for (size_t k = 0; k < n; k += k < 20000 ? 1 : 4096) {
-        if (opens(orig, k, err, sizeof err)) all_fail = 0;
-        else if (!err[0]) all_msg = 0;
+        if (opens(orig, k, err, sizeof err))
+            all_fail = 0;
+        else if (!err[0])
+            all_msg = 0;
     }
     CHECK(all_fail);
     CHECK(all_msg);
     uint8_t *p = malloc(n);
     if (!p) return;
-#define MUTATE(off, val, type) do { memcpy(p, orig, n); type v_ = (type)(val); memcpy(p + (off), &v_, sizeof v_); } while (0)
+#define MUTATE(off, val, type)             \
+    do {                                   \
+        memcpy(p, orig, n);                \
+        type v_ = (type)(val);             \
+        memcpy(p + (off), &v_, sizeof v_); \
+    } while (0)
     MUTATE(0, 0x46554748u, uint32_t);
     CHECK(!opens(p, n, err, sizeof err) && strstr(err, "magic"));
     MUTATE(4, 99u, uint32_t);
@@ -142,14 +149,19 @@ static int copy_with(const char *src, const char *dst, const edit *e) {
     gguf_writer *w = gguf_writer_new();
     for (int i = 0; i < gguf_n_kv(f); i++) {
         const gguf_kv *kv = gguf_kv_at(f, i);
-        if (e && e->arch && !strcmp(kv->key, "general.architecture")) gguf_w_str(w, kv->key, e->arch, strlen(e->arch));
-        else gguf_w_copy_kv(w, kv);
+        if (e && e->arch && !strcmp(kv->key, "general.architecture"))
+            gguf_w_str(w, kv->key, e->arch, strlen(e->arch));
+        else
+            gguf_w_copy_kv(w, kv);
     }
     for (int i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         if (e && e->drop && !strcmp(t->name, e->drop)) continue;
         int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
-        if (e && e->reshape && !strcmp(t->name, e->reshape) && t->n_dims == 2) { ne[0] = t->ne[1]; ne[1] = t->ne[0]; }
+        if (e && e->reshape && !strcmp(t->name, e->reshape) && t->n_dims == 2) {
+            ne[0] = t->ne[1];
+            ne[1] = t->ne[0];
+        }
         gguf_w_tensor(w, t->name, t->type, (int)t->n_dims, ne, t->data);
     }
     int rc = gguf_writer_save(w, dst, NULL, NULL, err, sizeof err);
@@ -160,7 +172,11 @@ static int copy_with(const char *src, const char *dst, const edit *e) {
 
 static void test_model_errors(void) {
     char path[512];
-    struct { edit e; const char *expect; kiln_status st; } cases[] = {
+    struct {
+        edit e;
+        const char *expect;
+        kiln_status st;
+    } cases[] = {
         {{"blk.2.attn_k.weight", NULL, NULL}, "missing tensor blk.2.attn_k.weight", KILN_ERR_FORMAT},
         {{NULL, "blk.0.ffn_up.weight", NULL}, "blk.0.ffn_up.weight has shape", KILN_ERR_FORMAT},
         {{NULL, NULL, "mamba"}, "unsupported architecture 'mamba'", KILN_ERR_UNSUPPORTED},
@@ -181,7 +197,8 @@ static void test_model_errors(void) {
     const char *bin = getenv("KILN_BIN");
     if (bin) {
         char cmd[1024];
-        snprintf(cmd, sizeof cmd, "'%s' run -m '%s/bad0.gguf' -p hi -n 4 2>'%s/err.txt' >/dev/null", bin, tmpdir, tmpdir);
+        snprintf(cmd, sizeof cmd, "'%s' run -m '%s/bad0.gguf' -p hi -n 4 2>'%s/err.txt' >/dev/null", bin, tmpdir,
+                 tmpdir);
         int rc = system(cmd);
         CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) != 0);
         snprintf(path, sizeof path, "%s/err.txt", tmpdir);

@@ -74,7 +74,8 @@ static void test_language(void) {
     expect(rng, "{\"L\":[\"a\",\"b\"]}", "0=a;1=b;");
     expect(rng, "{\"L\":[]}", "none");
     expect(rng, "{}", "none");
-    expect("{{ range $k, $v := .M }}{{ $k }}:{{ $v }} {{ end }}", "{\"M\":{\"b\":2,\"a\":1,\"ab\":3}}", "a:1 ab:3 b:2 ");
+    expect("{{ range $k, $v := .M }}{{ $k }}:{{ $v }} {{ end }}", "{\"M\":{\"b\":2,\"a\":1,\"ab\":3}}",
+           "a:1 ab:3 b:2 ");
     expect("{{ range .M }}{{ . }}{{ end }}", "{\"M\":{\"b\":2,\"a\":1}}", "12");
     expect("{{ range .L }}{{ if eq . 2 }}{{ continue }}{{ end }}{{ if eq . 4 }}{{ break }}{{ end }}{{ . }}{{ end }}",
            "{\"L\":[1,2,3,4,5]}", "13");
@@ -91,11 +92,12 @@ static void test_language(void) {
     expect("{{ eq .R \"user\" \"tool\" }} {{ ne 1 2 }} {{ lt 1 2 }} {{ le 2 2 }} {{ gt 1 2 }} {{ ge \"b\" \"a\" }}",
            "{\"R\":\"tool\"}", "true true true true false true");
     /* and / or give the deciding value, and stop there */
-    expect("{{ or .E \"dflt\" }}|{{ and 1 0 }}|{{ and 1 \"x\" }}|{{ not .E }}|{{ or 0 .Missing.Deeper }}", "{\"E\":\"\"}",
-           "dflt|0|x|true|");
+    expect("{{ or .E \"dflt\" }}|{{ and 1 0 }}|{{ and 1 \"x\" }}|{{ not .E }}|{{ or 0 .Missing.Deeper }}",
+           "{\"E\":\"\"}", "dflt|0|x|true|");
     expect("{{ if and .L (index .L 0) }}first{{ else }}none{{ end }}", "{\"L\":[]}", "none"); /* index not evaluated */
     /* len, index, slice */
-    expect("{{ len .L }} {{ index .L 1 }} {{ slice .L 1 }} {{ len (slice .L 1 2) }} {{ slice .S 1 3 }} {{ index .M \"k\" }} "
+    expect("{{ len .L }} {{ index .L 1 }} {{ slice .L 1 }} {{ len (slice .L 1 2) }} {{ slice .S 1 3 }} {{ index .M "
+           "\"k\" }} "
            "{{ len .M }} {{ index .N 0 1 }}",
            "{\"L\":[1,2,3],\"S\":\"hello\",\"M\":{\"k\":\"v\"},\"N\":[[5,6]]}", "3 2 [2,3] 1 el v 1 6");
     /* printing: strings as they are, numbers as Go prints float64 and
@@ -103,23 +105,27 @@ static void test_language(void) {
     expect("{{ .A }} {{ .B }} {{ .C }} {{ .D }} {{ .E }} {{ .F }} {{ .G }}",
            "{\"A\":1000000.0,\"B\":0.5,\"C\":123456.0,\"D\":0.00001,\"E\":-7,\"F\":true,\"G\":1.25e-3}",
            "1e+06 0.5 123456 1e-05 -7 true 0.00125");
-    expect("{{ printf \"%s-%d-%v-%q-%t %%\" \"a\" 3 true \"q\" false }} {{ print 1 2 \"x\" 3 }} {{ json .O }} {{ .O }} {{ json \"s\" }}",
+    expect("{{ printf \"%s-%d-%v-%q-%t %%\" \"a\" 3 true \"q\" false }} {{ print 1 2 \"x\" 3 }} {{ json .O }} {{ .O }} "
+           "{{ json \"s\" }}",
            "{\"O\":{\"a\":\"<b>&\",\"n\":[1,2.5]}}",
            "a-3-true-\"q\"-false % 1 2x3 {\"a\":\"\\u003cb\\u003e\\u0026\",\"n\":[1,2.5]} "
            "{\"a\":\"\\u003cb\\u003e\\u0026\",\"n\":[1,2.5]} \"s\"");
     expect("{{ println \"a\" 1 }}", "{}", "a 1\n");
     /* pipelines pass the value as the last argument */
-    expect("{{ .S | printf \"%s!\" }} {{ \"abc\" | len }} {{ .L | len | printf \"%d items\" }}", "{\"S\":\"hi\",\"L\":[1]}",
-           "hi! 3 1 items");
+    expect("{{ .S | printf \"%s!\" }} {{ \"abc\" | len }} {{ .L | len | printf \"%d items\" }}",
+           "{\"S\":\"hi\",\"L\":[1]}", "hi! 3 1 items");
     expect("{{ (index .L 0).Name }} {{ (index .L 0).Name | len }}", "{\"L\":[{\"Name\":\"n0\"}]}", "n0 2");
     /* literals */
-    expect("{{ \"a\\tb\\u00e9\\x41\" }}{{ `raw\\n` }} {{ 'a' }} {{ 0x10 }}|", "{}", "a\tb\xc3\xa9" "Araw\\n 97 16|");
+    expect("{{ \"a\\tb\\u00e9\\x41\" }}{{ `raw\\n` }} {{ 'a' }} {{ 0x10 }}|", "{}",
+           "a\tb\xc3\xa9"
+           "Araw\\n 97 16|");
     /* a field reads its snake_case key as well (Ollama's structs over
      * OpenAI-shaped JSON); a missing one is empty */
     expect("{{ .ToolCallID }}/{{ .Msg.ToolName }}/{{ .Missing }}/{{ .Missing.Deeper }}/{{ .IsThinkSet }}|",
            "{\"tool_call_id\":\"c1\",\"Msg\":{\"tool_name\":\"f\"},\"is_think_set\":false}", "c1/f///false|");
-    expect("{{ range $i, $_ := .L }}{{ $last := eq (len (slice $.L $i)) 1 }}{{ . }}{{ if not $last }},{{ end }}{{ end }}",
-           "{\"L\":[\"a\",\"b\",\"c\"]}", "a,b,c");
+    expect(
+        "{{ range $i, $_ := .L }}{{ $last := eq (len (slice $.L $i)) 1 }}{{ . }}{{ if not $last }},{{ end }}{{ end }}",
+        "{\"L\":[\"a\",\"b\",\"c\"]}", "a,b,c");
 }
 
 static void test_errors(void) {
@@ -142,7 +148,8 @@ static void test_errors(void) {
     refused("{{ $y }}", "{}", "undefined variable: $y");
     refused("{{ if true }}{{ $x := 1 }}{{ end }}{{ $x }}", "{}", "undefined variable: $x");
     refused("{{ .A 1 }}", "{}", "can't give argument to non-function");
-    refused("{{ range 5 }}{{ end }}\n{{ range .S }}{{ end }}", "{\"S\":\"s\"}", "line 2: range can't iterate over string");
+    refused("{{ range 5 }}{{ end }}\n{{ range .S }}{{ end }}", "{\"S\":\"s\"}",
+            "line 2: range can't iterate over string");
 }
 
 static char *chat(const char *tmpl, const char *messages, const char *tools, int think) {
@@ -172,15 +179,17 @@ static const char *k_conv = "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":
 static void test_ollama_chat(void) {
     /* a legacy template: one run per turn, the last one up to .Response
      * (what follows it, here <|im_end|>, is cut) */
-    expect_chat("legacy ChatML",
-                "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}{{ if .Prompt }}<|im_start|>user\n"
-                "{{ .Prompt }}<|im_end|>\n{{ end }}<|im_start|>assistant\n{{ .Response }}<|im_end|>\n",
-                k_conv, NULL, -1,
-                "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nu1<|im_end|>\n<|im_start|>assistant\na1<|im_end|>\n"
-                "<|im_start|>user\nu2<|im_end|>\n<|im_start|>assistant\n");
+    expect_chat(
+        "legacy ChatML",
+        "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}{{ if .Prompt }}<|im_start|>user\n"
+        "{{ .Prompt }}<|im_end|>\n{{ end }}<|im_start|>assistant\n{{ .Response }}<|im_end|>\n",
+        k_conv, NULL, -1,
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nu1<|im_end|>\n<|im_start|>assistant\na1<|im_end|>\n"
+        "<|im_start|>user\nu2<|im_end|>\n<|im_start|>assistant\n");
     /* a template naming neither .Messages nor .Response gets one at its end */
-    expect_chat("legacy [INST] without .Response", "[INST] {{ if .System }}{{ .System }} {{ end }}{{ .Prompt }} [/INST]",
-                k_conv, NULL, -1, "[INST] S u1 [/INST]a1[INST] u2 [/INST]");
+    expect_chat("legacy [INST] without .Response",
+                "[INST] {{ if .System }}{{ .System }} {{ end }}{{ .Prompt }} [/INST]", k_conv, NULL, -1,
+                "[INST] S u1 [/INST]a1[INST] u2 [/INST]");
     /* the cut is where .Response stands in the text, even in a branch not taken */
     expect_chat("cut inside a branch", "{{ .Prompt }}:{{ if .Response }}{{ .Response }}{{ end }}</s>",
                 "[{\"role\":\"user\",\"content\":\"q\"}]", NULL, -1, "q:");
@@ -196,13 +205,14 @@ static void test_ollama_chat(void) {
                 "<system>s1\n\ns2<user>a\n\nb<tool>t1<tool>t2|s1\n\ns2|1|falsetrue");
     /* Ollama's message fields over OpenAI's: thinking from
      * reasoning_content, tool_name from name, calls' arguments as JSON */
-    expect_chat("message fields",
-                "{{ range .Messages }}{{ .Thinking }}|{{ range .ToolCalls }}{{ .Function.Name }}{{ .Function.Arguments }}"
-                "{{ end }}|{{ .ToolName }}|{{ .ToolCallID }};{{ end }}",
-                "[{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":\"hm\",\"tool_calls\":[{\"id\":\"c1\","
-                "\"type\":\"function\",\"function\":{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\",\"n\":2}}}]},"
-                "{\"role\":\"tool\",\"content\":\"18C\",\"name\":\"get\",\"tool_call_id\":\"c1\"}]",
-                NULL, -1, "hm|get{\"city\":\"Paris\",\"n\":2}||;||get|c1;");
+    expect_chat(
+        "message fields",
+        "{{ range .Messages }}{{ .Thinking }}|{{ range .ToolCalls }}{{ .Function.Name }}{{ .Function.Arguments }}"
+        "{{ end }}|{{ .ToolName }}|{{ .ToolCallID }};{{ end }}",
+        "[{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":\"hm\",\"tool_calls\":[{\"id\":\"c1\","
+        "\"type\":\"function\",\"function\":{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\",\"n\":2}}}]},"
+        "{\"role\":\"tool\",\"content\":\"18C\",\"name\":\"get\",\"tool_call_id\":\"c1\"}]",
+        NULL, -1, "hm|get{\"city\":\"Paris\",\"n\":2}||;||get|c1;");
 }
 
 /* The real-shaped templates against the prompts Go's text/template gives

@@ -128,23 +128,27 @@ static void test_stages(json_t *ref) {
     im_rng r;
     im_rng_seed(&r, (uint64_t)json_integer_value(json_object_get(noise, "seed")));
     im_rng_gauss(&r, g, 8);
-    for (int i = 0; i < 8; i++) CHECK(g[i] == (float)json_number_value(json_array_get(json_object_get(noise, "first"), (size_t)i)));
+    for (int i = 0; i < 8; i++)
+        CHECK(g[i] == (float)json_number_value(json_array_get(json_object_get(noise, "first"), (size_t)i)));
     /* schedule */
     json_t *pl = json_object_get(ref, "pipeline");
     const int steps = (int)json_integer_value(json_object_get(pl, "steps"));
     float ts[64], sig[65], init;
     CHECK(im_sched_plan(&im_pipeline_config(p)->sched, steps, ts, sig, &init, err, sizeof err) == 0);
-    for (int i = 0; i < steps; i++) CHECK(ts[i] == (float)json_number_value(json_array_get(json_object_get(pl, "timesteps"), (size_t)i)));
+    for (int i = 0; i < steps; i++)
+        CHECK(ts[i] == (float)json_number_value(json_array_get(json_object_get(pl, "timesteps"), (size_t)i)));
     for (int i = 0; i <= steps; i++)
         CHECKF(fabsf(sig[i] - (float)json_number_value(json_array_get(json_object_get(pl, "sigmas"), (size_t)i))) <=
-                   1e-6f * (1 + sig[i]), "sigma %d = %g", i, sig[i]);
+                   1e-6f * (1 + sig[i]),
+               "sigma %d = %g", i, sig[i]);
     CHECK(fabsf(init - (float)json_number_value(json_object_get(pl, "init_noise_sigma"))) <= 1e-6f * init);
     /* tokens and encoder states */
     int32_t ids[128];
     const int n = im_tokenize(p, json_string_value(json_object_get(ref, "prompt")), ids, 128);
     json_t *want = json_object_get(ref, "ids");
     CHECK(n == (int)json_array_size(want));
-    for (int i = 0; i < n && i < (int)json_array_size(want); i++) CHECK(ids[i] == json_integer_value(json_array_get(want, (size_t)i)));
+    for (int i = 0; i < n && i < (int)json_array_size(want); i++)
+        CHECK(ids[i] == json_integer_value(json_array_get(want, (size_t)i)));
     const int D = im_encoder_width(p);
     float *states = malloc((size_t)n * (size_t)D * sizeof *states);
     float *rt5 = read_f32(TINY "ref_t5.f32", (size_t)n * (size_t)D);
@@ -175,15 +179,24 @@ static void test_stages(json_t *ref) {
     e = rv ? max_err(img, rv, ni, &rmax) : INFINITY;
     printf("vae decode: max abs error %.3g (values up to %.3g)\n", e, rmax);
     CHECK(e < 1e-3);
-    free(states); free(rt5); free(x); free(out); free(rd); free(img); free(rv);
+    free(states);
+    free(rt5);
+    free(x);
+    free(out);
+    free(rd);
+    free(img);
+    free(rv);
     im_pipeline_free(p);
 }
 
 static uint8_t *generate(im_pipeline *p, json_t *ref, size_t *len) {
     json_t *pl = json_object_get(ref, "pipeline");
-    im_request r = {json_string_value(json_object_get(ref, "prompt")), (int)json_integer_value(json_object_get(pl, "steps")),
-                    (float)json_number_value(json_object_get(pl, "cfg")), (uint64_t)json_integer_value(json_object_get(pl, "seed")),
-                    NULL, NULL};
+    im_request r = {json_string_value(json_object_get(ref, "prompt")),
+                    (int)json_integer_value(json_object_get(pl, "steps")),
+                    (float)json_number_value(json_object_get(pl, "cfg")),
+                    (uint64_t)json_integer_value(json_object_get(pl, "seed")),
+                    NULL,
+                    NULL};
     uint8_t *png = NULL;
     char err[256];
     int rc = im_generate(p, &r, &png, len, err, sizeof err);
@@ -246,7 +259,11 @@ static void test_pipeline(json_t *ref) {
     r.prompt = lng;
     CHECK(im_generate(p2, &r, &png, &len, err, sizeof err) == IM_TOO_LONG && strstr(err, "at most 120"));
     (void)pl;
-    free(a); free(b); free(c); free(px); free(want);
+    free(a);
+    free(b);
+    free(c);
+    free(px);
+    free(want);
     im_pipeline_free(p1);
     im_pipeline_free(p2);
 }
@@ -282,7 +299,8 @@ static int refused(json_t *pack, const char *expect) {
 static json_t *art(json_t *pack, const char *role) {
     size_t i;
     json_t *a;
-    json_array_foreach(json_object_get(pack, "artifacts"), i, a) if (!strcmp(json_string_value(json_object_get(a, "role")), role)) return a;
+    json_array_foreach(json_object_get(pack, "artifacts"), i,
+                       a) if (!strcmp(json_string_value(json_object_get(a, "role")), role)) return a;
     return NULL;
 }
 
@@ -321,7 +339,8 @@ static void test_packs(void) {
     json_t *orig = json_load_file(TINY "pack.json", 0, &je), *p;
     if (!orig) return;
     p = json_deep_copy(orig);
-    json_object_set_new(art(p, "vae"), "sha256", json_string("00000000000000000000000000000000000000000000000000000000000000ff"));
+    json_object_set_new(art(p, "vae"), "sha256",
+                        json_string("00000000000000000000000000000000000000000000000000000000000000ff"));
     refused(p, "has sha256");
     json_decref(p);
     p = json_deep_copy(orig);
@@ -376,12 +395,16 @@ static void test_cli(void) {
     char cmd[2048], out[4096], a[64], b[64];
     snprintf(a, sizeof a, "/tmp/kiln-test-image-a-%d.png", (int)getpid());
     snprintf(b, sizeof b, "/tmp/kiln-test-image-b-%d.png", (int)getpid());
-    snprintf(cmd, sizeof cmd, "'%s' image -m " TINY " -p 'a green square on a white background' --steps 3 --seed 7 "
-             "-t 2 -o %s 2>&1", bin, a);
+    snprintf(cmd, sizeof cmd,
+             "'%s' image -m " TINY " -p 'a green square on a white background' --steps 3 --seed 7 "
+             "-t 2 -o %s 2>&1",
+             bin, a);
     CHECKF(run(cmd, out, sizeof out) == 0 && strstr(out, "wrote"), "%s", out);
-    snprintf(cmd, sizeof cmd, "'%s' image --dit " TINY "dit.pt --t5 " TINY "t5.safetensors --tokenizer " TINY
-             "spiece.model --vae " TINY "vae.safetensors -p 'a green square on a white background' --steps 3 "
-             "--cfg 4.5 --seed 7 -t 1 -o %s 2>&1", bin, b);
+    snprintf(cmd, sizeof cmd,
+             "'%s' image --dit " TINY "dit.pt --t5 " TINY "t5.safetensors --tokenizer " TINY "spiece.model --vae " TINY
+             "vae.safetensors -p 'a green square on a white background' --steps 3 "
+             "--cfg 4.5 --seed 7 -t 1 -o %s 2>&1",
+             bin, b);
     CHECKF(run(cmd, out, sizeof out) == 0, "%s", out);
     size_t la, lb;
     char *pa = t_read_file(a, &la), *pb = t_read_file(b, &lb);
@@ -393,7 +416,8 @@ static void test_cli(void) {
     snprintf(cmd, sizeof cmd, "'%s' image -m " TINY " 2>&1", bin);
     CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "no prompt"));
     snprintf(cmd, sizeof cmd, "'%s' image -m data/image/ckpt -p x 2>&1", bin);
-    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "not an image pack") && strchr(out, '\n') == out + strlen(out) - 1);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "not an image pack") &&
+          strchr(out, '\n') == out + strlen(out) - 1);
     snprintf(cmd, sizeof cmd, "'%s' image -m " TINY " -p x --steps 0 2>&1", bin);
     CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "out of range"));
 }

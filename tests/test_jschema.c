@@ -38,8 +38,10 @@ static int feed(const ks_schema *s, const char *text, int *whole) {
 static void expect(const ks_schema *s, const char *text, int stop, const char *what) {
     int whole;
     const int got = feed(s, text, &whole);
-    if (stop < 0) CHECKF(got == (int)strlen(text) && whole, "%s: '%s' stopped at byte %d (whole %d)", what, text, got, whole);
-    else CHECKF(got == stop, "%s: '%s' stopped at byte %d, not %d", what, text, got, stop);
+    if (stop < 0)
+        CHECKF(got == (int)strlen(text) && whole, "%s: '%s' stopped at byte %d (whole %d)", what, text, got, whole);
+    else
+        CHECKF(got == stop, "%s: '%s' stopped at byte %d, not %d", what, text, got, stop);
 }
 
 /* text is accepted to its end but is not yet a whole value */
@@ -183,16 +185,16 @@ static void exhaust(const ks_schema *s, const enum_ctx *e, oracle_fn ok, void *u
     char t[CAP], cands[256];
     const int nc = cands_of(e->tok, e->n_tok, cands);
     /* the text of i between prefix and suffix; returns its byte length */
-#define BODY(i)                                                                                  \
-    ({                                                                                           \
-        int bl_ = pl;                                                                            \
-        memcpy(t, e->prefix, (size_t)pl);                                                        \
-        for (int q_ = 0; q_ < len_of[i]; q_++) {                                                 \
-            const char *tk_ = e->tok[tok_of[(i) * MAXLEN + q_]];                                 \
-            memcpy(t + bl_, tk_, strlen(tk_));                                                   \
-            bl_ += (int)strlen(tk_);                                                             \
-        }                                                                                        \
-        bl_ - pl;                                                                                \
+#define BODY(i)                                                \
+    ({                                                         \
+        int bl_ = pl;                                          \
+        memcpy(t, e->prefix, (size_t)pl);                      \
+        for (int q_ = 0; q_ < len_of[i]; q_++) {               \
+            const char *tk_ = e->tok[tok_of[(i)*MAXLEN + q_]]; \
+            memcpy(t + bl_, tk_, strlen(tk_));                 \
+            bl_ += (int)strlen(tk_);                           \
+        }                                                      \
+        bl_ - pl;                                              \
     })
     long n_ok = 0;
     for (long i = 0; i < nt; i++) {
@@ -215,8 +217,8 @@ static void exhaust(const ks_schema *s, const enum_ctx *e, oracle_fn ok, void *u
             fprintf(stderr, "  %s: '%.*s' whole %d, oracle %d\n", what, pl + bl + sl, t, whole, allowed[i]);
         const int took = take(s, t, pl + bl, &w2);
         if (viable[i] && took != pl + bl && ++bad)
-            fprintf(stderr, "  %s: prefix '%.*s' refused at byte %d, but an allowed text extends it\n", what, pl + bl, t,
-                    took);
+            fprintf(stderr, "  %s: prefix '%.*s' refused at byte %d, but an allowed text extends it\n", what, pl + bl,
+                    t, took);
         if (took == pl + bl) {
             const int cn = complete_with(s, t, pl + bl, CAP - 1, cands, nc);
             if (!cn && ++bad) fprintf(stderr, "  %s: prefix '%.*s' dead-ends\n", what, pl + bl, t);
@@ -244,9 +246,12 @@ static int decimal(const char *t, int n, i128 *out) {
     i128 v = 0;
     if (i < n && t[i] == '-') neg = 1, i++;
     for (; i < n; i++) {
-        if (t[i] == '.' && frac < 0) frac = 0;
-        else if (t[i] >= '0' && t[i] <= '9' && frac < 20) v = v * 10 + (t[i] - '0'), digits++, frac += frac >= 0;
-        else return 0;
+        if (t[i] == '.' && frac < 0)
+            frac = 0;
+        else if (t[i] >= '0' && t[i] <= '9' && frac < 20)
+            v = v * 10 + (t[i] - '0'), digits++, frac += frac >= 0;
+        else
+            return 0;
     }
     if (!digits) return 0;
     for (int k = frac < 0 ? 0 : frac; k < 20; k++) v *= 10;
@@ -301,7 +306,8 @@ static void test_numbers(void) {
     number_case("{\"type\": \"integer\", \"minimum\": 5, \"exclusiveMinimum\": true, \"maximum\": 7}", 1, "6", "7", 3);
     number_case("{\"type\": \"integer\", \"minimum\": 2.5, \"maximum\": 9.5}", 1, "3", "9", 3);
     number_case("{\"type\": \"number\", \"minimum\": -2.5, \"maximum\": 3.75}", 0, "-2.5", "3.75", 5);
-    number_case("{\"type\": \"number\", \"exclusiveMinimum\": 0.1, \"exclusiveMaximum\": 0.3}", 0, "0.1000000000000001", "0.2999999999999999", 5);
+    number_case("{\"type\": \"number\", \"exclusiveMinimum\": 0.1, \"exclusiveMaximum\": 0.3}", 0, "0.1000000000000001",
+                "0.2999999999999999", 5);
     number_case("{\"type\": \"number\", \"minimum\": 0, \"maximum\": 10}", 0, "0", "10", 5);
     number_case("{\"type\": \"number\", \"minimum\": -0.5, \"maximum\": -0.25}", 0, "-0.5", "-0.25", 5);
     /* no bounds: +-(2^53 - 1), so at most 16 digits; no -0 */
@@ -346,8 +352,9 @@ static void test_numbers(void) {
     expect(f, "1.12345678901234567", 18, "17 decimals");
     expect(f, "1e1234", 5, "a 4-digit exponent");
     ks_schema_free(f);
-    ks_schema *in_obj = compile("{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 5, "
-                                "\"maximum\": 10}}, \"required\": [\"n\"]}");
+    ks_schema *in_obj =
+        compile("{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 5, "
+                "\"maximum\": 10}}, \"required\": [\"n\"]}");
     expect(in_obj, "{\"n\": 10}", -1, "a ranged integer in an object");
     expect(in_obj, "{\"n\": 1}", 7, "1 ends too early");
     expect(in_obj, "{\"n\": 11}", 7, "11 is too big");
@@ -423,8 +430,24 @@ static void test_patterns(void) {
     static const char *const ab[] = {"a", "b", "c", "-", "\\n", "\\\"", "\\u0061", "\xc3\xa9"};
     const int nab = (int)(sizeof ab / sizeof ab[0]);
     const char *const pats[] = {
-        "^[a-c]{2,3}$", "^(ab|a)*c?$", "abc", "b.a", "^(?:a|bc)+$", "^[^a]+$", "-$", "^a|b$", "^$", "c", "^\\d*$",
-        "^[\\w-]{1,3}$", "^\\n\"?$", "^(?<x>a)(b)?$", "^(a|\xc3\xa9)+?$", "^\\u00e9$", "^[^\\n]*$", "^a{0,2}b{1,}$",
+        "^[a-c]{2,3}$",
+        "^(ab|a)*c?$",
+        "abc",
+        "b.a",
+        "^(?:a|bc)+$",
+        "^[^a]+$",
+        "-$",
+        "^a|b$",
+        "^$",
+        "c",
+        "^\\d*$",
+        "^[\\w-]{1,3}$",
+        "^\\n\"?$",
+        "^(?<x>a)(b)?$",
+        "^(a|\xc3\xa9)+?$",
+        "^\\u00e9$",
+        "^[^\\n]*$",
+        "^a{0,2}b{1,}$",
     };
     for (size_t i = 0; i < sizeof pats / sizeof pats[0]; i++) pattern_case(pats[i], 0, -1, ab, nab, 4);
     /* lengths with a pattern, folded into its DFA: only the lengths the
@@ -443,7 +466,8 @@ static void test_patterns(void) {
     ks_schema_free(e);
     /* a pattern that cannot fit its lengths, and what the dialect lacks */
     refused("{\"type\": \"string\", \"pattern\": \"^a{5}$\", \"maxLength\": 3}", "no string of the pattern");
-    refused("{\"type\": \"string\", \"pattern\": \"^(aa)+$\", \"minLength\": 3, \"maxLength\": 3}", "no string of the pattern");
+    refused("{\"type\": \"string\", \"pattern\": \"^(aa)+$\", \"minLength\": 3, \"maxLength\": 3}",
+            "no string of the pattern");
     refused("{\"type\": \"string\", \"pattern\": \"(?=a)b\"}", "lookahead");
     refused("{\"type\": \"string\", \"pattern\": \"(a)\\\\1\"}", "backreferences");
     refused("{\"type\": \"string\", \"pattern\": \"\\\\bword\"}", "word boundaries");
@@ -476,8 +500,9 @@ static void test_patterns(void) {
         int ec;
         PCRE2_SIZE eo;
         pcre2_code *re = strpbrk(pat, "{}") ? NULL
-                       : pcre2_compile((PCRE2_SPTR)pat, (size_t)len, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_ALLOW_EMPTY_CLASS,
-                                       &ec, &eo, NULL);
+                                            : pcre2_compile((PCRE2_SPTR)pat, (size_t)len,
+                                                            PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_ALLOW_EMPTY_CLASS,
+                                                            &ec, &eo, NULL);
         if (re) {
             pcre2_match_data *md = pcre2_match_data_create(4, NULL);
             const char *texts[] = {"", "a", "b", "ab", "ba", "a-b", "01", "aab", "(", "{1}", "-", "a.b"};
@@ -512,9 +537,12 @@ static void format_case(const char *fmt, const fcase *c, int n) {
         char t[256], what[64];
         snprintf(t, sizeof t, "\"%s\"", c[i].text);
         snprintf(what, sizeof what, "format %s", fmt);
-        if (c[i].stop == -2) partial(s, t, what);
-        else if (c[i].stop == -3) expect(s, t, (int)strlen(t) - 1, what); /* all taken but the closing quote */
-        else expect(s, t, c[i].stop < 0 ? -1 : c[i].stop + 1, what);
+        if (c[i].stop == -2)
+            partial(s, t, what);
+        else if (c[i].stop == -3)
+            expect(s, t, (int)strlen(t) - 1, what); /* all taken but the closing quote */
+        else
+            expect(s, t, c[i].stop < 0 ? -1 : c[i].stop + 1, what);
         /* every prefix of an allowed text completes */
         if (c[i].stop == -1)
             for (int k = 1; k < (int)strlen(t); k++) {
@@ -528,23 +556,34 @@ static void format_case(const char *fmt, const fcase *c, int n) {
 
 static void test_formats(void) {
     const fcase date[] = {{"2024-02-29", -1}, {"2000-02-29", -1}, {"1999-12-31", -1}, {"0000-02-29", -1},
-                          {"2023-02-29", 9}, {"1900-02-29", 9}, {"2024-13-01", 6}, {"2024-04-31", 9},
-                          {"2024-4-01", 5}, {"2024-02-2", -3}};
+                          {"2023-02-29", 9},  {"1900-02-29", 9},  {"2024-13-01", 6},  {"2024-04-31", 9},
+                          {"2024-4-01", 5},   {"2024-02-2", -3}};
     format_case("date", date, (int)(sizeof date / sizeof date[0]));
-    const fcase time[] = {{"23:59:60Z", -1}, {"12:00:00.123456789+05:30", -1}, {"00:00:00z", -1},
-                          {"24:00:00Z", 1}, {"12:60:00Z", 3}, {"12:00:00", -3}, {"12:00:00.1234567890Z", 18},
-                          {"12:00:00+24:00", 10}};
+    const fcase time[] = {
+        {"23:59:60Z", -1}, {"12:00:00.123456789+05:30", -1}, {"00:00:00z", -1},     {"24:00:00Z", 1}, {"12:60:00Z", 3},
+        {"12:00:00", -3},  {"12:00:00.1234567890Z", 18},     {"12:00:00+24:00", 10}};
     format_case("time", time, (int)(sizeof time / sizeof time[0]));
-    const fcase dt[] = {{"2024-01-01T00:00:00Z", -1}, {"2024-01-01t10:20:30.5-08:00", -1}, {"2024-01-01 00:00:00Z", 10}};
+    const fcase dt[] = {
+        {"2024-01-01T00:00:00Z", -1}, {"2024-01-01t10:20:30.5-08:00", -1}, {"2024-01-01 00:00:00Z", 10}};
     format_case("date-time", dt, (int)(sizeof dt / sizeof dt[0]));
-    const fcase uuid[] = {{"123e4567-e89b-12d3-a456-426614174000", -1}, {"123E4567-E89B-12D3-A456-426614174000", -1},
-                          {"123e4567e89b", 8}, {"123e4567-e89b-12d3-a456-42661417400", -3}, {"g23e4567", 0}};
+    const fcase uuid[] = {{"123e4567-e89b-12d3-a456-426614174000", -1},
+                          {"123E4567-E89B-12D3-A456-426614174000", -1},
+                          {"123e4567e89b", 8},
+                          {"123e4567-e89b-12d3-a456-42661417400", -3},
+                          {"g23e4567", 0}};
     format_case("uuid", uuid, (int)(sizeof uuid / sizeof uuid[0]));
-    const fcase email[] = {{"a.b+c@example.com", -1}, {"x@sub.example.org", -1}, {"a..b@x.com", 2}, {"@x.com", 0},
-                           {"a@b", -3}, {"a@b.1c", -3}, {"a@b.c1", -1}, {"a@-b.com", 2}, {"a b@x.com", 1}};
+    const fcase email[] = {{"a.b+c@example.com", -1},
+                           {"x@sub.example.org", -1},
+                           {"a..b@x.com", 2},
+                           {"@x.com", 0},
+                           {"a@b", -3},
+                           {"a@b.1c", -3},
+                           {"a@b.c1", -1},
+                           {"a@-b.com", 2},
+                           {"a b@x.com", 1}};
     format_case("email", email, (int)(sizeof email / sizeof email[0]));
     const fcase ip[] = {{"255.255.255.255", -1}, {"0.0.0.0", -1}, {"10.1.2.3", -1}, {"256.1.1.1", 2},
-                        {"01.2.3.4", 1}, {"1.2.3", -3}, {"1.2.3.4.5", 7}};
+                        {"01.2.3.4", 1},         {"1.2.3", -3},   {"1.2.3.4.5", 7}};
     format_case("ipv4", ip, (int)(sizeof ip / sizeof ip[0]));
     const fcase host2[] = {{"example.com", -1}, {"a-b.c", -1}, {"localhost", -1}, {"-a.com", 0}, {"a..b", 2}};
     format_case("hostname", host2, (int)(sizeof host2 / sizeof host2[0]));
@@ -586,8 +625,8 @@ typedef struct text_case {
 } text_case;
 
 typedef struct schema_case {
-    const char *schema;       /* NULL: any JSON value (the JSON mode) */
-    text_case texts[24];      /* up to the first with no text */
+    const char *schema;  /* NULL: any JSON value (the JSON mode) */
+    text_case texts[24]; /* up to the first with no text */
 } schema_case;
 
 /* A schema the recognizer cannot honour, and a part of the message that
@@ -602,8 +641,10 @@ static void run_schemas(const schema_case *t, size_t n) {
         CHECKF(s != NULL, "schema %s", t[i].schema ? t[i].schema : "(any)");
         if (!s) continue;
         for (const text_case *c = t[i].texts; c->text; c++) {
-            if (c->stop == PARTIAL) partial(s, c->text, c->what);
-            else expect(s, c->text, c->stop, c->what);
+            if (c->stop == PARTIAL)
+                partial(s, c->text, c->what);
+            else
+                expect(s, c->text, c->stop, c->what);
         }
         ks_schema_free(s);
     }
@@ -671,9 +712,9 @@ static const schema_case k_values[] = {
       {"4", 0, "a number not in the enum"},
       {"[1, 2]", 3, "spaces the compact text does not have"},
       {"\"gre", PARTIAL, "an enum string cut short"}}},
-    {"{\"type\": \"object\", \"properties\": {\"kind\": {\"const\": \"point\"}}, " "\"required\": [\"kind\"]}",
-     {{"{\"kind\": \"point\"}", WHOLE, "const"},
-      {"{\"kind\": \"line\"}", 10, "not the const"}}},
+    {"{\"type\": \"object\", \"properties\": {\"kind\": {\"const\": \"point\"}}, "
+     "\"required\": [\"kind\"]}",
+     {{"{\"kind\": \"point\"}", WHOLE, "const"}, {"{\"kind\": \"line\"}", 10, "not the const"}}},
     /* unions told apart by their first byte */
     {"{\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"integer\"}, "
      "{\"type\": \"array\", \"items\": {\"type\": \"boolean\"}, \"minItems\": 1}]}",
@@ -683,15 +724,14 @@ static const schema_case k_values[] = {
       {"[]", 1, "anyOf: minItems"},
       {"true", 0, "anyOf: none of them"}}},
     {"{\"type\": [\"string\", \"null\"]}",
-     {{"null", WHOLE, "a type list"},
-      {"\"s\"", WHOLE, "a type list"},
-      {"1", 0, "a type list"}}},
+     {{"null", WHOLE, "a type list"}, {"\"s\"", WHOLE, "a type list"}, {"1", 0, "a type list"}}},
     {"{\"anyOf\": [{\"type\": [\"string\", \"null\"]}, {\"type\": \"integer\"}]}",
      {{"null", WHOLE, "a union inside a union"},
       {"7", WHOLE, "a union inside a union"},
       {"true", 0, "a union inside a union"}}},
     {"{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"next\": {\"anyOf\": "
-     "[{\"$ref\": \"#/$defs/n\"}, {\"type\": \"null\"}]}}, \"required\": [\"next\"]}}, " "\"$ref\": \"#/$defs/n\"}",
+     "[{\"$ref\": \"#/$defs/n\"}, {\"type\": \"null\"}]}}, \"required\": [\"next\"]}}, "
+     "\"$ref\": \"#/$defs/n\"}",
      {{"{\"next\": {\"next\": null}}", WHOLE, "a $ref back through anyOf"},
       {"{\"next\": 1}", 9, "a $ref back through anyOf"}}},
     /* string lengths in characters: a UTF-8 character or an escape is one */
@@ -730,25 +770,18 @@ static const refusal k_values_refused[] = {
  * what is redundant or only annotates passes */
 static const schema_case k_keywords[] = {
     /* keywords without "type" imply it */
-    {"{\"minimum\": 1, \"maximum\": 3}",
-     {{"2", WHOLE, "minimum implies a number"},
-      {"\"2\"", 0, "not a string"}}},
-    {"{\"maxLength\": 2}",
-     {{"\"ab\"", WHOLE, "maxLength implies a string"},
-      {"\"abc\"", 3, "over it"}}},
+    {"{\"minimum\": 1, \"maximum\": 3}", {{"2", WHOLE, "minimum implies a number"}, {"\"2\"", 0, "not a string"}}},
+    {"{\"maxLength\": 2}", {{"\"ab\"", WHOLE, "maxLength implies a string"}, {"\"abc\"", 3, "over it"}}},
     /* an object with no properties and no others is {} */
     {"{\"type\": \"object\", \"additionalProperties\": false}",
-     {{"{}", WHOLE, "the empty object"},
-      {"{\"a\": 1}", 1, "no key"}}},
+     {{"{}", WHOLE, "the empty object"}, {"{\"a\": 1}", 1, "no key"}}},
     /* enum and const with the rest of the schema: values it refuses go */
     {"{\"type\": \"string\", \"enum\": [\"ab\", \"abc\", 3, \"b\"], \"maxLength\": 2}",
      {{"\"ab\"", WHOLE, "an enum value within maxLength"},
       {"\"abc\"", 3, "an enum value over maxLength"},
       {"3", 0, "an enum value of another type"},
       {"\"b\"", WHOLE, "another"}}},
-    {"{\"enum\": [1, 2, 3], \"const\": 2}",
-     {{"2", WHOLE, "const among the enum values"},
-      {"1", 0, "the others go"}}},
+    {"{\"enum\": [1, 2, 3], \"const\": 2}", {{"2", WHOLE, "const among the enum values"}, {"1", 0, "the others go"}}},
     {"{\"$defs\": {\"Color\": {\"enum\": [\"red\", \"green\"], \"title\": \"Color\", "
      "\"type\": \"string\"}}, \"type\": \"object\", \"properties\": {\"c\": {\"$ref\": "
      "\"#/$defs/Color\", \"description\": \"a color\"}}, \"required\": [\"c\"]}",
@@ -766,7 +799,8 @@ static const refusal k_keywords_refused[] = {
     {"{\"type\": \"object\", \"minProperties\": 1}", "minProperties"},
     {"{\"type\": \"object\", \"required\": [\"a\"]}", "'a' is not among the properties"},
     {"{\"type\": \"object\", \"anyOf\": [{\"required\": [\"a\"]}, {\"required\": [\"b\"]}]}", "'anyOf' beside 'type'"},
-    {"{\"$defs\": {\"a\": {\"type\": \"string\"}}, \"$ref\": \"#/$defs/a\", \"maxLength\": 3}", "'$ref' beside 'maxLength'"},
+    {"{\"$defs\": {\"a\": {\"type\": \"string\"}}, \"$ref\": \"#/$defs/a\", \"maxLength\": 3}",
+     "'$ref' beside 'maxLength'"},
     {"{\"allOf\": [{\"type\": \"string\"}], \"minLength\": 2}", "'allOf' beside 'minLength'"},
     {"{\"minLength\": 2, \"minimum\": 3}", "several types"},
     {"{\"enum\": [\"a\", \"b\"], \"minLength\": 2}", "no 'enum' / 'const' value"},
@@ -777,9 +811,9 @@ static const char *const k_keywords_pass[] = {
     /* what is redundant or only annotates passes */
     "{\"type\": \"array\", \"uniqueItems\": false, \"title\": \"t\", \"x-extra\": 1}",
     "{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"a\"], "
-     "\"minProperties\": 1, \"maxProperties\": 1, \"unevaluatedProperties\": false}",
+    "\"minProperties\": 1, \"maxProperties\": 1, \"unevaluatedProperties\": false}",
     "{\"anyOf\": [{\"type\": \"integer\"}, {\"type\": \"null\"}], \"default\": null, "
-     "\"title\": \"Count\", \"description\": \"how many\"}",
+    "\"title\": \"Count\", \"description\": \"how many\"}",
 };
 
 static void test_keywords(void) {
@@ -811,8 +845,10 @@ static void call_expect(const ks_schema *const *schemas, const char *const *name
                         int stop, const char *what) {
     int whole;
     const int got = call_feed(schemas, names, n, think, text, &whole);
-    if (stop < 0) CHECKF(got == (int)strlen(text) && whole, "%s: stopped at byte %d (whole %d) of '%s'", what, got, whole, text);
-    else CHECKF(got == stop, "%s: stopped at byte %d, not %d, of '%s'", what, got, stop, text);
+    if (stop < 0)
+        CHECKF(got == (int)strlen(text) && whole, "%s: stopped at byte %d (whole %d) of '%s'", what, got, whole, text);
+    else
+        CHECKF(got == stop, "%s: stopped at byte %d, not %d, of '%s'", what, got, stop, text);
 }
 
 static void test_call(void) {
@@ -822,25 +858,30 @@ static void test_call(void) {
                                "\"required\": [\"tz\"]}");
     const ks_schema *schemas[] = {weather, clock};
     const char *names[] = {"get_weather", "get_time"};
-    const char *w = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>";
+    const char *w = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
+                    "\"celsius\"}}\n</tool_call>";
     call_expect(schemas, names, 2, 0, w, -1, "the Hermes form");
-    call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}</tool_call>", -1,
+    call_expect(schemas, names, 2, 0,
+                "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}</tool_call>", -1,
                 "another tool, no line breaks");
-    call_expect(schemas, names, 2, 0, "\n<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"} }</tool_call>",
-                -1, "a line break first, a space before the closing brace");
+    call_expect(schemas, names, 2, 0,
+                "\n<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"} }</tool_call>", -1,
+                "a line break first, a space before the closing brace");
     /* one name only: a named tool_choice */
     call_expect(schemas + 1, names + 1, 1, 0, w, 26, "not the named tool");
     call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_wind\"", 26, "no such tool");
     call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"city\": 1}}", 47,
                 "the arguments follow the named tool's schema");
-    call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}", 46, "a required argument");
+    call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}", 46,
+                "a required argument");
     call_expect(schemas, names, 2, 0, "Sure! <tool_call>", 0, "no text before the call");
     call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\n", 46,
                 "the arguments on one line");
     call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\":  ", 52,
                 "one space between tokens");
-    call_expect(schemas, names, 2, 0, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"a  \\n b\"}}</tool_call>",
-                -1, "spaces inside a string are its text");
+    call_expect(schemas, names, 2, 0,
+                "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"a  \\n b\"}}</tool_call>", -1,
+                "spaces inside a string are its text");
     call_expect(schemas, names, 2, 0, "<think>hm</think>", 2, "no reasoning unless the model has it");
     call_expect(schemas, names, 2, 0, "   <tool_call>", 2, "at most two whitespace bytes");
     const char *tail = "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}</tool_call>";
@@ -860,7 +901,8 @@ static void test_call(void) {
     CHECK(sample_call_init(&k, names, schemas, 2, 0) == 0);
     sample_constraint c;
     sample_call_constraint(&c, &k);
-    const char *toks[] = {"<tool_call>{\"name\": \"get_", "time\", \"arguments\": {\"tz", "\": \"UTC\"}}</tool", "_call>"};
+    const char *toks[] = {"<tool_call>{\"name\": \"get_", "time\", \"arguments\": {\"tz", "\": \"UTC\"}}</tool",
+                          "_call>"};
     for (int i = 0; i < 4; i++) {
         CHECKF(c.allows(c.state, toks[i], (int)strlen(toks[i])), "token %d", i);
         CHECK(!c.complete(c.state));

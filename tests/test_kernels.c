@@ -175,7 +175,8 @@ static void test_tiles(void) {
                 int bad_bits = 0, bad_dot = 0, bad_ref = 0;
                 for (int tt = 0; tt < nt; tt++)
                     for (int r = 0; r < nr; r++) {
-                        const uint16_t *wr = (const uint16_t *)(w + (size_t)r * row), *ar = (const uint16_t *)(a + (size_t)tt * row);
+                        const uint16_t *wr = (const uint16_t *)(w + (size_t)r * row),
+                                       *ar = (const uint16_t *)(a + (size_t)tt * row);
                         const float v = y[tt * ldy + r], twin = kq_dot_f16_lanes(n, wr, ar, lanes);
                         float d;
                         dot(n, &d, wr, ar);
@@ -183,10 +184,11 @@ static void test_tiles(void) {
                         bad_dot += memcmp(&v, &d, sizeof v) != 0;
                         bad_ref += !(fabsf(v - yr[tt * ldy + r]) <= 1e-4f * (1.0f + fabsf(yr[tt * ldy + r])));
                     }
-                CHECKF(bad_bits == 0 && bad_dot == 0 && bad_ref == 0,
-                       "F16 block at %s, n %d, %d rows x %d tokens: %d differ from the scalar twin in their bits, %d from "
-                       "the vec_dot, %d from the reference dot",
-                       name, n, nr, nt, bad_bits, bad_dot, bad_ref);
+                CHECKF(
+                    bad_bits == 0 && bad_dot == 0 && bad_ref == 0,
+                    "F16 block at %s, n %d, %d rows x %d tokens: %d differ from the scalar twin in their bits, %d from "
+                    "the vec_dot, %d from the reference dot",
+                    name, n, nr, nt, bad_bits, bad_dot, bad_ref);
                 free(w);
                 free(a);
                 free(y);
@@ -228,7 +230,8 @@ static int check_ranged(kpool *pool, const kk_mat *w0, const kk_mat *w1, const f
     const kq_traits *tr = kq_get(w0->type);
     const int64_t ncols = w0->ncols;
     const size_t wrow = kq_row_size(w0->type, ncols);
-    float *y0 = malloc(sizeof(float) * (size_t)(n0 * w0->nrows)), *y1 = malloc(sizeof(float) * (size_t)(n1 * w1->nrows));
+    float *y0 = malloc(sizeof(float) * (size_t)(n0 * w0->nrows)),
+          *y1 = malloc(sizeof(float) * (size_t)(n1 * w1->nrows));
     kk_mm_out outs[2] = {{w0, y0, w0->nrows}, {w1, y1, w1->nrows}};
     const int32_t t0[2] = {a0, a1}, nt[2] = {n0, n1};
     kk_matmul_ranges(pool, outs, t0, nt, 2, x, n_tok, scratch);
@@ -308,78 +311,96 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
     const int counts[] = {1, 2, 15, 17, 77, CELLS};
     const int nts[] = {1, 3, 4, 5};
     for (int acc_f32 = 0; acc_f32 <= 1; acc_f32++)
-    for (int nq = 1; nq <= 2; nq++)
-    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
-    for (size_t u = 0; u < sizeof nts / sizeof nts[0]; u++)
-        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
-            const int hd = hds[h], nt = nts[u];
-            const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
-            if (nt > 1 && hd != 8 && hd != 64 && hd != 128) continue; /* tiles: the tiled sizes and one other */
-            fill(q, NTMAX * TOK, 3.0f);
-            memset(o1, 0, sizeof o1);
-            memset(o2, 0, sizeof o2);
-            kk_attn_f16 a = {.q = q, .nq = nq, .nt = nt, .tok_stride = TOK, .hd = hd, .n_pos = n_pos, .blocks = blocks,
-                             .block_shift = 4, .k = kc + HMAX, .v = vc + 3, .block_stride = 16 * STRIDE,
-                             .row_stride = STRIDE, .scale = 1.0f / sqrtf((float)hd), .acc_f32 = acc_f32, .out = o1,
-                             .scratch = scratch};
-            CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
-            s->attn_f16(&a);
-            a.out = o2;
-            v->attn_f16(&a);
-            CHECKF(memcmp(o1, o2, sizeof o1) == 0,
-                   "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d, %d positions: twins differ",
-                   acc_f32 ? "float" : "F16", nq, nt, hd, n_pos);
-            if (nt == 1) {
-                kk_attn_f16 b4 = a;
-                b4.blocks = blocks4;
-                b4.block_shift = 2;
-                b4.block_stride = 4 * STRIDE;
-                memset(o3, 0, sizeof o3);
-                memset(o4, 0, sizeof o4);
-                b4.out = o3;
-                s->attn_f16(&b4);
-                b4.out = o4;
-                v->attn_f16(&b4);
-                CHECKF(memcmp(o3, o4, sizeof o3) == 0,
-                       "attn_f16 (%s accumulator) %d heads, hd %d, %d positions, blocks of 4: twins differ",
-                       acc_f32 ? "float" : "F16", nq, hd, n_pos);
-            }
-            if (nt > 1) { /* a tile is its tokens one by one */
-                for (int t = 0; t < nt; t++) {
-                    kk_attn_f16 one = a;
-                    one.nt = 1;
-                    one.n_pos = n_pos + t;
-                    one.q = q + (size_t)t * TOK;
-                    one.out = o2 + (size_t)t * TOK;
-                    v->attn_f16(&one);
-                }
-                CHECKF(memcmp(o1, o2, sizeof o1) == 0, "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d: tile != tokens",
-                       acc_f32 ? "float" : "F16", nq, nt, hd);
-                continue;
-            }
-            if (nq == 2) continue; /* the reference below checks one head */
-            /* and the scalar loop is attention: a plain double softmax
+        for (int nq = 1; nq <= 2; nq++)
+            for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+                for (size_t u = 0; u < sizeof nts / sizeof nts[0]; u++)
+                    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+                        const int hd = hds[h], nt = nts[u];
+                        const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
+                        if (nt > 1 && hd != 8 && hd != 64 && hd != 128)
+                            continue; /* tiles: the tiled sizes and one other */
+                        fill(q, NTMAX * TOK, 3.0f);
+                        memset(o1, 0, sizeof o1);
+                        memset(o2, 0, sizeof o2);
+                        kk_attn_f16 a = {.q = q,
+                                         .nq = nq,
+                                         .nt = nt,
+                                         .tok_stride = TOK,
+                                         .hd = hd,
+                                         .n_pos = n_pos,
+                                         .blocks = blocks,
+                                         .block_shift = 4,
+                                         .k = kc + HMAX,
+                                         .v = vc + 3,
+                                         .block_stride = 16 * STRIDE,
+                                         .row_stride = STRIDE,
+                                         .scale = 1.0f / sqrtf((float)hd),
+                                         .acc_f32 = acc_f32,
+                                         .out = o1,
+                                         .scratch = scratch};
+                        CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
+                        s->attn_f16(&a);
+                        a.out = o2;
+                        v->attn_f16(&a);
+                        CHECKF(memcmp(o1, o2, sizeof o1) == 0,
+                               "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d, %d positions: twins differ",
+                               acc_f32 ? "float" : "F16", nq, nt, hd, n_pos);
+                        if (nt == 1) {
+                            kk_attn_f16 b4 = a;
+                            b4.blocks = blocks4;
+                            b4.block_shift = 2;
+                            b4.block_stride = 4 * STRIDE;
+                            memset(o3, 0, sizeof o3);
+                            memset(o4, 0, sizeof o4);
+                            b4.out = o3;
+                            s->attn_f16(&b4);
+                            b4.out = o4;
+                            v->attn_f16(&b4);
+                            CHECKF(memcmp(o3, o4, sizeof o3) == 0,
+                                   "attn_f16 (%s accumulator) %d heads, hd %d, %d positions, blocks of 4: twins differ",
+                                   acc_f32 ? "float" : "F16", nq, hd, n_pos);
+                        }
+                        if (nt > 1) { /* a tile is its tokens one by one */
+                            for (int t = 0; t < nt; t++) {
+                                kk_attn_f16 one = a;
+                                one.nt = 1;
+                                one.n_pos = n_pos + t;
+                                one.q = q + (size_t)t * TOK;
+                                one.out = o2 + (size_t)t * TOK;
+                                v->attn_f16(&one);
+                            }
+                            CHECKF(memcmp(o1, o2, sizeof o1) == 0,
+                                   "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d: tile != tokens",
+                                   acc_f32 ? "float" : "F16", nq, nt, hd);
+                            continue;
+                        }
+                        if (nq == 2) continue; /* the reference below checks one head */
+                        /* and the scalar loop is attention: a plain double softmax
              * agrees within 4e-3 with the F16 accumulator (2.2e-3 measured)
              * and within 1e-3 with the float one (4.7e-4: the query's F16
              * rounding) */
-            double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
-            for (int t = 0; t < counts[c]; t++) {
-                const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
-                double d = 0.0;
-                for (int i = 0; i < hd; i++) d += (double)kq_f16_to_f32(kc[HMAX + cell * STRIDE + (size_t)i]) * q[i];
-                w[t] = d / sqrt((double)hd);
-                if (w[t] > mx) mx = w[t];
-            }
-            for (int t = 0; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
-            for (int i = 0; i < hd; i++) {
-                double r = 0.0;
-                for (int t = 0; t < counts[c]; t++)
-                    r += w[t] / sum * kq_f16_to_f32(vc[3 + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE + (size_t)i]);
-                if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
-            }
-            CHECKF(err < (acc_f32 ? 1e-3 : 4e-3), "attn_f16 (%s accumulator) hd %d, %d positions: %.3g from a double softmax",
-                   acc_f32 ? "float" : "F16", hd, counts[c], err);
-        }
+                        double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
+                        for (int t = 0; t < counts[c]; t++) {
+                            const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
+                            double d = 0.0;
+                            for (int i = 0; i < hd; i++)
+                                d += (double)kq_f16_to_f32(kc[HMAX + cell * STRIDE + (size_t)i]) * q[i];
+                            w[t] = d / sqrt((double)hd);
+                            if (w[t] > mx) mx = w[t];
+                        }
+                        for (int t = 0; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
+                        for (int i = 0; i < hd; i++) {
+                            double r = 0.0;
+                            for (int t = 0; t < counts[c]; t++)
+                                r += w[t] / sum *
+                                     kq_f16_to_f32(
+                                         vc[3 + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE + (size_t)i]);
+                            if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
+                        }
+                        CHECKF(err < (acc_f32 ? 1e-3 : 4e-3),
+                               "attn_f16 (%s accumulator) hd %d, %d positions: %.3g from a double softmax",
+                               acc_f32 ? "float" : "F16", hd, counts[c], err);
+                    }
 }
 
 /* attn_q8: the SIMD twin against the scalar loop, bit for bit, over a
@@ -389,8 +410,15 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
  * against a double softmax over the dequantized cache (the error left is
  * the query's quantization). */
 static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
-    enum { NBLK = 8, CELLS = NBLK * 16, HMAX = 256, RB = HMAX / 32 * 34, STRIDE = RB + 6, NTMAX = 4,
-           TOK = 10 * HMAX + 5 };
+    enum {
+        NBLK = 8,
+        CELLS = NBLK * 16,
+        HMAX = 256,
+        RB = HMAX / 32 * 34,
+        STRIDE = RB + 6,
+        NTMAX = 4,
+        TOK = 10 * HMAX + 5
+    };
     static uint8_t kc[CELLS * STRIDE], vc[CELLS * STRIDE];
     static float row[HMAX];
     const kq_traits *q8 = kq_get(KQ_Q8_0);
@@ -409,48 +437,61 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
     const int counts[] = {1, 2, 15, 17, 77, CELLS};
     const int nts[] = {1, 4};
     for (int b4 = 0; b4 <= 1; b4++)
-    for (int nq = 1; nq <= 10; nq += nq < 3 ? 1 : 7)
-    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
-    for (size_t u = 0; u < sizeof nts / sizeof nts[0]; u++)
-        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
-            const int hd = hds[h], nt = nts[u];
-            const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
-            fill(q, NTMAX * TOK, 3.0f);
-            memset(o1, 0, sizeof o1);
-            memset(o2, 0, sizeof o2);
-            kk_attn_q8 a = {.q = q, .nq = nq, .nt = nt, .tok_stride = TOK, .hd = hd, .n_pos = n_pos,
-                            .blocks = b4 ? blocks4 : blocks, .block_shift = b4 ? 2 : 4, .k = kc, .v = vc,
-                            .block_stride = (b4 ? 4 : 16) * (size_t)STRIDE, .row_stride = STRIDE,
-                            .scale = 1.0f / sqrtf((float)hd), .out = o1, .scratch = scratch};
-            CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
-            s->attn_q8(&a);
-            a.out = o2;
-            v->attn_q8(&a);
-            CHECKF(memcmp(o1, o2, sizeof o1) == 0, "attn_q8 %d heads x %d tokens, hd %d, %d positions%s: twins differ",
-                   nq, nt, hd, n_pos, b4 ? ", blocks of 4" : "");
-            if (nt > 1 || nq > 1 || b4) continue;
-            /* the scalar loop is attention over the dequantized cache */
-            double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
-            float kf[HMAX];
-            for (int t = 0; t < counts[c]; t++) {
-                const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
-                q8->to_f32(kc + cell * STRIDE, kf, hd);
-                double d = 0.0;
-                for (int i = 0; i < hd; i++) d += (double)kf[i] * q[i];
-                w[t] = d / sqrt((double)hd);
-                if (w[t] > mx) mx = w[t];
-            }
-            for (int t = 0; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
-            static float vf[CELLS][HMAX];
-            for (int t = 0; t < counts[c]; t++)
-                q8->to_f32(vc + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE, vf[t], hd);
-            for (int i = 0; i < hd; i++) {
-                double r = 0.0;
-                for (int t = 0; t < counts[c]; t++) r += w[t] / sum * vf[t][i];
-                if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
-            }
-            CHECKF(err < 2e-2, "attn_q8 hd %d, %d positions: %.3g from a double softmax", hd, counts[c], err);
-        }
+        for (int nq = 1; nq <= 10; nq += nq < 3 ? 1 : 7)
+            for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+                for (size_t u = 0; u < sizeof nts / sizeof nts[0]; u++)
+                    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+                        const int hd = hds[h], nt = nts[u];
+                        const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
+                        fill(q, NTMAX * TOK, 3.0f);
+                        memset(o1, 0, sizeof o1);
+                        memset(o2, 0, sizeof o2);
+                        kk_attn_q8 a = {.q = q,
+                                        .nq = nq,
+                                        .nt = nt,
+                                        .tok_stride = TOK,
+                                        .hd = hd,
+                                        .n_pos = n_pos,
+                                        .blocks = b4 ? blocks4 : blocks,
+                                        .block_shift = b4 ? 2 : 4,
+                                        .k = kc,
+                                        .v = vc,
+                                        .block_stride = (b4 ? 4 : 16) * (size_t)STRIDE,
+                                        .row_stride = STRIDE,
+                                        .scale = 1.0f / sqrtf((float)hd),
+                                        .out = o1,
+                                        .scratch = scratch};
+                        CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
+                        s->attn_q8(&a);
+                        a.out = o2;
+                        v->attn_q8(&a);
+                        CHECKF(memcmp(o1, o2, sizeof o1) == 0,
+                               "attn_q8 %d heads x %d tokens, hd %d, %d positions%s: twins differ", nq, nt, hd, n_pos,
+                               b4 ? ", blocks of 4" : "");
+                        if (nt > 1 || nq > 1 || b4) continue;
+                        /* the scalar loop is attention over the dequantized cache */
+                        double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
+                        float kf[HMAX];
+                        for (int t = 0; t < counts[c]; t++) {
+                            const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
+                            q8->to_f32(kc + cell * STRIDE, kf, hd);
+                            double d = 0.0;
+                            for (int i = 0; i < hd; i++) d += (double)kf[i] * q[i];
+                            w[t] = d / sqrt((double)hd);
+                            if (w[t] > mx) mx = w[t];
+                        }
+                        for (int t = 0; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
+                        static float vf[CELLS][HMAX];
+                        for (int t = 0; t < counts[c]; t++)
+                            q8->to_f32(vc + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE, vf[t], hd);
+                        for (int i = 0; i < hd; i++) {
+                            double r = 0.0;
+                            for (int t = 0; t < counts[c]; t++) r += w[t] / sum * vf[t][i];
+                            if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
+                        }
+                        CHECKF(err < 2e-2, "attn_q8 hd %d, %d positions: %.3g from a double softmax", hd, counts[c],
+                               err);
+                    }
 }
 
 /* The interleaved kernels of type t: every SIMD twin equals the scalar one
@@ -479,7 +520,10 @@ static void test_x8_kernels(int t) {
     float ys[8 * n_tok], yv[8 * n_tok];
     /* the twins this CPU runs, and pack_avx512.c's kernels on emulated
      * intrinsics (any x86-64 with AVX2) */
-    const struct { const char *name; kk_x8_fn f; } twins[] = {
+    const struct {
+        const char *name;
+        kk_x8_fn f;
+    } twins[] = {
         {"avx2", kk_x8_at(t, KQ_ISA_AVX2)},
         {"avx512", kk_x8_at(t, KQ_ISA_AVX512)},
         {"avx512 (emulated)", kq_cpu_isa() >= KQ_ISA_AVX2 ? kk_x8_avx512_emu(t) : NULL},
@@ -565,8 +609,8 @@ static void test_matmul_x8(kpool *pool, int t) {
         /* token ranges: more than one kernel call of tokens, a short run, one token */
         int bad = check_ranged(pool, &w0, &w1, x, max_tok, 3, 290, 100, 7, scratch, xa);
         bad += check_ranged(pool, &w0, &w1, x, max_tok, 299, 1, 0, 1, scratch, xa);
-        CHECKF(bad == 0, "%s matmul (%s) over token ranges: %d outputs differ", tr->name,
-               packed ? "repacked" : "plain", bad);
+        CHECKF(bad == 0, "%s matmul (%s) over token ranges: %d outputs differ", tr->name, packed ? "repacked" : "plain",
+               bad);
     }
     float *rp = malloc(sizeof(float) * (size_t)ncols), *rq = malloc(sizeof(float) * (size_t)ncols);
     int bad = 0;
@@ -759,7 +803,15 @@ static void test_gdn(const kk_ssm_ops *s, const kk_ssm_ops *v) {
             free(oc);
             free(sc);
         }
-        free(q); free(k); free(vv); free(s0); free(sa); free(sb); free(oa); free(ob); free(scratch);
+        free(q);
+        free(k);
+        free(vv);
+        free(s0);
+        free(sa);
+        free(sb);
+        free(oa);
+        free(ob);
+        free(scratch);
     }
 }
 

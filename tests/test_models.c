@@ -117,7 +117,10 @@ static void test_stories(void) {
             CHECK(greedy(c, info.n_vocab, ids, n, np, got, margin) == 0);
             int upto = np;
             for (int i = 0; kv == 1 && i < np; i++)
-                if (margin[i] < 0.01f) { upto = i; break; }
+                if (margin[i] < 0.01f) {
+                    upto = i;
+                    break;
+                }
             int same = (int)json_array_size(eids) == np;
             for (int i = 0; same && i < upto; i++)
                 same = got[i] == (int32_t)json_integer_value(json_array_get(eids, (size_t)i));
@@ -133,11 +136,17 @@ static void test_stories(void) {
             for (int i = 0; i < np; i++) {
                 size_t k;
                 const char *p = kiln_detok_push(d, got[i], &k);
-                if (bl + k < sizeof buf) { memcpy(buf + bl, p, k); bl += k; }
+                if (bl + k < sizeof buf) {
+                    memcpy(buf + bl, p, k);
+                    bl += k;
+                }
             }
             size_t k;
             const char *p = kiln_detok_flush(d, &k);
-            if (bl + k < sizeof buf) { memcpy(buf + bl, p, k); bl += k; }
+            if (bl + k < sizeof buf) {
+                memcpy(buf + bl, p, k);
+                bl += k;
+            }
             buf[bl] = 0;
             kiln_detok_free(d);
             CHECKF(strcmp(buf, expect) == 0, "got '%s'", buf);
@@ -174,13 +183,19 @@ typedef struct fixture {
     const char *name;
     double logit_tol;
     double margin;
-    double f16_tol;   /* the F16 cache's bound; 0: the larger of logit_tol and 5e-3 */
+    double f16_tol; /* the F16 cache's bound; 0: the larger of logit_tol and 5e-3 */
 } fixture;
 
 static const fixture k_fixtures[] = {
-    {"llama", 1e-4, 0.0, 0},  {"llama-yarn", 1e-4, 0.0, 0}, {"qwen2", 1e-4, 0.0, 0},
-    {"qwen3", 1e-4, 0.0, 0},  {"llama-q8_0", 2e-2, 0.25, 0}, {"llama-q4_0", 2e-2, 0.25, 0},
-    {"qwen35", 1e-4, 0.0, 0}, {"qwen35moe", 1e-4, 0.0, 0},   {"qwen3next", 1e-4, 0.0, 0},
+    {"llama", 1e-4, 0.0, 0},
+    {"llama-yarn", 1e-4, 0.0, 0},
+    {"qwen2", 1e-4, 0.0, 0},
+    {"qwen3", 1e-4, 0.0, 0},
+    {"llama-q8_0", 2e-2, 0.25, 0},
+    {"llama-q4_0", 2e-2, 0.25, 0},
+    {"qwen35", 1e-4, 0.0, 0},
+    {"qwen35moe", 1e-4, 0.0, 0},
+    {"qwen3next", 1e-4, 0.0, 0},
     /* its reference rounds each Q8_0 product's input as kiln does, so the
      * logits agree closely; the F16 cache's rounding flips this random
      * network's routing somewhere (1.2e-2 measured) */
@@ -200,7 +215,10 @@ static void test_fixture(const fixture *fx, int repack) {
     kiln_model_params mp = kiln_model_default_params();
     mp.repack = repack;
     CHECKF(kiln_model_load(path, &mp, &m) == KILN_OK, "%s", kiln_last_error());
-    if (!m) { json_decref(j); return; }
+    if (!m) {
+        json_decref(j);
+        return;
+    }
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     /* only types with an interleaved form (of these fixtures: Q4_0 and
@@ -247,7 +265,10 @@ static void test_fixture(const fixture *fx, int repack) {
         CHECK(greedy(c, nv, prompt, np, ng, got, NULL) == 0);
         int upto = ng;
         for (int i = 0; i < ng; i++)
-            if (json_real_value(json_array_get(mj, (size_t)i)) < fx->margin) { upto = i; break; }
+            if (json_real_value(json_array_get(mj, (size_t)i)) < fx->margin) {
+                upto = i;
+                break;
+            }
         int same = 1;
         for (int i = 0; i < upto; i++) same &= got[i] == (int32_t)json_integer_value(json_array_get(gj, (size_t)i));
         CHECKF(same, "%s: greedy continuation differs within the first %d steps", fx->name, upto);
@@ -277,7 +298,10 @@ static void test_toolcall(void) {
     if (!j) return;
     kiln_model *m;
     CHECKF(kiln_model_load("data/fixtures/toolcall.gguf", NULL, &m) == KILN_OK, "%s", kiln_last_error());
-    if (!m) { json_decref(j); return; }
+    if (!m) {
+        json_decref(j);
+        return;
+    }
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     CHECK(info.n_vocab == (int)json_integer_value(json_object_get(j, "n_vocab")));
@@ -312,17 +336,24 @@ static void test_toolcall(void) {
         while (lg && k < 64) {
             got[k] = argmax(lg, info.n_vocab);
             const char *p = kiln_detok_push(d, got[k], &pl);
-            if (ol + pl < sizeof out) { memcpy(out + ol, p, pl); ol += pl; }
+            if (ol + pl < sizeof out) {
+                memcpy(out + ol, p, pl);
+                ol += pl;
+            }
             if (kiln_token_is_eog(m, got[k++])) break;
             kiln_batch b1 = {1, &got[k - 1], NULL, NULL, NULL};
             lg = kiln_decode(c, &b1) == KILN_OK ? kiln_get_logits(c, 0) : NULL;
         }
         const char *p = kiln_detok_flush(d, &pl);
-        if (ol + pl < sizeof out) { memcpy(out + ol, p, pl); ol += pl; }
+        if (ol + pl < sizeof out) {
+            memcpy(out + ol, p, pl);
+            ol += pl;
+        }
         out[ol] = 0;
         kiln_detok_free(d);
         int gsame = k == ng;
-        for (int i = 0; gsame && i < ng; i++) gsame = got[i] == (int32_t)json_integer_value(json_array_get(gj, (size_t)i));
+        for (int i = 0; gsame && i < ng; i++)
+            gsame = got[i] == (int32_t)json_integer_value(json_array_get(gj, (size_t)i));
         CHECKF(gsame, "toolcall (%s KV): %d greedy ids, not the scripted %d", kv == 0 ? "F16" : "F32", k, ng);
         const char *want = json_string_value(json_object_get(j, "expected_text"));
         CHECKF(want && strcmp(out, want) == 0, "toolcall: got text '%s'", out);
@@ -372,14 +403,21 @@ static void test_hybrid_reference(void) {
         kiln_detok *d = kiln_detok_new(m);
         for (int i = 0; i < np; i++) {
             const char *p = kiln_detok_push(d, got[i], &k);
-            if (tl + k < sizeof text) { memcpy(text + tl, p, k); tl += k; }
+            if (tl + k < sizeof text) {
+                memcpy(text + tl, p, k);
+                tl += k;
+            }
         }
         const char *p = kiln_detok_flush(d, &k);
-        if (tl + k < sizeof text) { memcpy(text + tl, p, k); tl += k; }
+        if (tl + k < sizeof text) {
+            memcpy(text + tl, p, k);
+            tl += k;
+        }
         text[tl] = 0;
         kiln_detok_free(d);
         const char *want = json_string_value(json_object_get(cs, "expected_text"));
-        CHECKF(same && want && !strcmp(text, want), "%s: '%s' instead of llama.cpp's '%s'", path, text, want ? want : "");
+        CHECKF(same && want && !strcmp(text, want), "%s: '%s' instead of llama.cpp's '%s'", path, text,
+               want ? want : "");
         printf("%-24s %s: %d tokens as llama.cpp\n", json_string_value(json_object_get(cs, "model")), info.arch, np);
         kiln_context_free(c);
         kiln_model_free(m);
@@ -416,7 +454,10 @@ static void hybrid_state(const char *name) {
     snprintf(path, sizeof path, "data/fixtures/%s.gguf", name);
     kiln_model *m;
     CHECKF(kiln_model_load(path, NULL, &m) == KILN_OK, "%s", kiln_last_error());
-    if (!m) { json_decref(j); return; }
+    if (!m) {
+        json_decref(j);
+        return;
+    }
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     const int V = info.n_vocab;
@@ -433,8 +474,8 @@ static void hybrid_state(const char *name) {
     /* the KV cache holds the attention layers only: fewer bytes than a
      * dense model of the same shape; the state is a fixed size */
     CHECK(info.n_attn_layer > 0 && info.n_attn_layer < info.n_layer && info.state_bytes > 0);
-    CHECK(info.kv_bytes_per_token == (uint64_t)info.n_attn_layer * (uint64_t)info.n_head_kv * 2 * 2 *
-                                         (uint64_t)(info.n_embd ? 16 : 0));
+    CHECK(info.kv_bytes_per_token ==
+          (uint64_t)info.n_attn_layer * (uint64_t)info.n_head_kv * 2 * 2 * (uint64_t)(info.n_embd ? 16 : 0));
 
     /* one call; then the same prompt in pieces of 16 and of 7 tokens */
     CHECK(feed_chunks(c, 0, prompt, np, 64, cold, V) == 0);
@@ -487,7 +528,8 @@ static void hybrid_state(const char *name) {
     CHECKF(got == (np - 1) / KL_BLOCK_TOKENS * KL_BLOCK_TOKENS, "%s: reused %d tokens", name, got);
     CHECK(kiln_seq_len(c, 1) == got);
     CHECK(feed_chunks(c, 1, prompt + got, np - got, 64, lg, V) == 0);
-    CHECKF(same_floats(lg, cold, V), "%s: a prefix-cache hit gives other logits (rel %.3g)", name, rel_err(lg, cold, V));
+    CHECKF(same_floats(lg, cold, V), "%s: a prefix-cache hit gives other logits (rel %.3g)", name,
+           rel_err(lg, cold, V));
     kiln_kv_stats st;
     kiln_kv_get_stats(c, &st);
     CHECK(st.state_restores >= 1 && st.state_snapshots >= 1 && st.state_slots == 12);
@@ -554,11 +596,15 @@ static void q_rule(const kiln_quantize_tensor *t, void *user) {
     int layer = -1;
     sscanf(t->name, "blk.%d.", &layer);
     const char *want = "Q4_K";
-    if (t->n_dims < 2 || strstr(t->name, "ffn_gate_inp.weight") || strstr(t->name, "ssm_conv1d")) want = "F32";
-    else if (!strcmp(t->name, "token_embd.weight")) want = "Q6_K"; /* the tied output */
+    if (t->n_dims < 2 || strstr(t->name, "ffn_gate_inp.weight") || strstr(t->name, "ssm_conv1d"))
+        want = "F32";
+    else if (!strcmp(t->name, "token_embd.weight"))
+        want = "Q6_K"; /* the tied output */
     /* attn_qkv and attn_v count together in file order: 0, 1 base, 2, 3 more bits */
-    else if (strstr(t->name, "attn_qkv.weight") || strstr(t->name, "attn_v.weight")) want = layer >= 2 ? "Q6_K" : "Q4_K";
-    else if (strstr(t->name, "ffn_down")) want = layer >= 2 ? "Q6_K" : "Q4_K"; /* experts, shared: by layer */
+    else if (strstr(t->name, "attn_qkv.weight") || strstr(t->name, "attn_v.weight"))
+        want = layer >= 2 ? "Q6_K" : "Q4_K";
+    else if (strstr(t->name, "ffn_down"))
+        want = layer >= 2 ? "Q6_K" : "Q4_K"; /* experts, shared: by layer */
     q->n++;
     if (strcmp(got, want)) {
         q->bad++;
@@ -569,7 +615,10 @@ static void q_rule(const kiln_quantize_tensor *t, void *user) {
 static void hybrid_quantize(void) {
     const char *in = "data/fixtures/qwen35moe.gguf";
     char dir[] = "/tmp/kiln-test-hybrid-XXXXXX", tmp[64], out[64];
-    if (!mkdtemp(dir)) { CHECK(0); return; }
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return;
+    }
     snprintf(tmp, sizeof tmp, "%s/q4_k_m.gguf", dir);
     qseen q = {0, 0};
     kiln_quantize_params p = kiln_quantize_default_params();
@@ -583,7 +632,8 @@ static void hybrid_quantize(void) {
     CHECK(kiln_quantize(in, out, "q8_0", 2) == KILN_OK);
     /* the same bytes as the generator's reference quantizer, experts too */
     char err[256];
-    gguf_file *g = gguf_open(out, err, sizeof err), *r = gguf_open("data/fixtures/qwen35moe-q8_0.gguf", err, sizeof err);
+    gguf_file *g = gguf_open(out, err, sizeof err),
+              *r = gguf_open("data/fixtures/qwen35moe-q8_0.gguf", err, sizeof err);
     CHECK(g && r && gguf_n_tensors(g) == gguf_n_tensors(r));
     int same = 0;
     for (int i = 0; g && r && i < gguf_n_tensors(g); i++) {
@@ -658,7 +708,11 @@ static void hybrid_drafts(const char *name) {
     json_t *j = json_load_file(path, 0, NULL);
     snprintf(path, sizeof path, "data/fixtures/%s.gguf", name);
     kiln_model *m;
-    if (!j || kiln_model_load(path, NULL, &m) != KILN_OK) { CHECK(0); json_decref(j); return; }
+    if (!j || kiln_model_load(path, NULL, &m) != KILN_OK) {
+        CHECK(0);
+        json_decref(j);
+        return;
+    }
     json_t *pj = json_object_get(j, "prompt_ids");
     int32_t prompt[64];
     const int np = (int)json_array_size(pj);
@@ -751,7 +805,11 @@ static void hybrid_serving(const char *name) {
     json_t *j = json_load_file(path, 0, NULL);
     snprintf(path, sizeof path, "data/fixtures/%s.gguf", name);
     kiln_model *m;
-    if (!j || kiln_model_load(path, NULL, &m) != KILN_OK) { CHECK(0); json_decref(j); return; }
+    if (!j || kiln_model_load(path, NULL, &m) != KILN_OK) {
+        CHECK(0);
+        json_decref(j);
+        return;
+    }
     json_t *pj = json_object_get(j, "prompt_ids");
     const int np = (int)json_array_size(pj);
     int32_t pa[64], pb[64], pc[64], pd[64];
@@ -782,8 +840,8 @@ static void hybrid_serving(const char *name) {
     kiln_kv_get_stats(c, &st0);
     /* a's prompt again: a prefix from a snapshot, the same tokens */
     CHECK(b && hy_run(b, 1, prompts, lens, 1, got) == 0);
-    CHECKF(got[0].n_cached >= np - KL_BLOCK_TOKENS && got[0].n_cached < np, "%s: a repeated prompt reused %d of %d", name,
-           got[0].n_cached, np);
+    CHECKF(got[0].n_cached >= np - KL_BLOCK_TOKENS && got[0].n_cached < np, "%s: a repeated prompt reused %d of %d",
+           name, got[0].n_cached, np);
     CHECKF(!memcmp(got[0].tok, alone[0].tok, sizeof got[0].tok), "%s: a prefix-cache hit gives other tokens", name);
     /* d: what it shares with a, up to a snapshot, and no further */
     CHECK(b && hy_run(b, 1, prompts + 3, lens + 3, 1, got + 3) == 0);
@@ -808,11 +866,12 @@ static void hybrid_serving(const char *name) {
         CHECK(b && gen_batch_add(b, &p, -1, &s) == KILN_OK);
         for (int i = 0; s && i < 100 && r.n < 5; i++) CHECK(gen_batch_step(b) == KILN_OK);
         if (s) gen_slot_suspend(b, s);
-        CHECK(b && hy_run(b, 1, prompts + 1, lens + 1, 0, &other) == 0 && !memcmp(other.tok, alone[1].tok, sizeof other.tok));
+        CHECK(b && hy_run(b, 1, prompts + 1, lens + 1, 0, &other) == 0 &&
+              !memcmp(other.tok, alone[1].tok, sizeof other.tok));
         CHECK(s && gen_slot_resume(b, s) == KILN_OK);
         for (int i = 0; s && i < 100 && gen_batch_n_active(b); i++) CHECK(gen_batch_step(b) == KILN_OK);
-        CHECKF(r.done && r.n == 16 && !memcmp(r.tok, alone[2].tok, sizeof r.tok), "%s: suspended and resumed: other tokens",
-               name);
+        CHECKF(r.done && r.n == 16 && !memcmp(r.tok, alone[2].tok, sizeof r.tok),
+               "%s: suspended and resumed: other tokens", name);
     }
     printf("%-12s gen_batch: 3 at once, prefix hits, a partial hit, suspend/resume: as alone\n", name);
     gen_batch_free(b);
@@ -823,10 +882,16 @@ static void hybrid_serving(const char *name) {
 
 static void test_context_rules(void) {
     kiln_model *m;
-    if (kiln_model_load(STORIES, NULL, &m) != KILN_OK) { CHECK(0); return; }
+    if (kiln_model_load(STORIES, NULL, &m) != KILN_OK) {
+        CHECK(0);
+        return;
+    }
     kiln_context *c = new_ctx(m, KILN_KV_F32, 16, 2);
     CHECK(c && kiln_context_n_ctx(c) == 16);
-    if (!c) { kiln_model_free(m); return; }
+    if (!c) {
+        kiln_model_free(m);
+        return;
+    }
     int32_t toks[20];
     for (int i = 0; i < 20; i++) toks[i] = 300 + i;
     kiln_batch big = {17, toks, NULL, NULL, NULL};
@@ -853,8 +918,10 @@ static void test_context_rules(void) {
     int32_t mt[10], ms[10];
     int8_t want[10] = {0};
     for (int i = 0; i < 5; i++) {
-        mt[2 * i] = toks[i];     ms[2 * i] = 0;
-        mt[2 * i + 1] = toks[5 + i]; ms[2 * i + 1] = 1;
+        mt[2 * i] = toks[i];
+        ms[2 * i] = 0;
+        mt[2 * i + 1] = toks[5 + i];
+        ms[2 * i + 1] = 1;
     }
     want[8] = want[9] = 1;
     kiln_batch mb = {10, mt, NULL, ms, want};
@@ -902,10 +969,14 @@ static int write_hd128_model(const char *dst) {
         int64_t ne[2] = {0, 0};
         int nd = 2;
         float scale = 1.0f / sqrtf((float)E), base = 0.0f;
-        if (strstr(x->name, "attn_q.weight")) ne[0] = E, ne[1] = NH * HD;
-        else if (strstr(x->name, "attn_k.weight") || strstr(x->name, "attn_v.weight")) ne[0] = E, ne[1] = NKV * HD;
-        else if (strstr(x->name, "attn_output.weight")) ne[0] = NH * HD, ne[1] = E, scale = 1.0f / sqrtf(NH * HD);
-        else if (strstr(x->name, "attn_q_norm.weight") || strstr(x->name, "attn_k_norm.weight")) nd = 1, ne[0] = HD, scale = 0.2f, base = 1.0f;
+        if (strstr(x->name, "attn_q.weight"))
+            ne[0] = E, ne[1] = NH * HD;
+        else if (strstr(x->name, "attn_k.weight") || strstr(x->name, "attn_v.weight"))
+            ne[0] = E, ne[1] = NKV * HD;
+        else if (strstr(x->name, "attn_output.weight"))
+            ne[0] = NH * HD, ne[1] = E, scale = 1.0f / sqrtf(NH * HD);
+        else if (strstr(x->name, "attn_q_norm.weight") || strstr(x->name, "attn_k_norm.weight"))
+            nd = 1, ne[0] = HD, scale = 0.2f, base = 1.0f;
         if (!ne[0]) {
             gguf_w_tensor(w, x->name, x->type, (int)x->n_dims, x->ne, x->data);
             continue;
@@ -937,7 +1008,10 @@ static int write_hd128_model(const char *dst) {
  * refused for it. */
 static void long_attention(const char *path, int n_vocab, int q8) {
     kiln_model *m;
-    if (kiln_model_load(path, NULL, &m) != KILN_OK) { CHECKF(0, "%s: %s", path, kiln_last_error()); return; }
+    if (kiln_model_load(path, NULL, &m) != KILN_OK) {
+        CHECKF(0, "%s: %s", path, kiln_last_error());
+        return;
+    }
     enum { N = 300 };
     static int32_t toks[N];
     float *out[7];
@@ -960,8 +1034,10 @@ static void long_attention(const char *path, int n_vocab, int q8) {
         if (lg) memcpy(out[run], lg, sizeof(float) * (size_t)n_vocab);
         kiln_context_free(c);
     }
-    CHECKF(memcmp(out[1], out[0], sizeof(float) * (size_t)n_vocab) == 0, "%s: 300 tokens in chunks of 7 != one batch", path);
-    CHECKF(memcmp(out[2], out[0], sizeof(float) * (size_t)n_vocab) == 0, "%s: 300 tokens one by one != one batch", path);
+    CHECKF(memcmp(out[1], out[0], sizeof(float) * (size_t)n_vocab) == 0, "%s: 300 tokens in chunks of 7 != one batch",
+           path);
+    CHECKF(memcmp(out[2], out[0], sizeof(float) * (size_t)n_vocab) == 0, "%s: 300 tokens one by one != one batch",
+           path);
     CHECKF(rel_err(out[0], out[3], n_vocab) < 4e-3, "%s: F16 cache at 300 positions: %.3g from the F32 cache", path,
            rel_err(out[0], out[3], n_vocab));
     if (q8) {
@@ -1055,8 +1131,10 @@ static int invariance_run(const char *path, int chunked, float **out, int *n_voc
             rc |= kiln_decode(c, &cb) != KILN_OK;
             for (int j = 0; rc == 0 && j < n; j++) {
                 const float *lg = kiln_get_logits(c, j);
-                if (!lg) rc = -1;
-                else memcpy(*out + (size_t)(i - NP + j) * V, lg, sizeof(float) * (size_t)V);
+                if (!lg)
+                    rc = -1;
+                else
+                    memcpy(*out + (size_t)(i - NP + j) * V, lg, sizeof(float) * (size_t)V);
             }
             i += n;
         }
@@ -1071,7 +1149,10 @@ static void batch_invariance(const char *path, const char *label) {
     enum { NC = 30 };
     int V = 0;
     kiln_model *m;
-    if (kiln_model_load(path, NULL, &m) != KILN_OK) { CHECKF(0, "%s: %s", path, kiln_last_error()); return; }
+    if (kiln_model_load(path, NULL, &m) != KILN_OK) {
+        CHECKF(0, "%s: %s", path, kiln_last_error());
+        return;
+    }
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     V = info.n_vocab;
@@ -1080,14 +1161,18 @@ static void batch_invariance(const char *path, const char *label) {
     CHECKF(invariance_run(path, 1, &a, &V) == 0 && invariance_run(path, 0, &b, &V) == 0, "%s: decode failed", label);
     int bad = 0;
     for (int i = 0; i < NC; i++) bad += memcmp(a + (size_t)i * V, b + (size_t)i * V, sizeof(float) * (size_t)V) != 0;
-    CHECKF(bad == 0, "%s: %d of %d positions decoded in chunks of 1/2/4/8 differ from one-token decoding", label, bad, NC);
+    CHECKF(bad == 0, "%s: %d of %d positions decoded in chunks of 1/2/4/8 differ from one-token decoding", label, bad,
+           NC);
     free(a);
     free(b);
 }
 
 static void test_batch_invariance(void) {
     char dir[] = "/tmp/kiln-test-invariance-XXXXXX", out[80];
-    if (!mkdtemp(dir)) { CHECK(0); return; }
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return;
+    }
     batch_invariance("data/fixtures/qwen3.gguf", "qwen3 F32");
     const char *types[] = {"f16", "bf16", "q8_0", "q4_0"};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {

@@ -32,26 +32,29 @@
  *         yet rounded to f16 and s rounded to f16 (as ggml does): twice
  *         2^-11 of sum over blocks |m| |sum y| is allowed on top (m = the
  *         block's smallest dequantized weight). */
-typedef struct { int type; double grp, rms, step, dot; } bound;
+typedef struct {
+    int type;
+    double grp, rms, step, dot;
+} bound;
 
 static const bound BOUNDS[] = {
-    { KQ_F32,    0.0,      0.0,    0.0,      1e-6 },
-    { KQ_F16,    4.9e-4,   4e-4,   0.0,      1e-6 },
-    { KQ_BF16,   3.91e-3,  3e-3,   0.0,      1e-6 },
-    { KQ_Q4_0,   0.1260,   0.13,   0.1260,   3e-5 },
-    { KQ_Q4_1,   0.0700,   0.11,   0.0700,   3e-5 },
-    { KQ_Q5_0,   0.0640,   0.065,  0.0640,   3e-5 },
-    { KQ_Q5_1,   0.0350,   0.055,  0.0350,   3e-5 },
-    { KQ_Q8_0,   0.0045,   0.007,  1.0 / 127, 3e-5 },
-    { KQ_Q8_1,   0.0045,   0.007,  1.0 / 127, 3e-5 },
-    { KQ_Q2_K,   0.0,      0.40,   0.0,      1e-4 },
-    { KQ_Q3_K,   0.0,      0.22,   0.0,      1e-4 },
-    { KQ_Q4_K,   0.0,      0.12,   0.0,      1e-4 },
-    { KQ_Q5_K,   0.0,      0.06,   0.0,      1e-4 },
-    { KQ_Q6_K,   0.0,      0.03,   0.0,      1e-4 },
-    { KQ_Q8_K,   0.0,      0.01,   1.0 / 127, 1e-4 },
-    { KQ_IQ4_NL, 0.0,      0.12,   0.0,      1e-4 },
-    { KQ_IQ4_XS, 0.0,      0.12,   0.0,      1e-4 },
+    {KQ_F32, 0.0, 0.0, 0.0, 1e-6},
+    {KQ_F16, 4.9e-4, 4e-4, 0.0, 1e-6},
+    {KQ_BF16, 3.91e-3, 3e-3, 0.0, 1e-6},
+    {KQ_Q4_0, 0.1260, 0.13, 0.1260, 3e-5},
+    {KQ_Q4_1, 0.0700, 0.11, 0.0700, 3e-5},
+    {KQ_Q5_0, 0.0640, 0.065, 0.0640, 3e-5},
+    {KQ_Q5_1, 0.0350, 0.055, 0.0350, 3e-5},
+    {KQ_Q8_0, 0.0045, 0.007, 1.0 / 127, 3e-5},
+    {KQ_Q8_1, 0.0045, 0.007, 1.0 / 127, 3e-5},
+    {KQ_Q2_K, 0.0, 0.40, 0.0, 1e-4},
+    {KQ_Q3_K, 0.0, 0.22, 0.0, 1e-4},
+    {KQ_Q4_K, 0.0, 0.12, 0.0, 1e-4},
+    {KQ_Q5_K, 0.0, 0.06, 0.0, 1e-4},
+    {KQ_Q6_K, 0.0, 0.03, 0.0, 1e-4},
+    {KQ_Q8_K, 0.0, 0.01, 1.0 / 127, 1e-4},
+    {KQ_IQ4_NL, 0.0, 0.12, 0.0, 1e-4},
+    {KQ_IQ4_XS, 0.0, 0.12, 0.0, 1e-4},
 };
 
 static const bound *bound_of(int t) {
@@ -79,7 +82,7 @@ static float gauss(void) {
 }
 
 enum { D_GAUSS, D_UNIFORM, D_ZEROS, D_LARGE, D_OUTLIER, D_SPARSE, D_CONST, D_COUNT };
-static const char *DIST_NAME[D_COUNT] = { "gauss", "uniform", "zeros", "large", "outlier", "sparse", "const" };
+static const char *DIST_NAME[D_COUNT] = {"gauss", "uniform", "zeros", "large", "outlier", "sparse", "const"};
 
 static void fill(float *x, int n, int dist) {
     for (int i = 0; i < n; i++) {
@@ -87,10 +90,10 @@ static void fill(float *x, int n, int dist) {
         case D_GAUSS: x[i] = gauss(); break;
         case D_UNIFORM: x[i] = (float)(2.0 * urand() - 1.0); break;
         case D_ZEROS: x[i] = 0.0f; break;
-        case D_LARGE: x[i] = 3000.0f * gauss(); break;     /* stays inside the f16 range */
+        case D_LARGE: x[i] = 3000.0f * gauss(); break; /* stays inside the f16 range */
         case D_OUTLIER: x[i] = (i % 37 == 5) ? 60.0f * gauss() : gauss(); break;
         case D_SPARSE: x[i] = (i / 32) % 3 == 1 && rnd() % 4 == 0 ? gauss() : 0.0f; break;
-        default: x[i] = 0.75f; break;                        /* flat: Q4_1 range 0 */
+        default: x[i] = 0.75f; break; /* flat: Q4_1 range 0 */
         }
     }
 }
@@ -103,11 +106,11 @@ static void *xmalloc(size_t n) {
 
 /* Element counts to try for a unit (block size): short rows, odd block counts. */
 static int lengths(int unit, int *out) {
-    static const int mult[] = { 1, 2, 3, 4, 5, 7, 129 };
+    static const int mult[] = {1, 2, 3, 4, 5, 7, 129};
     int k = 0;
     for (size_t i = 0; i < sizeof mult / sizeof mult[0]; i++) out[k++] = unit * mult[i];
     if (unit == 1) {
-        static const int extra[] = { 15, 16, 17, 33, 63, 64, 65, 100, 4127, 4128 };
+        static const int extra[] = {15, 16, 17, 33, 63, 64, 65, 100, 4127, 4128};
         for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) out[k++] = extra[i];
     } else if (unit < 4096) {
         out[k++] = 4096 + unit;
@@ -150,12 +153,12 @@ static void test_round_trip(int t) {
                     const double r = amax > 0 ? emax / amax : emax;
                     if (r > worst) worst = r;
                 } else if (amax == 0 && emax > worst) {
-                    worst = emax;                   /* zeros must come back as zeros */
+                    worst = emax; /* zeros must come back as zeros */
                 }
             }
             CHECKF(finite, "%s n=%d %s: non-finite output", tr->name, n, DIST_NAME[dist]);
-            CHECKF(worst <= b->grp + 1e-7, "%s n=%d %s: group error %.6g > %.6g", tr->name, n,
-                   DIST_NAME[dist], worst, b->grp);
+            CHECKF(worst <= b->grp + 1e-7, "%s n=%d %s: group error %.6g > %.6g", tr->name, n, DIST_NAME[dist], worst,
+                   b->grp);
             if (dist == D_GAUSS && n >= 256) {
                 const double rel = sqrt(e2 / x2);
                 CHECKF(rel <= b->rms, "%s n=%d: rms error %.6g > %.6g", tr->name, n, rel, b->rms);
@@ -211,8 +214,8 @@ static void test_dots(int t) {
             }
             float ref = NAN;
             tr->vec_dot_ref(n, &ref, wq, aq);
-            CHECKF(fabs(ref - exact) <= b->dot * mag + 0x1p-10 * 1.01 * ms + 1e-30, "%s n=%d %s: ref dot %.9g vs %.9g (mag %.3g)",
-                   tr->name, n, DIST_NAME[dist], ref, exact, mag);
+            CHECKF(fabs(ref - exact) <= b->dot * mag + 0x1p-10 * 1.01 * ms + 1e-30,
+                   "%s n=%d %s: ref dot %.9g vs %.9g (mag %.3g)", tr->name, n, DIST_NAME[dist], ref, exact, mag);
             for (int k = 0; k < N_TWINS; k++) {
                 kq_vec_dot_fn f = dot_twin(t, k);
                 if (!f) continue;
@@ -289,13 +292,19 @@ static void test_fast_quant(int t) {
 
 /* ---- f16 / bf16 ---- */
 
-static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float bitsf(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 /* F16C as an independent oracle for f32 -> f16 (round to nearest even). */
-__attribute__((target("f16c"))) static uint16_t f16c_from(float f) {
-    return _cvtss_sh(f, 0);
-}
+__attribute__((target("f16c"))) static uint16_t f16c_from(float f) { return _cvtss_sh(f, 0); }
 __attribute__((target("f16c"))) static float f16c_to(uint16_t h) { return _cvtsh_ss(h); }
 
 static void test_f16(void) {
@@ -315,7 +324,7 @@ static void test_f16(void) {
         if (mag >= 0x7c00) continue;
         const double lo = fabs((double)f);
         const double hi = mag == 0x7bff ? 65536.0 : fabs((double)kq_f16_to_f32((uint16_t)(mag + 1)));
-        const float mid = (float)((lo + hi) / 2);  /* exact: halves have 11 significant bits */
+        const float mid = (float)((lo + hi) / 2); /* exact: halves have 11 significant bits */
         const float sgn = (h & 0x8000) ? -1.0f : 1.0f;
         const uint16_t even = (uint16_t)((mag & 1) ? mag + 1 : mag) | (uint16_t)(h & 0x8000);
         if (kq_f32_to_f16(sgn * mid) != even) bad_mid++;
@@ -330,7 +339,7 @@ static void test_f16(void) {
     CHECK(kq_f32_to_f16(1e10f) == 0x7c00 && kq_f32_to_f16(65519.99f) == 0x7bff);
     CHECK(kq_f32_to_f16(-0.0f) == 0x8000 && kq_f32_to_f16(1e-10f) == 0 && kq_f32_to_f16(0x1p-25f) == 0);
     CHECK(kq_f32_to_f16(0x1.8p-25f) == 1 && kq_f32_to_f16(0x1p-24f) == 1 && kq_f32_to_f16(1.0f) == 0x3c00);
-    CHECK(kq_f32_to_f16(bitsf(1)) == 0);   /* f32 subnormal */
+    CHECK(kq_f32_to_f16(bitsf(1)) == 0); /* f32 subnormal */
 
     /* random f32 bit patterns (finite) against the hardware conversion */
     if (kq_cpu_isa() >= KQ_ISA_AVX2) {
@@ -338,7 +347,7 @@ static void test_f16(void) {
         for (int i = 0; i < 2000000; i++) {
             uint32_t u = (uint32_t)rnd();
             if ((u & 0x7f800000) == 0x7f800000) continue;
-            if (i & 1) u = (u & 0x87ffffffu) | 0x30000000u;  /* concentrate near the f16 range */
+            if (i & 1) u = (u & 0x87ffffffu) | 0x30000000u; /* concentrate near the f16 range */
             if (kq_f32_to_f16(bitsf(u)) != f16c_from(bitsf(u))) bad++;
         }
         CHECKF(bad == 0, "f32 -> f16 vs F16C: %d of 2M differ", bad);
@@ -368,18 +377,23 @@ static void test_bf16(void) {
     CHECKF(bad_rt == 0, "bf16 round trip: %d patterns differ", bad_rt);
     CHECKF(bad_nan == 0, "bf16 NaN: %d patterns wrong", bad_nan);
     CHECKF(bad_mid == 0, "bf16 rounding at midpoints: %d wrong", bad_mid);
-    CHECK(kq_f32_to_bf16(bitsf(0x7f800001u)) == 0x7fc0);  /* signalling NaN comes back quiet */
+    CHECK(kq_f32_to_bf16(bitsf(0x7f800001u)) == 0x7fc0); /* signalling NaN comes back quiet */
     CHECK(kq_f32_to_bf16(INFINITY) == 0x7f80 && kq_f32_to_bf16(-1.0f) == 0xbf80);
 }
 
 /* ---- table, names, dispatch ---- */
 
 static void test_table(void) {
-    static const struct { const char *name; int type; int blck; size_t bsize; int vdt; } known[] = {
-        { "F32", KQ_F32, 1, 4, KQ_F32 },       { "F16", KQ_F16, 1, 2, KQ_F16 },
-        { "BF16", KQ_BF16, 1, 2, KQ_BF16 },    { "Q4_0", KQ_Q4_0, 32, 18, KQ_Q8_0 },
-        { "Q4_1", KQ_Q4_1, 32, 20, KQ_Q8_1 },  { "Q5_0", KQ_Q5_0, 32, 22, KQ_Q8_0 },
-        { "Q5_1", KQ_Q5_1, 32, 24, KQ_Q8_1 },  { "Q8_0", KQ_Q8_0, 32, 34, KQ_Q8_0 },
+    static const struct {
+        const char *name;
+        int type;
+        int blck;
+        size_t bsize;
+        int vdt;
+    } known[] = {
+        {"F32", KQ_F32, 1, 4, KQ_F32},      {"F16", KQ_F16, 1, 2, KQ_F16},      {"BF16", KQ_BF16, 1, 2, KQ_BF16},
+        {"Q4_0", KQ_Q4_0, 32, 18, KQ_Q8_0}, {"Q4_1", KQ_Q4_1, 32, 20, KQ_Q8_1}, {"Q5_0", KQ_Q5_0, 32, 22, KQ_Q8_0},
+        {"Q5_1", KQ_Q5_1, 32, 24, KQ_Q8_1}, {"Q8_0", KQ_Q8_0, 32, 34, KQ_Q8_0},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         const kq_traits *tr = kq_get(known[i].type);

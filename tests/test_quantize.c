@@ -29,7 +29,11 @@ static void compare_with_fixture(const char *type, const char *fixture) {
     CHECKF(kiln_quantize("data/fixtures/llama.gguf", out, type, 2) == KILN_OK, "%s", kiln_last_error());
     gguf_file *a = gguf_open(out, err, sizeof err), *b = gguf_open(fixture, err, sizeof err);
     CHECK(a && b);
-    if (!a || !b) { gguf_close(a); gguf_close(b); return; }
+    if (!a || !b) {
+        gguf_close(a);
+        gguf_close(b);
+        return;
+    }
     int same = 0, compared = 0;
     for (int i = 0; i < gguf_n_tensors(a); i++) {
         const gguf_tensor *ta = gguf_tensor_at(a, i), *tb = gguf_find_tensor(b, ta->name);
@@ -76,8 +80,19 @@ static int write_k_model(const char *path, int n_layer) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         buf[i] = ((float)((x >> 40) & 0xffff) / 65536.0f - 0.5f) * 0.2f;
     }
-#define T2(name, a, b) do { int64_t ne[2] = {a, b}; gguf_w_tensor(w, name, KQ_F32, 2, ne, p); p += (size_t)(a) * (b); } while (0)
-#define T1(name, a) do { int64_t ne[1] = {a}; for (int k = 0; k < (a); k++) p[k] = 1.0f; gguf_w_tensor(w, name, KQ_F32, 1, ne, p); p += (a); } while (0)
+#define T2(name, a, b)                            \
+    do {                                          \
+        int64_t ne[2] = {a, b};                   \
+        gguf_w_tensor(w, name, KQ_F32, 2, ne, p); \
+        p += (size_t)(a) * (b);                   \
+    } while (0)
+#define T1(name, a)                                \
+    do {                                           \
+        int64_t ne[1] = {a};                       \
+        for (int k = 0; k < (a); k++) p[k] = 1.0f; \
+        gguf_w_tensor(w, name, KQ_F32, 1, ne, p);  \
+        p += (a);                                  \
+    } while (0)
     T2("token_embd.weight", E, V);
     T2("output.weight", E, V);
     T1("output_norm.weight", E);
@@ -108,7 +123,10 @@ static void last_logits(const char *path, float *out) {
     kiln_model *m;
     kiln_context *c;
     memset(out, 0, 512 * sizeof(float));
-    if (kiln_model_load(path, NULL, &m) != KILN_OK) { CHECKF(0, "%s", kiln_last_error()); return; }
+    if (kiln_model_load(path, NULL, &m) != KILN_OK) {
+        CHECKF(0, "%s", kiln_last_error());
+        return;
+    }
     kiln_context_params cp = kiln_context_default_params();
     cp.n_ctx = 64;
     CHECK(kiln_context_new(m, &cp, &c) == KILN_OK);
@@ -122,7 +140,11 @@ static void last_logits(const char *path, float *out) {
 
 static double cosine(const float *a, const float *b, int n) {
     double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) { ab += (double)a[i] * b[i]; aa += (double)a[i] * a[i]; bb += (double)b[i] * b[i]; }
+    for (int i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
     return ab / sqrt(aa * bb + 1e-30);
 }
 
@@ -142,12 +164,15 @@ static void test_k_mix(void) {
         int want;
         int l = -1;
         sscanf(t->name, "blk.%d.", &l);
-        if (t->n_dims == 1) want = KQ_F32;
-        else if (!strcmp(t->name, "output.weight")) want = KQ_Q6_K;
+        if (t->n_dims == 1)
+            want = KQ_F32;
+        else if (!strcmp(t->name, "output.weight"))
+            want = KQ_Q6_K;
         else if (strstr(t->name, "attn_v.weight") || strstr(t->name, "ffn_down.weight"))
             /* more bits in the first and last eighth and every third layer between */
             want = (l < n_layer / 8 || l >= 7 * n_layer / 8 || (l - n_layer / 8) % 3 == 2) ? KQ_Q6_K : KQ_Q4_K;
-        else want = KQ_Q4_K;
+        else
+            want = KQ_Q4_K;
         if ((int)t->type != want) {
             ok = 0;
             fprintf(stderr, "%s: %s, want %s\n", t->name, kq_get((int)t->type)->name, kq_get(want)->name);
@@ -163,10 +188,13 @@ static void test_k_mix(void) {
      * sit a little under what was measured (q8_0 0.9996, q6_k 0.9978,
      * q5_k_m 0.9927, q4_k_m 0.9770, q4_0 0.9624, q3_k_m 0.8661, q2_k 0.6117,
      * iq4_xs 0.9680); a broken kernel gives a cosine near 0. */
-    static const struct { const char *type; double min_cos; } types[] = {
-        {"q8_0", 0.999}, {"q6_k", 0.995}, {"q5_k_m", 0.985}, {"q4_k_m", 0.96}, {"q4_0", 0.95},
-        {"q3_k_m", 0.83}, {"q2_k", 0.5}, {"iq4_xs", 0.95}, {"iq4_nl", 0.95}, {"q5_0", 0.985},
-        {"q5_1", 0.985}, {"q4_1", 0.95}, {"f16", 0.99999}, {"bf16", 0.9999},
+    static const struct {
+        const char *type;
+        double min_cos;
+    } types[] = {
+        {"q8_0", 0.999},  {"q6_k", 0.995}, {"q5_k_m", 0.985}, {"q4_k_m", 0.96}, {"q4_0", 0.95},
+        {"q3_k_m", 0.83}, {"q2_k", 0.5},   {"iq4_xs", 0.95},  {"iq4_nl", 0.95}, {"q5_0", 0.985},
+        {"q5_1", 0.985},  {"q4_1", 0.95},  {"f16", 0.99999},  {"bf16", 0.9999},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         snprintf(dst, sizeof dst, "%s/k-%s.gguf", tmpdir, types[i].type);
@@ -246,8 +274,9 @@ static void test_in_out_and_report(void) {
     uint64_t bytes = 0, bytes_in = 0;
     for (int i = 0; g && i < gguf_n_tensors(g); i++) bytes += gguf_tensor_at(g, i)->nbytes;
     for (int i = 0; gi && i < gguf_n_tensors(gi); i++) bytes_in += gguf_tensor_at(gi, i)->nbytes;
-    CHECKF(g && gi && bytes == s.out && s.in == bytes_in && s.out < s.in, "reported %llu -> %llu bytes, files %llu -> %llu",
-           (unsigned long long)s.in, (unsigned long long)s.out, (unsigned long long)bytes_in, (unsigned long long)bytes);
+    CHECKF(g && gi && bytes == s.out && s.in == bytes_in && s.out < s.in,
+           "reported %llu -> %llu bytes, files %llu -> %llu", (unsigned long long)s.in, (unsigned long long)s.out,
+           (unsigned long long)bytes_in, (unsigned long long)bytes);
     gguf_close(g);
     gguf_close(gi);
     free(orig);
@@ -265,14 +294,17 @@ static void test_in_out_and_report(void) {
     snprintf(args, sizeof args, "quantize '%s' '%s' q4_k_m", in, out);
     CHECK(run_kiln(args, &o, &e) == 0);
     CHECKF(o && strstr(o, "types: F32 48 -> ") && strstr(o, "Q8_0 32") && strstr(o, "F16 5") && strstr(o, "size:") &&
-           strstr(o, "37 of 48 tensors fell back"), "summary: %s", o ? o : "");
+               strstr(o, "37 of 48 tensors fell back"),
+           "summary: %s", o ? o : "");
     CHECKF(e && strstr(e, "blk.0.ffn_down.weight: rows of 172 are not a multiple of 256, which Q4_K needs: F16"),
            "fallback warnings: %s", e ? e : "");
     free(o);
     free(e);
     /* store names work for quantize and embed */
-    snprintf(args, sizeof args, "import '%s' --name tiny --link && KILN_STORE='%s/store' '%s' import "
-             "data/fixtures/bert-embed.gguf --name bert --link", stories, tmpdir, getenv("KILN_BIN"));
+    snprintf(args, sizeof args,
+             "import '%s' --name tiny --link && KILN_STORE='%s/store' '%s' import "
+             "data/fixtures/bert-embed.gguf --name bert --link",
+             stories, tmpdir, getenv("KILN_BIN"));
     CHECK(run_kiln(args, &o, &e) == 0);
     free(o);
     free(e);

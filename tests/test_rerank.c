@@ -86,8 +86,7 @@ static void check_scores(const char *name, const char *model, int truncate, doub
     if (n_trunc) { /* without truncation the long pair fails the request, named */
         q.allow_truncate = 0;
         CHECK(kiln_rerank(r, &q, &j) == KILN_ERR_CONTEXT_FULL && !j);
-        CHECKF(strstr(kiln_last_error(), "document ") && strstr(kiln_last_error(), "> limit"), "%s",
-               kiln_last_error());
+        CHECKF(strstr(kiln_last_error(), "document ") && strstr(kiln_last_error(), "> limit"), "%s", kiln_last_error());
     }
     kiln_reranker_info info;
     kiln_reranker_get_info(r, &info);

@@ -35,8 +35,8 @@ static void test_sampler(void) {
         }
         kiln_sampler_free(s);
     }
-    CHECK(memcmp(a, b, sizeof a) == 0);   /* same seed, same tokens */
-    CHECK(memcmp(a, d, sizeof a) != 0);   /* another seed, another draw */
+    CHECK(memcmp(a, b, sizeof a) == 0); /* same seed, same tokens */
+    CHECK(memcmp(a, d, sizeof a) != 0); /* another seed, another draw */
     /* top-k 1 is greedy whatever the temperature */
     p.top_k = 1;
     CHECK(kiln_sampler_new(&p, 512, &s) == KILN_OK);

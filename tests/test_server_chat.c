@@ -101,8 +101,8 @@ int main(void) {
                            templates[t]);
                     CHECKF(strstr(out, "temperature") && strstr(out, "21"), "%s: the result is in the prompt",
                            templates[t]);
-                    CHECKF(!strstr(out, "None") && !strstr(out, "null"), "%s: no null rendered:\n%s",
-                           templates[t], out);
+                    CHECKF(!strstr(out, "None") && !strstr(out, "null"), "%s: no null rendered:\n%s", templates[t],
+                           out);
                 }
                 free(out);
                 json_decref(vars);
@@ -117,9 +117,8 @@ int main(void) {
     json_t *norm = ks_chat_normalize(msgs);
     json_t *asst = json_array_get(msgs, 1);
     CHECK(json_is_null(json_object_get(asst, "content")));
-    CHECK(json_is_string(json_object_get(json_object_get(json_array_get(json_object_get(asst, "tool_calls"), 0),
-                                                         "function"),
-                                         "arguments")));
+    CHECK(json_is_string(json_object_get(
+        json_object_get(json_array_get(json_object_get(asst, "tool_calls"), 0), "function"), "arguments")));
     CHECK(json_is_string(json_object_get(json_array_get(norm, 1), "content")));
     json_decref(norm);
     json_decref(msgs);

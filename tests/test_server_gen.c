@@ -21,15 +21,15 @@
 
 typedef struct sink {
     ks_buf content, reasoning;
-    json_t *tools;            /* whole calls (on_tool) */
+    json_t *tools; /* whole calls (on_tool) */
     /* calls in parts (on_tool_part) */
-    int n;                    /* calls opened */
+    int n; /* calls opened */
     char name[MAX_CALLS][32];
     ks_buf args[MAX_CALLS];
     int pieces[MAX_CALLS];
-    int bad_order;            /* a header out of turn, a piece for a call not open */
-    int bad_utf8;             /* a piece ending inside a character */
-    size_t fed;               /* bytes of text fed so far */
+    int bad_order;                                 /* a header out of turn, a piece for a call not open */
+    int bad_utf8;                                  /* a piece ending inside a character */
+    size_t fed;                                    /* bytes of text fed so far */
     size_t head_at[MAX_CALLS], last_at[MAX_CALLS]; /* fed when the header / last piece went out */
 } sink;
 
@@ -151,13 +151,13 @@ static void feed(kiln_model *m, const char *text, size_t at, int parts, sink *k)
 }
 
 typedef struct tcase {
-    const char *text;         /* model output */
-    const char *content;      /* what stays content */
-    int n;                    /* calls */
+    const char *text;    /* model output */
+    const char *content; /* what stays content */
+    int n;               /* calls */
     const char *name[2];
-    const char *args[2];      /* the text the pieces join into */
-    int early;                /* the arguments are out before </tool_call> arrives */
-    int many[2];              /* fed bytewise, they come in many pieces (not when before the name) */
+    const char *args[2]; /* the text the pieces join into */
+    int early;           /* the arguments are out before </tool_call> arrives */
+    int many[2];         /* fed bytewise, they come in many pieces (not when before the name) */
 } tcase;
 
 /* Streamed in parts at every cut; the whole-call sink agrees. */
@@ -217,14 +217,23 @@ static const tcase k_cases[] = {
     /* an object, name first, with every kind of value and escapes kept as written */
     {"Sure. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": [1, -2.5e+3, "
      "true, null, 0], \"note\": \"caf\\u00e9 \\\"x\\\" \xc3\xa9\"}}\n</tool_call>",
-     "Sure. ", 1, {"get_weather"},
-     {"{\"city\": \"Paris\", \"days\": [1, -2.5e+3, true, null, 0], \"note\": \"caf\\u00e9 \\\"x\\\" \xc3\xa9\"}"}, 1, {1}},
+     "Sure. ",
+     1,
+     {"get_weather"},
+     {"{\"city\": \"Paris\", \"days\": [1, -2.5e+3, true, null, 0], \"note\": \"caf\\u00e9 \\\"x\\\" \xc3\xa9\"}"},
+     1,
+     {1}},
     /* arguments before the name; a second call whose arguments are a string
      * of JSON (its decoded characters are streamed, surrogate pair included) */
     {"<tool_call>{\"arguments\": {\"a\": {\"b\": []}, \"n\": 0.5}, \"name\": \"first\"}</tool_call> and "
      "<tool_call>{\"name\":\"second\",\"arguments\":\"{\\\"q\\\": \\\"\\u00e9\\ud83d\\ude00\\\", \\\"k\\\": [1]}\"}"
      "</tool_call>",
-     " and ", 2, {"first", "second"}, {"{\"a\": {\"b\": []}, \"n\": 0.5}", "{\"q\": \"\xc3\xa9\xf0\x9f\x98\x80\", \"k\": [1]}"}, 1, {0, 1}},
+     " and ",
+     2,
+     {"first", "second"},
+     {"{\"a\": {\"b\": []}, \"n\": 0.5}", "{\"q\": \"\xc3\xa9\xf0\x9f\x98\x80\", \"k\": [1]}"},
+     1,
+     {0, 1}},
     /* no arguments: {} at the closing tag, as the whole call has */
     {"<tool_call>{\"name\": \"ping\"}</tool_call>", "", 1, {"ping"}, {"{}"}, 0, {0}},
 };
@@ -247,8 +256,10 @@ int main(void) {
     if (!m) return t_done();
     sink k;
 
-    int fin = run(m, "Hi <think>let me see</think>The answer. <tool_call>{\"name\": \"get\", \"arguments\": {\"x\": 1}}"
-                      "</tool_call> Bye", NULL, 0, &k);
+    int fin = run(m,
+                  "Hi <think>let me see</think>The answer. <tool_call>{\"name\": \"get\", \"arguments\": {\"x\": 1}}"
+                  "</tool_call> Bye",
+                  NULL, 0, &k);
     CHECK(fin == KS_FIN_LENGTH);
     CHECKF(!strcmp(str(&k.reasoning), "let me see"), "reasoning '%s'", str(&k.reasoning));
     CHECKF(!strcmp(str(&k.content), " Hi The answer.  Bye"), "content '%s'", str(&k.content));
@@ -294,7 +305,8 @@ int main(void) {
     CHECK(json_array_size(k.tools) == 1);
     {
         json_t *want = json_loads("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lyon\", \"days\": 3, "
-                                  "\"opts\": {\"metric\": true}, \"note\": \"line one\\nline two\"}}", 0, NULL);
+                                  "\"opts\": {\"metric\": true}, \"note\": \"line one\\nline two\"}}",
+                                  0, NULL);
         char *got = json_dumps(json_array_get(k.tools, 0), JSON_COMPACT);
         CHECKF(want && json_equal(want, json_array_get(k.tools, 0)), "qwen3.5 call: %s", got ? got : "-");
         free(got);
@@ -305,7 +317,8 @@ int main(void) {
     CHECK(k.n == 0 && json_array_size(k.tools) == 1 && !strcmp(str(&k.content), ""));
     done(&k);
     feed(m, "<tool_call>\n<function=f>\n<parameter=x>\n1\n</function>\n</tool_call>", 20, 0, &k);
-    CHECK(json_array_size(k.tools) == 0 && !strcmp(str(&k.content), "<tool_call>\n<function=f>\n<parameter=x>\n1\n</function>\n</tool_call>"));
+    CHECK(json_array_size(k.tools) == 0 &&
+          !strcmp(str(&k.content), "<tool_call>\n<function=f>\n<parameter=x>\n1\n</function>\n</tool_call>"));
     done(&k);
 
     /* tool calls in parts */
@@ -326,7 +339,8 @@ int main(void) {
            "cut call: %d, '%s', content '%s'", k.n, str(&k.args[0]), str(&k.content));
     done(&k);
     feed(m, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 12", (size_t)-1, 0, &k);
-    CHECKF(json_array_size(k.tools) == 0 && !strcmp(str(&k.content), "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 12"),
+    CHECKF(json_array_size(k.tools) == 0 &&
+               !strcmp(str(&k.content), "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 12"),
            "cut call, whole: content '%s'", str(&k.content)); /* as written: no closing tag added */
     done(&k);
     /* cut right after the opening tag: the tag stays, in either sink */

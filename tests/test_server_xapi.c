@@ -95,8 +95,9 @@ static void msg_requests(void) {
           "{\"type\":\"text\",\"text\":\"B\"}]}},"
           "{\"type\":\"text\",\"text\":\"Summarize.\"}]}]}");
     CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
-    CHECK(same(x.chat, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
-                       "\"Read:\\n\\nNotes\\n\\nFrom May.\\n\\nLine 1.\\nLine 2.\\n\\nAB\\n\\nSummarize.\"}]}",
+    CHECK(same(x.chat,
+               "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
+               "\"Read:\\n\\nNotes\\n\\nFrom May.\\n\\nLine 1.\\nLine 2.\\n\\nAB\\n\\nSummarize.\"}]}",
                "documents"));
     ks_xreq_free(&x);
     json_decref(b);
@@ -105,9 +106,11 @@ static void msg_requests(void) {
     b = J("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":{\"type\":\"any\"},"
           "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]}");
     CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
-    CHECK(same(x.chat, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"required\","
-                       "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]}",
-               "tool_choice any"));
+    CHECK(
+        same(x.chat,
+             "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"required\","
+             "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]}",
+             "tool_choice any"));
     ks_xreq_free(&x);
     json_decref(b);
     b = J("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
@@ -122,7 +125,8 @@ static void msg_requests(void) {
     static const struct {
         const char *body, *param, *words;
     } refused[] = {
-        {"{\"model\":\"tiny\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]}",
+        {"{\"model\":\"tiny\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
+         "\"source\":{}}]}]}",
          "messages", "\"tiny\" takes no images"},
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\",\"source\":"
          "{\"type\":\"base64\",\"media_type\":\"application/pdf\",\"data\":\"JVBERi0=\"}}]}]}",
@@ -144,7 +148,8 @@ static void msg_requests(void) {
         {"{\"max_tokens\":5,\"tool_choice\":{\"type\":\"tool\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
          "tool_choice", "'name'"},
         {"{\"max_tokens\":5,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}],"
-         "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "tools", "server tool"},
+         "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+         "tools", "server tool"},
         {"{\"max_tokens\":5,\"stop_sequences\":[\"\"],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
          "stop_sequences", "non-empty"},
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\"}]}]}", "messages",
@@ -170,24 +175,25 @@ static void resp_requests(void) {
     ks_xreq x;
     char err[600];
     const char *param;
-    json_t *b = J("{\"model\":\"m\",\"instructions\":\"Be brief.\",\"max_output_tokens\":32,\"temperature\":0,"
-                  "\"reasoning\":{\"effort\":\"none\"},"
-                  "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"n\",\"schema\":{\"type\":\"object\"}}},"
-                  "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\"}},"
-                  "{\"type\":\"function\",\"name\":\"g\"}],"
-                  "\"input\":["
-                  "{\"role\":\"developer\",\"content\":\"Rules.\"},"
-                  "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},"
-                  "{\"type\":\"input_text\",\"text\":\"b\"}]},"
-                  "{\"type\":\"reasoning\",\"id\":\"rs\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\","
-                  "\"text\":\"think\"}]},"
-                  "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"ok\"}]},"
-                  "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"},"
-                  "{\"type\":\"function_call\",\"call_id\":\"c2\",\"name\":\"g\",\"arguments\":\"{\\\"x\\\":1}\"},"
-                  "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"one\"},"
-                  "{\"type\":\"function_call_output\",\"call_id\":\"c2\",\"output\":[{\"type\":\"input_text\","
-                  "\"text\":\"two\"}]},"
-                  "{\"type\":\"function_call\",\"call_id\":\"c3\",\"name\":\"f\",\"arguments\":\"{}\"}]}");
+    json_t *b =
+        J("{\"model\":\"m\",\"instructions\":\"Be brief.\",\"max_output_tokens\":32,\"temperature\":0,"
+          "\"reasoning\":{\"effort\":\"none\"},"
+          "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"n\",\"schema\":{\"type\":\"object\"}}},"
+          "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\"}},"
+          "{\"type\":\"function\",\"name\":\"g\"}],"
+          "\"input\":["
+          "{\"role\":\"developer\",\"content\":\"Rules.\"},"
+          "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},"
+          "{\"type\":\"input_text\",\"text\":\"b\"}]},"
+          "{\"type\":\"reasoning\",\"id\":\"rs\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\","
+          "\"text\":\"think\"}]},"
+          "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"ok\"}]},"
+          "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"},"
+          "{\"type\":\"function_call\",\"call_id\":\"c2\",\"name\":\"g\",\"arguments\":\"{\\\"x\\\":1}\"},"
+          "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"one\"},"
+          "{\"type\":\"function_call_output\",\"call_id\":\"c2\",\"output\":[{\"type\":\"input_text\","
+          "\"text\":\"two\"}]},"
+          "{\"type\":\"function_call\",\"call_id\":\"c3\",\"name\":\"f\",\"arguments\":\"{}\"}]}");
     CHECK(ks_resp_translate(b, &x, err, sizeof err, &param) == 0);
     CHECK(x.think == 0 && x.stream == 0 && x.has_max == 1);
     CHECK(same(x.chat,
@@ -338,11 +344,15 @@ static void msg_writer(void) {
     CHECK(same(w.result, want_result, "message"));
     events ev;
     CHECK(parse_sse(out.p, &ev) == 0);
-    static const char *const want[] = {
-        "message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta",
-        "content_block_stop", "content_block_start", "content_block_delta", "content_block_stop",
-        "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
-        "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"};
+    static const char *const want[] = {"message_start",       "ping",
+                                       "content_block_start", "content_block_delta",
+                                       "content_block_delta", "content_block_stop",
+                                       "content_block_start", "content_block_delta",
+                                       "content_block_stop",  "content_block_start",
+                                       "content_block_delta", "content_block_delta",
+                                       "content_block_stop",  "content_block_start",
+                                       "content_block_delta", "content_block_stop",
+                                       "message_delta",       "message_stop"};
     CHECK(types_are(&ev, want, (int)(sizeof want / sizeof want[0])));
     /* fold the deltas as a client does */
     json_t *content = json_array();
@@ -391,8 +401,8 @@ static void msg_writer(void) {
     static const struct {
         int fin;
         const char *stop, *reason;
-    } ends[] = {{KS_FIN_LENGTH, NULL, "max_tokens"}, {KS_FIN_STOP, "END", "stop_sequence"}, {KS_FIN_STOP, NULL,
-                                                                                            "end_turn"}};
+    } ends[] = {
+        {KS_FIN_LENGTH, NULL, "max_tokens"}, {KS_FIN_STOP, "END", "stop_sequence"}, {KS_FIN_STOP, NULL, "end_turn"}};
     for (int i = 0; i < 3; i++) {
         ks_xw_init(&w, &ks_msg_ops, "msg", "x", "m", NULL);
         w.ops->text(&w, KS_D_CONTENT, "hi", 2);
@@ -432,19 +442,31 @@ static void resp_writer(void) {
                "usage"));
     events ev;
     CHECK(parse_sse(out.p, &ev) == 0);
-    static const char *const want[] = {
-        "response.created", "response.in_progress",
-        "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta",
-        "response.reasoning_text.delta", "response.reasoning_text.done", "response.content_part.done",
-        "response.output_item.done",
-        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
-        "response.output_text.done", "response.content_part.done", "response.output_item.done",
-        "response.output_item.added", "response.function_call_arguments.delta",
-        "response.function_call_arguments.delta", "response.function_call_arguments.done",
-        "response.output_item.done",
-        "response.output_item.added", "response.function_call_arguments.delta",
-        "response.function_call_arguments.done", "response.output_item.done",
-        "response.completed"};
+    static const char *const want[] = {"response.created",
+                                       "response.in_progress",
+                                       "response.output_item.added",
+                                       "response.content_part.added",
+                                       "response.reasoning_text.delta",
+                                       "response.reasoning_text.delta",
+                                       "response.reasoning_text.done",
+                                       "response.content_part.done",
+                                       "response.output_item.done",
+                                       "response.output_item.added",
+                                       "response.content_part.added",
+                                       "response.output_text.delta",
+                                       "response.output_text.done",
+                                       "response.content_part.done",
+                                       "response.output_item.done",
+                                       "response.output_item.added",
+                                       "response.function_call_arguments.delta",
+                                       "response.function_call_arguments.delta",
+                                       "response.function_call_arguments.done",
+                                       "response.output_item.done",
+                                       "response.output_item.added",
+                                       "response.function_call_arguments.delta",
+                                       "response.function_call_arguments.done",
+                                       "response.output_item.done",
+                                       "response.completed"};
     CHECK(types_are(&ev, want, (int)(sizeof want / sizeof want[0])));
     /* sequence numbers; output indexes; each item done as in the result;
      * deltas join into the done text */
@@ -469,8 +491,8 @@ static void resp_writer(void) {
     }
     ks_buf_free(&acc);
     CHECK(json_equal(json_object_get(ev.data[ev.n - 1], "response"), w.result));
-    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(ev.data[0], "response"), "status")),
-                  "in_progress"));
+    CHECK(
+        !strcmp(json_string_value(json_object_get(json_object_get(ev.data[0], "response"), "status")), "in_progress"));
     events_free(&ev);
     ks_xw w2;
     ks_xw_init(&w2, &ks_resp_ops, "resp", "abc", "m", NULL);

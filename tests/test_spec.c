@@ -215,8 +215,8 @@ static void check_no_trace(const char *label, kiln_model *m, int kv_type, const 
     const float *a = kiln_get_logits(c, 0), *z = kiln_get_logits(f, 0);
     CHECKF(a && z && !memcmp(a, z, (size_t)info.n_vocab * sizeof(float)),
            "%s: the logits after a speculative run differ from the plain run's", label);
-    CHECKF(o.n_drafted > 0 && o.n_accepted < o.n_drafted, "%s: %d proposed, %d accepted (want some rejected)",
-           label, o.n_drafted, o.n_accepted);
+    CHECKF(o.n_drafted > 0 && o.n_accepted < o.n_drafted, "%s: %d proposed, %d accepted (want some rejected)", label,
+           o.n_drafted, o.n_accepted);
     kiln_context_free(c);
     kiln_context_free(f);
 }
@@ -260,8 +260,9 @@ static void identity(const char *path, int kv_type, const char *const *drafts, i
                 run_way(c, m, &P, &w, ref, together, N_PRED, o);
                 int32_t drafted = 0, accepted = 0;
                 for (int i = 0; i < N_PROMPTS; i++) {
-                    snprintf(label, sizeof label, "%s (%s cache): %s, %s, %s, prompt %d", path, kv_type ? "Q8_0" : "F16",
-                             w.name, fixed ? "fixed 4" : "adaptive", together ? "4 together" : "alone", i);
+                    snprintf(label, sizeof label, "%s (%s cache): %s, %s, %s, prompt %d", path,
+                             kv_type ? "Q8_0" : "F16", w.name, fixed ? "fixed 4" : "adaptive",
+                             together ? "4 together" : "alone", i);
                     CHECKF(same(&o[i], &ref[i]), "%s: the text changed (%d tokens, plain %d)", label, o[i].n, ref[i].n);
                     drafted += o[i].n_drafted;
                     accepted += o[i].n_accepted;
@@ -390,8 +391,8 @@ static void test_ngram_repeat(kiln_model *m) {
         run_all(b);
     }
     CHECKF(same(&o[0], &o[1]), "n-gram run again: the text changed");
-    CHECKF(o[0].n_drafted > 10 && o[1].n_drafted == o[0].n_drafted,
-           "n-gram run again: %d proposals, the first run %d", o[1].n_drafted, o[0].n_drafted);
+    CHECKF(o[0].n_drafted > 10 && o[1].n_drafted == o[0].n_drafted, "n-gram run again: %d proposals, the first run %d",
+           o[1].n_drafted, o[0].n_drafted);
     gen_batch_free(b);
     spec_free(s);
     kiln_context_free(c);
@@ -431,8 +432,8 @@ static void test_seeded_ngram(kiln_model *m) {
         }
         int drafted = 0;
         for (int i = 0; i < N_PROMPTS; i++) {
-            CHECKF(same(&o[i], &ref[i]), "seeded n-gram (%s), prompt %d: the text changed", fixed ? "fixed" : "adaptive",
-                   i);
+            CHECKF(same(&o[i], &ref[i]), "seeded n-gram (%s), prompt %d: the text changed",
+                   fixed ? "fixed" : "adaptive", i);
             drafted += o[i].n_drafted;
         }
         CHECK(drafted > 0);
@@ -517,8 +518,10 @@ static int tally_event(void *user, const gen_event *ev, const float *logits) {
             int cell = -1;
             for (int i = 0; i < t->d->n && cell < 0; i++)
                 if (!memcmp(t->d->id[i], r->tok, sizeof r->tok)) cell = i;
-            if (cell < 0) t->outside++;
-            else t->count[cell]++;
+            if (cell < 0)
+                t->outside++;
+            else
+                t->count[cell]++;
             t->n++;
         }
         r->got = 0;
@@ -676,7 +679,6 @@ static void test_adaptive(void) {
     kiln_model_free(m);
 }
 
-
 /* ---- the fixture against its PyTorch reference ---- */
 
 static void test_reference(void) {
@@ -717,7 +719,8 @@ static void test_reference(void) {
         run_all(b);
         gen_batch_free(b);
         int agree = o[0].n == ng;
-        for (int i = 0; agree && i < ng; i++) agree = o[0].tok[i] == (int32_t)json_integer_value(json_array_get(gj, (size_t)i));
+        for (int i = 0; agree && i < ng; i++)
+            agree = o[0].tok[i] == (int32_t)json_integer_value(json_array_get(gj, (size_t)i));
         CHECKF(agree, "spec-llama, %s: the greedy ids differ from the PyTorch reference", w.name);
         if (w.prop) CHECKF(o[0].n_drafted > 0, "spec-llama, %s: nothing proposed", w.name);
     }

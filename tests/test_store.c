@@ -239,15 +239,21 @@ static int contains(const char *file, const char *needle) {
 
 static void test_names(void) {
     kiln_store *s = open_store();
-    const char *bad[] = {"../x", "a//b", "/a", "a/", "a/.b", "a/-b:t", "x/../y", "a/b:1/c", "h:x/m", "a/b@", "a@b:t@c",
-                         "", ":tag", "name:", "a:b:c", ".hidden", "x..y", "sp ace", "a\\b", "a%2Fb", "a/b/c/d/e/f/g/h/i"};
+    const char *bad[] = {"../x",    "a//b",    "/a",   "a/",      "a/.b", "a/-b:t", "x/../y",
+                         "a/b:1/c", "h:x/m",   "a/b@", "a@b:t@c", "",     ":tag",   "name:",
+                         "a:b:c",   ".hidden", "x..y", "sp ace",  "a\\b", "a%2Fb",  "a/b/c/d/e/f/g/h/i"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECKF(kiln_store_alias(s, "nothing", bad[i]) == KILN_ERR_INVALID_ARG, "name '%s' accepted", bad[i]);
     /* the references pulls use are names (valid, just not there) */
-    const char *good[] = {"qwen3:0.6b", "hf.co/org/Repo-GGUF:Q4_K_M", "registry.example/ns/model:tag",
-                          "127.0.0.1:5000/ns/m:t", "hf.co/o/r/sub/f.gguf@main", "ns/model"};
+    const char *good[] = {"qwen3:0.6b",
+                          "hf.co/org/Repo-GGUF:Q4_K_M",
+                          "registry.example/ns/model:tag",
+                          "127.0.0.1:5000/ns/m:t",
+                          "hf.co/o/r/sub/f.gguf@main",
+                          "ns/model"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
-        CHECKF(kiln_store_alias(s, "nothing", good[i]) == KILN_ERR_NOT_FOUND, "name '%s': %s", good[i], kiln_last_error());
+        CHECKF(kiln_store_alias(s, "nothing", good[i]) == KILN_ERR_NOT_FOUND, "name '%s': %s", good[i],
+               kiln_last_error());
     char longname[300];
     memset(longname, 'a', sizeof longname - 1);
     longname[sizeof longname - 1] = 0;
@@ -259,7 +265,8 @@ static void test_names(void) {
 static void test_import_copy(void) {
     kiln_store *s = open_store();
     char id[65];
-    CHECKF(kiln_store_import(s, k_model, "tiny:copy", KILN_STORE_COPY, NULL, NULL, id) == KILN_OK, "%s", kiln_last_error());
+    CHECKF(kiln_store_import(s, k_model, "tiny:copy", KILN_STORE_COPY, NULL, NULL, id) == KILN_OK, "%s",
+           kiln_last_error());
     CHECK(has_model(s, "tiny:copy"));
     kiln_store_lease *l = NULL;
     CHECK(kiln_store_resolve(s, id, &l) == KILN_OK);
@@ -320,8 +327,8 @@ static json_t *list_entry(kiln_store *s, const char *name) {
     kiln_store_free_string(txt);
     size_t i;
     json_t *e;
-    json_array_foreach(list, i, e) if (!found && !strcmp(json_string_value(json_object_get(e, "name")), name))
-        found = json_incref(e);
+    json_array_foreach(list, i, e) if (!found && !strcmp(json_string_value(json_object_get(e, "name")), name)) found =
+        json_incref(e);
     json_decref(list);
     return found;
 }
@@ -338,12 +345,14 @@ static void test_times(void) {
     kiln_store *s = open_store();
     char id[65], p[PATH_MAX], err[PATH_MAX];
     const time_t t0 = time(NULL);
-    CHECKF(kiln_store_import(s, k_model, "when:a", KILN_STORE_COPY, NULL, NULL, id) == KILN_OK, "%s", kiln_last_error());
+    CHECKF(kiln_store_import(s, k_model, "when:a", KILN_STORE_COPY, NULL, NULL, id) == KILN_OK, "%s",
+           kiln_last_error());
     const time_t t1 = time(NULL);
     json_t *e = list_entry(s, "when:a");
     CHECK(e != NULL);
     json_int_t inst = json_integer_value(json_object_get(e, "installed"));
-    CHECKF(inst >= t0 && inst <= t1, "installed %lld not in [%lld, %lld]", (long long)inst, (long long)t0, (long long)t1);
+    CHECKF(inst >= t0 && inst <= t1, "installed %lld not in [%lld, %lld]", (long long)inst, (long long)t0,
+           (long long)t1);
     CHECK(json_integer_value(json_object_get(e, "modified")) >= inst);
     json_decref(e);
     snprintf(p, sizeof p, "%s/state/%s.json", g_root, id);
@@ -481,7 +490,8 @@ static void test_link(void) {
     char target[PATH_MAX];
     snprintf(target, sizeof target, "%s/linked.gguf", g_tmp);
     copy_model(target);
-    CHECKF(kiln_store_import(s, target, "tiny:link", KILN_STORE_LINK, NULL, NULL, NULL) == KILN_OK, "%s", kiln_last_error());
+    CHECKF(kiln_store_import(s, target, "tiny:link", KILN_STORE_LINK, NULL, NULL, NULL) == KILN_OK, "%s",
+           kiln_last_error());
     CHECK(has_model(s, "tiny:link"));
     /* same size, one byte different: the stamp no longer matches, the
      * re-hash catches it */
@@ -520,7 +530,8 @@ static void test_move(void) {
     char src[PATH_MAX];
     snprintf(src, sizeof src, "%s/move1.gguf", g_tmp);
     copy_model(src);
-    CHECKF(kiln_store_import(s, src, "tiny:moved", KILN_STORE_MOVE, NULL, NULL, NULL) == KILN_OK, "%s", kiln_last_error());
+    CHECKF(kiln_store_import(s, src, "tiny:moved", KILN_STORE_MOVE, NULL, NULL, NULL) == KILN_OK, "%s",
+           kiln_last_error());
     CHECK(access(src, F_OK) != 0);
     CHECK(has_model(s, "tiny:moved"));
 
@@ -557,7 +568,8 @@ static void test_verify_damage(void) {
     CHECK(fd >= 0 && pwrite(fd, "\xAA\xBB", 2, 200000) == 2);
     close(fd);
     CHECK(kiln_store_verify(s, "tiny:dmg", NULL, NULL) == KILN_ERR_FORMAT);
-    CHECKF(strstr(kiln_last_error(), "stories260K.gguf") != NULL, "verify does not name the file: %s", kiln_last_error());
+    CHECKF(strstr(kiln_last_error(), "stories260K.gguf") != NULL, "verify does not name the file: %s",
+           kiln_last_error());
     char *info = NULL;
     CHECK(kiln_store_info(s, "tiny:dmg", &info) == KILN_OK && info && strstr(info, "\"damaged\""));
     kiln_store_free_string(info);
@@ -895,7 +907,8 @@ static void test_image_pack(void) {
     /* pack.json itself imports the same content: the same pack id */
     char id1[65], id2[65];
     resolve_id(s, "shapes:copy", id1);
-    CHECK(kiln_store_import(s, "data/image/tiny/pack.json", "shapes:again", KILN_STORE_COPY, NULL, NULL, id2) == KILN_OK);
+    CHECK(kiln_store_import(s, "data/image/tiny/pack.json", "shapes:again", KILN_STORE_COPY, NULL, NULL, id2) ==
+          KILN_OK);
     CHECK(!strcmp(id1, id2) && count_dir(g_root, "packs") == before + 1);
     /* one byte of an artifact changed (same length): refused, nothing kept */
     char dir[PATH_MAX - 64], file[PATH_MAX];
@@ -906,8 +919,8 @@ static void test_image_pack(void) {
     CHECK(fd >= 0 && pwrite(fd, "\x55", 1, 2000) == 1);
     close(fd);
     CHECK(kiln_store_import(s, dir, "shapes:bad", KILN_STORE_COPY, NULL, NULL, NULL) == KILN_ERR_FORMAT);
-    CHECKF(strstr(kiln_last_error(), "vae.safetensors") && strstr(kiln_last_error(), "pack.json records"), "unclear: %s",
-           kiln_last_error());
+    CHECKF(strstr(kiln_last_error(), "vae.safetensors") && strstr(kiln_last_error(), "pack.json records"),
+           "unclear: %s", kiln_last_error());
     CHECK(count_dir(g_root, "packs") == before + 1 && count_dir(g_root, ".staging") == 0);
     /* a file missing */
     unlink(file);

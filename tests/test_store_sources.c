@@ -45,8 +45,8 @@ static int start_server(void) {
         prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the test */
         dup2(fds[1], 1);
         close(fds[0]);
-        execl("/usr/bin/python3", "python3", "source_server.py", "--file", k_model, "--chat-file", g_chat, "--log", g_log,
-              (char *)NULL);
+        execl("/usr/bin/python3", "python3", "source_server.py", "--file", k_model, "--chat-file", g_chat, "--log",
+              g_log, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -84,7 +84,8 @@ static int log_count(const char *role, const char *path_part, const char *extra)
         char *nl = strchr(line, '\n');
         if (nl) *nl = 0;
         char *path = strstr(line, "\"path\": \"");
-        if (strstr(line, r) && (!path_part || (path && strstr(path, path_part))) && (!extra || strstr(line, extra))) n++;
+        if (strstr(line, r) && (!path_part || (path && strstr(path, path_part))) && (!extra || strstr(line, extra)))
+            n++;
         line = nl ? nl + 1 : line + strlen(line);
     }
     free(txt);
@@ -113,9 +114,13 @@ static const char *jstr(json_t *o, const char *k) {
     return v ? v : "";
 }
 
-static json_t *artifact(json_t *inf, int i) { return json_array_get(json_object_get(json_object_get(inf, "manifest"), "artifacts"), (size_t)i); }
+static json_t *artifact(json_t *inf, int i) {
+    return json_array_get(json_object_get(json_object_get(inf, "manifest"), "artifacts"), (size_t)i);
+}
 
-static int n_artifacts(json_t *inf) { return (int)json_array_size(json_object_get(json_object_get(inf, "manifest"), "artifacts")); }
+static int n_artifacts(json_t *inf) {
+    return (int)json_array_size(json_object_get(json_object_get(inf, "manifest"), "artifacts"));
+}
 
 static int count_dir(const char *sub) {
     char p[PATH_MAX];
@@ -183,14 +188,17 @@ static void test_hub_default(void) {
     json_t *inf = info(s, "hf.co/acme/tiny-GGUF");
     CHECK(inf && !strcmp(jstr(inf, "name"), "hf.co/acme/tiny-GGUF:latest"));
     json_t *man = json_object_get(inf, "manifest");
-    CHECKF(!strcmp(jstr(man, "origin"), "hf:acme/tiny-GGUF@" COMMIT_A ":tiny-Q4_K_M.gguf"), "origin %s", jstr(man, "origin"));
+    CHECKF(!strcmp(jstr(man, "origin"), "hf:acme/tiny-GGUF@" COMMIT_A ":tiny-Q4_K_M.gguf"), "origin %s",
+           jstr(man, "origin"));
     json_t *src = json_object_get(man, "source");
     CHECK(!strcmp(jstr(src, "commit"), COMMIT_A) && !strcmp(jstr(src, "revision"), "main") &&
           !strcmp(jstr(src, "repo"), "acme/tiny-GGUF"));
     /* Q4_K_M by default, with the projector beside it */
     CHECK(n_artifacts(inf) == 2);
-    CHECK(!strcmp(jstr(artifact(inf, 0), "path"), "tiny-Q4_K_M.gguf") && !strcmp(jstr(artifact(inf, 0), "role"), "model"));
-    CHECK(!strcmp(jstr(artifact(inf, 1), "path"), "mmproj-tiny-F16.gguf") && !strcmp(jstr(artifact(inf, 1), "role"), "mmproj"));
+    CHECK(!strcmp(jstr(artifact(inf, 0), "path"), "tiny-Q4_K_M.gguf") &&
+          !strcmp(jstr(artifact(inf, 0), "role"), "model"));
+    CHECK(!strcmp(jstr(artifact(inf, 1), "path"), "mmproj-tiny-F16.gguf") &&
+          !strcmp(jstr(artifact(inf, 1), "role"), "mmproj"));
     for (int i = 0; i < n_artifacts(inf); i++) {
         const char *u = jstr(artifact(inf, i), "source");
         CHECKF(strstr(u, "/resolve/" COMMIT_A "/") && !strchr(u, '?'), "source %s", u);
@@ -287,9 +295,10 @@ static void test_hub_errors(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kiln_status st = pull(s, cases[i].ref, cases[i].token, NULL);
-        CHECKF(st == cases[i].st && kiln_store_last_source_result() == cases[i].r && strstr(kiln_last_error(), cases[i].says),
-               "%s: status %d, result %s: %s", cases[i].ref, st, kiln_store_source_result_str(kiln_store_last_source_result()),
-               kiln_last_error());
+        CHECKF(st == cases[i].st && kiln_store_last_source_result() == cases[i].r &&
+                   strstr(kiln_last_error(), cases[i].says),
+               "%s: status %d, result %s: %s", cases[i].ref, st,
+               kiln_store_source_result_str(kiln_store_last_source_result()), kiln_last_error());
         clean_message(cases[i].ref);
     }
     /* access granted, the same repositories pull */
@@ -419,7 +428,8 @@ static void test_registry(void) {
      * when the challenge does not; the blobs carry it, the CDN never */
     int tok0 = log_count("registry", "/token\"", NULL);
     CHECKF(pull(s, "team/tokened", NULL, NULL) == KILN_OK, "%s", kiln_last_error());
-    CHECK(log_count("registry", "/token\"", "\"status\": 200") == 1 && log_count("registry", "/token\"", NULL) == tok0 + 1);
+    CHECK(log_count("registry", "/token\"", "\"status\": 200") == 1 &&
+          log_count("registry", "/token\"", NULL) == tok0 + 1);
     CHECK(log_count("registry", "/team/tokened/manifests/", "\"status\": 401") == 1 &&
           log_count("registry", "/team/tokened/manifests/", "\"status\": 200") == 1);
     CHECK(log_count("registry", "/team/tokened/blobs/", "\"status\": 307") == 1 &&
@@ -484,13 +494,15 @@ static void test_inspect(void) {
     /* past the budget: unverified, after reading at most 64 MiB */
     j = inspect("hf.co/acme/huge-GGUF", &st);
     CHECKF(st == KILN_ERR_FORMAT && kiln_store_last_source_result() == KILN_SOURCE_UNVERIFIED &&
-           strstr(kiln_last_error(), "64 MiB"), "%s", kiln_last_error());
+               strstr(kiln_last_error(), "64 MiB"),
+           "%s", kiln_last_error());
     json_decref(j);
     /* a server that ignores Range: unverified, never a whole-file read */
     ctl("norange=1");
     j = inspect("tiny", &st);
     CHECKF(st == KILN_ERR_FORMAT && kiln_store_last_source_result() == KILN_SOURCE_UNVERIFIED &&
-           strstr(kiln_last_error(), "Range"), "%s", kiln_last_error());
+               strstr(kiln_last_error(), "Range"),
+           "%s", kiln_last_error());
     json_decref(j);
     ctl("norange=0");
     /* a plain URL: no published length or hash */
@@ -505,7 +517,8 @@ static void test_inspect(void) {
     snprintf(url, sizeof url, "http://127.0.0.1:%d/blob/%s", g_cdn, sha);
     j = inspect(url, &st);
     CHECKF(st == KILN_OK && j && !json_is_true(json_object_get(j, "metadata_verified")) &&
-           json_integer_value(json_object_get(j, "size")) == (json_int_t)len, "%s", kiln_last_error());
+               json_integer_value(json_object_get(j, "size")) == (json_int_t)len,
+           "%s", kiln_last_error());
     json_decref(j);
     j = inspect("hf.co/acme/nothing-GGUF", &st);
     CHECK(st == KILN_ERR_NOT_FOUND && kiln_store_last_source_result() == KILN_SOURCE_NOT_FOUND);
@@ -572,9 +585,13 @@ static void test_pack_defaults(void) {
     CHECK(run_kiln(wider, err) == 0);
     /* temperature 0.25 and top_k 7, as if given */
     const char *packed[] = {"run", "-m", "tiny", "-p", "Once upon", "-n", "24", "--seed", "5", NULL};
-    const char *flags[] = {"run", "-m", "../models/stories260K.gguf", "-p", "Once upon", "-n", "24", "--seed", "5",
-                           "--temp", "0.25", "--top-k", "7", NULL};
-    const char *plain[] = {"run", "-m", "../models/stories260K.gguf", "-p", "Once upon", "-n", "24", "--seed", "5", NULL};
+    const char *flags[] = {"run",    "-m",        "../models/stories260K.gguf",
+                           "-p",     "Once upon", "-n",
+                           "24",     "--seed",    "5",
+                           "--temp", "0.25",      "--top-k",
+                           "7",      NULL};
+    const char *plain[] = {"run", "-m", "../models/stories260K.gguf", "-p", "Once upon", "-n", "24", "--seed",
+                           "5",   NULL};
     char *a = kiln_out(packed, NULL), *b = kiln_out(flags, NULL), *c = kiln_out(plain, NULL);
     CHECKF(a && b && c && !strcmp(a, b) && strcmp(a, c), "pack '%s', flags '%s', defaults '%s'", a ? a : "", b ? b : "",
            c ? c : "");

@@ -46,12 +46,21 @@ static void print_ids(const char *what, const int32_t *ids, int n) {
 static int run_vocab(const char *base, const char *gguf_path, const char *inp_path, const char *out_path) {
     gguf_file *gf;
     ktok *t = load(gguf_path, &gf);
-    if (!t) { gguf_close(gf); return 0; }
+    if (!t) {
+        gguf_close(gf);
+        return 0;
+    }
     size_t inp_len;
     char *inp = t_read_file(inp_path, &inp_len);
     char *outs = t_read_file(out_path, NULL);
     CHECKF(inp && outs, "%s: cannot read .inp/.out", base);
-    if (!inp || !outs) { free(inp); free(outs); ktok_free(t); gguf_close(gf); return 0; }
+    if (!inp || !outs) {
+        free(inp);
+        free(outs);
+        ktok_free(t);
+        gguf_close(gf);
+        return 0;
+    }
 
     static int32_t ids[MAX_IDS], want[MAX_IDS];
     static char dec[65536];
@@ -100,8 +109,10 @@ static int run_vocab(const char *base, const char *gguf_path, const char *inp_pa
         }
     }
     printf("  %-36s %3d pass %3d fail", base, pass, fail);
-    if (lossless) printf("   decode %3d ok %3d bad\n", dec_ok, dec_bad);
-    else printf("   (decode not checked: lossy)\n");
+    if (lossless)
+        printf("   decode %3d ok %3d bad\n", dec_ok, dec_bad);
+    else
+        printf("   (decode not checked: lossy)\n");
     CHECKF(fail == 0, "%s: %d tokenization mismatches", base, fail);
     CHECKF(dec_bad == 0, "%s: %d decode mismatches", base, dec_bad);
     free(inp);
@@ -111,9 +122,7 @@ static int run_vocab(const char *base, const char *gguf_path, const char *inp_pa
     return fail == 0 && dec_bad == 0;
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static void conformance(void) {
     DIR *d = opendir(DIR_VOCAB);
@@ -161,7 +170,10 @@ static int contains(const int32_t *ids, int n, int32_t id) {
 static void spm_checks(void) {
     gguf_file *gf;
     ktok *t = load(DIR_VOCAB "/ggml-vocab-llama-spm.gguf", &gf);
-    if (!t) { gguf_close(gf); return; }
+    if (!t) {
+        gguf_close(gf);
+        return;
+    }
     static int32_t ids[MAX_IDS];
     CHECK(ktok_kind(t) == KTOK_SPM);
     CHECK(ktok_n_vocab(t) == 32000);
@@ -226,7 +238,10 @@ static void spm_checks(void) {
 static void bpe_checks(void) {
     gguf_file *gf;
     ktok *t = load(DIR_VOCAB "/ggml-vocab-gpt-2.gguf", &gf);
-    if (!t) { gguf_close(gf); return; }
+    if (!t) {
+        gguf_close(gf);
+        return;
+    }
     static int32_t ids[MAX_IDS];
     CHECK(ktok_kind(t) == KTOK_BPE);
     CHECK(ktok_bos(t) == 50256 && ktok_eos(t) == 50256);
@@ -272,7 +287,10 @@ static void bpe_checks(void) {
 static void wpm_checks(void) {
     gguf_file *gf;
     ktok *t = load(DIR_VOCAB "/ggml-vocab-bert-bge.gguf", &gf);
-    if (!t) { gguf_close(gf); return; }
+    if (!t) {
+        gguf_close(gf);
+        return;
+    }
     static int32_t ids[MAX_IDS];
     CHECK(ktok_kind(t) == KTOK_WPM);
     CHECK(ktok_bos(t) == 101 && ktok_sep(t) == 102 && ktok_unk(t) == 100 && ktok_pad(t) == 0);
@@ -287,7 +305,7 @@ static void wpm_checks(void) {
 /* Vocabularies without .inp/.out data: they must load (gpt-neox has no
  * tokenizer.ggml.pre, so it takes the default pre-tokenizer) and round-trip. */
 static void other_vocabs(void) {
-    const char *names[] = { "gpt-neox", "baichuan" };
+    const char *names[] = {"gpt-neox", "baichuan"};
     const char *text = "Hello world,  this is kiln!\n\tCaf\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd 123";
     static int32_t ids[MAX_IDS];
     char dec[256];
@@ -299,8 +317,8 @@ static void other_vocabs(void) {
         if (t) {
             int n = encode(t, text, 1, 0, ids);
             int d = ktok_decode(t, ids, n, dec, (int)sizeof dec, 0, 1);
-            CHECKF(n > 5 && d == (int)strlen(text) && memcmp(dec, text, (size_t)d) == 0,
-                   "%s: n=%d '%.*s'", names[k], n, d > 0 ? d : 0, dec);
+            CHECKF(n > 5 && d == (int)strlen(text) && memcmp(dec, text, (size_t)d) == 0, "%s: n=%d '%.*s'", names[k], n,
+                   d > 0 ? d : 0, dec);
         }
         ktok_free(t);
         gguf_close(gf);
@@ -309,11 +327,16 @@ static void other_vocabs(void) {
 
 /* 10 KB of mixed text must take milliseconds per vocabulary. */
 static void speed(void) {
-    const char *names[] = { "llama-spm", "gpt-2", "deepseek-llm", "bert-bge" };
+    const char *names[] = {"llama-spm", "gpt-2", "deepseek-llm", "bert-bge"};
     char *text = malloc(10240 + 1);
     size_t il;
     char *inp = t_read_file(DIR_VOCAB "/ggml-vocab-gpt-2.gguf.inp", &il);
-    if (!text || !inp) { free(text); free(inp); CHECK(0); return; }
+    if (!text || !inp) {
+        free(text);
+        free(inp);
+        CHECK(0);
+        return;
+    }
     for (size_t i = 0; i < 10240; i++) text[i] = inp[i % il];
     text[10240] = 0;
     static int32_t ids[20000];

@@ -237,8 +237,7 @@ static void test_parity(const char *name) {
     }
     lg_err /= jnum(x.j, "logits_abs_max");
     CHECKF(lg_err <= jnum(tol, "logits_rel"), "%s: logits relative error %.3g", name, lg_err);
-    printf("%s: mel %.2g, encoder %.2g, logits %.2g (relative to the largest value)\n", name, mel_err, enc_err,
-           lg_err);
+    printf("%s: mel %.2g, encoder %.2g, logits %.2g (relative to the largest value)\n", name, mel_err, enc_err, lg_err);
     wh_state_free(s);
     /* greedy token sequences, with and without timestamps, and after a
      * previous-text prompt */
@@ -291,7 +290,11 @@ static void test_audio(void) {
         CHECKF(e < 0.01 * rms(a, na) * 4, "resampled signal differs by %.4f on average", e);
     }
     /* FLAC, Ogg/Vorbis and MP3 written by libsndfile, read back */
-    const struct { const char *ext; int fmt; double tol; } w[] = {
+    const struct {
+        const char *ext;
+        int fmt;
+        double tol;
+    } w[] = {
         {"flac", SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 0.01},
         {"ogg", SF_FORMAT_OGG | SF_FORMAT_VORBIS, 0.25},
         {"mp3", SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III, 0.25},

@@ -27,10 +27,10 @@
 #define KA_N_BINS 201
 
 typedef struct ka_info {
-    int32_t rate;          /* of the source */
+    int32_t rate; /* of the source */
     int32_t channels;
-    int64_t frames;        /* source frames */
-    char format[64];       /* "WAV (Microsoft) / Signed 16 bit PCM", ... */
+    int64_t frames;  /* source frames */
+    char format[64]; /* "WAV (Microsoft) / Signed 16 bit PCM", ... */
 } ka_info;
 
 /* Decodes path to 16 kHz mono floats (*out malloc'ed, *n samples; an empty

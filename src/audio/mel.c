@@ -32,12 +32,12 @@ static int plan_once(void) {
 
 typedef struct mel_job {
     const float *x;
-    int64_t n, total;  /* samples of x; x and the zero padding */
+    int64_t n, total; /* samples of x; x and the zero padding */
     const float *filters;
     int n_mels;
     int64_t n_frames;
     float *mel;
-    float *tmax;       /* per thread maximum */
+    float *tmax; /* per thread maximum */
     int fail;
 } mel_job;
 
@@ -99,8 +99,10 @@ static void clamp_run(void *ud, int ith, int nth) {
 }
 
 static void run(kpool *pool, kpool_fn fn, void *ud) {
-    if (pool) kpool_run(pool, fn, ud);
-    else fn(ud, 0, 1);
+    if (pool)
+        kpool_run(pool, fn, ud);
+    else
+        fn(ud, 0, 1);
 }
 
 int ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, kpool *pool, float **mel,

@@ -88,8 +88,7 @@ int ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t cha
 }
 
 /* Reads every frame of an open file and converts it. */
-static int read_all(SNDFILE *sf, const SF_INFO *si, float **out, int64_t *n, ka_info *info, char *err,
-                    size_t errlen) {
+static int read_all(SNDFILE *sf, const SF_INFO *si, float **out, int64_t *n, ka_info *info, char *err, size_t errlen) {
     if (info) {
         memset(info, 0, sizeof *info);
         info->rate = si->samplerate;
@@ -154,12 +153,15 @@ int ka_read_file(const char *path, float **out, int64_t *n, ka_info *info, char 
     SNDFILE *sf = sf_open(path, SFM_READ, &si);
     if (!sf) {
         FILE *f = fopen(path, "rb");
-        if (!f) kb_errf(err, errlen, "%s: cannot open", path);
+        if (!f)
+            kb_errf(err, errlen, "%s: cannot open", path);
         else {
             int empty = fgetc(f) == EOF;
             fclose(f);
-            if (empty) kb_errf(err, errlen, "%s: empty file", path);
-            else kb_errf(err, errlen, "%s: not an audio file kiln can read (%s)", path, sf_strerror(NULL));
+            if (empty)
+                kb_errf(err, errlen, "%s: empty file", path);
+            else
+                kb_errf(err, errlen, "%s: not an audio file kiln can read (%s)", path, sf_strerror(NULL));
         }
         return -1;
     }

@@ -57,24 +57,31 @@ static void cpu_rows(rows *r, const kq_cpu *p, int active, int top) {
 
     int avx2_hw = p->avx && p->avx2 && p->fma && p->f16c && p->bmi2;
     row(r, "cpu-avx2", "cpu", avail(avx2_hw && p->os_ymm), 1, active == KQ_ISA_AVX2, "%s%s",
-        !avx2_hw ? "needs AVX2, FMA, F16C and BMI2" : !p->os_ymm ? "the OS does not enable the YMM state" : "AVX2 + FMA",
+        !avx2_hw     ? "needs AVX2, FMA, F16C and BMI2"
+        : !p->os_ymm ? "the OS does not enable the YMM state"
+                     : "AVX2 + FMA",
         active == KQ_ISA_AVX2 ? cap : "");
 
     int f_hw = p->avx512f && p->avx512dq && p->avx512bw && p->avx512vl;
     int zmm = avx2_hw && f_hw && p->os_zmm;
-    const char *why = !f_hw ? "no AVX-512 F/DQ/BW/VL" : !p->os_zmm ? "advertised, but the OS does not enable the ZMM state"
-                                                                   : "AVX-512 F/DQ/BW/VL";
+    const char *why = !f_hw        ? "no AVX-512 F/DQ/BW/VL"
+                      : !p->os_zmm ? "advertised, but the OS does not enable the ZMM state"
+                                   : "AVX-512 F/DQ/BW/VL";
     row(r, "cpu-avx512", "cpu", avail(zmm), 1, active == KQ_ISA_AVX512, "%s", why);
     row(r, "cpu-avx512-vnni", "cpu", avail(zmm && p->avx512vnni), 1, active == KQ_ISA_AVX512, "%s%s",
-        !zmm ? "needs the AVX-512 row" : !p->avx512vnni ? "no AVX512_VNNI (kiln's AVX-512 kernels need it)" : "vpdpbusd",
+        !zmm             ? "needs the AVX-512 row"
+        : !p->avx512vnni ? "no AVX512_VNNI (kiln's AVX-512 kernels need it)"
+                         : "vpdpbusd",
         active == KQ_ISA_AVX512 ? "" : cap);
     int bf16 = zmm && p->avx512vnni && p->avx512bf16;
     row(r, "cpu-avx512-bf16", "cpu", avail(bf16), 1, active == KQ_ISA_AVX512 && bf16, "%s",
-        !(zmm && p->avx512vnni) ? "needs the AVX-512 VNNI row" : !p->avx512bf16 ? "no AVX512_BF16" : "vdpbf16ps for BF16 weights");
+        !(zmm && p->avx512vnni) ? "needs the AVX-512 VNNI row"
+        : !p->avx512bf16        ? "no AVX512_BF16"
+                                : "vdpbf16ps for BF16 weights");
 
     int amx_hw = p->amx_tile && (p->amx_int8 || p->amx_bf16);
-    const char *amx = !amx_hw        ? "no AMX tiles"
-                      : !p->os_amx   ? "advertised, but the OS does not enable the tile state (it would trap)"
+    const char *amx = !amx_hw          ? "no AMX tiles"
+                      : !p->os_amx     ? "advertised, but the OS does not enable the tile state (it would trap)"
                       : !p->kernel_amx ? "the kernel does not grant the tile data state"
                                        : "AMX tiles (kiln has no AMX kernels)";
     row(r, "cpu-amx", "cpu", avail(amx_hw && p->os_amx && p->kernel_amx), 0, 0, "%s", amx);
@@ -116,8 +123,8 @@ static void cuda_row(rows *r) {
     char dev0[128] = "";
     int d = 0;
     if (get(&d, 0) == 0) name(dev0, (int)sizeof dev0, d);
-    row(r, "cuda", "gpu", KILN_AVAILABILITY_AVAILABLE, 0, 0, "driver %d.%d, %d device%s: %s%s", v / 1000,
-        v % 1000 / 10, n, n == 1 ? "" : "s", dev0, n > 1 ? ", ..." : "");
+    row(r, "cuda", "gpu", KILN_AVAILABILITY_AVAILABLE, 0, 0, "driver %d.%d, %d device%s: %s%s", v / 1000, v % 1000 / 10,
+        n, n == 1 ? "" : "s", dev0, n > 1 ? ", ..." : "");
 }
 
 /* Vulkan drivers keep allocations for the life of the process, some in
@@ -152,7 +159,8 @@ static void vulkan_row_inner(rows *r) {
     VkInstance inst = NULL;
     VkResult e = create(&ci, NULL, &inst);
     if (e != VK_SUCCESS) {
-        row(r, "vulkan", "gpu", KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "loader found, vkCreateInstance failed (%d)", (int)e);
+        row(r, "vulkan", "gpu", KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "loader found, vkCreateInstance failed (%d)",
+            (int)e);
         dlclose(h);
         return;
     }
@@ -179,7 +187,8 @@ static void vulkan_row_inner(rows *r) {
     if (destroy) destroy(inst, NULL);
     /* the loader stays mapped: drivers keep state (and allocations) that an
      * unload would leave dangling */
-    if (!n) row(r, "vulkan", "gpu", KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "loader found, no device");
+    if (!n)
+        row(r, "vulkan", "gpu", KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "loader found, no device");
     else
         row(r, "vulkan", "gpu", gpus ? KILN_AVAILABILITY_AVAILABLE : KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "%s%s", list,
             gpus ? "" : ": no GPU, only software rendering");

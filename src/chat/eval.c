@@ -11,8 +11,7 @@
 
 static kv eval(rctx *r, const node *x, frame *f);
 
-static void eval_args(rctx *r, const node *x, frame *f, args *a)
-{
+static void eval_args(rctx *r, const node *x, frame *f, args *a) {
     a->npos = x->args.n;
     a->nkw = x->args2.n;
     a->pos = kct_ar_alloc(&r->c, (size_t)(a->npos + 1) * sizeof(kv));
@@ -22,15 +21,14 @@ static void eval_args(rctx *r, const node *x, frame *f, args *a)
     for (int i = 0; i < a->nkw; i++) a->kw[i] = eval(r, x->args2.v[i], f);
 }
 
-static const char *const STR_METHODS[] = { "strip", "lstrip", "rstrip", "split", "startswith", "endswith", "upper",
-                                           "lower", "replace", "title", "capitalize", "find", "count", "join",
-                                           "isdigit", "isspace", "splitlines" };
-static const char *const DICT_METHODS[] = { "get", "items", "keys", "values" };
-static const char *const LIST_METHODS[] = { "append", "index", "count" };
+static const char *const STR_METHODS[] = {"strip", "lstrip", "rstrip",  "split",   "startswith", "endswith",
+                                          "upper", "lower",  "replace", "title",   "capitalize", "find",
+                                          "count", "join",   "isdigit", "isspace", "splitlines"};
+static const char *const DICT_METHODS[] = {"get", "items", "keys", "values"};
+static const char *const LIST_METHODS[] = {"append", "index", "count"};
 
-static kv bind_method(rctx *r, const kv *self, str name)
-{
-    kv v = { .t = V_FUNC };
+static kv bind_method(rctx *r, const kv *self, str name) {
+    kv v = {.t = V_FUNC};
     v.fn = ar_zalloc(&r->c, sizeof(kfn));
     v.fn->kind = FN_METHOD;
     v.fn->self = *self;
@@ -38,8 +36,7 @@ static kv bind_method(rctx *r, const kv *self, str name)
     return v;
 }
 
-static kv loop_attr(rctx *r, const kv *lv, str name)
-{
+static kv loop_attr(rctx *r, const kv *lv, str name) {
     const kloop *L = lv->loop;
     if (str_is(name, "index")) return mk_int(L->i + 1);
     if (str_is(name, "index0")) return mk_int(L->i);
@@ -51,14 +48,14 @@ static kv loop_attr(rctx *r, const kv *lv, str name)
     if (str_is(name, "depth")) return mk_int(1);
     if (str_is(name, "depth0")) return mk_int(0);
     if (str_is(name, "previtem")) return L->i > 0 ? L->items[L->i - 1] : mk_undef(U_ATTR, V_LOOP, name.p, name.n);
-    if (str_is(name, "nextitem")) return L->i + 1 < L->n ? L->items[L->i + 1] : mk_undef(U_ATTR, V_LOOP, name.p, name.n);
+    if (str_is(name, "nextitem"))
+        return L->i + 1 < L->n ? L->items[L->i + 1] : mk_undef(U_ATTR, V_LOOP, name.p, name.n);
     if (str_is(name, "cycle")) return bind_method(r, lv, name);
     return mk_undef(U_ATTR, V_LOOP, name.p, name.n);
 }
 
 /* obj.name: Jinja2 tries the Python attribute first (methods), then the item. */
-kv kct_get_attr(rctx *r, const node *x, const kv *obj, str name)
-{
+kv kct_get_attr(rctx *r, const node *x, const kv *obj, str name) {
     switch (obj->t) {
     case V_UNDEF: undef_fail(r, x, obj);
     case V_DICT: {
@@ -68,7 +65,8 @@ kv kct_get_attr(rctx *r, const node *x, const kv *obj, str name)
         return v ? *v : mk_undef(U_ATTR, V_DICT, name.p, name.n);
     }
     case V_STR:
-        if (lookup_name(STR_METHODS, sizeof STR_METHODS / sizeof *STR_METHODS, name) >= 0) return bind_method(r, obj, name);
+        if (lookup_name(STR_METHODS, sizeof STR_METHODS / sizeof *STR_METHODS, name) >= 0)
+            return bind_method(r, obj, name);
         break;
     case V_LIST:
         if (!obj->aux && lookup_name(LIST_METHODS, sizeof LIST_METHODS / sizeof *LIST_METHODS, name) >= 0)
@@ -83,8 +81,7 @@ kv kct_get_attr(rctx *r, const node *x, const kv *obj, str name)
 static int64_t norm_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
 
 /* obj[key]: the item first, then (for string keys) the attribute. */
-kv kct_get_item(rctx *r, const node *x, const kv *obj, const kv *key)
-{
+kv kct_get_item(rctx *r, const node *x, const kv *obj, const kv *key) {
     if (obj->t == V_UNDEF) undef_fail(r, x, obj);
     if (key->t == V_UNDEF) undef_fail(r, x, key);
     if (obj->t == V_DICT) {
@@ -110,24 +107,24 @@ kv kct_get_item(rctx *r, const node *x, const kv *obj, const kv *key)
 }
 
 /* Python slice index normalisation (as slice.indices). */
-static void slice_bounds(int64_t n, const kv *a, const kv *b, int64_t step, int64_t *start, int64_t *stop)
-{
+static void slice_bounds(int64_t n, const kv *a, const kv *b, int64_t step, int64_t *start, int64_t *stop) {
     int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? n - 1 : n;
-    if (a->t == V_NONE || a->t == V_UNDEF) *start = step < 0 ? hi : lo;
+    if (a->t == V_NONE || a->t == V_UNDEF)
+        *start = step < 0 ? hi : lo;
     else {
         int64_t s = a->i < 0 ? a->i + n : a->i;
         *start = s < lo ? lo : s > hi ? hi : s;
     }
-    if (b->t == V_NONE || b->t == V_UNDEF) *stop = step < 0 ? lo : hi;
+    if (b->t == V_NONE || b->t == V_UNDEF)
+        *stop = step < 0 ? lo : hi;
     else {
         int64_t s = b->i < 0 ? b->i + n : b->i;
         *stop = s < lo ? lo : s > hi ? hi : s;
     }
 }
 
-static kv do_slice(rctx *r, const node *x, const kv *obj, const kv *a, const kv *b, const kv *st)
-{
-    const kv *ends[3] = { a, b, st };
+static kv do_slice(rctx *r, const node *x, const kv *obj, const kv *a, const kv *b, const kv *st) {
+    const kv *ends[3] = {a, b, st};
     for (int i = 0; i < 3; i++)
         if (ends[i]->t != V_NONE && ends[i]->t != V_UNDEF && ends[i]->t != V_INT && ends[i]->t != V_BOOL)
             kct_fail_at(r, x, "slice indices must be integers or None");
@@ -150,15 +147,15 @@ static kv do_slice(rctx *r, const node *x, const kv *obj, const kv *a, const kv 
         if (step == 1) return mk_str(obj->s.p + off[s], s < e ? off[e] - off[s] : 0);
         sbuf sb = {0};
         kct_sb_put(&r->c, &sb, "", 0);
-        for (int64_t i = s; step > 0 ? i < e : i > e; i += step) kct_sb_put(&r->c, &sb, obj->s.p + off[i], off[i + 1] - off[i]);
+        for (int64_t i = s; step > 0 ? i < e : i > e; i += step)
+            kct_sb_put(&r->c, &sb, obj->s.p + off[i], off[i + 1] - off[i]);
         return mk_str(sb.p, sb.n);
     }
     kct_fail_at(r, x, "'%s' object is not subscriptable", kct_type_name(obj));
 }
 
 /* Calls a macro (or a call block's caller) and returns its output. */
-static kv call_macro(rctx *r, const node *x, const kfn *fn, const args *a, const kv *caller)
-{
+static kv call_macro(rctx *r, const node *x, const kfn *fn, const args *a, const kv *caller) {
     const node *def = fn->def;
     if (++r->call_depth > MAX_CALL_DEPTH) kct_fail_at(r, x, "macro calls nested too deeply");
     frame *f = new_frame(&r->c, fn->closure);
@@ -167,22 +164,26 @@ static kv call_macro(rctx *r, const node *x, const kfn *fn, const args *a, const
     for (int i = 0; i < a->nkw; i++) {
         int known = 0;
         for (int k = 0; k < def->nnames; k++) known |= str_eq(def->names[k], a->kwn[i].p, a->kwn[i].n);
-        if (!known) kct_fail_at(r, x, "macro '%.*s' takes no keyword argument '%.*s'", (int)fn->name.n, fn->name.p,
-                            (int)a->kwn[i].n, a->kwn[i].p);
+        if (!known)
+            kct_fail_at(r, x, "macro '%.*s' takes no keyword argument '%.*s'", (int)fn->name.n, fn->name.p,
+                        (int)a->kwn[i].n, a->kwn[i].p);
     }
     for (int k = 0; k < def->nnames; k++) {
         kv v;
         int found = k < a->npos;
         if (found) v = a->pos[k];
         for (int i = 0; i < a->nkw && !found; i++)
-            if (str_eq(def->names[k], a->kwn[i].p, a->kwn[i].n)) { v = a->kw[i]; found = 1; }
+            if (str_eq(def->names[k], a->kwn[i].p, a->kwn[i].n)) {
+                v = a->kw[i];
+                found = 1;
+            }
         if (!found) {
             const node *dn = k < def->args2.n ? def->args2.v[k] : NULL;
             v = dn ? eval(r, dn, f) : mk_undef(U_NAME, 0, def->names[k].p, def->names[k].n);
         }
         kct_frame_set(&r->c, f, def->names[k], v);
     }
-    if (caller) kct_frame_set(&r->c, f, (str){ "caller", 6 }, *caller);
+    if (caller) kct_frame_set(&r->c, f, (str){"caller", 6}, *caller);
     sbuf out = {0};
     kct_sb_put(&r->c, &out, "", 0);
     kct_exec_body(r, &def->args, f, &out);
@@ -190,8 +191,7 @@ static kv call_macro(rctx *r, const node *x, const kfn *fn, const args *a, const
     return mk_str(out.p, out.n);
 }
 
-static kv call_value(rctx *r, const node *x, const kv *callee, const args *a, const kv *caller)
-{
+static kv call_value(rctx *r, const node *x, const kv *callee, const args *a, const kv *caller) {
     if (callee->t == V_UNDEF) undef_fail(r, x, callee);
     if (callee->t != V_FUNC) kct_fail_at(r, x, "'%s' object is not callable", kct_type_name(callee));
     const kfn *fn = callee->fn;
@@ -204,10 +204,9 @@ static kv call_value(rctx *r, const node *x, const kv *callee, const args *a, co
 
 /* ---- expressions */
 
-static kv arith(rctx *r, const node *x, int op, const kv *a, const kv *b)
-{
+static kv arith(rctx *r, const node *x, int op, const kv *a, const kv *b) {
     ctx *c = &r->c;
-    static const char *const opn[] = { "+", "-", "*", "/", "//", "%", "**", "~" };
+    static const char *const opn[] = {"+", "-", "*", "/", "//", "%", "**", "~"};
     if (a->t == V_UNDEF) undef_fail(r, x, a);
     if (b->t == V_UNDEF) undef_fail(r, x, b);
     if (is_num(a) && is_num(b)) {
@@ -216,22 +215,35 @@ static kv arith(rctx *r, const node *x, int op, const kv *a, const kv *b)
         double f = num_f(a), g = num_f(b);
         switch (op) {
         case B_ADD:
-            if (ints) { if (__builtin_add_overflow(p, q, &res)) kct_fail_at(r, x, "integer overflow"); return mk_int(res); }
+            if (ints) {
+                if (__builtin_add_overflow(p, q, &res)) kct_fail_at(r, x, "integer overflow");
+                return mk_int(res);
+            }
             return mk_float(f + g);
         case B_SUB:
-            if (ints) { if (__builtin_sub_overflow(p, q, &res)) kct_fail_at(r, x, "integer overflow"); return mk_int(res); }
+            if (ints) {
+                if (__builtin_sub_overflow(p, q, &res)) kct_fail_at(r, x, "integer overflow");
+                return mk_int(res);
+            }
             return mk_float(f - g);
         case B_MUL:
-            if (ints) { if (__builtin_mul_overflow(p, q, &res)) kct_fail_at(r, x, "integer overflow"); return mk_int(res); }
+            if (ints) {
+                if (__builtin_mul_overflow(p, q, &res)) kct_fail_at(r, x, "integer overflow");
+                return mk_int(res);
+            }
             return mk_float(f * g);
         case B_DIV:
             if (g == 0) kct_fail_at(r, x, "division by zero");
             return mk_float(f / g);
-        case B_FDIV: case B_MOD:
+        case B_FDIV:
+        case B_MOD:
             if (ints) {
                 if (q == 0) kct_fail_at(r, x, "integer division or modulo by zero");
                 int64_t d = p / q, m = p % q;
-                if (m != 0 && ((m < 0) != (q < 0))) { d--; m += q; }
+                if (m != 0 && ((m < 0) != (q < 0))) {
+                    d--;
+                    m += q;
+                }
                 return mk_int(op == B_FDIV ? d : m);
             }
             if (g == 0) kct_fail_at(r, x, "float division by zero");
@@ -291,8 +303,7 @@ static kv arith(rctx *r, const node *x, int op, const kv *a, const kv *b)
 }
 
 /* Applies a filter chain parsed on a placeholder (set/filter blocks) to `in`. */
-static kv apply_chain(rctx *r, const node *x, frame *f, kv in)
-{
+static kv apply_chain(rctx *r, const node *x, frame *f, kv in) {
     if (!x || x->kind != E_FILTER) return in;
     kv v = apply_chain(r, x->a, f, in);
     args a;
@@ -300,13 +311,13 @@ static kv apply_chain(rctx *r, const node *x, frame *f, kv in)
     return kct_filter_apply(r, x, x->id, &v, &a);
 }
 
-static kv eval(rctx *r, const node *x, frame *f)
-{
+static kv eval(rctx *r, const node *x, frame *f) {
     ctx *c = &r->c;
     switch (x->kind) {
     case E_LIT: return x->lit;
     case E_NAME: return kct_lookup(r, f, x->name);
-    case E_LIST: case E_TUPLE: {
+    case E_LIST:
+    case E_TUPLE: {
         kv out = mk_list(c, (size_t)x->args.n);
         out.aux = x->kind == E_TUPLE;
         for (int i = 0; i < x->args.n; i++) out.l->v[i] = eval(r, x->args.v[i], f);
@@ -318,8 +329,14 @@ static kv eval(rctx *r, const node *x, frame *f)
         for (int i = 0; i < x->args.n; i++) kct_dict_set(c, d.d, eval(r, x->args.v[i], f), eval(r, x->args2.v[i], f));
         return d;
     }
-    case E_ATTR: { kv o = eval(r, x->a, f); return kct_get_attr(r, x, &o, x->name); }
-    case E_ITEM: { kv o = eval(r, x->a, f), k = eval(r, x->b, f); return kct_get_item(r, x, &o, &k); }
+    case E_ATTR: {
+        kv o = eval(r, x->a, f);
+        return kct_get_attr(r, x, &o, x->name);
+    }
+    case E_ITEM: {
+        kv o = eval(r, x->a, f), k = eval(r, x->b, f);
+        return kct_get_item(r, x, &o, &k);
+    }
     case E_SLICE: {
         kv o = eval(r, x->a, f);
         kv s = x->b ? eval(r, x->b, f) : NONE, e = x->c ? eval(r, x->c, f) : NONE;
@@ -344,8 +361,12 @@ static kv eval(rctx *r, const node *x, frame *f)
         eval_args(r, x, f, &a);
         return mk_bool(kct_test_apply(r, x, x->id, &v, &a) != x->neg);
     }
-    case E_NOT: { kv v = eval(r, x->a, f); return mk_bool(!kct_truthy(&v)); }
-    case E_NEG: case E_POS: {
+    case E_NOT: {
+        kv v = eval(r, x->a, f);
+        return mk_bool(!kct_truthy(&v));
+    }
+    case E_NEG:
+    case E_POS: {
         kv v = eval(r, x->a, f);
         if (v.t == V_UNDEF) undef_fail(r, x, &v);
         if (v.t == V_FLOAT) return mk_float(x->kind == E_NEG ? -v.f : v.f);
@@ -363,8 +384,14 @@ static kv eval(rctx *r, const node *x, frame *f)
         }
         return arith(r, x, x->op, &a, &b);
     }
-    case E_AND: { kv a = eval(r, x->a, f); return kct_truthy(&a) ? eval(r, x->b, f) : a; }
-    case E_OR: { kv a = eval(r, x->a, f); return kct_truthy(&a) ? a : eval(r, x->b, f); }
+    case E_AND: {
+        kv a = eval(r, x->a, f);
+        return kct_truthy(&a) ? eval(r, x->b, f) : a;
+    }
+    case E_OR: {
+        kv a = eval(r, x->a, f);
+        return kct_truthy(&a) ? a : eval(r, x->b, f);
+    }
     case E_COND: {
         kv cnd = eval(r, x->a, f);
         if (kct_truthy(&cnd)) return eval(r, x->b, f);
@@ -389,24 +416,25 @@ static kv eval(rctx *r, const node *x, frame *f)
 
 /* ---- statements */
 
-static void assign_targets(rctx *r, const node *x, frame *f, const kv *v)
-{
-    if (x->nnames == 1) { kct_frame_set(&r->c, f, x->names[0], *v); return; }
+static void assign_targets(rctx *r, const node *x, frame *f, const kv *v) {
+    if (x->nnames == 1) {
+        kct_frame_set(&r->c, f, x->names[0], *v);
+        return;
+    }
     size_t n;
     kv *it = kct_iter_items(r, x, v, &n);
     if (n != (size_t)x->nnames)
-        kct_fail_at(r, x, "%s values to unpack (expected %d, got %zu)", n > (size_t)x->nnames ? "too many" : "not enough",
-                x->nnames, n);
+        kct_fail_at(r, x, "%s values to unpack (expected %d, got %zu)",
+                    n > (size_t)x->nnames ? "too many" : "not enough", x->nnames, n);
     for (int i = 0; i < x->nnames; i++) kct_frame_set(&r->c, f, x->names[i], it[i]);
 }
 
-static int exec_for(rctx *r, const node *x, frame *f, sbuf *out)
-{
+static int exec_for(rctx *r, const node *x, frame *f, sbuf *out) {
     ctx *c = &r->c;
     kv seq = eval(r, x->a, f);
     size_t n;
     kv *it = kct_iter_items(r, x->a, &seq, &n);
-    if (x->b) {   /* {% for a in b if cond %}: filter before counting */
+    if (x->b) { /* {% for a in b if cond %}: filter before counting */
         kv *keep = kct_ar_alloc(c, (n + 1) * sizeof(kv));
         size_t m = 0;
         for (size_t i = 0; i < n; i++) {
@@ -422,27 +450,30 @@ static int exec_for(rctx *r, const node *x, frame *f, sbuf *out)
     kloop *L = kct_ar_alloc(c, sizeof(kloop));
     L->items = it;
     L->n = (int64_t)n;
-    kv lv = { .t = V_LOOP };
+    kv lv = {.t = V_LOOP};
     lv.loop = L;
     for (size_t i = 0; i < n; i++) {
         L->i = (int64_t)i;
-        frame *bf = new_frame(c, f);   /* a fresh scope per iteration, as in Jinja2 */
+        frame *bf = new_frame(c, f); /* a fresh scope per iteration, as in Jinja2 */
         assign_targets(r, x, bf, &it[i]);
-        kct_frame_set(c, bf, (str){ "loop", 4 }, lv);
+        kct_frame_set(c, bf, (str){"loop", 4}, lv);
         int rc = kct_exec_body(r, &x->args, bf, out);
         if (rc == 1) break;
     }
     return 0;
 }
 
-int kct_exec_body(rctx *r, const nlist *body, frame *f, sbuf *out)
-{
+int kct_exec_body(rctx *r, const nlist *body, frame *f, sbuf *out) {
     ctx *c = &r->c;
     for (int i = 0; i < body->n; i++) {
         const node *x = body->v[i];
         switch (x->kind) {
         case N_DATA: kct_sb_put(c, out, x->lit.s.p, x->lit.s.n); break;
-        case N_OUTPUT: { kv v = eval(r, x->a, f); kct_to_str(r, out, &v); break; }
+        case N_OUTPUT: {
+            kv v = eval(r, x->a, f);
+            kct_to_str(r, out, &v);
+            break;
+        }
         case N_IF: {
             kv cnd = eval(r, x->a, f);
             int rc = kct_exec_body(r, kct_truthy(&cnd) ? &x->args : &x->args2, f, out);
@@ -450,7 +481,11 @@ int kct_exec_body(rctx *r, const nlist *body, frame *f, sbuf *out)
             break;
         }
         case N_FOR: exec_for(r, x, f, out); break;
-        case N_SET: { kv v = eval(r, x->a, f); assign_targets(r, x, f, &v); break; }
+        case N_SET: {
+            kv v = eval(r, x->a, f);
+            assign_targets(r, x, f, &v);
+            break;
+        }
         case N_SETATTR: {
             kv ns = kct_lookup(r, f, x->name);
             if (ns.t == V_UNDEF) undef_fail(r, x, &ns);
@@ -467,7 +502,7 @@ int kct_exec_body(rctx *r, const nlist *body, frame *f, sbuf *out)
             break;
         }
         case N_MACRO: {
-            kv v = { .t = V_FUNC };
+            kv v = {.t = V_FUNC};
             v.fn = ar_zalloc(c, sizeof(kfn));
             v.fn->kind = FN_MACRO;
             v.fn->def = x;
@@ -477,12 +512,12 @@ int kct_exec_body(rctx *r, const nlist *body, frame *f, sbuf *out)
             break;
         }
         case N_CALLBLOCK: {
-            kv cal = { .t = V_FUNC };
+            kv cal = {.t = V_FUNC};
             cal.fn = ar_zalloc(c, sizeof(kfn));
             cal.fn->kind = FN_CALLER;
             cal.fn->def = x;
             cal.fn->closure = f;
-            cal.fn->name = (str){ "caller", 6 };
+            cal.fn->name = (str){"caller", 6};
             kv callee = eval(r, x->a->a, f);
             args a;
             eval_args(r, x->a, f, &a);

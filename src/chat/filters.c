@@ -15,31 +15,34 @@
  * The parser resolves names to indices, so an unknown one fails
  * compilation with its position. */
 const char *const kct_filters[] = {
-    "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
-    "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "reject",
-    "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string", "sum",
-    "title", "tojson", "trim", "unique", "upper", "wordcount",
+    "abs",   "attr",   "capitalize", "count",      "d",       "default", "dictsort", "e",     "escape",    "first",
+    "float", "indent", "int",        "items",      "join",    "last",    "length",   "list",  "lower",     "map",
+    "max",   "min",    "reject",     "rejectattr", "replace", "reverse", "round",    "safe",  "select",    "selectattr",
+    "sort",  "string", "sum",        "title",      "tojson",  "trim",    "unique",   "upper", "wordcount",
 };
 
 const char *const kct_tests[] = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even", "false", "filter",
-    "float", "ge", "greaterthan", "gt", "in", "integer", "iterable", "le", "lessthan", "lower", "lt",
-    "mapping", "ne", "none", "number", "odd", "sameas", "sequence", "string", "test", "true", "undefined",
-    "upper", "==", "!=", "<", "<=", ">", ">=",
+    "boolean",  "callable", "defined",  "divisibleby", "eq",          "equalto", "escaped", "even",
+    "false",    "filter",   "float",    "ge",          "greaterthan", "gt",      "in",      "integer",
+    "iterable", "le",       "lessthan", "lower",       "lt",          "mapping", "ne",      "none",
+    "number",   "odd",      "sameas",   "sequence",    "string",      "test",    "true",    "undefined",
+    "upper",    "==",       "!=",       "<",           "<=",          ">",       ">=",
 };
-
 
 /* ---- string helpers */
 
-static uint32_t cp_upper(uint32_t c) { return c < 128 ? (uint32_t)toupper((int)c) : (uint32_t)utf8proc_toupper((utf8proc_int32_t)c); }
-static uint32_t cp_lower(uint32_t c) { return c < 128 ? (uint32_t)tolower((int)c) : (uint32_t)utf8proc_tolower((utf8proc_int32_t)c); }
+static uint32_t cp_upper(uint32_t c) {
+    return c < 128 ? (uint32_t)toupper((int)c) : (uint32_t)utf8proc_toupper((utf8proc_int32_t)c);
+}
+static uint32_t cp_lower(uint32_t c) {
+    return c < 128 ? (uint32_t)tolower((int)c) : (uint32_t)utf8proc_tolower((utf8proc_int32_t)c);
+}
 static int cp_cased(uint32_t c) { return cp_upper(c) != c || cp_lower(c) != c; }
 
 /* mode 0: map every code point; 1: capitalize; 2: Python str.title; 3: Jinja2's title filter */
 typedef uint32_t (*cpmap)(uint32_t);
 
-static kv str_case(rctx *r, str s, cpmap fn, int mode)
-{
+static kv str_case(rctx *r, str s, cpmap fn, int mode) {
     if (is_ascii(s) && mode == 0) {
         char *p = kct_ar_alloc(&r->c, s.n + 1);
         for (size_t i = 0; i < s.n; i++) p[i] = (char)fn((unsigned char)s.p[i]);
@@ -53,10 +56,14 @@ static kv str_case(rctx *r, str s, cpmap fn, int mode)
         size_t adv;
         uint32_t cp = cp_decode(s.p + i, s.n - i, &adv);
         uint32_t o;
-        if (mode == 0) o = fn(cp);
-        else if (mode == 1) o = i == 0 ? cp_upper(cp) : cp_lower(cp);
-        else if (mode == 2) { o = prev_cased ? cp_lower(cp) : cp_upper(cp); prev_cased = cp_cased(cp); }
-        else {
+        if (mode == 0)
+            o = fn(cp);
+        else if (mode == 1)
+            o = i == 0 ? cp_upper(cp) : cp_lower(cp);
+        else if (mode == 2) {
+            o = prev_cased ? cp_lower(cp) : cp_upper(cp);
+            prev_cased = cp_cased(cp);
+        } else {
             int sep = py_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
             o = sep ? cp : word_start ? cp_upper(cp) : cp_lower(cp);
             word_start = sep;
@@ -68,19 +75,27 @@ static kv str_case(rctx *r, str s, cpmap fn, int mode)
 }
 
 /* strip family: which = 1 left, 2 right, 3 both; chars NULL = whitespace */
-static kv str_strip(rctx *r, str s, const kv *chars, int which)
-{
+static kv str_strip(rctx *r, str s, const kv *chars, int which) {
     (void)r;
     size_t b = 0, e = s.n;
     int ws = !chars || chars->t == V_NONE || chars->t == V_UNDEF;
-    str cs = ws ? (str){ "", 0 } : chars->s;
+    str cs = ws ? (str){"", 0} : chars->s;
     if (which & 1)
         while (b < e) {
             size_t adv;
             uint32_t cp = cp_decode(s.p + b, e - b, &adv);
             int in = 0;
-            if (ws) in = py_isspace(cp);
-            else for (size_t k = 0; k < cs.n;) { size_t a2; if (cp_decode(cs.p + k, cs.n - k, &a2) == cp) { in = 1; break; } k += a2; }
+            if (ws)
+                in = py_isspace(cp);
+            else
+                for (size_t k = 0; k < cs.n;) {
+                    size_t a2;
+                    if (cp_decode(cs.p + k, cs.n - k, &a2) == cp) {
+                        in = 1;
+                        break;
+                    }
+                    k += a2;
+                }
             if (!in) break;
             b += adv;
         }
@@ -91,16 +106,24 @@ static kv str_strip(rctx *r, str s, const kv *chars, int which)
             size_t adv;
             uint32_t cp = cp_decode(s.p + st, e - st, &adv);
             int in = 0;
-            if (ws) in = py_isspace(cp);
-            else for (size_t k = 0; k < cs.n;) { size_t a2; if (cp_decode(cs.p + k, cs.n - k, &a2) == cp) { in = 1; break; } k += a2; }
+            if (ws)
+                in = py_isspace(cp);
+            else
+                for (size_t k = 0; k < cs.n;) {
+                    size_t a2;
+                    if (cp_decode(cs.p + k, cs.n - k, &a2) == cp) {
+                        in = 1;
+                        break;
+                    }
+                    k += a2;
+                }
             if (!in) break;
             e = st;
         }
     return mk_str(s.p + b, e - b);
 }
 
-static const char *memmem_s(str h, size_t from, str nd)
-{
+static const char *memmem_s(str h, size_t from, str nd) {
     if (nd.n == 0) return h.p + from;
     if (h.n < nd.n) return NULL;
     for (size_t i = from; i + nd.n <= h.n; i++)
@@ -108,15 +131,17 @@ static const char *memmem_s(str h, size_t from, str nd)
     return NULL;
 }
 
-static kv str_replace(rctx *r, str s, str old, str new_, int64_t count)
-{
+static kv str_replace(rctx *r, str s, str old, str new_, int64_t count) {
     sbuf b = {0};
     kct_sb_put(&r->c, &b, "", 0);
     if (old.n == 0) {
         /* Python inserts `new` between code points (and at both ends) */
         int64_t done = 0;
         for (size_t i = 0; i <= s.n;) {
-            if (count < 0 || done < count) { kct_sb_put(&r->c, &b, new_.p, new_.n); done++; }
+            if (count < 0 || done < count) {
+                kct_sb_put(&r->c, &b, new_.p, new_.n);
+                done++;
+            }
             if (i == s.n) break;
             size_t adv;
             cp_decode(s.p + i, s.n - i, &adv);
@@ -139,14 +164,17 @@ static kv str_replace(rctx *r, str s, str old, str new_, int64_t count)
     return mk_str(b.p, b.n);
 }
 
-static kv str_split(rctx *r, const node *x, str s, const kv *sep, int64_t maxsplit)
-{
+static kv str_split(rctx *r, const node *x, str s, const kv *sep, int64_t maxsplit) {
     kv out = mk_list(&r->c, 4);
     if (!sep || sep->t == V_NONE || sep->t == V_UNDEF) {
         size_t i = 0;
         int64_t done = 0;
         for (;;) {
-            while (i < s.n) { size_t adv; if (!py_isspace(cp_decode(s.p + i, s.n - i, &adv))) break; i += adv; }
+            while (i < s.n) {
+                size_t adv;
+                if (!py_isspace(cp_decode(s.p + i, s.n - i, &adv))) break;
+                i += adv;
+            }
             if (i >= s.n) break;
             if (maxsplit >= 0 && done >= maxsplit) {
                 size_t e = s.n;
@@ -160,7 +188,11 @@ static kv str_split(rctx *r, const node *x, str s, const kv *sep, int64_t maxspl
                 break;
             }
             size_t st = i;
-            while (i < s.n) { size_t adv; if (py_isspace(cp_decode(s.p + i, s.n - i, &adv))) break; i += adv; }
+            while (i < s.n) {
+                size_t adv;
+                if (py_isspace(cp_decode(s.p + i, s.n - i, &adv))) break;
+                i += adv;
+            }
             kct_list_push(&r->c, out.l, mk_str(s.p + st, i - st));
             done++;
         }
@@ -181,8 +213,7 @@ static kv str_split(rctx *r, const node *x, str s, const kv *sep, int64_t maxspl
     return out;
 }
 
-static int str_affix(rctx *r, const node *x, str s, const kv *arg, int end)
-{
+static int str_affix(rctx *r, const node *x, str s, const kv *arg, int end) {
     if (arg->t == V_LIST && arg->aux) {
         for (size_t i = 0; i < arg->l->n; i++)
             if (str_affix(r, x, s, &arg->l->v[i], end)) return 1;
@@ -195,8 +226,7 @@ static int str_affix(rctx *r, const node *x, str s, const kv *arg, int end)
 
 static kv join_items(rctx *r, const node *x, const kv *seq, str sep, const kv *attr);
 
-kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a)
-{
+kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a) {
     const kv *self = &fn->self;
     str m = fn->name;
     kv v0 = arg_or(a, 0, NULL, UNDEF), v1 = arg_or(a, 1, NULL, UNDEF);
@@ -235,13 +265,16 @@ kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a)
             str nd = need_str(r, x, &v0, m.p).s;
             if (m.p[0] == 'f') {
                 const char *h = memmem_s(s, 0, nd);
-                return mk_int(h ? (int64_t)cp_count((str){ s.p, (size_t)(h - s.p) }) : -1);
+                return mk_int(h ? (int64_t)cp_count((str){s.p, (size_t)(h - s.p)}) : -1);
             }
             if (!nd.n) return mk_int((int64_t)cp_count(s) + 1);
             int64_t k = 0;
             size_t pos = 0;
             const char *h;
-            while ((h = memmem_s(s, pos, nd)) != NULL) { k++; pos = (size_t)(h - s.p) + nd.n; }
+            while ((h = memmem_s(s, pos, nd)) != NULL) {
+                k++;
+                pos = (size_t)(h - s.p) + nd.n;
+            }
             return mk_int(k);
         }
         if (str_is(m, "join")) return join_items(r, x, &v0, s, NULL);
@@ -263,8 +296,10 @@ kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a)
         }
         kv out = mk_list(&r->c, d->n);
         for (size_t i = 0; i < d->n; i++) {
-            if (str_is(m, "keys")) out.l->v[i] = d->keys[i];
-            else if (str_is(m, "values")) out.l->v[i] = d->vals[i];
+            if (str_is(m, "keys"))
+                out.l->v[i] = d->keys[i];
+            else if (str_is(m, "values"))
+                out.l->v[i] = d->vals[i];
             else {
                 kv t = mk_list(&r->c, 2);
                 t.aux = 1;
@@ -278,13 +313,17 @@ kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a)
         return out;
     } else if (self->t == V_LIST) {
         klist *l = self->l;
-        if (str_is(m, "append")) { kct_list_push(&r->c, l, v0); return NONE; }
+        if (str_is(m, "append")) {
+            kct_list_push(&r->c, l, v0);
+            return NONE;
+        }
         if (str_is(m, "count")) {
             int64_t k = 0;
             for (size_t i = 0; i < l->n; i++) k += kct_kv_eq(&l->v[i], &v0);
             return mk_int(k);
         }
-        for (size_t i = 0; i < l->n; i++) if (kct_kv_eq(&l->v[i], &v0)) return mk_int((int64_t)i);
+        for (size_t i = 0; i < l->n; i++)
+            if (kct_kv_eq(&l->v[i], &v0)) return mk_int((int64_t)i);
         kct_fail_at(r, x, "value is not in list");
     } else if (self->t == V_LOOP) {
         if (!a->npos) kct_fail_at(r, x, "no items for cycling given");
@@ -295,24 +334,24 @@ kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a)
 
 /* ---- containment, tests */
 
-int kct_kv_contains(rctx *r, const node *x, const kv *hay, const kv *item)
-{
+int kct_kv_contains(rctx *r, const node *x, const kv *hay, const kv *item) {
     switch (hay->t) {
     case V_UNDEF: return 0;
     case V_STR:
         if (item->t == V_UNDEF) undef_fail(r, x, item);
-        if (item->t != V_STR) kct_fail_at(r, x, "'in <string>' requires string as left operand, not %s", kct_type_name(item));
+        if (item->t != V_STR)
+            kct_fail_at(r, x, "'in <string>' requires string as left operand, not %s", kct_type_name(item));
         return memmem_s(hay->s, 0, item->s) != NULL;
     case V_LIST:
-        for (size_t i = 0; i < hay->l->n; i++) if (kct_kv_eq(&hay->l->v[i], item)) return 1;
+        for (size_t i = 0; i < hay->l->n; i++)
+            if (kct_kv_eq(&hay->l->v[i], item)) return 1;
         return 0;
     case V_DICT: return dict_find(hay->d, item) != NULL;
     default: kct_fail_at(r, x, "argument of type '%s' is not iterable", kct_type_name(hay));
     }
 }
 
-static int all_cased(str s, int upper)
-{
+static int all_cased(str s, int upper) {
     int any = 0;
     for (size_t i = 0; i < s.n;) {
         size_t adv;
@@ -326,8 +365,7 @@ static int all_cased(str s, int upper)
     return any;
 }
 
-int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
-{
+int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
     kv a0 = arg_or(a, 0, NULL, UNDEF);
     switch (id) {
     case X_DEFINED: return v->t != V_UNDEF;
@@ -345,12 +383,21 @@ int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
     case X_SEQUENCE: return v->t == V_STR || v->t == V_LIST || v->t == V_DICT;
     case X_CALLABLE: return v->t == V_FUNC;
     case X_ESCAPED: return 0;
-    case X_EQ: case X_EQUALTO: case X_SYM_EQ: return kct_kv_eq(v, &a0);
-    case X_NE: case X_SYM_NE: return !kct_kv_eq(v, &a0);
-    case X_LT: case X_LESSTHAN: case X_SYM_LT: return kct_kv_cmp(r, x, v, &a0) < 0;
-    case X_LE: case X_SYM_LE: return kct_kv_cmp(r, x, v, &a0) <= 0;
-    case X_GT: case X_GREATERTHAN: case X_SYM_GT: return kct_kv_cmp(r, x, v, &a0) > 0;
-    case X_GE: case X_SYM_GE: return kct_kv_cmp(r, x, v, &a0) >= 0;
+    case X_EQ:
+    case X_EQUALTO:
+    case X_SYM_EQ: return kct_kv_eq(v, &a0);
+    case X_NE:
+    case X_SYM_NE: return !kct_kv_eq(v, &a0);
+    case X_LT:
+    case X_LESSTHAN:
+    case X_SYM_LT: return kct_kv_cmp(r, x, v, &a0) < 0;
+    case X_LE:
+    case X_SYM_LE: return kct_kv_cmp(r, x, v, &a0) <= 0;
+    case X_GT:
+    case X_GREATERTHAN:
+    case X_SYM_GT: return kct_kv_cmp(r, x, v, &a0) > 0;
+    case X_GE:
+    case X_SYM_GE: return kct_kv_cmp(r, x, v, &a0) >= 0;
     case X_IN: return kct_kv_contains(r, x, &a0, v);
     case X_SAMEAS:
         if (v->t != a0.t) return 0;
@@ -359,7 +406,9 @@ int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
         if (v->t == V_LIST) return v->l == a0.l;
         if (v->t == V_DICT) return v->d == a0.d;
         return kct_kv_eq(v, &a0);
-    case X_ODD: case X_EVEN: case X_DIVISIBLEBY: {
+    case X_ODD:
+    case X_EVEN:
+    case X_DIVISIBLEBY: {
         if (v->t == V_UNDEF) undef_fail(r, x, v);
         if (v->t != V_INT && v->t != V_BOOL) kct_fail_at(r, x, "test expects an integer, got %s", kct_type_name(v));
         if (id == X_ODD) return (v->i & 1) != 0;
@@ -367,9 +416,10 @@ int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
         if ((a0.t != V_INT && a0.t != V_BOOL) || a0.i == 0) kct_fail_at(r, x, "divisibleby expects a non-zero integer");
         return v->i % a0.i == 0;
     }
-    case X_LOWER: case X_UPPER:
-        return v->t == V_STR && all_cased(v->s, id == X_UPPER);
-    case X_FILTER: case X_TEST:
+    case X_LOWER:
+    case X_UPPER: return v->t == V_STR && all_cased(v->s, id == X_UPPER);
+    case X_FILTER:
+    case X_TEST:
         if (v->t != V_STR) return 0;
         return id == X_FILTER ? lookup_name(kct_filters, sizeof kct_filters / sizeof *kct_filters, v->s) >= 0
                               : lookup_name(kct_tests, sizeof kct_tests / sizeof *kct_tests, v->s) >= 0;
@@ -380,17 +430,17 @@ int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
 /* ---- filters */
 
 /* attribute path "a.b.0" as Jinja2's make_attrgetter resolves it */
-static kv attr_path(rctx *r, const node *x, const kv *item, const kv *attr)
-{
+static kv attr_path(rctx *r, const node *x, const kv *item, const kv *attr) {
     if (attr->t == V_INT) return kct_get_item(r, x, item, attr);
     str p = need_str(r, x, attr, "attribute").s;
     kv cur = *item;
     size_t st = 0;
     for (size_t i = 0; i <= p.n; i++) {
         if (i < p.n && p.p[i] != '.') continue;
-        str part = { p.p + st, i - st };
+        str part = {p.p + st, i - st};
         int num = part.n > 0;
-        for (size_t k = 0; k < part.n; k++) if (!isdigit((unsigned char)part.p[k])) num = 0;
+        for (size_t k = 0; k < part.n; k++)
+            if (!isdigit((unsigned char)part.p[k])) num = 0;
         kv key = num ? mk_int(strtoll(part.p, NULL, 10)) : mk_str(part.p, part.n);
         cur = kct_get_item(r, x, &cur, &key);
         st = i + 1;
@@ -398,27 +448,28 @@ static kv attr_path(rctx *r, const node *x, const kv *item, const kv *attr)
     return cur;
 }
 
-static kv sort_key(rctx *r, const node *x, const kv *v, const kv *attr, int case_sensitive)
-{
+static kv sort_key(rctx *r, const node *x, const kv *v, const kv *attr, int case_sensitive) {
     kv k = attr && attr->t != V_NONE && attr->t != V_UNDEF ? attr_path(r, x, v, attr) : *v;
     if (!case_sensitive && k.t == V_STR) return str_case(r, k.s, cp_lower, 0);
     return k;
 }
 
 /* Stable insertion sort of items by keys (templates sort small lists). */
-static void sort_items(rctx *r, const node *x, kv *items, kv *keys, size_t n, int reverse)
-{
+static void sort_items(rctx *r, const node *x, kv *items, kv *keys, size_t n, int reverse) {
     for (size_t i = 1; i < n; i++)
         for (size_t j = i; j > 0; j--) {
             int c = kct_kv_cmp(r, x, &keys[j - 1], &keys[j]);
             if (reverse ? c >= 0 : c <= 0) break;
-            kv t = items[j]; items[j] = items[j - 1]; items[j - 1] = t;
-            t = keys[j]; keys[j] = keys[j - 1]; keys[j - 1] = t;
+            kv t = items[j];
+            items[j] = items[j - 1];
+            items[j - 1] = t;
+            t = keys[j];
+            keys[j] = keys[j - 1];
+            keys[j - 1] = t;
         }
 }
 
-static kv join_items(rctx *r, const node *x, const kv *seq, str sep, const kv *attr)
-{
+static kv join_items(rctx *r, const node *x, const kv *seq, str sep, const kv *attr) {
     size_t n;
     kv *it = kct_iter_items(r, x, seq, &n);
     sbuf b = {0};
@@ -431,27 +482,26 @@ static kv join_items(rctx *r, const node *x, const kv *seq, str sep, const kv *a
     return mk_str(b.p, b.n);
 }
 
-static double py_round(double v, int64_t nd)
-{
+static double py_round(double v, int64_t nd) {
     char buf[400];
     if (nd > 300 || nd < -300 || !isfinite(v)) return v;
     if (nd >= 0) {
-        snprintf(buf, sizeof buf, "%.*f", (int)nd, v);   /* correctly rounded, ties to even */
+        snprintf(buf, sizeof buf, "%.*f", (int)nd, v); /* correctly rounded, ties to even */
         return strtod(buf, NULL);
     }
     double p = pow(10.0, (double)-nd);
     return nearbyint(v / p) * p;
 }
 
-static int parse_int_str(str s, int64_t base, int64_t *out)
-{
+static int parse_int_str(str s, int64_t base, int64_t *out) {
     char buf[80];
     size_t b = 0, e = s.n;
     while (b < e && is_ws(s.p[b])) b++;
     while (e > b && is_ws(s.p[e - 1])) e--;
     if (e - b == 0 || e - b >= sizeof buf) return 0;
     size_t k = 0;
-    for (size_t i = b; i < e; i++) if (s.p[i] != '_') buf[k++] = s.p[i];
+    for (size_t i = b; i < e; i++)
+        if (s.p[i] != '_') buf[k++] = s.p[i];
     buf[k] = 0;
     char *end;
     long long v = strtoll(buf, &end, (int)base);
@@ -460,8 +510,7 @@ static int parse_int_str(str s, int64_t base, int64_t *out)
     return 1;
 }
 
-static int parse_float_str(str s, double *out)
-{
+static int parse_float_str(str s, double *out) {
     char buf[80];
     size_t b = 0, e = s.n;
     while (b < e && is_ws(s.p[b])) b++;
@@ -476,8 +525,7 @@ static int parse_float_str(str s, double *out)
     return 1;
 }
 
-static kv html_escape(rctx *r, str s)
-{
+static kv html_escape(rctx *r, str s) {
     sbuf b = {0};
     kct_sb_put(&r->c, &b, "", 0);
     for (size_t i = 0; i < s.n; i++) {
@@ -493,8 +541,7 @@ static kv html_escape(rctx *r, str s)
     return mk_str(b.p, b.n);
 }
 
-static args shift_args(const args *a, int by)
-{
+static args shift_args(const args *a, int by) {
     args s = *a;
     s.pos += by;
     s.npos -= by;
@@ -502,8 +549,7 @@ static args shift_args(const args *a, int by)
 }
 
 /* select/reject/selectattr/rejectattr */
-static kv select_items(rctx *r, const node *x, const kv *v, const args *a, int want, int by_attr)
-{
+static kv select_items(rctx *r, const node *x, const kv *v, const args *a, int want, int by_attr) {
     size_t n;
     kv *it = kct_iter_items(r, x, v, &n);
     kv out = mk_list(&r->c, n);
@@ -524,18 +570,19 @@ static kv select_items(rctx *r, const node *x, const kv *v, const args *a, int w
     return out;
 }
 
-kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
-{
+kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
     ctx *c = &r->c;
     kv a0 = arg_or(a, 0, NULL, UNDEF);
     switch (id) {
-    case F_D: case F_DEFAULT: {
+    case F_D:
+    case F_DEFAULT: {
         kv def = arg_or(a, 0, "default_value", mk_str("", 0));
         kv boolean = arg_or(a, 1, "boolean", mk_bool(0));
         if (v->t == V_UNDEF || (kct_truthy(&boolean) && !kct_truthy(v))) return def;
         return *v;
     }
-    case F_LENGTH: case F_COUNT:
+    case F_LENGTH:
+    case F_COUNT:
         switch (v->t) {
         case V_UNDEF: return mk_int(0);
         case V_STR: return mk_int((int64_t)cp_count(v->s));
@@ -544,8 +591,12 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
         default: kct_fail_at(r, x, "object of type '%s' has no len()", kct_type_name(v));
         }
     case F_SAFE: return *v;
-    case F_STRING: { str s = kv_tostr(r, v); return mk_str(s.p, s.n); }
-    case F_E: case F_ESCAPE: return html_escape(r, kv_tostr(r, v));
+    case F_STRING: {
+        str s = kv_tostr(r, v);
+        return mk_str(s.p, s.n);
+    }
+    case F_E:
+    case F_ESCAPE: return html_escape(r, kv_tostr(r, v));
     case F_TRIM: {
         if (a0.t != V_UNDEF && a0.t != V_NONE) need_str(r, x, &a0, "trim");
         return str_strip(r, kv_tostr(r, v), &a0, 3);
@@ -570,14 +621,16 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
         return mk_int(k);
     }
     case F_INDENT: {
-        kv wd = arg_or(a, 0, "width", mk_int(4)), first = arg_or(a, 1, "first", mk_bool(0)), blank = arg_or(a, 2, "blank", mk_bool(0));
+        kv wd = arg_or(a, 0, "width", mk_int(4)), first = arg_or(a, 1, "first", mk_bool(0)),
+           blank = arg_or(a, 2, "blank", mk_bool(0));
         str pad;
-        if (wd.t == V_STR) pad = wd.s;
+        if (wd.t == V_STR)
+            pad = wd.s;
         else {
             int64_t w = wd.t == V_INT ? wd.i : 4;
             char *p = kct_ar_alloc(c, (size_t)(w > 0 ? w : 0) + 1);
             memset(p, ' ', (size_t)(w > 0 ? w : 0));
-            pad = (str){ p, (size_t)(w > 0 ? w : 0) };
+            pad = (str){p, (size_t)(w > 0 ? w : 0)};
         }
         str s = kv_tostr(r, v);
         sbuf b = {0};
@@ -586,11 +639,16 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
         int line = 0;
         for (size_t i = 0; i <= s.n; i++) {
             if (i < s.n && s.p[i] != '\n') continue;
-            str ln = { s.p + st, i - st };
+            str ln = {s.p + st, i - st};
             int has_nl = i < s.n;
             int blank_line = 1;
-            for (size_t k = 0; k < ln.n; k++) if (!is_ws(ln.p[k])) { blank_line = 0; break; }
-            if ((line > 0 || kct_truthy(&first)) && (kct_truthy(&blank) || !blank_line)) kct_sb_put(c, &b, pad.p, pad.n);
+            for (size_t k = 0; k < ln.n; k++)
+                if (!is_ws(ln.p[k])) {
+                    blank_line = 0;
+                    break;
+                }
+            if ((line > 0 || kct_truthy(&first)) && (kct_truthy(&blank) || !blank_line))
+                kct_sb_put(c, &b, pad.p, pad.n);
             kct_sb_put(c, &b, ln.p, ln.n);
             if (has_nl) sb_putc(c, &b, '\n');
             line++;
@@ -627,13 +685,14 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
         if (v->t == V_UNDEF) undef_fail(r, x, v);
         if (!is_num(v)) kct_fail_at(r, x, "round expects a number, got %s", kct_type_name(v));
         int64_t nd = prec.t == V_INT ? prec.i : 0;
-        str m = meth.t == V_STR ? meth.s : (str){ "common", 6 };
+        str m = meth.t == V_STR ? meth.s : (str){"common", 6};
         if (str_is(m, "common")) return v->t == V_FLOAT ? mk_float(py_round(v->f, nd)) : mk_int(v->i);
         if (!str_is(m, "floor") && !str_is(m, "ceil")) kct_fail_at(r, x, "method must be common, ceil or floor");
         double p = pow(10.0, (double)nd), f = num_f(v) * p;
         return mk_float((m.p[0] == 'f' ? floor(f) : ceil(f)) / p);
     }
-    case F_FIRST: case F_LAST: {
+    case F_FIRST:
+    case F_LAST: {
         size_t n;
         kv *it = kct_iter_items(r, x, v, &n);
         if (!n) return mk_undef(U_ATTR, v->t, "first", 5);
@@ -643,7 +702,7 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
     case F_ITEMS: {
         if (v->t == V_UNDEF) return mk_list(c, 0);
         if (v->t != V_DICT) kct_fail_at(r, x, "can only get item pairs from a mapping");
-        kfn fn = { .kind = FN_METHOD, .self = *v, .name = { "items", 5 } };
+        kfn fn = {.kind = FN_METHOD, .self = *v, .name = {"items", 5}};
         args none = {0};
         return kct_call_method(r, x, &fn, &none);
     }
@@ -669,7 +728,10 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
         out.l->n = n;
         return out;
     }
-    case F_SORT: case F_UNIQUE: case F_MIN: case F_MAX: {
+    case F_SORT:
+    case F_UNIQUE:
+    case F_MIN:
+    case F_MAX: {
         int sort = id == F_SORT;
         kv rev = sort ? arg_or(a, 0, "reverse", mk_bool(0)) : mk_bool(0);
         kv cs = arg_or(a, sort ? 1 : 0, "case_sensitive", mk_bool(0));
@@ -709,7 +771,10 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
             size_t *off = cp_offsets(c, v->s, &n);
             char *p = kct_ar_alloc(c, v->s.n + 1);
             size_t k = 0;
-            for (size_t i = n; i-- > 0;) { memcpy(p + k, v->s.p + off[i], off[i + 1] - off[i]); k += off[i + 1] - off[i]; }
+            for (size_t i = n; i-- > 0;) {
+                memcpy(p + k, v->s.p + off[i], off[i + 1] - off[i]);
+                k += off[i + 1] - off[i];
+            }
             p[k] = 0;
             return mk_str(p, k);
         }
@@ -764,20 +829,21 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
     case F_REJECTATTR: return select_items(r, x, v, a, 0, 1);
     case F_TOJSON: {
         /* Hugging Face's tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) */
-        kv ind = arg_or(a, 1, "indent", NONE), seps = arg_or(a, 2, "separators", NONE), sk = arg_or(a, 3, "sort_keys", mk_bool(0));
+        kv ind = arg_or(a, 1, "indent", NONE), seps = arg_or(a, 2, "separators", NONE),
+           sk = arg_or(a, 3, "sort_keys", mk_bool(0));
         kv ea = arg_or(a, 0, "ensure_ascii", mk_bool(0));
         if (kct_truthy(&ea)) kct_fail_at(r, x, "tojson: ensure_ascii=True is not supported");
-        jopts o = { .item_sep = { ", ", 2 }, .key_sep = { ": ", 2 }, .sort_keys = kct_truthy(&sk) };
+        jopts o = {.item_sep = {", ", 2}, .key_sep = {": ", 2}, .sort_keys = kct_truthy(&sk)};
         if (ind.t == V_INT) {
             char *p = kct_ar_alloc(c, (size_t)(ind.i > 0 ? ind.i : 0) + 1);
             memset(p, ' ', (size_t)(ind.i > 0 ? ind.i : 0));
-            o.indent = (str){ p, (size_t)(ind.i > 0 ? ind.i : 0) };
+            o.indent = (str){p, (size_t)(ind.i > 0 ? ind.i : 0)};
             o.has_indent = 1;
-            o.item_sep = (str){ ",", 1 };
+            o.item_sep = (str){",", 1};
         } else if (ind.t == V_STR) {
             o.indent = ind.s;
             o.has_indent = 1;
-            o.item_sep = (str){ ",", 1 };
+            o.item_sep = (str){",", 1};
         }
         if (seps.t == V_LIST && seps.l->n == 2) {
             o.item_sep = need_str(r, x, &seps.l->v[0], "separators").s;
@@ -794,19 +860,23 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a)
 
 /* ---- globals */
 
-kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a)
-{
+kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a) {
     ctx *c = &r->c;
     switch (fn->id) {
     case G_RANGE: {
-        int64_t v[3] = { 0, 0, 1 };
+        int64_t v[3] = {0, 0, 1};
         if (a->npos < 1 || a->npos > 3) kct_fail_at(r, x, "range expected 1 to 3 arguments, got %d", a->npos);
         for (int i = 0; i < a->npos; i++) {
             if (a->pos[i].t != V_INT && a->pos[i].t != V_BOOL)
                 kct_fail_at(r, x, "'%s' object cannot be interpreted as an integer", kct_type_name(&a->pos[i]));
         }
-        if (a->npos == 1) v[1] = a->pos[0].i;
-        else { v[0] = a->pos[0].i; v[1] = a->pos[1].i; if (a->npos == 3) v[2] = a->pos[2].i; }
+        if (a->npos == 1)
+            v[1] = a->pos[0].i;
+        else {
+            v[0] = a->pos[0].i;
+            v[1] = a->pos[1].i;
+            if (a->npos == 3) v[2] = a->pos[2].i;
+        }
         if (v[2] == 0) kct_fail_at(r, x, "range() arg 3 must not be zero");
         int64_t n = v[2] > 0 ? (v[1] > v[0] ? (v[1] - v[0] + v[2] - 1) / v[2] : 0)
                              : (v[0] > v[1] ? (v[0] - v[1] - v[2] - 1) / -v[2] : 0);
@@ -816,12 +886,16 @@ kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a)
         out.l->n = (size_t)n;
         return out;
     }
-    case G_NAMESPACE: case G_DICT: {
+    case G_NAMESPACE:
+    case G_DICT: {
         kv d = mk_dict(c, (size_t)a->nkw);
         d.aux = fn->id == G_NAMESPACE;
         for (int i = 0; i < a->npos; i++) {
-            if (a->pos[i].t != V_DICT) kct_fail_at(r, x, "%s() positional arguments must be mappings", fn->id == G_DICT ? "dict" : "namespace");
-            for (size_t k = 0; k < a->pos[i].d->n; k++) kct_dict_set(c, d.d, a->pos[i].d->keys[k], a->pos[i].d->vals[k]);
+            if (a->pos[i].t != V_DICT)
+                kct_fail_at(r, x, "%s() positional arguments must be mappings",
+                            fn->id == G_DICT ? "dict" : "namespace");
+            for (size_t k = 0; k < a->pos[i].d->n; k++)
+                kct_dict_set(c, d.d, a->pos[i].d->keys[k], a->pos[i].d->vals[k]);
         }
         for (int i = 0; i < a->nkw; i++) kct_dict_set(c, d.d, mk_str(a->kwn[i].p, a->kwn[i].n), a->kw[i]);
         return d;
@@ -837,8 +911,10 @@ kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a)
         char *fmt = ar_strdup(c, fs.p, fs.n);
         time_t t = r->has_now ? (time_t)r->now : time(NULL);
         struct tm tm;
-        if (r->has_now) gmtime_r(&t, &tm);
-        else localtime_r(&t, &tm);
+        if (r->has_now)
+            gmtime_r(&t, &tm);
+        else
+            localtime_r(&t, &tm);
         char buf[256];
         size_t n = strftime(buf, sizeof buf, fmt, &tm);
         return mk_str(ar_strdup(c, buf, n), n);

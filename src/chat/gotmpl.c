@@ -105,7 +105,20 @@ struct kgt {
 /* ---- lexing ---- */
 
 enum {
-    K_EOF, K_IDENT, K_FIELD, K_DOT, K_VAR, K_STR, K_INT, K_REAL, K_LPAREN, K_RPAREN, K_PIPE, K_DECL, K_ASSIGN, K_COMMA,
+    K_EOF,
+    K_IDENT,
+    K_FIELD,
+    K_DOT,
+    K_VAR,
+    K_STR,
+    K_INT,
+    K_REAL,
+    K_LPAREN,
+    K_RPAREN,
+    K_PIPE,
+    K_DECL,
+    K_ASSIGN,
+    K_COMMA,
     K_END_ACTION,
 };
 
@@ -121,7 +134,7 @@ typedef struct gitem {
     int is_text, line;
     const char *text; /* text: a span of the source, already trimmed */
     size_t len;
-    int tok0, n_tok;  /* action: its tokens */
+    int tok0, n_tok; /* action: its tokens */
 } gitem;
 
 typedef struct P {
@@ -132,8 +145,8 @@ typedef struct P {
     int n_items, cap_items;
     gtok *toks;
     int n_toks, cap_toks;
-    int it;  /* next item */
-    int tk;  /* next token of the current action */
+    int it; /* next item */
+    int tk; /* next token of the current action */
     int tk_end;
     int line;
     int range_depth, depth;
@@ -240,7 +253,9 @@ static int lex_quoted(P *p, const char *s, const char *lim, char q, const char *
         case 'b': o[n++] = '\b'; break;
         case 'f': o[n++] = '\f'; break;
         case 'v': o[n++] = '\v'; break;
-        case '\\': case '"': case '\'': o[n++] = e; break;
+        case '\\':
+        case '"':
+        case '\'': o[n++] = e; break;
         case 'x': digits = 2; break;
         case 'u': digits = 4; break;
         case 'U': digits = 8; break;
@@ -259,9 +274,11 @@ static int lex_quoted(P *p, const char *s, const char *lim, char q, const char *
             v = v * (unsigned long)base + (unsigned long)h;
             c++;
         }
-        if (digits && (e == 'x' || base == 8)) o[n++] = (char)v;
+        if (digits && (e == 'x' || base == 8))
+            o[n++] = (char)v;
         else if (digits) {
-            if (v > 0x10FFFF || (v >= 0xD800 && v < 0xE000)) return pfail(p, p->line, "escape is not a valid code point");
+            if (v > 0x10FFFF || (v >= 0xD800 && v < 0xE000))
+                return pfail(p, p->line, "escape is not a valid code point");
             n += (size_t)utf8_put(v, o + n);
         }
     }
@@ -271,9 +288,12 @@ static int lex_quoted(P *p, const char *s, const char *lim, char q, const char *
         const unsigned char *u = (const unsigned char *)o;
         unsigned long cp = u[0];
         if (n == 0) return pfail(p, p->line, "empty character constant");
-        if (cp >= 0xF0 && n >= 4) cp = ((cp & 7ul) << 18) | ((u[1] & 63ul) << 12) | ((u[2] & 63ul) << 6) | (u[3] & 63ul);
-        else if (cp >= 0xE0 && n >= 3) cp = ((cp & 15ul) << 12) | ((u[1] & 63ul) << 6) | (u[2] & 63ul);
-        else if (cp >= 0xC0 && n >= 2) cp = ((cp & 31ul) << 6) | (u[1] & 63ul);
+        if (cp >= 0xF0 && n >= 4)
+            cp = ((cp & 7ul) << 18) | ((u[1] & 63ul) << 12) | ((u[2] & 63ul) << 6) | (u[3] & 63ul);
+        else if (cp >= 0xE0 && n >= 3)
+            cp = ((cp & 15ul) << 12) | ((u[1] & 63ul) << 6) | (u[2] & 63ul);
+        else if (cp >= 0xC0 && n >= 2)
+            cp = ((cp & 31ul) << 6) | (u[1] & 63ul);
         tk->kind = K_INT;
         tk->i = (long long)cp;
         return 0;
@@ -480,7 +500,8 @@ static void note_ident(P *p, const char *s) {
  * a field that begins it, spaced or not). */
 static int parse_chain(P *p, gop *o, int first) {
     int n = 0;
-    for (int k = p->tk; k < p->tk_end && p->toks[k].kind == K_FIELD && (!p->toks[k].spaced || (first && k == p->tk)); k++)
+    for (int k = p->tk; k < p->tk_end && p->toks[k].kind == K_FIELD && (!p->toks[k].spaced || (first && k == p->tk));
+         k++)
         n++;
     if (!n) return 0;
     const char **ch = node_alloc(p, (size_t)(o->n_chain + n) * sizeof *ch);
@@ -518,8 +539,14 @@ static gop *parse_operand(P *p) {
         o->name = t->s;
         o->len = t->len;
         return o;
-    case K_INT: o->kind = O_INT; o->i = t->i; return o;
-    case K_REAL: o->kind = O_REAL; o->d = t->d; return o;
+    case K_INT:
+        o->kind = O_INT;
+        o->i = t->i;
+        return o;
+    case K_REAL:
+        o->kind = O_REAL;
+        o->d = t->d;
+        return o;
     case K_IDENT:
         if (!strcmp(t->s, "true") || !strcmp(t->s, "false")) {
             o->kind = O_BOOL;
@@ -548,9 +575,7 @@ static gop *parse_operand(P *p) {
         }
         break;
     }
-    default:
-        pfail(p, t->line, "unexpected token in an operand");
-        return NULL;
+    default: pfail(p, t->line, "unexpected token in an operand"); return NULL;
     }
     if (parse_chain(p, o, 0)) return NULL;
     return o;
@@ -640,7 +665,10 @@ static gnode *parse_control(P *p, int kind, int line) {
     }
     if (!(nd->pipe = parse_pipe(p, line, 1, kind == N_RANGE))) return NULL;
     if (peek(p)->kind != K_EOF) {
-        pfail(p, line, "unexpected token after the %s pipeline", kind == N_IF ? "if" : kind == N_RANGE ? "range" : "with");
+        pfail(p, line, "unexpected token after the %s pipeline",
+              kind == N_IF      ? "if"
+              : kind == N_RANGE ? "range"
+                                : "with");
         return NULL;
     }
     if (kind == N_RANGE) p->range_depth++;
@@ -648,7 +676,10 @@ static gnode *parse_control(P *p, int kind, int line) {
     if (!(nd->body = parse_list(p, &stop))) return NULL;
     if (kind == N_RANGE) p->range_depth--;
     if (stop == STOP_EOF) {
-        pfail(p, line, "unexpected EOF: the %s has no {{end}}", kind == N_IF ? "if" : kind == N_RANGE ? "range" : "with");
+        pfail(p, line, "unexpected EOF: the %s has no {{end}}",
+              kind == N_IF      ? "if"
+              : kind == N_RANGE ? "range"
+                                : "with");
         return NULL;
     }
     if (stop == STOP_ELSE) {
@@ -786,8 +817,7 @@ kgt *kgt_compile(const char *src, size_t len, char *err, size_t errlen) {
     int names_response = 0;
     for (int i = 0; !p.failed && i < p.n_toks; i++) {
         const gtok *k = &p.toks[i];
-        if (k->kind == K_FIELD && !strcasecmp(k->s, "response"))
-            names_response = 1;
+        if (k->kind == K_FIELD && !strcasecmp(k->s, "response")) names_response = 1;
     }
     if (!p.failed && !t->uses_messages && !names_response) {
         gnode *nd = node_alloc(&p, sizeof *nd);
@@ -907,10 +937,14 @@ static void put_json(gbuf *b, const json_t *v) {
         return;
     }
     for (const char *c = s; *c; c++) {
-        if (*c == '<') puts_(b, "\\u003c");
-        else if (*c == '>') puts_(b, "\\u003e");
-        else if (*c == '&') puts_(b, "\\u0026");
-        else put(b, c, 1);
+        if (*c == '<')
+            puts_(b, "\\u003c");
+        else if (*c == '>')
+            puts_(b, "\\u003e");
+        else if (*c == '&')
+            puts_(b, "\\u0026");
+        else
+            put(b, c, 1);
     }
     free(s);
 }
@@ -989,7 +1023,8 @@ static const char *type_name(const json_t *v) {
     case JSON_STRING: return "string";
     case JSON_INTEGER: return "int";
     case JSON_REAL: return "float64";
-    case JSON_TRUE: case JSON_FALSE: return "bool";
+    case JSON_TRUE:
+    case JSON_FALSE: return "bool";
     default: return "nil";
     }
 }
@@ -1018,8 +1053,10 @@ static void var_pop(X *x, int mark) {
 static json_t *chain(X *x, json_t *v, const char *const *ch, int n, int line) {
     for (int i = 0; v && i < n; i++) {
         json_t *next;
-        if (json_is_object(v)) next = field_get(v, ch[i]);
-        else if (json_is_null(v)) next = NULL;
+        if (json_is_object(v))
+            next = field_get(v, ch[i]);
+        else if (json_is_null(v))
+            next = NULL;
         else {
             json_t *r = xfail(x, line, "can't evaluate field %s in type %s", ch[i], type_name(v));
             json_decref(v);
@@ -1058,9 +1095,12 @@ static json_t *eval_op(X *x, const gop *o, json_t *dot, int line) {
 }
 
 static int num_of(const json_t *v, double *d) {
-    if (json_is_integer(v)) *d = (double)json_integer_value(v);
-    else if (json_is_real(v)) *d = json_real_value(v);
-    else return 0;
+    if (json_is_integer(v))
+        *d = (double)json_integer_value(v);
+    else if (json_is_real(v))
+        *d = json_real_value(v);
+    else
+        return 0;
     return 1;
 }
 
@@ -1101,15 +1141,25 @@ static void put_quoted(gbuf *b, const char *s, size_t n) {
     put(b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        const char *e = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r"
-                        : c == '\a' ? "\\a" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : c == '\v' ? "\\v" : NULL;
+        const char *e = c == '"'    ? "\\\""
+                        : c == '\\' ? "\\\\"
+                        : c == '\n' ? "\\n"
+                        : c == '\t' ? "\\t"
+                        : c == '\r' ? "\\r"
+                        : c == '\a' ? "\\a"
+                        : c == '\b' ? "\\b"
+                        : c == '\f' ? "\\f"
+                        : c == '\v' ? "\\v"
+                                    : NULL;
         char hex[8];
         if (!e && (c < 0x20 || c == 0x7f)) {
             snprintf(hex, sizeof hex, "\\x%02x", c);
             e = hex;
         }
-        if (e) puts_(b, e);
-        else put(b, s + i, 1);
+        if (e)
+            puts_(b, e);
+        else
+            put(b, s + i, 1);
     }
     put(b, "\"", 1);
 }
@@ -1159,12 +1209,12 @@ static json_t *go_printf(X *x, json_t **a, int n, int line) {
             }
             break;
         case 'q':
-            if (json_is_string(v)) put_quoted(&b, json_string_value(v), json_string_length(v));
-            else put_value(&b, v);
+            if (json_is_string(v))
+                put_quoted(&b, json_string_value(v), json_string_length(v));
+            else
+                put_value(&b, v);
             break;
-        default: /* s, v, t and the rest: the value as printed */
-            put_value(&b, v);
-            break;
+        default: /* s, v, t and the rest: the value as printed */ put_value(&b, v); break;
         }
     }
     json_t *r = b.full ? xfail(x, line, "printf: out of memory") : json_stringn_nocheck(b.p ? b.p : "", b.len);
@@ -1200,7 +1250,9 @@ static json_t *builtin(X *x, const char *f, json_t **a, int n, int line) {
         if (n != 2) return xfail(x, line, "%s takes two arguments", f);
         if (f[0] == 'n') return json_boolean(!equal(a[0], a[1]));
         int c = compare(a[0], a[1]);
-        if (c == 2) return xfail(x, line, "%s: incompatible types for comparison (%s, %s)", f, type_name(a[0]), type_name(a[1]));
+        if (c == 2)
+            return xfail(x, line, "%s: incompatible types for comparison (%s, %s)", f, type_name(a[0]),
+                         type_name(a[1]));
         int r = f[0] == 'l' ? (f[1] == 't' ? c < 0 : c <= 0) : (f[1] == 't' ? c > 0 : c >= 0);
         return json_boolean(r);
     }
@@ -1262,7 +1314,8 @@ static json_t *builtin(X *x, const char *f, json_t **a, int n, int line) {
             if (!ok) return NULL;
             json_decref(ok);
         }
-        if (lo < 0 || hi < lo || (size_t)hi > len) return xfail(x, line, "slice index out of range: [%lld:%lld]", lo, hi);
+        if (lo < 0 || hi < lo || (size_t)hi > len)
+            return xfail(x, line, "slice index out of range: [%lld:%lld]", lo, hi);
         if (json_is_string(v)) return json_stringn_nocheck(json_string_value(v) + lo, (size_t)(hi - lo));
         json_t *r = json_array();
         for (long long i = lo; i < hi; i++) json_array_append(r, json_array_get(v, (size_t)i));
@@ -1356,7 +1409,8 @@ static void run_range(X *x, const gnode *nd, json_t *dot) {
     if (!v) return;
     size_t n = 0;
     const char **keys = NULL;
-    if (json_is_array(v)) n = json_array_size(v);
+    if (json_is_array(v))
+        n = json_array_size(v);
     else if (json_is_object(v)) {
         n = json_object_size(v);
         keys = malloc((n ? n : 1) * sizeof *keys);
@@ -1390,7 +1444,7 @@ static void run_range(X *x, const gnode *nd, json_t *dot) {
     }
     for (size_t i = 0; i < n && !x->failed; i++) {
         json_t *key = keys ? json_string(keys[i]) : json_integer((json_int_t)i);
-        json_t *el = keys ? json_incref(json_object_get(v, keys[i]))
+        json_t *el = keys               ? json_incref(json_object_get(v, keys[i]))
                      : json_is_array(v) ? json_incref(json_array_get(v, i))
                                         : json_integer((json_int_t)i);
         const int mark = x->nv;
@@ -1431,8 +1485,10 @@ static void run_node(X *x, const gnode *nd, json_t *dot) {
     case N_ACTION: {
         json_t *v = eval_pipe(x, nd->pipe, dot);
         if (!v) return;
-        if (nd->pipe->n_vars) set_vars(x, nd->pipe, v); /* a declaration prints nothing */
-        else put_value(&x->out, v);
+        if (nd->pipe->n_vars)
+            set_vars(x, nd->pipe, v); /* a declaration prints nothing */
+        else
+            put_value(&x->out, v);
         json_decref(v);
         break;
     }
@@ -1442,8 +1498,10 @@ static void run_node(X *x, const gnode *nd, json_t *dot) {
         json_t *v = eval_pipe(x, nd->pipe, dot);
         if (!v) return;
         if (set_vars(x, nd->pipe, v) == 0) {
-            if (truth(v)) run_list(x, nd->body, nd->kind == N_WITH ? v : dot);
-            else if (nd->alt) run_list(x, nd->alt, dot);
+            if (truth(v))
+                run_list(x, nd->body, nd->kind == N_WITH ? v : dot);
+            else if (nd->alt)
+                run_list(x, nd->alt, dot);
         }
         json_decref(v);
         var_pop(x, mark);
@@ -1567,8 +1625,8 @@ char *kgt_render_chat(const kgt *t, const json_t *messages, const json_t *tools,
         json_t *d = think_vars(json_object(), think);
         json_object_set_new(d, "System", json_stringn_nocheck(sys.p ? sys.p : "", sys.len));
         json_object_set(d, "Messages", coll);
-        json_object_set_new(d, "Tools", json_is_array(tools) && json_array_size(tools) ? json_incref((json_t *)tools)
-                                                                                        : json_array());
+        json_object_set_new(
+            d, "Tools", json_is_array(tools) && json_array_size(tools) ? json_incref((json_t *)tools) : json_array());
         json_object_set_new(d, "Response", json_string(""));
         rc = run(t, d, INT_MAX, &out, err, errlen);
         json_decref(d);
@@ -1580,20 +1638,23 @@ char *kgt_render_chat(const kgt *t, const json_t *messages, const json_t *tools,
             const char *role = role_of(m);
             int flush = (!strcmp(role, "system") && (*prompt || *response)) || (!strcmp(role, "user") && *response);
             if (flush) {
-                json_t *d = think_vars(json_pack("{s:s,s:s,s:s}", "System", system, "Prompt", prompt, "Response", response),
-                                       think);
+                json_t *d = think_vars(
+                    json_pack("{s:s,s:s,s:s}", "System", system, "Prompt", prompt, "Response", response), think);
                 rc = run(t, d, INT_MAX, &out, err, errlen);
                 json_decref(d);
                 system = prompt = response = "";
                 if (rc) break;
             }
-            if (!strcmp(role, "system")) system = content_of(m);
-            else if (!strcmp(role, "user")) prompt = content_of(m);
-            else if (!strcmp(role, "assistant")) response = content_of(m);
+            if (!strcmp(role, "system"))
+                system = content_of(m);
+            else if (!strcmp(role, "user"))
+                prompt = content_of(m);
+            else if (!strcmp(role, "assistant"))
+                response = content_of(m);
         }
         if (!rc) {
-            json_t *d = think_vars(json_pack("{s:s,s:s,s:s}", "System", system, "Prompt", prompt, "Response", response),
-                                   think);
+            json_t *d =
+                think_vars(json_pack("{s:s,s:s,s:s}", "System", system, "Prompt", prompt, "Response", response), think);
             rc = run(t, d, t->cut_id, &out, err, errlen);
             json_decref(d);
         }

@@ -17,7 +17,11 @@
 #include <string.h>
 #include <utf8proc.h>
 
-typedef struct ablk { struct ablk *next; size_t cap, used; _Alignas(16) char data[]; } ablk;
+typedef struct ablk {
+    struct ablk *next;
+    size_t cap, used;
+    _Alignas(16) char data[];
+} ablk;
 
 /* Shared by compile and render: the arena, the error buffer and the jump
  * target for failures. */
@@ -29,9 +33,15 @@ typedef struct ctx {
 } ctx;
 
 /* A growable byte buffer living in the arena. */
-typedef struct sbuf { char *p; size_t n, cap; } sbuf;
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+} sbuf;
 
-typedef struct str { const char *p; size_t n; } str;
+typedef struct str {
+    const char *p;
+    size_t n;
+} str;
 
 enum vt { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_FUNC, V_LOOP };
 /* Why a value is undefined, for Jinja2's error messages. */
@@ -44,12 +54,12 @@ typedef struct kloop kloop;
 
 typedef struct kv {
     uint8_t t;
-    uint8_t aux;    /* V_LIST: 1 = tuple; V_UNDEF: U_* kind; V_DICT: 1 = namespace */
-    uint8_t aux2;   /* V_UNDEF: the type (enum vt) of the object that lacked the name */
+    uint8_t aux;  /* V_LIST: 1 = tuple; V_UNDEF: U_* kind; V_DICT: 1 = namespace */
+    uint8_t aux2; /* V_UNDEF: the type (enum vt) of the object that lacked the name */
     union {
         int64_t i;
         double f;
-        str s;      /* V_STR, and the missing name of V_UNDEF */
+        str s; /* V_STR, and the missing name of V_UNDEF */
         klist *l;
         kdict *d;
         kfn *fn;
@@ -57,19 +67,26 @@ typedef struct kv {
     };
 } kv;
 
-struct klist { kv *v; size_t n, cap; };
-struct kdict { kv *keys; kv *vals; size_t n, cap; };
+struct klist {
+    kv *v;
+    size_t n, cap;
+};
+struct kdict {
+    kv *keys;
+    kv *vals;
+    size_t n, cap;
+};
 
-static const kv UNDEF = { .t = V_UNDEF };
-static const kv NONE = { .t = V_NONE };
+static const kv UNDEF = {.t = V_UNDEF};
+static const kv NONE = {.t = V_NONE};
 
 enum tk { T_DATA, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END, T_NAME, T_STRING, T_INT, T_FLOAT, T_OP, T_EOF };
 
 typedef struct tok {
     uint8_t type;
-    char op[3];      /* T_OP: the operator, NUL-terminated */
+    char op[3]; /* T_OP: the operator, NUL-terminated */
     int line, col;
-    str s;           /* T_DATA, T_NAME, T_STRING (decoded) */
+    str s; /* T_DATA, T_NAME, T_STRING (decoded) */
     int64_t i;
     double f;
 } tok;
@@ -79,29 +96,59 @@ typedef struct lexer {
     const char *src;
     size_t len, pos;
     int line;
-    size_t line_start;   /* offset of the current line, for columns */
+    size_t line_start; /* offset of the current line, for columns */
     tok *toks;
     size_t n, cap;
 } lexer;
 
 enum nk {
     /* statements */
-    N_DATA, N_OUTPUT, N_IF, N_FOR, N_SET, N_SETATTR, N_SETBLOCK, N_MACRO, N_CALLBLOCK, N_BREAK, N_CONTINUE,
+    N_DATA,
+    N_OUTPUT,
+    N_IF,
+    N_FOR,
+    N_SET,
+    N_SETATTR,
+    N_SETBLOCK,
+    N_MACRO,
+    N_CALLBLOCK,
+    N_BREAK,
+    N_CONTINUE,
     N_SCOPE,
     /* expressions */
-    E_LIT, E_NAME, E_LIST, E_TUPLE, E_DICT, E_ATTR, E_ITEM, E_SLICE, E_CALL, E_FILTER, E_TEST,
-    E_NOT, E_NEG, E_POS, E_BIN, E_AND, E_OR, E_COND, E_CMP
+    E_LIT,
+    E_NAME,
+    E_LIST,
+    E_TUPLE,
+    E_DICT,
+    E_ATTR,
+    E_ITEM,
+    E_SLICE,
+    E_CALL,
+    E_FILTER,
+    E_TEST,
+    E_NOT,
+    E_NEG,
+    E_POS,
+    E_BIN,
+    E_AND,
+    E_OR,
+    E_COND,
+    E_CMP
 };
 
 enum binop { B_ADD, B_SUB, B_MUL, B_DIV, B_FDIV, B_MOD, B_POW, B_CAT };
 enum cmpop { C_EQ, C_NE, C_LT, C_LE, C_GT, C_GE, C_IN, C_NOTIN };
 
 typedef struct node node;
-typedef struct nlist { node **v; int n, cap; } nlist;
+typedef struct nlist {
+    node **v;
+    int n, cap;
+} nlist;
 
 struct node {
     uint8_t kind, op;
-    uint8_t neg;     /* E_TEST: "is not" */
+    uint8_t neg; /* E_TEST: "is not" */
     int line, col;
     int id;          /* E_FILTER / E_TEST: builtin index */
     str name;        /* E_NAME, E_ATTR, N_SET*, N_MACRO, filter/test name */
@@ -121,22 +168,92 @@ typedef struct parser {
     ctx *c;
     tok *t;
     size_t i, n;
-    int depth;   /* expression and block nesting */
+    int depth; /* expression and block nesting */
 } parser;
 
 enum {
-    F_ABS, F_ATTR, F_CAPITALIZE, F_COUNT, F_D, F_DEFAULT, F_DICTSORT, F_E, F_ESCAPE, F_FIRST, F_FLOAT,
-    F_INDENT, F_INT, F_ITEMS, F_JOIN, F_LAST, F_LENGTH, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN, F_REJECT,
-    F_REJECTATTR, F_REPLACE, F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM,
-    F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_WORDCOUNT,
+    F_ABS,
+    F_ATTR,
+    F_CAPITALIZE,
+    F_COUNT,
+    F_D,
+    F_DEFAULT,
+    F_DICTSORT,
+    F_E,
+    F_ESCAPE,
+    F_FIRST,
+    F_FLOAT,
+    F_INDENT,
+    F_INT,
+    F_ITEMS,
+    F_JOIN,
+    F_LAST,
+    F_LENGTH,
+    F_LIST,
+    F_LOWER,
+    F_MAP,
+    F_MAX,
+    F_MIN,
+    F_REJECT,
+    F_REJECTATTR,
+    F_REPLACE,
+    F_REVERSE,
+    F_ROUND,
+    F_SAFE,
+    F_SELECT,
+    F_SELECTATTR,
+    F_SORT,
+    F_STRING,
+    F_SUM,
+    F_TITLE,
+    F_TOJSON,
+    F_TRIM,
+    F_UNIQUE,
+    F_UPPER,
+    F_WORDCOUNT,
     F_N /* how many */
 };
 
 enum {
-    X_BOOLEAN, X_CALLABLE, X_DEFINED, X_DIVISIBLEBY, X_EQ, X_EQUALTO, X_ESCAPED, X_EVEN, X_FALSE, X_FILTER,
-    X_FLOAT, X_GE, X_GREATERTHAN, X_GT, X_IN, X_INTEGER, X_ITERABLE, X_LE, X_LESSTHAN, X_LOWER, X_LT,
-    X_MAPPING, X_NE, X_NONE, X_NUMBER, X_ODD, X_SAMEAS, X_SEQUENCE, X_STRING, X_TEST, X_TRUE, X_UNDEFINED,
-    X_UPPER, X_SYM_EQ, X_SYM_NE, X_SYM_LT, X_SYM_LE, X_SYM_GT, X_SYM_GE,
+    X_BOOLEAN,
+    X_CALLABLE,
+    X_DEFINED,
+    X_DIVISIBLEBY,
+    X_EQ,
+    X_EQUALTO,
+    X_ESCAPED,
+    X_EVEN,
+    X_FALSE,
+    X_FILTER,
+    X_FLOAT,
+    X_GE,
+    X_GREATERTHAN,
+    X_GT,
+    X_IN,
+    X_INTEGER,
+    X_ITERABLE,
+    X_LE,
+    X_LESSTHAN,
+    X_LOWER,
+    X_LT,
+    X_MAPPING,
+    X_NE,
+    X_NONE,
+    X_NUMBER,
+    X_ODD,
+    X_SAMEAS,
+    X_SEQUENCE,
+    X_STRING,
+    X_TEST,
+    X_TRUE,
+    X_UNDEFINED,
+    X_UPPER,
+    X_SYM_EQ,
+    X_SYM_NE,
+    X_SYM_LT,
+    X_SYM_LE,
+    X_SYM_GT,
+    X_SYM_GE,
     X_N /* how many */
 };
 
@@ -152,25 +269,39 @@ enum { G_RANGE, G_NAMESPACE, G_DICT, G_RAISE, G_STRFTIME };
 
 struct kfn {
     int kind, id;
-    str name;             /* method name; macro name */
-    kv self;              /* bound receiver of a method */
-    const node *def;      /* macro definition or call block */
-    frame *closure;       /* scope the macro or caller body sees */
+    str name;        /* method name; macro name */
+    kv self;         /* bound receiver of a method */
+    const node *def; /* macro definition or call block */
+    frame *closure;  /* scope the macro or caller body sees */
 };
 
-struct kloop { kv *items; int64_t n, i; };
+struct kloop {
+    kv *items;
+    int64_t n, i;
+};
 
 typedef struct rctx {
     ctx c;
     int has_now;
     int64_t now;
-    int call_depth;   /* macro calls in progress */
+    int call_depth; /* macro calls in progress */
 } rctx;
 
 /* json.dumps(v, ensure_ascii=False, indent=..., separators=..., sort_keys=...) */
-typedef struct jopts { str indent; int has_indent; str item_sep, key_sep; int sort_keys; } jopts;
+typedef struct jopts {
+    str indent;
+    int has_indent;
+    str item_sep, key_sep;
+    int sort_keys;
+} jopts;
 
-typedef struct args { kv *pos; int npos; kv *kw; str *kwn; int nkw; } args;
+typedef struct args {
+    kv *pos;
+    int npos;
+    kv *kw;
+    str *kwn;
+    int nkw;
+} args;
 
 /* value.c: the arena, buffers, lists and dicts; failing with a message */
 _Noreturn void kct_fail(ctx *c, int line, int col, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -214,15 +345,13 @@ kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a);
 
 /* small helpers every file uses (Python indexes strings by code point:
  * the cp_* calls) */
-static inline void *ar_zalloc(ctx *c, size_t n)
-{
+static inline void *ar_zalloc(ctx *c, size_t n) {
     void *p = kct_ar_alloc(c, n);
     memset(p, 0, n);
     return p;
 }
 
-static inline void ar_free(ctx *c)
-{
+static inline void ar_free(ctx *c) {
     for (ablk *b = c->blocks, *nx; b; b = nx) {
         nx = b->next;
         free(b);
@@ -230,8 +359,7 @@ static inline void ar_free(ctx *c)
     c->blocks = NULL;
 }
 
-static inline char *ar_strdup(ctx *c, const char *s, size_t n)
-{
+static inline char *ar_strdup(ctx *c, const char *s, size_t n) {
     char *p = kct_ar_alloc(c, n + 1);
     memcpy(p, s, n);
     p[n] = 0;
@@ -241,30 +369,44 @@ static inline char *ar_strdup(ctx *c, const char *s, size_t n)
 static inline void sb_puts(ctx *c, sbuf *b, const char *s) { kct_sb_put(c, b, s, strlen(s)); }
 static inline void sb_putc(ctx *c, sbuf *b, char ch) { kct_sb_put(c, b, &ch, 1); }
 
-static inline kv mk_bool(int b) { kv v = { .t = V_BOOL }; v.i = b != 0; return v; }
-static inline kv mk_int(int64_t i) { kv v = { .t = V_INT }; v.i = i; return v; }
-static inline kv mk_float(double f) { kv v = { .t = V_FLOAT }; v.f = f; return v; }
-static inline kv mk_str(const char *p, size_t n) { kv v = { .t = V_STR }; v.s.p = p; v.s.n = n; return v; }
-static inline kv mk_undef(int kind, int objtype, const char *name, size_t n)
-{
-    kv v = { .t = V_UNDEF, .aux = (uint8_t)kind, .aux2 = (uint8_t)objtype };
+static inline kv mk_bool(int b) {
+    kv v = {.t = V_BOOL};
+    v.i = b != 0;
+    return v;
+}
+static inline kv mk_int(int64_t i) {
+    kv v = {.t = V_INT};
+    v.i = i;
+    return v;
+}
+static inline kv mk_float(double f) {
+    kv v = {.t = V_FLOAT};
+    v.f = f;
+    return v;
+}
+static inline kv mk_str(const char *p, size_t n) {
+    kv v = {.t = V_STR};
+    v.s.p = p;
+    v.s.n = n;
+    return v;
+}
+static inline kv mk_undef(int kind, int objtype, const char *name, size_t n) {
+    kv v = {.t = V_UNDEF, .aux = (uint8_t)kind, .aux2 = (uint8_t)objtype};
     v.s.p = name;
     v.s.n = n;
     return v;
 }
 
-static inline kv mk_list(ctx *c, size_t cap)
-{
-    kv v = { .t = V_LIST };
+static inline kv mk_list(ctx *c, size_t cap) {
+    kv v = {.t = V_LIST};
     v.l = ar_zalloc(c, sizeof(klist));
     v.l->cap = cap ? cap : 4;
     v.l->v = kct_ar_alloc(c, v.l->cap * sizeof(kv));
     return v;
 }
 
-static inline kv mk_dict(ctx *c, size_t cap)
-{
-    kv v = { .t = V_DICT };
+static inline kv mk_dict(ctx *c, size_t cap) {
+    kv v = {.t = V_DICT};
     v.d = ar_zalloc(c, sizeof(kdict));
     v.d->cap = cap ? cap : 4;
     v.d->keys = kct_ar_alloc(c, v.d->cap * sizeof(kv));
@@ -275,42 +417,39 @@ static inline kv mk_dict(ctx *c, size_t cap)
 static inline int str_eq(str a, const char *b, size_t bn) { return a.n == bn && memcmp(a.p, b, bn) == 0; }
 static inline int str_is(str a, const char *lit) { return str_eq(a, lit, strlen(lit)); }
 
-static inline kv *dict_find_str(const kdict *d, const char *k, size_t kn)
-{
+static inline kv *dict_find_str(const kdict *d, const char *k, size_t kn) {
     for (size_t i = 0; i < d->n; i++)
         if (d->keys[i].t == V_STR && str_eq(d->keys[i].s, k, kn)) return &d->vals[i];
     return NULL;
 }
 
-static inline kv *dict_find(const kdict *d, const kv *k)
-{
+static inline kv *dict_find(const kdict *d, const kv *k) {
     if (k->t == V_STR) return dict_find_str(d, k->s.p, k->s.n);
     for (size_t i = 0; i < d->n; i++)
         if (kct_kv_eq(&d->keys[i], k)) return &d->vals[i];
     return NULL;
 }
 
-static inline int is_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f'; }
+static inline int is_ws(char ch) {
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
+}
 
-static inline void put_utf8(ctx *c, sbuf *b, uint32_t cp)
-{
+static inline void put_utf8(ctx *c, sbuf *b, uint32_t cp) {
     uint8_t tmp[4];
     utf8proc_ssize_t k = utf8proc_encode_char((utf8proc_int32_t)cp, tmp);
     kct_sb_put(c, b, (const char *)tmp, (size_t)k);
 }
 
-static inline int lookup_name(const char *const *tab, size_t n, str s)
-{
+static inline int lookup_name(const char *const *tab, size_t n, str s) {
     for (size_t i = 0; i < n; i++)
         if (str_is(s, tab[i])) return (int)i;
     return -1;
 }
 
 /* Raises Jinja2's UndefinedError for an undefined value being used. */
-static inline _Noreturn void undef_fail(rctx *r, const node *x, const kv *u)
-{
-    static const char *const objn[] = { "Undefined", "None", "bool", "int", "float", "str", "list", "dict",
-                                         "function", "LoopContext" };
+static inline _Noreturn void undef_fail(rctx *r, const node *x, const kv *u) {
+    static const char *const objn[] = {"Undefined", "None", "bool", "int",      "float",
+                                       "str",       "list", "dict", "function", "LoopContext"};
     const char *on = u->aux2 < sizeof objn / sizeof *objn ? objn[u->aux2] : "object";
     if (u->aux == U_NAME) kct_fail_at(r, x, "'%.*s' is undefined", (int)u->s.n, u->s.p);
     if (u->aux2 == V_NONE) kct_fail_at(r, x, "'None' has no attribute '%.*s'", (int)u->s.n, u->s.p);
@@ -321,22 +460,20 @@ static inline _Noreturn void undef_fail(rctx *r, const node *x, const kv *u)
 static inline int is_num(const kv *v) { return v->t == V_INT || v->t == V_FLOAT || v->t == V_BOOL; }
 static inline double num_f(const kv *v) { return v->t == V_FLOAT ? v->f : (double)v->i; }
 
-static inline int is_ascii(str s)
-{
-    for (size_t i = 0; i < s.n; i++) if ((unsigned char)s.p[i] >= 0x80) return 0;
+static inline int is_ascii(str s) {
+    for (size_t i = 0; i < s.n; i++)
+        if ((unsigned char)s.p[i] >= 0x80) return 0;
     return 1;
 }
 
-static inline size_t cp_count(str s)
-{
+static inline size_t cp_count(str s) {
     size_t n = 0;
     for (size_t i = 0; i < s.n; i++) n += ((unsigned char)s.p[i] & 0xC0) != 0x80;
     return n;
 }
 
 /* Byte offsets of each code point, plus one for the end (n + 1 entries). */
-static inline size_t *cp_offsets(ctx *c, str s, size_t *n)
-{
+static inline size_t *cp_offsets(ctx *c, str s, size_t *n) {
     size_t cnt = cp_count(s), k = 0;
     size_t *off = kct_ar_alloc(c, (cnt + 1) * sizeof(size_t));
     for (size_t i = 0; i < s.n; i++)
@@ -346,33 +483,32 @@ static inline size_t *cp_offsets(ctx *c, str s, size_t *n)
     return off;
 }
 
-static inline uint32_t cp_decode(const char *p, size_t n, size_t *adv)
-{
+static inline uint32_t cp_decode(const char *p, size_t n, size_t *adv) {
     utf8proc_int32_t cp;
     utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)p, (utf8proc_ssize_t)n, &cp);
-    if (k <= 0) { *adv = 1; return (unsigned char)p[0]; }
+    if (k <= 0) {
+        *adv = 1;
+        return (unsigned char)p[0];
+    }
     *adv = (size_t)k;
     return (uint32_t)cp;
 }
 
-static inline int py_isspace(uint32_t cp)
-{
+static inline int py_isspace(uint32_t cp) {
     if (cp < 128) return cp == ' ' || (cp >= 9 && cp <= 13) || (cp >= 0x1c && cp <= 0x1f);
-    return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 ||
-           cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+    return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202f || cp == 0x205f || cp == 0x3000;
 }
 
-static inline str kv_tostr(rctx *r, const kv *v)
-{
+static inline str kv_tostr(rctx *r, const kv *v) {
     if (v->t == V_STR) return v->s;
     sbuf b = {0};
     kct_sb_put(&r->c, &b, "", 0);
     kct_to_str(r, &b, v);
-    return (str){ b.p, b.n };
+    return (str){b.p, b.n};
 }
 
-static inline kv list_of(rctx *r, const node *x, const kv *v)
-{
+static inline kv list_of(rctx *r, const node *x, const kv *v) {
     size_t n;
     kv *it = kct_iter_items(r, x, v, &n);
     kv out = mk_list(&r->c, n);
@@ -381,8 +517,7 @@ static inline kv list_of(rctx *r, const node *x, const kv *v)
     return out;
 }
 
-static inline frame *new_frame(ctx *c, frame *parent)
-{
+static inline frame *new_frame(ctx *c, frame *parent) {
     frame *f = kct_ar_alloc(c, sizeof(frame));
     f->parent = parent;
     f->n = f->cap = 0;
@@ -392,23 +527,26 @@ static inline frame *new_frame(ctx *c, frame *parent)
 }
 
 /* Argument number idx (positional) or named `name`; 0 when absent. */
-static inline int arg_get(const args *a, int idx, const char *name, kv *out)
-{
-    if (idx >= 0 && idx < a->npos) { *out = a->pos[idx]; return 1; }
+static inline int arg_get(const args *a, int idx, const char *name, kv *out) {
+    if (idx >= 0 && idx < a->npos) {
+        *out = a->pos[idx];
+        return 1;
+    }
     if (name)
         for (int i = 0; i < a->nkw; i++)
-            if (str_is(a->kwn[i], name)) { *out = a->kw[i]; return 1; }
+            if (str_is(a->kwn[i], name)) {
+                *out = a->kw[i];
+                return 1;
+            }
     return 0;
 }
 
-static inline kv arg_or(const args *a, int idx, const char *name, kv def)
-{
+static inline kv arg_or(const args *a, int idx, const char *name, kv def) {
     kv v;
     return arg_get(a, idx, name, &v) ? v : def;
 }
 
-static inline kv need_str(rctx *r, const node *x, const kv *v, const char *what)
-{
+static inline kv need_str(rctx *r, const node *x, const kv *v, const char *what) {
     if (v->t == V_UNDEF) undef_fail(r, x, v);
     if (v->t != V_STR) kct_fail_at(r, x, "%s expects a string, got %s", what, kct_type_name(v));
     return *v;

@@ -10,15 +10,16 @@
 
 /* ---------------------------------------------------------------- lexer */
 
-static void lx_advance(lexer *L, size_t to)
-{
+static void lx_advance(lexer *L, size_t to) {
     for (size_t i = L->pos; i < to; i++)
-        if (L->src[i] == '\n') { L->line++; L->line_start = i + 1; }
+        if (L->src[i] == '\n') {
+            L->line++;
+            L->line_start = i + 1;
+        }
     L->pos = to;
 }
 
-static tok *lx_push(lexer *L, int type, size_t at)
-{
+static tok *lx_push(lexer *L, int type, size_t at) {
     if (L->n == L->cap) {
         size_t cap = L->cap ? L->cap * 2 : 256;
         tok *nt = kct_ar_alloc(L->c, cap * sizeof(tok));
@@ -35,8 +36,7 @@ static tok *lx_push(lexer *L, int type, size_t at)
 }
 
 /* Reads a quoted string literal at L->pos, decoding Python escapes. */
-static void lx_string(lexer *L, tok *t)
-{
+static void lx_string(lexer *L, tok *t) {
     const char *s = L->src;
     char q = s[L->pos];
     size_t i = L->pos + 1;
@@ -45,7 +45,10 @@ static void lx_string(lexer *L, tok *t)
     for (;;) {
         if (i >= L->len) kct_fail(L->c, t->line, t->col, "unterminated string literal");
         char ch = s[i];
-        if (ch == q) { i++; break; }
+        if (ch == q) {
+            i++;
+            break;
+        }
         if (ch == '\\' && i + 1 < L->len) {
             char e = s[i + 1];
             i += 2;
@@ -57,9 +60,13 @@ static void lx_string(lexer *L, tok *t)
             case 'b': sb_putc(L->c, &b, '\b'); break;
             case 'f': sb_putc(L->c, &b, '\f'); break;
             case 'v': sb_putc(L->c, &b, '\v'); break;
-            case '\\': case '\'': case '"': sb_putc(L->c, &b, e); break;
+            case '\\':
+            case '\'':
+            case '"': sb_putc(L->c, &b, e); break;
             case '\n': break;
-            case 'x': case 'u': case 'U': {
+            case 'x':
+            case 'u':
+            case 'U': {
                 int nd = e == 'x' ? 2 : e == 'u' ? 4 : 8;
                 uint32_t cp = 0;
                 for (int k = 0; k < nd; k++, i++) {
@@ -71,7 +78,10 @@ static void lx_string(lexer *L, tok *t)
                 put_utf8(L->c, &b, cp);
                 break;
             }
-            default: sb_putc(L->c, &b, '\\'); sb_putc(L->c, &b, e); break;
+            default:
+                sb_putc(L->c, &b, '\\');
+                sb_putc(L->c, &b, e);
+                break;
             }
             continue;
         }
@@ -85,15 +95,15 @@ static void lx_string(lexer *L, tok *t)
 
 /* Tokenizes the inside of a {{ }} or {% %} tag up to its end marker.
  * Returns 1 when the end marker carried '-' (strip whitespace after). */
-static int lx_tag(lexer *L, int block, int open_line, int open_col)
-{
+static int lx_tag(lexer *L, int block, int open_line, int open_col) {
     const char *s = L->src;
     int depth = 0;
     const char endc = block ? '%' : '}';
     for (;;) {
         while (L->pos < L->len && is_ws(s[L->pos])) lx_advance(L, L->pos + 1);
         if (L->pos >= L->len)
-            kct_fail(L->c, open_line, open_col, "unexpected end of template inside a %s tag", block ? "{% %}" : "{{ }}");
+            kct_fail(L->c, open_line, open_col, "unexpected end of template inside a %s tag",
+                     block ? "{% %}" : "{{ }}");
         size_t p = L->pos;
         if (depth == 0) {
             if (s[p] == '-' && p + 2 < L->len + 0 && s[p + 1] == endc && s[p + 2] == '}') {
@@ -120,12 +130,18 @@ static int lx_tag(lexer *L, int block, int open_line, int open_col)
             int isf = 0;
             char num[64];
             size_t k = 0;
-            while (e < L->len && (isdigit((unsigned char)s[e]) || s[e] == '_')) { if (s[e] != '_' && k < 63) num[k++] = s[e]; e++; }
+            while (e < L->len && (isdigit((unsigned char)s[e]) || s[e] == '_')) {
+                if (s[e] != '_' && k < 63) num[k++] = s[e];
+                e++;
+            }
             if (e + 1 < L->len && s[e] == '.' && isdigit((unsigned char)s[e + 1])) {
                 isf = 1;
                 if (k < 63) num[k++] = '.';
                 e++;
-                while (e < L->len && (isdigit((unsigned char)s[e]) || s[e] == '_')) { if (s[e] != '_' && k < 63) num[k++] = s[e]; e++; }
+                while (e < L->len && (isdigit((unsigned char)s[e]) || s[e] == '_')) {
+                    if (s[e] != '_' && k < 63) num[k++] = s[e];
+                    e++;
+                }
             }
             if (e < L->len && (s[e] == 'e' || s[e] == 'E')) {
                 size_t q = e + 1;
@@ -133,25 +149,34 @@ static int lx_tag(lexer *L, int block, int open_line, int open_col)
                 if (q < L->len && isdigit((unsigned char)s[q])) {
                     isf = 1;
                     if (k < 63) num[k++] = 'e';
-                    for (size_t r = e + 1; r < q; r++) if (k < 63) num[k++] = s[r];
+                    for (size_t r = e + 1; r < q; r++)
+                        if (k < 63) num[k++] = s[r];
                     e = q;
-                    while (e < L->len && isdigit((unsigned char)s[e])) { if (k < 63) num[k++] = s[e]; e++; }
+                    while (e < L->len && isdigit((unsigned char)s[e])) {
+                        if (k < 63) num[k++] = s[e];
+                        e++;
+                    }
                 }
             }
             num[k] = 0;
             tok *t = lx_push(L, isf ? T_FLOAT : T_INT, p);
-            if (isf) t->f = strtod(num, NULL);
-            else t->i = strtoll(num, NULL, 10);
+            if (isf)
+                t->f = strtod(num, NULL);
+            else
+                t->i = strtoll(num, NULL, 10);
             lx_advance(L, e);
         } else if (ch == '\'' || ch == '"') {
             tok *t = lx_push(L, T_STRING, p);
             lx_string(L, t);
         } else {
-            static const char *ops2[] = { "//", "**", "==", "!=", "<=", ">=" };
+            static const char *ops2[] = {"//", "**", "==", "!=", "<=", ">="};
             tok *t = lx_push(L, T_OP, p);
             size_t w = 1;
             for (size_t k = 0; k < sizeof ops2 / sizeof *ops2; k++)
-                if (p + 1 < L->len && s[p] == ops2[k][0] && s[p + 1] == ops2[k][1]) { w = 2; break; }
+                if (p + 1 < L->len && s[p] == ops2[k][0] && s[p + 1] == ops2[k][1]) {
+                    w = 2;
+                    break;
+                }
             if (w == 1 && !strchr("+-*/%~<>=.,:|()[]{}", ch))
                 kct_fail(L->c, t->line, t->col, "unexpected character '%c'", ch);
             memcpy(t->op, s + p, w);
@@ -163,8 +188,7 @@ static int lx_tag(lexer *L, int block, int open_line, int open_col)
 }
 
 /* Finds the next "{{", "{%" or "{#" at or after `from`; len when none. */
-static size_t lx_find_open(const lexer *L, size_t from)
-{
+static size_t lx_find_open(const lexer *L, size_t from) {
     const char *s = L->src;
     for (size_t i = from; i + 1 < L->len; i++) {
         const char *q = memchr(s + i, '{', L->len - 1 - i);
@@ -177,26 +201,30 @@ static size_t lx_find_open(const lexer *L, size_t from)
 }
 
 /* Matches "{%[-+]? raw|endraw [-]?%}" at p; returns its end offset or 0. */
-static size_t lx_match_tag_word(const lexer *L, size_t p, const char *word, int *lstrip_minus, int *rstrip_minus)
-{
+static size_t lx_match_tag_word(const lexer *L, size_t p, const char *word, int *lstrip_minus, int *rstrip_minus) {
     const char *s = L->src;
     size_t n = L->len, wl = strlen(word);
     if (p + 2 > n || s[p] != '{' || s[p + 1] != '%') return 0;
     size_t i = p + 2;
     *lstrip_minus = 0;
-    if (i < n && (s[i] == '-' || s[i] == '+')) { *lstrip_minus = s[i] == '-'; i++; }
+    if (i < n && (s[i] == '-' || s[i] == '+')) {
+        *lstrip_minus = s[i] == '-';
+        i++;
+    }
     while (i < n && is_ws(s[i])) i++;
     if (i + wl > n || memcmp(s + i, word, wl) != 0) return 0;
     i += wl;
     while (i < n && is_ws(s[i])) i++;
     *rstrip_minus = 0;
-    if (i < n && s[i] == '-') { *rstrip_minus = 1; i++; }
+    if (i < n && s[i] == '-') {
+        *rstrip_minus = 1;
+        i++;
+    }
     if (i + 2 > n || s[i] != '%' || s[i + 1] != '}') return 0;
     return i + 2;
 }
 
-static void lx_data(lexer *L, const char *p, size_t n, size_t at)
-{
+static void lx_data(lexer *L, const char *p, size_t n, size_t at) {
     if (!n) return;
     tok *t = lx_push(L, T_DATA, at);
     t->s.p = p;
@@ -208,8 +236,7 @@ static void lx_data(lexer *L, const char *p, size_t n, size_t at)
  * "-" strips all whitespace on that side; a block or comment tag alone on
  * its line loses the indentation before it (unless opened with "+"), and
  * the first newline after a block or comment tag is dropped. */
-void kct_lex(lexer *L)
-{
+void kct_lex(lexer *L) {
     const char *s = L->src;
     int line_starting = 1;
     size_t pos = 0;
@@ -217,7 +244,11 @@ void kct_lex(lexer *L)
         size_t at = lx_find_open(L, pos);
         const char *text = s + pos;
         size_t tn = at - pos;
-        if (at >= L->len) { lx_data(L, text, tn, pos); lx_advance(L, L->len); break; }
+        if (at >= L->len) {
+            lx_data(L, text, tn, pos);
+            lx_advance(L, L->len);
+            break;
+        }
         char kind = s[at + 1];
         char mod = at + 2 < L->len ? s[at + 2] : 0;
         if (mod == '-') {
@@ -227,7 +258,11 @@ void kct_lex(lexer *L)
             while (lp && text[lp - 1] != '\n') lp--;
             if ((lp > 0 || line_starting) && lp < tn) {
                 int allws = 1;
-                for (size_t i = lp; i < tn; i++) if (!is_ws(text[i])) { allws = 0; break; }
+                for (size_t i = lp; i < tn; i++)
+                    if (!is_ws(text[i])) {
+                        allws = 0;
+                        break;
+                    }
                 if (allws) tn = lp;
             }
         }
@@ -239,7 +274,10 @@ void kct_lex(lexer *L)
         if (kind == '#') {
             const char *e = NULL;
             for (size_t i = inner; i + 1 < L->len; i++)
-                if (s[i] == '#' && s[i + 1] == '}') { e = s + i; break; }
+                if (s[i] == '#' && s[i + 1] == '}') {
+                    e = s + i;
+                    break;
+                }
             if (!e) kct_fail(L->c, open_line, open_col, "unclosed comment");
             size_t end = (size_t)(e - s) + 2;
             strip_after = e > s + inner && e[-1] == '-';
@@ -252,14 +290,17 @@ void kct_lex(lexer *L)
                 /* raw: everything up to {% endraw %} is data */
                 size_t q = rend, eend = 0;
                 int elm = 0, erm = 0;
-                if (rm) while (q < L->len && is_ws(s[q])) q++;
-                else if (q < L->len && s[q] == '\n') q++;
+                if (rm)
+                    while (q < L->len && is_ws(s[q])) q++;
+                else if (q < L->len && s[q] == '\n')
+                    q++;
                 size_t body = q;
                 for (; q < L->len; q++)
                     if (s[q] == '{' && (eend = lx_match_tag_word(L, q, "endraw", &elm, &erm)) != 0) break;
                 if (!eend) kct_fail(L->c, open_line, open_col, "unclosed raw block (expected 'endraw')");
                 size_t bn = q - body;
-                if (elm) while (bn && is_ws(s[body + bn - 1])) bn--;
+                if (elm)
+                    while (bn && is_ws(s[body + bn - 1])) bn--;
                 lx_data(L, s + body, bn, body);
                 lx_advance(L, eend);
                 strip_after = erm;
@@ -272,7 +313,8 @@ void kct_lex(lexer *L)
                 if (!strip_after && block && L->pos < L->len && s[L->pos] == '\n') lx_advance(L, L->pos + 1);
             }
         }
-        if (strip_after) while (L->pos < L->len && is_ws(s[L->pos])) lx_advance(L, L->pos + 1);
+        if (strip_after)
+            while (L->pos < L->len && is_ws(s[L->pos])) lx_advance(L, L->pos + 1);
         line_starting = L->pos > 0 && s[L->pos - 1] == '\n';
         pos = L->pos;
     }

@@ -8,8 +8,7 @@
 
 /* --------------------------------------------------------------- parser */
 
-static void nl_push(ctx *c, nlist *l, node *x)
-{
+static void nl_push(ctx *c, nlist *l, node *x) {
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 4;
         node **nv = kct_ar_alloc(c, (size_t)cap * sizeof(node *));
@@ -20,8 +19,7 @@ static void nl_push(ctx *c, nlist *l, node *x)
     l->v[l->n++] = x;
 }
 
-static node *mk_node(parser *P, int kind, const tok *at)
-{
+static node *mk_node(parser *P, int kind, const tok *at) {
     node *x = ar_zalloc(P->c, sizeof(node));
     x->kind = (uint8_t)kind;
     x->line = at->line;
@@ -30,17 +28,21 @@ static node *mk_node(parser *P, int kind, const tok *at)
 }
 
 static tok *cur(parser *P) { return &P->t[P->i]; }
-static tok *nexttok(parser *P) { tok *t = &P->t[P->i]; if (P->i + 1 < P->n) P->i++; return t; }
+static tok *nexttok(parser *P) {
+    tok *t = &P->t[P->i];
+    if (P->i + 1 < P->n) P->i++;
+    return t;
+}
 static int is_op(const tok *t, const char *op) { return t->type == T_OP && strcmp(t->op, op) == 0; }
 static int is_name(const tok *t, const char *nm) { return t->type == T_NAME && str_is(t->s, nm); }
 
-static const char *tok_desc(const tok *t, char *buf, size_t n)
-{
+static const char *tok_desc(const tok *t, char *buf, size_t n) {
     switch (t->type) {
     case T_NAME: snprintf(buf, n, "'%.*s'", (int)(t->s.n > 40 ? 40 : t->s.n), t->s.p); break;
     case T_OP: snprintf(buf, n, "'%s'", t->op); break;
     case T_STRING: snprintf(buf, n, "string literal"); break;
-    case T_INT: case T_FLOAT: snprintf(buf, n, "number"); break;
+    case T_INT:
+    case T_FLOAT: snprintf(buf, n, "number"); break;
     case T_VAR_END: snprintf(buf, n, "end of print statement"); break;
     case T_BLOCK_END: snprintf(buf, n, "end of statement block"); break;
     case T_EOF: snprintf(buf, n, "end of template"); break;
@@ -49,15 +51,13 @@ static const char *tok_desc(const tok *t, char *buf, size_t n)
     return buf;
 }
 
-static _Noreturn void unexpected(parser *P, const char *want)
-{
+static _Noreturn void unexpected(parser *P, const char *want) {
     char b[64];
     tok *t = cur(P);
     kct_fail(P->c, t->line, t->col, "expected %s, got %s", want, tok_desc(t, b, sizeof b));
 }
 
-static void expect_op(parser *P, const char *op)
-{
+static void expect_op(parser *P, const char *op) {
     if (!is_op(cur(P), op)) {
         char w[16];
         snprintf(w, sizeof w, "'%s'", op);
@@ -66,8 +66,7 @@ static void expect_op(parser *P, const char *op)
     nexttok(P);
 }
 
-static str expect_name(parser *P)
-{
+static str expect_name(parser *P) {
     if (cur(P)->type != T_NAME) unexpected(P, "a name");
     return nexttok(P)->s;
 }
@@ -77,8 +76,7 @@ static node *parse_or(parser *P);
 static node *parse_unary(parser *P, int with_filter);
 
 /* (args, kw=args) after the opening parenthesis has been consumed. */
-static void parse_call_args(parser *P, node *x)
-{
+static void parse_call_args(parser *P, node *x) {
     int nk = 0, capk = 0;
     while (!is_op(cur(P), ")")) {
         if (x->args.n || x->args2.n) expect_op(P, ",");
@@ -104,8 +102,7 @@ static void parse_call_args(parser *P, node *x)
     nexttok(P);
 }
 
-static node *parse_primary(parser *P)
-{
+static node *parse_primary(parser *P) {
     tok *t = cur(P);
     node *x;
     if (t->type == T_NAME) {
@@ -125,10 +122,16 @@ static node *parse_primary(parser *P)
     if (t->type == T_STRING) {
         x = mk_node(P, E_LIT, t);
         nexttok(P);
-        if (cur(P)->type != T_STRING) { x->lit = mk_str(t->s.p, t->s.n); return x; }
+        if (cur(P)->type != T_STRING) {
+            x->lit = mk_str(t->s.p, t->s.n);
+            return x;
+        }
         sbuf b = {0};
         kct_sb_put(P->c, &b, t->s.p, t->s.n);
-        while (cur(P)->type == T_STRING) { tok *u = nexttok(P); kct_sb_put(P->c, &b, u->s.p, u->s.n); }
+        while (cur(P)->type == T_STRING) {
+            tok *u = nexttok(P);
+            kct_sb_put(P->c, &b, u->s.p, u->s.n);
+        }
         x->lit = mk_str(b.p, b.n);
         return x;
     }
@@ -140,9 +143,15 @@ static node *parse_primary(parser *P)
     }
     if (is_op(t, "(")) {
         nexttok(P);
-        if (is_op(cur(P), ")")) { nexttok(P); return mk_node(P, E_TUPLE, t); }
+        if (is_op(cur(P), ")")) {
+            nexttok(P);
+            return mk_node(P, E_TUPLE, t);
+        }
         node *e = parse_expr(P);
-        if (is_op(cur(P), ")")) { nexttok(P); return e; }
+        if (is_op(cur(P), ")")) {
+            nexttok(P);
+            return e;
+        }
         x = mk_node(P, E_TUPLE, t);
         nl_push(P->c, &x->args, e);
         while (is_op(cur(P), ",")) {
@@ -180,8 +189,7 @@ static node *parse_primary(parser *P)
     unexpected(P, "an expression");
 }
 
-static node *parse_postfix(parser *P, node *x)
-{
+static node *parse_postfix(parser *P, node *x) {
     for (;;) {
         tok *t = cur(P);
         if (is_op(t, ".")) {
@@ -202,7 +210,7 @@ static node *parse_postfix(parser *P, node *x)
             }
         } else if (is_op(t, "[")) {
             nexttok(P);
-            node *parts[3] = { NULL, NULL, NULL };
+            node *parts[3] = {NULL, NULL, NULL};
             int k = 0, slice = 0;
             for (;;) {
                 if (is_op(cur(P), ":")) {
@@ -218,8 +226,11 @@ static node *parse_postfix(parser *P, node *x)
             nexttok(P);
             node *y = mk_node(P, slice ? E_SLICE : E_ITEM, t);
             y->a = x;
-            if (slice) { y->b = parts[0]; y->c = parts[1]; nl_push(P->c, &y->args, parts[2]); }
-            else {
+            if (slice) {
+                y->b = parts[0];
+                y->c = parts[1];
+                nl_push(P->c, &y->args, parts[2]);
+            } else {
                 if (!parts[0]) kct_fail(P->c, t->line, t->col, "expected an index expression");
                 y->b = parts[0];
             }
@@ -236,8 +247,7 @@ static node *parse_postfix(parser *P, node *x)
     }
 }
 
-static node *parse_filter_expr(parser *P, node *x)
-{
+static node *parse_filter_expr(parser *P, node *x) {
     for (;;) {
         tok *t = cur(P);
         if (is_op(t, "|")) {
@@ -248,19 +258,27 @@ static node *parse_filter_expr(parser *P, node *x)
             y->name = expect_name(P);
             y->id = lookup_name(kct_filters, sizeof kct_filters / sizeof *kct_filters, y->name);
             if (y->id < 0) kct_fail(P->c, nt->line, nt->col, "unknown filter '%.*s'", (int)y->name.n, y->name.p);
-            if (is_op(cur(P), "(")) { nexttok(P); parse_call_args(P, y); }
+            if (is_op(cur(P), "(")) {
+                nexttok(P);
+                parse_call_args(P, y);
+            }
             x = y;
         } else if (is_name(t, "is")) {
             nexttok(P);
             node *y = mk_node(P, E_TEST, t);
             y->a = x;
-            if (is_name(cur(P), "not")) { y->neg = 1; nexttok(P); }
+            if (is_name(cur(P), "not")) {
+                y->neg = 1;
+                nexttok(P);
+            }
             tok *nt = cur(P);
-            if (nt->type == T_NAME) y->name = nt->s;
+            if (nt->type == T_NAME)
+                y->name = nt->s;
             else if (nt->type == T_OP && (is_op(nt, "==") || is_op(nt, "!=") || is_op(nt, "<") || is_op(nt, "<=") ||
                                           is_op(nt, ">") || is_op(nt, ">=")))
-                y->name = (str){ nt->op, strlen(nt->op) };
-            else unexpected(P, "a test name");
+                y->name = (str){nt->op, strlen(nt->op)};
+            else
+                unexpected(P, "a test name");
             nexttok(P);
             y->id = lookup_name(kct_tests, sizeof kct_tests / sizeof *kct_tests, y->name);
             if (y->id < 0) kct_fail(P->c, nt->line, nt->col, "unknown test '%.*s'", (int)y->name.n, y->name.p);
@@ -287,8 +305,7 @@ static node *parse_filter_expr(parser *P, node *x)
     }
 }
 
-static node *parse_unary(parser *P, int with_filter)
-{
+static node *parse_unary(parser *P, int with_filter) {
     tok *t = cur(P);
     node *x;
     if (++P->depth > MAX_PARSE_DEPTH) kct_fail(P->c, t->line, t->col, "expression nested too deeply");
@@ -305,8 +322,7 @@ static node *parse_unary(parser *P, int with_filter)
     return x;
 }
 
-static node *mk_bin(parser *P, int kind, int op, const tok *t, node *a, node *b)
-{
+static node *mk_bin(parser *P, int kind, int op, const tok *t, node *a, node *b) {
     node *x = mk_node(P, kind, t);
     x->op = (uint8_t)op;
     x->a = a;
@@ -314,15 +330,16 @@ static node *mk_bin(parser *P, int kind, int op, const tok *t, node *a, node *b)
     return x;
 }
 
-static node *parse_pow(parser *P)
-{
+static node *parse_pow(parser *P) {
     node *x = parse_unary(P, 1);
-    while (is_op(cur(P), "**")) { tok *t = nexttok(P); x = mk_bin(P, E_BIN, B_POW, t, x, parse_unary(P, 1)); }
+    while (is_op(cur(P), "**")) {
+        tok *t = nexttok(P);
+        x = mk_bin(P, E_BIN, B_POW, t, x, parse_unary(P, 1));
+    }
     return x;
 }
 
-static node *parse_math2(parser *P)
-{
+static node *parse_math2(parser *P) {
     node *x = parse_pow(P);
     for (;;) {
         tok *t = cur(P);
@@ -333,15 +350,16 @@ static node *parse_math2(parser *P)
     }
 }
 
-static node *parse_concat(parser *P)
-{
+static node *parse_concat(parser *P) {
     node *x = parse_math2(P);
-    while (is_op(cur(P), "~")) { tok *t = nexttok(P); x = mk_bin(P, E_BIN, B_CAT, t, x, parse_math2(P)); }
+    while (is_op(cur(P), "~")) {
+        tok *t = nexttok(P);
+        x = mk_bin(P, E_BIN, B_CAT, t, x, parse_math2(P));
+    }
     return x;
 }
 
-static node *parse_math1(parser *P)
-{
+static node *parse_math1(parser *P) {
     node *x = parse_concat(P);
     for (;;) {
         tok *t = cur(P);
@@ -353,13 +371,18 @@ static node *parse_math1(parser *P)
 }
 
 /* a < b < c becomes (a < b) and (b < c), as in Python (b is evaluated twice). */
-static node *parse_compare(parser *P)
-{
+static node *parse_compare(parser *P) {
     node *x = parse_math1(P), *chain = NULL, *prev = x;
     for (;;) {
         tok *t = cur(P);
-        int op = is_op(t, "==") ? C_EQ : is_op(t, "!=") ? C_NE : is_op(t, "<") ? C_LT : is_op(t, "<=") ? C_LE
-               : is_op(t, ">") ? C_GT : is_op(t, ">=") ? C_GE : is_name(t, "in") ? C_IN : -1;
+        int op = is_op(t, "==")     ? C_EQ
+                 : is_op(t, "!=")   ? C_NE
+                 : is_op(t, "<")    ? C_LT
+                 : is_op(t, "<=")   ? C_LE
+                 : is_op(t, ">")    ? C_GT
+                 : is_op(t, ">=")   ? C_GE
+                 : is_name(t, "in") ? C_IN
+                                    : -1;
         if (op < 0 && is_name(t, "not") && P->i + 1 < P->n && is_name(&P->t[P->i + 1], "in")) {
             nexttok(P);
             op = C_NOTIN;
@@ -374,8 +397,7 @@ static node *parse_compare(parser *P)
     return chain ? chain : x;
 }
 
-static node *parse_not(parser *P)
-{
+static node *parse_not(parser *P) {
     if (is_name(cur(P), "not")) {
         tok *t = nexttok(P);
         if (++P->depth > MAX_PARSE_DEPTH) kct_fail(P->c, t->line, t->col, "expression nested too deeply");
@@ -387,30 +409,36 @@ static node *parse_not(parser *P)
     return parse_compare(P);
 }
 
-static node *parse_and(parser *P)
-{
+static node *parse_and(parser *P) {
     node *x = parse_not(P);
-    while (is_name(cur(P), "and")) { tok *t = nexttok(P); x = mk_bin(P, E_AND, 0, t, x, parse_not(P)); }
+    while (is_name(cur(P), "and")) {
+        tok *t = nexttok(P);
+        x = mk_bin(P, E_AND, 0, t, x, parse_not(P));
+    }
     return x;
 }
 
-static node *parse_or(parser *P)
-{
+static node *parse_or(parser *P) {
     node *x = parse_and(P);
-    while (is_name(cur(P), "or")) { tok *t = nexttok(P); x = mk_bin(P, E_OR, 0, t, x, parse_and(P)); }
+    while (is_name(cur(P), "or")) {
+        tok *t = nexttok(P);
+        x = mk_bin(P, E_OR, 0, t, x, parse_and(P));
+    }
     return x;
 }
 
-static node *parse_expr(parser *P)
-{
+static node *parse_expr(parser *P) {
     if (++P->depth > MAX_PARSE_DEPTH) kct_fail(P->c, cur(P)->line, cur(P)->col, "expression nested too deeply");
     node *x = parse_or(P);
     while (is_name(cur(P), "if")) {
         tok *t = nexttok(P);
         node *y = mk_node(P, E_COND, t);
-        y->a = parse_or(P);   /* condition */
-        y->b = x;             /* value when true */
-        if (is_name(cur(P), "else")) { nexttok(P); y->c = parse_expr(P); }
+        y->a = parse_or(P); /* condition */
+        y->b = x;           /* value when true */
+        if (is_name(cur(P), "else")) {
+            nexttok(P);
+            y->c = parse_expr(P);
+        }
         x = y;
     }
     P->depth--;
@@ -418,8 +446,7 @@ static node *parse_expr(parser *P)
 }
 
 /* expr[, expr...] as a tuple when a comma follows (set values, for iterables). */
-static node *parse_tuple(parser *P, int with_cond)
-{
+static node *parse_tuple(parser *P, int with_cond) {
     tok *t = cur(P);
     node *x = with_cond ? parse_expr(P) : parse_or(P);
     if (!is_op(cur(P), ",")) return x;
@@ -434,8 +461,7 @@ static node *parse_tuple(parser *P, int with_cond)
 }
 
 /* name[, name...] targets of for and set. */
-static void parse_targets(parser *P, node *x)
-{
+static void parse_targets(parser *P, node *x) {
     str tmp[16];
     int n = 0;
     int paren = is_op(cur(P), "(");
@@ -452,14 +478,12 @@ static void parse_targets(parser *P, node *x)
     x->nnames = n;
 }
 
-static void expect_block_end(parser *P)
-{
+static void expect_block_end(parser *P) {
     if (cur(P)->type != T_BLOCK_END) unexpected(P, "end of statement block");
     nexttok(P);
 }
 
-static int tag_is_end(const tok *t, const char *ends)
-{
+static int tag_is_end(const tok *t, const char *ends) {
     if (t->type != T_NAME || !ends) return 0;
     const char *p = ends;
     while (*p) {
@@ -474,8 +498,7 @@ static int tag_is_end(const tok *t, const char *ends)
 
 static node *parse_statement_kw(parser *P, tok *t, str kw);
 
-static node *parse_statement(parser *P)
-{
+static node *parse_statement(parser *P) {
     tok *t = cur(P);
     if (t->type != T_NAME) unexpected(P, "a statement name");
     str kw = t->s;
@@ -486,8 +509,7 @@ static node *parse_statement(parser *P)
     return res;
 }
 
-static node *parse_statement_kw(parser *P, tok *t, str kw)
-{
+static node *parse_statement_kw(parser *P, tok *t, str kw) {
     node *x;
     if (str_is(kw, "if")) {
         x = mk_node(P, N_IF, t);
@@ -519,8 +541,12 @@ static node *parse_statement_kw(parser *P, tok *t, str kw)
         if (!is_name(cur(P), "in")) unexpected(P, "'in'");
         nexttok(P);
         x->a = parse_tuple(P, 0);
-        if (is_name(cur(P), "if")) { nexttok(P); x->b = parse_expr(P); }
-        if (is_name(cur(P), "recursive")) kct_fail(P->c, cur(P)->line, cur(P)->col, "recursive loops are not supported");
+        if (is_name(cur(P), "if")) {
+            nexttok(P);
+            x->b = parse_expr(P);
+        }
+        if (is_name(cur(P), "recursive"))
+            kct_fail(P->c, cur(P)->line, cur(P)->col, "recursive loops are not supported");
         expect_block_end(P);
         kct_parse_body(P, &x->args, "else endfor", t, "for");
         if (str_is(nexttok(P)->s, "else")) {
@@ -583,7 +609,10 @@ static node *parse_statement_kw(parser *P, tok *t, str kw)
                 if (n == 32) unexpected(P, "at most 32 parameters");
                 tmp[n++] = expect_name(P);
                 node *def = NULL;
-                if (is_op(cur(P), "=")) { nexttok(P); def = parse_expr(P); }
+                if (is_op(cur(P), "=")) {
+                    nexttok(P);
+                    def = parse_expr(P);
+                }
                 while (x->args2.n < n - 1) nl_push(P->c, &x->args2, NULL);
                 nl_push(P->c, &x->args2, def);
             }
@@ -600,7 +629,7 @@ static node *parse_statement_kw(parser *P, tok *t, str kw)
         expect_block_end(P);
         kct_parse_body(P, &x->args, is_call ? "endcall" : "endmacro", t, is_call ? "call" : "macro");
         nexttok(P);
-        if (!is_call && cur(P)->type == T_NAME) nexttok(P);   /* {% endmacro name %} */
+        if (!is_call && cur(P)->type == T_NAME) nexttok(P); /* {% endmacro name %} */
         expect_block_end(P);
         return x;
     }
@@ -619,7 +648,10 @@ static node *parse_statement_kw(parser *P, tok *t, str kw)
             y->name = expect_name(P);
             y->id = lookup_name(kct_filters, sizeof kct_filters / sizeof *kct_filters, y->name);
             if (y->id < 0) kct_fail(P->c, ft->line, ft->col, "unknown filter '%.*s'", (int)y->name.n, y->name.p);
-            if (is_op(cur(P), "(")) { nexttok(P); parse_call_args(P, y); }
+            if (is_op(cur(P), "(")) {
+                nexttok(P);
+                parse_call_args(P, y);
+            }
             x->b = parse_filter_expr(P, y);
         }
         expect_block_end(P);
@@ -636,15 +668,15 @@ static node *parse_statement_kw(parser *P, tok *t, str kw)
     kct_fail(P->c, t->line, t->col, "unknown tag '%.*s'", (int)kw.n, kw.p);
 }
 
-void kct_parse_body(parser *P, nlist *out, const char *ends, const tok *opener, const char *opname)
-{
+void kct_parse_body(parser *P, nlist *out, const char *ends, const tok *opener, const char *opname) {
     for (;;) {
         tok *t = cur(P);
         switch (t->type) {
         case T_EOF:
             if (ends)
-                kct_fail(P->c, opener->line, opener->col, "unexpected end of template: '%s' block is not closed (expected '%s')",
-                     opname, strrchr(ends, ' ') ? strrchr(ends, ' ') + 1 : ends);
+                kct_fail(P->c, opener->line, opener->col,
+                         "unexpected end of template: '%s' block is not closed (expected '%s')", opname,
+                         strrchr(ends, ' ') ? strrchr(ends, ' ') + 1 : ends);
             return;
         case T_DATA: {
             node *x = mk_node(P, N_DATA, t);
@@ -666,21 +698,21 @@ void kct_parse_body(parser *P, nlist *out, const char *ends, const tok *opener, 
             nexttok(P);
             tok *nt = cur(P);
             if (tag_is_end(nt, ends)) return;
-            if (nt->type == T_NAME && (str_is(nt->s, "endif") || str_is(nt->s, "endfor") || str_is(nt->s, "else") ||
-                                       str_is(nt->s, "elif") || str_is(nt->s, "endmacro") || str_is(nt->s, "endset") ||
-                                       str_is(nt->s, "endcall") || str_is(nt->s, "endfilter") ||
-                                       str_is(nt->s, "endgeneration"))) {
+            if (nt->type == T_NAME &&
+                (str_is(nt->s, "endif") || str_is(nt->s, "endfor") || str_is(nt->s, "else") || str_is(nt->s, "elif") ||
+                 str_is(nt->s, "endmacro") || str_is(nt->s, "endset") || str_is(nt->s, "endcall") ||
+                 str_is(nt->s, "endfilter") || str_is(nt->s, "endgeneration"))) {
                 if (ends)
-                    kct_fail(P->c, nt->line, nt->col, "unexpected '%.*s' inside '%s' block opened at %d:%d (expected '%s')",
-                         (int)nt->s.n, nt->s.p, opname, opener->line, opener->col,
-                         strrchr(ends, ' ') ? strrchr(ends, ' ') + 1 : ends);
+                    kct_fail(P->c, nt->line, nt->col,
+                             "unexpected '%.*s' inside '%s' block opened at %d:%d (expected '%s')", (int)nt->s.n,
+                             nt->s.p, opname, opener->line, opener->col,
+                             strrchr(ends, ' ') ? strrchr(ends, ' ') + 1 : ends);
                 kct_fail(P->c, nt->line, nt->col, "unexpected '%.*s' with no open block", (int)nt->s.n, nt->s.p);
             }
             nl_push(P->c, out, parse_statement(P));
             break;
         }
-        default:
-            unexpected(P, "template data or a tag");
+        default: unexpected(P, "template data or a tag");
         }
     }
 }

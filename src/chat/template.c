@@ -18,24 +18,22 @@
 /* ------------------------------------------------------------------ API */
 
 struct kct {
-    ctx c;          /* owns the AST and the copy of the source */
+    ctx c; /* owns the AST and the copy of the source */
     nlist body;
 };
 
 /* Runs under kct_compile's setjmp; failures longjmp back there. */
-static void compile_into(kct *t, const char *src, size_t len)
-{
+static void compile_into(kct *t, const char *src, size_t len) {
     /* Jinja2 drops a single trailing newline (keep_trailing_newline=False). */
     if (len && src[len - 1] == '\n') len -= len > 1 && src[len - 2] == '\r' ? 2 : 1;
     char *copy = ar_strdup(&t->c, src, len);
-    lexer L = { .c = &t->c, .src = copy, .len = len, .line = 1 };
+    lexer L = {.c = &t->c, .src = copy, .len = len, .line = 1};
     kct_lex(&L);
-    parser P = { .c = &t->c, .t = L.toks, .n = L.n };
+    parser P = {.c = &t->c, .t = L.toks, .n = L.n};
     kct_parse_body(&P, &t->body, NULL, NULL, NULL);
 }
 
-kct *kct_compile(const char *src, size_t len, char *err, size_t errlen)
-{
+kct *kct_compile(const char *src, size_t len, char *err, size_t errlen) {
     kct *volatile t = calloc(1, sizeof *t);
     if (!t) {
         if (err && errlen) snprintf(err, errlen, "out of memory");
@@ -54,8 +52,7 @@ kct *kct_compile(const char *src, size_t len, char *err, size_t errlen)
     return t;
 }
 
-void kct_free(kct *t)
-{
+void kct_free(kct *t) {
     if (!t) return;
     ar_free(&t->c);
     free(t);
@@ -63,11 +60,10 @@ void kct_free(kct *t)
 
 /* The request's variables into the root frame.  A function of its own so
  * that no local of the setjmp caller lives across a longjmp. */
-static void bind_vars(rctx *r, frame *root, const json_t *vars)
-{
+static void bind_vars(rctx *r, frame *root, const json_t *vars) {
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)vars, k, v) kct_frame_set(&r->c, root, (str){ k, strlen(k) }, kct_json_to_kv(&r->c, v));
+    json_object_foreach((json_t *)vars, k, v) kct_frame_set(&r->c, root, (str){k, strlen(k)}, kct_json_to_kv(&r->c, v));
     json_t *now = json_object_get(vars, "kct_now");
     if (json_is_integer(now)) {
         r->has_now = 1;
@@ -75,8 +71,7 @@ static void bind_vars(rctx *r, frame *root, const json_t *vars)
     }
 }
 
-char *kct_render(const kct *t, const json_t *vars, char *err, size_t errlen)
-{
+char *kct_render(const kct *t, const json_t *vars, char *err, size_t errlen) {
     rctx r;
     memset(&r, 0, sizeof r);
     r.c.err = err;

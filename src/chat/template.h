@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <jansson.h>
 
-typedef struct kct kct;                 /* a compiled template */
+typedef struct kct kct; /* a compiled template */
 kct *kct_compile(const char *src, size_t len, char *err, size_t errlen);
 void kct_free(kct *t);
 /* Renders with the variables of `vars` (a jansson json_t object: messages, tools, add_generation_prompt,

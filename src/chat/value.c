@@ -13,8 +13,7 @@
 
 /* ---------------------------------------------------------------- arena */
 
-_Noreturn void kct_fail(ctx *c, int line, int col, const char *fmt, ...)
-{
+_Noreturn void kct_fail(ctx *c, int line, int col, const char *fmt, ...) {
     if (c->err && c->errlen) {
         int k = line > 0 ? snprintf(c->err, c->errlen, "%d:%d: ", line, col) : 0;
         if (k < 0) k = 0;
@@ -28,8 +27,7 @@ _Noreturn void kct_fail(ctx *c, int line, int col, const char *fmt, ...)
     longjmp(c->jb, 1);
 }
 
-void *kct_ar_alloc(ctx *c, size_t n)
-{
+void *kct_ar_alloc(ctx *c, size_t n) {
     n = (n + 15) & ~(size_t)15;
     ablk *b = c->blocks;
     if (!b || b->cap - b->used < n) {
@@ -46,8 +44,7 @@ void *kct_ar_alloc(ctx *c, size_t n)
     return p;
 }
 
-void kct_sb_put(ctx *c, sbuf *b, const char *s, size_t n)
-{
+void kct_sb_put(ctx *c, sbuf *b, const char *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 256;
         while (cap < b->n + n + 1) cap *= 2;
@@ -62,8 +59,7 @@ void kct_sb_put(ctx *c, sbuf *b, const char *s, size_t n)
 }
 
 static void sb_printf(ctx *c, sbuf *b, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void sb_printf(ctx *c, sbuf *b, const char *fmt, ...)
-{
+static void sb_printf(ctx *c, sbuf *b, const char *fmt, ...) {
     char tmp[128];
     va_list ap;
     va_start(ap, fmt);
@@ -74,8 +70,7 @@ static void sb_printf(ctx *c, sbuf *b, const char *fmt, ...)
 
 /* --------------------------------------------------------------- values */
 
-void kct_list_push(ctx *c, klist *l, kv x)
-{
+void kct_list_push(ctx *c, klist *l, kv x) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 4;
         kv *nv = kct_ar_alloc(c, cap * sizeof(kv));
@@ -86,10 +81,12 @@ void kct_list_push(ctx *c, klist *l, kv x)
     l->v[l->n++] = x;
 }
 
-void kct_dict_set(ctx *c, kdict *d, kv k, kv v)
-{
+void kct_dict_set(ctx *c, kdict *d, kv k, kv v) {
     kv *slot = dict_find(d, &k);
-    if (slot) { *slot = v; return; }
+    if (slot) {
+        *slot = v;
+        return;
+    }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
         kv *nk = kct_ar_alloc(c, cap * sizeof(kv)), *nv = kct_ar_alloc(c, cap * sizeof(kv));
@@ -107,10 +104,9 @@ void kct_dict_set(ctx *c, kdict *d, kv k, kv v)
 
 /* --------------------------------------------------------- value helpers */
 
-static const char *const GLOBALS[] = { "range", "namespace", "dict", "raise_exception", "strftime_now" };
+static const char *const GLOBALS[] = {"range", "namespace", "dict", "raise_exception", "strftime_now"};
 
-const char *kct_type_name(const kv *v)
-{
+const char *kct_type_name(const kv *v) {
     switch (v->t) {
     case V_UNDEF: return "Undefined";
     case V_NONE: return "NoneType";
@@ -125,8 +121,7 @@ const char *kct_type_name(const kv *v)
     }
 }
 
-_Noreturn void kct_fail_at(rctx *r, const node *x, const char *fmt, ...)
-{
+_Noreturn void kct_fail_at(rctx *r, const node *x, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -135,11 +130,12 @@ _Noreturn void kct_fail_at(rctx *r, const node *x, const char *fmt, ...)
     kct_fail(&r->c, x ? x->line : 0, x ? x->col : 0, "%s", msg);
 }
 
-int kct_truthy(const kv *v)
-{
+int kct_truthy(const kv *v) {
     switch (v->t) {
-    case V_UNDEF: case V_NONE: return 0;
-    case V_BOOL: case V_INT: return v->i != 0;
+    case V_UNDEF:
+    case V_NONE: return 0;
+    case V_BOOL:
+    case V_INT: return v->i != 0;
     case V_FLOAT: return v->f != 0.0;
     case V_STR: return v->s.n != 0;
     case V_LIST: return v->l->n != 0;
@@ -150,11 +146,19 @@ int kct_truthy(const kv *v)
 
 /* ---- Python float formatting (repr: shortest round-trip digits) */
 
-static void fmt_pyfloat(double x, char *out, size_t on)
-{
-    if (isnan(x)) { snprintf(out, on, "nan"); return; }
-    if (isinf(x)) { snprintf(out, on, x < 0 ? "-inf" : "inf"); return; }
-    if (x == 0) { snprintf(out, on, signbit(x) ? "-0.0" : "0.0"); return; }
+static void fmt_pyfloat(double x, char *out, size_t on) {
+    if (isnan(x)) {
+        snprintf(out, on, "nan");
+        return;
+    }
+    if (isinf(x)) {
+        snprintf(out, on, x < 0 ? "-inf" : "inf");
+        return;
+    }
+    if (x == 0) {
+        snprintf(out, on, signbit(x) ? "-0.0" : "0.0");
+        return;
+    }
     char buf[48];
     for (int p = 1; p <= 17; p++) {
         snprintf(buf, sizeof buf, "%.*e", p - 1, x);
@@ -164,12 +168,19 @@ static void fmt_pyfloat(double x, char *out, size_t on)
     char digits[24];
     int nd = 0, neg = buf[0] == '-';
     const char *q = buf + neg;
-    for (; *q && *q != 'e'; q++) if (*q != '.') digits[nd++] = *q;
+    for (; *q && *q != 'e'; q++)
+        if (*q != '.') digits[nd++] = *q;
     digits[nd] = 0;
     int e = atoi(q + 1);
     char *o = out;
     size_t left = on;
-#define EMIT(...) do { int k_ = snprintf(o, left, __VA_ARGS__); if (k_ < 0 || (size_t)k_ >= left) return; o += k_; left -= (size_t)k_; } while (0)
+#define EMIT(...)                                 \
+    do {                                          \
+        int k_ = snprintf(o, left, __VA_ARGS__);  \
+        if (k_ < 0 || (size_t)k_ >= left) return; \
+        o += k_;                                  \
+        left -= (size_t)k_;                       \
+    } while (0)
     if (neg) EMIT("-");
     if (e >= -5 + 1 && e < 16) {
         if (e >= nd - 1) {
@@ -184,8 +195,10 @@ static void fmt_pyfloat(double x, char *out, size_t on)
             EMIT("%s", digits);
         }
     } else {
-        if (nd > 1) EMIT("%c.%s", digits[0], digits + 1);
-        else EMIT("%c", digits[0]);
+        if (nd > 1)
+            EMIT("%c.%s", digits[0], digits + 1);
+        else
+            EMIT("%c", digits[0]);
         EMIT("e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
     }
 #undef EMIT
@@ -194,8 +207,7 @@ static void fmt_pyfloat(double x, char *out, size_t on)
 static void repr(rctx *r, sbuf *b, const kv *v);
 
 /* Python str(v). */
-void kct_to_str(rctx *r, sbuf *b, const kv *v)
-{
+void kct_to_str(rctx *r, sbuf *b, const kv *v) {
     ctx *c = &r->c;
     char tmp[48];
     switch (v->t) {
@@ -203,32 +215,40 @@ void kct_to_str(rctx *r, sbuf *b, const kv *v)
     case V_NONE: sb_puts(c, b, "None"); return;
     case V_BOOL: sb_puts(c, b, v->i ? "True" : "False"); return;
     case V_INT: sb_printf(c, b, "%lld", (long long)v->i); return;
-    case V_FLOAT: fmt_pyfloat(v->f, tmp, sizeof tmp); sb_puts(c, b, tmp); return;
+    case V_FLOAT:
+        fmt_pyfloat(v->f, tmp, sizeof tmp);
+        sb_puts(c, b, tmp);
+        return;
     case V_STR: kct_sb_put(c, b, v->s.p, v->s.n); return;
     default: repr(r, b, v); return;
     }
 }
 
-static void repr_str(rctx *r, sbuf *b, str s)
-{
+static void repr_str(rctx *r, sbuf *b, str s) {
     ctx *c = &r->c;
     char q = memchr(s.p, '\'', s.n) && !memchr(s.p, '"', s.n) ? '"' : '\'';
     sb_putc(c, b, q);
     for (size_t i = 0; i < s.n; i++) {
         unsigned char ch = (unsigned char)s.p[i];
-        if (ch == (unsigned char)q || ch == '\\') { sb_putc(c, b, '\\'); sb_putc(c, b, (char)ch); }
-        else if (ch == '\n') sb_puts(c, b, "\\n");
-        else if (ch == '\r') sb_puts(c, b, "\\r");
-        else if (ch == '\t') sb_puts(c, b, "\\t");
-        else if (ch < 0x20 || ch == 0x7f) sb_printf(c, b, "\\x%02x", ch);
-        else sb_putc(c, b, (char)ch);
+        if (ch == (unsigned char)q || ch == '\\') {
+            sb_putc(c, b, '\\');
+            sb_putc(c, b, (char)ch);
+        } else if (ch == '\n')
+            sb_puts(c, b, "\\n");
+        else if (ch == '\r')
+            sb_puts(c, b, "\\r");
+        else if (ch == '\t')
+            sb_puts(c, b, "\\t");
+        else if (ch < 0x20 || ch == 0x7f)
+            sb_printf(c, b, "\\x%02x", ch);
+        else
+            sb_putc(c, b, (char)ch);
     }
     sb_putc(c, b, q);
 }
 
 /* Python repr(v). */
-static void repr(rctx *r, sbuf *b, const kv *v)
-{
+static void repr(rctx *r, sbuf *b, const kv *v) {
     ctx *c = &r->c;
     switch (v->t) {
     case V_STR: repr_str(r, b, v->s); return;
@@ -259,8 +279,7 @@ static void repr(rctx *r, sbuf *b, const kv *v)
     }
 }
 
-static void json_str(rctx *r, sbuf *b, str s)
-{
+static void json_str(rctx *r, sbuf *b, str s) {
     ctx *c = &r->c;
     sb_putc(c, b, '"');
     size_t run = 0;
@@ -268,14 +287,24 @@ static void json_str(rctx *r, sbuf *b, str s)
         unsigned char ch = (unsigned char)s.p[i];
         const char *esc = NULL;
         char tmp[8];
-        if (ch == '"') esc = "\\\"";
-        else if (ch == '\\') esc = "\\\\";
-        else if (ch == '\n') esc = "\\n";
-        else if (ch == '\r') esc = "\\r";
-        else if (ch == '\t') esc = "\\t";
-        else if (ch == '\b') esc = "\\b";
-        else if (ch == '\f') esc = "\\f";
-        else if (ch < 0x20) { snprintf(tmp, sizeof tmp, "\\u%04x", ch); esc = tmp; }
+        if (ch == '"')
+            esc = "\\\"";
+        else if (ch == '\\')
+            esc = "\\\\";
+        else if (ch == '\n')
+            esc = "\\n";
+        else if (ch == '\r')
+            esc = "\\r";
+        else if (ch == '\t')
+            esc = "\\t";
+        else if (ch == '\b')
+            esc = "\\b";
+        else if (ch == '\f')
+            esc = "\\f";
+        else if (ch < 0x20) {
+            snprintf(tmp, sizeof tmp, "\\u%04x", ch);
+            esc = tmp;
+        }
         if (esc) {
             kct_sb_put(c, b, s.p + run, i - run);
             sb_puts(c, b, esc);
@@ -286,14 +315,12 @@ static void json_str(rctx *r, sbuf *b, str s)
     sb_putc(c, b, '"');
 }
 
-static void json_newline(rctx *r, sbuf *b, const jopts *o, int level)
-{
+static void json_newline(rctx *r, sbuf *b, const jopts *o, int level) {
     sb_putc(&r->c, b, '\n');
     for (int i = 0; i < level; i++) kct_sb_put(&r->c, b, o->indent.p, o->indent.n);
 }
 
-void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o, int level)
-{
+void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o, int level) {
     ctx *c = &r->c;
     char tmp[48];
     switch (v->t) {
@@ -301,13 +328,21 @@ void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o,
     case V_BOOL: sb_puts(c, b, v->i ? "true" : "false"); return;
     case V_INT: sb_printf(c, b, "%lld", (long long)v->i); return;
     case V_FLOAT:
-        if (isnan(v->f)) sb_puts(c, b, "NaN");
-        else if (isinf(v->f)) sb_puts(c, b, v->f < 0 ? "-Infinity" : "Infinity");
-        else { fmt_pyfloat(v->f, tmp, sizeof tmp); sb_puts(c, b, tmp); }
+        if (isnan(v->f))
+            sb_puts(c, b, "NaN");
+        else if (isinf(v->f))
+            sb_puts(c, b, v->f < 0 ? "-Infinity" : "Infinity");
+        else {
+            fmt_pyfloat(v->f, tmp, sizeof tmp);
+            sb_puts(c, b, tmp);
+        }
         return;
     case V_STR: json_str(r, b, v->s); return;
     case V_LIST:
-        if (!v->l->n) { sb_puts(c, b, "[]"); return; }
+        if (!v->l->n) {
+            sb_puts(c, b, "[]");
+            return;
+        }
         sb_putc(c, b, '[');
         for (size_t i = 0; i < v->l->n; i++) {
             if (i) kct_sb_put(c, b, o->item_sep.p, o->item_sep.n);
@@ -318,26 +353,33 @@ void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o,
         sb_putc(c, b, ']');
         return;
     case V_DICT: {
-        if (!v->d->n) { sb_puts(c, b, "{}"); return; }
+        if (!v->d->n) {
+            sb_puts(c, b, "{}");
+            return;
+        }
         size_t n = v->d->n;
         size_t *ord = kct_ar_alloc(c, n * sizeof(size_t));
         for (size_t i = 0; i < n; i++) ord[i] = i;
-        if (o->sort_keys)   /* insertion sort: dicts in templates are small */
+        if (o->sort_keys) /* insertion sort: dicts in templates are small */
             for (size_t i = 1; i < n; i++)
                 for (size_t j = i; j > 0 && kct_kv_cmp(r, x, &v->d->keys[ord[j - 1]], &v->d->keys[ord[j]]) > 0; j--) {
-                    size_t t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t;
+                    size_t t = ord[j];
+                    ord[j] = ord[j - 1];
+                    ord[j - 1] = t;
                 }
         sb_putc(c, b, '{');
         for (size_t k = 0; k < n; k++) {
             const kv *key = &v->d->keys[ord[k]];
             if (k) kct_sb_put(c, b, o->item_sep.p, o->item_sep.n);
             if (o->has_indent) json_newline(r, b, o, level + 1);
-            if (key->t == V_STR) json_str(r, b, key->s);
+            if (key->t == V_STR)
+                json_str(r, b, key->s);
             else if (key->t == V_NONE || key->t == V_BOOL || key->t == V_INT || key->t == V_FLOAT) {
                 sbuf kb = {0};
                 kct_json_dump(r, x, &kb, key, o, 0);
-                json_str(r, b, (str){ kb.p, kb.n });
-            } else kct_fail_at(r, x, "keys must be str, int, float, bool or None, not %s", kct_type_name(key));
+                json_str(r, b, (str){kb.p, kb.n});
+            } else
+                kct_fail_at(r, x, "keys must be str, int, float, bool or None, not %s", kct_type_name(key));
             kct_sb_put(c, b, o->key_sep.p, o->key_sep.n);
             kct_json_dump(r, x, b, &v->d->vals[ord[k]], o, level + 1);
         }
@@ -345,24 +387,24 @@ void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o,
         sb_putc(c, b, '}');
         return;
     }
-    default:
-        kct_fail_at(r, x, "Object of type %s is not JSON serializable", kct_type_name(v));
+    default: kct_fail_at(r, x, "Object of type %s is not JSON serializable", kct_type_name(v));
     }
 }
 
-int kct_kv_eq(const kv *a, const kv *b)
-{
+int kct_kv_eq(const kv *a, const kv *b) {
     if (is_num(a) && is_num(b)) {
         if (a->t != V_FLOAT && b->t != V_FLOAT) return a->i == b->i;
         return num_f(a) == num_f(b);
     }
     if (a->t != b->t) return 0;
     switch (a->t) {
-    case V_UNDEF: case V_NONE: return 1;
+    case V_UNDEF:
+    case V_NONE: return 1;
     case V_STR: return a->s.n == b->s.n && memcmp(a->s.p, b->s.p, a->s.n) == 0;
     case V_LIST:
         if (a->l->n != b->l->n || a->aux != b->aux) return 0;
-        for (size_t i = 0; i < a->l->n; i++) if (!kct_kv_eq(&a->l->v[i], &b->l->v[i])) return 0;
+        for (size_t i = 0; i < a->l->n; i++)
+            if (!kct_kv_eq(&a->l->v[i], &b->l->v[i])) return 0;
         return 1;
     case V_DICT:
         if (a->d->n != b->d->n) return 0;
@@ -376,8 +418,7 @@ int kct_kv_eq(const kv *a, const kv *b)
 }
 
 /* Python ordering; TypeError for unordered pairs. */
-int kct_kv_cmp(rctx *r, const node *x, const kv *a, const kv *b)
-{
+int kct_kv_cmp(rctx *r, const node *x, const kv *a, const kv *b) {
     if (a->t == V_UNDEF) undef_fail(r, x, a);
     if (b->t == V_UNDEF) undef_fail(r, x, b);
     if (is_num(a) && is_num(b)) {
@@ -403,8 +444,7 @@ int kct_kv_cmp(rctx *r, const node *x, const kv *a, const kv *b)
 
 /* The items a for loop or a filter iterates: list items, dict keys, string
  * characters; nothing for undefined. */
-kv *kct_iter_items(rctx *r, const node *x, const kv *v, size_t *n)
-{
+kv *kct_iter_items(rctx *r, const node *x, const kv *v, size_t *n) {
     switch (v->t) {
     case V_UNDEF: *n = 0; return NULL;
     case V_LIST: *n = v->l->n; return v->l->v;
@@ -417,13 +457,11 @@ kv *kct_iter_items(rctx *r, const node *x, const kv *v, size_t *n)
         *n = cnt;
         return out;
     }
-    default:
-        kct_fail_at(r, x, "'%s' object is not iterable", kct_type_name(v));
+    default: kct_fail_at(r, x, "'%s' object is not iterable", kct_type_name(v));
     }
 }
 
-kv kct_json_to_kv(ctx *c, const json_t *j)
-{
+kv kct_json_to_kv(ctx *c, const json_t *j) {
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
         kv d = mk_dict(c, json_object_size(j));
@@ -454,10 +492,12 @@ kv kct_json_to_kv(ctx *c, const json_t *j)
 
 /* ---- frames */
 
-void kct_frame_set(ctx *c, frame *f, str k, kv v)
-{
+void kct_frame_set(ctx *c, frame *f, str k, kv v) {
     for (int i = 0; i < f->n; i++)
-        if (f->keys[i].n == k.n && memcmp(f->keys[i].p, k.p, k.n) == 0) { f->vals[i] = v; return; }
+        if (f->keys[i].n == k.n && memcmp(f->keys[i].p, k.p, k.n) == 0) {
+            f->vals[i] = v;
+            return;
+        }
     if (f->n == f->cap) {
         int cap = f->cap ? f->cap * 2 : 4;
         str *nk = kct_ar_alloc(c, (size_t)cap * sizeof(str));
@@ -474,14 +514,13 @@ void kct_frame_set(ctx *c, frame *f, str k, kv v)
     f->vals[f->n++] = v;
 }
 
-kv kct_lookup(rctx *r, frame *f, str k)
-{
+kv kct_lookup(rctx *r, frame *f, str k) {
     for (; f; f = f->parent)
         for (int i = f->n - 1; i >= 0; i--)
             if (f->keys[i].n == k.n && memcmp(f->keys[i].p, k.p, k.n) == 0) return f->vals[i];
     int g = lookup_name(GLOBALS, sizeof GLOBALS / sizeof *GLOBALS, k);
     if (g >= 0) {
-        kv v = { .t = V_FUNC };
+        kv v = {.t = V_FUNC};
         v.fn = ar_zalloc(&r->c, sizeof(kfn));
         v.fn->kind = FN_GLOBAL;
         v.fn->id = g;

@@ -10,9 +10,9 @@ static const struct {
     const char *name;
     int size;
 } dtypes[CK_DTYPE_COUNT] = {
-    [CK_F32] = {"F32", 4},   [CK_F16] = {"F16", 2},         [CK_BF16] = {"BF16", 2},      [CK_F64] = {"F64", 8},
-    [CK_I64] = {"I64", 8},   [CK_I32] = {"I32", 4},         [CK_I16] = {"I16", 2},        [CK_I8] = {"I8", 1},
-    [CK_U8] = {"U8", 1},     [CK_BOOL] = {"BOOL", 1},       [CK_F8_E4M3] = {"F8_E4M3", 1}, [CK_F8_E5M2] = {"F8_E5M2", 1},
+    [CK_F32] = {"F32", 4}, [CK_F16] = {"F16", 2},   [CK_BF16] = {"BF16", 2},       [CK_F64] = {"F64", 8},
+    [CK_I64] = {"I64", 8}, [CK_I32] = {"I32", 4},   [CK_I16] = {"I16", 2},         [CK_I8] = {"I8", 1},
+    [CK_U8] = {"U8", 1},   [CK_BOOL] = {"BOOL", 1}, [CK_F8_E4M3] = {"F8_E4M3", 1}, [CK_F8_E5M2] = {"F8_E5M2", 1},
 };
 
 const char *ck_dtype_name(int dtype) { return dtype >= 0 && dtype < CK_DTYPE_COUNT ? dtypes[dtype].name : "?"; }
@@ -129,8 +129,10 @@ const ck_tensor *ck_find(const ck_file *f, const char *name) {
         int mid = (lo + hi) / 2;
         int c = strcmp(f->tensors[f->by_name[mid]].name, name);
         if (!c) return &f->tensors[f->by_name[mid]];
-        if (c < 0) lo = mid + 1;
-        else hi = mid - 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return NULL;
 }

@@ -36,9 +36,18 @@
 #include <stdint.h>
 
 enum ck_dtype {
-    CK_F32 = 0, CK_F16, CK_BF16, CK_F64,
-    CK_I64, CK_I32, CK_I16, CK_I8, CK_U8, CK_BOOL,
-    CK_F8_E4M3, CK_F8_E5M2,
+    CK_F32 = 0,
+    CK_F16,
+    CK_BF16,
+    CK_F64,
+    CK_I64,
+    CK_I32,
+    CK_I16,
+    CK_I8,
+    CK_U8,
+    CK_BOOL,
+    CK_F8_E4M3,
+    CK_F8_E5M2,
     CK_DTYPE_COUNT
 };
 
@@ -52,17 +61,17 @@ typedef struct ck_tensor {
     int n_dims;                 /* 0 (a scalar) .. CK_MAX_DIMS */
     int64_t shape[CK_MAX_DIMS]; /* outermost first, as PyTorch prints it */
     int64_t numel;
-    const void *data;           /* numel elements, row-major, aligned to the element size */
+    const void *data; /* numel elements, row-major, aligned to the element size */
     uint64_t nbytes;
 } ck_tensor;
 
 typedef struct ck_file ck_file;
 
 /* Limits a reader enforces before allocating (bytes or counts). */
-#define CK_MAX_HEADER (100u << 20)   /* safetensors JSON header */
-#define CK_MAX_PICKLE (64u << 20)    /* data.pkl, uncompressed */
+#define CK_MAX_HEADER (100u << 20) /* safetensors JSON header */
+#define CK_MAX_PICKLE (64u << 20)  /* data.pkl, uncompressed */
 #define CK_MAX_TENSORS 1000000
-#define CK_MAX_ENTRIES 1000000       /* ZIP entries */
+#define CK_MAX_ENTRIES 1000000 /* ZIP entries */
 
 /* Maps path and reads its tensor directory.  NULL on failure, with one line
  * in err naming the file and what is wrong. */

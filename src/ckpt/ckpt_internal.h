@@ -11,14 +11,14 @@
 
 struct ck_file {
     int format;
-    kb_map map;              /* owned mapping (ck_open), or addr NULL */
-    const uint8_t *data;     /* the whole file */
+    kb_map map;          /* owned mapping (ck_open), or addr NULL */
+    const uint8_t *data; /* the whole file */
     size_t len;
-    ck_tensor *tensors;      /* [n], in data order */
+    ck_tensor *tensors; /* [n], in data order */
     int n;
-    int *by_name;            /* [n] indices sorted by name */
-    char *strings;           /* names and metadata, one block */
-    const char **meta;       /* [2 * n_meta] key, value pairs */
+    int *by_name;      /* [n] indices sorted by name */
+    char *strings;     /* names and metadata, one block */
+    const char **meta; /* [2 * n_meta] key, value pairs */
     int n_meta;
 };
 
@@ -43,7 +43,7 @@ typedef struct ck_pkl_tensor {
 typedef struct ck_pkl_result {
     ck_pkl_tensor *tensors;
     int n;
-    void *arena;             /* owns every string and the array */
+    void *arena; /* owns every string and the array */
 } ck_pkl_result;
 
 /* Interprets a torch.save pickle as a state dictionary: a dict or

@@ -18,7 +18,7 @@
 #define MAX_KEY 64
 
 enum { V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_BYTES, V_TUPLE, V_LIST, V_DICT, V_GLOBAL, V_STORAGE, V_TENSOR };
-static const char *const kind_names[] = {"None", "bool", "int", "float", "str", "bytes",
+static const char *const kind_names[] = {"None",  "bool", "int",  "float",  "str",     "bytes",
                                          "tuple", "list", "dict", "global", "storage", "tensor"};
 
 enum { G_ORDERED_DICT, G_REBUILD_TENSOR, G_REBUILD_PARAMETER, G_STORAGE };
@@ -125,7 +125,7 @@ typedef struct vm {
     long *marks;
     long n_marks, marks_cap;
     pv **memo;
-    long memo_cap; /* slots allocated; unset slots are NULL */
+    long memo_cap;  /* slots allocated; unset slots are NULL */
     long memo_next; /* MEMOIZE's next index */
     char *err;
     size_t errlen;
@@ -271,9 +271,11 @@ static int str_is(const pv *v, const char *s) {
 /* module.name into buf for messages (non-printing bytes as '?'). */
 static void global_text(char *buf, size_t cap, const uint8_t *mod, size_t ml, const uint8_t *name, size_t nl) {
     size_t k = 0;
-    for (size_t i = 0; i < ml && k + 2 < cap && i < 80; i++) buf[k++] = mod[i] >= 32 && mod[i] < 127 ? (char)mod[i] : '?';
+    for (size_t i = 0; i < ml && k + 2 < cap && i < 80; i++)
+        buf[k++] = mod[i] >= 32 && mod[i] < 127 ? (char)mod[i] : '?';
     if (k + 2 < cap) buf[k++] = '.';
-    for (size_t i = 0; i < nl && k + 1 < cap && i < 80; i++) buf[k++] = name[i] >= 32 && name[i] < 127 ? (char)name[i] : '?';
+    for (size_t i = 0; i < nl && k + 1 < cap && i < 80; i++)
+        buf[k++] = name[i] >= 32 && name[i] < 127 ? (char)name[i] : '?';
     buf[k] = 0;
 }
 
@@ -288,8 +290,10 @@ static int push_global(vm *m, const uint8_t *mod, size_t ml, const uint8_t *name
         }
     char buf[200];
     global_text(buf, sizeof buf, mod, ml, name, nl);
-    return fail(m, "global '%s' is not allowed (a state dictionary needs only tensor rebuilds, storages and "
-                   "OrderedDict)", buf);
+    return fail(m,
+                "global '%s' is not allowed (a state dictionary needs only tensor rebuilds, storages and "
+                "OrderedDict)",
+                buf);
 }
 
 /* One newline-terminated line of GLOBAL's operand. */
@@ -480,8 +484,7 @@ static int run(vm *m) {
             if (need(m, 8)) return -1;
             m->pos += 8;
             break;
-        case '.': /* STOP */
-            return 0;
+        case '.': /* STOP */ return 0;
         case '(': /* MARK */
             if (m->n_marks == m->marks_cap) {
                 long cap = m->marks_cap ? m->marks_cap * 2 : 64;
@@ -499,7 +502,7 @@ static int run(vm *m) {
         case 'N': rc = push(m, new_value(m, V_NONE)); break;
         case 0x88: rc = push_int(m, 1, V_BOOL); break; /* NEWTRUE */
         case 0x89: rc = push_int(m, 0, V_BOOL); break; /* NEWFALSE */
-        case 'J': /* BININT */
+        case 'J':                                      /* BININT */
             if (need(m, 4)) return -1;
             rc = push_int(m, (int32_t)(uint32_t)rd_le(m->p + m->pos, 4), V_INT);
             m->pos += 4;
@@ -618,7 +621,9 @@ static int run(vm *m) {
             if (pop_mark(m, &base)) return -1;
             rc = push(m, make_tuple(m, base));
             break;
-        case 0x85: case 0x86: case 0x87: /* TUPLE1..3 */
+        case 0x85:
+        case 0x86:
+        case 0x87: /* TUPLE1..3 */
             base = m->sp - (op - 0x84);
             if (base < frame(m)) return fail(m, "stack underflow");
             rc = push(m, make_tuple(m, base));
@@ -664,8 +669,10 @@ static int run(vm *m) {
             m->sp = base;
             break;
         case '0': /* POP: an item, or the mark when the frame is empty */
-            if (m->sp > frame(m)) m->sp--;
-            else if (pop_mark(m, &base)) return -1;
+            if (m->sp > frame(m))
+                m->sp--;
+            else if (pop_mark(m, &base))
+                return -1;
             break;
         case '1': /* POP_MARK */
             if (pop_mark(m, &base)) return -1;
@@ -679,7 +686,9 @@ static int run(vm *m) {
         case 'o': return fail(m, "opcode OBJ (creates an arbitrary object) is not allowed");
         case 0x81: return fail(m, "opcode NEWOBJ (creates an arbitrary object) is not allowed");
         case 0x92: return fail(m, "opcode NEWOBJ_EX (creates an arbitrary object) is not allowed");
-        case 0x82: case 0x83: case 0x84: return fail(m, "opcode EXT (extension registry) is not allowed");
+        case 0x82:
+        case 0x83:
+        case 0x84: return fail(m, "opcode EXT (extension registry) is not allowed");
         case 'P': return fail(m, "opcode PERSID (text persistent id) is not allowed");
         default:
             if (op >= 32 && op < 127) return fail(m, "opcode '%c' (0x%02x) is not supported", op, op);
@@ -717,8 +726,10 @@ int ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out, char *e
     int rc = run(&m);
     pv *root = NULL;
     if (!rc) {
-        if (m.sp < 1) rc = fail(&m, "the pickle leaves nothing on the stack");
-        else root = m.stack[m.sp - 1];
+        if (m.sp < 1)
+            rc = fail(&m, "the pickle leaves nothing on the stack");
+        else
+            root = m.stack[m.sp - 1];
     }
     if (!rc && root->kind != V_DICT) rc = fail(&m, "the pickle holds a %s, not a state dictionary", value_name(root));
     if (!rc && !n_tensor_values(root)) /* a training checkpoint: {"state_dict": {...}, ...} */

@@ -57,8 +57,7 @@ int ck_read_safetensors(ck_file *f, char *err, size_t errlen) {
     const char *key;
     json_t *val;
     json_object_foreach(root, key, val) strbytes += strlen(key) + 1;
-    if (meta)
-        json_object_foreach(meta, key, val) {
+    if (meta) json_object_foreach(meta, key, val) {
             if (!json_is_string(val)) {
                 kb_errf(err, errlen, "safetensors __metadata__ value of '%s' is not a string", key);
                 json_decref(root);
@@ -81,8 +80,7 @@ int ck_read_safetensors(ck_file *f, char *err, size_t errlen) {
     }
     char *sp = f->strings;
     int rc = 0;
-    if (meta)
-        json_object_foreach(meta, key, val) {
+    if (meta) json_object_foreach(meta, key, val) {
             size_t kl = strlen(key) + 1, vl = strlen(json_string_value(val)) + 1;
             f->meta[2 * f->n_meta] = memcpy(sp, key, kl);
             f->meta[2 * f->n_meta + 1] = memcpy(sp + kl, json_string_value(val), vl);
@@ -116,7 +114,8 @@ int ck_read_safetensors(ck_file *f, char *err, size_t errlen) {
         uint64_t numel = 1, bytes;
         for (int d = 0; d < t->n_dims && !rc; d++) {
             uint64_t s = 0;
-            if (get_u64(json_array_get(sh, (size_t)d), &s) || kb_mul_u64(numel, s, &numel) || numel > ((uint64_t)1 << 50)) {
+            if (get_u64(json_array_get(sh, (size_t)d), &s) || kb_mul_u64(numel, s, &numel) ||
+                numel > ((uint64_t)1 << 50)) {
                 kb_errf(err, errlen, "tensor '%s': bad shape", key);
                 rc = -1;
             }
@@ -125,8 +124,9 @@ int ck_read_safetensors(ck_file *f, char *err, size_t errlen) {
         if (rc) break;
         bytes = numel * (uint64_t)ck_dtype_size(t->dtype);
         if (b > e || e > data_len || e - b != bytes) {
-            kb_errf(err, errlen, "tensor '%s': data_offsets [%llu, %llu] do not hold %llu bytes within the %llu of data",
-                    key, (unsigned long long)b, (unsigned long long)e, (unsigned long long)bytes,
+            kb_errf(err, errlen,
+                    "tensor '%s': data_offsets [%llu, %llu] do not hold %llu bytes within the %llu of data", key,
+                    (unsigned long long)b, (unsigned long long)e, (unsigned long long)bytes,
                     (unsigned long long)data_len);
             rc = -1;
             break;

@@ -127,8 +127,10 @@ static uint8_t *read_entry(zip_t *za, zip_uint64_t i, uint64_t size, char *err, 
     uint8_t *buf = malloc(size ? size : 1);
     zip_int64_t got = buf ? zip_fread(zf, buf, size) : -1;
     if (got < 0 || (uint64_t)got != size) {
-        if (buf) zfail(err, errlen, "cannot read data.pkl", zip_file_get_error(zf));
-        else kb_errf(err, errlen, "out of memory");
+        if (buf)
+            zfail(err, errlen, "cannot read data.pkl", zip_file_get_error(zf));
+        else
+            kb_errf(err, errlen, "out of memory");
         free(buf);
         zip_fclose(zf);
         return NULL;
@@ -219,7 +221,8 @@ int ck_read_torchzip(ck_file *f, char *err, size_t errlen) {
     if (bo >= 0) {
         zip_stat_t bs;
         uint8_t *b = !zip_stat_index(za, (zip_uint64_t)bo, 0, &bs) && bs.size <= 16
-                         ? read_entry(za, (zip_uint64_t)bo, bs.size, err, errlen) : NULL;
+                         ? read_entry(za, (zip_uint64_t)bo, bs.size, err, errlen)
+                         : NULL;
         int little = b && bs.size == 6 && !memcmp(b, "little", 6);
         free(b);
         if (!little) {
@@ -263,8 +266,8 @@ int ck_read_torchzip(ck_file *f, char *err, size_t errlen) {
             zfail(err, errlen, name, zip_get_error(za));
             goto done;
         }
-        if (st.comp_method != ZIP_CM_STORE || ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) &&
-                                               st.encryption_method != ZIP_EM_NONE)) {
+        if (st.comp_method != ZIP_CM_STORE ||
+            ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE)) {
             kb_errf(err, errlen, "tensor '%s': storage %s is compressed or encrypted (torch.save stores them raw)",
                     pt->name, name);
             goto done;

@@ -12,7 +12,8 @@ int cmd_backends(int argc, char **argv) {
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (cli_help("backends", argv[i])) return 0;
-        if (!strcmp(argv[i], "--json")) json = 1;
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
         else {
             fprintf(stderr, "kiln backends: unknown option '%s'\n", argv[i]);
             cli_usage("backends", stderr);

@@ -56,9 +56,9 @@ typedef struct bench_row {
     double read_bps; /* --roofline, tg rows: mean read bandwidth, bytes/s; 0 otherwise */
     double samples[64];
     int n_samples;
-    int spec;        /* a speculative row: accept and ratio are set */
-    double accept;   /* accepted / proposed */
-    double ratio;    /* t/s over the plain generation row's */
+    int spec;      /* a speculative row: accept and ratio are set */
+    double accept; /* accepted / proposed */
+    double ratio;  /* t/s over the plain generation row's */
 } bench_row;
 
 /* The read-bandwidth probe of --roofline: n threads each stream their
@@ -134,7 +134,8 @@ typedef struct stream {
 
 static int stream_event(void *user, const gen_event *ev, const float *logits) {
     stream *st = user;
-    if (ev->kind == GEN_EV_DONE) st->done = 1;
+    if (ev->kind == GEN_EV_DONE)
+        st->done = 1;
     else if (!st->first) {
         st->first = 1;
         gen_slot_pause(st->slot, 1);
@@ -260,7 +261,8 @@ static int spec_rows(gen_batch *gb, const spec *spx, const int32_t *prompt, int 
     }
     gen_timing g;
     /* a warm-up of each */
-    if (run_gen(gb, prompt, n_prompt, ng, 0, 0, &g) < 0 || run_gen(gb, prompt, n_prompt, ng, sp->n_max, sp->fixed, &g) < 0)
+    if (run_gen(gb, prompt, n_prompt, ng, 0, 0, &g) < 0 ||
+        run_gen(gb, prompt, n_prompt, ng, sp->n_max, sp->fixed, &g) < 0)
         return 0;
     int64_t drafted = 0, accepted = 0;
     double sum[2] = {0, 0}, sq[2] = {0, 0};
@@ -314,36 +316,50 @@ int cmd_bench(int argc, char **argv) {
         const int sr = cli_parse_spec(&sp, argc, argv, &i);
         if (sr < 0) return 2;
         if (sr > 0) continue;
-        if (!strcmp(a, "-m") && v) { model = v; i++; }
-        else if (!strcmp(a, "-f") && v) { prompt_file = v; i++; }
-        else if (!strcmp(a, "-p") && v) { if ((n_pp = parse_list(v, pp)) < 0) goto bad; i++; }
-        else if (!strcmp(a, "-n") && v) { if ((n_tg = parse_list(v, tg)) < 0) goto bad; i++; }
-        else if (!strcmp(a, "-pg") && v) { /* P,N: one test; repeat -pg for more */
+        if (!strcmp(a, "-m") && v) {
+            model = v;
+            i++;
+        } else if (!strcmp(a, "-f") && v) {
+            prompt_file = v;
+            i++;
+        } else if (!strcmp(a, "-p") && v) {
+            if ((n_pp = parse_list(v, pp)) < 0) goto bad;
+            i++;
+        } else if (!strcmp(a, "-n") && v) {
+            if ((n_tg = parse_list(v, tg)) < 0) goto bad;
+            i++;
+        } else if (!strcmp(a, "-pg") && v) { /* P,N: one test; repeat -pg for more */
             int two[MAX_LIST];
             if (n_pg == MAX_LIST || parse_list(v, two) != 2 || two[0] + two[1] == 0) goto bad;
             pg_p[n_pg] = two[0];
             pg_n[n_pg++] = two[1];
             i++;
-        }
-        else if ((!strcmp(a, "-d") || !strcmp(a, "--n-depth")) && v) {
+        } else if ((!strcmp(a, "-d") || !strcmp(a, "--n-depth")) && v) {
             if ((n_depths = parse_list(v, depths)) < 1) goto bad;
             i++;
-        }
-        else if (!strcmp(a, "-t") && v) { threads = atoi(v); i++; }
-        else if (!strcmp(a, "-r") && v) { reps = atoi(v); i++; }
-        else if (!strcmp(a, "-o") && v) { out_fmt = v; i++; }
-        else if ((!strcmp(a, "-s") || !strcmp(a, "--streams")) && v) {
+        } else if (!strcmp(a, "-t") && v) {
+            threads = atoi(v);
+            i++;
+        } else if (!strcmp(a, "-r") && v) {
+            reps = atoi(v);
+            i++;
+        } else if (!strcmp(a, "-o") && v) {
+            out_fmt = v;
+            i++;
+        } else if ((!strcmp(a, "-s") || !strcmp(a, "--streams")) && v) {
             if ((n_streams = parse_list(v, streams)) < 0) goto bad;
             i++;
-        }
-        else if (!strcmp(a, "--kv-f32")) kv_type = KILN_KV_F32;
+        } else if (!strcmp(a, "--kv-f32"))
+            kv_type = KILN_KV_F32;
         else if (!strcmp(a, "--cache-type") && v) {
             if ((kv_type = cli_kv_type(v)) < 0) goto bad;
             i++;
-        }
-        else if (!strcmp(a, "--roofline")) roofline = 1;
-        else if (cli_help("bench", a)) return 0;
-        else goto bad;
+        } else if (!strcmp(a, "--roofline"))
+            roofline = 1;
+        else if (cli_help("bench", a))
+            return 0;
+        else
+            goto bad;
     }
     int max_streams = 1;
     for (int i = 0; i < n_streams; i++) {
@@ -361,7 +377,8 @@ int cmd_bench(int argc, char **argv) {
         for (int i = 0; i < n_pp; i++)
             if (pp[i] > 0) tests[n_tests++] = (bench_test){pp[i], 0, 1, depths[di]};
         for (int i = 0; i < n_tg; i++)
-            for (int k = 0; k < n_streams && tg[i] > 0; k++) tests[n_tests++] = (bench_test){0, tg[i], streams[k], depths[di]};
+            for (int k = 0; k < n_streams && tg[i] > 0; k++)
+                tests[n_tests++] = (bench_test){0, tg[i], streams[k], depths[di]};
         for (int i = 0; i < n_pg; i++) tests[n_tests++] = (bench_test){pg_p[i], pg_n[i], 1, depths[di]};
     }
 
@@ -484,8 +501,10 @@ int cmd_bench(int argc, char **argv) {
         }
         bench_row *r = &rows[n_rows++];
         memset(r, 0, sizeof *r);
-        if (np && ng) snprintf(r->test, sizeof r->test, "pp%d+tg%d", np, ng);
-        else snprintf(r->test, sizeof r->test, "%s%d", np ? "pp" : "tg", np ? np : ng);
+        if (np && ng)
+            snprintf(r->test, sizeof r->test, "pp%d+tg%d", np, ng);
+        else
+            snprintf(r->test, sizeof r->test, "%s%d", np ? "pp" : "tg", np ? np : ng);
         if (ns > 1) snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " x%d", ns);
         if (depth) snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " @ d%d", depth);
         r->n_prompt = np;
@@ -503,13 +522,19 @@ int cmd_bench(int argc, char **argv) {
         double sum = 0, sq = 0;
         for (int k = 0; k < reps; k++) {
             double sec = ns > 1 ? run_streams(gb, toks, max_tokens, ns, ng, depth) : run_once(c, toks, np, ng, depth);
-            if (sec <= 0) { rc = cli_fail("decode"); break; }
+            if (sec <= 0) {
+                rc = cli_fail("decode");
+                break;
+            }
             double ts = (double)(np + ng) * ns / sec;
             r->samples[r->n_samples++] = ts;
             sum += ts;
             sq += ts * ts;
         }
-        if (r->n_samples == 0) { n_rows--; continue; }
+        if (r->n_samples == 0) {
+            n_rows--;
+            continue;
+        }
         if (probed) {
             const double bw1 = probe_bandwidth(probe, nthreads);
             r->read_bps = bw0 > 0 && bw1 > 0 ? (bw0 + bw1) / 2 : 0;
@@ -535,13 +560,15 @@ int cmd_bench(int argc, char **argv) {
         printf("[\n");
         for (int i = 0; i < n_rows; i++) {
             bench_row *r = &rows[i];
-            printf("  {\"model_type\": \"%s %s\", \"model_size\": %llu, \"model_n_params\": %llu, \"cpu_path\": \"%s\", "
-                   "\"type_k\": \"%s\", \"type_v\": \"%s\", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"n_streams\": %d, "
-                   "\"n_depth\": %d, \"model_step_bytes\": %llu, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, "
-                   "\"samples_ts\": [",
-                   info.arch, info.ftype, (unsigned long long)info.n_bytes, (unsigned long long)info.n_params, path,
-                   kv_name, kv_name, nthreads, r->test, r->n_prompt, r->n_gen, r->n_streams, r->n_depth,
-                   (unsigned long long)info.step_bytes, r->avg, r->sd);
+            printf(
+                "  {\"model_type\": \"%s %s\", \"model_size\": %llu, \"model_n_params\": %llu, \"cpu_path\": \"%s\", "
+                "\"type_k\": \"%s\", \"type_v\": \"%s\", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, "
+                "\"n_gen\": %d, \"n_streams\": %d, "
+                "\"n_depth\": %d, \"model_step_bytes\": %llu, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, "
+                "\"samples_ts\": [",
+                info.arch, info.ftype, (unsigned long long)info.n_bytes, (unsigned long long)info.n_params, path,
+                kv_name, kv_name, nthreads, r->test, r->n_prompt, r->n_gen, r->n_streams, r->n_depth,
+                (unsigned long long)info.step_bytes, r->avg, r->sd);
             for (int k = 0; k < r->n_samples; k++) printf(k ? ", %.6f" : "%.6f", r->samples[k]);
             printf("]");
             if (r->spec) printf(", \"spec_accept\": %.6f, \"spec_speedup\": %.6f", r->accept, r->ratio);
@@ -568,11 +595,12 @@ int cmd_bench(int argc, char **argv) {
             if (r->read_bps > 0) {
                 const double top = roofline_ts(r, &info);
                 printf(" %.1f | %.2f | %.0f %% |", r->read_bps / 1e9, top, 100.0 * r->avg / top);
-            }
-            else if (roofline)
+            } else if (roofline)
                 printf(" - | - | - |");
-            if (r->spec) printf(" %.1f %% accepted, %.2fx tg gen |", 100.0 * r->accept, r->ratio);
-            else if (spx) printf(" - |");
+            if (r->spec)
+                printf(" %.1f %% accepted, %.2fx tg gen |", 100.0 * r->accept, r->ratio);
+            else if (spx)
+                printf(" - |");
             printf("\n");
         }
     }

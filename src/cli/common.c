@@ -101,14 +101,13 @@ static const struct cli_synopsis {
     {"run", "run -m MODEL (-p TEXT | -f FILE) [options]"},
     {"chat", "chat -m MODEL [--system TEXT] [options]"},
     {"show", "show MODEL | FILE.pt | FILE.safetensors [--no-tensors]\n"
-                       "show URL|REF --remote [--token TOKEN] [--json]   the GGUF header only, read by Range requests"},
+             "show URL|REF --remote [--token TOKEN] [--json]   the GGUF header only, read by Range requests"},
     {"tokenize", "tokenize -m MODEL -p TEXT [--json] [--ids] [--no-bos] [--parse-special]"},
-    {"bench",
-     "bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-pg P,N]... [-d 0[,..]] [-s 1[,4,8..]] [-t N] [-r 5] "
-     "[-o md|json] [--cache-type f16|f32|q8_0] [--roofline]\n"
-     "           [--spec ngram|draft|mtp [--spec-n N] [-md DRAFT] [--spec-fixed] [-f PROMPT_FILE]]\n"
-     "--spec adds, per tg test, greedy generation after the prompt (-f's text, else random tokens) plain and\n"
-     "speculating, alternated rep by rep, with the acceptance rate and the ratio of the two"},
+    {"bench", "bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-pg P,N]... [-d 0[,..]] [-s 1[,4,8..]] [-t N] [-r 5] "
+              "[-o md|json] [--cache-type f16|f32|q8_0] [--roofline]\n"
+              "           [--spec ngram|draft|mtp [--spec-n N] [-md DRAFT] [--spec-fixed] [-f PROMPT_FILE]]\n"
+              "--spec adds, per tg test, greedy generation after the prompt (-f's text, else random tokens) plain and\n"
+              "speculating, alternated rep by rep, with the acceptance rate and the ratio of the two"},
     {"quantize",
      "quantize IN.gguf|NAME OUT.gguf TYPE [-t N]\n"
      "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m q4_k_s q5_k_m q3_k_m iq4_nl "
@@ -121,32 +120,31 @@ static const struct cli_synopsis {
      "a 256x256 PNG; PACK is a directory with pack.json (every file's length and SHA-256 checked, or only the\n"
      "lengths with --no-verify), NAME one imported into the store (kiln import PACK); defaults: the pack's steps\n"
      "and cfg, seed 42, output.png"},
-    {"rerank",
-     "rerank -m MODEL --query Q [--top-n N] [--documents] [--no-truncate] [-t N] (DOC... | -f FILE)"},
+    {"rerank", "rerank -m MODEL --query Q [--top-n N] [--documents] [--no-truncate] [-t N] (DOC... | -f FILE)"},
     {"decide",
      "decide -m PACK (--state FILE | --state-text TEXT) --question JSON [--question JSON ...] [--measure] [-t N]"},
-    {"pull",
-     "pull URL|REF [--name NAME] [--sha256 HEX] [--header 'K: V'] [--token TOKEN] [--json]\n"
-     "REF: hf.co/ORG/REPO[:QUANT]  hf.co/ORG/REPO/FILE.gguf[@REVISION]  [HOST/][NAMESPACE/]MODEL[:TAG]\n"
-     "environment: HF_ENDPOINT (the hub), HF_TOKEN (its token), KILN_REGISTRY (the default registry URL)\n"
-     "kiln pull BUILTIN --url MIRROR: a built-in name (whisper:base.en ...); MIRROR is the file's URL or a folder URL ending in /"},
-    {"transcribe",
-     "transcribe -m MODEL AUDIO... [options]\n"
-     "  AUDIO: WAV, FLAC, Ogg/Vorbis, MP3 ... (any rate from 8 to 192 kHz, 1 to 8 channels)\n"
-     "  -l, --language XX    spoken language (code or name; default: detected, English on .en models)\n"
-     "  --translate          English text from any language (multilingual models)\n"
-     "  --beam-size N        beams at temperature 0 (default 5; 1 = greedy)\n"
-     "  --best-of N          samples per fallback temperature (default 5)\n"
-     "  --temperature T      first temperature (default 0); --temperature-inc D (default 0.2)\n"
-     "  --no-fallback        no retries at higher temperatures\n"
-     "  --prompt TEXT        initial prompt (spelling, names, style)\n"
-     "  --no-timestamps      one segment per window, no timestamp tokens\n"
-     "  --no-context         windows do not see the previous window's text\n"
-     "  --keep-symbols       do not suppress non-speech symbols\n"
-     "  -o FORMAT            txt (default), srt, vtt, json or verbose_json\n"
-     "  --output-dir DIR     write DIR/NAME.FORMAT per audio file instead of stdout\n"
-     "  -t N                 threads (default: all CPUs); -q: no progress line; -v: timings"},
-    {"import", "import PATH [--name NAME] [--copy|--move|--link]\n"
+    {"pull", "pull URL|REF [--name NAME] [--sha256 HEX] [--header 'K: V'] [--token TOKEN] [--json]\n"
+             "REF: hf.co/ORG/REPO[:QUANT]  hf.co/ORG/REPO/FILE.gguf[@REVISION]  [HOST/][NAMESPACE/]MODEL[:TAG]\n"
+             "environment: HF_ENDPOINT (the hub), HF_TOKEN (its token), KILN_REGISTRY (the default registry URL)\n"
+             "kiln pull BUILTIN --url MIRROR: a built-in name (whisper:base.en ...); MIRROR is the file's URL or a "
+             "folder URL ending in /"},
+    {"transcribe", "transcribe -m MODEL AUDIO... [options]\n"
+                   "  AUDIO: WAV, FLAC, Ogg/Vorbis, MP3 ... (any rate from 8 to 192 kHz, 1 to 8 channels)\n"
+                   "  -l, --language XX    spoken language (code or name; default: detected, English on .en models)\n"
+                   "  --translate          English text from any language (multilingual models)\n"
+                   "  --beam-size N        beams at temperature 0 (default 5; 1 = greedy)\n"
+                   "  --best-of N          samples per fallback temperature (default 5)\n"
+                   "  --temperature T      first temperature (default 0); --temperature-inc D (default 0.2)\n"
+                   "  --no-fallback        no retries at higher temperatures\n"
+                   "  --prompt TEXT        initial prompt (spelling, names, style)\n"
+                   "  --no-timestamps      one segment per window, no timestamp tokens\n"
+                   "  --no-context         windows do not see the previous window's text\n"
+                   "  --keep-symbols       do not suppress non-speech symbols\n"
+                   "  -o FORMAT            txt (default), srt, vtt, json or verbose_json\n"
+                   "  --output-dir DIR     write DIR/NAME.FORMAT per audio file instead of stdout\n"
+                   "  -t N                 threads (default: all CPUs); -q: no progress line; -v: timings"},
+    {"import",
+     "import PATH [--name NAME] [--copy|--move|--link]\n"
      "PATH: a GGUF or whisper.cpp file, or an image pack (a directory with pack.json: all its files, each checked\n"
      "against the SHA-256 pack.json records)"},
     {"ls", "ls [--json]"},
@@ -156,9 +154,9 @@ static const struct cli_synopsis {
     {"cp", "cp SOURCE NEW-NAME [--force]"},
     {"backends", "backends [--json]"},
     {"engines", "engines [--json]   every engine family, its built-in models and the store's models it\n"
-                             "serves: installed, not downloaded, files missing (FILE), damaged or not supported (WHY)"},
+                "serves: installed, not downloaded, files missing (FILE), damaged or not supported (WHY)"},
     {"ps", "ps [--host HOST[:PORT]|URL] [--api-key KEY] [--json]\n"
-                   "the models a running kiln serve holds ($KILN_HOST, default 127.0.0.1:8080; $KILN_API_KEY)"},
+           "the models a running kiln serve holds ($KILN_HOST, default 127.0.0.1:8080; $KILN_API_KEY)"},
     {"stop", "stop NAME [--host HOST[:PORT]|URL] [--api-key KEY]   unload NAME from a running kiln serve"},
 };
 
@@ -196,13 +194,24 @@ static int set_prompt(cli_opts *o, FILE *f, const char *what) {
         len += k;
         if (len + 1 == cap) {
             char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); buf = NULL; break; }
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
             buf = nb;
             cap *= 2;
         }
     }
-    if (!buf) { fprintf(stderr, "kiln: out of memory reading %s\n", what); return -1; }
-    if (ferror(f)) { fprintf(stderr, "kiln: cannot read %s\n", what); free(buf); return -1; }
+    if (!buf) {
+        fprintf(stderr, "kiln: out of memory reading %s\n", what);
+        return -1;
+    }
+    if (ferror(f)) {
+        fprintf(stderr, "kiln: cannot read %s\n", what);
+        free(buf);
+        return -1;
+    }
     buf[len] = 0;
     static int registered;
     if (!registered++) atexit(free_prompt_file);
@@ -247,10 +256,14 @@ static char *unescape(const char *s) {
             continue;
         }
         const char c = s[++i];
-        if (c == 'n') *w++ = '\n';
-        else if (c == 'r') *w++ = '\r';
-        else if (c == 't') *w++ = '\t';
-        else if (c == '\'' || c == '"' || c == '\\') *w++ = c;
+        if (c == 'n')
+            *w++ = '\n';
+        else if (c == 'r')
+            *w++ = '\r';
+        else if (c == 't')
+            *w++ = '\t';
+        else if (c == '\'' || c == '"' || c == '\\')
+            *w++ = c;
         else if (c == 'x' && i + 2 < n + 1 && isxdigit((unsigned char)s[i + 1]) && isxdigit((unsigned char)s[i + 2])) {
             char hex[3] = {s[i + 1], s[i + 2], 0};
             *w++ = (char)strtol(hex, NULL, 16);
@@ -347,7 +360,10 @@ static int want_float(int argc, char **argv, int *i, double lo, double hi, float
 int cli_parse_spec(kiln_spec_params *sp, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     if (!strcmp(a, "--spec")) {
-        if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "kiln: %s needs a value\n", a);
+            return -1;
+        }
         const int t = kiln_spec_type_from_str(argv[*i + 1]);
         if (t < 0) {
             fprintf(stderr, "kiln: %s: '%s' is not ngram, draft, mtp or none\n", a, argv[*i + 1]);
@@ -358,7 +374,10 @@ int cli_parse_spec(kiln_spec_params *sp, int argc, char **argv, int *i) {
         return 1;
     }
     if (!strcmp(a, "-md") || !strcmp(a, "--draft-model")) {
-        if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "kiln: %s needs a value\n", a);
+            return -1;
+        }
         const char *path;
         if (cli_model_path(argv[++*i], 0, &path)) return -1;
         sp->draft_model = path;
@@ -366,16 +385,23 @@ int cli_parse_spec(kiln_spec_params *sp, int argc, char **argv, int *i) {
         return 1;
     }
     int r = 0;
-    if (!strcmp(a, "--spec-n") || !strcmp(a, "--draft-max")) r = want_int(argc, argv, i, 1, 16, &sp->n_max);
-    else if (!strcmp(a, "--spec-ngram-min")) r = want_int(argc, argv, i, 1, 16, &sp->ngram_min);
-    else if (!strcmp(a, "--spec-ngram-max")) r = want_int(argc, argv, i, 1, 16, &sp->ngram_max);
-    else if (!strcmp(a, "--spec-p-min")) r = want_float(argc, argv, i, 0, 1, &sp->p_min);
-    else if (!strcmp(a, "--spec-fixed")) { sp->fixed = 1; return 1; }
-    else return 0;
+    if (!strcmp(a, "--spec-n") || !strcmp(a, "--draft-max"))
+        r = want_int(argc, argv, i, 1, 16, &sp->n_max);
+    else if (!strcmp(a, "--spec-ngram-min"))
+        r = want_int(argc, argv, i, 1, 16, &sp->ngram_min);
+    else if (!strcmp(a, "--spec-ngram-max"))
+        r = want_int(argc, argv, i, 1, 16, &sp->ngram_max);
+    else if (!strcmp(a, "--spec-p-min"))
+        r = want_float(argc, argv, i, 0, 1, &sp->p_min);
+    else if (!strcmp(a, "--spec-fixed")) {
+        sp->fixed = 1;
+        return 1;
+    } else
+        return 0;
     if (r == 1 && (sp->n_max < 1 || sp->n_max > 16 || sp->ngram_min < 1 || sp->ngram_min > 16 || sp->ngram_max < 1 ||
                    sp->ngram_max > 16 || sp->p_min < 0 || sp->p_min > 1)) {
-        fprintf(stderr, "kiln: %s: '%s' is out of range (--spec-n 1..16, n-gram lengths 1..16, --spec-p-min 0..1)\n",
-                a, argv[*i]);
+        fprintf(stderr, "kiln: %s: '%s' is out of range (--spec-n 1..16, n-gram lengths 1..16, --spec-p-min 0..1)\n", a,
+                argv[*i]);
         return -1;
     }
     return r;
@@ -409,21 +435,33 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     const int sr = cli_parse_spec(&o->spec, argc, argv, i);
     if (sr) return sr;
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-        if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "kiln: %s needs a value\n", a);
+            return -1;
+        }
         o->model = argv[++*i];
         return 1;
     }
     if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-        if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "kiln: %s needs a value\n", a);
+            return -1;
+        }
         o->prompt = argv[++*i];
         return 1;
     }
     if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-        if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "kiln: %s needs a value\n", a);
+            return -1;
+        }
         const char *path = argv[++*i];
         const int std_in = !strcmp(path, "-");
         FILE *f = std_in ? stdin : fopen(path, "rb");
-        if (!f) { fprintf(stderr, "kiln: %s: cannot open %s\n", a, path); return -1; }
+        if (!f) {
+            fprintf(stderr, "kiln: %s: cannot open %s\n", a, path);
+            return -1;
+        }
         const int rc = set_prompt(o, f, std_in ? "standard input" : path);
         if (!std_in) fclose(f);
         return rc ? -1 : 1;
@@ -460,28 +498,52 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
         snprintf(o->stop[o->n_stop++], sizeof o->stop[0], "%s", argv[++*i]);
         return 1;
     }
-    if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = 1; return 1; }
-    if (!strcmp(a, "-e") || !strcmp(a, "--escape")) { o->escape = 1; return 1; }
-    if (!strcmp(a, "--no-escape")) { o->escape = 0; return 1; }
+    if (!strcmp(a, "--ignore-eos")) {
+        o->ignore_eos = 1;
+        return 1;
+    }
+    if (!strcmp(a, "-e") || !strcmp(a, "--escape")) {
+        o->escape = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--no-escape")) {
+        o->escape = 0;
+        return 1;
+    }
     if (!strcmp(a, "--json-schema")) {
-        if (*i + 1 >= argc) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "kiln: %s needs a value\n", a);
+            return -1;
+        }
         o->json_schema = argv[++*i];
         return 1;
     }
-    if (!strcmp(a, "--kv-f32")) { o->kv_type = KILN_KV_F32; return 1; }
+    if (!strcmp(a, "--kv-f32")) {
+        o->kv_type = KILN_KV_F32;
+        return 1;
+    }
     if (!strcmp(a, "--cache-type") || !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") ||
         !strcmp(a, "--cache-type-v"))
         return want_kv(o, argc, argv, i);
-    if (!strcmp(a, "--json")) { o->json = 1; return 1; }
-    if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { o->verbose = 1; return 1; }
+    if (!strcmp(a, "--json")) {
+        o->json = 1;
+        return 1;
+    }
+    if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+        o->verbose = 1;
+        return 1;
+    }
     return 0;
 }
 
 int cli_fail(const char *what) {
     const char *e = kiln_last_error();
-    if (what && *e) fprintf(stderr, "kiln: %s: %s\n", what, e);
-    else if (*e) fprintf(stderr, "kiln: %s\n", e);
-    else fprintf(stderr, "kiln: %s failed\n", what ? what : "operation");
+    if (what && *e)
+        fprintf(stderr, "kiln: %s: %s\n", what, e);
+    else if (*e)
+        fprintf(stderr, "kiln: %s\n", e);
+    else
+        fprintf(stderr, "kiln: %s failed\n", what ? what : "operation");
     return 1;
 }
 

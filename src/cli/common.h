@@ -20,15 +20,15 @@ typedef struct cli_opts {
     int kv_flag; /* the -ctk/-ctv/--cache-type seen so far (1 + type), 0 none */
     int json;
     int verbose;
-    int ignore_eos; /* end-of-generation tokens are never sampled */
-    int escape;     /* -e: the prompt's \n, \t, \\ ... are processed */
+    int ignore_eos;          /* end-of-generation tokens are never sampled */
+    int escape;              /* -e: the prompt's \n, \t, \\ ... are processed */
     const char *json_schema; /* --json-schema: the output follows this JSON schema */
     kiln_sampler_params sp;  /* sp.seed: --seed's, else drawn from the OS */
     /* stop strings (--stop, else a store pack's "stop"): the text ends
      * before the first one written, which is not printed */
     char stop[8][128];
     int n_stop;
-    kiln_spec_params spec;  /* speculative decoding (--spec ...) */
+    kiln_spec_params spec; /* speculative decoding (--spec ...) */
 } cli_opts;
 
 void cli_opts_init(cli_opts *o);

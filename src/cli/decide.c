@@ -40,8 +40,7 @@ static char *read_all(const char *path, size_t *len) {
 
 /* Appends the questions of one --question value (an object or an array)
  * to qs; the strings stay in the JSON, which the caller keeps. */
-static int add_questions(json_t *v, kiln_decide_question **qs, int **starts, int *n, const char ***opts,
-                         int *n_opts) {
+static int add_questions(json_t *v, kiln_decide_question **qs, int **starts, int *n, const char ***opts, int *n_opts) {
     const size_t count = json_is_array(v) ? json_array_size(v) : 1;
     for (size_t i = 0; i < count; i++) {
         json_t *q = json_is_array(v) ? json_array_get(v, i) : v;
@@ -106,11 +105,16 @@ int cmd_decide(int argc, char **argv) {
             fprintf(stderr, "kiln: %s needs a value\n", a);
             goto out;
         }
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = argv[++i];
-        else if (!strcmp(a, "--state")) state_path = argv[++i];
-        else if (!strcmp(a, "--state-text")) state_text = argv[++i];
-        else if (!strcmp(a, "-t")) p.n_threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--measure")) measure = 1;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            model = argv[++i];
+        else if (!strcmp(a, "--state"))
+            state_path = argv[++i];
+        else if (!strcmp(a, "--state-text"))
+            state_text = argv[++i];
+        else if (!strcmp(a, "-t"))
+            p.n_threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--measure"))
+            measure = 1;
         else if (!strcmp(a, "--question")) {
             json_error_t je;
             json_t *v = json_loads(argv[++i], 0, &je);

@@ -26,13 +26,20 @@ int cmd_embed(int argc, char **argv) {
             free(texts);
             return 2;
         }
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = argv[++i];
-        else if (!strcmp(a, "--query")) kind = KILN_EMBED_QUERY;
-        else if (!strcmp(a, "--document")) kind = KILN_EMBED_DOCUMENT;
-        else if (!strcmp(a, "--truncate")) truncate = 1;
-        else if (!strcmp(a, "--dim")) dim = atoi(argv[++i]);
-        else if (!strcmp(a, "--title")) title = argv[++i];
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) p.n_threads = atoi(argv[++i]);
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            model = argv[++i];
+        else if (!strcmp(a, "--query"))
+            kind = KILN_EMBED_QUERY;
+        else if (!strcmp(a, "--document"))
+            kind = KILN_EMBED_DOCUMENT;
+        else if (!strcmp(a, "--truncate"))
+            truncate = 1;
+        else if (!strcmp(a, "--dim"))
+            dim = atoi(argv[++i]);
+        else if (!strcmp(a, "--title"))
+            title = argv[++i];
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+            p.n_threads = atoi(argv[++i]);
         else if (a[0] == '-' && a[1] && strcmp(a, "--")) {
             free(texts);
             if (cli_help("embed", a)) return 0;

@@ -12,15 +12,16 @@ static void join(json_t *arr, char *buf, size_t cap) {
     size_t n = 0, i;
     json_t *v;
     buf[0] = 0;
-    json_array_foreach(arr, i, v) n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", i ? "," : "",
-                                                        json_string_value(v));
+    json_array_foreach(arr, i, v) n +=
+        (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", i ? "," : "", json_string_value(v));
 }
 
 int cmd_engines(int argc, char **argv) {
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (cli_help("engines", argv[i])) return 0;
-        if (!strcmp(argv[i], "--json")) json = 1;
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
         else {
             fprintf(stderr, "kiln engines: unknown option '%s'\n", argv[i]);
             cli_usage("engines", stderr);

@@ -111,11 +111,17 @@ int cmd_image(int argc, char **argv) {
             return 2;
         }
         i++;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) pack = v;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) outp = v;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            pack = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
+            prompt = v;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output"))
+            outp = v;
         else if (!strcmp(a, "--dit") || !strcmp(a, "--t5") || !strcmp(a, "--tokenizer") || !strcmp(a, "--vae")) {
-            char *d = a[2] == 'd' ? files.dit : a[2] == 't' && a[3] == '5' ? files.t5 : a[2] == 't' ? files.tokenizer : files.vae;
+            char *d = a[2] == 'd'                  ? files.dit
+                      : a[2] == 't' && a[3] == '5' ? files.t5
+                      : a[2] == 't'                ? files.tokenizer
+                                                   : files.vae;
             snprintf(d, PATH_MAX, "%s", v);
             direct = 1;
         } else if (!strcmp(a, "--steps") || !strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -125,8 +131,10 @@ int cmd_image(int argc, char **argv) {
                 fprintf(stderr, "kiln image: %s: '%s' is out of range\n", a, v);
                 return 2;
             }
-            if (is_steps) steps = (int)n;
-            else threads = (int)n;
+            if (is_steps)
+                steps = (int)n;
+            else
+                threads = (int)n;
         } else if (!strcmp(a, "--cfg")) {
             cfg = strtof(v, &end);
             if (*end || !(cfg >= 0) || cfg > 100) {

@@ -11,8 +11,8 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq);
 /* What a store pack brings for run and chat (an Ollama model's
  * params, system prompt and template; kiln_store_info's "defaults"). */
 typedef struct cli_pack {
-    char *system;       /* the default system prompt, or NULL */
-    char *template_go;  /* the chat template override (Go template syntax), or NULL */
+    char *system;      /* the default system prompt, or NULL */
+    char *template_go; /* the chat template override (Go template syntax), or NULL */
 } cli_pack;
 /* Before the options are parsed: marks the options a pack may set. */
 void cli_pack_mark(cli_opts *o);

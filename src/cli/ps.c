@@ -47,10 +47,14 @@ static int parse_target(const char *cmd, int argc, char **argv, target *t, int *
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
-        if (!strcmp(a, "--host") && has) host = argv[++i];
-        else if (!strcmp(a, "--api-key") && has) t->key = argv[++i];
-        else if (json && !strcmp(a, "--json")) *json = 1;
-        else if (a[0] != '-' && !*name && !json) *name = argv[i];
+        if (!strcmp(a, "--host") && has)
+            host = argv[++i];
+        else if (!strcmp(a, "--api-key") && has)
+            t->key = argv[++i];
+        else if (json && !strcmp(a, "--json"))
+            *json = 1;
+        else if (a[0] != '-' && !*name && !json)
+            *name = argv[i];
         else {
             fprintf(stderr, "kiln %s: unexpected argument '%s'\n", cmd, a);
             cli_usage(cmd, stderr);
@@ -128,8 +132,10 @@ static void human_bytes(double v, char *buf, size_t cap) {
         v /= 1000;
         u++;
     }
-    if (u == 0) snprintf(buf, cap, "%.0f B", v);
-    else snprintf(buf, cap, v < 10 ? "%.1f %s" : "%.0f %s", v, units[u]);
+    if (u == 0)
+        snprintf(buf, cap, "%.0f B", v);
+    else
+        snprintf(buf, cap, v < 10 ? "%.1f %s" : "%.0f %s", v, units[u]);
 }
 
 /* "4 minutes from now", "Forever", "Stopping..." from an ISO time. */
@@ -145,11 +151,16 @@ static void until(const char *iso, char *buf, size_t cap) {
         return;
     }
     double left = difftime(timegm(&tm), time(NULL));
-    if (left <= 0) snprintf(buf, cap, "Stopping...");
-    else if (left < 60) snprintf(buf, cap, "%d second%s from now", (int)left, (int)left == 1 ? "" : "s");
-    else if (left < 3600) snprintf(buf, cap, "%d minute%s from now", (int)(left / 60), (int)(left / 60) == 1 ? "" : "s");
-    else if (left < 172800) snprintf(buf, cap, "%d hour%s from now", (int)(left / 3600), (int)(left / 3600) == 1 ? "" : "s");
-    else snprintf(buf, cap, "%d days from now", (int)(left / 86400));
+    if (left <= 0)
+        snprintf(buf, cap, "Stopping...");
+    else if (left < 60)
+        snprintf(buf, cap, "%d second%s from now", (int)left, (int)left == 1 ? "" : "s");
+    else if (left < 3600)
+        snprintf(buf, cap, "%d minute%s from now", (int)(left / 60), (int)(left / 60) == 1 ? "" : "s");
+    else if (left < 172800)
+        snprintf(buf, cap, "%d hour%s from now", (int)(left / 3600), (int)(left / 3600) == 1 ? "" : "s");
+    else
+        snprintf(buf, cap, "%d days from now", (int)(left / 86400));
 }
 
 /* GET /api/ps as parsed JSON, or NULL after printing why. */
@@ -201,9 +212,12 @@ int cmd_ps(int argc, char **argv) {
         double vram = (double)json_integer_value(json_object_get(m, "size_vram"));
         human_bytes(total, size, sizeof size);
         until(json_string_value(json_object_get(m, "expires_at")), when, sizeof when);
-        if (vram <= 0) snprintf(proc, sizeof proc, "100%% CPU");
-        else if (vram >= total) snprintf(proc, sizeof proc, "100%% GPU");
-        else snprintf(proc, sizeof proc, "%.0f%%/%.0f%% CPU/GPU", 100 * (total - vram) / total, 100 * vram / total);
+        if (vram <= 0)
+            snprintf(proc, sizeof proc, "100%% CPU");
+        else if (vram >= total)
+            snprintf(proc, sizeof proc, "100%% GPU");
+        else
+            snprintf(proc, sizeof proc, "%.0f%%/%.0f%% CPU/GPU", 100 * (total - vram) / total, 100 * vram / total);
         const char *digest = json_string_value(json_object_get(m, "digest"));
         printf("%-32s %-14.12s %-10s %-10s %-8lld %s\n", json_string_value(json_object_get(m, "name")),
                digest ? digest : "", size, proc, (long long)json_integer_value(json_object_get(m, "context_length")),

@@ -42,7 +42,8 @@ static void on_tensor(const kiln_quantize_tensor *t, void *user) {
     s->n_tensors = t->count;
     if (t->wanted) {
         s->n_fallback++;
-        fprintf(stderr, "kiln quantize: warning: %s: rows of %lld are not a multiple of %d, which %s needs: %s instead\n",
+        fprintf(stderr,
+                "kiln quantize: warning: %s: rows of %lld are not a multiple of %d, which %s needs: %s instead\n",
                 t->name, (long long)t->ne[0], (int)t->wanted_block, t->wanted, t->type_out);
     }
 }
@@ -64,9 +65,12 @@ int cmd_quantize(int argc, char **argv) {
     const char *pos[3];
     int np = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (argv[i][0] != '-' && np < 3) pos[np++] = argv[i];
-        else if (cli_help("quantize", argv[i])) return 0;
+        if (!strcmp(argv[i], "-t") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (argv[i][0] != '-' && np < 3)
+            pos[np++] = argv[i];
+        else if (cli_help("quantize", argv[i]))
+            return 0;
         else {
             fprintf(stderr, "kiln quantize: unexpected '%s'\n", argv[i]);
             return 2;

@@ -95,12 +95,18 @@ int cmd_rerank(int argc, char **argv) {
             fprintf(stderr, "kiln: %s needs a value\n", a);
             goto out;
         }
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = argv[++i];
-        else if (!strcmp(a, "--query") || !strcmp(a, "-q")) query = argv[++i];
-        else if (!strcmp(a, "--top-n")) top_n = atoi(argv[++i]);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) p.n_threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--no-truncate")) truncate = 0;
-        else if (!strcmp(a, "--documents")) with_docs = 1;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            model = argv[++i];
+        else if (!strcmp(a, "--query") || !strcmp(a, "-q"))
+            query = argv[++i];
+        else if (!strcmp(a, "--top-n"))
+            top_n = atoi(argv[++i]);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+            p.n_threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--no-truncate"))
+            truncate = 0;
+        else if (!strcmp(a, "--documents"))
+            with_docs = 1;
         else if (!strcmp(a, "-f")) {
             if (file_buf) {
                 fprintf(stderr, "kiln: -f is given once\n");

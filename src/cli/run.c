@@ -22,7 +22,7 @@
 typedef struct gen_stats {
     int n_prompt, n_gen;
     double t_prompt, t_gen;
-    int interrupted; /* Ctrl-C stopped the generation */
+    int interrupted;           /* Ctrl-C stopped the generation */
     int n_drafted, n_accepted; /* speculative decoding */
 } gen_stats;
 
@@ -53,7 +53,7 @@ typedef struct sink {
     kiln_detok *d;
     gen_stats *st;
     double t0, t_first;
-    char *out;          /* the reply, when kept */
+    char *out; /* the reply, when kept */
     size_t out_len;
     int keep_text;
     int oom;
@@ -64,7 +64,7 @@ typedef struct sink {
     const cli_opts *o;
     char held[1024];
     size_t n_held;
-    int stopped;        /* a stop string ended the text */
+    int stopped; /* a stop string ended the text */
 } sink;
 
 /* Text that goes out: to stdout, and kept for chat.  Returns -1 out of memory. */
@@ -225,11 +225,17 @@ static int32_t *tokenize_alloc(kiln_model *m, const char *text, int add_special,
     if (*n > cap) {
         cap = *n;
         int32_t *nb = realloc(ids, (size_t)cap * sizeof *ids);
-        if (!nb) { free(ids); return NULL; }
+        if (!nb) {
+            free(ids);
+            return NULL;
+        }
         ids = nb;
         *n = kiln_tokenize(m, text, len, add_special, parse_special, ids, cap);
     }
-    if (*n < 0) { free(ids); return NULL; }
+    if (*n < 0) {
+        free(ids);
+        return NULL;
+    }
     return ids;
 }
 
@@ -309,7 +315,8 @@ int cmd_run(int argc, char **argv) {
     }
     int n_ctx = kiln_context_n_ctx(c);
     if (n_prompt + (o.n_predict > 0 ? o.n_predict : 0) > n_ctx) {
-        fprintf(stderr, "kiln run: the prompt (%d tokens) plus %d tokens to generate exceeds the context of %d tokens\n",
+        fprintf(stderr,
+                "kiln run: the prompt (%d tokens) plus %d tokens to generate exceeds the context of %d tokens\n",
                 n_prompt, o.n_predict, n_ctx);
         goto done;
     }
@@ -362,13 +369,13 @@ done:
 typedef struct chat_state {
     kiln_model *m;
     kiln_context *c;
-    kct *tmpl;          /* the GGUF's template, or */
-    kgt *go;            /* the pack's Go template (either: has_tmpl) */
+    kct *tmpl; /* the GGUF's template, or */
+    kgt *go;   /* the pack's Go template (either: has_tmpl) */
     json_t *messages;
-    int32_t *held;      /* the conversation's tokens as last fed (with a template: the
+    int32_t *held; /* the conversation's tokens as last fed (with a template: the
                            rendered prompt; without: every message and reply) */
     int n_held, cap_held;
-    int n_kv;           /* of those, held by the KV cache */
+    int n_kv; /* of those, held by the KV cache */
     char bos[64], eos[64];
 } chat_state;
 
@@ -427,7 +434,10 @@ static int read_message(char **buf, size_t *cap) {
     for (ssize_t k; (k = getline(&ln, &lcap, stdin)) >= 0;) {
         while (k && (ln[k - 1] == '\n' || ln[k - 1] == '\r')) ln[--k] = 0;
         if (!strcmp(ln, "\"\"\"")) {
-            if (multi) { rc = 0; break; } /* the closing line */
+            if (multi) {
+                rc = 0;
+                break;
+            } /* the closing line */
             multi = 1;
             fprintf(stderr, ". ");
             fflush(stderr);
@@ -443,7 +453,10 @@ static int read_message(char **buf, size_t *cap) {
         if (multi && len) (*buf)[len++] = '\n';
         memcpy(*buf + len, ln, (size_t)k + 1);
         len += (size_t)k;
-        if (!multi) { rc = 0; break; }
+        if (!multi) {
+            rc = 0;
+            break;
+        }
         fprintf(stderr, ". ");
         fflush(stderr);
     }
@@ -465,17 +478,28 @@ static int set_parameter(cli_opts *o, const char *name, const char *value) {
     const double v = strtod(value, &end);
     if (end == value || *end) return -1;
     kiln_sampler_params *p = &o->sp;
-    if (!strcmp(name, "temperature")) p->temperature = (float)v;
-    else if (!strcmp(name, "top_k")) p->top_k = (int32_t)v;
-    else if (!strcmp(name, "top_p")) p->top_p = (float)v;
-    else if (!strcmp(name, "min_p")) p->min_p = (float)v;
-    else if (!strcmp(name, "repeat_penalty")) p->repeat_penalty = (float)v;
-    else if (!strcmp(name, "repeat_last_n")) p->repeat_last_n = (int32_t)v;
-    else if (!strcmp(name, "presence_penalty")) p->presence_penalty = (float)v;
-    else if (!strcmp(name, "frequency_penalty")) p->frequency_penalty = (float)v;
-    else if (!strcmp(name, "seed")) p->seed = (uint64_t)v;
-    else if (!strcmp(name, "num_predict")) o->n_predict = (int)v;
-    else return -1;
+    if (!strcmp(name, "temperature"))
+        p->temperature = (float)v;
+    else if (!strcmp(name, "top_k"))
+        p->top_k = (int32_t)v;
+    else if (!strcmp(name, "top_p"))
+        p->top_p = (float)v;
+    else if (!strcmp(name, "min_p"))
+        p->min_p = (float)v;
+    else if (!strcmp(name, "repeat_penalty"))
+        p->repeat_penalty = (float)v;
+    else if (!strcmp(name, "repeat_last_n"))
+        p->repeat_last_n = (int32_t)v;
+    else if (!strcmp(name, "presence_penalty"))
+        p->presence_penalty = (float)v;
+    else if (!strcmp(name, "frequency_penalty"))
+        p->frequency_penalty = (float)v;
+    else if (!strcmp(name, "seed"))
+        p->seed = (uint64_t)v;
+    else if (!strcmp(name, "num_predict"))
+        o->n_predict = (int)v;
+    else
+        return -1;
     return 0;
 }
 
@@ -491,8 +515,10 @@ static void chat_set(chat_state *st, cli_opts *o, int *has_system, char *args) {
             return;
         }
         json_t *m = json_pack("{s:s, s:s}", "role", "system", "content", args + 7);
-        if (*has_system) json_array_set_new(st->messages, 0, m);
-        else json_array_insert_new(st->messages, 0, m);
+        if (*has_system)
+            json_array_set_new(st->messages, 0, m);
+        else
+            json_array_insert_new(st->messages, 0, m);
         *has_system = 1;
         fprintf(stderr, "kiln chat: system prompt set\n");
         return;
@@ -554,7 +580,8 @@ int cmd_chat(int argc, char **argv) {
     if (src && !st.go) {
         char err[256];
         st.tmpl = kct_compile(src, strlen(src), err, sizeof err);
-        if (!st.tmpl) fprintf(stderr, "kiln chat: the model's chat template does not compile (%s); continuing text\n", err);
+        if (!st.tmpl)
+            fprintf(stderr, "kiln chat: the model's chat template does not compile (%s); continuing text\n", err);
     }
     const int has_tmpl = st.tmpl || st.go;
     piece_text(st.m, kiln_token_bos(st.m), st.bos, sizeof st.bos);
@@ -563,7 +590,10 @@ int cmd_chat(int argc, char **argv) {
     if (system) json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "system", "content", system));
     int has_system = system != NULL;
     fprintf(stderr, "kiln chat: %s (%s). /help for commands; /bye or Ctrl-D ends.\n",
-            info.name[0] ? info.name : info.arch, st.go ? "the pack's template" : st.tmpl ? "the model's chat template" : "no chat template: text is continued");
+            info.name[0] ? info.name : info.arch,
+            st.go     ? "the pack's template"
+            : st.tmpl ? "the model's chat template"
+                      : "no chat template: text is continued");
     int rc = 1;
     char *line = NULL;
     size_t line_cap = 0;
@@ -578,8 +608,9 @@ int cmd_chat(int argc, char **argv) {
         const int got = read_message(&line, &line_cap);
         if (got < 0) break; /* end of input */
         if (got == 0) continue;
-        if (line[0] == '/' && line[1] == '/') memmove(line, line + 1, (size_t)got); /* //TEXT sends /TEXT */
-        else if (line[0] == '/') { /* a command, as in Ollama's REPL */
+        if (line[0] == '/' && line[1] == '/')
+            memmove(line, line + 1, (size_t)got); /* //TEXT sends /TEXT */
+        else if (line[0] == '/') {                /* a command, as in Ollama's REPL */
             if (!strcmp(line, "/bye") || !strcmp(line, "/exit")) break;
             if (!strcmp(line, "/clear")) { /* forget the turns, keep the system prompt */
                 while (json_array_size(st.messages) > (has_system ? 1u : 0u))
@@ -593,8 +624,7 @@ int cmd_chat(int argc, char **argv) {
                 chat_set(&st, &o, &has_system, line + 5);
                 continue;
             }
-            if (strcmp(line, "/help") && strcmp(line, "/?"))
-                fprintf(stderr, "kiln chat: unknown command '%s'\n", line);
+            if (strcmp(line, "/help") && strcmp(line, "/?")) fprintf(stderr, "kiln chat: unknown command '%s'\n", line);
             fprintf(stderr, "  /clear      forget the conversation (the system prompt stays)\n"
                             "  /set system TEXT             set the system prompt\n"
                             "  /set parameter NAME VALUE    temperature, top_k, top_p, min_p, seed, num_predict, ...\n"
@@ -630,9 +660,9 @@ int cmd_chat(int argc, char **argv) {
                 const size_t first = has_system ? 1 : 0;
                 while (ids && n + reserve > n_ctx && json_array_size(st.messages) > first + 1) {
                     json_array_remove(st.messages, first); /* a turn: the message and the replies after it */
-                    while (json_array_size(st.messages) > first + 1 &&
-                           strcmp(json_string_value(json_object_get(json_array_get(st.messages, first), "role")),
-                                  "user"))
+                    while (
+                        json_array_size(st.messages) > first + 1 &&
+                        strcmp(json_string_value(json_object_get(json_array_get(st.messages, first), "role")), "user"))
                         json_array_remove(st.messages, first);
                     dropped++;
                     free(ids);
@@ -652,7 +682,8 @@ int cmd_chat(int argc, char **argv) {
                 }
             }
             if (dropped)
-                fprintf(stderr, "kiln chat: the conversation outgrew the context of %d tokens: dropped the oldest %d %s%s\n",
+                fprintf(stderr,
+                        "kiln chat: the conversation outgrew the context of %d tokens: dropped the oldest %d %s%s\n",
                         n_ctx, dropped, has_tmpl ? (dropped == 1 ? "turn" : "turns") : "tokens",
                         has_system && has_tmpl ? " (the system prompt stays)" : "");
         }
@@ -674,7 +705,7 @@ int cmd_chat(int argc, char **argv) {
         /* the cache keeps the prefix the new tokens share */
         int keep = 0;
         while (keep < st.n_kv && keep < n && st.held[keep] == ids[keep]) keep++;
-        if (keep == n) keep--; /* always feed at least one token */
+        if (keep == n) keep--;                         /* always feed at least one token */
         keep = kiln_seq_truncate_point(st.c, 0, keep); /* a recurrent state resumes only at a snapshot */
         int budget = n_ctx - n - 1;
         gen_params p = gen_params_default();
@@ -710,8 +741,10 @@ int cmd_chat(int argc, char **argv) {
             keep = kiln_seq_truncate_point(st.c, 0, keep);
             kiln_seq_truncate(st.c, 0, keep);
             st.n_kv = keep;
-            if (has_tmpl) json_array_remove(st.messages, json_array_size(st.messages) - 1);
-            else st.n_held = n_before;
+            if (has_tmpl)
+                json_array_remove(st.messages, json_array_size(st.messages) - 1);
+            else
+                st.n_held = n_before;
             if (ids != st.held) free(ids);
             free(k.out);
             g_sigint = 0;
@@ -730,7 +763,8 @@ int cmd_chat(int argc, char **argv) {
             int hr = hold(&st, ids, n);
             free(ids);
             if (hr) goto done;
-            json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "assistant", "content", k.out ? k.out : ""));
+            json_array_append_new(st.messages,
+                                  json_pack("{s:s, s:s}", "role", "assistant", "content", k.out ? k.out : ""));
         } else if (k.out_len) {
             int nr = 0;
             int32_t *r = tokenize_alloc(st.m, k.out, 0, 0, &nr);

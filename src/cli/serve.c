@@ -35,9 +35,12 @@ static int parse_dur(const char *s, double *out) {
     char *end;
     double v = strtod(s, &end);
     if (end == s) return -1;
-    if (!strcmp(end, "h")) v *= 3600;
-    else if (!strcmp(end, "m")) v *= 60;
-    else if (*end && strcmp(end, "s")) return -1;
+    if (!strcmp(end, "h"))
+        v *= 3600;
+    else if (!strcmp(end, "m"))
+        v *= 60;
+    else if (*end && strcmp(end, "s"))
+        return -1;
     *out = v;
     return 0;
 }
@@ -101,12 +104,18 @@ int cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) models[n_models++] = argv[++i];
-        else if (!strcmp(a, "--host") && has) cfg.host = argv[++i];
-        else if (!strcmp(a, "--store") && has) cfg.store_root = argv[++i];
-        else if (!strcmp(a, "--api-key") && has) cfg.api_key = argv[++i];
-        else if (!strcmp(a, "--image") && has) cfg.image_pack = argv[++i];
-        else if (!strcmp(a, "--cors-origins") && has) cfg.cors_origins = argv[++i];
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has)
+            models[n_models++] = argv[++i];
+        else if (!strcmp(a, "--host") && has)
+            cfg.host = argv[++i];
+        else if (!strcmp(a, "--store") && has)
+            cfg.store_root = argv[++i];
+        else if (!strcmp(a, "--api-key") && has)
+            cfg.api_key = argv[++i];
+        else if (!strcmp(a, "--image") && has)
+            cfg.image_pack = argv[++i];
+        else if (!strcmp(a, "--cors-origins") && has)
+            cfg.cors_origins = argv[++i];
         else if (!strcmp(a, "--keep-alive") && has) {
             if (parse_dur(argv[++i], &cfg.keep_alive)) {
                 fprintf(stderr, "kiln serve: --keep-alive: '%s' is not a duration\n", argv[i]);
@@ -121,15 +130,15 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
             cfg.log_json = !strcmp(f, "json");
-        } else if (!strcmp(a, "--kv-f32")) cfg.kv_type = KILN_KV_F32;
+        } else if (!strcmp(a, "--kv-f32"))
+            cfg.kv_type = KILN_KV_F32;
         else if (!strcmp(a, "--cache-type") && has) {
             if ((cfg.kv_type = cli_kv_type(argv[++i])) < 0) {
                 fprintf(stderr, "kiln serve: --cache-type: '%s' is not f16, f32 or q8_0\n", argv[i]);
                 free(models);
                 return 2;
             }
-        }
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             serve_usage(stdout);
             free(models);
             return 0;
@@ -139,8 +148,9 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
         } else {
-            const char *numeric[] = {"--port", "--parallel", "-c", "-b", "-t", "--kv-budget", "--max-body",
-                                     "--max-queue", "--grace", "--ctx-size", "--threads", "--max-loaded", "-np"};
+            const char *numeric[] = {"--port",      "--parallel",   "-c",          "-b",      "-t",
+                                     "--kv-budget", "--max-body",   "--max-queue", "--grace", "--ctx-size",
+                                     "--threads",   "--max-loaded", "-np"};
             int k = -1;
             for (int j = 0; j < (int)(sizeof numeric / sizeof numeric[0]); j++)
                 if (!strcmp(a, numeric[j])) k = j;
@@ -156,10 +166,13 @@ int cmd_serve(int argc, char **argv) {
             }
             switch (k) {
             case 0: cfg.port = (int)v; break;
-            case 1: case 12: cfg.parallel = (int)v; break;
-            case 2: case 9: cfg.n_ctx = (int)v; break;
+            case 1:
+            case 12: cfg.parallel = (int)v; break;
+            case 2:
+            case 9: cfg.n_ctx = (int)v; break;
             case 3: cfg.n_batch = (int)v; break;
-            case 4: case 10: cfg.n_threads = (int)v; break;
+            case 4:
+            case 10: cfg.n_threads = (int)v; break;
             case 5: cfg.kv_budget = (uint64_t)(v * 1048576.0); break;
             case 6: cfg.max_body = (size_t)v; break;
             case 7: cfg.max_queue = (int)v; break;
@@ -181,7 +194,8 @@ int cmd_serve(int argc, char **argv) {
     struct stat ist;
     if (cfg.image_pack && stat(cfg.image_pack, &ist) != 0) {
         kiln_store *st = NULL;
-        if (kiln_store_open(cfg.store_root, &st) != KILN_OK || kiln_store_resolve(st, cfg.image_pack, &image_lease) != KILN_OK) {
+        if (kiln_store_open(cfg.store_root, &st) != KILN_OK ||
+            kiln_store_resolve(st, cfg.image_pack, &image_lease) != KILN_OK) {
             fprintf(stderr, "kiln serve: --image %s: no such pack, and not one in the store (%s)\n", cfg.image_pack,
                     kiln_last_error());
             kiln_store_close(st);

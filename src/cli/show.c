@@ -28,22 +28,32 @@ static void print_value(const gguf_kv *kv) {
     one.type = GGUF_ARRAY;
     one.arr_type = kv->type;
     one.n = 1;
-    if (kv->type == GGUF_F32 || kv->type == GGUF_F64) printf("%g", gguf_arr_float(&one, 0));
-    else if (kv->type == GGUF_BOOL) printf("%s", gguf_arr_int(&one, 0) ? "true" : "false");
-    else printf("%lld", (long long)gguf_arr_int(&one, 0));
+    if (kv->type == GGUF_F32 || kv->type == GGUF_F64)
+        printf("%g", gguf_arr_float(&one, 0));
+    else if (kv->type == GGUF_BOOL)
+        printf("%s", gguf_arr_int(&one, 0) ? "true" : "false");
+    else
+        printf("%lld", (long long)gguf_arr_int(&one, 0));
 }
 
 int cmd_show(int argc, char **argv) {
     const char *path = NULL, *token = NULL;
     int tensors = 1, remote = 0, json = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
-        else if (!strcmp(argv[i], "--no-tensors")) tensors = 0;
-        else if (!strcmp(argv[i], "--remote")) remote = 1;
-        else if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--token") && i + 1 < argc) token = argv[++i];
-        else if (argv[i][0] != '-' && !path) path = argv[i];
-        else if (cli_help("show", argv[i])) return 0;
+        if (!strcmp(argv[i], "-m") && i + 1 < argc)
+            path = argv[++i];
+        else if (!strcmp(argv[i], "--no-tensors"))
+            tensors = 0;
+        else if (!strcmp(argv[i], "--remote"))
+            remote = 1;
+        else if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (!strcmp(argv[i], "--token") && i + 1 < argc)
+            token = argv[++i];
+        else if (argv[i][0] != '-' && !path)
+            path = argv[i];
+        else if (cli_help("show", argv[i]))
+            return 0;
         else {
             fprintf(stderr, "kiln show: unknown option '%s'\n", argv[i]);
             return 2;
@@ -74,7 +84,8 @@ int cmd_show(int argc, char **argv) {
         if (t->type < KQ_TYPE_COUNT) type_count[t->type]++;
     }
     printf("params:    %llu (%.2f M), %.2f MiB of tensor data, %.2f bits per weight\n", (unsigned long long)n_params,
-           (double)n_params / 1e6, (double)n_bytes / (1024.0 * 1024.0), n_params ? 8.0 * (double)n_bytes / (double)n_params : 0.0);
+           (double)n_params / 1e6, (double)n_bytes / (1024.0 * 1024.0),
+           n_params ? 8.0 * (double)n_bytes / (double)n_params : 0.0);
     printf("types:    ");
     for (int t = 0; t < KQ_TYPE_COUNT; t++)
         if (type_count[t]) printf(" %d × %s", type_count[t], kq_get(t)->name);
@@ -108,13 +119,14 @@ int cmd_show(int argc, char **argv) {
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     printf("\nrunnable:  yes: %s, %d layers, n_embd %d, %d heads (%d KV), n_ff %d, vocab %d, context %d, %s\n",
-           info.arch, info.n_layer, info.n_embd, info.n_head, info.n_head_kv, info.n_ff, info.n_vocab,
-           info.n_ctx_train, info.ftype);
+           info.arch, info.n_layer, info.n_embd, info.n_head, info.n_head_kv, info.n_ff, info.n_vocab, info.n_ctx_train,
+           info.ftype);
     if (info.kv_bytes_per_token) {
         /* what one sequence holds; beside it, a model of the same shapes
          * whose every layer kept K and V */
         const double ctx = 32768, mib = 1024.0 * 1024.0;
-        const uint64_t all = info.n_attn_layer ? info.kv_bytes_per_token / (uint64_t)info.n_attn_layer * (uint64_t)info.n_layer : 0;
+        const uint64_t all =
+            info.n_attn_layer ? info.kv_bytes_per_token / (uint64_t)info.n_attn_layer * (uint64_t)info.n_layer : 0;
         printf("memory:    KV cache (F16) %llu bytes per token in %d of %d layers: %.1f MiB at a 32k context",
                (unsigned long long)info.kv_bytes_per_token, info.n_attn_layer, info.n_layer,
                (double)info.kv_bytes_per_token * ctx / mib);
@@ -134,12 +146,18 @@ static void json_str(const char *s, int n) {
     putchar('"');
     for (int i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
-        if (ch == '"' || ch == '\\') printf("\\%c", ch);
-        else if (ch == '\n') printf("\\n");
-        else if (ch == '\t') printf("\\t");
-        else if (ch == '\r') printf("\\r");
-        else if (ch < 0x20) printf("\\u%04x", ch);
-        else putchar(ch);
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch == '\n')
+            printf("\\n");
+        else if (ch == '\t')
+            printf("\\t");
+        else if (ch == '\r')
+            printf("\\r");
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
     }
     putchar('"');
 }
@@ -149,9 +167,18 @@ int cmd_tokenize(int argc, char **argv) {
     cli_opts_init(&o);
     int no_bos = 0, special = 0, ids_only = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--no-bos")) { no_bos = 1; continue; }
-        if (!strcmp(argv[i], "--parse-special")) { special = 1; continue; }
-        if (!strcmp(argv[i], "--ids")) { ids_only = 1; continue; }
+        if (!strcmp(argv[i], "--no-bos")) {
+            no_bos = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--parse-special")) {
+            special = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--ids")) {
+            ids_only = 1;
+            continue;
+        }
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {

@@ -48,8 +48,8 @@ static void human(uint64_t b, char *buf, size_t cap) {
 
 typedef struct show_ctx {
     int json, tty;
-    double last_line;      /* plain mode: time of the last progress line */
-    int bar_open;          /* tty: a bar is drawn without its newline */
+    double last_line; /* plain mode: time of the last progress line */
+    int bar_open;     /* tty: a bar is drawn without its newline */
 } show_ctx;
 
 static void end_bar(show_ctx *c) {
@@ -123,14 +123,22 @@ int cmd_pull(int argc, char **argv) {
     int n_headers = 0, json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--name") && i + 1 < argc) name = argv[++i];
-        else if (!strcmp(a, "--sha256") && i + 1 < argc) sha = argv[++i];
-        else if (!strcmp(a, "--header") && i + 1 < argc && n_headers < 16) headers[n_headers++] = argv[++i];
-        else if (!strcmp(a, "--token") && i + 1 < argc) token = argv[++i];
-        else if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--url") && i + 1 < argc) mirror = argv[++i];
-        else if (a[0] != '-' && !url) url = a;
-        else if (cli_help("pull", a)) return 0;
+        if (!strcmp(a, "--name") && i + 1 < argc)
+            name = argv[++i];
+        else if (!strcmp(a, "--sha256") && i + 1 < argc)
+            sha = argv[++i];
+        else if (!strcmp(a, "--header") && i + 1 < argc && n_headers < 16)
+            headers[n_headers++] = argv[++i];
+        else if (!strcmp(a, "--token") && i + 1 < argc)
+            token = argv[++i];
+        else if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--url") && i + 1 < argc)
+            mirror = argv[++i];
+        else if (a[0] != '-' && !url)
+            url = a;
+        else if (cli_help("pull", a))
+            return 0;
         else {
             fprintf(stderr, "kiln pull: unknown option '%s'\n", a);
             return 2;
@@ -145,8 +153,12 @@ int cmd_pull(int argc, char **argv) {
     catch_sigint();
     show_ctx sc;
     init_show(&sc, json);
-    kiln_store_pull_params pp = {.headers = n_headers ? headers : NULL, .n_headers = n_headers,
-                                 .progress = on_progress, .user = &sc, .cancel = &g_cancel, .token = token};
+    kiln_store_pull_params pp = {.headers = n_headers ? headers : NULL,
+                                 .n_headers = n_headers,
+                                 .progress = on_progress,
+                                 .user = &sc,
+                                 .cancel = &g_cancel,
+                                 .token = token};
     char id[65];
     /* a built-in name (whisper:base.en) takes its file from --url */
     kiln_status st = kiln_builtin_find(url) ? kiln_builtin_pull(s, url, mirror, &pp, id)
@@ -165,13 +177,20 @@ int cmd_import(int argc, char **argv) {
     int mode = KILN_STORE_COPY, json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--name") && i + 1 < argc) name = argv[++i];
-        else if (!strcmp(a, "--copy")) mode = KILN_STORE_COPY;
-        else if (!strcmp(a, "--move")) mode = KILN_STORE_MOVE;
-        else if (!strcmp(a, "--link")) mode = KILN_STORE_LINK;
-        else if (!strcmp(a, "--json")) json = 1;
-        else if (a[0] != '-' && !path) path = a;
-        else if (cli_help("import", a)) return 0;
+        if (!strcmp(a, "--name") && i + 1 < argc)
+            name = argv[++i];
+        else if (!strcmp(a, "--copy"))
+            mode = KILN_STORE_COPY;
+        else if (!strcmp(a, "--move"))
+            mode = KILN_STORE_MOVE;
+        else if (!strcmp(a, "--link"))
+            mode = KILN_STORE_LINK;
+        else if (!strcmp(a, "--json"))
+            json = 1;
+        else if (a[0] != '-' && !path)
+            path = a;
+        else if (cli_help("import", a))
+            return 0;
         else {
             fprintf(stderr, "kiln import: unknown option '%s'\n", a);
             return 2;
@@ -196,17 +215,28 @@ int cmd_import(int argc, char **argv) {
 static void ago(json_int_t t, char *buf, size_t cap) {
     const double d = difftime(time(NULL), (time_t)t);
     const long n = (long)d;
-    if (t <= 0) snprintf(buf, cap, "-");
-    else if (d < 1) snprintf(buf, cap, "Less than a second ago");
-    else if (d < 60) snprintf(buf, cap, "%ld second%s ago", n, n == 1 ? "" : "s");
-    else if (d < 120) snprintf(buf, cap, "About a minute ago");
-    else if (d < 3600) snprintf(buf, cap, "%ld minutes ago", n / 60);
-    else if (d < 7200) snprintf(buf, cap, "About an hour ago");
-    else if (d < 2 * 86400) snprintf(buf, cap, "%ld hours ago", n / 3600);
-    else if (d < 14 * 86400) snprintf(buf, cap, "%ld days ago", n / 86400);
-    else if (d < 60 * 86400) snprintf(buf, cap, "%ld weeks ago", n / (7 * 86400));
-    else if (d < 730 * 86400) snprintf(buf, cap, "%ld months ago", n / (30 * 86400));
-    else snprintf(buf, cap, "%ld years ago", n / (365 * 86400));
+    if (t <= 0)
+        snprintf(buf, cap, "-");
+    else if (d < 1)
+        snprintf(buf, cap, "Less than a second ago");
+    else if (d < 60)
+        snprintf(buf, cap, "%ld second%s ago", n, n == 1 ? "" : "s");
+    else if (d < 120)
+        snprintf(buf, cap, "About a minute ago");
+    else if (d < 3600)
+        snprintf(buf, cap, "%ld minutes ago", n / 60);
+    else if (d < 7200)
+        snprintf(buf, cap, "About an hour ago");
+    else if (d < 2 * 86400)
+        snprintf(buf, cap, "%ld hours ago", n / 3600);
+    else if (d < 14 * 86400)
+        snprintf(buf, cap, "%ld days ago", n / 86400);
+    else if (d < 60 * 86400)
+        snprintf(buf, cap, "%ld weeks ago", n / (7 * 86400));
+    else if (d < 730 * 86400)
+        snprintf(buf, cap, "%ld months ago", n / (30 * 86400));
+    else
+        snprintf(buf, cap, "%ld years ago", n / (365 * 86400));
 }
 
 int cmd_ls(int argc, char **argv) {
@@ -255,8 +285,10 @@ int cmd_rm(int argc, char **argv) {
     if (open_store(&s)) return 1;
     int rc = 0;
     for (int i = 1; i < argc; i++) {
-        if (kiln_store_remove(s, argv[i]) != KILN_OK) rc = cli_fail("rm");
-        else printf("removed %s\n", argv[i]);
+        if (kiln_store_remove(s, argv[i]) != KILN_OK)
+            rc = cli_fail("rm");
+        else
+            printf("removed %s\n", argv[i]);
     }
     kiln_store_close(s);
     return rc;
@@ -309,10 +341,14 @@ int cmd_cp(int argc, char **argv) {
     int force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--force") || !strcmp(a, "-f")) force = 1;
-        else if (a[0] != '-' && !src) src = a;
-        else if (a[0] != '-' && !dst) dst = a;
-        else if (cli_help("cp", a)) return 0;
+        if (!strcmp(a, "--force") || !strcmp(a, "-f"))
+            force = 1;
+        else if (a[0] != '-' && !src)
+            src = a;
+        else if (a[0] != '-' && !dst)
+            dst = a;
+        else if (cli_help("cp", a))
+            return 0;
         else {
             cli_usage("cp", stderr);
             return 2;
@@ -336,9 +372,9 @@ int cmd_cp(int argc, char **argv) {
 static int source_exit(void) {
     kiln_store_source_result r = kiln_store_last_source_result();
     return r == KILN_SOURCE_AUTH_REQUIRED || r == KILN_SOURCE_GATED || r == KILN_SOURCE_DENIED ? 3
-           : r == KILN_SOURCE_NOT_FOUND                                                      ? 4
-           : r == KILN_SOURCE_TRANSIENT                                                      ? 5
-                                                                                             : 1;
+           : r == KILN_SOURCE_NOT_FOUND                                                        ? 4
+           : r == KILN_SOURCE_TRANSIENT                                                        ? 5
+                                                                                               : 1;
 }
 
 int cli_show_remote(const char *ref, const char *token, int json) {
@@ -371,22 +407,26 @@ int cli_show_remote(const char *ref, const char *token, int json) {
             human((uint64_t)json_integer_value(json_object_get(f, "length")), size, sizeof size);
         const char *sha = json_string_value(json_object_get(f, "sha256"));
         printf("file:      %-40s %-7s %10s  %s%.16s%s\n", json_string_value(json_object_get(f, "path")),
-               json_string_value(json_object_get(f, "role")), size, sha ? "sha256 " : "no published SHA-256", sha ? sha : "",
-               sha ? "..." : "");
+               json_string_value(json_object_get(f, "role")), size, sha ? "sha256 " : "no published SHA-256",
+               sha ? sha : "", sha ? "..." : "");
     }
     char total[32] = "?", params[32];
-    if (json_is_integer(json_object_get(j, "size"))) human((uint64_t)json_integer_value(json_object_get(j, "size")), total, sizeof total);
+    if (json_is_integer(json_object_get(j, "size")))
+        human((uint64_t)json_integer_value(json_object_get(j, "size")), total, sizeof total);
     double np = (double)json_integer_value(json_object_get(j, "parameters"));
     snprintf(params, sizeof params, np >= 1e9 ? "%.2f B" : "%.2f M", np >= 1e9 ? np / 1e9 : np / 1e6);
     const char *name = json_string_value(json_object_get(j, "model_name"));
-    printf("size:      %s%s\n", total, json_is_true(json_object_get(j, "metadata_verified")) ? "" : " (lengths or hashes unpublished)");
-    printf("arch:      %s%s%s%s, %lld layers, embedding %lld, context %lld\n", json_string_value(json_object_get(j, "arch")),
-           name ? " (\"" : "", name ? name : "", name ? "\")" : "", (long long)json_integer_value(json_object_get(j, "layers")),
+    printf("size:      %s%s\n", total,
+           json_is_true(json_object_get(j, "metadata_verified")) ? "" : " (lengths or hashes unpublished)");
+    printf("arch:      %s%s%s%s, %lld layers, embedding %lld, context %lld\n",
+           json_string_value(json_object_get(j, "arch")), name ? " (\"" : "", name ? name : "", name ? "\")" : "",
+           (long long)json_integer_value(json_object_get(j, "layers")),
            (long long)json_integer_value(json_object_get(j, "embedding_length")),
            (long long)json_integer_value(json_object_get(j, "context_length")));
     long long split = json_integer_value(json_object_get(j, "split_count"));
-    printf("weights:   %s, %s parameters in %lld tensors%s\n", json_string_value(json_object_get(j, "quantization")), params,
-           (long long)json_integer_value(json_object_get(j, "tensors")), split > 1 ? " (the first of the split files)" : "");
+    printf("weights:   %s, %s parameters in %lld tensors%s\n", json_string_value(json_object_get(j, "quantization")),
+           params, (long long)json_integer_value(json_object_get(j, "tensors")),
+           split > 1 ? " (the first of the split files)" : "");
     char read[32];
     human((uint64_t)json_integer_value(json_object_get(j, "header_bytes_read")), read, sizeof read);
     printf("read:      %s of the header in %lld range request%s; no weights\n", read,

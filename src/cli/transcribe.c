@@ -18,8 +18,8 @@ typedef struct progress {
 static int show_progress(double done, double total, void *u) {
     progress *p = u;
     if (total <= p->window) return 0; /* one window: nothing to follow */
-    fprintf(stderr, "%stranscribing %s: %3.0f %% (%.1f / %.1f s)%s", p->tty ? "\r" : "", p->file,
-            100.0 * done / total, done, total, p->tty ? (done >= total ? "\n" : "") : "\n");
+    fprintf(stderr, "%stranscribing %s: %3.0f %% (%.1f / %.1f s)%s", p->tty ? "\r" : "", p->file, 100.0 * done / total,
+            done, total, p->tty ? (done >= total ? "\n" : "") : "\n");
     fflush(stderr);
     return 0;
 }
@@ -37,25 +37,44 @@ int cmd_transcribe(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more) model = argv[++i];
-        else if ((!strcmp(a, "-l") || !strcmp(a, "--language")) && more) p.language = argv[++i];
-        else if (!strcmp(a, "--translate")) p.translate = 1;
-        else if ((!strcmp(a, "--beam-size") || !strcmp(a, "-bs")) && more) p.beam_size = atoi(argv[++i]);
-        else if ((!strcmp(a, "--best-of") || !strcmp(a, "-bo")) && more) p.best_of = atoi(argv[++i]);
-        else if (!strcmp(a, "--temperature") && more) p.temperature = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--temperature-inc") && more) p.temperature_inc = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--no-fallback")) p.temperature_inc = 0.0f;
-        else if (!strcmp(a, "--prompt") && more) p.initial_prompt = argv[++i];
-        else if (!strcmp(a, "--no-timestamps")) p.timestamps = 0;
-        else if (!strcmp(a, "--no-context")) p.condition_on_previous = 0;
-        else if (!strcmp(a, "--keep-symbols")) p.suppress_non_speech = 0;
-        else if (!strcmp(a, "--seed") && more) p.seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "-t") && more) p.n_threads = atoi(argv[++i]);
-        else if ((!strcmp(a, "-o") || !strcmp(a, "--output-format")) && more) format = argv[++i];
-        else if (!strcmp(a, "--output-dir") && more) out_dir = argv[++i];
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = 1;
-        else if (!strcmp(a, "-v")) verbose = 1;
-        else if (cli_help("transcribe", a)) return 0;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more)
+            model = argv[++i];
+        else if ((!strcmp(a, "-l") || !strcmp(a, "--language")) && more)
+            p.language = argv[++i];
+        else if (!strcmp(a, "--translate"))
+            p.translate = 1;
+        else if ((!strcmp(a, "--beam-size") || !strcmp(a, "-bs")) && more)
+            p.beam_size = atoi(argv[++i]);
+        else if ((!strcmp(a, "--best-of") || !strcmp(a, "-bo")) && more)
+            p.best_of = atoi(argv[++i]);
+        else if (!strcmp(a, "--temperature") && more)
+            p.temperature = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--temperature-inc") && more)
+            p.temperature_inc = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--no-fallback"))
+            p.temperature_inc = 0.0f;
+        else if (!strcmp(a, "--prompt") && more)
+            p.initial_prompt = argv[++i];
+        else if (!strcmp(a, "--no-timestamps"))
+            p.timestamps = 0;
+        else if (!strcmp(a, "--no-context"))
+            p.condition_on_previous = 0;
+        else if (!strcmp(a, "--keep-symbols"))
+            p.suppress_non_speech = 0;
+        else if (!strcmp(a, "--seed") && more)
+            p.seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "-t") && more)
+            p.n_threads = atoi(argv[++i]);
+        else if ((!strcmp(a, "-o") || !strcmp(a, "--output-format")) && more)
+            format = argv[++i];
+        else if (!strcmp(a, "--output-dir") && more)
+            out_dir = argv[++i];
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet"))
+            quiet = 1;
+        else if (!strcmp(a, "-v"))
+            verbose = 1;
+        else if (cli_help("transcribe", a))
+            return 0;
         else if (a[0] != '-' || !strcmp(a, "-")) {
             if (n_files == (int)(sizeof files / sizeof *files)) {
                 fprintf(stderr, "kiln transcribe: more than %zu files\n", sizeof files / sizeof *files);
@@ -120,9 +139,11 @@ int cmd_transcribe(int argc, char **argv) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             double el = ts.tv_sec + ts.tv_nsec * 1e-9 - t0;
-            fprintf(stderr, "kiln: %s: %.2f s of audio in %.3f s (real-time factor %.4f), %d windows, %d fallbacks, "
-                    "language %s\n", files[f], t->duration, el, t->duration > 0 ? el / t->duration : 0.0,
-                    t->n_windows, t->n_fallbacks, t->language);
+            fprintf(stderr,
+                    "kiln: %s: %.2f s of audio in %.3f s (real-time factor %.4f), %d windows, %d fallbacks, "
+                    "language %s\n",
+                    files[f], t->duration, el, t->duration > 0 ? el / t->duration : 0.0, t->n_windows, t->n_fallbacks,
+                    t->language);
         }
         char *text = kiln_transcript_format(t, format, p.translate);
         kiln_transcript_free(t);
@@ -167,8 +188,8 @@ int cli_show_whisper(const char *path, int tensors) {
     }
     const wh_hparams *hp = &m->hp;
     printf("file:      %s (whisper.cpp GGML, %.2f MiB)\n", path, (double)m->map.len / (1024.0 * 1024.0));
-    printf("params:    %llu (%.2f M), %.2f MiB of tensor data, %.2f bits per weight\n",
-           (unsigned long long)m->n_params, (double)m->n_params / 1e6, (double)m->n_bytes / (1024.0 * 1024.0),
+    printf("params:    %llu (%.2f M), %.2f MiB of tensor data, %.2f bits per weight\n", (unsigned long long)m->n_params,
+           (double)m->n_params / 1e6, (double)m->n_bytes / (1024.0 * 1024.0),
            m->n_params ? 8.0 * (double)m->n_bytes / (double)m->n_params : 0.0);
     printf("types:    ");
     for (int t = 0; t < KQ_TYPE_COUNT; t++)

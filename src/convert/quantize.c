@@ -37,19 +37,19 @@
 
 typedef struct qmix {
     const char *name;
-    int base;        /* type of ordinary 2-D weights */
-    int more_bits;   /* attn_v / ffn_down in "more bits" layers, -1 = base */
-    int ftype;       /* general.file_type value (llama.cpp's enum) */
+    int base;      /* type of ordinary 2-D weights */
+    int more_bits; /* attn_v / ffn_down in "more bits" layers, -1 = base */
+    int ftype;     /* general.file_type value (llama.cpp's enum) */
 } qmix;
 
 static const qmix k_mixes[] = {
-    {"f32", KQ_F32, -1, 0},        {"f16", KQ_F16, -1, 1},        {"bf16", KQ_BF16, -1, 32},
-    {"q4_0", KQ_Q4_0, -1, 2},      {"q4_1", KQ_Q4_1, -1, 3},      {"q8_0", KQ_Q8_0, -1, 7},
-    {"q5_0", KQ_Q5_0, -1, 8},      {"q5_1", KQ_Q5_1, -1, 9},      {"q2_k", KQ_Q2_K, -1, 10},
-    {"q3_k", KQ_Q3_K, -1, 11},     {"q3_k_s", KQ_Q3_K, -1, 11},   {"q3_k_m", KQ_Q3_K, KQ_Q5_K, 12},
-    {"q4_k", KQ_Q4_K, -1, 14},     {"q4_k_s", KQ_Q4_K, -1, 14},   {"q4_k_m", KQ_Q4_K, KQ_Q6_K, 15},
-    {"q5_k", KQ_Q5_K, -1, 16},     {"q5_k_s", KQ_Q5_K, -1, 16},   {"q5_k_m", KQ_Q5_K, KQ_Q6_K, 17},
-    {"q6_k", KQ_Q6_K, -1, 18},     {"iq4_nl", KQ_IQ4_NL, -1, 25}, {"iq4_xs", KQ_IQ4_XS, -1, 30},
+    {"f32", KQ_F32, -1, 0},    {"f16", KQ_F16, -1, 1},        {"bf16", KQ_BF16, -1, 32},
+    {"q4_0", KQ_Q4_0, -1, 2},  {"q4_1", KQ_Q4_1, -1, 3},      {"q8_0", KQ_Q8_0, -1, 7},
+    {"q5_0", KQ_Q5_0, -1, 8},  {"q5_1", KQ_Q5_1, -1, 9},      {"q2_k", KQ_Q2_K, -1, 10},
+    {"q3_k", KQ_Q3_K, -1, 11}, {"q3_k_s", KQ_Q3_K, -1, 11},   {"q3_k_m", KQ_Q3_K, KQ_Q5_K, 12},
+    {"q4_k", KQ_Q4_K, -1, 14}, {"q4_k_s", KQ_Q4_K, -1, 14},   {"q4_k_m", KQ_Q4_K, KQ_Q6_K, 15},
+    {"q5_k", KQ_Q5_K, -1, 16}, {"q5_k_s", KQ_Q5_K, -1, 16},   {"q5_k_m", KQ_Q5_K, KQ_Q6_K, 17},
+    {"q6_k", KQ_Q6_K, -1, 18}, {"iq4_nl", KQ_IQ4_NL, -1, 25}, {"iq4_xs", KQ_IQ4_XS, -1, 30},
 };
 
 static const qmix *find_mix(const char *name) {
@@ -88,8 +88,8 @@ static int is_attn_v(const char *name) {
 
 /* What the rules need from the whole file. */
 typedef struct qplan {
-    int n_layer;        /* {arch}.block_count */
-    int n_expert;       /* {arch}.expert_count */
+    int n_layer;            /* {arch}.block_count */
+    int n_expert;           /* {arch}.expert_count */
     int n_attn_v, i_attn_v; /* attn_v-like tensors, and how many came before */
 } qplan;
 
@@ -97,7 +97,8 @@ typedef struct qplan {
  * chose before the block-size fallback. */
 static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, qplan *qp, int *wanted) {
     *wanted = -1;
-    if (t->n_dims < 2 || strstr(t->name, "norm")) return t->type == KQ_F16 || t->type == KQ_BF16 ? KQ_F32 : (int)t->type;
+    if (t->n_dims < 2 || strstr(t->name, "norm"))
+        return t->type == KQ_F16 || t->type == KQ_BF16 ? KQ_F32 : (int)t->type;
     if (!ends_with(t->name, "weight") || strstr(t->name, "ffn_gate_inp.weight") || strstr(t->name, "ssm_conv1d"))
         return (int)t->type;
     int want = q->base;
@@ -120,8 +121,10 @@ static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, qp
     /* rows must divide into blocks; fall back toward finer blocks */
     *wanted = want;
     if (t->ne[0] % kq_get(want)->blck != 0) {
-        if (t->ne[0] % 32 == 0) want = kq_get(want)->blck == 256 ? KQ_Q8_0 : want;
-        else want = KQ_F16;
+        if (t->ne[0] % 32 == 0)
+            want = kq_get(want)->blck == 256 ? KQ_Q8_0 : want;
+        else
+            want = KQ_F16;
         if (t->ne[0] % kq_get(want)->blck != 0) want = KQ_F32;
     }
     return want;
@@ -129,13 +132,13 @@ static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, qp
 
 typedef struct qjob {
     const gguf_file *src;
-    int *types;           /* target type per source tensor */
+    int *types; /* target type per source tensor */
     kpool *pool;
     /* per-call state for the thread tasks */
     const gguf_tensor *t;
     int dst_type;
     uint8_t *dst;
-    float *rowbuf;        /* [threads][ne0] */
+    float *rowbuf; /* [threads][ne0] */
     int failed;
 } qjob;
 
@@ -192,8 +195,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     struct stat si, so;
     if (stat(in_path, &si) != 0) return kb_fail(KILN_ERR_IO, "%s: %s", in_path, strerror(errno));
     if (stat(out_path, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
-        return kb_fail(KILN_ERR_INVALID_ARG, "the output %s is the input file itself; write to another path",
-                       out_path);
+        return kb_fail(KILN_ERR_INVALID_ARG, "the output %s is the input file itself; write to another path", out_path);
     char err[512];
     gguf_file *f = gguf_open(in_path, err, sizeof err);
     if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
@@ -239,17 +241,20 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
         if (params->on_tensor) {
             const int64_t nrows = t->ne[1] * t->ne[2] * t->ne[3];
-            kiln_quantize_tensor qt = {
-                .name = t->name, .index = i, .count = nt, .n_dims = (int32_t)t->n_dims,
-                .ne = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}, .type_in = kq_get((int)t->type)->name,
-                .type_out = kq_get(types[i])->name,
-                .wanted = wanted >= 0 && wanted != types[i] ? kq_get(wanted)->name : NULL,
-                .wanted_block = wanted >= 0 ? (int32_t)kq_get(wanted)->blck : 0,
-                .bytes_in = t->nbytes, .bytes_out = (uint64_t)nrows * kq_row_size(types[i], t->ne[0])};
+            kiln_quantize_tensor qt = {.name = t->name,
+                                       .index = i,
+                                       .count = nt,
+                                       .n_dims = (int32_t)t->n_dims,
+                                       .ne = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]},
+                                       .type_in = kq_get((int)t->type)->name,
+                                       .type_out = kq_get(types[i])->name,
+                                       .wanted = wanted >= 0 && wanted != types[i] ? kq_get(wanted)->name : NULL,
+                                       .wanted_block = wanted >= 0 ? (int32_t)kq_get(wanted)->blck : 0,
+                                       .bytes_in = t->nbytes,
+                                       .bytes_out = (uint64_t)nrows * kq_row_size(types[i], t->ne[0])};
             params->on_tensor(&qt, params->user);
         }
-        gguf_w_tensor(w, t->name, (uint32_t)types[i], (int)t->n_dims, t->ne,
-                      (int)t->type == types[i] ? t->data : NULL);
+        gguf_w_tensor(w, t->name, (uint32_t)types[i], (int)t->n_dims, t->ne, (int)t->type == types[i] ? t->data : NULL);
     }
     qjob j;
     memset(&j, 0, sizeof j);

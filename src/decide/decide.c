@@ -18,33 +18,33 @@
 #define KD_MAX_SEQ 64
 
 struct kiln_decider {
-    kiln_model *m;               /* NULL when measure_only */
-    gguf_file *gf;               /* measure_only: the header */
-    ktok *tok;                   /* measure_only: the tokenizer; else m->tok */
+    kiln_model *m; /* NULL when measure_only */
+    gguf_file *gf; /* measure_only: the header */
+    ktok *tok;     /* measure_only: the tokenizer; else m->tok */
     kd_config cfg;
     kpool *pool;
     void *ws;
     int32_t n_batch;
-    int32_t *run_tok;            /* one run's sequences end to end */
+    int32_t *run_tok; /* one run's sequences end to end */
     int32_t run_len[KD_MAX_SEQ];
-    float *pooled;               /* [KD_MAX_SEQ][n_embd] */
-    float *h;                    /* [n_embd] head activations */
+    float *pooled; /* [KD_MAX_SEQ][n_embd] */
+    float *h;      /* [n_embd] head activations */
     void *mm_scratch;
-    const char **type_names;     /* [n_types] for kiln_decider_get_info */
+    const char **type_names; /* [n_types] for kiln_decider_get_info */
 };
 
 struct kiln_decide_job {
     kiln_decider *d;
     kd_frame fr;
-    int32_t *order;              /* sequences shortest first */
+    int32_t *order; /* sequences shortest first */
     int32_t n_done;
-    float *logits;               /* [n_seq][n_out of its head] */
-    int32_t *logit_off;          /* [n_seq] */
+    float *logits;      /* [n_seq][n_out of its head] */
+    int32_t *logit_off; /* [n_seq] */
     kiln_decisions res;
     kiln_decision *dec;
     float *probs;
-    char *strings;               /* ids and options, copied */
-    const char **labels;         /* the options of options questions, into strings */
+    char *strings;       /* ids and options, copied */
+    const char **labels; /* the options of options questions, into strings */
     int finished;
 };
 

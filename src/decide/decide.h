@@ -31,10 +31,10 @@
 /* A question type of the configuration. */
 typedef struct kd_type {
     char *name;
-    int head;                /* index into kd_config.heads */
-    int n_labels;            /* labels head: > 0; options head: 0 */
+    int head;     /* index into kd_config.heads */
+    int n_labels; /* labels head: > 0; options head: 0 */
     char **labels;
-    int slots;               /* options head: most options a request may give */
+    int slots; /* options head: most options a request may give */
     float temperature;
     /* temperature_by_options buckets [lo, hi] -> t */
     int n_buckets;
@@ -45,18 +45,18 @@ typedef struct kd_type {
 /* A head's weights (NULL matrices' data when absent). */
 typedef struct kd_head {
     char *name;
-    int n_out;               /* labels, or 1 for an options head */
+    int n_out; /* labels, or 1 for an options head */
     kk_mat dense, out;
     const float *dense_b, *norm_w, *norm_b, *out_b;
 } kd_head;
 
 typedef struct kd_config {
     int max_len, head_max_len;
-    int pooling;             /* KL_POOL_CLS or KL_POOL_MEAN */
-    float norm_eps;          /* the heads' LayerNorm epsilon ("norm_eps", 1e-5) */
+    int pooling;    /* KL_POOL_CLS or KL_POOL_MEAN */
+    float norm_eps; /* the heads' LayerNorm epsilon ("norm_eps", 1e-5) */
     int n_types, n_heads;
     kd_type *types;
-    kd_head *heads;          /* names from the types; weights bound later */
+    kd_head *heads; /* names from the types; weights bound later */
 } kd_config;
 
 /* Parses and checks the JSON configuration text.  0, or -1 with one line
@@ -76,27 +76,26 @@ float kd_temperature(const kd_type *t, int n);
 
 /* The framed request (frame.c). */
 typedef struct kd_seq {
-    int question;            /* request index */
-    int option;              /* options: which; labels: 0 */
-    int head;                /* kd_config.heads index */
-    int32_t n;               /* tokens */
-    int32_t *tok;            /* owned */
+    int question; /* request index */
+    int option;   /* options: which; labels: 0 */
+    int head;     /* kd_config.heads index */
+    int32_t n;    /* tokens */
+    int32_t *tok; /* owned */
 } kd_seq;
 
 typedef struct kd_frame {
     int32_t state_tokens;
     int n_q;
-    int32_t *budget;         /* [n_q] */
+    int32_t *budget; /* [n_q] */
     int n_seq;
-    kd_seq *seqs;            /* every question's sequences (empty when measuring) */
+    kd_seq *seqs; /* every question's sequences (empty when measuring) */
 } kd_frame;
 
 /* Tokenizes and frames r against c (every sequence when seqs, otherwise
  * only the budgets).  KILN_ERR_INVALID_ARG for a bad request (unknown type,
  * options on a labels type or missing, more options than the slots, a
  * head part over head_max_len), with kl_fail's message. */
-kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, const kiln_decide_request *r,
-                           int seqs);
+kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, const kiln_decide_request *r, int seqs);
 void kd_frame_free(kd_frame *fr);
 
 #endif

@@ -27,8 +27,8 @@ static kiln_status tokens_of(const ktok *t, const char *text, size_t len, int32_
 }
 
 /* Appends a sequence [CLS] h [SEP] s[0..ns) [SEP] ([CLS] s [SEP] when nh is 0). */
-static int push_seq(kd_frame *fr, int *cap, int q, int opt, int head, int32_t cls, int32_t sep, const int32_t *h, int32_t nh,
-                    const int32_t *s, int32_t ns) {
+static int push_seq(kd_frame *fr, int *cap, int q, int opt, int head, int32_t cls, int32_t sep, const int32_t *h,
+                    int32_t nh, const int32_t *s, int32_t ns) {
     if (fr->n_seq == *cap) {
         int nc = *cap ? 2 * *cap : 16;
         kd_seq *ns2 = realloc(fr->seqs, (size_t)nc * sizeof *ns2);
@@ -59,8 +59,7 @@ static void type_list(const kd_config *c, char *buf, size_t cap) {
         o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", c->types[i].name);
 }
 
-kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, const kiln_decide_request *r,
-                           int seqs) {
+kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, const kiln_decide_request *r, int seqs) {
     memset(fr, 0, sizeof *fr);
     if (!r || !r->state || r->n_questions < 0 || (r->n_questions && !r->questions))
         return kb_fail(KILN_ERR_INVALID_ARG, "bad decision request");
@@ -85,8 +84,7 @@ kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, cons
             break;
         }
         if (ty->n_labels && q->n_options) {
-            st = kb_fail(KILN_ERR_INVALID_ARG, "question %d: type '%s' has labels and takes no options", i,
-                         ty->name);
+            st = kb_fail(KILN_ERR_INVALID_ARG, "question %d: type '%s' has labels and takes no options", i, ty->name);
             break;
         }
         if (!ty->n_labels && (q->n_options < 1 || !q->options)) {
@@ -119,8 +117,10 @@ kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, cons
             if (st == KILN_OK && nh > c->head_max_len) {
                 char where[48] = "";
                 if (!ty->n_labels) snprintf(where, sizeof where, ", option %d", k);
-                st = kb_fail(KILN_ERR_INVALID_ARG, "question %d%s: its head part takes %d tokens > "
-                             "head_max_len %d", i, where, nh, c->head_max_len);
+                st = kb_fail(KILN_ERR_INVALID_ARG,
+                             "question %d%s: its head part takes %d tokens > "
+                             "head_max_len %d",
+                             i, where, nh, c->head_max_len);
             }
             if (nh > longest) longest = nh;
         }

@@ -82,7 +82,11 @@ static int parse_bucket(const char *key, int32_t *lo, int32_t *hi) {
     return 0;
 }
 
-#define BAD(...) do { snprintf(err, errlen, "decision config: " __VA_ARGS__); goto fail; } while (0)
+#define BAD(...)                                                \
+    do {                                                        \
+        snprintf(err, errlen, "decision config: " __VA_ARGS__); \
+        goto fail;                                              \
+    } while (0)
 
 int kd_config_parse(kd_config *c, const char *text, size_t len, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
@@ -107,9 +111,12 @@ int kd_config_parse(kd_config *c, const char *text, size_t len, char *err, size_
     const json_t *pool = json_object_get(root, "pooling");
     c->pooling = KL_POOL_CLS;
     if (pool) {
-        if (json_is_string(pool) && !strcmp(json_string_value(pool), "cls")) c->pooling = KL_POOL_CLS;
-        else if (json_is_string(pool) && !strcmp(json_string_value(pool), "mean")) c->pooling = KL_POOL_MEAN;
-        else BAD("\"pooling\" must be \"cls\" or \"mean\"");
+        if (json_is_string(pool) && !strcmp(json_string_value(pool), "cls"))
+            c->pooling = KL_POOL_CLS;
+        else if (json_is_string(pool) && !strcmp(json_string_value(pool), "mean"))
+            c->pooling = KL_POOL_MEAN;
+        else
+            BAD("\"pooling\" must be \"cls\" or \"mean\"");
     }
     const json_t *types = json_object_get(root, "question_types");
     if (!json_is_object(types) || json_object_size(types) == 0 || json_object_size(types) > 256)
@@ -287,8 +294,8 @@ kiln_status kd_heads_bind(kd_config *c, const kiln_model *m) {
         }
     }
     /* every tensor under decision. is a part of a configured head */
-    static const char *const parts[] = {"out.weight", "out.bias", "dense.weight", "dense.bias", "norm.weight",
-                                        "norm.bias"};
+    static const char *const parts[] = {"out.weight", "out.bias",    "dense.weight",
+                                        "dense.bias", "norm.weight", "norm.bias"};
     for (int i = 0; i < gguf_n_tensors(m->gf); i++) {
         const char *n = gguf_tensor_at(m->gf, i)->name;
         if (strncmp(n, "decision.", 9)) continue;

@@ -9,7 +9,7 @@
 struct kiln_engine_cancel {
     atomic_int fired;
     atomic_int refs;
-    pthread_mutex_t mu;            /* guards watchers; held while they run */
+    pthread_mutex_t mu; /* guards watchers; held while they run */
     engine_watch *watchers;
 };
 

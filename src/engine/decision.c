@@ -23,8 +23,7 @@ static kiln_status dec_check(void *user, const char *path) {
     return st;
 }
 
-static kiln_status dec_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r,
-                            void **model) {
+static kiln_status dec_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r, void **model) {
     kiln_decider *d = NULL;
     kiln_decider_params p = kiln_decider_default_params();
     p.n_batch = 512; /* a short run bounds an urgent request's wait */

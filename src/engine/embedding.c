@@ -27,8 +27,7 @@ static kiln_status emb_unload(void *user, void *model) {
     return KILN_OK;
 }
 
-static kiln_status emb_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r,
-                            void **model) {
+static kiln_status emb_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r, void **model) {
     *model = NULL;
     emb_model *e = calloc(1, sizeof *e);
     if (!e) return kb_fail(KILN_ERR_NOMEM, "out of memory");
@@ -75,8 +74,8 @@ static kiln_status emb_run(void *user, void *model, int task, void *req, engine_
 
 static kiln_model *emb_model_of(void *user, void *model) { return ((emb_model *)model)->m; }
 
-const engine_ops engine_embedding_ops = {.check = emb_check, .load = emb_load, .unload = emb_unload, .run = emb_run,
-                                         .model_of = emb_model_of};
+const engine_ops engine_embedding_ops = {
+    .check = emb_check, .load = emb_load, .unload = emb_unload, .run = emb_run, .model_of = emb_model_of};
 
 kiln_status kiln_engine_embed(kiln_engine *e, const kiln_embed_request *r, kiln_engine_cancel *cancel,
                               kiln_embed_job **out) {

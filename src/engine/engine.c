@@ -37,9 +37,9 @@ enum { GATE_URGENT = 0, GATE_RESUME = 1, GATE_NORMAL = 2 };
 typedef struct gate_waiter {
     int cls;
     uint64_t ticket;
-    int weight;                 /* places it takes: 1 for a request, all for load/unload */
+    int weight; /* places it takes: 1 for a request, all for load/unload */
     int granted;
-    int async;                  /* queued by engine_yield_async: nobody blocks on it */
+    int async; /* queued by engine_yield_async: nobody blocks on it */
     struct gate_waiter *next;
 } gate_waiter;
 
@@ -50,8 +50,8 @@ struct engine_run {
     int (*abandon)(void *user); /* polled while waiting for the gate: 1 gives up */
     void *abandon_user;
     int is_request;
-    int holds;                  /* holds places of the gate */
-    int weight;                 /* how many */
+    int holds;  /* holds places of the gate */
+    int weight; /* how many */
     gate_waiter w;
 };
 
@@ -64,11 +64,11 @@ typedef struct op {
     char path[4096];            /* load: the resolved file */
     void *lease;                /* load: the store's lease, or NULL */
     kiln_engine_cancel *cancel; /* our reference, or NULL */
-    engine_watch watch;  /* teardown: escalates when cancel fires */
+    engine_watch watch;         /* teardown: escalates when cancel fires */
     kiln_engine *e;
-    int accepted;               /* teardown: queued (before: only noted) */
-    int fired_early;            /* teardown: token fired before acceptance */
-    int is_destroy;             /* stop: its outcome is the destroy outcome */
+    int accepted;    /* teardown: queued (before: only noted) */
+    int fired_early; /* teardown: token fired before acceptance */
+    int is_destroy;  /* stop: its outcome is the destroy outcome */
     struct op *next;
 } op;
 
@@ -77,44 +77,44 @@ typedef char msgbuf[512];
 struct kiln_engine {
     const kiln_engine_family *fam;
     const engine_ops *ops;
-    kiln_engine_backend backend;  /* resolved: never AUTO */
+    kiln_engine_backend backend; /* resolved: never AUTO */
     kiln_engine_status_fn status_fn;
     void *status_user;
-    kiln_engine_store store;      /* acquire == NULL: no store */
+    kiln_engine_store store; /* acquire == NULL: no store */
 
     pthread_mutex_t mu;
-    pthread_cond_t cv;            /* broadcast on every change below */
+    pthread_cond_t cv; /* broadcast on every change below */
     pthread_t thread;
     int thread_started, quit;
 
-    op *head, *tail, *cur;        /* queued ops and the one running */
-    uint64_t next_seq, done_seq;  /* ops accepted / completed (by seq) */
-    kiln_status idle_st;          /* outcome of the latest completed op */
+    op *head, *tail, *cur;       /* queued ops and the one running */
+    uint64_t next_seq, done_seq; /* ops accepted / completed (by seq) */
+    kiln_status idle_st;         /* outcome of the latest completed op */
     msgbuf idle_msg;
 
     int start_accepted, stop_accepted, stopped;
-    int closing;                  /* a teardown was accepted and has not run */
-    atomic_int escalated;         /* cancel admitted requests and loads */
+    int closing;          /* a teardown was accepted and has not run */
+    atomic_int escalated; /* cancel admitted requests and loads */
 
-    void *model;                  /* resident model (worker writes) */
+    void *model; /* resident model (worker writes) */
     void *lease;
     char model_name[512];
-    int release_failed;           /* model kept after a failed release */
+    int release_failed; /* model kept after a failed release */
 
-    int gate_cap, gate_used;      /* places, and places held */
+    int gate_cap, gate_used; /* places, and places held */
     gate_waiter *waiters;
     kiln_context_params ctx_params; /* for the families that make contexts */
     int has_ctx_params;
-    kiln_spec_params spec_params;   /* the llm family's speculative decoding */
-    char spec_draft[4096];          /* its draft_model, copied */
+    kiln_spec_params spec_params; /* the llm family's speculative decoding */
+    char spec_draft[4096];        /* its draft_model, copied */
     uint64_t next_ticket;
     int n_active, n_waiting;
 
-    kiln_engine_state state;      /* latest transition */
+    kiln_engine_state state; /* latest transition */
     kiln_status err;
     msgbuf msg;
 
-    int destroy_phase;            /* 0 none, 1 running, 2 done */
+    int destroy_phase; /* 0 none, 1 running, 2 done */
     kiln_status destroy_st;
     msgbuf destroy_msg;
 };
@@ -122,7 +122,7 @@ struct kiln_engine {
 /* ------------------------------------------------------------- helpers */
 
 const char *kiln_engine_state_str(kiln_engine_state s) {
-    static const char *names[] = {"created", "starting", "started", "loading",  "loaded",
+    static const char *names[] = {"created",   "starting", "started",  "loading", "loaded",
                                   "unloading", "unloaded", "stopping", "stopped", "failed"};
     return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "unknown";
 }
@@ -141,8 +141,10 @@ static void escalate(void *arg) {
     op *o = arg;
     kiln_engine *e = o->e;
     pthread_mutex_lock(&e->mu);
-    if (o->accepted) atomic_store(&e->escalated, 1);
-    else o->fired_early = 1;
+    if (o->accepted)
+        atomic_store(&e->escalated, 1);
+    else
+        o->fired_early = 1;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
@@ -275,8 +277,7 @@ static int urgent_waits(const kiln_engine *e) {
 }
 
 kiln_status engine_yield(engine_run *r) {
-    if (run_cancelled(r))
-        return kb_fail(KILN_ERR_CANCELLED, r->is_request ? "request cancelled" : "load cancelled");
+    if (run_cancelled(r)) return kb_fail(KILN_ERR_CANCELLED, r->is_request ? "request cancelled" : "load cancelled");
     if (!r->is_request) return KILN_OK;
     kiln_engine *e = r->e;
     pthread_mutex_lock(&e->mu);
@@ -456,8 +457,7 @@ static kiln_status run_load(kiln_engine *e, op *o, msgbuf msg) {
             model = NULL;
             kb_errf(msg, sizeof(msgbuf), "%s: load cancelled", o->name);
         } else {
-            kb_errf(msg, sizeof(msgbuf), "%s: load cancelled; releasing it failed: %s", o->name,
-                     kiln_last_error());
+            kb_errf(msg, sizeof(msgbuf), "%s: load cancelled; releasing it failed: %s", o->name, kiln_last_error());
         }
     }
     pthread_mutex_lock(&e->mu);
@@ -572,8 +572,10 @@ static void *worker(void *arg) {
 /* Appends o (mu held). */
 static void enqueue(kiln_engine *e, op *o) {
     o->seq = e->next_seq++;
-    if (e->tail) e->tail->next = o;
-    else e->head = o;
+    if (e->tail)
+        e->tail->next = o;
+    else
+        e->head = o;
     e->tail = o;
     pthread_cond_broadcast(&e->cv);
 }
@@ -640,8 +642,10 @@ kiln_status kiln_engine_load(kiln_engine *e, const char *model, kiln_engine_canc
     struct stat sb;
     kiln_status st = KILN_OK;
     if (stat(model, &sb) == 0) {
-        if (!S_ISREG(sb.st_mode)) st = kb_fail(KILN_ERR_IO, "%s: not a regular file", model);
-        else snprintf(o->path, sizeof o->path, "%s", model);
+        if (!S_ISREG(sb.st_mode))
+            st = kb_fail(KILN_ERR_IO, "%s: not a regular file", model);
+        else
+            snprintf(o->path, sizeof o->path, "%s", model);
     } else if (e->store.acquire) {
         st = e->store.acquire(e->store.user, e->fam->key, model, o->path, sizeof o->path, &o->lease);
     } else {
@@ -737,7 +741,7 @@ static op *stop_locked(kiln_engine *e, op *o, kiln_engine_cancel *cancel) {
         return p;
     }
     if (e->stop_accepted && !e->release_failed) return NULL; /* stopped */
-    accept_teardown(e, o); /* first stop, or a retry of a failed release */
+    accept_teardown(e, o);                                   /* first stop, or a retry of a failed release */
     return o;
 }
 
@@ -807,8 +811,10 @@ kiln_status kiln_engine_wait_idle(kiln_engine *e, int timeout_ms) {
     uint64_t target = e->next_seq - 1;
     int timed_out = 0;
     while (e->done_seq < target && !timed_out) {
-        if (timeout_ms < 0) pthread_cond_wait(&e->cv, &e->mu);
-        else timed_out = pthread_cond_timedwait(&e->cv, &e->mu, &until) == ETIMEDOUT;
+        if (timeout_ms < 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        else
+            timed_out = pthread_cond_timedwait(&e->cv, &e->mu, &until) == ETIMEDOUT;
     }
     timed_out &= e->done_seq < target;
     kiln_status st = e->idle_st;
@@ -837,7 +843,7 @@ kiln_status kiln_engine_observe(kiln_engine *e, kiln_engine_observation *out) {
 /* ------------------------------------------------------------ requests */
 
 static int family_has_task(const kiln_engine_family *fam, int task) {
-    const char *name = task == ENGINE_TASK_GENERATE    ? "generate"
+    const char *name = task == ENGINE_TASK_GENERATE     ? "generate"
                        : task == ENGINE_TASK_EMBED      ? "embed"
                        : task == ENGINE_TASK_IMAGE      ? "image"
                        : task == ENGINE_TASK_TRANSCRIBE ? "transcribe"
@@ -850,8 +856,8 @@ static int family_has_task(const kiln_engine_family *fam, int task) {
     return 0;
 }
 
-kiln_status engine_admit(kiln_engine *e, int task, int urgent, kiln_engine_cancel *cancel,
-                         int (*abandon)(void *user), void *user, engine_run **out, void **model) {
+kiln_status engine_admit(kiln_engine *e, int task, int urgent, kiln_engine_cancel *cancel, int (*abandon)(void *user),
+                         void *user, engine_run **out, void **model) {
     *out = NULL;
     if (model) *model = NULL;
     if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
@@ -868,9 +874,9 @@ kiln_status engine_admit(kiln_engine *e, int task, int urgent, kiln_engine_cance
     if (cancel) engine_cancel_watch(cancel, &r->watch);
     pthread_mutex_lock(&e->mu);
     const char *why = e->closing || e->stop_accepted ? "an unload or stop was accepted"
-                      : e->release_failed        ? "a failed release holds the model; unload to retry"
-                      : !e->model                ? "no model is loaded"
-                                                 : NULL;
+                      : e->release_failed            ? "a failed release holds the model; unload to retry"
+                      : !e->model                    ? "no model is loaded"
+                                                     : NULL;
     kiln_status st;
     if (why) {
         st = kb_fail(KILN_ERR_STATE, "request refused: %s", why);

@@ -60,8 +60,15 @@ const kiln_context_params *engine_context_params(const engine_run *r);
 kiln_spec_params engine_spec_params(const engine_run *r, char *draft, size_t cap);
 
 /* Tasks a family's run() receives. */
-enum { ENGINE_TASK_GENERATE = 0, ENGINE_TASK_EMBED = 1, ENGINE_TASK_IMAGE = 2, ENGINE_TASK_TRANSCRIBE = 3,
-       ENGINE_TASK_DECIDE = 4, ENGINE_TASK_MEASURE = 5, ENGINE_TASK_RERANK = 6 };
+enum {
+    ENGINE_TASK_GENERATE = 0,
+    ENGINE_TASK_EMBED = 1,
+    ENGINE_TASK_IMAGE = 2,
+    ENGINE_TASK_TRANSCRIBE = 3,
+    ENGINE_TASK_DECIDE = 4,
+    ENGINE_TASK_MEASURE = 5,
+    ENGINE_TASK_RERANK = 6
+};
 
 /* Every op reports failure as a kiln_status with kiln_last_error() set on
  * the calling thread.  user is engine_ops.user.  Define a table with
@@ -117,8 +124,8 @@ kiln_status engine_request(kiln_engine *e, int task, void *req, int urgent, kiln
  * set, is polled while it waits: 1 gives up, as a fired token does) and
  * hands back the admission and the resident model; engine_dismiss leaves
  * the gate.  Every admission must be dismissed. */
-kiln_status engine_admit(kiln_engine *e, int task, int urgent, kiln_engine_cancel *cancel,
-                         int (*abandon)(void *user), void *user, engine_run **out, void **model);
+kiln_status engine_admit(kiln_engine *e, int task, int urgent, kiln_engine_cancel *cancel, int (*abandon)(void *user),
+                         void *user, engine_run **out, void **model);
 void engine_dismiss(engine_run *r);
 /* The resident model when e runs the family of ops, else NULL.  Valid
  * while the host keeps e from unloading (it asks for every unload). */

@@ -58,8 +58,8 @@ static kiln_status img_run(void *user, void *model, int task, void *req, engine_
     im_pipeline *p = model;
     const int w = im_pipeline_width(p), h = im_pipeline_height(p);
     if ((q->width && q->width != w) || (q->height && q->height != h))
-        return kb_fail(KILN_ERR_UNSUPPORTED, "size %dx%d is not supported (this pack makes %dx%d)", q->width,
-                       q->height, w, h);
+        return kb_fail(KILN_ERR_UNSUPPORTED, "size %dx%d is not supported (this pack makes %dx%d)", q->width, q->height,
+                       w, h);
     kiln_image_result *res = calloc(1, sizeof *res);
     if (res) res->images = calloc((size_t)q->n, sizeof *res->images);
     if (!res || !res->images) {
@@ -78,9 +78,12 @@ static kiln_status img_run(void *user, void *model, int task, void *req, engine_
         kiln_image *im = &res->images[i];
         int rc = im_generate(p, &ir, &im->png, &im->len, err, sizeof err);
         im->seed = ir.seed;
-        if (rc == IM_OK) res->n++;
-        else if (rc == IM_CANCELLED) st = c->yield_st != KILN_OK ? c->yield_st : kb_fail(KILN_ERR_CANCELLED, "cancelled");
-        else st = kb_fail(rc == IM_TOO_LONG ? KILN_ERR_CONTEXT_FULL : KILN_ERR_INVALID_ARG, "%s", err);
+        if (rc == IM_OK)
+            res->n++;
+        else if (rc == IM_CANCELLED)
+            st = c->yield_st != KILN_OK ? c->yield_st : kb_fail(KILN_ERR_CANCELLED, "cancelled");
+        else
+            st = kb_fail(rc == IM_TOO_LONG ? KILN_ERR_CONTEXT_FULL : KILN_ERR_INVALID_ARG, "%s", err);
     }
     if (st != KILN_OK) {
         for (int32_t i = 0; i < q->n; i++) free(res->images[i].png);

@@ -23,10 +23,10 @@ typedef struct llm_model {
     kiln_model *m;
     kiln_context *c;
     gen_sched *sched;
-    spec *spec;               /* speculative decoding, or NULL */
+    spec *spec; /* speculative decoding, or NULL */
     int32_t n_seq;
-    pthread_mutex_t emb_mu;   /* guards emb and its native runs */
-    kiln_embedder *emb;       /* made at the first embed request */
+    pthread_mutex_t emb_mu; /* guards emb and its native runs */
+    kiln_embedder *emb;     /* made at the first embed request */
 } llm_model;
 
 /* Prompt tokens one sequence adds per step while others generate. */
@@ -54,8 +54,7 @@ static kiln_status llm_unload(void *user, void *model) {
     return KILN_OK;
 }
 
-static kiln_status llm_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r,
-                            void **model) {
+static kiln_status llm_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r, void **model) {
     *model = NULL;
     llm_model *lm = calloc(1, sizeof *lm);
     if (!lm) return kb_fail(KILN_ERR_NOMEM, "out of memory");
@@ -78,8 +77,10 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
         lm->n_seq = kiln_context_n_seq_max(lm->c);
         gen_gate gate = {gate_urgent, gate_yield, gate_regained, gate_cancelled, engine_of(r)};
         st = gen_sched_new(lm->m, lm->c, LLM_PREFILL_CHUNK, &gate, &lm->sched);
-        if (st != KILN_OK) kb_fail(st, "cannot start the scheduler");
-        else if (lm->spec) gen_sched_set_proposer(lm->sched, spec_proposer(lm->spec));
+        if (st != KILN_OK)
+            kb_fail(st, "cannot start the scheduler");
+        else if (lm->spec)
+            gen_sched_set_proposer(lm->sched, spec_proposer(lm->spec));
     }
     if (st != KILN_OK) {
         llm_unload(user, lm);
@@ -149,8 +150,10 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
             gen_req_stop(q);
         }
     }
-    if (ev.reason == GEN_CANCELLED) st = kb_fail(KILN_ERR_CANCELLED, "request cancelled");
-    else if (ev.reason == GEN_FAILED) st = kb_fail(KILN_ERR_INTERNAL, "%s", ev.error);
+    if (ev.reason == GEN_CANCELLED)
+        st = kb_fail(KILN_ERR_CANCELLED, "request cancelled");
+    else if (ev.reason == GEN_FAILED)
+        st = kb_fail(KILN_ERR_INTERNAL, "%s", ev.error);
     size_t rest = 0;
     const char *tail = kiln_detok_flush(dt, &rest);
     if (st == KILN_OK && !stopped && req->on_token && rest > 0) req->on_token(tail, rest, -1, req->user);
@@ -183,8 +186,12 @@ static kiln_status llm_run(void *user, void *model, int task, void *req, engine_
 
 static kiln_model *llm_model_of(void *user, void *model) { return ((llm_model *)model)->m; }
 
-const engine_ops engine_llm_ops = {.check = llm_check, .load = llm_load, .unload = llm_unload, .run = llm_run,
-                                   .capacity = llm_capacity, .model_of = llm_model_of};
+const engine_ops engine_llm_ops = {.check = llm_check,
+                                   .load = llm_load,
+                                   .unload = llm_unload,
+                                   .run = llm_run,
+                                   .capacity = llm_capacity,
+                                   .model_of = llm_model_of};
 
 /* ---- generations read by their caller (engine.h) ---- */
 

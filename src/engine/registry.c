@@ -42,9 +42,7 @@ enum { N_FAMILIES = (int)(sizeof families / sizeof families[0]) };
 
 int kiln_engine_family_count(void) { return N_FAMILIES; }
 
-const kiln_engine_family *kiln_engine_family_at(int i) {
-    return i >= 0 && i < N_FAMILIES ? &families[i].def : NULL;
-}
+const kiln_engine_family *kiln_engine_family_at(int i) { return i >= 0 && i < N_FAMILIES ? &families[i].def : NULL; }
 
 const kiln_engine_family *kiln_engine_family_find(const char *key) {
     if (!key) return NULL;

@@ -19,7 +19,8 @@ static kiln_status rr_check(void *user, const char *path) {
     st = kl_gguf_is_reranker(f) ? KILN_OK
                                 : kb_fail(KILN_ERR_UNSUPPORTED,
                                           "%s: not a reranker (no classification head cls.output.weight, or a "
-                                          "decoder without rank pooling)", path);
+                                          "decoder without rank pooling)",
+                                          path);
     gguf_close(f);
     return st;
 }
@@ -38,8 +39,7 @@ static kiln_status rr_unload(void *user, void *model) {
     return KILN_OK;
 }
 
-static kiln_status rr_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r,
-                           void **model) {
+static kiln_status rr_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r, void **model) {
     *model = NULL;
     rr_model *x = calloc(1, sizeof *x);
     if (!x) return kb_fail(KILN_ERR_NOMEM, "out of memory");
@@ -83,8 +83,8 @@ static kiln_status rr_run(void *user, void *model, int task, void *req, engine_r
 
 static kiln_model *rr_model_of(void *user, void *model) { return ((rr_model *)model)->m; }
 
-const engine_ops engine_rerank_ops = {.check = rr_check, .load = rr_load, .unload = rr_unload, .run = rr_run,
-                                      .model_of = rr_model_of};
+const engine_ops engine_rerank_ops = {
+    .check = rr_check, .load = rr_load, .unload = rr_unload, .run = rr_run, .model_of = rr_model_of};
 
 kiln_status kiln_engine_rerank(kiln_engine *e, const kiln_rerank_request *q, int urgent, kiln_engine_cancel *cancel,
                                kiln_rerank_job **out) {

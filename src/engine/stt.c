@@ -12,13 +12,11 @@
 #include <string.h>
 
 static kiln_status stt_check(void *user, const char *path) {
-    if (!wh_is_ggml_file(path))
-        return kb_fail(KILN_ERR_UNSUPPORTED, "%s: not a whisper.cpp GGML file", path);
+    if (!wh_is_ggml_file(path)) return kb_fail(KILN_ERR_UNSUPPORTED, "%s: not a whisper.cpp GGML file", path);
     return KILN_OK;
 }
 
-static kiln_status stt_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r,
-                            void **model) {
+static kiln_status stt_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r, void **model) {
     kiln_stt *m = NULL;
     kiln_status st = kiln_stt_load(path, &m);
     *model = m;
@@ -33,8 +31,8 @@ static kiln_status stt_unload(void *user, void *model) {
 /* A transcribe call or a stream as the engine carries it. */
 typedef struct stt_call {
     const kiln_transcribe_params *p;
-    const kiln_audio_window *one;    /* a single transcription, or */
-    kiln_window_next_fn next;        /* a stream */
+    const kiln_audio_window *one; /* a single transcription, or */
+    kiln_window_next_fn next;     /* a stream */
     kiln_window_result_fn on_result;
     void *user;
     kiln_transcript *out;

@@ -23,54 +23,54 @@
 
 struct gen_slot {
     gen_batch *b;
-    gen_params p;             /* prompt points into tok */
-    int32_t seq;              /* -1 while suspended */
-    int32_t *tok;             /* [cap_tok]: prompt, then sampled tokens */
+    gen_params p; /* prompt points into tok */
+    int32_t seq;  /* -1 while suspended */
+    int32_t *tok; /* [cap_tok]: prompt, then sampled tokens */
     int32_t n_tok, cap_tok;
-    int32_t n_fed;            /* of tok, held by the sequence */
+    int32_t n_fed; /* of tok, held by the sequence */
     int32_t n_gen;
     int32_t n_cached;
-    int prefilled;            /* the prompt was fed whole once */
+    int prefilled; /* the prompt was fed whole once */
     int paused;
-    gen_reason end_req;       /* an end asked for (cancel, stop), done at the next step */
+    gen_reason end_req; /* an end asked for (cancel, stop), done at the next step */
     kiln_sampler *smp;
     int32_t draft[GEN_DRAFT_MAX];
-    int32_t n_drafts;         /* proposals fed this step */
-    const gen_dist *dist;     /* what they were drawn from, or NULL (gen_ask) */
-    int32_t n_shadow;         /* proposals asked for but not fed (adaptive length 0) */
-    int32_t ask;              /* proposals asked for this step */
-    int shadow;               /* they are only compared with the sampled token, not fed */
-    double acc_a, acc_n;      /* accepted and verified proposals (the prior included), decayed by SPEC_DECAY */
-    int32_t since_probe;      /* steps since an expensive proposer was last tried */
+    int32_t n_drafts;              /* proposals fed this step */
+    const gen_dist *dist;          /* what they were drawn from, or NULL (gen_ask) */
+    int32_t n_shadow;              /* proposals asked for but not fed (adaptive length 0) */
+    int32_t ask;                   /* proposals asked for this step */
+    int shadow;                    /* they are only compared with the sampled token, not fed */
+    double acc_a, acc_n;           /* accepted and verified proposals (the prior included), decayed by SPEC_DECAY */
+    int32_t since_probe;           /* steps since an expensive proposer was last tried */
     int32_t n_drafted, n_accepted; /* proposals fed and accepted, in total */
-    int32_t b_first, b_count; /* this step's rows in the batch */
-    int decoding;             /* this step feeds the last token (and drafts) */
-    double t_start;           /* when it first took a sequence */
-    gen_slot *prev, *next;    /* every slot not ended */
+    int32_t b_first, b_count;      /* this step's rows in the batch */
+    int decoding;                  /* this step feeds the last token (and drafts) */
+    double t_start;                /* when it first took a sequence */
+    gen_slot *prev, *next;         /* every slot not ended */
 };
 
 struct gen_batch {
     kiln_model *m;
     kiln_context *c;
     int32_t n_seq, n_batch, n_ctx, n_vocab, prefill_chunk;
-    gen_slot **by_seq;        /* [n_seq] the slot on each sequence */
-    gen_slot *head, *tail;    /* in the order they were added */
+    gen_slot **by_seq;     /* [n_seq] the slot on each sequence */
+    gen_slot *head, *tail; /* in the order they were added */
     int32_t n_active;
-    int32_t *b_tok, *b_seq;   /* [n_batch] the step being built */
+    int32_t *b_tok, *b_seq; /* [n_batch] the step being built */
     int8_t *b_want;
-    float *scratch;           /* [n_vocab] masked logits */
-    float *scratch2;          /* [n_vocab] residual weights (verify_drawn) */
-    float *qd;                /* [n_vocab] a draft distribution scattered, zero between uses */
-    int32_t *eog;             /* end-of-generation ids, for ignore_eos */
+    float *scratch;  /* [n_vocab] masked logits */
+    float *scratch2; /* [n_vocab] residual weights (verify_drawn) */
+    float *qd;       /* [n_vocab] a draft distribution scattered, zero between uses */
+    int32_t *eog;    /* end-of-generation ids, for ignore_eos */
     int32_t n_eog;
     /* speculative decoding */
     const gen_proposer *prop;
-    gen_ask *asks;            /* [n_seq] this step's asks of prop */
-    gen_slot **ask_slot;      /* [n_seq] whose they are */
+    gen_ask *asks;       /* [n_seq] this step's asks of prop */
+    gen_slot **ask_slot; /* [n_seq] whose they are */
     /* the cost model of adaptive length: decayed sums over steps that fed
      * only decode rows, of 1, rows, rows^2, seconds and rows * seconds */
     double cw, cn, cnn, ct, cnt;
-    double t_prop;            /* seconds per proposal asked of prop (decayed mean); -1: none yet */
+    double t_prop; /* seconds per proposal asked of prop (decayed mean); -1: none yet */
     gen_spec_stats st;
 };
 
@@ -152,10 +152,14 @@ static void finish(gen_batch *b, gen_slot *s, gen_reason reason, const char *err
         if (!s->p.keep || reason == GEN_FAILED) kiln_seq_truncate(b->c, s->seq, 0);
         b->by_seq[s->seq] = NULL;
     }
-    if (s->prev) s->prev->next = s->next;
-    else b->head = s->next;
-    if (s->next) s->next->prev = s->prev;
-    else b->tail = s->prev;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        b->head = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    else
+        b->tail = s->prev;
     b->n_active--;
     emit_done(s, reason, err);
     kiln_sampler_free(s->smp);
@@ -239,8 +243,10 @@ kiln_status gen_batch_add(gen_batch *b, const gen_params *p, int32_t seq, gen_sl
     s->t_start = kb_now();
     b->by_seq[seq] = s;
     s->prev = b->tail;
-    if (b->tail) b->tail->next = s;
-    else b->head = s;
+    if (b->tail)
+        b->tail->next = s;
+    else
+        b->head = s;
     b->tail = s;
     b->n_active++;
     if (out) *out = s;
@@ -321,8 +327,8 @@ static int emit_token(gen_batch *b, gen_slot *s, int32_t id, const float *logits
     ev.kind = GEN_EV_TOKEN;
     ev.tok.id = id;
     if (s->p.n_top >= 0)
-        ev.tok.n_top = sample_logprobs(logits, b->n_vocab, id, s->p.n_top, &ev.tok.logprob, ev.tok.top_id,
-                                       ev.tok.top_lp);
+        ev.tok.n_top =
+            sample_logprobs(logits, b->n_vocab, id, s->p.n_top, &ev.tok.logprob, ev.tok.top_id, ev.tok.top_lp);
     ev.n_prompt = s->p.n_prompt;
     ev.n_cached = s->n_cached;
     ev.n_gen = s->n_gen;
@@ -413,8 +419,8 @@ static gen_reason sample_run(gen_batch *b, gen_slot *s, int32_t row) {
     const int drawn = s->dist && !s->p.constraint;
     for (;;) {
         const float *lg = kiln_get_logits(b->c, row);
-        const int32_t id = drawn && j < s->n_drafts ? verify_drawn(b, s, lg, s->draft[j], &s->dist[j])
-                                                    : choose(b, s, lg);
+        const int32_t id =
+            drawn && j < s->n_drafts ? verify_drawn(b, s, lg, s->draft[j], &s->dist[j]) : choose(b, s, lg);
         if (j == 0 && s->n_shadow > 0) note_acceptance(s, 1, id == s->draft[0]);
         if (kiln_token_is_eog(b->m, id)) {
             why = GEN_STOP;
@@ -582,8 +588,10 @@ kiln_status gen_batch_step(gen_batch *b) {
         int32_t k = s->p.spec_fixed ? (int32_t)room : adaptive_len(s, (int32_t)room, n_dec, rows, r, rc);
         int shadow = 0;
         if (k == 0) {
-            if (cheap) shadow = 1;
-            else if (++s->since_probe < SPEC_PROBE_EVERY) continue;
+            if (cheap)
+                shadow = 1;
+            else if (++s->since_probe < SPEC_PROBE_EVERY)
+                continue;
             k = 1;
         }
         s->since_probe = 0;

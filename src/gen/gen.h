@@ -71,7 +71,7 @@ const char *gen_reason_str(gen_reason r);
 /* A sampled token, with its logprob and alternatives when asked. */
 typedef struct gen_token {
     int32_t id;
-    float logprob;                    /* log-softmax of the raw logits */
+    float logprob; /* log-softmax of the raw logits */
     int32_t n_top;
     int32_t top_id[SAMPLE_TOP_MAX];
     float top_lp[SAMPLE_TOP_MAX];
@@ -80,17 +80,17 @@ typedef struct gen_token {
 enum { GEN_EV_TOKEN = 0, GEN_EV_DONE = 1 };
 
 typedef struct gen_event {
-    int kind;                 /* GEN_EV_TOKEN or GEN_EV_DONE */
-    gen_token tok;            /* TOKEN: never an end-of-generation token */
-    gen_reason reason;        /* DONE */
-    const char *error;        /* DONE with GEN_FAILED: one line */
-    int32_t n_prompt;         /* prompt tokens */
-    int32_t n_cached;         /* of those, taken from the prefix cache */
-    int32_t n_gen;            /* tokens generated so far */
-    double t;                 /* when it happened (kb_now, seconds) */
-    double t_start;           /* when the slot first took a sequence */
-    int32_t n_drafted;        /* proposals verified so far (speculative decoding) */
-    int32_t n_accepted;       /* of those, accepted */
+    int kind;           /* GEN_EV_TOKEN or GEN_EV_DONE */
+    gen_token tok;      /* TOKEN: never an end-of-generation token */
+    gen_reason reason;  /* DONE */
+    const char *error;  /* DONE with GEN_FAILED: one line */
+    int32_t n_prompt;   /* prompt tokens */
+    int32_t n_cached;   /* of those, taken from the prefix cache */
+    int32_t n_gen;      /* tokens generated so far */
+    double t;           /* when it happened (kb_now, seconds) */
+    double t_start;     /* when the slot first took a sequence */
+    int32_t n_drafted;  /* proposals verified so far (speculative decoding) */
+    int32_t n_accepted; /* of those, accepted */
 } gen_event;
 
 /* Called on the stepping thread.  For a TOKEN, logits (n_vocab floats) is
@@ -117,16 +117,16 @@ typedef struct gen_dist {
 
 /* One slot's request to a proposer in a step. */
 typedef struct gen_ask {
-    int32_t seq;              /* the slot's sequence */
-    const int32_t *tok;       /* its tokens: the sequence holds tok[0..n_tok - 1), and
+    int32_t seq;        /* the slot's sequence */
+    const int32_t *tok; /* its tokens: the sequence holds tok[0..n_tok - 1), and
                                  tok[n_tok - 1] goes in with the proposals */
     int32_t n_tok;
-    int32_t max;              /* most proposals wanted, 1..GEN_DRAFT_MAX */
+    int32_t max;                        /* most proposals wanted, 1..GEN_DRAFT_MAX */
     const kiln_sampler_params *sampler; /* the slot's (temperature <= 0: greedy) */
     /* the answer */
-    int32_t n;                /* proposals written to draft[0..n), n <= max */
-    int32_t *draft;           /* [max], the slot's */
-    const gen_dist *dist;     /* NULL (chosen deterministically), or [n]: what draft[i]
+    int32_t n;            /* proposals written to draft[0..n), n <= max */
+    int32_t *draft;       /* [max], the slot's */
+    const gen_dist *dist; /* NULL (chosen deterministically), or [n]: what draft[i]
                                  was drawn from; valid until the step ends */
 } gen_ask;
 
@@ -143,21 +143,21 @@ typedef struct gen_proposer {
 } gen_proposer;
 
 typedef struct gen_params {
-    const int32_t *prompt;    /* copied by gen_batch_add */
-    int32_t n_prompt;         /* >= 1 */
-    int32_t n_predict;        /* most tokens to generate; < 0: until the context is full */
+    const int32_t *prompt; /* copied by gen_batch_add */
+    int32_t n_prompt;      /* >= 1 */
+    int32_t n_predict;     /* most tokens to generate; < 0: until the context is full */
     kiln_sampler_params sampler;
-    int ignore_eos;           /* end-of-generation tokens are never sampled */
+    int ignore_eos;                      /* end-of-generation tokens are never sampled */
     const sample_constraint *constraint; /* optional; its state must outlive the slot */
-    int32_t n_top;            /* < 0: no logprobs; 0..SAMPLE_TOP_MAX: logprob and that many alternatives */
-    int reuse;                /* take cached prefix blocks and publish this slot's (kiln_seq_reuse/_cache) */
-    int32_t n_past;           /* prompt tokens the sequence already holds (needs an explicit seq) */
-    int keep;                 /* leave the tokens in the sequence when done (else it is emptied) */
-    gen_draft_fn draft;       /* optional: the slot's own proposer (else the batch's, if any) */
+    int32_t n_top;                       /* < 0: no logprobs; 0..SAMPLE_TOP_MAX: logprob and that many alternatives */
+    int reuse;                           /* take cached prefix blocks and publish this slot's (kiln_seq_reuse/_cache) */
+    int32_t n_past;                      /* prompt tokens the sequence already holds (needs an explicit seq) */
+    int keep;                            /* leave the tokens in the sequence when done (else it is emptied) */
+    gen_draft_fn draft;                  /* optional: the slot's own proposer (else the batch's, if any) */
     void *draft_user;
-    int32_t n_draft;          /* most proposals verified per step (0: no speculation) */
-    int spec_fixed;           /* 1: always ask for n_draft proposals (no adaptive length) */
-    gen_event_fn on_event;    /* optional for gen_batch; set by gen_sched */
+    int32_t n_draft;       /* most proposals verified per step (0: no speculation) */
+    int spec_fixed;        /* 1: always ask for n_draft proposals (no adaptive length) */
+    gen_event_fn on_event; /* optional for gen_batch; set by gen_sched */
     void *user;
 } gen_params;
 
@@ -191,9 +191,9 @@ void gen_batch_set_proposer(gen_batch *b, const gen_proposer *p);
 
 /* Speculative decoding counters of a batch since it was made. */
 typedef struct gen_spec_stats {
-    uint64_t n_steps;         /* slot-steps that fed proposals */
-    uint64_t n_drafted;       /* proposals fed and verified */
-    uint64_t n_accepted;      /* of those, accepted */
+    uint64_t n_steps;                      /* slot-steps that fed proposals */
+    uint64_t n_drafted;                    /* proposals fed and verified */
+    uint64_t n_accepted;                   /* of those, accepted */
     uint64_t n_accepted_at[GEN_DRAFT_MAX]; /* [i]: slot-steps whose proposal i was accepted */
 } gen_spec_stats;
 void gen_batch_spec_stats(const gen_batch *b, gen_spec_stats *out);
@@ -243,8 +243,7 @@ typedef struct gen_req gen_req;
 
 /* Starts the scheduler thread over a new gen_batch on m and c (borrowed
  * until gen_sched_free).  gate may be NULL (no yields). */
-kiln_status gen_sched_new(kiln_model *m, kiln_context *c, int32_t prefill_chunk, const gen_gate *gate,
-                          gen_sched **out);
+kiln_status gen_sched_new(kiln_model *m, kiln_context *c, int32_t prefill_chunk, const gen_gate *gate, gen_sched **out);
 /* The batch's proposer (gen_batch_set_proposer); call before the first
  * submit.  p is borrowed until gen_sched_free. */
 void gen_sched_set_proposer(gen_sched *s, const gen_proposer *p);
@@ -268,10 +267,10 @@ void gen_req_stop(gen_req *q);
 void gen_req_free(gen_req *q);
 
 typedef struct gen_sched_stats {
-    int32_t n_running;        /* requests holding a sequence */
-    int32_t n_waiting;        /* queued or yielded */
-    kiln_kv_stats kv;         /* as of the latest step */
-    gen_spec_stats spec;      /* as of the latest step */
+    int32_t n_running;   /* requests holding a sequence */
+    int32_t n_waiting;   /* queued or yielded */
+    kiln_kv_stats kv;    /* as of the latest step */
+    gen_spec_stats spec; /* as of the latest step */
 } gen_sched_stats;
 void gen_sched_get_stats(gen_sched *s, gen_sched_stats *out);
 

@@ -21,20 +21,20 @@ enum { Q_PENDING = 0, Q_RUNNING, Q_YIELDED, Q_DONE };
 
 struct gen_req {
     gen_sched *s;
-    gen_params p;             /* prompt points to the copy below */
+    gen_params p; /* prompt points to the copy below */
     int32_t *prompt;
     int urgent;
     void *ticket;
-    int state;                /* Q_* */
-    uint64_t order;           /* admission order: the last admitted yields first */
-    gen_slot *slot;           /* Q_RUNNING and Q_YIELDED */
+    int state;      /* Q_* */
+    uint64_t order; /* admission order: the last admitted yields first */
+    gen_slot *slot; /* Q_RUNNING and Q_YIELDED */
     gen_event ring[RING];
     int head, count;
     gen_event done_ev;
     char err[256];
-    gen_reason end_req;       /* cancel or stop asked by the caller */
-    pthread_cond_t cv;        /* an event or DONE arrived */
-    gen_req *prev, *next;     /* every request not freed */
+    gen_reason end_req;   /* cancel or stop asked by the caller */
+    pthread_cond_t cv;    /* an event or DONE arrived */
+    gen_req *prev, *next; /* every request not freed */
 };
 
 struct gen_sched {
@@ -44,7 +44,7 @@ struct gen_sched {
     gen_gate gate;
     int has_gate;
     pthread_mutex_t mu;
-    pthread_cond_t cv;        /* wakes the scheduler */
+    pthread_cond_t cv; /* wakes the scheduler */
     pthread_t thread;
     int quit;
     gen_req *head, *tail;
@@ -127,8 +127,10 @@ static void tend(gen_sched *s) {
         if (q->state != Q_RUNNING && q->state != Q_YIELDED) continue;
         if (s->has_gate && q->ticket && q->end_req == GEN_RUNNING && s->gate.cancelled(s->gate.user, q->ticket))
             q->end_req = GEN_CANCELLED;
-        if (q->end_req == GEN_CANCELLED) gen_slot_cancel(q->slot);
-        else if (q->end_req == GEN_STOP) gen_slot_stop(q->slot);
+        if (q->end_req == GEN_CANCELLED)
+            gen_slot_cancel(q->slot);
+        else if (q->end_req == GEN_STOP)
+            gen_slot_stop(q->slot);
         if (q->end_req != GEN_RUNNING) continue;
         if (q->state == Q_RUNNING) {
             gen_slot_pause(q->slot, q->count >= GEN_QUEUE);
@@ -265,8 +267,10 @@ kiln_status gen_sched_submit(gen_sched *s, const gen_params *p, int urgent, void
     int quit = s->quit;
     if (!quit) {
         q->prev = s->tail;
-        if (s->tail) s->tail->next = q;
-        else s->head = q;
+        if (s->tail)
+            s->tail->next = q;
+        else
+            s->head = q;
         s->tail = q;
         wake(s);
     }
@@ -309,7 +313,8 @@ int gen_req_next(gen_req *q, gen_event *ev, int timeout_ms) {
             pthread_mutex_unlock(&s->mu);
             return 0;
         }
-        if (timeout_ms < 0) pthread_cond_wait(&q->cv, &s->mu);
+        if (timeout_ms < 0)
+            pthread_cond_wait(&q->cv, &s->mu);
         else if (pthread_cond_timedwait(&q->cv, &s->mu, &until) != 0 && q->count == 0 && q->state != Q_DONE) {
             pthread_mutex_unlock(&s->mu);
             return 0;
@@ -347,10 +352,14 @@ void gen_req_free(gen_req *q) {
     if (q->state != Q_DONE && q->end_req == GEN_RUNNING) q->end_req = GEN_CANCELLED;
     wake(s);
     while (q->state != Q_DONE) pthread_cond_wait(&q->cv, &s->mu);
-    if (q->prev) q->prev->next = q->next;
-    else s->head = q->next;
-    if (q->next) q->next->prev = q->prev;
-    else s->tail = q->prev;
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        s->head = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    else
+        s->tail = q->prev;
     pthread_mutex_unlock(&s->mu);
     pthread_cond_destroy(&q->cv);
     free(q->prompt);

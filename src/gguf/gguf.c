@@ -18,12 +18,12 @@
 #define GGUF_MAX_KEY 65535
 
 typedef struct shard {
-    kb_map map;           /* empty for gguf_open_memory */
-    const uint8_t *base;  /* start of the image */
-    uint64_t size;        /* of the file */
-    uint64_t avail;       /* bytes of it at base: all, or a prefix (gguf_open_header) */
-    int short_read;       /* parsing stopped only because the prefix ended */
-    const uint8_t *data;  /* start of the tensor data section */
+    kb_map map;          /* empty for gguf_open_memory */
+    const uint8_t *base; /* start of the image */
+    uint64_t size;       /* of the file */
+    uint64_t avail;      /* bytes of it at base: all, or a prefix (gguf_open_header) */
+    int short_read;      /* parsing stopped only because the prefix ended */
+    const uint8_t *data; /* start of the tensor data section */
     uint64_t data_size;
 } shard;
 
@@ -44,8 +44,8 @@ typedef struct cur {
     char *err;
     size_t errlen;
     int failed;
-    uint64_t beyond;  /* bytes of the file after end: 0 unless a prefix is parsed */
-    int *short_read;  /* set when only the prefix's end stopped the parse */
+    uint64_t beyond; /* bytes of the file after end: 0 unless a prefix is parsed */
+    int *short_read; /* set when only the prefix's end stopped the parse */
 } cur;
 
 static int need(cur *c, uint64_t n, const char *what) {
@@ -93,17 +93,24 @@ static gguf_str rd_str(cur *c, const char *what) {
 
 size_t gguf_vtype_size(uint32_t t) {
     switch (t) {
-    case GGUF_U8: case GGUF_I8: case GGUF_BOOL: return 1;
-    case GGUF_U16: case GGUF_I16: return 2;
-    case GGUF_U32: case GGUF_I32: case GGUF_F32: return 4;
-    case GGUF_U64: case GGUF_I64: case GGUF_F64: return 8;
+    case GGUF_U8:
+    case GGUF_I8:
+    case GGUF_BOOL: return 1;
+    case GGUF_U16:
+    case GGUF_I16: return 2;
+    case GGUF_U32:
+    case GGUF_I32:
+    case GGUF_F32: return 4;
+    case GGUF_U64:
+    case GGUF_I64:
+    case GGUF_F64: return 8;
     default: return 0;
     }
 }
 
 const char *gguf_vtype_name(uint32_t t) {
-    static const char *names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool",
-                                  "str", "arr", "u64", "i64", "f64"};
+    static const char *names[] = {"u8",   "i8",  "u16", "i16", "u32", "i32", "f32",
+                                  "bool", "str", "arr", "u64", "i64", "f64"};
     return t < GGUF_VTYPE_COUNT ? names[t] : "?";
 }
 
@@ -213,25 +220,31 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
     /* a key/value takes at least 8 (key length) + 4 (type) + 1 bytes;
      * a tensor info at least 8 + 4 + 8 + 4 + 8 */
     if (n_kv > left / 13 || n_kv > 1000000) {
-        kb_errf(err, errlen, "metadata count %llu is impossible for a file of %llu bytes",
-                (unsigned long long)n_kv, (unsigned long long)sh->size);
+        kb_errf(err, errlen, "metadata count %llu is impossible for a file of %llu bytes", (unsigned long long)n_kv,
+                (unsigned long long)sh->size);
         return -1;
     }
     if (n_tensors > left / 32 || n_tensors > 1000000) {
-        kb_errf(err, errlen, "tensor count %llu is impossible for a file of %llu bytes",
-                (unsigned long long)n_tensors, (unsigned long long)sh->size);
+        kb_errf(err, errlen, "tensor count %llu is impossible for a file of %llu bytes", (unsigned long long)n_tensors,
+                (unsigned long long)sh->size);
         return -1;
     }
     if (si == 0) f->version = version;
 
     uint64_t alignment = GGUF_DEFAULT_ALIGN;
     gguf_kv *kvs = calloc(n_kv ? n_kv : 1, sizeof *kvs);
-    if (!kvs) { kb_errf(err, errlen, "out of memory"); return -1; }
+    if (!kvs) {
+        kb_errf(err, errlen, "out of memory");
+        return -1;
+    }
     uint64_t nk = 0;
     int ok = 1;
     for (; nk < n_kv; nk++) {
         gguf_str key = rd_str(&c, "metadata key");
-        if (c.failed) { ok = 0; break; }
+        if (c.failed) {
+            ok = 0;
+            break;
+        }
         if (key.len == 0 || key.len > GGUF_MAX_KEY || memchr(key.ptr, 0, key.len)) {
             kb_errf(err, errlen, "metadata key %llu has an invalid name", (unsigned long long)nk);
             ok = 0;
@@ -239,7 +252,11 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
         }
         gguf_kv *kv = &kvs[nk];
         kv->key = dup_str(key);
-        if (!kv->key) { kb_errf(err, errlen, "out of memory"); ok = 0; break; }
+        if (!kv->key) {
+            kb_errf(err, errlen, "out of memory");
+            ok = 0;
+            break;
+        }
         for (uint64_t j = 0; j < nk; j++) {
             if (strcmp(kvs[j].key, kv->key) == 0) {
                 kb_errf(err, errlen, "duplicate metadata key %s", kv->key);
@@ -247,20 +264,29 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
                 break;
             }
         }
-        if (!ok) { nk++; break; }
+        if (!ok) {
+            nk++;
+            break;
+        }
         kv->type = rd_u32(&c, kv->key);
-        if (c.failed || rd_value(&c, kv, kv->key)) { ok = 0; nk++; break; }
+        if (c.failed || rd_value(&c, kv, kv->key)) {
+            ok = 0;
+            nk++;
+            break;
+        }
         if (strcmp(kv->key, "general.alignment") == 0) {
             if (kv->type != GGUF_U32) {
                 kb_errf(err, errlen, "general.alignment must be u32");
-                ok = 0; nk++;
+                ok = 0;
+                nk++;
                 break;
             }
             uint32_t a;
             memcpy(&a, kv->data, 4);
             if (a == 0 || (a & (a - 1)) || a > (1u << 20)) {
                 kb_errf(err, errlen, "general.alignment %u is not a power of two", a);
-                ok = 0; nk++;
+                ok = 0;
+                nk++;
                 break;
             }
             alignment = a;
@@ -270,14 +296,20 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
         f->kv = kvs;
         f->n_kv = (int)nk;
     } else {
-        for (uint64_t j = 0; j < nk; j++) { free(kvs[j].key); free(kvs[j].str_off); }
+        for (uint64_t j = 0; j < nk; j++) {
+            free(kvs[j].key);
+            free(kvs[j].str_off);
+        }
         free(kvs);
     }
     if (!ok) return -1;
 
     int base_t = f->n_tensors;
     gguf_tensor *nt = realloc(f->tensors, (size_t)(base_t + n_tensors + 1) * sizeof *nt);
-    if (!nt) { kb_errf(err, errlen, "out of memory"); return -1; }
+    if (!nt) {
+        kb_errf(err, errlen, "out of memory");
+        return -1;
+    }
     f->tensors = nt;
     for (uint64_t i = 0; i < n_tensors; i++) {
         gguf_tensor *t = &f->tensors[f->n_tensors];
@@ -289,7 +321,10 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
             return -1;
         }
         t->name = dup_str(name);
-        if (!t->name) { kb_errf(err, errlen, "out of memory"); return -1; }
+        if (!t->name) {
+            kb_errf(err, errlen, "out of memory");
+            return -1;
+        }
         f->n_tensors++;
         t->shard = si;
         t->n_dims = rd_u32(&c, t->name);
@@ -358,8 +393,8 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
         gguf_tensor *t = &f->tensors[i];
         uint64_t endo;
         if (kb_add_u64(t->offset, t->nbytes, &endo) || endo > sh->data_size) {
-            kb_errf(err, errlen, "tensor %s: data (offset %llu, %llu bytes) lies beyond the end of the file",
-                    t->name, (unsigned long long)t->offset, (unsigned long long)t->nbytes);
+            kb_errf(err, errlen, "tensor %s: data (offset %llu, %llu bytes) lies beyond the end of the file", t->name,
+                    (unsigned long long)t->offset, (unsigned long long)t->nbytes);
             return -1;
         }
         t->data = sh->data ? sh->data + t->offset : NULL;
@@ -379,7 +414,10 @@ gguf_file *gguf_open_header(const void *buf, size_t len, uint64_t file_size, int
         return NULL;
     }
     gguf_file *f = new_file();
-    if (!f) { kb_errf(err, errlen, "out of memory"); return NULL; }
+    if (!f) {
+        kb_errf(err, errlen, "out of memory");
+        return NULL;
+    }
     f->n_shards = 1;
     f->shards[0].base = buf;
     f->shards[0].size = file_size;
@@ -394,7 +432,10 @@ gguf_file *gguf_open_header(const void *buf, size_t len, uint64_t file_size, int
 
 gguf_file *gguf_open_memory(const void *buf, size_t len, char *err, size_t errlen) {
     gguf_file *f = new_file();
-    if (!f) { kb_errf(err, errlen, "out of memory"); return NULL; }
+    if (!f) {
+        kb_errf(err, errlen, "out of memory");
+        return NULL;
+    }
     f->n_shards = 1;
     f->shards[0].base = buf;
     f->shards[0].size = len;
@@ -418,7 +459,10 @@ static int split_name(const char *path, size_t *prefix_len, int *shard_no) {
         char ch = s[i], pat = tail[i];
         if (pat == '0') {
             if (ch < '0' || ch > '9') return 0;
-            if (i < 6) a = a * 10 + (ch - '0'); else b = b * 10 + (ch - '0');
+            if (i < 6)
+                a = a * 10 + (ch - '0');
+            else
+                b = b * 10 + (ch - '0');
         } else if (ch != pat) {
             return 0;
         }
@@ -431,9 +475,15 @@ static int split_name(const char *path, size_t *prefix_len, int *shard_no) {
 
 gguf_file *gguf_open(const char *path, char *err, size_t errlen) {
     gguf_file *f = new_file();
-    if (!f) { kb_errf(err, errlen, "out of memory"); return NULL; }
+    if (!f) {
+        kb_errf(err, errlen, "out of memory");
+        return NULL;
+    }
     char sub[512];
-    if (kb_map_file(path, &f->shards[0].map, err, errlen)) { free(f); return NULL; }
+    if (kb_map_file(path, &f->shards[0].map, err, errlen)) {
+        free(f);
+        return NULL;
+    }
     f->n_shards = 1;
     f->shards[0].base = f->shards[0].map.addr;
     f->shards[0].size = f->shards[0].map.len;
@@ -448,8 +498,8 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen) {
     int64_t meta_count = gguf_get_int(f, "split.count", 0);
     if (count > 1 || meta_count > 1) {
         if (shard_no != 1) {
-            kb_errf(err, errlen, "%s: shard %d of a split model; open the first shard (-00001-of-%05d)", path,
-                    shard_no, count);
+            kb_errf(err, errlen, "%s: shard %d of a split model; open the first shard (-00001-of-%05d)", path, shard_no,
+                    count);
             gguf_close(f);
             return NULL;
         }
@@ -529,21 +579,65 @@ static int scalar_int(uint32_t type, const uint8_t *p, int64_t *out) {
     case GGUF_U8: *out = *p; return 0;
     case GGUF_I8: *out = (int8_t)*p; return 0;
     case GGUF_BOOL: *out = *p != 0; return 0;
-    case GGUF_U16: { uint16_t v; memcpy(&v, p, 2); *out = v; return 0; }
-    case GGUF_I16: { int16_t v; memcpy(&v, p, 2); *out = v; return 0; }
-    case GGUF_U32: { uint32_t v; memcpy(&v, p, 4); *out = v; return 0; }
-    case GGUF_I32: { int32_t v; memcpy(&v, p, 4); *out = v; return 0; }
-    case GGUF_U64: { uint64_t v; memcpy(&v, p, 8); if (v > INT64_MAX) return -1; *out = (int64_t)v; return 0; }
-    case GGUF_I64: { int64_t v; memcpy(&v, p, 8); *out = v; return 0; }
+    case GGUF_U16: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        *out = v;
+        return 0;
+    }
+    case GGUF_I16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        *out = v;
+        return 0;
+    }
+    case GGUF_U32: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return 0;
+    }
+    case GGUF_I32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return 0;
+    }
+    case GGUF_U64: {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        if (v > INT64_MAX) return -1;
+        *out = (int64_t)v;
+        return 0;
+    }
+    case GGUF_I64: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        *out = v;
+        return 0;
+    }
     default: return -1;
     }
 }
 
 static int scalar_float(uint32_t type, const uint8_t *p, double *out) {
-    if (type == GGUF_F32) { float v; memcpy(&v, p, 4); *out = v; return 0; }
-    if (type == GGUF_F64) { double v; memcpy(&v, p, 8); *out = v; return 0; }
+    if (type == GGUF_F32) {
+        float v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return 0;
+    }
+    if (type == GGUF_F64) {
+        double v;
+        memcpy(&v, p, 8);
+        *out = v;
+        return 0;
+    }
     int64_t i;
-    if (scalar_int(type, p, &i) == 0) { *out = (double)i; return 0; }
+    if (scalar_int(type, p, &i) == 0) {
+        *out = (double)i;
+        return 0;
+    }
     return -1;
 }
 
@@ -625,7 +719,10 @@ static void wb_put(wbuf *b, const void *src, size_t n) {
         size_t nc = b->cap ? b->cap * 2 : 4096;
         while (nc < b->len + n) nc *= 2;
         uint8_t *np = realloc(b->p, nc);
-        if (!np) { b->oom = 1; return; }
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
         b->p = np;
         b->cap = nc;
     }
@@ -635,7 +732,10 @@ static void wb_put(wbuf *b, const void *src, size_t n) {
 
 static void wb_u32(wbuf *b, uint32_t v) { wb_put(b, &v, 4); }
 static void wb_u64(wbuf *b, uint64_t v) { wb_put(b, &v, 8); }
-static void wb_str(wbuf *b, const char *s, size_t n) { wb_u64(b, n); wb_put(b, s, n); }
+static void wb_str(wbuf *b, const char *s, size_t n) {
+    wb_u64(b, n);
+    wb_put(b, s, n);
+}
 
 typedef struct wtensor {
     char *name;
@@ -670,10 +770,22 @@ static void w_key(gguf_writer *w, const char *key, uint32_t type) {
     w->n_kv++;
 }
 
-void gguf_w_u32(gguf_writer *w, const char *key, uint32_t v) { w_key(w, key, GGUF_U32); wb_u32(&w->kv, v); }
-void gguf_w_i32(gguf_writer *w, const char *key, int32_t v) { w_key(w, key, GGUF_I32); wb_put(&w->kv, &v, 4); }
-void gguf_w_u64(gguf_writer *w, const char *key, uint64_t v) { w_key(w, key, GGUF_U64); wb_u64(&w->kv, v); }
-void gguf_w_f32(gguf_writer *w, const char *key, float v) { w_key(w, key, GGUF_F32); wb_put(&w->kv, &v, 4); }
+void gguf_w_u32(gguf_writer *w, const char *key, uint32_t v) {
+    w_key(w, key, GGUF_U32);
+    wb_u32(&w->kv, v);
+}
+void gguf_w_i32(gguf_writer *w, const char *key, int32_t v) {
+    w_key(w, key, GGUF_I32);
+    wb_put(&w->kv, &v, 4);
+}
+void gguf_w_u64(gguf_writer *w, const char *key, uint64_t v) {
+    w_key(w, key, GGUF_U64);
+    wb_u64(&w->kv, v);
+}
+void gguf_w_f32(gguf_writer *w, const char *key, float v) {
+    w_key(w, key, GGUF_F32);
+    wb_put(&w->kv, &v, 4);
+}
 void gguf_w_bool(gguf_writer *w, const char *key, int v) {
     uint8_t b = v ? 1 : 0;
     w_key(w, key, GGUF_BOOL);
@@ -713,12 +825,14 @@ void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv) {
     }
 }
 
-void gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *ne,
-                   const void *data) {
+void gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *ne, const void *data) {
     if (w->n_t == w->cap_t) {
         int nc = w->cap_t ? w->cap_t * 2 : 64;
         wtensor *nt = realloc(w->t, (size_t)nc * sizeof *nt);
-        if (!nt) { w->oom = 1; return; }
+        if (!nt) {
+            w->oom = 1;
+            return;
+        }
         w->t = nt;
         w->cap_t = nc;
     }
@@ -747,8 +861,7 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
-int gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, void *ud, char *err,
-                     size_t errlen) {
+int gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, void *ud, char *err, size_t errlen) {
     if (w->oom || w->kv.oom) {
         kb_errf(err, errlen, "out of memory while building %s", path);
         return -1;
@@ -794,12 +907,20 @@ int gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, 
         wtensor *t = &w->t[i];
         const void *src = t->data;
         if (!src) {
-            if (!produce) { kb_errf(err, errlen, "tensor %s has no data", t->name); rc = -1; break; }
+            if (!produce) {
+                kb_errf(err, errlen, "tensor %s has no data", t->name);
+                rc = -1;
+                break;
+            }
             if (scratch_cap < t->nbytes) {
                 free(scratch);
                 scratch = malloc(t->nbytes);
                 scratch_cap = scratch ? t->nbytes : 0;
-                if (!scratch) { kb_errf(err, errlen, "out of memory"); rc = -1; break; }
+                if (!scratch) {
+                    kb_errf(err, errlen, "out of memory");
+                    rc = -1;
+                    break;
+                }
             }
             if (produce(ud, i, scratch, t->nbytes)) {
                 kb_errf(err, errlen, "could not produce data for tensor %s", t->name);
@@ -808,8 +929,7 @@ int gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, 
             }
             src = scratch;
         }
-        if (write_all(fd, src, t->nbytes) ||
-            write_all(fd, zeros, (size_t)((align - t->nbytes % align) % align))) {
+        if (write_all(fd, src, t->nbytes) || write_all(fd, zeros, (size_t)((align - t->nbytes % align) % align))) {
             kb_errf(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
             rc = -1;
         }

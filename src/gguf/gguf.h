@@ -23,9 +23,20 @@
 #include <stdint.h>
 
 enum gguf_vtype {
-    GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3, GGUF_U32 = 4, GGUF_I32 = 5,
-    GGUF_F32 = 6, GGUF_BOOL = 7, GGUF_STRING = 8, GGUF_ARRAY = 9, GGUF_U64 = 10,
-    GGUF_I64 = 11, GGUF_F64 = 12, GGUF_VTYPE_COUNT
+    GGUF_U8 = 0,
+    GGUF_I8 = 1,
+    GGUF_U16 = 2,
+    GGUF_I16 = 3,
+    GGUF_U32 = 4,
+    GGUF_I32 = 5,
+    GGUF_F32 = 6,
+    GGUF_BOOL = 7,
+    GGUF_STRING = 8,
+    GGUF_ARRAY = 9,
+    GGUF_U64 = 10,
+    GGUF_I64 = 11,
+    GGUF_F64 = 12,
+    GGUF_VTYPE_COUNT
 };
 
 #define GGUF_MAX_DIMS 4
@@ -36,21 +47,21 @@ typedef struct gguf_str {
 } gguf_str;
 
 typedef struct gguf_kv {
-    char *key;              /* NUL-terminated copy */
-    uint32_t type;          /* enum gguf_vtype */
-    uint32_t arr_type;      /* element type when type == GGUF_ARRAY */
-    uint64_t n;             /* element count for arrays, 1 otherwise */
-    const uint8_t *data;    /* value (or first array element) in the mapping */
-    uint64_t *str_off;      /* string arrays: offset of element i from data */
+    char *key;           /* NUL-terminated copy */
+    uint32_t type;       /* enum gguf_vtype */
+    uint32_t arr_type;   /* element type when type == GGUF_ARRAY */
+    uint64_t n;          /* element count for arrays, 1 otherwise */
+    const uint8_t *data; /* value (or first array element) in the mapping */
+    uint64_t *str_off;   /* string arrays: offset of element i from data */
 } gguf_kv;
 
 typedef struct gguf_tensor {
-    char *name;             /* NUL-terminated copy */
+    char *name; /* NUL-terminated copy */
     uint32_t n_dims;
     int64_t ne[GGUF_MAX_DIMS]; /* unused dims are 1 */
-    uint32_t type;          /* ggml type id, see quant.h */
-    uint64_t offset;        /* from the shard's data section */
-    const void *data;       /* in the mapping */
+    uint32_t type;             /* ggml type id, see quant.h */
+    uint64_t offset;           /* from the shard's data section */
+    const void *data;          /* in the mapping */
     uint64_t nbytes;
     int shard;
 } gguf_tensor;
@@ -78,7 +89,7 @@ int gguf_n_tensors(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, int i);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 int gguf_n_shards(const gguf_file *f);
-uint64_t gguf_file_size(const gguf_file *f);   /* sum over shards */
+uint64_t gguf_file_size(const gguf_file *f); /* sum over shards */
 /* Advises the kernel to read the tensor data ahead (MADV_WILLNEED). */
 void gguf_prefetch(const gguf_file *f);
 
@@ -122,13 +133,11 @@ void gguf_w_arr(gguf_writer *w, const char *key, uint32_t elem_type, const void 
 /* Declares a tensor; data is written later with gguf_w_tensor_data in the
  * same order, or taken from `data` now if non-NULL (must stay valid until
  * gguf_writer_save returns). */
-void gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, int n_dims,
-                   const int64_t *ne, const void *data);
+void gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *ne, const void *data);
 /* Writes the file.  `produce` (may be NULL when every tensor was given data)
  * is called per tensor without data to fill `dst` (nbytes). Returns 0 or -1
  * with a message in err. */
 typedef int (*gguf_produce_fn)(void *ud, int idx, void *dst, uint64_t nbytes);
-int gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, void *ud,
-                     char *err, size_t errlen);
+int gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, void *ud, char *err, size_t errlen);
 
 #endif

@@ -28,13 +28,17 @@ int im_dit_bind(im_dit *m, const ck_file *f, const char *what, int head_dim, flo
                     *ff = ck_find(f, "transformer_blocks.0.ff.net.0.proj.weight"), *po = ck_find(f, "proj_out.weight");
     if (!pe || !c1 || !ff || !po || pe->n_dims != 4 || c1->n_dims != 2 || ff->n_dims != 2 || po->n_dims != 2 ||
         pe->shape[2] != pe->shape[3]) {
-        kb_errf(err, errlen, "%s: not a PixArt-alpha transformer (needs pos_embed.proj, caption_projection, "
-                "transformer_blocks.0 and proj_out)", what);
+        kb_errf(err, errlen,
+                "%s: not a PixArt-alpha transformer (needs pos_embed.proj, caption_projection, "
+                "transformer_blocks.0 and proj_out)",
+                what);
         return -1;
     }
     if (ck_find(f, "adaln_single.emb.resolution_embedder.linear_1.weight")) {
-        kb_errf(err, errlen, "%s: a transformer with micro-conditions (resolution and aspect embedders) is not "
-                "supported", what);
+        kb_errf(err, errlen,
+                "%s: a transformer with micro-conditions (resolution and aspect embedders) is not "
+                "supported",
+                what);
         return -1;
     }
     m->hidden = (int)pe->shape[0];
@@ -144,7 +148,7 @@ void im_dit_free(im_dit *m) {
 struct im_dit_work {
     int b, max_len;
     int *len;
-    float **ck, **cv;   /* [depth * b] cross-attention keys and values, [len][hidden] */
+    float **ck, **cv; /* [depth * b] cross-attention keys and values, [len][hidden] */
     float *patches, *h, *n, *q, *k, *v, *a, *y, *f, *o;
     float *temb, *te, *t6, *tmp;
     void *mm, *as;
@@ -160,8 +164,8 @@ void im_dit_work_free(im_dit_work *w) {
     free(w->ck);
     free(w->cv);
     free(w->len);
-    void *bufs[] = {w->patches, w->h, w->n, w->q, w->k, w->v, w->a, w->y, w->f, w->o, w->temb, w->te, w->t6,
-                    w->tmp, w->mm, w->as};
+    void *bufs[] = {w->patches, w->h, w->n,    w->q,  w->k,  w->v,   w->a,  w->y,
+                    w->f,       w->o, w->temb, w->te, w->t6, w->tmp, w->mm, w->as};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(w);
 }
@@ -241,8 +245,10 @@ void im_dit_forward(const im_dit *m, kpool *pool, im_dit_work *w, const float *x
                 for (int ci = 0; ci < m->in_ch; ci++)
                     for (int ky = 0; ky < p; ky++)
                         for (int kx = 0; kx < p; kx++)
-                            *row++ = x[(((size_t)b * (size_t)m->in_ch + (size_t)ci) * (size_t)S + (size_t)(gy * p + ky)) *
-                                           (size_t)S + (size_t)(gx * p + kx)];
+                            *row++ =
+                                x[(((size_t)b * (size_t)m->in_ch + (size_t)ci) * (size_t)S + (size_t)(gy * p + ky)) *
+                                      (size_t)S +
+                                  (size_t)(gx * p + kx)];
             }
     im_linear(pool, &m->patch_w, w->patches, BN, w->h, w->mm);
     for (int b = 0; b < B; b++) kk_add(w->h + (size_t)b * (size_t)N * (size_t)D, m->pos, N * D);
@@ -278,7 +284,7 @@ void im_dit_forward(const im_dit *m, kpool *pool, im_dit_work *w, const float *x
         for (int b = 0; b < B; b++) {
             const size_t o = (size_t)b * N * D;
             im_attn at = {w->q + o, w->k + o, w->v + o, D, D, D, N, N, m->heads, m->hd, 1.0f / sqrtf((float)m->hd),
-                          NULL, w->a + o, D};
+                          NULL,     w->a + o, D};
             im_attention(pool, &at, w->as);
         }
         im_linear(pool, &k->o1, w->a, BN, w->y, w->mm);
@@ -293,8 +299,9 @@ void im_dit_forward(const im_dit *m, kpool *pool, im_dit_work *w, const float *x
         im_linear(pool, &k->q2, w->h, BN, w->q, w->mm);
         for (int b = 0; b < B; b++) {
             const size_t o = (size_t)b * N * D, s = (size_t)l * (size_t)B + (size_t)b;
-            im_attn at = {w->q + o, w->ck[s], w->cv[s], D, D, D, N, w->len[b], m->heads, m->hd,
-                          1.0f / sqrtf((float)m->hd), NULL, w->a + o, D};
+            im_attn at = {
+                w->q + o, w->ck[s], w->cv[s], D, D, D, N, w->len[b], m->heads, m->hd, 1.0f / sqrtf((float)m->hd),
+                NULL,     w->a + o, D};
             im_attention(pool, &at, w->as);
         }
         im_linear(pool, &k->o2, w->a, BN, w->y, w->mm);

@@ -34,12 +34,12 @@ typedef struct im_dit_block {
 typedef struct im_dit {
     int hidden, heads, hd, depth, patch, in_ch, out_ch, sample, caption, ff;
     float interp;
-    int grid, n_tok;  /* grid = sample / patch; n_tok = grid^2 */
-    im_lin patch_w;   /* [hidden][in_ch * p * p] */
+    int grid, n_tok; /* grid = sample / patch; n_tok = grid^2 */
+    im_lin patch_w;  /* [hidden][in_ch * p * p] */
     im_lin t1, t2, ada, c1, c2, proj;
     im_dit_block *blk;
-    float *sst_out;   /* [2][hidden] */
-    float *pos;       /* [n_tok][hidden] */
+    float *sst_out; /* [2][hidden] */
+    float *pos;     /* [n_tok][hidden] */
 } im_dit;
 
 /* Infers the sizes from f (the heads from head_dim) and binds every

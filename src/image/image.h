@@ -37,14 +37,14 @@
 #include <stdint.h>
 
 typedef struct im_config {
-    int head_dim;        /* DiT attention head size */
-    float interp;        /* DiT position-table interpolation scale */
-    int max_distance;    /* T5 relative-position maximum distance */
-    int max_tokens;      /* prompt tokens, EOS included */
+    int head_dim;     /* DiT attention head size */
+    float interp;     /* DiT position-table interpolation scale */
+    int max_distance; /* T5 relative-position maximum distance */
+    int max_tokens;   /* prompt tokens, EOS included */
     float vae_scaling;
     int vae_groups;
     im_sched sched;
-    int steps;           /* defaults of a request */
+    int steps; /* defaults of a request */
     float cfg;
     char name[128];
 } im_config;
@@ -80,8 +80,8 @@ typedef int (*im_progress_fn)(void *user, int step, int steps);
 
 typedef struct im_request {
     const char *prompt;
-    int steps;           /* 0 = the pack's default */
-    float cfg;           /* guidance scale; <= 1 runs the conditional pass only; < 0 = default */
+    int steps; /* 0 = the pack's default */
+    float cfg; /* guidance scale; <= 1 runs the conditional pass only; < 0 = default */
     uint64_t seed;
     im_progress_fn progress;
     void *user;

@@ -21,7 +21,8 @@ const ck_tensor *im_find(const ck_file *f, const char *fmt, ...) {
 
 static void shape_text(char *buf, size_t cap, int n, const int64_t *s) {
     int o = snprintf(buf, cap, "[");
-    for (int d = 0; d < n && o < (int)cap; d++) o += snprintf(buf + o, cap - (size_t)o, d ? ", %lld" : "%lld", (long long)s[d]);
+    for (int d = 0; d < n && o < (int)cap; d++)
+        o += snprintf(buf + o, cap - (size_t)o, d ? ", %lld" : "%lld", (long long)s[d]);
     if (o < (int)cap) snprintf(buf + o, cap - (size_t)o, "]");
 }
 
@@ -48,8 +49,10 @@ static const ck_tensor *need(im_binder *b, const char *name, int n_dims, const i
         for (int d = 0; ok && d < n_dims; d++) ok = t->shape[d] == shape[d];
     }
     if (!ok) {
-        if (shape) shape_text(want, sizeof want, n_dims, shape);
-        else snprintf(want, sizeof want, "%lld elements", (long long)numel);
+        if (shape)
+            shape_text(want, sizeof want, n_dims, shape);
+        else
+            snprintf(want, sizeof want, "%lld elements", (long long)numel);
         shape_text(got, sizeof got, t->n_dims, t->shape);
         kb_errf(b->err, b->errlen, "%s: tensor %s has shape %s, expected %s", b->what, name, got, want);
         b->failed = 1;
@@ -165,7 +168,9 @@ static uint64_t splitmix(im_rng *r) {
     return z ^ (z >> 31);
 }
 
-static double uniform(im_rng *r) { return (((double)(splitmix(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0)) * 2.0 - 1.0; }
+static double uniform(im_rng *r) {
+    return (((double)(splitmix(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0)) * 2.0 - 1.0;
+}
 
 double im_rng_log(double x) {
     int e;

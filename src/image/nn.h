@@ -20,7 +20,7 @@
  * failure is kept in err ("FILE: tensor NAME: ..."); later calls do nothing. */
 typedef struct im_binder {
     const ck_file *f;
-    const char *what;  /* file name for messages */
+    const char *what; /* file name for messages */
     int check;
     int failed;
     char *err;
@@ -38,8 +38,8 @@ int im_mat(im_binder *b, kk_mat *out, int n_dims, const int64_t *shape, const ch
 float *im_vec(im_binder *b, int64_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 typedef struct im_lin {
-    kk_mat w;   /* out rows of in */
-    float *b;   /* [out] or NULL */
+    kk_mat w; /* out rows of in */
+    float *b; /* [out] or NULL */
 } im_lin;
 
 /* PREFIX.weight [out][in] and, when bias is set, PREFIX.bias [out]. */

@@ -160,8 +160,10 @@ int im_pack_read(const char *path, int verify, im_files *files, im_config *confi
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", pj);
     char *slash = strrchr(dir, '/');
-    if (slash) slash[0] = 0;
-    else snprintf(dir, sizeof dir, ".");
+    if (slash)
+        slash[0] = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
     static const char *const roles[] = {"dit", "text-encoder", "tokenizer", "vae"};
     char *dst[] = {files->dit, files->t5, files->tokenizer, files->vae};
     int seen[4] = {0};
@@ -220,8 +222,10 @@ int im_pack_read(const char *path, int verify, im_files *files, im_config *confi
     }
     for (int r = 0; r < 4; r++)
         if (!seen[r]) {
-            kb_errf(err, errlen, "%s: the pack has no %s artifact (dit, text-encoder, tokenizer and vae are all "
-                    "required)", pj, roles[r]);
+            kb_errf(err, errlen,
+                    "%s: the pack has no %s artifact (dit, text-encoder, tokenizer and vae are all "
+                    "required)",
+                    pj, roles[r]);
             goto done;
         }
     rc = 0;

@@ -289,6 +289,15 @@ int im_generate(im_pipeline *p, const im_request *r, uint8_t **png, size_t *png_
     rc = IM_OK;
 done:
     im_dit_work_free(w);
-    free(ids); free(ts); free(sig); free(ec); free(eu); free(z); free(x); free(o); free(img); free(rgb);
+    free(ids);
+    free(ts);
+    free(sig);
+    free(ec);
+    free(eu);
+    free(z);
+    free(x);
+    free(o);
+    free(img);
+    free(rgb);
     return rc;
 }

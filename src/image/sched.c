@@ -32,7 +32,8 @@ int im_sched_plan(const im_sched *s, int steps, float *ts, float *sigmas, float 
     float ac = 1.0f;
     for (int i = 0; i < N; i++) {
         float beta;
-        if (s->beta_schedule == IM_BETA_LINEAR) beta = linspace_at(s->beta_start, s->beta_end, N, i);
+        if (s->beta_schedule == IM_BETA_LINEAR)
+            beta = linspace_at(s->beta_start, s->beta_end, N, i);
         else if (s->beta_schedule == IM_BETA_SCALED_LINEAR) {
             beta = linspace_at(sqrtf(s->beta_start), sqrtf(s->beta_end), N, i);
             beta *= beta;

@@ -37,14 +37,14 @@ struct im_spiece {
     char *strings;
     int32_t *hash; /* open addressing over piece strings: id + 1, 0 = empty */
     uint32_t hash_mask;
-    int max_len;   /* longest matchable piece, bytes */
+    int max_len; /* longest matchable piece, bytes */
     float min_score, max_score;
     int unk, eos, bos, pad;
     int byte_fallback;
     int add_dummy_prefix, remove_extra_ws, escape_ws;
     uint32_t *trie; /* charsmap units */
     uint32_t n_units;
-    char *pool;     /* replacements, NUL-terminated */
+    char *pool; /* replacements, NUL-terminated */
     uint32_t pool_len;
     int byte_piece[256]; /* "<0xXX>" ids when byte_fallback, else -1 */
 };
@@ -218,12 +218,15 @@ im_spiece *im_spiece_load(const uint8_t *data, size_t len, char *err, size_t err
     size_t strbytes = 0;
     /* pass 1: count pieces and their bytes, read the specs */
     while (r.p < r.end && !rc) {
-        if (pb_next(&r, &f, &w, &sub, &v)) rc = -1;
+        if (pb_next(&r, &f, &w, &sub, &v))
+            rc = -1;
         else if (f == 1 && w == 2) {
             n++;
             strbytes += (size_t)(sub.end - sub.p) + 1;
-        } else if (f == 2 && w == 2) rc = parse_trainer(s, sub, err, errlen);
-        else if (f == 3 && w == 2) rc = parse_normalizer(s, sub, err, errlen);
+        } else if (f == 2 && w == 2)
+            rc = parse_trainer(s, sub, err, errlen);
+        else if (f == 3 && w == 2)
+            rc = parse_normalizer(s, sub, err, errlen);
     }
     if (!rc && (n < 1 || n > (1 << 24))) {
         kb_errf(err, errlen, "SentencePiece model has %d pieces", n);
@@ -248,7 +251,8 @@ im_spiece *im_spiece_load(const uint8_t *data, size_t len, char *err, size_t err
     s->max_score = -1e30f;
     int found_unk = -1;
     while (!rc && r.p < r.end) {
-        if (pb_next(&r, &f, &w, &sub, &v)) rc = -1;
+        if (pb_next(&r, &f, &w, &sub, &v))
+            rc = -1;
         else if (f == 1 && w == 2) {
             piece *pc = &s->pieces[s->n];
             if (parse_piece(sub, pc)) {

@@ -20,8 +20,10 @@ int im_t5_bind(im_t5 *m, const ck_file *f, const char *what, int max_distance, i
     const ck_tensor *q0 = ck_find(f, "encoder.block.0.layer.0.SelfAttention.q.weight");
     const ck_tensor *wi = ck_find(f, "encoder.block.0.layer.1.DenseReluDense.wi_0.weight");
     if (!emb || !rb || !q0 || !wi || emb->n_dims != 2 || rb->n_dims != 2 || q0->n_dims != 2 || wi->n_dims != 2) {
-        kb_errf(err, errlen, "%s: not a T5 encoder (needs shared.weight, encoder.block.0 attention with its relative "
-                "position bias, and a gated-GELU feed-forward wi_0/wi_1)", what);
+        kb_errf(err, errlen,
+                "%s: not a T5 encoder (needs shared.weight, encoder.block.0 attention with its relative "
+                "position bias, and a gated-GELU feed-forward wi_0/wi_1)",
+                what);
         return -1;
     }
     m->n_vocab = (int)emb->shape[0];
@@ -128,7 +130,8 @@ int im_t5_encode(const im_t5 *m, kpool *pool, const int32_t *ids, int n, float *
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++) {
             const int bk = im_t5_bucket(j - i, m->buckets, m->max_distance);
-            for (int hh = 0; hh < H; hh++) bias[((size_t)hh * nn + (size_t)i) * nn + (size_t)j] = m->rel_bias[bk * H + hh];
+            for (int hh = 0; hh < H; hh++)
+                bias[((size_t)hh * nn + (size_t)i) * nn + (size_t)j] = m->rel_bias[bk * H + hh];
         }
     for (int l = 0; l < m->layers; l++) {
         const im_t5_block *b = &m->blk[l];
@@ -150,6 +153,16 @@ int im_t5_encode(const im_t5 *m, kpool *pool, const int32_t *ids, int n, float *
     rmsnorm(h, h, m->final_ln, n, D);
     rc = 0;
 done:
-    free(x); free(q); free(k); free(v); free(a); free(g); free(u); free(y); free(bias); free(mm); free(as);
+    free(x);
+    free(q);
+    free(k);
+    free(v);
+    free(a);
+    free(g);
+    free(u);
+    free(y);
+    free(bias);
+    free(mm);
+    free(as);
     return rc;
 }

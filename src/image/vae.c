@@ -38,8 +38,13 @@ static int res_bind(im_binder *b, im_resnet *r, int cin, int cout, const char *n
 }
 
 static void res_free(im_resnet *r) {
-    free(r->n1w); free(r->n1b); free(r->n2w); free(r->n2b);
-    free(r->c1.b); free(r->c2.b); free(r->sc.b);
+    free(r->n1w);
+    free(r->n1b);
+    free(r->n2w);
+    free(r->n2b);
+    free(r->c1.b);
+    free(r->c2.b);
+    free(r->sc.b);
     memset(r, 0, sizeof *r);
 }
 
@@ -120,16 +125,23 @@ int im_vae_bind(im_vae *m, const ck_file *f, const char *what, int groups, float
 }
 
 void im_vae_free(im_vae *m) {
-    free(m->pq.b); free(m->conv_in.b); free(m->conv_out.b);
+    free(m->pq.b);
+    free(m->conv_in.b);
+    free(m->conv_out.b);
     res_free(&m->mid0);
     res_free(&m->mid1);
-    free(m->an_w); free(m->an_b);
-    free(m->aq.b); free(m->ak.b); free(m->av.b); free(m->ao.b);
+    free(m->an_w);
+    free(m->an_b);
+    free(m->aq.b);
+    free(m->ak.b);
+    free(m->av.b);
+    free(m->ao.b);
     if (m->res)
         for (int i = 0; i < m->n_blocks * m->layers; i++) res_free(&m->res[i]);
     free(m->res);
     for (int i = 0; i < IM_VAE_MAX_BLOCKS; i++) free(m->up[i].b);
-    free(m->no_w); free(m->no_b);
+    free(m->no_w);
+    free(m->no_b);
     memset(m, 0, sizeof *m);
 }
 
@@ -207,7 +219,10 @@ int im_vae_decode(const im_vae *m, kpool *pool, const float *z, int h, int w, fl
     float *a = malloc(big * sizeof *a), *t1 = malloc(big * sizeof *t1), *t2 = malloc(big * sizeof *t2);
     void *scratch = malloc(cs);
     if (!a || !t1 || !t2 || !scratch) {
-        free(a); free(t1); free(t2); free(scratch);
+        free(a);
+        free(t1);
+        free(t2);
+        free(scratch);
         kb_errf(err, errlen, "out of memory for the VAE decode (%zu MiB)", (3 * big * 4 + cs) >> 20);
         return -1;
     }
@@ -248,6 +263,9 @@ int im_vae_decode(const im_vae *m, kpool *pool, const float *z, int h, int w, fl
     }
     gn(&r, m->ch[0], hh * ww, m->no_w, m->no_b, 1, a, t1);
     conv(&r, &m->conv_out, t1, hh, ww, img);
-    free(a); free(t1); free(t2); free(scratch);
+    free(a);
+    free(t1);
+    free(t2);
+    free(scratch);
     return 0;
 }

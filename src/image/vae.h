@@ -34,15 +34,15 @@ typedef struct im_resnet {
 } im_resnet;
 
 typedef struct im_vae {
-    int latent, groups, n_blocks, layers;  /* layers = resnets per up block */
-    int ch[IM_VAE_MAX_BLOCKS];             /* block_out_channels, narrowest first */
+    int latent, groups, n_blocks, layers; /* layers = resnets per up block */
+    int ch[IM_VAE_MAX_BLOCKS];            /* block_out_channels, narrowest first */
     float scaling;
     im_conv pq, conv_in, conv_out;
     im_resnet mid0, mid1;
-    float *an_w, *an_b;                    /* mid attention group norm */
+    float *an_w, *an_b; /* mid attention group norm */
     im_lin aq, ak, av, ao;
-    im_resnet *res;                        /* [n_blocks][layers] */
-    im_conv up[IM_VAE_MAX_BLOCKS];         /* up[i] for i < n_blocks - 1 */
+    im_resnet *res;                /* [n_blocks][layers] */
+    im_conv up[IM_VAE_MAX_BLOCKS]; /* up[i] for i < n_blocks - 1 */
     float *no_w, *no_b;
 } im_vae;
 

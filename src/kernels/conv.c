@@ -47,7 +47,8 @@ static void im2col_task(void *ud, int ith, int nth) {
                 const int iy = oy * c->stride + ky - c->pad;
                 for (int kx = 0; kx < c->kw; kx++) {
                     const int ix = ox * c->stride + kx - c->pad;
-                    *row++ = iy >= 0 && iy < c->h && ix >= 0 && ix < c->w ? xc[(size_t)iy * (size_t)c->w + (size_t)ix] : 0.0f;
+                    *row++ = iy >= 0 && iy < c->h && ix >= 0 && ix < c->w ? xc[(size_t)iy * (size_t)c->w + (size_t)ix]
+                                                                          : 0.0f;
                 }
             }
         }
@@ -105,7 +106,8 @@ void kk_conv2d_ref(const kk_conv *c, const float *x, float *y) {
                             s += wr[((size_t)ci * (size_t)c->kh + (size_t)ky) * (size_t)c->kw + (size_t)kx] *
                                  x[((size_t)ci * (size_t)c->h + (size_t)iy) * (size_t)c->w + (size_t)ix];
                         }
-                y[((size_t)co * (size_t)ho + (size_t)oy) * (size_t)wo + (size_t)ox] = s + (c->bias ? c->bias[co] : 0.0f);
+                y[((size_t)co * (size_t)ho + (size_t)oy) * (size_t)wo + (size_t)ox] =
+                    s + (c->bias ? c->bias[co] : 0.0f);
             }
     }
     free(wr);

@@ -29,9 +29,9 @@
 #include "thread/pool.h"
 
 typedef struct kk_conv {
-    const kk_mat *wt;    /* cout rows of cin * kh * kw */
-    const float *bias;   /* [cout] or NULL */
-    int cin, h, w;       /* input image */
+    const kk_mat *wt;  /* cout rows of cin * kh * kw */
+    const float *bias; /* [cout] or NULL */
+    int cin, h, w;     /* input image */
     int kh, kw, stride, pad;
 } kk_conv;
 

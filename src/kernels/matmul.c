@@ -35,10 +35,10 @@ size_t kk_matmul_scratch_size(int64_t ncols, int n_tok) {
 }
 
 typedef struct mm_out_info {
-    int act;          /* index into act[] */
-    kk_tile_fn tile;  /* block kernel, NULL = none */
-    int x8;           /* index into x8t[] + 1, 0 = not interleaved */
-    int t0, nt;       /* the activation rows it takes */
+    int act;         /* index into act[] */
+    kk_tile_fn tile; /* block kernel, NULL = none */
+    int x8;          /* index into x8t[] + 1, 0 = not interleaved */
+    int t0, nt;      /* the activation rows it takes */
 } mm_out_info;
 
 typedef struct mm_job {
@@ -52,7 +52,7 @@ typedef struct mm_job {
     const uint8_t *act[MAX_ACT_TYPES];
     size_t act_row[MAX_ACT_TYPES];
     int n_act;
-    struct mm_out_info *oi;   /* [n_out] per output */
+    struct mm_out_info *oi;          /* [n_out] per output */
     const kk_x8_traits *x8t[MAX_X8]; /* interleaved formats in use, */
     kk_x8_fn x8fn[MAX_X8];           /* their kernels */
     uint8_t *x8act[MAX_X8];          /* and [block][token] activations */
@@ -60,7 +60,7 @@ typedef struct mm_job {
     int64_t total_rows;
     /* row tiles are handed out in pieces from this counter (dot_task), so a
      * thread that starts late (preempted on a busy machine) takes fewer */
-    atomic_long next_tile;    /* the first row tile nobody has taken */
+    atomic_long next_tile; /* the first row tile nobody has taken */
 } mm_job;
 
 /* The scalar level: the reference vec_dot per output. */
@@ -272,8 +272,10 @@ void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, con
         q.n_act++;
     }
     if (q.n_act || q.n_x8) {
-        if ((int64_t)n_tok * j.ncols <= QUANT_INLINE_MAX) quantize_task(&q, 0, 1);
-        else kpool_run(pool, quantize_task, &q);
+        if ((int64_t)n_tok * j.ncols <= QUANT_INLINE_MAX)
+            quantize_task(&q, 0, 1);
+        else
+            kpool_run(pool, quantize_task, &q);
     }
     kpool_run(pool, dot_task, &j);
 }

@@ -28,10 +28,10 @@
 #include <string.h>
 
 #define LANES 8
-#define KB 512   /* elements per k-block: TT rows of KB floats = 8 KB of L1 */
-#define RB 128   /* rows that reuse one buffered k-block; their partial sums (16 KB) live across k-blocks */
-#define TR 3     /* register tile: weight rows */
-#define TT 4     /* and tokens */
+#define KB 512 /* elements per k-block: TT rows of KB floats = 8 KB of L1 */
+#define RB 128 /* rows that reuse one buffered k-block; their partial sums (16 KB) live across k-blocks */
+#define TR 3   /* register tile: weight rows */
+#define TT 4   /* and tokens */
 
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -45,34 +45,36 @@ static inline float hsum8(__m256 v) {
 static inline __attribute__((always_inline)) void micro(const int R, const int T, int nk, const uint16_t *const *wr,
                                                         const float *ab, __m256 *part) {
     __m256 acc[TR][TT];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[r][t] = part[r * TT + t];
     for (int i = 0; i < nk; i++) {
         __m256 av[TT];
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int t = 0; t < T; t++) av[t] = _mm256_loadu_ps(ab + (size_t)t * KB + 8 * i);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wr[r] + 8 * i)));
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(wv, av[t], acc[r][t]);
         }
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int t = 0; t < T; t++) part[r * TT + t] = acc[r][t];
 }
 
 static void micro_any(int R, int T, int nk, const uint16_t *const *wr, const float *ab, __m256 *part) {
+    // clang-format off
     switch (R * 8 + T) {
 #define M(r, t) case r * 8 + t: micro(r, t, nk, wr, ab, part); break;
     M(1, 1) M(1, 2) M(1, 3) M(1, 4) M(2, 1) M(2, 2) M(2, 3) M(2, 4) M(3, 1) M(3, 2) M(3, 3)
 #undef M
     default: micro(3, 4, nk, wr, ab, part); break;
     }
+    // clang-format on
 }
 
 /* One token (decode): y[r] for R rows at wr[r], 8 independent chains when
@@ -81,13 +83,14 @@ static void micro_any(int R, int T, int nk, const uint16_t *const *wr, const flo
 static inline __attribute__((always_inline)) void one_token(const int R, int n, const uint16_t *const *wr,
                                                             const uint16_t *q, const uint16_t *qtail, float *y) {
     __m256 acc[8];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     int i = 0;
     for (; i + LANES <= n; i += LANES) {
         const __m256 av = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q + i)));
-        #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wr[r] + i))), av, acc[r]);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wr[r] + i))), av, acc[r]);
     }
     if (i < n) { /* the rows end inside this group: zero-padded copies */
         const __m256 av = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(qtail)));
@@ -97,7 +100,7 @@ static inline __attribute__((always_inline)) void one_token(const int R, int n, 
             acc[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wt))), av, acc[r]);
         }
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < R; r++) y[r] = hsum8(acc[r]);
 }
 
@@ -137,7 +140,8 @@ static void tile_f16(int n, const void *w, size_t wrow, int nr, const void *a, s
                     const uint16_t *q = (const uint16_t *)((const uint8_t *)a + (size_t)(t0 + t) * arow) + k0;
                     float *d = ab + (size_t)t * KB;
                     int i = 0;
-                    for (; i + 8 <= kn; i += 8) _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q + i))));
+                    for (; i + 8 <= kn; i += 8)
+                        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q + i))));
                     if (rest) {
                         uint16_t tmp[LANES] = {0};
                         memcpy(tmp, q + i, (size_t)rest * sizeof(uint16_t));

@@ -327,6 +327,4 @@ const kk_ops *kk_ops_at(int isa) {
     return NULL;
 }
 
-const kk_ops *kk_ops_best(void) {
-    return kq_active_isa() >= KQ_ISA_AVX2 ? kk_ops_avx2() : &scalar_ops;
-}
+const kk_ops *kk_ops_best(void) { return kq_active_isa() >= KQ_ISA_AVX2 ? kk_ops_avx2() : &scalar_ops; }

@@ -30,14 +30,14 @@ void kk_add_rows(float *y, const float *b, int n_rows, int n);
 /* RoPE.  A rotation table for one position: cs[2*i] = cos, cs[2*i+1] = sin
  * of angle i (n_rot/2 angles), including YaRN's magnitude scale. */
 typedef struct kk_rope {
-    int n_rot;          /* dimensions rotated per head (<= head_dim, even) */
-    int neox;           /* 1: pairs (i, i + n_rot/2); 0: pairs (2i, 2i+1) */
-    float base;         /* rope.freq_base */
-    float freq_scale;   /* 1 / linear-or-yarn factor */
-    float ext_factor;   /* YaRN extrapolation mix (0 = plain/linear) */
-    float attn_factor;  /* YaRN magnitude multiplier */
+    int n_rot;         /* dimensions rotated per head (<= head_dim, even) */
+    int neox;          /* 1: pairs (i, i + n_rot/2); 0: pairs (2i, 2i+1) */
+    float base;        /* rope.freq_base */
+    float freq_scale;  /* 1 / linear-or-yarn factor */
+    float ext_factor;  /* YaRN extrapolation mix (0 = plain/linear) */
+    float attn_factor; /* YaRN magnitude multiplier */
     float beta_fast, beta_slow;
-    int n_ctx_orig;     /* training context, for YaRN's correction range */
+    int n_ctx_orig; /* training context, for YaRN's correction range */
 } kk_rope;
 void kk_rope_table(const kk_rope *r, int pos, float *cs);
 /* Rotates n_heads heads of head_dim (stride head_dim) in place. */
@@ -86,21 +86,21 @@ float kk_exp_attn(float x);
  * query by query; SIMD twins may reorder the work but not the arithmetic,
  * so every twin gives the same bits. */
 typedef struct kk_attn_f16 {
-    const float *q;         /* [nt][nq][hd] F32 queries, tokens tok_stride apart */
-    int nq;                 /* heads sharing this KV head: 1 or 2 */
-    int nt;                 /* consecutive tokens, >= 1 */
-    size_t tok_stride;      /* floats from one token's queries (and outputs) to the next's */
+    const float *q;    /* [nt][nq][hd] F32 queries, tokens tok_stride apart */
+    int nq;            /* heads sharing this KV head: 1 or 2 */
+    int nt;            /* consecutive tokens, >= 1 */
+    size_t tok_stride; /* floats from one token's queries (and outputs) to the next's */
     int hd;
-    int n_pos;              /* positions the first token sees */
+    int n_pos; /* positions the first token sees */
     const int32_t *blocks;
     int block_shift;
     const uint16_t *k, *v;
-    size_t block_stride;    /* elements from one cache block to the next */
-    size_t row_stride;      /* elements from a row to the next within a block */
+    size_t block_stride; /* elements from one cache block to the next */
+    size_t row_stride;   /* elements from a row to the next within a block */
     float scale;
-    int acc_f32;            /* 1: float accumulator (see above) */
-    float *out;             /* [nt][nq][hd], tokens tok_stride apart */
-    float *scratch;         /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
+    int acc_f32;    /* 1: float accumulator (see above) */
+    float *out;     /* [nt][nq][hd], tokens tok_stride apart */
+    float *scratch; /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
 } kk_attn_f16;
 
 /* Floats of scratch one call needs: per query, 2 * hd + 3 * (positions the
@@ -154,20 +154,20 @@ static inline kk_attn_f16 kk_attn_f16_token(const kk_attn_f16 *a, int u) {
  *   - out = acc * (1 / S).
  * The scalar twin is those loops; SIMD twins give the same bits. */
 typedef struct kk_attn_q8 {
-    const float *q;         /* [nt][nq][hd] F32 queries, tokens tok_stride apart */
-    int nq;                 /* heads sharing this KV head */
-    int nt;                 /* consecutive tokens, >= 1 */
-    size_t tok_stride;      /* floats between tokens' queries (and outputs) */
-    int hd;                 /* a multiple of 32, at most 256 */
-    int n_pos;              /* positions the first token sees */
+    const float *q;    /* [nt][nq][hd] F32 queries, tokens tok_stride apart */
+    int nq;            /* heads sharing this KV head */
+    int nt;            /* consecutive tokens, >= 1 */
+    size_t tok_stride; /* floats between tokens' queries (and outputs) */
+    int hd;            /* a multiple of 32, at most 256 */
+    int n_pos;         /* positions the first token sees */
     const int32_t *blocks;
     int block_shift;
     const uint8_t *k, *v;
-    size_t block_stride;    /* bytes from one cache block to the next */
-    size_t row_stride;      /* bytes from a row to the next within a block */
+    size_t block_stride; /* bytes from one cache block to the next */
+    size_t row_stride;   /* bytes from a row to the next within a block */
     float scale;
-    float *out;             /* [nt][nq][hd], tokens tok_stride apart */
-    float *scratch;         /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
+    float *out;     /* [nt][nq][hd], tokens tok_stride apart */
+    float *scratch; /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
 } kk_attn_q8;
 
 /* Offset in bytes from a->k or a->v of position t's row. */

@@ -105,7 +105,7 @@ static inline __attribute__((always_inline)) void dot2_f16_lanes(const uint16_t 
                                                                  int n, __m256 *x0, __m256 *x1) {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     __m256 t0 = s0, t1 = s0, t2 = s0, t3 = s0;
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int i = 0; i < n; i += 32) {
         const __m256 a0 = load_h8(a + i), a1 = load_h8(a + i + 8), a2 = load_h8(a + i + 16), a3 = load_h8(a + i + 24);
         s0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b0 + i), s0);
@@ -127,7 +127,7 @@ static inline __attribute__((always_inline)) void dot2_f16_lanes(const uint16_t 
  * 0 2 4 6 1 3 5 7 that the permute puts right. */
 static inline __m256 fold8(const __m256 x[8]) {
     __m256 u[4];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         u[i] = _mm256_add_ps(_mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x20),
                              _mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x31));
@@ -203,7 +203,7 @@ static float scores_one(const kk_attn_f16 *a, float *qr, float *sc) {
         __m256 m = _mm256_set1_ps(-INFINITY);
         for (; t + 8 <= n; t += 8) {
             __m256 x[8];
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int p = 0; p < 8; p++) {
                 if (t + p + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + p + PF_POS), row_bytes);
                 x[p] = dot_f16_lanes(a->k + kk_attn_row(a, t + p), qr, hd);
@@ -254,7 +254,7 @@ static inline __attribute__((always_inline)) void scores_pair_hd(const kk_attn_f
         __m256 x0[8], x1[8];
         const int pf = t + PF_POS < n;
         const size_t r0 = kk_attn_row(a, t), rp = pf ? kk_attn_row(a, t + PF_POS) : 0;
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int p = 0; p < 8; p++) {
             if (pf && t + p + PF_POS < n) {
                 const size_t r = contig ? rp + (size_t)p * rs : kk_attn_row(a, t + p + PF_POS);
@@ -289,8 +289,10 @@ static void scores_pair64(const kk_attn_f16 *a, float *qr0, float *qr1, float *s
     scores_pair_hd(a, qr0, qr1, sc0, sc1, m, 64);
 }
 static inline void scores_pair(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0, float *sc1, float m[2]) {
-    if (a->hd == 128) scores_pair128(a, qr0, qr1, sc0, sc1, m);
-    else scores_pair64(a, qr0, qr1, sc0, sc1, m);
+    if (a->hd == 128)
+        scores_pair128(a, qr0, qr1, sc0, sc1, m);
+    else
+        scores_pair64(a, qr0, qr1, sc0, sc1, m);
 }
 
 /* Pass 3 of one query, the whole head: acc += w_t * v_t in position order,
@@ -306,24 +308,24 @@ static inline __attribute__((always_inline)) void values_one(const kk_attn_f16 *
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) {
         __m256 acc[8];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
             const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
             if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
             if (f16 && ms[t] != 1.0f) {
                 const __m256 m = _mm256_set1_ps(ms[t]);
-                #pragma GCC unroll 8
+#pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) acc[r] = rnd16(_mm256_mul_ps(acc[r], m));
             }
             const __m256 wt = _mm256_set1_ps(w[t]);
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
                 const __m256 x = _mm256_fmadd_ps(load_h8(vr + 8 * r), wt, acc[r]);
                 acc[r] = f16 ? rnd16(x) : x;
             }
         }
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < 8; r++) _mm256_storeu_ps(a->out + d0 + 8 * r, _mm256_mul_ps(acc[r], inv));
     }
     for (; d0 + 8 <= hd; d0 += 8) {
@@ -362,28 +364,28 @@ static inline __attribute__((always_inline)) void values_pair_hd(const kk_attn_f
     const __m256 inv0 = _mm256_set1_ps(inv_s[0]), inv1 = _mm256_set1_ps(inv_s[1]);
     for (int d0 = 0; d0 < HD; d0 += 64) {
         __m256 x0[8], x1[8];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < 8; r++) x0[r] = x1[r] = _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
             const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
             if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
             if (ms[0][t] != 1.0f) {
-                #pragma GCC unroll 8
+#pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) x0[r] = rnd16(_mm256_mul_ps(x0[r], _mm256_set1_ps(ms[0][t])));
             }
             if (ms[1][t] != 1.0f) {
-                #pragma GCC unroll 8
+#pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) x1[r] = rnd16(_mm256_mul_ps(x1[r], _mm256_set1_ps(ms[1][t])));
             }
             const __m256 wa = _mm256_set1_ps(w[0][t]), wb = _mm256_set1_ps(w[1][t]);
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
                 const __m256 v = load_h8(vr + 8 * r);
                 x0[r] = rnd16(_mm256_fmadd_ps(v, wa, x0[r]));
                 x1[r] = rnd16(_mm256_fmadd_ps(v, wb, x1[r]));
             }
         }
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
             _mm256_storeu_ps(a->out + d0 + 8 * r, _mm256_mul_ps(x0[r], inv0));
             _mm256_storeu_ps(a->out + HD + d0 + 8 * r, _mm256_mul_ps(x1[r], inv1));
@@ -414,8 +416,10 @@ static void attn_pair(const kk_attn_f16 *a) {
     scores_pair(a, qr0, qr1, sc0, sc1, m);
     const float inv_s[2] = {1.0f / softmax_factors(sc0, ms0, vs0, n), 1.0f / softmax_factors(sc1, ms1, vs1, n)};
     const float *const ms[2] = {ms0, ms1}, *const w[2] = {vs0, vs1};
-    if (HD == 128) values_pair128(a, ms, w, inv_s);
-    else values_pair64(a, ms, w, inv_s);
+    if (HD == 128)
+        values_pair128(a, ms, w, inv_s);
+    else
+        values_pair64(a, ms, w, inv_s);
 }
 
 /* acc_f32 = 1 (ops.h): the same three passes with a float accumulator:
@@ -461,7 +465,7 @@ static inline __attribute__((always_inline)) void values_pair_f32_hd(const kk_at
         const int t1 = t0 + VB_POS < n ? t0 + VB_POS : n;
         for (int d0 = 0; d0 < HD; d0 += 64) {
             __m256 x0[8], x1[8];
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
                 x0[r] = _mm256_load_ps(&acc[0][d0 + 8 * r]);
                 x1[r] = _mm256_load_ps(&acc[1][d0 + 8 * r]);
@@ -470,14 +474,14 @@ static inline __attribute__((always_inline)) void values_pair_f32_hd(const kk_at
                 const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
                 if (d0 == 0 && t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
                 const __m256 wa = _mm256_set1_ps(w0[t]), wb = _mm256_set1_ps(w1[t]);
-                #pragma GCC unroll 8
+#pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) {
                     const __m256 v = load_h8(vr + 8 * r);
                     x0[r] = _mm256_fmadd_ps(v, wa, x0[r]);
                     x1[r] = _mm256_fmadd_ps(v, wb, x1[r]);
                 }
             }
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
                 _mm256_store_ps(&acc[0][d0 + 8 * r], x0[r]);
                 _mm256_store_ps(&acc[1][d0 + 8 * r], x1[r]);
@@ -507,8 +511,10 @@ static void attn_pair_f32acc(const kk_attn_f16 *a) {
     float m[2];
     scores_pair(a, qr0, qr1, sc0, sc1, m);
     const float inv_s[2] = {1.0f / softmax_weights(sc0, w0, n, m[0]), 1.0f / softmax_weights(sc1, w1, n, m[1])};
-    if (HD == 128) values_pair_f32_128(a, w0, w1, inv_s);
-    else values_pair_f32_64(a, w0, w1, inv_s);
+    if (HD == 128)
+        values_pair_f32_128(a, w0, w1, inv_s);
+    else
+        values_pair_f32_64(a, w0, w1, inv_s);
 }
 
 /* acc_f32 = 1 at head size 64 or 128 (PAIR_HD, HD below) for a tile: Q =
@@ -534,27 +540,27 @@ enum { ATT_HD = 128 /* the largest HD */, ATT_KB = 8, ATT_VB = 64, ATT_QMAX = 8 
  * load feeds NQ fmas. */
 static inline __attribute__((always_inline)) void chains8(float *const *qr, const int NQ, const float *kb,
                                                           float part[2][4][8][8], const int HD) {
-    #pragma GCC unroll 1
+#pragma GCC unroll 1
     for (int j = 0; j < 4; j++) {
         __m256 q[2][4];
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int i = 0; i < NQ; i++)
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int s = 0; s < HD / 32; s++) q[i][s] = _mm256_loadu_ps(qr[i] + 32 * s + 8 * j);
-        #pragma GCC unroll 1
+#pragma GCC unroll 1
         for (int p = 0; p < 8; p += 2) {
             const float *k0 = kb + p * HD + 8 * j, *k1 = k0 + HD;
             __m256 c[2][2];
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int s = 0; s < HD / 32; s++) {
                 const __m256 r0 = _mm256_load_ps(k0 + 32 * s), r1 = _mm256_load_ps(k1 + 32 * s);
-                #pragma GCC unroll 2
+#pragma GCC unroll 2
                 for (int i = 0; i < NQ; i++) {
                     c[i][0] = _mm256_fmadd_ps(r0, q[i][s], s ? c[i][0] : _mm256_setzero_ps());
                     c[i][1] = _mm256_fmadd_ps(r1, q[i][s], s ? c[i][1] : _mm256_setzero_ps());
                 }
             }
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int i = 0; i < NQ; i++) {
                 _mm256_store_ps(part[i][j][p], c[i][0]);
                 _mm256_store_ps(part[i][j][p + 1], c[i][1]);
@@ -567,7 +573,7 @@ static inline __attribute__((always_inline)) void chains8(float *const *qr, cons
  * lane by lane, then fold8. */
 static inline __m256 score8(float part[4][8][8]) {
     __m256 x[8];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int p = 0; p < 8; p++)
         x[p] = _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(part[0][p]), _mm256_load_ps(part[2][p])),
                              _mm256_add_ps(_mm256_load_ps(part[1][p]), _mm256_load_ps(part[3][p])));
@@ -593,14 +599,16 @@ static inline __attribute__((always_inline)) void tile_scores_hd(const kk_attn_f
                 prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
             }
             const uint16_t *r = a->k + kk_attn_row(a, t);
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int c = 0; c < HD; c += 8) _mm256_store_ps(d + c, load_h8(r + c));
         }
         for (int i = 0; i < Q; i += 2) {
             float part[2][4][8][8] __attribute__((aligned(32)));
             const int nq = Q - i < 2 ? 1 : 2;
-            if (nq == 2) chains8(qr + i, 2, kb, part, HD);
-            else chains8(qr + i, 1, kb, part, HD);
+            if (nq == 2)
+                chains8(qr + i, 2, kb, part, HD);
+            else
+                chains8(qr + i, 1, kb, part, HD);
             for (int e = 0; e < nq; e++) {
                 const __m256 s = _mm256_mul_ps(score8(part[e]), scale);
                 if (nb == ATT_KB) {
@@ -616,8 +624,10 @@ static inline __attribute__((always_inline)) void tile_scores_hd(const kk_attn_f
 }
 
 static void tile_scores(const kk_attn_f16 *a, int Q, float *const *qr, float *const *sc, int n) {
-    if (a->hd == 128) tile_scores_hd(a, Q, qr, sc, n, 128);
-    else tile_scores_hd(a, Q, qr, sc, n, 64);
+    if (a->hd == 128)
+        tile_scores_hd(a, Q, qr, sc, n, 128);
+    else
+        tile_scores_hd(a, Q, qr, sc, n, 64);
 }
 
 /* The largest score, as the scalar loop's M = s > M ? s : M finds it:
@@ -647,25 +657,25 @@ static inline __attribute__((always_inline)) void tile_values(const kk_attn_f16 
         for (int t = tb; t < te; t++) rows[t - tb] = a->v + kk_attn_row(a, t);
         for (int d = 0; d < HD; d += 8 * CW) {
             __m256 x[ATT_QMAX][4];
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int i = 0; i < Q; i++)
-                #pragma GCC unroll 4
+#pragma GCC unroll 4
                 for (int c = 0; c < CW; c++) x[i][c] = _mm256_loadu_ps(acc[i] + d + 8 * c);
             for (int t = tb; t < te; t++) {
                 const uint16_t *r = rows[t - tb] + d;
                 __m256 v[4];
-                #pragma GCC unroll 4
+#pragma GCC unroll 4
                 for (int c = 0; c < CW; c++) v[c] = load_h8(r + 8 * c);
-                #pragma GCC unroll 8
+#pragma GCC unroll 8
                 for (int i = 0; i < Q; i++) {
                     const __m256 wt = _mm256_broadcast_ss(w[i] + t);
-                    #pragma GCC unroll 4
+#pragma GCC unroll 4
                     for (int c = 0; c < CW; c++) x[i][c] = _mm256_fmadd_ps(v[c], wt, x[i][c]);
                 }
             }
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int i = 0; i < Q; i++)
-                #pragma GCC unroll 4
+#pragma GCC unroll 4
                 for (int c = 0; c < CW; c++) _mm256_storeu_ps(acc[i] + d + 8 * c, x[i][c]);
         }
     }
@@ -691,8 +701,10 @@ static void tile_values_q64(const kk_attn_f16 *a, int Q, float *const *w, float 
     tile_values_qhd(a, Q, w, acc, t0, t1, 64);
 }
 static void tile_values_q(const kk_attn_f16 *a, int Q, float *const *w, float *const *acc, int t0, int t1) {
-    if (a->hd == 128) tile_values_q128(a, Q, w, acc, t0, t1);
-    else tile_values_q64(a, Q, w, acc, t0, t1);
+    if (a->hd == 128)
+        tile_values_q128(a, Q, w, acc, t0, t1);
+    else
+        tile_values_q64(a, Q, w, acc, t0, t1);
 }
 
 /* Query i is head i % nq of token i / nq (kk_attn_f16_query); its scratch
@@ -722,7 +734,7 @@ static void attn_tile_f32acc(const kk_attn_f16 *a) {
     float S[ATT_QMAX] = {0};
     for (int i = 0; i < Q; i++) exp_weights(sc[i], w[i], one[i].n_pos, max_score(sc[i], one[i].n_pos));
     for (int t = 0; t < a->n_pos; t++) {
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int i = 0; i < ATT_QMAX; i++)
             if (i < Q) S[i] += w[i][t];
     }
@@ -753,14 +765,18 @@ static void attn_f16(const kk_attn_f16 *a) {
     for (int u = 0; u < a->nt; u++) {
         if (a->nq == 2 && PAIR_HD(a->hd)) {
             const kk_attn_f16 tok = kk_attn_f16_token(a, u);
-            if (a->acc_f32) attn_pair_f32acc(&tok);
-            else attn_pair(&tok);
+            if (a->acc_f32)
+                attn_pair_f32acc(&tok);
+            else
+                attn_pair(&tok);
             continue;
         }
         for (int j = 0; j < a->nq; j++) {
             const kk_attn_f16 one = kk_attn_f16_query(a, u, j);
-            if (one.acc_f32) attn_one_f32acc(&one);
-            else attn_one(&one);
+            if (one.acc_f32)
+                attn_one_f32acc(&one);
+            else
+                attn_one(&one);
         }
     }
 }
@@ -835,7 +851,7 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
             for (int b = 0; b < nb; b++) {
                 const __m256i qv = _mm256_loadu_si256((const __m256i *)qq[qi][b].qs);
                 __m256i v[8];
-                #pragma GCC unroll 8
+#pragma GCC unroll 8
                 for (int p = 0; p < 8; p++) {
                     const __m256i kv = _mm256_loadu_si256((const __m256i *)kr[p][b].qs);
                     v[p] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(kv), _mm256_sign_epi8(qv, kv)), ones);
@@ -870,7 +886,7 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
             float *o = vf + (size_t)(t - c0) * hd;
             for (int b = 0; b < nb; b++) {
                 const __m256 dv = _mm256_set1_ps(h2f(vb[b].d));
-                #pragma GCC unroll 4
+#pragma GCC unroll 4
                 for (int r = 0; r < 4; r++)
                     _mm256_storeu_ps(o + 32 * b + 8 * r,
                                      _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
@@ -916,7 +932,8 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 v = _mm256_loadu_ps(x + i);
-        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                      hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
         s0 = _mm256_fmadd_pd(lo, lo, s0); /* exact: a float squared fits in a double */
         s1 = _mm256_fmadd_pd(hi, hi, s1);
     }
@@ -960,8 +977,10 @@ static void rope_neox(const float *cs, float *x, int n_heads, int head_dim, int 
         for (; i + 8 <= half; i += 8) {
             /* cs holds (cos, sin) pairs: split 16 floats into 8 cos and 8 sin */
             const __m256 a = _mm256_loadu_ps(cs + 2 * i), b = _mm256_loadu_ps(cs + 2 * i + 8);
-            const __m256 c = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-            const __m256 s = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(a, b, 0xDD), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+            const __m256 c =
+                _mm256_permutevar8x32_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+            const __m256 s =
+                _mm256_permutevar8x32_ps(_mm256_shuffle_ps(a, b, 0xDD), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
             const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + i + half);
             /* two roundings each, as the reference: x0*c - x1*s, x0*s + x1*c */
             _mm256_storeu_ps(v + i, _mm256_sub_ps(_mm256_mul_ps(x0, c), _mm256_mul_ps(x1, s)));

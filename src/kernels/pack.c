@@ -284,5 +284,6 @@ void kk_x8_pack_matrix(int t, const void *w, int64_t ncols, int64_t nrows, void 
     const int nb = (int)(ncols / x->blk);
     const size_t wrow = kq_row_size(t, ncols);
     for (int64_t g = 0; g < nrows / 8; g++)
-        x->pack((const uint8_t *)w + (size_t)(8 * g) * wrow, wrow, 0, nb, (uint8_t *)out + (size_t)g * (size_t)nb * x->pblock);
+        x->pack((const uint8_t *)w + (size_t)(8 * g) * wrow, wrow, 0, nb,
+                (uint8_t *)out + (size_t)g * (size_t)nb * x->pblock);
 }

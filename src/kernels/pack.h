@@ -32,14 +32,14 @@
 #include <stdint.h>
 
 typedef struct kk_q4_0x8 {
-    uint16_t d[8];    /* F16 scale of each row's block */
-    uint8_t qs[128];  /* interleaved nibbles, see above */
+    uint16_t d[8];   /* F16 scale of each row's block */
+    uint8_t qs[128]; /* interleaved nibbles, see above */
 } kk_q4_0x8;
 
 typedef struct kk_act8 {
     int8_t qs[32];
-    float d;          /* scale (an F16 value, as in Q8_0) */
-    int32_t s8;       /* 8 * sum of qs */
+    float d;    /* scale (an F16 value, as in Q8_0) */
+    int32_t s8; /* 8 * sum of qs */
 } kk_act8;
 
 /* Q8_0 interleaved by 8 rows ("q8_0x8"): qs[32k + 4i + j] = qs[4k + j] of
@@ -85,11 +85,11 @@ typedef void (*kk_x8_fn)(int nb, const void *w, const void *a, size_t lda, int n
 /* What the matmul driver and the loader need to know of one interleaved
  * format. */
 typedef struct kk_x8_traits {
-    int type;         /* the plain weight type (KQ_Q4_0, KQ_Q8_0, KQ_Q4_K, KQ_Q6_K) */
-    int act_type;     /* its activation type (KQ_Q8_0 content / KQ_Q8_K) */
-    int blk;          /* weights per block along a row */
-    size_t pblock;    /* bytes of one packed block (8 rows) */
-    size_t ablock;    /* bytes of one activation block */
+    int type;      /* the plain weight type (KQ_Q4_0, KQ_Q8_0, KQ_Q4_K, KQ_Q6_K) */
+    int act_type;  /* its activation type (KQ_Q8_0 content / KQ_Q8_K) */
+    int blk;       /* weights per block along a row */
+    size_t pblock; /* bytes of one packed block (8 rows) */
+    size_t ablock; /* bytes of one activation block */
     /* packs blocks [b0, b0 + nb) of the 8 rows at w, w + wrow, ... */
     void (*pack)(const void *w, size_t wrow, int b0, int nb, void *out);
     /* quantizes n floats to activation blocks at a, a + lda blocks, ... */

@@ -55,12 +55,12 @@ static void x8_q4_0_1(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda, 
         const kk_act8 *ab = a + (size_t)b * lda;
         const int8_t *y = ab->qs;
         __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const __m256i p = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * k));
             s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(_mm256_and_si256(p, m4), bcast4(y + 4 * k)));
-            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p, 4), m4),
-                                                            bcast4(y + 16 + 4 * k)));
+            s1 = _mm256_add_epi16(
+                s1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p, 4), m4), bcast4(y + 16 + 4 * k)));
         }
         __m256i s = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
         s = _mm256_sub_epi32(s, _mm256_set1_epi32(ab->s8));
@@ -84,7 +84,7 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
         _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
         __m256i q[8];
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const __m256i p = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * k));
             q[k] = _mm256_and_si256(p, m4);
@@ -123,7 +123,7 @@ static inline void q6_K_scale_pairs(const int8_t *sc, __m256i dsc[16], __m256i o
 /* The -32 offset of the 8 rows' int32 sums: 32 * sum_s sc_s * bsums[s]. */
 static inline __m256i q6_K_offset(const __m256i osc[8], const int16_t *bsums) {
     __m256i off = _mm256_setzero_si256();
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int p = 0; p < 8; p++) {
         int32_t bs;
         memcpy(&bs, bsums + 2 * p, 4);
@@ -155,14 +155,14 @@ static void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size_t
         const kq_block_q8_K *y = a + (size_t)b * lda;
         q6_K_scale_pairs(wb->sc, dsc, osc);
         __m256i isum = _mm256_setzero_si256();
-        /* unrolled whole: rolled, the scale pair of each step was indexed
+/* unrolled whole: rolled, the scale pair of each step was indexed
          * at run time and isum went through the stack, 15 % slower */
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++)
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int kk = 0; kk < 8; kk += 2) {
                 __m256i q[2][4];
-                #pragma GCC unroll 2
+#pragma GCC unroll 2
                 for (int e = 0; e < 2; e++) {
                     const __m256i A = _mm256_loadu_si256((const __m256i *)(wb->ql + 32 * (16 * h + kk + e)));
                     const __m256i B = _mm256_loadu_si256((const __m256i *)(wb->ql + 32 * (16 * h + 8 + kk + e)));
@@ -173,7 +173,7 @@ static void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size_t
                     q[e][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
                                               _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
                 }
-                #pragma GCC unroll 4
+#pragma GCC unroll 4
                 for (int r = 0; r < 4; r++) {
                     const int hr = 4 * h + r, sb = 2 * hr + (kk >> 2);
                     const int8_t *yb = y->qs + 32 * hr + 4 * kk;
@@ -183,8 +183,9 @@ static void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size_t
                 }
             }
         isum = _mm256_sub_epi32(isum, q6_K_offset(osc, y->bsums));
-        sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)),
-                                                                      _mm256_set1_ps(y->d)), sum);
+        sum = _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(isum),
+            _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), _mm256_set1_ps(y->d)), sum);
     }
     _mm256_storeu_ps(acc, sum);
 }
@@ -206,24 +207,26 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         const kq_block_q8_K *ab = a + (size_t)b * lda;
         for (int t0 = 0; t0 < n_tok; t0 += KT) {
             const int nt = n_tok - t0 < KT ? n_tok - t0 : KT;
-            /* isum[t] is first written at hr 0: clearing nt entries was a
+/* isum[t] is first written at hr 0: clearing nt entries was a
              * rep stos, 4 % of this kernel at 8 tokens */
-            /* unrolled, so h, r and the shifts below are constants: 5 to
+/* unrolled, so h, r and the shifts below are constants: 5 to
              * 12 % fewer cycles than the rolled loop */
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int hr = 0; hr < 8; hr++) {
                 /* weights 32hr .. 32hr + 31: low 4 bits from ql (block A or
                  * B of half h, low or high nibbles), high 2 bits from qh */
                 const int h = hr >> 2, r = hr & 3;
                 const uint8_t *ql = wb->ql + 32 * (16 * h + 8 * (r & 1)), *qh = wb->qh + 32 * 8 * h;
                 __m256i qq[8];
-                #pragma GCC unroll 8
+#pragma GCC unroll 8
                 for (int kk = 0; kk < 8; kk++) {
                     const __m256i L = _mm256_loadu_si256((const __m256i *)(ql + 32 * kk));
                     const __m256i H = _mm256_loadu_si256((const __m256i *)(qh + 32 * kk));
                     const __m256i lo = _mm256_and_si256(r & 2 ? _mm256_srli_epi16(L, 4) : L, m4);
-                    const __m256i hi = r == 0 ? _mm256_slli_epi16(H, 4) : r == 1 ? _mm256_slli_epi16(H, 2)
-                                     : r == 2 ? H : _mm256_srli_epi16(H, 2);
+                    const __m256i hi = r == 0   ? _mm256_slli_epi16(H, 4)
+                                       : r == 1 ? _mm256_slli_epi16(H, 2)
+                                       : r == 2 ? H
+                                                : _mm256_srli_epi16(H, 2);
                     qq[kk] = _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
                 }
                 const __m256i d0 = dsc[2 * hr], d1 = dsc[2 * hr + 1];
@@ -266,7 +269,7 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
         const kk_q8_0x8 *wb = &w[b];
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
         __m256i q[8], aq[8];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             q[k] = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * k));
             aq[k] = _mm256_abs_epi8(q[k]);
@@ -276,12 +279,14 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
         for (int t = 0; t < n_tok; t++) {
             const int8_t *y = ab[t].qs;
             __m256i s0 = _mm256_setzero_si256(), s1 = s0;
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int k = 0; k < 8; k += 2) {
-                s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(aq[k], _mm256_sign_epi8(bcast4(y + 4 * k), q[k])), ones));
-                s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(aq[k + 1], _mm256_sign_epi8(bcast4(y + 4 * k + 4), q[k + 1])), ones));
+                s0 = _mm256_add_epi32(
+                    s0,
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(aq[k], _mm256_sign_epi8(bcast4(y + 4 * k), q[k])), ones));
+                s1 = _mm256_add_epi32(
+                    s1, _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(aq[k + 1], _mm256_sign_epi8(bcast4(y + 4 * k + 4), q[k + 1])), ones));
             }
             const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(ab[t].d));
             float *o = acc + 8 * t;
@@ -307,8 +312,9 @@ static inline __m256i q4_K_mins_p(const __m256i mnp[4], const int16_t *bsums) {
  * pair. */
 static inline void q4_K_min_pairs(const uint8_t *mn, __m256i mnp[4]) {
     for (int p = 0; p < 4; p++)
-        mnp[p] = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mn + 16 * p))),
-                                 _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mn + 16 * p + 8))), 16));
+        mnp[p] = _mm256_or_si256(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mn + 16 * p))),
+            _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mn + 16 * p + 8))), 16));
 }
 
 static inline __m256i q4_K_mins(const uint8_t *mn, const int16_t *bsums) {
@@ -336,16 +342,16 @@ static void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a, size_t
         for (int g = 0; g < 4; g++) {
             const int8_t *y0 = y->qs + 64 * g, *y1 = y0 + 32;
             __m256i l0 = _mm256_setzero_si256(), l1 = l0, h0 = l0, h1 = l0;
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int kk = 0; kk < 8; kk += 2) {
                 const __m256i p0 = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * (8 * g + kk)));
                 const __m256i p1 = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * (8 * g + kk + 1)));
                 l0 = _mm256_add_epi16(l0, _mm256_maddubs_epi16(_mm256_and_si256(p0, m4), bcast4(y0 + 4 * kk)));
                 l1 = _mm256_add_epi16(l1, _mm256_maddubs_epi16(_mm256_and_si256(p1, m4), bcast4(y0 + 4 * kk + 4)));
-                h0 = _mm256_add_epi16(h0, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p0, 4), m4),
-                                                               bcast4(y1 + 4 * kk)));
-                h1 = _mm256_add_epi16(h1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p1, 4), m4),
-                                                               bcast4(y1 + 4 * kk + 4)));
+                h0 = _mm256_add_epi16(
+                    h0, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p0, 4), m4), bcast4(y1 + 4 * kk)));
+                h1 = _mm256_add_epi16(
+                    h1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p1, 4), m4), bcast4(y1 + 4 * kk + 4)));
             }
             for (int hh = 0; hh < 2; hh++) {
                 const int sb = 2 * g + hh;
@@ -389,7 +395,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
                  * group-of-64 g = sb / 2 */
                 const uint8_t *qs = wb->qs + 32 * 8 * (sb >> 1);
                 __m256i qq[8];
-                #pragma GCC unroll 8
+#pragma GCC unroll 8
                 for (int kk = 0; kk < 8; kk++) {
                     const __m256i p = _mm256_loadu_si256((const __m256i *)(qs + 32 * kk));
                     qq[kk] = _mm256_and_si256(sb & 1 ? _mm256_srli_epi16(p, 4) : p, m4);
@@ -406,7 +412,8 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
                 const __m256i ms = q4_K_mins_p(mnp, y->bsums);
                 const __m256 yd = _mm256_set1_ps(y->d);
                 float *o = acc + 8 * (t0 + t);
-                const __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, yd), _mm256_loadu_ps(o));
+                const __m256 r =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, yd), _mm256_loadu_ps(o));
                 _mm256_storeu_ps(o, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, yd), r));
             }
         }

@@ -78,8 +78,7 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
                               _mm512_and_si512(_mm512_srli_epi16(p1, 4), m4)};
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const kk_act8 *ab = a + (size_t)b * lda;
-        for (int t = 0; t < n_tok; t++)
-            finish(acc + 8 * t, block_sums(u, idx, ab[t].qs), ab[t].s8, dw, ab[t].d);
+        for (int t = 0; t < n_tok; t++) finish(acc + 8 * t, block_sums(u, idx, ab[t].qs), ab[t].s8, dw, ab[t].d);
     }
 }
 
@@ -95,8 +94,7 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
         for (int m = 0; m < 4; m++) u[m] = _mm512_xor_si512(_mm512_loadu_si512(wb->qs + 64 * m), bias);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const kk_act8 *ab = a + (size_t)b * lda;
-        for (int t = 0; t < n_tok; t++)
-            finish(acc + 8 * t, block_sums(u, idx, ab[t].qs), 16 * ab[t].s8, dw, ab[t].d);
+        for (int t = 0; t < n_tok; t++) finish(acc + 8 * t, block_sums(u, idx, ab[t].qs), 16 * ab[t].s8, dw, ab[t].d);
     }
 }
 

@@ -64,7 +64,8 @@ static void conv_silu_ref(const kk_conv *a) {
             /* taps 0..K-2 on the window (state then earlier tokens), K-1 on x_t */
             for (int k = 0; k < K; k++) {
                 const int src = t + k - (K - 1); /* token index, < 0: state row K-1+src */
-                const float in = src < 0 ? a->state[(size_t)(K - 1 + src) * a->ldc + c] : a->x[(size_t)src * a->ldx + c];
+                const float in =
+                    src < 0 ? a->state[(size_t)(K - 1 + src) * a->ldc + c] : a->x[(size_t)src * a->ldx + c];
                 acc += in * a->w[(size_t)k * a->ldc + c];
             }
             yt[c] = silu(acc);
@@ -75,8 +76,10 @@ static void conv_silu_ref(const kk_conv *a) {
     for (int r = 0; r < keep; r++) {
         const int src = a->n - keep + r; /* token index of state row r */
         float *dst = a->state + (size_t)r * a->ldc;
-        if (src >= 0) memcpy(dst, a->x + (size_t)src * a->ldx, (size_t)C * sizeof(float));
-        else memmove(dst, a->state + (size_t)(r + a->n) * a->ldc, (size_t)C * sizeof(float));
+        if (src >= 0)
+            memcpy(dst, a->x + (size_t)src * a->ldx, (size_t)C * sizeof(float));
+        else
+            memmove(dst, a->state + (size_t)(r + a->n) * a->ldc, (size_t)C * sizeof(float));
     }
 }
 

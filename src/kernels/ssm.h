@@ -55,19 +55,19 @@ typedef struct kk_conv {
 #define KK_GDN_CHUNK 16
 typedef struct kk_gdn {
     int n;
-    int pos0;               /* absolute position of token 0 (chunk alignment) */
+    int pos0; /* absolute position of token 0 (chunk alignment) */
     int dk, dv;
-    const float *q, *k;     /* token t at q + t * ld_qk: [dk] */
+    const float *q, *k; /* token t at q + t * ld_qk: [dk] */
     size_t ld_qk;
-    const float *v;         /* token t at v + t * ld_v: [dv] */
+    const float *v; /* token t at v + t * ld_v: [dv] */
     size_t ld_v;
-    const float *g, *beta;  /* token t at g[t * ld_gb], beta[t * ld_gb] */
+    const float *g, *beta; /* token t at g[t * ld_gb], beta[t * ld_gb] */
     size_t ld_gb;
     float scale;
-    float *s;               /* [dv][dk], updated */
-    float *o;               /* token t at o + t * ld_o: [dv] */
+    float *s; /* [dv][dk], updated */
+    float *o; /* token t at o + t * ld_o: [dv] */
     size_t ld_o;
-    float *scratch;         /* kk_gdn_scratch(dk, dv) floats (chunked form) */
+    float *scratch; /* kk_gdn_scratch(dk, dv) floats (chunked form) */
 } kk_gdn;
 
 static inline size_t kk_gdn_scratch(int dk, int dv) {

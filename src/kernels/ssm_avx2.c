@@ -50,8 +50,10 @@ static void conv_silu(const kk_conv *a) {
     for (int r = 0; r < keep; r++) {
         const int src = a->n - keep + r;
         float *dst = a->state + (size_t)r * a->ldc;
-        if (src >= 0) memcpy(dst, a->x + (size_t)src * a->ldx, (size_t)C * sizeof(float));
-        else memmove(dst, a->state + (size_t)(r + a->n) * a->ldc, (size_t)C * sizeof(float));
+        if (src >= 0)
+            memcpy(dst, a->x + (size_t)src * a->ldx, (size_t)C * sizeof(float));
+        else
+            memmove(dst, a->state + (size_t)(r + a->n) * a->ldc, (size_t)C * sizeof(float));
     }
 }
 
@@ -108,7 +110,8 @@ static void gdn_step(const kk_gdn *a) {
 static inline void axpy8(float *y, float f, const float *x, int n) {
     const __m256 ff = _mm256_set1_ps(f);
     int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(ff, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(ff, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] = fmaf(f, x[i], y[i]);
 }
 

@@ -93,19 +93,24 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     if (p.n_ctx > hp->n_ctx_train && m->arch->encoder)
         return kb_fail(KILN_ERR_INVALID_ARG, "context %d exceeds the model's %d", p.n_ctx, hp->n_ctx_train);
     if (p.n_ctx > hp->n_ctx_train)
-        kb_log(KB_LOG_WARN, "the context of %d tokens exceeds the %d the model was trained on; output past it may "
-                            "degrade", p.n_ctx, hp->n_ctx_train);
+        kb_log(KB_LOG_WARN,
+               "the context of %d tokens exceeds the %d the model was trained on; output past it may "
+               "degrade",
+               p.n_ctx, hp->n_ctx_train);
     /* the usable context is the smaller of the model's and what the
      * budget allows for n_seq_max sequences once the recurrent-state pool
      * (allocated whole, whatever the context) is taken out of it */
     uint64_t budget = p.mem_limit ? p.mem_limit : default_kv_budget();
     const int n_snap = !shape.rs_floats || p.n_state_snapshots < 0 ? 0
-                       : p.n_state_snapshots ? p.n_state_snapshots : KL_RS_SNAP_PER_SEQ * p.n_seq_max;
-    const uint64_t rs_bytes = shape.rs_floats ? kl_rs_bytes(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap) : 0;
+                       : p.n_state_snapshots                       ? p.n_state_snapshots
+                                                                   : KL_RS_SNAP_PER_SEQ * p.n_seq_max;
+    const uint64_t rs_bytes =
+        shape.rs_floats ? kl_rs_bytes(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap) : 0;
     if (rs_bytes >= budget)
-        return kb_fail(KILN_ERR_NOMEM,
-                       "the recurrent state of %d sequence(s) and %d snapshot(s) takes %llu MiB; the budget is %llu MiB",
-                       p.n_seq_max, n_snap, (unsigned long long)(rs_bytes >> 20), (unsigned long long)(budget >> 20));
+        return kb_fail(
+            KILN_ERR_NOMEM,
+            "the recurrent state of %d sequence(s) and %d snapshot(s) takes %llu MiB; the budget is %llu MiB",
+            p.n_seq_max, n_snap, (unsigned long long)(rs_bytes >> 20), (unsigned long long)(budget >> 20));
     budget -= rs_bytes;
     uint64_t per_tok = kl_kv_bytes_per_token(&shape, p.kv_type);
     uint64_t fit = per_tok ? budget / (per_tok * (uint64_t)p.n_seq_max) : (uint64_t)hp->n_ctx_train;
@@ -113,9 +118,9 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     if ((uint64_t)n_ctx > fit) {
         if (p.n_ctx)
             return kb_fail(KILN_ERR_NOMEM,
-                           "context %d needs %llu MiB of KV cache for %d sequence(s); the budget is %llu MiB",
-                           n_ctx, (unsigned long long)(per_tok * (uint64_t)n_ctx * (uint64_t)p.n_seq_max >> 20),
-                           p.n_seq_max, (unsigned long long)(budget >> 20));
+                           "context %d needs %llu MiB of KV cache for %d sequence(s); the budget is %llu MiB", n_ctx,
+                           (unsigned long long)(per_tok * (uint64_t)n_ctx * (uint64_t)p.n_seq_max >> 20), p.n_seq_max,
+                           (unsigned long long)(budget >> 20));
         n_ctx = (int32_t)fit;
         kb_log(KB_LOG_INFO, "context capped at %d tokens by the KV memory budget", n_ctx);
     }
@@ -132,9 +137,12 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     kq_init(KQ_ISA_AVX512);
     c->pool = kpool_new(p.n_threads);
     if (!c->pool || kl_kv_init(&c->kv, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap, err, sizeof err) ||
-        (shape.rs_floats && !(c->rs = kl_rs_new(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, err, sizeof err)))) {
-        if (c->pool) kb_fail(KILN_ERR_NOMEM, "%s", err);
-        else kb_fail(KILN_ERR_NOMEM, "cannot start threads");
+        (shape.rs_floats &&
+         !(c->rs = kl_rs_new(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, err, sizeof err)))) {
+        if (c->pool)
+            kb_fail(KILN_ERR_NOMEM, "%s", err);
+        else
+            kb_fail(KILN_ERR_NOMEM, "cannot start threads");
         kiln_context_free(c);
         return KILN_ERR_NOMEM;
     }
@@ -146,7 +154,8 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         shape.n_attn_layer ? kk_attn_scratch(2, KL_ATTN_TILE, shape.hd, n_ctx + KL_KV_BLOCK) : 0;
     ctx_buf bufs[] = {
         {(void **)&c->rope_cs, B * (size_t)hp->rope.n_rot * 4},
-        {(void **)&c->b_pos, B * 4},        {(void **)&c->b_seq, B * 4},
+        {(void **)&c->b_pos, B * 4},
+        {(void **)&c->b_seq, B * 4},
         {(void **)&c->b_tile, (B + 1) * 4},
         {(void **)&c->out_idx, B * 4},
         {(void **)&c->out_rows, B * E * 4},
@@ -224,7 +233,8 @@ kiln_status kiln_seq_truncate(kiln_context *c, int32_t seq, int32_t p) {
 }
 
 int32_t kiln_seq_truncate_point(const kiln_context *c, int32_t seq, int32_t p) {
-    if (!c || seq < 0 || seq >= c->kv.n_seq || p < 0) return kb_fail(KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
+    if (!c || seq < 0 || seq >= c->kv.n_seq || p < 0)
+        return kb_fail(KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
     if (c->rs) return kl_rs_restorable(c, seq, p);
     return p < c->kv.seqs[seq].len ? p : c->kv.seqs[seq].len;
 }
@@ -237,8 +247,8 @@ kiln_status kiln_seq_copy(kiln_context *c, int32_t src, int32_t dst) {
 
 /* -------------------------------------------------------------- tokenizer */
 
-int kiln_tokenize(const kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
-                  int32_t *out, int cap) {
+int kiln_tokenize(const kiln_model *m, const char *text, size_t len, int add_special, int parse_special, int32_t *out,
+                  int cap) {
     if (!m || (!text && len)) return kb_fail(KILN_ERR_INVALID_ARG, "bad tokenize arguments");
     int32_t n = ktok_encode(m->tok, text ? text : "", len, add_special, parse_special, out, cap);
     if (n == KTOK_ERR_NOMEM) return kb_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
@@ -265,7 +275,10 @@ kiln_detok *kiln_detok_new(const kiln_model *m) {
     if (!d) return NULL;
     d->cap = ktok_max_piece(m->tok) + 8;
     d->buf = malloc((size_t)d->cap);
-    if (!d->buf) { free(d); return NULL; }
+    if (!d->buf) {
+        free(d);
+        return NULL;
+    }
     ktok_stream_init(&d->s, m->tok, 0, 0);
     return d;
 }

@@ -38,11 +38,11 @@ typedef struct kl_bert_layer {
 } kl_bert_layer;
 
 struct kl_bert {
-    kk_mat pos_embd;              /* [n_pos rows of n_embd] */
-    kk_mat type_embd;             /* [n_types rows]; data NULL when absent */
+    kk_mat pos_embd;  /* [n_pos rows of n_embd] */
+    kk_mat type_embd; /* [n_types rows]; data NULL when absent */
     const float *emb_norm_w, *emb_norm_b;
-    float eps;                    /* LayerNorm epsilon */
-    int n_pos;                    /* longest input the positions allow */
+    float eps; /* LayerNorm epsilon */
+    int n_pos; /* longest input the positions allow */
     kl_bert_layer *layers;
     /* classification head (rerankers): cls [n_embd -> n_embd] + tanh
      * (optional), cls.output [n_embd -> n_cls_out]; cls_out.data NULL when
@@ -139,12 +139,12 @@ static void bert_free(kiln_model *m) { bert_free_data(m->fam); }
 typedef struct kl_bert_ws {
     kpool *pool;
     int cap_tok;
-    float *x, *y;            /* [cap_tok][n_embd] residual stream, sublayer output */
-    float *q, *k, *v, *att;  /* [cap_tok][n_embd] */
-    float *up;               /* [cap_tok][n_ff] */
-    float *scratch;          /* attention scores, kl_enc_attn_scratch */
-    int32_t *off, *seq;      /* the batch layout (encoder.h) */
-    float *pooled;           /* [cap_tok][n_embd] pooled rows (rank pooling) */
+    float *x, *y;           /* [cap_tok][n_embd] residual stream, sublayer output */
+    float *q, *k, *v, *att; /* [cap_tok][n_embd] */
+    float *up;              /* [cap_tok][n_ff] */
+    float *scratch;         /* attention scores, kl_enc_attn_scratch */
+    int32_t *off, *seq;     /* the batch layout (encoder.h) */
+    float *pooled;          /* [cap_tok][n_embd] pooled rows (rank pooling) */
     void *mm_scratch;
 } kl_bert_ws;
 
@@ -175,8 +175,7 @@ static void *bert_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
 static void bert_ws_free(void *ws) {
     kl_bert_ws *w = ws;
     if (!w) return;
-    void *bufs[] = {w->x, w->y, w->q, w->k, w->v, w->att, w->up, w->scratch, w->off, w->seq, w->pooled,
-                    w->mm_scratch};
+    void *bufs[] = {w->x, w->y, w->q, w->k, w->v, w->att, w->up, w->scratch, w->off, w->seq, w->pooled, w->mm_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(w);
 }
@@ -235,8 +234,8 @@ static void bert_rank_head(kl_bert_ws *w, const kiln_model *m, int n_seq, float 
     if (b->cls_out_b) kk_add_rows(out, b->cls_out_b, n_seq, C);
 }
 
-static void bert_encode(void *ws, const kiln_model *m, const int32_t *tokens, const uint8_t *types,
-                        const int32_t *len, int n_seq, int pooling, float *out) {
+static void bert_encode(void *ws, const kiln_model *m, const int32_t *tokens, const uint8_t *types, const int32_t *len,
+                        int n_seq, int pooling, float *out) {
     kl_bert_ws *w = ws;
     const kl_hparams *hp = &m->hp;
     const struct kl_bert *b = m->fam;

@@ -19,9 +19,11 @@ kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) {
     for (int i = 0; i < b->n; i++) {
         int s = b->seq ? b->seq[i] : 0;
         if (s < 0 || s >= c->kv.n_seq)
-            return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: sequence %d out of range (0..%d)", i, s, c->kv.n_seq - 1);
+            return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: sequence %d out of range (0..%d)", i, s,
+                           c->kv.n_seq - 1);
         if (b->token[i] < 0 || b->token[i] >= hp->n_vocab)
-            return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: id %d out of range (vocab %d)", i, b->token[i], hp->n_vocab);
+            return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: id %d out of range (vocab %d)", i, b->token[i],
+                           hp->n_vocab);
         int32_t p = c->kv.seqs[s].len + add[s];
         if (b->pos && b->pos[i] != p)
             return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: position %d, but sequence %d continues at %d", i,
@@ -159,24 +161,43 @@ static void attn_task(void *ud, int ith, int nth) {
         float *o = j->out + ((size_t)i * hp->n_head + h) * hd;
         if (kv->type == KILN_KV_Q8_0) {
             const kk_attn_q8 a = {
-                .q = q, .nq = nq, .nt = nt, .tok_stride = (size_t)hp->n_head * hd, .hd = hd, .n_pos = pos + 1,
-                .blocks = kv->seqs[s].blocks, .block_shift = KL_KV_BLOCK_SHIFT,
+                .q = q,
+                .nq = nq,
+                .nt = nt,
+                .tok_stride = (size_t)hp->n_head * hd,
+                .hd = hd,
+                .n_pos = pos + 1,
+                .blocks = kv->seqs[s].blocks,
+                .block_shift = KL_KV_BLOCK_SHIFT,
                 .k = (const uint8_t *)kl_kv_kblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * kv->hrow,
                 .v = (const uint8_t *)kl_kv_vblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * kv->hrow,
-                .block_stride = kl_kv_block_bytes(kv), .row_stride = kv->hrow,
-                .scale = scale, .out = o, .scratch = scratch,
+                .block_stride = kl_kv_block_bytes(kv),
+                .row_stride = kv->hrow,
+                .scale = scale,
+                .out = o,
+                .scratch = scratch,
             };
             ops->attn_q8(&a);
             continue;
         }
         if (kv->type == KILN_KV_F16) {
             const kk_attn_f16 a = {
-                .q = q, .nq = nq, .nt = nt, .tok_stride = (size_t)hp->n_head * hd, .hd = hd, .n_pos = pos + 1,
-                .blocks = kv->seqs[s].blocks, .block_shift = KL_KV_BLOCK_SHIFT,
+                .q = q,
+                .nq = nq,
+                .nt = nt,
+                .tok_stride = (size_t)hp->n_head * hd,
+                .hd = hd,
+                .n_pos = pos + 1,
+                .blocks = kv->seqs[s].blocks,
+                .block_shift = KL_KV_BLOCK_SHIFT,
                 .k = (const uint16_t *)kl_kv_kblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hd,
                 .v = (const uint16_t *)kl_kv_vblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hd,
-                .block_stride = kl_kv_block_bytes(kv) / sizeof(uint16_t), .row_stride = (size_t)hd,
-                .scale = scale, .acc_f32 = attn_acc_f32(pos), .out = o, .scratch = scratch,
+                .block_stride = kl_kv_block_bytes(kv) / sizeof(uint16_t),
+                .row_stride = (size_t)hd,
+                .scale = scale,
+                .acc_f32 = attn_acc_f32(pos),
+                .out = o,
+                .scratch = scratch,
             };
             ops->attn_f16(&a);
             continue;

@@ -149,8 +149,11 @@ static int dense_ctx_init(kiln_context *c) {
     if (!w) return -1;
     const size_t B = (size_t)c->p.n_batch, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
     const size_t nq = (size_t)hp->n_head * hp->hd_k, nkv = (size_t)hp->n_head_kv * hp->hd_k;
-    struct { float **p; size_t n; } bufs[] = {
-        {&w->x, B * E}, {&w->xn, B * E}, {&w->q, B * nq}, {&w->k, B * nkv},
+    struct {
+        float **p;
+        size_t n;
+    } bufs[] = {
+        {&w->x, B * E},   {&w->xn, B * E},   {&w->q, B * nq},   {&w->k, B * nkv},
         {&w->v, B * nkv}, {&w->att, B * nq}, {&w->gate, B * F}, {&w->up, B * F},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -188,9 +191,7 @@ static void tok_range(const tok_job *j, int i0, int i1) {
     for (int i = i0; i < i1; i++) {
         float *x = w->x + (size_t)i * E, *xn = w->xn + (size_t)i * E;
         switch (j->step) {
-        case STEP_ATTN_NORM:
-            ops->rmsnorm(xn, x, L->attn_norm, E, hp->eps);
-            break;
+        case STEP_ATTN_NORM: ops->rmsnorm(xn, x, L->attn_norm, E, hp->eps); break;
         case STEP_QK_ROPE_STORE: {
             float *qi = w->q + (size_t)i * nq, *ki = w->k + (size_t)i * nkv, *vi = w->v + (size_t)i * nkv;
             if (L->bq) kk_add(qi, L->bq, (int)nq);
@@ -215,12 +216,8 @@ static void tok_range(const tok_job *j, int i0, int i1) {
             ops->add(x, xn, E);
             ops->rmsnorm(xn, x, L->ffn_norm, E, hp->eps);
             break;
-        case STEP_SWIGLU:
-            ops->swiglu(w->gate + (size_t)i * hp->n_ff, w->up + (size_t)i * hp->n_ff, hp->n_ff);
-            break;
-        case STEP_RESID:
-            ops->add(x, xn, E);
-            break;
+        case STEP_SWIGLU: ops->swiglu(w->gate + (size_t)i * hp->n_ff, w->up + (size_t)i * hp->n_ff, hp->n_ff); break;
+        case STEP_RESID: ops->add(x, xn, E); break;
         }
     }
 }
@@ -238,8 +235,10 @@ static void tok_task(void *ud, int ith, int nth) {
 
 static void tok_step(tok_job *j, enum tok_step step) {
     j->step = step;
-    if (j->n_tok >= TOK_PAR_MIN) kpool_run(j->c->pool, tok_task, j);
-    else tok_range(j, 0, j->n_tok);
+    if (j->n_tok >= TOK_PAR_MIN)
+        kpool_run(j->c->pool, tok_task, j);
+    else
+        tok_range(j, 0, j->n_tok);
 }
 
 static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out) {

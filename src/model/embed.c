@@ -16,20 +16,20 @@
 struct kiln_embedder {
     kiln_model *m;
     int own_model;
-    int pooling;                 /* KILN_POOLING_* */
+    int pooling; /* KILN_POOLING_* */
     int32_t max_tokens, n_batch;
     char *qprefix, *dprefix;
     char fingerprint[65];
-    float *pooled;               /* [KL_ENC_MAX_SEQ][n_embd] pooled, not normalized */
+    float *pooled; /* [KL_ENC_MAX_SEQ][n_embd] pooled, not normalized */
     /* encoder */
     kpool *pool;
-    void *ws;                    /* the encoder family's workspace */
-    int32_t *run_tok;            /* the token ids of one run, inputs end to end */
+    void *ws;         /* the encoder family's workspace */
+    int32_t *run_tok; /* the token ids of one run, inputs end to end */
     int32_t run_len[KL_ENC_MAX_SEQ];
     /* decoder */
     kiln_context *ctx;
-    int8_t *flags;               /* [n_batch] rows whose hidden state is kept */
-    double *acc;                 /* [n_embd] pooling accumulator */
+    int8_t *flags; /* [n_batch] rows whose hidden state is kept */
+    double *acc;   /* [n_embd] pooling accumulator */
     /* the last failed begin's over-limit inputs */
     int32_t n_over, cap_over;
     int32_t *over_idx, *over_ntok;
@@ -40,9 +40,9 @@ struct kiln_embed_job {
     kiln_embeddings res;
     float *vectors;
     int32_t *n_tokens, *truncated;
-    int32_t **tokens;            /* [n] token ids per input */
-    int32_t *order;              /* kiln_embed_next: the run order (encoders: shortest first) */
-    int32_t n_done;              /* inputs of order embedded */
+    int32_t **tokens; /* [n] token ids per input */
+    int32_t *order;   /* kiln_embed_next: the run order (encoders: shortest first) */
+    int32_t n_done;   /* inputs of order embedded */
 };
 
 kiln_embedder_params kiln_embedder_default_params(void) {
@@ -95,7 +95,7 @@ static int load_prefixes(kiln_embedder *e) {
     if (fam->embed_document) fd = fam->embed_document;
     gguf_str s;
     e->qprefix = gguf_get_str(e->m->gf, "kiln.embedding.query_prefix", &s) == 0 ? dup_str(s.ptr, s.len)
-                                                                                 : dup_str(fq, strlen(fq));
+                                                                                : dup_str(fq, strlen(fq));
     e->dprefix = gguf_get_str(e->m->gf, "kiln.embedding.document_prefix", &s) == 0 ? dup_str(s.ptr, s.len)
                                                                                    : dup_str(fd, strlen(fd));
     return e->qprefix && e->dprefix ? 0 : -1;
@@ -135,15 +135,14 @@ static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
     kiln_embedder_params p = params ? *params : kiln_embedder_default_params();
     kiln_model *m = e->m;
     if (p.n_batch <= 0) p.n_batch = 2048;
-    if (p.max_tokens < 0 || p.n_threads < 0)
-        return kb_fail(KILN_ERR_INVALID_ARG, "negative max_tokens or n_threads");
+    if (p.max_tokens < 0 || p.n_threads < 0) return kb_fail(KILN_ERR_INVALID_ARG, "negative max_tokens or n_threads");
     int def = m->arch->encoder ? KILN_POOLING_MEAN : KILN_POOLING_LAST;
     char key[96];
     snprintf(key, sizeof key, "%s.pooling_type", m->arch_name);
     e->pooling = (int)gguf_get_int(m->gf, key, def);
     if (e->pooling < KILN_POOLING_MEAN || e->pooling > KILN_POOLING_LAST)
-        return kb_fail(KILN_ERR_UNSUPPORTED,
-                       "%s = %d: kiln embeds with mean (1), CLS (2) or last-token (3) pooling", key, e->pooling);
+        return kb_fail(KILN_ERR_UNSUPPORTED, "%s = %d: kiln embeds with mean (1), CLS (2) or last-token (3) pooling",
+                       key, e->pooling);
     if (load_prefixes(e) || fingerprint(e)) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     e->acc = malloc((size_t)m->hp.n_embd * sizeof *e->acc);
     e->pooled = malloc((size_t)KL_ENC_MAX_SEQ * (size_t)m->hp.n_embd * sizeof *e->pooled);
@@ -357,14 +356,12 @@ static kiln_status over_limit_error(const kiln_embedder *e, int32_t n_inputs) {
 
 kiln_status kiln_embed_begin(kiln_embedder *e, const kiln_embed_request *r, kiln_embed_job **out) {
     *out = NULL;
-    if (!e || !r || r->n < 0 || (r->n && !r->texts))
-        return kb_fail(KILN_ERR_INVALID_ARG, "bad embed request");
+    if (!e || !r || r->n < 0 || (r->n && !r->texts)) return kb_fail(KILN_ERR_INVALID_ARG, "bad embed request");
     e->n_over = 0;
     const int E = e->m->hp.n_embd;
     if (r->kind != KILN_EMBED_QUERY && r->kind != KILN_EMBED_DOCUMENT)
         return kb_fail(KILN_ERR_INVALID_ARG, "unknown input kind %d", r->kind);
-    if (r->dim < 0 || r->dim > E)
-        return kb_fail(KILN_ERR_INVALID_ARG, "dimension %d is outside 1..%d", r->dim, E);
+    if (r->dim < 0 || r->dim > E) return kb_fail(KILN_ERR_INVALID_ARG, "dimension %d is outside 1..%d", r->dim, E);
     const int dim = r->dim ? r->dim : E;
     kiln_embed_job *j = calloc(1, sizeof *j);
     if (!j) return kb_fail(KILN_ERR_NOMEM, "out of memory");
@@ -477,8 +474,8 @@ static kiln_status decode_one(kiln_embed_job *j, int32_t i) {
         int32_t cnt = n - off < e->n_batch ? n - off : e->n_batch;
         for (int32_t k = 0; k < cnt; k++) {
             int32_t t = off + k;
-            e->flags[k] = (int8_t)(e->pooling == KILN_POOLING_MEAN ||
-                                   t == (e->pooling == KILN_POOLING_CLS ? 0 : n - 1));
+            e->flags[k] =
+                (int8_t)(e->pooling == KILN_POOLING_MEAN || t == (e->pooling == KILN_POOLING_CLS ? 0 : n - 1));
         }
         kiln_batch b = {cnt, ids + off, NULL, NULL, e->flags};
         st = kiln_decode(e->ctx, &b);

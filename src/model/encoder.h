@@ -16,9 +16,9 @@
 
 typedef struct kl_enc_batch {
     int n_seq, n_rows;
-    const int32_t *len;      /* [n_seq] */
-    int32_t *off;            /* [n_seq + 1] first row of each sequence */
-    int32_t *seq;            /* [n_rows] the sequence of each row */
+    const int32_t *len; /* [n_seq] */
+    int32_t *off;       /* [n_seq + 1] first row of each sequence */
+    int32_t *seq;       /* [n_rows] the sequence of each row */
     int max_len;
 } kl_enc_batch;
 
@@ -47,12 +47,12 @@ typedef struct kl_enc_attn {
     const kl_enc_batch *b;
     const float *q, *k, *v;
     int q_stride, kv_stride;
-    float *out;              /* [rows][n_head * hd], out_stride apart */
+    float *out; /* [rows][n_head * hd], out_stride apart */
     int out_stride;
     int n_head, n_head_kv, hd;
-    int window;              /* < 0: every token; else |t - u| <= window */
+    int window; /* < 0: every token; else |t - u| <= window */
     float scale;
-    float *scratch;          /* kl_enc_attn_scratch floats */
+    float *scratch; /* kl_enc_attn_scratch floats */
 } kl_enc_attn;
 
 /* Scratch floats kl_enc_attention needs for sequences of up to max_len. */

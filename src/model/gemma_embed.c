@@ -39,7 +39,7 @@ typedef struct ge_model {
     ge_layer *layers;
     int window;
     kk_rope rope_local;
-    kk_mat dense2, dense3;   /* n_embd -> d2, d2 -> n_embd; data NULL when absent */
+    kk_mat dense2, dense3; /* n_embd -> d2, d2 -> n_embd; data NULL when absent */
     int d2;
 } ge_model;
 
@@ -138,9 +138,10 @@ static int ge_bind(kiln_model *m, char *err, size_t errlen) {
         const int64_t fi = kl_meta_int(m, "dense_2_feat_in", E), fo = kl_meta_int(m, "dense_2_feat_out", d->d2);
         const int64_t gi = kl_meta_int(m, "dense_3_feat_in", d->d2), go = kl_meta_int(m, "dense_3_feat_out", E);
         if (fi != E || fo != d->d2 || gi != d->d2 || go != E)
-            kl_bind_fail(&B, "dense_2/dense_3 features (%lld -> %lld, %lld -> %lld) disagree with the tensors "
-                         "(%lld -> %d -> %lld)", (long long)fi, (long long)fo, (long long)gi, (long long)go,
-                         (long long)E, d->d2, (long long)E);
+            kl_bind_fail(&B,
+                         "dense_2/dense_3 features (%lld -> %lld, %lld -> %lld) disagree with the tensors "
+                         "(%lld -> %d -> %lld)",
+                         (long long)fi, (long long)fo, (long long)gi, (long long)go, (long long)E, d->d2, (long long)E);
     }
     return B.failed ? -1 : 0;
 }
@@ -152,8 +153,8 @@ static void ge_weights(kiln_model *m, kl_weights *w) {
         ge_layer *l = &d->layers[i];
         kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
-        const float **v[] = {&l->attn_norm, &l->q_norm, &l->k_norm, &l->post_attn_norm, &l->ffn_norm,
-                             &l->post_ffn_norm};
+        const float **v[] = {&l->attn_norm,      &l->q_norm,   &l->k_norm,
+                             &l->post_attn_norm, &l->ffn_norm, &l->post_ffn_norm};
         const int64_t vl[] = {E, hd, hd, E, E, E};
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) kl_weights_vec(w, v[k], vl[k]);
     }
@@ -165,22 +166,22 @@ static void ge_weights(kiln_model *m, kl_weights *w) {
 typedef struct ge_ws {
     kpool *pool;
     int cap_tok;
-    float *x, *h;            /* [cap_tok][n_embd] */
-    float *q, *att;          /* [cap_tok][n_head * hd] */
-    float *k, *v;            /* [cap_tok][n_head_kv * hd] */
-    float *gate, *up;        /* [cap_tok][n_ff] */
+    float *x, *h;     /* [cap_tok][n_embd] */
+    float *q, *att;   /* [cap_tok][n_head * hd] */
+    float *k, *v;     /* [cap_tok][n_head_kv * hd] */
+    float *gate, *up; /* [cap_tok][n_ff] */
     float *cs_global, *cs_local;
     float *scratch;
     int32_t *off, *seq;
-    float *pooled, *proj;    /* [cap_tok][n_embd], [cap_tok][d2] */
+    float *pooled, *proj; /* [cap_tok][n_embd], [cap_tok][d2] */
     void *mm_scratch;
 } ge_ws;
 
 static void ge_ws_free(void *ws) {
     ge_ws *w = ws;
     if (!w) return;
-    void *bufs[] = {w->x, w->h, w->q, w->att, w->k, w->v, w->gate, w->up, w->cs_global, w->cs_local, w->scratch,
-                    w->off, w->seq, w->pooled, w->proj, w->mm_scratch};
+    void *bufs[] = {w->x,         w->h,        w->q,       w->att, w->k,   w->v,      w->gate, w->up,
+                    w->cs_global, w->cs_local, w->scratch, w->off, w->seq, w->pooled, w->proj, w->mm_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(w);
 }
@@ -220,10 +221,10 @@ typedef struct ge_job {
     const kiln_model *m;
     const ge_layer *L;
     const kl_enc_batch *b;
-    const float *norm;       /* rms_task: dst = rms(src) * norm */
+    const float *norm; /* rms_task: dst = rms(src) * norm */
     const float *src;
     float *dst;
-    int add;                 /* rms_task: x += rms(src) * norm instead */
+    int add; /* rms_task: x += rms(src) * norm instead */
 } ge_job;
 
 static void rms_task(void *ud, int ith, int nth) {
@@ -258,7 +259,8 @@ static void qk_task(void *ud, int ith, int nth) {
     for (long r = lo; r < hi; r++) {
         const int t = (int)r - j->b->off[j->b->seq[r]];
         float *q = j->w->q + (size_t)r * hp->n_head * hd, *k = j->w->k + (size_t)r * hp->n_head_kv * hd;
-        for (int h = 0; h < hp->n_head; h++) kk_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, j->L->q_norm, hd, hp->eps);
+        for (int h = 0; h < hp->n_head; h++)
+            kk_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, j->L->q_norm, hd, hp->eps);
         for (int h = 0; h < hp->n_head_kv; h++)
             kk_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, j->L->k_norm, hd, hp->eps);
         kk_rope_apply(rp, tab + (size_t)t * R, q, hp->n_head, hd);
@@ -298,8 +300,7 @@ static void ge_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         kk_get_row(&m->tok_embd, tokens[r], x);
         for (int i = 0; i < E; i++) x[i] *= scale;
     }
-    kl_enc_attn at = {&bt, w->q, w->k, w->v, nq, nkv, w->att, nq, hp->n_head, hp->n_head_kv, hd, -1, 1.0f,
-                      w->scratch};
+    kl_enc_attn at = {&bt, w->q, w->k, w->v, nq, nkv, w->att, nq, hp->n_head, hp->n_head_kv, hd, -1, 1.0f, w->scratch};
     for (int l = 0; l < hp->n_layer; l++) {
         const ge_layer *L = &d->layers[l];
         j.L = L;

@@ -54,50 +54,50 @@ static const kl_arch k_archs[] = {
 };
 
 typedef struct hyb_layer {
-    int recurrent;               /* 1: Gated DeltaNet, 0: full attention */
-    int ord;                     /* ordinal among the layers of its kind */
-    const float *attn_norm, *post_norm;   /* [n_embd] */
+    int recurrent;                      /* 1: Gated DeltaNet, 0: full attention */
+    int ord;                            /* ordinal among the layers of its kind */
+    const float *attn_norm, *post_norm; /* [n_embd] */
     /* full attention */
-    kk_mat wq, wk, wv, wo;       /* wq: n_embd -> n_head * 2 hd, per head [query | gate] */
-    const float *q_norm, *k_norm;         /* [hd] */
+    kk_mat wq, wk, wv, wo;        /* wq: n_embd -> n_head * 2 hd, per head [query | gate] */
+    const float *q_norm, *k_norm; /* [hd] */
     /* Gated DeltaNet */
     kk_mat wqkv, wz, wbeta, walpha, wba, wout;
-    float *conv_w;               /* [K][conv_dim], transposed from GGUF's [conv_dim][K] */
+    float *conv_w;                /* [K][conv_dim], transposed from GGUF's [conv_dim][K] */
     const float *dt_bias, *ssm_a; /* [Hv]; ssm_a = -exp(A_log) */
-    const float *ssm_norm;       /* [Dv] */
+    const float *ssm_norm;        /* [Dv] */
     /* FFN */
     int moe;
-    kk_mat w_gate, w_up, w_down;          /* dense */
-    kk_mat router;                        /* n_embd -> n_expert, F32 */
-    kk_mat *e_gate, *e_up, *e_down;       /* [n_expert] views of the 3-D tensors */
-    kk_mat s_gate, s_up, s_down;          /* shared expert (data NULL: none) */
-    const float *s_gate_inp;              /* [n_embd]: the shared expert's gate */
+    kk_mat w_gate, w_up, w_down;    /* dense */
+    kk_mat router;                  /* n_embd -> n_expert, F32 */
+    kk_mat *e_gate, *e_up, *e_down; /* [n_expert] views of the 3-D tensors */
+    kk_mat s_gate, s_up, s_down;    /* shared expert (data NULL: none) */
+    const float *s_gate_inp;        /* [n_embd]: the shared expert's gate */
 } hyb_layer;
 
 /* A multi-token-prediction block (nextn): bound with shapes checked and
  * kept for speculative decoding; the forward pass does not run it. */
 typedef struct hyb_mtp {
-    kk_mat eh_proj;                       /* 2 n_embd -> n_embd */
+    kk_mat eh_proj; /* 2 n_embd -> n_embd */
     const float *enorm, *hnorm;
-    kk_mat embed_tokens, head;            /* optional own embedding and head */
+    kk_mat embed_tokens, head; /* optional own embedding and head */
     const float *head_norm;
-    hyb_layer block;                      /* full attention + FFN */
+    hyb_layer block; /* full attention + FFN */
 } hyb_mtp;
 
 typedef struct hyb_model {
-    int n_layer, n_layer_all;             /* run / declared (block_count, MTP included) */
+    int n_layer, n_layer_all; /* run / declared (block_count, MTP included) */
     int n_attn, n_rec;
-    hyb_layer *layers;                    /* [n_layer] */
-    hyb_mtp *mtp;                         /* [n_layer_all - n_layer] */
+    hyb_layer *layers; /* [n_layer] */
+    hyb_mtp *mtp;      /* [n_layer_all - n_layer] */
     /* Gated DeltaNet */
     int K, Hk, Hv, Dk, Dv, conv_dim, flags;
-    size_t conv_floats, delta_floats;     /* per layer in a state slot */
+    size_t conv_floats, delta_floats; /* per layer in a state slot */
     /* MoE */
     int n_expert, n_used, F_exp, F_sh;
     float w_scale;
     int has_moe, has_dense;
-    kk_mat *experts;                      /* all views (one allocation) */
-    float *conv_mem;                      /* all transposed conv weights */
+    kk_mat *experts; /* all views (one allocation) */
+    float *conv_mem; /* all transposed conv weights */
 } hyb_model;
 
 /* ---------------------------------------------------------------- binding */
@@ -333,8 +333,10 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
         l->attn_norm = kl_bind_vec(&B, n, E, 0);
         snprintf(n, sizeof n, "blk.%d.post_attention_norm.weight", i);
         l->post_norm = kl_bind_vec(&B, n, E, 0);
-        if (l->recurrent) bind_recurrent(&B, m, h, i, l, h->conv_mem + (size_t)l->ord * h->K * h->conv_dim);
-        else bind_attention(&B, m, i, l, 0);
+        if (l->recurrent)
+            bind_recurrent(&B, m, h, i, l, h->conv_mem + (size_t)l->ord * h->K * h->conv_dim);
+        else
+            bind_attention(&B, m, i, l, 0);
         bind_ffn(&B, m, h, i, l, h->experts ? h->experts + (size_t)i * 3 * h->n_expert : NULL, 0);
     }
     /* MTP blocks: whatever of them the file carries, shapes checked */
@@ -361,8 +363,8 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
         const gguf_tensor *t = gguf_tensor_at(m->gf, i);
         int layer = -1;
         if (sscanf(t->name, "blk.%d.", &layer) == 1 && layer >= h->n_layer) continue; /* MTP: not run */
-        m->active_bytes += t->n_dims == 3 && h->n_expert ? t->nbytes / (uint64_t)h->n_expert * (uint64_t)h->n_used
-                                                          : t->nbytes;
+        m->active_bytes +=
+            t->n_dims == 3 && h->n_expert ? t->nbytes / (uint64_t)h->n_expert * (uint64_t)h->n_used : t->nbytes;
     }
     return 0;
 }
@@ -379,8 +381,8 @@ static void hyb_free(kiln_model *m) {
 
 static void layer_weights(const kiln_model *m, const hyb_model *h, hyb_layer *l, kl_weights *w) {
     const kl_hparams *hp = &m->hp;
-    kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->wqkv, &l->wz, &l->wbeta, &l->walpha, &l->wba, &l->wout,
-                    &l->w_gate, &l->w_up, &l->w_down, &l->s_gate, &l->s_up, &l->s_down};
+    kk_mat *ms[] = {&l->wq,  &l->wk,   &l->wv,     &l->wo,   &l->wqkv,   &l->wz,     &l->wbeta, &l->walpha,
+                    &l->wba, &l->wout, &l->w_gate, &l->w_up, &l->w_down, &l->s_gate, &l->s_up,  &l->s_down};
     for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
     if (l->moe)
         for (int e = 0; e < h->n_expert; e++) {
@@ -427,26 +429,26 @@ typedef struct hyb_ws {
     float *qkv, *cv, *z, *o, *ba, *beta, *gd;
     float *gate, *up;
     /* experts */
-    float *router, *sgl;          /* [n][n_expert] logits, [n] shared gate logit */
-    int32_t *sel;                 /* [n][k] experts per token */
-    float *selw;                  /* [n][k] their weights */
-    int32_t *row_of;              /* [n][k] the (token, slot)'s row in the grouped arrays */
-    float *mx, *mg, *mu, *md;     /* [n * k][n_embd] / [n * k][F_exp] x2 / [n * k][n_embd] */
-    float *sg, *su;               /* [n][F_sh] */
-    int32_t *e_count, *e_off;     /* [n_expert] */
-    kk_mm_out *outs;              /* [2 * n_expert] products over row ranges, */
-    int32_t *out_t0, *out_nt;     /* and those ranges */
+    float *router, *sgl;      /* [n][n_expert] logits, [n] shared gate logit */
+    int32_t *sel;             /* [n][k] experts per token */
+    float *selw;              /* [n][k] their weights */
+    int32_t *row_of;          /* [n][k] the (token, slot)'s row in the grouped arrays */
+    float *mx, *mg, *mu, *md; /* [n * k][n_embd] / [n * k][F_exp] x2 / [n * k][n_embd] */
+    float *sg, *su;           /* [n][F_sh] */
+    int32_t *e_count, *e_off; /* [n_expert] */
+    kk_mm_out *outs;          /* [2 * n_expert] products over row ranges, */
+    int32_t *out_t0, *out_nt; /* and those ranges */
     /* order and runs */
-    int32_t *ord;                 /* work row -> batch index */
-    int32_t *tmp_i;               /* [n] */
-    int32_t *run;                 /* [n + 1] row where each run of one sequence starts */
+    int32_t *ord;   /* work row -> batch index */
+    int32_t *tmp_i; /* [n] */
+    int32_t *run;   /* [n + 1] row where each run of one sequence starts */
     int n_run;
     /* snapshots this pass takes: per run up to HYB_MAX_CAP */
-    int32_t *verify;              /* [n] 1: the run is recorded for rollback (state.h) */
-    int32_t *cap_n;               /* [n] */
-    int32_t *cap_pos;             /* [n][HYB_MAX_CAP] */
-    float **cap_dst;              /* [n][HYB_MAX_CAP] */
-    float *gdn_scratch;           /* per thread */
+    int32_t *verify;    /* [n] 1: the run is recorded for rollback (state.h) */
+    int32_t *cap_n;     /* [n] */
+    int32_t *cap_pos;   /* [n][HYB_MAX_CAP] */
+    float **cap_dst;    /* [n][HYB_MAX_CAP] */
+    float *gdn_scratch; /* per thread */
     size_t gdn_scratch_floats;
 } hyb_ws;
 
@@ -455,10 +457,12 @@ typedef struct hyb_ws {
 static void hyb_ctx_free(kiln_context *c) {
     hyb_ws *w = c->ws;
     if (w) {
-        void *bufs[] = {w->x, w->xn, w->y, w->qg, w->q, w->k, w->v, w->att, w->qkv, w->cv, w->z, w->o, w->ba,
-                        w->beta, w->gd, w->gate, w->up, w->router, w->sgl, w->sel, w->selw, w->row_of, w->mx,
-                        w->mg, w->mu, w->md, w->sg, w->su, w->e_count, w->e_off, w->outs, w->out_t0, w->out_nt, w->ord, w->tmp_i,
-                        w->run, w->verify, w->cap_n, w->cap_pos, w->cap_dst, w->gdn_scratch};
+        void *bufs[] = {w->x,       w->xn,     w->y,     w->qg,      w->q,       w->k,          w->v,
+                        w->att,     w->qkv,    w->cv,    w->z,       w->o,       w->ba,         w->beta,
+                        w->gd,      w->gate,   w->up,    w->router,  w->sgl,     w->sel,        w->selw,
+                        w->row_of,  w->mx,     w->mg,    w->mu,      w->md,      w->sg,         w->su,
+                        w->e_count, w->e_off,  w->outs,  w->out_t0,  w->out_nt,  w->ord,        w->tmp_i,
+                        w->run,     w->verify, w->cap_n, w->cap_pos, w->cap_dst, w->gdn_scratch};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
         free(w);
     }
@@ -480,26 +484,49 @@ static int hyb_ctx_init(kiln_context *c) {
     const size_t Fe = (size_t)h->F_exp, Fs = (size_t)h->F_sh;
     const size_t attn = h->n_attn ? 1 : 0, rec = h->n_rec ? 1 : 0, moe = h->has_moe ? 1 : 0;
     w->gdn_scratch_floats = rec ? kk_gdn_scratch(h->Dk, h->Dv) : 0;
-    struct { void **p; size_t bytes; } bufs[] = {
-        {(void **)&w->x, B * E * 4}, {(void **)&w->xn, B * E * 4}, {(void **)&w->y, B * E * 4},
-        {(void **)&w->qg, attn * B * 2 * nq * 4}, {(void **)&w->q, attn * B * nq * 4},
-        {(void **)&w->k, attn * B * nkv * 4}, {(void **)&w->v, attn * B * nkv * 4},
+    struct {
+        void **p;
+        size_t bytes;
+    } bufs[] = {
+        {(void **)&w->x, B * E * 4},
+        {(void **)&w->xn, B * E * 4},
+        {(void **)&w->y, B * E * 4},
+        {(void **)&w->qg, attn * B * 2 * nq * 4},
+        {(void **)&w->q, attn * B * nq * 4},
+        {(void **)&w->k, attn * B * nkv * 4},
+        {(void **)&w->v, attn * B * nkv * 4},
         {(void **)&w->att, attn * B * nq * 4},
-        {(void **)&w->qkv, rec * B * CD * 4}, {(void **)&w->cv, rec * B * CD * 4}, {(void **)&w->z, rec * B * vd * 4},
-        {(void **)&w->o, rec * B * vd * 4}, {(void **)&w->ba, rec * B * 2 * Hv * 4},
-        {(void **)&w->beta, rec * B * Hv * 4}, {(void **)&w->gd, rec * B * Hv * 4},
-        {(void **)&w->gate, B * F * 4}, {(void **)&w->up, B * F * 4},
-        {(void **)&w->router, moe * B * NE * 4}, {(void **)&w->sgl, moe * B * 4},
-        {(void **)&w->sel, moe * B * KU * 4}, {(void **)&w->selw, moe * B * KU * 4},
+        {(void **)&w->qkv, rec * B * CD * 4},
+        {(void **)&w->cv, rec * B * CD * 4},
+        {(void **)&w->z, rec * B * vd * 4},
+        {(void **)&w->o, rec * B * vd * 4},
+        {(void **)&w->ba, rec * B * 2 * Hv * 4},
+        {(void **)&w->beta, rec * B * Hv * 4},
+        {(void **)&w->gd, rec * B * Hv * 4},
+        {(void **)&w->gate, B * F * 4},
+        {(void **)&w->up, B * F * 4},
+        {(void **)&w->router, moe * B * NE * 4},
+        {(void **)&w->sgl, moe * B * 4},
+        {(void **)&w->sel, moe * B * KU * 4},
+        {(void **)&w->selw, moe * B * KU * 4},
         {(void **)&w->row_of, moe * B * KU * 4},
-        {(void **)&w->mx, moe * B * KU * E * 4}, {(void **)&w->mg, moe * B * KU * Fe * 4},
-        {(void **)&w->mu, moe * B * KU * Fe * 4}, {(void **)&w->md, moe * B * KU * E * 4},
-        {(void **)&w->sg, moe * B * Fs * 4}, {(void **)&w->su, moe * B * Fs * 4},
-        {(void **)&w->e_count, moe * NE * 4}, {(void **)&w->e_off, moe * NE * 4},
+        {(void **)&w->mx, moe * B * KU * E * 4},
+        {(void **)&w->mg, moe * B * KU * Fe * 4},
+        {(void **)&w->mu, moe * B * KU * Fe * 4},
+        {(void **)&w->md, moe * B * KU * E * 4},
+        {(void **)&w->sg, moe * B * Fs * 4},
+        {(void **)&w->su, moe * B * Fs * 4},
+        {(void **)&w->e_count, moe * NE * 4},
+        {(void **)&w->e_off, moe * NE * 4},
         {(void **)&w->outs, moe * 2 * NE * sizeof(kk_mm_out)},
-        {(void **)&w->out_t0, moe * 2 * NE * 4}, {(void **)&w->out_nt, moe * 2 * NE * 4},
-        {(void **)&w->ord, B * 4}, {(void **)&w->tmp_i, B * 4}, {(void **)&w->run, (B + 1) * 4},
-        {(void **)&w->verify, B * 4}, {(void **)&w->cap_n, B * 4}, {(void **)&w->cap_pos, B * HYB_MAX_CAP * 4},
+        {(void **)&w->out_t0, moe * 2 * NE * 4},
+        {(void **)&w->out_nt, moe * 2 * NE * 4},
+        {(void **)&w->ord, B * 4},
+        {(void **)&w->tmp_i, B * 4},
+        {(void **)&w->run, (B + 1) * 4},
+        {(void **)&w->verify, B * 4},
+        {(void **)&w->cap_n, B * 4},
+        {(void **)&w->cap_pos, B * HYB_MAX_CAP * 4},
         {(void **)&w->cap_dst, B * HYB_MAX_CAP * sizeof(float *)},
         {(void **)&w->gdn_scratch, (size_t)c->p.n_threads * w->gdn_scratch_floats * 4},
     };
@@ -552,9 +579,7 @@ static void tok_range(hyb_job *j, int i0, int i1) {
     for (int i = i0; i < i1; i++) {
         float *x = w->x + (size_t)i * E, *xn = w->xn + (size_t)i * E, *y = w->y + (size_t)i * E;
         switch (j->step) {
-        case STEP_NORM_IN:
-            ops->rmsnorm(xn, x, L->attn_norm, E, hp->eps);
-            break;
+        case STEP_NORM_IN: ops->rmsnorm(xn, x, L->attn_norm, E, hp->eps); break;
         case STEP_ATTN_PRE: {
             const float *qg = w->qg + (size_t)i * 2 * nh * hd;
             float *q = w->q + (size_t)i * nh * hd, *k = w->k + (size_t)i * nkv * hd;
@@ -600,20 +625,16 @@ static void tok_range(hyb_job *j, int i0, int i1) {
             float *o = w->o + (size_t)i * vd;
             const float *z = w->z + (size_t)i * vd;
             for (int v = 0; v < h->Hv; v++)
-                kk_rmsnorm_gated(o + (size_t)v * h->Dv, o + (size_t)v * h->Dv, L->ssm_norm, z + (size_t)v * h->Dv, h->Dv,
-                                 hp->eps);
+                kk_rmsnorm_gated(o + (size_t)v * h->Dv, o + (size_t)v * h->Dv, L->ssm_norm, z + (size_t)v * h->Dv,
+                                 h->Dv, hp->eps);
             break;
         }
         case STEP_RESID_NORM:
             ops->add(x, y, E);
             ops->rmsnorm(xn, x, L->post_norm, E, hp->eps);
             break;
-        case STEP_SWIGLU:
-            ops->swiglu(w->gate + (size_t)i * hp->n_ff, w->up + (size_t)i * hp->n_ff, hp->n_ff);
-            break;
-        case STEP_RESID:
-            ops->add(x, y, E);
-            break;
+        case STEP_SWIGLU: ops->swiglu(w->gate + (size_t)i * hp->n_ff, w->up + (size_t)i * hp->n_ff, hp->n_ff); break;
+        case STEP_RESID: ops->add(x, y, E); break;
         }
     }
 }
@@ -629,8 +650,10 @@ static void tok_task(void *ud, int ith, int nth) {
 
 static void tok_step(hyb_job *j, enum hyb_step step) {
     j->step = step;
-    if (j->n >= TOK_PAR_MIN) kpool_run(j->c->pool, tok_task, j);
-    else tok_range(j, 0, j->n);
+    if (j->n >= TOK_PAR_MIN)
+        kpool_run(j->c->pool, tok_task, j);
+    else
+        tok_range(j, 0, j->n);
 }
 
 /* The convolution: work items of (run, block of channels), each through
@@ -655,8 +678,15 @@ static void conv_task(void *ud, int ith, int nth) {
         for (int k = 0; k <= w->cap_n[r]; k++) { /* segments end at each capture, then at the run's end */
             const int end = k < w->cap_n[r] ? r0 + (w->cap_pos[(size_t)r * HYB_MAX_CAP + k] - c->b_pos[r0]) : r1;
             if (end > t) {
-                kk_conv a = {end - t, cn, h->K, w->qkv + (size_t)t * h->conv_dim + c0, (size_t)h->conv_dim,
-                             L->conv_w + c0, state, (size_t)h->conv_dim, w->cv + (size_t)t * h->conv_dim + c0,
+                kk_conv a = {end - t,
+                             cn,
+                             h->K,
+                             w->qkv + (size_t)t * h->conv_dim + c0,
+                             (size_t)h->conv_dim,
+                             L->conv_w + c0,
+                             state,
+                             (size_t)h->conv_dim,
+                             w->cv + (size_t)t * h->conv_dim + c0,
                              (size_t)h->conv_dim};
                 j->sops->conv_silu(&a);
                 t = end;
@@ -664,7 +694,8 @@ static void conv_task(void *ud, int ith, int nth) {
             if (k < w->cap_n[r]) {
                 float *dst = w->cap_dst[(size_t)r * HYB_MAX_CAP + k] + layer_off + c0;
                 for (int row = 0; row < h->K - 1; row++)
-                    memcpy(dst + (size_t)row * h->conv_dim, state + (size_t)row * h->conv_dim, (size_t)cn * sizeof(float));
+                    memcpy(dst + (size_t)row * h->conv_dim, state + (size_t)row * h->conv_dim,
+                           (size_t)cn * sizeof(float));
             }
         }
     }
@@ -695,14 +726,27 @@ static void gdn_task(void *ud, int ith, int nth) {
             const int end = k < w->cap_n[r] ? r0 + (w->cap_pos[(size_t)r * HYB_MAX_CAP + k] - c->b_pos[r0]) : r1;
             if (end > t) {
                 const float *row = w->cv + (size_t)t * ld;
-                kk_gdn a = {end - t, c->b_pos[t], h->Dk, h->Dv,
-                            row + (size_t)kh * h->Dk, row + (size_t)(h->Hk + kh) * h->Dk, ld,
-                            row + (size_t)2 * h->Hk * h->Dk + (size_t)v * h->Dv, ld,
-                            w->gd + (size_t)t * h->Hv + v, w->beta + (size_t)t * h->Hv + v, (size_t)h->Hv,
-                            1.0f / sqrtf((float)h->Dk), S, w->o + (size_t)t * h->Hv * h->Dv + (size_t)v * h->Dv,
-                            (size_t)h->Hv * h->Dv, scratch};
-                if (end - t > 1 && !w->verify[r]) j->sops->gdn_chunk(&a);
-                else j->sops->gdn_step(&a); /* one token, or a run recorded for rollback: as decoding does */
+                kk_gdn a = {end - t,
+                            c->b_pos[t],
+                            h->Dk,
+                            h->Dv,
+                            row + (size_t)kh * h->Dk,
+                            row + (size_t)(h->Hk + kh) * h->Dk,
+                            ld,
+                            row + (size_t)2 * h->Hk * h->Dk + (size_t)v * h->Dv,
+                            ld,
+                            w->gd + (size_t)t * h->Hv + v,
+                            w->beta + (size_t)t * h->Hv + v,
+                            (size_t)h->Hv,
+                            1.0f / sqrtf((float)h->Dk),
+                            S,
+                            w->o + (size_t)t * h->Hv * h->Dv + (size_t)v * h->Dv,
+                            (size_t)h->Hv * h->Dv,
+                            scratch};
+                if (end - t > 1 && !w->verify[r])
+                    j->sops->gdn_chunk(&a);
+                else
+                    j->sops->gdn_step(&a); /* one token, or a run recorded for rollback: as decoding does */
                 t = end;
             }
             if (k < w->cap_n[r])
@@ -803,7 +847,8 @@ static void moe_ffn(hyb_job *j) {
     /* route, then group the rows by expert */
     memset(w->e_count, 0, (size_t)NE * sizeof *w->e_count);
     for (int t = 0; t < n; t++) {
-        kk_moe_route(w->router + (size_t)t * NE, NE, KU, 1, h->w_scale, w->sel + (size_t)t * KU, w->selw + (size_t)t * KU);
+        kk_moe_route(w->router + (size_t)t * NE, NE, KU, 1, h->w_scale, w->sel + (size_t)t * KU,
+                     w->selw + (size_t)t * KU);
         for (int s = 0; s < KU; s++) w->e_count[w->sel[(size_t)t * KU + s]]++;
     }
     int off = 0, n_out = 0;
@@ -923,17 +968,22 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
     for (int l = 0; l < h->n_layer; l++) {
         j.L = &h->layers[l];
         tok_step(&j, STEP_NORM_IN);
-        if (j.L->recurrent) recurrent_layer(&j);
-        else attention_layer(&j);
+        if (j.L->recurrent)
+            recurrent_layer(&j);
+        else
+            attention_layer(&j);
         tok_step(&j, STEP_RESID_NORM);
-        if (j.L->moe) moe_ffn(&j);
-        else dense_ffn(&j);
+        if (j.L->moe)
+            moe_ffn(&j);
+        else
+            dense_ffn(&j);
         tok_step(&j, STEP_RESID);
     }
     kl_batch_commit(c, n);
     const float *xo = w->x;
     if (moved) { /* back to batch order for the output rows (and b_seq / b_pos) */
-        for (int i = 0; i < n; i++) memcpy(w->xn + (size_t)w->ord[i] * E, w->x + (size_t)i * E, (size_t)E * sizeof(float));
+        for (int i = 0; i < n; i++)
+            memcpy(w->xn + (size_t)w->ord[i] * E, w->x + (size_t)i * E, (size_t)E * sizeof(float));
         xo = w->xn;
         for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_seq[i];
         memcpy(c->b_seq, w->tmp_i, (size_t)n * sizeof(int32_t));
@@ -966,10 +1016,23 @@ static void hyb_replay(kiln_context *c, int seq, int32_t n) {
         for (int v = 0; v < h->Hv; v++) {
             const int kh = h->flags & HYB_GROUPED ? v / r_kv : v % h->Hk;
             const float *cv = w->cv;
-            kk_gdn g = {n, 0, h->Dk, h->Dv, cv + (size_t)kh * h->Dk, cv + (size_t)(h->Hk + kh) * h->Dk,
-                        (size_t)h->conv_dim, cv + (size_t)2 * h->Hk * h->Dk + (size_t)v * h->Dv, (size_t)h->conv_dim,
-                        in + h->conv_dim + h->Hv + v, in + h->conv_dim + v, row, 1.0f / sqrtf((float)h->Dk),
-                        st + h->conv_floats + (size_t)v * head, w->o, (size_t)h->Dv, NULL};
+            kk_gdn g = {n,
+                        0,
+                        h->Dk,
+                        h->Dv,
+                        cv + (size_t)kh * h->Dk,
+                        cv + (size_t)(h->Hk + kh) * h->Dk,
+                        (size_t)h->conv_dim,
+                        cv + (size_t)2 * h->Hk * h->Dk + (size_t)v * h->Dv,
+                        (size_t)h->conv_dim,
+                        in + h->conv_dim + h->Hv + v,
+                        in + h->conv_dim + v,
+                        row,
+                        1.0f / sqrtf((float)h->Dk),
+                        st + h->conv_floats + (size_t)v * head,
+                        w->o,
+                        (size_t)h->Dv,
+                        NULL};
             sops->gdn_step(&g);
         }
     }

@@ -113,18 +113,24 @@ static uint64_t block_key(uint64_t parent, const int32_t *tok) {
 
 static void lru_unlink(kl_kv *kv, int32_t b) {
     int32_t p = kv->lru_prev[b], n = kv->lru_next[b];
-    if (p >= 0) kv->lru_next[p] = n;
-    else kv->lru_head = n;
-    if (n >= 0) kv->lru_prev[n] = p;
-    else kv->lru_tail = p;
+    if (p >= 0)
+        kv->lru_next[p] = n;
+    else
+        kv->lru_head = n;
+    if (n >= 0)
+        kv->lru_prev[n] = p;
+    else
+        kv->lru_tail = p;
     kv->n_cached--;
 }
 
 static void lru_push(kl_kv *kv, int32_t b) {
     kv->lru_prev[b] = kv->lru_tail;
     kv->lru_next[b] = -1;
-    if (kv->lru_tail >= 0) kv->lru_next[kv->lru_tail] = b;
-    else kv->lru_head = b;
+    if (kv->lru_tail >= 0)
+        kv->lru_next[kv->lru_tail] = b;
+    else
+        kv->lru_head = b;
     kv->lru_tail = b;
     kv->n_cached++;
 }
@@ -165,7 +171,8 @@ static void drop_block(kl_kv *kv, int32_t b) {
      * a sequence still reads it */
     KILN_ASSERT(kv->ref[b] > 0);
     if (--kv->ref[b] > 0) return;
-    if (kv->hashed[b]) lru_push(kv, b);
+    if (kv->hashed[b])
+        lru_push(kv, b);
     else {
         KILN_ASSERT(kv->n_free < kv->n_blocks);
         kv->free_list[kv->n_free++] = b;

@@ -50,7 +50,8 @@ static const char *meta_str(const kiln_model *m, const char *suffix, char *buf, 
 
 static void shape_str(char *buf, size_t cap, const int64_t *ne, int n) {
     int o = snprintf(buf, cap, "[");
-    for (int i = 0; i < n && o < (int)cap; i++) o += snprintf(buf + o, cap - (size_t)o, i ? ", %lld" : "%lld", (long long)ne[i]);
+    for (int i = 0; i < n && o < (int)cap; i++)
+        o += snprintf(buf + o, cap - (size_t)o, i ? ", %lld" : "%lld", (long long)ne[i]);
     if (o < (int)cap) snprintf(buf + o, cap - (size_t)o, "]");
 }
 
@@ -111,8 +112,7 @@ kk_mat kl_bind_mat(kl_binder *B, const char *name, int64_t ncols, int64_t nrows,
     return w;
 }
 
-int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kk_mat *out,
-                  int optional) {
+int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kk_mat *out, int optional) {
     const int64_t ne[3] = {ncols, nrows, n_mat};
     const gguf_tensor *t = kl_bind_tensor(B, name, 3, ne, optional);
     if (!t) return 0;
@@ -129,7 +129,10 @@ void kl_weights_mat(kl_weights *w, kk_mat *m) {
     if (w->n_mats == w->cap_mats) {
         int nc = w->cap_mats ? 2 * w->cap_mats : 256;
         kk_mat **nm = realloc(w->mats, (size_t)nc * sizeof *nm);
-        if (!nm) { w->failed = 1; return; }
+        if (!nm) {
+            w->failed = 1;
+            return;
+        }
         w->mats = nm;
         w->cap_mats = nc;
     }
@@ -143,7 +146,10 @@ void kl_weights_vec(kl_weights *w, const float **v, int64_t len) {
         const float ***nv = realloc(w->vecs, (size_t)nc * sizeof *nv);
         int64_t *nl = nv ? realloc(w->vlen, (size_t)nc * sizeof *nl) : NULL;
         if (nv) w->vecs = nv;
-        if (!nv || !nl) { w->failed = 1; return; }
+        if (!nv || !nl) {
+            w->failed = 1;
+            return;
+        }
         w->vlen = nl;
         w->cap_vecs = nc;
     }
@@ -195,7 +201,10 @@ static int load_hparams(loader *L) {
     double factor = kl_meta_float(m, "rope.scaling.factor", 0.0);
     if (factor == 0.0) {
         double lin = kl_meta_float(m, "rope.scale_linear", 0.0); /* older files */
-        if (lin != 0.0) { factor = lin; if (!stype) stype = "linear"; }
+        if (lin != 0.0) {
+            factor = lin;
+            if (!stype) stype = "linear";
+        }
     }
     if (stype && strcmp(stype, "none") != 0 && factor > 0.0 && factor != 1.0) {
         if (strcmp(stype, "linear") == 0) {
@@ -232,7 +241,9 @@ static void summarize(kiln_model *m) {
 
 static int can_pack(const kk_mat *w) { return w->data && !w->packed && kk_mat_interleavable(w); }
 
-typedef struct byte_range { uintptr_t a, b; } byte_range;
+typedef struct byte_range {
+    uintptr_t a, b;
+} byte_range;
 
 static int range_cmp(const void *x, const void *y) {
     const byte_range *r = x, *s = y;
@@ -256,8 +267,10 @@ static void drop_ranges(byte_range *r, int n) {
     qsort(r, (size_t)n, sizeof *r, range_cmp);
     int k = 0;
     for (int i = 1; i < n; i++) {
-        if (r[i].a <= r[k].b + 64) { if (r[i].b > r[k].b) r[k].b = r[i].b; }
-        else r[++k] = r[i];
+        if (r[i].a <= r[k].b + 64) {
+            if (r[i].b > r[k].b) r[k].b = r[i].b;
+        } else
+            r[++k] = r[i];
     }
     for (int i = 0; i <= k; i++) drop_range(r[i]);
 }
@@ -397,8 +410,8 @@ static void repack_list(kiln_model *m, kl_weights *wl) {
         const int64_t ng = j.mats[i]->nrows / 8;
         const int64_t per = gbytes >= PACK_PIECE ? 1 : (int64_t)(PACK_PIECE / gbytes);
         for (int64_t g = 0; g < ng; g += per)
-            j.pieces[j.n_pieces++] = (pack_piece){(uintptr_t)j.mats[i]->data + (size_t)g * gbytes, i, g,
-                                                  g + per < ng ? g + per : ng};
+            j.pieces[j.n_pieces++] =
+                (pack_piece){(uintptr_t)j.mats[i]->data + (size_t)g * gbytes, i, g, g + per < ng ? g + per : ng};
     }
     qsort(j.pieces, (size_t)j.n_pieces, sizeof *j.pieces, piece_cmp);
     /* the pieces are independent: pack them on every CPU */
@@ -432,8 +445,8 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
     m->gf = gguf_open(path, err, sizeof err);
     if (!m->gf) {
         free(m);
-        return kb_fail(strstr(err, "No such file") || strstr(err, "Permission") ? KILN_ERR_IO : KILN_ERR_FORMAT,
-                       "%s", err);
+        return kb_fail(strstr(err, "No such file") || strstr(err, "Permission") ? KILN_ERR_IO : KILN_ERR_FORMAT, "%s",
+                       err);
     }
     kiln_status st = KILN_ERR_FORMAT;
     if (!gguf_get_cstr(m->gf, "general.architecture", m->arch_name, sizeof m->arch_name, NULL)) {

@@ -41,7 +41,7 @@ typedef struct kl_family kl_family;
 typedef struct kl_arch {
     const char *name;
     const kl_family *family;
-    int encoder;            /* = family->encoder: embeds, cannot generate */
+    int encoder; /* = family->encoder: embeds, cannot generate */
     unsigned flags;
 } kl_arch;
 
@@ -59,20 +59,20 @@ int kl_gguf_is_reranker(const gguf_file *f);
  * from {arch}.* keys before the family's bind; a family may refine them). */
 typedef struct kl_hparams {
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
-    int hd_k, hd_v;         /* per-head key/value width */
-    float eps;              /* RMSNorm epsilon */
+    int hd_k, hd_v; /* per-head key/value width */
+    float eps;      /* RMSNorm epsilon */
     kk_rope rope;
-    int n_cls_out;          /* outputs of a classification head (rank pooling), 0: none */
+    int n_cls_out; /* outputs of a classification head (rank pooling), 0: none */
 } kl_hparams;
 
 /* What a sequence of this model holds besides its length: the KV cache of
  * its attention layers (indexed by attention-layer ordinal) and a
  * recurrent-state slot of rs_floats floats (0: none). */
 typedef struct kl_seq_shape {
-    int n_attn_layer;       /* layers with a KV cache */
-    int n_head_kv, hd;      /* their KV heads and head size */
-    size_t rs_floats;       /* recurrent state per sequence */
-    size_t roll_floats;     /* recorded inputs of a rollback run (state.h) */
+    int n_attn_layer;   /* layers with a KV cache */
+    int n_head_kv, hd;  /* their KV heads and head size */
+    size_t rs_floats;   /* recurrent state per sequence */
+    size_t roll_floats; /* recorded inputs of a rollback run (state.h) */
 } kl_seq_shape;
 
 /* The weights repacking may cover (model.c's repack): matrices and the
@@ -83,7 +83,7 @@ typedef struct kl_weights {
     const float ***vecs;
     int64_t *vlen;
     int n_vecs, cap_vecs;
-    int failed;             /* an append ran out of memory */
+    int failed; /* an append ran out of memory */
 } kl_weights;
 void kl_weights_mat(kl_weights *w, kk_mat *m);
 void kl_weights_vec(kl_weights *w, const float **v, int64_t len);
@@ -92,19 +92,19 @@ struct kiln_model {
     gguf_file *gf;
     const kl_arch *arch;
     kl_hparams hp;
-    kk_mat tok_embd;        /* [n_vocab rows of n_embd] */
+    kk_mat tok_embd; /* [n_vocab rows of n_embd] */
     const float *out_norm;
-    kk_mat output;          /* = tok_embd when tied */
-    void *fam;              /* the family's weights and hyperparameters */
+    kk_mat output; /* = tok_embd when tied */
+    void *fam;     /* the family's weights and hyperparameters */
     ktok *tok;
     char arch_name[64];
     char name[256];
     char ftype[16];
     char *chat_template;
     uint64_t n_params, n_bytes;
-    uint64_t active_bytes;  /* tensor bytes one token's decode reads (the family
+    uint64_t active_bytes; /* tensor bytes one token's decode reads (the family
                                may lower it from n_bytes: only used experts) */
-    void *packed_mem;       /* interleaved copies (repack) */
+    void *packed_mem;      /* interleaved copies (repack) */
     size_t packed_bytes;
 };
 
@@ -113,7 +113,7 @@ struct kl_family {
     const char *name;
     const kl_arch *archs;
     int n_archs;
-    int encoder;            /* 1: bidirectional encoder (kiln_embedder only) */
+    int encoder; /* 1: bidirectional encoder (kiln_embedder only) */
     /* Binds the family's tensors with their shapes checked and reads its
      * own hyperparameters (m->hp holds the common ones); fills m->fam,
      * m->tok_embd, m->out_norm, m->output and m->hp.n_vocab.  -1 with one
@@ -150,7 +150,7 @@ struct kl_family {
      * "{title}" are replaced; NULL: the text as given). */
     const char *embed_query, *embed_document;
     /* Encoders: how kiln_reranker frames a (query, document) pair. */
-    int pair;               /* KL_PAIR_* */
+    int pair; /* KL_PAIR_* */
 };
 
 /* Pair framings (kiln.h, reranker).  KL_PAIR_SPECIALS (0): [BOS] q [EOS]
@@ -187,8 +187,7 @@ const float *kl_bind_vec(kl_binder *B, const char *name, int64_t n, int optional
 kk_mat kl_bind_mat(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional);
 /* A 3-D [ncols, nrows, n_mat] tensor as n_mat matrices (out[n_mat]);
  * returns 1 when bound, 0 when absent (optional) or failed. */
-int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kk_mat *out,
-                  int optional);
+int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kk_mat *out, int optional);
 void kl_bind_fail(kl_binder *B, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* {arch}.suffix metadata. */
 int64_t kl_meta_int(const kiln_model *m, const char *suffix, int64_t def);
@@ -227,36 +226,36 @@ const gguf_kv *kl_meta_kv(const kiln_model *m, const char *suffix);
 #define KL_ATTN_TILE 4
 
 typedef struct kl_seq {
-    int32_t len;       /* tokens held */
+    int32_t len; /* tokens held */
     int32_t n_blocks;
-    int32_t *blocks;   /* [max_blocks_per_seq] block ids */
-    int32_t n_hashed;  /* leading blocks that are registered */
+    int32_t *blocks;  /* [max_blocks_per_seq] block ids */
+    int32_t n_hashed; /* leading blocks that are registered */
 } kl_seq;
 
 typedef struct kl_kv {
-    int type;          /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
-    int n_layer;       /* attention layers */
+    int type;    /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
+    int n_layer; /* attention layers */
     int n_head_kv, hd;
     int32_t n_blocks;
     int32_t n_free;
-    int32_t *free_list;   /* unreferenced, unregistered blocks */
-    void *mem;         /* one anonymous mapping of n_blocks blocks (huge pages asked) */
+    int32_t *free_list; /* unreferenced, unregistered blocks */
+    void *mem;          /* one anonymous mapping of n_blocks blocks (huge pages asked) */
     size_t mem_bytes;
-    size_t hrow;       /* bytes of one head's row (hd elements) */
+    size_t hrow; /* bytes of one head's row (hd elements) */
     int32_t n_seq;
     int32_t max_blocks_per_seq;
     kl_seq *seqs;
     /* per block */
-    int32_t *ref;         /* sequences (and state snapshots) holding it */
-    uint8_t *hashed;      /* 1 when registered in the table */
-    uint64_t *bhash;      /* its key when registered */
-    int32_t *btok;        /* [n_blocks][KL_KV_BLOCK] its tokens when registered */
-    int32_t *chain;       /* next block in the same bucket, -1 ends */
+    int32_t *ref;    /* sequences (and state snapshots) holding it */
+    uint8_t *hashed; /* 1 when registered in the table */
+    uint64_t *bhash; /* its key when registered */
+    int32_t *btok;   /* [n_blocks][KL_KV_BLOCK] its tokens when registered */
+    int32_t *chain;  /* next block in the same bucket, -1 ends */
     int32_t *lru_prev, *lru_next;
-    int32_t lru_head, lru_tail; /* unreferenced registered blocks, head oldest */
-    int32_t n_cached;     /* blocks in the LRU list */
-    int32_t *bucket;      /* [n_bucket] first block of each chain, -1 empty */
-    int32_t n_bucket;     /* power of two */
+    int32_t lru_head, lru_tail;             /* unreferenced registered blocks, head oldest */
+    int32_t n_cached;                       /* blocks in the LRU list */
+    int32_t *bucket;                        /* [n_bucket] first block of each chain, -1 empty */
+    int32_t n_bucket;                       /* power of two */
     uint64_t n_lookup_blocks, n_hit_blocks; /* prefix queries and hits, in blocks */
 } kl_kv;
 
@@ -316,22 +315,22 @@ struct kiln_context {
     kpool *pool;
     kl_seq_shape shape;
     kl_kv kv;
-    struct kl_rs *rs;         /* recurrent state (state.h), NULL without */
+    struct kl_rs *rs; /* recurrent state (state.h), NULL without */
     /* the batch as kl_batch_begin resolved it */
-    int32_t *b_pos, *b_seq;   /* [n_batch] positions and sequences */
-    int32_t *out_idx;         /* batch index -> logits row, -1 if none */
+    int32_t *b_pos, *b_seq; /* [n_batch] positions and sequences */
+    int32_t *out_idx;       /* batch index -> logits row, -1 if none */
     /* attention (decoder.c) */
-    float *rope_cs;           /* [n_batch][n_rot] rotation tables */
-    int32_t *b_tile;          /* [n_batch + 1] batch index where each attention tile starts */
+    float *rope_cs;  /* [n_batch][n_rot] rotation tables */
+    int32_t *b_tile; /* [n_batch + 1] batch index where each attention tile starts */
     int32_t n_tile;
-    float *att_scratch;       /* per thread: kk_attn_scratch of 2 heads x KL_ATTN_TILE tokens */
+    float *att_scratch;            /* per thread: kk_attn_scratch of 2 heads x KL_ATTN_TILE tokens */
     size_t att_scratch_per_thread; /* floats */
     /* output */
-    float *logits;            /* [logits_cap][n_vocab] */
+    float *logits; /* [logits_cap][n_vocab] */
     int32_t logits_cap;
-    float *out_rows;          /* [logits_cap][n_embd] normalized rows */
-    void *mm_scratch;         /* the family's ctx_init sizes it */
-    void *ws;                 /* the family's activations */
+    float *out_rows;  /* [logits_cap][n_embd] normalized rows */
+    void *mm_scratch; /* the family's ctx_init sizes it */
+    void *ws;         /* the family's activations */
     char err[512];
 };
 

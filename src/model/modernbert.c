@@ -36,21 +36,21 @@
 enum { ACT_GELU_ERF, ACT_GELU_TANH, ACT_SILU, ACT_RELU };
 
 typedef struct mb_layer {
-    const float *attn_norm;  /* [n_embd], NULL in layer 0 */
-    kk_mat wqkv, wo;         /* n_embd -> 3 n_embd, n_embd -> n_embd */
-    const float *ffn_norm;   /* [n_embd] */
-    kk_mat w_up, w_down;     /* n_embd -> 2 n_ff, n_ff -> n_embd */
-    int local;               /* sliding-window layer */
+    const float *attn_norm; /* [n_embd], NULL in layer 0 */
+    kk_mat wqkv, wo;        /* n_embd -> 3 n_embd, n_embd -> n_embd */
+    const float *ffn_norm;  /* [n_embd] */
+    kk_mat w_up, w_down;    /* n_embd -> 2 n_ff, n_ff -> n_embd */
+    int local;              /* sliding-window layer */
 } mb_layer;
 
 typedef struct mb_model {
     const float *emb_norm, *emb_norm_b;
     float eps;
-    int window;              /* half width of a local layer's window */
-    int act;                 /* ACT_* */
-    kk_rope rope_local;      /* m->hp.rope is the global layers' */
+    int window;         /* half width of a local layer's window */
+    int act;            /* ACT_* */
+    kk_rope rope_local; /* m->hp.rope is the global layers' */
     mb_layer *layers;
-    kk_mat cls, cls_out;     /* head; cls_out.data NULL when absent */
+    kk_mat cls, cls_out; /* head; cls_out.data NULL when absent */
     const float *cls_b, *cls_norm, *cls_norm_b, *cls_out_b;
 } mb_model;
 
@@ -110,10 +110,14 @@ static int mb_bind(kiln_model *m, char *err, size_t errlen) {
     char key[96];
     snprintf(key, sizeof key, "%s.hidden_activation", m->arch_name);
     const char *a = gguf_get_cstr(m->gf, key, act, sizeof act, "gelu");
-    if (!strcmp(a, "gelu") || !strcmp(a, "geglu")) d->act = ACT_GELU_ERF;
-    else if (!strcmp(a, "gelu_pytorch_tanh") || !strcmp(a, "gelu_new")) d->act = ACT_GELU_TANH;
-    else if (!strcmp(a, "silu") || !strcmp(a, "swish") || !strcmp(a, "swiglu")) d->act = ACT_SILU;
-    else if (!strcmp(a, "relu") || !strcmp(a, "reglu")) d->act = ACT_RELU;
+    if (!strcmp(a, "gelu") || !strcmp(a, "geglu"))
+        d->act = ACT_GELU_ERF;
+    else if (!strcmp(a, "gelu_pytorch_tanh") || !strcmp(a, "gelu_new"))
+        d->act = ACT_GELU_TANH;
+    else if (!strcmp(a, "silu") || !strcmp(a, "swish") || !strcmp(a, "swiglu"))
+        d->act = ACT_SILU;
+    else if (!strcmp(a, "relu") || !strcmp(a, "reglu"))
+        d->act = ACT_RELU;
     else {
         snprintf(err, errlen, "unsupported %s '%s' (kiln runs gelu, gelu_pytorch_tanh, silu, relu)", key, a);
         return -1;
@@ -162,8 +166,8 @@ static int mb_bind(kiln_model *m, char *err, size_t errlen) {
         d->cls_norm_b = kl_bind_vec(&B, "cls.norm.bias", E, 1);
         const gguf_kv *labels = kl_meta_kv(m, "classifier.output_labels");
         if (!B.failed && labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != hp->n_cls_out))
-            kl_bind_fail(&B, "%s.classifier.output_labels has %lld entries but cls.output.weight %d rows",
-                         m->arch_name, labels->type == GGUF_ARRAY ? (long long)labels->n : -1LL, hp->n_cls_out);
+            kl_bind_fail(&B, "%s.classifier.output_labels has %lld entries but cls.output.weight %d rows", m->arch_name,
+                         labels->type == GGUF_ARRAY ? (long long)labels->n : -1LL, hp->n_cls_out);
     }
     return B.failed ? -1 : 0;
 }
@@ -188,21 +192,21 @@ static void mb_weights(kiln_model *m, kl_weights *w) {
 typedef struct mb_ws {
     kpool *pool;
     int cap_tok;
-    float *x, *h, *att;      /* [cap_tok][n_embd] residual, normalized input, attention output */
-    float *qkv;              /* [cap_tok][3 n_embd] */
-    float *up, *g;           /* [cap_tok][2 n_ff], [cap_tok][n_ff] */
+    float *x, *h, *att;          /* [cap_tok][n_embd] residual, normalized input, attention output */
+    float *qkv;                  /* [cap_tok][3 n_embd] */
+    float *up, *g;               /* [cap_tok][2 n_ff], [cap_tok][n_ff] */
     float *cs_global, *cs_local; /* [cap_tok][n_rot] rotation tables by position */
-    float *scratch;          /* attention scores */
+    float *scratch;              /* attention scores */
     int32_t *off, *seq;
-    float *pooled;           /* [cap_tok][n_embd] (rank pooling) */
+    float *pooled; /* [cap_tok][n_embd] (rank pooling) */
     void *mm_scratch;
 } mb_ws;
 
 static void mb_ws_free(void *ws) {
     mb_ws *w = ws;
     if (!w) return;
-    void *bufs[] = {w->x, w->h, w->att, w->qkv, w->up, w->g, w->cs_global, w->cs_local, w->scratch, w->off, w->seq,
-                    w->pooled, w->mm_scratch};
+    void *bufs[] = {w->x,        w->h,       w->att, w->qkv, w->up,     w->g,         w->cs_global,
+                    w->cs_local, w->scratch, w->off, w->seq, w->pooled, w->mm_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(w);
 }
@@ -239,7 +243,7 @@ typedef struct mb_job {
     const kiln_model *m;
     const mb_layer *L;
     const kl_enc_batch *b;
-    const float *norm;       /* norm_task: h = LN(x) * norm (NULL: h = x) */
+    const float *norm; /* norm_task: h = LN(x) * norm (NULL: h = x) */
 } mb_job;
 
 static void norm_task(void *ud, int ith, int nth) {
@@ -251,8 +255,10 @@ static void norm_task(void *ud, int ith, int nth) {
     for (long r = lo; r < hi; r++) {
         const float *x = j->w->x + (size_t)r * E;
         float *h = j->w->h + (size_t)r * E;
-        if (j->norm) kk_layernorm(h, x, j->norm, NULL, E, d->eps);
-        else memcpy(h, x, (size_t)E * sizeof *h);
+        if (j->norm)
+            kk_layernorm(h, x, j->norm, NULL, E, d->eps);
+        else
+            memcpy(h, x, (size_t)E * sizeof *h);
     }
 }
 
@@ -313,8 +319,10 @@ static void mb_rank_head(mb_ws *w, const kiln_model *m, int n_seq, float *out) {
         for (int s = 0; s < n_seq; s++) {
             float *r = w->h + (size_t)s * E;
             if (d->cls_b) kk_add(r, d->cls_b, E);
-            if (d->act == ACT_GELU_TANH) kk_gelu(r, E);
-            else kk_gelu_erf(r, E);
+            if (d->act == ACT_GELU_TANH)
+                kk_gelu(r, E);
+            else
+                kk_gelu_erf(r, E);
             if (d->cls_norm) kk_layernorm(r, r, d->cls_norm, d->cls_norm_b, E, d->eps);
         }
         h = w->h;
@@ -339,8 +347,20 @@ static void mb_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         kk_get_row(&m->tok_embd, tokens[r], x);
         kk_layernorm(x, x, d->emb_norm, d->emb_norm_b, E, d->eps);
     }
-    kl_enc_attn at = {&bt, w->qkv, w->qkv + E, w->qkv + 2 * E, 3 * E, 3 * E, w->att, E, hp->n_head, hp->n_head,
-                      hp->hd_k, -1, 1.0f / sqrtf((float)hp->hd_k), w->scratch};
+    kl_enc_attn at = {&bt,
+                      w->qkv,
+                      w->qkv + E,
+                      w->qkv + 2 * E,
+                      3 * E,
+                      3 * E,
+                      w->att,
+                      E,
+                      hp->n_head,
+                      hp->n_head,
+                      hp->hd_k,
+                      -1,
+                      1.0f / sqrtf((float)hp->hd_k),
+                      w->scratch};
     for (int l = 0; l < hp->n_layer; l++) {
         const mb_layer *L = &d->layers[l];
         j.L = L;

@@ -22,21 +22,21 @@ struct kiln_reranker {
     int32_t max_tokens, n_batch;
     int n_labels;
     /* cross-encoder framing: the ids of its pieces, -1 when absent */
-    int pair;                    /* KL_PAIR_* as the family frames */
+    int pair; /* KL_PAIR_* as the family frames */
     int32_t f_first, f_mid1, f_mid2, f_last;
     /* cross-encoder */
     kpool *pool;
     void *ws;
-    int32_t *run_tok;            /* one run's pairs end to end */
+    int32_t *run_tok; /* one run's pairs end to end */
     uint8_t *run_type;
     int32_t run_len[KL_ENC_MAX_SEQ];
-    float *run_scores;           /* [KL_ENC_MAX_SEQ][n_labels] */
+    float *run_scores; /* [KL_ENC_MAX_SEQ][n_labels] */
     /* causal */
     kiln_context *ctx;
     int8_t *flags;
-    kk_mat head;                 /* cls.output: n_embd -> n_labels */
-    float *row, *logits;         /* [n_embd], [n_labels] */
-    char *tmpl;                  /* the rerank prompt */
+    kk_mat head;         /* cls.output: n_embd -> n_labels */
+    float *row, *logits; /* [n_embd], [n_labels] */
+    char *tmpl;          /* the rerank prompt */
     /* the last failed begin's over-limit documents (for the message) */
 };
 
@@ -46,8 +46,8 @@ struct kiln_rerank_job {
     float *scores;
     int32_t *n_tokens, *truncated;
     int32_t **tokens;
-    uint8_t **types;             /* KL_PAIR_BERT: token types per pair */
-    int32_t *order;              /* run order */
+    uint8_t **types; /* KL_PAIR_BERT: token types per pair */
+    int32_t *order;  /* run order */
     int32_t n_done;
 };
 
@@ -91,8 +91,7 @@ static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p
     }
     r->max_tokens = p->max_tokens ? p->max_tokens : m->hp.n_ctx_train;
     if (r->max_tokens > m->hp.n_ctx_train)
-        return kb_fail(KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", r->max_tokens,
-                       m->hp.n_ctx_train);
+        return kb_fail(KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", r->max_tokens, m->hp.n_ctx_train);
     r->n_batch = p->n_batch; /* a longer pair runs alone: the workspace holds max_tokens */
     const int32_t cap = r->n_batch < r->max_tokens ? r->max_tokens : r->n_batch;
     r->pool = kpool_new(p->n_threads);
@@ -101,8 +100,7 @@ static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p
     r->run_tok = malloc((size_t)cap * sizeof *r->run_tok);
     r->run_type = malloc((size_t)cap);
     r->run_scores = malloc((size_t)KL_ENC_MAX_SEQ * (size_t)r->n_labels * sizeof *r->run_scores);
-    if (!r->ws || !r->run_tok || !r->run_type || !r->run_scores)
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!r->ws || !r->run_tok || !r->run_type || !r->run_scores) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     return KILN_OK;
 }
 
@@ -152,12 +150,11 @@ kiln_status kiln_reranker_new_from_model(kiln_model *m, const kiln_reranker_para
     if (!m) return kb_fail(KILN_ERR_INVALID_ARG, "no model");
     kiln_reranker_params p = params ? *params : kiln_reranker_default_params();
     if (p.n_batch <= 0) p.n_batch = 2048;
-    if (p.max_tokens < 0 || p.n_threads < 0)
-        return kb_fail(KILN_ERR_INVALID_ARG, "negative max_tokens or n_threads");
+    if (p.max_tokens < 0 || p.n_threads < 0) return kb_fail(KILN_ERR_INVALID_ARG, "negative max_tokens or n_threads");
     const int head = m->arch->encoder ? m->hp.n_cls_out > 0 : gguf_find_tensor(m->gf, "cls.output.weight") != NULL;
     if (!head)
-        return kb_fail(KILN_ERR_UNSUPPORTED,
-                       "%s: not a reranker (no classification head cls.output.weight)", m->name[0] ? m->name : m->arch_name);
+        return kb_fail(KILN_ERR_UNSUPPORTED, "%s: not a reranker (no classification head cls.output.weight)",
+                       m->name[0] ? m->name : m->arch_name);
     kiln_reranker *r = calloc(1, sizeof *r);
     if (!r) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     r->m = m;
@@ -365,7 +362,8 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
         if (nqt + frame >= r->max_tokens) {
             st = kb_fail(KILN_ERR_CONTEXT_FULL,
                          "the query takes %d tokens with the pair's framing, leaving no room for a document under "
-                         "the limit of %d", nqt + frame, r->max_tokens);
+                         "the limit of %d",
+                         nqt + frame, r->max_tokens);
             goto done;
         }
     }
@@ -385,8 +383,10 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
                 goto done;
             }
             if (c == 0 && q->allow_truncate) {
-                st = kb_fail(KILN_ERR_CONTEXT_FULL, "the rerank prompt leaves no room for a document under "
-                             "the limit of %d", r->max_tokens);
+                st = kb_fail(KILN_ERR_CONTEXT_FULL,
+                             "the rerank prompt leaves no room for a document under "
+                             "the limit of %d",
+                             r->max_tokens);
                 goto done;
             }
         } else {
@@ -460,8 +460,8 @@ static void run_encoder(kiln_rerank_job *j, const int32_t *idx, int32_t count) {
         o += (size_t)n;
         r->run_len[s] = n;
     }
-    r->m->arch->family->encode(r->ws, r->m, r->run_tok, j->types ? r->run_type : NULL, r->run_len, count,
-                               KL_POOL_RANK, r->run_scores);
+    r->m->arch->family->encode(r->ws, r->m, r->run_tok, j->types ? r->run_type : NULL, r->run_len, count, KL_POOL_RANK,
+                               r->run_scores);
     for (int32_t s = 0; s < count; s++) j->scores[idx[s]] = r->run_scores[(size_t)s * r->n_labels];
 }
 

@@ -107,8 +107,10 @@ static void disown_after(kiln_context *c, int seq, int32_t p) {
     for (int i = 0; i < rs->n_snap; i++) {
         kl_snap *s = &rs->snap[i];
         if (s->owner != seq || s->pos <= p) continue;
-        if (s->keyed) s->owner = -1;
-        else snap_drop(c, i);
+        if (s->keyed)
+            s->owner = -1;
+        else
+            snap_drop(c, i);
     }
 }
 
@@ -191,7 +193,8 @@ int32_t kl_rs_reuse(kiln_context *c, int seq, const int32_t *tokens, int32_t n) 
         if (!s->keyed || s->pos <= 0 || s->pos > n - 1 || (best >= 0 && s->pos <= rs->snap[best].pos)) continue;
         const int32_t nb = s->pos / KL_KV_BLOCK, part = s->pos % KL_KV_BLOCK;
         if (nb * KL_KV_BLOCK > L || (s->pos > L && s->pin < 0)) continue;
-        if (s->key != kl_kv_chain_key(tokens, nb) || memcmp(s->tail, tokens + (size_t)nb * KL_KV_BLOCK, (size_t)part * 4))
+        if (s->key != kl_kv_chain_key(tokens, nb) ||
+            memcmp(s->tail, tokens + (size_t)nb * KL_KV_BLOCK, (size_t)part * 4))
             continue;
         best = i;
     }
@@ -201,7 +204,7 @@ int32_t kl_rs_reuse(kiln_context *c, int seq, const int32_t *tokens, int32_t n) 
         if (s->pos <= L) {
             kl_kv_truncate(kv, seq, s->pos);
             got = kv->seqs[seq].len == s->pos ? s->pos : 0; /* (no block to copy a shared one into) */
-        } else { /* the tail's cells from the block the snapshot pinned */
+        } else {                                            /* the tail's cells from the block the snapshot pinned */
             const int32_t b = kl_kv_copy_block(kv, s->pin, s->pos % KL_KV_BLOCK);
             if (b >= 0) {
                 kl_kv_append_block(kv, seq, b, s->pos);

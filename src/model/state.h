@@ -41,28 +41,28 @@
 #define KL_RS_SNAP_PER_SEQ 4
 
 typedef struct kl_snap {
-    int32_t pos;        /* tokens the state covers; -1: slot free */
-    int32_t owner;      /* sequence it was taken from and still matches, -1: none */
-    int keyed;          /* 1: key and tail identify its tokens */
-    uint64_t key;       /* kl_kv_chain_key of its whole blocks */
+    int32_t pos;               /* tokens the state covers; -1: slot free */
+    int32_t owner;             /* sequence it was taken from and still matches, -1: none */
+    int keyed;                 /* 1: key and tail identify its tokens */
+    uint64_t key;              /* kl_kv_chain_key of its whole blocks */
     int32_t tail[KL_KV_BLOCK]; /* the pos % KL_KV_BLOCK tokens after them */
-    int32_t pin;        /* KV block holding those tail cells (pinned), -1: none */
-    uint64_t used;      /* LRU clock */
+    int32_t pin;               /* KV block holding those tail cells (pinned), -1: none */
+    uint64_t used;             /* LRU clock */
 } kl_snap;
 
 struct kl_rs {
     size_t slot_floats;
     int n_seq, n_snap;
-    float *mem;         /* [n_seq + n_snap][slot_floats] */
+    float *mem; /* [n_seq + n_snap][slot_floats] */
     size_t mem_bytes;
-    kl_snap *snap;      /* [n_snap] */
+    kl_snap *snap; /* [n_snap] */
     uint64_t clock;
     /* per sequence: a position kiln_seq_reuse asked to capture (-1: none) */
     int32_t *want;
     /* per sequence: the recorded run (rollback) */
-    int32_t *roll_a, *roll_n;     /* its first position and length; roll_n 0: none */
-    float *roll_state;            /* [n_seq][slot_floats] the state before it */
-    float *roll_in;               /* [n_seq][roll_floats] the family's per-token inputs */
+    int32_t *roll_a, *roll_n; /* its first position and length; roll_n 0: none */
+    float *roll_state;        /* [n_seq][slot_floats] the state before it */
+    float *roll_in;           /* [n_seq][roll_floats] the family's per-token inputs */
     size_t roll_floats;
     uint64_t n_restored, n_taken, n_replayed; /* counters for tests and stats */
 };

@@ -49,9 +49,9 @@ static void detect(void) {
     p->avx = (c >> 28) & 1;
     int osxsave = (c >> 27) & 1;
     uint64_t xcr0 = osxsave ? read_xcr0() : 0;
-    p->os_ymm = (xcr0 & 0x6) == 0x6;                            /* XMM + YMM */
-    p->os_zmm = p->os_ymm && (xcr0 & 0xE0) == 0xE0;            /* opmask, ZMM_Hi256, Hi16_ZMM */
-    p->os_amx = (xcr0 & (3u << 17)) == (3u << 17);             /* XTILECFG + XTILEDATA */
+    p->os_ymm = (xcr0 & 0x6) == 0x6;                /* XMM + YMM */
+    p->os_zmm = p->os_ymm && (xcr0 & 0xE0) == 0xE0; /* opmask, ZMM_Hi256, Hi16_ZMM */
+    p->os_amx = (xcr0 & (3u << 17)) == (3u << 17);  /* XTILECFG + XTILEDATA */
     if (max >= 7) {
         __cpuid_count(7, 0, a, b, c, d);
         unsigned sub = a;

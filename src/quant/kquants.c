@@ -24,8 +24,7 @@
 
 /* Round to nearest, ties to even, for |v| < 2^22: adding 1.5*2^23 pushes
  * the integer part into the low mantissa bits, which the FPU rounds. */
-static inline int round_int(float v)
-{
+static inline int round_int(float v) {
     float t = v + 12582912.f;
     int32_t i;
     memcpy(&i, &t, sizeof i);
@@ -41,12 +40,14 @@ static inline float f16(uint16_t h) { return kq_f16_to_f32(h); }
 /* Symmetric quants in [-nmax, nmax-1] for n values, weighted by x^2; tries
  * 19 scales around nmax/max and keeps the one with the best weighted fit.
  * L receives quant + nmax.  Returns the scale (x ~ scale * (L - nmax)). */
-static float sym_quants_x2(int n, int nmax, const float *x, int8_t *L)
-{
+static float sym_quants_x2(int n, int nmax, const float *x, int8_t *L) {
     float max = 0, amax = 0;
     for (int i = 0; i < n; ++i) {
         float ax = fabsf(x[i]);
-        if (ax > amax) { amax = ax; max = x[i]; }
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
     }
     if (amax < GROUP_EPS) {
         memset(L, 0, (size_t)n);
@@ -90,12 +91,14 @@ static float sym_quants_x2(int n, int nmax, const float *x, int8_t *L)
 /* Q3_K's variant: start from nmax/max, then up to 5 passes of coordinate
  * descent moving single quants while the x^2-weighted fit improves.
  * L receives quant + nmax. */
-static float sym_quants_q3(int n, int nmax, const float *x, int8_t *L)
-{
+static float sym_quants_q3(int n, int nmax, const float *x, int8_t *L) {
     float max = 0, amax = 0;
     for (int i = 0; i < n; ++i) {
         float ax = fabsf(x[i]);
-        if (ax > amax) { amax = ax; max = x[i]; }
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
     }
     if (amax < GROUP_EPS) {
         memset(L, 0, (size_t)n);
@@ -143,10 +146,8 @@ static float sym_quants_q3(int n, int nmax, const float *x, int8_t *L)
  * and for each solves the weighted least-squares scale and offset, keeping
  * the one with the smallest weighted error (|diff| if use_mad, else
  * diff^2).  The offset is kept <= 0 (the_min >= 0). */
-static float asym_quants(int n, int nmax, const float *x, const float *weights,
-                         uint8_t *L, float *the_min, uint8_t *Laux,
-                         float rmin, float rdelta, int nstep, int use_mad)
-{
+static float asym_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
+                         uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad) {
     float min = x[0], max = x[0];
     float sum_w = weights[0];
     float sum_x = sum_w * x[0];
@@ -217,14 +218,10 @@ static float asym_quants(int n, int nmax, const float *x, const float *weights,
 
 /* 2-bit fields of Q2_K/Q3_K: weight e sits in byte 32*(e/128) + e%32 at
  * bit 2*((e/32)%4). */
-static inline int low2(const uint8_t *qs, int e)
-{
-    return (qs[32 * (e >> 7) + (e & 31)] >> (2 * ((e >> 5) & 3))) & 3;
-}
+static inline int low2(const uint8_t *qs, int e) { return (qs[32 * (e >> 7) + (e & 31)] >> (2 * ((e >> 5) & 3))) & 3; }
 
 /* Q3_K's 16 signed 6-bit scales. */
-static void q3_scales(const kq_block_q3_K *b, int sc[16])
-{
+static void q3_scales(const kq_block_q3_K *b, int sc[16]) {
     for (int j = 0; j < 16; ++j) {
         int lo = j < 8 ? b->scales[j] & 0xF : b->scales[j - 8] >> 4;
         int hi = (b->scales[8 + j % 4] >> (2 * (j / 4))) & 3;
@@ -233,27 +230,23 @@ static void q3_scales(const kq_block_q3_K *b, int sc[16])
 }
 
 /* Q3_K quant of weight e, in -4..3. */
-static inline int q3_quant(const kq_block_q3_K *b, int e)
-{
+static inline int q3_quant(const kq_block_q3_K *b, int e) {
     int hb = (b->hmask[e & 31] >> (e >> 5)) & 1;
     return low2(b->qs, e) - (hb ? 0 : 4);
 }
 
 /* Q4_K/Q5_K low 4 bits of weight e. */
-static inline int nib4(const uint8_t *qs, int e)
-{
+static inline int nib4(const uint8_t *qs, int e) {
     return (qs[32 * (e >> 6) + (e & 31)] >> (4 * ((e >> 5) & 1))) & 0xF;
 }
 
-static inline int q5_quant(const kq_block_q5_K *b, int e)
-{
+static inline int q5_quant(const kq_block_q5_K *b, int e) {
     int bit = (b->qh[e & 31] >> (e >> 5)) & 1;
     return nib4(b->qs, e) | bit << 4;
 }
 
 /* Q6_K quant of weight e, in -32..31. */
-static inline int q6_quant(const kq_block_q6_K *b, int e)
-{
+static inline int q6_quant(const kq_block_q6_K *b, int e) {
     int h = e >> 7, k = (e >> 5) & 3, l = e & 31;
     int lo = (b->ql[64 * h + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 0xF;
     int hi = (b->qh[32 * h + l] >> (2 * k)) & 3;
@@ -261,13 +254,9 @@ static inline int q6_quant(const kq_block_q6_K *b, int e)
 }
 
 /* IQ4 nibble of weight r within its 32-weight group starting at qs. */
-static inline int iq4_code(const uint8_t *qs, int r)
-{
-    return (qs[r & 15] >> (4 * (r >> 4))) & 0xF;
-}
+static inline int iq4_code(const uint8_t *qs, int r) { return (qs[r & 15] >> (4 * (r >> 4))) & 0xF; }
 
-static inline int iq4xs_scale(const kq_block_iq4_xs *b, int ib)
-{
+static inline int iq4xs_scale(const kq_block_iq4_xs *b, int ib) {
     int lo = (b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
     int hi = (b->scales_h >> (2 * ib)) & 3;
     return (lo | hi << 4) - 32;
@@ -277,8 +266,7 @@ static inline int iq4xs_scale(const kq_block_iq4_xs *b, int ib)
 /* Q2_K                                                                   */
 /* ---------------------------------------------------------------------- */
 
-static void q2_K_to_f32(const void *vx, float *y, int64_t n)
-{
+static void q2_K_to_f32(const void *vx, float *y, int64_t n) {
     const kq_block_q2_K *x = vx;
     for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K) {
         float d = f16(x[i].d), dmin = f16(x[i].dmin);
@@ -290,8 +278,7 @@ static void q2_K_to_f32(const void *vx, float *y, int64_t n)
     }
 }
 
-static void q2_K_from_f32(const float *x, void *vy, int64_t n)
-{
+static void q2_K_from_f32(const float *x, void *vy, int64_t n) {
     kq_block_q2_K *y = vy;
     uint8_t L[KQ_QK_K], Laux[16];
     float weights[16], mins[16], scales[16];
@@ -301,8 +288,7 @@ static void q2_K_from_f32(const float *x, void *vy, int64_t n)
         float max_scale = 0, max_min = 0;
         for (int j = 0; j < 16; ++j) {
             for (int l = 0; l < 16; ++l) weights[l] = fabsf(x[16 * j + l]);
-            scales[j] = asym_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux,
-                                    -0.5f, 0.1f, 15, 1);
+            scales[j] = asym_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 1);
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
         }
@@ -316,8 +302,7 @@ static void q2_K_from_f32(const float *x, void *vy, int64_t n)
         }
         if (max_min > 0) {
             float iscale = q4scale / max_min;
-            for (int j = 0; j < 16; ++j)
-                y[i].scales[j] |= (uint8_t)(round_int(iscale * mins[j]) << 4);
+            for (int j = 0; j < 16; ++j) y[i].scales[j] |= (uint8_t)(round_int(iscale * mins[j]) << 4);
             y[i].dmin = kq_f32_to_f16(max_min / q4scale);
         } else {
             y[i].dmin = kq_f32_to_f16(0.f);
@@ -334,13 +319,11 @@ static void q2_K_from_f32(const float *x, void *vy, int64_t n)
         }
         for (int j = 0; j < KQ_QK_K; j += 128)
             for (int l = 0; l < 32; ++l)
-                y[i].qs[j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 |
-                                               L[j + l + 64] << 4 | L[j + l + 96] << 6);
+                y[i].qs[j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
     }
 }
 
-static void q2_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q2_K *x = vx;
     const kq_block_q8_K *y = vy;
     float sum = 0;
@@ -361,8 +344,7 @@ static void q2_K_dot(int n, float *s, const void *vx, const void *vy)
 /* Q3_K                                                                   */
 /* ---------------------------------------------------------------------- */
 
-static void q3_K_to_f32(const void *vx, float *y, int64_t n)
-{
+static void q3_K_to_f32(const void *vx, float *y, int64_t n) {
     const kq_block_q3_K *x = vx;
     int sc[16];
     for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K) {
@@ -375,8 +357,7 @@ static void q3_K_to_f32(const void *vx, float *y, int64_t n)
     }
 }
 
-static void q3_K_from_f32(const float *x, void *vy, int64_t n)
-{
+static void q3_K_from_f32(const float *x, void *vy, int64_t n) {
     kq_block_q3_K *y = vy;
     int8_t L[KQ_QK_K];
     float scales[16];
@@ -387,7 +368,10 @@ static void q3_K_from_f32(const float *x, void *vy, int64_t n)
         for (int j = 0; j < 16; ++j) {
             scales[j] = sym_quants_q3(16, 4, x + 16 * j, L + 16 * j);
             float a = fabsf(scales[j]);
-            if (a > amax) { amax = a; max_scale = scales[j]; }
+            if (a > amax) {
+                amax = a;
+                max_scale = scales[j];
+            }
         }
         memset(y[i].scales, 0, sizeof y[i].scales);
         if (max_scale) {
@@ -395,8 +379,10 @@ static void q3_K_from_f32(const float *x, void *vy, int64_t n)
             for (int j = 0; j < 16; ++j) {
                 int8_t l = (int8_t)round_int(iscale * scales[j]);
                 l = (int8_t)(MAX(-32, MIN(31, l)) + 32);
-                if (j < 8) y[i].scales[j] = l & 0xF;
-                else y[i].scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
+                if (j < 8)
+                    y[i].scales[j] = l & 0xF;
+                else
+                    y[i].scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
                 y[i].scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
             }
             y[i].d = kq_f32_to_f16(1 / iscale);
@@ -421,13 +407,11 @@ static void q3_K_from_f32(const float *x, void *vy, int64_t n)
         }
         for (int j = 0; j < KQ_QK_K; j += 128)
             for (int l = 0; l < 32; ++l)
-                y[i].qs[j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 |
-                                               L[j + l + 64] << 4 | L[j + l + 96] << 6);
+                y[i].qs[j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
     }
 }
 
-static void q3_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q3_K *x = vx;
     const kq_block_q8_K *y = vy;
     int sc[16];
@@ -452,9 +436,8 @@ static void q3_K_dot(int n, float *s, const void *vx, const void *vy)
 /* Fits 8 sub-blocks of 32 with asymmetric quants in [0, nmax], stores
  * d, dmin and the 12-byte scale field, and leaves the final quants
  * (requantized against the stored scales) in L. */
-static void qk45_block(const float *x, int nmax, float rmin, int nstep, uint16_t *dp,
-                       uint16_t *dminp, uint8_t scales12[12], uint8_t L[KQ_QK_K])
-{
+static void qk45_block(const float *x, int nmax, float rmin, int nstep, uint16_t *dp, uint16_t *dminp,
+                       uint8_t scales12[12], uint8_t L[KQ_QK_K]) {
     uint8_t Laux[32];
     float weights[32], mins[8], scales[8];
     float max_scale = 0, max_min = 0;
@@ -463,8 +446,7 @@ static void qk45_block(const float *x, int nmax, float rmin, int nstep, uint16_t
         for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = asym_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
-                                rmin, 0.1f, nstep, 0);
+        scales[j] = asym_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, 0);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -499,8 +481,7 @@ static void qk45_block(const float *x, int nmax, float rmin, int nstep, uint16_t
     }
 }
 
-static void q4_K_to_f32(const void *vx, float *y, int64_t n)
-{
+static void q4_K_to_f32(const void *vx, float *y, int64_t n) {
     const kq_block_q4_K *x = vx;
     for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K) {
         float d = f16(x[i].d), dmin = f16(x[i].dmin);
@@ -513,21 +494,18 @@ static void q4_K_to_f32(const void *vx, float *y, int64_t n)
     }
 }
 
-static void q4_K_from_f32(const float *x, void *vy, int64_t n)
-{
+static void q4_K_from_f32(const float *x, void *vy, int64_t n) {
     kq_block_q4_K *y = vy;
     uint8_t L[KQ_QK_K];
     for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
         memset(y[i].scales, 0, sizeof y[i].scales);
         qk45_block(x, 15, -1.f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
         for (int g = 0; g < 4; ++g)
-            for (int l = 0; l < 32; ++l)
-                y[i].qs[32 * g + l] = (uint8_t)(L[64 * g + l] | L[64 * g + 32 + l] << 4);
+            for (int l = 0; l < 32; ++l) y[i].qs[32 * g + l] = (uint8_t)(L[64 * g + l] | L[64 * g + 32 + l] << 4);
     }
 }
 
-static void q4_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q4_K *x = vx;
     const kq_block_q8_K *y = vy;
     float sum = 0;
@@ -546,8 +524,7 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy)
     *s = sum;
 }
 
-static void q5_K_to_f32(const void *vx, float *y, int64_t n)
-{
+static void q5_K_to_f32(const void *vx, float *y, int64_t n) {
     const kq_block_q5_K *x = vx;
     for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K) {
         float d = f16(x[i].d), dmin = f16(x[i].dmin);
@@ -560,8 +537,7 @@ static void q5_K_to_f32(const void *vx, float *y, int64_t n)
     }
 }
 
-static void q5_K_from_f32(const float *x, void *vy, int64_t n)
-{
+static void q5_K_from_f32(const float *x, void *vy, int64_t n) {
     kq_block_q5_K *y = vy;
     uint8_t L[KQ_QK_K];
     for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
@@ -578,8 +554,7 @@ static void q5_K_from_f32(const float *x, void *vy, int64_t n)
     }
 }
 
-static void q5_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q5_K *x = vx;
     const kq_block_q8_K *y = vy;
     float sum = 0;
@@ -602,8 +577,7 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy)
 /* Q6_K                                                                   */
 /* ---------------------------------------------------------------------- */
 
-static void q6_K_to_f32(const void *vx, float *y, int64_t n)
-{
+static void q6_K_to_f32(const void *vx, float *y, int64_t n) {
     const kq_block_q6_K *x = vx;
     for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K) {
         float d = f16(x[i].d);
@@ -611,8 +585,7 @@ static void q6_K_to_f32(const void *vx, float *y, int64_t n)
     }
 }
 
-static void q6_K_from_f32(const float *x, void *vy, int64_t n)
-{
+static void q6_K_from_f32(const float *x, void *vy, int64_t n) {
     kq_block_q6_K *y = vy;
     int8_t L[KQ_QK_K];
     float scales[16];
@@ -622,7 +595,10 @@ static void q6_K_from_f32(const float *x, void *vy, int64_t n)
         for (int j = 0; j < 16; ++j) {
             scales[j] = sym_quants_x2(16, 32, x + 16 * j, L + 16 * j);
             float a = fabsf(scales[j]);
-            if (a > max_abs) { max_abs = a; max_scale = scales[j]; }
+            if (a > max_abs) {
+                max_abs = a;
+                max_scale = scales[j];
+            }
         }
         if (max_abs < GROUP_EPS) {
             memset(&y[i], 0, sizeof y[i]);
@@ -645,15 +621,14 @@ static void q6_K_from_f32(const float *x, void *vy, int64_t n)
             for (int l = 0; l < 32; ++l) {
                 ql[l] = (uint8_t)((Lh[l] & 0xF) | (Lh[l + 64] & 0xF) << 4);
                 ql[l + 32] = (uint8_t)((Lh[l + 32] & 0xF) | (Lh[l + 96] & 0xF) << 4);
-                qh[l] = (uint8_t)(Lh[l] >> 4 | (Lh[l + 32] >> 4) << 2 |
-                                  (Lh[l + 64] >> 4) << 4 | (Lh[l + 96] >> 4) << 6);
+                qh[l] =
+                    (uint8_t)(Lh[l] >> 4 | (Lh[l + 32] >> 4) << 2 | (Lh[l + 64] >> 4) << 4 | (Lh[l + 96] >> 4) << 6);
             }
         }
     }
 }
 
-static void q6_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q6_K *x = vx;
     const kq_block_q8_K *y = vy;
     float sum = 0;
@@ -673,8 +648,7 @@ static void q6_K_dot(int n, float *s, const void *vx, const void *vy)
 /* Q8_K                                                                   */
 /* ---------------------------------------------------------------------- */
 
-static void q8_K_to_f32(const void *vx, float *y, int64_t n)
-{
+static void q8_K_to_f32(const void *vx, float *y, int64_t n) {
     const kq_block_q8_K *x = vx;
     for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K)
         for (int e = 0; e < KQ_QK_K; ++e) y[e] = x[i].d * x[i].qs[e];
@@ -682,14 +656,16 @@ static void q8_K_to_f32(const void *vx, float *y, int64_t n)
 
 /* Scale -127/max where max is the first element of largest magnitude, so
  * that element maps to -127 exactly; quants stay within [-127, 127]. */
-static void q8_K_from_f32(const float *x, void *vy, int64_t n)
-{
+static void q8_K_from_f32(const float *x, void *vy, int64_t n) {
     kq_block_q8_K *y = vy;
     for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
         float max = 0, amax = 0;
         for (int e = 0; e < KQ_QK_K; ++e) {
             float a = fabsf(x[e]);
-            if (a > amax) { amax = a; max = x[e]; }
+            if (a > amax) {
+                amax = a;
+                max = x[e];
+            }
         }
         if (!amax) {
             memset(&y[i], 0, sizeof y[i]);
@@ -706,8 +682,7 @@ static void q8_K_from_f32(const float *x, void *vy, int64_t n)
     }
 }
 
-static void q8_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q8_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q8_K *x = vx;
     const kq_block_q8_K *y = vy;
     float sum = 0;
@@ -724,16 +699,17 @@ static void q8_K_dot(int n, float *s, const void *vx, const void *vy)
 /* ---------------------------------------------------------------------- */
 
 /* Index of the code value nearest to v (ties to the lower one). */
-static int iq4_best_index(float v)
-{
+static int iq4_best_index(float v) {
     const int8_t *val = kq_iq4nl_values;
     if (v <= val[0]) return 0;
     if (v >= val[15]) return 15;
     int lo = 0, hi = 15;
     while (hi - lo > 1) {
         int mid = (lo + hi) / 2;
-        if (v < val[mid]) hi = mid;
-        else lo = mid;
+        if (v < val[mid])
+            hi = mid;
+        else
+            lo = mid;
     }
     return v - val[hi - 1] < val[hi] - v ? hi - 1 : hi;
 }
@@ -742,8 +718,7 @@ static int iq4_best_index(float v)
  * scales (max / (values[0] + t), t = -7..7) beyond the first guess.  Fills
  * L with the codes of the first guess only (callers requantize).  Returns
  * 0 for an all-zero group. */
-static float iq4_scale32(const float *xb, uint8_t *L)
-{
+static float iq4_scale32(const float *xb, uint8_t *L) {
     const int8_t *values = kq_iq4nl_values;
     const int ntry = 7;
     float weight[32];
@@ -751,7 +726,10 @@ static float iq4_scale32(const float *xb, uint8_t *L)
     for (int j = 0; j < 32; ++j) {
         weight[j] = xb[j] * xb[j];
         float ax = fabsf(xb[j]);
-        if (ax > amax) { amax = ax; max = xb[j]; }
+        if (ax > amax) {
+            amax = ax;
+            max = xb[j];
+        }
     }
     if (amax < GROUP_EPS) return 0;
     float d = -max / values[0];
@@ -783,13 +761,11 @@ static float iq4_scale32(const float *xb, uint8_t *L)
 }
 
 /* Packs 32 codes: byte l = L[l] | L[16 + l] << 4. */
-static void iq4_pack32(const uint8_t *L, uint8_t *qs)
-{
+static void iq4_pack32(const uint8_t *L, uint8_t *qs) {
     for (int j = 0; j < 16; ++j) qs[j] = (uint8_t)(L[j] | L[16 + j] << 4);
 }
 
-static void iq4_nl_to_f32(const void *vx, float *y, int64_t n)
-{
+static void iq4_nl_to_f32(const void *vx, float *y, int64_t n) {
     const kq_block_iq4_nl *x = vx;
     for (int64_t i = 0; i < n / KQ_QK4_NL; ++i, y += KQ_QK4_NL) {
         float d = f16(x[i].d);
@@ -799,8 +775,7 @@ static void iq4_nl_to_f32(const void *vx, float *y, int64_t n)
 
 /* As llama-quantize writes IQ4_NL (the tried-scales search, not the
  * single-guess quantize_row_iq4_nl_ref of ggml). */
-static void iq4_nl_from_f32(const float *x, void *vy, int64_t n)
-{
+static void iq4_nl_from_f32(const float *x, void *vy, int64_t n) {
     kq_block_iq4_nl *y = vy;
     uint8_t L[32];
     for (int64_t i = 0; i < n / KQ_QK4_NL; ++i, x += KQ_QK4_NL) {
@@ -812,8 +787,7 @@ static void iq4_nl_from_f32(const float *x, void *vy, int64_t n)
     }
 }
 
-static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq4_nl *x = vx;
     const kq_block_q8_0 *y = vy;
     float sum = 0;
@@ -825,8 +799,7 @@ static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy)
     *s = sum;
 }
 
-static void iq4_xs_to_f32(const void *vx, float *y, int64_t n)
-{
+static void iq4_xs_to_f32(const void *vx, float *y, int64_t n) {
     const kq_block_iq4_xs *x = vx;
     for (int64_t i = 0; i < n / KQ_QK_K; ++i) {
         float d = f16(x[i].d);
@@ -837,8 +810,7 @@ static void iq4_xs_to_f32(const void *vx, float *y, int64_t n)
     }
 }
 
-static void iq4_xs_from_f32(const float *x, void *vy, int64_t n)
-{
+static void iq4_xs_from_f32(const float *x, void *vy, int64_t n) {
     kq_block_iq4_xs *y = vy;
     uint8_t L[32];
     float scales[8];
@@ -847,7 +819,10 @@ static void iq4_xs_from_f32(const float *x, void *vy, int64_t n)
         for (int ib = 0; ib < 8; ++ib) {
             scales[ib] = iq4_scale32(x + 32 * ib, L);
             float a = fabsf(scales[ib]);
-            if (a > amax_scale) { amax_scale = a; max_scale = scales[ib]; }
+            if (a > amax_scale) {
+                amax_scale = a;
+                max_scale = scales[ib];
+            }
         }
         float d = -max_scale / 32;
         y[i].d = kq_f32_to_f16(d);
@@ -862,15 +837,16 @@ static void iq4_xs_from_f32(const float *x, void *vy, int64_t n)
             for (int j = 0; j < 32; ++j) L[j] = (uint8_t)iq4_best_index(idl * xb[j]);
             iq4_pack32(L, y[i].qs + 16 * ib);
             l += 32;
-            if (ib % 2 == 0) y[i].scales_l[ib / 2] = (uint8_t)(l & 0xF);
-            else y[i].scales_l[ib / 2] |= (uint8_t)((l & 0xF) << 4);
+            if (ib % 2 == 0)
+                y[i].scales_l[ib / 2] = (uint8_t)(l & 0xF);
+            else
+                y[i].scales_l[ib / 2] |= (uint8_t)((l & 0xF) << 4);
             y[i].scales_h |= (uint16_t)((l >> 4) << (2 * ib));
         }
     }
 }
 
-static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq4_xs *x = vx;
     const kq_block_q8_K *y = vy;
     float sum = 0;
@@ -878,8 +854,7 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy)
         int isum = 0;
         for (int ib = 0; ib < 8; ++ib) {
             int dot = 0;
-            for (int r = 0; r < 32; ++r)
-                dot += kq_iq4nl_values[iq4_code(x[i].qs + 16 * ib, r)] * y[i].qs[32 * ib + r];
+            for (int r = 0; r < 32; ++r) dot += kq_iq4nl_values[iq4_code(x[i].qs + 16 * ib, r)] * y[i].qs[32 * ib + r];
             isum += iq4xs_scale(&x[i], ib) * dot;
         }
         sum += y[i].d * f16(x[i].d) * isum;
@@ -891,38 +866,35 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy)
 /* Table and SIMD selection                                               */
 /* ---------------------------------------------------------------------- */
 
-static void set(kq_traits *tab, int t, const char *name, int blck, size_t bsize, int dot_type,
-                kq_to_f32_fn to, kq_from_f32_fn from, kq_vec_dot_fn dot)
-{
+static void set(kq_traits *tab, int t, const char *name, int blck, size_t bsize, int dot_type, kq_to_f32_fn to,
+                kq_from_f32_fn from, kq_vec_dot_fn dot) {
     tab[t] = (kq_traits){
-        .name = name, .blck = blck, .bsize = bsize, .vec_dot_type = dot_type,
-        .to_f32 = to, .from_f32 = from, .from_f32_fast = from,
-        .vec_dot = dot, .vec_dot_ref = dot,
+        .name = name,
+        .blck = blck,
+        .bsize = bsize,
+        .vec_dot_type = dot_type,
+        .to_f32 = to,
+        .from_f32 = from,
+        .from_f32_fast = from,
+        .vec_dot = dot,
+        .vec_dot_ref = dot,
     };
 }
 
-void kq_fill_kquants(kq_traits *tab)
-{
-    set(tab, KQ_Q2_K, "Q2_K", KQ_QK_K, sizeof(kq_block_q2_K), KQ_Q8_K,
-        q2_K_to_f32, q2_K_from_f32, q2_K_dot);
-    set(tab, KQ_Q3_K, "Q3_K", KQ_QK_K, sizeof(kq_block_q3_K), KQ_Q8_K,
-        q3_K_to_f32, q3_K_from_f32, q3_K_dot);
-    set(tab, KQ_Q4_K, "Q4_K", KQ_QK_K, sizeof(kq_block_q4_K), KQ_Q8_K,
-        q4_K_to_f32, q4_K_from_f32, q4_K_dot);
-    set(tab, KQ_Q5_K, "Q5_K", KQ_QK_K, sizeof(kq_block_q5_K), KQ_Q8_K,
-        q5_K_to_f32, q5_K_from_f32, q5_K_dot);
-    set(tab, KQ_Q6_K, "Q6_K", KQ_QK_K, sizeof(kq_block_q6_K), KQ_Q8_K,
-        q6_K_to_f32, q6_K_from_f32, q6_K_dot);
-    set(tab, KQ_Q8_K, "Q8_K", KQ_QK_K, sizeof(kq_block_q8_K), KQ_Q8_K,
-        q8_K_to_f32, q8_K_from_f32, q8_K_dot);
-    set(tab, KQ_IQ4_NL, "IQ4_NL", KQ_QK4_NL, sizeof(kq_block_iq4_nl), KQ_Q8_0,
-        iq4_nl_to_f32, iq4_nl_from_f32, iq4_nl_dot);
-    set(tab, KQ_IQ4_XS, "IQ4_XS", KQ_QK_K, sizeof(kq_block_iq4_xs), KQ_Q8_K,
-        iq4_xs_to_f32, iq4_xs_from_f32, iq4_xs_dot);
+void kq_fill_kquants(kq_traits *tab) {
+    set(tab, KQ_Q2_K, "Q2_K", KQ_QK_K, sizeof(kq_block_q2_K), KQ_Q8_K, q2_K_to_f32, q2_K_from_f32, q2_K_dot);
+    set(tab, KQ_Q3_K, "Q3_K", KQ_QK_K, sizeof(kq_block_q3_K), KQ_Q8_K, q3_K_to_f32, q3_K_from_f32, q3_K_dot);
+    set(tab, KQ_Q4_K, "Q4_K", KQ_QK_K, sizeof(kq_block_q4_K), KQ_Q8_K, q4_K_to_f32, q4_K_from_f32, q4_K_dot);
+    set(tab, KQ_Q5_K, "Q5_K", KQ_QK_K, sizeof(kq_block_q5_K), KQ_Q8_K, q5_K_to_f32, q5_K_from_f32, q5_K_dot);
+    set(tab, KQ_Q6_K, "Q6_K", KQ_QK_K, sizeof(kq_block_q6_K), KQ_Q8_K, q6_K_to_f32, q6_K_from_f32, q6_K_dot);
+    set(tab, KQ_Q8_K, "Q8_K", KQ_QK_K, sizeof(kq_block_q8_K), KQ_Q8_K, q8_K_to_f32, q8_K_from_f32, q8_K_dot);
+    set(tab, KQ_IQ4_NL, "IQ4_NL", KQ_QK4_NL, sizeof(kq_block_iq4_nl), KQ_Q8_0, iq4_nl_to_f32, iq4_nl_from_f32,
+        iq4_nl_dot);
+    set(tab, KQ_IQ4_XS, "IQ4_XS", KQ_QK_K, sizeof(kq_block_iq4_xs), KQ_Q8_K, iq4_xs_to_f32, iq4_xs_from_f32,
+        iq4_xs_dot);
 }
 
-kq_vec_dot_fn kq_kquants_dot_simd(int t, int isa)
-{
+kq_vec_dot_fn kq_kquants_dot_simd(int t, int isa) {
     switch (isa) {
     case KQ_ISA_AVX2: return kq_kquants_dot_avx2(t);
     case KQ_ISA_AVX512: return kq_kquants_dot_avx512(t);
@@ -930,8 +902,7 @@ kq_vec_dot_fn kq_kquants_dot_simd(int t, int isa)
     }
 }
 
-kq_from_f32_fn kq_kquants_quant_simd(int t, int isa)
-{
+kq_from_f32_fn kq_kquants_quant_simd(int t, int isa) {
     switch (isa) {
     case KQ_ISA_AVX2: return kq_kquants_quant_avx2(t);
     case KQ_ISA_AVX512: return kq_kquants_quant_avx512(t);

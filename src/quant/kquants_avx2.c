@@ -16,8 +16,7 @@
 
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
-static inline float hsum_ps(__m256 v)
-{
+static inline float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -26,19 +25,17 @@ static inline float hsum_ps(__m256 v)
 
 /* The 8 scales and 8 mins of a Q4_K/Q5_K scale field as bytes:
  * lanes 0..7 scales, 8..15 mins. */
-static inline __m128i unpack_scales_k4(const uint8_t s[12])
-{
+static inline __m128i unpack_scales_k4(const uint8_t s[12]) {
     uint32_t o[4];
     kq_unpack_scales_k4(s, o);
     return _mm_loadu_si128((const __m128i *)o);
 }
 
 /* Sum over the 8 sub-blocks of min_j * (bsum 2j + bsum 2j+1), as 4 s32. */
-static inline __m128i mins_dot(__m128i sm, const int16_t bsums[16])
-{
+static inline __m128i mins_dot(__m128i sm, const int16_t bsums[16]) {
     __m128i b0 = _mm_loadu_si128((const __m128i *)bsums);
     __m128i b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
-    __m128i b32 = _mm_hadd_epi16(b0, b1);                  /* 8 sums of 32 */
+    __m128i b32 = _mm_hadd_epi16(b0, b1); /* 8 sums of 32 */
     __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
     return _mm_madd_epi16(m16, b32);
 }
@@ -56,8 +53,7 @@ static inline __attribute__((always_inline)) void prefetch_block(const void *p, 
 
 #define BCAST16(v16, k) _mm256_set1_epi16((short)_mm_extract_epi16((v16), (k)))
 
-static void q4_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q4_K *x = vx;
     const kq_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -75,18 +71,21 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy)
         const uint8_t *q = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
-#define Q4K_STEP(g)                                                                      \
-        do {                                                                             \
-            __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 32 * (g)));           \
-            __m256i lo = _mm256_and_si256(qb, m4);                                       \
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);                 \
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (g)))); \
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (g) + 32)));\
-            p0 = _mm256_madd_epi16(p0, BCAST16(sc16, 2 * (g)));                         \
-            p1 = _mm256_madd_epi16(p1, BCAST16(sc16, 2 * (g) + 1));                     \
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));                     \
-        } while (0)
-        Q4K_STEP(0); Q4K_STEP(1); Q4K_STEP(2); Q4K_STEP(3);
+#define Q4K_STEP(g)                                                                                       \
+    do {                                                                                                  \
+        __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 32 * (g)));                                 \
+        __m256i lo = _mm256_and_si256(qb, m4);                                                            \
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);                                      \
+        __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (g))));      \
+        __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (g) + 32))); \
+        p0 = _mm256_madd_epi16(p0, BCAST16(sc16, 2 * (g)));                                               \
+        p1 = _mm256_madd_epi16(p1, BCAST16(sc16, 2 * (g) + 1));                                           \
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));                                          \
+    } while (0)
+        Q4K_STEP(0);
+        Q4K_STEP(1);
+        Q4K_STEP(2);
+        Q4K_STEP(3);
 #undef Q4K_STEP
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -95,8 +94,7 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy)
     *s = hsum_ps(acc) + _mm_cvtss_f32(accm);
 }
 
-static void q5_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q5_K *x = vx;
     const kq_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -117,18 +115,17 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy)
          * shifts below move that bit to bit 4 of each byte. */
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
-#define Q5K_STEP(g, hb0, hb1)                                                            \
-        do {                                                                             \
-            __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 32 * (g)));           \
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256((hb0), bit4)); \
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4), \
-                                         _mm256_and_si256((hb1), bit4));                 \
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (g)))); \
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (g) + 32)));\
-            p0 = _mm256_madd_epi16(p0, BCAST16(sc16, 2 * (g)));                         \
-            p1 = _mm256_madd_epi16(p1, BCAST16(sc16, 2 * (g) + 1));                     \
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));                     \
-        } while (0)
+#define Q5K_STEP(g, hb0, hb1)                                                                                        \
+    do {                                                                                                             \
+        __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 32 * (g)));                                            \
+        __m256i lo = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256((hb0), bit4));                       \
+        __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4), _mm256_and_si256((hb1), bit4)); \
+        __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (g))));                 \
+        __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (g) + 32)));            \
+        p0 = _mm256_madd_epi16(p0, BCAST16(sc16, 2 * (g)));                                                          \
+        p1 = _mm256_madd_epi16(p1, BCAST16(sc16, 2 * (g) + 1));                                                      \
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));                                                     \
+    } while (0)
         Q5K_STEP(0, _mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 3));
         Q5K_STEP(1, _mm256_slli_epi16(qh, 2), _mm256_slli_epi16(qh, 1));
         Q5K_STEP(2, qh, _mm256_srli_epi16(qh, 1));
@@ -143,8 +140,7 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy)
 
 /* Q6_K: quants used unsigned (0..63); the -32 bias becomes
  * -32 * sum_j sc_j * bsum_j, taken once per block. */
-static void q6_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q6_K *x = vx;
     const kq_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -192,8 +188,7 @@ static void q6_K_dot(int n, float *s, const void *vx, const void *vy)
 
 /* Q3_K: low 2 bits | high bit << 2 gives 0..7 = quant + 4; the -4 bias is
  * applied as -4 * sum_j sc_j * bsum_j. */
-static void q3_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q3_K *x = vx;
     const kq_block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3);
@@ -237,8 +232,7 @@ static void q3_K_dot(int n, float *s, const void *vx, const void *vy)
 
 /* Q2_K: quants 0..3 times scales (low nibble); mins (high nibble) through
  * the bsums. */
-static void q2_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q2_K *x = vx;
     const kq_block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3);
@@ -280,19 +274,16 @@ static void q2_K_dot(int n, float *s, const void *vx, const void *vy)
 
 /* Code values of IQ4 nibbles via pshufb; the products are signed*signed,
  * done as |a| * sign(b, a) for maddubs. */
-static inline __m256i iq4_lookup(__m256i nib)
-{
+static inline __m256i iq4_lookup(__m256i nib) {
     const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kq_iq4nl_values));
     return _mm256_shuffle_epi8(tbl, nib);
 }
 
-static inline __m256i dot_s8_pairs16(__m256i a, __m256i b)
-{
+static inline __m256i dot_s8_pairs16(__m256i a, __m256i b) {
     return _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
 }
 
-static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq4_xs *x = vx;
     const kq_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -321,8 +312,7 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy)
     *s = hsum_ps(acc);
 }
 
-static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq4_nl *x = vx;
     const kq_block_q8_0 *y = vy;
     const __m128i m4 = _mm_set1_epi8(0x0F);
@@ -341,14 +331,12 @@ static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy)
 /* Q8_K quantizer, same output as the scalar reference: the scale comes from
  * the first element of largest magnitude, rounding is to nearest-even
  * (the MXCSR default, as the reference's rounding trick). */
-static void q8_K_quant(const float *x, void *vy, int64_t n)
-{
+static void q8_K_quant(const float *x, void *vy, int64_t n) {
     kq_block_q8_K *y = vy;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
         __m256 vmax = _mm256_setzero_ps();
-        for (int e = 0; e < KQ_QK_K; e += 8)
-            vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + e), absmask));
+        for (int e = 0; e < KQ_QK_K; e += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + e), absmask));
         __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
         m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         m = _mm_max_ss(m, _mm_movehdup_ps(m));
@@ -390,8 +378,7 @@ static void q8_K_quant(const float *x, void *vy, int64_t n)
     }
 }
 
-kq_vec_dot_fn kq_kquants_dot_avx2(int t)
-{
+kq_vec_dot_fn kq_kquants_dot_avx2(int t) {
     switch (t) {
     case KQ_Q2_K: return q2_K_dot;
     case KQ_Q3_K: return q3_K_dot;
@@ -404,7 +391,4 @@ kq_vec_dot_fn kq_kquants_dot_avx2(int t)
     }
 }
 
-kq_from_f32_fn kq_kquants_quant_avx2(int t)
-{
-    return t == KQ_Q8_K ? q8_K_quant : NULL;
-}
+kq_from_f32_fn kq_kquants_quant_avx2(int t) { return t == KQ_Q8_K ? q8_K_quant : NULL; }

@@ -18,30 +18,24 @@
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
 /* Index vector for permutexvar_epi16: lane i -> base + i/width. */
-static inline __m512i run_index(int base, int width)
-{
+static inline __m512i run_index(int base, int width) {
     int16_t idx[32];
     for (int i = 0; i < 32; ++i) idx[i] = (int16_t)(base + i / width);
     return _mm512_loadu_si512(idx);
 }
 
 /* Two 256-bit halves into one 512-bit register (lo first). */
-static inline __m512i join(__m256i lo, __m256i hi)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
+static inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
 /* Mins term of Q4_K/Q5_K: sum_j m_j * (bsum 2j + bsum 2j+1), as 4 s32. */
-static inline __m128i mins_dot(const uint32_t o[4], const int16_t bsums[16])
-{
+static inline __m128i mins_dot(const uint32_t o[4], const int16_t bsums[16]) {
     __m128i b0 = _mm_loadu_si128((const __m128i *)bsums);
     __m128i b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
     __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(o + 2)));
     return _mm_madd_epi16(m16, _mm_hadd_epi16(b0, b1));
 }
 
-static void q4_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q4_K *x = vx;
     const kq_block_q8_K *y = vy;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -75,8 +69,7 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy)
     *s = _mm512_reduce_add_ps(acc) + _mm_cvtss_f32(accm);
 }
 
-static void q5_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q5_K *x = vx;
     const kq_block_q8_K *y = vy;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -98,9 +91,7 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy)
          * down by one) both sit at bit 2g; moved to bit 4 below. */
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         const __m512i hz = join(qh, _mm256_srli_epi16(qh, 1));
-        const __m512i hb[4] = {
-            _mm512_slli_epi16(hz, 4), _mm512_slli_epi16(hz, 2), hz, _mm512_srli_epi16(hz, 2)
-        };
+        const __m512i hb[4] = {_mm512_slli_epi16(hz, 4), _mm512_slli_epi16(hz, 2), hz, _mm512_srli_epi16(hz, 2)};
         __m512i idx = idx0;
         __m512i sumi = _mm512_setzero_si512();
         for (int g = 0; g < 4; ++g) {
@@ -120,8 +111,7 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy)
 
 /* Q6_K: quants used unsigned (0..63), the -32 bias applied once per block
  * as -32 * sum_j sc_j * bsum_j. */
-static void q6_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q6_K *x = vx;
     const kq_block_q8_K *y = vy;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -162,8 +152,7 @@ static void q6_K_dot(int n, float *s, const void *vx, const void *vy)
 
 /* Q3_K: (low 2 bits | high bit << 2) = quant + 4, the -4 bias applied as
  * -4 * sum_j sc_j * bsum_j. */
-static void q3_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q3_K *x = vx;
     const kq_block_q8_K *y = vy;
     const __m512i m3 = _mm512_set1_epi8(3);
@@ -208,8 +197,7 @@ static void q3_K_dot(int n, float *s, const void *vx, const void *vy)
 
 /* Q2_K: quants 0..3 times the low-nibble scales; high-nibble mins through
  * the bsums. */
-static void q2_K_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q2_K *x = vx;
     const kq_block_q8_K *y = vy;
     const __m512i m3 = _mm512_set1_epi8(3);
@@ -250,8 +238,7 @@ static void q2_K_dot(int n, float *s, const void *vx, const void *vy)
 
 /* IQ4_XS: codes looked up with pshufb; signed*signed products done as
  * |v| * (y negated where v < 0) so maddubs applies. */
-static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq4_xs *x = vx;
     const kq_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -264,8 +251,9 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy)
         const float d = y[i].d * f16(x[i].d);
         int16_t ls[8];
         for (int ib = 0; ib < 8; ++ib)
-            ls[ib] = (int16_t)((((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
-                                ((x[i].scales_h >> (2 * ib)) & 3) << 4) - 32);
+            ls[ib] =
+                (int16_t)((((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | ((x[i].scales_h >> (2 * ib)) & 3) << 4) -
+                          32);
         const __m512i sc = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)ls));
         __m512i idx = idx0;
         __m512i sumi = _mm512_setzero_si512();
@@ -288,8 +276,7 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy)
 }
 
 /* IQ4_NL x Q8_0, one 32-weight block per step with 256-bit VNNI. */
-static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy)
-{
+static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq4_nl *x = vx;
     const kq_block_q8_0 *y = vy;
     const __m128i m4 = _mm_set1_epi8(0x0F);
@@ -311,13 +298,11 @@ static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy)
 
 /* Q8_K quantizer, same output as the scalar reference (scale from the first
  * element of largest magnitude; round to nearest-even, the MXCSR default). */
-static void q8_K_quant(const float *x, void *vy, int64_t n)
-{
+static void q8_K_quant(const float *x, void *vy, int64_t n) {
     kq_block_q8_K *y = vy;
     for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
         __m512 vmax = _mm512_setzero_ps();
-        for (int e = 0; e < KQ_QK_K; e += 16)
-            vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + e)));
+        for (int e = 0; e < KQ_QK_K; e += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + e)));
         const float amax = _mm512_reduce_max_ps(vmax);
         if (!amax) {
             memset(&y[i], 0, sizeof y[i]);
@@ -344,8 +329,7 @@ static void q8_K_quant(const float *x, void *vy, int64_t n)
     }
 }
 
-kq_vec_dot_fn kq_kquants_dot_avx512(int t)
-{
+kq_vec_dot_fn kq_kquants_dot_avx512(int t) {
     switch (t) {
     case KQ_Q2_K: return q2_K_dot;
     case KQ_Q3_K: return q3_K_dot;
@@ -358,7 +342,4 @@ kq_vec_dot_fn kq_kquants_dot_avx512(int t)
     }
 }
 
-kq_from_f32_fn kq_kquants_quant_avx512(int t)
-{
-    return t == KQ_Q8_K ? q8_K_quant : NULL;
-}
+kq_from_f32_fn kq_kquants_quant_avx512(int t) { return t == KQ_Q8_K ? q8_K_quant : NULL; }

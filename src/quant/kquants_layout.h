@@ -113,16 +113,13 @@ _Static_assert(sizeof(kq_block_iq4_nl) == 18, "IQ4_NL block size");
 _Static_assert(sizeof(kq_block_iq4_xs) == 136, "IQ4_XS block size");
 
 /* The 16 IQ4_NL code values (part of the format). */
-static const int8_t kq_iq4nl_values[16] = {
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113
-};
+static const int8_t kq_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* Sub-block j (0..7) of the 12-byte Q4_K/Q5_K scale field: j < 4 keep their
  * 6-bit scale and min in bytes j and j+4; j >= 4 keep the low 4 bits in the
  * nibbles of byte j+4 and the top 2 bits in bits 6..7 of bytes j-4 (scale)
  * and j (min). */
-static inline void kq_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
-{
+static inline void kq_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
     if (j < 4) {
         *sc = q[j] & 63;
         *m = q[j + 4] & 63;
@@ -134,8 +131,7 @@ static inline void kq_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t
 
 /* The 12-byte Q4_K/Q5_K scale field expanded to bytes, four per word:
  * o[0..1] = scales of sub-blocks 0..7, o[2..3] = mins of 0..7. */
-static inline void kq_unpack_scales_k4(const uint8_t s[12], uint32_t o[4])
-{
+static inline void kq_unpack_scales_k4(const uint8_t s[12], uint32_t o[4]) {
     uint32_t a[3];
     memcpy(a, s, 12);
     o[0] = a[0] & 0x3f3f3f3f;
@@ -145,8 +141,7 @@ static inline void kq_unpack_scales_k4(const uint8_t s[12], uint32_t o[4])
 }
 
 /* The 12-byte Q3_K scale field expanded to 16 bytes, still biased by 32. */
-static inline void kq_unpack_scales_q3(const uint8_t s[12], uint32_t o[4])
-{
+static inline void kq_unpack_scales_q3(const uint8_t s[12], uint32_t o[4]) {
     uint32_t a[3];
     memcpy(a, s, 12);
     o[0] = (a[0] & 0x0f0f0f0f) | (a[2] & 0x03030303) << 4;

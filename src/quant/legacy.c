@@ -21,7 +21,10 @@ static inline uint16_t f2h(float f) { return kq_f32_to_f16(f); }
 static float block_absmax(const float *x, float *signed_max) {
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < QK; j++) {
-        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
     }
     if (signed_max) *signed_max = max;
     return amax;
@@ -342,8 +345,8 @@ static void q8_1_to_f32(const void *vx, float *y, int64_t n) {
 
 /* ---- table ---- */
 
-static void set(kq_traits *t, const char *name, int blck, size_t bsize, int vdt,
-                kq_to_f32_fn to, kq_from_f32_fn from, kq_vec_dot_fn dot) {
+static void set(kq_traits *t, const char *name, int blck, size_t bsize, int vdt, kq_to_f32_fn to, kq_from_f32_fn from,
+                kq_vec_dot_fn dot) {
     t->name = name;
     t->blck = blck;
     t->bsize = bsize;

@@ -46,8 +46,7 @@ static inline __m256i q4_bytes(const uint8_t *qs) {
 static inline __m256i q5_high(const uint8_t *qh4) {
     uint32_t qh;
     memcpy(&qh, qh4, 4);
-    const __m256i byte_of = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
-                                              0x0101010101010101LL, 0);
+    const __m256i byte_of = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), byte_of);
     v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
@@ -55,9 +54,7 @@ static inline __m256i q5_high(const uint8_t *qh4) {
 }
 
 /* int16 pair sums -> 8 float lanes */
-static inline __m256 i16_to_ps(__m256i p16) {
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
+static inline __m256 i16_to_ps(__m256i p16) { return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1))); }
 
 /* sum (q - off) * y over one block as 8 float lanes; q unsigned < 32 */
 static inline __m256 dot_uq_off(__m256i q, __m256i y, int off) {
@@ -171,11 +168,10 @@ static void dot_q8_0(int n, float *s, const void *vx, const void *vy) {
         /* two blocks = 68 bytes: one line 2 KB ahead (see kquants_avx2.c) */
         _mm_prefetch((const char *)&x[i] + 2048, _MM_HINT_T0);
         acc0 = _mm256_fmadd_ps(dot_s8(x[i].qs, y[i].qs), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc0);
-        acc1 = _mm256_fmadd_ps(dot_s8(x[i + 1].qs, y[i + 1].qs),
-                               _mm256_set1_ps(h2f(x[i + 1].d) * h2f(y[i + 1].d)), acc1);
+        acc1 =
+            _mm256_fmadd_ps(dot_s8(x[i + 1].qs, y[i + 1].qs), _mm256_set1_ps(h2f(x[i + 1].d) * h2f(y[i + 1].d)), acc1);
     }
-    if (i < nb)
-        acc0 = _mm256_fmadd_ps(dot_s8(x[i].qs, y[i].qs), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc0);
+    if (i < nb) acc0 = _mm256_fmadd_ps(dot_s8(x[i].qs, y[i].qs), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc0);
     *s = hsum8(_mm256_add_ps(acc0, acc1));
 }
 
@@ -268,8 +264,8 @@ static inline float q8_block(const float *x, int8_t *qs, int *qsum) {
     for (int k = 0; k < 4; k++) r[k] = round_away(_mm256_mul_ps(v[k], mul));
     /* packs interleave 128-bit lanes; the permute restores element order */
     const __m256i p01 = _mm256_packs_epi32(r[0], r[1]), p23 = _mm256_packs_epi32(r[2], r[3]);
-    const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
-                                                  _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m256i b =
+        _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i *)qs, b);
     if (qsum) {
         const __m256i t = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));

@@ -112,37 +112,43 @@ static inline __m512 step_q8_0(const kq_block_q8_0 *x, const kq_block_q8_0 *y, i
     return _mm512_fmadd_ps(p, sc, acc);
 }
 
-#define BLOCK_DOT(name, xt, yt, step)                                          \
-    static void name(int n, float *s, const void *vx, const void *vy) {       \
-        const xt *x = vx;                                                      \
-        const yt *y = vy;                                                      \
-        const int nb = n / QK;                                                 \
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();         \
-        int i = 0;                                                             \
-        for (; i + 3 < nb; i += 4) {                                           \
-            acc0 = step(x, y, i, 0, acc0);                                     \
-            acc1 = step(x, y, i + 2, 0, acc1);                                 \
-        }                                                                      \
-        if (i + 1 < nb) { acc0 = step(x, y, i, 0, acc0); i += 2; }             \
-        if (i < nb) acc1 = step(x, y, i, 1, acc1);                             \
-        *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));                  \
+#define BLOCK_DOT(name, xt, yt, step)                                   \
+    static void name(int n, float *s, const void *vx, const void *vy) { \
+        const xt *x = vx;                                               \
+        const yt *y = vy;                                               \
+        const int nb = n / QK;                                          \
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();  \
+        int i = 0;                                                      \
+        for (; i + 3 < nb; i += 4) {                                    \
+            acc0 = step(x, y, i, 0, acc0);                              \
+            acc1 = step(x, y, i + 2, 0, acc1);                          \
+        }                                                               \
+        if (i + 1 < nb) {                                               \
+            acc0 = step(x, y, i, 0, acc0);                              \
+            i += 2;                                                     \
+        }                                                               \
+        if (i < nb) acc1 = step(x, y, i, 1, acc1);                      \
+        *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));           \
     }
 
-#define BLOCK_DOT_MIN(name, xt, yt, step)                                      \
-    static void name(int n, float *s, const void *vx, const void *vy) {       \
-        const xt *x = vx;                                                      \
-        const yt *y = vy;                                                      \
-        const int nb = n / QK;                                                 \
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();         \
-        float ms = 0.0f;                                                       \
-        int i = 0;                                                             \
-        for (; i + 3 < nb; i += 4) {                                           \
-            acc0 = step(x, y, i, 0, acc0, &ms);                                \
-            acc1 = step(x, y, i + 2, 0, acc1, &ms);                            \
-        }                                                                      \
-        if (i + 1 < nb) { acc0 = step(x, y, i, 0, acc0, &ms); i += 2; }        \
-        if (i < nb) acc1 = step(x, y, i, 1, acc1, &ms);                        \
-        *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + ms;             \
+#define BLOCK_DOT_MIN(name, xt, yt, step)                               \
+    static void name(int n, float *s, const void *vx, const void *vy) { \
+        const xt *x = vx;                                               \
+        const yt *y = vy;                                               \
+        const int nb = n / QK;                                          \
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();  \
+        float ms = 0.0f;                                                \
+        int i = 0;                                                      \
+        for (; i + 3 < nb; i += 4) {                                    \
+            acc0 = step(x, y, i, 0, acc0, &ms);                         \
+            acc1 = step(x, y, i + 2, 0, acc1, &ms);                     \
+        }                                                               \
+        if (i + 1 < nb) {                                               \
+            acc0 = step(x, y, i, 0, acc0, &ms);                         \
+            i += 2;                                                     \
+        }                                                               \
+        if (i < nb) acc1 = step(x, y, i, 1, acc1, &ms);                 \
+        *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + ms;      \
     }
 
 BLOCK_DOT(dot_q4_0, kq_block_q4_0, kq_block_q8_0, step_q4_0)
@@ -153,7 +159,9 @@ BLOCK_DOT_MIN(dot_q5_1, kq_block_q5_1, kq_block_q8_1, step_q5_1)
 
 /* ---- float rows: four 16-lane accumulators, masked tail ---- */
 
-static inline __m512 load_f32(const void *p, int i, __mmask16 m) { return _mm512_maskz_loadu_ps(m, (const float *)p + i); }
+static inline __m512 load_f32(const void *p, int i, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+}
 static inline __m512 load_f16(const void *p, int i, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
 }
@@ -163,23 +171,23 @@ static inline __m512 load_bf16(const void *p, int i, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
-#define FLOAT_DOT(name, load)                                                            \
-    static void name(int n, float *s, const void *x, const void *y) {                   \
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                     \
-        const __mmask16 all = 0xFFFF;                                                   \
-        int i = 0;                                                                      \
-        for (; i + 64 <= n; i += 64) {                                                  \
-            a0 = _mm512_fmadd_ps(load(x, i, all), load(y, i, all), a0);                 \
-            a1 = _mm512_fmadd_ps(load(x, i + 16, all), load(y, i + 16, all), a1);       \
-            a2 = _mm512_fmadd_ps(load(x, i + 32, all), load(y, i + 32, all), a2);       \
-            a3 = _mm512_fmadd_ps(load(x, i + 48, all), load(y, i + 48, all), a3);       \
-        }                                                                               \
+#define FLOAT_DOT(name, load)                                                                    \
+    static void name(int n, float *s, const void *x, const void *y) {                            \
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                              \
+        const __mmask16 all = 0xFFFF;                                                            \
+        int i = 0;                                                                               \
+        for (; i + 64 <= n; i += 64) {                                                           \
+            a0 = _mm512_fmadd_ps(load(x, i, all), load(y, i, all), a0);                          \
+            a1 = _mm512_fmadd_ps(load(x, i + 16, all), load(y, i + 16, all), a1);                \
+            a2 = _mm512_fmadd_ps(load(x, i + 32, all), load(y, i + 32, all), a2);                \
+            a3 = _mm512_fmadd_ps(load(x, i + 48, all), load(y, i + 48, all), a3);                \
+        }                                                                                        \
         for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(load(x, i, all), load(y, i, all), a0); \
-        if (i < n) {                                                                    \
-            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                        \
-            a1 = _mm512_fmadd_ps(load(x, i, m), load(y, i, m), a1);                     \
-        }                                                                               \
-        *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))); \
+        if (i < n) {                                                                             \
+            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                                \
+            a1 = _mm512_fmadd_ps(load(x, i, m), load(y, i, m), a1);                              \
+        }                                                                                        \
+        *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));  \
     }
 
 FLOAT_DOT(dot_f32, load_f32)

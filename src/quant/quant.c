@@ -92,11 +92,17 @@ static void select_kernels(int isa) {
         kq_from_f32_fn q = tr->from_f32;
         for (int l = isa; l > KQ_ISA_SCALAR; l--) {
             kq_vec_dot_fn f = simd_dot(t, l);
-            if (f) { dot = f; break; }
+            if (f) {
+                dot = f;
+                break;
+            }
         }
         for (int l = isa; l > KQ_ISA_SCALAR; l--) {
             kq_from_f32_fn f = simd_quant(t, l);
-            if (f) { q = f; break; }
+            if (f) {
+                q = f;
+                break;
+            }
         }
         __atomic_store_n(&tr->vec_dot, dot, __ATOMIC_RELEASE);
         __atomic_store_n(&tr->from_f32_fast, q, __ATOMIC_RELEASE);
@@ -175,8 +181,16 @@ kq_from_f32_fn kq_from_f32_at(int t, int isa) {
 
 /* ---- f16 / bf16 ---- */
 
-static inline uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 float kq_f16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -194,7 +208,7 @@ uint16_t kq_f32_to_f16(float f) {
     const uint32_t u = f32_bits(f);
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
     const uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u)                      /* NaN: keep top payload, force quiet */
+    if (a > 0x7f800000u) /* NaN: keep top payload, force quiet */
         return (uint16_t)(sign | 0x7e00 | ((a >> 13) & 0x3ff));
     if (a >= 0x477ff000u) return sign | 0x7c00; /* >= 65520 rounds to inf */
     const uint32_t e = a >> 23;

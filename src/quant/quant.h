@@ -53,22 +53,22 @@ typedef void (*kq_from_f32_fn)(const float *x, void *y, int64_t n);
 typedef void (*kq_vec_dot_fn)(int n, float *s, const void *x, const void *y);
 
 typedef struct kq_traits {
-    const char *name;       /* "Q4_0", as GGUF tools print it; NULL = unknown id */
-    int blck;               /* elements per block */
-    size_t bsize;           /* bytes per block */
-    int vec_dot_type;       /* activation type vec_dot expects */
-    kq_to_f32_fn to_f32;    /* scalar dequantizer */
-    kq_from_f32_fn from_f32;/* scalar reference quantizer */
+    const char *name;             /* "Q4_0", as GGUF tools print it; NULL = unknown id */
+    int blck;                     /* elements per block */
+    size_t bsize;                 /* bytes per block */
+    int vec_dot_type;             /* activation type vec_dot expects */
+    kq_to_f32_fn to_f32;          /* scalar dequantizer */
+    kq_from_f32_fn from_f32;      /* scalar reference quantizer */
     kq_from_f32_fn from_f32_fast; /* SIMD quantizer for activations (or = from_f32) */
-    kq_vec_dot_fn vec_dot;  /* best for this CPU, set by kq_init() */
-    kq_vec_dot_fn vec_dot_ref; /* scalar twin */
+    kq_vec_dot_fn vec_dot;        /* best for this CPU, set by kq_init() */
+    kq_vec_dot_fn vec_dot_ref;    /* scalar twin */
 } kq_traits;
 
 /* The processor's features (CPUID) and the register states the OS enables
  * (XCR0); read once.  Only a feature whose state the OS enables may run. */
 typedef struct kq_cpu {
-    char vendor[13];         /* "GenuineIntel", "AuthenticAMD" */
-    char brand[49];          /* the model string, "" when not reported */
+    char vendor[13]; /* "GenuineIntel", "AuthenticAMD" */
+    char brand[49];  /* the model string, "" when not reported */
     unsigned avx : 1, avx2 : 1, fma : 1, f16c : 1, bmi2 : 1;
     unsigned avx512f : 1, avx512dq : 1, avx512bw : 1, avx512vl : 1, avx512vnni : 1, avx512bf16 : 1;
     unsigned amx_tile : 1, amx_int8 : 1, amx_bf16 : 1;
@@ -123,15 +123,34 @@ uint16_t kq_f32_to_bf16(float f);
  * d, m, s are IEEE halves.  Q4: element j in the low nibble of qs[j] for
  * j < 16, in the high nibble of qs[j-16] otherwise; Q5 adds bit 4 of element
  * j from bit j of the little-endian qh.  Q8_1's s = d * (sum of qs). */
-typedef struct { uint16_t d; uint8_t qs[16]; } kq_block_q4_0;
-typedef struct { uint16_t d, m; uint8_t qs[16]; } kq_block_q4_1;
-typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } kq_block_q5_0;
-typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } kq_block_q5_1;
-typedef struct { uint16_t d; int8_t qs[32]; } kq_block_q8_0;
-typedef struct { uint16_t d, s; int8_t qs[32]; } kq_block_q8_1;
-_Static_assert(sizeof(kq_block_q4_0) == 18 && sizeof(kq_block_q4_1) == 20 &&
-               sizeof(kq_block_q5_0) == 22 && sizeof(kq_block_q5_1) == 24 &&
-               sizeof(kq_block_q8_0) == 34 && sizeof(kq_block_q8_1) == 36,
+typedef struct {
+    uint16_t d;
+    uint8_t qs[16];
+} kq_block_q4_0;
+typedef struct {
+    uint16_t d, m;
+    uint8_t qs[16];
+} kq_block_q4_1;
+typedef struct {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} kq_block_q5_0;
+typedef struct {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} kq_block_q5_1;
+typedef struct {
+    uint16_t d;
+    int8_t qs[32];
+} kq_block_q8_0;
+typedef struct {
+    uint16_t d, s;
+    int8_t qs[32];
+} kq_block_q8_1;
+_Static_assert(sizeof(kq_block_q4_0) == 18 && sizeof(kq_block_q4_1) == 20 && sizeof(kq_block_q5_0) == 22 &&
+                   sizeof(kq_block_q5_1) == 24 && sizeof(kq_block_q8_0) == 34 && sizeof(kq_block_q8_1) == 36,
                "legacy block sizes");
 
 /* ---- Implementation split (internal to the quant folder) ----
@@ -139,7 +158,7 @@ _Static_assert(sizeof(kq_block_q4_0) == 18 && sizeof(kq_block_q4_1) == 20 &&
  * legacy.c      F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 (scalar)
  * kquants.c     Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS (scalar)
  * *_avx2.c / *_avx512.c   SIMD twins, compiled with per-file ISA flags.     */
-void kq_fill_legacy(kq_traits *tab);   /* tab has KQ_TYPE_COUNT entries */
+void kq_fill_legacy(kq_traits *tab); /* tab has KQ_TYPE_COUNT entries */
 void kq_fill_kquants(kq_traits *tab);
 kq_vec_dot_fn kq_legacy_dot_simd(int t, int isa);
 kq_vec_dot_fn kq_kquants_dot_simd(int t, int isa);

@@ -30,18 +30,18 @@ static const char k_tag_close[] = "</tool_call>";
 /* Phases, in order.  OPEN takes "<think>" (when reasoning may come) or the
  * call's opening tag, after up to CALL_WS whitespace bytes. */
 enum {
-    C_OPEN,   /* pos: bytes matched; cand bit 0 "<think>", bit 1 "<tool_call>" */
-    C_THINK,  /* reasoning; pos: bytes of "</think>" matched */
-    C_GAP,    /* whitespace, then "<tool_call>" */
-    C_TAG,    /* in "<tool_call>" */
-    C_GAP2,   /* whitespace, then the wrapper's '{' */
-    C_HEAD,   /* in {"name": " */
-    C_NAME,   /* names: bit i while names[i] is still possible; pos: bytes matched */
-    C_MID,    /* in ", "arguments": */
-    C_ARGS,   /* the arguments value */
-    C_TAIL,   /* whitespace, then '}' */
-    C_GAP3,   /* whitespace, then "</tool_call>" */
-    C_CLOSE,  /* in "</tool_call>" */
+    C_OPEN,  /* pos: bytes matched; cand bit 0 "<think>", bit 1 "<tool_call>" */
+    C_THINK, /* reasoning; pos: bytes of "</think>" matched */
+    C_GAP,   /* whitespace, then "<tool_call>" */
+    C_TAG,   /* in "<tool_call>" */
+    C_GAP2,  /* whitespace, then the wrapper's '{' */
+    C_HEAD,  /* in {"name": " */
+    C_NAME,  /* names: bit i while names[i] is still possible; pos: bytes matched */
+    C_MID,   /* in ", "arguments": */
+    C_ARGS,  /* the arguments value */
+    C_TAIL,  /* whitespace, then '}' */
+    C_GAP3,  /* whitespace, then "</tool_call>" */
+    C_CLOSE, /* in "</tool_call>" */
     C_DONE,
 };
 
@@ -78,8 +78,10 @@ static int call_byte(sample_call *k, unsigned char ch) {
         if (!cand) return 0;
         k->cand = cand;
         k->pos++;
-        if ((cand & 1) && !k_think_open[k->pos]) enter(k, C_THINK);
-        else if (cand == 2) k->phase = C_TAG; /* pos carries on in the tag */
+        if ((cand & 1) && !k_think_open[k->pos])
+            enter(k, C_THINK);
+        else if (cand == 2)
+            k->phase = C_TAG; /* pos carries on in the tag */
         if (k->phase == C_TAG && !k_tag_open[k->pos]) enter(k, C_GAP2);
         return 1;
     }
@@ -102,8 +104,10 @@ static int call_byte(sample_call *k, unsigned char ch) {
         for (int i = 0; i < k->n_names; i++) {
             if (!(k->names_left >> i & 1)) continue;
             const char *nm = k->names[i];
-            if (ch == '"' && !nm[k->pos]) whole = i;
-            else if (nm[k->pos] && (unsigned char)nm[k->pos] == ch) cand |= 1ull << i;
+            if (ch == '"' && !nm[k->pos])
+                whole = i;
+            else if (nm[k->pos] && (unsigned char)nm[k->pos] == ch)
+                cand |= 1ull << i;
         }
         if (whole >= 0) { /* names are distinct, so one ends here */
             k->pick = whole;

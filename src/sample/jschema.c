@@ -50,7 +50,7 @@ typedef __int128 i128;
 
 struct ks_node {
     int kind;
-    uint8_t first[32];  /* bytes a value may begin with (bit set) */
+    uint8_t first[32]; /* bytes a value may begin with (bit set) */
     /* object: keys as they appear between the quotes (JSON-escaped) */
     int n_props, any_keys;
     char **keys;
@@ -62,7 +62,7 @@ struct ks_node {
     int min_items, max_items; /* max -1 = no bound */
     /* string: pattern and format as one DFA (NULL: any text) */
     const sample_re *re;
-    sample_re *re_owned;      /* re, when this node owns it */
+    sample_re *re_owned; /* re, when this node owns it */
     /* number, integer: ranged 1 when held to [lo, hi] in units of
      * 10^-frac (frac 0 for integers) */
     int ranged, frac;
@@ -83,7 +83,7 @@ struct ks_schema {
     const json_t **memo_json; /* schema object -> node, for $ref */
     ks_node **memo_node;
     int n_memo, cap_memo;
-    const json_t *doc;        /* the whole schema, where #/... refs point */
+    const json_t *doc; /* the whole schema, where #/... refs point */
     char *err;
     size_t errsz;
 };
@@ -146,10 +146,10 @@ static void init_statics(void) {
 /* ---- formats: anchored patterns, compiled once per process ---- */
 
 #define DATE_RE                                                                                                   \
-    "(?:(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[048]|[2468][048]|[13579][26])00)-02-29|[0-9]{4}-"      \
+    "(?:(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[048]|[2468][048]|[13579][26])00)-02-29|[0-9]{4}-"       \
     "(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|" \
     "2[0-8])))"
-#define TIME_RE                                                                                                   \
+#define TIME_RE \
     "(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\\.[0-9]{1,9})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 #define LABEL_RE "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 #define ATOM_RE "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
@@ -181,7 +181,8 @@ static char k_format_err[N_FORMATS][128];
 
 static void make_formats(void) {
     for (int i = 0; i < N_FORMATS; i++)
-        k_format_re[i] = sample_re_compile(k_formats[i].re, strlen(k_formats[i].re), k_format_err[i], sizeof k_format_err[i]);
+        k_format_re[i] =
+            sample_re_compile(k_formats[i].re, strlen(k_formats[i].re), k_format_err[i], sizeof k_format_err[i]);
 }
 
 static const sample_re *format_re(int i, const char **err) {
@@ -290,7 +291,8 @@ static ks_node *compile_object(ks_schema *s, const json_t *j, ks_node *n, int de
             if (min_p > 0) return fail(s, "%s", "'minProperties' above the properties the object may have");
             return n;
         }
-        if (min_p > 0 || max_p >= 0) return fail(s, "%s", "minProperties / maxProperties on an open object are not supported");
+        if (min_p > 0 || max_p >= 0)
+            return fail(s, "%s", "minProperties / maxProperties on an open object are not supported");
         n->any_keys = 1; /* any keys, values as additionalProperties says */
         if (json_is_object(ap) && !(n->items = compile(s, ap, depth + 1, 0))) return NULL;
         return n;
@@ -299,7 +301,8 @@ static ks_node *compile_object(ks_schema *s, const json_t *j, ks_node *n, int de
     /* the keys are the properties (others are never written), so bounds
      * on their count hold when the required ones reach the minimum and
      * all of them stay under the maximum */
-    if (max_p >= 0 && (size_t)max_p < np) return fail(s, "%s", "'maxProperties' below the number of properties is not supported");
+    if (max_p >= 0 && (size_t)max_p < np)
+        return fail(s, "%s", "'maxProperties' below the number of properties is not supported");
     if ((size_t)min_p > json_array_size(req))
         return fail(s, "%s", "'minProperties' above the number of required properties is not supported");
     n->keys = calloc(np, sizeof *n->keys);
@@ -323,14 +326,16 @@ static ks_node *compile_object(ks_schema *s, const json_t *j, ks_node *n, int de
         if (!(n->props[i] = compile(s, sub, depth + 1, 0))) return NULL;
         size_t k;
         const json_t *r;
-        json_array_foreach((json_t *)req, k, r) if (json_is_string(r) && !strcmp(json_string_value(r), key)) n->req[i] = 1;
+        json_array_foreach((json_t *)req, k, r) if (json_is_string(r) && !strcmp(json_string_value(r), key)) n->req[i] =
+            1;
         i++;
     }
     size_t k;
     const json_t *r;
     json_array_foreach((json_t *)req, k, r) {
         if (!json_is_string(r) || !json_object_get(props, json_string_value(r)))
-            return fail(s, "required property '%s' is not among the properties", json_is_string(r) ? json_string_value(r) : "?");
+            return fail(s, "required property '%s' is not among the properties",
+                        json_is_string(r) ? json_string_value(r) : "?");
     }
     return n;
 }
@@ -406,7 +411,8 @@ static int number_range(ks_schema *s, const json_t *j, ks_node *n) {
     const json_t *vals[] = {mn, mx};
     for (int i = 0; i < 2; i++)
         if (vals[i] && !json_is_number(vals[i])) return failn(s, "'%s' must be a number", names[i]);
-    if ((emn && !json_is_number(emn) && !json_is_boolean(emn)) || (emx && !json_is_number(emx) && !json_is_boolean(emx)))
+    if ((emn && !json_is_number(emn) && !json_is_boolean(emn)) ||
+        (emx && !json_is_number(emx) && !json_is_boolean(emx)))
         return failn(s, "%s", "'exclusiveMinimum' / 'exclusiveMaximum' must be numbers");
     if (mo && !(integer && json_is_number(mo) && json_number_value(mo) == 1))
         return failn(s, "%s", "'multipleOf' is not supported (except 1 on an integer)");
@@ -418,8 +424,10 @@ static int number_range(ks_schema *s, const json_t *j, ks_node *n) {
     n->hi = integer && !mx && !json_is_number(emx) ? (i128)INT_SAFE : lim;
     if (integer && json_is_string(fm)) { /* OpenAPI's integer formats (string formats say nothing of numbers) */
         const char *f = json_string_value(fm);
-        if (!strcmp(f, "int32")) n->lo = -(i128)2147483648LL, n->hi = 2147483647;
-        else if (!strcmp(f, "int64")) n->lo = -(i128)9223372036854775807LL - 1, n->hi = 9223372036854775807LL;
+        if (!strcmp(f, "int32"))
+            n->lo = -(i128)2147483648LL, n->hi = 2147483647;
+        else if (!strcmp(f, "int64"))
+            n->lo = -(i128)9223372036854775807LL - 1, n->hi = 9223372036854775807LL;
     }
     if (!n->ranged) return 0;
     i128 lo = n->lo, hi = n->hi, v;
@@ -456,7 +464,8 @@ static int compile_string(ks_schema *s, const json_t *j, ks_node *n) {
         int i = 0;
         while (i < N_FORMATS && strcmp(k_formats[i].name, name)) i++;
         if (i == N_FORMATS)
-            return failn(s, "format '%s' is not supported (supported: date, time, date-time, uuid, email, ipv4, hostname)",
+            return failn(s,
+                         "format '%s' is not supported (supported: date, time, date-time, uuid, email, ipv4, hostname)",
                          name);
         if (!(fre = format_re(i, &ferr))) return failn(s, "format: %s", ferr);
         if (k_formats[i].max_len >= 0 && (n->max_items < 0 || n->max_items > k_formats[i].max_len))
@@ -477,14 +486,15 @@ static int compile_string(ks_schema *s, const json_t *j, ks_node *n) {
     } else {
         n->re = fre;
     }
-    if (n->re && (n->min_items > 0 || n->max_items >= 0) && n->min_items <= LEN_EXACT &&
-        n->max_items <= LEN_EXACT) {
+    if (n->re && (n->min_items > 0 || n->max_items >= 0) && n->min_items <= LEN_EXACT && n->max_items <= LEN_EXACT) {
         /* lengths exactly: the DFA times a count of characters, while that
          * stays small; beyond, the bounds are checked against each state's
          * shortest and longest completion (pat_step) */
         char len_pat[64], msg[160];
-        if (n->max_items >= 0) snprintf(len_pat, sizeof len_pat, "^[\\s\\S]{%d,%d}$", n->min_items, n->max_items);
-        else snprintf(len_pat, sizeof len_pat, "^[\\s\\S]{%d,}$", n->min_items);
+        if (n->max_items >= 0)
+            snprintf(len_pat, sizeof len_pat, "^[\\s\\S]{%d,%d}$", n->min_items, n->max_items);
+        else
+            snprintf(len_pat, sizeof len_pat, "^[\\s\\S]{%d,}$", n->min_items);
         sample_re *lr = sample_re_compile(len_pat, strlen(len_pat), msg, sizeof msg);
         sample_re *both = lr ? sample_re_intersect(n->re, lr, msg, sizeof msg) : NULL;
         sample_re_free(lr);
@@ -492,9 +502,10 @@ static int compile_string(ks_schema *s, const json_t *j, ks_node *n) {
             sample_re_free(n->re_owned);
             n->re = n->re_owned = both;
         } else if (!strstr(msg, "too complex")) {
-            return failn(s, "%s", strstr(msg, "no string") ? "no string of the pattern / format has a length within "
-                                                              "minLength and maxLength"
-                                                            : msg);
+            return failn(s, "%s",
+                         strstr(msg, "no string") ? "no string of the pattern / format has a length within "
+                                                    "minLength and maxLength"
+                                                  : msg);
         }
     }
     if (n->re) { /* the lengths must leave room for a match */
@@ -511,8 +522,21 @@ static int compile_string(ks_schema *s, const json_t *j, ks_node *n) {
 /* Keywords of JSON Schema that constrain a value but that the recognizer
  * does not enforce (some are handled where they are redundant). */
 static const char *const k_unsupported[] = {
-    "not", "if", "then", "else", "contains", "minContains", "maxContains", "patternProperties", "propertyNames",
-    "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "minContains",
+    "maxContains",
+    "patternProperties",
+    "propertyNames",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "unevaluatedItems",
+    "$dynamicRef",
+    "$recursiveRef",
 };
 
 /* The keywords kiln enforces.  Any other keyword (title, description,
@@ -520,10 +544,34 @@ static const char *const k_unsupported[] = {
  * ignored; one of these next to $ref, anyOf, oneOf or allOf would have to
  * hold as well, which the recognizer cannot combine. */
 static const char *const k_constraints[] = {
-    "type", "enum", "const", "properties", "required", "additionalProperties", "unevaluatedProperties", "items",
-    "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern",
-    "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties",
-    "maxProperties", "anyOf", "oneOf", "allOf", "$ref",
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "unevaluatedProperties",
+    "items",
+    "prefixItems",
+    "additionalItems",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minProperties",
+    "maxProperties",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "$ref",
 };
 
 static int in_list(const char *k, const char *const *list, size_t n) {
@@ -570,11 +618,15 @@ static const char *implied_type(ks_schema *s, const json_t *j, int *clash) {
     static const struct {
         const char *kw, *type;
     } imp[] = {
-        {"properties", "object"}, {"additionalProperties", "object"}, {"required", "object"},
-        {"minProperties", "object"}, {"maxProperties", "object"}, {"items", "array"}, {"minItems", "array"},
-        {"maxItems", "array"}, {"minLength", "string"}, {"maxLength", "string"}, {"pattern", "string"},
-        {"format", "string"}, {"minimum", "number"}, {"maximum", "number"}, {"exclusiveMinimum", "number"},
-        {"exclusiveMaximum", "number"}, {"multipleOf", "number"},
+        {"properties", "object"},       {"additionalProperties", "object"},
+        {"required", "object"},         {"minProperties", "object"},
+        {"maxProperties", "object"},    {"items", "array"},
+        {"minItems", "array"},          {"maxItems", "array"},
+        {"minLength", "string"},        {"maxLength", "string"},
+        {"pattern", "string"},          {"format", "string"},
+        {"minimum", "number"},          {"maximum", "number"},
+        {"exclusiveMinimum", "number"}, {"exclusiveMaximum", "number"},
+        {"multipleOf", "number"},
     };
     const char *t = NULL;
     *clash = 0;
@@ -705,7 +757,8 @@ static ks_node *compile(ks_schema *s, const json_t *j, int depth, int no_lit) {
     const char *which = json_object_get(j, "anyOf") ? "anyOf" : "oneOf";
     const json_t *any = json_object_get(j, which);
     if (any) {
-        if (!json_is_array(any) || !json_array_size(any)) return fail(s, "%s", "anyOf / oneOf must be a non-empty array");
+        if (!json_is_array(any) || !json_array_size(any))
+            return fail(s, "%s", "anyOf / oneOf must be a non-empty array");
         if (json_object_get(j, "anyOf") && json_object_get(j, "oneOf"))
             return fail(s, "%s", "'anyOf' beside 'oneOf' is not supported");
         if (alone(s, j, which)) return NULL;
@@ -791,11 +844,30 @@ void ks_schema_free(ks_schema *s) {
 /* ---- recognizing ---- */
 
 enum {
-    S_VALUE,                                  /* not begun: whitespace, then the first byte */
-    S_OBJ_OPEN, S_OBJ_KEY, S_OBJ_KEY_ESC, S_OBJ_KEY_U, S_OBJ_COLON, S_OBJ_VALUE, S_OBJ_AFTER, S_OBJ_COMMA,
-    S_ARR_OPEN, S_ARR_VALUE, S_ARR_AFTER,
-    S_STR, S_STR_ESC, S_STR_U,
-    S_NUM_BEGIN, S_NUM_MINUS, S_NUM_ZERO, S_NUM_INT, S_NUM_DOT, S_NUM_FRAC, S_NUM_E, S_NUM_ESIGN, S_NUM_EXP,
+    S_VALUE, /* not begun: whitespace, then the first byte */
+    S_OBJ_OPEN,
+    S_OBJ_KEY,
+    S_OBJ_KEY_ESC,
+    S_OBJ_KEY_U,
+    S_OBJ_COLON,
+    S_OBJ_VALUE,
+    S_OBJ_AFTER,
+    S_OBJ_COMMA,
+    S_ARR_OPEN,
+    S_ARR_VALUE,
+    S_ARR_AFTER,
+    S_STR,
+    S_STR_ESC,
+    S_STR_U,
+    S_NUM_BEGIN,
+    S_NUM_MINUS,
+    S_NUM_ZERO,
+    S_NUM_INT,
+    S_NUM_DOT,
+    S_NUM_FRAC,
+    S_NUM_E,
+    S_NUM_ESIGN,
+    S_NUM_EXP,
     S_LIT,
 };
 
@@ -845,7 +917,8 @@ static void value_done(ks_sv *v) {
         return;
     }
     ks_sv_frame *p = &v->f[v->depth - 1];
-    if (p->st == S_OBJ_VALUE) p->st = S_OBJ_AFTER;
+    if (p->st == S_OBJ_VALUE)
+        p->st = S_OBJ_AFTER;
     else if (p->st == S_ARR_VALUE) {
         p->idx++;
         p->st = S_ARR_AFTER;
@@ -882,7 +955,7 @@ static int num_feasible(const ks_sv_frame *f) {
     switch (f->st) {
     case S_NUM_MINUS: return a <= max_mag(n);
     case S_NUM_ZERO: return a <= unit - 1; /* 0 or 0.xxx */
-    case S_NUM_INT: /* I, I?, I??, ... each with any fraction */
+    case S_NUM_INT:                        /* I, I?, I??, ... each with any fraction */
         for (int k = 0; f->idx + k <= max_int; k++) {
             const i128 lo = ip * k_p10[k] * unit, hi = (ip + 1) * k_p10[k] * unit - 1;
             if (lo > b) return 0;
@@ -974,9 +1047,12 @@ static int num_byte(ks_sv_frame *f, unsigned char ch) {
             f->idx++;
             return 1;
         }
-        if (!integer && ch == '.') f->st = S_NUM_DOT;
-        else if (!integer && (ch == 'e' || ch == 'E')) f->st = S_NUM_E;
-        else return -1;
+        if (!integer && ch == '.')
+            f->st = S_NUM_DOT;
+        else if (!integer && (ch == 'e' || ch == 'E'))
+            f->st = S_NUM_E;
+        else
+            return -1;
         return 1;
     case S_NUM_DOT:
     case S_NUM_FRAC:
@@ -1013,8 +1089,10 @@ static int num_byte(ks_sv_frame *f, unsigned char ch) {
 static int str_byte(ks_sv_frame *f, unsigned char ch, int in, int esc, int u) {
     if (f->st == in) {
         if (ch == '"') return 2;
-        if (ch == '\\') f->st = esc;
-        else if (ch < 0x20) return 0;
+        if (ch == '\\')
+            f->st = esc;
+        else if (ch < 0x20)
+            return 0;
         return 1;
     }
     if (f->st == esc) {
@@ -1103,7 +1181,8 @@ static int pat_byte(ks_sv_frame *f, unsigned char ch) {
             f->pos++;
             return 1;
         }
-        if (!is_hex(ch) || !pat_step(n, f->cand, f->idx, (unsigned char)(f->sub << 4 | hex_val(ch)), &s2, &c2)) return 0;
+        if (!is_hex(ch) || !pat_step(n, f->cand, f->idx, (unsigned char)(f->sub << 4 | hex_val(ch)), &s2, &c2))
+            return 0;
         break;
     }
     f->cand = s2;
@@ -1136,9 +1215,12 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
              * grammars allow), so a model that likes blank lines cannot
              * spend its budget on them.  v->ws: 0 none yet, 1 a space,
              * 2 + n a line break and n more. */
-            if (v->ws == 0) v->ws = ch == ' ' ? 1 : ch == '\n' ? 2 : -1;
-            else if (v->ws >= 2 && (ch == ' ' || ch == '\t') && v->ws - 2 < MAX_WS) v->ws++;
-            else v->ws = -1;
+            if (v->ws == 0)
+                v->ws = ch == ' ' ? 1 : ch == '\n' ? 2 : -1;
+            else if (v->ws >= 2 && (ch == ' ' || ch == '\t') && v->ws - 2 < MAX_WS)
+                v->ws++;
+            else
+                v->ws = -1;
             return v->ws > 0;
         }
     }
@@ -1157,14 +1239,23 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
                 n = pick;
             }
             if (n->kind == N_ANY) {
-                n = ch == '{' ? &k_any_obj : ch == '[' ? &k_any_arr : ch == '"' ? &k_str
-                  : (ch == '-' || (ch >= '0' && ch <= '9')) ? &k_num : &k_words;
+                n = ch == '{'                                 ? &k_any_obj
+                    : ch == '['                               ? &k_any_arr
+                    : ch == '"'                               ? &k_str
+                    : (ch == '-' || (ch >= '0' && ch <= '9')) ? &k_num
+                                                              : &k_words;
             }
             if (!has_bit(n->first, ch)) return 0;
             f->n = n;
             switch (n->kind) {
-            case N_OBJECT: f->st = S_OBJ_OPEN; f->idx = -1; return 1;
-            case N_ARRAY: f->st = S_ARR_OPEN; f->idx = 0; return 1;
+            case N_OBJECT:
+                f->st = S_OBJ_OPEN;
+                f->idx = -1;
+                return 1;
+            case N_ARRAY:
+                f->st = S_ARR_OPEN;
+                f->idx = 0;
+                return 1;
             case N_STRING:
                 f->st = S_STR;
                 f->idx = 0;
@@ -1176,7 +1267,7 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
                 f->idx = f->pos = f->sub = 0;
                 f->cand = f->aux = 0;
                 continue; /* the byte begins the number */
-            default: /* N_LITERAL */
+            default:      /* N_LITERAL */
                 f->cand = 0;
                 for (int i = 0; i < n->n_lits; i++)
                     if ((unsigned char)n->lits[i][0] == ch) f->cand |= 1ull << i;

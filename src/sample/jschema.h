@@ -64,9 +64,9 @@ typedef struct ks_sv_frame {
 } ks_sv_frame;
 
 typedef struct ks_sv {
-    int depth;    /* frames in use; 0 once the value is complete */
+    int depth; /* frames in use; 0 once the value is complete */
     int done;
-    int ws;       /* whitespace since the last token (jschema.c) */
+    int ws; /* whitespace since the last token (jschema.c) */
     ks_sv_frame f[KS_SV_DEPTH];
 } ks_sv;
 

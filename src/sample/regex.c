@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_PATTERN 4096    /* bytes of a pattern */
-#define MAX_DEPTH 200       /* nesting of groups */
-#define MAX_REPEAT 1000     /* n and m of {n,m} */
-#define MAX_NFA 200000      /* NFA states (a {n,m} copies its operand) */
+#define MAX_PATTERN 4096 /* bytes of a pattern */
+#define MAX_DEPTH 200    /* nesting of groups */
+#define MAX_REPEAT 1000  /* n and m of {n,m} */
+#define MAX_NFA 200000   /* NFA states (a {n,m} copies its operand) */
 #define CP_MAX 0x10FFFF
 
 /* ---- code point sets: sorted, disjoint, surrogates left out ---- */
@@ -193,9 +193,9 @@ static int add_class(rctx *c, cpset *s, char k) {
     case 'w':
         return set_add(c, s, '0', '9') || set_add(c, s, 'A', 'Z') || set_add(c, s, 'a', 'z') || set_add(c, s, '_', '_');
     case 's': { /* ECMAScript's WhiteSpace and LineTerminator */
-        static const uint32_t ws[][2] = {{9, 13}, {32, 32}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-                                         {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000},
-                                         {0xFEFF, 0xFEFF}};
+        static const uint32_t ws[][2] = {{9, 13},          {32, 32},         {0xA0, 0xA0},     {0x1680, 0x1680},
+                                         {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F},
+                                         {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             if (set_add(c, s, ws[i][0], ws[i][1])) return -1;
         return 0;
@@ -503,14 +503,18 @@ static int parse_quant(rctx *c, int depth) {
     int quantified = 0;
     while (c->p < c->end) {
         int mn, mx;
-        if (*c->p == '*') mn = 0, mx = -1, c->p++;
-        else if (*c->p == '+') mn = 1, mx = -1, c->p++;
-        else if (*c->p == '?') mn = 0, mx = 1, c->p++;
+        if (*c->p == '*')
+            mn = 0, mx = -1, c->p++;
+        else if (*c->p == '+')
+            mn = 1, mx = -1, c->p++;
+        else if (*c->p == '?')
+            mn = 0, mx = 1, c->p++;
         else if (*c->p == '{') {
             int r = brace_quant(c, &mn, &mx);
             if (r < 0) return -1;
             if (!r) break;
-        } else break;
+        } else
+            break;
         if (quantified) return failf(c, "%s", "a quantifier with nothing to repeat");
         if (kind == R_BOL || kind == R_EOL) return failf(c, "%s", "a quantifier on an anchor");
         if (c->p < c->end && *c->p == '?') c->p++; /* lazy: the same language */
@@ -646,21 +650,21 @@ static int build(rctx *c, int n, int s, int t, int depth) {
 
 typedef struct nfa {
     int n;
-    int *off;      /* [n + 1] edges of state i: e[off[i]..off[i+1]) */
-    redge *e;      /* sorted by from */
+    int *off; /* [n + 1] edges of state i: e[off[i]..off[i+1]) */
+    redge *e; /* sorted by from */
     int match;
 } nfa;
 
 typedef struct dfa_build {
     int n, cap;
     int n_classes;
-    int32_t *next;    /* [cap][n_classes] */
+    int32_t *next; /* [cap][n_classes] */
     uint8_t *accept;
     /* the set of each state, for the subset construction */
     int *set_off, *set_len, *pool;
     int pool_n, pool_cap;
     uint8_t *at_start;
-    int *hash;        /* open addressing over states, -1 empty */
+    int *hash; /* open addressing over states, -1 empty */
     int hash_cap;
 } dfa_build;
 
@@ -723,7 +727,8 @@ static int db_state(rctx *c, dfa_build *d, const int *s, int n, int start, const
         if (nx) d->next = nx;
         uint8_t *ac = realloc(d->accept, (size_t)cap);
         if (ac) d->accept = ac;
-        int *so = realloc(d->set_off, (size_t)cap * sizeof *so), *sl = so ? realloc(d->set_len, (size_t)cap * sizeof *sl) : NULL;
+        int *so = realloc(d->set_off, (size_t)cap * sizeof *so),
+            *sl = so ? realloc(d->set_len, (size_t)cap * sizeof *sl) : NULL;
         if (so) d->set_off = so;
         if (sl) d->set_len = sl;
         uint8_t *as = realloc(d->at_start, (size_t)cap);
@@ -882,8 +887,10 @@ static sample_re *finish(rctx *c, int n, int n_classes, const uint8_t *cls, int3
                 const int st = rsrc[k];
                 if (r->min_chars[t] + rw[k] >= r->min_chars[st]) continue;
                 r->min_chars[st] = r->min_chars[t] + rw[k];
-                if (rw[k]) dq[tail++] = st;
-                else dq[--head] = st;
+                if (rw[k])
+                    dq[tail++] = st;
+                else
+                    dq[--head] = st;
             }
         }
         /* most characters: the longest path, settling a state once all its
@@ -951,10 +958,14 @@ sample_re *sample_re_compile(const char *pattern, size_t len, char *err, size_t 
     int any = -1, pre = -1, post = -1;
     if (!c.failed) {
         cpset s = {0};
-        if (!set_add(&c, &s, 0, CP_MAX)) any = set_node(&c, &s);
-        else free(s.r);
-        if (any >= 0 && (pre = new_node(&c, R_REP)) >= 0) c.nodes[pre].a = any, c.nodes[pre].min = 0, c.nodes[pre].max = -1;
-        if (pre >= 0 && (post = new_node(&c, R_REP)) >= 0) c.nodes[post].a = any, c.nodes[post].min = 0, c.nodes[post].max = -1;
+        if (!set_add(&c, &s, 0, CP_MAX))
+            any = set_node(&c, &s);
+        else
+            free(s.r);
+        if (any >= 0 && (pre = new_node(&c, R_REP)) >= 0)
+            c.nodes[pre].a = any, c.nodes[pre].min = 0, c.nodes[pre].max = -1;
+        if (pre >= 0 && (post = new_node(&c, R_REP)) >= 0)
+            c.nodes[post].a = any, c.nodes[post].min = 0, c.nodes[post].max = -1;
     }
     int s0 = -1, s1 = -1, s2 = -1, fin = -1;
     if (!c.failed) {
@@ -994,7 +1005,8 @@ sample_re *sample_re_compile(const char *pattern, size_t len, char *err, size_t 
     int *stack = malloc(((size_t)a.n + 1) * sizeof *stack);
     uint8_t *mark = calloc((size_t)a.n, 1);
     sample_re *r = NULL;
-    if (!a.off || !d.next || !d.accept || !d.set_off || !d.set_len || !d.at_start || !d.hash || !work || !scratch || !stack || !mark) {
+    if (!a.off || !d.next || !d.accept || !d.set_off || !d.set_len || !d.at_start || !d.hash || !work || !scratch ||
+        !stack || !mark) {
         failf(&c, "%s", "out of memory");
         goto done;
     }
@@ -1071,7 +1083,8 @@ sample_re *sample_re_intersect(const sample_re *x, const sample_re *y, char *err
     for (int k = 0; k < n; k++) {
         accept[k] = x->accept[sa[k]] && y->accept[sb[k]];
         for (int cl = 0; cl < n_classes; cl++) {
-            const int ta = sample_re_step(x, sa[k], (unsigned char)rep[cl]), tb = sample_re_step(y, sb[k], (unsigned char)rep[cl]);
+            const int ta = sample_re_step(x, sa[k], (unsigned char)rep[cl]),
+                      tb = sample_re_step(y, sb[k], (unsigned char)rep[cl]);
             int t = -1;
             if (ta >= 0 && tb >= 0) {
                 unsigned h = ((unsigned)ta * 31u + (unsigned)tb) & (unsigned)(hcap - 1);

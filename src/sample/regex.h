@@ -26,11 +26,11 @@
 typedef struct sample_re {
     int32_t n_states, n_classes;
     int32_t start;
-    uint8_t cls[256];     /* byte -> class */
-    int32_t *next;        /* [n_states][n_classes]: next state, -1 none */
-    uint8_t *accept;      /* [n_states]: the text so far is a whole match */
-    int32_t *min_chars;   /* [n_states]: fewest characters still to come to a match */
-    int32_t *max_chars;   /* [n_states]: most, -1 unbounded */
+    uint8_t cls[256];   /* byte -> class */
+    int32_t *next;      /* [n_states][n_classes]: next state, -1 none */
+    uint8_t *accept;    /* [n_states]: the text so far is a whole match */
+    int32_t *min_chars; /* [n_states]: fewest characters still to come to a match */
+    int32_t *max_chars; /* [n_states]: most, -1 unbounded */
 } sample_re;
 
 /* Most states a compiled DFA may have; a pattern that needs more is

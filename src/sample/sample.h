@@ -48,8 +48,8 @@ typedef struct sample_constraint {
  * else the most likely token c allows (an end-of-generation token counts
  * only where c is complete), else EOS.  scratch holds n_vocab floats.  The
  * caller then tells c about the token (sample_constraint_accept). */
-int32_t sample_constrained(kiln_sampler *s, const kiln_model *m, int32_t n_vocab, const float *logits,
-                           float *scratch, const sample_constraint *c);
+int32_t sample_constrained(kiln_sampler *s, const kiln_model *m, int32_t n_vocab, const float *logits, float *scratch,
+                           const sample_constraint *c);
 /* Feeds token id's text to c (nothing for an end-of-generation token). */
 void sample_constraint_accept(const sample_constraint *c, const kiln_model *m, int32_t id);
 
@@ -68,9 +68,9 @@ typedef struct sample_call {
     const struct ks_schema *const *schemas;
     int n_names;
     int phase, pos, ws, pick;
-    uint64_t cand;        /* which opening literals are still possible */
-    uint64_t names_left;  /* which names are still possible */
-    struct ks_sv sv;      /* the arguments' recognizer */
+    uint64_t cand;       /* which opening literals are still possible */
+    uint64_t names_left; /* which names are still possible */
+    struct ks_sv sv;     /* the arguments' recognizer */
 } sample_call;
 /* -1 when n is not 1..SAMPLE_CALL_MAX or a name is empty, repeated or
  * holds a '"', '\\' or a control character. */

@@ -23,14 +23,14 @@ typedef struct cand {
 struct kiln_sampler {
     kiln_sampler_params p;
     int32_t n_vocab;
-    cand *c;            /* [n_vocab] */
-    float *pen;         /* [n_vocab] penalized logits */
-    int32_t *hist;      /* ring of accepted ids */
+    cand *c;       /* [n_vocab] */
+    float *pen;    /* [n_vocab] penalized logits */
+    int32_t *hist; /* ring of accepted ids */
     int32_t hist_cap, hist_len, hist_pos;
-    int32_t *count;     /* [n_vocab] occurrences inside the window */
-    int32_t *d_id;      /* [n_vocab] sample_dist's tokens */
-    float *d_p;         /* [n_vocab] and their probabilities */
-    uint64_t s[4];      /* xoshiro256** state */
+    int32_t *count; /* [n_vocab] occurrences inside the window */
+    int32_t *d_id;  /* [n_vocab] sample_dist's tokens */
+    float *d_p;     /* [n_vocab] and their probabilities */
+    uint64_t s[4];  /* xoshiro256** state */
 };
 
 static uint64_t splitmix(uint64_t *x) {
@@ -141,7 +141,9 @@ static int top_k_select(cand *c, int n, int k) {
     for (int i = 1; i < k; i++) {
         int j = i;
         while (j > 0 && cand_desc(&c[(j - 1) / 2], &c[j]) > 0) {
-            cand t = c[j]; c[j] = c[(j - 1) / 2]; c[(j - 1) / 2] = t;
+            cand t = c[j];
+            c[j] = c[(j - 1) / 2];
+            c[(j - 1) / 2] = t;
             j = (j - 1) / 2;
         }
     }
@@ -154,7 +156,9 @@ static int top_k_select(cand *c, int n, int k) {
             if (l < k && cand_desc(&c[l], &c[m]) > 0) m = l;
             if (r < k && cand_desc(&c[r], &c[m]) > 0) m = r;
             if (m == j) break;
-            cand t = c[j]; c[j] = c[m]; c[m] = t;
+            cand t = c[j];
+            c[j] = c[m];
+            c[m] = t;
             j = m;
         }
     }
@@ -200,8 +204,8 @@ static int32_t argmax(const float *lg, int32_t n) {
  * applies). */
 static const float *penalized(kiln_sampler *s, const float *logits) {
     const kiln_sampler_params *p = &s->p;
-    int penalize = s->hist_len > 0 &&
-                   (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+    int penalize =
+        s->hist_len > 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
     if (!penalize) return logits;
     memcpy(s->pen, logits, (size_t)s->n_vocab * sizeof(float));
     /* once per distinct id: a handled id's count is negated, then restored */
@@ -232,8 +236,10 @@ static int candidates(kiln_sampler *s, const float *lg) {
      * With no cut at all, nothing needs sorting. */
     const float top = max_logit(lg, s->n_vocab);
     float floor_l = -INFINITY;
-    if (p->top_p < 1.0f - 1e-7f) floor_l = top - 30.0f;
-    else if (p->min_p > 0.0f) floor_l = top + logf(p->min_p);
+    if (p->top_p < 1.0f - 1e-7f)
+        floor_l = top - 30.0f;
+    else if (p->min_p > 0.0f)
+        floor_l = top + logf(p->min_p);
     int n = 0;
     for (int32_t i = 0; i < s->n_vocab; i++) {
         if (lg[i] < floor_l) continue;
@@ -247,7 +253,11 @@ static int candidates(kiln_sampler *s, const float *lg) {
     } else {
         /* no cut: the first candidate must be a maximum for mx below */
         for (int i = 1; i < n; i++)
-            if (s->c[i].logit > s->c[0].logit) { cand t = s->c[0]; s->c[0] = s->c[i]; s->c[i] = t; }
+            if (s->c[i].logit > s->c[0].logit) {
+                cand t = s->c[0];
+                s->c[0] = s->c[i];
+                s->c[i] = t;
+            }
     }
     /* probabilities at temperature 1 for the top-p / min-p cuts */
     float mx = s->c[0].logit;
@@ -257,7 +267,10 @@ static int candidates(kiln_sampler *s, const float *lg) {
         double acc = 0.0;
         for (int i = 0; i < n; i++) {
             acc += exp((double)(s->c[i].logit - mx)) / sum;
-            if (acc >= p->top_p) { n = i + 1; break; }
+            if (acc >= p->top_p) {
+                n = i + 1;
+                break;
+            }
         }
     }
     if (p->min_p > 0.0f) {

@@ -14,7 +14,7 @@ struct MHD_Connection;
  * the parsed JSON body (NULL when it has none) or, for a raw route, the
  * body's bytes (multipart forms). */
 typedef struct ks_route {
-    const char *method;       /* "GET" (HEAD too) or "POST" */
+    const char *method; /* "GET" (HEAD too) or "POST" */
     const char *path;
     int (*json)(ks_srv *s, struct MHD_Connection *c, json_t *body);
     int (*raw)(ks_srv *s, struct MHD_Connection *c, const char *url, const char *body, size_t len);

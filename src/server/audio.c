@@ -49,13 +49,19 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind, const char *key
         if (off == 0 && filename) snprintf(f->filename, sizeof f->filename, "%s", filename);
         ks_buf_put(&f->file, data, size);
         f->have_file = 1;
-    } else if (!strcmp(key, "model")) put_field(f->model, sizeof f->model, data, off, size);
-    else if (!strcmp(key, "language")) put_field(f->language, sizeof f->language, data, off, size);
-    else if (!strcmp(key, "response_format")) put_field(f->format, sizeof f->format, data, off, size);
-    else if (!strcmp(key, "temperature")) put_field(f->temperature, sizeof f->temperature, data, off, size);
+    } else if (!strcmp(key, "model"))
+        put_field(f->model, sizeof f->model, data, off, size);
+    else if (!strcmp(key, "language"))
+        put_field(f->language, sizeof f->language, data, off, size);
+    else if (!strcmp(key, "response_format"))
+        put_field(f->format, sizeof f->format, data, off, size);
+    else if (!strcmp(key, "temperature"))
+        put_field(f->temperature, sizeof f->temperature, data, off, size);
     else if (!strcmp(key, "prompt")) {
-        if (f->prompt.len + size > MAX_FIELD) f->bad_field = 1;
-        else ks_buf_put(&f->prompt, data, size);
+        if (f->prompt.len + size > MAX_FIELD)
+            f->bad_field = 1;
+        else
+            ks_buf_put(&f->prompt, data, size);
     } else if (!strcmp(key, "timestamp_granularities[]") || !strcmp(key, "timestamp_granularities")) {
         if (size >= 4 && !strncmp(data, "word", 4)) f->word_granularity = 1;
     }
@@ -156,8 +162,12 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
     ks_model *m = ks_model_use(s, model, KS_TASK_TRANSCRIBE, NULL, &status, msg, sizeof msg);
     ks_reqlog_model(ks_reqlog_current(), m ? m->name : model);
     if (!m) {
-        rc = ks_send_error(c, status, status == 404 ? "not_found_error" : status == 400 ? "invalid_request_error"
-                                      : status == 503 ? "unavailable_error" : "server_error", msg, "model");
+        rc = ks_send_error(c, status,
+                           status == 404   ? "not_found_error"
+                           : status == 400 ? "invalid_request_error"
+                           : status == 503 ? "unavailable_error"
+                                           : "server_error",
+                           msg, "model");
         goto out;
     }
     kiln_engine *e = m->eng;
@@ -189,8 +199,8 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
         goto out;
     }
     const char *ctype = !strcmp(fmt, "json") || !strcmp(fmt, "verbose_json") ? "application/json"
-                        : !strcmp(fmt, "vtt")                                 ? "text/vtt; charset=utf-8"
-                                                                              : "text/plain; charset=utf-8";
+                        : !strcmp(fmt, "vtt")                                ? "text/vtt; charset=utf-8"
+                                                                             : "text/plain; charset=utf-8";
     rc = ks_send_text(c, 200, ctype, text, strlen(text), 0);
 out:
     ks_buf_free(&f.file);

@@ -70,8 +70,10 @@ void ks_buf_printf(ks_buf *b, const char *fmt, ...) {
 
 void ks_buf_json(ks_buf *b, const json_t *j) {
     char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY);
-    if (s) ks_buf_puts(b, s);
-    else b->failed = 1;
+    if (s)
+        ks_buf_puts(b, s);
+    else
+        b->failed = 1;
     free(s);
 }
 

@@ -6,14 +6,14 @@
 #include <jansson.h>
 #include <stddef.h>
 
-double ks_now(void); /* monotonic seconds */
+double ks_now(void);  /* monotonic seconds */
 double ks_wall(void); /* Unix time in seconds */
 
 /* ---- growable byte buffer ---- */
 typedef struct ks_buf {
     char *p;
     size_t len, cap;
-    int failed;               /* an append found no memory: the contents are incomplete */
+    int failed; /* an append found no memory: the contents are incomplete */
 } ks_buf;
 /* Appends s[0..n) (kept NUL-terminated); -1 when there is no memory for
  * it, and then b->failed stays set until ks_buf_free, so whoever sends

@@ -27,11 +27,16 @@ int ks_defaults_opts(ks_model *r, struct MHD_Connection *c, json_t *src, int oll
     json_t *merged = json_is_object(src) ? json_deep_copy(src) : json_object();
     /* Ollama's name -> the request's name */
     static const char *const names[][2] = {
-        {"temperature", "temperature"},       {"top_p", "top_p"},
-        {"top_k", "top_k"},                   {"min_p", "min_p"},
-        {"repeat_penalty", "repeat_penalty"}, {"repeat_last_n", "repeat_last_n"},
-        {"presence_penalty", "presence_penalty"}, {"frequency_penalty", "frequency_penalty"},
-        {"seed", "seed"},                     {"num_predict", "max_tokens"},
+        {"temperature", "temperature"},
+        {"top_p", "top_p"},
+        {"top_k", "top_k"},
+        {"min_p", "min_p"},
+        {"repeat_penalty", "repeat_penalty"},
+        {"repeat_last_n", "repeat_last_n"},
+        {"presence_penalty", "presence_penalty"},
+        {"frequency_penalty", "frequency_penalty"},
+        {"seed", "seed"},
+        {"num_predict", "max_tokens"},
         {"stop", "stop"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ks_embed_inputs(ks_model *r, struct MHD_Connection *c, json_t *input, int kind, int dims, int truncate,
-                    int ollama, json_t **vectors, int *n_tokens, int *rc) {
+int ks_embed_inputs(ks_model *r, struct MHD_Connection *c, json_t *input, int kind, int dims, int truncate, int ollama,
+                    json_t **vectors, int *n_tokens, int *rc) {
     const char *one[1];
     const char **texts = one;
     size_t n = 0;
@@ -108,7 +108,8 @@ static json_t *b64_floats(json_t *v) {
     }
     size_t o = 0;
     for (size_t i = 0; i < nb; i += 3) {
-        uint32_t x = (uint32_t)raw[i] << 16 | (i + 1 < nb ? (uint32_t)raw[i + 1] << 8 : 0) | (i + 2 < nb ? raw[i + 2] : 0);
+        uint32_t x =
+            (uint32_t)raw[i] << 16 | (i + 1 < nb ? (uint32_t)raw[i + 1] << 8 : 0) | (i + 2 < nb ? raw[i + 2] : 0);
         out[o++] = k_b64[x >> 18 & 63];
         out[o++] = k_b64[x >> 12 & 63];
         out[o++] = i + 1 < nb ? k_b64[x >> 6 & 63] : '=';
@@ -125,12 +126,14 @@ static ks_model *embed_model(ks_srv *s, struct MHD_Connection *c, json_t *body, 
                              int *rc) {
     int status;
     char msg[600];
-    ks_model *r = ks_model_use(s, json_string_value(json_object_get(body, "model")), KS_TASK_EMBED, load_wait,
-                               &status, msg, sizeof msg);
+    ks_model *r = ks_model_use(s, json_string_value(json_object_get(body, "model")), KS_TASK_EMBED, load_wait, &status,
+                               msg, sizeof msg);
     ks_reqlog_model(ks_reqlog_current(), r ? r->name : json_string_value(json_object_get(body, "model")));
     if (!r) {
-        const char *type = status == 404 ? "not_found_error" : status == 400 ? "invalid_request_error"
-                           : status == 503 ? "unavailable_error" : "server_error";
+        const char *type = status == 404   ? "not_found_error"
+                           : status == 400 ? "invalid_request_error"
+                           : status == 503 ? "unavailable_error"
+                                           : "server_error";
         *rc = ollama ? ks_oll_error(c, status, msg) : ks_send_error(c, status, type, msg, "model");
         return NULL;
     }
@@ -146,7 +149,8 @@ static int input_kind(json_t *body, struct MHD_Connection *c, int ollama, int *k
     *kind = KILN_EMBED_DOCUMENT;
     if (!t || json_is_null(t)) return 0;
     const char *v = json_string_value(t);
-    if (v && (!strcmp(v, "query") || !strcmp(v, "search_query"))) *kind = KILN_EMBED_QUERY;
+    if (v && (!strcmp(v, "query") || !strcmp(v, "search_query")))
+        *kind = KILN_EMBED_QUERY;
     else if (!v || (strcmp(v, "document") && strcmp(v, "search_document"))) {
         const char *msg = "'input_type' must be \"query\" or \"document\"";
         *rc = ollama ? ks_oll_error(c, 400, msg) : ks_send_error(c, 400, "invalid_request_error", msg, "input_type");

@@ -64,7 +64,10 @@ static size_t partial_suffix(const char *s, size_t n, const char *t) {
 /* Length of s[0..n) without a UTF-8 character cut at its end. */
 static size_t whole_chars(const char *s, size_t n) {
     size_t i = n, k = 0;
-    while (i > 0 && k < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) { i--; k++; }
+    while (i > 0 && k < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) {
+        i--;
+        k++;
+    }
     if (i == 0) return n;
     unsigned char c = (unsigned char)s[i - 1];
     size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
@@ -116,8 +119,8 @@ static json_t *tool_streamed_done(ks_gen *g, json_t *call) {
     call = json_object();
     json_object_set_new(call, "name", ks_jstr(t->name.p ? t->name.p : "", t->name.len));
     json_error_t je;
-    json_t *args = t->args_begun ? json_loadb(t->args.p ? t->args.p : "", t->args.len, JSON_DECODE_ANY, &je)
-                                 : json_object();
+    json_t *args =
+        t->args_begun ? json_loadb(t->args.p ? t->args.p : "", t->args.len, JSON_DECODE_ANY, &je) : json_object();
     if (!args) args = ks_jstr(t->args.p ? t->args.p : "", t->args.len);
     json_object_set_new(call, "arguments", args);
     return call;
@@ -205,7 +208,8 @@ static void tool_done(ks_gen *g, int closed) {
         json_decref(call);
     } else {
         json_t *args = json_object_get(call, "arguments");
-        if (!args) json_object_set_new(call, "arguments", json_object());
+        if (!args)
+            json_object_set_new(call, "arguments", json_object());
         else if (json_is_string(args)) {
             json_t *parsed = json_loads(json_string_value(args), 0, &je);
             if (parsed) json_object_set_new(call, "arguments", parsed);
@@ -234,14 +238,18 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
         if (g->mode == 0) {
             if (g->split_think) cand[nc++] = 0;
             if (g->split_tools) cand[nc++] = 2;
-        }
-        else if (g->mode == 1) cand[nc++] = 1;
-        else cand[nc++] = 3;
+        } else if (g->mode == 1)
+            cand[nc++] = 1;
+        else
+            cand[nc++] = 3;
         const char *hit = NULL;
         int which = -1;
         for (int i = 0; i < nc; i++) {
             const char *h = memmem(base, len, k_tags[cand[i]], strlen(k_tags[cand[i]]));
-            if (h && (!hit || h < hit)) { hit = h; which = cand[i]; }
+            if (h && (!hit || h < hit)) {
+                hit = h;
+                which = cand[i];
+            }
         }
         size_t upto = hit ? (size_t)(hit - base) : len;
         if (!hit && !final) {
@@ -252,19 +260,25 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
             }
             upto = len - hold;
         }
-        if (g->mode == 2) tool_text(g, base, upto);
-        else emit(g, g->mode == 1 ? KS_D_REASONING : KS_D_CONTENT, base, upto);
+        if (g->mode == 2)
+            tool_text(g, base, upto);
+        else
+            emit(g, g->mode == 1 ? KS_D_REASONING : KS_D_CONTENT, base, upto);
         pos += upto;
         if (!hit) break;
         pos += strlen(k_tags[which]);
-        if (which == 0) g->mode = 1;
-        else if (which == 1) g->mode = 0;
+        if (which == 0)
+            g->mode = 1;
+        else if (which == 1)
+            g->mode = 0;
         else if (which == 2) {
             g->mode = 2;
             g->tool.len = 0;
             ks_toolscan_reset(&g->ts);
+        } else {
+            tool_done(g, 1);
+            g->mode = 0;
         }
-        else { tool_done(g, 1); g->mode = 0; }
     }
     if (final && g->mode == 2) { /* unterminated: try it anyway */
         tool_done(g, 0);
@@ -338,8 +352,10 @@ void ks_gen_end(ks_gen *g, int fin) {
     if (g->finish) return;
     size_t n;
     const char *tail = kiln_detok_flush(g->dt, &n);
-    if (ks_gen_text(g, tail, n, 1)) fin = KS_FIN_STOP;
-    else ks_gen_text(g, "", 0, 1);
+    if (ks_gen_text(g, tail, n, 1))
+        fin = KS_FIN_STOP;
+    else
+        ks_gen_text(g, "", 0, 1);
     g->finish = fin;
 }
 

@@ -21,9 +21,9 @@ typedef struct ks_req {
     int32_t n_prompt;
     int32_t max_tokens;
     kiln_sampler_params sp;
-    int32_t n_top;            /* top logprobs wanted per token (0..20) */
-    int want_logprobs;        /* compute the token's logprob */
-    int json_mode;            /* constrain sampling to one JSON value */
+    int32_t n_top;     /* top logprobs wanted per token (0..20) */
+    int want_logprobs; /* compute the token's logprob */
+    int json_mode;     /* constrain sampling to one JSON value */
     int ignore_eos;
     ks_schema *schema;        /* with json_mode: the value's schema (owned); NULL = any value */
     ks_sv sv;                 /* the recognizer's state while it runs */
@@ -32,12 +32,12 @@ typedef struct ks_req {
     ks_schema **call_schemas; /*   and their arguments' schemas (owned) */
     sample_call call;         /*   its recognizer's state */
     sample_constraint cons;
-    engine_llm_req *er;       /* its admission by the model's engine, once started */
-    gen_req *gr;              /* and its events */
-    int32_t n_cached;         /* prompt tokens taken from the prefix cache */
-    int32_t n_drafted;        /* speculative decoding: proposals verified */
-    int32_t n_accepted;       /*   and accepted */
-    int spec;                 /* the model speculates (timings carry the counts) */
+    engine_llm_req *er; /* its admission by the model's engine, once started */
+    gen_req *gr;        /* and its events */
+    int32_t n_cached;   /* prompt tokens taken from the prefix cache */
+    int32_t n_drafted;  /* speculative decoding: proposals verified */
+    int32_t n_accepted; /*   and accepted */
+    int spec;           /* the model speculates (timings carry the counts) */
     double t_submit, t_start, t_first, t_last;
 } ks_req;
 
@@ -46,22 +46,22 @@ enum { KS_D_CONTENT = 0, KS_D_REASONING = 1 };
 typedef struct ks_gen {
     kiln_model *m;
     kiln_detok *dt;
-    int32_t n_gen;            /* tokens counted as generated */
-    json_t *stops;            /* array of stop strings or NULL */
-    ks_buf sbuf;              /* text held back by stop matching */
-    ks_buf pbuf;              /* text held back by tag parsing */
-    ks_buf tool;              /* body of the current <tool_call> */
-    ks_toolscan ts;           /* the same body read as it comes (with on_tool_part) */
-    int tool_open;            /* the current call's header went out */
-    size_t args_sent;         /* bytes of ts.args sent */
-    int mode;                 /* 0 content, 1 reasoning, 2 tool call */
-    int split_think;          /* 1: <think>...</think> is reasoning, else content as written */
-    int split_tools;          /* 1: <tool_call>...</tool_call> is a call, else content as written */
-    int finish;               /* KS_FIN_* once over */
-    int stop_hit;             /* index in stops of the string that ended it, or -1 */
+    int32_t n_gen;    /* tokens counted as generated */
+    json_t *stops;    /* array of stop strings or NULL */
+    ks_buf sbuf;      /* text held back by stop matching */
+    ks_buf pbuf;      /* text held back by tag parsing */
+    ks_buf tool;      /* body of the current <tool_call> */
+    ks_toolscan ts;   /* the same body read as it comes (with on_tool_part) */
+    int tool_open;    /* the current call's header went out */
+    size_t args_sent; /* bytes of ts.args sent */
+    int mode;         /* 0 content, 1 reasoning, 2 tool call */
+    int split_think;  /* 1: <think>...</think> is reasoning, else content as written */
+    int split_tools;  /* 1: <tool_call>...</tool_call> is a call, else content as written */
+    int finish;       /* KS_FIN_* once over */
+    int stop_hit;     /* index in stops of the string that ended it, or -1 */
     int n_tools;
-    json_t *tool_calls;       /* array of {name, arguments(obj)} parsed */
-    json_t *logprobs;         /* pending logprob entries (OpenAI shape) */
+    json_t *tool_calls; /* array of {name, arguments(obj)} parsed */
+    json_t *logprobs;   /* pending logprob entries (OpenAI shape) */
     int want_logprobs;
     char err[256];
     /* sinks */

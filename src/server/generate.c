@@ -11,7 +11,6 @@
 #include "server/run.h"
 #include "server/srv.h"
 
-
 #include <math.h>
 #include <microhttpd.h>
 #include <stdio.h>
@@ -19,8 +18,7 @@
 #include <string.h>
 
 /* Finds and loads the request's model; sends the error itself. */
-static ks_model *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int ollama, double *load_wait,
-                            int *rc) {
+static ks_model *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int ollama, double *load_wait, int *rc) {
     json_t *mv = json_object_get(body, "model");
     if (mv && !json_is_string(mv)) {
         *rc = ollama ? ks_oll_error(c, 400, "'model' must be a string")
@@ -32,8 +30,10 @@ static ks_model *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, i
     ks_model *r = ks_model_use(s, json_string_value(mv), KS_TASK_GENERATE, load_wait, &status, msg, sizeof msg);
     ks_reqlog_model(ks_reqlog_current(), r ? r->name : json_string_value(mv));
     if (!r) {
-        const char *type = status == 404 ? "not_found_error" : status == 400 ? "invalid_request_error"
-                           : status == 503 ? "unavailable_error" : "server_error";
+        const char *type = status == 404   ? "not_found_error"
+                           : status == 400 ? "invalid_request_error"
+                           : status == 503 ? "unavailable_error"
+                                           : "server_error";
         *rc = ollama ? ks_oll_error(c, status, msg) : ks_send_error(c, status, type, msg, "model");
         return NULL;
     }
@@ -58,7 +58,8 @@ int ks_tool_choice(const json_t *v, const json_t *tools, int *off, json_t **forc
         const char *type = json_string_value(json_object_get(v, "type"));
         want = json_string_value(json_object_get(json_object_get(v, "function"), "name"));
         if (!type || strcmp(type, "function") || !want) {
-            snprintf(msg, cap, "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+            snprintf(msg, cap,
+                     "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
             return -1;
         }
     } else if (!s || strcmp(s, "required")) {
@@ -76,8 +77,10 @@ int ks_tool_choice(const json_t *v, const json_t *tools, int *off, json_t **forc
     }
     if (!json_array_size(out)) {
         json_decref(out);
-        if (want) snprintf(msg, cap, "'tool_choice' names the function '%s', which is not among 'tools'", want);
-        else snprintf(msg, cap, "'tool_choice' is \"required\" but 'tools' offers no function");
+        if (want)
+            snprintf(msg, cap, "'tool_choice' names the function '%s', which is not among 'tools'", want);
+        else
+            snprintf(msg, cap, "'tool_choice' is \"required\" but 'tools' offers no function");
         return -1;
     }
     *force = out;
@@ -152,9 +155,9 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     }
     json_t *messages = json_object_get(body, "messages");
     if (!json_is_array(messages) || !json_array_size(messages))
-        return ollama ? ks_oll_error(c, 400, "'messages' must be a non-empty array")
-                      : ks_send_error(c, 400, "invalid_request_error", "'messages' must be a non-empty array",
-                                      "messages");
+        return ollama
+                   ? ks_oll_error(c, 400, "'messages' must be a non-empty array")
+                   : ks_send_error(c, 400, "invalid_request_error", "'messages' must be a non-empty array", "messages");
     o.urgent = json_is_true(json_object_get(body, "urgent"));
     o.ignore_eos |= json_is_true(json_object_get(body, "ignore_eos"));
     double load_wait = 0;
@@ -171,7 +174,8 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     json_t *think = json_object_get(body, "think");
     int th = json_is_boolean(think) ? json_is_true(think) : -1;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
-    if (json_is_boolean(json_object_get(kw, "enable_thinking"))) th = json_is_true(json_object_get(kw, "enable_thinking"));
+    if (json_is_boolean(json_object_get(kw, "enable_thinking")))
+        th = json_is_true(json_object_get(kw, "enable_thinking"));
     char err[300];
     json_t *tools = json_object_get(body, "tools");
     if (tools_off) tools = NULL;
@@ -186,8 +190,15 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     int32_t n = 0;
     int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
     o.force_think = ks_force_think(r, prompt);
-    ks_run_args a = {format, 1, 0, ks_prompt_opens_think(prompt), ka, json_string_value(json_object_get(body, "model")),
-                     ollama && th == 0, json_is_array(tools) && json_array_size(tools) > 0, 0};
+    ks_run_args a = {format,
+                     1,
+                     0,
+                     ks_prompt_opens_think(prompt),
+                     ka,
+                     json_string_value(json_object_get(body, "model")),
+                     ollama && th == 0,
+                     json_is_array(tools) && json_array_size(tools) > 0,
+                     0};
     free(prompt);
     json_t *stream = json_object_get(body, "stream");
     a.stream = ollama ? !json_is_false(stream) : json_is_true(stream);
@@ -244,7 +255,8 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
             json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", prompt_text));
             json_t *think = json_object_get(body, "think");
             char err[300];
-            rendered = ks_render_chat(r, msgs, NULL, json_is_boolean(think) ? json_is_true(think) : -1, err, sizeof err);
+            rendered =
+                ks_render_chat(r, msgs, NULL, json_is_boolean(think) ? json_is_true(think) : -1, err, sizeof err);
             json_decref(msgs);
             if (!rendered) {
                 ks_model_done(r, ka);
@@ -267,9 +279,14 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
         return rc;
     }
     json_t *stream = json_object_get(body, "stream");
-    ks_run_args a = {format, ollama ? !json_is_false(stream) : json_is_true(stream),
+    ks_run_args a = {format,
+                     ollama ? !json_is_false(stream) : json_is_true(stream),
                      json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage")),
-                     start_think, ka, json_string_value(json_object_get(body, "model")),
-                     ollama && json_is_false(json_object_get(body, "think")), 0, load_wait};
+                     start_think,
+                     ka,
+                     json_string_value(json_object_get(body, "model")),
+                     ollama && json_is_false(json_object_get(body, "think")),
+                     0,
+                     load_wait};
     return ks_run(s, r, c, q, &a, o);
 }

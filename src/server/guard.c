@@ -23,12 +23,16 @@ static int split_authority(const char *a, char *host, size_t hcap, char *port, s
         h = a + 1;
         he = strchr(h, ']');
         if (!he) return -1;
-        if (he[1] == ':') p = he + 2;
-        else if (he[1]) return -1;
+        if (he[1] == ':')
+            p = he + 2;
+        else if (he[1])
+            return -1;
     } else {
         he = strchr(a, ':');
-        if (he) p = he + 1;
-        else he = a + strlen(a);
+        if (he)
+            p = he + 1;
+        else
+            he = a + strlen(a);
         if (p && strchr(p, ':')) return -1; /* an unbracketed v6 literal */
     }
     size_t hl = (size_t)(he - h);

@@ -24,11 +24,11 @@
 #define KILN_SERVER_GUARD_H
 
 typedef struct ks_guard {
-    int loopback;      /* the bound address is loopback: Host is checked */
-    char bound[64];    /* the bound address, lower case, without brackets */
-    char **origins;    /* operator patterns, lower case */
+    int loopback;   /* the bound address is loopback: Host is checked */
+    char bound[64]; /* the bound address, lower case, without brackets */
+    char **origins; /* operator patterns, lower case */
     int n_origins;
-    int any_origin;    /* a lone '*' among them */
+    int any_origin; /* a lone '*' among them */
 } ks_guard;
 
 /* bind_host: the address the server listens on ("127.0.0.1", "::1",

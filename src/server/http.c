@@ -111,8 +111,7 @@ static int preflight(struct MHD_Connection *c) {
         const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
         int ok = h && *h && strlen(h) < 1024;
         for (const char *p = h; ok && *p; p++)
-            ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-                 strchr("-_, ", *p);
+            ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("-_, ", *p);
         MHD_add_response_header(r, "Access-Control-Allow-Headers", ok ? h : "Authorization, Content-Type");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
@@ -135,8 +134,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     ks_reqlog_set_current(cs->log);
     ks_reply_api(!strncmp(url, "/v1/messages", 12) ? KS_API_ANTHROPIC : KS_API_OPENAI);
     if (*upload_size) {
-        if (cs->body.len + *upload_size > s->cfg.max_body) cs->too_big = 1;
-        else ks_buf_put(&cs->body, upload, *upload_size);
+        if (cs->body.len + *upload_size > s->cfg.max_body)
+            cs->too_big = 1;
+        else
+            ks_buf_put(&cs->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
@@ -153,7 +154,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return (enum MHD_Result)ks_error(c, is_api, 401, "authentication_error",
                                          "a valid API key is required (Authorization: Bearer KEY)", NULL);
     if (cs->body.failed)
-        return (enum MHD_Result)ks_error(c, is_api, 500, "server_error", "out of memory reading the request body", NULL);
+        return (enum MHD_Result)ks_error(c, is_api, 500, "server_error", "out of memory reading the request body",
+                                         NULL);
     if (cs->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->cfg.max_body);
@@ -184,10 +186,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return (enum MHD_Result)ks_send_error(c, 400, "invalid_request_error", "the request has no JSON body", NULL);
     }
     if (!get && (!strcmp(url, "/health") || !strcmp(url, "/metrics"))) known = 1, allow = "GET, HEAD";
-    if (rt) rc = rt->json(s, c, body);
-    else if (is_api) rc = ks_oll_route(s, c, method, url, body);
-    else if (is_llama) rc = ks_llama_route(s, c, method, url, body);
-    else if (known) rc = method_not_allowed(c, allow);
+    if (rt)
+        rc = rt->json(s, c, body);
+    else if (is_api)
+        rc = ks_oll_route(s, c, method, url, body);
+    else if (is_llama)
+        rc = ks_llama_route(s, c, method, url, body);
+    else if (known)
+        rc = method_not_allowed(c, allow);
     else {
         char msg[300];
         snprintf(msg, sizeof msg, "no route for %s %.200s", method, url);
@@ -262,8 +268,7 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     memset(&ss, 0, sizeof ss);
     struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
-                     MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
         s4->sin_family = AF_INET;
         s4->sin_port = htons((uint16_t)cfg->port);
@@ -291,8 +296,7 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     }
     s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &ss,
                               MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                              (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-                              MHD_OPTION_END);
+                              (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
     if (!s->mhd) {
         fprintf(stderr, "kiln serve: cannot listen on %s port %d\n", s->cfg.host, cfg->port);
         ks_server_free((ks_server *)s);

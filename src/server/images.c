@@ -26,8 +26,10 @@ struct ks_images {
 ks_images *ks_images_start(const char *pack, char *err, size_t cap) {
     char path[4096];
     struct stat st;
-    if (stat(pack, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(path, sizeof path, "%s/pack.json", pack);
-    else snprintf(path, sizeof path, "%s", pack);
+    if (stat(pack, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(path, sizeof path, "%s/pack.json", pack);
+    else
+        snprintf(path, sizeof path, "%s", pack);
     ks_images *im = calloc(1, sizeof *im);
     if (!im) {
         snprintf(err, cap, "out of memory");
@@ -87,10 +89,12 @@ int ks_oai_images(ks_srv *s, struct MHD_Connection *c, json_t *body) {
             if (!json_is_string(v) || strcmp(json_string_value(v), "b64_json"))
                 return bad(c, "response_format must be b64_json (kiln serves no image URLs)", key);
         } else if (!strcmp(key, "quality")) {
-            if (!json_is_string(v) || (strcmp(json_string_value(v), "standard") && strcmp(json_string_value(v), "auto")))
+            if (!json_is_string(v) ||
+                (strcmp(json_string_value(v), "standard") && strcmp(json_string_value(v), "auto")))
                 return bad(c, "quality must be standard or auto", key);
         } else if (!strcmp(key, "seed")) {
-            if (!json_is_integer(v) || json_integer_value(v) < 0) return bad(c, "seed must be a non-negative integer", key);
+            if (!json_is_integer(v) || json_integer_value(v) < 0)
+                return bad(c, "seed must be a non-negative integer", key);
             r.seed = (uint64_t)json_integer_value(v);
         } else if (!strcmp(key, "steps")) {
             if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 200)
@@ -113,7 +117,8 @@ int ks_oai_images(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     if (st != KILN_OK) {
         snprintf(msg, sizeof msg, "%s", kiln_last_error());
         const int code = st == KILN_ERR_CONTEXT_FULL || st == KILN_ERR_INVALID_ARG || st == KILN_ERR_UNSUPPORTED
-                             ? MHD_HTTP_BAD_REQUEST : MHD_HTTP_INTERNAL_SERVER_ERROR;
+                             ? MHD_HTTP_BAD_REQUEST
+                             : MHD_HTTP_INTERNAL_SERVER_ERROR;
         return ks_send_error(c, code, code == MHD_HTTP_BAD_REQUEST ? "invalid_request_error" : "server_error", msg,
                              st == KILN_ERR_CONTEXT_FULL ? "prompt" : NULL);
     }

@@ -36,8 +36,10 @@ static ks_model *use(ks_srv *s, struct MHD_Connection *c, const char *name, int 
     ks_model *r = ks_model_use(s, name, KS_TASK_INFO, NULL, &status, msg, sizeof msg);
     ks_reqlog_model(ks_reqlog_current(), r ? r->name : name);
     if (!r)
-        *rc = ks_send_error(c, status, status == 404 ? "not_found_error" : status == 400 ? "invalid_request_error"
-                                                                                          : "server_error",
+        *rc = ks_send_error(c, status,
+                            status == 404   ? "not_found_error"
+                            : status == 400 ? "invalid_request_error"
+                                            : "server_error",
                             msg, "model");
     if (r && !r->model) { /* speech to text: no text tokenizer or template */
         snprintf(msg, sizeof msg, "'%s' is not a text model", r->name);

@@ -23,7 +23,7 @@
 struct ks_reqlog {
     atomic_int refs;
     atomic_int emitted;
-    atomic_int held;          /* a generation writes the line when it is over */
+    atomic_int held; /* a generation writes the line when it is over */
     int json;
     char method[16];
     char path[256];

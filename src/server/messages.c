@@ -54,13 +54,17 @@ static int document_text(json_t *blk, size_t i, ks_buf *b, char *err, size_t cap
     const char *st = json_string_value(json_object_get(src, "type"));
     const char *mt = json_string_value(json_object_get(src, "media_type"));
     if (st && !strcmp(st, "base64") && mt && !strcmp(mt, "application/pdf")) {
-        snprintf(err, cap, "messages: document block %zu is a PDF; kiln reads text documents only (a source of type "
-                           "'text', or 'content' with text blocks): extract the PDF's text first", i);
+        snprintf(err, cap,
+                 "messages: document block %zu is a PDF; kiln reads text documents only (a source of type "
+                 "'text', or 'content' with text blocks): extract the PDF's text first",
+                 i);
         return -1;
     }
     if (!st || (strcmp(st, "text") && strcmp(st, "content"))) {
-        snprintf(err, cap, "messages: document block %zu has a source of type '%s'; kiln takes 'text' and 'content' "
-                           "(it fetches no URLs and keeps no files)", i, st ? st : "(none)");
+        snprintf(err, cap,
+                 "messages: document block %zu has a source of type '%s'; kiln takes 'text' and 'content' "
+                 "(it fetches no URLs and keeps no files)",
+                 i, st ? st : "(none)");
         return -1;
     }
     const char *parts[] = {"title", "context"};
@@ -110,8 +114,10 @@ static int user_turn(json_t *content, json_t *msgs, const char *model, char *err
             }
             any = after_doc = 1;
         } else if (t && !strcmp(t, "image")) {
-            snprintf(err, cap, "messages: block %zu is an image; \"%.80s\" takes no images (kiln runs it as a text-only "
-                               "model)", i, model && *model ? model : "the model");
+            snprintf(err, cap,
+                     "messages: block %zu is an image; \"%.80s\" takes no images (kiln runs it as a text-only "
+                     "model)",
+                     i, model && *model ? model : "the model");
             rc = -1;
             break;
         } else if (t && !strcmp(t, "tool_result")) {
@@ -127,7 +133,8 @@ static int user_turn(json_t *content, json_t *msgs, const char *model, char *err
             }
             ks_buf out = {0};
             json_t *c = json_object_get(blk, "content");
-            if (c && !json_is_null(c) && ks_xapi_text(c, &out, msg_parts, "messages: a tool_result's content", err, cap)) {
+            if (c && !json_is_null(c) &&
+                ks_xapi_text(c, &out, msg_parts, "messages: a tool_result's content", err, cap)) {
                 ks_buf_free(&out);
                 rc = -1;
                 break;
@@ -148,8 +155,10 @@ static int user_turn(json_t *content, json_t *msgs, const char *model, char *err
             ks_buf_free(&out);
             json_array_append_new(msgs, m);
         } else {
-            snprintf(err, cap, "messages: a user turn's block %zu is of type '%s'; kiln takes text, document and "
-                               "tool_result", i, t ? t : "(none)");
+            snprintf(err, cap,
+                     "messages: a user turn's block %zu is of type '%s'; kiln takes text, document and "
+                     "tool_result",
+                     i, t ? t : "(none)");
             rc = -1;
             break;
         }
@@ -192,8 +201,10 @@ static int assistant_turn(json_t *content, json_t *msgs, char *err, size_t cap) 
                 json_object_set_new(fn, "arguments", input ? json_incref(input) : json_object());
                 json_array_append_new(calls, json_pack("{s:s,s:s,s:o}", "id", id, "type", "function", "function", fn));
             } else {
-                snprintf(err, cap, "messages: an assistant turn's block %zu is of type '%s'; kiln takes text, "
-                         "thinking and tool_use", i, t ? t : "(none)");
+                snprintf(err, cap,
+                         "messages: an assistant turn's block %zu is of type '%s'; kiln takes text, "
+                         "thinking and tool_use",
+                         i, t ? t : "(none)");
                 rc = -1;
                 break;
             }
@@ -240,16 +251,18 @@ int ks_msg_translate(json_t *body, int count, ks_xreq *x, char *err, size_t cap,
         size_t i;
         json_t *sv;
         if (!json_is_array(stop)) return fail(err, cap, param, "stop_sequences", "stop_sequences: must be an array");
-        json_array_foreach(stop, i, sv) if (!json_is_string(sv) || !json_string_length(sv))
-            return fail(err, cap, param, "stop_sequences", "stop_sequences: each must be a non-empty string");
+        json_array_foreach(stop, i, sv) if (!json_is_string(sv) || !json_string_length(sv)) return fail(
+            err, cap, param, "stop_sequences", "stop_sequences: each must be a non-empty string");
         json_object_set(chat, "stop", stop);
     }
     x->stream = json_is_true(json_object_get(body, "stream"));
     json_t *th = json_object_get(body, "thinking");
     if (th && !json_is_null(th)) {
         const char *t = json_string_value(json_object_get(th, "type"));
-        if (t && !strcmp(t, "enabled")) x->think = 1;
-        else if (t && !strcmp(t, "disabled")) x->think = 0;
+        if (t && !strcmp(t, "enabled"))
+            x->think = 1;
+        else if (t && !strcmp(t, "disabled"))
+            x->think = 0;
         else if (!t || strcmp(t, "adaptive"))
             return fail(err, cap, param, "thinking", "thinking.type: must be 'enabled', 'disabled' or 'adaptive'");
     }
@@ -281,7 +294,8 @@ int ks_msg_translate(json_t *body, int count, ks_xreq *x, char *err, size_t cap,
         int rc;
         if (role && !strcmp(role, "user"))
             rc = user_turn(content, msgs, json_string_value(json_object_get(body, "model")), err, cap);
-        else if (role && !strcmp(role, "assistant")) rc = assistant_turn(content, msgs, err, cap);
+        else if (role && !strcmp(role, "assistant"))
+            rc = assistant_turn(content, msgs, err, cap);
         else {
             snprintf(err, cap, "messages.%zu.role: must be 'user' or 'assistant'", i);
             rc = -1;
@@ -333,8 +347,10 @@ int ks_msg_translate(json_t *body, int count, ks_xreq *x, char *err, size_t cap,
             json_object_set(fn, "parameters", schema);
             json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
         }
-        if (json_array_size(out) && !(ct && !strcmp(ct, "none"))) json_object_set_new(chat, "tools", out);
-        else json_decref(out);
+        if (json_array_size(out) && !(ct && !strcmp(ct, "none")))
+            json_object_set_new(chat, "tools", out);
+        else
+            json_decref(out);
     }
     return 0;
 }
@@ -427,12 +443,16 @@ static void delta(ks_xw *w, const char *type, const char *key, const char *s, si
 static void msg_text(ks_xw *w, int kind, const char *s, size_t n) {
     if (!n) return;
     if (w->open != kind) {
-        if (kind == KS_XB_TEXT) open_block(w, kind, json_pack("{s:s,s:s}", "type", "text", "text", ""));
-        else open_block(w, kind, json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", ""));
+        if (kind == KS_XB_TEXT)
+            open_block(w, kind, json_pack("{s:s,s:s}", "type", "text", "text", ""));
+        else
+            open_block(w, kind, json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", ""));
     }
     ks_buf_put(&w->acc, s, n);
-    if (kind == KS_XB_TEXT) delta(w, "text_delta", "text", s, n);
-    else delta(w, "thinking_delta", "thinking", s, n);
+    if (kind == KS_XB_TEXT)
+        delta(w, "text_delta", "text", s, n);
+    else
+        delta(w, "thinking_delta", "thinking", s, n);
 }
 
 static void msg_tool_open(ks_xw *w, const char *name) {
@@ -486,7 +506,9 @@ static void msg_ping(ks_xw *w) {
     if (w->out) ks_xw_event(w, "ping", json_pack("{s:s}", "type", "ping"));
 }
 
-static json_t *msg_error_body(const char *type, const char *msg) { return ks_error_body(KS_API_ANTHROPIC, type, msg, NULL); }
+static json_t *msg_error_body(const char *type, const char *msg) {
+    return ks_error_body(KS_API_ANTHROPIC, type, msg, NULL);
+}
 
-const ks_xw_ops ks_msg_ops = {msg_start, msg_text, msg_tool_open, msg_tool_args, msg_finish, msg_fail, msg_ping,
-                              msg_error_body};
+const ks_xw_ops ks_msg_ops = {msg_start,  msg_text, msg_tool_open, msg_tool_args,
+                              msg_finish, msg_fail, msg_ping,      msg_error_body};

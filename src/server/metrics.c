@@ -6,7 +6,6 @@
 #include "server/models.h"
 #include "server/srv.h"
 
-
 #include "gen/gen.h"
 
 #include <stdio.h>
@@ -101,8 +100,8 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
          * or yielded to an urgent one); the KV cache from its scheduler */
         gen_sched_stats gs;
         memset(&gs, 0, sizeof gs);
-        const int live = r->state == KS_M_READY && r->family == KILN_ENGINE_LLM &&
-                         engine_llm_stats(r->eng, NULL, &gs) == KILN_OK;
+        const int live =
+            r->state == KS_M_READY && r->family == KILN_ENGINE_LLM && engine_llm_stats(r->eng, NULL, &gs) == KILN_OK;
         if (r->eng) {
             kiln_engine_observation ob;
             kiln_engine_observe(r->eng, &ob);
@@ -163,7 +162,8 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
                   (unsigned long long)p, (unsigned long long)cch, (unsigned long long)gen);
     ks_buf_puts(o, "# HELP kiln_http_responses_total Responses by status class.\n"
                    "# TYPE kiln_http_responses_total counter\n");
-    for (int i = 1; i < 6; i++) ks_buf_printf(o, "kiln_http_responses_total{code=\"%dxx\"} %llu\n", i, (unsigned long long)st[i]);
+    for (int i = 1; i < 6; i++)
+        ks_buf_printf(o, "kiln_http_responses_total{code=\"%dxx\"} %llu\n", i, (unsigned long long)st[i]);
     render_hist(o, "kiln_time_to_first_token_seconds", "From arrival to the first generated token.", &ttft, k_ttft_b,
                 NB_TTFT);
     render_hist(o, "kiln_inter_token_latency_seconds", "Between consecutive generated tokens.", &itl, k_itl_b, NB_ITL);

@@ -22,7 +22,6 @@
 #include "server/prompt.h"
 #include "server/srv.h"
 
-
 #include "engine/engine.h"
 
 #include <errno.h>
@@ -45,17 +44,18 @@ static json_t *details_of(const kiln_model *m) {
         kiln_model_get_info(m, &info);
         char ps[32];
         double p = (double)info.n_params;
-        if (p >= 1e9) snprintf(ps, sizeof ps, "%.1fB", p / 1e9);
-        else if (p >= 1e6) snprintf(ps, sizeof ps, "%.1fM", p / 1e6);
-        else snprintf(ps, sizeof ps, "%.1fK", p / 1e3);
+        if (p >= 1e9)
+            snprintf(ps, sizeof ps, "%.1fB", p / 1e9);
+        else if (p >= 1e6)
+            snprintf(ps, sizeof ps, "%.1fM", p / 1e6);
+        else
+            snprintf(ps, sizeof ps, "%.1fK", p / 1e3);
         json_object_set_new(d, "family", json_string(info.arch));
         json_object_set_new(d, "parameter_size", json_string(ps));
         json_object_set_new(d, "quantization_level", json_string(info.ftype));
     }
     return d;
 }
-
-
 
 /* ---- counters that outlive a load ---- */
 
@@ -89,7 +89,7 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
     case KILN_ENGINE_LOADED: {
         m->state = KS_M_READY;
         memset(&m->seen, 0, sizeof m->seen); /* a new scheduler counts from 0 */
-        m->model = engine_model(e); /* NULL for families without a kiln_model (speech) */
+        m->model = engine_model(e);          /* NULL for families without a kiln_model (speech) */
         m->load_seconds = ks_now() - m->load_started;
         m->loaded_at = ks_wall();
         m->last_used = ks_now();
@@ -106,8 +106,8 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
         }
         if (m->family == KILN_ENGINE_LLM) {
             engine_llm_stats(e, &m->n_ctx, NULL);
-            ks_logf(s, "%s ready (generation, %d tokens x %d sequences, CPU %s, loaded in %.2f s)", m->name,
-                    m->n_ctx, s->cfg.parallel, kiln_cpu_path(), m->load_seconds);
+            ks_logf(s, "%s ready (generation, %d tokens x %d sequences, CPU %s, loaded in %.2f s)", m->name, m->n_ctx,
+                    s->cfg.parallel, kiln_cpu_path(), m->load_seconds);
         } else {
             ks_logf(s, "%s ready (%s, loaded in %.2f s)", m->name,
                     m->family == KILN_ENGINE_EMBEDDING ? "embeddings"
@@ -135,11 +135,12 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
         ks_logf(s, "%s: %s", m->name, ev->message);
         /* a failed load leaves nothing resident; a failed release keeps
          * the model (the engine refuses requests until a retry) */
-        if (m->state == KS_M_LOADING) m->state = KS_M_FAILED;
-        else if (m->state == KS_M_UNLOADING) m->state = KS_M_FAILED;
+        if (m->state == KS_M_LOADING)
+            m->state = KS_M_FAILED;
+        else if (m->state == KS_M_UNLOADING)
+            m->state = KS_M_FAILED;
         break;
-    default:
-        break;
+    default: break;
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -370,8 +371,7 @@ static int start_load(ks_srv *s, ks_model *m, char *msg, size_t cap) {
 
 /* ---- uses ---- */
 
-ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait, int *status, char *msg,
-                       size_t cap) {
+ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait, int *status, char *msg, size_t cap) {
     if (load_wait) *load_wait = 0;
     if (atomic_load(&s->draining)) {
         *status = 503;
@@ -425,8 +425,10 @@ ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait,
             pthread_cond_wait(&s->cv, &s->mu); /* loading or unloading */
         }
     }
-    if (rc) m->users--;
-    else m->last_used = ks_now();
+    if (rc)
+        m->users--;
+    else
+        m->last_used = ks_now();
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (!rc && load_wait && waited) *load_wait = ks_now() - t0;
@@ -486,8 +488,10 @@ static void display_name(const char *path, char *out, size_t cap) {
     b = b ? b + 1 : path;
     snprintf(out, cap, "%s", b);
     size_t n = strlen(out);
-    if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = 0;
-    else if (n > 4 && !strcmp(out + n - 4, ".bin")) out[n - 4] = 0; /* whisper.cpp's ggml-*.bin */
+    if (n > 5 && !strcmp(out + n - 5, ".gguf"))
+        out[n - 5] = 0;
+    else if (n > 4 && !strcmp(out + n - 4, ".bin"))
+        out[n - 4] = 0; /* whisper.cpp's ggml-*.bin */
 }
 
 int ks_model_first(ks_srv *s, kiln_engine_family_id family, char *out, size_t cap) {
@@ -543,7 +547,8 @@ kiln_status ks_models_start(ks_srv *s) {
             ks_logf(s, "%s loads when asked for (--max-loaded %d)", m->name, s->cfg.max_loaded);
             continue;
         }
-        if (make_room(s, m) == 0 && start_load(s, m, msg, sizeof msg) == 0) n++;
+        if (make_room(s, m) == 0 && start_load(s, m, msg, sizeof msg) == 0)
+            n++;
         else if (m->state != KS_M_FAILED)
             ks_logf(s, "%s loads when asked for (not enough memory beside the others)", m->name);
     }

@@ -22,8 +22,7 @@ void ks_models_free(ks_srv *s);
  * model is a 400).  Takes a use, which ks_model_done drops.  *load_wait
  * (optional) receives the seconds spent waiting for a load.  NULL with an
  * HTTP status and message. */
-ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait, int *status, char *msg,
-                       size_t cap);
+ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait, int *status, char *msg, size_t cap);
 /* The name of the first -m model of family in out; -1 when there is none. */
 int ks_model_first(ks_srv *s, kiln_engine_family_id family, char *out, size_t cap);
 /* m's counters since the server started: earlier loads' plus live (the

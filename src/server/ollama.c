@@ -71,7 +71,7 @@ static int tags(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     json_array_foreach(arr, i, e) {
         const char *name = json_string_value(json_object_get(e, "name"));
         if (!name || !*name) continue; /* a pack no name points at is gc's, not a model */
-        int dup = 0; /* a -m model of the same name is the one requests reach */
+        int dup = 0;                   /* a -m model of the same name is the one requests reach */
         size_t k;
         json_t *have;
         json_array_foreach(models, k, have) {
@@ -210,7 +210,7 @@ typedef struct pull_job {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    ks_buf events;            /* NDJSON lines not yet sent */
+    ks_buf events; /* NDJSON lines not yet sent */
     int done;
     volatile int cancel;
     kiln_store_source_result source; /* how it ended at its source */
@@ -237,8 +237,10 @@ static void *pull_main(void *arg) {
     kiln_status st = kiln_store_pull(j->s->store, j->url, j->name[0] ? j->name : NULL, NULL, &pp, NULL);
     j->source = kiln_store_last_source_result(); /* this thread's */
     json_t *e = json_object();
-    if (st == KILN_OK) json_object_set_new(e, "status", json_string("success"));
-    else json_object_set_new(e, "error", json_string(kiln_last_error()));
+    if (st == KILN_OK)
+        json_object_set_new(e, "status", json_string("success"));
+    else
+        json_object_set_new(e, "error", json_string(kiln_last_error()));
     pthread_mutex_lock(&j->mu);
     ks_buf_json(&j->events, e);
     ks_buf_puts(&j->events, "\n");
@@ -284,13 +286,16 @@ static int pull(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     const char *model = model_field(body);
     const char *url = json_string_value(json_object_get(body, "url"));
     if (!url && model && *model) url = model;
-    if (!url) return ks_oll_error(c, 400, "give 'model': a registry name (qwen3:0.6b), hf.co/ORG/REPO[:QUANT] or a URL");
+    if (!url)
+        return ks_oll_error(c, 400, "give 'model': a registry name (qwen3:0.6b), hf.co/ORG/REPO[:QUANT] or a URL");
     pull_job *j = calloc(1, sizeof *j);
     if (!j) return ks_oll_error(c, 500, "out of memory");
     j->s = s;
     snprintf(j->url, sizeof j->url, "%s", url);
-    if (model && model != url) snprintf(j->name, sizeof j->name, "%s", model);
-    else if (!strstr(url, "://")) j->name[0] = 0; /* a reference names itself */
+    if (model && model != url)
+        snprintf(j->name, sizeof j->name, "%s", model);
+    else if (!strstr(url, "://"))
+        j->name[0] = 0; /* a reference names itself */
     else {
         const char *b = strrchr(url, '/');
         snprintf(j->name, sizeof j->name, "%s", b ? b + 1 : url);
@@ -320,12 +325,12 @@ static int pull(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         free(j);
         if (!last) return ks_oll_error(c, 500, "pull failed");
         /* a source's answer in HTTP's words */
-        int code = json_object_get(last, "error") == NULL    ? 200
-                   : src == KILN_SOURCE_AUTH_REQUIRED        ? 401
-                   : src == KILN_SOURCE_GATED || src == KILN_SOURCE_DENIED ? 403
-                   : src == KILN_SOURCE_NOT_FOUND            ? 404
+        int code = json_object_get(last, "error") == NULL                          ? 200
+                   : src == KILN_SOURCE_AUTH_REQUIRED                              ? 401
+                   : src == KILN_SOURCE_GATED || src == KILN_SOURCE_DENIED         ? 403
+                   : src == KILN_SOURCE_NOT_FOUND                                  ? 404
                    : src == KILN_SOURCE_TRANSIENT || src == KILN_SOURCE_UNVERIFIED ? 502
-                                                             : 500;
+                                                                                   : 500;
         return ks_send_json(c, code, last);
     }
     ks_stream *st = calloc(1, sizeof *st);
@@ -353,9 +358,7 @@ static int version(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     return ks_send_json(c, 200, j);
 }
 
-static int chat(ks_srv *s, struct MHD_Connection *c, json_t *body) {
-    return ks_chat_common(s, c, body, KS_F_OLL_CHAT);
-}
+static int chat(ks_srv *s, struct MHD_Connection *c, json_t *body) { return ks_chat_common(s, c, body, KS_F_OLL_CHAT); }
 
 static int embed(ks_srv *s, struct MHD_Connection *c, json_t *body) { return ks_embed_ollama(s, c, body, 0); }
 

@@ -20,8 +20,8 @@ static int bad(struct MHD_Connection *c, int ollama, int *rc, const char *param,
     return -1;
 }
 
-static int get_num(json_t *src, const char *k, double lo, double hi, double *out, struct MHD_Connection *c,
-                   int ollama, int *rc) {
+static int get_num(json_t *src, const char *k, double lo, double hi, double *out, struct MHD_Connection *c, int ollama,
+                   int *rc) {
     json_t *v = json_object_get(src, k);
     if (!v || json_is_null(v)) return 0;
     char msg[160];
@@ -100,13 +100,15 @@ static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_
     } else if (json_is_array(stop)) {
         size_t i;
         json_t *x;
-        json_array_foreach(stop, i, x) if (!json_is_string(x)) return bad(c, ollama, rc, "stop", "'stop' must hold strings");
+        json_array_foreach(stop, i, x) if (!json_is_string(x)) return bad(c, ollama, rc, "stop",
+                                                                          "'stop' must hold strings");
         o->stop = stop;
     } else if (stop && !json_is_null(stop)) {
         return bad(c, ollama, rc, "stop", "'stop' must be a string or an array of strings");
     }
     json_t *lp = json_object_get(src, "logprobs");
-    if (json_is_true(lp)) o->logprobs = 1;
+    if (json_is_true(lp))
+        o->logprobs = 1;
     else if (json_is_integer(lp) && json_integer_value(lp) >= 0) { /* legacy completions: count of alternatives */
         o->logprobs = 1;
         o->n_top = (int32_t)json_integer_value(lp);
@@ -141,11 +143,19 @@ double ks_parse_duration(json_t *v) {
         if (end == s) return NAN;
         s = end;
         double unit = 1;
-        if (!strncmp(s, "ms", 2)) { unit = 1e-3; s += 2; }
-        else if (*s == 'h') { unit = 3600; s++; }
-        else if (*s == 'm') { unit = 60; s++; }
-        else if (*s == 's') { s++; }
-        else if (*s) return NAN;
+        if (!strncmp(s, "ms", 2)) {
+            unit = 1e-3;
+            s += 2;
+        } else if (*s == 'h') {
+            unit = 3600;
+            s++;
+        } else if (*s == 'm') {
+            unit = 60;
+            s++;
+        } else if (*s == 's') {
+            s++;
+        } else if (*s)
+            return NAN;
         total += x * unit;
         any = 1;
     }
@@ -163,7 +173,6 @@ int ks_check_schema(const json_t *schema, char *msg, size_t n) {
     return 0;
 }
 
-
 int ks_oll_format(const json_t *fmt, ks_gen_opts *o, struct MHD_Connection *c, int *rc) {
     if (!fmt || json_is_null(fmt) || (json_is_string(fmt) && !json_string_length(fmt))) return 0;
     if (json_is_string(fmt) && !strcmp(json_string_value(fmt), "json")) {
@@ -171,7 +180,8 @@ int ks_oll_format(const json_t *fmt, ks_gen_opts *o, struct MHD_Connection *c, i
         return 0;
     }
     char msg[300];
-    if (!json_is_object(fmt)) snprintf(msg, sizeof msg, "'format' must be \"json\" or a JSON schema");
+    if (!json_is_object(fmt))
+        snprintf(msg, sizeof msg, "'format' must be \"json\" or a JSON schema");
     else if (!ks_check_schema(fmt, msg, sizeof msg)) {
         o->json_mode = 1;
         o->schema = fmt;

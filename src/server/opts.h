@@ -12,18 +12,18 @@
 struct MHD_Connection;
 
 typedef struct ks_gen_opts {
-    int32_t max_tokens;       /* -1 = rest of the context */
+    int32_t max_tokens; /* -1 = rest of the context */
     kiln_sampler_params sp;
-    json_t *stop;             /* borrowed */
+    json_t *stop; /* borrowed */
     int32_t n_top;
     int logprobs;
     int json_mode;
-    const json_t *schema;     /* borrowed: the JSON Schema json_mode output must follow, or NULL */
-    int urgent;               /* "urgent": true (kiln's own field): ahead of queued requests */
-    int ignore_eos;           /* "ignore_eos": true (llama-server's): never end at an end-of-generation token */
-    int ollama;               /* errors in Ollama's shape ({"error": "..."}) */
+    const json_t *schema;      /* borrowed: the JSON Schema json_mode output must follow, or NULL */
+    int urgent;                /* "urgent": true (kiln's own field): ahead of queued requests */
+    int ignore_eos;            /* "ignore_eos": true (llama-server's): never end at an end-of-generation token */
+    int ollama;                /* errors in Ollama's shape ({"error": "..."}) */
     const json_t *force_tools; /* borrowed: a forced tool_choice's tools, one of which the output must call */
-    int force_think;          /* with force_tools: 1 a <think> block may come first, 2 the prompt opened one */
+    int force_think;           /* with force_tools: 1 a <think> block may come first, 2 the prompt opened one */
 } ks_gen_opts;
 /* 0 when schema (NULL: none) compiles; else a message for a 400. */
 int ks_check_schema(const json_t *schema, char *msg, size_t n);

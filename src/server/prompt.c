@@ -26,7 +26,7 @@ static const char *pack_go_template(ks_model *r) {
 }
 
 typedef struct chat_fmt {
-    const char *marker;       /* text in the template that selects it */
+    const char *marker; /* text in the template that selects it */
     const char *sys_pre, *sys_post;
     const char *user_pre, *user_post;
     const char *asst_pre, *asst_post;
@@ -36,8 +36,8 @@ static const chat_fmt k_formats[] = {
     {"<|im_start|>", "<|im_start|>system\n", "<|im_end|>\n", "<|im_start|>user\n", "<|im_end|>\n",
      "<|im_start|>assistant\n", "<|im_end|>\n"},
     {"<|start_header_id|>", "<|start_header_id|>system<|end_header_id|>\n\n", "<|eot_id|>",
-     "<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>",
-     "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"},
+     "<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>", "<|start_header_id|>assistant<|end_header_id|>\n\n",
+     "<|eot_id|>"},
     {"[INST]", "[INST] ", " [/INST]", "[INST] ", " [/INST]", "", "</s>"},
 };
 

@@ -88,8 +88,8 @@ static json_t *anthropic_error(const char *type, const char *msg, const char *pa
 }
 
 /* indexed by ks_api */
-static json_t *(*const error_shapes[])(const char *type, const char *msg, const char *param) = {
-    openai_error, ollama_error, anthropic_error};
+static json_t *(*const error_shapes[])(const char *type, const char *msg,
+                                       const char *param) = {openai_error, ollama_error, anthropic_error};
 _Static_assert(sizeof error_shapes / sizeof *error_shapes == KS_API_ANTHROPIC + 1, "an error shape per API");
 
 json_t *ks_error_body(ks_api api, const char *type, const char *msg, const char *param) {
@@ -232,7 +232,8 @@ static void stream_free(void *cls) {
 
 int ks_send_stream(struct MHD_Connection *c, const char *ctype, ks_stream *st) {
     st->conn = c;
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
     if (!r) {
         stream_free(st);
         return MHD_NO;
@@ -242,5 +243,3 @@ int ks_send_stream(struct MHD_Connection *c, const char *ctype, ks_stream *st) {
     MHD_add_response_header(r, "X-Accel-Buffering", "no"); /* nginx: pass chunks through */
     return ks_reply(c, 200, r);
 }
-
-

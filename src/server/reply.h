@@ -16,8 +16,7 @@ int ks_send_error(struct MHD_Connection *c, int status, const char *type, const 
 /* An error in the request's API's shape: Ollama's {"error": msg} when
  * ollama, else OpenAI's {"error": {"message", "type", "param", "code"}}. */
 int ks_error(struct MHD_Connection *c, int ollama, int status, const char *type, const char *msg, const char *param);
-int ks_send_text(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len,
-                 int copy);
+int ks_send_text(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len, int copy);
 /* 1 when the client has gone away. */
 int ks_conn_gone(struct MHD_Connection *c);
 /* A thread that fires a cancel token when the client goes away, for a

@@ -71,7 +71,8 @@ int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         json_t *d = json_array_get(docs, i);
         if (json_is_object(d) && !tei) d = json_object_get(d, "text");
         if (!json_is_string(d)) {
-            snprintf(msg, sizeof msg, "'%s'[%zu] must be a string%s", dname, i, tei ? "" : " or an object with \"text\"");
+            snprintf(msg, sizeof msg, "'%s'[%zu] must be a string%s", dname, i,
+                     tei ? "" : " or an object with \"text\"");
             rc = bad(c, msg, dname);
             goto done;
         }
@@ -106,8 +107,12 @@ int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     m = ks_model_use(s, name, KS_TASK_RERANK, NULL, &status, msg, sizeof msg);
     ks_reqlog_model(ks_reqlog_current(), m ? m->name : name);
     if (!m) {
-        rc = ks_send_error(c, status, status == 404 ? "not_found_error" : status == 400 ? "invalid_request_error"
-                                      : status == 503 ? "unavailable_error" : "server_error", msg, "model");
+        rc = ks_send_error(c, status,
+                           status == 404   ? "not_found_error"
+                           : status == 400 ? "invalid_request_error"
+                           : status == 503 ? "unavailable_error"
+                                           : "server_error",
+                           msg, "model");
         goto done;
     }
     kiln_rerank_request req = {json_string_value(q), json_string_length(q), (int32_t)n, dt, dl, !json_is_false(tr)};
@@ -116,7 +121,10 @@ int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     ks_watch_stop(w);
     if (st != KILN_OK) {
         const int client = st == KILN_ERR_CONTEXT_FULL || st == KILN_ERR_INVALID_ARG || st == KILN_ERR_CANCELLED;
-        rc = ks_send_error(c, client ? 400 : st == KILN_ERR_STATE ? 503 : 500,
+        rc = ks_send_error(c,
+                           client                 ? 400
+                           : st == KILN_ERR_STATE ? 503
+                                                  : 500,
                            client ? "invalid_request_error" : "server_error", kiln_last_error(), NULL);
         goto done;
     }
@@ -136,8 +144,10 @@ int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         json_object_set_new(e, tei ? "score" : "relevance_score", json_real(it[k].score));
         if (with_text) {
             json_t *t = ks_jstr(dt[it[k].index], dl[it[k].index]);
-            if (tei) json_object_set_new(e, "text", t);
-            else json_object_set_new(e, "document", json_pack("{s:o}", "text", t));
+            if (tei)
+                json_object_set_new(e, "text", t);
+            else
+                json_object_set_new(e, "document", json_pack("{s:o}", "text", t));
         }
         json_array_append_new(results, e);
     }

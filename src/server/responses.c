@@ -103,7 +103,8 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
         json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", "json_object"));
     } else if (ft && !strcmp(ft, "json_schema")) {
         json_t *schema = json_object_get(fmt, "schema");
-        if (!json_is_object(schema)) return fail(err, cap, param, "text.format", "text.format.schema must be an object");
+        if (!json_is_object(schema))
+            return fail(err, cap, param, "text.format", "text.format.schema must be an object");
         json_object_set_new(chat, "response_format",
                             json_pack("{s:s,s:{s:O}}", "type", "json_schema", "json_schema", "schema", schema));
     } else if (ft && strcmp(ft, "text")) {
@@ -121,8 +122,8 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
     } else if (json_is_array(input) && json_array_size(input)) {
         size_t i;
         json_t *it;
-        int open = 0;             /* the last message is an assistant turn calls may join */
-        ks_buf pending = {0};     /* reasoning for the next assistant turn */
+        int open = 0;         /* the last message is an assistant turn calls may join */
+        ks_buf pending = {0}; /* reasoning for the next assistant turn */
         int have_pending = 0;
         json_array_foreach(input, i, it) {
             const char *type = json_string_value(json_object_get(it, "type"));
@@ -218,8 +219,10 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
                 open = 0;
             } else {
                 ks_buf_free(&pending);
-                snprintf(err, cap, "input[%zu] is of type '%s'; kiln takes message, function_call, "
-                         "function_call_output and reasoning items (it stores nothing to refer to)", i, type);
+                snprintf(err, cap,
+                         "input[%zu] is of type '%s'; kiln takes message, function_call, "
+                         "function_call_output and reasoning items (it stores nothing to refer to)",
+                         i, type);
                 *param = "input";
                 return -1;
             }
@@ -262,12 +265,16 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
             json_t *d = json_object_get(t, "description");
             if (json_is_string(d)) json_object_set(fn, "description", d);
             json_t *params = json_object_get(t, "parameters");
-            if (json_is_object(params)) json_object_set(fn, "parameters", params);
-            else json_object_set_new(fn, "parameters", json_pack("{s:s,s:{}}", "type", "object", "properties"));
+            if (json_is_object(params))
+                json_object_set(fn, "parameters", params);
+            else
+                json_object_set_new(fn, "parameters", json_pack("{s:s,s:{}}", "type", "object", "properties"));
             json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
         }
-        if (!(cs && !strcmp(cs, "none"))) json_object_set_new(chat, "tools", out);
-        else json_decref(out);
+        if (!(cs && !strcmp(cs, "none")))
+            json_object_set_new(chat, "tools", out);
+        else
+            json_decref(out);
     } else if (tools && !json_is_null(tools) && !json_is_array(tools)) {
         return fail(err, cap, param, "tools", "'tools' must be an array");
     }
@@ -295,9 +302,9 @@ static json_t *response(const ks_xw *w, const char *status, json_t *output) {
     json_object_set_new(r, "created_at", json_integer(w->created));
     json_object_set_new(r, "status", json_string(status));
     json_object_set_new(r, "error", json_null());
-    json_object_set_new(r, "incomplete_details", !strcmp(status, "incomplete")
-                                                     ? json_pack("{s:s}", "reason", "max_output_tokens")
-                                                     : json_null());
+    json_object_set_new(r, "incomplete_details",
+                        !strcmp(status, "incomplete") ? json_pack("{s:s}", "reason", "max_output_tokens")
+                                                      : json_null());
     json_object_set_new(r, "model", json_string(w->model));
     json_object_set_new(r, "output", output);
     json_object_set_new(r, "parallel_tool_calls", json_true());
@@ -305,8 +312,8 @@ static json_t *response(const ks_xw *w, const char *status, json_t *output) {
     json_object_set_new(r, "store", json_false());
     json_object_set_new(r, "usage", !strcmp(status, "in_progress") ? json_null() : usage(w));
     /* what the request set, as the API repeats it */
-    const char *echo[] = {"instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",
-                          "text", "reasoning", "metadata", "user", "truncation"};
+    const char *echo[] = {"instructions", "max_output_tokens", "temperature", "top_p", "tools",     "tool_choice",
+                          "text",         "reasoning",         "metadata",    "user",  "truncation"};
     for (size_t i = 0; i < sizeof echo / sizeof echo[0]; i++) {
         json_t *v = json_object_get(w->echo, echo[i]);
         json_object_set(r, echo[i], v ? v : json_null());
@@ -495,7 +502,9 @@ static void resp_ping(ks_xw *w) {
     if (w->out) ks_buf_puts(w->out, ": keep-alive\n\n");
 }
 
-static json_t *resp_error_body(const char *type, const char *msg) { return ks_error_body(KS_API_OPENAI, type, msg, NULL); }
+static json_t *resp_error_body(const char *type, const char *msg) {
+    return ks_error_body(KS_API_OPENAI, type, msg, NULL);
+}
 
-const ks_xw_ops ks_resp_ops = {resp_start, resp_text, resp_tool_open, resp_tool_args, resp_finish, resp_fail,
-                               resp_ping, resp_error_body};
+const ks_xw_ops ks_resp_ops = {resp_start,  resp_text, resp_tool_open, resp_tool_args,
+                               resp_finish, resp_fail, resp_ping,      resp_error_body};

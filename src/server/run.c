@@ -43,8 +43,10 @@ static int conn_gone(void *c) { return ks_conn_gone(c); }
 static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, size_t cap) {
     const char *tmpl = ks_template_text(r);
     if (!tmpl || !strstr(tmpl, "<tool_call>")) {
-        snprintf(msg, cap, "'tool_choice' forces a call, which needs a chat template that writes calls as "
-                           "<tool_call>...</tool_call>; the template of \"%.100s\" does not", r->name);
+        snprintf(msg, cap,
+                 "'tool_choice' forces a call, which needs a chat template that writes calls as "
+                 "<tool_call>...</tool_call>; the template of \"%.100s\" does not",
+                 r->name);
         return -1;
     }
     if (o->json_mode) {
@@ -76,14 +78,15 @@ static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, 
     json_decref(any_object);
     if (sample_call_init(&q->call, (const char *const *)q->call_names, (const ks_schema *const *)q->call_schemas,
                          q->n_call, o->force_think) != 0) {
-        snprintf(msg, cap, "a forced call takes 1..%d tools with distinct names free of quotes, backslashes and "
-                           "control characters", SAMPLE_CALL_MAX);
+        snprintf(msg, cap,
+                 "a forced call takes 1..%d tools with distinct names free of quotes, backslashes and "
+                 "control characters",
+                 SAMPLE_CALL_MAX);
         return -1;
     }
     sample_call_constraint(&q->cons, &q->call);
     return 0;
 }
-
 
 ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, const ks_gen_opts *o, int *rc) {
     char msg[300];
@@ -169,7 +172,6 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     return q;
 }
 
-
 typedef struct run {
     ks_srv *s;
     ks_model *r;
@@ -180,12 +182,12 @@ typedef struct run {
     char model[256];
     long created;
     ks_buf content, reasoning;
-    ks_buf *sink;             /* the stream's output while filling */
+    ks_buf *sink; /* the stream's output while filling */
     int sent_role;
     int sent_final;
-    json_t *oai_tools;        /* OpenAI-shaped tool calls */
+    json_t *oai_tools; /* OpenAI-shaped tool calls */
     double t0;
-    ks_reqlog *log;           /* the request's log line */
+    ks_reqlog *log; /* the request's log line */
 } run;
 
 static const char *finish_str(const run *u) {
@@ -362,8 +364,7 @@ static void stream_delta(run *u, int kind, const char *s, size_t n, json_t *tool
                 json_array_append_new(arr, tool);
                 json_object_set_new(d, "tool_calls", arr);
             } else {
-                json_object_set_new(d, kind == KS_D_REASONING ? "reasoning_content" : "content",
-                                    ks_jstr(s, n));
+                json_object_set_new(d, kind == KS_D_REASONING ? "reasoning_content" : "content", ks_jstr(s, n));
             }
             json_object_set_new(ch, "delta", d);
         } else {
@@ -384,8 +385,8 @@ static void stream_delta(run *u, int kind, const char *s, size_t n, json_t *tool
     } else {
         json_t *m = json_object();
         json_object_set_new(m, "role", json_string("assistant"));
-        json_object_set_new(m, "content", ks_jstr(kind == KS_D_CONTENT && !tool ? s : "",
-                                                               kind == KS_D_CONTENT && !tool ? n : 0));
+        json_object_set_new(m, "content",
+                            ks_jstr(kind == KS_D_CONTENT && !tool ? s : "", kind == KS_D_CONTENT && !tool ? n : 0));
         if (kind == KS_D_REASONING) json_object_set_new(m, "thinking", ks_jstr(s, n));
         if (tool) {
             json_t *arr = json_array();
@@ -409,15 +410,19 @@ static json_t *oll_tool(json_t *call) {
 
 static void on_text(ks_gen *g, int kind, const char *s, size_t n, void *user) {
     run *u = user;
-    if (u->a.stream) stream_delta(u, kind, s, n, NULL);
-    else ks_buf_put(kind == KS_D_REASONING ? &u->reasoning : &u->content, s, n);
+    if (u->a.stream)
+        stream_delta(u, kind, s, n, NULL);
+    else
+        ks_buf_put(kind == KS_D_REASONING ? &u->reasoning : &u->content, s, n);
 }
 
 static void on_tool(ks_gen *g, int index, json_t *call, void *user) {
     run *u = user;
     int oai = u->a.format == KS_F_OAI_CHAT;
-    if (u->a.stream) stream_delta(u, KS_D_CONTENT, "", 0, oai ? oai_tool(u, index, call, 1) : oll_tool(call));
-    else json_array_append_new(u->oai_tools, oai ? oai_tool(u, index, call, 0) : oll_tool(call));
+    if (u->a.stream)
+        stream_delta(u, KS_D_CONTENT, "", 0, oai ? oai_tool(u, index, call, 1) : oll_tool(call));
+    else
+        json_array_append_new(u->oai_tools, oai ? oai_tool(u, index, call, 0) : oll_tool(call));
 }
 
 /* OpenAI streams a call as it is written: {index, id, type, function:
@@ -478,8 +483,10 @@ static void stream_final(run *u) {
         json_t *j = oai_base(u, chat ? "chat.completion.chunk" : "text_completion");
         json_t *ch = json_object();
         json_object_set_new(ch, "index", json_integer(0));
-        if (chat) json_object_set_new(ch, "delta", json_object());
-        else json_object_set_new(ch, "text", json_string(""));
+        if (chat)
+            json_object_set_new(ch, "delta", json_object());
+        else
+            json_object_set_new(ch, "text", json_string(""));
         json_object_set_new(ch, "logprobs", take_logprobs(u));
         json_object_set_new(ch, "finish_reason", json_string(finish_str(u)));
         json_t *arr = json_array();
@@ -648,8 +655,10 @@ int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks
         u->g.finish = KS_FIN_ERROR;
     }
     if (u->g.finish == KS_FIN_ERROR) {
-        if (a->format >= KS_F_OLL_GEN) rc = ks_oll_error(c, 500, u->g.err[0] ? u->g.err : "generation failed");
-        else rc = ks_send_error(c, 500, "server_error", u->g.err[0] ? u->g.err : "generation failed", NULL);
+        if (a->format >= KS_F_OLL_GEN)
+            rc = ks_oll_error(c, 500, u->g.err[0] ? u->g.err : "generation failed");
+        else
+            rc = ks_send_error(c, 500, "server_error", u->g.err[0] ? u->g.err : "generation failed", NULL);
     } else {
         rc = ks_send_json(c, 200, whole_result(u));
     }

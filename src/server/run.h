@@ -23,15 +23,15 @@ void ks_req_free(ks_req *q);
 /* Output shapes of ks_run */
 enum { KS_F_OAI_CHAT = 0, KS_F_OAI_COMPL, KS_F_OLL_GEN, KS_F_OLL_CHAT };
 typedef struct ks_run_args {
-    int format;               /* KS_F_* */
+    int format; /* KS_F_* */
     int stream;
-    int include_usage;        /* OpenAI stream_options.include_usage */
-    int start_think;          /* the prompt opened a <think> block */
-    double keep_alive;        /* seconds for the model after this; NAN = keep */
-    const char *model;        /* name echoed back */
-    int think_off;            /* the request said think: false (Ollama) */
-    int has_tools;            /* the request offered tools */
-    double load_wait;         /* seconds this request waited for the model to load */
+    int include_usage; /* OpenAI stream_options.include_usage */
+    int start_think;   /* the prompt opened a <think> block */
+    double keep_alive; /* seconds for the model after this; NAN = keep */
+    const char *model; /* name echoed back */
+    int think_off;     /* the request said think: false (Ollama) */
+    int has_tools;     /* the request offered tools */
+    double load_wait;  /* seconds this request waited for the model to load */
 } ks_run_args;
 /* Sends q's result (streamed or whole) in the chosen shape; takes over the
  * request and the model use. */

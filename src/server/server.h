@@ -47,29 +47,29 @@
 #define KS_DEFAULT_PORT 8080
 
 typedef struct ks_config {
-    const char *host;            /* bind address, IPv4 or IPv6 ("::1", "[::1]");
+    const char *host;          /* bind address, IPv4 or IPv6 ("::1", "[::1]");
                                     default "127.0.0.1"; "localhost" = 127.0.0.1 */
-    int port;                    /* default KS_DEFAULT_PORT; 0 = any free port */
-    const char *const *models;   /* GGUF paths or store names (-m), may be 0 */
+    int port;                  /* default KS_DEFAULT_PORT; 0 = any free port */
+    const char *const *models; /* GGUF paths or store names (-m), may be 0 */
     int n_models;
-    const char *store_root;      /* NULL = the default store */
-    int parallel;                /* sequences decoded together per model (4) */
-    int n_ctx;                   /* tokens per sequence; 0 = model's, capped */
-    int n_batch;                 /* most tokens per forward step (512) */
-    int n_threads;               /* 0 = all CPUs */
-    int kv_type;                 /* KILN_KV_* (F16) */
-    uint64_t kv_budget;          /* bytes of KV cache per model; 0 = -c x --parallel */
-    const char *api_key;         /* NULL: no auth */
-    const char *cors_origins;    /* extra allowed browser origins, comma-separated
+    const char *store_root;   /* NULL = the default store */
+    int parallel;             /* sequences decoded together per model (4) */
+    int n_ctx;                /* tokens per sequence; 0 = model's, capped */
+    int n_batch;              /* most tokens per forward step (512) */
+    int n_threads;            /* 0 = all CPUs */
+    int kv_type;              /* KILN_KV_* (F16) */
+    uint64_t kv_budget;       /* bytes of KV cache per model; 0 = -c x --parallel */
+    const char *api_key;      /* NULL: no auth */
+    const char *cors_origins; /* extra allowed browser origins, comma-separated
                                     globs ("*" = any); NULL = $KILN_ORIGINS */
-    double keep_alive;           /* seconds an idle model stays; < 0 forever (300) */
-    size_t max_body;             /* request body limit in bytes (8 MiB) */
-    int max_queue;               /* waiting requests per model before 429 (64) */
-    int max_connections;         /* open connections (256) */
-    const char *image_pack;      /* image pack served at /v1/images/generations, or NULL */
-    int max_loaded;              /* models resident at once; 0 = as memory allows */
-    int log_json;                /* 1: stderr lines are JSON objects (--log-format json) */
-    kiln_spec_params spec;       /* speculative decoding for every request of every generating
+    double keep_alive;        /* seconds an idle model stays; < 0 forever (300) */
+    size_t max_body;          /* request body limit in bytes (8 MiB) */
+    int max_queue;            /* waiting requests per model before 429 (64) */
+    int max_connections;      /* open connections (256) */
+    const char *image_pack;   /* image pack served at /v1/images/generations, or NULL */
+    int max_loaded;           /* models resident at once; 0 = as memory allows */
+    int log_json;             /* 1: stderr lines are JSON objects (--log-format json) */
+    kiln_spec_params spec;    /* speculative decoding for every request of every generating
                                     model (type KILN_SPEC_NONE: off); draft_model borrowed */
 } ks_config;
 

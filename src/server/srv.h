@@ -23,36 +23,36 @@ enum { KS_TASK_GENERATE = 0, KS_TASK_EMBED, KS_TASK_TRANSCRIBE, KS_TASK_INFO, KS
  * server started (as llama-server's _total counters), so they survive the
  * model's unloads and reloads. */
 typedef struct ks_counts {
-    gen_spec_stats spec;      /* speculative decoding */
-    uint64_t lookup_tokens;   /* prompt tokens looked up in the prefix cache */
-    uint64_t hit_tokens;      /* of those, found */
+    gen_spec_stats spec;    /* speculative decoding */
+    uint64_t lookup_tokens; /* prompt tokens looked up in the prefix cache */
+    uint64_t hit_tokens;    /* of those, found */
 } ks_counts;
 
 typedef struct ks_model {
     struct ks_srv *srv;
-    char name[256];           /* as clients name it */
-    char ref[4096];           /* what its engine loads: a file, or a store name */
-    int pinned;               /* named by -m: loaded at start, the default model */
+    char name[256]; /* as clients name it */
+    char ref[4096]; /* what its engine loads: a file, or a store name */
+    int pinned;     /* named by -m: loaded at start, the default model */
     kiln_engine_family_id family;
-    kiln_engine *eng;         /* made at the first load */
+    kiln_engine *eng; /* made at the first load */
     uint64_t file_bytes;
     /* the rest under ks_srv.mu */
-    int state;                /* KS_M_*, from the engine's events */
-    char err[512];            /* the latest failure */
-    int users;                /* requests holding it: it is not unloaded under them */
-    double last_used;         /* ks_now() */
-    double keep_alive;        /* seconds after the last use; < 0 forever */
+    int state;         /* KS_M_*, from the engine's events */
+    char err[512];     /* the latest failure */
+    int users;         /* requests holding it: it is not unloaded under them */
+    double last_used;  /* ks_now() */
+    double keep_alive; /* seconds after the last use; < 0 forever */
     double load_started, load_seconds;
-    double loaded_at;         /* ks_wall() */
-    kiln_model *model;        /* while READY (and only for a user: it goes with the unload) */
+    double loaded_at;  /* ks_wall() */
+    kiln_model *model; /* while READY (and only for a user: it goes with the unload) */
     int32_t n_ctx, n_vocab;
-    uint64_t weight_bytes;    /* of the latest load */
-    json_t *details;          /* Ollama's details of the latest load, or NULL */
-    json_t *defaults;         /* a store pack's defaults (kiln_store_lease_defaults), or NULL */
-    void *tmpl;               /* compiled chat template or NULL */
+    uint64_t weight_bytes; /* of the latest load */
+    json_t *details;       /* Ollama's details of the latest load, or NULL */
+    json_t *defaults;      /* a store pack's defaults (kiln_store_lease_defaults), or NULL */
+    void *tmpl;            /* compiled chat template or NULL */
     int tmpl_tried;
-    ks_counts base;           /* what earlier loads counted */
-    ks_counts seen;           /* what this load had counted when its latest request ended */
+    ks_counts base; /* what earlier loads counted */
+    ks_counts seen; /* what this load had counted when its latest request ended */
     struct ks_model *next;
 } ks_model;
 
@@ -63,17 +63,17 @@ typedef struct ks_srv {
     ks_config cfg;
     struct MHD_Daemon *mhd;
     int port;
-    pthread_mutex_t mu;       /* the models and their fields */
-    pthread_cond_t cv;        /* broadcast when a model changes */
-    ks_model *models;         /* every model named so far, first used first */
-    uint64_t mem_budget;      /* what resident models may take without --max-loaded */
-    pthread_t keeper;         /* keep-alive timers */
+    pthread_mutex_t mu;  /* the models and their fields */
+    pthread_cond_t cv;   /* broadcast when a model changes */
+    ks_model *models;    /* every model named so far, first used first */
+    uint64_t mem_budget; /* what resident models may take without --max-loaded */
+    pthread_t keeper;    /* keep-alive timers */
     int keeper_started, quit;
     kiln_store *store;
-    ks_guard guard;           /* Host, Origin and public-path rules */
+    ks_guard guard; /* Host, Origin and public-path rules */
     atomic_int draining;
     atomic_int n_active_http;
-    ks_images *images;        /* NULL without --image */
+    ks_images *images; /* NULL without --image */
 } ks_srv;
 
 #endif

@@ -42,7 +42,7 @@ enum {
     S_NUM_E,
     S_NUM_ESIGN,
     S_NUM_EXP,
-    S_END,       /* after the object: whitespace only */
+    S_END, /* after the object: whitespace only */
 };
 
 enum { M_OTHER = 0, M_NAME, M_ARGS };
@@ -74,9 +74,14 @@ static int is_ws(unsigned c) { return c == ' ' || c == '\t' || c == '\n' || c ==
 static void put_utf8(ks_buf *b, unsigned cp) {
     char u[4];
     size_t n;
-    if (cp < 0x80) { u[0] = (char)cp; n = 1; }
-    else if (cp < 0x800) { u[0] = (char)(0xC0 | cp >> 6); u[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
-    else if (cp < 0x10000) {
+    if (cp < 0x80) {
+        u[0] = (char)cp;
+        n = 1;
+    } else if (cp < 0x800) {
+        u[0] = (char)(0xC0 | cp >> 6);
+        u[1] = (char)(0x80 | (cp & 0x3F));
+        n = 2;
+    } else if (cp < 0x10000) {
         u[0] = (char)(0xE0 | cp >> 12);
         u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
         u[2] = (char)(0x80 | (cp & 0x3F));
@@ -106,7 +111,8 @@ static void value_end(ks_toolscan *t) {
     t->st = S_AFTER;
     if (t->stack.len != 1) return;
     /* back in the call's object: one of its members is complete */
-    if (t->member == M_NAME) t->name_done = 1;
+    if (t->member == M_NAME)
+        t->name_done = 1;
     else if (t->member == M_ARGS) {
         t->args_done = 1;
         t->in_args = 0;
@@ -156,21 +162,29 @@ static int value_start(ks_toolscan *t, unsigned char c) {
             t->sink = &t->name;
         } else if (t->member == M_ARGS) {
             t->args_begun = 1;
-            if (c == '"') t->sink = &t->args;
-            else t->in_args = 1;
+            if (c == '"')
+                t->sink = &t->args;
+            else
+                t->in_args = 1;
         }
     }
     switch (c) {
     case '{':
     case '[': return push(t, c);
-    case '"': t->st = S_STR; t->str_key = 0; return 0;
+    case '"':
+        t->st = S_STR;
+        t->str_key = 0;
+        return 0;
     case '-': t->st = S_NUM_MINUS; return 0;
     case '0': t->st = S_NUM_ZERO; return 0;
     case 't': t->lit = "true"; break;
     case 'f': t->lit = "false"; break;
     case 'n': t->lit = "null"; break;
     default:
-        if (c >= '1' && c <= '9') { t->st = S_NUM_INT; return 0; }
+        if (c >= '1' && c <= '9') {
+            t->st = S_NUM_INT;
+            return 0;
+        }
         return -1;
     }
     t->litpos = 1;
@@ -202,14 +216,23 @@ static int str_byte(ks_toolscan *t, unsigned char c) {
     if (t->u8need) {
         if ((c & 0xC0) != 0x80) return -1;
         t->u8cp = t->u8cp << 6 | (c & 0x3F);
-        if (--t->u8need == 0
-            && (t->u8cp < t->u8min || (t->u8cp >= 0xD800 && t->u8cp <= 0xDFFF) || t->u8cp > 0x10FFFF))
+        if (--t->u8need == 0 && (t->u8cp < t->u8min || (t->u8cp >= 0xD800 && t->u8cp <= 0xDFFF) || t->u8cp > 0x10FFFF))
             return -1;
     } else if (c >= 0x80) {
-        if (c >= 0xC2 && c <= 0xDF) { t->u8need = 1; t->u8cp = c & 0x1F; t->u8min = 0x80; }
-        else if (c >= 0xE0 && c <= 0xEF) { t->u8need = 2; t->u8cp = c & 0x0F; t->u8min = 0x800; }
-        else if (c >= 0xF0 && c <= 0xF4) { t->u8need = 3; t->u8cp = c & 0x07; t->u8min = 0x10000; }
-        else return -1;
+        if (c >= 0xC2 && c <= 0xDF) {
+            t->u8need = 1;
+            t->u8cp = c & 0x1F;
+            t->u8min = 0x80;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            t->u8need = 2;
+            t->u8cp = c & 0x0F;
+            t->u8min = 0x800;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            t->u8need = 3;
+            t->u8cp = c & 0x07;
+            t->u8min = 0x10000;
+        } else
+            return -1;
     }
     char ch = (char)c;
     str_put(t, &ch, 1);
@@ -267,8 +290,10 @@ again:
     case S_AFTER:
         if (is_ws(c)) break;
         if (t->stack.len == 1 && t->name_done && (c == ',' || c == '}')) t->named = 1;
-        if (c == ',') t->st = t->stack.p[t->stack.len - 1] == '{' ? S_KEY : S_VALUE;
-        else if ((c != '}' && c != ']') || pop(t, c)) return -1;
+        if (c == ',')
+            t->st = t->stack.p[t->stack.len - 1] == '{' ? S_KEY : S_VALUE;
+        else if ((c != '}' && c != ']') || pop(t, c))
+            return -1;
         break;
     case S_STR:
         if (t->u8need) {
@@ -314,9 +339,12 @@ again:
         if (!t->lit[++t->litpos]) value_end(t);
         break;
     case S_NUM_MINUS:
-        if (c == '0') t->st = S_NUM_ZERO;
-        else if (c >= '1' && c <= '9') t->st = S_NUM_INT;
-        else return -1;
+        if (c == '0')
+            t->st = S_NUM_ZERO;
+        else if (c >= '1' && c <= '9')
+            t->st = S_NUM_INT;
+        else
+            return -1;
         break;
     case S_NUM_ZERO:
     case S_NUM_INT:
@@ -325,15 +353,24 @@ again:
             if (t->st == S_NUM_ZERO) return -1; /* no leading zeros */
             break;
         }
-        if (c == '.' && t->st != S_NUM_FRAC) { t->st = S_NUM_DOT; break; }
-        if (c == 'e' || c == 'E') { t->st = S_NUM_E; break; }
+        if (c == '.' && t->st != S_NUM_FRAC) {
+            t->st = S_NUM_DOT;
+            break;
+        }
+        if (c == 'e' || c == 'E') {
+            t->st = S_NUM_E;
+            break;
+        }
         goto number_end;
     case S_NUM_DOT:
         if (c < '0' || c > '9') return -1;
         t->st = S_NUM_FRAC;
         break;
     case S_NUM_E:
-        if (c == '+' || c == '-') { t->st = S_NUM_ESIGN; break; }
+        if (c == '+' || c == '-') {
+            t->st = S_NUM_ESIGN;
+            break;
+        }
         /* fall through */
     case S_NUM_ESIGN:
         if (c < '0' || c > '9') return -1;

@@ -18,11 +18,11 @@
 struct MHD_Connection;
 
 typedef struct ks_webui_file {
-    const char *path;   /* "/index.html", "/assets/app-HASH.js", ... */
-    const char *type;   /* Content-Type */
-    const char *data;   /* static bytes, len of them */
+    const char *path; /* "/index.html", "/assets/app-HASH.js", ... */
+    const char *type; /* Content-Type */
+    const char *data; /* static bytes, len of them */
     size_t len;
-    int immutable;      /* name carries a content hash: cache for good */
+    int immutable; /* name carries a content hash: cache for good */
 } ks_webui_file;
 
 /* The bundled files, ending with a zero entry; only the zero entry when the

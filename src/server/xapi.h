@@ -30,10 +30,10 @@
  * max_tokens, stop, seed, response_format); the caller gives it to
  * ks_parse_opts and ks_render_chat.  think: -1 default, 0 off, 1 on. */
 typedef struct ks_xreq {
-    json_t *chat;             /* owned */
+    json_t *chat; /* owned */
     int think;
     int stream;
-    int has_max;              /* the request set a token limit */
+    int has_max; /* the request set a token limit */
 } ks_xreq;
 
 /* Each returns 0, or -1 with a message and the offending parameter (a
@@ -74,32 +74,31 @@ enum { KS_XB_NONE = -1, KS_XB_TEXT = KS_D_CONTENT, KS_XB_REASONING = KS_D_REASON
 
 struct ks_xw {
     const ks_xw_ops *ops;
-    ks_buf *out;              /* where events go; NULL: not streaming */
-    char id[64];              /* the response's id ("resp_..." / "msg_...") */
-    char serial[40];          /* its unique part, in item and call ids */
+    ks_buf *out;     /* where events go; NULL: not streaming */
+    char id[64];     /* the response's id ("resp_..." / "msg_...") */
+    char serial[40]; /* its unique part, in item and call ids */
     char model[256];
-    long created;             /* Unix seconds */
-    json_t *echo;             /* owned: request fields the response repeats (Responses), or NULL */
+    long created; /* Unix seconds */
+    json_t *echo; /* owned: request fields the response repeats (Responses), or NULL */
     /* set by the driver before finish */
-    int finish;               /* KS_FIN_* */
-    const char *stop_seq;     /* the stop string that ended it, or NULL */
+    int finish;           /* KS_FIN_* */
+    const char *stop_seq; /* the stop string that ended it, or NULL */
     int32_t n_prompt, n_cached, n_gen;
     /* the writer's state */
-    int open;                 /* KS_XB_* of the open block */
-    int n_tools;              /* tool calls opened */
-    long seq;                 /* Responses: the next sequence_number */
-    ks_buf acc;               /* the open block's text or arguments */
-    json_t *cur;              /* the open block / item (owned) */
-    json_t *items;            /* closed blocks / items, in order */
-    json_t *result;           /* after finish: the whole response (owned) */
+    int open;       /* KS_XB_* of the open block */
+    int n_tools;    /* tool calls opened */
+    long seq;       /* Responses: the next sequence_number */
+    ks_buf acc;     /* the open block's text or arguments */
+    json_t *cur;    /* the open block / item (owned) */
+    json_t *items;  /* closed blocks / items, in order */
+    json_t *result; /* after finish: the whole response (owned) */
 };
 
 extern const ks_xw_ops ks_resp_ops, ks_msg_ops;
 
 /* serial is the unique part of the id (hex digits); prefix "resp" or
  * "msg"; out NULL when not streaming. */
-void ks_xw_init(ks_xw *w, const ks_xw_ops *ops, const char *prefix, const char *serial, const char *model,
-                ks_buf *out);
+void ks_xw_init(ks_xw *w, const ks_xw_ops *ops, const char *prefix, const char *serial, const char *model, ks_buf *out);
 void ks_xw_free(ks_xw *w);
 /* The writer's block state: a block (owned) of kind KS_XB_* opens; the
  * open block moves to items, and its text accumulator empties. */
@@ -113,7 +112,7 @@ void ks_xw_event(ks_xw *w, const char *name, json_t *j);
 /* Runs q with w (heap-allocated, out NULL; taken over with q and the
  * model use): stream gives SSE events, else the whole object as JSON.
  * split_tools: <tool_call> blocks are calls (the request offered tools). */
-int ks_xrun(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, ks_xw *w, const ks_gen_opts *o,
-            int stream, int start_think, int split_tools, double keep_alive);
+int ks_xrun(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, ks_xw *w, const ks_gen_opts *o, int stream,
+            int start_think, int split_tools, double keep_alive);
 
 #endif

@@ -57,8 +57,10 @@ static void on_tool(ks_gen *g, int index, json_t *call, void *user) {
 
 static void on_tool_part(ks_gen *g, int index, const char *name, const char *args, size_t n, void *user) {
     xrun *u = user;
-    if (name) u->w->ops->tool_open(u->w, name);
-    else u->w->ops->tool_args(u->w, args, n);
+    if (name)
+        u->w->ops->tool_open(u->w, name);
+    else
+        u->w->ops->tool_args(u->w, args, n);
 }
 
 /* The writer learns how it ended, then closes. */
@@ -69,8 +71,10 @@ static void finish(xrun *u) {
     w->n_prompt = u->q->n_prompt;
     w->n_cached = u->q->n_cached;
     w->n_gen = u->g.n_gen;
-    if (u->g.finish == KS_FIN_ERROR) w->ops->fail(w, u->g.err[0] ? u->g.err : "generation failed");
-    else w->ops->finish(w);
+    if (u->g.finish == KS_FIN_ERROR)
+        w->ops->fail(w, u->g.err[0] ? u->g.err : "generation failed");
+    else
+        w->ops->finish(w);
 }
 
 static void xrun_free(xrun *u) {
@@ -102,8 +106,8 @@ static int xrun_fill(ks_stream *st) {
 
 static void xrun_cleanup(ks_stream *st) { xrun_free(st->user); }
 
-int ks_xrun(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, ks_xw *w, const ks_gen_opts *o,
-            int stream, int start_think, int split_tools, double keep_alive) {
+int ks_xrun(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, ks_xw *w, const ks_gen_opts *o, int stream,
+            int start_think, int split_tools, double keep_alive) {
     (void)s;
     xrun *u = calloc(1, sizeof *u);
     ks_stream *st = stream ? calloc(1, sizeof *st) : NULL;
@@ -160,8 +164,10 @@ int ks_xrun(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, ks_xw *
 }
 
 static const char *status_type(int status) {
-    return status == 404 ? "not_found_error" : status == 400 ? "invalid_request_error"
-           : status == 503 ? "unavailable_error" : "server_error";
+    return status == 404   ? "not_found_error"
+           : status == 400 ? "invalid_request_error"
+           : status == 503 ? "unavailable_error"
+                           : "server_error";
 }
 
 /* A new unique serial for ids: the time, then a counter. */
@@ -254,8 +260,8 @@ static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp
     }
     char serial[40];
     new_serial(serial, sizeof serial);
-    ks_xw_init(w, resp ? &ks_resp_ops : &ks_msg_ops, resp ? "resp" : "msg", serial,
-               name && *name ? name : r->name, NULL);
+    ks_xw_init(w, resp ? &ks_resp_ops : &ks_msg_ops, resp ? "resp" : "msg", serial, name && *name ? name : r->name,
+               NULL);
     if (resp) w->echo = json_deep_copy(body);
     int split_tools = json_array_size(tools) > 0;
     /* the options stay valid: o.stop points into x.chat, which the run
@@ -265,6 +271,4 @@ static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp
 
 int ks_resp_handle(ks_srv *s, struct MHD_Connection *c, json_t *body) { return handle(s, c, body, 1, 0); }
 
-int ks_msg_handle(ks_srv *s, struct MHD_Connection *c, json_t *body, int count) {
-    return handle(s, c, body, 0, count);
-}
+int ks_msg_handle(ks_srv *s, struct MHD_Connection *c, json_t *body, int count) { return handle(s, c, body, 0, count); }

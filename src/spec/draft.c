@@ -32,25 +32,25 @@
 #include <string.h>
 
 typedef struct dseq {
-    int32_t *held;    /* [n_ctx] the tokens the draft sequence holds */
+    int32_t *held; /* [n_ctx] the tokens the draft sequence holds */
     int32_t n_held;
     spec_chain ch;
 } dseq;
 
 struct spec_draft {
-    kiln_model *m;    /* the draft (owned) */
-    kiln_context *c;  /* its context (owned) */
+    kiln_model *m;   /* the draft (owned) */
+    kiln_context *c; /* its context (owned) */
     int32_t n_vocab, n_vocab_target, n_seq, n_ctx, n_batch;
-    int fork;         /* 1: chains run on forks (a recurrent draft) */
+    int fork; /* 1: chains run on forks (a recurrent draft) */
     float p_min;
     dseq *seqs;
     int32_t *b_tok, *b_seq;
     int8_t *b_want;
     /* per ask of the current step */
-    int32_t *from;    /* next token of the slot to feed */
-    int32_t *row;     /* batch row of its logits in the last decode, -1: none */
-    int32_t *going;   /* 1 while its chain goes on */
-    int failed;       /* a draft decode failed once: logged */
+    int32_t *from;  /* next token of the slot to feed */
+    int32_t *row;   /* batch row of its logits in the last decode, -1: none */
+    int32_t *going; /* 1 while its chain goes on */
+    int failed;     /* a draft decode failed once: logged */
 };
 
 /* 0 when the draft's vocabulary is the target's, else -1 with the first
@@ -153,7 +153,8 @@ spec_draft *spec_draft_new(const kiln_spec_params *p, kiln_model *m, kiln_contex
     d->row = malloc((size_t)d->n_seq * sizeof *d->row);
     d->going = malloc((size_t)d->n_seq * sizeof *d->going);
     int ok = d->seqs && d->b_tok && d->b_seq && d->b_want && d->from && d->row && d->going;
-    for (int32_t i = 0; ok && i < d->n_seq; i++) ok = (d->seqs[i].held = malloc((size_t)d->n_ctx * sizeof(int32_t))) != NULL;
+    for (int32_t i = 0; ok && i < d->n_seq; i++)
+        ok = (d->seqs[i].held = malloc((size_t)d->n_ctx * sizeof(int32_t))) != NULL;
     if (!ok) {
         kb_fail(KILN_ERR_NOMEM, "out of memory for the draft model");
         spec_draft_free(d);

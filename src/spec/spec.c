@@ -44,8 +44,7 @@ kiln_status spec_new(const kiln_spec_params *params, kiln_model *m, kiln_context
     kiln_spec_params p = params ? *params : kiln_spec_default_params();
     const kiln_spec_params d = kiln_spec_default_params();
     if (p.n_max <= 0) p.n_max = d.n_max;
-    if (p.n_max > GEN_DRAFT_MAX)
-        return kb_fail(KILN_ERR_INVALID_ARG, "--spec-n %d exceeds %d", p.n_max, GEN_DRAFT_MAX);
+    if (p.n_max > GEN_DRAFT_MAX) return kb_fail(KILN_ERR_INVALID_ARG, "--spec-n %d exceeds %d", p.n_max, GEN_DRAFT_MAX);
     if (p.ngram_min <= 0) p.ngram_min = d.ngram_min;
     if (p.ngram_max <= 0) p.ngram_max = p.ngram_min > d.ngram_max ? p.ngram_min : d.ngram_max;
     if (p.ngram_min > p.ngram_max || p.ngram_max > SPEC_NGRAM_MAX)
@@ -77,8 +76,7 @@ kiln_status spec_new(const kiln_spec_params *params, kiln_model *m, kiln_context
         if (!s->mtp) st = KILN_ERR_UNSUPPORTED;
         s->prop = (gen_proposer){spec_mtp_propose, s->mtp, 0};
         break;
-    default:
-        st = kb_fail(KILN_ERR_INVALID_ARG, "unknown speculative decoding type %d", (int)p.type);
+    default: st = kb_fail(KILN_ERR_INVALID_ARG, "unknown speculative decoding type %d", (int)p.type);
     }
     if (st != KILN_OK) {
         spec_free(s);
@@ -109,8 +107,7 @@ int spec_chain_begin(spec_chain *ch, const kiln_sampler_params *sp, int32_t n_vo
     want.presence_penalty = 0;
     want.frequency_penalty = 0;
     want.seed = sp->seed ^ 0x5bec0de5bec0de5ull;
-    if (ch->n_vocab == n_vocab && (ch->smp || want.temperature <= 0) && !memcmp(&want, &ch->sp, sizeof want))
-        return 0;
+    if (ch->n_vocab == n_vocab && (ch->smp || want.temperature <= 0) && !memcmp(&want, &ch->sp, sizeof want)) return 0;
     kiln_sampler_free(ch->smp);
     ch->smp = NULL;
     ch->sp = want;

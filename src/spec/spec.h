@@ -47,8 +47,8 @@ const kiln_spec_params *spec_params(const spec *s);
 
 /* One sequence's way from logits to proposals. */
 typedef struct spec_chain {
-    kiln_sampler *smp;        /* temperature > 0: the slot's cuts, no penalties */
-    kiln_sampler_params sp;   /* what smp was made with */
+    kiln_sampler *smp;      /* temperature > 0: the slot's cuts, no penalties */
+    kiln_sampler_params sp; /* what smp was made with */
     int32_t n_vocab;
     gen_dist dist[GEN_DRAFT_MAX];
     int32_t id[GEN_DRAFT_MAX][SPEC_DIST_MAX];

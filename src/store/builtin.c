@@ -78,12 +78,14 @@ kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, 
     const kiln_builtin_model *b = kiln_builtin_find(name);
     if (!b) return kb_fail(KILN_ERR_NOT_FOUND, "no built-in model '%s'", name ? name : "");
     if (!url || !*url)
-        return kb_fail(KILN_ERR_INVALID_ARG, "%s has no download source here: give a mirror URL (--url) of %s",
-                       b->name, b->file);
+        return kb_fail(KILN_ERR_INVALID_ARG, "%s has no download source here: give a mirror URL (--url) of %s", b->name,
+                       b->file);
     char full[4096];
     size_t ul = strlen(url);
-    if (url[ul - 1] == '/') snprintf(full, sizeof full, "%s%s", url, b->file);
-    else snprintf(full, sizeof full, "%s", url);
+    if (url[ul - 1] == '/')
+        snprintf(full, sizeof full, "%s%s", url, b->file);
+    else
+        snprintf(full, sizeof full, "%s", url);
     char id[KST_ID_LEN + 1];
     kiln_status st = kiln_store_pull(s, full, b->name, NULL, p, id);
     if (st != KILN_OK) return st;

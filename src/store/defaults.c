@@ -18,8 +18,8 @@
 #include <string.h>
 
 static int is_text_role(const char *role) {
-    return !strcmp(role, "template") || !strcmp(role, "system") || !strcmp(role, "params") || !strcmp(role, "license") ||
-           !strcmp(role, "messages");
+    return !strcmp(role, "template") || !strcmp(role, "system") || !strcmp(role, "params") ||
+           !strcmp(role, "license") || !strcmp(role, "messages");
 }
 
 /* The value an artifact's text contributes, or NULL (message in why) when
@@ -48,7 +48,8 @@ kiln_status kst_check_text(const char *path, const char *role, const char *file)
     if (!is_text_role(role)) return KILN_OK;
     size_t len = 0;
     char *txt = kst_read_text(path, KST_TEXT_MAX, &len);
-    if (!txt) return kb_fail(KILN_ERR_FORMAT, "artifact %s: cannot read it as text of at most %u bytes", file, KST_TEXT_MAX);
+    if (!txt)
+        return kb_fail(KILN_ERR_FORMAT, "artifact %s: cannot read it as text of at most %u bytes", file, KST_TEXT_MAX);
     char why[128];
     json_t *v = text_value(role, txt, len, why, sizeof why);
     free(txt);

@@ -132,8 +132,8 @@ void kst_sha256_hex(const void *data, size_t len, char hex[KST_ID_LEN + 1]) {
     to_hex(d, n, hex);
 }
 
-int kst_sha256_file(const char *path, char hex[KST_ID_LEN + 1], struct stat *st_out,
-                   kiln_store_progress_fn progress, void *user, const char *artifact) {
+int kst_sha256_file(const char *path, char hex[KST_ID_LEN + 1], struct stat *st_out, kiln_store_progress_fn progress,
+                    void *user, const char *artifact) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     struct stat st;
@@ -157,15 +157,18 @@ int kst_sha256_file(const char *path, char hex[KST_ID_LEN + 1], struct stat *st_
     for (;;) {
         ssize_t r = read(fd, buf, CHUNK);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) { rc = -1; break; }
+        if (r < 0) {
+            rc = -1;
+            break;
+        }
         if (r == 0) break;
         EVP_DigestUpdate(ctx, buf, (size_t)r);
         done += (uint64_t)r;
         double now = kb_now();
         if (progress && now - last > 0.25) {
             last = now;
-            kiln_store_progress p = {.event = "verify", .artifact = artifact, .done = done,
-                                     .total = (uint64_t)st.st_size, .eta = -1};
+            kiln_store_progress p = {
+                .event = "verify", .artifact = artifact, .done = done, .total = (uint64_t)st.st_size, .eta = -1};
             progress(&p, user);
         }
     }
@@ -204,8 +207,10 @@ static int64_t rmtree_at(int dirfd, const char *name) {
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         int64_t r = rmtree_at(fd, e->d_name);
-        if (r < 0) failed = 1;
-        else total += r;
+        if (r < 0)
+            failed = 1;
+        else
+            total += r;
     }
     closedir(d);
     if (unlinkat(dirfd, name, AT_REMOVEDIR) != 0 || failed) return -1;

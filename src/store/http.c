@@ -65,13 +65,17 @@ kiln_status kst_http_error(int kind, long code, const char *error_code, const ch
         if (!have_token)
             return kst_source_fail(KILN_SOURCE_AUTH_REQUIRED, KILN_ERR_STATE,
                                    "%s: authentication required: the repository is gated; %s with the token of an "
-                                   "account that accepted its terms", what, cred);
+                                   "account that accepted its terms",
+                                   what, cred);
         return kst_source_fail(KILN_SOURCE_GATED, KILN_ERR_STATE,
                                "%s: gated: this account has not been granted access yet; accept the repository's "
-                               "terms on its page, then pull again", what);
+                               "terms on its page, then pull again",
+                               what);
     }
     if (hub && (!strcmp(ec, "RepoNotFound") || !strcmp(ec, "RevisionNotFound") || !strcmp(ec, "EntryNotFound"))) {
-        const char *thing = ec[0] == 'R' && ec[1] == 'e' && ec[2] == 'p' ? "repository" : ec[1] == 'e' ? "revision" : "file";
+        const char *thing = ec[0] == 'R' && ec[1] == 'e' && ec[2] == 'p' ? "repository"
+                            : ec[1] == 'e'                               ? "revision"
+                                                                         : "file";
         if (!strcmp(ec, "RepoNotFound") && !have_token)
             return kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND,
                                    "%s: not found (the repository may be private: %s if you have access)", what, cred);
@@ -82,17 +86,21 @@ kiln_status kst_http_error(int kind, long code, const char *error_code, const ch
         if (!have_token)
             return kst_source_fail(KILN_SOURCE_AUTH_REQUIRED, KILN_ERR_STATE,
                                    "%s: authentication required (HTTP 401): %s", what, cred);
-        return kst_source_fail(KILN_SOURCE_DENIED, KILN_ERR_STATE, "%s: denied: the token was refused (HTTP 401)", what);
+        return kst_source_fail(KILN_SOURCE_DENIED, KILN_ERR_STATE, "%s: denied: the token was refused (HTTP 401)",
+                               what);
     }
     if (code == 403)
         return kst_source_fail(KILN_SOURCE_DENIED, KILN_ERR_STATE, "%s: denied (HTTP 403)%s", what,
                                have_token ? ": the token lacks access" : "");
     if (code == 404 || code == 410)
-        return kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: not found (HTTP %ld; it may be private%s)",
-                               what, code, have_token ? "" : hub ? ": set HF_TOKEN if you have access" : "");
+        return kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND,
+                               "%s: not found (HTTP %ld; it may be private%s)", what, code,
+                               have_token ? ""
+                               : hub      ? ": set HF_TOKEN if you have access"
+                                          : "");
     if (code == 408 || code == 429 || code >= 500)
-        return kst_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO, "%s: the server kept failing (HTTP %ld); try again later",
-                               what, code);
+        return kst_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
+                               "%s: the server kept failing (HTTP %ld); try again later", what, code);
     return kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: HTTP %ld", what, code);
 }
 
@@ -107,7 +115,8 @@ long kst_env_long(const char *name, long def, long lo, long hi) {
 }
 
 int kst_is_loopback(const char *host) {
-    return !strcasecmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "[::1]") || !strcmp(host, "::1");
+    return !strcasecmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "[::1]") ||
+           !strcmp(host, "::1");
 }
 
 kiln_status kst_url_origin(const char *url, char *origin, size_t cap) {
@@ -307,12 +316,16 @@ long kst_net_delay(const kst_net *n, int attempt) {
 
 int kst_curl_transient(int rc) {
     switch ((CURLcode)rc) {
-    case CURLE_UNSUPPORTED_PROTOCOL: case CURLE_URL_MALFORMAT: case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CACERT_BADFILE: case CURLE_SSL_CERTPROBLEM: case CURLE_TOO_MANY_REDIRECTS:
-    case CURLE_FILESIZE_EXCEEDED: case CURLE_OUT_OF_MEMORY: case CURLE_WRITE_ERROR:
-        return 0;
-    default:
-        return 1;
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_URL_MALFORMAT:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_TOO_MANY_REDIRECTS:
+    case CURLE_FILESIZE_EXCEEDED:
+    case CURLE_OUT_OF_MEMORY:
+    case CURLE_WRITE_ERROR: return 0;
+    default: return 1;
     }
 }
 
@@ -325,8 +338,10 @@ void kst_http_done(kst_http *h) {
 kiln_status kst_http_get(kst_http *h, const kst_net *net) {
     kst_curl_init();
     char what[600];
-    if (h->what) snprintf(what, sizeof what, "%s", h->what);
-    else kst_url_clean(h->url, what, sizeof what);
+    if (h->what)
+        snprintf(what, sizeof what, "%s", h->what);
+    else
+        kst_url_clean(h->url, what, sizeof what);
     if (!h->max_body) h->max_body = 1 << 20;
     h->net = net;
     char origin0[512], cur[8192];
@@ -423,12 +438,15 @@ kiln_status kst_http_get(kst_http *h, const kst_net *net) {
             st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: %s", what, eb);
             break;
         }
-        if (rc == CURLE_OK) snprintf(reason, sizeof reason, "HTTP %ld", code);
-        else if (rc == CURLE_OPERATION_TIMEDOUT) snprintf(reason, sizeof reason, "no answer for %ld s", net ? net->stall_s : 30L);
-        else kst_url_clean(errbuf[0] ? errbuf : curl_easy_strerror(rc), reason, sizeof reason);
+        if (rc == CURLE_OK)
+            snprintf(reason, sizeof reason, "HTTP %ld", code);
+        else if (rc == CURLE_OPERATION_TIMEDOUT)
+            snprintf(reason, sizeof reason, "no answer for %ld s", net ? net->stall_s : 30L);
+        else
+            kst_url_clean(errbuf[0] ? errbuf : curl_easy_strerror(rc), reason, sizeof reason);
         if (++attempts >= (net ? net->max_attempts : 1)) {
-            st = kst_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO, "%s: giving up after %d attempts (%s); try again later",
-                                 what, attempts, reason);
+            st = kst_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
+                                 "%s: giving up after %d attempts (%s); try again later", what, attempts, reason);
             break;
         }
         long delay = net ? kst_net_delay(net, attempts) : 1000;
@@ -467,8 +485,10 @@ int kst_url_escape(const char *in, char *out, size_t cap, int keep_slash) {
     for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
         int plain = isalnum(*p) || *p == '-' || *p == '.' || *p == '_' || *p == '~' || (keep_slash && *p == '/');
         if (o + (plain ? 1 : 3) >= cap) return -1;
-        if (plain) out[o++] = (char)*p;
-        else o += (size_t)snprintf(out + o, cap - o, "%%%02X", *p);
+        if (plain)
+            out[o++] = (char)*p;
+        else
+            o += (size_t)snprintf(out + o, cap - o, "%%%02X", *p);
     }
     out[o] = 0;
     return 0;

@@ -35,16 +35,14 @@ typedef struct hub_file {
 } hub_file;
 
 typedef struct hub_ref {
-    char host[32];            /* "hf.co" or "huggingface.co", as typed */
+    char host[32]; /* "hf.co" or "huggingface.co", as typed */
     char org[100], repo[100];
-    char quant[65];           /* "" = default choice */
-    char path[1024];          /* file form; "" otherwise */
-    char rev[129];            /* "" = main */
+    char quant[65];  /* "" = default choice */
+    char path[1024]; /* file form; "" otherwise */
+    char rev[129];   /* "" = main */
 } hub_ref;
 
-int kst_hub_ref(const char *ref) {
-    return !strncasecmp(ref, "hf.co/", 6) || !strncasecmp(ref, "huggingface.co/", 15);
-}
+int kst_hub_ref(const char *ref) { return !strncasecmp(ref, "hf.co/", 6) || !strncasecmp(ref, "huggingface.co/", 15); }
 
 /* ORG and REPO: [A-Za-z0-9._-], a letter or digit at both ends, no "--"
  * or "..", at most 96 bytes (the hub's own rules). */
@@ -122,7 +120,9 @@ static kiln_status parse_ref(const char *ref, hub_ref *r) {
             return kb_fail(KILN_ERR_INVALID_ARG, "%s: '%s' is not a revision (a branch, tag or commit)", ref, at + 1);
     }
     char *s1 = strchr(buf, '/');
-    if (!s1) return kb_fail(KILN_ERR_INVALID_ARG, "%s: expected %s/ORG/REPO[:QUANT] or %s/ORG/REPO/FILE.gguf", ref, r->host, r->host);
+    if (!s1)
+        return kb_fail(KILN_ERR_INVALID_ARG, "%s: expected %s/ORG/REPO[:QUANT] or %s/ORG/REPO/FILE.gguf", ref, r->host,
+                       r->host);
     *s1 = 0;
     char *repo = s1 + 1, *s2 = strchr(repo, '/');
     if (s2) {
@@ -135,7 +135,8 @@ static kiln_status parse_ref(const char *ref, hub_ref *r) {
         if (colon) {
             *colon = 0;
             snprintf(r->quant, sizeof r->quant, "%s", colon + 1);
-            if (!quant_ok(r->quant)) return kb_fail(KILN_ERR_INVALID_ARG, "%s: '%s' is not a quantization tag", ref, colon + 1);
+            if (!quant_ok(r->quant))
+                return kb_fail(KILN_ERR_INVALID_ARG, "%s: '%s' is not a quantization tag", ref, colon + 1);
         }
     }
     if (strlen(buf) >= sizeof r->org || strlen(repo) >= sizeof r->repo || !repo_part_ok(buf) || !repo_part_ok(repo))
@@ -162,8 +163,10 @@ static int split_info(const char *path, int *index, size_t *prefix_len) {
         char ch = (char)tolower((unsigned char)s[i]), pat = tail[i];
         if (pat == '0') {
             if (ch < '0' || ch > '9') return 1;
-            if (i < 6) a = a * 10 + (ch - '0');
-            else b = b * 10 + (ch - '0');
+            if (i < 6)
+                a = a * 10 + (ch - '0');
+            else
+                b = b * 10 + (ch - '0');
         } else if (ch != pat) {
             return 1;
         }
@@ -259,8 +262,10 @@ static kiln_status get_commit(hub_ctx *c, const hub_ref *r, char commit[41]) {
         for (size_t i = 0; ok && i < n; i++) ok = isxdigit((unsigned char)sha[i]) && !isupper((unsigned char)sha[i]);
         if (!ok)
             st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                                 "%s: unverified: the hub named no commit for revision '%s'", c->what, r->rev[0] ? r->rev : "main");
-        else memcpy(commit, sha, 41);
+                                 "%s: unverified: the hub named no commit for revision '%s'", c->what,
+                                 r->rev[0] ? r->rev : "main");
+        else
+            memcpy(commit, sha, 41);
     }
     json_decref(j);
     kst_http_done(&h);
@@ -282,8 +287,8 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
     kiln_status st = KILN_OK;
     for (int page = 0; !st; page++) {
         if (page == HUB_MAX_PAGES) {
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the file listing has more than %d pages", c->what,
-                                 HUB_MAX_PAGES);
+            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the file listing has more than %d pages",
+                                 c->what, HUB_MAX_PAGES);
             break;
         }
         kst_http h;
@@ -291,8 +296,8 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
         if (!st && h.code != 200) st = kst_http_error(KST_SRC_HUB, h.code, h.error_code, c->what, c->have_token);
         json_t *j = st ? NULL : json_loadb(h.body ? h.body : "", h.len, 0, NULL);
         if (!st && !json_is_array(j))
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: unverified: the file listing is not a JSON array",
-                                 c->what);
+            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+                                 "%s: unverified: the file listing is not a JSON array", c->what);
         size_t i;
         json_t *e;
         json_array_foreach(st ? NULL : j, i, e) {
@@ -301,7 +306,8 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
             if (!type || strcmp(type, "file") || !path) continue;
             if (!repo_path_ok(path)) continue; /* never a name that could leave the repository */
             if (n == HUB_MAX_FILES) {
-                st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: more than %d files", c->what, HUB_MAX_FILES);
+                st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: more than %d files", c->what,
+                                     HUB_MAX_FILES);
                 break;
             }
             if (n == cap) {
@@ -345,8 +351,8 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
         if (st || !next[0]) break;
         char next_origin[512];
         if (kst_url_origin(next, next_origin, sizeof next_origin) || strcmp(next_origin, c->origin)) {
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the listing's next page is on another host",
-                                 c->what);
+            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+                                 "%s: the listing's next page is on another host", c->what);
             break;
         }
         snprintf(url, sizeof url, "%s", next);
@@ -436,7 +442,8 @@ static void pack_file_name(const char *path, char *out, size_t cap) {
 static kiln_status add_artifact(hub_ctx *c, const hub_ref *r, const char *commit, const hub_file *f, const char *role,
                                 kst_plan *plan) {
     if (plan->n_arts == KST_MAX_ARTIFACTS)
-        return kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED, "%s: more than %d files", c->what, KST_MAX_ARTIFACTS);
+        return kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED, "%s: more than %d files", c->what,
+                               KST_MAX_ARTIFACTS);
     kst_artifact *a = &plan->arts[plan->n_arts];
     memset(a, 0, sizeof *a);
     char esc[3100];
@@ -446,11 +453,12 @@ static kiln_status add_artifact(hub_ctx *c, const hub_ref *r, const char *commit
         return kb_fail(KILN_ERR_INVALID_ARG, "%s: path too long", c->what);
     pack_file_name(f->path, a->file, sizeof a->file);
     if (!kst_file_ok(a->file))
-        return kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: '%s' cannot be a file name in the store", c->what,
-                               f->path);
+        return kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: '%s' cannot be a file name in the store",
+                               c->what, f->path);
     for (int i = 0; i < plan->n_arts; i++)
         if (!strcmp(plan->arts[i].file, a->file))
-            return kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: two chosen files are both named %s", c->what, a->file);
+            return kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: two chosen files are both named %s",
+                                   c->what, a->file);
     snprintf(a->role, sizeof a->role, "%s", role);
 
     /* the resolve URL's own metadata, without following it to the CDN */
@@ -458,13 +466,16 @@ static kiln_status add_artifact(hub_ctx *c, const hub_ref *r, const char *commit
     kiln_status st = hub_get(c, a->url, &h, 1);
     char shown[400];
     snprintf(shown, sizeof shown, "%.200s (%.180s)", c->what, f->path);
-    if (!st && (h.code < 200 || h.code >= 400)) st = kst_http_error(KST_SRC_HUB, h.code, h.error_code, shown, c->have_token);
+    if (!st && (h.code < 200 || h.code >= 400))
+        st = kst_http_error(KST_SRC_HUB, h.code, h.error_code, shown, c->have_token);
     if (!st && h.repo_commit[0] && strcmp(h.repo_commit, commit))
-        st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: unverified: the file answers for commit %.12s, not %.12s",
-                             shown, h.repo_commit, commit);
+        st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+                             "%s: unverified: the file answers for commit %.12s, not %.12s", shown, h.repo_commit,
+                             commit);
     char linked[KST_ID_LEN + 1] = "";
     if (!st && h.linked_etag[0] && !kst_etag_sha256(h.linked_etag, linked))
-        st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: unverified: its LFS ETag is not a SHA-256", shown);
+        st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: unverified: its LFS ETag is not a SHA-256",
+                             shown);
     if (!st && linked[0] && f->lfs && strcmp(linked, f->sha))
         st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                              "%s: unverified: the listing and the file disagree on its SHA-256", shown);
@@ -504,7 +515,8 @@ int kst_hub_url_ref(const char *url, char *out, size_t cap) {
     kst_hub_endpoint(ep, sizeof ep);
     const char *rest = NULL;
     size_t el = strlen(ep);
-    if (!strncasecmp(url, ep, el) && url[el] == '/') rest = url + el + 1;
+    if (!strncasecmp(url, ep, el) && url[el] == '/')
+        rest = url + el + 1;
     else if (!getenv("HF_ENDPOINT") || !*getenv("HF_ENDPOINT")) {
         static const char *const hosts[] = {"https://huggingface.co/", "https://www.huggingface.co/", "https://hf.co/"};
         for (size_t i = 0; i < sizeof hosts / sizeof hosts[0] && !rest; i++)
@@ -532,11 +544,14 @@ int kst_hub_url_ref(const char *url, char *out, size_t cap) {
         }
     }
     int w;
-    if (n == 2) w = snprintf(out, cap, "hf.co/%s/%s", parts[0], parts[1]);
-    else if (n == 4 && !strcmp(parts[2], "tree")) w = snprintf(out, cap, "hf.co/%s/%s@%s", parts[0], parts[1], parts[3]);
+    if (n == 2)
+        w = snprintf(out, cap, "hf.co/%s/%s", parts[0], parts[1]);
+    else if (n == 4 && !strcmp(parts[2], "tree"))
+        w = snprintf(out, cap, "hf.co/%s/%s@%s", parts[0], parts[1], parts[3]);
     else if (n == 5 && ends_with_ci(parts[4], ".gguf"))
         w = snprintf(out, cap, "hf.co/%s/%s/%s@%s", parts[0], parts[1], parts[4], parts[3]);
-    else return 0;
+    else
+        return 0;
     return w > 0 && (size_t)w < cap && kst_hub_check(out) == KILN_OK;
 }
 
@@ -571,7 +586,8 @@ kiln_status kst_hub_plan(const char *ref, const kst_net *net, const char *const 
     if (r.path[0]) {
         primary = find_path(files, n, r.path);
         if (primary < 0)
-            st = kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: no file %s at commit %.12s", c.what, r.path, commit);
+            st = kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: no file %s at commit %.12s", c.what,
+                                 r.path, commit);
     } else if (r.quant[0]) {
         primary = first_model(files, n, r.quant);
     } else {
@@ -582,8 +598,8 @@ kiln_status kst_hub_plan(const char *ref, const kst_net *net, const char *const 
     if (!st && primary < 0) {
         char have[300];
         list_quants(files, n, have, sizeof have);
-        st = kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: no GGUF %s%s (the repository has: %s)", c.what,
-                             r.quant[0] ? "for quantization " : "model", r.quant, have);
+        st = kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: no GGUF %s%s (the repository has: %s)",
+                             c.what, r.quant[0] ? "for quantization " : "model", r.quant, have);
     }
     /* every shard of a split model, from the first */
     int idx = 1, count = 1;
@@ -596,8 +612,8 @@ kiln_status kst_hub_plan(const char *ref, const kst_net *net, const char *const 
             snprintf(want, sizeof want, "%.*s-%05d-of-%05d.gguf", (int)plen, files[primary].path, k, count);
             found = find_path(files, n, want);
             if (found < 0) {
-                st = kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: shard %d of %d of %s is missing", c.what, k,
-                                     count, base_name(files[primary].path));
+                st = kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: shard %d of %d of %s is missing",
+                                     c.what, k, count, base_name(files[primary].path));
                 break;
             }
             if (k == 1) primary = found;
@@ -606,8 +622,10 @@ kiln_status kst_hub_plan(const char *ref, const kst_net *net, const char *const 
     }
     if (!st) {
         char tag[65];
-        if (r.quant[0]) snprintf(tag, sizeof tag, "%s", r.quant);
-        else file_tag(files[primary].path, tag, sizeof tag);
+        if (r.quant[0])
+            snprintf(tag, sizeof tag, "%s", r.quant);
+        else
+            file_tag(files[primary].path, tag, sizeof tag);
         int mm = best_mmproj(files, n, files[primary].path, tag_bits(tag));
         if (mm >= 0) st = add_artifact(&c, &r, commit, &files[mm], "mmproj", plan);
     }
@@ -637,10 +655,14 @@ int kst_hub_token(char *buf, size_t cap) {
         const char *tp = getenv("HF_TOKEN_PATH"), *home = getenv("HF_HOME"), *xdg = getenv("XDG_CACHE_HOME"),
                    *h = getenv("HOME");
         int r = -1;
-        if (tp && *tp) r = kst_path(path, "%s", tp);
-        else if (home && *home) r = kst_path(path, "%s/token", home);
-        else if (xdg && *xdg) r = kst_path(path, "%s/huggingface/token", xdg);
-        else if (h && *h) r = kst_path(path, "%s/.cache/huggingface/token", h);
+        if (tp && *tp)
+            r = kst_path(path, "%s", tp);
+        else if (home && *home)
+            r = kst_path(path, "%s/token", home);
+        else if (xdg && *xdg)
+            r = kst_path(path, "%s/huggingface/token", xdg);
+        else if (h && *h)
+            r = kst_path(path, "%s/.cache/huggingface/token", h);
         if (r) return 0;
         txt = kst_read_text(path, 4096, NULL);
         if (!txt) return 0;

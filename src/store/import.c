@@ -35,8 +35,8 @@ static kiln_status copy_hash(const char *src, const char *dst, const char *file,
     enum { CHUNK = 1 << 18 };
     unsigned char *buf = malloc(CHUNK);
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    kiln_status st = buf && ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? KILN_OK
-                                                                               : kb_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st =
+        buf && ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "out of memory");
     uint64_t done = 0;
     double t0 = kb_now();
     while (!st && done < len) {
@@ -52,14 +52,21 @@ static kiln_status copy_hash(const char *src, const char *dst, const char *file,
             if (w < 0 && errno == EINTR) continue;
             if (w < 0)
                 st = kb_fail(KILN_ERR_IO, "writing %s: %s (the source is untouched)", dst, strerror(errno));
-            else off += w;
+            else
+                off += w;
         }
         EVP_DigestUpdate(ctx, buf, (size_t)r);
         done += (uint64_t)r;
         double dt = kb_now() - t0;
         double rate = dt > 0 ? (double)done / dt : 0;
-        kiln_store_progress p = {.event = "progress", .artifact = file, .count = 1, .done = done, .total = len,
-                                 .all_done = done, .all_total = len, .rate = rate,
+        kiln_store_progress p = {.event = "progress",
+                                 .artifact = file,
+                                 .count = 1,
+                                 .done = done,
+                                 .total = len,
+                                 .all_done = done,
+                                 .all_total = len,
+                                 .rate = rate,
                                  .eta = rate > 0 ? (double)(len - done) / rate : -1};
         kst_emit(progress, user, &p);
     }
@@ -90,8 +97,12 @@ static kiln_status stage_one(const char *src, const char *dir, const char *file,
     if (stat(src, s0) != 0) return kb_fail(KILN_ERR_IO, "%s: %s", src, strerror(errno));
     if (!S_ISREG(s0->st_mode)) return kb_fail(KILN_ERR_INVALID_ARG, "%s is not a regular file", src);
     if (kst_path(dst, "%s/%s", dir, file)) return KILN_ERR_INVALID_ARG;
-    kiln_store_progress p0 = {.event = "start", .artifact = file, .count = 1, .total = (uint64_t)s0->st_size,
-                              .all_total = (uint64_t)s0->st_size, .eta = -1};
+    kiln_store_progress p0 = {.event = "start",
+                              .artifact = file,
+                              .count = 1,
+                              .total = (uint64_t)s0->st_size,
+                              .all_total = (uint64_t)s0->st_size,
+                              .eta = -1};
     kst_emit(progress, user, &p0);
     struct stat s1;
     kiln_status st = KILN_OK;
@@ -104,8 +115,7 @@ static kiln_status stage_one(const char *src, const char *dir, const char *file,
         st = copy_hash(src, dst, file, (uint64_t)s0->st_size, hex, progress, user);
         if (!st && stat(src, &s1) != 0) st = kb_fail(KILN_ERR_IO, "%s: %s", src, strerror(errno));
     }
-    if (!st && !same_file(s0, &s1))
-        st = kb_fail(KILN_ERR_STATE, "%s changed while it was read; nothing imported", src);
+    if (!st && !same_file(s0, &s1)) st = kb_fail(KILN_ERR_STATE, "%s changed while it was read; nothing imported", src);
     if (!st && want_sha && strcmp(hex, want_sha))
         st = kb_fail(KILN_ERR_FORMAT, "%s has sha256 %s, but pack.json records %s; nothing imported", src, hex,
                      want_sha);
@@ -134,7 +144,8 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
     im_config cfg;
     if (im_pack_read(pj, 0, &files, &cfg, err, sizeof err)) return kb_fail(KILN_ERR_FORMAT, "%s", err);
     kiln_status st;
-    if (name) st = kst_name_norm(name, norm);
+    if (name)
+        st = kst_name_norm(name, norm);
     else {
         kst_name_from_file(srcdir, norm);
         st = kst_name_norm(norm, norm);
@@ -145,7 +156,8 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
     if (!pack) return kb_fail(KILN_ERR_FORMAT, "%s: %s", pj, je.text);
 
     char key[96];
-    snprintf(key, sizeof key, "import-%ld-%u-%lld", (long)getpid(), atomic_fetch_add(&seq, 1), (long long)kst_wall_now());
+    snprintf(key, sizeof key, "import-%ld-%u-%lld", (long)getpid(), atomic_fetch_add(&seq, 1),
+             (long long)kst_wall_now());
     if ((st = kst_staging(s, key, dir))) {
         json_decref(pack);
         return st;
@@ -188,8 +200,10 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
     json_decref(pack);
     if (st) {
         json_decref(arts);
-        if (st == KILN_ERR_STATE) kst_quarantine(s, dir, kiln_last_error());
-        else kst_rmtree(dir);
+        if (st == KILN_ERR_STATE)
+            kst_quarantine(s, dir, kiln_last_error());
+        else
+            kst_rmtree(dir);
         return st;
     }
     json_t *man = json_pack("{s:s,s:s,s:o}", "mode", mode == KILN_STORE_LINK ? "linked" : "owned", "origin", srcdir,
@@ -198,8 +212,15 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
     st = man ? kst_publish(s, dir, man, norm, id) : kb_fail(KILN_ERR_NOMEM, "out of memory");
     json_decref(man);
     if (st) return st;
-    kiln_store_progress pub = {.event = "published", .artifact = "pack.json", .count = (int)n, .done = total,
-                               .total = total, .all_done = total, .all_total = total, .eta = 0, .message = id};
+    kiln_store_progress pub = {.event = "published",
+                               .artifact = "pack.json",
+                               .count = (int)n,
+                               .done = total,
+                               .total = total,
+                               .all_done = total,
+                               .all_total = total,
+                               .eta = 0,
+                               .message = id};
     kst_emit(progress, user, &pub);
     for (size_t k = 0; mode == KILN_STORE_MOVE && k < n; k++) {
         struct stat s2;
@@ -211,7 +232,8 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
             snprintf(msg, sizeof msg, "cannot remove %s: %s; it is kept", srcs[k], strerror(errno));
         if (msg[0]) {
             kb_log(KB_LOG_WARN, "import: %s", msg);
-            kiln_store_progress w = {.event = "warning", .artifact = "pack.json", .count = 1, .eta = -1, .message = msg};
+            kiln_store_progress w = {
+                .event = "warning", .artifact = "pack.json", .count = 1, .eta = -1, .message = msg};
             kst_emit(progress, user, &w);
         }
     }
@@ -229,7 +251,8 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
     if (!realpath(path, canon)) return kb_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
     if (im_is_pack(canon)) return import_image_pack(s, canon, name, mode, progress, user, id_out);
     kiln_status st;
-    if (name) st = kst_name_norm(name, norm);
+    if (name)
+        st = kst_name_norm(name, norm);
     else {
         kst_name_from_file(canon, norm);
         st = kst_name_norm(norm, norm);
@@ -246,20 +269,28 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
     while (*base == '.') base++;
     for (; base[n] && n < sizeof file - 1; n++) {
         char c = base[n];
-        file[n] = (c == '.' || c == '_' || c == '-' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) ? c : '-';
+        file[n] = (c == '.' || c == '_' || c == '-' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+                   (c >= 'A' && c <= 'Z'))
+                      ? c
+                      : '-';
     }
     file[n] = 0;
     if (!kst_file_ok(file)) snprintf(file, sizeof file, "model.gguf");
 
     char key[96], dir[PATH_MAX], dst[PATH_MAX], hex[KST_ID_LEN + 1];
-    snprintf(key, sizeof key, "import-%ld-%u-%lld", (long)getpid(), atomic_fetch_add(&seq, 1), (long long)kst_wall_now());
+    snprintf(key, sizeof key, "import-%ld-%u-%lld", (long)getpid(), atomic_fetch_add(&seq, 1),
+             (long long)kst_wall_now());
     if ((st = kst_staging(s, key, dir))) return st;
     if (kst_path(dst, "%s/%s", dir, file)) {
         kst_rmtree(dir);
         return KILN_ERR_INVALID_ARG;
     }
-    kiln_store_progress p0 = {.event = "start", .artifact = file, .count = 1, .total = (uint64_t)s0.st_size,
-                              .all_total = (uint64_t)s0.st_size, .eta = -1};
+    kiln_store_progress p0 = {.event = "start",
+                              .artifact = file,
+                              .count = 1,
+                              .total = (uint64_t)s0.st_size,
+                              .all_total = (uint64_t)s0.st_size,
+                              .eta = -1};
     kst_emit(progress, user, &p0);
 
     struct stat s1;
@@ -277,8 +308,10 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
             st = kb_fail(KILN_ERR_STATE, "%s changed during the copy; nothing imported and the source is kept", canon);
     }
     if (st) {
-        if (st == KILN_ERR_STATE) kst_quarantine(s, dir, kiln_last_error());
-        else kst_rmtree(dir);
+        if (st == KILN_ERR_STATE)
+            kst_quarantine(s, dir, kiln_last_error());
+        else
+            kst_rmtree(dir);
         return st;
     }
 
@@ -289,9 +322,15 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
     st = man ? kst_publish(s, dir, man, norm, id) : kb_fail(KILN_ERR_NOMEM, "out of memory");
     json_decref(man);
     if (st) return st;
-    kiln_store_progress pub = {.event = "published", .artifact = file, .count = 1, .done = (uint64_t)s0.st_size,
-                               .total = (uint64_t)s0.st_size, .all_done = (uint64_t)s0.st_size,
-                               .all_total = (uint64_t)s0.st_size, .eta = 0, .message = id};
+    kiln_store_progress pub = {.event = "published",
+                               .artifact = file,
+                               .count = 1,
+                               .done = (uint64_t)s0.st_size,
+                               .total = (uint64_t)s0.st_size,
+                               .all_done = (uint64_t)s0.st_size,
+                               .all_total = (uint64_t)s0.st_size,
+                               .eta = 0,
+                               .message = id};
     kst_emit(progress, user, &pub);
 
     if (mode == KILN_STORE_MOVE) {

@@ -63,17 +63,24 @@ static kiln_status read_header(const kst_plan *plan, const kst_artifact *a, cons
             break;
         }
         buf = nb;
-        kst_http h = {.url = a->url, .headers = cr->hdrs, .n_headers = cr->n, .auth_origin = plan->auth_origin,
-                      .what = plan->what, .follow = KST_FOLLOW_ALL, .range_start = have, .range_len = want,
+        kst_http h = {.url = a->url,
+                      .headers = cr->hdrs,
+                      .n_headers = cr->n,
+                      .auth_origin = plan->auth_origin,
+                      .what = plan->what,
+                      .follow = KST_FOLLOW_ALL,
+                      .range_start = have,
+                      .range_len = want,
                       .max_body = want};
         st = kst_http_get(&h, net);
         requests++;
         if (!st && h.range_ignored)
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                                 "%s: unverified: the server ignores Range requests; kiln does not read a whole file to "
-                                 "inspect it", plan->what);
-        if (!st && h.code != 206)
-            st = kst_http_error(plan->kind, h.code, h.error_code, plan->what, cr->have_token);
+            st =
+                kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+                                "%s: unverified: the server ignores Range requests; kiln does not read a whole file to "
+                                "inspect it",
+                                plan->what);
+        if (!st && h.code != 206) st = kst_http_error(plan->kind, h.code, h.error_code, plan->what, cr->have_token);
         uint64_t ra = 0, rb = 0, rt = 0;
         if (!st && (content_range(h.content_range, &ra, &rb, &rt) || ra != have || rb - ra + 1 != h.len ||
                     h.len > want || !rt || (size && rt != size) || rt < have + h.len))
@@ -126,12 +133,14 @@ static kiln_status read_header(const kst_plan *plan, const kst_artifact *a, cons
         /* the verdict: what the load would check first, without the weights */
         char why[512] = "";
         gguf_str tok;
-        if (!arch[0]) snprintf(why, sizeof why, "the GGUF names no general.architecture");
+        if (!arch[0])
+            snprintf(why, sizeof why, "the GGUF names no general.architecture");
         else if (!kl_arch_find(arch))
             snprintf(why, sizeof why, "architecture '%s' is not supported (kiln runs %s)", arch, kl_arch_list());
         else if (gguf_get_str(f, "tokenizer.ggml.model", &tok) != 0)
             snprintf(why, sizeof why, "the GGUF has no tokenizer (tokenizer.ggml.model)");
-        else if (!gguf_n_tensors(f)) snprintf(why, sizeof why, "the first file holds no tensors");
+        else if (!gguf_n_tensors(f))
+            snprintf(why, sizeof why, "the first file holds no tensors");
         json_object_set_new(out, "runnable", json_boolean(!why[0]));
         json_object_set_new(out, "runnable_reason",
                             json_string(why[0] ? why

@@ -40,13 +40,13 @@ typedef struct pull_ctx {
     kst_net net;
     const char *const *headers;
     int n_headers;
-    int kind;              /* KST_SRC_* */
+    int kind; /* KST_SRC_* */
     int have_token;
     const char *what;      /* the source as messages name it */
     char auth_origin[512]; /* where headers may go */
     int index, count;
-    uint64_t all_before;   /* bytes of the artifacts already complete */
-    uint64_t all_total;    /* 0 when some length is unknown */
+    uint64_t all_before; /* bytes of the artifacts already complete */
+    uint64_t all_total;  /* 0 when some length is unknown */
 } pull_ctx;
 
 typedef struct xfer {
@@ -54,12 +54,12 @@ typedef struct xfer {
     CURL *h;
     const char *file;
     const char *meta_path;
-    const char *url;       /* the URL the pull was asked for (recorded) */
+    const char *url; /* the URL the pull was asked for (recorded) */
     int fd;
-    uint64_t have;         /* bytes in the part */
-    uint64_t expect;       /* length the pack manifest declares, 0 unknown */
-    uint64_t total;        /* length of the file per this response, 0 unknown */
-    uint64_t meta_total;   /* length recorded when the part began */
+    uint64_t have;       /* bytes in the part */
+    uint64_t expect;     /* length the pack manifest declares, 0 unknown */
+    uint64_t total;      /* length of the file per this response, 0 unknown */
+    uint64_t meta_total; /* length recorded when the part began */
     int decided, discard, restart, integrity, werr, nospace;
     char why[512];
     char content_range[128], validator[256], etag[256], last_mod[128], error_code[64];
@@ -73,9 +73,15 @@ static void emit(xfer *x, const char *event, const char *message) {
     pull_ctx *pc = x->pc;
     if (!pc->pp || !pc->pp->progress) return;
     uint64_t total = x->expect ? x->expect : x->total;
-    kiln_store_progress p = {.event = event, .artifact = x->file, .index = pc->index, .count = pc->count,
-                             .done = x->have, .total = total, .all_done = pc->all_before + x->have,
-                             .all_total = pc->all_total, .rate = x->rate,
+    kiln_store_progress p = {.event = event,
+                             .artifact = x->file,
+                             .index = pc->index,
+                             .count = pc->count,
+                             .done = x->have,
+                             .total = total,
+                             .all_done = pc->all_before + x->have,
+                             .all_total = pc->all_total,
+                             .rate = x->rate,
                              .eta = (x->rate > 0 && total >= x->have) ? (double)(total - x->have) / x->rate : -1,
                              .message = message};
     pc->pp->progress(&p, pc->pp->user);
@@ -160,7 +166,8 @@ static void decide(xfer *x) {
             return;
         }
         if (x->meta_total && total && total != x->meta_total) {
-            snprintf(x->why, sizeof x->why, "the file on the server changed size (%llu, was %llu); restarting from zero",
+            snprintf(x->why, sizeof x->why,
+                     "the file on the server changed size (%llu, was %llu); restarting from zero",
                      (unsigned long long)total, (unsigned long long)x->meta_total);
             x->restart = 1;
             return;
@@ -179,21 +186,24 @@ static void decide(xfer *x) {
         return;
     }
     if (x->expect && x->total && x->total != x->expect) {
-        snprintf(x->why, sizeof x->why, "artifact %s: wrong length: the server sends %llu bytes, the manifest says %llu",
-                 x->file, (unsigned long long)x->total, (unsigned long long)x->expect);
+        snprintf(x->why, sizeof x->why,
+                 "artifact %s: wrong length: the server sends %llu bytes, the manifest says %llu", x->file,
+                 (unsigned long long)x->total, (unsigned long long)x->expect);
         x->integrity = 1;
         return;
     }
     /* a strong validator lets a later resume ask "only if unchanged" */
-    if (x->etag[0] && strncmp(x->etag, "W/", 2)) snprintf(x->validator, sizeof x->validator, "%s", x->etag);
-    else snprintf(x->validator, sizeof x->validator, "%s", x->last_mod);
+    if (x->etag[0] && strncmp(x->etag, "W/", 2))
+        snprintf(x->validator, sizeof x->validator, "%s", x->etag);
+    else
+        snprintf(x->validator, sizeof x->validator, "%s", x->last_mod);
     if (x->total) x->meta_total = x->total;
     write_meta(x);
     uint64_t want = x->total > x->have ? x->total - x->have : 0;
     struct statvfs vfs;
     if (want && fstatvfs(x->fd, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < want) {
-        snprintf(x->why, sizeof x->why, "not enough space for %s: %llu more bytes needed, %llu free",
-                 x->file, (unsigned long long)want, (unsigned long long)vfs.f_bavail * vfs.f_frsize);
+        snprintf(x->why, sizeof x->why, "not enough space for %s: %llu more bytes needed, %llu free", x->file,
+                 (unsigned long long)want, (unsigned long long)vfs.f_bavail * vfs.f_frsize);
         x->nospace = 1;
     }
 }
@@ -246,10 +256,12 @@ static int on_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 /* Downloads url into dir/file.  On an integrity failure (*quarantine set)
  * the caller quarantines the staging directory. */
 static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url, const char *file, uint64_t expect,
-                                 const char *want_sha, char sha_out[KST_ID_LEN + 1], uint64_t *len_out, int *quarantine) {
+                                 const char *want_sha, char sha_out[KST_ID_LEN + 1], uint64_t *len_out,
+                                 int *quarantine) {
     char final_p[PATH_MAX], part_p[PATH_MAX], meta_p[PATH_MAX];
     *quarantine = 0;
-    if (kst_path(final_p, "%s/%s", dir, file) || kst_path(part_p, "%s.part", final_p) || kst_path(meta_p, "%s.part.json", final_p))
+    if (kst_path(final_p, "%s/%s", dir, file) || kst_path(part_p, "%s.part", final_p) ||
+        kst_path(meta_p, "%s.part.json", final_p))
         return KILN_ERR_INVALID_ARG;
     char rec_url[4096]; /* what the part's record and messages hold of url */
     kst_url_clean(url, rec_url, sizeof rec_url);
@@ -278,7 +290,8 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         const char *mval = json_string_value(json_object_get(m, "validator"));
         json_int_t mtotal = json_integer_value(json_object_get(m, "total"));
         /* a part is only continued when it is known to come from this URL */
-        if (x.have && (!murl || strcmp(murl, rec_url) || (expect && x.have > expect) || (mtotal > 0 && x.have > (uint64_t)mtotal)))
+        if (x.have && (!murl || strcmp(murl, rec_url) || (expect && x.have > expect) ||
+                       (mtotal > 0 && x.have > (uint64_t)mtotal)))
             truncate_part(&x);
         else if (x.have) {
             x.meta_total = mtotal > 0 ? (uint64_t)mtotal : 0;
@@ -298,8 +311,10 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
     kiln_status st_ret = KILN_OK;
     int attempts = 0, hops = 0, left_origin = 0, done = 0;
     snprintf(cur, sizeof cur, "%s", url);
-    if (x.have) emit(&x, "resume", NULL);
-    else emit(&x, "start", NULL);
+    if (x.have)
+        emit(&x, "resume", NULL);
+    else
+        emit(&x, "start", NULL);
     while (!st_ret && !done) {
         if (cancelled(pc)) {
             st_ret = kb_fail(KILN_ERR_CANCELLED, "pull cancelled; %llu bytes of %s kept for the next pull",
@@ -381,7 +396,8 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
             if (x.total && x.have != x.total)
                 snprintf(reason, sizeof reason, "short body: %llu of %llu bytes", (unsigned long long)x.have,
                          (unsigned long long)x.total);
-            else done = 1;
+            else
+                done = 1;
         } else if (rc == CURLE_OK && code == 416) {
             uint64_t start = 0, total = 0;
             if (parse_range(x.content_range, &start, &total) >= 0 && total && total == x.have) {
@@ -394,8 +410,10 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
             }
         } else if (rc == CURLE_OK && code != 408 && code != 429 && code < 500) {
             char what[600];
-            if (pc->kind == KST_SRC_URL) snprintf(what, sizeof what, "%.590s", rec_url);
-            else snprintf(what, sizeof what, "%s (%s)", pc->what, file);
+            if (pc->kind == KST_SRC_URL)
+                snprintf(what, sizeof what, "%.590s", rec_url);
+            else
+                snprintf(what, sizeof what, "%s (%s)", pc->what, file);
             st_ret = kst_http_error(pc->kind, code, x.error_code, what, pc->have_token);
         } else if (rc == CURLE_OK) {
             snprintf(reason, sizeof reason, "HTTP %ld", code);
@@ -417,8 +435,8 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         snprintf(cur, sizeof cur, "%s", url);
         if (attempts >= pc->net.max_attempts) {
             st_ret = kst_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
-                                     "%s: giving up after %d attempts (%s); %llu bytes kept, pull again to resume", file,
-                                     attempts, reason, (unsigned long long)x.have);
+                                     "%s: giving up after %d attempts (%s); %llu bytes kept, pull again to resume",
+                                     file, attempts, reason, (unsigned long long)x.have);
             break;
         }
         long delay = kst_net_delay(&pc->net, attempts);
@@ -438,7 +456,8 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
                        (unsigned long long)x.have, (unsigned long long)expect);
     }
     emit(&x, "verify", NULL);
-    if (kst_sha256_file(part_p, sha_out, NULL, pc->pp ? pc->pp->progress : NULL, pc->pp ? pc->pp->user : NULL, file) != 0)
+    if (kst_sha256_file(part_p, sha_out, NULL, pc->pp ? pc->pp->progress : NULL, pc->pp ? pc->pp->user : NULL, file) !=
+        0)
         return kb_fail(KILN_ERR_IO, "cannot read %s: %s", part_p, strerror(errno));
     if (want_sha && strcmp(sha_out, want_sha)) {
         *quarantine = 1;
@@ -473,7 +492,8 @@ static void file_from_url(const char *url, char *out, size_t cap) {
 static int resolve_url(const char *base, const char *rel, char *out, size_t cap) {
     CURLU *u = curl_url();
     char *s = NULL;
-    int ok = u && curl_url_set(u, CURLUPART_URL, base, 0) == CURLUE_OK && curl_url_set(u, CURLUPART_URL, rel, 0) == CURLUE_OK &&
+    int ok = u && curl_url_set(u, CURLUPART_URL, base, 0) == CURLUE_OK &&
+             curl_url_set(u, CURLUPART_URL, rel, 0) == CURLUE_OK &&
              curl_url_get(u, CURLUPART_URL, &s, 0) == CURLUE_OK && strlen(s) < cap;
     if (ok) snprintf(out, cap, "%s", s);
     curl_free(s);
@@ -483,7 +503,8 @@ static int resolve_url(const char *base, const char *rel, char *out, size_t cap)
 
 /* Reads a pack manifest fetched from url: {"name"?, "artifacts": [{"url",
  * "path"?, "role"?, "sha256"?, "length"?, "license"?}]}. */
-static kiln_status parse_remote(const char *path, const char *url, artifact *arts, int *n_out, char *name, size_t name_cap) {
+static kiln_status parse_remote(const char *path, const char *url, artifact *arts, int *n_out, char *name,
+                                size_t name_cap) {
     char shown[600];
     kst_url_clean(url, shown, sizeof shown);
     char *txt = kst_read_text(path, 1 << 20, NULL);
@@ -493,9 +514,11 @@ static kiln_status parse_remote(const char *path, const char *url, artifact *art
     json_t *list = json_object_get(m, "artifacts");
     if (!json_is_array(list) || !json_array_size(list) || json_array_size(list) > MAX_ARTIFACTS) {
         json_decref(m);
-        return kb_fail(KILN_ERR_FORMAT, "%s is not a pack manifest (an object with 1..%d \"artifacts\")", shown, MAX_ARTIFACTS);
+        return kb_fail(KILN_ERR_FORMAT, "%s is not a pack manifest (an object with 1..%d \"artifacts\")", shown,
+                       MAX_ARTIFACTS);
     }
-    snprintf(name, name_cap, "%s", json_string_value(json_object_get(m, "name")) ? json_string_value(json_object_get(m, "name")) : "");
+    snprintf(name, name_cap, "%s",
+             json_string_value(json_object_get(m, "name")) ? json_string_value(json_object_get(m, "name")) : "");
     kiln_status st = KILN_OK;
     size_t i;
     json_t *a;
@@ -512,15 +535,19 @@ static kiln_status parse_remote(const char *path, const char *url, artifact *art
             st = kb_fail(KILN_ERR_FORMAT, "%s: artifact %zu has no valid \"url\"", shown, i);
             break;
         }
-        if (p) snprintf(t->file, sizeof t->file, "%s", p);
-        else file_from_url(t->url, t->file, sizeof t->file);
+        if (p)
+            snprintf(t->file, sizeof t->file, "%s", p);
+        else
+            file_from_url(t->url, t->file, sizeof t->file);
         if (!kst_file_ok(t->file)) {
             st = kb_fail(KILN_ERR_FORMAT, "%s: artifact path '%s' is not a plain file name", shown, t->file);
             break;
         }
         for (size_t k = 0; k < i; k++)
-            if (!strcmp(arts[k].file, t->file)) st = kb_fail(KILN_ERR_FORMAT, "%s: artifact '%s' listed twice", shown, t->file);
-        if (h && !kst_hex_ok(h)) st = kb_fail(KILN_ERR_FORMAT, "%s: artifact %s: sha256 is not 64 lowercase hex digits", shown, t->file);
+            if (!strcmp(arts[k].file, t->file))
+                st = kb_fail(KILN_ERR_FORMAT, "%s: artifact '%s' listed twice", shown, t->file);
+        if (h && !kst_hex_ok(h))
+            st = kb_fail(KILN_ERR_FORMAT, "%s: artifact %s: sha256 is not 64 lowercase hex digits", shown, t->file);
         if (st) break;
         snprintf(t->role, sizeof t->role, "%s", r ? r : i == 0 ? "model" : "companion");
         if (h) snprintf(t->sha, sizeof t->sha, "%s", h);
@@ -613,19 +640,27 @@ static kiln_status fetch_publish(kiln_store *s, pull_ctx *pc, const char *dir, c
     }
     for (int i = 0; !st && i < n_arts; i++) {
         char p[PATH_MAX];
-        if (kst_path(p, "%s/%s", dir, arts[i].file)) st = KILN_ERR_INVALID_ARG;
-        else if ((st = kst_check_text(p, arts[i].role, arts[i].file))) quarantine = 1;
+        if (kst_path(p, "%s/%s", dir, arts[i].file))
+            st = KILN_ERR_INVALID_ARG;
+        else if ((st = kst_check_text(p, arts[i].role, arts[i].file)))
+            quarantine = 1;
     }
     /* the last point where a cancel wins; after it, publication commits */
-    if (!st && cancelled(pc)) st = kb_fail(KILN_ERR_CANCELLED, "pull cancelled before publication; the download is kept");
+    if (!st && cancelled(pc))
+        st = kb_fail(KILN_ERR_CANCELLED, "pull cancelled before publication; the download is kept");
     if (st && quarantine) kst_quarantine(s, dir, kiln_last_error());
     if (!st) {
         char id[KST_ID_LEN + 1];
         st = kst_publish(s, dir, man, norm[0] ? norm : NULL, id);
         if (st) kst_source_set(KILN_SOURCE_OTHER);
         if (!st && pc->pp && pc->pp->progress) {
-            kiln_store_progress p = {.event = "published", .index = n_arts - 1, .count = n_arts,
-                                     .all_done = pc->all_before, .all_total = pc->all_before, .eta = 0, .message = id};
+            kiln_store_progress p = {.event = "published",
+                                     .index = n_arts - 1,
+                                     .count = n_arts,
+                                     .all_done = pc->all_before,
+                                     .all_total = pc->all_before,
+                                     .eta = 0,
+                                     .message = id};
             pc->pp->progress(&p, pc->pp->user);
         }
         if (!st && id_out) memcpy(id_out, id, KST_ID_LEN + 1);
@@ -636,8 +671,8 @@ static kiln_status fetch_publish(kiln_store *s, pull_ctx *pc, const char *dir, c
 
 /* A URL: the file, or the pack manifest it names (fetched fresh every
  * time, inside the source's staging). */
-static kiln_status pull_url(kiln_store *s, pull_ctx *pc, const char *url, const char *name, const char *want, char *norm,
-                            char *id_out) {
+static kiln_status pull_url(kiln_store *s, pull_ctx *pc, const char *url, const char *name, const char *want,
+                            char *norm, char *id_out) {
     char rec[4096], key[40], dir[PATH_MAX];
     kst_url_clean(url, rec, sizeof rec);
     kiln_status st = kst_url_origin(url, pc->auth_origin, sizeof pc->auth_origin);
@@ -658,7 +693,8 @@ static kiln_status pull_url(kiln_store *s, pull_ctx *pc, const char *url, const 
     artifact *arts = calloc(MAX_ARTIFACTS, sizeof *arts);
     int n_arts = 1, quarantine = 0;
     char remote_name[KST_NAME_MAX + 1] = "";
-    if (!arts) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!arts)
+        st = kb_fail(KILN_ERR_NOMEM, "out of memory");
     else if (url_is_manifest(url)) {
         char rp[PATH_MAX], sha_m[KST_ID_LEN + 1];
         uint64_t len_m;
@@ -692,8 +728,9 @@ static kiln_status pull_url(kiln_store *s, pull_ctx *pc, const char *url, const 
 static kiln_status pull_ref(kiln_store *s, pull_ctx *pc, const char *ref, const char *want, char *norm, char *id_out) {
     kst_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return kb_fail(KILN_ERR_NOMEM, "out of memory");
-    kiln_status st = kst_hub_ref(ref) ? kst_hub_plan(ref, &pc->net, pc->headers, pc->n_headers, pc->have_token, plan)
-                                      : kst_registry_plan(ref, &pc->net, pc->headers, pc->n_headers, pc->have_token, plan);
+    kiln_status st = kst_hub_ref(ref)
+                         ? kst_hub_plan(ref, &pc->net, pc->headers, pc->n_headers, pc->have_token, plan)
+                         : kst_registry_plan(ref, &pc->net, pc->headers, pc->n_headers, pc->have_token, plan);
     if (!st && want[0] && strcmp(plan->arts[0].sha[0] ? plan->arts[0].sha : want, want))
         st = kb_fail(KILN_ERR_INVALID_ARG, "--sha256 differs from the source's hash of %s", plan->arts[0].file);
     if (!st && want[0]) snprintf(plan->arts[0].sha, sizeof plan->arts[0].sha, "%s", want);
@@ -719,8 +756,9 @@ static kiln_status pull_ref(kiln_store *s, pull_ctx *pc, const char *ref, const 
     }
     if (plan->n_unverified && pc->pp && pc->pp->progress) {
         char msg[800];
-        snprintf(msg, sizeof msg, "unverified: %s publishes no SHA-256 for %s%s; the hash is computed from the download",
-                 plan->what, plan->unverified, plan->n_unverified > 4 ? ", ..." : "");
+        snprintf(msg, sizeof msg,
+                 "unverified: %s publishes no SHA-256 for %s%s; the hash is computed from the download", plan->what,
+                 plan->unverified, plan->n_unverified > 4 ? ", ..." : "");
         kiln_store_progress p = {.event = "warning", .eta = -1, .message = msg};
         pc->pp->progress(&p, pc->pp->user);
     }

@@ -34,7 +34,7 @@
 #define REG_ACCEPT "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
 
 typedef struct reg_ref {
-    char host[256];   /* "" = the default registry */
+    char host[256]; /* "" = the default registry */
     char ns[128], model[128], tag[128];
 } reg_ref;
 
@@ -84,7 +84,8 @@ static kiln_status parse_ref(const char *ref, reg_ref *r) {
     if (n == 3) snprintf(r->host, sizeof r->host, "%.255s", parts[0]);
     if ((n == 3 && !host_ok(r->host)) || !part_ok(r->ns, 80) || !part_ok(r->model, 80) || !part_ok(r->tag, 80))
         return kb_fail(KILN_ERR_INVALID_ARG,
-                       "%s: not a model reference: [HOST/][NAMESPACE/]MODEL[:TAG] of letters, digits, '.', '_' and '-'", ref);
+                       "%s: not a model reference: [HOST/][NAMESPACE/]MODEL[:TAG] of letters, digits, '.', '_' and '-'",
+                       ref);
     return KILN_OK;
 }
 
@@ -141,15 +142,20 @@ static kiln_status exchange_token(const char *www, const reg_ref *r, const char 
     char esvc[800], escope[1600], url[4096];
     if (kst_url_escape(service, esvc, sizeof esvc, 0) < 0 || kst_url_escape(scope, escope, sizeof escope, 0) < 0)
         return kb_fail(KILN_ERR_FORMAT, "%s: the registry's challenge is too long", what);
-    int n = snprintf(url, sizeof url, "%s%s%s%s%sscope=%s", realm, strchr(realm, '?') ? "&" : "?", esvc[0] ? "service=" : "",
-                     esvc, esvc[0] ? "&" : "", escope);
+    int n = snprintf(url, sizeof url, "%s%s%s%s%sscope=%s", realm, strchr(realm, '?') ? "&" : "?",
+                     esvc[0] ? "service=" : "", esvc, esvc[0] ? "&" : "", escope);
     if (n < 0 || (size_t)n >= sizeof url) return kb_fail(KILN_ERR_FORMAT, "%s: the token URL is too long", what);
     const int same = !strcmp(rorigin, origin);
     char twhat[340];
     snprintf(twhat, sizeof twhat, "%s (its token)", what);
-    kst_http h = {.url = url, .accept = "application/json", .headers = same ? headers : NULL,
-                  .n_headers = same ? n_headers : 0, .auth_origin = same ? origin : NULL, .what = twhat,
-                  .follow = KST_FOLLOW_SAME, .max_body = 64 * 1024};
+    kst_http h = {.url = url,
+                  .accept = "application/json",
+                  .headers = same ? headers : NULL,
+                  .n_headers = same ? n_headers : 0,
+                  .auth_origin = same ? origin : NULL,
+                  .what = twhat,
+                  .follow = KST_FOLLOW_SAME,
+                  .max_body = 64 * 1024};
     st = kst_http_get(&h, net);
     json_t *j = !st && h.code == 200 ? json_loadb(h.body, h.len, 0, NULL) : NULL;
     const char *tok = json_string_value(json_object_get(j, "token"));
@@ -157,8 +163,7 @@ static kiln_status exchange_token(const char *www, const reg_ref *r, const char 
     int ok = tok && *tok && strlen(tok) + 24 < cap;
     for (const char *c = tok; ok && *c; c++) ok = (unsigned char)*c > 0x20 && (unsigned char)*c < 0x7f;
     if (ok) snprintf(bearer, cap, "Authorization: Bearer %s", tok);
-    if (!st && !ok)
-        st = kb_fail(KILN_ERR_STATE, "%s: the token service gave no token (HTTP %ld)", what, h.code);
+    if (!st && !ok) st = kb_fail(KILN_ERR_STATE, "%s: the token service gave no token (HTTP %ld)", what, h.code);
     json_decref(j);
     if (h.body) memset(h.body, 0, h.len);
     kst_http_done(&h);
@@ -189,7 +194,9 @@ static kiln_status base_url(const reg_ref *r, char *out, size_t cap) {
 }
 
 static const char *role_of(const char *media) {
-    static const struct { const char *media, *role; } k[] = {
+    static const struct {
+        const char *media, *role;
+    } k[] = {
         {"application/vnd.ollama.image.model", "model"},
         {"application/vnd.ollama.image.projector", "mmproj"},
         {"application/vnd.ollama.image.template", "template"},
@@ -231,16 +238,22 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
     snprintf(plan->auth_origin, sizeof plan->auth_origin, "%s", origin);
     snprintf(url, sizeof url, "%s/v2/%s/%s/manifests/%s", base, r.ns, r.model, r.tag);
 
-    kst_http h = {.url = url, .accept = REG_ACCEPT, .headers = headers, .n_headers = n_headers, .auth_origin = origin,
-                  .what = plan->what, .follow = KST_FOLLOW_ALL, .max_body = REG_MANIFEST_MAX};
+    kst_http h = {.url = url,
+                  .accept = REG_ACCEPT,
+                  .headers = headers,
+                  .n_headers = n_headers,
+                  .auth_origin = origin,
+                  .what = plan->what,
+                  .follow = KST_FOLLOW_ALL,
+                  .max_body = REG_MANIFEST_MAX};
     st = kst_http_get(&h, net);
     if (!st && h.code == 401 && !strncasecmp(h.www_auth, "Bearer ", 7)) {
         /* the token exchange, then the manifest again with the token in
          * place of the caller's Authorization */
         char www[sizeof h.www_auth];
         snprintf(www, sizeof www, "%s", h.www_auth);
-        kiln_status xs = exchange_token(www, &r, origin, net, headers, n_headers, plan->what, plan->bearer,
-                                        sizeof plan->bearer);
+        kiln_status xs =
+            exchange_token(www, &r, origin, net, headers, n_headers, plan->what, plan->bearer, sizeof plan->bearer);
         if (!xs) {
             const char *hdrs[36];
             int nh = 0;
@@ -248,8 +261,14 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
                 if (strncasecmp(headers[i], "authorization:", 14)) hdrs[nh++] = headers[i];
             hdrs[nh++] = plan->bearer;
             kst_http_done(&h);
-            kst_http h2 = {.url = url, .accept = REG_ACCEPT, .headers = hdrs, .n_headers = nh, .auth_origin = origin,
-                           .what = plan->what, .follow = KST_FOLLOW_ALL, .max_body = REG_MANIFEST_MAX};
+            kst_http h2 = {.url = url,
+                           .accept = REG_ACCEPT,
+                           .headers = hdrs,
+                           .n_headers = nh,
+                           .auth_origin = origin,
+                           .what = plan->what,
+                           .follow = KST_FOLLOW_ALL,
+                           .max_body = REG_MANIFEST_MAX};
             h = h2;
             st = kst_http_get(&h, net);
             have_token = 1;
@@ -268,7 +287,8 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
         if (h.docker_digest[0] && (strncmp(h.docker_digest, "sha256:", 7) ||
                                    !kst_etag_sha256(h.docker_digest + 7, want) || strcmp(want, digest)))
             st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                                 "%s: unverified: the manifest does not match the digest the registry gives for it", plan->what);
+                                 "%s: unverified: the manifest does not match the digest the registry gives for it",
+                                 plan->what);
     }
     json_t *m = st ? NULL : json_loadb(h.body, h.len, 0, NULL);
     kst_http_done(&h);
@@ -294,8 +314,8 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
         }
         const char *role = role_of(media);
         if (!role) {
-            st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED, "%s: layer %zu is %s, which kiln does not run",
-                                 plan->what, i + 1, media);
+            st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED,
+                                 "%s: layer %zu is %s, which kiln does not run", plan->what, i + 1, media);
             break;
         }
         uint64_t size = (uint64_t)json_integer_value(jsize);
@@ -307,12 +327,15 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
         kst_artifact *a = &plan->arts[plan->n_arts];
         memset(a, 0, sizeof *a);
         snprintf(a->role, sizeof a->role, "%s", role);
-        if (!strcmp(role, "license")) snprintf(a->file, sizeof a->file, "license-%d.txt", ++n_license);
-        else snprintf(a->file, sizeof a->file, "%s", file_of(role));
+        if (!strcmp(role, "license"))
+            snprintf(a->file, sizeof a->file, "license-%d.txt", ++n_license);
+        else
+            snprintf(a->file, sizeof a->file, "%s", file_of(role));
         if (!strcmp(role, "model")) n_model++;
         for (int k = 0; k < plan->n_arts; k++)
             if (!strcmp(plan->arts[k].file, a->file))
-                st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED, "%s: more than one %s layer", plan->what, role);
+                st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED, "%s: more than one %s layer", plan->what,
+                                     role);
         if (st) break;
         memcpy(a->sha, hex, sizeof a->sha);
         a->length = size;
@@ -320,7 +343,8 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
         plan->n_arts++;
     }
     if (!st && n_model != 1)
-        st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the manifest has no model layer", plan->what);
+        st =
+            kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the manifest has no model layer", plan->what);
     if (!st) {
         /* the model first: pull.c and the store take the first artifact
          * as the pack's model */
@@ -336,8 +360,8 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
         snprintf(plan->origin, sizeof plan->origin, "ollama:%s/%s/%s@sha256:%s", origin, r.ns, r.model, digest);
         char mdigest[80];
         snprintf(mdigest, sizeof mdigest, "sha256:%s", digest);
-        plan->source = json_pack("{s:s,s:s,s:s,s:s,s:s}", "type", "ollama", "registry", base, "name", name, "tag", r.tag,
-                                 "manifest", mdigest);
+        plan->source = json_pack("{s:s,s:s,s:s,s:s,s:s}", "type", "ollama", "registry", base, "name", name, "tag",
+                                 r.tag, "manifest", mdigest);
     }
     json_decref(m);
     return st;

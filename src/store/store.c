@@ -23,11 +23,11 @@
 #include <unistd.h>
 
 struct kiln_store_lease {
-    int fd;                    /* holds LOCK_SH on leases/<id>.lock */
-    char record[PATH_MAX];     /* leases/<id>.<pid>.<n> */
+    int fd;                /* holds LOCK_SH on leases/<id>.lock */
+    char record[PATH_MAX]; /* leases/<id>.<pid>.<n> */
     char path[PATH_MAX];
     char id[KST_ID_LEN + 1];
-    char *defaults;            /* JSON text, read with the verified pack */
+    char *defaults; /* JSON text, read with the verified pack */
 };
 
 void kst_emit(kiln_store_progress_fn progress, void *user, const kiln_store_progress *p) {
@@ -65,11 +65,16 @@ kiln_status kiln_store_open(const char *root, kiln_store **out) {
     char dir[PATH_MAX];
     const char *env = getenv("KILN_STORE"), *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
     int r;
-    if (root && *root) r = kst_path(dir, "%s", root);
-    else if (env && *env) r = kst_path(dir, "%s", env);
-    else if (xdg && *xdg) r = kst_path(dir, "%s/kiln", xdg);
-    else if (home && *home) r = kst_path(dir, "%s/.local/share/kiln", home);
-    else return kb_fail(KILN_ERR_INVALID_ARG, "no store root: set KILN_STORE, XDG_DATA_HOME or HOME");
+    if (root && *root)
+        r = kst_path(dir, "%s", root);
+    else if (env && *env)
+        r = kst_path(dir, "%s", env);
+    else if (xdg && *xdg)
+        r = kst_path(dir, "%s/kiln", xdg);
+    else if (home && *home)
+        r = kst_path(dir, "%s/.local/share/kiln", home);
+    else
+        return kb_fail(KILN_ERR_INVALID_ARG, "no store root: set KILN_STORE, XDG_DATA_HOME or HOME");
     if (r) return KILN_ERR_INVALID_ARG;
     size_t n = strlen(dir);
     /* room for the store's own names below the root */
@@ -78,7 +83,8 @@ kiln_status kiln_store_open(const char *root, kiln_store **out) {
     for (size_t i = 0; i < sizeof k_subdirs / sizeof k_subdirs[0]; i++) {
         char sub[PATH_MAX];
         if (kst_path(sub, "%s/%s", dir, k_subdirs[i])) return KILN_ERR_INVALID_ARG;
-        if (kst_mkdirs(sub) != 0) return kb_fail(KILN_ERR_IO, "store %s: cannot create %s: %s", dir, sub, strerror(errno));
+        if (kst_mkdirs(sub) != 0)
+            return kb_fail(KILN_ERR_IO, "store %s: cannot create %s: %s", dir, sub, strerror(errno));
     }
     kiln_store *s = calloc(1, sizeof *s);
     if (!s) return kb_fail(KILN_ERR_NOMEM, "out of memory");
@@ -120,14 +126,14 @@ kiln_status kst_name_norm(const char *in, char out[KST_NAME_MAX + 1]) {
         return kb_fail(KILN_ERR_INVALID_ARG, "model name '%.40s...' is longer than %d bytes", in, KST_NAME_MAX);
     if (!*base || base == colon || (colon && !colon[1]) || (colon && strchr(colon + 1, ':')))
         return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s' must be NAME or NAME:TAG", in);
-    if (strstr(in, ".."))
-        return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s' may not contain '..'", in);
+    if (strstr(in, "..")) return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s' may not contain '..'", in);
     int n_seg = 0;
     for (const char *seg = in; seg < base; n_seg++) {
         const char *end = strchr(seg, '/');
         const char *port = memchr(seg, ':', (size_t)(end - seg));
         if (end == seg || !isalnum((unsigned char)*seg))
-            return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s': each part before a '/' must begin with a letter or digit", in);
+            return kb_fail(KILN_ERR_INVALID_ARG,
+                           "model name '%s': each part before a '/' must begin with a letter or digit", in);
         if (port && (seg != in || port + 1 == end))
             return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s': only a host may carry a ':PORT'", in);
         for (const char *c = seg; c < end; c++) {
@@ -258,13 +264,16 @@ static int find_prefix(kiln_store *s, const char *prefix, char id[KST_ID_LEN + 1
     struct dirent *e;
     while ((e = readdir(d))) {
         if (!kst_hex_ok(e->d_name) || strncmp(e->d_name, prefix, n) || !pack_exists(s, e->d_name)) continue;
-        if (found++) memcpy(other, e->d_name, KST_ID_LEN + 1);
-        else memcpy(id, e->d_name, KST_ID_LEN + 1);
+        if (found++)
+            memcpy(other, e->d_name, KST_ID_LEN + 1);
+        else
+            memcpy(id, e->d_name, KST_ID_LEN + 1);
     }
     closedir(d);
     if (found > 1) {
-        kb_fail(KILN_ERR_INVALID_ARG, "id prefix '%s' is ambiguous: %d packs begin with it (%.16s..., %.16s...); give more digits",
-                prefix, found, id, other);
+        kb_fail(KILN_ERR_INVALID_ARG,
+                "id prefix '%s' is ambiguous: %d packs begin with it (%.16s..., %.16s...); give more digits", prefix,
+                found, id, other);
         return -1;
     }
     return found;
@@ -306,7 +315,8 @@ kiln_status kst_bind_name(kiln_store *s, const char *name, const char *id) {
 }
 
 /* Calls fn for every name bound to id (or to any pack when id is NULL). */
-static void each_name(kiln_store *s, const char *id, void (*fn)(const char *name, const char *nid, void *ud), void *ud) {
+static void each_name(kiln_store *s, const char *id, void (*fn)(const char *name, const char *nid, void *ud),
+                      void *ud) {
     char dir[PATH_MAX];
     if (kst_path(dir, "%s/names", s->root)) return;
     DIR *d = opendir(dir);
@@ -370,8 +380,8 @@ static uint64_t juint(json_t *o, const char *key) {
 static int64_t ts_ns(struct timespec t) { return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec; }
 
 static json_t *make_stamp(const struct stat *st, const char *sha) {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:s}", "dev", (json_int_t)st->st_dev, "ino", (json_int_t)st->st_ino,
-                     "size", (json_int_t)st->st_size, "mtime", (json_int_t)ts_ns(st->st_mtim), "ctime",
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:s}", "dev", (json_int_t)st->st_dev, "ino", (json_int_t)st->st_ino, "size",
+                     (json_int_t)st->st_size, "mtime", (json_int_t)ts_ns(st->st_mtim), "ctime",
                      (json_int_t)ts_ns(st->st_ctim), "sha256", sha);
 }
 
@@ -379,7 +389,8 @@ static int stamp_matches(json_t *stamp, const struct stat *st, const char *sha) 
     return json_is_object(stamp) && juint(stamp, "dev") == (uint64_t)st->st_dev &&
            juint(stamp, "ino") == (uint64_t)st->st_ino && juint(stamp, "size") == (uint64_t)st->st_size &&
            json_integer_value(json_object_get(stamp, "mtime")) == ts_ns(st->st_mtim) &&
-           json_integer_value(json_object_get(stamp, "ctime")) == ts_ns(st->st_ctim) && !strcmp(jstr(stamp, "sha256"), sha);
+           json_integer_value(json_object_get(stamp, "ctime")) == ts_ns(st->st_ctim) &&
+           !strcmp(jstr(stamp, "sha256"), sha);
 }
 
 /* Checks one artifact of pack id.  Linked artifacts must still be a symlink
@@ -394,7 +405,8 @@ static kiln_status check_artifact(kiln_store *s, const char *id, json_t *man, js
     if (!kst_file_ok(file) || kst_path(p, "%s/packs/%s/%s", s->root, id, file))
         return kb_fail(KILN_ERR_FORMAT, "pack %.12s: bad artifact path '%s'", id, file);
     struct stat st;
-    if (lstat(p, &st) != 0) return kb_fail(KILN_ERR_IO, "artifact %s of pack %.12s is missing: %s", file, id, strerror(errno));
+    if (lstat(p, &st) != 0)
+        return kb_fail(KILN_ERR_IO, "artifact %s of pack %.12s is missing: %s", file, id, strerror(errno));
     if (linked) {
         char target[PATH_MAX];
         ssize_t n = S_ISLNK(st.st_mode) ? readlink(p, target, sizeof target - 1) : -1;
@@ -461,7 +473,7 @@ void kst_quarantine(kiln_store *s, const char *dir, const char *reason) {
     key = key ? key + 1 : dir;
     char q[PATH_MAX], r[PATH_MAX];
     if (kst_path(q, "%s/quarantine/%lld-%ld-%u-%s", s->root, (long long)kst_wall_now(), (long)getpid(),
-                atomic_fetch_add(&seq, 1), key))
+                 atomic_fetch_add(&seq, 1), key))
         return;
     if (rename(dir, q) != 0) {
         kb_log(KB_LOG_WARN, "store: cannot quarantine %s: %s; removing it", dir, strerror(errno));
@@ -488,8 +500,8 @@ kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64]
     }
     if (!kl_arch_find(arch)) {
         gguf_close(f);
-        return kb_fail(KILN_ERR_UNSUPPORTED, "artifact %s: architecture '%s' is not supported (kiln runs %s)",
-                       artifact, arch, kl_arch_list());
+        return kb_fail(KILN_ERR_UNSUPPORTED, "artifact %s: architecture '%s' is not supported (kiln runs %s)", artifact,
+                       arch, kl_arch_list());
     }
     if (gguf_n_tensors(f) == 0) {
         gguf_close(f);
@@ -498,8 +510,10 @@ kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64]
     snprintf(quant, 16, "%s", kst_dominant_type(f));
     /* what the architecture does not tell: a reranker (a cls.output head)
      * and a decision pack (its configuration key) */
-    if (kl_gguf_is_reranker(f)) snprintf(family, 16, "rerank");
-    else if (gguf_find(f, "kiln.decision.config")) snprintf(family, 16, "decision");
+    if (kl_gguf_is_reranker(f))
+        snprintf(family, 16, "rerank");
+    else if (gguf_find(f, "kiln.decision.config"))
+        snprintf(family, 16, "decision");
     gguf_close(f);
     return KILN_OK;
 }
@@ -518,7 +532,8 @@ const char *kst_dominant_type(const void *gf) {
     return qn ? qn : "?";
 }
 
-kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const char *name, char id_out[KST_ID_LEN + 1]) {
+kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const char *name,
+                        char id_out[KST_ID_LEN + 1]) {
     json_t *arts = json_object_get(manifest, "artifacts");
     int linked = !strcmp(jstr(manifest, "mode"), "linked");
     char arch[64] = "", quant[16] = "", family[16] = "", p[PATH_MAX];
@@ -657,7 +672,8 @@ static const char *pack_state(kiln_store *s, const char *id, json_t *man, json_t
     json_array_foreach(json_object_get(man, "artifacts"), i, a) {
         char p[PATH_MAX];
         struct stat st;
-        if (kst_path(p, "%s/packs/%s/%s", s->root, id, jstr(a, "path")) || (linked ? stat(p, &st) : lstat(p, &st)) != 0) {
+        if (kst_path(p, "%s/packs/%s/%s", s->root, id, jstr(a, "path")) ||
+            (linked ? stat(p, &st) : lstat(p, &st)) != 0) {
             if (missing) *missing = jstr(a, "path");
             return "missing";
         }
@@ -688,10 +704,10 @@ static json_t *entry_json(kiln_store *s, const char *name, const char *id, json_
     json_int_t installed, modified;
     entry_times(s, name, id, state, &installed, &modified);
     const char *missing = NULL;
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:s,s:s}", "name", name, "id", id, "size",
-                          (json_int_t)juint(man, "size"), "arch", jstr(man, "arch"), "quantization",
-                          jstr(man, "quantization"), "mode", jstr(man, "mode"), "state",
-                          pack_state(s, id, man, state, &missing));
+    json_t *o =
+        json_pack("{s:s,s:s,s:I,s:s,s:s,s:s,s:s}", "name", name, "id", id, "size", (json_int_t)juint(man, "size"),
+                  "arch", jstr(man, "arch"), "quantization", jstr(man, "quantization"), "mode", jstr(man, "mode"),
+                  "state", pack_state(s, id, man, state, &missing));
     if (json_is_string(json_object_get(man, "family"))) json_object_set(o, "family", json_object_get(man, "family"));
     json_object_set_new(o, "installed", json_integer(installed));
     json_object_set_new(o, "modified", json_integer(modified));
@@ -831,7 +847,8 @@ kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease
     char lockp[PATH_MAX];
     kiln_status st = find_ref(s, name, l->id, NULL);
     if (!st && kst_path(lockp, "%s/leases/%s.lock", s->root, l->id)) st = KILN_ERR_INVALID_ARG;
-    if (!st && (l->fd = kst_lock(lockp, LOCK_SH)) < 0) st = kb_fail(KILN_ERR_IO, "lease %s: %s", lockp, strerror(errno));
+    if (!st && (l->fd = kst_lock(lockp, LOCK_SH)) < 0)
+        st = kb_fail(KILN_ERR_IO, "lease %s: %s", lockp, strerror(errno));
     if (!st && !kst_path(l->record, "%s/leases/%s.%ld.%u", s->root, l->id, (long)getpid(), atomic_fetch_add(&seq, 1))) {
         char line[32];
         int n = snprintf(line, sizeof line, "%ld\n", (long)getpid());
@@ -911,7 +928,9 @@ kiln_status kiln_store_copy(kiln_store *s, const char *src, const char *dst, int
     return st;
 }
 
-kiln_status kiln_store_alias(kiln_store *s, const char *src, const char *dst) { return kiln_store_copy(s, src, dst, 0); }
+kiln_status kiln_store_alias(kiln_store *s, const char *src, const char *dst) {
+    return kiln_store_copy(s, src, dst, 0);
+}
 
 /* Lists the processes holding leases on id into buf ("pid 12 (kiln), ..."),
  * removing records of processes that are gone. */
@@ -1065,7 +1084,8 @@ static void gc_dir(kiln_store *s, const char *sub, int check_lock, kiln_store_gc
     if (d) closedir(d);
 }
 
-kiln_status kiln_store_gc(kiln_store *s, kiln_store_gc_fn each, void *user, uint64_t *n_removed, uint64_t *bytes_removed) {
+kiln_status kiln_store_gc(kiln_store *s, kiln_store_gc_fn each, void *user, uint64_t *n_removed,
+                          uint64_t *bytes_removed) {
     if (!s) return kb_fail(KILN_ERR_INVALID_ARG, "no store");
     int lk = mut_lock(s, LOCK_EX);
     if (lk < 0) return KILN_ERR_IO;

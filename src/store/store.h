@@ -35,11 +35,11 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#define KST_NAME_MAX 200     /* bytes of "name:tag" */
-#define KST_ID_LEN 64        /* hex digits of a pack id */
-#define KST_ID_PREFIX_MIN 4  /* hex digits an id prefix needs (kiln ls prints 12) */
-#define KST_STAGING_MAX_AGE (60.0 * 60.0)      /* install-time cleanup, seconds */
-#define KST_GC_MAX_AGE (24.0 * 60.0 * 60.0)    /* gc threshold, seconds */
+#define KST_NAME_MAX 200                    /* bytes of "name:tag" */
+#define KST_ID_LEN 64                       /* hex digits of a pack id */
+#define KST_ID_PREFIX_MIN 4                 /* hex digits an id prefix needs (kiln ls prints 12) */
+#define KST_STAGING_MAX_AGE (60.0 * 60.0)   /* install-time cleanup, seconds */
+#define KST_GC_MAX_AGE (24.0 * 60.0 * 60.0) /* gc threshold, seconds */
 
 struct kiln_store {
     char root[PATH_MAX];
@@ -58,8 +58,8 @@ typedef struct kst_net {
     kiln_store_progress_fn progress; /* hears "retry" events */
     void *user;
     long stall_s;
-    int max_attempts;  /* consecutive attempts without progress */
-    long backoff_ms;   /* first retry delay; doubles, capped at 30 s */
+    int max_attempts; /* consecutive attempts without progress */
+    long backoff_ms;  /* first retry delay; doubles, capped at 30 s */
 } kst_net;
 
 void kst_net_init(kst_net *n, const kiln_store_pull_params *pp);
@@ -96,24 +96,24 @@ typedef struct kst_http {
     const char *const *headers;
     int n_headers;
     const char *auth_origin;
-    const char *what;           /* how messages name it; NULL: the cleaned URL */
-    int head;                   /* HEAD instead of GET */
-    int follow;                 /* KST_FOLLOW_* */
+    const char *what;                /* how messages name it; NULL: the cleaned URL */
+    int head;                        /* HEAD instead of GET */
+    int follow;                      /* KST_FOLLOW_* */
     uint64_t range_start, range_len; /* range_len 0: no Range */
-    size_t max_body;            /* 0: 1 MiB */
+    size_t max_body;                 /* 0: 1 MiB */
     /* response (of the last hop) */
     long code;
-    char *body;                 /* NUL-terminated, malloc'd; kst_http_done */
+    char *body; /* NUL-terminated, malloc'd; kst_http_done */
     size_t len, cap;
     int overflow, range_ignored, nomem;
-    int64_t content_length;     /* -1 unknown */
+    int64_t content_length; /* -1 unknown */
     uint64_t linked_size;
     int has_linked_size;
     char content_range[128], etag[160], linked_etag[160], repo_commit[64], error_code[64];
     char docker_digest[100], www_auth[512];
-    char link_next[2048];       /* Link rel="next" */
-    char location[4096];        /* of an unfollowed redirect; never persisted */
-    char final_url[2048];       /* cleaned */
+    char link_next[2048]; /* Link rel="next" */
+    char location[4096];  /* of an unfollowed redirect; never persisted */
+    char final_url[2048]; /* cleaned */
     /* internal */
     void *curl;
     const kst_net *net;
@@ -138,25 +138,25 @@ kiln_status kst_http_error(int kind, long code, const char *error_code, const ch
 #define KST_MAX_ARTIFACTS 64
 
 typedef struct kst_artifact {
-    char url[4096];            /* the pinned source URL: never a signed one */
-    char file[256];            /* name in the pack */
-    char role[32];             /* model, shard, mmproj, template, system, params, license */
-    char sha[KST_ID_LEN + 1];  /* expected SHA-256; "" unknown */
+    char url[4096];           /* the pinned source URL: never a signed one */
+    char file[256];           /* name in the pack */
+    char role[32];            /* model, shard, mmproj, template, system, params, license */
+    char sha[KST_ID_LEN + 1]; /* expected SHA-256; "" unknown */
     char license[128];
-    uint64_t length;           /* expected; 0 unknown */
+    uint64_t length; /* expected; 0 unknown */
 } kst_artifact;
 
 typedef struct kst_plan {
-    int kind;                  /* KST_SRC_* */
-    char origin[1400];         /* the manifest's "origin": the pinned source */
-    char what[300];            /* how messages name the source */
-    char auth_origin[512];     /* the one origin credentials go to */
+    int kind;              /* KST_SRC_* */
+    char origin[1400];     /* the manifest's "origin": the pinned source */
+    char what[300];        /* how messages name the source */
+    char auth_origin[512]; /* the one origin credentials go to */
     kst_artifact arts[KST_MAX_ARTIFACTS];
     int n_arts;
-    json_t *source;            /* provenance for the manifest (owned), or NULL */
-    int n_unverified;          /* artifacts whose SHA-256 the source did not publish */
-    char unverified[200];      /* the first few of them */
-    char bearer[1200];         /* a registry's token ("Authorization: Bearer ..."), to use in place of the
+    json_t *source;       /* provenance for the manifest (owned), or NULL */
+    int n_unverified;     /* artifacts whose SHA-256 the source did not publish */
+    char unverified[200]; /* the first few of them */
+    char bearer[1200];    /* a registry's token ("Authorization: Bearer ..."), to use in place of the
                                   caller's Authorization for the artifacts; "" none; wiped after the pull */
 } kst_plan;
 
@@ -221,8 +221,8 @@ char *kst_read_text(const char *path, size_t max, size_t *len_out);
 /* SHA-256 of a file as 64 hex digits; st_out (may be NULL) receives the
  * descriptor's stat, taken after hashing.  progress/user (may be NULL) see
  * "verify" events for artifact (index of count). */
-int kst_sha256_file(const char *path, char hex[KST_ID_LEN + 1], struct stat *st_out,
-                   kiln_store_progress_fn progress, void *user, const char *artifact);
+int kst_sha256_file(const char *path, char hex[KST_ID_LEN + 1], struct stat *st_out, kiln_store_progress_fn progress,
+                    void *user, const char *artifact);
 void kst_sha256_hex(const void *data, size_t len, char hex[KST_ID_LEN + 1]);
 /* Removes a tree without following symlinks; returns bytes freed or -1. */
 int64_t kst_rmtree(const char *path);
@@ -262,7 +262,8 @@ kiln_status kst_check_image(const char *path, const char *artifact, char arch[64
  * manifest's arch/quantization/size, writes it last, renames the directory
  * to packs/<id> and binds name (may be NULL).  The directory is consumed
  * (renamed or quarantined).  manifest is borrowed. */
-kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const char *name, char id_out[KST_ID_LEN + 1]);
+kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const char *name,
+                        char id_out[KST_ID_LEN + 1]);
 /* Looks for a published, healthy pack whose manifest "origin" is origin and,
  * if sha256 is given, whose first artifact has that hash. */
 int kst_find_origin(kiln_store *s, const char *origin, const char *sha256, char id_out[KST_ID_LEN + 1]);

@@ -85,10 +85,17 @@ kpool *kpool_new(int n_threads) {
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
-    if (!p->threads) { free(p); return NULL; }
+    if (!p->threads) {
+        free(p);
+        return NULL;
+    }
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
-        if (!wa) { p->n = i; kpool_free(p); return NULL; }
+        if (!wa) {
+            p->n = i;
+            kpool_free(p);
+            return NULL;
+        }
         wa->p = p;
         wa->ith = i;
         if (pthread_create(&p->threads[i], NULL, worker, wa) != 0) {
@@ -133,7 +140,9 @@ void kpool_run(kpool *p, kpool_fn fn, void *ud) {
     }
     fn(ud, 0, p->n);
     for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
-        if (spins < WAIT_SPIN_ITERS) cpu_relax();
-        else sched_yield();
+        if (spins < WAIT_SPIN_ITERS)
+            cpu_relax();
+        else
+            sched_yield();
     }
 }

@@ -37,37 +37,52 @@ typedef struct pre_def {
 } pre_def;
 
 static const pre_def k_pre[] = {
-    { "default", 0, {
-        "[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]" } },
-    { "llama3|llama-v3|llama-bpe|falcon3", 1, { RE_LLAMA3 } },
-    { "dbrx|smaug-bpe|chatglm-bpe", 0, { RE_LLAMA3 } },
-    { "deepseek-llm", 0, {
-        "[\r\n]",
-        "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-\\x{293}\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}\\x{37F}\\x{386}\\x{388}-\\x{38A}\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{556}\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{1F1D}\\x{1F20}-\\x{1F45}\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}\\x{1F59}\\x{1F5B}\\x{1F5D}\\x{1F5F}-\\x{1F7D}\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}\\x{1FBE}\\x{1FC2}-\\x{1FC4}\\x{1FC6}-\\x{1FCC}\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{1FF4}\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}\\x{2124}\\x{2126}\\x{2128}\\x{212A}-\\x{212D}\\x{212F}-\\x{2134}\\x{2139}\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}\\x{214E}\\x{2183}\\x{2184}\\x{2C00}-\\x{2C7B}\\x{2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}\\x{FB13}-\\x{FB17}\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}\\x{1E900}-\\x{1E943}]+",
-        "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+",
-        "\\s+$",
-        "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+",
-        "\\p{N}+" } },
-    { "deepseek-v3", 0, {
-        "\\p{N}{1,3}",
-        "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+",
-        "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+" } },
-    { "deepseek-coder", 0, {
-        "[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+", "\\p{N}" } },
-    { "falcon", 0, {
-        "[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]" } },
-    { "starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b", 0, {
-        "\\p{N}", RE_GPT2 } },
-    { "gpt-2|phi-2|jina-es|jina-de|gigachat|jina-v1-en|jina-v2-es|jina-v2-de|jina-v2-code|"
-      "roberta-bpe|mpt|olmo|jais|modern-bert", 0, { RE_GPT2 } },
-    { "qwen2|deepseek-r1-qwen|stablelm2|megrez", 0, { RE_QWEN2 } },
-    { "poro-chat|bloom|gpt3-finnish", 0, { RE_PORO } },
-    { "viking", 0, { RE_PORO, "\\p{N}" } },
-    { "tekken", 1, {
-        "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" } },
-    { "chameleon", 0, {
-        "<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )",
-        "\\p{N}", "[\\p{P}!-/:-@\\[-`{-~]", RE_GPT2 } },
+    {"default", 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {"llama3|llama-v3|llama-bpe|falcon3", 1, {RE_LLAMA3}},
+    {"dbrx|smaug-bpe|chatglm-bpe", 0, {RE_LLAMA3}},
+    {"deepseek-llm",
+     0,
+     {"[\r\n]",
+      "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-\\x{293}\\x{295}-\\x{"
+      "2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}\\x{37F}\\x{386}\\x{388}-\\x{38A}\\x{38C}\\x{38E}-\\x{3A1}"
+      "\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{556}\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{"
+      "13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}"
+      "\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{1F1D}\\x{1F20}-\\x{1F45}\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}\\x{1F59}\\x{"
+      "1F5B}\\x{1F5D}\\x{1F5F}-\\x{1F7D}\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}\\x{1FBE}\\x{1FC2}-\\x{1FC4}\\x{1FC6}-"
+      "\\x{1FCC}\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{1FF4}\\x{1FF6}-\\x{1FFC}\\x{"
+      "2102}\\x{2107}\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}\\x{2124}\\x{2126}\\x{2128}\\x{212A}-\\x{212D}\\x{"
+      "212F}-\\x{2134}\\x{2139}\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}\\x{214E}\\x{2183}\\x{2184}\\x{2C00}-\\x{2C7B}\\x{"
+      "2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}"
+      "\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}\\x{FB13}-\\x{FB17}\\x{FF21}-\\x{"
+      "FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{"
+      "10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}\\x{1E900}-\\x{1E943}]+",
+      "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+", "\\s+$",
+      "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+", "\\p{N}+"}},
+    {"deepseek-v3",
+     0,
+     {"\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+",
+      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+      "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}},
+    {"deepseek-coder",
+     0,
+     {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+", "\\p{N}"}},
+    {"falcon", 0, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}},
+    {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b", 0, {"\\p{N}", RE_GPT2}},
+    {"gpt-2|phi-2|jina-es|jina-de|gigachat|jina-v1-en|jina-v2-es|jina-v2-de|jina-v2-code|"
+     "roberta-bpe|mpt|olmo|jais|modern-bert",
+     0,
+     {RE_GPT2}},
+    {"qwen2|deepseek-r1-qwen|stablelm2|megrez", 0, {RE_QWEN2}},
+    {"poro-chat|bloom|gpt3-finnish", 0, {RE_PORO}},
+    {"viking", 0, {RE_PORO, "\\p{N}"}},
+    {"tekken",
+     1,
+     {"[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z])"
+      ")+((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    {"chameleon",
+     0,
+     {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", "\\p{N}",
+      "[\\p{P}!-/:-@\\[-`{-~]", RE_GPT2}},
 };
 
 static int name_in(const char *names, const char *name) {
@@ -191,10 +206,17 @@ static size_t utf8_valid(const uint8_t *s, size_t n) {
     if (c < 0x80) return 1;
     size_t l;
     uint32_t cp;
-    if (c >= 0xc2 && c <= 0xdf) { l = 2; cp = c & 0x1f; }
-    else if (c >= 0xe0 && c <= 0xef) { l = 3; cp = c & 0x0f; }
-    else if (c >= 0xf0 && c <= 0xf4) { l = 4; cp = c & 0x07; }
-    else return 0;
+    if (c >= 0xc2 && c <= 0xdf) {
+        l = 2;
+        cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        l = 3;
+        cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        l = 4;
+        cp = c & 0x07;
+    } else
+        return 0;
     if (l > n) return 0;
     for (size_t i = 1; i < l; i++) {
         if ((s[i] & 0xc0) != 0x80) return 0;
@@ -215,22 +237,31 @@ static span *pretokenize(const ktok *t, const char *text, size_t len, size_t *n,
     size_t na = 0, run = 0;
     for (size_t i = 0; i < len;) {
         size_t l = utf8_valid((const uint8_t *)text + i, len - i);
-        if (l) { i += l; continue; }
-        if (i > run) a[na++] = (span){ (uint32_t)run, (uint32_t)(i - run), 0 };
-        a[na++] = (span){ (uint32_t)i, 1, 1 };
+        if (l) {
+            i += l;
+            continue;
+        }
+        if (i > run) a[na++] = (span){(uint32_t)run, (uint32_t)(i - run), 0};
+        a[na++] = (span){(uint32_t)i, 1, 1};
         run = ++i;
     }
-    if (len > run) a[na++] = (span){ (uint32_t)run, (uint32_t)(len - run), 0 };
+    if (len > run) a[na++] = (span){(uint32_t)run, (uint32_t)(len - run), 0};
 
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
-    if (!md) { s->oom = 1; return NULL; }
+    if (!md) {
+        s->oom = 1;
+        return NULL;
+    }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
 
     for (int r = 0; r < t->pre->n; r++) {
         size_t nb = 0;
         for (size_t k = 0; k < na; k++) {
             span f = a[k];
-            if (f.raw) { b[nb++] = f; continue; }
+            if (f.raw) {
+                b[nb++] = f;
+                continue;
+            }
             PCRE2_SPTR subj = (PCRE2_SPTR)text + f.start;
             size_t pos = 0, prev = 0;
             while (pos < f.len) {
@@ -241,13 +272,15 @@ static span *pretokenize(const ktok *t, const char *text, size_t len, size_t *n,
                     pos = ms + tok_utf8_len(subj[ms]);
                     continue;
                 }
-                if (ms > prev) b[nb++] = (span){ f.start + (uint32_t)prev, (uint32_t)(ms - prev), 0 };
-                b[nb++] = (span){ f.start + (uint32_t)ms, (uint32_t)(me - ms), 0 };
+                if (ms > prev) b[nb++] = (span){f.start + (uint32_t)prev, (uint32_t)(ms - prev), 0};
+                b[nb++] = (span){f.start + (uint32_t)ms, (uint32_t)(me - ms), 0};
                 prev = pos = me;
             }
-            if (prev < f.len) b[nb++] = (span){ f.start + (uint32_t)prev, (uint32_t)(f.len - prev), 0 };
+            if (prev < f.len) b[nb++] = (span){f.start + (uint32_t)prev, (uint32_t)(f.len - prev), 0};
         }
-        span *tmp = a; a = b; b = tmp;
+        span *tmp = a;
+        a = b;
+        b = tmp;
         na = nb;
     }
     pcre2_match_data_free(md);
@@ -259,8 +292,8 @@ static span *pretokenize(const ktok *t, const char *text, size_t len, size_t *n,
 
 typedef struct bpe_sym {
     int32_t prev, next;
-    uint32_t n;  /* bytes of the original word covered; 0 once merged away */
-    int32_t id;  /* token id, -1 if the byte has no token */
+    uint32_t n; /* bytes of the original word covered; 0 once merged away */
+    int32_t id; /* token id, -1 if the byte has no token */
 } bpe_sym;
 
 typedef struct bpe_pair {
@@ -303,7 +336,7 @@ static void try_pair(const ktok *t, bpe_sym *sym, int32_t l, int32_t r, bpe_pair
     int32_t result;
     int32_t rank = tok_pairmap_get(&t->merges, sym[l].id, sym[r].id, &result);
     if (rank < 0) return;
-    heap_push(heap, nh, (bpe_pair){ rank, l, r, result, sym[l].n, sym[r].n });
+    heap_push(heap, nh, (bpe_pair){rank, l, r, result, sym[l].n, sym[r].n});
 }
 
 static void bpe_word(const ktok *t, const uint8_t *w, size_t len, tok_vec *out, tok_scratch *s) {
@@ -324,7 +357,7 @@ static void bpe_word(const ktok *t, const uint8_t *w, size_t len, tok_vec *out, 
     bpe_pair *heap = tok_scratch_get(s, 4, 3 * len * sizeof *heap);
     if (!sym || !heap) return;
     for (size_t i = 0; i < len; i++)
-        sym[i] = (bpe_sym){ (int32_t)i - 1, i + 1 == len ? -1 : (int32_t)i + 1, 1, t->byte_enc_tok[w[i]] };
+        sym[i] = (bpe_sym){(int32_t)i - 1, i + 1 == len ? -1 : (int32_t)i + 1, 1, t->byte_enc_tok[w[i]]};
 
     size_t nh = 0;
     for (size_t i = 1; i < len; i++) try_pair(t, sym, (int32_t)i - 1, (int32_t)i, heap, &nh);

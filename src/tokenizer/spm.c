@@ -49,27 +49,32 @@ static spm_pair heap_pop(spm_pair *h, size_t *n) {
     return top;
 }
 
-static void try_pair(const ktok *t, const char *text, spm_sym *sym, int32_t l, int32_t r,
-                     spm_pair *heap, size_t *nheap) {
+static void try_pair(const ktok *t, const char *text, spm_sym *sym, int32_t l, int32_t r, spm_pair *heap,
+                     size_t *nheap) {
     if (l < 0 || r < 0) return;
     uint32_t size = sym[l].n + sym[r].n;
     int32_t id = tok_strmap_get(&t->map, t, text + sym[l].start, size);
     if (id < 0) return;
-    spm_pair p = { t->score ? t->score[id] : 0.0f, l, r, size };
+    spm_pair p = {t->score ? t->score[id] : 0.0f, l, r, size};
     heap_push(heap, nheap, p);
 }
 
-void tok_spm_encode(const ktok *t, const char *raw, size_t len, int prefix_space, tok_vec *out,
-                    tok_scratch *s) {
+void tok_spm_encode(const ktok *t, const char *raw, size_t len, int prefix_space, tok_vec *out, tok_scratch *s) {
     /* escape: optional dummy prefix, every ' ' becomes U+2581 (3 bytes) */
     size_t cap = (len + 1) * 3;
     char *text = tok_scratch_get(s, 0, cap);
     if (!text) return;
     size_t tl = 0;
-    if (prefix_space) { memcpy(text, "\xe2\x96\x81", 3); tl = 3; }
+    if (prefix_space) {
+        memcpy(text, "\xe2\x96\x81", 3);
+        tl = 3;
+    }
     for (size_t i = 0; i < len; i++) {
-        if (raw[i] == ' ') { memcpy(text + tl, "\xe2\x96\x81", 3); tl += 3; }
-        else text[tl++] = raw[i];
+        if (raw[i] == ' ') {
+            memcpy(text + tl, "\xe2\x96\x81", 3);
+            tl += 3;
+        } else
+            text[tl++] = raw[i];
     }
     if (tl == 0) return;
 

@@ -11,13 +11,13 @@
  * Keys are token texts owned by the ktok arena; the table stores ids and
  * compares against the ktok's text table. */
 typedef struct tok_strmap {
-    int32_t *slot;   /* id or -1 */
-    uint32_t mask;   /* capacity - 1, capacity a power of two */
+    int32_t *slot; /* id or -1 */
+    uint32_t mask; /* capacity - 1, capacity a power of two */
 } tok_strmap;
 
 /* ---- u64 -> (rank, id) map for BPE merges keyed by (left id, right id) ---- */
 typedef struct tok_pairmap {
-    uint64_t *key;   /* (left << 32 | right) + 1, 0 = empty */
+    uint64_t *key; /* (left << 32 | right) + 1, 0 = empty */
     int32_t *rank;
     int32_t *result; /* id of the merged token */
     uint32_t mask;
@@ -31,13 +31,13 @@ typedef struct tok_pretok tok_pretok;
 struct ktok {
     enum ktok_kind kind;
     int32_t n;
-    char *arena;          /* all token texts, back to back */
-    uint32_t *off;        /* n+1 offsets into arena */
-    float *score;         /* SPM merge scores (NULL when absent) */
-    uint8_t *type;        /* enum ktok_type */
-    uint8_t *attr;        /* TOK_A_* */
+    char *arena;   /* all token texts, back to back */
+    uint32_t *off; /* n+1 offsets into arena */
+    float *score;  /* SPM merge scores (NULL when absent) */
+    uint8_t *type; /* enum ktok_type */
+    uint8_t *attr; /* TOK_A_* */
     tok_strmap map;
-    int32_t max_len;      /* longest token text in bytes */
+    int32_t max_len; /* longest token text in bytes */
 
     /* decoded pieces (token_to_piece with special set) */
     char *piece;
@@ -113,8 +113,7 @@ static inline size_t tok_utf8_len(uint8_t c) {
 
 /* Tokenizers for one fragment of plain text (no special tokens inside). */
 /* prefix_space: add SentencePiece's dummy space in front. */
-void tok_spm_encode(const ktok *t, const char *text, size_t len, int prefix_space, tok_vec *out,
-                    tok_scratch *s);
+void tok_spm_encode(const ktok *t, const char *text, size_t len, int prefix_space, tok_vec *out, tok_scratch *s);
 void tok_bpe_encode(const ktok *t, const char *text, size_t len, tok_vec *out, tok_scratch *s);
 void tok_wpm_encode(const ktok *t, const char *text, size_t len, tok_vec *out, tok_scratch *s);
 

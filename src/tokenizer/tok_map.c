@@ -38,10 +38,16 @@ int tok_strmap_build(tok_strmap *m, const ktok *t) {
         uint32_t i = (uint32_t)tok_hash(s, len) & m->mask;
         for (;; i = (i + 1) & m->mask) {
             int32_t cur = m->slot[i];
-            if (cur < 0) { m->slot[i] = id; break; }
+            if (cur < 0) {
+                m->slot[i] = id;
+                break;
+            }
             size_t clen;
             const char *cs = tok_str(t, cur, &clen);
-            if (clen == len && memcmp(cs, s, len) == 0) { m->slot[i] = id; break; }
+            if (clen == len && memcmp(cs, s, len) == 0) {
+                m->slot[i] = id;
+                break;
+            }
         }
     }
     return 0;
@@ -121,7 +127,10 @@ void tok_vec_push(tok_vec *v, int32_t id) {
     if (v->n == v->cap) {
         int32_t nc = v->cap ? v->cap * 2 : 64;
         int32_t *nv = realloc(v->v, (size_t)nc * sizeof *nv);
-        if (!nv) { v->oom = 1; return; }
+        if (!nv) {
+            v->oom = 1;
+            return;
+        }
         v->v = nv;
         v->cap = nc;
     }
@@ -133,7 +142,10 @@ void *tok_scratch_get(tok_scratch *s, int i, size_t bytes) {
         size_t nc = s->cap[i] ? s->cap[i] : 256;
         while (nc < bytes) nc *= 2;
         void *nb = realloc(s->buf[i], nc);
-        if (!nb) { s->oom = 1; return NULL; }
+        if (!nb) {
+            s->oom = 1;
+            return NULL;
+        }
         s->buf[i] = nb;
         s->cap[i] = nc;
     }

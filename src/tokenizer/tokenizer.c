@@ -14,17 +14,21 @@
 /* End-of-turn spellings, in byte order: the reference picks the first one
  * present (it walks its sorted map) as EOT when the file names none. */
 static const char *const k_eot_names[] = {
-    "<EOT>", "<end_of_turn>", "<|endoftext|>", "<|end|>", "<|eot_id|>", "<|im_end|>",
-    "<\xef\xbd\x9c" "end" SPACE_MARK "of" SPACE_MARK "sentence\xef\xbd\x9c>",
+    "<EOT>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end|>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<\xef\xbd\x9c"
+    "end" SPACE_MARK "of" SPACE_MARK "sentence\xef\xbd\x9c>",
 };
 /* Tokens that end generation whatever the metadata says. */
 static const char *const k_eog_names[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
 };
 
-static int32_t find(const ktok *t, const char *s) {
-    return tok_strmap_get(&t->map, t, s, strlen(s));
-}
+static int32_t find(const ktok *t, const char *s) { return tok_strmap_get(&t->map, t, s, strlen(s)); }
 
 /* ---- pieces ---- */
 
@@ -47,8 +51,12 @@ static size_t make_piece(const ktok *t, int32_t id, char *dst) {
             uint32_t cp = (uint8_t)s[i];
             if (cl == 2) cp = (cp & 0x1f) << 6 | ((uint8_t)s[i + 1] & 0x3f);
             int b = cl <= 2 && cp < 324 ? t->cp_to_byte[cp] : -1;
-            if (b >= 0) dst[n++] = (char)b;
-            else { memcpy(dst + n, s + i, cl); n += cl; } /* not a mapped byte: keep as is */
+            if (b >= 0)
+                dst[n++] = (char)b;
+            else {
+                memcpy(dst + n, s + i, cl);
+                n += cl;
+            } /* not a mapped byte: keep as is */
             i += cl;
         }
         return n;
@@ -56,7 +64,7 @@ static size_t make_piece(const ktok *t, int32_t id, char *dst) {
     if (ty == KTOK_T_BYTE) {
         /* "<0xXX>" */
         if (len == 6 && memcmp(s, "<0x", 3) == 0) {
-            dst[0] = (char)strtol((char[3]){ s[3], s[4], 0 }, NULL, 16);
+            dst[0] = (char)strtol((char[3]){s[3], s[4], 0}, NULL, 16);
             return 1;
         }
         return 0;
@@ -64,8 +72,10 @@ static size_t make_piece(const ktok *t, int32_t id, char *dst) {
     if (ty != KTOK_T_NORMAL) return 0;
     size_t n = 0, i = 0;
     if (t->kind == KTOK_WPM && t->wpm_cont[0]) { /* "##" style: continuation bare, words spaced */
-        if (len >= 2 && memcmp(s, "##", 2) == 0) i = 2;
-        else dst[n++] = ' ';
+        if (len >= 2 && memcmp(s, "##", 2) == 0)
+            i = 2;
+        else
+            dst[n++] = ' ';
     }
     for (; i < len; i++) {
         if (i + 3 <= len && memcmp(s + i, SPACE_MARK, 3) == 0) {
@@ -123,12 +133,15 @@ static int build_special_list(ktok *t) {
     }
     len_id *tmp = malloc(((size_t)n + 1) * sizeof *tmp);
     t->special = malloc(((size_t)n + 1) * sizeof *t->special);
-    if (!tmp || !t->special) { free(tmp); return -1; }
+    if (!tmp || !t->special) {
+        free(tmp);
+        return -1;
+    }
     n = 0;
     for (int32_t id = 0; id < t->n; id++) {
         int ty = t->type[id];
         if (ty == KTOK_T_CONTROL || ty == KTOK_T_USER_DEFINED || ty == KTOK_T_UNKNOWN)
-            tmp[n++] = (len_id){ t->off[id + 1] - t->off[id], id };
+            tmp[n++] = (len_id){t->off[id + 1] - t->off[id], id};
     }
     qsort(tmp, (size_t)n, sizeof *tmp, len_id_cmp);
     for (int32_t i = 0; i < n; i++) t->special[i] = tmp[i].id;
@@ -139,7 +152,10 @@ static int build_special_list(ktok *t) {
 
 ktok *ktok_load(const gguf_file *f, char *err, size_t errlen) {
     char dummy[8];
-    if (!err) { err = dummy; errlen = sizeof dummy; }
+    if (!err) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
     err[0] = 0;
 
     char model[32];
@@ -148,9 +164,12 @@ ktok *ktok_load(const gguf_file *f, char *err, size_t errlen) {
         return NULL;
     }
     enum ktok_kind kind;
-    if (strcmp(model, "llama") == 0) kind = KTOK_SPM;
-    else if (strcmp(model, "gpt2") == 0) kind = KTOK_BPE;
-    else if (strcmp(model, "bert") == 0) kind = KTOK_WPM;
+    if (strcmp(model, "llama") == 0)
+        kind = KTOK_SPM;
+    else if (strcmp(model, "gpt2") == 0)
+        kind = KTOK_BPE;
+    else if (strcmp(model, "bert") == 0)
+        kind = KTOK_WPM;
     else {
         snprintf(err, errlen, "unsupported tokenizer model '%s'", model);
         return NULL;
@@ -215,8 +234,20 @@ ktok *ktok_load(const gguf_file *f, char *err, size_t errlen) {
 
     /* model-type defaults, then metadata */
     int32_t d_bos = -1, d_eos = -1, d_unk = -1, d_sep = -1, d_pad = -1;
-    if (kind == KTOK_SPM) { d_bos = 1; d_eos = 2; d_unk = 0; t->add_bos = 1; t->add_space_prefix = 1; }
-    if (kind == KTOK_WPM) { d_bos = 101; d_unk = 100; d_sep = 102; d_pad = 0; t->add_bos = 1; }
+    if (kind == KTOK_SPM) {
+        d_bos = 1;
+        d_eos = 2;
+        d_unk = 0;
+        t->add_bos = 1;
+        t->add_space_prefix = 1;
+    }
+    if (kind == KTOK_WPM) {
+        d_bos = 101;
+        d_unk = 100;
+        d_sep = 102;
+        d_pad = 0;
+        t->add_bos = 1;
+    }
     t->bos = special_id(f, t, "tokenizer.ggml.bos_token_id", d_bos);
     if (kind == KTOK_WPM) t->bos = special_id(f, t, "tokenizer.ggml.cls_token_id", t->bos);
     t->eos = special_id(f, t, "tokenizer.ggml.eos_token_id", d_eos);
@@ -266,7 +297,7 @@ ktok *ktok_load(const gguf_file *f, char *err, size_t errlen) {
             for (int32_t i = 0; i < t->n_special; i++) t->attr[t->special[i]] |= TOK_A_RSTRIP;
             int32_t id = find(t, "</s>");
             if (id >= 0) t->attr[id] |= TOK_A_RSTRIP;
-            const char *keep[] = { "<unk>", "<s>", "<|endoftext|>" };
+            const char *keep[] = {"<unk>", "<s>", "<|endoftext|>"};
             for (size_t i = 0; i < 3; i++)
                 if ((id = find(t, keep[i])) >= 0) t->attr[id] &= (uint8_t)~TOK_A_RSTRIP;
         }
@@ -284,7 +315,7 @@ ktok *ktok_load(const gguf_file *f, char *err, size_t errlen) {
             char hex[8];
             snprintf(hex, sizeof hex, "<0x%02X>", b);
             int32_t id = find(t, hex);
-            if (id < 0) id = tok_strmap_get(&t->map, t, (char[1]){ (char)b }, 1);
+            if (id < 0) id = tok_strmap_get(&t->map, t, (char[1]){(char)b}, 1);
             t->byte_tok[b] = id;
         }
     }
@@ -344,22 +375,16 @@ int ktok_add_bos(const ktok *t) { return t->add_bos; }
 int ktok_add_eos(const ktok *t) { return t->add_eos; }
 int32_t ktok_max_piece(const ktok *t) { return t->max_piece; }
 
-int ktok_is_eog(const ktok *t, int32_t id) {
-    return id >= 0 && id < t->n && (t->attr[id] & TOK_A_EOG);
-}
+int ktok_is_eog(const ktok *t, int32_t id) { return id >= 0 && id < t->n && (t->attr[id] & TOK_A_EOG); }
 
 const char *ktok_text(const ktok *t, int32_t id, size_t *len) {
     if (id < 0 || id >= t->n) return NULL;
     return tok_str(t, id, len);
 }
 
-int ktok_type(const ktok *t, int32_t id) {
-    return id >= 0 && id < t->n ? t->type[id] : KTOK_T_UNDEFINED;
-}
+int ktok_type(const ktok *t, int32_t id) { return id >= 0 && id < t->n ? t->type[id] : KTOK_T_UNDEFINED; }
 
-int32_t ktok_find(const ktok *t, const char *s, size_t len) {
-    return tok_strmap_get(&t->map, t, s, len);
-}
+int32_t ktok_find(const ktok *t, const char *s, size_t len) { return tok_strmap_get(&t->map, t, s, len); }
 
 /* ---- encoding ---- */
 
@@ -371,15 +396,14 @@ typedef struct frag {
 /* Splits the text around special-token occurrences, one token at a time
  * from the longest (the reference's order).  Control and unknown tokens
  * take part only with parse_special.  Returns the fragment array. */
-static frag *partition(const ktok *t, const char *text, size_t len, int parse_special, size_t *nf,
-                       tok_scratch *s) {
+static frag *partition(const ktok *t, const char *text, size_t len, int parse_special, size_t *nf, tok_scratch *s) {
     /* fragments are non-empty and disjoint, so there are at most len */
     size_t cap = len + 1;
     frag *buf = tok_scratch_get(s, 5, 2 * cap * sizeof *buf);
     if (!buf) return NULL;
     frag *a = buf, *b = buf + cap;
     size_t na = 0;
-    a[na++] = (frag){ -1, 0, (uint32_t)len };
+    a[na++] = (frag){-1, 0, (uint32_t)len};
 
     for (int32_t k = 0; k < t->n_special; k++) {
         int32_t id = t->special[k];
@@ -394,36 +418,41 @@ static frag *partition(const ktok *t, const char *text, size_t len, int parse_sp
 
         size_t nb = 0;
         for (size_t i = 0; i < na; i++) {
-            if (a[i].id >= 0) { b[nb++] = a[i]; continue; }
+            if (a[i].id >= 0) {
+                b[nb++] = a[i];
+                continue;
+            }
             size_t p = a[i].start, end = a[i].start + a[i].len;
             for (;;) {
                 const char *m = p < end ? memmem(text + p, end - p, st, sl) : NULL;
                 if (!m) {
-                    if (p < end) b[nb++] = (frag){ -1, (uint32_t)p, (uint32_t)(end - p) };
+                    if (p < end) b[nb++] = (frag){-1, (uint32_t)p, (uint32_t)(end - p)};
                     break;
                 }
                 size_t ms = (size_t)(m - text), te = ms; /* text before the token ends at te */
                 if (t->attr[id] & TOK_A_LSTRIP)
                     while (te > p && isspace((unsigned char)text[te - 1])) te--;
-                if (te > p) b[nb++] = (frag){ -1, (uint32_t)p, (uint32_t)(te - p) };
-                b[nb++] = (frag){ id, (uint32_t)ms, (uint32_t)sl };
+                if (te > p) b[nb++] = (frag){-1, (uint32_t)p, (uint32_t)(te - p)};
+                b[nb++] = (frag){id, (uint32_t)ms, (uint32_t)sl};
                 p = ms + sl;
                 if (t->attr[id] & TOK_A_RSTRIP)
                     while (p < end && isspace((unsigned char)text[p])) p++;
             }
         }
-        frag *tmp = a; a = b; b = tmp;
+        frag *tmp = a;
+        a = b;
+        b = tmp;
         na = nb;
     }
     *nf = na;
     return a;
 }
 
-int32_t ktok_encode(const ktok *t, const char *text, size_t len, int add_special, int parse_special,
-                    int32_t *out, int32_t cap) {
+int32_t ktok_encode(const ktok *t, const char *text, size_t len, int add_special, int parse_special, int32_t *out,
+                    int32_t cap) {
     if (len > KTOK_MAX_TEXT) return KTOK_ERR_NOMEM;
-    tok_scratch s = { 0 };
-    tok_vec v = { 0 };
+    tok_scratch s = {0};
+    tok_vec v = {0};
     size_t nf = 0;
     frag *fr = len ? partition(t, text, len, parse_special, &nf, &s) : NULL;
     if (len && !fr) goto fail;
@@ -475,8 +504,10 @@ int32_t ktok_encode_alloc(const ktok *t, const char *text, size_t len, int add_s
         if (!ids) return KTOK_ERR_NOMEM;
         int32_t n = ktok_encode(t, text, len, add_special, parse_special, ids, cap);
         if (n >= 0) {
-            if (n) *out = ids;
-            else free(ids);
+            if (n)
+                *out = ids;
+            else
+                free(ids);
             return n;
         }
         free(ids);

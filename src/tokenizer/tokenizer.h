@@ -27,8 +27,13 @@ enum ktok_kind { KTOK_SPM = 1, KTOK_BPE = 2, KTOK_WPM = 3 };
 
 /* Token types as stored in tokenizer.ggml.token_type. */
 enum ktok_type {
-    KTOK_T_UNDEFINED = 0, KTOK_T_NORMAL = 1, KTOK_T_UNKNOWN = 2, KTOK_T_CONTROL = 3,
-    KTOK_T_USER_DEFINED = 4, KTOK_T_UNUSED = 5, KTOK_T_BYTE = 6
+    KTOK_T_UNDEFINED = 0,
+    KTOK_T_NORMAL = 1,
+    KTOK_T_UNKNOWN = 2,
+    KTOK_T_CONTROL = 3,
+    KTOK_T_USER_DEFINED = 4,
+    KTOK_T_UNUSED = 5,
+    KTOK_T_BYTE = 6
 };
 
 /* Returned by ktok_encode when memory runs out or the text is longer than
@@ -77,8 +82,8 @@ int32_t ktok_find(const ktok *t, const char *s, size_t len);
  * out and the result is minus the needed count.  KTOK_ERR_NOMEM on
  * allocation failure or oversized text.  Invalid UTF-8 is tolerated (stray
  * bytes fall back to byte tokens where the vocabulary has them). */
-int32_t ktok_encode(const ktok *t, const char *text, size_t len, int add_special,
-                    int parse_special, int32_t *out, int32_t cap);
+int32_t ktok_encode(const ktok *t, const char *text, size_t len, int add_special, int parse_special, int32_t *out,
+                    int32_t cap);
 
 /* ktok_encode into a buffer of the right size: *out is malloc'd (free it;
  * NULL when the result is 0 tokens).  Returns the count or KTOK_ERR_NOMEM. */
@@ -100,11 +105,11 @@ int32_t ktok_max_piece(const ktok *t);
  * ktok_stream_init. */
 typedef struct ktok_stream {
     const ktok *t;
-    uint8_t pend[4];  /* bytes of an unfinished UTF-8 character */
+    uint8_t pend[4]; /* bytes of an unfinished UTF-8 character */
     int n_pend;
-    int special;      /* render control tokens */
-    int strip_space;  /* drop one leading space from the first text */
-    int started;      /* some text has been emitted */
+    int special;     /* render control tokens */
+    int strip_space; /* drop one leading space from the first text */
+    int started;     /* some text has been emitted */
 } ktok_stream;
 
 /* strip_leading_space: for SPM vocabularies with the dummy prefix, drop the
@@ -121,7 +126,7 @@ int32_t ktok_stream_flush(ktok_stream *s, char *out, int32_t cap);
 
 /* Decodes a whole id sequence (stream + flush).  Returns the byte count or
  * minus the needed size. */
-int32_t ktok_decode(const ktok *t, const int32_t *ids, int32_t n, char *out, int32_t cap,
-                    int special, int strip_leading_space);
+int32_t ktok_decode(const ktok *t, const int32_t *ids, int32_t n, char *out, int32_t cap, int special,
+                    int strip_leading_space);
 
 #endif

@@ -12,9 +12,8 @@
 #include "tokenizer/tok_internal.h"
 
 static int is_cjk(int32_t c) {
-    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
-           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
-           (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
@@ -25,8 +24,7 @@ static int is_space(int32_t c) {
 }
 
 static int is_punct(int32_t c) {
-    if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126))
-        return 1;
+    if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126)) return 1;
     utf8proc_category_t k = utf8proc_category(c);
     return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
 }
@@ -70,7 +68,10 @@ void tok_wpm_encode(const ktok *t, const char *text, size_t len, tok_vec *out, t
     for (size_t i = 0; i < len;) {
         utf8proc_int32_t c;
         utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)text + i, (utf8proc_ssize_t)(len - i), &c);
-        if (l <= 0) { i++; continue; }
+        if (l <= 0) {
+            i++;
+            continue;
+        }
         cp[n++] = c;
         i += (size_t)l;
     }
@@ -84,8 +85,8 @@ void tok_wpm_encode(const ktok *t, const char *text, size_t len, tok_vec *out, t
         /* utf8proc_decompose reads UTF-8; feed it code points one at a time */
         m = 0;
         for (size_t i = 0; i < n && (size_t)m <= cap; i++) {
-            utf8proc_ssize_t r = utf8proc_decompose_char(cp[i], nfd + m, (utf8proc_ssize_t)(cap - (size_t)m),
-                                                         UTF8PROC_DECOMPOSE, NULL);
+            utf8proc_ssize_t r =
+                utf8proc_decompose_char(cp[i], nfd + m, (utf8proc_ssize_t)(cap - (size_t)m), UTF8PROC_DECOMPOSE, NULL);
             if (r < 0) r = 0;
             m += r;
         }
@@ -101,7 +102,10 @@ void tok_wpm_encode(const ktok *t, const char *text, size_t len, tok_vec *out, t
     for (utf8proc_ssize_t i = 0; i < m; i++) {
         int32_t c = nfd[i];
         if (is_space(c)) {
-            if (wl) { wpm_word(t, word, wl, out, s); wl = 0; }
+            if (wl) {
+                wpm_word(t, word, wl, out, s);
+                wl = 0;
+            }
             continue;
         }
         utf8proc_category_t k = utf8proc_category(c);
@@ -110,9 +114,15 @@ void tok_wpm_encode(const ktok *t, const char *text, size_t len, tok_vec *out, t
             continue;
         c = utf8proc_tolower(c);
         int alone = is_punct(c) || (c < 0x7f && k >= UTF8PROC_CATEGORY_SM && k <= UTF8PROC_CATEGORY_SO) || is_cjk(c);
-        if (alone && wl) { wpm_word(t, word, wl, out, s); wl = 0; }
+        if (alone && wl) {
+            wpm_word(t, word, wl, out, s);
+            wl = 0;
+        }
         wl += (size_t)utf8proc_encode_char(c, (utf8proc_uint8_t *)word + wl);
-        if (alone) { wpm_word(t, word, wl, out, s); wl = 0; }
+        if (alone) {
+            wpm_word(t, word, wl, out, s);
+            wl = 0;
+        }
     }
     if (wl) wpm_word(t, word, wl, out, s);
 }

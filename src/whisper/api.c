@@ -19,10 +19,10 @@ kiln_status kiln_stt_load(const char *path, kiln_stt **out) {
     char err[512];
     wh_model *m = wh_load(path, err, sizeof err);
     if (!m) {
-        kiln_status st = strstr(err, "out of memory") ? KILN_ERR_NOMEM
+        kiln_status st = strstr(err, "out of memory")                                     ? KILN_ERR_NOMEM
                          : strstr(err, "cannot multiply") || strstr(err, "unknown ftype") ? KILN_ERR_UNSUPPORTED
-                         : strstr(err, "No such file") || strstr(err, "Permission") ? KILN_ERR_IO
-                                                                                    : KILN_ERR_FORMAT;
+                         : strstr(err, "No such file") || strstr(err, "Permission")       ? KILN_ERR_IO
+                                                                                          : KILN_ERR_FORMAT;
         return kb_fail(st, "%s", err);
     }
     kiln_stt *s = calloc(1, sizeof *s);
@@ -112,7 +112,7 @@ kiln_status kiln_transcribe(kiln_stt *s, const float *pcm, int64_t n, const kiln
 
 static kiln_status audio_status(const char *err) {
     return strstr(err, "out of memory") ? KILN_ERR_NOMEM
-           : strstr(err, "cannot open")  ? KILN_ERR_IO
+           : strstr(err, "cannot open") ? KILN_ERR_IO
            : strstr(err, "not an audio file") || strstr(err, "decoding failed") || strstr(err, "empty file")
                ? KILN_ERR_FORMAT
                : KILN_ERR_INVALID_ARG;

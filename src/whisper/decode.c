@@ -34,10 +34,10 @@
 #define MAX_INITIAL_TS 50 /* timestamp index of 1.00 s */
 
 typedef struct hyp {
-    int32_t *tok;   /* generated tokens (no prompt) */
+    int32_t *tok; /* generated tokens (no prompt) */
     int n;
     double sum_lp;
-    int slot;       /* state beam holding its cache */
+    int slot; /* state beam holding its cache */
     int done;
 } hyp;
 
@@ -53,22 +53,26 @@ typedef struct job {
     const wh_vocab *v;
     const kiln_transcribe_params *p;
     wh_state *s;
-    int G;              /* hypotheses at once: max(beam_size, best_of) */
+    int G;                /* hypotheses at once: max(beam_size, best_of) */
     int n_vocab, max_gen; /* max_gen: stride of token rows */
-    int gen_limit;      /* tokens this window may generate */
-    float *masked;      /* [2 * G][n_vocab] */
-    uint8_t *suppress;  /* [n_vocab] 1 = never */
+    int gen_limit;        /* tokens this window may generate */
+    float *masked;        /* [2 * G][n_vocab] */
+    uint8_t *suppress;    /* [n_vocab] 1 = never */
     hyp *live, *next, *fin;
-    int32_t *tokbuf;    /* 4 G + 1 rows of max_gen */
+    int32_t *tokbuf; /* 4 G + 1 rows of max_gen */
     int n_fin;
-    struct cand { double score; int parent; int32_t tok; } *cand;
-    int32_t *prompt;    /* [n_text_ctx] */
+    struct cand {
+        double score;
+        int parent;
+        int32_t tok;
+    } * cand;
+    int32_t *prompt; /* [n_text_ctx] */
     int n_prompt, sot_at;
-    int32_t *hist;      /* tokens of earlier windows, for the prompt */
+    int32_t *hist; /* tokens of earlier windows, for the prompt */
     int n_hist, hist_cap, hist_from;
     int lang;
     uint64_t rng;
-    char *text;         /* scratch for a window's text */
+    char *text; /* scratch for a window's text */
     size_t text_cap;
     uint8_t *zbuf;
     size_t zcap;
@@ -124,8 +128,10 @@ static void mask_row(const job *j, const float *logits, float *out, const int32_
     for (int i = 0; i < nv; i++) {
         if (out[i] == -INFINITY) continue;
         double e = exp((double)out[i] - mx);
-        if (i >= tb) zt += e;
-        else if (out[i] > best_text) best_text = out[i];
+        if (i >= tb)
+            zt += e;
+        else if (out[i] > best_text)
+            best_text = out[i];
     }
     if (zt > 0 && best_text > -INFINITY && log(zt) > (double)best_text - mx)
         for (int i = 0; i < tb; i++) out[i] = -INFINITY;
@@ -632,8 +638,7 @@ static int job_init(job *j, const wh_model *m, const kiln_transcribe_params *p) 
     j->tokbuf = malloc((4 * G + 2) * mg * sizeof(int32_t));
     j->cand = malloc(G * (G + 2) * sizeof *j->cand);
     j->prompt = malloc((size_t)m->hp.n_text_ctx * sizeof(int32_t));
-    if (!j->s || !j->masked || !j->suppress || !j->live || !j->next || !j->fin || !j->tokbuf || !j->cand ||
-        !j->prompt)
+    if (!j->s || !j->masked || !j->suppress || !j->live || !j->next || !j->fin || !j->tokbuf || !j->cand || !j->prompt)
         return -1;
     const wh_vocab *v = j->v;
     int32_t ctl[] = {v->sot, v->solm, v->prev, v->nosp, v->translate, v->transcribe};
@@ -732,8 +737,10 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
         wh_encode(j.s, mel + seek, (size_t)n_frames);
         n_windows++;
         if (j.lang < 0) {
-            if (m->vocab.multilingual) j.lang = detect_language(&j, &lang_prob);
-            else j.lang = 0;
+            if (m->vocab.multilingual)
+                j.lang = detect_language(&j, &lang_prob);
+            else
+                j.lang = 0;
         }
         build_prompt(&j);
         if (decode_window(&j, &res, &n_fb)) {
@@ -801,7 +808,8 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
     free(mel);
     if (st == KILN_OK) {
         *out = finish(&acc, wh_lang_code(j.lang >= 0 ? j.lang : 0), lang_prob, duration);
-        if (!*out) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+        if (!*out)
+            st = kb_fail(KILN_ERR_NOMEM, "out of memory");
         else {
             (*out)->n_windows = n_windows;
             (*out)->n_fallbacks = n_fb;

@@ -57,12 +57,12 @@ static json_t *verbose(const kiln_transcript *t, const char *task) {
         const kiln_segment *g = &t->segments[i];
         json_t *toks = json_array();
         for (int k = 0; k < g->n_tokens; k++) json_array_append_new(toks, json_integer(g->tokens[k]));
-        json_array_append_new(
-            segs, json_pack("{s:i, s:i, s:f, s:f, s:s, s:o, s:f, s:f, s:f, s:f}", "id", i, "seek",
-                            (int)lround(g->start * 100.0), "start", g->start, "end", g->end, "text", g->text, "tokens",
-                            toks, "temperature", (double)g->temperature, "avg_logprob", (double)g->avg_logprob,
-                            "compression_ratio", (double)g->compression_ratio, "no_speech_prob",
-                            (double)g->no_speech_prob));
+        json_array_append_new(segs,
+                              json_pack("{s:i, s:i, s:f, s:f, s:s, s:o, s:f, s:f, s:f, s:f}", "id", i, "seek",
+                                        (int)lround(g->start * 100.0), "start", g->start, "end", g->end, "text",
+                                        g->text, "tokens", toks, "temperature", (double)g->temperature, "avg_logprob",
+                                        (double)g->avg_logprob, "compression_ratio", (double)g->compression_ratio,
+                                        "no_speech_prob", (double)g->no_speech_prob));
     }
     const char *lang = t->language ? t->language : "";
     int li = wh_lang_find(lang);
@@ -108,8 +108,7 @@ char *kiln_transcript_format(const kiln_transcript *t, const char *format, int t
         puts_(&b, "\n");
         free(s);
     } else {
-        kb_fail(KILN_ERR_INVALID_ARG, "unknown transcript format '%s' (txt, srt, vtt, json, verbose_json)",
-                format);
+        kb_fail(KILN_ERR_INVALID_ARG, "unknown transcript format '%s' (txt, srt, vtt, json, verbose_json)", format);
         return NULL;
     }
     if (b.fail || !b.p) {

@@ -93,7 +93,7 @@ static tinfo *find(plan *p, const char *name) {
 typedef struct binder {
     wh_model *m;
     plan *p;
-    uint8_t *arena;   /* NULL during the sizing pass */
+    uint8_t *arena; /* NULL during the sizing pass */
     size_t used;
     char *err;
     size_t errlen;
@@ -119,8 +119,8 @@ static tinfo *need(binder *b, const char *name, int64_t ne0, int64_t ne1, int64_
     for (int d = 0; d < 3; d++) ok &= t->ne[d] == want[d];
     if (!ok) {
         kb_errf(b->err, b->errlen, "tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
-                (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)want[0],
-                (long long)want[1], (long long)want[2]);
+                (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)want[0], (long long)want[1],
+                (long long)want[2]);
         b->failed = 1;
         return NULL;
     }
@@ -258,10 +258,10 @@ static void bind_all(binder *b) {
 }
 
 static int check_hparams(const wh_hparams *hp, char *err, size_t errlen) {
-#define RANGE(f, lo, hi)                                                                                       \
-    if (hp->f < (lo) || hp->f > (hi)) {                                                                        \
+#define RANGE(f, lo, hi)                                                                                          \
+    if (hp->f < (lo) || hp->f > (hi)) {                                                                           \
         kb_errf(err, errlen, "hyperparameter " #f " = %d is out of range [%d, %d]", hp->f, (int)(lo), (int)(hi)); \
-        return -1;                                                                                             \
+        return -1;                                                                                                \
     }
     RANGE(n_vocab, 1, 1 << 20);
     RANGE(n_audio_ctx, 1, 1500);
@@ -381,8 +381,7 @@ wh_model *wh_load(const char *path, char *err, size_t errlen) {
         }
         if (nd < 1 || nd > 3 || nl < 1 || nl >= MAX_NAME || ty < 0 || ty >= KQ_TYPE_COUNT || !kq_get(ty) ||
             !kq_get(ty)->name) {
-            kb_errf(err, errlen, "%s: tensor %d: bad header (dims %d, name length %d, type %d)", path, p.n, nd, nl,
-                    ty);
+            kb_errf(err, errlen, "%s: tensor %d: bad header (dims %d, name length %d, type %d)", path, p.n, nd, nl, ty);
             goto fail;
         }
         uint64_t nel = 1;

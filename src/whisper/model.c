@@ -24,22 +24,22 @@ struct wh_state {
     int n_beams;
     int A, d, nh, hd, n_ctx;
     /* encoder */
-    float *col;           /* im2col rows: [2A][3 * n_mels] and then [A][3 * d] */
-    float *h1;            /* conv1 output [2A][d] */
+    float *col;                                 /* im2col rows: [2A][3 * n_mels] and then [A][3 * d] */
+    float *h1;                                  /* conv1 output [2A][d] */
     float *x, *xn, *q, *k, *v, *att, *tmp, *ff; /* [A][d] (ff [A][4d]) */
-    float *qh;            /* [A][hd] one head's queries */
-    uint16_t *kh, *vth;   /* [A][hd] and [hd][A] F16 */
-    float *scores;        /* [A][A] */
+    float *qh;                                  /* [A][hd] one head's queries */
+    uint16_t *kh, *vth;                         /* [A][hd] and [hd][A] F16 */
+    float *scores;                              /* [A][A] */
     /* cross K/V per decoder layer */
-    uint16_t *ck, *cvt;   /* [layer][head][A][hd], [layer][head][hd][A] */
+    uint16_t *ck, *cvt; /* [layer][head][A][hd], [layer][head][hd][A] */
     /* decoder */
-    float *sk, *sv;       /* [layer][beam][n_ctx][d] */
-    int *len;             /* [beam] tokens held */
-    int cap_tok;          /* rows a decoder run may carry */
+    float *sk, *sv;                                     /* [layer][beam][n_ctx][d] */
+    int *len;                                           /* [beam] tokens held */
+    int cap_tok;                                        /* rows a decoder run may carry */
     float *dx, *dxn, *dq, *dk, *dv, *datt, *dtmp, *dff; /* [cap_tok][d] ([4d]) */
-    float *dscore;        /* per (row, head): A + n_ctx floats */
-    uint16_t *d16;        /* per (row, head): F16 query and weights, hd + A */
-    float *logits;        /* [cap_tok][n_vocab] */
+    float *dscore;                                      /* per (row, head): A + n_ctx floats */
+    uint16_t *d16;                                      /* per (row, head): F16 query and weights, hd + A */
+    float *logits;                                      /* [cap_tok][n_vocab] */
     int *row_beam, *row_pos;
     void *mm;
 };
@@ -68,11 +68,39 @@ void wh_beam_copy(wh_state *s, int dst, int src) {
 void wh_state_free(wh_state *s) {
     if (!s) return;
     if (s->pool) kpool_free(s->pool);
-    free(s->col); free(s->h1); free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att);
-    free(s->tmp); free(s->ff); free(s->qh); free(s->kh); free(s->vth); free(s->scores); free(s->ck);
-    free(s->cvt); free(s->sk); free(s->sv); free(s->len); free(s->dx); free(s->dxn); free(s->dq); free(s->dk);
-    free(s->dv); free(s->datt); free(s->dtmp); free(s->dff); free(s->dscore); free(s->d16); free(s->logits);
-    free(s->row_beam); free(s->row_pos); free(s->mm);
+    free(s->col);
+    free(s->h1);
+    free(s->x);
+    free(s->xn);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att);
+    free(s->tmp);
+    free(s->ff);
+    free(s->qh);
+    free(s->kh);
+    free(s->vth);
+    free(s->scores);
+    free(s->ck);
+    free(s->cvt);
+    free(s->sk);
+    free(s->sv);
+    free(s->len);
+    free(s->dx);
+    free(s->dxn);
+    free(s->dq);
+    free(s->dk);
+    free(s->dv);
+    free(s->datt);
+    free(s->dtmp);
+    free(s->dff);
+    free(s->dscore);
+    free(s->d16);
+    free(s->logits);
+    free(s->row_beam);
+    free(s->row_pos);
+    free(s->mm);
     free(s);
 }
 
@@ -129,10 +157,10 @@ wh_state *wh_state_new(const wh_model *m, int n_beams, int n_threads) {
     s->row_pos = malloc(T * sizeof(int));
     size_t mmw = max_sz(max_sz(3 * (size_t)hp->n_mels, 3 * d), max_sz(4 * d, A));
     s->mm = malloc(kk_matmul_scratch_size((int64_t)mmw, (int)(2 * A > T ? 2 * A : T)));
-    if (!s->pool || !s->col || !s->h1 || !s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->tmp ||
-        !s->ff || !s->qh || !s->kh || !s->vth || !s->scores || !s->ck || !s->cvt || !s->sk || !s->sv || !s->len ||
-        !s->dx || !s->dxn || !s->dq || !s->dk || !s->dv || !s->datt || !s->dtmp || !s->dff || !s->dscore ||
-        !s->d16 || !s->logits || !s->row_beam || !s->row_pos || !s->mm) {
+    if (!s->pool || !s->col || !s->h1 || !s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->tmp || !s->ff ||
+        !s->qh || !s->kh || !s->vth || !s->scores || !s->ck || !s->cvt || !s->sk || !s->sv || !s->len || !s->dx ||
+        !s->dxn || !s->dq || !s->dk || !s->dv || !s->datt || !s->dtmp || !s->dff || !s->dscore || !s->d16 ||
+        !s->logits || !s->row_beam || !s->row_pos || !s->mm) {
         wh_state_free(s);
         return NULL;
     }
@@ -158,8 +186,10 @@ static void rows_task(void *ud, int ith, int nth) {
 }
 
 static void par(kpool *p, rows_job *j) {
-    if (j->n * j->width < 8192) j->fn(j, 0, j->n);
-    else kpool_run(p, rows_task, j);
+    if (j->n * j->width < 8192)
+        j->fn(j, 0, j->n);
+    else
+        kpool_run(p, rows_task, j);
 }
 
 static inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }

@@ -37,9 +37,9 @@
 #include <stdint.h>
 
 #define WH_MAGIC 0x67676d6cu
-#define WH_N_FFT_BINS 201       /* 400-point FFT: 201 frequency bins */
+#define WH_N_FFT_BINS 201 /* 400-point FFT: 201 frequency bins */
 #define WH_MAX_LANGS 100
-#define WH_N_TIMESTAMPS 1501    /* 0.00 .. 30.00 s by 0.02 s */
+#define WH_N_TIMESTAMPS 1501 /* 0.00 .. 30.00 s by 0.02 s */
 
 typedef struct wh_hparams {
     int32_t n_vocab, n_audio_ctx, n_audio_state, n_audio_head, n_audio_layer;
@@ -61,38 +61,38 @@ typedef struct wh_block {
 } wh_block;
 
 typedef struct wh_vocab {
-    int32_t n_text;             /* text tokens read from the file */
+    int32_t n_text; /* text tokens read from the file */
     int32_t n_langs;
     int32_t eot, sot, lang0, translate, transcribe, solm, prev, nosp, notimestamps, ts_begin;
-    int multilingual;           /* language and task tokens are used */
-    const uint8_t **text;       /* [n_text] bytes of each text token (into the file) */
-    int32_t *len;               /* [n_text] */
+    int multilingual;     /* language and task tokens are used */
+    const uint8_t **text; /* [n_text] bytes of each text token (into the file) */
+    int32_t *len;         /* [n_text] */
     int32_t max_len;
     /* open-addressing hash of text token bytes -> id */
     int32_t *hash;
     uint32_t hash_mask;
-    int32_t *non_speech;        /* ids of non-speech symbols, suppressed by default */
+    int32_t *non_speech; /* ids of non-speech symbols, suppressed by default */
     int32_t n_non_speech;
-    int32_t space;              /* the " " token, -1 if none */
+    int32_t space; /* the " " token, -1 if none */
 } wh_vocab;
 
 typedef struct wh_model {
     kb_map map;
     wh_hparams hp;
-    int wtype;                  /* kq type of the matrices (from ftype) */
+    int wtype; /* kq type of the matrices (from ftype) */
     int n_langs;
-    const char *size_name;      /* "tiny", "base", ..., "large-v3-turbo", "custom" */
-    float *filters;             /* [n_mels][201] */
+    const char *size_name; /* "tiny", "base", ..., "large-v3-turbo", "custom" */
+    float *filters;        /* [n_mels][201] */
     wh_vocab vocab;
     /* encoder */
-    kk_mat conv1, conv2;        /* rows of 3 * n_in (kernel tap fastest) */
+    kk_mat conv1, conv2; /* rows of 3 * n_in (kernel tap fastest) */
     const float *conv1_b, *conv2_b;
-    const float *enc_pos;       /* [n_audio_ctx][n_state] */
+    const float *enc_pos; /* [n_audio_ctx][n_state] */
     wh_block *enc;
     const float *ln_post_w, *ln_post_b;
     /* decoder */
-    kk_mat tok;                 /* [n_vocab][n_state] */
-    const float *dec_pos;       /* [n_text_ctx][n_state] */
+    kk_mat tok;           /* [n_vocab][n_state] */
+    const float *dec_pos; /* [n_text_ctx][n_state] */
     wh_block *dec;
     const float *ln_w, *ln_b;
     /* memory: small tensors as F32 and misaligned matrices live here */
