@@ -96,11 +96,15 @@ static int tokens(ks_gen *g, kiln_model *m, const char *text, int fin) {
     return g->finish;
 }
 
+/* The tools the request offers, for the cases that need schemas. */
+static json_t *g_tools;
+
 static int run(kiln_model *m, const char *text, const char *stop, int think, sink *k) {
     memset(k, 0, sizeof *k);
     k->tools = json_array();
     ks_gen g;
     ks_gen_init(&g, m, think);
+    ks_gen_tools(&g, g_tools);
     json_t *stops = stop ? json_pack("[s]", stop) : NULL;
     g.stops = stops;
     g.on_text = on_text;
@@ -129,6 +133,7 @@ static void feed(kiln_model *m, const char *text, size_t at, int parts, sink *k)
     k->tools = json_array();
     ks_gen g;
     ks_gen_init(&g, m, 0);
+    ks_gen_tools(&g, g_tools);
     g.on_text = on_text;
     g.on_tool = on_tool;
     if (parts) g.on_tool_part = on_tool_part;
@@ -250,6 +255,56 @@ static const char *const k_not_calls[] = {
     "<tool_call>{\"arguments\": {\"x\": \"\xc0\xaf\"}, \"name\": \"f\"}</tool_call>", /* overlong UTF-8 */
 };
 
+/* The XML form's values typed by the offered tool's schema (xmlcall.c),
+ * whole and streamed: a schema string stays the text, streamed as it
+ * comes; other types are read as JSON where they fit. */
+static void xml_typed(kiln_model *m) {
+    g_tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"book\", \"parameters\": {"
+                         "\"type\": \"object\", \"properties\": {"
+                         "\"zip\": {\"type\": \"string\"}, \"id\": {\"type\": \"string\"},"
+                         "\"days\": {\"type\": \"integer\"}, \"nights\": {\"type\": \"integer\"},"
+                         "\"ratio\": {\"type\": \"number\"}, \"flag\": {\"type\": \"boolean\"},"
+                         "\"maybe\": {\"type\": [\"string\", \"null\"]}, \"none\": {\"type\": \"string\"},"
+                         "\"opts\": {\"type\": \"object\"}, \"tags\": {\"type\": \"array\"},"
+                         "\"raw\": {\"type\": \"string\"}, \"word\": {\"type\": \"integer\"},"
+                         "\"pick\": {\"enum\": [\"1\", \"2\"]},"
+                         "\"either\": {\"anyOf\": [{\"type\": \"integer\"}, {\"type\": \"string\"}]}}}}},"
+                         "{\"name\": \"other\", \"input_schema\": {\"properties\": {\"n\": {\"type\": \"string\"}}}}]",
+                         0, NULL);
+    CHECK(g_tools != NULL);
+    const char *text = "<tool_call>\n<function=book>\n"
+                       "<parameter=zip>\n01234\n</parameter>\n<parameter=id>\n42\n</parameter>\n"
+                       "<parameter=days>\n3\n</parameter>\n<parameter=nights>\n2.0\n</parameter>\n"
+                       "<parameter=ratio>\n2\n</parameter>\n<parameter=flag>\nTrue\n</parameter>\n"
+                       "<parameter=maybe>\nnull\n</parameter>\n<parameter=none>\nnull\n</parameter>\n"
+                       "<parameter=opts>\n{\"a\": [1]}\n</parameter>\n<parameter=tags>\n[\"x\"]\n</parameter>\n"
+                       "<parameter=raw>\n{\"b\": \"\\\" x\"}\n\ttwo \xc3\xa9\n</parameter>\n"
+                       "<parameter=word>\nmany\n</parameter>\n<parameter=pick>\n1\n</parameter>\n"
+                       "<parameter=either>\n7\n</parameter>\n<parameter=extra>\n7\n</parameter>\n"
+                       "</function>\n</tool_call>";
+    const char *args = "{\"zip\": \"01234\", \"id\": \"42\", \"days\": 3, \"nights\": 2, \"ratio\": 2, "
+                       "\"flag\": true, \"maybe\": null, \"none\": \"null\", \"opts\": {\"a\": [1]}, "
+                       "\"tags\": [\"x\"], "
+                       "\"raw\": \"{\\\"b\\\": \\\"\\\\\\\" x\\\"}\\n\\ttwo \xc3\xa9\", "
+                       "\"word\": \"many\", \"pick\": \"1\", \"either\": 7, \"extra\": 7}";
+    const tcase c = {text, "", 1, {"book"}, {args}, 1, {1}};
+    check_parts(m, &c);
+    /* a string streams before its closing tag; the held-back newline and
+     * a partial closing tag never leak into it (the last piece is "b") */
+    sink k;
+    const char *cut = "<tool_call>\n<function=other>\n<parameter=n>\nab\n</param";
+    feed(m, cut, (size_t)-1, 1, &k);
+    CHECKF(k.n == 1 && !strcmp(k.name[0], "other") && !strcmp(str(&k.args[0]), "{\"n\": \"ab") &&
+               k.last_at[0] == strlen(cut) - 8,
+           "cut string: %d, '%s' (last piece at %zu)", k.n, str(&k.args[0]), k.last_at[0]);
+    done(&k);
+    /* a function name that breaks the form before it is settled: text */
+    check_not_call(m, "<tool_call>\n<function=bo\nok>\n</function>\n</tool_call>");
+    check_not_call(m, "<tool_call>\n<func>\n</tool_call>");
+    json_decref(g_tools);
+    g_tools = NULL;
+}
+
 int main(void) {
     kiln_model *m = NULL;
     CHECK(kiln_model_load("../models/stories260K.gguf", NULL, &m) == KILN_OK);
@@ -292,9 +347,9 @@ int main(void) {
     done(&k);
 
     /* Qwen3.5's format: the prompt opened <think>; the call in XML form,
-     * a string, a number, an object and a two-line string for arguments;
-     * whole at the closing tag in both sinks (the streaming scanner reads
-     * JSON only), and a block that breaks the form stays text */
+     * a string, a number, an object and a two-line string for arguments
+     * (no tools offered, so no schema: the text's own type); streamed in
+     * parts too; a block that breaks the form stays text */
     const char *q35 = "The user wants weather.\n</think>\n\nChecking.\n\n<tool_call>\n<function=get_weather>\n"
                       "<parameter=city>\nLyon\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
                       "<parameter=opts>\n{\"metric\": true}\n</parameter>\n<parameter=note>\nline one\nline two\n"
@@ -314,8 +369,12 @@ int main(void) {
     }
     done(&k);
     feed(m, strstr(q35, "<tool_call>"), (size_t)-1, 1, &k);
-    CHECK(k.n == 0 && json_array_size(k.tools) == 1 && !strcmp(str(&k.content), ""));
+    CHECKF(k.n == 1 && json_array_size(k.tools) == 0 && !strcmp(str(&k.content), "") &&
+               !strcmp(str(&k.args[0]), "{\"city\": \"Lyon\", \"days\": 3, \"opts\": {\"metric\": true}, "
+                                        "\"note\": \"line one\\nline two\"}"),
+           "qwen3.5 call in parts: %d, '%s'", k.n, str(&k.args[0]));
     done(&k);
+    xml_typed(m);
     feed(m, "<tool_call>\n<function=f>\n<parameter=x>\n1\n</function>\n</tool_call>", 20, 0, &k);
     CHECK(json_array_size(k.tools) == 0 &&
           !strcmp(str(&k.content), "<tool_call>\n<function=f>\n<parameter=x>\n1\n</function>\n</tool_call>"));

@@ -2,13 +2,14 @@
  *   detokenize (whole UTF-8 characters) -> stop strings (text that might
  *   begin a stop string is held back) -> tags: <think>...</think> becomes
  *   reasoning, <tool_call>{json}</tool_call> a tool call (or its XML form,
- *   <function=NAME><parameter=KEY>..., see xml_call); a partial tag is
+ *   <function=NAME><parameter=KEY>..., see xmlcall.c); a partial tag is
  *   held back too.  A stop string match cancels the request.
  *
  * A tool call reaches the sink whole at its closing tag (on_tool), or, when
  * the sink takes parts (on_tool_part, OpenAI streaming), while it is being
- * written: toolscan.c reads the body as it comes, the header goes out once
- * the name is settled and the arguments' text follows piece by piece. */
+ * written: toolscan.c (JSON) and xmlcall.c (the XML form) read the body as
+ * it comes, the header goes out once the name is settled and the
+ * arguments' JSON text follows piece by piece. */
 #define _GNU_SOURCE
 #include "server/gen.h"
 
@@ -39,12 +40,19 @@ void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think) {
     }
 }
 
+void ks_gen_tools(ks_gen *g, json_t *tools) {
+    json_decref(g->tools);
+    g->tools = json_is_array(tools) ? json_incref(tools) : NULL;
+}
+
 void ks_gen_free(ks_gen *g) {
     kiln_detok_free(g->dt);
     ks_buf_free(&g->sbuf);
     ks_buf_free(&g->pbuf);
     ks_buf_free(&g->tool);
     ks_toolscan_free(&g->ts);
+    ks_xmlscan_free(&g->xs);
+    json_decref(g->tools);
     json_decref(g->tool_calls);
     json_decref(g->logprobs);
 }
@@ -74,20 +82,37 @@ static size_t whole_chars(const char *s, size_t n) {
     return k + 1 < need ? i - 1 : n;
 }
 
+/* What the scanner following the current body has read: the JSON one
+ * until the text breaks JSON, then the XML one; once a call opened, the
+ * one that opened it. */
+typedef struct scan_view {
+    int named, bad, closed, args_begun;
+    const ks_buf *name, *args;
+} scan_view;
+
+static scan_view view(const ks_gen *g) {
+    const ks_toolscan *t = &g->ts;
+    const ks_xmlscan *x = &g->xs;
+    if (g->tool_open ? !g->tool_xml : !t->bad)
+        return (scan_view){t->named, t->bad, t->closed, t->args_begun, &t->name, &t->args};
+    return (scan_view){x->named, x->bad, x->closed, x->named, &x->name, &x->args};
+}
+
 /* Sends what the scanner has of the current call: the header once the name
  * is settled (and nothing so far broke the shape), then the arguments' text
  * beyond what went out. */
 static void tool_stream(ks_gen *g, int final) {
-    ks_toolscan *t = &g->ts;
+    const scan_view v = view(g);
     if (!g->tool_open) {
-        if (!t->named || t->bad) return;
+        if (!v.named || v.bad) return;
         g->tool_open = 1;
+        g->tool_xml = v.args == &g->xs.args;
         g->args_sent = 0;
-        g->on_tool_part(g, g->n_tools, t->name.p ? t->name.p : "", NULL, 0, g->user);
+        g->on_tool_part(g, g->n_tools, v.name->p ? v.name->p : "", NULL, 0, g->user);
     }
-    size_t end = final ? t->args.len : whole_chars(t->args.p, t->args.len);
+    size_t end = final ? v.args->len : whole_chars(v.args->p, v.args->len);
     if (end > g->args_sent) {
-        g->on_tool_part(g, g->n_tools, NULL, t->args.p + g->args_sent, end - g->args_sent, g->user);
+        g->on_tool_part(g, g->n_tools, NULL, v.args->p + g->args_sent, end - g->args_sent, g->user);
         g->args_sent = end;
     }
 }
@@ -95,8 +120,9 @@ static void tool_stream(ks_gen *g, int final) {
 /* More of the current <tool_call> body. */
 static void tool_text(ks_gen *g, const char *s, size_t n) {
     if (ks_buf_put(&g->tool, s, n)) return; /* ks_gen_text fails the generation */
-    if (g->ts.bad) return;
-    ks_toolscan_feed(&g->ts, s, n); /* also without streaming: ks_gen_args_text */
+    /* both also without streaming: ks_gen_args_text, the XML form's types */
+    if (!g->ts.bad) ks_toolscan_feed(&g->ts, s, n);
+    if (!g->xs.bad) ks_xmlscan_feed(&g->xs, g->tool.p, g->tool.len);
     if (g->on_tool_part) tool_stream(g, 0);
 }
 
@@ -111,83 +137,19 @@ const char *ks_gen_args_text(const ks_gen *g, size_t *n) {
  * g->tool_calls is the body's parse when the scanner followed all of it,
  * else what was streamed (the arguments' text parsed if it can be). */
 static json_t *tool_streamed_done(ks_gen *g, json_t *call) {
-    ks_toolscan *t = &g->ts;
     tool_stream(g, 1);
-    if (!t->args_begun) g->on_tool_part(g, g->n_tools, NULL, "{}", 2, g->user);
-    if (call && !t->bad && t->closed) return call;
+    const scan_view v = view(g);
+    if (!v.args_begun) g->on_tool_part(g, g->n_tools, NULL, "{}", 2, g->user);
+    if (call && !v.bad && v.closed) return call;
     json_decref(call);
     call = json_object();
-    json_object_set_new(call, "name", ks_jstr(t->name.p ? t->name.p : "", t->name.len));
+    json_object_set_new(call, "name", ks_jstr(v.name->p ? v.name->p : "", v.name->len));
     json_error_t je;
-    json_t *args =
-        t->args_begun ? json_loadb(t->args.p ? t->args.p : "", t->args.len, JSON_DECODE_ANY, &je) : json_object();
-    if (!args) args = ks_jstr(t->args.p ? t->args.p : "", t->args.len);
+    const char *a = v.args->p ? v.args->p : "";
+    json_t *args = v.args_begun ? json_loadb(a, v.args->len, JSON_DECODE_ANY, &je) : json_object();
+    if (!args) args = ks_jstr(a, v.args->len);
     json_object_set_new(call, "arguments", args);
     return call;
-}
-
-static const char *skip_ws(const char *p, const char *e) {
-    while (p < e && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
-    return p;
-}
-
-/* p[0..e) starts with the literal t: returns the end of it, else NULL. */
-static const char *lit(const char *p, const char *e, const char *t) {
-    size_t n = strlen(t);
-    return (size_t)(e - p) >= n && !memcmp(p, t, n) ? p + n : NULL;
-}
-
-/* The XML form of a call (Qwen3.5, Qwen3-Coder):
- *     <function=NAME>
- *     <parameter=KEY>
- *     VALUE
- *     </parameter>
- *     ...
- *     </function>
- * as {name, arguments}, or NULL when the body is not that.  A VALUE is the
- * text between the newline after its tag and the newline before the
- * closing one (a template writes strings as they are and other values as
- * JSON): it becomes the JSON value it spells when it is a number, true,
- * false, null, an array or an object, else a string. */
-static json_t *xml_call(const char *s, size_t n) {
-    const char *e = s + n, *p = lit(skip_ws(s, e), e, "<function=");
-    if (!p) return NULL;
-    const char *q = memchr(p, '>', (size_t)(e - p));
-    if (!q || q == p || memchr(p, '\n', (size_t)(q - p))) return NULL;
-    json_t *args = json_object(), *call = json_object();
-    json_object_set_new(call, "name", ks_jstr(p, (size_t)(q - p)));
-    p = q + 1;
-    for (;;) {
-        p = skip_ws(p, e);
-        const char *k = lit(p, e, "<parameter=");
-        if (!k) break;
-        const char *ke = memchr(k, '>', (size_t)(e - k));
-        if (!ke || ke == k || memchr(k, '\n', (size_t)(ke - k))) goto bad;
-        const char *v = ke + 1;
-        if (v < e && *v == '\n') v++;
-        const char *ve = memmem(v, (size_t)(e - v), "</parameter>", 12);
-        if (!ve) goto bad;
-        p = ve + 12;
-        if (ve > v && ve[-1] == '\n') ve--;
-        char key[256];
-        if ((size_t)(ke - k) >= sizeof key) goto bad;
-        memcpy(key, k, (size_t)(ke - k));
-        key[ke - k] = 0;
-        json_error_t je;
-        json_t *val = json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, &je);
-        if (!val || json_is_string(val)) {
-            json_decref(val);
-            val = ks_jstr(v, (size_t)(ve - v));
-        }
-        json_object_set_new(args, key, val);
-    }
-    if (!(p = lit(p, e, "</function>")) || skip_ws(p, e) != e) goto bad;
-    json_object_set_new(call, "arguments", args);
-    return call;
-bad:
-    json_decref(args);
-    json_decref(call);
-    return NULL;
 }
 
 /* The end of a <tool_call> body: at its closing tag (closed), or where
@@ -195,7 +157,7 @@ bad:
 static void tool_done(ks_gen *g, int closed) {
     json_error_t je;
     json_t *call = json_loadb(g->tool.p ? g->tool.p : "", g->tool.len, 0, &je);
-    if (!call && closed) call = xml_call(g->tool.p ? g->tool.p : "", g->tool.len);
+    if (!call && closed) call = ks_xmlscan_call(&g->xs);
     int streamed = g->tool_open;
     if (streamed) call = tool_streamed_done(g, call);
     g->tool_open = 0;
@@ -275,6 +237,7 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
             g->mode = 2;
             g->tool.len = 0;
             ks_toolscan_reset(&g->ts);
+            ks_xmlscan_reset(&g->xs, g->tools);
         } else {
             tool_done(g, 1);
             g->mode = 0;
@@ -327,7 +290,7 @@ int ks_gen_text(ks_gen *g, const char *s, size_t n, int final) {
      * than send a cut text */
     const ks_toolscan *ts = &g->ts;
     if (g->sbuf.failed || g->pbuf.failed || g->tool.failed || ts->name.failed || ts->args.failed || ts->stack.failed ||
-        ts->key.failed) {
+        ts->key.failed || g->xs.name.failed || g->xs.args.failed) {
         snprintf(g->err, sizeof g->err, "out of memory");
         g->finish = KS_FIN_ERROR;
         return 1;

@@ -51,8 +51,11 @@ typedef struct ks_gen {
     ks_buf sbuf;      /* text held back by stop matching */
     ks_buf pbuf;      /* text held back by tag parsing */
     ks_buf tool;      /* body of the current <tool_call> */
-    ks_toolscan ts;   /* the same body read as it comes (with on_tool_part) */
+    ks_toolscan ts;   /* the same body read as it comes, as JSON */
+    ks_xmlscan xs;    /*   and in the XML form */
+    json_t *tools;    /* the request's tools (a reference, released by ks_gen_free), or NULL */
     int tool_open;    /* the current call's header went out */
+    int tool_xml;     /*   from the XML scanner */
     size_t args_sent; /* bytes of ts.args sent */
     int mode;         /* 0 content, 1 reasoning, 2 tool call */
     int split_think;  /* 1: <think>...</think> is reasoning, else content as written */
@@ -80,6 +83,9 @@ typedef struct ks_gen {
 } ks_gen;
 
 void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think);
+/* The tools the request offered (borrowed: g takes its own reference);
+ * their schemas type the arguments of calls in the XML form. */
+void ks_gen_tools(ks_gen *g, json_t *tools);
 /* During on_tool: the call's arguments as the model wrote them (JSON text,
  * or a JSON string's characters), when the scanner followed the whole body;
  * NULL otherwise (then serialize the parsed value). */

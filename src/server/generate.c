@@ -198,7 +198,8 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
                      json_string_value(json_object_get(body, "model")),
                      ollama && th == 0,
                      json_is_array(tools) && json_array_size(tools) > 0,
-                     0};
+                     0,
+                     tools};
     free(prompt);
     json_t *stream = json_object_get(body, "stream");
     a.stream = ollama ? !json_is_false(stream) : json_is_true(stream);
@@ -287,6 +288,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
                      json_string_value(json_object_get(body, "model")),
                      ollama && json_is_false(json_object_get(body, "think")),
                      0,
-                     load_wait};
+                     load_wait,
+                     NULL};
     return ks_run(s, r, c, q, &a, o);
 }

@@ -621,6 +621,8 @@ int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks
         json_incref(o->stop);
     }
     u->g.want_logprobs = o->logprobs;
+    ks_gen_tools(&u->g, a->tools);
+    u->a.tools = NULL; /* borrowed for this call only */
     /* What the output is split into, as the references do: completions are
      * raw text; reasoning is split unless Ollama's think is false; a
      * <tool_call> block is a call only when the request offered tools. */

@@ -32,6 +32,7 @@ typedef struct ks_run_args {
     int think_off;     /* the request said think: false (Ollama) */
     int has_tools;     /* the request offered tools */
     double load_wait;  /* seconds this request waited for the model to load */
+    json_t *tools;     /* the request's tools (borrowed; the run keeps a reference), or NULL */
 } ks_run_args;
 /* Sends q's result (streamed or whole) in the chosen shape; takes over the
  * request and the model use. */

@@ -4,6 +4,8 @@
 
 #include "server/buf.h"
 
+#include <jansson.h>
+
 #include <stddef.h>
 
 typedef struct ks_toolscan {
@@ -25,5 +27,38 @@ typedef struct ks_toolscan {
 void ks_toolscan_reset(ks_toolscan *t); /* for a new body; keeps the buffers */
 void ks_toolscan_free(ks_toolscan *t);
 void ks_toolscan_feed(ks_toolscan *t, const char *s, size_t n);
+
+/* The XML form of a call (Qwen3.5, Qwen3-Coder) read as it arrives, and
+ * written out as the JSON text of its arguments (xmlcall.c):
+ *     <function=NAME>
+ *     <parameter=KEY>
+ *     VALUE
+ *     </parameter>
+ *     ...
+ *     </function>
+ * The type of a VALUE comes from the offered tool's schema for KEY. */
+typedef struct ks_xmlscan {
+    ks_buf name;         /* the function's name (NUL-terminated) */
+    ks_buf args;         /* the arguments' JSON text so far */
+    int named;           /* name complete */
+    int closed;          /* </function> read */
+    int bad;             /* the text broke the form; the rest is ignored */
+    int st;              /* what is read next (xmlcall.c) */
+    size_t pos;          /* bytes of the body read */
+    int n_param;         /* parameters written */
+    unsigned kind;       /* the current value's types, from the schema (0: not known) */
+    size_t scanned;      /* bytes of the current value searched for its end */
+    const json_t *tools; /* the request's tools (borrowed), or NULL */
+    const json_t *props; /* the named tool's "properties", or NULL */
+} ks_xmlscan;
+/* For a new body, with the request's tools (borrowed, outliving x: any of
+ * the OpenAI, Responses or Anthropic shapes); keeps the buffers. */
+void ks_xmlscan_reset(ks_xmlscan *x, const json_t *tools);
+void ks_xmlscan_free(ks_xmlscan *x);
+/* body[0..n) is the whole body so far: the text of earlier calls plus what
+ * came since (the scanner goes on from where it stopped). */
+void ks_xmlscan_feed(ks_xmlscan *x, const char *body, size_t n);
+/* The call {name, arguments} of a closed body, or NULL (new reference). */
+json_t *ks_xmlscan_call(const ks_xmlscan *x);
 
 #endif

@@ -111,8 +111,9 @@ void ks_xw_event(ks_xw *w, const char *name, json_t *j);
 
 /* Runs q with w (heap-allocated, out NULL; taken over with q and the
  * model use): stream gives SSE events, else the whole object as JSON.
- * split_tools: <tool_call> blocks are calls (the request offered tools). */
+ * tools: what the request offered (borrowed; the run keeps a reference),
+ * NULL or empty for none; with tools, <tool_call> blocks are calls. */
 int ks_xrun(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, ks_xw *w, const ks_gen_opts *o, int stream,
-            int start_think, int split_tools, double keep_alive);
+            int start_think, json_t *tools, double keep_alive);
 
 #endif

@@ -107,7 +107,7 @@ static int xrun_fill(ks_stream *st) {
 static void xrun_cleanup(ks_stream *st) { xrun_free(st->user); }
 
 int ks_xrun(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, ks_xw *w, const ks_gen_opts *o, int stream,
-            int start_think, int split_tools, double keep_alive) {
+            int start_think, json_t *tools, double keep_alive) {
     (void)s;
     xrun *u = calloc(1, sizeof *u);
     ks_stream *st = stream ? calloc(1, sizeof *st) : NULL;
@@ -133,7 +133,8 @@ int ks_xrun(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, ks_xw *
         u->g.stops = json_incref(o->stop);
     }
     u->g.split_think = 1;
-    u->g.split_tools = split_tools;
+    u->g.split_tools = json_array_size(tools) > 0;
+    ks_gen_tools(&u->g, tools);
     u->g.on_text = on_text;
     u->g.on_tool = on_tool;
     u->g.on_tool_part = on_tool_part;
@@ -263,10 +264,9 @@ static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp
     ks_xw_init(w, resp ? &ks_resp_ops : &ks_msg_ops, resp ? "resp" : "msg", serial, name && *name ? name : r->name,
                NULL);
     if (resp) w->echo = json_deep_copy(body);
-    int split_tools = json_array_size(tools) > 0;
-    /* the options stay valid: o.stop points into x.chat, which the run
-     * copies (ks_xrun takes its own reference) before x goes */
-    return ks_xrun(s, r, c, q, w, &o, x.stream, start_think, split_tools, NAN);
+    /* the options stay valid: o.stop and tools point into x.chat, which
+     * the run references (ks_xrun takes its own) before x goes */
+    return ks_xrun(s, r, c, q, w, &o, x.stream, start_think, tools, NAN);
 }
 
 int ks_resp_handle(ks_srv *s, struct MHD_Connection *c, json_t *body) { return handle(s, c, body, 1, 0); }
