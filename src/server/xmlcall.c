@@ -140,9 +140,7 @@ static void put_escaped(ks_buf *b, const char *s, size_t n) {
         case '\t': ks_buf_puts(b, "\\t"); break;
         case '\b': ks_buf_puts(b, "\\b"); break;
         case '\f': ks_buf_puts(b, "\\f"); break;
-        default:
-            snprintf(e, sizeof e, "\\u%04x", c);
-            ks_buf_puts(b, e);
+        default: snprintf(e, sizeof e, "\\u%04x", c); ks_buf_puts(b, e);
         }
     }
     ks_buf_put(b, s + run, n - run);
