@@ -6,6 +6,7 @@ Usage (from the repository root; PyTorch on the CPU, one thread):
     OPENBLAS_NUM_THREADS=1 LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-pthread \
         /usr/bin/python3 tests/train_whisper.py --threads 1 [--steps 4000] [--minutes 30]
         [--out models/whisper-espeak.bin] [--eval-dir DIR] [--cache POOL.pkl] [--ckpt STATE]
+    /usr/bin/python3 tests/train_whisper.py --threads 1 --export-only --ckpt STATE --out FILE.bin
 
 (Debian's torch runs on the reference BLAS; OpenBLAS, libopenblas0-pthread,
 makes a step several times faster.)
@@ -327,6 +328,18 @@ def slow_blas():
     return mm > 1.2 * conv
 
 
+def export(ckpt, out):
+    """Writes the model of a training state (ckpt) as the F16 GGML file out."""
+    vocab = make_vocab()
+    dims = dict(DIMS, n_vocab=vocab.n_vocab)
+    model = W.Whisper(dims)
+    st = torch.load(ckpt, weights_only=False)
+    model.load_state_dict(st["model"])
+    W.FAST_CPU = False
+    W.write_ggml(out, dims, W.mel_filters(80), vocab, model.ggml_tensors(), W.T_F16)
+    print(f"step {st['step']}: wrote {out} ({os.path.getsize(out)} bytes)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=4000)
@@ -346,8 +359,16 @@ def main():
     ap.add_argument("--cache", help="keep the synthesized utterances in this file (pickle) for later runs")
     ap.add_argument("--ckpt", help="save the training state here every 50 steps and go on from it when it exists "
                                    "(a run stopped by a time limit resumes where it was)")
+    ap.add_argument("--export-only", action="store_true",
+                    help="write --out from the model in --ckpt and stop: no synthesis, training or evaluation "
+                         "(a running training's latest state can be measured meanwhile)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.export_only:
+        if not args.ckpt or not os.path.exists(args.ckpt):
+            sys.exit("--export-only needs an existing --ckpt")
+        export(args.ckpt, args.out)
+        return
     W.FAST_CPU = slow_blas()
     print(f"products as {'1x1 convolutions (slow BLAS)' if W.FAST_CPU else 'BLAS matrix products'}", flush=True)
     torch.manual_seed(1)
@@ -466,9 +487,8 @@ def main():
     print(f"trained {step} steps in {time.time() - t1:.0f} s")
     print(f"steps {step}, held-out WER (PyTorch greedy) {100.0 * errs / max(words, 1):.1f} % "
           f"({errs}/{words} words)", flush=True)
-    filters = W.mel_filters(80)
     W.FAST_CPU = False
-    W.write_ggml(args.out, dims, filters, vocab, model.ggml_tensors(), W.T_F16)
+    W.write_ggml(args.out, dims, W.mel_filters(80), vocab, model.ggml_tensors(), W.T_F16)
     print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes)")
 
 
