@@ -872,8 +872,10 @@ typedef struct kiln_transcribe_params {
      * log-probability is below logprob_threshold (-1), unless the window
      * is silence: no-speech probability above no_speech_threshold (0.6).
      * A silent window whose mean log-probability is also below the
-     * threshold yields no segment.  Thresholds <= -1e9 (or a ratio <= 0)
-     * switch a test off. */
+     * threshold yields no segment.  When every temperature fails, the best
+     * try is kept, not the last: a text within the compression threshold
+     * first, then the highest log-probability per token.  Thresholds
+     * <= -1e9 (or a ratio <= 0) switch a test off. */
     float compression_ratio_threshold;
     float logprob_threshold;
     float no_speech_threshold;

@@ -1,7 +1,7 @@
 /* Whisper: the GGML loader and its validation, audio input, the log-mel
  * spectrogram, encoder and decoder against the float64 PyTorch reference
  * (tests/gen_whisper.py), greedy token sequences, the public transcription
- * API and its option checks. */
+ * API and its option checks, the temperature fallback's choice. */
 #include "kiln.h"
 
 #include "audio/audio.h"
@@ -244,6 +244,7 @@ static void test_parity(const char *name) {
     for (int mode = 0; mode < 3; mode++) {
         kiln_transcribe_params tp = kiln_transcribe_default_params();
         tp.beam_size = 1;
+        tp.temperature_inc = 0.0f;
         tp.language = "en";
         tp.n_threads = 2;
         tp.timestamps = mode != 1;
@@ -436,6 +437,82 @@ static void test_transcribe(void) {
     kiln_stt_free(ml);
 }
 
+/* ------------------------------------------------------------ fallback */
+
+/* A log-probability threshold of 0 fails every try, so the ladder tries
+ * 0, 0.2 ... 1.0 and must keep the best try: a text under the compression
+ * threshold before one over it, then the higher score (log-probability per
+ * token).  Each temperature asked for alone replays its try (the draws
+ * depend on the seed, the window and the temperature only). */
+static void test_fallback(void) {
+    char err[512];
+    wh_model *m = wh_load(DIR "tiny-en-f16.bin", err, sizeof err);
+    CHECKF(m != NULL, "%s", err);
+    float *pcm = NULL;
+    int64_t n = 0;
+    CHECK(kiln_audio_load(DIR "clip5s.wav", &pcm, &n, NULL) == KILN_OK);
+    if (!m || !pcm) {
+        wh_free(m);
+        kiln_audio_free(pcm);
+        return;
+    }
+    if (n > 24000) n = 24000; /* 1.5 s: one 2-s window */
+    kiln_transcribe_params p = kiln_transcribe_default_params();
+    p.language = "en";
+    p.n_threads = 2;
+    p.seed = 7;
+    p.beam_size = 2; /* 2 of each keep the test short under the sanitizers */
+    p.best_of = 2;
+    p.logprob_threshold = 0.0f;
+    p.no_speech_threshold = -1e10f; /* off */
+    enum { NT = 6, CAP = 64 };
+    int32_t tok[NT][CAP], kept[CAP];
+    int nt[NT], best = -1, best_ok = 0;
+    wh_try one[NT], got;
+    for (int i = 0; i < NT; i++) {
+        kiln_transcribe_params q = p;
+        q.temperature = 0.2f * (float)i;
+        q.temperature_inc = 0.0f;
+        nt[i] = wh_decode_first(m, pcm, n, &q, tok[i], CAP, &one[i]);
+        CHECKF(nt[i] >= 0 && nt[i] < CAP && one[i].n_fallbacks == 0 && one[i].temperature == q.temperature &&
+                   one[i].avg_logprob < 0.0f,
+               "try %d: %d tokens, %d fallbacks, temperature %g", i, nt[i], one[i].n_fallbacks,
+               (double)one[i].temperature);
+        int ok = one[i].compression_ratio <= p.compression_ratio_threshold;
+        if (best < 0 || ok > best_ok || (ok == best_ok && one[i].score > one[best].score)) {
+            best = i;
+            best_ok = ok;
+        }
+    }
+    int nk = wh_decode_first(m, pcm, n, &p, kept, CAP, &got);
+    CHECKF(got.n_fallbacks == NT - 1, "%d fallbacks", got.n_fallbacks);
+    CHECKF(got.temperature == one[best].temperature && got.score == one[best].score && nk == nt[best] &&
+               !memcmp(kept, tok[best], (size_t)nk * sizeof *kept),
+           "kept the try at %g (score %g), the best is at %g (score %g)", (double)got.temperature, (double)got.score,
+           (double)one[best].temperature, (double)one[best].score);
+    /* here the best try is not the last, whose text differs */
+    CHECKF(best < NT - 1 && (nt[NT - 1] != nt[best] || memcmp(tok[NT - 1], tok[best], (size_t)nk * sizeof *kept)),
+           "the best try is at %g", (double)one[best].temperature);
+    printf("fallback: every try fails; kept the one at temperature %.1f (score %.3f; at 1.0: %.3f)\n",
+           (double)got.temperature, (double)got.score, (double)one[NT - 1].score);
+    /* a try that passes ends the ladder */
+    p.logprob_threshold = -1e10f;
+    nk = wh_decode_first(m, pcm, n, &p, kept, CAP, &got);
+    CHECK(nk == nt[0] && got.n_fallbacks == 0 && got.temperature == 0.0f);
+    /* a silent window (every no-speech probability is above 0) ends it too,
+     * and its text is dropped */
+    p.logprob_threshold = 0.0f;
+    p.no_speech_threshold = 0.0f;
+    nk = wh_decode_first(m, pcm, n, &p, kept, CAP, &got);
+    CHECK(nk >= 0 && got.n_fallbacks == 0 && got.temperature == 0.0f && got.no_speech > 0.0f);
+    kiln_transcript *t = NULL;
+    CHECK(wh_transcribe(m, pcm, n, &p, &t) == KILN_OK && t && t->n_segments == 0 && !strcmp(t->text, "") &&
+          t->n_fallbacks == 0);
+    kiln_transcript_free(t);
+    wh_free(m);
+    kiln_audio_free(pcm);
+}
+
 int main(void) {
     test_loader_rejects();
     test_parity("tiny-ml-f32");
@@ -443,5 +520,6 @@ int main(void) {
     test_parity("tiny-en-q8_0");
     test_audio();
     test_transcribe();
+    test_fallback();
     return t_done();
 }

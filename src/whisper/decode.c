@@ -7,7 +7,8 @@
  *   decode   at temperature 0 by beam search (or greedy), falling back to
  *            sampling at higher temperatures (best of best_of) while the
  *            text compresses too well or its mean log-probability is too
- *            low, unless the window is silence
+ *            low, unless the window is silence; when every temperature
+ *            fails, the best try is kept (see decode_window)
  *   rules    control tokens, (by default) non-speech symbols and times past
  *            the window are never emitted; no blank or end at the start; with timestamps the
  *            first token is a timestamp of at most 1.00 s, timestamps come
@@ -44,7 +45,8 @@ typedef struct hyp {
 typedef struct result {
     int32_t *tok;
     int n;
-    double sum_lp, avg_lp;
+    double sum_lp, avg_lp; /* avg_lp: over the tokens and the end, for the thresholds */
+    double score;          /* sum_lp per token, as the hypotheses of a try are ranked */
     float no_speech, cr, temp;
 } result;
 
@@ -71,6 +73,7 @@ typedef struct job {
     int32_t *hist; /* tokens of earlier windows, for the prompt */
     int n_hist, hist_cap, hist_from;
     int lang;
+    int64_t seek; /* mel frame where the window starts */
     uint64_t rng;
     char *text; /* scratch for a window's text */
     size_t text_cap;
@@ -155,6 +158,14 @@ static uint64_t next_rand(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
+/* The sampling state of one try: a function of the seed, the window's place
+ * and the temperature alone, so a try of the fallback ladder draws the same
+ * tokens as that temperature asked for on its own. */
+static uint64_t try_seed(uint64_t seed, int64_t seek, float temp) {
+    uint64_t s = seed ^ ((uint64_t)seek * 0x100000001b3ull) ^ ((uint64_t)lrintf(temp * 1000.0f) << 48);
+    return next_rand(&s);
+}
+
 /* --------------------------------------------------------------- text */
 
 static int window_text(job *j, const int32_t *tok, int n, size_t *len) {
@@ -208,7 +219,10 @@ static int run_decode(job *j, float temp, result *res) {
     const int nv = j->n_vocab;
     const int sampling = temp > 0.0f;
     const int B = sampling ? (j->p->best_of > 0 ? j->p->best_of : 1) : (j->p->beam_size > 0 ? j->p->beam_size : 1);
-    /* the prompt up to sot gives the no-speech probability */
+    j->rng = try_seed(j->p->seed, j->seek, temp);
+    /* the prompt up to sot gives the no-speech probability; slot 0 starts
+     * empty (an earlier try of this window left its hypotheses there) */
+    wh_beam_truncate(s, 0, 0);
     const float *lg = wh_decode(s, 0, j->prompt, j->sot_at + 1);
     if (!lg) return -1;
     res->no_speech = 0.0f;
@@ -386,27 +400,74 @@ static int run_decode(job *j, float temp, result *res) {
         res->sum_lp = j->fin[best].sum_lp;
     }
     res->avg_lp = res->sum_lp / (res->n + 1);
+    res->score = res->sum_lp / (res->n > 0 ? res->n : 1);
     res->temp = temp;
     res->cr = compression_ratio(j, res->tok, res->n);
     return 0;
 }
 
-/* Decodes with temperature fallback; res holds the try that was kept. */
-static int decode_window(job *j, result *res, int *n_fallbacks) {
+/* A try falls back to the next temperature when its text compresses too
+ * well (a repetition loop) or its mean token log-probability is too low,
+ * unless the window is silence (then its text is dropped, see the caller). */
+static int try_fails(const kiln_transcribe_params *p, const result *r) {
+    if (p->no_speech_threshold > -1e9f && r->no_speech > p->no_speech_threshold) return 0;
+    if (p->compression_ratio_threshold > 0 && r->cr > p->compression_ratio_threshold) return 1;
+    return p->logprob_threshold > -1e9f && r->avg_lp < p->logprob_threshold;
+}
+
+/* Of two failed tries, is a the better?  A text that passes the
+ * compression test beats one that does not; then the higher score wins:
+ * the one that ranked the hypotheses within each try (log-probabilities of
+ * the untempered distribution, so tries at different temperatures compare).
+ * Not avg_lp, which also counts the end token: that favours a try that
+ * ends at once, with no text. */
+static int try_better(const kiln_transcribe_params *p, const result *a, const result *b) {
+    const float cr = p->compression_ratio_threshold;
+    int a_ok = cr <= 0 || a->cr <= cr, b_ok = cr <= 0 || b->cr <= cr;
+    if (a_ok != b_ok) return a_ok;
+    return a->score > b->score;
+}
+
+/* Decodes with temperature fallback: temperature, then temperature + inc ...
+ * up to 1, until a try passes (try_fails).  When every try fails, the best
+ * of them is kept (try_better), not the last: the last is the sample at
+ * temperature 1, the noisiest, which for a model whose good decodes sit just
+ * under the log-probability threshold throws the good text away.  (OpenAI's
+ * Whisper and whisper.cpp keep the last try; faster-whisper keeps the best,
+ * by the same order.)  spare is a second result of the same capacity; on
+ * return res holds the try that was kept (the two may have swapped). */
+static int decode_window(job *j, result *res, result *spare, int *n_fallbacks) {
     const kiln_transcribe_params *p = j->p;
+    result *cur = res, *best = spare;
+    int have_best = 0, rc = 0;
     float t = p->temperature;
     for (;;) {
-        if (run_decode(j, t, res)) return -1;
-        if (j->cancelled) return 0;
-        int fallback = 0;
-        if (p->compression_ratio_threshold > 0 && res->cr > p->compression_ratio_threshold) fallback = 1;
-        if (p->logprob_threshold > -1e9f && res->avg_lp < p->logprob_threshold) fallback = 1;
-        if (p->no_speech_threshold > -1e9f && res->no_speech > p->no_speech_threshold) fallback = 0;
+        if (run_decode(j, t, cur)) {
+            rc = -1;
+            break;
+        }
+        if (j->cancelled) break;
+        int fails = try_fails(p, cur);
         float nt = t + p->temperature_inc;
-        if (!fallback || p->temperature_inc <= 0 || nt > 1.0f + 1e-6f) return 0;
+        if (!fails || p->temperature_inc <= 0 || nt > 1.0f + 1e-6f) {
+            if (fails && have_best && try_better(p, best, cur)) cur = best;
+            break;
+        }
+        if (!have_best || try_better(p, cur, best)) { /* keep cur; decode the next try into the old best */
+            result *x = best;
+            best = cur;
+            cur = x;
+            have_best = 1;
+        }
         t = nt;
         (*n_fallbacks)++;
     }
+    if (cur != res) {
+        result x = *res;
+        *res = *spare;
+        *spare = x;
+    }
+    return rc;
 }
 
 /* The prompt of the next window: previous text, then the sot sequence. */
@@ -627,7 +688,6 @@ static int job_init(job *j, const wh_model *m, const kiln_transcribe_params *p) 
     j->G = bs > bo ? bs : bo;
     j->n_vocab = m->hp.n_vocab;
     j->max_gen = m->hp.n_text_ctx / 2;
-    j->rng = p->seed;
     const size_t G = (size_t)j->G, nv = (size_t)j->n_vocab, mg = (size_t)j->max_gen;
     j->s = wh_state_new(m, 2 * j->G, p->n_threads);
     j->masked = malloc(2 * G * nv * sizeof(float));
@@ -723,9 +783,10 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
         }
         free(buf);
     }
-    result res = {0};
+    result res = {0}, spare = {0};
     res.tok = malloc((size_t)j.max_gen * sizeof *res.tok);
-    if (!res.tok) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+    spare.tok = malloc((size_t)j.max_gen * sizeof *spare.tok);
+    if (!res.tok || !spare.tok) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
     int64_t seek = 0;
     while (st == KILN_OK && seek < content) {
         if (aborted(&j)) {
@@ -743,7 +804,8 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
                 j.lang = 0;
         }
         build_prompt(&j);
-        if (decode_window(&j, &res, &n_fb)) {
+        j.seek = seek;
+        if (decode_window(&j, &res, &spare, &n_fb)) {
             st = kb_fail(KILN_ERR_CONTEXT_FULL, "the prompt does not fit the text context");
             break;
         }
@@ -805,6 +867,7 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
         }
     }
     free(res.tok);
+    free(spare.tok);
     free(mel);
     if (st == KILN_OK) {
         *out = finish(&acc, wh_lang_code(j.lang >= 0 ? j.lang : 0), lang_prob, duration);
@@ -821,7 +884,7 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
 }
 
 int wh_decode_first(const wh_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p, int32_t *tokens,
-                    int cap, float *no_speech) {
+                    int cap, wh_try *info) {
     int lang;
     if (wh_check_params(m, p, &lang) != KILN_OK) return -1;
     job j;
@@ -829,7 +892,8 @@ int wh_decode_first(const wh_model *m, const float *pcm, int64_t n, const kiln_t
     float *mel = NULL;
     int64_t n_frames = 0;
     char err[256];
-    result res = {0};
+    result res = {0}, spare = {0};
+    int n_fb = 0;
     if (job_init(&j, m, p)) goto out;
     j.lang = lang >= 0 ? lang : 0;
     const int win = 2 * m->hp.n_audio_ctx;
@@ -843,15 +907,17 @@ int wh_decode_first(const wh_model *m, const float *pcm, int64_t n, const kiln_t
         free(tmp);
     }
     res.tok = malloc((size_t)j.max_gen * sizeof *res.tok);
-    if (!res.tok) goto out;
+    spare.tok = malloc((size_t)j.max_gen * sizeof *spare.tok);
+    if (!res.tok || !spare.tok) goto out;
     wh_encode(j.s, mel, (size_t)n_frames);
     build_prompt(&j);
-    if (run_decode(&j, p->temperature, &res)) goto out;
+    if (decode_window(&j, &res, &spare, &n_fb)) goto out;
     rc = res.n < cap ? res.n : cap;
     memcpy(tokens, res.tok, (size_t)rc * sizeof *tokens);
-    if (no_speech) *no_speech = res.no_speech;
+    if (info) *info = (wh_try){res.temp, (float)res.avg_lp, (float)res.score, res.cr, res.no_speech, n_fb};
 out:
     free(res.tok);
+    free(spare.tok);
     free(mel);
     job_free(&j);
     return rc;

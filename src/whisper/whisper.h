@@ -173,10 +173,20 @@ kiln_status wh_check_params(const wh_model *m, const kiln_transcribe_params *p, 
 /* Transcribes 16 kHz mono audio (kiln_transcribe). */
 kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p,
                           kiln_transcript **out);
-/* Tests: the tokens of the first window's decode at p->temperature (no
- * fallback; p->initial_prompt taken verbatim as previous text).  Returns
- * their count (at most cap) or -1. */
+/* Tests: the try that the first window's decode keeps, with p's
+ * temperature fallback (p->temperature_inc 0: one try at p->temperature;
+ * p->initial_prompt taken verbatim as previous text). */
+typedef struct wh_try {
+    float temperature;
+    float avg_logprob; /* over the tokens and the end (the thresholds') */
+    float score;       /* log-probability per token (the ranking's) */
+    float compression_ratio;
+    float no_speech;
+    int n_fallbacks;
+} wh_try;
+/* Returns the count of its tokens written to tokens (at most cap) or -1;
+ * *info (may be NULL) receives its figures. */
 int wh_decode_first(const wh_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p, int32_t *tokens,
-                    int cap, float *no_speech);
+                    int cap, wh_try *info);
 
 #endif
