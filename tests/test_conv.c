@@ -109,7 +109,7 @@ static void test_gn(int c, int hw, int groups, int silu, kpool *p1, kpool *p2) {
 }
 
 int main(void) {
-    kq_init(KQ_ISA_AVX512);
+    kq_init();
     kpool *p1 = kpool_new(1), *p2 = kpool_new(3);
     for (int t = 0; t < 3; t++) {
         const int type = t == 0 ? KQ_F32 : t == 1 ? KQ_F16 : KQ_BF16;

@@ -128,7 +128,8 @@ static void *make_weights(int t, int64_t nrows, int64_t ncols) {
     return w;
 }
 
-kk_tile_fn kk_tile_avx512_emu(int t);
+void kk_tile_f16_avx512_emu(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                            int64_t ldy);
 
 /* The F16 block kernels at each SIMD level (AVX2, AVX-512 native and on
  * emulated intrinsics) against their scalar twin kq_dot_f16_lanes and the
@@ -150,8 +151,8 @@ static void test_tiles(void) {
         int lanes;
         if (lv == 2) {
             if (kq_cpu_isa() < KQ_ISA_AVX2) continue;
-            f = kk_tile_avx512_emu(t);
-            dot = kq_legacy_dot_avx512_emu(t);
+            f = kk_tile_f16_avx512_emu;
+            dot = kq_legacy_avx512_emu.dot[t];
             lanes = 16;
         } else {
             const int isa = lv == 0 ? KQ_ISA_AVX2 : KQ_ISA_AVX512;
@@ -160,7 +161,7 @@ static void test_tiles(void) {
             lanes = lv == 0 ? 8 : 16;
             if (isa > kq_cpu_isa()) continue;
         }
-        const char *name = twin_name(lv);
+        const char *name = lv == 2 ? "avx512 (emulated)" : kq_isa_name(KQ_ISA_AVX2 + lv);
         CHECKF(f != NULL && dot != NULL, "F16 block kernel and vec_dot at %s", name);
         if (!f || !dot) continue;
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
@@ -499,7 +500,8 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
  * with a token stride (lda) larger than the count; the scalar one agrees
  * with the plain row dot of t; packed rows expand to the plain rows. */
 /* pack_avx512.c built against tests/emu512.h (tests/CMakeLists.txt) */
-kk_x8_fn kk_x8_avx512_emu(int t);
+#include "kernels/level.h"
+extern const kk_x8_set kk_x8_avx512_emu;
 
 static void test_x8_kernels(int t) {
     const kk_x8_traits *xt = kk_x8_get(t);
@@ -526,7 +528,7 @@ static void test_x8_kernels(int t) {
     } twins[] = {
         {"avx2", kk_x8_at(t, KQ_ISA_AVX2)},
         {"avx512", kk_x8_at(t, KQ_ISA_AVX512)},
-        {"avx512 (emulated)", kq_cpu_isa() >= KQ_ISA_AVX2 ? kk_x8_avx512_emu(t) : NULL},
+        {"avx512 (emulated)", kq_cpu_isa() >= KQ_ISA_AVX2 ? kk_x8_avx512_emu.fn[t] : NULL},
     };
     for (size_t k = 0; k < sizeof twins / sizeof twins[0] && ref; k++) {
         if (!twins[k].f) continue;
@@ -849,7 +851,7 @@ static void count_task(void *ud, int ith, int nth) {
 }
 
 int main(void) {
-    kq_init(KQ_ISA_AVX512);
+    kq_init();
     const kk_ops *s = kk_ops_at(KQ_ISA_SCALAR);
     CHECK(s != NULL);
     CHECK(kk_ops_best() != NULL);

@@ -326,7 +326,7 @@ static void check_hashes(void) {
 }
 
 int main(void) {
-    kq_init(KQ_ISA_AVX512);
+    kq_init();
     kat_q2_K();
     kat_q3_K();
     kat_q4_K();

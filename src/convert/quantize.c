@@ -219,7 +219,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
         st = kb_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
-    kq_init(KQ_ISA_AVX512);
+    kq_init();
     for (int i = 0; i < gguf_n_kv(f); i++) {
         const gguf_kv *kv = gguf_kv_at(f, i);
         if (!strcmp(kv->key, "general.file_type") || !strcmp(kv->key, "general.quantization_version") ||

@@ -1,5 +1,6 @@
 #include "kernels/conv.h"
 
+#include "kernels/level.h"
 #include "quant/quant.h"
 
 #include <math.h>
@@ -113,7 +114,7 @@ void kk_conv2d_ref(const kk_conv *c, const float *x, float *y) {
     free(wr);
 }
 
-static void gn_ref(const kk_gn *g, const float *x, float *y, int grp) {
+void kk_groupnorm_ref(const kk_gn *g, const float *x, float *y, int grp) {
     const int cpg = g->c / g->groups;
     const size_t n = (size_t)cpg * (size_t)g->hw, off = (size_t)grp * n;
     const float *xs = x + off;
@@ -140,9 +141,8 @@ static void gn_ref(const kk_gn *g, const float *x, float *y, int grp) {
 }
 
 kk_gn_fn kk_groupnorm_at(int isa) {
-    if (isa == KQ_ISA_SCALAR) return gn_ref;
-    if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_groupnorm_avx2();
-    return NULL;
+    const kk_level *l = kk_level_at(isa);
+    return l ? l->groupnorm : NULL;
 }
 
 typedef struct gn_job {
@@ -160,8 +160,7 @@ static void gn_task(void *ud, int ith, int nth) {
 }
 
 void kk_groupnorm(kpool *pool, const kk_gn *g, const float *x, float *y) {
-    kk_gn_fn fn = kq_active_isa() >= KQ_ISA_AVX2 ? kk_groupnorm_at(KQ_ISA_AVX2) : NULL;
-    gn_job j = {g, x, y, fn ? fn : gn_ref};
+    gn_job j = {g, x, y, kk_level_best()->groupnorm};
     kpool_run(pool, gn_task, &j);
 }
 

@@ -54,9 +54,9 @@ typedef struct kk_gn {
 } kk_gn;
 
 typedef void (*kk_gn_fn)(const kk_gn *g, const float *x, float *y, int group);
-/* The per-group kernel at exactly level isa (KQ_ISA_*), NULL if none. */
+/* The per-group kernel of level isa (KQ_ISA_*; the AVX-512 level's is the
+ * AVX2 one), NULL if the CPU lacks the level. */
 kk_gn_fn kk_groupnorm_at(int isa);
-kk_gn_fn kk_groupnorm_avx2(void);
 /* All groups through the best kernel, the groups spread over the pool. */
 void kk_groupnorm(kpool *pool, const kk_gn *g, const float *x, float *y);
 

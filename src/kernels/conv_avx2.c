@@ -2,6 +2,9 @@
  * accumulators, the affine map by FMA and a polynomial exp for the SiLU. */
 #include "kernels/conv.h"
 
+#include "kernels/level.h"
+#include "quant/x86.h"
+
 #include <immintrin.h>
 #include <math.h>
 
@@ -24,12 +27,7 @@ static inline __m256 exp256(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-static inline double hsum_pd(__m256d v) {
-    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
-}
-
-static void gn_avx2(const kk_gn *g, const float *x, float *y, int grp) {
+void kk_groupnorm_avx2(const kk_gn *g, const float *x, float *y, int grp) {
     const int cpg = g->c / g->groups;
     const size_t n = (size_t)cpg * (size_t)g->hw, off = (size_t)grp * n;
     const float *xs = x + off;
@@ -40,7 +38,7 @@ static void gn_avx2(const kk_gn *g, const float *x, float *y, int grp) {
         a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
         a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
     }
-    double s = hsum_pd(_mm256_add_pd(a0, a1));
+    double s = hsum4d(_mm256_add_pd(a0, a1));
     for (; i < n; i++) s += xs[i];
     const double mean = s / (double)n;
     const __m256d mv = _mm256_set1_pd(mean);
@@ -52,7 +50,7 @@ static void gn_avx2(const kk_gn *g, const float *x, float *y, int grp) {
         a0 = _mm256_fmadd_pd(d0, d0, a0);
         a1 = _mm256_fmadd_pd(d1, d1, a1);
     }
-    double var = hsum_pd(_mm256_add_pd(a0, a1));
+    double var = hsum4d(_mm256_add_pd(a0, a1));
     for (; i < n; i++) {
         const double d = xs[i] - mean;
         var += d * d;
@@ -77,5 +75,3 @@ static void gn_avx2(const kk_gn *g, const float *x, float *y, int grp) {
         }
     }
 }
-
-kk_gn_fn kk_groupnorm_avx2(void) { return gn_avx2; }

@@ -1,5 +1,7 @@
 #include "kernels/matmul.h"
 
+#include "kernels/level.h"
+
 #include "kernels/pack.h"
 #include "quant/quant.h"
 
@@ -64,20 +66,12 @@ typedef struct mm_job {
 } mm_job;
 
 /* The scalar level: the reference vec_dot per output. */
-static void tile_ref_f16(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
-                         int64_t ldy) {
+void kk_tile_f16_ref(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                     int64_t ldy) {
     const kq_vec_dot_fn dot = kq_get(KQ_F16)->vec_dot_ref;
     for (int t = 0; t < nt; t++)
         for (int r = 0; r < nr; r++)
             dot(n, &y[t * ldy + r], (const uint8_t *)w + (size_t)r * wrow, (const uint8_t *)a + (size_t)t * arow);
-}
-
-kk_tile_fn kk_tile_at(int t, int isa) {
-    if (isa == KQ_ISA_SCALAR) return t == KQ_F16 ? tile_ref_f16 : NULL;
-    if (isa > kq_cpu_isa()) return NULL;
-    if (isa == KQ_ISA_AVX2) return kk_tile_avx2(t);
-    if (isa == KQ_ISA_AVX512) return kk_tile_avx512(t);
-    return NULL;
 }
 
 static void quantize_task(void *ud, int ith, int nth) {

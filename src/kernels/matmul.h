@@ -81,15 +81,12 @@ void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y
  * vector once for several rows. */
 typedef void (*kk_tile_fn)(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                            int64_t ldy);
-/* The block kernel of weight type t at exactly level isa (a KQ_ISA_* value),
- * NULL if there is none.  Only F16 has one, at AVX2 and AVX-512; the scalar
- * level is the reference vec_dot per output (within tolerance), and
- * kq_dot_f16_lanes the bit-exact twin of each SIMD level. */
+/* The block kernel of weight type t at level isa (a KQ_ISA_* value), NULL
+ * if t has none or the CPU lacks the level (kernels/level.c).  Only F16 has
+ * one; the scalar level's is the reference vec_dot per output (within
+ * tolerance), and kq_dot_f16_lanes the bit-exact twin of the AVX2 and
+ * AVX-512 ones (matmul_avx2.c, matmul_avx512.c). */
 kk_tile_fn kk_tile_at(int t, int isa);
-/* AVX2 and AVX-512 block kernels (matmul_avx2.c, matmul_avx512.c); NULL for
- * types without one. */
-kk_tile_fn kk_tile_avx2(int t);
-kk_tile_fn kk_tile_avx512(int t);
 
 /* Expands row r of w to F32 (used for embedding lookups). */
 void kk_get_row(const kk_mat *w, int64_t r, float *out);

@@ -22,7 +22,8 @@
  */
 #include "kernels/matmul.h"
 
-#include "quant/quant.h"
+#include "kernels/level.h"
+#include "quant/x86.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -32,13 +33,6 @@
 #define RB 128 /* rows that reuse one buffered k-block; their partial sums (16 KB) live across k-blocks */
 #define TR 3   /* register tile: weight rows */
 #define TT 4   /* and tokens */
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* part[r * TT + t] += rows wr[r] (F16) . buffered tokens ab + t * KB (F32)
  * over nk groups of 8 elements, for r < R, t < T. */
@@ -171,4 +165,7 @@ static void tile_f16(int n, const void *w, size_t wrow, int nr, const void *a, s
     }
 }
 
-kk_tile_fn kk_tile_avx2(int type) { return type == KQ_F16 ? tile_f16 : NULL; }
+void kk_tile_f16_avx2(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                      int64_t ldy) {
+    tile_f16(n, w, wrow, nr, a, arow, nt, y, ldy);
+}

@@ -1,5 +1,6 @@
 #include "kernels/ops.h"
 
+#include "kernels/level.h"
 #include "quant/quant.h"
 
 #include <math.h>
@@ -310,7 +311,7 @@ static void rope_neox_ref(const float *cs, float *x, int n_heads, int head_dim, 
     kk_rope_apply(&r, cs, x, n_heads, head_dim);
 }
 
-static const kk_ops scalar_ops = {
+const kk_ops kk_ops_scalar = {
     .attn_f16 = attn_f16_ref,
     .attn_q8 = attn_q8_ref,
     .f32_to_f16_row = kk_f32_to_f16_row,
@@ -320,11 +321,3 @@ static const kk_ops scalar_ops = {
     .add = kk_add,
     .rope_neox = rope_neox_ref,
 };
-
-const kk_ops *kk_ops_at(int isa) {
-    if (isa == KQ_ISA_SCALAR) return &scalar_ops;
-    if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_ops_avx2();
-    return NULL;
-}
-
-const kk_ops *kk_ops_best(void) { return kq_active_isa() >= KQ_ISA_AVX2 ? kk_ops_avx2() : &scalar_ops; }

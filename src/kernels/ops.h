@@ -203,12 +203,10 @@ typedef struct kk_ops {
     void (*add)(float *y, const float *x, int n);
     void (*rope_neox)(const float *cs, float *x, int n_heads, int head_dim, int n_rot);
 } kk_ops;
-/* The set of exactly level isa (a KQ_ISA_* value), NULL if there is none or
- * the CPU lacks it. */
+/* The set of level isa (a KQ_ISA_* value; the AVX-512 level's is the AVX2
+ * set), NULL if the CPU lacks the level (kernels/level.c). */
 const kk_ops *kk_ops_at(int isa);
-/* The best set at or below the level kq_init() chose. */
+/* The set of the level kq_init() chose. */
 const kk_ops *kk_ops_best(void);
-/* The AVX2 set (ops_avx2.c); call only when the CPU has AVX2. */
-const kk_ops *kk_ops_avx2(void);
 
 #endif

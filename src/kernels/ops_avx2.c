@@ -24,6 +24,7 @@
  */
 #include "kernels/ops.h"
 
+#include "kernels/level.h"
 #include "quant/quant.h"
 
 #include <immintrin.h>
@@ -39,21 +40,8 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-/* after the pragma, so exp8 is compiled (and inlined) under it too */
-#include "kernels/avx2_math.h"
-
-static inline double hsum4d(__m256d v) {
-    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
-    return _mm_cvtsd_f64(s);
-}
-
-static inline __m256 load_h8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
-static inline void store_h8(uint16_t *p, __m256 v) {
-    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-}
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-static inline uint16_t f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+/* after the pragma, so x86.h's exp8 is compiled (and inlined) under it too */
+#include "quant/x86.h"
 
 /* (h0 + h1) + (h2 + h3) with h_l = x[l] + x[l + 4] */
 static inline float fold1(__m256 x) {
@@ -90,7 +78,7 @@ static inline __attribute__((always_inline)) float dot_f16_in(const uint16_t *a,
 /* The largest of M and the 8 lanes of m, by the scalar loop's rule
  * M = s > M ? s : M (maxps keeps its second operand when either is NaN, so
  * lanes folded with it follow the same rule). */
-static inline float hmax8(__m256 m, float M) {
+static inline float max_lanes(__m256 m, float M) {
     float l[8];
     _mm256_storeu_ps(l, m);
     for (int i = 0; i < 8; i++) M = l[i] > M ? l[i] : M;
@@ -212,7 +200,7 @@ static float scores_one(const kk_attn_f16 *a, float *qr, float *sc) {
             _mm256_storeu_ps(sc + t, s8);
             m = _mm256_max_ps(s8, m);
         }
-        M = hmax8(m, M);
+        M = max_lanes(m, M);
     }
     for (; t < n; t++) {
         if (t + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + PF_POS), row_bytes);
@@ -270,7 +258,7 @@ static inline __attribute__((always_inline)) void scores_pair_hd(const kk_attn_f
         m0 = _mm256_max_ps(s0, m0);
         m1 = _mm256_max_ps(s1, m1);
     }
-    float M0 = hmax8(m0, -INFINITY), M1 = hmax8(m1, -INFINITY);
+    float M0 = max_lanes(m0, -INFINITY), M1 = max_lanes(m1, -INFINITY);
     for (; t < n; t++) {
         __m256 x0, x1;
         dot2_f16_lanes(a->k + kk_attn_row(a, t), qr0, qr1, HD, &x0, &x1);
@@ -636,7 +624,7 @@ static float max_score(const float *sc, int n) {
     __m256 m = _mm256_set1_ps(-INFINITY);
     int t = 0;
     for (; t + 8 <= n; t += 8) m = _mm256_max_ps(_mm256_loadu_ps(sc + t), m);
-    float M = hmax8(m, -INFINITY);
+    float M = max_lanes(m, -INFINITY);
     for (; t < n; t++) M = sc[t] > M ? sc[t] : M;
     return M;
 }
@@ -874,7 +862,7 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
     }
     /* pass 2: the span's weights, zero beyond it up to n_end */
     for (int qi = 0; qi < Q; qi++) {
-        inv[qi] = 1.0f / softmax_weights(sc[qi], w[qi], nsee[qi], hmax8(mx[qi], -INFINITY));
+        inv[qi] = 1.0f / softmax_weights(sc[qi], w[qi], nsee[qi], max_lanes(mx[qi], -INFINITY));
         for (int t = nsee[qi]; t < n_end; t++) w[qi][t] = 0.0f;
     }
     /* pass 3 */
@@ -995,16 +983,13 @@ static void rope_neox(const float *cs, float *x, int n_heads, int head_dim, int 
     }
 }
 
-const kk_ops *kk_ops_avx2(void) {
-    static const kk_ops ops = {
-        .attn_f16 = attn_f16,
-        .attn_q8 = attn_q8,
-        .f32_to_f16_row = f32_to_f16_row,
-        .round_f16_row = round_f16_row,
-        .rmsnorm = rmsnorm,
-        .swiglu = swiglu,
-        .add = add,
-        .rope_neox = rope_neox,
-    };
-    return &ops;
-}
+const kk_ops kk_ops_avx2 = {
+    .attn_f16 = attn_f16,
+    .attn_q8 = attn_q8,
+    .f32_to_f16_row = f32_to_f16_row,
+    .round_f16_row = round_f16_row,
+    .rmsnorm = rmsnorm,
+    .swiglu = swiglu,
+    .add = add,
+    .rope_neox = rope_neox,
+};

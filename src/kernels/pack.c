@@ -3,6 +3,7 @@
  * against. */
 #include "kernels/pack.h"
 
+#include "kernels/level.h"
 #include "quant/kquants_layout.h"
 #include "quant/quant.h"
 
@@ -252,27 +253,9 @@ const kk_x8_traits *kk_x8_get(int t) {
     return NULL;
 }
 
-kk_x8_fn kk_x8_at(int t, int isa) {
-    if (isa == KQ_ISA_SCALAR) {
-        switch (t) {
-        case KQ_Q4_0: return x8_q4_0_ref;
-        case KQ_Q8_0: return x8_q8_0_ref;
-        case KQ_Q4_K: return x8_q4_K_ref;
-        case KQ_Q6_K: return x8_q6_K_ref;
-        default: return NULL;
-        }
-    }
-    if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_x8_avx2(t);
-    if (isa == KQ_ISA_AVX512 && kq_cpu_isa() >= KQ_ISA_AVX512) return kk_x8_avx512(t);
-    return NULL;
-}
-
-/* The widest twin the active ISA allows. */
-kk_x8_fn kk_x8_best(int t) {
-    kk_x8_fn f = kq_active_isa() >= KQ_ISA_AVX512 ? kk_x8_avx512(t) : NULL;
-    if (!f && kq_active_isa() >= KQ_ISA_AVX2) f = kk_x8_avx2(t);
-    return f ? f : kk_x8_at(t, KQ_ISA_SCALAR);
-}
+const kk_x8_set kk_x8_scalar = {
+    .fn = {[KQ_Q4_0] = x8_q4_0_ref, [KQ_Q8_0] = x8_q8_0_ref, [KQ_Q4_K] = x8_q4_K_ref, [KQ_Q6_K] = x8_q6_K_ref},
+};
 
 size_t kk_x8_matrix_size(int t, int64_t ncols, int64_t nrows) {
     const kk_x8_traits *x = kk_x8_get(t);

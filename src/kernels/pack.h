@@ -100,13 +100,11 @@ typedef struct kk_x8_traits {
 
 /* The traits of weight type t, NULL when it has no interleaved form. */
 const kk_x8_traits *kk_x8_get(int t);
-/* The kernel of type t at exactly level isa (KQ_ISA_*), NULL if none. */
+/* The kernel of type t at level isa (KQ_ISA_*), NULL if t has none or the
+ * CPU lacks the level; kk_x8_best: at the level kq_init() chose
+ * (kernels/level.c; pack_avx2.c, pack_avx512.c hold the SIMD ones). */
 kk_x8_fn kk_x8_at(int t, int isa);
-/* The best kernel of type t for this CPU under the active ISA cap. */
 kk_x8_fn kk_x8_best(int t);
-/* AVX2 kernels (pack_avx2.c); NULL for types without one. */
-kk_x8_fn kk_x8_avx2(int t);
-kk_x8_fn kk_x8_avx512(int t); /* AVX-512 VNNI */
 
 /* The Q4_0 pieces, named for tests and callers that know the type. */
 void kk_pack_q4_0x8(const void *w, size_t wrow, int b0, int nb, kk_q4_0x8 *out);

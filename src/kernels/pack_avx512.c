@@ -23,6 +23,7 @@
  */
 #include "kernels/pack.h"
 
+#include "kernels/level.h"
 #include "quant/kquants_layout.h"
 #include "quant/quant.h"
 
@@ -223,12 +224,6 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
-kk_x8_fn kk_x8_avx512(int t) {
-    switch (t) {
-    case KQ_Q4_0: return x8_q4_0;
-    case KQ_Q8_0: return x8_q8_0;
-    case KQ_Q4_K: return x8_q4_K;
-    case KQ_Q6_K: return x8_q6_K;
-    default: return NULL;
-    }
-}
+const kk_x8_set kk_x8_avx512 = {
+    .fn = {[KQ_Q4_0] = x8_q4_0, [KQ_Q8_0] = x8_q8_0, [KQ_Q4_K] = x8_q4_K, [KQ_Q6_K] = x8_q6_K},
+};

@@ -1,6 +1,7 @@
 /* Gated DeltaNet kernels: the scalar references (ssm.h) and small helpers. */
 #include "kernels/ssm.h"
 
+#include "kernels/level.h"
 #include "quant/quant.h"
 
 #include <math.h>
@@ -179,16 +180,15 @@ static void gdn_chunk_ref(const kk_gdn *a) {
     }
 }
 
-static const kk_ssm_ops scalar_ops = {
+const kk_ssm_ops kk_ssm_scalar = {
     .conv_silu = conv_silu_ref,
     .gdn_step = gdn_step_ref,
     .gdn_chunk = gdn_chunk_ref,
 };
 
 const kk_ssm_ops *kk_ssm_ops_at(int isa) {
-    if (isa == KQ_ISA_SCALAR) return &scalar_ops;
-    if (isa == KQ_ISA_AVX2 && kq_cpu_isa() >= KQ_ISA_AVX2) return kk_ssm_ops_avx2();
-    return NULL;
+    const kk_level *l = kk_level_at(isa);
+    return l ? l->ssm : NULL;
 }
 
-const kk_ssm_ops *kk_ssm_ops_best(void) { return kq_active_isa() >= KQ_ISA_AVX2 ? kk_ssm_ops_avx2() : &scalar_ops; }
+const kk_ssm_ops *kk_ssm_ops_best(void) { return kk_level_best()->ssm; }

@@ -82,11 +82,11 @@ typedef struct kk_ssm_ops {
     void (*gdn_chunk)(const kk_gdn *a);
 } kk_ssm_ops;
 
-/* The set of exactly level isa (a KQ_ISA_* value), NULL if there is none or
- * the CPU lacks it; kk_ssm_ops_best() the best at or below kq_init's. */
+/* The set of level isa (a KQ_ISA_* value; the AVX-512 level's is the AVX2
+ * set), NULL if the CPU lacks the level; kk_ssm_ops_best() the set of the
+ * level kq_init() chose (kernels/level.c). */
 const kk_ssm_ops *kk_ssm_ops_at(int isa);
 const kk_ssm_ops *kk_ssm_ops_best(void);
-const kk_ssm_ops *kk_ssm_ops_avx2(void);
 
 /* In place: x = x / max(||x||, eps), the norm's square summed in double
  * (ggml_l2_norm). */

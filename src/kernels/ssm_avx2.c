@@ -13,7 +13,8 @@
  */
 #include "kernels/ssm.h"
 
-#include "kernels/avx2_math.h"
+#include "kernels/level.h"
+#include "quant/x86.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -215,11 +216,8 @@ static void gdn_chunk(const kk_gdn *a) {
     }
 }
 
-const kk_ssm_ops *kk_ssm_ops_avx2(void) {
-    static const kk_ssm_ops ops = {
-        .conv_silu = conv_silu,
-        .gdn_step = gdn_step,
-        .gdn_chunk = gdn_chunk,
-    };
-    return &ops;
-}
+const kk_ssm_ops kk_ssm_avx2 = {
+    .conv_silu = conv_silu,
+    .gdn_step = gdn_step,
+    .gdn_chunk = gdn_chunk,
+};

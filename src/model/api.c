@@ -26,7 +26,7 @@ kiln_status kl_fail(kiln_context *c, kiln_status st, const char *fmt, ...) {
 void kiln_set_log(kiln_log_fn fn, void *user, int max_level) { kb_set_log(fn, user, max_level); }
 
 const char *kiln_cpu_path(void) {
-    kq_init(KQ_ISA_AVX512);
+    kq_init();
     const int isa = kq_active_isa();
     /* the AVX-512 level always has VNNI (quant.c); BF16 is extra */
     if (isa == KQ_ISA_AVX512) return kq_cpu_bf16() ? "avx512 vnni bf16" : "avx512 vnni";
@@ -134,7 +134,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     c->p = p;
     c->shape = shape;
     char err[256];
-    kq_init(KQ_ISA_AVX512);
+    kq_init();
     c->pool = kpool_new(p.n_threads);
     if (!c->pool || kl_kv_init(&c->kv, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap, err, sizeof err) ||
         (shape.rs_floats &&

@@ -893,19 +893,3 @@ void kq_fill_kquants(kq_traits *tab) {
     set(tab, KQ_IQ4_XS, "IQ4_XS", KQ_QK_K, sizeof(kq_block_iq4_xs), KQ_Q8_K, iq4_xs_to_f32, iq4_xs_from_f32,
         iq4_xs_dot);
 }
-
-kq_vec_dot_fn kq_kquants_dot_simd(int t, int isa) {
-    switch (isa) {
-    case KQ_ISA_AVX2: return kq_kquants_dot_avx2(t);
-    case KQ_ISA_AVX512: return kq_kquants_dot_avx512(t);
-    default: return NULL;
-    }
-}
-
-kq_from_f32_fn kq_kquants_quant_simd(int t, int isa) {
-    switch (isa) {
-    case KQ_ISA_AVX2: return kq_kquants_quant_avx2(t);
-    case KQ_ISA_AVX512: return kq_kquants_quant_avx512(t);
-    default: return NULL;
-    }
-}

@@ -13,15 +13,7 @@
 #include <string.h>
 
 #include "kquants_layout.h"
-
-static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-
-static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "quant/x86.h"
 
 /* The 8 scales and 8 mins of a Q4_K/Q5_K scale field as bytes:
  * lanes 0..7 scales, 8..15 mins. */
@@ -62,8 +54,8 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
         prefetch_block(&x[i], sizeof x[i]);
-        const float d = y[i].d * f16(x[i].d);
-        const float dmin = -y[i].d * f16(x[i].dmin);
+        const float d = y[i].d * h2f(x[i].d);
+        const float dmin = -y[i].d * h2f(x[i].dmin);
         const __m128i sm = unpack_scales_k4(x[i].scales);
         accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(sm, y[i].bsums)), accm);
 
@@ -91,7 +83,7 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
     }
     accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
     accm = _mm_add_ss(accm, _mm_movehdup_ps(accm));
-    *s = hsum_ps(acc) + _mm_cvtss_f32(accm);
+    *s = hsum8(acc) + _mm_cvtss_f32(accm);
 }
 
 static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
@@ -103,8 +95,8 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
     __m128 accm = _mm_setzero_ps();
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
-        const float d = y[i].d * f16(x[i].d);
-        const float dmin = -y[i].d * f16(x[i].dmin);
+        const float d = y[i].d * h2f(x[i].d);
+        const float dmin = -y[i].d * h2f(x[i].dmin);
         const __m128i sm = unpack_scales_k4(x[i].scales);
         accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(sm, y[i].bsums)), accm);
 
@@ -135,7 +127,7 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
     }
     accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
     accm = _mm_add_ss(accm, _mm_movehdup_ps(accm));
-    *s = hsum_ps(acc) + _mm_cvtss_f32(accm);
+    *s = hsum8(acc) + _mm_cvtss_f32(accm);
 }
 
 /* Q6_K: quants used unsigned (0..63); the -32 bias becomes
@@ -156,7 +148,7 @@ static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
         prefetch_block(&x[i], sizeof x[i]);
-        const float d = y[i].d * f16(x[i].d);
+        const float d = y[i].d * h2f(x[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
         const __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
@@ -183,7 +175,7 @@ static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    *s = hsum_ps(acc);
+    *s = hsum8(acc);
 }
 
 /* Q3_K: low 2 bits | high bit << 2 gives 0..7 = quant + 4; the -4 bias is
@@ -202,7 +194,7 @@ static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
     __m256 acc = _mm256_setzero_ps();
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
-        const float d = y[i].d * f16(x[i].d);
+        const float d = y[i].d * h2f(x[i].d);
         uint32_t o[4];
         kq_unpack_scales_q3(x[i].scales, o);
         const __m128i sc8 = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)o), _mm_set1_epi8(32));
@@ -227,7 +219,7 @@ static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    *s = hsum_ps(acc);
+    *s = hsum8(acc);
 }
 
 /* Q2_K: quants 0..3 times scales (low nibble); mins (high nibble) through
@@ -247,8 +239,8 @@ static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
     __m256 accm = _mm256_setzero_ps();
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
-        const float d = y[i].d * f16(x[i].d);
-        const float dmin = -y[i].d * f16(x[i].dmin);
+        const float d = y[i].d * h2f(x[i].d);
+        const float dmin = -y[i].d * h2f(x[i].dmin);
         const __m128i raw = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m128i sc8 = _mm_and_si128(raw, m4);
         const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
@@ -269,7 +261,7 @@ static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    *s = hsum_ps(_mm256_add_ps(acc, accm));
+    *s = hsum8(_mm256_add_ps(acc, accm));
 }
 
 /* Code values of IQ4 nibbles via pshufb; the products are signed*signed,
@@ -290,7 +282,7 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
     __m256 acc = _mm256_setzero_ps();
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
-        const float d = y[i].d * f16(x[i].d);
+        const float d = y[i].d * h2f(x[i].d);
         __m256i sumi = _mm256_setzero_si256();
         for (int ib = 0; ib < 8; ib += 2) {
             /* Two sub-blocks: 32 bytes of nibbles, low 128 bits = ib. */
@@ -309,7 +301,7 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    *s = hsum_ps(acc);
+    *s = hsum8(acc);
 }
 
 static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy) {
@@ -323,9 +315,9 @@ static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy) {
         __m256i v = iq4_lookup(nib);
         __m256i yv = _mm256_loadu_si256((const __m256i *)y[i].qs);
         __m256i p = _mm256_madd_epi16(dot_s8_pairs16(v, yv), _mm256_set1_epi16(1));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), _mm256_cvtepi32_ps(p), acc);
     }
-    *s = hsum_ps(acc);
+    *s = hsum8(acc);
 }
 
 /* Q8_K quantizer, same output as the scalar reference: the scale comes from
@@ -378,17 +370,13 @@ static void q8_K_quant(const float *x, void *vy, int64_t n) {
     }
 }
 
-kq_vec_dot_fn kq_kquants_dot_avx2(int t) {
-    switch (t) {
-    case KQ_Q2_K: return q2_K_dot;
-    case KQ_Q3_K: return q3_K_dot;
-    case KQ_Q4_K: return q4_K_dot;
-    case KQ_Q5_K: return q5_K_dot;
-    case KQ_Q6_K: return q6_K_dot;
-    case KQ_IQ4_NL: return iq4_nl_dot;
-    case KQ_IQ4_XS: return iq4_xs_dot;
-    default: return NULL;
-    }
-}
-
-kq_from_f32_fn kq_kquants_quant_avx2(int t) { return t == KQ_Q8_K ? q8_K_quant : NULL; }
+const kq_simd kq_kquants_avx2 = {
+    .dot = {[KQ_Q2_K] = q2_K_dot,
+            [KQ_Q3_K] = q3_K_dot,
+            [KQ_Q4_K] = q4_K_dot,
+            [KQ_Q5_K] = q5_K_dot,
+            [KQ_Q6_K] = q6_K_dot,
+            [KQ_IQ4_NL] = iq4_nl_dot,
+            [KQ_IQ4_XS] = iq4_xs_dot},
+    .quant = {[KQ_Q8_K] = q8_K_quant},
+};

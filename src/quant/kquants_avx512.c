@@ -14,8 +14,7 @@
 #include <string.h>
 
 #include "kquants_layout.h"
-
-static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+#include "quant/x86.h"
 
 /* Index vector for permutexvar_epi16: lane i -> base + i/width. */
 static inline __m512i run_index(int base, int width) {
@@ -45,8 +44,8 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
     __m128 accm = _mm_setzero_ps();
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
-        const float d = y[i].d * f16(x[i].d);
-        const float dmin = -y[i].d * f16(x[i].dmin);
+        const float d = y[i].d * h2f(x[i].d);
+        const float dmin = -y[i].d * h2f(x[i].dmin);
         uint32_t o[4];
         kq_unpack_scales_k4(x[i].scales, o);
         accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(o, y[i].bsums)), accm);
@@ -80,8 +79,8 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
     __m128 accm = _mm_setzero_ps();
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
-        const float d = y[i].d * f16(x[i].d);
-        const float dmin = -y[i].d * f16(x[i].dmin);
+        const float d = y[i].d * h2f(x[i].d);
+        const float dmin = -y[i].d * h2f(x[i].dmin);
         uint32_t o[4];
         kq_unpack_scales_k4(x[i].scales, o);
         accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(o, y[i].bsums)), accm);
@@ -121,7 +120,7 @@ static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
     __m512 acc = _mm512_setzero_ps();
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
-        const float d = y[i].d * f16(x[i].d);
+        const float d = y[i].d * h2f(x[i].d);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
         const __m256i bias = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5);
@@ -162,7 +161,7 @@ static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
     __m512 acc = _mm512_setzero_ps();
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
-        const float d = y[i].d * f16(x[i].d);
+        const float d = y[i].d * h2f(x[i].d);
         uint32_t o[4];
         kq_unpack_scales_q3(x[i].scales, o);
         const __m128i sc8 = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)o), _mm_set1_epi8(32));
@@ -208,8 +207,8 @@ static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
     __m256 accm = _mm256_setzero_ps();
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
-        const float d = y[i].d * f16(x[i].d);
-        const float dmin = -y[i].d * f16(x[i].dmin);
+        const float d = y[i].d * h2f(x[i].d);
+        const float dmin = -y[i].d * h2f(x[i].dmin);
         const __m128i raw = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
         const __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
@@ -248,7 +247,7 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
     __m512 acc = _mm512_setzero_ps();
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
-        const float d = y[i].d * f16(x[i].d);
+        const float d = y[i].d * h2f(x[i].d);
         int16_t ls[8];
         for (int ib = 0; ib < 8; ++ib)
             ls[ib] =
@@ -288,7 +287,7 @@ static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy) {
         __m256i v = _mm256_shuffle_epi8(tbl, nib);
         __m256i yv = _mm256_loadu_si256((const __m256i *)y[i].qs);
         __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(v, v), _mm256_sign_epi8(yv, v));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), _mm256_cvtepi32_ps(p), acc);
     }
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
@@ -329,17 +328,13 @@ static void q8_K_quant(const float *x, void *vy, int64_t n) {
     }
 }
 
-kq_vec_dot_fn kq_kquants_dot_avx512(int t) {
-    switch (t) {
-    case KQ_Q2_K: return q2_K_dot;
-    case KQ_Q3_K: return q3_K_dot;
-    case KQ_Q4_K: return q4_K_dot;
-    case KQ_Q5_K: return q5_K_dot;
-    case KQ_Q6_K: return q6_K_dot;
-    case KQ_IQ4_NL: return iq4_nl_dot;
-    case KQ_IQ4_XS: return iq4_xs_dot;
-    default: return NULL;
-    }
-}
-
-kq_from_f32_fn kq_kquants_quant_avx512(int t) { return t == KQ_Q8_K ? q8_K_quant : NULL; }
+const kq_simd kq_kquants_avx512 = {
+    .dot = {[KQ_Q2_K] = q2_K_dot,
+            [KQ_Q3_K] = q3_K_dot,
+            [KQ_Q4_K] = q4_K_dot,
+            [KQ_Q5_K] = q5_K_dot,
+            [KQ_Q6_K] = q6_K_dot,
+            [KQ_IQ4_NL] = iq4_nl_dot,
+            [KQ_IQ4_XS] = iq4_xs_dot},
+    .quant = {[KQ_Q8_K] = q8_K_quant},
+};

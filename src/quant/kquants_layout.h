@@ -150,10 +150,4 @@ static inline void kq_unpack_scales_q3(const uint8_t s[12], uint32_t o[4]) {
     o[3] = ((a[1] >> 4) & 0x0f0f0f0f) | ((a[2] >> 6) & 0x03030303) << 4;
 }
 
-/* Entry points of the SIMD files (kquants.c picks among them). */
-kq_vec_dot_fn kq_kquants_dot_avx2(int t);
-kq_vec_dot_fn kq_kquants_dot_avx512(int t);
-kq_from_f32_fn kq_kquants_quant_avx2(int t);
-kq_from_f32_fn kq_kquants_quant_avx512(int t);
-
 #endif

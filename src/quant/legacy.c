@@ -370,19 +370,3 @@ void kq_fill_legacy(kq_traits *tab) {
     /* Q8_1 only ever holds activations: no weight-side dot kernel. */
     set(&tab[KQ_Q8_1], "Q8_1", QK, sizeof(kq_block_q8_1), KQ_Q8_1, q8_1_to_f32, q8_1_from_f32, NULL);
 }
-
-kq_vec_dot_fn kq_legacy_dot_simd(int t, int isa) {
-    switch (isa) {
-    case KQ_ISA_AVX2: return kq_legacy_dot_avx2(t);
-    case KQ_ISA_AVX512: return kq_legacy_dot_avx512(t);
-    default: return NULL;
-    }
-}
-
-kq_from_f32_fn kq_legacy_quant_simd(int t, int isa) {
-    switch (isa) {
-    case KQ_ISA_AVX2: return kq_legacy_quant_avx2(t);
-    case KQ_ISA_AVX512: return kq_legacy_quant_avx512(t);
-    default: return NULL;
-    }
-}

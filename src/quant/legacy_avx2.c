@@ -10,29 +10,12 @@
  * Weight quants are kept unsigned (0..15 or 0..31) so maddubs needs no sign
  * trick; the zero-point offset (8 or 16) is taken off as offset * sum(y).
  */
-#include "quant/quant.h"
+#include "quant/x86.h"
 
 #include <immintrin.h>
 #include <string.h>
 
 #define QK 32
-
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-static inline uint16_t f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float hmax8(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
 
 /* 16 bytes of nibbles -> 32 bytes 0..15 in element order
  * (low nibbles = elements 0..15, high nibbles = 16..31). */
@@ -277,34 +260,8 @@ static inline float q8_block(const float *x, int8_t *qs, int *qsum) {
     return d;
 }
 
-static void q8_0_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q8_0 *y = vy;
-    for (int64_t i = 0; i < n / QK; i++) y[i].d = f2h(q8_block(x + i * QK, y[i].qs, NULL));
-}
-
-static void q8_1_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q8_1 *y = vy;
-    for (int64_t i = 0; i < n / QK; i++) {
-        int sum;
-        const float d = q8_block(x + i * QK, y[i].qs, &sum);
-        y[i].d = f2h(d);
-        y[i].s = f2h((float)sum * d);
-    }
-}
-
-kq_vec_dot_fn kq_legacy_dot_avx2(int t) {
-    switch (t) {
-    case KQ_F32: return dot_f32;
-    case KQ_F16: return dot_f16;
-    case KQ_BF16: return dot_bf16;
-    case KQ_Q4_0: return dot_q4_0;
-    case KQ_Q4_1: return dot_q4_1;
-    case KQ_Q5_0: return dot_q5_0;
-    case KQ_Q5_1: return dot_q5_1;
-    case KQ_Q8_0: return dot_q8_0;
-    default: return NULL;
-    }
-}
+static void q8_0_from_f32(const float *x, void *y, int64_t n) { kx_q8_0_row(x, y, n, q8_block); }
+static void q8_1_from_f32(const float *x, void *y, int64_t n) { kx_q8_1_row(x, y, n, q8_block); }
 
 /* F16C rounds to nearest even, NaNs quieted with their top payload bits:
  * the bits of the scalar kq_f32_to_f16. */
@@ -316,11 +273,14 @@ static void f16_from_f32(const float *x, void *vy, int64_t n) {
     for (; i < n; i++) y[i] = f2h(x[i]);
 }
 
-kq_from_f32_fn kq_legacy_quant_avx2(int t) {
-    switch (t) {
-    case KQ_F16: return f16_from_f32;
-    case KQ_Q8_0: return q8_0_from_f32;
-    case KQ_Q8_1: return q8_1_from_f32;
-    default: return NULL;
-    }
-}
+const kq_simd kq_legacy_avx2 = {
+    .dot = {[KQ_F32] = dot_f32,
+            [KQ_F16] = dot_f16,
+            [KQ_BF16] = dot_bf16,
+            [KQ_Q4_0] = dot_q4_0,
+            [KQ_Q4_1] = dot_q4_1,
+            [KQ_Q5_0] = dot_q5_0,
+            [KQ_Q5_1] = dot_q5_1,
+            [KQ_Q8_0] = dot_q8_0},
+    .quant = {[KQ_F16] = f16_from_f32, [KQ_Q8_0] = q8_0_from_f32, [KQ_Q8_1] = q8_1_from_f32},
+};

@@ -18,15 +18,12 @@
  * which stays within the float-dot tolerance of the scalar twin; without it
  * they are widened to float and summed with fma.
  */
-#include "quant/quant.h"
+#include "quant/x86.h"
 
 #include <immintrin.h>
 #include <string.h>
 
 #define QK 32
-
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-static inline uint16_t f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 
 /* Two blocks' 16 nibble bytes -> 64 bytes 0..15 in element order. */
 static inline __m512i q4_pair(const uint8_t *qs0, const uint8_t *qs1) {
@@ -242,13 +239,6 @@ static void dot_bf16_dp(int n, float *s, const void *vx, const void *vy) {
     *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-/* The emulated build (tests) checks the vdpbf16ps kernel on any CPU. */
-#ifdef KILN_EMU512_H
-#define HAVE_BF16() 1
-#else
-#define HAVE_BF16() kq_cpu_bf16()
-#endif
-
 /* ---- activation quantizers (Q8_0, Q8_1), bit-identical to the reference ---- */
 
 /* roundf(): nearest, halves away from zero.  v - trunc(v) is exact. */
@@ -272,39 +262,16 @@ static inline float q8_block(const float *x, int8_t *qs, int *qsum) {
     return d;
 }
 
-static void q8_0_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q8_0 *y = vy;
-    for (int64_t i = 0; i < n / QK; i++) y[i].d = f2h(q8_block(x + i * QK, y[i].qs, NULL));
-}
+static void q8_0_from_f32(const float *x, void *y, int64_t n) { kx_q8_0_row(x, y, n, q8_block); }
+static void q8_1_from_f32(const float *x, void *y, int64_t n) { kx_q8_1_row(x, y, n, q8_block); }
 
-static void q8_1_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q8_1 *y = vy;
-    for (int64_t i = 0; i < n / QK; i++) {
-        int sum;
-        const float d = q8_block(x + i * QK, y[i].qs, &sum);
-        y[i].d = f2h(d);
-        y[i].s = f2h((float)sum * d);
+/* The AVX-512 level; kq_legacy_avx512_bf16 is the same with the vdpbf16ps
+ * BF16 dot, for CPUs with AVX512_BF16. */
+#define LEGACY_AVX512(bf16)                                                                              \
+    {                                                                                                    \
+        .dot = {[KQ_F32] = dot_f32,   [KQ_F16] = dot_f16,   [KQ_BF16] = bf16,     [KQ_Q4_0] = dot_q4_0,  \
+                [KQ_Q4_1] = dot_q4_1, [KQ_Q5_0] = dot_q5_0, [KQ_Q5_1] = dot_q5_1, [KQ_Q8_0] = dot_q8_0}, \
+        .quant = {[KQ_Q8_0] = q8_0_from_f32, [KQ_Q8_1] = q8_1_from_f32},                                 \
     }
-}
-
-kq_vec_dot_fn kq_legacy_dot_avx512(int t) {
-    switch (t) {
-    case KQ_F32: return dot_f32;
-    case KQ_F16: return dot_f16;
-    case KQ_BF16: return HAVE_BF16() ? dot_bf16_dp : dot_bf16;
-    case KQ_Q4_0: return dot_q4_0;
-    case KQ_Q4_1: return dot_q4_1;
-    case KQ_Q5_0: return dot_q5_0;
-    case KQ_Q5_1: return dot_q5_1;
-    case KQ_Q8_0: return dot_q8_0;
-    default: return NULL;
-    }
-}
-
-kq_from_f32_fn kq_legacy_quant_avx512(int t) {
-    switch (t) {
-    case KQ_Q8_0: return q8_0_from_f32;
-    case KQ_Q8_1: return q8_1_from_f32;
-    default: return NULL;
-    }
-}
+const kq_simd kq_legacy_avx512 = LEGACY_AVX512(dot_bf16);
+const kq_simd kq_legacy_avx512_bf16 = LEGACY_AVX512(dot_bf16_dp);

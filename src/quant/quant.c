@@ -1,11 +1,12 @@
 /*
- * quant.c — the type table, CPU feature detection, run-time dispatch and the
+ * quant.c — the type tables, the ISA level, run-time dispatch and the
  * scalar f16/bf16 conversions.
  *
- * The table is filled once (pthread_once) with the scalar kernels of every
- * type, then kq_init() points vec_dot / from_f32_fast at the best SIMD twin
- * at or below the chosen level.  kq_init() rewrites those two pointers per
- * call; call it before worker threads start using the table.
+ * Each level has one traits table: the scalar fields of every type, with
+ * vec_dot / from_f32_fast the best kernels of that level's files (g_levels
+ * says which, in order).  All tables are filled once (pthread_once), the
+ * active one chosen then too, and none is written again, so threads read
+ * them without locks.
  */
 #include "quant/quant.h"
 
@@ -13,11 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-static kq_traits g_tab[KQ_TYPE_COUNT];
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
-static int g_active_isa = KQ_ISA_SCALAR;
 
 /* ---- CPU features ---- */
 
@@ -71,80 +67,77 @@ static int env_isa_cap(void) {
     return KQ_ISA_AVX512;
 }
 
-/* ---- table and dispatch ---- */
+/* ---- tables and dispatch ---- */
 
-static kq_vec_dot_fn simd_dot(int t, int isa) {
-    kq_vec_dot_fn f = kq_legacy_dot_simd(t, isa);
-    return f ? f : kq_kquants_dot_simd(t, isa);
+enum { LV_SCALAR, LV_AVX2, LV_AVX512, LV_AVX512_BF16, LV_COUNT };
+
+/* Per level: the files' tables asked in order, the first with a kernel for
+ * a type giving it; the first `own` are the level's own kernels, the rest
+ * the level below's, which run on it too. */
+static const struct kq_level {
+    int isa;
+    int own;
+    const kq_simd *part[4];
+} g_levels[LV_COUNT] = {
+    [LV_SCALAR] = {KQ_ISA_SCALAR, 0, {NULL}},
+    [LV_AVX2] = {KQ_ISA_AVX2, 2, {&kq_legacy_avx2, &kq_kquants_avx2}},
+    [LV_AVX512] = {KQ_ISA_AVX512, 2, {&kq_legacy_avx512, &kq_kquants_avx512, &kq_legacy_avx2, &kq_kquants_avx2}},
+    [LV_AVX512_BF16] = {KQ_ISA_AVX512,
+                        2,
+                        {&kq_legacy_avx512_bf16, &kq_kquants_avx512, &kq_legacy_avx2, &kq_kquants_avx2}},
+};
+
+static kq_traits g_tab[LV_COUNT][KQ_TYPE_COUNT];
+static const kq_traits *g_active;
+static int g_active_isa;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* The table index of level isa on this CPU, -1 when the CPU lacks it. */
+static int level_of(int isa) {
+    if (isa < KQ_ISA_SCALAR || isa > kq_cpu_isa()) return -1;
+    if (isa == KQ_ISA_AVX512) return kq_cpu_bf16() ? LV_AVX512_BF16 : LV_AVX512;
+    return isa == KQ_ISA_AVX2 ? LV_AVX2 : LV_SCALAR;
 }
 
-static kq_from_f32_fn simd_quant(int t, int isa) {
-    kq_from_f32_fn f = kq_legacy_quant_simd(t, isa);
-    return f ? f : kq_kquants_quant_simd(t, isa);
-}
-
-/* Points every type at its best kernels at or below level isa. */
-static void select_kernels(int isa) {
+static void fill_level(const struct kq_level *lv, kq_traits *tab) {
+    kq_fill_legacy(tab);
+    kq_fill_kquants(tab);
     for (int t = 0; t < KQ_TYPE_COUNT; t++) {
-        kq_traits *tr = &g_tab[t];
-        if (!tr->name) continue;
-        kq_vec_dot_fn dot = tr->vec_dot_ref;
-        kq_from_f32_fn q = tr->from_f32;
-        for (int l = isa; l > KQ_ISA_SCALAR; l--) {
-            kq_vec_dot_fn f = simd_dot(t, l);
-            if (f) {
-                dot = f;
-                break;
-            }
+        int dot = 0, quant = 0;
+        for (int p = 0; p < 4 && lv->part[p]; p++) {
+            if (!dot && lv->part[p]->dot[t]) tab[t].vec_dot = lv->part[p]->dot[t], dot = 1;
+            if (!quant && lv->part[p]->quant[t]) tab[t].from_f32_fast = lv->part[p]->quant[t], quant = 1;
         }
-        for (int l = isa; l > KQ_ISA_SCALAR; l--) {
-            kq_from_f32_fn f = simd_quant(t, l);
-            if (f) {
-                q = f;
-                break;
-            }
-        }
-        __atomic_store_n(&tr->vec_dot, dot, __ATOMIC_RELEASE);
-        __atomic_store_n(&tr->from_f32_fast, q, __ATOMIC_RELEASE);
     }
 }
 
-static int capped_isa(int isa_max) {
+static void fill_tables(void) {
+    for (int l = 0; l < LV_COUNT; l++) fill_level(&g_levels[l], g_tab[l]);
     int isa = kq_cpu_isa();
-    int cap = env_isa_cap();
-    if (isa_max < isa) isa = isa_max;
+    const int cap = env_isa_cap();
     if (cap < isa) isa = cap;
-    return isa < KQ_ISA_SCALAR ? KQ_ISA_SCALAR : isa;
+    g_active_isa = isa;
+    g_active = g_tab[level_of(isa)];
 }
 
-static void fill_table(void) {
-    memset(g_tab, 0, sizeof g_tab);
-    kq_fill_legacy(g_tab);
-    kq_fill_kquants(g_tab);
-    g_active_isa = capped_isa(KQ_ISA_AVX512);
-    select_kernels(g_active_isa);
-}
-
-void kq_init(int isa_max) {
-    pthread_once(&g_once, fill_table);
-    pthread_mutex_lock(&g_init_lock);
-    g_active_isa = capped_isa(isa_max);
-    select_kernels(g_active_isa);
-    pthread_mutex_unlock(&g_init_lock);
-}
+void kq_init(void) { pthread_once(&g_once, fill_tables); }
 
 int kq_active_isa(void) {
-    pthread_once(&g_once, fill_table);
-    pthread_mutex_lock(&g_init_lock);
-    int isa = g_active_isa;
-    pthread_mutex_unlock(&g_init_lock);
-    return isa;
+    kq_init();
+    return g_active_isa;
 }
 
 const kq_traits *kq_get(int t) {
     if (t < 0 || t >= KQ_TYPE_COUNT) return NULL;
-    pthread_once(&g_once, fill_table);
-    return g_tab[t].name ? &g_tab[t] : NULL;
+    kq_init();
+    return g_active[t].name ? &g_active[t] : NULL;
+}
+
+const kq_traits *kq_get_at(int t, int isa) {
+    const int l = level_of(isa);
+    if (t < 0 || t >= KQ_TYPE_COUNT || l < 0) return NULL;
+    kq_init();
+    return g_tab[l][t].name ? &g_tab[l][t] : NULL;
 }
 
 int kq_supported(int t) {
@@ -168,15 +161,23 @@ int kq_from_name(const char *name) {
 }
 
 kq_vec_dot_fn kq_vec_dot_at(int t, int isa) {
-    const kq_traits *tr = kq_get(t);
-    if (!tr || isa < KQ_ISA_SCALAR || isa > kq_cpu_isa()) return NULL;
-    return isa == KQ_ISA_SCALAR ? tr->vec_dot_ref : simd_dot(t, isa);
+    const kq_traits *tr = kq_get_at(t, isa);
+    if (!tr) return NULL;
+    const struct kq_level *lv = &g_levels[level_of(isa)];
+    if (isa == KQ_ISA_SCALAR) return tr->vec_dot_ref;
+    for (int p = 0; p < lv->own; p++)
+        if (lv->part[p]->dot[t]) return lv->part[p]->dot[t];
+    return NULL;
 }
 
 kq_from_f32_fn kq_from_f32_at(int t, int isa) {
-    const kq_traits *tr = kq_get(t);
-    if (!tr || isa < KQ_ISA_SCALAR || isa > kq_cpu_isa()) return NULL;
-    return isa == KQ_ISA_SCALAR ? tr->from_f32 : simd_quant(t, isa);
+    const kq_traits *tr = kq_get_at(t, isa);
+    if (!tr) return NULL;
+    const struct kq_level *lv = &g_levels[level_of(isa)];
+    if (isa == KQ_ISA_SCALAR) return tr->from_f32;
+    for (int p = 0; p < lv->own; p++)
+        if (lv->part[p]->quant[t]) return lv->part[p]->quant[t];
+    return NULL;
 }
 
 /* ---- f16 / bf16 ---- */

@@ -79,9 +79,10 @@ typedef struct kq_cpu {
 } kq_cpu;
 const kq_cpu *kq_cpu_get(void);
 
-/* Picks SIMD paths.  isa_max caps the level (KQ_ISA_AVX512 = no cap).  Safe to
- * call more than once; the first call happens inside kq_get() if needed. */
-void kq_init(int isa_max);
+/* Chooses the ISA level once: the best the CPU supports (cpuid + OS xsave
+ * state), capped by KILN_ISA=scalar|avx2|avx512.  Later calls do nothing;
+ * kq_get() calls it if nobody has. */
+void kq_init(void);
 /* The level the CPU supports (cpuid + OS xsave state). */
 int kq_cpu_isa(void);
 /* 1 when the CPU has AVX512_BF16 as well as the AVX-512 level (the BF16
@@ -91,8 +92,13 @@ int kq_cpu_bf16(void);
 int kq_active_isa(void);
 const char *kq_isa_name(int isa);
 
-/* Traits of type id t, or NULL when t is not a known id. */
+/* Traits of type id t, or NULL when t is not a known id: the table of the
+ * active level, whose vec_dot / from_f32_fast are its best kernels. */
 const kq_traits *kq_get(int t);
+/* The same from the table of level isa (each level's table is complete: a
+ * type without a kernel at that level takes the one below); NULL when t is
+ * unknown or the CPU lacks the level. */
+const kq_traits *kq_get_at(int t, int isa);
 /* 1 when t has a dequantizer and a dot kernel. */
 int kq_supported(int t);
 /* Bytes taken by n elements of type t (n a multiple of blck). */
@@ -101,7 +107,8 @@ size_t kq_row_size(int t, int64_t n);
 int kq_from_name(const char *name);
 
 /* The dot kernel of type t at exactly this ISA level, NULL if that level has
- * none (tests use it to compare every SIMD path with the scalar twin). */
+ * none or the CPU lacks the level (tests use it to compare every SIMD path
+ * with the scalar twin). */
 kq_vec_dot_fn kq_vec_dot_at(int t, int isa);
 kq_from_f32_fn kq_from_f32_at(int t, int isa);
 
@@ -154,21 +161,23 @@ _Static_assert(sizeof(kq_block_q4_0) == 18 && sizeof(kq_block_q4_1) == 20 && siz
                "legacy block sizes");
 
 /* ---- Implementation split (internal to the quant folder) ----
- * quant.c       the table, dispatch, kq_init, f16/bf16 helpers
+ * quant.c       the levels' tables, kq_init, f16/bf16 helpers
  * legacy.c      F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 (scalar)
  * kquants.c     Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS (scalar)
- * *_avx2.c / *_avx512.c   SIMD twins, compiled with per-file ISA flags.     */
+ * *_avx2.c / *_avx512.c   SIMD twins, compiled with per-file ISA flags, each
+ *               exporting the const table of its kernels below; x86.h holds
+ *               the inline helpers they share. */
 void kq_fill_legacy(kq_traits *tab); /* tab has KQ_TYPE_COUNT entries */
 void kq_fill_kquants(kq_traits *tab);
-kq_vec_dot_fn kq_legacy_dot_simd(int t, int isa);
-kq_vec_dot_fn kq_kquants_dot_simd(int t, int isa);
-kq_from_f32_fn kq_legacy_quant_simd(int t, int isa);
-kq_from_f32_fn kq_kquants_quant_simd(int t, int isa);
-/* Per-file getters behind kq_legacy_*_simd (legacy.c is built without ISA
- * flags, so the ISA switch lives there and each SIMD file exports one). */
-kq_vec_dot_fn kq_legacy_dot_avx2(int t);
-kq_vec_dot_fn kq_legacy_dot_avx512(int t);
-kq_from_f32_fn kq_legacy_quant_avx2(int t);
-kq_from_f32_fn kq_legacy_quant_avx512(int t);
+
+/* One file's kernels at one ISA level, by type id; NULL = none there. */
+typedef struct kq_simd {
+    kq_vec_dot_fn dot[KQ_TYPE_COUNT];
+    kq_from_f32_fn quant[KQ_TYPE_COUNT]; /* activation quantizers (from_f32_fast) */
+} kq_simd;
+extern const kq_simd kq_legacy_avx2, kq_kquants_avx2;
+/* AVX-512 with VNNI; the _bf16 table differs in the BF16 dot (vdpbf16ps),
+ * for CPUs with AVX512_BF16 too. */
+extern const kq_simd kq_legacy_avx512, kq_legacy_avx512_bf16, kq_kquants_avx512;
 
 #endif

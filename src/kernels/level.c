@@ -1,0 +1,41 @@
+/*
+ * level.c — the kernels folder's dispatch tables, one per ISA level, and
+ * the accessors the folder's headers declare over them (those of ssm.h and
+ * conv.h live in ssm.c and conv.c, since the two headers cannot meet).  The AVX-512 level
+ * has its own interleaved and F16 block kernels; for the element-wise ops,
+ * attention, the SSM kernels and the group norm it names the AVX2 ones,
+ * which run on it unchanged (no AVX-512 twins of those exist).
+ */
+#include "kernels/level.h"
+
+static const kk_level g_levels[] = {
+    [KQ_ISA_SCALAR] = {&kk_ops_scalar, &kk_ssm_scalar, kk_groupnorm_ref, &kk_x8_scalar, kk_tile_f16_ref},
+    [KQ_ISA_AVX2] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx2, kk_tile_f16_avx2},
+    [KQ_ISA_AVX512] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx512, kk_tile_f16_avx512},
+};
+
+const kk_level *kk_level_at(int isa) {
+    if (isa < KQ_ISA_SCALAR || isa > kq_cpu_isa()) return NULL;
+    return &g_levels[isa];
+}
+
+const kk_level *kk_level_best(void) { return &g_levels[kq_active_isa()]; }
+
+const kk_ops *kk_ops_at(int isa) {
+    const kk_level *l = kk_level_at(isa);
+    return l ? l->ops : NULL;
+}
+
+const kk_ops *kk_ops_best(void) { return kk_level_best()->ops; }
+
+kk_x8_fn kk_x8_at(int t, int isa) {
+    const kk_level *l = kk_level_at(isa);
+    return l && t >= 0 && t < KQ_TYPE_COUNT ? l->x8->fn[t] : NULL;
+}
+
+kk_x8_fn kk_x8_best(int t) { return t >= 0 && t < KQ_TYPE_COUNT ? kk_level_best()->x8->fn[t] : NULL; }
+
+kk_tile_fn kk_tile_at(int t, int isa) {
+    const kk_level *l = kk_level_at(isa);
+    return l && t == KQ_F16 ? l->tile_f16 : NULL;
+}

@@ -1,0 +1,60 @@
+/*
+ * level.h — the kernels folder's dispatch (internal to src/kernels): one
+ * const table per ISA level naming that level's kernels, chosen by the
+ * level quant's kq_init() picked.  The accessors of ops.h, ssm.h, conv.h,
+ * pack.h and matmul.h (kk_ops_at, kk_ops_best, kk_x8_at, ...) read these
+ * tables.  Each SIMD file exports its kernels as the const objects below.
+ */
+#ifndef KILN_KERNELS_LEVEL_H
+#define KILN_KERNELS_LEVEL_H
+
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/pack.h"
+#include "quant/quant.h"
+
+/* conv.h and ssm.h each name a different struct kk_conv, so this header
+ * includes neither and names their types by tag. */
+struct kk_gn;
+struct kk_ssm_ops;
+typedef void (*kk_level_gn_fn)(const struct kk_gn *g, const float *x, float *y, int group);
+
+/* A level's interleaved (pack.h) kernels by weight type; NULL = none. */
+typedef struct kk_x8_set {
+    kk_x8_fn fn[KQ_TYPE_COUNT];
+} kk_x8_set;
+
+typedef struct kk_level {
+    const kk_ops *ops;
+    const struct kk_ssm_ops *ssm;
+    kk_level_gn_fn groupnorm; /* conv.h's kk_gn_fn */
+    const kk_x8_set *x8;
+    kk_tile_fn tile_f16; /* the F16 block kernel (matmul.h) */
+} kk_level;
+
+/* The table of level isa (KQ_ISA_*), NULL when the CPU lacks it. */
+const kk_level *kk_level_at(int isa);
+/* The table of the level kq_init() chose. */
+const kk_level *kk_level_best(void);
+
+/* The scalar references (ops.c, ssm.c, conv.c, pack.c, matmul.c). */
+extern const kk_ops kk_ops_scalar;
+extern const struct kk_ssm_ops kk_ssm_scalar;
+extern const kk_x8_set kk_x8_scalar;
+void kk_groupnorm_ref(const struct kk_gn *g, const float *x, float *y, int group);
+void kk_tile_f16_ref(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                     int64_t ldy);
+/* AVX2 (+ FMA, F16C): ops_avx2.c, ssm_avx2.c, conv_avx2.c, pack_avx2.c,
+ * matmul_avx2.c. */
+extern const kk_ops kk_ops_avx2;
+extern const struct kk_ssm_ops kk_ssm_avx2;
+extern const kk_x8_set kk_x8_avx2;
+void kk_groupnorm_avx2(const struct kk_gn *g, const float *x, float *y, int group);
+void kk_tile_f16_avx2(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                      int64_t ldy);
+/* AVX-512 VNNI: pack_avx512.c, matmul_avx512.c. */
+extern const kk_x8_set kk_x8_avx512;
+void kk_tile_f16_avx512(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                        int64_t ldy);
+
+#endif
