@@ -1,0 +1,179 @@
+/*
+ * matmul_f16.h — the body of the F16 block kernel (kk_tile_fn in matmul.h),
+ * written once against a small width layer and included by matmul_avx2.c
+ * (8 lanes) and matmul_avx512.c (16 lanes), which define before including:
+ *     LANES              floats per vector
+ *     TR                 register tile rows (3 or 4); TT = 4 tokens
+ *     vecf               the float vector type
+ *     vzero()            all lanes 0
+ *     vload(p)           LANES floats at p (unaligned)
+ *     vload_h(p)         LANES halves at p widened to floats (exact)
+ *     vfma(a, b, c)      a * b + c, one rounding per lane
+ *     vstore(p, v)       LANES floats to p (unaligned)
+ *     vsum(v)            the lanes added in the one-row dot's order
+ * Every output is the float the same level's one-row F16 vec_dot gives:
+ * lane l sums w[k] * a[k] for k = l mod LANES with one fma each, the last
+ * partial group zero-padded, then vsum (kq_dot_f16_lanes is the scalar
+ * twin), so a token's result never depends on the batch it is in.
+ *
+ * Shape: the tokens' F16 activations are widened once per k-block of KB
+ * elements into an F32 buffer in L1 (TT x KB floats) that RB rows reuse;
+ * a TR x TT register tile of accumulators (one per output) holds TR weight
+ * rows against TT tokens, per LANES elements TR weight conversions and TT
+ * activation loads for TR * TT fmas.  The RB x TT partial sums survive from
+ * one k-block to the next in memory (a store and a load keep their bits).
+ * One token (decode) takes 8 rows at a time, 8 independent chains, the
+ * activation widened once per group for all of them.
+ *
+ * The loops over the tile are unrolled by pragma so their arrays of vectors
+ * live in registers (-O2 would keep them on the stack).
+ */
+#ifndef KILN_KERNELS_MATMUL_F16_H
+#define KILN_KERNELS_MATMUL_F16_H
+
+#include <stdint.h>
+#include <string.h>
+
+#if !defined(LANES) || !defined(TR) || (TR != 3 && TR != 4)
+#error "define LANES, TR (3 or 4) and the width layer before including matmul_f16.h"
+#endif
+
+#define KB 512 /* elements per k-block: TT rows of KB floats = 8 KB of L1 */
+#define RB 128 /* rows that reuse one buffered k-block; their RB * TT partial sums live across k-blocks */
+#define TT 4   /* register tile: tokens */
+
+/* part[r * TT + t] += rows wr[r] (F16) . buffered tokens ab + t * KB (F32)
+ * over nk groups of LANES elements, for r < R, t < T. */
+static inline __attribute__((always_inline)) void micro(const int R, const int T, int nk, const uint16_t *const *wr,
+                                                        const float *ab, vecf *part) {
+    vecf acc[TR][TT];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = part[r * TT + t];
+    for (int i = 0; i < nk; i++) {
+        vecf av[TT];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) av[t] = vload(ab + (size_t)t * KB + LANES * i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const vecf wv = vload_h(wr[r] + LANES * i);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, av[t], acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) part[r * TT + t] = acc[r][t];
+}
+
+static void micro_any(int R, int T, int nk, const uint16_t *const *wr, const float *ab, vecf *part) {
+    // clang-format off
+    switch (R * 8 + T) {
+#define M(r, t) case r * 8 + t: micro(r, t, nk, wr, ab, part); break;
+    M(1, 1) M(1, 2) M(1, 3) M(1, 4) M(2, 1) M(2, 2) M(2, 3) M(2, 4) M(3, 1) M(3, 2) M(3, 3)
+#if TR == 4
+    M(3, 4) M(4, 1) M(4, 2) M(4, 3)
+#endif
+#undef M
+    default: micro(TR, TT, nk, wr, ab, part); break;
+    }
+    // clang-format on
+}
+
+/* One token (decode): y[r] for R rows at wr[r], 8 independent chains when
+ * R = 8, the activation widened once per group for all of them; the same
+ * lane order, so the same bits. */
+static inline __attribute__((always_inline)) void one_token(const int R, int n, const uint16_t *const *wr,
+                                                            const uint16_t *q, const uint16_t *qtail, float *y) {
+    vecf acc[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r] = vzero();
+    int i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        const vecf av = vload_h(q + i);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            acc[r] = vfma(vload_h(wr[r] + i), av, acc[r]);
+    }
+    if (i < n) { /* the rows end inside this group: zero-padded copies */
+        const vecf av = vload_h(qtail);
+        for (int r = 0; r < R; r++) {
+            _Alignas(64) uint16_t wt[LANES] = {0};
+            memcpy(wt, wr[r] + i, (size_t)(n - i) * sizeof(uint16_t));
+            acc[r] = vfma(vload_h(wt), av, acc[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) y[r] = vsum(acc[r]);
+}
+
+static void tile_one_token(int n, const void *w, size_t wrow, int nr, const uint16_t *q, float *y) {
+    _Alignas(64) uint16_t qtail[LANES] = {0};
+    if (n % LANES) memcpy(qtail, q + n / LANES * LANES, (size_t)(n % LANES) * sizeof(uint16_t));
+    const uint16_t *wr[8];
+    int r = 0;
+    for (; r + 8 <= nr; r += 8) {
+        for (int i = 0; i < 8; i++) wr[i] = (const uint16_t *)((const uint8_t *)w + (size_t)(r + i) * wrow);
+        one_token(8, n, wr, q, qtail, y + r);
+    }
+    for (; r < nr; r++) {
+        wr[0] = (const uint16_t *)((const uint8_t *)w + (size_t)r * wrow);
+        one_token(1, n, wr, q, qtail, y + r);
+    }
+}
+
+static void tile_f16(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                     int64_t ldy) {
+    if (nt == 1) {
+        tile_one_token(n, w, wrow, nr, a, y);
+        return;
+    }
+    _Alignas(32) float ab[TT * KB];
+    _Alignas(32) uint16_t wtail[TR][LANES];
+    vecf part[RB * TT];
+    for (int r0 = 0; r0 < nr; r0 += RB) {
+        const int rn = nr - r0 < RB ? nr - r0 : RB;
+        for (int t0 = 0; t0 < nt; t0 += TT) {
+            const int tn = nt - t0 < TT ? nt - t0 : TT;
+            for (int i = 0; i < rn * TT; i++) part[i] = vzero();
+            for (int k0 = 0; k0 < n; k0 += KB) {
+                const int kn = n - k0 < KB ? n - k0 : KB;
+                const int full = kn / LANES, rest = kn % LANES;
+                for (int t = 0; t < tn; t++) { /* widen the k-block of token t0 + t, zero-padded */
+                    const uint16_t *q = (const uint16_t *)((const uint8_t *)a + (size_t)(t0 + t) * arow) + k0;
+                    float *d = ab + (size_t)t * KB;
+                    int i = 0;
+                    for (; i + LANES <= kn; i += LANES)
+                        vstore(d + i, vload_h(q + i));
+                    if (rest) {
+                        uint16_t tmp[LANES] = {0};
+                        memcpy(tmp, q + i, (size_t)rest * sizeof(uint16_t));
+                        vstore(d + i, vload_h(tmp));
+                    }
+                }
+                for (int r = 0; r < rn; r += TR) {
+                    const int rr = rn - r < TR ? rn - r : TR;
+                    const uint16_t *wr[TR];
+                    for (int i = 0; i < rr; i++)
+                        wr[i] = (const uint16_t *)((const uint8_t *)w + (size_t)(r0 + r + i) * wrow) + k0;
+                    micro_any(rr, tn, full, wr, ab, part + r * TT);
+                    if (rest) { /* the row ends inside this group: a zero-padded copy */
+                        const uint16_t *wt[TR];
+                        for (int i = 0; i < rr; i++) {
+                            memset(wtail[i], 0, sizeof wtail[i]);
+                            memcpy(wtail[i], wr[i] + LANES * full, (size_t)rest * sizeof(uint16_t));
+                            wt[i] = wtail[i];
+                        }
+                        micro_any(rr, tn, 1, wt, ab + LANES * full, part + r * TT);
+                    }
+                }
+            }
+            for (int r = 0; r < rn; r++)
+                for (int t = 0; t < tn; t++) y[(int64_t)(t0 + t) * ldy + r0 + r] = vsum(part[r * TT + t]);
+        }
+    }
+}
+
+#endif
