@@ -1,19 +1,10 @@
 /*
- * quant.c — the type tables, the ISA level, run-time dispatch and the
- * scalar f16/bf16 conversions.
- *
- * Each level has one traits table: the scalar fields of every type, with
- * vec_dot / from_f32_fast the best kernels of that level's files (g_levels
- * says which, in order).  All tables are filled once (pthread_once), the
- * active one chosen then too, and none is written again, so threads read
- * them without locks.
+ * quant.c — the ISA level the CPU supports, the levels' names and the
+ * scalar f16/bf16 conversions (the dispatch over the levels is dispatch.c).
  */
 #include "quant/quant.h"
 
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* ---- CPU features ---- */
 
@@ -56,128 +47,6 @@ const char *kq_isa_name(int isa) {
     case KQ_ISA_AVX512: return "avx512";
     default: return "unknown";
     }
-}
-
-/* KILN_ISA=scalar|avx2|avx512 caps the level; unset or unknown = no cap. */
-static int env_isa_cap(void) {
-    const char *s = getenv("KILN_ISA");
-    if (!s) return KQ_ISA_AVX512;
-    for (int i = KQ_ISA_SCALAR; i <= KQ_ISA_AVX512; i++)
-        if (strcasecmp(s, kq_isa_name(i)) == 0) return i;
-    return KQ_ISA_AVX512;
-}
-
-/* ---- tables and dispatch ---- */
-
-enum { LV_SCALAR, LV_AVX2, LV_AVX512, LV_AVX512_BF16, LV_COUNT };
-
-/* Per level: the files' tables asked in order, the first with a kernel for
- * a type giving it; the first `own` are the level's own kernels, the rest
- * the level below's, which run on it too. */
-static const struct kq_level {
-    int isa;
-    int own;
-    const kq_simd *part[4];
-} g_levels[LV_COUNT] = {
-    [LV_SCALAR] = {KQ_ISA_SCALAR, 0, {NULL}},
-    [LV_AVX2] = {KQ_ISA_AVX2, 2, {&kq_legacy_avx2, &kq_kquants_avx2}},
-    [LV_AVX512] = {KQ_ISA_AVX512, 2, {&kq_legacy_avx512, &kq_kquants_avx512, &kq_legacy_avx2, &kq_kquants_avx2}},
-    [LV_AVX512_BF16] = {KQ_ISA_AVX512,
-                        2,
-                        {&kq_legacy_avx512_bf16, &kq_kquants_avx512, &kq_legacy_avx2, &kq_kquants_avx2}},
-};
-
-static kq_traits g_tab[LV_COUNT][KQ_TYPE_COUNT];
-static const kq_traits *g_active;
-static int g_active_isa;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-
-/* The table index of level isa on this CPU, -1 when the CPU lacks it. */
-static int level_of(int isa) {
-    if (isa < KQ_ISA_SCALAR || isa > kq_cpu_isa()) return -1;
-    if (isa == KQ_ISA_AVX512) return kq_cpu_bf16() ? LV_AVX512_BF16 : LV_AVX512;
-    return isa == KQ_ISA_AVX2 ? LV_AVX2 : LV_SCALAR;
-}
-
-static void fill_level(const struct kq_level *lv, kq_traits *tab) {
-    kq_fill_legacy(tab);
-    kq_fill_kquants(tab);
-    for (int t = 0; t < KQ_TYPE_COUNT; t++) {
-        int dot = 0, quant = 0;
-        for (int p = 0; p < 4 && lv->part[p]; p++) {
-            if (!dot && lv->part[p]->dot[t]) tab[t].vec_dot = lv->part[p]->dot[t], dot = 1;
-            if (!quant && lv->part[p]->quant[t]) tab[t].from_f32_fast = lv->part[p]->quant[t], quant = 1;
-        }
-    }
-}
-
-static void fill_tables(void) {
-    for (int l = 0; l < LV_COUNT; l++) fill_level(&g_levels[l], g_tab[l]);
-    int isa = kq_cpu_isa();
-    const int cap = env_isa_cap();
-    if (cap < isa) isa = cap;
-    g_active_isa = isa;
-    g_active = g_tab[level_of(isa)];
-}
-
-void kq_init(void) { pthread_once(&g_once, fill_tables); }
-
-int kq_active_isa(void) {
-    kq_init();
-    return g_active_isa;
-}
-
-const kq_traits *kq_get(int t) {
-    if (t < 0 || t >= KQ_TYPE_COUNT) return NULL;
-    kq_init();
-    return g_active[t].name ? &g_active[t] : NULL;
-}
-
-const kq_traits *kq_get_at(int t, int isa) {
-    const int l = level_of(isa);
-    if (t < 0 || t >= KQ_TYPE_COUNT || l < 0) return NULL;
-    kq_init();
-    return g_tab[l][t].name ? &g_tab[l][t] : NULL;
-}
-
-int kq_supported(int t) {
-    const kq_traits *tr = kq_get(t);
-    return tr && tr->to_f32 && tr->vec_dot_ref;
-}
-
-size_t kq_row_size(int t, int64_t n) {
-    const kq_traits *tr = kq_get(t);
-    if (!tr || tr->blck <= 0 || n < 0) return 0;
-    return (size_t)(n / tr->blck) * tr->bsize;
-}
-
-int kq_from_name(const char *name) {
-    if (!name) return -1;
-    for (int t = 0; t < KQ_TYPE_COUNT; t++) {
-        const kq_traits *tr = kq_get(t);
-        if (tr && strcasecmp(tr->name, name) == 0) return t;
-    }
-    return -1;
-}
-
-kq_vec_dot_fn kq_vec_dot_at(int t, int isa) {
-    const kq_traits *tr = kq_get_at(t, isa);
-    if (!tr) return NULL;
-    const struct kq_level *lv = &g_levels[level_of(isa)];
-    if (isa == KQ_ISA_SCALAR) return tr->vec_dot_ref;
-    for (int p = 0; p < lv->own; p++)
-        if (lv->part[p]->dot[t]) return lv->part[p]->dot[t];
-    return NULL;
-}
-
-kq_from_f32_fn kq_from_f32_at(int t, int isa) {
-    const kq_traits *tr = kq_get_at(t, isa);
-    if (!tr) return NULL;
-    const struct kq_level *lv = &g_levels[level_of(isa)];
-    if (isa == KQ_ISA_SCALAR) return tr->from_f32;
-    for (int p = 0; p < lv->own; p++)
-        if (lv->part[p]->quant[t]) return lv->part[p]->quant[t];
-    return NULL;
 }
 
 /* ---- f16 / bf16 ---- */

@@ -161,7 +161,8 @@ _Static_assert(sizeof(kq_block_q4_0) == 18 && sizeof(kq_block_q4_1) == 20 && siz
                "legacy block sizes");
 
 /* ---- Implementation split (internal to the quant folder) ----
- * quant.c       the levels' tables, kq_init, f16/bf16 helpers
+ * dispatch.c    the levels' tables, kq_init, kq_get and the lookups
+ * quant.c       the CPU's level, f16/bf16 helpers
  * legacy.c      F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 (scalar)
  * kquants.c     Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS (scalar)
  * *_avx2.c / *_avx512.c   SIMD twins, compiled with per-file ISA flags, each
