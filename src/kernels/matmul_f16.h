@@ -94,8 +94,7 @@ static inline __attribute__((always_inline)) void one_token(const int R, int n, 
     for (; i + LANES <= n; i += LANES) {
         const vecf av = vload_h(q + i);
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++)
-            acc[r] = vfma(vload_h(wr[r] + i), av, acc[r]);
+        for (int r = 0; r < R; r++) acc[r] = vfma(vload_h(wr[r] + i), av, acc[r]);
     }
     if (i < n) { /* the rows end inside this group: zero-padded copies */
         const vecf av = vload_h(qtail);
@@ -145,8 +144,7 @@ static void tile_f16(int n, const void *w, size_t wrow, int nr, const void *a, s
                     const uint16_t *q = (const uint16_t *)((const uint8_t *)a + (size_t)(t0 + t) * arow) + k0;
                     float *d = ab + (size_t)t * KB;
                     int i = 0;
-                    for (; i + LANES <= kn; i += LANES)
-                        vstore(d + i, vload_h(q + i));
+                    for (; i + LANES <= kn; i += LANES) vstore(d + i, vload_h(q + i));
                     if (rest) {
                         uint16_t tmp[LANES] = {0};
                         memcpy(tmp, q + i, (size_t)rest * sizeof(uint16_t));
