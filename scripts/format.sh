@@ -3,6 +3,7 @@
 #   bash scripts/format.sh           format every C file that is not pending
 #   bash scripts/format.sh --check   list the ones that are not formatted and fail (CI runs this)
 #   bash scripts/format.sh --all     format every C file and empty the pending list (one commit)
+# New files count before they are added to git.
 # scripts/format-pending.txt lists the files written before the formatter:
 # they are left as they are until --all; a file not on it stays formatted.
 set -euo pipefail
@@ -11,7 +12,7 @@ fmt=$(command -v clang-format-14 || command -v clang-format || true)
 if [ -z "$fmt" ]; then echo "format: clang-format is not installed (scripts/deps.sh)" >&2; exit 1; fi
 pending=scripts/format-pending.txt
 mode=${1:-apply}
-files=$(git ls-files '*.c' '*.h' | grep -v '^tests/e2e/node_modules/')
+files=$(git ls-files --cached --others --exclude-standard '*.c' '*.h' | grep -v '^tests/e2e/node_modules/')
 if [ "$mode" = "--all" ]; then
   printf '%s\n' $files | xargs "$fmt" -i
   : > "$pending"

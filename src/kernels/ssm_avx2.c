@@ -7,9 +7,10 @@
  *   conv_silu  8 channels per vector; silu through exp8 (ops_avx2.c's e^x)
  *   gdn_step   per state row: decay and the dot with k in one pass, the
  *              update and the dot with q in a second
- *   gdn_chunk  S0 k and S0 q four tokens per pass over a row, the
- *              substitution and outputs as axpys over the value elements,
- *              the state update one pass per row
+ *   gdn_chunk  S0 k and S0 q four tokens per pass over a row, the k.k
+ *              and k.q products four tokens per pass, the substitution
+ *              and outputs as axpys over the value elements, the state
+ *              update one pass per row, 64 elements at a time
  */
 #include "kernels/ssm.h"
 
@@ -166,11 +167,43 @@ static void gdn_piece(const kk_gdn *a, int t0, int c) {
             sq[(size_t)t * dv + j] = dot8(row, Q[t], dk);
         }
     }
-    for (int t = 0; t < c; t++)
-        for (int s = 0; s <= t; s++) {
+    /* k_t . k_s and k_s . q_t for s <= t: four s per pass over k_t and
+     * q_t, eight independent sums (each as dot8 adds it, so the same
+     * floats) */
+    for (int t = 0; t < c; t++) {
+        int s = 0;
+        for (; s + 4 <= t + 1; s += 4) {
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            for (int i = 0; i < d8; i += 8) {
+                const __m256 kt = _mm256_loadu_ps(K[t] + i), qt = _mm256_loadu_ps(Q[t] + i);
+                const __m256 s0 = _mm256_loadu_ps(K[s] + i), s1 = _mm256_loadu_ps(K[s + 1] + i);
+                const __m256 s2 = _mm256_loadu_ps(K[s + 2] + i), s3 = _mm256_loadu_ps(K[s + 3] + i);
+                a0 = _mm256_fmadd_ps(kt, s0, a0);
+                a1 = _mm256_fmadd_ps(kt, s1, a1);
+                a2 = _mm256_fmadd_ps(kt, s2, a2);
+                a3 = _mm256_fmadd_ps(kt, s3, a3);
+                b0 = _mm256_fmadd_ps(s0, qt, b0);
+                b1 = _mm256_fmadd_ps(s1, qt, b1);
+                b2 = _mm256_fmadd_ps(s2, qt, b2);
+                b3 = _mm256_fmadd_ps(s3, qt, b3);
+            }
+            float ks[4] = {hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3)};
+            float qs[4] = {hsum8(b0), hsum8(b1), hsum8(b2), hsum8(b3)};
+            for (int i = d8; i < dk; i++)
+                for (int u4 = 0; u4 < 4; u4++) {
+                    ks[u4] = fmaf(K[t][i], K[s + u4][i], ks[u4]);
+                    qs[u4] = fmaf(K[s + u4][i], Q[t][i], qs[u4]);
+                }
+            for (int u4 = 0; u4 < 4; u4++) {
+                kk[t * C + s + u4] = ks[u4];
+                kq[t * C + s + u4] = qs[u4];
+            }
+        }
+        for (; s <= t; s++) {
             kk[t * C + s] = dot8(K[t], K[s], dk);
             kq[t * C + s] = dot8(K[s], Q[t], dk);
         }
+    }
     for (int t = 0; t < c; t++) {
         float *ut = u + (size_t)t * dv;
         const __m256 bt = _mm256_set1_ps(beta[t]), et = _mm256_set1_ps(eG[t]);
@@ -194,12 +227,27 @@ static void gdn_piece(const kk_gdn *a, int t0, int c) {
         float *row = a->s + (size_t)j * dk;
         float us[KK_GDN_CHUNK];
         for (int s = 0; s < c; s++) us[s] = u[(size_t)s * dv + j] * f[s];
-        for (int i = 0; i < d8; i += 8) {
+        /* each element's sum over s is a chain of c fmas: eight of them
+         * (64 elements) side by side keep the FMA pipes fed */
+        int i = 0;
+        for (; i + 64 <= d8; i += 64) {
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int b = 0; b < 8; b++) r[b] = _mm256_mul_ps(_mm256_loadu_ps(row + i + 8 * b), el);
+            for (int s = 0; s < c; s++) {
+                const __m256 f8 = _mm256_set1_ps(us[s]);
+#pragma GCC unroll 8
+                for (int b = 0; b < 8; b++) r[b] = _mm256_fmadd_ps(f8, _mm256_loadu_ps(K[s] + i + 8 * b), r[b]);
+            }
+#pragma GCC unroll 8
+            for (int b = 0; b < 8; b++) _mm256_storeu_ps(row + i + 8 * b, r[b]);
+        }
+        for (; i < d8; i += 8) {
             __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + i), el);
             for (int s = 0; s < c; s++) r = _mm256_fmadd_ps(_mm256_set1_ps(us[s]), _mm256_loadu_ps(K[s] + i), r);
             _mm256_storeu_ps(row + i, r);
         }
-        for (int i = d8; i < dk; i++) {
+        for (i = d8; i < dk; i++) {
             float r = row[i] * eG[c - 1];
             for (int s = 0; s < c; s++) r = fmaf(us[s], K[s][i], r);
             row[i] = r;
