@@ -6,10 +6,11 @@ Usage (from the repository root):
     /usr/bin/python3 tests/gen_whisper.py
         Regenerates tests/data/whisper/ (deterministic: the same bytes each run).
 
-    /usr/bin/python3 tests/gen_whisper.py --bench DIR
-        Writes random-weight models with whisper-base's shapes (F16 and Q8_0,
-        the multilingual 51865-token layout) to DIR for speed measurements,
-        and a 60-s test signal.  No reference outputs.
+    /usr/bin/python3 tests/gen_whisper.py --bench DIR [--size base|tiny]
+        Writes random-weight models with whisper-base's shapes (or tiny's:
+        width 384, 4 layers, 6 heads; F16 and Q8_0, the multilingual
+        51865-token layout) to DIR for speed measurements, and a 60-s test
+        signal.  No reference outputs.
 
 Each fixture is a tiny random-weight model in whisper.cpp's GGML format
 (tests/whisper_ref.py writes it) and a synthetic clip, with reference outputs
@@ -168,7 +169,10 @@ def clips():
     write_wav_f32(os.path.join(OUT, "clip5s.wav"), signal(t5, 2), 16000)
 
 
-def bench(out):
+BENCH_SIZES = {"base": (512, 8, 6), "tiny": (384, 6, 4)}  # width, heads, layers
+
+
+def bench(out, size):
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(7)
     texts = [bytes([b]) for b in range(256)]
@@ -181,12 +185,13 @@ def bench(out):
             texts.append(w)
     vocab = W.Vocab(texts, 99)
     assert vocab.n_vocab == 51865
-    dims = dict(n_mels=80, n_audio_ctx=1500, n_audio_state=512, n_audio_head=8, n_audio_layer=6, n_text_ctx=448,
-                n_text_state=512, n_text_head=8, n_text_layer=6, n_vocab=vocab.n_vocab)
+    w, h, L = BENCH_SIZES[size]
+    dims = dict(n_mels=80, n_audio_ctx=1500, n_audio_state=w, n_audio_head=h, n_audio_layer=L, n_text_ctx=448,
+                n_text_state=w, n_text_head=h, n_text_layer=L, n_vocab=vocab.n_vocab)
     model = init_model(dims, 1, 1.0)
     filters = W.mel_filters(80).astype(np.float32)
     for wt, nm in ((W.T_F16, "f16"), (W.T_Q8_0, "q8_0")):
-        W.write_ggml(os.path.join(out, f"whisper-base-random-{nm}.bin"), dims, filters, vocab,
+        W.write_ggml(os.path.join(out, f"whisper-{size}-random-{nm}.bin"), dims, filters, vocab,
                      model.ggml_tensors(), wt)
     t = np.arange(60 * 16000) / 16000.0
     write_wav_f32(os.path.join(out, "signal60s.wav"), signal(t, 3), 16000)
@@ -196,10 +201,11 @@ def bench(out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench")
+    ap.add_argument("--size", choices=sorted(BENCH_SIZES), default="base")
     a = ap.parse_args()
     torch.set_num_threads(2)
     if a.bench:
-        return bench(a.bench)
+        return bench(a.bench, a.size)
     os.makedirs(OUT, exist_ok=True)
     clips()
     base_ml = dict(n_mels=80, n_audio_ctx=1500, n_audio_state=64, n_audio_head=2, n_audio_layer=2, n_text_ctx=64,
