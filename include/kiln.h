@@ -258,6 +258,10 @@ typedef struct kiln_context_params {
     int32_t n_state_snapshots; /* models with recurrent layers: copies of a
                            sequence's state kept for prefix reuse and
                            kiln_seq_truncate; 0 = 4 per sequence, -1 = none */
+    int32_t mtp;               /* 1: keep the KV cache of the model's MTP (NextN)
+                           block, which speculative decoding with
+                           KILN_SPEC_MTP needs (ignored for a model
+                           without one) */
 } kiln_context_params;
 
 kiln_context_params kiln_context_default_params(void);

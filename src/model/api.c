@@ -2,6 +2,7 @@
  * context creation and sizing, decode, tokenizer wrappers, and kl_fail (a
  * failure that a context also keeps; base/error.c holds the rest). */
 #include "model/decoder.h"
+#include "model/mtp.h"
 #include "model/state.h"
 
 #include "base/base.h"
@@ -83,6 +84,9 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         return kb_fail(KILN_ERR_INVALID_ARG, "unknown KV cache type %d", p.kv_type);
     kl_seq_shape shape;
     fam->seq_shape(m, &shape);
+    /* the MTP block's cache: one more attention layer of the same heads */
+    const int mtp_ord = p.mtp && kl_mtp_blocks(m) > 0 ? shape.n_attn_layer : -1;
+    if (mtp_ord >= 0) shape.n_attn_layer++;
     if (p.kv_type == KILN_KV_Q8_0 && shape.n_attn_layer && (shape.hd % 32 || shape.hd > 256))
         return kb_fail(KILN_ERR_UNSUPPORTED,
                        "a Q8_0 KV cache needs a head size that is a multiple of 32, at most 256 (this model's is %d)",
@@ -132,7 +136,9 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     if (!c) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     c->m = m;
     c->p = p;
+    c->p.mtp = mtp_ord >= 0;
     c->shape = shape;
+    c->mtp_ord = mtp_ord;
     char err[256];
     kq_init();
     c->pool = kpool_new(p.n_threads);
@@ -160,6 +166,11 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         {(void **)&c->out_idx, B * 4},
         {(void **)&c->out_rows, B * E * 4},
         {(void **)&c->att_scratch, (size_t)c->p.n_threads * c->att_scratch_per_thread * 4},
+        {(void **)&c->mtp_h, mtp_ord >= 0 ? (size_t)p.n_seq_max * KL_MTP_KEEP * E * 4 : 0},
+        {(void **)&c->mtp_h_pos, mtp_ord >= 0 ? (size_t)p.n_seq_max * 4 : 0},
+        {(void **)&c->mtp_h_n, mtp_ord >= 0 ? (size_t)p.n_seq_max * 4 : 0},
+        {(void **)&c->mtp_chain, mtp_ord >= 0 ? (size_t)p.n_seq_max * E * 4 : 0},
+        {(void **)&c->mtp_logits, mtp_ord >= 0 ? (size_t)p.n_seq_max * (size_t)hp->n_vocab * 4 : 0},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].ptr = malloc(bufs[i].bytes ? bufs[i].bytes : 1);
@@ -168,6 +179,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
             return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
         }
     }
+    if (mtp_ord >= 0) memset(c->mtp_h_n, 0, (size_t)p.n_seq_max * sizeof *c->mtp_h_n);
     if (fam->ctx_init(c)) {
         kiln_context_free(c);
         return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
@@ -188,7 +200,8 @@ void kiln_context_free(kiln_context *c) {
     kl_rs_free(c->rs);
     kl_kv_free(&c->kv);
     if (c->pool) kpool_free(c->pool);
-    void *bufs[] = {c->rope_cs, c->b_pos, c->b_seq, c->b_tile, c->out_idx, c->out_rows, c->att_scratch};
+    void *bufs[] = {c->rope_cs,     c->b_pos, c->b_seq,     c->b_tile,  c->out_idx,   c->out_rows,
+                    c->att_scratch, c->mtp_h, c->mtp_h_pos, c->mtp_h_n, c->mtp_chain, c->mtp_logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     if (c->logits) munmap(c->logits, ctx_logits_bytes(c));
     free(c);
@@ -227,9 +240,12 @@ int32_t kiln_seq_len(const kiln_context *c, int32_t seq) {
 kiln_status kiln_seq_truncate(kiln_context *c, int32_t seq, int32_t p) {
     if (!c || seq < 0 || seq >= c->kv.n_seq || p < 0)
         return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
-    if (c->rs) return kl_rs_truncate(c, seq, p);
-    kl_kv_truncate(&c->kv, seq, p);
-    return KILN_OK;
+    const kiln_status st = c->rs ? kl_rs_truncate(c, seq, p) : (kl_kv_truncate(&c->kv, seq, p), KILN_OK);
+    if (st == KILN_OK && c->mtp_ord >= 0) { /* kept hidden rows of the tokens cut go with them */
+        const int32_t keep = c->kv.seqs[seq].len - c->mtp_h_pos[seq];
+        if (c->mtp_h_n[seq] > keep) c->mtp_h_n[seq] = keep > 0 ? keep : 0;
+    }
+    return st;
 }
 
 int32_t kiln_seq_truncate_point(const kiln_context *c, int32_t seq, int32_t p) {
@@ -299,4 +315,60 @@ const char *kiln_detok_flush(kiln_detok *d, size_t *len) {
     int32_t n = ktok_stream_flush(&d->s, d->buf, d->cap);
     *len = n > 0 ? (size_t)n : 0;
     return d->buf;
+}
+
+/* -------------------------------------------------------------------- MTP */
+
+int kl_mtp_blocks(const kiln_model *m) {
+    const kl_family *f = m->arch->family;
+    return f->mtp_blocks && f->mtp_step ? f->mtp_blocks(m) : 0;
+}
+
+int kl_mtp_on(const kiln_context *c) { return c->mtp_ord >= 0; }
+
+const float *kl_mtp_hidden(const kiln_context *c, int32_t seq, int32_t pos) {
+    const int32_t at = pos - c->mtp_h_pos[seq];
+    if (at < 0 || at >= c->mtp_h_n[seq]) return NULL;
+    return c->mtp_h + ((size_t)seq * KL_MTP_KEEP + (size_t)at) * (size_t)c->m->hp.n_embd;
+}
+
+void kl_mtp_keep(kiln_context *c, int32_t seq, int32_t pos0, const float *rows, int32_t n) {
+    const size_t E = (size_t)c->m->hp.n_embd;
+    if (n > KL_MTP_KEEP) {
+        rows += (size_t)(n - KL_MTP_KEEP) * E;
+        pos0 += n - KL_MTP_KEEP;
+        n = KL_MTP_KEEP;
+    }
+    memcpy(c->mtp_h + (size_t)seq * KL_MTP_KEEP * E, rows, (size_t)n * E * sizeof(float));
+    c->mtp_h_pos[seq] = pos0;
+    c->mtp_h_n[seq] = n;
+}
+
+int kl_mtp_ready(const kiln_context *c, int32_t seq, int32_t pos) {
+    if (c->mtp_ord < 0 || seq < 0 || seq >= c->kv.n_seq) return 0;
+    return pos == 0 || kl_mtp_hidden(c, seq, pos - 1) != NULL;
+}
+
+kiln_status kl_mtp_step(kiln_context *c, int n, const int32_t *seq, const int32_t *pos, const int32_t *tok,
+                        const uint8_t *chain) {
+    if (c->mtp_ord < 0) return kl_fail(c, KILN_ERR_STATE, "the context keeps no MTP cache");
+    if (n <= 0) return KILN_OK;
+    if (n > c->p.n_seq_max || n > c->p.n_batch)
+        return kl_fail(c, KILN_ERR_INVALID_ARG, "MTP step of %d rows exceeds the context's sequences", n);
+    for (int r = 0; r < n; r++) {
+        const int32_t s = seq[r];
+        if (s < 0 || s >= c->kv.n_seq || pos[r] < c->kv.seqs[s].len || pos[r] >= c->p.n_ctx || tok[r] < 0 ||
+            tok[r] >= c->m->hp.n_vocab || (!chain[r] && !kl_mtp_ready(c, s, pos[r])))
+            return kl_fail(c, KILN_ERR_INVALID_ARG, "MTP step row %d: sequence %d, cell %d, token %d", r, s, pos[r],
+                           tok[r]);
+        for (int q = 0; q < r; q++)
+            if (seq[q] == s) return kl_fail(c, KILN_ERR_INVALID_ARG, "MTP step: sequence %d twice", s);
+        if (kl_kv_reserve(&c->kv, s, pos[r] + 1))
+            return kl_fail(c, KILN_ERR_CONTEXT_FULL, "the KV cache has no free blocks for sequence %d", s);
+    }
+    return c->m->arch->family->mtp_step(c, n, seq, pos, tok, chain);
+}
+
+const float *kl_mtp_logits(const kiln_context *c, int r) {
+    return c->mtp_logits + (size_t)r * (size_t)c->m->hp.n_vocab;
 }

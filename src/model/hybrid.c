@@ -31,6 +31,7 @@
  * token's k rows among [n_batch * k] rows grouped by expert.
  */
 #include "model/decoder.h"
+#include "model/mtp.h"
 #include "model/state.h"
 
 #include "kernels/ssm.h"
@@ -74,14 +75,18 @@ typedef struct hyb_layer {
     const float *s_gate_inp;        /* [n_embd]: the shared expert's gate */
 } hyb_layer;
 
-/* A multi-token-prediction block (nextn): bound with shapes checked and
- * kept for speculative decoding; the forward pass does not run it. */
+/* A multi-token-prediction block (nextn, model/mtp.h): every forward
+ * pass fills its KV cache when the context keeps one, and kl_mtp_step runs
+ * it whole.  Its embedding, head norm and head fall back to the model's
+ * token embedding, output norm and output head where the file carries no
+ * own (as llama.cpp reads Qwen 3.5 checkpoints). */
 typedef struct hyb_mtp {
-    kk_mat eh_proj; /* 2 n_embd -> n_embd */
+    int complete;   /* 1: every tensor the block needs is there */
+    kk_mat eh_proj; /* 2 n_embd -> n_embd, input [enorm'd embedding | hnorm'd hidden] */
     const float *enorm, *hnorm;
-    kk_mat embed_tokens, head; /* optional own embedding and head */
-    const float *head_norm;
-    hyb_layer block; /* full attention + FFN */
+    kk_mat embed_tokens, head; /* own, or the model's */
+    const float *head_norm;    /* own, or the output norm */
+    hyb_layer block;           /* full attention (cache ordinal n_attn) + FFN */
 } hyb_mtp;
 
 typedef struct hyb_model {
@@ -355,6 +360,15 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
 #undef NAME
         bind_attention(&B, m, i, &t->block, 1);
         bind_ffn(&B, m, h, i, &t->block, h->experts ? h->experts + (size_t)i * 3 * h->n_expert : NULL, 1);
+        const hyb_layer *L = &t->block;
+        t->complete = t->eh_proj.data && t->enorm && t->hnorm && L->attn_norm && L->post_norm && L->wq.data &&
+                      L->wk.data && L->wv.data && L->wo.data && L->q_norm && L->k_norm &&
+                      (L->moe ? L->router.data && L->e_gate && L->e_gate[0].data && L->e_down[0].data
+                              : L->w_gate.data && L->w_up.data && L->w_down.data);
+        if (!t->embed_tokens.data) t->embed_tokens = m->tok_embd;
+        if (!t->head.data) t->head = m->output;
+        if (!t->head_norm) t->head_norm = m->out_norm;
+        t->block.ord = h->n_attn; /* the context's extra attention layer (api.c) */
     }
     if (B.failed) return -1;
     /* a decode step reads one token's experts, not all of them */
@@ -450,6 +464,9 @@ typedef struct hyb_ws {
     float **cap_dst;    /* [n][HYB_MAX_CAP] */
     float *gdn_scratch; /* per thread */
     size_t gdn_scratch_floats;
+    /* MTP (contexts keeping its cache) */
+    float *mcat; /* [n][2 n_embd] the block's input pairs */
+    float *mh;   /* [n][n_embd] final hidden states after the output (or head) norm */
 } hyb_ws;
 
 #define HYB_MAX_CAP 4
@@ -457,12 +474,12 @@ typedef struct hyb_ws {
 static void hyb_ctx_free(kiln_context *c) {
     hyb_ws *w = c->ws;
     if (w) {
-        void *bufs[] = {w->x,       w->xn,     w->y,     w->qg,      w->q,       w->k,          w->v,
-                        w->att,     w->qkv,    w->cv,    w->z,       w->o,       w->ba,         w->beta,
-                        w->gd,      w->gate,   w->up,    w->router,  w->sgl,     w->sel,        w->selw,
-                        w->row_of,  w->mx,     w->mg,    w->mu,      w->md,      w->sg,         w->su,
-                        w->e_count, w->e_off,  w->outs,  w->out_t0,  w->out_nt,  w->ord,        w->tmp_i,
-                        w->run,     w->verify, w->cap_n, w->cap_pos, w->cap_dst, w->gdn_scratch};
+        void *bufs[] = {w->x,           w->xn,     w->y,     w->qg,  w->q,       w->k,      w->v,       w->att,
+                        w->qkv,         w->cv,     w->z,     w->o,   w->ba,      w->beta,   w->gd,      w->gate,
+                        w->up,          w->router, w->sgl,   w->sel, w->selw,    w->row_of, w->mx,      w->mg,
+                        w->mu,          w->md,     w->sg,    w->su,  w->e_count, w->e_off,  w->outs,    w->out_t0,
+                        w->out_nt,      w->ord,    w->tmp_i, w->run, w->verify,  w->cap_n,  w->cap_pos, w->cap_dst,
+                        w->gdn_scratch, w->mcat,   w->mh};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
         free(w);
     }
@@ -482,7 +499,8 @@ static int hyb_ctx_init(kiln_context *c) {
     const size_t vd = (size_t)h->Hv * h->Dv, CD = (size_t)h->conv_dim, Hv = (size_t)h->Hv;
     const size_t F = h->has_dense ? (size_t)hp->n_ff : 0, NE = (size_t)h->n_expert, KU = (size_t)h->n_used;
     const size_t Fe = (size_t)h->F_exp, Fs = (size_t)h->F_sh;
-    const size_t attn = h->n_attn ? 1 : 0, rec = h->n_rec ? 1 : 0, moe = h->has_moe ? 1 : 0;
+    const size_t mtp = c->mtp_ord >= 0 ? 1 : 0;
+    const size_t attn = h->n_attn || mtp ? 1 : 0, rec = h->n_rec ? 1 : 0, moe = h->has_moe ? 1 : 0;
     w->gdn_scratch_floats = rec ? kk_gdn_scratch(h->Dk, h->Dv) : 0;
     struct {
         void **p;
@@ -529,12 +547,14 @@ static int hyb_ctx_init(kiln_context *c) {
         {(void **)&w->cap_pos, B * HYB_MAX_CAP * 4},
         {(void **)&w->cap_dst, B * HYB_MAX_CAP * sizeof(float *)},
         {(void **)&w->gdn_scratch, (size_t)c->p.n_threads * w->gdn_scratch_floats * 4},
+        {(void **)&w->mcat, mtp * B * 2 * E * 4},
+        {(void **)&w->mh, mtp * B * E * 4},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = malloc(bufs[i].bytes ? bufs[i].bytes : 1))) return -1;
     /* matrix products: widest input row and most rows at once */
     size_t maxk = E;
-    const size_t cols[] = {nq, vd, F, Fe, Fs};
+    const size_t cols[] = {nq, vd, F, Fe, Fs, mtp * 2 * E};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) maxk = cols[i] > maxk ? cols[i] : maxk;
     const size_t rows = moe && KU > 1 ? B * KU : B;
     c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, (int)rows));
@@ -911,6 +931,105 @@ static void moe_ffn(hyb_job *j) {
     }
 }
 
+/* ------------------------------------------------------------------ MTP */
+
+/* Row i's input pair into w->mcat: [rms(emb(tok)) * enorm | rms(hid) *
+ * hnorm], hid NULL standing for a zero hidden state. */
+static void mtp_pair(kiln_context *c, const hyb_mtp *t, const kk_ops *ops, int i, int32_t tok, const float *hid) {
+    hyb_ws *w = c->ws;
+    const int E = c->m->hp.n_embd;
+    float *cat = w->mcat + (size_t)i * 2 * E;
+    kk_get_row(&t->embed_tokens, tok, cat);
+    ops->rmsnorm(cat, cat, t->enorm, E, c->m->hp.eps);
+    if (hid)
+        ops->rmsnorm(cat + E, hid, t->hnorm, E, c->m->hp.eps);
+    else
+        memset(cat + E, 0, (size_t)E * sizeof(float)); /* rms(0) * w = 0 */
+}
+
+/* The MTP block's keys and values for every token of the batch, in work
+ * order (model/mtp.h): cell p of a run gets the pair (h_{p-1}, tok_p), h
+ * the target's final hidden state after the output norm, the run's first
+ * pair the one kept from the sequence's previous pass.  Only K and V: the
+ * cells are what later steps attend to, and the block's output at a
+ * target position is never needed.  The runs' hidden rows are then kept
+ * (kl_mtp_keep) for the next pass and for proposals. */
+static void mtp_fill(hyb_job *j, const kiln_batch *b) {
+    kiln_context *c = j->c;
+    hyb_ws *w = c->ws;
+    const kiln_model *m = c->m;
+    const kl_hparams *hp = &m->hp;
+    const hyb_model *h = m->fam;
+    const hyb_mtp *t = &h->mtp[0];
+    const hyb_layer *L = &t->block;
+    const kk_ops *ops = j->ops;
+    const int n = j->n, E = hp->n_embd, hd = hp->hd_k, nkv = hp->n_head_kv;
+    for (int i = 0; i < n; i++) ops->rmsnorm(w->mh + (size_t)i * E, w->x + (size_t)i * E, m->out_norm, E, hp->eps);
+    for (int r = 0; r < w->n_run; r++) {
+        const int r0 = w->run[r], r1 = w->run[r + 1];
+        const float *prev = kl_mtp_hidden(c, c->b_seq[r0], c->b_pos[r0] - 1);
+        for (int i = r0; i < r1; i++)
+            mtp_pair(c, t, ops, i, b->token[w->ord[i]], i > r0 ? w->mh + (size_t)(i - 1) * E : prev);
+    }
+    for (int r = 0; r < w->n_run; r++) {
+        const int r0 = w->run[r];
+        kl_mtp_keep(c, c->b_seq[r0], c->b_pos[r0], w->mh + (size_t)r0 * E, w->run[r + 1] - r0);
+    }
+    kk_matmul(c->pool, &t->eh_proj, w->mcat, n, w->y, E, c->mm_scratch);
+    for (int i = 0; i < n; i++) ops->rmsnorm(w->xn + (size_t)i * E, w->y + (size_t)i * E, L->attn_norm, E, hp->eps);
+    const int64_t nkvd = (int64_t)nkv * hd;
+    kk_mm_out o[2] = {{&L->wk, w->k, nkvd}, {&L->wv, w->v, nkvd}};
+    kk_matmul_multi(c->pool, o, 2, w->xn, n, c->mm_scratch);
+    for (int i = 0; i < n; i++) {
+        float *k = w->k + (size_t)i * nkvd;
+        for (int hh = 0; hh < nkv; hh++) ops->rmsnorm(k + hh * hd, k + hh * hd, L->k_norm, hd, hp->eps);
+        ops->rope_neox(c->rope_cs + (size_t)i * hp->rope.n_rot, k, nkv, hd, hp->rope.n_rot);
+        kl_attn_store(c, ops, L->ord, i, k, w->v + (size_t)i * nkvd);
+    }
+}
+
+static int hyb_mtp_blocks(const kiln_model *m) {
+    const hyb_model *h = m->fam;
+    return h->n_layer_all > h->n_layer && h->mtp[0].complete ? 1 : 0;
+}
+
+/* kl_mtp_step (model/mtp.h; rows checked and cells reserved by api.c): the
+ * whole block over one row per sequence, then the head norm (h', kept for
+ * the chain) and the head. */
+static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, const int32_t *pos, const int32_t *tok,
+                                const uint8_t *chain) {
+    const kiln_model *m = c->m;
+    const hyb_model *h = m->fam;
+    const hyb_mtp *t = &h->mtp[0];
+    hyb_ws *w = c->ws;
+    const kk_ops *ops = kk_ops_best();
+    const int E = m->hp.n_embd;
+    for (int r = 0; r < n; r++) {
+        c->b_seq[r] = seq[r];
+        c->b_pos[r] = pos[r];
+        const float *hid = chain[r] ? c->mtp_chain + (size_t)seq[r] * E : kl_mtp_hidden(c, seq[r], pos[r] - 1);
+        mtp_pair(c, t, ops, r, tok[r], hid);
+    }
+    kl_attn_prepare(c, n);
+    kk_matmul(c->pool, &t->eh_proj, w->mcat, n, w->x, E, c->mm_scratch);
+    hyb_job j = {c, ops, kk_ssm_ops_best(), &t->block, n, STEP_NORM_IN, 0};
+    tok_step(&j, STEP_NORM_IN);
+    attention_layer(&j);
+    tok_step(&j, STEP_RESID_NORM);
+    if (t->block.moe)
+        moe_ffn(&j);
+    else
+        dense_ffn(&j);
+    tok_step(&j, STEP_RESID);
+    for (int r = 0; r < n; r++) {
+        float *hn = w->mh + (size_t)r * E;
+        ops->rmsnorm(hn, w->x + (size_t)r * E, t->head_norm, E, m->hp.eps);
+        memcpy(c->mtp_chain + (size_t)seq[r] * E, hn, (size_t)E * sizeof(float));
+    }
+    kk_matmul(c->pool, &t->head, w->mh, n, c->mtp_logits, m->hp.n_vocab, c->mm_scratch);
+    return KILN_OK;
+}
+
 /* Orders the batch by sequence (stable, so positions stay increasing) into
  * w->ord and cuts it into runs; b_seq / b_pos are permuted to match.
  * Returns 1 when the order changed. */
@@ -962,7 +1081,7 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
             w->cap_n[r] = kl_rs_plan(c, seq, c->b_pos[r0], c->b_pos[r0] + len, w->cap_pos + (size_t)r * HYB_MAX_CAP,
                                      w->cap_dst + (size_t)r * HYB_MAX_CAP, HYB_MAX_CAP);
     }
-    if (h->n_attn) kl_attn_prepare(c, n);
+    if (h->n_attn || c->mtp_ord >= 0) kl_attn_prepare(c, n);
     for (int i = 0; i < n; i++) kk_get_row(&m->tok_embd, b->token[w->ord[i]], w->x + (size_t)i * E);
     hyb_job j = {c, ops, kk_ssm_ops_best(), NULL, n, STEP_NORM_IN, 0};
     for (int l = 0; l < h->n_layer; l++) {
@@ -979,6 +1098,7 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
             dense_ffn(&j);
         tok_step(&j, STEP_RESID);
     }
+    if (c->mtp_ord >= 0) mtp_fill(&j, b);
     kl_batch_commit(c, n);
     const float *xo = w->x;
     if (moved) { /* back to batch order for the output rows (and b_seq / b_pos) */
@@ -1050,4 +1170,6 @@ const kl_family kl_family_hybrid = {
     .ctx_free = hyb_ctx_free,
     .forward = hyb_forward,
     .replay = hyb_replay,
+    .mtp_blocks = hyb_mtp_blocks,
+    .mtp_step = hyb_mtp_step,
 };

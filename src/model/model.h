@@ -134,6 +134,11 @@ struct kl_family {
      * the state before its last recorded run, state.h) over the first n
      * tokens of that run. */
     void (*replay)(kiln_context *c, int seq, int32_t n);
+    /* Decoders with MTP blocks (model/mtp.h; NULL: none): how many the
+     * model can run, and kl_mtp_step over rows api.c checked. */
+    int (*mtp_blocks)(const kiln_model *m);
+    kiln_status (*mtp_step)(kiln_context *c, int n, const int32_t *seq, const int32_t *pos, const int32_t *tok,
+                            const uint8_t *chain);
     /* Encoders: a workspace for up to cap_tok token rows and the pooled
      * forward pass (kiln_embedder, kiln_reranker and the decision engine
      * call these).  The batch is unpadded (model/encoder.h): n_seq token
@@ -331,6 +336,13 @@ struct kiln_context {
     float *out_rows;  /* [logits_cap][n_embd] normalized rows */
     void *mm_scratch; /* the family's ctx_init sizes it */
     void *ws;         /* the family's activations */
+    /* MTP (model/mtp.h), when the context keeps its cache */
+    int mtp_ord;        /* attention-layer ordinal of the MTP block's cache, -1: none */
+    float *mtp_h;       /* [n_seq][KL_MTP_KEEP][n_embd] target hidden rows kept */
+    int32_t *mtp_h_pos; /* [n_seq] position of the first kept row */
+    int32_t *mtp_h_n;   /* [n_seq] rows kept */
+    float *mtp_chain;   /* [n_seq][n_embd] each sequence's latest h' */
+    float *mtp_logits;  /* [n_seq][n_vocab] of the latest step */
     char err[512];
 };
 
