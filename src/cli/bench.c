@@ -442,6 +442,7 @@ int cmd_bench(int argc, char **argv) {
     if (cp.n_batch < max_streams) cp.n_batch = max_streams;
     cp.n_seq_max = max_streams;
     cp.kv_type = kv_type;
+    cp.mtp = sp.type == KILN_SPEC_MTP;
     kiln_context *c;
     if (kiln_context_new(m, &cp, &c) != KILN_OK) {
         cli_fail(model);

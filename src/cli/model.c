@@ -118,6 +118,7 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
     cp.n_batch = o->n_batch > 0 ? o->n_batch : 512;
     cp.n_seq_max = n_seq;
     cp.kv_type = o->kv_type;
+    cp.mtp = o->spec.type == KILN_SPEC_MTP;
     if (kiln_context_new(*m, &cp, c) != KILN_OK) {
         cli_fail(o->model);
         kiln_model_free(*m);

@@ -69,9 +69,10 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
         kiln_model_get_info(lm->m, &info);
         p.n_ctx = info.n_ctx_train < LLM_DEFAULT_CTX ? info.n_ctx_train : LLM_DEFAULT_CTX;
     }
-    if (st == KILN_OK) st = kiln_context_new(lm->m, &p, &lm->c);
     char draft[4096];
     const kiln_spec_params sp = engine_spec_params(r, draft, sizeof draft);
+    p.mtp = sp.type == KILN_SPEC_MTP; /* the MTP block's cache */
+    if (st == KILN_OK) st = kiln_context_new(lm->m, &p, &lm->c);
     if (st == KILN_OK && sp.type != KILN_SPEC_NONE) st = spec_new(&sp, lm->m, lm->c, &lm->spec);
     if (st == KILN_OK) {
         lm->n_seq = kiln_context_n_seq_max(lm->c);
