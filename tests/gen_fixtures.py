@@ -1257,7 +1257,7 @@ def hyb_weights(cfg, n_vocab, seed):
             attention(p)
         W[p + "post_attention_norm.weight"] = norm(E)
         ffn(p, moe)
-    for i in range(cfg.n_layer, cfg.n_layer + cfg.mtp):  # an MTP block: loaded, never run
+    for i in range(cfg.n_layer, cfg.n_layer + cfg.mtp):  # an MTP block (speculative decoding, tests/gen_spec.py)
         p = "blk.%d." % i
         W[p + "attn_norm.weight"] = norm(E)
         attention(p)
@@ -1290,10 +1290,12 @@ def act_q8(x):
     return torch.from_numpy(quantize_q8_0(a)[1]).to(x.dtype)
 
 
-def hyb_forward(cfg, Wt, ids, q8=False):
+def hyb_forward(cfg, Wt, ids, q8=False, hidden=False):
     """All-position logits [T, n_vocab].  q8: the weights are Q8_0 (all
     matrices but the router's), so their inputs are rounded to Q8_0 first
-    (as llama.cpp and kiln compute a Q8_0 product)."""
+    (as llama.cpp and kiln compute a Q8_0 product).  hidden: also the final
+    hidden states after the output norm [T, n_embd] (what an MTP block
+    reads).  The head is output.weight, or the token embedding (tied)."""
     qa = act_q8 if q8 else (lambda v: v)
     T = len(ids)
     E, D, H, HK = cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv
@@ -1379,7 +1381,8 @@ def hyb_forward(cfg, Wt, ids, q8=False):
             y = y + sh * sig(h @ Wt[p + "ffn_gate_inp_shexp.weight"])[:, None]
         x = x + y
     x = rms_norm(x, Wt["output_norm.weight"], eps)
-    return qa(x) @ Wt["token_embd.weight"].T
+    logits = qa(x) @ Wt.get("output.weight", Wt["token_embd.weight"]).T
+    return (logits, x) if hidden else logits
 
 
 def hyb_reference(cfg, W, prompt, special, q8=False):
@@ -1505,7 +1508,7 @@ def hyb_emit(cfg, name, tok_kvs, n_vocab, prompt, W, packed, ref, seed, ftype, e
              "position. Smallest top-2 margin: %.4g; max |float32 - float64| logit: %.2g.%s" %
              (cfg.arch, n_vocab, cfg.n_embd, kinds, ", from attention.recurrent_layers" if cfg.layer_array else
               ", full_attention_interval %d" % cfg.interval,
-              " plus %d MTP block(s) that load but do not run" % cfg.mtp if cfg.mtp else "",
+              " plus %d MTP block(s) (run for speculative decoding only)" % cfg.mtp if cfg.mtp else "",
               cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, cfg.rope_base, cfg.Hk, cfg.Hv,
               "grouped" if cfg.grouped else "tiled", cfg.Dk, cfg.K,
               "%d experts, %d used, width %d, shared expert %d%s" % (cfg.n_expert, cfg.n_used, cfg.F_exp, cfg.F_sh,

@@ -13,6 +13,17 @@ bundled stories model, with head size 32 so the Q8_0 KV cache runs on them:
   spec-llama.json   prompt_ids, greedy_ids (32, from gen_fixtures.py's float64
                     PyTorch forward), greedy_top2_margins, notes
 
+  mtp-*.gguf        hybrid (qwen35 family) models with one MTP (NextN) block,
+  mtp-*.json        and from an independent float64 PyTorch implementation of
+                    the block: the MTP logits (mtp_logits_file, float32) at
+                    the first proposal position (the prompt followed by the
+                    first greedy token) and chained from there, with the
+                    chain's argmax ids; greedy_ids from gen_fixtures.py's
+                    hybrid reference.  mtp-qwen35 falls back to the model's
+                    head, output norm and embedding; mtp-qwen35moe (MoE
+                    block) carries its own; mtp-agree is built so that the
+                    block predicts what the target does (see gen_mtp_agree).
+
 --bench-copy DIR [--arch llama] writes the speed test's models (not stored;
 see docs/performance.md), whose greedy output copies text by construction:
 
@@ -98,6 +109,231 @@ def gen_spec_llama():
                 "greedy_top2_margins": [round(m, 6) for m in ref["margins"]], "notes": notes})
     print("%-12s greedy %s... min margin %.4f (%.0f KB)" % (cfg.name, ref["greedy"][:8], ref["min_margin"],
                                                           os.path.getsize(path) / 1e3))
+
+
+# ---------------------------------------------------------------------------
+# MTP (NextN) fixtures.
+#
+# The block (as Qwen 3.5 checkpoints carry it; llama.cpp's qwen35 MTP graph):
+#   cell p pairs the target's final hidden state after the output norm at
+#   p - 1 (zero at p = 0) with token p:
+#   x = eh_proj [rms(emb(tok_p)) * enorm | rms(h_{p-1}) * hnorm]
+#   x += Wo(attn(rms(x) * attn_norm) * sigmoid(gate))     causal over cells 0..p, RoPE at p
+#   x += ffn(rms(x) * post_attention_norm)                dense SwiGLU or MoE as in the target
+#   h' = rms(x) * head_norm;  logits = head h'            (predicting token p + 1)
+# and chains with h' standing for the next cell's hidden state.
+
+MTP_CHAIN = 4
+MTP_GEN = 24
+
+
+def mtp_block(cfg, Wt, X):
+    """The block over cells with inputs X [N, 2E]: (h' [N, E], logits [N, V])."""
+    N = X.shape[0]
+    E, D, H, HK = cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv
+    eps = float(np.float32(cfg.eps))
+    p = "blk.%d." % cfg.n_layer
+    rms = gf.rms_norm
+    sig, silu = torch.sigmoid, torch.nn.functional.silu
+    half = cfg.n_rot // 2
+    inv = cfg.rope_base ** (-2.0 * torch.arange(half, dtype=torch.float64) / cfg.n_rot)
+    ang = torch.arange(N, dtype=torch.float64)[:, None] * inv
+    cos, sin = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
+
+    def rope(v):
+        a, b = v[..., :half], v[..., half:cfg.n_rot]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos, v[..., cfg.n_rot:]], dim=-1)
+
+    x = X @ Wt[p + "nextn.eh_proj.weight"].T
+    h = rms(x, Wt[p + "attn_norm.weight"], eps)
+    qg = (h @ Wt[p + "attn_q.weight"].T).view(N, H, 2 * D)
+    q = rope(rms(qg[:, :, :D], Wt[p + "attn_q_norm.weight"], eps))
+    k = rope(rms((h @ Wt[p + "attn_k.weight"].T).view(N, HK, D), Wt[p + "attn_k_norm.weight"], eps))
+    v = (h @ Wt[p + "attn_v.weight"].T).view(N, HK, D)
+    mask = torch.triu(torch.ones(N, N, dtype=torch.bool), diagonal=1)
+    heads = []
+    for hh in range(H):
+        g = hh // (H // HK)
+        sc = (q[:, hh] @ k[:, g].T) / math.sqrt(D)
+        heads.append(torch.softmax(sc.masked_fill(mask, float("-inf")), dim=-1) @ v[:, g])
+    att = torch.stack(heads, dim=1) * sig(qg[:, :, D:])
+    x = x + att.reshape(N, H * D) @ Wt[p + "attn_output.weight"].T
+    h = rms(x, Wt[p + "post_attention_norm.weight"], eps)
+    if cfg.n_expert == 0:
+        y = (silu(h @ Wt[p + "ffn_gate.weight"].T) * (h @ Wt[p + "ffn_up.weight"].T)) @ Wt[p + "ffn_down.weight"].T
+    else:
+        probs = torch.softmax(h @ Wt[p + "ffn_gate_inp.weight"].T, dim=-1)
+        top = torch.topk(probs, cfg.n_used, dim=-1)
+        wts = top.values / top.values.sum(dim=-1, keepdim=True)
+        y = torch.zeros_like(x)
+        for t in range(N):
+            for s_ in range(cfg.n_used):
+                e = int(top.indices[t, s_])
+                a = silu(Wt[p + "ffn_gate_exps.weight"][e] @ h[t]) * (Wt[p + "ffn_up_exps.weight"][e] @ h[t])
+                y[t] = y[t] + wts[t, s_] * (Wt[p + "ffn_down_exps.weight"][e] @ a)
+        sh = (silu(h @ Wt[p + "ffn_gate_shexp.weight"].T) * (h @ Wt[p + "ffn_up_shexp.weight"].T)) \
+            @ Wt[p + "ffn_down_shexp.weight"].T
+        y = y + sh * sig(h @ Wt[p + "ffn_gate_inp_shexp.weight"])[:, None]
+    x = x + y
+    hp = rms(x, Wt.get(p + "nextn.shared_head_norm.weight", Wt["output_norm.weight"]), eps)
+    head = Wt.get(p + "nextn.shared_head_head.weight", Wt.get("output.weight", Wt["token_embd.weight"]))
+    return hp, hp @ head.T
+
+
+def mtp_pairs(cfg, Wt, toks, hid):
+    """Inputs of cells with tokens toks and hidden states hid (row p: the one
+    paired with toks[p]; None: zero)."""
+    p = "blk.%d." % cfg.n_layer
+    eps = float(np.float32(cfg.eps))
+    emb = Wt.get(p + "nextn.embed_tokens.weight", Wt["token_embd.weight"])
+    e = gf.rms_norm(emb[torch.tensor(toks)], Wt[p + "nextn.enorm.weight"], eps)
+    hs = torch.stack([torch.zeros(cfg.n_embd, dtype=torch.float64) if r is None else r for r in hid])
+    return torch.cat([e, gf.rms_norm(hs, Wt[p + "nextn.hnorm.weight"], eps)], dim=1)
+
+
+def mtp_chain(cfg, Wt, ids, n):
+    """The target holds ids[:-1]; the chain from cell len(ids) - 1 (token
+    ids[-1]) for n steps: (logits [n, V], argmax ids)."""
+    _, Hs = gf.hyb_forward(cfg, Wt, ids[:-1], hidden=True)
+    toks, hid = list(ids), [None] + [Hs[t] for t in range(len(ids) - 1)]
+    out, chain = [], []
+    for _ in range(n):
+        hp, lg = mtp_block(cfg, Wt, mtp_pairs(cfg, Wt, toks, hid))
+        out.append(lg[-1])
+        d = int(torch.argmax(lg[-1]))
+        chain.append(d)
+        toks.append(d)
+        hid.append(hp[-1])
+    return torch.stack(out), chain
+
+
+def mtp_first_agree(cfg, Wt, prompt, greedy):
+    """How many of the greedy continuation's tokens (after the first) the
+    block's first proposal gets right, with the target's hidden states in
+    its cache: what greedy MTP speculation accepts at best."""
+    ids = list(prompt) + list(greedy)
+    _, Hs = gf.hyb_forward(cfg, Wt, ids, hidden=True)
+    hid = [None] + [Hs[t] for t in range(len(ids) - 1)]
+    _, lg = mtp_block(cfg, Wt, mtp_pairs(cfg, Wt, ids, hid))
+    T = len(prompt)
+    return sum(int(torch.argmax(lg[T + i])) == greedy[i + 1] for i in range(len(greedy) - 1))
+
+
+def mtp_emit(cfg, W, prompt, ref, seed, n_vocab, tok_kvs, how):
+    W64 = {k: torch.from_numpy(np.asarray(v, np.float64)) for k, v in W.items()}
+    lg, chain = mtp_chain(cfg, W64, list(prompt) + [ref["greedy"][0]], MTP_CHAIN)
+    agree = mtp_first_agree(cfg, W64, prompt, ref["greedy"])
+    names = gf.hyb_tensor_order(W)
+    packed = gf.f32_packed(W)
+    kvs = gf.hyb_kvs(cfg, tok_kvs, cfg.name, gf.FTYPE_ALL_F32)
+    path = os.path.join(OUT_DIR, cfg.name + ".gguf")
+    gf.write_gguf(path, kvs, [(n, list(reversed(W[n].shape)), packed[n][0], (lambda b=packed[n][1]: b))
+                              for n in names])
+    gf.check_written(path, kvs, names, packed, W)
+    with open(os.path.join(OUT_DIR, cfg.name + ".mtp.f32"), "wb") as f:
+        f.write(lg.numpy().astype("<f4").tobytes())
+    notes = ("%s: %d main layers (%s), 1 MTP block (%s FFN), n_embd %d, stories260K's tokenizer; %s. Random "
+             "weights, seed %d. Prompt: BOS and %d random ids. greedy_ids from gen_fixtures.py's float64 hybrid "
+             "reference; mtp_logits_file: %d rows of float32 MTP logits from tests/gen_spec.py's float64 block, "
+             "the first at the cell of greedy_ids[0] (after the prompt), each next one chained on the argmax "
+             "before (mtp_chain). mtp_first_agree: of the %d greedy tokens after the first, how many the block's "
+             "first proposal predicts with the target's hidden states in its cache." %
+             (cfg.arch, cfg.n_layer, "".join("R" if r else "A" for r in gf.hyb_recurrent(cfg)),
+              "MoE" if cfg.n_expert else "dense", cfg.n_embd, how, seed, len(prompt) - 1, MTP_CHAIN,
+              len(ref["greedy"]) - 1))
+    write_json(os.path.join(OUT_DIR, cfg.name + ".json"),
+               {"model": cfg.name + ".gguf", "prompt_ids": prompt, "n_vocab": n_vocab, "greedy_ids": ref["greedy"],
+                "greedy_top2_margins": [round(m, 6) for m in ref["margins"]],
+                "mtp_logits_file": cfg.name + ".mtp.f32", "mtp_chain": chain, "mtp_first_agree": agree,
+                "notes": notes})
+    print("%-14s greedy %s... chain %s, first-proposal agreement %d/%d (%.0f KB)" %
+          (cfg.name, ref["greedy"][:6], chain, agree, len(ref["greedy"]) - 1, os.path.getsize(path) / 1e3))
+
+
+MTP_CFGS = [
+    gf.Cfg(name="mtp-qwen35", arch="qwen35", n_embd=32, n_layer=3, interval=3, n_head=4, n_head_kv=2, head_dim=16,
+           n_rot=8, n_ff=48, Hk=2, Hv=4, Dk=16, K=4, eps=1e-6, rope_base=10000000.0, ctx=4096, n_expert=0,
+           grouped=False, ba=False, layer_array=False, mtp=1, seed=22000),
+    gf.Cfg(name="mtp-qwen35moe", arch="qwen35moe", n_embd=32, n_layer=2, interval=2, n_head=4, n_head_kv=2,
+           head_dim=16, n_rot=8, n_ff=64, Hk=2, Hv=4, Dk=16, K=4, eps=1e-6, rope_base=10000.0, ctx=4096,
+           n_expert=4, n_used=2, F_exp=32, F_sh=32, grouped=False, ba=False, layer_array=False, mtp=1, seed=22100),
+]
+
+
+def mtp_search(cfg, make, n_prompt):
+    tok_kvs, n_vocab, special = stories_vocab()
+    saved = gf.N_GEN
+    gf.N_GEN = MTP_GEN
+    try:
+        for seed in range(cfg.seed, cfg.seed + 100):
+            rng = np.random.default_rng(seed)
+            prompt = [1] + [int(t) for t in rng.integers(3, n_vocab, n_prompt - 1)]
+            W = make(cfg, n_vocab, seed)
+            ref = gf.hyb_reference(cfg, W, prompt, special)
+            if ref is not None:
+                return W, prompt, ref, seed, n_vocab, tok_kvs
+    finally:
+        gf.N_GEN = saved
+    raise SystemExit("%s: no seed gives a usable greedy continuation" % cfg.name)
+
+
+def mtp_weights(cfg, n_vocab, seed):
+    W = gf.hyb_weights(cfg, n_vocab, seed)
+    if cfg.n_expert:  # its own head norm, head and embedding (optional tensors)
+        rng = np.random.default_rng(seed + 1)
+        p = "blk.%d.nextn." % cfg.n_layer
+        E = cfg.n_embd
+        W[p + "shared_head_norm.weight"] = (1.0 + 0.2 * rng.standard_normal(E)).astype(np.float32)
+        W[p + "shared_head_head.weight"] = (rng.standard_normal((n_vocab, E)) / math.sqrt(E)).astype(np.float32)
+        W[p + "embed_tokens.weight"] = (rng.standard_normal((n_vocab, E)) * (3.0 / math.sqrt(E))).astype(np.float32)
+    return W
+
+
+def agree_weights(cfg, n_vocab, seed):
+    """A target whose greedy walk follows a random cycle of the non-special
+    tokens (an untied head with row sigma(t) along token t's embedding, the
+    layers' outputs scaled down so the embedding dominates the residual),
+    and an MTP block whose eh_proj passes the embedding half through and
+    drops the hidden half (with the layers' outputs scaled down too), so its
+    head, the target's, predicts the cycle's next token from the token it
+    is given: what the target then does."""
+    W = gf.hyb_weights(cfg, n_vocab, seed)
+    rng = np.random.default_rng(seed + 1)
+    E = cfg.n_embd
+    for n in list(W):
+        if n.endswith(("attn_output.weight", "ssm_out.weight", "ffn_down.weight")):
+            W[n] = (W[n] * 0.05).astype(np.float32)
+    emb = W["token_embd.weight"]
+    u = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    order = 3 + rng.permutation(n_vocab - 3)
+    sigma = np.empty(n_vocab, dtype=np.int64)
+    sigma[order] = np.roll(order, -1)
+    sigma[:3] = order[:3]
+    out = np.zeros((n_vocab, E), dtype=np.float32)
+    for t in range(3, n_vocab):
+        out[sigma[t]] = 30.0 / math.sqrt(E) * u[t]
+    W["output.weight"] = out
+    W["output_norm.weight"] = np.ones(E, dtype=np.float32)
+    p = "blk.%d.nextn." % cfg.n_layer
+    W[p + "eh_proj.weight"] = np.concatenate([np.eye(E), np.zeros((E, E))], axis=1).astype(np.float32)
+    W[p + "enorm.weight"] = np.ones(E, dtype=np.float32)
+    return W
+
+
+MTP_AGREE = gf.Cfg(name="mtp-agree", arch="qwen35", n_embd=32, n_layer=3, interval=3, n_head=4, n_head_kv=2,
+                   head_dim=16, n_rot=8, n_ff=48, Hk=2, Hv=4, Dk=16, K=4, eps=1e-6, rope_base=10000000.0, ctx=4096,
+                   n_expert=0, grouped=False, ba=False, layer_array=False, mtp=1, seed=22200)
+
+
+def gen_mtp():
+    for cfg in MTP_CFGS:
+        W, prompt, ref, seed, n_vocab, tok_kvs = mtp_search(cfg, mtp_weights, 24)
+        how = ("its own embedding, head norm and head" if cfg.n_expert else
+               "the model's embedding, output norm and head (tied) stand in for its own")
+        mtp_emit(cfg, W, prompt, ref, seed, n_vocab, tok_kvs, how)
+    W, prompt, ref, seed, n_vocab, tok_kvs = mtp_search(MTP_AGREE, agree_weights, 24)
+    mtp_emit(MTP_AGREE, W, prompt, ref, seed, n_vocab, tok_kvs,
+             "built to agree: " + " ".join(agree_weights.__doc__.split()))
 
 
 # ---------------------------------------------------------------------------
@@ -205,6 +441,7 @@ def main():
         return
     os.makedirs(OUT_DIR, exist_ok=True)
     gen_spec_llama()
+    gen_mtp()
     for fn in sorted(os.listdir(OUT_DIR)):
         print("%s  %s" % (gf.sha256(os.path.join(OUT_DIR, fn)), fn))
 
