@@ -24,6 +24,19 @@ bundled stories model, with head size 32 so the Q8_0 KV cache runs on them:
                     block) carries its own; mtp-agree is built so that the
                     block predicts what the target does (see gen_mtp_agree).
 
+--bench-mtp DIR writes the MTP speed test's models (not stored; see
+docs/performance.md), Qwen3.5-shaped hybrids at the hybrid bench model's
+shapes (tests/gen_fixtures.py --bench-hybrid: n_embd 1024, 24 layers, GPT-2
+vocabulary, F16) with one MTP block, whose greedy output walks a random cycle
+of the vocabulary (as mtp-agree: zero output projections, the head's row
+sigma(t) along token t's embedding):
+
+  mtp-agree-bench-f16.gguf  the block's eh_proj passes the embedding through
+                            (its own output projections zero): it predicts
+                            the cycle, so greedy proposals are accepted
+  mtp-rand-bench-f16.gguf   a random block (proposals are rejected: the
+                            overhead of trying)
+
 --bench-copy DIR [--arch llama] writes the speed test's models (not stored;
 see docs/performance.md), whose greedy output copies text by construction:
 
@@ -428,14 +441,89 @@ def gen_bench_copy(out_dir, arch):
     print("wrote the prompts to %s (chain starts %s)" % (out_dir, " ".join(word(t) for t in chain[:6])))
 
 
+def gen_bench_mtp(out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    g = gf.GGUFFile(os.path.join(HERE, "data", "vocab", "ggml-vocab-gpt-2.gguf"))
+    tok_kvs = [(k,) + (g.kv[k][0], g.kv[k][1]) + ((g.kv[k][2],) if g.kv[k][0] == gf.T_ARR else ())
+               for k in g.kv_order if k.startswith("tokenizer.")]
+    V = len(g.get("tokenizer.ggml.tokens"))
+    eos = int(g.get("tokenizer.ggml.eos_token_id"))
+    cfg = gf.Cfg(name="mtp-bench", arch="qwen35", n_embd=1024, n_layer=24, interval=4, n_head=8, n_head_kv=2,
+                 head_dim=128, n_rot=32, n_ff=3584, Hk=4, Hv=8, Dk=128, K=4, eps=1e-6, rope_base=10000000.0,
+                 ctx=32768, n_expert=0, grouped=False, ba=False, layer_array=False, mtp=1)
+    E, D, H, HK, Dk, Hk, Hv, F = cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv, cfg.Dk, cfg.Hk, cfg.Hv, cfg.n_ff
+    conv_dim, vd = 2 * Hk * Dk + Hv * Dk, Hv * Dk
+    rng = np.random.default_rng(31)
+    emb = rng.standard_normal((V, E), np.float32) / np.float32(math.sqrt(E))
+    order = np.array([t for t in range(V) if t != eos])
+    order = order[rng.permutation(len(order))]
+    out = np.zeros((V, E), np.float32)
+    u = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    out[np.roll(order, -1)] = u[order] * np.float32(30.0 / math.sqrt(E))
+    zero = ("attn_output.weight", "ssm_out.weight", "ffn_down.weight")
+    for kind in ("agree", "rand"):
+        shapes = {"token_embd.weight": (V, E), "output_norm.weight": (E,), "output.weight": (V, E)}
+        f32 = {"output_norm.weight"}
+        blocks = [(i, rec) for i, rec in enumerate(gf.hyb_recurrent(cfg))] + [(cfg.n_layer, False)]
+        for i, rec in blocks:
+            p = "blk.%d." % i
+            shapes[p + "attn_norm.weight"] = (E,)
+            shapes[p + "post_attention_norm.weight"] = (E,)
+            if rec:
+                shapes.update({p + "attn_qkv.weight": (conv_dim, E), p + "attn_gate.weight": (vd, E),
+                               p + "ssm_conv1d.weight": (conv_dim, cfg.K), p + "ssm_dt.bias": (Hv,),
+                               p + "ssm_a": (Hv,), p + "ssm_beta.weight": (Hv, E), p + "ssm_alpha.weight": (Hv, E),
+                               p + "ssm_norm.weight": (Dk,), p + "ssm_out.weight": (E, vd)})
+                f32.add(p + "ssm_conv1d.weight")
+            else:
+                shapes.update({p + "attn_q.weight": (2 * H * D, E), p + "attn_k.weight": (HK * D, E),
+                               p + "attn_v.weight": (HK * D, E), p + "attn_output.weight": (E, H * D),
+                               p + "attn_q_norm.weight": (D,), p + "attn_k_norm.weight": (D,)})
+            shapes.update({p + "ffn_gate.weight": (F, E), p + "ffn_up.weight": (F, E), p + "ffn_down.weight": (E, F)})
+        p = "blk.%d.nextn." % cfg.n_layer
+        shapes.update({p + "eh_proj.weight": (E, 2 * E), p + "enorm.weight": (E,), p + "hnorm.weight": (E,)})
+
+        def producer(name, shape, kind=kind):
+            def make():
+                if name == "token_embd.weight":
+                    return emb.astype("<f2").tobytes()
+                if name == "output.weight":
+                    return out.astype("<f2").tobytes()
+                if name.endswith("ssm_a"):
+                    return (-np.exp(rng.uniform(-2.0, 0.0, shape))).astype("<f4").tobytes()
+                if name.endswith("ssm_dt.bias"):
+                    return (-0.5 + 0.5 * rng.standard_normal(shape)).astype("<f4").tobytes()
+                if len(shape) == 1:
+                    return np.ones(shape, np.float32).astype("<f4").tobytes()
+                if name.endswith(zero) and (kind == "agree" or not name.startswith("blk.%d." % cfg.n_layer)):
+                    return np.zeros(shape, "<f2").tobytes()
+                if name.endswith("eh_proj.weight") and kind == "agree":
+                    return np.concatenate([np.eye(E), np.zeros((E, E))], axis=1).astype("<f2").tobytes()
+                a = rng.standard_normal(shape, np.float32)
+                a *= np.float32(1.0 / math.sqrt(shape[-1]))
+                return a.astype("<f4" if name in f32 else "<f2").tobytes()
+            return make
+
+        names = gf.hyb_tensor_order(shapes)
+        tensors = [(n, list(reversed(shapes[n])), gf.GGML_F32 if len(shapes[n]) == 1 or n in f32 else gf.GGML_F16,
+                    producer(n, shapes[n])) for n in names]
+        path = os.path.join(out_dir, "mtp-%s-bench-f16.gguf" % kind)
+        gf.write_gguf(path, gf.hyb_kvs(cfg, tok_kvs, "mtp-%s-bench" % kind, gf.FTYPE_MOSTLY_F16), tensors)
+        print("wrote %s (%.1f MB)" % (path, os.path.getsize(path) / 1e6))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench-copy", metavar="DIR", help="write the speed test's copy models and prompts")
+    ap.add_argument("--bench-mtp", metavar="DIR", help="write the MTP speed test's models")
     ap.add_argument("--arch", default="qwen3", choices=["qwen3", "llama"],
                     help="--bench-copy: the models' architecture (llama: the same weights without Q/K norms, "
                          "for builds of other programs that do not load qwen3; files get a -llama suffix)")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.bench_mtp:
+        gen_bench_mtp(args.bench_mtp)
+        return
     if args.bench_copy:
         gen_bench_copy(args.bench_copy, args.arch)
         return
