@@ -182,5 +182,34 @@ int main(void) {
         CHECK(kiln_engine_destroy(e, NULL) == KILN_OK);
         kiln_engine_free(e);
     }
+    /* MTP: the model's own NextN block gives the plain greedy text; a model
+     * without one fails the load with the reason. */
+    const char *mtp_models[] = {"data/spec/mtp-agree.gguf", "data/spec/mtp-agree.gguf", MODEL};
+    job mplain = {.e = NULL, .req = greedy("Once upon a time", 40)};
+    for (int k = 0; k < 3; k++) {
+        CHECK(kiln_engine_create(KILN_ENGINE_LLM, KILN_ENGINE_BACKEND_AUTO, &e) == KILN_OK);
+        kiln_spec_params sp = kiln_spec_default_params();
+        sp.type = k == 0 ? KILN_SPEC_NONE : KILN_SPEC_MTP;
+        CHECK(kiln_engine_set_spec_params(e, &sp) == KILN_OK);
+        CHECK(kiln_engine_start(e) == KILN_OK);
+        kiln_status ls = kiln_engine_load(e, mtp_models[k], NULL);
+        if (ls == KILN_OK) ls = kiln_engine_wait_idle(e, LIMIT_MS);
+        kiln_engine_observe(e, &o);
+        if (k == 2) {
+            CHECKF(o.state != KILN_ENGINE_LOADED && strstr(o.message, "no MTP (nextn) blocks"),
+                   "MTP on a model without the block: state %d, error '%s'", (int)o.state, o.message);
+        } else {
+            CHECKF(ls == KILN_OK && o.state == KILN_ENGINE_LOADED, "mtp %d: load %d, '%s'", k, (int)ls, o.message);
+            job j = {.e = e, .req = mplain.req};
+            job_thread(&j);
+            CHECK(j.st == KILN_OK && j.n == 40);
+            if (k == 0)
+                mplain = j;
+            else
+                CHECKF(!strcmp(j.out.buf, mplain.out.buf), "mtp: '%s' (plain '%s')", j.out.buf, mplain.out.buf);
+        }
+        CHECK(kiln_engine_destroy(e, NULL) == KILN_OK);
+        kiln_engine_free(e);
+    }
     return t_done();
 }
