@@ -32,6 +32,7 @@
  *   metrics.c  Prometheus text               webui.c  GET / (the chat page)
  *   gen.c      token stream -> text: stop strings, <think>, <tool_call>
  *   toolscan.c a <tool_call> body read as it arrives (streamed calls)
+ *   xmlcall.c  the XML form of a call, typed by the tool's schema
  *   prompt.c   chat messages -> prompt text (GGUF template or built-ins)
  *   log.c      the request log line and the server's other lines
  *   buf.c      clocks, the byte buffer      guard.c  Host / Origin / paths
