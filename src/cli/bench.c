@@ -435,6 +435,8 @@ int cmd_bench(int argc, char **argv) {
         if (t->np > max_batch) max_batch = t->np;
         if (t->depth > 0 && max_batch < 512) max_batch = t->depth < 512 ? t->depth : 512;
     }
+    /* a verify step carries the decode token and every proposal at once */
+    if (sp.type != KILN_SPEC_NONE && max_batch < GEN_DRAFT_MAX + 1) max_batch = GEN_DRAFT_MAX + 1;
     kiln_context_params cp = kiln_context_default_params();
     cp.n_threads = threads;
     cp.n_ctx = max_tokens < info.n_ctx_train ? max_tokens : info.n_ctx_train;
