@@ -24,6 +24,7 @@ struct spec_mtp {
     kiln_model *m;   /* the target (borrowed) */
     kiln_context *c; /* its context (borrowed) */
     int32_t n_seq, n_vocab, n_ctx;
+    int32_t n_rows; /* most rows one step carries: sequences, at most the batch */
     float p_min;
     spec_chain *ch; /* [n_seq] */
     /* the rows of the current step */
@@ -53,6 +54,7 @@ spec_mtp *spec_mtp_new(const kiln_spec_params *p, kiln_model *m, kiln_context *c
     t->n_seq = kiln_context_n_seq_max(c);
     t->n_vocab = info.n_vocab;
     t->n_ctx = kiln_context_n_ctx(c);
+    t->n_rows = t->n_seq < kiln_context_n_batch(c) ? t->n_seq : kiln_context_n_batch(c);
     t->p_min = p->p_min;
     const size_t n = (size_t)t->n_seq;
     t->ch = calloc(n, sizeof *t->ch);
@@ -90,7 +92,7 @@ void spec_mtp_propose(void *self, gen_ask *asks, int32_t n_asks) {
         k->n = 0;
         k->dist = NULL;
         const int32_t pos = k->n_tok - 1; /* where tok[n_tok - 1] goes */
-        if (k->seq < 0 || k->seq >= t->n_seq || pos < 0 || pos + 1 >= t->n_ctx || nr >= t->n_seq) continue;
+        if (k->seq < 0 || k->seq >= t->n_seq || pos < 0 || pos + 1 >= t->n_ctx || nr >= t->n_rows) continue;
         if (kiln_seq_len(c, k->seq) != pos || !kl_mtp_ready(c, k->seq, pos)) continue;
         if (spec_chain_begin(&t->ch[k->seq], k->sampler, t->n_vocab)) continue;
         t->r_seq[nr] = k->seq;
