@@ -605,7 +605,9 @@ int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks
     u->q = q;
     u->a = *a;
     u->log = ks_reqlog_hold(ks_reqlog_current());
-    u->t0 = ks_now();
+    /* the request's clock starts where ks_start handed it to the engine:
+     * the scheduler may begin its prefill (q->t_start) before this line */
+    u->t0 = q->t_submit > 0 ? q->t_submit : ks_now();
     u->created = (long)ks_wall();
     u->oai_tools = json_array();
     snprintf(u->model, sizeof u->model, "%s", a->model && *a->model ? a->model : r->name);
