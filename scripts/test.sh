@@ -4,7 +4,9 @@
 #      (bounded: KILN_FUZZ_SECONDS each, 60 s under CI, 15 s otherwise;
 #      skipped if KILN_FUZZ_SECONDS=0)
 #   2. every test under AddressSanitizer + UndefinedBehaviorSanitizer
-#   3. the engine lifecycle tests under ThreadSanitizer
+#   3. the engine lifecycle tests and the generation core under
+#      ThreadSanitizer, and kiln serve under it for the e2e files that send
+#      concurrent requests (which the ASan tier then skips)
 #   4. every test on the Release build (its summary is the last line)
 # and, first of all, the C sources' layout (scripts/format.sh --check).
 set -euo pipefail
@@ -32,16 +34,33 @@ if [ "$fuzz_s" != "0" ]; then
       -print_final_stats=1 build-fuzz/corpus-ckpt 2>&1 | tail -n 12
 fi
 
+# The e2e files whose servers take concurrent requests on the lifecycle
+# library and the continuous-batching scheduler: the gate (urgent requests
+# overtaking queued ones, keep-alive unloads, SIGTERM drain) and 8 streams
+# at once.  They run under TSan, and the ASan tier skips them.
+TSAN_E2E="lifecycle load"
+
 echo "== ASan + UBSan build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs" >/dev/null
-(cd build-asan && KILN_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-   ctest --output-on-failure -j"$jobs")
+(cd build-asan && KILN_SANITIZED=1 KILN_E2E_SKIP="$TSAN_E2E" ASAN_OPTIONS=detect_leaks=1 \
+   UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
 
-echo "== ThreadSanitizer: engine lifecycle"
+echo "== ThreadSanitizer: engine lifecycle, generation core, the server under concurrent requests"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_engine test_engine_llm test_engine_embed test_engine_stt test_gen >/dev/null
+cmake --build build-tsan -j"$jobs" --target kiln test_engine test_engine_llm test_engine_embed test_engine_stt test_gen >/dev/null
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_engine|test_gen)" -E "^test_engine_image$")
+# The servers the e2e files start write their reports to files (the tests
+# keep a server's stderr only until it listens); any report fails the tier.
+tsan_dir=$(mktemp -d)
+KILN_BIN="$PWD/build-tsan/kiln" KILN_SANITIZED=1 KILN_E2E_ONLY="$TSAN_E2E" \
+  TSAN_OPTIONS="log_path=$tsan_dir/report exitcode=0" sh tests/e2e/run.sh
+if ls "$tsan_dir"/report.* >/dev/null 2>&1; then
+  cat "$tsan_dir"/report.*
+  echo "ThreadSanitizer reported races in kiln serve (above)" >&2
+  exit 1
+fi
+rm -rf "$tsan_dir"
 
 echo "== Release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
