@@ -1,5 +1,6 @@
 /* AVX2 twin of the group norm (conv.h): the same double sums in 4-lane
- * accumulators, the affine map by FMA and a polynomial exp for the SiLU. */
+ * accumulators, the affine map by FMA and x86.h's polynomial exp8 for the
+ * SiLU. */
 #include "kernels/conv.h"
 
 #include "kernels/level.h"
@@ -7,25 +8,6 @@
 
 #include <immintrin.h>
 #include <math.h>
-
-/* e^x for x in [-87, 88] (clamped): 2^n * p(r), r = x - n ln 2, a degree-6
- * polynomial, within 2 ulp of expf over that range. */
-static inline __m256 exp256(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
 
 void kk_groupnorm_avx2(const kk_gn *g, const float *x, float *y, int grp) {
     const int cpg = g->c / g->groups;
@@ -66,7 +48,7 @@ void kk_groupnorm_avx2(const kk_gn *g, const float *x, float *y, int grp) {
         int k = 0;
         for (; k + 8 <= g->hw; k += 8) {
             __m256 t = _mm256_fmadd_ps(_mm256_loadu_ps(xc + k), va, vb);
-            if (g->silu) t = _mm256_div_ps(t, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), t))));
+            if (g->silu) t = _mm256_div_ps(t, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), t))));
             _mm256_storeu_ps(yc + k, t);
         }
         for (; k < g->hw; k++) {
