@@ -100,8 +100,7 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
          * or yielded to an urgent one); the KV cache from its scheduler */
         gen_sched_stats gs;
         memset(&gs, 0, sizeof gs);
-        const int live =
-            r->state == KS_M_READY && r->family == KILN_ENGINE_LLM && engine_llm_stats(r->eng, NULL, &gs) == KILN_OK;
+        const int live = ks_model_stats_ok(r) && engine_llm_stats(r->eng, NULL, &gs) == KILN_OK;
         if (r->eng) {
             kiln_engine_observation ob;
             kiln_engine_observe(r->eng, &ob);

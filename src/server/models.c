@@ -435,10 +435,14 @@ ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait,
     return rc ? NULL : m;
 }
 
+int ks_model_stats_ok(const ks_model *m) {
+    return m->state == KS_M_READY && m->family == KILN_ENGINE_LLM && !atomic_load(&m->srv->draining);
+}
+
 void ks_model_done(ks_model *m, double keep_alive) {
     ks_srv *s = m->srv;
     pthread_mutex_lock(&s->mu);
-    if (m->state == KS_M_READY && m->family == KILN_ENGINE_LLM) {
+    if (ks_model_stats_ok(m)) {
         gen_sched_stats gs;
         memset(&gs, 0, sizeof gs);
         if (engine_llm_stats(m->eng, NULL, &gs) == KILN_OK) counts_of(&gs, &m->seen);

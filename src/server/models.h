@@ -32,6 +32,12 @@ void ks_model_counts(const ks_model *m, const gen_sched_stats *live, ks_counts *
 /* Drops a use; keep_alive (seconds; NAN: the server's) is how long the
  * model stays once idle (0: it unloads now). */
 void ks_model_done(ks_model *m, double keep_alive);
+/* With s->mu held: 1 when m's generation engine may be asked for its
+ * scheduler's figures (engine_llm_stats).  Not while the server drains:
+ * ks_models_drain enqueues every engine's stop under s->mu, and a stop
+ * frees the scheduler on the engine's thread without that lock, so a
+ * reader that saw the flag clear finished before any stop began. */
+int ks_model_stats_ok(const ks_model *m);
 /* Unloads name once idle (keep_alive 0 without a request); -1 with status. */
 int ks_model_unload(ks_srv *s, const char *name, int *status, char *msg, size_t cap);
 /* Ollama's "details" of m (under ks_srv.mu; a new object). */
