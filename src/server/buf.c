@@ -82,6 +82,13 @@ void ks_buf_free(ks_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
+size_t ks_partial_suffix(const char *s, size_t n, const char *t) {
+    size_t tl = strlen(t);
+    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, t, k)) return k;
+    return 0;
+}
+
 json_t *ks_jstr(const char *s, size_t n) {
     json_t *j = json_stringn(s, n);
     if (j) return j;

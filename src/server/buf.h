@@ -26,5 +26,8 @@ void ks_buf_json(ks_buf *b, const json_t *j);
 void ks_buf_free(ks_buf *b);
 /* A JSON string of s[0..n); invalid UTF-8 bytes become U+FFFD. */
 json_t *ks_jstr(const char *s, size_t n);
+/* Length of the longest suffix of s[0..n) that is a proper prefix of t
+ * (text to hold back while t may still be arriving). */
+size_t ks_partial_suffix(const char *s, size_t n, const char *t);
 
 #endif

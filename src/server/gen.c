@@ -61,14 +61,6 @@ static void emit(ks_gen *g, int kind, const char *s, size_t n) {
     if (n && g->on_text) g->on_text(g, kind, s, n, g->user);
 }
 
-/* Length of the longest suffix of s[0..n) that is a proper prefix of t. */
-static size_t partial_suffix(const char *s, size_t n, const char *t) {
-    size_t tl = strlen(t);
-    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
-        if (!memcmp(s + n - k, t, k)) return k;
-    return 0;
-}
-
 /* Length of s[0..n) without a UTF-8 character cut at its end. */
 static size_t whole_chars(const char *s, size_t n) {
     size_t i = n, k = 0;
@@ -217,7 +209,7 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
         if (!hit && !final) {
             size_t hold = 0;
             for (int i = 0; i < nc; i++) {
-                size_t k = partial_suffix(base, len, k_tags[cand[i]]);
+                size_t k = ks_partial_suffix(base, len, k_tags[cand[i]]);
                 if (k > hold) hold = k;
             }
             upto = len - hold;
@@ -270,7 +262,7 @@ static int text_step(ks_gen *g, const char *s, size_t n, int final) {
             matched = 1;
             g->stop_hit = (int)i;
         }
-        size_t k = partial_suffix(g->sbuf.p ? g->sbuf.p : "", g->sbuf.len, st);
+        size_t k = ks_partial_suffix(g->sbuf.p ? g->sbuf.p : "", g->sbuf.len, st);
         if (k > hold) hold = k;
     }
     size_t out = matched ? cut : final ? g->sbuf.len : g->sbuf.len - hold;

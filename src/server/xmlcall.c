@@ -192,14 +192,6 @@ static int against(const char *p, size_t n, const char *t) {
     return memcmp(p, t, n) ? -1 : 0;
 }
 
-/* Length of the longest suffix of s[0..n) that is a proper prefix of t. */
-static size_t partial(const char *s, size_t n, const char *t) {
-    size_t tl = strlen(t);
-    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
-        if (!memcmp(s + n - k, t, k)) return k;
-    return 0;
-}
-
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
 /* A name up to '>' from x->pos: its end, or NULL (wait, or x->bad set). */
@@ -293,7 +285,7 @@ void ks_xmlscan_feed(ks_xmlscan *x, const char *body, size_t n) {
                 upto = (size_t)(ve - p);
                 if (upto && p[upto - 1] == '\n') upto--;
             } else { /* hold back what may be "\n</parameter>" */
-                size_t hold = partial(p, rest, k_end_param);
+                size_t hold = ks_partial_suffix(p, rest, k_end_param);
                 if (rest > hold && p[rest - hold - 1] == '\n') hold++;
                 upto = rest - hold;
             }
