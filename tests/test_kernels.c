@@ -137,12 +137,13 @@ void kk_tile_f16_avx512_emu(int n, const void *w, size_t wrow, int nr, const voi
  * rows and 11 tokens (not multiples of the 3 x 4 / 4 x 4 register tiles or
  * of the 128 rows the kernels keep partial sums for) over lengths that split
  * into k-blocks, whole lane groups and a tail in every way: a token's
- * outputs do not depend on the batch it is in.  And against the reference
- * (double) dot within float tolerance. */
+ * outputs do not depend on the batch it is in (one token: 8 rows, and 261
+ * rows, whose 8 chains take 32 rows each and leave 5).  And against the
+ * reference (double) dot within float tolerance. */
 static void test_tiles(void) {
     const int t = KQ_F16;
     const int ns[] = {1, 7, 8, 16, 31, 40, 100, 512, 1000, 1024 + 24 + 5};
-    const int blocks[][2] = {{1, 1}, {3, 3}, {4, 4}, {37, 11}, {17, 2}, {5, 7}, {261, 5}, {37, 1}};
+    const int blocks[][2] = {{1, 1}, {3, 3}, {4, 4}, {37, 11}, {17, 2}, {5, 7}, {261, 5}, {37, 1}, {8, 1}, {261, 1}};
     kk_tile_fn ref = kk_tile_at(t, KQ_ISA_SCALAR);
     CHECK(ref != NULL);
     for (int lv = 0; lv < 3; lv++) {

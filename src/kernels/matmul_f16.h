@@ -23,7 +23,8 @@
  * activation loads for TR * TT fmas.  The RB x TT partial sums survive from
  * one k-block to the next in memory (a store and a load keep their bits).
  * One token (decode) takes 8 rows at a time, 8 independent chains, the
- * activation widened once per group for all of them.
+ * activation widened once per group for all of them, the 8 rows an eighth
+ * of the block apart (tile_one_token).
  *
  * The loops over the tile are unrolled by pragma so their arrays of vectors
  * live in registers (-O2 would keep them on the stack).
@@ -108,16 +109,24 @@ static inline __attribute__((always_inline)) void one_token(const int R, int n, 
     for (int r = 0; r < R; r++) y[r] = vsum(acc[r]);
 }
 
+/* The 8 chains take rows j, m + j, ..., 7m + j (m = nr / 8) for j = 0, 1,
+ * .. so each reads one run of m contiguous rows from start to end: eight
+ * long linear streams, which the hardware prefetch keeps ahead of.  Eight
+ * adjacent rows instead are eight streams of one row each (2 KB at 1024
+ * columns) that end before the prefetch has ramped up: half the bandwidth
+ * of one thread at 1024 columns. */
 static void tile_one_token(int n, const void *w, size_t wrow, int nr, const uint16_t *q, float *y) {
     _Alignas(64) uint16_t qtail[LANES] = {0};
     if (n % LANES) memcpy(qtail, q + n / LANES * LANES, (size_t)(n % LANES) * sizeof(uint16_t));
     const uint16_t *wr[8];
-    int r = 0;
-    for (; r + 8 <= nr; r += 8) {
-        for (int i = 0; i < 8; i++) wr[i] = (const uint16_t *)((const uint8_t *)w + (size_t)(r + i) * wrow);
-        one_token(8, n, wr, q, qtail, y + r);
+    const int m = nr / 8;
+    for (int j = 0; j < m; j++) {
+        float yr[8];
+        for (int i = 0; i < 8; i++) wr[i] = (const uint16_t *)((const uint8_t *)w + (size_t)(i * m + j) * wrow);
+        one_token(8, n, wr, q, qtail, yr);
+        for (int i = 0; i < 8; i++) y[i * m + j] = yr[i];
     }
-    for (; r < nr; r++) {
+    for (int r = 8 * m; r < nr; r++) {
         wr[0] = (const uint16_t *)((const uint8_t *)w + (size_t)r * wrow);
         one_token(1, n, wr, q, qtail, y + r);
     }
