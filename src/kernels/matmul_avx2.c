@@ -31,6 +31,8 @@ static inline vecf vload_h(const uint16_t *p) { return load_h8(p); }
 static inline vecf vfma(vecf a, vecf b, vecf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline void vstore(float *p, vecf v) { _mm256_storeu_ps(p, v); }
 static inline float vsum(vecf v) { return hsum8(v); }
+/* the builtin: GCC 12 drops an _mm_prefetch wrapped in an inline function */
+static inline void vprefetch(const char *p) { __builtin_prefetch(p, 0, 3); }
 
 #include "kernels/matmul_f16.h"
 

@@ -30,6 +30,8 @@ static inline vecf vload_h(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_lo
 static inline vecf vfma(vecf a, vecf b, vecf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline void vstore(float *p, vecf v) { _mm512_storeu_ps(p, v); }
 static inline float vsum(vecf v) { return hsum16(v); }
+/* the builtin: GCC 12 drops an _mm_prefetch wrapped in an inline function */
+static inline void vprefetch(const char *p) { __builtin_prefetch(p, 0, 3); }
 
 #include "kernels/matmul_f16.h"
 
