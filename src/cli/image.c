@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int cli_is_checkpoint(const char *path) {
@@ -68,14 +69,29 @@ int cli_show_checkpoint(const char *path, int tensors) {
 typedef struct bar {
     int tty;
     double t0, t_step, t_decode; /* first step began, decoding began */
+    double c_step, c_decode;     /* the process's CPU seconds then */
     int last;
 } bar;
+
+/* CPU seconds of every thread of the process: on a busy machine the wall
+ * clock says little about the work. */
+static double cpu_now(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts)) return 0.0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static int on_progress(void *user, int step, int steps) {
     bar *b = user;
     const double now = kb_now();
-    if (step == 0) b->t_step = now;
-    if (step == steps) b->t_decode = now;
+    if (step == 0) {
+        b->t_step = now;
+        b->c_step = cpu_now();
+    }
+    if (step == steps) {
+        b->t_decode = now;
+        b->c_decode = cpu_now();
+    }
     if (!b->tty) return 0;
     const int width = 30, fill = steps ? step * width / steps : width;
     char line[64];
@@ -180,13 +196,13 @@ int cmd_image(int argc, char **argv) {
         return 1;
     }
     const double t_load = kb_now() - t0;
-    bar b = {isatty(STDERR_FILENO), kb_now(), 0, 0, 0};
+    bar b = {isatty(STDERR_FILENO), kb_now(), 0, 0, 0, 0, 0};
     im_request r = {prompt, steps, cfg, seed, on_progress, &b};
     uint8_t *png;
     size_t len;
-    const double tg = kb_now();
+    const double tg = kb_now(), cg = cpu_now();
     int rc = im_generate(p, &r, &png, &len, err, sizeof err);
-    const double t_gen = kb_now() - tg;
+    const double t_gen = kb_now() - tg, c_end = cpu_now();
     if (b.tty) fputc('\n', stderr);
     const im_config *c = im_pipeline_config(p);
     const int n_steps = steps ? steps : c->steps;
@@ -205,11 +221,13 @@ int cmd_image(int argc, char **argv) {
         fprintf(stderr, "kiln: cannot write %s\n", outp);
         return 1;
     }
-    const double per_step = b.t_decode > b.t_step ? (b.t_decode - b.t_step) / n_steps : 0;
+    const int timed = b.t_decode > b.t_step && b.t_step > 0;
+    const double per_step = timed ? (b.t_decode - b.t_step) / n_steps : 0;
     fprintf(stderr,
             "kiln: wrote %s (%dx%d PNG, %d steps, cfg %g, seed %llu): load %.2f s, generate %.2f s "
-            "(%.3f s per step, decode %.2f s)\n",
-            !strcmp(outp, "-") ? "standard output" : outp, w, h, n_steps, g, seed, t_load, t_gen, per_step,
-            b.t_decode ? tg + t_gen - b.t_decode : 0.0);
+            "(encode %.2f s, %.3f s per step, decode %.2f s; CPU seconds %.2f, %.3f per step, %.2f)\n",
+            !strcmp(outp, "-") ? "standard output" : outp, w, h, n_steps, g, seed, t_load, t_gen,
+            timed ? b.t_step - tg : 0.0, per_step, timed ? tg + t_gen - b.t_decode : 0.0, timed ? b.c_step - cg : 0.0,
+            timed ? (b.c_decode - b.c_step) / n_steps : 0.0, timed ? c_end - b.c_decode : 0.0);
     return 0;
 }

@@ -1,6 +1,7 @@
 #include "image/dit.h"
 
 #include "base/base.h"
+#include "kernels/conv.h"
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -216,7 +217,7 @@ im_dit_work *im_dit_work_new(const im_dit *m, kpool *pool, int b, const float *c
         const int L = ctx_len[i];
         float *c = w->tmp, *c2 = w->tmp + (size_t)L * D;
         im_linear(pool, &m->c1, ctx[i], L, c, w->mm);
-        kk_gelu(c, L * (int)D);
+        kk_gelu_tanh(pool, c, (size_t)L * D);
         im_linear(pool, &m->c2, c, L, c2, w->mm);
         for (int l = 0; l < m->depth; l++) {
             const size_t s = (size_t)l * (size_t)b + (size_t)i;
@@ -276,11 +277,9 @@ void im_dit_forward(const im_dit *m, kpool *pool, im_dit_work *w, const float *x
             for (int j = 0; j < 6 * D; j++) md[j] = k->sst[j] + t6[j];
             im_modulate(w->n + (size_t)b * N * D, w->h + (size_t)b * N * D, N, D, md, md + D);
         }
-        kk_mm_out qkv[3] = {{&k->q1.w, w->q, D}, {&k->k1.w, w->k, D}, {&k->v1.w, w->v, D}};
-        kk_matmul_multi(pool, qkv, 3, w->n, BN, w->mm);
-        kk_add_rows(w->q, k->q1.b, BN, D);
-        kk_add_rows(w->k, k->k1.b, BN, D);
-        kk_add_rows(w->v, k->v1.b, BN, D);
+        im_linear(pool, &k->q1, w->n, BN, w->q, w->mm);
+        im_linear(pool, &k->k1, w->n, BN, w->k, w->mm);
+        im_linear(pool, &k->v1, w->n, BN, w->v, w->mm);
         for (int b = 0; b < B; b++) {
             const size_t o = (size_t)b * N * D;
             im_attn at = {w->q + o, w->k + o, w->v + o, D, D, D, N, N, m->heads, m->hd, 1.0f / sqrtf((float)m->hd),
@@ -313,7 +312,7 @@ void im_dit_forward(const im_dit *m, kpool *pool, im_dit_work *w, const float *x
             im_modulate(w->n + (size_t)b * N * D, w->h + (size_t)b * N * D, N, D, md + 3 * D, md + 4 * D);
         }
         im_linear(pool, &k->ff1, w->n, BN, w->f, w->mm);
-        kk_gelu(w->f, BN * m->ff);
+        kk_gelu_tanh(pool, w->f, (size_t)BN * (size_t)m->ff);
         im_linear(pool, &k->ff2, w->f, BN, w->y, w->mm);
         for (int b = 0; b < B; b++) {
             const float *t6 = w->t6 + (size_t)b * 6 * D;

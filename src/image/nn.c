@@ -1,6 +1,7 @@
 #include "image/nn.h"
 
 #include "base/base.h"
+#include "kernels/conv.h"
 #include "kernels/ops.h"
 #include "quant/quant.h"
 
@@ -108,42 +109,61 @@ int im_lin_bind(im_binder *b, im_lin *l, int64_t out, int64_t in, int bias, cons
     return rc || b->failed ? -1 : 0;
 }
 
+/* From this many rows on, a linear layer of F32, F16 or BF16 weights goes
+ * through the image GEMM (every output one fma chain over F32 activations)
+ * rather than kk_matmul's one-row kernels. */
+#define GEMM_MIN_ROWS 16
+
 void im_linear(kpool *pool, const im_lin *l, const float *x, int n, float *y, void *scratch) {
+    const int t = l->w.type;
+    if (n >= GEMM_MIN_ROWS && !l->w.packed && (t == KQ_F32 || t == KQ_F16 || t == KQ_BF16)) {
+        const kk_gemm g = {n,
+                           (int)l->w.nrows,
+                           (int)l->w.ncols,
+                           x,
+                           (size_t)l->w.ncols,
+                           KK_GB_ROWS,
+                           l->w.data,
+                           t,
+                           kq_row_size(t, l->w.ncols),
+                           y,
+                           (size_t)l->w.nrows,
+                           l->b,
+                           NULL};
+        kk_gemm_run(pool, &g);
+        return;
+    }
     kk_matmul(pool, &l->w, x, n, y, l->w.nrows, scratch);
     if (l->b) kk_add_rows(y, l->b, n, (int)l->w.nrows);
 }
 
 size_t im_attention_scratch(int n_q, int n_kv, int hd) {
-    const size_t f = (size_t)n_q * (size_t)hd + 2 * (size_t)n_kv * (size_t)hd + (size_t)n_q * (size_t)n_kv;
-    const int64_t cols = n_kv > hd ? n_kv : hd;
-    return f * sizeof(float) + kk_matmul_scratch_size(cols, n_q) + 128;
+    (void)hd;
+    return (size_t)n_q * (size_t)n_kv * sizeof(float) + 64;
 }
 
 void im_attention(kpool *pool, const im_attn *a, void *scratch) {
-    float *q = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    float *k = q + (size_t)a->n_q * (size_t)a->hd;
-    float *vt = k + (size_t)a->n_kv * (size_t)a->hd;
-    float *s = vt + (size_t)a->n_kv * (size_t)a->hd;
-    void *mm = (void *)(((uintptr_t)(s + (size_t)a->n_q * (size_t)a->n_kv) + 63) & ~(uintptr_t)63);
+    float *s = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     for (int h = 0; h < a->heads; h++) {
         const size_t c0 = (size_t)h * (size_t)a->hd;
-        for (int i = 0; i < a->n_q; i++)
-            memcpy(q + (size_t)i * (size_t)a->hd, a->q + (size_t)i * (size_t)a->ldq + c0, (size_t)a->hd * sizeof *q);
-        for (int j = 0; j < a->n_kv; j++) {
-            memcpy(k + (size_t)j * (size_t)a->hd, a->k + (size_t)j * (size_t)a->ldk + c0, (size_t)a->hd * sizeof *k);
-            const float *vr = a->v + (size_t)j * (size_t)a->ldv + c0;
-            for (int d = 0; d < a->hd; d++) vt[(size_t)d * (size_t)a->n_kv + (size_t)j] = vr[d];
-        }
-        const kk_mat km = {k, KQ_F32, a->hd, a->n_kv, NULL};
-        kk_matmul(pool, &km, q, a->n_q, s, a->n_kv, mm);
+        /* scores [n_q][n_kv] = q_h k_h^T, k_h as rows */
+        const kk_gemm qk = {a->n_q,    a->n_kv,         a->hd,
+                            a->q + c0, (size_t)a->ldq,  KK_GB_ROWS,
+                            a->k + c0, KQ_F32,          (size_t)a->ldk * sizeof(float),
+                            s,         (size_t)a->n_kv, NULL,
+                            NULL};
+        kk_gemm_run(pool, &qk);
         for (int i = 0; i < a->n_q; i++) {
             float *row = s + (size_t)i * (size_t)a->n_kv;
             const float *bias = a->bias ? a->bias + ((size_t)h * (size_t)a->n_q + (size_t)i) * (size_t)a->n_kv : NULL;
             for (int j = 0; j < a->n_kv; j++) row[j] = row[j] * a->scale + (bias ? bias[j] : 0.0f);
             kk_softmax(row, a->n_kv);
         }
-        const kk_mat vm = {vt, KQ_F32, a->n_kv, a->hd, NULL};
-        kk_matmul(pool, &vm, s, a->n_q, a->out + c0, a->ldo, mm);
+        /* out_h [n_q][hd] = p v_h, v_h [n_kv][hd] */
+        const kk_gemm pv = {a->n_q,    a->hd,  a->n_kv,        s,           (size_t)a->n_kv, KK_GB_KN,
+                            a->v + c0, KQ_F32, (size_t)a->ldv, a->out + c0, (size_t)a->ldo,  NULL,
+                            NULL};
+        kk_gemm_run(pool, &pv);
     }
 }
 

@@ -45,11 +45,14 @@ typedef struct im_lin {
 /* PREFIX.weight [out][in] and, when bias is set, PREFIX.bias [out]. */
 int im_lin_bind(im_binder *b, im_lin *l, int64_t out, int64_t in, int bias, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
-/* y [n][out] = x [n][in] W^T + b.  scratch: kk_matmul_scratch_size(in, n). */
+/* y [n][out] = x [n][in] W^T + b.  scratch: kk_matmul_scratch_size(in, n).
+ * Batches of 16 rows or more take the image GEMM (kernels/conv.h): each
+ * output one fma chain from the bias, whatever the thread count. */
 void im_linear(kpool *pool, const im_lin *l, const float *x, int n, float *y, void *scratch);
 
-/* softmax(q k^T * scale + bias) v per head.  Rows are ld floats apart;
- * head h reads and writes columns [h * hd, (h + 1) * hd). */
+/* softmax(q k^T * scale + bias) v per head, both products on the image
+ * GEMM.  Rows are ld floats apart; head h reads and writes columns
+ * [h * hd, (h + 1) * hd). */
 typedef struct im_attn {
     const float *q, *k, *v;
     int ldq, ldk, ldv;

@@ -7,86 +7,273 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Patch floats gathered per band: about 8 MiB, so a band's patches stay
- * within the last-level cache's reach while the weight rows pass. */
-#define BAND_FLOATS ((size_t)1 << 21)
+#include <stdatomic.h>
 
-static int band_rows(const kk_conv *c, int ho, int wo) {
-    const size_t k = (size_t)c->cin * (size_t)c->kh * (size_t)c->kw;
-    size_t rows = BAND_FLOATS / (k * (size_t)wo);
-    if (rows < 1) rows = 1;
-    return rows > (size_t)ho ? ho : (int)rows;
+/* ---- the image GEMM (conv.h) ---- */
+
+/* The scalar twin of the 6 x 16 tile: the same chains with fmaf. */
+void kk_gemm_tile_ref(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc) {
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float s = c[(size_t)i * ldc + (size_t)j];
+            for (int k = 0; k < kc; k++) s = fmaf(a[(size_t)i * lda + (size_t)k], bp[(size_t)k * 16 + (size_t)j], s);
+            c[(size_t)i * ldc + (size_t)j] = s;
+        }
 }
 
-size_t kk_conv2d_scratch(const kk_conv *c) {
-    const int ho = kk_conv_out(c->h, c->kh, c->stride, c->pad), wo = kk_conv_out(c->w, c->kw, c->stride, c->pad);
-    const size_t k = (size_t)c->cin * (size_t)c->kh * (size_t)c->kw;
-    const size_t px = (size_t)band_rows(c, ho, wo) * (size_t)wo;
-    return px * k * 4 + px * (size_t)c->wt->nrows * 4 + kk_matmul_scratch_size((int64_t)k, (int)px) + 3 * 64;
+static float elem(int type, const void *row, int k) {
+    if (type == KQ_F16) return kq_f16_to_f32(((const uint16_t *)row)[k]);
+    if (type == KQ_BF16) return kq_bf16_to_f32(((const uint16_t *)row)[k]);
+    return ((const float *)row)[k];
+}
+
+/* ROWS packer, scalar: panel p, k, column j = W[n0 + 16 p + j][k0 + k]. */
+void kk_gemm_pack_rows_ref(const kk_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
+    for (int p = 0; p * 16 < nc; p++)
+        for (int j = 0; j < 16; j++) {
+            const int col = n0 + 16 * p + j;
+            float *d = panel + (size_t)p * (size_t)kc * 16 + (size_t)j;
+            if (16 * p + j >= nc || col >= g->n) {
+                for (int k = 0; k < kc; k++) d[(size_t)k * 16] = 0.0f;
+                continue;
+            }
+            const uint8_t *row = (const uint8_t *)g->b + (size_t)col * g->ldb;
+            for (int k = 0; k < kc; k++) d[(size_t)k * 16] = elem(g->b_type, row, k0 + k);
+        }
+}
+
+static void pack_kn(const kk_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
+    const float *b = g->b;
+    for (int p = 0; p * 16 < nc; p++) {
+        const int c0 = n0 + 16 * p, w = g->n - c0 < 16 ? g->n - c0 : 16;
+        float *d = panel + (size_t)p * (size_t)kc * 16;
+        for (int k = 0; k < kc; k++, d += 16) {
+            memcpy(d, b + (size_t)(k0 + k) * g->ldb + (size_t)c0, (size_t)w * sizeof *d);
+            for (int j = w; j < 16; j++) d[j] = 0.0f;
+        }
+    }
 }
 
 typedef struct conv_job {
     const kk_conv *c;
     const float *x;
-    float *patch, *prod, *y;
-    int oy0, n_px, wo, ho;
-    size_t k;
+    int ho, wo;
 } conv_job;
 
-/* Patch rows of pixels [lo, hi) of the band: element (ci, ky, kx). */
-static void im2col_task(void *ud, int ith, int nth) {
-    const conv_job *j = ud;
+/* CONV packer: column = output pixel (oy, ox), k = (ci, ky, kx).  When
+ * the chunk's pixels lie in one output row at stride 1 they are nc
+ * neighbours of one input row for every k, copied to all its panels at
+ * once (the input rows of 2^n-apart channel planes would otherwise fight
+ * over the same cache sets, panel after panel). */
+#define PREFETCH_CH 2 /* channels ahead */
+
+static void pack_conv(const kk_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
+    const conv_job *j = g->b;
     const kk_conv *c = j->c;
-    long lo, hi;
-    kpool_range(j->n_px, ith, nth, &lo, &hi);
-    for (long p = lo; p < hi; p++) {
-        const int oy = j->oy0 + (int)(p / j->wo), ox = (int)(p % j->wo);
-        float *row = j->patch + (size_t)p * j->k;
-        for (int ci = 0; ci < c->cin; ci++) {
-            const float *xc = j->x + (size_t)ci * (size_t)c->h * (size_t)c->w;
-            for (int ky = 0; ky < c->kh; ky++) {
-                const int iy = oy * c->stride + ky - c->pad;
-                for (int kx = 0; kx < c->kw; kx++) {
-                    const int ix = ox * c->stride + kx - c->pad;
-                    *row++ = iy >= 0 && iy < c->h && ix >= 0 && ix < c->w ? xc[(size_t)iy * (size_t)c->w + (size_t)ix]
-                                                                          : 0.0f;
+    const int kk = c->kh * c->kw, np = (nc + 15) / 16;
+    const int oy0 = n0 / j->wo, ox0 = n0 % j->wo;
+    const int one_row = c->stride == 1 && ox0 + nc <= j->wo;
+    int ci = k0 / kk, ky = k0 % kk / c->kw, kx = k0 % c->kw;
+    for (int k = 0; k < kc; k++) {
+        const float *xc = j->x + (size_t)ci * (size_t)c->h * (size_t)c->w;
+        if (one_row) {
+            const int iy = oy0 + ky - c->pad, ix = ox0 + kx - c->pad;
+            if (ky == 0 && kx == 0 && ci + PREFETCH_CH < c->cin) /* a later channel's rows, a plane away */
+                for (int r = 0; r < c->kh; r++) {
+                    const int py = iy + r;
+                    if (py < 0 || py >= c->h) continue;
+                    const float *pr =
+                        xc + (size_t)PREFETCH_CH * (size_t)c->h * (size_t)c->w + (size_t)py * (size_t)c->w;
+                    const int x0 = ix < 0 ? 0 : ix, x1 = ix + nc + c->kw - 1 < c->w ? ix + nc + c->kw - 1 : c->w;
+                    for (int x = x0; x < x1; x += 16) __builtin_prefetch(pr + x);
+                    __builtin_prefetch(pr + x1 - 1);
                 }
+            const float *src = xc + (size_t)(iy < 0 ? 0 : iy) * (size_t)c->w;
+            for (int p = 0; p < np; p++) {
+                float *d = panel + ((size_t)p * (size_t)kc + (size_t)k) * 16;
+                const int x0 = ix + 16 * p, w = nc - 16 * p < 16 ? nc - 16 * p : 16;
+                if (iy < 0 || iy >= c->h)
+                    memset(d, 0, 16 * sizeof *d);
+                else if (w == 16 && x0 >= 0 && x0 + 16 <= c->w)
+                    memcpy(d, src + x0, 16 * sizeof *d);
+                else { /* the image's edge (padding) or the chunk's end: the valid run, zeros around */
+                    const int lo = x0 < 0 ? -x0 : 0, hi = c->w - x0 < w ? c->w - x0 : w;
+                    memset(d, 0, 16 * sizeof *d);
+                    if (hi > lo) memcpy(d + lo, src + x0 + lo, (size_t)(hi - lo) * sizeof *d);
+                }
+            }
+        } else {
+            for (int p = 0; p < np; p++) {
+                float *d = panel + ((size_t)p * (size_t)kc + (size_t)k) * 16;
+                const int q0 = n0 + 16 * p;
+                int oy = q0 / j->wo, ox = q0 % j->wo;
+                for (int t = 0; t < 16; t++) {
+                    const int iy = oy * c->stride + ky - c->pad, ix = ox * c->stride + kx - c->pad;
+                    d[t] = 16 * p + t < nc && iy >= 0 && iy < c->h && ix >= 0 && ix < c->w
+                               ? xc[(size_t)iy * (size_t)c->w + (size_t)ix]
+                               : 0.0f;
+                    if (++ox == j->wo) {
+                        ox = 0;
+                        oy++;
+                    }
+                }
+            }
+        }
+        if (++kx == c->kw) {
+            kx = 0;
+            if (++ky == c->kh) {
+                ky = 0;
+                ci++;
             }
         }
     }
 }
 
-/* The band's products [pixel][cout] back to y [cout][ho * wo], plus bias. */
-static void scatter_task(void *ud, int ith, int nth) {
-    const conv_job *j = ud;
-    const long cout = (long)j->c->wt->nrows;
-    long lo, hi;
-    kpool_range(cout, ith, nth, &lo, &hi);
-    const size_t plane = (size_t)j->ho * (size_t)j->wo, base = (size_t)j->oy0 * (size_t)j->wo;
-    for (long co = lo; co < hi; co++) {
-        const float b = j->c->bias ? j->c->bias[co] : 0.0f;
-        float *dst = j->y + (size_t)co * plane + base;
-        for (int p = 0; p < j->n_px; p++) dst[p] = j->prod[(size_t)p * (size_t)cout + (size_t)co] + b;
+typedef struct gemm_job {
+    const kk_gemm *g;
+    kk_gemm_tile_fn tile;
+    kk_gemm_pack_fn pack;
+    int n_chunks, m_split, m_block;
+    atomic_long next;
+} gemm_job;
+
+/* Rows of a block whose C goes through a local buffer: a convolution's
+ * output rows are channel planes 2^n floats apart, which would share a few
+ * cache sets; the block's sums stay in the buffer (L2) until its last
+ * k-block. */
+#define LOCAL_ROWS 264 /* 44 tiles of 6 */
+
+/* Item it = (column chunk, row block): init, then per k-block pack and
+ * sweep the rows. */
+static void gemm_item(const gemm_job *j, long it, float *panel, float *local) {
+    const kk_gemm *g = j->g;
+    const int n0 = (int)(it / j->m_split) * KK_GEMM_NC, nc = g->n - n0 < KK_GEMM_NC ? g->n - n0 : KK_GEMM_NC;
+    const int m0 = (int)(it % j->m_split) * j->m_block;
+    const int m1 = m0 + j->m_block < g->m ? m0 + j->m_block : g->m;
+    const int use_local = g->b_kind == KK_GB_CONV;
+    float *c = use_local ? local : g->c + (size_t)m0 * g->ldc + (size_t)n0;
+    const size_t ldc = use_local ? KK_GEMM_NC : g->ldc;
+    for (int i = m0; i < m1; i++) {
+        float *ci = c + (size_t)(i - m0) * ldc;
+        if (g->bias_n)
+            memcpy(ci, g->bias_n + n0, (size_t)nc * sizeof *ci);
+        else
+            for (int t = 0; t < nc; t++) ci[t] = g->bias_m ? g->bias_m[i] : 0.0f;
     }
+    for (int k0 = 0; k0 < g->k; k0 += KK_GEMM_KC) {
+        const int kc = g->k - k0 < KK_GEMM_KC ? g->k - k0 : KK_GEMM_KC;
+        j->pack(g, k0, kc, n0, nc, panel);
+        for (int i = m0; i < m1; i += KK_GEMM_MR) {
+            const int mr = m1 - i < KK_GEMM_MR ? m1 - i : KK_GEMM_MR;
+            const float *a = g->a + (size_t)i * g->lda + (size_t)k0;
+            for (int p = 0; p * 16 < nc; p++) {
+                const int nr = nc - 16 * p < 16 ? nc - 16 * p : 16;
+                j->tile(mr, nr, kc, a, g->lda, panel + (size_t)p * (size_t)kc * 16,
+                        c + (size_t)(i - m0) * ldc + (size_t)(16 * p), ldc);
+            }
+        }
+    }
+    if (use_local)
+        for (int i = m0; i < m1; i++)
+            memcpy(g->c + (size_t)i * g->ldc + (size_t)n0, local + (size_t)(i - m0) * KK_GEMM_NC,
+                   (size_t)nc * sizeof *local);
 }
+
+static void gemm_task(void *ud, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    gemm_job *j = ud;
+    _Alignas(64) float panel[KK_GEMM_KC * KK_GEMM_NC];
+    _Alignas(64) float local[LOCAL_ROWS * KK_GEMM_NC];
+    const long n_items = (long)j->n_chunks * j->m_split;
+    for (long it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;)
+        gemm_item(j, it, panel, local);
+}
+
+static void gemm_go(kpool *pool, const kk_gemm *g, kk_gemm_tile_fn tile, kk_gemm_pack_fn rows) {
+    if (g->m <= 0 || g->n <= 0) return;
+    gemm_job j;
+    memset(&j, 0, sizeof j);
+    j.g = g;
+    j.tile = tile;
+    j.pack = g->b_kind == KK_GB_ROWS ? rows : g->b_kind == KK_GB_KN ? pack_kn : pack_conv;
+    j.m_split = 1;
+    j.m_block = g->m;
+    atomic_init(&j.next, 0);
+    j.n_chunks = (g->n + KK_GEMM_NC - 1) / KK_GEMM_NC;
+    const int nth = pool ? kpool_size(pool) : 1;
+    /* too few chunks to share: the rows split too (in whole tiles), each
+     * block packing its own panels */
+    const int tiles = (g->m + KK_GEMM_MR - 1) / KK_GEMM_MR;
+    int want = nth > 1 && j.n_chunks < 4 * nth ? (4 * nth + j.n_chunks - 1) / j.n_chunks : 1;
+    if (g->b_kind == KK_GB_CONV && want < (g->m + LOCAL_ROWS - 1) / LOCAL_ROWS)
+        want = (g->m + LOCAL_ROWS - 1) / LOCAL_ROWS;
+    if (want > tiles) want = tiles;
+    j.m_block = (tiles + want - 1) / want * KK_GEMM_MR;
+    if (g->b_kind == KK_GB_CONV && j.m_block > LOCAL_ROWS) j.m_block = LOCAL_ROWS / KK_GEMM_MR * KK_GEMM_MR;
+    j.m_split = (g->m + j.m_block - 1) / j.m_block;
+    if (pool && nth > 1 && (long)j.n_chunks * j.m_split > 1)
+        kpool_run(pool, gemm_task, &j);
+    else
+        gemm_task(&j, 0, 1);
+}
+
+int kk_gemm_run_at(kpool *pool, const kk_gemm *g, int isa) {
+    const kk_level *l = kk_level_at(isa);
+    if (!l) return -1;
+    gemm_go(pool, g, l->gemm_tile, l->gemm_pack_rows);
+    return 0;
+}
+
+void kk_gemm_run(kpool *pool, const kk_gemm *g) {
+    const kk_level *l = kk_level_best();
+    gemm_go(pool, g, l->gemm_tile, l->gemm_pack_rows);
+}
+
+/* ---- convolution ---- */
 
 static void *align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
+size_t kk_conv2d_scratch(const kk_conv *c) {
+    const size_t k = (size_t)c->cin * (size_t)c->kh * (size_t)c->kw;
+    return c->wt->type == KQ_F32 ? 64 : (size_t)c->wt->nrows * k * sizeof(float) + 64;
+}
+
+typedef struct widen_job {
+    const kk_mat *w;
+    float *out;
+} widen_job;
+
+static void widen_task(void *ud, int ith, int nth) {
+    const widen_job *j = ud;
+    long lo, hi;
+    kpool_range((long)j->w->nrows, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) kk_get_row(j->w, r, j->out + (size_t)r * (size_t)j->w->ncols);
+}
+
 void kk_conv2d(kpool *pool, const kk_conv *c, const float *x, float *y, void *scratch) {
     const int ho = kk_conv_out(c->h, c->kh, c->stride, c->pad), wo = kk_conv_out(c->w, c->kw, c->stride, c->pad);
-    const int rows = band_rows(c, ho, wo);
-    conv_job j = {c, x, NULL, NULL, y, 0, 0, wo, ho, (size_t)c->cin * (size_t)c->kh * (size_t)c->kw};
-    const size_t max_px = (size_t)rows * (size_t)wo;
-    j.patch = align64(scratch);
-    j.prod = align64(j.patch + max_px * j.k);
-    void *mm = align64(j.prod + max_px * (size_t)c->wt->nrows);
-    for (int oy = 0; oy < ho; oy += rows) {
-        j.oy0 = oy;
-        j.n_px = (oy + rows <= ho ? rows : ho - oy) * wo;
-        kpool_run(pool, im2col_task, &j);
-        kk_matmul(pool, c->wt, j.patch, j.n_px, j.prod, c->wt->nrows, mm);
-        kpool_run(pool, scatter_task, &j);
+    const float *a = c->wt->data;
+    if (c->wt->type != KQ_F32) {
+        widen_job w = {c->wt, align64(scratch)};
+        kpool_run(pool, widen_task, &w);
+        a = w.out;
     }
+    const conv_job j = {c, x, ho, wo};
+    const kk_gemm g = {(int)c->wt->nrows,
+                       ho * wo,
+                       (int)c->wt->ncols,
+                       a,
+                       (size_t)c->wt->ncols,
+                       KK_GB_CONV,
+                       &j,
+                       KQ_F32,
+                       0,
+                       y,
+                       (size_t)ho * (size_t)wo,
+                       NULL,
+                       c->bias};
+    kk_gemm_run(pool, &g);
 }
 
 void kk_conv2d_ref(const kk_conv *c, const float *x, float *y) {
@@ -98,17 +285,18 @@ void kk_conv2d_ref(const kk_conv *c, const float *x, float *y) {
         kk_get_row(c->wt, co, wr);
         for (int oy = 0; oy < ho; oy++)
             for (int ox = 0; ox < wo; ox++) {
-                float s = 0.0f;
+                float s = c->bias ? c->bias[co] : 0.0f;
                 for (int ci = 0; ci < c->cin; ci++)
                     for (int ky = 0; ky < c->kh; ky++)
                         for (int kx = 0; kx < c->kw; kx++) {
                             const int iy = oy * c->stride + ky - c->pad, ix = ox * c->stride + kx - c->pad;
-                            if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w) continue;
-                            s += wr[((size_t)ci * (size_t)c->kh + (size_t)ky) * (size_t)c->kw + (size_t)kx] *
-                                 x[((size_t)ci * (size_t)c->h + (size_t)iy) * (size_t)c->w + (size_t)ix];
+                            const float v =
+                                iy < 0 || iy >= c->h || ix < 0 || ix >= c->w
+                                    ? 0.0f
+                                    : x[((size_t)ci * (size_t)c->h + (size_t)iy) * (size_t)c->w + (size_t)ix];
+                            s = fmaf(wr[((size_t)ci * (size_t)c->kh + (size_t)ky) * (size_t)c->kw + (size_t)kx], v, s);
                         }
-                y[((size_t)co * (size_t)ho + (size_t)oy) * (size_t)wo + (size_t)ox] =
-                    s + (c->bias ? c->bias[co] : 0.0f);
+                y[((size_t)co * (size_t)ho + (size_t)oy) * (size_t)wo + (size_t)ox] = s;
             }
     }
     free(wr);
@@ -162,6 +350,42 @@ static void gn_task(void *ud, int ith, int nth) {
 void kk_groupnorm(kpool *pool, const kk_gn *g, const float *x, float *y) {
     gn_job j = {g, x, y, kk_level_best()->groupnorm};
     kpool_run(pool, gn_task, &j);
+}
+
+void kk_gelu_tanh_ref(float *x, size_t n) {
+    const float c = -2.0f * 0.7978845608028654f; /* -2 sqrt(2/pi) */
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i];
+        x[i] = v / (1.0f + expf(c * (v + 0.044715f * v * v * v)));
+    }
+}
+
+kk_gelu_fn kk_gelu_tanh_at(int isa) {
+    const kk_level *l = kk_level_at(isa);
+    return l ? l->gelu_tanh : NULL;
+}
+
+typedef struct gelu_job {
+    float *x;
+    size_t n;
+    kk_gelu_fn fn;
+} gelu_job;
+
+static void gelu_task(void *ud, int ith, int nth) {
+    const gelu_job *j = ud;
+    long lo, hi;
+    const long blocks = (long)((j->n + 1023) / 1024);
+    kpool_range(blocks, ith, nth, &lo, &hi);
+    const size_t a = (size_t)lo * 1024, b = (size_t)hi * 1024 < j->n ? (size_t)hi * 1024 : j->n;
+    if (a < b) j->fn(j->x + a, b - a);
+}
+
+void kk_gelu_tanh(kpool *pool, float *x, size_t n) {
+    gelu_job j = {x, n, kk_level_best()->gelu_tanh};
+    if (pool && n >= 16384)
+        kpool_run(pool, gelu_task, &j);
+    else
+        j.fn(x, n);
 }
 
 void kk_upsample2x(const float *x, float *y, int c, int h, int w) {

@@ -5,11 +5,15 @@
  *
  * A convolution's weight is a kk_mat of cout rows of cin * kh * kw
  * elements, in PyTorch's [cout][cin][kh][kw] order, of any type matmul.h
- * takes (F32, F16, BF16 from checkpoints).  kk_conv2d gathers a band of
- * output rows into patch rows (im2col, [pixel][cin * kh * kw]), multiplies
- * them by the weight with kk_matmul and writes the band's pixels back
- * channel-major, adding the bias.  kk_conv2d_ref is the direct six-loop
- * scalar twin the tests compare with.
+ * takes (F32, F16, BF16 from checkpoints).  kk_conv2d widens it to F32 once
+ * and multiplies it through kk_gemm by the im2col of the input ([cin * kh
+ * * kw][pixel], packed panel by panel, never stored whole), so the result
+ * lands channel-major with the bias as each chain's start.  kk_conv2d_ref
+ * is the direct six-loop scalar twin the tests compare with.
+ *
+ * The convolution's product and the image models' large linear layers run
+ * on kk_gemm (below), whose outputs are single fused multiply-add chains:
+ * the same bits at every thread count, blocking and ISA level.
  *
  * Group norm: channels split into g equal groups; each group's mean and
  * variance over its (c / g) * h * w values are summed in double, one
@@ -28,6 +32,62 @@
 #include "kernels/matmul.h"
 #include "thread/pool.h"
 
+/*
+ * The image GEMM: C [m][n] = init + A [m][k] B [k][n] with A and C F32
+ * rows (strides lda, ldc floats).  Output (i, j) starts from its initial
+ * value (bias_n[j], else bias_m[i], else 0) and takes the k products in
+ * order, one fused multiply-add each, in one chain: no partial sums, so the
+ * result depends neither on the thread count, nor on the blocking, nor on
+ * the ISA level (the scalar twin uses fmaf, the AVX2 kernel vfmadd on the
+ * same operands).
+ *
+ * Shape: columns go in chunks of KK_GEMM_NC (the work items the threads
+ * take from a counter; with few chunks the rows split too), k in blocks of
+ * KK_GEMM_KC.  Per chunk and k-block the B values are packed once into
+ * 16-column panels [kc][16] F32 (in L2), then every group of 6 rows of A
+ * passes over them: a 6 x 16 register tile of accumulators, per k 2 panel
+ * loads, 6 broadcasts of A and 12 fmas.  The tile's sums go back to C
+ * between k-blocks (a float store and load keep the chain's bits).
+ *
+ * B comes as one of:
+ *   KK_GB_ROWS  the transpose given as n rows of k values (a weight W
+ *               [n][k] of F32, F16 or BF16, rows rowb bytes apart): C = A W^T
+ *   KK_GB_KN    F32 [k][n], rows ldb floats apart
+ *   KK_GB_CONV  the im2col of a convolution's input (kk_conv2d's own)
+ */
+enum { KK_GB_ROWS, KK_GB_KN, KK_GB_CONV };
+#define KK_GEMM_NC 64
+#define KK_GEMM_KC 256
+#define KK_GEMM_MR 6
+
+typedef struct kk_gemm {
+    int m, n, k;
+    const float *a;
+    size_t lda;
+    int b_kind;
+    const void *b; /* ROWS: row 0 of W; KN: B; CONV: the kk_conv2d job */
+    int b_type;    /* ROWS: KQ_F32, KQ_F16 or KQ_BF16 */
+    size_t ldb;    /* ROWS: bytes between rows; KN: floats between rows */
+    float *c;
+    size_t ldc;
+    const float *bias_n, *bias_m; /* [n], [m] or NULL */
+} kk_gemm;
+
+/* The level's kernels: the 6 x 16 tile over kc k (mr <= 6 rows of a, nr <=
+ * 16 columns of the panel bp [kc][16], c read and written), and the ROWS
+ * packer (panels of nc <= KK_GEMM_NC columns from rows n0 .. of w, zero
+ * columns past n). */
+typedef void (*kk_gemm_tile_fn)(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c,
+                                size_t ldc);
+typedef void (*kk_gemm_pack_fn)(const kk_gemm *g, int k0, int kc, int n0, int nc, float *panel);
+
+/* C as above through the best level's kernels, the chunks spread over the
+ * pool (NULL: the calling thread alone). */
+void kk_gemm_run(kpool *pool, const kk_gemm *g);
+/* The same through the kernels of level isa (KQ_ISA_*), for the tests; -1
+ * when the CPU lacks it. */
+int kk_gemm_run_at(kpool *pool, const kk_gemm *g, int isa);
+
 typedef struct kk_conv {
     const kk_mat *wt;  /* cout rows of cin * kh * kw */
     const float *bias; /* [cout] or NULL */
@@ -37,8 +97,7 @@ typedef struct kk_conv {
 
 static inline int kk_conv_out(int in, int k, int stride, int pad) { return (in + 2 * pad - k) / stride + 1; }
 
-/* Scratch bytes kk_conv2d needs for c (patch rows, the product of one
- * band, and the matmul's own scratch). */
+/* Scratch bytes kk_conv2d needs for c (the weight widened to F32). */
 size_t kk_conv2d_scratch(const kk_conv *c);
 /* y [cout][ho][wo] = conv(x [cin][h][w]).  y must not overlap x. */
 void kk_conv2d(kpool *pool, const kk_conv *c, const float *x, float *y, void *scratch);
@@ -59,6 +118,15 @@ typedef void (*kk_gn_fn)(const kk_gn *g, const float *x, float *y, int group);
 kk_gn_fn kk_groupnorm_at(int isa);
 /* All groups through the best kernel, the groups spread over the pool. */
 void kk_groupnorm(kpool *pool, const kk_gn *g, const float *x, float *y);
+
+/* In place: x = gelu(x), the tanh approximation written through one
+ * exponential, x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))) (the same
+ * function as ops.h's kk_gelu).  The AVX2 twin takes x86.h's exp8 and
+ * matches the scalar one (expf) within 1e-6 relative; values are
+ * independent, so the pool's split changes nothing. */
+typedef void (*kk_gelu_fn)(float *x, size_t n);
+kk_gelu_fn kk_gelu_tanh_at(int isa);
+void kk_gelu_tanh(kpool *pool, float *x, size_t n);
 
 /* y [c][2h][2w] = x [c][h][w], each value repeated 2 x 2. */
 void kk_upsample2x(const float *x, float *y, int c, int h, int w);

@@ -3,15 +3,18 @@
  * the accessors the folder's headers declare over them (those of ssm.h and
  * conv.h live in ssm.c and conv.c, since the two headers cannot meet).  The AVX-512 level
  * has its own interleaved and F16 block kernels; for the element-wise ops,
- * attention, the SSM kernels and the group norm it names the AVX2 ones,
+ * attention, the SSM kernels, the group norm, the image GEMM and GELU it names the AVX2 ones,
  * which run on it unchanged (no AVX-512 twins of those exist).
  */
 #include "kernels/level.h"
 
 static const kk_level g_levels[] = {
-    [KQ_ISA_SCALAR] = {&kk_ops_scalar, &kk_ssm_scalar, kk_groupnorm_ref, &kk_x8_scalar, kk_tile_f16_ref},
-    [KQ_ISA_AVX2] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx2, kk_tile_f16_avx2},
-    [KQ_ISA_AVX512] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx512, kk_tile_f16_avx512},
+    [KQ_ISA_SCALAR] = {&kk_ops_scalar, &kk_ssm_scalar, kk_groupnorm_ref, &kk_x8_scalar, kk_tile_f16_ref,
+                       kk_gemm_tile_ref, kk_gemm_pack_rows_ref, kk_gelu_tanh_ref},
+    [KQ_ISA_AVX2] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx2, kk_tile_f16_avx2, kk_gemm_tile_avx2,
+                     kk_gemm_pack_rows_avx2, kk_gelu_tanh_avx2},
+    [KQ_ISA_AVX512] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx512, kk_tile_f16_avx512,
+                       kk_gemm_tile_avx2, kk_gemm_pack_rows_avx2, kk_gelu_tanh_avx2},
 };
 
 const kk_level *kk_level_at(int isa) {

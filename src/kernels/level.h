@@ -16,8 +16,13 @@
 /* conv.h and ssm.h each name a different struct kk_conv, so this header
  * includes neither and names their types by tag. */
 struct kk_gn;
+struct kk_gemm;
 struct kk_ssm_ops;
 typedef void (*kk_level_gn_fn)(const struct kk_gn *g, const float *x, float *y, int group);
+/* conv.h's kk_gemm_tile_fn and kk_gemm_pack_fn */
+typedef void (*kk_level_gemm_tile_fn)(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c,
+                                      size_t ldc);
+typedef void (*kk_level_gemm_pack_fn)(const struct kk_gemm *g, int k0, int kc, int n0, int nc, float *panel);
 
 /* A level's interleaved (pack.h) kernels by weight type; NULL = none. */
 typedef struct kk_x8_set {
@@ -29,7 +34,10 @@ typedef struct kk_level {
     const struct kk_ssm_ops *ssm;
     kk_level_gn_fn groupnorm; /* conv.h's kk_gn_fn */
     const kk_x8_set *x8;
-    kk_tile_fn tile_f16; /* the F16 block kernel (matmul.h) */
+    kk_tile_fn tile_f16;                   /* the F16 block kernel (matmul.h) */
+    kk_level_gemm_tile_fn gemm_tile;       /* conv.h's image GEMM: the 6 x 16 tile */
+    kk_level_gemm_pack_fn gemm_pack_rows;  /* and its packer of weight rows */
+    void (*gelu_tanh)(float *x, size_t n); /* conv.h's kk_gelu_fn */
 } kk_level;
 
 /* The table of level isa (KQ_ISA_*), NULL when the CPU lacks it. */
@@ -42,6 +50,9 @@ extern const kk_ops kk_ops_scalar;
 extern const struct kk_ssm_ops kk_ssm_scalar;
 extern const kk_x8_set kk_x8_scalar;
 void kk_groupnorm_ref(const struct kk_gn *g, const float *x, float *y, int group);
+void kk_gemm_tile_ref(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc);
+void kk_gemm_pack_rows_ref(const struct kk_gemm *g, int k0, int kc, int n0, int nc, float *panel);
+void kk_gelu_tanh_ref(float *x, size_t n);
 void kk_tile_f16_ref(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                      int64_t ldy);
 /* AVX2 (+ FMA, F16C): ops_avx2.c, ssm_avx2.c, conv_avx2.c, pack_avx2.c,
@@ -50,6 +61,9 @@ extern const kk_ops kk_ops_avx2;
 extern const struct kk_ssm_ops kk_ssm_avx2;
 extern const kk_x8_set kk_x8_avx2;
 void kk_groupnorm_avx2(const struct kk_gn *g, const float *x, float *y, int group);
+void kk_gemm_tile_avx2(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc);
+void kk_gemm_pack_rows_avx2(const struct kk_gemm *g, int k0, int kc, int n0, int nc, float *panel);
+void kk_gelu_tanh_avx2(float *x, size_t n);
 void kk_tile_f16_avx2(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                       int64_t ldy);
 /* AVX-512 VNNI: pack_avx512.c, matmul_avx512.c. */
