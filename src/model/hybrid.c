@@ -808,7 +808,12 @@ static void recurrent_layer(hyb_job *j) {
             memcpy(dst + h->conv_dim + h->Hv, w->gd + (size_t)(r0 + t) * h->Hv, (size_t)h->Hv * sizeof(float));
         }
     }
-    run_items(j, conv_task);
+    if (n == 1) { /* conv_dim x K multiply-adds: less than a pool hand-off */
+        atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+        conv_task(j, 0, 1);
+    } else {
+        run_items(j, conv_task);
+    }
     tok_step(j, STEP_REC_QKNORM);
     run_items(j, gdn_task);
     tok_step(j, STEP_REC_OUT);
@@ -876,26 +881,31 @@ static void moe_ffn(hyb_job *j) {
         w->e_off[e] = off;
         off += w->e_count[e];
     }
+    /* one token (decode; its k experts are distinct): every expert reads
+     * xn itself, converted once for all of them; else xn is copied to each
+     * of its rows */
+    const int one = n == 1;
     for (int e = 0; e < NE; e++) w->e_count[e] = 0; /* refilled as rows are placed */
     for (int t = 0; t < n; t++)
         for (int s = 0; s < KU; s++) {
             const int e = w->sel[(size_t)t * KU + s], r = w->e_off[e] + w->e_count[e]++;
             w->row_of[(size_t)t * KU + s] = r;
-            memcpy(w->mx + (size_t)r * E, w->xn + (size_t)t * E, (size_t)E * sizeof(float));
+            if (!one) memcpy(w->mx + (size_t)r * E, w->xn + (size_t)t * E, (size_t)E * sizeof(float));
         }
     for (int e = 0; e < NE; e++) {
         if (!w->e_count[e]) continue;
         const int32_t r0 = w->e_off[e], cnt = w->e_count[e];
         for (int k = 0; k < 2; k++) {
             w->outs[n_out] = (kk_mm_out){k ? &L->e_up[e] : &L->e_gate[e], (k ? w->mu : w->mg) + (size_t)r0 * Fe, Fe};
-            w->out_t0[n_out] = r0;
+            w->out_t0[n_out] = one ? 0 : r0;
             w->out_nt[n_out++] = cnt;
         }
     }
     const int rows = n * KU;
     for (int a = 0; a < n_out; a += KK_MM_MAX_OUTS)
         kk_matmul_ranges(c->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
-                         n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, w->mx, rows, c->mm_scratch);
+                         n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, one ? w->xn : w->mx, one ? 1 : rows,
+                         c->mm_scratch);
     for (int r = 0; r < rows; r++) ops->swiglu(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe);
     n_out = 0;
     for (int e = 0; e < NE; e++) {
