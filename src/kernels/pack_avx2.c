@@ -262,9 +262,41 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
  * activation broadcast takes w's sign (sign_epi8), maddubs, and madd to
  * int32 at once (a pair of 127 * 127 products nearly fills 16 bits).  One
  * fma per block, as in the scalar twin. */
+/* One token (decode): the accumulator stays in a register and |w| goes
+ * straight into maddubs; the same sums in the same order as below. */
+static void x8_q8_0_1(int nb, const kk_q8_0x8 *w, const kk_act8 *a, size_t lda, float *acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 sum = _mm256_loadu_ps(acc);
+    for (int b = 0; b < nb; b++) {
+        const kk_q8_0x8 *wb = &w[b];
+        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
+        const kk_act8 *ab = a + (size_t)b * lda;
+        const int8_t *y = ab->qs;
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k += 2) {
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * k));
+            const __m256i q1 = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * k + 32));
+            s0 = _mm256_add_epi32(
+                s0, _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(q0), _mm256_sign_epi8(bcast4(y + 4 * k), q0)), ones));
+            s1 = _mm256_add_epi32(
+                s1, _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(q1), _mm256_sign_epi8(bcast4(y + 4 * k + 4), q1)), ones));
+        }
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), _mm256_set1_ps(ab->d));
+        sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), d, sum);
+    }
+    _mm256_storeu_ps(acc, sum);
+}
+
 static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q8_0x8 *w = vw;
     const kk_act8 *a = va;
+    if (n_tok == 1) {
+        x8_q8_0_1(nb, w, a, lda, acc);
+        return;
+    }
     const __m256i ones = _mm256_set1_epi16(1);
     for (int b = 0; b < nb; b++) {
         const kk_q8_0x8 *wb = &w[b];
