@@ -142,6 +142,26 @@ size_t im_attention_scratch(int n_q, int n_kv, int hd) {
     return (size_t)n_q * (size_t)n_kv * sizeof(float) + 64;
 }
 
+typedef struct sm_job {
+    const im_attn *a;
+    float *s;
+    int h;
+} sm_job;
+
+/* Rows of head h's scores: scaled, biased, softmaxed (each row alone). */
+static void softmax_task(void *ud, int ith, int nth) {
+    const sm_job *j = ud;
+    const im_attn *a = j->a;
+    long lo, hi;
+    kpool_range(a->n_q, ith, nth, &lo, &hi);
+    for (long i = lo; i < hi; i++) {
+        float *row = j->s + (size_t)i * (size_t)a->n_kv;
+        const float *bias = a->bias ? a->bias + ((size_t)j->h * (size_t)a->n_q + (size_t)i) * (size_t)a->n_kv : NULL;
+        for (int c = 0; c < a->n_kv; c++) row[c] = row[c] * a->scale + (bias ? bias[c] : 0.0f);
+        kk_softmax(row, a->n_kv);
+    }
+}
+
 void im_attention(kpool *pool, const im_attn *a, void *scratch) {
     float *s = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     for (int h = 0; h < a->heads; h++) {
@@ -153,12 +173,11 @@ void im_attention(kpool *pool, const im_attn *a, void *scratch) {
                             s,         (size_t)a->n_kv, NULL,
                             NULL};
         kk_gemm_run(pool, &qk);
-        for (int i = 0; i < a->n_q; i++) {
-            float *row = s + (size_t)i * (size_t)a->n_kv;
-            const float *bias = a->bias ? a->bias + ((size_t)h * (size_t)a->n_q + (size_t)i) * (size_t)a->n_kv : NULL;
-            for (int j = 0; j < a->n_kv; j++) row[j] = row[j] * a->scale + (bias ? bias[j] : 0.0f);
-            kk_softmax(row, a->n_kv);
-        }
+        sm_job sj = {a, s, h};
+        if ((size_t)a->n_q * (size_t)a->n_kv >= 16384)
+            kpool_run(pool, softmax_task, &sj);
+        else
+            softmax_task(&sj, 0, 1);
         /* out_h [n_q][hd] = p v_h, v_h [n_kv][hd] */
         const kk_gemm pv = {a->n_q,    a->hd,  a->n_kv,        s,           (size_t)a->n_kv, KK_GB_KN,
                             a->v + c0, KQ_F32, (size_t)a->ldv, a->out + c0, (size_t)a->ldo,  NULL,

@@ -22,11 +22,14 @@ static inline __attribute__((always_inline)) void tile(const int MR, int kc, con
         acc[i][0] = _mm256_loadu_ps(c + (size_t)i * ldc);
         acc[i][1] = _mm256_loadu_ps(c + (size_t)i * ldc + 8);
     }
-    for (int k = 0; k < kc; k++) {
-        const __m256 b0 = _mm256_load_ps(bp + (size_t)k * 16), b1 = _mm256_load_ps(bp + (size_t)k * 16 + 8);
+    const float *ar[KK_GEMM_MR]; /* one base per row, so each broadcast is base + 4 k */
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) ar[i] = a + (size_t)i * lda;
+    for (int k = 0; k < kc; k++, bp += 16) {
+        const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
 #pragma GCC unroll 6
         for (int i = 0; i < MR; i++) {
-            const __m256 av = _mm256_broadcast_ss(a + (size_t)i * lda + (size_t)k);
+            const __m256 av = _mm256_broadcast_ss(ar[i] + k);
             acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
             acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
         }
