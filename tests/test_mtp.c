@@ -16,8 +16,14 @@
  *     MTP block's too) and the next MTP proposal are those after plain
  *     decoding, bit for bit.
  *  5. Errors: a model without MTP blocks, a context without the MTP cache.
- *  6. The command line: kiln run --spec mtp prints the plain text. */
+ *  6. The command line: kiln run --spec mtp prints the plain text.
+ *  7. Repacking: quantized to Q8_0, the MTP block's matrices are repacked
+ *     with the model's (the repacked bytes cover every matrix of the file),
+ *     and its proposals are those of the file layout. */
 #include "gen/gen.h"
+#include "gguf/gguf.h"
+#include "kernels/pack.h"
+#include "quant/quant.h"
 #include "model/mtp.h"
 #include "model/state.h"
 #include "spec/spec.h"
@@ -356,6 +362,83 @@ static void errors(const fixture *f) {
     kiln_context_free(c);
 }
 
+/* ---- 7. repacking ---- */
+
+/* The prompt, then n_chain chained MTP steps; their logits into dst. */
+static void mtp_chain_logits(kiln_model *m, const fixture *f, float *dst) {
+    kiln_context *c = new_ctx(m, 1, KILN_KV_F32, 1);
+    if (!c) return;
+    kiln_batch b = {f->n_prompt, f->prompt, NULL, NULL, NULL};
+    CHECK(kiln_decode(c, &b) == KILN_OK);
+    int32_t seq = 0, pos = f->n_prompt, tok = f->greedy[0];
+    uint8_t chain = 0;
+    for (int i = 0; i < f->n_chain; i++) {
+        CHECK(kl_mtp_step(c, 1, &seq, &pos, &tok, &chain) == KILN_OK);
+        memcpy(dst + (size_t)i * f->n_vocab, kl_mtp_logits(c, 0), (size_t)f->n_vocab * sizeof(float));
+        tok = f->chain[i];
+        pos++;
+        chain = 1;
+    }
+    kiln_context_free(c);
+}
+
+static void repacked(const char *name, const fixture *f) {
+    char dir[] = "/tmp/kiln-mtp-XXXXXX", path[64], err[256];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/q8.gguf", dir);
+    char src[96];
+    snprintf(src, sizeof src, "data/spec/%s.gguf", name);
+    CHECKF(kiln_quantize(src, path, "Q8_0", 1) == KILN_OK, "%s: %s", name, kiln_last_error());
+    /* what repacking must cover: every interleavable matrix but the token
+     * embeddings (read by rows, never multiplied) unless tied to the head,
+     * expert by expert */
+    size_t want = 0;
+    gguf_file *g = gguf_open(path, err, sizeof err);
+    CHECKF(g != NULL, "%s", err);
+    const int tied = g && !gguf_find_tensor(g, "output.weight");
+    for (int i = 0; g && i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        kk_mat one = {t->data, (int)t->type, t->ne[0], t->ne[1], NULL};
+        if (t->n_dims < 2 || !kk_mat_interleavable(&one) || strstr(t->name, "embed_tokens.weight") ||
+            (!tied && !strcmp(t->name, "token_embd.weight")))
+            continue;
+        want += (size_t)t->ne[2] * ((kk_x8_matrix_size((int)t->type, t->ne[0], t->ne[1]) + 63) & ~(size_t)63);
+    }
+    gguf_close(g);
+    kiln_model *m[2] = {NULL, NULL};
+    float *lg[2];
+    for (int k = 0; k < 2; k++) {
+        kiln_model_params mp = kiln_model_default_params();
+        mp.repack = 1 - k;
+        CHECKF(kiln_model_load(path, &mp, &m[k]) == KILN_OK, "%s", kiln_last_error());
+        lg[k] = calloc((size_t)f->n_chain * f->n_vocab, sizeof(float));
+        if (m[k] && lg[k]) mtp_chain_logits(m[k], f, lg[k]);
+    }
+    if (m[0]) {
+        kiln_model_info info;
+        kiln_model_get_info(m[0], &info);
+        /* the vectors are copied too: the matrices alone are a lower bound */
+        CHECKF(info.repacked_bytes >= want, "%s Q8_0: %llu bytes repacked, the matrices alone take %zu", name,
+               (unsigned long long)info.repacked_bytes, want);
+    }
+    for (int i = 0; i < f->n_chain && lg[0] && lg[1]; i++) {
+        const float *a = lg[0] + (size_t)i * f->n_vocab, *b = lg[1] + (size_t)i * f->n_vocab;
+        double d = 0, mx = 0;
+        for (int v = 0; v < f->n_vocab; v++) {
+            d = fmax(d, fabs((double)a[v] - b[v]));
+            mx = fmax(mx, fabs((double)b[v]));
+        }
+        CHECKF(d <= 1e-5 * (mx > 0 ? mx : 1), "%s Q8_0: MTP step %d: repacked against file layout %.3g", name, i, d);
+        CHECK(argmax(a, f->n_vocab) == argmax(b, f->n_vocab));
+    }
+    for (int k = 0; k < 2; k++) {
+        free(lg[k]);
+        kiln_model_free(m[k]);
+    }
+    unlink(path);
+    CHECK(rmdir(dir) == 0);
+}
+
 /* ---- 6. the command line ---- */
 
 static void cli(void) {
@@ -395,6 +478,7 @@ int main(void) {
         identity(k_fix[i], &f[i], KILN_KV_F16);
         identity(k_fix[i], &f[i], KILN_KV_F32);
         no_trace(k_fix[i], &f[i]);
+        repacked(k_fix[i], &f[i]);
     }
     errors(&f[0]);
     cli();

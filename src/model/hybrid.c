@@ -84,8 +84,8 @@ typedef struct hyb_mtp {
     int complete;   /* 1: every tensor the block needs is there */
     kk_mat eh_proj; /* 2 n_embd -> n_embd, input [enorm'd embedding | hnorm'd hidden] */
     const float *enorm, *hnorm;
-    kk_mat embed_tokens, head; /* own, or the model's */
-    const float *head_norm;    /* own, or the output norm */
+    kk_mat embed_tokens, head; /* own; data NULL: the model's (mtp_embd, mtp_head) */
+    const float *head_norm;    /* own; NULL: the output norm */
     hyb_layer block;           /* full attention (cache ordinal n_attn) + FFN */
 } hyb_mtp;
 
@@ -365,9 +365,6 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
                       L->wk.data && L->wv.data && L->wo.data && L->q_norm && L->k_norm &&
                       (L->moe ? L->router.data && L->e_gate && L->e_gate[0].data && L->e_down[0].data
                               : L->w_gate.data && L->w_up.data && L->w_down.data);
-        if (!t->embed_tokens.data) t->embed_tokens = m->tok_embd;
-        if (!t->head.data) t->head = m->output;
-        if (!t->head_norm) t->head_norm = m->out_norm;
         t->block.ord = h->n_attn; /* the context's extra attention layer (api.c) */
     }
     if (B.failed) return -1;
@@ -416,9 +413,21 @@ static void layer_weights(const kiln_model *m, const hyb_model *h, hyb_layer *l,
 
 static void hyb_weights(kiln_model *m, kl_weights *w) {
     hyb_model *h = m->fam;
+    const int64_t E = m->hp.n_embd;
     kl_weights_mat(w, &m->output);
-    kl_weights_vec(w, &m->out_norm, m->hp.n_embd);
+    kl_weights_vec(w, &m->out_norm, E);
     for (int i = 0; i < h->n_layer; i++) layer_weights(m, h, &h->layers[i], w);
+    /* the MTP blocks' own tensors (their shared ones are listed above:
+     * mtp_head and friends read them through the model at use) */
+    for (int i = 0; i < h->n_layer_all - h->n_layer; i++) {
+        hyb_mtp *t = &h->mtp[i];
+        layer_weights(m, h, &t->block, w);
+        kl_weights_mat(w, &t->eh_proj);
+        kl_weights_mat(w, &t->head);
+        kl_weights_vec(w, &t->enorm, E);
+        kl_weights_vec(w, &t->hnorm, E);
+        kl_weights_vec(w, &t->head_norm, E);
+    }
 }
 
 /* Floats a recorded run keeps per token and recurrent layer: the
@@ -943,13 +952,24 @@ static void moe_ffn(hyb_job *j) {
 
 /* ------------------------------------------------------------------ MTP */
 
+/* The MTP block's embedding, head and head norm: its own where the file
+ * has them, else the model's (repacked or moved at load, so looked up here
+ * rather than copied at bind time). */
+static const kk_mat *mtp_embd(const kiln_model *m, const hyb_mtp *t) {
+    return t->embed_tokens.data ? &t->embed_tokens : &m->tok_embd;
+}
+static const kk_mat *mtp_head(const kiln_model *m, const hyb_mtp *t) { return t->head.data ? &t->head : &m->output; }
+static const float *mtp_head_norm(const kiln_model *m, const hyb_mtp *t) {
+    return t->head_norm ? t->head_norm : m->out_norm;
+}
+
 /* Row i's input pair into w->mcat: [rms(emb(tok)) * enorm | rms(hid) *
  * hnorm], hid NULL standing for a zero hidden state. */
 static void mtp_pair(kiln_context *c, const hyb_mtp *t, const kk_ops *ops, int i, int32_t tok, const float *hid) {
     hyb_ws *w = c->ws;
     const int E = c->m->hp.n_embd;
     float *cat = w->mcat + (size_t)i * 2 * E;
-    kk_get_row(&t->embed_tokens, tok, cat);
+    kk_get_row(mtp_embd(c->m, t), tok, cat);
     ops->rmsnorm(cat, cat, t->enorm, E, c->m->hp.eps);
     if (hid)
         ops->rmsnorm(cat + E, hid, t->hnorm, E, c->m->hp.eps);
@@ -1033,10 +1053,10 @@ static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, cons
     tok_step(&j, STEP_RESID);
     for (int r = 0; r < n; r++) {
         float *hn = w->mh + (size_t)r * E;
-        ops->rmsnorm(hn, w->x + (size_t)r * E, t->head_norm, E, m->hp.eps);
+        ops->rmsnorm(hn, w->x + (size_t)r * E, mtp_head_norm(m, t), E, m->hp.eps);
         memcpy(c->mtp_chain + (size_t)seq[r] * E, hn, (size_t)E * sizeof(float));
     }
-    kk_matmul(c->pool, &t->head, w->mh, n, c->mtp_logits, m->hp.n_vocab, c->mm_scratch);
+    kk_matmul(c->pool, mtp_head(m, t), w->mh, n, c->mtp_logits, m->hp.n_vocab, c->mm_scratch);
     return KILN_OK;
 }
 
