@@ -23,3 +23,9 @@ for c in clip10 clip12 clip35; do
   printf '%s.wav  espeak-ng said: %-30s kiln heard: %s\n' "$c" "\"$said\"" "\"${heard# }\""
 done
 
+
+# Text to image: models/shapes-256 (trained by tests/gen_image.py --demo on
+# pictures of coloured shapes; look at the PNG it writes).
+echo >&2
+echo "kiln image -m models/shapes-256 -p \"a yellow circle on a red background\" -o build/shapes.png" >&2
+./build/kiln image -m models/shapes-256 -p "a yellow circle on a red background" --seed 444 -o build/shapes.png -t "$(nproc)"

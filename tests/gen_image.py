@@ -30,6 +30,7 @@ import collections
 import hashlib
 import io
 import json
+import math
 import os
 import struct
 import subprocess
@@ -347,7 +348,20 @@ simple flat shapes drawn with bright colors for children to learn names
 café naïve façade über straße 中文 字 日本語 numbers 0123456789""".split("\n")
 
 
-def gen_tokenizer(path):
+def varint(n):
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def gen_tokenizer(path, whole_words=False):
+    """A unigram SentencePiece model trained on the captions and some prose.
+    whole_words (the demo): the caption words are added as pieces of their
+    own, since a corpus this small leaves them split into letters ("▁", "re",
+    "d"), which a tiny encoder trained from scratch must first put together."""
     import sentencepiece as spm
     lines = [caption(c, s, b) for c in COLORS for s in SHAPES for b in COLORS if b != c] + PROSE * 8
     m = io.BytesIO()
@@ -355,8 +369,37 @@ def gen_tokenizer(path):
                                    model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
                                    character_coverage=1.0, hard_vocab_limit=False, num_threads=1,
                                    minloglevel=2)
+    raw = m.getvalue()
+    if whole_words:
+        # ModelProto: field 1 (pieces, repeated) comes first; a piece is
+        # {1: text, 2: score (float), 3: type (1 = normal)}.  New pieces go
+        # after the last one, so every trained id keeps its number.
+        have = set(spm.SentencePieceProcessor(model_proto=raw).id_to_piece(list(range(
+            spm.SentencePieceProcessor(model_proto=raw).get_piece_size()))))
+        extra = b""
+        for w in COLORS + SHAPES + ["on", "background"]:
+            text = ("\u2581" + w).encode()
+            if text.decode() in have:
+                continue
+            sub = b"\x0a" + varint(len(text)) + text + b"\x15" + struct.pack("<f", -2.0) + b"\x18\x01"
+            extra += b"\x0a" + varint(len(sub)) + sub
+        i = last = 0
+        while i < len(raw):  # every top-level field of a ModelProto is length-delimited
+            tag, n, shift = raw[i], 0, 0
+            i += 1
+            while True:
+                b = raw[i]
+                i += 1
+                n |= (b & 0x7F) << shift
+                shift += 7
+                if not b & 0x80:
+                    break
+            i += n
+            if tag >> 3 == 1:
+                last = i
+        raw = raw[:last] + extra + raw[last:]
     with open(path, "wb") as f:
-        f.write(m.getvalue())
+        f.write(raw)
     return spm.SentencePieceProcessor(model_file=path)
 
 
@@ -576,17 +619,25 @@ def to_pixels(img):
     return np.round(x * 255).astype(np.uint8)
 
 
+def train_betas(sc):
+    """diffusers' betas for the scheduler config, float32."""
+    N = sc["num_train_timesteps"]
+    if sc["beta_schedule"] == "linear":
+        return torch.linspace(sc["beta_start"], sc["beta_end"], N, dtype=torch.float32)
+    if sc["beta_schedule"] == "scaled_linear":
+        return torch.linspace(sc["beta_start"] ** 0.5, sc["beta_end"] ** 0.5, N, dtype=torch.float32) ** 2
+    if sc["beta_schedule"] == "squaredcos_cap_v2":
+        def abar(t):
+            return math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
+        return torch.tensor([min(1 - abar((i + 1) / N) / abar(i / N), 0.999) for i in range(N)], dtype=torch.float32)
+    raise ValueError(sc["beta_schedule"])
+
+
 def schedule(sc, steps):
     """diffusers EulerDiscreteScheduler.set_timesteps (linear interpolation of
     sigmas): (timesteps, sigmas with a final 0, init_noise_sigma)."""
     N = sc["num_train_timesteps"]
-    if sc["beta_schedule"] == "linear":
-        betas = torch.linspace(sc["beta_start"], sc["beta_end"], N, dtype=torch.float32)
-    elif sc["beta_schedule"] == "scaled_linear":
-        betas = torch.linspace(sc["beta_start"] ** 0.5, sc["beta_end"] ** 0.5, N, dtype=torch.float32) ** 2
-    else:
-        raise ValueError(sc["beta_schedule"])
-    ac = torch.cumprod(1.0 - betas, dim=0)
+    ac = torch.cumprod(1.0 - train_betas(sc), dim=0)
     sp = sc["timestep_spacing"]
     if sp == "linspace":
         ts = np.linspace(0, N - 1, steps, dtype=np.float32)[::-1].copy()
@@ -841,11 +892,16 @@ def write_pack(d, name, files, config, license_):
 
 # ---------------------------------------------------------------- the demo: a tiny pipeline trained here
 
-DEMO_T5 = {"d_model": 64, "heads": 4, "d_kv": 16, "d_ff": 128, "layers": 2, "buckets": 32, "max_distance": 128}
-DEMO_DIT = {"hidden": 64, "heads": 1, "depth": 3, "patch": 4, "in_ch": 4, "out_ch": 4, "sample": 32, "interp": 1.0,
+DEMO_T5 = {"d_model": 128, "heads": 4, "d_kv": 32, "d_ff": 256, "layers": 2, "buckets": 32, "max_distance": 128}
+DEMO_DIT = {"hidden": 128, "heads": 4, "depth": 4, "patch": 4, "in_ch": 4, "out_ch": 4, "sample": 32, "interp": 1.0,
             "mlp": 4}
 DEMO_VAE = {"channels": [8, 8, 16, 32], "layers_per_block": 1, "groups": 4, "latent": 4, "scaling": 1.5}
-DEMO_SCHED = dict(SCHED, prediction_type="v_prediction")
+# The cosine schedule ends at a signal-to-noise ratio of about 1e-9 where the
+# linear one ends at 4e-5: with a plain background filling most of a picture,
+# 4e-5 is enough signal for the transformer to read a colour out of the
+# noise's mean, and then at sampling time it paints whatever colour the seed's
+# noise leans to, whatever the caption says.
+DEMO_SCHED = dict(SCHED, prediction_type="v_prediction", beta_schedule="squaredcos_cap_v2")
 RGB = {"red": (220, 30, 30), "green": (30, 170, 50), "blue": (30, 60, 220), "yellow": (240, 220, 40),
        "white": (245, 245, 245), "black": (15, 15, 15), "purple": (140, 40, 170), "orange": (245, 140, 20)}
 
@@ -897,33 +953,39 @@ def load_safetensors(path):
     return W
 
 
-def gen_demo(minutes, resume=False, keep_vae=False):
+def gen_demo(minutes, out, state=None, resume=False, keep_vae=False, fresh_layers=False):
+    """Trains the demo pipeline on pictures of coloured shapes for about
+    MINUTES of one core, writing the pack to OUT every few minutes (with the
+    transformer's and encoder's moving average, which samples far cleaner
+    than the raw weights).  STATE keeps the raw weights, the averages and the
+    optimizer, so a run can go on where an earlier one stopped."""
     import time
     torch.set_num_threads(1)  # a shared machine: OpenMP threads spinning on busy cores only lose
-    d = os.path.join(os.path.dirname(ROOT), "models", "shapes-256")
+    d = out
     os.makedirs(d, exist_ok=True)
-    sp = gen_tokenizer(os.path.join(d, "spiece.model"))
+    sp = gen_tokenizer(os.path.join(d, "spiece.model"), whole_words=True)
     caps = [(c, s, b) for c in COLORS for s in SHAPES for b in COLORS if b != c]
     rng = np.random.default_rng(5)
     g = torch.Generator().manual_seed(77)
     budget = minutes * 60.0
     t_start = time.time()
+    st = torch.load(state) if resume and state and os.path.exists(state) else None
 
-    if resume or keep_vae:  # the bundled decoder stays
+    if st is not None:
+        Wv = as_params(st["vae"])
+    elif resume or keep_vae:  # the decoder in OUT stays
         Wv = as_params(load_safetensors(os.path.join(d, "vae.safetensors")))
-    if resume:  # the encoder and the transformer train further
-        Wt = as_params(load_safetensors(os.path.join(d, "t5.safetensors")))
-        Wd = as_params(torch.load(os.path.join(d, "dit.pt")))
     # 1. the decoder: latents of random pictures back to the pictures, on
     #    128-pixel pictures (a latent cell is 8 x 8 pixels at any size, and
     #    every layer but the group norms and the 16-cell attention is local)
-    Wv = Wv if resume or keep_vae else as_params(vae_weights(g, DEMO_VAE))
+    trained = st is not None or resume or keep_vae
+    Wv = Wv if trained else as_params(vae_weights(g, DEMO_VAE))
     for k in list(Wv):
         if k.startswith("encoder.") or k.startswith("quant_conv"):
             del Wv[k]
     opt = torch.optim.Adam(Wv.values(), lr=2e-3)
     t0, step = time.time(), 0
-    while not resume and not keep_vae and time.time() - t0 < budget * 0.2:
+    while not trained and time.time() - t0 < budget * 0.2:
         batch = [draw(*caps[rng.integers(len(caps))], rng, 128) for _ in range(4)]
         x = torch.from_numpy(np.stack(batch)).permute(0, 3, 1, 2)
         z = torch.stack([raw_latent(b) for b in batch]) * DEMO_VAE["scaling"]
@@ -939,34 +1001,102 @@ def gen_demo(minutes, resume=False, keep_vae=False):
 
     # 2. the encoder and the transformer together, v-prediction with 10 %
     #    of captions dropped to "" for guidance
-    if not resume:
+    # T5 does not scale its attention logits by 1 / sqrt(d_kv): its queries
+    # start that much smaller, or the softmax starts saturated on the words'
+    # content, the small position biases never count and the encoder stays a
+    # bag of words (as transformers' T5 initialisation does)
+    qscale = DEMO_T5["d_kv"] ** -0.5
+    if st is not None:
+        if not st.get("t5_q_scaled"):
+            for k in st["t5"]:
+                if k.endswith("SelfAttention.q.weight"):
+                    st["t5"][k] = st["t5"][k] * qscale
+                    st["ema"]["t5." + k] = st["ema"]["t5." + k] * qscale
+        if fresh_layers:  # the encoder's layers anew; its embedding, final norm and the rest stay
+            new = t5_weights(g, st["t5"]["shared.weight"].shape[0], DEMO_T5)
+            for k, v in new.items():
+                if k in ("shared.weight", "encoder.final_layer_norm.weight"):
+                    continue
+                v = v.float() * (qscale if k.endswith("SelfAttention.q.weight") else 1.0)
+                if k.endswith(("SelfAttention.o.weight", "DenseReluDense.wo.weight")):
+                    v = v * 0.3  # start near the old encoder's output, which the transformer reads
+                st["t5"][k] = v
+                st["ema"]["t5." + k] = v.clone()
+            st.pop("opt")
+        Wt, Wd = as_params(st["t5"]), as_params(st["dit"])
+        ema = {k: v.clone() for k, v in st["ema"].items()}
+        step0 = st["step"]
+    else:
         Wt = as_params(t5_weights(g, sp.get_piece_size() + 4, DEMO_T5))
+        for k in Wt:
+            if k.endswith("SelfAttention.q.weight"):
+                Wt[k].data.mul_(qscale)
         Wd = as_params(dit_weights(g, DEMO_DIT, DEMO_T5["d_model"]))
-        for k in Wd:
-            if k.startswith("proj_out"):
+        for k in Wd:  # adaLN-zero style: every block starts close to the identity
+            if k.startswith("proj_out") or k.endswith("attn2.to_out.0.weight"):
                 Wd[k].data.mul_(0.1)
-    opt = torch.optim.AdamW(list(Wt.values()) + list(Wd.values()), lr=2e-3, weight_decay=0.0)
-    betas = torch.linspace(SCHED["beta_start"], SCHED["beta_end"], 1000, dtype=torch.float32)
-    ac = torch.cumprod(1 - betas, 0)
+        ema = {("t5." + k): v.detach().clone() for k, v in Wt.items()}
+        ema.update({("dit." + k): v.detach().clone() for k, v in Wd.items()})
+        step0 = 0
+    params = list(Wt.values()) + list(Wd.values())
+    named = [("t5." + k, v) for k, v in Wt.items()] + [("dit." + k, v) for k, v in Wd.items()]
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0)
+    if st is not None and "opt" in st:
+        opt.load_state_dict(st["opt"])
+    # A probe that must tell, from the encoder's state at each colour word
+    # alone, the colour and whether it is the shape's or the background's
+    # (training only; not in the pack).  The transformer's cross-attention
+    # sees the caption as a set of states: until the encoder writes each
+    # word's role into its state, "a black circle on a white background" and
+    # "a white circle on a black background" are the same set to it, and it
+    # paints the two colours in whichever roles the seed's noise leans to.
+    D_t = DEMO_T5["d_model"]
+    probe = st.get("probe_roles") if st is not None else None
+    if probe is None:
+        probe = {"w": rnd(g, 2 * len(COLORS), D_t).float(), "b": torch.zeros(2 * len(COLORS))}
+    probe = as_params(probe)
+    opt_p = torch.optim.AdamW(probe.values(), lr=1e-3, weight_decay=0.0)
+    if st is not None and "opt_probe_roles" in st:
+        opt_p.load_state_dict(st["opt_probe_roles"])
+    role = {cap: (COLORS.index(cap[0]), COLORS.index(cap[2])) for cap in caps}
+    ac = torch.cumprod(1 - train_betas(DEMO_SCHED), 0)
     ids_all = {cap: sp.encode(caption(*cap)) + [1] for cap in caps}
-    # a fixed set of pictures: 8 jittered drawings of every caption
-    data = [(cap, raw_latent(draw(*cap, rng)) * DEMO_VAE["scaling"]) for cap in caps for _ in range(8)]
-    print(f"dit: {len(data)} training pictures", flush=True)
-    t0, step = time.time(), 0
+    # the colour words' places: "a C S on a B background" is one piece a word
+    at = [i for i, t in enumerate(ids_all[caps[0]]) if sp.id_to_piece(t) in ("\u2581" + caps[0][0], "\u2581" + caps[0][2])]
+    assert at == [1, 5], at
+    print(f"dit: {sum(v.numel() for v in Wd.values())} transformer weights", flush=True)
+    t0, step = time.time(), step0
     t_saved = t0
     B = 16
-    t_end = (budget if resume or keep_vae else budget * 0.8) - (time.time() - t_start)
+    t_end = (budget if trained else budget * 0.8) - (time.time() - t_start)
+
+    def save():
+        avg_t = collections.OrderedDict((k, ema["t5." + k]) for k in Wt)
+        avg_d = collections.OrderedDict((k, ema["dit." + k]) for k in Wd)
+        save_pack(d, avg_t, avg_d, Wv)
+        if state:
+            torch.save({"t5": {k: v.detach() for k, v in Wt.items()}, "dit": {k: v.detach() for k, v in Wd.items()},
+                        "vae": {k: v.detach() for k, v in Wv.items()}, "ema": ema, "opt": opt.state_dict(),
+                        "step": step, "t5_q_scaled": True, "probe_roles": {k: v.detach() for k, v in probe.items()},
+                        "opt_probe_roles": opt_p.state_dict()}, state + ".tmp")
+            os.replace(state + ".tmp", state)
+
     while time.time() - t0 < t_end:
+        lr = 1e-3 * min(1.0, (step + 1) / 300)
         if time.time() - t0 > 0.85 * t_end:
-            for grp in opt.param_groups:
-                grp["lr"] = 3e-4
-        pick = [data[rng.integers(len(data))] for _ in range(B)]
+            lr = 3e-4
+        for grp in opt.param_groups:
+            grp["lr"] = lr
+        # new drawings every step (the transformer learnt to recall a fixed set)
+        pick = [(cap, raw_latent(draw(*cap, rng)) * DEMO_VAE["scaling"])
+                for cap in (caps[rng.integers(len(caps))] for _ in range(B))]
         lat = torch.stack([p[1] for p in pick])
         t = torch.randint(0, 1000, (B,))
         noise = torch.randn(lat.shape)
         a = ac[t].view(B, 1, 1, 1)
         xt = a.sqrt() * lat + (1 - a).sqrt() * noise
-        ctx, mask = t5_encode_batch(Wt, DEMO_T5, [ids_all[p[0]] if rng.random() > 0.1 else [1] for p in pick])
+        keep = [rng.random() > 0.1 for _ in pick]
+        ctx, mask = t5_encode_batch(Wt, DEMO_T5, [ids_all[p[0]] if k else [1] for p, k in zip(pick, keep)])
         pred = dit_forward(Wd, DEMO_DIT, xt, t.float(), ctx, mask)
         # v-prediction: at high noise the target is nearly -x0 (the picture
         # the caption asks for), where an epsilon target is nearly the input
@@ -976,19 +1106,32 @@ def gen_demo(minutes, resume=False, keep_vae=False):
         # weighting would mute them and the captions are never learnt)
         v = a.sqrt() * noise - (1 - a).sqrt() * lat
         loss = ((pred - v) ** 2).mean()
+        kept = [i for i, k in enumerate(keep) if k]
+        aux = torch.zeros(())
+        if kept:
+            states = ctx[kept][:, [1, 5]]  # [n, 2, D]: the shape's colour word, the background's
+            out = states @ probe["w"].T + probe["b"]  # [n, 2, 2 colours]: shape colours, then background colours
+            want = torch.tensor([role[pick[i][0]] for i in kept])
+            want = torch.stack([want[:, 0], want[:, 1] + len(COLORS)], 1)
+            aux = torch.nn.functional.cross_entropy(out.reshape(-1, 2 * len(COLORS)), want.reshape(-1))
         opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(Wt.values()) + list(Wd.values()), 1.0)
+        opt_p.zero_grad()
+        (loss + 0.3 * aux).backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        opt_p.step()
         step += 1
+        decay = min(0.999, (1 + step) / (10 + step))
+        with torch.no_grad():
+            for k, v in named:
+                ema[k].mul_(decay).add_(v.detach(), alpha=1 - decay)
         if step % 20 == 0:
-            print(f"dit step {step}: loss {loss.item():.4f} {time.time() - t0:.0f} s", flush=True)
+            print(f"dit step {step}: loss {loss.item():.4f} roles {aux.item():.3f} {time.time() - t0:.0f} s", flush=True)
         if time.time() - t_saved > 300:  # a run cut short keeps what it learnt
-            save_pack(d, Wt, Wd, Wv)
+            save()
             t_saved = time.time()
     print(f"dit: {step} steps in {time.time() - t0:.0f} s, mse {loss.item():.4f}", flush=True)
-
-    save_pack(d, Wt, Wd, Wv)
+    save()
     for n in sorted(os.listdir(d)):
         report(os.path.join(d, n))
 
@@ -1041,6 +1184,10 @@ def main():
     ap.add_argument("--resume", action="store_true", help="with --demo: train the bundled weights further")
     ap.add_argument("--keep-vae", action="store_true",
                     help="with --demo: keep the bundled decoder, train the encoder and the transformer anew")
+    ap.add_argument("--out", metavar="DIR", help="with --demo: where the pack goes (models/shapes-256)")
+    ap.add_argument("--state", metavar="FILE", help="with --demo: the training state, kept for --resume")
+    ap.add_argument("--fresh-encoder-layers", action="store_true",
+                    help="with --demo --resume: start the encoder's layers anew (its embedding stays)")
     ap.add_argument("--bench", metavar="DIR", help="write a random F16 pipeline with PixArt-256 shapes to DIR")
     a = ap.parse_args()
     torch.manual_seed(0)
@@ -1048,7 +1195,8 @@ def main():
         gen_bench(a.bench)
         return
     if a.demo:
-        gen_demo(a.demo, a.resume, a.keep_vae)
+        out = a.out or os.path.join(os.path.dirname(ROOT), "models", "shapes-256")
+        gen_demo(a.demo, out, a.state, a.resume, a.keep_vae, a.fresh_encoder_layers)
         return
     gen_ckpt()
     if a.ckpt:
