@@ -374,8 +374,8 @@ def gen_tokenizer(path, whole_words=False):
         # ModelProto: field 1 (pieces, repeated) comes first; a piece is
         # {1: text, 2: score (float), 3: type (1 = normal)}.  New pieces go
         # after the last one, so every trained id keeps its number.
-        have = set(spm.SentencePieceProcessor(model_proto=raw).id_to_piece(list(range(
-            spm.SentencePieceProcessor(model_proto=raw).get_piece_size()))))
+        trained = spm.SentencePieceProcessor(model_proto=raw)
+        have = set(trained.id_to_piece(list(range(trained.get_piece_size()))))
         extra = b""
         for w in COLORS + SHAPES + ["on", "background"]:
             text = ("\u2581" + w).encode()
@@ -1007,11 +1007,6 @@ def gen_demo(minutes, out, state=None, resume=False, keep_vae=False, fresh_layer
     # bag of words (as transformers' T5 initialisation does)
     qscale = DEMO_T5["d_kv"] ** -0.5
     if st is not None:
-        if not st.get("t5_q_scaled"):
-            for k in st["t5"]:
-                if k.endswith("SelfAttention.q.weight"):
-                    st["t5"][k] = st["t5"][k] * qscale
-                    st["ema"]["t5." + k] = st["ema"]["t5." + k] * qscale
         if fresh_layers:  # the encoder's layers anew; its embedding, final norm and the rest stay
             new = t5_weights(g, st["t5"]["shared.weight"].shape[0], DEMO_T5)
             for k, v in new.items():
@@ -1077,7 +1072,7 @@ def gen_demo(minutes, out, state=None, resume=False, keep_vae=False, fresh_layer
         if state:
             torch.save({"t5": {k: v.detach() for k, v in Wt.items()}, "dit": {k: v.detach() for k, v in Wd.items()},
                         "vae": {k: v.detach() for k, v in Wv.items()}, "ema": ema, "opt": opt.state_dict(),
-                        "step": step, "t5_q_scaled": True, "probe_roles": {k: v.detach() for k, v in probe.items()},
+                        "step": step, "probe_roles": {k: v.detach() for k, v in probe.items()},
                         "opt_probe_roles": opt_p.state_dict()}, state + ".tmp")
             os.replace(state + ".tmp", state)
 
