@@ -11,6 +11,7 @@
 #include "kernels/pack.h"
 
 #include "kernels/level.h"
+#include "kernels/pack_x86.h"
 #include "quant/kquants_layout.h"
 #include "quant/quant.h"
 
@@ -106,32 +107,6 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
 /* Tokens per pass over a super-block's sub-blocks in the K-quant kernels:
  * their int32 sums (two 32-byte vectors per token) stay on the stack. */
 #define KT 16
-
-/* The Q6_K scales of a packed super-block as 16-bit pairs per row lane:
- * dsc[s] = (sc_s, sc_s) for the madd of sub-block s's sums, and osc[p] =
- * (sc_2p, sc_2p+1) for the offset term against the 16-element sums. */
-static inline void q6_K_scale_pairs(const int8_t *sc, __m256i dsc[16], __m256i osc[8]) {
-    const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
-    __m256i sv[16];
-    for (int s = 0; s < 16; s++) {
-        sv[s] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * s)));
-        dsc[s] = _mm256_or_si256(_mm256_and_si256(sv[s], lo16), _mm256_slli_epi32(sv[s], 16));
-    }
-    for (int p = 0; p < 8; p++)
-        osc[p] = _mm256_or_si256(_mm256_and_si256(sv[2 * p], lo16), _mm256_slli_epi32(sv[2 * p + 1], 16));
-}
-
-/* The -32 offset of the 8 rows' int32 sums: 32 * sum_s sc_s * bsums[s]. */
-static inline __m256i q6_K_offset(const __m256i osc[8], const int16_t *bsums) {
-    __m256i off = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int p = 0; p < 8; p++) {
-        int32_t bs;
-        memcpy(&bs, bsums + 2 * p, 4);
-        off = _mm256_add_epi32(off, _mm256_madd_epi16(osc[p], _mm256_set1_epi32(bs)));
-    }
-    return _mm256_slli_epi32(off, 5);
-}
 
 /* Q6_K x Q8_K.  Per super-block the scales are widened once to 16-bit
  * pairs per row lane; then, 32 weights of the 8 rows at a time (sub-blocks
@@ -326,34 +301,6 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
             _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), d, _mm256_loadu_ps(o)));
         }
     }
-}
-
-/* The 8 rows' mins term sum_s mn[8 s + i] * (bsums[2 s] + bsums[2 s + 1])
- * of one super-block: the sub-blocks' 32-element sums packed into 16-bit
- * pairs (dwords 0, 1, 4, 5 of bp hold sums (0, 1), (2, 3), (4, 5), (6, 7)),
- * the mins likewise per row lane, one madd per pair of sub-blocks. */
-static inline __m256i q4_K_mins_p(const __m256i mnp[4], const int16_t *bsums) {
-    const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), _mm256_set1_epi16(1));
-    const __m256i bp = _mm256_packs_epi32(s32, s32);
-    __m256i ms = _mm256_madd_epi16(mnp[0], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(0)));
-    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[1], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(1))));
-    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[2], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(4))));
-    return _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[3], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(5))));
-}
-
-/* mnp[p], per row lane: the mins of sub-blocks 2p and 2p + 1 as a 16-bit
- * pair. */
-static inline void q4_K_min_pairs(const uint8_t *mn, __m256i mnp[4]) {
-    for (int p = 0; p < 4; p++)
-        mnp[p] = _mm256_or_si256(
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mn + 16 * p))),
-            _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mn + 16 * p + 8))), 16));
-}
-
-static inline __m256i q4_K_mins(const uint8_t *mn, const int16_t *bsums) {
-    __m256i mnp[4];
-    q4_K_min_pairs(mn, mnp);
-    return q4_K_mins_p(mnp, bsums);
 }
 
 /* Q4_K x Q8_K.  A sub-block's nibbles (8 vectors: weights 32s + 4kk ..

@@ -24,6 +24,7 @@
 #include "kernels/pack.h"
 
 #include "kernels/level.h"
+#include "kernels/pack_x86.h"
 #include "quant/kquants_layout.h"
 #include "quant/quant.h"
 
@@ -61,9 +62,37 @@ static inline __m256i block_sums(const __m512i u[4], const __m512i idx[4], const
     return fold(_mm512_add_epi32(s0, s1));
 }
 
+/* One token (decode), in this file's kernels: the accumulator stays in a
+ * register through the row group's blocks instead of going through acc
+ * per block; the same sums and the same fma per block. */
+static void x8_q4_0_1(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda, float *acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
+    __m256 sum = _mm256_loadu_ps(acc);
+    for (int b = 0; b < nb; b++) {
+        const kk_q4_0x8 *wb = &w[b];
+        _mm_prefetch((const char *)(wb + PF_BLOCKS), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
+        const __m512i p0 = _mm512_loadu_si512(wb->qs), p1 = _mm512_loadu_si512(wb->qs + 64);
+        const __m512i u[4] = {_mm512_and_si512(p0, m4), _mm512_and_si512(p1, m4),
+                              _mm512_and_si512(_mm512_srli_epi16(p0, 4), m4),
+                              _mm512_and_si512(_mm512_srli_epi16(p1, 4), m4)};
+        const kk_act8 *ab = a + (size_t)b * lda;
+        const __m256i s = _mm256_sub_epi32(block_sums(u, idx, ab->qs), _mm256_set1_epi32(ab->s8));
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), _mm256_set1_ps(ab->d));
+        sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, sum);
+    }
+    _mm256_storeu_ps(acc, sum);
+}
+
 static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q4_0x8 *w = vw;
     const kk_act8 *a = va;
+    if (n_tok == 1) {
+        x8_q4_0_1(nb, w, a, lda, acc);
+        return;
+    }
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     for (int b = 0; b < nb; b++) {
@@ -83,9 +112,31 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
+/* One token (decode): the accumulator in a register, as x8_q4_0_1. */
+static void x8_q8_0_1(int nb, const kk_q8_0x8 *w, const kk_act8 *a, size_t lda, float *acc) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
+    __m256 sum = _mm256_loadu_ps(acc);
+    for (int b = 0; b < nb; b++) {
+        const kk_q8_0x8 *wb = &w[b];
+        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
+        __m512i u[4];
+        for (int m = 0; m < 4; m++) u[m] = _mm512_xor_si512(_mm512_loadu_si512(wb->qs + 64 * m), bias);
+        const kk_act8 *ab = a + (size_t)b * lda;
+        const __m256i s = _mm256_sub_epi32(block_sums(u, idx, ab->qs), _mm256_set1_epi32(16 * ab->s8));
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), _mm256_set1_ps(ab->d));
+        sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, sum);
+    }
+    _mm256_storeu_ps(acc, sum);
+}
+
 static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q8_0x8 *w = vw;
     const kk_act8 *a = va;
+    if (n_tok == 1) {
+        x8_q8_0_1(nb, w, a, lda, acc);
+        return;
+    }
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     for (int b = 0; b < nb; b++) {
@@ -112,9 +163,57 @@ static inline __m512i scale_pairs(__m256i v) {
  * sub-block: 4 maddubs summed in 16 bits (each lane half at most 4 * 2 * 15
  * * 127), one dpwssd with the row scales; the mins go through the
  * activation's 16-element sums as in the AVX2 twin.  Two fmas per block. */
+/* One token (decode): per group of 64 g, each 64-byte load (groups 2m,
+ * 2m + 1 of the 8 rows) gives its low nibbles to sub-block 2g and its high
+ * ones to 2g + 1 straight into maddubs, summed in 16 bits over the 4 loads
+ * (at most 4 * 2 * 15 * 128) and then into int32 with the scales: no
+ * unpacked copy of the super-block, the accumulator in a register.  The
+ * mins as in the AVX2 twin (pack_x86.h); integer sums are exact in any
+ * order, so the same two fmas per block give the same bits. */
+static void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a, size_t lda, float *acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
+    __m256 sum = _mm256_loadu_ps(acc);
+    for (int b = 0; b < nb; b++) {
+        const kk_q4_Kx8 *wb = &w[b];
+        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
+        const kq_block_q8_K *y = a + (size_t)b * lda;
+        __m512i is = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const __m512i y0 = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 64 * g)));
+            const __m512i y1 = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 64 * g + 32)));
+            __m512i l = _mm512_setzero_si512(), h = l;
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) {
+                const __m512i p = _mm512_loadu_si512(wb->qs + 32 * (8 * g + 2 * m));
+                l = _mm512_add_epi16(
+                    l, _mm512_maddubs_epi16(_mm512_and_si512(p, m4), _mm512_permutexvar_epi32(idx[m], y0)));
+                h = _mm512_add_epi16(h, _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(p, 4), m4),
+                                                             _mm512_permutexvar_epi32(idx[m], y1)));
+            }
+            is = _mm512_dpwssd_epi32(
+                is, l, scale_pairs(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 16 * g)))));
+            is = _mm512_dpwssd_epi32(
+                is, h, scale_pairs(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 16 * g + 8)))));
+        }
+        const __m256i ms = q4_K_mins(wb->mn, y->bsums);
+        const __m256 yd = _mm256_set1_ps(y->d);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
+        sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(is)), _mm256_mul_ps(dw, yd), sum);
+        sum = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, yd), sum);
+    }
+    _mm256_storeu_ps(acc, sum);
+}
+
 static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q4_Kx8 *w = vw;
     const kq_block_q8_K *a = va;
+    if (n_tok == 1) {
+        x8_q4_K_1(nb, w, a, lda, acc);
+        return;
+    }
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m512i q[32], dsc[8];
@@ -165,9 +264,72 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
  * chunk two 16-bit sums (sub-blocks 2hr and 2hr + 1, each lane half at most
  * 2 * 2 * 63 * 127) go through dpwssd with their scales; the -32 offset is
  * 32 * sum_s sc_s * bsum_s, as in the AVX2 twin; one fma per block. */
+/* One token (decode): per half h and sub-block pair s, the loads of ql
+ * (blocks A and B) and qh for groups 2m, 2m + 1 (m = 2s, 2s + 1) give the
+ * four 32-weight chunks r of half h; their maddubs with the chunk's
+ * activations sum in 16 bits over the two m (sub-block 2(4h + r) + s, at
+ * most 2 * 2 * 63 * 128) and go into int32 with that sub-block's scales.
+ * No unpacked copy of the super-block, the accumulator in a register; the
+ * -32 offset as in the AVX2 twin (pack_x86.h), the same fma per block. */
+static void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size_t lda, float *acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
+    __m256 sum = _mm256_loadu_ps(acc);
+    for (int b = 0; b < nb; b++) {
+        const kk_q6_Kx8 *wb = &w[b];
+        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
+        const kq_block_q8_K *y = a + (size_t)b * lda;
+        __m512i is = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512i yv[4];
+            for (int r = 0; r < 4; r++)
+                yv[r] = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 32 * (4 * h + r))));
+#pragma GCC unroll 2
+            for (int s = 0; s < 2; s++) {
+                __m512i p[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                                _mm512_setzero_si512()};
+#pragma GCC unroll 2
+                for (int m = 2 * s; m < 2 * s + 2; m++) {
+                    const __m512i A = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 2 * m));
+                    const __m512i B = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 8 + 2 * m));
+                    const __m512i H = _mm512_loadu_si512(wb->qh + 32 * (8 * h + 2 * m));
+                    const __m512i q[4] = {
+                        _mm512_or_si512(_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30)),
+                        _mm512_or_si512(_mm512_and_si512(B, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m30)),
+                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(A, 4), m4), _mm512_and_si512(H, m30)),
+                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B, 4), m4),
+                                        _mm512_and_si512(_mm512_srli_epi16(H, 2), m30))};
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++)
+                        p[r] =
+                            _mm512_add_epi16(p[r], _mm512_maddubs_epi16(q[r], _mm512_permutexvar_epi32(idx[m], yv[r])));
+                }
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    const int sb = 2 * (4 * h + r) + s;
+                    is = _mm512_dpwssd_epi32(
+                        is, p[r],
+                        scale_pairs(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)))));
+                }
+            }
+        }
+        __m256i dsc[16], osc[8];
+        q6_K_scale_pairs(wb->sc, dsc, osc);
+        const __m256i isum = _mm256_sub_epi32(fold(is), q6_K_offset(osc, y->bsums));
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), _mm256_set1_ps(y->d));
+        sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, sum);
+    }
+    _mm256_storeu_ps(acc, sum);
+}
+
 static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q6_Kx8 *w = vw;
     const kq_block_q8_K *a = va;
+    if (n_tok == 1) {
+        x8_q6_K_1(nb, w, a, lda, acc);
+        return;
+    }
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
