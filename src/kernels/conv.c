@@ -11,12 +11,13 @@
 
 /* ---- the image GEMM (conv.h) ---- */
 
-/* The scalar twin of the 6 x 16 tile: the same chains with fmaf. */
+/* The scalar twin of the tile: the same chains with fmaf. */
 void kk_gemm_tile_ref(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc) {
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) {
+            const float *b = bp + (size_t)(j / 16) * (size_t)kc * 16 + (size_t)(j % 16);
             float s = c[(size_t)i * ldc + (size_t)j];
-            for (int k = 0; k < kc; k++) s = fmaf(a[(size_t)i * lda + (size_t)k], bp[(size_t)k * 16 + (size_t)j], s);
+            for (int k = 0; k < kc; k++) s = fmaf(a[(size_t)i * lda + (size_t)k], b[(size_t)k * 16], s);
             c[(size_t)i * ldc + (size_t)j] = s;
         }
 }
@@ -166,11 +167,7 @@ static void gemm_item(const gemm_job *j, long it, float *panel, float *local) {
         for (int i = m0; i < m1; i += KK_GEMM_MR) {
             const int mr = m1 - i < KK_GEMM_MR ? m1 - i : KK_GEMM_MR;
             const float *a = g->a + (size_t)i * g->lda + (size_t)k0;
-            for (int p = 0; p * 16 < nc; p++) {
-                const int nr = nc - 16 * p < 16 ? nc - 16 * p : 16;
-                j->tile(mr, nr, kc, a, g->lda, panel + (size_t)p * (size_t)kc * 16,
-                        c + (size_t)(i - m0) * ldc + (size_t)(16 * p), ldc);
-            }
+            j->tile(mr, nc, kc, a, g->lda, panel, c + (size_t)(i - m0) * ldc, ldc);
         }
     }
     if (use_local)
@@ -223,6 +220,10 @@ int kk_gemm_run_at(kpool *pool, const kk_gemm *g, int isa) {
     if (!l) return -1;
     gemm_go(pool, g, l->gemm_tile, l->gemm_pack_rows);
     return 0;
+}
+
+void kk_gemm_run_tile(kpool *pool, const kk_gemm *g, kk_gemm_tile_fn tile) {
+    gemm_go(pool, g, tile, kk_gemm_pack_rows_ref);
 }
 
 void kk_gemm_run(kpool *pool, const kk_gemm *g) {

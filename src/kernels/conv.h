@@ -45,8 +45,10 @@
  * take from a counter; with few chunks the rows split too), k in blocks of
  * KK_GEMM_KC.  Per chunk and k-block the B values are packed once into
  * 16-column panels [kc][16] F32 (in L2), then every group of 6 rows of A
- * passes over them: a 6 x 16 register tile of accumulators, per k 2 panel
- * loads, 6 broadcasts of A and 12 fmas.  The tile's sums go back to C
+ * passes over the chunk's panels in one call of the level's tile: AVX2
+ * takes them 16 columns at a time, a 6 x 16 register tile (per k 2 panel
+ * loads, 6 broadcasts of A, 12 fmas); AVX-512 64 at a time, 6 x 64 (per k
+ * 4 panel loads, 6 broadcasts, 24 fmas).  The tile's sums go back to C
  * between k-blocks (a float store and load keep the chain's bits).
  *
  * B comes as one of:
@@ -73,8 +75,9 @@ typedef struct kk_gemm {
     const float *bias_n, *bias_m; /* [n], [m] or NULL */
 } kk_gemm;
 
-/* The level's kernels: the 6 x 16 tile over kc k (mr <= 6 rows of a, nr <=
- * 16 columns of the panel bp [kc][16], c read and written), and the ROWS
+/* The level's kernels: the tile over kc k (mr <= 6 rows of a, nr <=
+ * KK_GEMM_NC columns of the panels at bp, each [kc][16] and kc * 16 floats
+ * after the last, c read and written), and the ROWS
  * packer (panels of nc <= KK_GEMM_NC columns from rows n0 .. of w, zero
  * columns past n). */
 typedef void (*kk_gemm_tile_fn)(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c,
@@ -87,6 +90,9 @@ void kk_gemm_run(kpool *pool, const kk_gemm *g);
 /* The same through the kernels of level isa (KQ_ISA_*), for the tests; -1
  * when the CPU lacks it. */
 int kk_gemm_run_at(kpool *pool, const kk_gemm *g, int isa);
+/* The same through the given tile and the scalar packer, for the tests (a
+ * twin built on emulated intrinsics). */
+void kk_gemm_run_tile(kpool *pool, const kk_gemm *g, kk_gemm_tile_fn tile);
 
 typedef struct kk_conv {
     const kk_mat *wt;  /* cout rows of cin * kh * kw */

@@ -53,16 +53,15 @@ static void tile_any(int mr, int kc, const float *a, size_t lda, const float *bp
 }
 
 void kk_gemm_tile_avx2(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc) {
-    if (nr == 16) {
-        tile_any(mr, kc, a, lda, bp, c, ldc);
-        return;
-    }
+    int j = 0;
+    for (; j + 16 <= nr; j += 16, bp += (size_t)kc * 16) tile_any(mr, kc, a, lda, bp, c + j, ldc);
+    if (j == nr) return;
     /* the last columns: through a full-width copy (the panel's extra
      * columns are zero) */
     _Alignas(32) float t[KK_GEMM_MR * 16] = {0};
-    for (int i = 0; i < mr; i++) memcpy(t + 16 * i, c + (size_t)i * ldc, (size_t)nr * sizeof *t);
+    for (int i = 0; i < mr; i++) memcpy(t + 16 * i, c + (size_t)i * ldc + j, (size_t)(nr - j) * sizeof *t);
     tile_any(mr, kc, a, lda, bp, t, 16);
-    for (int i = 0; i < mr; i++) memcpy(c + (size_t)i * ldc, t + 16 * i, (size_t)nr * sizeof *t);
+    for (int i = 0; i < mr; i++) memcpy(c + (size_t)i * ldc + j, t + 16 * i, (size_t)(nr - j) * sizeof *t);
 }
 
 /* 8 floats of a row at element k, widened exactly. */

@@ -2,9 +2,10 @@
  * level.c — the kernels folder's dispatch tables, one per ISA level, and
  * the accessors the folder's headers declare over them (those of ssm.h and
  * conv.h live in ssm.c and conv.c, since the two headers cannot meet).  The AVX-512 level
- * has its own interleaved and F16 block kernels; for the element-wise ops,
- * attention, the SSM kernels, the group norm, the image GEMM and GELU it names the AVX2 ones,
- * which run on it unchanged (no AVX-512 twins of those exist).
+ * has its own interleaved and F16 block kernels and image GEMM tile; for the
+ * element-wise ops, attention, the SSM kernels, the group norm, the image
+ * GEMM's packer and GELU it names the AVX2 ones, which run on it unchanged
+ * (no AVX-512 twins of those exist).
  */
 #include "kernels/level.h"
 
@@ -14,7 +15,7 @@ static const kk_level g_levels[] = {
     [KQ_ISA_AVX2] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx2, kk_tile_f16_avx2, kk_gemm_tile_avx2,
                      kk_gemm_pack_rows_avx2, kk_gelu_tanh_avx2},
     [KQ_ISA_AVX512] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx512, kk_tile_f16_avx512,
-                       kk_gemm_tile_avx2, kk_gemm_pack_rows_avx2, kk_gelu_tanh_avx2},
+                       kk_gemm_tile_avx512, kk_gemm_pack_rows_avx2, kk_gelu_tanh_avx2},
 };
 
 const kk_level *kk_level_at(int isa) {

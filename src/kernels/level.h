@@ -66,8 +66,9 @@ void kk_gemm_pack_rows_avx2(const struct kk_gemm *g, int k0, int kc, int n0, int
 void kk_gelu_tanh_avx2(float *x, size_t n);
 void kk_tile_f16_avx2(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                       int64_t ldy);
-/* AVX-512 VNNI: pack_avx512.c, matmul_avx512.c. */
+/* AVX-512 VNNI: pack_avx512.c, matmul_avx512.c, conv_avx512.c. */
 extern const kk_x8_set kk_x8_avx512;
+void kk_gemm_tile_avx512(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc);
 void kk_tile_f16_avx512(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                         int64_t ldy);
 
