@@ -543,6 +543,38 @@ static void test_x8_kernels(int t) {
                    tr->name, twins[k].name, nt);
         }
     }
+    /* the one-token kernels over groups: 3 copies of the packed group (the
+     * third's scales changed, so a kernel reading the wrong group shows),
+     * each output the block kernel's from a zero accumulator */
+    {
+        const int ng = 3;
+        uint8_t *pg = malloc(xt->pblock * nb * ng);
+        for (int g = 0; g < ng; g++) memcpy(pg + xt->pblock * nb * g, pk, xt->pblock * nb);
+        memset(pg + xt->pblock * nb * 2, 0x11, 16); /* the first scales (F16 d) of group 2 */
+        float want[8 * ng], got[8 * ng];
+        for (int g = 0; g < ng; g++) {
+            for (int i = 0; i < 8; i++) want[8 * g + i] = 0.0f;
+            if (ref) ref(nb, pg + xt->pblock * nb * g, a, (size_t)lda, 1, want + 8 * g);
+        }
+        const struct {
+            const char *name;
+            kk_x8_dec_fn f;
+        } decs[] = {
+            {"scalar", kk_x8_dec_at(t, KQ_ISA_SCALAR)},
+            {"avx2", kk_x8_dec_at(t, KQ_ISA_AVX2)},
+            {"avx512", kk_x8_dec_at(t, KQ_ISA_AVX512)},
+            {"avx512 (emulated)", kq_cpu_isa() >= KQ_ISA_AVX2 ? kk_x8_avx512_emu.dec[t] : NULL},
+        };
+        CHECK(decs[0].f != NULL);
+        for (size_t k = 0; k < sizeof decs / sizeof decs[0]; k++) {
+            if (!decs[k].f) continue;
+            for (int i = 0; i < 8 * ng; i++) got[i] = 99.0f;
+            decs[k].f(ng, nb, pg, a, (size_t)lda, got);
+            CHECKF(memcmp(want, got, sizeof want) == 0, "%s one-token kernel over %d groups at %s differs", tr->name,
+                   ng, decs[k].name);
+        }
+        free(pg);
+    }
     if (ref) { /* the scalar kernel against the plain dot, same activations */
         for (int i = 0; i < 8 * n_tok; i++) ys[i] = 0.0f;
         ref(nb, pk, a, (size_t)lda, n_tok, ys);

@@ -39,6 +39,13 @@ kk_x8_fn kk_x8_at(int t, int isa) {
 
 kk_x8_fn kk_x8_best(int t) { return t >= 0 && t < KQ_TYPE_COUNT ? kk_level_best()->x8->fn[t] : NULL; }
 
+kk_x8_dec_fn kk_x8_dec_at(int t, int isa) {
+    const kk_level *l = kk_level_at(isa);
+    return l && t >= 0 && t < KQ_TYPE_COUNT ? l->x8->dec[t] : NULL;
+}
+
+kk_x8_dec_fn kk_x8_dec_best(int t) { return t >= 0 && t < KQ_TYPE_COUNT ? kk_level_best()->x8->dec[t] : NULL; }
+
 kk_tile_fn kk_tile_at(int t, int isa) {
     const kk_level *l = kk_level_at(isa);
     return l && t == KQ_F16 ? l->tile_f16 : NULL;

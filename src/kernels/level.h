@@ -27,6 +27,7 @@ typedef void (*kk_level_gemm_pack_fn)(const struct kk_gemm *g, int k0, int kc, i
 /* A level's interleaved (pack.h) kernels by weight type; NULL = none. */
 typedef struct kk_x8_set {
     kk_x8_fn fn[KQ_TYPE_COUNT];
+    kk_x8_dec_fn dec[KQ_TYPE_COUNT];
 } kk_x8_set;
 
 typedef struct kk_level {

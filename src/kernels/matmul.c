@@ -57,6 +57,7 @@ typedef struct mm_job {
     struct mm_out_info *oi;          /* [n_out] per output */
     const kk_x8_traits *x8t[MAX_X8]; /* interleaved formats in use, */
     kk_x8_fn x8fn[MAX_X8];           /* their kernels */
+    kk_x8_dec_fn x8dec[MAX_X8];      /* and one-token kernels over groups */
     uint8_t *x8act[MAX_X8];          /* and [block][token] activations */
     int n_x8;
     int64_t total_rows;
@@ -106,6 +107,11 @@ static void x8_rows(mm_job *j, int o, int64_t a, int64_t b) {
     float *y = j->outs[o].y;
     const int64_t ldy = j->outs[o].ldy;
     const int n_tok = j->oi[o].nt, stride = j->n_tok;
+    if (w->packed && n_tok == 1 && j->x8dec[x]) { /* decode: the piece's groups in one call */
+        j->x8dec[x]((int)((b - a) / 8), nb, (const uint8_t *)w->packed + (size_t)(a / 8) * (size_t)nb * xt->pblock, act,
+                    (size_t)stride, y + a);
+        return;
+    }
     float acc[X8_TOK * 8];
     _Alignas(64) uint8_t pk[X8_PACK_BYTES];
     for (int64_t g = a; g < b; g += 8) {
@@ -227,6 +233,7 @@ void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, con
             if (f == j.n_x8) {
                 j.x8t[f] = xt;
                 j.x8fn[f] = kk_x8_best(w->type);
+                j.x8dec[f] = kk_x8_dec_best(w->type);
                 j.x8act[f] = sp;
                 sp += ((size_t)n_tok * (size_t)(j.ncols / xt->blk) * xt->ablock + 63) & ~(size_t)63;
                 j.n_x8++;

@@ -253,8 +253,22 @@ const kk_x8_traits *kk_x8_get(int t) {
     return NULL;
 }
 
+/* The one-token kernels over groups: the block kernel per group. */
+#define DEC_REF(NAME, FN, WT)                                                              \
+    static void NAME(int ng, int nb, const void *w, const void *a, size_t lda, float *y) { \
+        for (int g = 0; g < ng; g++, y += 8) {                                             \
+            memset(y, 0, 8 * sizeof *y);                                                   \
+            FN(nb, (const WT *)w + (size_t)g * (size_t)nb, a, lda, 1, y);                  \
+        }                                                                                  \
+    }
+DEC_REF(dec_q4_0_ref, x8_q4_0_ref, kk_q4_0x8)
+DEC_REF(dec_q8_0_ref, x8_q8_0_ref, kk_q8_0x8)
+DEC_REF(dec_q4_K_ref, x8_q4_K_ref, kk_q4_Kx8)
+DEC_REF(dec_q6_K_ref, x8_q6_K_ref, kk_q6_Kx8)
+
 const kk_x8_set kk_x8_scalar = {
     .fn = {[KQ_Q4_0] = x8_q4_0_ref, [KQ_Q8_0] = x8_q8_0_ref, [KQ_Q4_K] = x8_q4_K_ref, [KQ_Q6_K] = x8_q6_K_ref},
+    .dec = {[KQ_Q4_0] = dec_q4_0_ref, [KQ_Q8_0] = dec_q8_0_ref, [KQ_Q4_K] = dec_q4_K_ref, [KQ_Q6_K] = dec_q6_K_ref},
 };
 
 size_t kk_x8_matrix_size(int t, int64_t ncols, int64_t nrows) {

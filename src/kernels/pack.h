@@ -82,6 +82,14 @@ typedef struct kk_q4_Kx8 {
  * order in every twin, so the scalar and SIMD kernels agree bit for bit. */
 typedef void (*kk_x8_fn)(int nb, const void *w, const void *a, size_t lda, int n_tok, float *acc);
 
+/* One token over ng consecutive groups of a packed matrix, nb blocks each
+ * (group g at block g * nb of w):
+ *     y[8 g + i] = row i of group g . a   (a's blocks lda apart)
+ * the sums of kk_x8_fn from a zero accumulator, so the same bits.  A decode
+ * step's piece of a matrix in one call: with one block per row (a 256-wide
+ * expert's down projection) a call per group cost as much as its block. */
+typedef void (*kk_x8_dec_fn)(int ng, int nb, const void *w, const void *a, size_t lda, float *y);
+
 /* What the matmul driver and the loader need to know of one interleaved
  * format. */
 typedef struct kk_x8_traits {
@@ -105,6 +113,9 @@ const kk_x8_traits *kk_x8_get(int t);
  * (kernels/level.c; pack_avx2.c, pack_avx512.c hold the SIMD ones). */
 kk_x8_fn kk_x8_at(int t, int isa);
 kk_x8_fn kk_x8_best(int t);
+/* The same for the one-token kernel over groups. */
+kk_x8_dec_fn kk_x8_dec_at(int t, int isa);
+kk_x8_dec_fn kk_x8_dec_best(int t);
 
 /* The Q4_0 pieces, named for tests and callers that know the type. */
 void kk_pack_q4_0x8(const void *w, size_t wrow, int b0, int nb, kk_q4_0x8 *out);

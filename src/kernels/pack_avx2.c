@@ -46,7 +46,8 @@ static inline __m256i dot8_u16(const __m256i q[8], const int8_t *y) {
  * next group. */
 #define PF_BLOCKS 16
 /* One token (decode): the accumulator stays in a register. */
-static void x8_q4_0_1(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda, float *acc) {
+static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda,
+                                                            float *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
@@ -121,7 +122,8 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
  * three loads (ql of blocks A and B, qh) of each group give all four 6-bit
  * vectors r, which go straight into maddubs — no unpacked copy of the
  * super-block.  Same int32 sums as below. */
-static void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size_t lda, float *acc) {
+static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a,
+                                                            size_t lda, float *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 sum = _mm256_loadu_ps(acc);
     __m256i dsc[16], osc[8];
@@ -239,7 +241,8 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
  * fma per block, as in the scalar twin. */
 /* One token (decode): the accumulator stays in a register and |w| goes
  * straight into maddubs; the same sums in the same order as below. */
-static void x8_q8_0_1(int nb, const kk_q8_0x8 *w, const kk_act8 *a, size_t lda, float *acc) {
+static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kk_q8_0x8 *w, const kk_act8 *a, size_t lda,
+                                                            float *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
@@ -311,7 +314,8 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
  * by sub-block (q4_K_mins).  Two fmas per block, as in the scalar twin. */
 /* One token (decode): the nibbles go straight from the load into maddubs
  * and the accumulator stays in a register; same arithmetic as below. */
-static void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a, size_t lda, float *acc) {
+static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a,
+                                                            size_t lda, float *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
@@ -400,6 +404,12 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
+KK_X8_DEC(dec_q4_0, x8_q4_0_1, kk_q4_0x8, kk_act8)
+KK_X8_DEC(dec_q8_0, x8_q8_0_1, kk_q8_0x8, kk_act8)
+KK_X8_DEC(dec_q4_K, x8_q4_K_1, kk_q4_Kx8, kq_block_q8_K)
+KK_X8_DEC(dec_q6_K, x8_q6_K_1, kk_q6_Kx8, kq_block_q8_K)
+
 const kk_x8_set kk_x8_avx2 = {
     .fn = {[KQ_Q4_0] = x8_q4_0, [KQ_Q8_0] = x8_q8_0, [KQ_Q4_K] = x8_q4_K, [KQ_Q6_K] = x8_q6_K},
+    .dec = {[KQ_Q4_0] = dec_q4_0, [KQ_Q8_0] = dec_q8_0, [KQ_Q4_K] = dec_q4_K, [KQ_Q6_K] = dec_q6_K},
 };

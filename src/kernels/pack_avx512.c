@@ -65,7 +65,8 @@ static inline __m256i block_sums(const __m512i u[4], const __m512i idx[4], const
 /* One token (decode), in this file's kernels: the accumulator stays in a
  * register through the row group's blocks instead of going through acc
  * per block; the same sums and the same fma per block. */
-static void x8_q4_0_1(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda, float *acc) {
+static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda,
+                                                            float *acc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
@@ -113,7 +114,8 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
 }
 
 /* One token (decode): the accumulator in a register, as x8_q4_0_1. */
-static void x8_q8_0_1(int nb, const kk_q8_0x8 *w, const kk_act8 *a, size_t lda, float *acc) {
+static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kk_q8_0x8 *w, const kk_act8 *a, size_t lda,
+                                                            float *acc) {
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
@@ -170,7 +172,8 @@ static inline __m512i scale_pairs(__m256i v) {
  * unpacked copy of the super-block, the accumulator in a register.  The
  * mins as in the AVX2 twin (pack_x86.h); integer sums are exact in any
  * order, so the same two fmas per block give the same bits. */
-static void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a, size_t lda, float *acc) {
+static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a,
+                                                            size_t lda, float *acc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
@@ -271,7 +274,8 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
  * most 2 * 2 * 63 * 128) and go into int32 with that sub-block's scales.
  * No unpacked copy of the super-block, the accumulator in a register; the
  * -32 offset as in the AVX2 twin (pack_x86.h), the same fma per block. */
-static void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size_t lda, float *acc) {
+static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a,
+                                                            size_t lda, float *acc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
@@ -386,6 +390,12 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
+KK_X8_DEC(dec_q4_0, x8_q4_0_1, kk_q4_0x8, kk_act8)
+KK_X8_DEC(dec_q8_0, x8_q8_0_1, kk_q8_0x8, kk_act8)
+KK_X8_DEC(dec_q4_K, x8_q4_K_1, kk_q4_Kx8, kq_block_q8_K)
+KK_X8_DEC(dec_q6_K, x8_q6_K_1, kk_q6_Kx8, kq_block_q8_K)
+
 const kk_x8_set kk_x8_avx512 = {
     .fn = {[KQ_Q4_0] = x8_q4_0, [KQ_Q8_0] = x8_q8_0, [KQ_Q4_K] = x8_q4_K, [KQ_Q6_K] = x8_q6_K},
+    .dec = {[KQ_Q4_0] = dec_q4_0, [KQ_Q8_0] = dec_q8_0, [KQ_Q4_K] = dec_q4_K, [KQ_Q6_K] = dec_q6_K},
 };
