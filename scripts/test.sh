@@ -4,7 +4,7 @@
 #      (bounded: KILN_FUZZ_SECONDS each, 60 s under CI, 15 s otherwise;
 #      skipped if KILN_FUZZ_SECONDS=0)
 #   2. every test under AddressSanitizer + UndefinedBehaviorSanitizer
-#   3. the engine lifecycle tests and the generation core under
+#   3. the thread pool, the engine lifecycle tests and the generation core under
 #      ThreadSanitizer, and kiln serve under it for the e2e files that send
 #      concurrent requests (which the ASan tier then skips)
 #   4. every test on the Release build (its summary is the last line)
@@ -48,8 +48,8 @@ cmake --build build-asan -j"$jobs" >/dev/null
 
 echo "== ThreadSanitizer: engine lifecycle, generation core, the server under concurrent requests"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON >/dev/null
-cmake --build build-tsan -j"$jobs" --target kiln test_engine test_engine_llm test_engine_embed test_engine_stt test_gen >/dev/null
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_engine|test_gen)" -E "^test_engine_image$")
+cmake --build build-tsan -j"$jobs" --target kiln test_pool test_engine test_engine_llm test_engine_embed test_engine_stt test_gen >/dev/null
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_pool|test_engine|test_gen)" -E "^test_engine_image$")
 # The servers the e2e files start write their reports to files (the tests
 # keep a server's stderr only until it listens); any report fails the tier.
 tsan_dir=$(mktemp -d)

@@ -210,7 +210,7 @@ static void gemm_go(kpool *pool, const kk_gemm *g, kk_gemm_tile_fn tile, kk_gemm
     if (g->b_kind == KK_GB_CONV && j.m_block > LOCAL_ROWS) j.m_block = LOCAL_ROWS / KK_GEMM_MR * KK_GEMM_MR;
     j.m_split = (g->m + j.m_block - 1) / j.m_block;
     if (pool && nth > 1 && (long)j.n_chunks * j.m_split > 1)
-        kpool_run(pool, gemm_task, &j);
+        kpool_run_shared(pool, gemm_task, &j);
     else
         gemm_task(&j, 0, 1);
 }

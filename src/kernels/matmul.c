@@ -278,7 +278,7 @@ void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, con
         else
             kpool_run(pool, quantize_task, &q);
     }
-    kpool_run(pool, dot_task, &j);
+    kpool_run_shared(pool, dot_task, &j);
 }
 
 void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch) {

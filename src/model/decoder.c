@@ -235,5 +235,5 @@ static void attn_task(void *ud, int ith, int nth) {
 void kl_attn_run(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n) {
     (void)n; /* the tiles cover the batch */
     attn_job aj = {c, ops, ord, q, out, 0};
-    kpool_run(c->pool, attn_task, &aj);
+    kpool_run_shared(c->pool, attn_task, &aj);
 }

@@ -787,7 +787,7 @@ static void gdn_task(void *ud, int ith, int nth) {
 
 static void run_items(hyb_job *j, kpool_fn fn) {
     atomic_store_explicit(&j->next, 0, memory_order_relaxed);
-    kpool_run(j->c->pool, fn, j);
+    kpool_run_shared(j->c->pool, fn, j);
 }
 
 static void recurrent_layer(hyb_job *j) {

@@ -26,10 +26,17 @@ struct kpool {
     atomic_uint gen;     /* bumped once per job; workers wait for a change */
     atomic_int pending;  /* workers still running the current job */
     atomic_int sleepers; /* workers blocked on cv */
+    /* per worker (index ith): the job it may join, SLOT(gen, state) with
+     * state JOB_OPEN, JOB_JOINED or JOB_CLOSED (the caller of a shared job
+     * finished before this worker began and left it out) */
+    atomic_uint *slot;
     kpool_fn fn;
     void *ud;
     atomic_int quit;
 };
+
+enum { JOB_OPEN, JOB_JOINED, JOB_CLOSED };
+#define SLOT(gen, state) ((((gen)&0x3FFFFFFFu) << 2) | (unsigned)(state))
 
 typedef struct worker_arg {
     kpool *p;
@@ -69,6 +76,12 @@ static void *worker(void *arg) {
         }
         seen = g;
         if (atomic_load(&p->quit)) return NULL;
+        /* join job g unless its caller closed it first; a newer job shows
+         * as a changed gen on the next pass */
+        unsigned open = SLOT(g, JOB_OPEN);
+        if (!atomic_compare_exchange_strong_explicit(&p->slot[ith], &open, SLOT(g, JOB_JOINED), memory_order_acq_rel,
+                                                     memory_order_relaxed))
+            continue;
         p->fn(p->ud, ith, p->n);
         atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
     }
@@ -85,7 +98,10 @@ kpool *kpool_new(int n_threads) {
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
-    if (!p->threads) {
+    p->slot = calloc((size_t)n_threads, sizeof *p->slot);
+    if (!p->threads || !p->slot) {
+        free(p->threads);
+        free(p->slot);
         free(p);
         return NULL;
     }
@@ -119,12 +135,13 @@ void kpool_free(kpool *p) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p->threads);
+    free(p->slot);
     free(p);
 }
 
 int kpool_size(const kpool *p) { return p->n; }
 
-void kpool_run(kpool *p, kpool_fn fn, void *ud) {
+static void run(kpool *p, kpool_fn fn, void *ud, int shared) {
     if (p->n == 1) {
         fn(ud, 0, 1);
         return;
@@ -132,13 +149,22 @@ void kpool_run(kpool *p, kpool_fn fn, void *ud) {
     p->fn = fn;
     p->ud = ud;
     atomic_store(&p->pending, p->n - 1);
-    atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleepers check below */
+    const unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    for (int i = 1; i < p->n; i++) atomic_store_explicit(&p->slot[i], SLOT(g, JOB_OPEN), memory_order_relaxed);
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes the above; pairs with the sleepers check below */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
     fn(ud, 0, p->n);
+    if (shared) /* the work is all taken: workers that have not begun are left out, not waited for */
+        for (int i = 1; i < p->n; i++) {
+            unsigned open = SLOT(g, JOB_OPEN);
+            if (atomic_compare_exchange_strong_explicit(&p->slot[i], &open, SLOT(g, JOB_CLOSED), memory_order_acq_rel,
+                                                        memory_order_relaxed))
+                atomic_fetch_sub_explicit(&p->pending, 1, memory_order_relaxed);
+        }
     for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
         if (spins < WAIT_SPIN_ITERS)
             cpu_relax();
@@ -146,3 +172,7 @@ void kpool_run(kpool *p, kpool_fn fn, void *ud) {
             sched_yield();
     }
 }
+
+void kpool_run(kpool *p, kpool_fn fn, void *ud) { run(p, fn, ud, 0); }
+
+void kpool_run_shared(kpool *p, kpool_fn fn, void *ud) { run(p, fn, ud, 1); }

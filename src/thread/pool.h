@@ -18,6 +18,12 @@ kpool *kpool_new(int n_threads);
 void kpool_free(kpool *p);
 int kpool_size(const kpool *p);
 void kpool_run(kpool *p, kpool_fn fn, void *ud);
+/* The same for a job whose threads draw its work from a shared counter, so
+ * that any one call of fn may take all of it: when the caller's call
+ * returns, workers that have not begun yet are left out (they skip the
+ * job) instead of waited for.  On a busy machine a descheduled worker then
+ * costs the job nothing, where kpool_run waits for it to run. */
+void kpool_run_shared(kpool *p, kpool_fn fn, void *ud);
 
 /* Splits [0, n) evenly into nth parts; part ith is [*lo, *hi). */
 static inline void kpool_range(long n, int ith, int nth, long *lo, long *hi) {

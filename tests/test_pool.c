@@ -1,0 +1,96 @@
+/* The thread pool (src/thread): kpool_run gives every thread its call;
+ * kpool_run_shared, whose threads draw items from a shared counter, does
+ * every item exactly once however late a worker starts or draws, including
+ * workers left out because the caller took everything before they woke,
+ * and a job right after a shared one still reaches every worker.  Runs under
+ * ThreadSanitizer in the test script's TSan tier. */
+#include "testutil.h"
+
+#include "thread/pool.h"
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define ITEMS 257
+
+typedef struct job {
+    atomic_long next;
+    atomic_int done[ITEMS];
+    atomic_int calls[8]; /* calls of fn per thread index */
+    int slow_worker;     /* workers that join sleep before drawing: the caller waits for them */
+} job;
+
+static void pause_us(long us) {
+    struct timespec t = {0, us * 1000};
+    nanosleep(&t, NULL);
+}
+
+static void draw_task(void *ud, int ith, int nth) {
+    (void)nth;
+    job *j = ud;
+    atomic_fetch_add(&j->calls[ith], 1);
+    if (ith > 0 && j->slow_worker) pause_us(200);
+    for (long it; (it = atomic_fetch_add(&j->next, 1)) < ITEMS;) atomic_fetch_add(&j->done[it], 1);
+}
+
+static void each_task(void *ud, int ith, int nth) {
+    (void)nth;
+    job *j = ud;
+    atomic_fetch_add(&j->calls[ith], 1);
+}
+
+static void reset(job *j, int slow) {
+    atomic_store(&j->next, 0);
+    for (int i = 0; i < ITEMS; i++) atomic_store(&j->done[i], 0);
+    for (int i = 0; i < 8; i++) atomic_store(&j->calls[i], 0);
+    j->slow_worker = slow;
+}
+
+static int all_once(job *j) {
+    for (int i = 0; i < ITEMS; i++)
+        if (atomic_load(&j->done[i]) != 1) return 0;
+    return 1;
+}
+
+int main(void) {
+    for (int n = 1; n <= 3; n++) {
+        kpool *p = kpool_new(n);
+        CHECK(p != NULL && kpool_size(p) == n);
+        if (!p) continue;
+        job *j = calloc(1, sizeof *j);
+        int bad = 0, left_out = 0, each_bad = 0;
+        for (int rep = 0; rep < 300; rep++) {
+            reset(j, rep % 3 == 0);
+            if (rep % 3 == 0) pause_us(5000); /* idle workers go from spinning to yielding and sleeping */
+            kpool_run_shared(p, draw_task, j);
+            bad += !all_once(j);
+            bad += atomic_load(&j->calls[0]) != 1;
+            for (int i = 1; i < n; i++) {
+                const int c = atomic_load(&j->calls[i]);
+                bad += c > 1;
+                left_out += c == 0;
+            }
+            /* the next job, of either kind, reaches every thread once */
+            reset(j, 0);
+            if (rep % 2) {
+                kpool_run(p, each_task, j);
+                for (int i = 0; i < n; i++) each_bad += atomic_load(&j->calls[i]) != 1;
+            } else {
+                kpool_run_shared(p, draw_task, j);
+                bad += !all_once(j);
+            }
+            if (rep % 50 == 0) sched_yield();
+        }
+        CHECKF(bad == 0, "pool of %d: %d shared jobs did an item other than once or called a thread twice", n, bad);
+        CHECKF(each_bad == 0, "pool of %d: %d kpool_run calls missed or repeated a thread after a shared job", n,
+               each_bad);
+        if (n > 1) /* after 5 ms idle the workers sleep, and the caller takes everything first */
+            CHECKF(left_out > 0, "pool of %d: no worker was ever left out of a shared job", n);
+        free(j);
+        kpool_free(p);
+    }
+    return t_done();
+}
