@@ -1,13 +1,15 @@
-/* The thread pool (src/thread): kpool_run gives every thread its call;
- * kpool_run_shared, whose threads draw items from a shared counter, does
- * every item exactly once however late a worker starts or draws, including
- * workers left out because the caller took everything before they woke,
- * and a job right after a shared one still reaches every worker.  Runs under
- * ThreadSanitizer in the test script's TSan tier. */
+/* The thread pool (src/thread).  kpool_run makes every call once, the
+ * caller making those of workers that are not up in time (after the
+ * workers fell asleep).  kpool_run_shared, whose threads draw items from a
+ * shared counter, does every item once however late a worker starts or
+ * draws, including workers left out because the caller took everything
+ * before they woke, and the job after a shared one still makes every call.
+ * Runs under ThreadSanitizer in the test script's TSan tier. */
 #include "testutil.h"
 
 #include "thread/pool.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -36,10 +38,16 @@ static void draw_task(void *ud, int ith, int nth) {
     for (long it; (it = atomic_fetch_add(&j->next, 1)) < ITEMS;) atomic_fetch_add(&j->done[it], 1);
 }
 
+static pthread_t g_by[8]; /* the thread that made call ith of the last range job */
+
+/* A static split: call ith does its kpool_range part of the items. */
 static void each_task(void *ud, int ith, int nth) {
-    (void)nth;
     job *j = ud;
     atomic_fetch_add(&j->calls[ith], 1);
+    g_by[ith] = pthread_self();
+    long lo, hi;
+    kpool_range(ITEMS, ith, nth, &lo, &hi);
+    for (long i = lo; i < hi; i++) atomic_fetch_add(&j->done[i], 1);
 }
 
 static void reset(job *j, int slow) {
@@ -61,7 +69,7 @@ int main(void) {
         CHECK(p != NULL && kpool_size(p) == n);
         if (!p) continue;
         job *j = calloc(1, sizeof *j);
-        int bad = 0, left_out = 0, each_bad = 0;
+        int bad = 0, left_out = 0, each_bad = 0, taken = 0;
         for (int rep = 0; rep < 300; rep++) {
             reset(j, rep % 3 == 0);
             if (rep % 3 == 0) pause_us(5000); /* idle workers go from spinning to yielding and sleeping */
@@ -73,11 +81,12 @@ int main(void) {
                 bad += c > 1;
                 left_out += c == 0;
             }
-            /* the next job, of either kind, reaches every thread once */
+            /* the next job, of either kind, makes every call once */
             reset(j, 0);
             if (rep % 2) {
                 kpool_run(p, each_task, j);
                 for (int i = 0; i < n; i++) each_bad += atomic_load(&j->calls[i]) != 1;
+                each_bad += !all_once(j);
             } else {
                 kpool_run_shared(p, draw_task, j);
                 bad += !all_once(j);
@@ -87,6 +96,17 @@ int main(void) {
         CHECKF(bad == 0, "pool of %d: %d shared jobs did an item other than once or called a thread twice", n, bad);
         CHECKF(each_bad == 0, "pool of %d: %d kpool_run calls missed or repeated a thread after a shared job", n,
                each_bad);
+        /* a range job after the workers fell asleep: the caller makes the
+         * calls of those that are not up in time, each part still done once */
+        for (int rep = 0; rep < 40 && n > 1; rep++) {
+            pause_us(5000);
+            reset(j, 0);
+            kpool_run(p, each_task, j);
+            for (int i = 0; i < n; i++) each_bad += atomic_load(&j->calls[i]) != 1;
+            each_bad += !all_once(j);
+            for (int i = 1; i < n; i++) taken += pthread_equal(g_by[i], pthread_self()) != 0;
+        }
+        if (n > 1) CHECKF(taken > 0, "pool of %d: the caller never made a sleeping worker's call", n);
         if (n > 1) /* after 5 ms idle the workers sleep, and the caller takes everything first */
             CHECKF(left_out > 0, "pool of %d: no worker was ever left out of a shared job", n);
         free(j);

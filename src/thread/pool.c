@@ -17,6 +17,11 @@
  * yields between checks: on an oversubscribed machine a pure spin would
  * burn the time slice a descheduled worker needs. */
 #define WAIT_SPIN_ITERS 2048
+/* How long the caller, done with its own share of a job, lets a worker
+ * that has not begun its share yet join before running that share itself:
+ * a spinning worker joins within a microsecond of the job's start, and this
+ * is several (about 7 us at 28 ns a pause). */
+#define JOIN_GRACE_ITERS 256
 
 struct kpool {
     int n;
@@ -158,13 +163,23 @@ static void run(kpool *p, kpool_fn fn, void *ud, int shared) {
         pthread_mutex_unlock(&p->mu);
     }
     fn(ud, 0, p->n);
-    if (shared) /* the work is all taken: workers that have not begun are left out, not waited for */
-        for (int i = 1; i < p->n; i++) {
-            unsigned open = SLOT(g, JOB_OPEN);
-            if (atomic_compare_exchange_strong_explicit(&p->slot[i], &open, SLOT(g, JOB_CLOSED), memory_order_acq_rel,
-                                                        memory_order_relaxed))
-                atomic_fetch_sub_explicit(&p->pending, 1, memory_order_relaxed);
+    /* Workers that have not begun: in a shared job the work is all taken,
+     * so they are left out, not waited for.  Otherwise each gets a short
+     * grace to join, then the caller takes its share (its ith) and runs it
+     * itself: a worker descheduled by another process, or still waking,
+     * would otherwise hold the caller for as long as it is away. */
+    for (int i = 1; i < p->n; i++) {
+        unsigned open = SLOT(g, JOB_OPEN);
+        for (int spins = 0; !shared && spins < JOIN_GRACE_ITERS; spins++) {
+            if (atomic_load_explicit(&p->slot[i], memory_order_relaxed) != open) break;
+            cpu_relax();
         }
+        if (!atomic_compare_exchange_strong_explicit(&p->slot[i], &open, SLOT(g, JOB_CLOSED), memory_order_acq_rel,
+                                                     memory_order_relaxed))
+            continue; /* it joined: waited for below */
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_relaxed);
+        if (!shared) fn(ud, i, p->n);
+    }
     for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
         if (spins < WAIT_SPIN_ITERS)
             cpu_relax();

@@ -1,8 +1,12 @@
 /*
  * pool — a fixed set of worker threads that run one parallel job at a time.
  *
- * kpool_run(fn) calls fn(ud, ith, nth) on every thread, the caller being
- * thread 0, and returns when all are done.  Between jobs the workers spin
+ * kpool_run(fn) calls fn(ud, ith, nth) once for every ith < nth, the caller
+ * doing ith 0, and returns when all are done.  A worker that has not begun
+ * its call shortly after the caller finished its own (descheduled by
+ * another process, or still waking) is left out and the caller makes that
+ * call itself, so fn must not assume that calls with different ith run on
+ * different threads or at the same time.  Between jobs the workers spin
  * briefly, then yield, before sleeping, so back-to-back jobs in the token
  * loop don't pay a wake-up each; the caller waiting for a job's end also
  * spins and then yields.  A pool is driven by one caller thread at a time.
@@ -20,9 +24,8 @@ int kpool_size(const kpool *p);
 void kpool_run(kpool *p, kpool_fn fn, void *ud);
 /* The same for a job whose threads draw its work from a shared counter, so
  * that any one call of fn may take all of it: when the caller's call
- * returns, workers that have not begun yet are left out (they skip the
- * job) instead of waited for.  On a busy machine a descheduled worker then
- * costs the job nothing, where kpool_run waits for it to run. */
+ * returns, workers that have not begun yet are left out at once and their
+ * calls are not made at all. */
 void kpool_run_shared(kpool *p, kpool_fn fn, void *ud);
 
 /* Splits [0, n) evenly into nth parts; part ith is [*lo, *hi). */
