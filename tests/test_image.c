@@ -400,11 +400,26 @@ static void test_cli(void) {
              "-t 2 -o %s 2>&1",
              bin, a);
     CHECKF(run(cmd, out, sizeof out) == 0 && strstr(out, "wrote"), "%s", out);
-    snprintf(cmd, sizeof cmd,
-             "'%s' image --dit " TINY "dit.pt --t5 " TINY "t5.safetensors --tokenizer " TINY "spiece.model --vae " TINY
-             "vae.safetensors -p 'a green square on a white background' --steps 3 "
-             "--cfg 4.5 --seed 7 -t 1 -o %s 2>&1",
-             bin, b);
+    /* the four files alone: the tokenizer must be Flan-T5's pinned one or the
+     * one --tokenizer-sha256 names (the tiny pack's, from its pack.json) */
+    char tok_sha[65] = "";
+    {
+        size_t lj;
+        char *pj = t_read_file(TINY "pack.json", &lj);
+        const char *r = pj ? strstr(pj, "\"role\": \"tokenizer\"") : NULL;
+        const char *h = r ? strstr(r, "\"sha256\": \"") : NULL;
+        if (h && strlen(h) >= 11 + 64) memcpy(tok_sha, h + 11, 64);
+        free(pj);
+    }
+    CHECK(strlen(tok_sha) == 64);
+    const char *files = "--dit " TINY "dit.pt --t5 " TINY "t5.safetensors --tokenizer " TINY "spiece.model --vae " TINY
+                        "vae.safetensors -p 'a green square on a white background' --steps 3 --cfg 4.5 --seed 7 -t 1";
+    snprintf(cmd, sizeof cmd, "'%s' image %s -o %s 2>&1", bin, files, b);
+    CHECKF(run(cmd, out, sizeof out) != 0 && strstr(out, "not Flan-T5's spiece.model") && strstr(out, "791656"), "%s",
+           out);
+    snprintf(cmd, sizeof cmd, "'%s' image %s --tokenizer-sha256 %064d -o %s 2>&1", bin, files, 0, b);
+    CHECKF(run(cmd, out, sizeof out) != 0 && strstr(out, "--tokenizer-sha256 pins"), "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' image %s --tokenizer-sha256 %s -o %s 2>&1", bin, files, tok_sha, b);
     CHECKF(run(cmd, out, sizeof out) == 0, "%s", out);
     size_t la, lb;
     char *pa = t_read_file(a, &la), *pb = t_read_file(b, &lb);

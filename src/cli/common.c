@@ -115,11 +115,13 @@ static const struct cli_synopsis {
     {"serve", "serve [-m MODEL|NAME ...] [options]   (kiln serve --help lists them)"},
     {"embed", "embed -m MODEL [--query|--document [--title T]] [--dim N] [--truncate] [-t N] TEXT..."},
     {"image",
-     "image (-m PACK|NAME | --dit FILE.pt --t5 FILE.safetensors --tokenizer spiece.model --vae FILE.safetensors)\n"
+     "image (-m PACK|NAME | --dit FILE.pt --t5 FILE.safetensors --tokenizer spiece.model --vae FILE.safetensors\n"
+     "                         [--tokenizer-sha256 HEX])\n"
      "           -p PROMPT [--steps N] [--cfg S] [--seed N] [-o out.png|-] [-t N] [--no-verify]\n"
      "a 256x256 PNG; PACK is a directory with pack.json (every file's length and SHA-256 checked, or only the\n"
-     "lengths with --no-verify), NAME one imported into the store (kiln import PACK); defaults: the pack's steps\n"
-     "and cfg, seed 42, output.png"},
+     "lengths with --no-verify), NAME one imported into the store (kiln import PACK); the four files alone take\n"
+     "Flan-T5's spiece.model (791656 bytes, its SHA-256 pinned) unless --tokenizer-sha256 pins another;\n"
+     "defaults: the pack's steps and cfg, seed 42, output.png"},
     {"rerank", "rerank -m MODEL --query Q [--top-n N] [--documents] [--no-truncate] [-t N] (DOC... | -f FILE)"},
     {"decide",
      "decide -m PACK (--state FILE | --state-text TEXT) --question JSON [--question JSON ...] [--measure] [-t N]"},

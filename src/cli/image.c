@@ -108,7 +108,7 @@ static int on_progress(void *user, int step, int steps) {
 }
 
 int cmd_image(int argc, char **argv) {
-    const char *pack = NULL, *prompt = NULL, *outp = "output.png";
+    const char *pack = NULL, *prompt = NULL, *outp = "output.png", *tok_sha = NULL;
     im_files files;
     memset(&files, 0, sizeof files);
     int direct = 0, steps = 0, threads = 0, verify = 1;
@@ -133,6 +133,8 @@ int cmd_image(int argc, char **argv) {
             prompt = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--output"))
             outp = v;
+        else if (!strcmp(a, "--tokenizer-sha256"))
+            tok_sha = v;
         else if (!strcmp(a, "--dit") || !strcmp(a, "--t5") || !strcmp(a, "--tokenizer") || !strcmp(a, "--vae")) {
             char *d = a[2] == 'd'                  ? files.dit
                       : a[2] == 't' && a[3] == '5' ? files.t5
@@ -188,6 +190,10 @@ int cmd_image(int argc, char **argv) {
         }
     } else {
         im_config_default(&cfgp);
+        if (im_tokenizer_pinned(files.tokenizer, tok_sha, err, sizeof err)) {
+            fprintf(stderr, "kiln: %s\n", err);
+            return 1;
+        }
     }
     const double t0 = kb_now();
     im_pipeline *p;

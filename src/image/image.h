@@ -55,6 +55,14 @@ typedef struct im_files {
 
 /* The pinned pipeline's configuration. */
 void im_config_default(im_config *c);
+/* The pinned pipeline's tokenizer: Flan-T5's SentencePiece model (the same
+ * spiece.model as T5's), by length and SHA-256. */
+#define IM_SPIECE_PIN_BYTES 791656
+#define IM_SPIECE_PIN_SHA256 "d60acb128cf7b7f2536e8f38a5b18a05535c9e14c7a355904270e15b0945ea86"
+/* The four files given without a pack: the tokenizer must be the pinned
+ * one, or have the SHA-256 sha256 (64 hex digits) when that is not NULL
+ * (the caller pinning its own).  0, or -1 with err. */
+int im_tokenizer_pinned(const char *path, const char *sha256, char *err, size_t errlen);
 /* 1 when path is a pack: a directory holding pack.json, or such a file. */
 int im_is_pack(const char *path);
 /* Reads a pack's manifest into files and config and checks every

@@ -9,6 +9,7 @@
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 void im_config_default(im_config *c) {
@@ -60,6 +61,27 @@ static int sha256_file(const char *path, char hex[65]) {
     fclose(f);
     for (int i = 0; !rc && i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
     return rc;
+}
+
+int im_tokenizer_pinned(const char *path, const char *sha256, char *err, size_t errlen) {
+    struct stat st;
+    char got[65];
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return kb_errf(err, errlen, "tokenizer %s: not a file", path), -1;
+    if (sha256 && (strlen(sha256) != 64 || strspn(sha256, "0123456789abcdefABCDEF") != 64))
+        return kb_errf(err, errlen, "--tokenizer-sha256: '%s' is not 64 hex digits", sha256), -1;
+    if (!sha256 && st.st_size != IM_SPIECE_PIN_BYTES)
+        return kb_errf(err, errlen,
+                       "tokenizer %s is not Flan-T5's spiece.model (%lld bytes, not %d); a pack records its own "
+                       "tokenizer, or --tokenizer-sha256 pins this one",
+                       path, (long long)st.st_size, IM_SPIECE_PIN_BYTES),
+               -1;
+    if (sha256_file(path, got)) return kb_errf(err, errlen, "tokenizer %s: cannot read it", path), -1;
+    const char *want = sha256 ? sha256 : IM_SPIECE_PIN_SHA256;
+    if (strcasecmp(got, want))
+        return kb_errf(err, errlen, "tokenizer %s has sha256 %s, %s %s", path, got,
+                       sha256 ? "--tokenizer-sha256 pins" : "not Flan-T5's spiece.model,", want),
+               -1;
+    return 0;
 }
 
 static int enum_of(const char *s, const char *const *names, int n) {
