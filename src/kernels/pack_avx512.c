@@ -62,23 +62,41 @@ static inline __m256i block_sums(const __m512i u[4], const __m512i idx[4], const
     return fold(_mm512_add_epi32(s0, s1));
 }
 
+/* A Q4_0 block's nibbles as the 4 vectors block_sums takes: the low
+ * nibbles of qs[0..63] are groups 0, 1 (elements 0..7), of qs[64..127]
+ * groups 2, 3; the high nibbles elements 16.. (4..7).  The decode stream
+ * is hinted PF_BLOCKS blocks ahead. */
+static inline void q4_0_unpack(const kk_q4_0x8 *wb, __m512i u[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    _mm_prefetch((const char *)(wb + PF_BLOCKS), _MM_HINT_T0);
+    _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
+    _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
+    const __m512i p0 = _mm512_loadu_si512(wb->qs), p1 = _mm512_loadu_si512(wb->qs + 64);
+    u[0] = _mm512_and_si512(p0, m4);
+    u[1] = _mm512_and_si512(p1, m4);
+    u[2] = _mm512_and_si512(_mm512_srli_epi16(p0, 4), m4);
+    u[3] = _mm512_and_si512(_mm512_srli_epi16(p1, 4), m4);
+}
+
+/* A Q8_0 block's weights + 128 as unsigned bytes (an xor), the stream
+ * hinted 8 blocks ahead. */
+static inline void q8_0_unpack(const kk_q8_0x8 *wb, __m512i u[4]) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
+    for (int m = 0; m < 4; m++) u[m] = _mm512_xor_si512(_mm512_loadu_si512(wb->qs + 64 * m), bias);
+}
+
 /* One token (decode), in this file's kernels: the accumulator stays in a
  * register through the row group's blocks instead of going through acc
  * per block; the same sums and the same fma per block. */
 static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda,
                                                             float *acc) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
         const kk_q4_0x8 *wb = &w[b];
-        _mm_prefetch((const char *)(wb + PF_BLOCKS), _MM_HINT_T0);
-        _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
-        const __m512i p0 = _mm512_loadu_si512(wb->qs), p1 = _mm512_loadu_si512(wb->qs + 64);
-        const __m512i u[4] = {_mm512_and_si512(p0, m4), _mm512_and_si512(p1, m4),
-                              _mm512_and_si512(_mm512_srli_epi16(p0, 4), m4),
-                              _mm512_and_si512(_mm512_srli_epi16(p1, 4), m4)};
+        __m512i u[4];
+        q4_0_unpack(wb, u);
         const kk_act8 *ab = a + (size_t)b * lda;
         const __m256i s = _mm256_sub_epi32(block_sums(u, idx, ab->qs), _mm256_set1_epi32(ab->s8));
         const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), _mm256_set1_ps(ab->d));
@@ -94,19 +112,11 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
         x8_q4_0_1(nb, w, a, lda, acc);
         return;
     }
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     for (int b = 0; b < nb; b++) {
         const kk_q4_0x8 *wb = &w[b];
-        _mm_prefetch((const char *)(wb + PF_BLOCKS), _MM_HINT_T0);
-        _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
-        /* low nibbles of qs[0..63] are groups 0, 1 (elements 0..7), of
-         * qs[64..127] groups 2, 3; the high nibbles elements 16.. (4..7) */
-        const __m512i p0 = _mm512_loadu_si512(wb->qs), p1 = _mm512_loadu_si512(wb->qs + 64);
-        const __m512i u[4] = {_mm512_and_si512(p0, m4), _mm512_and_si512(p1, m4),
-                              _mm512_and_si512(_mm512_srli_epi16(p0, 4), m4),
-                              _mm512_and_si512(_mm512_srli_epi16(p1, 4), m4)};
+        __m512i u[4];
+        q4_0_unpack(wb, u);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const kk_act8 *ab = a + (size_t)b * lda;
         for (int t = 0; t < n_tok; t++) finish(acc + 8 * t, block_sums(u, idx, ab[t].qs), ab[t].s8, dw, ab[t].d);
@@ -116,14 +126,12 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
 /* One token (decode): the accumulator in a register, as x8_q4_0_1. */
 static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kk_q8_0x8 *w, const kk_act8 *a, size_t lda,
                                                             float *acc) {
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
         const kk_q8_0x8 *wb = &w[b];
-        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
         __m512i u[4];
-        for (int m = 0; m < 4; m++) u[m] = _mm512_xor_si512(_mm512_loadu_si512(wb->qs + 64 * m), bias);
+        q8_0_unpack(wb, u);
         const kk_act8 *ab = a + (size_t)b * lda;
         const __m256i s = _mm256_sub_epi32(block_sums(u, idx, ab->qs), _mm256_set1_epi32(16 * ab->s8));
         const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), _mm256_set1_ps(ab->d));
@@ -139,13 +147,11 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
         x8_q8_0_1(nb, w, a, lda, acc);
         return;
     }
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     for (int b = 0; b < nb; b++) {
         const kk_q8_0x8 *wb = &w[b];
-        for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
-        __m512i u[4]; /* w + 128 as unsigned bytes */
-        for (int m = 0; m < 4; m++) u[m] = _mm512_xor_si512(_mm512_loadu_si512(wb->qs + 64 * m), bias);
+        __m512i u[4];
+        q8_0_unpack(wb, u);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const kk_act8 *ab = a + (size_t)b * lda;
         for (int t = 0; t < n_tok; t++) finish(acc + 8 * t, block_sums(u, idx, ab[t].qs), 16 * ab[t].s8, dw, ab[t].d);
