@@ -32,8 +32,8 @@ struct kpool {
     atomic_int pending;  /* workers still running the current job */
     atomic_int sleepers; /* workers blocked on cv */
     /* per worker (index ith): the job it may join, SLOT(gen, state) with
-     * state JOB_OPEN, JOB_JOINED or JOB_CLOSED (the caller of a shared job
-     * finished before this worker began and left it out) */
+     * state JOB_OPEN, JOB_JOINED or JOB_CLOSED (the caller finished its own
+     * share before this worker began, and left it out: see run) */
     atomic_uint *slot;
     kpool_fn fn;
     void *ud;
