@@ -11,6 +11,19 @@ Usage (from the repository root):
 
 Needs Debian's python3-torch, python3-numpy and python3-sentencepiece.  Output
 is deterministic (fixed seeds, fixed ZIP dates); every file's sha256 is printed.
+Debian's torch does its matrix products in the system BLAS: with the reference
+libblas3 alone a --demo step is about seven times slower than with
+libopenblas0-pthread installed.
+
+models/shapes-256 as bundled was trained in three runs of one core each (the
+recipe is what repeats, not the weights: a run stops on the clock):
+
+    1. PACK1, the pack of commit 788485c (about two hours of one core: the
+       captions' colours in their roles, the shapes still blobs);
+    2. --demo 112 --out DIR --state FILE --init-from-pack PACK1 --mid-noise 0.5
+       stopped after 36 minutes at step 6665 (its state is what 3 resumes);
+    3. --demo 73 --out DIR --state FILE --resume --mid-noise 0.6 --mid-range 600:1000
+       to step 32690 (73 minutes, the last eleven at 0.3 of the learning rate).
 
 ckpt/   checkpoint-reader fixtures: a good PyTorch ZIP state dict (F16, F32
         views into one storage, BF16, I64, a 0-d tensor, an nn.Parameter), the
@@ -953,32 +966,44 @@ def load_safetensors(path):
     return W
 
 
-def gen_demo(minutes, out, state=None, resume=False, keep_vae=False, fresh_layers=False):
+def gen_demo(minutes, out, state=None, resume=False, keep_vae=False, fresh_layers=False, init=None, mid=0.0,
+             mid_range=(450, 950), peak_lr=1e-3):
     """Trains the demo pipeline on pictures of coloured shapes for about
     MINUTES of one core, writing the pack to OUT every few minutes (with the
     transformer's and encoder's moving average, which samples far cleaner
     than the raw weights).  STATE keeps the raw weights, the averages and the
-    optimizer, so a run can go on where an earlier one stopped."""
+    optimizer, so a run can go on where an earlier one stopped.  INIT, a
+    pack's directory, starts all three models from that pack's weights (the
+    moving averages it holds) with a new optimizer.  MID is the fraction of
+    each batch whose noise levels are drawn from MID_RANGE (t in [lo, hi),
+    where a shape's outline is decided: the colours are settled at the
+    noisiest steps, and below t = 600 the outline is already in the noisy
+    latent) instead of all of the schedule; PEAK_LR the learning rate after
+    the warm-up."""
     import time
     torch.set_num_threads(1)  # a shared machine: OpenMP threads spinning on busy cores only lose
     d = out
     os.makedirs(d, exist_ok=True)
     sp = gen_tokenizer(os.path.join(d, "spiece.model"), whole_words=True)
     caps = [(c, s, b) for c in COLORS for s in SHAPES for b in COLORS if b != c]
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(6 if init else 5)  # a warm start sees new drawings
     g = torch.Generator().manual_seed(77)
     budget = minutes * 60.0
     t_start = time.time()
     st = torch.load(state) if resume and state and os.path.exists(state) else None
+    if init and st is not None:
+        raise SystemExit("--init-from-pack and --resume with a state file: choose one")
 
-    if st is not None:
+    if init:
+        Wv = as_params(load_safetensors(os.path.join(init, "vae.safetensors")))
+    elif st is not None:
         Wv = as_params(st["vae"])
     elif resume or keep_vae:  # the decoder in OUT stays
         Wv = as_params(load_safetensors(os.path.join(d, "vae.safetensors")))
     # 1. the decoder: latents of random pictures back to the pictures, on
     #    128-pixel pictures (a latent cell is 8 x 8 pixels at any size, and
     #    every layer but the group norms and the 16-cell attention is local)
-    trained = st is not None or resume or keep_vae
+    trained = st is not None or resume or keep_vae or bool(init)
     Wv = Wv if trained else as_params(vae_weights(g, DEMO_VAE))
     for k in list(Wv):
         if k.startswith("encoder.") or k.startswith("quant_conv"):
@@ -1021,6 +1046,12 @@ def gen_demo(minutes, out, state=None, resume=False, keep_vae=False, fresh_layer
         Wt, Wd = as_params(st["t5"]), as_params(st["dit"])
         ema = {k: v.clone() for k, v in st["ema"].items()}
         step0 = st["step"]
+    elif init:
+        Wt = as_params(load_safetensors(os.path.join(init, "t5.safetensors")))
+        Wd = as_params(torch.load(os.path.join(init, "dit.pt")))
+        ema = {("t5." + k): v.detach().clone() for k, v in Wt.items()}
+        ema.update({("dit." + k): v.detach().clone() for k, v in Wd.items()})
+        step0 = 0
     else:
         Wt = as_params(t5_weights(g, sp.get_piece_size() + 4, DEMO_T5))
         for k in Wt:
@@ -1059,6 +1090,17 @@ def gen_demo(minutes, out, state=None, resume=False, keep_vae=False, fresh_layer
     # the colour words' places: "a C S on a B background" is one piece a word
     at = [i for i, t in enumerate(ids_all[caps[0]]) if sp.id_to_piece(t) in ("\u2581" + caps[0][0], "\u2581" + caps[0][2])]
     assert at == [1, 5], at
+    want_all = torch.tensor([[role[cap][0], role[cap][1] + len(COLORS)] for cap in caps])
+    if init:  # a new probe learns to read the given encoder first, or its first gradients would shake it
+        with torch.no_grad():
+            states_all = t5_encode_batch(Wt, DEMO_T5, [ids_all[cap] for cap in caps])[0][:, [1, 5]]
+        for _ in range(500):
+            out_p = states_all @ probe["w"].T + probe["b"]
+            aux_p = torch.nn.functional.cross_entropy(out_p.reshape(-1, 2 * len(COLORS)), want_all.reshape(-1))
+            opt_p.zero_grad()
+            aux_p.backward()
+            opt_p.step()
+        print(f"probe on the given encoder: {aux_p.item():.3f}", flush=True)
     print(f"dit: {sum(v.numel() for v in Wd.values())} transformer weights", flush=True)
     t0, step = time.time(), step0
     t_saved = t0
@@ -1077,9 +1119,9 @@ def gen_demo(minutes, out, state=None, resume=False, keep_vae=False, fresh_layer
             os.replace(state + ".tmp", state)
 
     while time.time() - t0 < t_end:
-        lr = 1e-3 * min(1.0, (step + 1) / 300)
+        lr = peak_lr * min(1.0, (step - step0 + 1) / 300)
         if time.time() - t0 > 0.85 * t_end:
-            lr = 3e-4
+            lr = 0.3 * peak_lr
         for grp in opt.param_groups:
             grp["lr"] = lr
         # new drawings every step (the transformer learnt to recall a fixed set)
@@ -1087,6 +1129,9 @@ def gen_demo(minutes, out, state=None, resume=False, keep_vae=False, fresh_layer
                 for cap in (caps[rng.integers(len(caps))] for _ in range(B))]
         lat = torch.stack([p[1] for p in pick])
         t = torch.randint(0, 1000, (B,))
+        n_mid = int(round(mid * B))
+        if n_mid:
+            t[:n_mid] = torch.randint(mid_range[0], mid_range[1], (n_mid,))
         noise = torch.randn(lat.shape)
         a = ac[t].view(B, 1, 1, 1)
         xt = a.sqrt() * lat + (1 - a).sqrt() * noise
@@ -1183,6 +1228,13 @@ def main():
     ap.add_argument("--state", metavar="FILE", help="with --demo: the training state, kept for --resume")
     ap.add_argument("--fresh-encoder-layers", action="store_true",
                     help="with --demo --resume: start the encoder's layers anew (its embedding stays)")
+    ap.add_argument("--init-from-pack", metavar="DIR",
+                    help="with --demo: start the encoder, transformer and decoder from a pack's weights")
+    ap.add_argument("--mid-noise", type=float, default=0.0, metavar="FRAC",
+                    help="with --demo: draw this fraction of each batch's noise levels from --mid-range")
+    ap.add_argument("--mid-range", default="450:950", metavar="LO:HI",
+                    help="with --demo --mid-noise: the noise levels' range, t in [LO, HI)")
+    ap.add_argument("--lr", type=float, default=1e-3, help="with --demo: the learning rate after the warm-up")
     ap.add_argument("--bench", metavar="DIR", help="write a random F16 pipeline with PixArt-256 shapes to DIR")
     a = ap.parse_args()
     torch.manual_seed(0)
@@ -1191,7 +1243,8 @@ def main():
         return
     if a.demo:
         out = a.out or os.path.join(os.path.dirname(ROOT), "models", "shapes-256")
-        gen_demo(a.demo, out, a.state, a.resume, a.keep_vae, a.fresh_encoder_layers)
+        gen_demo(a.demo, out, a.state, a.resume, a.keep_vae, a.fresh_encoder_layers, a.init_from_pack,
+                 a.mid_noise, tuple(int(v) for v in a.mid_range.split(":")), a.lr)
         return
     gen_ckpt()
     if a.ckpt:
