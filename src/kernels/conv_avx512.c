@@ -44,22 +44,14 @@ static inline __attribute__((always_inline)) void tile(const int MR, const int N
 /* MR as a constant for each row count; NP 4 (a whole chunk) or 1. */
 static void tile_any(int mr, int np, int kc, const float *a, size_t lda, const float *bp, size_t ps, float *c,
                      size_t ldc) {
-    if (np == 4) switch (mr) {
-        case 1: tile(1, 4, kc, a, lda, bp, ps, c, ldc); return;
-        case 2: tile(2, 4, kc, a, lda, bp, ps, c, ldc); return;
-        case 3: tile(3, 4, kc, a, lda, bp, ps, c, ldc); return;
-        case 4: tile(4, 4, kc, a, lda, bp, ps, c, ldc); return;
-        case 5: tile(5, 4, kc, a, lda, bp, ps, c, ldc); return;
-        default: tile(6, 4, kc, a, lda, bp, ps, c, ldc); return;
-        }
+    // clang-format off
     switch (mr) {
-    case 1: tile(1, 1, kc, a, lda, bp, ps, c, ldc); return;
-    case 2: tile(2, 1, kc, a, lda, bp, ps, c, ldc); return;
-    case 3: tile(3, 1, kc, a, lda, bp, ps, c, ldc); return;
-    case 4: tile(4, 1, kc, a, lda, bp, ps, c, ldc); return;
-    case 5: tile(5, 1, kc, a, lda, bp, ps, c, ldc); return;
-    default: tile(6, 1, kc, a, lda, bp, ps, c, ldc); return;
+#define R(r) case r: if (np == 4) tile(r, 4, kc, a, lda, bp, ps, c, ldc); else tile(r, 1, kc, a, lda, bp, ps, c, ldc); return;
+    R(1) R(2) R(3) R(4) R(5)
+#undef R
+    default: if (np == 4) tile(6, 4, kc, a, lda, bp, ps, c, ldc); else tile(6, 1, kc, a, lda, bp, ps, c, ldc); return;
     }
+    // clang-format on
 }
 
 void kk_gemm_tile_avx512(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc) {
