@@ -42,9 +42,10 @@ test('two replicas behind nginx', { skip: !nginx && 'nginx is not installed' }, 
     for (const o of outs) assert.equal(o.choices[0].text, outs[0].choices[0].text);
     assert.ok(await metric(a.base, 'kiln_generation_tokens_total') > 0, 'replica A served');
     assert.ok(await metric(b.base, 'kiln_generation_tokens_total') > 0, 'replica B served');
-    // a stream arrives in pieces through the proxy
+    // a stream arrives in pieces through the proxy (200 tokens: the tiny model
+    // writes 64 in about 10 ms, which one read could take whole)
     const r = await fetch(base + '/v1/completions', { method: 'POST', body: JSON.stringify({
-      model: 'stories260K', prompt: 'Once upon a time', max_tokens: 64, stream: true }) });
+      model: 'stories260K', prompt: 'Once upon a time', max_tokens: 200, stream: true }) });
     let reads = 0, text = '';
     for await (const chunk of r.body) { reads++; text += Buffer.from(chunk).toString(); }
     assert.ok(text.trimEnd().endsWith('data: [DONE]'));
