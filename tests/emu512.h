@@ -126,6 +126,14 @@ static inline kiln_emu512 emu_slli_epi16(kiln_emu512 a, unsigned imm) {
     for (int i = 0; i < 32; i++) a.u16[i] = imm > 15 ? 0 : (uint16_t)(a.u16[i] << imm);
     return a;
 }
+static inline kiln_emu512 emu_srai_epi16(kiln_emu512 a, unsigned imm) {
+    for (int i = 0; i < 32; i++) a.i16[i] = (int16_t)(a.i16[i] >> (imm > 15 ? 15 : imm));
+    return a;
+}
+static inline kiln_emu512 emu_sub_epi16(kiln_emu512 a, kiln_emu512 b) {
+    for (int i = 0; i < 32; i++) a.u16[i] = (uint16_t)(a.u16[i] - b.u16[i]);
+    return a;
+}
 static inline kiln_emu512 emu_slli_epi32(kiln_emu512 a, unsigned imm) {
     for (int i = 0; i < 16; i++) a.u32[i] = imm > 31 ? 0 : a.u32[i] << imm;
     return a;
@@ -378,6 +386,10 @@ static inline float emu_reduce_max_ps(kiln_emu512 a) {
 #define _mm512_xor_si512 emu_xor_si512
 #undef _mm512_add_epi32
 #define _mm512_add_epi32 emu_add_epi32
+#undef _mm512_srai_epi16
+#define _mm512_srai_epi16 emu_srai_epi16
+#undef _mm512_sub_epi16
+#define _mm512_sub_epi16 emu_sub_epi16
 #undef _mm512_srli_epi16
 #define _mm512_srli_epi16 emu_srli_epi16
 #undef _mm512_permutexvar_epi32
