@@ -337,12 +337,10 @@ static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_
                 h1 = _mm256_add_epi16(
                     h1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p1, 4), m4), bcast4(y1 + 4 * kk + 4)));
             }
-            for (int hh = 0; hh < 2; hh++) {
-                const int sb = 2 * g + hh;
-                const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb)));
-                const __m256i p = hh ? _mm256_add_epi16(h0, h1) : _mm256_add_epi16(l0, l1);
-                is = _mm256_add_epi32(is, _mm256_madd_epi16(p, _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16))));
-            }
+            __m256i sl, sh;
+            scale_pairs_u8(wb->sc + 16 * g, &sl, &sh);
+            is = _mm256_add_epi32(is, _mm256_madd_epi16(_mm256_add_epi16(l0, l1), sl));
+            is = _mm256_add_epi32(is, _mm256_madd_epi16(_mm256_add_epi16(h0, h1), sh));
         }
         const __m256i ms = q4_K_mins(wb->mn, y->bsums);
         const __m256 yd = _mm256_set1_ps(y->d);

@@ -11,18 +11,39 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The scales of the sub-blocks at sc[0..7] and sc[8..15] (rows 0..7) as
+ * 16-bit pairs (sc, sc) per row lane: sc_u for unsigned bytes (Q4_K),
+ * zero-extended by the vpshufb; sc_s for signed ones (Q6_K), moved to the
+ * high byte and shifted down with their sign. */
+static inline void scale_pairs_u8(const uint8_t *sc, __m256i *lo, __m256i *hi) {
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)sc));
+    const __m256i sl = _mm256_setr_epi8(0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3, -128, 4, -128,
+                                        4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7, -128);
+    *lo = _mm256_shuffle_epi8(v, sl);
+    *hi = _mm256_shuffle_epi8(v, _mm256_add_epi8(sl, _mm256_set1_epi8(8)));
+}
+
+static inline void scale_pairs_s8(const int8_t *sc, __m256i *lo, __m256i *hi) {
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)sc));
+    const __m256i sl = _mm256_setr_epi8(-128, 0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3, -128, 4,
+                                        -128, 4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7);
+    *lo = _mm256_srai_epi16(_mm256_shuffle_epi8(v, sl), 8);
+    *hi = _mm256_srai_epi16(_mm256_shuffle_epi8(v, _mm256_add_epi8(sl, _mm256_set1_epi8(8))), 8);
+}
+
 /* The Q6_K scales of a packed super-block as 16-bit pairs per row lane:
  * dsc[s] = (sc_s, sc_s) for the madd of sub-block s's sums, and osc[p] =
- * (sc_2p, sc_2p+1) for the offset term against the 16-element sums. */
+ * (sc_2p, sc_2p+1) for the offset term against the 16-element sums.  Each
+ * pair of sub-blocks is one 16-byte broadcast; vpshufb moves the bytes to
+ * the high byte of each int16, an arithmetic shift brings them down. */
 static inline void q6_K_scale_pairs(const int8_t *sc, __m256i dsc[16], __m256i osc[8]) {
-    const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
-    __m256i sv[16];
-    for (int s = 0; s < 16; s++) {
-        sv[s] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * s)));
-        dsc[s] = _mm256_or_si256(_mm256_and_si256(sv[s], lo16), _mm256_slli_epi32(sv[s], 16));
+    const __m256i so = _mm256_setr_epi8(-128, 0, -128, 8, -128, 1, -128, 9, -128, 2, -128, 10, -128, 3, -128, 11, -128,
+                                        4, -128, 12, -128, 5, -128, 13, -128, 6, -128, 14, -128, 7, -128, 15);
+    for (int p = 0; p < 8; p++) {
+        scale_pairs_s8(sc + 16 * p, &dsc[2 * p], &dsc[2 * p + 1]);
+        const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(sc + 16 * p)));
+        osc[p] = _mm256_srai_epi16(_mm256_shuffle_epi8(v, so), 8);
     }
-    for (int p = 0; p < 8; p++)
-        osc[p] = _mm256_or_si256(_mm256_and_si256(sv[2 * p], lo16), _mm256_slli_epi32(sv[2 * p + 1], 16));
 }
 
 /* The -32 offset of the 8 rows' int32 sums: 32 * sum_s sc_s * bsums[s]. */
@@ -51,12 +72,13 @@ static inline __m256i q4_K_mins_p(const __m256i mnp[4], const int16_t *bsums) {
 }
 
 /* mnp[p], per row lane: the mins of sub-blocks 2p and 2p + 1 as a 16-bit
- * pair. */
+ * pair: one 16-byte broadcast of both sub-blocks' mins (rows 0..7, then
+ * 0..7) and a vpshufb that zero-extends them into place. */
 static inline void q4_K_min_pairs(const uint8_t *mn, __m256i mnp[4]) {
+    const __m256i sh = _mm256_setr_epi8(0, -128, 8, -128, 1, -128, 9, -128, 2, -128, 10, -128, 3, -128, 11, -128, 4,
+                                        -128, 12, -128, 5, -128, 13, -128, 6, -128, 14, -128, 7, -128, 15, -128);
     for (int p = 0; p < 4; p++)
-        mnp[p] = _mm256_or_si256(
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mn + 16 * p))),
-            _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mn + 16 * p + 8))), 16));
+        mnp[p] = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(mn + 16 * p))), sh);
 }
 
 static inline __m256i q4_K_mins(const uint8_t *mn, const int16_t *bsums) {
