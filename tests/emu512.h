@@ -106,6 +106,29 @@ static inline kiln_emu512 emu_set1_epi32(int v) {
     for (int i = 0; i < 16; i++) r.i32[i] = v;
     return r;
 }
+static inline kiln_emu512 emu_set1_epi64(long long v) {
+    kiln_emu512 r;
+    for (int i = 0; i < 8; i++) memcpy(r.u8 + 8 * i, &v, 8);
+    return r;
+}
+static inline kiln_emu512 emu_setr_epi32(int e0, int e1, int e2, int e3, int e4, int e5, int e6, int e7, int e8, int e9,
+                                         int e10, int e11, int e12, int e13, int e14, int e15) {
+    const int v[16] = {e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15};
+    kiln_emu512 r;
+    for (int i = 0; i < 16; i++) r.i32[i] = v[i];
+    return r;
+}
+/* vpermt2d: dst lane i = (idx bit 4 ? b : a) lane (idx mod 16) */
+static inline kiln_emu512 emu_permutex2var_epi32(kiln_emu512 a, kiln_emu512 idx, kiln_emu512 b) {
+    kiln_emu512 r;
+    for (int i = 0; i < 16; i++) r.u32[i] = (idx.u32[i] & 16 ? b : a).u32[idx.u32[i] & 15];
+    return r;
+}
+static inline kiln_emu512 emu_castps256_ps512(__m256 a) {
+    kiln_emu512 r = emu_zero();
+    r.hf[0] = a;
+    return r;
+}
 static inline kiln_emu512 emu_or_si512(kiln_emu512 a, kiln_emu512 b) {
     for (int i = 0; i < 64; i++) a.u8[i] |= b.u8[i];
     return a;
@@ -401,6 +424,14 @@ static inline float emu_reduce_max_ps(kiln_emu512 a) {
 #define _mm512_set1_epi16 emu_set1_epi16
 #undef _mm512_set1_epi32
 #define _mm512_set1_epi32 emu_set1_epi32
+#undef _mm512_set1_epi64
+#define _mm512_set1_epi64 emu_set1_epi64
+#undef _mm512_setr_epi32
+#define _mm512_setr_epi32 emu_setr_epi32
+#undef _mm512_permutex2var_epi32
+#define _mm512_permutex2var_epi32 emu_permutex2var_epi32
+#undef _mm512_castps256_ps512
+#define _mm512_castps256_ps512 emu_castps256_ps512
 #undef _mm512_or_si512
 #define _mm512_or_si512 emu_or_si512
 #undef _mm512_add_epi16

@@ -105,22 +105,98 @@ static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kk_q4_
     _mm256_storeu_ps(acc, sum);
 }
 
+/* Many tokens (prompt), Q4_0 and Q8_0: PAIR_TOK tokens at a time, their
+ * accumulators in registers through all the blocks (two tokens a zmm: rows
+ * of t in lanes 0..7, of t + 1 in 8..15).  Each block's weight vectors u
+ * (as block_sums takes them) get their lanes interleaved once per tile
+ * (lane 2i: row i of group 2m, lane 2i + 1: row i of group 2m + 1), so a
+ * token's 8 activation bytes of groups 2m, 2m + 1 are one vpbroadcastq
+ * from memory instead of a vpermd per token; a pair of tokens folds its
+ * lane pairs through two vpermt2d.  The same integers, products and fma
+ * per row, token and block, in block order, as the scalar twin. */
+#define PAIR_TOK 16
+
+static inline __m512i bcast8(const int8_t *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return _mm512_set1_epi64(v);
+}
+
+/* lanes 2i, 2i + 1: row i's sums over groups 2m and 2m + 1 */
+static inline __m512i pair_sums(const __m512i u[4], const int8_t *qs) {
+    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], bcast8(qs));
+    __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[1], bcast8(qs + 8));
+    s0 = _mm512_dpbusd_epi32(s0, u[2], bcast8(qs + 16));
+    s1 = _mm512_dpbusd_epi32(s1, u[3], bcast8(qs + 24));
+    return _mm512_add_epi32(s0, s1);
+}
+
+/* q8: Q8_0 weights (the zero point 16 * s8), else Q4_0 (s8) */
+static inline __attribute__((always_inline)) void pair_batch(int nb, const void *vw, const kk_act8 *a, size_t lda,
+                                                             int n_tok, float *acc, int q8) {
+    const __m512i ilv = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const int off_mul = q8 ? 16 : 1;
+    for (int t0 = 0; t0 < n_tok; t0 += PAIR_TOK) {
+        const int nt = n_tok - t0 < PAIR_TOK ? n_tok - t0 : PAIR_TOK, np = nt / 2;
+        float *o = acc + 8 * t0;
+        __m512 av[PAIR_TOK / 2];
+#pragma GCC unroll 8
+        for (int p = 0; p < PAIR_TOK / 2; p++) av[p] = p < np ? _mm512_loadu_ps(o + 16 * p) : _mm512_setzero_ps();
+        __m256 at = nt & 1 ? _mm256_loadu_ps(o + 16 * np) : _mm256_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            __m512i u[4];
+            const uint16_t *dh;
+            if (q8) {
+                const kk_q8_0x8 *wb = (const kk_q8_0x8 *)vw + b;
+                q8_0_unpack(wb, u);
+                dh = wb->d;
+            } else {
+                const kk_q4_0x8 *wb = (const kk_q4_0x8 *)vw + b;
+                q4_0_unpack(wb, u);
+                dh = wb->d;
+            }
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) u[m] = _mm512_permutexvar_epi32(ilv, u[m]);
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+            const __m512 dw2 = _mm512_insertf32x8(_mm512_castps256_ps512(dw), dw, 1);
+            const kk_act8 *ab = a + (size_t)b * lda + t0;
+#pragma GCC unroll 8
+            for (int p = 0; p < PAIR_TOK / 2; p++) {
+                if (p >= np) break;
+                const kk_act8 *y0 = &ab[2 * p], *y1 = &ab[2 * p + 1];
+                const __m512i st = pair_sums(u, y0->qs), su = pair_sums(u, y1->qs);
+                __m512i s =
+                    _mm512_add_epi32(_mm512_permutex2var_epi32(st, ev, su), _mm512_permutex2var_epi32(st, od, su));
+                s = _mm512_sub_epi32(
+                    s, _mm512_inserti64x4(_mm512_set1_epi32(off_mul * y0->s8), _mm256_set1_epi32(off_mul * y1->s8), 1));
+                const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(y0->d), _mm256_set1_ps(y1->d), 1);
+                av[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw2, d), av[p]);
+            }
+            if (nt & 1) {
+                const kk_act8 *y0 = &ab[2 * np];
+                const __m512i st = pair_sums(u, y0->qs);
+                const __m256i s =
+                    _mm256_sub_epi32(_mm512_castsi512_si256(_mm512_add_epi32(_mm512_permutex2var_epi32(st, ev, st),
+                                                                             _mm512_permutex2var_epi32(st, od, st))),
+                                     _mm256_set1_epi32(off_mul * y0->s8));
+                at = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(y0->d)), at);
+            }
+        }
+#pragma GCC unroll 8
+        for (int p = 0; p < PAIR_TOK / 2; p++)
+            if (p < np) _mm512_storeu_ps(o + 16 * p, av[p]);
+        if (nt & 1) _mm256_storeu_ps(o + 16 * np, at);
+    }
+}
+
 static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q4_0x8 *w = vw;
-    const kk_act8 *a = va;
     if (n_tok == 1) {
-        x8_q4_0_1(nb, w, a, lda, acc);
+        x8_q4_0_1(nb, vw, va, lda, acc);
         return;
     }
-    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
-    for (int b = 0; b < nb; b++) {
-        const kk_q4_0x8 *wb = &w[b];
-        __m512i u[4];
-        q4_0_unpack(wb, u);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
-        const kk_act8 *ab = a + (size_t)b * lda;
-        for (int t = 0; t < n_tok; t++) finish(acc + 8 * t, block_sums(u, idx, ab[t].qs), ab[t].s8, dw, ab[t].d);
-    }
+    pair_batch(nb, vw, va, lda, n_tok, acc, 0);
 }
 
 /* One token (decode): the accumulator in a register, as x8_q4_0_1. */
@@ -141,21 +217,11 @@ static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kk_q8_
 }
 
 static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q8_0x8 *w = vw;
-    const kk_act8 *a = va;
     if (n_tok == 1) {
-        x8_q8_0_1(nb, w, a, lda, acc);
+        x8_q8_0_1(nb, vw, va, lda, acc);
         return;
     }
-    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
-    for (int b = 0; b < nb; b++) {
-        const kk_q8_0x8 *wb = &w[b];
-        __m512i u[4];
-        q8_0_unpack(wb, u);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
-        const kk_act8 *ab = a + (size_t)b * lda;
-        for (int t = 0; t < n_tok; t++) finish(acc + 8 * t, block_sums(u, idx, ab[t].qs), 16 * ab[t].s8, dw, ab[t].d);
-    }
+    pair_batch(nb, vw, va, lda, n_tok, acc, 1);
 }
 
 /* The 8 rows' scales (one int32 per row lane) as int16 pairs (sc, sc) per
