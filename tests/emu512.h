@@ -179,6 +179,23 @@ static inline kiln_emu512 emu_dpwssd_epi32(kiln_emu512 src, kiln_emu512 a, kiln_
             (uint32_t)((int32_t)a.i16[2 * i] * b.i16[2 * i]) + (uint32_t)((int32_t)a.i16[2 * i + 1] * b.i16[2 * i + 1]);
     return src;
 }
+static inline kiln_emu512 emu_madd_epi16(kiln_emu512 a, kiln_emu512 b) {
+    kiln_emu512 r;
+    for (int i = 0; i < 16; i++)
+        r.u32[i] =
+            (uint32_t)((int32_t)a.i16[2 * i] * b.i16[2 * i]) + (uint32_t)((int32_t)a.i16[2 * i + 1] * b.i16[2 * i + 1]);
+    return r;
+}
+/* vpackssdw: per 128-bit lane, a's 4 int32 then b's, saturated to int16 */
+static inline kiln_emu512 emu_packs_epi32(kiln_emu512 a, kiln_emu512 b) {
+    kiln_emu512 r;
+    for (int l = 0; l < 4; l++)
+        for (int k = 0; k < 8; k++) {
+            const int32_t v = (k < 4 ? a : b).i32[4 * l + (k & 3)];
+            r.i16[8 * l + k] = (int16_t)(v > 32767 ? 32767 : v < -32768 ? -32768 : v);
+        }
+    return r;
+}
 static inline kiln_emu512 emu_permutexvar_epi16(kiln_emu512 idx, kiln_emu512 a) {
     kiln_emu512 r;
     for (int i = 0; i < 32; i++) r.u16[i] = a.u16[idx.u16[i] & 31];
@@ -297,6 +314,10 @@ static inline kiln_emu512 emu_abs_ps(kiln_emu512 a) {
 }
 static inline kiln_emu512 emu_fmadd_ps(kiln_emu512 a, kiln_emu512 b, kiln_emu512 c) {
     for (int i = 0; i < 16; i++) c.f32[i] = __builtin_fmaf(a.f32[i], b.f32[i], c.f32[i]);
+    return c;
+}
+static inline kiln_emu512 emu_fnmadd_ps(kiln_emu512 a, kiln_emu512 b, kiln_emu512 c) {
+    for (int i = 0; i < 16; i++) c.f32[i] = __builtin_fmaf(-a.f32[i], b.f32[i], c.f32[i]);
     return c;
 }
 static inline kiln_emu512 emu_mask_add_ps(kiln_emu512 src, __mmask16 k, kiln_emu512 a, kiln_emu512 b) {
@@ -450,6 +471,10 @@ static inline float emu_reduce_max_ps(kiln_emu512 a) {
 #define _mm512_maddubs_epi16 emu_maddubs_epi16
 #undef _mm512_dpwssd_epi32
 #define _mm512_dpwssd_epi32 emu_dpwssd_epi32
+#undef _mm512_madd_epi16
+#define _mm512_madd_epi16 emu_madd_epi16
+#undef _mm512_packs_epi32
+#define _mm512_packs_epi32 emu_packs_epi32
 #undef _mm512_permutexvar_epi16
 #define _mm512_permutexvar_epi16 emu_permutexvar_epi16
 #undef _mm512_shuffle_epi8
@@ -512,6 +537,8 @@ static inline float emu_reduce_max_ps(kiln_emu512 a) {
 #define _mm512_abs_ps emu_abs_ps
 #undef _mm512_fmadd_ps
 #define _mm512_fmadd_ps emu_fmadd_ps
+#undef _mm512_fnmadd_ps
+#define _mm512_fnmadd_ps emu_fnmadd_ps
 #undef _mm512_mask_add_ps
 #define _mm512_mask_add_ps emu_mask_add_ps
 #undef _mm512_cvtepi32_ps

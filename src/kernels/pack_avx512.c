@@ -131,12 +131,23 @@ static inline __m512i pair_sums(const __m512i u[4], const int8_t *qs) {
     return _mm512_add_epi32(s0, s1);
 }
 
+/* vpermd / vpermt2d indices: ilv interleaves a vector's halves (lane 2i
+ * from lane i, 2i + 1 from 8 + i); ev, od pick the even and the odd lanes
+ * of two vectors (the first's in lanes 0..7). */
+static const int32_t ilv_idx[16] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+static const int32_t ev_idx[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+static const int32_t od_idx[16] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+
+/* lanes 0..7: row i's two lanes 2i, 2i + 1 of st added; 8..15: of su */
+static inline __m512i fold_pairs(__m512i st, __m512i su) {
+    const __m512i ev = _mm512_loadu_si512(ev_idx), od = _mm512_loadu_si512(od_idx);
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(st, ev, su), _mm512_permutex2var_epi32(st, od, su));
+}
+
 /* q8: Q8_0 weights (the zero point 16 * s8), else Q4_0 (s8) */
 static inline __attribute__((always_inline)) void pair_batch(int nb, const void *vw, const kk_act8 *a, size_t lda,
                                                              int n_tok, float *acc, int q8) {
-    const __m512i ilv = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i ilv = _mm512_loadu_si512(ilv_idx);
     const int off_mul = q8 ? 16 : 1;
     for (int t0 = 0; t0 < n_tok; t0 += PAIR_TOK) {
         const int nt = n_tok - t0 < PAIR_TOK ? n_tok - t0 : PAIR_TOK, np = nt / 2;
@@ -167,10 +178,9 @@ static inline __attribute__((always_inline)) void pair_batch(int nb, const void 
                 if (p >= np) break;
                 const kk_act8 *y0 = &ab[2 * p], *y1 = &ab[2 * p + 1];
                 const __m512i st = pair_sums(u, y0->qs), su = pair_sums(u, y1->qs);
-                __m512i s =
-                    _mm512_add_epi32(_mm512_permutex2var_epi32(st, ev, su), _mm512_permutex2var_epi32(st, od, su));
-                s = _mm512_sub_epi32(
-                    s, _mm512_inserti64x4(_mm512_set1_epi32(off_mul * y0->s8), _mm256_set1_epi32(off_mul * y1->s8), 1));
+                const __m512i s =
+                    _mm512_sub_epi32(fold_pairs(st, su), _mm512_inserti64x4(_mm512_set1_epi32(off_mul * y0->s8),
+                                                                            _mm256_set1_epi32(off_mul * y1->s8), 1));
                 const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(y0->d), _mm256_set1_ps(y1->d), 1);
                 av[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw2, d), av[p]);
             }
@@ -178,9 +188,7 @@ static inline __attribute__((always_inline)) void pair_batch(int nb, const void 
                 const kk_act8 *y0 = &ab[2 * np];
                 const __m512i st = pair_sums(u, y0->qs);
                 const __m256i s =
-                    _mm256_sub_epi32(_mm512_castsi512_si256(_mm512_add_epi32(_mm512_permutex2var_epi32(st, ev, st),
-                                                                             _mm512_permutex2var_epi32(st, od, st))),
-                                     _mm256_set1_epi32(off_mul * y0->s8));
+                    _mm256_sub_epi32(_mm512_castsi512_si256(fold_pairs(st, st)), _mm256_set1_epi32(off_mul * y0->s8));
                 at = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(y0->d)), at);
             }
         }
@@ -282,6 +290,39 @@ static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_
     _mm256_storeu_ps(acc, sum);
 }
 
+/* Many tokens (prompt), Q4_K: per block, the 32 nibble vectors are split
+ * once with their lanes interleaved as in pair_batch (row i's groups 2m,
+ * 2m + 1 in lanes 2i, 2i + 1) and kept on the stack (2 KB, L1), with the
+ * sub-blocks' scales as int16 pairs in the same lanes and the mins as
+ * pairs per row lane, doubled for two tokens.  Per pair of tokens: each
+ * weight vector is loaded once for both, each token's 8 activation bytes
+ * are a vpbroadcastq; 4 maddubs a sub-block summed in 16 bits, dpwssd with
+ * the scales; the lane pairs fold into [rows of t | rows of t + 1]; the
+ * mins through the 32-element sums, one vpermd and dpwssd per sub-block
+ * pair for both tokens; both fmas of the scalar twin, in its order. */
+static const int8_t q4_K_sc_ilv[128] = {
+#define Z (-128)
+#define SC2(r) (r), Z, (r), Z, (r), Z, (r), Z
+    SC2(0), SC2(1), SC2(2),  SC2(3),  SC2(4),  SC2(5),  SC2(6),  SC2(7),
+    SC2(8), SC2(9), SC2(10), SC2(11), SC2(12), SC2(13), SC2(14), SC2(15),
+#undef SC2
+#undef Z
+};
+
+/* the 32-element sums of sub-blocks (2p, 2p + 1) of tokens t (lanes 0..7)
+ * and u (8..15), from the tokens' 16-element sums */
+static inline void q4_K_bsum_pairs(const int16_t *bt, const int16_t *bu, __m512i bp[4]) {
+    const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)bt)),
+                                         _mm256_loadu_si256((const __m256i *)bu), 1);
+    const __m512i s32 = _mm512_madd_epi16(x, _mm512_set1_epi16(1));
+    /* per 128-bit lane L: dwords 0, 1 = pairs (4 (L & 1) + 0, 1), (2, 3) of token L / 2 */
+    const __m512i pk = _mm512_packs_epi32(s32, s32);
+    static const int lo[4] = {0, 1, 4, 5};
+    for (int p = 0; p < 4; p++)
+        bp[p] = _mm512_permutexvar_epi32(
+            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(lo[p])), _mm256_set1_epi32(8 + lo[p]), 1), pk);
+}
+
 static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q4_Kx8 *w = vw;
     const kq_block_q8_K *a = va;
@@ -289,47 +330,60 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         x8_q4_K_1(nb, w, a, lda, acc);
         return;
     }
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
-    __m512i q[32], dsc[8];
-    __m256i dmn[8];
+    const __m512i m4 = _mm512_set1_epi8(0x0F), ilv = _mm512_loadu_si512(ilv_idx);
+    const __m512i sl = _mm512_loadu_si512(q4_K_sc_ilv), sh = _mm512_loadu_si512(q4_K_sc_ilv + 64);
+    __m512i q[32], dsc[8], mnp[4];
     for (int b = 0; b < nb; b++) {
         const kk_q4_Kx8 *wb = &w[b];
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
-        for (int g = 0; g < 4; g++)
+        for (int g = 0; g < 4; g++) {
             for (int m = 0; m < 4; m++) {
                 const __m512i p = _mm512_loadu_si512(wb->qs + 32 * (8 * g + 2 * m));
-                q[8 * g + m] = _mm512_and_si512(p, m4);
-                q[8 * g + 4 + m] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+                q[8 * g + m] = _mm512_permutexvar_epi32(ilv, _mm512_and_si512(p, m4));
+                q[8 * g + 4 + m] = _mm512_permutexvar_epi32(ilv, _mm512_and_si512(_mm512_srli_epi16(p, 4), m4));
             }
-        for (int sb = 0; sb < 8; sb++) {
-            dsc[sb] = scale_pairs(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->sc + 8 * sb))));
-            const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->mn + 8 * sb)));
-            dmn[sb] = _mm256_or_si256(mn, _mm256_slli_epi32(mn, 16));
+            const __m512i sc = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(wb->sc + 16 * g)));
+            dsc[2 * g] = _mm512_shuffle_epi8(sc, sl);
+            dsc[2 * g + 1] = _mm512_shuffle_epi8(sc, sh);
         }
+        __m256i mn4[4];
+        q4_K_min_pairs(wb->mn, mn4);
+        for (int p = 0; p < 4; p++) mnp[p] = _mm512_inserti64x4(_mm512_castsi256_si512(mn4[p]), mn4[p], 1);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
+        const __m512 dw2 = _mm512_insertf32x8(_mm512_castps256_ps512(dw), dw, 1);
+        const __m512 dm2 = _mm512_insertf32x8(_mm512_castps256_ps512(dm), dm, 1);
         const kq_block_q8_K *ab = a + (size_t)b * lda;
-        for (int t = 0; t < n_tok; t++) {
-            const kq_block_q8_K *y = &ab[t];
-            __m512i is = _mm512_setzero_si512();
-            __m256i ms = _mm256_setzero_si256();
+        for (int t = 0; t < n_tok; t += 2) {
+            const int two = t + 1 < n_tok;
+            const kq_block_q8_K *yt = &ab[t], *yu = &ab[t + two];
+            __m512i it = _mm512_setzero_si512(), iu = it;
+#pragma GCC unroll 8
             for (int sb = 0; sb < 8; sb++) {
-                const __m512i yv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 32 * sb)));
+                const int8_t *ct = yt->qs + 32 * sb, *cu = yu->qs + 32 * sb;
                 const __m512i *qq = q + 8 * (sb / 2) + 4 * (sb % 2);
-                __m512i s = _mm512_maddubs_epi16(qq[0], _mm512_permutexvar_epi32(idx[0], yv));
-                s = _mm512_add_epi16(s, _mm512_maddubs_epi16(qq[1], _mm512_permutexvar_epi32(idx[1], yv)));
-                s = _mm512_add_epi16(s, _mm512_maddubs_epi16(qq[2], _mm512_permutexvar_epi32(idx[2], yv)));
-                s = _mm512_add_epi16(s, _mm512_maddubs_epi16(qq[3], _mm512_permutexvar_epi32(idx[3], yv)));
-                is = _mm512_dpwssd_epi32(is, s, dsc[sb]);
-                int32_t bs;
-                memcpy(&bs, y->bsums + 2 * sb, 4);
-                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(dmn[sb], _mm256_set1_epi32(bs)));
+                __m512i lt = _mm512_maddubs_epi16(qq[0], bcast8(ct)), lu = _mm512_maddubs_epi16(qq[0], bcast8(cu));
+#pragma GCC unroll 3
+                for (int m = 1; m < 4; m++) {
+                    lt = _mm512_add_epi16(lt, _mm512_maddubs_epi16(qq[m], bcast8(ct + 8 * m)));
+                    lu = _mm512_add_epi16(lu, _mm512_maddubs_epi16(qq[m], bcast8(cu + 8 * m)));
+                }
+                it = _mm512_dpwssd_epi32(it, lt, dsc[sb]);
+                iu = _mm512_dpwssd_epi32(iu, lu, dsc[sb]);
             }
-            const __m256 yd = _mm256_set1_ps(y->d);
+            __m512i bp[4];
+            q4_K_bsum_pairs(yt->bsums, yu->bsums, bp);
+            __m512i ms = _mm512_setzero_si512();
+            for (int p = 0; p < 4; p++) ms = _mm512_dpwssd_epi32(ms, mnp[p], bp[p]);
+            const __m512 yd = _mm512_insertf32x8(_mm512_set1_ps(yt->d), _mm256_set1_ps(yu->d), 1);
             float *o = acc + 8 * t;
-            const __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(is)), _mm256_mul_ps(dw, yd), _mm256_loadu_ps(o));
-            _mm256_storeu_ps(o, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, yd), r));
+            const __m512 prev = two ? _mm512_loadu_ps(o) : _mm512_castps256_ps512(_mm256_loadu_ps(o));
+            __m512 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold_pairs(it, iu)), _mm512_mul_ps(dw2, yd), prev);
+            r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dm2, yd), r);
+            if (two)
+                _mm512_storeu_ps(o, r);
+            else
+                _mm256_storeu_ps(o, _mm512_castps512_ps256(r));
         }
     }
 }
