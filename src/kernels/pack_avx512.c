@@ -616,6 +616,28 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
+/* A kk_x8_dec_fn NAME whose per-block token terms (TOK, set by TOK_SET from
+ * the activation block) are worked out CHUNK blocks at a time for all ng
+ * groups, BLOCK(wb, tok, sum) adding one packed block of weight type WT
+ * into a group's 8 sums; the groups' partial sums wait in y between
+ * chunks, so each group's blocks still go in order. */
+#define KK_DEC_CHUNKED(NAME, WT, AT, TOK, CHUNK, TOK_SET, BLOCK)                             \
+    static void NAME(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) { \
+        const WT *w = vw;                                                                    \
+        const AT *a = va;                                                                    \
+        TOK tok[CHUNK];                                                                      \
+        for (int b0 = 0; b0 < nb; b0 += CHUNK) {                                             \
+            const int n = nb - b0 < CHUNK ? nb - b0 : CHUNK;                                 \
+            for (int b = 0; b < n; b++) TOK_SET(a + (size_t)(b0 + b) * lda, &tok[b]);        \
+            for (int g = 0; g < ng; g++) {                                                   \
+                __m256 sum = b0 ? _mm256_loadu_ps(y + 8 * g) : _mm256_setzero_ps();          \
+                const WT *wg = w + (size_t)g * (size_t)nb + b0;                              \
+                for (int b = 0; b < n; b++) sum = BLOCK(&wg[b], &tok[b], sum);               \
+                _mm256_storeu_ps(y + 8 * g, sum);                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+
 /* One token over ng groups, Q4_0: the block's four vpermd of the
  * activation, its zero-point term and scale once per block for all the
  * groups (ACT8_CHUNK blocks at a time, 320 bytes each), the groups' sums
@@ -636,32 +658,19 @@ static inline void act8_tok_set(const kk_act8 *ab, act8_tok *t) {
     t->d = _mm256_set1_ps(ab->d);
 }
 
-static void dec_q4_0(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {
-    const kk_q4_0x8 *w = vw;
-    const kk_act8 *a = va;
-    act8_tok tok[ACT8_CHUNK];
-    for (int b0 = 0; b0 < nb; b0 += ACT8_CHUNK) {
-        const int n = nb - b0 < ACT8_CHUNK ? nb - b0 : ACT8_CHUNK;
-        for (int b = 0; b < n; b++) act8_tok_set(a + (size_t)(b0 + b) * lda, &tok[b]);
-        for (int g = 0; g < ng; g++) {
-            __m256 sum = b0 ? _mm256_loadu_ps(y + 8 * g) : _mm256_setzero_ps();
-            const kk_q4_0x8 *wg = w + (size_t)g * (size_t)nb + b0;
-            for (int b = 0; b < n; b++) {
-                const act8_tok *t = &tok[b];
-                __m512i u[4];
-                q4_0_unpack(&wg[b], u);
-                __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], t->yv[0]);
-                __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[1], t->yv[1]);
-                s0 = _mm512_dpbusd_epi32(s0, u[2], t->yv[2]);
-                s1 = _mm512_dpbusd_epi32(s1, u[3], t->yv[3]);
-                const __m256i is = _mm256_sub_epi32(fold(_mm512_add_epi32(s0, s1)), t->off);
-                const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wg[b].d)), t->d);
-                sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, sum);
-            }
-            _mm256_storeu_ps(y + 8 * g, sum);
-        }
-    }
+static inline __attribute__((always_inline)) __m256 q4_0_dec_block(const kk_q4_0x8 *wb, const act8_tok *t, __m256 sum) {
+    __m512i u[4];
+    q4_0_unpack(wb, u);
+    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], t->yv[0]);
+    __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[1], t->yv[1]);
+    s0 = _mm512_dpbusd_epi32(s0, u[2], t->yv[2]);
+    s1 = _mm512_dpbusd_epi32(s1, u[3], t->yv[3]);
+    const __m256i is = _mm256_sub_epi32(fold(_mm512_add_epi32(s0, s1)), t->off);
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), t->d);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, sum);
 }
+
+KK_DEC_CHUNKED(dec_q4_0, kk_q4_0x8, kk_act8, act8_tok, ACT8_CHUNK, act8_tok_set, q4_0_dec_block)
 
 /* Q8_0 keeps the vpermd per group and block: its weights are four plain
  * loads, and four more loads of broadcast activations per block made it
@@ -703,67 +712,49 @@ static inline void q4_K_tok_set(const kq_block_q8_K *y, q4_K_tok *t) {
 /* vpshufb controls over a 16-byte broadcast of a packed block's bytes
  * (-128: a zero byte).  q4_K_sc_sh: the scales of the sub-block at bytes
  * 0..7 (rows 0..7) as int16 pairs (sc, sc) in row lanes i and 8 + i, then
- * the same for bytes 8..15; q4_K_mn_sh: the mins of sub-blocks 2p, 2p + 1
- * (bytes 0..7, 8..15) as the int16 pair of row lane i. */
+ * the same for bytes 8..15. */
 #define Z (-128)
 #define SC4(r) (r), Z, (r), Z
 #define SC16(r) SC4(r), SC4(r + 1), SC4(r + 2), SC4(r + 3)
 static const int8_t q4_K_sc_sh[128] = {SC16(0), SC16(4), SC16(0), SC16(4), SC16(8), SC16(12), SC16(8), SC16(12)};
-static const int8_t q4_K_mn_sh[32] = {0, Z, 8,  Z, 1, Z, 9,  Z, 2, Z, 10, Z, 3, Z, 11, Z,
-                                      4, Z, 12, Z, 5, Z, 13, Z, 6, Z, 14, Z, 7, Z, 15, Z};
 #undef SC16
 #undef SC4
 #undef Z
 
-static void dec_q4_K(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {
+static inline __attribute__((always_inline)) __m256 q4_K_dec_block(const kk_q4_Kx8 *wb, const q4_K_tok *t, __m256 sum) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const kk_q4_Kx8 *w = vw;
-    const kq_block_q8_K *a = va;
     const __m512i sc_lo = _mm512_loadu_si512(q4_K_sc_sh), sc_hi = _mm512_loadu_si512(q4_K_sc_sh + 64);
-    const __m256i mn_sh = _mm256_loadu_si256((const __m256i *)q4_K_mn_sh);
-    q4_K_tok tok[DEC_CHUNK];
-    for (int b0 = 0; b0 < nb; b0 += DEC_CHUNK) {
-        const int n = nb - b0 < DEC_CHUNK ? nb - b0 : DEC_CHUNK;
-        for (int b = 0; b < n; b++) q4_K_tok_set(a + (size_t)(b0 + b) * lda, &tok[b]);
-        for (int g = 0; g < ng; g++) {
-            __m256 sum = b0 ? _mm256_loadu_ps(y + 8 * g) : _mm256_setzero_ps();
-            const kk_q4_Kx8 *wg = w + (size_t)g * (size_t)nb + b0;
-            for (int b = 0; b < n; b++) {
-                const kk_q4_Kx8 *wb = &wg[b];
-                const q4_K_tok *t = &tok[b];
-                for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
-                __m512i is = _mm512_setzero_si512();
+    for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
+    __m512i is = _mm512_setzero_si512();
 #pragma GCC unroll 4
-                for (int gg = 0; gg < 4; gg++) {
-                    __m512i l = _mm512_setzero_si512(), h = l;
+    for (int gg = 0; gg < 4; gg++) {
+        __m512i l = _mm512_setzero_si512(), h = l;
 #pragma GCC unroll 4
-                    for (int m = 0; m < 4; m++) {
-                        const __m512i p = _mm512_loadu_si512(wb->qs + 32 * (8 * gg + 2 * m));
-                        l = _mm512_add_epi16(l, _mm512_maddubs_epi16(_mm512_and_si512(p, m4), t->yv[8 * gg + m]));
-                        h = _mm512_add_epi16(h, _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(p, 4), m4),
-                                                                     t->yv[8 * gg + 4 + m]));
-                    }
-                    const __m512i sc = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(wb->sc + 16 * gg)));
-                    is = _mm512_dpwssd_epi32(is, l, _mm512_shuffle_epi8(sc, sc_lo));
-                    is = _mm512_dpwssd_epi32(is, h, _mm512_shuffle_epi8(sc, sc_hi));
-                }
-                __m256i mnp[4];
-                for (int p = 0; p < 4; p++)
-                    mnp[p] = _mm256_shuffle_epi8(
-                        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(wb->mn + 16 * p))), mn_sh);
-                __m256i ms = _mm256_madd_epi16(mnp[0], t->bsp[0]);
-                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[1], t->bsp[1]));
-                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[2], t->bsp[2]));
-                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[3], t->bsp[3]));
-                const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
-                const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
-                sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(is)), _mm256_mul_ps(dw, t->yd), sum);
-                sum = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, t->yd), sum);
-            }
-            _mm256_storeu_ps(y + 8 * g, sum);
+        for (int m = 0; m < 4; m++) {
+            const __m512i p = _mm512_loadu_si512(wb->qs + 32 * (8 * gg + 2 * m));
+            l = _mm512_add_epi16(l, _mm512_maddubs_epi16(_mm512_and_si512(p, m4), t->yv[8 * gg + m]));
+            h = _mm512_add_epi16(
+                h, _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(p, 4), m4), t->yv[8 * gg + 4 + m]));
         }
+        const __m512i sc = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(wb->sc + 16 * gg)));
+        is = _mm512_dpwssd_epi32(is, l, _mm512_shuffle_epi8(sc, sc_lo));
+        is = _mm512_dpwssd_epi32(is, h, _mm512_shuffle_epi8(sc, sc_hi));
     }
+    __m256i mnp[4];
+    q4_K_min_pairs(wb->mn, mnp);
+    __m256i ms = _mm256_madd_epi16(mnp[0], t->bsp[0]);
+    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[1], t->bsp[1]));
+    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[2], t->bsp[2]));
+    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[3], t->bsp[3]));
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
+    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
+    sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(is)), _mm256_mul_ps(dw, t->yd), sum);
+    sum = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, t->yd), sum);
+    return sum;
 }
+
+KK_DEC_CHUNKED(dec_q4_K, kk_q4_Kx8, kq_block_q8_K, q4_K_tok, DEC_CHUNK, q4_K_tok_set, q4_K_dec_block)
+
 /* One token over ng groups, Q6_K, as dec_q4_K: per block once for all
  * the groups, the 32 dword-broadcast activation vectors (yv[16h + 4m + r]:
  * chunk 4h + r for groups 2m, 2m + 1) and the -32 offset as 16-bit sums
@@ -803,64 +794,46 @@ static const int8_t q6_K_sc_sh[128] = {SC16(0), SC16(4), SC16(0), SC16(4), SC16(
 #undef SC4
 #undef Z
 
-static void dec_q6_K(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {
+static inline __attribute__((always_inline)) __m256 q6_K_dec_block(const kk_q6_Kx8 *wb, const q6_K_tok *t, __m256 sum) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m512i sc_lo = _mm512_loadu_si512(q6_K_sc_sh), sc_hi = _mm512_loadu_si512(q6_K_sc_sh + 64);
-    const kk_q6_Kx8 *w = vw;
-    const kq_block_q8_K *a = va;
-    q6_K_tok tok[DEC_CHUNK];
-    for (int b0 = 0; b0 < nb; b0 += DEC_CHUNK) {
-        const int n = nb - b0 < DEC_CHUNK ? nb - b0 : DEC_CHUNK;
-        for (int b = 0; b < n; b++) q6_K_tok_set(a + (size_t)(b0 + b) * lda, &tok[b]);
-        for (int g = 0; g < ng; g++) {
-            __m256 sum = b0 ? _mm256_loadu_ps(y + 8 * g) : _mm256_setzero_ps();
-            const kk_q6_Kx8 *wg = w + (size_t)g * (size_t)nb + b0;
-            for (int b = 0; b < n; b++) {
-                const kk_q6_Kx8 *wb = &wg[b];
-                const q6_K_tok *t = &tok[b];
-                for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
-                __m512i is = _mm512_setzero_si512();
+    for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
+    __m512i is = _mm512_setzero_si512();
 #pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) {
-                    __m512i p[2][4];
+    for (int h = 0; h < 2; h++) {
+        __m512i p[2][4];
 #pragma GCC unroll 2
-                    for (int s = 0; s < 2; s++) {
-                        for (int r = 0; r < 4; r++)
-                            p[s][r] = _mm512_sub_epi16(_mm512_setzero_si512(), t->c[8 * h + 4 * s + r]);
+        for (int s = 0; s < 2; s++) {
+            for (int r = 0; r < 4; r++) p[s][r] = _mm512_sub_epi16(_mm512_setzero_si512(), t->c[8 * h + 4 * s + r]);
 #pragma GCC unroll 2
-                        for (int m = 2 * s; m < 2 * s + 2; m++) {
-                            const __m512i A = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 2 * m));
-                            const __m512i B = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 8 + 2 * m));
-                            const __m512i H = _mm512_loadu_si512(wb->qh + 32 * (8 * h + 2 * m));
-                            const __m512i q[4] = {_mm512_or_si512(_mm512_and_si512(A, m4),
-                                                                  _mm512_and_si512(_mm512_slli_epi16(H, 4), m30)),
-                                                  _mm512_or_si512(_mm512_and_si512(B, m4),
-                                                                  _mm512_and_si512(_mm512_slli_epi16(H, 2), m30)),
-                                                  _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(A, 4), m4),
-                                                                  _mm512_and_si512(H, m30)),
-                                                  _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B, 4), m4),
-                                                                  _mm512_and_si512(_mm512_srli_epi16(H, 2), m30))};
+            for (int m = 2 * s; m < 2 * s + 2; m++) {
+                const __m512i A = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 2 * m));
+                const __m512i B = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 8 + 2 * m));
+                const __m512i H = _mm512_loadu_si512(wb->qh + 32 * (8 * h + 2 * m));
+                const __m512i q[4] = {
+                    _mm512_or_si512(_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30)),
+                    _mm512_or_si512(_mm512_and_si512(B, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m30)),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(A, 4), m4), _mm512_and_si512(H, m30)),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B, 4), m4),
+                                    _mm512_and_si512(_mm512_srli_epi16(H, 2), m30))};
 #pragma GCC unroll 4
-                            for (int r = 0; r < 4; r++)
-                                p[s][r] =
-                                    _mm512_add_epi16(p[s][r], _mm512_maddubs_epi16(q[r], t->yv[16 * h + 4 * m + r]));
-                        }
-                    }
-#pragma GCC unroll 4
-                    for (int r = 0; r < 4; r++) { /* sub-blocks 2(4h + r) and 2(4h + r) + 1 */
-                        const __m512i sc =
-                            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(wb->sc + 16 * (4 * h + r))));
-                        is = _mm512_dpwssd_epi32(is, p[0][r], _mm512_srai_epi16(_mm512_shuffle_epi8(sc, sc_lo), 8));
-                        is = _mm512_dpwssd_epi32(is, p[1][r], _mm512_srai_epi16(_mm512_shuffle_epi8(sc, sc_hi), 8));
-                    }
-                }
-                const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), t->yd);
-                sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(is)), d, sum);
+                for (int r = 0; r < 4; r++)
+                    p[s][r] = _mm512_add_epi16(p[s][r], _mm512_maddubs_epi16(q[r], t->yv[16 * h + 4 * m + r]));
             }
-            _mm256_storeu_ps(y + 8 * g, sum);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) { /* sub-blocks 2(4h + r) and 2(4h + r) + 1 */
+            const __m512i sc = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(wb->sc + 16 * (4 * h + r))));
+            is = _mm512_dpwssd_epi32(is, p[0][r], _mm512_srai_epi16(_mm512_shuffle_epi8(sc, sc_lo), 8));
+            is = _mm512_dpwssd_epi32(is, p[1][r], _mm512_srai_epi16(_mm512_shuffle_epi8(sc, sc_hi), 8));
         }
     }
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), t->yd);
+    sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(is)), d, sum);
+    return sum;
 }
+
+KK_DEC_CHUNKED(dec_q6_K, kk_q6_Kx8, kq_block_q8_K, q6_K_tok, DEC_CHUNK, q6_K_tok_set, q6_K_dec_block)
 
 const kk_x8_set kk_x8_avx512 = {
     .fn = {[KQ_Q4_0] = x8_q4_0, [KQ_Q8_0] = x8_q8_0, [KQ_Q4_K] = x8_q4_K, [KQ_Q6_K] = x8_q6_K},
