@@ -388,6 +388,21 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
+/* The four 6-bit vectors of half h, groups 2m and 2m + 1 of a packed
+ * Q6_K block: q[r] is 32-weight chunk 4h + r, from the low or high nibbles
+ * of ql (blocks A, B) and two bits of qh. */
+static inline __attribute__((always_inline)) void q6_K_split(const kk_q6_Kx8 *wb, int h, int m, __m512i q[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i A = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 2 * m));
+    const __m512i B = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 8 + 2 * m));
+    const __m512i H = _mm512_loadu_si512(wb->qh + 32 * (8 * h + 2 * m));
+    q[0] = _mm512_or_si512(_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30));
+    q[1] = _mm512_or_si512(_mm512_and_si512(B, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m30));
+    q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(A, 4), m4), _mm512_and_si512(H, m30));
+    q[3] =
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B, 4), m4), _mm512_and_si512(_mm512_srli_epi16(H, 2), m30));
+}
+
 /* Q6_K x Q8_K.  Per super-block the 8 rows' 6-bit values (0..63) become 32
  * zmm (q[4 hr + m]: 32-weight chunk hr, groups 2m and 2m + 1); per token and
  * chunk two 16-bit sums (sub-blocks 2hr and 2hr + 1, each lane half at most
@@ -402,7 +417,6 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
  * -32 offset as in the AVX2 twin (pack_x86.h), the same fma per block. */
 static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a,
                                                             size_t lda, float *acc) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
@@ -421,15 +435,8 @@ static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_
                                 _mm512_setzero_si512()};
 #pragma GCC unroll 2
                 for (int m = 2 * s; m < 2 * s + 2; m++) {
-                    const __m512i A = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 2 * m));
-                    const __m512i B = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 8 + 2 * m));
-                    const __m512i H = _mm512_loadu_si512(wb->qh + 32 * (8 * h + 2 * m));
-                    const __m512i q[4] = {
-                        _mm512_or_si512(_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30)),
-                        _mm512_or_si512(_mm512_and_si512(B, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m30)),
-                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(A, 4), m4), _mm512_and_si512(H, m30)),
-                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B, 4), m4),
-                                        _mm512_and_si512(_mm512_srli_epi16(H, 2), m30))};
+                    __m512i q[4];
+                    q6_K_split(wb, h, m, q);
 #pragma GCC unroll 4
                     for (int r = 0; r < 4; r++)
                         p[r] =
@@ -541,23 +548,18 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         x8_q6_K_few(nb, w, a, lda, n_tok, acc);
         return;
     }
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), ilv = _mm512_loadu_si512(ilv_idx);
+    const __m512i ilv = _mm512_loadu_si512(ilv_idx);
     const __m512i sl = _mm512_loadu_si512(q6_K_sc_ilv), sh = _mm512_loadu_si512(q6_K_sc_ilv + 64);
     __m512i q[32], dsc[16], osc[8];
     for (int b = 0; b < nb; b++) {
         const kk_q6_Kx8 *wb = &w[b];
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         for (int h = 0; h < 2; h++)
-            for (int m = 0; m < 4; m++) { /* groups 2m, 2m + 1 of chunks 4h .. 4h + 3 */
-                const __m512i A = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 2 * m));
-                const __m512i B = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 8 + 2 * m));
-                const __m512i H = _mm512_loadu_si512(wb->qh + 32 * (8 * h + 2 * m));
+            for (int m = 0; m < 4; m++) {     /* groups 2m, 2m + 1 of chunks 4h .. 4h + 3 */
                 __m512i *qq = q + 16 * h + m; /* chunk hr = 4h + r at qq[4r] */
-                qq[0] = _mm512_or_si512(_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30));
-                qq[4] = _mm512_or_si512(_mm512_and_si512(B, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m30));
-                qq[8] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(A, 4), m4), _mm512_and_si512(H, m30));
-                qq[12] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B, 4), m4),
-                                         _mm512_and_si512(_mm512_srli_epi16(H, 2), m30));
+                __m512i v[4];
+                q6_K_split(wb, h, m, v);
+                for (int r = 0; r < 4; r++) qq[4 * r] = v[r];
                 for (int r = 0; r < 16; r += 4) qq[r] = _mm512_permutexvar_epi32(ilv, qq[r]);
             }
         for (int k = 0; k < 8; k++) {
@@ -795,7 +797,6 @@ static const int8_t q6_K_sc_sh[128] = {SC16(0), SC16(4), SC16(0), SC16(4), SC16(
 #undef Z
 
 static inline __attribute__((always_inline)) __m256 q6_K_dec_block(const kk_q6_Kx8 *wb, const q6_K_tok *t, __m256 sum) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m512i sc_lo = _mm512_loadu_si512(q6_K_sc_sh), sc_hi = _mm512_loadu_si512(q6_K_sc_sh + 64);
     for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
     __m512i is = _mm512_setzero_si512();
@@ -807,15 +808,8 @@ static inline __attribute__((always_inline)) __m256 q6_K_dec_block(const kk_q6_K
             for (int r = 0; r < 4; r++) p[s][r] = _mm512_sub_epi16(_mm512_setzero_si512(), t->c[8 * h + 4 * s + r]);
 #pragma GCC unroll 2
             for (int m = 2 * s; m < 2 * s + 2; m++) {
-                const __m512i A = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 2 * m));
-                const __m512i B = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 8 + 2 * m));
-                const __m512i H = _mm512_loadu_si512(wb->qh + 32 * (8 * h + 2 * m));
-                const __m512i q[4] = {
-                    _mm512_or_si512(_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30)),
-                    _mm512_or_si512(_mm512_and_si512(B, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m30)),
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(A, 4), m4), _mm512_and_si512(H, m30)),
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B, 4), m4),
-                                    _mm512_and_si512(_mm512_srli_epi16(H, 2), m30))};
+                __m512i q[4];
+                q6_K_split(wb, h, m, q);
 #pragma GCC unroll 4
                 for (int r = 0; r < 4; r++)
                     p[s][r] = _mm512_add_epi16(p[s][r], _mm512_maddubs_epi16(q[r], t->yv[16 * h + 4 * m + r]));
