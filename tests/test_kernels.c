@@ -134,7 +134,7 @@ void kk_tile_f16_avx512_emu(int n, const void *w, size_t wrow, int nr, const voi
 /* The F16 block kernels at each SIMD level (AVX2, AVX-512 native and on
  * emulated intrinsics) against their scalar twin kq_dot_f16_lanes and the
  * same level's vec_dot, bit for bit, for every output of blocks of up to 261
- * rows and 11 tokens (not multiples of the 3 x 4 / 4 x 4 register tiles or
+ * rows and 11 tokens (not multiples of the 3 x 4 / 3 x 8 register tiles or
  * of the 128 rows the kernels keep partial sums for) over lengths that split
  * into k-blocks, whole lane groups and a tail in every way: a token's
  * outputs do not depend on the batch it is in (one token: 8 rows, and 261

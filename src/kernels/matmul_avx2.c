@@ -20,10 +20,11 @@
 #include <string.h>
 
 /* The width layer of matmul_f16.h: 8 lanes, a 3 x 4 register tile (12
- * independent chains, enough to keep both FMA pipes busy; 12 + 4 + 1 of
+ * independent chains, enough to keep both FMA pipes busy; 12 + 3 + 1 of
  * the 16 ymm registers). */
 #define LANES 8
 #define TR 3
+#define TT 4
 typedef __m256 vecf;
 static inline vecf vzero(void) { return _mm256_setzero_ps(); }
 static inline vecf vload(const float *p) { return _mm256_loadu_ps(p); }

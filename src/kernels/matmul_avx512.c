@@ -19,10 +19,12 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* The width layer of matmul_f16.h: 16 lanes, a 4 x 4 register tile (16
- * chains; 16 + 4 + 1 of the 32 zmm registers). */
+/* The width layer of matmul_f16.h: 16 lanes, a 3 x 8 register tile (24
+ * chains; 24 + 3 + 1 of the 32 zmm registers): a weight conversion per 8
+ * fmas and half the weight reads per fma of a 4 x 4 tile. */
 #define LANES 16
-#define TR 4
+#define TR 3
+#define TT 8
 typedef __m512 vecf;
 static inline vecf vzero(void) { return _mm512_setzero_ps(); }
 static inline vecf vload(const float *p) { return _mm512_loadu_ps(p); }

@@ -3,7 +3,7 @@
  * written once against a small width layer and included by matmul_avx2.c
  * (8 lanes) and matmul_avx512.c (16 lanes), which define before including:
  *     LANES              floats per vector
- *     TR                 register tile rows (3 or 4); TT = 4 tokens
+ *     TR, TT             register tile rows (3 or 4) and tokens (4 or 8)
  *     vecf               the float vector type
  *     vzero()            all lanes 0
  *     vload(p)           LANES floats at p (unaligned)
@@ -21,7 +21,8 @@
  * elements into an F32 buffer in L1 (TT x KB floats) that RB rows reuse;
  * a TR x TT register tile of accumulators (one per output) holds TR weight
  * rows against TT tokens, per LANES elements TR weight conversions and TT
- * activation loads for TR * TT fmas.  The RB x TT partial sums survive from
+ * activation loads (each used by the TR rows as it arrives) for TR * TT
+ * fmas.  The RB x TT partial sums survive from
  * one k-block to the next in memory (a store and a load keep their bits).
  * One token (decode) takes 8 rows at a time, 8 independent chains, the
  * activation widened once per group for all of them, the 8 rows an eighth
@@ -36,13 +37,12 @@
 #include <stdint.h>
 #include <string.h>
 
-#if !defined(LANES) || !defined(TR) || (TR != 3 && TR != 4)
-#error "define LANES, TR (3 or 4) and the width layer before including matmul_f16.h"
+#if !defined(LANES) || !defined(TR) || (TR != 3 && TR != 4) || !defined(TT) || (TT != 4 && TT != 8)
+#error "define LANES, TR (3 or 4), TT (4 or 8) and the width layer before including matmul_f16.h"
 #endif
 
-#define KB 512 /* elements per k-block: TT rows of KB floats = 8 KB of L1 */
+#define KB 512 /* elements per k-block: TT rows of KB floats = 8 or 16 KB of L1 */
 #define RB 128 /* rows that reuse one buffered k-block; their RB * TT partial sums live across k-blocks */
-#define TT 4   /* register tile: tokens */
 /* One token: each row's stream is hinted this many bytes ahead, a line per
  * 32 elements (the hardware prefetch stops at a 4 KB page, the hint does
  * not; past a stream's end it lands in the next stream's rows or past the
@@ -57,33 +57,44 @@ static inline __attribute__((always_inline)) void micro(const int R, const int T
     vecf acc[TR][TT];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < T; t++) acc[r][t] = part[r * TT + t];
     for (int i = 0; i < nk; i++) {
-        vecf av[TT];
+        vecf wv[TR];
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) av[t] = vload(ab + (size_t)t * KB + LANES * i);
+        for (int r = 0; r < R; r++) wv[r] = vload_h(wr[r] + LANES * i);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const vecf av = vload(ab + (size_t)t * KB + LANES * i);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const vecf wv = vload_h(wr[r] + LANES * i);
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, av[t], acc[r][t]);
+            for (int r = 0; r < R; r++) acc[r][t] = vfma(wv[r], av, acc[r][t]);
         }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < T; t++) part[r * TT + t] = acc[r][t];
 }
 
 static void micro_any(int R, int T, int nk, const uint16_t *const *wr, const float *ab, vecf *part) {
     // clang-format off
-    switch (R * 8 + T) {
-#define M(r, t) case r * 8 + t: micro(r, t, nk, wr, ab, part); break;
-    M(1, 1) M(1, 2) M(1, 3) M(1, 4) M(2, 1) M(2, 2) M(2, 3) M(2, 4) M(3, 1) M(3, 2) M(3, 3)
+    switch (R * 16 + T) {
+#define M(r, t) case r * 16 + t: micro(r, t, nk, wr, ab, part); break;
+#define M4(r) M(r, 1) M(r, 2) M(r, 3) M(r, 4)
+#define M8(r) M4(r) M(r, 5) M(r, 6) M(r, 7) M(r, 8)
+#if TT == 4
+    M4(1) M4(2) M(3, 1) M(3, 2) M(3, 3)
 #if TR == 4
     M(3, 4) M(4, 1) M(4, 2) M(4, 3)
 #endif
+#else
+    M8(1) M8(2) M(3, 1) M(3, 2) M(3, 3) M(3, 4) M(3, 5) M(3, 6) M(3, 7)
+#if TR == 4
+    M(3, 8) M(4, 1) M(4, 2) M(4, 3) M(4, 4) M(4, 5) M(4, 6) M(4, 7)
+#endif
+#endif
+#undef M8
+#undef M4
 #undef M
     default: micro(TR, TT, nk, wr, ab, part); break;
     }
