@@ -44,13 +44,6 @@ static inline __m256i fold(__m512i s) {
     return _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
 }
 
-/* acc[8t .. 8t + 7] += (s - off) * dw * d, the scalar twin's fma */
-static inline void finish(float *o, __m256i s, int32_t off, __m256 dw, float d) {
-    s = _mm256_sub_epi32(s, _mm256_set1_epi32(off));
-    const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(d));
-    _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, _mm256_loadu_ps(o)));
-}
-
 /* The 8 rows' integer sums over one block of 32 quant bytes qs, with the
  * block's weights as u[m] = groups 2m, 2m + 1 and idx[m] their dwords. */
 static inline __m256i block_sums(const __m512i u[4], const __m512i idx[4], const int8_t *qs) {
