@@ -304,16 +304,14 @@ static const int8_t q4_K_sc_ilv[128] = {
 
 /* the 32-element sums of sub-blocks (2p, 2p + 1) of tokens t (lanes 0..7)
  * and u (8..15), from the tokens' 16-element sums */
-static inline void q4_K_bsum_pairs(const int16_t *bt, const int16_t *bu, __m512i bp[4]) {
+static inline void q4_K_bsum_pairs2(const int16_t *bt, const int16_t *bu, __m512i bp[4]) {
     const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)bt)),
                                          _mm256_loadu_si256((const __m256i *)bu), 1);
     const __m512i s32 = _mm512_madd_epi16(x, _mm512_set1_epi16(1));
     /* per 128-bit lane L: dwords 0, 1 = pairs (4 (L & 1) + 0, 1), (2, 3) of token L / 2 */
     const __m512i pk = _mm512_packs_epi32(s32, s32);
     static const int lo[4] = {0, 1, 4, 5};
-    for (int p = 0; p < 4; p++)
-        bp[p] = _mm512_permutexvar_epi32(
-            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(lo[p])), _mm256_set1_epi32(8 + lo[p]), 1), pk);
+    for (int p = 0; p < 4; p++) bp[p] = _mm512_permutexvar_epi32(pair_idx(lo[p], 8 + lo[p]), pk);
 }
 
 static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
@@ -365,7 +363,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
                 iu = _mm512_dpwssd_epi32(iu, lu, dsc[sb]);
             }
             __m512i bp[4];
-            q4_K_bsum_pairs(yt->bsums, yu->bsums, bp);
+            q4_K_bsum_pairs2(yt->bsums, yu->bsums, bp);
             __m512i ms = _mm512_setzero_si512();
             for (int p = 0; p < 4; p++) ms = _mm512_dpwssd_epi32(ms, mnp[p], bp[p]);
             const __m512 yd = _mm512_insertf32x8(_mm512_set1_ps(yt->d), _mm256_set1_ps(yu->d), 1);
@@ -552,8 +550,7 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
                 __m512i *qq = q + 16 * h + m; /* chunk hr = 4h + r at qq[4r] */
                 __m512i v[4];
                 q6_K_split(wb, h, m, v);
-                for (int r = 0; r < 4; r++) qq[4 * r] = v[r];
-                for (int r = 0; r < 16; r += 4) qq[r] = _mm512_permutexvar_epi32(ilv, qq[r]);
+                for (int r = 0; r < 4; r++) qq[4 * r] = _mm512_permutexvar_epi32(ilv, v[r]);
             }
         for (int k = 0; k < 8; k++) {
             const __m512i sc = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(wb->sc + 16 * k)));
@@ -561,8 +558,8 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
             dsc[2 * k + 1] = _mm512_srai_epi16(_mm512_shuffle_epi8(sc, sh), 8);
         }
         {
-            __m256i d16[16], o8[8];
-            q6_K_scale_pairs(wb->sc, d16, o8);
+            __m256i o8[8];
+            q6_K_offset_pairs(wb->sc, o8);
             for (int p = 0; p < 8; p++) osc[p] = _mm512_inserti64x4(_mm512_castsi256_si512(o8[p]), o8[p], 1);
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
@@ -594,10 +591,7 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
             __m512i off = _mm512_setzero_si512();
 #pragma GCC unroll 8
             for (int p = 0; p < 8; p++)
-                off =
-                    _mm512_dpwssd_epi32(off, osc[p],
-                                        _mm512_permutexvar_epi32(
-                                            _mm512_inserti64x4(_mm512_set1_epi32(p), _mm256_set1_epi32(8 + p), 1), bs));
+                off = _mm512_dpwssd_epi32(off, osc[p], _mm512_permutexvar_epi32(pair_idx(p, 8 + p), bs));
             const __m512i isum = _mm512_sub_epi32(fold_pairs(it, iu), _mm512_slli_epi32(off, 5));
             const __m512 yd = _mm512_insertf32x8(_mm512_set1_ps(yt->d), _mm256_set1_ps(yu->d), 1);
             float *o = acc + 8 * t;
@@ -697,10 +691,7 @@ static inline void q4_K_tok_set(const kq_block_q8_K *y, q4_K_tok *t) {
             t->yv[8 * g + 4 + m] = _mm512_permutexvar_epi32(idx[m], y1);
         }
     }
-    const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), _mm256_set1_epi16(1));
-    const __m256i bp = _mm256_packs_epi32(s32, s32);
-    static const int lane[4] = {0, 1, 4, 5};
-    for (int p = 0; p < 4; p++) t->bsp[p] = _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(lane[p]));
+    q4_K_bsum_pairs(y->bsums, t->bsp);
     t->yd = _mm256_set1_ps(y->d);
 }
 
@@ -737,10 +728,7 @@ static inline __attribute__((always_inline)) __m256 q4_K_dec_block(const kk_q4_K
     }
     __m256i mnp[4];
     q4_K_min_pairs(wb->mn, mnp);
-    __m256i ms = _mm256_madd_epi16(mnp[0], t->bsp[0]);
-    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[1], t->bsp[1]));
-    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[2], t->bsp[2]));
-    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[3], t->bsp[3]));
+    const __m256i ms = q4_K_mins_bp(mnp, t->bsp);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
     const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
     sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(is)), _mm256_mul_ps(dw, t->yd), sum);

@@ -12,9 +12,9 @@
 #include <string.h>
 
 /* The scales of the sub-blocks at sc[0..7] and sc[8..15] (rows 0..7) as
- * 16-bit pairs (sc, sc) per row lane: sc_u for unsigned bytes (Q4_K),
- * zero-extended by the vpshufb; sc_s for signed ones (Q6_K), moved to the
- * high byte and shifted down with their sign. */
+ * 16-bit pairs (sc, sc) per row lane: scale_pairs_u8 for unsigned bytes
+ * (Q4_K), zero-extended by the vpshufb; scale_pairs_s8 for signed ones
+ * (Q6_K), moved to the high byte and shifted down with their sign. */
 static inline void scale_pairs_u8(const uint8_t *sc, __m256i *lo, __m256i *hi) {
     const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)sc));
     const __m256i sl = _mm256_setr_epi8(0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3, -128, 4, -128,
@@ -31,19 +31,25 @@ static inline void scale_pairs_s8(const int8_t *sc, __m256i *lo, __m256i *hi) {
     *hi = _mm256_srai_epi16(_mm256_shuffle_epi8(v, _mm256_add_epi8(sl, _mm256_set1_epi8(8))), 8);
 }
 
-/* The Q6_K scales of a packed super-block as 16-bit pairs per row lane:
- * dsc[s] = (sc_s, sc_s) for the madd of sub-block s's sums, and osc[p] =
- * (sc_2p, sc_2p+1) for the offset term against the 16-element sums.  Each
- * pair of sub-blocks is one 16-byte broadcast; vpshufb moves the bytes to
- * the high byte of each int16, an arithmetic shift brings them down. */
-static inline void q6_K_scale_pairs(const int8_t *sc, __m256i dsc[16], __m256i osc[8]) {
+/* The Q6_K scale pairs (sc_2p, sc_2p+1) per row lane, osc[p], for the
+ * offset term against the 16-element sums: each pair of sub-blocks is one
+ * 16-byte broadcast; vpshufb moves the bytes to the high byte of each
+ * int16, an arithmetic shift brings them down with their sign. */
+static inline void q6_K_offset_pairs(const int8_t *sc, __m256i osc[8]) {
     const __m256i so = _mm256_setr_epi8(-128, 0, -128, 8, -128, 1, -128, 9, -128, 2, -128, 10, -128, 3, -128, 11, -128,
                                         4, -128, 12, -128, 5, -128, 13, -128, 6, -128, 14, -128, 7, -128, 15);
     for (int p = 0; p < 8; p++) {
-        scale_pairs_s8(sc + 16 * p, &dsc[2 * p], &dsc[2 * p + 1]);
         const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(sc + 16 * p)));
         osc[p] = _mm256_srai_epi16(_mm256_shuffle_epi8(v, so), 8);
     }
+}
+
+/* The Q6_K scales of a packed super-block as 16-bit pairs per row lane:
+ * dsc[s] = (sc_s, sc_s) for the madd of sub-block s's sums, and the offset
+ * pairs osc. */
+static inline void q6_K_scale_pairs(const int8_t *sc, __m256i dsc[16], __m256i osc[8]) {
+    for (int p = 0; p < 8; p++) scale_pairs_s8(sc + 16 * p, &dsc[2 * p], &dsc[2 * p + 1]);
+    q6_K_offset_pairs(sc, osc);
 }
 
 /* The -32 offset of the 8 rows' int32 sums: 32 * sum_s sc_s * bsums[s]. */
@@ -58,17 +64,30 @@ static inline __m256i q6_K_offset(const __m256i osc[8], const int16_t *bsums) {
     return _mm256_slli_epi32(off, 5);
 }
 
-/* The 8 rows' mins term sum_s mn[8 s + i] * (bsums[2 s] + bsums[2 s + 1])
- * of one super-block: the sub-blocks' 32-element sums packed into 16-bit
- * pairs (dwords 0, 1, 4, 5 of bp hold sums (0, 1), (2, 3), (4, 5), (6, 7)),
- * the mins likewise per row lane, one madd per pair of sub-blocks. */
-static inline __m256i q4_K_mins_p(const __m256i mnp[4], const int16_t *bsums) {
+/* A super-block's 32-element activation sums packed into 16-bit pairs and
+ * broadcast: bp[p] holds (sum of sub-block 2p, of 2p + 1) in every dword
+ * (from dwords 0, 1, 4, 5 of the packed sums). */
+static inline void q4_K_bsum_pairs(const int16_t *bsums, __m256i bp[4]) {
     const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), _mm256_set1_epi16(1));
-    const __m256i bp = _mm256_packs_epi32(s32, s32);
-    __m256i ms = _mm256_madd_epi16(mnp[0], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(0)));
-    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[1], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(1))));
-    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[2], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(4))));
-    return _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[3], _mm256_permutevar8x32_epi32(bp, _mm256_set1_epi32(5))));
+    const __m256i pk = _mm256_packs_epi32(s32, s32);
+    static const int lane[4] = {0, 1, 4, 5};
+    for (int p = 0; p < 4; p++) bp[p] = _mm256_permutevar8x32_epi32(pk, _mm256_set1_epi32(lane[p]));
+}
+
+/* The 8 rows' mins term sum_s mn[8 s + i] * (bsums[2 s] + bsums[2 s + 1])
+ * of one super-block: the mins as 16-bit pairs per row lane against the
+ * pairs of q4_K_bsum_pairs, one madd per pair of sub-blocks. */
+static inline __m256i q4_K_mins_bp(const __m256i mnp[4], const __m256i bp[4]) {
+    __m256i ms = _mm256_madd_epi16(mnp[0], bp[0]);
+    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[1], bp[1]));
+    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[2], bp[2]));
+    return _mm256_add_epi32(ms, _mm256_madd_epi16(mnp[3], bp[3]));
+}
+
+static inline __m256i q4_K_mins_p(const __m256i mnp[4], const int16_t *bsums) {
+    __m256i bp[4];
+    q4_K_bsum_pairs(bsums, bp);
+    return q4_K_mins_bp(mnp, bp);
 }
 
 /* mnp[p], per row lane: the mins of sub-blocks 2p and 2p + 1 as a 16-bit
