@@ -95,19 +95,19 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
         *rc = ks_error(c, o->ollama, 400, "invalid_request_error", "the prompt is empty", "prompt");
         return NULL;
     }
-    int32_t max = o->max_tokens < 0 ? r->n_ctx - n : o->max_tokens;
-    if (n + max > r->n_ctx || max < 1) {
+    /* The client's token limit is a cap, as llama-server's and Ollama's: the
+     * engine gets the smaller of it and the room the prompt leaves, so a reply
+     * that fills the context ends with the length reason.  A prompt that
+     * leaves no room is refused here, before any compute, never truncated. */
+    const int32_t room = r->n_ctx - n;
+    if (room < 1) {
         free(ids);
-        if (o->max_tokens < 0)
-            snprintf(msg, sizeof msg, "the prompt has %d tokens; the context holds %d, leaving no room to generate", n,
-                     r->n_ctx);
-        else
-            snprintf(msg, sizeof msg,
-                     "the prompt (%d tokens) plus max_tokens (%d) is %d tokens, more than the context of %d tokens", n,
-                     max, n + max, r->n_ctx);
-        *rc = ks_error(c, o->ollama, 400, "invalid_request_error", msg, "max_tokens");
+        snprintf(msg, sizeof msg, "the prompt has %d tokens; the context holds %d, leaving no room to generate", n,
+                 r->n_ctx);
+        *rc = ks_error(c, o->ollama, 400, "invalid_request_error", msg, "prompt");
         return NULL;
     }
+    const int32_t max = o->max_tokens < 0 || o->max_tokens > room ? room : o->max_tokens;
     ks_req *q = ks_req_new();
     if (!q) {
         free(ids);

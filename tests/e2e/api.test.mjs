@@ -98,14 +98,53 @@ test('errors: malformed JSON, unknown model, context overflow, bad params', asyn
   assert.equal(j.error.type, 'invalid_request_error');
   await assert.rejects(oai.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }),
                        (e) => e.status === 404);
-  await assert.rejects(oai.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 600 }),
-                       (e) => e.status === 400 && /600/.test(e.message) && /512/.test(e.message));
+  // a prompt that itself fills the context is refused, never truncated
+  await assert.rejects(oai.completions.create({ model: MODEL, prompt: 'Once upon a time '.repeat(200), max_tokens: 8 }),
+                       (e) => e.status === 400 && /leaving no room/.test(e.message) && /512/.test(e.message));
+  await assert.rejects(oll.generate({ model: MODEL, prompt: 'Once upon a time '.repeat(200) }),
+                       (e) => e.status_code === 400 && /leaving no room/.test(e.message));
   await assert.rejects(oai.completions.create({ model: MODEL, prompt: 'x', temperature: 'hot' }),
                        (e) => e.status === 400);
   r = await fetch(srv.base + '/v1/nothing');
   assert.equal(r.status, 404);
   r = await fetch(srv.base + '/v1/completions', { method: 'POST', body: 'x'.repeat(9 << 20) }).catch(() => null);
   assert.ok(!r || r.status === 413, 'body over the limit is refused');
+});
+
+// About 450 tokens: the room left in the 512-token context is a few dozen,
+// which the stories model fills without an end-of-text (greedy).
+const LONG = 'Tom had a red ball. He liked to play with it in the park every day. '.repeat(18);
+
+test('max_tokens far above the context is a cap: the reply fills the context, finish length', async () => {
+  const c = await oai.completions.create({ model: MODEL, prompt: LONG, temperature: 0, max_tokens: 32000 });
+  assert.equal(c.choices[0].finish_reason, 'length');
+  assert.ok(c.usage.completion_tokens > 0);
+  assert.equal(c.usage.prompt_tokens + c.usage.completion_tokens, 512);
+  const messages = [{ role: 'user', content: LONG }];
+  const ch = await oai.chat.completions.create({ model: MODEL, messages, temperature: 0, max_completion_tokens: 32000 });
+  assert.equal(ch.choices[0].finish_reason, 'length');
+  assert.equal(ch.usage.prompt_tokens + ch.usage.completion_tokens, 512);
+  // streamed: the same cap and reason
+  const s = await oai.chat.completions.create({ model: MODEL, messages, temperature: 0, max_tokens: 32000,
+                                               stream: true, stream_options: { include_usage: true } });
+  let finish = null, usage = null;
+  for await (const x of s) {
+    if (x.usage) usage = x.usage;
+    for (const k of x.choices) if (k.finish_reason) finish = k.finish_reason;
+  }
+  assert.equal(finish, 'length');
+  assert.equal(usage.prompt_tokens + usage.completion_tokens, 512);
+  // Ollama's num_predict the same way
+  const g = await oll.generate({ model: MODEL, prompt: LONG, options: { temperature: 0, num_predict: 32000 } });
+  assert.equal(g.done_reason, 'length');
+  assert.equal(g.prompt_eval_count + g.eval_count, 512);
+  const o = await oll.chat({ model: MODEL, messages, options: { temperature: 0, num_predict: 32000 } });
+  assert.equal(o.done_reason, 'length');
+  assert.equal(o.prompt_eval_count + o.eval_count, 512);
+  // a smaller number still holds
+  const few = await oai.completions.create({ model: MODEL, prompt: LONG, temperature: 0, max_tokens: 5 });
+  assert.equal(few.usage.completion_tokens, 5);
+  assert.equal(few.choices[0].finish_reason, 'length');
 });
 
 test('greedy: concurrent requests equal sequential ones', async () => {
