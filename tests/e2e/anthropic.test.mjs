@@ -222,6 +222,25 @@ test('max_tokens far above the context is a cap: the reply fills it, stop_reason
     (e) => e instanceof Anthropic.BadRequestError && /leaving no room/.test(e.error.error.message));
 });
 
+test('thinking.budget_tokens cuts the thinking block; the call still follows', T, async () => {
+  const m = await ant.messages.create({ model: 'toolcall', max_tokens: 200, tools: TOOLS,
+                                       thinking: { type: 'enabled', budget_tokens: 1 },
+                                       messages: [{ role: 'user', content: 'Weather in Paris?' }] });
+  assert.equal(m.content[0].type, 'thinking');
+  assert.equal(m.content[0].thinking.trim(), 'I should');
+  await assert.rejects(ant.messages.create({ model: 'toolcall', max_tokens: 20,
+                                             thinking: { type: 'enabled', budget_tokens: 'many' },
+                                             messages: [{ role: 'user', content: 'hi' }] }),
+    (e) => e instanceof Anthropic.BadRequestError && /budget_tokens/.test(e.error.error.message));
+});
+
+test('a reply caught in a loop stops with stop_reason repetition', T, async () => {
+  const m = await antStories.messages.create({ model: 'stories260K', temperature: 0, max_tokens: 32000,
+                                              messages: [{ role: 'user', content: 'Tom' }] });
+  assert.equal(m.stop_reason, 'repetition');
+  assert.match(m.content[0].text, /(It is not angry\. ){20}/);
+});
+
 test('errors come in Anthropic\'s shape; x-api-key is the key', T, async () => {
   await assert.rejects(ant.messages.create({ model: 'toolcall', messages: [{ role: 'user', content: 'hi' }] }),
     (e) => e instanceof Anthropic.BadRequestError && e.error?.type === 'error' &&

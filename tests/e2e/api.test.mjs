@@ -147,6 +147,26 @@ test('max_tokens far above the context is a cap: the reply fills the context, fi
   assert.equal(few.choices[0].finish_reason, 'length');
 });
 
+test('a reply caught in a loop ends with the repetition reason', async () => {
+  // greedy, the stories model ends "Tom" in "It is not angry." again and
+  // again; the guard (256 tokens by default) ends it before the context does
+  const c = await oai.completions.create({ model: MODEL, prompt: 'Tom', temperature: 0, max_tokens: 32000 });
+  assert.equal(c.choices[0].finish_reason, 'repetition');
+  assert.ok(c.usage.prompt_tokens + c.usage.completion_tokens < 512, JSON.stringify(c.usage));
+  assert.match(c.choices[0].text, /(It is not angry\. ){20}/);
+  const s = await oai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Tom' }],
+                                               temperature: 0, max_tokens: 32000, stream: true });
+  let finish = null;
+  for await (const x of s) for (const k of x.choices) if (k.finish_reason) finish = k.finish_reason;
+  assert.equal(finish, 'repetition');
+  const g = await oll.generate({ model: MODEL, prompt: 'Tom', options: { temperature: 0, repeat_penalty: 1 } });
+  assert.equal(g.done_reason, 'repetition');
+  assert.equal(g.eval_count, c.usage.completion_tokens);
+  // a limit below the loop's length is still the length
+  const few = await oai.completions.create({ model: MODEL, prompt: 'Tom', temperature: 0, max_tokens: 300 });
+  assert.equal(few.choices[0].finish_reason, 'length');
+});
+
 test('greedy: concurrent requests equal sequential ones', async () => {
   const prompts = ['Once upon a time', 'The little girl', 'One day, a cat', 'Tim and Sue went', 'There was a big',
                    'Lily liked to'];

@@ -178,6 +178,12 @@ test('max_output_tokens far above the context is a cap: incomplete, max_output_t
     (e) => e.status === 400 && /leaving no room/.test(e.message));
 });
 
+test('a reply caught in a loop is incomplete with the reason repetition', T, async () => {
+  const r = await oaiStories.responses.create({ model: 'stories260K', temperature: 0, input: 'Tom' });
+  assert.equal(r.status, 'incomplete');
+  assert.deepEqual(r.incomplete_details, { reason: 'repetition' });
+});
+
 test('json_schema output through text.format', T, async () => {
   const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 12 } }, required: ['name'],
                    additionalProperties: false };
