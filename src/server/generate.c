@@ -25,9 +25,15 @@ static ks_model *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, i
                      : ks_send_error(c, 400, "invalid_request_error", "'model' must be a string", "model");
         return NULL;
     }
+    int32_t num_ctx = 0; /* Ollama's: the context the model is (re)loaded with */
+    if (ollama && ks_num_ctx(json_object_get(body, "options"), &num_ctx)) {
+        *rc = ks_oll_error(c, 400, "'num_ctx' must be an integer of 1 to 16777216 tokens");
+        return NULL;
+    }
     int status = 404;
     char msg[600];
-    ks_model *r = ks_model_use(s, json_string_value(mv), KS_TASK_GENERATE, load_wait, &status, msg, sizeof msg);
+    ks_model *r =
+        ks_model_use_ctx(s, json_string_value(mv), KS_TASK_GENERATE, num_ctx, load_wait, &status, msg, sizeof msg);
     ks_reqlog_model(ks_reqlog_current(), r ? r->name : json_string_value(mv));
     if (!r) {
         const char *type = status == 404   ? "not_found_error"

@@ -146,6 +146,15 @@ static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_
     return 0;
 }
 
+int ks_num_ctx(const json_t *options, int32_t *out) {
+    json_t *v = json_object_get(options, "num_ctx");
+    *out = 0;
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 24) return -1;
+    *out = (int32_t)json_integer_value(v);
+    return 0;
+}
+
 int32_t ks_effort_budget(const char *effort) {
     static const struct {
         const char *name;

@@ -47,6 +47,9 @@ int ks_oll_format(const json_t *fmt, ks_gen_opts *o, struct MHD_Connection *c, i
 /* Parses OpenAI-style sampling fields (or Ollama's options when ollama);
  * on a bad value sends a 400 and returns -1. */
 int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc);
+/* Ollama's options.num_ctx into *out (0 when absent or null); -1 when it
+ * is not an integer of 1..2^24. */
+int ks_num_ctx(const json_t *options, int32_t *out);
 /* "1.5m", "300", 300, -1 ... -> seconds; NAN when absent or bad. */
 double ks_parse_duration(json_t *v);
 

@@ -268,6 +268,32 @@ test('ollama: list, show, generate, chat, ps, embed', async () => {
   for (let i = 0; i < 4; i++) assert.ok(Math.abs(oe.data[0].embedding[i] - e.embeddings[0][i]) < 1e-5);
 });
 
+test('ollama options.num_ctx reloads the model with that context; /api/ps reports it', async () => {
+  const ctxOf = async () => (await oll.ps()).models.find((m) => m.name === MODEL).context_length;
+  assert.equal(await ctxOf(), 512);
+  // about 700 tokens: more than -c 512 holds, less than 1024
+  const long = 'Tom had a red ball. He liked to play with it in the park every day. '.repeat(28);
+  await assert.rejects(oll.generate({ model: MODEL, prompt: long, options: { num_predict: 4 } }),
+                       (e) => e.status_code === 400 && /leaving no room/.test(e.message));
+  const g = await oll.generate({ model: MODEL, prompt: long, options: { num_ctx: 1024, num_predict: 4, temperature: 0 } });
+  assert.ok(g.prompt_eval_count > 512 && g.prompt_eval_count < 1020, `${g.prompt_eval_count}`);
+  assert.equal(g.eval_count, 4);
+  assert.equal(await ctxOf(), 1024);
+  // a request that names none takes the model as loaded
+  const c = await oll.chat({ model: MODEL, messages: [{ role: 'user', content: long }], options: { num_predict: 2 } });
+  assert.equal(c.eval_count, 2);
+  assert.equal(await ctxOf(), 1024);
+  await assert.rejects(oll.generate({ model: MODEL, prompt: 'x', options: { num_ctx: 'large' } }),
+                       (e) => e.status_code === 400 && /num_ctx/.test(e.message));
+  // back to 512 (the rest of this file counts on it), by a preload as Open WebUI sends one
+  const r = await fetch(srv.base + '/api/generate', { method: 'POST',
+                                                     body: JSON.stringify({ model: MODEL, options: { num_ctx: 512 } }) });
+  assert.equal((await r.json()).done_reason, 'load');
+  assert.equal(await ctxOf(), 512);
+  const after = await oai.completions.create({ model: MODEL, prompt: LONG, temperature: 0, max_tokens: 32000 });
+  assert.equal(after.usage.prompt_tokens + after.usage.completion_tokens, 512);
+});
+
 test('ollama format json gives valid JSON', async () => {
   const g = await oll.generate({ model: MODEL, prompt: 'Data:', format: 'json',
                                  options: { temperature: 0, num_predict: 60 } });
