@@ -142,8 +142,9 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
  * after a 400 for a word it does not know. */
 static int think_level(json_t *think, ks_gen_opts *o, struct MHD_Connection *c, int *rc) {
     if (!json_is_string(think)) return 0;
-    const int32_t b = ks_effort_budget(json_string_value(think));
-    if (b < KS_BUDGET_SERVER) {
+    const char *level = json_string_value(think);
+    const int32_t b = ks_effort_budget(level);
+    if (strcmp(level, "low") && strcmp(level, "medium") && strcmp(level, "high")) {
         *rc = ks_oll_error(c, 400, "'think' must be true, false, \"low\", \"medium\" or \"high\"");
         return -1;
     }
