@@ -1,8 +1,11 @@
 /* The llm family through the engine on a real model (stories260K): load
  * validation on the call, greedy generation, an urgent request ahead of a
- * queued one at the decode-step yield points, cancellation by teardown. */
+ * queued one at the decode-step yield points, cancellation by teardown;
+ * a context larger than the KV memory budget holds gets what it holds. */
 #include "kiln.h"
 #include "testutil.h"
+
+#include "engine/engine.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -150,6 +153,39 @@ int main(void) {
 
     CHECK(kiln_engine_destroy(e, NULL) == KILN_OK);
     kiln_engine_free(e);
+
+    /* A context the KV memory budget cannot hold for every sequence loads
+     * with as many tokens as it holds (what kiln_context_new gives for
+     * n_ctx 0 under that budget), not a failed load. */
+    {
+        kiln_model *m = NULL;
+        CHECK(kiln_model_load(MODEL, NULL, &m) == KILN_OK);
+        kiln_context_params cp = kiln_context_default_params();
+        cp.n_seq_max = 2;
+        cp.n_threads = 1;
+        cp.mem_limit = 64 << 10;
+        kiln_context *ctx = NULL;
+        CHECK(kiln_context_new(m, &cp, &ctx) == KILN_OK);
+        const int32_t fit = ctx ? kiln_context_n_ctx(ctx) : 0;
+        kiln_context_free(ctx);
+        CHECK(fit > 0);
+        cp.n_ctx = fit + 1000;
+        ctx = NULL;
+        CHECK(kiln_context_new(m, &cp, &ctx) == KILN_ERR_NOMEM); /* the direct call still refuses it */
+        kiln_context_free(ctx);
+        kiln_model_free(m);
+        CHECK(kiln_engine_create(KILN_ENGINE_LLM, KILN_ENGINE_BACKEND_AUTO, &e) == KILN_OK);
+        CHECK(kiln_engine_set_context_params(e, &cp) == KILN_OK);
+        CHECK(kiln_engine_start(e) == KILN_OK);
+        CHECK(kiln_engine_load(e, MODEL, NULL) == KILN_OK);
+        CHECK(kiln_engine_wait_idle(e, LIMIT_MS) == KILN_OK);
+        kiln_engine_observe(e, &o);
+        int32_t got = 0;
+        CHECKF(o.state == KILN_ENGINE_LOADED && engine_llm_stats(e, &got, NULL) == KILN_OK && got == fit,
+               "state %d, context %d, want %d: '%s'", (int)o.state, got, fit, o.message);
+        CHECK(kiln_engine_destroy(e, NULL) == KILN_OK);
+        kiln_engine_free(e);
+    }
 
     /* Speculative decoding is a load option: n-gram lookup and a draft
      * model give the plain greedy text; a draft of another vocabulary

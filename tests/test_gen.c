@@ -239,6 +239,125 @@ static void test_sched(kiln_context *c) {
     gen_sched_free(s);
 }
 
+/* ---- reasoning budget and repetition guard ---- */
+
+/* The tokens of the end of a reasoning block the core forces. */
+static int think_end(int32_t *ids, int cap) {
+    static const char end[] = "\n</think>\n\n";
+    return kiln_tokenize(g_m, end, sizeof end - 1, 0, 1, ids, cap);
+}
+
+static void test_think_and_repeat(void) {
+    kiln_context *c = new_ctx(512, 1);
+    gen_batch *b = NULL;
+    CHECK(gen_batch_new(g_m, c, 0, &b) == KILN_OK);
+    int32_t end[GEN_THINK_END_MAX];
+    const int n_end = think_end(end, GEN_THINK_END_MAX);
+    CHECK(n_end > 0 && n_end <= GEN_THINK_END_MAX);
+
+    /* the plain greedy text, for reference */
+    out ref = {0};
+    gen_params p = greedy("Once upon a time", 60, &ref);
+    CHECK(gen_batch_add(b, &p, -1, NULL) == KILN_OK);
+    run_all(b);
+    CHECK(ref.n == 60);
+
+    /* a prompt that opened a block (think 2) with a budget of 5: five tokens
+     * of the model's, then the block's end, then the model goes on */
+    out o = {0};
+    p = greedy("Once upon a time", 60, &o);
+    p.think = 2;
+    p.think_budget = 5;
+    CHECK(gen_batch_add(b, &p, -1, NULL) == KILN_OK);
+    run_all(b);
+    CHECK(o.why == GEN_LENGTH && o.n == 60);
+    CHECK(!memcmp(o.tok, ref.tok, 5 * sizeof *o.tok));
+    CHECK(!memcmp(o.tok + 5, end, (size_t)n_end * sizeof *end));
+    CHECKF(strstr(text_of(&o), "\n</think>\n\n") != NULL, "got '%s'", text_of(&o));
+
+    /* no room for the end and one token of answer within n_predict: the
+     * budget's own reason, after the budget's tokens */
+    out nr = {0};
+    p = greedy("Once upon a time", 5 + n_end, &nr);
+    p.think = 2;
+    p.think_budget = 5;
+    CHECK(gen_batch_add(b, &p, -1, NULL) == KILN_OK);
+    run_all(b);
+    CHECKF(nr.why == GEN_BUDGET && nr.n == 5, "why %d n %d", nr.why, nr.n);
+
+    /* think 1 (the model may open a block): this model never does, so a
+     * budget of 0 changes nothing */
+    out t1 = {0};
+    p = greedy("Once upon a time", 60, &t1);
+    p.think = 1;
+    p.think_budget = 0;
+    CHECK(gen_batch_add(b, &p, -1, NULL) == KILN_OK);
+    run_all(b);
+    CHECK(t1.n == 60 && !memcmp(t1.tok, ref.tok, sizeof ref.tok[0] * 60));
+
+    /* a JSON answer after the block: the reasoning is the model's own
+     * text (no constraint), the schema holds only after "</think>" */
+    {
+        char err[256];
+        json_t *schema = json_loads("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},"
+                                    "\"required\":[\"a\"]}",
+                                    0, NULL);
+        ks_schema *sc = ks_schema_compile(schema, err, sizeof err);
+        CHECK(sc != NULL);
+        ks_sv v;
+        ks_sv_init(&v, sc);
+        sample_constraint json, cons;
+        sample_json_constraint(&json, &v);
+        sample_think th;
+        sample_think_init(&th, &json, 2);
+        sample_think_constraint(&cons, &th);
+        out j = {0};
+        p = greedy("Once upon a time", 120, &j);
+        p.think = 2;
+        p.think_budget = 8;
+        p.constraint = &cons;
+        CHECK(gen_batch_add(b, &p, -1, NULL) == KILN_OK);
+        run_all(b);
+        CHECK(!memcmp(j.tok, ref.tok, 8 * sizeof *j.tok));
+        const char *t = text_of(&j), *close = strstr(t, "</think>");
+        CHECKF(j.why == GEN_STOP && close, "got '%s'", t);
+        json_t *val = close ? json_loads(close + 8, JSON_DECODE_ANY, NULL) : NULL;
+        CHECKF(json_is_boolean(json_object_get(val, "a")), "answer '%s'", close ? close + 8 : "");
+        json_decref(val);
+        json_decref(schema);
+        ks_schema_free(sc);
+    }
+
+    /* the repetition guard: "Tom" ends, greedy, in "It is not angry."
+     * again and again; with a guard of 48 tokens the slot ends there, its
+     * tokens those of the unguarded run, the last 48 a repeated period */
+    {
+        out u = {0}, g = {0};
+        p = greedy("Tom", 400, &u);
+        p.ignore_eos = 1;
+        CHECK(gen_batch_add(b, &p, -1, NULL) == KILN_OK);
+        run_all(b);
+        CHECK(u.why == GEN_LENGTH && u.n == 400);
+        p = greedy("Tom", 400, &g);
+        p.ignore_eos = 1;
+        p.repeat_guard = 48;
+        CHECK(gen_batch_add(b, &p, -1, NULL) == KILN_OK);
+        run_all(b);
+        CHECKF(g.why == GEN_REPEAT && g.n < 400 && g.n >= 48, "why %d n %d", g.why, g.n);
+        CHECK(!memcmp(g.tok, u.tok, (size_t)g.n * sizeof *g.tok));
+        int period = 0;
+        for (int q = 1; q <= GEN_REPEAT_PERIOD && !period; q++) {
+            int ok = 1;
+            for (int i = g.n - 48 + q; i < g.n && ok; i++) ok = g.tok[i] == g.tok[i - q];
+            if (ok) period = q;
+        }
+        CHECKF(period > 0, "no period in the last 48 tokens");
+        CHECKF(strstr(text_of(&g), "It is not angry. It is not angry.") != NULL, "got '%s'", text_of(&g));
+    }
+    gen_batch_free(b);
+    kiln_context_free(c);
+}
+
 int main(void) {
     alarm(120);
     CHECK(kiln_model_load(MODEL, NULL, &g_m) == KILN_OK);
@@ -373,6 +492,9 @@ int main(void) {
         json_decref(schema);
         ks_schema_free(sc);
     }
+
+    /* reasoning, its budget and the repetition guard, on a context of their own */
+    test_think_and_repeat();
 
     /* prefix reuse: a second slot with the same long prompt takes the
      * cached blocks and gives the same text */

@@ -3,11 +3,15 @@
  * others; top-k 1 and temperature 0 are greedy, taking the first maximum
  * wherever it sits (inside a 16-wide block, in the tail, tied, after a NaN);
  * a repeat penalty pushes an accepted winner down; every draw stays within
- * top-k.
+ * top-k.  A reasoning block before a JSON answer (think.c): any text inside
+ * the block, the schema only after it, a token crossing from one into the
+ * other.
  */
 #include "kiln.h"
+#include "sample/sample.h"
 #include "testutil.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <string.h>
 
@@ -96,7 +100,83 @@ static void test_sampler(void) {
     kiln_sampler_free(s);
 }
 
+/* Feeds text byte by byte to a reasoning wrapper of {"a": boolean} opened
+ * as think says; returns the bytes taken, *whole when all were and the
+ * answer is complete. */
+static int think_feed(const ks_schema *sc, int think, const char *text, int *whole) {
+    ks_sv v;
+    ks_sv_init(&v, sc);
+    sample_constraint json, c;
+    sample_json_constraint(&json, &v);
+    sample_think t;
+    sample_think_init(&t, &json, think);
+    sample_think_constraint(&c, &t);
+    const int len = (int)strlen(text);
+    int i = 0;
+    for (; i < len; i++) {
+        if (!c.allows(c.state, text + i, 1)) break;
+        c.accept(c.state, text + i, 1);
+    }
+    *whole = i == len && c.complete(c.state) && c.done(c.state);
+    return i;
+}
+
+static void test_think(void) {
+    json_t *j = json_loads("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},\"required\":[\"a\"],"
+                           "\"additionalProperties\":false}",
+                           0, NULL);
+    char err[200];
+    ks_schema *sc = ks_schema_compile(j, err, sizeof err);
+    json_decref(j);
+    CHECK(sc != NULL);
+    static const struct {
+        int think;
+        const char *text;
+        int stop; /* -1: all taken and complete; 1000: all taken, not complete; else the byte refused */
+    } cases[] = {
+        {2, "Let me see: {\"a\": 1} is not it.</think>\n\n{\"a\": true}", -1}, /* anything in the block */
+        {2, "x < y </thin> </think>{\"a\":false}", -1},                        /* near misses of the end */
+        {1, "\n<think>hmm</think>\n{\"a\": true}", -1},                        /* the model opens the block */
+        {1, "{\"a\": true}", -1},                                              /* or answers at once */
+        {1, "<thinx", 5},                                                      /* not the tag: refused */
+        {2, "no end {\"a\": true}", 1000},                                     /* still inside: not complete */
+        {2, "done</think>\n\nplain text", 14},                                 /* after it, the schema holds */
+        {0, "<think>", 0},                                                     /* no block at all */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int whole;
+        const int got = think_feed(sc, cases[i].think, cases[i].text, &whole);
+        if (cases[i].stop == -1)
+            CHECKF(got == (int)strlen(cases[i].text) && whole, "case %zu: stopped at %d (whole %d)", i, got, whole);
+        else if (cases[i].stop >= 1000)
+            CHECKF(got == (int)strlen(cases[i].text) && !whole, "case %zu: stopped at %d (whole %d)", i, got, whole);
+        else
+            CHECKF(got == cases[i].stop, "case %zu: stopped at %d, not %d", i, got, cases[i].stop);
+    }
+    /* a token may cross from the block into the answer; complete only once
+     * the answer is */
+    ks_sv v;
+    ks_sv_init(&v, sc);
+    sample_constraint json, c;
+    sample_json_constraint(&json, &v);
+    sample_think t;
+    sample_think_init(&t, &json, 2);
+    sample_think_constraint(&c, &t);
+    CHECK(sample_think_in_block(&t) && !c.complete(c.state));
+    CHECK(c.allows(c.state, "ok.</th", 7));
+    c.accept(c.state, "ok.</th", 7);
+    const char *bad = "ink>\n\nnope", *good = "ink>\n\n{\"a\"";
+    CHECK(!c.allows(c.state, bad, (int)strlen(bad)));
+    CHECK(c.allows(c.state, good, (int)strlen(good)));
+    c.accept(c.state, good, (int)strlen(good));
+    CHECK(!sample_think_in_block(&t) && !c.complete(c.state));
+    c.accept(c.state, ": true}", 7);
+    CHECK(c.complete(c.state) && c.done(c.state));
+    ks_schema_free(sc);
+}
+
 int main(void) {
     test_sampler();
+    test_think();
     return t_done();
 }

@@ -59,7 +59,7 @@ static void msg_requests(void) {
     CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
     CHECK(x.think == 1 && x.stream == 1 && x.has_max == 1);
     CHECK(same(x.chat,
-               "{\"max_tokens\":64,\"temperature\":0.5,\"top_k\":7,\"stop\":[\"END\"],"
+               "{\"max_tokens\":64,\"temperature\":0.5,\"top_k\":7,\"stop\":[\"END\"],\"reasoning_budget\":1024,"
                "\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
                "{\"role\":\"user\",\"content\":\"Weather in Paris?\"},"
                "{\"role\":\"assistant\",\"content\":\"Checking.\",\"reasoning_content\":\"Look it up.\","
@@ -197,7 +197,7 @@ static void resp_requests(void) {
     CHECK(ks_resp_translate(b, &x, err, sizeof err, &param) == 0);
     CHECK(x.think == 0 && x.stream == 0 && x.has_max == 1);
     CHECK(same(x.chat,
-               "{\"max_tokens\":32,\"temperature\":0,"
+               "{\"max_tokens\":32,\"temperature\":0,\"reasoning_effort\":\"none\","
                "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\"}}},"
                "\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
                "{\"role\":\"system\",\"content\":\"Rules.\"},"
@@ -401,9 +401,12 @@ static void msg_writer(void) {
     static const struct {
         int fin;
         const char *stop, *reason;
-    } ends[] = {
-        {KS_FIN_LENGTH, NULL, "max_tokens"}, {KS_FIN_STOP, "END", "stop_sequence"}, {KS_FIN_STOP, NULL, "end_turn"}};
-    for (int i = 0; i < 3; i++) {
+    } ends[] = {{KS_FIN_LENGTH, NULL, "max_tokens"},
+                {KS_FIN_STOP, "END", "stop_sequence"},
+                {KS_FIN_STOP, NULL, "end_turn"},
+                {KS_FIN_REPEAT, NULL, "repetition"},
+                {KS_FIN_BUDGET, NULL, "thinking_budget"}};
+    for (int i = 0; i < (int)(sizeof ends / sizeof ends[0]); i++) {
         ks_xw_init(&w, &ks_msg_ops, "msg", "x", "m", NULL);
         w.ops->text(&w, KS_D_CONTENT, "hi", 2);
         w.finish = ends[i].fin;
@@ -515,6 +518,20 @@ static void resp_writer(void) {
     CHECK(same(json_object_get(w.result, "incomplete_details"), "{\"reason\":\"max_output_tokens\"}", "incomplete"));
     CHECK(strstr(out.p, "event: response.incomplete\n") != NULL);
     ks_xw_free(&w);
+    /* the repetition guard and the thinking budget: incomplete, each with its reason */
+    for (int i = 0; i < 2; i++) {
+        out.len = 0;
+        ks_xw_init(&w, &ks_resp_ops, "resp", "x", "m", &out);
+        w.ops->start(&w);
+        w.ops->text(&w, KS_D_CONTENT, "hi", 2);
+        w.finish = i ? KS_FIN_BUDGET : KS_FIN_REPEAT;
+        w.ops->finish(&w);
+        CHECK(!strcmp(json_string_value(json_object_get(w.result, "status")), "incomplete"));
+        CHECK(same(json_object_get(w.result, "incomplete_details"),
+                   i ? "{\"reason\":\"thinking_budget\"}" : "{\"reason\":\"repetition\"}", "incomplete"));
+        CHECK(strstr(out.p, "event: response.incomplete\n") != NULL);
+        ks_xw_free(&w);
+    }
     /* a failure mid-stream: an error event, then response.failed */
     out.len = 0;
     ks_xw_init(&w, &ks_resp_ops, "resp", "x", "m", &out);

@@ -86,6 +86,10 @@ static void serve_usage(FILE *f) {
             "  --log-format F    text (default) or json: one line per request (method, path, status,\n"
             "                    model, tokens, ms) and per model event on stderr\n"
             "  --max-queue N     waiting requests per model before 429 (default 64)\n"
+            "  --reasoning-budget N  tokens a thinking model may reason before its </think> is written for\n"
+            "                    it, when a request names no budget (default -1: no limit; 0: no thinking)\n"
+            "  --repeat-guard N  end a reply whose last N or more tokens repeat one stretch of 1..64 tokens\n"
+            "                    (done reason \"repetition\"; default 256; 0: off)\n"
             "  --grace S         seconds to finish running requests on SIGTERM (default 10)\n"
             "  --spec TYPE       speculative decoding for every request of a generating model: ngram\n"
             "                    or draft, with --spec-n N, -md/--draft-model M, --spec-fixed,\n"
@@ -148,9 +152,21 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
         } else {
-            const char *numeric[] = {"--port",      "--parallel",   "-c",          "-b",      "-t",
-                                     "--kv-budget", "--max-body",   "--max-queue", "--grace", "--ctx-size",
-                                     "--threads",   "--max-loaded", "-np"};
+            const char *numeric[] = {"--port",
+                                     "--parallel",
+                                     "-c",
+                                     "-b",
+                                     "-t",
+                                     "--kv-budget",
+                                     "--max-body",
+                                     "--max-queue",
+                                     "--grace",
+                                     "--ctx-size",
+                                     "--threads",
+                                     "--max-loaded",
+                                     "-np",
+                                     "--reasoning-budget",
+                                     "--repeat-guard"};
             int k = -1;
             for (int j = 0; j < (int)(sizeof numeric / sizeof numeric[0]); j++)
                 if (!strcmp(a, numeric[j])) k = j;
@@ -178,8 +194,15 @@ int cmd_serve(int argc, char **argv) {
             case 7: cfg.max_queue = (int)v; break;
             case 8: grace = v; break;
             case 11: cfg.max_loaded = (int)v; break;
+            case 13: cfg.reasoning_budget = v < 0 ? -1 : v > 1 << 30 ? (1 << 30) + 1 : (int32_t)v; break;
+            case 14: cfg.repeat_guard = v < 0 ? -1 : v > 1 << 30 ? (1 << 30) + 1 : (int32_t)v; break;
             }
         }
+    }
+    if (cfg.repeat_guard < 0 || cfg.reasoning_budget > 1 << 30 || cfg.repeat_guard > 1 << 30) {
+        fprintf(stderr, "kiln serve: --repeat-guard must be 0 (off) or more, --reasoning-budget -1..2^30\n");
+        free(models);
+        return 2;
     }
     if (cfg.parallel < 1 || cfg.parallel > 64 || cfg.port < 0 || cfg.port > 65535) {
         fprintf(stderr, "kiln serve: --parallel must be 1..64 and --port 0..65535\n");

@@ -73,6 +73,16 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
     const kiln_spec_params sp = engine_spec_params(r, draft, sizeof draft);
     p.mtp = sp.type == KILN_SPEC_MTP; /* the MTP block's cache */
     if (st == KILN_OK) st = kiln_context_new(lm->m, &p, &lm->c);
+    if (st == KILN_ERR_NOMEM && p.n_ctx > 0 && lm->m) {
+        /* more tokens than the KV memory budget holds for every sequence:
+         * as many as it holds (kiln_context_new's 0: the model's, capped) */
+        const int32_t asked = p.n_ctx;
+        p.n_ctx = 0;
+        st = kiln_context_new(lm->m, &p, &lm->c);
+        if (st == KILN_OK)
+            kb_log(KB_LOG_WARN, "a context of %d tokens per sequence does not fit the KV memory budget: %d", asked,
+                   kiln_context_n_ctx(lm->c));
+    }
     if (st == KILN_OK && sp.type != KILN_SPEC_NONE) st = spec_new(&sp, lm->m, lm->c, &lm->spec);
     if (st == KILN_OK) {
         lm->n_seq = kiln_context_n_seq_max(lm->c);

@@ -46,7 +46,14 @@ struct gen_slot {
     int32_t b_first, b_count;      /* this step's rows in the batch */
     int decoding;                  /* this step feeds the last token (and drafts) */
     double t_start;                /* when it first took a sequence */
-    gen_slot *prev, *next;         /* every slot not ended */
+    /* reasoning (p.think) */
+    sample_think th;                      /* where the generated text is: before, in or after the block */
+    int32_t n_think;                      /* tokens generated inside the block */
+    int32_t think_end[GEN_THINK_END_MAX]; /* the block's forced end (p.think_budget) */
+    int32_t n_think_end;                  /* its tokens; 0: it has none */
+    int32_t n_force, i_force;             /* think_end[i_force..n_force) are still to be fed */
+    int32_t rep[GEN_REPEAT_PERIOD + 1];   /* [p]: tokens equal to the one p before, in a row (the guard) */
+    gen_slot *prev, *next;                /* every slot not ended */
 };
 
 struct gen_batch {
@@ -75,7 +82,8 @@ struct gen_batch {
 };
 
 const char *gen_reason_str(gen_reason r) {
-    static const char *const names[] = {"running", "stop", "length", "cancelled", "failed"};
+    static const char *const names[] = {"running",         "stop",      "length", "cancelled", "failed",
+                                        "thinking_budget", "repetition"};
     return (unsigned)r < sizeof names / sizeof names[0] ? names[r] : "unknown";
 }
 
@@ -85,6 +93,7 @@ gen_params gen_params_default(void) {
     p.n_predict = -1;
     p.sampler = kiln_sampler_default_params();
     p.n_top = -1;
+    p.think_budget = -1;
     return p;
 }
 
@@ -223,6 +232,14 @@ kiln_status gen_batch_add(gen_batch *b, const gen_params *p, int32_t seq, gen_sl
     }
     memcpy(s->tok, p->prompt, (size_t)p->n_prompt * sizeof *s->tok);
     s->n_tok = p->n_prompt;
+    if (p->think) {
+        sample_think_init(&s->th, NULL, p->think);
+        if (p->think_budget >= 0) {
+            static const char end[] = "\n</think>\n\n";
+            const int n = kiln_tokenize(b->m, end, sizeof end - 1, 0, 1, s->think_end, GEN_THINK_END_MAX);
+            s->n_think_end = n > 0 && n <= GEN_THINK_END_MAX ? n : 0;
+        }
+    }
     s->p.prompt = s->tok;
     for (int32_t i = 0; i < p->n_prompt; i++) kiln_sampler_accept(s->smp, p->prompt[i]);
     /* what the sequence already holds: the caller's prefix, or cached
@@ -304,7 +321,9 @@ int32_t gen_batch_n_ready(const gen_batch *b) {
  * constraint then take it. */
 static int32_t choose(gen_batch *b, gen_slot *s, const float *logits) {
     int32_t id;
-    if (s->p.constraint) {
+    if (s->i_force < s->n_force) {
+        id = s->think_end[s->i_force++]; /* the end of a reasoning block over its budget */
+    } else if (s->p.constraint) {
         id = sample_constrained(s->smp, b->m, b->n_vocab, logits, b->scratch, s->p.constraint);
     } else {
         id = kiln_sampler_sample(s->smp, logits);
@@ -317,6 +336,48 @@ static int32_t choose(gen_batch *b, gen_slot *s, const float *logits) {
     kiln_sampler_accept(s->smp, id);
     if (s->p.constraint) sample_constraint_accept(s->p.constraint, b->m, id);
     return id;
+}
+
+/* Follows the reasoning block past token id; a token that began inside
+ * the block counts against the budget. */
+static void think_track(gen_batch *b, gen_slot *s, int32_t id) {
+    if (sample_think_in_block(&s->th)) s->n_think++;
+    char piece[SAMPLE_PIECE_MAX];
+    const int n = kiln_token_to_piece(b->m, id, piece, sizeof piece, 0); /* as constraints read tokens */
+    if (n > 0 && n <= (int)sizeof piece) sample_think_accept(&s->th, piece, n);
+}
+
+/* Before the next token: when the block has used its budget, starts
+ * feeding its end.  1 when that cannot be done: no tokens for it, or no
+ * room for them and one token of the answer within n_predict and the
+ * context. */
+static int think_over_budget(const gen_batch *b, gen_slot *s) {
+    if (!s->p.think || s->p.think_budget < 0 || s->n_force > 0 || !sample_think_in_block(&s->th) ||
+        s->n_think < s->p.think_budget)
+        return 0;
+    int64_t room = (int64_t)b->n_ctx - s->n_tok;
+    if (s->p.n_predict >= 0 && room > (int64_t)s->p.n_predict - s->n_gen) room = (int64_t)s->p.n_predict - s->n_gen;
+    if (s->n_think_end == 0 || room < s->n_think_end + 1) return 1;
+    s->n_force = s->n_think_end;
+    s->i_force = 0;
+    return 0;
+}
+
+/* The repetition guard after a token is appended: 1 when the generated
+ * tokens end in a stretch of p.repeat_guard or more that repeats a period
+ * of 1..GEN_REPEAT_PERIOD tokens. */
+static int repeating(gen_slot *s) {
+    const int32_t *g = s->tok + s->p.n_prompt, k = s->n_gen - 1;
+    int hit = 0;
+    for (int32_t p = 1; p <= GEN_REPEAT_PERIOD; p++) {
+        if (p > k) {
+            s->rep[p] = 0;
+            continue;
+        }
+        s->rep[p] = g[k] == g[k - p] ? s->rep[p] + 1 : 0;
+        hit |= s->rep[p] >= p && s->rep[p] + p >= s->p.repeat_guard; /* two periods at least */
+    }
+    return hit;
 }
 
 /* Sends a TOKEN event; returns the callback's answer. */
@@ -418,9 +479,14 @@ static gen_reason sample_run(gen_batch *b, gen_slot *s, int32_t row) {
     int32_t j = 0, verified = 0; /* proposals accepted, and compared */
     const int drawn = s->dist && !s->p.constraint;
     for (;;) {
+        if (think_over_budget(b, s)) {
+            why = GEN_BUDGET;
+            break;
+        }
         const float *lg = kiln_get_logits(b->c, row);
-        const int32_t id =
-            drawn && j < s->n_drafts ? verify_drawn(b, s, lg, s->draft[j], &s->dist[j]) : choose(b, s, lg);
+        const int32_t id = drawn && j < s->n_drafts && s->i_force >= s->n_force
+                               ? verify_drawn(b, s, lg, s->draft[j], &s->dist[j])
+                               : choose(b, s, lg);
         if (j == 0 && s->n_shadow > 0) note_acceptance(s, 1, id == s->draft[0]);
         if (kiln_token_is_eog(b->m, id)) {
             why = GEN_STOP;
@@ -428,9 +494,12 @@ static gen_reason sample_run(gen_batch *b, gen_slot *s, int32_t row) {
         }
         s->n_gen++;
         s->tok[s->n_tok++] = id;
+        if (s->p.think) think_track(b, s, id);
         const int asked = emit_token(b, s, id, lg);
         if (asked || s->end_req == GEN_STOP || (s->p.constraint && s->p.constraint->done(s->p.constraint->state)))
             why = GEN_STOP;
+        else if (s->p.repeat_guard > 0 && repeating(s))
+            why = GEN_REPEAT;
         else if (s->p.n_predict >= 0 && s->n_gen >= s->p.n_predict)
             why = GEN_LENGTH;
         else if (s->n_fed >= b->n_ctx)

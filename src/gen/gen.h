@@ -48,11 +48,29 @@
  * costs within a few percent of plain decoding and one whose proposals
  * become good again is noticed.
  *
+ * Reasoning (gen_params.think): the slot follows a "<think>...</think>"
+ * block in the text it generates (sample_think as a tracker).  With a
+ * think_budget, once the block holds that many tokens the slot stops
+ * sampling and feeds the end of the block ("\n</think>\n\n", tokenized
+ * once when the slot is added), then samples the answer as usual, as
+ * llama.cpp's reasoning budget does.  A constraint meant for the answer
+ * only is wrapped by its caller (sample_think_constraint); the forced
+ * closing text is what such a wrapper accepts inside the block.
+ *
+ * Repetition guard (gen_params.repeat_guard): when the generated tokens end
+ * in a stretch of at least repeat_guard tokens that repeats one period of
+ * 1..GEN_REPEAT_PERIOD tokens (tok[i] == tok[i - period] throughout), the
+ * slot ends with GEN_REPEAT: a model caught in a loop would otherwise fill
+ * the context with it.
+ *
  * Terminal reasons: GEN_STOP (an end-of-generation token, the constraint is
  * complete, or the consumer asked: an event callback's nonzero return or
  * gen_slot_stop, e.g. at a stop string), GEN_LENGTH (n_predict tokens, or
  * the context is full), GEN_CANCELLED, GEN_FAILED (the forward pass or
- * memory failed; the event carries the message).
+ * memory failed; the event carries the message), GEN_BUDGET (the thinking
+ * budget ran out and the end of the block cannot be fed: the output limit
+ * or the context has no room left for it and an answer, or the model has
+ * no tokens for it), GEN_REPEAT (the repetition guard).
  */
 #ifndef KILN_GEN_H
 #define KILN_GEN_H
@@ -63,9 +81,18 @@
 
 #include <stdint.h>
 
-typedef enum gen_reason { GEN_RUNNING = 0, GEN_STOP, GEN_LENGTH, GEN_CANCELLED, GEN_FAILED } gen_reason;
+typedef enum gen_reason {
+    GEN_RUNNING = 0,
+    GEN_STOP,
+    GEN_LENGTH,
+    GEN_CANCELLED,
+    GEN_FAILED,
+    GEN_BUDGET,
+    GEN_REPEAT
+} gen_reason;
 
-/* "stop", "length", "cancelled", "failed" ("running" for GEN_RUNNING). */
+/* "stop", "length", "cancelled", "failed", "thinking_budget", "repetition"
+ * ("running" for GEN_RUNNING). */
 const char *gen_reason_str(gen_reason r);
 
 /* A sampled token, with its logprob and alternatives when asked. */
@@ -157,11 +184,20 @@ typedef struct gen_params {
     void *draft_user;
     int32_t n_draft;       /* most proposals verified per step (0: no speculation) */
     int spec_fixed;        /* 1: always ask for n_draft proposals (no adaptive length) */
+    int think;             /* 0: no reasoning block; 1: the model may open "<think>" first; 2: the prompt opened it */
+    int32_t think_budget;  /* with think: most tokens inside the block, then its end is fed (< 0: no limit) */
+    int32_t repeat_guard;  /* tokens a repeated stretch must cover to end the slot (GEN_REPEAT); 0: off */
     gen_event_fn on_event; /* optional for gen_batch; set by gen_sched */
     void *user;
 } gen_params;
 
-/* Defaults: n_predict -1, the sampler's defaults, n_top -1, no reuse. */
+/* Longest period, in tokens, the repetition guard looks for. */
+#define GEN_REPEAT_PERIOD 64
+/* Most tokens of the forced end of a reasoning block. */
+#define GEN_THINK_END_MAX 16
+
+/* Defaults: n_predict -1, the sampler's defaults, n_top -1, no reuse, no
+ * reasoning block (think_budget -1), no repetition guard. */
 gen_params gen_params_default(void);
 
 /* ------------------------------------------------------------ gen_batch */

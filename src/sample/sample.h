@@ -8,6 +8,8 @@
  *              recognizer as such a hook, and log-softmax with the top
  *              alternatives (logprobs)
  * call.c       a forced tool call as such a hook
+ * think.c      a reasoning block before another hook's text (structured
+ *              output after thinking), and the tracker of that block
  * jschema.c    a JSON Schema compiled to a byte-level recognizer (jschema.h)
  * regex.c      a regex subset compiled to a DFA over UTF-8 bytes, for
  *              jschema's pattern and format (regex.h)
@@ -79,6 +81,23 @@ int sample_call_init(sample_call *k, const char *const *names, const struct ks_s
 void sample_call_constraint(sample_constraint *c, sample_call *k);
 /* The name the call has settled on, or NULL before its closing quote. */
 const char *sample_call_name(const sample_call *k);
+
+/* think.c: reasoning, then a constrained answer.  The text is an optional
+ * "<think>...</think>" block (think 1: the model may open one; 2: the prompt
+ * opened it, so the text starts inside; 0: no block), then what inner
+ * allows (NULL: any text).  The answer must not begin with '<' (JSON does
+ * not).  inner is borrowed and must outlive t; t is plain data. */
+typedef struct sample_think {
+    const sample_constraint *inner;
+    int phase, pos, ws;
+} sample_think;
+void sample_think_init(sample_think *t, const sample_constraint *inner, int think);
+void sample_think_constraint(sample_constraint *c, sample_think *t);
+/* Advances t past n bytes of generated text (feeding the answer's to
+ * inner): a tracker of where the text is, with or without a constraint. */
+void sample_think_accept(sample_think *t, const char *text, int n);
+/* 1 inside the block: after "<think>", before its "</think>" ended. */
+int sample_think_in_block(const sample_think *t);
 
 /* The distribution kiln_sampler_sample draws from after logits (penalties
  * over s's history, top-k, top-p, min-p, temperature): n tokens, most

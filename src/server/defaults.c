@@ -2,8 +2,9 @@
  * model's params and system layers: each option the request leaves out
  * takes the pack's value, and a conversation without a system message gets
  * the pack's.  The pack's options use Ollama's names; an OpenAI-shaped
- * request takes them under its own (num_predict as max_tokens).  num_ctx
- * is the server's (-c), not a request's. */
+ * request takes them under its own (num_predict as max_tokens).  A pack's
+ * num_ctx is not applied: the context is the server's -c, or the one a
+ * request's own options.num_ctx reloads the model with (models.h). */
 #include "server/defaults.h"
 
 #include "server/opts.h"

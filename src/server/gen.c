@@ -338,8 +338,14 @@ static int fin_of(gen_reason why) {
     case GEN_LENGTH: return KS_FIN_LENGTH;
     case GEN_CANCELLED: return KS_FIN_CANCEL;
     case GEN_FAILED: return KS_FIN_ERROR;
+    case GEN_BUDGET: return KS_FIN_BUDGET;
+    case GEN_REPEAT: return KS_FIN_REPEAT;
     default: return KS_FIN_STOP;
     }
+}
+
+const char *ks_fin_incomplete(int fin) {
+    return fin == KS_FIN_BUDGET ? "thinking_budget" : fin == KS_FIN_REPEAT ? "repetition" : NULL;
 }
 
 int ks_gen_pump(ks_gen *g, ks_req *q, int wait_ms) {

@@ -14,7 +14,12 @@
 #include <stdint.h>
 
 /* ---- a generation request ---- */
-enum { KS_FIN_NONE = 0, KS_FIN_STOP, KS_FIN_LENGTH, KS_FIN_CANCEL, KS_FIN_ERROR };
+/* BUDGET: the thinking budget ran out with no room to answer; REPEAT: the
+ * repetition guard (gen.h's GEN_BUDGET, GEN_REPEAT). */
+enum { KS_FIN_NONE = 0, KS_FIN_STOP, KS_FIN_LENGTH, KS_FIN_CANCEL, KS_FIN_ERROR, KS_FIN_BUDGET, KS_FIN_REPEAT };
+/* The reason an incomplete reply names on every API: "thinking_budget",
+ * "repetition"; NULL for the other ends. */
+const char *ks_fin_incomplete(int fin);
 
 typedef struct ks_req {
     int32_t *prompt;
@@ -32,12 +37,14 @@ typedef struct ks_req {
     ks_schema **call_schemas; /*   and their arguments' schemas (owned) */
     sample_call call;         /*   its recognizer's state */
     sample_constraint cons;
-    engine_llm_req *er; /* its admission by the model's engine, once started */
-    gen_req *gr;        /* and its events */
-    int32_t n_cached;   /* prompt tokens taken from the prefix cache */
-    int32_t n_drafted;  /* speculative decoding: proposals verified */
-    int32_t n_accepted; /*   and accepted */
-    int spec;           /* the model speculates (timings carry the counts) */
+    sample_think think;           /* with json_mode after a reasoning block: cons held back until it ends */
+    sample_constraint think_cons; /*   the constraint that does so */
+    engine_llm_req *er;           /* its admission by the model's engine, once started */
+    gen_req *gr;                  /* and its events */
+    int32_t n_cached;             /* prompt tokens taken from the prefix cache */
+    int32_t n_drafted;            /* speculative decoding: proposals verified */
+    int32_t n_accepted;           /*   and accepted */
+    int spec;                     /* the model speculates (timings carry the counts) */
     double t_submit, t_start, t_first, t_last;
 } ks_req;
 

@@ -25,9 +25,15 @@ static ks_model *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, i
                      : ks_send_error(c, 400, "invalid_request_error", "'model' must be a string", "model");
         return NULL;
     }
+    int32_t num_ctx = 0; /* Ollama's: the context the model is (re)loaded with */
+    if (ollama && ks_num_ctx(json_object_get(body, "options"), &num_ctx)) {
+        *rc = ks_oll_error(c, 400, "'num_ctx' must be an integer of 1 to 16777216 tokens");
+        return NULL;
+    }
     int status = 404;
     char msg[600];
-    ks_model *r = ks_model_use(s, json_string_value(mv), KS_TASK_GENERATE, load_wait, &status, msg, sizeof msg);
+    ks_model *r =
+        ks_model_use_ctx(s, json_string_value(mv), KS_TASK_GENERATE, num_ctx, load_wait, &status, msg, sizeof msg);
     ks_reqlog_model(ks_reqlog_current(), r ? r->name : json_string_value(mv));
     if (!r) {
         const char *type = status == 404   ? "not_found_error"
@@ -120,7 +126,8 @@ static int cannot_serve(ks_model *r, struct MHD_Connection *c, json_t *body, jso
         return 1;
     }
     const char *tmpl = ks_template_text(r);
-    if (ollama && json_is_true(json_object_get(body, "think")) && !(tmpl && strstr(tmpl, "<think>"))) {
+    json_t *think = json_object_get(body, "think");
+    if (ollama && (json_is_true(think) || json_is_string(think)) && !(tmpl && strstr(tmpl, "<think>"))) {
         snprintf(msg, sizeof msg, "\"%s\" does not support thinking", r->name);
         *rc = ks_oll_error(c, 400, msg);
         return 1;
@@ -129,6 +136,21 @@ static int cannot_serve(ks_model *r, struct MHD_Connection *c, json_t *body, jso
 }
 
 static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int format, json_t *force, int tools_off);
+
+/* Ollama's "think": a boolean, or a level ("low", "medium", "high"), which
+ * turns thinking on with that effort's budget (ks_effort_budget).  -1
+ * after a 400 for a word it does not know. */
+static int think_level(json_t *think, ks_gen_opts *o, struct MHD_Connection *c, int *rc) {
+    if (!json_is_string(think)) return 0;
+    const char *level = json_string_value(think);
+    const int32_t b = ks_effort_budget(level);
+    if (strcmp(level, "low") && strcmp(level, "medium") && strcmp(level, "high")) {
+        *rc = ks_oll_error(c, 400, "'think' must be true, false, \"low\", \"medium\" or \"high\"");
+        return -1;
+    }
+    o->think_budget = b;
+    return 0;
+}
 
 /* Shared by /v1/chat/completions and /api/chat. */
 int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format) {
@@ -172,7 +194,11 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
         return rc;
     }
     json_t *think = json_object_get(body, "think");
-    int th = json_is_boolean(think) ? json_is_true(think) : -1;
+    int th = json_is_boolean(think) ? json_is_true(think) : json_is_string(think) ? 1 : -1;
+    if (ollama && think_level(think, &o, c, &rc)) {
+        ks_model_done(r, ks_parse_duration(json_object_get(body, "keep_alive")));
+        return rc;
+    }
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     if (json_is_boolean(json_object_get(kw, "enable_thinking")))
         th = json_is_true(json_object_get(kw, "enable_thinking"));
@@ -256,8 +282,16 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
             json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", prompt_text));
             json_t *think = json_object_get(body, "think");
             char err[300];
-            rendered =
-                ks_render_chat(r, msgs, NULL, json_is_boolean(think) ? json_is_true(think) : -1, err, sizeof err);
+            if (think_level(think, o, c, &rc)) {
+                json_decref(msgs);
+                ks_model_done(r, ka);
+                return rc;
+            }
+            rendered = ks_render_chat(r, msgs, NULL,
+                                      json_is_boolean(think)  ? json_is_true(think)
+                                      : json_is_string(think) ? 1
+                                                              : -1,
+                                      err, sizeof err);
             json_decref(msgs);
             if (!rendered) {
                 ks_model_done(r, ka);
@@ -265,6 +299,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
             }
             text = rendered;
             start_think = ks_prompt_opens_think(rendered);
+            o->force_think = ks_force_think(r, rendered);
         }
         /* special-token text in a raw prompt is the token, as llama.cpp reads it */
         ids = ks_tokenize(r->model, text, 1, &n);

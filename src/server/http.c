@@ -230,6 +230,8 @@ ks_config ks_config_default(void) {
     c.max_queue = 64;
     c.max_connections = 256;
     c.spec = kiln_spec_default_params();
+    c.reasoning_budget = -1;
+    c.repeat_guard = 256;
     return c;
 }
 

@@ -8,10 +8,12 @@
  * thinking (reasoning_content, as templates read it) and tool_use blocks
  * (tool_calls with the input as arguments).  "tools" ({name, description,
  * input_schema}) become function tools; "stop_sequences" stop strings;
- * "thinking" {type: enabled|disabled} the template's enable_thinking.
+ * "thinking" {type: enabled|disabled} the template's enable_thinking, its
+ * budget_tokens the thinking budget (reasoning_budget).
  *
  * Output: content blocks in the order generated (thinking, text, tool_use),
- * stop_reason end_turn / max_tokens / stop_sequence / tool_use, and usage
+ * stop_reason end_turn / max_tokens / stop_sequence / tool_use (or the
+ * incomplete reasons thinking_budget / repetition), and usage
  * with the prompt tokens served from the cache as cache_read_input_tokens
  * (input_tokens is the rest, as Anthropic counts them).  A stream is
  * message_start, ping, content_block_start / _delta (text_delta,
@@ -259,9 +261,16 @@ int ks_msg_translate(json_t *body, int count, ks_xreq *x, char *err, size_t cap,
     json_t *th = json_object_get(body, "thinking");
     if (th && !json_is_null(th)) {
         const char *t = json_string_value(json_object_get(th, "type"));
-        if (t && !strcmp(t, "enabled"))
+        json_t *bt = json_object_get(th, "budget_tokens");
+        if (t && !strcmp(t, "enabled")) {
             x->think = 1;
-        else if (t && !strcmp(t, "disabled"))
+            if (bt && !json_is_null(bt)) { /* the thinking budget */
+                if (!json_is_integer(bt) || json_integer_value(bt) < 0 || json_integer_value(bt) > 1 << 30)
+                    return fail(err, cap, param, "thinking",
+                                "thinking.budget_tokens: must be an integer of at least 0");
+                json_object_set(chat, "reasoning_budget", bt);
+            }
+        } else if (t && !strcmp(t, "disabled"))
             x->think = 0;
         else if (!t || strcmp(t, "adaptive"))
             return fail(err, cap, param, "thinking", "thinking.type: must be 'enabled', 'disabled' or 'adaptive'");
@@ -474,6 +483,7 @@ static void msg_tool_args(ks_xw *w, const char *s, size_t n) {
 
 static const char *stop_reason(const ks_xw *w) {
     if (w->finish == KS_FIN_LENGTH) return "max_tokens";
+    if (ks_fin_incomplete(w->finish)) return ks_fin_incomplete(w->finish);
     if (w->stop_seq) return "stop_sequence";
     if (w->n_tools) return "tool_use";
     return "end_turn";

@@ -336,15 +336,15 @@ static int make_room(ks_srv *s, ks_model *want) {
 
 /* Under mu: starts loading m (a new engine at its first load). */
 static int start_load(ks_srv *s, ks_model *m, char *msg, size_t cap) {
+    kiln_context_params cp = kiln_context_default_params();
+    cp.n_ctx = m->ctx_want > 0 ? m->ctx_want : s->cfg.n_ctx;
+    cp.n_batch = s->cfg.n_batch > 0 ? s->cfg.n_batch : 512;
+    cp.n_seq_max = s->cfg.parallel > 0 ? s->cfg.parallel : 4;
+    cp.n_threads = s->cfg.n_threads;
+    cp.kv_type = s->cfg.kv_type;
+    cp.mem_limit = s->cfg.kv_budget;
     if (!m->eng) {
         kiln_engine *e = NULL;
-        kiln_context_params cp = kiln_context_default_params();
-        cp.n_ctx = s->cfg.n_ctx;
-        cp.n_batch = s->cfg.n_batch > 0 ? s->cfg.n_batch : 512;
-        cp.n_seq_max = s->cfg.parallel > 0 ? s->cfg.parallel : 4;
-        cp.n_threads = s->cfg.n_threads;
-        cp.kv_type = s->cfg.kv_type;
-        cp.mem_limit = s->cfg.kv_budget;
         kiln_engine_store hooks = {store_acquire, store_release, s};
         if (kiln_engine_create(m->family, KILN_ENGINE_BACKEND_AUTO, &e) != KILN_OK ||
             kiln_engine_set_status_fn(e, status_cb, m) != KILN_OK || kiln_engine_set_store(e, &hooks) != KILN_OK ||
@@ -356,7 +356,11 @@ static int start_load(ks_srv *s, ks_model *m, char *msg, size_t cap) {
             return -1;
         }
         m->eng = e;
+    } else if (kiln_engine_set_context_params(m->eng, &cp) != KILN_OK) { /* this load's num_ctx */
+        snprintf(msg, cap, "cannot set the context of %s: %s", m->name, kiln_last_error());
+        return -1;
     }
+    m->ctx_loaded = m->ctx_want;
     m->state = KS_M_LOADING;
     m->err[0] = 0;
     m->load_started = ks_now();
@@ -372,6 +376,11 @@ static int start_load(ks_srv *s, ks_model *m, char *msg, size_t cap) {
 /* ---- uses ---- */
 
 ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait, int *status, char *msg, size_t cap) {
+    return ks_model_use_ctx(s, name, task, 0, load_wait, status, msg, cap);
+}
+
+ks_model *ks_model_use_ctx(ks_srv *s, const char *name, int task, int32_t num_ctx, double *load_wait, int *status,
+                           char *msg, size_t cap) {
     if (load_wait) *load_wait = 0;
     if (atomic_load(&s->draining)) {
         *status = 503;
@@ -400,14 +409,30 @@ ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait,
     pthread_mutex_lock(&s->mu);
     m->users++;
     int rc = 0, tried = 0;
-    const int waited = m->state != KS_M_READY;
-    while (rc == 0 && m->state != KS_M_READY) {
+    if (m->family != KILN_ENGINE_LLM || task != KS_TASK_GENERATE) num_ctx = 0;
+        /* loaded for another num_ctx: reload with this one (once) */
+#define KS_OTHER_CTX (num_ctx > 0 && !tried && m->ctx_loaded != num_ctx)
+    const int waited = m->state != KS_M_READY || KS_OTHER_CTX;
+    while (rc == 0 && (m->state != KS_M_READY || KS_OTHER_CTX)) {
         if (atomic_load(&s->draining) || m->state == KS_M_STOPPED) {
             *status = 503;
             snprintf(msg, cap, "the server is shutting down");
             rc = -1;
+        } else if (m->state == KS_M_READY) {
+            /* the requests running on the other context finish first; a
+             * request waiting here holds no use, so two waiting for
+             * different contexts take turns instead of waiting on each other */
+            if (m->users > 1) {
+                m->users--;
+                pthread_cond_wait(&s->cv, &s->mu);
+                m->users++;
+            } else {
+                ks_logf(s, "reloading %s with a context of %d tokens (num_ctx)", m->name, num_ctx);
+                unload_locked(m);
+            }
         } else if (m->state == KS_M_UNLOADED || (m->state == KS_M_FAILED && !tried)) {
             tried = 1;
+            m->ctx_want = num_ctx; /* a load takes the context of the request that starts it */
             if (make_room(s, m)) {
                 *status = 503;
                 snprintf(msg, cap, "%d model(s) are loaded and busy; %s cannot be loaded beside them yet",
@@ -425,6 +450,7 @@ ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait,
             pthread_cond_wait(&s->cv, &s->mu); /* loading or unloading */
         }
     }
+#undef KS_OTHER_CTX
     if (rc)
         m->users--;
     else

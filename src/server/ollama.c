@@ -184,7 +184,12 @@ static int generate(ks_srv *s, struct MHD_Connection *c, json_t *body) {
             }
             json_object_set_new(j, "done_reason", json_string("unload"));
         } else {
-            ks_model *r = ks_model_use(s, name, KS_TASK_GENERATE, &load_wait, &status, msg, sizeof msg);
+            int32_t num_ctx = 0;
+            if (ks_num_ctx(json_object_get(body, "options"), &num_ctx)) {
+                json_decref(j);
+                return ks_oll_error(c, 400, "'num_ctx' must be an integer of 1 to 16777216 tokens");
+            }
+            ks_model *r = ks_model_use_ctx(s, name, KS_TASK_GENERATE, num_ctx, &load_wait, &status, msg, sizeof msg);
             if (!r) {
                 json_decref(j);
                 return ks_oll_error(c, status, msg);

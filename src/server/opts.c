@@ -43,6 +43,7 @@ static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_
 int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc) {
     memset(o, 0, sizeof *o);
     o->max_tokens = -1;
+    o->think_budget = KS_BUDGET_SERVER;
     o->sp = kiln_sampler_default_params();
     /* what the request leaves out: Ollama's defaults on the Ollama API,
      * llama-server's on the OpenAI one (clients expect their server's) */
@@ -125,10 +126,44 @@ static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_
         if (ks_check_schema(o->schema, msg, sizeof msg)) return bad(c, ollama, rc, "response_format", msg);
     }
     o->ignore_eos = json_is_true(json_object_get(src, "ignore_eos"));
+    /* the thinking budget: llama-server's reasoning_budget, or an effort */
+    json_t *eff = json_object_get(src, "reasoning_effort");
+    if (eff && !json_is_null(eff)) {
+        o->think_budget = ks_effort_budget(json_string_value(eff));
+        if (o->think_budget < -2)
+            return bad(c, ollama, rc, "reasoning_effort",
+                       "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh");
+    }
+    json_t *rb = json_object_get(src, "reasoning_budget");
+    if (rb && !json_is_null(rb)) {
+        if (!json_is_integer(rb) || json_integer_value(rb) < -1 || json_integer_value(rb) > 1 << 30)
+            return bad(c, ollama, rc, "reasoning_budget", "'reasoning_budget' must be -1 (no limit) or 0..2^30 tokens");
+        o->think_budget = (int32_t)json_integer_value(rb);
+    }
     json_t *n = json_object_get(src, "n");
     if (n && !json_is_null(n) && (!json_is_integer(n) || json_integer_value(n) != 1))
         return bad(c, ollama, rc, "n", "only n = 1 is supported");
     return 0;
+}
+
+int ks_num_ctx(const json_t *options, int32_t *out) {
+    json_t *v = json_object_get(options, "num_ctx");
+    *out = 0;
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 24) return -1;
+    *out = (int32_t)json_integer_value(v);
+    return 0;
+}
+
+int32_t ks_effort_budget(const char *effort) {
+    static const struct {
+        const char *name;
+        int32_t budget;
+    } k[] = {{"none", 0}, {"minimal", 256}, {"low", 1024}, {"medium", 4096}, {"high", -1}, {"xhigh", -1}};
+    if (!effort) return KS_BUDGET_SERVER;
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(effort, k[i].name)) return k[i].budget;
+    return -3;
 }
 
 double ks_parse_duration(json_t *v) {

@@ -23,8 +23,17 @@ typedef struct ks_gen_opts {
     int ignore_eos;            /* "ignore_eos": true (llama-server's): never end at an end-of-generation token */
     int ollama;                /* errors in Ollama's shape ({"error": "..."}) */
     const json_t *force_tools; /* borrowed: a forced tool_choice's tools, one of which the output must call */
-    int force_think;           /* with force_tools: 1 a <think> block may come first, 2 the prompt opened one */
+    int force_think;           /* 1 a <think> block may come first, 2 the prompt opened one (a forced call, JSON mode
+                                    and the thinking budget follow it) */
+    int32_t think_budget;      /* tokens of reasoning before its end is fed; -1 no limit; KS_BUDGET_SERVER: the
+                                    server's --reasoning-budget */
 } ks_gen_opts;
+
+#define KS_BUDGET_SERVER (-2)
+/* The thinking budget of a reasoning effort ("none", "minimal", "low",
+ * "medium", "high", "xhigh"): 0, 256, 1024, 4096, then no limit (-1);
+ * KS_BUDGET_SERVER for NULL; -3 for a word it does not know. */
+int32_t ks_effort_budget(const char *effort);
 /* 0 when schema (NULL: none) compiles; else a message for a 400. */
 int ks_check_schema(const json_t *schema, char *msg, size_t n);
 /* OpenAI's tool_choice over tools (OpenAI function tools): "auto" or
@@ -38,6 +47,9 @@ int ks_oll_format(const json_t *fmt, ks_gen_opts *o, struct MHD_Connection *c, i
 /* Parses OpenAI-style sampling fields (or Ollama's options when ollama);
  * on a bad value sends a 400 and returns -1. */
 int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc);
+/* Ollama's options.num_ctx into *out (0 when absent or null); -1 when it
+ * is not an integer of 1..2^24. */
+int ks_num_ctx(const json_t *options, int32_t *out);
 /* "1.5m", "300", 300, -1 ... -> seconds; NAN when absent or bad. */
 double ks_parse_duration(json_t *v);
 

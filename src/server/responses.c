@@ -9,7 +9,8 @@
  * reasoning_content).  Function tools become chat tools; "text.format"
  * json_object / json_schema becomes constrained output;
  * "max_output_tokens" the token limit; reasoning.effort "none" turns the
- * template's thinking off.  Nothing is stored: previous_response_id and
+ * template's thinking off, and every effort is a thinking budget
+ * (reasoning_effort).  Nothing is stored: previous_response_id and
  * item references are refused, and every response says store: false.
  *
  * Output items in the order generated: reasoning (reasoning_text content),
@@ -94,7 +95,10 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
     x->stream = json_is_true(json_object_get(body, "stream"));
     /* reasoning */
     const char *effort = json_string_value(json_object_get(json_object_get(body, "reasoning"), "effort"));
-    if (effort) x->think = strcmp(effort, "none") ? 1 : 0;
+    if (effort) {
+        x->think = strcmp(effort, "none") ? 1 : 0;
+        json_object_set_new(chat, "reasoning_effort", json_string(effort)); /* the thinking budget */
+    }
     /* text.format */
     json_t *fmt = json_object_get(json_object_get(body, "text"), "format");
     const char *ft = json_string_value(json_object_get(fmt, "type"));
@@ -302,9 +306,12 @@ static json_t *response(const ks_xw *w, const char *status, json_t *output) {
     json_object_set_new(r, "created_at", json_integer(w->created));
     json_object_set_new(r, "status", json_string(status));
     json_object_set_new(r, "error", json_null());
-    json_object_set_new(r, "incomplete_details",
-                        !strcmp(status, "incomplete") ? json_pack("{s:s}", "reason", "max_output_tokens")
-                                                      : json_null());
+    json_object_set_new(
+        r, "incomplete_details",
+        !strcmp(status, "incomplete")
+            ? json_pack("{s:s}", "reason",
+                        ks_fin_incomplete(w->finish) ? ks_fin_incomplete(w->finish) : "max_output_tokens")
+            : json_null());
     json_object_set_new(r, "model", json_string(w->model));
     json_object_set_new(r, "output", output);
     json_object_set_new(r, "parallel_tool_calls", json_true());
@@ -472,13 +479,14 @@ static void resp_tool_args(ks_xw *w, const char *s, size_t n) {
 
 static void resp_finish(ks_xw *w) {
     close_item(w);
-    const char *status = w->finish == KS_FIN_LENGTH ? "incomplete" : "completed";
+    const int cut = w->finish == KS_FIN_LENGTH || ks_fin_incomplete(w->finish);
+    const char *status = cut ? "incomplete" : "completed";
     json_decref(w->result);
     w->result = response(w, status, json_incref(w->items));
     if (!w->out) return;
     json_t *j = json_object();
     json_object_set(j, "response", w->result);
-    ev(w, w->finish == KS_FIN_LENGTH ? "response.incomplete" : "response.completed", j);
+    ev(w, cut ? "response.incomplete" : "response.completed", j);
 }
 
 /* A failure after the stream began: an error event, then

@@ -95,19 +95,19 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
         *rc = ks_error(c, o->ollama, 400, "invalid_request_error", "the prompt is empty", "prompt");
         return NULL;
     }
-    int32_t max = o->max_tokens < 0 ? r->n_ctx - n : o->max_tokens;
-    if (n + max > r->n_ctx || max < 1) {
+    /* The client's token limit is a cap, as llama-server's and Ollama's: the
+     * engine gets the smaller of it and the room the prompt leaves, so a reply
+     * that fills the context ends with the length reason.  A prompt that
+     * leaves no room is refused here, before any compute, never truncated. */
+    const int32_t room = r->n_ctx - n;
+    if (room < 1) {
         free(ids);
-        if (o->max_tokens < 0)
-            snprintf(msg, sizeof msg, "the prompt has %d tokens; the context holds %d, leaving no room to generate", n,
-                     r->n_ctx);
-        else
-            snprintf(msg, sizeof msg,
-                     "the prompt (%d tokens) plus max_tokens (%d) is %d tokens, more than the context of %d tokens", n,
-                     max, n + max, r->n_ctx);
-        *rc = ks_error(c, o->ollama, 400, "invalid_request_error", msg, "max_tokens");
+        snprintf(msg, sizeof msg, "the prompt has %d tokens; the context holds %d, leaving no room to generate", n,
+                 r->n_ctx);
+        *rc = ks_error(c, o->ollama, 400, "invalid_request_error", msg, "prompt");
         return NULL;
     }
+    const int32_t max = o->max_tokens < 0 || o->max_tokens > room ? room : o->max_tokens;
     ks_req *q = ks_req_new();
     if (!q) {
         free(ids);
@@ -142,10 +142,21 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     p.n_top = q->want_logprobs ? q->n_top : -1;
     p.ignore_eos = q->ignore_eos;
     p.reuse = 1;
+    /* reasoning first: the budget counts the block's tokens, and a JSON
+     * answer's constraint starts after it (a forced call's recognizer
+     * takes the block itself) */
+    p.think = o->force_think;
+    p.think_budget = o->think_budget == KS_BUDGET_SERVER ? r->srv->cfg.reasoning_budget : o->think_budget;
+    p.repeat_guard = r->srv->cfg.repeat_guard;
     if (q->json_mode) {
         ks_sv_init(&q->sv, q->schema);
         sample_json_constraint(&q->cons, &q->sv);
         p.constraint = &q->cons;
+        if (o->force_think) {
+            sample_think_init(&q->think, &q->cons, o->force_think);
+            sample_think_constraint(&q->think_cons, &q->think);
+            p.constraint = &q->think_cons;
+        }
     }
     if (o->force_tools) {
         if (force_setup(q, r, o, msg, sizeof msg)) {
@@ -192,6 +203,7 @@ typedef struct run {
 
 static const char *finish_str(const run *u) {
     if (u->g.finish == KS_FIN_LENGTH) return "length";
+    if (ks_fin_incomplete(u->g.finish)) return ks_fin_incomplete(u->g.finish);
     if (u->g.n_tools && u->a.format == KS_F_OAI_CHAT) return "tool_calls";
     return "stop";
 }
@@ -451,7 +463,8 @@ static void oll_final_fields(run *u, json_t *j) {
     double t_first = q->t_first > 0 ? q->t_first : now;
     double t_start = q->t_start > 0 ? q->t_start : u->t0;
     json_object_set_new(j, "done", json_true());
-    json_object_set_new(j, "done_reason", json_string(u->g.finish == KS_FIN_LENGTH ? "length" : "stop"));
+    const char *done = u->g.finish == KS_FIN_LENGTH ? "length" : ks_fin_incomplete(u->g.finish);
+    json_object_set_new(j, "done_reason", json_string(done ? done : "stop"));
     json_object_set_new(j, "total_duration", json_integer((json_int_t)((now - u->t0 + u->a.load_wait) * 1e9)));
     json_object_set_new(j, "load_duration", json_integer((json_int_t)(u->a.load_wait * 1e9)));
     json_object_set_new(j, "prompt_eval_count", json_integer(q->n_prompt));

@@ -70,6 +70,8 @@ typedef struct ks_config {
     const char *image_pack;   /* image pack served at /v1/images/generations, or NULL */
     int max_loaded;           /* models resident at once; 0 = as memory allows */
     int log_json;             /* 1: stderr lines are JSON objects (--log-format json) */
+    int32_t reasoning_budget; /* thinking tokens when a request names no budget; -1 no limit (the default) */
+    int32_t repeat_guard;     /* tokens a repeated stretch covers to end a reply; 0 off (256) */
     kiln_spec_params spec;    /* speculative decoding for every request of every generating
                                     model (type KILN_SPEC_NONE: off); draft_model borrowed */
 } ks_config;

@@ -46,6 +46,8 @@ typedef struct ks_model {
     double loaded_at;  /* ks_wall() */
     kiln_model *model; /* while READY (and only for a user: it goes with the unload) */
     int32_t n_ctx, n_vocab;
+    int32_t ctx_want;      /* generators: tokens per sequence the next load asks for (Ollama's num_ctx); 0: -c */
+    int32_t ctx_loaded;    /* the ctx_want the resident load was made with */
     uint64_t weight_bytes; /* of the latest load */
     json_t *details;       /* Ollama's details of the latest load, or NULL */
     json_t *defaults;      /* a store pack's defaults (kiln_store_lease_defaults), or NULL */

@@ -202,6 +202,45 @@ test('max_tokens and stop_sequences', T, async () => {
   assert.equal(fm.stop_sequence, stop);
 });
 
+test('max_tokens far above the context is a cap: the reply fills it, stop_reason max_tokens', T, async () => {
+  // about 450 tokens of the 512-token context
+  const long = 'Tom had a red ball. He liked to play with it in the park every day. '.repeat(18);
+  const messages = [{ role: 'user', content: long }];
+  const m = await antStories.messages.create({ model: 'stories260K', temperature: 0, max_tokens: 32000, messages });
+  assert.equal(m.stop_reason, 'max_tokens');
+  const u = m.usage;
+  assert.ok(u.output_tokens > 0);
+  assert.equal(u.input_tokens + (u.cache_read_input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0) +
+               u.output_tokens, 512);
+  const fm = await antStories.messages.stream({ model: 'stories260K', temperature: 0, max_tokens: 32000,
+                                               messages }).finalMessage();
+  assert.equal(fm.stop_reason, 'max_tokens');
+  assert.equal(fm.usage.output_tokens, u.output_tokens);
+  // a prompt that does not fit is still refused
+  await assert.rejects(antStories.messages.create({ model: 'stories260K', max_tokens: 5,
+                                                    messages: [{ role: 'user', content: long.repeat(2) }] }),
+    (e) => e instanceof Anthropic.BadRequestError && /leaving no room/.test(e.error.error.message));
+});
+
+test('thinking.budget_tokens cuts the thinking block; the call still follows', T, async () => {
+  const m = await ant.messages.create({ model: 'toolcall', max_tokens: 200, tools: TOOLS,
+                                       thinking: { type: 'enabled', budget_tokens: 1 },
+                                       messages: [{ role: 'user', content: 'Weather in Paris?' }] });
+  assert.equal(m.content[0].type, 'thinking');
+  assert.equal(m.content[0].thinking.trim(), 'I should');
+  await assert.rejects(ant.messages.create({ model: 'toolcall', max_tokens: 20,
+                                             thinking: { type: 'enabled', budget_tokens: 'many' },
+                                             messages: [{ role: 'user', content: 'hi' }] }),
+    (e) => e instanceof Anthropic.BadRequestError && /budget_tokens/.test(e.error.error.message));
+});
+
+test('a reply caught in a loop stops with stop_reason repetition', T, async () => {
+  const m = await antStories.messages.create({ model: 'stories260K', temperature: 0, max_tokens: 32000,
+                                              messages: [{ role: 'user', content: 'Tom' }] });
+  assert.equal(m.stop_reason, 'repetition');
+  assert.match(m.content[0].text, /(It is not angry\. ){20}/);
+});
+
 test('errors come in Anthropic\'s shape; x-api-key is the key', T, async () => {
   await assert.rejects(ant.messages.create({ model: 'toolcall', messages: [{ role: 'user', content: 'hi' }] }),
     (e) => e instanceof Anthropic.BadRequestError && e.error?.type === 'error' &&

@@ -98,14 +98,73 @@ test('errors: malformed JSON, unknown model, context overflow, bad params', asyn
   assert.equal(j.error.type, 'invalid_request_error');
   await assert.rejects(oai.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }),
                        (e) => e.status === 404);
-  await assert.rejects(oai.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 600 }),
-                       (e) => e.status === 400 && /600/.test(e.message) && /512/.test(e.message));
+  // a prompt that itself fills the context is refused, never truncated
+  await assert.rejects(oai.completions.create({ model: MODEL, prompt: 'Once upon a time '.repeat(200), max_tokens: 8 }),
+                       (e) => e.status === 400 && /leaving no room/.test(e.message) && /512/.test(e.message));
+  await assert.rejects(oll.generate({ model: MODEL, prompt: 'Once upon a time '.repeat(200) }),
+                       (e) => e.status_code === 400 && /leaving no room/.test(e.message));
   await assert.rejects(oai.completions.create({ model: MODEL, prompt: 'x', temperature: 'hot' }),
                        (e) => e.status === 400);
   r = await fetch(srv.base + '/v1/nothing');
   assert.equal(r.status, 404);
   r = await fetch(srv.base + '/v1/completions', { method: 'POST', body: 'x'.repeat(9 << 20) }).catch(() => null);
   assert.ok(!r || r.status === 413, 'body over the limit is refused');
+});
+
+// About 450 tokens: the room left in the 512-token context is a few dozen,
+// which the stories model fills without an end-of-text (greedy).
+const LONG = 'Tom had a red ball. He liked to play with it in the park every day. '.repeat(18);
+
+test('max_tokens far above the context is a cap: the reply fills the context, finish length', async () => {
+  const c = await oai.completions.create({ model: MODEL, prompt: LONG, temperature: 0, max_tokens: 32000 });
+  assert.equal(c.choices[0].finish_reason, 'length');
+  assert.ok(c.usage.completion_tokens > 0);
+  assert.equal(c.usage.prompt_tokens + c.usage.completion_tokens, 512);
+  const messages = [{ role: 'user', content: LONG }];
+  const ch = await oai.chat.completions.create({ model: MODEL, messages, temperature: 0, max_completion_tokens: 32000 });
+  assert.equal(ch.choices[0].finish_reason, 'length');
+  assert.equal(ch.usage.prompt_tokens + ch.usage.completion_tokens, 512);
+  // streamed: the same cap and reason
+  const s = await oai.chat.completions.create({ model: MODEL, messages, temperature: 0, max_tokens: 32000,
+                                               stream: true, stream_options: { include_usage: true } });
+  let finish = null, usage = null;
+  for await (const x of s) {
+    if (x.usage) usage = x.usage;
+    for (const k of x.choices) if (k.finish_reason) finish = k.finish_reason;
+  }
+  assert.equal(finish, 'length');
+  assert.equal(usage.prompt_tokens + usage.completion_tokens, 512);
+  // Ollama's num_predict the same way
+  const g = await oll.generate({ model: MODEL, prompt: LONG, options: { temperature: 0, num_predict: 32000 } });
+  assert.equal(g.done_reason, 'length');
+  assert.equal(g.prompt_eval_count + g.eval_count, 512);
+  const o = await oll.chat({ model: MODEL, messages, options: { temperature: 0, num_predict: 32000 } });
+  assert.equal(o.done_reason, 'length');
+  assert.equal(o.prompt_eval_count + o.eval_count, 512);
+  // a smaller number still holds
+  const few = await oai.completions.create({ model: MODEL, prompt: LONG, temperature: 0, max_tokens: 5 });
+  assert.equal(few.usage.completion_tokens, 5);
+  assert.equal(few.choices[0].finish_reason, 'length');
+});
+
+test('a reply caught in a loop ends with the repetition reason', async () => {
+  // greedy, the stories model ends "Tom" in "It is not angry." again and
+  // again; the guard (256 tokens by default) ends it before the context does
+  const c = await oai.completions.create({ model: MODEL, prompt: 'Tom', temperature: 0, max_tokens: 32000 });
+  assert.equal(c.choices[0].finish_reason, 'repetition');
+  assert.ok(c.usage.prompt_tokens + c.usage.completion_tokens < 512, JSON.stringify(c.usage));
+  assert.match(c.choices[0].text, /(It is not angry\. ){20}/);
+  const s = await oai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Tom' }],
+                                               temperature: 0, max_tokens: 32000, stream: true });
+  let finish = null;
+  for await (const x of s) for (const k of x.choices) if (k.finish_reason) finish = k.finish_reason;
+  assert.equal(finish, 'repetition');
+  const g = await oll.generate({ model: MODEL, prompt: 'Tom', options: { temperature: 0, repeat_penalty: 1 } });
+  assert.equal(g.done_reason, 'repetition');
+  assert.equal(g.eval_count, c.usage.completion_tokens);
+  // a limit below the loop's length is still the length
+  const few = await oai.completions.create({ model: MODEL, prompt: 'Tom', temperature: 0, max_tokens: 300 });
+  assert.equal(few.choices[0].finish_reason, 'length');
 });
 
 test('greedy: concurrent requests equal sequential ones', async () => {
@@ -207,6 +266,32 @@ test('ollama: list, show, generate, chat, ps, embed', async () => {
   const oe = await oai.embeddings.create({ model: MODEL, input: 'hello world', encoding_format: 'float' });
   assert.equal(oe.data[0].embedding.length, e.embeddings[0].length);
   for (let i = 0; i < 4; i++) assert.ok(Math.abs(oe.data[0].embedding[i] - e.embeddings[0][i]) < 1e-5);
+});
+
+test('ollama options.num_ctx reloads the model with that context; /api/ps reports it', async () => {
+  const ctxOf = async () => (await oll.ps()).models.find((m) => m.name === MODEL).context_length;
+  assert.equal(await ctxOf(), 512);
+  // about 700 tokens: more than -c 512 holds, less than 1024
+  const long = 'Tom had a red ball. He liked to play with it in the park every day. '.repeat(28);
+  await assert.rejects(oll.generate({ model: MODEL, prompt: long, options: { num_predict: 4 } }),
+                       (e) => e.status_code === 400 && /leaving no room/.test(e.message));
+  const g = await oll.generate({ model: MODEL, prompt: long, options: { num_ctx: 1024, num_predict: 4, temperature: 0 } });
+  assert.ok(g.prompt_eval_count > 512 && g.prompt_eval_count < 1020, `${g.prompt_eval_count}`);
+  assert.equal(g.eval_count, 4);
+  assert.equal(await ctxOf(), 1024);
+  // a request that names none takes the model as loaded
+  const c = await oll.chat({ model: MODEL, messages: [{ role: 'user', content: long }], options: { num_predict: 2 } });
+  assert.equal(c.eval_count, 2);
+  assert.equal(await ctxOf(), 1024);
+  await assert.rejects(oll.generate({ model: MODEL, prompt: 'x', options: { num_ctx: 'large' } }),
+                       (e) => e.status_code === 400 && /num_ctx/.test(e.message));
+  // back to 512 (the rest of this file counts on it), by a preload as Open WebUI sends one
+  const r = await fetch(srv.base + '/api/generate', { method: 'POST',
+                                                     body: JSON.stringify({ model: MODEL, options: { num_ctx: 512 } }) });
+  assert.equal((await r.json()).done_reason, 'load');
+  assert.equal(await ctxOf(), 512);
+  const after = await oai.completions.create({ model: MODEL, prompt: LONG, temperature: 0, max_tokens: 32000 });
+  assert.equal(after.usage.prompt_tokens + after.usage.completion_tokens, 512);
 });
 
 test('ollama format json gives valid JSON', async () => {

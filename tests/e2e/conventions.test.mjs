@@ -114,9 +114,11 @@ test('the default context: min(declared, 4096) per sequence, said on the load li
     fs.writeFileSync(file, buf);
     const srv = await startServer(['-t', '1', '--parallel', '4'], {}, file);
     try {
-      const r = await req(srv.base, 'POST', '/v1/completions', { model: 'long', prompt: 'Once', max_tokens: 5000 });
+      // a prompt longer than the 4096 tokens is refused with the context's size
+      const r = await req(srv.base, 'POST', '/v1/completions', { model: 'long', prompt: 'Once upon a time '.repeat(1200),
+                                                                 max_tokens: 5 });
       assert.equal(r.status, 400);
-      assert.match((await r.json()).error.message, /context of 4096 tokens/);
+      assert.match((await r.json()).error.message, /the context holds 4096/);
       assert.match(srv.log(), /long ready \(generation, 4096 tokens x 4 sequences/);
     } finally {
       await srv.stop();

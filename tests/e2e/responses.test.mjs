@@ -165,6 +165,25 @@ test('max_output_tokens makes the response incomplete', T, async () => {
   assert.equal(last.response.status, 'incomplete');
 });
 
+test('max_output_tokens far above the context is a cap: incomplete, max_output_tokens', T, async () => {
+  // about 450 tokens of the 512-token context
+  const long = 'Tom had a red ball. He liked to play with it in the park every day. '.repeat(18);
+  const r = await oaiStories.responses.create({ model: 'stories260K', temperature: 0, max_output_tokens: 32000,
+                                                input: long });
+  assert.equal(r.status, 'incomplete');
+  assert.deepEqual(r.incomplete_details, { reason: 'max_output_tokens' });
+  assert.ok(r.usage.output_tokens > 0);
+  assert.equal(r.usage.input_tokens + r.usage.output_tokens, 512);
+  await assert.rejects(oaiStories.responses.create({ model: 'stories260K', max_output_tokens: 5, input: long.repeat(2) }),
+    (e) => e.status === 400 && /leaving no room/.test(e.message));
+});
+
+test('a reply caught in a loop is incomplete with the reason repetition', T, async () => {
+  const r = await oaiStories.responses.create({ model: 'stories260K', temperature: 0, input: 'Tom' });
+  assert.equal(r.status, 'incomplete');
+  assert.deepEqual(r.incomplete_details, { reason: 'repetition' });
+});
+
 test('json_schema output through text.format', T, async () => {
   const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 12 } }, required: ['name'],
                    additionalProperties: false };

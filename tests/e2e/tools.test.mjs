@@ -314,3 +314,63 @@ test('openai chat: tool_choice required gives a call of one of the tools', T, as
     assert.match(e.message, words);
   }
 });
+
+// The compact text of a JSON answer that obeys {ok: boolean}: a prefix of
+// one of its two values (the fixture's answer is whatever the constraint
+// lets through, so it may be cut by max_tokens, but never leave the schema).
+const OK_SCHEMA = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'],
+                    additionalProperties: false };
+function obeysOk(text) {
+  const t = text.replace(/\s+/g, '');
+  return t.length > 0 && ['{"ok":true}', '{"ok":false}'].some((v) => v.startsWith(t));
+}
+
+test('structured output on a thinking model: the reasoning first, the schema after it', T, async () => {
+  const rf = { type: 'json_schema', json_schema: { name: 'ok', schema: OK_SCHEMA } };
+  for (const stream of [false, true]) {
+    const req = { model: MODEL, messages: ASK, max_tokens: 60, temperature: 0, response_format: rf };
+    const m = stream ? await accumulate(await oai.chat.completions.create({ ...req, stream: true }))
+                     : (await oai.chat.completions.create(req)).choices[0].message;
+    assert.equal(stream ? m.reasoning : m.reasoning_content, THOUGHT, 'the model reasons as it would unconstrained');
+    assert.ok(obeysOk(m.content), JSON.stringify(m.content));
+  }
+  // json_object mode and Ollama's format the same way
+  const jo = await oai.chat.completions.create({ model: MODEL, messages: ASK, max_tokens: 40, temperature: 0,
+                                                response_format: { type: 'json_object' } });
+  assert.equal(jo.choices[0].message.reasoning_content, THOUGHT);
+  assert.ok(jo.choices[0].message.content && !/<tool_call>/.test(jo.choices[0].message.content),
+            'the answer is the constraint\'s, not the call the model would write');
+  const o = await oll.chat({ model: MODEL, messages: ASK, think: true, format: OK_SCHEMA,
+                             options: { temperature: 0, num_predict: 60 } });
+  assert.equal(o.message.thinking, THOUGHT);
+  assert.ok(obeysOk(o.message.content), JSON.stringify(o.message.content));
+});
+
+test('a thinking budget ends the reasoning and the answer follows', T, async () => {
+  // the block gets one token ("I should"), then its end is written for the model
+  const rf = { type: 'json_schema', json_schema: { name: 'ok', schema: OK_SCHEMA } };
+  const r = await oai.chat.completions.create({ model: MODEL, messages: ASK, max_tokens: 60, temperature: 0,
+                                               response_format: rf, reasoning_budget: 1 });
+  assert.equal(r.choices[0].message.reasoning_content.trim(), 'I should');
+  assert.ok(obeysOk(r.choices[0].message.content), r.choices[0].message.content);
+  // a forced call still comes, after the cut reasoning
+  const f = await oai.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, tool_choice: 'required',
+                                               max_tokens: 200, reasoning_budget: 2 });
+  assert.equal(f.choices[0].message.reasoning_content.trim(), 'I should look up');
+  assert.equal(f.choices[0].finish_reason, 'tool_calls');
+  assert.equal(f.choices[0].message.tool_calls[0].function.name, CALL.name);
+  validate(JSON.parse(f.choices[0].message.tool_calls[0].function.arguments), TOOLS[0].function.parameters);
+  // reasoning_effort "none" is a budget of 0: an empty block
+  const n = await oai.chat.completions.create({ model: MODEL, messages: ASK, max_tokens: 60, temperature: 0,
+                                               response_format: rf, reasoning_effort: 'none' });
+  assert.ok(!(n.choices[0].message.reasoning_content ?? '').trim(), JSON.stringify(n.choices[0].message));
+  assert.ok(obeysOk(n.choices[0].message.content));
+  // Ollama's think levels are budgets too; an unknown one is a 400
+  const lo = await oll.chat({ model: MODEL, messages: ASK, think: 'low', options: { num_predict: 60 } });
+  assert.equal(lo.message.thinking, THOUGHT, 'low is 1024 tokens: this short reasoning fits');
+  await assert.rejects(oll.chat({ model: MODEL, messages: ASK, think: 'very' }),
+                       (e) => e.status_code === 400 && /think/.test(e.message));
+  // with no room left for the end of the block and an answer: the budget's own reason
+  const cut = await oai.chat.completions.create({ model: MODEL, messages: ASK, max_tokens: 3, reasoning_budget: 1 });
+  assert.equal(cut.choices[0].finish_reason, 'thinking_budget');
+});
