@@ -83,6 +83,11 @@ static void serve_usage(FILE *f) {
             "  --max-loaded N    models resident at once (default: as many as fit in 3/4 of RAM); the\n"
             "                    least recently used idle one unloads first\n"
             "  --max-body BYTES  request body limit (default 8 MiB)\n"
+            "  --max-conn-per-ip N\n"
+            "                    open connections from one client address (default 32; at most half\n"
+            "                    of the 512 in all)\n"
+            "  --header-timeout S\n"
+            "                    seconds a connection has to send a request's head (default 10)\n"
             "  --log-format F    text (default) or json: one line per request (method, path, status,\n"
             "                    model, tokens, ms) and per model event on stderr\n"
             "  --max-queue N     waiting requests per model before 429 (default 64)\n"
@@ -148,9 +153,21 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
         } else {
-            const char *numeric[] = {"--port",      "--parallel",   "-c",          "-b",      "-t",
-                                     "--kv-budget", "--max-body",   "--max-queue", "--grace", "--ctx-size",
-                                     "--threads",   "--max-loaded", "-np"};
+            const char *numeric[] = {"--port",
+                                     "--parallel",
+                                     "-c",
+                                     "-b",
+                                     "-t",
+                                     "--kv-budget",
+                                     "--max-body",
+                                     "--max-queue",
+                                     "--grace",
+                                     "--ctx-size",
+                                     "--threads",
+                                     "--max-loaded",
+                                     "-np",
+                                     "--max-conn-per-ip",
+                                     "--header-timeout"};
             int k = -1;
             for (int j = 0; j < (int)(sizeof numeric / sizeof numeric[0]); j++)
                 if (!strcmp(a, numeric[j])) k = j;
@@ -178,8 +195,16 @@ int cmd_serve(int argc, char **argv) {
             case 7: cfg.max_queue = (int)v; break;
             case 8: grace = v; break;
             case 11: cfg.max_loaded = (int)v; break;
+            case 13: cfg.max_conn_per_ip = (int)v; break;
+            case 14: cfg.header_timeout = v; break;
             }
         }
+    }
+    if (cfg.max_conn_per_ip < 1 || cfg.max_conn_per_ip > cfg.max_connections / 2 || !(cfg.header_timeout > 0)) {
+        fprintf(stderr, "kiln serve: --max-conn-per-ip must be 1..%d and --header-timeout above 0\n",
+                cfg.max_connections / 2);
+        free(models);
+        return 2;
     }
     if (cfg.parallel < 1 || cfg.parallel > 64 || cfg.port < 0 || cfg.port > 65535) {
         fprintf(stderr, "kiln serve: --parallel must be 1..64 and --port 0..65535\n");
