@@ -156,6 +156,10 @@ static int health(ks_srv *s, struct MHD_Connection *c) {
 static json_t *parse_body(conn_state *cs, struct MHD_Connection *c, int *rc) {
     json_error_t je;
     json_t *j = json_loadb(cs->body.p ? cs->body.p : "", cs->body.len, 0, &je);
+    if (!j && json_error_code(&je) == json_error_out_of_memory) {
+        *rc = ks_send_error(c, 500, "server_error", "out of memory reading the request's JSON", NULL);
+        return NULL;
+    }
     if (!j) {
         char msg[400];
         snprintf(msg, sizeof msg, "invalid JSON at line %d, column %d (byte %d): %s", je.line, je.column, je.position,
