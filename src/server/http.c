@@ -42,8 +42,11 @@
  * a body upload and a streamed response run as long as they need. */
 
 struct ks_conn {
-    struct MHD_Connection *c;
-    double deadline; /* ks_now() seconds; 0 while a request runs */
+    const struct MHD_Connection *c; /* the key, never read through */
+    MHD_socket fd;                  /* read once, before the connection's thread starts: MHD
+                        answers every connection-info query in one buffer per
+                        connection, which other threads (ks_conn_gone) fill */
+    double deadline;                /* ks_now() seconds; 0 while a request runs */
     struct ks_conn *prev, *next;
 };
 
@@ -53,8 +56,10 @@ static void conn_notify(void *cls, struct MHD_Connection *c, void **ctx, enum MH
     pthread_mutex_lock(&s->conn_mu);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         /* without memory for it the connection is served but not followed */
-        if ((k = calloc(1, sizeof *k))) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci && (k = calloc(1, sizeof *k))) {
             k->c = c;
+            k->fd = ci->connect_fd;
             k->deadline = ks_now() + s->cfg.header_timeout;
             k->next = s->conns;
             if (s->conns) s->conns->prev = k;
@@ -75,13 +80,16 @@ static void conn_notify(void *cls, struct MHD_Connection *c, void **ctx, enum MH
     pthread_mutex_unlock(&s->conn_mu);
 }
 
-/* deadline: 0 (the head is in) or seconds from now for the next head. */
+/* deadline: 0 (the head is in) or seconds from now for the next head.  The
+ * list is searched (at most --max-connections entries, twice a request)
+ * rather than MHD's socket context read, for the reason of ks_conn.fd. */
 static void conn_deadline(ks_srv *s, struct MHD_Connection *c, double in) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    ks_conn *k = ci ? ci->socket_context : NULL;
-    if (!k) return;
     pthread_mutex_lock(&s->conn_mu);
-    k->deadline = in > 0 ? ks_now() + in : 0;
+    for (ks_conn *k = s->conns; k; k = k->next)
+        if (k->c == c) {
+            k->deadline = in > 0 ? ks_now() + in : 0;
+            break;
+        }
     pthread_mutex_unlock(&s->conn_mu);
 }
 
@@ -93,11 +101,8 @@ static void *watchdog_main(void *arg) {
         for (ks_conn *k = s->conns; k; k = k->next) {
             if (k->deadline <= 0 || now < k->deadline) continue;
             k->deadline = 0;
-            const union MHD_ConnectionInfo *ci = MHD_get_connection_info(k->c, MHD_CONNECTION_INFO_CONNECTION_FD);
-            if (ci && ci->connect_fd != MHD_INVALID_SOCKET) {
-                shutdown(ci->connect_fd, SHUT_RDWR); /* its thread reads the end and closes it */
-                atomic_fetch_add(&s->n_cut, 1);
-            }
+            shutdown(k->fd, SHUT_RDWR); /* its thread reads the end and closes it */
+            atomic_fetch_add(&s->n_cut, 1);
         }
         /* a quarter of a second: the deadline's resolution */
         struct timespec ts;
