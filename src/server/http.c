@@ -115,6 +115,42 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
+/* ---- the HTTP library's messages ---- */
+
+enum { MHD_LOG_PER_SECOND = 5 };
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    ks_srv *s = cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' ')) msg[--n] = 0;
+    int dropped = 0, show;
+    pthread_mutex_lock(&s->log_mu);
+    const double now = ks_now();
+    if (now - s->log_second >= 1) {
+        dropped = s->log_dropped;
+        s->log_second = now;
+        s->log_lines = s->log_dropped = 0;
+    }
+    show = s->log_lines < MHD_LOG_PER_SECOND;
+    if (show)
+        s->log_lines++;
+    else
+        s->log_dropped++;
+    pthread_mutex_unlock(&s->log_mu);
+    if (dropped) {
+        char note[96];
+        snprintf(note, sizeof note, "http: %d more messages left out", dropped);
+        ks_log_line(s->cfg.log_json, note);
+    }
+    if (show) {
+        char line[540];
+        snprintf(line, sizeof line, "http: %s", msg);
+        ks_log_line(s->cfg.log_json, line);
+    }
+}
+
 /* ---- the request handler ---- */
 
 typedef struct conn_state {
@@ -395,6 +431,7 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->conn_mu, NULL);
     pthread_cond_init(&s->conn_cv, NULL);
+    pthread_mutex_init(&s->log_mu, NULL);
     if (kiln_store_open(cfg->store_root, &s->store) != KILN_OK) {
         fprintf(stderr, "kiln serve: no model store (%s); only -m models are served\n", kiln_last_error());
         s->store = NULL;
@@ -452,11 +489,11 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     s->watchdog_started = 1;
     /* the connection timeout counts idle seconds once a request runs (a
      * body that stalls, a client that stops reading a stream) */
-    s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &ss,
-                              MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
-                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_ip,
-                              MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+    s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                              s, MHD_OPTION_SOCK_ADDR, &ss, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                              MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_CONNECTION_LIMIT,
+                              (unsigned)s->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                              (unsigned)s->cfg.max_conn_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
     if (!s->mhd) {
         fprintf(stderr, "kiln serve: cannot listen on %s port %d\n", s->cfg.host, cfg->port);
         ks_server_free((ks_server *)s);
@@ -506,5 +543,6 @@ void ks_server_free(ks_server *srv) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->conn_cv);
     pthread_mutex_destroy(&s->conn_mu);
+    pthread_mutex_destroy(&s->log_mu);
     free(s);
 }

@@ -85,6 +85,11 @@ typedef struct ks_srv {
     pthread_t watchdog;
     int watchdog_started, watchdog_quit; /* under conn_mu */
     atomic_ullong n_cut;                 /* connections cut at the head deadline */
+    /* the HTTP library's own messages, at most a few a second (a flood of
+     * refused connections would write a line each) */
+    pthread_mutex_t log_mu;
+    double log_second; /* ks_now() at the start of the current second */
+    int log_lines, log_dropped;
 } ks_srv;
 
 #endif
