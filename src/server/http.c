@@ -41,12 +41,13 @@
  * which ends its thread.  A request whose head is in has no deadline here:
  * a body upload and a streamed response run as long as they need. */
 
+/* fd is read once, before the connection's thread starts: MHD answers
+ * every connection-info query in one buffer per connection, which other
+ * threads (ks_conn_gone) fill too. */
 struct ks_conn {
     const struct MHD_Connection *c; /* the key, never read through */
-    MHD_socket fd;                  /* read once, before the connection's thread starts: MHD
-                        answers every connection-info query in one buffer per
-                        connection, which other threads (ks_conn_gone) fill */
-    double deadline;                /* ks_now() seconds; 0 while a request runs */
+    MHD_socket fd;
+    double deadline; /* ks_now() seconds; 0 while a request runs */
     struct ks_conn *prev, *next;
 };
 
