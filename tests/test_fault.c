@@ -301,9 +301,13 @@ static void test_server(void) {
             kb_fault_arm(0);
             /* a 200 is the whole answer; anything else an error (or a
              * connection the server dropped), never a cut text */
-            if (code != 200)
+            if (code != 200) {
+                /* a failed allocation is the server's trouble, never the
+                 * client's: a 5xx, or the connection dropped (0) */
+                CHECKF(code == 0 || code >= 500, "%s, allocation %ld: out of memory answered %ld: %.200s",
+                       k_requests[r].path, n, code, got ? got : "");
                 errors++;
-            else
+            } else
                 CHECKF(got && answer_whole(got), "%s, allocation %ld: a 200 without a whole answer: %.200s",
                        k_requests[r].path, n, got ? got : "");
             free(got);

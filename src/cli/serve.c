@@ -83,6 +83,11 @@ static void serve_usage(FILE *f) {
             "  --max-loaded N    models resident at once (default: as many as fit in 3/4 of RAM); the\n"
             "                    least recently used idle one unloads first\n"
             "  --max-body BYTES  request body limit (default 8 MiB)\n"
+            "  --max-conn-per-ip N\n"
+            "                    open connections from one client address (default 32; at most half\n"
+            "                    of the 512 in all)\n"
+            "  --header-timeout S\n"
+            "                    seconds a connection has to send a request's head (default 10)\n"
             "  --log-format F    text (default) or json: one line per request (method, path, status,\n"
             "                    model, tokens, ms) and per model event on stderr\n"
             "  --max-queue N     waiting requests per model before 429 (default 64)\n"
@@ -166,7 +171,9 @@ int cmd_serve(int argc, char **argv) {
                                      "--max-loaded",
                                      "-np",
                                      "--reasoning-budget",
-                                     "--repeat-guard"};
+                                     "--repeat-guard",
+                                     "--max-conn-per-ip",
+                                     "--header-timeout"};
             int k = -1;
             for (int j = 0; j < (int)(sizeof numeric / sizeof numeric[0]); j++)
                 if (!strcmp(a, numeric[j])) k = j;
@@ -196,11 +203,19 @@ int cmd_serve(int argc, char **argv) {
             case 11: cfg.max_loaded = (int)v; break;
             case 13: cfg.reasoning_budget = v < 0 ? -1 : v > 1 << 30 ? (1 << 30) + 1 : (int32_t)v; break;
             case 14: cfg.repeat_guard = v < 0 ? -1 : v > 1 << 30 ? (1 << 30) + 1 : (int32_t)v; break;
+            case 15: cfg.max_conn_per_ip = (int)v; break;
+            case 16: cfg.header_timeout = v; break;
             }
         }
     }
     if (cfg.repeat_guard < 0 || cfg.reasoning_budget > 1 << 30 || cfg.repeat_guard > 1 << 30) {
         fprintf(stderr, "kiln serve: --repeat-guard must be 0 (off) or more, --reasoning-budget -1..2^30\n");
+        free(models);
+        return 2;
+    }
+    if (cfg.max_conn_per_ip < 1 || cfg.max_conn_per_ip > cfg.max_connections / 2 || !(cfg.header_timeout > 0)) {
+        fprintf(stderr, "kiln serve: --max-conn-per-ip must be 1..%d and --header-timeout above 0\n",
+                cfg.max_connections / 2);
         free(models);
         return 2;
     }

@@ -112,6 +112,10 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
     int rc;
     char msg[600], model[4096];
     const char *fmt = f.format[0] ? f.format : "json";
+    if (f.file.failed || f.prompt.failed) {
+        rc = ks_send_error(c, 500, "server_error", "out of memory reading the form", NULL);
+        goto out;
+    }
     if (!ok || f.bad_field) {
         rc = ks_send_error(c, 400, "invalid_request_error", "the multipart form could not be read", NULL);
         goto out;

@@ -211,7 +211,9 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     double ka = ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN;
     if (!prompt) {
         ks_model_done(r, ka);
-        return ollama ? ks_oll_error(c, 400, err) : ks_send_error(c, 400, "invalid_request_error", err, "messages");
+        const int code = ks_render_status(err);
+        return ks_error(c, ollama, code, code == 500 ? "server_error" : "invalid_request_error", err,
+                        code == 500 ? NULL : "messages");
     }
     int32_t n = 0;
     int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
@@ -295,7 +297,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
             json_decref(msgs);
             if (!rendered) {
                 ks_model_done(r, ka);
-                return ks_oll_error(c, 400, err);
+                return ks_oll_error(c, ks_render_status(err), err);
             }
             text = rendered;
             start_think = ks_prompt_opens_think(rendered);

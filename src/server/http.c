@@ -1,7 +1,9 @@
 /* The HTTP side: libmicrohttpd with a thread per connection (so a handler
- * may block while its request runs), the Host/Origin guard, the API key,
- * the body limit, JSON parsing with positioned errors, the route tables'
- * lookup (api.h), /health and /metrics, and the server's start and drain. */
+ * may block while its request runs), the limits on connections (per client
+ * address, in all) and the deadline of a request's head, the Host/Origin
+ * guard, the API key, the body limit, JSON parsing with positioned errors,
+ * the route tables' lookup (api.h), /health and /metrics, and the server's
+ * start and drain. */
 #define _GNU_SOURCE
 #include "server/api.h"
 #include "server/buf.h"
@@ -13,6 +15,8 @@
 #include "server/server.h"
 #include "server/srv.h"
 #include "server/webui.h"
+
+#include "base/base.h"
 
 #include <arpa/inet.h>
 #include <sys/socket.h>
@@ -26,10 +30,133 @@
 #include <time.h>
 #include <unistd.h>
 
+/* ---- the deadline of a request's head ----
+ *
+ * MHD's connection timeout counts idle time, and every byte resets it: a
+ * client that trickles its request line a byte at a time holds a thread
+ * forever.  So each connection is followed from its opening: until the
+ * handler's first call (the head has arrived) it has header_timeout
+ * seconds, and again from the end of each response on a kept-alive
+ * connection; a watchdog shuts down the socket of one past its deadline,
+ * which ends its thread.  A request whose head is in has no deadline here:
+ * a body upload and a streamed response run as long as they need. */
+
+/* fd is read once, before the connection's thread starts: MHD answers
+ * every connection-info query in one buffer per connection, which other
+ * threads (ks_conn_gone) fill too. */
+struct ks_conn {
+    const struct MHD_Connection *c; /* the key, never read through */
+    MHD_socket fd;
+    double deadline; /* ks_now() seconds; 0 while a request runs */
+    struct ks_conn *prev, *next;
+};
+
+static void conn_notify(void *cls, struct MHD_Connection *c, void **ctx, enum MHD_ConnectionNotificationCode toe) {
+    ks_srv *s = cls;
+    ks_conn *k = *ctx;
+    pthread_mutex_lock(&s->conn_mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        /* without memory for it the connection is served but not followed */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci && (k = calloc(1, sizeof *k))) {
+            k->c = c;
+            k->fd = ci->connect_fd;
+            k->deadline = ks_now() + s->cfg.header_timeout;
+            k->next = s->conns;
+            if (s->conns) s->conns->prev = k;
+            s->conns = k;
+            *ctx = k;
+        }
+    } else if (k) {
+        /* MHD closes the socket after this returns: the watchdog, which
+         * holds conn_mu while it shuts one down, never sees a stale one */
+        if (k->prev)
+            k->prev->next = k->next;
+        else
+            s->conns = k->next;
+        if (k->next) k->next->prev = k->prev;
+        free(k);
+        *ctx = NULL;
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+/* deadline: 0 (the head is in) or seconds from now for the next head.  The
+ * list is searched (at most --max-connections entries, twice a request)
+ * rather than MHD's socket context read, for the reason of ks_conn.fd. */
+static void conn_deadline(ks_srv *s, struct MHD_Connection *c, double in) {
+    pthread_mutex_lock(&s->conn_mu);
+    for (ks_conn *k = s->conns; k; k = k->next)
+        if (k->c == c) {
+            k->deadline = in > 0 ? ks_now() + in : 0;
+            break;
+        }
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+static void *watchdog_main(void *arg) {
+    ks_srv *s = arg;
+    pthread_mutex_lock(&s->conn_mu);
+    while (!s->watchdog_quit) {
+        const double now = ks_now();
+        for (ks_conn *k = s->conns; k; k = k->next) {
+            if (k->deadline <= 0 || now < k->deadline) continue;
+            k->deadline = 0;
+            shutdown(k->fd, SHUT_RDWR); /* its thread reads the end and closes it */
+            atomic_fetch_add(&s->n_cut, 1);
+        }
+        /* a quarter of a second: the deadline's resolution */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 250000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->conn_cv, &s->conn_mu, &ts);
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+    return NULL;
+}
+
+/* ---- the HTTP library's messages ---- */
+
+enum { MHD_LOG_PER_SECOND = 5 };
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    ks_srv *s = cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' ')) msg[--n] = 0;
+    int dropped = 0, show;
+    pthread_mutex_lock(&s->log_mu);
+    const double now = ks_now();
+    if (now - s->log_second >= 1) {
+        dropped = s->log_dropped;
+        s->log_second = now;
+        s->log_lines = s->log_dropped = 0;
+    }
+    show = s->log_lines < MHD_LOG_PER_SECOND;
+    if (show)
+        s->log_lines++;
+    else
+        s->log_dropped++;
+    pthread_mutex_unlock(&s->log_mu);
+    if (dropped) {
+        char note[96];
+        snprintf(note, sizeof note, "http: %d more messages left out", dropped);
+        ks_log_line(s->cfg.log_json, note);
+    }
+    if (show) {
+        char line[540];
+        snprintf(line, sizeof line, "http: %s", msg);
+        ks_log_line(s->cfg.log_json, line);
+    }
+}
+
 /* ---- the request handler ---- */
 
 typedef struct conn_state {
     ks_buf body;
+    size_t seen; /* body bytes received, kept or not */
     int too_big;
     int counted;
     ks_reqlog *log;
@@ -71,6 +198,10 @@ static int health(ks_srv *s, struct MHD_Connection *c) {
 static json_t *parse_body(conn_state *cs, struct MHD_Connection *c, int *rc) {
     json_error_t je;
     json_t *j = json_loadb(cs->body.p ? cs->body.p : "", cs->body.len, 0, &je);
+    if (!j && json_error_code(&je) == json_error_out_of_memory) {
+        *rc = ks_send_error(c, 500, "server_error", "out of memory reading the request's JSON", NULL);
+        return NULL;
+    }
     if (!j) {
         char msg[400];
         snprintf(msg, sizeof msg, "invalid JSON at line %d, column %d (byte %d): %s", je.line, je.column, je.position,
@@ -118,34 +249,79 @@ static int preflight(struct MHD_Connection *c) {
     return ks_reply(c, 204, r);
 }
 
+static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind, (void)value;
+    if (!strcasecmp(key, "Host")) ++*(int *)cls;
+    return MHD_YES;
+}
+
+/* What a request's head alone decides, before its body is read: one
+ * non-empty Host (RFC 9112 3.2 answers 400 to none or several; kiln asks it
+ * of HTTP/1.0 requests too, which every client and proxy sends), the guard,
+ * and a declared Content-Length over the limit (413 at once: the client need
+ * not send what would be dropped).  -1 to go on, or the handler's result
+ * with a response queued. */
+static int head_check(ks_srv *s, struct MHD_Connection *c, const char *url) {
+    const int is_api = !strncmp(url, "/api/", 5);
+    int n_host = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_host, &n_host);
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (n_host > 1)
+        return ks_error(c, is_api, 400, "invalid_request_error", "the request has more than one Host", NULL);
+    if (!host || !*host)
+        return ks_error(c, is_api, 400, "invalid_request_error", "the request has no Host (or an empty one)", NULL);
+    if (!ks_guard_host_ok(&s->guard, host))
+        return refuse(c, url, "this server answers only to a loopback Host (DNS rebinding?)");
+    if (!ks_guard_origin_ok(&s->guard, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"), host))
+        return refuse(c, url, "requests from this origin are not allowed (see --cors-origins)");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        /* MHD has checked its syntax; one past 2^64 reads as ULLONG_MAX */
+        unsigned long long n = strtoull(cl, NULL, 10);
+        if (n > s->cfg.max_body) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "the request body (%llu bytes) exceeds the limit of %zu bytes", n,
+                     s->cfg.max_body);
+            return ks_error(c, is_api, 413, "invalid_request_error", msg, NULL);
+        }
+    }
+    return -1;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     ks_srv *s = cls;
     conn_state *cs = *con_cls;
     if (!cs) {
+        conn_deadline(s, c, 0); /* the head is in */
         cs = calloc(1, sizeof *cs);
         if (!cs) return MHD_NO;
         *con_cls = cs;
         cs->counted = 1;
         cs->log = ks_reqlog_begin(s, method, url);
         atomic_fetch_add(&s->n_active_http, 1);
-        return MHD_YES;
+        ks_reqlog_set_current(cs->log);
+        ks_reply_api(!strncmp(url, "/v1/messages", 12) ? KS_API_ANTHROPIC : KS_API_OPENAI);
+        const int rc = head_check(s, c, url);
+        return rc < 0 ? MHD_YES : (enum MHD_Result)rc;
     }
     ks_reqlog_set_current(cs->log);
     ks_reply_api(!strncmp(url, "/v1/messages", 12) ? KS_API_ANTHROPIC : KS_API_OPENAI);
     if (*upload_size) {
-        if (cs->body.len + *upload_size > s->cfg.max_body)
+        /* a body without a Content-Length (chunked) found too big: the rest
+         * is read and dropped for the 413 (MHD answers only once the body
+         * is in), up to as much again, then the connection is closed */
+        cs->seen += *upload_size;
+        if (cs->seen > s->cfg.max_body) {
             cs->too_big = 1;
-        else
+            ks_buf_free(&cs->body);
+            if (cs->seen - s->cfg.max_body > s->cfg.max_body) return MHD_NO;
+        } else {
             ks_buf_put(&cs->body, upload, *upload_size);
+        }
         *upload_size = 0;
         return MHD_YES;
     }
-    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-    if (!ks_guard_host_ok(&s->guard, host))
-        return (enum MHD_Result)refuse(c, url, "this server answers only to a loopback Host (DNS rebinding?)");
-    if (!ks_guard_origin_ok(&s->guard, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"), host))
-        return (enum MHD_Result)refuse(c, url, "requests from this origin are not allowed (see --cors-origins)");
     if (!strcmp(method, "OPTIONS")) return (enum MHD_Result)preflight(c);
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     if (get && !strcmp(url, "/health")) return (enum MHD_Result)health(s, c);
@@ -206,6 +382,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     ks_srv *s = cls;
     conn_state *cs = *con_cls;
+    conn_deadline(s, c, s->cfg.header_timeout); /* a kept-alive connection's next head */
     if (!cs) return;
     if (cs->counted) atomic_fetch_sub(&s->n_active_http, 1);
     ks_reqlog_done(cs->log);
@@ -228,7 +405,9 @@ ks_config ks_config_default(void) {
     c.keep_alive = 300;
     c.max_body = 8u << 20;
     c.max_queue = 64;
-    c.max_connections = 256;
+    c.max_connections = 512;
+    c.max_conn_per_ip = 32;
+    c.header_timeout = 10;
     c.spec = kiln_spec_default_params();
     c.reasoning_budget = -1;
     c.repeat_guard = 256;
@@ -244,9 +423,18 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     if (s->cfg.parallel <= 0) s->cfg.parallel = 4;
     if (!s->cfg.max_body) s->cfg.max_body = 8u << 20;
     if (s->cfg.max_queue <= 0) s->cfg.max_queue = 64;
-    if (s->cfg.max_connections <= 0) s->cfg.max_connections = 256;
+    if (s->cfg.max_connections <= 0) s->cfg.max_connections = 512;
+    /* one address may hold a share of the connections, never all of them:
+     * a flood from it leaves room for every other client */
+    if (s->cfg.max_conn_per_ip <= 0 || s->cfg.max_conn_per_ip > s->cfg.max_connections / 2)
+        s->cfg.max_conn_per_ip = s->cfg.max_connections / 2 < 32 ? s->cfg.max_connections / 2 : 32;
+    if (s->cfg.max_conn_per_ip < 1) s->cfg.max_conn_per_ip = 1;
+    if (!(s->cfg.header_timeout > 0)) s->cfg.header_timeout = 10;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
+    pthread_cond_init(&s->conn_cv, NULL);
+    pthread_mutex_init(&s->log_mu, NULL);
     if (kiln_store_open(cfg->store_root, &s->store) != KILN_OK) {
         fprintf(stderr, "kiln serve: no model store (%s); only -m models are served\n", kiln_last_error());
         s->store = NULL;
@@ -296,9 +484,19 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
         ks_server_free((ks_server *)s);
         return KILN_ERR_NOMEM;
     }
-    s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &ss,
-                              MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                              (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+    const int te = pthread_create(&s->watchdog, NULL, watchdog_main, s);
+    if (te) {
+        ks_server_free((ks_server *)s);
+        return kb_fail(KILN_ERR_NOMEM, "kiln serve: cannot start a thread: %s", strerror(te));
+    }
+    s->watchdog_started = 1;
+    /* the connection timeout counts idle seconds once a request runs (a
+     * body that stalls, a client that stops reading a stream) */
+    s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                              s, MHD_OPTION_SOCK_ADDR, &ss, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                              MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_CONNECTION_LIMIT,
+                              (unsigned)s->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                              (unsigned)s->cfg.max_conn_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
     if (!s->mhd) {
         fprintf(stderr, "kiln serve: cannot listen on %s port %d\n", s->cfg.host, cfg->port);
         ks_server_free((ks_server *)s);
@@ -333,11 +531,21 @@ void ks_server_free(ks_server *srv) {
     if (!s) return;
     ks_server_drain(srv, 0);
     if (s->mhd) MHD_stop_daemon(s->mhd);
+    if (s->watchdog_started) {
+        pthread_mutex_lock(&s->conn_mu);
+        s->watchdog_quit = 1;
+        pthread_cond_signal(&s->conn_cv);
+        pthread_mutex_unlock(&s->conn_mu);
+        pthread_join(s->watchdog, NULL);
+    }
     ks_models_free(s);
     ks_images_free(s->images);
     if (s->store) kiln_store_close(s->store);
     ks_guard_free(&s->guard);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->conn_cv);
+    pthread_mutex_destroy(&s->conn_mu);
+    pthread_mutex_destroy(&s->log_mu);
     free(s);
 }

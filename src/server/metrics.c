@@ -163,6 +163,11 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
                    "# TYPE kiln_http_responses_total counter\n");
     for (int i = 1; i < 6; i++)
         ks_buf_printf(o, "kiln_http_responses_total{code=\"%dxx\"} %llu\n", i, (unsigned long long)st[i]);
+    ks_buf_printf(o,
+                  "# HELP kiln_http_head_timeouts_total Connections closed because a request's head did not arrive "
+                  "within --header-timeout.\n# TYPE kiln_http_head_timeouts_total counter\n"
+                  "kiln_http_head_timeouts_total %llu\n",
+                  (unsigned long long)atomic_load(&s->n_cut));
     render_hist(o, "kiln_time_to_first_token_seconds", "From arrival to the first generated token.", &ttft, k_ttft_b,
                 NB_TTFT);
     render_hist(o, "kiln_inter_token_latency_seconds", "Between consecutive generated tokens.", &itl, k_itl_b, NB_ITL);

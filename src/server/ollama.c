@@ -219,6 +219,7 @@ typedef struct pull_job {
     int done;
     volatile int cancel;
     kiln_store_source_result source; /* how it ended at its source */
+    kiln_status st;                  /* the pull's, once done */
 } pull_job;
 
 static void pull_progress(const kiln_store_progress *p, void *user) {
@@ -241,6 +242,7 @@ static void *pull_main(void *arg) {
     pp.cancel = &j->cancel;
     kiln_status st = kiln_store_pull(j->s->store, j->url, j->name[0] ? j->name : NULL, NULL, &pp, NULL);
     j->source = kiln_store_last_source_result(); /* this thread's */
+    j->st = st;
     json_t *e = json_object();
     if (st == KILN_OK)
         json_object_set_new(e, "status", json_string("success"));
@@ -313,7 +315,23 @@ static int pull(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         free(j);
         return ks_oll_error(c, 500, "cannot start the download");
     }
-    if (json_is_false(json_object_get(body, "stream"))) {
+    /* a reference the store refuses as written fails at once (before any
+     * event): a 400, as Ollama answers an invalid name, not a stream */
+    int refused = 0;
+    if (!json_is_false(json_object_get(body, "stream"))) {
+        const double until = ks_now() + 1;
+        pthread_mutex_lock(&j->mu);
+        while (!j->done && !j->events.len && ks_now() < until) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50000000L;
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        }
+        refused = j->done && j->st == KILN_ERR_INVALID_ARG;
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (refused || json_is_false(json_object_get(body, "stream"))) {
         pthread_join(j->thread, NULL);
         json_t *last = NULL;
         char *lines = j->events.p, *nl;
@@ -324,6 +342,7 @@ static int pull(ks_srv *s, struct MHD_Connection *c, json_t *body) {
             break;
         }
         kiln_store_source_result src = j->source;
+        const kiln_status pst = j->st;
         ks_buf_free(&j->events);
         pthread_mutex_destroy(&j->mu);
         pthread_cond_destroy(&j->cv);
@@ -331,6 +350,7 @@ static int pull(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         if (!last) return ks_oll_error(c, 500, "pull failed");
         /* a source's answer in HTTP's words */
         int code = json_object_get(last, "error") == NULL                          ? 200
+                   : pst == KILN_ERR_INVALID_ARG                                   ? 400 /* the reference */
                    : src == KILN_SOURCE_AUTH_REQUIRED                              ? 401
                    : src == KILN_SOURCE_GATED || src == KILN_SOURCE_DENIED         ? 403
                    : src == KILN_SOURCE_NOT_FOUND                                  ? 404

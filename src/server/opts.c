@@ -91,8 +91,10 @@ static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_
         if (!json_is_integer(v)) return bad(c, ollama, rc, mt[i], "the token limit must be an integer");
         json_int_t n = json_integer_value(v);
         if (ollama && n < 0) continue; /* Ollama: -1 = unlimited */
-        if (n < 1 || n > 1 << 30) return bad(c, ollama, rc, mt[i], "the token limit must be at least 1");
-        o->max_tokens = (int32_t)n;
+        if (n < 1) return bad(c, ollama, rc, mt[i], "the token limit must be at least 1");
+        /* read as 64 bits: a limit past any context (2^31 and more too)
+         * asks for as many tokens as fit, the rest of the context */
+        o->max_tokens = n > KS_MAX_TOKENS_CAP ? -1 : (int32_t)n;
         break;
     }
     json_t *stop = json_object_get(src, "stop");

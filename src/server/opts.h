@@ -11,8 +11,12 @@
 
 struct MHD_Connection;
 
+/* A request's token limit above this (2^30 tokens, past every context)
+ * asks for the rest of the context, as -1 does. */
+#define KS_MAX_TOKENS_CAP (1 << 30)
+
 typedef struct ks_gen_opts {
-    int32_t max_tokens; /* -1 = rest of the context */
+    int32_t max_tokens; /* -1 = rest of the context; else at most KS_MAX_TOKENS_CAP */
     kiln_sampler_params sp;
     json_t *stop; /* borrowed */
     int32_t n_top;

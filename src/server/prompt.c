@@ -123,8 +123,11 @@ json_t *ks_chat_normalize(json_t *messages) {
     return out;
 }
 
+int ks_render_status(const char *err) { return strstr(err, "out of memory") ? 500 : 400; }
+
 char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, char *err, size_t cap) {
     const char *src = kiln_model_chat_template(r->model);
+    snprintf(err, cap, "the chat template failed");
     if (!json_is_array(messages) || json_array_size(messages) == 0) {
         snprintf(err, cap, "'messages' must be a non-empty array");
         return NULL;
@@ -132,13 +135,23 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, ch
     const char *go_src = pack_go_template(r);
     pthread_mutex_lock(&r->srv->mu);
     if ((src || go_src) && !r->tmpl_tried) {
-        char cerr[256];
-        r->tmpl_tried = 1;
+        /* a template that fails for want of memory is tried again by the
+         * next request, not replaced by a built-in format for good */
+        char cerr[256] = "";
         ks_tmpl *k = calloc(1, sizeof *k);
-        if (k && go_src && !(k->go = kgt_compile(go_src, strlen(go_src), cerr, sizeof cerr)))
+        if (k && go_src && !(k->go = kgt_compile(go_src, strlen(go_src), cerr, sizeof cerr)) &&
+            ks_render_status(cerr) != 500)
             fprintf(stderr, "kiln serve: %s: the pack's Go template: %s; using the GGUF's\n", r->name, cerr);
-        if (k && !k->go && src && !(k->jinja = kct_compile(src, strlen(src), cerr, sizeof cerr)))
+        if (k && !k->go && ks_render_status(cerr) != 500 && src &&
+            !(k->jinja = kct_compile(src, strlen(src), cerr, sizeof cerr)) && ks_render_status(cerr) != 500)
             fprintf(stderr, "kiln serve: %s: chat template: %s; using a built-in format\n", r->name, cerr);
+        if (!k || ks_render_status(cerr) == 500) {
+            ks_template_free(k);
+            pthread_mutex_unlock(&r->srv->mu);
+            snprintf(err, cap, "out of memory compiling the chat template");
+            return NULL;
+        }
+        r->tmpl_tried = 1;
         r->tmpl = k;
     }
     const ks_tmpl *k = r->tmpl;
@@ -187,6 +200,11 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, ch
     }
     if (f) ks_buf_puts(&b, f->asst_pre);
     if (!b.p) ks_buf_puts(&b, "");
+    if (b.failed || !b.p) {
+        ks_buf_free(&b);
+        snprintf(err, cap, "out of memory");
+        return NULL;
+    }
     return b.p;
 }
 

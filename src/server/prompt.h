@@ -15,6 +15,10 @@ json_t *ks_chat_normalize(json_t *messages);
  * (an Ollama model's) when it has one, else the GGUF's; returns malloc'd
  * text or NULL with err.  think: -1 default, 0 off, 1 on. */
 char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, char *err, size_t cap);
+/* The HTTP status for a render's err: 500 when the template engine ran out
+ * of memory (the engines' message says "out of memory"), else 400 (the
+ * messages cannot be rendered as the template asks). */
+int ks_render_status(const char *err);
 /* 1 when the model has a chat template kiln can apply. */
 int ks_has_chat(ks_model *r);
 /* The template text ks_render_chat uses (the pack's Go template, else the

@@ -66,7 +66,11 @@ typedef struct ks_config {
     double keep_alive;        /* seconds an idle model stays; < 0 forever (300) */
     size_t max_body;          /* request body limit in bytes (8 MiB) */
     int max_queue;            /* waiting requests per model before 429 (64) */
-    int max_connections;      /* open connections (256) */
+    int max_connections;      /* open connections, all clients together (512) */
+    int max_conn_per_ip;      /* open connections from one client address (32) */
+    double header_timeout;    /* seconds a connection has to send a request's head:
+                                    from its opening, or from the end of its previous
+                                    response (10) */
     const char *image_pack;   /* image pack served at /v1/images/generations, or NULL */
     int max_loaded;           /* models resident at once; 0 = as memory allows */
     int log_json;             /* 1: stderr lines are JSON objects (--log-format json) */

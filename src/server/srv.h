@@ -61,6 +61,9 @@ typedef struct ks_model {
 /* images.c: the image pack behind /v1/images/generations (api.h) */
 typedef struct ks_images ks_images;
 
+/* http.c: an open connection while the head of a request is awaited. */
+typedef struct ks_conn ks_conn;
+
 typedef struct ks_srv {
     ks_config cfg;
     struct MHD_Daemon *mhd;
@@ -76,6 +79,19 @@ typedef struct ks_srv {
     atomic_int draining;
     atomic_int n_active_http;
     ks_images *images; /* NULL without --image */
+    /* the open connections and the thread that cuts those whose request
+     * head is late (http.c) */
+    pthread_mutex_t conn_mu;
+    pthread_cond_t conn_cv;
+    ks_conn *conns;
+    pthread_t watchdog;
+    int watchdog_started, watchdog_quit; /* under conn_mu */
+    atomic_ullong n_cut;                 /* connections cut at the head deadline */
+    /* the HTTP library's own messages, at most a few a second (a flood of
+     * refused connections would write a line each) */
+    pthread_mutex_t log_mu;
+    double log_second; /* ks_now() at the start of the current second */
+    int log_lines, log_dropped;
 } ks_srv;
 
 #endif

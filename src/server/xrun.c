@@ -232,7 +232,9 @@ static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp
     json_decref(msgs);
     if (!prompt) {
         ks_model_done(r, NAN);
-        return ks_send_error(c, 400, "invalid_request_error", err, "messages");
+        const int code = ks_render_status(err);
+        return ks_send_error(c, code, code == 500 ? "server_error" : "invalid_request_error", err,
+                             code == 500 ? NULL : "messages");
     }
     int32_t n = 0;
     int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
