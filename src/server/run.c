@@ -143,7 +143,7 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     p.ignore_eos = q->ignore_eos;
     p.reuse = 1;
     if (q->json_mode) {
-        ks_sv_init(&q->sv, q->schema);
+        ks_sv_init(&q->sv, q->schema ? q->schema : ks_schema_any_object()); /* JSON mode: an object */
         sample_json_constraint(&q->cons, &q->sv);
         p.constraint = &q->cons;
     }
