@@ -878,8 +878,8 @@ static int set_depths(ks_schema *s) {
     int top = 0;
     for (int i = 0; i < nn; i++) {
         s->nodes[i]->min_depth = DEPTH_NONE;
-        work[top++] = nn - 1 - i; /* children (made later) come off first */
-        queued[nn - 1 - i] = 1;
+        work[top++] = i; /* children (made later) come off first */
+        queued[i] = 1;
     }
     while (top > 0) {
         const int i = work[--top];
