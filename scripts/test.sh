@@ -32,6 +32,14 @@ if [ "$fuzz_s" != "0" ]; then
   cp tests/data/image/ckpt/*.pt tests/data/image/ckpt/*.safetensors tests/data/image/tiny/spiece.model build-fuzz/corpus-ckpt/
   ./build-fuzz/tests/fuzz_ckpt -max_total_time="$fuzz_s" -max_len=262144 -rss_limit_mb=2048 \
       -print_final_stats=1 build-fuzz/corpus-ckpt 2>&1 | tail -n 12
+  # the JSON-schema compiler and recognizer: a schema, a NUL, a text
+  jschema_s=$(( (fuzz_s + 1) / 2 ))
+  echo "== fuzz: JSON-schema compiler and recognizer for ${jschema_s}s"
+  cmake --build build-fuzz -j"$jobs" --target fuzz_jschema >/dev/null
+  mkdir -p build-fuzz/corpus-jschema
+  cp tests/data/jschema-seeds/*.bin build-fuzz/corpus-jschema/
+  ./build-fuzz/tests/fuzz_jschema -max_total_time="$jschema_s" -max_len=4096 -rss_limit_mb=2048 \
+      -print_final_stats=1 build-fuzz/corpus-jschema 2>&1 | tail -n 12
 fi
 
 # The e2e files whose servers take concurrent requests on the lifecycle

@@ -9,6 +9,7 @@
 #include "testutil.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -25,7 +26,19 @@ typedef struct out {
     gen_reason why;
     int32_t n_cached;
     int stop_after; /* the callback asks to stop after this many (0: never) */
+    char err[256];  /* the DONE event's message */
 } out;
+
+/* A constraint that takes no token. */
+static int refuse_all(void *st, const char *text, int n) {
+    (void)st, (void)text, (void)n;
+    return 0;
+}
+static int never_complete(void *st) {
+    (void)st;
+    return 0;
+}
+static void accept_none(void *st, const char *text, int n) { (void)st, (void)text, (void)n; }
 
 static int collect(void *user, const gen_event *ev, const float *logits) {
     out *o = user;
@@ -33,6 +46,7 @@ static int collect(void *user, const gen_event *ev, const float *logits) {
         o->done = 1;
         o->why = ev->reason;
         o->n_cached = ev->n_cached;
+        snprintf(o->err, sizeof o->err, "%s", ev->error ? ev->error : "");
         return 0;
     }
     CHECK(logits != NULL && !kiln_token_is_eog(g_m, ev->tok.id));
@@ -491,6 +505,41 @@ int main(void) {
         json_decref(j);
         json_decref(schema);
         ks_schema_free(sc);
+    }
+
+    /* a constrained value cut by n_predict ends as "length", not "stop" */
+    {
+        json_t *schema = json_loads("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\","
+                                    "\"minLength\":40}},\"required\":[\"a\"]}",
+                                    0, NULL);
+        ks_schema *sc = ks_schema_compile(schema, NULL, 0);
+        CHECK(sc != NULL);
+        ks_sv v;
+        ks_sv_init(&v, sc);
+        sample_constraint cons;
+        sample_json_constraint(&cons, &v);
+        out o = {0};
+        gen_params q = greedy("Once upon a time", 4, &o);
+        q.constraint = &cons;
+        CHECK(gen_batch_add(b, &q, -1, NULL) == KILN_OK);
+        run_all(b);
+        CHECKF(o.done && o.why == GEN_LENGTH && o.n == 4 && !ks_sv_complete(&v), "cut: %s after %d",
+               gen_reason_str(o.why), o.n);
+        json_decref(schema);
+        ks_schema_free(sc);
+    }
+
+    /* a constraint that allows no token at all: a failure, never "stop"
+     * (an end-of-generation token is no whole value of it) */
+    {
+        sample_constraint none = {refuse_all, never_complete, accept_none, never_complete, NULL};
+        out o = {0};
+        gen_params q = greedy("Once upon a time", 20, &o);
+        q.constraint = &none;
+        CHECK(gen_batch_add(b, &q, -1, NULL) == KILN_OK);
+        run_all(b);
+        CHECKF(o.done && o.why == GEN_FAILED && o.n == 0 && strstr(o.err, "constrained generation failed"),
+               "dead end: %s '%s'", gen_reason_str(o.why), o.err);
     }
 
     /* reasoning, its budget and the repetition guard, on a context of their own */

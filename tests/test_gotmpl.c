@@ -152,6 +152,40 @@ static void test_errors(void) {
             "line 2: range can't iterate over string");
 }
 
+/* Numbers are read within the length given: a template that ends in a
+ * number is lexed from a buffer of exactly its bytes (no terminator, so
+ * reading on is a heap-buffer-overflow under ASan), or from the front of
+ * a longer text whose digits go on past the length. */
+static void test_number_bounds(void) {
+    static const struct {
+        const char *src, *msg;
+    } ends[] = {{"{{ 12", "unclosed action"},     {"{{ 1.5e+3", "unclosed action"}, {"{{ -0x1F", "unclosed action"},
+                {"{{ .5", "unclosed action"},     {"{{ 7e", "bad number syntax"}, /* the 'e' is no part of "7" */
+                {"{{ 0x1p-", "bad number syntax"}};
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        const size_t n = strlen(ends[i].src);
+        char *b = malloc(n);
+        CHECK(b != NULL);
+        memcpy(b, ends[i].src, n);
+        char err[256] = "";
+        kgt *t = kgt_compile(b, n, err, sizeof err);
+        CHECKF(!t && strstr(err, ends[i].msg), "'%s' cut at its end: %s", ends[i].src, t ? "compiled" : err);
+        kgt_free(t);
+        free(b);
+    }
+    const char *longer = "{{ 1234567 }}";
+    char err[256] = "";
+    kgt *t = kgt_compile(longer, 6, err, sizeof err); /* "{{ 123" */
+    CHECKF(!t && strstr(err, "unclosed action"), "a number cut by the length: %s", t ? "compiled" : err);
+    kgt_free(t);
+    expect("{{ 1.5e+3 }} {{ -0x1F }} {{ .5 }} {{ 1e-2 }} {{ +4 }}", "{}", "1500 -31 0.5 0.01 4");
+    refused("{{ 12ab }}", NULL, "bad number syntax");
+    char big[300] = "{{ 1";
+    memset(big + 4, '0', 200);
+    strcpy(big + 204, " }}");
+    refused(big, NULL, "a number of more than 127 characters");
+}
+
 static char *chat(const char *tmpl, const char *messages, const char *tools, int think) {
     char err[256];
     kgt *t = kgt_compile(tmpl, strlen(tmpl), err, sizeof err);
@@ -257,6 +291,7 @@ static void test_real_templates(void) {
 }
 
 int main(void) {
+    test_number_bounds();
     test_language();
     test_errors();
     test_ollama_chat();

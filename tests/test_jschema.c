@@ -920,6 +920,194 @@ static void test_call(void) {
     ks_schema_free(clock);
 }
 
+/* ---- depth: the recognizer's stack and values that cannot end ---- */
+
+/* src repeated n times, then tail, in a buffer of the caller's (cap bytes). */
+static char *repeat(char *buf, size_t cap, const char *src, int n, const char *tail) {
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK(len + strlen(src) < cap);
+        memcpy(buf + len, src, strlen(src));
+        len += strlen(src);
+    }
+    CHECK(len + strlen(tail) < cap);
+    memcpy(buf + len, tail, strlen(tail) + 1);
+    return buf;
+}
+
+/* Every prefix of text the recognizer takes leaves some byte to follow, or
+ * is complete. */
+static void no_dead_ends(const ks_schema *s, const char *text, const char *what) {
+    const int n = (int)strlen(text);
+    ks_sv v;
+    ks_sv_init(&v, s);
+    for (int i = 0; i < n && ks_sv_byte(&v, (unsigned char)text[i]); i++) {
+        int any = ks_sv_complete(&v);
+        for (int b = 0; b < 256 && !any; b++) {
+            const char ch = (char)b;
+            any = ks_sv_accepts(&v, &ch, 1);
+        }
+        CHECKF(any, "%s: a dead end after byte %d of '%s'", what, i, text);
+        if (!any) return;
+    }
+}
+
+/* Objects nested n deep, each requiring "a", around a string: n + 1 frames. */
+static char *nested_objects(char *buf, size_t cap, int n) {
+    char tail[64];
+    snprintf(tail, sizeof tail, "{\"type\": \"string\"}%s", "");
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(buf + len, cap - len,
+                                "{\"type\": \"object\", \"required\": [\"a\"], \"properties\": "
+                                "{\"a\": ");
+    len += (size_t)snprintf(buf + len, cap - len, "%s", tail);
+    for (int i = 0; i < n; i++) len += (size_t)snprintf(buf + len, cap - len, "}}");
+    CHECK(len < cap);
+    return buf;
+}
+
+static void test_depth(void) {
+    static char sch[16384], txt[4096];
+    /* KS_SV_DEPTH frames: the deepest value is taken byte by byte to its
+     * end; one frame more is refused when compiling */
+    ks_schema *s = compile(nested_objects(sch, sizeof sch, KS_SV_DEPTH - 1));
+    repeat(txt, sizeof txt, "{\"a\":", KS_SV_DEPTH - 1, "\"x\"");
+    for (int i = 0; i < KS_SV_DEPTH - 1; i++) strcat(txt, "}");
+    expect(s, txt, WHOLE, "objects at the deepest");
+    no_dead_ends(s, txt, "objects at the deepest");
+    ks_schema_free(s);
+    refused(nested_objects(sch, sizeof sch, KS_SV_DEPTH), "nests objects and arrays deeper than 64 levels");
+
+    /* arrays of at least one item, the same */
+    repeat(sch, sizeof sch, "{\"type\": \"array\", \"minItems\": 1, \"items\": ", KS_SV_DEPTH - 1,
+           "{\"type\": \"integer\"}");
+    for (int i = 0; i < KS_SV_DEPTH - 1; i++) strcat(sch, "}");
+    s = compile(sch);
+    repeat(txt, sizeof txt, "[", KS_SV_DEPTH - 1, "7");
+    for (int i = 0; i < KS_SV_DEPTH - 1; i++) strcat(txt, "]");
+    expect(s, txt, WHOLE, "arrays at the deepest");
+    no_dead_ends(s, txt, "arrays at the deepest");
+    ks_schema_free(s);
+    repeat(sch, sizeof sch, "{\"type\": \"array\", \"minItems\": 1, \"items\": ", KS_SV_DEPTH,
+           "{\"type\": \"integer\"}");
+    for (int i = 0; i < KS_SV_DEPTH; i++) strcat(sch, "}");
+    refused(sch, "deeper than 64 levels");
+
+    /* an optional property that may recurse: written while its value fits,
+     * left out once the stack is full (an object at the last frame can
+     * hold no property at all) */
+    s = compile("{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"next\": {\"$ref\": \"#/$defs/n\"}, "
+                "\"v\": {\"type\": \"integer\"}}}}, \"$ref\": \"#/$defs/n\"}");
+    repeat(txt, sizeof txt, "{\"next\":", KS_SV_DEPTH - 1, "{}");
+    for (int i = 0; i < KS_SV_DEPTH - 1; i++) strcat(txt, "}");
+    expect(s, txt, WHOLE, "optional recursion to the last frame");
+    no_dead_ends(s, txt, "optional recursion to the last frame");
+    repeat(txt, sizeof txt, "{\"next\":", KS_SV_DEPTH - 1, "{\"v\":1}");
+    expect(s, txt, 8 * (KS_SV_DEPTH - 1) + 1, "no key at the last frame");
+    repeat(txt, sizeof txt, "{\"next\":", KS_SV_DEPTH - 2, "{\"next\":{},\"v\":1}");
+    for (int i = 0; i < KS_SV_DEPTH - 2; i++) strcat(txt, "}");
+    expect(s, txt, WHOLE, "a key whose value takes the last frame");
+    ks_schema_free(s);
+
+    /* a recursive array: items while an item fits (an item is an object
+     * and its integer, two frames), then only an empty array */
+    s = compile("{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, "
+                "\"kids\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/n\"}}}, \"required\": [\"v\"]}}, "
+                "\"$ref\": \"#/$defs/n\"}");
+    const int levels = KS_SV_DEPTH / 2 - 1; /* objects with a non-empty "kids" */
+    repeat(txt, sizeof txt, "{\"v\":1,\"kids\":[", levels, "{\"v\":1,\"kids\":[]}");
+    for (int i = 0; i < levels; i++) strcat(txt, "]}");
+    expect(s, txt, WHOLE, "a recursive array at the deepest");
+    no_dead_ends(s, txt, "a recursive array at the deepest");
+    repeat(txt, sizeof txt, "{\"v\":1,\"kids\":[", levels + 1, "{\"v\":1}");
+    expect(s, txt, 15 * (levels + 1), "no item past the deepest");
+    ks_schema_free(s);
+
+    /* JSON mode nests as deep as a schema */
+    s = ks_schema_compile(NULL, NULL, 0);
+    repeat(txt, sizeof txt, "[", KS_SV_DEPTH + 1, "");
+    expect(s, txt, KS_SV_DEPTH, "any value: 64 arrays, not 65");
+    repeat(txt, sizeof txt, "[", KS_SV_DEPTH - 1, "1");
+    for (int i = 0; i < KS_SV_DEPTH - 1; i++) strcat(txt, "]");
+    expect(s, txt, WHOLE, "any value at the deepest");
+    repeat(txt, sizeof txt, "{\"a\":", KS_SV_DEPTH - 1, "{\"");
+    expect(s, txt, 5 * (KS_SV_DEPTH - 1) + 1, "no key in an open object at the last frame");
+    repeat(txt, sizeof txt, "{\"a\":", KS_SV_DEPTH - 1, "{}");
+    for (int i = 0; i < KS_SV_DEPTH - 1; i++) strcat(txt, "}");
+    expect(s, txt, WHOLE, "an empty open object at the last frame");
+    ks_schema_free(s);
+}
+
+/* Schemas whose only values are infinite are refused; a part of a schema
+ * with no finite value is never begun. */
+static const refusal k_infinite[] = {
+    {"{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"next\": {\"$ref\": \"#/$defs/n\"}}, "
+     "\"required\": [\"next\"]}}, \"$ref\": \"#/$defs/n\"}",
+     "no finite value"},
+    {"{\"$defs\": {\"a\": {\"type\": \"array\", \"minItems\": 1, \"items\": {\"$ref\": \"#/$defs/a\"}}}, "
+     "\"$ref\": \"#/$defs/a\"}",
+     "no finite value"},
+    /* through each other */
+    {"{\"$defs\": {\"a\": {\"type\": \"object\", \"properties\": {\"b\": {\"$ref\": \"#/$defs/b\"}}, \"required\": "
+     "[\"b\"]}, \"b\": {\"type\": \"array\", \"minItems\": 2, \"items\": {\"$ref\": \"#/$defs/a\"}}}, "
+     "\"$ref\": \"#/$defs/a\"}",
+     "no finite value"},
+    /* every branch of a union requires itself */
+    {"{\"$defs\": {\"u\": {\"anyOf\": [{\"type\": \"object\", \"properties\": {\"x\": {\"$ref\": \"#/$defs/u\"}}, "
+     "\"required\": [\"x\"]}, {\"type\": \"array\", \"minItems\": 1, \"items\": {\"$ref\": \"#/$defs/u\"}}]}}, "
+     "\"$ref\": \"#/$defs/u\"}",
+     "no finite value"},
+    {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", \"enum\": []}}}", "empty enum"},
+    {"{\"type\": \"array\", \"minItems\": 1, \"items\": false}", "allows nothing"},
+};
+
+static void test_infinite(void) {
+    run_refusals(k_infinite, N_OF(k_infinite));
+    /* a union with one finite branch: the other is never begun */
+    ks_schema *s = compile("{\"$defs\": {\"inf\": {\"type\": \"object\", \"properties\": {\"x\": {\"$ref\": "
+                           "\"#/$defs/inf\"}}, \"required\": [\"x\"]}}, \"anyOf\": [{\"$ref\": \"#/$defs/inf\"}, "
+                           "{\"type\": \"null\"}]}");
+    expect(s, "null", WHOLE, "the finite branch");
+    expect(s, "{", 0, "the branch without a finite value");
+    ks_schema_free(s);
+    /* an optional property with no finite value is never written */
+    s = compile("{\"$defs\": {\"inf\": {\"type\": \"object\", \"properties\": {\"x\": {\"$ref\": \"#/$defs/inf\"}}, "
+                "\"required\": [\"x\"]}}, \"type\": \"object\", \"properties\": {\"x\": {\"$ref\": \"#/$defs/inf\"}, "
+                "\"y\": {\"type\": \"integer\"}}}");
+    expect(s, "{}", WHOLE, "the object without it");
+    expect(s, "{\"y\": 2}", WHOLE, "the other property");
+    expect(s, "{\"x", 2, "never the property without a finite value");
+    no_dead_ends(s, "{\"y\": 2}", "an optional infinite property");
+    ks_schema_free(s);
+    /* an array of them may only be empty */
+    s = compile(
+        "{\"$defs\": {\"inf\": {\"type\": \"array\", \"minItems\": 1, \"items\": {\"$ref\": \"#/$defs/inf\"}}}, "
+        "\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/inf\"}}");
+    expect(s, "[]", WHOLE, "an empty array");
+    expect(s, "[[", 1, "no item");
+    ks_schema_free(s);
+}
+
+/* JSON mode (no schema): an object at the top, as OpenAI, llama.cpp and
+ * Ollama give; any value inside it. */
+static void test_json_mode(void) {
+    const ks_schema *s = ks_schema_any_object();
+    expect(s, "{}", WHOLE, "an empty object");
+    expect(s, "{\"a\":1}", WHOLE, "an object");
+    expect(s, "\n {\"a\": [1, true, null, \"x\", {\"b\": -2.5}]}", WHOLE, "whitespace before, any values inside");
+    expect(s, "-500", 0, "a number");
+    expect(s, "7", 0, "a digit");
+    expect(s, "true", 0, "a literal");
+    expect(s, "null", 0, "null");
+    expect(s, "\"x\"", 0, "a string");
+    expect(s, "[1]", 0, "an array");
+    expect(s, " 7", 1, "a number after a space");
+    partial(s, "{\"a\":", "an open object");
+    ks_schema_free((ks_schema *)s); /* the static schema is left alone */
+    expect(ks_schema_any_object(), "{}", WHOLE, "after a free");
+}
+
 int main(void) {
     run_schemas(k_values, N_OF(k_values));
     run_refusals(k_values_refused, N_OF(k_values_refused));
@@ -928,5 +1116,8 @@ int main(void) {
     test_formats();
     test_keywords();
     test_call();
+    test_depth();
+    test_infinite();
+    test_json_mode();
     return t_done();
 }

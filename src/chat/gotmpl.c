@@ -364,17 +364,26 @@ static int lex_action(P *p, const char *s, const char **end, int *trim_after) {
             c = q + 1;
         } else if (isdigit((unsigned char)ch) ||
                    ((ch == '-' || ch == '+' || ch == '.') && c + 1 < lim && isdigit((unsigned char)c[1]))) {
-            char *e1, *e2;
-            long long iv = strtoll(c, &e1, 0);
-            double dv = strtod(c, &e2);
+            /* the number's text copied out and terminated: the source has
+             * no terminator at lim, and strtod reads as far as it can */
+            char num[128], *e1, *e2;
+            size_t k = ch == '-' || ch == '+';
+            while (c + k < lim &&
+                   (is_alnum_(c[k]) || c[k] == '.' || ((c[k] == '+' || c[k] == '-') && strchr("eEpP", c[k - 1]))))
+                k++;
+            if (k >= sizeof num) return pfail(p, p->line, "a number of more than %d characters", (int)sizeof num - 1);
+            memcpy(num, c, k);
+            num[k] = 0;
+            long long iv = strtoll(num, &e1, 0);
+            double dv = strtod(num, &e2);
             if (e2 > e1) {
                 tk.kind = K_REAL;
                 tk.d = dv;
-                c = e2;
+                c += e2 - num;
             } else {
                 tk.kind = K_INT;
                 tk.i = iv;
-                c = e1;
+                c += e1 - num;
             }
             if (c < lim && is_alnum_(*c)) return pfail(p, p->line, "bad number syntax");
         } else if (ch == '.') {

@@ -314,17 +314,23 @@ int32_t gen_batch_n_ready(const gen_batch *b) {
 
 /* ----------------------------------------------------------------- step */
 
+/* The end of a slot whose constraint allows no token: the text so far is
+ * no whole value of it, so it is a failure, never a finished reply. */
+static const char k_dead_end[] =
+    "constrained generation failed: no token of the vocabulary continues the text the constraint allows";
+
 /* The next token of s from logits: the constraint's choice, else the
  * sampler's, with end-of-generation tokens masked for ignore_eos (drawn
  * again from the rest only when one came out: the same distribution as
  * masking first, without a copy per token).  The sampler and the
- * constraint then take it. */
+ * constraint then take it.  -1 when the constraint allows none. */
 static int32_t choose(gen_batch *b, gen_slot *s, const float *logits) {
     int32_t id;
     if (s->i_force < s->n_force) {
         id = s->think_end[s->i_force++]; /* the end of a reasoning block over its budget */
     } else if (s->p.constraint) {
         id = sample_constrained(s->smp, b->m, b->n_vocab, logits, b->scratch, s->p.constraint);
+        if (id < 0) return -1;
     } else {
         id = kiln_sampler_sample(s->smp, logits);
         if (s->p.ignore_eos && b->n_eog && kiln_token_is_eog(b->m, id)) {
@@ -487,6 +493,10 @@ static gen_reason sample_run(gen_batch *b, gen_slot *s, int32_t row) {
         const int32_t id = drawn && j < s->n_drafts && s->i_force >= s->n_force
                                ? verify_drawn(b, s, lg, s->draft[j], &s->dist[j])
                                : choose(b, s, lg);
+        if (id < 0) {
+            why = GEN_FAILED; /* k_dead_end */
+            break;
+        }
         if (j == 0 && s->n_shadow > 0) note_acceptance(s, 1, id == s->draft[0]);
         if (kiln_token_is_eog(b->m, id)) {
             why = GEN_STOP;
@@ -755,7 +765,7 @@ kiln_status gen_batch_step(gen_batch *b) {
         }
         s->b_count = 0;
         s->decoding = 0;
-        if (why != GEN_RUNNING) finish(b, s, why, NULL);
+        if (why != GEN_RUNNING) finish(b, s, why, why == GEN_FAILED ? k_dead_end : NULL);
     }
     return KILN_OK;
 }

@@ -67,10 +67,14 @@
  * complete, or the consumer asked: an event callback's nonzero return or
  * gen_slot_stop, e.g. at a stop string), GEN_LENGTH (n_predict tokens, or
  * the context is full), GEN_CANCELLED, GEN_FAILED (the forward pass or
- * memory failed; the event carries the message), GEN_BUDGET (the thinking
- * budget ran out and the end of the block cannot be fed: the output limit
- * or the context has no room left for it and an answer, or the model has
- * no tokens for it), GEN_REPEAT (the repetition guard).
+ * memory failed, or the constraint allows no token; the event carries the
+ * message), GEN_BUDGET (the thinking budget ran out and the end of the
+ * block cannot be fed: the output limit or the context has no room left for
+ * it and an answer, or the model has no tokens for it), GEN_REPEAT (the
+ * repetition guard).  Under a constraint, an end-of-generation token comes
+ * only where the constraint is complete, so GEN_STOP from the model or the
+ * constraint means a whole value; n_predict or a full context before that
+ * is GEN_LENGTH.
  */
 #ifndef KILN_GEN_H
 #define KILN_GEN_H

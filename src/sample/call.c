@@ -15,6 +15,7 @@
 
 #include "sample/jschema.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #define CALL_WS 2
@@ -127,9 +128,10 @@ static int call_byte(sample_call *k, unsigned char ch) {
     case C_ARGS: {
         /* on one line, as the format writes a call: between tokens at most
          * one space (sv.ws counts a line break as 2 and up) */
-        ks_sv t = k->sv;
+        ks_sv t;
+        ks_sv_copy(&t, &k->sv);
         if (ks_sv_byte(&t, ch) && t.ws <= 1) {
-            k->sv = t;
+            ks_sv_copy(&k->sv, &t);
             return 1;
         }
         if (!ks_sv_complete(&k->sv)) return 0;
@@ -165,7 +167,9 @@ int sample_call_init(sample_call *k, const char *const *names, const struct ks_s
 }
 
 static int call_allows(void *st, const char *text, int n) {
-    sample_call t = *(const sample_call *)st;
+    sample_call t; /* the recognizer last, so only its frames in use are copied */
+    memcpy(&t, st, offsetof(sample_call, sv));
+    ks_sv_copy(&t.sv, &((const sample_call *)st)->sv);
     for (int i = 0; i < n; i++)
         if (!call_byte(&t, (unsigned char)text[i])) return 0;
     return 1;

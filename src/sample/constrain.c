@@ -32,7 +32,7 @@ int32_t sample_constrained(kiln_sampler *s, const kiln_model *m, int32_t nv, con
         if (scratch[i] == -INFINITY || (best >= 0 && scratch[i] <= scratch[best])) continue;
         if (fits(c, m, i)) best = i;
     }
-    return best >= 0 ? best : kiln_token_eos(m);
+    return best; /* -1: a dead end, which is not an end the constraint accepts */
 }
 
 void sample_constraint_accept(const sample_constraint *c, const kiln_model *m, int32_t id) {

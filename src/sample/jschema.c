@@ -20,6 +20,7 @@
 
 #include "sample/regex.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,11 +46,21 @@ enum { N_ANY, N_OBJECT, N_ARRAY, N_STRING, N_NUMBER, N_INTEGER, N_LITERAL, N_UNI
 #define INT_SAFE 9007199254740991LL
 /* minLength / maxLength up to this are folded into a pattern's DFA */
 #define LEN_EXACT 1000
+/* Schema keywords inside each other (the compiler's recursion): a level of
+ * value nesting often takes two (properties, then a $ref). */
+#define MAX_NEST (2 * KS_SV_DEPTH)
+/* ks_node.min_depth beyond 1..KS_SV_DEPTH: a finite value exists but each
+ * nests deeper than the recognizer's stack; no finite value exists */
+#define DEPTH_DEEP (KS_SV_DEPTH + 1)
+#define DEPTH_NONE INT_MAX
 
 typedef __int128 i128;
 
 struct ks_node {
     int kind;
+    int id;            /* index in ks_schema.nodes; -1 for the static nodes */
+    int min_depth;     /* frames the shallowest value takes (a leaf 1), DEPTH_DEEP
+                      or DEPTH_NONE; 0 while compiling (counts as fitting) */
     uint8_t first[32]; /* bytes a value may begin with (bit set) */
     /* object: keys as they appear between the quotes (JSON-escaped) */
     int n_props, any_keys;
@@ -90,6 +101,7 @@ struct ks_schema {
 
 /* Nodes the "any" node turns into at its first byte. */
 static ks_node k_any, k_any_obj, k_any_arr, k_str, k_num, k_words;
+static ks_schema k_any_obj_schema = {.root = &k_any_obj};
 static char *k_word_txt[] = {"true", "false", "null"};
 static int k_word_len[] = {4, 5, 4};
 static i128 k_p10[39]; /* powers of ten */
@@ -135,7 +147,11 @@ static void make_statics(void) {
     k_words.lits = k_word_txt;
     k_words.lit_len = k_word_len;
     ks_node *all[] = {&k_any_obj, &k_any_arr, &k_str, &k_num, &k_words, &k_any};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) first_of_kind(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        first_of_kind(all[i]);
+        all[i]->id = -1;
+        all[i]->min_depth = 1;
+    }
 }
 
 static void init_statics(void) {
@@ -216,6 +232,7 @@ static ks_node *new_node(ks_schema *s, int kind) {
     if (!n) return fail(s, "%s", "out of memory");
     n->kind = kind;
     n->max_items = -1;
+    n->id = s->n_nodes;
     s->nodes[s->n_nodes++] = n;
     return n;
 }
@@ -730,7 +747,11 @@ static ks_node *compile_literals(ks_schema *s, const json_t *j, int depth) {
 /* no_lit: compile j as if it had no enum or const (their values are then
  * checked against the result), and without remembering it for $ref. */
 static ks_node *compile(ks_schema *s, const json_t *j, int depth, int no_lit) {
-    if (depth > 64) return fail(s, "%s", "the schema nests deeper than 64 levels");
+    if (depth > MAX_NEST) {
+        char lim[16];
+        snprintf(lim, sizeof lim, "%d", MAX_NEST);
+        return fail(s, "the schema's keywords nest deeper than %s levels", lim);
+    }
     if (json_is_true(j)) return &k_any;
     if (json_is_false(j)) return fail(s, "%s", "a 'false' schema allows nothing");
     if (!json_is_object(j)) return fail(s, "%s", "a schema must be an object or a boolean");
@@ -789,6 +810,103 @@ static ks_node *compile(ks_schema *s, const json_t *j, int depth, int no_lit) {
     return make_union(s, alts, (int)nt);
 }
 
+/* ---- depth: which values fit in the recognizer's stack ---- */
+
+/* The frames n's shallowest value takes, from its children's: an object
+ * holds its required properties, an array its minItems items, a union its
+ * shallowest alternative; DEPTH_NONE when a child it needs has no finite
+ * value. */
+static int depth_of(const ks_node *n) {
+    int d = 0;
+    switch (n->kind) {
+    case N_OBJECT:
+        for (int i = 0; i < n->n_props && !n->any_keys; i++) {
+            if (!n->req[i]) continue;
+            if (n->props[i]->min_depth == DEPTH_NONE) return DEPTH_NONE;
+            if (n->props[i]->min_depth > d) d = n->props[i]->min_depth;
+        }
+        break;
+    case N_ARRAY:
+        if (n->min_items > 0) d = n->items->min_depth;
+        break;
+    case N_UNION:
+        d = DEPTH_NONE;
+        for (int i = 0; i < n->n_alts; i++)
+            if (n->alts[i]->min_depth < d) d = n->alts[i]->min_depth;
+        return d;
+    default: break;
+    }
+    if (d == DEPTH_NONE) return DEPTH_NONE;
+    return d + 1 > DEPTH_DEEP ? DEPTH_DEEP : d + 1;
+}
+
+/* Each node's min_depth: the greatest fixpoint of depth_of from DEPTH_NONE
+ * down, by a worklist over the nodes' parents.  A value only falls, and at
+ * most DEPTH_DEEP + 1 times, so the work is O(edges * KS_SV_DEPTH).
+ * Returns -1 when out of memory. */
+static int set_depths(ks_schema *s) {
+    const int nn = s->n_nodes;
+    int n_edges = 0;
+    for (int i = 0; i < nn; i++) {
+        const ks_node *n = s->nodes[i];
+        n_edges += n->n_props + n->n_alts + (n->items != NULL);
+    }
+    /* parents of node i: par[start[i] .. start[i + 1]) */
+    int *start = calloc((size_t)nn + 1, sizeof *start), *par = malloc((size_t)(n_edges ? n_edges : 1) * sizeof *par);
+    int *fill = calloc((size_t)nn + 1, sizeof *fill), *work = malloc((size_t)(nn ? nn : 1) * sizeof *work);
+    uint8_t *queued = malloc((size_t)(nn ? nn : 1));
+    int rc = -1;
+    if (!start || !par || !fill || !work || !queued) goto out;
+    for (int pass = 0; pass < 2; pass++) { /* count, then place */
+        for (int i = 0; i < nn; i++) {
+            const ks_node *n = s->nodes[i];
+            const int nk = n->n_props + n->n_alts + 1;
+            for (int k = 0; k < nk; k++) {
+                const ks_node *c = k < n->n_props               ? n->props[k]
+                                   : k < n->n_props + n->n_alts ? n->alts[k - n->n_props]
+                                                                : n->items;
+                if (!c || c->id < 0) continue;
+                if (pass == 0)
+                    start[c->id + 1]++;
+                else
+                    par[start[c->id] + fill[c->id]++] = i;
+            }
+        }
+        if (pass == 0)
+            for (int i = 0; i < nn; i++) start[i + 1] += start[i];
+    }
+    int top = 0;
+    for (int i = 0; i < nn; i++) {
+        s->nodes[i]->min_depth = DEPTH_NONE;
+        work[top++] = i; /* children (made later) come off first */
+        queued[i] = 1;
+    }
+    while (top > 0) {
+        const int i = work[--top];
+        queued[i] = 0;
+        ks_node *n = s->nodes[i];
+        const int d = depth_of(n);
+        if (d >= n->min_depth) continue;
+        n->min_depth = d;
+        for (int k = start[i]; k < start[i + 1]; k++)
+            if (!queued[par[k]]) {
+                queued[par[k]] = 1;
+                work[top++] = par[k];
+            }
+    }
+    rc = 0;
+out:
+    free(start);
+    free(par);
+    free(fill);
+    free(work);
+    free(queued);
+    return rc;
+}
+
+/* Whether a value of n can be written in the frames from index at up. */
+static int fits_at(int at, const ks_node *n) { return n->min_depth <= KS_SV_DEPTH - at; }
+
 ks_schema *ks_schema_compile(const json_t *schema, char *err, size_t errsz) {
     init_statics();
     ks_schema *s = calloc(1, sizeof *s);
@@ -811,6 +929,16 @@ ks_schema *ks_schema_compile(const json_t *schema, char *err, size_t errsz) {
     free(s->memo_node);
     s->memo_json = NULL;
     s->memo_node = NULL;
+    if (s->root && set_depths(s)) s->root = fail(s, "%s", "out of memory");
+    if (s->root && s->root->min_depth == DEPTH_NONE)
+        s->root = fail(s, "%s",
+                       "the schema allows no finite value: what it requires (a property, minItems of an array, "
+                       "through $ref) contains itself again without end");
+    if (s->root && s->root->min_depth == DEPTH_DEEP) {
+        char lim[16];
+        snprintf(lim, sizeof lim, "%d", KS_SV_DEPTH);
+        s->root = fail(s, "every value of the schema nests objects and arrays deeper than %s levels", lim);
+    }
     if (!s->root) {
         if (!err[0]) snprintf(err, errsz, "the schema could not be compiled");
         ks_schema_free(s);
@@ -819,8 +947,13 @@ ks_schema *ks_schema_compile(const json_t *schema, char *err, size_t errsz) {
     return s;
 }
 
+const ks_schema *ks_schema_any_object(void) {
+    init_statics();
+    return &k_any_obj_schema;
+}
+
 void ks_schema_free(ks_schema *s) {
-    if (!s) return;
+    if (!s || s == &k_any_obj_schema) return;
     for (int i = 0; i < s->n_nodes; i++) {
         ks_node *n = s->nodes[i];
         for (int k = 0; k < n->n_props; k++) free(n->keys[k]);
@@ -887,16 +1020,21 @@ void ks_sv_init(ks_sv *v, const ks_schema *s) {
     sv_init_node(v, s ? s->root : &k_any);
 }
 
-/* Keys that may come after property idx: the next ones in order up to and
- * including the first required one. */
-static uint64_t next_keys(const ks_node *n, int idx) {
+/* Keys that may come after property idx, their values in frames from
+ * index at up: the next ones in order up to and including the first
+ * required one, less the optional ones whose values do not fit (a required
+ * one does: the object's own depth counts it). */
+static uint64_t next_keys(const ks_node *n, int idx, int at) {
     uint64_t m = 0;
     for (int j = idx + 1; j < n->n_props; j++) {
-        m |= 1ull << j;
+        if (n->req[j] || fits_at(at, n->props[j])) m |= 1ull << j;
         if (n->req[j]) break;
     }
     return m;
 }
+
+/* The node of an open object's values. */
+static const ks_node *any_value(const ks_node *n) { return n->items ? n->items : &k_any; }
 
 static int required_after(const ks_node *n, int idx) {
     for (int j = idx + 1; j < n->n_props; j++)
@@ -904,8 +1042,10 @@ static int required_after(const ks_node *n, int idx) {
     return 0;
 }
 
+/* Every caller has checked that n fits (fits_at); while compiling, depths
+ * are not known yet and only the stack's end holds. */
 static int push(ks_sv *v, const ks_node *n) {
-    if (v->depth == KS_SV_DEPTH) return 0;
+    if (v->depth == KS_SV_DEPTH || !fits_at(v->depth, n)) return 0;
     v->f[v->depth++] = (ks_sv_frame){n, S_VALUE, -1, 0, 0, 0, 0};
     return 1;
 }
@@ -1235,7 +1375,7 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
                 const ks_node *pick = NULL;
                 for (int i = 0; i < n->n_alts && !pick; i++)
                     if (has_bit(n->alts[i]->first, ch)) pick = n->alts[i];
-                if (!pick) return 0;
+                if (!pick || !fits_at(v->depth - 1, pick)) return 0;
                 n = pick;
             }
             if (n->kind == N_ANY) {
@@ -1279,7 +1419,7 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
         case S_OBJ_COMMA:
             if (ch == '}' && f->st == S_OBJ_OPEN && (n->any_keys || !required_after(n, -1))) break;
             if (ch != '"') return 0;
-            if (!n->any_keys && !(f->cand = next_keys(n, f->idx))) return 0;
+            if (n->any_keys ? !fits_at(v->depth, any_value(n)) : !(f->cand = next_keys(n, f->idx, v->depth))) return 0;
             f->st = S_OBJ_KEY;
             f->pos = 0;
             return 1;
@@ -1313,15 +1453,16 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
         case S_OBJ_COLON:
             if (ch != ':') return 0;
             f->st = S_OBJ_VALUE;
-            return push(v, n->any_keys ? (n->items ? n->items : &k_any) : n->props[f->idx]);
+            return push(v, n->any_keys ? any_value(n) : n->props[f->idx]);
         case S_OBJ_AFTER:
             if (ch == '}' && (n->any_keys || !required_after(n, f->idx))) break;
-            if (ch != ',' || (!n->any_keys && !next_keys(n, f->idx))) return 0;
+            if (ch != ',' || (n->any_keys ? !fits_at(v->depth, any_value(n)) : !next_keys(n, f->idx, v->depth)))
+                return 0;
             f->st = S_OBJ_COMMA;
             return 1;
         case S_ARR_OPEN:
             if (ch == ']' && n->min_items == 0) break;
-            if (n->max_items == 0) return 0;
+            if (n->max_items == 0 || !fits_at(v->depth, n->items)) return 0;
             f->st = S_ARR_VALUE;
             if (!push(v, n->items)) return 0;
             continue; /* the byte begins the first item */
@@ -1385,13 +1526,17 @@ int ks_sv_complete(const ks_sv *v) {
     return is_num_state(f->st) && num_whole(f);
 }
 
+void ks_sv_copy(ks_sv *dst, const ks_sv *src) {
+    /* frames above the current depth are written before they are read */
+    dst->depth = src->depth;
+    dst->done = src->done;
+    dst->ws = src->ws;
+    memcpy(dst->f, src->f, (size_t)src->depth * sizeof src->f[0]);
+}
+
 int ks_sv_accepts(const ks_sv *v, const char *s, int n) {
     ks_sv t;
-    /* frames above the current depth are written before they are read */
-    t.depth = v->depth;
-    t.done = v->done;
-    t.ws = v->ws;
-    memcpy(t.f, v->f, (size_t)v->depth * sizeof v->f[0]);
+    ks_sv_copy(&t, v);
     for (int i = 0; i < n; i++)
         if (!ks_sv_byte(&t, (unsigned char)s[i])) return 0;
     return 1;

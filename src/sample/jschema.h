@@ -28,6 +28,14 @@
  * may stand only for an ASCII character (\u00XX or a short escape);
  * other characters are written as UTF-8.
  *
+ * Values nest at most KS_SV_DEPTH deep (objects and arrays inside each
+ * other, the recognizer's stack).  A schema none of whose values fits in
+ * that, or that has no finite value at all (an object that requires
+ * itself through $ref, an array of at least one of itself...), is refused;
+ * a part that could only be written deeper (an optional property, more
+ * items of a recursive array) is left out where the stack is full, so
+ * every text the recognizer takes can still be completed.
+ *
  * Anything else that constrains a value (not, if/then/else, contains,
  * patternProperties, uniqueItems, multipleOf except 1 on an integer, ...,
  * or a keyword beside $ref / anyOf / oneOf / allOf) is refused with a
@@ -47,8 +55,13 @@ typedef struct ks_node ks_node;
  * the schema is invalid or uses what the recognizer cannot enforce. */
 ks_schema *ks_schema_compile(const json_t *schema, char *err, size_t errsz);
 void ks_schema_free(ks_schema *s);
+/* Any JSON object (JSON mode, as OpenAI, llama.cpp and Ollama define it):
+ * one schema for the process, never freed (ks_schema_free ignores it). */
+const ks_schema *ks_schema_any_object(void);
 
-#define KS_SV_DEPTH 32
+/* Frames of the recognizer: the deepest nesting of objects and arrays a
+ * value may have (a leaf inside them counts one). */
+#define KS_SV_DEPTH 64
 
 typedef struct ks_sv_frame {
     const ks_node *n;
@@ -78,5 +91,7 @@ int ks_sv_byte(ks_sv *v, unsigned char ch);
 int ks_sv_complete(const ks_sv *v);
 /* Whether n bytes can follow the text so far (v is not changed). */
 int ks_sv_accepts(const ks_sv *v, const char *s, int n);
+/* *dst = *src, copying only the frames in use. */
+void ks_sv_copy(ks_sv *dst, const ks_sv *src);
 
 #endif

@@ -48,8 +48,10 @@ typedef struct sample_constraint {
 /* Samples from logits (n_vocab floats, unchanged) under c: the sampler's
  * own choice when c allows it, else one more draw with that token masked,
  * else the most likely token c allows (an end-of-generation token counts
- * only where c is complete), else EOS.  scratch holds n_vocab floats.  The
- * caller then tells c about the token (sample_constraint_accept). */
+ * only where c is complete), else -1: no token leads on (the caller ends
+ * generation as failed, never as a finished text).  scratch holds n_vocab
+ * floats.  The caller then tells c about the token
+ * (sample_constraint_accept). */
 int32_t sample_constrained(kiln_sampler *s, const kiln_model *m, int32_t n_vocab, const float *logits, float *scratch,
                            const sample_constraint *c);
 /* Feeds token id's text to c (nothing for an end-of-generation token). */
@@ -72,7 +74,7 @@ typedef struct sample_call {
     int phase, pos, ws, pick;
     uint64_t cand;       /* which opening literals are still possible */
     uint64_t names_left; /* which names are still possible */
-    struct ks_sv sv;     /* the arguments' recognizer */
+    struct ks_sv sv;     /* the arguments' recognizer (last: call.c copies the frames in use only) */
 } sample_call;
 /* -1 when n is not 1..SAMPLE_CALL_MAX or a name is empty, repeated or
  * holds a '"', '\\' or a control character. */

@@ -28,9 +28,9 @@ typedef struct ks_req {
     kiln_sampler_params sp;
     int32_t n_top;     /* top logprobs wanted per token (0..20) */
     int want_logprobs; /* compute the token's logprob */
-    int json_mode;     /* constrain sampling to one JSON value */
+    int json_mode;     /* constrain sampling to one JSON value (an object without a schema) */
     int ignore_eos;
-    ks_schema *schema;        /* with json_mode: the value's schema (owned); NULL = any value */
+    ks_schema *schema;        /* with json_mode: the value's schema (owned); NULL = any object */
     ks_sv sv;                 /* the recognizer's state while it runs */
     int n_call;               /* a forced tool call: the names it may take */
     char **call_names;        /*   (owned) */

@@ -149,7 +149,7 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     p.think_budget = o->think_budget == KS_BUDGET_SERVER ? r->srv->cfg.reasoning_budget : o->think_budget;
     p.repeat_guard = r->srv->cfg.repeat_guard;
     if (q->json_mode) {
-        ks_sv_init(&q->sv, q->schema);
+        ks_sv_init(&q->sv, q->schema ? q->schema : ks_schema_any_object()); /* JSON mode: an object */
         sample_json_constraint(&q->cons, &q->sv);
         p.constraint = &q->cons;
         if (o->force_think) {
