@@ -83,6 +83,8 @@ static void serve_usage(FILE *f) {
             "  --max-loaded N    models resident at once (default: as many as fit in 3/4 of RAM); the\n"
             "                    least recently used idle one unloads first\n"
             "  --max-body BYTES  request body limit (default 8 MiB)\n"
+            "  --max-audio-seconds S  longest audio one transcription request decodes (default 7200;\n"
+            "                    longer gets 413); each second held is 64 KB at 16 kHz\n"
             "  --log-format F    text (default) or json: one line per request (method, path, status,\n"
             "                    model, tokens, ms) and per model event on stderr\n"
             "  --max-queue N     waiting requests per model before 429 (default 64)\n"
@@ -148,9 +150,10 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
         } else {
-            const char *numeric[] = {"--port",      "--parallel",   "-c",          "-b",      "-t",
-                                     "--kv-budget", "--max-body",   "--max-queue", "--grace", "--ctx-size",
-                                     "--threads",   "--max-loaded", "-np"};
+            const char *numeric[] = {"--port",  "--parallel",         "-c",         "-b",
+                                     "-t",      "--kv-budget",        "--max-body", "--max-queue",
+                                     "--grace", "--ctx-size",         "--threads",  "--max-loaded",
+                                     "-np",     "--max-audio-seconds"};
             int k = -1;
             for (int j = 0; j < (int)(sizeof numeric / sizeof numeric[0]); j++)
                 if (!strcmp(a, numeric[j])) k = j;
@@ -178,6 +181,14 @@ int cmd_serve(int argc, char **argv) {
             case 7: cfg.max_queue = (int)v; break;
             case 8: grace = v; break;
             case 11: cfg.max_loaded = (int)v; break;
+            case 13:
+                if (!(v > 0)) {
+                    fprintf(stderr, "kiln serve: --max-audio-seconds must be above 0\n");
+                    free(models);
+                    return 2;
+                }
+                cfg.max_audio_seconds = v;
+                break;
             }
         }
     }
