@@ -850,9 +850,20 @@ const char *kiln_stt_language(const kiln_stt *m, int i);
 /* Audio files (WAV, FLAC, Ogg/Vorbis, MP3 ... as libsndfile reads them, 8 to
  * 192 kHz, 1 to 8 channels) decoded to 16 kHz mono floats; *pcm (free with
  * kiln_audio_free) is NULL when the clip is empty.  format (may be NULL,
- * 64 bytes) receives the container and encoding. */
+ * 64 bytes) receives the container and encoding.  The source is decoded,
+ * downmixed and resampled in chunks: memory held is the output (64 KB a
+ * second) and one chunk, whatever the file's rate and channels.  At most
+ * 24 hours of audio are read. */
 kiln_status kiln_audio_load(const char *path, float **pcm, int64_t *n, char *format);
 kiln_status kiln_audio_decode(const void *data, size_t len, float **pcm, int64_t *n, char *format);
+/* The same with a tighter bound for untrusted input (a server's upload):
+ * audio longer than max_seconds (<= 0: 24 hours) fails with
+ * KILN_ERR_UNSUPPORTED and a message naming the limit (and the length, when
+ * the file declares it), before it is decoded or as soon as the decoding
+ * passes the limit. */
+kiln_status kiln_audio_load_max(const char *path, double max_seconds, float **pcm, int64_t *n, char *format);
+kiln_status kiln_audio_decode_max(const void *data, size_t len, double max_seconds, float **pcm, int64_t *n,
+                                  char *format);
 /* Interleaved PCM (n_samples values in frames of channels) to 16 kHz mono:
  * finite samples and whole frames only; pcm is not written. */
 kiln_status kiln_audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t sample_rate, int32_t channels,

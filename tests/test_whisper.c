@@ -11,9 +11,12 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <samplerate.h>
 #include <sndfile.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define DIR "data/whisper/"
@@ -151,7 +154,7 @@ static int fx_open(fx *x, const char *name) {
     CHECKF(x->m != NULL, "%s", err);
     snprintf(p, sizeof p, DIR "%s", json_string_value(json_object_get(x->j, "clip")));
     ka_info info;
-    CHECKF(ka_read_file(p, &x->pcm, &x->n, &info, err, sizeof err) == 0, "%s", err);
+    CHECKF(ka_read_file(p, 0, &x->pcm, &x->n, &info, err, sizeof err) == 0, "%s", err);
     return x->m && x->pcm ? 0 : -1;
 }
 
@@ -290,6 +293,35 @@ static void test_audio(void) {
         e /= 46800;
         CHECKF(e < 0.01 * rms(a, na) * 4, "resampled signal differs by %.4f on average", e);
     }
+    /* read in chunks, the same samples as libsamplerate's one-call
+     * conversion of the whole downmixed file */
+    SF_INFO ri = {0};
+    SNDFILE *rf = sf_open(DIR "clip44k.wav", SFM_READ, &ri);
+    CHECK(rf != NULL && ri.channels == 2 && ri.frames > 65536);
+    if (rf && b) {
+        float *st = malloc((size_t)ri.frames * 2 * sizeof *st), *mono = malloc((size_t)ri.frames * sizeof *mono);
+        long cap = (long)ceil((double)ri.frames * 16000 / ri.samplerate) + 16;
+        float *ref = malloc((size_t)cap * sizeof *ref);
+        if (st && mono && ref && sf_readf_float(rf, st, ri.frames) == ri.frames) {
+            for (sf_count_t f = 0; f < ri.frames; f++) mono[f] = (float)(((double)st[2 * f] + st[2 * f + 1]) / 2);
+            SRC_DATA d = {0};
+            d.data_in = mono;
+            d.input_frames = (long)ri.frames;
+            d.data_out = ref;
+            d.output_frames = cap;
+            d.src_ratio = 16000.0 / ri.samplerate;
+            CHECK(src_simple(&d, SRC_SINC_MEDIUM_QUALITY, 1) == 0);
+            CHECKF(d.output_frames_gen == nb, "%ld samples in one call, %lld in chunks", d.output_frames_gen,
+                   (long long)nb);
+            double worst = 0;
+            for (long i = 0; i < d.output_frames_gen && i < nb; i++) worst = fmax(worst, fabs(ref[i] - b[i]));
+            CHECKF(worst <= 1e-6, "chunked resampling differs by %g", worst);
+        }
+        free(st);
+        free(mono);
+        free(ref);
+    }
+    if (rf) sf_close(rf);
     /* FLAC, Ogg/Vorbis and MP3 written by libsndfile, read back */
     const struct {
         const char *ext;
@@ -355,6 +387,110 @@ static void test_audio(void) {
     CHECK(memcmp(pcm, copy, sizeof pcm) == 0); /* inputs are never written */
     kiln_audio_free(a);
     kiln_audio_free(b);
+}
+
+/* ------------------------------------------------------ audio bombs */
+
+/* Writes seconds of silence at rate Hz in channels channels as FLAC: a few
+ * hundred KB that decode to rate * channels * 4 bytes a second. */
+static int write_silence(const char *path, int rate, int channels, double seconds) {
+    SF_INFO si = {0};
+    si.samplerate = rate;
+    si.channels = channels;
+    si.format = SF_FORMAT_FLAC | SF_FORMAT_PCM_16;
+    SNDFILE *sf = sf_open(path, SFM_WRITE, &si);
+    if (!sf) return -1;
+    enum { BLOCK = 65536 };
+    float *z = calloc((size_t)BLOCK * (size_t)channels, sizeof *z);
+    int64_t left = (int64_t)(seconds * rate);
+    while (z && left > 0) {
+        sf_count_t k = left < BLOCK ? left : BLOCK;
+        if (sf_writef_float(sf, z, k) != k) break;
+        left -= k;
+    }
+    free(z);
+    sf_close(sf);
+    return left == 0 ? 0 : -1;
+}
+
+/* Peak resident memory (KB) a child adds while it loads path with no limit
+ * beyond the default; -1 when the load fails. */
+static long load_peak_kb(const char *path, int64_t *n_out) {
+    int fd[2];
+    if (pipe(fd)) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        long before = ru.ru_maxrss;
+        float *pcm = NULL;
+        int64_t n = 0;
+        long msg[2] = {-1, 0};
+        if (kiln_audio_load(path, &pcm, &n, NULL) == KILN_OK) {
+            getrusage(RUSAGE_SELF, &ru);
+            msg[0] = ru.ru_maxrss - before;
+            msg[1] = (long)n;
+        }
+        kiln_audio_free(pcm);
+        ssize_t w = write(fd[1], msg, sizeof msg);
+        _exit(w == (ssize_t)sizeof msg ? 0 : 1);
+    }
+    close(fd[1]);
+    long msg[2] = {-1, 0};
+    ssize_t r = pid > 0 ? read(fd[0], msg, sizeof msg) : -1;
+    close(fd[0]);
+    int status = 0;
+    if (pid > 0) waitpid(pid, &status, 0);
+    if (r != (ssize_t)sizeof msg || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+    *n_out = msg[1];
+    return msg[0];
+}
+
+static void test_audio_bombs(void) {
+    char path[512];
+    tmp_path(path, sizeof path, "bomb.flac");
+    /* 60 s at 192 kHz in 8 channels: 368 MB of float samples, 3.8 MB at
+     * 16 kHz mono */
+    CHECK(write_silence(path, 192000, 8, 60.0) == 0);
+    size_t len = 0;
+    char *file = t_read_file(path, &len);
+    CHECKF(file && len < (2u << 20), "the bomb is %zu bytes", len);
+    /* a limit below the declared length: refused before decoding */
+    float *pcm = NULL;
+    int64_t n = 0;
+    char err[512] = "";
+    CHECK(ka_read_file(path, 30, &pcm, &n, NULL, err, sizeof err) == -2 && pcm == NULL);
+    CHECKF(strstr(err, "60.0 s") && strstr(err, "30 s"), "'%s' names neither the length nor the limit", err);
+    CHECK(kiln_audio_decode_max(file, len, 30, &pcm, &n, NULL) == KILN_ERR_UNSUPPORTED && pcm == NULL);
+    CHECKF(strstr(kiln_last_error(), "limit of 30 s"), "%s", kiln_last_error());
+    CHECK(kiln_audio_load_max(path, 30, &pcm, &n, NULL) == KILN_ERR_UNSUPPORTED);
+    /* a FLAC whose header does not say its length (STREAMINFO's 36-bit
+     * total samples zeroed): the limit holds while decoding */
+    if (file && len > 26 && !memcmp(file, "fLaC", 4)) {
+        char *blind = malloc(len);
+        if (blind) {
+            memcpy(blind, file, len);
+            blind[21] = (char)(blind[21] & 0xf0);
+            memset(blind + 22, 0, 4);
+            kiln_status st = kiln_audio_decode_max(blind, len, 30, &pcm, &n, NULL);
+            CHECKF(st == KILN_ERR_UNSUPPORTED && strstr(kiln_last_error(), "limit of 30 s (stopped after"), "%s: %s",
+                   kiln_status_str(st), kiln_last_error());
+            kiln_audio_free(pcm);
+            pcm = NULL;
+            free(blind);
+        }
+    }
+    /* within the limit: the whole clip, in memory of the order of its 16
+     * kHz output plus a chunk, not of the decoded source */
+    int64_t got = 0;
+    long kb = load_peak_kb(path, &got);
+    CHECKF(kb >= 0 && got >= 60 * 16000 - 16 && got <= 60 * 16000 + 16, "loaded %lld samples (peak +%ld KB)",
+           (long long)got, kb);
+    CHECKF(kb >= 0 && kb < 96 * 1024, "loading the bomb took %ld KB more (368 MB decoded at once)", kb);
+    printf("audio bomb: %zu bytes of FLAC, 60 s at 192 kHz x 8: read within a peak of +%ld KB\n", len, kb);
+    free(file);
+    unlink(path);
 }
 
 /* ------------------------------------------------------------ transcribe */
@@ -519,6 +655,7 @@ int main(void) {
     test_parity("tiny-en-f16");
     test_parity("tiny-en-q8_0");
     test_audio();
+    test_audio_bombs();
     test_transcribe();
     test_fallback();
     return t_done();

@@ -4,14 +4,17 @@
  * read.c   files through libsndfile (WAV, FLAC, Ogg/Vorbis, Opus, MP3 ...),
  *          interleaved PCM checked (finite samples, whole frames, 8 to
  *          192 kHz, 1 to 8 channels), channels averaged, resampled with
- *          libsamplerate.  The caller's buffers are never written.
+ *          libsamplerate, 64k source frames at a time: a read holds its
+ *          16 kHz output (64 KB a second) and one chunk, never the decoded
+ *          source.  The caller's buffers are never written.
  * mel.c    Whisper's log-mel spectrogram with FFTW (double precision):
  *          400-sample periodic Hann frames every 160 samples, centred
  *          (reflected 200 samples at both ends), |X|^2 of the 201 bins, the
  *          model's filterbank, log10 floored at 1e-10, everything below the
  *          maximum - 8 raised to it, then (x + 4) / 4.
  *
- * Errors are one line in err (errlen bytes); functions return 0 or -1.
+ * Errors are one line in err (errlen bytes); functions return 0 or -1, the
+ * readers -2 for audio longer than their limit.
  */
 #ifndef KILN_AUDIO_H
 #define KILN_AUDIO_H
@@ -25,6 +28,7 @@
 #define KA_HOP 160
 #define KA_N_FFT 400
 #define KA_N_BINS 201
+#define KA_MAX_SECONDS (24.0 * 3600.0) /* the most audio any read gives */
 
 typedef struct ka_info {
     int32_t rate; /* of the source */
@@ -34,11 +38,15 @@ typedef struct ka_info {
 } ka_info;
 
 /* Decodes path to 16 kHz mono floats (*out malloc'ed, *n samples; an empty
- * clip gives n = 0 and out NULL). */
-int ka_read_file(const char *path, float **out, int64_t *n, ka_info *info, char *err, size_t errlen);
+ * clip gives n = 0 and out NULL).  Audio longer than max_seconds (<= 0 or
+ * above KA_MAX_SECONDS: KA_MAX_SECONDS) returns -2: at once when the header
+ * declares the length, else once that much has been decoded. */
+int ka_read_file(const char *path, double max_seconds, float **out, int64_t *n, ka_info *info, char *err,
+                 size_t errlen);
 /* The same from memory (e.g. an upload): data of len bytes in any format
  * libsndfile reads. */
-int ka_read_memory(const void *data, size_t len, float **out, int64_t *n, ka_info *info, char *err, size_t errlen);
+int ka_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n, ka_info *info, char *err,
+                   size_t errlen);
 /* Converts interleaved PCM (n_samples values, frames of channels) at rate
  * to 16 kHz mono. */
 int ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out, int64_t *n,

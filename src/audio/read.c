@@ -1,5 +1,6 @@
 /* Audio files through libsndfile, conversion to 16 kHz mono through
- * libsamplerate. */
+ * libsamplerate, one chunk of the source at a time: what is held is the
+ * 16 kHz output and a chunk, whatever the source's rate and channels. */
 #include "audio/audio.h"
 
 #include "base/base.h"
@@ -11,13 +12,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { CHUNK_FRAMES = 16384 };
-#define MAX_SECONDS (24.0 * 3600.0) /* a day of audio at most */
+enum { CHUNK_FRAMES = 65536 }; /* source frames decoded, checked and downmixed at once */
 
-int ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out, int64_t *n,
-                  char *err, size_t errlen) {
-    *out = NULL;
-    *n = 0;
+/* Downmix and resampling state over a stream of interleaved chunks. */
+typedef struct conv {
+    int32_t rate, channels;
+    SRC_STATE *src; /* NULL at 16 kHz */
+    double ratio;
+    float *mono; /* [CHUNK_FRAMES] one chunk averaged over channels */
+    float *out;  /* [cap] 16 kHz samples, n of them written */
+    int64_t n, cap;
+    int64_t frames;     /* source frames taken so far */
+    int64_t max_frames; /* source frames allowed */
+    double max_seconds;
+} conv;
+
+static void conv_free(conv *c) {
+    if (c->src) src_delete(c->src);
+    free(c->mono);
+    free(c->out);
+    memset(c, 0, sizeof *c);
+}
+
+static int check_format(int32_t rate, int32_t channels, char *err, size_t errlen) {
     if (rate < 8000 || rate > 192000) {
         kb_errf(err, errlen, "sample rate %d Hz is outside 8000 to 192000 Hz", rate);
         return -1;
@@ -26,6 +43,141 @@ int ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t cha
         kb_errf(err, errlen, "%d channels (1 to 8 are accepted)", channels);
         return -1;
     }
+    return 0;
+}
+
+/* Room for at least need more output samples, doubling. */
+static int conv_reserve(conv *c, int64_t need, char *err, size_t errlen) {
+    if (c->cap - c->n >= need) return 0;
+    int64_t cap = c->cap * 2 > c->n + need ? c->cap * 2 : c->n + need;
+    float *p = kb_realloc(c->out, (size_t)cap * sizeof *p);
+    if (!p) {
+        kb_errf(err, errlen, "out of memory for %lld samples at 16 kHz", (long long)cap);
+        return -1;
+    }
+    c->out = p;
+    c->cap = cap;
+    return 0;
+}
+
+/* expect: the source frames the file declares (0: unknown), for one
+ * allocation of the output when it is within the limit. */
+static int conv_init(conv *c, int32_t rate, int32_t channels, double max_seconds, int64_t expect, char *err,
+                     size_t errlen) {
+    memset(c, 0, sizeof *c);
+    if (check_format(rate, channels, err, errlen)) return -1;
+    c->rate = rate;
+    c->channels = channels;
+    c->ratio = (double)KA_RATE / rate;
+    c->max_seconds = max_seconds;
+    c->max_frames = (int64_t)floor(max_seconds * rate);
+    c->mono = kb_malloc(CHUNK_FRAMES * sizeof *c->mono);
+    if (!c->mono) {
+        kb_errf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (rate != KA_RATE) {
+        int e = 0;
+        c->src = src_new(SRC_SINC_MEDIUM_QUALITY, 1, &e);
+        if (!c->src) {
+            conv_free(c);
+            kb_errf(err, errlen, "resampling from %d Hz failed: %s", rate, src_strerror(e));
+            return -1;
+        }
+    }
+    if (expect > 0 && expect <= c->max_frames &&
+        conv_reserve(c, (int64_t)ceil((double)expect * c->ratio) + 16, err, errlen)) {
+        conv_free(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* Resamples mono[0..k) (end: the last input) into the output. */
+static int conv_resample(conv *c, int64_t k, int end, char *err, size_t errlen) {
+    if (!c->src) {
+        if (conv_reserve(c, k, err, errlen)) return -1;
+        memcpy(c->out + c->n, c->mono, (size_t)k * sizeof *c->out);
+        c->n += k;
+        return 0;
+    }
+    const float *in = c->mono;
+    for (;;) {
+        if (conv_reserve(c, (int64_t)ceil((double)k * c->ratio) + 64, err, errlen)) return -1;
+        SRC_DATA d = {0};
+        d.data_in = in;
+        d.input_frames = (long)k;
+        d.data_out = c->out + c->n;
+        d.output_frames = (long)(c->cap - c->n);
+        d.src_ratio = c->ratio;
+        d.end_of_input = end;
+        int rc = src_process(c->src, &d);
+        if (rc) {
+            kb_errf(err, errlen, "resampling from %d Hz failed: %s", c->rate, src_strerror(rc));
+            return -1;
+        }
+        in += d.input_frames_used;
+        k -= d.input_frames_used;
+        c->n += d.output_frames_gen;
+        /* at the end the converter drains what it holds over several calls */
+        if (k == 0 && (!end || d.output_frames_gen == 0)) return 0;
+    }
+}
+
+/* Takes frames of interleaved pcm: checks, downmixes, resamples.  Returns
+ * -2 past the limit. */
+static int conv_push(conv *c, const float *pcm, int64_t frames, char *err, size_t errlen) {
+    const int ch = c->channels;
+    while (frames > 0) {
+        int64_t k = frames < CHUNK_FRAMES ? frames : CHUNK_FRAMES;
+        if (c->frames + k > c->max_frames) {
+            kb_errf(err, errlen, "audio is longer than the limit of %.0f s (stopped after decoding %.1f s)",
+                    c->max_seconds, (double)c->max_frames / c->rate);
+            return -2;
+        }
+        for (int64_t f = 0; f < k; f++) {
+            double s = 0;
+            for (int i = 0; i < ch; i++) {
+                float v = pcm[f * ch + i];
+                if (!isfinite(v)) {
+                    int64_t at = (c->frames + f) * ch + i;
+                    kb_errf(err, errlen, "sample %lld (frame %lld, channel %d) is not finite", (long long)at,
+                            (long long)(c->frames + f), i);
+                    return -1;
+                }
+                s += v;
+            }
+            c->mono[f] = (float)(s / ch);
+        }
+        if (conv_resample(c, k, 0, err, errlen)) return -1;
+        c->frames += k;
+        pcm += k * ch;
+        frames -= k;
+    }
+    return 0;
+}
+
+/* Drains the converter and hands the output over (NULL when empty). */
+static int conv_finish(conv *c, float **out, int64_t *n, char *err, size_t errlen) {
+    if (c->src && c->frames > 0 && conv_resample(c, 0, 1, err, errlen)) return -1;
+    if (c->n == 0) {
+        free(c->out);
+    } else if (c->n < c->cap) {
+        float *p = kb_realloc(c->out, (size_t)c->n * sizeof *p);
+        c->out = p ? p : c->out; /* a failed shrink keeps the larger block */
+    }
+    *out = c->n ? c->out : NULL;
+    *n = c->n;
+    c->out = NULL;
+    c->n = c->cap = 0;
+    return 0;
+}
+
+int ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out, int64_t *n,
+                  char *err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    if (check_format(rate, channels, err, errlen)) return -1;
     if (n_samples < 0 || (n_samples > 0 && !pcm)) {
         kb_errf(err, errlen, "no samples given");
         return -1;
@@ -35,10 +187,11 @@ int ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t cha
         return -1;
     }
     int64_t frames = n_samples / channels;
-    if ((double)frames / rate > MAX_SECONDS) {
-        kb_errf(err, errlen, "%.0f s of audio is more than %.0f s", (double)frames / rate, MAX_SECONDS);
+    if ((double)frames / rate > KA_MAX_SECONDS) {
+        kb_errf(err, errlen, "%.0f s of audio is more than %.0f s", (double)frames / rate, KA_MAX_SECONDS);
         return -1;
     }
+    /* every sample is checked before anything is allocated */
     for (int64_t i = 0; i < n_samples; i++)
         if (!isfinite(pcm[i])) {
             kb_errf(err, errlen, "sample %lld (frame %lld, channel %lld) is not finite", (long long)i,
@@ -46,49 +199,17 @@ int ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t cha
             return -1;
         }
     if (frames == 0) return 0;
-    float *mono = malloc((size_t)frames * sizeof *mono);
-    if (!mono) {
-        kb_errf(err, errlen, "out of memory for %lld frames", (long long)frames);
-        return -1;
-    }
-    for (int64_t f = 0; f < frames; f++) {
-        double s = 0;
-        for (int c = 0; c < channels; c++) s += pcm[f * channels + c];
-        mono[f] = (float)(s / channels);
-    }
-    if (rate == KA_RATE) {
-        *out = mono;
-        *n = frames;
-        return 0;
-    }
-    double ratio = (double)KA_RATE / rate;
-    int64_t cap = (int64_t)ceil((double)frames * ratio) + 16;
-    float *res = malloc((size_t)cap * sizeof *res);
-    if (!res) {
-        free(mono);
-        kb_errf(err, errlen, "out of memory for %lld resampled frames", (long long)cap);
-        return -1;
-    }
-    SRC_DATA d = {0};
-    d.data_in = mono;
-    d.input_frames = (long)frames;
-    d.data_out = res;
-    d.output_frames = (long)cap;
-    d.src_ratio = ratio;
-    int rc = src_simple(&d, SRC_SINC_MEDIUM_QUALITY, 1);
-    free(mono);
-    if (rc) {
-        free(res);
-        kb_errf(err, errlen, "resampling from %d Hz failed: %s", rate, src_strerror(rc));
-        return -1;
-    }
-    *out = res;
-    *n = d.output_frames_gen;
-    return 0;
+    conv c;
+    if (conv_init(&c, rate, channels, KA_MAX_SECONDS, frames, err, errlen)) return -1;
+    int rc = conv_push(&c, pcm, frames, err, errlen);
+    if (rc == 0) rc = conv_finish(&c, out, n, err, errlen);
+    conv_free(&c);
+    return rc ? -1 : 0;
 }
 
-/* Reads every frame of an open file and converts it. */
-static int read_all(SNDFILE *sf, const SF_INFO *si, float **out, int64_t *n, ka_info *info, char *err, size_t errlen) {
+/* Decodes every frame of an open file chunk by chunk. */
+static int read_all(SNDFILE *sf, const SF_INFO *si, double max_seconds, float **out, int64_t *n, ka_info *info,
+                    char *err, size_t errlen) {
     if (info) {
         memset(info, 0, sizeof *info);
         info->rate = si->samplerate;
@@ -100,53 +221,43 @@ static int read_all(SNDFILE *sf, const SF_INFO *si, float **out, int64_t *n, ka_
         const char *b = sf_command(NULL, SFC_GET_FORMAT_INFO, &sub, sizeof sub) == 0 && sub.name ? sub.name : "";
         snprintf(info->format, sizeof info->format, "%s%s%s", a, *b ? " / " : "", b);
     }
-    if (si->samplerate < 8000 || si->samplerate > 192000) {
-        kb_errf(err, errlen, "sample rate %d Hz is outside 8000 to 192000 Hz", si->samplerate);
-        return -1;
+    if (check_format(si->samplerate, si->channels, err, errlen)) return -1;
+    if (!(max_seconds > 0) || max_seconds > KA_MAX_SECONDS) max_seconds = KA_MAX_SECONDS;
+    /* a length the header declares is refused before any of it is decoded;
+     * the decoding counts too, for files whose header says less */
+    int64_t declared = si->frames > 0 && si->frames < SF_COUNT_MAX ? (int64_t)si->frames : 0;
+    if ((double)declared / si->samplerate > max_seconds) {
+        kb_errf(err, errlen, "audio of %.1f s is longer than the limit of %.0f s", (double)declared / si->samplerate,
+                max_seconds);
+        return -2;
     }
-    if (si->channels < 1 || si->channels > 8) {
-        kb_errf(err, errlen, "%d channels (1 to 8 are accepted)", si->channels);
-        return -1;
-    }
-    size_t cap = CHUNK_FRAMES, got = 0;
-    float *buf = malloc(cap * (size_t)si->channels * sizeof *buf);
+    conv c;
+    if (conv_init(&c, si->samplerate, si->channels, max_seconds, declared, err, errlen)) return -1;
+    float *buf = kb_malloc((size_t)CHUNK_FRAMES * (size_t)si->channels * sizeof *buf);
     if (!buf) {
+        conv_free(&c);
         kb_errf(err, errlen, "out of memory");
         return -1;
     }
+    int rc = 0;
     for (;;) {
-        if (cap - got < CHUNK_FRAMES) {
-            if ((double)cap / si->samplerate > MAX_SECONDS) {
-                free(buf);
-                kb_errf(err, errlen, "more than %.0f s of audio", MAX_SECONDS);
-                return -1;
-            }
-            float *nb = realloc(buf, cap * 2 * (size_t)si->channels * sizeof *buf);
-            if (!nb) {
-                free(buf);
-                kb_errf(err, errlen, "out of memory");
-                return -1;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        sf_count_t k = sf_readf_float(sf, buf + got * (size_t)si->channels, CHUNK_FRAMES);
-        if (k < 0) k = 0;
-        if (k == 0) break;
-        got += (size_t)k;
+        sf_count_t k = sf_readf_float(sf, buf, CHUNK_FRAMES);
+        if (k <= 0) break;
+        if ((rc = conv_push(&c, buf, (int64_t)k, err, errlen)) != 0) break;
     }
-    if (sf_error(sf) != SF_ERR_NO_ERROR) {
-        free(buf);
-        kb_errf(err, errlen, "decoding failed: %s", sf_strerror(sf));
-        return -1;
-    }
-    if (info) info->frames = (int64_t)got;
-    int rc = ka_to_mono16k(buf, (int64_t)got * si->channels, si->samplerate, si->channels, out, n, err, errlen);
     free(buf);
+    if (rc == 0 && sf_error(sf) != SF_ERR_NO_ERROR) {
+        kb_errf(err, errlen, "decoding failed: %s", sf_strerror(sf));
+        rc = -1;
+    }
+    if (info) info->frames = c.frames;
+    if (rc == 0) rc = conv_finish(&c, out, n, err, errlen);
+    conv_free(&c);
     return rc;
 }
 
-int ka_read_file(const char *path, float **out, int64_t *n, ka_info *info, char *err, size_t errlen) {
+int ka_read_file(const char *path, double max_seconds, float **out, int64_t *n, ka_info *info, char *err,
+                 size_t errlen) {
     *out = NULL;
     *n = 0;
     SF_INFO si = {0};
@@ -166,7 +277,7 @@ int ka_read_file(const char *path, float **out, int64_t *n, ka_info *info, char 
         return -1;
     }
     char e2[256] = "";
-    int rc = read_all(sf, &si, out, n, info, e2, sizeof e2);
+    int rc = read_all(sf, &si, max_seconds, out, n, info, e2, sizeof e2);
     sf_close(sf);
     if (rc) kb_errf(err, errlen, "%s: %s", path, e2);
     return rc;
@@ -195,7 +306,8 @@ static sf_count_t v_read(void *dst, sf_count_t n, void *u) {
 static sf_count_t v_write(const void *src, sf_count_t n, void *u) { return 0; }
 static sf_count_t v_tell(void *u) { return ((vmem *)u)->pos; }
 
-int ka_read_memory(const void *data, size_t len, float **out, int64_t *n, ka_info *info, char *err, size_t errlen) {
+int ka_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n, ka_info *info, char *err,
+                   size_t errlen) {
     *out = NULL;
     *n = 0;
     if (!data || len == 0) {
@@ -210,7 +322,7 @@ int ka_read_memory(const void *data, size_t len, float **out, int64_t *n, ka_inf
         kb_errf(err, errlen, "not an audio file kiln can read (%s)", sf_strerror(NULL));
         return -1;
     }
-    int rc = read_all(sf, &si, out, n, info, err, errlen);
+    int rc = read_all(sf, &si, max_seconds, out, n, info, err, errlen);
     sf_close(sf);
     return rc;
 }

@@ -88,6 +88,8 @@ static void serve_usage(FILE *f) {
             "                    of the 512 in all)\n"
             "  --header-timeout S\n"
             "                    seconds a connection has to send a request's head (default 10)\n"
+            "  --max-audio-seconds S  longest audio one transcription request decodes (default 7200;\n"
+            "                    longer gets 413); each second held is 64 KB at 16 kHz\n"
             "  --log-format F    text (default) or json: one line per request (method, path, status,\n"
             "                    model, tokens, ms) and per model event on stderr\n"
             "  --max-queue N     waiting requests per model before 429 (default 64)\n"
@@ -173,7 +175,8 @@ int cmd_serve(int argc, char **argv) {
                                      "--reasoning-budget",
                                      "--repeat-guard",
                                      "--max-conn-per-ip",
-                                     "--header-timeout"};
+                                     "--header-timeout",
+                                     "--max-audio-seconds"};
             int k = -1;
             for (int j = 0; j < (int)(sizeof numeric / sizeof numeric[0]); j++)
                 if (!strcmp(a, numeric[j])) k = j;
@@ -205,6 +208,14 @@ int cmd_serve(int argc, char **argv) {
             case 14: cfg.repeat_guard = v < 0 ? -1 : v > 1 << 30 ? (1 << 30) + 1 : (int32_t)v; break;
             case 15: cfg.max_conn_per_ip = (int)v; break;
             case 16: cfg.header_timeout = v; break;
+            case 17:
+                if (!(v > 0)) {
+                    fprintf(stderr, "kiln serve: --max-audio-seconds must be above 0\n");
+                    free(models);
+                    return 2;
+                }
+                cfg.max_audio_seconds = v;
+                break;
             }
         }
     }

@@ -68,8 +68,13 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind, const char *key
     return MHD_YES;
 }
 
-/* The length of body up to the end of its closing boundary line, or len. */
-static size_t form_end(struct MHD_Connection *c, const char *body, size_t len) {
+/* The length of body up to the end of its closing boundary line; len when
+ * the content type names no boundary (the post processor then judges the
+ * body).  *closed is 0 when a boundary is named and the body lacks its
+ * closing delimiter: a truncated form, whose last field the post processor
+ * would cut short without a word. */
+static size_t form_end(struct MHD_Connection *c, const char *body, size_t len, int *closed) {
+    *closed = 1;
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
     const char *b = ct ? strstr(ct, "boundary=") : NULL;
     if (!b) return len;
@@ -85,6 +90,7 @@ static size_t form_end(struct MHD_Connection *c, const char *body, size_t len) {
             if (end + 2 <= len && !memcmp(body + end, "\r\n", 2)) end += 2;
             return end;
         }
+    *closed = 0;
     return len;
 }
 
@@ -105,8 +111,9 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
                              "the request must be multipart/form-data (fields file, model, ...)", NULL);
     /* the post processor refuses bytes after the closing boundary (some
      * clients add a blank line there) and needs the line break after it */
-    len = form_end(c, body, len);
-    int ok = MHD_post_process(pp, body, len) == MHD_YES;
+    int closed;
+    len = form_end(c, body, len, &closed);
+    int ok = closed && MHD_post_process(pp, body, len) == MHD_YES;
     if (ok && (len < 2 || memcmp(body + len - 2, "\r\n", 2) != 0)) ok = MHD_post_process(pp, "\r\n", 2) == MHD_YES;
     MHD_destroy_post_processor(pp);
     int rc;
@@ -114,6 +121,11 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
     const char *fmt = f.format[0] ? f.format : "json";
     if (f.file.failed || f.prompt.failed) {
         rc = ks_send_error(c, 500, "server_error", "out of memory reading the form", NULL);
+        goto out;
+    }
+    if (!closed) {
+        rc = ks_send_error(c, 400, "invalid_request_error",
+                           "the multipart form has no closing boundary (the body ends inside a field)", NULL);
         goto out;
     }
     if (!ok || f.bad_field) {
@@ -177,10 +189,14 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
     kiln_engine *e = m->eng;
     float *pcm = NULL;
     int64_t n = 0;
-    if (kiln_audio_decode(f.file.p, f.file.len, &pcm, &n, NULL) != KILN_OK) {
-        snprintf(msg, sizeof msg, "%s%s%s", f.filename[0] ? f.filename : "file", ": ", kiln_last_error());
+    kiln_status dst = kiln_audio_decode_max(f.file.p, f.file.len, s->cfg.max_audio_seconds, &pcm, &n, NULL);
+    if (dst != KILN_OK) {
+        /* longer than --max-audio-seconds: 413, as the body limit */
+        int code = dst == KILN_ERR_UNSUPPORTED ? 413 : dst == KILN_ERR_NOMEM ? 500 : 400;
+        snprintf(msg, sizeof msg, "%s: %s%s", f.filename[0] ? f.filename : "file", kiln_last_error(),
+                 code == 413 ? " (kiln serve --max-audio-seconds)" : "");
         ks_model_done(m, NAN);
-        rc = ks_send_error(c, 400, "invalid_request_error", msg, "file");
+        rc = ks_send_error(c, code, code == 500 ? "server_error" : "invalid_request_error", msg, "file");
         goto out;
     }
     kiln_audio_window w = {f.filename, pcm, n, 16000, 1};

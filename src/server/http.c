@@ -404,6 +404,7 @@ ks_config ks_config_default(void) {
     c.n_batch = 512;
     c.keep_alive = 300;
     c.max_body = 8u << 20;
+    c.max_audio_seconds = 7200;
     c.max_queue = 64;
     c.max_connections = 512;
     c.max_conn_per_ip = 32;
@@ -422,6 +423,7 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     if (!s->cfg.host) s->cfg.host = "127.0.0.1";
     if (s->cfg.parallel <= 0) s->cfg.parallel = 4;
     if (!s->cfg.max_body) s->cfg.max_body = 8u << 20;
+    if (!(s->cfg.max_audio_seconds > 0)) s->cfg.max_audio_seconds = 7200;
     if (s->cfg.max_queue <= 0) s->cfg.max_queue = 64;
     if (s->cfg.max_connections <= 0) s->cfg.max_connections = 512;
     /* one address may hold a share of the connections, never all of them:

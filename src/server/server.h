@@ -65,6 +65,8 @@ typedef struct ks_config {
                                     globs ("*" = any); NULL = $KILN_ORIGINS */
     double keep_alive;        /* seconds an idle model stays; < 0 forever (300) */
     size_t max_body;          /* request body limit in bytes (8 MiB) */
+    double max_audio_seconds; /* longest audio one transcription decodes (7200 s);
+                                    longer gets 413 */
     int max_queue;            /* waiting requests per model before 429 (64) */
     int max_connections;      /* open connections, all clients together (512) */
     int max_conn_per_ip;      /* open connections from one client address (32) */

@@ -118,22 +118,33 @@ static kiln_status audio_status(const char *err) {
                : KILN_ERR_INVALID_ARG;
 }
 
-kiln_status kiln_audio_load(const char *path, float **pcm, int64_t *n, char *format) {
+kiln_status kiln_audio_load_max(const char *path, double max_seconds, float **pcm, int64_t *n, char *format) {
     if (!pcm || !n || !path) return kb_fail(KILN_ERR_INVALID_ARG, "no path or output");
     char err[512];
     ka_info info;
-    if (ka_read_file(path, pcm, n, &info, err, sizeof err)) return kb_fail(audio_status(err), "%s", err);
+    int rc = ka_read_file(path, max_seconds, pcm, n, &info, err, sizeof err);
+    if (rc) return kb_fail(rc == -2 ? KILN_ERR_UNSUPPORTED : audio_status(err), "%s", err);
     if (format) snprintf(format, 64, "%s", info.format);
     return KILN_OK;
 }
 
-kiln_status kiln_audio_decode(const void *data, size_t len, float **pcm, int64_t *n, char *format) {
+kiln_status kiln_audio_decode_max(const void *data, size_t len, double max_seconds, float **pcm, int64_t *n,
+                                  char *format) {
     if (!pcm || !n) return kb_fail(KILN_ERR_INVALID_ARG, "no output");
     char err[512];
     ka_info info;
-    if (ka_read_memory(data, len, pcm, n, &info, err, sizeof err)) return kb_fail(audio_status(err), "%s", err);
+    int rc = ka_read_memory(data, len, max_seconds, pcm, n, &info, err, sizeof err);
+    if (rc) return kb_fail(rc == -2 ? KILN_ERR_UNSUPPORTED : audio_status(err), "%s", err);
     if (format) snprintf(format, 64, "%s", info.format);
     return KILN_OK;
+}
+
+kiln_status kiln_audio_load(const char *path, float **pcm, int64_t *n, char *format) {
+    return kiln_audio_load_max(path, 0, pcm, n, format);
+}
+
+kiln_status kiln_audio_decode(const void *data, size_t len, float **pcm, int64_t *n, char *format) {
+    return kiln_audio_decode_max(data, len, 0, pcm, n, format);
 }
 
 kiln_status kiln_audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out,

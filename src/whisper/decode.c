@@ -14,10 +14,10 @@
  *            first token is a timestamp of at most 1.00 s, timestamps come
  *            in pairs and never decrease, and text is barred when all
  *            timestamps together are likelier than any one text token
- *   segments each pair of consecutive timestamps closes a segment; the
- *            next window starts at the last closed segment's end (or after
- *            this window when the text ended with a lone timestamp or had
- *            none)
+ *   segments each pair of consecutive timestamps closes a segment, and so
+ *            does a lone timestamp after the last text; the next window
+ *            starts at the last closed segment's end (after this window
+ *            when none was closed); segments without words are left out
  *
  * The decode loop allocates nothing: every buffer is sized per call. */
 #include "whisper/whisper.h"
@@ -186,6 +186,25 @@ static int window_text(job *j, const int32_t *tok, int n, size_t *len) {
         }
     j->text[o] = 0;
     *len = o;
+    return 0;
+}
+
+/* Whether tokens hold any text besides blanks. */
+static int has_words(job *j, const result *r) {
+    size_t len;
+    if (window_text(j, r->tok, r->n, &len)) return 1; /* out of memory: as if it had */
+    for (size_t i = 0; i < len; i++)
+        if (j->text[i] != ' ' && j->text[i] != '\t' && j->text[i] != '\n') return 1;
+    return 0;
+}
+
+/* Whether a timestamp follows text: a segment was closed. */
+static int closes_segment(const job *j, const result *r) {
+    int text = 0;
+    for (int i = 0; i < r->n; i++) {
+        if (r->tok[i] >= j->v->ts_begin && text) return 1;
+        if (r->tok[i] < j->v->eot) text = 1;
+    }
     return 0;
 }
 
@@ -561,6 +580,11 @@ static int add_segment(job *j, seg_acc *a, double t0, double t1, const int32_t *
     }
     size_t len;
     if (window_text(j, tok, n, &len)) return -1;
+    /* a segment without words (timestamps alone, blanks) is left out, as
+     * whisper.cpp does: subtitles would show an empty entry */
+    size_t w = 0;
+    while (w < len && (j->text[w] == ' ' || j->text[w] == '\t' || j->text[w] == '\n')) w++;
+    if (w == len) return 0;
     kiln_segment *s = &a->seg[a->n];
     memset(s, 0, sizeof *s);
     char *text = utf8_clean(j->text, len);
@@ -809,16 +833,47 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
             st = kb_fail(KILN_ERR_CONTEXT_FULL, "the prompt does not fit the text context");
             break;
         }
+        /* speech (by the no-speech probability) but no words, or words that
+         * close no segment, after earlier text in the prompt: decoded again
+         * without that text.  A model can take a long previous-text prompt
+         * as its cue to end at once (the demo model, trained on short
+         * prompts, does so in most windows after the first), and the
+         * window's speech would be skipped.  */
+        int heard = !(p->no_speech_threshold > -1e9f && res.no_speech > p->no_speech_threshold);
+        if (!j.cancelled && heard && j.hist_from < j.n_hist &&
+            (!has_words(&j, &res) || (p->timestamps && !closes_segment(&j, &res)))) {
+            j.hist_from = j.n_hist;
+            build_prompt(&j);
+            n_fb++;
+            if (decode_window(&j, &res, &spare, &n_fb)) {
+                st = kb_fail(KILN_ERR_CONTEXT_FULL, "the prompt does not fit the text context");
+                break;
+            }
+        }
         if (j.cancelled) {
             st = kb_fail(KILN_ERR_CANCELLED, "transcription cancelled");
             break;
         }
         int64_t adv = seg_size;
-        int silent = p->no_speech_threshold > -1e9f && res.no_speech > p->no_speech_threshold &&
-                     (p->logprob_threshold <= -1e9f || res.avg_lp < p->logprob_threshold);
-        if (!silent && res.n > 0) {
-            const int32_t *tk = res.tok;
-            const int nt = res.n, tb = j.v->ts_begin;
+        const int silent = p->no_speech_threshold > -1e9f && res.no_speech > p->no_speech_threshold &&
+                           (p->logprob_threshold <= -1e9f || res.avg_lp < p->logprob_threshold);
+        const int32_t *tk = res.tok;
+        const int tb = j.v->ts_begin;
+        int nt = res.n;
+        /* a segment closed at the window's end (within 0.08 s) while audio
+         * follows: its speech most likely runs on (a model that never learnt
+         * to leave a segment open closes it there), so, like text after the
+         * last pair, it is left to the next window, which starts before it */
+        if (!silent && seek + seg_size < content && nt >= 2 && tk[nt - 1] >= tb && tk[nt - 2] < tb &&
+            (int64_t)(tk[nt - 1] - tb) * 2 >= seg_size - 8) {
+            int open = nt - 2;
+            while (open > 0 && tk[open] < tb) open--;
+            if (tk[open] > tb) {
+                nt = open;
+                if (nt == 0) adv = (int64_t)(tk[open] - tb) * 2;
+            }
+        }
+        if (!silent && nt > 0) {
             int single_end = nt >= 2 && tk[nt - 2] < tb && tk[nt - 1] >= tb;
             int last_slice = 0, any_pair = 0;
             const double tmax = duration;
@@ -836,14 +891,19 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
                 last_slice = i;
             }
             if (st != KILN_OK) break;
-            if (any_pair) {
-                if (!single_end) {
-                    int64_t pos = (int64_t)(tk[last_slice - 1] - tb) * 2;
-                    if (pos > 0) adv = pos < seg_size ? pos : seg_size;
-                }
-                /* tokens after the last pair (text that ran past the window
-                 * end) are decoded again from the new seek */
-            } else {
+            /* the next window starts where the last closed segment ends, also
+             * after text that ends with a lone timestamp: a model that stops
+             * before speech cut by the window's end (the demo model does)
+             * would lose it if the window were skipped whole, as OpenAI's
+             * Whisper does there (whisper.cpp seeks to the last timestamp
+             * too).  Tokens after the last pair (text that ran past the
+             * window's end) are decoded again from there. */
+            int32_t closing = any_pair ? tk[last_slice - 1] : single_end ? tk[nt - 1] : -1;
+            if (closing > tb) {
+                int64_t pos = (int64_t)(closing - tb) * 2;
+                adv = pos < seg_size ? pos : seg_size;
+            }
+            if (!any_pair) {
                 double dur = seg_size * 0.01;
                 for (int i = nt - 1; i >= 0; i--)
                     if (tk[i] >= tb) {

@@ -1,6 +1,7 @@
 // The official OpenAI npm client's audio API against kiln serve with a
 // Whisper model: transcriptions in every response_format, translations
-// refused on an English-only model, bad uploads, and a cancelled request
+// refused on an English-only model, bad uploads (a form without its closing
+// boundary, audio longer than --max-audio-seconds), and a cancelled request
 // that frees the model's gate for the next one.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,7 +16,7 @@ const ML = path.join(data, 'tiny-ml-f32.bin');
 let srv, oai;
 
 before(async () => {
-  srv = await startServer(['-m', EN, '-m', ML, '-t', '2']);
+  srv = await startServer(['-m', EN, '-m', ML, '-t', '2', '--max-audio-seconds', '300']);
   oai = new OpenAI({ baseURL: srv.base + '/v1', apiKey: 'unused', maxRetries: 0 });
 });
 
@@ -86,6 +87,35 @@ test('errors: translation on an English-only model, bad audio, bad format, unkno
     (e) => e.status === 404);
   await assert.rejects(oai.audio.transcriptions.create({ file: file(), model: 'tiny-en-f16', language: 'xx' }),
     (e) => e.status === 400 && /unknown language/.test(e.message));
+});
+
+test('a form without its closing boundary is refused, not cut short', async () => {
+  const b = 'kilnBoundary7MA4YWxk';
+  const part = (name, value, extra = '') =>
+    Buffer.concat([Buffer.from(`--${b}\r\nContent-Disposition: form-data; name="${name}"${extra}\r\n\r\n`),
+      Buffer.from(value)]);
+  const body = Buffer.concat([
+    part('model', 'tiny-en-f16'), Buffer.from('\r\n'),
+    part('response_format', 'text'), Buffer.from('\r\n'),
+    part('file', fs.readFileSync(path.join(data, 'clip16k.wav')), '; filename="clip16k.wav"'),
+  ]);
+  const post = (buf) => fetch(srv.base + '/v1/audio/transcriptions', {
+    method: 'POST', headers: { 'Content-Type': `multipart/form-data; boundary=${b}` }, body: buf });
+  const cut = await post(body);
+  assert.equal(cut.status, 400);
+  assert.match((await cut.json()).error.message, /closing boundary/);
+  // the same form closed is transcribed
+  const whole = await post(Buffer.concat([body, Buffer.from(`\r\n--${b}--\r\n`)]));
+  assert.equal(whole.status, 200, await whole.clone().text());
+  assert.equal(typeof (await whole.text()), 'string');
+});
+
+test('audio longer than --max-audio-seconds: 413 naming the limit and the length', async () => {
+  // 400 s at 8 kHz: 6.4 MB, under the 8 MiB body limit
+  const file = await toFile(wav(400, 8000), 'long.wav');
+  await assert.rejects(oai.audio.transcriptions.create({ file, model: 'tiny-en-f16' }),
+    (e) => e.status === 413 && /400\.0 s/.test(e.message) && /limit of 300 s/.test(e.message) &&
+      /--max-audio-seconds/.test(e.message));
 });
 
 test('a cancelled transcription frees the gate', async () => {
