@@ -66,7 +66,12 @@ void kst_net_init(kst_net *n, const kiln_store_pull_params *pp);
 int kst_net_cancelled(const kst_net *n);
 void kst_net_sleep(const kst_net *n, long ms);
 long kst_net_delay(const kst_net *n, int attempt);
-int kst_curl_transient(int curl_code);
+/* Whether a failed transfer (curl is the CURL handle it ran on, may be NULL)
+ * is worth retrying: timeouts, resets and the like are; a host name that
+ * does not resolve and a refused connection are answers, not accidents. */
+int kst_curl_transient(void *curl, int curl_code);
+/* The reason a failed transfer gives, cleaned of queries and user-info. */
+void kst_curl_reason(void *curl, int curl_code, const char *errbuf, char *out, size_t cap);
 void kst_curl_init(void);
 long kst_env_long(const char *name, long def, long lo, long hi);
 
