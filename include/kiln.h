@@ -547,6 +547,13 @@ kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progre
 /* Removes a name, or with an id the pack and all its names.  A pack whose
  * last name goes is deleted; refused (KILN_ERR_STATE) while leased. */
 kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id);
+/* Receives one name (valid during the call only). */
+typedef void (*kiln_store_name_fn)(const char *name, void *user);
+/* kiln_store_remove as kiln rm does it: an id (or prefix) whose pack carries
+ * several names is refused (KILN_ERR_STATE, the message lists them) unless
+ * force; removed (may be NULL) hears each name that went, after it went. */
+kiln_status kiln_store_remove_names(kiln_store *s, const char *name_or_id, int force, kiln_store_name_fn removed,
+                                    void *user);
 /* Adds the name dst for the pack src names (kiln cp).  When dst already
  * names another pack it is refused (KILN_ERR_STATE) unless force; then dst
  * moves, and the pack it named goes with its last name (at once, or by gc

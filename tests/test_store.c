@@ -453,11 +453,17 @@ static void test_copy_force(void) {
     CHECKF(strstr(kiln_last_error(), "ambiguous") != NULL, "%s", kiln_last_error());
     unlink(man);
     rmdir(fake);
-    /* kiln rm with the 12 digits kiln ls prints: the pack and its names */
+    /* kiln rm with the 12 digits kiln ls prints: the id of two names is
+     * refused, naming them; --force removes the pack and its names and
+     * says which went */
     const char *ls[] = {"ls", NULL};
     CHECK(run_kiln(g_root, err, ls) == 0 && contains(err, prefix));
-    const char *rm[] = {"rm", prefix, NULL};
-    CHECK(run_kiln(g_root, err, rm) == 0);
+    const char *rm[] = {"rm", prefix, NULL}, *rmf[] = {"rm", "--force", prefix, NULL};
+    CHECK(run_kiln(g_root, err, rm) == 1 && contains(err, "cp:a") && contains(err, "cp:b") && contains(err, "--force"));
+    CHECK(kiln_store_resolve(s, "cp:a", &l) == KILN_OK);
+    kiln_store_release(l);
+    CHECK(kiln_store_remove_names(s, a, 0, NULL, NULL) == KILN_ERR_STATE);
+    CHECK(run_kiln(g_root, err, rmf) == 0 && contains(err, "removed cp:a\n") && contains(err, "removed cp:b\n"));
     CHECK(kiln_store_resolve(s, "cp:a", &l) == KILN_ERR_NOT_FOUND);
     CHECK(kiln_store_resolve(s, "cp:b", &l) == KILN_ERR_NOT_FOUND);
     CHECK(count_dir(g_root, "packs") == packs - 2);

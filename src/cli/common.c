@@ -150,7 +150,8 @@ static const struct cli_synopsis {
      "PATH: a GGUF or whisper.cpp file, or an image pack (a directory with pack.json: all its files, each checked\n"
      "against the SHA-256 pack.json records)"},
     {"ls", "ls [--json]"},
-    {"rm", "rm NAME|ID|ID-PREFIX ..."},
+    {"rm", "rm NAME|ID|ID-PREFIX ... [--force]   an id whose pack carries several names removes them all only with "
+           "--force"},
     {"verify", "verify NAME|ID"},
     {"gc", "gc"},
     {"cp", "cp SOURCE NEW-NAME [--force]"},

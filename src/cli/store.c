@@ -276,8 +276,25 @@ int cmd_ls(int argc, char **argv) {
     return 0;
 }
 
+static void print_removed(const char *name, void *user) {
+    (void)user;
+    printf("removed %s\n", name);
+}
+
 int cmd_rm(int argc, char **argv) {
-    if (argc < 2) {
+    int force = 0, n_refs = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--force") || !strcmp(argv[i], "-f"))
+            force = 1;
+        else if (cli_help("rm", argv[i]))
+            return 0;
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "kiln rm: unknown option %s\n", argv[i]);
+            return 2;
+        } else
+            n_refs++;
+    }
+    if (!n_refs) {
         cli_usage("rm", stderr);
         return 2;
     }
@@ -285,10 +302,12 @@ int cmd_rm(int argc, char **argv) {
     if (open_store(&s)) return 1;
     int rc = 0;
     for (int i = 1; i < argc; i++) {
-        if (kiln_store_remove(s, argv[i]) != KILN_OK)
-            rc = cli_fail("rm");
-        else
-            printf("removed %s\n", argv[i]);
+        if (argv[i][0] == '-') continue;
+        kiln_status st = kiln_store_remove_names(s, argv[i], force, print_removed, NULL);
+        if (st == KILN_OK) continue;
+        int several = st == KILN_ERR_STATE && strstr(kiln_last_error(), " names (");
+        rc = cli_fail("rm");
+        if (several) fprintf(stderr, "kiln: rm: pass --force to remove every name of that id\n");
     }
     kiln_store_close(s);
     return rc;

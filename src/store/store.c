@@ -1024,20 +1024,59 @@ static void drop_if_unnamed(kiln_store *s, const char *id) {
     if (drop_unnamed(s, id)) kb_log(KB_LOG_INFO, "store: removed pack %.12s, which no name points at any more", id);
 }
 
-kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
+typedef struct rm_names {
+    char (*names)[KST_NAME_MAX + 1];
+    int n, cap, nomem;
+} rm_names;
+
+static void gather_name(const char *name, const char *nid, void *ud) {
+    (void)nid;
+    rm_names *l = ud;
+    if (l->nomem) return;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 8;
+        void *nn = kb_realloc(l->names, (size_t)cap * sizeof *l->names);
+        if (!nn) {
+            l->nomem = 1;
+            return;
+        }
+        l->names = nn;
+        l->cap = cap;
+    }
+    snprintf(l->names[l->n++], KST_NAME_MAX + 1, "%s", name);
+}
+
+static int name_cmp(const void *a, const void *b) { return strcmp(a, b); }
+
+kiln_status kiln_store_remove_names(kiln_store *s, const char *name_or_id, int force, kiln_store_name_fn removed,
+                                    void *user) {
     if (!s || !name_or_id) return kb_fail(KILN_ERR_INVALID_ARG, "no store or name");
     int lk = mut_lock(s, LOCK_EX);
     if (lk < 0) return KILN_ERR_IO;
     char id[KST_ID_LEN + 1], norm[KST_NAME_MAX + 1], p[PATH_MAX];
     kiln_status st = find_ref(s, name_or_id, id, norm);
-    int n_names = 0;
-    if (!st) each_name(s, id, count_name, &n_names);
-    if (!st && norm[0] && n_names > 1) {
+    rm_names l = {0};
+    if (!st) each_name(s, id, gather_name, &l);
+    if (!st && l.nomem) st = kb_fail(KILN_ERR_NOMEM, "out of memory listing the names of %.12s", id);
+    if (!st && l.n > 1) qsort(l.names, (size_t)l.n, sizeof *l.names, name_cmp);
+    if (!st && norm[0] && l.n > 1) {
         /* another name keeps the pack: only this alias goes */
         if (!name_file(s, norm, p) && unlink(p) != 0)
-            st = kb_fail(KILN_ERR_IO, "cannot remove %s: %s", p, strerror(errno));
+            st = kb_fail(KILN_ERR_IO, "cannot remove %s: %s", norm, strerror(errno));
         kst_unlock(lk);
+        if (!st && removed) removed(norm, user);
+        free(l.names);
         return st;
+    }
+    if (!st && !norm[0] && l.n > 1 && !force) {
+        char list[1024] = "";
+        size_t o = 0;
+        for (int i = 0; i < l.n && o + 1 < sizeof list; i++)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", l.names[i]);
+        st = kb_fail(KILN_ERR_STATE,
+                     "%s is the id of %d names (%s): remove the names one by one, or force removing "
+                     "them all",
+                     name_or_id, l.n, list);
     }
     int lease = -1;
     if (!st && (lease = lease_excl(s, id)) < 0) {
@@ -1051,7 +1090,13 @@ kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
     }
     kst_unlock(lease);
     kst_unlock(lk);
+    for (int i = 0; !st && removed && i < l.n; i++) removed(l.names[i], user);
+    free(l.names);
     return st;
+}
+
+kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
+    return kiln_store_remove_names(s, name_or_id, 1, NULL, NULL);
 }
 
 /* ---- gc ---- */
