@@ -74,11 +74,8 @@ static int tags(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         int dup = 0;                   /* a -m model of the same name is the one requests reach */
         size_t k;
         json_t *have;
-        json_array_foreach(models, k, have) {
-            const char *hn = json_string_value(json_object_get(have, "name"));
-            size_t hl = strlen(hn);
-            dup |= !strcmp(hn, name) || (!strncmp(hn, name, hl) && !strcmp(name + hl, ":latest"));
-        }
+        json_array_foreach(models, k, have) dup |=
+            ks_same_model_name(json_string_value(json_object_get(have, "name")), name);
         if (dup) continue;
         json_t *det = json_object();
         json_object_set_new(det, "format", json_string("gguf"));

@@ -61,7 +61,8 @@ const char ks_webui_html[] =
     ".replace(/^### (.*)$/gm,'<h4>$1</h4>').replace(/^## (.*)$/gm,'<h3>$1</h3>').replace(/^# (.*)$/gm,'<h2>$1</h2>')"
     ".replace(/^[-*] (.*)$/gm,'&bull; $1').replace(/\\n/g,'<br>');out+=h});return out}\n"
     "async function models(){try{const r=await api('v1/models');const j=await r.json();"
-    "$('model').innerHTML=j.data.map(m=>'<option>'+esc(m.id)+'</"
+    "$('model').innerHTML=j.data.filter(m=>!m.capabilities||m.capabilities.includes('completion'))"
+    ".map(m=>'<option>'+esc(m.id)+'</"
     "option>').join('');pick()}catch(e){$('status').textContent='no models'}}\n"
     /* a model without a chat template is a base model: continue text */
     "async function pick(){try{const r=await "

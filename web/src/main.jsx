@@ -89,7 +89,8 @@ function chooseModel(m) {
 async function loadModels() {
   try {
     const j = await getJSON('v1/models');
-    S.models = (j.data || []).map((d) => d.id);
+    // models to chat with: text generation (capabilities as Ollama's api/show names them)
+    S.models = (j.data || []).filter((d) => !d.capabilities || d.capabilities.includes('completion')).map((d) => d.id);
     S.error = '';
   } catch (e) {
     S.models = [];
