@@ -604,9 +604,11 @@ typedef struct kiln_builtin_model {
 int kiln_builtin_count(void);
 const kiln_builtin_model *kiln_builtin_at(int i);
 const kiln_builtin_model *kiln_builtin_find(const char *name);
-/* Pulls a built-in model from url (a file URL, or a mirror folder ending in
- * "/" to which the file name is added), names it, then checks the
- * published SHA-1 (a mismatch removes the pack). */
+/* Pulls a built-in model, from the Hugging Face repository
+ * ggerganov/whisper.cpp ($HF_ENDPOINT sets the hub; lengths and SHA-256
+ * from its LFS metadata) when url is NULL or "", else from url (a file URL,
+ * or a mirror folder ending in "/" to which the file name is added); names
+ * it, then checks the published SHA-1 (a mismatch removes the pack). */
 kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, const kiln_store_pull_params *p,
                               char *id_out);
 

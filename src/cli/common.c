@@ -125,11 +125,12 @@ static const struct cli_synopsis {
     {"rerank", "rerank -m MODEL --query Q [--top-n N] [--documents] [--no-truncate] [-t N] (DOC... | -f FILE)"},
     {"decide",
      "decide -m PACK (--state FILE | --state-text TEXT) --question JSON [--question JSON ...] [--measure] [-t N]"},
-    {"pull", "pull URL|REF [--name NAME] [--sha256 HEX] [--header 'K: V'] [--token TOKEN] [--json]\n"
-             "REF: hf.co/ORG/REPO[:QUANT]  hf.co/ORG/REPO/FILE.gguf[@REVISION]  [HOST/][NAMESPACE/]MODEL[:TAG]\n"
-             "environment: HF_ENDPOINT (the hub), HF_TOKEN (its token), KILN_REGISTRY (the default registry URL)\n"
-             "kiln pull BUILTIN --url MIRROR: a built-in name (whisper:base.en ...); MIRROR is the file's URL or a "
-             "folder URL ending in /"},
+    {"pull",
+     "pull URL|REF [--name NAME] [--sha256 HEX] [--header 'K: V'] [--token TOKEN] [--json]\n"
+     "REF: hf.co/ORG/REPO[:QUANT]  hf.co/ORG/REPO/FILE.gguf|FILE.bin[@REVISION]  [HOST/][NAMESPACE/]MODEL[:TAG]\n"
+     "environment: HF_ENDPOINT (the hub), HF_TOKEN (its token), KILN_REGISTRY (the default registry URL)\n"
+     "kiln pull BUILTIN [--url MIRROR]: a built-in name (whisper:base.en ...), from Hugging Face's "
+     "ggerganov/whisper.cpp,\nor from MIRROR: the file's URL or a folder URL ending in /"},
     {"transcribe", "transcribe -m MODEL AUDIO... [options]\n"
                    "  AUDIO: WAV, FLAC, Ogg/Vorbis, MP3 ... (any rate from 8 to 192 kHz, 1 to 8 channels)\n"
                    "  -l, --language XX    spoken language (code or name; default: detected, English on .en models)\n"

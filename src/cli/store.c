@@ -160,7 +160,7 @@ int cmd_pull(int argc, char **argv) {
                                  .cancel = &g_cancel,
                                  .token = token};
     char id[65];
-    /* a built-in name (whisper:base.en) takes its file from --url */
+    /* a built-in name (whisper:base.en) comes from the hub, or from --url */
     kiln_status st = kiln_builtin_find(url) ? kiln_builtin_pull(s, url, mirror, &pp, id)
                                             : kiln_store_pull(s, url, name, sha, &pp, id);
     end_bar(&sc);

@@ -231,7 +231,10 @@ static void *pull_main(void *arg) {
     pp.progress = pull_progress;
     pp.user = j;
     pp.cancel = &j->cancel;
-    kiln_status st = kiln_store_pull(j->s->store, j->url, j->name[0] ? j->name : NULL, NULL, &pp, NULL);
+    /* a built-in name (whisper:base.en) comes from its default source */
+    kiln_status st = kiln_builtin_find(j->url) && !j->name[0]
+                         ? kiln_builtin_pull(j->s->store, j->url, NULL, &pp, NULL)
+                         : kiln_store_pull(j->s->store, j->url, j->name[0] ? j->name : NULL, NULL, &pp, NULL);
     j->source = kiln_store_last_source_result(); /* this thread's */
     json_t *e = json_object();
     if (st == KILN_OK)
