@@ -258,6 +258,34 @@ static void test_chat(void) {
     free(e);
     size_t l1 = r1 ? strlen(r1) : 0;
     CHECK(rc == 0 && rc2 == 0 && l1 > 1 && both && strncmp(both, r1, l1) == 0 && strlen(both) > l1);
+    /* kiln chat -p TEXT answers that one message with the template and exits
+     * (stdin is not read), as `ollama run MODEL "prompt"`; the text is a
+     * message even when it begins with '/' */
+    {
+        char *once, *cmd;
+        rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 -p 'Hello there' < /tmp/kiln-cli-in.txt", &once, &e);
+        CHECKF(rc == 0 && once && r1 && !strcmp(once, r1) && e && !strstr(e, "/help"), "chat -p: '%s' vs '%s'",
+               once ? once : "", r1 ? r1 : "");
+        free(once);
+        free(e);
+        FILE *p = fopen(subst("/tmp/kiln-cli-prompt.txt"), "w");
+        if (p) {
+            fputs("<|im_start|>user\n/bye<|im_end|>\n<|im_start|>assistant\n", p);
+            fclose(p);
+        }
+        char *e1;
+        rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 -p /bye < /dev/null", &cmd, &e);
+        rc2 = run("run -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 -f /tmp/kiln-cli-prompt.txt", &once, &e1);
+        const size_t lc = cmd ? strlen(cmd) : 0;
+        if (lc) cmd[lc - 1] = 0;
+        CHECKF(rc == 0 && rc2 == 0 && lc > 1 && once && !strcmp(cmd, once), "chat -p /bye: '%s' vs run '%s'",
+               cmd ? cmd : "", once ? once : "");
+        free(cmd);
+        free(once);
+        free(e);
+        free(e1);
+        remove(subst("/tmp/kiln-cli-prompt.txt"));
+    }
     /* REPL commands, as in Ollama's: /clear starts over (the same reply
      * again), /help, empty lines and an unknown command send nothing, /bye
      * ends before the next message */

@@ -54,8 +54,8 @@ void cli_usage_all(FILE *f) {
             "usage: kiln COMMAND [options]     (kiln COMMAND --help: that command's usage)\n"
             "\n"
             "commands:\n"
-            "  run       -m MODEL -p TEXT [-n N]   generate a continuation of TEXT\n"
-            "  chat      -m MODEL                  interactive chat with the model's template\n"
+            "  run       -m MODEL -p TEXT [-n N]   generate a continuation of TEXT (raw completion)\n"
+            "  chat      -m MODEL [-p TEXT]        chat with the model's template (-p: answer once and exit)\n"
             "  show      MODEL                     metadata, tensors, size and parameters (.pt/.safetensors too)\n"
             "  tokenize  -m MODEL -p TEXT [--json] token ids and pieces\n"
             "  bench     -m MODEL [-p 512] [-n 128] [-s 1,8] prompt, generation and batched speed\n"
@@ -98,8 +98,10 @@ static const struct cli_synopsis {
     const char *name;
     const char *text;
 } synopses[] = {
-    {"run", "run -m MODEL (-p TEXT | -f FILE) [options]"},
-    {"chat", "chat -m MODEL [--system TEXT] [options]"},
+    {"run", "run -m MODEL (-p TEXT | -f FILE) [options]   continues the text as it is (a raw completion)"},
+    {"chat", "chat -m MODEL [--system TEXT] [-p TEXT | -f FILE] [options]\n"
+             "  a conversation with the model's chat template; with -p (or -f) one message is answered and chat "
+             "exits"},
     {"show", "show MODEL | FILE.pt | FILE.safetensors [--no-tensors]\n"
              "show URL|REF --remote [--token TOKEN] [--json]   the GGUF header only, read by Range requests"},
     {"tokenize", "tokenize -m MODEL -p TEXT [--json] [--ids] [--no-bos] [--parse-special]"},

@@ -589,11 +589,15 @@ int cmd_chat(int argc, char **argv) {
     st.messages = json_array();
     if (system) json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "system", "content", system));
     int has_system = system != NULL;
-    fprintf(stderr, "kiln chat: %s (%s). /help for commands; /bye or Ctrl-D ends.\n",
-            info.name[0] ? info.name : info.arch,
-            st.go     ? "the pack's template"
-            : st.tmpl ? "the model's chat template"
-                      : "no chat template: text is continued");
+    /* -p TEXT (or -f FILE): one message, answered with the model's template,
+     * then the chat ends, as `ollama run MODEL "prompt"` does */
+    const char *once = o.prompt;
+    if (!once)
+        fprintf(stderr, "kiln chat: %s (%s). /help for commands; /bye or Ctrl-D ends.\n",
+                info.name[0] ? info.name : info.arch,
+                st.go     ? "the pack's template"
+                : st.tmpl ? "the model's chat template"
+                          : "no chat template: text is continued");
     int rc = 1;
     char *line = NULL;
     size_t line_cap = 0;
@@ -604,11 +608,30 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     }
     if (attach_spec(&o, st.m, st.c, gb, &sp)) goto done;
-    for (;;) {
-        const int got = read_message(&line, &line_cap);
+    for (int turn = 0;; turn++) {
+        int got;
+        if (once) {
+            if (turn) break;
+            const size_t len = strlen(once);
+            if (len + 1 > line_cap) {
+                char *nb = realloc(line, len + 1);
+                if (!nb) {
+                    cli_fail("out of memory");
+                    goto done;
+                }
+                line = nb;
+                line_cap = len + 1;
+            }
+            memcpy(line, once, len + 1);
+            got = (int)len;
+        } else {
+            got = read_message(&line, &line_cap);
+        }
         if (got < 0) break; /* end of input */
         if (got == 0) continue;
-        if (line[0] == '/' && line[1] == '/')
+        if (once) {
+            /* the message as written, never a command */
+        } else if (line[0] == '/' && line[1] == '/')
             memmove(line, line + 1, (size_t)got); /* //TEXT sends /TEXT */
         else if (line[0] == '/') {                /* a command, as in Ollama's REPL */
             if (!strcmp(line, "/bye") || !strcmp(line, "/exit")) break;
