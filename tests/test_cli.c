@@ -348,6 +348,10 @@ static void test_chat(void) {
          "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n", "-n 3"},
         {"/set parameter temperature 0.8\n/set parameter seed 5\nHello there\n",
          "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n", "-n 12 --temp 0.8 --seed 5"},
+        {"/set nothink\nHello there\n",
+         "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", "-n 12"},
+        {"/set nothink\n/set think\nHello there\n", "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
+         "-n 12"},
     };
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
         in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
@@ -374,6 +378,19 @@ static void test_chat(void) {
         free(e1);
         remove(subst("/tmp/kiln-cli-prompt.txt"));
     }
+    /* /show: the model, the parameters as set, the template */
+    in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
+    if (in) {
+        fputs("/set parameter temperature 0.3\n/show parameters\n/show template\n/show\n/show system\n", in);
+        fclose(in);
+    }
+    char *shown;
+    rc = run("chat -m /tmp/kiln-cli-chat.gguf -sys 'Be kind.' < /tmp/kiln-cli-in.txt", &shown, &e);
+    CHECKF(rc == 0 && shown && strstr(shown, "temperature        0.3\n") && strstr(shown, "'<|im_start|>assistant") &&
+               strstr(shown, "architecture         llama") && strstr(shown, "Be kind.\n"),
+           "/show: '%s'", shown ? shown : "");
+    free(shown);
+    free(e);
     in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
     if (in) {
         fputs("/set parameter nosuch 1\n/set\n", in);
@@ -436,6 +453,34 @@ static void test_chat(void) {
     }
     remove(subst("/tmp/kiln-cli-in.txt"));
     remove(model);
+}
+
+/* kiln chat shows reasoning between Ollama's "Thinking..." lines (dimmed on
+ * a terminal), or hides it with --hidethinking, and a tool call as the
+ * call; kiln run prints the text as written.  The fixture writes
+ * <think>...</think> and a <tool_call> whatever the prompt. */
+static void test_chat_view(void) {
+    const char *fx = "data/fixtures/toolcall.gguf";
+    char cmd[300], *o, *e;
+    snprintf(cmd, sizeof cmd, "chat -m %s -n 80 --temp 0 -p 'Weather in Paris?' < /dev/null", fx);
+    int rc = run(cmd, &o, &e);
+    CHECKF(rc == 0 && o && strstr(o, "Thinking...\nI should look up the weather.\n...done thinking.\n\n") &&
+               strstr(o, "-> get_weather({\"city\":\"Paris\",\"unit\":\"celsius\"})\n") && !strstr(o, "<think>") &&
+               !strstr(o, "tool_call"),
+           "chat view: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    snprintf(cmd, sizeof cmd, "chat -m %s -n 80 --temp 0 --hidethinking -p 'Weather in Paris?' < /dev/null", fx);
+    rc = run(cmd, &o, &e);
+    CHECKF(rc == 0 && o && !strstr(o, "look up") && !strstr(o, "Thinking") && strstr(o, "-> get_weather("),
+           "--hidethinking: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    snprintf(cmd, sizeof cmd, "run -m %s -n 80 --temp 0 -p 'Weather' < /dev/null", fx);
+    rc = run(cmd, &o, &e);
+    CHECKF(rc == 0 && o && strstr(o, "</tool_call>"), "run: '%s'", o ? o : "");
+    free(o);
+    free(e);
 }
 
 /* kiln chat on a hybrid model (qwen35: recurrent layers, whose state
@@ -897,6 +942,7 @@ int main(void) {
     remove(subst("/tmp/kiln-cli-q8.gguf"));
 
     test_chat();
+    test_chat_view();
     test_chat_hybrid();
     test_encoders();
 

@@ -101,7 +101,9 @@ static const struct cli_synopsis {
     {"run", "run -m MODEL (-p TEXT | -f FILE) [options]   continues the text as it is (a raw completion)"},
     {"chat", "chat -m MODEL [--system TEXT] [-p TEXT | -f FILE] [options]\n"
              "  a conversation with the model's chat template; with -p (or -f) one message is answered and chat "
-             "exits"},
+             "exits\n"
+             "  --hidethinking   the model's reasoning (<think>) is not shown (on a terminal it is dimmed)\n"
+             "  --think, --nothink   ask the template to let the model reason, or not (default: the template's)"},
     {"show", "show MODEL | FILE.pt | FILE.safetensors [--no-tensors]\n"
              "show URL|REF --remote [--token TOKEN] [--json]   the GGUF header only, read by Range requests"},
     {"tokenize", "tokenize -m MODEL -p TEXT [--json] [--ids] [--no-bos] [--parse-special]"},

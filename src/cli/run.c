@@ -14,10 +14,12 @@
 #include "sample/jschema.h"
 #include "sample/sample.h"
 
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct gen_stats {
     int n_prompt, n_gen;
@@ -47,6 +49,135 @@ static void catch_sigint(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+/* How kiln chat shows a reply.  Reasoning (<think>...</think>) is dimmed on
+ * a terminal (ANSI faint), set between Ollama's "Thinking..." and
+ * "...done thinking." lines otherwise, or hidden (--hidethinking); a tool
+ * call (<tool_call>{"name": ..., "arguments": ...}</tool_call>) is shown as
+ * the call, "-> name({...})".  Only the display changes: the conversation
+ * keeps the reply as the model wrote it. */
+enum { VIEW_TEXT, VIEW_THINK, VIEW_TOOL };
+
+typedef struct chat_view {
+    int tty, hide_think;
+    int mode;       /* VIEW_* */
+    int trim;       /* whitespace just after a tag is not shown */
+    int think_open; /* the reasoning's opening was written */
+    char pend[16];  /* text that may be the beginning of a tag */
+    size_t n_pend;
+    char *call; /* a tool call's text so far */
+    size_t n_call, cap_call;
+} chat_view;
+
+static const char *const view_tags[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
+
+static void view_emit(chat_view *v, const char *s, size_t n) {
+    for (; n && v->trim && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t'); s++, n--) {}
+    if (!n) return;
+    v->trim = 0;
+    if (v->mode == VIEW_TEXT) {
+        fwrite(s, 1, n, stdout);
+    } else if (v->mode == VIEW_THINK) {
+        if (v->hide_think) return;
+        if (!v->think_open) fputs(v->tty ? "\033[2m" : "Thinking...\n", stdout);
+        v->think_open = 1;
+        fwrite(s, 1, n, stdout);
+    } else if (v->n_call + n + 1 <= 65536) { /* a tool call longer than that is cut in the display only */
+        if (v->n_call + n + 1 > v->cap_call) {
+            size_t cap = (v->n_call + n + 1) * 2;
+            char *nb = realloc(v->call, cap);
+            if (!nb) return;
+            v->call = nb;
+            v->cap_call = cap;
+        }
+        memcpy(v->call + v->n_call, s, n);
+        v->n_call += n;
+        v->call[v->n_call] = 0;
+    }
+}
+
+static void view_end_think(chat_view *v) {
+    if (v->think_open) fputs(v->tty ? "\033[0m\n\n" : "\n...done thinking.\n\n", stdout);
+    v->think_open = 0;
+}
+
+static void view_show_call(chat_view *v) {
+    json_t *j = v->call ? json_loads(v->call, 0, NULL) : NULL;
+    const char *name = json_string_value(json_object_get(j, "name"));
+    json_t *args = json_object_get(j, "arguments");
+    char *a = args ? json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    if (name)
+        printf("%s%s(%s)\n", v->tty ? "\xe2\x86\x92 " : "-> ", name, a ? a : "");
+    else /* not a call kiln can read: as written */
+        printf("<tool_call>%s</tool_call>", v->call ? v->call : "");
+    free(a);
+    json_decref(j);
+    v->n_call = 0;
+    if (v->call) v->call[0] = 0;
+}
+
+static void view_tag(chat_view *v, int tag) {
+    if (tag == 0) {
+        v->mode = VIEW_THINK;
+        v->think_open = 0;
+    } else if (tag == 1) {
+        if (v->mode == VIEW_THINK) view_end_think(v);
+        v->mode = VIEW_TEXT;
+    } else if (tag == 2) {
+        v->mode = VIEW_TOOL;
+        v->n_call = 0;
+    } else if (v->mode == VIEW_TOOL) {
+        view_show_call(v);
+        v->mode = VIEW_TEXT;
+    }
+    v->trim = 1;
+}
+
+static void view_put(chat_view *v, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const char c = s[i];
+        if (!v->n_pend && c != '<') {
+            size_t run = 1;
+            while (i + run < n && s[i + run] != '<') run++;
+            view_emit(v, s + i, run);
+            i += run - 1;
+            continue;
+        }
+        if (c == '<' && v->n_pend) { /* a new tag may begin here */
+            view_emit(v, v->pend, v->n_pend);
+            v->n_pend = 0;
+        }
+        v->pend[v->n_pend++] = c;
+        int prefix = 0;
+        for (int t = 0; t < 4; t++) {
+            const size_t tl = strlen(view_tags[t]);
+            if (v->n_pend == tl && !memcmp(v->pend, view_tags[t], tl)) {
+                v->n_pend = 0;
+                view_tag(v, t);
+                prefix = 1;
+                break;
+            }
+            if (v->n_pend < tl && !memcmp(v->pend, view_tags[t], v->n_pend)) prefix = 1;
+        }
+        if (!prefix) {
+            view_emit(v, v->pend, v->n_pend);
+            v->n_pend = 0;
+        }
+    }
+    fflush(stdout);
+}
+
+/* The reply ended: what was held back goes out, an open reasoning closes. */
+static void view_finish(chat_view *v) {
+    view_emit(v, v->pend, v->n_pend);
+    v->n_pend = 0;
+    if (v->mode == VIEW_THINK && v->think_open && v->tty) fputs("\033[0m", stdout);
+    if (v->mode == VIEW_TOOL) printf("<tool_call>%s", v->call ? v->call : "");
+    v->think_open = 0;
+    v->mode = VIEW_TEXT;
+    v->trim = 0;
+    fflush(stdout);
+}
+
 /* What a slot's events do here: stream the text to stdout, keep it (chat)
  * and count. */
 typedef struct sink {
@@ -64,14 +195,19 @@ typedef struct sink {
     const cli_opts *o;
     char held[1024];
     size_t n_held;
-    int stopped; /* a stop string ended the text */
+    int stopped;     /* a stop string ended the text */
+    chat_view *view; /* kiln chat's display, or NULL: the text as it is */
 } sink;
 
 /* Text that goes out: to stdout, and kept for chat.  Returns -1 out of memory. */
 static int write_text(sink *k, const char *txt, size_t len) {
     if (!len) return 0;
-    fwrite(txt, 1, len, stdout);
-    fflush(stdout);
+    if (k->view) {
+        view_put(k->view, txt, len);
+    } else {
+        fwrite(txt, 1, len, stdout);
+        fflush(stdout);
+    }
     if (k->keep_text) {
         char *nb = realloc(k->out, k->out_len + len + 1);
         if (!nb) {
@@ -377,6 +513,8 @@ typedef struct chat_state {
     int n_held, cap_held;
     int n_kv; /* of those, held by the KV cache */
     char bos[64], eos[64];
+    int think;       /* /set think 1, /set nothink 0, -1 the template's default */
+    int opens_think; /* the rendered prompt ends inside a <think> block */
 } chat_state;
 
 static void piece_text(kiln_model *m, int32_t id, char *buf, int cap) {
@@ -391,10 +529,11 @@ static int32_t *render_chat(chat_state *st, int *n) {
     char err[256];
     char *text;
     if (st->go) {
-        text = kgt_render_chat(st->go, st->messages, NULL, -1, err, sizeof err);
+        text = kgt_render_chat(st->go, st->messages, NULL, st->think, err, sizeof err);
     } else {
         json_t *vars = json_pack("{s:O, s:b, s:s, s:s}", "messages", st->messages, "add_generation_prompt", 1,
                                  "bos_token", st->bos, "eos_token", st->eos);
+        if (vars && st->think >= 0) json_object_set_new(vars, "enable_thinking", json_boolean(st->think));
         text = vars ? kct_render(st->tmpl, vars, err, sizeof err) : NULL;
         json_decref(vars);
     }
@@ -402,6 +541,10 @@ static int32_t *render_chat(chat_state *st, int *n) {
         fprintf(stderr, "kiln chat: the chat template failed: %s\n", err);
         return NULL;
     }
+    /* a template that opens the reasoning itself: the reply begins inside it */
+    size_t tl = strlen(text);
+    while (tl && (text[tl - 1] == '\n' || text[tl - 1] == ' ')) tl--;
+    st->opens_think = tl >= 7 && !memcmp(text + tl - 7, "<think>", 7);
     /* templates that write the BOS text themselves get no second BOS */
     int add_bos = !(st->bos[0] && strncmp(text, st->bos, strlen(st->bos)) == 0);
     int32_t *ids = tokenize_alloc(st->m, text, add_bos, 1, n);
@@ -509,6 +652,11 @@ static int set_parameter(cli_opts *o, const char *name, const char *value) {
  * settings apply from the next reply (each reply's sampler sees the whole
  * rendered conversation, so the penalties see the same history). */
 static void chat_set(chat_state *st, cli_opts *o, int *has_system, char *args) {
+    if (!strcmp(args, "think") || !strcmp(args, "nothink")) {
+        st->think = args[0] == 't';
+        fprintf(stderr, "kiln chat: thinking %s\n", st->think ? "on" : "off");
+        return;
+    }
     if (!strncmp(args, "system ", 7) && args[7]) {
         if (!st->tmpl && !st->go) {
             fprintf(stderr, "kiln chat: the model has no chat template, so there is no system prompt\n");
@@ -527,7 +675,8 @@ static void chat_set(chat_state *st, cli_opts *o, int *has_system, char *args) {
     char *value = name ? strchr(name, ' ') : NULL;
     if (value) *value++ = 0;
     if (!value || set_parameter(o, name, value)) {
-        fprintf(stderr, "kiln chat: /set system TEXT, or /set parameter NAME VALUE with NAME one of temperature, "
+        fprintf(stderr, "kiln chat: /set system TEXT, /set think, /set nothink, or /set parameter NAME VALUE with NAME "
+                        "one of temperature, "
                         "top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, "
                         "seed, num_predict\n");
         return;
@@ -535,12 +684,73 @@ static void chat_set(chat_state *st, cli_opts *o, int *has_system, char *args) {
     fprintf(stderr, "kiln chat: %s set to %s\n", name, value);
 }
 
+/* /show [info|parameters|system|template], as in Ollama's REPL. */
+static void chat_show(const chat_state *st, const cli_opts *o, const char *model, const char *tmpl_text,
+                      const char *what) {
+    kiln_model_info info;
+    kiln_model_get_info(st->m, &info);
+    const kiln_sampler_params *p = &o->sp;
+    const json_t *sys = json_array_size(st->messages) ? json_array_get(st->messages, 0) : NULL;
+    const char *system = sys && !strcmp(json_string_value(json_object_get(sys, "role")), "system")
+                             ? json_string_value(json_object_get(sys, "content"))
+                             : NULL;
+    if (!*what || !strcmp(what, "info")) {
+        char params[32];
+        const double n = (double)info.n_params;
+        if (n >= 1e9)
+            snprintf(params, sizeof params, "%.1fB", n / 1e9);
+        else if (n >= 1e6)
+            snprintf(params, sizeof params, "%.1fM", n / 1e6);
+        else
+            snprintf(params, sizeof params, "%.1fK", n / 1e3);
+        printf("  Model\n    %-20s %s\n    %-20s %s\n    %-20s %s\n    %-20s %d\n    %-20s %d\n    %-20s %d\n"
+               "    %-20s %s\n    %-20s %s\n",
+               "name", model, "architecture", info.arch, "parameters", params, "context length", info.n_ctx_train,
+               "context (this chat)", kiln_context_n_ctx(st->c), "embedding length", info.n_embd, "quantization",
+               info.ftype, "template",
+               st->go     ? "the pack's (Go)"
+               : st->tmpl ? "the model's (Jinja)"
+                          : "none: text is continued");
+        printf("  Thinking\n    %s\n", st->think < 0 ? "the template's default" : st->think ? "on" : "off");
+        printf("  System\n    %s\n", system ? system : "(none)");
+        return;
+    }
+    if (!strcmp(what, "parameters")) {
+        printf("temperature        %g\ntop_k              %d\ntop_p              %g\nmin_p              %g\n"
+               "repeat_penalty     %g\nrepeat_last_n      %d\npresence_penalty   %g\nfrequency_penalty  %g\n"
+               "seed               %llu\nnum_predict        %d\nnum_ctx            %d\n",
+               p->temperature, p->top_k, p->top_p, p->min_p, p->repeat_penalty, p->repeat_last_n, p->presence_penalty,
+               p->frequency_penalty, (unsigned long long)p->seed, o->n_predict, kiln_context_n_ctx(st->c));
+        for (int i = 0; i < o->n_stop; i++) printf("stop               \"%s\"\n", o->stop[i]);
+        return;
+    }
+    if (!strcmp(what, "system")) {
+        printf("%s\n", system ? system : "No system message was specified for this model.");
+        return;
+    }
+    if (!strcmp(what, "template")) {
+        printf("%s\n", tmpl_text ? tmpl_text : "No template was specified for this model.");
+        return;
+    }
+    fprintf(stderr, "kiln chat: /show info, /show parameters, /show system or /show template\n");
+}
+
 int cmd_chat(int argc, char **argv) {
     cli_opts o;
     cli_opts_init(&o);
     const char *system = NULL;
+    int hide_think = 0, think = -1;
     cli_opts base = pack_begin(&o);
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--hidethinking")) {
+            hide_think = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--think") || !strcmp(argv[i], "--think=true") || !strcmp(argv[i], "--nothink") ||
+            !strcmp(argv[i], "--think=false")) {
+            think = !strcmp(argv[i], "--think") || !strcmp(argv[i], "--think=true");
+            continue;
+        }
         if ((!strcmp(argv[i], "--system") || !strcmp(argv[i], "-sys") || !strcmp(argv[i], "--system-prompt")) &&
             i + 1 < argc) {
             system = argv[++i];
@@ -563,6 +773,8 @@ int cmd_chat(int argc, char **argv) {
     }
     chat_state st;
     memset(&st, 0, sizeof st);
+    st.think = think;
+    chat_view view = {.tty = isatty(STDOUT_FILENO) && !getenv("NO_COLOR"), .hide_think = hide_think};
     if (cli_load(&o, &st.m, &st.c, 1)) {
         cli_pack_free(&pk);
         ks_schema_free(schema);
@@ -647,10 +859,17 @@ int cmd_chat(int argc, char **argv) {
                 chat_set(&st, &o, &has_system, line + 5);
                 continue;
             }
+            if (!strcmp(line, "/show") || !strncmp(line, "/show ", 6)) {
+                chat_show(&st, &o, o.model, st.go ? pk.template_go : st.tmpl ? src : NULL, line[5] ? line + 6 : "");
+                fflush(stdout);
+                continue;
+            }
             if (strcmp(line, "/help") && strcmp(line, "/?")) fprintf(stderr, "kiln chat: unknown command '%s'\n", line);
             fprintf(stderr, "  /clear      forget the conversation (the system prompt stays)\n"
                             "  /set system TEXT             set the system prompt\n"
                             "  /set parameter NAME VALUE    temperature, top_k, top_p, min_p, seed, num_predict, ...\n"
+                            "  /set think, /set nothink     let the model reason before it answers, or not\n"
+                            "  /show [info|parameters|system|template]   the model and this chat's settings\n"
                             "  /bye        end (also Ctrl-D)\n"
                             "  \"\"\"         alone on a line begins and ends a message of several lines\n"
                             "  //TEXT      sends /TEXT\n");
@@ -753,7 +972,12 @@ int cmd_chat(int argc, char **argv) {
         memset(&k, 0, sizeof k);
         k.o = &o;
         k.keep_text = 1;
+        k.view = &view;
+        view.mode = has_tmpl && st.opens_think ? VIEW_THINK : VIEW_TEXT;
+        view.trim = view.mode == VIEW_THINK;
+        view.think_open = 0;
         int fr = run_slot(gb, st.m, &p, &gs, &k);
+        view_finish(&view);
         if (k.why == GEN_FAILED) st.n_kv = 0; /* the core emptied the sequence */
         if (fr || k.why == GEN_FAILED) {
             if (ids != st.held) free(ids);
@@ -803,6 +1027,7 @@ int cmd_chat(int argc, char **argv) {
     rc = 0;
 done:
     free(line);
+    free(view.call);
     json_decref(st.messages);
     kct_free(st.tmpl);
     kgt_free(st.go);
