@@ -514,6 +514,31 @@ static void test_link(void) {
     kiln_store_close(s);
 }
 
+/* What kiln import says: how it brings the file in (never "downloading"),
+ * no rate it did not measure, the name it installed under with the short id;
+ * a file that is not a model is refused without the store's staging path. */
+static void test_import_words(void) {
+    char err[PATH_MAX], bad[PATH_MAX];
+    snprintf(err, sizeof err, "%s/import.out", g_tmp);
+    const char *link[] = {"import", k_model, "--name", "words", "--link", NULL};
+    CHECK(run_kiln(g_root, err, link) == 0);
+    CHECK(contains(err, "hashing ") && !contains(err, "downloading") && !contains(err, " 0 B/s") &&
+          contains(err, "imported words:latest ("));
+    snprintf(bad, sizeof bad, "%s/notes.gguf", g_tmp);
+    FILE *f = fopen(bad, "w");
+    if (f) {
+        fputs("not a model\n", f);
+        fclose(f);
+    }
+    const char *copy[] = {"import", bad, NULL};
+    CHECK(run_kiln(g_root, err, copy) == 1);
+    CHECK(contains(err, "copying notes.gguf") && contains(err, "not a valid GGUF: not a GGUF file") &&
+          !contains(err, ".staging"));
+    kiln_store *s = open_store();
+    CHECK(kiln_store_remove(s, "words") == KILN_OK);
+    kiln_store_close(s);
+}
+
 typedef struct touch_ctx {
     const char *path;
     const char *when; /* event that triggers the change */
@@ -998,6 +1023,7 @@ int main(int argc, char **argv) {
     test_copy_force();
     test_times();
     test_link();
+    test_import_words();
     test_move();
     test_verify_damage();
     test_gc_and_staging();

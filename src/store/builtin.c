@@ -54,7 +54,7 @@ kiln_status kst_check_whisper(const char *path, const char *artifact, char arch[
     kiln_stt *m = NULL;
     if (kiln_stt_load(path, &m) != KILN_OK)
         return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a valid whisper.cpp GGML file: %s", artifact,
-                       kiln_last_error());
+                       kst_without_path(kiln_last_error(), path));
     kiln_stt_info info;
     kiln_stt_get_info(m, &info);
     snprintf(arch, 64, "whisper");

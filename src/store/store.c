@@ -487,12 +487,19 @@ void kst_quarantine(kiln_store *s, const char *dir, const char *reason) {
     }
 }
 
+const char *kst_without_path(const char *msg, const char *path) {
+    const size_t n = strlen(path);
+    return !strncmp(msg, path, n) && msg[n] == ':' && msg[n + 1] == ' ' ? msg + n + 2 : msg;
+}
+
 kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16], char family[16]) {
     family[0] = 0;
     if (kiln_is_whisper_file(path)) return kst_check_whisper(path, artifact, arch, quant);
     char err[512];
     gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact, err);
+    /* the reader names the file by its path, here one inside the store's staging */
+    if (!f)
+        return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact, kst_without_path(err, path));
     gguf_get_cstr(f, "general.architecture", arch, 64, "");
     if (!arch[0]) {
         gguf_close(f);

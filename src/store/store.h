@@ -66,6 +66,9 @@ void kst_net_init(kst_net *n, const kiln_store_pull_params *pp);
 int kst_net_cancelled(const kst_net *n);
 void kst_net_sleep(const kst_net *n, long ms);
 long kst_net_delay(const kst_net *n, int attempt);
+/* msg without a leading "PATH: " (a reader's message about a file in the
+ * store's staging, whose path means nothing to the user). */
+const char *kst_without_path(const char *msg, const char *path);
 /* Whether a failed transfer (curl is the CURL handle it ran on, may be NULL)
  * is worth retrying: timeouts, resets and the like are; a host name that
  * does not resolve and a refused connection are answers, not accidents. */
