@@ -74,6 +74,7 @@ typedef struct ks_srv {
     atomic_int draining;
     atomic_int n_active_http;
     ks_images *images; /* NULL without --image */
+    int quiet;         /* ks_logf writes nothing: a start that failed */
 } ks_srv;
 
 #endif

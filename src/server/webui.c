@@ -8,6 +8,7 @@
  * URLs are relative, so both pages work behind a proxy's path prefix. */
 #include "server/webui.h"
 
+#include "server/log.h"
 #include "server/metrics.h"
 
 #include <microhttpd.h>
@@ -115,6 +116,7 @@ static int reply(struct MHD_Connection *c, int status, const char *type, const c
     MHD_add_response_header(r, "Cache-Control", cache);
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     ks_metrics_request(status);
+    ks_reqlog_status(ks_reqlog_current(), status);
     int rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return rc;
