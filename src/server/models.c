@@ -248,7 +248,10 @@ static ks_model *find(ks_srv *s, const char *name, int *status, char *msg, size_
     if (kiln_store_resolve(s->store, name, &lease) != KILN_OK) return NULL; /* the message above */
     char why[512];
     ks_model *made = make(s, name, name, kiln_store_lease_path(lease), why, sizeof why);
-    if (made) made->defaults = json_loads(kiln_store_lease_defaults(lease), 0, NULL);
+    if (made) {
+        made->defaults = json_loads(kiln_store_lease_defaults(lease), 0, NULL);
+        snprintf(made->digest, sizeof made->digest, "%s", kiln_store_lease_id(lease));
+    }
     kiln_store_release(lease); /* the engine takes its own lease at each load */
     if (!made) {
         *status = 500;
@@ -519,7 +522,10 @@ kiln_status ks_models_start(ks_srv *s) {
             m = make(s, name, ref, ref, msg, sizeof msg);
         } else if (s->store && kiln_store_resolve(s->store, ref, &lease) == KILN_OK) {
             m = make(s, ref, ref, kiln_store_lease_path(lease), msg, sizeof msg);
-            if (m) m->defaults = json_loads(kiln_store_lease_defaults(lease), 0, NULL);
+            if (m) {
+                m->defaults = json_loads(kiln_store_lease_defaults(lease), 0, NULL);
+                snprintf(m->digest, sizeof m->digest, "%s", kiln_store_lease_id(lease));
+            }
             kiln_store_release(lease);
         } else {
             snprintf(msg, sizeof msg, "model '%s' is neither a readable file nor in the store", ref);

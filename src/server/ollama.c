@@ -96,7 +96,7 @@ static int ps(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     pthread_mutex_lock(&s->mu);
     for (ks_model *r = s->models; r; r = r->next) {
         if (r->state == KS_M_READY || r->state == KS_M_UNLOADING) { /* resident until its memory is released */
-            json_t *e = tag_entry(r->name, r->weight_bytes, "", 0, ks_model_details(r));
+            json_t *e = tag_entry(r->name, r->weight_bytes, r->digest, 0, ks_model_details(r));
             json_object_del(e, "modified_at"); /* not part of Ollama's /api/ps */
             char t[40];
             double exp = r->keep_alive < 0 ? 4102444800.0 /* 2100: "forever" */
