@@ -742,6 +742,11 @@ function Composer() {
 
 function Settings({ onClose }) {
   const c = S.conv;
+  useEffect(() => { // Escape closes the dialog, as its x does
+    const onKey = (e) => { if (e.key === 'Escape') { e.stopPropagation(); onClose(); } };
+    window.addEventListener('keydown', onKey, true);
+    return () => window.removeEventListener('keydown', onKey, true);
+  }, [onClose]);
   const [system, setSystem] = useState(c.system);
   const [p, setP] = useState({ ...c.params });
   const [asDefault, setAsDefault] = useState(false);
