@@ -1368,6 +1368,8 @@ typedef struct kiln_quantize_params {
     int32_t n_threads;          /* 0 = all online CPUs */
     kiln_quantize_fn on_tensor; /* optional: hears every tensor, in file order */
     void *user;
+    int32_t allow_requantize; /* 0: a tensor already quantized that would change type is refused
+                                 (KILN_ERR_INVALID_ARG), as llama-quantize without --allow-requantize */
 } kiln_quantize_params;
 
 kiln_quantize_params kiln_quantize_default_params(void);

@@ -113,9 +113,10 @@ static const struct cli_synopsis {
               "--spec adds, per tg test, greedy generation after the prompt (-f's text, else random tokens) plain and\n"
               "speculating, alternated rep by rep, with the acceptance rate and the ratio of the two"},
     {"quantize",
-     "quantize IN.gguf|NAME OUT.gguf TYPE [-t N]\n"
-     "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m q4_k_s q5_k_m q3_k_m iq4_nl "
-     "iq4_xs"},
+     "quantize IN.gguf|NAME OUT.gguf TYPE [-t N] [--allow-requantize]\n"
+     "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_s q4_k_m q5_k_s q5_k_m q3_k_s q3_k_m "
+     "q3_k_l iq4_nl iq4_xs\n"
+     "a model already quantized is quantized again only with --allow-requantize (it loses more precision)"},
     {"serve", "serve [-m MODEL|NAME ...] [options]   (kiln serve --help lists them)"},
     {"embed", "embed -m MODEL [--query|--document [--title T]] [--dim N] [--truncate] [-t N] TEXT..."},
     {"image",
