@@ -352,9 +352,15 @@ static int store_status(struct MHD_Connection *c, kiln_status st) {
     return ks_oll_error(c, code, kiln_last_error());
 }
 
+/* The Ollama version kiln answers as: clients that check the server's
+ * version (for features such as tools, thinking or structured output)
+ * accept this one; kiln's own version is beside it. */
+#define KS_OLLAMA_VERSION "0.12.0"
+
 static int version(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     json_t *j = json_object();
-    json_object_set_new(j, "version", json_string(KILN_VERSION));
+    json_object_set_new(j, "version", json_string(KS_OLLAMA_VERSION));
+    json_object_set_new(j, "kiln_version", json_string(KILN_VERSION));
     return ks_send_json(c, 200, j);
 }
 
