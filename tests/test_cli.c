@@ -476,6 +476,21 @@ static void test_chat_view(void) {
            "--hidethinking: '%s'", o ? o : "");
     free(o);
     free(e);
+    /* /load: a model that does not load leaves the chat as it was; then
+     * the fixture answers with its template, shown as above */
+    FILE *in = fopen(subst("/tmp/kiln-cli-load.txt"), "w");
+    if (in) {
+        fprintf(in, "Once upon\n/load nosuch.gguf\n/load %s\nWeather in Paris?\n/show\n", fx);
+        fclose(in);
+    }
+    rc = run("chat -m ../models/stories260K.gguf -n 80 --temp 0 < /tmp/kiln-cli-load.txt", &o, &e);
+    CHECKF(rc == 0 && o && e && strstr(e, "/load nosuch.gguf failed") &&
+               strstr(e, "loaded data/fixtures/toolcall.gguf") && strstr(o, "-> get_weather({") &&
+               strstr(o, "name                 data/fixtures/toolcall.gguf"),
+           "/load: '%s' / '%s'", o ? o : "", e ? e : "");
+    free(o);
+    free(e);
+    remove(subst("/tmp/kiln-cli-load.txt"));
     snprintf(cmd, sizeof cmd, "run -m %s -n 80 --temp 0 -p 'Weather' < /dev/null", fx);
     rc = run(cmd, &o, &e);
     CHECKF(rc == 0 && o && strstr(o, "</tool_call>"), "run: '%s'", o ? o : "");

@@ -684,6 +684,89 @@ static void chat_set(chat_state *st, cli_opts *o, int *has_system, char *args) {
     fprintf(stderr, "kiln chat: %s set to %s\n", name, value);
 }
 
+/* st->m's chat template: the pack's Go template (template_go, may be NULL),
+ * else the GGUF's Jinja one, else none (text is continued). */
+static void chat_templates(chat_state *st, const char *template_go) {
+    kct_free(st->tmpl);
+    kgt_free(st->go);
+    st->tmpl = NULL;
+    st->go = NULL;
+    const char *src = kiln_model_chat_template(st->m);
+    if (template_go) {
+        char err[256];
+        st->go = kgt_compile(template_go, strlen(template_go), err, sizeof err);
+        if (!st->go)
+            fprintf(stderr, "kiln chat: the pack's Go template does not compile (%s); using the GGUF's\n", err);
+    }
+    if (src && !st->go) {
+        char err[256];
+        st->tmpl = kct_compile(src, strlen(src), err, sizeof err);
+        if (!st->tmpl)
+            fprintf(stderr, "kiln chat: the model's chat template does not compile (%s); continuing text\n", err);
+    }
+    piece_text(st->m, kiln_token_bos(st->m), st->bos, sizeof st->bos);
+    piece_text(st->m, kiln_token_eos(st->m), st->eos, sizeof st->eos);
+}
+
+static const char *template_words(const chat_state *st) {
+    return st->go     ? "the pack's template"
+           : st->tmpl ? "the model's chat template"
+                      : "no chat template: text is continued";
+}
+
+/* /load NAME: another model (a file or a store name) with the chat's
+ * settings, as Ollama's /load; the conversation starts over (the system
+ * prompt stays; the new pack's own is taken when none was set).  The old
+ * model stays when the new one does not load. */
+static void chat_load(chat_state *st, const cli_opts *o, cli_pack *pk, gen_batch **gb, spec **sp, const char *name,
+                      int *has_system, char **owned_name) {
+    cli_opts o2 = *o;
+    char *nm = strdup(name);
+    if (!nm) return;
+    o2.model = nm;
+    kiln_model *m2 = NULL;
+    kiln_context *c2 = NULL;
+    gen_batch *gb2 = NULL;
+    if (cli_load(&o2, &m2, &c2, 1) || gen_batch_new(m2, c2, 0, &gb2) != KILN_OK) {
+        fprintf(stderr, "kiln chat: /load %s failed; the chat goes on with the model it had\n", name);
+        kiln_context_free(c2);
+        kiln_model_free(m2);
+        free(nm);
+        return;
+    }
+    /* the new pack's template and system prompt; the chat keeps its own sampling settings */
+    cli_opts scratch = o2;
+    cli_pack_mark(&scratch);
+    cli_pack npk;
+    cli_pack_apply(&scratch, o, &npk);
+    spec_free(*sp);
+    *sp = NULL;
+    gen_batch_free(*gb);
+    kiln_context_free(st->c);
+    kiln_model_free(st->m);
+    st->m = m2;
+    st->c = c2;
+    *gb = gb2;
+    if (attach_spec(&o2, st->m, st->c, *gb, sp))
+        fprintf(stderr, "kiln chat: speculative decoding is off for %s\n", name);
+    chat_templates(st, npk.template_go);
+    cli_pack_free(pk);
+    *pk = npk;
+    while (json_array_size(st->messages) > (*has_system ? 1u : 0u))
+        json_array_remove(st->messages, json_array_size(st->messages) - 1);
+    if (!*has_system && pk->system && (st->tmpl || st->go)) {
+        json_array_insert_new(st->messages, 0, json_pack("{s:s, s:s}", "role", "system", "content", pk->system));
+        *has_system = 1;
+    }
+    st->n_held = st->n_kv = 0;
+    free(*owned_name);
+    *owned_name = nm;
+    kiln_model_info info;
+    kiln_model_get_info(st->m, &info);
+    fprintf(stderr, "kiln chat: loaded %s: %s (%s); the conversation starts over\n", name,
+            info.name[0] ? info.name : info.arch, template_words(st));
+}
+
 /* /show [info|parameters|system|template], as in Ollama's REPL. */
 static void chat_show(const chat_state *st, const cli_opts *o, const char *model, const char *tmpl_text,
                       const char *what) {
@@ -783,21 +866,9 @@ int cmd_chat(int argc, char **argv) {
     catch_sigint();
     kiln_model_info info;
     kiln_model_get_info(st.m, &info);
-    const char *src = kiln_model_chat_template(st.m);
-    if (pk.template_go) {
-        char err[256];
-        st.go = kgt_compile(pk.template_go, strlen(pk.template_go), err, sizeof err);
-        if (!st.go) fprintf(stderr, "kiln chat: the pack's Go template does not compile (%s); using the GGUF's\n", err);
-    }
-    if (src && !st.go) {
-        char err[256];
-        st.tmpl = kct_compile(src, strlen(src), err, sizeof err);
-        if (!st.tmpl)
-            fprintf(stderr, "kiln chat: the model's chat template does not compile (%s); continuing text\n", err);
-    }
-    const int has_tmpl = st.tmpl || st.go;
-    piece_text(st.m, kiln_token_bos(st.m), st.bos, sizeof st.bos);
-    piece_text(st.m, kiln_token_eos(st.m), st.eos, sizeof st.eos);
+    chat_templates(&st, pk.template_go);
+    int has_tmpl = st.tmpl || st.go;
+    char *loaded = NULL; /* the name /load gave, owned */
     st.messages = json_array();
     if (system) json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "system", "content", system));
     int has_system = system != NULL;
@@ -806,10 +877,7 @@ int cmd_chat(int argc, char **argv) {
     const char *once = o.prompt;
     if (!once)
         fprintf(stderr, "kiln chat: %s (%s). /help for commands; /bye or Ctrl-D ends.\n",
-                info.name[0] ? info.name : info.arch,
-                st.go     ? "the pack's template"
-                : st.tmpl ? "the model's chat template"
-                          : "no chat template: text is continued");
+                info.name[0] ? info.name : info.arch, template_words(&st));
     int rc = 1;
     char *line = NULL;
     size_t line_cap = 0;
@@ -859,8 +927,17 @@ int cmd_chat(int argc, char **argv) {
                 chat_set(&st, &o, &has_system, line + 5);
                 continue;
             }
+            if (!strncmp(line, "/load ", 6) && line[6]) {
+                chat_load(&st, &o, &pk, &gb, &sp, line + 6, &has_system, &loaded);
+                has_tmpl = st.tmpl || st.go;
+                continue;
+            }
             if (!strcmp(line, "/show") || !strncmp(line, "/show ", 6)) {
-                chat_show(&st, &o, o.model, st.go ? pk.template_go : st.tmpl ? src : NULL, line[5] ? line + 6 : "");
+                chat_show(&st, &o, loaded ? loaded : o.model,
+                          st.go     ? pk.template_go
+                          : st.tmpl ? kiln_model_chat_template(st.m)
+                                    : NULL,
+                          line[5] ? line + 6 : "");
                 fflush(stdout);
                 continue;
             }
@@ -870,6 +947,7 @@ int cmd_chat(int argc, char **argv) {
                             "  /set parameter NAME VALUE    temperature, top_k, top_p, min_p, seed, num_predict, ...\n"
                             "  /set think, /set nothink     let the model reason before it answers, or not\n"
                             "  /show [info|parameters|system|template]   the model and this chat's settings\n"
+                            "  /load MODEL  chat with another model (a file or a store name); starts over\n"
                             "  /bye        end (also Ctrl-D)\n"
                             "  \"\"\"         alone on a line begins and ends a message of several lines\n"
                             "  //TEXT      sends /TEXT\n");
@@ -1027,6 +1105,7 @@ int cmd_chat(int argc, char **argv) {
     rc = 0;
 done:
     free(line);
+    free(loaded);
     free(view.call);
     json_decref(st.messages);
     kct_free(st.tmpl);
