@@ -561,6 +561,15 @@ kiln_status kiln_store_remove_names(kiln_store *s, const char *name_or_id, int f
 kiln_status kiln_store_copy(kiln_store *s, const char *src, const char *dst, int force);
 /* kiln_store_copy without force. */
 kiln_status kiln_store_alias(kiln_store *s, const char *src, const char *dst);
+/* Installs name as a new model made of src's (kiln chat's /save, as
+ * Ollama's): the same weights (hard links inside the store, nothing
+ * copied), template and license, with system (may be NULL: src's) as its
+ * system prompt and options_json (may be NULL: src's; a JSON object of
+ * Ollama's option names, as kiln_store_lease_defaults lists them) as its
+ * options.  A name that named another model now names this one.  id_out
+ * (65 bytes, may be NULL) receives the new pack's id. */
+kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name, const char *system,
+                               const char *options_json, char *id_out);
 
 /* Deletes orphaned staging and quarantine entries older than a day, and
  * packs that no name points at and no lease holds; each() (may be NULL)

@@ -491,6 +491,37 @@ static void test_chat_view(void) {
     free(o);
     free(e);
     remove(subst("/tmp/kiln-cli-load.txt"));
+    /* /save NAME: a store model with the chat's system prompt and settings,
+     * which kiln chat -m NAME starts from (a store of its own here) */
+    char store[] = "/tmp/kiln-cli-save-XXXXXX", cmd2[1200];
+    if (mkdtemp(store)) {
+        in = fopen(subst("/tmp/kiln-cli-load.txt"), "w");
+        if (in) {
+            fputs("/set system Answer in French.\n/set parameter temperature 0.25\n/save tc-fr\n", in);
+            fclose(in);
+        }
+        snprintf(cmd2, sizeof cmd2, "chat -m %s < /tmp/kiln-cli-load.txt", fx);
+        char env_cmd[1400];
+        snprintf(env_cmd, sizeof env_cmd, "env KILN_STORE=%s '%s' %s", store, bin, cmd2);
+        rc = t_run_capture(subst(env_cmd), g_dir, &o, &e);
+        CHECKF(rc == 0 && e && strstr(e, "saved tc-fr ("), "/save: '%s'", e ? e : "");
+        free(o);
+        free(e);
+        in = fopen(subst("/tmp/kiln-cli-load.txt"), "w");
+        if (in) {
+            fputs("/show system\n/show parameters\n", in);
+            fclose(in);
+        }
+        snprintf(env_cmd, sizeof env_cmd, "env KILN_STORE=%s '%s' chat -m tc-fr < /tmp/kiln-cli-load.txt", store, bin);
+        rc = t_run_capture(subst(env_cmd), g_dir, &o, &e);
+        CHECKF(rc == 0 && o && strstr(o, "Answer in French.\n") && strstr(o, "temperature        0.25\n"),
+               "chat -m tc-fr: '%s' / '%s'", o ? o : "", e ? e : "");
+        free(o);
+        free(e);
+        snprintf(env_cmd, sizeof env_cmd, "rm -rf '%s'", store);
+        if (system(env_cmd) != 0) fprintf(stderr, "could not remove %s\n", store);
+        remove(subst("/tmp/kiln-cli-load.txt"));
+    }
     snprintf(cmd, sizeof cmd, "run -m %s -n 80 --temp 0 -p 'Weather' < /dev/null", fx);
     rc = run(cmd, &o, &e);
     CHECKF(rc == 0 && o && strstr(o, "</tool_call>"), "run: '%s'", o ? o : "");

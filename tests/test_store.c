@@ -539,6 +539,41 @@ static void test_import_words(void) {
     kiln_store_close(s);
 }
 
+/* kiln_store_save_as: a new model of the same weights (one inode, nothing
+ * copied) with its own system prompt and options; the source's stamp stays
+ * valid (no re-hash), and the new model outlives the source. */
+static void test_save_as(void) {
+    kiln_store *s = open_store();
+    char id[65], sid[65], a[PATH_MAX], b[PATH_MAX];
+    CHECKF(kiln_store_import(s, k_model, "base:1", KILN_STORE_COPY, NULL, NULL, id) == KILN_OK, "%s",
+           kiln_last_error());
+    CHECKF(kiln_store_save_as(s, "base:1", "derived:1", "Be brief.", "{\"temperature\":0.25,\"top_k\":7}", sid) ==
+               KILN_OK,
+           "%s", kiln_last_error());
+    CHECK(strcmp(id, sid) != 0);
+    struct stat sa, sb;
+    snprintf(a, sizeof a, "%s/packs/%s/stories260K.gguf", g_root, id);
+    snprintf(b, sizeof b, "%s/packs/%s/stories260K.gguf", g_root, sid);
+    CHECK(stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_ino == sb.st_ino && sa.st_dev == sb.st_dev);
+    kiln_store_lease *l = NULL;
+    CHECKF(kiln_store_resolve(s, "derived:1", &l) == KILN_OK, "%s", kiln_last_error());
+    json_t *d = l ? json_loads(kiln_store_lease_defaults(l), 0, NULL) : NULL;
+    CHECK(d && !strcmp(json_string_value(json_object_get(d, "system")), "Be brief.") &&
+          json_integer_value(json_object_get(json_object_get(d, "options"), "top_k")) == 7);
+    json_decref(d);
+    kiln_store_release(l);
+    json_t *e = list_entry(s, "base:1");
+    CHECKF(e && !strcmp(json_string_value(json_object_get(e, "state")), "ok"), "source state %s",
+           e ? json_string_value(json_object_get(e, "state")) : "?");
+    json_decref(e);
+    CHECK(kiln_store_remove(s, "base:1") == KILN_OK);
+    CHECK(has_model(s, "derived:1"));
+    CHECK(kiln_store_save_as(s, "nothing:here", "x:1", NULL, NULL, NULL) == KILN_ERR_NOT_FOUND);
+    CHECK(kiln_store_save_as(s, "derived:1", "x:1", NULL, "[1]", NULL) == KILN_ERR_INVALID_ARG);
+    CHECK(kiln_store_remove(s, "derived:1") == KILN_OK);
+    kiln_store_close(s);
+}
+
 typedef struct touch_ctx {
     const char *path;
     const char *when; /* event that triggers the change */
@@ -1024,6 +1059,7 @@ int main(int argc, char **argv) {
     test_times();
     test_link();
     test_import_words();
+    test_save_as();
     test_move();
     test_verify_damage();
     test_gc_and_staging();

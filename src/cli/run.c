@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct gen_stats {
@@ -767,6 +768,47 @@ static void chat_load(chat_state *st, const cli_opts *o, cli_pack *pk, gen_batch
             info.name[0] ? info.name : info.arch, template_words(st));
 }
 
+/* /save NAME: a new model in the store made of this one with the chat's
+ * system prompt and sampling settings, as Ollama's /save (a model given as
+ * a file is imported, linked, first).  kiln chat -m NAME starts from them. */
+static void chat_save(const chat_state *st, const cli_opts *o, const char *model, const char *name) {
+    const json_t *sys = json_array_size(st->messages) ? json_array_get(st->messages, 0) : NULL;
+    const char *system = sys && !strcmp(json_string_value(json_object_get(sys, "role")), "system")
+                             ? json_string_value(json_object_get(sys, "content"))
+                             : NULL;
+    const kiln_sampler_params *p = &o->sp;
+    json_t *opts = json_pack("{s:f,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:i}", "temperature", (double)p->temperature, "top_k",
+                             (int)p->top_k, "top_p", (double)p->top_p, "min_p", (double)p->min_p, "repeat_penalty",
+                             (double)p->repeat_penalty, "repeat_last_n", (int)p->repeat_last_n, "presence_penalty",
+                             (double)p->presence_penalty, "frequency_penalty", (double)p->frequency_penalty, "num_ctx",
+                             (int)kiln_context_n_ctx(st->c));
+    if (opts && o->n_predict > 0) json_object_set_new(opts, "num_predict", json_integer(o->n_predict));
+    if (opts && o->n_stop) {
+        json_t *stop = json_array();
+        for (int i = 0; i < o->n_stop; i++) json_array_append_new(stop, json_string(o->stop[i]));
+        json_object_set_new(opts, "stop", stop);
+    }
+    char *opts_txt = opts ? json_dumps(opts, JSON_COMPACT | JSON_REAL_PRECISION(7)) : NULL; /* floats as set */
+    json_decref(opts);
+    kiln_store *s = NULL;
+    char id[65] = "";
+    const char *src = model;
+    struct stat sb;
+    kiln_status rc = opts_txt ? kiln_store_open(NULL, &s) : KILN_ERR_NOMEM;
+    if (!rc && stat(model, &sb) == 0) { /* a file: into the store first */
+        rc = kiln_store_import(s, model, name, KILN_STORE_LINK, NULL, NULL, id);
+        src = id;
+    }
+    char saved[65] = "";
+    if (!rc) rc = kiln_store_save_as(s, src, name, system, opts_txt, saved);
+    if (rc)
+        fprintf(stderr, "kiln chat: /save %s: %s\n", name, kiln_last_error());
+    else
+        fprintf(stderr, "kiln chat: saved %s (%.12s): its system prompt and settings are this chat's\n", name, saved);
+    kiln_store_close(s);
+    free(opts_txt);
+}
+
 /* /show [info|parameters|system|template], as in Ollama's REPL. */
 static void chat_show(const chat_state *st, const cli_opts *o, const char *model, const char *tmpl_text,
                       const char *what) {
@@ -927,6 +969,10 @@ int cmd_chat(int argc, char **argv) {
                 chat_set(&st, &o, &has_system, line + 5);
                 continue;
             }
+            if (!strncmp(line, "/save ", 6) && line[6]) {
+                chat_save(&st, &o, loaded ? loaded : o.model, line + 6);
+                continue;
+            }
             if (!strncmp(line, "/load ", 6) && line[6]) {
                 chat_load(&st, &o, &pk, &gb, &sp, line + 6, &has_system, &loaded);
                 has_tmpl = st.tmpl || st.go;
@@ -948,6 +994,7 @@ int cmd_chat(int argc, char **argv) {
                             "  /set think, /set nothink     let the model reason before it answers, or not\n"
                             "  /show [info|parameters|system|template]   the model and this chat's settings\n"
                             "  /load MODEL  chat with another model (a file or a store name); starts over\n"
+                            "  /save NAME   store this model with the chat's system prompt and settings as NAME\n"
                             "  /bye        end (also Ctrl-D)\n"
                             "  \"\"\"         alone on a line begins and ends a message of several lines\n"
                             "  //TEXT      sends /TEXT\n");

@@ -393,13 +393,38 @@ static int stamp_matches(json_t *stamp, const struct stat *st, const char *sha) 
            !strcmp(jstr(stamp, "sha256"), sha);
 }
 
+kiln_status kst_share_artifact(kiln_store *s, const char *id, const char *file, const char *to) {
+    char from[PATH_MAX];
+    if (kst_path(from, "%s/packs/%s/%s", s->root, id, file)) return KILN_ERR_INVALID_ARG;
+    int lk = mut_lock(s, LOCK_EX);
+    if (lk < 0) return KILN_ERR_IO;
+    json_t *state = load_state(s, id);
+    json_t *stamp = json_object_get(json_object_get(state, "stamps"), file);
+    struct stat before, after;
+    const int was_ok = stat(from, &before) == 0 && stamp_matches(stamp, &before, jstr(stamp, "sha256"));
+    kiln_status st = KILN_OK;
+    if (link(from, to) != 0) {
+        st = kb_fail(KILN_ERR_IO, "cannot share %s with the new model: %s", file, strerror(errno));
+    } else if (was_ok && stat(from, &after) == 0) {
+        /* a new link changes the inode's ctime, not its bytes: the stamp that
+         * held before still holds, so the next load does not re-hash */
+        json_object_set_new(json_object_get(state, "stamps"), file, make_stamp(&after, jstr(stamp, "sha256")));
+        save_state(s, id, state);
+    }
+    json_decref(state);
+    kst_unlock(lk);
+    return st;
+}
+
 /* Checks one artifact of pack id.  Linked artifacts must still be a symlink
  * to the recorded target.  force re-hashes even when the stamp matches.
  * On success the stamp in state is refreshed. */
 static kiln_status check_artifact(kiln_store *s, const char *id, json_t *man, json_t *art, json_t *state, int force,
                                   kiln_store_progress_fn progress, void *user) {
     const char *file = jstr(art, "path"), *sha = jstr(art, "sha256"), *src = jstr(art, "source");
-    int linked = !strcmp(jstr(man, "mode"), "linked");
+    /* a linked pack's artifacts are links to the imported files, but for the
+     * texts kiln_store_save_as wrote into it (source "saved", never a path) */
+    int linked = !strcmp(jstr(man, "mode"), "linked") && strcmp(src, "saved");
     uint64_t length = juint(art, "length");
     char p[PATH_MAX];
     if (!kst_file_ok(file) || kst_path(p, "%s/packs/%s/%s", s->root, id, file))
@@ -563,7 +588,11 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
                 return st;
             }
         }
-        if (!linked && chmod(p, 0444) != 0) {
+        struct stat ps;
+        /* no chmod when already read-only: it would change the ctime of a file
+         * another pack shares (kiln_store_save_as), invalidating its stamp */
+        const int ro = stat(p, &ps) == 0 && (ps.st_mode & 07777) == 0444;
+        if (!linked && !ro && chmod(p, 0444) != 0) {
             kst_quarantine(s, dir, "chmod failed");
             return kb_fail(KILN_ERR_IO, "cannot make %s read-only: %s", p, strerror(errno));
         }

@@ -279,6 +279,9 @@ int kst_find_origin(kiln_store *s, const char *origin, const char *sha256, char 
  * before goes when no other name is left on it and nothing leases it (gc
  * removes it later otherwise). */
 kiln_status kst_bind_name(kiln_store *s, const char *name, const char *id);
+/* Hard-links artifact file of pack id to the path to (another pack being
+ * made), keeping the artifact's stamp valid when it was. */
+kiln_status kst_share_artifact(kiln_store *s, const char *id, const char *file, const char *to);
 /* Emits one event when progress is not NULL. */
 void kst_emit(kiln_store_progress_fn progress, void *user, const kiln_store_progress *p);
 
