@@ -818,7 +818,8 @@ kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out) {
     json_t *d = kst_path(dir, "%s/packs/%s", s->root, id) ? json_object() : kst_pack_defaults(dir, man);
     json_object_set_new(o, "defaults", d);
     json_object_set_new(o, "manifest", man);
-    *json_out = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    /* 15 digits: an option written as 0.3 reads back as 0.3, not 0.29999999999999999 */
+    *json_out = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
     json_decref(o);
     return *json_out ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "out of memory");
 }
@@ -900,7 +901,7 @@ kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease
     char dir[PATH_MAX];
     if (!st && !kst_path(dir, "%s/packs/%s", s->root, l->id)) {
         json_t *d = kst_pack_defaults(dir, man);
-        l->defaults = json_dumps(d, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        l->defaults = json_dumps(d, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
         json_decref(d);
     }
     json_decref(man);
