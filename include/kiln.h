@@ -547,6 +547,13 @@ kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progre
 /* Removes a name, or with an id the pack and all its names.  A pack whose
  * last name goes is deleted; refused (KILN_ERR_STATE) while leased. */
 kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id);
+/* Receives one name (valid during the call only). */
+typedef void (*kiln_store_name_fn)(const char *name, void *user);
+/* kiln_store_remove as kiln rm does it: an id (or prefix) whose pack carries
+ * several names is refused (KILN_ERR_STATE, the message lists them) unless
+ * force; removed (may be NULL) hears each name that went, after it went. */
+kiln_status kiln_store_remove_names(kiln_store *s, const char *name_or_id, int force, kiln_store_name_fn removed,
+                                    void *user);
 /* Adds the name dst for the pack src names (kiln cp).  When dst already
  * names another pack it is refused (KILN_ERR_STATE) unless force; then dst
  * moves, and the pack it named goes with its last name (at once, or by gc
@@ -554,6 +561,15 @@ kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id);
 kiln_status kiln_store_copy(kiln_store *s, const char *src, const char *dst, int force);
 /* kiln_store_copy without force. */
 kiln_status kiln_store_alias(kiln_store *s, const char *src, const char *dst);
+/* Installs name as a new model made of src's (kiln chat's /save, as
+ * Ollama's): the same weights (hard links inside the store, nothing
+ * copied), template and license, with system (may be NULL: src's) as its
+ * system prompt and options_json (may be NULL: src's; a JSON object of
+ * Ollama's option names, as kiln_store_lease_defaults lists them) as its
+ * options.  A name that named another model now names this one.  id_out
+ * (65 bytes, may be NULL) receives the new pack's id. */
+kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name, const char *system,
+                               const char *options_json, char *id_out);
 
 /* Deletes orphaned staging and quarantine entries older than a day, and
  * packs that no name points at and no lease holds; each() (may be NULL)
@@ -597,9 +613,11 @@ typedef struct kiln_builtin_model {
 int kiln_builtin_count(void);
 const kiln_builtin_model *kiln_builtin_at(int i);
 const kiln_builtin_model *kiln_builtin_find(const char *name);
-/* Pulls a built-in model from url (a file URL, or a mirror folder ending in
- * "/" to which the file name is added), names it, then checks the
- * published SHA-1 (a mismatch removes the pack). */
+/* Pulls a built-in model, from the Hugging Face repository
+ * ggerganov/whisper.cpp ($HF_ENDPOINT sets the hub; lengths and SHA-256
+ * from its LFS metadata) when url is NULL or "", else from url (a file URL,
+ * or a mirror folder ending in "/" to which the file name is added); names
+ * it, then checks the published SHA-1 (a mismatch removes the pack). */
 kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, const kiln_store_pull_params *p,
                               char *id_out);
 
@@ -1370,6 +1388,8 @@ typedef struct kiln_quantize_params {
     int32_t n_threads;          /* 0 = all online CPUs */
     kiln_quantize_fn on_tensor; /* optional: hears every tensor, in file order */
     void *user;
+    int32_t allow_requantize; /* 0: a tensor already quantized that would change type is refused
+                                 (KILN_ERR_INVALID_ARG), as llama-quantize without --allow-requantize */
 } kiln_quantize_params;
 
 kiln_quantize_params kiln_quantize_default_params(void);

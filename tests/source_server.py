@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Stand-ins for the sources kiln pulls from, for test_store_sources.
 
-Usage: source_server.py --file MODEL --chat-file CHAT_MODEL --log LOG
+Usage: source_server.py --file MODEL --chat-file CHAT_MODEL [--whisper-file WHISPER] --log LOG
 Prints "PORTS <hub> <cdn> <registry>" once all three listen on 127.0.0.1.
 
 hub       the Hugging Face routes kiln uses:
@@ -41,6 +41,8 @@ Repositories (COMMIT_A is main at first; /_ctl?main=b moves main to B):
   acme/denied-GGUF   tiny-Q4_K_M.gguf; files are 403 with any token
   acme/big-GGUF      big-Q4_K_M.gguf: a GGUF whose header is 1.5 MiB (no tensors)
   acme/huge-GGUF     huge-Q4_K_M.gguf: a GGUF whose header is 65 MiB
+  ggerganov/whisper.cpp  README.md, ggml-tiny.en.bin (WHISPER, when given: not the
+                     published file, so its SHA-1 is not the one kiln knows) at both commits
 Every model file is MODEL plus a few zero bytes, so each has its own hash.
 
 GET /_ctl?k=v on any port sets (for later requests):
@@ -90,7 +92,7 @@ def git_blob_id(data):
 class World:
     """Files of every repository at every commit, blobs by sha256."""
 
-    def __init__(self, model, chat_model):
+    def __init__(self, model, chat_model, whisper):
         self.model = model
         self.blobs = {}
         self.repos = {}
@@ -116,6 +118,9 @@ class World:
         # headers of 1.5 MiB (two range reads) and of 65 MiB (past the 64 MiB an inspection reads)
         self.repos[("acme/big-GGUF", COMMIT_A)] = {"big-Q4_K_M.gguf": (gguf_header_only(3 << 19), True)}
         self.repos[("acme/huge-GGUF", COMMIT_A)] = {"huge-Q4_K_M.gguf": (gguf_header_only(65 << 20), True)}
+        for commit in (COMMIT_A, COMMIT_B) if whisper else ():
+            self.repos[("ggerganov/whisper.cpp", commit)] = {"README.md": (b"# whisper\n", False),
+                                                             "ggml-tiny.en.bin": (whisper, True)}
         self.sha = {}  # id(bytes) -> sha256, so no answer hashes 65 MiB again
         for files in self.repos.values():
             for data, _ in files.values():
@@ -421,10 +426,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--file", required=True)
     ap.add_argument("--chat-file", required=True)
+    ap.add_argument("--whisper-file")  # optional: serves ggerganov/whisper.cpp when given
     ap.add_argument("--log", required=True)
     args = ap.parse_args()
+    whisper = None
+    if args.whisper_file:
+        with open(args.whisper_file, "rb") as w:
+            whisper = w.read()
     with open(args.file, "rb") as f, open(args.chat_file, "rb") as c:
-        world = World(f.read(), c.read())
+        world = World(f.read(), c.read(), whisper)
     open(args.log, "w").close()
     servers = {}
     for role in ("hub", "cdn", "registry"):

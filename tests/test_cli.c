@@ -258,6 +258,34 @@ static void test_chat(void) {
     free(e);
     size_t l1 = r1 ? strlen(r1) : 0;
     CHECK(rc == 0 && rc2 == 0 && l1 > 1 && both && strncmp(both, r1, l1) == 0 && strlen(both) > l1);
+    /* kiln chat -p TEXT answers that one message with the template and exits
+     * (stdin is not read), as `ollama run MODEL "prompt"`; the text is a
+     * message even when it begins with '/' */
+    {
+        char *once, *cmd;
+        rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 -p 'Hello there' < /tmp/kiln-cli-in.txt", &once, &e);
+        CHECKF(rc == 0 && once && r1 && !strcmp(once, r1) && e && !strstr(e, "/help"), "chat -p: '%s' vs '%s'",
+               once ? once : "", r1 ? r1 : "");
+        free(once);
+        free(e);
+        FILE *p = fopen(subst("/tmp/kiln-cli-prompt.txt"), "w");
+        if (p) {
+            fputs("<|im_start|>user\n/bye<|im_end|>\n<|im_start|>assistant\n", p);
+            fclose(p);
+        }
+        char *e1;
+        rc = run("chat -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 -p /bye < /dev/null", &cmd, &e);
+        rc2 = run("run -m /tmp/kiln-cli-chat.gguf -n 12 --temp 0 -f /tmp/kiln-cli-prompt.txt", &once, &e1);
+        const size_t lc = cmd ? strlen(cmd) : 0;
+        if (lc) cmd[lc - 1] = 0;
+        CHECKF(rc == 0 && rc2 == 0 && lc > 1 && once && !strcmp(cmd, once), "chat -p /bye: '%s' vs run '%s'",
+               cmd ? cmd : "", once ? once : "");
+        free(cmd);
+        free(once);
+        free(e);
+        free(e1);
+        remove(subst("/tmp/kiln-cli-prompt.txt"));
+    }
     /* REPL commands, as in Ollama's: /clear starts over (the same reply
      * again), /help, empty lines and an unknown command send nothing, /bye
      * ends before the next message */
@@ -320,6 +348,10 @@ static void test_chat(void) {
          "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n", "-n 3"},
         {"/set parameter temperature 0.8\n/set parameter seed 5\nHello there\n",
          "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n", "-n 12 --temp 0.8 --seed 5"},
+        {"/set nothink\nHello there\n",
+         "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", "-n 12"},
+        {"/set nothink\n/set think\nHello there\n", "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
+         "-n 12"},
     };
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
         in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
@@ -346,6 +378,19 @@ static void test_chat(void) {
         free(e1);
         remove(subst("/tmp/kiln-cli-prompt.txt"));
     }
+    /* /show: the model, the parameters as set, the template */
+    in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
+    if (in) {
+        fputs("/set parameter temperature 0.3\n/show parameters\n/show template\n/show\n/show system\n", in);
+        fclose(in);
+    }
+    char *shown;
+    rc = run("chat -m /tmp/kiln-cli-chat.gguf -sys 'Be kind.' < /tmp/kiln-cli-in.txt", &shown, &e);
+    CHECKF(rc == 0 && shown && strstr(shown, "temperature        0.3\n") && strstr(shown, "'<|im_start|>assistant") &&
+               strstr(shown, "architecture         llama") && strstr(shown, "Be kind.\n"),
+           "/show: '%s'", shown ? shown : "");
+    free(shown);
+    free(e);
     in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
     if (in) {
         fputs("/set parameter nosuch 1\n/set\n", in);
@@ -408,6 +453,80 @@ static void test_chat(void) {
     }
     remove(subst("/tmp/kiln-cli-in.txt"));
     remove(model);
+}
+
+/* kiln chat shows reasoning between Ollama's "Thinking..." lines (dimmed on
+ * a terminal), or hides it with --hidethinking, and a tool call as the
+ * call; kiln run prints the text as written.  The fixture writes
+ * <think>...</think> and a <tool_call> whatever the prompt. */
+static void test_chat_view(void) {
+    const char *fx = "data/fixtures/toolcall.gguf";
+    char cmd[300], *o, *e;
+    snprintf(cmd, sizeof cmd, "chat -m %s -n 80 --temp 0 -p 'Weather in Paris?' < /dev/null", fx);
+    int rc = run(cmd, &o, &e);
+    CHECKF(rc == 0 && o && strstr(o, "Thinking...\nI should look up the weather.\n...done thinking.\n\n") &&
+               strstr(o, "-> get_weather({\"city\":\"Paris\",\"unit\":\"celsius\"})\n") && !strstr(o, "<think>") &&
+               !strstr(o, "tool_call"),
+           "chat view: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    snprintf(cmd, sizeof cmd, "chat -m %s -n 80 --temp 0 --hidethinking -p 'Weather in Paris?' < /dev/null", fx);
+    rc = run(cmd, &o, &e);
+    CHECKF(rc == 0 && o && !strstr(o, "look up") && !strstr(o, "Thinking") && strstr(o, "-> get_weather("),
+           "--hidethinking: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    /* /load: a model that does not load leaves the chat as it was; then
+     * the fixture answers with its template, shown as above */
+    FILE *in = fopen(subst("/tmp/kiln-cli-load.txt"), "w");
+    if (in) {
+        fprintf(in, "Once upon\n/load nosuch.gguf\n/load %s\nWeather in Paris?\n/show\n", fx);
+        fclose(in);
+    }
+    rc = run("chat -m ../models/stories260K.gguf -n 80 --temp 0 < /tmp/kiln-cli-load.txt", &o, &e);
+    CHECKF(rc == 0 && o && e && strstr(e, "/load nosuch.gguf failed") &&
+               strstr(e, "loaded data/fixtures/toolcall.gguf") && strstr(o, "-> get_weather({") &&
+               strstr(o, "name                 data/fixtures/toolcall.gguf"),
+           "/load: '%s' / '%s'", o ? o : "", e ? e : "");
+    free(o);
+    free(e);
+    remove(subst("/tmp/kiln-cli-load.txt"));
+    /* /save NAME: a store model with the chat's system prompt and settings,
+     * which kiln chat -m NAME starts from (a store of its own here) */
+    char store[] = "/tmp/kiln-cli-save-XXXXXX", cmd2[1200];
+    if (mkdtemp(store)) {
+        in = fopen(subst("/tmp/kiln-cli-load.txt"), "w");
+        if (in) {
+            fputs("/set system Answer in French.\n/set parameter temperature 0.25\n/save tc-fr\n", in);
+            fclose(in);
+        }
+        snprintf(cmd2, sizeof cmd2, "chat -m %s < /tmp/kiln-cli-load.txt", fx);
+        char env_cmd[1400];
+        snprintf(env_cmd, sizeof env_cmd, "env KILN_STORE=%s '%s' %s", store, bin, cmd2);
+        rc = t_run_capture(subst(env_cmd), g_dir, &o, &e);
+        CHECKF(rc == 0 && e && strstr(e, "saved tc-fr ("), "/save: '%s'", e ? e : "");
+        free(o);
+        free(e);
+        in = fopen(subst("/tmp/kiln-cli-load.txt"), "w");
+        if (in) {
+            fputs("/show system\n/show parameters\n", in);
+            fclose(in);
+        }
+        snprintf(env_cmd, sizeof env_cmd, "env KILN_STORE=%s '%s' chat -m tc-fr < /tmp/kiln-cli-load.txt", store, bin);
+        rc = t_run_capture(subst(env_cmd), g_dir, &o, &e);
+        CHECKF(rc == 0 && o && strstr(o, "Answer in French.\n") && strstr(o, "temperature        0.25\n"),
+               "chat -m tc-fr: '%s' / '%s'", o ? o : "", e ? e : "");
+        free(o);
+        free(e);
+        snprintf(env_cmd, sizeof env_cmd, "rm -rf '%s'", store);
+        if (system(env_cmd) != 0) fprintf(stderr, "could not remove %s\n", store);
+        remove(subst("/tmp/kiln-cli-load.txt"));
+    }
+    snprintf(cmd, sizeof cmd, "run -m %s -n 80 --temp 0 -p 'Weather' < /dev/null", fx);
+    rc = run(cmd, &o, &e);
+    CHECKF(rc == 0 && o && strstr(o, "</tool_call>"), "run: '%s'", o ? o : "");
+    free(o);
+    free(e);
 }
 
 /* kiln chat on a hybrid model (qwen35: recurrent layers, whose state
@@ -869,6 +988,7 @@ int main(void) {
     remove(subst("/tmp/kiln-cli-q8.gguf"));
 
     test_chat();
+    test_chat_view();
     test_chat_hybrid();
     test_encoders();
 

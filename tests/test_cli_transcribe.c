@@ -283,6 +283,10 @@ int main(void) {
     char *w = t_read_file(file, NULL);
     CHECK(w && !strncmp(w, "1\n", 2));
     free(w), free(o), free(e);
+    /* a folder given with its trailing slash: the path said has one slash */
+    snprintf(args, sizeof args, "transcribe -m %s %s -o srt --output-dir %s/ %s", MODEL, CLIP, dir, q);
+    CHECK(run(args, &o, &e) == 0 && e && strstr(e, "wrote ") && strstr(e, file) && !strstr(e, "//"));
+    free(o), free(e);
     unlink(file);
     rmdir(dir);
     /* options refused before any work, errors on one line */

@@ -7,7 +7,8 @@
  *    result loads and computes close to the F32 model;
  *  - the input is never the output; every block-size fallback is reported;
  *    kiln quantize prints a summary and takes store names, as kiln embed
- *    does.
+ *    does; Q3_K_L follows llama.cpp's mix; a quantized file is quantized
+ *    again only with --allow-requantize.
  */
 #include "kiln.h"
 #include "testutil.h"
@@ -194,7 +195,7 @@ static void test_k_mix(void) {
     } types[] = {
         {"q8_0", 0.999},  {"q6_k", 0.995}, {"q5_k_m", 0.985}, {"q4_k_m", 0.96}, {"q4_0", 0.95},
         {"q3_k_m", 0.83}, {"q2_k", 0.5},   {"iq4_xs", 0.95},  {"iq4_nl", 0.95}, {"q5_0", 0.985},
-        {"q5_1", 0.985},  {"q4_1", 0.95},  {"f16", 0.99999},  {"bf16", 0.9999},
+        {"q5_1", 0.985},  {"q4_1", 0.95},  {"f16", 0.99999},  {"bf16", 0.9999}, {"q3_k_l", 0.83},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         snprintf(dst, sizeof dst, "%s/k-%s.gguf", tmpdir, types[i].type);
@@ -321,12 +322,67 @@ static void test_in_out_and_report(void) {
     free(e);
 }
 
+/* Q3_K_L as llama.cpp mixes it: attn_v, ffn_down and attn_output Q5_K in
+ * every layer, the output projection Q6_K, the rest Q3_K. */
+typedef struct mix_seen {
+    int n, bad;
+} mix_seen;
+
+static void q3_k_l_rule(const kiln_quantize_tensor *t, void *user) {
+    mix_seen *m = user;
+    const char *want = "Q3_K";
+    if (t->n_dims < 2 || strstr(t->name, "norm"))
+        want = "F32";
+    else if (!strcmp(t->name, "output.weight")) /* the model has its own; token_embd is an ordinary weight */
+        want = "Q6_K";
+    else if (strstr(t->name, "attn_v.weight") || strstr(t->name, "ffn_down") || strstr(t->name, "attn_output.weight"))
+        want = "Q5_K";
+    m->n++;
+    if (strcmp(t->type_out, want)) {
+        m->bad++;
+        fprintf(stderr, "q3_k_l rule: %s got %s, want %s\n", t->name, t->type_out, want);
+    }
+}
+
+/* A file already quantized is quantized again only when asked (as
+ * llama-quantize's --allow-requantize); back to a float type it may be. */
+static void test_q3_k_l_and_requantize(void) {
+    char src[512], q4[512], dst[512];
+    snprintf(src, sizeof src, "%s/k-f32.gguf", tmpdir);
+    snprintf(q4, sizeof q4, "%s/k-q4_k_m.gguf", tmpdir);
+    snprintf(dst, sizeof dst, "%s/k-again.gguf", tmpdir);
+    mix_seen m = {0, 0};
+    kiln_quantize_params p = kiln_quantize_default_params();
+    p.n_threads = 2;
+    p.on_tensor = q3_k_l_rule;
+    p.user = &m;
+    CHECKF(kiln_quantize_with(src, dst, "q3_k_l", &p) == KILN_OK, "%s", kiln_last_error());
+    CHECKF(m.n > 20 && m.bad == 0, "q3_k_l: %d of %d tensors against llama.cpp's rules", m.bad, m.n);
+    CHECK(kiln_quantize(q4, dst, "q8_0", 1) == KILN_ERR_INVALID_ARG);
+    CHECKF(strstr(kiln_last_error(), "already quantized") && strstr(kiln_last_error(), "Q4_K"), "%s",
+           kiln_last_error());
+    kiln_quantize_params r = kiln_quantize_default_params();
+    r.allow_requantize = 1;
+    CHECKF(kiln_quantize_with(q4, dst, "q8_0", &r) == KILN_OK, "%s", kiln_last_error());
+    CHECKF(kiln_quantize(q4, dst, "f16", 1) == KILN_OK, "%s", kiln_last_error());
+    char args[1200], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "quantize '%s' '%s' q8_0", q4, dst);
+    CHECK(run_kiln(args, &out, &err) == 1 && err && strstr(err, "--allow-requantize"));
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "quantize '%s' '%s' q8_0 --allow-requantize", q4, dst);
+    CHECK(run_kiln(args, &out, &err) == 0 && out && strstr(out, "Q8_0"));
+    free(out);
+    free(err);
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir)) return 1;
     test_in_out_and_report();
     compare_with_fixture("q8_0", "data/fixtures/llama-q8_0.gguf");
     compare_with_fixture("q4_0", "data/fixtures/llama-q4_0.gguf");
     test_k_mix();
+    test_q3_k_l_and_requantize();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

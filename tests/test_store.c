@@ -453,11 +453,17 @@ static void test_copy_force(void) {
     CHECKF(strstr(kiln_last_error(), "ambiguous") != NULL, "%s", kiln_last_error());
     unlink(man);
     rmdir(fake);
-    /* kiln rm with the 12 digits kiln ls prints: the pack and its names */
+    /* kiln rm with the 12 digits kiln ls prints: the id of two names is
+     * refused, naming them; --force removes the pack and its names and
+     * says which went */
     const char *ls[] = {"ls", NULL};
     CHECK(run_kiln(g_root, err, ls) == 0 && contains(err, prefix));
-    const char *rm[] = {"rm", prefix, NULL};
-    CHECK(run_kiln(g_root, err, rm) == 0);
+    const char *rm[] = {"rm", prefix, NULL}, *rmf[] = {"rm", "--force", prefix, NULL};
+    CHECK(run_kiln(g_root, err, rm) == 1 && contains(err, "cp:a") && contains(err, "cp:b") && contains(err, "--force"));
+    CHECK(kiln_store_resolve(s, "cp:a", &l) == KILN_OK);
+    kiln_store_release(l);
+    CHECK(kiln_store_remove_names(s, a, 0, NULL, NULL) == KILN_ERR_STATE);
+    CHECK(run_kiln(g_root, err, rmf) == 0 && contains(err, "removed cp:a\n") && contains(err, "removed cp:b\n"));
     CHECK(kiln_store_resolve(s, "cp:a", &l) == KILN_ERR_NOT_FOUND);
     CHECK(kiln_store_resolve(s, "cp:b", &l) == KILN_ERR_NOT_FOUND);
     CHECK(count_dir(g_root, "packs") == packs - 2);
@@ -505,6 +511,66 @@ static void test_link(void) {
     /* a linked pack is removed without touching its target */
     CHECK(kiln_store_remove(s, "tiny:link") == KILN_OK);
     CHECK(access(target, F_OK) == 0);
+    kiln_store_close(s);
+}
+
+/* What kiln import says: how it brings the file in (never "downloading"),
+ * no rate it did not measure, the name it installed under with the short id;
+ * a file that is not a model is refused without the store's staging path. */
+static void test_import_words(void) {
+    char err[PATH_MAX], bad[PATH_MAX];
+    snprintf(err, sizeof err, "%s/import.out", g_tmp);
+    const char *link[] = {"import", k_model, "--name", "words", "--link", NULL};
+    CHECK(run_kiln(g_root, err, link) == 0);
+    CHECK(contains(err, "hashing ") && !contains(err, "downloading") && !contains(err, " 0 B/s") &&
+          contains(err, "imported words:latest ("));
+    snprintf(bad, sizeof bad, "%s/notes.gguf", g_tmp);
+    FILE *f = fopen(bad, "w");
+    if (f) {
+        fputs("not a model\n", f);
+        fclose(f);
+    }
+    const char *copy[] = {"import", bad, NULL};
+    CHECK(run_kiln(g_root, err, copy) == 1);
+    CHECK(contains(err, "copying notes.gguf") && contains(err, "not a valid GGUF: not a GGUF file") &&
+          !contains(err, ".staging"));
+    kiln_store *s = open_store();
+    CHECK(kiln_store_remove(s, "words") == KILN_OK);
+    kiln_store_close(s);
+}
+
+/* kiln_store_save_as: a new model of the same weights (one inode, nothing
+ * copied) with its own system prompt and options; the source's stamp stays
+ * valid (no re-hash), and the new model outlives the source. */
+static void test_save_as(void) {
+    kiln_store *s = open_store();
+    char id[65], sid[65], a[PATH_MAX], b[PATH_MAX];
+    CHECKF(kiln_store_import(s, k_model, "base:1", KILN_STORE_COPY, NULL, NULL, id) == KILN_OK, "%s",
+           kiln_last_error());
+    CHECKF(kiln_store_save_as(s, "base:1", "derived:1", "Be brief.", "{\"temperature\":0.25,\"top_k\":7}", sid) ==
+               KILN_OK,
+           "%s", kiln_last_error());
+    CHECK(strcmp(id, sid) != 0);
+    struct stat sa, sb;
+    snprintf(a, sizeof a, "%s/packs/%s/stories260K.gguf", g_root, id);
+    snprintf(b, sizeof b, "%s/packs/%s/stories260K.gguf", g_root, sid);
+    CHECK(stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_ino == sb.st_ino && sa.st_dev == sb.st_dev);
+    kiln_store_lease *l = NULL;
+    CHECKF(kiln_store_resolve(s, "derived:1", &l) == KILN_OK, "%s", kiln_last_error());
+    json_t *d = l ? json_loads(kiln_store_lease_defaults(l), 0, NULL) : NULL;
+    CHECK(d && !strcmp(json_string_value(json_object_get(d, "system")), "Be brief.") &&
+          json_integer_value(json_object_get(json_object_get(d, "options"), "top_k")) == 7);
+    json_decref(d);
+    kiln_store_release(l);
+    json_t *e = list_entry(s, "base:1");
+    CHECKF(e && !strcmp(json_string_value(json_object_get(e, "state")), "ok"), "source state %s",
+           e ? json_string_value(json_object_get(e, "state")) : "?");
+    json_decref(e);
+    CHECK(kiln_store_remove(s, "base:1") == KILN_OK);
+    CHECK(has_model(s, "derived:1"));
+    CHECK(kiln_store_save_as(s, "nothing:here", "x:1", NULL, NULL, NULL) == KILN_ERR_NOT_FOUND);
+    CHECK(kiln_store_save_as(s, "derived:1", "x:1", NULL, "[1]", NULL) == KILN_ERR_INVALID_ARG);
+    CHECK(kiln_store_remove(s, "derived:1") == KILN_OK);
     kiln_store_close(s);
 }
 
@@ -992,6 +1058,8 @@ int main(int argc, char **argv) {
     test_copy_force();
     test_times();
     test_link();
+    test_import_words();
+    test_save_as();
     test_move();
     test_verify_damage();
     test_gc_and_staging();

@@ -11,12 +11,15 @@
 
 #include <curl/curl.h>
 #include <jansson.h>
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -45,8 +48,8 @@ static int start_server(void) {
         prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the test */
         dup2(fds[1], 1);
         close(fds[0]);
-        execl("/usr/bin/python3", "python3", "source_server.py", "--file", k_model, "--chat-file", g_chat, "--log",
-              g_log, (char *)NULL);
+        execl("/usr/bin/python3", "python3", "source_server.py", "--file", k_model, "--chat-file", g_chat,
+              "--whisper-file", "../models/whisper-espeak.bin", "--log", g_log, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -314,6 +317,95 @@ static void test_hub_errors(void) {
     CHECKF(kiln_store_last_source_result() == KILN_SOURCE_TRANSIENT && strstr(kiln_last_error(), "503"), "%s",
            kiln_last_error());
     ctl("fail503=0");
+    kiln_store_close(s);
+}
+
+/* A port of this machine with nothing listening: bound once, then closed. */
+static int closed_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t n = sizeof a;
+    int port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &n) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+/* A refused connection is an answer: the pull fails at once with the reason,
+ * as a failure that is not transient, without a single retry. */
+static void test_refused(void) {
+    kiln_store *s = open_store();
+    int port = closed_port();
+    CHECK(port > 0);
+    char url[200];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/model.gguf", port);
+    counts c = {0};
+    kiln_status st = pull(s, url, NULL, &c);
+    CHECKF(st == KILN_ERR_IO && kiln_store_last_source_result() != KILN_SOURCE_TRANSIENT &&
+               strstr(kiln_last_error(), "connection refused"),
+           "status %d, result %s: %s", st, kiln_store_source_result_str(kiln_store_last_source_result()),
+           kiln_last_error());
+    CHECKF(c.retries == 0, "%d retries", c.retries);
+    /* the hub's metadata requests follow the same rule */
+    const char *hub = getenv("HF_ENDPOINT");
+    char saved[300];
+    snprintf(saved, sizeof saved, "%s", hub ? hub : "");
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
+    setenv("HF_ENDPOINT", url, 1);
+    c = (counts){0};
+    st = pull(s, "hf.co/acme/tiny-GGUF", NULL, &c);
+    CHECKF(st == KILN_ERR_IO && kiln_store_last_source_result() != KILN_SOURCE_TRANSIENT &&
+               strstr(kiln_last_error(), "connection refused") && c.retries == 0,
+           "status %d, %d retries: %s", st, c.retries, kiln_last_error());
+    char *txt = NULL;
+    c = (counts){0};
+    kiln_store_pull_params pp = {.progress = on_progress, .user = &c};
+    st = kiln_store_inspect("hf.co/acme/tiny-GGUF", &pp, &txt);
+    kiln_store_free_string(txt);
+    CHECKF(st != KILN_OK && kiln_store_last_source_result() != KILN_SOURCE_TRANSIENT && c.retries == 0,
+           "inspect: status %d, %d retries: %s", st, c.retries, kiln_last_error());
+    setenv("HF_ENDPOINT", saved, 1);
+    kiln_store_close(s);
+}
+
+/* whisper.cpp's models on the hub: an hf.co reference to a .bin file pulls
+ * with the hub's length and SHA-256, and a built-in name goes there by
+ * default (the stand-in's file is not the published one, so its SHA-1
+ * check refuses it). */
+static void test_hub_whisper(void) {
+    kiln_store *s = open_store();
+    const char *ref = "hf.co/ggerganov/whisper.cpp/ggml-tiny.en.bin";
+    CHECKF(pull(s, ref, NULL, NULL) == KILN_OK, "%s", kiln_last_error());
+    json_t *inf = info(s, ref);
+    char sha[65] = "";
+    FILE *f = popen("sha256sum ../models/whisper-espeak.bin", "r");
+    if (f) {
+        if (fscanf(f, "%64s", sha) != 1) sha[0] = 0;
+        pclose(f);
+    }
+    CHECK(inf && n_artifacts(inf) == 1 && !strcmp(jstr(artifact(inf, 0), "path"), "ggml-tiny.en.bin"));
+    CHECKF(inf && sha[0] && !strcmp(jstr(artifact(inf, 0), "sha256"), sha), "sha256 %s, want %s",
+           jstr(artifact(inf, 0), "sha256"), sha);
+    CHECK(inf && !strcmp(jstr(json_object_get(json_object_get(inf, "manifest"), "source"), "commit"), COMMIT_A));
+    json_decref(inf);
+    CHECK(log_count("hub", "/ggerganov/whisper.cpp/resolve/" COMMIT_A "/ggml-tiny.en.bin", "\"HEAD\"") == 1);
+    int n0 = log_count("hub", "/api/models/ggerganov/whisper.cpp/revision/main", NULL);
+    counts c = {0};
+    kiln_store_pull_params pp = {.progress = on_progress, .user = &c};
+    kiln_status st = kiln_builtin_pull(s, "whisper:tiny.en", NULL, &pp, NULL);
+    CHECKF(st == KILN_ERR_FORMAT && strstr(kiln_last_error(), "SHA-1"), "status %d: %s", st, kiln_last_error());
+    CHECK(log_count("hub", "/api/models/ggerganov/whisper.cpp/revision/main", NULL) == n0 + 1);
+    kiln_store_lease *l = NULL;
+    CHECK(kiln_store_resolve(s, "whisper:tiny.en", &l) == KILN_ERR_NOT_FOUND);
+    /* a .bin file's page on the hub names the same reference */
+    char url[300];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/ggerganov/whisper.cpp/blob/main/ggml-tiny.en.bin", g_hub);
+    CHECKF(pull(s, url, NULL, NULL) == KILN_OK, "%s", kiln_last_error());
+    inf = info(s, "hf.co/ggerganov/whisper.cpp/ggml-tiny.en.bin@main");
+    CHECK(inf &&
+          !strcmp(jstr(json_object_get(json_object_get(inf, "manifest"), "source"), "file"), "ggml-tiny.en.bin"));
+    json_decref(inf);
     kiln_store_close(s);
 }
 
@@ -685,6 +777,8 @@ int main(void) {
     test_hub_split_file();
     test_hub_page_urls();
     test_hub_errors();
+    test_refused();
+    test_hub_whisper();
     test_hub_integrity();
     test_hub_resume();
     test_hub_revision_moves();

@@ -54,8 +54,8 @@ void cli_usage_all(FILE *f) {
             "usage: kiln COMMAND [options]     (kiln COMMAND --help: that command's usage)\n"
             "\n"
             "commands:\n"
-            "  run       -m MODEL -p TEXT [-n N]   generate a continuation of TEXT\n"
-            "  chat      -m MODEL                  interactive chat with the model's template\n"
+            "  run       -m MODEL -p TEXT [-n N]   generate a continuation of TEXT (raw completion)\n"
+            "  chat      -m MODEL [-p TEXT]        chat with the model's template (-p: answer once and exit)\n"
             "  show      MODEL                     metadata, tensors, size and parameters (.pt/.safetensors too)\n"
             "  tokenize  -m MODEL -p TEXT [--json] token ids and pieces\n"
             "  bench     -m MODEL [-p 512] [-n 128] [-s 1,8] prompt, generation and batched speed\n"
@@ -98,8 +98,12 @@ static const struct cli_synopsis {
     const char *name;
     const char *text;
 } synopses[] = {
-    {"run", "run -m MODEL (-p TEXT | -f FILE) [options]"},
-    {"chat", "chat -m MODEL [--system TEXT] [options]"},
+    {"run", "run -m MODEL (-p TEXT | -f FILE) [options]   continues the text as it is (a raw completion)"},
+    {"chat", "chat -m MODEL [--system TEXT] [-p TEXT | -f FILE] [options]\n"
+             "  a conversation with the model's chat template; with -p (or -f) one message is answered and chat "
+             "exits\n"
+             "  --hidethinking   the model's reasoning (<think>) is not shown (on a terminal it is dimmed)\n"
+             "  --think, --nothink   ask the template to let the model reason, or not (default: the template's)"},
     {"show", "show MODEL | FILE.pt | FILE.safetensors [--no-tensors]\n"
              "show URL|REF --remote [--token TOKEN] [--json]   the GGUF header only, read by Range requests"},
     {"tokenize", "tokenize -m MODEL -p TEXT [--json] [--ids] [--no-bos] [--parse-special]"},
@@ -109,9 +113,10 @@ static const struct cli_synopsis {
               "--spec adds, per tg test, greedy generation after the prompt (-f's text, else random tokens) plain and\n"
               "speculating, alternated rep by rep, with the acceptance rate and the ratio of the two"},
     {"quantize",
-     "quantize IN.gguf|NAME OUT.gguf TYPE [-t N]\n"
-     "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m q4_k_s q5_k_m q3_k_m iq4_nl "
-     "iq4_xs"},
+     "quantize IN.gguf|NAME OUT.gguf TYPE [-t N] [--allow-requantize]\n"
+     "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_s q4_k_m q5_k_s q5_k_m q3_k_s q3_k_m "
+     "q3_k_l iq4_nl iq4_xs\n"
+     "a model already quantized is quantized again only with --allow-requantize (it loses more precision)"},
     {"serve", "serve [-m MODEL|NAME ...] [options]   (kiln serve --help lists them)"},
     {"embed", "embed -m MODEL [--query|--document [--title T]] [--dim N] [--truncate] [-t N] TEXT..."},
     {"image",
@@ -125,11 +130,12 @@ static const struct cli_synopsis {
     {"rerank", "rerank -m MODEL --query Q [--top-n N] [--documents] [--no-truncate] [-t N] (DOC... | -f FILE)"},
     {"decide",
      "decide -m PACK (--state FILE | --state-text TEXT) --question JSON [--question JSON ...] [--measure] [-t N]"},
-    {"pull", "pull URL|REF [--name NAME] [--sha256 HEX] [--header 'K: V'] [--token TOKEN] [--json]\n"
-             "REF: hf.co/ORG/REPO[:QUANT]  hf.co/ORG/REPO/FILE.gguf[@REVISION]  [HOST/][NAMESPACE/]MODEL[:TAG]\n"
-             "environment: HF_ENDPOINT (the hub), HF_TOKEN (its token), KILN_REGISTRY (the default registry URL)\n"
-             "kiln pull BUILTIN --url MIRROR: a built-in name (whisper:base.en ...); MIRROR is the file's URL or a "
-             "folder URL ending in /"},
+    {"pull",
+     "pull URL|REF [--name NAME] [--sha256 HEX] [--header 'K: V'] [--token TOKEN] [--json]\n"
+     "REF: hf.co/ORG/REPO[:QUANT]  hf.co/ORG/REPO/FILE.gguf|FILE.bin[@REVISION]  [HOST/][NAMESPACE/]MODEL[:TAG]\n"
+     "environment: HF_ENDPOINT (the hub), HF_TOKEN (its token), KILN_REGISTRY (the default registry URL)\n"
+     "kiln pull BUILTIN [--url MIRROR]: a built-in name (whisper:base.en ...), from Hugging Face's "
+     "ggerganov/whisper.cpp,\nor from MIRROR: the file's URL or a folder URL ending in /"},
     {"transcribe", "transcribe -m MODEL AUDIO... [options]\n"
                    "  AUDIO: WAV, FLAC, Ogg/Vorbis, MP3 ... (any rate from 8 to 192 kHz, 1 to 8 channels)\n"
                    "  -l, --language XX    spoken language (code or name; default: detected, English on .en models)\n"
@@ -150,7 +156,8 @@ static const struct cli_synopsis {
      "PATH: a GGUF or whisper.cpp file, or an image pack (a directory with pack.json: all its files, each checked\n"
      "against the SHA-256 pack.json records)"},
     {"ls", "ls [--json]"},
-    {"rm", "rm NAME|ID|ID-PREFIX ..."},
+    {"rm", "rm NAME|ID|ID-PREFIX ... [--force]   an id whose pack carries several names removes them all only with "
+           "--force"},
     {"verify", "verify NAME|ID"},
     {"gc", "gc"},
     {"cp", "cp SOURCE NEW-NAME [--force]"},

@@ -218,10 +218,10 @@ int cmd_ps(int argc, char **argv) {
             snprintf(proc, sizeof proc, "100%% GPU");
         else
             snprintf(proc, sizeof proc, "%.0f%%/%.0f%% CPU/GPU", 100 * (total - vram) / total, 100 * vram / total);
-        const char *digest = json_string_value(json_object_get(m, "digest"));
+        const char *digest = json_string_value(json_object_get(m, "digest")); /* "" for a -m file */
         printf("%-32s %-14.12s %-10s %-10s %-8lld %s\n", json_string_value(json_object_get(m, "name")),
-               digest ? digest : "", size, proc, (long long)json_integer_value(json_object_get(m, "context_length")),
-               when);
+               digest && *digest ? digest : "-", size, proc,
+               (long long)json_integer_value(json_object_get(m, "context_length")), when);
     }
     json_decref(j);
     return 0;

@@ -61,12 +61,14 @@ static void print_types(const type_count *tc, int n) {
 }
 
 int cmd_quantize(int argc, char **argv) {
-    int threads = 0;
+    int threads = 0, requant = 0;
     const char *pos[3];
     int np = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--allow-requantize"))
+            requant = 1;
         else if (argv[i][0] != '-' && np < 3)
             pos[np++] = argv[i];
         else if (cli_help("quantize", argv[i]))
@@ -86,11 +88,17 @@ int cmd_quantize(int argc, char **argv) {
     memset(&s, 0, sizeof s);
     kiln_quantize_params p = kiln_quantize_default_params();
     p.n_threads = threads;
+    p.allow_requantize = requant;
     p.on_tensor = on_tensor;
     p.user = &s;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (kiln_quantize_with(in, pos[1], pos[2], &p) != KILN_OK) return cli_fail(NULL);
+    if (kiln_quantize_with(in, pos[1], pos[2], &p) != KILN_OK) {
+        const int requantize = strstr(kiln_last_error(), "already quantized") != NULL;
+        cli_fail(NULL);
+        if (requantize) fprintf(stderr, "kiln: quantize: pass --allow-requantize to convert it anyway\n");
+        return 1;
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     char a[32], b[32];
     human(s.bytes_in, a, sizeof a);

@@ -14,10 +14,13 @@
 #include "sample/jschema.h"
 #include "sample/sample.h"
 
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct gen_stats {
     int n_prompt, n_gen;
@@ -47,6 +50,135 @@ static void catch_sigint(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+/* How kiln chat shows a reply.  Reasoning (<think>...</think>) is dimmed on
+ * a terminal (ANSI faint), set between Ollama's "Thinking..." and
+ * "...done thinking." lines otherwise, or hidden (--hidethinking); a tool
+ * call (<tool_call>{"name": ..., "arguments": ...}</tool_call>) is shown as
+ * the call, "-> name({...})".  Only the display changes: the conversation
+ * keeps the reply as the model wrote it. */
+enum { VIEW_TEXT, VIEW_THINK, VIEW_TOOL };
+
+typedef struct chat_view {
+    int tty, hide_think;
+    int mode;       /* VIEW_* */
+    int trim;       /* whitespace just after a tag is not shown */
+    int think_open; /* the reasoning's opening was written */
+    char pend[16];  /* text that may be the beginning of a tag */
+    size_t n_pend;
+    char *call; /* a tool call's text so far */
+    size_t n_call, cap_call;
+} chat_view;
+
+static const char *const view_tags[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
+
+static void view_emit(chat_view *v, const char *s, size_t n) {
+    for (; n && v->trim && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t'); s++, n--) {}
+    if (!n) return;
+    v->trim = 0;
+    if (v->mode == VIEW_TEXT) {
+        fwrite(s, 1, n, stdout);
+    } else if (v->mode == VIEW_THINK) {
+        if (v->hide_think) return;
+        if (!v->think_open) fputs(v->tty ? "\033[2m" : "Thinking...\n", stdout);
+        v->think_open = 1;
+        fwrite(s, 1, n, stdout);
+    } else if (v->n_call + n + 1 <= 65536) { /* a tool call longer than that is cut in the display only */
+        if (v->n_call + n + 1 > v->cap_call) {
+            size_t cap = (v->n_call + n + 1) * 2;
+            char *nb = realloc(v->call, cap);
+            if (!nb) return;
+            v->call = nb;
+            v->cap_call = cap;
+        }
+        memcpy(v->call + v->n_call, s, n);
+        v->n_call += n;
+        v->call[v->n_call] = 0;
+    }
+}
+
+static void view_end_think(chat_view *v) {
+    if (v->think_open) fputs(v->tty ? "\033[0m\n\n" : "\n...done thinking.\n\n", stdout);
+    v->think_open = 0;
+}
+
+static void view_show_call(chat_view *v) {
+    json_t *j = v->call ? json_loads(v->call, 0, NULL) : NULL;
+    const char *name = json_string_value(json_object_get(j, "name"));
+    json_t *args = json_object_get(j, "arguments");
+    char *a = args ? json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    if (name)
+        printf("%s%s(%s)\n", v->tty ? "\xe2\x86\x92 " : "-> ", name, a ? a : "");
+    else /* not a call kiln can read: as written */
+        printf("<tool_call>%s</tool_call>", v->call ? v->call : "");
+    free(a);
+    json_decref(j);
+    v->n_call = 0;
+    if (v->call) v->call[0] = 0;
+}
+
+static void view_tag(chat_view *v, int tag) {
+    if (tag == 0) {
+        v->mode = VIEW_THINK;
+        v->think_open = 0;
+    } else if (tag == 1) {
+        if (v->mode == VIEW_THINK) view_end_think(v);
+        v->mode = VIEW_TEXT;
+    } else if (tag == 2) {
+        v->mode = VIEW_TOOL;
+        v->n_call = 0;
+    } else if (v->mode == VIEW_TOOL) {
+        view_show_call(v);
+        v->mode = VIEW_TEXT;
+    }
+    v->trim = 1;
+}
+
+static void view_put(chat_view *v, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const char c = s[i];
+        if (!v->n_pend && c != '<') {
+            size_t run = 1;
+            while (i + run < n && s[i + run] != '<') run++;
+            view_emit(v, s + i, run);
+            i += run - 1;
+            continue;
+        }
+        if (c == '<' && v->n_pend) { /* a new tag may begin here */
+            view_emit(v, v->pend, v->n_pend);
+            v->n_pend = 0;
+        }
+        v->pend[v->n_pend++] = c;
+        int prefix = 0;
+        for (int t = 0; t < 4; t++) {
+            const size_t tl = strlen(view_tags[t]);
+            if (v->n_pend == tl && !memcmp(v->pend, view_tags[t], tl)) {
+                v->n_pend = 0;
+                view_tag(v, t);
+                prefix = 1;
+                break;
+            }
+            if (v->n_pend < tl && !memcmp(v->pend, view_tags[t], v->n_pend)) prefix = 1;
+        }
+        if (!prefix) {
+            view_emit(v, v->pend, v->n_pend);
+            v->n_pend = 0;
+        }
+    }
+    fflush(stdout);
+}
+
+/* The reply ended: what was held back goes out, an open reasoning closes. */
+static void view_finish(chat_view *v) {
+    view_emit(v, v->pend, v->n_pend);
+    v->n_pend = 0;
+    if (v->mode == VIEW_THINK && v->think_open && v->tty) fputs("\033[0m", stdout);
+    if (v->mode == VIEW_TOOL) printf("<tool_call>%s", v->call ? v->call : "");
+    v->think_open = 0;
+    v->mode = VIEW_TEXT;
+    v->trim = 0;
+    fflush(stdout);
+}
+
 /* What a slot's events do here: stream the text to stdout, keep it (chat)
  * and count. */
 typedef struct sink {
@@ -64,14 +196,19 @@ typedef struct sink {
     const cli_opts *o;
     char held[1024];
     size_t n_held;
-    int stopped; /* a stop string ended the text */
+    int stopped;     /* a stop string ended the text */
+    chat_view *view; /* kiln chat's display, or NULL: the text as it is */
 } sink;
 
 /* Text that goes out: to stdout, and kept for chat.  Returns -1 out of memory. */
 static int write_text(sink *k, const char *txt, size_t len) {
     if (!len) return 0;
-    fwrite(txt, 1, len, stdout);
-    fflush(stdout);
+    if (k->view) {
+        view_put(k->view, txt, len);
+    } else {
+        fwrite(txt, 1, len, stdout);
+        fflush(stdout);
+    }
     if (k->keep_text) {
         char *nb = realloc(k->out, k->out_len + len + 1);
         if (!nb) {
@@ -377,6 +514,8 @@ typedef struct chat_state {
     int n_held, cap_held;
     int n_kv; /* of those, held by the KV cache */
     char bos[64], eos[64];
+    int think;       /* /set think 1, /set nothink 0, -1 the template's default */
+    int opens_think; /* the rendered prompt ends inside a <think> block */
 } chat_state;
 
 static void piece_text(kiln_model *m, int32_t id, char *buf, int cap) {
@@ -391,10 +530,11 @@ static int32_t *render_chat(chat_state *st, int *n) {
     char err[256];
     char *text;
     if (st->go) {
-        text = kgt_render_chat(st->go, st->messages, NULL, -1, err, sizeof err);
+        text = kgt_render_chat(st->go, st->messages, NULL, st->think, err, sizeof err);
     } else {
         json_t *vars = json_pack("{s:O, s:b, s:s, s:s}", "messages", st->messages, "add_generation_prompt", 1,
                                  "bos_token", st->bos, "eos_token", st->eos);
+        if (vars && st->think >= 0) json_object_set_new(vars, "enable_thinking", json_boolean(st->think));
         text = vars ? kct_render(st->tmpl, vars, err, sizeof err) : NULL;
         json_decref(vars);
     }
@@ -402,6 +542,10 @@ static int32_t *render_chat(chat_state *st, int *n) {
         fprintf(stderr, "kiln chat: the chat template failed: %s\n", err);
         return NULL;
     }
+    /* a template that opens the reasoning itself: the reply begins inside it */
+    size_t tl = strlen(text);
+    while (tl && (text[tl - 1] == '\n' || text[tl - 1] == ' ')) tl--;
+    st->opens_think = tl >= 7 && !memcmp(text + tl - 7, "<think>", 7);
     /* templates that write the BOS text themselves get no second BOS */
     int add_bos = !(st->bos[0] && strncmp(text, st->bos, strlen(st->bos)) == 0);
     int32_t *ids = tokenize_alloc(st->m, text, add_bos, 1, n);
@@ -509,6 +653,11 @@ static int set_parameter(cli_opts *o, const char *name, const char *value) {
  * settings apply from the next reply (each reply's sampler sees the whole
  * rendered conversation, so the penalties see the same history). */
 static void chat_set(chat_state *st, cli_opts *o, int *has_system, char *args) {
+    if (!strcmp(args, "think") || !strcmp(args, "nothink")) {
+        st->think = args[0] == 't';
+        fprintf(stderr, "kiln chat: thinking %s\n", st->think ? "on" : "off");
+        return;
+    }
     if (!strncmp(args, "system ", 7) && args[7]) {
         if (!st->tmpl && !st->go) {
             fprintf(stderr, "kiln chat: the model has no chat template, so there is no system prompt\n");
@@ -527,7 +676,8 @@ static void chat_set(chat_state *st, cli_opts *o, int *has_system, char *args) {
     char *value = name ? strchr(name, ' ') : NULL;
     if (value) *value++ = 0;
     if (!value || set_parameter(o, name, value)) {
-        fprintf(stderr, "kiln chat: /set system TEXT, or /set parameter NAME VALUE with NAME one of temperature, "
+        fprintf(stderr, "kiln chat: /set system TEXT, /set think, /set nothink, or /set parameter NAME VALUE with NAME "
+                        "one of temperature, "
                         "top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, "
                         "seed, num_predict\n");
         return;
@@ -535,12 +685,197 @@ static void chat_set(chat_state *st, cli_opts *o, int *has_system, char *args) {
     fprintf(stderr, "kiln chat: %s set to %s\n", name, value);
 }
 
+/* st->m's chat template: the pack's Go template (template_go, may be NULL),
+ * else the GGUF's Jinja one, else none (text is continued). */
+static void chat_templates(chat_state *st, const char *template_go) {
+    kct_free(st->tmpl);
+    kgt_free(st->go);
+    st->tmpl = NULL;
+    st->go = NULL;
+    const char *src = kiln_model_chat_template(st->m);
+    if (template_go) {
+        char err[256];
+        st->go = kgt_compile(template_go, strlen(template_go), err, sizeof err);
+        if (!st->go)
+            fprintf(stderr, "kiln chat: the pack's Go template does not compile (%s); using the GGUF's\n", err);
+    }
+    if (src && !st->go) {
+        char err[256];
+        st->tmpl = kct_compile(src, strlen(src), err, sizeof err);
+        if (!st->tmpl)
+            fprintf(stderr, "kiln chat: the model's chat template does not compile (%s); continuing text\n", err);
+    }
+    piece_text(st->m, kiln_token_bos(st->m), st->bos, sizeof st->bos);
+    piece_text(st->m, kiln_token_eos(st->m), st->eos, sizeof st->eos);
+}
+
+static const char *template_words(const chat_state *st) {
+    return st->go     ? "the pack's template"
+           : st->tmpl ? "the model's chat template"
+                      : "no chat template: text is continued";
+}
+
+/* /load NAME: another model (a file or a store name) with the chat's
+ * settings, as Ollama's /load; the conversation starts over (the system
+ * prompt stays; the new pack's own is taken when none was set).  The old
+ * model stays when the new one does not load. */
+static void chat_load(chat_state *st, const cli_opts *o, cli_pack *pk, gen_batch **gb, spec **sp, const char *name,
+                      int *has_system, char **owned_name) {
+    cli_opts o2 = *o;
+    char *nm = strdup(name);
+    if (!nm) return;
+    o2.model = nm;
+    kiln_model *m2 = NULL;
+    kiln_context *c2 = NULL;
+    gen_batch *gb2 = NULL;
+    if (cli_load(&o2, &m2, &c2, 1) || gen_batch_new(m2, c2, 0, &gb2) != KILN_OK) {
+        fprintf(stderr, "kiln chat: /load %s failed; the chat goes on with the model it had\n", name);
+        kiln_context_free(c2);
+        kiln_model_free(m2);
+        free(nm);
+        return;
+    }
+    /* the new pack's template and system prompt; the chat keeps its own sampling settings */
+    cli_opts scratch = o2;
+    cli_pack_mark(&scratch);
+    cli_pack npk;
+    cli_pack_apply(&scratch, o, &npk);
+    spec_free(*sp);
+    *sp = NULL;
+    gen_batch_free(*gb);
+    kiln_context_free(st->c);
+    kiln_model_free(st->m);
+    st->m = m2;
+    st->c = c2;
+    *gb = gb2;
+    if (attach_spec(&o2, st->m, st->c, *gb, sp))
+        fprintf(stderr, "kiln chat: speculative decoding is off for %s\n", name);
+    chat_templates(st, npk.template_go);
+    cli_pack_free(pk);
+    *pk = npk;
+    while (json_array_size(st->messages) > (*has_system ? 1u : 0u))
+        json_array_remove(st->messages, json_array_size(st->messages) - 1);
+    if (!*has_system && pk->system && (st->tmpl || st->go)) {
+        json_array_insert_new(st->messages, 0, json_pack("{s:s, s:s}", "role", "system", "content", pk->system));
+        *has_system = 1;
+    }
+    st->n_held = st->n_kv = 0;
+    free(*owned_name);
+    *owned_name = nm;
+    kiln_model_info info;
+    kiln_model_get_info(st->m, &info);
+    fprintf(stderr, "kiln chat: loaded %s: %s (%s); the conversation starts over\n", name,
+            info.name[0] ? info.name : info.arch, template_words(st));
+}
+
+/* /save NAME: a new model in the store made of this one with the chat's
+ * system prompt and sampling settings, as Ollama's /save (a model given as
+ * a file is imported, linked, first).  kiln chat -m NAME starts from them. */
+static void chat_save(const chat_state *st, const cli_opts *o, const char *model, const char *name) {
+    const json_t *sys = json_array_size(st->messages) ? json_array_get(st->messages, 0) : NULL;
+    const char *system = sys && !strcmp(json_string_value(json_object_get(sys, "role")), "system")
+                             ? json_string_value(json_object_get(sys, "content"))
+                             : NULL;
+    const kiln_sampler_params *p = &o->sp;
+    json_t *opts = json_pack("{s:f,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:i}", "temperature", (double)p->temperature, "top_k",
+                             (int)p->top_k, "top_p", (double)p->top_p, "min_p", (double)p->min_p, "repeat_penalty",
+                             (double)p->repeat_penalty, "repeat_last_n", (int)p->repeat_last_n, "presence_penalty",
+                             (double)p->presence_penalty, "frequency_penalty", (double)p->frequency_penalty, "num_ctx",
+                             (int)kiln_context_n_ctx(st->c));
+    if (opts && o->n_predict > 0) json_object_set_new(opts, "num_predict", json_integer(o->n_predict));
+    if (opts && o->n_stop) {
+        json_t *stop = json_array();
+        for (int i = 0; i < o->n_stop; i++) json_array_append_new(stop, json_string(o->stop[i]));
+        json_object_set_new(opts, "stop", stop);
+    }
+    char *opts_txt = opts ? json_dumps(opts, JSON_COMPACT | JSON_REAL_PRECISION(7)) : NULL; /* floats as set */
+    json_decref(opts);
+    kiln_store *s = NULL;
+    char id[65] = "";
+    const char *src = model;
+    struct stat sb;
+    kiln_status rc = opts_txt ? kiln_store_open(NULL, &s) : KILN_ERR_NOMEM;
+    if (!rc && stat(model, &sb) == 0) { /* a file: into the store first */
+        rc = kiln_store_import(s, model, name, KILN_STORE_LINK, NULL, NULL, id);
+        src = id;
+    }
+    char saved[65] = "";
+    if (!rc) rc = kiln_store_save_as(s, src, name, system, opts_txt, saved);
+    if (rc)
+        fprintf(stderr, "kiln chat: /save %s: %s\n", name, kiln_last_error());
+    else
+        fprintf(stderr, "kiln chat: saved %s (%.12s): its system prompt and settings are this chat's\n", name, saved);
+    kiln_store_close(s);
+    free(opts_txt);
+}
+
+/* /show [info|parameters|system|template], as in Ollama's REPL. */
+static void chat_show(const chat_state *st, const cli_opts *o, const char *model, const char *tmpl_text,
+                      const char *what) {
+    kiln_model_info info;
+    kiln_model_get_info(st->m, &info);
+    const kiln_sampler_params *p = &o->sp;
+    const json_t *sys = json_array_size(st->messages) ? json_array_get(st->messages, 0) : NULL;
+    const char *system = sys && !strcmp(json_string_value(json_object_get(sys, "role")), "system")
+                             ? json_string_value(json_object_get(sys, "content"))
+                             : NULL;
+    if (!*what || !strcmp(what, "info")) {
+        char params[32];
+        const double n = (double)info.n_params;
+        if (n >= 1e9)
+            snprintf(params, sizeof params, "%.1fB", n / 1e9);
+        else if (n >= 1e6)
+            snprintf(params, sizeof params, "%.1fM", n / 1e6);
+        else
+            snprintf(params, sizeof params, "%.1fK", n / 1e3);
+        printf("  Model\n    %-20s %s\n    %-20s %s\n    %-20s %s\n    %-20s %d\n    %-20s %d\n    %-20s %d\n"
+               "    %-20s %s\n    %-20s %s\n",
+               "name", model, "architecture", info.arch, "parameters", params, "context length", info.n_ctx_train,
+               "context (this chat)", kiln_context_n_ctx(st->c), "embedding length", info.n_embd, "quantization",
+               info.ftype, "template",
+               st->go     ? "the pack's (Go)"
+               : st->tmpl ? "the model's (Jinja)"
+                          : "none: text is continued");
+        printf("  Thinking\n    %s\n", st->think < 0 ? "the template's default" : st->think ? "on" : "off");
+        printf("  System\n    %s\n", system ? system : "(none)");
+        return;
+    }
+    if (!strcmp(what, "parameters")) {
+        printf("temperature        %g\ntop_k              %d\ntop_p              %g\nmin_p              %g\n"
+               "repeat_penalty     %g\nrepeat_last_n      %d\npresence_penalty   %g\nfrequency_penalty  %g\n"
+               "seed               %llu\nnum_predict        %d\nnum_ctx            %d\n",
+               p->temperature, p->top_k, p->top_p, p->min_p, p->repeat_penalty, p->repeat_last_n, p->presence_penalty,
+               p->frequency_penalty, (unsigned long long)p->seed, o->n_predict, kiln_context_n_ctx(st->c));
+        for (int i = 0; i < o->n_stop; i++) printf("stop               \"%s\"\n", o->stop[i]);
+        return;
+    }
+    if (!strcmp(what, "system")) {
+        printf("%s\n", system ? system : "No system message was specified for this model.");
+        return;
+    }
+    if (!strcmp(what, "template")) {
+        printf("%s\n", tmpl_text ? tmpl_text : "No template was specified for this model.");
+        return;
+    }
+    fprintf(stderr, "kiln chat: /show info, /show parameters, /show system or /show template\n");
+}
+
 int cmd_chat(int argc, char **argv) {
     cli_opts o;
     cli_opts_init(&o);
     const char *system = NULL;
+    int hide_think = 0, think = -1;
     cli_opts base = pack_begin(&o);
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--hidethinking")) {
+            hide_think = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--think") || !strcmp(argv[i], "--think=true") || !strcmp(argv[i], "--nothink") ||
+            !strcmp(argv[i], "--think=false")) {
+            think = !strcmp(argv[i], "--think") || !strcmp(argv[i], "--think=true");
+            continue;
+        }
         if ((!strcmp(argv[i], "--system") || !strcmp(argv[i], "-sys") || !strcmp(argv[i], "--system-prompt")) &&
             i + 1 < argc) {
             system = argv[++i];
@@ -563,6 +898,8 @@ int cmd_chat(int argc, char **argv) {
     }
     chat_state st;
     memset(&st, 0, sizeof st);
+    st.think = think;
+    chat_view view = {.tty = isatty(STDOUT_FILENO) && !getenv("NO_COLOR"), .hide_think = hide_think};
     if (cli_load(&o, &st.m, &st.c, 1)) {
         cli_pack_free(&pk);
         ks_schema_free(schema);
@@ -571,29 +908,18 @@ int cmd_chat(int argc, char **argv) {
     catch_sigint();
     kiln_model_info info;
     kiln_model_get_info(st.m, &info);
-    const char *src = kiln_model_chat_template(st.m);
-    if (pk.template_go) {
-        char err[256];
-        st.go = kgt_compile(pk.template_go, strlen(pk.template_go), err, sizeof err);
-        if (!st.go) fprintf(stderr, "kiln chat: the pack's Go template does not compile (%s); using the GGUF's\n", err);
-    }
-    if (src && !st.go) {
-        char err[256];
-        st.tmpl = kct_compile(src, strlen(src), err, sizeof err);
-        if (!st.tmpl)
-            fprintf(stderr, "kiln chat: the model's chat template does not compile (%s); continuing text\n", err);
-    }
-    const int has_tmpl = st.tmpl || st.go;
-    piece_text(st.m, kiln_token_bos(st.m), st.bos, sizeof st.bos);
-    piece_text(st.m, kiln_token_eos(st.m), st.eos, sizeof st.eos);
+    chat_templates(&st, pk.template_go);
+    int has_tmpl = st.tmpl || st.go;
+    char *loaded = NULL; /* the name /load gave, owned */
     st.messages = json_array();
     if (system) json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "system", "content", system));
     int has_system = system != NULL;
-    fprintf(stderr, "kiln chat: %s (%s). /help for commands; /bye or Ctrl-D ends.\n",
-            info.name[0] ? info.name : info.arch,
-            st.go     ? "the pack's template"
-            : st.tmpl ? "the model's chat template"
-                      : "no chat template: text is continued");
+    /* -p TEXT (or -f FILE): one message, answered with the model's template,
+     * then the chat ends, as `ollama run MODEL "prompt"` does */
+    const char *once = o.prompt;
+    if (!once)
+        fprintf(stderr, "kiln chat: %s (%s). /help for commands; /bye or Ctrl-D ends.\n",
+                info.name[0] ? info.name : info.arch, template_words(&st));
     int rc = 1;
     char *line = NULL;
     size_t line_cap = 0;
@@ -604,11 +930,30 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     }
     if (attach_spec(&o, st.m, st.c, gb, &sp)) goto done;
-    for (;;) {
-        const int got = read_message(&line, &line_cap);
+    for (int turn = 0;; turn++) {
+        int got;
+        if (once) {
+            if (turn) break;
+            const size_t len = strlen(once);
+            if (len + 1 > line_cap) {
+                char *nb = realloc(line, len + 1);
+                if (!nb) {
+                    cli_fail("out of memory");
+                    goto done;
+                }
+                line = nb;
+                line_cap = len + 1;
+            }
+            memcpy(line, once, len + 1);
+            got = (int)len;
+        } else {
+            got = read_message(&line, &line_cap);
+        }
         if (got < 0) break; /* end of input */
         if (got == 0) continue;
-        if (line[0] == '/' && line[1] == '/')
+        if (once) {
+            /* the message as written, never a command */
+        } else if (line[0] == '/' && line[1] == '/')
             memmove(line, line + 1, (size_t)got); /* //TEXT sends /TEXT */
         else if (line[0] == '/') {                /* a command, as in Ollama's REPL */
             if (!strcmp(line, "/bye") || !strcmp(line, "/exit")) break;
@@ -624,10 +969,32 @@ int cmd_chat(int argc, char **argv) {
                 chat_set(&st, &o, &has_system, line + 5);
                 continue;
             }
+            if (!strncmp(line, "/save ", 6) && line[6]) {
+                chat_save(&st, &o, loaded ? loaded : o.model, line + 6);
+                continue;
+            }
+            if (!strncmp(line, "/load ", 6) && line[6]) {
+                chat_load(&st, &o, &pk, &gb, &sp, line + 6, &has_system, &loaded);
+                has_tmpl = st.tmpl || st.go;
+                continue;
+            }
+            if (!strcmp(line, "/show") || !strncmp(line, "/show ", 6)) {
+                chat_show(&st, &o, loaded ? loaded : o.model,
+                          st.go     ? pk.template_go
+                          : st.tmpl ? kiln_model_chat_template(st.m)
+                                    : NULL,
+                          line[5] ? line + 6 : "");
+                fflush(stdout);
+                continue;
+            }
             if (strcmp(line, "/help") && strcmp(line, "/?")) fprintf(stderr, "kiln chat: unknown command '%s'\n", line);
             fprintf(stderr, "  /clear      forget the conversation (the system prompt stays)\n"
                             "  /set system TEXT             set the system prompt\n"
                             "  /set parameter NAME VALUE    temperature, top_k, top_p, min_p, seed, num_predict, ...\n"
+                            "  /set think, /set nothink     let the model reason before it answers, or not\n"
+                            "  /show [info|parameters|system|template]   the model and this chat's settings\n"
+                            "  /load MODEL  chat with another model (a file or a store name); starts over\n"
+                            "  /save NAME   store this model with the chat's system prompt and settings as NAME\n"
                             "  /bye        end (also Ctrl-D)\n"
                             "  \"\"\"         alone on a line begins and ends a message of several lines\n"
                             "  //TEXT      sends /TEXT\n");
@@ -730,7 +1097,12 @@ int cmd_chat(int argc, char **argv) {
         memset(&k, 0, sizeof k);
         k.o = &o;
         k.keep_text = 1;
+        k.view = &view;
+        view.mode = has_tmpl && st.opens_think ? VIEW_THINK : VIEW_TEXT;
+        view.trim = view.mode == VIEW_THINK;
+        view.think_open = 0;
         int fr = run_slot(gb, st.m, &p, &gs, &k);
+        view_finish(&view);
         if (k.why == GEN_FAILED) st.n_kv = 0; /* the core emptied the sequence */
         if (fr || k.why == GEN_FAILED) {
             if (ids != st.held) free(ids);
@@ -780,6 +1152,8 @@ int cmd_chat(int argc, char **argv) {
     rc = 0;
 done:
     free(line);
+    free(loaded);
+    free(view.call);
     json_decref(st.messages);
     kct_free(st.tmpl);
     kgt_free(st.go);

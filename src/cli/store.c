@@ -48,6 +48,7 @@ static void human(uint64_t b, char *buf, size_t cap) {
 
 typedef struct show_ctx {
     int json, tty;
+    const char *verb; /* how "start" reads: "downloading", or an import's "copying" ... */
     double last_line; /* plain mode: time of the last progress line */
     int bar_open;     /* tty: a bar is drawn without its newline */
 } show_ctx;
@@ -71,6 +72,9 @@ static void on_progress(const kiln_store_progress *p, void *user) {
     human(p->total, total, sizeof total);
     human((uint64_t)p->rate, rate, sizeof rate);
     if (p->eta >= 0) snprintf(eta, sizeof eta, " ETA %d:%02d", (int)p->eta / 60, (int)p->eta % 60);
+    /* no rate before one is measured (a hash of a local file has none) */
+    char rate_s[48] = "";
+    if (p->rate > 0) snprintf(rate_s, sizeof rate_s, "%s%s/s", c->tty ? " " : ", ", rate);
     const char *art = p->artifact ? p->artifact : "";
     if (!strcmp(p->event, "progress") || !strcmp(p->event, "verify")) {
         int pct = p->total ? (int)(100.0 * (double)p->done / (double)p->total) : -1;
@@ -79,8 +83,8 @@ static void on_progress(const kiln_store_progress *p, void *user) {
             int fill = pct < 0 ? 0 : pct * 30 / 100;
             for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
             bar[30] = 0;
-            fprintf(stderr, "\r\033[K%s%s [%s] %3d%% %s/%s %s/s%s", p->event[0] == 'v' ? "verify " : "", art, bar,
-                    pct < 0 ? 0 : pct, done, p->total ? total : "?", rate, eta);
+            fprintf(stderr, "\r\033[K%s%s [%s] %3d%% %s/%s%s%s", p->event[0] == 'v' ? "verify " : "", art, bar,
+                    pct < 0 ? 0 : pct, done, p->total ? total : "?", rate_s, eta);
             if (p->count > 1) fprintf(stderr, " (%d/%d)", p->index + 1, p->count);
             c->bar_open = 1;
         } else {
@@ -89,17 +93,18 @@ static void on_progress(const kiln_store_progress *p, void *user) {
             double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
             if (now - c->last_line < 2.0) return;
             c->last_line = now;
-            fprintf(stderr, "%s %s: %s of %s, %s/s%s\n", p->event, art, done, p->total ? total : "?", rate, eta);
+            fprintf(stderr, "%s %s: %s of %s%s%s\n", p->event, art, done, p->total ? total : "?", rate_s, eta);
         }
         return;
     }
     end_bar(c);
-    if (!strcmp(p->event, "published"))
-        fprintf(stderr, "installed %.12s\n", p->message ? p->message : "");
-    else if (!strcmp(p->event, "resume"))
+    if (!strcmp(p->event, "published")) {
+        if (!c->verb) fprintf(stderr, "installed %.12s\n", p->message ? p->message : ""); /* an import says it after */
+    } else if (!strcmp(p->event, "resume"))
         fprintf(stderr, "resuming %s at %s\n", art, done);
     else if (!strcmp(p->event, "start"))
-        fprintf(stderr, "downloading %s%s%s\n", art, p->total ? ", " : "", p->total ? total : "");
+        fprintf(stderr, "%s %s%s%s\n", c->verb ? c->verb : "downloading", art, p->total ? ", " : "",
+                p->total ? total : "");
     else if (!strcmp(p->event, "done"))
         fprintf(stderr, "%s: complete (%s)%s%s\n", art, done, p->message ? ", " : "", p->message ? p->message : "");
     else
@@ -160,7 +165,7 @@ int cmd_pull(int argc, char **argv) {
                                  .cancel = &g_cancel,
                                  .token = token};
     char id[65];
-    /* a built-in name (whisper:base.en) takes its file from --url */
+    /* a built-in name (whisper:base.en) comes from the hub, or from --url */
     kiln_status st = kiln_builtin_find(url) ? kiln_builtin_pull(s, url, mirror, &pp, id)
                                             : kiln_store_pull(s, url, name, sha, &pp, id);
     end_bar(&sc);
@@ -204,9 +209,24 @@ int cmd_import(int argc, char **argv) {
     if (open_store(&s)) return 1;
     show_ctx sc;
     init_show(&sc, json);
+    sc.verb = mode == KILN_STORE_LINK ? "hashing" : mode == KILN_STORE_MOVE ? "moving" : "copying";
     char id[65];
     kiln_status st = kiln_store_import(s, path, name, mode, on_progress, &sc, id);
     end_bar(&sc);
+    if (st == KILN_OK && !json) {
+        /* the name it was installed under (a bare name gains ":latest"), and the short id */
+        char *txt = NULL;
+        json_t *inf = kiln_store_info(s, name ? name : id, &txt) == KILN_OK ? json_loads(txt, 0, NULL) : NULL;
+        kiln_store_free_string(txt);
+        const char *shown = json_string_value(json_object_get(inf, "name"));
+        json_t *names = json_object_get(inf, "names");
+        if ((!shown || !*shown) && json_array_size(names) == 1) shown = json_string_value(json_array_get(names, 0));
+        if (shown && *shown)
+            fprintf(stderr, "imported %s (%.12s)\n", shown, id);
+        else
+            fprintf(stderr, "imported %.12s\n", id);
+        json_decref(inf);
+    }
     kiln_store_close(s);
     return st != KILN_OK ? cli_fail("import") : 0;
 }
@@ -276,8 +296,25 @@ int cmd_ls(int argc, char **argv) {
     return 0;
 }
 
+static void print_removed(const char *name, void *user) {
+    (void)user;
+    printf("removed %s\n", name);
+}
+
 int cmd_rm(int argc, char **argv) {
-    if (argc < 2) {
+    int force = 0, n_refs = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--force") || !strcmp(argv[i], "-f"))
+            force = 1;
+        else if (cli_help("rm", argv[i]))
+            return 0;
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "kiln rm: unknown option %s\n", argv[i]);
+            return 2;
+        } else
+            n_refs++;
+    }
+    if (!n_refs) {
         cli_usage("rm", stderr);
         return 2;
     }
@@ -285,10 +322,12 @@ int cmd_rm(int argc, char **argv) {
     if (open_store(&s)) return 1;
     int rc = 0;
     for (int i = 1; i < argc; i++) {
-        if (kiln_store_remove(s, argv[i]) != KILN_OK)
-            rc = cli_fail("rm");
-        else
-            printf("removed %s\n", argv[i]);
+        if (argv[i][0] == '-') continue;
+        kiln_status st = kiln_store_remove_names(s, argv[i], force, print_removed, NULL);
+        if (st == KILN_OK) continue;
+        int several = st == KILN_ERR_STATE && strstr(kiln_last_error(), " names (");
+        rc = cli_fail("rm");
+        if (several) fprintf(stderr, "kiln: rm: pass --force to remove every name of that id\n");
     }
     kiln_store_close(s);
     return rc;

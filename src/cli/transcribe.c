@@ -156,7 +156,10 @@ int cmd_transcribe(int argc, char **argv) {
             const char *b = base_name(files[f]);
             const char *dot = strrchr(b, '.');
             int bl = dot && dot != b ? (int)(dot - b) : (int)strlen(b);
-            snprintf(out, sizeof out, "%s/%.*s.%s", out_dir, bl, b, !strcmp(format, "verbose_json") ? "json" : format);
+            size_t dl = strlen(out_dir);
+            while (dl > 1 && out_dir[dl - 1] == '/') dl--; /* "out/" names the folder "out" */
+            snprintf(out, sizeof out, "%.*s%s%.*s.%s", (int)dl, out_dir, out_dir[dl - 1] == '/' ? "" : "/", bl, b,
+                     !strcmp(format, "verbose_json") ? "json" : format);
             FILE *o = fopen(out, "w");
             if (!o || fputs(text, o) < 0 || fclose(o) != 0) {
                 fprintf(stderr, "kiln: %s: %s\n", out, strerror(errno));

@@ -8,7 +8,8 @@
  *     Q6_K for every target below Q8_0;
  *   - the _M mixes give attn_v and ffn_down Q6_K (Q4_K_M) or Q5_K (Q3_K_M)
  *     in the first and last eighth of the layers and every third layer
- *     between ("use more bits"); attn_v counts with attn_qkv (a Gated
+ *     between ("use more bits"); Q3_K_L gives attn_v, ffn_down and
+ *     attn_output Q5_K in every layer; attn_v counts with attn_qkv (a Gated
  *     DeltaNet layer's fused input) by their order in the file, ffn_down
  *     with the experts' and the shared expert's down projections by layer;
  *   - with 8 experts, attn_v, attn_qkv and attn_k become Q8_0 and, in the
@@ -40,16 +41,18 @@ typedef struct qmix {
     int base;      /* type of ordinary 2-D weights */
     int more_bits; /* attn_v / ffn_down in "more bits" layers, -1 = base */
     int ftype;     /* general.file_type value (llama.cpp's enum) */
+    int all_bits;  /* attn_v, ffn_down and attn_output in every layer (Q3_K_L), -1 = none */
 } qmix;
 
 static const qmix k_mixes[] = {
-    {"f32", KQ_F32, -1, 0},    {"f16", KQ_F16, -1, 1},        {"bf16", KQ_BF16, -1, 32},
-    {"q4_0", KQ_Q4_0, -1, 2},  {"q4_1", KQ_Q4_1, -1, 3},      {"q8_0", KQ_Q8_0, -1, 7},
-    {"q5_0", KQ_Q5_0, -1, 8},  {"q5_1", KQ_Q5_1, -1, 9},      {"q2_k", KQ_Q2_K, -1, 10},
-    {"q3_k", KQ_Q3_K, -1, 11}, {"q3_k_s", KQ_Q3_K, -1, 11},   {"q3_k_m", KQ_Q3_K, KQ_Q5_K, 12},
-    {"q4_k", KQ_Q4_K, -1, 14}, {"q4_k_s", KQ_Q4_K, -1, 14},   {"q4_k_m", KQ_Q4_K, KQ_Q6_K, 15},
-    {"q5_k", KQ_Q5_K, -1, 16}, {"q5_k_s", KQ_Q5_K, -1, 16},   {"q5_k_m", KQ_Q5_K, KQ_Q6_K, 17},
-    {"q6_k", KQ_Q6_K, -1, 18}, {"iq4_nl", KQ_IQ4_NL, -1, 25}, {"iq4_xs", KQ_IQ4_XS, -1, 30},
+    {"f32", KQ_F32, -1, 0, -1},           {"f16", KQ_F16, -1, 1, -1},      {"bf16", KQ_BF16, -1, 32, -1},
+    {"q4_0", KQ_Q4_0, -1, 2, -1},         {"q4_1", KQ_Q4_1, -1, 3, -1},    {"q8_0", KQ_Q8_0, -1, 7, -1},
+    {"q5_0", KQ_Q5_0, -1, 8, -1},         {"q5_1", KQ_Q5_1, -1, 9, -1},    {"q2_k", KQ_Q2_K, -1, 10, -1},
+    {"q3_k", KQ_Q3_K, -1, 11, -1},        {"q3_k_s", KQ_Q3_K, -1, 11, -1}, {"q3_k_m", KQ_Q3_K, KQ_Q5_K, 12, -1},
+    {"q3_k_l", KQ_Q3_K, -1, 13, KQ_Q5_K}, {"q4_k", KQ_Q4_K, -1, 14, -1},   {"q4_k_s", KQ_Q4_K, -1, 14, -1},
+    {"q4_k_m", KQ_Q4_K, KQ_Q6_K, 15, -1}, {"q5_k", KQ_Q5_K, -1, 16, -1},   {"q5_k_s", KQ_Q5_K, -1, 16, -1},
+    {"q5_k_m", KQ_Q5_K, KQ_Q6_K, 17, -1}, {"q6_k", KQ_Q6_K, -1, 18, -1},   {"iq4_nl", KQ_IQ4_NL, -1, 25, -1},
+    {"iq4_xs", KQ_IQ4_XS, -1, 30, -1},
 };
 
 static const qmix *find_mix(const char *name) {
@@ -106,6 +109,7 @@ static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, qp
     if (quantized && want != KQ_Q8_0 && is_output(f, t->name)) want = KQ_Q6_K;
     if (is_attn_v(t->name)) {
         const int i = qp->i_attn_v++;
+        if (q->all_bits >= 0) want = q->all_bits;
         if (q->more_bits >= 0 && use_more_bits(i, qp->n_attn_v)) want = q->more_bits;
         if (quantized && qp->n_expert == 8) want = KQ_Q8_0;
     } else if (quantized && qp->n_expert == 8 && strstr(t->name, "attn_k.weight")) {
@@ -114,6 +118,8 @@ static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, qp
                (q->ftype == 11 || q->ftype == 12 || q->ftype == 14 || q->ftype == 15 || q->ftype == 25 ||
                 q->ftype == 30 || q->ftype == 10)) {
         want = KQ_Q5_K; /* Q2_K, Q3_K_S/M, Q4_K_S/M, IQ4_NL, IQ4_XS */
+    } else if (q->all_bits >= 0 && (strstr(t->name, "ffn_down") || strstr(t->name, "attn_output.weight"))) {
+        want = q->all_bits;
     } else if (q->more_bits >= 0 && strstr(t->name, "ffn_down")) {
         int l = layer_of(t->name);
         if (l >= 0 && use_more_bits(l, qp->n_layer)) want = q->more_bits;
@@ -238,6 +244,15 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
         }
         int wanted;
         types[i] = pick_type(f, t, q, &qp, &wanted);
+        /* as llama-quantize: a quantized weight is quantized again only when asked (back to a float type is fine) */
+        if (types[i] != (int)t->type && kq_get((int)t->type)->blck > 1 && kq_get(types[i])->blck > 1 &&
+            !params->allow_requantize) {
+            st = kb_fail(KILN_ERR_INVALID_ARG,
+                         "tensor %s is already quantized (%s); converting it again to %s loses more precision than "
+                         "converting the F16/BF16/F32 original: allow requantizing to do it anyway",
+                         t->name, kq_get((int)t->type)->name, kq_get(types[i])->name);
+            goto done;
+        }
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
         if (params->on_tensor) {
             const int64_t nrows = t->ne[1] * t->ne[2] * t->ne[3];

@@ -108,6 +108,10 @@ kiln_status engine_gguf_check(const char *path, int generate);
  * a cross-encoder, or a decoder with rank pooling), else embedding for an
  * encoder and llm for a decoder (after engine_gguf_check's checks). */
 kiln_status engine_gguf_family(const char *path, kiln_engine_family_id *out);
+/* The family serving a store entry (kiln_store_list's arch, and the family
+ * its manifest records when the arch does not tell: rerank, decision), or
+ * -1 with the reason (why, cap bytes) it is not supported.  Reads no file. */
+int engine_store_family(const char *arch, const char *family, char *why, size_t cap);
 
 /* Creates an instance of fam driven by ops (kiln_engine_create uses the
  * registry's ops; tests plug in stand-in loaders). */

@@ -16,10 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The family serving a store entry (its arch, and the family its manifest
- * records when the arch does not tell: rerank, decision), or -1 with the
- * reason it is not supported. */
-static int family_of(const char *arch, const char *family, char *why, size_t cap) {
+int engine_store_family(const char *arch, const char *family, char *why, size_t cap) {
     if (!arch || !*arch) {
         snprintf(why, cap, "the manifest names no architecture");
         return -1;
@@ -129,8 +126,8 @@ kiln_status kiln_engine_listing(kiln_store *s, char **json_out) {
             const char *name = json_string_value(json_object_get(e, "name"));
             if (!name || kiln_builtin_find(name)) continue;
             char why[512];
-            int fid = family_of(json_string_value(json_object_get(e, "arch")),
-                                json_string_value(json_object_get(e, "family")), why, sizeof why);
+            int fid = engine_store_family(json_string_value(json_object_get(e, "arch")),
+                                          json_string_value(json_object_get(e, "family")), why, sizeof why);
             /* an architecture no family serves is listed under the
              * generator, the family its GGUF would have gone to */
             if (fid < 0 ? fam->id != KILN_ENGINE_LLM : fid != (int)fam->id) continue;

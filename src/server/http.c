@@ -443,6 +443,7 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     }
     kiln_status mst = ks_models_start(s); /* -m models: each checked, then loading */
     if (mst != KILN_OK) {
+        s->quiet = 1; /* a server that never listened has nothing to drain or cancel */
         ks_server_free((ks_server *)s);
         return mst;
     }
@@ -470,6 +471,7 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
         flags |= MHD_USE_IPv6;
     } else {
         fprintf(stderr, "kiln serve: --host '%s' is not an IPv4 or IPv6 address\n", s->cfg.host);
+        s->quiet = 1;
         ks_server_free((ks_server *)s);
         return KILN_ERR_INVALID_ARG;
     }
@@ -477,12 +479,14 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
         char ierr[1024];
         if (!(s->images = ks_images_start(cfg->image_pack, ierr, sizeof ierr))) {
             fprintf(stderr, "kiln serve: --image %s: %s\n", cfg->image_pack, ierr);
+            s->quiet = 1;
             ks_server_free((ks_server *)s);
             return KILN_ERR_FORMAT;
         }
     }
     const char *origins = cfg->cors_origins ? cfg->cors_origins : getenv("KILN_ORIGINS");
     if (ks_guard_init(&s->guard, addr, origins)) {
+        s->quiet = 1;
         ks_server_free((ks_server *)s);
         return KILN_ERR_NOMEM;
     }
@@ -501,6 +505,7 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
                               (unsigned)s->cfg.max_conn_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
     if (!s->mhd) {
         fprintf(stderr, "kiln serve: cannot listen on %s port %d\n", s->cfg.host, cfg->port);
+        s->quiet = 1;
         ks_server_free((ks_server *)s);
         return KILN_ERR_IO;
     }

@@ -149,6 +149,7 @@ void ks_log_line(int json, const char *msg) {
 }
 
 void ks_logf(const ks_srv *s, const char *fmt, ...) {
+    if (s->quiet) return;
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);

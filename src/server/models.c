@@ -248,7 +248,10 @@ static ks_model *find(ks_srv *s, const char *name, int *status, char *msg, size_
     if (kiln_store_resolve(s->store, name, &lease) != KILN_OK) return NULL; /* the message above */
     char why[512];
     ks_model *made = make(s, name, name, kiln_store_lease_path(lease), why, sizeof why);
-    if (made) made->defaults = json_loads(kiln_store_lease_defaults(lease), 0, NULL);
+    if (made) {
+        made->defaults = json_loads(kiln_store_lease_defaults(lease), 0, NULL);
+        snprintf(made->digest, sizeof made->digest, "%s", kiln_store_lease_id(lease));
+    }
     kiln_store_release(lease); /* the engine takes its own lease at each load */
     if (!made) {
         *status = 500;
@@ -545,7 +548,10 @@ kiln_status ks_models_start(ks_srv *s) {
             m = make(s, name, ref, ref, msg, sizeof msg);
         } else if (s->store && kiln_store_resolve(s->store, ref, &lease) == KILN_OK) {
             m = make(s, ref, ref, kiln_store_lease_path(lease), msg, sizeof msg);
-            if (m) m->defaults = json_loads(kiln_store_lease_defaults(lease), 0, NULL);
+            if (m) {
+                m->defaults = json_loads(kiln_store_lease_defaults(lease), 0, NULL);
+                snprintf(m->digest, sizeof m->digest, "%s", kiln_store_lease_id(lease));
+            }
             kiln_store_release(lease);
         } else {
             snprintf(msg, sizeof msg, "model '%s' is neither a readable file nor in the store", ref);
@@ -660,6 +666,26 @@ json_t *ks_model_details(const ks_model *m) {
     return d;
 }
 
+json_t *ks_capabilities(int family) {
+    json_t *caps = json_array();
+    const char *c = family == KILN_ENGINE_LLM         ? "completion"
+                    : family == KILN_ENGINE_EMBEDDING ? "embedding"
+                    : family == KILN_ENGINE_RERANK    ? "rerank"
+                    : family == KILN_ENGINE_STT       ? "transcription"
+                    : family == KILN_ENGINE_IMAGE     ? "image"
+                    : family == KILN_ENGINE_DECISION  ? "decision"
+                                                      : NULL;
+    if (c) json_array_append_new(caps, json_string(c));
+    return caps;
+}
+
+int ks_same_model_name(const char *a, const char *b) {
+    if (!strcmp(a, b)) return 1;
+    size_t la = strlen(a), lb = strlen(b);
+    if (la < lb) return !strncmp(a, b, la) && !strcmp(b + la, ":latest");
+    return !strncmp(a, b, lb) && !strcmp(a + lb, ":latest");
+}
+
 json_t *ks_store_models(ks_srv *s) {
     char *list = NULL;
     json_t *arr = NULL;
@@ -669,7 +695,22 @@ json_t *ks_store_models(ks_srv *s) {
     }
     if (!json_is_array(arr)) {
         json_decref(arr);
-        arr = json_array();
+        return json_array();
     }
-    return arr;
+    json_t *out = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e) {
+        char why[256];
+        int fam = engine_store_family(json_string_value(json_object_get(e, "arch")),
+                                      json_string_value(json_object_get(e, "family")), why, sizeof why);
+        /* an architecture kiln does not run, and image packs (only the one
+         * --image names is served, and it is listed by that flag) cannot be
+         * asked for by name */
+        if (fam < 0 || fam == KILN_ENGINE_IMAGE) continue;
+        json_object_set_new(e, "serves", json_integer(fam));
+        json_array_append(out, e);
+    }
+    json_decref(arr);
+    return out;
 }

@@ -49,8 +49,16 @@ int ks_model_stats_ok(const ks_model *m);
 int ks_model_unload(ks_srv *s, const char *name, int *status, char *msg, size_t cap);
 /* Ollama's "details" of m (under ks_srv.mu; a new object). */
 json_t *ks_model_details(const ks_model *m);
-/* The store's installed models as kiln_store_list's JSON array (an empty
- * array without a store or on failure); the caller decrefs it. */
+/* The store's installed models the server can serve by name, as
+ * kiln_store_list's JSON array with "serves" added (the kiln_engine_family_id
+ * serving each); an empty array without a store or on failure.  Packs of
+ * an architecture kiln does not run and image packs are left out.  The
+ * caller decrefs it. */
 json_t *ks_store_models(ks_srv *s);
+/* What a model of family offers, in the words of Ollama's /api/show
+ * capabilities ("completion", "embedding", ...): a new array. */
+json_t *ks_capabilities(int family);
+/* 1 when a and b name the same model ("name" is "name:latest"). */
+int ks_same_model_name(const char *a, const char *b);
 
 #endif

@@ -74,11 +74,8 @@ static int tags(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         int dup = 0;                   /* a -m model of the same name is the one requests reach */
         size_t k;
         json_t *have;
-        json_array_foreach(models, k, have) {
-            const char *hn = json_string_value(json_object_get(have, "name"));
-            size_t hl = strlen(hn);
-            dup |= !strcmp(hn, name) || (!strncmp(hn, name, hl) && !strcmp(name + hl, ":latest"));
-        }
+        json_array_foreach(models, k, have) dup |=
+            ks_same_model_name(json_string_value(json_object_get(have, "name")), name);
         if (dup) continue;
         json_t *det = json_object();
         json_object_set_new(det, "format", json_string("gguf"));
@@ -99,7 +96,7 @@ static int ps(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     pthread_mutex_lock(&s->mu);
     for (ks_model *r = s->models; r; r = r->next) {
         if (r->state == KS_M_READY || r->state == KS_M_UNLOADING) { /* resident until its memory is released */
-            json_t *e = tag_entry(r->name, r->weight_bytes, "", 0, ks_model_details(r));
+            json_t *e = tag_entry(r->name, r->weight_bytes, r->digest, 0, ks_model_details(r));
             json_object_del(e, "modified_at"); /* not part of Ollama's /api/ps */
             char t[40];
             double exp = r->keep_alive < 0 ? 4102444800.0 /* 2100: "forever" */
@@ -240,7 +237,10 @@ static void *pull_main(void *arg) {
     pp.progress = pull_progress;
     pp.user = j;
     pp.cancel = &j->cancel;
-    kiln_status st = kiln_store_pull(j->s->store, j->url, j->name[0] ? j->name : NULL, NULL, &pp, NULL);
+    /* a built-in name (whisper:base.en) comes from its default source */
+    kiln_status st = kiln_builtin_find(j->url) && !j->name[0]
+                         ? kiln_builtin_pull(j->s->store, j->url, NULL, &pp, NULL)
+                         : kiln_store_pull(j->s->store, j->url, j->name[0] ? j->name : NULL, NULL, &pp, NULL);
     j->source = kiln_store_last_source_result(); /* this thread's */
     j->st = st;
     json_t *e = json_object();
@@ -377,9 +377,15 @@ static int store_status(struct MHD_Connection *c, kiln_status st) {
     return ks_oll_error(c, code, kiln_last_error());
 }
 
+/* The Ollama version kiln answers as: clients that check the server's
+ * version (for features such as tools, thinking or structured output)
+ * accept this one; kiln's own version is beside it. */
+#define KS_OLLAMA_VERSION "0.12.0"
+
 static int version(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     json_t *j = json_object();
-    json_object_set_new(j, "version", json_string(KILN_VERSION));
+    json_object_set_new(j, "version", json_string(KS_OLLAMA_VERSION));
+    json_object_set_new(j, "kiln_version", json_string(KILN_VERSION));
     return ks_send_json(c, 200, j);
 }
 

@@ -21,37 +21,61 @@
 
 /* ---- endpoints ---- */
 
-/* One entry of GET /v1/models. */
-static json_t *model_entry(const char *id) {
+/* One entry of GET /v1/models: OpenAI's fields, Anthropic's (type,
+ * display_name, created_at), and the capabilities a client filters on. */
+static json_t *model_entry(const char *id, json_t *caps) {
     json_t *m = json_object();
     json_object_set_new(m, "id", json_string(id));
     json_object_set_new(m, "object", json_string("model"));
     json_object_set_new(m, "created", json_integer(0));
     json_object_set_new(m, "owned_by", json_string("kiln"));
+    json_object_set_new(m, "type", json_string("model"));
+    json_object_set_new(m, "display_name", json_string(id));
+    json_object_set_new(m, "created_at", json_string("1970-01-01T00:00:00Z"));
+    json_object_set_new(m, "capabilities", caps);
     return m;
 }
 
+static int listed(json_t *data, const char *name) {
+    size_t k;
+    json_t *have;
+    json_array_foreach(data, k, have) {
+        if (ks_same_model_name(json_string_value(json_object_get(have, "id")), name)) return 1;
+    }
+    return 0;
+}
+
+/* Every model the server can serve, once each (a -m name first, then the
+ * store's names, "NAME" and "NAME:latest" being one model).  An Anthropic
+ * client (anthropic-version header) asks for models to chat with, and gets
+ * the text-generation models only. */
 static int models(ks_srv *s, struct MHD_Connection *c, json_t *body) {
+    (void)body;
+    const int chat_only = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version") != NULL;
     json_t *data = json_array();
     pthread_mutex_lock(&s->mu);
     for (ks_model *m = s->models; m; m = m->next)
-        if (m->pinned) json_array_append_new(data, model_entry(m->name));
+        if (m->pinned && (!chat_only || m->family == KILN_ENGINE_LLM) && !listed(data, m->name))
+            json_array_append_new(data, model_entry(m->name, ks_capabilities(m->family)));
     pthread_mutex_unlock(&s->mu);
     json_t *arr = ks_store_models(s);
     size_t i;
     json_t *e;
     json_array_foreach(arr, i, e) {
         const char *name = json_string_value(json_object_get(e, "name"));
-        if (!name) continue;
-        int dup = 0;
-        size_t k;
-        json_t *have;
-        json_array_foreach(data, k, have) dup |= !strcmp(json_string_value(json_object_get(have, "id")), name);
-        if (!dup) json_array_append_new(data, model_entry(name));
+        const int fam = (int)json_integer_value(json_object_get(e, "serves"));
+        if (!name || !*name || listed(data, name) || (chat_only && fam != KILN_ENGINE_LLM)) continue;
+        json_array_append_new(data, model_entry(name, ks_capabilities(fam)));
     }
     json_decref(arr);
+    if (s->images && s->cfg.image_pack && !chat_only && !listed(data, s->cfg.image_pack))
+        json_array_append_new(data, model_entry(s->cfg.image_pack, ks_capabilities(KILN_ENGINE_IMAGE)));
     json_t *j = json_object();
     json_object_set_new(j, "object", json_string("list"));
+    const size_t n = json_array_size(data);
+    json_object_set_new(j, "has_more", json_false());
+    json_object_set(j, "first_id", n ? json_object_get(json_array_get(data, 0), "id") : json_null());
+    json_object_set(j, "last_id", n ? json_object_get(json_array_get(data, n - 1), "id") : json_null());
     json_object_set_new(j, "data", data);
     return ks_send_json(c, 200, j);
 }

@@ -539,7 +539,11 @@ static json_t *whole_result(run *u) {
         if (chat) {
             json_t *m = json_object();
             json_object_set_new(m, "role", json_string("assistant"));
-            json_object_set_new(m, "content", ks_jstr(content, u->content.len));
+            /* a reply that is only tool calls has content null, as OpenAI's */
+            size_t k = 0;
+            while (k < u->content.len && strchr(" \t\r\n", content[k])) k++;
+            const int calls_only = json_array_size(u->oai_tools) && k == u->content.len;
+            json_object_set_new(m, "content", calls_only ? json_null() : ks_jstr(content, u->content.len));
             if (u->reasoning.len)
                 json_object_set_new(m, "reasoning_content", ks_jstr(u->reasoning.p, u->reasoning.len));
             if (json_array_size(u->oai_tools)) json_object_set(m, "tool_calls", u->oai_tools);

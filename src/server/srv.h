@@ -30,9 +30,10 @@ typedef struct ks_counts {
 
 typedef struct ks_model {
     struct ks_srv *srv;
-    char name[256]; /* as clients name it */
-    char ref[4096]; /* what its engine loads: a file, or a store name */
-    int pinned;     /* named by -m: loaded at start, the default model */
+    char name[256];  /* as clients name it */
+    char ref[4096];  /* what its engine loads: a file, or a store name */
+    char digest[65]; /* a store model's pack id (SHA-256, hex); "" for a file */
+    int pinned;      /* named by -m: loaded at start, the default model */
     kiln_engine_family_id family;
     kiln_engine *eng; /* made at the first load */
     uint64_t file_bytes;
@@ -92,6 +93,7 @@ typedef struct ks_srv {
     pthread_mutex_t log_mu;
     double log_second; /* ks_now() at the start of the current second */
     int log_lines, log_dropped;
+    int quiet; /* ks_logf writes nothing: a start that failed */
 } ks_srv;
 
 #endif

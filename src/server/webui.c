@@ -8,6 +8,7 @@
  * URLs are relative, so both pages work behind a proxy's path prefix. */
 #include "server/webui.h"
 
+#include "server/log.h"
 #include "server/metrics.h"
 
 #include <microhttpd.h>
@@ -61,7 +62,8 @@ const char ks_webui_html[] =
     ".replace(/^### (.*)$/gm,'<h4>$1</h4>').replace(/^## (.*)$/gm,'<h3>$1</h3>').replace(/^# (.*)$/gm,'<h2>$1</h2>')"
     ".replace(/^[-*] (.*)$/gm,'&bull; $1').replace(/\\n/g,'<br>');out+=h});return out}\n"
     "async function models(){try{const r=await api('v1/models');const j=await r.json();"
-    "$('model').innerHTML=j.data.map(m=>'<option>'+esc(m.id)+'</"
+    "$('model').innerHTML=j.data.filter(m=>!m.capabilities||m.capabilities.includes('completion'))"
+    ".map(m=>'<option>'+esc(m.id)+'</"
     "option>').join('');pick()}catch(e){$('status').textContent='no models'}}\n"
     /* a model without a chat template is a base model: continue text */
     "async function pick(){try{const r=await "
@@ -114,6 +116,7 @@ static int reply(struct MHD_Connection *c, int status, const char *type, const c
     MHD_add_response_header(r, "Cache-Control", cache);
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     ks_metrics_request(status);
+    ks_reqlog_status(ks_reqlog_current(), status);
     int rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return rc;

@@ -1,10 +1,13 @@
 /* Built-in model entries (the published Whisper variants) and the check
  * that lets the store hold whisper.cpp GGML files beside GGUF ones.
  *
- * The publisher lists each file with its size rounded to MiB/GiB and its
- * SHA-1; no exact byte length or SHA-256 is published, so a pull records
- * the SHA-256 it computes (the pack is unverified until then, as for any
- * pack pulled without --sha256) and then checks the SHA-1. */
+ * By default a built-in name is pulled from the Hugging Face repository
+ * whisper.cpp's own download script uses (ggerganov/whisper.cpp at main,
+ * pinned to its commit when the pull starts), so the length and SHA-256
+ * come from the hub's LFS metadata as for any hub pull.  A mirror URL
+ * (--url) has neither: its pull records the SHA-256 it computes.  Either
+ * way the file's SHA-1 is then checked against the one the publisher
+ * lists. */
 #include "store/store.h"
 
 #include "base/base.h"
@@ -14,6 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* The hub repository and revision the built-in names come from. */
+#define BUILTIN_HUB_REPO "ggerganov/whisper.cpp"
+#define BUILTIN_HUB_REV "main"
 
 static const kiln_builtin_model builtins[] = {
     {"whisper:tiny", "stt", "ggml-tiny.bin", "75 MiB", "bd577a113a864445d4c299885e0cb97d4ba92b5f", NULL},
@@ -47,7 +54,7 @@ kiln_status kst_check_whisper(const char *path, const char *artifact, char arch[
     kiln_stt *m = NULL;
     if (kiln_stt_load(path, &m) != KILN_OK)
         return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a valid whisper.cpp GGML file: %s", artifact,
-                       kiln_last_error());
+                       kst_without_path(kiln_last_error(), path));
     kiln_stt_info info;
     kiln_stt_get_info(m, &info);
     snprintf(arch, 64, "whisper");
@@ -77,12 +84,11 @@ kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, 
                               char *id_out) {
     const kiln_builtin_model *b = kiln_builtin_find(name);
     if (!b) return kb_fail(KILN_ERR_NOT_FOUND, "no built-in model '%s'", name ? name : "");
-    if (!url || !*url)
-        return kb_fail(KILN_ERR_INVALID_ARG, "%s has no download source here: give a mirror URL (--url) of %s", b->name,
-                       b->file);
     char full[4096];
-    size_t ul = strlen(url);
-    if (url[ul - 1] == '/')
+    size_t ul = url ? strlen(url) : 0;
+    if (!ul)
+        snprintf(full, sizeof full, "hf.co/%s/%s@%s", BUILTIN_HUB_REPO, b->file, BUILTIN_HUB_REV);
+    else if (url[ul - 1] == '/')
         snprintf(full, sizeof full, "%s%s", url, b->file);
     else
         snprintf(full, sizeof full, "%s", url);

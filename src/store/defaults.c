@@ -14,8 +14,12 @@
 
 #include "base/base.h"
 
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int is_text_role(const char *role) {
     return !strcmp(role, "template") || !strcmp(role, "system") || !strcmp(role, "params") ||
@@ -86,4 +90,95 @@ json_t *kst_pack_defaults(const char *pack_dir, json_t *man) {
         }
     }
     return d;
+}
+
+/* Writes one text artifact of role into dir as file and lists it. */
+static kiln_status add_text(json_t *arts, const char *dir, const char *role, const char *file, const char *txt) {
+    char p[PATH_MAX], hex[KST_ID_LEN + 1];
+    const size_t n = strlen(txt);
+    if (n > KST_TEXT_MAX) return kb_fail(KILN_ERR_INVALID_ARG, "the %s is over %u bytes", role, KST_TEXT_MAX);
+    if (kst_path(p, "%s/%s", dir, file) || kst_write_atomic(p, txt, n, 0444) != 0)
+        return kb_fail(KILN_ERR_IO, "cannot write the %s: %s", role, strerror(errno));
+    kst_sha256_hex(txt, n, hex);
+    json_t *a = json_pack("{s:s,s:s,s:I,s:s,s:s}", "role", role, "path", file, "length", (json_int_t)n, "sha256", hex,
+                          "source", "saved");
+    if (!a || json_array_append_new(arts, a)) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    return KILN_OK;
+}
+
+kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name, const char *system,
+                               const char *options_json, char *id_out) {
+    static atomic_uint seq;
+    if (!s || !src || !name) return kb_fail(KILN_ERR_INVALID_ARG, "no store, model or name");
+    char norm[KST_NAME_MAX + 1];
+    kiln_status st = kst_name_norm(name, norm);
+    if (st) return st;
+    json_t *opts = NULL;
+    if (options_json) {
+        json_error_t je;
+        opts = json_loads(options_json, 0, &je);
+        if (!json_is_object(opts)) {
+            json_decref(opts);
+            return kb_fail(KILN_ERR_INVALID_ARG, "the options are not a JSON object");
+        }
+    }
+    char *txt = NULL;
+    if ((st = kiln_store_info(s, src, &txt))) {
+        json_decref(opts);
+        return st;
+    }
+    json_t *inf = json_loads(txt, 0, NULL);
+    kiln_store_free_string(txt);
+    json_t *man = json_object_get(inf, "manifest");
+    const char *id = json_string_value(json_object_get(inf, "id"));
+    char key[96], dir[PATH_MAX], to[PATH_MAX];
+    snprintf(key, sizeof key, "save-%ld-%u", (long)getpid(), atomic_fetch_add(&seq, 1));
+    if (!man || !id) st = kb_fail(KILN_ERR_FORMAT, "%s: the store's record is unreadable", src);
+    if (!st) st = kst_staging(s, key, dir);
+    if (st) {
+        json_decref(inf);
+        json_decref(opts);
+        return st;
+    }
+    /* the source's artifacts are the same files (hard links inside the store,
+     * read-only: nothing is copied); its system prompt and options give way
+     * to the ones given */
+    json_t *arts = json_array();
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(man, "artifacts"), i, a) {
+        const char *role = json_string_value(json_object_get(a, "role"));
+        const char *file = json_string_value(json_object_get(a, "path"));
+        if (!role || !file || !kst_file_ok(file)) continue;
+        if ((system && !strcmp(role, "system")) || (opts && !strcmp(role, "params"))) continue;
+        if (kst_path(to, "%s/%s", dir, file)) {
+            st = kb_fail(KILN_ERR_INVALID_ARG, "%s: path too long", file);
+            break;
+        }
+        if ((st = kst_share_artifact(s, id, file, to))) break;
+        json_array_append(arts, a);
+    }
+    if (!st && system && *system) st = add_text(arts, dir, "system", "system.txt", system);
+    if (!st && opts) st = add_text(arts, dir, "params", "params.json", options_json); /* as the caller wrote it */
+    json_t *nm = NULL;
+    if (!st) {
+        nm = json_pack(
+            "{s:O,s:s,s:O}", "mode", json_object_get(man, "mode"), "origin",
+            json_string_value(json_object_get(man, "origin")) ? json_string_value(json_object_get(man, "origin")) : "",
+            "artifacts", arts);
+        if (!nm) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+    }
+    if (!st) {
+        json_object_set_new(nm, "source", json_pack("{s:s,s:s}", "type", "saved", "from", id));
+        char out[KST_ID_LEN + 1];
+        st = kst_publish(s, dir, nm, norm, out); /* moves or quarantines dir */
+        if (!st && id_out) memcpy(id_out, out, KST_ID_LEN + 1);
+    } else {
+        kst_rmtree(dir);
+    }
+    json_decref(nm);
+    json_decref(arts);
+    json_decref(inf);
+    json_decref(opts);
+    return st;
 }

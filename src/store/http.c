@@ -13,6 +13,7 @@
 
 #include <ctype.h>
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -314,10 +315,12 @@ long kst_net_delay(const kst_net *n, int attempt) {
     return d > 30000 ? 30000 : d;
 }
 
-int kst_curl_transient(int rc) {
+int kst_curl_transient(void *curl, int rc) {
     switch ((CURLcode)rc) {
     case CURLE_UNSUPPORTED_PROTOCOL:
     case CURLE_URL_MALFORMAT:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CACERT_BADFILE:
     case CURLE_SSL_CERTPROBLEM:
@@ -325,8 +328,27 @@ int kst_curl_transient(int rc) {
     case CURLE_FILESIZE_EXCEEDED:
     case CURLE_OUT_OF_MEMORY:
     case CURLE_WRITE_ERROR: return 0;
+    case CURLE_COULDNT_CONNECT: {
+        /* a refusal is an answer (nothing listens there), not a lost packet */
+        long os_errno = 0;
+        if (curl) curl_easy_getinfo((CURL *)curl, CURLINFO_OS_ERRNO, &os_errno);
+        return os_errno != ECONNREFUSED;
+    }
     default: return 1;
     }
+}
+
+void kst_curl_reason(void *curl, int rc, const char *errbuf, char *out, size_t cap) {
+    char eb[CURL_ERROR_SIZE + 8];
+    kst_url_clean(errbuf && errbuf[0] ? errbuf : curl_easy_strerror((CURLcode)rc), eb, sizeof eb);
+    long os_errno = 0;
+    if (rc == CURLE_COULDNT_CONNECT && curl) curl_easy_getinfo((CURL *)curl, CURLINFO_OS_ERRNO, &os_errno);
+    if (rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY)
+        snprintf(out, cap, "the host name does not resolve (%s)", eb);
+    else if (os_errno == ECONNREFUSED)
+        snprintf(out, cap, "connection refused (%s)", eb);
+    else
+        snprintf(out, cap, "%s", eb);
 }
 
 void kst_http_done(kst_http *h) {
@@ -432,9 +454,9 @@ kiln_status kst_http_get(kst_http *h, const kst_net *net) {
             continue;
         }
         if (rc == CURLE_OK && code != 408 && code != 429 && code < 500) break; /* an answer */
-        if (rc != CURLE_OK && !kst_curl_transient(rc)) {
-            char eb[CURL_ERROR_SIZE + 8];
-            kst_url_clean(errbuf[0] ? errbuf : curl_easy_strerror(rc), eb, sizeof eb);
+        if (rc != CURLE_OK && !kst_curl_transient(c, rc)) {
+            char eb[CURL_ERROR_SIZE + 64];
+            kst_curl_reason(c, rc, errbuf, eb, sizeof eb);
             st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: %s", what, eb);
             break;
         }

@@ -1,6 +1,7 @@
 /* Hugging Face references, as Ollama and llama.cpp spell them:
  *   hf.co/ORG/REPO[:QUANT][@REVISION]       a quantization of a GGUF repo
  *   hf.co/ORG/REPO/PATH.gguf[@REVISION]     one file (all shards if split)
+ *   hf.co/ORG/REPO/PATH.bin[@REVISION]      one whisper.cpp GGML file
  * (huggingface.co/ works too).  The hub's address is $HF_ENDPOINT, as
  * huggingface_hub reads it (default https://huggingface.co).
  *
@@ -128,8 +129,9 @@ static kiln_status parse_ref(const char *ref, hub_ref *r) {
     if (s2) {
         *s2 = 0;
         snprintf(r->path, sizeof r->path, "%s", s2 + 1);
-        if (!repo_path_ok(r->path) || !ends_with_ci(r->path, ".gguf"))
-            return kb_fail(KILN_ERR_INVALID_ARG, "%s: the file must be a relative path ending in .gguf", ref);
+        if (!repo_path_ok(r->path) || !(ends_with_ci(r->path, ".gguf") || ends_with_ci(r->path, ".bin")))
+            return kb_fail(KILN_ERR_INVALID_ARG,
+                           "%s: the file must be a relative path ending in .gguf (or .bin, a whisper.cpp model)", ref);
     } else {
         char *colon = strchr(repo, ':');
         if (colon) {
@@ -507,6 +509,7 @@ kiln_status kst_hub_check(const char *ref) {
  *   https://huggingface.co/ORG/REPO                    hf.co/ORG/REPO
  *   https://huggingface.co/ORG/REPO/tree/REV           hf.co/ORG/REPO@REV
  *   https://huggingface.co/ORG/REPO/blob/REV/PATH.gguf hf.co/ORG/REPO/PATH.gguf@REV
+ *   (and PATH.bin, a whisper.cpp model, the same way)
  * for the hub's own origin ($HF_ENDPOINT, or huggingface.co / hf.co when
  * it is the default), without a query.  1 with out set, else 0: a URL to
  * download as it is (a .../resolve/... file URL among them). */
@@ -548,7 +551,7 @@ int kst_hub_url_ref(const char *url, char *out, size_t cap) {
         w = snprintf(out, cap, "hf.co/%s/%s", parts[0], parts[1]);
     else if (n == 4 && !strcmp(parts[2], "tree"))
         w = snprintf(out, cap, "hf.co/%s/%s@%s", parts[0], parts[1], parts[3]);
-    else if (n == 5 && ends_with_ci(parts[4], ".gguf"))
+    else if (n == 5 && (ends_with_ci(parts[4], ".gguf") || ends_with_ci(parts[4], ".bin")))
         w = snprintf(out, cap, "hf.co/%s/%s/%s@%s", parts[0], parts[1], parts[4], parts[3]);
     else
         return 0;
@@ -626,7 +629,9 @@ kiln_status kst_hub_plan(const char *ref, const kst_net *net, const char *const 
             snprintf(tag, sizeof tag, "%s", r.quant);
         else
             file_tag(files[primary].path, tag, sizeof tag);
-        int mm = best_mmproj(files, n, files[primary].path, tag_bits(tag));
+        /* a projector goes with a GGUF model, never with a whisper.cpp file */
+        int mm =
+            ends_with_ci(files[primary].path, ".gguf") ? best_mmproj(files, n, files[primary].path, tag_bits(tag)) : -1;
         if (mm >= 0) st = add_artifact(&c, &r, commit, &files[mm], "mmproj", plan);
     }
     if (!st) {

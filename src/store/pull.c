@@ -417,9 +417,9 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
             st_ret = kst_http_error(pc->kind, code, x.error_code, what, pc->have_token);
         } else if (rc == CURLE_OK) {
             snprintf(reason, sizeof reason, "HTTP %ld", code);
-        } else if (!kst_curl_transient(rc)) {
-            char eb[CURL_ERROR_SIZE + 8];
-            kst_url_clean(errbuf[0] ? errbuf : curl_easy_strerror(rc), eb, sizeof eb);
+        } else if (!kst_curl_transient(h, rc)) {
+            char eb[CURL_ERROR_SIZE + 64];
+            kst_curl_reason(h, rc, errbuf, eb, sizeof eb);
             st_ret = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: %s", rec_url, eb);
         } else if (rc == CURLE_OPERATION_TIMEDOUT) {
             snprintf(reason, sizeof reason, "stalled: no data for %ld s", pc->net.stall_s);

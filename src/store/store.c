@@ -393,13 +393,38 @@ static int stamp_matches(json_t *stamp, const struct stat *st, const char *sha) 
            !strcmp(jstr(stamp, "sha256"), sha);
 }
 
+kiln_status kst_share_artifact(kiln_store *s, const char *id, const char *file, const char *to) {
+    char from[PATH_MAX];
+    if (kst_path(from, "%s/packs/%s/%s", s->root, id, file)) return KILN_ERR_INVALID_ARG;
+    int lk = mut_lock(s, LOCK_EX);
+    if (lk < 0) return KILN_ERR_IO;
+    json_t *state = load_state(s, id);
+    json_t *stamp = json_object_get(json_object_get(state, "stamps"), file);
+    struct stat before, after;
+    const int was_ok = stat(from, &before) == 0 && stamp_matches(stamp, &before, jstr(stamp, "sha256"));
+    kiln_status st = KILN_OK;
+    if (link(from, to) != 0) {
+        st = kb_fail(KILN_ERR_IO, "cannot share %s with the new model: %s", file, strerror(errno));
+    } else if (was_ok && stat(from, &after) == 0) {
+        /* a new link changes the inode's ctime, not its bytes: the stamp that
+         * held before still holds, so the next load does not re-hash */
+        json_object_set_new(json_object_get(state, "stamps"), file, make_stamp(&after, jstr(stamp, "sha256")));
+        save_state(s, id, state);
+    }
+    json_decref(state);
+    kst_unlock(lk);
+    return st;
+}
+
 /* Checks one artifact of pack id.  Linked artifacts must still be a symlink
  * to the recorded target.  force re-hashes even when the stamp matches.
  * On success the stamp in state is refreshed. */
 static kiln_status check_artifact(kiln_store *s, const char *id, json_t *man, json_t *art, json_t *state, int force,
                                   kiln_store_progress_fn progress, void *user) {
     const char *file = jstr(art, "path"), *sha = jstr(art, "sha256"), *src = jstr(art, "source");
-    int linked = !strcmp(jstr(man, "mode"), "linked");
+    /* a linked pack's artifacts are links to the imported files, but for the
+     * texts kiln_store_save_as wrote into it (source "saved", never a path) */
+    int linked = !strcmp(jstr(man, "mode"), "linked") && strcmp(src, "saved");
     uint64_t length = juint(art, "length");
     char p[PATH_MAX];
     if (!kst_file_ok(file) || kst_path(p, "%s/packs/%s/%s", s->root, id, file))
@@ -487,12 +512,19 @@ void kst_quarantine(kiln_store *s, const char *dir, const char *reason) {
     }
 }
 
+const char *kst_without_path(const char *msg, const char *path) {
+    const size_t n = strlen(path);
+    return !strncmp(msg, path, n) && msg[n] == ':' && msg[n + 1] == ' ' ? msg + n + 2 : msg;
+}
+
 kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16], char family[16]) {
     family[0] = 0;
     if (kiln_is_whisper_file(path)) return kst_check_whisper(path, artifact, arch, quant);
     char err[512];
     gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact, err);
+    /* the reader names the file by its path, here one inside the store's staging */
+    if (!f)
+        return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact, kst_without_path(err, path));
     gguf_get_cstr(f, "general.architecture", arch, 64, "");
     if (!arch[0]) {
         gguf_close(f);
@@ -556,7 +588,11 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
                 return st;
             }
         }
-        if (!linked && chmod(p, 0444) != 0) {
+        struct stat ps;
+        /* no chmod when already read-only: it would change the ctime of a file
+         * another pack shares (kiln_store_save_as), invalidating its stamp */
+        const int ro = stat(p, &ps) == 0 && (ps.st_mode & 07777) == 0444;
+        if (!linked && !ro && chmod(p, 0444) != 0) {
             kst_quarantine(s, dir, "chmod failed");
             return kb_fail(KILN_ERR_IO, "cannot make %s read-only: %s", p, strerror(errno));
         }
@@ -782,7 +818,8 @@ kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out) {
     json_t *d = kst_path(dir, "%s/packs/%s", s->root, id) ? json_object() : kst_pack_defaults(dir, man);
     json_object_set_new(o, "defaults", d);
     json_object_set_new(o, "manifest", man);
-    *json_out = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    /* 15 digits: an option written as 0.3 reads back as 0.3, not 0.29999999999999999 */
+    *json_out = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
     json_decref(o);
     return *json_out ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "out of memory");
 }
@@ -864,7 +901,7 @@ kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease
     char dir[PATH_MAX];
     if (!st && !kst_path(dir, "%s/packs/%s", s->root, l->id)) {
         json_t *d = kst_pack_defaults(dir, man);
-        l->defaults = json_dumps(d, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        l->defaults = json_dumps(d, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
         json_decref(d);
     }
     json_decref(man);
@@ -1024,20 +1061,59 @@ static void drop_if_unnamed(kiln_store *s, const char *id) {
     if (drop_unnamed(s, id)) kb_log(KB_LOG_INFO, "store: removed pack %.12s, which no name points at any more", id);
 }
 
-kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
+typedef struct rm_names {
+    char (*names)[KST_NAME_MAX + 1];
+    int n, cap, nomem;
+} rm_names;
+
+static void gather_name(const char *name, const char *nid, void *ud) {
+    (void)nid;
+    rm_names *l = ud;
+    if (l->nomem) return;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 8;
+        void *nn = kb_realloc(l->names, (size_t)cap * sizeof *l->names);
+        if (!nn) {
+            l->nomem = 1;
+            return;
+        }
+        l->names = nn;
+        l->cap = cap;
+    }
+    snprintf(l->names[l->n++], KST_NAME_MAX + 1, "%s", name);
+}
+
+static int name_cmp(const void *a, const void *b) { return strcmp(a, b); }
+
+kiln_status kiln_store_remove_names(kiln_store *s, const char *name_or_id, int force, kiln_store_name_fn removed,
+                                    void *user) {
     if (!s || !name_or_id) return kb_fail(KILN_ERR_INVALID_ARG, "no store or name");
     int lk = mut_lock(s, LOCK_EX);
     if (lk < 0) return KILN_ERR_IO;
     char id[KST_ID_LEN + 1], norm[KST_NAME_MAX + 1], p[PATH_MAX];
     kiln_status st = find_ref(s, name_or_id, id, norm);
-    int n_names = 0;
-    if (!st) each_name(s, id, count_name, &n_names);
-    if (!st && norm[0] && n_names > 1) {
+    rm_names l = {0};
+    if (!st) each_name(s, id, gather_name, &l);
+    if (!st && l.nomem) st = kb_fail(KILN_ERR_NOMEM, "out of memory listing the names of %.12s", id);
+    if (!st && l.n > 1) qsort(l.names, (size_t)l.n, sizeof *l.names, name_cmp);
+    if (!st && norm[0] && l.n > 1) {
         /* another name keeps the pack: only this alias goes */
         if (!name_file(s, norm, p) && unlink(p) != 0)
-            st = kb_fail(KILN_ERR_IO, "cannot remove %s: %s", p, strerror(errno));
+            st = kb_fail(KILN_ERR_IO, "cannot remove %s: %s", norm, strerror(errno));
         kst_unlock(lk);
+        if (!st && removed) removed(norm, user);
+        free(l.names);
         return st;
+    }
+    if (!st && !norm[0] && l.n > 1 && !force) {
+        char list[1024] = "";
+        size_t o = 0;
+        for (int i = 0; i < l.n && o + 1 < sizeof list; i++)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", l.names[i]);
+        st = kb_fail(KILN_ERR_STATE,
+                     "%s is the id of %d names (%s): remove the names one by one, or force removing "
+                     "them all",
+                     name_or_id, l.n, list);
     }
     int lease = -1;
     if (!st && (lease = lease_excl(s, id)) < 0) {
@@ -1051,7 +1127,13 @@ kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
     }
     kst_unlock(lease);
     kst_unlock(lk);
+    for (int i = 0; !st && removed && i < l.n; i++) removed(l.names[i], user);
+    free(l.names);
     return st;
+}
+
+kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
+    return kiln_store_remove_names(s, name_or_id, 1, NULL, NULL);
 }
 
 /* ---- gc ---- */

@@ -66,7 +66,15 @@ void kst_net_init(kst_net *n, const kiln_store_pull_params *pp);
 int kst_net_cancelled(const kst_net *n);
 void kst_net_sleep(const kst_net *n, long ms);
 long kst_net_delay(const kst_net *n, int attempt);
-int kst_curl_transient(int curl_code);
+/* msg without a leading "PATH: " (a reader's message about a file in the
+ * store's staging, whose path means nothing to the user). */
+const char *kst_without_path(const char *msg, const char *path);
+/* Whether a failed transfer (curl is the CURL handle it ran on, may be NULL)
+ * is worth retrying: timeouts, resets and the like are; a host name that
+ * does not resolve and a refused connection are answers, not accidents. */
+int kst_curl_transient(void *curl, int curl_code);
+/* The reason a failed transfer gives, cleaned of queries and user-info. */
+void kst_curl_reason(void *curl, int curl_code, const char *errbuf, char *out, size_t cap);
 void kst_curl_init(void);
 long kst_env_long(const char *name, long def, long lo, long hi);
 
@@ -271,6 +279,9 @@ int kst_find_origin(kiln_store *s, const char *origin, const char *sha256, char 
  * before goes when no other name is left on it and nothing leases it (gc
  * removes it later otherwise). */
 kiln_status kst_bind_name(kiln_store *s, const char *name, const char *id);
+/* Hard-links artifact file of pack id to the path to (another pack being
+ * made), keeping the artifact's stamp valid when it was. */
+kiln_status kst_share_artifact(kiln_store *s, const char *id, const char *file, const char *to);
 /* Emits one event when progress is not NULL. */
 void kst_emit(kiln_store_progress_fn progress, void *user, const kiln_store_progress *p);
 

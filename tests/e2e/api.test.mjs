@@ -30,6 +30,10 @@ test('health, models, version', async () => {
   assert.ok(models.data.some((m) => m.id === MODEL));
   const v = await (await fetch(srv.base + '/api/version')).json();
   assert.match(v.version, /^\d+\.\d+\.\d+/);
+  // an Ollama version that version-checking clients accept (0.12 or later), kiln's own beside it
+  const [maj, min] = v.version.split('.').map(Number);
+  assert.ok(maj > 0 || min >= 12, v.version);
+  assert.match(v.kiln_version, /^\d+\.\d+\.\d+/);
 });
 
 test('completions: non-streamed equals streamed, usage and finish_reason', async () => {

@@ -3,7 +3,8 @@
 // request, leases released at unload, no fixed table of models, what a
 // model cannot do is a 400, embedding models served, -m models that fail
 // to load end the server, and SIGTERM's drain (health 503, admitted work
-// finishes, a model reports stopped only after its last request is over).
+// finishes, a model reports stopped only after its last request is over), a
+// port in use (one reason, nothing drained), the page in the request log.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
@@ -232,5 +233,23 @@ test('SIGTERM: health 503 and new work refused while admitted work finishes; sto
     if (grace === '300') assert.equal(lines[reqAt].completion_tokens, 1800);
     else assert.ok(lines[reqAt].completion_tokens < 1800, 'cancelled after the grace period');
     assert.ok(lines.every((l) => typeof l.time === 'string'), 'every line is JSON with a time');
+  }
+});
+
+test('a port in use ends the server with one reason, nothing drained or cancelled; the page is logged with its status', async () => {
+  const srv = await startServer(['-c', '256', '-t', '1']);
+  try {
+    const page = await fetch(srv.base + '/');
+    assert.equal(page.status, 200);
+    await page.text();
+    for (let i = 0; i < 50 && !/GET \/ \d+/.test(srv.log()); i++) await sleep(20);
+    assert.match(srv.log(), /GET \/ 200 /);
+    const r = spawnSync(bin, ['serve', '-m', model, '--host', '127.0.0.1', '--port', String(srv.port)],
+      { encoding: 'utf8', timeout: 20000 });
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /cannot listen on 127\.0\.0\.1 port \d+/);
+    assert.doesNotMatch(r.stderr, /draining|cancelled/);
+  } finally {
+    assert.equal(await srv.stop(), 0);
   }
 });

@@ -1,10 +1,14 @@
 // kiln ps and kiln stop against a running kiln serve, as ollama ps / stop:
 // the table and --json agree with /api/ps, stop unloads (and a request loads
-// the model again), errors are one line with a non-zero exit.
+// the model again), errors are one line with a non-zero exit; the ID column
+// is a store model's pack id.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { startServer, bin } from './lib.mjs';
+import { execFile, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { startServer, bin, model } from './lib.mjs';
 
 const KEY = 'ps-test-key';
 const T = { timeout: 20000 };
@@ -36,7 +40,7 @@ test('kiln ps: the table and --json', T, async () => {
   assert.match(lines[0], /^NAME\s+ID\s+SIZE\s+PROCESSOR\s+CONTEXT\s+UNTIL$/);
   assert.equal(lines.length, 2);
   const row = lines[1];
-  assert.match(row, /^stories260K\s/);
+  assert.match(row, /^stories260K\s+-\s/); // a -m file has no store id
   assert.match(row, /\s1\.2 MB\s+100% CPU\s+512\s+(9|10) minutes from now$/);
   const j = await kiln(['ps', '--json', '--host', 'http://' + host + '/']);
   assert.equal(j.code, 0, j.stderr);
@@ -82,4 +86,21 @@ test('errors: no server, no key, no name', T, async () => {
   const hostEnv = await kiln(['ps'], { KILN_HOST: host });
   assert.equal(hostEnv.code, 0);
   assert.match(hostEnv.stdout, /stories260K/);
+});
+
+test('kiln ps: a store model\'s ID is its pack id, as kiln ls prints it', T, async () => {
+  const store = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-e2e-ps-'));
+  let s2;
+  try {
+    const imp = spawnSync(bin, ['import', model, '--name', 'pstiny', '--link'], { env: { ...process.env, KILN_STORE: store }, encoding: 'utf8' });
+    assert.equal(imp.status, 0, imp.stderr);
+    const id = /\(([0-9a-f]{12})\)/.exec(imp.stderr)[1];
+    s2 = await startServer(['-c', '256', '-t', '1', '-m', 'pstiny'], { KILN_STORE: store }, null);
+    const r = await kiln(['ps', '--host', `127.0.0.1:${s2.port}`], { KILN_API_KEY: '' });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout.trim().split('\n')[1], new RegExp(`^pstiny\\s+${id}\\s`));
+  } finally {
+    if (s2) assert.equal(await s2.stop(), 0);
+    fs.rmSync(store, { recursive: true, force: true });
+  }
 });

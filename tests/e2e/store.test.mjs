@@ -1,14 +1,16 @@
 // The store through the Ollama API: /api/tags lists each model once (a store
 // model that a request loaded is not listed again as a loaded file, and a
 // pack without a name is not a model), and /api/copy refuses to overwrite a
-// name, as kiln cp does without --force.
+// name, as kiln cp does without --force; /v1/models lists each model once,
+// with the capabilities a chat picker filters on.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, bin, model } from './lib.mjs';
+import Anthropic from '@anthropic-ai/sdk';
+import { startServer, bin, model, root } from './lib.mjs';
 
 let srv, store, other, t0;
 
@@ -82,4 +84,24 @@ test('/api/copy refuses to overwrite a name', async () => {
   assert.deepEqual([...names].sort(), ['spare:latest', 'stories260K', 'tiny2:latest', 'tiny:latest'], names.join(','));
   const ls = JSON.parse(kiln('ls', '--json'));
   assert.equal(new Set(ls.map((e) => e.id)).size, 1, 'one pack left: ' + JSON.stringify(ls));
+});
+
+test('/v1/models lists each model once with its capabilities; an Anthropic client sees the chat models', async () => {
+  kiln('import', path.join(root, 'tests', 'data', 'fixtures', 'bert-embed.gguf'), '--name', 'emb', '--link');
+  const s2 = await startServer(['-c', '256', '-t', '1', '-m', 'tiny'], { KILN_STORE: store }, null);
+  try {
+    const j = await (await fetch(s2.base + '/v1/models')).json();
+    const ids = j.data.map((m) => m.id);
+    assert.equal(ids.filter((id) => id === 'tiny' || id === 'tiny:latest').length, 1, ids.join(','));
+    assert.deepEqual([...ids].sort(), ['emb:latest', 'spare:latest', 'tiny', 'tiny2:latest'], ids.join(','));
+    const caps = Object.fromEntries(j.data.map((m) => [m.id, m.capabilities]));
+    assert.deepEqual(caps.tiny, ['completion']);
+    assert.deepEqual(caps['emb:latest'], ['embedding']);
+    const ant = new Anthropic({ baseURL: s2.base, apiKey: 'unused' });
+    const listed = [];
+    for await (const m of ant.models.list()) listed.push(m.id);
+    assert.deepEqual([...listed].sort(), ['spare:latest', 'tiny', 'tiny2:latest'], listed.join(','));
+  } finally {
+    assert.equal(await s2.stop(), 0);
+  }
 });

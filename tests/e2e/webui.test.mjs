@@ -23,7 +23,7 @@ const noChromium = !fs.existsSync(exe) && 'chromium is not installed';
 const bundled = page_kind === 'bundle';
 
 let browser;
-let srv;     // two models (stories260K and stories-b), 512 tokens of context
+let srv;     // two chat models (stories260K and stories-b) and an embedding model, 512 tokens of context
 let keyed;   // --api-key
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-webui-'));
 
@@ -33,7 +33,7 @@ before(async () => {
   const b = path.join(tmp, 'stories-b.gguf');
   fs.symlinkSync(model, b);
   [srv, keyed] = await Promise.all([
-    startServer(['-m', b, '-c', '512', '-t', '1', '--parallel', '2']),
+    startServer(['-m', b, '-m', path.join(root, 'tests', 'data', 'fixtures', 'bert-embed.gguf'), '-c', '512', '-t', '1', '--parallel', '2']),
     bundled ? startServer(['-c', '256', '-t', '1', '--parallel', '1', '--api-key', 'sesame']) : null,
   ]);
   const html = await (await fetch(srv.base + '/')).text();
@@ -114,6 +114,14 @@ test('web chat: send, stream, stats, settings, stop, regenerate, edit, reload', 
   const page = await open(srv.base);
   await modelsLoaded(page);
   assert.equal(await page.$eval('select.model', (s) => s.value), 'stories260K');
+  // the picker offers the chat models only (not the embedding model the server also serves)
+  const offered = await page.$eval('select.model', (s) => [...s.options].map((o) => o.value));
+  assert.deepEqual(offered.sort(), ['stories-b', 'stories260K']);
+  // Escape closes the settings dialog
+  await page.click('button[aria-label="Conversation settings"]');
+  await page.waitForSelector('.modal.settings');
+  await page.keyboard.press('Escape');
+  await page.waitForSelector('.modal.settings', { state: 'detached', timeout: 2000 });
   await page.waitForSelector('.empty');
   await page.waitForFunction(() => /512 tokens of context/.test(document.querySelector('.empty').textContent));
   await shot(page, 'webui-empty');

@@ -89,7 +89,8 @@ function chooseModel(m) {
 async function loadModels() {
   try {
     const j = await getJSON('v1/models');
-    S.models = (j.data || []).map((d) => d.id);
+    // models to chat with: text generation (capabilities as Ollama's api/show names them)
+    S.models = (j.data || []).filter((d) => !d.capabilities || d.capabilities.includes('completion')).map((d) => d.id);
     S.error = '';
   } catch (e) {
     S.models = [];
@@ -741,6 +742,11 @@ function Composer() {
 
 function Settings({ onClose }) {
   const c = S.conv;
+  useEffect(() => { // Escape closes the dialog, as its x does
+    const onKey = (e) => { if (e.key === 'Escape') { e.stopPropagation(); onClose(); } };
+    window.addEventListener('keydown', onKey, true);
+    return () => window.removeEventListener('keydown', onKey, true);
+  }, [onClose]);
   const [system, setSystem] = useState(c.system);
   const [p, setP] = useState({ ...c.params });
   const [asDefault, setAsDefault] = useState(false);
