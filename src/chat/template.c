@@ -29,7 +29,7 @@ static void compile_into(kct *t, const char *src, size_t len) {
     char *copy = ar_strdup(&t->c, src, len);
     lexer L = {.c = &t->c, .src = copy, .len = len, .line = 1};
     kct_lex(&L);
-    parser P = {.c = &t->c, .t = L.toks, .n = L.n};
+    parser P = {.c = &t->c, .t = L.toks, .n = L.n, .stack_base = stack_here()};
     kct_parse_body(&P, &t->body, NULL, NULL, NULL);
 }
 
@@ -72,10 +72,21 @@ static void bind_vars(rctx *r, frame *root, const json_t *vars) {
 }
 
 char *kct_render(const kct *t, const json_t *vars, char *err, size_t errlen) {
+    return kct_render_opts(t, vars, NULL, err, errlen);
+}
+
+char *kct_render_opts(const kct *t, const json_t *vars, const kct_opts *opts, char *err, size_t errlen) {
     rctx r;
     memset(&r, 0, sizeof r);
     r.c.err = err;
     r.c.errlen = errlen;
+    r.max_steps = opts && opts->max_steps ? opts->max_steps : KCT_DEFAULT_STEPS;
+    r.max_output = opts && opts->max_output ? opts->max_output : KCT_DEFAULT_OUTPUT;
+    r.c.mem_limit = opts && opts->max_memory ? opts->max_memory : KCT_DEFAULT_MEMORY;
+    r.cancelled = opts ? opts->cancelled : NULL;
+    r.cancel_arg = opts ? opts->cancel_arg : NULL;
+    r.next_poll = KCT_POLL_STEPS < r.max_steps ? KCT_POLL_STEPS : r.max_steps + 1;
+    r.stack_base = stack_here();
     if (setjmp(r.c.jb)) {
         ar_free(&r.c);
         return NULL;
