@@ -595,9 +595,16 @@ void kct_frame_set(ctx *c, frame *f, str k, kv v) {
 }
 
 kv kct_lookup(rctx *r, frame *f, str k) {
-    for (; f; f = f->parent)
+    uint64_t seen = 0; /* frames and names looked at: deep scopes make a look-up long */
+    for (; f; f = f->parent) {
+        seen += 1 + (uint64_t)f->n;
         for (int i = f->n - 1; i >= 0; i--)
-            if (f->keys[i].n == k.n && memcmp(f->keys[i].p, k.p, k.n) == 0) return f->vals[i];
+            if (f->keys[i].n == k.n && memcmp(f->keys[i].p, k.p, k.n) == 0) {
+                kct_charge(r, NULL, seen / 8);
+                return f->vals[i];
+            }
+    }
+    kct_charge(r, NULL, seen / 8);
     int g = lookup_name(GLOBALS, sizeof GLOBALS / sizeof *GLOBALS, k);
     if (g >= 0) {
         kv v = {.t = V_FUNC};
