@@ -41,7 +41,7 @@ typedef struct kct_opts {
     void *cancel_arg;
 } kct_opts;
 #define KCT_DEFAULT_STEPS ((uint64_t)4000000)
-#define KCT_DEFAULT_OUTPUT ((size_t)4 << 20)
+#define KCT_DEFAULT_OUTPUT ((size_t)8 << 20)
 #define KCT_DEFAULT_MEMORY ((size_t)64 << 20)
 #define KCT_POLL_STEPS 4096
 
