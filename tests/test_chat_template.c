@@ -8,6 +8,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -307,6 +308,45 @@ static void test_integers(void) {
     RENDER("{{ [{'a': 1}]|map(attribute='99999999999999999999999')|select('undefined')|list|length }}", NULL, "1");
 }
 
+typedef struct {
+    const char *src;
+    char *out;
+    char err[256];
+} thread_render;
+
+static void *render_thread(void *arg) {
+    thread_render *t = arg;
+    t->out = render_src(t->src, NULL, t->err, sizeof t->err);
+    return NULL;
+}
+
+/* On a thread with a small stack the nesting limits give way to the stack
+ * left: deep templates fail with the same message instead of overflowing. */
+static void test_small_stack(void) {
+    char *srcs[] = {repeat("{{ ", "(", 190, "1"), repeat("{% set ns = namespace(l=[]) %}{% for i in range(1100) %}"
+                                                         "{% set ns.l = [ns.l] %}{% endfor %}{{ [ns.l]|map(",
+                                                         "'map', ", 990, "'length')|list }}")};
+    char *tail = malloc(strlen(srcs[0]) + 200);
+    strcpy(tail, srcs[0]);
+    for (int i = 0; i < 190; i++) strcat(tail, ")");
+    strcat(tail, " }}");
+    free(srcs[0]);
+    srcs[0] = tail;
+    for (int i = 0; i < 2; i++) {
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setstacksize(&a, 256 << 10);
+        thread_render t = {.src = srcs[i]};
+        pthread_t th;
+        int ok = pthread_create(&th, &a, render_thread, &t) == 0;
+        if (ok) pthread_join(th, NULL);
+        pthread_attr_destroy(&a);
+        CHECKF(ok && !t.out && strstr(t.err, "nested too deeply"), "small stack %d: %s", i, t.out ? "rendered" : t.err);
+        free(t.out);
+        free(srcs[i]);
+    }
+}
+
 static int n_polls;
 static int cancel_after(void *arg) { return ++n_polls >= *(int *)arg; }
 
@@ -442,6 +482,7 @@ int main(void) {
     test_nesting();
     test_integers();
     test_budgets();
+    test_small_stack();
     test_hostile_corpus();
     test_corpus();
     test_speed();

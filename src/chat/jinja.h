@@ -173,12 +173,15 @@ struct node {
 enum { MAX_PARSE_DEPTH = 200, MAX_CALL_DEPTH = 100, MAX_EVAL_DEPTH = 1000, MAX_VALUE_DEPTH = 512 };
 /* The C stack the parser or the evaluator may use below its entry, whatever
  * the depth counts say (frames differ by function and by build: sanitizers
- * make them several times larger); threads that render have 8 MiB. */
+ * make them several times larger): KCT_MAX_STACK, or half of what the
+ * thread has left when that is less (template.c's kct_stack_floor). */
 #define KCT_MAX_STACK ((uintptr_t)2 << 20)
 
 static inline uintptr_t stack_here(void) { return (uintptr_t)__builtin_frame_address(0); }
-/* 1 when the stack has grown more than KCT_MAX_STACK below base */
-static inline int stack_deep(uintptr_t base) { return base > stack_here() && base - stack_here() > KCT_MAX_STACK; }
+/* The lowest stack address a parse or render begun here may reach. */
+uintptr_t kct_stack_floor(void);
+/* 1 when the stack has grown below floor */
+static inline int stack_deep(uintptr_t floor) { return stack_here() < floor; }
 /* the nesting of the variables a render is given (jansson reads JSON up to
  * 2048 deep) */
 enum { KCT_MAX_INPUT_DEPTH = 4096 };
@@ -187,8 +190,8 @@ typedef struct parser {
     ctx *c;
     tok *t;
     size_t i, n;
-    int depth;            /* expression and block nesting */
-    uintptr_t stack_base; /* the stack at the parse's entry (stack_deep) */
+    int depth;             /* expression and block nesting */
+    uintptr_t stack_floor; /* kct_stack_floor at the parse's entry */
 } parser;
 
 enum {
@@ -304,9 +307,9 @@ typedef struct rctx {
     ctx c;
     int has_now;
     int64_t now;
-    int call_depth;       /* macro calls in progress */
-    int depth;            /* evaluator frames in progress (eval, bodies) */
-    uintptr_t stack_base; /* the stack at the render's entry (stack_deep) */
+    int call_depth;        /* macro calls in progress */
+    int depth;             /* evaluator frames in progress (eval, bodies) */
+    uintptr_t stack_floor; /* kct_stack_floor at the render's entry */
     /* the lists and dicts being printed or dumped, outermost first: a
      * value that contains itself is found here */
     const void *vstack[MAX_VALUE_DEPTH];
@@ -345,7 +348,7 @@ _Noreturn void kct_fail_at(rctx *r, const node *x, const char *fmt, ...) __attri
 void kct_poll(rctx *r, const node *x);
 /* One more level of the evaluator's recursion (r->depth-- leaves it). */
 static inline void kct_enter(rctx *r, const node *x) {
-    if (++r->depth > MAX_EVAL_DEPTH || stack_deep(r->stack_base))
+    if (++r->depth > MAX_EVAL_DEPTH || stack_deep(r->stack_floor))
         kct_fail_at(r, x, "template nested too deeply (over %d levels)", MAX_EVAL_DEPTH);
 }
 static inline void kct_charge(rctx *r, const node *x, uint64_t n) {

@@ -80,7 +80,7 @@ static void chain_link(parser *P, const tok *t) {
 
 /* One level of nesting: the depth count and the stack both bounded. */
 static void nest(parser *P, const tok *t, const char *what) {
-    if (++P->depth > MAX_PARSE_DEPTH || stack_deep(P->stack_base))
+    if (++P->depth > MAX_PARSE_DEPTH || stack_deep(P->stack_floor))
         kct_fail(P->c, t->line, t->col, "%s nested too deeply", what);
 }
 
