@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it:
 #   1. libFuzzer runs over the GGUF reader and the checkpoint readers
 #      (bounded: KILN_FUZZ_SECONDS each, 60 s under CI, 15 s otherwise;
-#      skipped if KILN_FUZZ_SECONDS=0)
+#      skipped if KILN_FUZZ_SECONDS=0), and over the two chat template
+#      engines (half that each)
 #   2. every test under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. the thread pool, the engine lifecycle tests and the generation core under
 #      ThreadSanitizer, and kiln serve under it for the e2e files that send
@@ -40,6 +41,19 @@ if [ "$fuzz_s" != "0" ]; then
   cp tests/data/jschema-seeds/*.bin build-fuzz/corpus-jschema/
   ./build-fuzz/tests/fuzz_jschema -max_total_time="$jschema_s" -max_len=4096 -rss_limit_mb=2048 \
       -print_final_stats=1 build-fuzz/corpus-jschema 2>&1 | tail -n 12
+  # the chat template engines, half the time each (seeded with the
+  # conformance templates and the hostile ones)
+  tmpl_s=$(( fuzz_s / 2 > 0 ? fuzz_s / 2 : 1 ))
+  echo "== fuzz: Jinja chat templates for ${tmpl_s}s"
+  cmake --build build-fuzz -j"$jobs" --target fuzz_jinja fuzz_gotmpl >/dev/null
+  mkdir -p build-fuzz/corpus-jinja build-fuzz/corpus-gotmpl
+  cp tests/data/templates/*.jinja tests/data/hostile/jinja/*.jinja build-fuzz/corpus-jinja/
+  ./build-fuzz/tests/fuzz_jinja -max_total_time="$tmpl_s" -max_len=32768 -timeout=25 -rss_limit_mb=2048 \
+      -print_final_stats=1 build-fuzz/corpus-jinja 2>&1 | tail -n 12
+  echo "== fuzz: Go chat templates for ${tmpl_s}s"
+  cp tests/data/templates/go/*.gotmpl tests/data/hostile/gotmpl/*.tmpl build-fuzz/corpus-gotmpl/
+  ./build-fuzz/tests/fuzz_gotmpl -max_total_time="$tmpl_s" -max_len=32768 -timeout=25 -rss_limit_mb=2048 \
+      -print_final_stats=1 build-fuzz/corpus-gotmpl 2>&1 | tail -n 12
 fi
 
 # The e2e files whose servers take concurrent requests on the lifecycle

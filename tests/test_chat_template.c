@@ -1,10 +1,14 @@
 /* Chat template interpreter: conformance against jinja2 renderings of real
- * templates (data/templates, produced by gen_templates.py), unit checks of
- * expression/filter semantics, error messages with positions, and the
- * rendering time of a 20-message conversation. */
+ * templates (data/templates, produced by gen_templates.py) under a hundredth
+ * of the default budgets, unit checks of expression/filter semantics, error
+ * messages with positions, hostile templates (nesting, cycles, integer
+ * overflow, the step/output/memory budgets, cancellation, and the corpus in
+ * data/hostile/jinja), and the rendering time of a 20-message conversation. */
 #include "chat/template.h"
 #include "testutil.h"
 
+#include <dirent.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,6 +25,14 @@ static char *render_src(const char *src, const char *vars_json, char *err, size_
     char *out = t ? kct_render(t, vars, err, errlen) : NULL;
     kct_free(t);
     json_decref(vars);
+    return out;
+}
+
+/* render_src under the bounds of o */
+static char *render_opts(const char *src, const kct_opts *o, char *err, size_t errlen) {
+    kct *t = kct_compile(src, strlen(src), err, errlen);
+    char *out = t ? kct_render_opts(t, NULL, o, err, errlen) : NULL;
+    kct_free(t);
     return out;
 }
 
@@ -171,7 +183,9 @@ static void test_corpus(void) {
         char err[512] = "";
         kct *t = kct_compile(src, len, err, sizeof err);
         CHECKF(t != NULL, "%s: compile failed: %s", tname, err);
-        char *out = t ? kct_render(t, json_object_get(cases, cname), err, sizeof err) : NULL;
+        /* a hundredth of each default budget: real templates render far inside them */
+        kct_opts tight = {KCT_DEFAULT_STEPS / 100, KCT_DEFAULT_OUTPUT / 100, KCT_DEFAULT_MEMORY / 100, NULL, NULL};
+        char *out = t ? kct_render_opts(t, json_object_get(cases, cname), &tight, err, sizeof err) : NULL;
         json_t *want = json_object_get(e, "output");
         if (want) {
             const char *w = json_string_value(want);
@@ -194,6 +208,242 @@ static void test_corpus(void) {
     fprintf(stderr, "corpus: %zu of %zu renderings agree with jinja2\n", n_ok, json_array_size(expected));
     json_decref(cases);
     json_decref(expected);
+}
+
+/* s repeated n times between head and tail (malloc'd) */
+static char *repeat(const char *head, const char *s, int n, const char *tail) {
+    size_t hl = strlen(head), sl = strlen(s), tl = strlen(tail);
+    char *o = malloc(hl + sl * (size_t)n + tl + 1), *p = o;
+    memcpy(p, head, hl);
+    p += hl;
+    for (int i = 0; i < n; i++, p += sl) memcpy(p, s, sl);
+    memcpy(p, tail, tl + 1);
+    return o;
+}
+
+static void fails_long(int line, char *src, const char *want) {
+    expect_error(line, src, NULL, want);
+    free(src);
+}
+
+static void test_nesting(void) {
+    /* chains of links are nesting too: each makes the tree one level deeper */
+    fails_long(__LINE__, repeat("{{ messages", ".a", 50000, " }}"), "chained too deeply");
+    fails_long(__LINE__, repeat("{{ 'x'", "|upper", 100000, " }}"), "chained too deeply");
+    fails_long(__LINE__, repeat("{{ x", "[0]", 50000, " }}"), "too deeply");
+    fails_long(__LINE__, repeat("{{ 1", " + 1", 100000, " }}"), "too deeply");
+    fails_long(__LINE__, repeat("{{ 1", " ~ 1", 100000, " }}"), "too deeply");
+    fails_long(__LINE__, repeat("{{ 1", " and 1", 100000, " }}"), "too deeply");
+    fails_long(__LINE__, repeat("{{ 1", " == 1", 100000, " }}"), "too deeply");
+    fails_long(__LINE__, repeat("{{ 1", " if 1 else 1", 100000, " }}"), "too deeply");
+    fails_long(__LINE__, repeat("{% if 0 %}", "{% elif 0 %}", 20000, "{% endif %}"), "too deeply");
+    /* chains within the limit render as before */
+    char *ok = repeat("{{ 'x'", "|upper", 100, " }}");
+    RENDER(ok, NULL, "X");
+    free(ok);
+    ok = repeat("{{ 0", " + 1", 150, " }}");
+    RENDER(ok, NULL, "150");
+    free(ok);
+    FAILS("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", NULL, "macro calls nested too deeply");
+    /* a value that contains itself: str prints [...] as Python does, tojson refuses */
+    RENDER("{% set l = [] %}{% set _ = l.append(l) %}{{ l }}|{{ l|string }}|{{ l == l }}|{{ l in l }}|{{ l|length }}",
+           NULL, "[[...]]|[[...]]|True|True|1");
+    RENDER("{% set l = [1] %}{% set _ = l.append([l, l]) %}{{ l }}", NULL, "[1, [[...], [...]]]");
+    RENDER("{% set a = [1] %}{{ [a, a] }}", NULL, "[[1], [1]]"); /* shared, not circular */
+    FAILS("{% set l = [] %}{% set _ = l.append(l) %}{{ l|tojson }}", NULL, "tojson: circular reference detected");
+    FAILS("{% set n = namespace() %}{% set n.me = n %}{{ n|tojson }}", NULL, "circular reference detected");
+    /* deep but finite values */
+    const char *deep = "{% set ns = namespace(a=[], b=[]) %}{% for i in range(1200) %}{% set ns.a = [ns.a] %}"
+                       "{% set ns.b = [ns.b] %}{% endfor %}";
+    char src[512];
+    snprintf(src, sizeof src, "%s{{ ns.a }}", deep);
+    FAILS(src, NULL, "value nested too deeply (over 512 levels)");
+    snprintf(src, sizeof src, "%s{{ ns.a|tojson }}", deep);
+    FAILS(src, NULL, "value nested too deeply");
+    snprintf(src, sizeof src, "%s{{ ns.a < ns.b }}", deep);
+    FAILS(src, NULL, "comparison nested too deeply");
+    snprintf(src, sizeof src, "%s{{ ns.a == ns.b }}|{{ ns.a == ns.a }}", deep);
+    RENDER(src, NULL, "False|True"); /* past the depth two values are unequal; one value equals itself */
+    RENDER("{{ 'ab'.startswith(('x', 'a')) }}", NULL, "True");
+    FAILS("{{ 'ab'.startswith((('a',),)) }}", NULL, "startswith expects a string");
+}
+
+static void test_integers(void) {
+    RENDER("{{ range(-9223372036854775807 - 1, 9223372036854775807, 9223372036854775807)|list }}", NULL,
+           "[-9223372036854775808, -1, 9223372036854775806]");
+    RENDER("{{ range(9223372036854775807, -9223372036854775807 - 1, -9223372036854775807 - 1)|list }}", NULL,
+           "[9223372036854775807, -1]");
+    RENDER("{{ range(3, 0, -1)|list }} {{ range(0, 10, 9223372036854775807)|list }}", NULL, "[3, 2, 1] [0]");
+    FAILS("{{ range(-6917529027641081857, 9223372036854775807)|length }}", NULL, "range too big");
+    FAILS("{{ range(-9223372036854775807 - 1, 9223372036854775807, 1)|length }}", NULL, "range too big");
+    RENDER("{{ (-9223372036854775807 - 1) % -1 }} {{ 7 // -1 }} {{ -7 % -1 }} {{ (-9223372036854775807 - 1) is "
+           "divisibleby(-1) }}",
+           NULL, "0 -7 0 True");
+    FAILS("{{ (-9223372036854775807 - 1) // -1 }}", NULL, "integer overflow");
+    FAILS("{{ -(-9223372036854775807 - 1) }}", NULL, "integer overflow");
+    FAILS("{{ (-9223372036854775807 - 1)|abs }}", NULL, "integer overflow");
+    FAILS("{{ [9223372036854775807, 1]|sum }}", NULL, "integer overflow");
+    FAILS("{{ 9223372036854775807 * 2 }}", NULL, "integer overflow");
+    FAILS("{{ 2 ** 64 }}", NULL, "integer overflow");
+    RENDER("{{ 9223372036854775807 }} {{ -9223372036854775807 - 1 }}", NULL,
+           "9223372036854775807 -9223372036854775808");
+    FAILS("{{ 9223372036854775808 }}", NULL, "1:4: integer literal too large");
+    FAILS("{{ 1e300|int }}", NULL, "out of the integer range");
+    FAILS("{{ '99999999999999999999'|int }}", NULL, "out of the integer range");
+    /* a bad base fails int(s, base); Jinja2's int filter then tries int(float(s)) */
+    RENDER("{{ '10'|int(base=99) }} {{ 'z'|int(base=99) }} {{ '-9223372036854775808'|int }} {{ 1e18|int }}", NULL,
+           "10 0 -9223372036854775808 1000000000000000000");
+    RENDER("{{ [1, 2, 3][::9223372036854775807] }} {{ 'abc'[::-9223372036854775807 - 1] }} "
+           "{{ [1, 2, 3][-9223372036854775807 - 1:] }} {{ [1, 2, 3][9223372036854775807:] }} "
+           "{{ 'abc'[-9223372036854775807 - 1:9223372036854775807:2] }}",
+           NULL, "[1] c [1, 2, 3] [] ac");
+    FAILS("{{ 'x' * 9223372036854775807 }}", NULL, "string repetition too large");
+    FAILS("{{ [1] * 9223372036854775807 }}", NULL, "list repetition too large");
+    RENDER("{{ 'x' * -9223372036854775807 }}|{{ [1] * (-9223372036854775807 - 1) }}", NULL, "|[]");
+    FAILS("{{ 'a\nb'|indent(9223372036854775807) }}", NULL, "memory budget");
+    FAILS("{{ [1]|tojson(indent=9223372036854775807) }}", NULL, "memory budget");
+    RENDER("{{ 'a\nb'|indent(-9223372036854775807 - 1) }} {{ 2.5|round(9223372036854775807) }} "
+           "{{ 2.5|round(-9223372036854775807 - 1) }}",
+           NULL, "a\nb 2.5 0.0");
+    RENDER("{{ [{'a': 1}]|map(attribute='99999999999999999999999')|select('undefined')|list|length }}", NULL, "1");
+}
+
+typedef struct {
+    const char *src;
+    char *out;
+    char err[256];
+} thread_render;
+
+static void *render_thread(void *arg) {
+    thread_render *t = arg;
+    t->out = render_src(t->src, NULL, t->err, sizeof t->err);
+    return NULL;
+}
+
+/* On a thread with a small stack the nesting limits give way to the stack
+ * left: deep templates fail with the same message instead of overflowing. */
+static void test_small_stack(void) {
+    char *srcs[] = {repeat("{{ ", "(", 190, "1"), repeat("{% set ns = namespace(l=[]) %}{% for i in range(1100) %}"
+                                                         "{% set ns.l = [ns.l] %}{% endfor %}{{ [ns.l]|map(",
+                                                         "'map', ", 990, "'length')|list }}")};
+    char *tail = malloc(strlen(srcs[0]) + 200);
+    strcpy(tail, srcs[0]);
+    for (int i = 0; i < 190; i++) strcat(tail, ")");
+    strcat(tail, " }}");
+    free(srcs[0]);
+    srcs[0] = tail;
+    for (int i = 0; i < 2; i++) {
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setstacksize(&a, 256 << 10);
+        thread_render t = {.src = srcs[i]};
+        pthread_t th;
+        int ok = pthread_create(&th, &a, render_thread, &t) == 0;
+        if (ok) pthread_join(th, NULL);
+        pthread_attr_destroy(&a);
+        CHECKF(ok && !t.out && strstr(t.err, "nested too deeply"), "small stack %d: %s", i, t.out ? "rendered" : t.err);
+        free(t.out);
+        free(srcs[i]);
+    }
+}
+
+static int n_polls;
+static int cancel_after(void *arg) { return ++n_polls >= *(int *)arg; }
+
+static void test_budgets(void) {
+    char err[256];
+    kct_opts o = {.max_steps = 10000};
+    char *out = render_opts("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", &o, err,
+                            sizeof err);
+    CHECKF(!out && strstr(err, "render exceeded its step budget (10000 steps)"), "steps: %s", err);
+    free(out);
+    /* the same loop with room for it */
+    o.max_steps = 1000000;
+    out = render_opts("{% for i in range(1000) %}{% for j in range(100) %}{% endfor %}{% endfor %}ok", &o, err,
+                      sizeof err);
+    CHECKF(out && !strcmp(out, "ok"), "steps: %s", out ? out : err);
+    free(out);
+    o = (kct_opts){.max_output = 1000};
+    out = render_opts("{% for i in range(50) %}{{ 'x' * 20 }}{% endfor %}", &o, err, sizeof err);
+    CHECKF(out && strlen(out) == 1000, "output at the limit: %s", out ? "" : err);
+    free(out);
+    out = render_opts("{% for i in range(51) %}{{ 'x' * 20 }}{% endfor %}", &o, err, sizeof err);
+    CHECKF(!out && strstr(err, "render exceeded its output budget (1000 bytes)"), "output: %s", err);
+    free(out);
+    out = render_opts("{% macro m() %}{{ 'x' * 2000 }}{% endmacro %}{% set s = m() %}", &o, err, sizeof err);
+    CHECKF(!out && strstr(err, "output budget"), "captured output: %s", err);
+    free(out);
+    o = (kct_opts){.max_memory = 1 << 20};
+    out = render_opts("{% set s = 'x' * 2000000 %}", &o, err, sizeof err);
+    CHECKF(!out && strstr(err, "render exceeded its memory budget (1048576 bytes)"), "memory: %s", err);
+    free(out);
+    out = render_opts("{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+                      NULL, err, sizeof err);
+    CHECKF(!out && strstr(err, "render exceeded its memory budget"), "doubling: %s", err);
+    free(out);
+    out = render_opts("{{ range(100000)|unique|length }}", NULL, err, sizeof err);
+    CHECKF(!out && strstr(err, "step budget"), "unique: %s", err);
+    free(out);
+    out = render_opts("{% set s = 'a' * 10000000 %}{% for i in range(100000) %}{{ 'b' in s }}{% endfor %}", NULL, err,
+                      sizeof err);
+    CHECKF(!out && strstr(err, "step budget"), "search: %s", err);
+    free(out);
+    out = render_opts("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}",
+                      NULL, err, sizeof err);
+    CHECKF(!out && strstr(err, "budget"), "fan-out: %s", err);
+    free(out);
+    /* cancellation: polled every KCT_POLL_STEPS steps, the render stops at the first yes */
+    int after = 3;
+    n_polls = 0;
+    o = (kct_opts){.cancelled = cancel_after, .cancel_arg = &after};
+    out = render_opts("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", &o, err,
+                      sizeof err);
+    CHECKF(!out && strstr(err, "render cancelled") && n_polls == 3, "cancel: %s after %d polls", err, n_polls);
+    free(out);
+    after = 1000000;
+    n_polls = 0;
+    out = render_opts("{% for i in range(300) %}{% for j in range(300) %}{% endfor %}{% endfor %}ok", &o, err,
+                      sizeof err);
+    CHECKF(out && !strcmp(out, "ok") && n_polls >= 20, "not cancelled: %s, %d polls", out ? out : err, n_polls);
+    free(out);
+}
+
+/* Every template of data/hostile/jinja fails cleanly under the default
+ * budgets with the error its first line names ({#- expect: words -#}). */
+static void test_hostile_corpus(void) {
+    DIR *d = opendir("data/hostile/jinja");
+    CHECK(d != NULL);
+    if (!d) return;
+    struct dirent *e;
+    int n = 0;
+    json_t *vars = json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", 0, NULL);
+    while ((e = readdir(d)) != NULL) {
+        size_t nl = strlen(e->d_name);
+        if (nl < 7 || strcmp(e->d_name + nl - 6, ".jinja")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "data/hostile/jinja/%s", e->d_name);
+        size_t len;
+        char *src = t_read_file(path, &len);
+        CHECKF(src && !strncmp(src, "{#- expect: ", 12), "%s: no expect line", path);
+        if (!src || strncmp(src, "{#- expect: ", 12)) {
+            free(src);
+            continue;
+        }
+        char want[128];
+        const char *we = strstr(src, " -#}");
+        snprintf(want, sizeof want, "%.*s", we ? (int)(we - src - 12) : 0, src + 12);
+        char err[512] = "";
+        kct *t = kct_compile(src, len, err, sizeof err);
+        char *out = t ? kct_render(t, vars, err, sizeof err) : NULL;
+        CHECKF(!out && strstr(err, want), "%s: want an error with '%s', got %s", e->d_name, want, out ? "output" : err);
+        free(out);
+        kct_free(t);
+        free(src);
+        n++;
+    }
+    closedir(d);
+    json_decref(vars);
+    CHECKF(n >= 30, "%d hostile templates", n);
 }
 
 static void test_speed(void) {
@@ -229,6 +479,11 @@ int main(void) {
     test_expressions();
     test_statements();
     test_errors();
+    test_nesting();
+    test_integers();
+    test_budgets();
+    test_small_stack();
+    test_hostile_corpus();
     test_corpus();
     test_speed();
     return t_done();

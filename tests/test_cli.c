@@ -240,6 +240,22 @@ static void test_chat(void) {
     CHECK(rc == 0 && e && strstr(e, "chat template"));
     free(o);
     free(e);
+    /* a template that fails to render ends the chat saying why (here: a budget) */
+    char bad[4096];
+    snprintf(bad, sizeof bad, "%s", subst("/tmp/kiln-cli-chat-bad.gguf"));
+    FILE *hi = fopen(subst("/tmp/kiln-cli-in.txt"), "w");
+    if (hi) {
+        fputs("Hello there\n", hi);
+        fclose(hi);
+    }
+    CHECK(t_write_chat_model_with("../models/stories260K.gguf", bad,
+                                  "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}") ==
+          0);
+    rc = run("chat -m /tmp/kiln-cli-chat-bad.gguf -n 12 --temp 0 < /tmp/kiln-cli-in.txt", &o, &e);
+    CHECKF(rc == 1 && e && strstr(e, "kiln chat: the chat template failed:") && strstr(e, "budget"),
+           "bad template: rc %d, stderr %s", rc, e ? e : "");
+    free(o);
+    free(e);
     /* turn 1 alone, then two turns; stdout is each reply plus a newline */
     char *r1, *both;
     FILE *in = fopen(subst("/tmp/kiln-cli-in.txt"), "w");

@@ -9,11 +9,15 @@
  *     Ollama's registry carries them, Command R's tool listing) whose
  *     expected prompts are in tests/data/templates/go/ (checked by
  *     tests/gen_gotmpl.go against Go's own text/template);
- *   - errors, each one line naming what is wrong.
+ *   - errors, each one line naming what is wrong;
+ *   - hostile templates: the step, output and memory budgets, cancellation,
+ *     integer edges, and the corpus in data/hostile/gotmpl, each failing
+ *     with the error its first line names.
  */
 #include "chat/gotmpl.h"
 #include "testutil.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,9 +277,12 @@ static void test_real_templates(void) {
         int n = 0;
         json_array_foreach(cases, k, c) {
             json_t *think = json_object_get(c, "think");
-            char *got = t ? kgt_render_chat(t, json_object_get(c, "messages"), json_object_get(c, "tools"),
-                                            json_is_boolean(think) ? json_is_true(think) : -1, err, sizeof err)
-                          : NULL;
+            /* a hundredth of each default budget: real templates render far inside them */
+            kct_opts tight = {KCT_DEFAULT_STEPS / 100, KCT_DEFAULT_OUTPUT / 100, KCT_DEFAULT_MEMORY / 100, NULL, NULL};
+            char *got =
+                t ? kgt_render_chat_opts(t, json_object_get(c, "messages"), json_object_get(c, "tools"),
+                                         json_is_boolean(think) ? json_is_true(think) : -1, &tight, err, sizeof err)
+                  : NULL;
             const char *want = json_string_value(json_object_get(c, "prompt"));
             CHECKF(got && want && !strcmp(got, want), "%s case '%s':\n  got  [%s]%s\n  want [%s]", names[i],
                    json_string_value(json_object_get(c, "name")), got ? got : "(null)", got ? "" : err, want);
@@ -290,11 +297,146 @@ static void test_real_templates(void) {
     }
 }
 
+/* Renders tmpl with data under o; the output or NULL with err. */
+static char *render_opts(const char *tmpl, const char *data, const kct_opts *o, char *err, size_t errlen) {
+    kgt *t = kgt_compile(tmpl, strlen(tmpl), err, errlen);
+    CHECKF(t != NULL, "compile '%s': %s", tmpl, err);
+    if (!t) return NULL;
+    json_t *d = J(data);
+    char *out = kgt_render_opts(t, d, o, err, errlen);
+    json_decref(d);
+    kgt_free(t);
+    return out;
+}
+
+static int n_polls;
+static int cancel_after(void *arg) { return ++n_polls >= *(int *)arg; }
+
+static void test_budgets(void) {
+    char err[256];
+    kct_opts o = {.max_steps = 10000};
+    char *out = render_opts("{{ range 1000000 }}{{ range 1000000 }}{{ end }}{{ end }}", "{}", &o, err, sizeof err);
+    CHECKF(!out && strstr(err, "render exceeded its step budget (10000 steps)"), "steps: %s", err);
+    free(out);
+    o.max_steps = 1000000;
+    out = render_opts("{{ range 300 }}{{ range 100 }}{{ end }}{{ end }}ok", "{}", &o, err, sizeof err);
+    CHECKF(out && !strcmp(out, "ok"), "steps: %s", out ? out : err);
+    free(out);
+    o = (kct_opts){.max_output = 1000};
+    out = render_opts("{{ range 50 }}xxxxxxxxxxxxxxxxxxxx{{ end }}", "{}", &o, err, sizeof err);
+    CHECKF(out && strlen(out) == 1000, "output at the limit: %s", out ? "" : err);
+    free(out);
+    out = render_opts("{{ range 51 }}xxxxxxxxxxxxxxxxxxxx{{ end }}", "{}", &o, err, sizeof err);
+    CHECKF(!out && strstr(err, "render exceeded its output budget (1000 bytes)"), "output: %s", err);
+    free(out);
+    out = render_opts(
+        "{{ $s := \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\" }}{{ range 6 }}{{ $s = print $s $s }}{{ end }}", "{}",
+        &o, err, sizeof err);
+    CHECKF(!out && strstr(err, "print: render exceeded its output budget (1000 bytes)"), "print: %s", err);
+    free(out);
+    o = (kct_opts){.max_memory = 4096};
+    out = render_opts("{{ range 1000 }}{{ $x := print \"0123456789\" }}{{ end }}", "{}", &o, err, sizeof err);
+    CHECKF(!out && strstr(err, "render exceeded its memory budget (4096 bytes)"), "memory: %s", err);
+    free(out);
+    int after = 3;
+    n_polls = 0;
+    o = (kct_opts){.cancelled = cancel_after, .cancel_arg = &after};
+    out = render_opts("{{ range 1000000 }}{{ range 1000000 }}{{ end }}{{ end }}", "{}", &o, err, sizeof err);
+    CHECKF(!out && strstr(err, "render cancelled") && n_polls == 3, "cancel: %s after %d polls", err, n_polls);
+    free(out);
+    /* the chat form shares one budget across its per-turn runs */
+    kgt *t = kgt_compile("{{ range 4000 }}{{ end }}{{ .Prompt }}", 38, err, sizeof err);
+    json_t *m = J("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\"},"
+                  "{\"role\":\"user\",\"content\":\"c\"},{\"role\":\"assistant\",\"content\":\"d\"},"
+                  "{\"role\":\"user\",\"content\":\"e\"}]");
+    o = (kct_opts){.max_steps = 10000};
+    out = t ? kgt_render_chat_opts(t, m, NULL, -1, &o, err, sizeof err) : NULL;
+    CHECKF(!out && strstr(err, "step budget"), "chat turns: %s", out ? out : err);
+    free(out);
+    o.max_steps = 20000;
+    out = t ? kgt_render_chat_opts(t, m, NULL, -1, &o, err, sizeof err) : NULL;
+    CHECKF(out && !strcmp(out, "abcde"), "chat turns: %s", out ? out : err);
+    free(out);
+    json_decref(m);
+    kgt_free(t);
+}
+
+static void test_source(void) {
+    /* the compiled template holds its own copy of the source */
+    char *src = strdup("Hi {{ .Name }}!");
+    char err[256];
+    kgt *t = kgt_compile(src, strlen(src), err, sizeof err);
+    memset(src, 'x', strlen(src));
+    free(src);
+    json_t *d = J("{\"Name\":\"Ann\"}");
+    char *out = t ? kgt_render(t, d, err, sizeof err) : NULL;
+    CHECKF(out && !strcmp(out, "Hi Ann!"), "copy: %s", out ? out : err);
+    free(out);
+    json_decref(d);
+    kgt_free(t);
+    /* a number at the very end of the text, no terminator after it */
+    static const char *const ends[] = {"{{ 12345", "{{ 1.5e3", "{{ 0x1F", "{{ -7"};
+    for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
+        size_t n = strlen(ends[i]);
+        char *exact = malloc(n);
+        memcpy(exact, ends[i], n);
+        t = kgt_compile(exact, n, err, sizeof err);
+        CHECKF(!t && strstr(err, "unclosed action"), "%s: %s", ends[i], t ? "compiled" : err);
+        kgt_free(t);
+        free(exact);
+    }
+    refused("{{ index .L -9223372036854775808 }}", "{\"L\":[1]}", "index out of range");
+    refused("{{ slice .S 1 9223372036854775807 }}", "{\"S\":\"abc\"}", "slice index out of range");
+    refused("{{ range 9223372036854775807 }}{{ end }}", "{}", "range over 9223372036854775807 integers");
+}
+
+/* Every template of data/hostile/gotmpl fails cleanly under the default
+ * budgets with the error its first line names. */
+static void test_hostile_corpus(void) {
+    DIR *d = opendir("data/hostile/gotmpl");
+    CHECK(d != NULL);
+    if (!d) return;
+    struct dirent *e;
+    int n = 0;
+    json_t *m = J("[{\"role\":\"user\",\"content\":\"hi\"}]");
+    const char *tag = "{{- /* expect: ";
+    while ((e = readdir(d)) != NULL) {
+        size_t nl = strlen(e->d_name);
+        if (nl < 6 || strcmp(e->d_name + nl - 5, ".tmpl")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "data/hostile/gotmpl/%s", e->d_name);
+        size_t len;
+        char *src = t_read_file(path, &len);
+        CHECKF(src && !strncmp(src, tag, strlen(tag)), "%s: no expect line", path);
+        if (!src || strncmp(src, tag, strlen(tag))) {
+            free(src);
+            continue;
+        }
+        char want[128];
+        const char *we = strstr(src, " */");
+        snprintf(want, sizeof want, "%.*s", we ? (int)(we - src - strlen(tag)) : 0, src + strlen(tag));
+        char err[512] = "";
+        kgt *t = kgt_compile(src, len, err, sizeof err);
+        char *out = t ? kgt_render_chat(t, m, NULL, -1, err, sizeof err) : NULL;
+        CHECKF(!out && strstr(err, want), "%s: want an error with '%s', got %s", e->d_name, want, out ? "output" : err);
+        free(out);
+        kgt_free(t);
+        free(src);
+        n++;
+    }
+    closedir(d);
+    json_decref(m);
+    CHECKF(n >= 10, "%d hostile templates", n);
+}
+
 int main(void) {
     test_number_bounds();
     test_language();
     test_errors();
     test_ollama_chat();
     test_real_templates();
+    test_budgets();
+    test_source();
+    test_hostile_corpus();
     return t_done();
 }

@@ -73,17 +73,21 @@ int t_run_capture(const char *cmd, const char *dir, char **out, char **err) {
 }
 
 int t_write_chat_model(const char *src, const char *dst) {
+    return t_write_chat_model_with(src, dst,
+                                   "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+                                   "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ "
+                                   "'<|im_start|>assistant\\n' }}{% endif %}"
+                                   /* Qwen3's switch: enable_thinking false writes an empty reasoning block */
+                                   "{% if enable_thinking is defined and enable_thinking is false %}"
+                                   "{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}");
+}
+
+int t_write_chat_model_with(const char *src, const char *dst, const char *t) {
     char err[256];
     gguf_file *f = gguf_open(src, err, sizeof err);
     if (!f) return -1;
     gguf_writer *w = gguf_writer_new();
     for (int i = 0; i < gguf_n_kv(f); i++) gguf_w_copy_kv(w, gguf_kv_at(f, i));
-    const char *t =
-        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
-        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-        /* Qwen3's switch: enable_thinking false writes an empty reasoning block */
-        "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
-        "{% endif %}";
     gguf_w_str(w, "tokenizer.chat_template", t, strlen(t));
     for (int i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *x = gguf_tensor_at(f, i);

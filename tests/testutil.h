@@ -49,5 +49,7 @@ int t_run_capture(const char *cmd, const char *dir, char **out, char **err);
 /* Writes a copy of the GGUF model src with a ChatML chat template to dst,
  * for chat tests.  0, or -1 when src cannot be read or dst written. */
 int t_write_chat_model(const char *src, const char *dst);
+/* t_write_chat_model with the chat template tmpl */
+int t_write_chat_model_with(const char *src, const char *dst, const char *tmpl);
 
 #endif

@@ -61,6 +61,7 @@ kv kct_get_attr(rctx *r, const node *x, const kv *obj, str name) {
     case V_DICT: {
         if (!obj->aux && lookup_name(DICT_METHODS, sizeof DICT_METHODS / sizeof *DICT_METHODS, name) >= 0)
             return bind_method(r, obj, name);
+        kct_charge(r, x, obj->d->n / 16); /* the look-up is linear */
         kv *v = dict_find_str(obj->d, name.p, name.n);
         return v ? *v : mk_undef(U_ATTR, V_DICT, name.p, name.n);
     }
@@ -85,6 +86,7 @@ kv kct_get_item(rctx *r, const node *x, const kv *obj, const kv *key) {
     if (obj->t == V_UNDEF) undef_fail(r, x, obj);
     if (key->t == V_UNDEF) undef_fail(r, x, key);
     if (obj->t == V_DICT) {
+        kct_charge(r, x, obj->d->n / 16);
         kv *v = dict_find(obj->d, key);
         if (v) return *v;
     } else if ((obj->t == V_LIST || obj->t == V_STR) && (key->t == V_INT || key->t == V_BOOL)) {
@@ -136,7 +138,10 @@ static kv do_slice(rctx *r, const node *x, const kv *obj, const kv *a, const kv 
         slice_bounds(n, a, b, step, &s, &e);
         kv out = mk_list(&r->c, 0);
         out.aux = obj->aux;
-        for (int64_t i = s; step > 0 ? i < e : i > e; i += step) kct_list_push(&r->c, out.l, obj->l->v[i]);
+        for (int64_t i = s; step > 0 ? i < e : i > e;) {
+            kct_list_push(&r->c, out.l, obj->l->v[i]);
+            if (__builtin_add_overflow(i, step, &i)) break; /* past either end */
+        }
         return out;
     }
     if (obj->t == V_STR) {
@@ -147,8 +152,10 @@ static kv do_slice(rctx *r, const node *x, const kv *obj, const kv *a, const kv 
         if (step == 1) return mk_str(obj->s.p + off[s], s < e ? off[e] - off[s] : 0);
         sbuf sb = {0};
         kct_sb_put(&r->c, &sb, "", 0);
-        for (int64_t i = s; step > 0 ? i < e : i > e; i += step)
+        for (int64_t i = s; step > 0 ? i < e : i > e;) {
             kct_sb_put(&r->c, &sb, obj->s.p + off[i], off[i + 1] - off[i]);
+            if (__builtin_add_overflow(i, step, &i)) break;
+        }
         return mk_str(sb.p, sb.n);
     }
     kct_fail_at(r, x, "'%s' object is not subscriptable", kct_type_name(obj));
@@ -239,6 +246,11 @@ static kv arith(rctx *r, const node *x, int op, const kv *a, const kv *b) {
         case B_MOD:
             if (ints) {
                 if (q == 0) kct_fail_at(r, x, "integer division or modulo by zero");
+                if (q == -1) { /* p / -1 overflows for INT64_MIN (and traps on x86) */
+                    if (op == B_MOD) return mk_int(0);
+                    if (p == INT64_MIN) kct_fail_at(r, x, "integer overflow");
+                    return mk_int(-p);
+                }
                 int64_t d = p / q, m = p % q;
                 if (m != 0 && ((m < 0) != (q < 0))) {
                     d--;
@@ -311,7 +323,7 @@ static kv apply_chain(rctx *r, const node *x, frame *f, kv in) {
     return kct_filter_apply(r, x, x->id, &v, &a);
 }
 
-static kv eval(rctx *r, const node *x, frame *f) {
+static kv eval_node(rctx *r, const node *x, frame *f) {
     ctx *c = &r->c;
     switch (x->kind) {
     case E_LIT: return x->lit;
@@ -326,7 +338,10 @@ static kv eval(rctx *r, const node *x, frame *f) {
     }
     case E_DICT: {
         kv d = mk_dict(c, (size_t)x->args.n);
-        for (int i = 0; i < x->args.n; i++) kct_dict_set(c, d.d, eval(r, x->args.v[i], f), eval(r, x->args2.v[i], f));
+        for (int i = 0; i < x->args.n; i++) {
+            kct_charge(r, x, d.d->n / 16);
+            kct_dict_set(c, d.d, eval(r, x->args.v[i], f), eval(r, x->args2.v[i], f));
+        }
         return d;
     }
     case E_ATTR: {
@@ -370,7 +385,10 @@ static kv eval(rctx *r, const node *x, frame *f) {
         kv v = eval(r, x->a, f);
         if (v.t == V_UNDEF) undef_fail(r, x, &v);
         if (v.t == V_FLOAT) return mk_float(x->kind == E_NEG ? -v.f : v.f);
-        if (v.t == V_INT || v.t == V_BOOL) return mk_int(x->kind == E_NEG ? -v.i : v.i);
+        if (v.t == V_INT || v.t == V_BOOL) {
+            if (x->kind == E_NEG && v.i == INT64_MIN) kct_fail_at(r, x, "integer overflow");
+            return mk_int(x->kind == E_NEG ? -v.i : v.i);
+        }
         kct_fail_at(r, x, "bad operand type for unary %c: '%s'", x->kind == E_NEG ? '-' : '+', kct_type_name(&v));
     }
     case E_BIN: {
@@ -400,8 +418,8 @@ static kv eval(rctx *r, const node *x, frame *f) {
     case E_CMP: {
         kv a = eval(r, x->a, f), b = eval(r, x->b, f);
         switch (x->op) {
-        case C_EQ: return mk_bool(kct_kv_eq(&a, &b));
-        case C_NE: return mk_bool(!kct_kv_eq(&a, &b));
+        case C_EQ: return mk_bool(kct_kv_eq_r(r, x, &a, &b));
+        case C_NE: return mk_bool(!kct_kv_eq_r(r, x, &a, &b));
         case C_LT: return mk_bool(kct_kv_cmp(r, x, &a, &b) < 0);
         case C_LE: return mk_bool(kct_kv_cmp(r, x, &a, &b) <= 0);
         case C_GT: return mk_bool(kct_kv_cmp(r, x, &a, &b) > 0);
@@ -412,6 +430,15 @@ static kv eval(rctx *r, const node *x, frame *f) {
     }
     default: kct_fail_at(r, x, "not an expression");
     }
+}
+
+/* One step of the budget and one level of the evaluator's depth. */
+static kv eval(rctx *r, const node *x, frame *f) {
+    kct_enter(r, x);
+    kct_charge(r, x, 1);
+    kv v = eval_node(r, x, f);
+    r->depth--;
+    return v;
 }
 
 /* ---- statements */
@@ -463,10 +490,22 @@ static int exec_for(rctx *r, const node *x, frame *f, sbuf *out) {
     return 0;
 }
 
+static int exec_body(rctx *r, const nlist *body, frame *f, sbuf *out);
+
 int kct_exec_body(rctx *r, const nlist *body, frame *f, sbuf *out) {
+    const node *at = body->n ? body->v[0] : NULL;
+    kct_enter(r, at);
+    int rc = exec_body(r, body, f, out);
+    r->depth--;
+    return rc;
+}
+
+static int exec_body(rctx *r, const nlist *body, frame *f, sbuf *out) {
     ctx *c = &r->c;
     for (int i = 0; i < body->n; i++) {
         const node *x = body->v[i];
+        kct_charge(r, x, 1);
+        if (out->n > r->max_output) kct_fail_at(r, x, "render exceeded its output budget (%zu bytes)", r->max_output);
         switch (x->kind) {
         case N_DATA: kct_sb_put(c, out, x->lit.s.p, x->lit.s.n); break;
         case N_OUTPUT: {
@@ -491,6 +530,7 @@ int kct_exec_body(rctx *r, const nlist *body, frame *f, sbuf *out) {
             if (ns.t == V_UNDEF) undef_fail(r, x, &ns);
             if (ns.t != V_DICT || !ns.aux) kct_fail_at(r, x, "cannot assign attribute on non-namespace object");
             kv v = eval(r, x->a, f);
+            kct_charge(r, x, ns.d->n / 16);
             kct_dict_set(c, ns.d, mk_str(x->name2.p, x->name2.n), v);
             break;
         }
@@ -543,5 +583,7 @@ int kct_exec_body(rctx *r, const nlist *body, frame *f, sbuf *out) {
         default: kct_fail_at(r, x, "not a statement");
         }
     }
+    if (out->n > r->max_output && body->n)
+        kct_fail_at(r, body->v[body->n - 1], "render exceeded its output budget (%zu bytes)", r->max_output);
     return 0;
 }

@@ -2,9 +2,11 @@
  * tests (`is defined`, `is string`, ...), filters (`|tojson`, `|join`,
  * `|selectattr`, ...) and globals (range, namespace, dict,
  * raise_exception, strftime_now). */
+#define _GNU_SOURCE /* memmem: linear time, where a naive search is quadratic */
 #include "chat/jinja.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,10 +127,8 @@ static kv str_strip(rctx *r, str s, const kv *chars, int which) {
 
 static const char *memmem_s(str h, size_t from, str nd) {
     if (nd.n == 0) return h.p + from;
-    if (h.n < nd.n) return NULL;
-    for (size_t i = from; i + nd.n <= h.n; i++)
-        if (h.p[i] == nd.p[0] && memcmp(h.p + i, nd.p, nd.n) == 0) return h.p + i;
-    return NULL;
+    if (h.n < nd.n || from > h.n - nd.n) return NULL;
+    return memmem(h.p + from, h.n - from, nd.p, nd.n);
 }
 
 static kv str_replace(rctx *r, str s, str old, str new_, int64_t count) {
@@ -213,15 +213,22 @@ static kv str_split(rctx *r, const node *x, str s, const kv *sep, int64_t maxspl
     return out;
 }
 
+static int str_affix1(rctx *r, const node *x, str s, const kv *arg, int end) {
+    str a = need_str(r, x, arg, end ? "endswith" : "startswith").s;
+    kct_charge(r, x, a.n / 64);
+    if (a.n > s.n) return 0;
+    return memcmp(end ? s.p + s.n - a.n : s.p, a.p, a.n) == 0;
+}
+
+/* str.startswith / endswith: a string or a tuple of strings (one level, as
+ * in Python) */
 static int str_affix(rctx *r, const node *x, str s, const kv *arg, int end) {
     if (arg->t == V_LIST && arg->aux) {
         for (size_t i = 0; i < arg->l->n; i++)
-            if (str_affix(r, x, s, &arg->l->v[i], end)) return 1;
+            if (str_affix1(r, x, s, &arg->l->v[i], end)) return 1;
         return 0;
     }
-    str a = need_str(r, x, arg, end ? "endswith" : "startswith").s;
-    if (a.n > s.n) return 0;
-    return memcmp(end ? s.p + s.n - a.n : s.p, a.p, a.n) == 0;
+    return str_affix1(r, x, s, arg, end);
 }
 
 static kv join_items(rctx *r, const node *x, const kv *seq, str sep, const kv *attr);
@@ -232,13 +239,14 @@ kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a) {
     kv v0 = arg_or(a, 0, NULL, UNDEF), v1 = arg_or(a, 1, NULL, UNDEF);
     if (self->t == V_STR) {
         str s = self->s;
+        kct_charge(r, x, s.n / 64); /* every string method walks the string at most once */
         if (str_is(m, "strip") || str_is(m, "lstrip") || str_is(m, "rstrip")) {
             if (v0.t != V_UNDEF && v0.t != V_NONE) need_str(r, x, &v0, m.p);
             return str_strip(r, s, &v0, m.p[0] == 'l' ? 1 : m.p[0] == 'r' ? 2 : 3);
         }
         if (str_is(m, "split")) {
             kv sep = arg_or(a, 0, "sep", NONE), mx = arg_or(a, 1, "maxsplit", mk_int(-1));
-            return str_split(r, x, s, &sep, mx.i);
+            return str_split(r, x, s, &sep, mx.t == V_INT ? mx.i : -1);
         }
         if (str_is(m, "splitlines")) {
             kv out = mk_list(&r->c, 4);
@@ -259,7 +267,8 @@ kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a) {
         if (str_is(m, "capitalize")) return str_case(r, s, cp_upper, 1);
         if (str_is(m, "replace")) {
             kv cnt = arg_or(a, 2, "count", mk_int(-1));
-            return str_replace(r, s, need_str(r, x, &v0, "replace").s, need_str(r, x, &v1, "replace").s, cnt.i);
+            return str_replace(r, s, need_str(r, x, &v0, "replace").s, need_str(r, x, &v1, "replace").s,
+                               cnt.t == V_INT ? cnt.i : -1);
         }
         if (str_is(m, "find") || str_is(m, "count")) {
             str nd = need_str(r, x, &v0, m.p).s;
@@ -290,6 +299,7 @@ kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a) {
         }
     } else if (self->t == V_DICT) {
         kdict *d = self->d;
+        kct_charge(r, x, d->n / 16);
         if (str_is(m, "get")) {
             kv *v = dict_find(d, &v0);
             return v ? *v : (a->npos > 1 ? v1 : NONE);
@@ -319,11 +329,11 @@ kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a) {
         }
         if (str_is(m, "count")) {
             int64_t k = 0;
-            for (size_t i = 0; i < l->n; i++) k += kct_kv_eq(&l->v[i], &v0);
+            for (size_t i = 0; i < l->n; i++) k += kct_kv_eq_r(r, x, &l->v[i], &v0);
             return mk_int(k);
         }
         for (size_t i = 0; i < l->n; i++)
-            if (kct_kv_eq(&l->v[i], &v0)) return mk_int((int64_t)i);
+            if (kct_kv_eq_r(r, x, &l->v[i], &v0)) return mk_int((int64_t)i);
         kct_fail_at(r, x, "value is not in list");
     } else if (self->t == V_LOOP) {
         if (!a->npos) kct_fail_at(r, x, "no items for cycling given");
@@ -341,12 +351,13 @@ int kct_kv_contains(rctx *r, const node *x, const kv *hay, const kv *item) {
         if (item->t == V_UNDEF) undef_fail(r, x, item);
         if (item->t != V_STR)
             kct_fail_at(r, x, "'in <string>' requires string as left operand, not %s", kct_type_name(item));
+        kct_charge(r, x, hay->s.n / 64);
         return memmem_s(hay->s, 0, item->s) != NULL;
     case V_LIST:
         for (size_t i = 0; i < hay->l->n; i++)
-            if (kct_kv_eq(&hay->l->v[i], item)) return 1;
+            if (kct_kv_eq_r(r, x, &hay->l->v[i], item)) return 1;
         return 0;
-    case V_DICT: return dict_find(hay->d, item) != NULL;
+    case V_DICT: kct_charge(r, x, hay->d->n / 8); return dict_find(hay->d, item) != NULL;
     default: kct_fail_at(r, x, "argument of type '%s' is not iterable", kct_type_name(hay));
     }
 }
@@ -385,9 +396,9 @@ int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
     case X_ESCAPED: return 0;
     case X_EQ:
     case X_EQUALTO:
-    case X_SYM_EQ: return kct_kv_eq(v, &a0);
+    case X_SYM_EQ: return kct_kv_eq_r(r, x, v, &a0);
     case X_NE:
-    case X_SYM_NE: return !kct_kv_eq(v, &a0);
+    case X_SYM_NE: return !kct_kv_eq_r(r, x, v, &a0);
     case X_LT:
     case X_LESSTHAN:
     case X_SYM_LT: return kct_kv_cmp(r, x, v, &a0) < 0;
@@ -405,7 +416,7 @@ int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
         if (v->t == V_BOOL || v->t == V_INT) return v->i == a0.i;
         if (v->t == V_LIST) return v->l == a0.l;
         if (v->t == V_DICT) return v->d == a0.d;
-        return kct_kv_eq(v, &a0);
+        return kct_kv_eq_r(r, x, v, &a0);
     case X_ODD:
     case X_EVEN:
     case X_DIVISIBLEBY: {
@@ -414,7 +425,7 @@ int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
         if (id == X_ODD) return (v->i & 1) != 0;
         if (id == X_EVEN) return (v->i & 1) == 0;
         if ((a0.t != V_INT && a0.t != V_BOOL) || a0.i == 0) kct_fail_at(r, x, "divisibleby expects a non-zero integer");
-        return v->i % a0.i == 0;
+        return a0.i == -1 || v->i % a0.i == 0; /* INT64_MIN % -1 traps */
     }
     case X_LOWER:
     case X_UPPER: return v->t == V_STR && all_cased(v->s, id == X_UPPER);
@@ -438,10 +449,15 @@ static kv attr_path(rctx *r, const node *x, const kv *item, const kv *attr) {
     for (size_t i = 0; i <= p.n; i++) {
         if (i < p.n && p.p[i] != '.') continue;
         str part = {p.p + st, i - st};
+        /* a part of digits is an index (Jinja2: int(part)); past int64 it
+         * cannot index anything, so it stays a (missing) key */
         int num = part.n > 0;
-        for (size_t k = 0; k < part.n; k++)
-            if (!isdigit((unsigned char)part.p[k])) num = 0;
-        kv key = num ? mk_int(strtoll(part.p, NULL, 10)) : mk_str(part.p, part.n);
+        int64_t iv = 0;
+        for (size_t k = 0; k < part.n && num; k++)
+            if (!isdigit((unsigned char)part.p[k]) || __builtin_mul_overflow(iv, 10, &iv) ||
+                __builtin_add_overflow(iv, part.p[k] - '0', &iv))
+                num = 0;
+        kv key = num ? mk_int(iv) : mk_str(part.p, part.n);
         cur = kct_get_item(r, x, &cur, &key);
         st = i + 1;
     }
@@ -484,7 +500,8 @@ static kv join_items(rctx *r, const node *x, const kv *seq, str sep, const kv *a
 
 static double py_round(double v, int64_t nd) {
     char buf[400];
-    if (nd > 300 || nd < -300 || !isfinite(v)) return v;
+    if (nd > 300 || !isfinite(v)) return v;
+    if (nd < -300) return copysign(0.0, v); /* 10^300 rounds every double to 0 */
     if (nd >= 0) {
         snprintf(buf, sizeof buf, "%.*f", (int)nd, v); /* correctly rounded, ties to even */
         return strtod(buf, NULL);
@@ -493,9 +510,12 @@ static double py_round(double v, int64_t nd) {
     return nearbyint(v / p) * p;
 }
 
+/* int(s, base): 1 and *out, or 0 (not a number, or past int64: Python's
+ * int has no bound, so there is no int64 answer). */
 static int parse_int_str(str s, int64_t base, int64_t *out) {
     char buf[80];
     size_t b = 0, e = s.n;
+    if (base != 0 && (base < 2 || base > 36)) return 0;
     while (b < e && is_ws(s.p[b])) b++;
     while (e > b && is_ws(s.p[e - 1])) e--;
     if (e - b == 0 || e - b >= sizeof buf) return 0;
@@ -504,9 +524,17 @@ static int parse_int_str(str s, int64_t base, int64_t *out) {
         if (s.p[i] != '_') buf[k++] = s.p[i];
     buf[k] = 0;
     char *end;
+    errno = 0;
     long long v = strtoll(buf, &end, (int)base);
-    if (*end) return 0;
+    if (*end || errno == ERANGE) return 0;
     *out = v;
+    return 1;
+}
+
+/* A double's integer part as an int64 when it has one (|d| < 2^63). */
+static int f2i(double d, int64_t *out) {
+    if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0)) return 0;
+    *out = (int64_t)d;
     return 1;
 }
 
@@ -573,6 +601,7 @@ static kv select_items(rctx *r, const node *x, const kv *v, const args *a, int w
 kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
     ctx *c = &r->c;
     kv a0 = arg_or(a, 0, NULL, UNDEF);
+    if (v->t == V_STR) kct_charge(r, x, v->s.n / 64); /* a string filter walks it at most once */
     switch (id) {
     case F_D:
     case F_DEFAULT: {
@@ -658,18 +687,28 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
     }
     case F_ABS:
         if (v->t == V_FLOAT) return mk_float(fabs(v->f));
-        if (v->t == V_INT || v->t == V_BOOL) return mk_int(v->i < 0 ? -v->i : v->i);
+        if (v->t == V_INT || v->t == V_BOOL) {
+            if (v->i == INT64_MIN) kct_fail_at(r, x, "integer overflow");
+            return mk_int(v->i < 0 ? -v->i : v->i);
+        }
         if (v->t == V_UNDEF) undef_fail(r, x, v);
         kct_fail_at(r, x, "bad operand type for abs(): '%s'", kct_type_name(v));
     case F_INT: {
         kv def = arg_or(a, 0, "default", mk_int(0)), base = arg_or(a, 1, "base", mk_int(10));
+        int64_t i;
         if (v->t == V_INT || v->t == V_BOOL) return mk_int(v->i);
-        if (v->t == V_FLOAT) return isfinite(v->f) ? mk_int((int64_t)v->f) : def;
+        if (v->t == V_FLOAT) {
+            if (!isfinite(v->f)) return def;
+            if (!f2i(v->f, &i)) kct_fail_at(r, x, "int: %g is out of the integer range", v->f);
+            return mk_int(i);
+        }
         if (v->t == V_STR) {
-            int64_t i;
             double d;
             if (parse_int_str(v->s, base.t == V_INT ? base.i : 10, &i)) return mk_int(i);
-            if (parse_float_str(v->s, &d) && isfinite(d)) return mk_int((int64_t)d);
+            if (parse_float_str(v->s, &d) && isfinite(d)) {
+                if (!f2i(d, &i)) kct_fail_at(r, x, "int: %g is out of the integer range", d);
+                return mk_int(i);
+            }
         }
         return def;
     }
@@ -744,7 +783,7 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
             kv k = sort_key(r, x, &it[i], &attr, kct_truthy(&cs));
             if (id == F_UNIQUE) {
                 int seen = 0;
-                for (size_t j = 0; j < m && !seen; j++) seen = kct_kv_eq(&keys[j], &k);
+                for (size_t j = 0; j < m && !seen; j++) seen = kct_kv_eq_r(r, x, &keys[j], &k);
                 if (seen) continue;
             }
             items[m] = it[i];
@@ -796,7 +835,13 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
         for (size_t i = 0; i < n; i++) {
             kv e = attr.t != V_NONE ? attr_path(r, x, &it[i], &attr) : it[i];
             if (!is_num(&e) || !is_num(&acc)) kct_fail_at(r, x, "sum expects numbers");
-            acc = acc.t == V_FLOAT || e.t == V_FLOAT ? mk_float(num_f(&acc) + num_f(&e)) : mk_int(acc.i + e.i);
+            if (acc.t == V_FLOAT || e.t == V_FLOAT) {
+                acc = mk_float(num_f(&acc) + num_f(&e));
+            } else {
+                int64_t t;
+                if (__builtin_add_overflow(acc.i, e.i, &t)) kct_fail_at(r, x, "integer overflow");
+                acc = mk_int(t);
+            }
         }
         return acc;
     }
@@ -818,7 +863,10 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
             int fid = lookup_name(kct_filters, sizeof kct_filters / sizeof *kct_filters, fname);
             if (fid < 0) kct_fail_at(r, x, "unknown filter '%.*s'", (int)fname.n, fname.p);
             args rest = shift_args(a, 1);
+            /* map('map', 'map', ...) recurses once per argument */
+            kct_enter(r, x);
             for (size_t i = 0; i < n; i++) out.l->v[i] = kct_filter_apply(r, x, fid, &it[i], &rest);
+            r->depth--;
         }
         out.l->n = n;
         return out;
@@ -878,12 +926,14 @@ kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a) {
             if (a->npos == 3) v[2] = a->pos[2].i;
         }
         if (v[2] == 0) kct_fail_at(r, x, "range() arg 3 must not be zero");
-        int64_t n = v[2] > 0 ? (v[1] > v[0] ? (v[1] - v[0] + v[2] - 1) / v[2] : 0)
-                             : (v[0] > v[1] ? (v[0] - v[1] - v[2] - 1) / -v[2] : 0);
-        if (n > 100000) kct_fail_at(r, x, "range too big (%lld items)", (long long)n);
+        /* in 128 bits: stop - start and the step's magnitude span up to 2^64 */
+        __int128 lo = v[0], hi = v[1], st = v[2];
+        __int128 n = st > 0 ? (hi > lo ? (hi - lo + st - 1) / st : 0) : (lo > hi ? (lo - hi - st - 1) / -st : 0);
+        if (n > 100000) kct_fail_at(r, x, "range too big (over 100000 items)");
         kv out = mk_list(c, (size_t)n);
-        for (int64_t i = 0; i < n; i++) out.l->v[i] = mk_int(v[0] + i * v[2]);
+        for (int64_t i = 0; i < (int64_t)n; i++) out.l->v[i] = mk_int((int64_t)(lo + (__int128)i * st));
         out.l->n = (size_t)n;
+        kct_charge(r, x, (uint64_t)n);
         return out;
     }
     case G_NAMESPACE:
@@ -894,10 +944,15 @@ kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a) {
             if (a->pos[i].t != V_DICT)
                 kct_fail_at(r, x, "%s() positional arguments must be mappings",
                             fn->id == G_DICT ? "dict" : "namespace");
-            for (size_t k = 0; k < a->pos[i].d->n; k++)
+            for (size_t k = 0; k < a->pos[i].d->n; k++) {
+                kct_charge(r, x, 1 + d.d->n / 16); /* each set looks the key up */
                 kct_dict_set(c, d.d, a->pos[i].d->keys[k], a->pos[i].d->vals[k]);
+            }
         }
-        for (int i = 0; i < a->nkw; i++) kct_dict_set(c, d.d, mk_str(a->kwn[i].p, a->kwn[i].n), a->kw[i]);
+        for (int i = 0; i < a->nkw; i++) {
+            kct_charge(r, x, 1 + d.d->n / 16);
+            kct_dict_set(c, d.d, mk_str(a->kwn[i].p, a->kwn[i].n), a->kw[i]);
+        }
         return d;
     }
     case G_RAISE: {

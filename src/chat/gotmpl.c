@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GT_OUT_MAX (16u << 20) /* bytes a render may produce */
+#define GT_OUT_MAX (16u << 20) /* bytes of a buffer outside a render's budgets */
 #define GT_VARS_MAX 256        /* live variables */
 #define GT_DEPTH_MAX 64        /* nested controls and parentheses */
 
@@ -728,6 +728,7 @@ static glist *parse_list(P *p, int *stop) {
             if (!nd) return NULL;
             nd->kind = N_TEXT;
             nd->id = ++p->t->n_ids;
+            nd->line = it->line;
             nd->text = it->text;
             nd->len = it->len;
             if (list_add(p, l, nd)) return NULL;
@@ -812,9 +813,18 @@ kgt *kgt_compile(const char *src, size_t len, char *err, size_t errlen) {
         return NULL;
     }
     t->cut_id = INT_MAX;
+    /* the tree points into the source: a copy of it (NUL-terminated) lives
+     * in the arena, so the caller's text may go */
+    char *copy = len < SIZE_MAX - 64 ? aalloc(&t->arena, len + 1) : NULL;
+    if (!copy) {
+        snprintf(err, errlen, "out of memory");
+        kgt_free(t);
+        return NULL;
+    }
+    if (len) memcpy(copy, src, len);
     P p = {0};
     p.t = t;
-    p.src = src;
+    p.src = copy;
     p.n = len;
     p.err = err;
     p.errlen = errlen;
@@ -871,17 +881,24 @@ kgt *kgt_compile(const char *src, size_t len, char *err, size_t errlen) {
 typedef struct gbuf {
     char *p;
     size_t len, cap;
-    int full; /* out of memory or over GT_OUT_MAX */
+    size_t limit; /* bytes it may hold; 0: GT_OUT_MAX */
+    int full;     /* GB_NOMEM, or GB_OVER its limit */
 } gbuf;
+enum { GB_NOMEM = 1, GB_OVER = 2 };
 
 static void put(gbuf *b, const char *s, size_t n) {
     if (b->full) return;
+    size_t lim = b->limit ? b->limit : GT_OUT_MAX;
+    if (n > lim || b->len + n > lim) {
+        b->full = GB_OVER;
+        return;
+    }
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n + 1) cap *= 2;
-        char *q = b->len + n + 1 <= GT_OUT_MAX ? realloc(b->p, cap) : NULL;
+        char *q = realloc(b->p, cap);
         if (!q) {
-            b->full = 1;
+            b->full = GB_NOMEM;
             return;
         }
         b->p = q;
@@ -942,7 +959,7 @@ static void put_real(gbuf *b, double d) {
 static void put_json(gbuf *b, const json_t *v) {
     char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
     if (!s) {
-        b->full = 1;
+        b->full = GB_NOMEM;
         return;
     }
     for (const char *c = s; *c; c++) {
@@ -1000,8 +1017,18 @@ typedef struct gvar {
     json_t *val; /* owned */
 } gvar;
 
+/* The budgets of one render (kct_opts), shared by its runs. */
+typedef struct gbudget {
+    uint64_t steps, max_steps, next_poll;
+    size_t mem, max_mem; /* bytes of the values the render has made, all counted */
+    size_t max_out;
+    int (*cancelled)(void *arg);
+    void *cancel_arg;
+} gbudget;
+
 typedef struct X {
     const kgt *t;
+    gbudget *bg;
     gbuf out;
     gvar vars[GT_VARS_MAX];
     int nv;
@@ -1023,6 +1050,58 @@ static json_t *xfail(X *x, int line, const char *fmt, ...) {
     vsnprintf(x->err + o, x->errlen - (size_t)o, fmt, ap);
     va_end(ap);
     return NULL;
+}
+
+/* n steps of the budget (and, each KCT_POLL_STEPS, the cancel check);
+ * -1 after failing the render. */
+static int charge(X *x, int line, uint64_t n) {
+    gbudget *b = x->bg;
+    b->steps += n;
+    if (b->steps < b->next_poll) return 0;
+    if (b->steps > b->max_steps) {
+        xfail(x, line, "render exceeded its step budget (%llu steps)", (unsigned long long)b->max_steps);
+        return -1;
+    }
+    if (b->cancelled && b->cancelled(b->cancel_arg)) {
+        xfail(x, line, "render cancelled");
+        return -1;
+    }
+    b->next_poll = b->steps + KCT_POLL_STEPS;
+    if (b->next_poll > b->max_steps + 1) b->next_poll = b->max_steps + 1;
+    return 0;
+}
+
+/* n more bytes of values made (a step each 8 bytes: making them is the
+ * work); -1 after failing the render. */
+static int charge_mem(X *x, int line, size_t n) {
+    gbudget *b = x->bg;
+    if (n > b->max_mem || b->mem > b->max_mem - n) {
+        xfail(x, line, "render exceeded its memory budget (%zu bytes)", b->max_mem);
+        return -1;
+    }
+    b->mem += n;
+    return charge(x, line, n / 8);
+}
+
+/* Steps for printing the values a[0..n): an object or array is dumped as
+ * JSON, which costs more than its bytes. */
+static int charge_print(X *x, int line, json_t *const *a, int n) {
+    uint64_t k = 0;
+    for (int i = 0; i < n; i++) k += json_is_object(a[i]) || json_is_array(a[i]) ? 64 : 1;
+    return charge(x, line, k);
+}
+
+/* The failure of a scratch buffer as a message; NULL. */
+static json_t *buf_fail(X *x, int line, const gbuf *b, const char *what) {
+    if (b->full == GB_OVER) return xfail(x, line, "%s: render exceeded its output budget (%zu bytes)", what, b->limit);
+    return xfail(x, line, "%s: out of memory", what);
+}
+
+/* A string value made from a scratch buffer, counted against the budget. */
+static json_t *buf_value(X *x, int line, const gbuf *b, const char *what) {
+    if (b->full) return buf_fail(x, line, b, what);
+    if (charge_mem(x, line, b->len + 64)) return NULL;
+    return json_stringn_nocheck(b->p ? b->p : "", b->len);
 }
 
 static const char *type_name(const json_t *v) {
@@ -1083,6 +1162,7 @@ static json_t *call(X *x, const gcmd *cmd, json_t *dot, json_t *final, int line)
 
 static json_t *eval_op(X *x, const gop *o, json_t *dot, int line) {
     json_t *v = NULL;
+    if (charge(x, line, 1 + (uint64_t)o->n_chain)) return NULL;
     switch (o->kind) {
     case O_DOT: return json_incref(dot);
     case O_FIELD: return chain(x, json_incref(dot), o->chain, o->n_chain, line);
@@ -1176,8 +1256,9 @@ static void put_quoted(gbuf *b, const char *s, size_t n) {
 /* printf's verbs over args. */
 static json_t *go_printf(X *x, json_t **a, int n, int line) {
     if (n < 1 || !json_is_string(a[0])) return xfail(x, line, "printf needs a format string");
+    if (charge_print(x, line, a, n)) return NULL;
     const char *f = json_string_value(a[0]);
-    gbuf b = {0};
+    gbuf b = {.limit = x->bg->max_out};
     int k = 1;
     for (const char *c = f; *c; c++) {
         if (*c != '%') {
@@ -1226,20 +1307,21 @@ static json_t *go_printf(X *x, json_t **a, int n, int line) {
         default: /* s, v, t and the rest: the value as printed */ put_value(&b, v); break;
         }
     }
-    json_t *r = b.full ? xfail(x, line, "printf: out of memory") : json_stringn_nocheck(b.p ? b.p : "", b.len);
+    json_t *r = buf_value(x, line, &b, "printf");
     free(b.p);
     return r;
 }
 
 /* fmt.Sprint: a space between operands when neither is a string. */
 static json_t *go_print(X *x, json_t **a, int n, int ln, int line) {
-    gbuf b = {0};
+    if (charge_print(x, line, a, n)) return NULL;
+    gbuf b = {.limit = x->bg->max_out};
     for (int i = 0; i < n; i++) {
         if (i && (ln || (!json_is_string(a[i]) && !json_is_string(a[i - 1])))) put(&b, " ", 1);
         put_value(&b, a[i]);
     }
     if (ln) put(&b, "\n", 1);
-    json_t *r = b.full ? xfail(x, line, "print: out of memory") : json_stringn_nocheck(b.p ? b.p : "", b.len);
+    json_t *r = buf_value(x, line, &b, "print");
     free(b.p);
     return r;
 }
@@ -1325,6 +1407,7 @@ static json_t *builtin(X *x, const char *f, json_t **a, int n, int line) {
         }
         if (lo < 0 || hi < lo || (size_t)hi > len)
             return xfail(x, line, "slice index out of range: [%lld:%lld]", lo, hi);
+        if (charge_mem(x, line, (size_t)(hi - lo) * (json_is_string(v) ? 1 : sizeof(void *)) + 64)) return NULL;
         if (json_is_string(v)) return json_stringn_nocheck(json_string_value(v) + lo, (size_t)(hi - lo));
         json_t *r = json_array();
         for (long long i = lo; i < hi; i++) json_array_append(r, json_array_get(v, (size_t)i));
@@ -1335,9 +1418,10 @@ static json_t *builtin(X *x, const char *f, json_t **a, int n, int line) {
     if (!strcmp(f, "printf")) return go_printf(x, a, n, line);
     if (!strcmp(f, "json")) {
         if (n != 1) return xfail(x, line, "json takes one argument");
-        gbuf b = {0};
+        if (charge_print(x, line, a, n)) return NULL;
+        gbuf b = {.limit = x->bg->max_out};
         put_json(&b, a[0]);
-        json_t *r = b.full ? xfail(x, line, "json: out of memory") : json_stringn_nocheck(b.p ? b.p : "", b.len);
+        json_t *r = buf_value(x, line, &b, "json");
         free(b.p);
         return r;
     }
@@ -1451,7 +1535,9 @@ static void run_range(X *x, const gnode *nd, json_t *dot) {
         json_decref(v);
         return;
     }
+    if (keys && charge(x, nd->line, (uint64_t)n * (n < 64 ? n : 64))) n = 0; /* the key sort */
     for (size_t i = 0; i < n && !x->failed; i++) {
+        if (charge(x, nd->line, 1)) break;
         json_t *key = keys ? json_string(keys[i]) : json_integer((json_int_t)i);
         json_t *el = keys               ? json_incref(json_object_get(v, keys[i]))
                      : json_is_array(v) ? json_incref(json_array_get(v, i))
@@ -1489,15 +1575,22 @@ static void run_range(X *x, const gnode *nd, json_t *dot) {
 
 static void run_node(X *x, const gnode *nd, json_t *dot) {
     if (nd->id > x->cut) return;
+    if (charge(x, nd->line, 1)) return;
     switch (nd->kind) {
-    case N_TEXT: put(&x->out, nd->text, nd->len); break;
+    case N_TEXT:
+        put(&x->out, nd->text, nd->len);
+        charge(x, nd->line, nd->len / 8);
+        break;
     case N_ACTION: {
         json_t *v = eval_pipe(x, nd->pipe, dot);
         if (!v) return;
-        if (nd->pipe->n_vars)
+        if (nd->pipe->n_vars) {
             set_vars(x, nd->pipe, v); /* a declaration prints nothing */
-        else
+        } else if (charge_print(x, nd->line, &v, 1) == 0) {
+            size_t at = x->out.len;
             put_value(&x->out, v);
+            charge(x, nd->line, (x->out.len - at) / 8);
+        }
         json_decref(v);
         break;
     }
@@ -1520,7 +1613,7 @@ static void run_node(X *x, const gnode *nd, json_t *dot) {
     case N_BREAK: x->flow = 1; break;
     case N_CONTINUE: x->flow = 2; break;
     }
-    if (x->out.full && !x->failed) xfail(x, nd->line, "the output is over %u bytes or out of memory", GT_OUT_MAX);
+    if (x->out.full && !x->failed) buf_fail(x, nd->line, &x->out, "the output");
 }
 
 static void run_list(X *x, const glist *l, json_t *dot) {
@@ -1530,14 +1623,16 @@ static void run_list(X *x, const glist *l, json_t *dot) {
 }
 
 /* One execution into out; cut: run nothing after that node id. */
-static int run(const kgt *t, const json_t *data, int cut, gbuf *out, char *err, size_t errlen) {
+static int run(const kgt *t, const json_t *data, int cut, gbudget *bg, gbuf *out, char *err, size_t errlen) {
     X *x = calloc(1, sizeof *x);
     if (!x) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     x->t = t;
+    x->bg = bg;
     x->out = *out;
+    x->out.limit = bg->max_out;
     x->cut = cut;
     x->err = err;
     x->errlen = errlen;
@@ -1551,7 +1646,22 @@ static int run(const kgt *t, const json_t *data, int cut, gbuf *out, char *err, 
     return failed ? -1 : 0;
 }
 
+static gbudget budget_of(const kct_opts *o) {
+    gbudget b = {0};
+    b.max_steps = o && o->max_steps ? o->max_steps : KCT_DEFAULT_STEPS;
+    b.max_out = o && o->max_output ? o->max_output : KCT_DEFAULT_OUTPUT;
+    b.max_mem = o && o->max_memory ? o->max_memory : KCT_DEFAULT_MEMORY;
+    b.cancelled = o ? o->cancelled : NULL;
+    b.cancel_arg = o ? o->cancel_arg : NULL;
+    b.next_poll = KCT_POLL_STEPS < b.max_steps ? KCT_POLL_STEPS : b.max_steps + 1;
+    return b;
+}
+
 char *kgt_render(const kgt *t, const json_t *data, char *err, size_t errlen) {
+    return kgt_render_opts(t, data, NULL, err, errlen);
+}
+
+char *kgt_render_opts(const kgt *t, const json_t *data, const kct_opts *opts, char *err, size_t errlen) {
     char dummy[8];
     if (!err || !errlen) {
         err = dummy;
@@ -1559,7 +1669,8 @@ char *kgt_render(const kgt *t, const json_t *data, char *err, size_t errlen) {
     }
     err[0] = 0;
     gbuf out = {0};
-    if (run(t, data, INT_MAX, &out, err, errlen)) {
+    gbudget bg = budget_of(opts);
+    if (run(t, data, INT_MAX, &bg, &out, err, errlen)) {
         free(out.p);
         return NULL;
     }
@@ -1599,6 +1710,12 @@ static json_t *think_vars(json_t *o, int think) {
 }
 
 char *kgt_render_chat(const kgt *t, const json_t *messages, const json_t *tools, int think, char *err, size_t errlen) {
+    return kgt_render_chat_opts(t, messages, tools, think, NULL, err, errlen);
+}
+
+char *kgt_render_chat_opts(const kgt *t, const json_t *messages, const json_t *tools, int think, const kct_opts *opts,
+                           char *err, size_t errlen) {
+    gbudget bg = budget_of(opts);
     char dummy[8];
     if (!err || !errlen) {
         err = dummy;
@@ -1637,7 +1754,7 @@ char *kgt_render_chat(const kgt *t, const json_t *messages, const json_t *tools,
         json_object_set_new(
             d, "Tools", json_is_array(tools) && json_array_size(tools) ? json_incref((json_t *)tools) : json_array());
         json_object_set_new(d, "Response", json_string(""));
-        rc = run(t, d, INT_MAX, &out, err, errlen);
+        rc = run(t, d, INT_MAX, &bg, &out, err, errlen);
         json_decref(d);
     } else {
         /* one run per turn ({System, Prompt, Response}), the last one only
@@ -1649,7 +1766,7 @@ char *kgt_render_chat(const kgt *t, const json_t *messages, const json_t *tools,
             if (flush) {
                 json_t *d = think_vars(
                     json_pack("{s:s,s:s,s:s}", "System", system, "Prompt", prompt, "Response", response), think);
-                rc = run(t, d, INT_MAX, &out, err, errlen);
+                rc = run(t, d, INT_MAX, &bg, &out, err, errlen);
                 json_decref(d);
                 system = prompt = response = "";
                 if (rc) break;
@@ -1664,7 +1781,7 @@ char *kgt_render_chat(const kgt *t, const json_t *messages, const json_t *tools,
         if (!rc) {
             json_t *d =
                 think_vars(json_pack("{s:s,s:s,s:s}", "System", system, "Prompt", prompt, "Response", response), think);
-            rc = run(t, d, t->cut_id, &out, err, errlen);
+            rc = run(t, d, t->cut_id, &bg, &out, err, errlen);
             json_decref(d);
         }
     }

@@ -17,6 +17,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "chat/template.h"
+
 typedef struct ablk {
     struct ablk *next;
     size_t cap, used;
@@ -30,6 +32,8 @@ typedef struct ctx {
     jmp_buf jb;
     char *err;
     size_t errlen;
+    size_t mem_used;  /* bytes the arena has taken from malloc */
+    size_t mem_limit; /* 0: none (compile); a render's memory budget */
 } ctx;
 
 /* A growable byte buffer living in the arena. */
@@ -161,14 +165,33 @@ struct node {
     int nnames;
 };
 
-/* Nesting limits keep hostile templates from exhausting the C stack. */
-enum { MAX_PARSE_DEPTH = 200, MAX_CALL_DEPTH = 100 };
+/* Nesting limits keep hostile templates from exhausting the C stack:
+ * MAX_PARSE_DEPTH bounds nested expressions and blocks and each chain of
+ * postfix, filter and operator links; MAX_EVAL_DEPTH the evaluator's own
+ * recursion (expressions, bodies, macro calls together); MAX_VALUE_DEPTH
+ * the nesting of a value that is printed, dumped or compared. */
+enum { MAX_PARSE_DEPTH = 200, MAX_CALL_DEPTH = 100, MAX_EVAL_DEPTH = 1000, MAX_VALUE_DEPTH = 512 };
+/* The C stack the parser or the evaluator may use below its entry, whatever
+ * the depth counts say (frames differ by function and by build: sanitizers
+ * make them several times larger): KCT_MAX_STACK, or half of what the
+ * thread has left when that is less (template.c's kct_stack_floor). */
+#define KCT_MAX_STACK ((uintptr_t)2 << 20)
+
+static inline uintptr_t stack_here(void) { return (uintptr_t)__builtin_frame_address(0); }
+/* The lowest stack address a parse or render begun here may reach. */
+uintptr_t kct_stack_floor(void);
+/* 1 when the stack has grown below floor */
+static inline int stack_deep(uintptr_t floor) { return stack_here() < floor; }
+/* the nesting of the variables a render is given (jansson reads JSON up to
+ * 2048 deep) */
+enum { KCT_MAX_INPUT_DEPTH = 4096 };
 
 typedef struct parser {
     ctx *c;
     tok *t;
     size_t i, n;
-    int depth; /* expression and block nesting */
+    int depth;             /* expression and block nesting */
+    uintptr_t stack_floor; /* kct_stack_floor at the parse's entry */
 } parser;
 
 enum {
@@ -284,7 +307,18 @@ typedef struct rctx {
     ctx c;
     int has_now;
     int64_t now;
-    int call_depth; /* macro calls in progress */
+    int call_depth;        /* macro calls in progress */
+    int depth;             /* evaluator frames in progress (eval, bodies) */
+    uintptr_t stack_floor; /* kct_stack_floor at the render's entry */
+    /* the lists and dicts being printed or dumped, outermost first: a
+     * value that contains itself is found here */
+    const void *vstack[MAX_VALUE_DEPTH];
+    int vdepth;
+    /* budgets (template.h kct_opts) */
+    uint64_t steps, max_steps, next_poll;
+    size_t max_output;
+    int (*cancelled)(void *arg);
+    void *cancel_arg;
 } rctx;
 
 /* json.dumps(v, ensure_ascii=False, indent=..., separators=..., sort_keys=...) */
@@ -310,6 +344,17 @@ void kct_sb_put(ctx *c, sbuf *b, const char *s, size_t n);
 void kct_list_push(ctx *c, klist *l, kv x);
 void kct_dict_set(ctx *c, kdict *d, kv k, kv v);
 _Noreturn void kct_fail_at(rctx *r, const node *x, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The step budget and the cancel check (rctx); kct_charge adds n steps. */
+void kct_poll(rctx *r, const node *x);
+/* One more level of the evaluator's recursion (r->depth-- leaves it). */
+static inline void kct_enter(rctx *r, const node *x) {
+    if (++r->depth > MAX_EVAL_DEPTH || stack_deep(r->stack_floor))
+        kct_fail_at(r, x, "template nested too deeply (over %d levels)", MAX_EVAL_DEPTH);
+}
+static inline void kct_charge(rctx *r, const node *x, uint64_t n) {
+    r->steps += n;
+    if (r->steps >= r->next_poll) kct_poll(r, x);
+}
 
 /* value.c: Python semantics of values, jansson input, frames */
 const char *kct_type_name(const kv *v);
@@ -317,6 +362,7 @@ int kct_truthy(const kv *v);
 void kct_to_str(rctx *r, sbuf *b, const kv *v);
 void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o, int level);
 int kct_kv_eq(const kv *a, const kv *b);
+int kct_kv_eq_r(rctx *r, const node *x, const kv *a, const kv *b); /* kct_kv_eq, its work charged to the budget */
 int kct_kv_cmp(rctx *r, const node *x, const kv *a, const kv *b);
 kv *kct_iter_items(rctx *r, const node *x, const kv *v, size_t *n);
 kv kct_json_to_kv(ctx *c, const json_t *j);

@@ -160,10 +160,16 @@ static int lx_tag(lexer *L, int block, int open_line, int open_col) {
             }
             num[k] = 0;
             tok *t = lx_push(L, isf ? T_FLOAT : T_INT, p);
-            if (isf)
+            if (isf) {
                 t->f = strtod(num, NULL);
-            else
-                t->i = strtoll(num, NULL, 10);
+            } else {
+                /* Python's int has no bound; kiln's is int64 (num holds at most 63 digits) */
+                int64_t v = 0;
+                for (size_t q = 0; q < k; q++)
+                    if (k == 63 || __builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, num[q] - '0', &v))
+                        kct_fail(L->c, t->line, t->col, "integer literal too large");
+                t->i = v;
+            }
             lx_advance(L, e);
         } else if (ch == '\'' || ch == '"') {
             tok *t = lx_push(L, T_STRING, p);

@@ -71,6 +71,19 @@ static str expect_name(parser *P) {
     return nexttok(P)->s;
 }
 
+/* One more link of a chain (a.b, x|f, a + b, ...): each makes the tree one
+ * level deeper, so chains count against the nesting limit; the caller
+ * restores P->depth when its chain ends. */
+static void chain_link(parser *P, const tok *t) {
+    if (++P->depth > MAX_PARSE_DEPTH) kct_fail(P->c, t->line, t->col, "expression chained too deeply");
+}
+
+/* One level of nesting: the depth count and the stack both bounded. */
+static void nest(parser *P, const tok *t, const char *what) {
+    if (++P->depth > MAX_PARSE_DEPTH || stack_deep(P->stack_floor))
+        kct_fail(P->c, t->line, t->col, "%s nested too deeply", what);
+}
+
 static node *parse_expr(parser *P);
 static node *parse_or(parser *P);
 static node *parse_unary(parser *P, int with_filter);
@@ -190,8 +203,10 @@ static node *parse_primary(parser *P) {
 }
 
 static node *parse_postfix(parser *P, node *x) {
+    const int d0 = P->depth;
     for (;;) {
         tok *t = cur(P);
+        if (is_op(t, ".") || is_op(t, "[") || is_op(t, "(")) chain_link(P, t);
         if (is_op(t, ".")) {
             nexttok(P);
             tok *u = cur(P);
@@ -242,14 +257,17 @@ static node *parse_postfix(parser *P, node *x) {
             parse_call_args(P, y);
             x = y;
         } else {
+            P->depth = d0;
             return x;
         }
     }
 }
 
 static node *parse_filter_expr(parser *P, node *x) {
+    const int d0 = P->depth;
     for (;;) {
         tok *t = cur(P);
+        if (is_op(t, "|") || is_name(t, "is") || is_op(t, "(")) chain_link(P, t);
         if (is_op(t, "|")) {
             nexttok(P);
             tok *nt = cur(P);
@@ -300,6 +318,7 @@ static node *parse_filter_expr(parser *P, node *x) {
             parse_call_args(P, y);
             x = y;
         } else {
+            P->depth = d0;
             return x;
         }
     }
@@ -308,7 +327,7 @@ static node *parse_filter_expr(parser *P, node *x) {
 static node *parse_unary(parser *P, int with_filter) {
     tok *t = cur(P);
     node *x;
-    if (++P->depth > MAX_PARSE_DEPTH) kct_fail(P->c, t->line, t->col, "expression nested too deeply");
+    nest(P, t, "expression");
     if (is_op(t, "-") || is_op(t, "+")) {
         nexttok(P);
         x = mk_node(P, t->op[0] == '-' ? E_NEG : E_POS, t);
@@ -331,47 +350,62 @@ static node *mk_bin(parser *P, int kind, int op, const tok *t, node *a, node *b)
 }
 
 static node *parse_pow(parser *P) {
+    const int d0 = P->depth;
     node *x = parse_unary(P, 1);
     while (is_op(cur(P), "**")) {
         tok *t = nexttok(P);
+        chain_link(P, t);
         x = mk_bin(P, E_BIN, B_POW, t, x, parse_unary(P, 1));
     }
+    P->depth = d0;
     return x;
 }
 
 static node *parse_math2(parser *P) {
+    const int d0 = P->depth;
     node *x = parse_pow(P);
     for (;;) {
         tok *t = cur(P);
         int op = is_op(t, "*") ? B_MUL : is_op(t, "/") ? B_DIV : is_op(t, "//") ? B_FDIV : is_op(t, "%") ? B_MOD : -1;
-        if (op < 0) return x;
+        if (op < 0) break;
         nexttok(P);
+        chain_link(P, t);
         x = mk_bin(P, E_BIN, op, t, x, parse_pow(P));
     }
+    P->depth = d0;
+    return x;
 }
 
 static node *parse_concat(parser *P) {
+    const int d0 = P->depth;
     node *x = parse_math2(P);
     while (is_op(cur(P), "~")) {
         tok *t = nexttok(P);
+        chain_link(P, t);
         x = mk_bin(P, E_BIN, B_CAT, t, x, parse_math2(P));
     }
+    P->depth = d0;
     return x;
 }
 
 static node *parse_math1(parser *P) {
+    const int d0 = P->depth;
     node *x = parse_concat(P);
     for (;;) {
         tok *t = cur(P);
         int op = is_op(t, "+") ? B_ADD : is_op(t, "-") ? B_SUB : -1;
-        if (op < 0) return x;
+        if (op < 0) break;
         nexttok(P);
+        chain_link(P, t);
         x = mk_bin(P, E_BIN, op, t, x, parse_concat(P));
     }
+    P->depth = d0;
+    return x;
 }
 
 /* a < b < c becomes (a < b) and (b < c), as in Python (b is evaluated twice). */
 static node *parse_compare(parser *P) {
+    const int d0 = P->depth;
     node *x = parse_math1(P), *chain = NULL, *prev = x;
     for (;;) {
         tok *t = cur(P);
@@ -389,18 +423,20 @@ static node *parse_compare(parser *P) {
         }
         if (op < 0) break;
         nexttok(P);
+        chain_link(P, t);
         node *rhs = parse_math1(P);
         node *cmp = mk_bin(P, E_CMP, op, t, prev, rhs);
         chain = chain ? mk_bin(P, E_AND, 0, t, chain, cmp) : cmp;
         prev = rhs;
     }
+    P->depth = d0;
     return chain ? chain : x;
 }
 
 static node *parse_not(parser *P) {
     if (is_name(cur(P), "not")) {
         tok *t = nexttok(P);
-        if (++P->depth > MAX_PARSE_DEPTH) kct_fail(P->c, t->line, t->col, "expression nested too deeply");
+        nest(P, t, "expression");
         node *x = mk_node(P, E_NOT, t);
         x->a = parse_not(P);
         P->depth--;
@@ -410,28 +446,36 @@ static node *parse_not(parser *P) {
 }
 
 static node *parse_and(parser *P) {
+    const int d0 = P->depth;
     node *x = parse_not(P);
     while (is_name(cur(P), "and")) {
         tok *t = nexttok(P);
+        chain_link(P, t);
         x = mk_bin(P, E_AND, 0, t, x, parse_not(P));
     }
+    P->depth = d0;
     return x;
 }
 
 static node *parse_or(parser *P) {
+    const int d0 = P->depth;
     node *x = parse_and(P);
     while (is_name(cur(P), "or")) {
         tok *t = nexttok(P);
+        chain_link(P, t);
         x = mk_bin(P, E_OR, 0, t, x, parse_and(P));
     }
+    P->depth = d0;
     return x;
 }
 
 static node *parse_expr(parser *P) {
-    if (++P->depth > MAX_PARSE_DEPTH) kct_fail(P->c, cur(P)->line, cur(P)->col, "expression nested too deeply");
+    nest(P, cur(P), "expression");
+    const int d0 = P->depth;
     node *x = parse_or(P);
     while (is_name(cur(P), "if")) {
         tok *t = nexttok(P);
+        chain_link(P, t);
         node *y = mk_node(P, E_COND, t);
         y->a = parse_or(P); /* condition */
         y->b = x;           /* value when true */
@@ -441,7 +485,7 @@ static node *parse_expr(parser *P) {
         }
         x = y;
     }
-    P->depth--;
+    P->depth = d0 - 1;
     return x;
 }
 
@@ -503,7 +547,7 @@ static node *parse_statement(parser *P) {
     if (t->type != T_NAME) unexpected(P, "a statement name");
     str kw = t->s;
     nexttok(P);
-    if (++P->depth > MAX_PARSE_DEPTH) kct_fail(P->c, t->line, t->col, "blocks nested too deeply");
+    nest(P, t, "blocks");
     node *res = parse_statement_kw(P, t, kw);
     P->depth--;
     return res;
@@ -517,9 +561,11 @@ static node *parse_statement_kw(parser *P, tok *t, str kw) {
         expect_block_end(P);
         kct_parse_body(P, &x->args, "elif else endif", t, "if");
         node *tail = x;
+        const int d0 = P->depth; /* each elif nests one level deeper */
         for (;;) {
             tok *e = nexttok(P);
             if (str_is(e->s, "elif")) {
+                if (++P->depth > MAX_PARSE_DEPTH) kct_fail(P->c, e->line, e->col, "too many elif branches");
                 node *y = mk_node(P, N_IF, e);
                 y->a = parse_expr(P);
                 expect_block_end(P);
@@ -531,6 +577,7 @@ static node *parse_statement_kw(parser *P, tok *t, str kw) {
                 kct_parse_body(P, &tail->args2, "endif", t, "if");
             } else {
                 expect_block_end(P);
+                P->depth = d0;
                 return x;
             }
         }

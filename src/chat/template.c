@@ -10,10 +10,26 @@
  * Compile-time and render-time memory both come from arenas, so errors
  * unwind with longjmp and free everything at once.
  */
+#define _GNU_SOURCE /* pthread_getattr_np */
 #include "chat/jinja.h"
 #include "chat/template.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+
+uintptr_t kct_stack_floor(void) {
+    uintptr_t here = stack_here(), room = KCT_MAX_STACK;
+    pthread_attr_t a;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+        void *lo = NULL;
+        size_t size = 0;
+        if (pthread_attr_getstack(&a, &lo, &size) == 0 && lo && here > (uintptr_t)lo &&
+            (here - (uintptr_t)lo) / 2 < room)
+            room = (here - (uintptr_t)lo) / 2;
+        pthread_attr_destroy(&a);
+    }
+    return here > room ? here - room : 0;
+}
 
 /* ------------------------------------------------------------------ API */
 
@@ -29,7 +45,7 @@ static void compile_into(kct *t, const char *src, size_t len) {
     char *copy = ar_strdup(&t->c, src, len);
     lexer L = {.c = &t->c, .src = copy, .len = len, .line = 1};
     kct_lex(&L);
-    parser P = {.c = &t->c, .t = L.toks, .n = L.n};
+    parser P = {.c = &t->c, .t = L.toks, .n = L.n, .stack_floor = kct_stack_floor()};
     kct_parse_body(&P, &t->body, NULL, NULL, NULL);
 }
 
@@ -72,10 +88,21 @@ static void bind_vars(rctx *r, frame *root, const json_t *vars) {
 }
 
 char *kct_render(const kct *t, const json_t *vars, char *err, size_t errlen) {
+    return kct_render_opts(t, vars, NULL, err, errlen);
+}
+
+char *kct_render_opts(const kct *t, const json_t *vars, const kct_opts *opts, char *err, size_t errlen) {
     rctx r;
     memset(&r, 0, sizeof r);
     r.c.err = err;
     r.c.errlen = errlen;
+    r.max_steps = opts && opts->max_steps ? opts->max_steps : KCT_DEFAULT_STEPS;
+    r.max_output = opts && opts->max_output ? opts->max_output : KCT_DEFAULT_OUTPUT;
+    r.c.mem_limit = opts && opts->max_memory ? opts->max_memory : KCT_DEFAULT_MEMORY;
+    r.cancelled = opts ? opts->cancelled : NULL;
+    r.cancel_arg = opts ? opts->cancel_arg : NULL;
+    r.next_poll = KCT_POLL_STEPS < r.max_steps ? KCT_POLL_STEPS : r.max_steps + 1;
+    r.stack_floor = kct_stack_floor();
     if (setjmp(r.c.jb)) {
         ar_free(&r.c);
         return NULL;

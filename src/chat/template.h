@@ -18,8 +18,32 @@
 #ifndef KILN_CHAT_TEMPLATE_H
 #define KILN_CHAT_TEMPLATE_H
 
-#include <stddef.h>
 #include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The bounds of one render, shared by this engine and gotmpl.h's.  A field
+ * left 0 takes its default (KCT_DEFAULT_*): the largest template of the
+ * conformance corpus (tests/data/templates) uses under 1% of each.  A render
+ * that hits one fails with a message naming it ("render exceeded its step
+ * budget (N steps)"), so a hostile template costs bounded time and memory.
+ *   max_steps   evaluation steps: an expression, a statement, an item a loop
+ *               or a builtin walks, 64 bytes a string search scans
+ *   max_output  bytes of rendered text (and of any one captured block)
+ *   max_memory  bytes the render allocates, all of it kept until it ends
+ *   cancelled   polled every KCT_POLL_STEPS steps with cancel_arg; non-zero
+ *               ends the render with "render cancelled" (NULL: never) */
+typedef struct kct_opts {
+    uint64_t max_steps;
+    size_t max_output;
+    size_t max_memory;
+    int (*cancelled)(void *arg);
+    void *cancel_arg;
+} kct_opts;
+#define KCT_DEFAULT_STEPS ((uint64_t)4000000)
+#define KCT_DEFAULT_OUTPUT ((size_t)8 << 20)
+#define KCT_DEFAULT_MEMORY ((size_t)64 << 20)
+#define KCT_POLL_STEPS 4096
 
 typedef struct kct kct; /* a compiled template */
 kct *kct_compile(const char *src, size_t len, char *err, size_t errlen);
@@ -28,5 +52,7 @@ void kct_free(kct *t);
  * bos_token, eos_token, enable_thinking, ...).  Returns a malloc'd NUL-terminated string, or NULL with a
  * message (line:column) in err. */
 char *kct_render(const kct *t, const json_t *vars, char *err, size_t errlen);
+/* kct_render under the bounds of opts (NULL: the defaults, no cancellation). */
+char *kct_render_opts(const kct *t, const json_t *vars, const kct_opts *opts, char *err, size_t errlen);
 
 #endif

@@ -28,12 +28,18 @@ _Noreturn void kct_fail(ctx *c, int line, int col, const char *fmt, ...) {
 }
 
 void *kct_ar_alloc(ctx *c, size_t n) {
+    if (n > SIZE_MAX / 2)
+        kct_fail(c, 0, 0, c->mem_limit ? "render exceeded its memory budget (%zu bytes)" : "out of memory",
+                 c->mem_limit);
     n = (n + 15) & ~(size_t)15;
     ablk *b = c->blocks;
     if (!b || b->cap - b->used < n) {
         size_t cap = n > 32768 ? n : 32768;
+        if (c->mem_limit && (cap > c->mem_limit || c->mem_used > c->mem_limit - cap))
+            kct_fail(c, 0, 0, "render exceeded its memory budget (%zu bytes)", c->mem_limit);
         b = malloc(sizeof(ablk) + cap);
         if (!b) kct_fail(c, 0, 0, "out of memory");
+        c->mem_used += cap;
         b->cap = cap;
         b->used = 0;
         b->next = c->blocks;
@@ -129,6 +135,27 @@ _Noreturn void kct_fail_at(rctx *r, const node *x, const char *fmt, ...) {
     va_end(ap);
     kct_fail(&r->c, x ? x->line : 0, x ? x->col : 0, "%s", msg);
 }
+
+void kct_poll(rctx *r, const node *x) {
+    if (r->max_steps && r->steps > r->max_steps)
+        kct_fail_at(r, x, "render exceeded its step budget (%llu steps)", (unsigned long long)r->max_steps);
+    if (r->cancelled && r->cancelled(r->cancel_arg)) kct_fail_at(r, x, "render cancelled");
+    r->next_poll = r->steps + KCT_POLL_STEPS;
+    if (r->max_steps && r->next_poll > r->max_steps + 1) r->next_poll = r->max_steps + 1;
+}
+
+/* Enters the list or dict v for printing or dumping: 1 when v is already
+ * being printed (it contains itself), else pushed (vpop leaves it). */
+static int vpush(rctx *r, const node *x, const kv *v) {
+    const void *p = v->t == V_LIST ? (const void *)v->l : (const void *)v->d;
+    for (int i = 0; i < r->vdepth; i++)
+        if (r->vstack[i] == p) return 1;
+    if (r->vdepth == MAX_VALUE_DEPTH) kct_fail_at(r, x, "value nested too deeply (over %d levels)", MAX_VALUE_DEPTH);
+    r->vstack[r->vdepth++] = p;
+    kct_charge(r, x, 1);
+    return 0;
+}
+static void vpop(rctx *r) { r->vdepth--; }
 
 int kct_truthy(const kv *v) {
     switch (v->t) {
@@ -253,6 +280,10 @@ static void repr(rctx *r, sbuf *b, const kv *v) {
     switch (v->t) {
     case V_STR: repr_str(r, b, v->s); return;
     case V_LIST:
+        if (vpush(r, NULL, v)) { /* Python prints a list inside itself as [...] */
+            sb_puts(c, b, v->aux ? "(...)" : "[...]");
+            return;
+        }
         sb_putc(c, b, v->aux ? '(' : '[');
         for (size_t i = 0; i < v->l->n; i++) {
             if (i) sb_puts(c, b, ", ");
@@ -260,8 +291,13 @@ static void repr(rctx *r, sbuf *b, const kv *v) {
         }
         if (v->aux && v->l->n == 1) sb_putc(c, b, ',');
         sb_putc(c, b, v->aux ? ')' : ']');
+        vpop(r);
         return;
     case V_DICT:
+        if (vpush(r, NULL, v)) {
+            sb_puts(c, b, "{...}");
+            return;
+        }
         if (v->aux) sb_puts(c, b, "<Namespace ");
         sb_putc(c, b, '{');
         for (size_t i = 0; i < v->d->n; i++) {
@@ -272,6 +308,7 @@ static void repr(rctx *r, sbuf *b, const kv *v) {
         }
         sb_putc(c, b, '}');
         if (v->aux) sb_putc(c, b, '>');
+        vpop(r);
         return;
     case V_FUNC: sb_puts(c, b, "<function>"); return;
     case V_LOOP: sb_puts(c, b, "<LoopContext>"); return;
@@ -343,6 +380,7 @@ void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o,
             sb_puts(c, b, "[]");
             return;
         }
+        if (vpush(r, x, v)) kct_fail_at(r, x, "tojson: circular reference detected");
         sb_putc(c, b, '[');
         for (size_t i = 0; i < v->l->n; i++) {
             if (i) kct_sb_put(c, b, o->item_sep.p, o->item_sep.n);
@@ -351,12 +389,14 @@ void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o,
         }
         if (o->has_indent) json_newline(r, b, o, level);
         sb_putc(c, b, ']');
+        vpop(r);
         return;
     case V_DICT: {
         if (!v->d->n) {
             sb_puts(c, b, "{}");
             return;
         }
+        if (vpush(r, x, v)) kct_fail_at(r, x, "tojson: circular reference detected");
         size_t n = v->d->n;
         size_t *ord = kct_ar_alloc(c, n * sizeof(size_t));
         for (size_t i = 0; i < n; i++) ord[i] = i;
@@ -385,13 +425,19 @@ void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o,
         }
         if (o->has_indent) json_newline(r, b, o, level);
         sb_putc(c, b, '}');
+        vpop(r);
         return;
     }
     default: kct_fail_at(r, x, "Object of type %s is not JSON serializable", kct_type_name(v));
     }
 }
 
-int kct_kv_eq(const kv *a, const kv *b) {
+/* Equality as Python's ==.  A list or dict is equal to itself without a
+ * look inside (as Python's containers compare items by identity first), so
+ * a value that contains itself compares; past MAX_VALUE_DEPTH levels two
+ * distinct values are unequal.  *work counts the items and 64-byte blocks
+ * of strings compared. */
+static int kv_eq_d(const kv *a, const kv *b, int depth, uint64_t *work) {
     if (is_num(a) && is_num(b)) {
         if (a->t != V_FLOAT && b->t != V_FLOAT) return a->i == b->i;
         return num_f(a) == num_f(b);
@@ -400,25 +446,43 @@ int kct_kv_eq(const kv *a, const kv *b) {
     switch (a->t) {
     case V_UNDEF:
     case V_NONE: return 1;
-    case V_STR: return a->s.n == b->s.n && memcmp(a->s.p, b->s.p, a->s.n) == 0;
+    case V_STR: *work += a->s.n / 64; return a->s.n == b->s.n && memcmp(a->s.p, b->s.p, a->s.n) == 0;
     case V_LIST:
-        if (a->l->n != b->l->n || a->aux != b->aux) return 0;
-        for (size_t i = 0; i < a->l->n; i++)
-            if (!kct_kv_eq(&a->l->v[i], &b->l->v[i])) return 0;
+        if (a->l == b->l && a->aux == b->aux) return 1;
+        if (a->l->n != b->l->n || a->aux != b->aux || depth >= MAX_VALUE_DEPTH) return 0;
+        for (size_t i = 0; i < a->l->n; i++) {
+            ++*work;
+            if (!kv_eq_d(&a->l->v[i], &b->l->v[i], depth + 1, work)) return 0;
+        }
         return 1;
     case V_DICT:
-        if (a->d->n != b->d->n) return 0;
+        if (a->d == b->d) return 1;
+        if (a->d->n != b->d->n || depth >= MAX_VALUE_DEPTH) return 0;
         for (size_t i = 0; i < a->d->n; i++) {
+            *work += 1 + a->d->n / 8; /* the key's look-up is linear */
             kv *o = dict_find(b->d, &a->d->keys[i]);
-            if (!o || !kct_kv_eq(&a->d->vals[i], o)) return 0;
+            if (!o || !kv_eq_d(&a->d->vals[i], o, depth + 1, work)) return 0;
         }
         return 1;
     default: return a->fn == b->fn;
     }
 }
 
+int kct_kv_eq(const kv *a, const kv *b) {
+    uint64_t work = 0;
+    return kv_eq_d(a, b, 0, &work);
+}
+
+int kct_kv_eq_r(rctx *r, const node *x, const kv *a, const kv *b) {
+    uint64_t work = 1;
+    int eq = kv_eq_d(a, b, 0, &work);
+    kct_charge(r, x, work);
+    return eq;
+}
+
 /* Python ordering; TypeError for unordered pairs. */
-int kct_kv_cmp(rctx *r, const node *x, const kv *a, const kv *b) {
+static int kv_cmp_d(rctx *r, const node *x, const kv *a, const kv *b, int depth) {
+    kct_charge(r, x, 1);
     if (a->t == V_UNDEF) undef_fail(r, x, a);
     if (b->t == V_UNDEF) undef_fail(r, x, b);
     if (is_num(a) && is_num(b)) {
@@ -428,27 +492,39 @@ int kct_kv_cmp(rctx *r, const node *x, const kv *a, const kv *b) {
     }
     if (a->t == V_STR && b->t == V_STR) {
         size_t n = a->s.n < b->s.n ? a->s.n : b->s.n;
+        kct_charge(r, x, n / 64);
         int k = memcmp(a->s.p, b->s.p, n);
         if (k) return k < 0 ? -1 : 1;
         return (a->s.n > b->s.n) - (a->s.n < b->s.n);
     }
     if (a->t == V_LIST && b->t == V_LIST) {
+        if (a->l == b->l) return 0;
+        if (depth >= MAX_VALUE_DEPTH)
+            kct_fail_at(r, x, "comparison nested too deeply (over %d levels)", MAX_VALUE_DEPTH);
         for (size_t i = 0; i < a->l->n && i < b->l->n; i++) {
-            if (kct_kv_eq(&a->l->v[i], &b->l->v[i])) continue;
-            return kct_kv_cmp(r, x, &a->l->v[i], &b->l->v[i]);
+            if (kct_kv_eq_r(r, x, &a->l->v[i], &b->l->v[i])) continue;
+            return kv_cmp_d(r, x, &a->l->v[i], &b->l->v[i], depth + 1);
         }
         return (a->l->n > b->l->n) - (a->l->n < b->l->n);
     }
     kct_fail_at(r, x, "'<' not supported between instances of '%s' and '%s'", kct_type_name(a), kct_type_name(b));
 }
 
+int kct_kv_cmp(rctx *r, const node *x, const kv *a, const kv *b) { return kv_cmp_d(r, x, a, b, 0); }
+
 /* The items a for loop or a filter iterates: list items, dict keys, string
  * characters; nothing for undefined. */
 kv *kct_iter_items(rctx *r, const node *x, const kv *v, size_t *n) {
     switch (v->t) {
     case V_UNDEF: *n = 0; return NULL;
-    case V_LIST: *n = v->l->n; return v->l->v;
-    case V_DICT: *n = v->d->n; return v->d->keys;
+    case V_LIST:
+        *n = v->l->n;
+        kct_charge(r, x, *n);
+        return v->l->v;
+    case V_DICT:
+        *n = v->d->n;
+        kct_charge(r, x, *n);
+        return v->d->keys;
     case V_STR: {
         size_t cnt;
         size_t *off = cp_offsets(&r->c, v->s, &cnt);
@@ -461,7 +537,9 @@ kv *kct_iter_items(rctx *r, const node *x, const kv *v, size_t *n) {
     }
 }
 
-kv kct_json_to_kv(ctx *c, const json_t *j) {
+static kv json_to_kv_d(ctx *c, const json_t *j, int depth) {
+    if (depth > KCT_MAX_INPUT_DEPTH)
+        kct_fail(c, 0, 0, "template variables nested too deeply (over %d levels)", KCT_MAX_INPUT_DEPTH);
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
         kv d = mk_dict(c, json_object_size(j));
@@ -470,14 +548,14 @@ kv kct_json_to_kv(ctx *c, const json_t *j) {
         json_object_foreach((json_t *)j, k, val) {
             size_t i = d.d->n++;
             d.d->keys[i] = mk_str(k, strlen(k));
-            d.d->vals[i] = kct_json_to_kv(c, val);
+            d.d->vals[i] = json_to_kv_d(c, val, depth + 1);
         }
         return d;
     }
     case JSON_ARRAY: {
         size_t n = json_array_size(j);
         kv l = mk_list(c, n);
-        for (size_t i = 0; i < n; i++) l.l->v[i] = kct_json_to_kv(c, json_array_get(j, i));
+        for (size_t i = 0; i < n; i++) l.l->v[i] = json_to_kv_d(c, json_array_get(j, i), depth + 1);
         l.l->n = n;
         return l;
     }
@@ -489,6 +567,8 @@ kv kct_json_to_kv(ctx *c, const json_t *j) {
     default: return NONE;
     }
 }
+
+kv kct_json_to_kv(ctx *c, const json_t *j) { return json_to_kv_d(c, j, 0); }
 
 /* ---- frames */
 
@@ -515,9 +595,16 @@ void kct_frame_set(ctx *c, frame *f, str k, kv v) {
 }
 
 kv kct_lookup(rctx *r, frame *f, str k) {
-    for (; f; f = f->parent)
+    uint64_t seen = 0; /* frames and names looked at: deep scopes make a look-up long */
+    for (; f; f = f->parent) {
+        seen += 1 + (uint64_t)f->n;
         for (int i = f->n - 1; i >= 0; i--)
-            if (f->keys[i].n == k.n && memcmp(f->keys[i].p, k.p, k.n) == 0) return f->vals[i];
+            if (f->keys[i].n == k.n && memcmp(f->keys[i].p, k.p, k.n) == 0) {
+                kct_charge(r, NULL, seen / 8);
+                return f->vals[i];
+            }
+    }
+    kct_charge(r, NULL, seen / 8);
     int g = lookup_name(GLOBALS, sizeof GLOBALS / sizeof *GLOBALS, k);
     if (g >= 0) {
         kv v = {.t = V_FUNC};

@@ -525,17 +525,24 @@ static void piece_text(kiln_model *m, int32_t id, char *buf, int cap) {
     buf[n >= 0 && n < cap ? n : 0] = 0;
 }
 
-/* Renders the conversation (with an open assistant turn) to tokens. */
+static int sigint_seen(void *arg) {
+    (void)arg;
+    return g_sigint != 0;
+}
+
+/* Renders the conversation (with an open assistant turn) to tokens; NULL
+ * after saying why on stderr. */
 static int32_t *render_chat(chat_state *st, int *n) {
-    char err[256];
+    char err[256] = "out of memory";
     char *text;
+    const kct_opts ro = {.cancelled = sigint_seen}; /* Ctrl-C stops a long render */
     if (st->go) {
-        text = kgt_render_chat(st->go, st->messages, NULL, st->think, err, sizeof err);
+        text = kgt_render_chat_opts(st->go, st->messages, NULL, st->think, &ro, err, sizeof err);
     } else {
         json_t *vars = json_pack("{s:O, s:b, s:s, s:s}", "messages", st->messages, "add_generation_prompt", 1,
                                  "bos_token", st->bos, "eos_token", st->eos);
         if (vars && st->think >= 0) json_object_set_new(vars, "enable_thinking", json_boolean(st->think));
-        text = vars ? kct_render(st->tmpl, vars, err, sizeof err) : NULL;
+        text = vars ? kct_render_opts(st->tmpl, vars, &ro, err, sizeof err) : NULL;
         json_decref(vars);
     }
     if (!text) {
@@ -549,6 +556,8 @@ static int32_t *render_chat(chat_state *st, int *n) {
     /* templates that write the BOS text themselves get no second BOS */
     int add_bos = !(st->bos[0] && strncmp(text, st->bos, strlen(st->bos)) == 0);
     int32_t *ids = tokenize_alloc(st->m, text, add_bos, 1, n);
+    if (!ids)
+        fprintf(stderr, "kiln chat: the rendered conversation (%zu bytes) could not be tokenized\n", strlen(text));
     free(text);
     return ids;
 }

@@ -205,8 +205,9 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     char err[300];
     json_t *tools = json_object_get(body, "tools");
     if (tools_off) tools = NULL;
-    json_t *msgs = ks_defaults_messages(r, messages); /* and its system prompt */
-    char *prompt = ks_render_chat(r, msgs, tools, th, err, sizeof err);
+    json_t *msgs = ks_defaults_messages(r, messages);                    /* and its system prompt */
+    const kct_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
+    char *prompt = ks_render_chat(r, msgs, tools, th, &ro, err, sizeof err);
     json_decref(msgs);
     double ka = ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN;
     if (!prompt) {
@@ -289,11 +290,12 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
                 ks_model_done(r, ka);
                 return rc;
             }
+            const kct_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c};
             rendered = ks_render_chat(r, msgs, NULL,
                                       json_is_boolean(think)  ? json_is_true(think)
                                       : json_is_string(think) ? 1
                                                               : -1,
-                                      err, sizeof err);
+                                      &ro, err, sizeof err);
             json_decref(msgs);
             if (!rendered) {
                 ks_model_done(r, ka);

@@ -169,7 +169,8 @@ static int apply_template(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     int think = json_is_boolean(et) ? json_is_true(et) : -1;
     char err[300];
     json_t *msgs = ks_defaults_messages(r, messages); /* a pack's system prompt, as a chat request gets it */
-    char *prompt = ks_render_chat(r, msgs, json_object_get(body, "tools"), think, err, sizeof err);
+    const kct_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
+    char *prompt = ks_render_chat(r, msgs, json_object_get(body, "tools"), think, &ro, err, sizeof err);
     json_decref(msgs);
     ks_model_done(r, NAN);
     if (!prompt && ks_render_status(err) == 500) return ks_send_error(c, 500, "server_error", err, NULL);

@@ -125,7 +125,8 @@ json_t *ks_chat_normalize(json_t *messages) {
 
 int ks_render_status(const char *err) { return strstr(err, "out of memory") ? 500 : 400; }
 
-char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, char *err, size_t cap) {
+char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, const kct_opts *opts, char *err,
+                     size_t cap) {
     const char *src = kiln_model_chat_template(r->model);
     snprintf(err, cap, "the chat template failed");
     if (!json_is_array(messages) || json_array_size(messages) == 0) {
@@ -158,7 +159,7 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, ch
     pthread_mutex_unlock(&r->srv->mu);
     if (k && k->go) {
         json_t *msgs = ks_chat_normalize(messages);
-        char *out = kgt_render_chat(k->go, msgs, tools, think, err, cap);
+        char *out = kgt_render_chat_opts(k->go, msgs, tools, think, opts, err, cap);
         json_decref(msgs);
         return out;
     }
@@ -175,7 +176,7 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, ch
         free(bos);
         free(eos);
         if (think >= 0) json_object_set_new(vars, "enable_thinking", json_boolean(think));
-        char *out = kct_render(tmpl, vars, err, cap);
+        char *out = kct_render_opts(tmpl, vars, opts, err, cap);
         json_decref(vars);
         return out;
     }

@@ -4,6 +4,8 @@
 
 #include "server/srv.h"
 
+#include "chat/template.h"
+
 #include <jansson.h>
 #include <stdint.h>
 
@@ -13,8 +15,10 @@
 json_t *ks_chat_normalize(json_t *messages);
 /* Renders messages (+ tools) into a prompt with the pack's Go template
  * (an Ollama model's) when it has one, else the GGUF's; returns malloc'd
- * text or NULL with err.  think: -1 default, 0 off, 1 on. */
-char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, char *err, size_t cap);
+ * text or NULL with err.  think: -1 default, 0 off, 1 on.  opts: the
+ * render's budgets and cancel check (template.h; NULL: the defaults). */
+char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, const kct_opts *opts, char *err,
+                     size_t cap);
 /* The HTTP status for a render's err: 500 when the template engine ran out
  * of memory (the engines' message says "out of memory"), else 400 (the
  * messages cannot be rendered as the template asks). */

@@ -146,6 +146,8 @@ int ks_conn_gone(struct MHD_Connection *c) {
     return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
+int ks_conn_gone_fn(void *c) { return ks_conn_gone(c); }
+
 struct ks_watch {
     struct MHD_Connection *c;
     kiln_engine_cancel *cancel;

@@ -19,6 +19,9 @@ int ks_error(struct MHD_Connection *c, int ollama, int status, const char *type,
 int ks_send_text(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len, int copy);
 /* 1 when the client has gone away. */
 int ks_conn_gone(struct MHD_Connection *c);
+/* ks_conn_gone for a callback (a chat template render's cancel check); arg:
+ * the connection. */
+int ks_conn_gone_fn(void *c);
 /* A thread that fires a cancel token when the client goes away, for a
  * request that runs long before it writes (a transcription, a rerank).
  * Start returns NULL when it cannot watch (then the request runs

@@ -228,7 +228,8 @@ static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp
     }
     json_t *tools = json_object_get(x.chat, "tools");
     json_t *msgs = ks_defaults_messages(r, json_object_get(x.chat, "messages"));
-    char *prompt = ks_render_chat(r, msgs, tools, x.think, err, sizeof err);
+    const kct_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
+    char *prompt = ks_render_chat(r, msgs, tools, x.think, &ro, err, sizeof err);
     json_decref(msgs);
     if (!prompt) {
         ks_model_done(r, NAN);
