@@ -43,6 +43,15 @@ void kb_errf(char *err, size_t errlen, const char *fmt, ...) {
     va_end(ap);
 }
 
+void kb_fmt_count(double n, char *buf, size_t cap) {
+    if (n >= 1e9)
+        snprintf(buf, cap, "%.1fB", n / 1e9);
+    else if (n >= 1e6)
+        snprintf(buf, cap, "%.1fM", n / 1e6);
+    else
+        snprintf(buf, cap, "%.1fK", n / 1e3);
+}
+
 uint64_t kb_random_u64(void) {
     uint64_t v = 0;
     if (getrandom(&v, sizeof v, 0) == (ssize_t)sizeof v) return v;

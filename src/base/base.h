@@ -52,6 +52,8 @@ int kb_fault_site(void);
 
 /* snprintf into an error buffer that may be NULL. */
 void kb_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A count as people read a parameter count: "1.5B", "600.0M", "260.0K". */
+void kb_fmt_count(double n, char *buf, size_t cap);
 
 /* Monotonic time in seconds. */
 double kb_now(void);

@@ -830,13 +830,7 @@ static void chat_show(const chat_state *st, const cli_opts *o, const char *model
                              : NULL;
     if (!*what || !strcmp(what, "info")) {
         char params[32];
-        const double n = (double)info.n_params;
-        if (n >= 1e9)
-            snprintf(params, sizeof params, "%.1fB", n / 1e9);
-        else if (n >= 1e6)
-            snprintf(params, sizeof params, "%.1fM", n / 1e6);
-        else
-            snprintf(params, sizeof params, "%.1fK", n / 1e3);
+        kb_fmt_count((double)info.n_params, params, sizeof params);
         printf("  Model\n    %-20s %s\n    %-20s %s\n    %-20s %s\n    %-20s %d\n    %-20s %d\n    %-20s %d\n"
                "    %-20s %s\n    %-20s %s\n",
                "name", model, "architecture", info.arch, "parameters", params, "context length", info.n_ctx_train,

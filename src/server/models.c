@@ -22,6 +22,7 @@
 #include "server/prompt.h"
 #include "server/srv.h"
 
+#include "base/base.h"
 #include "engine/engine.h"
 
 #include <errno.h>
@@ -43,13 +44,7 @@ static json_t *details_of(const kiln_model *m) {
         kiln_model_info info;
         kiln_model_get_info(m, &info);
         char ps[32];
-        double p = (double)info.n_params;
-        if (p >= 1e9)
-            snprintf(ps, sizeof ps, "%.1fB", p / 1e9);
-        else if (p >= 1e6)
-            snprintf(ps, sizeof ps, "%.1fM", p / 1e6);
-        else
-            snprintf(ps, sizeof ps, "%.1fK", p / 1e3);
+        kb_fmt_count((double)info.n_params, ps, sizeof ps);
         json_object_set_new(d, "family", json_string(info.arch));
         json_object_set_new(d, "parameter_size", json_string(ps));
         json_object_set_new(d, "quantization_level", json_string(info.ftype));
