@@ -90,6 +90,7 @@ static void serve_usage(FILE *f) {
             "                    seconds a connection has to send a request's head (default 10)\n"
             "  --max-audio-seconds S  longest audio one transcription request decodes (default 7200;\n"
             "                    longer gets 413); each second held is 64 KB at 16 kHz\n"
+            "  --template-steps N  evaluation steps one chat template render may take (default 4000000)\n"
             "  --log-format F    text (default) or json: one line per request (method, path, status,\n"
             "                    model, tokens, ms) and per model event on stderr\n"
             "  --max-queue N     waiting requests per model before 429 (default 64)\n"
@@ -176,7 +177,8 @@ int cmd_serve(int argc, char **argv) {
                                      "--repeat-guard",
                                      "--max-conn-per-ip",
                                      "--header-timeout",
-                                     "--max-audio-seconds"};
+                                     "--max-audio-seconds",
+                                     "--template-steps"};
             int k = -1;
             for (int j = 0; j < (int)(sizeof numeric / sizeof numeric[0]); j++)
                 if (!strcmp(a, numeric[j])) k = j;
@@ -215,6 +217,14 @@ int cmd_serve(int argc, char **argv) {
                     return 2;
                 }
                 cfg.max_audio_seconds = v;
+                break;
+            case 18:
+                if (!(v >= 1 && v <= 1e15)) {
+                    fprintf(stderr, "kiln serve: --template-steps must be 1..10^15\n");
+                    free(models);
+                    return 2;
+                }
+                cfg.template_steps = (uint64_t)v;
                 break;
             }
         }

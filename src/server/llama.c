@@ -173,8 +173,11 @@ static int apply_template(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     char *prompt = ks_render_chat(r, msgs, json_object_get(body, "tools"), think, &ro, err, sizeof err);
     json_decref(msgs);
     ks_model_done(r, NAN);
-    if (!prompt && ks_render_status(err) == 500) return ks_send_error(c, 500, "server_error", err, NULL);
-    if (!prompt) return bad(c, err, "messages");
+    if (!prompt) {
+        const int code = ks_render_status(err);
+        return ks_send_error(c, code, code == 500 ? "server_error" : "invalid_request_error", err,
+                             code == 500 ? NULL : "messages");
+    }
     json_t *j = json_object();
     json_object_set_new(j, "prompt", ks_jstr(prompt, strlen(prompt)));
     free(prompt);

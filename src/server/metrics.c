@@ -168,6 +168,19 @@ void ks_metrics_render(ks_srv *s, ks_buf *o) {
                   "within --header-timeout.\n# TYPE kiln_http_head_timeouts_total counter\n"
                   "kiln_http_head_timeouts_total %llu\n",
                   (unsigned long long)atomic_load(&s->n_cut));
+    ks_buf_printf(o,
+                  "# HELP kiln_template_renders_running Chat template renders running now.\n"
+                  "# TYPE kiln_template_renders_running gauge\nkiln_template_renders_running %d\n"
+                  "# HELP kiln_template_renders_cancelled_total Chat template renders stopped because their client "
+                  "disconnected.\n# TYPE kiln_template_renders_cancelled_total counter\n"
+                  "kiln_template_renders_cancelled_total %llu\n"
+                  "# HELP kiln_template_budget_exceeded_total Chat template renders that went over a budget.\n"
+                  "# TYPE kiln_template_budget_exceeded_total counter\n",
+                  atomic_load(&s->n_renders), (unsigned long long)atomic_load(&s->n_render_cancelled));
+    static const char *const budget[3] = {"steps", "output", "memory"};
+    for (int i = 0; i < 3; i++)
+        ks_buf_printf(o, "kiln_template_budget_exceeded_total{budget=\"%s\"} %llu\n", budget[i],
+                      (unsigned long long)atomic_load(&s->n_render_over[i]));
     render_hist(o, "kiln_time_to_first_token_seconds", "From arrival to the first generated token.", &ttft, k_ttft_b,
                 NB_TTFT);
     render_hist(o, "kiln_inter_token_latency_seconds", "Between consecutive generated tokens.", &itl, k_itl_b, NB_ITL);

@@ -123,7 +123,33 @@ json_t *ks_chat_normalize(json_t *messages) {
     return out;
 }
 
-int ks_render_status(const char *err) { return strstr(err, "out of memory") ? 500 : 400; }
+int ks_render_status(const char *err) {
+    if (strstr(err, "out of memory")) return 500;
+    if (strstr(err, KS_TOO_LARGE)) return 413;
+    return strstr(err, "render exceeded its ") ? 500 : 400;
+}
+
+/* Counts a failed render, and names a conversation of KS_LARGE_CHAT bytes
+ * or more as the cause of a budget it went over (413): a real template
+ * spends steps, output and memory in proportion to the conversation, so a
+ * small one over a budget is the template's doing (500). */
+static void render_failed(ks_srv *s, json_t *messages, json_t *tools, char *err, size_t cap) {
+    if (strstr(err, "render cancelled")) {
+        atomic_fetch_add(&s->n_render_cancelled, 1);
+        return;
+    }
+    static const char *const budget[3] = {"its step budget", "its output budget", "its memory budget"};
+    int k = 0;
+    while (k < 3 && !strstr(err, budget[k])) k++;
+    if (k == 3) return;
+    atomic_fetch_add(&s->n_render_over[k], 1);
+    const size_t n =
+        json_dumpb(messages, NULL, 0, JSON_COMPACT) + (tools ? json_dumpb(tools, NULL, 0, JSON_COMPACT) : 0);
+    if (n < KS_LARGE_CHAT) return;
+    char why[512];
+    snprintf(why, sizeof why, "%s", err);
+    snprintf(err, cap, "%s (%zu bytes of messages and tools): %s", KS_TOO_LARGE, n, why);
+}
 
 char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, const kct_opts *opts, char *err,
                      size_t cap) {
@@ -157,10 +183,16 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
     }
     const ks_tmpl *k = r->tmpl;
     pthread_mutex_unlock(&r->srv->mu);
+    ks_srv *s = r->srv;
+    kct_opts ro = opts ? *opts : (kct_opts){0};
+    if (!ro.max_steps) ro.max_steps = s->cfg.template_steps;
     if (k && k->go) {
         json_t *msgs = ks_chat_normalize(messages);
-        char *out = kgt_render_chat_opts(k->go, msgs, tools, think, opts, err, cap);
+        atomic_fetch_add(&s->n_renders, 1);
+        char *out = kgt_render_chat_opts(k->go, msgs, tools, think, &ro, err, cap);
+        atomic_fetch_sub(&s->n_renders, 1);
         json_decref(msgs);
+        if (!out) render_failed(s, messages, tools, err, cap);
         return out;
     }
     const kct *tmpl = k ? k->jinja : NULL;
@@ -176,8 +208,11 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
         free(bos);
         free(eos);
         if (think >= 0) json_object_set_new(vars, "enable_thinking", json_boolean(think));
-        char *out = kct_render_opts(tmpl, vars, opts, err, cap);
+        atomic_fetch_add(&s->n_renders, 1);
+        char *out = kct_render_opts(tmpl, vars, &ro, err, cap);
+        atomic_fetch_sub(&s->n_renders, 1);
         json_decref(vars);
+        if (!out) render_failed(s, messages, tools, err, cap);
         return out;
     }
     const chat_fmt *f = NULL;

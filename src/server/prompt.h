@@ -16,13 +16,20 @@ json_t *ks_chat_normalize(json_t *messages);
 /* Renders messages (+ tools) into a prompt with the pack's Go template
  * (an Ollama model's) when it has one, else the GGUF's; returns malloc'd
  * text or NULL with err.  think: -1 default, 0 off, 1 on.  opts: the
- * render's budgets and cancel check (template.h; NULL: the defaults). */
+ * render's budgets and cancel check (template.h; NULL: the defaults; a
+ * max_steps of 0 takes the server's --template-steps). */
 char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, const kct_opts *opts, char *err,
                      size_t cap);
 /* The HTTP status for a render's err: 500 when the template engine ran out
- * of memory (the engines' message says "out of memory"), else 400 (the
- * messages cannot be rendered as the template asks). */
+ * of memory (the engines' message says "out of memory") or the template
+ * went over a budget of its render (template.h: the model's template is
+ * at fault); 413 when ks_render_chat named the conversation as too large
+ * for the budgets (KS_TOO_LARGE: one of KS_LARGE_CHAT bytes or more, as
+ * JSON, went over one); else 400 (the messages cannot be rendered as the
+ * template asks, or the client went and the render was cancelled). */
 int ks_render_status(const char *err);
+#define KS_TOO_LARGE "the conversation is too large for the chat template's budgets"
+#define KS_LARGE_CHAT ((size_t)1 << 20)
 /* 1 when the model has a chat template kiln can apply. */
 int ks_has_chat(ks_model *r);
 /* The template text ks_render_chat uses (the pack's Go template, else the

@@ -78,6 +78,8 @@ typedef struct ks_config {
     int log_json;             /* 1: stderr lines are JSON objects (--log-format json) */
     int32_t reasoning_budget; /* thinking tokens when a request names no budget; -1 no limit (the default) */
     int32_t repeat_guard;     /* tokens a repeated stretch covers to end a reply; 0 off (256) */
+    uint64_t template_steps;  /* evaluation steps one chat template render may take; 0: the
+                                    engines' default (4 million, src/chat/template.h) */
     kiln_spec_params spec;    /* speculative decoding for every request of every generating
                                     model (type KILN_SPEC_NONE: off); draft_model borrowed */
 } ks_config;

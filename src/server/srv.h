@@ -88,6 +88,10 @@ typedef struct ks_srv {
     pthread_t watchdog;
     int watchdog_started, watchdog_quit; /* under conn_mu */
     atomic_ullong n_cut;                 /* connections cut at the head deadline */
+    /* chat template renders (prompt.c): running now, ended because the
+     * client went, and failed over each budget (steps, output, memory) */
+    atomic_int n_renders;
+    atomic_ullong n_render_cancelled, n_render_over[3];
     /* the HTTP library's own messages, at most a few a second (a flood of
      * refused connections would write a line each) */
     pthread_mutex_t log_mu;
