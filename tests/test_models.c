@@ -1303,6 +1303,18 @@ static void test_batch_invariance(void) {
         batch_invariance(out, label);
         remove(out);
     }
+    /* a mixture of experts: a decode step's experts read the token's row
+     * itself, a batch's read copies grouped by expert */
+    batch_invariance("data/arch/qwen3moe-f32.gguf", "qwen3moe F32");
+    const char *moe_types[] = {"q8_0", "q4_0"};
+    for (size_t i = 0; i < sizeof moe_types / sizeof moe_types[0]; i++) {
+        snprintf(out, sizeof out, "%s/moe-%s.gguf", dir, moe_types[i]);
+        CHECKF(kiln_quantize("data/arch/qwen3moe-f32.gguf", out, moe_types[i], 2) == KILN_OK, "%s", kiln_last_error());
+        char label[32];
+        snprintf(label, sizeof label, "qwen3moe %s", moe_types[i]);
+        batch_invariance(out, label);
+        remove(out);
+    }
     rmdir(dir);
     batch_invariance("data/hybrid/qwen35moe-spm-f16.gguf", "qwen35moe F16");
     batch_invariance("data/hybrid/qwen3next-spm-f16.gguf", "qwen3next F16");
