@@ -76,7 +76,8 @@ static int dense_bind(kiln_model *m, char *err, size_t errlen) {
             snprintf(err, errlen, "%s without expert_count", m->arch_name);
             return -1;
         }
-        d->moe.F_sh = 0; /* no shared expert */
+        d->moe.F_sh = 0;    /* no shared expert */
+        d->moe.w_scale = 0; /* the renormalized weights as they are */
         d->experts = calloc((size_t)hp->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
     }
     d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
