@@ -895,6 +895,19 @@ int main(void) {
     free(o);
     free(e);
 
+    /* a mixture of experts: show names its experts; run gives llama.cpp's
+     * greedy text for data/arch/cases.json's short prompt, byte for byte */
+    rc = run("show data/arch/qwen3moe-f32.gguf", &o, &e);
+    CHECKF(rc == 0 && o && strstr(o, "runnable:  yes: qwen3moe, 4 layers") &&
+               strstr(o, "experts:   6, 3 used per token, width 32\n") && strstr(o, "params:    297152 "),
+           "show qwen3moe: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    rc = run("run -m data/arch/qwen3moe-f32.gguf -p 'A quiet river runs through' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, " nam her0 sa saw B o-c fout f~imeedP"), "run qwen3moe: '%s'", o ? o : "");
+    free(o);
+    free(e);
+
     rc = run("bench -m ../models/stories260K.gguf -p 16 -n 8 -r 2 -t 1 -o json", &o, &e);
     CHECK(rc == 0);
     json_error_t je;

@@ -13,9 +13,10 @@
  * operation without a failure gives exactly the answer it gave before.
  * Under AddressSanitizer a leak on any failure path fails the run at exit.
  *
- * The paths: loading a model, a context and greedy tokens; installing a
- * GGUF into a model store; and requests to a running server (a completion
- * and a chat, whole and streamed).
+ * The paths: loading a model (a dense one and a mixture of experts), a
+ * context and greedy tokens; installing a GGUF into a model store; and
+ * requests to a running server (a completion and a chat, whole and
+ * streamed).
  */
 #include "kiln.h"
 #include "testutil.h"
@@ -47,12 +48,12 @@ void *__wrap_realloc(void *p, size_t n) { return kb_fault_site() ? NULL : __real
 
 /* ---- a model, a context and greedy tokens ---- */
 
-/* Loads the model and a context, decodes the prompt and 6 greedy tokens
- * into out.  Returns KILN_OK or the first failure. */
-static kiln_status greedy(int32_t *out) {
+/* Loads the model at path and a context, decodes the prompt and 6 greedy
+ * tokens into out.  Returns KILN_OK or the first failure. */
+static kiln_status greedy(const char *path, int32_t *out) {
     kiln_model *m = NULL;
     kiln_context *c = NULL;
-    kiln_status st = kiln_model_load(MODEL, NULL, &m);
+    kiln_status st = kiln_model_load(path, NULL, &m);
     if (st != KILN_OK) return st;
     kiln_context_params cp = kiln_context_default_params();
     cp.n_ctx = 64;
@@ -84,13 +85,13 @@ static kiln_status greedy(int32_t *out) {
     return st;
 }
 
-static void test_model_load(void) {
+static void test_model_load(const char *path) {
     int32_t want[6], got[6];
-    CHECK(greedy(want) == KILN_OK);
+    CHECK(greedy(path, want) == KILN_OK);
     long n = 1, failed = 0;
     for (; n <= MAX_SITES; n++) {
         kb_fault_arm(n);
-        kiln_status st = greedy(got);
+        kiln_status st = greedy(path, got);
         const int fired = kb_fault_fired();
         kb_fault_arm(0);
         if (!fired) {
@@ -107,8 +108,8 @@ static void test_model_load(void) {
         }
     }
     CHECKF(n <= MAX_SITES, "the model walk did not end");
-    CHECK(greedy(got) == KILN_OK && !memcmp(got, want, sizeof want));
-    printf("model load: %ld allocation sites, %ld of them failed the load\n", n - 1, failed);
+    CHECK(greedy(path, got) == KILN_OK && !memcmp(got, want, sizeof want));
+    printf("model load (%s): %ld allocation sites, %ld of them failed the load\n", path, n - 1, failed);
 }
 
 /* ---- the model store ---- */
@@ -367,7 +368,8 @@ int main(void) {
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     test_assert();
-    test_model_load();
+    test_model_load(MODEL);
+    test_model_load("data/arch/qwen3moe-f32.gguf"); /* a mixture of experts */
     test_store_install();
     test_server();
     curl_global_cleanup();

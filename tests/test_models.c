@@ -9,6 +9,10 @@
  *     verified and rolled back give the plain greedy text; the server's
  *     batched step (gen_batch) gives concurrent, cached, partly cached and
  *     suspended requests what each gets alone.
+ *     The added architectures (tests/data/arch: qwen3moe) likewise, and
+ *     qwen3moe quantized by kiln quantize (q8_0, q4_k_m, q4_0) loads with
+ *     its experts repacked, reads only the used experts' bytes per step and
+ *     gives logits close to the F32 model's.
  *  1. The bundled stories260K model: greedy continuations equal the ones
  *     llama.cpp recorded (tests/data/stories/stories260K.expected.jsonl).
  *  2. Random-weight fixtures (tests/data/fixtures, written by
@@ -368,18 +372,20 @@ static void test_toolcall(void) {
 
 /* ---- the hybrid family ---- */
 
-/* llama.cpp's continuations (cases.json): the prompt tokenizes to its ids
- * and 24 greedy steps give its ids and text, with the default F16 cache. */
-static void test_hybrid_reference(void) {
+/* llama.cpp's continuations (dir/cases.json): the prompt tokenizes to its
+ * ids and n_predict greedy steps give its ids and text, with the default
+ * F16 cache; want_cases cases. */
+static void reference_cases(const char *dir, int want_cases) {
     json_error_t je;
-    json_t *cases = json_load_file("data/hybrid/cases.json", 0, &je);
-    CHECKF(cases && json_is_array(cases), "cases.json: %s", je.text);
+    char path[256];
+    snprintf(path, sizeof path, "%s/cases.json", dir);
+    json_t *cases = json_load_file(path, 0, &je);
+    CHECKF(cases && json_is_array(cases), "%s: %s", path, je.text);
     size_t ci;
     json_t *cs;
     int n_cases = 0;
     json_array_foreach(cases, ci, cs) {
-        char path[256];
-        snprintf(path, sizeof path, "data/hybrid/%s", json_string_value(json_object_get(cs, "model")));
+        snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(cs, "model")));
         kiln_model *m;
         CHECKF(kiln_model_load(path, NULL, &m) == KILN_OK, "%s", kiln_last_error());
         if (!m) continue;
@@ -388,14 +394,15 @@ static void test_hybrid_reference(void) {
         CHECK(!strcmp(info.arch, json_string_value(json_object_get(cs, "arch"))));
         const char *prompt = json_string_value(json_object_get(cs, "prompt"));
         json_t *pj = json_object_get(cs, "prompt_ids"), *ej = json_object_get(cs, "expected_ids");
-        int32_t ids[64], got[64];
-        int n = kiln_tokenize(m, prompt, strlen(prompt), 1, 0, ids, 64);
+        int32_t ids[512], got[64];
+        int n = kiln_tokenize(m, prompt, strlen(prompt), 1, 0, ids, 512);
         int same = n == (int)json_array_size(pj);
         for (int i = 0; same && i < n; i++) same = ids[i] == json_integer_value(json_array_get(pj, (size_t)i));
         CHECKF(same, "%s: the prompt tokenizes differently", path);
         const int np = (int)json_integer_value(json_object_get(cs, "n_predict"));
+        CHECK(np > 0 && np <= 64);
         kiln_context *c = new_ctx(m, KILN_KV_F16, 1024, 1);
-        CHECK(c && greedy(c, info.n_vocab, ids, n, np, got, NULL) == 0);
+        CHECK(c && np > 0 && np <= 64 && greedy(c, info.n_vocab, ids, n, np, got, NULL) == 0);
         same = (int)json_array_size(ej) == np;
         for (int i = 0; same && i < np; i++) same = got[i] == json_integer_value(json_array_get(ej, (size_t)i));
         char text[512];
@@ -423,7 +430,120 @@ static void test_hybrid_reference(void) {
         kiln_model_free(m);
         n_cases++;
     }
-    CHECK(n_cases == 3);
+    CHECK(n_cases == want_cases);
+    json_decref(cases);
+}
+
+/* The last prompt position's logits of prompt (with BOS) on path, into
+ * out[n_vocab]; repack as kiln_model_params.repack.  0 or -1. */
+static int prompt_logits(const char *path, int repack, const char *prompt, float *out, int n_vocab,
+                         kiln_model_info *info) {
+    kiln_model_params mp = kiln_model_default_params();
+    mp.repack = repack;
+    kiln_model *m;
+    if (kiln_model_load(path, &mp, &m) != KILN_OK) {
+        fprintf(stderr, "%s: %s\n", path, kiln_last_error());
+        return -1;
+    }
+    kiln_model_get_info(m, info);
+    int32_t ids[512];
+    const int n = kiln_tokenize(m, prompt, strlen(prompt), 1, 0, ids, 512);
+    kiln_context *c = n > 0 && n <= 512 && info->n_vocab == n_vocab ? new_ctx(m, KILN_KV_F16, 1024, 1) : NULL;
+    kiln_batch b = {n, ids, NULL, NULL, NULL};
+    const int ok = c && kiln_decode(c, &b) == KILN_OK;
+    if (ok) memcpy(out, kiln_get_logits(c, n - 1), (size_t)n_vocab * sizeof(float));
+    kiln_context_free(c);
+    kiln_model_free(m);
+    return ok ? 0 : -1;
+}
+
+/* Largest |a - b| over n and, in *rms, the root mean square of a - b,
+ * both in units of a's standard deviation. */
+static double max_diff_std(const float *a, const float *b, int n, double *rms) {
+    double mean = 0, var = 0, d = 0, sq = 0;
+    for (int i = 0; i < n; i++) mean += a[i];
+    mean /= n;
+    for (int i = 0; i < n; i++) {
+        var += (a[i] - mean) * (a[i] - mean);
+        sq += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        d = fabs(a[i] - b[i]) > d ? fabs(a[i] - b[i]) : d;
+    }
+    const double sd = sqrt(var / n);
+    if (rms) *rms = sqrt(sq / n) / sd;
+    return d / sd;
+}
+
+/* qwen3moe through kiln quantize: the expert stacks are quantized, load
+ * repacked (or not) and a decode step counts 3 of the 6 experts' bytes;
+ * the last prompt position's logits stay within a type's error of the F32
+ * model's (random weights sit near ties, so greedy texts may part ways
+ * under quantization; the first token's top-2 gap is 2.5 logit standard
+ * deviations, far from any). */
+static void qwen3moe_quantized(void) {
+    const char *in = "data/arch/qwen3moe-f32.gguf";
+    json_error_t je;
+    json_t *cases = json_load_file("data/arch/cases.json", 0, &je);
+    CHECKF(cases && json_array_size(cases) == 2, "data/arch/cases.json: %s", je.text);
+    char dir[] = "/tmp/kiln-test-qwen3moe-XXXXXX";
+    if (!cases || !mkdtemp(dir)) {
+        CHECK(0);
+        json_decref(cases);
+        return;
+    }
+    enum { NV = 512 };
+    static float ref[2][NV], got[NV], raw[NV];
+    kiln_model_info info;
+    for (int k = 0; k < 2; k++) {
+        const char *prompt = json_string_value(json_object_get(json_array_get(cases, (size_t)k), "prompt"));
+        CHECK(prompt && prompt_logits(in, 1, prompt, ref[k], NV, &info) == 0);
+    }
+    /* type, the logit error allowed (root mean square and largest, in logit
+     * standard deviations: about 2.5 times what the types give here; a
+     * wrong expert or row moves them by whole deviations), the experts'
+     * type (q4_k_m's rows of 64 fall back from Q4_K / Q6_K to Q8_0) */
+    const struct {
+        const char *ftype;
+        double rms_tol, max_tol;
+        int exp_type;
+    } qs[] = {{"q8_0", 0.06, 0.25, 8}, {"q4_k_m", 0.06, 0.25, 8}, {"q4_0", 0.4, 1.5, 2}};
+    for (size_t q = 0; q < sizeof qs / sizeof qs[0]; q++) {
+        char out[96], err[256];
+        snprintf(out, sizeof out, "%s/%s.gguf", dir, qs[q].ftype);
+        CHECKF(kiln_quantize(in, out, qs[q].ftype, 2) == KILN_OK, "%s: %s", qs[q].ftype, kiln_last_error());
+        gguf_file *g = gguf_open(out, err, sizeof err);
+        uint64_t experts = 0;
+        int n_exp = 0, exp_ok = 1;
+        for (int i = 0; g && i < gguf_n_tensors(g); i++) {
+            const gguf_tensor *t = gguf_tensor_at(g, i);
+            if (t->n_dims != 3) continue;
+            n_exp++;
+            experts += t->nbytes;
+            exp_ok &= (int)t->type == qs[q].exp_type;
+        }
+        gguf_close(g);
+        CHECKF(g && n_exp == 12 && exp_ok, "%s: %d expert tensors, of the type wanted: %d", qs[q].ftype, n_exp, exp_ok);
+        for (int k = 0; k < 2; k++) {
+            const char *prompt = json_string_value(json_object_get(json_array_get(cases, (size_t)k), "prompt"));
+            CHECK(prompt_logits(out, 1, prompt, got, NV, &info) == 0);
+            CHECKF(info.repacked_bytes > 0 && info.step_bytes - info.active_bytes == experts / 2,
+                   "%s: repacked %llu, active %llu of %llu", qs[q].ftype, (unsigned long long)info.repacked_bytes,
+                   (unsigned long long)info.active_bytes, (unsigned long long)info.step_bytes);
+            double rms;
+            const double d = max_diff_std(ref[k], got, NV, &rms);
+            CHECKF(rms < qs[q].rms_tol && d < qs[q].max_tol,
+                   "%s case %d: logits %.4f std (rms) and up to %.4f std from F32's (at most %.2f, %.2f)", qs[q].ftype,
+                   k, rms, d, qs[q].rms_tol, qs[q].max_tol);
+            CHECK(argmax(got, NV) == argmax(ref[k], NV));
+            /* the repacked experts compute what the mapped ones do */
+            CHECK(prompt_logits(out, 0, prompt, raw, NV, &info) == 0 && info.repacked_bytes == 0);
+            const double dr = max_diff_std(raw, got, NV, NULL);
+            CHECKF(dr < 1e-4, "%s case %d: repacked logits %.6f std from the mapped weights'", qs[q].ftype, k, dr);
+            printf("qwen3moe %-7s case %d: logits within %.4f std of F32 (rms %.4f), repacked within %.2g\n",
+                   qs[q].ftype, k, d, rms, dr);
+        }
+        remove(out);
+    }
+    rmdir(dir);
     json_decref(cases);
 }
 
@@ -1183,6 +1303,18 @@ static void test_batch_invariance(void) {
         batch_invariance(out, label);
         remove(out);
     }
+    /* a mixture of experts: a decode step's experts read the token's row
+     * itself, a batch's read copies grouped by expert */
+    batch_invariance("data/arch/qwen3moe-f32.gguf", "qwen3moe F32");
+    const char *moe_types[] = {"q8_0", "q4_0"};
+    for (size_t i = 0; i < sizeof moe_types / sizeof moe_types[0]; i++) {
+        snprintf(out, sizeof out, "%s/moe-%s.gguf", dir, moe_types[i]);
+        CHECKF(kiln_quantize("data/arch/qwen3moe-f32.gguf", out, moe_types[i], 2) == KILN_OK, "%s", kiln_last_error());
+        char label[32];
+        snprintf(label, sizeof label, "qwen3moe %s", moe_types[i]);
+        batch_invariance(out, label);
+        remove(out);
+    }
     rmdir(dir);
     batch_invariance("data/hybrid/qwen35moe-spm-f16.gguf", "qwen35moe F16");
     batch_invariance("data/hybrid/qwen3next-spm-f16.gguf", "qwen3next F16");
@@ -1193,7 +1325,9 @@ int main(void) {
     for (size_t i = 0; i < sizeof k_fixtures / sizeof k_fixtures[0]; i++) test_fixture(&k_fixtures[i], 1);
     test_fixture(&k_fixtures[5], 0); /* llama-q4_0 in the file layout */
     test_toolcall();
-    test_hybrid_reference();
+    reference_cases("data/hybrid", 3);
+    reference_cases("data/arch", 2);
+    qwen3moe_quantized();
     hybrid_state("qwen35");
     hybrid_state("qwen35moe");
     hybrid_state("qwen3next");

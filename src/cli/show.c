@@ -109,6 +109,17 @@ int cmd_show(int argc, char **argv) {
                    (double)t->nbytes / 1024.0);
         }
     }
+    /* the experts, from the {arch}.expert_* keys (0: not a mixture of experts) */
+    char arch[64], key[128];
+    gguf_get_cstr(f, "general.architecture", arch, sizeof arch, "");
+    snprintf(key, sizeof key, "%s.expert_count", arch);
+    const int64_t n_expert = gguf_get_int(f, key, 0);
+    snprintf(key, sizeof key, "%s.expert_used_count", arch);
+    const int64_t n_used = gguf_get_int(f, key, 0);
+    snprintf(key, sizeof key, "%s.expert_feed_forward_length", arch);
+    const int64_t f_exp = gguf_get_int(f, key, 0);
+    snprintf(key, sizeof key, "%s.expert_shared_feed_forward_length", arch);
+    const int64_t f_sh = gguf_get_int(f, key, 0);
     gguf_close(f);
     /* a full load confirms kiln can run it, and says why not otherwise */
     kiln_model *m;
@@ -135,9 +146,16 @@ int cmd_show(int argc, char **argv) {
                    (double)info.state_bytes / mib);
         printf("\n");
     }
+    if (n_expert > 0) {
+        printf("experts:   %lld, %lld used per token, width %lld", (long long)n_expert, (long long)n_used,
+               (long long)f_exp);
+        if (f_sh > 0) printf(", shared expert width %lld", (long long)f_sh);
+        printf("\n");
+    }
     if (info.active_bytes < info.step_bytes)
-        printf("experts:   a decode step reads %.2f MiB of the %.2f MiB of weights (the used experts only)\n",
-               (double)info.active_bytes / (1024.0 * 1024.0), (double)info.step_bytes / (1024.0 * 1024.0));
+        printf("%s a decode step reads %.2f MiB of the %.2f MiB of weights (the used experts only)\n",
+               n_expert > 0 ? "          " : "experts:  ", (double)info.active_bytes / (1024.0 * 1024.0),
+               (double)info.step_bytes / (1024.0 * 1024.0));
     kiln_model_free(m);
     return 0;
 }

@@ -1,19 +1,24 @@
 /*
- * The dense decoder family: llama, qwen2, qwen3.  Every layer is
+ * The decoder family of plain transformer layers: llama, qwen2, qwen3, and
+ * qwen3moe (qwen3's attention with a mixture-of-experts FFN).  Every layer is
  *
  *   x += Wo attn(rope(norm_q(Wq xn + bq)), rope(norm_k(Wk xn + bk)), Wv xn + bv),  xn = rms(x) * attn_norm
  *   x += Wdown (silu(Wgate xn) * Wup xn),                                            xn = rms(x) * ffn_norm
  *
- * with the biases and q/k norms where the architecture has them.  Shapes of
- * the activations (per token row):
+ * with the biases and q/k norms where the architecture has them; qwen3moe's
+ * FFN is model/moe.h's: the router's softmax, its top expert_used_count
+ * renormalized to sum 1, those experts' SwiGLUs weighted, no shared expert.
+ * Shapes of the activations (per token row):
  *   x, xn  [n_embd]          residual stream and its normalized copy
- *   q, att [n_head * hd]     queries, attention output
+ *   q, att [n_head * hd]     queries, attention output (n_head * hd need not be n_embd)
  *   k, v   [n_head_kv * hd]  this batch's keys/values before caching
- *   gate, up [n_ff]          feed-forward
+ *   gate, up [n_ff]          feed-forward (dense)
+ *   y      [n_embd]          the FFN's output (MoE)
  * Every buffer is sized for n_batch tokens when the context is made, so a
  * decode step allocates nothing.
  */
 #include "model/decoder.h"
+#include "model/moe.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,12 +28,14 @@ enum {
     DENSE_NEOX = 1,     /* RoPE pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
     DENSE_QKV_BIAS = 2, /* Q/K/V biases required (otherwise used when present) */
     DENSE_QK_NORM = 4,  /* per-head RMSNorm of Q and K before RoPE */
+    DENSE_MOE = 8,      /* every FFN routes to experts (ffn_gate_inp, ffn_*_exps) */
 };
 
 static const kl_arch k_archs[] = {
     {"llama", &kl_family_dense, 0, 0}, /* Llama 2/3, Mistral, TinyLlama */
     {"qwen2", &kl_family_dense, 0, DENSE_NEOX | DENSE_QKV_BIAS},
     {"qwen3", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM},
+    {"qwen3moe", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE}, /* Qwen3-30B-A3B, Qwen3-Coder */
 };
 
 typedef struct dense_layer {
@@ -38,25 +45,43 @@ typedef struct dense_layer {
     const float *q_norm, *k_norm; /* [hd_k] (qk_norm archs) */
     const float *ffn_norm;        /* [n_embd] */
     kk_mat w_gate, w_up, w_down;  /* n_embd -> n_ff -> n_embd */
+    kl_moe_layer ex;              /* DENSE_MOE */
 } dense_layer;
 
 typedef struct dense_model {
     dense_layer *layers;
+    kl_moe_hp moe;   /* n_expert 0: dense FFNs */
+    kk_mat *experts; /* [n_layer][3][n_expert] views of the expert tensors */
 } dense_model;
 
 /* ---------------------------------------------------------------- binding */
 
 static int dense_bind(kiln_model *m, char *err, size_t errlen) {
     kl_hparams *hp = &m->hp;
-    if (hp->n_ff <= 0) {
+    const int moe = (m->arch->flags & DENSE_MOE) != 0;
+    if (!moe && hp->n_ff <= 0) {
         snprintf(err, errlen, "bad or missing feed_forward_length (%d)", hp->n_ff);
         return -1;
     }
     hp->rope.neox = (m->arch->flags & DENSE_NEOX) != 0;
     dense_model *d = calloc(1, sizeof *d);
-    if (d) d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
     m->fam = d;
-    if (!d || !d->layers) {
+    if (!d) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (moe) {
+        if (kl_moe_read_hparams(m, &d->moe, err, errlen)) return -1;
+        if (!d->moe.n_expert) {
+            snprintf(err, errlen, "%s without expert_count", m->arch_name);
+            return -1;
+        }
+        d->moe.F_sh = 0;    /* no shared expert */
+        d->moe.w_scale = 0; /* the renormalized weights as they are */
+        d->experts = calloc((size_t)hp->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
+    }
+    d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
+    if (!d->layers || (moe && !d->experts)) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -86,18 +111,26 @@ static int dense_bind(kiln_model *m, char *err, size_t errlen) {
             l->k_norm = kl_bind_vec(&B, NAME("attn_k_norm.weight"), hp->hd_k, 0);
         }
         l->ffn_norm = kl_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
+        if (moe) {
+            kl_moe_bind(&B, m, &d->moe, i, &l->ex, d->experts + (size_t)i * 3 * d->moe.n_expert);
+            continue;
+        }
         l->w_gate = kl_bind_mat(&B, NAME("ffn_gate.weight"), E, hp->n_ff, 0);
         l->w_up = kl_bind_mat(&B, NAME("ffn_up.weight"), E, hp->n_ff, 0);
         l->w_down = kl_bind_mat(&B, NAME("ffn_down.weight"), hp->n_ff, E, 0);
 #undef NAME
     }
-    return B.failed ? -1 : 0;
+    if (B.failed) return -1;
+    /* a decode step reads one token's experts, not all of them */
+    if (moe) m->active_bytes = kl_moe_active_bytes(m, &d->moe, hp->n_layer);
+    return 0;
 }
 
 static void dense_free(kiln_model *m) {
     dense_model *d = m->fam;
     if (!d) return;
     free(d->layers);
+    free(d->experts);
     free(d);
 }
 
@@ -111,6 +144,7 @@ static void dense_weights(kiln_model *m, kl_weights *w) {
         dense_layer *l = &d->layers[i];
         kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
+        if (d->moe.n_expert) kl_moe_weights(m, &d->moe, &l->ex, w);
         const float **v[] = {&l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv, &l->q_norm, &l->k_norm};
         const int64_t vl[] = {hp->n_embd, hp->n_embd, nq, nkv, nkv, hp->hd_k, hp->hd_k};
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
@@ -128,14 +162,16 @@ static void dense_seq_shape(const kiln_model *m, kl_seq_shape *s) {
 /* ------------------------------------------------------------ activations */
 
 typedef struct dense_ws {
-    float *x, *xn, *q, *k, *v, *att, *gate, *up;
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *y;
+    kl_moe_ws ex; /* DENSE_MOE */
 } dense_ws;
 
 static void dense_ctx_free(kiln_context *c) {
     dense_ws *w = c->ws;
     if (w) {
-        float *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->gate, w->up};
+        float *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->gate, w->up, w->y};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+        kl_moe_ws_free(&w->ex);
         free(w);
     }
     free(c->mm_scratch);
@@ -144,23 +180,28 @@ static void dense_ctx_free(kiln_context *c) {
 
 static int dense_ctx_init(kiln_context *c) {
     const kl_hparams *hp = &c->m->hp;
+    const dense_model *d = c->m->fam;
     dense_ws *w = calloc(1, sizeof *w);
     c->ws = w;
     if (!w) return -1;
-    const size_t B = (size_t)c->p.n_batch, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
+    const size_t moe = d->moe.n_expert ? 1 : 0;
+    const size_t B = (size_t)c->p.n_batch, E = (size_t)hp->n_embd, F = moe ? 0 : (size_t)hp->n_ff;
     const size_t nq = (size_t)hp->n_head * hp->hd_k, nkv = (size_t)hp->n_head_kv * hp->hd_k;
     struct {
         float **p;
         size_t n;
     } bufs[] = {
-        {&w->x, B * E},   {&w->xn, B * E},   {&w->q, B * nq},   {&w->k, B * nkv},
-        {&w->v, B * nkv}, {&w->att, B * nq}, {&w->gate, B * F}, {&w->up, B * F},
+        {&w->x, B * E},    {&w->xn, B * E},   {&w->q, B * nq}, {&w->k, B * nkv},     {&w->v, B * nkv},
+        {&w->att, B * nq}, {&w->gate, B * F}, {&w->up, B * F}, {&w->y, moe * B * E},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = malloc(bufs[i].n ? bufs[i].n * sizeof(float) : 1))) return -1;
+    if (moe && kl_moe_ws_init(&w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
     size_t maxk = E > nq ? E : nq;
     if (F > maxk) maxk = F;
-    c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, c->p.n_batch));
+    if (moe && (size_t)kl_moe_mm_cols(&d->moe) > maxk) maxk = (size_t)kl_moe_mm_cols(&d->moe);
+    const int rows = moe ? kl_moe_mm_rows(&d->moe, c->p.n_batch) : c->p.n_batch;
+    c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, rows));
     return c->mm_scratch ? 0 : -1;
 }
 
@@ -178,6 +219,7 @@ typedef struct tok_job {
     int layer;
     int n_tok;
     enum tok_step step;
+    const float *ffn_out; /* [n_tok][n_embd], added to x by STEP_RESID */
 } tok_job;
 
 static void tok_range(const tok_job *j, int i0, int i1) {
@@ -217,7 +259,7 @@ static void tok_range(const tok_job *j, int i0, int i1) {
             ops->rmsnorm(xn, x, L->ffn_norm, E, hp->eps);
             break;
         case STEP_SWIGLU: ops->swiglu(w->gate + (size_t)i * hp->n_ff, w->up + (size_t)i * hp->n_ff, hp->n_ff); break;
-        case STEP_RESID: ops->add(x, xn, E); break;
+        case STEP_RESID: ops->add(x, j->ffn_out + (size_t)i * E, E); break;
         }
     }
 }
@@ -255,7 +297,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
 
     for (int l = 0; l < hp->n_layer; l++) {
         const dense_layer *L = &d->layers[l];
-        tok_job tj = {c, ops, L, l, n, STEP_ATTN_NORM};
+        tok_job tj = {c, ops, L, l, n, STEP_ATTN_NORM, d->moe.n_expert ? w->y : w->xn};
         tok_step(&tj, STEP_ATTN_NORM);
         kk_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
         kk_matmul_multi(c->pool, qkv, 3, w->xn, n, c->mm_scratch);
@@ -263,6 +305,11 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
         kl_attn_run(c, ops, l, w->q, w->att, n);
         kk_matmul(c->pool, &L->wo, w->att, n, w->xn, E, c->mm_scratch);
         tok_step(&tj, STEP_RESID_FFN_NORM);
+        if (d->moe.n_expert) {
+            kl_moe_ffn(c, ops, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
+            tok_step(&tj, STEP_RESID);
+            continue;
+        }
         kk_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
         kk_matmul_multi(c->pool, gu, 2, w->xn, n, c->mm_scratch);
         tok_step(&tj, STEP_SWIGLU);

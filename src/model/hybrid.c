@@ -19,7 +19,7 @@
  *     S = e^g S;  S += beta (v - S k) k^T;  o = S q / sqrt(Dk)      (kernels/ssm.h)
  *   mixer = Wout (rms(o_j) * ssm_norm * silu(z_j))
  *
- * MoE (kk_moe_route): softmax over the router's logits, the top k
+ * MoE (model/moe.h): softmax over the router's logits, the top k
  * renormalized; out = sum_i w_i down_i(silu(gate_i xn) * up_i xn)
  *                     + sigmoid(shexp_gate . xn) * shared(xn).
  * Only the selected experts' rows are read.
@@ -31,6 +31,7 @@
  * token's k rows among [n_batch * k] rows grouped by expert.
  */
 #include "model/decoder.h"
+#include "model/moe.h"
 #include "model/mtp.h"
 #include "model/state.h"
 
@@ -68,11 +69,8 @@ typedef struct hyb_layer {
     const float *ssm_norm;        /* [Dv] */
     /* FFN */
     int moe;
-    kk_mat w_gate, w_up, w_down;    /* dense */
-    kk_mat router;                  /* n_embd -> n_expert, F32 */
-    kk_mat *e_gate, *e_up, *e_down; /* [n_expert] views of the 3-D tensors */
-    kk_mat s_gate, s_up, s_down;    /* shared expert (data NULL: none) */
-    const float *s_gate_inp;        /* [n_embd]: the shared expert's gate */
+    kk_mat w_gate, w_up, w_down; /* dense */
+    kl_moe_layer ex;             /* experts (moe) */
 } hyb_layer;
 
 /* A multi-token-prediction block (nextn, model/mtp.h): every forward
@@ -97,9 +95,7 @@ typedef struct hyb_model {
     /* Gated DeltaNet */
     int K, Hk, Hv, Dk, Dv, conv_dim, flags;
     size_t conv_floats, delta_floats; /* per layer in a state slot */
-    /* MoE */
-    int n_expert, n_used, F_exp, F_sh;
-    float w_scale;
+    kl_moe_hp moe;
     int has_moe, has_dense;
     kk_mat *experts; /* all views (one allocation) */
     float *conv_mem; /* all transposed conv weights */
@@ -146,40 +142,7 @@ static void bind_ffn(kl_binder *B, kiln_model *m, hyb_model *h, int i, hyb_layer
         h->has_dense = 1;
         return;
     }
-    if (h->n_expert <= 0) {
-        kl_bind_fail(B, "layer %d routes to experts but expert_count is %d", i, h->n_expert);
-        return;
-    }
-    const int ne = h->n_expert;
-    l->router = kl_bind_mat(B, NAME("ffn_gate_inp.weight"), E, ne, 0);
-    if (l->router.data && l->router.type != KQ_F32) {
-        kl_bind_fail(B, "tensor %s must be F32 (it is %s)", n, kq_get(l->router.type)->name);
-        return;
-    }
-    l->e_gate = views;
-    l->e_up = views + ne;
-    l->e_down = views + 2 * ne;
-    const int64_t Fe = h->F_exp;
-    if (gguf_find_tensor(m->gf, NAME("ffn_gate_up_exps.weight"))) {
-        /* one [E, 2 Fe, n_expert] tensor: per expert the gate rows, then the up rows */
-        if (kl_bind_mats3(B, n, E, 2 * Fe, ne, l->e_gate, 0))
-            for (int e = 0; e < ne; e++) {
-                l->e_gate[e].nrows = Fe;
-                l->e_up[e] = l->e_gate[e];
-                l->e_up[e].data = (const uint8_t *)l->e_gate[e].data + kq_row_size(l->e_gate[e].type, E) * (size_t)Fe;
-            }
-    } else {
-        kl_bind_mats3(B, NAME("ffn_gate_exps.weight"), E, Fe, ne, l->e_gate, 0);
-        kl_bind_mats3(B, NAME("ffn_up_exps.weight"), E, Fe, ne, l->e_up, 0);
-    }
-    kl_bind_mats3(B, NAME("ffn_down_exps.weight"), Fe, E, ne, l->e_down, 0);
-    if (gguf_find_tensor(m->gf, NAME("ffn_up_shexp.weight"))) {
-        const int64_t Fs = h->F_sh;
-        l->s_gate = kl_bind_mat(B, NAME("ffn_gate_shexp.weight"), E, Fs, 0);
-        l->s_up = kl_bind_mat(B, NAME("ffn_up_shexp.weight"), E, Fs, 0);
-        l->s_down = kl_bind_mat(B, NAME("ffn_down_shexp.weight"), Fs, E, 0);
-        l->s_gate_inp = kl_bind_vec(B, NAME("ffn_gate_inp_shexp.weight"), E, 0);
-    }
+    kl_moe_bind(B, m, &h->moe, i, &l->ex, views);
     h->has_moe = 1;
 #undef NAME
 }
@@ -297,30 +260,13 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
         }
     }
     /* experts */
-    h->n_expert = (int)kl_meta_int(m, "expert_count", 0);
-    h->n_used = (int)kl_meta_int(m, "expert_used_count", 0);
-    if (h->n_expert < 0 || h->n_expert > 4096 || (h->n_expert && (h->n_used < 1 || h->n_used > h->n_expert))) {
-        snprintf(err, errlen, "bad expert_count %d / expert_used_count %d", h->n_expert, h->n_used);
-        return -1;
-    }
-    if (h->n_expert) {
-        h->F_exp = (int)kl_meta_int(m, "expert_feed_forward_length", h->n_used ? hp->n_ff / h->n_used : 0);
-        h->F_sh = (int)kl_meta_int(m, "expert_shared_feed_forward_length", hp->n_ff);
-        h->w_scale = (float)kl_meta_float(m, "expert_weights_scale", 0.0);
-        const int64_t gating = kl_meta_int(m, "expert_gating_func", 1);
-        if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || gating != 1) {
-            snprintf(err, errlen,
-                     "bad expert metadata (expert_feed_forward_length %d, expert_shared_feed_forward_length %d, "
-                     "expert_gating_func %lld: kiln routes by softmax, 1)",
-                     h->F_exp, h->F_sh, (long long)gating);
-            return -1;
-        }
-    }
+    if (kl_moe_read_hparams(m, &h->moe, err, errlen)) return -1;
     const int n_mtp = h->n_layer_all - h->n_layer;
     h->mtp = n_mtp ? calloc((size_t)n_mtp, sizeof *h->mtp) : NULL;
-    h->experts = h->n_expert ? calloc((size_t)h->n_layer_all * 3 * (size_t)h->n_expert, sizeof *h->experts) : NULL;
+    h->experts =
+        h->moe.n_expert ? calloc((size_t)h->n_layer_all * 3 * (size_t)h->moe.n_expert, sizeof *h->experts) : NULL;
     h->conv_mem = h->n_rec ? malloc((size_t)h->n_rec * (size_t)h->K * (size_t)h->conv_dim * sizeof(float)) : NULL;
-    if ((n_mtp && !h->mtp) || (h->n_expert && !h->experts) || (h->n_rec && !h->conv_mem)) {
+    if ((n_mtp && !h->mtp) || (h->moe.n_expert && !h->experts) || (h->n_rec && !h->conv_mem)) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -342,7 +288,7 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
             bind_recurrent(&B, m, h, i, l, h->conv_mem + (size_t)l->ord * h->K * h->conv_dim);
         else
             bind_attention(&B, m, i, l, 0);
-        bind_ffn(&B, m, h, i, l, h->experts ? h->experts + (size_t)i * 3 * h->n_expert : NULL, 0);
+        bind_ffn(&B, m, h, i, l, h->experts ? h->experts + (size_t)i * 3 * h->moe.n_expert : NULL, 0);
     }
     /* MTP blocks: whatever of them the file carries, shapes checked */
     for (int i = h->n_layer; i < h->n_layer_all && !B.failed; i++) {
@@ -359,24 +305,17 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
         t->block.post_norm = kl_bind_vec(&B, NAME("post_attention_norm.weight"), E, 1);
 #undef NAME
         bind_attention(&B, m, i, &t->block, 1);
-        bind_ffn(&B, m, h, i, &t->block, h->experts ? h->experts + (size_t)i * 3 * h->n_expert : NULL, 1);
+        bind_ffn(&B, m, h, i, &t->block, h->experts ? h->experts + (size_t)i * 3 * h->moe.n_expert : NULL, 1);
         const hyb_layer *L = &t->block;
         t->complete = t->eh_proj.data && t->enorm && t->hnorm && L->attn_norm && L->post_norm && L->wq.data &&
                       L->wk.data && L->wv.data && L->wo.data && L->q_norm && L->k_norm &&
-                      (L->moe ? L->router.data && L->e_gate && L->e_gate[0].data && L->e_down[0].data
+                      (L->moe ? L->ex.router.data && L->ex.e_gate && L->ex.e_gate[0].data && L->ex.e_down[0].data
                               : L->w_gate.data && L->w_up.data && L->w_down.data);
         t->block.ord = h->n_attn; /* the context's extra attention layer (api.c) */
     }
     if (B.failed) return -1;
     /* a decode step reads one token's experts, not all of them */
-    m->active_bytes = 0;
-    for (int i = 0; i < gguf_n_tensors(m->gf); i++) {
-        const gguf_tensor *t = gguf_tensor_at(m->gf, i);
-        int layer = -1;
-        if (sscanf(t->name, "blk.%d.", &layer) == 1 && layer >= h->n_layer) continue; /* MTP: not run */
-        m->active_bytes +=
-            t->n_dims == 3 && h->n_expert ? t->nbytes / (uint64_t)h->n_expert * (uint64_t)h->n_used : t->nbytes;
-    }
+    m->active_bytes = kl_moe_active_bytes(m, &h->moe, h->n_layer);
     return 0;
 }
 
@@ -392,15 +331,10 @@ static void hyb_free(kiln_model *m) {
 
 static void layer_weights(const kiln_model *m, const hyb_model *h, hyb_layer *l, kl_weights *w) {
     const kl_hparams *hp = &m->hp;
-    kk_mat *ms[] = {&l->wq,  &l->wk,   &l->wv,     &l->wo,   &l->wqkv,   &l->wz,     &l->wbeta, &l->walpha,
-                    &l->wba, &l->wout, &l->w_gate, &l->w_up, &l->w_down, &l->s_gate, &l->s_up,  &l->s_down};
+    kk_mat *ms[] = {&l->wq,     &l->wk,  &l->wv,   &l->wo,     &l->wqkv, &l->wz,    &l->wbeta,
+                    &l->walpha, &l->wba, &l->wout, &l->w_gate, &l->w_up, &l->w_down};
     for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
-    if (l->moe)
-        for (int e = 0; e < h->n_expert; e++) {
-            kl_weights_mat(w, &l->e_gate[e]);
-            kl_weights_mat(w, &l->e_up[e]);
-            kl_weights_mat(w, &l->e_down[e]);
-        }
+    if (l->moe) kl_moe_weights(m, &h->moe, &l->ex, w);
     kl_weights_vec(w, &l->attn_norm, hp->n_embd);
     kl_weights_vec(w, &l->post_norm, hp->n_embd);
     kl_weights_vec(w, &l->q_norm, hp->hd_k);
@@ -408,7 +342,6 @@ static void layer_weights(const kiln_model *m, const hyb_model *h, hyb_layer *l,
     kl_weights_vec(w, &l->dt_bias, h->Hv);
     kl_weights_vec(w, &l->ssm_a, h->Hv);
     kl_weights_vec(w, &l->ssm_norm, h->Dv);
-    kl_weights_vec(w, &l->s_gate_inp, hp->n_embd);
 }
 
 static void hyb_weights(kiln_model *m, kl_weights *w) {
@@ -451,16 +384,7 @@ typedef struct hyb_ws {
     float *qg, *q, *k, *v, *att;
     float *qkv, *cv, *z, *o, *ba, *beta, *gd;
     float *gate, *up;
-    /* experts */
-    float *router, *sgl;      /* [n][n_expert] logits, [n] shared gate logit */
-    int32_t *sel;             /* [n][k] experts per token */
-    float *selw;              /* [n][k] their weights */
-    int32_t *row_of;          /* [n][k] the (token, slot)'s row in the grouped arrays */
-    float *mx, *mg, *mu, *md; /* [n * k][n_embd] / [n * k][F_exp] x2 / [n * k][n_embd] */
-    float *sg, *su;           /* [n][F_sh] */
-    int32_t *e_count, *e_off; /* [n_expert] */
-    kk_mm_out *outs;          /* [2 * n_expert] products over row ranges, */
-    int32_t *out_t0, *out_nt; /* and those ranges */
+    kl_moe_ws ex; /* experts */
     /* order and runs */
     int32_t *ord;   /* work row -> batch index */
     int32_t *tmp_i; /* [n] */
@@ -483,12 +407,10 @@ typedef struct hyb_ws {
 static void hyb_ctx_free(kiln_context *c) {
     hyb_ws *w = c->ws;
     if (w) {
-        void *bufs[] = {w->x,           w->xn,     w->y,     w->qg,  w->q,       w->k,      w->v,       w->att,
-                        w->qkv,         w->cv,     w->z,     w->o,   w->ba,      w->beta,   w->gd,      w->gate,
-                        w->up,          w->router, w->sgl,   w->sel, w->selw,    w->row_of, w->mx,      w->mg,
-                        w->mu,          w->md,     w->sg,    w->su,  w->e_count, w->e_off,  w->outs,    w->out_t0,
-                        w->out_nt,      w->ord,    w->tmp_i, w->run, w->verify,  w->cap_n,  w->cap_pos, w->cap_dst,
-                        w->gdn_scratch, w->mcat,   w->mh};
+        void *bufs[] = {w->x,     w->xn,  w->y,      w->qg,    w->q,       w->k,       w->v,           w->att,  w->qkv,
+                        w->cv,    w->z,   w->o,      w->ba,    w->beta,    w->gd,      w->gate,        w->up,   w->ord,
+                        w->tmp_i, w->run, w->verify, w->cap_n, w->cap_pos, w->cap_dst, w->gdn_scratch, w->mcat, w->mh};
+        kl_moe_ws_free(&w->ex);
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
         free(w);
     }
@@ -506,8 +428,7 @@ static int hyb_ctx_init(kiln_context *c) {
     const size_t B = (size_t)c->p.n_batch, E = (size_t)hp->n_embd, hd = (size_t)hp->hd_k;
     const size_t nq = (size_t)hp->n_head * hd, nkv = (size_t)hp->n_head_kv * hd;
     const size_t vd = (size_t)h->Hv * h->Dv, CD = (size_t)h->conv_dim, Hv = (size_t)h->Hv;
-    const size_t F = h->has_dense ? (size_t)hp->n_ff : 0, NE = (size_t)h->n_expert, KU = (size_t)h->n_used;
-    const size_t Fe = (size_t)h->F_exp, Fs = (size_t)h->F_sh;
+    const size_t F = h->has_dense ? (size_t)hp->n_ff : 0;
     const size_t mtp = c->mtp_ord >= 0 ? 1 : 0;
     const size_t attn = h->n_attn || mtp ? 1 : 0, rec = h->n_rec ? 1 : 0, moe = h->has_moe ? 1 : 0;
     w->gdn_scratch_floats = rec ? kk_gdn_scratch(h->Dk, h->Dv) : 0;
@@ -532,22 +453,6 @@ static int hyb_ctx_init(kiln_context *c) {
         {(void **)&w->gd, rec * B * Hv * 4},
         {(void **)&w->gate, B * F * 4},
         {(void **)&w->up, B * F * 4},
-        {(void **)&w->router, moe * B * NE * 4},
-        {(void **)&w->sgl, moe * B * 4},
-        {(void **)&w->sel, moe * B * KU * 4},
-        {(void **)&w->selw, moe * B * KU * 4},
-        {(void **)&w->row_of, moe * B * KU * 4},
-        {(void **)&w->mx, moe * B * KU * E * 4},
-        {(void **)&w->mg, moe * B * KU * Fe * 4},
-        {(void **)&w->mu, moe * B * KU * Fe * 4},
-        {(void **)&w->md, moe * B * KU * E * 4},
-        {(void **)&w->sg, moe * B * Fs * 4},
-        {(void **)&w->su, moe * B * Fs * 4},
-        {(void **)&w->e_count, moe * NE * 4},
-        {(void **)&w->e_off, moe * NE * 4},
-        {(void **)&w->outs, moe * 2 * NE * sizeof(kk_mm_out)},
-        {(void **)&w->out_t0, moe * 2 * NE * 4},
-        {(void **)&w->out_nt, moe * 2 * NE * 4},
         {(void **)&w->ord, B * 4},
         {(void **)&w->tmp_i, B * 4},
         {(void **)&w->run, (B + 1) * 4},
@@ -561,11 +466,12 @@ static int hyb_ctx_init(kiln_context *c) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = malloc(bufs[i].bytes ? bufs[i].bytes : 1))) return -1;
+    if (moe && kl_moe_ws_init(&w->ex, &h->moe, hp->n_embd, c->p.n_batch)) return -1;
     /* matrix products: widest input row and most rows at once */
     size_t maxk = E;
-    const size_t cols[] = {nq, vd, F, Fe, Fs, mtp * 2 * E};
+    const size_t cols[] = {nq, vd, F, moe * (size_t)kl_moe_mm_cols(&h->moe), mtp * 2 * E};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) maxk = cols[i] > maxk ? cols[i] : maxk;
-    const size_t rows = moe && KU > 1 ? B * KU : B;
+    const size_t rows = moe ? (size_t)kl_moe_mm_rows(&h->moe, c->p.n_batch) : B;
     c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, (int)rows));
     return c->mm_scratch ? 0 : -1;
 }
@@ -855,99 +761,10 @@ static void dense_ffn(hyb_job *j) {
     kk_matmul(c->pool, &L->w_down, w->gate, j->n, w->y, hp->n_embd, c->mm_scratch);
 }
 
-/* The routed rows: xn of every (token, slot) copied into mx grouped by
- * expert, the experts' gate/up and down products over their groups, then
- * per token the weighted sum in slot order plus the gated shared expert. */
 static void moe_ffn(hyb_job *j) {
-    kiln_context *c = j->c;
-    hyb_ws *w = c->ws;
-    const kiln_model *m = c->m;
-    const hyb_model *h = m->fam;
-    const hyb_layer *L = j->L;
-    const kk_ops *ops = j->ops;
-    const int n = j->n, E = m->hp.n_embd, NE = h->n_expert, KU = h->n_used, Fe = h->F_exp, Fs = h->F_sh;
-    const int shared = L->s_up.data != NULL;
-    /* the router, and the shared expert's products on the same input (its
-     * gate vector as a one-row matrix) */
-    const kk_mat sgi = {L->s_gate_inp, KQ_F32, E, 1, NULL};
-    kk_mm_out o0[4] = {{&L->router, w->router, NE}};
-    int n0 = 1;
-    if (shared) {
-        o0[n0++] = (kk_mm_out){&L->s_gate, w->sg, Fs};
-        o0[n0++] = (kk_mm_out){&L->s_up, w->su, Fs};
-        o0[n0++] = (kk_mm_out){&sgi, w->sgl, 1};
-    }
-    kk_matmul_multi(c->pool, o0, n0, w->xn, n, c->mm_scratch);
-    /* route, then group the rows by expert */
-    memset(w->e_count, 0, (size_t)NE * sizeof *w->e_count);
-    for (int t = 0; t < n; t++) {
-        kk_moe_route(w->router + (size_t)t * NE, NE, KU, 1, h->w_scale, w->sel + (size_t)t * KU,
-                     w->selw + (size_t)t * KU);
-        for (int s = 0; s < KU; s++) w->e_count[w->sel[(size_t)t * KU + s]]++;
-    }
-    int off = 0, n_out = 0;
-    for (int e = 0; e < NE; e++) {
-        w->e_off[e] = off;
-        off += w->e_count[e];
-    }
-    /* one token (decode; its k experts are distinct): every expert reads
-     * xn itself, converted once for all of them; else xn is copied to each
-     * of its rows */
-    const int one = n == 1;
-    for (int e = 0; e < NE; e++) w->e_count[e] = 0; /* refilled as rows are placed */
-    for (int t = 0; t < n; t++)
-        for (int s = 0; s < KU; s++) {
-            const int e = w->sel[(size_t)t * KU + s], r = w->e_off[e] + w->e_count[e]++;
-            w->row_of[(size_t)t * KU + s] = r;
-            if (!one) memcpy(w->mx + (size_t)r * E, w->xn + (size_t)t * E, (size_t)E * sizeof(float));
-        }
-    for (int e = 0; e < NE; e++) {
-        if (!w->e_count[e]) continue;
-        const int32_t r0 = w->e_off[e], cnt = w->e_count[e];
-        for (int k = 0; k < 2; k++) {
-            w->outs[n_out] = (kk_mm_out){k ? &L->e_up[e] : &L->e_gate[e], (k ? w->mu : w->mg) + (size_t)r0 * Fe, Fe};
-            w->out_t0[n_out] = one ? 0 : r0;
-            w->out_nt[n_out++] = cnt;
-        }
-    }
-    const int rows = n * KU;
-    for (int a = 0; a < n_out; a += KK_MM_MAX_OUTS)
-        kk_matmul_ranges(c->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
-                         n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, one ? w->xn : w->mx, one ? 1 : rows,
-                         c->mm_scratch);
-    for (int r = 0; r < rows; r++) ops->swiglu(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe);
-    n_out = 0;
-    for (int e = 0; e < NE; e++) {
-        if (!w->e_count[e]) continue;
-        const int32_t r0 = w->e_off[e], cnt = w->e_count[e];
-        w->outs[n_out] = (kk_mm_out){&L->e_down[e], w->md + (size_t)r0 * E, E};
-        w->out_t0[n_out] = r0;
-        w->out_nt[n_out++] = cnt;
-    }
-    for (int a = 0; a < n_out; a += KK_MM_MAX_OUTS)
-        kk_matmul_ranges(c->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
-                         n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, w->mg, rows, c->mm_scratch);
-    if (shared) {
-        for (int t = 0; t < n; t++) ops->swiglu(w->sg + (size_t)t * Fs, w->su + (size_t)t * Fs, Fs);
-        kk_matmul(c->pool, &L->s_down, w->sg, n, w->y, E, c->mm_scratch);
-    }
-    for (int t = 0; t < n; t++) {
-        float *y = w->y + (size_t)t * E;
-        const float sgate = shared ? kk_sigmoid(w->sgl[t]) : 0.0f;
-        float *acc = w->xn + (size_t)t * E; /* xn is free again */
-        for (int s = 0; s < KU; s++) {
-            const float ws = w->selw[(size_t)t * KU + s];
-            const float *d = w->md + (size_t)w->row_of[(size_t)t * KU + s] * E;
-            if (s == 0)
-                for (int i = 0; i < E; i++) acc[i] = d[i] * ws;
-            else
-                for (int i = 0; i < E; i++) acc[i] += d[i] * ws;
-        }
-        if (shared)
-            for (int i = 0; i < E; i++) y[i] = acc[i] + y[i] * sgate;
-        else
-            memcpy(y, acc, (size_t)E * sizeof(float));
-    }
+    hyb_ws *w = j->c->ws;
+    const hyb_model *h = j->c->m->fam;
+    kl_moe_ffn(j->c, j->ops, &h->moe, &j->L->ex, &w->ex, w->xn, w->y, j->n);
 }
 
 /* ------------------------------------------------------------------ MTP */

@@ -1,0 +1,79 @@
+/*
+ * moe — the mixture-of-experts FFN the decoder families share (hybrid.c's
+ * qwen35moe and qwen3next, dense.c's qwen3moe):
+ *
+ *   out = sum_i w_i down_i(silu(gate_i xn) * up_i xn)
+ *         [+ sigmoid(shexp_gate . xn) * shared(xn)  when the layer has a shared expert]
+ *
+ * with w the top k of the softmax over the router's logits, renormalized to
+ * sum 1, times expert_weights_scale where the file sets one (kk_moe_route).
+ * Only the selected experts' rows are read.  A family binds a layer's MoE
+ * tensors with kl_moe_bind, sizes its activations with kl_moe_ws_init and
+ * runs the FFN with kl_moe_ffn.
+ */
+#ifndef KILN_MOE_H
+#define KILN_MOE_H
+
+#include "model/model.h"
+
+/* The experts' hyperparameters ({arch}.expert_* keys). */
+typedef struct kl_moe_hp {
+    int n_expert, n_used; /* experts, experts per token (0, 0: no MoE layers) */
+    int F_exp, F_sh;      /* an expert's width, the shared expert's */
+    float w_scale;        /* expert_weights_scale (0 or 1: none) */
+} kl_moe_hp;
+
+/* One layer's MoE tensors: the router and per-expert views of the 3-D
+ * expert tensors; the shared expert's data NULL when the layer has none. */
+typedef struct kl_moe_layer {
+    kk_mat router;                  /* n_embd -> n_expert, F32 */
+    kk_mat *e_gate, *e_up, *e_down; /* [n_expert] views */
+    kk_mat s_gate, s_up, s_down;    /* shared expert */
+    const float *s_gate_inp;        /* [n_embd]: the shared expert's gate */
+} kl_moe_layer;
+
+/* Activations for n_batch tokens (per token row; the routed rows grouped
+ * by expert). */
+typedef struct kl_moe_ws {
+    float *router, *sgl;      /* [n][n_expert] logits, [n] shared gate logit */
+    int32_t *sel;             /* [n][k] experts per token */
+    float *selw;              /* [n][k] their weights */
+    int32_t *row_of;          /* [n][k] the (token, slot)'s row in the grouped arrays */
+    float *mx, *mg, *mu, *md; /* [n * k][n_embd] / [n * k][F_exp] x2 / [n * k][n_embd] */
+    float *sg, *su;           /* [n][F_sh] */
+    int32_t *e_count, *e_off; /* [n_expert] */
+    kk_mm_out *outs;          /* [2 * n_expert] products over row ranges, */
+    int32_t *out_t0, *out_nt; /* and those ranges */
+} kl_moe_ws;
+
+/* Reads expert_count, expert_used_count, expert_feed_forward_length,
+ * expert_shared_feed_forward_length, expert_weights_scale and checks
+ * expert_gating_func (softmax only).  No expert_count leaves h zeroed.
+ * -1 with one line in err. */
+int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t errlen);
+/* Binds layer il's ffn_gate_inp, ffn_{gate,up}_exps (or the fused
+ * ffn_gate_up_exps), ffn_down_exps and, when present, the shared expert;
+ * views holds 3 * n_expert matrices the layer keeps pointing into. */
+void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, kl_moe_layer *l, kk_mat *views);
+/* Appends the layer's matrices and vectors to the repack list. */
+void kl_moe_weights(const kiln_model *m, const kl_moe_hp *h, kl_moe_layer *l, kl_weights *w);
+/* The tensor bytes a decode step reads when 3-D tensors are expert stacks
+ * of which it reads n_used of n_expert; tensors of layers >= n_layer
+ * (blocks that do not run) are left out. */
+uint64_t kl_moe_active_bytes(const kiln_model *m, const kl_moe_hp *h, int n_layer);
+
+/* Allocates the activations for n_batch tokens; -1 when out of memory
+ * (what was allocated is freed by kl_moe_ws_free). */
+int kl_moe_ws_init(kl_moe_ws *w, const kl_moe_hp *h, int n_embd, int n_batch);
+void kl_moe_ws_free(kl_moe_ws *w);
+/* Rows and widest input of the products kl_moe_ffn runs, for sizing the
+ * context's matmul scratch. */
+int kl_moe_mm_rows(const kl_moe_hp *h, int n_batch);
+int64_t kl_moe_mm_cols(const kl_moe_hp *h);
+
+/* The FFN of n tokens: xn [n][n_embd] in (overwritten: it serves as the
+ * accumulator), y [n][n_embd] out.  Uses c->pool and c->mm_scratch. */
+void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl_moe_layer *L, kl_moe_ws *w, float *xn,
+                float *y, int n);
+
+#endif
