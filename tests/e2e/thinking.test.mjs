@@ -117,6 +117,8 @@ test('openai: reasoning_budget cuts the reasoning; the answer still follows the 
   assert.equal(r.choices[0].message.reasoning_content.trim(), 'I should', 'one token of reasoning, then </think>');
   assert.equal(r.choices[0].finish_reason, 'stop');
   follows(r.choices[0].message.content);
+  // the blank lines after the budget's "\n</think>" separate the blocks; the answer begins at its value
+  assert.match(r.choices[0].message.content, /^\{/);
 });
 
 test('ollama: format after thinking on chat and generate; think false holds the format from the start', T,
@@ -174,9 +176,8 @@ test('anthropic: budget_tokens, then a forced tool_use that follows its schema',
   const m = await ant.messages.create({ model: 'toolcall', max_tokens: 200, messages: ASK, tools: [clock],
                                         thinking: { type: 'enabled', budget_tokens: 1 },
                                         tool_choice: { type: 'tool', name: 'get_time' } });
-  // the blank lines kiln writes after the budget's </think> stay text, as written
-  assert.deepEqual(m.content.filter((b) => b.type !== 'text' || b.text.trim()).map((b) => b.type),
-                   ['thinking', 'tool_use'], JSON.stringify(m.content));
+  // the blank lines after the budget's </think> are no text block
+  assert.deepEqual(m.content.map((b) => b.type), ['thinking', 'tool_use'], JSON.stringify(m.content));
   assert.equal(m.content[0].thinking.trim(), 'I should');
   const use = m.content.at(-1);
   assert.equal(use.name, 'get_time');
@@ -216,6 +217,7 @@ test('qwen35, prompt opens <think>: the budget ends the reasoning and the answer
     assert.equal(c.message.thinking, ch.message.reasoning_content, 'the same 8 tokens as the OpenAI request');
     assert.equal(c.done_reason, 'stop');
     follows(c.message.content);
+    assert.match(c.message.content, /^\{/);
     const g = await oll35.generate({ model, prompt: ASK[0].content, think: true, format: SCHEMA, stream: false,
                                      options: { temperature: 0, num_predict: 200 } });
     assert.ok(g.thinking.length > 0);
@@ -240,8 +242,7 @@ test('qwen35: forced tool calls after a budgeted reasoning block', T, async () =
   const a = await ant35.messages.create({ model, max_tokens: 200, messages: ASK,
     tools: [{ name: 'get_time', description: CLOCK.function.description, input_schema: CLOCK.function.parameters }],
     thinking: { type: 'enabled', budget_tokens: BUDGET }, tool_choice: { type: 'any' } });
-  assert.deepEqual(a.content.filter((b) => b.type !== 'text' || b.text.trim()).map((b) => b.type),
-                   ['thinking', 'tool_use'], JSON.stringify(a.content));
+  assert.deepEqual(a.content.map((b) => b.type), ['thinking', 'tool_use'], JSON.stringify(a.content));
   assert.ok(a.content[0].thinking.length > 0);
   assert.ok(['UTC', 'CET'].includes(a.content.at(-1).input.tz), JSON.stringify(a.content.at(-1).input));
 });
