@@ -329,6 +329,22 @@ int main(void) {
     CHECK(!strcmp(str(&k.reasoning), " hmm, maybe") && !strcmp(str(&k.content), "yes"));
     done(&k);
 
+    /* blank space after </think> is not content (the answer begins at its
+     * first other byte; later blank space is the answer's), whole or fed
+     * a byte at a time; before a call it leaves no content at all */
+    for (size_t at = 0; at < 2; at++) {
+        feed(m, "<think>a</think>\n\n \tb \n c", at ? (size_t)-1 : 12, 0, &k);
+        CHECKF(!strcmp(str(&k.reasoning), "a") && !strcmp(str(&k.content), "b \n c"), "content '%s'", str(&k.content));
+        done(&k);
+        feed(m, "<think>a</think>\n\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", at ? (size_t)-1 : 17,
+             0, &k);
+        CHECKF(!k.content.len && json_array_size(k.tools) == 1, "content '%s'", str(&k.content));
+        done(&k);
+    }
+    feed(m, "x\n\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n\ny", (size_t)-1, 0, &k);
+    CHECKF(!strcmp(str(&k.content), "x\n\n\n\ny"), "content '%s'", str(&k.content));
+    done(&k);
+
     /* a stop string spanning tokens ends the text before it */
     fin = run(m, "Once upon a time there was a dog.", "time there", 0, &k);
     CHECK(fin == KS_FIN_STOP);
@@ -356,7 +372,7 @@ int main(void) {
                       "</parameter>\n</function>\n</tool_call>";
     run(m, q35, NULL, 1, &k);
     CHECKF(!strcmp(str(&k.reasoning), " The user wants weather.\n"), "reasoning '%s'", str(&k.reasoning));
-    CHECKF(!strcmp(str(&k.content), "\n\nChecking.\n\n"), "content '%s'", str(&k.content));
+    CHECKF(!strcmp(str(&k.content), "Checking.\n\n"), "content '%s'", str(&k.content));
     CHECK(json_array_size(k.tools) == 1);
     {
         json_t *want = json_loads("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lyon\", \"days\": 3, "

@@ -214,13 +214,24 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
             }
             upto = len - hold;
         }
-        if (g->mode == 2)
+        if (g->mode == 2) {
             tool_text(g, base, upto);
-        else
-            emit(g, g->mode == 1 ? KS_D_REASONING : KS_D_CONTENT, base, upto);
+        } else if (g->mode == 1) {
+            emit(g, KS_D_REASONING, base, upto);
+        } else {
+            /* the blank lines a model (or the thinking budget) writes after
+             * </think> separate the blocks, as Ollama and llama.cpp read
+             * them: the answer begins at its first other byte */
+            size_t k = 0;
+            if (g->after_think)
+                while (k < upto && (base[k] == ' ' || base[k] == '\t' || base[k] == '\r' || base[k] == '\n')) k++;
+            if (k < upto) g->after_think = 0;
+            emit(g, KS_D_CONTENT, base + k, upto - k);
+        }
         pos += upto;
         if (!hit) break;
         pos += strlen(k_tags[which]);
+        g->after_think = which == 1;
         if (which == 0)
             g->mode = 1;
         else if (which == 1)

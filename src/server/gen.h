@@ -67,6 +67,7 @@ typedef struct ks_gen {
     int mode;         /* 0 content, 1 reasoning, 2 tool call */
     int split_think;  /* 1: <think>...</think> is reasoning, else content as written */
     int split_tools;  /* 1: <tool_call>...</tool_call> is a call, else content as written */
+    int after_think;  /* 1: </think> passed and no content yet; blank space here is not content */
     int finish;       /* KS_FIN_* once over */
     int stop_hit;     /* index in stops of the string that ended it, or -1 */
     int n_tools;

@@ -218,7 +218,7 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     }
     int32_t n = 0;
     int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
-    o.force_think = ks_force_think(r, prompt);
+    o.force_think = ks_force_think(r, prompt, ollama && th == 0);
     ks_run_args a = {format,
                      1,
                      0,
@@ -303,7 +303,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
             }
             text = rendered;
             start_think = ks_prompt_opens_think(rendered);
-            o->force_think = ks_force_think(r, rendered);
+            o->force_think = ks_force_think(r, rendered, json_is_false(think));
         }
         /* special-token text in a raw prompt is the token, as llama.cpp reads it */
         ids = ks_tokenize(r->model, text, 1, &n);

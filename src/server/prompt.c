@@ -278,8 +278,9 @@ int ks_prompt_opens_think(const char *p) {
     return n >= 7 && !strncmp(p + n - 7, "<think>", 7);
 }
 
-int ks_force_think(ks_model *r, const char *prompt) {
+int ks_force_think(ks_model *r, const char *prompt, int think_off) {
     if (ks_prompt_opens_think(prompt)) return 2;
+    if (think_off) return 0;
     const char *tmpl = ks_template_text(r);
     return tmpl && strstr(tmpl, "<think>") ? 1 : 0;
 }

@@ -40,8 +40,11 @@ void ks_template_free(void *t);
  * after it aside): the generation starts in reasoning. */
 int ks_prompt_opens_think(const char *p);
 /* force_think for a prompt: 2 when it opens a <think> block, 1 when the
- * model's template has one, else 0. */
-int ks_force_think(ks_model *r, const char *prompt);
+ * model's template has one, else 0.  think_off: the request keeps what the
+ * model writes as content (Ollama's think: false), so a JSON format holds
+ * from the first token, as Ollama applies it: 0 unless the prompt opened a
+ * block. */
+int ks_force_think(ks_model *r, const char *prompt, int think_off);
 /* Tokenizes text; parse_special for rendered chat; *n receives the count. */
 int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n);
 

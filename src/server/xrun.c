@@ -240,7 +240,7 @@ static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp
     int32_t n = 0;
     int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
     int start_think = ks_prompt_opens_think(prompt);
-    o.force_think = ks_force_think(r, prompt);
+    o.force_think = ks_force_think(r, prompt, 0);
     free(prompt);
     if (!ids) {
         ks_model_done(r, NAN);

@@ -60,3 +60,57 @@ export async function metric(base, name) {
   }
   return sum;
 }
+
+// Copies the GGUF file src to dst with tokenizer.chat_template set to tmpl
+// (replaced or added); the other metadata, the tensor table and the tensor
+// data are copied as they are.  GGUF v2/v3: header, key/value pairs, tensor
+// infos (offsets relative to the data section), padding to
+// general.alignment (32 when absent), data.
+export function withChatTemplate(src, dst, tmpl) {
+  return import('node:fs').then((fs) => {
+    const b = fs.readFileSync(src);
+    if (b.toString('latin1', 0, 4) !== 'GGUF' || b.readUInt32LE(4) < 2) throw new Error(`${src}: not GGUF v2+`);
+    const nTensors = Number(b.readBigUInt64LE(8)), nKv = Number(b.readBigUInt64LE(16));
+    const size = [1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8]; // by type id; 8 string, 9 array
+    let p = 24, align = 32;
+    const str = () => {
+      const n = Number(b.readBigUInt64LE(p));
+      p += 8 + n;
+      return b.toString('utf8', p - n, p);
+    };
+    const skip = (t) => {
+      if (t === 8) str();
+      else if (t === 9) {
+        const et = b.readUInt32LE(p), n = Number(b.readBigUInt64LE(p + 4));
+        p += 12;
+        if (et === 8 || et === 9) for (let i = 0; i < n; i++) skip(et);
+        else p += n * size[et];
+      } else if (t < size.length) p += size[t];
+      else throw new Error(`${src}: value type ${t}`);
+    };
+    const kept = [];
+    for (let i = 0; i < nKv; i++) {
+      const start = p, key = str(), t = b.readUInt32LE(p);
+      p += 4;
+      if (key === 'general.alignment') align = b.readUInt32LE(p);
+      skip(t);
+      if (key !== 'tokenizer.chat_template') kept.push(b.subarray(start, p));
+    }
+    const infoStart = p;
+    for (let i = 0; i < nTensors; i++) { str(); const nd = b.readUInt32LE(p); p += 4 + 8 * nd + 4 + 8; }
+    const infos = b.subarray(infoStart, p);
+    const data = b.subarray(Math.ceil(p / align) * align);
+    const key = Buffer.from('tokenizer.chat_template'), val = Buffer.from(tmpl, 'utf8');
+    const kv = Buffer.alloc(8 + key.length + 4 + 8 + val.length);
+    kv.writeBigUInt64LE(BigInt(key.length), 0);
+    key.copy(kv, 8);
+    kv.writeUInt32LE(8, 8 + key.length);
+    kv.writeBigUInt64LE(BigInt(val.length), 12 + key.length);
+    val.copy(kv, 20 + key.length);
+    const head = Buffer.from(b.subarray(0, 24));
+    head.writeBigUInt64LE(BigInt(kept.length + 1), 16);
+    const meta = Buffer.concat([head, ...kept, kv, infos]);
+    const pad = Buffer.alloc(Math.ceil(meta.length / align) * align - meta.length);
+    fs.writeFileSync(dst, Buffer.concat([meta, pad, data]));
+  });
+}
