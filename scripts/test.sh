@@ -2,8 +2,8 @@
 # The whole test suite, as CI runs it:
 #   1. libFuzzer runs over the GGUF reader and the checkpoint readers
 #      (bounded: KILN_FUZZ_SECONDS each, 60 s under CI, 15 s otherwise;
-#      skipped if KILN_FUZZ_SECONDS=0), and over the two chat template
-#      engines (half that each)
+#      skipped if KILN_FUZZ_SECONDS=0), and over the JSON-schema recognizer
+#      and the two chat template engines (half that each)
 #   2. every test under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. the thread pool, the engine lifecycle tests and the generation core under
 #      ThreadSanitizer, and kiln serve under it for the e2e files that send
