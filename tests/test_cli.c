@@ -907,6 +907,14 @@ int main(void) {
     CHECKF(rc == 0 && o && !strcmp(o, " nam her0 sa saw B o-c fout f~imeedP"), "run qwen3moe: '%s'", o ? o : "");
     free(o);
     free(e);
+    /* phi3: fused QKV and gate|up, partial LongRoPE with its attn_factor */
+    rc = run("run -m data/arch/phi3-f32.gguf -p 'Grandma told us a story about' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o &&
+               !strcmp(o, "\xe2\x80\x98"
+                          "fsqorZri(}stwn weilsq"),
+           "run phi3: '%s'", o ? o : "");
+    free(o);
+    free(e);
 
     rc = run("bench -m ../models/stories260K.gguf -p 16 -n 8 -r 2 -t 1 -o json", &o, &e);
     CHECK(rc == 0);

@@ -115,6 +115,35 @@ static void test_ops(const kk_ops *s, const kk_ops *v) {
     s->rope_neox(cs, h1, 2, 128, 128);
     v->rope_neox(cs, h2, 2, 128, 128);
     CHECK(memcmp(h1, h2, sizeof h1) == 0);
+    /* phi3's shape: 6 heads of 16 with 12 rotated dims */
+    r.n_rot = 12;
+    kk_rope_table(&r, 300, cs);
+    fill(h1, 96, 1.0f);
+    memcpy(h2, h1, sizeof h1);
+    s->rope_neox(cs, h1, 6, 16, 12);
+    v->rope_neox(cs, h2, 6, 16, 12);
+    CHECK(memcmp(h1, h2, 96 * sizeof(float)) == 0);
+}
+
+/* LongRoPE's table: angle i is pos * base^(-2i/n_rot) divided by factor i,
+ * cos and sin times attn_factor; factors of 1 give the plain table. */
+static void test_rope_factors(void) {
+    const float ff[6] = {1.0f, 1.5f, 2.0f, 4.0f, 9.5f, 31.0f}, ones[6] = {1, 1, 1, 1, 1, 1};
+    kk_rope r = {.n_rot = 12, .neox = 1, .base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.19f};
+    float plain[12], got[12];
+    const int pos = 1000;
+    kk_rope_table(&r, pos, plain);
+    r.freq_factors = ones;
+    kk_rope_table(&r, pos, got);
+    CHECK(memcmp(plain, got, sizeof got) == 0);
+    r.freq_factors = ff;
+    kk_rope_table(&r, pos, got);
+    int bad = 0;
+    for (int i = 0; i < 6; i++) {
+        const double th = pos * pow(10000.0, -2.0 * i / 12.0) / ff[i];
+        bad += fabs(got[2 * i] - 1.19 * cos(th)) > 2e-3 || fabs(got[2 * i + 1] - 1.19 * sin(th)) > 2e-3;
+    }
+    CHECKF(bad == 0, "rope with frequency factors: %d of 6 angles off", bad);
 }
 
 /* Weights of type t: nrows x ncols quantized from random floats. */
@@ -897,6 +926,7 @@ int main(void) {
     }
     /* the scalar set against itself: the test harness agrees with itself */
     test_ops(s, s);
+    test_rope_factors();
     {
         const kk_ssm_ops *ss = kk_ssm_ops_at(KQ_ISA_SCALAR), *sv = kk_ssm_ops_at(KQ_ISA_AVX2);
         CHECK(ss != NULL && kk_ssm_ops_best() != NULL);

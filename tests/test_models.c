@@ -9,7 +9,7 @@
  *     verified and rolled back give the plain greedy text; the server's
  *     batched step (gen_batch) gives concurrent, cached, partly cached and
  *     suspended requests what each gets alone.
- *     The added architectures (tests/data/arch: qwen3moe) likewise, and
+ *     The added architectures (tests/data/arch: qwen3moe, phi3) likewise, and
  *     qwen3moe quantized by kiln quantize (q8_0, q4_k_m, q4_0) loads with
  *     its experts repacked, reads only the used experts' bytes per step and
  *     gives logits close to the F32 model's.
@@ -483,7 +483,7 @@ static void qwen3moe_quantized(void) {
     const char *in = "data/arch/qwen3moe-f32.gguf";
     json_error_t je;
     json_t *cases = json_load_file("data/arch/cases.json", 0, &je);
-    CHECKF(cases && json_array_size(cases) == 2, "data/arch/cases.json: %s", je.text);
+    CHECKF(cases && json_array_size(cases) == 4, "data/arch/cases.json: %s", je.text);
     char dir[] = "/tmp/kiln-test-qwen3moe-XXXXXX";
     if (!cases || !mkdtemp(dir)) {
         CHECK(0);
@@ -494,7 +494,10 @@ static void qwen3moe_quantized(void) {
     static float ref[2][NV], got[NV], raw[NV];
     kiln_model_info info;
     for (int k = 0; k < 2; k++) {
-        const char *prompt = json_string_value(json_object_get(json_array_get(cases, (size_t)k), "prompt"));
+        const json_t *cs = json_array_get(cases, (size_t)k);
+        const char *arch = json_string_value(json_object_get(cs, "arch"));
+        CHECK(arch && !strcmp(arch, "qwen3moe"));
+        const char *prompt = json_string_value(json_object_get(cs, "prompt"));
         CHECK(prompt && prompt_logits(in, 1, prompt, ref[k], NV, &info) == 0);
     }
     /* type, the logit error allowed (root mean square and largest, in logit
@@ -1315,6 +1318,12 @@ static void test_batch_invariance(void) {
         batch_invariance(out, label);
         remove(out);
     }
+    /* fused attn_qkv and gate|up read as row ranges, F32 and repacked */
+    batch_invariance("data/arch/phi3-f32.gguf", "phi3 F32");
+    snprintf(out, sizeof out, "%s/phi3-q4_0.gguf", dir);
+    CHECKF(kiln_quantize("data/arch/phi3-f32.gguf", out, "q4_0", 2) == KILN_OK, "%s", kiln_last_error());
+    batch_invariance(out, "phi3 q4_0");
+    remove(out);
     rmdir(dir);
     batch_invariance("data/hybrid/qwen35moe-spm-f16.gguf", "qwen35moe F16");
     batch_invariance("data/hybrid/qwen3next-spm-f16.gguf", "qwen3next F16");
@@ -1326,7 +1335,7 @@ int main(void) {
     test_fixture(&k_fixtures[5], 0); /* llama-q4_0 in the file layout */
     test_toolcall();
     reference_cases("data/hybrid", 3);
-    reference_cases("data/arch", 2);
+    reference_cases("data/arch", 4);
     qwen3moe_quantized();
     hybrid_state("qwen35");
     hybrid_state("qwen35moe");

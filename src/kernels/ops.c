@@ -91,12 +91,13 @@ void kk_rope_table(const kk_rope *r, int pos, float *cs) {
     const float theta_scale = powf(r->base, -2.0f / (float)r->n_rot);
     float theta_extrap = (float)pos;
     for (int i = 0; i < half; i++) {
-        float theta = r->freq_scale * theta_extrap;
+        const float te = r->freq_factors ? theta_extrap / r->freq_factors[i] : theta_extrap;
+        float theta = r->freq_scale * te;
         if (r->ext_factor != 0.0f) {
             float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
             float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
             float mix = ramp * r->ext_factor;
-            theta = theta * (1.0f - mix) + theta_extrap * mix;
+            theta = theta * (1.0f - mix) + te * mix;
         }
         cs[2 * i] = cosf(theta) * mscale;
         cs[2 * i + 1] = sinf(theta) * mscale;

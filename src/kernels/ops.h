@@ -37,7 +37,8 @@ typedef struct kk_rope {
     float ext_factor;  /* YaRN extrapolation mix (0 = plain/linear) */
     float attn_factor; /* YaRN magnitude multiplier */
     float beta_fast, beta_slow;
-    int n_ctx_orig; /* training context, for YaRN's correction range */
+    int n_ctx_orig;            /* training context, for YaRN's correction range */
+    const float *freq_factors; /* [n_rot/2] divisors of the angles (LongRoPE); NULL: none */
 } kk_rope;
 void kk_rope_table(const kk_rope *r, int pos, float *cs);
 /* Rotates n_heads heads of head_dim (stride head_dim) in place. */

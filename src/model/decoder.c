@@ -69,7 +69,9 @@ static inline int attn_acc_f32(int pos) { return pos + 1 > KL_ATTN_F16_ACC_MAX; 
 void kl_attn_prepare(kiln_context *c, int n) {
     const kl_hparams *hp = &c->m->hp;
     const kl_kv *kv = &c->kv;
-    for (int i = 0; i < n; i++) kk_rope_table(&hp->rope, c->b_pos[i], c->rope_cs + (size_t)i * hp->rope.n_rot);
+    kk_rope rope = hp->rope;
+    if (hp->rope_factors_long && c->p.n_ctx > rope.n_ctx_orig) rope.freq_factors = hp->rope_factors_long;
+    for (int i = 0; i < n; i++) kk_rope_table(&rope, c->b_pos[i], c->rope_cs + (size_t)i * rope.n_rot);
     /* tiles: runs of up to KL_ATTN_TILE tokens of one sequence at
      * consecutive positions, with an F16 cache all past KL_ATTN_F16_ACC_MAX
      * (float accumulator), with Q8_0 any; every other token is a tile of

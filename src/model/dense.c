@@ -1,6 +1,7 @@
 /*
- * The decoder family of plain transformer layers: llama, qwen2, qwen3, and
- * qwen3moe (qwen3's attention with a mixture-of-experts FFN).  Every layer is
+ * The decoder family of plain transformer layers: llama, qwen2, qwen3,
+ * qwen3moe (qwen3's attention with a mixture-of-experts FFN) and phi3.
+ * Every layer is
  *
  *   x += Wo attn(rope(norm_q(Wq xn + bq)), rope(norm_k(Wk xn + bk)), Wv xn + bv),  xn = rms(x) * attn_norm
  *   x += Wdown (silu(Wgate xn) * Wup xn),                                            xn = rms(x) * ffn_norm
@@ -8,6 +9,13 @@
  * with the biases and q/k norms where the architecture has them; qwen3moe's
  * FFN is model/moe.h's: the router's softmax, its top expert_used_count
  * renormalized to sum 1, those experts' SwiGLUs weighted, no shared expert.
+ * phi3 stores Wq|Wk|Wv as one attn_qkv (rows: all of Q, then K, then V) or
+ * as three, and Wgate|Wup as one ffn_up of 2*n_ff rows (gate first); its
+ * RoPE rotates the first rope.dimension_count dims of each head, divides
+ * the angles by the rope_factors_short/long tensors (LongRoPE: long when a
+ * sequence's context exceeds rope.scaling.original_context_length) and
+ * multiplies cos and sin by rope.scaling.attn_factor.  It declares an
+ * attention.sliding_window that llama.cpp does not apply, and neither do we.
  * Shapes of the activations (per token row):
  *   x, xn  [n_embd]          residual stream and its normalized copy
  *   q, att [n_head * hd]     queries, attention output (n_head * hd need not be n_embd)
@@ -19,16 +27,20 @@
  */
 #include "model/decoder.h"
 #include "model/moe.h"
+#include "quant/quant.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum {
-    DENSE_NEOX = 1,     /* RoPE pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
-    DENSE_QKV_BIAS = 2, /* Q/K/V biases required (otherwise used when present) */
-    DENSE_QK_NORM = 4,  /* per-head RMSNorm of Q and K before RoPE */
-    DENSE_MOE = 8,      /* every FFN routes to experts (ffn_gate_inp, ffn_*_exps) */
+    DENSE_NEOX = 1,      /* RoPE pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
+    DENSE_QKV_BIAS = 2,  /* Q/K/V biases required (otherwise used when present) */
+    DENSE_QK_NORM = 4,   /* per-head RMSNorm of Q and K before RoPE */
+    DENSE_MOE = 8,       /* every FFN routes to experts (ffn_gate_inp, ffn_*_exps) */
+    DENSE_FUSED = 16,    /* attn_qkv (or attn_q/k/v) and ffn_up holding gate|up */
+    DENSE_LONGROPE = 32, /* rope_factors_* tensors, rope.scaling.attn_factor */
 };
 
 static const kl_arch k_archs[] = {
@@ -36,6 +48,7 @@ static const kl_arch k_archs[] = {
     {"qwen2", &kl_family_dense, 0, DENSE_NEOX | DENSE_QKV_BIAS},
     {"qwen3", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM},
     {"qwen3moe", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE}, /* Qwen3-30B-A3B, Qwen3-Coder */
+    {"phi3", &kl_family_dense, 0, DENSE_NEOX | DENSE_FUSED | DENSE_LONGROPE},  /* Phi-3, Phi-3.5, Phi-4-mini */
 };
 
 typedef struct dense_layer {
@@ -55,6 +68,13 @@ typedef struct dense_model {
 } dense_model;
 
 /* ---------------------------------------------------------------- binding */
+
+/* Rows r0 .. r0+n-1 of w, as a matrix of its own. */
+static kk_mat dense_rows(kk_mat w, int64_t r0, int64_t n) {
+    if (w.data) w.data = (const uint8_t *)w.data + (size_t)r0 * kq_row_size(w.type, w.ncols);
+    w.nrows = n;
+    return w;
+}
 
 static int dense_bind(kiln_model *m, char *err, size_t errlen) {
     kl_hparams *hp = &m->hp;
@@ -93,15 +113,31 @@ static int dense_bind(kiln_model *m, char *err, size_t errlen) {
     m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
-    const int bias_opt = !(m->arch->flags & DENSE_QKV_BIAS);
+    const int bias_opt = !(m->arch->flags & DENSE_QKV_BIAS), fused = (m->arch->flags & DENSE_FUSED) != 0;
+    if (m->arch->flags & DENSE_LONGROPE) {
+        const int64_t nf = hp->rope.n_rot / 2;
+        hp->rope.freq_factors = kl_bind_vec(&B, "rope_factors_short.weight", nf, 1);
+        hp->rope_factors_long = kl_bind_vec(&B, "rope_factors_long.weight", nf, 1);
+        if (!hp->rope.freq_factors) hp->rope.freq_factors = hp->rope_factors_long;
+        hp->rope.attn_factor = (float)kl_meta_float(m, "rope.scaling.attn_factor", 1.0);
+        if (!(hp->rope.attn_factor > 0.0f) || !isfinite(hp->rope.attn_factor))
+            kl_bind_fail(&B, "bad rope.scaling.attn_factor");
+    }
     for (int i = 0; i < hp->n_layer && !B.failed; i++) {
         dense_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
         l->attn_norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
-        l->wq = kl_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
-        l->wk = kl_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
-        l->wv = kl_bind_mat(&B, NAME("attn_v.weight"), E, nkv, 0);
+        const kk_mat qkv = fused ? kl_bind_mat(&B, NAME("attn_qkv.weight"), E, nq + 2 * nkv, 1) : (kk_mat){0};
+        if (qkv.data) {
+            l->wq = dense_rows(qkv, 0, nq);
+            l->wk = dense_rows(qkv, nq, nkv);
+            l->wv = dense_rows(qkv, nq + nkv, nkv);
+        } else {
+            l->wq = kl_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
+            l->wk = kl_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
+            l->wv = kl_bind_mat(&B, NAME("attn_v.weight"), E, nkv, 0);
+        }
         l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
         l->bq = kl_bind_vec(&B, NAME("attn_q.bias"), nq, bias_opt);
         l->bk = kl_bind_vec(&B, NAME("attn_k.bias"), nkv, bias_opt);
@@ -115,8 +151,14 @@ static int dense_bind(kiln_model *m, char *err, size_t errlen) {
             kl_moe_bind(&B, m, &d->moe, i, &l->ex, d->experts + (size_t)i * 3 * d->moe.n_expert);
             continue;
         }
-        l->w_gate = kl_bind_mat(&B, NAME("ffn_gate.weight"), E, hp->n_ff, 0);
-        l->w_up = kl_bind_mat(&B, NAME("ffn_up.weight"), E, hp->n_ff, 0);
+        if (fused) {
+            const kk_mat gu = kl_bind_mat(&B, NAME("ffn_up.weight"), E, 2 * (int64_t)hp->n_ff, 0);
+            l->w_gate = dense_rows(gu, 0, hp->n_ff);
+            l->w_up = dense_rows(gu, hp->n_ff, hp->n_ff);
+        } else {
+            l->w_gate = kl_bind_mat(&B, NAME("ffn_gate.weight"), E, hp->n_ff, 0);
+            l->w_up = kl_bind_mat(&B, NAME("ffn_up.weight"), E, hp->n_ff, 0);
+        }
         l->w_down = kl_bind_mat(&B, NAME("ffn_down.weight"), hp->n_ff, E, 0);
 #undef NAME
     }
@@ -140,6 +182,8 @@ static void dense_weights(kiln_model *m, kl_weights *w) {
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
     kl_weights_mat(w, &m->output);
     kl_weights_vec(w, &m->out_norm, hp->n_embd);
+    kl_weights_vec(w, &m->hp.rope.freq_factors, hp->rope.n_rot / 2);
+    kl_weights_vec(w, &m->hp.rope_factors_long, hp->rope.n_rot / 2);
     for (int i = 0; i < hp->n_layer; i++) {
         dense_layer *l = &d->layers[i];
         kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};

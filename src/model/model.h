@@ -62,6 +62,9 @@ typedef struct kl_hparams {
     int hd_k, hd_v; /* per-head key/value width */
     float eps;      /* RMSNorm epsilon */
     kk_rope rope;
+    /* LongRoPE: the divisors used instead of rope.freq_factors when a
+     * sequence's context exceeds rope.n_ctx_orig; NULL: rope's always */
+    const float *rope_factors_long;
     int n_cls_out; /* outputs of a classification head (rank pooling), 0: none */
 } kl_hparams;
 
