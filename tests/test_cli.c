@@ -915,6 +915,13 @@ int main(void) {
            "run phi3: '%s'", o ? o : "");
     free(o);
     free(e);
+    /* mistral3: YaRN (its query temperature changes only test_models' long
+     * case); the text holds U+201D and U+200A */
+    rc = run("run -m data/arch/mistral3-f16.gguf -p 'Grandma told us a story about' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, "F ent/JimeO B\xe2\x80\x9dU?= g\xe2\x80\x8aU+"), "run mistral3: '%s'",
+           o ? o : "");
+    free(o);
+    free(e);
 
     rc = run("bench -m ../models/stories260K.gguf -p 16 -n 8 -r 2 -t 1 -o json", &o, &e);
     CHECK(rc == 0);

@@ -71,6 +71,14 @@ void kk_add_rows(float *y, const float *b, int n_rows, int n) {
     for (int r = 0; r < n_rows; r++) kk_add(y + (long)r * n, b, n);
 }
 
+void kk_scale_f32(float *x, float s, int n) {
+    for (int i = 0; i < n; i++) x[i] *= s;
+}
+
+float kk_attn_temp(int pos, float scale, float offset, float floor_scale) {
+    return (float)(log(floor(((double)pos + offset) / floor_scale) + 1.0) * scale + 1.0);
+}
+
 /* YaRN: the dimension index at which a rotation completes n_rot turns over
  * the original context (fractional). */
 static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {

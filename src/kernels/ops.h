@@ -26,6 +26,12 @@ void kk_gelu_erf(float *x, int n);
 void kk_add(float *y, const float *x, int n);
 /* y += b broadcast over n_rows rows of n */
 void kk_add_rows(float *y, const float *b, int n_rows, int n);
+/* In place: x = x * s. */
+void kk_scale_f32(float *x, float s, int n);
+/* The query temperature of llama 4 / mistral3 attention at position pos:
+ * 1 + scale * ln(floor((pos + offset) / floor_scale) + 1), a multiplier of
+ * the roped queries (not the keys).  floor_scale > 0. */
+float kk_attn_temp(int pos, float scale, float offset, float floor_scale);
 
 /* RoPE.  A rotation table for one position: cs[2*i] = cos, cs[2*i+1] = sin
  * of angle i (n_rot/2 angles), including YaRN's magnitude scale. */

@@ -1,7 +1,8 @@
 /*
  * The decoder family of plain transformer layers: llama, qwen2, qwen3,
- * qwen3moe (qwen3's attention with a mixture-of-experts FFN) and phi3.
- * Every layer is
+ * qwen3moe (qwen3's attention with a mixture-of-experts FFN), phi3 and
+ * mistral3 (llama's layout with YaRN and a query temperature).  Every layer
+ * is
  *
  *   x += Wo attn(rope(norm_q(Wq xn + bq)), rope(norm_k(Wk xn + bk)), Wv xn + bv),  xn = rms(x) * attn_norm
  *   x += Wdown (silu(Wgate xn) * Wup xn),                                            xn = rms(x) * ffn_norm
@@ -16,6 +17,9 @@
  * sequence's context exceeds rope.scaling.original_context_length) and
  * multiplies cos and sin by rope.scaling.attn_factor.  It declares an
  * attention.sliding_window that llama.cpp does not apply, and neither do we.
+ * mistral3 multiplies the roped queries at position p by
+ * 1 + attention.temperature_scale * ln(floor(p / n_ctx_orig) + 1)
+ * (kk_attn_temp with offset 0; keys unscaled).
  * Shapes of the activations (per token row):
  *   x, xn  [n_embd]          residual stream and its normalized copy
  *   q, att [n_head * hd]     queries, attention output (n_head * hd need not be n_embd)
@@ -35,12 +39,13 @@
 #include <string.h>
 
 enum {
-    DENSE_NEOX = 1,      /* RoPE pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
-    DENSE_QKV_BIAS = 2,  /* Q/K/V biases required (otherwise used when present) */
-    DENSE_QK_NORM = 4,   /* per-head RMSNorm of Q and K before RoPE */
-    DENSE_MOE = 8,       /* every FFN routes to experts (ffn_gate_inp, ffn_*_exps) */
-    DENSE_FUSED = 16,    /* attn_qkv (or attn_q/k/v) and ffn_up holding gate|up */
-    DENSE_LONGROPE = 32, /* rope_factors_* tensors, rope.scaling.attn_factor */
+    DENSE_NEOX = 1,       /* RoPE pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
+    DENSE_QKV_BIAS = 2,   /* Q/K/V biases required (otherwise used when present) */
+    DENSE_QK_NORM = 4,    /* per-head RMSNorm of Q and K before RoPE */
+    DENSE_MOE = 8,        /* every FFN routes to experts (ffn_gate_inp, ffn_*_exps) */
+    DENSE_FUSED = 16,     /* attn_qkv (or attn_q/k/v) and ffn_up holding gate|up */
+    DENSE_LONGROPE = 32,  /* rope_factors_* tensors, rope.scaling.attn_factor */
+    DENSE_ATTN_TEMP = 64, /* position-dependent query temperature (attention.temperature_scale) */
 };
 
 static const kl_arch k_archs[] = {
@@ -49,6 +54,7 @@ static const kl_arch k_archs[] = {
     {"qwen3", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM},
     {"qwen3moe", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE}, /* Qwen3-30B-A3B, Qwen3-Coder */
     {"phi3", &kl_family_dense, 0, DENSE_NEOX | DENSE_FUSED | DENSE_LONGROPE},  /* Phi-3, Phi-3.5, Phi-4-mini */
+    {"mistral3", &kl_family_dense, 0, DENSE_ATTN_TEMP}, /* Mistral Small 3.x, Ministral 3 (text) */
 };
 
 typedef struct dense_layer {
@@ -63,8 +69,10 @@ typedef struct dense_layer {
 
 typedef struct dense_model {
     dense_layer *layers;
-    kl_moe_hp moe;   /* n_expert 0: dense FFNs */
-    kk_mat *experts; /* [n_layer][3][n_expert] views of the expert tensors */
+    kl_moe_hp moe;         /* n_expert 0: dense FFNs */
+    kk_mat *experts;       /* [n_layer][3][n_expert] views of the expert tensors */
+    float attn_temp;       /* query temperature scale; 0: none */
+    float attn_temp_floor; /* positions per temperature step (n_ctx_orig) */
 } dense_model;
 
 /* ---------------------------------------------------------------- binding */
@@ -104,6 +112,14 @@ static int dense_bind(kiln_model *m, char *err, size_t errlen) {
     if (!d->layers || (moe && !d->experts)) {
         snprintf(err, errlen, "out of memory");
         return -1;
+    }
+    if (m->arch->flags & DENSE_ATTN_TEMP) {
+        d->attn_temp = (float)kl_meta_float(m, "attention.temperature_scale", 0.0);
+        d->attn_temp_floor = (float)hp->rope.n_ctx_orig;
+        if (d->attn_temp != 0.0f && !(d->attn_temp_floor > 0.0f)) {
+            snprintf(err, errlen, "attention.temperature_scale without rope.scaling.original_context_length");
+            return -1;
+        }
     }
     kl_binder B = {m, err, errlen, 0};
     const int64_t E = hp->n_embd;
@@ -295,6 +311,9 @@ static void tok_range(const tok_job *j, int i0, int i1) {
                 kk_rope_apply(&hp->rope, cs, qi, hp->n_head, hd);
                 kk_rope_apply(&hp->rope, cs, ki, hp->n_head_kv, hd);
             }
+            const dense_model *d = c->m->fam;
+            if (d->attn_temp != 0.0f)
+                kk_scale_f32(qi, kk_attn_temp(c->b_pos[i], d->attn_temp, 0.0f, d->attn_temp_floor), (int)nq);
             kl_attn_store(c, ops, j->layer, i, ki, vi);
             break;
         }

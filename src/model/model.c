@@ -213,6 +213,11 @@ static int load_hparams(loader *L) {
             r->freq_scale = (float)(1.0 / factor);
             r->ext_factor = 1.0f;
             r->attn_factor = (float)kl_meta_float(m, "rope.scaling.attn_factor", 1.0);
+            /* With yarn_log_multiplier (mscale_all_dim) the cos/sin magnitude
+             * is mscale(1) / mscale(log_mul), mscale(a) = 1 + 0.1 a ln(factor);
+             * kk_rope_table multiplies by mscale(1) itself, so divide that out. */
+            double log_mul = kl_meta_float(m, "rope.scaling.yarn_log_multiplier", 0.0);
+            if (log_mul != 0.0 && factor > 1.0) r->attn_factor = (float)(1.0 / (1.0 + 0.1 * log_mul * log(factor)));
         } else {
             snprintf(L->err, sizeof L->err, "unsupported rope scaling type '%s'", stype);
             return -1;
