@@ -9,6 +9,7 @@
 #include "chat/gotmpl.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -374,9 +375,11 @@ static int lex_action(P *p, const char *s, const char **end, int *trim_after) {
             if (k >= sizeof num) return pfail(p, p->line, "a number of more than %d characters", (int)sizeof num - 1);
             memcpy(num, c, k);
             num[k] = 0;
+            errno = 0;
             long long iv = strtoll(num, &e1, 0);
+            const int wide = errno == ERANGE; /* past int64: Go reads such a constant as a float */
             double dv = strtod(num, &e2);
-            if (e2 > e1) {
+            if (e2 > e1 || (wide && e2 == e1)) {
                 tk.kind = K_REAL;
                 tk.d = dv;
                 c += e2 - num;
