@@ -622,7 +622,8 @@ static void conv_task(void *ud, int ith, int nth) {
                              state,
                              (size_t)h->conv_dim,
                              w->cv + (size_t)t * h->conv_dim + c0,
-                             (size_t)h->conv_dim};
+                             (size_t)h->conv_dim,
+                             NULL};
                 j->sops->conv_silu(&a);
                 t = end;
             }
@@ -975,7 +976,8 @@ static void hyb_replay(kiln_context *c, int seq, int32_t n) {
         if (!L->recurrent) continue;
         const float *in = kl_rs_roll_in(c->rs, seq) + (size_t)L->ord * KL_RS_ROLL_MAX * row;
         float *st = kl_rs_live(c->rs, seq) + (size_t)L->ord * (h->conv_floats + h->delta_floats);
-        kk_conv a = {n, h->conv_dim, h->K, in, row, L->conv_w, st, (size_t)h->conv_dim, w->cv, (size_t)h->conv_dim};
+        kk_conv a = {n,     h->conv_dim,         h->K, in, row, L->conv_w, st, (size_t)h->conv_dim,
+                     w->cv, (size_t)h->conv_dim, NULL};
         sops->conv_silu(&a);
         for (int t = 0; t < n; t++)
             for (int hh = 0; hh < 2 * h->Hk; hh++)
