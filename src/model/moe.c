@@ -4,6 +4,7 @@
 #include "kernels/ssm.h"
 #include "quant/quant.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,18 +18,22 @@ int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t err
         snprintf(err, errlen, "bad expert_count %d / expert_used_count %d", h->n_expert, h->n_used);
         return -1;
     }
+    h->gating = KL_MOE_SOFTMAX;
+    h->norm = 1;
     if (!h->n_expert) return 0;
     h->F_exp = (int)kl_meta_int(m, "expert_feed_forward_length", h->n_used ? hp->n_ff / h->n_used : 0);
     h->F_sh = (int)kl_meta_int(m, "expert_shared_feed_forward_length", hp->n_ff);
     h->w_scale = (float)kl_meta_float(m, "expert_weights_scale", 0.0);
     const int64_t gating = kl_meta_int(m, "expert_gating_func", 1);
-    if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || gating != 1) {
+    if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) ||
+        (gating != KL_MOE_SOFTMAX && gating != KL_MOE_SIGMOID)) {
         snprintf(err, errlen,
                  "bad expert metadata (expert_feed_forward_length %d, expert_shared_feed_forward_length %d, "
-                 "expert_gating_func %lld: kiln routes by softmax, 1)",
+                 "expert_gating_func %lld: kiln routes by softmax, 1, or sigmoid, 2)",
                  h->F_exp, h->F_sh, (long long)gating);
         return -1;
     }
+    h->gating = (int)gating;
     return 0;
 }
 
@@ -50,7 +55,12 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
     l->e_up = views + ne;
     l->e_down = views + 2 * ne;
     const int64_t Fe = h->F_exp;
-    if (gguf_find_tensor(m->gf, NAME("ffn_gate_up_exps.weight"))) {
+    const int gated = h->act != KL_MOE_RELU2;
+    l->sel_bias = kl_bind_vec(B, NAME("exp_probs_b.bias"), ne, 1);
+    if (!gated) {
+        l->e_gate = NULL;
+        kl_bind_mats3(B, NAME("ffn_up_exps.weight"), E, Fe, ne, l->e_up, 0);
+    } else if (gguf_find_tensor(m->gf, NAME("ffn_gate_up_exps.weight"))) {
         /* one [E, 2 Fe, n_expert] tensor: per expert the gate rows, then the up rows */
         if (kl_bind_mats3(B, n, E, 2 * Fe, ne, l->e_gate, 0))
             for (int e = 0; e < ne; e++) {
@@ -65,10 +75,10 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
     kl_bind_mats3(B, NAME("ffn_down_exps.weight"), Fe, E, ne, l->e_down, 0);
     if (gguf_find_tensor(m->gf, NAME("ffn_up_shexp.weight"))) {
         const int64_t Fs = h->F_sh;
-        l->s_gate = kl_bind_mat(B, NAME("ffn_gate_shexp.weight"), E, Fs, 0);
+        if (gated) l->s_gate = kl_bind_mat(B, NAME("ffn_gate_shexp.weight"), E, Fs, 0);
         l->s_up = kl_bind_mat(B, NAME("ffn_up_shexp.weight"), E, Fs, 0);
         l->s_down = kl_bind_mat(B, NAME("ffn_down_shexp.weight"), Fs, E, 0);
-        l->s_gate_inp = kl_bind_vec(B, NAME("ffn_gate_inp_shexp.weight"), E, 0);
+        l->s_gate_inp = kl_bind_vec(B, NAME("ffn_gate_inp_shexp.weight"), E, !gated);
     }
 #undef NAME
 }
@@ -76,13 +86,14 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
 void kl_moe_weights(const kiln_model *m, const kl_moe_hp *h, kl_moe_layer *l, kl_weights *w) {
     kk_mat *ms[] = {&l->s_gate, &l->s_up, &l->s_down};
     for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
-    if (l->e_gate)
+    if (l->e_up)
         for (int e = 0; e < h->n_expert; e++) {
-            kl_weights_mat(w, &l->e_gate[e]);
+            if (l->e_gate) kl_weights_mat(w, &l->e_gate[e]);
             kl_weights_mat(w, &l->e_up[e]);
             kl_weights_mat(w, &l->e_down[e]);
         }
     kl_weights_vec(w, &l->s_gate_inp, m->hp.n_embd);
+    kl_weights_vec(w, &l->sel_bias, h->n_expert);
 }
 
 uint64_t kl_moe_active_bytes(const kiln_model *m, const kl_moe_hp *h, int n_layer) {
@@ -129,29 +140,70 @@ int kl_moe_mm_rows(const kl_moe_hp *h, int n_batch) { return h->n_used > 1 ? n_b
 
 int64_t kl_moe_mm_cols(const kl_moe_hp *h) { return h->F_exp > h->F_sh ? h->F_exp : h->F_sh; }
 
+/* Sigmoid routing of one token: the k largest of sigmoid(logit) + bias
+ * (ties to the lower id), weighted by their unbiased sigmoids, renormalized
+ * when norm (the sum clamped below at F16's smallest normal), times scale.
+ * logits becomes the sigmoids. */
+static void route_sigmoid(float *logits, const float *bias, int n_expert, int k, int norm, float scale, int32_t *ids,
+                          float *w) {
+    for (int e = 0; e < n_expert; e++) logits[e] = kk_sigmoid(logits[e]);
+    for (int i = 0; i < k; i++) {
+        int best = -1;
+        float bv = -INFINITY;
+        for (int e = 0; e < n_expert; e++) {
+            int taken = 0;
+            for (int j = 0; j < i && !taken; j++) taken = ids[j] == e;
+            const float v = logits[e] + (bias ? bias[e] : 0.0f);
+            if (!taken && (best < 0 || v > bv)) best = e, bv = v;
+        }
+        ids[i] = best;
+        w[i] = logits[best];
+    }
+    if (norm) {
+        float s = 0.0f;
+        for (int i = 0; i < k; i++) s += w[i];
+        if (s < 6.103515625e-5f) s = 6.103515625e-5f;
+        for (int i = 0; i < k; i++) w[i] /= s;
+    }
+    if (scale != 1.0f && scale != 0.0f)
+        for (int i = 0; i < k; i++) w[i] *= scale;
+}
+
+/* x = relu(x)^2 over n. */
+static void relu2(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float r = x[i] > 0.0f ? x[i] : 0.0f;
+        x[i] = r * r;
+    }
+}
+
 /* The routed rows: xn of every (token, slot) copied into mx grouped by
  * expert, the experts' gate/up and down products over their groups, then
  * per token the weighted sum in slot order plus the gated shared expert. */
 void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl_moe_layer *L, kl_moe_ws *w, float *xn,
                 float *y, int n) {
     const int E = c->m->hp.n_embd, NE = h->n_expert, KU = h->n_used, Fe = h->F_exp, Fs = h->F_sh;
-    const int shared = L->s_up.data != NULL;
+    const int shared = L->s_up.data != NULL, gated = h->act != KL_MOE_RELU2;
     /* the router, and the shared expert's products on the same input (its
-     * gate vector as a one-row matrix) */
+     * gate vector as a one-row matrix); ungated, up goes to sg */
     const kk_mat sgi = {L->s_gate_inp, KQ_F32, E, 1, NULL};
     kk_mm_out o0[4] = {{&L->router, w->router, NE}};
     int n0 = 1;
     if (shared) {
-        o0[n0++] = (kk_mm_out){&L->s_gate, w->sg, Fs};
-        o0[n0++] = (kk_mm_out){&L->s_up, w->su, Fs};
-        o0[n0++] = (kk_mm_out){&sgi, w->sgl, 1};
+        if (gated) o0[n0++] = (kk_mm_out){&L->s_gate, w->sg, Fs};
+        o0[n0++] = (kk_mm_out){&L->s_up, gated ? w->su : w->sg, Fs};
+        if (L->s_gate_inp) o0[n0++] = (kk_mm_out){&sgi, w->sgl, 1};
     }
     kk_matmul_multi(c->pool, o0, n0, xn, n, c->mm_scratch);
     /* route, then group the rows by expert */
     memset(w->e_count, 0, (size_t)NE * sizeof *w->e_count);
     for (int t = 0; t < n; t++) {
-        kk_moe_route(w->router + (size_t)t * NE, NE, KU, 1, h->w_scale, w->sel + (size_t)t * KU,
-                     w->selw + (size_t)t * KU);
+        if (h->gating == KL_MOE_SIGMOID)
+            route_sigmoid(w->router + (size_t)t * NE, L->sel_bias, NE, KU, h->norm, h->w_scale, w->sel + (size_t)t * KU,
+                          w->selw + (size_t)t * KU);
+        else
+            kk_moe_route(w->router + (size_t)t * NE, NE, KU, h->norm, h->w_scale, w->sel + (size_t)t * KU,
+                         w->selw + (size_t)t * KU);
         for (int s = 0; s < KU; s++) w->e_count[w->sel[(size_t)t * KU + s]]++;
     }
     int off = 0, n_out = 0;
@@ -173,8 +225,9 @@ void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl
     for (int e = 0; e < NE; e++) {
         if (!w->e_count[e]) continue;
         const int32_t r0 = w->e_off[e], cnt = w->e_count[e];
-        for (int k = 0; k < 2; k++) {
-            w->outs[n_out] = (kk_mm_out){k ? &L->e_up[e] : &L->e_gate[e], (k ? w->mu : w->mg) + (size_t)r0 * Fe, Fe};
+        for (int k = gated ? 0 : 1; k < 2; k++) { /* ungated: up into mg */
+            w->outs[n_out] =
+                (kk_mm_out){k ? &L->e_up[e] : &L->e_gate[e], (k && gated ? w->mu : w->mg) + (size_t)r0 * Fe, Fe};
             w->out_t0[n_out] = one ? 0 : r0;
             w->out_nt[n_out++] = cnt;
         }
@@ -184,7 +237,10 @@ void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl
         kk_matmul_ranges(c->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
                          n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, one ? xn : w->mx, one ? 1 : rows,
                          c->mm_scratch);
-    for (int r = 0; r < rows; r++) ops->swiglu(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe);
+    if (gated)
+        for (int r = 0; r < rows; r++) ops->swiglu(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe);
+    else
+        relu2(w->mg, (size_t)rows * Fe);
     n_out = 0;
     for (int e = 0; e < NE; e++) {
         if (!w->e_count[e]) continue;
@@ -197,12 +253,15 @@ void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl
         kk_matmul_ranges(c->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
                          n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, w->mg, rows, c->mm_scratch);
     if (shared) {
-        for (int t = 0; t < n; t++) ops->swiglu(w->sg + (size_t)t * Fs, w->su + (size_t)t * Fs, Fs);
+        if (gated)
+            for (int t = 0; t < n; t++) ops->swiglu(w->sg + (size_t)t * Fs, w->su + (size_t)t * Fs, Fs);
+        else
+            relu2(w->sg, (size_t)n * Fs);
         kk_matmul(c->pool, &L->s_down, w->sg, n, y, E, c->mm_scratch);
     }
     for (int t = 0; t < n; t++) {
         float *yt = y + (size_t)t * E;
-        const float sgate = shared ? kk_sigmoid(w->sgl[t]) : 0.0f;
+        const float sgate = shared ? (L->s_gate_inp ? kk_sigmoid(w->sgl[t]) : 1.0f) : 0.0f;
         float *acc = xn + (size_t)t * E; /* every product that reads xn has run */
         for (int s = 0; s < KU; s++) {
             const float ws = w->selw[(size_t)t * KU + s];

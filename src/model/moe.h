@@ -1,12 +1,19 @@
 /*
  * moe — the mixture-of-experts FFN the decoder families share (hybrid.c's
- * qwen35moe and qwen3next, dense.c's qwen3moe):
+ * qwen35moe and qwen3next, dense.c's qwen3moe, nemotron.c's
+ * nemotron_h_moe):
  *
  *   out = sum_i w_i down_i(silu(gate_i xn) * up_i xn)
  *         [+ sigmoid(shexp_gate . xn) * shared(xn)  when the layer has a shared expert]
  *
  * with w the top k of the softmax over the router's logits, renormalized to
  * sum 1, times expert_weights_scale where the file sets one (kk_moe_route).
+ * With KL_MOE_SIGMOID gating the probabilities are the logits' sigmoids,
+ * the choice is made on them plus the layer's exp_probs_b where it has one,
+ * and the weights are the unbiased sigmoids (renormalized when norm); with
+ * KL_MOE_RELU2 experts (and the shared expert) are down(relu(up xn)^2)
+ * without a gate, and a shared expert without its gate vector is added
+ * with weight 1.
  * Only the selected experts' rows are read.  A family binds a layer's MoE
  * tensors with kl_moe_bind, sizes its activations with kl_moe_ws_init and
  * runs the FFN with kl_moe_ffn.
@@ -21,7 +28,13 @@ typedef struct kl_moe_hp {
     int n_expert, n_used; /* experts, experts per token (0, 0: no MoE layers) */
     int F_exp, F_sh;      /* an expert's width, the shared expert's */
     float w_scale;        /* expert_weights_scale (0 or 1: none) */
+    int gating;           /* KL_MOE_SOFTMAX (expert_gating_func 1) or KL_MOE_SIGMOID (2) */
+    int norm;             /* 1: the chosen weights renormalized to sum 1 (the default) */
+    int act;              /* KL_MOE_SWIGLU (the default) or KL_MOE_RELU2, set by the family */
 } kl_moe_hp;
+
+enum { KL_MOE_SOFTMAX = 1, KL_MOE_SIGMOID = 2 };
+enum { KL_MOE_SWIGLU = 0, KL_MOE_RELU2 = 1 };
 
 /* One layer's MoE tensors: the router and per-expert views of the 3-D
  * expert tensors; the shared expert's data NULL when the layer has none. */
@@ -29,7 +42,8 @@ typedef struct kl_moe_layer {
     kk_mat router;                  /* n_embd -> n_expert, F32 */
     kk_mat *e_gate, *e_up, *e_down; /* [n_expert] views */
     kk_mat s_gate, s_up, s_down;    /* shared expert */
-    const float *s_gate_inp;        /* [n_embd]: the shared expert's gate */
+    const float *s_gate_inp;        /* [n_embd]: the shared expert's gate; NULL: weight 1 */
+    const float *sel_bias;          /* [n_expert] exp_probs_b (sigmoid gating); NULL: none */
 } kl_moe_layer;
 
 /* Activations for n_batch tokens (per token row; the routed rows grouped
@@ -47,12 +61,14 @@ typedef struct kl_moe_ws {
 } kl_moe_ws;
 
 /* Reads expert_count, expert_used_count, expert_feed_forward_length,
- * expert_shared_feed_forward_length, expert_weights_scale and checks
- * expert_gating_func (softmax only).  No expert_count leaves h zeroed.
+ * expert_shared_feed_forward_length, expert_weights_scale and
+ * expert_gating_func (softmax or sigmoid; softmax when absent).  No
+ * expert_count leaves h zeroed.
  * -1 with one line in err. */
 int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t errlen);
 /* Binds layer il's ffn_gate_inp, ffn_{gate,up}_exps (or the fused
- * ffn_gate_up_exps), ffn_down_exps and, when present, the shared expert;
+ * ffn_gate_up_exps; ffn_up_exps alone for KL_MOE_RELU2), ffn_down_exps,
+ * exp_probs_b when present and, when present, the shared expert;
  * views holds 3 * n_expert matrices the layer keeps pointing into. */
 void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, kl_moe_layer *l, kk_mat *views);
 /* Appends the layer's matrices and vectors to the repack list. */
