@@ -522,24 +522,74 @@ static void run_items(nem_job *j, kpool_fn fn, long n_items) {
         kpool_run_shared(j->c->pool, fn, j);
 }
 
-/* silu(z) times the scan's output, then RMSNorm over each group. */
-static void gate_norm(const nem_model *h, const nem_layer *L, const kk_ops *ops, float *o, const float *z, float eps) {
-    for (int i = 0; i < h->Di; i++) o[i] *= z[i] / (1.0f + expf(-z[i]));
-    const int gw = h->Di / h->G;
-    for (int g = 0; g < h->G; g++)
-        ops->rmsnorm(o + (size_t)g * gw, o + (size_t)g * gw, L->ssm_norm + (size_t)g * gw, gw, eps);
+/* Per-token element-wise steps, on the pool when the batch is big enough. */
+enum nem_step {
+    STEP_NORM_IN, /* xn = rms(x) * attn_norm */
+    STEP_DT,      /* dts = softplus(dt + dt_bias) */
+    STEP_GATE,    /* o = rms_g(o * silu(z)) * ssm_norm, per group */
+    STEP_RESID,   /* x += y */
+};
+
+typedef struct nem_tok {
+    kiln_context *c;
+    const kk_ops *ops;
+    const nem_layer *L;
+    int n;
+    enum nem_step step;
+} nem_tok;
+
+static void tok_range(const nem_tok *j, int i0, int i1) {
+    kiln_context *c = j->c;
+    nem_ws *w = c->ws;
+    const nem_model *h = c->m->fam;
+    const nem_layer *L = j->L;
+    const int E = c->m->hp.n_embd;
+    const float eps = c->m->hp.eps;
+    for (int i = i0; i < i1; i++) {
+        float *zx = w->zx + (size_t)i * h->d_in;
+        switch (j->step) {
+        case STEP_NORM_IN: j->ops->rmsnorm(w->xn + (size_t)i * E, w->x + (size_t)i * E, L->norm, E, eps); break;
+        case STEP_DT: {
+            const float *dt = zx + 2 * h->Di + 2 * (size_t)h->G * h->N;
+            float *d = w->dts + (size_t)i * h->Hs;
+            for (int hh = 0; hh < h->Hs; hh++) d[hh] = kk_softplus(dt[hh] + L->dt_bias[hh]);
+            break;
+        }
+        case STEP_GATE: { /* silu(z) * o into z (no longer needed), then each group's norm back into o */
+            float *o = w->o + (size_t)i * h->Di;
+            j->ops->swiglu(zx, o, h->Di);
+            const int gw = h->Di / h->G;
+            for (int g = 0; g < h->G; g++)
+                j->ops->rmsnorm(o + (size_t)g * gw, zx + (size_t)g * gw, L->ssm_norm + (size_t)g * gw, gw, eps);
+            break;
+        }
+        case STEP_RESID: j->ops->add(w->x + (size_t)i * E, w->y + (size_t)i * E, E); break;
+        }
+    }
+}
+
+static void tok_task(void *ud, int ith, int nth) {
+    const nem_tok *j = ud;
+    long lo, hi;
+    kpool_range(j->n, ith, nth, &lo, &hi);
+    tok_range(j, (int)lo, (int)hi);
+}
+
+#define TOK_PAR_MIN 4
+
+static void tok_step(kiln_context *c, const kk_ops *ops, const nem_layer *L, int n, enum nem_step step) {
+    nem_tok j = {c, ops, L, n, step};
+    if (n >= TOK_PAR_MIN)
+        kpool_run(c->pool, tok_task, &j);
+    else
+        tok_range(&j, 0, n);
 }
 
 static void mamba_layer(kiln_context *c, const kk_ops *ops, const kk_ssm_ops *sops, const nem_layer *L, int n) {
     nem_ws *w = c->ws;
     const nem_model *h = c->m->fam;
-    const float eps = c->m->hp.eps;
     kk_matmul(c->pool, &L->w_in, w->xn, n, w->zx, h->d_in, c->mm_scratch);
-    for (int i = 0; i < n; i++) {
-        const float *dt = w->zx + (size_t)i * h->d_in + 2 * h->Di + 2 * (size_t)h->G * h->N;
-        float *d = w->dts + (size_t)i * h->Hs;
-        for (int hh = 0; hh < h->Hs; hh++) d[hh] = kk_softplus(dt[hh] + L->dt_bias[hh]);
-    }
+    tok_step(c, ops, L, n, STEP_DT);
     for (int r = 0; r < w->n_run; r++) { /* a recorded run keeps this layer's inputs */
         if (!w->verify[r]) continue;
         const int r0 = w->run[r], len = w->run[r + 1] - r0;
@@ -553,7 +603,7 @@ static void mamba_layer(kiln_context *c, const kk_ops *ops, const kk_ssm_ops *so
     const int nb = (h->conv_dim + CONV_BLOCK - 1) / CONV_BLOCK;
     run_items(&j, conv_task, n == 1 ? 1 : (long)w->n_run * nb);
     run_items(&j, scan_task, (long)w->n_run * h->Hs);
-    for (int i = 0; i < n; i++) gate_norm(h, L, ops, w->o + (size_t)i * h->Di, w->zx + (size_t)i * h->d_in, eps);
+    tok_step(c, ops, L, n, STEP_GATE);
     kk_matmul(c->pool, &L->w_out, w->o, n, w->y, c->m->hp.n_embd, c->mm_scratch);
 }
 
@@ -636,14 +686,14 @@ static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) 
     for (int i = 0; i < n; i++) kk_get_row(&m->tok_embd, b->token[w->ord[i]], w->x + (size_t)i * E);
     for (int l = 0; l < h->n_layer; l++) {
         const nem_layer *L = &h->layers[l];
-        for (int i = 0; i < n; i++) ops->rmsnorm(w->xn + (size_t)i * E, w->x + (size_t)i * E, L->norm, E, hp->eps);
+        tok_step(c, ops, L, n, STEP_NORM_IN);
         switch (L->kind) {
         case NEM_MAMBA: mamba_layer(c, ops, sops, L, n); break;
         case NEM_ATTN: attention_layer(c, ops, L, n); break;
         case NEM_MLP: mlp_layer(c, L, n); break;
         case NEM_MOE: kl_moe_ffn(c, ops, &h->moe, &L->ex, &w->ex, w->xn, w->y, n); break;
         }
-        for (int i = 0; i < n; i++) ops->add(w->x + (size_t)i * E, w->y + (size_t)i * E, E);
+        tok_step(c, ops, L, n, STEP_RESID);
     }
     kl_batch_commit(c, n);
     const float *xo = w->x;
