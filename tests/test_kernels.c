@@ -983,6 +983,24 @@ static void test_route(void) {
     double all = 0;
     for (int e = 0; e < 6; e++) all += exp(lg[e]);
     CHECK(ids[0] == 1 && ids[1] == 3 && fabs(w[0] - 2 * e1 / all) < 1e-6);
+    /* sigmoid routing: chosen on p + bias, weighted by p, renormalized, scaled */
+    {
+        float l[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, -3.0f};
+        const float bias[6] = {0.0f, 0.0f, 3.0f, 0.0f, 0.0f, 0.0f};
+        kk_moe_route_sigmoid(l, bias, 6, 1, 1, 2, 1, 2.0f, ids, w);
+        const double p1 = 1.0 / (1.0 + exp(-2.0)), p2 = 1.0 / (1.0 + exp(1.0));
+        CHECKF(ids[0] == 2 && ids[1] == 1, "sigmoid route ids %d %d", ids[0], ids[1]);
+        CHECK(fabs(w[0] - 2 * p2 / (p1 + p2)) < 1e-6 && fabs(w[1] - 2 * p1 / (p1 + p2)) < 1e-6);
+        CHECK(fabsf(l[4] - 1.0f / (1.0f + expf(-1.0f))) < 1e-7f); /* logits became p */
+        /* three groups of two, one used: unbiased scores 0.62+0.88, 0.27+0.88, 0.73+0.05; the bias
+         * of 3 on expert 2 makes group 1 win, so experts 2 and 3 */
+        float g[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, -3.0f};
+        kk_moe_route_sigmoid(g, bias, 6, 3, 1, 2, 0, 1.0f, ids, w);
+        CHECKF(ids[0] == 2 && ids[1] == 3 && fabs(w[1] - p1) < 1e-6, "grouped route ids %d %d", ids[0], ids[1]);
+        float g2[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, -3.0f};
+        kk_moe_route_sigmoid(g2, NULL, 6, 3, 1, 2, 0, 1.0f, ids, w); /* unbiased: group 0 (1.50 > 1.15) */
+        CHECKF(ids[0] == 1 && ids[1] == 0, "grouped route ids %d %d", ids[0], ids[1]);
+    }
     CHECK(fabsf(kk_softplus(0.0f) - logf(2.0f)) < 1e-7f && kk_softplus(30.0f) == 30.0f);
     CHECK(fabsf(kk_sigmoid(0.0f) - 0.5f) < 1e-7f);
     float x[3] = {3.0f, 0.0f, 4.0f};

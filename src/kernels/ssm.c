@@ -52,6 +52,62 @@ void kk_moe_route(const float *logits, int n_expert, int k, int norm, float scal
         for (int i = 0; i < k; i++) w[i] *= scale;
 }
 
+void kk_moe_route_sigmoid(float *logits, const float *bias, int n_expert, int n_group, int n_group_used, int k,
+                          int norm, float scale, int32_t *ids, float *w) {
+    for (int e = 0; e < n_expert; e++) logits[e] = kk_sigmoid(logits[e]);
+    /* the groups allowed: by the sum of their two largest choice values */
+    uint64_t allowed = ~0ull;
+    if (n_group > 1 && n_group_used < n_group) {
+        const int per = n_expert / n_group;
+        float score[KK_MOE_MAX_GROUPS];
+        for (int g = 0; g < n_group; g++) {
+            float a = -INFINITY, b = -INFINITY;
+            for (int e = g * per; e < (g + 1) * per; e++) {
+                const float v = logits[e] + (bias ? bias[e] : 0.0f);
+                if (v > a) {
+                    b = a;
+                    a = v;
+                } else if (v > b) {
+                    b = v;
+                }
+            }
+            score[g] = a + b;
+        }
+        allowed = 0;
+        for (int i = 0; i < n_group_used; i++) {
+            int best = -1;
+            for (int g = 0; g < n_group; g++)
+                if (!(allowed >> g & 1) && (best < 0 || score[g] > score[best])) best = g;
+            allowed |= 1ull << best;
+        }
+    }
+    const int per = n_group > 1 ? n_expert / n_group : n_expert;
+    for (int i = 0; i < k; i++) {
+        int best = -1;
+        float bv = -INFINITY;
+        for (int e = 0; e < n_expert; e++) {
+            if (!(allowed >> (e / per) & 1)) continue;
+            int taken = 0;
+            for (int j = 0; j < i && !taken; j++) taken = ids[j] == e;
+            const float v = logits[e] + (bias ? bias[e] : 0.0f);
+            if (!taken && (best < 0 || v > bv)) {
+                best = e;
+                bv = v;
+            }
+        }
+        ids[i] = best;
+        w[i] = logits[best];
+    }
+    if (norm) {
+        float s = 0.0f;
+        for (int i = 0; i < k; i++) s += w[i];
+        if (s < 6.103515625e-5f) s = 6.103515625e-5f;
+        for (int i = 0; i < k; i++) w[i] /= s;
+    }
+    if (scale != 1.0f && scale != 0.0f)
+        for (int i = 0; i < k; i++) w[i] *= scale;
+}
+
 /* ------------------------------------------------------------ references */
 
 static float silu(float v) { return v / (1.0f + expf(-v)); }

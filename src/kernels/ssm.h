@@ -128,5 +128,15 @@ float kk_sigmoid(float x);
  * smallest normal) and then times scale (1: none).  ids[k], w[k] in
  * descending order.  logits is left unchanged. */
 void kk_moe_route(const float *logits, int n_expert, int k, int norm, float scale, int32_t *ids, float *w);
+/* Sigmoid routing of one token (DeepSeek V3, Nemotron-H MoE): p = sigmoid
+ * of each logit (logits becomes p); the choice is made on p + bias (bias
+ * NULL: p), within the n_group_used groups of n_expert / n_group
+ * consecutive experts whose two largest choice values sum highest when
+ * n_group > 1 (n_group <= KK_MOE_MAX_GROUPS); the k largest (ties to the
+ * lower id) get their unbiased p as weights, renormalized to sum 1 when
+ * norm (the sum clamped as kk_moe_route's) and times scale. */
+#define KK_MOE_MAX_GROUPS 64
+void kk_moe_route_sigmoid(float *logits, const float *bias, int n_expert, int n_group, int n_group_used, int k,
+                          int norm, float scale, int32_t *ids, float *w);
 
 #endif

@@ -4,7 +4,6 @@
 #include "kernels/ssm.h"
 #include "quant/quant.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +33,22 @@ int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t err
         return -1;
     }
     h->gating = (int)gating;
+    /* expert groups (DeepSeek V3's routing), applied by sigmoid routing */
+    h->n_group = (int)kl_meta_int(m, "expert_group_count", 1);
+    h->n_group_used = (int)kl_meta_int(m, "expert_group_used_count", h->n_group);
+    if (h->n_group < 1) h->n_group = 1; /* 0: no groups */
+    if (h->n_group > 1 && (h->n_group > KK_MOE_MAX_GROUPS || h->n_expert % h->n_group || h->n_expert / h->n_group < 2 ||
+                           h->n_group_used < 1 || h->n_group_used > h->n_group ||
+                           h->n_used > h->n_group_used * (h->n_expert / h->n_group))) {
+        snprintf(err, errlen, "bad expert groups (expert_group_count %d, expert_group_used_count %d, %d experts)",
+                 h->n_group, h->n_group_used, h->n_expert);
+        return -1;
+    }
+    if (h->n_group > 1 && h->n_group_used < h->n_group && kl_meta_kv(m, "expert_gating_func") &&
+        gating == KL_MOE_SOFTMAX) {
+        snprintf(err, errlen, "expert groups with softmax routing are not supported");
+        return -1;
+    }
     return 0;
 }
 
@@ -140,35 +155,6 @@ int kl_moe_mm_rows(const kl_moe_hp *h, int n_batch) { return h->n_used > 1 ? n_b
 
 int64_t kl_moe_mm_cols(const kl_moe_hp *h) { return h->F_exp > h->F_sh ? h->F_exp : h->F_sh; }
 
-/* Sigmoid routing of one token: the k largest of sigmoid(logit) + bias
- * (ties to the lower id), weighted by their unbiased sigmoids, renormalized
- * when norm (the sum clamped below at F16's smallest normal), times scale.
- * logits becomes the sigmoids. */
-static void route_sigmoid(float *logits, const float *bias, int n_expert, int k, int norm, float scale, int32_t *ids,
-                          float *w) {
-    for (int e = 0; e < n_expert; e++) logits[e] = kk_sigmoid(logits[e]);
-    for (int i = 0; i < k; i++) {
-        int best = -1;
-        float bv = -INFINITY;
-        for (int e = 0; e < n_expert; e++) {
-            int taken = 0;
-            for (int j = 0; j < i && !taken; j++) taken = ids[j] == e;
-            const float v = logits[e] + (bias ? bias[e] : 0.0f);
-            if (!taken && (best < 0 || v > bv)) best = e, bv = v;
-        }
-        ids[i] = best;
-        w[i] = logits[best];
-    }
-    if (norm) {
-        float s = 0.0f;
-        for (int i = 0; i < k; i++) s += w[i];
-        if (s < 6.103515625e-5f) s = 6.103515625e-5f;
-        for (int i = 0; i < k; i++) w[i] /= s;
-    }
-    if (scale != 1.0f && scale != 0.0f)
-        for (int i = 0; i < k; i++) w[i] *= scale;
-}
-
 /* x = relu(x)^2 over n. */
 static void relu2(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -199,8 +185,8 @@ void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl
     memset(w->e_count, 0, (size_t)NE * sizeof *w->e_count);
     for (int t = 0; t < n; t++) {
         if (h->gating == KL_MOE_SIGMOID)
-            route_sigmoid(w->router + (size_t)t * NE, L->sel_bias, NE, KU, h->norm, h->w_scale, w->sel + (size_t)t * KU,
-                          w->selw + (size_t)t * KU);
+            kk_moe_route_sigmoid(w->router + (size_t)t * NE, L->sel_bias, NE, h->n_group, h->n_group_used, KU, h->norm,
+                                 h->w_scale, w->sel + (size_t)t * KU, w->selw + (size_t)t * KU);
         else
             kk_moe_route(w->router + (size_t)t * NE, NE, KU, h->norm, h->w_scale, w->sel + (size_t)t * KU,
                          w->selw + (size_t)t * KU);

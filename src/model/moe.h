@@ -31,6 +31,8 @@ typedef struct kl_moe_hp {
     int gating;           /* KL_MOE_SOFTMAX (expert_gating_func 1) or KL_MOE_SIGMOID (2) */
     int norm;             /* 1: the chosen weights renormalized to sum 1 (the default) */
     int act;              /* KL_MOE_SWIGLU (the default) or KL_MOE_RELU2, set by the family */
+    int n_group;          /* expert_group_count (1: none): sigmoid routing picks among */
+    int n_group_used;     /* expert_group_used_count groups first (kk_moe_route_sigmoid) */
 } kl_moe_hp;
 
 enum { KL_MOE_SOFTMAX = 1, KL_MOE_SIGMOID = 2 };
@@ -61,8 +63,9 @@ typedef struct kl_moe_ws {
 } kl_moe_ws;
 
 /* Reads expert_count, expert_used_count, expert_feed_forward_length,
- * expert_shared_feed_forward_length, expert_weights_scale and
- * expert_gating_func (softmax or sigmoid; softmax when absent).  No
+ * expert_shared_feed_forward_length, expert_weights_scale,
+ * expert_gating_func (softmax or sigmoid; softmax when absent) and
+ * expert_group_count / expert_group_used_count.  No
  * expert_count leaves h zeroed.
  * -1 with one line in err. */
 int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t errlen);
