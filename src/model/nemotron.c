@@ -17,6 +17,10 @@
  *     S_h = e^(dt_h A_h) S_h + (x_h dt_h) B_g^T,  y_h = S_h C_g + D_h x_h   (kernels/ssm.h)
  *     with dt_h = softplus(dt_h + dt_bias_h), A = ssm_a = -exp(A_log)
  *   mixer = Wout rms_g(y * silu(z)) * ssm_norm   RMSNorm over each of G groups of Di / G
+ * A prompt's tokens go through the scan in the recurrent form too, each
+ * head's run in one call with its state in cache (the chunked SSD form
+ * would do more arithmetic on a CPU), so a prompt in pieces, a decoded
+ * token and a replayed one give the same bits.
  * Attention: no positional encoding, scale 1/sqrt(hd), GQA over the KV cache.
  * MLP: Wdown relu(Wup xn)^2, no gate.
  * MoE (model/moe.h): sigmoid of the router's logits, the top k chosen on
