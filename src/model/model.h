@@ -10,6 +10,7 @@
  * model.c   kiln_model_load: common hyperparameters, the tensor binder
  *           (shapes checked, 1-, 2- and 3-D), repacking
  * dense.c   llama, qwen2, qwen3: every layer attention + SwiGLU
+ * gemma.c   gemma3, gemma4: sliding/global attention layers, GeGLU
  * hybrid.c  qwen35, qwen35moe, qwen3next: Gated DeltaNet and gated full
  *           attention layers, dense or mixture-of-experts FFN
  * bert.c    the bert encoder (embeddings only)
@@ -178,6 +179,7 @@ extern const kl_family kl_family_hybrid;
 extern const kl_family kl_family_bert;
 extern const kl_family kl_family_modernbert;
 extern const kl_family kl_family_gemma_embed;
+extern const kl_family kl_family_gemma;
 
 /* ---- binding (model.c) ----
  * A binder finds tensors by name with exact shapes (ne[0] first) and a
