@@ -19,7 +19,8 @@ static size_t head_row_bytes(int hd, int type) {
 }
 
 uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
-    return (uint64_t)shape->n_attn_layer * (uint64_t)shape->n_head_kv * 2 * (uint64_t)head_row_bytes(shape->hd, type);
+    return (uint64_t)shape->n_attn_layer * (uint64_t)shape->n_head_kv * (shape->v_in_k ? 1 : 2) *
+           (uint64_t)head_row_bytes(shape->hd, type);
 }
 
 int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra, char *err,
@@ -30,6 +31,7 @@ int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_
     kv->n_layer = shape->n_attn_layer;
     kv->n_head_kv = shape->n_head_kv;
     kv->hd = shape->hd; /* keys and values have the same head size */
+    kv->v_in_k = shape->v_in_k;
     kv->n_seq = n_seq;
     kv->max_blocks_per_seq = (n_ctx + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
     kv->n_blocks = kv->max_blocks_per_seq * n_seq + n_extra;
@@ -185,7 +187,9 @@ static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
     for (int l = 0; l < kv->n_layer; l++)
         for (int h = 0; h < kv->n_head_kv; h++) {
             memcpy((uint8_t *)kl_kv_kblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_kblock(kv, l, src) + h * run, bytes);
-            memcpy((uint8_t *)kl_kv_vblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_vblock(kv, l, src) + h * run, bytes);
+            if (!kv->v_in_k)
+                memcpy((uint8_t *)kl_kv_vblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_vblock(kv, l, src) + h * run,
+                       bytes);
         }
 }
 
@@ -320,20 +324,24 @@ void kl_kv_append_block(kl_kv *kv, int seq, int32_t b, int32_t len) {
 }
 
 /* Block-major: a block holds, layer by layer, its K then its V run
- * (n_head_kv * KL_KV_BLOCK head rows each), so a sequence's cache is
- * its blocks and nothing else: huge pages (the mapping asks for them) are
- * filled by the blocks in use, and one TLB entry covers about a block. */
+ * (n_head_kv * KL_KV_BLOCK head rows each; the K run alone when V is in
+ * K), so a sequence's cache is its blocks and nothing else: huge pages (the
+ * mapping asks for them) are filled by the blocks in use, and one TLB entry
+ * covers about a block. */
 /* bytes of one layer's K (or V) run in a block */
 static size_t run_bytes(const kl_kv *kv) { return (size_t)kv->n_head_kv * KL_KV_BLOCK * kv->hrow; }
 
-size_t kl_kv_block_bytes(const kl_kv *kv) { return (size_t)kv->n_layer * 2 * run_bytes(kv); }
+/* runs per layer in a block: K and V, or K alone */
+static size_t layer_runs(const kl_kv *kv) { return kv->v_in_k ? 1 : 2; }
+
+size_t kl_kv_block_bytes(const kl_kv *kv) { return (size_t)kv->n_layer * layer_runs(kv) * run_bytes(kv); }
 
 void *kl_kv_kblock(const kl_kv *kv, int layer, int32_t b) {
-    return (uint8_t *)kv->mem + (size_t)b * kl_kv_block_bytes(kv) + (size_t)layer * 2 * run_bytes(kv);
+    return (uint8_t *)kv->mem + (size_t)b * kl_kv_block_bytes(kv) + (size_t)layer * layer_runs(kv) * run_bytes(kv);
 }
 
 void *kl_kv_vblock(const kl_kv *kv, int layer, int32_t b) {
-    return (uint8_t *)kl_kv_kblock(kv, layer, b) + run_bytes(kv);
+    return (uint8_t *)kl_kv_kblock(kv, layer, b) + (kv->v_in_k ? 0 : run_bytes(kv));
 }
 
 static size_t head_off(const kl_kv *kv, int64_t cell, int h) {

@@ -12,6 +12,8 @@
  * dense.c   llama, qwen2, qwen3: every layer attention + SwiGLU
  * hybrid.c  qwen35, qwen35moe, qwen3next: Gated DeltaNet and gated full
  *           attention layers, dense or mixture-of-experts FFN
+ * deepseek2.c  deepseek2: multi-head latent attention (one cached latent
+ *           row per token), routed and shared experts
  * bert.c    the bert encoder (embeddings only)
  * decoder.c what the decoder families share: the batch's positions,
  *           attention over the KV cache, the output head (decoder.h)
@@ -59,8 +61,9 @@ int kl_gguf_is_reranker(const gguf_file *f);
  * from {arch}.* keys before the family's bind; a family may refine them). */
 typedef struct kl_hparams {
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
-    int hd_k, hd_v; /* per-head key/value width */
-    float eps;      /* RMSNorm epsilon */
+    int hd_k, hd_v;   /* per-head key/value width */
+    float eps;        /* RMSNorm epsilon */
+    float attn_scale; /* attention's score multiplier; 0: 1/sqrt(cached key head size) */
     kk_rope rope;
     /* LongRoPE: the divisors used instead of rope.freq_factors when a
      * sequence's context exceeds rope.n_ctx_orig; NULL: rope's always */
@@ -74,6 +77,7 @@ typedef struct kl_hparams {
 typedef struct kl_seq_shape {
     int n_attn_layer;   /* layers with a KV cache */
     int n_head_kv, hd;  /* their KV heads and head size */
+    int v_in_k;         /* 1: V is each K row itself (a latent, MLA), not stored apart */
     size_t rs_floats;   /* recurrent state per sequence */
     size_t roll_floats; /* recorded inputs of a rollback run (state.h) */
 } kl_seq_shape;
@@ -117,6 +121,9 @@ struct kl_family {
     const kl_arch *archs;
     int n_archs;
     int encoder; /* 1: bidirectional encoder (kiln_embedder only) */
+    /* 1: the family reads attention.value_length apart from key_length
+     * (model.c otherwise requires them equal) */
+    int split_head_sizes;
     /* Binds the family's tensors with their shapes checked and reads its
      * own hyperparameters (m->hp holds the common ones); fills m->fam,
      * m->tok_embd, m->out_norm, m->output and m->hp.n_vocab.  -1 with one
@@ -175,6 +182,7 @@ extern const kl_family kl_family_hybrid;
 extern const kl_family kl_family_bert;
 extern const kl_family kl_family_modernbert;
 extern const kl_family kl_family_gemma_embed;
+extern const kl_family kl_family_deepseek2;
 
 /* ---- binding (model.c) ----
  * A binder finds tensors by name with exact shapes (ne[0] first) and a
@@ -212,7 +220,8 @@ const gguf_kv *kl_meta_kv(const kiln_model *m, const char *suffix);
  * reads 16 rows in a row (4 KB at hd 128 in F16) that the hardware prefetch
  * follows, instead of 256 bytes every 2 KB; and block by block, so the
  * cache in use is whole blocks (about one huge page each at Qwen3-0.6B's
- * size) rather than a little of every layer's array.
+ * size) rather than a little of every layer's array.  A cache whose V is
+ * in K (kl_seq_shape.v_in_k: MLA's one latent row per token) has no V runs.
  * A sequence owns an ordered list of blocks; token position p of sequence s
  * lives in cell blocks[p / KL_KV_BLOCK] * KL_KV_BLOCK + p % KL_KV_BLOCK.
  *
@@ -244,6 +253,7 @@ typedef struct kl_kv {
     int type;    /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
     int n_layer; /* attention layers */
     int n_head_kv, hd;
+    int v_in_k; /* 1: no V runs; a layer's V block is its K block (kl_seq_shape) */
     int32_t n_blocks;
     int32_t n_free;
     int32_t *free_list; /* unreferenced, unregistered blocks */

@@ -21,6 +21,7 @@ int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t err
     h->F_exp = (int)kl_meta_int(m, "expert_feed_forward_length", h->n_used ? hp->n_ff / h->n_used : 0);
     h->F_sh = (int)kl_meta_int(m, "expert_shared_feed_forward_length", hp->n_ff);
     h->w_scale = (float)kl_meta_float(m, "expert_weights_scale", 0.0);
+    h->w_norm = 1;
     const int64_t gating = kl_meta_int(m, "expert_gating_func", 1);
     if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || gating != 1) {
         snprintf(err, errlen,
@@ -68,7 +69,7 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
         l->s_gate = kl_bind_mat(B, NAME("ffn_gate_shexp.weight"), E, Fs, 0);
         l->s_up = kl_bind_mat(B, NAME("ffn_up_shexp.weight"), E, Fs, 0);
         l->s_down = kl_bind_mat(B, NAME("ffn_down_shexp.weight"), Fs, E, 0);
-        l->s_gate_inp = kl_bind_vec(B, NAME("ffn_gate_inp_shexp.weight"), E, 0);
+        if (!h->sh_ungated) l->s_gate_inp = kl_bind_vec(B, NAME("ffn_gate_inp_shexp.weight"), E, 0);
     }
 #undef NAME
 }
@@ -135,7 +136,7 @@ int64_t kl_moe_mm_cols(const kl_moe_hp *h) { return h->F_exp > h->F_sh ? h->F_ex
 void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl_moe_layer *L, kl_moe_ws *w, float *xn,
                 float *y, int n) {
     const int E = c->m->hp.n_embd, NE = h->n_expert, KU = h->n_used, Fe = h->F_exp, Fs = h->F_sh;
-    const int shared = L->s_up.data != NULL;
+    const int shared = L->s_up.data != NULL, gated = shared && L->s_gate_inp;
     /* the router, and the shared expert's products on the same input (its
      * gate vector as a one-row matrix) */
     const kk_mat sgi = {L->s_gate_inp, KQ_F32, E, 1, NULL};
@@ -144,13 +145,13 @@ void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl
     if (shared) {
         o0[n0++] = (kk_mm_out){&L->s_gate, w->sg, Fs};
         o0[n0++] = (kk_mm_out){&L->s_up, w->su, Fs};
-        o0[n0++] = (kk_mm_out){&sgi, w->sgl, 1};
+        if (gated) o0[n0++] = (kk_mm_out){&sgi, w->sgl, 1};
     }
     kk_matmul_multi(c->pool, o0, n0, xn, n, c->mm_scratch);
     /* route, then group the rows by expert */
     memset(w->e_count, 0, (size_t)NE * sizeof *w->e_count);
     for (int t = 0; t < n; t++) {
-        kk_moe_route(w->router + (size_t)t * NE, NE, KU, 1, h->w_scale, w->sel + (size_t)t * KU,
+        kk_moe_route(w->router + (size_t)t * NE, NE, KU, h->w_norm, h->w_scale, w->sel + (size_t)t * KU,
                      w->selw + (size_t)t * KU);
         for (int s = 0; s < KU; s++) w->e_count[w->sel[(size_t)t * KU + s]]++;
     }
@@ -202,7 +203,7 @@ void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl
     }
     for (int t = 0; t < n; t++) {
         float *yt = y + (size_t)t * E;
-        const float sgate = shared ? kk_sigmoid(w->sgl[t]) : 0.0f;
+        const float sgate = gated ? kk_sigmoid(w->sgl[t]) : 1.0f;
         float *acc = xn + (size_t)t * E; /* every product that reads xn has run */
         for (int s = 0; s < KU; s++) {
             const float ws = w->selw[(size_t)t * KU + s];

@@ -3,10 +3,12 @@
  * qwen35moe and qwen3next, dense.c's qwen3moe):
  *
  *   out = sum_i w_i down_i(silu(gate_i xn) * up_i xn)
- *         [+ sigmoid(shexp_gate . xn) * shared(xn)  when the layer has a shared expert]
+ *         [+ sigmoid(shexp_gate . xn) * shared(xn)  when the layer has a shared expert;
+ *          + shared(xn) when it is ungated]
  *
  * with w the top k of the softmax over the router's logits, renormalized to
- * sum 1, times expert_weights_scale where the file sets one (kk_moe_route).
+ * sum 1 (unless w_norm is 0), times expert_weights_scale where the file sets
+ * one (kk_moe_route).
  * Only the selected experts' rows are read.  A family binds a layer's MoE
  * tensors with kl_moe_bind, sizes its activations with kl_moe_ws_init and
  * runs the FFN with kl_moe_ffn.
@@ -21,6 +23,8 @@ typedef struct kl_moe_hp {
     int n_expert, n_used; /* experts, experts per token (0, 0: no MoE layers) */
     int F_exp, F_sh;      /* an expert's width, the shared expert's */
     float w_scale;        /* expert_weights_scale (0 or 1: none) */
+    int w_norm;           /* 1 (kl_moe_read_hparams' default): the top k weights renormalized */
+    int sh_ungated;       /* 1: the shared expert is added as is (no ffn_gate_inp_shexp) */
 } kl_moe_hp;
 
 /* One layer's MoE tensors: the router and per-expert views of the 3-D
@@ -29,7 +33,7 @@ typedef struct kl_moe_layer {
     kk_mat router;                  /* n_embd -> n_expert, F32 */
     kk_mat *e_gate, *e_up, *e_down; /* [n_expert] views */
     kk_mat s_gate, s_up, s_down;    /* shared expert */
-    const float *s_gate_inp;        /* [n_embd]: the shared expert's gate */
+    const float *s_gate_inp;        /* [n_embd]: the shared expert's gate; NULL: ungated */
 } kl_moe_layer;
 
 /* Activations for n_batch tokens (per token row; the routed rows grouped
@@ -48,7 +52,8 @@ typedef struct kl_moe_ws {
 
 /* Reads expert_count, expert_used_count, expert_feed_forward_length,
  * expert_shared_feed_forward_length, expert_weights_scale and checks
- * expert_gating_func (softmax only).  No expert_count leaves h zeroed.
+ * expert_gating_func (softmax only); w_norm 1, sh_ungated 0.  No
+ * expert_count leaves h zeroed.
  * -1 with one line in err. */
 int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t errlen);
 /* Binds layer il's ffn_gate_inp, ffn_{gate,up}_exps (or the fused
