@@ -110,6 +110,8 @@ typedef struct attn_job {
     kiln_context *c;
     const kk_ops *ops;
     int layer;
+    int window;  /* kl_attn_opts.window */
+    float scale; /* score scale */
     const float *q;
     float *out;
     atomic_long next; /* next (KV head, tile, head pair) item to claim */
@@ -143,7 +145,7 @@ static void attn_task(void *ud, int ith, int nth) {
     const kl_hparams *hp = &c->m->hp;
     const kl_kv *kv = &c->kv;
     const int hd = kv->hd, group = hp->n_head / kv->n_head_kv;
-    const float scale = hp->attn_scale != 0.0f ? hp->attn_scale : 1.0f / sqrtf((float)hd);
+    const float scale = j->scale;
     /* per-thread scratch (api.c): room for two heads of a tile */
     float *scratch = c->att_scratch + (size_t)ith * c->att_scratch_per_thread;
     const kk_ops *ops = j->ops;
@@ -175,6 +177,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .block_stride = kl_kv_block_bytes(kv),
                 .row_stride = kv->hrow,
                 .scale = scale,
+                .window = j->window,
                 .out = o,
                 .scratch = scratch,
             };
@@ -197,6 +200,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .row_stride = (size_t)hd,
                 .scale = scale,
                 .acc_f32 = attn_acc_f32(pos),
+                .window = j->window,
                 .out = o,
                 .scratch = scratch,
             };
@@ -210,7 +214,7 @@ static void attn_task(void *ud, int ith, int nth) {
             float *oh = o + (size_t)hh * hd;
             float M = -INFINITY, S = 0.0f;
             memset(oh, 0, (size_t)hd * sizeof(float));
-            for (int t = 0; t <= pos; t++) {
+            for (int t = j->window > 0 && pos >= j->window ? pos - j->window + 1 : 0; t <= pos; t++) {
                 int64_t cell = kl_kv_cell(kv, s, t);
                 const float *kr = kl_kv_khead(kv, j->layer, cell, kvh);
                 const float *vr = kl_kv_vhead(kv, j->layer, cell, kvh);
@@ -233,8 +237,15 @@ static void attn_task(void *ud, int ith, int nth) {
     }
 }
 
-void kl_attn_run(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n) {
+void kl_attn_run_opts(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n,
+                      const kl_attn_opts *o) {
     (void)n; /* the tiles cover the batch */
-    attn_job aj = {c, ops, ord, q, out, 0};
+    const int window = o && o->window > 0 ? o->window : 0;
+    const float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)c->kv.hd);
+    attn_job aj = {c, ops, ord, window, scale, q, out, 0};
     kpool_run_shared(c->pool, attn_task, &aj);
+}
+
+void kl_attn_run(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n) {
+    kl_attn_run_opts(c, ops, ord, q, out, n, NULL);
 }

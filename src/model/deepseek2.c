@@ -81,6 +81,7 @@ typedef struct ds_model {
     int n_dense;     /* leading layers with a dense FFN */
     int q_rank, r;   /* q_lora_rank (0: plain attn_q), kv_lora_rank */
     int dn, dr, dv;  /* per head: no-rope and rope query parts, value width */
+    float kq_scale;  /* the attention's score scale */
 } ds_model;
 
 /* ---------------------------------------------------------------- binding */
@@ -147,9 +148,9 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         rope->attn_factor = (float)kl_meta_float(m, "rope.scaling.attn_factor", 1.0) / (1.0f + 0.1f * ln_f);
     const float mag = rope->attn_factor * (1.0f + 0.1f * ln_f);
     const float mscale = mag * (1.0f + 0.1f * log_mul * ln_f);
-    hp->attn_scale = mscale * mscale / sqrtf((float)dk);
-    if (!isfinite(hp->attn_scale) || !(hp->attn_scale > 0.0f)) {
-        snprintf(err, errlen, "bad rope scaling (attention scale %g)", (double)hp->attn_scale);
+    d->kq_scale = mscale * mscale / sqrtf((float)dk);
+    if (!isfinite(d->kq_scale) || !(d->kq_scale > 0.0f)) {
+        snprintf(err, errlen, "bad rope scaling (attention scale %g)", (double)d->kq_scale);
         return -1;
     }
     d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
@@ -463,7 +464,8 @@ static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         }
         ds_step(&j, STEP_ROPE_STORE);
         ds_heads(c, L->wk_b, w->qn, n, w->qf, row); /* q_h' = Wk_b,h q_nope,h, ahead of its rope part */
-        kl_attn_run(c, ops, l, w->qf, w->att, n);
+        const kl_attn_opts ao = {.scale = d->kq_scale};
+        kl_attn_run_opts(c, ops, l, w->qf, w->att, n, &ao);
         ds_step(&j, STEP_GATHER_LATENT);
         ds_heads(c, L->wv_b, w->al, n, w->vo, d->dv);
         kk_matmul(c->pool, &L->wo, w->vo, n, w->xn, E, c->mm_scratch);

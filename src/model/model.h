@@ -61,9 +61,8 @@ int kl_gguf_is_reranker(const gguf_file *f);
  * from {arch}.* keys before the family's bind; a family may refine them). */
 typedef struct kl_hparams {
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
-    int hd_k, hd_v;   /* per-head key/value width */
-    float eps;        /* RMSNorm epsilon */
-    float attn_scale; /* attention's score multiplier; 0: 1/sqrt(cached key head size) */
+    int hd_k, hd_v; /* per-head key/value width */
+    float eps;      /* RMSNorm epsilon */
     kk_rope rope;
     /* LongRoPE: the divisors used instead of rope.freq_factors when a
      * sequence's context exceeds rope.n_ctx_orig; NULL: rope's always */
