@@ -27,10 +27,11 @@
  * mscale^2 / sqrt(Dn + Dr), mscale = 1 + 0.1 mscale_all_dim ln(factor), as
  * llama.cpp computes them.
  *
- * The MoE FFN is model/moe.h's: softmax over the router's logits, the top
- * expert_used_count, renormalized only if expert_weights_norm, times
- * expert_weights_scale, plus the shared expert (expert_shared_count x
- * expert width) added ungated.
+ * The MoE FFN is model/moe.h's: softmax (V2) or sigmoid (V3,
+ * expert_gating_func 2) over the router's logits, the top expert_used_count
+ * (V3: by probability + exp_probs_b, within the best expert groups),
+ * renormalized only if expert_weights_norm, times expert_weights_scale, plus
+ * the shared expert (expert_shared_count x expert width) added ungated.
  *
  * Shapes of the activations (per token row):
  *   x, xn  [n_embd]          residual stream and its normalized copy
@@ -132,6 +133,7 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         d->moe.F_sh = (int)(d->moe.F_exp * n_shared);
         d->moe.w_norm = kl_meta_int(m, "expert_weights_norm", 0) != 0;
         d->moe.sh_ungated = 1;
+        d->moe.probs_b = 1;
         d->experts = calloc((size_t)hp->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
         if (!d->experts) {
             snprintf(err, errlen, "out of memory");
@@ -192,10 +194,6 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), (int64_t)H * d->dv, E, 0);
         l->ffn_norm = kl_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
         if (i >= d->n_dense) {
-            if (gguf_find_tensor(m->gf, NAME("exp_probs_b.bias"))) {
-                kl_bind_fail(&B, "%s: expert selection bias is not supported", n);
-                break;
-            }
             kl_moe_bind(&B, m, &d->moe, i, &l->ex, d->experts + (size_t)i * 3 * d->moe.n_expert);
             if (d->moe.F_sh && !B.failed && !l->ex.s_up.data)
                 kl_bind_fail(&B, "layer %d: expert_shared_count without ffn_up_shexp", i);

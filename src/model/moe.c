@@ -23,11 +23,20 @@ int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t err
     h->w_scale = (float)kl_meta_float(m, "expert_weights_scale", 0.0);
     h->w_norm = 1;
     const int64_t gating = kl_meta_int(m, "expert_gating_func", 1);
-    if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || gating != 1) {
+    h->sigmoid = gating == 2;
+    h->n_group = (int)kl_meta_int(m, "expert_group_count", 0);
+    h->n_group_used = (int)kl_meta_int(m, "expert_group_used_count", 0);
+    if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || (gating != 1 && gating != 2)) {
         snprintf(err, errlen,
                  "bad expert metadata (expert_feed_forward_length %d, expert_shared_feed_forward_length %d, "
-                 "expert_gating_func %lld: kiln routes by softmax, 1)",
+                 "expert_gating_func %lld: kiln routes by softmax, 1, or sigmoid, 2)",
                  h->F_exp, h->F_sh, (long long)gating);
+        return -1;
+    }
+    if (h->n_group > 1 && (h->n_group > 256 || h->n_expert % h->n_group || h->n_group_used < 1 ||
+                           h->n_group_used > h->n_group || h->n_used > h->n_group_used * (h->n_expert / h->n_group))) {
+        snprintf(err, errlen, "bad expert groups (expert_group_count %d, expert_group_used_count %d)", h->n_group,
+                 h->n_group_used);
         return -1;
     }
     return 0;
@@ -71,6 +80,7 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
         l->s_down = kl_bind_mat(B, NAME("ffn_down_shexp.weight"), Fs, E, 0);
         if (!h->sh_ungated) l->s_gate_inp = kl_bind_vec(B, NAME("ffn_gate_inp_shexp.weight"), E, 0);
     }
+    if (h->probs_b) l->sel_bias = kl_bind_vec(B, NAME("exp_probs_b.bias"), ne, 1);
 #undef NAME
 }
 
@@ -84,6 +94,7 @@ void kl_moe_weights(const kiln_model *m, const kl_moe_hp *h, kl_moe_layer *l, kl
             kl_weights_mat(w, &l->e_down[e]);
         }
     kl_weights_vec(w, &l->s_gate_inp, m->hp.n_embd);
+    kl_weights_vec(w, &l->sel_bias, h->n_expert);
 }
 
 uint64_t kl_moe_active_bytes(const kiln_model *m, const kl_moe_hp *h, int n_layer) {
@@ -112,7 +123,8 @@ int kl_moe_ws_init(kl_moe_ws *w, const kl_moe_hp *h, int n_embd, int n_batch) {
         {(void **)&w->md, B * KU * E * 4},  {(void **)&w->sg, B * Fs * 4},
         {(void **)&w->su, B * Fs * 4},      {(void **)&w->e_count, NE * 4},
         {(void **)&w->e_off, NE * 4},       {(void **)&w->outs, 2 * NE * sizeof(kk_mm_out)},
-        {(void **)&w->out_t0, 2 * NE * 4},  {(void **)&w->out_nt, 2 * NE * 4},
+        {(void **)&w->rsel, NE * 4},        {(void **)&w->out_t0, 2 * NE * 4},
+        {(void **)&w->out_nt, 2 * NE * 4},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = malloc(bufs[i].bytes ? bufs[i].bytes : 1))) return -1;
@@ -120,8 +132,8 @@ int kl_moe_ws_init(kl_moe_ws *w, const kl_moe_hp *h, int n_embd, int n_batch) {
 }
 
 void kl_moe_ws_free(kl_moe_ws *w) {
-    void *bufs[] = {w->router, w->sgl, w->sel, w->selw,    w->row_of, w->mx,   w->mg,     w->mu,
-                    w->md,     w->sg,  w->su,  w->e_count, w->e_off,  w->outs, w->out_t0, w->out_nt};
+    void *bufs[] = {w->router, w->sgl, w->sel,     w->selw,  w->row_of, w->mx,     w->mg,     w->mu,  w->md,
+                    w->sg,     w->su,  w->e_count, w->e_off, w->outs,   w->out_t0, w->out_nt, w->rsel};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     memset(w, 0, sizeof *w);
 }
@@ -150,9 +162,15 @@ void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl
     kk_matmul_multi(c->pool, o0, n0, xn, n, c->mm_scratch);
     /* route, then group the rows by expert */
     memset(w->e_count, 0, (size_t)NE * sizeof *w->e_count);
+    const int general = h->sigmoid || L->sel_bias || h->n_group > 1;
+    const kk_moe_gate g = {h->sigmoid, L->sel_bias, h->n_group, h->n_group_used, h->w_norm, h->w_scale};
     for (int t = 0; t < n; t++) {
-        kk_moe_route(w->router + (size_t)t * NE, NE, KU, h->w_norm, h->w_scale, w->sel + (size_t)t * KU,
-                     w->selw + (size_t)t * KU);
+        if (general)
+            kk_moe_route_sel(w->router + (size_t)t * NE, &g, NE, KU, w->rsel, w->sel + (size_t)t * KU,
+                             w->selw + (size_t)t * KU);
+        else
+            kk_moe_route(w->router + (size_t)t * NE, NE, KU, h->w_norm, h->w_scale, w->sel + (size_t)t * KU,
+                         w->selw + (size_t)t * KU);
         for (int s = 0; s < KU; s++) w->e_count[w->sel[(size_t)t * KU + s]]++;
     }
     int off = 0, n_out = 0;
