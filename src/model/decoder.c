@@ -92,17 +92,16 @@ void kl_attn_store(kiln_context *c, const kk_ops *ops, int ord, int i, const flo
     const int hd = kl_kv_hd(kv, ord);
     const int64_t cell = kl_kv_cell(kv, c->b_seq[i], c->b_pos[i]);
     for (int h = 0; h < kl_kv_hkv(kv, ord); h++) { /* head-major blocks (model.h) */
-        const float *kh = k + (size_t)h * hd, *vh = v + (size_t)h * hd;
-        if (kv->type == KILN_KV_F32) {
-            memcpy(kl_kv_khead(kv, ord, cell, h), kh, (size_t)hd * sizeof(float));
-            memcpy(kl_kv_vhead(kv, ord, cell, h), vh, (size_t)hd * sizeof(float));
-        } else if (kv->type == KILN_KV_Q8_0) { /* the reference quantizer: the same bits on every CPU */
-            const kq_traits *q8 = kq_get(KQ_Q8_0);
-            q8->from_f32(kh, kl_kv_khead(kv, ord, cell, h), hd);
-            q8->from_f32(vh, kl_kv_vhead(kv, ord, cell, h), hd);
-        } else {
-            ops->f32_to_f16_row(kh, kl_kv_khead(kv, ord, cell, h), hd);
-            ops->f32_to_f16_row(vh, kl_kv_vhead(kv, ord, cell, h), hd);
+        /* V in K (kv->v_in_k): the K row is all there is to store */
+        for (int kvi = 0; kvi < (kv->v_in_k ? 1 : 2); kvi++) {
+            const float *src = (kvi ? v : k) + (size_t)h * hd;
+            void *dst = kvi ? kl_kv_vhead(kv, ord, cell, h) : kl_kv_khead(kv, ord, cell, h);
+            if (kv->type == KILN_KV_F32)
+                memcpy(dst, src, (size_t)hd * sizeof(float));
+            else if (kv->type == KILN_KV_Q8_0) /* the reference quantizer: the same bits on every CPU */
+                kq_get(KQ_Q8_0)->from_f32(src, dst, hd);
+            else
+                ops->f32_to_f16_row(src, dst, hd);
         }
     }
 }
