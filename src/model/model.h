@@ -12,6 +12,8 @@
  * dense.c   llama, qwen2, qwen3: every layer attention + SwiGLU
  * hybrid.c  qwen35, qwen35moe, qwen3next: Gated DeltaNet and gated full
  *           attention layers, dense or mixture-of-experts FFN
+ * gptoss.c  gpt-oss: attention with sinks, alternating sliding window,
+ *           biased mixture-of-experts FFN
  * bert.c    the bert encoder (embeddings only)
  * decoder.c what the decoder families share: the batch's positions,
  *           attention over the KV cache, the output head (decoder.h)
@@ -172,6 +174,7 @@ enum { KL_POOL_MEAN = 1, KL_POOL_CLS = 2, KL_POOL_LAST = 3, KL_POOL_RANK = 4 };
 
 extern const kl_family kl_family_dense;
 extern const kl_family kl_family_hybrid;
+extern const kl_family kl_family_gptoss;
 extern const kl_family kl_family_bert;
 extern const kl_family kl_family_modernbert;
 extern const kl_family kl_family_gemma_embed;
