@@ -950,6 +950,18 @@ int main(void) {
            o ? o : "");
     free(o);
     free(e);
+    /* gpt-oss: attention sinks, a sliding window of 16 on layers 0 and 2
+     * (the text depends on it from its second token), biased MoE */
+    rc = run("show data/arch/gpt-oss-f32.gguf", &o, &e);
+    CHECKF(rc == 0 && o && strstr(o, "runnable:  yes: gpt-oss, 3 layers") &&
+               strstr(o, "experts:   4, 2 used per token, width 32\n"),
+           "show gpt-oss: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    rc = run("run -m data/arch/gpt-oss-f32.gguf -p 'The teacher asked the class' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, "adime! said\"a~riX a veryitingGIved"), "run gpt-oss: '%s'", o ? o : "");
+    free(o);
+    free(e);
 
     rc = run("bench -m ../models/stories260K.gguf -p 16 -n 8 -r 2 -t 1 -o json", &o, &e);
     CHECK(rc == 0);

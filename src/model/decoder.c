@@ -114,7 +114,8 @@ typedef struct attn_job {
     float scale; /* score scale */
     const float *q;
     float *out;
-    atomic_long next; /* next (KV head, tile, head pair) item to claim */
+    const float *sinks; /* [n_head] the layer's sink logits, NULL: none */
+    atomic_long next;   /* next (KV head, tile, head pair) item to claim */
 } attn_job;
 
 /* One (tile, head pair) per work item: for each token of the tile
@@ -163,6 +164,7 @@ static void attn_task(void *ud, int ith, int nth) {
         int s = c->b_seq[i], pos = c->b_pos[i];
         const float *q = j->q + ((size_t)i * hp->n_head + h) * hd;
         float *o = j->out + ((size_t)i * hp->n_head + h) * hd;
+        const float *sink = j->sinks ? j->sinks + h : NULL;
         if (kv->type == KILN_KV_Q8_0) {
             const kk_attn_q8 a = {
                 .q = q,
@@ -179,6 +181,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .row_stride = hrow,
                 .scale = scale,
                 .window = j->window,
+                .sink = sink,
                 .out = o,
                 .scratch = scratch,
             };
@@ -202,6 +205,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .scale = scale,
                 .acc_f32 = attn_acc_f32(pos),
                 .window = j->window,
+                .sink = sink,
                 .out = o,
                 .scratch = scratch,
             };
@@ -232,7 +236,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 kk_scale_axpy_f32(oh, 1.0f, vs, vr, hd);
                 S = S * ms + vs;
             }
-            float inv = 1.0f / S;
+            float inv = kk_attn_inv(S, M, sink ? sink + hh : NULL);
             for (int d = 0; d < hd; d++) oh[d] *= inv;
         }
     }
@@ -243,7 +247,7 @@ void kl_attn_run_opts(kiln_context *c, const kk_ops *ops, int ord, const float *
     (void)n; /* the tiles cover the batch */
     const int window = o && o->window > 0 ? o->window : 0;
     const float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)kl_kv_hd(&c->kv, ord));
-    attn_job aj = {c, ops, ord, window, scale, q, out, 0};
+    attn_job aj = {c, ops, ord, window, scale, q, out, o ? o->sinks : NULL, 0};
     kpool_run_shared(c->pool, attn_task, &aj);
 }
 

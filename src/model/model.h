@@ -15,6 +15,8 @@
  *           attention layers, dense or mixture-of-experts FFN
  * deepseek2.c  deepseek2: multi-head latent attention (one cached latent
  *           row per token), routed and shared experts
+ * gptoss.c  gpt-oss: attention with sinks, alternating sliding window,
+ *           biased mixture-of-experts FFN
  * bert.c    the bert encoder (embeddings only)
  * decoder.c what the decoder families share: the batch's positions,
  *           attention over the KV cache, the output head (decoder.h)
@@ -182,6 +184,7 @@ enum { KL_POOL_MEAN = 1, KL_POOL_CLS = 2, KL_POOL_LAST = 3, KL_POOL_RANK = 4 };
 
 extern const kl_family kl_family_dense;
 extern const kl_family kl_family_hybrid;
+extern const kl_family kl_family_gptoss;
 extern const kl_family kl_family_bert;
 extern const kl_family kl_family_modernbert;
 extern const kl_family kl_family_gemma_embed;
