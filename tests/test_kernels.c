@@ -317,13 +317,21 @@ static void test_matmul(kpool *pool, int t) {
     free(xa);
 }
 
+/* The sink logits (kk_attn_inv) the attention tests give case i: none,
+ * below the scores' maximum, or above it (the accumulator is rescaled). */
+static const float *attn_sink(size_t i) {
+    static const float z[2][2] = {{-1.5f, 0.25f}, {9.0f, 12.0f}};
+    return i % 3 ? z[i % 3 - 1] : NULL;
+}
+
 /* attn_f16: every SIMD twin against the scalar loop, bit for bit, with
  * either accumulator, over a paged cache (shuffled blocks of 16 cells) with
  * head sizes that take each path (64-wide chunks, 8-wide rest, scalar rest),
  * one query head or two sharing the KV head (the paired path at head size
  * 128), one token or a tile of consecutive tokens (the float accumulator
  * at head size 128 takes up to 8 queries at once, so 5 tokens of 2 heads
- * are split), and position counts inside and across blocks. */
+ * are split), and position counts inside and across blocks, with and
+ * without sinks. */
 static void test_attn(const kk_ops *s, const kk_ops *v) {
     enum { NBLK = 8, CELLS = NBLK * 16, HMAX = 136, STRIDE = 2 * HMAX, NTMAX = 5, TOK = 2 * HMAX + 5 };
     static uint16_t kc[CELLS * STRIDE], vc[CELLS * STRIDE];
@@ -341,103 +349,124 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
     const int hds[] = {8, 64, 72, 128, 131};
     const int counts[] = {1, 2, 15, 17, 77, CELLS};
     const int nts[] = {1, 3, 4, 5};
+    /* sliding windows: none, one inside a block, one whose start is a
+     * multiple of 8 at 77 + 3 positions, one longer than most spans */
+    const int windows[] = {0, 7, 24, 100};
     for (int acc_f32 = 0; acc_f32 <= 1; acc_f32++)
         for (int nq = 1; nq <= 2; nq++)
             for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
                 for (size_t u = 0; u < sizeof nts / sizeof nts[0]; u++)
-                    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
-                        const int hd = hds[h], nt = nts[u];
-                        const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
-                        if (nt > 1 && hd != 8 && hd != 64 && hd != 128)
-                            continue; /* tiles: the tiled sizes and one other */
-                        fill(q, NTMAX * TOK, 3.0f);
-                        memset(o1, 0, sizeof o1);
-                        memset(o2, 0, sizeof o2);
-                        kk_attn_f16 a = {.q = q,
-                                         .nq = nq,
-                                         .nt = nt,
-                                         .tok_stride = TOK,
-                                         .hd = hd,
-                                         .n_pos = n_pos,
-                                         .blocks = blocks,
-                                         .block_shift = 4,
-                                         .k = kc + HMAX,
-                                         .v = vc + 3,
-                                         .block_stride = 16 * STRIDE,
-                                         .row_stride = STRIDE,
-                                         .scale = 1.0f / sqrtf((float)hd),
-                                         .acc_f32 = acc_f32,
-                                         .out = o1,
-                                         .scratch = scratch};
-                        CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
-                        s->attn_f16(&a);
-                        a.out = o2;
-                        v->attn_f16(&a);
-                        CHECKF(memcmp(o1, o2, sizeof o1) == 0,
-                               "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d, %d positions: twins differ",
-                               acc_f32 ? "float" : "F16", nq, nt, hd, n_pos);
-                        if (nt == 1) {
-                            kk_attn_f16 b4 = a;
-                            b4.blocks = blocks4;
-                            b4.block_shift = 2;
-                            b4.block_stride = 4 * STRIDE;
-                            memset(o3, 0, sizeof o3);
-                            memset(o4, 0, sizeof o4);
-                            b4.out = o3;
-                            s->attn_f16(&b4);
-                            b4.out = o4;
-                            v->attn_f16(&b4);
-                            CHECKF(memcmp(o3, o4, sizeof o3) == 0,
-                                   "attn_f16 (%s accumulator) %d heads, hd %d, %d positions, blocks of 4: twins differ",
-                                   acc_f32 ? "float" : "F16", nq, hd, n_pos);
-                        }
-                        if (nt > 1) { /* a tile is its tokens one by one */
-                            for (int t = 0; t < nt; t++) {
-                                kk_attn_f16 one = a;
-                                one.nt = 1;
-                                one.n_pos = n_pos + t;
-                                one.q = q + (size_t)t * TOK;
-                                one.out = o2 + (size_t)t * TOK;
-                                v->attn_f16(&one);
+                    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+                        for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
+                            const int hd = hds[h], nt = nts[u], window = windows[wi];
+                            const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
+                            const float *sink = attn_sink(c + wi);
+                            if (nt > 1 && hd != 8 && hd != 64 && hd != 128)
+                                continue; /* tiles: the tiled sizes and one other */
+                            if (window && (hd == 72 || hd == 131))
+                                continue; /* windows: the kernels' split is size-blind */
+                            fill(q, NTMAX * TOK, 3.0f);
+                            memset(o1, 0, sizeof o1);
+                            memset(o2, 0, sizeof o2);
+                            kk_attn_f16 a = {.q = q,
+                                             .nq = nq,
+                                             .nt = nt,
+                                             .tok_stride = TOK,
+                                             .hd = hd,
+                                             .n_pos = n_pos,
+                                             .blocks = blocks,
+                                             .block_shift = 4,
+                                             .k = kc + HMAX,
+                                             .v = vc + 3,
+                                             .block_stride = 16 * STRIDE,
+                                             .row_stride = STRIDE,
+                                             .scale = 1.0f / sqrtf((float)hd),
+                                             .acc_f32 = acc_f32,
+                                             .window = window,
+                                             .sink = sink,
+                                             .out = o1,
+                                             .scratch = scratch};
+                            CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
+                            s->attn_f16(&a);
+                            a.out = o2;
+                            v->attn_f16(&a);
+                            CHECKF(
+                                memcmp(o1, o2, sizeof o1) == 0,
+                                "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d, %d positions, window %d, sink "
+                                "%d: twins differ",
+                                acc_f32 ? "float" : "F16", nq, nt, hd, n_pos, window, (int)((c + wi) % 3));
+                            if (nt == 1) {
+                                kk_attn_f16 b4 = a;
+                                b4.blocks = blocks4;
+                                b4.block_shift = 2;
+                                b4.block_stride = 4 * STRIDE;
+                                memset(o3, 0, sizeof o3);
+                                memset(o4, 0, sizeof o4);
+                                b4.out = o3;
+                                s->attn_f16(&b4);
+                                b4.out = o4;
+                                v->attn_f16(&b4);
+                                CHECKF(
+                                    memcmp(o3, o4, sizeof o3) == 0,
+                                    "attn_f16 (%s accumulator) %d heads, hd %d, %d positions, window %d, blocks of 4: "
+                                    "twins differ",
+                                    acc_f32 ? "float" : "F16", nq, hd, n_pos, window);
                             }
-                            CHECKF(memcmp(o1, o2, sizeof o1) == 0,
-                                   "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d: tile != tokens",
-                                   acc_f32 ? "float" : "F16", nq, nt, hd);
-                            continue;
-                        }
-                        if (nq == 2) continue; /* the reference below checks one head */
-                        /* and the scalar loop is attention: a plain double softmax
+                            if (nt > 1) { /* a tile is its tokens one by one */
+                                for (int t = 0; t < nt; t++) {
+                                    kk_attn_f16 one = a;
+                                    one.nt = 1;
+                                    one.n_pos = n_pos + t;
+                                    one.q = q + (size_t)t * TOK;
+                                    one.out = o2 + (size_t)t * TOK;
+                                    v->attn_f16(&one);
+                                }
+                                CHECKF(
+                                    memcmp(o1, o2, sizeof o1) == 0,
+                                    "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d, window %d: tile != tokens",
+                                    acc_f32 ? "float" : "F16", nq, nt, hd, window);
+                                continue;
+                            }
+                            if (nq == 2) continue; /* the reference below checks one head */
+                            /* and the scalar loop is attention: a plain double softmax
              * agrees within 4e-3 with the F16 accumulator (2.2e-3 measured)
              * and within 1e-3 with the float one (4.7e-4: the query's F16
              * rounding) */
-                        double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
-                        for (int t = 0; t < counts[c]; t++) {
-                            const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
-                            double d = 0.0;
-                            for (int i = 0; i < hd; i++)
-                                d += (double)kq_f16_to_f32(kc[HMAX + cell * STRIDE + (size_t)i]) * q[i];
-                            w[t] = d / sqrt((double)hd);
-                            if (w[t] > mx) mx = w[t];
+                            /* (a window: positions lo .. counts[c] - 1) */
+                            const int lo = window && counts[c] > window ? counts[c] - window : 0;
+                            double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
+                            for (int t = lo; t < counts[c]; t++) {
+                                const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
+                                double d = 0.0;
+                                for (int i = 0; i < hd; i++)
+                                    d += (double)kq_f16_to_f32(kc[HMAX + cell * STRIDE + (size_t)i]) * q[i];
+                                w[t] = d / sqrt((double)hd);
+                                if (w[t] > mx) mx = w[t];
+                            }
+                            if (sink && *sink > mx) mx = *sink;
+                            for (int t = lo; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
+                            if (sink) sum += exp(*sink - mx);
+                            for (int i = 0; i < hd; i++) {
+                                double r = 0.0;
+                                for (int t = lo; t < counts[c]; t++)
+                                    r +=
+                                        w[t] / sum *
+                                        kq_f16_to_f32(vc[3 + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE +
+                                                         (size_t)i]);
+                                if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
+                            }
+                            CHECKF(
+                                err < (acc_f32 ? 1e-3 : 4e-3),
+                                "attn_f16 (%s accumulator) hd %d, %d positions, window %d: %.3g from a double softmax",
+                                acc_f32 ? "float" : "F16", hd, counts[c], window, err);
                         }
-                        for (int t = 0; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
-                        for (int i = 0; i < hd; i++) {
-                            double r = 0.0;
-                            for (int t = 0; t < counts[c]; t++)
-                                r += w[t] / sum *
-                                     kq_f16_to_f32(
-                                         vc[3 + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE + (size_t)i]);
-                            if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
-                        }
-                        CHECKF(err < (acc_f32 ? 1e-3 : 4e-3),
-                               "attn_f16 (%s accumulator) hd %d, %d positions: %.3g from a double softmax",
-                               acc_f32 ? "float" : "F16", hd, counts[c], err);
-                    }
 }
 
 /* attn_q8: the SIMD twin against the scalar loop, bit for bit, over a
  * paged Q8_0 cache (shuffled blocks of 16 cells, and of 4) at head sizes of
  * 1 to 8 blocks, 1, 2, 3 or 10 heads (more than one tile holds), one token
- * or a tile, spans ending inside and at the end of 8-row steps; the scalar loop
+ * or a tile, spans ending inside and at the end of 8-row steps, with and
+ * without sinks (at 1 and 2 heads); the scalar loop
  * against a double softmax over the dequantized cache (the error left is
  * the query's quantization). */
 static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
@@ -467,62 +496,71 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
     const int hds[] = {32, 64, 96, 128, 256};
     const int counts[] = {1, 2, 15, 17, 77, CELLS};
     const int nts[] = {1, 4};
+    const int windows[] = {0, 7, 24}; /* sliding windows, as test_attn's */
     for (int b4 = 0; b4 <= 1; b4++)
         for (int nq = 1; nq <= 10; nq += nq < 3 ? 1 : 7)
             for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
                 for (size_t u = 0; u < sizeof nts / sizeof nts[0]; u++)
-                    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
-                        const int hd = hds[h], nt = nts[u];
-                        const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
-                        fill(q, NTMAX * TOK, 3.0f);
-                        memset(o1, 0, sizeof o1);
-                        memset(o2, 0, sizeof o2);
-                        kk_attn_q8 a = {.q = q,
-                                        .nq = nq,
-                                        .nt = nt,
-                                        .tok_stride = TOK,
-                                        .hd = hd,
-                                        .n_pos = n_pos,
-                                        .blocks = b4 ? blocks4 : blocks,
-                                        .block_shift = b4 ? 2 : 4,
-                                        .k = kc,
-                                        .v = vc,
-                                        .block_stride = (b4 ? 4 : 16) * (size_t)STRIDE,
-                                        .row_stride = STRIDE,
-                                        .scale = 1.0f / sqrtf((float)hd),
-                                        .out = o1,
-                                        .scratch = scratch};
-                        CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
-                        s->attn_q8(&a);
-                        a.out = o2;
-                        v->attn_q8(&a);
-                        CHECKF(memcmp(o1, o2, sizeof o1) == 0,
-                               "attn_q8 %d heads x %d tokens, hd %d, %d positions%s: twins differ", nq, nt, hd, n_pos,
-                               b4 ? ", blocks of 4" : "");
-                        if (nt > 1 || nq > 1 || b4) continue;
-                        /* the scalar loop is attention over the dequantized cache */
-                        double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
-                        float kf[HMAX];
-                        for (int t = 0; t < counts[c]; t++) {
-                            const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
-                            q8->to_f32(kc + cell * STRIDE, kf, hd);
-                            double d = 0.0;
-                            for (int i = 0; i < hd; i++) d += (double)kf[i] * q[i];
-                            w[t] = d / sqrt((double)hd);
-                            if (w[t] > mx) mx = w[t];
+                    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+                        for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
+                            const int hd = hds[h], nt = nts[u], window = windows[wi];
+                            if (window && (hd == 96 || hd == 256)) continue; /* the split is size-blind */
+                            const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
+                            const float *sink = nq <= 2 ? attn_sink(c + wi) : NULL; /* two heads' sinks */
+                            fill(q, NTMAX * TOK, 3.0f);
+                            memset(o1, 0, sizeof o1);
+                            memset(o2, 0, sizeof o2);
+                            kk_attn_q8 a = {.q = q,
+                                            .nq = nq,
+                                            .nt = nt,
+                                            .tok_stride = TOK,
+                                            .hd = hd,
+                                            .n_pos = n_pos,
+                                            .blocks = b4 ? blocks4 : blocks,
+                                            .block_shift = b4 ? 2 : 4,
+                                            .k = kc,
+                                            .v = vc,
+                                            .block_stride = (b4 ? 4 : 16) * (size_t)STRIDE,
+                                            .row_stride = STRIDE,
+                                            .scale = 1.0f / sqrtf((float)hd),
+                                            .window = window,
+                                            .sink = sink,
+                                            .out = o1,
+                                            .scratch = scratch};
+                            CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
+                            s->attn_q8(&a);
+                            a.out = o2;
+                            v->attn_q8(&a);
+                            CHECKF(memcmp(o1, o2, sizeof o1) == 0,
+                                   "attn_q8 %d heads x %d tokens, hd %d, %d positions, window %d%s: twins differ", nq,
+                                   nt, hd, n_pos, window, b4 ? ", blocks of 4" : "");
+                            if (nt > 1 || nq > 1 || b4) continue;
+                            /* the scalar loop is attention over the dequantized cache */
+                            const int lo = window && counts[c] > window ? counts[c] - window : 0;
+                            double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
+                            float kf[HMAX];
+                            for (int t = lo; t < counts[c]; t++) {
+                                const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
+                                q8->to_f32(kc + cell * STRIDE, kf, hd);
+                                double d = 0.0;
+                                for (int i = 0; i < hd; i++) d += (double)kf[i] * q[i];
+                                w[t] = d / sqrt((double)hd);
+                                if (w[t] > mx) mx = w[t];
+                            }
+                            if (sink && *sink > mx) mx = *sink;
+                            for (int t = lo; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
+                            if (sink) sum += exp(*sink - mx);
+                            static float vf[CELLS][HMAX];
+                            for (int t = lo; t < counts[c]; t++)
+                                q8->to_f32(vc + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE, vf[t], hd);
+                            for (int i = 0; i < hd; i++) {
+                                double r = 0.0;
+                                for (int t = lo; t < counts[c]; t++) r += w[t] / sum * vf[t][i];
+                                if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
+                            }
+                            CHECKF(err < 2e-2, "attn_q8 hd %d, %d positions, window %d: %.3g from a double softmax", hd,
+                                   counts[c], window, err);
                         }
-                        for (int t = 0; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
-                        static float vf[CELLS][HMAX];
-                        for (int t = 0; t < counts[c]; t++)
-                            q8->to_f32(vc + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE, vf[t], hd);
-                        for (int i = 0; i < hd; i++) {
-                            double r = 0.0;
-                            for (int t = 0; t < counts[c]; t++) r += w[t] / sum * vf[t][i];
-                            if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
-                        }
-                        CHECKF(err < 2e-2, "attn_q8 hd %d, %d positions: %.3g from a double softmax", hd, counts[c],
-                               err);
-                    }
 }
 
 /* The interleaved kernels of type t: every SIMD twin equals the scalar one
@@ -983,24 +1021,31 @@ static void test_route(void) {
     double all = 0;
     for (int e = 0; e < 6; e++) all += exp(lg[e]);
     CHECK(ids[0] == 1 && ids[1] == 3 && fabs(w[0] - 2 * e1 / all) < 1e-6);
-    /* sigmoid routing: chosen on p + bias, weighted by p, renormalized, scaled */
-    {
-        float l[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, -3.0f};
-        const float bias[6] = {0.0f, 0.0f, 3.0f, 0.0f, 0.0f, 0.0f};
-        kk_moe_route_sigmoid(l, bias, 6, 1, 1, 2, 1, 2.0f, ids, w);
-        const double p1 = 1.0 / (1.0 + exp(-2.0)), p2 = 1.0 / (1.0 + exp(1.0));
-        CHECKF(ids[0] == 2 && ids[1] == 1, "sigmoid route ids %d %d", ids[0], ids[1]);
-        CHECK(fabs(w[0] - 2 * p2 / (p1 + p2)) < 1e-6 && fabs(w[1] - 2 * p1 / (p1 + p2)) < 1e-6);
-        CHECK(fabsf(l[4] - 1.0f / (1.0f + expf(-1.0f))) < 1e-7f); /* logits became p */
-        /* three groups of two, one used: unbiased scores 0.62+0.88, 0.27+0.88, 0.73+0.05; the bias
-         * of 3 on expert 2 makes group 1 win, so experts 2 and 3 */
-        float g[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, -3.0f};
-        kk_moe_route_sigmoid(g, bias, 6, 3, 1, 2, 0, 1.0f, ids, w);
-        CHECKF(ids[0] == 2 && ids[1] == 3 && fabs(w[1] - p1) < 1e-6, "grouped route ids %d %d", ids[0], ids[1]);
-        float g2[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, -3.0f};
-        kk_moe_route_sigmoid(g2, NULL, 6, 3, 1, 2, 0, 1.0f, ids, w); /* unbiased: group 0 (1.50 > 1.15) */
-        CHECKF(ids[0] == 1 && ids[1] == 0, "grouped route ids %d %d", ids[0], ids[1]);
-    }
+    /* DeepSeek-V3's routing: sigmoid probabilities, chosen by probability
+     * + bias within the best groups, weighted by the unbiased ones */
+    float p[6], sel[6];
+    const double s1 = 1 / (1 + exp(-2.0)), s4 = 1 / (1 + exp(-1.0)), s0 = 1 / (1 + exp(-0.5));
+    kk_moe_gate g = {1, NULL, 0, 0, 1, 2.5f};
+    memcpy(p, lg, sizeof p);
+    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    CHECK(ids[0] == 1 && ids[1] == 3 && fabs(w[0] - 1.25) < 1e-6 && fabs(w[1] - 1.25) < 1e-6);
+    const float bias[6] = {0, 0, 0, 0, 5, 0};
+    g = (kk_moe_gate){1, bias, 0, 0, 0, 1.0f};
+    memcpy(p, lg, sizeof p);
+    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    CHECKF(ids[0] == 4 && ids[1] == 1 && fabs(w[0] - s4) < 1e-6 && fabs(w[1] - s1) < 1e-6, "biased route %d %d", ids[0],
+           ids[1]);
+    g = (kk_moe_gate){1, NULL, 3, 1, 0, 1.0f}; /* groups {0,1} {2,3} {4,5}: the first scores highest */
+    memcpy(p, lg, sizeof p);
+    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    CHECKF(ids[0] == 1 && ids[1] == 0 && fabs(w[1] - s0) < 1e-6, "grouped route %d %d", ids[0], ids[1]);
+    g = (kk_moe_gate){0, NULL, 0, 0, 0, 2.0f}; /* the softmax: kk_moe_route's bits */
+    memcpy(p, lg, sizeof p);
+    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    float w2[2];
+    int32_t ids2[2];
+    kk_moe_route(lg, 6, 2, 0, 2.0f, ids2, w2);
+    CHECK(ids[0] == ids2[0] && ids[1] == ids2[1] && w[0] == w2[0] && w[1] == w2[1]);
     CHECK(fabsf(kk_softplus(0.0f) - logf(2.0f)) < 1e-7f && kk_softplus(30.0f) == 30.0f);
     CHECK(fabsf(kk_sigmoid(0.0f) - 0.5f) < 1e-7f);
     float x[3] = {3.0f, 0.0f, 4.0f};

@@ -17,6 +17,9 @@ void kk_layernorm(float *out, const float *x, const float *w, const float *b, in
 void kk_softmax(float *x, int n);
 /* In place: g = silu(g) * u, silu(v) = v / (1 + e^-v). */
 void kk_swiglu(float *g, const float *u, int n);
+/* In place: the clamped SwiGLU of gpt-oss's experts, g = min(g, limit),
+ * u = clamp(u, -limit, limit), g = g * sigmoid(alpha * g) * (u + 1). */
+void kk_swiglu_oai(float *g, const float *u, int n, float alpha, float limit);
 /* In place: x = gelu(x) (tanh approximation, as BERT GGUFs expect). */
 void kk_gelu(float *x, int n);
 /* In place: x = x * Phi(x), the exact GELU with erf (Hugging Face's "gelu";
@@ -70,6 +73,14 @@ void kk_round_f16_row(const float *x, float *y, int n);
  * weights are the same bits. */
 float kk_exp_attn(float x);
 
+/* The factor that turns a query's accumulator into its output: 1 / S, S
+ * the sum of its weights e^(s_t - M) (M the largest score).  With a sink
+ * logit z (sink not NULL: an attention sink) the softmax has one
+ * more term e^(z - M) that adds no value; when z > M the maximum becomes
+ * z, so accumulator and sum scale by e^(M - z) first, and the factor holds
+ * that scale too.  Every twin calls it, so they agree bit for bit. */
+float kk_attn_inv(float S, float M, const float *sink);
+
 /* Query heads against an F16 KV cache: softmax(q . k_t * scale) over the
  * positions t < n a query sees, times v_t.  Cache rows are paged: position
  * t is in cell (blocks[t >> block_shift] << block_shift) + (t & (block - 1)),
@@ -89,9 +100,14 @@ float kk_exp_attn(float x);
  *   acc_f32 = 1: every score first, their maximum M, weights
  *     w_t = kk_exp_attn(s_t - M) summed in position order, and a float
  *     accumulator acc = fma(v_t, w_t, acc) over positions in order.
- * Then out = accumulator / sum.  The scalar twin is those loops verbatim,
+ * Then out = accumulator * kk_attn_inv(sum, M, sink).  The scalar twin is those loops verbatim,
  * query by query; SIMD twins may reorder the work but not the arithmetic,
- * so every twin gives the same bits. */
+ * so every twin gives the same bits.
+ *
+ * Sliding window (window > 0): token u, at position p = n_pos + u - 1,
+ * sees only positions max(0, p - window + 1) .. p, the same arithmetic over
+ * that span.  kk_attn_f16_query applies it: the one-query call reads its
+ * span from position `first` on, n_pos positions. */
 typedef struct kk_attn_f16 {
     const float *q;    /* [nt][nq][hd] F32 queries, tokens tok_stride apart */
     int nq;            /* heads sharing this KV head: 1 or 2 */
@@ -105,9 +121,12 @@ typedef struct kk_attn_f16 {
     size_t block_stride; /* elements from one cache block to the next */
     size_t row_stride;   /* elements from a row to the next within a block */
     float scale;
-    int acc_f32;    /* 1: float accumulator (see above) */
-    float *out;     /* [nt][nq][hd], tokens tok_stride apart */
-    float *scratch; /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
+    int acc_f32;       /* 1: float accumulator (see above) */
+    int window;        /* > 0: positions a token sees at most (sliding window); 0: all */
+    int first;         /* position of the first row read (set by kk_attn_f16_query; callers pass 0) */
+    const float *sink; /* [nq] the heads' sink logits (kk_attn_inv); NULL: none */
+    float *out;        /* [nt][nq][hd], tokens tok_stride apart */
+    float *scratch;    /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
 } kk_attn_f16;
 
 /* Floats of scratch one call needs: per query, 2 * hd + 3 * (positions the
@@ -122,22 +141,34 @@ static inline size_t kk_page_off(const int32_t *blocks, int shift, size_t block_
     return (size_t)blocks[t >> shift] * block_stride + (size_t)(t & ((1 << shift) - 1)) * row_stride;
 }
 
-/* Offset (in elements from a->k or a->v) of position t's row. */
+/* Offset (in elements from a->k or a->v) of the row a reads t-th: position
+ * a->first + t. */
 static inline size_t kk_attn_row(const kk_attn_f16 *a, int t) {
-    return kk_page_off(a->blocks, a->block_shift, a->block_stride, a->row_stride, t);
+    return kk_page_off(a->blocks, a->block_shift, a->block_stride, a->row_stride, a->first + t);
 }
 
+/* Whether a's window cuts the span of one of its tokens (the last one's
+ * first): such a call runs token by token. */
+static inline int kk_attn_window_cuts(int window, int n_pos, int nt) { return window > 0 && n_pos + nt - 1 > window; }
+
 /* Head j of token u of a as a one-query call (its query, span, output and
- * scratch). */
+ * scratch): with a window, the span is the token's last window positions
+ * (first moved up, n_pos cut) and the call has no window left. */
 static inline kk_attn_f16 kk_attn_f16_query(const kk_attn_f16 *a, int u, int j) {
     kk_attn_f16 one = *a;
     const size_t off = (size_t)u * a->tok_stride + (size_t)j * (size_t)a->hd;
     one.nq = 1;
     one.nt = 1;
     one.n_pos = a->n_pos + u;
+    if (a->window > 0 && one.n_pos > a->window) {
+        one.first += one.n_pos - a->window;
+        one.n_pos = a->window;
+    }
+    one.window = 0;
     one.q = a->q + off;
     one.out = a->out + off;
     one.scratch = a->scratch + (size_t)(u * a->nq + j) * kk_attn_scratch(1, 1, a->hd, a->n_pos + a->nt - 1);
+    one.sink = a->sink ? a->sink + j : NULL;
     return one;
 }
 
@@ -149,8 +180,8 @@ static inline kk_attn_f16 kk_attn_f16_token(const kk_attn_f16 *a, int u) {
 }
 
 /* Query heads against a Q8_0 KV cache (KILN_KV_Q8_0): rows of hd / 32
- * blocks of 34 bytes (an F16 scale d, 32 int8 q), the same paging, tiling
- * and scratch as kk_attn_f16 but with byte strides.  One arithmetic:
+ * blocks of 34 bytes (an F16 scale d, 32 int8 q), the same paging, tiling,
+ * sliding window and scratch as kk_attn_f16 but with byte strides.  One arithmetic:
  *   - the query is quantized to Q8_0 blocks by the reference quantizer
  *     (kq_get(KQ_Q8_0)->from_f32), so q . k is exact per block:
  *     s_t = sum over blocks b in order of fmaf((float)isum_b, dq_b * dk_b, s),
@@ -158,7 +189,7 @@ static inline kk_attn_f16 kk_attn_f16_token(const kk_attn_f16 *a, int u) {
  *   - M = max s_t, w_t = kk_exp_attn(s_t - M), S = sum of w_t in order;
  *   - acc = fmaf((float)v_q * dv_b, w_t, acc) over positions in order, per
  *     element (dv_b the scale of the element's block; the product is exact);
- *   - out = acc * (1 / S).
+ *   - out = acc * kk_attn_inv(S, M, sink).
  * The scalar twin is those loops; SIMD twins give the same bits. */
 typedef struct kk_attn_q8 {
     const float *q;    /* [nt][nq][hd] F32 queries, tokens tok_stride apart */
@@ -173,13 +204,17 @@ typedef struct kk_attn_q8 {
     size_t block_stride; /* bytes from one cache block to the next */
     size_t row_stride;   /* bytes from a row to the next within a block */
     float scale;
-    float *out;     /* [nt][nq][hd], tokens tok_stride apart */
-    float *scratch; /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
+    int window;        /* as kk_attn_f16's */
+    int first;         /* as kk_attn_f16's (set by kk_attn_q8_query) */
+    const float *sink; /* [nq] the heads' sink logits (kk_attn_inv); NULL: none */
+    float *out;        /* [nt][nq][hd], tokens tok_stride apart */
+    float *scratch;    /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
 } kk_attn_q8;
 
-/* Offset in bytes from a->k or a->v of position t's row. */
+/* Offset in bytes from a->k or a->v of the row a reads t-th (position
+ * a->first + t). */
 static inline size_t kk_attn_q8_row(const kk_attn_q8 *a, int t) {
-    return kk_page_off(a->blocks, a->block_shift, a->block_stride, a->row_stride, t);
+    return kk_page_off(a->blocks, a->block_shift, a->block_stride, a->row_stride, a->first + t);
 }
 
 /* Head j of token u of a as a one-query call; its scratch share holds the
@@ -190,9 +225,22 @@ static inline kk_attn_q8 kk_attn_q8_query(const kk_attn_q8 *a, int u, int j) {
     one.nq = 1;
     one.nt = 1;
     one.n_pos = a->n_pos + u;
+    if (a->window > 0 && one.n_pos > a->window) {
+        one.first += one.n_pos - a->window;
+        one.n_pos = a->window;
+    }
+    one.window = 0;
     one.q = a->q + off;
     one.out = a->out + off;
     one.scratch = a->scratch + (size_t)(u * a->nq + j) * kk_attn_scratch(1, 1, a->hd, a->n_pos + a->nt - 1);
+    one.sink = a->sink ? a->sink + j : NULL;
+    return one;
+}
+
+/* Token u of a, all its heads, as a one-token call (its window applied). */
+static inline kk_attn_q8 kk_attn_q8_token(const kk_attn_q8 *a, int u) {
+    kk_attn_q8 one = kk_attn_q8_query(a, u, 0);
+    one.nq = a->nq;
     return one;
 }
 

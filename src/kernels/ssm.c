@@ -52,60 +52,63 @@ void kk_moe_route(const float *logits, int n_expert, int k, int norm, float scal
         for (int i = 0; i < k; i++) w[i] *= scale;
 }
 
-void kk_moe_route_sigmoid(float *logits, const float *bias, int n_expert, int n_group, int n_group_used, int k,
-                          int norm, float scale, int32_t *ids, float *w) {
-    for (int e = 0; e < n_expert; e++) logits[e] = kk_sigmoid(logits[e]);
-    /* the groups allowed: by the sum of their two largest choice values */
-    uint64_t allowed = ~0ull;
-    if (n_group > 1 && n_group_used < n_group) {
-        const int per = n_expert / n_group;
-        float score[KK_MOE_MAX_GROUPS];
-        for (int g = 0; g < n_group; g++) {
+void kk_moe_route_sel(float *p, const kk_moe_gate *g, int n_expert, int k, float *sel, int32_t *ids, float *w) {
+    if (g->sigmoid) {
+        for (int e = 0; e < n_expert; e++) p[e] = kk_sigmoid(p[e]);
+    } else {
+        float mx = -INFINITY;
+        for (int e = 0; e < n_expert; e++) mx = p[e] > mx ? p[e] : mx;
+        double sum = 0.0;
+        for (int e = 0; e < n_expert; e++) sum += expf(p[e] - mx);
+        const float inv = (float)(1.0 / sum);
+        for (int e = 0; e < n_expert; e++) p[e] = expf(p[e] - mx) * inv;
+    }
+    for (int e = 0; e < n_expert; e++) sel[e] = g->bias ? p[e] + g->bias[e] : p[e];
+    if (g->n_group > 1 && g->n_group_used < g->n_group) {
+        /* a group's score: its two largest selection values; the groups
+         * below the best n_group_used are masked out */
+        const int per = n_expert / g->n_group;
+        float score[256];
+        uint8_t keep[256] = {0};
+        for (int q = 0; q < g->n_group; q++) {
             float a = -INFINITY, b = -INFINITY;
-            for (int e = g * per; e < (g + 1) * per; e++) {
-                const float v = logits[e] + (bias ? bias[e] : 0.0f);
-                if (v > a) {
+            for (int e = q * per; e < (q + 1) * per; e++) {
+                if (sel[e] > a) {
                     b = a;
-                    a = v;
-                } else if (v > b) {
-                    b = v;
+                    a = sel[e];
+                } else if (sel[e] > b) {
+                    b = sel[e];
                 }
             }
-            score[g] = a + b;
+            score[q] = per > 1 ? a + b : a;
         }
-        allowed = 0;
-        for (int i = 0; i < n_group_used; i++) {
+        for (int i = 0; i < g->n_group_used; i++) {
             int best = -1;
-            for (int g = 0; g < n_group; g++)
-                if (!(allowed >> g & 1) && (best < 0 || score[g] > score[best])) best = g;
-            allowed |= 1ull << best;
+            for (int q = 0; q < g->n_group; q++)
+                if (!keep[q] && (best < 0 || score[q] > score[best])) best = q;
+            keep[best] = 1;
         }
+        for (int e = 0; e < n_expert; e++)
+            if (!keep[e / per]) sel[e] = -INFINITY;
     }
-    const int per = n_group > 1 ? n_expert / n_group : n_expert;
-    for (int i = 0; i < k; i++) {
+    for (int i = 0; i < k; i++) { /* k passes, ties to the lower id */
         int best = -1;
-        float bv = -INFINITY;
         for (int e = 0; e < n_expert; e++) {
-            if (!(allowed >> (e / per) & 1)) continue;
             int taken = 0;
             for (int j = 0; j < i && !taken; j++) taken = ids[j] == e;
-            const float v = logits[e] + (bias ? bias[e] : 0.0f);
-            if (!taken && (best < 0 || v > bv)) {
-                best = e;
-                bv = v;
-            }
+            if (!taken && (best < 0 || sel[e] > sel[best])) best = e;
         }
         ids[i] = best;
-        w[i] = logits[best];
+        w[i] = p[best];
     }
-    if (norm) {
+    if (g->norm) {
         float s = 0.0f;
         for (int i = 0; i < k; i++) s += w[i];
         if (s < 6.103515625e-5f) s = 6.103515625e-5f;
         for (int i = 0; i < k; i++) w[i] /= s;
     }
-    if (scale != 1.0f && scale != 0.0f)
-        for (int i = 0; i < k; i++) w[i] *= scale;
+    if (g->scale != 1.0f && g->scale != 0.0f)
+        for (int i = 0; i < k; i++) w[i] *= g->scale;
 }
 
 /* ------------------------------------------------------------ references */

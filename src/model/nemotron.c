@@ -183,9 +183,11 @@ static int nem_bind(kiln_model *m, char *err, size_t errlen) {
     /* experts: sigmoid routing, relu^2 experts without a gate (llama.cpp
      * fixes both for this architecture) */
     if (kl_moe_read_hparams(m, &h->moe, err, errlen)) return -1;
-    h->moe.gating = KL_MOE_SIGMOID;
+    h->moe.sigmoid = 1;
+    h->moe.probs_b = 1;
+    h->moe.sh_ungated = 1;
     h->moe.act = KL_MOE_RELU2;
-    h->moe.norm = kl_meta_int(m, "expert_weights_norm", 0) != 0;
+    h->moe.w_norm = kl_meta_int(m, "expert_weights_norm", 0) != 0;
     /* the block layout */
     h->layers = calloc((size_t)h->n_layer, sizeof *h->layers);
     h->experts = h->moe.n_expert ? calloc((size_t)h->n_layer * 3 * (size_t)h->moe.n_expert, sizeof *h->experts) : NULL;
