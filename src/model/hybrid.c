@@ -410,7 +410,7 @@ static void hyb_ctx_free(kiln_context *c) {
         void *bufs[] = {w->x,     w->xn,  w->y,      w->qg,    w->q,       w->k,       w->v,           w->att,  w->qkv,
                         w->cv,    w->z,   w->o,      w->ba,    w->beta,    w->gd,      w->gate,        w->up,   w->ord,
                         w->tmp_i, w->run, w->verify, w->cap_n, w->cap_pos, w->cap_dst, w->gdn_scratch, w->mcat, w->mh};
-        kl_moe_ws_free(&w->ex);
+        kl_moe_ws_free(c, &w->ex);
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
         free(w);
     }
@@ -466,14 +466,14 @@ static int hyb_ctx_init(kiln_context *c) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = malloc(bufs[i].bytes ? bufs[i].bytes : 1))) return -1;
-    if (moe && kl_moe_ws_init(&w->ex, &h->moe, hp->n_embd, c->p.n_batch)) return -1;
+    if (moe && kl_moe_ws_init(c, &w->ex, &h->moe, hp->n_embd, c->p.n_batch)) return -1;
     /* matrix products: widest input row and most rows at once */
     size_t maxk = E;
     const size_t cols[] = {nq, vd, F, moe * (size_t)kl_moe_mm_cols(&h->moe), mtp * 2 * E};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) maxk = cols[i] > maxk ? cols[i] : maxk;
     const size_t rows = moe ? (size_t)kl_moe_mm_rows(&h->moe, c->p.n_batch) : B;
     c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, (int)rows));
-    return c->mm_scratch ? 0 : -1;
+    return c->mm_scratch && !c->bx.ops->reserve(&c->bx, (int64_t)maxk, (int)rows) ? 0 : -1;
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -764,7 +764,7 @@ static void dense_ffn(hyb_job *j) {
 static void moe_ffn(hyb_job *j) {
     hyb_ws *w = j->c->ws;
     const hyb_model *h = j->c->m->fam;
-    kl_moe_ffn(j->c, j->ops, &h->moe, &j->L->ex, &w->ex, w->xn, w->y, j->n);
+    kl_moe_ffn(j->c, &h->moe, &j->L->ex, &w->ex, w->xn, w->y, j->n);
 }
 
 /* ------------------------------------------------------------------ MTP */
