@@ -65,6 +65,7 @@ typedef struct kbe_backend {
     void *(*map)(size_t bytes);
     void (*unmap)(void *p, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);
+    void (*zero)(void *dst, size_t bytes);
     /* a context's own state (kbe_ctx.dev; kbe_ctx_init calls it) */
     int (*ctx_init)(kbe_ctx *X, const kbe_ctx_params *p);
     void (*ctx_free)(kbe_ctx *X);
@@ -124,9 +125,13 @@ void kbe_ctx_free(kbe_ctx *X);
  * head of q and k (q_norm, k_norm); RoPE of q and k with the step's tables
  * (rope: neox or normal pairs, n_rot dims of each head); q *= the query
  * temperature at the token's position; then k and v into the cache of
- * attention layer `layer`, in the cache's type.  NULL pointers skip steps. */
+ * attention layer `layer`, in the cache's type.  NULL pointers skip steps
+ * (q NULL: keys and values only). */
 typedef struct kbe_qk {
     float *q, *k, *v; /* [n][n_head * hd], [n][n_head_kv * hd] x2 */
+    /* gated attention: [n][n_head][2 hd], each head's query then its gate;
+     * q = rms(query) * q_norm per head (q_norm required); NULL: q as is */
+    const float *qg;
     const float *bq, *bk, *bv;
     const float *q_norm, *k_norm; /* [hd] */
     int n_head, n_head_kv, hd;
@@ -149,6 +154,45 @@ typedef struct kbe_moe_layer {
     kk_mat s_gate, s_up, s_down;    /* shared expert (data NULL: none) */
     const float *s_gate_inp;        /* [n_embd]: the shared expert's gate */
 } kbe_moe_layer;
+
+/* The Gated DeltaNet core of a recurrent layer for the step's tokens,
+ * grouped in runs of one sequence (run[r] .. run[r + 1]), between the input
+ * products (qkv, z, ba) and the output product (o):
+ *   beta = sigmoid(b), gd = softplus(a + dt_bias) * ssm_a       per value head
+ *   cv = silu(causal_conv(qkv)) with each sequence's carried conv state
+ *   the q and k heads of cv L2-normalized
+ *   per value head the delta rule over the run (kernels/ssm.h), chunked
+ *   unless the run is one token or recorded (verify[r]: token by token)
+ *   o = rms(o_j) * ssm_norm * silu(z_j)
+ * A recorded run's per-token inputs (qkv, beta, gd) go to its sequence's
+ * rollback rows first.  At each capture position of a run the conv and
+ * delta state are copied into that capture's slot (cap_dst, a state slot's
+ * start; the layer's offsets are added).  States are backend memory: the
+ * state of sequence s is state + s * slot_floats, this layer's conv state
+ * at conv_off in it, its delta state (Hv heads of Dv x Dk) after. */
+#define KBE_GDN_MAX_CAP 4
+typedef struct kbe_gdn {
+    int Hk, Hv, Dk, Dv, K, conv_dim;
+    int ba_grouped; /* ba per key head as [beta x r, alpha x r]; else [beta x Hv | alpha x Hv] */
+    int kh_grouped; /* value head v reads key head v / (Hv / Hk); else v mod Hk */
+    float eps;
+    const float *conv_w; /* [K][conv_dim] */
+    const float *dt_bias, *ssm_a, *ssm_norm;
+    /* activations, per token row */
+    const float *qkv, *z, *ba; /* [conv_dim], [Hv * Dv], [2 Hv] */
+    float *beta, *gd, *cv, *o; /* [Hv], [Hv], [conv_dim], [Hv * Dv] */
+    /* states */
+    float *state;
+    size_t slot_floats, conv_off, conv_floats;
+    float *roll;                  /* rollback rows: sequence s's at roll + s * roll_stride + roll_off */
+    size_t roll_stride, roll_off; /* a row is conv_dim + 2 Hv floats */
+    /* host: the step's sequences and positions (in run order) and its runs */
+    const int32_t *seq, *pos;
+    const int32_t *run; /* [n_run + 1] */
+    int n_run;
+    const int32_t *verify, *cap_n, *cap_pos; /* [n_run], [n_run], [n_run][KBE_GDN_MAX_CAP] */
+    float *const *cap_dst;                   /* [n_run][KBE_GDN_MAX_CAP] */
+} kbe_gdn;
 
 /* The output head: the rows of x (n tokens of n_embd) whose out_idx is not
  * -1 normalized into rows[out_idx] (host), then, unless w is NULL, their
@@ -182,8 +226,9 @@ struct kbe_ops {
     void (*rmsnorm)(kbe_ctx *X, float *out, const float *x, const float *w, int n, int dim, float eps);
     /* y += x by rows of dim */
     void (*add)(kbe_ctx *X, float *y, const float *x, int n, int dim);
-    /* y += x, then x = rms(y) * w, by rows of dim (the residual and the next norm) */
-    void (*add_rmsnorm)(kbe_ctx *X, float *y, float *x, const float *w, int n, int dim, float eps);
+    /* y += x, then out = rms(y) * w, by rows of dim (the residual and the
+     * next norm; out may be x) */
+    void (*add_rmsnorm)(kbe_ctx *X, float *y, const float *x, float *out, const float *w, int n, int dim, float eps);
     /* g = silu(g) * u by rows of dim */
     void (*swiglu)(kbe_ctx *X, float *g, const float *u, int n, int dim);
     /* x = gelu(x) (tanh approximation) by rows of dim */
@@ -212,6 +257,23 @@ struct kbe_ops {
     void (*moe_ws_free)(kbe_ctx *X, void *ws);
     void (*moe_ffn)(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, void *ws, float *xn, float *y, int n_embd,
                     int n);
+
+    /* gated attention's output gate: att = att * sigmoid(gate) per head,
+     * the gate the second hd of each head of qg (kbe_qk.qg) */
+    void (*attn_gate)(kbe_ctx *X, float *att, const float *qg, int n, int n_head, int hd);
+    /* dst row idx[i] = src row i (host idx; a permutation of rows) */
+    void (*scatter_rows)(kbe_ctx *X, float *dst, const float *src, const int32_t *idx, int n, int dim);
+    /* dst = 0 (bytes) and dst = src, within backend memory */
+    void (*zero)(kbe_ctx *X, void *dst, size_t bytes);
+    void (*copy)(kbe_ctx *X, void *dst, const void *src, size_t bytes);
+
+    /* the Gated DeltaNet (kbe_gdn): room for its chunked form (heads of
+     * Dk x Dv), the core over the step's n tokens, and the replay of
+     * sequence seq's recorded run over its first n tokens (its rollback
+     * rows as input, from the live state, token by token; outputs dropped) */
+    int (*gdn_reserve)(kbe_ctx *X, int Dk, int Dv);
+    void (*gdn)(kbe_ctx *X, const kbe_gdn *a, int n);
+    void (*gdn_replay)(kbe_ctx *X, const kbe_gdn *a, int seq, int n);
 
     /* the output head (kbe_out) */
     void (*output)(kbe_ctx *X, const kbe_out *o);

@@ -24,6 +24,8 @@ static void cpu_unmap(void *p, size_t bytes) {
 
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 
+static void cpu_zero_mem(void *dst, size_t bytes) { memset(dst, 0, bytes); }
+
 static void *cpu_alloc(kbe_ctx *X, size_t bytes) {
     (void)X;
     return malloc(bytes ? bytes : 1);
@@ -59,6 +61,7 @@ static int cpu_ctx_init(kbe_ctx *X, const kbe_ctx_params *p) {
     if (!C) return -1;
     kq_init();
     C->k = kk_ops_best();
+    C->s = kk_ssm_ops_best();
     /* positions per sequence stay below n_ctx; one block of slack */
     C->att_per_thread = p->kv && p->n_head ? kk_attn_scratch(2, KBE_ATTN_TILE, p->kv->hd, p->n_ctx + KBE_KV_BLOCK) : 0;
     const size_t n_thr = (size_t)(p->pool ? kpool_size(p->pool) : 1);
@@ -71,6 +74,7 @@ static void cpu_ctx_free(kbe_ctx *X) {
     if (C) {
         free(C->mm_scratch);
         free(C->att_scratch);
+        free(C->gdn_scratch);
         free(C);
     }
     X->dev = NULL;
@@ -131,17 +135,26 @@ static void cpu_add(kbe_ctx *X, float *y, const float *x, int n, int dim) {
     kbe_cpu_for_rows(X, n, add_rows, &a);
 }
 
+typedef struct add_norm_args {
+    const kk_ops *k;
+    float *y, *out;
+    const float *x, *w;
+    int dim;
+    float eps;
+} add_norm_args;
+
 static void add_rmsnorm_rows(void *ud, int i0, int i1) {
-    const row_args *a = ud;
+    const add_norm_args *a = ud;
     for (int i = i0; i < i1; i++) {
-        float *y = a->y + (size_t)i * a->dim, *x = a->x + (size_t)i * a->dim;
-        a->k->add(y, x, a->dim);
-        a->k->rmsnorm(x, y, a->w, a->dim, a->eps);
+        float *y = a->y + (size_t)i * a->dim;
+        a->k->add(y, a->x + (size_t)i * a->dim, a->dim);
+        a->k->rmsnorm(a->out + (size_t)i * a->dim, y, a->w, a->dim, a->eps);
     }
 }
 
-static void cpu_add_rmsnorm(kbe_ctx *X, float *y, float *x, const float *w, int n, int dim, float eps) {
-    row_args a = {kbe_cpu_of(X)->k, y, x, w, dim, eps};
+static void cpu_add_rmsnorm(kbe_ctx *X, float *y, const float *x, float *out, const float *w, int n, int dim,
+                            float eps) {
+    add_norm_args a = {kbe_cpu_of(X)->k, y, out, x, w, dim, eps};
     kbe_cpu_for_rows(X, n, add_rmsnorm_rows, &a);
 }
 
@@ -168,6 +181,43 @@ static void cpu_gelu(kbe_ctx *X, float *x, int n, int dim) {
 static void cpu_get_rows(kbe_ctx *X, const kk_mat *w, const int32_t *ids, int n, float *out) {
     (void)X;
     for (int i = 0; i < n; i++) kk_get_row(w, ids[i], out + (size_t)i * w->ncols);
+}
+
+typedef struct gate_args {
+    float *att;
+    const float *qg;
+    int n_head, hd;
+} gate_args;
+
+static void gate_rows(void *ud, int i0, int i1) {
+    const gate_args *a = ud;
+    const int hd = a->hd, nh = a->n_head;
+    for (int i = i0; i < i1; i++) {
+        const float *qg = a->qg + (size_t)i * nh * 2 * hd;
+        float *att = a->att + (size_t)i * nh * hd;
+        for (int hh = 0; hh < nh; hh++)
+            for (int d = 0; d < hd; d++) att[hh * hd + d] *= kk_sigmoid(qg[(size_t)hh * 2 * hd + hd + d]);
+    }
+}
+
+static void cpu_attn_gate(kbe_ctx *X, float *att, const float *qg, int n, int n_head, int hd) {
+    gate_args a = {att, qg, n_head, hd};
+    kbe_cpu_for_rows(X, n, gate_rows, &a);
+}
+
+static void cpu_scatter_rows(kbe_ctx *X, float *dst, const float *src, const int32_t *idx, int n, int dim) {
+    (void)X;
+    for (int i = 0; i < n; i++) memcpy(dst + (size_t)idx[i] * dim, src + (size_t)i * dim, (size_t)dim * sizeof(float));
+}
+
+static void cpu_zero(kbe_ctx *X, void *dst, size_t bytes) {
+    (void)X;
+    memset(dst, 0, bytes);
+}
+
+static void cpu_copy_ctx(kbe_ctx *X, void *dst, const void *src, size_t bytes) {
+    (void)X;
+    memcpy(dst, src, bytes);
 }
 
 /* --------------------------------------------------------------- products */
@@ -218,6 +268,13 @@ static const kbe_ops k_cpu_ops = {
     .moe_ws_new = kbe_cpu_moe_ws_new,
     .moe_ws_free = kbe_cpu_moe_ws_free,
     .moe_ffn = kbe_cpu_moe_ffn,
+    .attn_gate = cpu_attn_gate,
+    .scatter_rows = cpu_scatter_rows,
+    .zero = cpu_zero,
+    .copy = cpu_copy_ctx,
+    .gdn_reserve = kbe_cpu_gdn_reserve,
+    .gdn = kbe_cpu_gdn,
+    .gdn_replay = kbe_cpu_gdn_replay,
     .output = cpu_output,
 };
 
@@ -230,6 +287,7 @@ const kbe_backend kbe_cpu_backend = {
     .map = cpu_map,
     .unmap = cpu_unmap,
     .copy = cpu_copy,
+    .zero = cpu_zero_mem,
     .ctx_init = cpu_ctx_init,
     .ctx_free = cpu_ctx_free,
 };

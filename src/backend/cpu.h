@@ -6,6 +6,7 @@
 #define KILN_BACKEND_CPU_H
 
 #include "backend/backend.h"
+#include "kernels/ssm.h"
 
 /* A context's CPU state (kbe_ctx.dev). */
 typedef struct kbe_cpu {
@@ -14,6 +15,9 @@ typedef struct kbe_cpu {
     size_t mm_bytes;
     float *att_scratch;    /* per thread: kk_attn_scratch of 2 heads x KBE_ATTN_TILE tokens */
     size_t att_per_thread; /* floats */
+    const kk_ssm_ops *s;   /* the Gated DeltaNet kernels of that level */
+    float *gdn_scratch;    /* per thread: kk_gdn_scratch floats */
+    size_t gdn_per_thread;
 } kbe_cpu;
 
 static inline kbe_cpu *kbe_cpu_of(kbe_ctx *X) { return X->dev; }
@@ -28,6 +32,10 @@ void kbe_cpu_release(void *mem, size_t bytes);
 void kbe_cpu_qk_store(kbe_ctx *X, const kbe_qk *a, int n);
 void kbe_cpu_kv_store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v);
 void kbe_cpu_attn(kbe_ctx *X, int layer, const float *q, float *out, int n);
+/* cpu_gdn.c */
+int kbe_cpu_gdn_reserve(kbe_ctx *X, int Dk, int Dv);
+void kbe_cpu_gdn(kbe_ctx *X, const kbe_gdn *a, int n);
+void kbe_cpu_gdn_replay(kbe_ctx *X, const kbe_gdn *a, int seq, int n);
 /* cpu_moe.c */
 void *kbe_cpu_moe_ws_new(kbe_ctx *X, const kbe_moe_hp *h, int n_embd, int n_batch);
 void kbe_cpu_moe_ws_free(kbe_ctx *X, void *ws);

@@ -77,23 +77,29 @@ static void qk_rows(void *ud, int i0, int i1) {
     const int hd = a->hd;
     const int64_t nq = (int64_t)a->n_head * hd, nkv = (int64_t)a->n_head_kv * hd;
     for (int i = i0; i < i1; i++) {
-        float *qi = a->q + (size_t)i * nq, *ki = a->k + (size_t)i * nkv, *vi = a->v + (size_t)i * nkv;
-        if (a->bq) kk_add(qi, a->bq, (int)nq);
+        float *qi = a->q ? a->q + (size_t)i * nq : NULL, *ki = a->k + (size_t)i * nkv, *vi = a->v + (size_t)i * nkv;
+        if (qi && a->bq) kk_add(qi, a->bq, (int)nq);
         if (a->bk) kk_add(ki, a->bk, (int)nkv);
         if (a->bv) kk_add(vi, a->bv, (int)nkv);
-        if (a->q_norm)
+        if (qi && a->qg) {
+            const float *qg = a->qg + (size_t)i * 2 * nq;
+            for (int h = 0; h < a->n_head; h++)
+                ops->rmsnorm(qi + h * hd, qg + (size_t)h * 2 * hd, a->q_norm, hd, a->eps);
+        } else if (qi && a->q_norm) {
             for (int h = 0; h < a->n_head; h++) ops->rmsnorm(qi + h * hd, qi + h * hd, a->q_norm, hd, a->eps);
+        }
         if (a->k_norm)
             for (int h = 0; h < a->n_head_kv; h++) ops->rmsnorm(ki + h * hd, ki + h * hd, a->k_norm, hd, a->eps);
         const float *cs = X->step.rope_cs + (size_t)i * X->step.n_rot;
         if (a->rope->neox) {
-            ops->rope_neox(cs, qi, a->n_head, hd, a->rope->n_rot);
+            if (qi) ops->rope_neox(cs, qi, a->n_head, hd, a->rope->n_rot);
             ops->rope_neox(cs, ki, a->n_head_kv, hd, a->rope->n_rot);
         } else {
-            kk_rope_apply(a->rope, cs, qi, a->n_head, hd);
+            if (qi) kk_rope_apply(a->rope, cs, qi, a->n_head, hd);
             kk_rope_apply(a->rope, cs, ki, a->n_head_kv, hd);
         }
-        if (a->temp != 0.0f) kk_scale_f32(qi, kk_attn_temp(X->step.pos[i], a->temp, 0.0f, a->temp_floor), (int)nq);
+        if (qi && a->temp != 0.0f)
+            kk_scale_f32(qi, kk_attn_temp(X->step.pos[i], a->temp, 0.0f, a->temp_floor), (int)nq);
         store_one(X, ops, a->layer, i, ki, vi);
     }
 }

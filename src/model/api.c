@@ -144,7 +144,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     c->pool = kpool_new(p.n_threads);
     if (!c->pool || kl_kv_init(&c->kv, m->be, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap, err, sizeof err) ||
         (shape.rs_floats &&
-         !(c->rs = kl_rs_new(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, err, sizeof err)))) {
+         !(c->rs = kl_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, err, sizeof err)))) {
         if (c->pool)
             kb_fail(KILN_ERR_NOMEM, "%s", err);
         else
@@ -169,10 +169,8 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         {(void **)&c->b_tile, (B + 1) * 4},
         {(void **)&c->out_idx, B * 4},
         {(void **)&c->out_rows, B * E * 4},
-        {(void **)&c->mtp_h, mtp_ord >= 0 ? (size_t)p.n_seq_max * KL_MTP_KEEP * E * 4 : 0},
         {(void **)&c->mtp_h_pos, mtp_ord >= 0 ? (size_t)p.n_seq_max * 4 : 0},
         {(void **)&c->mtp_h_n, mtp_ord >= 0 ? (size_t)p.n_seq_max * 4 : 0},
-        {(void **)&c->mtp_chain, mtp_ord >= 0 ? (size_t)p.n_seq_max * E * 4 : 0},
         {(void **)&c->mtp_logits, mtp_ord >= 0 ? (size_t)p.n_seq_max * (size_t)hp->n_vocab * 4 : 0},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
@@ -182,7 +180,16 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
             return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
         }
     }
-    if (mtp_ord >= 0) memset(c->mtp_h_n, 0, (size_t)p.n_seq_max * sizeof *c->mtp_h_n);
+    if (mtp_ord >= 0) {
+        memset(c->mtp_h_n, 0, (size_t)p.n_seq_max * sizeof *c->mtp_h_n);
+        /* the kept hidden rows are the block's inputs: backend memory */
+        c->mtp_h = c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * KL_MTP_KEEP * E * 4);
+        c->mtp_chain = c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * E * 4);
+        if (!c->mtp_h || !c->mtp_chain) {
+            kiln_context_free(c);
+            return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
+        }
+    }
     if (fam->ctx_init(c)) {
         kiln_context_free(c);
         return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
@@ -200,12 +207,14 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
 void kiln_context_free(kiln_context *c) {
     if (!c) return;
     c->m->arch->family->ctx_free(c);
+    if (c->mtp_h) c->bx.ops->free(&c->bx, c->mtp_h);
+    if (c->mtp_chain) c->bx.ops->free(&c->bx, c->mtp_chain);
     kbe_ctx_free(&c->bx);
     kl_rs_free(c->rs);
     kl_kv_free(&c->kv);
     if (c->pool) kpool_free(c->pool);
-    void *bufs[] = {c->rope_cs, c->b_pos,     c->b_seq,   c->b_tile,    c->out_idx,   c->out_rows,
-                    c->mtp_h,   c->mtp_h_pos, c->mtp_h_n, c->mtp_chain, c->mtp_logits};
+    void *bufs[] = {c->rope_cs,  c->b_pos,     c->b_seq,   c->b_tile,    c->out_idx,
+                    c->out_rows, c->mtp_h_pos, c->mtp_h_n, c->mtp_logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     if (c->logits) munmap(c->logits, ctx_logits_bytes(c));
     free(c);
@@ -343,7 +352,7 @@ void kl_mtp_keep(kiln_context *c, int32_t seq, int32_t pos0, const float *rows, 
         pos0 += n - KL_MTP_KEEP;
         n = KL_MTP_KEEP;
     }
-    memcpy(c->mtp_h + (size_t)seq * KL_MTP_KEEP * E, rows, (size_t)n * E * sizeof(float));
+    c->bx.ops->copy(&c->bx, c->mtp_h + (size_t)seq * KL_MTP_KEEP * E, rows, (size_t)n * E * sizeof(float));
     c->mtp_h_pos[seq] = pos0;
     c->mtp_h_n[seq] = n;
 }

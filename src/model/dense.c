@@ -308,7 +308,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
         o->qk_store(X, &qk, n);
         o->attn(X, l, w->q, w->att, n);
         o->matmul(X, &L->wo, w->att, n, w->xn, E);
-        o->add_rmsnorm(X, w->x, w->xn, L->ffn_norm, n, E, hp->eps); /* x += attention, xn = its norm */
+        o->add_rmsnorm(X, w->x, w->xn, w->xn, L->ffn_norm, n, E, hp->eps); /* x += attention, xn = its norm */
         if (d->moe.n_expert) {
             kl_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
             o->add(X, w->x, w->y, n, E);
