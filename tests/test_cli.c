@@ -922,6 +922,21 @@ int main(void) {
            o ? o : "");
     free(o);
     free(e);
+    /* gemma3: sliding-window and global layers, GeGLU; gemma4: per-layer
+     * head sizes, shared caches, per-layer inputs, a final softcap (the
+     * texts hold U+20AC and U+2026) */
+    rc = run("show data/arch/gemma4-f32.gguf --no-tensors", &o, &e);
+    CHECKF(rc == 0 && o && strstr(o, "runnable:  yes: gemma4, 7 layers"), "show gemma4: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    rc = run("run -m data/arch/gemma3-f32.gguf -p 'Mia opened the garden gate' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, "ised Onceer\xe2\x82\xac heq6w stke dayNily L~"), "run gemma3: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    rc = run("run -m data/arch/gemma4-f32.gguf -p 'A quiet river runs through' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, " llpp[? bigt\xe2\x80\xa6pp hadUL[pp[t"), "run gemma4: '%s'", o ? o : "");
+    free(o);
+    free(e);
 
     rc = run("bench -m ../models/stories260K.gguf -p 16 -n 8 -r 2 -t 1 -o json", &o, &e);
     CHECK(rc == 0);

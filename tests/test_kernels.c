@@ -341,97 +341,113 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
     const int hds[] = {8, 64, 72, 128, 131};
     const int counts[] = {1, 2, 15, 17, 77, CELLS};
     const int nts[] = {1, 3, 4, 5};
+    /* sliding windows: none, one inside a block, one whose start is a
+     * multiple of 8 at 77 + 3 positions, one longer than most spans */
+    const int windows[] = {0, 7, 24, 100};
     for (int acc_f32 = 0; acc_f32 <= 1; acc_f32++)
         for (int nq = 1; nq <= 2; nq++)
             for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
                 for (size_t u = 0; u < sizeof nts / sizeof nts[0]; u++)
-                    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
-                        const int hd = hds[h], nt = nts[u];
-                        const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
-                        if (nt > 1 && hd != 8 && hd != 64 && hd != 128)
-                            continue; /* tiles: the tiled sizes and one other */
-                        fill(q, NTMAX * TOK, 3.0f);
-                        memset(o1, 0, sizeof o1);
-                        memset(o2, 0, sizeof o2);
-                        kk_attn_f16 a = {.q = q,
-                                         .nq = nq,
-                                         .nt = nt,
-                                         .tok_stride = TOK,
-                                         .hd = hd,
-                                         .n_pos = n_pos,
-                                         .blocks = blocks,
-                                         .block_shift = 4,
-                                         .k = kc + HMAX,
-                                         .v = vc + 3,
-                                         .block_stride = 16 * STRIDE,
-                                         .row_stride = STRIDE,
-                                         .scale = 1.0f / sqrtf((float)hd),
-                                         .acc_f32 = acc_f32,
-                                         .out = o1,
-                                         .scratch = scratch};
-                        CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
-                        s->attn_f16(&a);
-                        a.out = o2;
-                        v->attn_f16(&a);
-                        CHECKF(memcmp(o1, o2, sizeof o1) == 0,
-                               "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d, %d positions: twins differ",
-                               acc_f32 ? "float" : "F16", nq, nt, hd, n_pos);
-                        if (nt == 1) {
-                            kk_attn_f16 b4 = a;
-                            b4.blocks = blocks4;
-                            b4.block_shift = 2;
-                            b4.block_stride = 4 * STRIDE;
-                            memset(o3, 0, sizeof o3);
-                            memset(o4, 0, sizeof o4);
-                            b4.out = o3;
-                            s->attn_f16(&b4);
-                            b4.out = o4;
-                            v->attn_f16(&b4);
-                            CHECKF(memcmp(o3, o4, sizeof o3) == 0,
-                                   "attn_f16 (%s accumulator) %d heads, hd %d, %d positions, blocks of 4: twins differ",
-                                   acc_f32 ? "float" : "F16", nq, hd, n_pos);
-                        }
-                        if (nt > 1) { /* a tile is its tokens one by one */
-                            for (int t = 0; t < nt; t++) {
-                                kk_attn_f16 one = a;
-                                one.nt = 1;
-                                one.n_pos = n_pos + t;
-                                one.q = q + (size_t)t * TOK;
-                                one.out = o2 + (size_t)t * TOK;
-                                v->attn_f16(&one);
+                    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+                        for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
+                            const int hd = hds[h], nt = nts[u], window = windows[wi];
+                            const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
+                            if (nt > 1 && hd != 8 && hd != 64 && hd != 128)
+                                continue; /* tiles: the tiled sizes and one other */
+                            if (window && (hd == 72 || hd == 131))
+                                continue; /* windows: the kernels' split is size-blind */
+                            fill(q, NTMAX * TOK, 3.0f);
+                            memset(o1, 0, sizeof o1);
+                            memset(o2, 0, sizeof o2);
+                            kk_attn_f16 a = {.q = q,
+                                             .nq = nq,
+                                             .nt = nt,
+                                             .tok_stride = TOK,
+                                             .hd = hd,
+                                             .n_pos = n_pos,
+                                             .blocks = blocks,
+                                             .block_shift = 4,
+                                             .k = kc + HMAX,
+                                             .v = vc + 3,
+                                             .block_stride = 16 * STRIDE,
+                                             .row_stride = STRIDE,
+                                             .scale = 1.0f / sqrtf((float)hd),
+                                             .acc_f32 = acc_f32,
+                                             .window = window,
+                                             .out = o1,
+                                             .scratch = scratch};
+                            CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
+                            s->attn_f16(&a);
+                            a.out = o2;
+                            v->attn_f16(&a);
+                            CHECKF(
+                                memcmp(o1, o2, sizeof o1) == 0,
+                                "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d, %d positions, window %d: twins "
+                                "differ",
+                                acc_f32 ? "float" : "F16", nq, nt, hd, n_pos, window);
+                            if (nt == 1) {
+                                kk_attn_f16 b4 = a;
+                                b4.blocks = blocks4;
+                                b4.block_shift = 2;
+                                b4.block_stride = 4 * STRIDE;
+                                memset(o3, 0, sizeof o3);
+                                memset(o4, 0, sizeof o4);
+                                b4.out = o3;
+                                s->attn_f16(&b4);
+                                b4.out = o4;
+                                v->attn_f16(&b4);
+                                CHECKF(
+                                    memcmp(o3, o4, sizeof o3) == 0,
+                                    "attn_f16 (%s accumulator) %d heads, hd %d, %d positions, window %d, blocks of 4: "
+                                    "twins differ",
+                                    acc_f32 ? "float" : "F16", nq, hd, n_pos, window);
                             }
-                            CHECKF(memcmp(o1, o2, sizeof o1) == 0,
-                                   "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d: tile != tokens",
-                                   acc_f32 ? "float" : "F16", nq, nt, hd);
-                            continue;
-                        }
-                        if (nq == 2) continue; /* the reference below checks one head */
-                        /* and the scalar loop is attention: a plain double softmax
+                            if (nt > 1) { /* a tile is its tokens one by one */
+                                for (int t = 0; t < nt; t++) {
+                                    kk_attn_f16 one = a;
+                                    one.nt = 1;
+                                    one.n_pos = n_pos + t;
+                                    one.q = q + (size_t)t * TOK;
+                                    one.out = o2 + (size_t)t * TOK;
+                                    v->attn_f16(&one);
+                                }
+                                CHECKF(
+                                    memcmp(o1, o2, sizeof o1) == 0,
+                                    "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d, window %d: tile != tokens",
+                                    acc_f32 ? "float" : "F16", nq, nt, hd, window);
+                                continue;
+                            }
+                            if (nq == 2) continue; /* the reference below checks one head */
+                            /* and the scalar loop is attention: a plain double softmax
              * agrees within 4e-3 with the F16 accumulator (2.2e-3 measured)
              * and within 1e-3 with the float one (4.7e-4: the query's F16
              * rounding) */
-                        double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
-                        for (int t = 0; t < counts[c]; t++) {
-                            const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
-                            double d = 0.0;
-                            for (int i = 0; i < hd; i++)
-                                d += (double)kq_f16_to_f32(kc[HMAX + cell * STRIDE + (size_t)i]) * q[i];
-                            w[t] = d / sqrt((double)hd);
-                            if (w[t] > mx) mx = w[t];
+                            /* (a window: positions lo .. counts[c] - 1) */
+                            const int lo = window && counts[c] > window ? counts[c] - window : 0;
+                            double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
+                            for (int t = lo; t < counts[c]; t++) {
+                                const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
+                                double d = 0.0;
+                                for (int i = 0; i < hd; i++)
+                                    d += (double)kq_f16_to_f32(kc[HMAX + cell * STRIDE + (size_t)i]) * q[i];
+                                w[t] = d / sqrt((double)hd);
+                                if (w[t] > mx) mx = w[t];
+                            }
+                            for (int t = lo; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
+                            for (int i = 0; i < hd; i++) {
+                                double r = 0.0;
+                                for (int t = lo; t < counts[c]; t++)
+                                    r +=
+                                        w[t] / sum *
+                                        kq_f16_to_f32(vc[3 + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE +
+                                                         (size_t)i]);
+                                if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
+                            }
+                            CHECKF(
+                                err < (acc_f32 ? 1e-3 : 4e-3),
+                                "attn_f16 (%s accumulator) hd %d, %d positions, window %d: %.3g from a double softmax",
+                                acc_f32 ? "float" : "F16", hd, counts[c], window, err);
                         }
-                        for (int t = 0; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
-                        for (int i = 0; i < hd; i++) {
-                            double r = 0.0;
-                            for (int t = 0; t < counts[c]; t++)
-                                r += w[t] / sum *
-                                     kq_f16_to_f32(
-                                         vc[3 + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE + (size_t)i]);
-                            if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
-                        }
-                        CHECKF(err < (acc_f32 ? 1e-3 : 4e-3),
-                               "attn_f16 (%s accumulator) hd %d, %d positions: %.3g from a double softmax",
-                               acc_f32 ? "float" : "F16", hd, counts[c], err);
-                    }
 }
 
 /* attn_q8: the SIMD twin against the scalar loop, bit for bit, over a
@@ -467,62 +483,67 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
     const int hds[] = {32, 64, 96, 128, 256};
     const int counts[] = {1, 2, 15, 17, 77, CELLS};
     const int nts[] = {1, 4};
+    const int windows[] = {0, 7, 24}; /* sliding windows, as test_attn's */
     for (int b4 = 0; b4 <= 1; b4++)
         for (int nq = 1; nq <= 10; nq += nq < 3 ? 1 : 7)
             for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
                 for (size_t u = 0; u < sizeof nts / sizeof nts[0]; u++)
-                    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
-                        const int hd = hds[h], nt = nts[u];
-                        const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
-                        fill(q, NTMAX * TOK, 3.0f);
-                        memset(o1, 0, sizeof o1);
-                        memset(o2, 0, sizeof o2);
-                        kk_attn_q8 a = {.q = q,
-                                        .nq = nq,
-                                        .nt = nt,
-                                        .tok_stride = TOK,
-                                        .hd = hd,
-                                        .n_pos = n_pos,
-                                        .blocks = b4 ? blocks4 : blocks,
-                                        .block_shift = b4 ? 2 : 4,
-                                        .k = kc,
-                                        .v = vc,
-                                        .block_stride = (b4 ? 4 : 16) * (size_t)STRIDE,
-                                        .row_stride = STRIDE,
-                                        .scale = 1.0f / sqrtf((float)hd),
-                                        .out = o1,
-                                        .scratch = scratch};
-                        CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
-                        s->attn_q8(&a);
-                        a.out = o2;
-                        v->attn_q8(&a);
-                        CHECKF(memcmp(o1, o2, sizeof o1) == 0,
-                               "attn_q8 %d heads x %d tokens, hd %d, %d positions%s: twins differ", nq, nt, hd, n_pos,
-                               b4 ? ", blocks of 4" : "");
-                        if (nt > 1 || nq > 1 || b4) continue;
-                        /* the scalar loop is attention over the dequantized cache */
-                        double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
-                        float kf[HMAX];
-                        for (int t = 0; t < counts[c]; t++) {
-                            const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
-                            q8->to_f32(kc + cell * STRIDE, kf, hd);
-                            double d = 0.0;
-                            for (int i = 0; i < hd; i++) d += (double)kf[i] * q[i];
-                            w[t] = d / sqrt((double)hd);
-                            if (w[t] > mx) mx = w[t];
+                    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+                        for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
+                            const int hd = hds[h], nt = nts[u], window = windows[wi];
+                            if (window && (hd == 96 || hd == 256)) continue; /* the split is size-blind */
+                            const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
+                            fill(q, NTMAX * TOK, 3.0f);
+                            memset(o1, 0, sizeof o1);
+                            memset(o2, 0, sizeof o2);
+                            kk_attn_q8 a = {.q = q,
+                                            .nq = nq,
+                                            .nt = nt,
+                                            .tok_stride = TOK,
+                                            .hd = hd,
+                                            .n_pos = n_pos,
+                                            .blocks = b4 ? blocks4 : blocks,
+                                            .block_shift = b4 ? 2 : 4,
+                                            .k = kc,
+                                            .v = vc,
+                                            .block_stride = (b4 ? 4 : 16) * (size_t)STRIDE,
+                                            .row_stride = STRIDE,
+                                            .scale = 1.0f / sqrtf((float)hd),
+                                            .window = window,
+                                            .out = o1,
+                                            .scratch = scratch};
+                            CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
+                            s->attn_q8(&a);
+                            a.out = o2;
+                            v->attn_q8(&a);
+                            CHECKF(memcmp(o1, o2, sizeof o1) == 0,
+                                   "attn_q8 %d heads x %d tokens, hd %d, %d positions, window %d%s: twins differ", nq,
+                                   nt, hd, n_pos, window, b4 ? ", blocks of 4" : "");
+                            if (nt > 1 || nq > 1 || b4) continue;
+                            /* the scalar loop is attention over the dequantized cache */
+                            const int lo = window && counts[c] > window ? counts[c] - window : 0;
+                            double w[CELLS], mx = -1e300, sum = 0.0, err = 0.0;
+                            float kf[HMAX];
+                            for (int t = lo; t < counts[c]; t++) {
+                                const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
+                                q8->to_f32(kc + cell * STRIDE, kf, hd);
+                                double d = 0.0;
+                                for (int i = 0; i < hd; i++) d += (double)kf[i] * q[i];
+                                w[t] = d / sqrt((double)hd);
+                                if (w[t] > mx) mx = w[t];
+                            }
+                            for (int t = lo; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
+                            static float vf[CELLS][HMAX];
+                            for (int t = lo; t < counts[c]; t++)
+                                q8->to_f32(vc + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE, vf[t], hd);
+                            for (int i = 0; i < hd; i++) {
+                                double r = 0.0;
+                                for (int t = lo; t < counts[c]; t++) r += w[t] / sum * vf[t][i];
+                                if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
+                            }
+                            CHECKF(err < 2e-2, "attn_q8 hd %d, %d positions, window %d: %.3g from a double softmax", hd,
+                                   counts[c], window, err);
                         }
-                        for (int t = 0; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
-                        static float vf[CELLS][HMAX];
-                        for (int t = 0; t < counts[c]; t++)
-                            q8->to_f32(vc + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE, vf[t], hd);
-                        for (int i = 0; i < hd; i++) {
-                            double r = 0.0;
-                            for (int t = 0; t < counts[c]; t++) r += w[t] / sum * vf[t][i];
-                            if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
-                        }
-                        CHECKF(err < 2e-2, "attn_q8 hd %d, %d positions: %.3g from a double softmax", hd, counts[c],
-                               err);
-                    }
 }
 
 /* The interleaved kernels of type t: every SIMD twin equals the scalar one

@@ -75,17 +75,25 @@ typedef struct kbe_backend {
 const kbe_backend *kbe_get(int kind);
 
 /* The paged KV cache as the attention ops see it: block b of attention
- * layer l holds K at mem + b * block_bytes + l * 2 * run_bytes, as
- * [n_head_kv][KBE_KV_BLOCK][hd] rows of hrow bytes, and V run_bytes after. */
+ * layer l holds K at mem + b * block_bytes + l_off[l], as
+ * [l_hkv[l]][KBE_KV_BLOCK][l_hd[l]] rows of l_hrow[l] bytes, and V right
+ * after it the same way. */
 typedef struct kbe_kv {
-    int type; /* KILN_KV_F16 / _F32 / _Q8_0 */
-    int n_head_kv, hd;
-    void *mem;              /* backend memory */
-    size_t hrow;            /* bytes of one head's row */
-    size_t run_bytes;       /* one layer's K (or V) in a block */
-    size_t block_bytes;     /* a block, every layer */
+    int type;          /* KILN_KV_F16 / _F32 / _Q8_0 */
+    int n_head_kv, hd; /* the largest of the layers' */
+    void *mem;         /* backend memory */
+    size_t block_bytes;
+    const int32_t *l_hkv, *l_hd; /* host, per attention layer */
+    const size_t *l_hrow, *l_off;
     int32_t *const *blocks; /* [n_seq] host: each sequence's block table */
 } kbe_kv;
+
+/* A layer's departures from plain causal attention (zero: none). */
+typedef struct kbe_attn_opts {
+    int window;  /* > 0: sliding window: the query at position p sees only
+                    p - window + 1 .. p (every position stays cached) */
+    float scale; /* score scale; 0: 1 / sqrt(head size) */
+} kbe_attn_opts;
 
 /* A step's host metadata (kbe_ops.step), valid until the next step. */
 typedef struct kbe_step {
@@ -246,10 +254,10 @@ struct kbe_ops {
      * store alone (tokens i0 .. i0+n of the step; k, v their rows), and
      * causal attention of every token of the step over its sequence's
      * cached positions 0..pos (q, out [n][n_head * hd], heads grouped over
-     * the KV heads) */
+     * the KV heads; o may be NULL) */
     void (*qk_store)(kbe_ctx *X, const kbe_qk *a, int n);
     void (*kv_store)(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v);
-    void (*attn)(kbe_ctx *X, int layer, const float *q, float *out, int n);
+    void (*attn)(kbe_ctx *X, int layer, const float *q, float *out, int n, const kbe_attn_opts *o);
 
     /* the MoE FFN: workspace for n_batch tokens (NULL when out of memory),
      * and the FFN of n tokens: xn [n][n_embd] in (overwritten), y out */

@@ -31,7 +31,7 @@ void kbe_cpu_release(void *mem, size_t bytes);
 /* cpu_attn.c */
 void kbe_cpu_qk_store(kbe_ctx *X, const kbe_qk *a, int n);
 void kbe_cpu_kv_store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v);
-void kbe_cpu_attn(kbe_ctx *X, int layer, const float *q, float *out, int n);
+void kbe_cpu_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, const kbe_attn_opts *o);
 /* cpu_gdn.c */
 int kbe_cpu_gdn_reserve(kbe_ctx *X, int Dk, int Dv);
 void kbe_cpu_gdn(kbe_ctx *X, const kbe_gdn *a, int n);

@@ -16,22 +16,25 @@ static inline int64_t kv_cell(const kbe_kv *kv, int seq, int32_t pos) {
 }
 
 static inline uint8_t *kblock(const kbe_kv *kv, int layer, int64_t b) {
-    return (uint8_t *)kv->mem + (size_t)b * kv->block_bytes + (size_t)layer * 2 * kv->run_bytes;
+    return (uint8_t *)kv->mem + (size_t)b * kv->block_bytes + kv->l_off[layer];
 }
 
-static inline uint8_t *vblock(const kbe_kv *kv, int layer, int64_t b) { return kblock(kv, layer, b) + kv->run_bytes; }
+/* a layer's V run follows its K run in a block */
+static inline uint8_t *vblock(const kbe_kv *kv, int layer, int64_t b) {
+    return kblock(kv, layer, b) + (size_t)kv->l_hkv[layer] * KBE_KV_BLOCK * kv->l_hrow[layer];
+}
 
 /* the hd elements of KV head h in a cell: head-major blocks */
-static inline size_t head_off(const kbe_kv *kv, int64_t cell, int h) {
-    return ((size_t)h * KBE_KV_BLOCK + (size_t)(cell % KBE_KV_BLOCK)) * kv->hrow;
+static inline size_t head_off(const kbe_kv *kv, int layer, int64_t cell, int h) {
+    return ((size_t)h * KBE_KV_BLOCK + (size_t)(cell % KBE_KV_BLOCK)) * kv->l_hrow[layer];
 }
 
 static inline void *khead(const kbe_kv *kv, int layer, int64_t cell, int h) {
-    return kblock(kv, layer, cell / KBE_KV_BLOCK) + head_off(kv, cell, h);
+    return kblock(kv, layer, cell / KBE_KV_BLOCK) + head_off(kv, layer, cell, h);
 }
 
 static inline void *vhead(const kbe_kv *kv, int layer, int64_t cell, int h) {
-    return vblock(kv, layer, cell / KBE_KV_BLOCK) + head_off(kv, cell, h);
+    return vblock(kv, layer, cell / KBE_KV_BLOCK) + head_off(kv, layer, cell, h);
 }
 
 /* ------------------------------------------------------------------- store */
@@ -40,9 +43,9 @@ static inline void *vhead(const kbe_kv *kv, int layer, int64_t cell, int h) {
  * cache of attention layer `layer`, in the cache's type. */
 static void store_one(const kbe_ctx *X, const kk_ops *ops, int layer, int i, const float *k, const float *v) {
     const kbe_kv *kv = &X->kv;
-    const int hd = kv->hd;
+    const int hd = kv->l_hd[layer];
     const int64_t cell = kv_cell(kv, X->step.seq[i], X->step.pos[i]);
-    for (int h = 0; h < kv->n_head_kv; h++) {
+    for (int h = 0; h < kv->l_hkv[layer]; h++) {
         const float *kh = k + (size_t)h * hd, *vh = v + (size_t)h * hd;
         if (kv->type == KILN_KV_F32) {
             memcpy(khead(kv, layer, cell, h), kh, (size_t)hd * sizeof(float));
@@ -60,7 +63,7 @@ static void store_one(const kbe_ctx *X, const kk_ops *ops, int layer, int i, con
 
 void kbe_cpu_kv_store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
     const kk_ops *ops = kbe_cpu_of(X)->k;
-    const size_t nkv = (size_t)X->kv.n_head_kv * X->kv.hd;
+    const size_t nkv = (size_t)X->kv.l_hkv[layer] * X->kv.l_hd[layer];
     for (int i = 0; i < n; i++) store_one(X, ops, layer, i0 + i, k + (size_t)i * nkv, v + (size_t)i * nkv);
 }
 
@@ -114,6 +117,8 @@ void kbe_cpu_qk_store(kbe_ctx *X, const kbe_qk *a, int n) {
 typedef struct attn_job {
     kbe_ctx *X;
     int layer;
+    int window;  /* kbe_attn_opts.window */
+    float scale; /* score scale */
     const float *q;
     float *out;
     atomic_long next; /* next (KV head, tile, head pair) item to claim */
@@ -147,13 +152,15 @@ static void attn_task(void *ud, int ith, int nth) {
     const kbe_cpu *C = kbe_cpu_of(X);
     const kbe_step *st = &X->step;
     const kbe_kv *kv = &X->kv;
-    const int hd = kv->hd, n_head = X->n_head, group = n_head / kv->n_head_kv;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const int n_head = X->n_head;
+    const int hd = kv->l_hd[j->layer], n_head_kv = kv->l_hkv[j->layer], group = n_head / n_head_kv;
+    const size_t hrow = kv->l_hrow[j->layer];
+    const float scale = j->scale;
     /* per-thread scratch: room for two heads of a tile */
     float *scratch = C->att_scratch + (size_t)ith * C->att_per_thread;
     const kk_ops *ops = C->k;
     const int pairs = (group + 1) / 2;
-    const long n_items = (long)st->n_tile * kv->n_head_kv * pairs;
+    const long n_items = (long)st->n_tile * n_head_kv * pairs;
     for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
         /* items go KV head by KV head, then tile, then pairs of the heads
          * sharing it (one kernel call reads K and V once for both): items
@@ -175,11 +182,12 @@ static void attn_task(void *ud, int ith, int nth) {
                 .n_pos = pos + 1,
                 .blocks = kv->blocks[s],
                 .block_shift = KBE_KV_BLOCK_SHIFT,
-                .k = kblock(kv, j->layer, 0) + (size_t)kvh * KBE_KV_BLOCK * kv->hrow,
-                .v = vblock(kv, j->layer, 0) + (size_t)kvh * KBE_KV_BLOCK * kv->hrow,
+                .k = kblock(kv, j->layer, 0) + (size_t)kvh * KBE_KV_BLOCK * hrow,
+                .v = vblock(kv, j->layer, 0) + (size_t)kvh * KBE_KV_BLOCK * hrow,
                 .block_stride = kv->block_bytes,
-                .row_stride = kv->hrow,
+                .row_stride = hrow,
                 .scale = scale,
+                .window = j->window,
                 .out = o,
                 .scratch = scratch,
             };
@@ -202,6 +210,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .row_stride = (size_t)hd,
                 .scale = scale,
                 .acc_f32 = kbe_attn_acc_f32(pos),
+                .window = j->window,
                 .out = o,
                 .scratch = scratch,
             };
@@ -215,7 +224,7 @@ static void attn_task(void *ud, int ith, int nth) {
             float *oh = o + (size_t)hh * hd;
             float M = -INFINITY, S = 0.0f;
             memset(oh, 0, (size_t)hd * sizeof(float));
-            for (int t = 0; t <= pos; t++) {
+            for (int t = j->window > 0 && pos >= j->window ? pos - j->window + 1 : 0; t <= pos; t++) {
                 const int64_t cell = kv_cell(kv, s, t);
                 const float *kr = (const float *)khead(kv, j->layer, cell, kvh);
                 const float *vr = (const float *)vhead(kv, j->layer, cell, kvh);
@@ -238,8 +247,10 @@ static void attn_task(void *ud, int ith, int nth) {
     }
 }
 
-void kbe_cpu_attn(kbe_ctx *X, int layer, const float *q, float *out, int n) {
+void kbe_cpu_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, const kbe_attn_opts *o) {
     (void)n; /* the step's tiles cover it */
-    attn_job aj = {X, layer, q, out, 0};
+    const int window = o && o->window > 0 ? o->window : 0;
+    const float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)X->kv.l_hd[layer]);
+    attn_job aj = {X, layer, window, scale, q, out, 0};
     kpool_run_shared(X->pool, attn_task, &aj);
 }

@@ -91,7 +91,12 @@ float kk_exp_attn(float x);
  *     accumulator acc = fma(v_t, w_t, acc) over positions in order.
  * Then out = accumulator / sum.  The scalar twin is those loops verbatim,
  * query by query; SIMD twins may reorder the work but not the arithmetic,
- * so every twin gives the same bits. */
+ * so every twin gives the same bits.
+ *
+ * Sliding window (window > 0): token u, at position p = n_pos + u - 1,
+ * sees only positions max(0, p - window + 1) .. p, the same arithmetic over
+ * that span.  kk_attn_f16_query applies it: the one-query call reads its
+ * span from position `first` on, n_pos positions. */
 typedef struct kk_attn_f16 {
     const float *q;    /* [nt][nq][hd] F32 queries, tokens tok_stride apart */
     int nq;            /* heads sharing this KV head: 1 or 2 */
@@ -106,6 +111,8 @@ typedef struct kk_attn_f16 {
     size_t row_stride;   /* elements from a row to the next within a block */
     float scale;
     int acc_f32;    /* 1: float accumulator (see above) */
+    int window;     /* > 0: positions a token sees at most (sliding window); 0: all */
+    int first;      /* position of the first row read (set by kk_attn_f16_query; callers pass 0) */
     float *out;     /* [nt][nq][hd], tokens tok_stride apart */
     float *scratch; /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
 } kk_attn_f16;
@@ -122,19 +129,30 @@ static inline size_t kk_page_off(const int32_t *blocks, int shift, size_t block_
     return (size_t)blocks[t >> shift] * block_stride + (size_t)(t & ((1 << shift) - 1)) * row_stride;
 }
 
-/* Offset (in elements from a->k or a->v) of position t's row. */
+/* Offset (in elements from a->k or a->v) of the row a reads t-th: position
+ * a->first + t. */
 static inline size_t kk_attn_row(const kk_attn_f16 *a, int t) {
-    return kk_page_off(a->blocks, a->block_shift, a->block_stride, a->row_stride, t);
+    return kk_page_off(a->blocks, a->block_shift, a->block_stride, a->row_stride, a->first + t);
 }
 
+/* Whether a's window cuts the span of one of its tokens (the last one's
+ * first): such a call runs token by token. */
+static inline int kk_attn_window_cuts(int window, int n_pos, int nt) { return window > 0 && n_pos + nt - 1 > window; }
+
 /* Head j of token u of a as a one-query call (its query, span, output and
- * scratch). */
+ * scratch): with a window, the span is the token's last window positions
+ * (first moved up, n_pos cut) and the call has no window left. */
 static inline kk_attn_f16 kk_attn_f16_query(const kk_attn_f16 *a, int u, int j) {
     kk_attn_f16 one = *a;
     const size_t off = (size_t)u * a->tok_stride + (size_t)j * (size_t)a->hd;
     one.nq = 1;
     one.nt = 1;
     one.n_pos = a->n_pos + u;
+    if (a->window > 0 && one.n_pos > a->window) {
+        one.first += one.n_pos - a->window;
+        one.n_pos = a->window;
+    }
+    one.window = 0;
     one.q = a->q + off;
     one.out = a->out + off;
     one.scratch = a->scratch + (size_t)(u * a->nq + j) * kk_attn_scratch(1, 1, a->hd, a->n_pos + a->nt - 1);
@@ -149,8 +167,8 @@ static inline kk_attn_f16 kk_attn_f16_token(const kk_attn_f16 *a, int u) {
 }
 
 /* Query heads against a Q8_0 KV cache (KILN_KV_Q8_0): rows of hd / 32
- * blocks of 34 bytes (an F16 scale d, 32 int8 q), the same paging, tiling
- * and scratch as kk_attn_f16 but with byte strides.  One arithmetic:
+ * blocks of 34 bytes (an F16 scale d, 32 int8 q), the same paging, tiling,
+ * sliding window and scratch as kk_attn_f16 but with byte strides.  One arithmetic:
  *   - the query is quantized to Q8_0 blocks by the reference quantizer
  *     (kq_get(KQ_Q8_0)->from_f32), so q . k is exact per block:
  *     s_t = sum over blocks b in order of fmaf((float)isum_b, dq_b * dk_b, s),
@@ -173,13 +191,16 @@ typedef struct kk_attn_q8 {
     size_t block_stride; /* bytes from one cache block to the next */
     size_t row_stride;   /* bytes from a row to the next within a block */
     float scale;
+    int window;     /* as kk_attn_f16's */
+    int first;      /* as kk_attn_f16's (set by kk_attn_q8_query) */
     float *out;     /* [nt][nq][hd], tokens tok_stride apart */
     float *scratch; /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
 } kk_attn_q8;
 
-/* Offset in bytes from a->k or a->v of position t's row. */
+/* Offset in bytes from a->k or a->v of the row a reads t-th (position
+ * a->first + t). */
 static inline size_t kk_attn_q8_row(const kk_attn_q8 *a, int t) {
-    return kk_page_off(a->blocks, a->block_shift, a->block_stride, a->row_stride, t);
+    return kk_page_off(a->blocks, a->block_shift, a->block_stride, a->row_stride, a->first + t);
 }
 
 /* Head j of token u of a as a one-query call; its scratch share holds the
@@ -190,9 +211,21 @@ static inline kk_attn_q8 kk_attn_q8_query(const kk_attn_q8 *a, int u, int j) {
     one.nq = 1;
     one.nt = 1;
     one.n_pos = a->n_pos + u;
+    if (a->window > 0 && one.n_pos > a->window) {
+        one.first += one.n_pos - a->window;
+        one.n_pos = a->window;
+    }
+    one.window = 0;
     one.q = a->q + off;
     one.out = a->out + off;
     one.scratch = a->scratch + (size_t)(u * a->nq + j) * kk_attn_scratch(1, 1, a->hd, a->n_pos + a->nt - 1);
+    return one;
+}
+
+/* Token u of a, all its heads, as a one-token call (its window applied). */
+static inline kk_attn_q8 kk_attn_q8_token(const kk_attn_q8 *a, int u) {
+    kk_attn_q8 one = kk_attn_q8_query(a, u, 0);
+    one.nq = a->nq;
     return one;
 }
 

@@ -235,8 +235,9 @@ static inline __attribute__((always_inline)) void scores_pair_hd(const kk_attn_f
     int t = 0;
     /* blocks of 8 rows or more: rows t .. t + 7 (t a multiple of 8) are
      * consecutive, and so are the 8 fetched PF_POS ahead (a multiple of 8),
-     * so each group takes two block lookups, not sixteen */
-    const int contig = a->block_shift >= 3;
+     * so each group takes two block lookups, not sixteen (positions from
+     * first on: first a multiple of 8 too) */
+    const int contig = a->block_shift >= 3 && (a->first & 7) == 0;
     const size_t rs = a->row_stride;
     for (; t + 8 <= n; t += 8) {
         __m256 x0[8], x1[8];
@@ -741,6 +742,13 @@ static void attn_tile_f32acc(const kk_attn_f16 *a) {
 }
 
 static void attn_f16(const kk_attn_f16 *a) {
+    if (kk_attn_window_cuts(a->window, a->n_pos, a->nt)) { /* spans of different starts: token by token */
+        for (int u = 0; u < a->nt; u++) {
+            const kk_attn_f16 tok = kk_attn_f16_token(a, u);
+            attn_f16(&tok);
+        }
+        return;
+    }
     if (a->acc_f32 && PAIR_HD(a->hd) && a->nt > 1) { /* tiles of up to ATT_QMAX queries */
         const int step = ATT_QMAX / a->nq;
         for (int u = 0; u < a->nt; u += step) {
@@ -909,6 +917,13 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
 }
 
 static void attn_q8(const kk_attn_q8 *a) {
+    if (kk_attn_window_cuts(a->window, a->n_pos, a->nt)) { /* spans of different starts: token by token */
+        for (int u = 0; u < a->nt; u++) {
+            const kk_attn_q8 tok = kk_attn_q8_token(a, u);
+            attn_q8(&tok);
+        }
+        return;
+    }
     const int nj = a->nq < Q8_QMAX ? a->nq : Q8_QMAX, per = Q8_QMAX / nj; /* heads, tokens per tile */
     for (int j = 0; j < a->nq; j += nj)
         for (int u = 0; u < a->nt; u += per)

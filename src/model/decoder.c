@@ -98,7 +98,12 @@ void kl_attn_store(kiln_context *c, const kk_ops *ops, int ord, int i, const flo
     c->bx.ops->kv_store(&c->bx, ord, i, 1, k, v);
 }
 
-void kl_attn_run(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n) {
+void kl_attn_run_opts(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n,
+                      const kl_attn_opts *o) {
     (void)ops;
-    c->bx.ops->attn(&c->bx, ord, q, out, n);
+    c->bx.ops->attn(&c->bx, ord, q, out, n, o);
+}
+
+void kl_attn_run(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n) {
+    kl_attn_run_opts(c, ops, ord, q, out, n, NULL);
 }

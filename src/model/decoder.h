@@ -43,4 +43,13 @@ void kl_attn_store(kiln_context *c, const kk_ops *ops, int ord, int i, const flo
  * heads sharing a KV head by groups of n_head / n_head_kv. */
 void kl_attn_run(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n);
 
+/* A layer's departures from kl_attn_run's attention (zero: none):
+ * window > 0, a sliding window (the query at position p sees only
+ * p - window + 1 .. p; every position stays cached); scale, the score
+ * scale (0: 1 / sqrt(head size)). */
+typedef kbe_attn_opts kl_attn_opts;
+/* kl_attn_run with o's departures (o may be NULL). */
+void kl_attn_run_opts(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n,
+                      const kl_attn_opts *o);
+
 #endif

@@ -306,7 +306,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
             .layer = l,
         };
         o->qk_store(X, &qk, n);
-        o->attn(X, l, w->q, w->att, n);
+        o->attn(X, l, w->q, w->att, n, NULL);
         o->matmul(X, &L->wo, w->att, n, w->xn, E);
         o->add_rmsnorm(X, w->x, w->xn, w->xn, L->ffn_norm, n, E, hp->eps); /* x += attention, xn = its norm */
         if (d->moe.n_expert) {

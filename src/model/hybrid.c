@@ -578,7 +578,7 @@ static void attention_layer(hyb_job *j) {
         .layer = L->ord,
     };
     X->ops->qk_store(X, &qk, n);
-    X->ops->attn(X, L->ord, w->q, w->att, n);
+    X->ops->attn(X, L->ord, w->q, w->att, n, NULL);
     X->ops->attn_gate(X, w->att, w->qg, n, hp->n_head, hp->hd_k);
     X->ops->matmul(X, &L->wo, w->att, n, w->y, hp->n_embd);
 }
