@@ -285,6 +285,9 @@ struct kbe_ops {
 
     /* the output head (kbe_out) */
     void (*output)(kbe_ctx *X, const kbe_out *o);
+    /* out[i] (host) = the index of the largest of row i's dim values (the
+     * first of equals), for greedy choices without copying rows back */
+    void (*argmax)(kbe_ctx *X, const float *x, int n, int dim, int32_t *out);
 };
 
 #endif

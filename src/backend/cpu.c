@@ -246,6 +246,17 @@ static void cpu_output(kbe_ctx *X, const kbe_out *o) {
     if (o->n_out && o->w) cpu_matmul(X, o->w, o->rows, o->n_out, o->logits, o->n_vocab);
 }
 
+static void cpu_argmax(kbe_ctx *X, const float *x, int n, int dim, int32_t *out) {
+    (void)X;
+    for (int i = 0; i < n; i++) {
+        const float *r = x + (size_t)i * dim;
+        int best = 0;
+        for (int k = 1; k < dim; k++)
+            if (r[k] > r[best]) best = k;
+        out[i] = best;
+    }
+}
+
 static const kbe_ops k_cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
@@ -276,6 +287,7 @@ static const kbe_ops k_cpu_ops = {
     .gdn = kbe_cpu_gdn,
     .gdn_replay = kbe_cpu_gdn_replay,
     .output = cpu_output,
+    .argmax = cpu_argmax,
 };
 
 const kbe_backend kbe_cpu_backend = {
