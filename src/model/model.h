@@ -8,7 +8,8 @@
  *
  * family.c  the registry of families (kl_arch_find looks a name up)
  * model.c   kiln_model_load: common hyperparameters, the tensor binder
- *           (shapes checked, 1-, 2- and 3-D), repacking
+ *           (shapes checked, 1-, 2- and 3-D), the backend's weight
+ *           preparation (backend/backend.h; on the CPU, repacking)
  * dense.c   llama, qwen2, qwen3: every layer attention + SwiGLU
  * gemma.c   gemma3, gemma4: sliding/global attention layers, GeGLU
  * hybrid.c  qwen35, qwen35moe, qwen3next: Gated DeltaNet and gated full
@@ -83,7 +84,7 @@ typedef struct kl_seq_shape {
     size_t roll_floats; /* recorded inputs of a rollback run (state.h) */
 } kl_seq_shape;
 
-/* The weights repacking may cover (model.c's repack): matrices and the
+/* The weights the backend may prepare (model.c's prepare): matrices and the
  * small F32 vectors that sit between them in the file. */
 typedef struct kl_weights {
     kk_mat **mats;
