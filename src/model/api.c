@@ -186,6 +186,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     }
     if (mtp_ord >= 0) {
         memset(c->mtp_h_n, 0, (size_t)p.n_seq_max * sizeof *c->mtp_h_n);
+        memset(c->mtp_h_pos, 0, (size_t)p.n_seq_max * sizeof *c->mtp_h_pos);
         /* the kept hidden rows are the block's inputs: backend memory */
         c->mtp_h = c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * KL_MTP_KEEP * E * 4);
         c->mtp_chain = c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * E * 4);
