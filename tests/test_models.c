@@ -483,7 +483,7 @@ static void qwen3moe_quantized(void) {
     const char *in = "data/arch/qwen3moe-f32.gguf";
     json_error_t je;
     json_t *cases = json_load_file("data/arch/cases.json", 0, &je);
-    CHECKF(cases && json_array_size(cases) == 6, "data/arch/cases.json: %s", je.text);
+    CHECKF(cases && json_array_size(cases) >= 2, "data/arch/cases.json: %s", je.text);
     char dir[] = "/tmp/kiln-test-qwen3moe-XXXXXX";
     if (!cases || !mkdtemp(dir)) {
         CHECK(0);
@@ -1335,7 +1335,7 @@ int main(void) {
     test_fixture(&k_fixtures[5], 0); /* llama-q4_0 in the file layout */
     test_toolcall();
     reference_cases("data/hybrid", 3);
-    reference_cases("data/arch", 6);
+    reference_cases("data/arch", 8);
     qwen3moe_quantized();
     hybrid_state("qwen35");
     hybrid_state("qwen35moe");
