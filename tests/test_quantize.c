@@ -207,6 +207,12 @@ static void test_k_mix(void) {
     }
     CHECK(kiln_quantize(src, dst, "q9_9", 1) == KILN_ERR_INVALID_ARG);
     CHECK(strstr(kiln_last_error(), "q9_9") != NULL);
+    /* the types llama.cpp writes only with an importance matrix: refused, saying so */
+    static const char *const imx[] = {"iq2_xxs", "IQ2_XS", "iq2_s", "iq3_xxs"};
+    for (int i = 0; i < 4; i++) {
+        CHECK(kiln_quantize(src, dst, imx[i], 1) == KILN_ERR_UNSUPPORTED);
+        CHECKF(strstr(kiln_last_error(), "importance matrix") != NULL, "%s: %s", imx[i], kiln_last_error());
+    }
 }
 
 typedef struct seen {

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 typedef struct qmix {
@@ -62,6 +63,17 @@ static const qmix *find_mix(const char *name) {
     for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)name[i]);
     for (size_t i = 0; i < sizeof k_mixes / sizeof k_mixes[0]; i++)
         if (!strcmp(k_mixes[i].name, low)) return &k_mixes[i];
+    return NULL;
+}
+
+/* Targets llama.cpp's quantizer writes only with an importance matrix (its
+ * tensor_requires_imatrix: IQ2_XXS, IQ2_XS, IQ2_S and IQ3_XXS tensors, and
+ * the mixes made of them); kiln reads no importance matrix yet. */
+static const char *const k_need_imatrix[] = {"iq2_xxs", "iq2_xs", "iq2_s", "iq2_m", "iq3_xxs"};
+
+static const char *need_imatrix(const char *name) {
+    for (size_t i = 0; i < sizeof k_need_imatrix / sizeof k_need_imatrix[0]; i++)
+        if (!strcasecmp(k_need_imatrix[i], name)) return k_need_imatrix[i];
     return NULL;
 }
 
@@ -191,6 +203,11 @@ kiln_status kiln_quantize(const char *in_path, const char *out_path, const char 
 kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const char *type,
                                const kiln_quantize_params *params) {
     const qmix *q = type ? find_mix(type) : NULL;
+    if (!q && type && need_imatrix(type))
+        return kb_fail(KILN_ERR_UNSUPPORTED,
+                       "%s needs an importance matrix (as llama-quantize --imatrix), which kiln "
+                       "cannot read yet",
+                       type);
     if (!q) return kb_fail(KILN_ERR_INVALID_ARG, "unknown quantization type '%s'", type ? type : "");
     if (!in_path || !out_path) return kb_fail(KILN_ERR_INVALID_ARG, "missing input or output path");
     const kiln_quantize_params defaults = kiln_quantize_default_params();
