@@ -6,7 +6,7 @@
  * magnitude, signed); the reference dots equal a double dot of the
  * dequantized rows; and every SIMD dot (AVX2, AVX-512, AVX-512 emulated)
  * gives the scalar reference's float bit for bit, activations of -128
- * included.
+ * included; the IQ3_S quantizer writes llama.cpp's bytes.
  */
 #include "quant/iquants_layout.h"
 #include "quant/quant.h"
@@ -305,6 +305,48 @@ static void check_dots(int t) {
            twins[2] ? "avx512-emu" : "");
 }
 
+/* ---- the IQ3_S quantizer ---- */
+
+static void fixed_input(float *x, int n) {
+    uint32_t s = 12345;
+    for (int i = 0; i < n; ++i) {
+        s = s * 1664525u + 1013904223u;
+        float u = (float)(s >> 8) * 0x1p-24f - 0.5f;
+        x[i] = u * (1.0f + (float)(i % 37) * 0.1f) + ((i % 97) == 0 ? 3.0f : 0.0f);
+    }
+}
+
+/* FNV-1a of the output for test_kquants' fixed input, as llama.cpp's
+ * quantize_iq3_s (3f545bec, no importance matrix) writes it: plain, and
+ * with zero runs (weights 32..63 and 864..895) and a zero block (1280..1535),
+ * whose qs / signs bytes it does not skip; then the round-trip error. */
+static void check_iq3s_quantizer(void) {
+    const kq_traits *tr = kq_get(KQ_IQ3_S);
+    static float x[4096], xr[4096];
+    static uint8_t q[4096];
+    fixed_input(x, 4096);
+    tr->from_f32(x, q, 4096);
+    uint64_t v = fnv(q, kq_row_size(KQ_IQ3_S, 4096));
+    CHECKF(v == 0x255d8ec6ba52005full, "IQ3_S quantizer hash %016llx", (unsigned long long)v);
+    for (int i = 32; i < 64; i++) x[i] = 0;
+    for (int i = 256 * 3 + 96; i < 256 * 3 + 128; i++) x[i] = 0;
+    for (int i = 256 * 5; i < 256 * 6; i++) x[i] = 0;
+    tr->from_f32(x, q, 4096);
+    v = fnv(q, kq_row_size(KQ_IQ3_S, 4096));
+    CHECKF(v == 0xfb1576afe1261af5ull, "IQ3_S quantizer hash with zero runs %016llx", (unsigned long long)v);
+    for (int i = 0; i < 4096; i++) x[i] = grand();
+    tr->from_f32(x, q, 4096);
+    tr->to_f32(q, xr, 4096);
+    double e = 0, m = 0;
+    for (int i = 0; i < 4096; i++) {
+        e += (double)(x[i] - xr[i]) * (x[i] - xr[i]);
+        m += (double)x[i] * x[i];
+    }
+    const double rms = sqrt(e / m);
+    CHECKF(rms < 0.20, "IQ3_S round-trip rms %.4f", rms);
+    printf("IQ3_S    quantizer as llama.cpp's, round-trip rms %.4f\n", rms);
+}
+
 int main(void) {
     kq_init();
     check_tables();
@@ -313,5 +355,6 @@ int main(void) {
         check_dequant(TYPES[i]);
         check_dots(TYPES[i]);
     }
+    check_iq3s_quantizer();
     return t_done();
 }
