@@ -31,8 +31,8 @@ static const int16_t g_lane_run[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1,
 static inline __m512i step64(__m512i acc, kq_iq_run r0, kq_iq_run r1, const int8_t *q8, __m512i lane_run) {
     const __m512i g = _mm512_inserti64x4(_mm512_castsi256_si512(r0.g), r1.g, 1);
     const __m512i q = _mm512_loadu_si512(q8);
-    const __mmask64 neg =
-        (__mmask64)(((uint64_t)r0.signs | (uint64_t)r1.signs << 32) ^ (uint64_t)_mm512_movepi8_mask(q));
+    const __m512i sw = _mm512_inserti64x4(_mm512_castsi256_si512(r0.s), r1.s, 1);
+    const __mmask64 neg = (__mmask64)(_mm512_movepi8_mask(sw) ^ _mm512_movepi8_mask(q));
     const __m512i b = _mm512_mask_sub_epi8(g, neg, _mm512_setzero_si512(), g);
     const __m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(q), b);
     const uint64_t ls = (uint64_t)(uint16_t)r0.ls[0] | (uint64_t)(uint16_t)r0.ls[1] << 16 |

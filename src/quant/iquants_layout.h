@@ -89,6 +89,8 @@ extern const uint32_t kq_iq3s_grid[512];
  * even number of negative weights (kq_iq_sign_codes holds all 128). */
 extern const uint8_t kq_iq_sign_codes[128];
 static inline uint8_t kq_iq_signs(uint32_t c) { return kq_iq_sign_codes[c & 127]; }
+/* kq_iq_signs(c) as 8 bytes, 0x01 where the bit is clear, 0xff where set. */
+extern const uint64_t kq_iq_sign_units[128];
 
 /* Grid index of group g (0..31) of an IQ2_S block. */
 static inline int kq_iq2s_index(const kq_block_iq2_s *b, int g) {
