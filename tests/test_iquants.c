@@ -62,6 +62,10 @@ static void check_tables(void) {
         int par = 0;
         for (int b = 0; b < 7; b++) par ^= (c >> b) & 1;
         CHECKF(kq_iq_signs((uint32_t)c) == (c | par << 7), "sign code %d", c);
+        for (int j = 0; j < 8; j++) {
+            const int neg = j < 7 ? (c >> j) & 1 : par;
+            CHECKF((uint8_t)(kq_iq_sign_units[c] >> (8 * j)) == (neg ? 0xff : 0x01), "sign unit %d byte %d", c, j);
+        }
     }
     static const struct {
         int t;
