@@ -69,8 +69,9 @@ static const qmix *find_mix(const char *name) {
 
 /* Targets llama.cpp's quantizer writes only with an importance matrix (its
  * tensor_requires_imatrix: IQ2_XXS, IQ2_XS, IQ2_S and IQ3_XXS tensors, and
- * the mixes made of them); kiln reads no importance matrix yet. */
-static const char *const k_need_imatrix[] = {"iq2_xxs", "iq2_xs", "iq2_s", "iq2_m", "iq3_xxs"};
+ * the mixes that use them, IQ2_M and IQ3_XS); kiln reads no importance
+ * matrix yet. */
+static const char *const k_need_imatrix[] = {"iq2_xxs", "iq2_xs", "iq2_s", "iq2_m", "iq3_xxs", "iq3_xs"};
 
 static const char *need_imatrix(const char *name) {
     for (size_t i = 0; i < sizeof k_need_imatrix / sizeof k_need_imatrix[0]; i++)
