@@ -1,6 +1,7 @@
 /*
  * test_iquants — the lattice types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S:
- * the grid tables hash to ggml's; hand-built blocks dequantize to known
+ * the grid tables hash to ggml's; random blocks dequantize and dot with
+ * Q8_K to ggml's exact bits; hand-built blocks dequantize to known
  * values; random blocks dequantize exactly as a second, bit-by-bit reading
  * of the layout says (ggml's float steps: d * (0.5 + s) * k, times the
  * magnitude, signed); the reference dots equal a double dot of the
@@ -309,6 +310,76 @@ static void check_dots(int t) {
            twins[2] ? "avx512-emu" : "");
 }
 
+/* ---- against ggml's own functions ---- */
+
+/* Blocks of random bytes with a positive normal half d, and Q8_K blocks of
+ * random quants (-128 one time in 7) with d = k / 128: the generator the
+ * expected hashes below were computed with. */
+static uint64_t gen_state;
+static uint64_t gen(void) {
+    gen_state ^= gen_state << 13;
+    gen_state ^= gen_state >> 7;
+    gen_state ^= gen_state << 17;
+    return gen_state;
+}
+
+static void gen_blocks(uint8_t *q, size_t bs, int nb) {
+    for (size_t i = 0; i < bs * (size_t)nb; i++) q[i] = (uint8_t)gen();
+    for (int b = 0; b < nb; b++) put16(q + bs * (size_t)b, (uint16_t)(0x1000 + gen() % 0x2000));
+}
+
+static void gen_q8(uint8_t *q, int nb) {
+    for (int b = 0; b < nb; b++) {
+        uint8_t *p = q + 292 * b;
+        const float d = (float)(1 + gen() % 100) / 128.0f;
+        memcpy(p, &d, 4);
+        for (int i = 0; i < 256; i++) p[4 + i] = (uint8_t)(gen() % 7 == 0 ? 0x80 : gen());
+        for (int j = 0; j < 16; j++) {
+            int16_t sum = 0;
+            for (int i = 0; i < 16; i++) sum = (int16_t)(sum + (int8_t)p[4 + 16 * j + i]);
+            memcpy(p + 260 + 2 * j, &sum, 2);
+        }
+    }
+}
+
+/* FNV-1a of 16 blocks dequantized and of the dots of their first 512,
+ * 1024, ..., 4096 weights with 16 Q8_K blocks, as ggml computes them
+ * (dequantize_row_* of ggml-quants.c and ggml_vec_dot_*_q8_K_generic of
+ * ggml-cpu/quants.c at 3f545bec, built without FMA contraction); the
+ * reference kernels must give the same bits, and so every SIMD twin. */
+static void check_against_ggml(void) {
+    static const struct {
+        int t;
+        uint64_t deq, dots;
+    } H[] = {
+        {KQ_IQ2_XXS, 0x8ae69e94f50ce666ull, 0x66cd42a41eb8287full},
+        {KQ_IQ2_XS, 0x19daad4220e4ea50ull, 0xdeb900f2de777addull},
+        {KQ_IQ2_S, 0x99f32fe479609a34ull, 0x17d0bc0d9d58b6d1ull},
+        {KQ_IQ3_XXS, 0xe5e26f38d604bcffull, 0x50dbfdfcf0d06914ull},
+        {KQ_IQ3_S, 0x27ec809f9caaae38ull, 0xb50c72e2273b19deull},
+    };
+    enum { NBG = 16 };
+    static uint8_t q[NBG * 110], a[NBG * 292];
+    static float y[NBG * 256];
+    for (int i = 0; i < N_TYPES; i++) {
+        const kq_traits *tr = kq_get(H[i].t);
+        gen_state = 0x5DEECE66Dull + (uint64_t)i;
+        gen_blocks(q, tr->bsize, NBG);
+        gen_q8(a, NBG);
+        tr->to_f32(q, y, NBG * 256);
+        const uint64_t dh = fnv(y, sizeof y);
+        CHECKF(dh == H[i].deq, "%s: dequantized hash %016llx, ggml's %016llx", tr->name, (unsigned long long)dh,
+               (unsigned long long)H[i].deq);
+        float dots[8], simd[8];
+        for (int k = 0; k < 8; k++) tr->vec_dot_ref(512 * (k + 1), &dots[k], q, a);
+        const uint64_t th = fnv(dots, sizeof dots);
+        CHECKF(th == H[i].dots, "%s: dot hash %016llx, ggml's %016llx", tr->name, (unsigned long long)th,
+               (unsigned long long)H[i].dots);
+        for (int k = 0; k < 8; k++) tr->vec_dot(512 * (k + 1), &simd[k], q, a);
+        CHECKF(memcmp(dots, simd, sizeof dots) == 0, "%s: active dot differs from the reference", tr->name);
+    }
+}
+
 /* ---- the IQ3_S quantizer ---- */
 
 static void fixed_input(float *x, int n) {
@@ -359,6 +430,7 @@ int main(void) {
         check_dequant(TYPES[i]);
         check_dots(TYPES[i]);
     }
+    check_against_ggml();
     check_iq3s_quantizer();
     return t_done();
 }
