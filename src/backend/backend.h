@@ -77,9 +77,11 @@ const kbe_backend *kbe_get(int kind);
 /* The paged KV cache as the attention ops see it: block b of attention
  * layer l holds K at mem + b * block_bytes + l_off[l], as
  * [l_hkv[l]][KBE_KV_BLOCK][l_hd[l]] rows of l_hrow[l] bytes, and V right
- * after it the same way. */
+ * after it the same way (unless V is in K: then the K rows are the values
+ * too, and there are no V runs). */
 typedef struct kbe_kv {
-    int type;          /* KILN_KV_F16 / _F32 / _Q8_0 */
+    int type; /* KILN_KV_F16 / _F32 / _Q8_0 */
+    int v_in_k;
     int n_head_kv, hd; /* the largest of the layers' */
     void *mem;         /* backend memory */
     size_t block_bytes;
@@ -93,6 +95,9 @@ typedef struct kbe_attn_opts {
     int window;  /* > 0: sliding window: the query at position p sees only
                     p - window + 1 .. p (every position stays cached) */
     float scale; /* score scale; 0: 1 / sqrt(head size) */
+    /* [n_head] attention sinks: each head's softmax gets one more logit,
+     * not scaled, that adds no value (kk_attn_inv); NULL: none */
+    const float *sinks;
 } kbe_attn_opts;
 
 /* A step's host metadata (kbe_ops.step), valid until the next step. */
@@ -150,17 +155,34 @@ typedef struct kbe_qk {
 } kbe_qk;
 
 /* Mixture-of-experts FFN (model/moe.h says what it computes). */
+enum {
+    KBE_MOE_SOFTMAX = 0,      /* gating: softmax over all, top k, renormalized to sum 1 */
+    KBE_MOE_TOPK_SOFTMAX = 1, /* gating: top k logits, softmax over just those k */
+    KBE_MOE_SWIGLU = 0,       /* act: silu(g) * u */
+    KBE_MOE_SWIGLU_OAI = 1,   /* act: the clamped SwiGLU kk_swiglu_oai, alpha 1.702, limit 7 */
+};
+
 typedef struct kbe_moe_hp {
-    int n_expert, n_used; /* experts, experts per token (0, 0: no MoE layers) */
-    int F_exp, F_sh;      /* an expert's width, the shared expert's */
-    float w_scale;        /* expert_weights_scale (0 or 1: none) */
+    int n_expert, n_used;      /* experts, experts per token (0, 0: no MoE layers) */
+    int F_exp, F_sh;           /* an expert's width, the shared expert's */
+    float w_scale;             /* expert_weights_scale (0 or 1: none) */
+    int w_norm;                /* 1: the top k weights renormalized */
+    int sh_ungated;            /* 1: the shared expert is added as is (no ffn_gate_inp_shexp) */
+    int sigmoid;               /* sigmoid probabilities instead of the softmax */
+    int n_group, n_group_used; /* choose within the best groups of experts */
+    int probs_b;               /* layers may carry exp_probs_b, a selection bias */
+    int gating, act;           /* KBE_MOE_* */
 } kbe_moe_hp;
 
 typedef struct kbe_moe_layer {
     kk_mat router;                  /* n_embd -> n_expert, F32 */
     kk_mat *e_gate, *e_up, *e_down; /* [n_expert] views */
     kk_mat s_gate, s_up, s_down;    /* shared expert (data NULL: none) */
-    const float *s_gate_inp;        /* [n_embd]: the shared expert's gate */
+    const float *s_gate_inp;        /* [n_embd]: the shared expert's gate; NULL: ungated */
+    const float *sel_bias;          /* [n_expert] exp_probs_b; NULL: none */
+    /* biases, NULL where the file has none: the router's [n_expert], the
+     * experts' gate and up [n_expert][F_exp] and down [n_expert][n_embd] */
+    const float *router_b, *b_gate, *b_up, *b_down;
 } kbe_moe_layer;
 
 /* The Gated DeltaNet core of a recurrent layer for the step's tokens,

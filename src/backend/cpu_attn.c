@@ -19,9 +19,9 @@ static inline uint8_t *kblock(const kbe_kv *kv, int layer, int64_t b) {
     return (uint8_t *)kv->mem + (size_t)b * kv->block_bytes + kv->l_off[layer];
 }
 
-/* a layer's V run follows its K run in a block */
+/* a layer's V run follows its K run in a block (V in K: is it) */
 static inline uint8_t *vblock(const kbe_kv *kv, int layer, int64_t b) {
-    return kblock(kv, layer, b) + (size_t)kv->l_hkv[layer] * KBE_KV_BLOCK * kv->l_hrow[layer];
+    return kblock(kv, layer, b) + (kv->v_in_k ? 0 : (size_t)kv->l_hkv[layer] * KBE_KV_BLOCK * kv->l_hrow[layer]);
 }
 
 /* the hd elements of KV head h in a cell: head-major blocks */
@@ -46,17 +46,16 @@ static void store_one(const kbe_ctx *X, const kk_ops *ops, int layer, int i, con
     const int hd = kv->l_hd[layer];
     const int64_t cell = kv_cell(kv, X->step.seq[i], X->step.pos[i]);
     for (int h = 0; h < kv->l_hkv[layer]; h++) {
-        const float *kh = k + (size_t)h * hd, *vh = v + (size_t)h * hd;
-        if (kv->type == KILN_KV_F32) {
-            memcpy(khead(kv, layer, cell, h), kh, (size_t)hd * sizeof(float));
-            memcpy(vhead(kv, layer, cell, h), vh, (size_t)hd * sizeof(float));
-        } else if (kv->type == KILN_KV_Q8_0) { /* the reference quantizer: the same bits on every CPU */
-            const kq_traits *q8 = kq_get(KQ_Q8_0);
-            q8->from_f32(kh, khead(kv, layer, cell, h), hd);
-            q8->from_f32(vh, vhead(kv, layer, cell, h), hd);
-        } else {
-            ops->f32_to_f16_row(kh, khead(kv, layer, cell, h), hd);
-            ops->f32_to_f16_row(vh, vhead(kv, layer, cell, h), hd);
+        /* V in K: the K row is all there is to store */
+        for (int kvi = 0; kvi < (kv->v_in_k ? 1 : 2); kvi++) {
+            const float *src = (kvi ? v : k) + (size_t)h * hd;
+            void *dst = kvi ? vhead(kv, layer, cell, h) : khead(kv, layer, cell, h);
+            if (kv->type == KILN_KV_F32)
+                memcpy(dst, src, (size_t)hd * sizeof(float));
+            else if (kv->type == KILN_KV_Q8_0) /* the reference quantizer: the same bits on every CPU */
+                kq_get(KQ_Q8_0)->from_f32(src, dst, hd);
+            else
+                ops->f32_to_f16_row(src, dst, hd);
         }
     }
 }
@@ -121,7 +120,8 @@ typedef struct attn_job {
     float scale; /* score scale */
     const float *q;
     float *out;
-    atomic_long next; /* next (KV head, tile, head pair) item to claim */
+    const float *sinks; /* [n_head] the layer's sink logits, NULL: none */
+    atomic_long next;   /* next (KV head, tile, head pair) item to claim */
 } attn_job;
 
 /* One (tile, head pair) per work item: for each token of the tile
@@ -172,6 +172,7 @@ static void attn_task(void *ud, int ith, int nth) {
         int s = st->seq[i], pos = st->pos[i];
         const float *q = j->q + ((size_t)i * n_head + h) * hd;
         float *o = j->out + ((size_t)i * n_head + h) * hd;
+        const float *sink = j->sinks ? j->sinks + h : NULL;
         if (kv->type == KILN_KV_Q8_0) {
             const kk_attn_q8 a = {
                 .q = q,
@@ -188,6 +189,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .row_stride = hrow,
                 .scale = scale,
                 .window = j->window,
+                .sink = sink,
                 .out = o,
                 .scratch = scratch,
             };
@@ -211,6 +213,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .scale = scale,
                 .acc_f32 = kbe_attn_acc_f32(pos),
                 .window = j->window,
+                .sink = sink,
                 .out = o,
                 .scratch = scratch,
             };
@@ -241,7 +244,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 kk_scale_axpy_f32(oh, 1.0f, vs, vr, hd);
                 S = S * ms + vs;
             }
-            float inv = 1.0f / S;
+            float inv = kk_attn_inv(S, M, sink ? sink + hh : NULL);
             for (int d = 0; d < hd; d++) oh[d] *= inv;
         }
     }
@@ -251,6 +254,6 @@ void kbe_cpu_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, cons
     (void)n; /* the step's tiles cover it */
     const int window = o && o->window > 0 ? o->window : 0;
     const float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)X->kv.l_hd[layer]);
-    attn_job aj = {X, layer, window, scale, q, out, 0};
+    attn_job aj = {X, layer, window, scale, q, out, o ? o->sinks : NULL, 0};
     kpool_run_shared(X->pool, attn_task, &aj);
 }

@@ -3,6 +3,7 @@
 
 #include "quant/quant.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,15 +21,35 @@ int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t err
     h->F_exp = (int)kl_meta_int(m, "expert_feed_forward_length", h->n_used ? hp->n_ff / h->n_used : 0);
     h->F_sh = (int)kl_meta_int(m, "expert_shared_feed_forward_length", hp->n_ff);
     h->w_scale = (float)kl_meta_float(m, "expert_weights_scale", 0.0);
+    h->w_norm = 1;
     const int64_t gating = kl_meta_int(m, "expert_gating_func", 1);
-    if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || gating != 1) {
+    h->sigmoid = gating == 2;
+    h->n_group = (int)kl_meta_int(m, "expert_group_count", 0);
+    h->n_group_used = (int)kl_meta_int(m, "expert_group_used_count", 0);
+    if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || (gating != 1 && gating != 2)) {
         snprintf(err, errlen,
                  "bad expert metadata (expert_feed_forward_length %d, expert_shared_feed_forward_length %d, "
-                 "expert_gating_func %lld: kiln routes by softmax, 1)",
+                 "expert_gating_func %lld: kiln routes by softmax, 1, or sigmoid, 2)",
                  h->F_exp, h->F_sh, (long long)gating);
         return -1;
     }
+    if (h->n_group > 1 && (h->n_group > 256 || h->n_expert % h->n_group || h->n_group_used < 1 ||
+                           h->n_group_used > h->n_group || h->n_used > h->n_group_used * (h->n_expert / h->n_group))) {
+        snprintf(err, errlen, "bad expert groups (expert_group_count %d, expert_group_used_count %d)", h->n_group,
+                 h->n_group_used);
+        return -1;
+    }
     return 0;
+}
+
+/* An optional F32 [n, ne] tensor of per-expert biases. */
+static const float *bias_rows(kl_binder *B, const char *name, int64_t n, int ne) {
+    const kk_mat b = kl_bind_mat(B, name, n, ne, 1);
+    if (b.data && b.type != KQ_F32) {
+        kl_bind_fail(B, "tensor %s must be F32 (it is %s)", name, kq_get(b.type)->name);
+        return NULL;
+    }
+    return b.data;
 }
 
 void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, kl_moe_layer *l, kk_mat *views) {
@@ -62,13 +83,20 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
         kl_bind_mats3(B, NAME("ffn_up_exps.weight"), E, Fe, ne, l->e_up, 0);
     }
     kl_bind_mats3(B, NAME("ffn_down_exps.weight"), Fe, E, ne, l->e_down, 0);
+    l->router_b = kl_bind_vec(B, NAME("ffn_gate_inp.bias"), ne, 1);
+    if (!gguf_find_tensor(m->gf, NAME("ffn_gate_up_exps.weight"))) {
+        l->b_gate = bias_rows(B, NAME("ffn_gate_exps.bias"), Fe, ne);
+        l->b_up = bias_rows(B, NAME("ffn_up_exps.bias"), Fe, ne);
+    }
+    l->b_down = bias_rows(B, NAME("ffn_down_exps.bias"), E, ne);
     if (gguf_find_tensor(m->gf, NAME("ffn_up_shexp.weight"))) {
         const int64_t Fs = h->F_sh;
         l->s_gate = kl_bind_mat(B, NAME("ffn_gate_shexp.weight"), E, Fs, 0);
         l->s_up = kl_bind_mat(B, NAME("ffn_up_shexp.weight"), E, Fs, 0);
         l->s_down = kl_bind_mat(B, NAME("ffn_down_shexp.weight"), Fs, E, 0);
-        l->s_gate_inp = kl_bind_vec(B, NAME("ffn_gate_inp_shexp.weight"), E, 0);
+        if (!h->sh_ungated) l->s_gate_inp = kl_bind_vec(B, NAME("ffn_gate_inp_shexp.weight"), E, 0);
     }
+    if (h->probs_b) l->sel_bias = kl_bind_vec(B, NAME("exp_probs_b.bias"), ne, 1);
 #undef NAME
 }
 
@@ -82,6 +110,12 @@ void kl_moe_weights(const kiln_model *m, const kl_moe_hp *h, kl_moe_layer *l, kl
             kl_weights_mat(w, &l->e_down[e]);
         }
     kl_weights_vec(w, &l->s_gate_inp, m->hp.n_embd);
+    kl_weights_vec(w, &l->sel_bias, h->n_expert);
+    const int64_t ne = h->n_expert, Fe = h->F_exp;
+    kl_weights_vec(w, &l->router_b, ne);
+    kl_weights_vec(w, &l->b_gate, ne * Fe);
+    kl_weights_vec(w, &l->b_up, ne * Fe);
+    kl_weights_vec(w, &l->b_down, ne * m->hp.n_embd);
 }
 
 uint64_t kl_moe_active_bytes(const kiln_model *m, const kl_moe_hp *h, int n_layer) {
@@ -96,8 +130,11 @@ uint64_t kl_moe_active_bytes(const kiln_model *m, const kl_moe_hp *h, int n_laye
 }
 
 int kl_moe_ws_init(kiln_context *c, kl_moe_ws *w, const kl_moe_hp *h, int n_embd, int n_batch) {
+    /* the workspace, and room on the backend for the products over the
+     * routed rows (kl_moe_mm_rows / _cols) */
+    const int64_t cols = kl_moe_mm_cols(h) > n_embd ? kl_moe_mm_cols(h) : n_embd;
     w->p = c->bx.ops->moe_ws_new(&c->bx, h, n_embd, n_batch);
-    return w->p ? 0 : -1;
+    return w->p && !c->bx.ops->reserve(&c->bx, cols, kl_moe_mm_rows(h, n_batch)) ? 0 : -1;
 }
 
 void kl_moe_ws_free(kiln_context *c, kl_moe_ws *w) {

@@ -3,10 +3,17 @@
  * qwen35moe and qwen3next, dense.c's qwen3moe):
  *
  *   out = sum_i w_i down_i(silu(gate_i xn) * up_i xn)
- *         [+ sigmoid(shexp_gate . xn) * shared(xn)  when the layer has a shared expert]
+ *         [+ sigmoid(shexp_gate . xn) * shared(xn)  when the layer has a shared expert;
+ *          + shared(xn) when it is ungated]
  *
  * with w the top k of the softmax over the router's logits, renormalized to
- * sum 1, times expert_weights_scale where the file sets one (kk_moe_route).
+ * sum 1 (unless w_norm is 0), times expert_weights_scale where the file sets
+ * one (kk_moe_route); with sigmoid gating, a selection bias or expert groups
+ * (DeepSeek-V3) kk_moe_route_sel's choice.
+ * Variants (kl_moe_hp's gating and act, the layer's biases): the softmax
+ * over the k largest logits only; a clamped SwiGLU; biases on the
+ * router's logits and on each expert's three products (down's before the
+ * weighting).
  * Only the selected experts' rows are read.  A family binds a layer's MoE
  * tensors with kl_moe_bind, sizes its activations with kl_moe_ws_init and
  * runs the FFN with kl_moe_ffn.
@@ -16,9 +23,22 @@
 
 #include "model/model.h"
 
-/* The experts' hyperparameters ({arch}.expert_* keys) and one layer's
- * MoE tensors: the router and per-expert views of the 3-D expert tensors,
- * the shared expert's data NULL when the layer has none (backend.h). */
+/* How a token's expert weights come from the router's logits, and an
+ * expert's activation between its gate/up and down products (backend.h). */
+enum kl_moe_gating {
+    KL_MOE_SOFTMAX = KBE_MOE_SOFTMAX,           /* softmax over all, top k, renormalized to sum 1 */
+    KL_MOE_TOPK_SOFTMAX = KBE_MOE_TOPK_SOFTMAX, /* top k logits, softmax over just those k */
+};
+enum kl_moe_act {
+    KL_MOE_SWIGLU = KBE_MOE_SWIGLU,         /* silu(g) * u */
+    KL_MOE_SWIGLU_OAI = KBE_MOE_SWIGLU_OAI, /* the clamped SwiGLU kk_swiglu_oai, alpha 1.702, limit 7 */
+};
+
+/* The experts' hyperparameters ({arch}.expert_* keys; gating and act are
+ * the family's to set, KL_MOE_SOFTMAX / KL_MOE_SWIGLU after reading) and
+ * one layer's MoE tensors: the router and per-expert views of the 3-D
+ * expert tensors, the shared expert's data NULL when the layer has none
+ * (backend.h). */
 typedef kbe_moe_hp kl_moe_hp;
 typedef kbe_moe_layer kl_moe_layer;
 
@@ -28,12 +48,14 @@ typedef struct kl_moe_ws {
 } kl_moe_ws;
 
 /* Reads expert_count, expert_used_count, expert_feed_forward_length,
- * expert_shared_feed_forward_length, expert_weights_scale and checks
- * expert_gating_func (softmax only).  No expert_count leaves h zeroed.
+ * expert_shared_feed_forward_length, expert_weights_scale,
+ * expert_gating_func (1 softmax, 2 sigmoid) and the expert groups; w_norm
+ * 1, sh_ungated 0, probs_b 0.  No expert_count leaves h zeroed.
  * -1 with one line in err. */
 int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t errlen);
 /* Binds layer il's ffn_gate_inp, ffn_{gate,up}_exps (or the fused
- * ffn_gate_up_exps), ffn_down_exps and, when present, the shared expert;
+ * ffn_gate_up_exps), ffn_down_exps and, when present, their .bias tensors
+ * (not with the fused one) and the shared expert;
  * views holds 3 * n_expert matrices the layer keeps pointing into. */
 void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, kl_moe_layer *l, kk_mat *views);
 /* Appends the layer's matrices and vectors to the repack list. */
