@@ -55,6 +55,9 @@ static const bound BOUNDS[] = {
     {KQ_Q8_K, 0.0, 0.01, 1.0 / 127, 1e-4},
     {KQ_IQ4_NL, 0.0, 0.12, 0.0, 1e-4},
     {KQ_IQ4_XS, 0.0, 0.12, 0.0, 1e-4},
+    {KQ_TQ1_0, 0.0, 0.90, 0.0, 1e-4},
+    {KQ_TQ2_0, 0.0, 0.90, 0.0, 1e-4},
+    {KQ_MXFP4, 0.0, 0.15, 0.0, 1e-4},
 };
 
 static const bound *bound_of(int t) {

@@ -43,6 +43,18 @@ static const struct kq_level {
                         {&kq_legacy_avx512_bf16, &kq_kquants_avx512, &kq_legacy_avx2, &kq_kquants_avx2}},
 };
 
+/* More files per level, asked after g_levels' parts: `own` = kernels of
+ * that level itself (else the level below's, which run on it too). */
+static const struct kq_extra {
+    int level;
+    int own;
+    const kq_simd *simd;
+} g_extra[] = {
+    {LV_AVX2, 1, &kq_lowbit_avx2},          {LV_AVX512, 1, &kq_lowbit_avx512},    {LV_AVX512, 0, &kq_lowbit_avx2},
+    {LV_AVX512_BF16, 1, &kq_lowbit_avx512}, {LV_AVX512_BF16, 0, &kq_lowbit_avx2},
+};
+#define N_EXTRA (int)(sizeof g_extra / sizeof g_extra[0])
+
 static kq_traits g_tab[LV_COUNT][KQ_TYPE_COUNT];
 static const kq_traits *g_active;
 static int g_active_isa;
@@ -58,11 +70,17 @@ static int level_of(int isa) {
 static void fill_level(const struct kq_level *lv, kq_traits *tab) {
     kq_fill_legacy(tab);
     kq_fill_kquants(tab);
+    kq_fill_lowbit(tab);
     for (int t = 0; t < KQ_TYPE_COUNT; t++) {
         int dot = 0, quant = 0;
         for (int p = 0; p < 4 && lv->part[p]; p++) {
             if (!dot && lv->part[p]->dot[t]) tab[t].vec_dot = lv->part[p]->dot[t], dot = 1;
             if (!quant && lv->part[p]->quant[t]) tab[t].from_f32_fast = lv->part[p]->quant[t], quant = 1;
+        }
+        for (int e = 0; e < N_EXTRA; e++) {
+            if (g_extra[e].level != (int)(lv - g_levels)) continue;
+            if (!dot && g_extra[e].simd->dot[t]) tab[t].vec_dot = g_extra[e].simd->dot[t], dot = 1;
+            if (!quant && g_extra[e].simd->quant[t]) tab[t].from_f32_fast = g_extra[e].simd->quant[t], quant = 1;
         }
     }
 }
@@ -123,6 +141,9 @@ kq_vec_dot_fn kq_vec_dot_at(int t, int isa) {
     if (isa == KQ_ISA_SCALAR) return tr->vec_dot_ref;
     for (int p = 0; p < lv->own; p++)
         if (lv->part[p]->dot[t]) return lv->part[p]->dot[t];
+    for (int e = 0; e < N_EXTRA; e++)
+        if (g_extra[e].own && g_extra[e].level == level_of(isa) && g_extra[e].simd->dot[t])
+            return g_extra[e].simd->dot[t];
     return NULL;
 }
 
@@ -133,5 +154,8 @@ kq_from_f32_fn kq_from_f32_at(int t, int isa) {
     if (isa == KQ_ISA_SCALAR) return tr->from_f32;
     for (int p = 0; p < lv->own; p++)
         if (lv->part[p]->quant[t]) return lv->part[p]->quant[t];
+    for (int e = 0; e < N_EXTRA; e++)
+        if (g_extra[e].own && g_extra[e].level == level_of(isa) && g_extra[e].simd->quant[t])
+            return g_extra[e].simd->quant[t];
     return NULL;
 }

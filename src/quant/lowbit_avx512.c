@@ -1,0 +1,222 @@
+/*
+ * AVX-512 (F/BW/VL + VNNI) twins of the low-bit dot kernels in lowbit.c.
+ * Compiled with AVX-512 flags; only called when the CPU and OS support
+ * them.
+ *
+ * Same unsigned-weight forms as lowbit_avx2.c (which describes them), built
+ * in 256-bit halves and joined so one 512-bit step covers 64 weights: the
+ * ternary types accumulate u8 x s8 with VNNI dpbusd straight into int32;
+ * IQ1 takes maddubs to int16 pairs and dpwssd times the per-lane scales.
+ * The TQ and IQ1 dots keep the reference's per-block float steps (bit for
+ * bit equal to it); MXFP4 sums blocks in vector lanes.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "lowbit_layout.h"
+#include "quant/x86.h"
+
+/* The block sums are evaluated as the reference writes them: no product
+ * and sum fused into one rounding. */
+#pragma GCC optimize("fp-contract=off")
+
+/* Two 256-bit halves into one 512-bit register (lo first). */
+static inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+static inline __m512i load_y64(const int8_t *q) { return _mm512_loadu_si512(q); }
+
+/* Sum of a Q8_K block's 256 quants, from its 16 bsums. */
+static inline int bsum_total(const int16_t bsums[16]) {
+    const __m256i v = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), _mm256_set1_epi16(1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* ---- TQ1_0 ---- */
+
+static inline __m256i mul3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
+static inline __m128i mul3_128(__m128i v) { return _mm_add_epi8(v, _mm_add_epi8(v, v)); }
+
+/* Top base-3 digit of each byte q, (3q) >> 8 = (q >= 86) + (q >= 171). */
+static inline __m256i trit(__m256i q) {
+    const __m256i ge86 = _mm256_cmpeq_epi8(_mm256_max_epu8(q, _mm256_set1_epi8(86)), q);
+    const __m256i ge171 = _mm256_cmpeq_epi8(_mm256_max_epu8(q, _mm256_set1_epi8((char)171)), q);
+    return _mm256_abs_epi8(_mm256_add_epi8(ge86, ge171));
+}
+
+static void tq1_0_dot(int n, float *s, const void *vx, const void *vy) {
+    const kq_block_tq1_0 *x = vx;
+    const kq_block_q8_K *y = vy;
+    float sum = 0;
+    for (int i = 0; i < n / KQ_QK_K; ++i) {
+        __m256i t[8];
+        __m256i q = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        for (int k = 0; k < 5; ++k, q = mul3(q)) t[k] = trit(q);
+        __m128i r[5];
+        r[0] = _mm_loadu_si128((const __m128i *)(x[i].qs + 32));
+        for (int k = 1; k < 5; ++k) r[k] = mul3_128(r[k - 1]);
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, sizeof qh);
+        const __m128i h1 = _mm_set1_epi32((int)qh), h3 = mul3_128(h1), h9 = mul3_128(h3), h27 = mul3_128(h9);
+        const __m128i h = _mm_blend_epi32(_mm_blend_epi32(h1, h3, 0x2), _mm_blend_epi32(h9, h27, 0x8), 0xC);
+        t[5] = trit(_mm256_set_m128i(r[1], r[0]));
+        t[6] = trit(_mm256_set_m128i(r[3], r[2]));
+        t[7] = trit(_mm256_set_m128i(h, r[4]));
+        __m512i acc = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k)
+            acc = _mm512_dpbusd_epi32(acc, join(t[2 * k], t[2 * k + 1]), load_y64(y[i].qs + 64 * k));
+        const int isum = _mm512_reduce_add_epi32(acc) - bsum_total(y[i].bsums);
+        sum += (float)isum * (h2f(x[i].d) * y[i].d);
+    }
+    *s = sum;
+}
+
+/* ---- TQ2_0 ---- */
+
+static void tq2_0_dot(int n, float *s, const void *vx, const void *vy) {
+    const kq_block_tq2_0 *x = vx;
+    const kq_block_q8_K *y = vy;
+    const __m512i m3 = _mm512_set1_epi8(3);
+    float sum = 0;
+    for (int i = 0; i < n / KQ_QK_K; ++i) {
+        /* low half: weights 32l + m, high half: 128 + 32l + m */
+        const __m512i qb = _mm512_loadu_si512(x[i].qs);
+        __m512i acc = _mm512_setzero_si512();
+        for (int l = 0; l < 4; ++l) {
+            const __m512i t = _mm512_and_si512(_mm512_srli_epi16(qb, 2 * l), m3);
+            const __m512i yv = join(_mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * l)),
+                                    _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 + 32 * l)));
+            acc = _mm512_dpbusd_epi32(acc, t, yv);
+        }
+        const int isum = _mm512_reduce_add_epi32(acc) - bsum_total(y[i].bsums);
+        const float d = y[i].d * h2f(x[i].d);
+        sum += (float)isum * d;
+    }
+    *s = sum;
+}
+
+/* ---- IQ1_S, IQ1_M ---- */
+
+/* Four grid groups with their delta bytes dl as 8g + 9 + 8 delta (see
+ * lowbit_avx2.c). */
+static inline __m256i iq1_u(uint64_t g0, uint64_t g1, uint64_t g2, uint64_t g3, __m256i dl) {
+    const __m256i g = _mm256_set_epi64x((long long)g3, (long long)g2, (long long)g1, (long long)g0);
+    return _mm256_add_epi8(_mm256_slli_epi16(_mm256_add_epi8(g, _mm256_set1_epi8(1)), 3), dl);
+}
+
+static inline __m256i iq1s_sub(const kq_block_iq1_s *x, int b) {
+    return iq1_u(kq_iq1s_grid[kq_iq1s_index(x, b, 0)], kq_iq1s_grid[kq_iq1s_index(x, b, 1)],
+                 kq_iq1s_grid[kq_iq1s_index(x, b, 2)], kq_iq1s_grid[kq_iq1s_index(x, b, 3)],
+                 _mm256_set1_epi8(x->qh[b] & 0x8000 ? 0 : 2));
+}
+
+static void iq1_s_dot(int n, float *s, const void *vx, const void *vy) {
+    const kq_block_iq1_s *x = vx;
+    const kq_block_q8_K *y = vy;
+    float sum = 0;
+    for (int i = 0; i < n / KQ_QK_K; ++i) {
+        __m512i acc = _mm512_setzero_si512();
+        int off = 0;
+        for (int b = 0; b < 8; b += 2) {
+            const int ls0 = 2 * ((x[i].qh[b] >> 12) & 7) + 1, ls1 = 2 * ((x[i].qh[b + 1] >> 12) & 7) + 1;
+            const __m512i u = join(iq1s_sub(&x[i], b), iq1s_sub(&x[i], b + 1));
+            const __m512i p = _mm512_maddubs_epi16(u, load_y64(y[i].qs + 32 * b));
+            const __m512i sc = join(_mm256_set1_epi16((short)ls0), _mm256_set1_epi16((short)ls1));
+            acc = _mm512_dpwssd_epi32(acc, p, sc);
+            off += ls0 * (y[i].bsums[2 * b] + y[i].bsums[2 * b + 1]) +
+                   ls1 * (y[i].bsums[2 * b + 2] + y[i].bsums[2 * b + 3]);
+        }
+        const int t = _mm512_reduce_add_epi32(acc) - 9 * off;
+        sum += h2f(x[i].d) * y[i].d * ((float)t * 0.125f);
+    }
+    *s = sum;
+}
+
+static inline uint64_t iq1m_dl(const kq_block_iq1_m *x, int b, int l) {
+    return x->qh[2 * b + l / 2] & (l % 2 ? 0x80 : 0x08) ? 0 : 0x0202020202020202ull;
+}
+
+static inline __m256i iq1m_sub(const kq_block_iq1_m *x, int b) {
+    const __m256i dl = _mm256_set_epi64x((long long)iq1m_dl(x, b, 3), (long long)iq1m_dl(x, b, 2),
+                                         (long long)iq1m_dl(x, b, 1), (long long)iq1m_dl(x, b, 0));
+    return iq1_u(kq_iq1s_grid[kq_iq1m_index(x, b, 0)], kq_iq1s_grid[kq_iq1m_index(x, b, 1)],
+                 kq_iq1s_grid[kq_iq1m_index(x, b, 2)], kq_iq1s_grid[kq_iq1m_index(x, b, 3)], dl);
+}
+
+static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
+    const kq_block_iq1_m *x = vx;
+    const kq_block_q8_K *y = vy;
+    float sum = 0;
+    for (int i = 0; i < n / KQ_QK_K; ++i) {
+        __m512i acc = _mm512_setzero_si512();
+        int off = 0;
+        for (int b = 0; b < 8; b += 2) {
+            int a1, a2, b1, b2;
+            kq_iq1m_scales(&x[i], b, &a1, &a2);
+            kq_iq1m_scales(&x[i], b + 1, &b1, &b2);
+            const __m512i u = join(iq1m_sub(&x[i], b), iq1m_sub(&x[i], b + 1));
+            const __m512i p = _mm512_maddubs_epi16(u, load_y64(y[i].qs + 32 * b));
+            const __m512i sc = join(_mm256_set_m128i(_mm_set1_epi16((short)a2), _mm_set1_epi16((short)a1)),
+                                    _mm256_set_m128i(_mm_set1_epi16((short)b2), _mm_set1_epi16((short)b1)));
+            acc = _mm512_dpwssd_epi32(acc, p, sc);
+            off += a1 * y[i].bsums[2 * b] + a2 * y[i].bsums[2 * b + 1] + b1 * y[i].bsums[2 * b + 2] +
+                   b2 * y[i].bsums[2 * b + 3];
+        }
+        const int t = _mm512_reduce_add_epi32(acc) - 9 * off;
+        sum += h2f(kq_iq1m_d(&x[i])) * y[i].d * ((float)t * 0.125f);
+    }
+    *s = sum;
+}
+
+/* ---- MXFP4 ---- */
+
+/* The 32 weights of a block as v + 12 (0..24), in weight order. */
+static inline __m256i mxfp4_u(const kq_block_mxfp4 *x, __m256i tab) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)x->qs);
+    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+    return _mm256_shuffle_epi8(tab, nib);
+}
+
+static void mxfp4_dot(int n, float *s, const void *vx, const void *vy) {
+    const kq_block_mxfp4 *x = vx;
+    const kq_block_q8_0 *y = vy;
+    int8_t t16[16];
+    for (int c = 0; c < 16; ++c) t16[c] = (int8_t)(kq_mxfp4_values[c] + 12);
+    const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t16));
+    const __m512i twelve = _mm512_set1_epi8(12);
+    const int nb = n / KQ_QK_MXFP4;
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    /* two blocks per step: int32 lanes 0..7 the first, 8..15 the second */
+    for (; i + 1 < nb; i += 2) {
+        const __m512i u = join(mxfp4_u(&x[i], tab), mxfp4_u(&x[i + 1], tab));
+        const __m512i yv =
+            join(_mm256_loadu_si256((const __m256i *)y[i].qs), _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
+        const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yv),
+                                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), twelve, yv));
+        const __m512 d = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(h2f(y[i].d) * kq_e8m0_half(x[i].e))),
+                                            _mm256_set1_ps(h2f(y[i + 1].d) * kq_e8m0_half(x[i + 1].e)), 1);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc);
+    }
+    float sum = hsum16(acc);
+    if (i < nb) { /* the last odd block, as the reference does it */
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(mxfp4_u(&x[i], tab), yv),
+                                           _mm256_maddubs_epi16(_mm256_set1_epi8(12), yv));
+        int v[8];
+        _mm256_storeu_si256((__m256i *)v, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+        const int isum = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+        sum += h2f(y[i].d) * kq_e8m0_half(x[i].e) * (float)isum;
+    }
+    *s = sum;
+}
+
+const kq_simd kq_lowbit_avx512 = {
+    .dot = {[KQ_TQ1_0] = tq1_0_dot,
+            [KQ_TQ2_0] = tq2_0_dot,
+            [KQ_MXFP4] = mxfp4_dot,
+            [KQ_IQ1_S] = iq1_s_dot,
+            [KQ_IQ1_M] = iq1_m_dot},
+};
