@@ -11,8 +11,13 @@
  *  - the TQ1_0, TQ2_0 and MXFP4 quantizers: exact round trips of values on
  *    their grids, bounded error on random data, and output hashes equal to
  *    llama.cpp's quantizers (ggml-quants.c at 3f545bec) on a fixed input;
+ *  - a small llama model with each type's weights gives the logits of
+ *    the same network in F32 (only the activations' rounding differs);
  *  - a model whose weights are ternary goes through `kiln quantize` to
- *    TQ2_0 and TQ1_0 (lossless there) and its logits stay those of F32.
+ *    TQ2_0 and TQ1_0 (lossless there, llama.cpp's choices for the other
+ *    tensors) and its logits stay those of F32; mxfp4_moe makes experts
+ *    MXFP4 and the rest Q8_0; IQ1_S / IQ1_M are refused with the reason;
+ *    `kiln show` names the types.
  */
 #include "kiln.h"
 #include "testutil.h"
@@ -532,6 +537,263 @@ static void check_llama_pins(void) {
     }
 }
 
+/* ---- through a model ---- */
+
+static char tmpdir[] = "/tmp/kiln-test-lowbit-XXXXXX";
+
+/* nb blocks of type t with small scales, for a model's weights (|w| <
+ * about 0.1): random quants, or for the ternary types weights of +-0.05
+ * and 0 (TQ2_0 holds them exactly, so kiln quantize must too). */
+static void model_blocks(int t, uint8_t *q, int nb) {
+    const kq_traits *tr = kq_get(t);
+    random_blocks(t, q, nb);
+    for (int i = 0; i < nb; ++i) {
+        uint8_t *b = q + (size_t)i * tr->bsize;
+        const uint16_t d = h((float)(0.004 + 0.004 * urand()));
+        if (t == KQ_TQ1_0 || t == KQ_TQ2_0) {
+            float x[256];
+            for (int e = 0; e < 256; ++e) x[e] = (float)((int)(rnd() % 3) - 1) * 0.05f;
+            x[rnd() % 256] = 0.05f;
+            tr->from_f32(x, b, 256);
+        }
+        if (t == KQ_MXFP4) b[0] = 121; /* half scale 2^-7: |w| <= 12 * 2^-7 */
+        if (t == KQ_IQ1_S) memcpy(b, &d, 2);
+        if (t == KQ_IQ1_M)
+            for (int k = 0; k < 4; ++k)
+                b[offsetof(kq_block_iq1_m, scales) + 2 * k + 1] =
+                    (uint8_t)((b[offsetof(kq_block_iq1_m, scales) + 2 * k + 1] & 0x0f) | ((d >> (4 * k)) & 15) << 4);
+    }
+}
+
+/* A llama-shaped model (rows of 256 and 512, the stories tokenizer) whose
+ * 2-D weights are blocks of type t; as_f32 writes their dequantized values
+ * as F32 instead, the same network in floats. */
+static int write_model(const char *path, int t, int as_f32) {
+    char err[256];
+    gguf_file *src = gguf_open("../models/stories260K.gguf", err, sizeof err);
+    if (!src) return -1;
+    const int E = 256, F = 512, V = 512, H = 4, L = 2;
+    gguf_writer *w = gguf_writer_new();
+    for (int i = 0; i < gguf_n_kv(src); i++) {
+        const gguf_kv *kv = gguf_kv_at(src, i);
+        if (!strncmp(kv->key, "tokenizer.", 10) || !strcmp(kv->key, "general.architecture")) gguf_w_copy_kv(w, kv);
+    }
+    gguf_w_u32(w, "llama.context_length", 256);
+    gguf_w_u32(w, "llama.embedding_length", E);
+    gguf_w_u32(w, "llama.feed_forward_length", F);
+    gguf_w_u32(w, "llama.block_count", L);
+    gguf_w_u32(w, "llama.attention.head_count", H);
+    gguf_w_u32(w, "llama.attention.head_count_kv", H);
+    gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    const kq_traits *tr = kq_get(t);
+    void *bufs[64];
+    int nbuf = 0;
+    static const float ones[512] = {[0 ... 511] = 1.0f};
+    char n[64];
+#define T2(nm, a, b)                                              \
+    do {                                                          \
+        int64_t ne[2] = {a, b};                                   \
+        const int nb = (int)((int64_t)(a) * (b) / tr->blck);      \
+        uint8_t *q = malloc((size_t)nb * tr->bsize);              \
+        model_blocks(t, q, nb);                                   \
+        if (as_f32) {                                             \
+            float *f = malloc(sizeof(float) * (size_t)(a) * (b)); \
+            tr->to_f32(q, f, (int64_t)(a) * (b));                 \
+            free(q);                                              \
+            gguf_w_tensor(w, nm, KQ_F32, 2, ne, f);               \
+            bufs[nbuf++] = f;                                     \
+        } else {                                                  \
+            gguf_w_tensor(w, nm, (uint32_t)t, 2, ne, q);          \
+            bufs[nbuf++] = q;                                     \
+        }                                                         \
+    } while (0)
+#define T1(nm, a)                                  \
+    do {                                           \
+        int64_t ne[1] = {a};                       \
+        gguf_w_tensor(w, nm, KQ_F32, 1, ne, ones); \
+    } while (0)
+    T2("token_embd.weight", E, V);
+    T2("output.weight", E, V);
+    T1("output_norm.weight", E);
+    for (int l = 0; l < L; l++) {
+#define NM(x) (snprintf(n, sizeof n, "blk.%d.%s", l, x), n)
+        T1(NM("attn_norm.weight"), E);
+        T2(NM("attn_q.weight"), E, E);
+        T2(NM("attn_k.weight"), E, E);
+        T2(NM("attn_v.weight"), E, E);
+        T2(NM("attn_output.weight"), E, E);
+        T1(NM("ffn_norm.weight"), E);
+        T2(NM("ffn_gate.weight"), E, F);
+        T2(NM("ffn_up.weight"), E, F);
+        T2(NM("ffn_down.weight"), F, E);
+#undef NM
+    }
+#undef T1
+#undef T2
+    int rc = gguf_writer_save(w, path, NULL, NULL, err, sizeof err);
+    gguf_writer_free(w);
+    for (int i = 0; i < nbuf; i++) free(bufs[i]);
+    gguf_close(src);
+    return rc;
+}
+
+static int last_logits(const char *path, float *out) {
+    kiln_model *m;
+    kiln_context *c;
+    memset(out, 0, 512 * sizeof(float));
+    if (kiln_model_load(path, NULL, &m) != KILN_OK) {
+        CHECKF(0, "%s", kiln_last_error());
+        return -1;
+    }
+    kiln_context_params cp = kiln_context_default_params();
+    cp.n_ctx = 64;
+    CHECK(kiln_context_new(m, &cp, &c) == KILN_OK);
+    int32_t toks[6] = {1, 274, 287, 381, 261, 352};
+    kiln_batch b = {6, toks, NULL, NULL, NULL};
+    CHECK(kiln_decode(c, &b) == KILN_OK);
+    memcpy(out, kiln_get_logits(c, 5), 512 * sizeof(float));
+    kiln_context_free(c);
+    kiln_model_free(m);
+    return 0;
+}
+
+static double cosine(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return ab / sqrt(aa * bb + 1e-30);
+}
+
+/* Each type's weights through the model's matrix products (and row lookup
+ * for token_embd) against the same network in F32: only the activations'
+ * rounding to Q8_K / Q8_0 differs. */
+static void check_model_types(void) {
+    char qp[512], fp[512];
+    float lq[512], lf[512];
+    for (int i = 0; i < N_TYPES; ++i) {
+        const int t = TYPES[i];
+        snprintf(qp, sizeof qp, "%s/m-%s.gguf", tmpdir, kq_get(t)->name);
+        snprintf(fp, sizeof fp, "%s/m-%s-f32.gguf", tmpdir, kq_get(t)->name);
+        const uint64_t seed = rng_state;
+        CHECK(write_model(qp, t, 0) == 0);
+        rng_state = seed; /* the same blocks again */
+        CHECK(write_model(fp, t, 1) == 0);
+        if (last_logits(qp, lq) || last_logits(fp, lf)) continue;
+        const double cs = cosine(lq, lf, 512);
+        CHECKF(cs >= 0.999, "%s model: logits cosine to its F32 twin %.6f", kq_get(t)->name, cs);
+        printf("%-6s model logits cosine to its F32 twin %.6f\n", kq_get(t)->name, cs);
+    }
+}
+
+static int run_kiln(const char *args, char **out, char **err) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' %s", getenv("KILN_BIN"), args);
+    return t_run_capture(cmd, tmpdir, out, err);
+}
+
+/* kiln quantize: a ternary F32 model to TQ2_0 and TQ1_0 loses nothing in
+ * its ternary weights (the same logits from both files, bit for bit, close
+ * to F32's), with llama.cpp's choices for the other tensors; IQ1_* are
+ * refused with the reason; kiln show names the types. */
+static void check_kiln_quantize(void) {
+    char src[512], dst[512], args[1600];
+    float lf[512], l2[512], l1[512];
+    snprintf(src, sizeof src, "%s/tern-f32.gguf", tmpdir);
+    CHECK(write_model(src, KQ_TQ2_0, 1) == 0);
+    if (last_logits(src, lf)) return;
+    static const char *mixes[] = {"tq2_0", "tq1_0"};
+    for (int k = 0; k < 2; ++k) {
+        const int t = k ? KQ_TQ1_0 : KQ_TQ2_0;
+        snprintf(dst, sizeof dst, "%s/tern-%s.gguf", tmpdir, mixes[k]);
+        CHECKF(kiln_quantize(src, dst, mixes[k], 2) == KILN_OK, "%s", kiln_last_error());
+        char err[256];
+        gguf_file *f = gguf_open(dst, err, sizeof err);
+        CHECK(f != NULL);
+        if (!f) return;
+        int ok = 1;
+        for (int i = 0; i < gguf_n_tensors(f); i++) {
+            const gguf_tensor *g = gguf_tensor_at(f, i);
+            const int want = g->n_dims == 1                          ? KQ_F32
+                             : !strcmp(g->name, "output.weight")     ? KQ_Q6_K
+                             : !strcmp(g->name, "token_embd.weight") ? KQ_Q4_K
+                                                                     : t;
+            if ((int)g->type != want) {
+                ok = 0;
+                fprintf(stderr, "%s: %s, want %s\n", g->name, kq_get((int)g->type)->name, kq_get(want)->name);
+            }
+        }
+        CHECK(ok);
+        CHECK(gguf_get_int(f, "general.file_type", 0) == (k ? 36 : 37));
+        gguf_close(f);
+        last_logits(dst, k ? l1 : l2);
+    }
+    const double cs = cosine(l2, lf, 512);
+    CHECKF(cs >= 0.995, "tq2_0: logits cosine to F32 %.6f", cs);
+    printf("tq2_0 via kiln quantize: logits cosine to F32 %.6f\n", cs);
+    CHECKF(memcmp(l1, l2, sizeof l1) == 0, "TQ1_0 and TQ2_0 files give different logits");
+
+    for (int k = 0; k < 2; ++k) {
+        const char *ty = k ? "IQ1_M" : "iq1_s";
+        CHECK(kiln_quantize(src, dst, ty, 1) == KILN_ERR_INVALID_ARG);
+        CHECKF(strstr(kiln_last_error(), ty) && strstr(kiln_last_error(), "importance matrix"), "%s",
+               kiln_last_error());
+    }
+    char *o = NULL, *e = NULL;
+    snprintf(args, sizeof args, "show '%s/tern-tq1_0.gguf'", tmpdir);
+    CHECK(run_kiln(args, &o, &e) == 0);
+    CHECKF(o && strstr(o, "× TQ1_0") && strstr(o, "× Q6_K"), "kiln show: %s", o ? o : "");
+    free(o);
+    free(e);
+    snprintf(args, sizeof args, "quantize '%s' '%s/x.gguf' iq1_m", src, tmpdir);
+    CHECK(run_kiln(args, &o, &e) != 0);
+    CHECKF(e && strstr(e, "importance matrix") && !strchr(strchr(e, '\n') ? strchr(e, '\n') + 1 : "", '\n'),
+           "kiln quantize iq1_m: %s", e ? e : "");
+    free(o);
+    free(e);
+}
+
+/* mxfp4_moe: experts' 3-D tensors MXFP4 (round trip of the rows exact as
+ * the quantizer's), every other weight Q8_0, norms F32. */
+static void check_mxfp4_moe(void) {
+    char src[512], dst[512], err[256];
+    snprintf(src, sizeof src, "%s/moe-f32.gguf", tmpdir);
+    snprintf(dst, sizeof dst, "%s/moe-mxfp4.gguf", tmpdir);
+    gguf_writer *w = gguf_writer_new();
+    gguf_w_str(w, "general.architecture", "qwen3moe", 8);
+    gguf_w_u32(w, "qwen3moe.block_count", 1);
+    gguf_w_u32(w, "qwen3moe.expert_count", 4);
+    static float exps[64 * 32 * 4], dense[64 * 64], norm[64];
+    for (size_t i = 0; i < sizeof exps / sizeof *exps; ++i) exps[i] = grand();
+    for (size_t i = 0; i < sizeof dense / sizeof *dense; ++i) dense[i] = grand();
+    for (int i = 0; i < 64; ++i) norm[i] = 1.0f;
+    const int64_t ne3[3] = {64, 32, 4}, ne2[2] = {64, 64}, ne1[1] = {64};
+    gguf_w_tensor(w, "blk.0.ffn_up_exps.weight", KQ_F32, 3, ne3, exps);
+    gguf_w_tensor(w, "blk.0.attn_q.weight", KQ_F32, 2, ne2, dense);
+    gguf_w_tensor(w, "output.weight", KQ_F32, 2, ne2, dense);
+    gguf_w_tensor(w, "blk.0.attn_norm.weight", KQ_F32, 1, ne1, norm);
+    CHECK(gguf_writer_save(w, src, NULL, NULL, err, sizeof err) == 0);
+    gguf_writer_free(w);
+    CHECKF(kiln_quantize(src, dst, "mxfp4_moe", 1) == KILN_OK, "%s", kiln_last_error());
+    gguf_file *f = gguf_open(dst, err, sizeof err);
+    CHECK(f != NULL);
+    if (!f) return;
+    const gguf_tensor *ex = gguf_find_tensor(f, "blk.0.ffn_up_exps.weight");
+    CHECK(ex && (int)ex->type == KQ_MXFP4 && ex->ne[2] == 4);
+    CHECK(gguf_find_tensor(f, "blk.0.attn_q.weight")->type == KQ_Q8_0);
+    CHECK(gguf_find_tensor(f, "output.weight")->type == KQ_Q8_0);
+    CHECK(gguf_find_tensor(f, "blk.0.attn_norm.weight")->type == KQ_F32);
+    CHECK(gguf_get_int(f, "general.file_type", 0) == 38);
+    if (ex && (int)ex->type == KQ_MXFP4) {
+        static uint8_t q[sizeof exps / sizeof *exps / 32 * 17];
+        kq_get(KQ_MXFP4)->from_f32(exps, q, (int64_t)(sizeof exps / sizeof *exps));
+        CHECK(ex->nbytes == sizeof q && memcmp(ex->data, q, sizeof q) == 0);
+    }
+    gguf_close(f);
+}
+
 static void check_table(void) {
     static const struct {
         int type, blck;
@@ -568,5 +830,15 @@ int main(void) {
     check_quantizer(KQ_MXFP4, 0.14);
     check_hashes();
     check_llama_pins();
+    if (!mkdtemp(tmpdir)) {
+        CHECK(0);
+        return t_done();
+    }
+    check_model_types();
+    check_kiln_quantize();
+    check_mxfp4_moe();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    CHECK(system(cmd) == 0);
     return t_done();
 }
