@@ -14,12 +14,17 @@
 #include <immintrin.h>
 #include <string.h>
 
+/* The block sums are evaluated as the reference writes them: no product
+ * and sum fused into one rounding (set before kiln's headers, so their
+ * inline helpers are compiled alike and inline here). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#else
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include "lowbit_layout.h"
 #include "quant/x86.h"
-
-/* The block sums are evaluated as the reference writes them: no product
- * and sum fused into one rounding. */
-#pragma GCC optimize("fp-contract=off")
 
 /* Sum of 8 int32 lanes. */
 static inline int hsum_i32(__m256i v) {
@@ -114,58 +119,84 @@ static void tq2_0_dot(int n, float *s, const void *vx, const void *vy) {
 
 /* ---- IQ1_S, IQ1_M ---- */
 
-/* Four grid groups with their delta bytes dl (0 for delta -1/8, 2 for
- * +1/8) as 8g + 9 + 8 delta: unsigned 0..18. */
-static inline __m256i iq1_u(uint64_t g0, uint64_t g1, uint64_t g2, uint64_t g3, __m256i dl) {
-    const __m256i g = _mm256_set_epi64x((long long)g3, (long long)g2, (long long)g1, (long long)g0);
-    return _mm256_add_epi8(_mm256_slli_epi16(_mm256_add_epi8(g, _mm256_set1_epi8(1)), 3), dl);
+/* Grid indices of a sub-block's four groups as 16-bit fields: the qs bytes
+ * (4, little-endian) low, the 3-bit fields of h (group l at bit 3l) above. */
+static inline uint64_t iq1_idx4(const uint8_t *qs, unsigned h) {
+    uint32_t q;
+    memcpy(&q, qs, sizeof q);
+    return _pdep_u64(q, 0x00ff00ff00ff00ffull) | _pdep_u64(h, 0x0700070007000700ull);
+}
+
+/* The four grid groups of those indices, 8 int8 in {-1, 0, 1} each. */
+static inline __m256i iq1_grid4(uint64_t ix) {
+    return _mm256_set_epi64x((long long)kq_iq1s_grid[ix >> 48], (long long)kq_iq1s_grid[(ix >> 32) & 0xffff],
+                             (long long)kq_iq1s_grid[(ix >> 16) & 0xffff], (long long)kq_iq1s_grid[ix & 0xffff]);
 }
 
 /* The reference's (sumi + sumi1 / 8) is exact in float (|sumi| < 2^19,
- * eighths), so T / 8 with T = 8 sumi + sumi1 is the same float. */
+ * eighths), so T / 8 with T = 8 sumi + sumi1 is the same float.  With
+ * P_b = sum (g + 1) y and S_b = sum y over sub-block b (its bsums),
+ * T = 8 sum ls P_b - sum ls S_b (8 - delta_b). */
 static void iq1_s_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq1_s *x = vx;
     const kq_block_q8_K *y = vy;
+    const __m256i one = _mm256_set1_epi8(1);
     float sum = 0;
     for (int i = 0; i < n / KQ_QK_K; ++i) {
         __m256i acc = _mm256_setzero_si256();
-        int off = 0; /* sum of ls * (sum of y) over sub-blocks: the 9 taken off */
-        for (int b = 0; b < 8; ++b) {
-            const int qh = x[i].qh[b], ls = 2 * ((qh >> 12) & 7) + 1;
-            const __m256i u = iq1_u(kq_iq1s_grid[kq_iq1s_index(&x[i], b, 0)], kq_iq1s_grid[kq_iq1s_index(&x[i], b, 1)],
-                                    kq_iq1s_grid[kq_iq1s_index(&x[i], b, 2)], kq_iq1s_grid[kq_iq1s_index(&x[i], b, 3)],
-                                    _mm256_set1_epi8(qh & 0x8000 ? 0 : 2));
-            const __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b)));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((short)ls)));
-            off += ls * (y[i].bsums[2 * b] + y[i].bsums[2 * b + 1]);
+        int off = 0;
+#pragma GCC unroll 4
+        for (int b = 0; b < 8; b += 2) {
+            const unsigned h0 = x[i].qh[b], h1 = x[i].qh[b + 1];
+            const int ls0 = 2 * ((h0 >> 12) & 7) + 1, ls1 = 2 * ((h1 >> 12) & 7) + 1;
+            const __m256i g0 = _mm256_add_epi8(iq1_grid4(iq1_idx4(x[i].qs + 4 * b, h0)), one);
+            const __m256i g1 = _mm256_add_epi8(iq1_grid4(iq1_idx4(x[i].qs + 4 * b + 4, h1)), one);
+            const __m256i p0 = _mm256_maddubs_epi16(g0, _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b)));
+            const __m256i p1 = _mm256_maddubs_epi16(g1, _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b + 32)));
+            acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(p0, _mm256_set1_epi16((short)ls0)),
+                                                         _mm256_madd_epi16(p1, _mm256_set1_epi16((short)ls1))));
+            off += ls0 * (y[i].bsums[2 * b] + y[i].bsums[2 * b + 1]) * (h0 & 0x8000 ? 9 : 7) +
+                   ls1 * (y[i].bsums[2 * b + 2] + y[i].bsums[2 * b + 3]) * (h1 & 0x8000 ? 9 : 7);
         }
-        const int t = hsum_i32(acc) - 9 * off;
+        const int t = 8 * hsum_i32(acc) - off;
         sum += h2f(x[i].d) * y[i].d * ((float)t * 0.125f);
     }
     *s = sum;
 }
 
-static inline uint64_t iq1m_dl(const kq_block_iq1_m *x, int b, int l) {
-    return x->qh[2 * b + l / 2] & (l % 2 ? 0x80 : 0x08) ? 0 : 0x0202020202020202ull;
+/* IQ1_M sub-block b: its four groups as 8g + 9 + 8 delta (unsigned 0..18;
+ * the delta signs are bit 3 of each qh nibble). */
+static inline __m256i iq1m_u(const kq_block_iq1_m *x, int b) {
+    uint16_t hq;
+    memcpy(&hq, x->qh + 2 * b, sizeof hq);
+    uint32_t q;
+    memcpy(&q, x->qs + 4 * b, sizeof q);
+    const uint64_t ix = _pdep_u64(q, 0x00ff00ff00ff00ffull) | _pdep_u64(hq & 0x7777u, 0x0f000f000f000f00ull);
+    const __m256i g = iq1_grid4(ix);
+    const __m256i bit =
+        _mm256_set_epi64x(0x8000800080008000ll, 0x0800080008000800ll, 0x0080008000800080ll, 0x0008000800080008ll);
+    const __m256i neg = _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16((short)hq), bit), bit);
+    const __m256i dl = _mm256_andnot_si256(neg, _mm256_set1_epi8(2));
+    return _mm256_add_epi8(_mm256_slli_epi16(_mm256_add_epi8(g, _mm256_set1_epi8(1)), 3), dl);
 }
 
 static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq1_m *x = vx;
     const kq_block_q8_K *y = vy;
+    const __m256i spread =
+        _mm256_set_epi64x(0x0302030203020302ll, 0x0302030203020302ll, 0x0100010001000100ll, 0x0100010001000100ll);
     float sum = 0;
     for (int i = 0; i < n / KQ_QK_K; ++i) {
         __m256i acc = _mm256_setzero_si256();
-        int off = 0;
+        int off = 0; /* sum of ls * (sum of y) over half sub-blocks: the 9 taken off */
+#pragma GCC unroll 8
         for (int b = 0; b < 8; ++b) {
             int ls1, ls2;
             kq_iq1m_scales(&x[i], b, &ls1, &ls2);
-            const __m256i dl = _mm256_set_epi64x((long long)iq1m_dl(&x[i], b, 3), (long long)iq1m_dl(&x[i], b, 2),
-                                                 (long long)iq1m_dl(&x[i], b, 1), (long long)iq1m_dl(&x[i], b, 0));
-            const __m256i u =
-                iq1_u(kq_iq1s_grid[kq_iq1m_index(&x[i], b, 0)], kq_iq1s_grid[kq_iq1m_index(&x[i], b, 1)],
-                      kq_iq1s_grid[kq_iq1m_index(&x[i], b, 2)], kq_iq1s_grid[kq_iq1m_index(&x[i], b, 3)], dl);
-            const __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b)));
-            const __m256i sc = _mm256_set_m128i(_mm_set1_epi16((short)ls2), _mm_set1_epi16((short)ls1));
+            const __m256i p =
+                _mm256_maddubs_epi16(iq1m_u(&x[i], b), _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b)));
+            /* ls1 in the low 128 bits (groups 0-1), ls2 in the high */
+            const __m256i sc = _mm256_shuffle_epi8(_mm256_set1_epi32(ls1 | ls2 << 16), spread);
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
             off += ls1 * y[i].bsums[2 * b] + ls2 * y[i].bsums[2 * b + 1];
         }

@@ -13,12 +13,17 @@
 #include <immintrin.h>
 #include <string.h>
 
+/* The block sums are evaluated as the reference writes them: no product
+ * and sum fused into one rounding (set before kiln's headers, so their
+ * inline helpers are compiled alike and inline here). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#else
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include "lowbit_layout.h"
 #include "quant/x86.h"
-
-/* The block sums are evaluated as the reference writes them: no product
- * and sum fused into one rounding. */
-#pragma GCC optimize("fp-contract=off")
 
 /* Two 256-bit halves into one 512-bit register (lo first). */
 static inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
@@ -99,50 +104,61 @@ static void tq2_0_dot(int n, float *s, const void *vx, const void *vy) {
 
 /* ---- IQ1_S, IQ1_M ---- */
 
-/* Four grid groups with their delta bytes dl as 8g + 9 + 8 delta (see
- * lowbit_avx2.c). */
-static inline __m256i iq1_u(uint64_t g0, uint64_t g1, uint64_t g2, uint64_t g3, __m256i dl) {
-    const __m256i g = _mm256_set_epi64x((long long)g3, (long long)g2, (long long)g1, (long long)g0);
-    return _mm256_add_epi8(_mm256_slli_epi16(_mm256_add_epi8(g, _mm256_set1_epi8(1)), 3), dl);
+/* Grid indices of a sub-block's four groups as 16-bit fields: the qs bytes
+ * (4, little-endian) low, the 3-bit fields of h (group l at bit 3l) above. */
+static inline uint64_t iq1_idx4(const uint8_t *qs, unsigned h) {
+    uint32_t q;
+    memcpy(&q, qs, sizeof q);
+    return _pdep_u64(q, 0x00ff00ff00ff00ffull) | _pdep_u64(h, 0x0700070007000700ull);
 }
 
-static inline __m256i iq1s_sub(const kq_block_iq1_s *x, int b) {
-    return iq1_u(kq_iq1s_grid[kq_iq1s_index(x, b, 0)], kq_iq1s_grid[kq_iq1s_index(x, b, 1)],
-                 kq_iq1s_grid[kq_iq1s_index(x, b, 2)], kq_iq1s_grid[kq_iq1s_index(x, b, 3)],
-                 _mm256_set1_epi8(x->qh[b] & 0x8000 ? 0 : 2));
+/* The four grid groups of those indices, 8 int8 in {-1, 0, 1} each. */
+static inline __m256i iq1_grid4(uint64_t ix) {
+    return _mm256_set_epi64x((long long)kq_iq1s_grid[ix >> 48], (long long)kq_iq1s_grid[(ix >> 32) & 0xffff],
+                             (long long)kq_iq1s_grid[(ix >> 16) & 0xffff], (long long)kq_iq1s_grid[ix & 0xffff]);
 }
 
+/* As lowbit_avx2.c: T = 8 sum ls P_b - sum ls S_b (8 - delta_b), two
+ * sub-blocks per step. */
 static void iq1_s_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq1_s *x = vx;
     const kq_block_q8_K *y = vy;
+    const __m256i one = _mm256_set1_epi8(1);
     float sum = 0;
     for (int i = 0; i < n / KQ_QK_K; ++i) {
         __m512i acc = _mm512_setzero_si512();
         int off = 0;
+#pragma GCC unroll 4
         for (int b = 0; b < 8; b += 2) {
-            const int ls0 = 2 * ((x[i].qh[b] >> 12) & 7) + 1, ls1 = 2 * ((x[i].qh[b + 1] >> 12) & 7) + 1;
-            const __m512i u = join(iq1s_sub(&x[i], b), iq1s_sub(&x[i], b + 1));
-            const __m512i p = _mm512_maddubs_epi16(u, load_y64(y[i].qs + 32 * b));
-            const __m512i sc = join(_mm256_set1_epi16((short)ls0), _mm256_set1_epi16((short)ls1));
-            acc = _mm512_dpwssd_epi32(acc, p, sc);
-            off += ls0 * (y[i].bsums[2 * b] + y[i].bsums[2 * b + 1]) +
-                   ls1 * (y[i].bsums[2 * b + 2] + y[i].bsums[2 * b + 3]);
+            const unsigned h0 = x[i].qh[b], h1 = x[i].qh[b + 1];
+            const int ls0 = 2 * ((h0 >> 12) & 7) + 1, ls1 = 2 * ((h1 >> 12) & 7) + 1;
+            const __m512i g = join(_mm256_add_epi8(iq1_grid4(iq1_idx4(x[i].qs + 4 * b, h0)), one),
+                                   _mm256_add_epi8(iq1_grid4(iq1_idx4(x[i].qs + 4 * b + 4, h1)), one));
+            const __m512i p = _mm512_maddubs_epi16(g, load_y64(y[i].qs + 32 * b));
+            acc = _mm512_dpwssd_epi32(acc, p, join(_mm256_set1_epi16((short)ls0), _mm256_set1_epi16((short)ls1)));
+            off += ls0 * (y[i].bsums[2 * b] + y[i].bsums[2 * b + 1]) * (h0 & 0x8000 ? 9 : 7) +
+                   ls1 * (y[i].bsums[2 * b + 2] + y[i].bsums[2 * b + 3]) * (h1 & 0x8000 ? 9 : 7);
         }
-        const int t = _mm512_reduce_add_epi32(acc) - 9 * off;
+        const int t = 8 * _mm512_reduce_add_epi32(acc) - off;
         sum += h2f(x[i].d) * y[i].d * ((float)t * 0.125f);
     }
     *s = sum;
 }
 
-static inline uint64_t iq1m_dl(const kq_block_iq1_m *x, int b, int l) {
-    return x->qh[2 * b + l / 2] & (l % 2 ? 0x80 : 0x08) ? 0 : 0x0202020202020202ull;
-}
-
-static inline __m256i iq1m_sub(const kq_block_iq1_m *x, int b) {
-    const __m256i dl = _mm256_set_epi64x((long long)iq1m_dl(x, b, 3), (long long)iq1m_dl(x, b, 2),
-                                         (long long)iq1m_dl(x, b, 1), (long long)iq1m_dl(x, b, 0));
-    return iq1_u(kq_iq1s_grid[kq_iq1m_index(x, b, 0)], kq_iq1s_grid[kq_iq1m_index(x, b, 1)],
-                 kq_iq1s_grid[kq_iq1m_index(x, b, 2)], kq_iq1s_grid[kq_iq1m_index(x, b, 3)], dl);
+/* IQ1_M sub-block b: its four groups as 8g + 9 + 8 delta (unsigned 0..18;
+ * the delta signs are bit 3 of each qh nibble). */
+static inline __m256i iq1m_u(const kq_block_iq1_m *x, int b) {
+    uint16_t hq;
+    memcpy(&hq, x->qh + 2 * b, sizeof hq);
+    uint32_t q;
+    memcpy(&q, x->qs + 4 * b, sizeof q);
+    const uint64_t ix = _pdep_u64(q, 0x00ff00ff00ff00ffull) | _pdep_u64(hq & 0x7777u, 0x0f000f000f000f00ull);
+    const __m256i g = iq1_grid4(ix);
+    const __m256i bit =
+        _mm256_set_epi64x(0x8000800080008000ll, 0x0800080008000800ll, 0x0080008000800080ll, 0x0008000800080008ll);
+    const __m256i neg = _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16((short)hq), bit), bit);
+    const __m256i dl = _mm256_andnot_si256(neg, _mm256_set1_epi8(2));
+    return _mm256_add_epi8(_mm256_slli_epi16(_mm256_add_epi8(g, _mm256_set1_epi8(1)), 3), dl);
 }
 
 static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
@@ -152,12 +168,13 @@ static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
     for (int i = 0; i < n / KQ_QK_K; ++i) {
         __m512i acc = _mm512_setzero_si512();
         int off = 0;
+#pragma GCC unroll 4
         for (int b = 0; b < 8; b += 2) {
             int a1, a2, b1, b2;
             kq_iq1m_scales(&x[i], b, &a1, &a2);
             kq_iq1m_scales(&x[i], b + 1, &b1, &b2);
-            const __m512i u = join(iq1m_sub(&x[i], b), iq1m_sub(&x[i], b + 1));
-            const __m512i p = _mm512_maddubs_epi16(u, load_y64(y[i].qs + 32 * b));
+            const __m512i p =
+                _mm512_maddubs_epi16(join(iq1m_u(&x[i], b), iq1m_u(&x[i], b + 1)), load_y64(y[i].qs + 32 * b));
             const __m512i sc = join(_mm256_set_m128i(_mm_set1_epi16((short)a2), _mm_set1_epi16((short)a1)),
                                     _mm256_set_m128i(_mm_set1_epi16((short)b2), _mm_set1_epi16((short)b1)));
             acc = _mm512_dpwssd_epi32(acc, p, sc);
