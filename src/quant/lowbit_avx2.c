@@ -1,13 +1,15 @@
 /*
  * AVX2 twins of the low-bit dot kernels in lowbit.c.  Compiled with -mavx2
- * -mfma -mf16c; only called when the CPU has them.
+ * -mfma -mf16c -mbmi2; only called when the CPU has them.
  *
  * Weights are made unsigned bytes and multiplied with the signed Q8
  * activations by maddubs: ternary t in {0, 1, 2} (the -1 offset taken off
- * as the sum of the activations, from the Q8_K bsums); an IQ1 grid value g
- * with its delta sign s as 8g + s + 9 in 0..18 (the 9 taken off the same
- * way), so one integer sum gives 8 x (grid part) + (delta part); MXFP4's
- * doubled E2M1 value v as v + 12.  The TQ and IQ1 dots keep the reference's
+ * as the sum of the activations, from the Q8_K bsums); an IQ1_S grid value
+ * g as g + 1 (the offset and the sub-block's delta through the bsums); an
+ * IQ1_M one with its group's delta sign s as 8g + s + 9 in 0..18 (the 9
+ * taken off through the bsums), so one integer sum gives 8 x (grid part) +
+ * (delta part); MXFP4's doubled E2M1 value v as v + 12.  The IQ1 grid
+ * indices of a sub-block come from one pdep per field.  The TQ and IQ1 dots keep the reference's
  * per-block float steps, in its order, so they equal it bit for bit;
  * MXFP4's blocks are summed in vector lanes (within rounding of it).
  */
@@ -137,6 +139,18 @@ static inline __m256i iq1_grid4(uint64_t ix) {
  * eighths), so T / 8 with T = 8 sumi + sumi1 is the same float.  With
  * P_b = sum (g + 1) y and S_b = sum y over sub-block b (its bsums),
  * T = 8 sum ls P_b - sum ls S_b (8 - delta_b). */
+/* sum over sub-blocks of ls_b S_b (8 - delta_b), S_b the sum of its y
+ * (bsums 2b, 2b + 1), as int32 lanes (in the low 128 bits). */
+static inline __m256i iq1s_off(const kq_block_iq1_s *x, const kq_block_q8_K *y) {
+    const __m128i qh = _mm_loadu_si128((const __m128i *)x->qh);
+    const __m128i f = _mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7));
+    const __m128i ls = _mm_add_epi16(_mm_add_epi16(f, f), _mm_set1_epi16(1));
+    const __m128i k = _mm_add_epi16(_mm_slli_epi16(_mm_srli_epi16(qh, 15), 1), _mm_set1_epi16(7));
+    const __m128i sb =
+        _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums), _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+    return _mm256_castsi128_si256(_mm_madd_epi16(_mm_mullo_epi16(ls, k), sb));
+}
+
 static void iq1_s_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq1_s *x = vx;
     const kq_block_q8_K *y = vy;
@@ -144,7 +158,6 @@ static void iq1_s_dot(int n, float *s, const void *vx, const void *vy) {
     float sum = 0;
     for (int i = 0; i < n / KQ_QK_K; ++i) {
         __m256i acc = _mm256_setzero_si256();
-        int off = 0;
 #pragma GCC unroll 4
         for (int b = 0; b < 8; b += 2) {
             const unsigned h0 = x[i].qh[b], h1 = x[i].qh[b + 1];
@@ -155,10 +168,8 @@ static void iq1_s_dot(int n, float *s, const void *vx, const void *vy) {
             const __m256i p1 = _mm256_maddubs_epi16(g1, _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b + 32)));
             acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(p0, _mm256_set1_epi16((short)ls0)),
                                                          _mm256_madd_epi16(p1, _mm256_set1_epi16((short)ls1))));
-            off += ls0 * (y[i].bsums[2 * b] + y[i].bsums[2 * b + 1]) * (h0 & 0x8000 ? 9 : 7) +
-                   ls1 * (y[i].bsums[2 * b + 2] + y[i].bsums[2 * b + 3]) * (h1 & 0x8000 ? 9 : 7);
         }
-        const int t = 8 * hsum_i32(acc) - off;
+        const int t = hsum_i32(_mm256_sub_epi32(_mm256_slli_epi32(acc, 3), iq1s_off(&x[i], &y[i])));
         sum += h2f(x[i].d) * y[i].d * ((float)t * 0.125f);
     }
     *s = sum;
@@ -180,27 +191,41 @@ static inline __m256i iq1m_u(const kq_block_iq1_m *x, int b) {
     return _mm256_add_epi8(_mm256_slli_epi16(_mm256_add_epi8(g, _mm256_set1_epi8(1)), 3), dl);
 }
 
+/* The 16 scale multipliers 2s + 1 of an IQ1_M block as int16, lane 2b + h
+ * = sub-block b, groups 0-1 (h = 0) or 2-3 (h = 1): field 3 (j % 4) of
+ * scale word j / 4, moved to the top by a multiply and shifted down. */
+static inline __m256i iq1m_ls16(const kq_block_iq1_m *x) {
+    uint64_t w;
+    memcpy(&w, x->scales, sizeof w);
+    const __m256i pick = _mm256_set_epi64x(0x0706070607060706ll, 0x0504050405040504ll, 0x0302030203020302ll,
+                                           0x0100010001000100ll); /* word j / 4 into lane j, per 128 bits */
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)w), pick);
+    const __m256i up = _mm256_set1_epi64x(0x0010008004002000ll); /* 2^(13 - 3 (j % 4)) */
+    const __m256i f = _mm256_srli_epi16(_mm256_mullo_epi16(v, up), 13);
+    return _mm256_add_epi16(_mm256_add_epi16(f, f), _mm256_set1_epi16(1));
+}
+
 static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq1_m *x = vx;
     const kq_block_q8_K *y = vy;
+    /* a lane pair (ls1, ls2) spread: ls1 over the low 128 bits, ls2 the high */
     const __m256i spread =
         _mm256_set_epi64x(0x0302030203020302ll, 0x0302030203020302ll, 0x0100010001000100ll, 0x0100010001000100ll);
     float sum = 0;
     for (int i = 0; i < n / KQ_QK_K; ++i) {
+        const __m256i ls = iq1m_ls16(&x[i]);
         __m256i acc = _mm256_setzero_si256();
-        int off = 0; /* sum of ls * (sum of y) over half sub-blocks: the 9 taken off */
 #pragma GCC unroll 8
         for (int b = 0; b < 8; ++b) {
-            int ls1, ls2;
-            kq_iq1m_scales(&x[i], b, &ls1, &ls2);
             const __m256i p =
                 _mm256_maddubs_epi16(iq1m_u(&x[i], b), _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b)));
-            /* ls1 in the low 128 bits (groups 0-1), ls2 in the high */
-            const __m256i sc = _mm256_shuffle_epi8(_mm256_set1_epi32(ls1 | ls2 << 16), spread);
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
-            off += ls1 * y[i].bsums[2 * b] + ls2 * y[i].bsums[2 * b + 1];
+            acc = _mm256_add_epi32(
+                acc, _mm256_madd_epi16(
+                         p, _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(b)), spread)));
         }
-        const int t = hsum_i32(acc) - 9 * off;
+        /* the 9 taken off: 9 sum ls * (sum of y) over the half sub-blocks */
+        const __m256i off = _mm256_madd_epi16(ls, _mm256_loadu_si256((const __m256i *)y[i].bsums));
+        const int t = hsum_i32(_mm256_sub_epi32(acc, _mm256_add_epi32(_mm256_slli_epi32(off, 3), off)));
         sum += h2f(kq_iq1m_d(&x[i])) * y[i].d * ((float)t * 0.125f);
     }
     *s = sum;

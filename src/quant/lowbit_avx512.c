@@ -39,6 +39,14 @@ static inline int bsum_total(const int16_t bsums[16]) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* Sum of 8 int32 lanes. */
+static inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
 /* ---- TQ1_0 ---- */
 
 static inline __m256i mul3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
@@ -118,28 +126,36 @@ static inline __m256i iq1_grid4(uint64_t ix) {
                              (long long)kq_iq1s_grid[(ix >> 16) & 0xffff], (long long)kq_iq1s_grid[ix & 0xffff]);
 }
 
-/* As lowbit_avx2.c: T = 8 sum ls P_b - sum ls S_b (8 - delta_b), two
- * sub-blocks per step. */
+/* As lowbit_avx2.c: T = 8 sum ls P_b - sum ls S_b (8 - delta_b); 256-bit
+ * steps (one sub-block each) with VNNI dpwssd for the scale products. */
+/* sum over sub-blocks of ls_b S_b (8 - delta_b), S_b the sum of its y
+ * (bsums 2b, 2b + 1), as int32 lanes (in the low 128 bits). */
+static inline __m256i iq1s_off(const kq_block_iq1_s *x, const kq_block_q8_K *y) {
+    const __m128i qh = _mm_loadu_si128((const __m128i *)x->qh);
+    const __m128i f = _mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7));
+    const __m128i ls = _mm_add_epi16(_mm_add_epi16(f, f), _mm_set1_epi16(1));
+    const __m128i k = _mm_add_epi16(_mm_slli_epi16(_mm_srli_epi16(qh, 15), 1), _mm_set1_epi16(7));
+    const __m128i sb =
+        _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums), _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+    return _mm256_castsi128_si256(_mm_madd_epi16(_mm_mullo_epi16(ls, k), sb));
+}
+
 static void iq1_s_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq1_s *x = vx;
     const kq_block_q8_K *y = vy;
     const __m256i one = _mm256_set1_epi8(1);
     float sum = 0;
     for (int i = 0; i < n / KQ_QK_K; ++i) {
-        __m512i acc = _mm512_setzero_si512();
-        int off = 0;
-#pragma GCC unroll 4
-        for (int b = 0; b < 8; b += 2) {
-            const unsigned h0 = x[i].qh[b], h1 = x[i].qh[b + 1];
-            const int ls0 = 2 * ((h0 >> 12) & 7) + 1, ls1 = 2 * ((h1 >> 12) & 7) + 1;
-            const __m512i g = join(_mm256_add_epi8(iq1_grid4(iq1_idx4(x[i].qs + 4 * b, h0)), one),
-                                   _mm256_add_epi8(iq1_grid4(iq1_idx4(x[i].qs + 4 * b + 4, h1)), one));
-            const __m512i p = _mm512_maddubs_epi16(g, load_y64(y[i].qs + 32 * b));
-            acc = _mm512_dpwssd_epi32(acc, p, join(_mm256_set1_epi16((short)ls0), _mm256_set1_epi16((short)ls1)));
-            off += ls0 * (y[i].bsums[2 * b] + y[i].bsums[2 * b + 1]) * (h0 & 0x8000 ? 9 : 7) +
-                   ls1 * (y[i].bsums[2 * b + 2] + y[i].bsums[2 * b + 3]) * (h1 & 0x8000 ? 9 : 7);
+        __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int b = 0; b < 8; ++b) {
+            const unsigned h = x[i].qh[b];
+            const int ls = 2 * ((h >> 12) & 7) + 1;
+            const __m256i g = _mm256_add_epi8(iq1_grid4(iq1_idx4(x[i].qs + 4 * b, h)), one);
+            const __m256i p = _mm256_maddubs_epi16(g, _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b)));
+            acc = _mm256_dpwssd_epi32(acc, p, _mm256_set1_epi16((short)ls));
         }
-        const int t = 8 * _mm512_reduce_add_epi32(acc) - off;
+        const int t = hsum_i32(_mm256_sub_epi32(_mm256_slli_epi32(acc, 3), iq1s_off(&x[i], &y[i])));
         sum += h2f(x[i].d) * y[i].d * ((float)t * 0.125f);
     }
     *s = sum;
@@ -161,27 +177,40 @@ static inline __m256i iq1m_u(const kq_block_iq1_m *x, int b) {
     return _mm256_add_epi8(_mm256_slli_epi16(_mm256_add_epi8(g, _mm256_set1_epi8(1)), 3), dl);
 }
 
+/* The 16 scale multipliers 2s + 1 of an IQ1_M block as int16, lane 2b + h
+ * = sub-block b, groups 0-1 (h = 0) or 2-3 (h = 1): field 3 (j % 4) of
+ * scale word j / 4, moved to the top by a multiply and shifted down. */
+static inline __m256i iq1m_ls16(const kq_block_iq1_m *x) {
+    uint64_t w;
+    memcpy(&w, x->scales, sizeof w);
+    const __m256i pick = _mm256_set_epi64x(0x0706070607060706ll, 0x0504050405040504ll, 0x0302030203020302ll,
+                                           0x0100010001000100ll); /* word j / 4 into lane j, per 128 bits */
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)w), pick);
+    const __m256i up = _mm256_set1_epi64x(0x0010008004002000ll); /* 2^(13 - 3 (j % 4)) */
+    const __m256i f = _mm256_srli_epi16(_mm256_mullo_epi16(v, up), 13);
+    return _mm256_add_epi16(_mm256_add_epi16(f, f), _mm256_set1_epi16(1));
+}
+
 static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_iq1_m *x = vx;
     const kq_block_q8_K *y = vy;
+    /* a lane pair (ls1, ls2) spread: ls1 over the low 128 bits, ls2 the high */
+    const __m256i spread =
+        _mm256_set_epi64x(0x0302030203020302ll, 0x0302030203020302ll, 0x0100010001000100ll, 0x0100010001000100ll);
     float sum = 0;
     for (int i = 0; i < n / KQ_QK_K; ++i) {
-        __m512i acc = _mm512_setzero_si512();
-        int off = 0;
-#pragma GCC unroll 4
-        for (int b = 0; b < 8; b += 2) {
-            int a1, a2, b1, b2;
-            kq_iq1m_scales(&x[i], b, &a1, &a2);
-            kq_iq1m_scales(&x[i], b + 1, &b1, &b2);
-            const __m512i p =
-                _mm512_maddubs_epi16(join(iq1m_u(&x[i], b), iq1m_u(&x[i], b + 1)), load_y64(y[i].qs + 32 * b));
-            const __m512i sc = join(_mm256_set_m128i(_mm_set1_epi16((short)a2), _mm_set1_epi16((short)a1)),
-                                    _mm256_set_m128i(_mm_set1_epi16((short)b2), _mm_set1_epi16((short)b1)));
-            acc = _mm512_dpwssd_epi32(acc, p, sc);
-            off += a1 * y[i].bsums[2 * b] + a2 * y[i].bsums[2 * b + 1] + b1 * y[i].bsums[2 * b + 2] +
-                   b2 * y[i].bsums[2 * b + 3];
+        const __m256i ls = iq1m_ls16(&x[i]);
+        __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int b = 0; b < 8; ++b) {
+            const __m256i p =
+                _mm256_maddubs_epi16(iq1m_u(&x[i], b), _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b)));
+            acc = _mm256_dpwssd_epi32(
+                acc, p, _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(b)), spread));
         }
-        const int t = _mm512_reduce_add_epi32(acc) - 9 * off;
+        /* the 9 taken off: 9 sum ls * (sum of y) over the half sub-blocks */
+        const __m256i off = _mm256_madd_epi16(ls, _mm256_loadu_si256((const __m256i *)y[i].bsums));
+        const int t = hsum_i32(_mm256_sub_epi32(acc, _mm256_add_epi32(_mm256_slli_epi32(off, 3), off)));
         sum += h2f(kq_iq1m_d(&x[i])) * y[i].d * ((float)t * 0.125f);
     }
     *s = sum;
