@@ -47,20 +47,23 @@ static inline __m256i bsum_lanes(const int16_t bsums[16]) {
 static inline __m256i mul3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
 static inline __m128i mul3_128(__m128i v) { return _mm_add_epi8(v, _mm_add_epi8(v, v)); }
 
-/* Top base-3 digit of each byte q, (3q) >> 8 = (q >= 86) + (q >= 171). */
+/* Top base-3 digit of each byte q, (3q) >> 8: with x = max(q - 1, 0),
+ * avg(x, avg(x, 0)) >> 6 equals it for every byte (avg rounds up). */
 static inline __m256i trit(__m256i q) {
-    const __m256i ge86 = _mm256_cmpeq_epi8(_mm256_max_epu8(q, _mm256_set1_epi8(86)), q);
-    const __m256i ge171 = _mm256_cmpeq_epi8(_mm256_max_epu8(q, _mm256_set1_epi8((char)171)), q);
-    return _mm256_abs_epi8(_mm256_add_epi8(ge86, ge171));
+    const __m256i x = _mm256_subs_epu8(q, _mm256_set1_epi8(1));
+    const __m256i m = _mm256_avg_epu8(x, _mm256_avg_epu8(x, _mm256_setzero_si256()));
+    return _mm256_and_si256(_mm256_srli_epi16(m, 6), _mm256_set1_epi8(3));
 }
 
 /* Products of the 5 trit levels of qs[0..31], of qs[32..47] and of the 4 of
  * qh, as byte vectors in weight order: v[k] for weights 32k..32k+31. */
 static inline void tq1_levels(const kq_block_tq1_0 *x, __m256i v[8]) {
     __m256i q = _mm256_loadu_si256((const __m256i *)x->qs);
+#pragma GCC unroll 5
     for (int k = 0; k < 5; ++k, q = mul3(q)) v[k] = q;
     __m128i r[5];
     r[0] = _mm_loadu_si128((const __m128i *)(x->qs + 32));
+#pragma GCC unroll 4
     for (int k = 1; k < 5; ++k) r[k] = mul3_128(r[k - 1]);
     uint32_t qh;
     memcpy(&qh, x->qh, sizeof qh);
@@ -80,6 +83,7 @@ static void tq1_0_dot(int n, float *s, const void *vx, const void *vy) {
         __m256i v[8];
         tq1_levels(&x[i], v);
         __m256i acc = _mm256_setzero_si256(); /* 8 terms of |t y| pairs <= 512: no int16 overflow */
+#pragma GCC unroll 8
         for (int k = 0; k < 8; ++k)
             acc = _mm256_add_epi16(
                 acc, _mm256_maddubs_epi16(trit(v[k]), _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * k))));

@@ -52,11 +52,12 @@ static inline int hsum_i32(__m256i v) {
 static inline __m256i mul3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
 static inline __m128i mul3_128(__m128i v) { return _mm_add_epi8(v, _mm_add_epi8(v, v)); }
 
-/* Top base-3 digit of each byte q, (3q) >> 8 = (q >= 86) + (q >= 171). */
+/* Top base-3 digit of each byte q, (3q) >> 8: with x = max(q - 1, 0),
+ * avg(x, avg(x, 0)) >> 6 equals it for every byte (avg rounds up). */
 static inline __m256i trit(__m256i q) {
-    const __m256i ge86 = _mm256_cmpeq_epi8(_mm256_max_epu8(q, _mm256_set1_epi8(86)), q);
-    const __m256i ge171 = _mm256_cmpeq_epi8(_mm256_max_epu8(q, _mm256_set1_epi8((char)171)), q);
-    return _mm256_abs_epi8(_mm256_add_epi8(ge86, ge171));
+    const __m256i x = _mm256_subs_epu8(q, _mm256_set1_epi8(1));
+    const __m256i m = _mm256_avg_epu8(x, _mm256_avg_epu8(x, _mm256_setzero_si256()));
+    return _mm256_and_si256(_mm256_srli_epi16(m, 6), _mm256_set1_epi8(3));
 }
 
 static void tq1_0_dot(int n, float *s, const void *vx, const void *vy) {
@@ -66,9 +67,11 @@ static void tq1_0_dot(int n, float *s, const void *vx, const void *vy) {
     for (int i = 0; i < n / KQ_QK_K; ++i) {
         __m256i t[8];
         __m256i q = _mm256_loadu_si256((const __m256i *)x[i].qs);
+#pragma GCC unroll 5
         for (int k = 0; k < 5; ++k, q = mul3(q)) t[k] = trit(q);
         __m128i r[5];
         r[0] = _mm_loadu_si128((const __m128i *)(x[i].qs + 32));
+#pragma GCC unroll 4
         for (int k = 1; k < 5; ++k) r[k] = mul3_128(r[k - 1]);
         uint32_t qh;
         memcpy(&qh, x[i].qh, sizeof qh);
@@ -97,6 +100,7 @@ static void tq2_0_dot(int n, float *s, const void *vx, const void *vy) {
         /* low half: weights 32l + m, high half: 128 + 32l + m */
         const __m512i qb = _mm512_loadu_si512(x[i].qs);
         __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
         for (int l = 0; l < 4; ++l) {
             const __m512i t = _mm512_and_si512(_mm512_srli_epi16(qb, 2 * l), m3);
             const __m512i yv = join(_mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * l)),
