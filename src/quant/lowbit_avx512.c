@@ -3,12 +3,13 @@
  * Compiled with AVX-512 flags; only called when the CPU and OS support
  * them.
  *
- * Same unsigned-weight forms as lowbit_avx2.c (which describes them), built
- * in 256-bit halves and joined so one 512-bit step covers 64 weights: the
- * ternary types accumulate u8 x s8 with VNNI dpbusd straight into int32;
- * IQ1 takes maddubs to int16 pairs and dpwssd times the per-lane scales.
- * The TQ and IQ1 dots keep the reference's per-block float steps (bit for
- * bit equal to it); MXFP4 sums blocks in vector lanes.
+ * Same unsigned-weight forms as lowbit_avx2.c (which describes them).  The
+ * ternary types and MXFP4 build 256-bit halves and join them so one 512-bit
+ * VNNI dpbusd takes 64 weights u8 x s8 straight into int32; IQ1 stays at
+ * 256 bits a sub-block (its grid lookups, not the arithmetic, set the pace)
+ * with maddubs to int16 pairs and a 256-bit dpwssd times the scales.  The
+ * TQ and IQ1 dots keep the reference's per-block float steps (bit for bit
+ * equal to it); MXFP4 sums blocks in vector lanes.
  */
 #include <immintrin.h>
 #include <string.h>
