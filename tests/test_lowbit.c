@@ -16,8 +16,9 @@
  *  - a model whose weights are ternary goes through `kiln quantize` to
  *    TQ2_0 and TQ1_0 (lossless there, llama.cpp's choices for the other
  *    tensors) and its logits stay those of F32; mxfp4_moe makes experts
- *    MXFP4 and the rest Q8_0; IQ1_S / IQ1_M are refused with the reason;
- *    `kiln show` names the types.
+ *    MXFP4 and the rest Q8_0 (the Qwen 3.5 MoE fixture so quantized runs
+ *    its MXFP4 experts with the logits of its twin with F32 experts);
+ *    IQ1_S / IQ1_M are refused with the reason; `kiln show` names the types.
  */
 #include "kiln.h"
 #include "testutil.h"
@@ -794,6 +795,54 @@ static void check_mxfp4_moe(void) {
     gguf_close(f);
 }
 
+/* A mixture of experts with MXFP4 experts: the Qwen 3.5 MoE fixture
+ * through mxfp4_moe loads, routes through its MXFP4 experts and stays near
+ * the F16 original's logits (a random network: the bound is loose, a broken
+ * kernel gives a cosine near 0). */
+static void check_moe_model(void) {
+    const char *src = "data/hybrid/qwen35moe-spm-f16.gguf";
+    char dst[512], err[256];
+    snprintf(dst, sizeof dst, "%s/moe-mxfp4.gguf", tmpdir);
+    CHECKF(kiln_quantize(src, dst, "mxfp4_moe", 2) == KILN_OK, "%s", kiln_last_error());
+    gguf_file *f = gguf_open(dst, err, sizeof err);
+    CHECK(f != NULL);
+    if (!f) return;
+    int n_mx = 0;
+    for (int i = 0; i < gguf_n_tensors(f); i++) n_mx += gguf_tensor_at(f, i)->type == KQ_MXFP4;
+    CHECKF(n_mx >= 9, "%d MXFP4 tensors", n_mx);
+    gguf_close(f);
+    /* its twin: the same file with the MXFP4 experts written as F32 */
+    char twin[512];
+    snprintf(twin, sizeof twin, "%s/moe-mxfp4-f32.gguf", tmpdir);
+    f = gguf_open(dst, err, sizeof err);
+    gguf_writer *w = gguf_writer_new();
+    void *bufs[256];
+    int nbuf = 0;
+    for (int i = 0; i < gguf_n_kv(f); i++) gguf_w_copy_kv(w, gguf_kv_at(f, i));
+    for (int i = 0; i < gguf_n_tensors(f) && nbuf < 256; i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (t->type != KQ_MXFP4) {
+            gguf_w_tensor(w, t->name, t->type, (int)t->n_dims, t->ne, t->data);
+            continue;
+        }
+        const int64_t nel = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        float *x = malloc(sizeof(float) * (size_t)nel);
+        kq_get(KQ_MXFP4)->to_f32(t->data, x, nel);
+        gguf_w_tensor(w, t->name, KQ_F32, (int)t->n_dims, t->ne, x);
+        bufs[nbuf++] = x;
+    }
+    CHECK(gguf_writer_save(w, twin, NULL, NULL, err, sizeof err) == 0);
+    gguf_writer_free(w);
+    for (int i = 0; i < nbuf; i++) free(bufs[i]);
+    gguf_close(f);
+    float lf[512], lq[512], lt[512];
+    if (last_logits(src, lf) || last_logits(dst, lq) || last_logits(twin, lt)) return;
+    const double cs = cosine(lf, lq, 512), ct = cosine(lt, lq, 512);
+    CHECKF(cs >= 0.9, "qwen35moe mxfp4_moe: logits cosine to F16 %.5f", cs);
+    CHECKF(ct >= 0.998, "qwen35moe mxfp4_moe: logits cosine to its F32-expert twin %.6f", ct);
+    printf("qwen35moe mxfp4_moe: logits cosine to F16 %.5f, to its F32-expert twin %.6f\n", cs, ct);
+}
+
 static void check_table(void) {
     static const struct {
         int type, blck;
@@ -837,6 +886,7 @@ int main(void) {
     check_model_types();
     check_kiln_quantize();
     check_mxfp4_moe();
+    check_moe_model();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     CHECK(system(cmd) == 0);
