@@ -57,6 +57,16 @@ static const qmix k_mixes[] = {
     {"iq4_xs", KQ_IQ4_XS, -1, 30, -1},    {"iq3_s", KQ_IQ3_S, -1, 26, -1},
 };
 
+/* The low-bit mixes: ternary, and MXFP4 experts (rules in pick_type). */
+static const qmix k_mixes_lowbit[] = {
+    {"tq1_0", KQ_TQ1_0, -1, 36, -1},
+    {"tq2_0", KQ_TQ2_0, -1, 37, -1},
+    {"mxfp4_moe", KQ_MXFP4, -1, 38, -1},
+};
+
+/* Elements per block of the ternary types. */
+#define KQ_QK_TQ 256
+
 static const qmix *find_mix(const char *name) {
     char low[32];
     size_t n = strlen(name);
@@ -64,14 +74,17 @@ static const qmix *find_mix(const char *name) {
     for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)name[i]);
     for (size_t i = 0; i < sizeof k_mixes / sizeof k_mixes[0]; i++)
         if (!strcmp(k_mixes[i].name, low)) return &k_mixes[i];
+    for (size_t i = 0; i < sizeof k_mixes_lowbit / sizeof k_mixes_lowbit[0]; i++)
+        if (!strcmp(k_mixes_lowbit[i].name, low)) return &k_mixes_lowbit[i];
     return NULL;
 }
 
 /* Targets llama.cpp's quantizer writes only with an importance matrix (its
- * tensor_requires_imatrix: IQ2_XXS, IQ2_XS, IQ2_S and IQ3_XXS tensors, and
- * the mixes that use them, IQ2_M and IQ3_XS); kiln reads no importance
- * matrix yet. */
-static const char *const k_need_imatrix[] = {"iq2_xxs", "iq2_xs", "iq2_s", "iq2_m", "iq3_xxs", "iq3_xs"};
+ * tensor_requires_imatrix: IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S and IQ3_XXS
+ * tensors, and the mixes that use them, IQ2_M and IQ3_XS: their grid search
+ * is weighted by it); kiln reads no importance matrix yet. */
+static const char *const k_need_imatrix[] = {"iq1_s", "iq1_m", "iq2_xxs", "iq2_xs",
+                                             "iq2_s", "iq2_m", "iq3_xxs", "iq3_xs"};
 
 static const char *need_imatrix(const char *name) {
     for (size_t i = 0; i < sizeof k_need_imatrix / sizeof k_need_imatrix[0]; i++)
@@ -140,8 +153,16 @@ static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, qp
         int l = layer_of(t->name);
         if (l >= 0 && use_more_bits(l, qp->n_layer)) want = q->more_bits;
     }
+    /* MXFP4_MOE: the experts' 3-D tensors MXFP4, every other weight Q8_0 */
+    if (q->base == KQ_MXFP4) want = t->n_dims >= 3 && t->ne[2] > 1 ? KQ_MXFP4 : KQ_Q8_0;
+    /* the ternary mixes keep an untied token embedding Q4_K */
+    if ((q->base == KQ_TQ1_0 || q->base == KQ_TQ2_0) && !strcmp(t->name, "token_embd.weight") && !is_output(f, t->name))
+        want = KQ_Q4_K;
     /* rows must divide into blocks; fall back toward finer blocks */
     *wanted = want;
+    /* as llama.cpp, a ternary type falls back to Q4_0 (F16 when rows are not whole 32s) */
+    if ((want == KQ_TQ1_0 || want == KQ_TQ2_0) && t->ne[0] % KQ_QK_TQ != 0)
+        want = t->ne[0] % 32 == 0 ? KQ_Q4_0 : KQ_F16;
     if (t->ne[0] % kq_get(want)->blck != 0) {
         if (t->ne[0] % 32 == 0)
             want = want == KQ_IQ3_S ? KQ_IQ4_NL : kq_get(want)->blck == 256 ? KQ_Q8_0 : want;

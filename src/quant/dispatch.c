@@ -36,15 +36,15 @@ static const struct kq_level {
     const kq_simd *part[8];
 } g_levels[LV_COUNT] = {
     [LV_SCALAR] = {KQ_ISA_SCALAR, 0, {NULL}},
-    [LV_AVX2] = {KQ_ISA_AVX2, 3, {&kq_legacy_avx2, &kq_kquants_avx2, &kq_iquants_avx2}},
+    [LV_AVX2] = {KQ_ISA_AVX2, 4, {&kq_legacy_avx2, &kq_kquants_avx2, &kq_iquants_avx2, &kq_lowbit_avx2}},
     [LV_AVX512] = {KQ_ISA_AVX512,
-                   3,
-                   {&kq_legacy_avx512, &kq_kquants_avx512, &kq_iquants_avx512, &kq_legacy_avx2, &kq_kquants_avx2,
-                    &kq_iquants_avx2}},
+                   4,
+                   {&kq_legacy_avx512, &kq_kquants_avx512, &kq_iquants_avx512, &kq_lowbit_avx512, &kq_legacy_avx2,
+                    &kq_kquants_avx2, &kq_iquants_avx2, &kq_lowbit_avx2}},
     [LV_AVX512_BF16] = {KQ_ISA_AVX512,
-                        3,
-                        {&kq_legacy_avx512_bf16, &kq_kquants_avx512, &kq_iquants_avx512, &kq_legacy_avx2,
-                         &kq_kquants_avx2, &kq_iquants_avx2}},
+                        4,
+                        {&kq_legacy_avx512_bf16, &kq_kquants_avx512, &kq_iquants_avx512, &kq_lowbit_avx512,
+                         &kq_legacy_avx2, &kq_kquants_avx2, &kq_iquants_avx2, &kq_lowbit_avx2}},
 };
 
 static kq_traits g_tab[LV_COUNT][KQ_TYPE_COUNT];
@@ -63,6 +63,7 @@ static void fill_level(const struct kq_level *lv, kq_traits *tab) {
     kq_fill_legacy(tab);
     kq_fill_kquants(tab);
     kq_fill_iquants(tab);
+    kq_fill_lowbit(tab);
     for (int t = 0; t < KQ_TYPE_COUNT; t++) {
         int dot = 0, quant = 0;
         for (int p = 0; p < 8 && lv->part[p]; p++) {

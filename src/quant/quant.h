@@ -42,6 +42,11 @@ enum kq_type {
     KQ_IQ3_S = 21,
     KQ_IQ2_S = 22,
     KQ_IQ4_XS = 23,
+    KQ_IQ1_S = 19,
+    KQ_IQ1_M = 29,
+    KQ_TQ1_0 = 34,
+    KQ_TQ2_0 = 35,
+    KQ_MXFP4 = 39,
     KQ_BF16 = 30,
     KQ_TYPE_COUNT = 40 /* ids below this may appear in files */
 };
@@ -172,12 +177,14 @@ _Static_assert(sizeof(kq_block_q4_0) == 18 && sizeof(kq_block_q4_1) == 20 && siz
  * kquants.c     Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS (scalar)
  * iquants.c     IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (scalar; grids in
  *               iquants_grid.c)
+ * lowbit.c      TQ1_0, TQ2_0, MXFP4, IQ1_S, IQ1_M (scalar)
  * *_avx2.c / *_avx512.c   SIMD twins, compiled with per-file ISA flags, each
  *               exporting the const table of its kernels below; x86.h holds
  *               the inline helpers they share. */
 void kq_fill_legacy(kq_traits *tab); /* tab has KQ_TYPE_COUNT entries */
 void kq_fill_kquants(kq_traits *tab);
 void kq_fill_iquants(kq_traits *tab);
+void kq_fill_lowbit(kq_traits *tab);
 
 /* One file's kernels at one ISA level, by type id; NULL = none there. */
 typedef struct kq_simd {
@@ -185,6 +192,7 @@ typedef struct kq_simd {
     kq_from_f32_fn quant[KQ_TYPE_COUNT]; /* activation quantizers (from_f32_fast) */
 } kq_simd;
 extern const kq_simd kq_legacy_avx2, kq_kquants_avx2;
+extern const kq_simd kq_lowbit_avx2, kq_lowbit_avx512;
 /* AVX-512 with VNNI; the _bf16 table differs in the BF16 dot (vdpbf16ps),
  * for CPUs with AVX512_BF16 too. */
 extern const kq_simd kq_legacy_avx512, kq_legacy_avx512_bf16, kq_kquants_avx512;
