@@ -4,7 +4,7 @@
  * against their scalar twins where there is no GPU (tests/test_cuda.c).
  *
  * A launch runs its blocks one after another.  The threads of a block are
- * fibers (ucontext) on the calling thread, run round-robin; a thread runs
+ * fibers on the calling thread, run round-robin; a thread runs
  * until it waits at a barrier or returns, so nothing here needs locks:
  *   - __syncthreads (kcu_sync) waits until every live thread of the block
  *     has arrived; a thread that returned no longer counts;
@@ -35,6 +35,16 @@
 
 #include <functional>
 
+/* On x86-64 a fiber switch is a few instructions of assembly
+ * (kcu_emu_switch); elsewhere swapcontext, which also saves the signal mask
+ * with a system call per switch.  This header goes into one translation
+ * unit only (it defines kcu_emu_switch). */
+#if defined(__x86_64__) && !defined(KCU_EMU_UCONTEXT)
+#define KCU_EMU_ASM_SWITCH 1
+#else
+#define KCU_EMU_ASM_SWITCH 0
+#endif
+
 struct dim3 {
     unsigned x, y, z;
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
@@ -48,7 +58,11 @@ struct barrier {
 };
 
 struct fiber {
+#if KCU_EMU_ASM_SWITCH
+    void *sp; /* saved stack pointer while switched out */
+#else
     ucontext_t ctx;
+#endif
     dim3 tid;
     int lin, done;
     unsigned ops;        /* warp operations so far (picks the scratch buffer) */
@@ -69,12 +83,51 @@ struct state {
     int warp_alive[MAX_WARPS];
     uint64_t shfl[MAX_WARPS][2][32];
     uint32_t mma[MAX_WARPS][2][32][6];
+#if KCU_EMU_ASM_SWITCH
+    void *sched_sp;
+#else
     ucontext_t sched;
+#endif
     fiber *cur;
     const std::function<void()> *body;
 };
 
 inline state g;
+
+#if KCU_EMU_ASM_SWITCH
+/* kcu_emu_switch(from, to): pushes the callee-saved registers, stores the
+ * stack pointer in *from, takes to as the stack pointer and pops the
+ * registers saved there; returns into whatever that stack was doing.  A
+ * plain function call for the compiler, so it saves everything else. */
+extern "C" void kcu_emu_switch(void **from, void *to);
+asm(".text\n"
+    ".globl kcu_emu_switch\n"
+    ".type kcu_emu_switch,@function\n"
+    "kcu_emu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size kcu_emu_switch, .-kcu_emu_switch\n");
+#endif
+
+/* From the running fiber to the scheduler, and back. */
+inline void to_scheduler(fiber *f) {
+#if KCU_EMU_ASM_SWITCH
+    kcu_emu_switch(&f->sp, g.sched_sp);
+#else
+    swapcontext(&f->ctx, &g.sched);
+#endif
+}
+
+inline void to_fiber(fiber *f) {
+#if KCU_EMU_ASM_SWITCH
+    kcu_emu_switch(&g.sched_sp, f->sp);
+#else
+    swapcontext(&g.sched, &f->ctx);
+#endif
+}
 
 [[noreturn]] inline void die(const char *what) {
     fprintf(stderr, "emucuda: %s (block %u,%u,%u)\n", what, g.bid.x, g.bid.y, g.bid.z);
@@ -92,7 +145,7 @@ inline void wait_at(barrier *b, int count) {
     fiber *f = g.cur;
     f->wait = b;
     f->wait_gen = gen;
-    swapcontext(&f->ctx, &g.sched);
+    to_scheduler(f);
 }
 
 /* A thread that returned lowers the counts; a barrier the others already
@@ -114,6 +167,10 @@ inline void leave(fiber *f) {
 inline void entry() {
     (*g.body)();
     g.cur->done = 1;
+#if KCU_EMU_ASM_SWITCH
+    to_scheduler(g.cur); /* never resumed */
+    die("a finished thread resumed");
+#endif
 }
 
 inline void run_block() {
@@ -125,11 +182,23 @@ inline void run_block() {
         f->done = 0;
         f->ops = 0;
         f->wait = NULL;
+#if KCU_EMU_ASM_SWITCH
+        /* a stack kcu_emu_switch returns from into entry: six zero
+         * registers, then entry's address in a 16-byte aligned slot, so
+         * entry starts with the stack aligned as after a call */
+        uintptr_t top = (uintptr_t)(g.stacks + (size_t)(i + 1) * STACK) & ~(uintptr_t)15;
+        void **sp = (void **)(top - 32);
+        sp[0] = (void *)entry;
+        sp -= 6;
+        for (int r = 0; r < 6; r++) sp[r] = NULL;
+        f->sp = sp;
+#else
         getcontext(&f->ctx);
         f->ctx.uc_stack.ss_sp = g.stacks + (size_t)i * STACK;
         f->ctx.uc_stack.ss_size = STACK;
         f->ctx.uc_link = &g.sched;
         makecontext(&f->ctx, entry, 0);
+#endif
     }
     g.alive = n;
     g.block_bar = barrier{0, 0};
@@ -145,7 +214,7 @@ inline void run_block() {
             if (f->wait && f->wait->gen == f->wait_gen) continue;
             f->wait = NULL;
             g.cur = f;
-            swapcontext(&g.sched, &f->ctx);
+            to_fiber(f);
             ran = 1;
             if (f->done) leave(f);
         }
