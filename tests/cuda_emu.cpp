@@ -37,7 +37,7 @@ int emu_matvec(int type, const void *w, int64_t w_stride, const float *x, int64_
 int emu_gemm(int type, const float *x, int64_t x_stride, const void *w, int64_t w_stride, float *y, int64_t y_stride,
              int m, int n, int k) {
     const uint8_t *wb = (const uint8_t *)w;
-    const dim3 grid(ceil_div(n, KCU_GM_BN), ceil_div(m, KCU_GM_BM)), block(128);
+    const dim3 grid(ceil_div(n, KCU_GM_BN), ceil_div(m, KCU_GM_BM)), block(KCU_GM_THREADS);
 #define GM(fn) L(fn, grid, block, x, x_stride, wb, w_stride, y, y_stride, m, n, k)
     switch (type) {
     case KCU_F32: GM(kcu_gemm_f32); break;

@@ -18,6 +18,7 @@
  *                       another order than kk_attn_f16's);
  *   argmax, kv_write    exact.
  */
+#include "backend/cuda_kernels.h"
 #include "cuda_emu.h"
 #include "kernels/ops.h"
 #include "quant/quant.h"
@@ -217,36 +218,44 @@ static void test_rmsnorm(void) {
     }
 }
 
+/* Cases: plain, NeoX, partial rotation, attn_factor, linear scaling,
+ * frequency factors, YaRN (normal and NeoX); the table from
+ * kbe_cuda_rope_freqs, the reference kk_rope_table + kk_rope_apply. */
 static void test_rope(void) {
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 8; i++) {
         const int hd = i < 3 ? 64 : 128, n_rot = i == 2 ? 32 : (i == 5 ? 96 : hd), n_head = 3, n_tok = 5;
         const int neox = i % 2;
         const int64_t ts = (int64_t)n_head * hd + 4;
         kk_rope rp = {.n_rot = n_rot,
                       .neox = neox,
-                      .base = 10000.0f,
+                      .base = i >= 6 ? 1e6f : 10000.0f,
                       .freq_scale = i == 4 ? 0.25f : 1.0f,
                       .attn_factor = i == 3 ? 1.5f : 1.0f};
         float ff[64];
         for (int j = 0; j < n_rot / 2; j++) ff[j] = 1.0f + (float)j / 8.0f;
         if (i == 5) rp.freq_factors = ff;
-        float inv_freq[128];
-        const double ts_d = pow(rp.base, -2.0 / n_rot);
-        for (int j = 0; j < n_rot / 2; j++)
-            inv_freq[j] = (float)(rp.freq_scale * pow(ts_d, j) / (rp.freq_factors ? ff[j] : 1.0));
+        if (i >= 6) { /* YaRN, a factor of 4 over 4096 positions */
+            rp.freq_scale = 0.25f;
+            rp.ext_factor = 1.0f;
+            rp.beta_fast = 32.0f;
+            rp.beta_slow = 1.0f;
+            rp.n_ctx_orig = 4096;
+        }
+        float inv_freq[128], mscale;
+        kbe_cuda_rope_freqs(&rp, inv_freq, &mscale);
         int32_t pos[5];
         for (int u = 0; u < n_tok; u++) pos[u] = u == 0 ? 0 : rndi(4096);
         float *x = malloc(sizeof(float) * (size_t)ts * n_tok), *ref = malloc(sizeof(float) * (size_t)ts * n_tok);
         fill(x, (size_t)ts * n_tok, 1.0f);
         memcpy(ref, x, sizeof(float) * (size_t)ts * n_tok);
-        emu_rope(x, ts, n_tok, n_head, hd, n_rot, neox, pos, inv_freq, rp.attn_factor);
+        emu_rope(x, ts, n_tok, n_head, hd, n_rot, neox, pos, inv_freq, mscale);
         float cs[256];
         int bad = 0;
         for (int u = 0; u < n_tok; u++) {
             kk_rope_table(&rp, pos[u], cs);
             kk_rope_apply(&rp, cs, ref + u * ts, n_head, hd);
             for (int j = 0; j < ts; j++)
-                if (!(fabsf(x[u * ts + j] - ref[u * ts + j]) <= 2e-3f * rp.attn_factor * 1.5f)) bad++;
+                if (!(fabsf(x[u * ts + j] - ref[u * ts + j]) <= 2e-3f * mscale * 1.5f)) bad++;
         }
         CHECKF(bad == 0, "rope case %d (neox %d, n_rot %d): %d wrong", i, neox, n_rot, bad);
         free(x);
@@ -447,8 +456,38 @@ static void test_attn_prefill(void) {
     }
 }
 
+static int contains(const uint8_t *p, size_t n, const char *s) {
+    const size_t m = strlen(s);
+    for (size_t i = 0; i + m <= n; i++)
+        if (p[i] == (uint8_t)s[0] && memcmp(p + i, s, m) == 0) return 1;
+    return 0;
+}
+
+/* A build with nvcc embeds the fatbin: its header's magic, and every
+ * kernel the emulator checks is in it by name. */
+static void test_fatbin(void) {
+    size_t n;
+    const uint8_t *fb = kbe_cuda_fatbin(&n);
+    if (!fb) {
+        CHECK(n == 0);
+        printf("no fatbin in this build (KILN_CUDA found no nvcc or was OFF)\n");
+        return;
+    }
+    CHECK(n > 16 && ((uintptr_t)fb & 7) == 0);
+    CHECK(fb[0] == 0x50 && fb[1] == 0xed && fb[2] == 0x55 && fb[3] == 0xba);
+    static const char *names[] = {"kcu_matvec_f32",  "kcu_matvec_f16",  "kcu_matvec_bf16", "kcu_matvec_q4_0",
+                                  "kcu_matvec_q8_0", "kcu_matvec_q4_k", "kcu_matvec_q5_k", "kcu_matvec_q6_k",
+                                  "kcu_gemm_f16",    "kcu_gemm_q4_k",   "kcu_gemm_q6_k",   "kcu_get_rows_q8_0",
+                                  "kcu_rmsnorm",     "kcu_rope",        "kcu_swiglu",      "kcu_add",
+                                  "kcu_argmax",      "kcu_kv_write",    "kcu_attn_decode", "kcu_attn_combine",
+                                  "kcu_attn_prefill"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        CHECKF(contains(fb, n, names[i]), "%s not in the fatbin", names[i]);
+}
+
 int main(void) {
     kq_init();
+    test_fatbin();
     test_elementwise();
     test_kv_write();
     test_argmax();

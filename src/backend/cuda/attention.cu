@@ -18,10 +18,8 @@
  * The scalar twin: kk_attn_f16 with acc_f32 = 1 (src/kernels/ops.h).
  */
 #include "kcu.cuh"
+#include "shapes.h"
 
-#define KCU_KV_BLOCK 16
-#define KCU_ATT_MAXD 256
-#define KCU_ATT_WARPS 4
 #define KCU_ATT_PAIRS (KCU_ATT_MAXD / 64) /* element pairs per lane */
 
 /* One warp's online softmax over positions: lane l holds output elements

@@ -5,7 +5,7 @@
 # PATH, then in /usr/local/cuda/bin.  Every src/backend/cuda/*.cu is
 # compiled as one translation unit into one fatbin (SASS for sm_80, sm_86,
 # sm_89, sm_90 and compute_90 PTX that newer cards JIT) which embed.cmake
-# turns into a C byte array in the library (kbe_cuda_fatbin, cuda_fatbin.h).
+# turns into a C byte array in the library (kbe_cuda_fatbin, src/backend/cuda_kernels.h).
 # Nothing links CUDA: the host side loads the driver with dlopen.  ptxas's
 # register and spill report is kept as build/cuda/ptxas-report.txt.  The
 # fatbin is rebuilt only when a .cu/.cuh file or these scripts change.
@@ -37,6 +37,29 @@ else()
     endif()
     message(STATUS "CUDA: nvcc not found, GPU kernels not built")
   else()
+    # nvcc that cannot compile here (no supported host compiler, say) is
+    # treated as absent; the probe runs once per nvcc path and version
+    if(NOT KILN_NVCC_PROBED STREQUAL "${KILN_NVCC} ${nvcc_version}")
+      set(probe_dir ${CMAKE_BINARY_DIR}/cuda/probe)
+      file(MAKE_DIRECTORY ${probe_dir})
+      file(WRITE ${probe_dir}/probe.cu "extern \"C\" __global__ void kiln_probe(float *x) { x[threadIdx.x] = 1.0f; }\n")
+      execute_process(COMMAND ${KILN_NVCC} -fatbin -gencode arch=compute_80,code=sm_80 -o probe.fatbin probe.cu
+                      WORKING_DIRECTORY ${probe_dir} RESULT_VARIABLE probe_rc OUTPUT_VARIABLE probe_out
+                      ERROR_VARIABLE probe_out)
+      if(NOT probe_rc EQUAL 0)
+        string(STRIP "${probe_out}" probe_out)
+        if(KILN_CUDA STREQUAL "ON")
+          message(FATAL_ERROR "kiln: KILN_CUDA=ON but ${KILN_NVCC} cannot compile a kernel:\n${probe_out}")
+        endif()
+        message(STATUS "CUDA: nvcc ${nvcc_version} found but it cannot compile a kernel, GPU kernels not built:\n"
+                       "${probe_out}")
+        set(nvcc_version "")
+      else()
+        set(KILN_NVCC_PROBED "${KILN_NVCC} ${nvcc_version}" CACHE INTERNAL "nvcc that compiled the probe kernel")
+      endif()
+    endif()
+  endif()
+  if(NOT nvcc_version STREQUAL "")
     set(archs "")
     foreach(a ${KILN_CUDA_ARCHS})
       string(APPEND archs " sm_${a}")
@@ -48,7 +71,7 @@ endif()
 
 if(KILN_CUDA_BUILT)
   set(cu_dir ${CMAKE_SOURCE_DIR}/src/backend/cuda)
-  file(GLOB KILN_CUDA_SOURCES CONFIGURE_DEPENDS ${cu_dir}/*.cu ${cu_dir}/*.cuh)
+  file(GLOB KILN_CUDA_SOURCES CONFIGURE_DEPENDS ${cu_dir}/*.cu ${cu_dir}/*.cuh ${cu_dir}/*.h)
   set(cu_out ${CMAKE_BINARY_DIR}/cuda)
   add_custom_command(OUTPUT ${cu_out}/kiln_kernels.fatbin ${cu_out}/ptxas-report.txt
     COMMAND ${CMAKE_COMMAND} -DNVCC=${KILN_NVCC} -DSRC=${cu_dir} -DOUT=${cu_out} "-DARCHS=${KILN_CUDA_ARCHS}"
@@ -67,6 +90,6 @@ if(KILN_CUDA_BUILT)
   add_custom_target(kiln_cuda_kernels DEPENDS ${cu_out}/kiln_kernels_fatbin.c)
   add_dependencies(kiln_obj kiln_cuda_kernels)
   target_sources(kiln_obj PRIVATE ${cu_out}/kiln_kernels_fatbin.c)
-  set_source_files_properties(${CMAKE_SOURCE_DIR}/src/backend/cuda_fatbin.c PROPERTIES COMPILE_DEFINITIONS
+  set_source_files_properties(${CMAKE_SOURCE_DIR}/src/backend/cuda_kernels.c PROPERTIES COMPILE_DEFINITIONS
     KBE_CUDA_FATBIN=1)
 endif()

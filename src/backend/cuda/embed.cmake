@@ -1,6 +1,6 @@
 # cmake -DIN=kiln_kernels.fatbin -DOUT=kiln_kernels_fatbin.c -P embed.cmake
 # Writes IN as the C array kbe_cuda_fatbin_data[] with its length
-# kbe_cuda_fatbin_len (declared in src/backend/cuda_fatbin.c).  The array is
+# kbe_cuda_fatbin_len (declared in src/backend/cuda_kernels.c).  The array is
 # 8-byte aligned: the driver reads the fatbin header in place.
 file(READ ${IN} hex HEX)
 string(LENGTH "${hex}" n_hex)

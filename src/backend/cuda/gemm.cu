@@ -7,17 +7,15 @@
  * slice of W to F16 in shared memory, then its 4 warps (2 x 2, each 32 x
  * 32 of the tile) run mma.sync m16n8k16 with F32 accumulators.  M and N
  * may be anything; K a multiple of the type's block size (any K for
- * F16/BF16/F32).  grid = (ceil(N / 64), ceil(M / 64)), blockDim.x = 128.
+ * F16/BF16/F32).  grid = (ceil(N / 64), ceil(M / 64)), blockDim.x = KCU_GM_THREADS.
  *
  * The scalar twin: the weights dequantized by the type's to_f32
  * (src/quant) and X rounded to F16, products summed in double; the
  * tolerance covers the F16 rounding of the weights.
  */
 #include "quant.cuh"
+#include "shapes.h"
 
-#define KCU_GM_BM 64
-#define KCU_GM_BN 64
-#define KCU_GM_BK 32
 #define KCU_GM_PAD 8 /* halves of padding per shared row, against bank conflicts */
 
 template <int T>
@@ -36,13 +34,13 @@ KCU_DEV void kcu_gemm(const float *x, int64_t x_stride, const uint8_t *w, int64_
 
     for (int k0 = 0; k0 < K; k0 += KCU_GM_BK) {
         /* X slice: 64 rows x 32 floats, 16 per thread */
-        for (int i = tid; i < KCU_GM_BM * KCU_GM_BK; i += 128) {
+        for (int i = tid; i < KCU_GM_BM * KCU_GM_BK; i += KCU_GM_THREADS) {
             const int r = i / KCU_GM_BK, c = i % KCU_GM_BK;
             const int m = m0 + r, kk = k0 + c;
             sa[r][c] = kcu_f2h(m < M && kk < K ? x[(int64_t)m * x_stride + kk] : 0.0f);
         }
         /* W slice: 64 rows x 4 chunks of 8, 2 chunks per thread */
-        for (int i = tid; i < KCU_GM_BN * (KCU_GM_BK / 8); i += 128) {
+        for (int i = tid; i < KCU_GM_BN * (KCU_GM_BK / 8); i += KCU_GM_THREADS) {
             const int r = i / (KCU_GM_BK / 8), c = (i % (KCU_GM_BK / 8)) * 8;
             const int n = n0 + r, e = k0 + c;
             float q[8];

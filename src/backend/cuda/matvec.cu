@@ -9,9 +9,7 @@
  * dequantized by the type's to_f32 (src/quant) and dotted with x.
  */
 #include "quant.cuh"
-
-#define KCU_MV_WARPS 4
-#define KCU_MV_MAXV 8
+#include "shapes.h"
 
 template <int T>
 KCU_DEV void kcu_matvec(const uint8_t *w, int64_t w_stride, const float *x, int64_t x_stride, float *y,
