@@ -1,7 +1,7 @@
 /* The kernels of src/backend/cuda compiled as C++ over tests/emucuda.h
  * (kcu.cuh includes it when __CUDACC__ is not defined), and launched with
  * the shapes they document.  See cuda_emu.h. */
-#include "cuda_emu.h"
+#include "cuda_run.h"
 
 #include "attention.cu"
 #include "gemm.cu"
@@ -12,10 +12,14 @@
 
 #define L KCU_EMU_LAUNCH
 
+int cr_init(char *why, size_t cap) { return 0; }
+
+const char *cr_device(void) { return "the CPU emulator (tests/emucuda.h)"; }
+
 static unsigned ceil_div(int64_t a, int b) { return (unsigned)((a + b - 1) / b); }
 
-int emu_matvec(int type, const void *w, int64_t w_stride, const float *x, int64_t x_stride, float *y, int64_t y_stride,
-               int n_rows, int n, int n_vec) {
+int cr_matvec(int type, const void *w, int64_t w_stride, const float *x, int64_t x_stride, float *y, int64_t y_stride,
+              int n_rows, int n, int n_vec) {
     const uint8_t *wb = (const uint8_t *)w;
     const dim3 grid(ceil_div(n_rows, KCU_MV_WARPS)), block(32 * KCU_MV_WARPS);
 #define MV(fn) L(fn, grid, block, wb, w_stride, x, x_stride, y, y_stride, n_rows, n, n_vec)
@@ -34,8 +38,8 @@ int emu_matvec(int type, const void *w, int64_t w_stride, const float *x, int64_
     return 0;
 }
 
-int emu_gemm(int type, const float *x, int64_t x_stride, const void *w, int64_t w_stride, float *y, int64_t y_stride,
-             int m, int n, int k) {
+int cr_gemm(int type, const float *x, int64_t x_stride, const void *w, int64_t w_stride, float *y, int64_t y_stride,
+            int m, int n, int k) {
     const uint8_t *wb = (const uint8_t *)w;
     const dim3 grid(ceil_div(n, KCU_GM_BN), ceil_div(m, KCU_GM_BM)), block(KCU_GM_THREADS);
 #define GM(fn) L(fn, grid, block, x, x_stride, wb, w_stride, y, y_stride, m, n, k)
@@ -54,8 +58,8 @@ int emu_gemm(int type, const float *x, int64_t x_stride, const void *w, int64_t 
     return 0;
 }
 
-int emu_get_rows(int type, const void *w, int64_t w_stride, const int32_t *ids, int n_ids, float *out,
-                 int64_t out_stride, int n) {
+int cr_get_rows(int type, const void *w, int64_t w_stride, const int32_t *ids, int n_ids, float *out,
+                int64_t out_stride, int n) {
     const uint8_t *wb = (const uint8_t *)w;
     const dim3 grid((unsigned)n_ids), block(64);
 #define GR(fn) L(fn, grid, block, wb, w_stride, ids, out, out_stride, n)
@@ -74,33 +78,33 @@ int emu_get_rows(int type, const void *w, int64_t w_stride, const int32_t *ids, 
     return 0;
 }
 
-void emu_rmsnorm(const float *x, int64_t x_stride, const float *w, float *out, int64_t out_stride, int rows, int n,
-                 float eps, int threads) {
+void cr_rmsnorm(const float *x, int64_t x_stride, const float *w, float *out, int64_t out_stride, int rows, int n,
+                float eps, int threads) {
     L(kcu_rmsnorm, dim3((unsigned)rows), dim3((unsigned)threads), x, x_stride, w, out, out_stride, n, eps);
 }
 
-void emu_rope(float *x, int64_t tok_stride, int n_tok, int n_head, int head_dim, int n_rot, int neox,
-              const int32_t *pos, const float *inv_freq, float mscale) {
+void cr_rope(float *x, int64_t tok_stride, int n_tok, int n_head, int head_dim, int n_rot, int neox, const int32_t *pos,
+             const float *inv_freq, float mscale) {
     L(kcu_rope, dim3((unsigned)n_tok, (unsigned)n_head), dim3(64), x, tok_stride, head_dim, n_rot, neox, pos, inv_freq,
       mscale);
 }
 
-void emu_swiglu(float *g, const float *u, int64_t n) { L(kcu_swiglu, dim3(3), dim3(64), g, u, n); }
+void cr_swiglu(float *g, const float *u, int64_t n) { L(kcu_swiglu, dim3(3), dim3(64), g, u, n); }
 
-void emu_add(float *y, const float *x, int64_t n) { L(kcu_add, dim3(2), dim3(96), y, x, n); }
+void cr_add(float *y, const float *x, int64_t n) { L(kcu_add, dim3(2), dim3(96), y, x, n); }
 
-void emu_argmax(const float *x, int64_t x_stride, int rows, int n, int32_t *out, int threads) {
+void cr_argmax(const float *x, int64_t x_stride, int rows, int n, int32_t *out, int threads) {
     L(kcu_argmax, dim3((unsigned)rows), dim3((unsigned)threads), x, x_stride, n, out);
 }
 
-void emu_kv_write(const float *src, int64_t src_stride, int n_tok, uint16_t *cache, int64_t cell_stride, int64_t offset,
-                  const int32_t *cell, int n) {
+void cr_kv_write(const float *src, int64_t src_stride, int n_tok, uint16_t *cache, int64_t cell_stride, int64_t offset,
+                 const int32_t *cell, int n) {
     L(kcu_kv_write, dim3((unsigned)n_tok), dim3(64), src, src_stride, cache, cell_stride, offset, cell, n);
 }
 
-void emu_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
-                     const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head, int n_kv_head,
-                     int hd, float scale, int split_len, int n_split, float *out, int64_t out_stride) {
+void cr_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
+                    const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head, int n_kv_head,
+                    int hd, float scale, int split_len, int n_split, float *out, int64_t out_stride) {
     std::vector<float> part((size_t)n_seq * n_head * n_split * (hd + 2));
     float *p = part.data();
     L(kcu_attn_decode, dim3((unsigned)n_head, (unsigned)n_split, (unsigned)n_seq), dim3(32 * KCU_ATT_WARPS), q,
@@ -109,9 +113,9 @@ void emu_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const 
       out_stride);
 }
 
-void emu_attn_prefill(const float *q, int64_t tok_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
-                      const int32_t *table, int n_past, int n_tok, int n_head, int n_kv_head, int hd, float scale,
-                      float *out) {
+void cr_attn_prefill(const float *q, int64_t tok_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
+                     const int32_t *table, int n_past, int n_tok, int n_head, int n_kv_head, int hd, float scale,
+                     float *out) {
     L(kcu_attn_prefill, dim3(ceil_div(n_tok, KCU_ATT_WARPS), (unsigned)n_head), dim3(32 * KCU_ATT_WARPS), q, tok_stride,
       k, v, cell_stride, table, n_past, n_tok, n_head, n_kv_head, hd, scale, out);
 }

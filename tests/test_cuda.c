@@ -1,7 +1,8 @@
 /*
- * The CUDA kernels (src/backend/cuda) run on the CPU by the emulator
- * (tests/emucuda.h, tests/cuda_emu.cpp) against their scalar twins, on
- * random data, odd sizes and boundaries.  Tolerances, per op:
+ * The CUDA kernels (src/backend/cuda) against their scalar twins, on
+ * random data, odd sizes and boundaries: on the CPU by the emulator
+ * (test_cuda: tests/emucuda.h, tests/cuda_emu.cpp) or on a GPU
+ * (test_cuda_gpu: tests/cuda_dev.c; skipped where there is none).  Tolerances, per op:
  *   matvec, gemm        |y - ref| <= tol * sum_i |w_i x_i| + 1e-6 with the
  *                       reference in double over the same dequantized (and
  *                       for gemm F16-rounded) values: tol 2e-5 (matvec,
@@ -19,7 +20,7 @@
  *   argmax, kv_write    exact.
  */
 #include "backend/cuda_kernels.h"
-#include "cuda_emu.h"
+#include "cuda_run.h"
 #include "kernels/ops.h"
 #include "quant/quant.h"
 #include "testutil.h"
@@ -93,7 +94,7 @@ static void test_matvec(void) {
             float *x = malloc(sizeof(float) * (size_t)xs * nv), *y = malloc(sizeof(float) * (size_t)ys * nv);
             fill(x, (size_t)xs * nv, 1.0f);
             for (int j = 0; j < ys * nv; j++) y[j] = NAN;
-            CHECK(emu_matvec(t, w, (int64_t)ws, x, xs, y, ys, rows, n, nv) == 0);
+            CHECK(cr_matvec(t, w, (int64_t)ws, x, xs, y, ys, rows, n, nv) == 0);
             for (int v = 0; v < nv; v++) {
                 for (int r = 0; r < rows; r++) {
                     double ref = 0, mag = 0;
@@ -133,7 +134,7 @@ static void test_gemm(void) {
             float *x = malloc(sizeof(float) * (size_t)xs * m), *y = malloc(sizeof(float) * (size_t)ys * m);
             fill(x, (size_t)xs * m, 1.0f);
             for (int j = 0; j < ys * m; j++) y[j] = NAN;
-            CHECK(emu_gemm(t, x, xs, w, (int64_t)ws, y, ys, m, n, k) == 0);
+            CHECK(cr_gemm(t, x, xs, w, (int64_t)ws, y, ys, m, n, k) == 0);
             for (int a = 0; a < m; a++) {
                 for (int b = 0; b < n; b++) {
                     double ref = 0, mag = 0;
@@ -169,7 +170,7 @@ static void test_get_rows(void) {
         const int64_t os = n + 5;
         float *out = malloc(sizeof(float) * (size_t)os * n_ids);
         for (int j = 0; j < os * n_ids; j++) out[j] = NAN;
-        CHECK(emu_get_rows(t, w, (int64_t)ws, ids, n_ids, out, os, n) == 0);
+        CHECK(cr_get_rows(t, w, (int64_t)ws, ids, n_ids, out, os, n) == 0);
         int bad = 0;
         for (int i = 0; i < n_ids; i++) {
             float mx = 0;
@@ -195,7 +196,7 @@ static void test_rmsnorm(void) {
         fill(x, (size_t)st * rows, 3.0f);
         fill(w, (size_t)n, 2.0f);
         const float *wp = i % 2 ? w : NULL;
-        emu_rmsnorm(x, st, wp, out, st, rows, n, 1e-6f, threads);
+        cr_rmsnorm(x, st, wp, out, st, rows, n, 1e-6f, threads);
         int bad = 0;
         for (int r = 0; r < rows; r++) {
             kk_rmsnorm(ref, x + r * st, wp, n, 1e-6f);
@@ -208,7 +209,7 @@ static void test_rmsnorm(void) {
         /* in place */
         float *y = malloc(sizeof(float) * (size_t)st * rows);
         memcpy(y, x, sizeof(float) * (size_t)st * rows);
-        emu_rmsnorm(y, st, wp, y, st, rows, n, 1e-6f, threads);
+        cr_rmsnorm(y, st, wp, y, st, rows, n, 1e-6f, threads);
         CHECK(memcmp(y, out, sizeof(float) * (size_t)n) == 0);
         free(x);
         free(out);
@@ -248,7 +249,7 @@ static void test_rope(void) {
         float *x = malloc(sizeof(float) * (size_t)ts * n_tok), *ref = malloc(sizeof(float) * (size_t)ts * n_tok);
         fill(x, (size_t)ts * n_tok, 1.0f);
         memcpy(ref, x, sizeof(float) * (size_t)ts * n_tok);
-        emu_rope(x, ts, n_tok, n_head, hd, n_rot, neox, pos, inv_freq, mscale);
+        cr_rope(x, ts, n_tok, n_head, hd, n_rot, neox, pos, inv_freq, mscale);
         float cs[256];
         int bad = 0;
         for (int u = 0; u < n_tok; u++) {
@@ -272,14 +273,14 @@ static void test_elementwise(void) {
         fill(u, (size_t)n, 2.0f);
         memcpy(ref, g, sizeof(float) * n);
         kk_swiglu(ref, u, n);
-        emu_swiglu(g, u, n);
+        cr_swiglu(g, u, n);
         int bad = 0;
         for (int j = 0; j < n; j++)
             if (!(fabsf(g[j] - ref[j]) <= 1e-6f * fmaxf(1.0f, fabsf(ref[j])))) bad++;
         CHECKF(bad == 0, "swiglu n=%d: %d wrong", n, bad);
         memcpy(ref, g, sizeof(float) * n);
         kk_add(ref, u, n);
-        emu_add(g, u, n);
+        cr_add(g, u, n);
         CHECKF(memcmp(g, ref, sizeof(float) * n) == 0, "add n=%d", n);
         free(g);
         free(u);
@@ -302,7 +303,7 @@ static void test_argmax(void) {
         for (int j = 0; j < n; j++) x[st + j] = -5.0f; /* all equal */
         x[2 * st + n] = 1e9f;                          /* past the row: not read */
         int32_t out[3];
-        emu_argmax(x, st, rows, n, out, th);
+        cr_argmax(x, st, rows, n, out, th);
         for (int r = 0; r < rows; r++) {
             int best = 0;
             for (int j = 1; j < n; j++)
@@ -324,7 +325,7 @@ static void test_kv_write(void) {
     src[6] = -0.0f;
     uint16_t *cache = calloc((size_t)cs * n_cells, 2);
     int32_t cell[4] = {7, 2, 9, 0};
-    emu_kv_write(src, 203, n_tok, cache, cs, n, cell, n);
+    cr_kv_write(src, 203, n_tok, cache, cs, n, cell, n);
     int bad = 0;
     for (int u = 0; u < n_tok; u++)
         for (int j = 0; j < n; j++)
@@ -406,8 +407,8 @@ static void test_attn_decode(void) {
         float *ref = malloc(sizeof(float) * hd);
         fill(q, (size_t)qs * n_seq, 2.0f);
         const float scale = 1.0f / sqrtf((float)hd);
-        emu_attn_decode(q, qs, c.k, c.v, c.cell_stride, tables, table_stride, n_kv, n_seq, n_head, n_kv_head, hd, scale,
-                        split_len, n_split, out, qs);
+        cr_attn_decode(q, qs, c.k, c.v, c.cell_stride, tables, table_stride, n_kv, n_seq, n_head, n_kv_head, hd, scale,
+                       split_len, n_split, out, qs);
         int bad = 0;
         for (int s = 0; s < n_seq; s++)
             for (int h = 0; h < n_head; h++) {
@@ -438,7 +439,7 @@ static void test_attn_prefill(void) {
         float *ref = malloc(sizeof(float) * hd);
         fill(q, (size_t)ts * n_tok, 2.0f);
         const float scale = 1.0f / sqrtf((float)hd);
-        emu_attn_prefill(q, ts, c.k, c.v, c.cell_stride, table, n_past, n_tok, n_head, n_kv_head, hd, scale, out);
+        cr_attn_prefill(q, ts, c.k, c.v, c.cell_stride, table, n_past, n_tok, n_head, n_kv_head, hd, scale, out);
         int bad = 0;
         for (int u = 0; u < n_tok; u++)
             for (int h = 0; h < n_head; h++) {
@@ -487,6 +488,12 @@ static void test_fatbin(void) {
 
 int main(void) {
     kq_init();
+    char why[256];
+    if (cr_init(why, sizeof why) != 0) {
+        printf("skipped: %s\n", why);
+        return 77; /* ctest's SKIP_RETURN_CODE */
+    }
+    printf("kernels run on %s\n", cr_device());
     test_fatbin();
     test_elementwise();
     test_kv_write();
