@@ -4,8 +4,9 @@
  * against their scalar twins where there is no GPU (tests/test_cuda.c).
  *
  * A launch runs its blocks one after another.  The threads of a block are
- * fibers on the calling thread, run round-robin; a thread runs
- * until it waits at a barrier or returns, so nothing here needs locks:
+ * fibers on the calling thread, run in rounds (each from a different
+ * thread, see run_block); a thread runs until it waits at a barrier or
+ * returns, so nothing here needs locks:
  *   - __syncthreads (kcu_sync) waits until every live thread of the block
  *     has arrived; a thread that returned no longer counts;
  *   - warps are 32 consecutive linear thread ids; a shuffle stores the
@@ -90,6 +91,7 @@ struct state {
 #endif
     fiber *cur;
     const std::function<void()> *body;
+    uint64_t order; /* state of the scheduling order's generator */
 };
 
 inline state g;
@@ -206,9 +208,16 @@ inline void run_block() {
         g.warp_bar[w] = barrier{0, 0};
         g.warp_alive[w] = w * 32 < n ? (n - w * 32 < 32 ? n - w * 32 : 32) : 0;
     }
+    /* Each round visits the threads from a different start, forwards or
+     * backwards (a fixed sequence, so runs repeat), so a kernel that reads
+     * another thread's shared-memory write without a barrier between them
+     * meets the write missing in some rounds rather than always in time. */
     while (g.alive > 0) {
+        g.order = g.order * 6364136223846793005ull + 1442695040888963407ull;
+        const int start = (int)((g.order >> 33) % (uint64_t)n), back = (int)((g.order >> 32) & 1);
         int ran = 0;
-        for (int i = 0; i < n; i++) {
+        for (int j = 0; j < n; j++) {
+            const int i = back ? (start - j + n) % n : (start + j) % n;
             fiber *f = &g.fibers[i];
             if (f->done) continue;
             if (f->wait && f->wait->gen == f->wait_gen) continue;
