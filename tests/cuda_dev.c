@@ -133,6 +133,13 @@ static const char *typed(const char *prefix, int type, char *buf, size_t cap) {
     case 12: s = "q4_k"; break;
     case 13: s = "q5_k"; break;
     case 14: s = "q6_k"; break;
+    case 3: s = "q4_1"; break;
+    case 6: s = "q5_0"; break;
+    case 7: s = "q5_1"; break;
+    case 10: s = "q2_k"; break;
+    case 11: s = "q3_k"; break;
+    case 20: s = "iq4_nl"; break;
+    case 23: s = "iq4_xs"; break;
     default: return NULL;
     }
     snprintf(buf, cap, "%s_%s", prefix, s);

@@ -318,6 +318,7 @@ inline uint16_t f2h(float f) {
 
 #define KCU_DEV inline
 #define KCU_KERNEL extern "C"
+#define KCU_CONST static const
 
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }

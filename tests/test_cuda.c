@@ -66,7 +66,8 @@ static uint8_t *make_weights(int t, int rows, int n, size_t *stride, float *deq)
     return w;
 }
 
-static const int types[] = {KQ_F32, KQ_F16, KQ_BF16, KQ_Q4_0, KQ_Q8_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K};
+static const int types[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q4_0, KQ_Q4_1, KQ_Q5_0,   KQ_Q5_1,  KQ_Q8_0,
+                            KQ_Q2_K, KQ_Q3_K, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_IQ4_NL, KQ_IQ4_XS};
 #define N_TYPES (int)(sizeof(types) / sizeof(types[0]))
 
 /* Row lengths to try for type t: the block size, odd multiples of it, and

@@ -24,6 +24,8 @@
 
 #define KCU_DEV __device__ __forceinline__
 #define KCU_KERNEL extern "C" __global__
+/* a small read-only table at file scope (constant memory) */
+#define KCU_CONST static __constant__ const
 
 /* Barrier among the threads of a block. */
 KCU_DEV void kcu_sync(void) { __syncthreads(); }
