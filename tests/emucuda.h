@@ -21,8 +21,10 @@
  *     time.
  * F16 conversions are exact round-to-nearest-even in software.
  *
- * What this checks is indexing, layouts and arithmetic; races, memory
- * ordering and speed need the real card (compute-sanitizer, ncu).
+ * What this checks is indexing, layouts and arithmetic, and a missing
+ * __syncthreads shows as wrong results when the scheduling order exposes
+ * it; data races within a warp, memory ordering and speed need the real
+ * card (compute-sanitizer, ncu).
  */
 #ifndef KILN_EMUCUDA_H
 #define KILN_EMUCUDA_H
