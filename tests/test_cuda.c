@@ -86,8 +86,11 @@ static void test_matvec(void) {
     for (int ti = 0; ti < N_TYPES; ti++) {
         const int t = types[ti];
         int bad = 0;
-        for (int i = 0; i < 5; i++) {
-            const int n = pick_n(t, i), rows = 1 + rndi(41), nv = 1 + (i * 3) % 8;
+        /* five chosen row lengths, then three random shapes */
+        for (int i = 0; i < 8; i++) {
+            const int blck = kq_get(t)->blck;
+            const int n = i < 5 ? pick_n(t, i) : (blck == 1 ? 1 + rndi(2000) : blck * (1 + rndi(blck == 32 ? 60 : 8)));
+            const int rows = 1 + rndi(i < 5 ? 41 : 90), nv = i < 5 ? 1 + (i * 3) % 8 : 1 + rndi(8);
             size_t ws;
             float *deq = malloc(sizeof(float) * (size_t)rows * n);
             uint8_t *w = make_weights(t, rows, n, &ws, deq);
@@ -124,10 +127,12 @@ static void test_gemm(void) {
     for (int ti = 0; ti < N_TYPES; ti++) {
         const int t = types[ti];
         int bad = 0;
-        for (int i = 0; i < 4; i++) {
-            const int m = ms[i], n = ns[(i + ti) % 4];
+        /* four chosen shapes, then two random ones */
+        for (int i = 0; i < 6; i++) {
+            const int m = i < 4 ? ms[i] : 1 + rndi(150), n = i < 4 ? ns[(i + ti) % 4] : 1 + rndi(150);
             const int blck = kq_get(t)->blck;
-            const int k = blck == 1 ? (i == 3 ? 200 : 96 + 32 * i) : blck * (1 + (i % 2) * 2);
+            const int k = i >= 4 ? (blck == 1 ? 1 + rndi(300) : blck * (1 + rndi(3)))
+                                 : (blck == 1 ? (i == 3 ? 200 : 96 + 32 * i) : blck * (1 + (i % 2) * 2));
             size_t ws;
             float *deq = malloc(sizeof(float) * (size_t)n * k);
             uint8_t *w = make_weights(t, n, k, &ws, deq);
@@ -489,6 +494,10 @@ static void test_fatbin(void) {
 
 int main(void) {
     kq_init();
+    /* KILN_TEST_SEED=N draws other random data and shapes */
+    const char *seed = getenv("KILN_TEST_SEED");
+    if (seed && *seed) rng_state ^= strtoull(seed, NULL, 10) * 0x2545f4914f6cdd1dull;
+    printf("seed %s\n", seed && *seed ? seed : "default");
     char why[256];
     if (cr_init(why, sizeof why) != 0) {
         printf("skipped: %s\n", why);
