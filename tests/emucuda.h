@@ -351,6 +351,17 @@ KCU_DEV float kcu_bf2f(uint16_t h) {
 KCU_DEV float kcu_expf(float x) { return expf(x); }
 KCU_DEV float kcu_rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
+/* the aligned loads of kcu.cuh, checking the alignment the GPU needs */
+KCU_DEV void kcu_ld8f(const float *p, float o[8]) {
+    if ((uintptr_t)p & 15) kcu_emu::die("kcu_ld8f: address not 16-byte aligned");
+    memcpy(o, p, 32);
+}
+KCU_DEV void kcu_ld8b(const uint8_t *p, uint32_t *lo, uint32_t *hi) {
+    if ((uintptr_t)p & 3) kcu_emu::die("kcu_ld8b: address not 4-byte aligned");
+    *lo = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    *hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+}
+
 KCU_DEV void kcu_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
     using namespace kcu_emu;
     fiber *f = g.cur;

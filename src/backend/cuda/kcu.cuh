@@ -54,6 +54,19 @@ KCU_DEV float kcu_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); 
 KCU_DEV float kcu_expf(float x) { return expf(x); }
 KCU_DEV float kcu_rsqrtf(float x) { return rsqrtf(x); }
 
+/* o[0..7] = p[0..7] in two 16-byte loads; p 16-byte aligned. */
+KCU_DEV void kcu_ld8f(const float *p, float o[8]) {
+    const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+    o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w;
+    o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+}
+/* 8 bytes from p in two 4-byte loads, p[0] in the low byte of lo; p
+ * 4-byte aligned. */
+KCU_DEV void kcu_ld8b(const uint8_t *p, uint32_t *lo, uint32_t *hi) {
+    *lo = ((const uint32_t *)p)[0];
+    *hi = ((const uint32_t *)p)[1];
+}
+
 /* D = A * B + C for one warp: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32.
  * Fragments in the PTX ISA's layout for this shape (g = lane / 4, t = lane % 4;
  * a register holds two halves, the lower-numbered element in the low 16 bits):

@@ -200,6 +200,17 @@ template <> KCU_DEV void kcu_deq8<KCU_Q4_K>(const uint8_t *row, int e, int n, fl
     const float d = kcu_h2f(kcu_ld_u16(b)) * (float)sc, mn = kcu_h2f(kcu_ld_u16(b + 2)) * (float)m;
     const uint8_t *qs = b + 16 + 32 * (w >> 6) + (w & 31);
     const int shift = (w & 32) ? 4 : 0;
+    if (((uintptr_t)qs & 3) == 0) { /* rows 16-byte aligned: 144-byte blocks keep qs chunks 4-aligned */
+        uint32_t lo, hi;
+        kcu_ld8b(qs, &lo, &hi);
+        lo >>= shift;
+        hi >>= shift;
+        for (int i = 0; i < 4; i++) {
+            o[i] = d * (float)((lo >> (8 * i)) & 0xF) - mn;
+            o[i + 4] = d * (float)((hi >> (8 * i)) & 0xF) - mn;
+        }
+        return;
+    }
     for (int i = 0; i < 8; i++) o[i] = d * (float)((qs[i] >> shift) & 0xF) - mn;
 }
 
