@@ -225,6 +225,17 @@ template <> KCU_DEV void kcu_deq8<KCU_Q5_K>(const uint8_t *row, int e, int n, fl
     const uint8_t *qh = b + 16 + (w & 31);
     const uint8_t *qs = b + 48 + 32 * g + (w & 31);
     const int shift = hi ? 4 : 0, hbit = 2 * g + hi;
+    if ((((uintptr_t)qs | (uintptr_t)qh) & 3) == 0) { /* 176-byte blocks: aligned rows keep both 4-aligned */
+        uint32_t q[2], h[2];
+        kcu_ld8b(qs, &q[0], &q[1]);
+        kcu_ld8b(qh, &h[0], &h[1]);
+        for (int i = 0; i < 8; i++) {
+            const int v =
+                ((q[i >> 2] >> (8 * (i & 3) + shift)) & 0xF) | (((h[i >> 2] >> (8 * (i & 3) + hbit)) & 1) << 4);
+            o[i] = d * (float)v - mn;
+        }
+        return;
+    }
     for (int i = 0; i < 8; i++) {
         const int q = ((qs[i] >> shift) & 0xF) | (((qh[i] >> hbit) & 1) << 4);
         o[i] = d * (float)q - mn;
