@@ -348,7 +348,7 @@ static void nem_ctx_free(kiln_context *c) {
     if (w) {
         void *bufs[] = {w->x,   w->xn, w->y,   w->zx,    w->xbc, w->dts,    w->o,     w->q,       w->k,      w->v,
                         w->att, w->up, w->ord, w->tmp_i, w->run, w->verify, w->cap_n, w->cap_pos, w->cap_dst};
-        kl_moe_ws_free(&w->ex);
+        kl_moe_ws_free(c, &w->ex);
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
         free(w);
     }
@@ -394,14 +394,16 @@ static int nem_ctx_init(kiln_context *c) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = malloc(bufs[i].bytes ? bufs[i].bytes : 1))) return -1;
-    if (moe && kl_moe_ws_init(&w->ex, &h->moe, hp->n_embd, c->p.n_batch)) return -1;
+    if (moe && kl_moe_ws_init(c, &w->ex, &h->moe, hp->n_embd, c->p.n_batch)) return -1;
     /* matrix products: widest input row and most rows at once */
     size_t maxk = E;
     const size_t cols[] = {attn * nq, rec * (size_t)h->Di, (size_t)h->F_max, moe * (size_t)kl_moe_mm_cols(&h->moe)};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) maxk = cols[i] > maxk ? cols[i] : maxk;
     const size_t rows = moe ? (size_t)kl_moe_mm_rows(&h->moe, c->p.n_batch) : B;
-    c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, (int)(rows > B ? rows : B)));
-    return c->mm_scratch ? 0 : -1;
+    const int mrows = (int)(rows > B ? rows : B);
+    c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, mrows));
+    /* the backend's own products (the experts, the output head) */
+    return c->mm_scratch && !c->bx.ops->reserve(&c->bx, (int64_t)maxk, mrows) ? 0 : -1;
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -697,7 +699,7 @@ static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         case NEM_MAMBA: mamba_layer(c, ops, sops, L, n); break;
         case NEM_ATTN: attention_layer(c, ops, L, n); break;
         case NEM_MLP: mlp_layer(c, L, n); break;
-        case NEM_MOE: kl_moe_ffn(c, ops, &h->moe, &L->ex, &w->ex, w->xn, w->y, n); break;
+        case NEM_MOE: kl_moe_ffn(c, &h->moe, &L->ex, &w->ex, w->xn, w->y, n); break;
         }
         tok_step(c, ops, L, n, STEP_RESID);
     }
