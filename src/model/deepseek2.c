@@ -32,6 +32,8 @@
  * (V3: by probability + exp_probs_b, within the best expert groups),
  * renormalized only if expert_weights_norm, times expert_weights_scale, plus
  * the shared expert (expert_shared_count x expert width) added ungated.
+ * Multi-token-prediction blocks (nextn_predict_layers, the last blocks) are
+ * left out: they neither run nor take a cache.
  *
  * Shapes of the activations (per token row):
  *   x, xn  [n_embd]          residual stream and its normalized copy
@@ -79,6 +81,7 @@ typedef struct ds_model {
     kl_moe_hp moe;
     kk_mat *experts; /* [n_layer][3][n_expert] views of the expert tensors */
     kk_mat *heads;   /* [n_layer][2][n_head] views of attn_k_b, attn_v_b */
+    int n_layer;     /* the layers that run: block_count less the MTP (nextn) blocks, which are not */
     int n_dense;     /* leading layers with a dense FFN */
     int q_rank, r;   /* q_lora_rank (0: plain attn_q), kv_lora_rank */
     int dn, dr, dv;  /* per head: no-rope and rope query parts, value width */
@@ -103,6 +106,12 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     d->dv = (int)kl_meta_int(m, "attention.value_length_mla", 0);
     d->dn = dk - d->dr;
     d->n_dense = (int)kl_meta_int(m, "leading_dense_block_count", 0);
+    const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
+    if (nextn < 0 || nextn >= hp->n_layer) {
+        snprintf(err, errlen, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
+        return -1;
+    }
+    d->n_layer = hp->n_layer - (int)nextn;
     if (!dk || !d->dv) {
         snprintf(err, errlen,
                  "deepseek2 without attention.key_length_mla / value_length_mla (an unabsorbed attn_kv_b file); "
@@ -111,7 +120,7 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     }
     if (d->q_rank < 0 || d->q_rank > (1 << 16) || d->r <= 0 || d->r > (1 << 16) || d->dn < 1 || dk > 4096 ||
         d->dv <= 0 || d->dv > 4096 || hp->n_head_kv != 1 || hp->hd_k != d->r + d->dr || hp->hd_v != d->r ||
-        d->n_dense < 0 || d->n_dense > hp->n_layer) {
+        d->n_dense < 0 || d->n_dense > d->n_layer) {
         snprintf(err, errlen,
                  "bad MLA hyperparameters (q_lora_rank %d, kv_lora_rank %d, key_length_mla %d, value_length_mla %d, "
                  "rope dims %d, head_count_kv %d, key_length %d, value_length %d, leading_dense_block_count %d)",
@@ -122,7 +131,7 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         snprintf(err, errlen, "bad or missing feed_forward_length (%d)", hp->n_ff);
         return -1;
     }
-    if (d->n_dense < hp->n_layer) {
+    if (d->n_dense < d->n_layer) {
         if (kl_moe_read_hparams(m, &d->moe, err, errlen)) return -1;
         const int64_t n_shared = kl_meta_int(m, "expert_shared_count", 0);
         if (!d->moe.n_expert || n_shared < 0 || n_shared > 64) {
@@ -134,7 +143,7 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         d->moe.w_norm = kl_meta_int(m, "expert_weights_norm", 0) != 0;
         d->moe.sh_ungated = 1;
         d->moe.probs_b = 1;
-        d->experts = calloc((size_t)hp->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
+        d->experts = calloc((size_t)d->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
         if (!d->experts) {
             snprintf(err, errlen, "out of memory");
             return -1;
@@ -155,8 +164,8 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         snprintf(err, errlen, "bad rope scaling (attention scale %g)", (double)d->kq_scale);
         return -1;
     }
-    d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
-    d->heads = calloc((size_t)hp->n_layer * 2 * (size_t)H, sizeof *d->heads);
+    d->layers = calloc((size_t)d->n_layer, sizeof *d->layers);
+    d->heads = calloc((size_t)d->n_layer * 2 * (size_t)H, sizeof *d->heads);
     if (!d->layers || !d->heads) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -169,7 +178,7 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
     m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
-    for (int i = 0; i < hp->n_layer && !B.failed; i++) {
+    for (int i = 0; i < d->n_layer && !B.failed; i++) {
         ds_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
@@ -206,7 +215,7 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     }
     if (B.failed) return -1;
     /* a decode step reads one token's experts, not all of them */
-    if (d->moe.n_expert) m->active_bytes = kl_moe_active_bytes(m, &d->moe, hp->n_layer);
+    if (d->moe.n_expert) m->active_bytes = kl_moe_active_bytes(m, &d->moe, d->n_layer);
     return 0;
 }
 
@@ -224,7 +233,7 @@ static void ds_weights(kiln_model *m, kl_weights *w) {
     ds_model *d = m->fam;
     kl_weights_mat(w, &m->output);
     kl_weights_vec(w, &m->out_norm, hp->n_embd);
-    for (int i = 0; i < hp->n_layer; i++) {
+    for (int i = 0; i < d->n_layer; i++) {
         ds_layer *l = &d->layers[i];
         kk_mat *ms[] = {&l->wq_a, &l->wq_b, &l->wq, &l->wkv_a, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
@@ -242,7 +251,7 @@ static void ds_weights(kiln_model *m, kl_weights *w) {
 static void ds_seq_shape(const kiln_model *m, kl_seq_shape *s) {
     const ds_model *d = m->fam;
     memset(s, 0, sizeof *s);
-    s->n_attn_layer = m->hp.n_layer;
+    s->n_attn_layer = d->n_layer;
     s->n_head_kv = 1;
     s->hd = d->r + d->dr;
     s->v_in_k = 1;
@@ -446,7 +455,7 @@ static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     kl_attn_prepare(c, n);
     for (int i = 0; i < n; i++) kk_get_row(&m->tok_embd, b->token[i], w->x + (size_t)i * E);
 
-    for (int l = 0; l < hp->n_layer; l++) {
+    for (int l = 0; l < d->n_layer; l++) {
         const ds_layer *L = &d->layers[l];
         const int moe = l >= d->n_dense;
         ds_job j = {c, ops, L, l, n, STEP_ATTN_NORM, moe ? w->y : w->xn};
