@@ -1126,10 +1126,12 @@ static int write_hd128_model(const char *dst) {
  * same bits; the F16 cache stays within 4e-3 of the F32 one.  On the stories
  * model (heads 8 wide) and on a model with heads 128 wide, which takes the
  * tiled SIMD path.  q8: the Q8_0 cache too (tiles of 4 from position 0),
- * same bits in all three chunkings and within 1e-2 of the F32 cache (its
- * keys and values carry 8-bit blocks); the stories model's heads of 8 are
- * refused for it. */
-static void long_attention(const char *path, int n_vocab, int q8) {
+ * same bits in all three chunkings and within q8 (relative) of the F32
+ * cache (its keys and values carry 8-bit blocks: 1e-2 for the 128-wide
+ * heads; the random MLA model's logits move about ten times its F16 cache's
+ * error, as the others'); the stories model's heads of 8 are refused for it
+ * (q8 0). */
+static void long_attention(const char *path, int n_vocab, double q8) {
     kiln_model *m;
     if (kiln_model_load(path, NULL, &m) != KILN_OK) {
         CHECKF(0, "%s: %s", path, kiln_last_error());
@@ -1169,7 +1171,7 @@ static void long_attention(const char *path, int n_vocab, int q8) {
         CHECKF(memcmp(out[6], out[4], sizeof(float) * (size_t)n_vocab) == 0, "%s: Q8_0 cache, one by one != one batch",
                path);
         const double e = rel_err(out[4], out[3], n_vocab);
-        CHECKF(e < 1e-2, "%s: Q8_0 cache at 300 positions: %.3g from the F32 cache", path, e);
+        CHECKF(e < q8, "%s: Q8_0 cache at 300 positions: %.3g from the F32 cache", path, e);
         printf("Q8_0 KV cache at 300 positions: logits rel err %.2e from the F32 cache (F16: %.2e)\n", e,
                rel_err(out[0], out[3], n_vocab));
         /* prefix blocks are shared and copied as Q8_0 rows too: sequence 1
@@ -1212,12 +1214,15 @@ static void long_attention(const char *path, int n_vocab, int q8) {
 }
 
 static void test_long_attention(void) {
-    long_attention(STORIES, 512, 0);
+    long_attention(STORIES, 512, 0.0);
     char path[64];
     snprintf(path, sizeof path, "/tmp/kiln-test-hd128-%d.gguf", (int)getpid());
     CHECK(write_hd128_model(path) == 0);
-    long_attention(path, 50257, 1);
+    long_attention(path, 50257, 1e-2);
     unlink(path);
+    /* MLA's cache: one latent row per token with V in it (F16, F32, Q8_0;
+     * prefix blocks shared and copied) */
+    long_attention("data/arch/deepseek2-f16.gguf", 512, 4e-2);
 }
 
 /* Batch invariance: a token's logits do not depend on the batch it is in
