@@ -1057,6 +1057,78 @@ static void test_context_rules(void) {
     kiln_model_free(m);
 }
 
+/* deepseek2 as files from before attn_kv_b was split store it: per head,
+ * the Dn rows of attn_k_b transposed, then the Dv rows of attn_v_b, in one
+ * attn_kv_b [R, H * (Dn + Dv)]; no *_mla keys, key_length Dn + Dr,
+ * value_length Dv, a KV head per head.  Written from the reference model
+ * (H 4, R 24, Dn 8, Dr 8, Dv 12, F16), so kiln's transposed copy holds
+ * the very F16 values and the logits are the same bits. */
+static int write_deepseek2_legacy(const char *dst) {
+    enum { H = 4, R = 24, DN = 8, DV = 12, PER = DN + DV };
+    char err[256];
+    gguf_file *f = gguf_open("data/arch/deepseek2-f16.gguf", err, sizeof err);
+    if (!f) return -1;
+    gguf_writer *w = gguf_writer_new();
+    for (int i = 0; i < gguf_n_kv(f); i++) {
+        const gguf_kv *kv = gguf_kv_at(f, i);
+        if (!strstr(kv->key, "_mla") && !strstr(kv->key, ".key_length") && !strstr(kv->key, ".value_length") &&
+            !strstr(kv->key, ".head_count_kv"))
+            gguf_w_copy_kv(w, kv);
+    }
+    gguf_w_u32(w, "deepseek2.attention.key_length", 16);
+    gguf_w_u32(w, "deepseek2.attention.value_length", DV);
+    gguf_w_u32(w, "deepseek2.attention.head_count_kv", H);
+    static uint16_t kvb[4][H * PER * R];
+    int nl = 0;
+    for (int i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *x = gguf_tensor_at(f, i);
+        int il;
+        char rest[64];
+        if (sscanf(x->name, "blk.%d.%63s", &il, rest) == 2 && !strcmp(rest, "attn_v_b.weight")) continue;
+        if (sscanf(x->name, "blk.%d.%63s", &il, rest) != 2 || strcmp(rest, "attn_k_b.weight")) {
+            gguf_w_tensor(w, x->name, x->type, (int)x->n_dims, x->ne, x->data);
+            continue;
+        }
+        char vn[64];
+        snprintf(vn, sizeof vn, "blk.%d.attn_v_b.weight", il);
+        const gguf_tensor *v = gguf_find_tensor(f, vn);
+        if (il < 0 || il >= 4 || !v || x->type != 1 || v->type != 1) break;
+        const uint16_t *kb = x->data, *vb = v->data; /* [H][R][DN], [H][DV][R] */
+        uint16_t *o = kvb[il];
+        for (int h = 0; h < H; h++) {
+            for (int d = 0; d < DN; d++)
+                for (int r = 0; r < R; r++) o[(size_t)(h * PER + d) * R + r] = kb[(size_t)(h * R + r) * DN + d];
+            for (int j = 0; j < DV; j++)
+                for (int r = 0; r < R; r++) o[(size_t)(h * PER + DN + j) * R + r] = vb[(size_t)(h * DV + j) * R + r];
+        }
+        char kn[64];
+        snprintf(kn, sizeof kn, "blk.%d.attn_kv_b.weight", il);
+        const int64_t ne[2] = {R, H * PER};
+        gguf_w_tensor(w, kn, 1 /* F16 */, 2, ne, o);
+        nl++;
+    }
+    int rc = nl == 4 ? gguf_writer_save(w, dst, NULL, NULL, err, sizeof err) : -1;
+    if (rc) fprintf(stderr, "write_deepseek2_legacy: %s\n", nl == 4 ? err : "unexpected tensors");
+    gguf_writer_free(w);
+    gguf_close(f);
+    return rc;
+}
+
+/* The legacy attn_kv_b layout gives the split file's logits bit for bit. */
+static void deepseek2_legacy(void) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kiln-test-ds2-%d.gguf", (int)getpid());
+    CHECK(write_deepseek2_legacy(path) == 0);
+    enum { NV = 512 };
+    static float a[NV], b[NV];
+    kiln_model_info ia, ib;
+    const char *prompt = "Grandma told us a story about";
+    CHECK(prompt_logits("data/arch/deepseek2-f16.gguf", 1, prompt, a, NV, &ia) == 0);
+    CHECKF(prompt_logits(path, 1, prompt, b, NV, &ib) == 0, "%s", kiln_last_error());
+    CHECKF(memcmp(a, b, sizeof a) == 0, "deepseek2 attn_kv_b layout: logits differ by %.3g", rel_err(a, b, NV));
+    unlink(path);
+}
+
 /* Past KL_ATTN_F16_ACC_MAX (256) positions the F16 cache accumulates
  * attention in float.  The choice is per query position, so a 300-token
  * prompt gives the same logits in one batch as in chunks of 7 (the
@@ -1347,6 +1419,7 @@ int main(void) {
     test_toolcall();
     reference_cases("data/hybrid", 3);
     reference_cases("data/arch", 8);
+    deepseek2_legacy();
     qwen3moe_quantized();
     hybrid_state("qwen35");
     hybrid_state("qwen35moe");

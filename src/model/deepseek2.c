@@ -35,6 +35,12 @@
  * Multi-token-prediction blocks (nextn_predict_layers, the last blocks) are
  * left out: they neither run nor take a cache.
  *
+ * Files from before attn_kv_b was split into attn_k_b / attn_v_b (no *_mla
+ * keys; key_length Dn + Dr, value_length Dv) run the same absorbed form:
+ * Wv_b,h are row views of attn_kv_b and Wk_b,h an F16 copy of its k rows
+ * transposed, made at load.  llama.cpp runs such files unabsorbed (full K
+ * and V per head in its cache), the same attention up to rounding.
+ *
  * Shapes of the activations (per token row):
  *   x, xn  [n_embd]          residual stream and its normalized copy
  *   qa     [q_lora_rank]     the query's compressed form
@@ -60,7 +66,7 @@
 #include <string.h>
 
 static const kl_arch k_archs[] = {
-    {"deepseek2", &kl_family_deepseek2, 0, 0}, /* DeepSeek-V2, V2.5, V3, R1 (absorbed MLA files) */
+    {"deepseek2", &kl_family_deepseek2, 0, 0}, /* DeepSeek-V2, V2.5, V3, R1 */
 };
 
 typedef struct ds_layer {
@@ -79,16 +85,49 @@ typedef struct ds_layer {
 typedef struct ds_model {
     ds_layer *layers;
     kl_moe_hp moe;
-    kk_mat *experts; /* [n_layer][3][n_expert] views of the expert tensors */
-    kk_mat *heads;   /* [n_layer][2][n_head] views of attn_k_b, attn_v_b */
-    int n_layer;     /* the layers that run: block_count less the MTP (nextn) blocks, which are not */
-    int n_dense;     /* leading layers with a dense FFN */
-    int q_rank, r;   /* q_lora_rank (0: plain attn_q), kv_lora_rank */
-    int dn, dr, dv;  /* per head: no-rope and rope query parts, value width */
-    float kq_scale;  /* the attention's score scale */
+    kk_mat *experts;  /* [n_layer][3][n_expert] views of the expert tensors */
+    kk_mat *heads;    /* [n_layer][2][n_head] views of attn_k_b, attn_v_b */
+    int n_layer;      /* the layers that run: block_count less the MTP (nextn) blocks, which are not */
+    int n_dense;      /* leading layers with a dense FFN */
+    int q_rank, r;    /* q_lora_rank (0: plain attn_q), kv_lora_rank */
+    int dn, dr, dv;   /* per head: no-rope and rope query parts, value width */
+    int legacy;       /* one attn_kv_b per layer: Wk_b transposed into kb_mem, Wv_b row views */
+    uint16_t *kb_mem; /* legacy: [n_layer][H][R][Dn] F16 */
+    float kq_scale;   /* the attention's score scale */
 } ds_model;
 
 /* ---------------------------------------------------------------- binding */
+
+/* A file from before attn_kv_b was split: per head, Dn rows that map the
+ * latent to k_nope, then Dv rows that map it to v (R columns each).  Wv_b,h
+ * is a view of the v rows; Wk_b,h (R rows of Dn, the k rows transposed) is
+ * copied in F16 into d->kb_mem, which the caller sized. */
+static void ds_bind_kv_b(kl_binder *B, ds_model *d, int H, int il, ds_layer *l) {
+    char n[96];
+    snprintf(n, sizeof n, "blk.%d.attn_kv_b.weight", il);
+    const int64_t per = (int64_t)d->dn + d->dv;
+    const kk_mat kv = kl_bind_mat(B, n, d->r, H * per, 0);
+    if (!kv.data) return;
+    const kq_traits *t = kq_get(kv.type);
+    const size_t rs = kq_row_size(kv.type, d->r);
+    float *row = malloc((size_t)d->r * sizeof(float));
+    if (!row || !t->to_f32) {
+        free(row);
+        kl_bind_fail(B, "%s: out of memory or an unreadable type", n);
+        return;
+    }
+    uint16_t *kb = d->kb_mem + (size_t)il * H * d->r * d->dn;
+    for (int h = 0; h < H; h++) {
+        uint16_t *kh = kb + (size_t)h * d->r * d->dn;
+        for (int j = 0; j < d->dn; j++) {
+            t->to_f32((const uint8_t *)kv.data + (size_t)(h * per + j) * rs, row, d->r);
+            for (int r = 0; r < d->r; r++) kh[(size_t)r * d->dn + j] = kq_f32_to_f16(row[r]);
+        }
+        l->wk_b[h] = (kk_mat){kh, KQ_F16, d->dn, d->r, NULL};
+        l->wv_b[h] = (kk_mat){(const uint8_t *)kv.data + (size_t)(h * per + d->dn) * rs, kv.type, d->r, d->dv, NULL};
+    }
+    free(row);
+}
 
 static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     kl_hparams *hp = &m->hp;
@@ -102,8 +141,11 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     d->q_rank = (int)kl_meta_int(m, "attention.q_lora_rank", 0);
     d->r = (int)kl_meta_int(m, "attention.kv_lora_rank", 0);
     d->dr = hp->rope.n_rot;
-    const int dk = (int)kl_meta_int(m, "attention.key_length_mla", 0);
-    d->dv = (int)kl_meta_int(m, "attention.value_length_mla", 0);
+    /* files from before the split of attn_kv_b (no *_mla keys) give the
+     * head sizes in key_length / value_length */
+    d->legacy = !kl_meta_kv(m, "attention.key_length_mla") && !kl_meta_kv(m, "attention.value_length_mla");
+    const int dk = d->legacy ? hp->hd_k : (int)kl_meta_int(m, "attention.key_length_mla", 0);
+    d->dv = d->legacy ? hp->hd_v : (int)kl_meta_int(m, "attention.value_length_mla", 0);
     d->dn = dk - d->dr;
     d->n_dense = (int)kl_meta_int(m, "leading_dense_block_count", 0);
     const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
@@ -112,15 +154,10 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         return -1;
     }
     d->n_layer = hp->n_layer - (int)nextn;
-    if (!dk || !d->dv) {
-        snprintf(err, errlen,
-                 "deepseek2 without attention.key_length_mla / value_length_mla (an unabsorbed attn_kv_b file); "
-                 "kiln runs the absorbed form (attn_k_b, attn_v_b): convert the model again");
-        return -1;
-    }
     if (d->q_rank < 0 || d->q_rank > (1 << 16) || d->r <= 0 || d->r > (1 << 16) || d->dn < 1 || dk > 4096 ||
-        d->dv <= 0 || d->dv > 4096 || hp->n_head_kv != 1 || hp->hd_k != d->r + d->dr || hp->hd_v != d->r ||
-        d->n_dense < 0 || d->n_dense > d->n_layer) {
+        d->dv <= 0 || d->dv > 4096 ||
+        (!d->legacy && (hp->n_head_kv != 1 || hp->hd_k != d->r + d->dr || hp->hd_v != d->r)) || d->n_dense < 0 ||
+        d->n_dense > d->n_layer) {
         snprintf(err, errlen,
                  "bad MLA hyperparameters (q_lora_rank %d, kv_lora_rank %d, key_length_mla %d, value_length_mla %d, "
                  "rope dims %d, head_count_kv %d, key_length %d, value_length %d, leading_dense_block_count %d)",
@@ -166,7 +203,8 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     }
     d->layers = calloc((size_t)d->n_layer, sizeof *d->layers);
     d->heads = calloc((size_t)d->n_layer * 2 * (size_t)H, sizeof *d->heads);
-    if (!d->layers || !d->heads) {
+    if (d->legacy) d->kb_mem = malloc((size_t)d->n_layer * H * d->r * d->dn * sizeof(uint16_t));
+    if (!d->layers || !d->heads || (d->legacy && !d->kb_mem)) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -194,12 +232,12 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         l->kv_a_norm = kl_bind_vec(&B, NAME("attn_kv_a_norm.weight"), d->r, 0);
         l->wk_b = d->heads + (size_t)i * 2 * H;
         l->wv_b = l->wk_b + H;
-        if (!gguf_find_tensor(m->gf, NAME("attn_k_b.weight")) && gguf_find_tensor(m->gf, NAME("attn_kv_b.weight"))) {
-            kl_bind_fail(&B, "%s: an unabsorbed attn_kv_b; kiln needs attn_k_b / attn_v_b (convert again)", n);
-            break;
+        if (d->legacy)
+            ds_bind_kv_b(&B, d, H, i, l);
+        else {
+            kl_bind_mats3(&B, NAME("attn_k_b.weight"), d->dn, d->r, H, l->wk_b, 0);
+            kl_bind_mats3(&B, NAME("attn_v_b.weight"), d->r, d->dv, H, l->wv_b, 0);
         }
-        kl_bind_mats3(&B, NAME("attn_k_b.weight"), d->dn, d->r, H, l->wk_b, 0);
-        kl_bind_mats3(&B, NAME("attn_v_b.weight"), d->r, d->dv, H, l->wv_b, 0);
         l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), (int64_t)H * d->dv, E, 0);
         l->ffn_norm = kl_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
         if (i >= d->n_dense) {
@@ -225,6 +263,7 @@ static void ds_free(kiln_model *m) {
     free(d->layers);
     free(d->experts);
     free(d->heads);
+    free(d->kb_mem);
     free(d);
 }
 
