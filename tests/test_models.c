@@ -9,7 +9,8 @@
  *     verified and rolled back give the plain greedy text; the server's
  *     batched step (gen_batch) gives concurrent, cached, partly cached and
  *     suspended requests what each gets alone.
- *     The added architectures (tests/data/arch: qwen3moe, phi3, mistral3, deepseek2) likewise, and
+ *     The added architectures (tests/data/arch: qwen3moe, phi3, mistral3, gemma3,
+ *     gemma4, deepseek2, gpt-oss) likewise, and
  *     qwen3moe quantized by kiln quantize (q8_0, q4_k_m, q4_0) loads with
  *     its experts repacked, reads only the used experts' bytes per step and
  *     gives logits close to the F32 model's.
@@ -483,7 +484,7 @@ static void qwen3moe_quantized(void) {
     const char *in = "data/arch/qwen3moe-f32.gguf";
     json_error_t je;
     json_t *cases = json_load_file("data/arch/cases.json", 0, &je);
-    CHECKF(cases && json_array_size(cases) >= 2, "data/arch/cases.json: %s", je.text);
+    CHECKF(cases && json_array_size(cases) >= 2, "data/arch/cases.json: %s", je.text); /* qwen3moe's, first */
     char dir[] = "/tmp/kiln-test-qwen3moe-XXXXXX";
     if (!cases || !mkdtemp(dir)) {
         CHECK(0);
@@ -1397,6 +1398,10 @@ static void test_batch_invariance(void) {
     }
     /* fused attn_qkv and gate|up read as row ranges, F32 and repacked */
     batch_invariance("data/arch/phi3-f32.gguf", "phi3 F32");
+    /* sliding-window layers (30 positions over a window of 16), per-layer
+     * head sizes, KV heads, FFN widths and shared caches */
+    batch_invariance("data/arch/gemma3-f32.gguf", "gemma3 F32");
+    batch_invariance("data/arch/gemma4-f32.gguf", "gemma4 F32");
     snprintf(out, sizeof out, "%s/phi3-q4_0.gguf", dir);
     CHECKF(kiln_quantize("data/arch/phi3-f32.gguf", out, "q4_0", 2) == KILN_OK, "%s", kiln_last_error());
     batch_invariance(out, "phi3 q4_0");
@@ -1418,7 +1423,7 @@ int main(void) {
     test_fixture(&k_fixtures[5], 0); /* llama-q4_0 in the file layout */
     test_toolcall();
     reference_cases("data/hybrid", 3);
-    reference_cases("data/arch", 8);
+    reference_cases("data/arch", 14);
     deepseek2_legacy();
     qwen3moe_quantized();
     hybrid_state("qwen35");

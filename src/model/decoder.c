@@ -89,9 +89,9 @@ void kl_attn_prepare(kiln_context *c, int n) {
 
 void kl_attn_store(kiln_context *c, const kk_ops *ops, int ord, int i, const float *k, const float *v) {
     const kl_kv *kv = &c->kv;
-    const int hd = kv->hd;
+    const int hd = kl_kv_hd(kv, ord);
     const int64_t cell = kl_kv_cell(kv, c->b_seq[i], c->b_pos[i]);
-    for (int h = 0; h < kv->n_head_kv; h++) { /* head-major blocks (model.h) */
+    for (int h = 0; h < kl_kv_hkv(kv, ord); h++) { /* head-major blocks (model.h) */
         /* V in K (kv->v_in_k): the K row is all there is to store */
         for (int kvi = 0; kvi < (kv->v_in_k ? 1 : 2); kvi++) {
             const float *src = (kvi ? v : k) + (size_t)h * hd;
@@ -114,7 +114,8 @@ typedef struct attn_job {
     float scale; /* score scale */
     const float *q;
     float *out;
-    atomic_long next; /* next (KV head, tile, head pair) item to claim */
+    const float *sinks; /* [n_head] the layer's sink logits, NULL: none */
+    atomic_long next;   /* next (KV head, tile, head pair) item to claim */
 } attn_job;
 
 /* One (tile, head pair) per work item: for each token of the tile
@@ -144,13 +145,14 @@ static void attn_task(void *ud, int ith, int nth) {
     kiln_context *c = j->c;
     const kl_hparams *hp = &c->m->hp;
     const kl_kv *kv = &c->kv;
-    const int hd = kv->hd, group = hp->n_head / kv->n_head_kv;
+    const int hd = kl_kv_hd(kv, j->layer), n_head_kv = kl_kv_hkv(kv, j->layer), group = hp->n_head / n_head_kv;
+    const size_t hrow = kl_kv_hrow(kv, j->layer);
     const float scale = j->scale;
     /* per-thread scratch (api.c): room for two heads of a tile */
     float *scratch = c->att_scratch + (size_t)ith * c->att_scratch_per_thread;
     const kk_ops *ops = j->ops;
     const int pairs = (group + 1) / 2;
-    const long n_items = (long)c->n_tile * kv->n_head_kv * pairs;
+    const long n_items = (long)c->n_tile * n_head_kv * pairs;
     for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
         /* items go KV head by KV head, then tile, then pairs of the heads
          * sharing it (one kernel call reads K and V once for both): items
@@ -162,6 +164,7 @@ static void attn_task(void *ud, int ith, int nth) {
         int s = c->b_seq[i], pos = c->b_pos[i];
         const float *q = j->q + ((size_t)i * hp->n_head + h) * hd;
         float *o = j->out + ((size_t)i * hp->n_head + h) * hd;
+        const float *sink = j->sinks ? j->sinks + h : NULL;
         if (kv->type == KILN_KV_Q8_0) {
             const kk_attn_q8 a = {
                 .q = q,
@@ -172,12 +175,13 @@ static void attn_task(void *ud, int ith, int nth) {
                 .n_pos = pos + 1,
                 .blocks = kv->seqs[s].blocks,
                 .block_shift = KL_KV_BLOCK_SHIFT,
-                .k = (const uint8_t *)kl_kv_kblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * kv->hrow,
-                .v = (const uint8_t *)kl_kv_vblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * kv->hrow,
+                .k = (const uint8_t *)kl_kv_kblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hrow,
+                .v = (const uint8_t *)kl_kv_vblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hrow,
                 .block_stride = kl_kv_block_bytes(kv),
-                .row_stride = kv->hrow,
+                .row_stride = hrow,
                 .scale = scale,
                 .window = j->window,
+                .sink = sink,
                 .out = o,
                 .scratch = scratch,
             };
@@ -201,6 +205,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .scale = scale,
                 .acc_f32 = attn_acc_f32(pos),
                 .window = j->window,
+                .sink = sink,
                 .out = o,
                 .scratch = scratch,
             };
@@ -231,7 +236,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 kk_scale_axpy_f32(oh, 1.0f, vs, vr, hd);
                 S = S * ms + vs;
             }
-            float inv = 1.0f / S;
+            float inv = kk_attn_inv(S, M, sink ? sink + hh : NULL);
             for (int d = 0; d < hd; d++) oh[d] *= inv;
         }
     }
@@ -241,8 +246,8 @@ void kl_attn_run_opts(kiln_context *c, const kk_ops *ops, int ord, const float *
                       const kl_attn_opts *o) {
     (void)n; /* the tiles cover the batch */
     const int window = o && o->window > 0 ? o->window : 0;
-    const float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)c->kv.hd);
-    attn_job aj = {c, ops, ord, window, scale, q, out, 0};
+    const float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)kl_kv_hd(&c->kv, ord));
+    attn_job aj = {c, ops, ord, window, scale, q, out, o ? o->sinks : NULL, 0};
     kpool_run_shared(c->pool, attn_task, &aj);
 }
 

@@ -46,6 +46,9 @@ typedef struct kl_attn_opts {
     int window;  /* > 0: sliding window: the query at position p sees only
                     p - window + 1 .. p (every position stays cached) */
     float scale; /* score scale; 0: 1 / sqrt(head size) */
+    /* [n_head] attention sinks: each head's softmax gets one more logit,
+     * not scaled, that adds no value (kk_attn_inv); NULL: none */
+    const float *sinks;
 } kl_attn_opts;
 /* kl_attn_run with o's departures (o may be NULL). */
 void kl_attn_run_opts(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n,

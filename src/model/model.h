@@ -10,10 +10,13 @@
  * model.c   kiln_model_load: common hyperparameters, the tensor binder
  *           (shapes checked, 1-, 2- and 3-D), repacking
  * dense.c   llama, qwen2, qwen3: every layer attention + SwiGLU
+ * gemma.c   gemma3, gemma4: sliding/global attention layers, GeGLU
  * hybrid.c  qwen35, qwen35moe, qwen3next: Gated DeltaNet and gated full
  *           attention layers, dense or mixture-of-experts FFN
  * deepseek2.c  deepseek2: multi-head latent attention (one cached latent
  *           row per token), routed and shared experts
+ * gptoss.c  gpt-oss: attention with sinks, alternating sliding window,
+ *           biased mixture-of-experts FFN
  * bert.c    the bert encoder (embeddings only)
  * decoder.c what the decoder families share: the batch's positions,
  *           attention over the KV cache, the output head (decoder.h)
@@ -74,8 +77,11 @@ typedef struct kl_hparams {
  * its attention layers (indexed by attention-layer ordinal) and a
  * recurrent-state slot of rs_floats floats (0: none). */
 typedef struct kl_seq_shape {
-    int n_attn_layer;   /* layers with a KV cache */
-    int n_head_kv, hd;  /* their KV heads and head size */
+    int n_attn_layer;  /* layers with a KV cache */
+    int n_head_kv, hd; /* their KV heads and head size (the largest, with layer_*) */
+    /* [n_attn_layer] each layer's KV heads and head size when they differ
+     * (the family's memory); NULL: n_head_kv and hd everywhere */
+    const int32_t *layer_n_head_kv, *layer_hd;
     int v_in_k;         /* 1: V is each K row itself (a latent, MLA), not stored apart */
     size_t rs_floats;   /* recurrent state per sequence */
     size_t roll_floats; /* recorded inputs of a rollback run (state.h) */
@@ -178,9 +184,11 @@ enum { KL_POOL_MEAN = 1, KL_POOL_CLS = 2, KL_POOL_LAST = 3, KL_POOL_RANK = 4 };
 
 extern const kl_family kl_family_dense;
 extern const kl_family kl_family_hybrid;
+extern const kl_family kl_family_gptoss;
 extern const kl_family kl_family_bert;
 extern const kl_family kl_family_modernbert;
 extern const kl_family kl_family_gemma_embed;
+extern const kl_family kl_family_gemma;
 extern const kl_family kl_family_deepseek2;
 
 /* ---- binding (model.c) ----
@@ -249,9 +257,14 @@ typedef struct kl_seq {
 } kl_seq;
 
 typedef struct kl_kv {
-    int type;    /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
-    int n_layer; /* attention layers */
-    int n_head_kv, hd;
+    int type;          /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
+    int n_layer;       /* attention layers */
+    int n_head_kv, hd; /* the largest of the layers' */
+    /* [n_layer] per attention layer: KV heads, head size, bytes of a head
+     * row, offset of its K run in a block (its V run follows) */
+    int32_t *l_hkv, *l_hd;
+    size_t *l_hrow, *l_off;
+    size_t block_bytes;
     int v_in_k; /* 1: no V runs; a layer's V block is its K block (kl_seq_shape) */
     int32_t n_blocks;
     int32_t n_free;
@@ -320,6 +333,10 @@ void *kl_kv_kblock(const kl_kv *kv, int layer, int32_t b);
 void *kl_kv_vblock(const kl_kv *kv, int layer, int32_t b);
 /* Bytes from a layer's K (or V) in block b to the same in block b + 1. */
 size_t kl_kv_block_bytes(const kl_kv *kv);
+/* Attention layer l's KV heads, head size and bytes of one head row. */
+static inline int kl_kv_hkv(const kl_kv *kv, int l) { return kv->l_hkv[l]; }
+static inline int kl_kv_hd(const kl_kv *kv, int l) { return kv->l_hd[l]; }
+static inline size_t kl_kv_hrow(const kl_kv *kv, int l) { return kv->l_hrow[l]; }
 /* The hd elements of KV head h in a cell. */
 void *kl_kv_khead(const kl_kv *kv, int layer, int64_t cell, int h);
 void *kl_kv_vhead(const kl_kv *kv, int layer, int64_t cell, int h);
