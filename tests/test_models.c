@@ -1130,6 +1130,53 @@ static void deepseek2_legacy(void) {
     unlink(path);
 }
 
+/* The reference deepseek2 model with one u32 key set to v; 0 or -1. */
+static int write_deepseek2_key(const char *dst, const char *key, uint32_t v) {
+    char err[256];
+    gguf_file *f = gguf_open("data/arch/deepseek2-f16.gguf", err, sizeof err);
+    if (!f) return -1;
+    gguf_writer *w = gguf_writer_new();
+    for (int i = 0; i < gguf_n_kv(f); i++)
+        if (strcmp(gguf_kv_at(f, i)->key, key)) gguf_w_copy_kv(w, gguf_kv_at(f, i));
+    gguf_w_u32(w, key, v);
+    for (int i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *x = gguf_tensor_at(f, i);
+        gguf_w_tensor(w, x->name, x->type, (int)x->n_dims, x->ne, x->data);
+    }
+    int rc = gguf_writer_save(w, dst, NULL, NULL, err, sizeof err);
+    gguf_writer_free(w);
+    gguf_close(f);
+    return rc;
+}
+
+/* MLA hyperparameters that disagree with each other or with the tensors
+ * are refused at load, with a message. */
+static void deepseek2_bad_keys(void) {
+    static const struct {
+        const char *key;
+        uint32_t v;
+    } bad[] = {
+        {"deepseek2.attention.kv_lora_rank", 20},     /* key_length is R + Dr */
+        {"deepseek2.attention.key_length_mla", 8},    /* no no-rope part */
+        {"deepseek2.attention.value_length_mla", 10}, /* attn_v_b's rows */
+        {"deepseek2.attention.q_lora_rank", 0},       /* no attn_q */
+        {"deepseek2.leading_dense_block_count", 5},   /* past the layers */
+        {"deepseek2.nextn_predict_layers", 4},        /* no trunk left */
+        {"deepseek2.expert_group_count", 4},          /* 6 experts */
+        {"deepseek2.expert_gating_func", 3},
+    };
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kiln-test-ds2k-%d.gguf", (int)getpid());
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(write_deepseek2_key(path, bad[i].key, bad[i].v) == 0);
+        kiln_model *m = NULL;
+        const kiln_status st = kiln_model_load(path, NULL, &m);
+        CHECKF(st != KILN_OK && m == NULL && *kiln_last_error(), "%s = %u loaded", bad[i].key, bad[i].v);
+        kiln_model_free(m);
+    }
+    unlink(path);
+}
+
 /* Past KL_ATTN_F16_ACC_MAX (256) positions the F16 cache accumulates
  * attention in float.  The choice is per query position, so a 300-token
  * prompt gives the same logits in one batch as in chunks of 7 (the
@@ -1425,6 +1472,7 @@ int main(void) {
     reference_cases("data/hybrid", 3);
     reference_cases("data/arch", 14);
     deepseek2_legacy();
+    deepseek2_bad_keys();
     qwen3moe_quantized();
     hybrid_state("qwen35");
     hybrid_state("qwen35moe");
