@@ -10,7 +10,8 @@
  *     batched step (gen_batch) gives concurrent, cached, partly cached and
  *     suspended requests what each gets alone.
  *     The added architectures (tests/data/arch: qwen3moe, phi3, mistral3, gemma3,
- *     gemma4, deepseek2, gpt-oss) likewise, and
+ *     gemma4, deepseek2, gpt-oss, nemotron_h, nemotron_h_moe) likewise
+ *     (nemotron's Mamba-2 state through the hybrid fixtures' state tests), and
  *     qwen3moe quantized by kiln quantize (q8_0, q4_k_m, q4_0) loads with
  *     its experts repacked, reads only the used experts' bytes per step and
  *     gives logits close to the F32 model's.
@@ -583,15 +584,25 @@ static int feed_chunks(kiln_context *c, int seq, const int32_t *ids, int n, int 
 
 static int same_floats(const float *a, const float *b, int n) { return memcmp(a, b, (size_t)n * sizeof(float)) == 0; }
 
+/* The files of a recurrent model's state tests: data/fixtures/NAME.ext, or
+ * NAME.ext when NAME is a path (a model of data/arch with a json of its
+ * prompt_ids beside it). */
+static void fixture_path(char *buf, size_t n, const char *name, const char *ext) {
+    if (strchr(name, '/'))
+        snprintf(buf, n, "%s.%s", name, ext);
+    else
+        snprintf(buf, n, "data/fixtures/%s.%s", name, ext);
+}
+
 /* On one hybrid fixture: the ways a sequence's state can come about give
  * the same logits as one cold prefill. */
 static void hybrid_state(const char *name) {
     char path[256];
-    snprintf(path, sizeof path, "data/fixtures/%s.json", name);
+    fixture_path(path, sizeof path, name, "json");
     json_t *j = json_load_file(path, 0, NULL);
     CHECK(j != NULL);
     if (!j) return;
-    snprintf(path, sizeof path, "data/fixtures/%s.gguf", name);
+    fixture_path(path, sizeof path, name, "gguf");
     kiln_model *m;
     CHECKF(kiln_model_load(path, NULL, &m) == KILN_OK, "%s", kiln_last_error());
     if (!m) {
@@ -844,9 +855,9 @@ static int32_t hy_propose(void *user, const int32_t *tok, int32_t n, int32_t *ds
 
 static void hybrid_drafts(const char *name) {
     char path[256];
-    snprintf(path, sizeof path, "data/fixtures/%s.json", name);
+    fixture_path(path, sizeof path, name, "json");
     json_t *j = json_load_file(path, 0, NULL);
-    snprintf(path, sizeof path, "data/fixtures/%s.gguf", name);
+    fixture_path(path, sizeof path, name, "gguf");
     kiln_model *m;
     if (!j || kiln_model_load(path, NULL, &m) != KILN_OK) {
         CHECK(0);
@@ -941,9 +952,9 @@ static int hy_run(gen_batch *b, int n, const int32_t *const *prompts, const int 
 
 static void hybrid_serving(const char *name) {
     char path[256];
-    snprintf(path, sizeof path, "data/fixtures/%s.json", name);
+    fixture_path(path, sizeof path, name, "json");
     json_t *j = json_load_file(path, 0, NULL);
-    snprintf(path, sizeof path, "data/fixtures/%s.gguf", name);
+    fixture_path(path, sizeof path, name, "gguf");
     kiln_model *m;
     if (!j || kiln_model_load(path, NULL, &m) != KILN_OK) {
         CHECK(0);
@@ -1478,6 +1489,8 @@ static void test_batch_invariance(void) {
     rmdir(dir);
     batch_invariance("data/hybrid/qwen35moe-spm-f16.gguf", "qwen35moe F16");
     batch_invariance("data/hybrid/qwen3next-spm-f16.gguf", "qwen3next F16");
+    batch_invariance("data/arch/nemotron-h-f32.gguf", "nemotron_h F32");
+    batch_invariance("data/arch/nemotron-h-moe-f16.gguf", "nemotron_h_moe F16");
 }
 
 int main(void) {
@@ -1487,7 +1500,7 @@ int main(void) {
     test_fixture(&k_fixtures[5], 0); /* llama-q4_0 in the file layout */
     test_toolcall();
     reference_cases("data/hybrid", 3);
-    reference_cases("data/arch", 16);
+    reference_cases("data/arch", 20);
     deepseek2_legacy();
     deepseek2_bad_keys();
     qwen3moe_quantized();
@@ -1499,6 +1512,12 @@ int main(void) {
     hybrid_drafts("qwen3next");
     hybrid_serving("qwen35");
     hybrid_serving("qwen35moe");
+    hybrid_state("data/arch/nemotron-h-f32");
+    hybrid_state("data/arch/nemotron-h-moe-f16");
+    hybrid_drafts("data/arch/nemotron-h-f32");
+    hybrid_drafts("data/arch/nemotron-h-moe-f16");
+    hybrid_serving("data/arch/nemotron-h-f32");
+    hybrid_serving("data/arch/nemotron-h-moe-f16");
     test_context_rules();
     test_long_attention();
     test_batch_invariance();
