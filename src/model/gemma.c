@@ -219,8 +219,8 @@ static int gm_shapes(kiln_model *m, gm_model *d, char *err, size_t errlen) {
         y->has_kv = l < d->n_kv;
         y->ord = y->has_kv ? l : d->n_kv - (y->local ? 2 : 1);
         if (!y->has_kv) {
-            const gm_layer *src = &d->layers[y->ord];
-            if (y->ord < 0 || src->local != y->local || src->hd != y->hd || src->n_head_kv != y->n_head_kv) {
+            const gm_layer *src = y->ord >= 0 ? &d->layers[y->ord] : NULL;
+            if (!src || src->local != y->local || src->hd != y->hd || src->n_head_kv != y->n_head_kv) {
                 snprintf(err, errlen, "%s: layer %d shares the cache of layer %d, which differs from it", m->arch_name,
                          l, y->ord);
                 rc = -1;
