@@ -943,6 +943,31 @@ int main(void) {
     CHECKF(rc == 0 && o && !strcmp(o, " llpp[? bigt\xe2\x80\xa6pp hadUL[pp[t"), "run gemma4: '%s'", o ? o : "");
     free(o);
     free(e);
+    /* deepseek2: the KV cache is one latent row (24 + 8 F16 values) per
+     * token and layer; the text holds U+00F1 */
+    rc = run("show data/arch/deepseek2-f16.gguf", &o, &e);
+    CHECKF(rc == 0 && o && strstr(o, "runnable:  yes: deepseek2, 4 layers") &&
+               strstr(o, "KV cache (F16) 256 bytes per token in 4 of 4 layers"),
+           "show deepseek2: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    rc = run("run -m data/arch/deepseek2-f16.gguf -p 'Grandma told us a story about' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, "I\xc3\xb1p One her<\xc3\xb1 heTil th[ said|zon"), "run deepseek2: '%s'",
+           o ? o : "");
+    free(o);
+    free(e);
+    /* gpt-oss: attention sinks, a sliding window of 16 on layers 0 and 2
+     * (the text depends on it from its second token), biased MoE */
+    rc = run("show data/arch/gpt-oss-f32.gguf", &o, &e);
+    CHECKF(rc == 0 && o && strstr(o, "runnable:  yes: gpt-oss, 3 layers") &&
+               strstr(o, "experts:   4, 2 used per token, width 32\n"),
+           "show gpt-oss: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    rc = run("run -m data/arch/gpt-oss-f32.gguf -p 'The teacher asked the class' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, "adime! said\"a~riX a veryitingGIved"), "run gpt-oss: '%s'", o ? o : "");
+    free(o);
+    free(e);
 
     rc = run("bench -m ../models/stories260K.gguf -p 16 -n 8 -r 2 -t 1 -o json", &o, &e);
     CHECK(rc == 0);

@@ -317,13 +317,21 @@ static void test_matmul(kpool *pool, int t) {
     free(xa);
 }
 
+/* The sink logits (kk_attn_inv) the attention tests give case i: none,
+ * below the scores' maximum, or above it (the accumulator is rescaled). */
+static const float *attn_sink(size_t i) {
+    static const float z[2][2] = {{-1.5f, 0.25f}, {9.0f, 12.0f}};
+    return i % 3 ? z[i % 3 - 1] : NULL;
+}
+
 /* attn_f16: every SIMD twin against the scalar loop, bit for bit, with
  * either accumulator, over a paged cache (shuffled blocks of 16 cells) with
  * head sizes that take each path (64-wide chunks, 8-wide rest, scalar rest),
  * one query head or two sharing the KV head (the paired path at head size
  * 128), one token or a tile of consecutive tokens (the float accumulator
  * at head size 128 takes up to 8 queries at once, so 5 tokens of 2 heads
- * are split), and position counts inside and across blocks. */
+ * are split), and position counts inside and across blocks, with and
+ * without sinks. */
 static void test_attn(const kk_ops *s, const kk_ops *v) {
     enum { NBLK = 8, CELLS = NBLK * 16, HMAX = 136, STRIDE = 2 * HMAX, NTMAX = 5, TOK = 2 * HMAX + 5 };
     static uint16_t kc[CELLS * STRIDE], vc[CELLS * STRIDE];
@@ -352,6 +360,7 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
                         for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
                             const int hd = hds[h], nt = nts[u], window = windows[wi];
                             const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
+                            const float *sink = attn_sink(c + wi);
                             if (nt > 1 && hd != 8 && hd != 64 && hd != 128)
                                 continue; /* tiles: the tiled sizes and one other */
                             if (window && (hd == 72 || hd == 131))
@@ -374,6 +383,7 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
                                              .scale = 1.0f / sqrtf((float)hd),
                                              .acc_f32 = acc_f32,
                                              .window = window,
+                                             .sink = sink,
                                              .out = o1,
                                              .scratch = scratch};
                             CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
@@ -382,9 +392,9 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
                             v->attn_f16(&a);
                             CHECKF(
                                 memcmp(o1, o2, sizeof o1) == 0,
-                                "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d, %d positions, window %d: twins "
-                                "differ",
-                                acc_f32 ? "float" : "F16", nq, nt, hd, n_pos, window);
+                                "attn_f16 (%s accumulator) %d heads x %d tokens, hd %d, %d positions, window %d, sink "
+                                "%d: twins differ",
+                                acc_f32 ? "float" : "F16", nq, nt, hd, n_pos, window, (int)((c + wi) % 3));
                             if (nt == 1) {
                                 kk_attn_f16 b4 = a;
                                 b4.blocks = blocks4;
@@ -433,7 +443,9 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
                                 w[t] = d / sqrt((double)hd);
                                 if (w[t] > mx) mx = w[t];
                             }
+                            if (sink && *sink > mx) mx = *sink;
                             for (int t = lo; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
+                            if (sink) sum += exp(*sink - mx);
                             for (int i = 0; i < hd; i++) {
                                 double r = 0.0;
                                 for (int t = lo; t < counts[c]; t++)
@@ -453,7 +465,8 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
 /* attn_q8: the SIMD twin against the scalar loop, bit for bit, over a
  * paged Q8_0 cache (shuffled blocks of 16 cells, and of 4) at head sizes of
  * 1 to 8 blocks, 1, 2, 3 or 10 heads (more than one tile holds), one token
- * or a tile, spans ending inside and at the end of 8-row steps; the scalar loop
+ * or a tile, spans ending inside and at the end of 8-row steps, with and
+ * without sinks (at 1 and 2 heads); the scalar loop
  * against a double softmax over the dequantized cache (the error left is
  * the query's quantization). */
 static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
@@ -493,6 +506,7 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
                             const int hd = hds[h], nt = nts[u], window = windows[wi];
                             if (window && (hd == 96 || hd == 256)) continue; /* the split is size-blind */
                             const int n_pos = counts[c] - nt + 1 < 1 ? 1 : counts[c] - nt + 1;
+                            const float *sink = nq <= 2 ? attn_sink(c + wi) : NULL; /* two heads' sinks */
                             fill(q, NTMAX * TOK, 3.0f);
                             memset(o1, 0, sizeof o1);
                             memset(o2, 0, sizeof o2);
@@ -510,6 +524,7 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
                                             .row_stride = STRIDE,
                                             .scale = 1.0f / sqrtf((float)hd),
                                             .window = window,
+                                            .sink = sink,
                                             .out = o1,
                                             .scratch = scratch};
                             CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
@@ -532,7 +547,9 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
                                 w[t] = d / sqrt((double)hd);
                                 if (w[t] > mx) mx = w[t];
                             }
+                            if (sink && *sink > mx) mx = *sink;
                             for (int t = lo; t < counts[c]; t++) sum += (w[t] = exp(w[t] - mx));
+                            if (sink) sum += exp(*sink - mx);
                             static float vf[CELLS][HMAX];
                             for (int t = lo; t < counts[c]; t++)
                                 q8->to_f32(vc + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE, vf[t], hd);
@@ -914,6 +931,31 @@ static void test_route(void) {
     double all = 0;
     for (int e = 0; e < 6; e++) all += exp(lg[e]);
     CHECK(ids[0] == 1 && ids[1] == 3 && fabs(w[0] - 2 * e1 / all) < 1e-6);
+    /* DeepSeek-V3's routing: sigmoid probabilities, chosen by probability
+     * + bias within the best groups, weighted by the unbiased ones */
+    float p[6], sel[6];
+    const double s1 = 1 / (1 + exp(-2.0)), s4 = 1 / (1 + exp(-1.0)), s0 = 1 / (1 + exp(-0.5));
+    kk_moe_gate g = {1, NULL, 0, 0, 1, 2.5f};
+    memcpy(p, lg, sizeof p);
+    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    CHECK(ids[0] == 1 && ids[1] == 3 && fabs(w[0] - 1.25) < 1e-6 && fabs(w[1] - 1.25) < 1e-6);
+    const float bias[6] = {0, 0, 0, 0, 5, 0};
+    g = (kk_moe_gate){1, bias, 0, 0, 0, 1.0f};
+    memcpy(p, lg, sizeof p);
+    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    CHECKF(ids[0] == 4 && ids[1] == 1 && fabs(w[0] - s4) < 1e-6 && fabs(w[1] - s1) < 1e-6, "biased route %d %d", ids[0],
+           ids[1]);
+    g = (kk_moe_gate){1, NULL, 3, 1, 0, 1.0f}; /* groups {0,1} {2,3} {4,5}: the first scores highest */
+    memcpy(p, lg, sizeof p);
+    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    CHECKF(ids[0] == 1 && ids[1] == 0 && fabs(w[1] - s0) < 1e-6, "grouped route %d %d", ids[0], ids[1]);
+    g = (kk_moe_gate){0, NULL, 0, 0, 0, 2.0f}; /* the softmax: kk_moe_route's bits */
+    memcpy(p, lg, sizeof p);
+    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    float w2[2];
+    int32_t ids2[2];
+    kk_moe_route(lg, 6, 2, 0, 2.0f, ids2, w2);
+    CHECK(ids[0] == ids2[0] && ids[1] == ids2[1] && w[0] == w2[0] && w[1] == w2[1]);
     CHECK(fabsf(kk_softplus(0.0f) - logf(2.0f)) < 1e-7f && kk_softplus(30.0f) == 30.0f);
     CHECK(fabsf(kk_sigmoid(0.0f) - 0.5f) < 1e-7f);
     float x[3] = {3.0f, 0.0f, 4.0f};

@@ -10,7 +10,7 @@
  *     batched step (gen_batch) gives concurrent, cached, partly cached and
  *     suspended requests what each gets alone.
  *     The added architectures (tests/data/arch: qwen3moe, phi3, mistral3, gemma3,
- *     gemma4) likewise, and
+ *     gemma4, deepseek2, gpt-oss) likewise, and
  *     qwen3moe quantized by kiln quantize (q8_0, q4_k_m, q4_0) loads with
  *     its experts repacked, reads only the used experts' bytes per step and
  *     gives logits close to the F32 model's.
@@ -484,7 +484,7 @@ static void qwen3moe_quantized(void) {
     const char *in = "data/arch/qwen3moe-f32.gguf";
     json_error_t je;
     json_t *cases = json_load_file("data/arch/cases.json", 0, &je);
-    CHECKF(cases && json_array_size(cases) >= 2, "data/arch/cases.json: %s", je.text);
+    CHECKF(cases && json_array_size(cases) >= 2, "data/arch/cases.json: %s", je.text); /* qwen3moe's, first */
     char dir[] = "/tmp/kiln-test-qwen3moe-XXXXXX";
     if (!cases || !mkdtemp(dir)) {
         CHECK(0);
@@ -1329,6 +1329,12 @@ static void test_batch_invariance(void) {
     CHECKF(kiln_quantize("data/arch/phi3-f32.gguf", out, "q4_0", 2) == KILN_OK, "%s", kiln_last_error());
     batch_invariance(out, "phi3 q4_0");
     remove(out);
+    /* MLA: one latent row per token, the per-head absorbed products */
+    batch_invariance("data/arch/deepseek2-f16.gguf", "deepseek2 F16");
+    snprintf(out, sizeof out, "%s/deepseek2-q4_0.gguf", dir);
+    CHECKF(kiln_quantize("data/arch/deepseek2-f16.gguf", out, "q4_0", 2) == KILN_OK, "%s", kiln_last_error());
+    batch_invariance(out, "deepseek2 q4_0");
+    remove(out);
     rmdir(dir);
     batch_invariance("data/hybrid/qwen35moe-spm-f16.gguf", "qwen35moe F16");
     batch_invariance("data/hybrid/qwen3next-spm-f16.gguf", "qwen3next F16");
@@ -1340,7 +1346,7 @@ int main(void) {
     test_fixture(&k_fixtures[5], 0); /* llama-q4_0 in the file layout */
     test_toolcall();
     reference_cases("data/hybrid", 3);
-    reference_cases("data/arch", 10);
+    reference_cases("data/arch", 14);
     qwen3moe_quantized();
     hybrid_state("qwen35");
     hybrid_state("qwen35moe");

@@ -98,6 +98,8 @@ static int tokens(ks_gen *g, kiln_model *m, const char *text, int fin) {
 
 /* The tools the request offers, for the cases that need schemas. */
 static json_t *g_tools;
+/* feed's pipeline reads the harmony format (a gpt-oss vocabulary's) */
+static int g_harmony;
 
 static int run(kiln_model *m, const char *text, const char *stop, int think, sink *k) {
     memset(k, 0, sizeof *k);
@@ -134,6 +136,7 @@ static void feed(kiln_model *m, const char *text, size_t at, int parts, sink *k)
     ks_gen g;
     ks_gen_init(&g, m, 0);
     ks_gen_tools(&g, g_tools);
+    g.harmony = g_harmony;
     g.on_text = on_text;
     g.on_tool = on_tool;
     if (parts) g.on_tool_part = on_tool_part;
@@ -254,6 +257,59 @@ static const char *const k_not_calls[] = {
     "<tool_call>{\"arguments\": {\"x\": 01}, \"name\": \"f\"}</tool_call>",
     "<tool_call>{\"arguments\": {\"x\": \"\xc0\xaf\"}, \"name\": \"f\"}</tool_call>", /* overlong UTF-8 */
 };
+
+/* The harmony format (gpt-oss): the analysis channel is reasoning, final
+ * and commentary are content, headers are never shown, a message to
+ * functions.NAME is a call (its body the arguments, streamed as they come;
+ * <|call|> ends the generation, so the text may just stop), at every cut
+ * and byte by byte, with and without the parts sink. */
+static void harmony(kiln_model *m) {
+    static const struct {
+        const char *text, *reasoning, *content, *name, *args;
+    } cases[] = {
+        {"<|channel|>analysis<|message|>Think it over.<|end|><|start|>assistant<|channel|>final<|message|>The "
+         "answer.",
+         "Think it over.", "The answer.", NULL, NULL},
+        {"<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+         "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris \u00e9\"}",
+         "Need the weather.", "", "get_weather", "{\"city\": \"Paris \u00e9\"}"},
+        /* the recipient in front of the channel; a preamble on commentary */
+        {"<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant to=functions.ping<|channel|>commentary "
+         "json<|message|>{}<|call|>",
+         "", "Checking.", "ping", "{}"},
+        /* a message that starts without <|end|> before the next header */
+        {"<|channel|>analysis<|message|>a<|channel|>final<|message|>b<|return|>", "a", "b", NULL, NULL},
+    };
+    g_harmony = 1;
+    g_tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}]", 0, NULL);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const size_t len = strlen(cases[c].text);
+        int fails = 0;
+        for (int parts = 0; parts <= 1; parts++)
+            for (size_t at = 0; at <= len + 1 && fails < 3; at++) {
+                sink k;
+                feed(m, cases[c].text, at == len + 1 ? (size_t)-1 : at, parts, &k);
+                const int n = parts ? k.n : (int)json_array_size(k.tools);
+                int ok = !strcmp(str(&k.reasoning), cases[c].reasoning) && !strcmp(str(&k.content), cases[c].content) &&
+                         n == (cases[c].name ? 1 : 0) && !k.bad_order && !k.bad_utf8;
+                if (ok && cases[c].name && parts)
+                    ok = !strcmp(k.name[0], cases[c].name) && !strcmp(str(&k.args[0]), cases[c].args);
+                if (ok && cases[c].name && !parts) {
+                    json_t *call = json_array_get(k.tools, 0), *want = json_loads(cases[c].args, 0, NULL);
+                    ok = !strcmp(json_string_value(json_object_get(call, "name")), cases[c].name) &&
+                         json_equal(json_object_get(call, "arguments"), want);
+                    json_decref(want);
+                }
+                CHECKF(ok, "harmony case %zu, cut %zu%s: reasoning '%s', content '%s', %d calls ('%s')", c, at,
+                       parts ? " in parts" : "", str(&k.reasoning), str(&k.content), n, str(&k.args[0]));
+                fails += !ok;
+                done(&k);
+            }
+    }
+    json_decref(g_tools);
+    g_tools = NULL;
+    g_harmony = 0;
+}
 
 /* The XML form's values typed by the offered tool's schema (xmlcall.c),
  * whole and streamed: a schema string stays the text, streamed as it
@@ -444,6 +500,8 @@ int main(void) {
         CHECK(!strcmp(str(&k.content), " Ok ") && json_array_size(k.tools) == 0);
         done(&k);
     }
+
+    harmony(m);
 
     /* invalid UTF-8 never reaches JSON */
     json_t *j = ks_jstr("ok\xff\xfe!", 5);

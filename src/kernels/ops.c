@@ -51,6 +51,14 @@ void kk_swiglu(float *g, const float *u, int n) {
     for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+void kk_swiglu_oai(float *g, const float *u, int n, float alpha, float limit) {
+    for (int i = 0; i < n; i++) {
+        const float x = g[i] < limit ? g[i] : limit;
+        const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        g[i] = x / (1.0f + expf(alpha * -x)) * (y + 1.0f);
+    }
+}
+
 void kk_gelu(float *x, int n) {
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
     for (int i = 0; i < n; i++) {
@@ -203,6 +211,16 @@ float kk_exp_attn(float x) {
     return p * e1 * e2;
 }
 
+float kk_attn_inv(float S, float M, const float *sink) {
+    if (!sink) return 1.0f / S;
+    const float z = *sink;
+    if (z > M) {
+        const float ms = expf(M - z);
+        return ms / (S * ms + 1.0f);
+    }
+    return 1.0f / (S + expf(z - M));
+}
+
 /* w_t = e^(s_t - M) and their sum in position order. */
 static float softmax_weights_ref(const float *sc, float *w, int n, float M) {
     float S = 0.0f;
@@ -229,7 +247,7 @@ static void attn_f32acc_one(const kk_attn_f16 *a) {
         const uint16_t *vr = a->v + kk_attn_row(a, t);
         for (int d = 0; d < hd; d++) acc[d] = fmaf(kq_f16_to_f32(vr[d]), w[t], acc[d]);
     }
-    const float inv = 1.0f / S;
+    const float inv = kk_attn_inv(S, M, a->sink);
     for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
 }
 
@@ -259,7 +277,7 @@ static void attn_f16_one(const kk_attn_f16 *a) {
         kk_mad_f16(acc, a->v + row, vs, hd);
         S = S * ms + vs;
     }
-    const float inv = 1.0f / S;
+    const float inv = kk_attn_inv(S, M, a->sink);
     for (int d = 0; d < hd; d++) a->out[d] = kq_f16_to_f32(acc[d]) * inv;
 }
 
@@ -300,7 +318,7 @@ static void attn_q8_one(const kk_attn_q8 *a) {
             for (int i = 0; i < 32; i++) acc[32 * b + i] = fmaf((float)vb[b].qs[i] * dv, w[t], acc[32 * b + i]);
         }
     }
-    const float inv = 1.0f / S;
+    const float inv = kk_attn_inv(S, M, a->sink);
     for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
 }
 

@@ -17,6 +17,9 @@ void kk_layernorm(float *out, const float *x, const float *w, const float *b, in
 void kk_softmax(float *x, int n);
 /* In place: g = silu(g) * u, silu(v) = v / (1 + e^-v). */
 void kk_swiglu(float *g, const float *u, int n);
+/* In place: the clamped SwiGLU of gpt-oss's experts, g = min(g, limit),
+ * u = clamp(u, -limit, limit), g = g * sigmoid(alpha * g) * (u + 1). */
+void kk_swiglu_oai(float *g, const float *u, int n, float alpha, float limit);
 /* In place: x = gelu(x) (tanh approximation, as BERT GGUFs expect). */
 void kk_gelu(float *x, int n);
 /* In place: x = x * Phi(x), the exact GELU with erf (Hugging Face's "gelu";
@@ -70,6 +73,14 @@ void kk_round_f16_row(const float *x, float *y, int n);
  * weights are the same bits. */
 float kk_exp_attn(float x);
 
+/* The factor that turns a query's accumulator into its output: 1 / S, S
+ * the sum of its weights e^(s_t - M) (M the largest score).  With a sink
+ * logit z (sink not NULL: an attention sink) the softmax has one
+ * more term e^(z - M) that adds no value; when z > M the maximum becomes
+ * z, so accumulator and sum scale by e^(M - z) first, and the factor holds
+ * that scale too.  Every twin calls it, so they agree bit for bit. */
+float kk_attn_inv(float S, float M, const float *sink);
+
 /* Query heads against an F16 KV cache: softmax(q . k_t * scale) over the
  * positions t < n a query sees, times v_t.  Cache rows are paged: position
  * t is in cell (blocks[t >> block_shift] << block_shift) + (t & (block - 1)),
@@ -89,7 +100,7 @@ float kk_exp_attn(float x);
  *   acc_f32 = 1: every score first, their maximum M, weights
  *     w_t = kk_exp_attn(s_t - M) summed in position order, and a float
  *     accumulator acc = fma(v_t, w_t, acc) over positions in order.
- * Then out = accumulator / sum.  The scalar twin is those loops verbatim,
+ * Then out = accumulator * kk_attn_inv(sum, M, sink).  The scalar twin is those loops verbatim,
  * query by query; SIMD twins may reorder the work but not the arithmetic,
  * so every twin gives the same bits.
  *
@@ -110,11 +121,12 @@ typedef struct kk_attn_f16 {
     size_t block_stride; /* elements from one cache block to the next */
     size_t row_stride;   /* elements from a row to the next within a block */
     float scale;
-    int acc_f32;    /* 1: float accumulator (see above) */
-    int window;     /* > 0: positions a token sees at most (sliding window); 0: all */
-    int first;      /* position of the first row read (set by kk_attn_f16_query; callers pass 0) */
-    float *out;     /* [nt][nq][hd], tokens tok_stride apart */
-    float *scratch; /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
+    int acc_f32;       /* 1: float accumulator (see above) */
+    int window;        /* > 0: positions a token sees at most (sliding window); 0: all */
+    int first;         /* position of the first row read (set by kk_attn_f16_query; callers pass 0) */
+    const float *sink; /* [nq] the heads' sink logits (kk_attn_inv); NULL: none */
+    float *out;        /* [nt][nq][hd], tokens tok_stride apart */
+    float *scratch;    /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
 } kk_attn_f16;
 
 /* Floats of scratch one call needs: per query, 2 * hd + 3 * (positions the
@@ -156,6 +168,7 @@ static inline kk_attn_f16 kk_attn_f16_query(const kk_attn_f16 *a, int u, int j) 
     one.q = a->q + off;
     one.out = a->out + off;
     one.scratch = a->scratch + (size_t)(u * a->nq + j) * kk_attn_scratch(1, 1, a->hd, a->n_pos + a->nt - 1);
+    one.sink = a->sink ? a->sink + j : NULL;
     return one;
 }
 
@@ -176,7 +189,7 @@ static inline kk_attn_f16 kk_attn_f16_token(const kk_attn_f16 *a, int u) {
  *   - M = max s_t, w_t = kk_exp_attn(s_t - M), S = sum of w_t in order;
  *   - acc = fmaf((float)v_q * dv_b, w_t, acc) over positions in order, per
  *     element (dv_b the scale of the element's block; the product is exact);
- *   - out = acc * (1 / S).
+ *   - out = acc * kk_attn_inv(S, M, sink).
  * The scalar twin is those loops; SIMD twins give the same bits. */
 typedef struct kk_attn_q8 {
     const float *q;    /* [nt][nq][hd] F32 queries, tokens tok_stride apart */
@@ -191,10 +204,11 @@ typedef struct kk_attn_q8 {
     size_t block_stride; /* bytes from one cache block to the next */
     size_t row_stride;   /* bytes from a row to the next within a block */
     float scale;
-    int window;     /* as kk_attn_f16's */
-    int first;      /* as kk_attn_f16's (set by kk_attn_q8_query) */
-    float *out;     /* [nt][nq][hd], tokens tok_stride apart */
-    float *scratch; /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
+    int window;        /* as kk_attn_f16's */
+    int first;         /* as kk_attn_f16's (set by kk_attn_q8_query) */
+    const float *sink; /* [nq] the heads' sink logits (kk_attn_inv); NULL: none */
+    float *out;        /* [nt][nq][hd], tokens tok_stride apart */
+    float *scratch;    /* kk_attn_scratch(nq, nt, hd, n_pos) floats */
 } kk_attn_q8;
 
 /* Offset in bytes from a->k or a->v of the row a reads t-th (position
@@ -219,6 +233,7 @@ static inline kk_attn_q8 kk_attn_q8_query(const kk_attn_q8 *a, int u, int j) {
     one.q = a->q + off;
     one.out = a->out + off;
     one.scratch = a->scratch + (size_t)(u * a->nq + j) * kk_attn_scratch(1, 1, a->hd, a->n_pos + a->nt - 1);
+    one.sink = a->sink ? a->sink + j : NULL;
     return one;
 }
 

@@ -340,8 +340,8 @@ static inline __attribute__((always_inline)) void values_one(const kk_attn_f16 *
 static void attn_one(const kk_attn_f16 *a) {
     const int hd = a->hd, n = a->n_pos;
     float *qr = a->scratch, *sc = qr + 2 * hd, *msv = sc + n, *vsv = msv + n;
-    scores_one(a, qr, sc);
-    values_one(a, msv, vsv, 1.0f / softmax_factors(sc, msv, vsv, n), 1);
+    const float M = scores_one(a, qr, sc);
+    values_one(a, msv, vsv, kk_attn_inv(softmax_factors(sc, msv, vsv, n), M, a->sink), 1);
 }
 
 /* Pass 3 of a head pair in the F16 scheme: values_one for both heads, 16
@@ -403,7 +403,9 @@ static void attn_pair(const kk_attn_f16 *a) {
     float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *ms1 = sc1 + n, *vs1 = ms1 + n;
     float m[2];
     scores_pair(a, qr0, qr1, sc0, sc1, m);
-    const float inv_s[2] = {1.0f / softmax_factors(sc0, ms0, vs0, n), 1.0f / softmax_factors(sc1, ms1, vs1, n)};
+    const float *z1 = a->sink ? a->sink + 1 : NULL;
+    const float inv_s[2] = {kk_attn_inv(softmax_factors(sc0, ms0, vs0, n), m[0], a->sink),
+                            kk_attn_inv(softmax_factors(sc1, ms1, vs1, n), m[1], z1)};
     const float *const ms[2] = {ms0, ms1}, *const w[2] = {vs0, vs1};
     if (HD == 128)
         values_pair128(a, ms, w, inv_s);
@@ -433,7 +435,7 @@ static void attn_one_f32acc(const kk_attn_f16 *a) {
     const int hd = a->hd, n = a->n_pos;
     float *qr = a->scratch, *sc = qr + 2 * hd, *w = sc + n;
     const float M = scores_one(a, qr, sc);
-    values_one(a, NULL, w, 1.0f / softmax_weights(sc, w, n, M), 0);
+    values_one(a, NULL, w, kk_attn_inv(softmax_weights(sc, w, n, M), M, a->sink), 0);
 }
 
 /* Pass 3 of a head pair, float accumulator: the span in blocks of VB_POS
@@ -499,7 +501,9 @@ static void attn_pair_f32acc(const kk_attn_f16 *a) {
     float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *w1 = sc1 + n;
     float m[2];
     scores_pair(a, qr0, qr1, sc0, sc1, m);
-    const float inv_s[2] = {1.0f / softmax_weights(sc0, w0, n, m[0]), 1.0f / softmax_weights(sc1, w1, n, m[1])};
+    const float *z1 = a->sink ? a->sink + 1 : NULL;
+    const float inv_s[2] = {kk_attn_inv(softmax_weights(sc0, w0, n, m[0]), m[0], a->sink),
+                            kk_attn_inv(softmax_weights(sc1, w1, n, m[1]), m[1], z1)};
     if (HD == 128)
         values_pair_f32_128(a, w0, w1, inv_s);
     else
@@ -720,8 +724,11 @@ static void attn_tile_f32acc(const kk_attn_f16 *a) {
     /* weights, and their sums in position order: one add chain per query,
      * the queries' chains side by side (one chain alone waits on the add
      * latency) */
-    float S[ATT_QMAX] = {0};
-    for (int i = 0; i < Q; i++) exp_weights(sc[i], w[i], one[i].n_pos, max_score(sc[i], one[i].n_pos));
+    float S[ATT_QMAX] = {0}, M[ATT_QMAX];
+    for (int i = 0; i < Q; i++) {
+        M[i] = max_score(sc[i], one[i].n_pos);
+        exp_weights(sc[i], w[i], one[i].n_pos, M[i]);
+    }
     for (int t = 0; t < a->n_pos; t++) {
 #pragma GCC unroll 8
         for (int i = 0; i < ATT_QMAX; i++)
@@ -729,7 +736,7 @@ static void attn_tile_f32acc(const kk_attn_f16 *a) {
     }
     for (int i = a->nq; i < Q; i++)
         for (int t = a->n_pos; t < one[i].n_pos; t++) S[i] += w[i][t];
-    for (int i = 0; i < Q; i++) inv[i] = 1.0f / S[i];
+    for (int i = 0; i < Q; i++) inv[i] = kk_attn_inv(S[i], M[i], one[i].sink);
     tile_values_q(a, Q, w, acc, 0, a->n_pos);
     for (int t = a->n_pos; t < n_last; t++) { /* seen by tokens t - n_pos + 1 .. nt - 1 */
         const int i0 = (t - a->n_pos + 1) * a->nq;
@@ -870,7 +877,8 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
     }
     /* pass 2: the span's weights, zero beyond it up to n_end */
     for (int qi = 0; qi < Q; qi++) {
-        inv[qi] = 1.0f / softmax_weights(sc[qi], w[qi], nsee[qi], max_lanes(mx[qi], -INFINITY));
+        const float M = max_lanes(mx[qi], -INFINITY);
+        inv[qi] = kk_attn_inv(softmax_weights(sc[qi], w[qi], nsee[qi], M), M, one[qi].sink);
         for (int t = nsee[qi]; t < n_end; t++) w[qi][t] = 0.0f;
     }
     /* pass 3 */

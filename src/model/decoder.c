@@ -92,17 +92,16 @@ void kl_attn_store(kiln_context *c, const kk_ops *ops, int ord, int i, const flo
     const int hd = kl_kv_hd(kv, ord);
     const int64_t cell = kl_kv_cell(kv, c->b_seq[i], c->b_pos[i]);
     for (int h = 0; h < kl_kv_hkv(kv, ord); h++) { /* head-major blocks (model.h) */
-        const float *kh = k + (size_t)h * hd, *vh = v + (size_t)h * hd;
-        if (kv->type == KILN_KV_F32) {
-            memcpy(kl_kv_khead(kv, ord, cell, h), kh, (size_t)hd * sizeof(float));
-            memcpy(kl_kv_vhead(kv, ord, cell, h), vh, (size_t)hd * sizeof(float));
-        } else if (kv->type == KILN_KV_Q8_0) { /* the reference quantizer: the same bits on every CPU */
-            const kq_traits *q8 = kq_get(KQ_Q8_0);
-            q8->from_f32(kh, kl_kv_khead(kv, ord, cell, h), hd);
-            q8->from_f32(vh, kl_kv_vhead(kv, ord, cell, h), hd);
-        } else {
-            ops->f32_to_f16_row(kh, kl_kv_khead(kv, ord, cell, h), hd);
-            ops->f32_to_f16_row(vh, kl_kv_vhead(kv, ord, cell, h), hd);
+        /* V in K (kv->v_in_k): the K row is all there is to store */
+        for (int kvi = 0; kvi < (kv->v_in_k ? 1 : 2); kvi++) {
+            const float *src = (kvi ? v : k) + (size_t)h * hd;
+            void *dst = kvi ? kl_kv_vhead(kv, ord, cell, h) : kl_kv_khead(kv, ord, cell, h);
+            if (kv->type == KILN_KV_F32)
+                memcpy(dst, src, (size_t)hd * sizeof(float));
+            else if (kv->type == KILN_KV_Q8_0) /* the reference quantizer: the same bits on every CPU */
+                kq_get(KQ_Q8_0)->from_f32(src, dst, hd);
+            else
+                ops->f32_to_f16_row(src, dst, hd);
         }
     }
 }
@@ -115,7 +114,8 @@ typedef struct attn_job {
     float scale; /* score scale */
     const float *q;
     float *out;
-    atomic_long next; /* next (KV head, tile, head pair) item to claim */
+    const float *sinks; /* [n_head] the layer's sink logits, NULL: none */
+    atomic_long next;   /* next (KV head, tile, head pair) item to claim */
 } attn_job;
 
 /* One (tile, head pair) per work item: for each token of the tile
@@ -164,6 +164,7 @@ static void attn_task(void *ud, int ith, int nth) {
         int s = c->b_seq[i], pos = c->b_pos[i];
         const float *q = j->q + ((size_t)i * hp->n_head + h) * hd;
         float *o = j->out + ((size_t)i * hp->n_head + h) * hd;
+        const float *sink = j->sinks ? j->sinks + h : NULL;
         if (kv->type == KILN_KV_Q8_0) {
             const kk_attn_q8 a = {
                 .q = q,
@@ -180,6 +181,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .row_stride = hrow,
                 .scale = scale,
                 .window = j->window,
+                .sink = sink,
                 .out = o,
                 .scratch = scratch,
             };
@@ -203,6 +205,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .scale = scale,
                 .acc_f32 = attn_acc_f32(pos),
                 .window = j->window,
+                .sink = sink,
                 .out = o,
                 .scratch = scratch,
             };
@@ -233,7 +236,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 kk_scale_axpy_f32(oh, 1.0f, vs, vr, hd);
                 S = S * ms + vs;
             }
-            float inv = 1.0f / S;
+            float inv = kk_attn_inv(S, M, sink ? sink + hh : NULL);
             for (int d = 0; d < hd; d++) oh[d] *= inv;
         }
     }
@@ -244,7 +247,7 @@ void kl_attn_run_opts(kiln_context *c, const kk_ops *ops, int ord, const float *
     (void)n; /* the tiles cover the batch */
     const int window = o && o->window > 0 ? o->window : 0;
     const float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)kl_kv_hd(&c->kv, ord));
-    attn_job aj = {c, ops, ord, window, scale, q, out, 0};
+    attn_job aj = {c, ops, ord, window, scale, q, out, o ? o->sinks : NULL, 0};
     kpool_run_shared(c->pool, attn_task, &aj);
 }
 

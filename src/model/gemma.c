@@ -545,7 +545,7 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         kk_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
         kk_matmul_multi(c->pool, qkv, !L->has_kv ? 1 : L->wv.data ? 3 : 2, w->xn, n, c->mm_scratch);
         gm_step(&j, STEP_QKV);
-        const kl_attn_opts ao = {L->local ? d->window : 0, 1.0f};
+        const kl_attn_opts ao = {.window = L->local ? d->window : 0, .scale = 1.0f};
         kl_attn_run_opts(c, ops, L->ord, w->q, w->att, n, &ao);
         kk_matmul(c->pool, &L->wo, w->att, n, w->xn, E, c->mm_scratch);
         gm_step(&j, STEP_POST_ATTN);

@@ -19,12 +19,13 @@ static size_t head_row_bytes(int hd, int type) {
 }
 
 uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
+    const int runs = shape->v_in_k ? 1 : 2;
     if (!shape->layer_hd)
-        return (uint64_t)shape->n_attn_layer * (uint64_t)shape->n_head_kv * 2 *
+        return (uint64_t)shape->n_attn_layer * (uint64_t)shape->n_head_kv * runs *
                (uint64_t)head_row_bytes(shape->hd, type);
     uint64_t n = 0;
     for (int l = 0; l < shape->n_attn_layer; l++)
-        n += (uint64_t)shape->layer_n_head_kv[l] * 2 * (uint64_t)head_row_bytes(shape->layer_hd[l], type);
+        n += (uint64_t)shape->layer_n_head_kv[l] * runs * (uint64_t)head_row_bytes(shape->layer_hd[l], type);
     return n;
 }
 
@@ -36,6 +37,7 @@ int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_
     kv->n_layer = shape->n_attn_layer;
     kv->n_head_kv = shape->n_head_kv;
     kv->hd = shape->hd; /* keys and values have the same head size */
+    kv->v_in_k = shape->v_in_k;
     const size_t nl = kv->n_layer > 0 ? (size_t)kv->n_layer : 1;
     kv->l_hkv = malloc(nl * sizeof *kv->l_hkv);
     kv->l_hd = malloc(nl * sizeof *kv->l_hd);
@@ -51,7 +53,7 @@ int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_
         kv->l_hd[l] = shape->layer_hd ? shape->layer_hd[l] : shape->hd;
         kv->l_hrow[l] = head_row_bytes(kv->l_hd[l], type);
         kv->l_off[l] = kv->block_bytes;
-        kv->block_bytes += 2 * (size_t)kv->l_hkv[l] * KL_KV_BLOCK * kv->l_hrow[l];
+        kv->block_bytes += (kv->v_in_k ? 1 : 2) * (size_t)kv->l_hkv[l] * KL_KV_BLOCK * kv->l_hrow[l];
     }
     kv->n_seq = n_seq;
     kv->max_blocks_per_seq = (n_ctx + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
@@ -212,7 +214,9 @@ static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
         const size_t run = (size_t)KL_KV_BLOCK * kv->l_hrow[l], bytes = (size_t)n * kv->l_hrow[l];
         for (int h = 0; h < kv->l_hkv[l]; h++) {
             memcpy((uint8_t *)kl_kv_kblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_kblock(kv, l, src) + h * run, bytes);
-            memcpy((uint8_t *)kl_kv_vblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_vblock(kv, l, src) + h * run, bytes);
+            if (!kv->v_in_k)
+                memcpy((uint8_t *)kl_kv_vblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_vblock(kv, l, src) + h * run,
+                       bytes);
         }
     }
 }
@@ -348,9 +352,10 @@ void kl_kv_append_block(kl_kv *kv, int seq, int32_t b, int32_t len) {
 }
 
 /* Block-major: a block holds, layer by layer, its K then its V run
- * (n_head_kv * KL_KV_BLOCK head rows each), so a sequence's cache is
- * its blocks and nothing else: huge pages (the mapping asks for them) are
- * filled by the blocks in use, and one TLB entry covers about a block. */
+ * (n_head_kv * KL_KV_BLOCK head rows each; the K run alone when V is in
+ * K), so a sequence's cache is its blocks and nothing else: huge pages (the
+ * mapping asks for them) are filled by the blocks in use, and one TLB entry
+ * covers about a block. */
 /* bytes of one layer's K (or V) run in a block */
 static size_t run_bytes(const kl_kv *kv, int layer) {
     return (size_t)kv->l_hkv[layer] * KL_KV_BLOCK * kv->l_hrow[layer];
@@ -363,7 +368,7 @@ void *kl_kv_kblock(const kl_kv *kv, int layer, int32_t b) {
 }
 
 void *kl_kv_vblock(const kl_kv *kv, int layer, int32_t b) {
-    return (uint8_t *)kl_kv_kblock(kv, layer, b) + run_bytes(kv, layer);
+    return (uint8_t *)kl_kv_kblock(kv, layer, b) + (kv->v_in_k ? 0 : run_bytes(kv, layer));
 }
 
 static size_t head_off(const kl_kv *kv, int layer, int64_t cell, int h) {

@@ -25,6 +25,12 @@
 
 static const char *const k_tags[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
 
+/* 1 when text is one token of m's vocabulary (read as special). */
+static int one_token(kiln_model *m, const char *text) {
+    int32_t ids[4];
+    return kiln_tokenize(m, text, strlen(text), 0, 1, ids, 4) == 1;
+}
+
 void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think) {
     memset(g, 0, sizeof *g);
     g->m = m;
@@ -32,6 +38,7 @@ void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think) {
     g->split_think = g->split_tools = 1;
     g->mode = start_in_think ? 1 : 0;
     g->stop_hit = -1;
+    g->harmony = one_token(m, "<|channel|>") && one_token(m, "<|message|>") && one_token(m, "<|end|>");
     g->tool_calls = json_array();
     g->logprobs = json_array();
     if (!g->dt || !g->tool_calls || !g->logprobs) { /* the request fails before its first token */
@@ -50,6 +57,7 @@ void ks_gen_free(ks_gen *g) {
     ks_buf_free(&g->sbuf);
     ks_buf_free(&g->pbuf);
     ks_buf_free(&g->tool);
+    ks_buf_free(&g->h_hdr);
     ks_toolscan_free(&g->ts);
     ks_xmlscan_free(&g->xs);
     json_decref(g->tools);
@@ -176,6 +184,153 @@ static void tool_done(ks_gen *g, int closed) {
     g->tool.len = 0;
 }
 
+/* ---- harmony ---- */
+
+static const char *const k_htags[] = {"<|end|>", "<|return|>", "<|call|>", "<|start|>", "<|channel|>"};
+enum { H_CHANNEL = 4 };   /* the one tag that opens a new header in place */
+enum { H_HDR_MAX = 512 }; /* a header longer than this is text, not a header */
+enum { HM_CALL = 2 };     /* g->mode of a call's body (content and reasoning: KS_D_*) */
+
+/* The word after key in header h (up to a space, '<' or the end). */
+static size_t hdr_word(const ks_buf *h, const char *key, const char **w) {
+    const char *p = h->len ? memmem(h->p, h->len, key, strlen(key)) : NULL;
+    if (!p) return 0;
+    p += strlen(key);
+    const char *e = p, *end = h->p + h->len;
+    while (e < end && *e != ' ' && *e != '<' && *e != '\n') e++;
+    *w = p;
+    return (size_t)(e - p);
+}
+
+/* A header is complete: the body's mode from its channel and recipient. */
+static void harmony_open(ks_gen *g) {
+    const char *ch = "", *to = "";
+    const size_t nch = hdr_word(&g->h_hdr, "<|channel|>", &ch), nto = hdr_word(&g->h_hdr, "to=", &to);
+    g->h_body = 1;
+    if (nto > 10 && !strncmp(to, "functions.", 10) && g->split_tools) {
+        snprintf(g->h_name, sizeof g->h_name, "%.*s", (int)(nto - 10), to + 10);
+        g->mode = HM_CALL;
+        g->tool.len = 0;
+        g->tool_open = 0;
+        g->args_sent = 0;
+        if (g->on_tool_part) {
+            g->tool_open = 1;
+            g->on_tool_part(g, g->n_tools, g->h_name, NULL, 0, g->user);
+        }
+        return;
+    }
+    /* analysis, and messages to a built-in tool, are reasoning */
+    const int reasoning = (nch == 8 && !strncmp(ch, "analysis", 8)) || nto > 0;
+    g->mode = reasoning && g->split_think ? KS_D_REASONING : KS_D_CONTENT;
+}
+
+/* A call's body ended (final: where the text ended): the call, its
+ * arguments parsed when they are JSON, else kept as a string. */
+static void harmony_call_done(ks_gen *g) {
+    const char *a = g->tool.p ? g->tool.p : "";
+    if (g->tool_open) {
+        const size_t end = g->tool.len;
+        if (end > g->args_sent) g->on_tool_part(g, g->n_tools, NULL, a + g->args_sent, end - g->args_sent, g->user);
+        if (!g->tool.len) g->on_tool_part(g, g->n_tools, NULL, "{}", 2, g->user);
+    }
+    json_error_t je;
+    json_t *args = g->tool.len ? json_loadb(a, g->tool.len, JSON_DECODE_ANY, &je) : json_object();
+    if (!args) args = ks_jstr(a, g->tool.len);
+    json_t *call = json_object();
+    json_object_set_new(call, "name", json_string(g->h_name));
+    json_object_set_new(call, "arguments", args);
+    json_array_append(g->tool_calls, call);
+    if (g->on_tool && !g->tool_open) g->on_tool(g, g->n_tools, call, g->user);
+    json_decref(call);
+    g->n_tools++;
+    g->tool_open = 0;
+    g->tool.len = 0;
+}
+
+/* Body text of the current message into its sink. */
+static void harmony_body(ks_gen *g, const char *s, size_t n) {
+    if (g->mode != HM_CALL) {
+        emit(g, g->mode, s, n);
+        return;
+    }
+    if (ks_buf_put(&g->tool, s, n)) return;
+    if (g->tool_open) {
+        const size_t end = whole_chars(g->tool.p, g->tool.len);
+        if (end > g->args_sent) {
+            g->on_tool_part(g, g->n_tools, NULL, g->tool.p + g->args_sent, end - g->args_sent, g->user);
+            g->args_sent = end;
+        }
+    }
+}
+
+/* Splits harmony messages (gen.h) into the sinks; a header's text is
+ * never shown, unless it grows past H_HDR_MAX without a <|message|> (a
+ * model writing plain text: it is content then). */
+static void parse_harmony(ks_gen *g, int final) {
+    size_t pos = 0;
+    while (pos < g->pbuf.len) {
+        const char *base = g->pbuf.p + pos;
+        const size_t len = g->pbuf.len - pos;
+        if (!g->h_body) {
+            const char *m = memmem(base, len, "<|message|>", 11);
+            /* a tag cut at the end waits for the rest */
+            const size_t upto = m       ? (size_t)(m - base)
+                                : final ? len
+                                        : len - ks_partial_suffix(base, len, "<|message|>");
+            if (ks_buf_put(&g->h_hdr, base, upto)) return;
+            pos += upto;
+            if (!m && !upto) break;
+            if (m) {
+                pos += 11;
+                harmony_open(g);
+                g->h_hdr.len = 0;
+            } else if (g->h_hdr.len > H_HDR_MAX) {
+                g->h_body = 1;
+                g->mode = KS_D_CONTENT;
+                emit(g, KS_D_CONTENT, g->h_hdr.p, g->h_hdr.len);
+                g->h_hdr.len = 0;
+            }
+            continue;
+        }
+        const char *hit = NULL;
+        int which = -1;
+        for (int i = 0; i < (int)(sizeof k_htags / sizeof k_htags[0]); i++) {
+            const char *h = memmem(base, len, k_htags[i], strlen(k_htags[i]));
+            if (h && (!hit || h < hit)) {
+                hit = h;
+                which = i;
+            }
+        }
+        size_t upto = hit ? (size_t)(hit - base) : len;
+        if (!hit && !final) {
+            size_t hold = 0;
+            for (int i = 0; i < (int)(sizeof k_htags / sizeof k_htags[0]); i++) {
+                const size_t k = ks_partial_suffix(base, len, k_htags[i]);
+                if (k > hold) hold = k;
+            }
+            upto = len - hold;
+        }
+        harmony_body(g, base, upto);
+        pos += upto;
+        if (!hit) break;
+        if (which != H_CHANNEL) pos += strlen(k_htags[which]); /* <|channel|> stays: the header's start */
+        if (g->mode == HM_CALL) harmony_call_done(g);
+        g->h_body = 0;
+        g->mode = KS_D_CONTENT;
+    }
+    if (final) {
+        if (g->h_body && g->mode == HM_CALL)
+            harmony_call_done(g);
+        else if (!g->h_body && g->h_hdr.len && !memmem(g->h_hdr.p, g->h_hdr.len, "<|", 2))
+            emit(g, KS_D_CONTENT, g->h_hdr.p, g->h_hdr.len); /* plain text, never a header */
+        g->h_hdr.len = 0;
+        g->h_body = 0;
+        g->mode = KS_D_CONTENT;
+    }
+    memmove(g->pbuf.p, g->pbuf.p + pos, g->pbuf.len - pos);
+    g->pbuf.len -= pos;
+}
+
 /* Splits text by tags into the current mode's sink. */
 static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
     if (!g->split_think && !g->split_tools && g->mode == 0) {
@@ -183,6 +338,10 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
         return;
     }
     if (ks_buf_put(&g->pbuf, s, n)) return; /* ks_gen_text fails the generation */
+    if (g->harmony) {
+        parse_harmony(g, final);
+        return;
+    }
     size_t pos = 0;
     for (;;) {
         const char *base = g->pbuf.p + pos;
@@ -292,8 +451,8 @@ int ks_gen_text(ks_gen *g, const char *s, size_t n, int final) {
     /* text held back that found no memory: the generation fails rather
      * than send a cut text */
     const ks_toolscan *ts = &g->ts;
-    if (g->sbuf.failed || g->pbuf.failed || g->tool.failed || ts->name.failed || ts->args.failed || ts->stack.failed ||
-        ts->key.failed || g->xs.name.failed || g->xs.args.failed) {
+    if (g->sbuf.failed || g->pbuf.failed || g->tool.failed || g->h_hdr.failed || ts->name.failed || ts->args.failed ||
+        ts->stack.failed || ts->key.failed || g->xs.name.failed || g->xs.args.failed) {
         snprintf(g->err, sizeof g->err, "out of memory");
         g->finish = KS_FIN_ERROR;
         return 1;

@@ -68,8 +68,14 @@ typedef struct ks_gen {
     int split_think;  /* 1: <think>...</think> is reasoning, else content as written */
     int split_tools;  /* 1: <tool_call>...</tool_call> is a call, else content as written */
     int after_think;  /* 1: </think> passed and no content yet; blank space here is not content */
-    int finish;       /* KS_FIN_* once over */
-    int stop_hit;     /* index in stops of the string that ended it, or -1 */
+    /* the harmony format (gpt-oss): <|channel|>NAME [to=RECIPIENT]<|message|>BODY<|end|> messages,
+     * analysis as reasoning, final and commentary as content, to=functions.NAME as calls */
+    int harmony;     /* 1: the model writes harmony (its vocabulary has the tokens) */
+    int h_body;      /*   0: reading a message's header, 1: its body */
+    ks_buf h_hdr;    /*   the header so far */
+    char h_name[96]; /*   the called function, in a call's body */
+    int finish;      /* KS_FIN_* once over */
+    int stop_hit;    /* index in stops of the string that ended it, or -1 */
     int n_tools;
     json_t *tool_calls; /* array of {name, arguments(obj)} parsed */
     json_t *logprobs;   /* pending logprob entries (OpenAI shape) */

@@ -1,0 +1,317 @@
+/*
+ * The gpt-oss family (OpenAI's open-weight mixture-of-experts models).
+ * Every layer is
+ *
+ *   x += Wo attn(rope(Wq xn + bq), rope(Wk xn + bk), Wv xn + bv) + bo,   xn = rms(x) * attn_norm
+ *   x += moe(xn),                                                         xn = rms(x) * post_attention_norm
+ *
+ * with NeoX RoPE over the whole head (YaRN from the file's rope scaling, the
+ * same on every layer) and attention scale 1/sqrt(hd).  Each head's softmax
+ * has one more logit, the layer's learned sink (attn_sinks [n_head]), that
+ * adds no value (kl_attn_opts).  Layers il with il % period < period - 1
+ * (attention.sliding_window_pattern, default 2: the even layers) see only
+ * the last attention.sliding_window positions.  The FFN is
+ * model/moe.h's with gpt-oss's variants: router and expert biases, the
+ * softmax over the top expert_used_count logits only, and the clamped
+ * SwiGLU kk_swiglu_oai (alpha 1.702, limit 7).
+ * Shapes of the activations (per token row):
+ *   x, xn  [n_embd]          residual stream and its normalized copy
+ *   q, att [n_head * hd]     queries, attention output
+ *   k, v   [n_head_kv * hd]  this batch's keys/values before caching
+ *   y      [n_embd]          the FFN's output
+ * Every buffer is sized for n_batch tokens when the context is made, so a
+ * decode step allocates nothing.
+ */
+#include "model/decoder.h"
+#include "model/moe.h"
+#include "quant/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const kl_arch k_archs[] = {
+    {"gpt-oss", &kl_family_gptoss, 0, 0}, /* gpt-oss-20b, gpt-oss-120b */
+};
+
+typedef struct gptoss_layer {
+    const float *attn_norm;    /* [n_embd] */
+    kk_mat wq, wk, wv, wo;     /* q: n_embd -> n_head*hd, k/v: n_embd -> n_head_kv*hd, o: n_head*hd -> n_embd */
+    const float *bq, *bk, *bv; /* [n_head*hd], [n_head_kv*hd] x2 */
+    const float *bo;           /* [n_embd] */
+    const float *ffn_norm;     /* [n_embd]: post_attention_norm, in front of the MoE */
+    kl_moe_layer ex;
+} gptoss_layer;
+
+typedef struct gptoss_model {
+    gptoss_layer *layers;
+    const float **sinks; /* [n_layer] of [n_head] */
+    uint8_t *swa;        /* [n_layer] 1: a sliding-window layer */
+    int n_swa;           /* the window in positions, 0: none */
+    kl_moe_hp moe;
+    kk_mat *experts; /* [n_layer][3][n_expert] views of the expert tensors */
+} gptoss_model;
+
+/* ---------------------------------------------------------------- binding */
+
+static int gptoss_bind(kiln_model *m, char *err, size_t errlen) {
+    kl_hparams *hp = &m->hp;
+    gptoss_model *d = calloc(1, sizeof *d);
+    m->fam = d;
+    if (!d) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    /* the head is rope.dimension_count wide, all of it rotated */
+    if (hp->rope.n_rot != hp->hd_k) {
+        snprintf(err, errlen, "rope.dimension_count %d differs from the head size %d", hp->rope.n_rot, hp->hd_k);
+        return -1;
+    }
+    hp->rope.neox = 1;
+    if (kl_moe_read_hparams(m, &d->moe, err, errlen)) return -1;
+    if (!d->moe.n_expert) {
+        snprintf(err, errlen, "%s without expert_count", m->arch_name);
+        return -1;
+    }
+    d->moe.F_sh = 0; /* no shared expert */
+    d->moe.gating = KL_MOE_TOPK_SOFTMAX;
+    d->moe.act = KL_MOE_SWIGLU_OAI;
+    const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", 0);
+    const int64_t period = kl_meta_int(m, "attention.sliding_window_pattern", 2);
+    if (n_swa < 0 || n_swa > (1 << 30) || period < 0 || period > 1024) {
+        snprintf(err, errlen, "bad attention.sliding_window %lld / sliding_window_pattern %lld", (long long)n_swa,
+                 (long long)period);
+        return -1;
+    }
+    d->n_swa = (int)n_swa;
+    d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
+    d->sinks = calloc((size_t)hp->n_layer, sizeof *d->sinks);
+    d->swa = calloc((size_t)hp->n_layer, 1);
+    d->experts = calloc((size_t)hp->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
+    if (!d->layers || !d->sinks || !d->swa || !d->experts) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < hp->n_layer; i++) d->swa[i] = n_swa > 0 && (period == 0 || i % period < period - 1);
+    kl_binder B = {m, err, errlen, 0};
+    const int64_t E = hp->n_embd;
+    m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
+    hp->n_vocab = (int)m->tok_embd.nrows;
+    m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
+    m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 0);
+    const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
+    for (int i = 0; i < hp->n_layer && !B.failed; i++) {
+        gptoss_layer *l = &d->layers[i];
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
+        l->attn_norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
+        l->wq = kl_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
+        l->wk = kl_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
+        l->wv = kl_bind_mat(&B, NAME("attn_v.weight"), E, nkv, 0);
+        l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
+        l->bq = kl_bind_vec(&B, NAME("attn_q.bias"), nq, 0);
+        l->bk = kl_bind_vec(&B, NAME("attn_k.bias"), nkv, 0);
+        l->bv = kl_bind_vec(&B, NAME("attn_v.bias"), nkv, 0);
+        l->bo = kl_bind_vec(&B, NAME("attn_output.bias"), E, 0);
+        d->sinks[i] = kl_bind_vec(&B, NAME("attn_sinks.weight"), hp->n_head, 0);
+        l->ffn_norm = kl_bind_vec(&B, NAME("post_attention_norm.weight"), E, 0);
+        kl_moe_bind(&B, m, &d->moe, i, &l->ex, d->experts + (size_t)i * 3 * d->moe.n_expert);
+        if (!B.failed && (!l->ex.router_b || !l->ex.b_gate || !l->ex.b_up || !l->ex.b_down))
+            kl_bind_fail(&B, "layer %d: the router and every expert product need a bias", i);
+#undef NAME
+    }
+    if (B.failed) return -1;
+    /* a decode step reads one token's experts, not all of them */
+    m->active_bytes = kl_moe_active_bytes(m, &d->moe, hp->n_layer);
+    return 0;
+}
+
+static void gptoss_free(kiln_model *m) {
+    gptoss_model *d = m->fam;
+    if (!d) return;
+    free(d->layers);
+    free(d->sinks);
+    free(d->swa);
+    free(d->experts);
+    free(d);
+}
+
+static void gptoss_weights(kiln_model *m, kl_weights *w) {
+    const kl_hparams *hp = &m->hp;
+    gptoss_model *d = m->fam;
+    const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
+    kl_weights_mat(w, &m->output);
+    kl_weights_vec(w, &m->out_norm, hp->n_embd);
+    for (int i = 0; i < hp->n_layer; i++) {
+        gptoss_layer *l = &d->layers[i];
+        kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo};
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
+        kl_moe_weights(m, &d->moe, &l->ex, w);
+        const float **v[] = {&l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv, &l->bo, &d->sinks[i]};
+        const int64_t vl[] = {hp->n_embd, hp->n_embd, nq, nkv, nkv, hp->n_embd, hp->n_head};
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) kl_weights_vec(w, v[k], vl[k]);
+    }
+}
+
+static void gptoss_seq_shape(const kiln_model *m, kl_seq_shape *s) {
+    memset(s, 0, sizeof *s);
+    s->n_attn_layer = m->hp.n_layer;
+    s->n_head_kv = m->hp.n_head_kv;
+    s->hd = m->hp.hd_k;
+}
+
+/* ------------------------------------------------------------ activations */
+
+typedef struct gptoss_ws {
+    float *x, *xn, *q, *k, *v, *att, *y;
+    kl_moe_ws ex;
+} gptoss_ws;
+
+static void gptoss_ctx_free(kiln_context *c) {
+    gptoss_ws *w = c->ws;
+    if (w) {
+        float *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->y};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+        kl_moe_ws_free(&w->ex);
+        free(w);
+    }
+    free(c->mm_scratch);
+    c->ws = c->mm_scratch = NULL;
+}
+
+static int gptoss_ctx_init(kiln_context *c) {
+    const kl_hparams *hp = &c->m->hp;
+    const gptoss_model *d = c->m->fam;
+    gptoss_ws *w = calloc(1, sizeof *w);
+    c->ws = w;
+    if (!w) return -1;
+    const size_t B = (size_t)c->p.n_batch, E = (size_t)hp->n_embd;
+    const size_t nq = (size_t)hp->n_head * hp->hd_k, nkv = (size_t)hp->n_head_kv * hp->hd_k;
+    struct {
+        float **p;
+        size_t n;
+    } bufs[] = {
+        {&w->x, B * E},   {&w->xn, B * E},   {&w->q, B * nq}, {&w->k, B * nkv},
+        {&w->v, B * nkv}, {&w->att, B * nq}, {&w->y, B * E},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (!(*bufs[i].p = malloc(bufs[i].n * sizeof(float)))) return -1;
+    if (kl_moe_ws_init(&w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
+    size_t maxk = E > nq ? E : nq;
+    if ((size_t)kl_moe_mm_cols(&d->moe) > maxk) maxk = (size_t)kl_moe_mm_cols(&d->moe);
+    c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, kl_moe_mm_rows(&d->moe, c->p.n_batch)));
+    return c->mm_scratch ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* The per-token element-wise steps between the matrix products, over a
+ * token range; on the pool when the batch pays for the hand-off. */
+enum tok_step { STEP_ATTN_NORM, STEP_QK_ROPE_STORE, STEP_RESID_FFN_NORM, STEP_RESID };
+
+typedef struct tok_job {
+    kiln_context *c;
+    const kk_ops *ops;
+    const gptoss_layer *L;
+    int layer;
+    int n_tok;
+    enum tok_step step;
+} tok_job;
+
+static void tok_range(const tok_job *j, int i0, int i1) {
+    kiln_context *c = j->c;
+    gptoss_ws *w = c->ws;
+    const kl_hparams *hp = &c->m->hp;
+    const kk_ops *ops = j->ops;
+    const gptoss_layer *L = j->L;
+    const int E = hp->n_embd, hd = hp->hd_k;
+    const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
+    for (int i = i0; i < i1; i++) {
+        float *x = w->x + (size_t)i * E, *xn = w->xn + (size_t)i * E;
+        switch (j->step) {
+        case STEP_ATTN_NORM: ops->rmsnorm(xn, x, L->attn_norm, E, hp->eps); break;
+        case STEP_QK_ROPE_STORE: {
+            float *qi = w->q + (size_t)i * nq, *ki = w->k + (size_t)i * nkv, *vi = w->v + (size_t)i * nkv;
+            kk_add(qi, L->bq, (int)nq);
+            kk_add(ki, L->bk, (int)nkv);
+            kk_add(vi, L->bv, (int)nkv);
+            const float *cs = c->rope_cs + (size_t)i * hp->rope.n_rot;
+            ops->rope_neox(cs, qi, hp->n_head, hd, hp->rope.n_rot);
+            ops->rope_neox(cs, ki, hp->n_head_kv, hd, hp->rope.n_rot);
+            kl_attn_store(c, ops, j->layer, i, ki, vi);
+            break;
+        }
+        case STEP_RESID_FFN_NORM: /* x += attention output + bo (in xn), then normalize */
+            kk_add(xn, L->bo, E);
+            ops->add(x, xn, E);
+            ops->rmsnorm(xn, x, L->ffn_norm, E, hp->eps);
+            break;
+        case STEP_RESID: ops->add(x, w->y + (size_t)i * E, E); break;
+        }
+    }
+}
+
+static void tok_task(void *ud, int ith, int nth) {
+    const tok_job *j = ud;
+    long lo, hi;
+    kpool_range(j->n_tok, ith, nth, &lo, &hi);
+    tok_range(j, (int)lo, (int)hi);
+}
+
+/* Batches below this many tokens do the element-wise steps on the calling
+ * thread: a pool hand-off costs about as much as a few tokens' work. */
+#define TOK_PAR_MIN 4
+
+static void tok_step(tok_job *j, enum tok_step step) {
+    j->step = step;
+    if (j->n_tok >= TOK_PAR_MIN)
+        kpool_run(j->c->pool, tok_task, j);
+    else
+        tok_range(j, 0, j->n_tok);
+}
+
+static kiln_status gptoss_forward(kiln_context *c, const kiln_batch *b, int n_out) {
+    const kiln_model *m = c->m;
+    const kl_hparams *hp = &m->hp;
+    const gptoss_model *d = m->fam;
+    gptoss_ws *w = c->ws;
+    const int n = b->n, E = hp->n_embd;
+    const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
+    const kk_ops *ops = kk_ops_best();
+
+    kl_attn_prepare(c, n);
+    for (int i = 0; i < n; i++) kk_get_row(&m->tok_embd, b->token[i], w->x + (size_t)i * E);
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const gptoss_layer *L = &d->layers[l];
+        tok_job tj = {c, ops, L, l, n, STEP_ATTN_NORM};
+        tok_step(&tj, STEP_ATTN_NORM);
+        kk_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
+        kk_matmul_multi(c->pool, qkv, 3, w->xn, n, c->mm_scratch);
+        tok_step(&tj, STEP_QK_ROPE_STORE);
+        const kl_attn_opts ao = {.window = d->swa[l] ? d->n_swa : 0, .sinks = d->sinks[l]};
+        kl_attn_run_opts(c, ops, l, w->q, w->att, n, &ao);
+        kk_matmul(c->pool, &L->wo, w->att, n, w->xn, E, c->mm_scratch);
+        tok_step(&tj, STEP_RESID_FFN_NORM);
+        kl_moe_ffn(c, ops, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
+        tok_step(&tj, STEP_RESID);
+    }
+
+    kl_batch_commit(c, n);
+    kl_batch_output(c, ops, w->x, n, n_out);
+    return KILN_OK;
+}
+
+const kl_family kl_family_gptoss = {
+    .name = "gptoss",
+    .archs = k_archs,
+    .n_archs = sizeof k_archs / sizeof k_archs[0],
+    .bind = gptoss_bind,
+    .free = gptoss_free,
+    .weights = gptoss_weights,
+    .seq_shape = gptoss_seq_shape,
+    .ctx_init = gptoss_ctx_init,
+    .ctx_free = gptoss_ctx_free,
+    .forward = gptoss_forward,
+};
