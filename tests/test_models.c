@@ -82,6 +82,22 @@ static int greedy(kiln_context *c, int n_vocab, const int32_t *prompt, int n_pro
     return 0;
 }
 
+/* A model names its backend at load: the CPU (or auto) runs; CUDA is one
+ * clear error while no build has it; anything else is a bad argument. */
+static void test_backend_choice(void) {
+    kiln_model_params mp = kiln_model_default_params();
+    kiln_model *m = NULL;
+    mp.backend = KILN_ENGINE_BACKEND_CPU;
+    CHECKF(kiln_model_load(STORIES, &mp, &m) == KILN_OK, "%s", kiln_last_error());
+    kiln_model_free(m);
+    m = NULL;
+    mp.backend = KILN_ENGINE_BACKEND_CUDA;
+    CHECK(kiln_model_load(STORIES, &mp, &m) == KILN_ERR_UNSUPPORTED && !m);
+    CHECK(strstr(kiln_last_error(), "CUDA") != NULL);
+    mp.backend = 77;
+    CHECK(kiln_model_load(STORIES, &mp, &m) == KILN_ERR_INVALID_ARG && !m);
+}
+
 static void test_stories(void) {
     kiln_model *m;
     CHECKF(kiln_model_load(STORIES, NULL, &m) == KILN_OK, "%s", kiln_last_error());
@@ -1341,12 +1357,13 @@ static void test_batch_invariance(void) {
 }
 
 int main(void) {
+    test_backend_choice();
     test_stories();
     for (size_t i = 0; i < sizeof k_fixtures / sizeof k_fixtures[0]; i++) test_fixture(&k_fixtures[i], 1);
     test_fixture(&k_fixtures[5], 0); /* llama-q4_0 in the file layout */
     test_toolcall();
     reference_cases("data/hybrid", 3);
-    reference_cases("data/arch", 14);
+    reference_cases("data/arch", 16);
     qwen3moe_quantized();
     hybrid_state("qwen35");
     hybrid_state("qwen35moe");

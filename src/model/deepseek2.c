@@ -262,7 +262,7 @@ static void ds_ctx_free(kiln_context *c) {
     if (w) {
         float *bufs[] = {w->x, w->xn, w->qa, w->q, w->kv, w->qn, w->qf, w->att, w->al, w->vo, w->gate, w->up, w->y};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
-        kl_moe_ws_free(&w->ex);
+        kl_moe_ws_free(c, &w->ex);
         free(w->outs);
         free(w->t0);
         free(w->nt);
@@ -308,7 +308,7 @@ static int ds_ctx_init(kiln_context *c) {
     w->t0 = malloc(H * sizeof *w->t0);
     w->nt = malloc(H * sizeof *w->nt);
     if (!w->outs || !w->t0 || !w->nt) return -1;
-    if (moe && kl_moe_ws_init(&w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
+    if (moe && kl_moe_ws_init(c, &w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
     /* the largest product's scratch: inputs of n_embd, q_lora_rank, H * Dv
      * and n_ff columns over the batch, the per-head ones over H rows per
      * token, the experts' over their routed rows */
@@ -469,7 +469,7 @@ static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         kk_matmul(c->pool, &L->wo, w->vo, n, w->xn, E, c->mm_scratch);
         ds_step(&j, STEP_FFN_NORM);
         if (moe) {
-            kl_moe_ffn(c, ops, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
+            kl_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
             ds_step(&j, STEP_RESID);
             continue;
         }
