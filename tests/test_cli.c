@@ -933,6 +933,12 @@ int main(void) {
     CHECKF(rc == 0 && o && !strcmp(o, "ised Onceer\xe2\x82\xac heq6w stke dayNily L~"), "run gemma3: '%s'", o ? o : "");
     free(o);
     free(e);
+    /* the F32 cache's attention loop (its own window test) gives the same text */
+    rc = run("run -m data/arch/gemma3-f32.gguf -p 'Mia opened the garden gate' -n 16 --temp 0 --kv-f32", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, "ised Onceer\xe2\x82\xac heq6w stke dayNily L~"), "run gemma3 --kv-f32: '%s'",
+           o ? o : "");
+    free(o);
+    free(e);
     rc = run("run -m data/arch/gemma4-f32.gguf -p 'A quiet river runs through' -n 16 --temp 0", &o, &e);
     CHECKF(rc == 0 && o && !strcmp(o, " llpp[? bigt\xe2\x80\xa6pp hadUL[pp[t"), "run gemma4: '%s'", o ? o : "");
     free(o);

@@ -371,6 +371,7 @@ int main(void) {
     test_model_load(MODEL);
     test_model_load("data/arch/qwen3moe-f32.gguf");  /* a mixture of experts */
     test_model_load("data/arch/deepseek2-f16.gguf"); /* MLA, a shared expert */
+    test_model_load("data/arch/gemma4-f32.gguf");    /* per-layer KV shapes, shared caches */
     test_store_install();
     test_server();
     curl_global_cleanup();

@@ -45,6 +45,7 @@
 #include "quant/quant.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,20 +123,28 @@ int kl_gemma_rope_local(const kiln_model *m, int n_rot, kk_rope *r, char *err, s
     return 0;
 }
 
-/* ggml's gelu, then its table's rounding (input and output F16). */
-static float gelu_tab(float x) {
-    if (x <= -10.0f) return 0.0f;
-    if (x >= 10.0f) return x;
-    const float f = kq_f16_to_f32(kq_f32_to_f16(x));
+/* ggml's gelu of an F16 input, rounded to F16: its table's entry. */
+static float gelu_entry(uint16_t h) {
+    const float f = kq_f16_to_f32(h);
     const float g = 0.5f * f * (1.0f + tanhf(0.79788456080286535587989211986876f * f * (1.0f + 0.044715f * f * f)));
     return kq_f16_to_f32(kq_f32_to_f16(g));
 }
 
+/* The table of every F16 input's entry (256 KiB), made once: a lookup per
+ * element instead of a tanhf. */
+static float g_gelu[1 << 16];
+static pthread_once_t g_gelu_once = PTHREAD_ONCE_INIT;
+static void gelu_init(void) {
+    for (uint32_t h = 0; h < (1u << 16); h++) g_gelu[h] = gelu_entry((uint16_t)h);
+}
+
 void kl_gemma_geglu(float *g, const float *u, int n) {
+    pthread_once(&g_gelu_once, gelu_init);
     for (int i = 0; i < n; i++) {
         const float x = g[i];
-        /* at x >= 10 ggml multiplies x itself (no table) */
-        g[i] = u ? (x >= 10.0f ? x * u[i] : gelu_tab(x) * u[i]) : gelu_tab(x);
+        /* ggml: 0 at x <= -10, x itself at x >= 10, the table between */
+        const float y = x <= -10.0f ? 0.0f : x >= 10.0f ? x : g_gelu[kq_f32_to_f16(x)];
+        g[i] = u ? y * u[i] : y;
     }
 }
 
@@ -210,8 +219,8 @@ static int gm_shapes(kiln_model *m, gm_model *d, char *err, size_t errlen) {
         y->has_kv = l < d->n_kv;
         y->ord = y->has_kv ? l : d->n_kv - (y->local ? 2 : 1);
         if (!y->has_kv) {
-            const gm_layer *src = &d->layers[y->ord];
-            if (y->ord < 0 || src->local != y->local || src->hd != y->hd || src->n_head_kv != y->n_head_kv) {
+            const gm_layer *src = y->ord >= 0 ? &d->layers[y->ord] : NULL;
+            if (!src || src->local != y->local || src->hd != y->hd || src->n_head_kv != y->n_head_kv) {
                 snprintf(err, errlen, "%s: layer %d shares the cache of layer %d, which differs from it", m->arch_name,
                          l, y->ord);
                 rc = -1;
@@ -282,6 +291,12 @@ static int gm_bind(kiln_model *m, char *err, size_t errlen) {
     }
     for (int i = 0; i < hp->n_layer && !B.failed; i++) {
         gm_layer *l = &d->layers[i];
+        char moe[64];
+        snprintf(moe, sizeof moe, "blk.%d.ffn_gate_inp.weight", i);
+        if (gguf_find_tensor(m->gf, moe)) {
+            kl_bind_fail(&B, "%s: layer %d: mixture-of-experts layers are not supported", m->arch_name, i);
+            break;
+        }
         const int64_t hd = l->hd, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)l->n_head_kv * hd;
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)

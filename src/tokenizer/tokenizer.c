@@ -23,9 +23,11 @@ static const char *const k_eot_names[] = {
     "<\xef\xbd\x9c"
     "end" SPACE_MARK "of" SPACE_MARK "sentence\xef\xbd\x9c>",
 };
-/* Tokens that end generation whatever the metadata says. */
+/* Tokens that end generation whatever the metadata says (Gemma 4 ends a
+ * turn with <turn|>, and a tool call where its response would begin). */
 static const char *const k_eog_names[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",    "<|endoftext|>",
+    "<|eom_id|>", "<EOT>",      "<turn|>", "<|tool_response>",
 };
 
 static int32_t find(const ktok *t, const char *s) { return tok_strmap_get(&t->map, t, s, strlen(s)); }
