@@ -22,7 +22,7 @@ static void fill(float *x, size_t n, unsigned seed) {
 
 int main(void) {
     const kbe_backend *cpu = kbe_get(KBE_CPU);
-    CHECK(cpu != NULL && cpu->kind == KBE_CPU && !strcmp(cpu->name, "cpu"));
+    CHECK(cpu != NULL && cpu->kind == KBE_CPU && cpu->host_mem && !strcmp(cpu->name, "cpu"));
     CHECK(kbe_get(0) == NULL && kbe_get(2) == NULL); /* no other backend in this build */
     if (!cpu) return t_done();
     kq_init();

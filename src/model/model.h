@@ -379,7 +379,8 @@ struct kiln_context {
     int32_t *mtp_h_pos; /* [n_seq] position of the first kept row */
     int32_t *mtp_h_n;   /* [n_seq] rows kept */
     float *mtp_chain;   /* [n_seq][n_embd] each sequence's latest h' */
-    float *mtp_logits;  /* [n_seq][n_vocab] of the latest step */
+    float *mtp_logits;  /* [n_seq][n_vocab] of the latest step (host) */
+    float *mtp_lg_dev;  /* the same on the backend (= mtp_logits when its memory is the host's) */
     char err[512];
 };
 
