@@ -962,6 +962,27 @@ int main(void) {
     CHECKF(rc == 0 && o && !strcmp(o, "adime! said\"a~riX a veryitingGIved"), "run gpt-oss: '%s'", o ? o : "");
     free(o);
     free(e);
+    /* nemotron_h: Mamba-2, attention and relu^2 MLP blocks; the text holds
+     * U+00A0 and U+2019 */
+    rc = run("run -m data/arch/nemotron-h-f32.gguf -p 'A quiet river runs through' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, "ith up\xc2\xa0I day wV t rWen saidc\xe2\x80\x99idV"), "run nemotron_h: '%s'",
+           o ? o : "");
+    free(o);
+    free(e);
+    /* nemotron_h_moe: sigmoid-routed relu^2 experts with a shared expert */
+    rc = run("show data/arch/nemotron-h-moe-f16.gguf", &o, &e);
+    CHECKF(rc == 0 && o && strstr(o, "runnable:  yes: nemotron_h_moe, 5 layers") &&
+               strstr(o, "experts:   6, 2 used per token, width 24, shared expert width 48\n"),
+           "show nemotron_h_moe: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    rc = run("run -m data/arch/nemotron-h-moe-f16.gguf -p 'Yesterday the baker made' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o &&
+               !strcmp(o, "EWC2<` I I v fendadC\xc3\xb1"
+                          "ent"),
+           "run nemotron_h_moe: '%s'", o ? o : "");
+    free(o);
+    free(e);
 
     rc = run("bench -m ../models/stories260K.gguf -p 16 -n 8 -r 2 -t 1 -o json", &o, &e);
     CHECK(rc == 0);

@@ -760,7 +760,7 @@ static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
     fill(st0, (K - 1) * C, 2.0f);
     memcpy(sa, st0, sizeof sa);
     memcpy(sb, st0, sizeof sb);
-    kk_conv a = {NT, C, K, x, C, w, sa, C, ya, C};
+    kk_conv a = {NT, C, K, x, C, w, sa, C, ya, C, NULL};
     s->conv_silu(&a);
     /* token 1, channel 5, by hand: taps 0, 1 on the state rows 1, 2, taps 2, 3 on x_0, x_1 */
     float acc = 0.0f;
@@ -774,7 +774,7 @@ static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
     /* in pieces of 1, 2 and the rest: the same bits */
     const int cuts[] = {0, 1, 3, NT};
     for (int p = 0; p < 3; p++) {
-        kk_conv b = {cuts[p + 1] - cuts[p], C, K, x + cuts[p] * C, C, w, sb, C, yb + cuts[p] * C, C};
+        kk_conv b = {cuts[p + 1] - cuts[p], C, K, x + cuts[p] * C, C, w, sb, C, yb + cuts[p] * C, C, NULL};
         s->conv_silu(&b);
     }
     CHECK(memcmp(ya, yb, sizeof ya) == 0 && memcmp(sa, sb, sizeof sa) == 0);
@@ -783,7 +783,7 @@ static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
         enum { C0 = 40, CN = 37 };
         memcpy(sb, st0, sizeof sb);
         memset(yb, 0, sizeof yb);
-        kk_conv b = {NT, CN, K, x + C0, C, w + C0, sb + C0, C, yb + C0, C};
+        kk_conv b = {NT, CN, K, x + C0, C, w + C0, sb + C0, C, yb + C0, C, NULL};
         s->conv_silu(&b);
         int same = 1;
         for (int t = 0; t < NT; t++) same &= !memcmp(yb + t * C + C0, ya + t * C + C0, CN * sizeof(float));
@@ -792,7 +792,7 @@ static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
     }
     if (v != s) {
         memcpy(sb, st0, sizeof sb);
-        kk_conv b = {NT, C, K, x, C, w, sb, C, yb, C};
+        kk_conv b = {NT, C, K, x, C, w, sb, C, yb, C, NULL};
         v->conv_silu(&b);
         const double e = max_rel(yb, ya, NT * C);
         CHECKF(e < 1e-6, "conv_silu twin: rel err %g", e);
@@ -800,10 +800,100 @@ static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
         /* one token with a state of K - 1 rows: the decode step */
         memcpy(sa, st0, sizeof sa);
         memcpy(sb, st0, sizeof sb);
-        kk_conv c1 = {1, C, K, x, C, w, sa, C, ya, C}, c2 = {1, C, K, x, C, w, sb, C, yb, C};
+        kk_conv c1 = {1, C, K, x, C, w, sa, C, ya, C, NULL}, c2 = {1, C, K, x, C, w, sb, C, yb, C, NULL};
         s->conv_silu(&c1);
         v->conv_silu(&c2);
         CHECK(max_rel(yb, ya, C) < 1e-6 && memcmp(sa, sb, sizeof sa) == 0);
+    }
+}
+
+/* The convolution's bias: added after the taps' sum, before SiLU (checked
+ * by hand), on the reference and the twin. */
+static void test_conv_bias(const kk_ssm_ops *s, const kk_ssm_ops *v) {
+    enum { C = 19, K = 4, NT = 3 };
+    float x[NT * C], w[K * C], b[C], sa[(K - 1) * C], sb[(K - 1) * C], ya[NT * C], yb[NT * C];
+    fill(x, NT * C, 2.0f);
+    fill(w, K * C, 0.6f);
+    fill(b, C, 1.0f);
+    memset(sa, 0, sizeof sa);
+    memset(sb, 0, sizeof sb);
+    kk_conv a = {NT, C, K, x, C, w, sa, C, ya, C, b};
+    s->conv_silu(&a);
+    /* token 2, channel 17: taps 1..3 on x_0..x_2, tap 0 on a zero state row */
+    float acc = 0.0f;
+    for (int k = 1; k < K; k++) acc += x[(k - 1) * C + 17] * w[k * C + 17];
+    acc += b[17];
+    CHECKF(fabsf(ya[2 * C + 17] - acc / (1.0f + expf(-acc))) <= 1e-6f * (1.0f + fabsf(acc)), "conv bias: %g vs %g",
+           ya[2 * C + 17], acc / (1.0f + expf(-acc)));
+    kk_conv c = {NT, C, K, x, C, w, sb, C, yb, C, b};
+    v->conv_silu(&c);
+    CHECKF(max_rel(yb, ya, NT * C) < 1e-6, "conv bias twin: rel err %g", max_rel(yb, ya, NT * C));
+}
+
+/* The Mamba-2 scan: the reference against the recurrence written out in
+ * double, a run against the same tokens in pieces (the carried state), and
+ * the twin against the reference, for state sizes with and without 8-lane
+ * tails. */
+static void test_ssd(const kk_ssm_ops *s, const kk_ssm_ops *v) {
+    enum { NT = 13, P = 6, NMAX = 21 };
+    static const int Ns[] = {8, 16, 21};
+    for (int ni = 0; ni < 3; ni++) {
+        const int NS = Ns[ni];
+        float x[NT * P], B[NT * NMAX], C[NT * NMAX], dt[NT], s0[P * NMAX], sa[P * NMAX], sb[P * NMAX];
+        float ya[NT * P], yb[NT * P];
+        double sd[P * NMAX];
+        fill(x, NT * P, 2.0f);
+        fill(B, NT * NS, 1.0f);
+        fill(C, NT * NS, 1.0f);
+        fill(s0, P * NS, 1.0f);
+        for (int t = 0; t < NT; t++) dt[t] = 0.05f + 0.5f * (1.0f + frand());
+        const float A = -0.7f, D = 0.3f;
+        memcpy(sa, s0, sizeof sa);
+        kk_ssd a = {NT, P, NS, x, P, B, C, (size_t)NS, dt, 1, A, D, sa, ya, P};
+        s->ssd_scan(&a);
+        double err = 0.0, mag = 0.0;
+        for (int i = 0; i < P * NS; i++) sd[i] = s0[i];
+        for (int t = 0; t < NT; t++) {
+            const double dA = exp((double)dt[t] * A);
+            for (int p = 0; p < P; p++) {
+                double y = 0.0;
+                for (int i = 0; i < NS; i++) {
+                    sd[p * NS + i] = sd[p * NS + i] * dA + (double)B[t * NS + i] * x[t * P + p] * dt[t];
+                    y += sd[p * NS + i] * C[t * NS + i];
+                }
+                y += (double)D * x[t * P + p];
+                err = fmax(err, fabs(y - ya[t * P + p]));
+                mag = fmax(mag, fabs(y));
+            }
+        }
+        CHECKF(err <= 1e-5 * (1.0 + mag), "ssd_scan vs double (NS %d): err %g of %g", NS, err, mag);
+        memcpy(sb, s0, sizeof sb);
+        const int cuts[] = {0, 1, 4, NT};
+        for (int c = 0; c < 3; c++) {
+            kk_ssd b = {cuts[c + 1] - cuts[c],
+                        P,
+                        NS,
+                        x + cuts[c] * P,
+                        P,
+                        B + cuts[c] * NS,
+                        C + cuts[c] * NS,
+                        (size_t)NS,
+                        dt + cuts[c],
+                        1,
+                        A,
+                        D,
+                        sb,
+                        yb + cuts[c] * P,
+                        P};
+            s->ssd_scan(&b);
+        }
+        CHECK(memcmp(ya, yb, sizeof ya) == 0 && memcmp(sa, sb, (size_t)P * NS * sizeof(float)) == 0);
+        memcpy(sb, s0, sizeof sb);
+        kk_ssd b = {NT, P, NS, x, P, B, C, (size_t)NS, dt, 1, A, D, sb, yb, P};
+        v->ssd_scan(&b);
+        CHECKF(max_rel(yb, ya, NT * P) < 1e-5, "ssd_scan twin (NS %d): rel err %g", NS, max_rel(yb, ya, NT * P));
+        CHECKF(max_rel(sb, sa, (size_t)P * NS) < 1e-5, "ssd_scan twin state (NS %d): rel err %g", NS,
+               max_rel(sb, sa, (size_t)P * NS));
     }
 }
 
@@ -995,6 +1085,8 @@ int main(void) {
         CHECK(ss != NULL && kk_ssm_ops_best() != NULL);
         if (ss) test_conv(ss, sv ? sv : ss);
         if (ss) test_gdn(ss, sv ? sv : ss);
+        if (ss) test_conv_bias(ss, sv ? sv : ss);
+        if (ss) test_ssd(ss, sv ? sv : ss);
         test_route();
     }
     test_tiles();

@@ -161,6 +161,7 @@ enum {
     KBE_MOE_TOPK_SOFTMAX = 1, /* gating: top k logits, softmax over just those k */
     KBE_MOE_SWIGLU = 0,       /* act: silu(g) * u */
     KBE_MOE_SWIGLU_OAI = 1,   /* act: the clamped SwiGLU kk_swiglu_oai, alpha 1.702, limit 7 */
+    KBE_MOE_RELU2 = 2,        /* act: relu(u)^2 with no gate product (experts and shared expert) */
 };
 
 typedef struct kbe_moe_hp {

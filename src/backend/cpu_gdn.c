@@ -94,7 +94,8 @@ static void conv_task(void *ud, int ith, int nth) {
                               state,
                               (size_t)a->conv_dim,
                               a->cv + (size_t)t * a->conv_dim + c0,
-                              (size_t)a->conv_dim};
+                              (size_t)a->conv_dim,
+                              NULL};
                 j->sops->conv_silu(&cv);
                 t = end;
             }
@@ -210,7 +211,7 @@ void kbe_cpu_gdn_replay(kbe_ctx *X, const kbe_gdn *a, int seq, int n) {
     const int r_kv = a->Hv / a->Hk;
     const float *in = a->roll + (size_t)seq * a->roll_stride + a->roll_off;
     float *st = live(a, seq) + a->conv_off;
-    kk_conv cv = {n, a->conv_dim, a->K, in, row, a->conv_w, st, (size_t)a->conv_dim, a->cv, (size_t)a->conv_dim};
+    kk_conv cv = {n, a->conv_dim, a->K, in, row, a->conv_w, st, (size_t)a->conv_dim, a->cv, (size_t)a->conv_dim, NULL};
     sops->conv_silu(&cv);
     for (int t = 0; t < n; t++)
         for (int hh = 0; hh < 2 * a->Hk; hh++)

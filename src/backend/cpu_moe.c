@@ -92,6 +92,14 @@ static void add_expert_bias(const moe_ws *w, const float *bias, float *rows, int
 /* The routed rows: xn of every (token, slot) copied into mx grouped by
  * expert, the experts' gate/up and down products over their groups, then
  * per token the weighted sum in slot order plus the gated shared expert. */
+/* x = relu(x)^2 over n. */
+static void relu_sq(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float r = x[i] > 0.0f ? x[i] : 0.0f;
+        x[i] = r * r;
+    }
+}
+
 void kbe_cpu_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, void *work, float *xn, float *y,
                      int n_embd, int n) {
     moe_ws *w = work;
@@ -99,14 +107,15 @@ void kbe_cpu_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, vo
     void *scratch = kbe_cpu_of(X)->mm_scratch;
     const int E = n_embd, NE = h->n_expert, KU = h->n_used, Fe = h->F_exp, Fs = h->F_sh;
     const int shared = L->s_up.data != NULL, gated = shared && L->s_gate_inp;
+    const int relu2 = h->act == KBE_MOE_RELU2; /* up alone, into mg and sg */
     /* the router, and the shared expert's products on the same input (its
      * gate vector as a one-row matrix) */
     const kk_mat sgi = {L->s_gate_inp, KQ_F32, E, 1, NULL};
     kk_mm_out o0[4] = {{&L->router, w->router, NE}};
     int n0 = 1;
     if (shared) {
-        o0[n0++] = (kk_mm_out){&L->s_gate, w->sg, Fs};
-        o0[n0++] = (kk_mm_out){&L->s_up, w->su, Fs};
+        if (!relu2) o0[n0++] = (kk_mm_out){&L->s_gate, w->sg, Fs};
+        o0[n0++] = (kk_mm_out){&L->s_up, relu2 ? w->sg : w->su, Fs};
         if (gated) o0[n0++] = (kk_mm_out){&sgi, w->sgl, 1};
     }
     kk_matmul_multi(X->pool, o0, n0, xn, n, scratch);
@@ -147,8 +156,9 @@ void kbe_cpu_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, vo
     for (int e = 0; e < NE; e++) {
         if (!w->e_count[e]) continue;
         const int32_t r0 = w->e_off[e], cnt = w->e_count[e];
-        for (int k = 0; k < 2; k++) {
-            w->outs[n_out] = (kk_mm_out){k ? &L->e_up[e] : &L->e_gate[e], (k ? w->mu : w->mg) + (size_t)r0 * Fe, Fe};
+        for (int k = relu2; k < 2; k++) {
+            w->outs[n_out] =
+                (kk_mm_out){k ? &L->e_up[e] : &L->e_gate[e], (k && !relu2 ? w->mu : w->mg) + (size_t)r0 * Fe, Fe};
             w->out_t0[n_out] = one ? 0 : r0;
             w->out_nt[n_out++] = cnt;
         }
@@ -159,8 +169,9 @@ void kbe_cpu_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, vo
                          n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, one ? xn : w->mx, one ? 1 : rows,
                          scratch);
     if (L->b_gate) add_expert_bias(w, L->b_gate, w->mg, Fe, NE);
-    if (L->b_up) add_expert_bias(w, L->b_up, w->mu, Fe, NE);
-    for (int r = 0; r < rows; r++)
+    if (L->b_up) add_expert_bias(w, L->b_up, relu2 ? w->mg : w->mu, Fe, NE);
+    if (relu2) relu_sq(w->mg, (size_t)rows * Fe);
+    for (int r = 0; r < rows && !relu2; r++)
         if (h->act == KBE_MOE_SWIGLU_OAI)
             kk_swiglu_oai(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe, 1.702f, 7.0f);
         else
@@ -178,7 +189,10 @@ void kbe_cpu_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, vo
                          n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, w->mg, rows, scratch);
     if (L->b_down) add_expert_bias(w, L->b_down, w->md, E, NE);
     if (shared) {
-        for (int t = 0; t < n; t++) ops->swiglu(w->sg + (size_t)t * Fs, w->su + (size_t)t * Fs, Fs);
+        if (relu2)
+            relu_sq(w->sg, (size_t)n * Fs);
+        else
+            for (int t = 0; t < n; t++) ops->swiglu(w->sg + (size_t)t * Fs, w->su + (size_t)t * Fs, Fs);
         kk_matmul(X->pool, &L->s_down, w->sg, n, y, E, scratch);
     }
     for (int t = 0; t < n; t++) {

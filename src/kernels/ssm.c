@@ -128,6 +128,7 @@ static void conv_silu_ref(const kk_conv *a) {
                     src < 0 ? a->state[(size_t)(K - 1 + src) * a->ldc + c] : a->x[(size_t)src * a->ldx + c];
                 acc += in * a->w[(size_t)k * a->ldc + c];
             }
+            if (a->bias) acc += a->bias[c];
             yt[c] = silu(acc);
         }
     }
@@ -239,10 +240,31 @@ static void gdn_chunk_ref(const kk_gdn *a) {
     }
 }
 
+static void ssd_scan_ref(const kk_ssd *a) {
+    const int P = a->P, N = a->N;
+    for (int t = 0; t < a->n; t++) {
+        const float *x = a->x + (size_t)t * a->ld_x, *B = a->B + (size_t)t * a->ld_bc, *C = a->C + (size_t)t * a->ld_bc;
+        const float dt = a->dt[(size_t)t * a->ld_dt], dA = expf(dt * a->A);
+        float *y = a->y + (size_t)t * a->ld_y;
+        for (int p = 0; p < P; p++) {
+            float *row = a->s + (size_t)p * N;
+            const float xdt = x[p] * dt;
+            float sum = 0.0f;
+            for (int i = 0; i < N; i++) {
+                const float st = row[i] * dA + B[i] * xdt;
+                sum += st * C[i];
+                row[i] = st;
+            }
+            y[p] = sum + x[p] * a->D;
+        }
+    }
+}
+
 const kk_ssm_ops kk_ssm_scalar = {
     .conv_silu = conv_silu_ref,
     .gdn_step = gdn_step_ref,
     .gdn_chunk = gdn_chunk_ref,
+    .ssd_scan = ssd_scan_ref,
 };
 
 const kk_ssm_ops *kk_ssm_ops_at(int isa) {

@@ -1,10 +1,11 @@
 /*
- * ssm — the kernels of a Gated DeltaNet layer (qwen35, qwen3next): the
- * causal depthwise convolution with its carried state, and the gated delta
- * rule in its recurrent form (one token after the other) and its chunked
- * form (KK_GDN_CHUNK tokens at a time as small matrix products).
- * All F32.  Each kernel has a scalar reference here and an AVX2 twin
- * (ssm_avx2.c); kk_ssm_ops_at() hands out one set or the other.
+ * ssm — the kernels of the recurrent layers: the causal depthwise
+ * convolution with its carried state (Gated DeltaNet and Mamba-2), the
+ * gated delta rule (qwen35, qwen3next) in its recurrent form (one token
+ * after the other) and its chunked form (KK_GDN_CHUNK tokens at a time as
+ * small matrix products), and the Mamba-2 selective-state scan
+ * (nemotron_h).  All F32.  Each kernel has a scalar reference here and an
+ * AVX2 twin (ssm_avx2.c); kk_ssm_ops_at() hands out one set or the other.
  */
 #ifndef KILN_SSM_H
 #define KILN_SSM_H
@@ -13,7 +14,7 @@
 #include <stdint.h>
 
 /* Causal depthwise convolution of K taps over n tokens of C channels, then
- * SiLU:  y[t][c] = silu(sum_k w[k][c] * in[t + k][c]), where in is the
+ * SiLU:  y[t][c] = silu(sum_k w[k][c] * in[t + k][c] + bias[c]), where in is the
  * previous K - 1 inputs (state) followed by x, and tap K - 1 meets the
  * current token.  The sum runs over k in order from 0, in float.
  *   x      [n] rows of ldx floats (channels 0..C-1 used)
@@ -34,6 +35,7 @@ typedef struct kk_conv {
     size_t ldc;
     float *y;
     size_t ldy;
+    const float *bias; /* [C] added after the taps' sum (Mamba-2's conv1d bias); NULL: none */
 } kk_conv;
 
 /* The gated delta rule of one value head over n tokens, state S [dv][dk]
@@ -76,10 +78,33 @@ static inline size_t kk_gdn_scratch(int dk, int dv) {
     return 3 * C * (size_t)dv + 2 * C * C + 2 * C + 16;
 }
 
+/* The Mamba-2 selective-state scan of one head over n tokens, state S
+ * [P][N] (row p belongs to channel p of the head), one scalar decay A < 0
+ * per head:
+ *   dA = e^(dt_t A);  S[p][i] = S[p][i] dA + B_t[i] (x_t[p] dt_t)
+ *   y_t[p] = sum_i S[p][i] C_t[i] + D x_t[p]
+ * dt_t is the step after softplus.  Per row the state update and the dot
+ * with C go together, i in order from 0, in float (ggml_ssm_scan's order:
+ * the product B x dt rounded as B (x dt)).  y may not alias x. */
+typedef struct kk_ssd {
+    int n, P, N;
+    const float *x; /* token t at x + t * ld_x: [P] */
+    size_t ld_x;
+    const float *B, *C; /* token t at B + t * ld_bc: [N] */
+    size_t ld_bc;
+    const float *dt; /* token t at dt[t * ld_dt] */
+    size_t ld_dt;
+    float A, D;
+    float *s; /* [P][N], updated */
+    float *y; /* token t at y + t * ld_y: [P] */
+    size_t ld_y;
+} kk_ssd;
+
 typedef struct kk_ssm_ops {
     void (*conv_silu)(const kk_conv *a);
     void (*gdn_step)(const kk_gdn *a);
     void (*gdn_chunk)(const kk_gdn *a);
+    void (*ssd_scan)(const kk_ssd *a);
 } kk_ssm_ops;
 
 /* The set of level isa (a KQ_ISA_* value; the AVX-512 level's is the AVX2

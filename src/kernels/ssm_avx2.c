@@ -11,6 +11,8 @@
  *              and k.q products four tokens per pass, the substitution
  *              and outputs as axpys over the value elements, the state
  *              update one pass per row, 64 elements at a time
+ *   ssd_scan   per state row: the update and the dot with C in one pass,
+ *              8 state elements per vector
  */
 #include "kernels/ssm.h"
 
@@ -40,11 +42,13 @@ static void conv_silu(const kk_conv *a) {
             __m256 acc = _mm256_setzero_ps();
             for (int k = 0; k < K; k++)
                 acc = _mm256_fmadd_ps(_mm256_loadu_ps(in[k] + c), _mm256_loadu_ps(a->w + (size_t)k * a->ldc + c), acc);
+            if (a->bias) acc = _mm256_add_ps(acc, _mm256_loadu_ps(a->bias + c));
             _mm256_storeu_ps(y + c, silu8(acc));
         }
         for (; c < C; c++) {
             float acc = 0.0f;
             for (int k = 0; k < K; k++) acc = fmaf(in[k][c], a->w[(size_t)k * a->ldc + c], acc);
+            if (a->bias) acc += a->bias[c];
             y[c] = acc / (1.0f + expf(-acc));
         }
     }
@@ -264,8 +268,39 @@ static void gdn_chunk(const kk_gdn *a) {
     }
 }
 
+static void ssd_scan(const kk_ssd *a) {
+    const int P = a->P, N = a->N;
+    for (int t = 0; t < a->n; t++) {
+        const float *x = a->x + (size_t)t * a->ld_x, *B = a->B + (size_t)t * a->ld_bc, *C = a->C + (size_t)t * a->ld_bc;
+        const float dt = a->dt[(size_t)t * a->ld_dt], dA = expf(dt * a->A);
+        const __m256 vdA = _mm256_set1_ps(dA);
+        float *y = a->y + (size_t)t * a->ld_y;
+        for (int p = 0; p < P; p++) {
+            float *row = a->s + (size_t)p * N;
+            const float xdt = x[p] * dt;
+            const __m256 vxdt = _mm256_set1_ps(xdt);
+            __m256 acc = _mm256_setzero_ps();
+            int i = 0;
+            for (; i + 8 <= N; i += 8) {
+                const __m256 st =
+                    _mm256_fmadd_ps(_mm256_loadu_ps(row + i), vdA, _mm256_mul_ps(_mm256_loadu_ps(B + i), vxdt));
+                acc = _mm256_fmadd_ps(st, _mm256_loadu_ps(C + i), acc);
+                _mm256_storeu_ps(row + i, st);
+            }
+            float sum = hsum8(acc);
+            for (; i < N; i++) {
+                const float st = fmaf(row[i], dA, B[i] * xdt);
+                sum = fmaf(st, C[i], sum);
+                row[i] = st;
+            }
+            y[p] = fmaf(x[p], a->D, sum);
+        }
+    }
+}
+
 const kk_ssm_ops kk_ssm_avx2 = {
     .conv_silu = conv_silu,
     .gdn_step = gdn_step,
     .gdn_chunk = gdn_chunk,
+    .ssd_scan = ssd_scan,
 };

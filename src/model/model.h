@@ -18,6 +18,8 @@
  *           row per token), routed and shared experts
  * gptoss.c  gpt-oss: attention with sinks, alternating sliding window,
  *           biased mixture-of-experts FFN
+ * nemotron.c nemotron_h, nemotron_h_moe: Mamba-2, attention and MLP or
+ *           mixture-of-experts blocks
  * bert.c    the bert encoder (embeddings only)
  * decoder.c what the decoder families share: the batch's positions,
  *           attention over the KV cache, the output head (decoder.h)
@@ -189,6 +191,7 @@ enum { KL_POOL_MEAN = 1, KL_POOL_CLS = 2, KL_POOL_LAST = 3, KL_POOL_RANK = 4 };
 extern const kl_family kl_family_dense;
 extern const kl_family kl_family_hybrid;
 extern const kl_family kl_family_gptoss;
+extern const kl_family kl_family_nemotron;
 extern const kl_family kl_family_bert;
 extern const kl_family kl_family_modernbert;
 extern const kl_family kl_family_gemma_embed;

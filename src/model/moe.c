@@ -70,7 +70,11 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
     l->e_up = views + ne;
     l->e_down = views + 2 * ne;
     const int64_t Fe = h->F_exp;
-    if (gguf_find_tensor(m->gf, NAME("ffn_gate_up_exps.weight"))) {
+    const int relu2 = h->act == KL_MOE_RELU2; /* no gate products */
+    if (relu2) {
+        l->e_gate = NULL;
+        kl_bind_mats3(B, NAME("ffn_up_exps.weight"), E, Fe, ne, l->e_up, 0);
+    } else if (gguf_find_tensor(m->gf, NAME("ffn_gate_up_exps.weight"))) {
         /* one [E, 2 Fe, n_expert] tensor: per expert the gate rows, then the up rows */
         if (kl_bind_mats3(B, n, E, 2 * Fe, ne, l->e_gate, 0))
             for (int e = 0; e < ne; e++) {
@@ -85,13 +89,13 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
     kl_bind_mats3(B, NAME("ffn_down_exps.weight"), Fe, E, ne, l->e_down, 0);
     l->router_b = kl_bind_vec(B, NAME("ffn_gate_inp.bias"), ne, 1);
     if (!gguf_find_tensor(m->gf, NAME("ffn_gate_up_exps.weight"))) {
-        l->b_gate = bias_rows(B, NAME("ffn_gate_exps.bias"), Fe, ne);
+        if (!relu2) l->b_gate = bias_rows(B, NAME("ffn_gate_exps.bias"), Fe, ne);
         l->b_up = bias_rows(B, NAME("ffn_up_exps.bias"), Fe, ne);
     }
     l->b_down = bias_rows(B, NAME("ffn_down_exps.bias"), E, ne);
     if (gguf_find_tensor(m->gf, NAME("ffn_up_shexp.weight"))) {
         const int64_t Fs = h->F_sh;
-        l->s_gate = kl_bind_mat(B, NAME("ffn_gate_shexp.weight"), E, Fs, 0);
+        if (!relu2) l->s_gate = kl_bind_mat(B, NAME("ffn_gate_shexp.weight"), E, Fs, 0);
         l->s_up = kl_bind_mat(B, NAME("ffn_up_shexp.weight"), E, Fs, 0);
         l->s_down = kl_bind_mat(B, NAME("ffn_down_shexp.weight"), Fs, E, 0);
         if (!h->sh_ungated) l->s_gate_inp = kl_bind_vec(B, NAME("ffn_gate_inp_shexp.weight"), E, 0);
@@ -103,9 +107,9 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
 void kl_moe_weights(const kiln_model *m, const kl_moe_hp *h, kl_moe_layer *l, kl_weights *w) {
     kk_mat *ms[] = {&l->s_gate, &l->s_up, &l->s_down};
     for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
-    if (l->e_gate)
+    if (l->e_up)
         for (int e = 0; e < h->n_expert; e++) {
-            kl_weights_mat(w, &l->e_gate[e]);
+            if (l->e_gate) kl_weights_mat(w, &l->e_gate[e]);
             kl_weights_mat(w, &l->e_up[e]);
             kl_weights_mat(w, &l->e_down[e]);
         }

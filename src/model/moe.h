@@ -1,6 +1,7 @@
 /*
  * moe — the mixture-of-experts FFN the decoder families share (hybrid.c's
- * qwen35moe and qwen3next, dense.c's qwen3moe):
+ * qwen35moe and qwen3next, dense.c's qwen3moe, nemotron.c's
+ * nemotron_h_moe):
  *
  *   out = sum_i w_i down_i(silu(gate_i xn) * up_i xn)
  *         [+ sigmoid(shexp_gate . xn) * shared(xn)  when the layer has a shared expert;
@@ -11,7 +12,8 @@
  * one (kk_moe_route); with sigmoid gating, a selection bias or expert groups
  * (DeepSeek-V3) kk_moe_route_sel's choice.
  * Variants (kl_moe_hp's gating and act, the layer's biases): the softmax
- * over the k largest logits only; a clamped SwiGLU; biases on the
+ * over the k largest logits only; a clamped SwiGLU; ungated relu^2
+ * experts (nemotron_h_moe); biases on the
  * router's logits and on each expert's three products (down's before the
  * weighting).
  * Only the selected experts' rows are read.  A family binds a layer's MoE
@@ -32,6 +34,7 @@ enum kl_moe_gating {
 enum kl_moe_act {
     KL_MOE_SWIGLU = KBE_MOE_SWIGLU,         /* silu(g) * u */
     KL_MOE_SWIGLU_OAI = KBE_MOE_SWIGLU_OAI, /* the clamped SwiGLU kk_swiglu_oai, alpha 1.702, limit 7 */
+    KL_MOE_RELU2 = KBE_MOE_RELU2,           /* relu(u)^2, no gate (ffn_up_exps alone; the shared expert too) */
 };
 
 /* The experts' hyperparameters ({arch}.expert_* keys; gating and act are
