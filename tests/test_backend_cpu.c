@@ -1,6 +1,8 @@
 /* The compute seam (src/backend/backend.h): the backends a build has, and
  * the CPU backend's row-wise ops against the kernels they stand for, on the
  * calling thread (few rows) and on the pool (many), bit for bit. */
+#include "kiln.h"
+
 #include "backend/backend.h"
 #include "kernels/ssm.h"
 #include "quant/quant.h"
@@ -22,8 +24,12 @@ static void fill(float *x, size_t n, unsigned seed) {
 
 int main(void) {
     const kbe_backend *cpu = kbe_get(KBE_CPU);
-    CHECK(cpu != NULL && cpu->kind == KBE_CPU && !strcmp(cpu->name, "cpu"));
+    CHECK(cpu != NULL && cpu->kind == KBE_CPU && cpu->host_mem && !strcmp(cpu->name, "cpu"));
     CHECK(kbe_get(0) == NULL && kbe_get(2) == NULL); /* no other backend in this build */
+    /* an engine asked for CUDA: one clear error, no engine */
+    kiln_engine *e = NULL;
+    CHECK(kiln_engine_create(KILN_ENGINE_LLM, KILN_ENGINE_BACKEND_CUDA, &e) == KILN_ERR_UNSUPPORTED && !e);
+    CHECK(strstr(kiln_last_error(), "CUDA") != NULL);
     if (!cpu) return t_done();
     kq_init();
     const kk_ops *k = kk_ops_best();

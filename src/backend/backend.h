@@ -52,6 +52,7 @@ typedef struct kbe_ctx_params kbe_ctx_params;
 typedef struct kbe_backend {
     const char *name; /* "cpu" */
     int kind;         /* KBE_* */
+    int host_mem;     /* 1: its memory is the host's (a copy back to the same address is nothing) */
     const kbe_ops *ops;
     /* Prepares the weights at load: mats are every matrix the family may
      * multiply by, vecs (vlen[i] floats each) the small vectors between
@@ -246,6 +247,8 @@ struct kbe_ops {
     /* room for products of up to max_rows rows of up to max_cols inputs;
      * -1 when out of memory */
     int (*reserve)(kbe_ctx *X, int64_t max_cols, int max_rows);
+    /* host to backend memory and back (the same address, where the
+     * backend's memory is the host's: nothing) */
     void (*upload)(kbe_ctx *X, void *dst, const void *src, size_t bytes);
     void (*download)(kbe_ctx *X, void *dst, const void *src, size_t bytes);
     /* the step's host metadata */

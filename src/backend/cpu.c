@@ -293,6 +293,7 @@ static const kbe_ops k_cpu_ops = {
 const kbe_backend kbe_cpu_backend = {
     .name = "cpu",
     .kind = KBE_CPU,
+    .host_mem = 1,
     .ops = &k_cpu_ops,
     .prepare = kbe_cpu_prepare,
     .release = kbe_cpu_release,

@@ -190,7 +190,9 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         /* the kept hidden rows are the block's inputs: backend memory */
         c->mtp_h = c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * KL_MTP_KEEP * E * 4);
         c->mtp_chain = c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * E * 4);
-        if (!c->mtp_h || !c->mtp_chain) {
+        c->mtp_lg_dev =
+            m->be->host_mem ? c->mtp_logits : c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * (size_t)hp->n_vocab * 4);
+        if (!c->mtp_h || !c->mtp_chain || !c->mtp_lg_dev) {
             kiln_context_free(c);
             return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
         }
@@ -216,6 +218,7 @@ void kiln_context_free(kiln_context *c) {
     c->m->arch->family->ctx_free(c);
     if (c->mtp_h) c->bx.ops->free(&c->bx, c->mtp_h);
     if (c->mtp_chain) c->bx.ops->free(&c->bx, c->mtp_chain);
+    if (c->mtp_lg_dev && c->mtp_lg_dev != c->mtp_logits) c->bx.ops->free(&c->bx, c->mtp_lg_dev);
     kbe_ctx_free(&c->bx);
     kl_rs_free(c->rs);
     kl_kv_free(&c->kv);

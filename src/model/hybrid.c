@@ -725,7 +725,8 @@ static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, cons
     X->ops->rmsnorm(X, w->mh, w->x, mtp_head_norm(m, t), n, E, m->hp.eps);
     for (int r = 0; r < n; r++)
         X->ops->copy(X, c->mtp_chain + (size_t)seq[r] * E, w->mh + (size_t)r * E, (size_t)E * sizeof(float));
-    X->ops->matmul(X, mtp_head(m, t), w->mh, n, c->mtp_logits, m->hp.n_vocab);
+    X->ops->matmul(X, mtp_head(m, t), w->mh, n, c->mtp_lg_dev, m->hp.n_vocab);
+    X->ops->download(X, c->mtp_logits, c->mtp_lg_dev, (size_t)n * (size_t)m->hp.n_vocab * sizeof(float));
     return KILN_OK;
 }
 

@@ -145,7 +145,8 @@ struct kl_family {
     /* Decoders: a sequence's state, activations for a context, forward. */
     void (*seq_shape)(const kiln_model *m, kl_seq_shape *s);
     /* Allocates c->ws (activations for c->p.n_batch tokens) and
-     * c->mm_scratch; -1 when out of memory. */
+     * the products' room (the backend's reserve op, or c->mm_scratch for
+     * a family calling the kernels itself); -1 when out of memory. */
     int (*ctx_init)(kiln_context *c);
     void (*ctx_free)(kiln_context *c);
     /* Runs a batch checked by kl_batch_begin (decoder.h). */
@@ -372,7 +373,8 @@ struct kiln_context {
     float *logits; /* [logits_cap][n_vocab] */
     int32_t logits_cap;
     float *out_rows;  /* [logits_cap][n_embd] normalized rows */
-    void *mm_scratch; /* the family's ctx_init sizes it */
+    void *mm_scratch; /* families that call the kernels themselves: their ctx_init
+                         sizes it (the backend's ops have their own, kbe_ops.reserve) */
     void *ws;         /* the family's activations */
     /* MTP (model/mtp.h), when the context keeps its cache */
     int mtp_ord;        /* attention-layer ordinal of the MTP block's cache, -1: none */
@@ -380,7 +382,8 @@ struct kiln_context {
     int32_t *mtp_h_pos; /* [n_seq] position of the first kept row */
     int32_t *mtp_h_n;   /* [n_seq] rows kept */
     float *mtp_chain;   /* [n_seq][n_embd] each sequence's latest h' */
-    float *mtp_logits;  /* [n_seq][n_vocab] of the latest step */
+    float *mtp_logits;  /* [n_seq][n_vocab] of the latest step (host) */
+    float *mtp_lg_dev;  /* the same on the backend (= mtp_logits when its memory is the host's) */
     char err[512];
 };
 
