@@ -333,7 +333,7 @@ static void parse_harmony(ks_gen *g, int final) {
 
 /* Splits text by tags into the current mode's sink. */
 static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
-    if (!g->split_think && !g->split_tools && g->mode == 0) {
+    if (!g->split_think && !g->split_tools && g->mode == 0 && !g->harmony) {
         emit(g, KS_D_CONTENT, s, n);
         return;
     }

@@ -70,7 +70,8 @@ typedef struct ks_gen {
     int after_think;  /* 1: </think> passed and no content yet; blank space here is not content */
     /* the harmony format (gpt-oss): <|channel|>NAME [to=RECIPIENT]<|message|>BODY<|end|> messages,
      * analysis as reasoning, final and commentary as content, to=functions.NAME as calls */
-    int harmony;     /* 1: the model writes harmony (its vocabulary has the tokens) */
+    int harmony;     /* 1: the model writes harmony (its vocabulary has the tokens); read even with
+                        neither split (think: false: analysis is content), not in raw completions */
     int h_body;      /*   0: reading a message's header, 1: its body */
     ks_buf h_hdr;    /*   the header so far */
     char h_name[96]; /*   the called function, in a call's body */

@@ -647,6 +647,7 @@ int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks
      * <tool_call> block is a call only when the request offered tools. */
     u->g.split_think = a->format != KS_F_OAI_COMPL && !a->think_off;
     u->g.split_tools = (a->format == KS_F_OAI_CHAT || a->format == KS_F_OLL_CHAT) && a->has_tools;
+    if (a->format == KS_F_OAI_COMPL) u->g.harmony = 0; /* harmony's headers too */
     u->g.on_text = on_text;
     u->g.on_tool = on_tool;
     /* Ollama sends whole calls, as Ollama does */
