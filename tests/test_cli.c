@@ -922,6 +922,34 @@ int main(void) {
            o ? o : "");
     free(o);
     free(e);
+    /* gemma3: sliding-window and global layers, GeGLU; gemma4: per-layer
+     * head sizes, shared caches, per-layer inputs, a final softcap (the
+     * texts hold U+20AC and U+2026) */
+    rc = run("show data/arch/gemma4-f32.gguf --no-tensors", &o, &e);
+    CHECKF(rc == 0 && o && strstr(o, "runnable:  yes: gemma4, 7 layers"), "show gemma4: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    rc = run("run -m data/arch/gemma3-f32.gguf -p 'Mia opened the garden gate' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, "ised Onceer\xe2\x82\xac heq6w stke dayNily L~"), "run gemma3: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    rc = run("run -m data/arch/gemma4-f32.gguf -p 'A quiet river runs through' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, " llpp[? bigt\xe2\x80\xa6pp hadUL[pp[t"), "run gemma4: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    /* deepseek2: the KV cache is one latent row (24 + 8 F16 values) per
+     * token and layer; the text holds U+00F1 */
+    rc = run("show data/arch/deepseek2-f16.gguf", &o, &e);
+    CHECKF(rc == 0 && o && strstr(o, "runnable:  yes: deepseek2, 4 layers") &&
+               strstr(o, "KV cache (F16) 256 bytes per token in 4 of 4 layers"),
+           "show deepseek2: '%s'", o ? o : "");
+    free(o);
+    free(e);
+    rc = run("run -m data/arch/deepseek2-f16.gguf -p 'Grandma told us a story about' -n 16 --temp 0", &o, &e);
+    CHECKF(rc == 0 && o && !strcmp(o, "I\xc3\xb1p One her<\xc3\xb1 heTil th[ said|zon"), "run deepseek2: '%s'",
+           o ? o : "");
+    free(o);
+    free(e);
     /* gpt-oss: attention sinks, a sliding window of 16 on layers 0 and 2
      * (the text depends on it from its second token), biased MoE */
     rc = run("show data/arch/gpt-oss-f32.gguf", &o, &e);

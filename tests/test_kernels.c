@@ -931,6 +931,31 @@ static void test_route(void) {
     double all = 0;
     for (int e = 0; e < 6; e++) all += exp(lg[e]);
     CHECK(ids[0] == 1 && ids[1] == 3 && fabs(w[0] - 2 * e1 / all) < 1e-6);
+    /* DeepSeek-V3's routing: sigmoid probabilities, chosen by probability
+     * + bias within the best groups, weighted by the unbiased ones */
+    float p[6], sel[6];
+    const double s1 = 1 / (1 + exp(-2.0)), s4 = 1 / (1 + exp(-1.0)), s0 = 1 / (1 + exp(-0.5));
+    kk_moe_gate g = {1, NULL, 0, 0, 1, 2.5f};
+    memcpy(p, lg, sizeof p);
+    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    CHECK(ids[0] == 1 && ids[1] == 3 && fabs(w[0] - 1.25) < 1e-6 && fabs(w[1] - 1.25) < 1e-6);
+    const float bias[6] = {0, 0, 0, 0, 5, 0};
+    g = (kk_moe_gate){1, bias, 0, 0, 0, 1.0f};
+    memcpy(p, lg, sizeof p);
+    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    CHECKF(ids[0] == 4 && ids[1] == 1 && fabs(w[0] - s4) < 1e-6 && fabs(w[1] - s1) < 1e-6, "biased route %d %d", ids[0],
+           ids[1]);
+    g = (kk_moe_gate){1, NULL, 3, 1, 0, 1.0f}; /* groups {0,1} {2,3} {4,5}: the first scores highest */
+    memcpy(p, lg, sizeof p);
+    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    CHECKF(ids[0] == 1 && ids[1] == 0 && fabs(w[1] - s0) < 1e-6, "grouped route %d %d", ids[0], ids[1]);
+    g = (kk_moe_gate){0, NULL, 0, 0, 0, 2.0f}; /* the softmax: kk_moe_route's bits */
+    memcpy(p, lg, sizeof p);
+    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    float w2[2];
+    int32_t ids2[2];
+    kk_moe_route(lg, 6, 2, 0, 2.0f, ids2, w2);
+    CHECK(ids[0] == ids2[0] && ids[1] == ids2[1] && w[0] == w2[0] && w[1] == w2[1]);
     CHECK(fabsf(kk_softplus(0.0f) - logf(2.0f)) < 1e-7f && kk_softplus(30.0f) == 30.0f);
     CHECK(fabsf(kk_sigmoid(0.0f) - 0.5f) < 1e-7f);
     float x[3] = {3.0f, 0.0f, 4.0f};

@@ -9,7 +9,8 @@
  *     verified and rolled back give the plain greedy text; the server's
  *     batched step (gen_batch) gives concurrent, cached, partly cached and
  *     suspended requests what each gets alone.
- *     The added architectures (tests/data/arch: qwen3moe, phi3, mistral3, gpt-oss) likewise, and
+ *     The added architectures (tests/data/arch: qwen3moe, phi3, mistral3, gemma3,
+ *     gemma4, deepseek2, gpt-oss) likewise, and
  *     qwen3moe quantized by kiln quantize (q8_0, q4_k_m, q4_0) loads with
  *     its experts repacked, reads only the used experts' bytes per step and
  *     gives logits close to the F32 model's.
@@ -1320,9 +1321,19 @@ static void test_batch_invariance(void) {
     }
     /* fused attn_qkv and gate|up read as row ranges, F32 and repacked */
     batch_invariance("data/arch/phi3-f32.gguf", "phi3 F32");
+    /* sliding-window layers (30 positions over a window of 16), per-layer
+     * head sizes, KV heads, FFN widths and shared caches */
+    batch_invariance("data/arch/gemma3-f32.gguf", "gemma3 F32");
+    batch_invariance("data/arch/gemma4-f32.gguf", "gemma4 F32");
     snprintf(out, sizeof out, "%s/phi3-q4_0.gguf", dir);
     CHECKF(kiln_quantize("data/arch/phi3-f32.gguf", out, "q4_0", 2) == KILN_OK, "%s", kiln_last_error());
     batch_invariance(out, "phi3 q4_0");
+    remove(out);
+    /* MLA: one latent row per token, the per-head absorbed products */
+    batch_invariance("data/arch/deepseek2-f16.gguf", "deepseek2 F16");
+    snprintf(out, sizeof out, "%s/deepseek2-q4_0.gguf", dir);
+    CHECKF(kiln_quantize("data/arch/deepseek2-f16.gguf", out, "q4_0", 2) == KILN_OK, "%s", kiln_last_error());
+    batch_invariance(out, "deepseek2 q4_0");
     remove(out);
     rmdir(dir);
     batch_invariance("data/hybrid/qwen35moe-spm-f16.gguf", "qwen35moe F16");
@@ -1335,7 +1346,7 @@ int main(void) {
     test_fixture(&k_fixtures[5], 0); /* llama-q4_0 in the file layout */
     test_toolcall();
     reference_cases("data/hybrid", 3);
-    reference_cases("data/arch", 8);
+    reference_cases("data/arch", 14);
     qwen3moe_quantized();
     hybrid_state("qwen35");
     hybrid_state("qwen35moe");

@@ -52,6 +52,65 @@ void kk_moe_route(const float *logits, int n_expert, int k, int norm, float scal
         for (int i = 0; i < k; i++) w[i] *= scale;
 }
 
+void kk_moe_route_sel(float *p, const kk_moe_gate *g, int n_expert, int k, float *sel, int32_t *ids, float *w) {
+    if (g->sigmoid) {
+        for (int e = 0; e < n_expert; e++) p[e] = kk_sigmoid(p[e]);
+    } else {
+        float mx = -INFINITY;
+        for (int e = 0; e < n_expert; e++) mx = p[e] > mx ? p[e] : mx;
+        double sum = 0.0;
+        for (int e = 0; e < n_expert; e++) sum += expf(p[e] - mx);
+        const float inv = (float)(1.0 / sum);
+        for (int e = 0; e < n_expert; e++) p[e] = expf(p[e] - mx) * inv;
+    }
+    for (int e = 0; e < n_expert; e++) sel[e] = g->bias ? p[e] + g->bias[e] : p[e];
+    if (g->n_group > 1 && g->n_group_used < g->n_group) {
+        /* a group's score: its two largest selection values; the groups
+         * below the best n_group_used are masked out */
+        const int per = n_expert / g->n_group;
+        float score[256];
+        uint8_t keep[256] = {0};
+        for (int q = 0; q < g->n_group; q++) {
+            float a = -INFINITY, b = -INFINITY;
+            for (int e = q * per; e < (q + 1) * per; e++) {
+                if (sel[e] > a) {
+                    b = a;
+                    a = sel[e];
+                } else if (sel[e] > b) {
+                    b = sel[e];
+                }
+            }
+            score[q] = per > 1 ? a + b : a;
+        }
+        for (int i = 0; i < g->n_group_used; i++) {
+            int best = -1;
+            for (int q = 0; q < g->n_group; q++)
+                if (!keep[q] && (best < 0 || score[q] > score[best])) best = q;
+            keep[best] = 1;
+        }
+        for (int e = 0; e < n_expert; e++)
+            if (!keep[e / per]) sel[e] = -INFINITY;
+    }
+    for (int i = 0; i < k; i++) { /* k passes, ties to the lower id */
+        int best = -1;
+        for (int e = 0; e < n_expert; e++) {
+            int taken = 0;
+            for (int j = 0; j < i && !taken; j++) taken = ids[j] == e;
+            if (!taken && (best < 0 || sel[e] > sel[best])) best = e;
+        }
+        ids[i] = best;
+        w[i] = p[best];
+    }
+    if (g->norm) {
+        float s = 0.0f;
+        for (int i = 0; i < k; i++) s += w[i];
+        if (s < 6.103515625e-5f) s = 6.103515625e-5f;
+        for (int i = 0; i < k; i++) w[i] /= s;
+    }
+    if (g->scale != 1.0f && g->scale != 0.0f)
+        for (int i = 0; i < k; i++) w[i] *= g->scale;
+}
+
 /* ------------------------------------------------------------ references */
 
 static float silu(float v) { return v / (1.0f + expf(-v)); }

@@ -104,4 +104,20 @@ float kk_sigmoid(float x);
  * descending order.  logits is left unchanged. */
 void kk_moe_route(const float *logits, int n_expert, int k, int norm, float scale, int32_t *ids, float *w);
 
+/* The general routing (DeepSeek-V3's): p = sigmoid or softmax of the
+ * logits (in place in p); experts are chosen by the k largest sel = p +
+ * bias (bias NULL: p; ties to the lower id) among the n_group_used expert
+ * groups (n_group consecutive runs of n_expert / n_group) whose two largest
+ * sel values sum highest (n_group <= 1: no groups); w = the chosen experts'
+ * p, renormalized and scaled as kk_moe_route's.  sel: n_expert floats of
+ * scratch.  n_group <= 256. */
+typedef struct kk_moe_gate {
+    int sigmoid;       /* 1: sigmoid, 0: softmax */
+    const float *bias; /* [n_expert] selection bias, NULL: none */
+    int n_group, n_group_used;
+    int norm;
+    float scale;
+} kk_moe_gate;
+void kk_moe_route_sel(float *p, const kk_moe_gate *g, int n_expert, int k, float *sel, int32_t *ids, float *w);
+
 #endif

@@ -86,11 +86,15 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     fam->seq_shape(m, &shape);
     /* the MTP block's cache: one more attention layer of the same heads */
     const int mtp_ord = p.mtp && kl_mtp_blocks(m) > 0 ? shape.n_attn_layer : -1;
+    if (mtp_ord >= 0 && shape.layer_hd) return kb_fail(KILN_ERR_UNSUPPORTED, "MTP blocks with per-layer KV head sizes");
     if (mtp_ord >= 0) shape.n_attn_layer++;
-    if (p.kv_type == KILN_KV_Q8_0 && shape.n_attn_layer && (shape.hd % 32 || shape.hd > 256))
-        return kb_fail(KILN_ERR_UNSUPPORTED,
-                       "a Q8_0 KV cache needs a head size that is a multiple of 32, at most 256 (this model's is %d)",
-                       shape.hd);
+    for (int l = 0; l < shape.n_attn_layer; l++) {
+        const int hd = shape.layer_hd ? shape.layer_hd[l] : shape.hd;
+        if (p.kv_type == KILN_KV_Q8_0 && (hd % 32 || hd > 256))
+            return kb_fail(
+                KILN_ERR_UNSUPPORTED,
+                "a Q8_0 KV cache needs a head size that is a multiple of 32, at most 256 (this model's is %d)", hd);
+    }
     if (p.n_ctx < 0) return kb_fail(KILN_ERR_INVALID_ARG, "negative context size");
     /* past the trained length a rotary decoder still runs (its quality may
      * fall, as llama.cpp warns); an encoder's learned positions end there */

@@ -89,20 +89,19 @@ void kl_attn_prepare(kiln_context *c, int n) {
 
 void kl_attn_store(kiln_context *c, const kk_ops *ops, int ord, int i, const float *k, const float *v) {
     const kl_kv *kv = &c->kv;
-    const int hd = kv->hd;
+    const int hd = kl_kv_hd(kv, ord);
     const int64_t cell = kl_kv_cell(kv, c->b_seq[i], c->b_pos[i]);
-    for (int h = 0; h < kv->n_head_kv; h++) { /* head-major blocks (model.h) */
-        const float *kh = k + (size_t)h * hd, *vh = v + (size_t)h * hd;
-        if (kv->type == KILN_KV_F32) {
-            memcpy(kl_kv_khead(kv, ord, cell, h), kh, (size_t)hd * sizeof(float));
-            memcpy(kl_kv_vhead(kv, ord, cell, h), vh, (size_t)hd * sizeof(float));
-        } else if (kv->type == KILN_KV_Q8_0) { /* the reference quantizer: the same bits on every CPU */
-            const kq_traits *q8 = kq_get(KQ_Q8_0);
-            q8->from_f32(kh, kl_kv_khead(kv, ord, cell, h), hd);
-            q8->from_f32(vh, kl_kv_vhead(kv, ord, cell, h), hd);
-        } else {
-            ops->f32_to_f16_row(kh, kl_kv_khead(kv, ord, cell, h), hd);
-            ops->f32_to_f16_row(vh, kl_kv_vhead(kv, ord, cell, h), hd);
+    for (int h = 0; h < kl_kv_hkv(kv, ord); h++) { /* head-major blocks (model.h) */
+        /* V in K (kv->v_in_k): the K row is all there is to store */
+        for (int kvi = 0; kvi < (kv->v_in_k ? 1 : 2); kvi++) {
+            const float *src = (kvi ? v : k) + (size_t)h * hd;
+            void *dst = kvi ? kl_kv_vhead(kv, ord, cell, h) : kl_kv_khead(kv, ord, cell, h);
+            if (kv->type == KILN_KV_F32)
+                memcpy(dst, src, (size_t)hd * sizeof(float));
+            else if (kv->type == KILN_KV_Q8_0) /* the reference quantizer: the same bits on every CPU */
+                kq_get(KQ_Q8_0)->from_f32(src, dst, hd);
+            else
+                ops->f32_to_f16_row(src, dst, hd);
         }
     }
 }
@@ -146,13 +145,14 @@ static void attn_task(void *ud, int ith, int nth) {
     kiln_context *c = j->c;
     const kl_hparams *hp = &c->m->hp;
     const kl_kv *kv = &c->kv;
-    const int hd = kv->hd, group = hp->n_head / kv->n_head_kv;
+    const int hd = kl_kv_hd(kv, j->layer), n_head_kv = kl_kv_hkv(kv, j->layer), group = hp->n_head / n_head_kv;
+    const size_t hrow = kl_kv_hrow(kv, j->layer);
     const float scale = j->scale;
     /* per-thread scratch (api.c): room for two heads of a tile */
     float *scratch = c->att_scratch + (size_t)ith * c->att_scratch_per_thread;
     const kk_ops *ops = j->ops;
     const int pairs = (group + 1) / 2;
-    const long n_items = (long)c->n_tile * kv->n_head_kv * pairs;
+    const long n_items = (long)c->n_tile * n_head_kv * pairs;
     for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
         /* items go KV head by KV head, then tile, then pairs of the heads
          * sharing it (one kernel call reads K and V once for both): items
@@ -175,10 +175,10 @@ static void attn_task(void *ud, int ith, int nth) {
                 .n_pos = pos + 1,
                 .blocks = kv->seqs[s].blocks,
                 .block_shift = KL_KV_BLOCK_SHIFT,
-                .k = (const uint8_t *)kl_kv_kblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * kv->hrow,
-                .v = (const uint8_t *)kl_kv_vblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * kv->hrow,
+                .k = (const uint8_t *)kl_kv_kblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hrow,
+                .v = (const uint8_t *)kl_kv_vblock(kv, j->layer, 0) + (size_t)kvh * KL_KV_BLOCK * hrow,
                 .block_stride = kl_kv_block_bytes(kv),
-                .row_stride = kv->hrow,
+                .row_stride = hrow,
                 .scale = scale,
                 .window = j->window,
                 .sink = sink,
@@ -246,7 +246,7 @@ void kl_attn_run_opts(kiln_context *c, const kk_ops *ops, int ord, const float *
                       const kl_attn_opts *o) {
     (void)n; /* the tiles cover the batch */
     const int window = o && o->window > 0 ? o->window : 0;
-    const float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)c->kv.hd);
+    const float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)kl_kv_hd(&c->kv, ord));
     attn_job aj = {c, ops, ord, window, scale, q, out, o ? o->sinks : NULL, 0};
     kpool_run_shared(c->pool, attn_task, &aj);
 }

@@ -31,11 +31,14 @@ void kl_batch_output(kiln_context *c, const kk_ops *ops, const float *x, int n, 
  * tokens of one sequence at consecutive positions that read K and V once. */
 void kl_attn_prepare(kiln_context *c, int n);
 /* Token i's keys and values (n_head_kv rows of hd floats each) into the
- * cache of attention layer ord, in the cache's type. */
+ * cache of attention layer ord, in the cache's type (v unread when the
+ * cache keeps V in K). */
 void kl_attn_store(kiln_context *c, const kk_ops *ops, int ord, int i, const float *k, const float *v);
 /* Causal attention of every batch token over its sequence's cached
  * positions 0..pos in attention layer ord: q and out are [n][n_head * hd],
- * heads sharing a KV head by groups of n_head / n_head_kv. */
+ * heads sharing a KV head by groups of n_head / n_head_kv.  With V in K,
+ * out is the weighted sum of whole K rows: its first elements are the
+ * value part. */
 void kl_attn_run(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n);
 
 /* A layer's departures from kl_attn_run's attention (zero: none). */

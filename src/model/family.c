@@ -7,8 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static const kl_family *const k_families[] = {&kl_family_dense, &kl_family_hybrid,     &kl_family_gptoss,
-                                              &kl_family_bert,  &kl_family_modernbert, &kl_family_gemma_embed};
+static const kl_family *const k_families[] = {&kl_family_dense,      &kl_family_hybrid,      &kl_family_bert,
+                                              &kl_family_modernbert, &kl_family_gemma_embed, &kl_family_gemma,
+                                              &kl_family_deepseek2,  &kl_family_gptoss};
 #define N_FAMILIES (sizeof k_families / sizeof k_families[0])
 
 const kl_arch *kl_arch_find(const char *name) {

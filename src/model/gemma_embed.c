@@ -22,6 +22,7 @@
  * (10000 when absent), a global one with rope.freq_base.  NeoX RoPE.
  */
 #include "model/encoder.h"
+#include "model/gemma.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -52,23 +53,15 @@ static void ge_free(kiln_model *m) {
 
 static int ge_pattern(kiln_model *m, ge_model *d, char *err, size_t errlen) {
     const int n = m->hp.n_layer;
-    const gguf_kv *kv = kl_meta_kv(m, "attention.sliding_window_pattern");
-    if (kv && kv->type == GGUF_ARRAY) {
-        if ((int64_t)kv->n != n || kv->arr_type == GGUF_STRING || kv->arr_type == GGUF_ARRAY) {
-            snprintf(err, errlen, "gemma-embedding: sliding_window_pattern has %llu entries for %d layers",
-                     (unsigned long long)kv->n, n);
-            return -1;
-        }
-        for (int l = 0; l < n; l++) d->layers[l].local = gguf_arr_int(kv, (uint64_t)l) != 0;
-        return 0;
-    }
-    const int64_t period = kl_meta_int(m, "attention.sliding_window_pattern", 6);
-    if (period < 0 || period > 1024) {
-        snprintf(err, errlen, "gemma-embedding: bad sliding_window_pattern %lld", (long long)period);
+    uint8_t *local = calloc((size_t)n, 1);
+    if (!local) {
+        snprintf(err, errlen, "out of memory");
         return -1;
     }
-    for (int l = 0; l < n; l++) d->layers[l].local = period == 0 || l % period < period - 1;
-    return 0;
+    const int rc = kl_gemma_swa_layers(m, local, 6, err, errlen);
+    for (int l = 0; l < n && !rc; l++) d->layers[l].local = local[l];
+    free(local);
+    return rc;
 }
 
 static int ge_bind(kiln_model *m, char *err, size_t errlen) {
@@ -92,15 +85,7 @@ static int ge_bind(kiln_model *m, char *err, size_t errlen) {
     d->window = (int)(n_swa / 2);
     if (ge_pattern(m, d, err, errlen)) return -1;
     hp->rope.neox = 1;
-    d->rope_local = hp->rope;
-    d->rope_local.base = (float)kl_meta_float(m, "rope.freq_base_swa", 10000.0);
-    d->rope_local.freq_scale = 1.0f;
-    d->rope_local.ext_factor = 0.0f;
-    d->rope_local.attn_factor = 1.0f;
-    if (!(d->rope_local.base > 0.0f) || !isfinite(d->rope_local.base)) {
-        snprintf(err, errlen, "bad rope.freq_base_swa");
-        return -1;
-    }
+    if (kl_gemma_rope_local(m, hp->rope.n_rot, &d->rope_local, err, errlen)) return -1;
 
     kl_binder B = {m, err, errlen, 0};
     const int64_t E = hp->n_embd, F = hp->n_ff, hd = hp->hd_k;

@@ -19,7 +19,14 @@ static size_t head_row_bytes(int hd, int type) {
 }
 
 uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
-    return (uint64_t)shape->n_attn_layer * (uint64_t)shape->n_head_kv * 2 * (uint64_t)head_row_bytes(shape->hd, type);
+    const int runs = shape->v_in_k ? 1 : 2;
+    if (!shape->layer_hd)
+        return (uint64_t)shape->n_attn_layer * (uint64_t)shape->n_head_kv * runs *
+               (uint64_t)head_row_bytes(shape->hd, type);
+    uint64_t n = 0;
+    for (int l = 0; l < shape->n_attn_layer; l++)
+        n += (uint64_t)shape->layer_n_head_kv[l] * runs * (uint64_t)head_row_bytes(shape->layer_hd[l], type);
+    return n;
 }
 
 int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra, char *err,
@@ -30,6 +37,24 @@ int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_
     kv->n_layer = shape->n_attn_layer;
     kv->n_head_kv = shape->n_head_kv;
     kv->hd = shape->hd; /* keys and values have the same head size */
+    kv->v_in_k = shape->v_in_k;
+    const size_t nl = kv->n_layer > 0 ? (size_t)kv->n_layer : 1;
+    kv->l_hkv = malloc(nl * sizeof *kv->l_hkv);
+    kv->l_hd = malloc(nl * sizeof *kv->l_hd);
+    kv->l_hrow = malloc(nl * sizeof *kv->l_hrow);
+    kv->l_off = malloc(nl * sizeof *kv->l_off);
+    if (!kv->l_hkv || !kv->l_hd || !kv->l_hrow || !kv->l_off) {
+        kb_errf(err, errlen, "out of memory");
+        kl_kv_free(kv);
+        return -1;
+    }
+    for (int l = 0; l < kv->n_layer; l++) {
+        kv->l_hkv[l] = shape->layer_n_head_kv ? shape->layer_n_head_kv[l] : shape->n_head_kv;
+        kv->l_hd[l] = shape->layer_hd ? shape->layer_hd[l] : shape->hd;
+        kv->l_hrow[l] = head_row_bytes(kv->l_hd[l], type);
+        kv->l_off[l] = kv->block_bytes;
+        kv->block_bytes += (kv->v_in_k ? 1 : 2) * (size_t)kv->l_hkv[l] * KL_KV_BLOCK * kv->l_hrow[l];
+    }
     kv->n_seq = n_seq;
     kv->max_blocks_per_seq = (n_ctx + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
     kv->n_blocks = kv->max_blocks_per_seq * n_seq + n_extra;
@@ -91,6 +116,10 @@ void kl_kv_free(kl_kv *kv) {
     free(kv->lru_prev);
     free(kv->lru_next);
     free(kv->bucket);
+    free(kv->l_hkv);
+    free(kv->l_hd);
+    free(kv->l_hrow);
+    free(kv->l_off);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -181,12 +210,15 @@ static void drop_block(kl_kv *kv, int32_t b) {
 
 /* The first n cells of block src into block dst, head by head. */
 static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
-    const size_t run = (size_t)KL_KV_BLOCK * kv->hrow, bytes = (size_t)n * kv->hrow;
-    for (int l = 0; l < kv->n_layer; l++)
-        for (int h = 0; h < kv->n_head_kv; h++) {
+    for (int l = 0; l < kv->n_layer; l++) {
+        const size_t run = (size_t)KL_KV_BLOCK * kv->l_hrow[l], bytes = (size_t)n * kv->l_hrow[l];
+        for (int h = 0; h < kv->l_hkv[l]; h++) {
             memcpy((uint8_t *)kl_kv_kblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_kblock(kv, l, src) + h * run, bytes);
-            memcpy((uint8_t *)kl_kv_vblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_vblock(kv, l, src) + h * run, bytes);
+            if (!kv->v_in_k)
+                memcpy((uint8_t *)kl_kv_vblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_vblock(kv, l, src) + h * run,
+                       bytes);
         }
+    }
 }
 
 int kl_kv_reserve(kl_kv *kv, int seq, int32_t len) {
@@ -320,32 +352,35 @@ void kl_kv_append_block(kl_kv *kv, int seq, int32_t b, int32_t len) {
 }
 
 /* Block-major: a block holds, layer by layer, its K then its V run
- * (n_head_kv * KL_KV_BLOCK head rows each), so a sequence's cache is
- * its blocks and nothing else: huge pages (the mapping asks for them) are
- * filled by the blocks in use, and one TLB entry covers about a block. */
+ * (n_head_kv * KL_KV_BLOCK head rows each; the K run alone when V is in
+ * K), so a sequence's cache is its blocks and nothing else: huge pages (the
+ * mapping asks for them) are filled by the blocks in use, and one TLB entry
+ * covers about a block. */
 /* bytes of one layer's K (or V) run in a block */
-static size_t run_bytes(const kl_kv *kv) { return (size_t)kv->n_head_kv * KL_KV_BLOCK * kv->hrow; }
+static size_t run_bytes(const kl_kv *kv, int layer) {
+    return (size_t)kv->l_hkv[layer] * KL_KV_BLOCK * kv->l_hrow[layer];
+}
 
-size_t kl_kv_block_bytes(const kl_kv *kv) { return (size_t)kv->n_layer * 2 * run_bytes(kv); }
+size_t kl_kv_block_bytes(const kl_kv *kv) { return kv->block_bytes; }
 
 void *kl_kv_kblock(const kl_kv *kv, int layer, int32_t b) {
-    return (uint8_t *)kv->mem + (size_t)b * kl_kv_block_bytes(kv) + (size_t)layer * 2 * run_bytes(kv);
+    return (uint8_t *)kv->mem + (size_t)b * kv->block_bytes + kv->l_off[layer];
 }
 
 void *kl_kv_vblock(const kl_kv *kv, int layer, int32_t b) {
-    return (uint8_t *)kl_kv_kblock(kv, layer, b) + run_bytes(kv);
+    return (uint8_t *)kl_kv_kblock(kv, layer, b) + (kv->v_in_k ? 0 : run_bytes(kv, layer));
 }
 
-static size_t head_off(const kl_kv *kv, int64_t cell, int h) {
-    return ((size_t)h * KL_KV_BLOCK + (size_t)(cell % KL_KV_BLOCK)) * kv->hrow;
+static size_t head_off(const kl_kv *kv, int layer, int64_t cell, int h) {
+    return ((size_t)h * KL_KV_BLOCK + (size_t)(cell % KL_KV_BLOCK)) * kv->l_hrow[layer];
 }
 
 void *kl_kv_khead(const kl_kv *kv, int layer, int64_t cell, int h) {
-    return (uint8_t *)kl_kv_kblock(kv, layer, (int32_t)(cell / KL_KV_BLOCK)) + head_off(kv, cell, h);
+    return (uint8_t *)kl_kv_kblock(kv, layer, (int32_t)(cell / KL_KV_BLOCK)) + head_off(kv, layer, cell, h);
 }
 
 void *kl_kv_vhead(const kl_kv *kv, int layer, int64_t cell, int h) {
-    return (uint8_t *)kl_kv_vblock(kv, layer, (int32_t)(cell / KL_KV_BLOCK)) + head_off(kv, cell, h);
+    return (uint8_t *)kl_kv_vblock(kv, layer, (int32_t)(cell / KL_KV_BLOCK)) + head_off(kv, layer, cell, h);
 }
 
 /* ---- public prefix-cache calls (kiln.h) ---- */

@@ -180,7 +180,8 @@ static int load_hparams(loader *L) {
     }
     hp->hd_k = (int)kl_meta_int(m, "attention.key_length", hp->n_embd / hp->n_head);
     hp->hd_v = (int)kl_meta_int(m, "attention.value_length", hp->hd_k);
-    if (hp->hd_k <= 0 || hp->hd_k > 1024 || hp->hd_v != hp->hd_k) {
+    if (hp->hd_k <= 0 || hp->hd_k > 1024 || hp->hd_v <= 0 || hp->hd_v > 1024 ||
+        (hp->hd_v != hp->hd_k && !m->arch->family->split_head_sizes)) {
         snprintf(L->err, sizeof L->err, "unsupported head sizes (key %d, value %d)", hp->hd_k, hp->hd_v);
         return -1;
     }

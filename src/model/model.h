@@ -10,8 +10,11 @@
  * model.c   kiln_model_load: common hyperparameters, the tensor binder
  *           (shapes checked, 1-, 2- and 3-D), repacking
  * dense.c   llama, qwen2, qwen3: every layer attention + SwiGLU
+ * gemma.c   gemma3, gemma4: sliding/global attention layers, GeGLU
  * hybrid.c  qwen35, qwen35moe, qwen3next: Gated DeltaNet and gated full
  *           attention layers, dense or mixture-of-experts FFN
+ * deepseek2.c  deepseek2: multi-head latent attention (one cached latent
+ *           row per token), routed and shared experts
  * gptoss.c  gpt-oss: attention with sinks, alternating sliding window,
  *           biased mixture-of-experts FFN
  * bert.c    the bert encoder (embeddings only)
@@ -74,8 +77,12 @@ typedef struct kl_hparams {
  * its attention layers (indexed by attention-layer ordinal) and a
  * recurrent-state slot of rs_floats floats (0: none). */
 typedef struct kl_seq_shape {
-    int n_attn_layer;   /* layers with a KV cache */
-    int n_head_kv, hd;  /* their KV heads and head size */
+    int n_attn_layer;  /* layers with a KV cache */
+    int n_head_kv, hd; /* their KV heads and head size (the largest, with layer_*) */
+    /* [n_attn_layer] each layer's KV heads and head size when they differ
+     * (the family's memory); NULL: n_head_kv and hd everywhere */
+    const int32_t *layer_n_head_kv, *layer_hd;
+    int v_in_k;         /* 1: V is each K row itself (a latent, MLA), not stored apart */
     size_t rs_floats;   /* recurrent state per sequence */
     size_t roll_floats; /* recorded inputs of a rollback run (state.h) */
 } kl_seq_shape;
@@ -119,6 +126,9 @@ struct kl_family {
     const kl_arch *archs;
     int n_archs;
     int encoder; /* 1: bidirectional encoder (kiln_embedder only) */
+    /* 1: the family reads attention.value_length apart from key_length
+     * (model.c otherwise requires them equal) */
+    int split_head_sizes;
     /* Binds the family's tensors with their shapes checked and reads its
      * own hyperparameters (m->hp holds the common ones); fills m->fam,
      * m->tok_embd, m->out_norm, m->output and m->hp.n_vocab.  -1 with one
@@ -178,6 +188,8 @@ extern const kl_family kl_family_gptoss;
 extern const kl_family kl_family_bert;
 extern const kl_family kl_family_modernbert;
 extern const kl_family kl_family_gemma_embed;
+extern const kl_family kl_family_gemma;
+extern const kl_family kl_family_deepseek2;
 
 /* ---- binding (model.c) ----
  * A binder finds tensors by name with exact shapes (ne[0] first) and a
@@ -215,7 +227,8 @@ const gguf_kv *kl_meta_kv(const kiln_model *m, const char *suffix);
  * reads 16 rows in a row (4 KB at hd 128 in F16) that the hardware prefetch
  * follows, instead of 256 bytes every 2 KB; and block by block, so the
  * cache in use is whole blocks (about one huge page each at Qwen3-0.6B's
- * size) rather than a little of every layer's array.
+ * size) rather than a little of every layer's array.  A cache whose V is
+ * in K (kl_seq_shape.v_in_k: MLA's one latent row per token) has no V runs.
  * A sequence owns an ordered list of blocks; token position p of sequence s
  * lives in cell blocks[p / KL_KV_BLOCK] * KL_KV_BLOCK + p % KL_KV_BLOCK.
  *
@@ -244,9 +257,15 @@ typedef struct kl_seq {
 } kl_seq;
 
 typedef struct kl_kv {
-    int type;    /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
-    int n_layer; /* attention layers */
-    int n_head_kv, hd;
+    int type;          /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
+    int n_layer;       /* attention layers */
+    int n_head_kv, hd; /* the largest of the layers' */
+    /* [n_layer] per attention layer: KV heads, head size, bytes of a head
+     * row, offset of its K run in a block (its V run follows) */
+    int32_t *l_hkv, *l_hd;
+    size_t *l_hrow, *l_off;
+    size_t block_bytes;
+    int v_in_k; /* 1: no V runs; a layer's V block is its K block (kl_seq_shape) */
     int32_t n_blocks;
     int32_t n_free;
     int32_t *free_list; /* unreferenced, unregistered blocks */
@@ -314,6 +333,10 @@ void *kl_kv_kblock(const kl_kv *kv, int layer, int32_t b);
 void *kl_kv_vblock(const kl_kv *kv, int layer, int32_t b);
 /* Bytes from a layer's K (or V) in block b to the same in block b + 1. */
 size_t kl_kv_block_bytes(const kl_kv *kv);
+/* Attention layer l's KV heads, head size and bytes of one head row. */
+static inline int kl_kv_hkv(const kl_kv *kv, int l) { return kv->l_hkv[l]; }
+static inline int kl_kv_hd(const kl_kv *kv, int l) { return kv->l_hd[l]; }
+static inline size_t kl_kv_hrow(const kl_kv *kv, int l) { return kv->l_hrow[l]; }
 /* The hd elements of KV head h in a cell. */
 void *kl_kv_khead(const kl_kv *kv, int layer, int64_t cell, int h);
 void *kl_kv_vhead(const kl_kv *kv, int layer, int64_t cell, int h);

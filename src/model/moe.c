@@ -22,12 +22,22 @@ int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t err
     h->F_exp = (int)kl_meta_int(m, "expert_feed_forward_length", h->n_used ? hp->n_ff / h->n_used : 0);
     h->F_sh = (int)kl_meta_int(m, "expert_shared_feed_forward_length", hp->n_ff);
     h->w_scale = (float)kl_meta_float(m, "expert_weights_scale", 0.0);
+    h->w_norm = 1;
     const int64_t gating = kl_meta_int(m, "expert_gating_func", 1);
-    if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || gating != 1) {
+    h->sigmoid = gating == 2;
+    h->n_group = (int)kl_meta_int(m, "expert_group_count", 0);
+    h->n_group_used = (int)kl_meta_int(m, "expert_group_used_count", 0);
+    if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || (gating != 1 && gating != 2)) {
         snprintf(err, errlen,
                  "bad expert metadata (expert_feed_forward_length %d, expert_shared_feed_forward_length %d, "
-                 "expert_gating_func %lld: kiln routes by softmax, 1)",
+                 "expert_gating_func %lld: kiln routes by softmax, 1, or sigmoid, 2)",
                  h->F_exp, h->F_sh, (long long)gating);
+        return -1;
+    }
+    if (h->n_group > 1 && (h->n_group > 256 || h->n_expert % h->n_group || h->n_group_used < 1 ||
+                           h->n_group_used > h->n_group || h->n_used > h->n_group_used * (h->n_expert / h->n_group))) {
+        snprintf(err, errlen, "bad expert groups (expert_group_count %d, expert_group_used_count %d)", h->n_group,
+                 h->n_group_used);
         return -1;
     }
     return 0;
@@ -85,8 +95,9 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
         l->s_gate = kl_bind_mat(B, NAME("ffn_gate_shexp.weight"), E, Fs, 0);
         l->s_up = kl_bind_mat(B, NAME("ffn_up_shexp.weight"), E, Fs, 0);
         l->s_down = kl_bind_mat(B, NAME("ffn_down_shexp.weight"), Fs, E, 0);
-        l->s_gate_inp = kl_bind_vec(B, NAME("ffn_gate_inp_shexp.weight"), E, 0);
+        if (!h->sh_ungated) l->s_gate_inp = kl_bind_vec(B, NAME("ffn_gate_inp_shexp.weight"), E, 0);
     }
+    if (h->probs_b) l->sel_bias = kl_bind_vec(B, NAME("exp_probs_b.bias"), ne, 1);
 #undef NAME
 }
 
@@ -100,6 +111,7 @@ void kl_moe_weights(const kiln_model *m, const kl_moe_hp *h, kl_moe_layer *l, kl
             kl_weights_mat(w, &l->e_down[e]);
         }
     kl_weights_vec(w, &l->s_gate_inp, m->hp.n_embd);
+    kl_weights_vec(w, &l->sel_bias, h->n_expert);
     const int64_t ne = h->n_expert, Fe = h->F_exp;
     kl_weights_vec(w, &l->router_b, ne);
     kl_weights_vec(w, &l->b_gate, ne * Fe);
@@ -133,7 +145,8 @@ int kl_moe_ws_init(kl_moe_ws *w, const kl_moe_hp *h, int n_embd, int n_batch) {
         {(void **)&w->md, B * KU * E * 4},  {(void **)&w->sg, B * Fs * 4},
         {(void **)&w->su, B * Fs * 4},      {(void **)&w->e_count, NE * 4},
         {(void **)&w->e_off, NE * 4},       {(void **)&w->outs, 2 * NE * sizeof(kk_mm_out)},
-        {(void **)&w->out_t0, 2 * NE * 4},  {(void **)&w->out_nt, 2 * NE * 4},
+        {(void **)&w->rsel, NE * 4},        {(void **)&w->out_t0, 2 * NE * 4},
+        {(void **)&w->out_nt, 2 * NE * 4},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = malloc(bufs[i].bytes ? bufs[i].bytes : 1))) return -1;
@@ -141,8 +154,8 @@ int kl_moe_ws_init(kl_moe_ws *w, const kl_moe_hp *h, int n_embd, int n_batch) {
 }
 
 void kl_moe_ws_free(kl_moe_ws *w) {
-    void *bufs[] = {w->router, w->sgl, w->sel, w->selw,    w->row_of, w->mx,   w->mg,     w->mu,
-                    w->md,     w->sg,  w->su,  w->e_count, w->e_off,  w->outs, w->out_t0, w->out_nt};
+    void *bufs[] = {w->router, w->sgl, w->sel,     w->selw,  w->row_of, w->mx,     w->mg,     w->mu,  w->md,
+                    w->sg,     w->su,  w->e_count, w->e_off, w->outs,   w->out_t0, w->out_nt, w->rsel};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     memset(w, 0, sizeof *w);
 }
@@ -185,7 +198,7 @@ static void add_expert_bias(const kl_moe_ws *w, const float *bias, float *rows, 
 void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl_moe_layer *L, kl_moe_ws *w, float *xn,
                 float *y, int n) {
     const int E = c->m->hp.n_embd, NE = h->n_expert, KU = h->n_used, Fe = h->F_exp, Fs = h->F_sh;
-    const int shared = L->s_up.data != NULL;
+    const int shared = L->s_up.data != NULL, gated = shared && L->s_gate_inp;
     /* the router, and the shared expert's products on the same input (its
      * gate vector as a one-row matrix) */
     const kk_mat sgi = {L->s_gate_inp, KQ_F32, E, 1, NULL};
@@ -194,19 +207,24 @@ void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl
     if (shared) {
         o0[n0++] = (kk_mm_out){&L->s_gate, w->sg, Fs};
         o0[n0++] = (kk_mm_out){&L->s_up, w->su, Fs};
-        o0[n0++] = (kk_mm_out){&sgi, w->sgl, 1};
+        if (gated) o0[n0++] = (kk_mm_out){&sgi, w->sgl, 1};
     }
     kk_matmul_multi(c->pool, o0, n0, xn, n, c->mm_scratch);
     if (L->router_b)
         for (int t = 0; t < n; t++) kk_add(w->router + (size_t)t * NE, L->router_b, NE);
     /* route, then group the rows by expert */
     memset(w->e_count, 0, (size_t)NE * sizeof *w->e_count);
+    const int general = h->sigmoid || L->sel_bias || h->n_group > 1;
+    const kk_moe_gate g = {h->sigmoid, L->sel_bias, h->n_group, h->n_group_used, h->w_norm, h->w_scale};
     for (int t = 0; t < n; t++) {
         if (h->gating == KL_MOE_TOPK_SOFTMAX)
             route_topk_softmax(w->router + (size_t)t * NE, NE, KU, h->w_scale, w->sel + (size_t)t * KU,
                                w->selw + (size_t)t * KU);
+        else if (general)
+            kk_moe_route_sel(w->router + (size_t)t * NE, &g, NE, KU, w->rsel, w->sel + (size_t)t * KU,
+                             w->selw + (size_t)t * KU);
         else
-            kk_moe_route(w->router + (size_t)t * NE, NE, KU, 1, h->w_scale, w->sel + (size_t)t * KU,
+            kk_moe_route(w->router + (size_t)t * NE, NE, KU, h->w_norm, h->w_scale, w->sel + (size_t)t * KU,
                          w->selw + (size_t)t * KU);
         for (int s = 0; s < KU; s++) w->e_count[w->sel[(size_t)t * KU + s]]++;
     }
@@ -265,7 +283,7 @@ void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl
     }
     for (int t = 0; t < n; t++) {
         float *yt = y + (size_t)t * E;
-        const float sgate = shared ? kk_sigmoid(w->sgl[t]) : 0.0f;
+        const float sgate = gated ? kk_sigmoid(w->sgl[t]) : 1.0f;
         float *acc = xn + (size_t)t * E; /* every product that reads xn has run */
         for (int s = 0; s < KU; s++) {
             const float ws = w->selw[(size_t)t * KU + s];
