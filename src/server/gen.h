@@ -39,6 +39,8 @@ typedef struct ks_req {
     sample_constraint cons;
     sample_think think;           /* with json_mode after a reasoning block: cons held back until it ends */
     sample_constraint think_cons; /*   the constraint that does so */
+    sample_lead lead;             /* with json_mode on a harmony model: the final channel's header first */
+    sample_constraint lead_cons;  /*   the constraint that does so */
     engine_llm_req *er;           /* its admission by the model's engine, once started */
     gen_req *gr;                  /* and its events */
     int32_t n_cached;             /* prompt tokens taken from the prefix cache */
@@ -98,6 +100,8 @@ typedef struct ks_gen {
 } ks_gen;
 
 void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think);
+/* 1 when m writes the harmony format (its vocabulary has the tokens). */
+int ks_gen_harmony(const kiln_model *m);
 /* The tools the request offered (borrowed: g takes its own reference);
  * their schemas type the arguments of calls in the XML form. */
 void ks_gen_tools(ks_gen *g, json_t *tools);

@@ -156,6 +156,10 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
             sample_think_init(&q->think, &q->cons, o->force_think);
             sample_think_constraint(&q->think_cons, &q->think);
             p.constraint = &q->think_cons;
+        } else if (ks_gen_harmony(r->model)) { /* the answer on the final channel */
+            sample_lead_init(&q->lead, "<|channel|>final<|message|>", &q->cons);
+            sample_lead_constraint(&q->lead_cons, &q->lead);
+            p.constraint = &q->lead_cons;
         }
     }
     if (o->force_tools) {
