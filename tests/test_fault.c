@@ -370,6 +370,7 @@ int main(void) {
     test_assert();
     test_model_load(MODEL);
     test_model_load("data/arch/qwen3moe-f32.gguf"); /* a mixture of experts */
+    test_model_load("data/arch/gpt-oss-f32.gguf");  /* sinks, windows, biased experts */
     test_store_install();
     test_server();
     curl_global_cleanup();
