@@ -39,8 +39,10 @@ typedef struct ks_req {
     sample_constraint cons;
     sample_think think;           /* with json_mode after a reasoning block: cons held back until it ends */
     sample_constraint think_cons; /*   the constraint that does so */
-    sample_lead lead;             /* with json_mode on a harmony model: the final channel's header first */
-    sample_constraint lead_cons;  /*   the constraint that does so */
+    sample_lead lead;             /* with json_mode on a harmony model: the final channel's header first; */
+    sample_constraint lead_cons;  /*   the constraint that does so; */
+    char lead_text[160];          /*   a forced call's header there (cons is then the lead) */
+    sample_constraint args_cons;  /*   and its arguments' constraint (over sv) */
     engine_llm_req *er;           /* its admission by the model's engine, once started */
     gen_req *gr;                  /* and its events */
     int32_t n_cached;             /* prompt tokens taken from the prefix cache */

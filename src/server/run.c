@@ -42,7 +42,8 @@ static int conn_gone(void *c) { return ks_conn_gone(c); }
 /* The forced call's names and schemas into q, its recognizer set up. */
 static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, size_t cap) {
     const char *tmpl = ks_template_text(r);
-    if (!tmpl || !strstr(tmpl, "<tool_call>")) {
+    const int harmony = ks_gen_harmony(r->model); /* a message to functions.NAME */
+    if (!harmony && (!tmpl || !strstr(tmpl, "<tool_call>"))) {
         snprintf(msg, cap,
                  "'tool_choice' forces a call, which needs a chat template that writes calls as "
                  "<tool_call>...</tool_call>; the template of \"%.100s\" does not",
@@ -76,6 +77,28 @@ static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, 
         }
     }
     json_decref(any_object);
+    if (harmony) {
+        /* the call's header, then its arguments (a value of the schema);
+         * <|call|> ends the generation */
+        const char *nm = q->call_names[0];
+        int plain = q->n_call == 1 && *nm;
+        for (const char *c = nm; *c && plain; c++)
+            plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+                    *c == '-' || *c == '.';
+        if (!plain || strlen(nm) > 64) {
+            snprintf(msg, cap,
+                     "a forced call on a harmony model takes one tool whose name is letters, digits, '_', '-' or '.' "
+                     "(at most 64)");
+            return -1;
+        }
+        snprintf(q->lead_text, sizeof q->lead_text,
+                 "<|channel|>commentary to=functions.%s <|constrain|>json<|message|>", nm);
+        ks_sv_init(&q->sv, q->call_schemas[0]);
+        sample_json_constraint(&q->args_cons, &q->sv);
+        sample_lead_init(&q->lead, q->lead_text, &q->args_cons);
+        sample_lead_constraint(&q->cons, &q->lead);
+        return 0;
+    }
     if (sample_call_init(&q->call, (const char *const *)q->call_names, (const ks_schema *const *)q->call_schemas,
                          q->n_call, o->force_think) != 0) {
         snprintf(msg, cap,
