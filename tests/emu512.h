@@ -277,6 +277,10 @@ static inline __m256i emu256_dpbusd_epi32(__m256i src, __m256i a, __m256i b) {
     kiln_emu512 s = emu_castsi256_si512(src), x = emu_castsi256_si512(a), y = emu_castsi256_si512(b);
     return emu_dpbusd_epi32(s, x, y).h[0];
 }
+static inline __m256i emu256_dpwssd_epi32(__m256i src, __m256i a, __m256i b) {
+    kiln_emu512 s = emu_castsi256_si512(src), x = emu_castsi256_si512(a), y = emu_castsi256_si512(b);
+    return emu_dpwssd_epi32(s, x, y).h[0];
+}
 /* ---- float ---- */
 static inline kiln_emu512 emu_set1_ps(float v) {
     kiln_emu512 r;
@@ -505,6 +509,8 @@ static inline float emu_reduce_max_ps(kiln_emu512 a) {
 #define _mm256_maskz_loadu_epi16 emu256_maskz_loadu_epi16
 #undef _mm256_dpbusd_epi32
 #define _mm256_dpbusd_epi32 emu256_dpbusd_epi32
+#undef _mm256_dpwssd_epi32
+#define _mm256_dpwssd_epi32 emu256_dpwssd_epi32
 #undef _mm512_set1_ps
 #define _mm512_set1_ps emu_set1_ps
 #undef _mm512_setzero_ps

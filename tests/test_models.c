@@ -1346,7 +1346,7 @@ int main(void) {
     test_fixture(&k_fixtures[5], 0); /* llama-q4_0 in the file layout */
     test_toolcall();
     reference_cases("data/hybrid", 3);
-    reference_cases("data/arch", 14);
+    reference_cases("data/arch", 16);
     qwen3moe_quantized();
     hybrid_state("qwen35");
     hybrid_state("qwen35moe");

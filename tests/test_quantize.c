@@ -188,14 +188,14 @@ static void test_k_mix(void) {
      * 8-layer network has no outliers and amplifies rounding, so the bounds
      * sit a little under what was measured (q8_0 0.9996, q6_k 0.9978,
      * q5_k_m 0.9927, q4_k_m 0.9770, q4_0 0.9624, q3_k_m 0.8661, q2_k 0.6117,
-     * iq4_xs 0.9680); a broken kernel gives a cosine near 0. */
+     * iq4_xs 0.9680, iq3_s 0.8241); a broken kernel gives a cosine near 0. */
     static const struct {
         const char *type;
         double min_cos;
     } types[] = {
-        {"q8_0", 0.999},  {"q6_k", 0.995}, {"q5_k_m", 0.985}, {"q4_k_m", 0.96}, {"q4_0", 0.95},
-        {"q3_k_m", 0.83}, {"q2_k", 0.5},   {"iq4_xs", 0.95},  {"iq4_nl", 0.95}, {"q5_0", 0.985},
-        {"q5_1", 0.985},  {"q4_1", 0.95},  {"f16", 0.99999},  {"bf16", 0.9999}, {"q3_k_l", 0.83},
+        {"q8_0", 0.999},  {"q6_k", 0.995},  {"q5_k_m", 0.985}, {"q4_k_m", 0.96}, {"q4_0", 0.95},  {"q3_k_m", 0.83},
+        {"q2_k", 0.5},    {"iq4_xs", 0.95}, {"iq4_nl", 0.95},  {"q5_0", 0.985},  {"q5_1", 0.985}, {"q4_1", 0.95},
+        {"f16", 0.99999}, {"bf16", 0.9999}, {"q3_k_l", 0.83},  {"iq3_s", 0.5},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         snprintf(dst, sizeof dst, "%s/k-%s.gguf", tmpdir, types[i].type);
@@ -207,6 +207,12 @@ static void test_k_mix(void) {
     }
     CHECK(kiln_quantize(src, dst, "q9_9", 1) == KILN_ERR_INVALID_ARG);
     CHECK(strstr(kiln_last_error(), "q9_9") != NULL);
+    /* the types llama.cpp writes only with an importance matrix: refused, saying so */
+    static const char *const imx[] = {"iq2_xxs", "IQ2_XS", "iq2_s", "iq3_xxs"};
+    for (int i = 0; i < 4; i++) {
+        CHECK(kiln_quantize(src, dst, imx[i], 1) == KILN_ERR_UNSUPPORTED);
+        CHECKF(strstr(kiln_last_error(), "importance matrix") != NULL, "%s: %s", imx[i], kiln_last_error());
+    }
 }
 
 typedef struct seen {

@@ -115,7 +115,9 @@ static const struct cli_synopsis {
     {"quantize",
      "quantize IN.gguf|NAME OUT.gguf TYPE [-t N] [--allow-requantize]\n"
      "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_s q4_k_m q5_k_s q5_k_m q3_k_s q3_k_m "
-     "q3_k_l iq4_nl iq4_xs\n"
+     "q3_k_l iq4_nl iq4_xs iq3_s\n"
+     "       tq1_0 tq2_0 mxfp4_moe\n"
+     "(iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq2_m iq3_xxs iq3_xs need an importance matrix, which kiln cannot read yet)\n"
      "a model already quantized is quantized again only with --allow-requantize (it loses more precision)"},
     {"serve", "serve [-m MODEL|NAME ...] [options]   (kiln serve --help lists them)"},
     {"embed", "embed -m MODEL [--query|--document [--title T]] [--dim N] [--truncate] [-t N] TEXT..."},

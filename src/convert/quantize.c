@@ -17,6 +17,7 @@
  *   - a mixture of experts' 3-D expert tensors are quantized like 2-D ones;
  *     its router (ffn_gate_inp) and a Gated DeltaNet's ssm_conv1d keep
  *     their type, as tensors whose names do not end in "weight" do;
+ *   - IQ3_S gives attn_v Q4_K where 4 or more query heads share a KV head;
  *   - a tensor whose rows don't divide into the type's blocks falls back to
  *     a type whose blocks fit (the caller hears of each one).
  * Metadata is copied, with general.file_type and
@@ -34,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 typedef struct qmix {
@@ -52,8 +54,18 @@ static const qmix k_mixes[] = {
     {"q3_k_l", KQ_Q3_K, -1, 13, KQ_Q5_K}, {"q4_k", KQ_Q4_K, -1, 14, -1},   {"q4_k_s", KQ_Q4_K, -1, 14, -1},
     {"q4_k_m", KQ_Q4_K, KQ_Q6_K, 15, -1}, {"q5_k", KQ_Q5_K, -1, 16, -1},   {"q5_k_s", KQ_Q5_K, -1, 16, -1},
     {"q5_k_m", KQ_Q5_K, KQ_Q6_K, 17, -1}, {"q6_k", KQ_Q6_K, -1, 18, -1},   {"iq4_nl", KQ_IQ4_NL, -1, 25, -1},
-    {"iq4_xs", KQ_IQ4_XS, -1, 30, -1},
+    {"iq4_xs", KQ_IQ4_XS, -1, 30, -1},    {"iq3_s", KQ_IQ3_S, -1, 26, -1},
 };
+
+/* The low-bit mixes: ternary, and MXFP4 experts (rules in pick_type). */
+static const qmix k_mixes_lowbit[] = {
+    {"tq1_0", KQ_TQ1_0, -1, 36, -1},
+    {"tq2_0", KQ_TQ2_0, -1, 37, -1},
+    {"mxfp4_moe", KQ_MXFP4, -1, 38, -1},
+};
+
+/* Elements per block of the ternary types. */
+#define KQ_QK_TQ 256
 
 static const qmix *find_mix(const char *name) {
     char low[32];
@@ -62,6 +74,21 @@ static const qmix *find_mix(const char *name) {
     for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)name[i]);
     for (size_t i = 0; i < sizeof k_mixes / sizeof k_mixes[0]; i++)
         if (!strcmp(k_mixes[i].name, low)) return &k_mixes[i];
+    for (size_t i = 0; i < sizeof k_mixes_lowbit / sizeof k_mixes_lowbit[0]; i++)
+        if (!strcmp(k_mixes_lowbit[i].name, low)) return &k_mixes_lowbit[i];
+    return NULL;
+}
+
+/* Targets llama.cpp's quantizer writes only with an importance matrix (its
+ * tensor_requires_imatrix: IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S and IQ3_XXS
+ * tensors, and the mixes that use them, IQ2_M and IQ3_XS: their grid search
+ * is weighted by it); kiln reads no importance matrix yet. */
+static const char *const k_need_imatrix[] = {"iq1_s", "iq1_m", "iq2_xxs", "iq2_xs",
+                                             "iq2_s", "iq2_m", "iq3_xxs", "iq3_xs"};
+
+static const char *need_imatrix(const char *name) {
+    for (size_t i = 0; i < sizeof k_need_imatrix / sizeof k_need_imatrix[0]; i++)
+        if (!strcasecmp(k_need_imatrix[i], name)) return k_need_imatrix[i];
     return NULL;
 }
 
@@ -94,6 +121,7 @@ typedef struct qplan {
     int n_layer;            /* {arch}.block_count */
     int n_expert;           /* {arch}.expert_count */
     int n_attn_v, i_attn_v; /* attn_v-like tensors, and how many came before */
+    int n_gqa;              /* query heads per KV head (1 when not given) */
 } qplan;
 
 /* Target type of tensor t under mix q; *wanted receives the type the rules
@@ -111,24 +139,33 @@ static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, qp
         const int i = qp->i_attn_v++;
         if (q->all_bits >= 0) want = q->all_bits;
         if (q->more_bits >= 0 && use_more_bits(i, qp->n_attn_v)) want = q->more_bits;
+        if (q->base == KQ_IQ3_S && qp->n_gqa >= 4) want = KQ_Q4_K;
         if (quantized && qp->n_expert == 8) want = KQ_Q8_0;
     } else if (quantized && qp->n_expert == 8 && strstr(t->name, "attn_k.weight")) {
         want = KQ_Q8_0;
     } else if (quantized && qp->n_expert == 8 && strstr(t->name, "attn_output.weight") &&
                (q->ftype == 11 || q->ftype == 12 || q->ftype == 14 || q->ftype == 15 || q->ftype == 25 ||
-                q->ftype == 30 || q->ftype == 10)) {
-        want = KQ_Q5_K; /* Q2_K, Q3_K_S/M, Q4_K_S/M, IQ4_NL, IQ4_XS */
+                q->ftype == 30 || q->ftype == 10 || q->ftype == 26)) {
+        want = KQ_Q5_K; /* Q2_K, Q3_K_S/M, Q4_K_S/M, IQ4_NL, IQ4_XS, IQ3_S */
     } else if (q->all_bits >= 0 && (strstr(t->name, "ffn_down") || strstr(t->name, "attn_output.weight"))) {
         want = q->all_bits;
     } else if (q->more_bits >= 0 && strstr(t->name, "ffn_down")) {
         int l = layer_of(t->name);
         if (l >= 0 && use_more_bits(l, qp->n_layer)) want = q->more_bits;
     }
+    /* MXFP4_MOE: the experts' 3-D tensors MXFP4, every other weight Q8_0 */
+    if (q->base == KQ_MXFP4) want = t->n_dims >= 3 && t->ne[2] > 1 ? KQ_MXFP4 : KQ_Q8_0;
+    /* the ternary mixes keep an untied token embedding Q4_K */
+    if ((q->base == KQ_TQ1_0 || q->base == KQ_TQ2_0) && !strcmp(t->name, "token_embd.weight") && !is_output(f, t->name))
+        want = KQ_Q4_K;
     /* rows must divide into blocks; fall back toward finer blocks */
     *wanted = want;
+    /* as llama.cpp, a ternary type falls back to Q4_0 (F16 when rows are not whole 32s) */
+    if ((want == KQ_TQ1_0 || want == KQ_TQ2_0) && t->ne[0] % KQ_QK_TQ != 0)
+        want = t->ne[0] % 32 == 0 ? KQ_Q4_0 : KQ_F16;
     if (t->ne[0] % kq_get(want)->blck != 0) {
         if (t->ne[0] % 32 == 0)
-            want = kq_get(want)->blck == 256 ? KQ_Q8_0 : want;
+            want = want == KQ_IQ3_S ? KQ_IQ4_NL : kq_get(want)->blck == 256 ? KQ_Q8_0 : want;
         else
             want = KQ_F16;
         if (t->ne[0] % kq_get(want)->blck != 0) want = KQ_F32;
@@ -191,6 +228,11 @@ kiln_status kiln_quantize(const char *in_path, const char *out_path, const char 
 kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const char *type,
                                const kiln_quantize_params *params) {
     const qmix *q = type ? find_mix(type) : NULL;
+    if (!q && type && need_imatrix(type))
+        return kb_fail(KILN_ERR_UNSUPPORTED,
+                       "%s needs an importance matrix (as llama-quantize --imatrix), which kiln "
+                       "cannot read yet",
+                       type);
     if (!q) return kb_fail(KILN_ERR_INVALID_ARG, "unknown quantization type '%s'", type ? type : "");
     if (!in_path || !out_path) return kb_fail(KILN_ERR_INVALID_ARG, "missing input or output path");
     const kiln_quantize_params defaults = kiln_quantize_default_params();
@@ -207,12 +249,17 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
     char arch[64];
     char key[96];
-    qplan qp = {0, 0, 0, 0};
+    qplan qp = {0, 0, 0, 0, 1};
     if (gguf_get_cstr(f, "general.architecture", arch, sizeof arch, NULL)) {
         snprintf(key, sizeof key, "%s.block_count", arch);
         qp.n_layer = (int)gguf_get_int(f, key, 0);
         snprintf(key, sizeof key, "%s.expert_count", arch);
         qp.n_expert = (int)gguf_get_int(f, key, 0);
+        snprintf(key, sizeof key, "%s.attention.head_count", arch);
+        const int64_t nh = gguf_get_int(f, key, 0);
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+        const int64_t nkv = gguf_get_int(f, key, nh);
+        qp.n_gqa = nh > 0 && nkv > 0 ? (int)(nh / nkv) : 1;
     }
     for (int i = 0; i < gguf_n_tensors(f); i++) qp.n_attn_v += is_attn_v(gguf_tensor_at(f, i)->name) != 0;
     kiln_status st = KILN_OK;

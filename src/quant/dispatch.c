@@ -3,8 +3,8 @@
  * among them.
  *
  * Each level has one traits table: the scalar fields of every type (from
- * legacy.c and kquants.c), with vec_dot / from_f32_fast the best kernels of
- * that level's files (g_levels says which, in order).  All tables are
+ * legacy.c, kquants.c and iquants.c), with vec_dot / from_f32_fast the best
+ * kernels of that level's files (g_levels says which, in order).  All tables are
  * filled once (pthread_once), the active one chosen then too, and none is
  * written again, so threads read them without locks.
  */
@@ -33,14 +33,18 @@ enum { LV_SCALAR, LV_AVX2, LV_AVX512, LV_AVX512_BF16, LV_COUNT };
 static const struct kq_level {
     int isa;
     int own;
-    const kq_simd *part[4];
+    const kq_simd *part[8];
 } g_levels[LV_COUNT] = {
     [LV_SCALAR] = {KQ_ISA_SCALAR, 0, {NULL}},
-    [LV_AVX2] = {KQ_ISA_AVX2, 2, {&kq_legacy_avx2, &kq_kquants_avx2}},
-    [LV_AVX512] = {KQ_ISA_AVX512, 2, {&kq_legacy_avx512, &kq_kquants_avx512, &kq_legacy_avx2, &kq_kquants_avx2}},
+    [LV_AVX2] = {KQ_ISA_AVX2, 4, {&kq_legacy_avx2, &kq_kquants_avx2, &kq_iquants_avx2, &kq_lowbit_avx2}},
+    [LV_AVX512] = {KQ_ISA_AVX512,
+                   4,
+                   {&kq_legacy_avx512, &kq_kquants_avx512, &kq_iquants_avx512, &kq_lowbit_avx512, &kq_legacy_avx2,
+                    &kq_kquants_avx2, &kq_iquants_avx2, &kq_lowbit_avx2}},
     [LV_AVX512_BF16] = {KQ_ISA_AVX512,
-                        2,
-                        {&kq_legacy_avx512_bf16, &kq_kquants_avx512, &kq_legacy_avx2, &kq_kquants_avx2}},
+                        4,
+                        {&kq_legacy_avx512_bf16, &kq_kquants_avx512, &kq_iquants_avx512, &kq_lowbit_avx512,
+                         &kq_legacy_avx2, &kq_kquants_avx2, &kq_iquants_avx2, &kq_lowbit_avx2}},
 };
 
 static kq_traits g_tab[LV_COUNT][KQ_TYPE_COUNT];
@@ -58,9 +62,11 @@ static int level_of(int isa) {
 static void fill_level(const struct kq_level *lv, kq_traits *tab) {
     kq_fill_legacy(tab);
     kq_fill_kquants(tab);
+    kq_fill_iquants(tab);
+    kq_fill_lowbit(tab);
     for (int t = 0; t < KQ_TYPE_COUNT; t++) {
         int dot = 0, quant = 0;
-        for (int p = 0; p < 4 && lv->part[p]; p++) {
+        for (int p = 0; p < 8 && lv->part[p]; p++) {
             if (!dot && lv->part[p]->dot[t]) tab[t].vec_dot = lv->part[p]->dot[t], dot = 1;
             if (!quant && lv->part[p]->quant[t]) tab[t].from_f32_fast = lv->part[p]->quant[t], quant = 1;
         }

@@ -35,8 +35,18 @@ enum kq_type {
     KQ_Q5_K = 13,
     KQ_Q6_K = 14,
     KQ_Q8_K = 15,
+    KQ_IQ2_XXS = 16,
+    KQ_IQ2_XS = 17,
+    KQ_IQ3_XXS = 18,
     KQ_IQ4_NL = 20,
+    KQ_IQ3_S = 21,
+    KQ_IQ2_S = 22,
     KQ_IQ4_XS = 23,
+    KQ_IQ1_S = 19,
+    KQ_IQ1_M = 29,
+    KQ_TQ1_0 = 34,
+    KQ_TQ2_0 = 35,
+    KQ_MXFP4 = 39,
     KQ_BF16 = 30,
     KQ_TYPE_COUNT = 40 /* ids below this may appear in files */
 };
@@ -165,11 +175,16 @@ _Static_assert(sizeof(kq_block_q4_0) == 18 && sizeof(kq_block_q4_1) == 20 && siz
  * quant.c       the CPU's level, f16/bf16 helpers
  * legacy.c      F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 (scalar)
  * kquants.c     Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS (scalar)
+ * iquants.c     IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (scalar; grids in
+ *               iquants_grid.c)
+ * lowbit.c      TQ1_0, TQ2_0, MXFP4, IQ1_S, IQ1_M (scalar)
  * *_avx2.c / *_avx512.c   SIMD twins, compiled with per-file ISA flags, each
  *               exporting the const table of its kernels below; x86.h holds
  *               the inline helpers they share. */
 void kq_fill_legacy(kq_traits *tab); /* tab has KQ_TYPE_COUNT entries */
 void kq_fill_kquants(kq_traits *tab);
+void kq_fill_iquants(kq_traits *tab);
+void kq_fill_lowbit(kq_traits *tab);
 
 /* One file's kernels at one ISA level, by type id; NULL = none there. */
 typedef struct kq_simd {
@@ -177,8 +192,10 @@ typedef struct kq_simd {
     kq_from_f32_fn quant[KQ_TYPE_COUNT]; /* activation quantizers (from_f32_fast) */
 } kq_simd;
 extern const kq_simd kq_legacy_avx2, kq_kquants_avx2;
+extern const kq_simd kq_lowbit_avx2, kq_lowbit_avx512;
 /* AVX-512 with VNNI; the _bf16 table differs in the BF16 dot (vdpbf16ps),
  * for CPUs with AVX512_BF16 too. */
 extern const kq_simd kq_legacy_avx512, kq_legacy_avx512_bf16, kq_kquants_avx512;
+extern const kq_simd kq_iquants_avx2, kq_iquants_avx512;
 
 #endif
