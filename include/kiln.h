@@ -167,6 +167,8 @@ typedef struct kiln_model_params {
                            copies replace the mapped pages in memory, so RSS
                            stays about the same).  Default 1; the environment
                            variable KILN_REPACK=0 turns the default off. */
+    int backend;  /* a kiln_engine_backend: 0 (auto) and 1 run on the CPU;
+                     CUDA is KILN_ERR_UNSUPPORTED until a build has it */
 } kiln_model_params;
 
 kiln_model_params kiln_model_default_params(void);
@@ -1113,7 +1115,8 @@ typedef enum kiln_engine_family_id {
 
 typedef enum kiln_engine_backend {
     KILN_ENGINE_BACKEND_AUTO = 0, /* the best backend present (today: cpu) */
-    KILN_ENGINE_BACKEND_CPU = 1
+    KILN_ENGINE_BACKEND_CPU = 1,
+    KILN_ENGINE_BACKEND_CUDA = 2 /* NVIDIA GPUs (no build has it yet) */
 } kiln_engine_backend;
 
 typedef enum kiln_engine_state {

@@ -8,7 +8,9 @@
 #   3. the thread pool, the engine lifecycle tests and the generation core under
 #      ThreadSanitizer, and kiln serve under it for the e2e files that send
 #      concurrent requests (which the ASan tier then skips)
-#   4. every test on the Release build (its summary is the last line)
+#   4. every test on the Release build (its summary is the last line); that
+#      build compiles the CUDA kernels when nvcc is found (KILN_CUDA=AUTO),
+#      the sanitizer and fuzz builds leave them out (the same bytes again)
 # and, first of all, the C sources' layout (scripts/format.sh --check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +23,7 @@ bash scripts/format.sh --check
 fuzz_s=${KILN_FUZZ_SECONDS:-$([ "${CI:-}" = "true" ] && echo 60 || echo 15)}
 if [ "$fuzz_s" != "0" ]; then
   echo "== fuzz: GGUF reader for ${fuzz_s}s"
-  CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON >/dev/null
+  CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON -DKILN_CUDA=OFF >/dev/null
   cmake --build build-fuzz -j"$jobs" --target fuzz_gguf >/dev/null
   mkdir -p build-fuzz/corpus
   cp models/stories260K.gguf tests/data/vocab/ggml-vocab-gpt-2.gguf tests/data/vocab/ggml-vocab-bert-bge.gguf build-fuzz/corpus/
@@ -63,13 +65,13 @@ fi
 TSAN_E2E="lifecycle load"
 
 echo "== ASan + UBSan build"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON -DKILN_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs" >/dev/null
 (cd build-asan && KILN_SANITIZED=1 KILN_E2E_SKIP="$TSAN_E2E" ASAN_OPTIONS=detect_leaks=1 \
    UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
 
 echo "== ThreadSanitizer: engine lifecycle, generation core, the server under concurrent requests"
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON >/dev/null
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON -DKILN_CUDA=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target kiln test_pool test_engine test_engine_llm test_engine_embed test_engine_stt test_gen >/dev/null
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_pool|test_engine|test_gen)" -E "^test_engine_image$")
 # The servers the e2e files start write their reports to files (the tests

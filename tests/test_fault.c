@@ -369,8 +369,9 @@ int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     test_assert();
     test_model_load(MODEL);
-    test_model_load("data/arch/qwen3moe-f32.gguf"); /* a mixture of experts */
-    test_model_load("data/arch/gpt-oss-f32.gguf");  /* sinks, windows, biased experts */
+    test_model_load("data/arch/qwen3moe-f32.gguf");  /* a mixture of experts */
+    test_model_load("data/arch/deepseek2-f16.gguf"); /* MLA, a shared expert */
+    test_model_load("data/arch/gpt-oss-f32.gguf");   /* sinks, windows, biased experts */
     test_store_install();
     test_server();
     curl_global_cleanup();

@@ -345,6 +345,8 @@ kiln_status engine_create_with(const kiln_engine_family *fam, const engine_ops *
     *out = NULL;
     if (!fam || !ops || !ops->load || !ops->unload || !ops->run)
         return kb_fail(KILN_ERR_INVALID_ARG, "engine family without load/unload/run");
+    if (backend == KILN_ENGINE_BACKEND_CUDA)
+        return kb_fail(KILN_ERR_UNSUPPORTED, "this build of kiln has no CUDA backend: use the CPU");
     if (backend != KILN_ENGINE_BACKEND_AUTO && backend != KILN_ENGINE_BACKEND_CPU)
         return kb_fail(KILN_ERR_INVALID_ARG, "unknown backend %d", (int)backend);
     if (!(fam->backends & (1u << backend)))

@@ -146,9 +146,9 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     char err[256];
     kq_init();
     c->pool = kpool_new(p.n_threads);
-    if (!c->pool || kl_kv_init(&c->kv, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap, err, sizeof err) ||
+    if (!c->pool || kl_kv_init(&c->kv, m->be, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap, err, sizeof err) ||
         (shape.rs_floats &&
-         !(c->rs = kl_rs_new(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, err, sizeof err)))) {
+         !(c->rs = kl_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, err, sizeof err)))) {
         if (c->pool)
             kb_fail(KILN_ERR_NOMEM, "%s", err);
         else
@@ -157,11 +157,15 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         return KILN_ERR_NOMEM;
     }
     c->p.n_threads = kpool_size(c->pool);
+    kbe_kv kvv;
+    kl_kv_view(&c->kv, &kvv);
+    const kbe_ctx_params bp = {c->pool, shape.n_attn_layer ? hp->n_head : 0, n_ctx, &kvv};
+    if (kbe_ctx_init(&c->bx, m->be, &bp)) {
+        kiln_context_free(c);
+        return kb_fail(KILN_ERR_NOMEM, "out of memory for the %s backend's state", m->be->name);
+    }
     const size_t B = (size_t)p.n_batch, E = (size_t)hp->n_embd;
     c->logits_cap = p.n_batch;
-    /* positions per sequence stay below n_ctx; one block of slack */
-    c->att_scratch_per_thread =
-        shape.n_attn_layer ? kk_attn_scratch(2, KL_ATTN_TILE, shape.hd, n_ctx + KL_KV_BLOCK) : 0;
     ctx_buf bufs[] = {
         {(void **)&c->rope_cs, B * (size_t)hp->rope.n_rot * 4},
         {(void **)&c->b_pos, B * 4},
@@ -169,11 +173,8 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         {(void **)&c->b_tile, (B + 1) * 4},
         {(void **)&c->out_idx, B * 4},
         {(void **)&c->out_rows, B * E * 4},
-        {(void **)&c->att_scratch, (size_t)c->p.n_threads * c->att_scratch_per_thread * 4},
-        {(void **)&c->mtp_h, mtp_ord >= 0 ? (size_t)p.n_seq_max * KL_MTP_KEEP * E * 4 : 0},
         {(void **)&c->mtp_h_pos, mtp_ord >= 0 ? (size_t)p.n_seq_max * 4 : 0},
         {(void **)&c->mtp_h_n, mtp_ord >= 0 ? (size_t)p.n_seq_max * 4 : 0},
-        {(void **)&c->mtp_chain, mtp_ord >= 0 ? (size_t)p.n_seq_max * E * 4 : 0},
         {(void **)&c->mtp_logits, mtp_ord >= 0 ? (size_t)p.n_seq_max * (size_t)hp->n_vocab * 4 : 0},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
@@ -183,8 +184,20 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
             return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
         }
     }
-    if (mtp_ord >= 0) memset(c->mtp_h_n, 0, (size_t)p.n_seq_max * sizeof *c->mtp_h_n);
-    if (fam->ctx_init(c)) {
+    if (mtp_ord >= 0) {
+        memset(c->mtp_h_n, 0, (size_t)p.n_seq_max * sizeof *c->mtp_h_n);
+        memset(c->mtp_h_pos, 0, (size_t)p.n_seq_max * sizeof *c->mtp_h_pos);
+        /* the kept hidden rows are the block's inputs: backend memory */
+        c->mtp_h = c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * KL_MTP_KEEP * E * 4);
+        c->mtp_chain = c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * E * 4);
+        if (!c->mtp_h || !c->mtp_chain) {
+            kiln_context_free(c);
+            return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
+        }
+    }
+    /* the output head's product runs on the backend whatever the family
+     * reserved for its own */
+    if (fam->ctx_init(c) || c->bx.ops->reserve(&c->bx, hp->n_embd, p.n_batch)) {
         kiln_context_free(c);
         return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
     }
@@ -201,11 +214,14 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
 void kiln_context_free(kiln_context *c) {
     if (!c) return;
     c->m->arch->family->ctx_free(c);
+    if (c->mtp_h) c->bx.ops->free(&c->bx, c->mtp_h);
+    if (c->mtp_chain) c->bx.ops->free(&c->bx, c->mtp_chain);
+    kbe_ctx_free(&c->bx);
     kl_rs_free(c->rs);
     kl_kv_free(&c->kv);
     if (c->pool) kpool_free(c->pool);
-    void *bufs[] = {c->rope_cs,     c->b_pos, c->b_seq,     c->b_tile,  c->out_idx,   c->out_rows,
-                    c->att_scratch, c->mtp_h, c->mtp_h_pos, c->mtp_h_n, c->mtp_chain, c->mtp_logits};
+    void *bufs[] = {c->rope_cs,  c->b_pos,     c->b_seq,   c->b_tile,    c->out_idx,
+                    c->out_rows, c->mtp_h_pos, c->mtp_h_n, c->mtp_logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     if (c->logits) munmap(c->logits, ctx_logits_bytes(c));
     free(c);
@@ -343,7 +359,7 @@ void kl_mtp_keep(kiln_context *c, int32_t seq, int32_t pos0, const float *rows, 
         pos0 += n - KL_MTP_KEEP;
         n = KL_MTP_KEEP;
     }
-    memcpy(c->mtp_h + (size_t)seq * KL_MTP_KEEP * E, rows, (size_t)n * E * sizeof(float));
+    c->bx.ops->copy(&c->bx, c->mtp_h + (size_t)seq * KL_MTP_KEEP * E, rows, (size_t)n * E * sizeof(float));
     c->mtp_h_pos[seq] = pos0;
     c->mtp_h_n[seq] = n;
 }

@@ -1,14 +1,19 @@
 /*
  * decoder — what the decoder families (dense.c, hybrid.c) share: resolving
  * a batch's sequences and positions, attention over the paged KV cache of
- * an attention layer, and the output head.  A family's forward calls
+ * an attention layer, and the output head, all on the context's backend
+ * (c->bx, backend/backend.h).  A family's forward calls
  *
- *   kl_attn_prepare           once per batch (RoPE tables, attention tiles)
- *   kl_attn_store / _run      per attention layer, by its ordinal
+ *   kl_attn_prepare           once per batch (RoPE tables, attention tiles:
+ *                             the step's host metadata, handed to the backend)
+ *   kl_attn_store / _run      per attention layer, by its ordinal (or the
+ *                             backend's qk_store / attn ops directly)
  *   kl_batch_commit           once the layers ran (the sequences grow)
  *   kl_batch_output           the final norm and the logits
  *
- * after api.c's kl_batch_begin checked the batch.
+ * after api.c's kl_batch_begin checked the batch.  The kk_ops arguments are
+ * unused (the backend runs every op); families not yet on the backend still
+ * pass their kernel table.
  */
 #ifndef KILN_DECODER_H
 #define KILN_DECODER_H
@@ -31,8 +36,8 @@ void kl_batch_output(kiln_context *c, const kk_ops *ops, const float *x, int n, 
  * tokens of one sequence at consecutive positions that read K and V once. */
 void kl_attn_prepare(kiln_context *c, int n);
 /* Token i's keys and values (n_head_kv rows of hd floats each) into the
- * cache of attention layer ord, in the cache's type (v unread when the
- * cache keeps V in K). */
+ * cache of attention layer ord, in the cache's type (kbe_ops.kv_store; v
+ * unread when the cache keeps V in K). */
 void kl_attn_store(kiln_context *c, const kk_ops *ops, int ord, int i, const float *k, const float *v);
 /* Causal attention of every batch token over its sequence's cached
  * positions 0..pos in attention layer ord: q and out are [n][n_head * hd],
@@ -41,15 +46,13 @@ void kl_attn_store(kiln_context *c, const kk_ops *ops, int ord, int i, const flo
  * value part. */
 void kl_attn_run(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n);
 
-/* A layer's departures from kl_attn_run's attention (zero: none). */
-typedef struct kl_attn_opts {
-    int window;  /* > 0: sliding window: the query at position p sees only
-                    p - window + 1 .. p (every position stays cached) */
-    float scale; /* score scale; 0: 1 / sqrt(head size) */
-    /* [n_head] attention sinks: each head's softmax gets one more logit,
-     * not scaled, that adds no value (kk_attn_inv); NULL: none */
-    const float *sinks;
-} kl_attn_opts;
+/* A layer's departures from kl_attn_run's attention (zero: none):
+ * window > 0, a sliding window (the query at position p sees only
+ * p - window + 1 .. p; every position stays cached); scale, the score
+ * scale (0: 1 / sqrt(head size)); sinks, [n_head] attention sinks (each
+ * head's softmax gets one more logit, not scaled, that adds no value:
+ * kk_attn_inv; NULL: none). */
+typedef kbe_attn_opts kl_attn_opts;
 /* kl_attn_run with o's departures (o may be NULL). */
 void kl_attn_run_opts(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n,
                       const kl_attn_opts *o);

@@ -32,6 +32,14 @@
  * (V3: by probability + exp_probs_b, within the best expert groups),
  * renormalized only if expert_weights_norm, times expert_weights_scale, plus
  * the shared expert (expert_shared_count x expert width) added ungated.
+ * Multi-token-prediction blocks (nextn_predict_layers, the last blocks) are
+ * left out: they neither run nor take a cache.
+ *
+ * Files from before attn_kv_b was split into attn_k_b / attn_v_b (no *_mla
+ * keys; key_length Dn + Dr, value_length Dv) run the same absorbed form:
+ * Wv_b,h are row views of attn_kv_b and Wk_b,h an F16 copy of its k rows
+ * transposed, made at load.  llama.cpp runs such files unabsorbed (full K
+ * and V per head in its cache), the same attention up to rounding.
  *
  * Shapes of the activations (per token row):
  *   x, xn  [n_embd]          residual stream and its normalized copy
@@ -58,7 +66,7 @@
 #include <string.h>
 
 static const kl_arch k_archs[] = {
-    {"deepseek2", &kl_family_deepseek2, 0, 0}, /* DeepSeek-V2, V2.5, V3, R1 (absorbed MLA files) */
+    {"deepseek2", &kl_family_deepseek2, 0, 0}, /* DeepSeek-V2, V2.5, V3, R1 */
 };
 
 typedef struct ds_layer {
@@ -77,15 +85,49 @@ typedef struct ds_layer {
 typedef struct ds_model {
     ds_layer *layers;
     kl_moe_hp moe;
-    kk_mat *experts; /* [n_layer][3][n_expert] views of the expert tensors */
-    kk_mat *heads;   /* [n_layer][2][n_head] views of attn_k_b, attn_v_b */
-    int n_dense;     /* leading layers with a dense FFN */
-    int q_rank, r;   /* q_lora_rank (0: plain attn_q), kv_lora_rank */
-    int dn, dr, dv;  /* per head: no-rope and rope query parts, value width */
-    float kq_scale;  /* the attention's score scale */
+    kk_mat *experts;  /* [n_layer][3][n_expert] views of the expert tensors */
+    kk_mat *heads;    /* [n_layer][2][n_head] views of attn_k_b, attn_v_b */
+    int n_layer;      /* the layers that run: block_count less the MTP (nextn) blocks, which are not */
+    int n_dense;      /* leading layers with a dense FFN */
+    int q_rank, r;    /* q_lora_rank (0: plain attn_q), kv_lora_rank */
+    int dn, dr, dv;   /* per head: no-rope and rope query parts, value width */
+    int legacy;       /* one attn_kv_b per layer: Wk_b transposed into kb_mem, Wv_b row views */
+    uint16_t *kb_mem; /* legacy: [n_layer][H][R][Dn] F16 */
+    float kq_scale;   /* the attention's score scale */
 } ds_model;
 
 /* ---------------------------------------------------------------- binding */
+
+/* A file from before attn_kv_b was split: per head, Dn rows that map the
+ * latent to k_nope, then Dv rows that map it to v (R columns each).  Wv_b,h
+ * is a view of the v rows; Wk_b,h (R rows of Dn, the k rows transposed) is
+ * copied in F16 into d->kb_mem, which the caller sized. */
+static void ds_bind_kv_b(kl_binder *B, ds_model *d, int H, int il, ds_layer *l) {
+    char n[96];
+    snprintf(n, sizeof n, "blk.%d.attn_kv_b.weight", il);
+    const int64_t per = (int64_t)d->dn + d->dv;
+    const kk_mat kv = kl_bind_mat(B, n, d->r, H * per, 0);
+    if (!kv.data) return;
+    const kq_traits *t = kq_get(kv.type);
+    const size_t rs = kq_row_size(kv.type, d->r);
+    float *row = malloc((size_t)d->r * sizeof(float));
+    if (!row || !t->to_f32) {
+        free(row);
+        kl_bind_fail(B, "%s: out of memory or an unreadable type", n);
+        return;
+    }
+    uint16_t *kb = d->kb_mem + (size_t)il * H * d->r * d->dn;
+    for (int h = 0; h < H; h++) {
+        uint16_t *kh = kb + (size_t)h * d->r * d->dn;
+        for (int j = 0; j < d->dn; j++) {
+            t->to_f32((const uint8_t *)kv.data + (size_t)(h * per + j) * rs, row, d->r);
+            for (int r = 0; r < d->r; r++) kh[(size_t)r * d->dn + j] = kq_f32_to_f16(row[r]);
+        }
+        l->wk_b[h] = (kk_mat){kh, KQ_F16, d->dn, d->r, NULL};
+        l->wv_b[h] = (kk_mat){(const uint8_t *)kv.data + (size_t)(h * per + d->dn) * rs, kv.type, d->r, d->dv, NULL};
+    }
+    free(row);
+}
 
 static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     kl_hparams *hp = &m->hp;
@@ -99,19 +141,23 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     d->q_rank = (int)kl_meta_int(m, "attention.q_lora_rank", 0);
     d->r = (int)kl_meta_int(m, "attention.kv_lora_rank", 0);
     d->dr = hp->rope.n_rot;
-    const int dk = (int)kl_meta_int(m, "attention.key_length_mla", 0);
-    d->dv = (int)kl_meta_int(m, "attention.value_length_mla", 0);
+    /* files from before the split of attn_kv_b (no *_mla keys) give the
+     * head sizes in key_length / value_length */
+    d->legacy = !kl_meta_kv(m, "attention.key_length_mla") && !kl_meta_kv(m, "attention.value_length_mla");
+    const int dk = d->legacy ? hp->hd_k : (int)kl_meta_int(m, "attention.key_length_mla", 0);
+    d->dv = d->legacy ? hp->hd_v : (int)kl_meta_int(m, "attention.value_length_mla", 0);
     d->dn = dk - d->dr;
     d->n_dense = (int)kl_meta_int(m, "leading_dense_block_count", 0);
-    if (!dk || !d->dv) {
-        snprintf(err, errlen,
-                 "deepseek2 without attention.key_length_mla / value_length_mla (an unabsorbed attn_kv_b file); "
-                 "kiln runs the absorbed form (attn_k_b, attn_v_b): convert the model again");
+    const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
+    if (nextn < 0 || nextn >= hp->n_layer) {
+        snprintf(err, errlen, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
         return -1;
     }
+    d->n_layer = hp->n_layer - (int)nextn;
     if (d->q_rank < 0 || d->q_rank > (1 << 16) || d->r <= 0 || d->r > (1 << 16) || d->dn < 1 || dk > 4096 ||
-        d->dv <= 0 || d->dv > 4096 || hp->n_head_kv != 1 || hp->hd_k != d->r + d->dr || hp->hd_v != d->r ||
-        d->n_dense < 0 || d->n_dense > hp->n_layer) {
+        d->dv <= 0 || d->dv > 4096 ||
+        (!d->legacy && (hp->n_head_kv != 1 || hp->hd_k != d->r + d->dr || hp->hd_v != d->r)) || d->n_dense < 0 ||
+        d->n_dense > d->n_layer) {
         snprintf(err, errlen,
                  "bad MLA hyperparameters (q_lora_rank %d, kv_lora_rank %d, key_length_mla %d, value_length_mla %d, "
                  "rope dims %d, head_count_kv %d, key_length %d, value_length %d, leading_dense_block_count %d)",
@@ -122,7 +168,7 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         snprintf(err, errlen, "bad or missing feed_forward_length (%d)", hp->n_ff);
         return -1;
     }
-    if (d->n_dense < hp->n_layer) {
+    if (d->n_dense < d->n_layer) {
         if (kl_moe_read_hparams(m, &d->moe, err, errlen)) return -1;
         const int64_t n_shared = kl_meta_int(m, "expert_shared_count", 0);
         if (!d->moe.n_expert || n_shared < 0 || n_shared > 64) {
@@ -134,7 +180,7 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         d->moe.w_norm = kl_meta_int(m, "expert_weights_norm", 0) != 0;
         d->moe.sh_ungated = 1;
         d->moe.probs_b = 1;
-        d->experts = calloc((size_t)hp->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
+        d->experts = calloc((size_t)d->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
         if (!d->experts) {
             snprintf(err, errlen, "out of memory");
             return -1;
@@ -155,9 +201,10 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         snprintf(err, errlen, "bad rope scaling (attention scale %g)", (double)d->kq_scale);
         return -1;
     }
-    d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
-    d->heads = calloc((size_t)hp->n_layer * 2 * (size_t)H, sizeof *d->heads);
-    if (!d->layers || !d->heads) {
+    d->layers = calloc((size_t)d->n_layer, sizeof *d->layers);
+    d->heads = calloc((size_t)d->n_layer * 2 * (size_t)H, sizeof *d->heads);
+    if (d->legacy) d->kb_mem = malloc((size_t)d->n_layer * H * d->r * d->dn * sizeof(uint16_t));
+    if (!d->layers || !d->heads || (d->legacy && !d->kb_mem)) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -169,7 +216,7 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
     m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
-    for (int i = 0; i < hp->n_layer && !B.failed; i++) {
+    for (int i = 0; i < d->n_layer && !B.failed; i++) {
         ds_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
@@ -185,12 +232,12 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         l->kv_a_norm = kl_bind_vec(&B, NAME("attn_kv_a_norm.weight"), d->r, 0);
         l->wk_b = d->heads + (size_t)i * 2 * H;
         l->wv_b = l->wk_b + H;
-        if (!gguf_find_tensor(m->gf, NAME("attn_k_b.weight")) && gguf_find_tensor(m->gf, NAME("attn_kv_b.weight"))) {
-            kl_bind_fail(&B, "%s: an unabsorbed attn_kv_b; kiln needs attn_k_b / attn_v_b (convert again)", n);
-            break;
+        if (d->legacy)
+            ds_bind_kv_b(&B, d, H, i, l);
+        else {
+            kl_bind_mats3(&B, NAME("attn_k_b.weight"), d->dn, d->r, H, l->wk_b, 0);
+            kl_bind_mats3(&B, NAME("attn_v_b.weight"), d->r, d->dv, H, l->wv_b, 0);
         }
-        kl_bind_mats3(&B, NAME("attn_k_b.weight"), d->dn, d->r, H, l->wk_b, 0);
-        kl_bind_mats3(&B, NAME("attn_v_b.weight"), d->r, d->dv, H, l->wv_b, 0);
         l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), (int64_t)H * d->dv, E, 0);
         l->ffn_norm = kl_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
         if (i >= d->n_dense) {
@@ -206,7 +253,7 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     }
     if (B.failed) return -1;
     /* a decode step reads one token's experts, not all of them */
-    if (d->moe.n_expert) m->active_bytes = kl_moe_active_bytes(m, &d->moe, hp->n_layer);
+    if (d->moe.n_expert) m->active_bytes = kl_moe_active_bytes(m, &d->moe, d->n_layer);
     return 0;
 }
 
@@ -216,6 +263,7 @@ static void ds_free(kiln_model *m) {
     free(d->layers);
     free(d->experts);
     free(d->heads);
+    free(d->kb_mem);
     free(d);
 }
 
@@ -224,7 +272,7 @@ static void ds_weights(kiln_model *m, kl_weights *w) {
     ds_model *d = m->fam;
     kl_weights_mat(w, &m->output);
     kl_weights_vec(w, &m->out_norm, hp->n_embd);
-    for (int i = 0; i < hp->n_layer; i++) {
+    for (int i = 0; i < d->n_layer; i++) {
         ds_layer *l = &d->layers[i];
         kk_mat *ms[] = {&l->wq_a, &l->wq_b, &l->wq, &l->wkv_a, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
@@ -242,7 +290,7 @@ static void ds_weights(kiln_model *m, kl_weights *w) {
 static void ds_seq_shape(const kiln_model *m, kl_seq_shape *s) {
     const ds_model *d = m->fam;
     memset(s, 0, sizeof *s);
-    s->n_attn_layer = m->hp.n_layer;
+    s->n_attn_layer = d->n_layer;
     s->n_head_kv = 1;
     s->hd = d->r + d->dr;
     s->v_in_k = 1;
@@ -262,7 +310,7 @@ static void ds_ctx_free(kiln_context *c) {
     if (w) {
         float *bufs[] = {w->x, w->xn, w->qa, w->q, w->kv, w->qn, w->qf, w->att, w->al, w->vo, w->gate, w->up, w->y};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
-        kl_moe_ws_free(&w->ex);
+        kl_moe_ws_free(c, &w->ex);
         free(w->outs);
         free(w->t0);
         free(w->nt);
@@ -308,7 +356,7 @@ static int ds_ctx_init(kiln_context *c) {
     w->t0 = malloc(H * sizeof *w->t0);
     w->nt = malloc(H * sizeof *w->nt);
     if (!w->outs || !w->t0 || !w->nt) return -1;
-    if (moe && kl_moe_ws_init(&w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
+    if (moe && kl_moe_ws_init(c, &w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
     /* the largest product's scratch: inputs of n_embd, q_lora_rank, H * Dv
      * and n_ff columns over the batch, the per-head ones over H rows per
      * token, the experts' over their routed rows */
@@ -446,7 +494,7 @@ static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     kl_attn_prepare(c, n);
     for (int i = 0; i < n; i++) kk_get_row(&m->tok_embd, b->token[i], w->x + (size_t)i * E);
 
-    for (int l = 0; l < hp->n_layer; l++) {
+    for (int l = 0; l < d->n_layer; l++) {
         const ds_layer *L = &d->layers[l];
         const int moe = l >= d->n_dense;
         ds_job j = {c, ops, L, l, n, STEP_ATTN_NORM, moe ? w->y : w->xn};
@@ -469,7 +517,7 @@ static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         kk_matmul(c->pool, &L->wo, w->vo, n, w->xn, E, c->mm_scratch);
         ds_step(&j, STEP_FFN_NORM);
         if (moe) {
-            kl_moe_ffn(c, ops, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
+            kl_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
             ds_step(&j, STEP_RESID);
             continue;
         }

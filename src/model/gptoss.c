@@ -173,7 +173,7 @@ static void gptoss_ctx_free(kiln_context *c) {
     if (w) {
         float *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->y};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
-        kl_moe_ws_free(&w->ex);
+        kl_moe_ws_free(c, &w->ex);
         free(w);
     }
     free(c->mm_scratch);
@@ -197,7 +197,7 @@ static int gptoss_ctx_init(kiln_context *c) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = malloc(bufs[i].n * sizeof(float)))) return -1;
-    if (kl_moe_ws_init(&w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
+    if (kl_moe_ws_init(c, &w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
     size_t maxk = E > nq ? E : nq;
     if ((size_t)kl_moe_mm_cols(&d->moe) > maxk) maxk = (size_t)kl_moe_mm_cols(&d->moe);
     c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, kl_moe_mm_rows(&d->moe, c->p.n_batch)));
@@ -294,7 +294,7 @@ static kiln_status gptoss_forward(kiln_context *c, const kiln_batch *b, int n_ou
         kl_attn_run_opts(c, ops, l, w->q, w->att, n, &ao);
         kk_matmul(c->pool, &L->wo, w->att, n, w->xn, E, c->mm_scratch);
         tok_step(&tj, STEP_RESID_FFN_NORM);
-        kl_moe_ffn(c, ops, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
+        kl_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
         tok_step(&tj, STEP_RESID);
     }
 

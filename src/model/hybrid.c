@@ -35,11 +35,10 @@
 #include "model/mtp.h"
 #include "model/state.h"
 
-#include "kernels/ssm.h"
+#include "kernels/ssm.h" /* KK_CONV_MAX_K */
 #include "quant/quant.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,37 +390,38 @@ typedef struct hyb_ws {
     int32_t *run;   /* [n + 1] row where each run of one sequence starts */
     int n_run;
     /* snapshots this pass takes: per run up to HYB_MAX_CAP */
-    int32_t *verify;    /* [n] 1: the run is recorded for rollback (state.h) */
-    int32_t *cap_n;     /* [n] */
-    int32_t *cap_pos;   /* [n][HYB_MAX_CAP] */
-    float **cap_dst;    /* [n][HYB_MAX_CAP] */
-    float *gdn_scratch; /* per thread */
-    size_t gdn_scratch_floats;
+    int32_t *verify;  /* [n] 1: the run is recorded for rollback (state.h) */
+    int32_t *cap_n;   /* [n] */
+    int32_t *cap_pos; /* [n][HYB_MAX_CAP] */
+    float **cap_dst;  /* [n][HYB_MAX_CAP] state slots (backend memory) */
     /* MTP (contexts keeping its cache) */
     float *mcat; /* [n][2 n_embd] the block's input pairs */
     float *mh;   /* [n][n_embd] final hidden states after the output (or head) norm */
 } hyb_ws;
 
-#define HYB_MAX_CAP 4
+#define HYB_MAX_CAP KBE_GDN_MAX_CAP
 
 static void hyb_ctx_free(kiln_context *c) {
     hyb_ws *w = c->ws;
     if (w) {
-        void *bufs[] = {w->x,     w->xn,  w->y,      w->qg,    w->q,       w->k,       w->v,           w->att,  w->qkv,
-                        w->cv,    w->z,   w->o,      w->ba,    w->beta,    w->gd,      w->gate,        w->up,   w->ord,
-                        w->tmp_i, w->run, w->verify, w->cap_n, w->cap_pos, w->cap_dst, w->gdn_scratch, w->mcat, w->mh};
-        kl_moe_ws_free(&w->ex);
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+        /* backend memory, then host arrays */
+        void *dev[] = {w->x, w->xn, w->y,  w->qg,   w->q,  w->k,    w->v,  w->att,  w->qkv, w->cv,
+                       w->z, w->o,  w->ba, w->beta, w->gd, w->gate, w->up, w->mcat, w->mh};
+        void *host[] = {w->ord, w->tmp_i, w->run, w->verify, w->cap_n, w->cap_pos, w->cap_dst};
+        kl_moe_ws_free(c, &w->ex);
+        for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+            if (dev[i]) c->bx.ops->free(&c->bx, dev[i]);
+        for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
         free(w);
     }
-    free(c->mm_scratch);
-    c->ws = c->mm_scratch = NULL;
+    c->ws = NULL;
 }
 
 static int hyb_ctx_init(kiln_context *c) {
     const kiln_model *m = c->m;
     const kl_hparams *hp = &m->hp;
     const hyb_model *h = m->fam;
+    kbe_ctx *X = &c->bx;
     hyb_ws *w = calloc(1, sizeof *w);
     c->ws = w;
     if (!w) return -1;
@@ -431,340 +431,194 @@ static int hyb_ctx_init(kiln_context *c) {
     const size_t F = h->has_dense ? (size_t)hp->n_ff : 0;
     const size_t mtp = c->mtp_ord >= 0 ? 1 : 0;
     const size_t attn = h->n_attn || mtp ? 1 : 0, rec = h->n_rec ? 1 : 0, moe = h->has_moe ? 1 : 0;
-    w->gdn_scratch_floats = rec ? kk_gdn_scratch(h->Dk, h->Dv) : 0;
     struct {
         void **p;
         size_t bytes;
+        int host;
     } bufs[] = {
-        {(void **)&w->x, B * E * 4},
-        {(void **)&w->xn, B * E * 4},
-        {(void **)&w->y, B * E * 4},
-        {(void **)&w->qg, attn * B * 2 * nq * 4},
-        {(void **)&w->q, attn * B * nq * 4},
-        {(void **)&w->k, attn * B * nkv * 4},
-        {(void **)&w->v, attn * B * nkv * 4},
-        {(void **)&w->att, attn * B * nq * 4},
-        {(void **)&w->qkv, rec * B * CD * 4},
-        {(void **)&w->cv, rec * B * CD * 4},
-        {(void **)&w->z, rec * B * vd * 4},
-        {(void **)&w->o, rec * B * vd * 4},
-        {(void **)&w->ba, rec * B * 2 * Hv * 4},
-        {(void **)&w->beta, rec * B * Hv * 4},
-        {(void **)&w->gd, rec * B * Hv * 4},
-        {(void **)&w->gate, B * F * 4},
-        {(void **)&w->up, B * F * 4},
-        {(void **)&w->ord, B * 4},
-        {(void **)&w->tmp_i, B * 4},
-        {(void **)&w->run, (B + 1) * 4},
-        {(void **)&w->verify, B * 4},
-        {(void **)&w->cap_n, B * 4},
-        {(void **)&w->cap_pos, B * HYB_MAX_CAP * 4},
-        {(void **)&w->cap_dst, B * HYB_MAX_CAP * sizeof(float *)},
-        {(void **)&w->gdn_scratch, (size_t)c->p.n_threads * w->gdn_scratch_floats * 4},
-        {(void **)&w->mcat, mtp * B * 2 * E * 4},
-        {(void **)&w->mh, mtp * B * E * 4},
+        {(void **)&w->x, B * E * 4, 0},
+        {(void **)&w->xn, B * E * 4, 0},
+        {(void **)&w->y, B * E * 4, 0},
+        {(void **)&w->qg, attn * B * 2 * nq * 4, 0},
+        {(void **)&w->q, attn * B * nq * 4, 0},
+        {(void **)&w->k, attn * B * nkv * 4, 0},
+        {(void **)&w->v, attn * B * nkv * 4, 0},
+        {(void **)&w->att, attn * B * nq * 4, 0},
+        {(void **)&w->qkv, rec * B * CD * 4, 0},
+        {(void **)&w->cv, rec * B * CD * 4, 0},
+        {(void **)&w->z, rec * B * vd * 4, 0},
+        {(void **)&w->o, rec * B * vd * 4, 0},
+        {(void **)&w->ba, rec * B * 2 * Hv * 4, 0},
+        {(void **)&w->beta, rec * B * Hv * 4, 0},
+        {(void **)&w->gd, rec * B * Hv * 4, 0},
+        {(void **)&w->gate, B * F * 4, 0},
+        {(void **)&w->up, B * F * 4, 0},
+        {(void **)&w->ord, B * 4, 1},
+        {(void **)&w->tmp_i, B * 4, 1},
+        {(void **)&w->run, (B + 1) * 4, 1},
+        {(void **)&w->verify, B * 4, 1},
+        {(void **)&w->cap_n, B * 4, 1},
+        {(void **)&w->cap_pos, B * HYB_MAX_CAP * 4, 1},
+        {(void **)&w->cap_dst, B * HYB_MAX_CAP * sizeof(float *), 1},
+        {(void **)&w->mcat, mtp * B * 2 * E * 4, 0},
+        {(void **)&w->mh, mtp * B * E * 4, 0},
     };
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (!(*bufs[i].p = malloc(bufs[i].bytes ? bufs[i].bytes : 1))) return -1;
-    if (moe && kl_moe_ws_init(&w->ex, &h->moe, hp->n_embd, c->p.n_batch)) return -1;
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        const size_t bytes = bufs[i].bytes ? bufs[i].bytes : 1;
+        if (!(*bufs[i].p = bufs[i].host ? malloc(bytes) : X->ops->alloc(X, bytes))) return -1;
+    }
+    if (moe && kl_moe_ws_init(c, &w->ex, &h->moe, hp->n_embd, c->p.n_batch)) return -1;
+    if (rec && X->ops->gdn_reserve(X, h->Dk, h->Dv)) return -1;
     /* matrix products: widest input row and most rows at once */
     size_t maxk = E;
     const size_t cols[] = {nq, vd, F, moe * (size_t)kl_moe_mm_cols(&h->moe), mtp * 2 * E};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) maxk = cols[i] > maxk ? cols[i] : maxk;
     const size_t rows = moe ? (size_t)kl_moe_mm_rows(&h->moe, c->p.n_batch) : B;
-    c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, (int)rows));
-    return c->mm_scratch ? 0 : -1;
+    return X->ops->reserve(X, (int64_t)maxk, (int)rows);
 }
 
 /* ---------------------------------------------------------------- forward */
 
-/* Per-token element-wise steps, on the pool when the batch is big enough. */
-enum hyb_step {
-    STEP_NORM_IN,    /* xn = rms(x) * attn_norm */
-    STEP_ATTN_PRE,   /* split q and gate, q/k norms, RoPE, store K and V */
-    STEP_ATTN_GATE,  /* att *= sigmoid(gate) */
-    STEP_REC_GATES,  /* beta = sigmoid(b), g = softplus(a + dt_bias) * ssm_a */
-    STEP_REC_QKNORM, /* L2 norm of the conv output's q and k heads */
-    STEP_REC_OUT,    /* o = rms(o_j) * ssm_norm * silu(z_j) */
-    STEP_RESID_NORM, /* x += y, xn = rms(x) * post_norm */
-    STEP_SWIGLU,     /* gate = silu(gate) * up (dense FFN) */
-    STEP_RESID,      /* x += y */
-};
-
+/* A layer's work over the batch's n tokens (in run order), every op on
+ * the context's backend (backend/backend.h). */
 typedef struct hyb_job {
     kiln_context *c;
-    const kk_ops *ops;
-    const kk_ssm_ops *sops;
     const hyb_layer *L;
     int n;
-    enum hyb_step step;
-    atomic_long next;
 } hyb_job;
 
-static void tok_range(hyb_job *j, int i0, int i1) {
-    kiln_context *c = j->c;
-    hyb_ws *w = c->ws;
-    const kiln_model *m = c->m;
-    const kl_hparams *hp = &m->hp;
-    const hyb_model *h = m->fam;
-    const hyb_layer *L = j->L;
-    const kk_ops *ops = j->ops;
-    const int E = hp->n_embd, hd = hp->hd_k, nh = hp->n_head, nkv = hp->n_head_kv;
-    const int vd = h->Hv * h->Dv;
-    for (int i = i0; i < i1; i++) {
-        float *x = w->x + (size_t)i * E, *xn = w->xn + (size_t)i * E, *y = w->y + (size_t)i * E;
-        switch (j->step) {
-        case STEP_NORM_IN: ops->rmsnorm(xn, x, L->attn_norm, E, hp->eps); break;
-        case STEP_ATTN_PRE: {
-            const float *qg = w->qg + (size_t)i * 2 * nh * hd;
-            float *q = w->q + (size_t)i * nh * hd, *k = w->k + (size_t)i * nkv * hd;
-            for (int hh = 0; hh < nh; hh++) ops->rmsnorm(q + hh * hd, qg + (size_t)hh * 2 * hd, L->q_norm, hd, hp->eps);
-            for (int hh = 0; hh < nkv; hh++) ops->rmsnorm(k + hh * hd, k + hh * hd, L->k_norm, hd, hp->eps);
-            const float *cs = c->rope_cs + (size_t)i * hp->rope.n_rot;
-            ops->rope_neox(cs, q, nh, hd, hp->rope.n_rot);
-            ops->rope_neox(cs, k, nkv, hd, hp->rope.n_rot);
-            kl_attn_store(c, ops, L->ord, i, k, w->v + (size_t)i * nkv * hd);
-            break;
-        }
-        case STEP_ATTN_GATE: {
-            const float *qg = w->qg + (size_t)i * 2 * nh * hd;
-            float *att = w->att + (size_t)i * nh * hd;
-            for (int hh = 0; hh < nh; hh++)
-                for (int d = 0; d < hd; d++) att[hh * hd + d] *= kk_sigmoid(qg[(size_t)hh * 2 * hd + hd + d]);
-            break;
-        }
-        case STEP_REC_GATES: {
-            const float *ba = w->ba + (size_t)i * 2 * h->Hv;
-            float *beta = w->beta + (size_t)i * h->Hv, *gd = w->gd + (size_t)i * h->Hv;
-            const int r = h->Hv / h->Hk;
-            for (int v = 0; v < h->Hv; v++) {
-                float b, a;
-                if (h->flags & HYB_BA) { /* per key head: [beta x r, alpha x r] */
-                    b = ba[(v / r) * 2 * r + v % r];
-                    a = ba[(v / r) * 2 * r + r + v % r];
-                } else {
-                    b = ba[v];
-                    a = ba[h->Hv + v];
-                }
-                beta[v] = kk_sigmoid(b);
-                gd[v] = kk_softplus(a + L->dt_bias[v]) * L->ssm_a[v];
-            }
-            break;
-        }
-        case STEP_REC_QKNORM: {
-            float *cv = w->cv + (size_t)i * h->conv_dim;
-            for (int hh = 0; hh < 2 * h->Hk; hh++) kk_l2norm(cv + (size_t)hh * h->Dk, h->Dk, hp->eps);
-            break;
-        }
-        case STEP_REC_OUT: {
-            float *o = w->o + (size_t)i * vd;
-            const float *z = w->z + (size_t)i * vd;
-            for (int v = 0; v < h->Hv; v++)
-                kk_rmsnorm_gated(o + (size_t)v * h->Dv, o + (size_t)v * h->Dv, L->ssm_norm, z + (size_t)v * h->Dv,
-                                 h->Dv, hp->eps);
-            break;
-        }
-        case STEP_RESID_NORM:
-            ops->add(x, y, E);
-            ops->rmsnorm(xn, x, L->post_norm, E, hp->eps);
-            break;
-        case STEP_SWIGLU: ops->swiglu(w->gate + (size_t)i * hp->n_ff, w->up + (size_t)i * hp->n_ff, hp->n_ff); break;
-        case STEP_RESID: ops->add(x, y, E); break;
-        }
-    }
-}
-
-static void tok_task(void *ud, int ith, int nth) {
-    hyb_job *j = ud;
-    long lo, hi;
-    kpool_range(j->n, ith, nth, &lo, &hi);
-    tok_range(j, (int)lo, (int)hi);
-}
-
-#define TOK_PAR_MIN 4
-
-static void tok_step(hyb_job *j, enum hyb_step step) {
-    j->step = step;
-    if (j->n >= TOK_PAR_MIN)
-        kpool_run(j->c->pool, tok_task, j);
-    else
-        tok_range(j, 0, j->n);
-}
-
-/* The convolution: work items of (run, block of channels), each through
- * every capture point of its run. */
-#define CONV_BLOCK 256
-
-static void conv_task(void *ud, int ith, int nth) {
-    hyb_job *j = ud;
-    kiln_context *c = j->c;
-    hyb_ws *w = c->ws;
+/* The Gated DeltaNet core's operands for layer L (kbe_gdn). */
+static kbe_gdn gdn_args(kiln_context *c, const hyb_layer *L) {
     const hyb_model *h = c->m->fam;
-    const hyb_layer *L = j->L;
-    const int nb = (h->conv_dim + CONV_BLOCK - 1) / CONV_BLOCK;
-    const long n_items = (long)w->n_run * nb;
-    const size_t layer_off = (size_t)L->ord * (h->conv_floats + h->delta_floats);
-    for (long it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
-        const int r = (int)(it / nb), c0 = (int)(it % nb) * CONV_BLOCK;
-        const int cn = h->conv_dim - c0 < CONV_BLOCK ? h->conv_dim - c0 : CONV_BLOCK;
-        const int r0 = w->run[r], r1 = w->run[r + 1], seq = c->b_seq[r0];
-        float *state = kl_rs_live(c->rs, seq) + layer_off + c0;
-        int t = r0;
-        for (int k = 0; k <= w->cap_n[r]; k++) { /* segments end at each capture, then at the run's end */
-            const int end = k < w->cap_n[r] ? r0 + (w->cap_pos[(size_t)r * HYB_MAX_CAP + k] - c->b_pos[r0]) : r1;
-            if (end > t) {
-                kk_conv a = {end - t,
-                             cn,
-                             h->K,
-                             w->qkv + (size_t)t * h->conv_dim + c0,
-                             (size_t)h->conv_dim,
-                             L->conv_w + c0,
-                             state,
-                             (size_t)h->conv_dim,
-                             w->cv + (size_t)t * h->conv_dim + c0,
-                             (size_t)h->conv_dim};
-                j->sops->conv_silu(&a);
-                t = end;
-            }
-            if (k < w->cap_n[r]) {
-                float *dst = w->cap_dst[(size_t)r * HYB_MAX_CAP + k] + layer_off + c0;
-                for (int row = 0; row < h->K - 1; row++)
-                    memcpy(dst + (size_t)row * h->conv_dim, state + (size_t)row * h->conv_dim,
-                           (size_t)cn * sizeof(float));
-            }
-        }
-    }
-    (void)ith;
-    (void)nth;
-}
-
-/* The delta rule: work items of (run, value head). */
-static void gdn_task(void *ud, int ith, int nth) {
-    hyb_job *j = ud;
-    kiln_context *c = j->c;
     hyb_ws *w = c->ws;
-    const hyb_model *h = c->m->fam;
-    const hyb_layer *L = j->L;
-    const long n_items = (long)w->n_run * h->Hv;
-    const size_t layer_off = (size_t)L->ord * (h->conv_floats + h->delta_floats) + h->conv_floats;
-    const size_t head = (size_t)h->Dv * h->Dk;
-    const int r_kv = h->Hv / h->Hk;
-    float *scratch = w->gdn_scratch + (size_t)ith * w->gdn_scratch_floats;
-    for (long it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
-        const int r = (int)(it / h->Hv), v = (int)(it % h->Hv);
-        const int kh = h->flags & HYB_GROUPED ? v / r_kv : v % h->Hk;
-        const int r0 = w->run[r], r1 = w->run[r + 1], seq = c->b_seq[r0];
-        float *S = kl_rs_live(c->rs, seq) + layer_off + (size_t)v * head;
-        const size_t ld = (size_t)h->conv_dim;
-        int t = r0;
-        for (int k = 0; k <= w->cap_n[r]; k++) {
-            const int end = k < w->cap_n[r] ? r0 + (w->cap_pos[(size_t)r * HYB_MAX_CAP + k] - c->b_pos[r0]) : r1;
-            if (end > t) {
-                const float *row = w->cv + (size_t)t * ld;
-                kk_gdn a = {end - t,
-                            c->b_pos[t],
-                            h->Dk,
-                            h->Dv,
-                            row + (size_t)kh * h->Dk,
-                            row + (size_t)(h->Hk + kh) * h->Dk,
-                            ld,
-                            row + (size_t)2 * h->Hk * h->Dk + (size_t)v * h->Dv,
-                            ld,
-                            w->gd + (size_t)t * h->Hv + v,
-                            w->beta + (size_t)t * h->Hv + v,
-                            (size_t)h->Hv,
-                            1.0f / sqrtf((float)h->Dk),
-                            S,
-                            w->o + (size_t)t * h->Hv * h->Dv + (size_t)v * h->Dv,
-                            (size_t)h->Hv * h->Dv,
-                            scratch};
-                if (end - t > 1 && !w->verify[r])
-                    j->sops->gdn_chunk(&a);
-                else
-                    j->sops->gdn_step(&a); /* one token, or a run recorded for rollback: as decoding does */
-                t = end;
-            }
-            if (k < w->cap_n[r])
-                memcpy(w->cap_dst[(size_t)r * HYB_MAX_CAP + k] + layer_off + (size_t)v * head, S, head * sizeof(float));
-        }
-    }
-    (void)nth;
-}
-
-static void run_items(hyb_job *j, kpool_fn fn) {
-    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
-    kpool_run_shared(j->c->pool, fn, j);
+    const kl_rs *rs = c->rs;
+    return (kbe_gdn){
+        .Hk = h->Hk,
+        .Hv = h->Hv,
+        .Dk = h->Dk,
+        .Dv = h->Dv,
+        .K = h->K,
+        .conv_dim = h->conv_dim,
+        .ba_grouped = (h->flags & HYB_BA) != 0,
+        .kh_grouped = (h->flags & HYB_GROUPED) != 0,
+        .eps = c->m->hp.eps,
+        .conv_w = L->conv_w,
+        .dt_bias = L->dt_bias,
+        .ssm_a = L->ssm_a,
+        .ssm_norm = L->ssm_norm,
+        .qkv = w->qkv,
+        .z = w->z,
+        .ba = w->ba,
+        .beta = w->beta,
+        .gd = w->gd,
+        .cv = w->cv,
+        .o = w->o,
+        .state = rs->mem,
+        .slot_floats = rs->slot_floats,
+        .conv_off = (size_t)L->ord * (h->conv_floats + h->delta_floats),
+        .conv_floats = h->conv_floats,
+        .roll = rs->roll_in,
+        .roll_stride = rs->roll_floats,
+        .roll_off = (size_t)L->ord * KL_RS_ROLL_MAX * roll_row(h),
+        .seq = c->b_seq,
+        .pos = c->b_pos,
+        .run = w->run,
+        .n_run = w->n_run,
+        .verify = w->verify,
+        .cap_n = w->cap_n,
+        .cap_pos = w->cap_pos,
+        .cap_dst = w->cap_dst,
+    };
 }
 
 static void recurrent_layer(hyb_job *j) {
     kiln_context *c = j->c;
+    kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const hyb_model *h = c->m->fam;
     const hyb_layer *L = j->L;
     const int n = j->n, vd = h->Hv * h->Dv, Hv2 = 2 * h->Hv;
     if (h->flags & HYB_BA) {
         kk_mm_out o[3] = {{&L->wqkv, w->qkv, h->conv_dim}, {&L->wz, w->z, vd}, {&L->wba, w->ba, Hv2}};
-        kk_matmul_multi(c->pool, o, 3, w->xn, n, c->mm_scratch);
+        X->ops->matmul_multi(X, o, 3, w->xn, n);
     } else {
         kk_mm_out o[4] = {{&L->wqkv, w->qkv, h->conv_dim},
                           {&L->wz, w->z, vd},
                           {&L->wbeta, w->ba, Hv2},
                           {&L->walpha, w->ba + h->Hv, Hv2}};
-        kk_matmul_multi(c->pool, o, 4, w->xn, n, c->mm_scratch);
+        X->ops->matmul_multi(X, o, 4, w->xn, n);
     }
-    tok_step(j, STEP_REC_GATES);
-    for (int r = 0; r < w->n_run; r++) { /* a recorded run keeps this layer's inputs */
-        if (!w->verify[r]) continue;
-        const int r0 = w->run[r], len = w->run[r + 1] - r0;
-        float *dst = kl_rs_roll_in(c->rs, c->b_seq[r0]) + (size_t)L->ord * KL_RS_ROLL_MAX * roll_row(h);
-        for (int t = 0; t < len; t++, dst += roll_row(h)) {
-            memcpy(dst, w->qkv + (size_t)(r0 + t) * h->conv_dim, (size_t)h->conv_dim * sizeof(float));
-            memcpy(dst + h->conv_dim, w->beta + (size_t)(r0 + t) * h->Hv, (size_t)h->Hv * sizeof(float));
-            memcpy(dst + h->conv_dim + h->Hv, w->gd + (size_t)(r0 + t) * h->Hv, (size_t)h->Hv * sizeof(float));
-        }
-    }
-    if (n == 1) { /* conv_dim x K multiply-adds: less than a pool hand-off */
-        atomic_store_explicit(&j->next, 0, memory_order_relaxed);
-        conv_task(j, 0, 1);
-    } else {
-        run_items(j, conv_task);
-    }
-    tok_step(j, STEP_REC_QKNORM);
-    run_items(j, gdn_task);
-    tok_step(j, STEP_REC_OUT);
-    kk_matmul(c->pool, &L->wout, w->o, n, w->y, c->m->hp.n_embd, c->mm_scratch);
+    const kbe_gdn g = gdn_args(c, L);
+    X->ops->gdn(X, &g, n);
+    X->ops->matmul(X, &L->wout, w->o, n, w->y, c->m->hp.n_embd);
 }
 
 static void attention_layer(hyb_job *j) {
     kiln_context *c = j->c;
+    kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const kl_hparams *hp = &c->m->hp;
     const hyb_layer *L = j->L;
     const int n = j->n;
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
     kk_mm_out o[3] = {{&L->wq, w->qg, 2 * nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
-    kk_matmul_multi(c->pool, o, 3, w->xn, n, c->mm_scratch);
-    tok_step(j, STEP_ATTN_PRE);
-    kl_attn_run(c, j->ops, L->ord, w->q, w->att, n);
-    tok_step(j, STEP_ATTN_GATE);
-    kk_matmul(c->pool, &L->wo, w->att, n, w->y, hp->n_embd, c->mm_scratch);
+    X->ops->matmul_multi(X, o, 3, w->xn, n);
+    const kbe_qk qk = {
+        .q = w->q,
+        .k = w->k,
+        .v = w->v,
+        .qg = w->qg,
+        .q_norm = L->q_norm,
+        .k_norm = L->k_norm,
+        .n_head = hp->n_head,
+        .n_head_kv = hp->n_head_kv,
+        .hd = hp->hd_k,
+        .eps = hp->eps,
+        .rope = &hp->rope,
+        .layer = L->ord,
+    };
+    X->ops->qk_store(X, &qk, n);
+    X->ops->attn(X, L->ord, w->q, w->att, n, NULL);
+    X->ops->attn_gate(X, w->att, w->qg, n, hp->n_head, hp->hd_k);
+    X->ops->matmul(X, &L->wo, w->att, n, w->y, hp->n_embd);
 }
 
 static void dense_ffn(hyb_job *j) {
     kiln_context *c = j->c;
+    kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const kl_hparams *hp = &c->m->hp;
     const hyb_layer *L = j->L;
     kk_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
-    kk_matmul_multi(c->pool, gu, 2, w->xn, j->n, c->mm_scratch);
-    tok_step(j, STEP_SWIGLU);
-    kk_matmul(c->pool, &L->w_down, w->gate, j->n, w->y, hp->n_embd, c->mm_scratch);
+    X->ops->matmul_multi(X, gu, 2, w->xn, j->n);
+    X->ops->swiglu(X, w->gate, w->up, j->n, hp->n_ff);
+    X->ops->matmul(X, &L->w_down, w->gate, j->n, w->y, hp->n_embd);
 }
 
 static void moe_ffn(hyb_job *j) {
     hyb_ws *w = j->c->ws;
     const hyb_model *h = j->c->m->fam;
-    kl_moe_ffn(j->c, j->ops, &h->moe, &j->L->ex, &w->ex, w->xn, w->y, j->n);
+    kl_moe_ffn(j->c, &h->moe, &j->L->ex, &w->ex, w->xn, w->y, j->n);
+}
+
+/* One layer: the mixer, then the FFN, each with its residual and norm. */
+static void run_layer(hyb_job *j) {
+    kiln_context *c = j->c;
+    kbe_ctx *X = &c->bx;
+    hyb_ws *w = c->ws;
+    const kl_hparams *hp = &c->m->hp;
+    const int n = j->n, E = hp->n_embd;
+    X->ops->rmsnorm(X, w->xn, w->x, j->L->attn_norm, n, E, hp->eps);
+    if (j->L->recurrent)
+        recurrent_layer(j);
+    else
+        attention_layer(j);
+    X->ops->add_rmsnorm(X, w->x, w->y, w->xn, j->L->post_norm, n, E, hp->eps); /* x += y, xn = its norm */
+    if (j->L->moe)
+        moe_ffn(j);
+    else
+        dense_ffn(j);
+    X->ops->add(X, w->x, w->y, n, E);
 }
 
 /* ------------------------------------------------------------------ MTP */
@@ -782,16 +636,17 @@ static const float *mtp_head_norm(const kiln_model *m, const hyb_mtp *t) {
 
 /* Row i's input pair into w->mcat: [rms(emb(tok)) * enorm | rms(hid) *
  * hnorm], hid NULL standing for a zero hidden state. */
-static void mtp_pair(kiln_context *c, const hyb_mtp *t, const kk_ops *ops, int i, int32_t tok, const float *hid) {
+static void mtp_pair(kiln_context *c, const hyb_mtp *t, int i, int32_t tok, const float *hid) {
+    kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const int E = c->m->hp.n_embd;
     float *cat = w->mcat + (size_t)i * 2 * E;
-    kk_get_row(mtp_embd(c->m, t), tok, cat);
-    ops->rmsnorm(cat, cat, t->enorm, E, c->m->hp.eps);
+    X->ops->get_rows(X, mtp_embd(c->m, t), &tok, 1, cat);
+    X->ops->rmsnorm(X, cat, cat, t->enorm, 1, E, c->m->hp.eps);
     if (hid)
-        ops->rmsnorm(cat + E, hid, t->hnorm, E, c->m->hp.eps);
+        X->ops->rmsnorm(X, cat + E, hid, t->hnorm, 1, E, c->m->hp.eps);
     else
-        memset(cat + E, 0, (size_t)E * sizeof(float)); /* rms(0) * w = 0 */
+        X->ops->zero(X, cat + E, (size_t)E * sizeof(float)); /* rms(0) * w = 0 */
 }
 
 /* The MTP block's keys and values for every token of the batch, in work
@@ -803,36 +658,42 @@ static void mtp_pair(kiln_context *c, const hyb_mtp *t, const kk_ops *ops, int i
  * (kl_mtp_keep) for the next pass and for proposals. */
 static void mtp_fill(hyb_job *j, const kiln_batch *b) {
     kiln_context *c = j->c;
+    kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const kiln_model *m = c->m;
     const kl_hparams *hp = &m->hp;
     const hyb_model *h = m->fam;
     const hyb_mtp *t = &h->mtp[0];
     const hyb_layer *L = &t->block;
-    const kk_ops *ops = j->ops;
     const int n = j->n, E = hp->n_embd, hd = hp->hd_k, nkv = hp->n_head_kv;
-    for (int i = 0; i < n; i++) ops->rmsnorm(w->mh + (size_t)i * E, w->x + (size_t)i * E, m->out_norm, E, hp->eps);
+    X->ops->rmsnorm(X, w->mh, w->x, m->out_norm, n, E, hp->eps);
     for (int r = 0; r < w->n_run; r++) {
         const int r0 = w->run[r], r1 = w->run[r + 1];
         const float *prev = kl_mtp_hidden(c, c->b_seq[r0], c->b_pos[r0] - 1);
         for (int i = r0; i < r1; i++)
-            mtp_pair(c, t, ops, i, b->token[w->ord[i]], i > r0 ? w->mh + (size_t)(i - 1) * E : prev);
+            mtp_pair(c, t, i, b->token[w->ord[i]], i > r0 ? w->mh + (size_t)(i - 1) * E : prev);
     }
     for (int r = 0; r < w->n_run; r++) {
         const int r0 = w->run[r];
         kl_mtp_keep(c, c->b_seq[r0], c->b_pos[r0], w->mh + (size_t)r0 * E, w->run[r + 1] - r0);
     }
-    kk_matmul(c->pool, &t->eh_proj, w->mcat, n, w->y, E, c->mm_scratch);
-    for (int i = 0; i < n; i++) ops->rmsnorm(w->xn + (size_t)i * E, w->y + (size_t)i * E, L->attn_norm, E, hp->eps);
+    X->ops->matmul(X, &t->eh_proj, w->mcat, n, w->y, E);
+    X->ops->rmsnorm(X, w->xn, w->y, L->attn_norm, n, E, hp->eps);
     const int64_t nkvd = (int64_t)nkv * hd;
     kk_mm_out o[2] = {{&L->wk, w->k, nkvd}, {&L->wv, w->v, nkvd}};
-    kk_matmul_multi(c->pool, o, 2, w->xn, n, c->mm_scratch);
-    for (int i = 0; i < n; i++) {
-        float *k = w->k + (size_t)i * nkvd;
-        for (int hh = 0; hh < nkv; hh++) ops->rmsnorm(k + hh * hd, k + hh * hd, L->k_norm, hd, hp->eps);
-        ops->rope_neox(c->rope_cs + (size_t)i * hp->rope.n_rot, k, nkv, hd, hp->rope.n_rot);
-        kl_attn_store(c, ops, L->ord, i, k, w->v + (size_t)i * nkvd);
-    }
+    X->ops->matmul_multi(X, o, 2, w->xn, n);
+    const kbe_qk qk = {
+        .k = w->k,
+        .v = w->v,
+        .k_norm = L->k_norm,
+        .n_head = hp->n_head,
+        .n_head_kv = nkv,
+        .hd = hd,
+        .eps = hp->eps,
+        .rope = &hp->rope,
+        .layer = L->ord,
+    };
+    X->ops->qk_store(X, &qk, n); /* no queries: the keys' norm and RoPE, the store */
 }
 
 static int hyb_mtp_blocks(const kiln_model *m) {
@@ -848,32 +709,23 @@ static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, cons
     const kiln_model *m = c->m;
     const hyb_model *h = m->fam;
     const hyb_mtp *t = &h->mtp[0];
+    kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
-    const kk_ops *ops = kk_ops_best();
     const int E = m->hp.n_embd;
     for (int r = 0; r < n; r++) {
         c->b_seq[r] = seq[r];
         c->b_pos[r] = pos[r];
         const float *hid = chain[r] ? c->mtp_chain + (size_t)seq[r] * E : kl_mtp_hidden(c, seq[r], pos[r] - 1);
-        mtp_pair(c, t, ops, r, tok[r], hid);
+        mtp_pair(c, t, r, tok[r], hid);
     }
     kl_attn_prepare(c, n);
-    kk_matmul(c->pool, &t->eh_proj, w->mcat, n, w->x, E, c->mm_scratch);
-    hyb_job j = {c, ops, kk_ssm_ops_best(), &t->block, n, STEP_NORM_IN, 0};
-    tok_step(&j, STEP_NORM_IN);
-    attention_layer(&j);
-    tok_step(&j, STEP_RESID_NORM);
-    if (t->block.moe)
-        moe_ffn(&j);
-    else
-        dense_ffn(&j);
-    tok_step(&j, STEP_RESID);
-    for (int r = 0; r < n; r++) {
-        float *hn = w->mh + (size_t)r * E;
-        ops->rmsnorm(hn, w->x + (size_t)r * E, mtp_head_norm(m, t), E, m->hp.eps);
-        memcpy(c->mtp_chain + (size_t)seq[r] * E, hn, (size_t)E * sizeof(float));
-    }
-    kk_matmul(c->pool, mtp_head(m, t), w->mh, n, c->mtp_logits, m->hp.n_vocab, c->mm_scratch);
+    X->ops->matmul(X, &t->eh_proj, w->mcat, n, w->x, E);
+    hyb_job j = {c, &t->block, n};
+    run_layer(&j);
+    X->ops->rmsnorm(X, w->mh, w->x, mtp_head_norm(m, t), n, E, m->hp.eps);
+    for (int r = 0; r < n; r++)
+        X->ops->copy(X, c->mtp_chain + (size_t)seq[r] * E, w->mh + (size_t)r * E, (size_t)E * sizeof(float));
+    X->ops->matmul(X, mtp_head(m, t), w->mh, n, c->mtp_logits, m->hp.n_vocab);
     return KILN_OK;
 }
 
@@ -908,11 +760,10 @@ static int order_batch(kiln_context *c, hyb_ws *w, int n) {
 
 static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const kiln_model *m = c->m;
-    const kl_hparams *hp = &m->hp;
     const hyb_model *h = m->fam;
+    kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
-    const int n = b->n, E = hp->n_embd;
-    const kk_ops *ops = kk_ops_best();
+    const int n = b->n, E = m->hp.n_embd;
     const int moved = order_batch(c, w, n);
     /* per run: recorded for rollback (every token asks for logits: a
      * decode token with drafts to verify), or the snapshots it takes */
@@ -929,79 +780,38 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
                                      w->cap_dst + (size_t)r * HYB_MAX_CAP, HYB_MAX_CAP);
     }
     if (h->n_attn || c->mtp_ord >= 0) kl_attn_prepare(c, n);
-    for (int i = 0; i < n; i++) kk_get_row(&m->tok_embd, b->token[w->ord[i]], w->x + (size_t)i * E);
-    hyb_job j = {c, ops, kk_ssm_ops_best(), NULL, n, STEP_NORM_IN, 0};
+    for (int i = 0; i < n; i++) w->tmp_i[i] = b->token[w->ord[i]];
+    X->ops->get_rows(X, &m->tok_embd, w->tmp_i, n, w->x);
+    hyb_job j = {c, NULL, n};
     for (int l = 0; l < h->n_layer; l++) {
         j.L = &h->layers[l];
-        tok_step(&j, STEP_NORM_IN);
-        if (j.L->recurrent)
-            recurrent_layer(&j);
-        else
-            attention_layer(&j);
-        tok_step(&j, STEP_RESID_NORM);
-        if (j.L->moe)
-            moe_ffn(&j);
-        else
-            dense_ffn(&j);
-        tok_step(&j, STEP_RESID);
+        run_layer(&j);
     }
     if (c->mtp_ord >= 0) mtp_fill(&j, b);
     kl_batch_commit(c, n);
     const float *xo = w->x;
     if (moved) { /* back to batch order for the output rows (and b_seq / b_pos) */
-        for (int i = 0; i < n; i++)
-            memcpy(w->xn + (size_t)w->ord[i] * E, w->x + (size_t)i * E, (size_t)E * sizeof(float));
+        X->ops->scatter_rows(X, w->xn, w->x, w->ord, n, E);
         xo = w->xn;
         for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_seq[i];
         memcpy(c->b_seq, w->tmp_i, (size_t)n * sizeof(int32_t));
         for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_pos[i];
         memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
     }
-    kl_batch_output(c, ops, xo, n, n_out);
+    kl_batch_output(c, NULL, xo, n, n_out);
     return KILN_OK;
 }
 
 /* kl_family.replay: the recorded inputs of seq's last run through each
  * recurrent layer's convolution and delta rule, token by token as the run
- * computed them, up to n tokens (on the calling thread; outputs dropped). */
+ * computed them, up to n tokens (outputs dropped). */
 static void hyb_replay(kiln_context *c, int seq, int32_t n) {
     const hyb_model *h = c->m->fam;
-    hyb_ws *w = c->ws;
-    const kk_ssm_ops *sops = kk_ssm_ops_best();
-    const size_t row = roll_row(h), head = (size_t)h->Dv * h->Dk;
-    const int r_kv = h->Hv / h->Hk;
     for (int l = 0; l < h->n_layer; l++) {
         const hyb_layer *L = &h->layers[l];
         if (!L->recurrent) continue;
-        const float *in = kl_rs_roll_in(c->rs, seq) + (size_t)L->ord * KL_RS_ROLL_MAX * row;
-        float *st = kl_rs_live(c->rs, seq) + (size_t)L->ord * (h->conv_floats + h->delta_floats);
-        kk_conv a = {n, h->conv_dim, h->K, in, row, L->conv_w, st, (size_t)h->conv_dim, w->cv, (size_t)h->conv_dim};
-        sops->conv_silu(&a);
-        for (int t = 0; t < n; t++)
-            for (int hh = 0; hh < 2 * h->Hk; hh++)
-                kk_l2norm(w->cv + (size_t)t * h->conv_dim + (size_t)hh * h->Dk, h->Dk, c->m->hp.eps);
-        for (int v = 0; v < h->Hv; v++) {
-            const int kh = h->flags & HYB_GROUPED ? v / r_kv : v % h->Hk;
-            const float *cv = w->cv;
-            kk_gdn g = {n,
-                        0,
-                        h->Dk,
-                        h->Dv,
-                        cv + (size_t)kh * h->Dk,
-                        cv + (size_t)(h->Hk + kh) * h->Dk,
-                        (size_t)h->conv_dim,
-                        cv + (size_t)2 * h->Hk * h->Dk + (size_t)v * h->Dv,
-                        (size_t)h->conv_dim,
-                        in + h->conv_dim + h->Hv + v,
-                        in + h->conv_dim + v,
-                        row,
-                        1.0f / sqrtf((float)h->Dk),
-                        st + h->conv_floats + (size_t)v * head,
-                        w->o,
-                        (size_t)h->Dv,
-                        NULL};
-            sops->gdn_step(&g);
-        }
+        const kbe_gdn g = gdn_args(c, L);
+        c->bx.ops->gdn_replay(&c->bx, &g, seq, n);
     }
 }
 

@@ -1,5 +1,5 @@
-/* The paged KV cache.  One anonymous mapping holds every block, so memory
- * is committed only as cells are written; blocks move between sequences
+/* The paged KV cache.  One mapping of the backend (kbe_backend.map) holds
+ * every block, so on the CPU memory is committed only as cells are written; blocks move between sequences
  * through a free list, and full blocks can be shared between sequences
  * through the prefix table (see model.h). */
 #include "model/model.h"
@@ -9,7 +9,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 /* Bytes of one head's row of hd elements: F16 or F32 elements, or hd / 32
  * Q8_0 blocks (34 bytes: an F16 scale and 32 int8). */
@@ -29,9 +28,10 @@ uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
     return n;
 }
 
-int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra, char *err,
-               size_t errlen) {
+int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra,
+               char *err, size_t errlen) {
     memset(kv, 0, sizeof *kv);
+    kv->be = be;
     kv->type = type;
     kv->hrow = head_row_bytes(shape->hd, type);
     kv->n_layer = shape->n_attn_layer;
@@ -59,19 +59,17 @@ int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_
     kv->max_blocks_per_seq = (n_ctx + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
     kv->n_blocks = kv->max_blocks_per_seq * n_seq + n_extra;
     kv->mem_bytes = (size_t)kv->n_blocks * KL_KV_BLOCK * kl_kv_bytes_per_token(shape, type);
-    kv->mem = mmap(NULL, kv->mem_bytes ? kv->mem_bytes : 1, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (kv->mem == MAP_FAILED) {
-        kv->mem = NULL;
+    kv->mem = be->map(kv->mem_bytes);
+    if (!kv->mem) {
         kb_errf(err, errlen, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes);
         return -1;
     }
-    madvise(kv->mem, kv->mem_bytes, MADV_HUGEPAGE);
     size_t nb = (size_t)kv->n_blocks;
     kv->n_bucket = 16;
     while (kv->n_bucket < kv->n_blocks) kv->n_bucket *= 2;
     kv->free_list = malloc(nb * sizeof(int32_t));
     kv->seqs = calloc((size_t)n_seq, sizeof(kl_seq));
+    kv->seq_blocks = calloc((size_t)n_seq, sizeof(int32_t *));
     kv->ref = calloc(nb, sizeof(int32_t));
     kv->hashed = calloc(nb, 1);
     kv->bhash = calloc(nb, sizeof(uint64_t));
@@ -80,8 +78,8 @@ int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_
     kv->lru_prev = malloc(nb * sizeof(int32_t));
     kv->lru_next = malloc(nb * sizeof(int32_t));
     kv->bucket = malloc((size_t)kv->n_bucket * sizeof(int32_t));
-    if (!kv->free_list || !kv->seqs || !kv->ref || !kv->hashed || !kv->bhash || !kv->btok || !kv->chain ||
-        !kv->lru_prev || !kv->lru_next || !kv->bucket) {
+    if (!kv->free_list || !kv->seqs || !kv->seq_blocks || !kv->ref || !kv->hashed || !kv->bhash || !kv->btok ||
+        !kv->chain || !kv->lru_prev || !kv->lru_next || !kv->bucket) {
         kb_errf(err, errlen, "out of memory");
         kl_kv_free(kv);
         return -1;
@@ -92,7 +90,7 @@ int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_
     for (int32_t i = 0; i < kv->n_blocks; i++) kv->free_list[i] = kv->n_blocks - 1 - i;
     kv->n_free = kv->n_blocks;
     for (int s = 0; s < n_seq; s++) {
-        kv->seqs[s].blocks = malloc((size_t)kv->max_blocks_per_seq * sizeof(int32_t));
+        kv->seqs[s].blocks = kv->seq_blocks[s] = malloc((size_t)kv->max_blocks_per_seq * sizeof(int32_t));
         if (!kv->seqs[s].blocks) {
             kb_errf(err, errlen, "out of memory");
             kl_kv_free(kv);
@@ -103,10 +101,11 @@ int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_
 }
 
 void kl_kv_free(kl_kv *kv) {
-    if (kv->mem) munmap(kv->mem, kv->mem_bytes ? kv->mem_bytes : 1);
+    if (kv->mem) kv->be->unmap(kv->mem, kv->mem_bytes);
     if (kv->seqs)
         for (int s = 0; s < kv->n_seq; s++) free(kv->seqs[s].blocks);
     free(kv->seqs);
+    free(kv->seq_blocks);
     free(kv->free_list);
     free(kv->ref);
     free(kv->hashed);
@@ -213,10 +212,11 @@ static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
     for (int l = 0; l < kv->n_layer; l++) {
         const size_t run = (size_t)KL_KV_BLOCK * kv->l_hrow[l], bytes = (size_t)n * kv->l_hrow[l];
         for (int h = 0; h < kv->l_hkv[l]; h++) {
-            memcpy((uint8_t *)kl_kv_kblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_kblock(kv, l, src) + h * run, bytes);
+            kv->be->copy((uint8_t *)kl_kv_kblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_kblock(kv, l, src) + h * run,
+                         bytes);
             if (!kv->v_in_k)
-                memcpy((uint8_t *)kl_kv_vblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_vblock(kv, l, src) + h * run,
-                       bytes);
+                kv->be->copy((uint8_t *)kl_kv_vblock(kv, l, dst) + h * run,
+                             (uint8_t *)kl_kv_vblock(kv, l, src) + h * run, bytes);
         }
     }
 }
@@ -362,6 +362,22 @@ static size_t run_bytes(const kl_kv *kv, int layer) {
 }
 
 size_t kl_kv_block_bytes(const kl_kv *kv) { return kv->block_bytes; }
+
+void kl_kv_view(const kl_kv *kv, kbe_kv *out) {
+    *out = (kbe_kv){
+        .type = kv->type,
+        .v_in_k = kv->v_in_k,
+        .n_head_kv = kv->n_head_kv,
+        .hd = kv->hd,
+        .mem = kv->mem,
+        .block_bytes = kv->block_bytes,
+        .l_hkv = kv->l_hkv,
+        .l_hd = kv->l_hd,
+        .l_hrow = kv->l_hrow,
+        .l_off = kv->l_off,
+        .blocks = kv->seq_blocks,
+    };
+}
 
 void *kl_kv_kblock(const kl_kv *kv, int layer, int32_t b) {
     return (uint8_t *)kv->mem + (size_t)b * kv->block_bytes + kv->l_off[layer];

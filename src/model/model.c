@@ -3,8 +3,6 @@
 #include "model/model.h"
 
 #include "base/base.h"
-#include "kernels/pack.h"
-#include "thread/pool.h"
 #include "quant/quant.h"
 
 #include <math.h>
@@ -12,8 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 typedef struct loader {
     kiln_model *m;
@@ -245,207 +241,30 @@ static void summarize(kiln_model *m) {
     snprintf(m->ftype, sizeof m->ftype, "%s", kq_get(best)->name);
 }
 
-static int can_pack(const kk_mat *w) { return w->data && !w->packed && kk_mat_interleavable(w); }
-
-typedef struct byte_range {
-    uintptr_t a, b;
-} byte_range;
-
-static int range_cmp(const void *x, const void *y) {
-    const byte_range *r = x, *s = y;
-    return r->a < s->a ? -1 : r->a > s->a;
-}
-
-/* Gives back the mapped pages of the copied tensors: the mapping is private
- * and read-only, so they come back from the file if touched.  Ranges are
- * merged across the alignment padding first, because a large folio of the
- * page cache mapped whole (PMD) stays mapped unless one call covers it;
- * each tensor is also dropped right after its copy, which keeps the peak
- * near one copy of the weights. */
-static void drop_range(byte_range r) {
-    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = (r.a + pg - 1) & ~(pg - 1), b = r.b & ~(pg - 1);
-    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
-static void drop_ranges(byte_range *r, int n) {
-    if (n <= 0) return;
-    qsort(r, (size_t)n, sizeof *r, range_cmp);
-    int k = 0;
-    for (int i = 1; i < n; i++) {
-        if (r[i].a <= r[k].b + 64) {
-            if (r[i].b > r[k].b) r[k].b = r[i].b;
-        } else
-            r[++k] = r[i];
-    }
-    for (int i = 0; i <= k; i++) drop_range(r[i]);
-}
-
-/* Copies every Q4_0 and Q6_K matrix into its 8-row interleaved layout
- * (kernels/pack.h), all in
- * one anonymous mapping, and releases the mapped originals.  A tied output
- * is packed once and shared with tok_embd (kk_get_row reads packed rows).
- * The norms and biases move too: they sit between the matrices in the
- * file, and where the page cache holds the file in large folios, touching
- * them every token would map the released matrix pages around them back
- * into the process. */
-/* One piece of packing: groups [g0, g1) of matrix m, whose source bytes
- * start at src. */
-typedef struct pack_piece {
-    uintptr_t src;
-    int m;
-    int64_t g0, g1;
-} pack_piece;
-
-typedef struct pack_job {
-    kk_mat **mats;      /* the matrices to pack, */
-    uint8_t **dst;      /* where each one's copy goes, */
-    pack_piece *pieces; /* in pieces of about PACK_PIECE source bytes, by address */
-    int n, n_pieces;
-} pack_job;
-
-#define PACK_PIECE (2u << 20)
-#define FOLIO (2u << 20)
-
-static int piece_cmp(const void *x, const void *y) {
-    const pack_piece *a = x, *b = y;
-    return a->src < b->src ? -1 : a->src > b->src;
-}
-
-/* Each thread packs one run of pieces in address order and gives back the
- * mapped source behind it as it goes, so a load's peak memory stays near
- * one copy of the weights.  It keeps the last 2 MB: where the page cache
- * holds the file in large folios, reading the next piece maps the whole
- * folio around it again. */
-static void pack_task(void *ud, int ith, int nth) {
-    pack_job *j = ud;
-    long lo, hi;
-    kpool_range(j->n_pieces, ith, nth, &lo, &hi);
-    uintptr_t done = lo < hi ? j->pieces[lo].src : 0;
-    for (long i = lo; i < hi; i++) {
-        const pack_piece *pc = &j->pieces[i];
-        const kk_mat *w = j->mats[pc->m];
-        const kk_x8_traits *xt = kk_x8_get(w->type);
-        const size_t gbytes = 8 * kq_row_size(w->type, w->ncols), nb = (size_t)(w->ncols / xt->blk);
-        kk_x8_pack_matrix(w->type, (const void *)pc->src, w->ncols, 8 * (pc->g1 - pc->g0),
-                          j->dst[pc->m] + (size_t)pc->g0 * nb * xt->pblock);
-        const uintptr_t end = pc->src + (size_t)(pc->g1 - pc->g0) * gbytes;
-        const uintptr_t upto = (i + 1 < hi ? j->pieces[i + 1].src : end) & ~(uintptr_t)(FOLIO - 1);
-        if (upto > done) {
-            drop_range((byte_range){done, upto});
-            done = upto;
-        }
-    }
-}
-
-static void repack_list(kiln_model *m, kl_weights *wl);
-
-static void repack(kiln_model *m) {
+/* The backend prepares the weights (on the CPU: the interleaved copies of
+ * the matrices, with the norms and biases between them moved beside). */
+static void prepare(kiln_model *m) {
     kl_weights wl;
     memset(&wl, 0, sizeof wl);
     if (m->arch->family->weights) m->arch->family->weights(m, &wl);
-    if (!wl.failed) repack_list(m, &wl);
+    if (!wl.failed) m->be->prepare(wl.mats, wl.n_mats, wl.vecs, wl.vlen, wl.n_vecs, &m->packed_mem, &m->packed_bytes);
+    if (m->packed_mem && m->tok_embd.data == m->output.data) m->tok_embd.packed = m->output.packed;
     free(wl.mats);
     free(wl.vecs);
     free(wl.vlen);
-}
-
-static void repack_list(kiln_model *m, kl_weights *wl) {
-    kk_mat **all = wl->mats;
-    const float ***vecs = wl->vecs;
-    const int64_t *vlen = wl->vlen;
-    const int n_all = wl->n_mats, nv = wl->n_vecs;
-    pack_job j = {.mats = malloc(sizeof(kk_mat *) * (size_t)(n_all ? n_all : 1)),
-                  .dst = malloc(sizeof(uint8_t *) * (size_t)(n_all ? n_all : 1))};
-    byte_range *dropped = malloc(sizeof *dropped * (size_t)(n_all + nv + 1));
-    size_t total = 0;
-    for (int i = 0; i < n_all && j.mats && j.dst && dropped; i++)
-        if (can_pack(all[i])) {
-            j.mats[j.n++] = all[i];
-            total += (kk_x8_matrix_size(all[i]->type, all[i]->ncols, all[i]->nrows) + 63) & ~(size_t)63;
-        }
-    void *mem = MAP_FAILED;
-    if (total) {
-        for (int i = 0; i < nv; i++) total += ((size_t)vlen[i] * sizeof(float) + 63) & ~(size_t)63;
-        mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    }
-    if (mem == MAP_FAILED) { /* nothing to pack, or the plain layout stays */
-        free(j.mats);
-        free(j.dst);
-        free(dropped);
-        return;
-    }
-    madvise(mem, total, MADV_HUGEPAGE); /* fewer faults while filling it, fewer TLB misses after */
-    uint8_t *p = mem;
-    for (int i = 0; i < j.n; i++) {
-        const kk_mat *w = j.mats[i];
-        j.dst[i] = p;
-        p += (kk_x8_matrix_size(w->type, w->ncols, w->nrows) + 63) & ~(size_t)63;
-        /* only whole groups of 8 rows are copied: the last nrows % 8 stay
-         * mapped (e.g. a vocabulary of 50257) */
-        dropped[i].a = (uintptr_t)w->data;
-        dropped[i].b = (uintptr_t)w->data + kq_row_size(w->type, w->ncols) * (size_t)(w->nrows & ~(int64_t)7);
-    }
-    /* the vectors first: reading them maps the large folios around them,
-     * which the packing below then releases as it passes */
-    int nd = j.n;
-    for (int i = 0; i < nv; i++) {
-        const size_t bytes = (size_t)vlen[i] * sizeof(float);
-        memcpy(p, *vecs[i], bytes);
-        dropped[nd].a = (uintptr_t)*vecs[i];
-        dropped[nd++].b = (uintptr_t)*vecs[i] + bytes;
-        *vecs[i] = (const float *)p;
-        p += (bytes + 63) & ~(size_t)63;
-    }
-    int cap = 0;
-    for (int i = 0; i < j.n; i++) {
-        const size_t gbytes = 8 * kq_row_size(j.mats[i]->type, j.mats[i]->ncols);
-        const int64_t per = gbytes >= PACK_PIECE ? 1 : (int64_t)(PACK_PIECE / gbytes);
-        cap += (int)((j.mats[i]->nrows / 8 + per - 1) / per);
-    }
-    j.pieces = malloc(sizeof *j.pieces * (size_t)(cap ? cap : 1));
-    if (!j.pieces) { /* the plain layout stays */
-        munmap(mem, total);
-        free(j.mats);
-        free(j.dst);
-        free(dropped);
-        return;
-    }
-    for (int i = 0; i < j.n; i++) {
-        const size_t gbytes = 8 * kq_row_size(j.mats[i]->type, j.mats[i]->ncols);
-        const int64_t ng = j.mats[i]->nrows / 8;
-        const int64_t per = gbytes >= PACK_PIECE ? 1 : (int64_t)(PACK_PIECE / gbytes);
-        for (int64_t g = 0; g < ng; g += per)
-            j.pieces[j.n_pieces++] =
-                (pack_piece){(uintptr_t)j.mats[i]->data + (size_t)g * gbytes, i, g, g + per < ng ? g + per : ng};
-    }
-    qsort(j.pieces, (size_t)j.n_pieces, sizeof *j.pieces, piece_cmp);
-    /* the pieces are independent: pack them on every CPU */
-    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    kpool *pool = ncpu > 1 ? kpool_new(ncpu < 16 ? (int)ncpu : 16) : NULL;
-    if (pool) {
-        kpool_run(pool, pack_task, &j);
-        kpool_free(pool);
-    } else {
-        pack_task(&j, 0, 1);
-    }
-    for (int i = 0; i < j.n; i++) j.mats[i]->packed = j.dst[i];
-    free(j.pieces);
-    drop_ranges(dropped, nd);
-    free(dropped);
-    free(j.mats);
-    free(j.dst);
-    if (m->tok_embd.data == m->output.data) m->tok_embd.packed = m->output.packed;
-    m->packed_mem = mem;
-    m->packed_bytes = total;
 }
 
 kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out) {
     *out = NULL;
     kiln_model_params p = params ? *params : kiln_model_default_params();
     if (!path) return kb_fail(KILN_ERR_INVALID_ARG, "no model path given");
+    if (p.backend == KILN_ENGINE_BACKEND_CUDA)
+        return kb_fail(KILN_ERR_UNSUPPORTED, "this build of kiln has no CUDA backend: run on the CPU");
+    const kbe_backend *be = kbe_get(p.backend == KILN_ENGINE_BACKEND_AUTO ? KBE_CPU : p.backend);
+    if (!be) return kb_fail(KILN_ERR_INVALID_ARG, "unknown backend %d", p.backend);
     kiln_model *m = calloc(1, sizeof *m);
     if (!m) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    m->be = be;
     loader L = {m, {0}};
     char err[512];
     m->gf = gguf_open(path, err, sizeof err);
@@ -495,7 +314,7 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
     }
     summarize(m);
     if (p.prefetch) gguf_prefetch(m->gf);
-    if (p.repack) repack(m);
+    if (p.repack) prepare(m);
     *out = m;
     return KILN_OK;
 fail:
@@ -510,12 +329,12 @@ void kiln_model_free(kiln_model *m) {
     if (m->arch && m->arch->family->free) m->arch->family->free(m);
     free(m->chat_template);
     gguf_close(m->gf);
-    if (m->packed_mem) munmap(m->packed_mem, m->packed_bytes);
+    if (m->packed_mem) m->be->release(m->packed_mem, m->packed_bytes);
     free(m);
 }
 
 kiln_model_params kiln_model_default_params(void) {
-    kiln_model_params p = {1, 1};
+    kiln_model_params p = {1, 1, 0};
     const char *e = getenv("KILN_REPACK");
     if (e && strcmp(e, "0") == 0) p.repack = 0;
     return p;

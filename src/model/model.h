@@ -8,7 +8,8 @@
  *
  * family.c  the registry of families (kl_arch_find looks a name up)
  * model.c   kiln_model_load: common hyperparameters, the tensor binder
- *           (shapes checked, 1-, 2- and 3-D), repacking
+ *           (shapes checked, 1-, 2- and 3-D), the backend's weight
+ *           preparation (backend/backend.h; on the CPU, repacking)
  * dense.c   llama, qwen2, qwen3: every layer attention + SwiGLU
  * gemma.c   gemma3, gemma4: sliding/global attention layers, GeGLU
  * hybrid.c  qwen35, qwen35moe, qwen3next: Gated DeltaNet and gated full
@@ -30,6 +31,7 @@
 
 #include "kiln.h"
 
+#include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -87,7 +89,7 @@ typedef struct kl_seq_shape {
     size_t roll_floats; /* recorded inputs of a rollback run (state.h) */
 } kl_seq_shape;
 
-/* The weights repacking may cover (model.c's repack): matrices and the
+/* The weights the backend may prepare (model.c's prepare): matrices and the
  * small F32 vectors that sit between them in the file. */
 typedef struct kl_weights {
     kk_mat **mats;
@@ -116,7 +118,8 @@ struct kiln_model {
     uint64_t n_params, n_bytes;
     uint64_t active_bytes; /* tensor bytes one token's decode reads (the family
                                may lower it from n_bytes: only used experts) */
-    void *packed_mem;      /* interleaved copies (repack) */
+    const kbe_backend *be; /* the device it runs on */
+    void *packed_mem;      /* the weights the backend prepared (kbe_backend.prepare) */
     size_t packed_bytes;
 };
 
@@ -238,16 +241,16 @@ const gguf_kv *kl_meta_kv(const kiln_model *m, const char *suffix);
  * stays in an LRU list with its contents and is evicted (oldest first) only
  * when the free list is empty.  A shared block is never written: only cells
  * at positions >= len are, and truncating into a shared block copies it. */
-#define KL_KV_BLOCK 16
-#define KL_KV_BLOCK_SHIFT 4 /* log2(KL_KV_BLOCK) */
+#define KL_KV_BLOCK KBE_KV_BLOCK
+#define KL_KV_BLOCK_SHIFT KBE_KV_BLOCK_SHIFT
 /* F16 cache: a query that sees up to this many positions keeps llama.cpp's
  * F16-rounded accumulator; one that sees more accumulates in float
- * (decoder.c, attn_task). */
-#define KL_ATTN_F16_ACC_MAX 256
+ * (backend/cpu_attn.c). */
+#define KL_ATTN_F16_ACC_MAX KBE_ATTN_F16_ACC_MAX
 /* Tokens of one sequence at consecutive positions that one attention call
  * takes together (kk_attn_f16.nt) when they accumulate in float: they share
  * the conversion of every K and V row. */
-#define KL_ATTN_TILE 4
+#define KL_ATTN_TILE KBE_ATTN_TILE
 
 typedef struct kl_seq {
     int32_t len; /* tokens held */
@@ -257,9 +260,10 @@ typedef struct kl_seq {
 } kl_seq;
 
 typedef struct kl_kv {
-    int type;          /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
-    int n_layer;       /* attention layers */
-    int n_head_kv, hd; /* the largest of the layers' */
+    const kbe_backend *be; /* owns mem */
+    int type;              /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
+    int n_layer;           /* attention layers */
+    int n_head_kv, hd;     /* the largest of the layers' */
     /* [n_layer] per attention layer: KV heads, head size, bytes of a head
      * row, offset of its K run in a block (its V run follows) */
     int32_t *l_hkv, *l_hd;
@@ -269,12 +273,13 @@ typedef struct kl_kv {
     int32_t n_blocks;
     int32_t n_free;
     int32_t *free_list; /* unreferenced, unregistered blocks */
-    void *mem;          /* one anonymous mapping of n_blocks blocks (huge pages asked) */
+    void *mem;          /* the backend's memory for n_blocks blocks (kbe_backend.map) */
     size_t mem_bytes;
     size_t hrow; /* bytes of one head's row (hd elements) */
     int32_t n_seq;
     int32_t max_blocks_per_seq;
     kl_seq *seqs;
+    int32_t **seq_blocks; /* [n_seq] seqs[s].blocks, for the backend (kbe_kv.blocks) */
     /* per block */
     int32_t *ref;    /* sequences (and state snapshots) holding it */
     uint8_t *hashed; /* 1 when registered in the table */
@@ -293,8 +298,10 @@ typedef struct kl_kv {
  * then only tracks lengths and prefix keys).  n_extra blocks beyond what
  * n_seq sequences of n_ctx tokens take: room for the blocks state
  * snapshots pin. */
-int kl_kv_init(kl_kv *kv, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra, char *err,
-               size_t errlen);
+int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra,
+               char *err, size_t errlen);
+/* The cache as the backend's attention ops see it. */
+void kl_kv_view(const kl_kv *kv, kbe_kv *out);
 void kl_kv_free(kl_kv *kv);
 /* Makes sure seq can hold `len` tokens (evicting cached blocks if the free
  * list is empty); returns -1 when out of blocks. */
@@ -347,6 +354,7 @@ struct kiln_context {
     kiln_model *m;
     kiln_context_params p;
     kpool *pool;
+    kbe_ctx bx; /* the model's backend for this context: the families' ops */
     kl_seq_shape shape;
     kl_kv kv;
     struct kl_rs *rs; /* recurrent state (state.h), NULL without */
@@ -357,8 +365,6 @@ struct kiln_context {
     float *rope_cs;  /* [n_batch][n_rot] rotation tables */
     int32_t *b_tile; /* [n_batch + 1] batch index where each attention tile starts */
     int32_t n_tile;
-    float *att_scratch;            /* per thread: kk_attn_scratch of 2 heads x KL_ATTN_TILE tokens */
-    size_t att_scratch_per_thread; /* floats */
     /* output */
     float *logits; /* [logits_cap][n_vocab] */
     int32_t logits_cap;

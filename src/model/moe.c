@@ -1,7 +1,6 @@
 /* The mixture-of-experts FFN the decoder families share (moe.h). */
 #include "model/moe.h"
 
-#include "kernels/ssm.h"
 #include "quant/quant.h"
 
 #include <math.h>
@@ -130,172 +129,23 @@ uint64_t kl_moe_active_bytes(const kiln_model *m, const kl_moe_hp *h, int n_laye
     return sum;
 }
 
-int kl_moe_ws_init(kl_moe_ws *w, const kl_moe_hp *h, int n_embd, int n_batch) {
-    memset(w, 0, sizeof *w);
-    const size_t B = (size_t)n_batch, E = (size_t)n_embd, NE = (size_t)h->n_expert, KU = (size_t)h->n_used;
-    const size_t Fe = (size_t)h->F_exp, Fs = (size_t)h->F_sh;
-    struct {
-        void **p;
-        size_t bytes;
-    } bufs[] = {
-        {(void **)&w->router, B * NE * 4},  {(void **)&w->sgl, B * 4},
-        {(void **)&w->sel, B * KU * 4},     {(void **)&w->selw, B * KU * 4},
-        {(void **)&w->row_of, B * KU * 4},  {(void **)&w->mx, B * KU * E * 4},
-        {(void **)&w->mg, B * KU * Fe * 4}, {(void **)&w->mu, B * KU * Fe * 4},
-        {(void **)&w->md, B * KU * E * 4},  {(void **)&w->sg, B * Fs * 4},
-        {(void **)&w->su, B * Fs * 4},      {(void **)&w->e_count, NE * 4},
-        {(void **)&w->e_off, NE * 4},       {(void **)&w->outs, 2 * NE * sizeof(kk_mm_out)},
-        {(void **)&w->rsel, NE * 4},        {(void **)&w->out_t0, 2 * NE * 4},
-        {(void **)&w->out_nt, 2 * NE * 4},
-    };
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (!(*bufs[i].p = malloc(bufs[i].bytes ? bufs[i].bytes : 1))) return -1;
-    return 0;
+int kl_moe_ws_init(kiln_context *c, kl_moe_ws *w, const kl_moe_hp *h, int n_embd, int n_batch) {
+    /* the workspace, and room on the backend for the products over the
+     * routed rows (kl_moe_mm_rows / _cols) */
+    const int64_t cols = kl_moe_mm_cols(h) > n_embd ? kl_moe_mm_cols(h) : n_embd;
+    w->p = c->bx.ops->moe_ws_new(&c->bx, h, n_embd, n_batch);
+    return w->p && !c->bx.ops->reserve(&c->bx, cols, kl_moe_mm_rows(h, n_batch)) ? 0 : -1;
 }
 
-void kl_moe_ws_free(kl_moe_ws *w) {
-    void *bufs[] = {w->router, w->sgl, w->sel,     w->selw,  w->row_of, w->mx,     w->mg,     w->mu,  w->md,
-                    w->sg,     w->su,  w->e_count, w->e_off, w->outs,   w->out_t0, w->out_nt, w->rsel};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
-    memset(w, 0, sizeof *w);
+void kl_moe_ws_free(kiln_context *c, kl_moe_ws *w) {
+    if (w->p) c->bx.ops->moe_ws_free(&c->bx, w->p);
+    w->p = NULL;
 }
 
 int kl_moe_mm_rows(const kl_moe_hp *h, int n_batch) { return h->n_used > 1 ? n_batch * h->n_used : n_batch; }
 
 int64_t kl_moe_mm_cols(const kl_moe_hp *h) { return h->F_exp > h->F_sh ? h->F_exp : h->F_sh; }
 
-/* Routing by the k largest logits (ties to the lower id, in descending
- * order) and a softmax over just those k, times scale (0 or 1: none). */
-static void route_topk_softmax(const float *logits, int n_expert, int k, float scale, int32_t *ids, float *wt) {
-    for (int i = 0; i < k; i++) {
-        int best = -1;
-        for (int e = 0; e < n_expert; e++) {
-            int taken = 0;
-            for (int j = 0; j < i && !taken; j++) taken = ids[j] == e;
-            if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
-        }
-        ids[i] = best;
-    }
-    const float mx = logits[ids[0]];
-    double sum = 0.0;
-    for (int i = 0; i < k; i++) sum += (wt[i] = expf(logits[ids[i]] - mx));
-    const float inv = (float)(1.0 / sum);
-    for (int i = 0; i < k; i++) wt[i] *= inv;
-    if (scale != 1.0f && scale != 0.0f)
-        for (int i = 0; i < k; i++) wt[i] *= scale;
-}
-
-/* rows [r][width] += bias[e] for every row r routed to expert e. */
-static void add_expert_bias(const kl_moe_ws *w, const float *bias, float *rows, int width, int n_expert) {
-    for (int e = 0; e < n_expert; e++)
-        for (int r = w->e_off[e]; r < w->e_off[e] + w->e_count[e]; r++)
-            kk_add(rows + (size_t)r * width, bias + (size_t)e * width, width);
-}
-
-/* The routed rows: xn of every (token, slot) copied into mx grouped by
- * expert, the experts' gate/up and down products over their groups, then
- * per token the weighted sum in slot order plus the gated shared expert. */
-void kl_moe_ffn(kiln_context *c, const kk_ops *ops, const kl_moe_hp *h, const kl_moe_layer *L, kl_moe_ws *w, float *xn,
-                float *y, int n) {
-    const int E = c->m->hp.n_embd, NE = h->n_expert, KU = h->n_used, Fe = h->F_exp, Fs = h->F_sh;
-    const int shared = L->s_up.data != NULL, gated = shared && L->s_gate_inp;
-    /* the router, and the shared expert's products on the same input (its
-     * gate vector as a one-row matrix) */
-    const kk_mat sgi = {L->s_gate_inp, KQ_F32, E, 1, NULL};
-    kk_mm_out o0[4] = {{&L->router, w->router, NE}};
-    int n0 = 1;
-    if (shared) {
-        o0[n0++] = (kk_mm_out){&L->s_gate, w->sg, Fs};
-        o0[n0++] = (kk_mm_out){&L->s_up, w->su, Fs};
-        if (gated) o0[n0++] = (kk_mm_out){&sgi, w->sgl, 1};
-    }
-    kk_matmul_multi(c->pool, o0, n0, xn, n, c->mm_scratch);
-    if (L->router_b)
-        for (int t = 0; t < n; t++) kk_add(w->router + (size_t)t * NE, L->router_b, NE);
-    /* route, then group the rows by expert */
-    memset(w->e_count, 0, (size_t)NE * sizeof *w->e_count);
-    const int general = h->sigmoid || L->sel_bias || h->n_group > 1;
-    const kk_moe_gate g = {h->sigmoid, L->sel_bias, h->n_group, h->n_group_used, h->w_norm, h->w_scale};
-    for (int t = 0; t < n; t++) {
-        if (h->gating == KL_MOE_TOPK_SOFTMAX)
-            route_topk_softmax(w->router + (size_t)t * NE, NE, KU, h->w_scale, w->sel + (size_t)t * KU,
-                               w->selw + (size_t)t * KU);
-        else if (general)
-            kk_moe_route_sel(w->router + (size_t)t * NE, &g, NE, KU, w->rsel, w->sel + (size_t)t * KU,
-                             w->selw + (size_t)t * KU);
-        else
-            kk_moe_route(w->router + (size_t)t * NE, NE, KU, h->w_norm, h->w_scale, w->sel + (size_t)t * KU,
-                         w->selw + (size_t)t * KU);
-        for (int s = 0; s < KU; s++) w->e_count[w->sel[(size_t)t * KU + s]]++;
-    }
-    int off = 0, n_out = 0;
-    for (int e = 0; e < NE; e++) {
-        w->e_off[e] = off;
-        off += w->e_count[e];
-    }
-    /* one token (decode; its k experts are distinct): every expert reads
-     * xn itself, converted once for all of them; else xn is copied to each
-     * of its rows */
-    const int one = n == 1;
-    for (int e = 0; e < NE; e++) w->e_count[e] = 0; /* refilled as rows are placed */
-    for (int t = 0; t < n; t++)
-        for (int s = 0; s < KU; s++) {
-            const int e = w->sel[(size_t)t * KU + s], r = w->e_off[e] + w->e_count[e]++;
-            w->row_of[(size_t)t * KU + s] = r;
-            if (!one) memcpy(w->mx + (size_t)r * E, xn + (size_t)t * E, (size_t)E * sizeof(float));
-        }
-    for (int e = 0; e < NE; e++) {
-        if (!w->e_count[e]) continue;
-        const int32_t r0 = w->e_off[e], cnt = w->e_count[e];
-        for (int k = 0; k < 2; k++) {
-            w->outs[n_out] = (kk_mm_out){k ? &L->e_up[e] : &L->e_gate[e], (k ? w->mu : w->mg) + (size_t)r0 * Fe, Fe};
-            w->out_t0[n_out] = one ? 0 : r0;
-            w->out_nt[n_out++] = cnt;
-        }
-    }
-    const int rows = n * KU;
-    for (int a = 0; a < n_out; a += KK_MM_MAX_OUTS)
-        kk_matmul_ranges(c->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
-                         n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, one ? xn : w->mx, one ? 1 : rows,
-                         c->mm_scratch);
-    if (L->b_gate) add_expert_bias(w, L->b_gate, w->mg, Fe, NE);
-    if (L->b_up) add_expert_bias(w, L->b_up, w->mu, Fe, NE);
-    for (int r = 0; r < rows; r++)
-        if (h->act == KL_MOE_SWIGLU_OAI)
-            kk_swiglu_oai(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe, 1.702f, 7.0f);
-        else
-            ops->swiglu(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe);
-    n_out = 0;
-    for (int e = 0; e < NE; e++) {
-        if (!w->e_count[e]) continue;
-        const int32_t r0 = w->e_off[e], cnt = w->e_count[e];
-        w->outs[n_out] = (kk_mm_out){&L->e_down[e], w->md + (size_t)r0 * E, E};
-        w->out_t0[n_out] = r0;
-        w->out_nt[n_out++] = cnt;
-    }
-    for (int a = 0; a < n_out; a += KK_MM_MAX_OUTS)
-        kk_matmul_ranges(c->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
-                         n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, w->mg, rows, c->mm_scratch);
-    if (L->b_down) add_expert_bias(w, L->b_down, w->md, E, NE);
-    if (shared) {
-        for (int t = 0; t < n; t++) ops->swiglu(w->sg + (size_t)t * Fs, w->su + (size_t)t * Fs, Fs);
-        kk_matmul(c->pool, &L->s_down, w->sg, n, y, E, c->mm_scratch);
-    }
-    for (int t = 0; t < n; t++) {
-        float *yt = y + (size_t)t * E;
-        const float sgate = gated ? kk_sigmoid(w->sgl[t]) : 1.0f;
-        float *acc = xn + (size_t)t * E; /* every product that reads xn has run */
-        for (int s = 0; s < KU; s++) {
-            const float ws = w->selw[(size_t)t * KU + s];
-            const float *d = w->md + (size_t)w->row_of[(size_t)t * KU + s] * E;
-            if (s == 0)
-                for (int i = 0; i < E; i++) acc[i] = d[i] * ws;
-            else
-                for (int i = 0; i < E; i++) acc[i] += d[i] * ws;
-        }
-        if (shared)
-            for (int i = 0; i < E; i++) yt[i] = acc[i] + yt[i] * sgate;
-        else
-            memcpy(yt, acc, (size_t)E * sizeof(float));
-    }
+void kl_moe_ffn(kiln_context *c, const kl_moe_hp *h, const kl_moe_layer *L, kl_moe_ws *w, float *xn, float *y, int n) {
+    c->bx.ops->moe_ffn(&c->bx, h, L, w->p, xn, y, c->m->hp.n_embd, n);
 }

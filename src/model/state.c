@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 uint64_t kl_rs_bytes(size_t slot_floats, size_t roll_floats, int n_seq, int n_snap) {
     /* live slots, snapshots, a rollback state and inputs per sequence */
@@ -14,31 +13,30 @@ uint64_t kl_rs_bytes(size_t slot_floats, size_t roll_floats, int n_seq, int n_sn
            sizeof(float);
 }
 
-kl_rs *kl_rs_new(size_t slot_floats, size_t roll_floats, int n_seq, int n_snap, char *err, size_t errlen) {
+kl_rs *kl_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap, char *err,
+                 size_t errlen) {
     kl_rs *rs = calloc(1, sizeof *rs);
     if (!rs) {
         kb_errf(err, errlen, "out of memory");
         return NULL;
     }
+    rs->be = be;
     rs->slot_floats = slot_floats;
     rs->n_seq = n_seq;
     rs->n_snap = n_snap;
     rs->roll_floats = roll_floats;
     rs->mem_bytes = (size_t)kl_rs_bytes(slot_floats, roll_floats, n_seq, n_snap);
-    /* zero pages until written: a new sequence's state is zero */
-    rs->mem = mmap(NULL, rs->mem_bytes ? rs->mem_bytes : 1, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    /* zeroed: a new sequence's state is zero */
+    rs->mem = be->map(rs->mem_bytes);
     rs->snap = calloc((size_t)(n_snap ? n_snap : 1), sizeof *rs->snap);
     rs->want = malloc((size_t)n_seq * sizeof *rs->want);
     rs->roll_a = calloc((size_t)n_seq, sizeof *rs->roll_a);
     rs->roll_n = calloc((size_t)n_seq, sizeof *rs->roll_n);
-    if (rs->mem == MAP_FAILED || !rs->snap || !rs->want || !rs->roll_a || !rs->roll_n) {
-        if (rs->mem == MAP_FAILED) rs->mem = NULL;
+    if (!rs->mem || !rs->snap || !rs->want || !rs->roll_a || !rs->roll_n) {
         kb_errf(err, errlen, "cannot reserve %zu bytes for the recurrent state", rs->mem_bytes);
         kl_rs_free(rs);
         return NULL;
     }
-    madvise(rs->mem, rs->mem_bytes, MADV_HUGEPAGE);
     rs->roll_state = rs->mem + (size_t)(n_seq + n_snap) * slot_floats;
     rs->roll_in = rs->roll_state + (size_t)n_seq * slot_floats;
     for (int i = 0; i < n_snap; i++) rs->snap[i] = (kl_snap){.pos = -1, .owner = -1, .pin = -1};
@@ -48,7 +46,7 @@ kl_rs *kl_rs_new(size_t slot_floats, size_t roll_floats, int n_seq, int n_snap, 
 
 void kl_rs_free(kl_rs *rs) {
     if (!rs) return;
-    if (rs->mem) munmap(rs->mem, rs->mem_bytes ? rs->mem_bytes : 1);
+    if (rs->mem) rs->be->unmap(rs->mem, rs->mem_bytes);
     free(rs->snap);
     free(rs->want);
     free(rs->roll_a);
@@ -95,7 +93,7 @@ static int snap_owned(const kl_rs *rs, int seq, int32_t pos) {
 
 static void restore(kiln_context *c, int seq, int i) {
     kl_rs *rs = c->rs;
-    memcpy(kl_rs_live(rs, seq), kl_rs_slot(rs, i), rs->slot_floats * sizeof(float));
+    rs->be->copy(kl_rs_live(rs, seq), kl_rs_slot(rs, i), rs->slot_floats * sizeof(float));
     rs->snap[i].used = ++rs->clock;
     rs->n_restored++;
 }
@@ -117,7 +115,9 @@ static void disown_after(kiln_context *c, int seq, int32_t p) {
 void kl_rs_record(kl_rs *rs, int seq, int32_t a, int32_t n) {
     rs->roll_a[seq] = a;
     rs->roll_n[seq] = n;
-    if (n) memcpy(rs->roll_state + (size_t)seq * rs->slot_floats, kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
+    if (n)
+        rs->be->copy(rs->roll_state + (size_t)seq * rs->slot_floats, kl_rs_live(rs, seq),
+                     rs->slot_floats * sizeof(float));
 }
 
 int kl_rs_plan(kiln_context *c, int seq, int32_t a, int32_t b, int32_t *pos, float **dst, int max) {
@@ -163,7 +163,7 @@ void kl_rs_cache(kiln_context *c, int seq, const int32_t *tokens, int32_t n) {
     if (n > s->len) n = s->len;
     if (n > 0 && snap_owned(rs, seq, n) < 0 && n == s->len) { /* the state as it is now */
         const int i = snap_claim(c, seq, n);
-        if (i >= 0) memcpy(kl_rs_slot(rs, i), kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
+        if (i >= 0) rs->be->copy(kl_rs_slot(rs, i), kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
     }
     for (int i = 0; i < rs->n_snap; i++) {
         kl_snap *sn = &rs->snap[i];
@@ -214,7 +214,7 @@ int32_t kl_rs_reuse(kiln_context *c, int seq, const int32_t *tokens, int32_t n) 
         if (got) restore(c, seq, best);
     }
     if (!got) kl_kv_truncate(kv, seq, 0);
-    if (!got) memset(kl_rs_live(rs, seq), 0, rs->slot_floats * sizeof(float));
+    if (!got) rs->be->zero(kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
     rs->roll_n[seq] = 0;
     /* the KV cache shares more than any snapshot covers: take one there
      * as this prompt goes by, so the next prompt with this prefix finds it */
@@ -228,7 +228,7 @@ kiln_status kl_rs_truncate(kiln_context *c, int seq, int32_t p) {
     if (p >= len) return KILN_OK;
     if (p == 0) {
         kl_kv_truncate(&c->kv, seq, 0);
-        memset(kl_rs_live(rs, seq), 0, rs->slot_floats * sizeof(float));
+        rs->be->zero(kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
         disown_after(c, seq, 0);
         rs->want[seq] = -1;
         rs->roll_n[seq] = 0;
@@ -236,7 +236,8 @@ kiln_status kl_rs_truncate(kiln_context *c, int seq, int32_t p) {
     }
     const int32_t ra = rs->roll_a[seq], rn = rs->roll_n[seq];
     if (rn && p >= ra && p < ra + rn && ra + rn == len) { /* inside the recorded run: replay up to p */
-        memcpy(kl_rs_live(rs, seq), rs->roll_state + (size_t)seq * rs->slot_floats, rs->slot_floats * sizeof(float));
+        rs->be->copy(kl_rs_live(rs, seq), rs->roll_state + (size_t)seq * rs->slot_floats,
+                     rs->slot_floats * sizeof(float));
         if (p > ra) c->m->arch->family->replay(c, seq, p - ra);
         rs->roll_n[seq] = p > ra ? p - ra : 0; /* what remains recorded */
         rs->n_replayed++;
@@ -274,7 +275,7 @@ kiln_status kl_rs_copy(kiln_context *c, int src, int dst) {
         return kl_fail(c, KILN_ERR_STATE, "cannot copy sequence %d into %d: it is not empty, or no block is free", src,
                        dst);
     if (c->rs) {
-        memcpy(kl_rs_live(c->rs, dst), kl_rs_live(c->rs, src), c->rs->slot_floats * sizeof(float));
+        c->rs->be->copy(kl_rs_live(c->rs, dst), kl_rs_live(c->rs, src), c->rs->slot_floats * sizeof(float));
         c->rs->want[dst] = -1;
         c->rs->roll_n[dst] = 0;
     }

@@ -51,9 +51,10 @@ typedef struct kl_snap {
 } kl_snap;
 
 struct kl_rs {
+    const kbe_backend *be; /* owns mem */
     size_t slot_floats;
     int n_seq, n_snap;
-    float *mem; /* [n_seq + n_snap][slot_floats] */
+    float *mem; /* [n_seq + n_snap][slot_floats], then roll_state, roll_in: backend memory */
     size_t mem_bytes;
     kl_snap *snap; /* [n_snap] */
     uint64_t clock;
@@ -71,7 +72,8 @@ typedef struct kl_rs kl_rs;
 /* Bytes the pool takes for n_seq sequences and n_snap snapshots, with
  * roll_floats floats of recorded inputs per sequence. */
 uint64_t kl_rs_bytes(size_t slot_floats, size_t roll_floats, int n_seq, int n_snap);
-kl_rs *kl_rs_new(size_t slot_floats, size_t roll_floats, int n_seq, int n_snap, char *err, size_t errlen);
+kl_rs *kl_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap, char *err,
+                 size_t errlen);
 void kl_rs_free(kl_rs *rs);
 static inline float *kl_rs_live(kl_rs *rs, int seq) { return rs->mem + (size_t)seq * rs->slot_floats; }
 static inline float *kl_rs_slot(kl_rs *rs, int i) { return rs->mem + (size_t)(rs->n_seq + i) * rs->slot_floats; }
