@@ -372,6 +372,7 @@ int main(void) {
     test_model_load("data/arch/qwen3moe-f32.gguf");  /* a mixture of experts */
     test_model_load("data/arch/deepseek2-f16.gguf"); /* MLA, a shared expert */
     test_model_load("data/arch/gemma4-f32.gguf");    /* per-layer KV shapes, shared caches */
+    test_model_load("data/arch/gpt-oss-f32.gguf");   /* sinks, windows, biased experts */
     test_store_install();
     test_server();
     curl_global_cleanup();

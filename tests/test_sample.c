@@ -175,8 +175,41 @@ static void test_think(void) {
     ks_schema_free(sc);
 }
 
+/* An exact lead, then {"a": boolean}: byte by byte and in pieces that
+ * cross from the lead into the answer. */
+static void test_lead(void) {
+    json_t *j =
+        json_loads("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},\"required\":[\"a\"]}", 0, NULL);
+    char err[200];
+    ks_schema *sc = ks_schema_compile(j, err, sizeof err);
+    json_decref(j);
+    CHECK(sc != NULL);
+    const char *lead = "<|channel|>final<|message|>";
+    for (int step = 1; step <= 5; step += 4) {
+        ks_sv v;
+        ks_sv_init(&v, sc);
+        sample_constraint json, c;
+        sample_json_constraint(&json, &v);
+        sample_lead l;
+        sample_lead_init(&l, lead, &json);
+        sample_lead_constraint(&c, &l);
+        CHECK(!c.complete(c.state) && !c.allows(c.state, "{", 1) && !c.allows(c.state, "<|channel|>analysis", 19));
+        const char *text = "<|channel|>final<|message|>{\"a\": true}";
+        const int len = (int)strlen(text);
+        int ok = 1;
+        for (int i = 0; i < len && ok; i += step) {
+            const int n = len - i < step ? len - i : step;
+            ok = c.allows(c.state, text + i, n);
+            if (ok) c.accept(c.state, text + i, n);
+        }
+        CHECKF(ok && c.complete(c.state) && c.done(c.state), "lead in pieces of %d", step);
+    }
+    ks_schema_free(sc);
+}
+
 int main(void) {
     test_sampler();
     test_think();
+    test_lead();
     return t_done();
 }

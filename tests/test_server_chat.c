@@ -122,6 +122,16 @@ int main(void) {
     CHECK(json_is_string(json_object_get(json_array_get(norm, 1), "content")));
     json_decref(norm);
     json_decref(msgs);
+    /* an earlier turn's reasoning reaches templates as thinking too */
+    msgs =
+        json_loads("[{\"role\": \"assistant\", \"content\": \"b\", \"reasoning_content\": \"a\"},"
+                   "{\"role\": \"assistant\", \"content\": \"d\", \"reasoning_content\": \"c\", \"thinking\": \"e\"}]",
+                   0, NULL);
+    norm = ks_chat_normalize(msgs);
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(norm, 0), "thinking")), "a"));
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(norm, 1), "thinking")), "e"));
+    json_decref(norm);
+    json_decref(msgs);
     json_decref(tools);
     return t_done();
 }

@@ -306,6 +306,22 @@ static void harmony(kiln_model *m) {
                 done(&k);
             }
     }
+    /* think: false and no tools (Ollama): no split, but headers still go */
+    sink k;
+    memset(&k, 0, sizeof k);
+    k.tools = json_array();
+    ks_gen g;
+    ks_gen_init(&g, m, 0);
+    g.harmony = 1;
+    g.split_think = g.split_tools = 0;
+    g.on_text = on_text;
+    g.user = &k;
+    ks_gen_text(&g, cases[0].text, strlen(cases[0].text), 0);
+    ks_gen_text(&g, "", 0, 1);
+    CHECKF(!k.reasoning.len && !strcmp(str(&k.content), "Think it over.The answer."), "no split: '%s'",
+           str(&k.content));
+    ks_gen_free(&g);
+    done(&k);
     json_decref(g_tools);
     g_tools = NULL;
     g_harmony = 0;

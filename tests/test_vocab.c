@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gguf/gguf.h"
 #include "testutil.h"
@@ -359,7 +360,92 @@ static void speed(void) {
     free(inp);
 }
 
+/* A SentencePiece vocabulary of the given tokens (types: 1 normal, 3
+ * control), EOS id 2, written as a GGUF file at path; 0 on success. */
+static int write_vocab(const char *path, const char *const *tok, const int32_t *type, uint32_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    const uint32_t magic = 0x46554747, ver = 3, t_u32 = 4, t_i32 = 5, t_str = 8, t_arr = 9, eos = 2;
+    const uint64_t n_tensors = 0, n_kv = 4;
+#define PUT(v) fwrite(&(v), sizeof(v), 1, f)
+#define KEY(k)                        \
+    do {                              \
+        const uint64_t l = strlen(k); \
+        PUT(l);                       \
+        fwrite(k, 1, l, f);           \
+    } while (0)
+    PUT(magic);
+    PUT(ver);
+    PUT(n_tensors);
+    PUT(n_kv);
+    KEY("tokenizer.ggml.model");
+    PUT(t_str);
+    KEY("llama");
+    KEY("tokenizer.ggml.tokens");
+    PUT(t_arr);
+    PUT(t_str);
+    const uint64_t n64 = n;
+    PUT(n64);
+    for (uint32_t i = 0; i < n; i++) KEY(tok[i]);
+    KEY("tokenizer.ggml.token_type");
+    PUT(t_arr);
+    PUT(t_i32);
+    PUT(n64);
+    fwrite(type, sizeof *type, n, f);
+    KEY("tokenizer.ggml.eos_token_id");
+    PUT(t_u32);
+    PUT(eos);
+#undef KEY
+#undef PUT
+    return fclose(f);
+}
+
+/* The harmony format's tokens (gpt-oss): with <|return|> and <|call|> in
+ * the vocabulary those two end generation and <|end|> does not (it ends a
+ * message within the reply); <|end|> and the header tokens are written out
+ * as text.  Without <|call|>, <|end|> ends generation as elsewhere. */
+static void harmony_vocab(void) {
+    const char *tok[] = {"<unk>",     "<s>",         "</s>",        "<|end|>",       "<|return|>",     "<|call|>",
+                         "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "\xe2\x96\x81hi", "a"};
+    const int32_t type[] = {2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 1, 1};
+    const uint32_t n = sizeof tok / sizeof tok[0];
+    char path[] = "/tmp/kiln-test-harmony-XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    for (int full = 1; full >= 0; full--) {
+        if (!full) tok[5] = "<|nocall|>";
+        CHECK(write_vocab(path, tok, type, n) == 0);
+        gguf_file *gf;
+        ktok *t = load(path, &gf);
+        if (t) {
+            CHECK(ktok_is_eog(t, 2) && ktok_is_eog(t, 4) == 1);
+            CHECKF(ktok_is_eog(t, 3) == !full, "<|end|> ends generation: %d", ktok_is_eog(t, 3));
+            CHECK(ktok_is_eog(t, 5) == full && !ktok_is_eog(t, 7));
+            ktok_stream st;
+            char out[128];
+            int32_t len = 0;
+            ktok_stream_init(&st, t, 0, 0);
+            const int32_t ids[] = {7, 11, 8, 10, 3, 6};
+            for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+                len += ktok_stream_put(&st, ids[i], out + len, (int32_t)sizeof out - len);
+            len += ktok_stream_flush(&st, out + len, (int32_t)sizeof out - len);
+            const char *want =
+                full ? "<|channel|>a<|message|> hi<|end|><|start|>" : "<|channel|>a<|message|> hi<|start|>";
+            CHECKF(len == (int32_t)strlen(want) && !memcmp(out, want, (size_t)len), "rendered '%.*s'", (int)len, out);
+            static int32_t got[MAX_IDS]; /* still special tokens in a prompt */
+            const int ng = encode(t, "<|start|>a<|end|>", 0, 1, got);
+            CHECKF(ng >= 2 && got[0] == 6 && got[ng - 1] == 3, "parsed %d ids", ng);
+        }
+        ktok_free(t);
+        gguf_close(gf);
+    }
+    unlink(path);
+}
+
 int main(void) {
+    harmony_vocab();
     conformance();
     spm_checks();
     bpe_checks();

@@ -13,6 +13,7 @@
 #include "spec/spec.h"
 #include "sample/jschema.h"
 #include "sample/sample.h"
+#include "server/gen.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -55,7 +56,10 @@ static void catch_sigint(void) {
  * "...done thinking." lines otherwise, or hidden (--hidethinking); a tool
  * call (<tool_call>{"name": ..., "arguments": ...}</tool_call>) is shown as
  * the call, "-> name({...})".  Only the display changes: the conversation
- * keeps the reply as the model wrote it. */
+ * keeps the reply as the model wrote it, except a harmony model's (gpt-oss:
+ * <|channel|>NAME<|message|>...<|end|> messages, read by server/gen.h),
+ * kept as its final text and, as thinking, its analysis: the template
+ * refuses the channels' markup in a message. */
 enum { VIEW_TEXT, VIEW_THINK, VIEW_TOOL };
 
 typedef struct chat_view {
@@ -67,6 +71,8 @@ typedef struct chat_view {
     size_t n_pend;
     char *call; /* a tool call's text so far */
     size_t n_call, cap_call;
+    ks_gen *hg;                /* a harmony model's reply through its reader, or NULL */
+    ks_buf h_content, h_think; /*   what it made of it */
 } chat_view;
 
 static const char *const view_tags[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
@@ -133,7 +139,39 @@ static void view_tag(chat_view *v, int tag) {
     v->trim = 1;
 }
 
+/* The harmony reader's sinks: reasoning and text shown as the tags'
+ * would be, and kept; calls shown. */
+static void view_h_text(ks_gen *g, int kind, const char *s, size_t n, void *user) {
+    (void)g;
+    chat_view *v = user;
+    const int mode = kind == KS_D_REASONING ? VIEW_THINK : VIEW_TEXT;
+    if (mode != v->mode) {
+        if (v->mode == VIEW_THINK) view_end_think(v);
+        v->mode = mode;
+        v->trim = 1;
+    }
+    view_emit(v, s, n);
+    ks_buf_put(kind == KS_D_REASONING ? &v->h_think : &v->h_content, s, n);
+}
+
+static void view_h_tool(ks_gen *g, int index, json_t *call, void *user) {
+    (void)g;
+    (void)index;
+    chat_view *v = user;
+    if (v->mode == VIEW_THINK) view_end_think(v);
+    v->mode = VIEW_TEXT;
+    char *a = json_dumps(json_object_get(call, "arguments"), JSON_COMPACT | JSON_ENCODE_ANY);
+    printf("%s%s(%s)\n", v->tty ? "\xe2\x86\x92 " : "-> ", json_string_value(json_object_get(call, "name")),
+           a ? a : "");
+    free(a);
+}
+
 static void view_put(chat_view *v, const char *s, size_t n) {
+    if (v->hg) {
+        ks_gen_text(v->hg, s, n, 0);
+        fflush(stdout);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         const char c = s[i];
         if (!v->n_pend && c != '<') {
@@ -169,6 +207,7 @@ static void view_put(chat_view *v, const char *s, size_t n) {
 
 /* The reply ended: what was held back goes out, an open reasoning closes. */
 static void view_finish(chat_view *v) {
+    if (v->hg) ks_gen_text(v->hg, "", 0, 1);
     view_emit(v, v->pend, v->n_pend);
     v->n_pend = 0;
     if (v->mode == VIEW_THINK && v->think_open && v->tty) fputs("\033[0m", stdout);
@@ -1104,8 +1143,18 @@ int cmd_chat(int argc, char **argv) {
         view.mode = has_tmpl && st.opens_think ? VIEW_THINK : VIEW_TEXT;
         view.trim = view.mode == VIEW_THINK;
         view.think_open = 0;
+        ks_gen hg;
+        ks_gen_init(&hg, st.m, 0);
+        view.hg = hg.harmony && has_tmpl ? &hg : NULL;
+        view.h_content.len = view.h_think.len = 0;
+        hg.on_text = view_h_text;
+        hg.on_tool = view_h_tool;
+        hg.user = &view;
         int fr = run_slot(gb, st.m, &p, &gs, &k);
         view_finish(&view);
+        const int harmony = view.hg != NULL;
+        view.hg = NULL;
+        ks_gen_free(&hg);
         if (k.why == GEN_FAILED) st.n_kv = 0; /* the core emptied the sequence */
         if (fr || k.why == GEN_FAILED) {
             if (ids != st.held) free(ids);
@@ -1138,8 +1187,13 @@ int cmd_chat(int argc, char **argv) {
             int hr = hold(&st, ids, n);
             free(ids);
             if (hr) goto done;
-            json_array_append_new(st.messages,
-                                  json_pack("{s:s, s:s}", "role", "assistant", "content", k.out ? k.out : ""));
+            json_t *msg = json_pack("{s:s, s:s}", "role", "assistant", "content", k.out ? k.out : "");
+            if (harmony) { /* the final text, and the analysis as thinking */
+                json_object_set_new(msg, "content",
+                                    ks_jstr(view.h_content.p ? view.h_content.p : "", view.h_content.len));
+                if (view.h_think.len) json_object_set_new(msg, "thinking", ks_jstr(view.h_think.p, view.h_think.len));
+            }
+            json_array_append_new(st.messages, msg);
         } else if (k.out_len) {
             int nr = 0;
             int32_t *r = tokenize_alloc(st.m, k.out, 0, 0, &nr);
@@ -1157,6 +1211,8 @@ done:
     free(line);
     free(loaded);
     free(view.call);
+    ks_buf_free(&view.h_content);
+    ks_buf_free(&view.h_think);
     json_decref(st.messages);
     kct_free(st.tmpl);
     kgt_free(st.go);

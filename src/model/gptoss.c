@@ -172,17 +172,18 @@ static void gptoss_ctx_free(kiln_context *c) {
     gptoss_ws *w = c->ws;
     if (w) {
         float *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->y};
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]) c->bx.ops->free(&c->bx, bufs[i]);
         kl_moe_ws_free(c, &w->ex);
         free(w);
     }
-    free(c->mm_scratch);
-    c->ws = c->mm_scratch = NULL;
+    c->ws = NULL;
 }
 
 static int gptoss_ctx_init(kiln_context *c) {
     const kl_hparams *hp = &c->m->hp;
     const gptoss_model *d = c->m->fam;
+    kbe_ctx *X = &c->bx;
     gptoss_ws *w = calloc(1, sizeof *w);
     c->ws = w;
     if (!w) return -1;
@@ -196,110 +197,61 @@ static int gptoss_ctx_init(kiln_context *c) {
         {&w->v, B * nkv}, {&w->att, B * nq}, {&w->y, B * E},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (!(*bufs[i].p = malloc(bufs[i].n * sizeof(float)))) return -1;
+        if (!(*bufs[i].p = X->ops->alloc(X, bufs[i].n * sizeof(float)))) return -1;
     if (kl_moe_ws_init(c, &w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
     size_t maxk = E > nq ? E : nq;
     if ((size_t)kl_moe_mm_cols(&d->moe) > maxk) maxk = (size_t)kl_moe_mm_cols(&d->moe);
-    c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, kl_moe_mm_rows(&d->moe, c->p.n_batch)));
-    return c->mm_scratch ? 0 : -1;
+    return X->ops->reserve(X, (int64_t)maxk, kl_moe_mm_rows(&d->moe, c->p.n_batch));
 }
 
 /* ---------------------------------------------------------------- forward */
 
-/* The per-token element-wise steps between the matrix products, over a
- * token range; on the pool when the batch pays for the hand-off. */
-enum tok_step { STEP_ATTN_NORM, STEP_QK_ROPE_STORE, STEP_RESID_FFN_NORM, STEP_RESID };
-
-typedef struct tok_job {
-    kiln_context *c;
-    const kk_ops *ops;
-    const gptoss_layer *L;
-    int layer;
-    int n_tok;
-    enum tok_step step;
-} tok_job;
-
-static void tok_range(const tok_job *j, int i0, int i1) {
-    kiln_context *c = j->c;
-    gptoss_ws *w = c->ws;
-    const kl_hparams *hp = &c->m->hp;
-    const kk_ops *ops = j->ops;
-    const gptoss_layer *L = j->L;
-    const int E = hp->n_embd, hd = hp->hd_k;
-    const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
-    for (int i = i0; i < i1; i++) {
-        float *x = w->x + (size_t)i * E, *xn = w->xn + (size_t)i * E;
-        switch (j->step) {
-        case STEP_ATTN_NORM: ops->rmsnorm(xn, x, L->attn_norm, E, hp->eps); break;
-        case STEP_QK_ROPE_STORE: {
-            float *qi = w->q + (size_t)i * nq, *ki = w->k + (size_t)i * nkv, *vi = w->v + (size_t)i * nkv;
-            kk_add(qi, L->bq, (int)nq);
-            kk_add(ki, L->bk, (int)nkv);
-            kk_add(vi, L->bv, (int)nkv);
-            const float *cs = c->rope_cs + (size_t)i * hp->rope.n_rot;
-            ops->rope_neox(cs, qi, hp->n_head, hd, hp->rope.n_rot);
-            ops->rope_neox(cs, ki, hp->n_head_kv, hd, hp->rope.n_rot);
-            kl_attn_store(c, ops, j->layer, i, ki, vi);
-            break;
-        }
-        case STEP_RESID_FFN_NORM: /* x += attention output + bo (in xn), then normalize */
-            kk_add(xn, L->bo, E);
-            ops->add(x, xn, E);
-            ops->rmsnorm(xn, x, L->ffn_norm, E, hp->eps);
-            break;
-        case STEP_RESID: ops->add(x, w->y + (size_t)i * E, E); break;
-        }
-    }
-}
-
-static void tok_task(void *ud, int ith, int nth) {
-    const tok_job *j = ud;
-    long lo, hi;
-    kpool_range(j->n_tok, ith, nth, &lo, &hi);
-    tok_range(j, (int)lo, (int)hi);
-}
-
-/* Batches below this many tokens do the element-wise steps on the calling
- * thread: a pool hand-off costs about as much as a few tokens' work. */
-#define TOK_PAR_MIN 4
-
-static void tok_step(tok_job *j, enum tok_step step) {
-    j->step = step;
-    if (j->n_tok >= TOK_PAR_MIN)
-        kpool_run(j->c->pool, tok_task, j);
-    else
-        tok_range(j, 0, j->n_tok);
-}
-
+/* Every op runs on the context's backend (backend/backend.h), over the
+ * batch's n tokens at once. */
 static kiln_status gptoss_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const kiln_model *m = c->m;
     const kl_hparams *hp = &m->hp;
     const gptoss_model *d = m->fam;
     gptoss_ws *w = c->ws;
-    const int n = b->n, E = hp->n_embd;
-    const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
-    const kk_ops *ops = kk_ops_best();
+    kbe_ctx *X = &c->bx;
+    const kbe_ops *o = X->ops;
+    const int n = b->n, E = hp->n_embd, hd = hp->hd_k;
+    const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
 
     kl_attn_prepare(c, n);
-    for (int i = 0; i < n; i++) kk_get_row(&m->tok_embd, b->token[i], w->x + (size_t)i * E);
+    o->get_rows(X, &m->tok_embd, b->token, n, w->x);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const gptoss_layer *L = &d->layers[l];
-        tok_job tj = {c, ops, L, l, n, STEP_ATTN_NORM};
-        tok_step(&tj, STEP_ATTN_NORM);
+        o->rmsnorm(X, w->xn, w->x, L->attn_norm, n, E, hp->eps);
         kk_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
-        kk_matmul_multi(c->pool, qkv, 3, w->xn, n, c->mm_scratch);
-        tok_step(&tj, STEP_QK_ROPE_STORE);
-        const kl_attn_opts ao = {.window = d->swa[l] ? d->n_swa : 0, .sinks = d->sinks[l]};
-        kl_attn_run_opts(c, ops, l, w->q, w->att, n, &ao);
-        kk_matmul(c->pool, &L->wo, w->att, n, w->xn, E, c->mm_scratch);
-        tok_step(&tj, STEP_RESID_FFN_NORM);
+        o->matmul_multi(X, qkv, 3, w->xn, n);
+        const kbe_qk qk = {
+            .q = w->q,
+            .k = w->k,
+            .v = w->v,
+            .bq = L->bq,
+            .bk = L->bk,
+            .bv = L->bv,
+            .n_head = hp->n_head,
+            .n_head_kv = hp->n_head_kv,
+            .hd = hd,
+            .eps = hp->eps,
+            .rope = &hp->rope,
+            .layer = l,
+        };
+        o->qk_store(X, &qk, n);
+        const kbe_attn_opts ao = {.window = d->swa[l] ? d->n_swa : 0, .sinks = d->sinks[l]};
+        o->attn(X, l, w->q, w->att, n, &ao);
+        o->matmul(X, &L->wo, w->att, n, w->xn, E);
+        for (int i = 0; i < n; i++) o->add(X, w->xn + (size_t)i * E, L->bo, 1, E); /* + bo, token by token */
+        o->add_rmsnorm(X, w->x, w->xn, w->xn, L->ffn_norm, n, E, hp->eps);         /* x += attention, xn = its norm */
         kl_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
-        tok_step(&tj, STEP_RESID);
+        o->add(X, w->x, w->y, n, E);
     }
 
     kl_batch_commit(c, n);
-    kl_batch_output(c, ops, w->x, n, n_out);
+    kl_batch_output(c, NULL, w->x, n, n_out);
     return KILN_OK;
 }
 

@@ -9,7 +9,8 @@
  *              alternatives (logprobs)
  * call.c       a forced tool call as such a hook
  * think.c      a reasoning block before another hook's text (structured
- *              output after thinking), and the tracker of that block
+ *              output after thinking), and the tracker of that block; a
+ *              fixed lead before another hook's text
  * jschema.c    a JSON Schema compiled to a byte-level recognizer (jschema.h)
  * regex.c      a regex subset compiled to a DFA over UTF-8 bytes, for
  *              jschema's pattern and format (regex.h)
@@ -101,6 +102,17 @@ void sample_think_accept(sample_think *t, const char *text, int n);
 /* 1 inside the block: after "<think>", before its "</think>" ended. */
 int sample_think_in_block(const sample_think *t);
 
+/* think.c: an exact lead, then a constrained answer: the text is lead
+ * (NUL-terminated, borrowed), then what inner allows (NULL: any text).  A
+ * harmony model's (gpt-oss) JSON answer: "<|channel|>final<|message|>",
+ * then the value.  l is plain data. */
+typedef struct sample_lead {
+    const char *lead;
+    const sample_constraint *inner;
+    int pos; /* bytes of lead matched */
+} sample_lead;
+void sample_lead_init(sample_lead *l, const char *lead, const sample_constraint *inner);
+void sample_lead_constraint(sample_constraint *c, sample_lead *l);
 /* The distribution kiln_sampler_sample draws from after logits (penalties
  * over s's history, top-k, top-p, min-p, temperature): n tokens, most
  * likely first, probabilities summing to 1; greedy is the argmax alone

@@ -115,3 +115,43 @@ void sample_think_constraint(sample_constraint *c, sample_think *t) {
 }
 
 int sample_think_in_block(const sample_think *t) { return t->phase == T_BLOCK; }
+
+/* ---- an exact lead, then the inner constraint ---- */
+
+void sample_lead_init(sample_lead *l, const char *lead, const sample_constraint *inner) {
+    l->lead = lead;
+    l->inner = inner;
+    l->pos = 0;
+}
+
+static int lead_allows(void *st, const char *text, int n) {
+    const sample_lead *l = st;
+    const int left = (int)strlen(l->lead + l->pos), k = n < left ? n : left;
+    if (memcmp(text, l->lead + l->pos, (size_t)k) != 0) return 0;
+    return k == n || !l->inner || l->inner->allows(l->inner->state, text + k, n - k);
+}
+
+static void lead_accept(void *st, const char *text, int n) {
+    sample_lead *l = st;
+    const int left = (int)strlen(l->lead + l->pos), k = n < left ? n : left;
+    l->pos += k;
+    if (k < n && l->inner) l->inner->accept(l->inner->state, text + k, n - k);
+}
+
+static int lead_complete(void *st) {
+    const sample_lead *l = st;
+    return !l->lead[l->pos] && (!l->inner || l->inner->complete(l->inner->state));
+}
+
+static int lead_done(void *st) {
+    const sample_lead *l = st;
+    return !l->lead[l->pos] && l->inner && l->inner->done(l->inner->state);
+}
+
+void sample_lead_constraint(sample_constraint *c, sample_lead *l) {
+    c->allows = lead_allows;
+    c->complete = lead_complete;
+    c->accept = lead_accept;
+    c->done = lead_done;
+    c->state = l;
+}

@@ -26,9 +26,13 @@
 static const char *const k_tags[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
 
 /* 1 when text is one token of m's vocabulary (read as special). */
-static int one_token(kiln_model *m, const char *text) {
+static int one_token(const kiln_model *m, const char *text) {
     int32_t ids[4];
     return kiln_tokenize(m, text, strlen(text), 0, 1, ids, 4) == 1;
+}
+
+int ks_gen_harmony(const kiln_model *m) {
+    return one_token(m, "<|channel|>") && one_token(m, "<|message|>") && one_token(m, "<|end|>");
 }
 
 void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think) {
@@ -38,7 +42,7 @@ void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think) {
     g->split_think = g->split_tools = 1;
     g->mode = start_in_think ? 1 : 0;
     g->stop_hit = -1;
-    g->harmony = one_token(m, "<|channel|>") && one_token(m, "<|message|>") && one_token(m, "<|end|>");
+    g->harmony = ks_gen_harmony(m);
     g->tool_calls = json_array();
     g->logprobs = json_array();
     if (!g->dt || !g->tool_calls || !g->logprobs) { /* the request fails before its first token */
@@ -333,7 +337,7 @@ static void parse_harmony(ks_gen *g, int final) {
 
 /* Splits text by tags into the current mode's sink. */
 static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
-    if (!g->split_think && !g->split_tools && g->mode == 0) {
+    if (!g->split_think && !g->split_tools && g->mode == 0 && !g->harmony) {
         emit(g, KS_D_CONTENT, s, n);
         return;
     }

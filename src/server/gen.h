@@ -39,6 +39,10 @@ typedef struct ks_req {
     sample_constraint cons;
     sample_think think;           /* with json_mode after a reasoning block: cons held back until it ends */
     sample_constraint think_cons; /*   the constraint that does so */
+    sample_lead lead;             /* with json_mode on a harmony model: the final channel's header first; */
+    sample_constraint lead_cons;  /*   the constraint that does so; */
+    char lead_text[160];          /*   a forced call's header there (cons is then the lead) */
+    sample_constraint args_cons;  /*   and its arguments' constraint (over sv) */
     engine_llm_req *er;           /* its admission by the model's engine, once started */
     gen_req *gr;                  /* and its events */
     int32_t n_cached;             /* prompt tokens taken from the prefix cache */
@@ -70,7 +74,8 @@ typedef struct ks_gen {
     int after_think;  /* 1: </think> passed and no content yet; blank space here is not content */
     /* the harmony format (gpt-oss): <|channel|>NAME [to=RECIPIENT]<|message|>BODY<|end|> messages,
      * analysis as reasoning, final and commentary as content, to=functions.NAME as calls */
-    int harmony;     /* 1: the model writes harmony (its vocabulary has the tokens) */
+    int harmony;     /* 1: the model writes harmony (its vocabulary has the tokens); read even with
+                        neither split (think: false: analysis is content), not in raw completions */
     int h_body;      /*   0: reading a message's header, 1: its body */
     ks_buf h_hdr;    /*   the header so far */
     char h_name[96]; /*   the called function, in a call's body */
@@ -97,6 +102,8 @@ typedef struct ks_gen {
 } ks_gen;
 
 void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think);
+/* 1 when m writes the harmony format (its vocabulary has the tokens). */
+int ks_gen_harmony(const kiln_model *m);
 /* The tools the request offered (borrowed: g takes its own reference);
  * their schemas type the arguments of calls in the XML form. */
 void ks_gen_tools(ks_gen *g, json_t *tools);

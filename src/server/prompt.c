@@ -107,6 +107,10 @@ json_t *ks_chat_normalize(json_t *messages) {
             json_object_set_new(c, "content", ks_jstr(b.p ? b.p : "", b.len));
             ks_buf_free(&b);
         }
+        /* the reasoning of an earlier turn under the name Ollama and the
+         * harmony template (gpt-oss) read, beside OpenAI's */
+        json_t *rc = json_object_get(c, "reasoning_content");
+        if (json_is_string(rc) && !json_object_get(c, "thinking")) json_object_set(c, "thinking", rc);
         json_t *tc = json_object_get(c, "tool_calls");
         size_t k;
         json_t *call;

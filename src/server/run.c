@@ -42,7 +42,8 @@ static int conn_gone(void *c) { return ks_conn_gone(c); }
 /* The forced call's names and schemas into q, its recognizer set up. */
 static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, size_t cap) {
     const char *tmpl = ks_template_text(r);
-    if (!tmpl || !strstr(tmpl, "<tool_call>")) {
+    const int harmony = ks_gen_harmony(r->model); /* a message to functions.NAME */
+    if (!harmony && (!tmpl || !strstr(tmpl, "<tool_call>"))) {
         snprintf(msg, cap,
                  "'tool_choice' forces a call, which needs a chat template that writes calls as "
                  "<tool_call>...</tool_call>; the template of \"%.100s\" does not",
@@ -76,6 +77,28 @@ static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, 
         }
     }
     json_decref(any_object);
+    if (harmony) {
+        /* the call's header, then its arguments (a value of the schema);
+         * <|call|> ends the generation */
+        const char *nm = q->call_names[0];
+        int plain = q->n_call == 1 && *nm;
+        for (const char *c = nm; *c && plain; c++)
+            plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+                    *c == '-' || *c == '.';
+        if (!plain || strlen(nm) > 64) {
+            snprintf(msg, cap,
+                     "a forced call on a harmony model takes one tool whose name is letters, digits, '_', '-' or '.' "
+                     "(at most 64)");
+            return -1;
+        }
+        snprintf(q->lead_text, sizeof q->lead_text,
+                 "<|channel|>commentary to=functions.%s <|constrain|>json<|message|>", nm);
+        ks_sv_init(&q->sv, q->call_schemas[0]);
+        sample_json_constraint(&q->args_cons, &q->sv);
+        sample_lead_init(&q->lead, q->lead_text, &q->args_cons);
+        sample_lead_constraint(&q->cons, &q->lead);
+        return 0;
+    }
     if (sample_call_init(&q->call, (const char *const *)q->call_names, (const ks_schema *const *)q->call_schemas,
                          q->n_call, o->force_think) != 0) {
         snprintf(msg, cap,
@@ -156,6 +179,10 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
             sample_think_init(&q->think, &q->cons, o->force_think);
             sample_think_constraint(&q->think_cons, &q->think);
             p.constraint = &q->think_cons;
+        } else if (ks_gen_harmony(r->model)) { /* the answer on the final channel */
+            sample_lead_init(&q->lead, "<|channel|>final<|message|>", &q->cons);
+            sample_lead_constraint(&q->lead_cons, &q->lead);
+            p.constraint = &q->lead_cons;
         }
     }
     if (o->force_tools) {
@@ -647,6 +674,7 @@ int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks
      * <tool_call> block is a call only when the request offered tools. */
     u->g.split_think = a->format != KS_F_OAI_COMPL && !a->think_off;
     u->g.split_tools = (a->format == KS_F_OAI_CHAT || a->format == KS_F_OLL_CHAT) && a->has_tools;
+    if (a->format == KS_F_OAI_COMPL) u->g.harmony = 0; /* harmony's headers too */
     u->g.on_text = on_text;
     u->g.on_tool = on_tool;
     /* Ollama sends whole calls, as Ollama does */

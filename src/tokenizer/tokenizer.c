@@ -26,9 +26,12 @@ static const char *const k_eot_names[] = {
 /* Tokens that end generation whatever the metadata says (Gemma 4 ends a
  * turn with <turn|>, and a tool call where its response would begin). */
 static const char *const k_eog_names[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",    "<|endoftext|>",
-    "<|eom_id|>", "<EOT>",      "<turn|>", "<|tool_response>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>",    "<end_of_turn>", "<|endoftext|>",    "<|eom_id|>",
+    "<EOT>",      "<turn|>",    "<|return|>", "<|call|>",      "<|tool_response>",
 };
+/* The harmony format's (gpt-oss) structure tokens: written out as text, as
+ * the reference does, so a reply's channels and recipients can be read. */
+static const char *const k_harmony_names[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
 
 static int32_t find(const ktok *t, const char *s) { return tok_strmap_get(&t->map, t, s, strlen(s)); }
 
@@ -287,6 +290,18 @@ ktok *ktok_load(const gguf_file *f, char *err, size_t errlen) {
     if (t->eos >= 0) t->attr[t->eos] |= TOK_A_EOG;
     if (t->eot >= 0) t->attr[t->eot] |= TOK_A_EOG;
     if (t->eom >= 0) t->attr[t->eom] |= TOK_A_EOG;
+    for (size_t i = 0; i < sizeof k_harmony_names / sizeof k_harmony_names[0]; i++) {
+        int32_t id = find(t, k_harmony_names[i]);
+        if (id >= 0) t->type[id] = KTOK_T_USER_DEFINED;
+    }
+    /* harmony ends a message with <|end|> and the reply with <|return|> or
+     * <|call|>: with both of those, <|end|> is text, not an end */
+    const int32_t end_id = find(t, "<|end|>");
+    if (end_id >= 0 && find(t, "<|return|>") >= 0 && find(t, "<|call|>") >= 0) {
+        t->attr[end_id] &= ~TOK_A_EOG;
+        t->type[end_id] = KTOK_T_USER_DEFINED;
+        if (t->eot == end_id) t->eot = -1;
+    }
 
     if (build_special_list(t) != 0) goto oom;
 
