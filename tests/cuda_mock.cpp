@@ -2,8 +2,11 @@
  * The mock CUDA device: a shared library exporting the driver API entry
  * points kiln loads (src/backend/cuda_driver.h), for machines without a GPU.
  * kiln loads it instead of libcuda.so.1 when KILN_CUDA_DRIVER names it.
- * "Device" memory is host memory (a device pointer is the host address),
- * the module is the kernels of src/backend/cuda compiled as C++ over
+ * "Device" memory is host memory, but a device pointer is its host address
+ * with bit 62 set: not canonical on x86-64 or AArch64, so host code that
+ * reads or writes through a device pointer faults here as it would with a
+ * GPU (the copies and the kernels' pointer arguments clear the bit).  The
+ * module is the kernels of src/backend/cuda compiled as C++ over
  * tests/emucuda.h, whatever image cuModuleLoadData is given, and
  * cuLaunchKernel finds a kernel by its name and runs it on the emulator,
  * synchronously, unpacking the argument array by the kernel's own
@@ -24,8 +27,23 @@ typedef std::function<void(dim3, dim3, void **)> mock_kernel;
 
 enum { OK = 0, ERR_INVALID_VALUE = 1, ERR_OUT_OF_MEMORY = 2, ERR_NOT_FOUND = 500 };
 
+#define DEV_BIT (1ull << 62)
+
+static mock_ptr to_dev(void *host) { return host ? (mock_ptr)(uintptr_t)host | DEV_BIT : 0; }
+static void *to_host(mock_ptr dev) { return (void *)(uintptr_t)(dev & ~DEV_BIT); }
+
+/* a kernel argument: pointers from device to host addresses */
+template <typename T> static T arg(void *p) {
+    T v = *(T *)p;
+    if constexpr (std::is_pointer<T>::value) {
+        return (T)to_host((mock_ptr)(uintptr_t)v);
+    } else {
+        return v;
+    }
+}
+
 template <typename... A, size_t... I> static void invoke(void (*f)(A...), void **args, std::index_sequence<I...>) {
-    f(*(typename std::decay<A>::type *)args[I]...);
+    f(arg<typename std::decay<A>::type>(args[I])...);
 }
 
 template <typename... A> static mock_kernel wrap(void (*f)(A...)) {
@@ -120,27 +138,27 @@ API int cuModuleGetFunction(void **fn, void *, const char *name) {
 API int cuMemAlloc_v2(mock_ptr *p, size_t bytes) {
     void *m = malloc(bytes ? bytes : 1);
     if (!m) return ERR_OUT_OF_MEMORY;
-    *p = (mock_ptr)(uintptr_t)m;
+    *p = to_dev(m);
     return OK;
 }
 API int cuMemFree_v2(mock_ptr p) {
-    free((void *)(uintptr_t)p);
+    free(to_host(p));
     return OK;
 }
 API int cuMemcpyHtoD_v2(mock_ptr dst, const void *src, size_t n) {
-    memmove((void *)(uintptr_t)dst, src, n);
+    memmove(to_host(dst), src, n);
     return OK;
 }
 API int cuMemcpyDtoH_v2(void *dst, mock_ptr src, size_t n) {
-    memmove(dst, (const void *)(uintptr_t)src, n);
+    memmove(dst, to_host(src), n);
     return OK;
 }
 API int cuMemcpyDtoD_v2(mock_ptr dst, mock_ptr src, size_t n) {
-    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    memmove(to_host(dst), to_host(src), n);
     return OK;
 }
 API int cuMemsetD8_v2(mock_ptr dst, unsigned char v, size_t n) {
-    memset((void *)(uintptr_t)dst, v, n);
+    memset(to_host(dst), v, n);
     return OK;
 }
 API int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
