@@ -166,7 +166,10 @@ API int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
     (void)shared;
     (void)stream;
     (void)extra;
-    if (!fn || !args || !gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024) return ERR_INVALID_VALUE;
+    /* a GPU's limits: grid y and z up to 65535, block z up to 64, 1024 threads */
+    if (!fn || !args || !gx || !gy || !gz || !bx || !by || !bz || gx > 0x7fffffffu || gy > 65535 || gz > 65535 ||
+        bz > 64 || bx * by * bz > 1024)
+        return ERR_INVALID_VALUE;
     (*(mock_kernel *)fn)(dim3(gx, gy, gz), dim3(bx, by, bz), args);
     return OK;
 }

@@ -550,16 +550,25 @@ static void cuda_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, 
     if (hd > KCU_ATT_MAXD || hd % 2) unsupported("this attention head size");
     float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)hd);
     int split_len = CUDA_SPLIT_LEN, n_split = (int)ceil_div(C->max_nkv, CUDA_SPLIT_LEN);
-    float *part = grow(&C->part, (size_t)n * n_head * n_split * (hd + 2) * sizeof(float));
+    /* tokens in chunks: a grid's z (the decode kernel's queries) and y (the
+     * combine's) stop at 65535 */
+    const int chunk = n < 32768 ? n : 32768;
+    float *part = grow(&C->part, (size_t)chunk * n_head * n_split * (hd + 2) * sizeof(float));
     int64_t q_stride = (int64_t)n_head * hd, out_stride = q_stride;
-    const int32_t *tables = C->tables.p, *n_kv = C->n_kv.p;
     int table_stride = C->tab_stride;
-    void *da[] = {&q,    &q_stride, &k,         &v,  &cell_stride, &tables,    &table_stride,
-                  &n_kv, &n_head,   &n_kv_head, &hd, &scale,       &split_len, &part};
-    launch("kcu_attn_decode", (unsigned)n_head, (unsigned)n_split, (unsigned)n, 32 * KCU_ATT_WARPS, da);
-    const float *cpart = part;
-    void *ca[] = {&cpart, &n_split, &n_head, &hd, &out, &out_stride};
-    launch("kcu_attn_combine", (unsigned)n_head, (unsigned)n, 1, 64, ca);
+    for (int i0 = 0; i0 < n; i0 += chunk) {
+        const int nc = n - i0 < chunk ? n - i0 : chunk;
+        const float *qc = q + (size_t)i0 * q_stride;
+        float *oc = out + (size_t)i0 * out_stride;
+        const int32_t *tables = (const int32_t *)C->tables.p + (size_t)i0 * table_stride;
+        const int32_t *n_kv = (const int32_t *)C->n_kv.p + i0;
+        void *da[] = {&qc,   &q_stride, &k,         &v,  &cell_stride, &tables,    &table_stride,
+                      &n_kv, &n_head,   &n_kv_head, &hd, &scale,       &split_len, &part};
+        launch("kcu_attn_decode", (unsigned)n_head, (unsigned)n_split, (unsigned)nc, 32 * KCU_ATT_WARPS, da);
+        const float *cpart = part;
+        void *ca[] = {&cpart, &n_split, &n_head, &hd, &oc, &out_stride};
+        launch("kcu_attn_combine", (unsigned)n_head, (unsigned)nc, 1, 64, ca);
+    }
 }
 
 /* ------------------------------------------------- what has no kernel yet */
