@@ -168,7 +168,8 @@ typedef struct kiln_model_params {
                            stays about the same).  Default 1; the environment
                            variable KILN_REPACK=0 turns the default off. */
     int backend;  /* a kiln_engine_backend: 0 (auto) and 1 run on the CPU;
-                     CUDA is KILN_ERR_UNSUPPORTED until a build has it */
+                     CUDA needs the kernels and a GPU, and runs the dense
+                     families only (else KILN_ERR_UNSUPPORTED, one line) */
 } kiln_model_params;
 
 kiln_model_params kiln_model_default_params(void);
@@ -1116,7 +1117,7 @@ typedef enum kiln_engine_family_id {
 typedef enum kiln_engine_backend {
     KILN_ENGINE_BACKEND_AUTO = 0, /* the best backend present (today: cpu) */
     KILN_ENGINE_BACKEND_CPU = 1,
-    KILN_ENGINE_BACKEND_CUDA = 2 /* NVIDIA GPUs (no build has it yet) */
+    KILN_ENGINE_BACKEND_CUDA = 2 /* NVIDIA GPUs (docs/gpu.md) */
 } kiln_engine_backend;
 
 typedef enum kiln_engine_state {

@@ -1,9 +1,14 @@
 /* The backends this build has, and a context's backend state (backend.h). */
 #include "backend/cpu.h"
+#include "backend/cuda.h"
 
 #include <string.h>
 
-const kbe_backend *kbe_get(int kind) { return kind == KBE_CPU ? &kbe_cpu_backend : NULL; }
+const kbe_backend *kbe_get(int kind) {
+    if (kind == KBE_CPU) return &kbe_cpu_backend;
+    if (kind == KBE_CUDA) return kbe_cuda_get(NULL, 0);
+    return NULL;
+}
 
 int kbe_ctx_init(kbe_ctx *X, const kbe_backend *be, const kbe_ctx_params *p) {
     memset(X, 0, sizeof *X);

@@ -43,7 +43,7 @@
 /* Whether the query at position pos (F16 cache) accumulates in float. */
 static inline int kbe_attn_acc_f32(int pos) { return pos + 1 > KBE_ATTN_F16_ACC_MAX; }
 
-enum { KBE_CPU = 1 }; /* kinds of backend (kiln_engine_backend's values) */
+enum { KBE_CPU = 1, KBE_CUDA = 2 }; /* kinds of backend (kiln_engine_backend's values) */
 
 typedef struct kbe_ops kbe_ops;
 typedef struct kbe_ctx kbe_ctx;

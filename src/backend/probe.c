@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "backend/probe.h"
+#include "backend/cuda_kernels.h"
 
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -87,15 +88,18 @@ static void cpu_rows(rows *r, const kq_cpu *p, int active, int top) {
     row(r, "cpu-amx", "cpu", avail(amx_hw && p->os_amx && p->kernel_amx), 0, 0, "%s", amx);
 }
 
-/* The CUDA driver API, declared by hand: five calls of a stable C ABI. */
+/* The CUDA driver API, declared by hand: seven calls of a stable C ABI. */
 typedef int (*cu_init_fn)(unsigned);
 typedef int (*cu_count_fn)(int *);
 typedef int (*cu_get_fn)(int *, int);
 typedef int (*cu_name_fn)(char *, int, int);
 typedef int (*cu_version_fn)(int *);
+typedef int (*cu_attr_fn)(int *, int, int);
+typedef int (*cu_mem_fn)(size_t *, int);
 
 static void cuda_row(rows *r) {
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char *lib = getenv("KILN_CUDA_DRIVER"); /* the tests' mock device (backend/cuda_driver.h) */
+    void *h = dlopen(lib && *lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         row(r, "cuda", "gpu", KILN_AVAILABILITY_UNAVAILABLE, 0, 0, "no NVIDIA driver (libcuda.so.1 not found)");
         return;
@@ -120,11 +124,30 @@ static void cuda_row(rows *r) {
             v % 1000 / 10, e);
         return;
     }
-    char dev0[128] = "";
-    int d = 0;
-    if (get(&d, 0) == 0) name(dev0, (int)sizeof dev0, d);
-    row(r, "cuda", "gpu", KILN_AVAILABILITY_AVAILABLE, 0, 0, "driver %d.%d, %d device%s: %s%s", v / 1000, v % 1000 / 10,
-        n, n == 1 ? "" : "s", dev0, n > 1 ? ", ..." : "");
+    /* each GPU: name, compute capability, memory (attribute 75/76: the
+     * compute capability's major/minor) */
+    cu_attr_fn attr = (cu_attr_fn)dlsym(h, "cuDeviceGetAttribute");
+    cu_mem_fn mem = (cu_mem_fn)dlsym(h, "cuDeviceTotalMem_v2");
+    char list[200] = "";
+    size_t o = 0;
+    for (int i = 0; i < n && o < sizeof list; i++) {
+        char nm[96] = "?";
+        int d = 0, major = 0, minor = 0;
+        size_t bytes = 0;
+        if (get(&d, i) != 0) continue;
+        name(nm, (int)sizeof nm, d);
+        if (attr) {
+            attr(&major, 75, d);
+            attr(&minor, 76, d);
+        }
+        if (mem) mem(&bytes, d);
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s (sm_%d%d, %.0f GiB)", i ? ", " : "", nm, major, minor,
+                              (double)bytes / (1 << 30));
+    }
+    size_t fb;
+    const int kernels = kbe_cuda_fatbin(&fb) != NULL;
+    row(r, "cuda", "gpu", KILN_AVAILABILITY_AVAILABLE, kernels, 0, "driver %d.%d, %d device%s: %s", v / 1000,
+        v % 1000 / 10, n, n == 1 ? "" : "s", list);
 }
 
 /* Vulkan drivers keep allocations for the life of the process, some in

@@ -2,6 +2,7 @@
  * their shapes checked, so the forward pass can trust every pointer. */
 #include "model/model.h"
 
+#include "backend/cuda.h"
 #include "base/base.h"
 #include "quant/quant.h"
 
@@ -242,24 +243,61 @@ static void summarize(kiln_model *m) {
 }
 
 /* The backend prepares the weights (on the CPU: the interleaved copies of
- * the matrices, with the norms and biases between them moved beside). */
-static void prepare(kiln_model *m) {
+ * the matrices, with the norms and biases between them moved beside; on
+ * CUDA: everything uploaded, the token embeddings too).  -1 with err when
+ * the backend has no kernel for a matrix's type. */
+static int prepare(kiln_model *m, char *err, size_t errlen) {
     kl_weights wl;
     memset(&wl, 0, sizeof wl);
+    const int cuda = m->be->kind == KBE_CUDA;
     if (m->arch->family->weights) m->arch->family->weights(m, &wl);
-    if (!wl.failed) m->be->prepare(wl.mats, wl.n_mats, wl.vecs, wl.vlen, wl.n_vecs, &m->packed_mem, &m->packed_bytes);
+    if (cuda) kl_weights_mat(&wl, &m->tok_embd);
+    int rc = 0;
+    for (int i = 0; cuda && i < wl.n_mats && !rc; i++)
+        if (wl.mats[i]->data && !kbe_cuda_weight_type(wl.mats[i]->type)) {
+            snprintf(err, errlen, "the CUDA backend has no kernels for %s weights", kq_get(wl.mats[i]->type)->name);
+            rc = -1;
+        }
+    if (cuda && wl.failed && !rc) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+    }
+    /* the host builds the step's RoPE tables: the frequency factors stay
+     * host memory whatever the backend does with the other vectors */
+    const float *freq_factors = m->hp.rope.freq_factors;
+    if (!wl.failed && !rc)
+        m->be->prepare(wl.mats, wl.n_mats, wl.vecs, wl.vlen, wl.n_vecs, &m->packed_mem, &m->packed_bytes);
+    if (cuda) m->hp.rope.freq_factors = freq_factors;
     if (m->packed_mem && m->tok_embd.data == m->output.data) m->tok_embd.packed = m->output.packed;
     free(wl.mats);
     free(wl.vecs);
     free(wl.vlen);
+    return rc;
+}
+
+/* What a model needs that the CUDA backend has no kernel for yet, in buf
+ * (NULL: nothing): only the dense family's plain attention and SwiGLU FFN
+ * run. */
+static const char *cuda_missing(const kiln_model *m, char *buf, size_t cap) {
+    if (m->arch->family != &kl_family_dense) {
+        snprintf(buf, cap, "the %s family", m->arch->family->name);
+        return buf;
+    }
+    if (gguf_find_tensor(m->gf, "blk.0.ffn_gate_inp.weight")) return "mixture-of-experts layers";
+    if (kl_meta_float(m, "attention.temperature_scale", 0.0) != 0.0) return "a query temperature";
+    if (m->hp.rope_factors_long) return "LongRoPE";
+    if (m->hp.hd_k != m->hp.hd_v || m->hp.hd_k > 256 || m->hp.hd_k % 2) return "this attention head size";
+    return NULL;
 }
 
 kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out) {
     *out = NULL;
     kiln_model_params p = params ? *params : kiln_model_default_params();
     if (!path) return kb_fail(KILN_ERR_INVALID_ARG, "no model path given");
-    if (p.backend == KILN_ENGINE_BACKEND_CUDA)
-        return kb_fail(KILN_ERR_UNSUPPORTED, "this build of kiln has no CUDA backend: run on the CPU");
+    if (p.backend == KILN_ENGINE_BACKEND_CUDA) {
+        char why[256];
+        if (!kbe_cuda_get(why, sizeof why)) return kb_fail(KILN_ERR_UNSUPPORTED, "no CUDA backend: %s", why);
+    }
     const kbe_backend *be = kbe_get(p.backend == KILN_ENGINE_BACKEND_AUTO ? KBE_CPU : p.backend);
     if (!be) return kb_fail(KILN_ERR_INVALID_ARG, "unknown backend %d", p.backend);
     kiln_model *m = calloc(1, sizeof *m);
@@ -314,7 +352,21 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
     }
     summarize(m);
     if (p.prefetch) gguf_prefetch(m->gf);
-    if (p.repack) prepare(m);
+    if (be->kind == KBE_CUDA) {
+        char what[64];
+        const char *miss = cuda_missing(m, what, sizeof what);
+        if (miss) {
+            snprintf(L.err, sizeof L.err, "the CUDA backend has no kernels for %s yet", miss);
+            st = KILN_ERR_UNSUPPORTED;
+            goto fail;
+        }
+    }
+    if (p.repack || be->kind != KBE_CPU) {
+        if (prepare(m, L.err, sizeof L.err)) {
+            st = KILN_ERR_UNSUPPORTED;
+            goto fail;
+        }
+    }
     *out = m;
     return KILN_OK;
 fail:

@@ -1,0 +1,712 @@
+/* The CUDA backend (cuda.h): memory, the step's metadata and each op as
+ * launches of the fatbin's kernels on the default stream. */
+#include "backend/cuda.h"
+#include "backend/cuda/shapes.h"
+#include "backend/cuda_driver.h"
+#include "backend/cuda_kernels.h"
+
+#include "kiln.h"
+#include "quant/quant.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the driver, its primary context and the module of kernels */
+static struct {
+    const kcd_api *cu;
+    void *ctx, *mod;
+    char why[256];
+} g;
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* A driver failure inside an op has no way back to the caller (ops return
+ * nothing): it ends the process with the call and the driver's message
+ * rather than compute on with wrong data. */
+static void check(kcd_result r, const char *what) {
+    if (r == 0) return;
+    char buf[128];
+    fprintf(stderr, "kiln: CUDA %s failed: %s\n", what, kcd_error(r, buf, sizeof buf));
+    abort();
+}
+
+static void unsupported(const char *what) {
+    fprintf(stderr, "kiln: the CUDA backend has no kernel for %s\n", what);
+    abort();
+}
+
+static void load(void) {
+    size_t fb_size = 0;
+    const void *fb = kbe_cuda_fatbin(&fb_size);
+    const kcd_api *cu = kcd_load(g.why, sizeof g.why);
+    if (!cu) return;
+    /* the mock device (a driver from KILN_CUDA_DRIVER) runs its own copy
+     * of the kernels, whatever the image */
+    static const uint64_t no_image = 0;
+    if (!fb && !cu->overridden) {
+        snprintf(g.why, sizeof g.why, "this build has no CUDA kernels (no nvcc, or KILN_CUDA=OFF)");
+        return;
+    }
+    char buf[128];
+    int dev = 0;
+    kcd_result r = cu->device_get(&dev, 0);
+    if (r == 0) r = cu->primary_retain(&g.ctx, dev);
+    if (r == 0) r = cu->ctx_set(g.ctx);
+    if (r != 0) {
+        snprintf(g.why, sizeof g.why, "cannot open the GPU: %s", kcd_error(r, buf, sizeof buf));
+        return;
+    }
+    r = cu->module_load(&g.mod, fb ? fb : (const void *)&no_image);
+    if (r != 0) {
+        snprintf(g.why, sizeof g.why, "the GPU cannot load kiln's kernels: %s", kcd_error(r, buf, sizeof buf));
+        return;
+    }
+    g.cu = cu;
+}
+
+static void current(void) { check(g.cu->ctx_set(g.ctx), "cuCtxSetCurrent"); }
+
+static kcd_ptr dp(const void *p) { return (kcd_ptr)(uintptr_t)p; }
+
+static void *fn(const char *name) {
+    void *f;
+    check(g.cu->get_function(&f, g.mod, name), name);
+    return f;
+}
+
+static void launch(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, void **args) {
+    check(g.cu->launch(fn(name), gx, gy, gz, bx, 1, 1, 0, NULL, args, NULL), name);
+}
+
+static unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+
+/* ------------------------------------------------------------------ memory */
+
+static void *dev_alloc(size_t bytes) {
+    kcd_ptr p;
+    if (g.cu->mem_alloc(&p, bytes ? bytes : 1) != 0) return NULL;
+    return (void *)(uintptr_t)p;
+}
+
+static void dev_free(void *p) {
+    if (p) check(g.cu->mem_free(dp(p)), "cuMemFree");
+}
+
+static void *cuda_map(size_t bytes) {
+    current();
+    void *p = dev_alloc(bytes);
+    if (p) check(g.cu->memset8(dp(p), 0, bytes ? bytes : 1), "cuMemsetD8");
+    return p;
+}
+
+static void cuda_unmap(void *p, size_t bytes) {
+    (void)bytes;
+    dev_free(p);
+}
+
+static void cuda_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) check(g.cu->dtod(dp(dst), dp(src), bytes), "cuMemcpyDtoD");
+}
+
+static void cuda_zero_mem(void *dst, size_t bytes) {
+    if (bytes) check(g.cu->memset8(dp(dst), 0, bytes), "cuMemsetD8");
+}
+
+/* Weights: every matrix's rows and every vector, 16-byte aligned (what the
+ * aligned loads of matvec.cu want), in one allocation; a matrix seen twice
+ * (tied embeddings) is uploaded once. */
+static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static size_t mat_bytes(const kk_mat *m) { return (size_t)m->nrows * kq_row_size(m->type, m->ncols); }
+
+static void cuda_prepare(kk_mat **mats, int n_mats, const float ***vecs, const int64_t *vlen, int n_vecs, void **mem,
+                         size_t *bytes) {
+    *mem = NULL;
+    *bytes = 0;
+    current();
+    size_t total = 0;
+    for (int i = 0; i < n_mats; i++)
+        if (mats[i] && mats[i]->data) total += align16(mat_bytes(mats[i]));
+    for (int i = 0; i < n_vecs; i++)
+        if (vecs[i] && *vecs[i]) total += align16((size_t)vlen[i] * sizeof(float));
+    if (!total) return;
+    uint8_t *base = dev_alloc(total);
+    if (!base) {
+        fprintf(stderr, "kiln: cannot allocate %zu bytes of GPU memory for the weights\n", total);
+        abort();
+    }
+    const void **host = calloc((size_t)n_mats + 1, sizeof *host);
+    if (!host) {
+        fprintf(stderr, "kiln: out of memory\n");
+        abort();
+    }
+    size_t off = 0;
+    for (int i = 0; i < n_mats; i++) {
+        kk_mat *m = mats[i];
+        if (!m || !m->data) continue;
+        host[i] = m->data;
+        int seen = -1;
+        for (int j = 0; j < i && seen < 0; j++)
+            if (host[j] == host[i] && mats[j]->type == m->type && mats[j]->nrows == m->nrows) seen = j;
+        m->packed = NULL;
+        if (seen >= 0) {
+            m->data = mats[seen]->data;
+            continue;
+        }
+        check(g.cu->htod(dp(base + off), host[i], mat_bytes(m)), "cuMemcpyHtoD (weights)");
+        m->data = base + off;
+        off += align16(mat_bytes(m));
+    }
+    free(host);
+    for (int i = 0; i < n_vecs; i++) {
+        if (!vecs[i] || !*vecs[i]) continue;
+        check(g.cu->htod(dp(base + off), *vecs[i], (size_t)vlen[i] * sizeof(float)), "cuMemcpyHtoD (weights)");
+        *vecs[i] = (const float *)(base + off);
+        off += align16((size_t)vlen[i] * sizeof(float));
+    }
+    *mem = base;
+    *bytes = total;
+}
+
+static void cuda_release(void *mem, size_t bytes) {
+    (void)bytes;
+    dev_free(mem);
+}
+
+/* --------------------------------------------------------- context state */
+
+/* A device buffer that grows to what a call needs. */
+typedef struct dbuf {
+    void *p;
+    size_t bytes;
+} dbuf;
+
+static void *grow(dbuf *b, size_t bytes) {
+    if (b->bytes >= bytes && b->p) return b->p;
+    dev_free(b->p);
+    b->bytes = bytes < 256 ? 256 : bytes * 2;
+    b->p = dev_alloc(b->bytes);
+    if (!b->p) {
+        fprintf(stderr, "kiln: cannot allocate %zu bytes of GPU memory\n", b->bytes);
+        abort();
+    }
+    return b->p;
+}
+
+/* a host array into a growing device buffer */
+static void *put(dbuf *b, const void *src, size_t bytes) {
+    void *p = grow(b, bytes);
+    if (bytes) check(g.cu->htod(dp(p), src, bytes), "cuMemcpyHtoD");
+    return p;
+}
+
+typedef struct kbe_cuda {
+    dbuf pos, cell;                  /* the step's [n] positions and KV cells */
+    dbuf tables, n_kv;               /* [n][max blocks] each token's block table, [n] positions it sees */
+    dbuf part;                       /* split-K attention partials */
+    dbuf ids, rows, lg;              /* get_rows' ids, output's rows and logits */
+    dbuf amax;                       /* argmax results */
+    dbuf freqs;                      /* the RoPE table of `rope` */
+    int32_t *h_cell, *h_tab, *h_nkv; /* host staging */
+    size_t h_cap, h_tab_cap;
+    int tab_stride, max_nkv, tables_ok;
+    const kk_rope *rope;
+    float mscale;
+    int n_ctx;
+} kbe_cuda;
+
+static kbe_cuda *cu_of(kbe_ctx *X) { return X->dev; }
+
+static int cuda_ctx_init(kbe_ctx *X, const kbe_ctx_params *p) {
+    kbe_cuda *C = calloc(1, sizeof *C);
+    X->dev = C;
+    if (!C) return -1;
+    current();
+    C->n_ctx = p->n_ctx;
+    return 0;
+}
+
+static void cuda_ctx_free(kbe_ctx *X) {
+    kbe_cuda *C = X->dev;
+    if (C) {
+        dbuf *bufs[] = {&C->pos, &C->cell, &C->tables, &C->n_kv, &C->part,
+                        &C->ids, &C->rows, &C->lg,     &C->amax, &C->freqs};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev_free(bufs[i]->p);
+        free(C->h_cell);
+        free(C->h_tab);
+        free(C->h_nkv);
+        free(C);
+    }
+    X->dev = NULL;
+}
+
+static void *cuda_alloc(kbe_ctx *X, size_t bytes) {
+    (void)X;
+    return dev_alloc(bytes);
+}
+
+static void cuda_free(kbe_ctx *X, void *p) {
+    (void)X;
+    dev_free(p);
+}
+
+static int cuda_reserve(kbe_ctx *X, int64_t max_cols, int max_rows) {
+    (void)X;
+    (void)max_cols;
+    (void)max_rows;
+    return 0; /* the products need no scratch */
+}
+
+static void cuda_upload(kbe_ctx *X, void *dst, const void *src, size_t bytes) {
+    (void)X;
+    if (bytes) check(g.cu->htod(dp(dst), src, bytes), "cuMemcpyHtoD");
+}
+
+static void cuda_download(kbe_ctx *X, void *dst, const void *src, size_t bytes) {
+    (void)X;
+    if (bytes) check(g.cu->dtoh(dst, dp(src), bytes), "cuMemcpyDtoH");
+}
+
+static void host_room(kbe_cuda *C, size_t n) {
+    if (n <= C->h_cap) return;
+    C->h_cap = n * 2;
+    C->h_cell = realloc(C->h_cell, C->h_cap * sizeof(int32_t));
+    C->h_nkv = realloc(C->h_nkv, C->h_cap * sizeof(int32_t));
+    if (!C->h_cell || !C->h_nkv) {
+        fprintf(stderr, "kiln: out of memory\n");
+        abort();
+    }
+}
+
+/* The step: its positions and (with a KV cache) each token's cell go up
+ * now; the block tables when the first attention of the step needs them. */
+static void cuda_step(kbe_ctx *X, const kbe_step *s) {
+    kbe_cuda *C = cu_of(X);
+    current();
+    X->step = *s;
+    C->tables_ok = 0;
+    if (s->n <= 0) return;
+    put(&C->pos, s->pos, (size_t)s->n * sizeof(int32_t));
+    if (!X->kv.blocks) return;
+    host_room(C, (size_t)s->n);
+    for (int i = 0; i < s->n; i++) {
+        const int32_t p = s->pos[i];
+        C->h_cell[i] = X->kv.blocks[s->seq[i]][p >> KBE_KV_BLOCK_SHIFT] * KBE_KV_BLOCK + (p & (KBE_KV_BLOCK - 1));
+    }
+    put(&C->cell, C->h_cell, (size_t)s->n * sizeof(int32_t));
+}
+
+/* --------------------------------------------------------------- row ops */
+
+/* the kernel name for a GGUF type, "prefix_q4_k"; NULL when none */
+static const char *typed(const char *prefix, int type, char *buf, size_t cap) {
+    const char *s;
+    switch (type) {
+    case KQ_F32: s = "f32"; break;
+    case KQ_F16: s = "f16"; break;
+    case KQ_BF16: s = "bf16"; break;
+    case KQ_Q4_0: s = "q4_0"; break;
+    case KQ_Q4_1: s = "q4_1"; break;
+    case KQ_Q5_0: s = "q5_0"; break;
+    case KQ_Q5_1: s = "q5_1"; break;
+    case KQ_Q8_0: s = "q8_0"; break;
+    case KQ_Q2_K: s = "q2_k"; break;
+    case KQ_Q3_K: s = "q3_k"; break;
+    case KQ_Q4_K: s = "q4_k"; break;
+    case KQ_Q5_K: s = "q5_k"; break;
+    case KQ_Q6_K: s = "q6_k"; break;
+    case KQ_IQ4_NL: s = "iq4_nl"; break;
+    case KQ_IQ4_XS: s = "iq4_xs"; break;
+    default: return NULL;
+    }
+    snprintf(buf, cap, "%s_%s", prefix, s);
+    return buf;
+}
+
+static int cuda_has_type(int type) {
+    char buf[32];
+    return typed("k", type, buf, sizeof buf) != NULL;
+}
+
+static void need_type(int type, char *buf, size_t cap, const char *prefix) {
+    if (!typed(prefix, type, buf, cap)) unsupported(kq_get(type)->name);
+}
+
+static void cuda_get_rows(kbe_ctx *X, const kk_mat *w, const int32_t *ids, int n, float *out) {
+    if (n <= 0) return;
+    char name[48];
+    need_type(w->type, name, sizeof name, "kcu_get_rows");
+    const int32_t *d_ids = put(&cu_of(X)->ids, ids, (size_t)n * sizeof(int32_t));
+    const uint8_t *dw = w->data;
+    int64_t w_stride = (int64_t)kq_row_size(w->type, w->ncols), out_stride = w->ncols;
+    int cols = (int)w->ncols;
+    void *args[] = {&dw, &w_stride, &d_ids, &out, &out_stride, &cols};
+    launch(name, (unsigned)n, 1, 1, 64, args);
+}
+
+static void rmsnorm_rows(const float *x, int64_t x_stride, const float *w, float *out, int64_t out_stride, int rows,
+                         int dim, float eps) {
+    if (rows <= 0) return;
+    void *args[] = {&x, &x_stride, &w, &out, &out_stride, &dim, &eps};
+    launch("kcu_rmsnorm", (unsigned)rows, 1, 1, 256, args);
+}
+
+static void cuda_rmsnorm(kbe_ctx *X, float *out, const float *x, const float *w, int n, int dim, float eps) {
+    (void)X;
+    rmsnorm_rows(x, dim, w, out, dim, n, dim, eps);
+}
+
+static unsigned flat_grid(int64_t n) {
+    const int64_t b = (n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
+}
+
+static void add_n(float *y, const float *x, int64_t n) {
+    if (n <= 0) return;
+    void *args[] = {&y, &x, &n};
+    launch("kcu_add", flat_grid(n), 1, 1, 256, args);
+}
+
+static void cuda_add(kbe_ctx *X, float *y, const float *x, int n, int dim) {
+    (void)X;
+    add_n(y, x, (int64_t)n * dim);
+}
+
+static void cuda_add_rmsnorm(kbe_ctx *X, float *y, const float *x, float *out, const float *w, int n, int dim,
+                             float eps) {
+    cuda_add(X, y, x, n, dim);
+    cuda_rmsnorm(X, out, y, w, n, dim, eps);
+}
+
+static void cuda_swiglu(kbe_ctx *X, float *gate, const float *u, int n, int dim) {
+    (void)X;
+    int64_t len = (int64_t)n * dim;
+    if (len <= 0) return;
+    void *args[] = {&gate, &u, &len};
+    launch("kcu_swiglu", flat_grid(len), 1, 1, 256, args);
+}
+
+static void cuda_gelu(kbe_ctx *X, float *x, int n, int dim) {
+    (void)X;
+    (void)x;
+    (void)n;
+    (void)dim;
+    unsupported("GELU");
+}
+
+/* --------------------------------------------------------------- products */
+
+/* y [n][ldy] = x [n][ncols] times w's rows: matvec for up to
+ * KCU_MV_MAXV tokens a launch, the tensor-core GEMM beyond */
+static void cuda_matmul(kbe_ctx *X, const kk_mat *w, const float *x, int n, float *y, int64_t ldy) {
+    (void)X;
+    if (n <= 0 || w->nrows <= 0) return;
+    char name[48];
+    const uint8_t *dw = w->data;
+    int64_t w_stride = (int64_t)kq_row_size(w->type, w->ncols), x_stride = w->ncols, y_stride = ldy;
+    int rows = (int)w->nrows, cols = (int)w->ncols;
+    if (n <= KCU_MV_MAXV) {
+        need_type(w->type, name, sizeof name, "kcu_matvec");
+        void *args[] = {&dw, &w_stride, &x, &x_stride, &y, &y_stride, &rows, &cols, &n};
+        launch(name, ceil_div(rows, KCU_MV_WARPS), 1, 1, 32 * KCU_MV_WARPS, args);
+        return;
+    }
+    need_type(w->type, name, sizeof name, "kcu_gemm");
+    void *args[] = {&x, &x_stride, &dw, &w_stride, &y, &y_stride, &n, &rows, &cols};
+    launch(name, ceil_div(rows, KCU_GM_BN), ceil_div(n, KCU_GM_BM), 1, KCU_GM_THREADS, args);
+}
+
+static void cuda_matmul_multi(kbe_ctx *X, const kk_mm_out *outs, int n_out, const float *x, int n) {
+    for (int i = 0; i < n_out; i++) cuda_matmul(X, outs[i].w, x, n, outs[i].y, outs[i].ldy);
+}
+
+static void cuda_matmul_ranges(kbe_ctx *X, const kk_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
+                               const float *x, int n) {
+    (void)n;
+    for (int i = 0; i < n_out; i++)
+        cuda_matmul(X, outs[i].w, x + (size_t)t0[i] * outs[i].w->ncols, nt[i], outs[i].y, outs[i].ldy);
+}
+
+/* ----------------------------------------------------------- attention */
+
+/* Layer `layer`'s K rows: cell c at k + c * stride (F16 elements), V rows
+ * v_off elements after each (cuda.h's layout). */
+static uint16_t *kv_base(const kbe_ctx *X, int layer, int64_t *stride, int64_t *v_off) {
+    const kbe_kv *kv = &X->kv;
+    if (kv->type != KILN_KV_F16) unsupported("a KV cache other than F16");
+    if (kv->v_in_k) unsupported("V stored in K");
+    *stride = (int64_t)(kv->block_bytes / KBE_KV_BLOCK / sizeof(uint16_t));
+    *v_off = (int64_t)kv->l_hkv[layer] * kv->l_hd[layer];
+    return (uint16_t *)((uint8_t *)kv->mem + kv->l_off[layer] / KBE_KV_BLOCK);
+}
+
+static void store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
+    if (n <= 0) return;
+    int64_t stride, v_off;
+    uint16_t *cache = kv_base(X, layer, &stride, &v_off);
+    const int32_t *cell = (const int32_t *)cu_of(X)->cell.p + i0;
+    int64_t src_stride = v_off, off = 0;
+    int len = (int)v_off;
+    void *ka[] = {&k, &src_stride, &cache, &stride, &off, &cell, &len};
+    launch("kcu_kv_write", (unsigned)n, 1, 1, 64, ka);
+    off = v_off;
+    void *va[] = {&v, &src_stride, &cache, &stride, &off, &cell, &len};
+    launch("kcu_kv_write", (unsigned)n, 1, 1, 64, va);
+}
+
+static void cuda_kv_store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
+    store(X, layer, i0, n, k, v);
+}
+
+/* RMSNorm of each head row of a [n][heads][hd] tensor, in place */
+static void head_norm(float *x, const float *w, int n, int heads, int hd, float eps) {
+    rmsnorm_rows(x, hd, w, x, hd, n * heads, hd, eps);
+}
+
+static void rope(kbe_ctx *X, float *x, int n, int heads, int hd, const kk_rope *r) {
+    kbe_cuda *C = cu_of(X);
+    if (C->rope != r) {
+        float freqs[KCU_ATT_MAXD];
+        if (r->n_rot / 2 > KCU_ATT_MAXD) unsupported("RoPE over more than 512 dimensions");
+        kbe_cuda_rope_freqs(r, freqs, &C->mscale);
+        put(&C->freqs, freqs, (size_t)(r->n_rot / 2) * sizeof(float));
+        C->rope = r;
+    }
+    int64_t tok_stride = (int64_t)heads * hd;
+    int n_rot = r->n_rot, neox = r->neox;
+    const int32_t *pos = C->pos.p;
+    const float *freqs = C->freqs.p;
+    float mscale = C->mscale;
+    void *args[] = {&x, &tok_stride, &hd, &n_rot, &neox, &pos, &freqs, &mscale};
+    launch("kcu_rope", (unsigned)n, (unsigned)heads, 1, 64, args);
+}
+
+static void cuda_qk_store(kbe_ctx *X, const kbe_qk *a, int n) {
+    if (n <= 0) return;
+    if (a->qg) unsupported("gated attention");
+    if (a->q && a->temp != 0.0f) unsupported("query temperature");
+    const int hd = a->hd;
+    const int64_t nq = (int64_t)a->n_head * hd, nkv = (int64_t)a->n_head_kv * hd;
+    for (int i = 0; i < n; i++) { /* biases: one launch per token row */
+        if (a->q && a->bq) add_n(a->q + i * nq, a->bq, nq);
+        if (a->bk) add_n(a->k + i * nkv, a->bk, nkv);
+        if (a->bv) add_n(a->v + i * nkv, a->bv, nkv);
+    }
+    if (a->q && a->q_norm) head_norm(a->q, a->q_norm, n, a->n_head, hd, a->eps);
+    if (a->k_norm) head_norm(a->k, a->k_norm, n, a->n_head_kv, hd, a->eps);
+    if (a->q) rope(X, a->q, n, a->n_head, hd, a->rope);
+    rope(X, a->k, n, a->n_head_kv, hd, a->rope);
+    store(X, a->layer, 0, n, a->k, a->v);
+}
+
+/* Each token of the step as its own query of the split-K decode kernel:
+ * its sequence's block table and the positions it sees. */
+static void upload_tables(kbe_ctx *X) {
+    kbe_cuda *C = cu_of(X);
+    const kbe_step *s = &X->step;
+    int max_nkv = 1;
+    for (int i = 0; i < s->n; i++)
+        if (s->pos[i] + 1 > max_nkv) max_nkv = s->pos[i] + 1;
+    const int stride = (max_nkv + KBE_KV_BLOCK - 1) / KBE_KV_BLOCK;
+    const size_t cells = (size_t)s->n * stride;
+    if (cells > C->h_tab_cap) {
+        C->h_tab_cap = cells * 2;
+        C->h_tab = realloc(C->h_tab, C->h_tab_cap * sizeof(int32_t));
+        if (!C->h_tab) {
+            fprintf(stderr, "kiln: out of memory\n");
+            abort();
+        }
+    }
+    host_room(C, (size_t)s->n);
+    for (int i = 0; i < s->n; i++) {
+        const int nb = (s->pos[i] + KBE_KV_BLOCK) / KBE_KV_BLOCK; /* blocks holding 0..pos */
+        memcpy(C->h_tab + (size_t)i * stride, X->kv.blocks[s->seq[i]], (size_t)nb * sizeof(int32_t));
+        for (int b = nb; b < stride; b++) C->h_tab[(size_t)i * stride + b] = 0;
+        C->h_nkv[i] = s->pos[i] + 1;
+    }
+    put(&C->tables, C->h_tab, cells * sizeof(int32_t));
+    put(&C->n_kv, C->h_nkv, (size_t)s->n * sizeof(int32_t));
+    C->tab_stride = stride;
+    C->max_nkv = max_nkv;
+    C->tables_ok = 1;
+}
+
+/* positions per split of the decode kernel */
+#define CUDA_SPLIT_LEN 256
+
+static void cuda_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, const kbe_attn_opts *o) {
+    if (n <= 0) return;
+    if (o && o->window > 0) unsupported("sliding-window attention");
+    if (o && o->sinks) unsupported("attention sinks");
+    kbe_cuda *C = cu_of(X);
+    if (!C->tables_ok) upload_tables(X);
+    int64_t cell_stride, v_off;
+    const uint16_t *k = kv_base(X, layer, &cell_stride, &v_off);
+    const uint16_t *v = k + v_off;
+    int hd = X->kv.l_hd[layer], n_head = X->n_head, n_kv_head = X->kv.l_hkv[layer];
+    if (hd > KCU_ATT_MAXD || hd % 2) unsupported("this attention head size");
+    float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)hd);
+    int split_len = CUDA_SPLIT_LEN, n_split = (int)ceil_div(C->max_nkv, CUDA_SPLIT_LEN);
+    /* tokens in chunks: a grid's z (the decode kernel's queries) and y (the
+     * combine's) stop at 65535 */
+    const int chunk = n < 32768 ? n : 32768;
+    float *part = grow(&C->part, (size_t)chunk * n_head * n_split * (hd + 2) * sizeof(float));
+    int64_t q_stride = (int64_t)n_head * hd, out_stride = q_stride;
+    int table_stride = C->tab_stride;
+    for (int i0 = 0; i0 < n; i0 += chunk) {
+        const int nc = n - i0 < chunk ? n - i0 : chunk;
+        const float *qc = q + (size_t)i0 * q_stride;
+        float *oc = out + (size_t)i0 * out_stride;
+        const int32_t *tables = (const int32_t *)C->tables.p + (size_t)i0 * table_stride;
+        const int32_t *n_kv = (const int32_t *)C->n_kv.p + i0;
+        void *da[] = {&qc,   &q_stride, &k,         &v,  &cell_stride, &tables,    &table_stride,
+                      &n_kv, &n_head,   &n_kv_head, &hd, &scale,       &split_len, &part};
+        launch("kcu_attn_decode", (unsigned)n_head, (unsigned)n_split, (unsigned)nc, 32 * KCU_ATT_WARPS, da);
+        const float *cpart = part;
+        void *ca[] = {&cpart, &n_split, &n_head, &hd, &oc, &out_stride};
+        launch("kcu_attn_combine", (unsigned)n_head, (unsigned)nc, 1, 64, ca);
+    }
+}
+
+/* ------------------------------------------------- what has no kernel yet */
+
+static void *cuda_moe_ws_new(kbe_ctx *X, const kbe_moe_hp *h, int n_embd, int n_batch) {
+    (void)X;
+    (void)h;
+    (void)n_embd;
+    (void)n_batch;
+    unsupported("mixture-of-experts layers");
+    return NULL;
+}
+
+static void cuda_moe_ws_free(kbe_ctx *X, void *ws) {
+    (void)X;
+    (void)ws;
+}
+
+static void cuda_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, void *ws, float *xn, float *y,
+                         int n_embd, int n) {
+    (void)X, (void)h, (void)L, (void)ws, (void)xn, (void)y, (void)n_embd, (void)n;
+    unsupported("mixture-of-experts layers");
+}
+
+static void cuda_attn_gate(kbe_ctx *X, float *att, const float *qg, int n, int n_head, int hd) {
+    (void)X, (void)att, (void)qg, (void)n, (void)n_head, (void)hd;
+    unsupported("gated attention");
+}
+
+static void cuda_scatter_rows(kbe_ctx *X, float *dst, const float *src, const int32_t *idx, int n, int dim) {
+    (void)X;
+    for (int i = 0; i < n; i++)
+        cuda_copy(dst + (size_t)idx[i] * dim, src + (size_t)i * dim, (size_t)dim * sizeof(float));
+}
+
+static void cuda_zero(kbe_ctx *X, void *dst, size_t bytes) {
+    (void)X;
+    cuda_zero_mem(dst, bytes);
+}
+
+static void cuda_copy_ctx(kbe_ctx *X, void *dst, const void *src, size_t bytes) {
+    (void)X;
+    cuda_copy(dst, src, bytes);
+}
+
+static int cuda_gdn_reserve(kbe_ctx *X, int Dk, int Dv) {
+    (void)X, (void)Dk, (void)Dv;
+    unsupported("the Gated DeltaNet");
+    return -1;
+}
+
+static void cuda_gdn(kbe_ctx *X, const kbe_gdn *a, int n) {
+    (void)X, (void)a, (void)n;
+    unsupported("the Gated DeltaNet");
+}
+
+static void cuda_gdn_replay(kbe_ctx *X, const kbe_gdn *a, int seq, int n) {
+    (void)X, (void)a, (void)seq, (void)n;
+    unsupported("the Gated DeltaNet");
+}
+
+/* ------------------------------------------------------------------ output */
+
+static void cuda_output(kbe_ctx *X, const kbe_out *o) {
+    kbe_cuda *C = cu_of(X);
+    const int E = o->n_embd;
+    if (o->n_out <= 0) return;
+    float *rows = grow(&C->rows, (size_t)o->n_out * E * sizeof(float));
+    for (int i = 0; i < o->n; i++)
+        if (o->out_idx[i] >= 0)
+            rmsnorm_rows(o->x + (size_t)i * E, E, o->norm, rows + (size_t)o->out_idx[i] * E, E, 1, E, o->eps);
+    if (o->rows) cuda_download(X, o->rows, rows, (size_t)o->n_out * E * sizeof(float));
+    if (!o->w) return;
+    float *lg = grow(&C->lg, (size_t)o->n_out * o->n_vocab * sizeof(float));
+    cuda_matmul(X, o->w, rows, o->n_out, lg, o->n_vocab);
+    cuda_download(X, o->logits, lg, (size_t)o->n_out * o->n_vocab * sizeof(float));
+}
+
+static void cuda_argmax(kbe_ctx *X, const float *x, int n, int dim, int32_t *out) {
+    if (n <= 0) return;
+    int32_t *d = grow(&cu_of(X)->amax, (size_t)n * sizeof(int32_t));
+    int64_t stride = dim;
+    void *args[] = {&x, &stride, &dim, &d};
+    launch("kcu_argmax", (unsigned)n, 1, 1, 256, args);
+    cuda_download(X, out, d, (size_t)n * sizeof(int32_t));
+}
+
+static const kbe_ops k_cuda_ops = {
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .reserve = cuda_reserve,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .step = cuda_step,
+    .get_rows = cuda_get_rows,
+    .rmsnorm = cuda_rmsnorm,
+    .add = cuda_add,
+    .add_rmsnorm = cuda_add_rmsnorm,
+    .swiglu = cuda_swiglu,
+    .gelu = cuda_gelu,
+    .matmul = cuda_matmul,
+    .matmul_multi = cuda_matmul_multi,
+    .matmul_ranges = cuda_matmul_ranges,
+    .qk_store = cuda_qk_store,
+    .kv_store = cuda_kv_store,
+    .attn = cuda_attn,
+    .moe_ws_new = cuda_moe_ws_new,
+    .moe_ws_free = cuda_moe_ws_free,
+    .moe_ffn = cuda_moe_ffn,
+    .attn_gate = cuda_attn_gate,
+    .scatter_rows = cuda_scatter_rows,
+    .zero = cuda_zero,
+    .copy = cuda_copy_ctx,
+    .gdn_reserve = cuda_gdn_reserve,
+    .gdn = cuda_gdn,
+    .gdn_replay = cuda_gdn_replay,
+    .output = cuda_output,
+    .argmax = cuda_argmax,
+};
+
+static const kbe_backend k_cuda_backend = {
+    .name = "cuda",
+    .kind = KBE_CUDA,
+    .ops = &k_cuda_ops,
+    .prepare = cuda_prepare,
+    .release = cuda_release,
+    .map = cuda_map,
+    .unmap = cuda_unmap,
+    .copy = cuda_copy,
+    .zero = cuda_zero_mem,
+    .ctx_init = cuda_ctx_init,
+    .ctx_free = cuda_ctx_free,
+};
+
+const kbe_backend *kbe_cuda_get(char *why, size_t cap) {
+    pthread_once(&g_once, load);
+    if (!g.cu && why) snprintf(why, cap, "%s", g.why);
+    return g.cu ? &k_cuda_backend : NULL;
+}
+
+int kbe_cuda_weight_type(int type) { return cuda_has_type(type); }

@@ -1,0 +1,162 @@
+/* The CUDA backend's whole path on the mock device (tests/cuda_mock.cpp,
+ * named by KILN_CUDA_DRIVER): the bundled stories260K model and the dense
+ * F32/F16 fixtures run through src/backend/cuda.c, every launch on the
+ * kernel emulator, and must give the CPU's greedy ids, with the prompt's
+ * last logits within LOGIT_TOL (relative to the largest logit) of the
+ * CPU's, and for the fixtures' whole prompt within LOGIT_TOL of their
+ * float64 reference logits too.  LOGIT_TOL is test_models' bound for the
+ * CPU's F16 cache against that reference: attention accumulates in F32 on
+ * the GPU where the CPU rounds to F16 (below 256 positions), the GEMM
+ * rounds activations to F16, and sums go in another order (measured: up to
+ * 2.7e-3 between the two backends, qwen3's prompt).  What the
+ * backend has no kernel for is refused at load or at context creation.
+ * Without the mock (or a GPU) it is skipped (77). */
+#include "kiln.h"
+#include "testutil.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOGIT_TOL 5e-3f
+
+static kiln_context *new_ctx(kiln_model *m, int kv_type) {
+    kiln_context_params cp = kiln_context_default_params();
+    cp.kv_type = kv_type;
+    cp.n_ctx = 128;
+    cp.n_seq_max = 1;
+    cp.n_threads = 1;
+    kiln_context *c = NULL;
+    if (kiln_context_new(m, &cp, &c) != KILN_OK) fprintf(stderr, "context: %s\n", kiln_last_error());
+    return c;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* prompt then n greedy steps on backend be: ids into out, the prompt's
+ * last logits into first (n_vocab) */
+static int run(const char *path, int be, const int32_t *prompt, int n_prompt, int n, int32_t *out, float *first,
+               int *n_vocab) {
+    kiln_model_params mp = kiln_model_default_params();
+    mp.backend = be;
+    kiln_model *m = NULL;
+    if (kiln_model_load(path, &mp, &m) != KILN_OK) {
+        fprintf(stderr, "%s: %s\n", path, kiln_last_error());
+        return -1;
+    }
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    *n_vocab = info.n_vocab;
+    kiln_context *c = new_ctx(m, KILN_KV_F16);
+    int rc = c ? 0 : -1;
+    kiln_batch b = {n_prompt, prompt, NULL, NULL, NULL};
+    if (!rc && kiln_decode(c, &b) != KILN_OK) rc = -1;
+    const float *lg = rc ? NULL : kiln_get_logits(c, n_prompt - 1);
+    if (lg) memcpy(first, lg, (size_t)info.n_vocab * sizeof(float));
+    for (int i = 0; !rc && i < n; i++) {
+        out[i] = argmax(lg, info.n_vocab);
+        kiln_batch b1 = {1, &out[i], NULL, NULL, NULL};
+        if (i + 1 < n && kiln_decode(c, &b1) != KILN_OK) rc = -1;
+        lg = kiln_get_logits(c, 0);
+    }
+    kiln_context_free(c);
+    kiln_model_free(m);
+    return rc;
+}
+
+static float cpu_lg[65536], gpu_lg[65536];
+
+/* Largest |a - b| over n, relative to the largest |b| (at least 1). */
+static float rel_err(const float *a, const float *b, int n) {
+    float big = 1.0f, diff = 0.0f;
+    for (int i = 0; i < n; i++) {
+        big = fmaxf(big, fabsf(b[i]));
+        diff = fmaxf(diff, fabsf(a[i] - b[i]));
+    }
+    return diff / big;
+}
+
+/* path on the CPU and on CUDA: the same greedy ids, close logits (the
+ * CUDA run's last prompt logits stay in gpu_lg) */
+static void compare(const char *name, const char *path, const int32_t *prompt, int n_prompt, int n) {
+    int32_t cpu_ids[64], gpu_ids[64];
+    int nv = 0, nv2 = 0;
+    CHECKF(run(path, KILN_ENGINE_BACKEND_CPU, prompt, n_prompt, n, cpu_ids, cpu_lg, &nv) == 0, "%s on the CPU", name);
+    CHECKF(run(path, KILN_ENGINE_BACKEND_CUDA, prompt, n_prompt, n, gpu_ids, gpu_lg, &nv2) == 0, "%s on CUDA", name);
+    if (nv != nv2 || nv <= 0 || nv > 65536) return;
+    const float e = rel_err(gpu_lg, cpu_lg, nv);
+    int same = memcmp(cpu_ids, gpu_ids, (size_t)n * sizeof(int32_t)) == 0;
+    printf("%-12s prompt %2d tokens, %2d greedy steps: ids %s, logits rel diff %.2e from the CPU's\n", name, n_prompt,
+           n, same ? "identical" : "DIFFERENT", e);
+    CHECKF(same, "%s: greedy ids differ between the CPU and CUDA", name);
+    CHECKF(e <= LOGIT_TOL, "%s: logits differ by %g (relative)", name, e);
+}
+
+static void fixture(const char *name, int n) {
+    char path[256];
+    snprintf(path, sizeof path, "data/fixtures/%s.json", name);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    CHECKF(j != NULL, "%s: %s", path, je.text);
+    if (!j) return;
+    json_t *pj = json_object_get(j, "prompt_ids");
+    int32_t prompt[64];
+    int np = (int)json_array_size(pj);
+    for (int i = 0; i < np && i < 64; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(pj, (size_t)i));
+    snprintf(path, sizeof path, "data/fixtures/%s.gguf", name);
+    compare(name, path, prompt, np < 8 ? np : 8, n); /* decode products only (matvec) */
+    compare(name, path, prompt, np < 64 ? np : 64, n);
+    snprintf(path, sizeof path, "data/fixtures/%s", json_string_value(json_object_get(j, "logits_file")));
+    size_t lb;
+    float *ref = (float *)t_read_file(path, &lb);
+    const int nv = (int)(lb / sizeof(float));
+    CHECK(ref && nv > 0 && nv <= 65536);
+    if (ref && nv > 0 && nv <= 65536) {
+        const float e = rel_err(gpu_lg, ref, nv);
+        printf("%-12s CUDA logits rel err %.2e from the reference (bound %.0e)\n", name, e, LOGIT_TOL);
+        CHECKF(e <= LOGIT_TOL, "%s: CUDA logits %g from the reference", name, e);
+    }
+    free(ref);
+    json_decref(j);
+}
+
+int main(void) {
+    kiln_model_params mp = kiln_model_default_params();
+    mp.backend = KILN_ENGINE_BACKEND_CUDA;
+    kiln_model *m = NULL;
+    if (kiln_model_load("../models/stories260K.gguf", &mp, &m) == KILN_ERR_UNSUPPORTED &&
+        strstr(kiln_last_error(), "no CUDA backend")) {
+        printf("skipped: %s\n", kiln_last_error());
+        return 77;
+    }
+    CHECKF(m != NULL, "%s", kiln_last_error());
+    /* an F32 cache has no kernels: refused when the context is made */
+    kiln_context_params cp = kiln_context_default_params();
+    cp.kv_type = KILN_KV_F32;
+    kiln_context *c = NULL;
+    CHECK(m && kiln_context_new(m, &cp, &c) != KILN_OK && !c && strstr(kiln_last_error(), "CUDA"));
+    kiln_model_free(m);
+
+    /* a prompt of 12 tokens (the tensor-core GEMM), then decode steps
+     * (matvec): the stories model's 5 layers, 64 wide */
+    const int32_t story[12] = {1, 274, 287, 381, 261, 352, 266, 300, 410, 290, 330, 261};
+    compare("stories260K", "../models/stories260K.gguf", story, 12, 24);
+    compare("stories260K", "../models/stories260K.gguf", story, 3, 8);
+    fixture("llama", 4);
+    fixture("qwen2", 4);
+    fixture("qwen3", 4);
+
+    /* families and features without kernels are refused at load, in one line */
+    m = NULL;
+    CHECK(kiln_model_load("data/fixtures/qwen35moe.gguf", &mp, &m) == KILN_ERR_UNSUPPORTED && !m);
+    CHECKF(strstr(kiln_last_error(), "CUDA backend has no kernels") != NULL, "%s", kiln_last_error());
+    printf("refused: %s\n", kiln_last_error());
+    return t_done();
+}
