@@ -210,12 +210,10 @@ static void arm_rows(rows *r, const kq_cpu *p, int active, int top) {
         !p->arm_known ? "the OS was not asked (not Linux or macOS)"
         : !p->dotprod ? "no FEAT_DotProd (sdot/udot)"
                       : "sdot/udot");
-    row(r, "cpu-i8mm", "cpu", !p->arm_known ? unk : avail(p->i8mm), 0, 0, "%s",
-        p->i8mm ? "smmla (kiln has no i8mm kernels yet)" : "no FEAT_I8MM");
+    row(r, "cpu-i8mm", "cpu", !p->arm_known ? unk : avail(p->i8mm), 0, 0, "%s", p->i8mm ? "smmla" : "no FEAT_I8MM");
     row(r, "cpu-fp16", "cpu", !p->arm_known ? unk : avail(p->fp16), 0, 0, "%s",
-        p->fp16 ? "half-precision arithmetic (kiln converts F16 to F32)" : "no FEAT_FP16");
-    row(r, "cpu-sve", "cpu", !p->arm_known ? unk : avail(p->sve), 0, 0, "%s",
-        p->sve ? "SVE (kiln has no SVE kernels)" : "no SVE");
+        p->fp16 ? "half-precision arithmetic" : "no FEAT_FP16");
+    row(r, "cpu-sve", "cpu", !p->arm_known ? unk : avail(p->sve), 0, 0, "%s", p->sve ? "SVE" : "no SVE");
 }
 
 int kbe_cpu_rows_aarch64(const kq_cpu *p, int active, int top, kiln_backend_status *out, int cap) {
