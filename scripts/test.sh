@@ -8,7 +8,10 @@
 #   3. the thread pool, the engine lifecycle tests and the generation core under
 #      ThreadSanitizer, and kiln serve under it for the e2e files that send
 #      concurrent requests (which the ASan tier then skips)
-#   4. every test on the Release build (its summary is the last line); that
+#   4. under CI (or KILN_ARM64=1): the aarch64 cross build, its kernel tests
+#      and part of the quick tier under qemu-aarch64, with and without
+#      dotprod (scripts/arm64.sh; skipped, saying so, without the toolchain)
+#   5. every test on the Release build (its summary is the last line); that
 #      build compiles the CUDA kernels when nvcc is found (KILN_CUDA=AUTO),
 #      the sanitizer and fuzz builds leave them out (the same bytes again)
 # and, first of all, the C sources' layout (scripts/format.sh --check).
@@ -85,6 +88,11 @@ if ls "$tsan_dir"/report.* >/dev/null 2>&1; then
   exit 1
 fi
 rm -rf "$tsan_dir"
+
+if [ "${CI:-}" = "true" ] || [ "${KILN_ARM64:-0}" = "1" ]; then
+  echo "== aarch64: cross build, kernel tests and quick tests under qemu-aarch64"
+  bash scripts/arm64.sh
+fi
 
 echo "== Release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -23,6 +23,7 @@ static int is_avail(const kiln_backend_status *rows, int n, const char *name) {
     return r && r->availability == KILN_AVAILABILITY_AVAILABLE;
 }
 
+#if defined(__x86_64__)
 /* The "flags" line of /proc/cpuinfo, padded with spaces for word search. */
 static char *cpu_flags(void) {
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -137,6 +138,56 @@ static void rules(void) {
     CHECK(find(rows, n, "cpu")->used);
 }
 
+#else
+/* aarch64 (or another build): the rows are well-formed and the one in use
+ * is the level kiln names. */
+static void this_machine(void) {
+    kiln_backend_status rows[16];
+    int n = kiln_backend_probe(rows, 16);
+    CHECK(n >= 3 && n <= 16 && kiln_backend_probe(NULL, 0) == n);
+    CHECK(is_avail(rows, n, "cpu") && find(rows, n, "cpu")->supported);
+    int used = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK(rows[i].detail[0]);
+        if (rows[i].used) {
+            used++;
+            CHECKF(rows[i].availability == KILN_AVAILABILITY_AVAILABLE, "%s used", rows[i].name);
+            const char *want = !strcmp(rows[i].name, "cpu") ? "scalar" : rows[i].name + 4;
+            CHECKF(!strcmp(kiln_cpu_path(), want), "%s used, path %s", rows[i].name, kiln_cpu_path());
+        }
+    }
+    CHECK(used == 1);
+    printf("this machine: %s\n", kiln_cpu_path());
+}
+
+static void rules(void) {}
+#endif
+
+/* The aarch64 rows, on any build: levels by the OS's report, "unknown"
+ * where the OS was not asked, KILN_ISA's cap named. */
+static void arm_rules(void) {
+    kiln_backend_status rows[16];
+    kq_cpu c;
+    memset(&c, 0, sizeof c);
+    c.asimd = c.arm_known = 1;
+    int n = kbe_cpu_rows_aarch64(&c, KQ_ISA_NEON, KQ_ISA_NEON, rows, 16);
+    CHECK(n == 6);
+    CHECK(is_avail(rows, n, "cpu-neon") && find(rows, n, "cpu-neon")->used);
+    CHECK(find(rows, n, "cpu-dotprod")->availability == KILN_AVAILABILITY_UNAVAILABLE);
+    c.dotprod = c.i8mm = 1;
+    n = kbe_cpu_rows_aarch64(&c, KQ_ISA_DOTPROD, KQ_ISA_DOTPROD, rows, 16);
+    CHECK(is_avail(rows, n, "cpu-dotprod") && find(rows, n, "cpu-dotprod")->used && !find(rows, n, "cpu-neon")->used);
+    CHECK(is_avail(rows, n, "cpu-i8mm") && !find(rows, n, "cpu-i8mm")->supported);
+    CHECK(!is_avail(rows, n, "cpu-sve") && !is_avail(rows, n, "cpu-fp16"));
+    n = kbe_cpu_rows_aarch64(&c, KQ_ISA_SCALAR, KQ_ISA_DOTPROD, rows, 16);
+    CHECK(find(rows, n, "cpu")->used && strstr(find(rows, n, "cpu")->detail, "KILN_ISA") != NULL);
+    c.arm_known = 0; /* neither Linux nor macOS: only Advanced SIMD is certain */
+    n = kbe_cpu_rows_aarch64(&c, KQ_ISA_NEON, KQ_ISA_NEON, rows, 16);
+    CHECK(is_avail(rows, n, "cpu-neon"));
+    CHECK(find(rows, n, "cpu-dotprod")->availability == KILN_AVAILABILITY_UNKNOWN);
+    CHECK(find(rows, n, "cpu-i8mm")->availability == KILN_AVAILABILITY_UNKNOWN);
+}
+
 /* The CLI prints the same rows; KILN_ISA=scalar moves "used" to the scalar row. */
 static void cli(void) {
     const char *bin = getenv("KILN_BIN");
@@ -170,6 +221,7 @@ static void cli(void) {
 int main(void) {
     this_machine();
     rules();
+    arm_rules();
     cli();
     return t_done();
 }

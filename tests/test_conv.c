@@ -17,8 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* conv_avx512.c built on emulated intrinsics (tests/CMakeLists.txt) */
+/* conv_avx512.c built on emulated intrinsics (tests/CMakeLists.txt, x86-64) */
+#if defined(__x86_64__)
 void kk_gemm_tile_avx512_emu(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc);
+#endif
 
 static uint64_t rs = 88172645463325252ull;
 static float frand(void) {
@@ -116,6 +118,7 @@ static void test_gemm(int kind, int btype, int m, int n, int k, int bias, kpool 
         CHECKF(!bad, "gemm level %d kind %d %s %dx%dx%d bias %d: %d rows differ", isa, kind, kq_get(btype)->name, m, n,
                k, bias, bad);
     }
+#if defined(__x86_64__)
     if (kq_cpu_isa() >= KQ_ISA_AVX2) { /* conv_avx512.c's tile on emulated intrinsics */
         for (size_t i = 0; i < (size_t)m * (n + 3); i++) c[i] = 7.0f;
         kk_gemm_run_tile(p2, &g, kk_gemm_tile_avx512_emu);
@@ -127,6 +130,7 @@ static void test_gemm(int kind, int btype, int m, int n, int k, int bias, kpool 
         CHECKF(!bad, "gemm avx512 (emulated) kind %d %s %dx%dx%d bias %d: %d rows differ", kind, kq_get(btype)->name, m,
                n, k, bias, bad);
     }
+#endif
     g.c = c2;
     kk_gemm_run(p1, &g);
     memcpy(c, c2, (size_t)m * (n + 3) * sizeof *c);

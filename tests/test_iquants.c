@@ -18,7 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__)
 extern const kq_simd kq_iquants_avx512_emu;
+#define IQ_EMU(t) (kq_cpu_isa() >= KQ_ISA_AVX2 ? kq_iquants_avx512_emu.dot[t] : NULL)
+#else
+#define IQ_EMU(t) NULL /* the avx512 emulation is x86-64 only */
+#endif
 
 static const int TYPES[] = {KQ_IQ2_XXS, KQ_IQ2_XS, KQ_IQ2_S, KQ_IQ3_XXS, KQ_IQ3_S};
 #define N_TYPES 5
@@ -270,10 +275,11 @@ static void check_dots(int t) {
     const kq_traits *tr = kq_get(t), *q8 = kq_get(KQ_Q8_K);
     static uint8_t qx[NB * 110], qa[NB * 292];
     static float x[NB * 256], a[NB * 256], ar[NB * 256];
-    const kq_vec_dot_fn twins[3] = {kq_vec_dot_at(t, KQ_ISA_AVX2), kq_vec_dot_at(t, KQ_ISA_AVX512),
-                                    kq_cpu_isa() >= KQ_ISA_AVX2 ? kq_iquants_avx512_emu.dot[t] : NULL};
+    const kq_vec_dot_fn twins[3] = {kq_vec_dot_at(t, KQ_ISA_AVX2), kq_vec_dot_at(t, KQ_ISA_AVX512), IQ_EMU(t)};
     static const char *names[3] = {"avx2", "avx512", "avx512 (emulated)"};
+#if defined(__x86_64__)
     CHECKF(kq_cpu_isa() < KQ_ISA_AVX2 || twins[0], "%s: no AVX2 kernel", tr->name);
+#endif
     for (int rep = 0; rep < 12; rep++) {
         random_blocks(t, qx, NB);
         tr->to_f32(qx, x, NB * 256);

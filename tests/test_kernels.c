@@ -157,8 +157,10 @@ static void *make_weights(int t, int64_t nrows, int64_t ncols) {
     return w;
 }
 
+#if defined(__x86_64__)
 void kk_tile_f16_avx512_emu(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                             int64_t ldy);
+#endif
 
 /* The F16 block kernels at each SIMD level (AVX2, AVX-512 native and on
  * emulated intrinsics) against their scalar twin kq_dot_f16_lanes and the
@@ -175,15 +177,42 @@ static void test_tiles(void) {
     const int blocks[][2] = {{1, 1}, {3, 3}, {4, 4}, {37, 11}, {17, 2}, {5, 7}, {261, 5}, {37, 1}, {8, 1}, {261, 1}};
     kk_tile_fn ref = kk_tile_at(t, KQ_ISA_SCALAR);
     CHECK(ref != NULL);
+#if !defined(__x86_64__)
+    /* no F16 block kernels here: each level's F16 vec_dot (aarch64: 8
+     * lanes) against kq_dot_f16_lanes, bit for bit */
+    (void)blocks;
+    for (int isa = KQ_ISA_SCALAR + 1; isa <= kq_cpu_isa(); isa++) {
+        const kq_vec_dot_fn dot = kq_vec_dot_at(t, isa);
+        CHECKF(kk_tile_at(t, isa) == NULL, "F16 block kernel at %s", kq_isa_name(isa));
+        if (!dot) continue;
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            const int n = ns[k];
+            uint16_t *w = make_weights(t, 3, n);
+            int bad = 0;
+            for (int r = 1; r < 3; r++) {
+                float d, want = kq_dot_f16_lanes(n, w, w + (size_t)r * n, 8);
+                dot(n, &d, w, w + (size_t)r * n);
+                bad += memcmp(&d, &want, sizeof d) != 0;
+            }
+            CHECKF(bad == 0, "F16 vec_dot at %s, n %d: %d differ from the 8-lane twin", kq_isa_name(isa), n, bad);
+            free(w);
+        }
+    }
+    return;
+#endif
     for (int lv = 0; lv < 3; lv++) {
         kk_tile_fn f;
         kq_vec_dot_fn dot;
         int lanes;
         if (lv == 2) {
+#if defined(__x86_64__)
             if (kq_cpu_isa() < KQ_ISA_AVX2) continue;
             f = kk_tile_f16_avx512_emu;
             dot = kq_legacy_avx512_emu.dot[t];
             lanes = 16;
+#else
+            continue;
+#endif
         } else {
             const int isa = lv == 0 ? KQ_ISA_AVX2 : KQ_ISA_AVX512;
             f = kk_tile_at(t, isa);
@@ -569,7 +598,12 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
  * with the plain row dot of t; packed rows expand to the plain rows. */
 /* pack_avx512.c built against tests/emu512.h (tests/CMakeLists.txt) */
 #include "kernels/level.h"
+#if defined(__x86_64__)
 extern const kk_x8_set kk_x8_avx512_emu;
+#define X8_EMU(f) (kq_cpu_isa() >= KQ_ISA_AVX2 ? (f) : NULL)
+#else
+#define X8_EMU(f) NULL /* the avx512 emulation is x86-64 only */
+#endif
 
 static void test_x8_kernels(int t) {
     const kk_x8_traits *xt = kk_x8_get(t);
@@ -596,7 +630,7 @@ static void test_x8_kernels(int t) {
     } twins[] = {
         {"avx2", kk_x8_at(t, KQ_ISA_AVX2)},
         {"avx512", kk_x8_at(t, KQ_ISA_AVX512)},
-        {"avx512 (emulated)", kq_cpu_isa() >= KQ_ISA_AVX2 ? kk_x8_avx512_emu.fn[t] : NULL},
+        {"avx512 (emulated)", X8_EMU(kk_x8_avx512_emu.fn[t])},
     };
     for (size_t k = 0; k < sizeof twins / sizeof twins[0] && ref; k++) {
         if (!twins[k].f) continue;
@@ -630,7 +664,7 @@ static void test_x8_kernels(int t) {
             {"scalar", kk_x8_dec_at(t, KQ_ISA_SCALAR)},
             {"avx2", kk_x8_dec_at(t, KQ_ISA_AVX2)},
             {"avx512", kk_x8_dec_at(t, KQ_ISA_AVX512)},
-            {"avx512 (emulated)", kq_cpu_isa() >= KQ_ISA_AVX2 ? kk_x8_avx512_emu.dec[t] : NULL},
+            {"avx512 (emulated)", X8_EMU(kk_x8_avx512_emu.dec[t])},
         };
         CHECK(decs[0].f != NULL);
         for (size_t k = 0; k < sizeof decs / sizeof decs[0]; k++) {

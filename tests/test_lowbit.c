@@ -34,7 +34,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
 extern const kq_simd kq_lowbit_avx512_emu;
+#endif
 
 static const int TYPES[] = {KQ_TQ1_0, KQ_TQ2_0, KQ_MXFP4, KQ_IQ1_S, KQ_IQ1_M};
 #define N_TYPES (int)(sizeof TYPES / sizeof TYPES[0])
@@ -298,7 +300,11 @@ static kq_vec_dot_fn twin(int t, int k, const char **name) {
     static const char *names[] = {"avx2", "avx512", "avx512 (emulated)"};
     *name = names[k];
     if (k < 2) return kq_vec_dot_at(t, k == 0 ? KQ_ISA_AVX2 : KQ_ISA_AVX512);
+#if defined(__x86_64__)
     return kq_cpu_isa() >= KQ_ISA_AVX2 ? kq_lowbit_avx512_emu.dot[t] : NULL;
+#else
+    return NULL; /* the x86 twins only */
+#endif
 }
 
 /* Activations: quantized from floats, or (hostile) random int8 quants

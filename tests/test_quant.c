@@ -8,7 +8,9 @@
 #include "testutil.h"
 #include "twins.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -309,9 +311,30 @@ static float bitsf(uint32_t u) {
     return f;
 }
 
-/* F16C as an independent oracle for f32 -> f16 (round to nearest even). */
+/* The hardware as an independent oracle for f32 <-> f16 (round to nearest
+ * even): F16C on x86-64 (where the CPU has it), fcvt on aarch64. */
+#if defined(__x86_64__)
 __attribute__((target("f16c"))) static uint16_t f16c_from(float f) { return _cvtss_sh(f, 0); }
 __attribute__((target("f16c"))) static float f16c_to(uint16_t h) { return _cvtsh_ss(h); }
+static int hw_f16(void) { return kq_cpu_isa() >= KQ_ISA_AVX2; }
+#elif defined(__aarch64__)
+static uint16_t f16c_from(float f) {
+    __fp16 v = (__fp16)f;
+    uint16_t h;
+    memcpy(&h, &v, 2);
+    return h;
+}
+static float f16c_to(uint16_t h) {
+    __fp16 v;
+    memcpy(&v, &h, 2);
+    return (float)v;
+}
+static int hw_f16(void) { return 1; }
+#else
+static uint16_t f16c_from(float f) { return kq_f32_to_f16(f); }
+static float f16c_to(uint16_t h) { return kq_f16_to_f32(h); }
+static int hw_f16(void) { return 0; }
+#endif
 
 static void test_f16(void) {
     int bad_rt = 0, bad_nan = 0, bad_mid = 0, bad_hw = 0;
@@ -324,7 +347,7 @@ static void test_f16(void) {
             continue;
         }
         if (kq_f32_to_f16(f) != h) bad_rt++;
-        if (kq_cpu_isa() >= KQ_ISA_AVX2 && fbits(f16c_to((uint16_t)h)) != fbits(f)) bad_hw++;
+        if (hw_f16() && fbits(f16c_to((uint16_t)h)) != fbits(f)) bad_hw++;
         /* ties between neighbours go to the even code; one f32 ulp either side does not tie */
         const uint32_t mag = h & 0x7fff;
         if (mag >= 0x7c00) continue;
@@ -348,7 +371,7 @@ static void test_f16(void) {
     CHECK(kq_f32_to_f16(bitsf(1)) == 0); /* f32 subnormal */
 
     /* random f32 bit patterns (finite) against the hardware conversion */
-    if (kq_cpu_isa() >= KQ_ISA_AVX2) {
+    if (hw_f16()) {
         int bad = 0;
         for (int i = 0; i < 2000000; i++) {
             uint32_t u = (uint32_t)rnd();
@@ -415,7 +438,12 @@ static void test_table(void) {
     CHECK(kq_from_name("q4_0") == KQ_Q4_0 && kq_from_name("bf16") == KQ_BF16);
     CHECK(kq_from_name("Q9_9") == -1 && kq_from_name("") == -1 && kq_from_name(NULL) == -1);
     CHECK(kq_get(-1) == NULL && kq_get(KQ_TYPE_COUNT) == NULL && kq_get(4) == NULL && !kq_supported(5));
+#if defined(__aarch64__)
+    CHECK(strcmp(kq_isa_name(KQ_ISA_SCALAR), "scalar") == 0 && strcmp(kq_isa_name(KQ_ISA_NEON), "neon") == 0 &&
+          strcmp(kq_isa_name(KQ_ISA_DOTPROD), "dotprod") == 0);
+#else
     CHECK(strcmp(kq_isa_name(KQ_ISA_SCALAR), "scalar") == 0 && strcmp(kq_isa_name(KQ_ISA_AVX512), "avx512") == 0);
+#endif
 
     /* every level's table: the scalar one holds the reference kernels, the
      * active one is what kq_get hands out, a level the CPU lacks has none */

@@ -2,7 +2,8 @@
  * probe.c — kiln_backend_probe: what this machine can run, found without
  * loading a model.
  *
- * CPU rows come from CPUID and the OS-enabled register states (quant/cpu.c):
+ * CPU rows come from CPUID and the OS-enabled register states (quant/cpu.c;
+ * on aarch64 from what the OS reports):
  * a path is available only when both allow it, so an AMX or AVX-512 unit a
  * virtual machine advertises but does not enable is reported unavailable,
  * never used.  GPU rows load the vendor's driver library with dlopen and
@@ -217,15 +218,52 @@ static void vulkan_row_inner(rows *r) {
             gpus ? "" : ": no GPU, only software rendering");
 }
 
+/* aarch64: the levels' rows (neon is in every aarch64 CPU; dotprod needs
+ * FEAT_DotProd), then the features kiln has no kernels for yet.  A feature
+ * the OS was not asked about (arm_known = 0: neither Linux nor macOS) is
+ * "unknown". */
+static void arm_rows(rows *r, const kq_cpu *p, int active, int top) {
+    const char *cap = active < top ? " (capped by KILN_ISA)" : "";
+    const kiln_availability unk = KILN_AVAILABILITY_UNKNOWN;
+    row(r, "cpu", "cpu", KILN_AVAILABILITY_AVAILABLE, 1, active == 0, "scalar kernels, any aarch64%s",
+        active == 0 ? cap : "");
+    row(r, "cpu-neon", "cpu", avail(p->asimd), 1, active == 1, "%s%s",
+        p->asimd ? "Advanced SIMD (NEON)" : "the OS does not report Advanced SIMD", active == 1 ? cap : "");
+    row(r, "cpu-dotprod", "cpu", !p->arm_known ? unk : avail(p->asimd && p->dotprod), 1, active == 2, "%s",
+        !p->arm_known ? "the OS was not asked (not Linux or macOS)"
+        : !p->dotprod ? "no FEAT_DotProd (sdot/udot)"
+                      : "sdot/udot");
+    row(r, "cpu-i8mm", "cpu", !p->arm_known ? unk : avail(p->i8mm), 0, 0, "%s", p->i8mm ? "smmla" : "no FEAT_I8MM");
+    row(r, "cpu-fp16", "cpu", !p->arm_known ? unk : avail(p->fp16), 0, 0, "%s",
+        p->fp16 ? "half-precision arithmetic" : "no FEAT_FP16");
+    row(r, "cpu-sve", "cpu", !p->arm_known ? unk : avail(p->sve), 0, 0, "%s", p->sve ? "SVE" : "no SVE");
+}
+
+int kbe_cpu_rows_aarch64(const kq_cpu *p, int active, int top, kiln_backend_status *out, int cap) {
+    rows r = {out, out ? cap : 0, 0};
+    arm_rows(&r, p, active, top);
+    return r.n;
+}
+
+/* this build's architecture's rows */
+static void this_cpu_rows(rows *r, const kq_cpu *p, int active, int top) {
+#if defined(__aarch64__)
+    (void)cpu_rows; /* the x86-64 rows, unused here */
+    arm_rows(r, p, active, top);
+#else
+    cpu_rows(r, p, active, top);
+#endif
+}
+
 int kbe_cpu_rows(const kq_cpu *p, int active, int top, kiln_backend_status *out, int cap) {
     rows r = {out, out ? cap : 0, 0};
-    cpu_rows(&r, p, active, top);
+    this_cpu_rows(&r, p, active, top);
     return r.n;
 }
 
 int kiln_backend_probe(kiln_backend_status *out, int cap) {
     rows r = {out, out ? cap : 0, 0};
-    cpu_rows(&r, kq_cpu_get(), kq_active_isa(), kq_cpu_isa());
+    this_cpu_rows(&r, kq_cpu_get(), kq_active_isa(), kq_cpu_isa());
     cuda_row(&r);
     vulkan_row(&r);
     return r.n;

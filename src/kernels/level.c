@@ -5,17 +5,30 @@
  * has its own interleaved and F16 block kernels and image GEMM tile; for the
  * element-wise ops, attention, the SSM kernels, the group norm, the image
  * GEMM's packer and GELU it names the AVX2 ones, which run on it unchanged
- * (no AVX-512 twins of those exist).
+ * (no AVX-512 twins of those exist).  The aarch64 levels (neon, dotprod)
+ * have no twins in this folder yet and name the scalar kernels.
  */
 #include "kernels/level.h"
 
+/* tile: the F16 block kernel, which must sum as the level's F16 vec_dot */
+#define KK_SCALAR_LEVEL(tile)                                                                    \
+    {                                                                                            \
+        &kk_ops_scalar, &kk_ssm_scalar, kk_groupnorm_ref, &kk_x8_scalar, tile, kk_gemm_tile_ref, \
+            kk_gemm_pack_rows_ref, kk_gelu_tanh_ref                                              \
+    }
+
 static const kk_level g_levels[] = {
-    [KQ_ISA_SCALAR] = {&kk_ops_scalar, &kk_ssm_scalar, kk_groupnorm_ref, &kk_x8_scalar, kk_tile_f16_ref,
-                       kk_gemm_tile_ref, kk_gemm_pack_rows_ref, kk_gelu_tanh_ref},
+    [KQ_ISA_SCALAR] = KK_SCALAR_LEVEL(kk_tile_f16_ref),
+#if defined(__x86_64__)
     [KQ_ISA_AVX2] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx2, kk_tile_f16_avx2, kk_gemm_tile_avx2,
                      kk_gemm_pack_rows_avx2, kk_gelu_tanh_avx2},
     [KQ_ISA_AVX512] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx512, kk_tile_f16_avx512,
                        kk_gemm_tile_avx512, kk_gemm_pack_rows_avx2, kk_gelu_tanh_avx2},
+#elif defined(__aarch64__)
+    /* no F16 block kernel: F16 products take the neon F16 vec_dot row by row */
+    [KQ_ISA_NEON] = KK_SCALAR_LEVEL(NULL),
+    [KQ_ISA_DOTPROD] = KK_SCALAR_LEVEL(NULL),
+#endif
 };
 
 const kk_level *kk_level_at(int isa) {

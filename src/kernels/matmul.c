@@ -26,6 +26,10 @@
 
 int kk_mat_interleavable(const kk_mat *w) {
     const kk_x8_traits *xt = kk_x8_get(w->type);
+    /* a SIMD level without interleaved kernels of its own (aarch64's) keeps
+     * the plain rows for its vec_dot: the scalar interleaved ones are slower */
+    const kk_level *l = kk_level_best();
+    if (kq_active_isa() > KQ_ISA_SCALAR && l->x8 == &kk_x8_scalar) return 0;
     return xt && w->nrows >= 8 && w->ncols % xt->blk == 0;
 }
 

@@ -51,7 +51,8 @@ typedef struct kk_mm_out {
 
 /* 1 when w's type has an interleaved form (pack.h) and w has at least one
  * whole group of 8 rows of whole blocks: what repacking and the
- * interleaved kernels both need. */
+ * interleaved kernels both need; 0 too on a SIMD level that has no
+ * interleaved kernels (aarch64's neon and dotprod). */
 int kk_mat_interleavable(const kk_mat *w);
 
 /* Scratch bytes a product with n_tok rows of ncols needs, for weights of any

@@ -30,7 +30,9 @@ const char *kiln_cpu_path(void) {
     kq_init();
     const int isa = kq_active_isa();
     /* the AVX-512 level always has VNNI (quant.c); BF16 is extra */
+#if defined(__x86_64__)
     if (isa == KQ_ISA_AVX512) return kq_cpu_bf16() ? "avx512 vnni bf16" : "avx512 vnni";
+#endif
     return kq_isa_name(isa);
 }
 

@@ -7,20 +7,27 @@
  * state out of XCR0: the instructions then trap.  AMX also needs the Linux
  * kernel's permission (arch_prctl ARCH_REQ_XCOMP_PERM); ARCH_GET_XCOMP_SUPP
  * tells, without side effects, whether the kernel would grant it.
+ *
+ * On aarch64 user code cannot read the ID registers portably; the OS says
+ * what it enables: Linux through getauxval(AT_HWCAP / AT_HWCAP2), macOS
+ * through sysctl hw.optional.*.  Elsewhere arm_known stays 0 and only the
+ * scalar and neon levels (Advanced SIMD is part of every aarch64 CPU) run.
  */
 #include "quant/quant.h"
 
-#include <cpuid.h>
 #include <pthread.h>
 #include <string.h>
+
+static kq_cpu g_cpu;
+static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #define ARCH_GET_XCOMP_SUPP 0x1021 /* <asm/prctl.h>: features the kernel can enable */
 #define XFEATURE_XTILEDATA 18
-
-static kq_cpu g_cpu;
-static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
 
 static uint64_t read_xcr0(void) {
     uint32_t lo, hi;
@@ -74,6 +81,61 @@ static void detect(void) {
     if (p->amx_tile && syscall(SYS_arch_prctl, ARCH_GET_XCOMP_SUPP, &supp) == 0)
         p->kernel_amx = (supp >> XFEATURE_XTILEDATA) & 1;
 }
+
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+
+/* <asm/hwcap.h> bits, spelled out so older headers do */
+#define KQ_HWCAP_ASIMD (1ul << 1)
+#define KQ_HWCAP_ASIMDHP (1ul << 10) /* FP16 arithmetic on vectors */
+#define KQ_HWCAP_ASIMDDP (1ul << 20) /* sdot / udot */
+#define KQ_HWCAP_SVE (1ul << 22)
+#define KQ_HWCAP2_I8MM (1ul << 13) /* smmla / ummla / usmmla */
+
+static void detect(void) {
+    kq_cpu *p = &g_cpu;
+    const unsigned long h = getauxval(AT_HWCAP), h2 = getauxval(AT_HWCAP2);
+    memcpy(p->vendor, "arm", 4);
+    p->asimd = (h & KQ_HWCAP_ASIMD) != 0;
+    p->fp16 = (h & KQ_HWCAP_ASIMDHP) != 0;
+    p->dotprod = (h & KQ_HWCAP_ASIMDDP) != 0;
+    p->sve = (h & KQ_HWCAP_SVE) != 0;
+    p->i8mm = (h2 & KQ_HWCAP2_I8MM) != 0;
+    p->arm_known = 1;
+}
+
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+
+static int sysctl_flag(const char *name) {
+    int v = 0;
+    size_t n = sizeof v;
+    return sysctlbyname(name, &v, &n, NULL, 0) == 0 && v != 0;
+}
+
+static void detect(void) {
+    kq_cpu *p = &g_cpu;
+    memcpy(p->vendor, "arm", 4);
+    size_t n = sizeof p->brand - 1;
+    if (sysctlbyname("machdep.cpu.brand_string", p->brand, &n, NULL, 0) != 0) p->brand[0] = 0;
+    p->asimd = 1; /* every Apple Silicon core */
+    p->fp16 = sysctl_flag("hw.optional.arm.FEAT_FP16");
+    p->dotprod = sysctl_flag("hw.optional.arm.FEAT_DotProd");
+    p->i8mm = sysctl_flag("hw.optional.arm.FEAT_I8MM");
+    p->sve = 0; /* no Apple core has SVE */
+    p->arm_known = 1;
+}
+
+#else
+/* Another OS or architecture: nothing known, the scalar level runs
+ * (aarch64: the neon level too, Advanced SIMD being mandatory there). */
+static void detect(void) {
+#if defined(__aarch64__)
+    memcpy(g_cpu.vendor, "arm", 4);
+    g_cpu.asimd = 1;
+#endif
+}
+#endif
 
 const kq_cpu *kq_cpu_get(void) {
     pthread_once(&g_cpu_once, detect);

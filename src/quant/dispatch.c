@@ -14,27 +14,31 @@
 #include <stdlib.h>
 #include <strings.h>
 
-/* KILN_ISA=scalar|avx2|avx512 caps the level; unset or unknown = no cap. */
+/* KILN_ISA=<level name> (scalar|avx2|avx512, scalar|neon|dotprod) caps
+ * the level; unset or unknown = no cap. */
 static int env_isa_cap(void) {
     const char *s = getenv("KILN_ISA");
-    if (!s) return KQ_ISA_AVX512;
-    for (int i = KQ_ISA_SCALAR; i <= KQ_ISA_AVX512; i++)
+    if (!s) return KQ_ISA_TOP;
+    for (int i = KQ_ISA_SCALAR; i <= KQ_ISA_TOP; i++)
         if (strcasecmp(s, kq_isa_name(i)) == 0) return i;
-    return KQ_ISA_AVX512;
+    return KQ_ISA_TOP;
 }
 
 /* ---- tables and dispatch ---- */
 
-enum { LV_SCALAR, LV_AVX2, LV_AVX512, LV_AVX512_BF16, LV_COUNT };
-
 /* Per level: the files' tables asked in order, the first with a kernel for
  * a type giving it; the first `own` are the level's own kernels, the rest
- * the level below's, which run on it too. */
-static const struct kq_level {
+ * the level below's, which run on it too.  A type without a kernel in any
+ * (the low-bit types on aarch64) keeps its scalar one. */
+struct kq_level {
     int isa;
     int own;
     const kq_simd *part[8];
-} g_levels[LV_COUNT] = {
+};
+
+#if defined(__x86_64__)
+enum { LV_SCALAR, LV_AVX2, LV_AVX512, LV_AVX512_BF16, LV_COUNT };
+static const struct kq_level g_levels[LV_COUNT] = {
     [LV_SCALAR] = {KQ_ISA_SCALAR, 0, {NULL}},
     [LV_AVX2] = {KQ_ISA_AVX2, 4, {&kq_legacy_avx2, &kq_kquants_avx2, &kq_iquants_avx2, &kq_lowbit_avx2}},
     [LV_AVX512] = {KQ_ISA_AVX512,
@@ -47,17 +51,35 @@ static const struct kq_level {
                          &kq_legacy_avx2, &kq_kquants_avx2, &kq_iquants_avx2, &kq_lowbit_avx2}},
 };
 
-static kq_traits g_tab[LV_COUNT][KQ_TYPE_COUNT];
-static const kq_traits *g_active;
-static int g_active_isa;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-
 /* The table index of level isa on this CPU, -1 when the CPU lacks it. */
 static int level_of(int isa) {
     if (isa < KQ_ISA_SCALAR || isa > kq_cpu_isa()) return -1;
     if (isa == KQ_ISA_AVX512) return kq_cpu_bf16() ? LV_AVX512_BF16 : LV_AVX512;
     return isa == KQ_ISA_AVX2 ? LV_AVX2 : LV_SCALAR;
 }
+#elif defined(__aarch64__)
+enum { LV_SCALAR, LV_NEON, LV_DOTPROD, LV_COUNT };
+static const struct kq_level g_levels[LV_COUNT] = {
+    [LV_SCALAR] = {KQ_ISA_SCALAR, 0, {NULL}},
+    [LV_NEON] = {KQ_ISA_NEON, 1, {&kq_quant_neon}},
+    [LV_DOTPROD] = {KQ_ISA_DOTPROD, 1, {&kq_quant_dotprod, &kq_quant_neon}},
+};
+
+static int level_of(int isa) {
+    if (isa < KQ_ISA_SCALAR || isa > kq_cpu_isa()) return -1;
+    return isa; /* the levels are the table indices */
+}
+#else
+enum { LV_SCALAR, LV_COUNT };
+static const struct kq_level g_levels[LV_COUNT] = {[LV_SCALAR] = {KQ_ISA_SCALAR, 0, {NULL}}};
+
+static int level_of(int isa) { return isa == KQ_ISA_SCALAR ? LV_SCALAR : -1; }
+#endif
+
+static kq_traits g_tab[LV_COUNT][KQ_TYPE_COUNT];
+static const kq_traits *g_active;
+static int g_active_isa;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void fill_level(const struct kq_level *lv, kq_traits *tab) {
     kq_fill_legacy(tab);

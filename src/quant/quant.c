@@ -8,6 +8,7 @@
 
 /* ---- CPU features ---- */
 
+#if defined(__x86_64__)
 static int detect_isa(void) {
     const kq_cpu *p = kq_cpu_get();
     /* The *_avx2.c files are built with -mavx2 -mfma -mf16c -mbmi2. */
@@ -15,6 +16,15 @@ static int detect_isa(void) {
     if (p->os_zmm && p->avx512f && p->avx512dq && p->avx512bw && p->avx512vl && p->avx512vnni) return KQ_ISA_AVX512;
     return KQ_ISA_AVX2;
 }
+#elif defined(__aarch64__)
+static int detect_isa(void) {
+    const kq_cpu *p = kq_cpu_get();
+    if (!p->asimd) return KQ_ISA_SCALAR;
+    return p->dotprod ? KQ_ISA_DOTPROD : KQ_ISA_NEON;
+}
+#else
+static int detect_isa(void) { return KQ_ISA_SCALAR; }
+#endif
 
 /* detect()'s answer, asked once; threads may race to store the same value */
 static int cached(int *slot, int (*detect)(void)) {
@@ -33,7 +43,13 @@ int kq_cpu_isa(void) {
 
 /* AVX512_BF16 (CPUID.(EAX=7, ECX=1):EAX bit 5): vdpbf16ps, two BF16
  * products per float lane.  Only asked for once the AVX-512 level holds. */
-static int detect_bf16(void) { return kq_cpu_isa() >= KQ_ISA_AVX512 && kq_cpu_get()->avx512bf16; }
+static int detect_bf16(void) {
+#if defined(__x86_64__)
+    return kq_cpu_isa() >= KQ_ISA_AVX512 && kq_cpu_get()->avx512bf16;
+#else
+    return 0;
+#endif
+}
 
 int kq_cpu_bf16(void) {
     static int slot = -1;
@@ -41,12 +57,15 @@ int kq_cpu_bf16(void) {
 }
 
 const char *kq_isa_name(int isa) {
-    switch (isa) {
-    case KQ_ISA_SCALAR: return "scalar";
-    case KQ_ISA_AVX2: return "avx2";
-    case KQ_ISA_AVX512: return "avx512";
-    default: return "unknown";
-    }
+    if (isa == KQ_ISA_SCALAR) return "scalar";
+#if defined(__x86_64__)
+    if (isa == KQ_ISA_AVX2) return "avx2";
+    if (isa == KQ_ISA_AVX512) return "avx512";
+#elif defined(__aarch64__)
+    if (isa == KQ_ISA_NEON) return "neon";
+    if (isa == KQ_ISA_DOTPROD) return "dotprod";
+#endif
+    return "unknown";
 }
 
 /* ---- f16 / bf16 ---- */

@@ -51,8 +51,19 @@ enum kq_type {
     KQ_TYPE_COUNT = 40 /* ids below this may appear in files */
 };
 
-/* Instruction-set levels, in increasing order. */
-enum kq_isa { KQ_ISA_SCALAR = 0, KQ_ISA_AVX2 = 1, KQ_ISA_AVX512 = 2 };
+/* Instruction-set levels, in increasing order, numbered per architecture:
+ * on x86-64 scalar, avx2, avx512; on aarch64 scalar, neon (Advanced SIMD,
+ * every aarch64 CPU), dotprod (neon + sdot/udot, Armv8.2 FEAT_DotProd).
+ * A build has the levels of its own architecture only (kq_isa_name names
+ * them); elsewhere scalar is the only level. */
+enum kq_isa {
+    KQ_ISA_SCALAR = 0,
+    KQ_ISA_AVX2 = 1,
+    KQ_ISA_AVX512 = 2,
+    KQ_ISA_NEON = 1,
+    KQ_ISA_DOTPROD = 2,
+    KQ_ISA_TOP = 2 /* the highest level number of any architecture */
+};
 
 /* Expand n elements (n a multiple of blck) from blocks x into floats y. */
 typedef void (*kq_to_f32_fn)(const void *x, float *y, int64_t n);
@@ -74,10 +85,13 @@ typedef struct kq_traits {
     kq_vec_dot_fn vec_dot_ref;    /* scalar twin */
 } kq_traits;
 
-/* The processor's features (CPUID) and the register states the OS enables
- * (XCR0); read once.  Only a feature whose state the OS enables may run. */
+/* The processor's features and, on x86-64, the register states the OS
+ * enables (CPUID, XCR0); on aarch64 what the OS reports (Linux: getauxval
+ * HWCAP/HWCAP2; macOS: sysctl hw.optional.*); read once.  Only a feature
+ * whose state the OS enables may run.  The fields of the other
+ * architecture stay 0. */
 typedef struct kq_cpu {
-    char vendor[13]; /* "GenuineIntel", "AuthenticAMD" */
+    char vendor[13]; /* "GenuineIntel", "AuthenticAMD"; "arm" on aarch64 */
     char brand[49];  /* the model string, "" when not reported */
     unsigned avx : 1, avx2 : 1, fma : 1, f16c : 1, bmi2 : 1;
     unsigned avx512f : 1, avx512dq : 1, avx512bw : 1, avx512vl : 1, avx512vnni : 1, avx512bf16 : 1;
@@ -86,11 +100,16 @@ typedef struct kq_cpu {
     unsigned os_zmm : 1;     /* ... and the AVX-512 opmask and ZMM states */
     unsigned os_amx : 1;     /* ... and the AMX tile states */
     unsigned kernel_amx : 1; /* Linux would grant a process the AMX tile data */
+    /* aarch64: Advanced SIMD, FEAT_DotProd (sdot/udot), FEAT_I8MM (smmla),
+     * FEAT_FP16 (half-precision arithmetic), SVE */
+    unsigned asimd : 1, dotprod : 1, i8mm : 1, fp16 : 1, sve : 1;
+    unsigned arm_known : 1; /* the OS answered the aarch64 questions */
 } kq_cpu;
 const kq_cpu *kq_cpu_get(void);
 
 /* Chooses the ISA level once: the best the CPU supports (cpuid + OS xsave
- * state), capped by KILN_ISA=scalar|avx2|avx512.  Later calls do nothing;
+ * state; the OS's report on aarch64), capped by KILN_ISA=<a level's name>
+ * (scalar|avx2|avx512 on x86-64, scalar|neon|dotprod on aarch64).  Later calls do nothing;
  * kq_get() calls it if nobody has. */
 void kq_init(void);
 /* The level the CPU supports (cpuid + OS xsave state). */
@@ -180,7 +199,9 @@ _Static_assert(sizeof(kq_block_q4_0) == 18 && sizeof(kq_block_q4_1) == 20 && siz
  * lowbit.c      TQ1_0, TQ2_0, MXFP4, IQ1_S, IQ1_M (scalar)
  * *_avx2.c / *_avx512.c   SIMD twins, compiled with per-file ISA flags, each
  *               exporting the const table of its kernels below; x86.h holds
- *               the inline helpers they share. */
+ *               the inline helpers they share.  Built on x86-64 only.
+ * *_neon.c      the aarch64 twins (neon level; *_dotprod.c built with
+ *               +dotprod for the dotprod level).  Built on aarch64 only. */
 void kq_fill_legacy(kq_traits *tab); /* tab has KQ_TYPE_COUNT entries */
 void kq_fill_kquants(kq_traits *tab);
 void kq_fill_iquants(kq_traits *tab);
@@ -197,5 +218,7 @@ extern const kq_simd kq_lowbit_avx2, kq_lowbit_avx512;
  * for CPUs with AVX512_BF16 too. */
 extern const kq_simd kq_legacy_avx512, kq_legacy_avx512_bf16, kq_kquants_avx512;
 extern const kq_simd kq_iquants_avx2, kq_iquants_avx512;
+/* aarch64: plain Advanced SIMD, and with sdot (FEAT_DotProd) */
+extern const kq_simd kq_quant_neon, kq_quant_dotprod;
 
 #endif

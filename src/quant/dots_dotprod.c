@@ -1,0 +1,8 @@
+/*
+ * dots_dotprod.c — the dotprod level's dot kernels: neon_dots.h with sdot
+ * (built with -march=armv8.2-a+dotprod; only called when the CPU reports
+ * FEAT_DotProd).
+ */
+#define KQ_NEON_TABLE kq_quant_dotprod
+#define KQ_NEON_DOTPROD 1
+#include "neon_dots.h"

@@ -1,0 +1,197 @@
+/*
+ * neon_dots.h — the aarch64 dot kernels, written once and included by
+ * dots_neon.c (plain Advanced SIMD) and dots_dotprod.c (built with
+ * +dotprod), which differ only in DOT16 below: sdot where the CPU has
+ * FEAT_DotProd, widening multiplies and pairwise adds without it.
+ *
+ * Every quantized dot keeps the scalar reference's order of float work:
+ * the integer sums of one block are exact in any order, so they are formed
+ * in vectors, then each block's float scaling and the running float sum go
+ * block by block as in legacy.c / kquants.c.  The F16 dot sums in the lane
+ * order of kq_dot_f16_lanes(.., 8), as the AVX2 F16 dot does.
+ *
+ * The includer defines KQ_NEON_TABLE (the exported table's name) and, for
+ * the dotprod level, KQ_NEON_DOTPROD 1.
+ */
+#ifndef KILN_QUANT_NEON_DOTS_H
+#define KILN_QUANT_NEON_DOTS_H
+
+#include <arm_neon.h>
+#include <string.h>
+
+#include "kquants_layout.h"
+#include "quant/quant.h"
+
+#define QK 32
+
+#if KQ_NEON_DOTPROD
+/* acc + the 16 products a * b summed by fours (sdot) */
+static inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_s32(acc, a, b); }
+/* the same where |a| <= 64 (no difference with sdot) */
+static inline int32x4_t dot16_small(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_s32(acc, a, b); }
+#else
+/* acc + the 16 products a * b: widened to s16 per half (one product fits,
+ * two of -128 * -128 would not), then pairwise into s32 */
+static inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
+    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+    return vpadalq_s16(acc, vmull_high_s8(a, b));
+}
+/* the same where |a| <= 64: two products per s16 lane fit (2 * 64 * 128) */
+static inline int32x4_t dot16_small(int32x4_t acc, int8x16_t a, int8x16_t b) {
+    int16x8_t p = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+    p = vmlal_high_s8(p, a, b);
+    return vpadalq_s16(acc, p);
+}
+#endif
+
+/* IEEE half to float (fcvt, exact like kq_f16_to_f32 for every non-NaN) */
+static inline float neon_h2f(uint16_t h) {
+    __fp16 v;
+    memcpy(&v, &h, 2);
+    return (float)v;
+}
+
+/* ---- F16: lanes 0..3 in a0, 4..7 in a1, one fused multiply-add each ---- */
+
+static void neon_dot_f16(int n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float16x8_t hx = vreinterpretq_f16_u16(vld1q_u16(x + i)), hy = vreinterpretq_f16_u16(vld1q_u16(y + i));
+        a0 = vfmaq_f32(a0, vcvt_f32_f16(vget_low_f16(hx)), vcvt_f32_f16(vget_low_f16(hy)));
+        a1 = vfmaq_f32(a1, vcvt_high_f32_f16(hx), vcvt_high_f32_f16(hy));
+    }
+    if (i < n) { /* the last partial group, zero-padded */
+        uint16_t tx[8] = {0}, ty[8] = {0};
+        memcpy(tx, x + i, (size_t)(n - i) * 2);
+        memcpy(ty, y + i, (size_t)(n - i) * 2);
+        float16x8_t hx = vreinterpretq_f16_u16(vld1q_u16(tx)), hy = vreinterpretq_f16_u16(vld1q_u16(ty));
+        a0 = vfmaq_f32(a0, vcvt_f32_f16(vget_low_f16(hx)), vcvt_f32_f16(vget_low_f16(hy)));
+        a1 = vfmaq_f32(a1, vcvt_high_f32_f16(hx), vcvt_high_f32_f16(hy));
+    }
+    const float32x4_t s4 = vaddq_f32(a0, a1); /* s_l = a_l + a_(l+4) */
+    *s = (vgetq_lane_f32(s4, 0) + vgetq_lane_f32(s4, 2)) + (vgetq_lane_f32(s4, 1) + vgetq_lane_f32(s4, 3));
+}
+
+/* ---- Q8_0 x Q8_0 ---- */
+
+static void neon_dot_q8_0(int n, float *s, const void *vx, const void *vy) {
+    const kq_block_q8_0 *x = vx, *y = vy;
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK; i++) {
+        int32x4_t acc = dot16(vdupq_n_s32(0), vld1q_s8(x[i].qs), vld1q_s8(y[i].qs));
+        acc = dot16(acc, vld1q_s8(x[i].qs + 16), vld1q_s8(y[i].qs + 16));
+        const int isum = vaddvq_s32(acc);
+        sum += (float)isum * (neon_h2f(x[i].d) * neon_h2f(y[i].d));
+    }
+    *s = sum;
+}
+
+/* ---- Q4_0 x Q8_0: low nibbles are elements 0..15, high 16..31 ---- */
+
+static void neon_dot_q4_0(int n, float *s, const void *vx, const void *vy) {
+    const kq_block_q4_0 *x = vx;
+    const kq_block_q8_0 *y = vy;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    const int8x16_t k8 = vdupq_n_s8(8);
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK; i++) {
+        const uint8x16_t q = vld1q_u8(x[i].qs);
+        const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, m4)), k8);
+        const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), k8);
+        int32x4_t acc = dot16_small(vdupq_n_s32(0), lo, vld1q_s8(y[i].qs));
+        acc = dot16_small(acc, hi, vld1q_s8(y[i].qs + 16));
+        const int isum = vaddvq_s32(acc);
+        sum += (float)isum * (neon_h2f(x[i].d) * neon_h2f(y[i].d));
+    }
+    *s = sum;
+}
+
+/* ---- Q4_K x Q8_K ---- */
+
+static void neon_dot_q4_K(int n, float *s, const void *vx, const void *vy) {
+    const kq_block_q4_K *x = vx;
+    const kq_block_q8_K *y = vy;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    float sum = 0;
+    for (int i = 0; i < n / KQ_QK_K; ++i) {
+        uint32_t o[4];
+        kq_unpack_scales_k4(x[i].scales, o);
+        uint8_t sc[16];
+        memcpy(sc, o, 16); /* 8 scales, then 8 mins */
+        /* the mins through the sums of 32 activations */
+        const int16x8_t b32 = vpaddq_s16(vld1q_s16(y[i].bsums), vld1q_s16(y[i].bsums + 8));
+        const int16x8_t m16 = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sc + 8)));
+        const int msum = vaddvq_s32(vmlal_high_s16(vmull_s16(vget_low_s16(b32), vget_low_s16(m16)), b32, m16));
+        int32x4_t acc = vdupq_n_s32(0);
+        const uint8_t *q = x[i].qs;
+        const int8_t *a = y[i].qs;
+        for (int g = 0; g < 4; g++, q += 32, a += 64) {
+            const uint8x16_t q0 = vld1q_u8(q), q1 = vld1q_u8(q + 16);
+            int32x4_t lo = dot16_small(vdupq_n_s32(0), vreinterpretq_s8_u8(vandq_u8(q0, m4)), vld1q_s8(a));
+            lo = dot16_small(lo, vreinterpretq_s8_u8(vandq_u8(q1, m4)), vld1q_s8(a + 16));
+            int32x4_t hi = dot16_small(vdupq_n_s32(0), vreinterpretq_s8_u8(vshrq_n_u8(q0, 4)), vld1q_s8(a + 32));
+            hi = dot16_small(hi, vreinterpretq_s8_u8(vshrq_n_u8(q1, 4)), vld1q_s8(a + 48));
+            acc = vmlaq_n_s32(acc, lo, sc[2 * g]);
+            acc = vmlaq_n_s32(acc, hi, sc[2 * g + 1]);
+        }
+        const int isum = vaddvq_s32(acc);
+        sum += y[i].d * (neon_h2f(x[i].d) * isum - neon_h2f(x[i].dmin) * msum);
+    }
+    *s = sum;
+}
+
+/* ---- Q6_K x Q8_K ----
+ * Per half h and 16-byte chunk c of its 32 columns l: the quants of
+ * weights 128h + 32k + l (k = 0..3) are ql[64h + 32(k & 1) + l] nibble
+ * k >> 1 with bits 2k..2k+1 of qh[32h + l] on top, minus 32; weight
+ * 128h + 32k + 16c + l' is in sub-block 8h + 2k + c. */
+
+static void neon_dot_q6_K(int n, float *s, const void *vx, const void *vy) {
+    const kq_block_q6_K *x = vx;
+    const kq_block_q8_K *y = vy;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), m3 = vdupq_n_u8(0x03);
+    const int8x16_t k32 = vdupq_n_s8(32);
+    float sum = 0;
+    for (int i = 0; i < n / KQ_QK_K; ++i) {
+        int32x4_t acc = vdupq_n_s32(0);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
+            const int8_t *a = y[i].qs + 128 * h, *sc = x[i].scales + 8 * h;
+            for (int c = 0; c < 2; c++) {
+                const uint8x16_t hb = vld1q_u8(qh + 16 * c);
+                const uint8x16_t l0 = vld1q_u8(ql + 16 * c), l1 = vld1q_u8(ql + 32 + 16 * c);
+                const uint8x16_t u0 = vorrq_u8(vandq_u8(l0, m4), vshlq_n_u8(vandq_u8(hb, m3), 4));
+                const uint8x16_t u1 = vorrq_u8(vandq_u8(l1, m4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb, 2), m3), 4));
+                const uint8x16_t u2 = vorrq_u8(vshrq_n_u8(l0, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb, 4), m3), 4));
+                const uint8x16_t u3 = vorrq_u8(vshrq_n_u8(l1, 4), vshlq_n_u8(vshrq_n_u8(hb, 6), 4));
+                const int32x4_t z = vdupq_n_s32(0);
+                const int32x4_t d0 = dot16_small(z, vsubq_s8(vreinterpretq_s8_u8(u0), k32), vld1q_s8(a + 0 + 16 * c));
+                const int32x4_t d1 = dot16_small(z, vsubq_s8(vreinterpretq_s8_u8(u1), k32), vld1q_s8(a + 32 + 16 * c));
+                const int32x4_t d2 = dot16_small(z, vsubq_s8(vreinterpretq_s8_u8(u2), k32), vld1q_s8(a + 64 + 16 * c));
+                const int32x4_t d3 = dot16_small(z, vsubq_s8(vreinterpretq_s8_u8(u3), k32), vld1q_s8(a + 96 + 16 * c));
+                acc = vmlaq_n_s32(acc, d0, sc[0 + c]);
+                acc = vmlaq_n_s32(acc, d1, sc[2 + c]);
+                acc = vmlaq_n_s32(acc, d2, sc[4 + c]);
+                acc = vmlaq_n_s32(acc, d3, sc[6 + c]);
+            }
+        }
+        const int isum = vaddvq_s32(acc);
+        sum += y[i].d * neon_h2f(x[i].d) * isum;
+    }
+    *s = sum;
+}
+
+const kq_simd KQ_NEON_TABLE = {
+    .dot =
+        {
+            [KQ_F16] = neon_dot_f16,
+            [KQ_Q8_0] = neon_dot_q8_0,
+            [KQ_Q4_0] = neon_dot_q4_0,
+            [KQ_Q4_K] = neon_dot_q4_K,
+            [KQ_Q6_K] = neon_dot_q6_K,
+        },
+};
+
+#endif
