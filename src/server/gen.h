@@ -4,6 +4,7 @@
 #define KILN_SERVER_GEN_H
 
 #include "server/buf.h"
+#include "server/callfmt.h"
 #include "server/toolscan.h"
 #include "engine/engine.h"
 #include "gen/gen.h"
@@ -41,7 +42,7 @@ typedef struct ks_req {
     sample_constraint think_cons; /*   the constraint that does so */
     sample_lead lead;             /* with json_mode on a harmony model: the final channel's header first; */
     sample_constraint lead_cons;  /*   the constraint that does so; */
-    char lead_text[160];          /*   a forced call's header there (cons is then the lead) */
+    char lead_text[256];          /*   a forced call's opening text (cons is then the lead) */
     sample_constraint args_cons;  /*   and its arguments' constraint (over sv) */
     engine_llm_req *er;           /* its admission by the model's engine, once started */
     gen_req *gr;                  /* and its events */
@@ -68,7 +69,10 @@ typedef struct ks_gen {
     int tool_open;    /* the current call's header went out */
     int tool_xml;     /*   from the XML scanner */
     size_t args_sent; /* bytes of ts.args sent */
-    int mode;         /* 0 content, 1 reasoning, 2 tool call */
+    int mode;         /* 0 content, 1 reasoning, 2 <tool_call> body, 3 a section of another form */
+    int fmt;          /* KS_CF_*: how the model writes calls (ks_gen_format) */
+    int sec_opener;   /*   the opener (index in its tags' open[], -1 at_start) of the section in g->tool */
+    int reply_begun;  /*   a byte other than a blank went out since the start or </think> */
     int split_think;  /* 1: <think>...</think> is reasoning, else content as written */
     int split_tools;  /* 1: <tool_call>...</tool_call> is a call, else content as written */
     int after_think;  /* 1: </think> passed and no content yet; blank space here is not content */
@@ -102,6 +106,10 @@ typedef struct ks_gen {
 } ks_gen;
 
 void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think);
+/* How the model writes tool calls (KS_CF_*, ks_callfmt_detect; KS_CF_TAG
+ * until set): sections of another form than <tool_call> are read whole at
+ * their closer (or the reply's end) and reach on_tool, never on_tool_part. */
+void ks_gen_format(ks_gen *g, int fmt);
 /* 1 when m writes the harmony format (its vocabulary has the tokens). */
 int ks_gen_harmony(const kiln_model *m);
 /* The tools the request offered (borrowed: g takes its own reference);

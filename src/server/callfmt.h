@@ -1,0 +1,62 @@
+/* The forms in which model families write tool calls (callfmt.c).  A
+ * model's form is decided once, from its chat template and vocabulary;
+ * gen.c splits a reply at the form's markers and hands each marked section
+ * to ks_callfmt_parse. */
+#ifndef KILN_SERVER_CALLFMT_H
+#define KILN_SERVER_CALLFMT_H
+
+#include "kiln.h"
+
+#include <jansson.h>
+
+#include <stddef.h>
+
+enum {
+    KS_CF_TAG = 0, /* <tool_call>{json}</tool_call> or its XML body (Qwen, Hermes, Nemotron 3): toolscan.c */
+    KS_CF_HARMONY, /* gpt-oss: a message to functions.NAME (gen.c's harmony reader) */
+    KS_CF_LLAMA3,  /* {"name": N, "parameters": {...}} opening the reply, or <|python_tag|>... */
+    KS_CF_MISTRAL, /* [TOOL_CALLS][{"name": N, "arguments": {...}}, ...] or [TOOL_CALLS]N[ARGS]{...} */
+    KS_CF_GEMMA4,  /* <|tool_call>call:N{key:<|"|>text<|"|>,n:1}<tool_call|> */
+    KS_CF_DEEPSEEK, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```
+                       <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (V3, R1), or N<｜tool▁sep｜>{...} (V3.1) */
+    KS_CF_PHI4,     /* <|tool_call|>[{"name": N, "arguments": {...}}]<|/tool_call|> (Phi-4-mini) */
+    KS_CF_NEMOTRON, /* <TOOLCALL>[{"name": N, "arguments": {...}}]</TOOLCALL> (Nemotron Nano 2) */
+    KS_CF_COUNT
+};
+
+/* The form of a model whose chat template is tmpl (NULL: none). */
+int ks_callfmt_detect(const char *tmpl, const kiln_model *m);
+const char *ks_callfmt_name(int fmt);
+
+/* Where a form's call sections are: one of open[] starts one (open[i]
+ * NULL: unused), close ends it (NULL: the reply's end, or with reopen the
+ * next opener, which ends one section and starts the next).  at_start: a
+ * section also starts where the reply's first non-blank byte is '{' (the
+ * '{' and the blanks before it belong to the section).  Not for KS_CF_TAG
+ * and KS_CF_HARMONY, which gen.c reads itself. */
+typedef struct ks_callfmt_tags {
+    const char *open[2];
+    const char *close;
+    int reopen;
+    int at_start;
+} ks_callfmt_tags;
+const ks_callfmt_tags *ks_callfmt_marks(int fmt);
+
+/* The calls in one section: opener is the index in open[] that began it
+ * (-1: at_start), body[0..n) the text after it up to the closer or the
+ * reply's end.  Returns an array of {name, arguments} (new reference,
+ * arguments a JSON value, an object unless the model wrote something
+ * else), or NULL when the body is not calls in this form: the section is
+ * then content, as written.  tools: the offered tools (borrowed; NULL:
+ * none), whose names an at_start section must use. */
+json_t *ks_callfmt_parse(int fmt, int opener, const char *body, size_t n, const json_t *tools);
+
+/* A forced call of tool name in this form: the text that opens it (lead,
+ * NUL-terminated) and how its arguments are written after that: 0 the
+ * arguments' value, 1 an array holding {"name": name, "arguments": value},
+ * 2 the object {"name": name, "parameters": value} (lead then empty).
+ * Returns -1 when the form has no JSON arguments to constrain (Gemma 4),
+ * or the name does not fit (letters, digits, '_', '-', '.'; 64 at most). */
+int ks_callfmt_force(int fmt, const char *tmpl, const char *name, char *lead, size_t cap);
+
+#endif
