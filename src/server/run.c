@@ -60,8 +60,9 @@ static int force_form(ks_req *q, int fmt, const char *tmpl, const json_t *tool, 
         json_t *params = json_object_get(json_object_get(tool, "function"), "parameters");
         json_t *args = json_is_object(params) ? json_incref(params) : json_pack("{s:s}", "type", "object");
         const char *key = how == 1 ? "arguments" : "parameters";
-        json_t *call = json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s,s]}", "type", "object", "properties", "name", "const",
-                                 nm, key, args, "required", "name", key);
+        /* Mistral's array form may give the call an id after its arguments */
+        json_t *call = json_pack("{s:s, s:{s:{s:s}, s:o, s:{s:s}}, s:[s,s]}", "type", "object", "properties", "name",
+                                 "const", nm, key, args, "id", "type", "string", "required", "name", key);
         json_t *wrap =
             how == 1 ? json_pack("{s:s, s:o, s:i, s:i}", "type", "array", "items", call, "minItems", 1, "maxItems", 1)
                      : call;
