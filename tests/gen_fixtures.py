@@ -1682,6 +1682,12 @@ def _forms():
                        ("<|end_header_id|>", C), ("<|eom_id|>", C), ("<|python_tag|>", U)],
              pieces=['{"name": "', "get_weather", '", "parameters": ', *call, "}}", "<|eot_id|>"],
              reasoning=""),
+        # Llama 3.1's built-in call: <|python_tag|> is a control token, as in Meta's GGUFs
+        dict(name="toolform-pytag", template="llama3.2", bos="<|begin_of_text|>", eos="<|eot_id|>",
+             specials=[("<|begin_of_text|>", C), ("<|eot_id|>", C), ("<|start_header_id|>", C),
+                       ("<|end_header_id|>", C), ("<|eom_id|>", C), ("<|python_tag|>", C)],
+             pieces=["<|python_tag|>", "get_weather", ".call(", 'city="Paris"', ", ", 'unit="celsius")', "<|eot_id|>"],
+             reasoning=""),
         dict(name="toolform-mistral", template="mistral-v3", bos="<s>", eos="</s>",
              specials=[("<s>", C), ("</s>", C), ("[INST]", C), ("[/INST]", C), ("[AVAILABLE_TOOLS]", C),
                        ("[/AVAILABLE_TOOLS]", C), ("[TOOL_RESULTS]", C), ("[/TOOL_RESULTS]", C),

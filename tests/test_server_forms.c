@@ -1,6 +1,7 @@
 /* Tool calls in the other families' forms through every chat API: a server
- * with the scripted fixtures toolform-llama3, toolform-mistral and
- * toolform-deepseek (tests/gen_fixtures.py --toolcall: each has its
+ * with the scripted fixtures toolform-llama3, toolform-mistral,
+ * toolform-deepseek and toolform-pytag (tests/gen_fixtures.py --toolcall,
+ * the last with <|python_tag|> a control token as in Meta's: each has its
  * family's real chat template and answers any chat with one call to
  * get_weather in the form the family writes).  OpenAI chat completions
  * (whole and streamed), Responses, Anthropic Messages and Ollama /api/chat
@@ -180,8 +181,9 @@ static int oai_stream_call(char *sse, char *name, size_t cap, json_t **args, jso
     return n_open;
 }
 
-/* Every API on one model; reasoning: what it thinks first ("" none). */
-static void check_model(const char *model, const char *reasoning) {
+/* Every API on one model; reasoning: what it thinks first ("" none);
+ * forced: try a forced call too (its constraint takes no control token). */
+static void check_model(const char *model, const char *reasoning, int forced) {
     char *out, *b;
     int st;
     /* OpenAI chat, whole */
@@ -274,19 +276,21 @@ static void check_model(const char *model, const char *reasoning) {
     free(out);
 
     /* a forced call: the form's opening, the arguments held to the schema */
-    b = body_of("chat", model, 1, 0,
-                ", \"max_tokens\": 64, \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": "
-                "\"get_weather\"}}");
-    st = post("/v1/chat/completions", b, &out);
-    free(b);
-    j = out ? json_loads(out, 0, NULL) : NULL;
-    msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
-    fn = json_object_get(json_array_get(json_object_get(msg, "tool_calls"), 0), "function");
-    CHECKF(st == 200 && json_array_size(json_object_get(msg, "tool_calls")) == 1 &&
-               !strcmp(json_string_value(json_object_get(fn, "name")), "get_weather"),
-           "%s: forced call: %d %s", model, st, out ? out : "");
-    json_decref(j);
-    free(out);
+    if (forced) {
+        b = body_of("chat", model, 1, 0,
+                    ", \"max_tokens\": 64, \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": "
+                    "\"get_weather\"}}");
+        st = post("/v1/chat/completions", b, &out);
+        free(b);
+        j = out ? json_loads(out, 0, NULL) : NULL;
+        msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+        fn = json_object_get(json_array_get(json_object_get(msg, "tool_calls"), 0), "function");
+        CHECKF(st == 200 && json_array_size(json_object_get(msg, "tool_calls")) == 1 &&
+                   !strcmp(json_string_value(json_object_get(fn, "name")), "get_weather"),
+               "%s: forced call: %d %s", model, st, out ? out : "");
+        json_decref(j);
+        free(out);
+    }
 
     /* no tools: what the model wrote is content */
     b = body_of("chat", model, 0, 0, ", \"max_tokens\": 64");
@@ -308,11 +312,11 @@ int main(void) {
     char store[] = "/tmp/kiln-forms-XXXXXX";
     if (!mkdtemp(store)) return 1;
     const char *models[] = {"data/fixtures/toolform-llama3.gguf", "data/fixtures/toolform-mistral.gguf",
-                            "data/fixtures/toolform-deepseek.gguf"};
+                            "data/fixtures/toolform-deepseek.gguf", "data/fixtures/toolform-pytag.gguf"};
     ks_config cfg = ks_config_default();
     cfg.port = 0;
     cfg.models = models;
-    cfg.n_models = 3;
+    cfg.n_models = 4;
     cfg.parallel = 1;
     cfg.n_ctx = 2048;
     cfg.n_threads = 1;
@@ -324,9 +328,10 @@ int main(void) {
     char msg[256];
     CHECKF(ks_server_wait_loaded(srv, msg, sizeof msg) == KILN_OK, "%s", msg);
     g_port = ks_server_port(srv);
-    check_model("toolform-llama3", "");
-    check_model("toolform-mistral", "");
-    check_model("toolform-deepseek", k_thought);
+    check_model("toolform-llama3", "", 1);
+    check_model("toolform-mistral", "", 1);
+    check_model("toolform-deepseek", k_thought, 1);
+    check_model("toolform-pytag", "", 0);
     ks_server_drain(srv, 1);
     ks_server_free(srv);
     char cmd[64];

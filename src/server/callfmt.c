@@ -33,6 +33,19 @@ static const ks_callfmt_tags k_tags[KS_CF_COUNT] = {
 
 const ks_callfmt_tags *ks_callfmt_marks(int fmt) { return fmt > 0 && fmt < KS_CF_COUNT ? &k_tags[fmt] : NULL; }
 
+const char *const *ks_callfmt_markers(int fmt) {
+    static const char *const none[] = {NULL};
+    static const char *const marks[KS_CF_COUNT][8] = {
+        [KS_CF_LLAMA3] = {"<|python_tag|>"},
+        [KS_CF_MISTRAL] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"},
+        [KS_CF_GEMMA4] = {"<|tool_call>", "<tool_call|>", k_gemma_str},
+        [KS_CF_DEEPSEEK] = {k_ds_calls, k_ds_calls_end, k_ds_call, k_ds_call_end, k_ds_sep},
+        [KS_CF_PHI4] = {"<|tool_call|>", "<|/tool_call|>"},
+        [KS_CF_NEMOTRON] = {"<TOOLCALL>", "</TOOLCALL>"},
+    };
+    return fmt > KS_CF_HARMONY && fmt < KS_CF_COUNT ? marks[fmt] : none;
+}
+
 const char *ks_callfmt_name(int fmt) {
     static const char *const names[KS_CF_COUNT] = {"tool_call", "harmony",  "llama3", "mistral",
                                                    "gemma4",    "deepseek", "phi4",   "nemotron"};

@@ -42,6 +42,11 @@ typedef struct ks_callfmt_tags {
 } ks_callfmt_tags;
 const ks_callfmt_tags *ks_callfmt_marks(int fmt);
 
+/* The marker texts of a form that its vocabularies may hold as control
+ * tokens (which decode to nothing): gen.c shows them in a chat that offers
+ * tools, as llama.cpp's preserved tokens.  NULL-terminated. */
+const char *const *ks_callfmt_markers(int fmt);
+
 /* The calls in one section: opener is the index in open[] that began it
  * (-1: at_start), body[0..n) the text after it up to the closer or the
  * reply's end.  Returns an array of {name, arguments} (new reference,

@@ -361,7 +361,18 @@ static void section_done(ks_gen *g, int closed) {
     g->tool.len = 0;
 }
 
-void ks_gen_format(ks_gen *g, int fmt) { g->fmt = fmt > 0 && fmt < KS_CF_COUNT ? fmt : KS_CF_TAG; }
+void ks_gen_format(ks_gen *g, int fmt) {
+    g->fmt = fmt > 0 && fmt < KS_CF_COUNT ? fmt : KS_CF_TAG;
+    g->n_marks = 0;
+    for (const char *const *mk = g->m ? ks_callfmt_markers(g->fmt) : NULL; mk && *mk && g->n_marks < 8; mk++) {
+        int32_t ids[4];
+        char piece[8];
+        if (kiln_tokenize(g->m, *mk, strlen(*mk), 0, 1, ids, 4) != 1) continue;
+        if (kiln_token_to_piece(g->m, ids[0], piece, sizeof piece, 0) != 0) continue; /* it shows already */
+        g->mark_id[g->n_marks] = ids[0];
+        g->mark_text[g->n_marks++] = *mk;
+    }
+}
 
 static int is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
@@ -563,6 +574,11 @@ int ks_gen_token(ks_gen *g, const gen_token *t) {
     g->n_gen++;
     size_t n;
     const char *piece = kiln_detok_push(g->dt, t->id, &n);
+    for (int i = 0; i < g->n_marks && !n && g->split_tools; i++)
+        if (t->id == g->mark_id[i]) {
+            piece = g->mark_text[i];
+            n = strlen(piece);
+        }
     if (g->want_logprobs) {
         json_t *e = lp_entry(g->m, t->id, t->logprob);
         json_t *top = json_array();

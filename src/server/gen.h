@@ -73,9 +73,12 @@ typedef struct ks_gen {
     int fmt;          /* KS_CF_*: how the model writes calls (ks_gen_format) */
     int sec_opener;   /*   the opener (index in its tags' open[], -1 at_start) of the section in g->tool */
     int reply_begun;  /*   a byte other than a blank went out since the start or </think> */
-    int split_think;  /* 1: <think>...</think> is reasoning, else content as written */
-    int split_tools;  /* 1: <tool_call>...</tool_call> is a call, else content as written */
-    int after_think;  /* 1: </think> passed and no content yet; blank space here is not content */
+    int n_marks;      /*   the form's markers that are control tokens of the vocabulary: */
+    int32_t mark_id[8];
+    const char *mark_text[8]; /*   their ids and texts (shown in a chat with tools) */
+    int split_think;          /* 1: <think>...</think> is reasoning, else content as written */
+    int split_tools;          /* 1: <tool_call>...</tool_call> is a call, else content as written */
+    int after_think;          /* 1: </think> passed and no content yet; blank space here is not content */
     /* the harmony format (gpt-oss): <|channel|>NAME [to=RECIPIENT]<|message|>BODY<|end|> messages,
      * analysis as reasoning, final and commentary as content, to=functions.NAME as calls */
     int harmony;     /* 1: the model writes harmony (its vocabulary has the tokens); read even with
