@@ -383,6 +383,10 @@ static void call_forms(kiln_model *m) {
          "[{\"name\": \"x\", \"arguments\": {}}, {\"name\": \"y\", \"arguments\": {\"a\": 1}}]"},
         {KS_CF_GEMMA4, "<|tool_call>call:get_weather{city:Paris}<tool_call|>!", "",
          "<|tool_call>call:get_weather{city:Paris}<tool_call|>!", "[]"},
+        /* the forms' own reasoning blocks */
+        {KS_CF_GEMMA4, "<|channel>thought\nLet me call.<channel|><|tool_call>call:get_time{}<tool_call|>",
+         "\nLet me call.", "", "[{\"name\": \"get_time\", \"arguments\": {}}]"},
+        {KS_CF_MISTRAL, "[THINK]Hmm.[/THINK]The answer.", "Hmm.", "The answer.", "[]"},
         /* DeepSeek: V3 / R1 with fenced arguments, V3.1 bare; a forced
          * call's text ends after the arguments */
         {KS_CF_DEEPSEEK,

@@ -24,8 +24,8 @@ static const char k_gemma_str[] = "<|\"|>";
 
 static const ks_callfmt_tags k_tags[KS_CF_COUNT] = {
     [KS_CF_LLAMA3] = {{"<|python_tag|>", NULL}, NULL, 0, 1},
-    [KS_CF_MISTRAL] = {{"[TOOL_CALLS]", NULL}, NULL, 1, 0},
-    [KS_CF_GEMMA4] = {{"<|tool_call>", NULL}, "<tool_call|>", 0, 0},
+    [KS_CF_MISTRAL] = {{"[TOOL_CALLS]", NULL}, NULL, 1, 0, {"[THINK]", "[/THINK]"}},
+    [KS_CF_GEMMA4] = {{"<|tool_call>", NULL}, "<tool_call|>", 0, 0, {"<|channel>thought", "<channel|>"}},
     [KS_CF_DEEPSEEK] = {{k_ds_calls, NULL}, k_ds_calls_end, 0, 0},
     [KS_CF_PHI4] = {{"<|tool_call|>", NULL}, "<|/tool_call|>", 0, 0},
     [KS_CF_NEMOTRON] = {{"<TOOLCALL>", NULL}, "</TOOLCALL>", 0, 0},
@@ -37,8 +37,8 @@ const char *const *ks_callfmt_markers(int fmt) {
     static const char *const none[] = {NULL};
     static const char *const marks[KS_CF_COUNT][8] = {
         [KS_CF_LLAMA3] = {"<|python_tag|>"},
-        [KS_CF_MISTRAL] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"},
-        [KS_CF_GEMMA4] = {"<|tool_call>", "<tool_call|>", k_gemma_str},
+        [KS_CF_MISTRAL] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]"},
+        [KS_CF_GEMMA4] = {"<|tool_call>", "<tool_call|>", k_gemma_str, "<|channel>", "<channel|>"},
         [KS_CF_DEEPSEEK] = {k_ds_calls, k_ds_calls_end, k_ds_call, k_ds_call_end, k_ds_sep},
         [KS_CF_PHI4] = {"<|tool_call|>", "<|/tool_call|>"},
         [KS_CF_NEMOTRON] = {"<TOOLCALL>", "</TOOLCALL>"},
@@ -73,6 +73,8 @@ int ks_callfmt_detect(const char *t, const kiln_model *m) {
         return KS_CF_LLAMA3;
     /* templates that leave calls out (Mistral v7's): the vocabulary says */
     if (one_token(m, "[TOOL_CALLS]")) return KS_CF_MISTRAL;
+    if (one_token(m, "<|tool_call>") && one_token(m, "<tool_call|>")) return KS_CF_GEMMA4;
+    if (one_token(m, k_ds_calls)) return KS_CF_DEEPSEEK;
     if (one_token(m, "<|python_tag|>")) return KS_CF_LLAMA3;
     return KS_CF_TAG;
 }

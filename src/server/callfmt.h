@@ -32,13 +32,15 @@ const char *ks_callfmt_name(int fmt);
  * NULL: unused), close ends it (NULL: the reply's end, or with reopen the
  * next opener, which ends one section and starts the next).  at_start: a
  * section also starts where the reply's first non-blank byte is '{' (the
- * '{' and the blanks before it belong to the section).  Not for KS_CF_TAG
- * and KS_CF_HARMONY, which gen.c reads itself. */
+ * '{' and the blanks before it belong to the section).  think: the form's
+ * own reasoning block, beside <think>...</think> (NULL: none).  Not for
+ * KS_CF_TAG and KS_CF_HARMONY, which gen.c reads itself. */
 typedef struct ks_callfmt_tags {
     const char *open[2];
     const char *close;
     int reopen;
     int at_start;
+    const char *think[2]; /* opener, closer */
 } ks_callfmt_tags;
 const ks_callfmt_tags *ks_callfmt_marks(int fmt);
 

@@ -364,11 +364,16 @@ static void section_done(ks_gen *g, int closed) {
 void ks_gen_format(ks_gen *g, int fmt) {
     g->fmt = fmt > 0 && fmt < KS_CF_COUNT ? fmt : KS_CF_TAG;
     g->n_marks = 0;
+    g->mark_think = 0;
     for (const char *const *mk = g->m ? ks_callfmt_markers(g->fmt) : NULL; mk && *mk && g->n_marks < 8; mk++) {
         int32_t ids[4];
         char piece[8];
         if (kiln_tokenize(g->m, *mk, strlen(*mk), 0, 1, ids, 4) != 1) continue;
         if (kiln_token_to_piece(g->m, ids[0], piece, sizeof piece, 0) != 0) continue; /* it shows already */
+        const ks_callfmt_tags *tg = ks_callfmt_marks(g->fmt);
+        const size_t k = strlen(*mk);
+        const int think = tg && tg->think[0] && (!strncmp(tg->think[0], *mk, k) || !strcmp(tg->think[1], *mk));
+        g->mark_think |= (unsigned)think << g->n_marks;
         g->mark_id[g->n_marks] = ids[0];
         g->mark_text[g->n_marks++] = *mk;
     }
@@ -409,13 +414,15 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
             }
         }
         /* the tags that matter in this mode */
-        const char *cand[4];
-        int act[4], nc = 0;
+        const char *cand[6];
+        int act[6], nc = 0;
         if (g->mode == 0) {
             if (g->split_think) cand[nc] = k_tags[0], act[nc++] = A_THINK;
+            if (g->split_think && tg && tg->think[0]) cand[nc] = tg->think[0], act[nc++] = A_THINK;
             if (g->split_tools && !tg) cand[nc] = k_tags[2], act[nc++] = A_CALL;
         } else if (g->mode == 1) {
             cand[nc] = k_tags[1], act[nc++] = A_UNTHINK;
+            if (tg && tg->think[1]) cand[nc] = tg->think[1], act[nc++] = A_UNTHINK;
         } else if (g->mode == 2) {
             cand[nc] = k_tags[3], act[nc++] = A_UNCALL;
         } else if (tg->close) {
@@ -574,8 +581,8 @@ int ks_gen_token(ks_gen *g, const gen_token *t) {
     g->n_gen++;
     size_t n;
     const char *piece = kiln_detok_push(g->dt, t->id, &n);
-    for (int i = 0; i < g->n_marks && !n && g->split_tools; i++)
-        if (t->id == g->mark_id[i]) {
+    for (int i = 0; i < g->n_marks && !n; i++)
+        if (t->id == g->mark_id[i] && (g->split_tools || (g->split_think && (g->mark_think >> i & 1)))) {
             piece = g->mark_text[i];
             n = strlen(piece);
         }

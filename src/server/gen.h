@@ -76,6 +76,7 @@ typedef struct ks_gen {
     int n_marks;      /*   the form's markers that are control tokens of the vocabulary: */
     int32_t mark_id[8];
     const char *mark_text[8]; /*   their ids and texts (shown in a chat with tools) */
+    unsigned mark_think;      /*   bit i: mark i belongs to the form's reasoning block (shown when it is split) */
     int split_think;          /* 1: <think>...</think> is reasoning, else content as written */
     int split_tools;          /* 1: <tool_call>...</tool_call> is a call, else content as written */
     int after_think;          /* 1: </think> passed and no content yet; blank space here is not content */
