@@ -409,6 +409,9 @@ static void call_forms(kiln_model *m) {
         /* Phi-4-mini and Nemotron Nano 2: a JSON array between tags */
         {KS_CF_PHI4, "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]<|/tool_call|>",
          "", "", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        {KS_CF_PHI4, "functools[{\"name\": \"get_time\", \"arguments\": {}}]", "", "",
+         "[{\"name\": \"get_time\", \"arguments\": {}}]"},
+        {KS_CF_PHI4, "Use functools.partial here.", "", "Use functools.partial here.", "[]"},
         {KS_CF_NEMOTRON,
          "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", "
          "\"arguments\": {}}]</TOOLCALL>",

@@ -27,7 +27,7 @@ static const ks_callfmt_tags k_tags[KS_CF_COUNT] = {
     [KS_CF_MISTRAL] = {{"[TOOL_CALLS]", NULL}, NULL, 1, 0, {"[THINK]", "[/THINK]"}},
     [KS_CF_GEMMA4] = {{"<|tool_call>", NULL}, "<tool_call|>", 0, 0, {"<|channel>thought", "<channel|>"}},
     [KS_CF_DEEPSEEK] = {{k_ds_calls, NULL}, k_ds_calls_end, 0, 0},
-    [KS_CF_PHI4] = {{"<|tool_call|>", NULL}, "<|/tool_call|>", 0, 0},
+    [KS_CF_PHI4] = {{"<|tool_call|>", "functools["}, "<|/tool_call|>", 0, 0},
     [KS_CF_NEMOTRON] = {{"<TOOLCALL>", NULL}, "</TOOLCALL>", 0, 0},
 };
 
@@ -420,6 +420,15 @@ json_t *ks_callfmt_parse(int fmt, int opener, const char *body, size_t n, const 
     case KS_CF_GEMMA4: return parse_gemma4(p, e);
     case KS_CF_DEEPSEEK: return parse_deepseek(p, e);
     case KS_CF_PHI4:
+        if (opener == 1) { /* functools[...: the opener holds the array's '[' */
+            ks_buf b = {0};
+            ks_buf_put(&b, "[", 1);
+            ks_buf_put(&b, p, n);
+            json_t *calls = b.failed ? NULL : json_calls(b.p, b.p + b.len, tools, 0);
+            ks_buf_free(&b);
+            return calls;
+        }
+        return json_calls(p, e, tools, 0);
     case KS_CF_NEMOTRON: return json_calls(p, e, tools, 0);
     default: return NULL;
     }
