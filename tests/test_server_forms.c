@@ -275,6 +275,19 @@ static void check_model(const char *model, const char *reasoning, int forced) {
     json_decref(j);
     free(out);
 
+    /* Messages and Responses streamed: the call's block or item, its arguments' JSON in the deltas */
+    for (int api = 0; api < 2; api++) {
+        b = body_of(api ? "responses" : "messages", model, 1, 1, "");
+        st = post(api ? "/v1/responses" : "/v1/messages", b, &out);
+        free(b);
+        const char *kind = api ? "\"type\":\"function_call\"" : "\"type\":\"tool_use\"";
+        const char *delta = api ? "response.function_call_arguments.delta" : "input_json_delta";
+        CHECKF(st == 200 && out && strstr(out, kind) && strstr(out, "get_weather") && strstr(out, delta) &&
+                   strstr(out, "Paris"),
+               "%s: %s streamed: %d %.600s", model, api ? "responses" : "messages", st, out ? out : "");
+        free(out);
+    }
+
     /* a forced call: the form's opening, the arguments held to the schema */
     if (forced) {
         b = body_of("chat", model, 1, 0,
