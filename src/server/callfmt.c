@@ -31,7 +31,9 @@ static const ks_callfmt_tags k_tags[KS_CF_COUNT] = {
     [KS_CF_NEMOTRON] = {{"<TOOLCALL>", NULL}, "</TOOLCALL>", 0, 0},
 };
 
-const ks_callfmt_tags *ks_callfmt_marks(int fmt) { return fmt > 0 && fmt < KS_CF_COUNT ? &k_tags[fmt] : NULL; }
+const ks_callfmt_tags *ks_callfmt_marks(int fmt) {
+    return fmt > KS_CF_HARMONY && fmt < KS_CF_COUNT ? &k_tags[fmt] : NULL;
+}
 
 const char *const *ks_callfmt_markers(int fmt) {
     static const char *const none[] = {NULL};

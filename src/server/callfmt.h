@@ -33,7 +33,7 @@ const char *ks_callfmt_name(int fmt);
  * next opener, which ends one section and starts the next).  at_start: a
  * section also starts where the reply's first non-blank byte is '{' (the
  * '{' and the blanks before it belong to the section).  think: the form's
- * own reasoning block, beside <think>...</think> (NULL: none).  Not for
+ * own reasoning block, beside <think>...</think> (NULL: none).  NULL for
  * KS_CF_TAG and KS_CF_HARMONY, which gen.c reads itself. */
 typedef struct ks_callfmt_tags {
     const char *open[2];
