@@ -436,35 +436,29 @@ json_t *ks_callfmt_parse(int fmt, int opener, const char *body, size_t n, const 
     }
 }
 
-static int lead_of(int fmt, const char *tmpl, const char *name, char *lead, size_t cap);
+#define DS_CALLS "<｜tool▁calls▁begin｜>"
+#define DS_CALL "<｜tool▁call▁begin｜>"
+#define DS_SEP "<｜tool▁sep｜>"
+#define DS_CALL_END "<｜tool▁call▁end｜>"
 
-int ks_callfmt_force(int fmt, const char *tmpl, const char *name, char *lead, size_t cap) {
-    int plain = *name && strlen(name) <= 64;
-    for (const char *c = name; *c && plain; c++) plain = ident_char(*c) || *c == '-' || *c == '.';
-    if (!plain) return -1;
+int ks_callfmt_call_form(int fmt, const char *tmpl, sample_call_form *out) {
+    static const sample_call_form llama3 = {"", "{\"name\": \"", "\", \"parameters\": ", "}", ""},
+                                  mistral_array = {"[TOOL_CALLS]", "[{\"name\": \"", "\", \"arguments\": ", "}]", ""},
+                                  mistral = {"[TOOL_CALLS]", "", "[ARGS]", "", ""},
+                                  deepseek = {DS_CALLS DS_CALL "function" DS_SEP, "", "\n```json\n", "```" DS_CALL_END,
+                                              k_ds_calls_end},
+                                  deepseek31 = {DS_CALLS DS_CALL, "", DS_SEP, DS_CALL_END, k_ds_calls_end},
+                                  phi4 = {"<|tool_call|>", "[{\"name\": \"", "\", \"arguments\": ", "}]",
+                                          "<|/tool_call|>"},
+                                  nemotron = {"<TOOLCALL>", "[{\"name\": \"", "\", \"arguments\": ", "}]",
+                                              "</TOOLCALL>"};
     if (!tmpl) tmpl = "";
-    const int how = lead_of(fmt, tmpl, name, lead, cap);
-    return how >= 0 && strlen(lead) + 1 < cap ? how : -1;
-}
-
-static int lead_of(int fmt, const char *tmpl, const char *name, char *lead, size_t cap) {
     switch (fmt) {
-    case KS_CF_LLAMA3: snprintf(lead, cap, "%s", ""); return 2;
-    case KS_CF_MISTRAL:
-        if (!strstr(tmpl, "[ARGS]")) {
-            snprintf(lead, cap, "[TOOL_CALLS]");
-            return 1;
-        }
-        snprintf(lead, cap, "[TOOL_CALLS]%s[ARGS]", name);
-        return 0;
-    case KS_CF_DEEPSEEK:
-        if (strstr(tmpl, "```json"))
-            snprintf(lead, cap, "%s%sfunction%s%s\n```json\n", k_ds_calls, k_ds_call, k_ds_sep, name);
-        else
-            snprintf(lead, cap, "%s%s%s%s", k_ds_calls, k_ds_call, name, k_ds_sep);
-        return 0;
-    case KS_CF_PHI4: snprintf(lead, cap, "<|tool_call|>"); return 1;
-    case KS_CF_NEMOTRON: snprintf(lead, cap, "<TOOLCALL>"); return 1;
+    case KS_CF_LLAMA3: *out = llama3; return 0;
+    case KS_CF_MISTRAL: *out = strstr(tmpl, "[ARGS]") ? mistral : mistral_array; return 0;
+    case KS_CF_DEEPSEEK: *out = strstr(tmpl, "```json") || !strstr(tmpl, "tool▁sep") ? deepseek : deepseek31; return 0;
+    case KS_CF_PHI4: *out = phi4; return 0;
+    case KS_CF_NEMOTRON: *out = nemotron; return 0;
     default: return -1;
     }
 }

@@ -6,6 +6,7 @@
 #define KILN_SERVER_CALLFMT_H
 
 #include "kiln.h"
+#include "sample/sample.h"
 
 #include <jansson.h>
 
@@ -58,12 +59,9 @@ const char *const *ks_callfmt_markers(int fmt);
  * none), whose names an at_start section must use. */
 json_t *ks_callfmt_parse(int fmt, int opener, const char *body, size_t n, const json_t *tools);
 
-/* A forced call of tool name in this form: the text that opens it (lead,
- * NUL-terminated) and how its arguments are written after that: 0 the
- * arguments' value, 1 an array holding {"name": name, "arguments": value},
- * 2 the object {"name": name, "parameters": value} (lead then empty).
- * Returns -1 when the form has no JSON arguments to constrain (Gemma 4),
- * or the name does not fit (letters, digits, '_', '-', '.'; 64 at most). */
-int ks_callfmt_force(int fmt, const char *tmpl, const char *name, char *lead, size_t cap);
+/* A forced call in this form (sample.h's recognizer): the literals around
+ * the name and the arguments into *out (static text).  -1 when the form
+ * has no JSON arguments to constrain (Gemma 4). */
+int ks_callfmt_call_form(int fmt, const char *tmpl, sample_call_form *out);
 
 #endif

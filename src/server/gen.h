@@ -31,18 +31,19 @@ typedef struct ks_req {
     int want_logprobs; /* compute the token's logprob */
     int json_mode;     /* constrain sampling to one JSON value (an object without a schema) */
     int ignore_eos;
-    ks_schema *schema;        /* with json_mode: the value's schema (owned); NULL = any object */
-    ks_sv sv;                 /* the recognizer's state while it runs */
-    int n_call;               /* a forced tool call: the names it may take */
-    char **call_names;        /*   (owned) */
-    ks_schema **call_schemas; /*   and their arguments' schemas (owned) */
-    sample_call call;         /*   its recognizer's state */
+    ks_schema *schema;          /* with json_mode: the value's schema (owned); NULL = any object */
+    ks_sv sv;                   /* the recognizer's state while it runs */
+    int n_call;                 /* a forced tool call: the names it may take */
+    char **call_names;          /*   (owned) */
+    ks_schema **call_schemas;   /*   and their arguments' schemas (owned) */
+    sample_call call;           /*   its recognizer's state */
+    sample_call_form call_form; /*   the literals of its form (another family's than <tool_call>) */
     sample_constraint cons;
     sample_think think;           /* with json_mode after a reasoning block: cons held back until it ends */
     sample_constraint think_cons; /*   the constraint that does so */
     sample_lead lead;             /* with json_mode on a harmony model: the final channel's header first; */
     sample_constraint lead_cons;  /*   the constraint that does so; */
-    char lead_text[256];          /*   a forced call's opening text (cons is then the lead) */
+    char lead_text[160];          /*   a forced call's header there (cons is then the lead) */
     sample_constraint args_cons;  /*   and its arguments' constraint (over sv) */
     engine_llm_req *er;           /* its admission by the model's engine, once started */
     gen_req *gr;                  /* and its events */

@@ -39,49 +39,6 @@ void ks_req_free(ks_req *q) {
 
 static int conn_gone(void *c) { return ks_conn_gone(c); }
 
-/* A forced call in a form of callfmt.h: the form's opening text, then
- * the arguments (or the JSON that holds them) held to the tool's schema. */
-static int force_form(ks_req *q, int fmt, const char *tmpl, const json_t *tool, int think, char *msg, size_t cap) {
-    const char *nm = q->call_names[0];
-    /* a prompt that opened a reasoning block: the block ends, empty */
-    const size_t k = think == 2 ? (size_t)snprintf(q->lead_text, sizeof q->lead_text, "</think>\n\n") : 0;
-    const int how = q->n_call == 1 ? ks_callfmt_force(fmt, tmpl, nm, q->lead_text + k, sizeof q->lead_text - k) : -2;
-    if (how < 0) {
-        if (how == -2 || fmt != KS_CF_GEMMA4)
-            snprintf(msg, cap,
-                     "a forced call on a model that writes %s calls takes one tool whose name is letters, digits, "
-                     "'_', '-' or '.' (at most 64)",
-                     ks_callfmt_name(fmt));
-        else
-            snprintf(msg, cap, "a forced call is not available for the %s call form", ks_callfmt_name(fmt));
-        return -1;
-    }
-    if (how > 0) { /* the call's JSON around the arguments: its own schema */
-        json_t *params = json_object_get(json_object_get(tool, "function"), "parameters");
-        json_t *args = json_is_object(params) ? json_incref(params) : json_pack("{s:s}", "type", "object");
-        const char *key = how == 1 ? "arguments" : "parameters";
-        /* Mistral's array form may give the call an id after its arguments */
-        json_t *call = json_pack("{s:s, s:{s:{s:s}, s:o, s:{s:s}}, s:[s,s]}", "type", "object", "properties", "name",
-                                 "const", nm, key, args, "id", "type", "string", "required", "name", key);
-        json_t *wrap =
-            how == 1 ? json_pack("{s:s, s:o, s:i, s:i}", "type", "array", "items", call, "minItems", 1, "maxItems", 1)
-                     : call;
-        char err[240];
-        q->schema = wrap ? ks_schema_compile(wrap, err, sizeof err) : NULL;
-        json_decref(wrap);
-        if (!q->schema) {
-            snprintf(msg, cap, "the parameters of tool '%.60s' cannot be enforced for a forced call: %.150s", nm,
-                     wrap ? err : "out of memory");
-            return -1;
-        }
-    }
-    ks_sv_init(&q->sv, how > 0 ? q->schema : q->call_schemas[0]);
-    sample_json_constraint(&q->args_cons, &q->sv);
-    sample_lead_init(&q->lead, q->lead_text, &q->args_cons);
-    sample_lead_constraint(&q->cons, &q->lead);
-    return 0;
-}
-
 /* The forced call's names and schemas into q, its recognizer set up. */
 static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, size_t cap) {
     const char *tmpl = ks_template_text(r);
@@ -143,13 +100,22 @@ static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, 
         sample_lead_constraint(&q->cons, &q->lead);
         return 0;
     }
-    if (fmt != KS_CF_TAG) return force_form(q, fmt, tmpl, json_array_get(o->force_tools, 0), o->force_think, msg, cap);
-    if (sample_call_init(&q->call, (const char *const *)q->call_names, (const ks_schema *const *)q->call_schemas,
-                         q->n_call, o->force_think) != 0) {
+    /* another family's form: its literals around the name and arguments */
+    if (fmt != KS_CF_TAG && ks_callfmt_call_form(fmt, tmpl, &q->call_form)) {
+        snprintf(msg, cap, "a forced call is not available for the %s call form", ks_callfmt_name(fmt));
+        return -1;
+    }
+    const int bad = fmt != KS_CF_TAG
+                        ? sample_call_init_form(&q->call, &q->call_form, (const char *const *)q->call_names,
+                                                (const ks_schema *const *)q->call_schemas, q->n_call, o->force_think)
+                        : sample_call_init(&q->call, (const char *const *)q->call_names,
+                                           (const ks_schema *const *)q->call_schemas, q->n_call, o->force_think);
+    if (bad) {
         snprintf(msg, cap,
                  "a forced call takes 1..%d tools with distinct names free of quotes, backslashes and "
-                 "control characters",
-                 SAMPLE_CALL_MAX);
+                 "control characters%s%s",
+                 SAMPLE_CALL_MAX, fmt != KS_CF_TAG ? " and of " : "",
+                 fmt != KS_CF_TAG ? (q->call_form.mid[0] == '[' ? "'['" : "line breaks") : "");
         return -1;
     }
     sample_call_constraint(&q->cons, &q->call);
