@@ -14,6 +14,7 @@
 #include "sample/jschema.h"
 #include "sample/sample.h"
 #include "server/gen.h"
+#include "vision/vision.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -419,6 +420,64 @@ static int32_t *tokenize_alloc(kiln_model *m, const char *text, int add_special,
  * take the options the command line left alone: pack_begin before the
  * options are parsed, pack_end after.  kiln chat renders with the pack's
  * Go template (an Ollama model's) when it has one. */
+/* Most bytes of an image file read. */
+#define CLI_IMAGE_MAX ((size_t)64 << 20)
+
+/* The whole file (malloc'd) and its length, or NULL. */
+static uint8_t *read_image_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    uint8_t *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 1 << 16;
+            uint8_t *nb = cap <= CLI_IMAGE_MAX ? realloc(buf, cap) : NULL;
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        const size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* The prompt with o's --image files (or imgs[0..n_img), when given) as
+ * tokens and image rows into *vp; each file read whole.  Returns 1 after
+ * printing the error. */
+static int image_prompt(kiln_model *m, const char *text, int add_bos, const char *const *files, int n_files,
+                        const kiln_image_input *imgs, int n_img, vision_prompt *vp) {
+    kiln_image_input in[CLI_MAX_IMAGES];
+    uint8_t *bytes[CLI_MAX_IMAGES] = {0};
+    int rc = 0;
+    for (int i = 0; i < n_files && !rc; i++) {
+        size_t len = 0;
+        bytes[i] = read_image_file(files[i], &len);
+        if (!bytes[i]) {
+            fprintf(stderr, "kiln: cannot read the image %s\n", files[i]);
+            rc = 1;
+        }
+        in[i] = (kiln_image_input){bytes[i], len, 0, 0};
+    }
+    if (!rc && vision_prompt_build(m, text, strlen(text), add_bos, 1, n_files ? in : imgs, n_files ? n_files : n_img,
+                                   vp) != KILN_OK)
+        rc = cli_fail("image");
+    for (int i = 0; i < n_files; i++) free(bytes[i]);
+    return rc;
+}
+
 static cli_opts pack_begin(cli_opts *o) {
     cli_opts base = *o;
     cli_pack_mark(o);
@@ -480,7 +539,16 @@ int cmd_run(int argc, char **argv) {
     gen_batch *b = NULL;
     spec *sp = NULL;
     int n_prompt = 0;
-    int32_t *ids = tokenize_alloc(m, o.prompt, 1, 0, &n_prompt);
+    int32_t *ids = NULL;
+    vision_prompt vp = {0};
+    if (o.n_image > 0) { /* the images encoded, the prompt's special tokens parsed (as llama-mtmd-cli) */
+        if (image_prompt(m, o.prompt, 1, o.image, o.n_image, NULL, 0, &vp)) goto done;
+        ids = malloc((size_t)(vp.n_tok > 0 ? vp.n_tok : 1) * sizeof *ids);
+        if (ids) memcpy(ids, vp.tok, (size_t)vp.n_tok * sizeof *ids);
+        n_prompt = vp.n_tok;
+    } else {
+        ids = tokenize_alloc(m, o.prompt, 1, 0, &n_prompt);
+    }
     if (!ids) {
         cli_fail("tokenize");
         goto done;
@@ -504,6 +572,9 @@ int cmd_run(int argc, char **argv) {
     gen_params p = gen_params_default();
     p.prompt = ids;
     p.n_prompt = n_prompt;
+    p.embd = vp.embd;
+    p.n_embd_rows = vp.n_rows;
+    p.mpos = vp.mpos;
     p.n_predict = o.n_predict;
     p.sampler = o.sp;
     spec_slot(&p, sp);
@@ -528,6 +599,7 @@ int cmd_run(int argc, char **argv) {
     rc = st.interrupted ? 130 : 0; /* 128 + SIGINT, as a shell reports it */
 done:
     free(ids);
+    vision_prompt_free(&vp);
     gen_batch_free(b);
     spec_free(sp);
     kiln_context_free(c);
