@@ -12,9 +12,9 @@ PyTorch and numpy):
   image.png           a 40 x 30 RGB test image (pixels: image_pixels below)
   gemma3-embd.bin     the projector's 16 embedding rows for image.png, F32
                       [16][64], from the PyTorch reference below
-  gemma3.json         sizes, the reference's own float64 check, and the greedy
-                      text llama-mtmd-cli gives (filled in by hand: see
-                      "mtmd" there)
+  gemma3.json         sizes and the reference's own float64 check
+  gemma3-mtmd.txt     (not written here) llama-mtmd-cli's greedy bytes for
+                      the prompt and image in gemma3.json's "mtmd_command"
 
 The reference is written from the formulas, independently of kiln:
 preprocessing as llama.cpp's fixed-size path (aspect kept, bilinear on 8-bit
@@ -148,6 +148,8 @@ def g3_text_model(path):
               (p + "ffn_norm.weight", norm(E)), (p + "ffn_gate.weight", lin(F, E)), (p + "ffn_up.weight", lin(F, E)),
               (p + "ffn_down.weight", lin(E, F)), (p + "post_ffw_norm.weight", norm(E))]
     W.append(("output_norm.weight", norm(E)))
+    # an output head of its own, logits std about 4: greedy text that follows the image
+    W.append(("output.weight", lin(n_vocab, E, 4.0)))
     kvs = [
         ("general.architecture", gf.T_STR, "gemma3"),
         ("general.name", gf.T_STR, "kiln-vision-gemma3"),

@@ -4,6 +4,7 @@
 #include "testutil.h"
 
 #include "kiln.h"
+#include "gen/gen.h"
 #include "vision/vision.h"
 
 #include <math.h>
@@ -239,6 +240,225 @@ static void test_prompt(void) {
     CHECK(kiln_model_load(TEXT, &mp, &m) != KILN_OK && !m);
 }
 
+/* ---- gen: prompt chunks never split an image ---- */
+
+typedef struct gen_out {
+    int32_t tok[16];
+    int n;
+} gen_out;
+
+static int on_gen(void *user, const gen_event *ev, const float *logits) {
+    (void)logits;
+    gen_out *o = user;
+    if (ev->kind == GEN_EV_TOKEN && o->n < 16) o->tok[o->n++] = ev->tok.id;
+    return 0;
+}
+
+/* Greedy tokens of vp with prompt chunks of chunk tokens in a batch of
+ * n_batch; the add's status into *st. */
+static gen_out gen_run(kiln_model *m, const vision_prompt *vp, int chunk, int n_batch, kiln_status *st) {
+    gen_out o = {{0}, 0};
+    kiln_context_params cp = kiln_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_batch = n_batch;
+    cp.n_threads = 2;
+    kiln_context *c = NULL;
+    gen_batch *b = NULL;
+    *st = kiln_context_new(m, &cp, &c);
+    if (*st == KILN_OK) *st = gen_batch_new(m, c, chunk, &b);
+    gen_params p = gen_params_default();
+    p.prompt = vp->tok;
+    p.n_prompt = vp->n_tok;
+    p.embd = vp->embd;
+    p.n_embd_rows = vp->n_rows;
+    p.n_predict = 8;
+    p.sampler.temperature = 0;
+    p.on_event = on_gen;
+    p.user = &o;
+    if (*st == KILN_OK) *st = gen_batch_add(b, &p, 0, NULL);
+    while (*st == KILN_OK && gen_batch_n_active(b) > 0) gen_batch_step(b);
+    gen_batch_free(b);
+    kiln_context_free(c);
+    return o;
+}
+
+static void test_gen(void) {
+    kiln_model_params mp = kiln_model_default_params();
+    mp.mmproj = MMPROJ;
+    kiln_model *m = NULL;
+    CHECK(kiln_model_load(TEXT, &mp, &m) == KILN_OK);
+    if (!m) return;
+    const kiln_image_input img = {g_png, g_png_len, 0, 0};
+    const char *text = "<start_of_turn>user\n" VISION_MARKER "Describe this image.<end_of_turn>\n";
+    vision_prompt vp;
+    CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &img, 1, &vp) == KILN_OK);
+    kiln_status st;
+    const gen_out whole = gen_run(m, &vp, 0, 512, &st);
+    CHECK(st == KILN_OK && whole.n == 8);
+    /* chunks of 5 (and 7) would cut the image: it goes whole in a step */
+    for (int chunk = 5; chunk <= 7; chunk += 2) {
+        const gen_out part = gen_run(m, &vp, chunk, 512, &st);
+        CHECKF(st == KILN_OK && part.n == whole.n && !memcmp(part.tok, whole.tok, sizeof whole.tok), "chunk %d", chunk);
+    }
+    /* a batch smaller than the image cannot take it */
+    gen_run(m, &vp, 0, 8, &st);
+    CHECK(st == KILN_ERR_INVALID_ARG);
+    CHECKF(strstr(kiln_last_error(), "does not fit a batch"), "%s", kiln_last_error());
+    vision_prompt_free(&vp);
+    kiln_model_free(m);
+}
+
+/* ---- the engine and the command line ---- */
+
+#define CHAT_PROMPT "<start_of_turn>user\n" VISION_MARKER "Describe this image.<end_of_turn>\n<start_of_turn>model\n"
+
+typedef struct text_buf {
+    char s[4096];
+    size_t n;
+} text_buf;
+
+static int on_piece(const char *piece, size_t len, int32_t token, void *user) {
+    (void)token;
+    text_buf *t = user;
+    if (t->n + len < sizeof t->s) {
+        memcpy(t->s + t->n, piece, len);
+        t->n += len;
+        t->s[t->n] = 0;
+    }
+    return 0;
+}
+
+static int copy_file(const char *from, const char *to) {
+    size_t len = 0;
+    char *b = t_read_file(from, &len);
+    FILE *f = b ? fopen(to, "wb") : NULL;
+    int ok = f && fwrite(b, 1, len, f) == len;
+    if (f) ok = fclose(f) == 0 && ok;
+    free(b);
+    return ok ? 0 : -1;
+}
+
+/* The engine's llm family: a pack's mmproj companion, a request with an
+ * image, and the greedy text (into out). */
+static void test_engine(char *out, size_t cap) {
+    char tmpl[] = "/tmp/kiln_vision_pack_XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char model[512], proj[512], man[512];
+    snprintf(model, sizeof model, "%s/model.gguf", dir);
+    snprintf(proj, sizeof proj, "%s/mmproj.gguf", dir);
+    snprintf(man, sizeof man, "%s/manifest.json", dir);
+    CHECK(copy_file(TEXT, model) == 0 && copy_file(MMPROJ, proj) == 0);
+    FILE *f = fopen(man, "w");
+    if (f) {
+        fputs("{\"artifacts\": [{\"role\": \"model\", \"path\": \"model.gguf\"}, "
+              "{\"role\": \"mmproj\", \"path\": \"mmproj.gguf\"}]}\n",
+              f);
+        fclose(f);
+    }
+    kiln_engine *e = NULL;
+    CHECK(kiln_engine_create(KILN_ENGINE_LLM, KILN_ENGINE_BACKEND_AUTO, &e) == KILN_OK);
+    kiln_context_params cp = kiln_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_seq_max = 2;
+    cp.n_threads = 2;
+    kiln_engine_set_context_params(e, &cp);
+    CHECK(kiln_engine_start(e) == KILN_OK);
+    CHECK(kiln_engine_load(e, model, NULL) == KILN_OK && kiln_engine_wait_idle(e, 60000) == KILN_OK);
+    const kiln_image_input img = {g_png, g_png_len, 0, 0};
+    kiln_engine_generate_request q = kiln_engine_generate_default();
+    q.prompt = CHAT_PROMPT;
+    q.n_predict = 12;
+    q.sampler.temperature = 0;
+    q.images = &img;
+    q.n_images = 1;
+    text_buf t = {{0}, 0};
+    q.on_token = on_piece;
+    q.user = &t;
+    int32_t n_gen = 0;
+    kiln_status st = kiln_engine_generate(e, &q, &n_gen);
+    CHECKF(st == KILN_OK && n_gen > 0, "%s", kiln_last_error());
+    snprintf(out, cap, "%s", t.s);
+    /* the same request again: the prefix cache holds the image's blocks */
+    text_buf t2 = {{0}, 0};
+    q.user = &t2;
+    CHECK(kiln_engine_generate(e, &q, NULL) == KILN_OK && !strcmp(t.s, t2.s));
+    /* a marker without an image */
+    q.n_images = 0;
+    CHECK(kiln_engine_generate(e, &q, NULL) == KILN_ERR_INVALID_ARG);
+    kiln_engine_free(e);
+    unlink(model);
+    unlink(proj);
+    unlink(man);
+    rmdir(dir);
+    /* a model without a projector refuses images with one line */
+    CHECK(kiln_engine_create(KILN_ENGINE_LLM, KILN_ENGINE_BACKEND_AUTO, &e) == KILN_OK);
+    kiln_engine_set_context_params(e, &cp);
+    CHECK(kiln_engine_start(e) == KILN_OK);
+    CHECK(kiln_engine_load(e, TEXT, NULL) == KILN_OK && kiln_engine_wait_idle(e, 60000) == KILN_OK);
+    q.n_images = 1;
+    CHECK(kiln_engine_generate(e, &q, NULL) == KILN_ERR_UNSUPPORTED);
+    CHECKF(strstr(kiln_last_error(), "does not take images"), "%s", kiln_last_error());
+    kiln_engine_free(e);
+}
+
+/* kiln run --image gives the engine's text, and llama-mtmd-cli's as
+ * recorded in gemma3-mtmd.txt (its generated bytes for the same files). */
+static void test_cli(const char *engine_text) {
+    const char *bin = getenv("KILN_BIN");
+    if (!bin) {
+        printf("KILN_BIN is not set: the command line is not tested\n");
+        return;
+    }
+    char tmpl[] = "/tmp/kiln_vision_cli_XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char cmd[2048], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd,
+             "%s run -m " TEXT " --mmproj " MMPROJ " --image " DIR "image.png -n 12 --temp 0 -t 2 -c 256 -e -p "
+             "'<start_of_turn>user\\n<__media__>Describe this image.<end_of_turn>\\n<start_of_turn>model\\n'",
+             bin);
+    int rc = t_run_capture(cmd, dir, &out, &err);
+    CHECKF(rc == 0, "%s", err ? err : "");
+    CHECKF(out && !strcmp(out, engine_text), "kiln run: \"%s\", the engine: \"%s\"", out ? out : "", engine_text);
+    /* llama-mtmd-cli's generated bytes for the same files, prompt and image */
+    size_t jl = 0;
+    char *json = t_read_file(DIR "gemma3-mtmd.txt", &jl);
+    if (!json) printf("no recorded llama-mtmd-cli output (gemma3-mtmd.txt)\n");
+    CHECKF(!json || (out && !strcmp(out, json)), "kiln run: \"%s\", llama-mtmd-cli: \"%s\"", out ? out : "",
+           json ? json : "");
+    free(json);
+    free(out);
+    free(err);
+    /* kiln chat: /image, then the message, rendered by the model's template */
+    snprintf(cmd, sizeof cmd,
+             "printf '/image " DIR "image.png\\nDescribe this image.\\n' | %s chat -m " TEXT " --mmproj " MMPROJ
+             " -n 12 --temp 0 -t 2 -c 256",
+             bin);
+    char *cout = NULL, *cerr = NULL;
+    rc = t_run_capture(cmd, dir, &cout, &cerr);
+    CHECKF(rc == 0 && cout && strstr(cout, engine_text) == cout, "kiln chat: \"%s\" (%s)", cout ? cout : "",
+           cerr ? cerr : "");
+    free(cout);
+    free(cerr);
+    /* a model without a projector: one line, exit 1 */
+    snprintf(cmd, sizeof cmd, "%s run -m " TEXT " --image " DIR "image.png -n 4 -p hi", bin);
+    out = err = NULL;
+    rc = t_run_capture(cmd, dir, &out, &err);
+    CHECKF(rc == 1 && err && strstr(err, "does not take images") && !strchr(strchr(err, '\n') + 1, '\n'), "%s",
+           err ? err : "");
+    free(out);
+    free(err);
+    char p[600];
+    snprintf(p, sizeof p, "%s/out.txt", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/err.txt", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
 int main(void) {
     g_png = (uint8_t *)t_read_file(DIR "image.png", &g_png_len);
     CHECK(g_png != NULL);
@@ -249,6 +469,11 @@ int main(void) {
     test_encode();
     test_hostile();
     test_prompt();
+    test_gen();
+    char text[4096] = "";
+    test_engine(text, sizeof text);
+    printf("greedy text after the image: \"%s\"\n", text);
+    test_cli(text);
     free(g_px);
     free(g_png);
     return t_done();

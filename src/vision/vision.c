@@ -293,7 +293,7 @@ kiln_status vision_encode(vision_model *vm, kpool *pool, const vision_image *im,
     if (!im || !im->px || im->w < 1 || im->h < 1 || im->w > VISION_MAX_SIDE || im->h > VISION_MAX_SIDE ||
         (int64_t)im->w * im->h > VISION_MAX_PIXELS)
         return kb_fail(KILN_ERR_INVALID_ARG, "image of %d x %d pixels: each side must be 1..%d and at most %d pixels",
-                       im ? im->w : 0, im ? im->h : 0, VISION_MAX_SIDE, VISION_MAX_PIXELS);
+                       im ? im->w : 0, im ? im->h : 0, VISION_MAX_SIDE, (int)VISION_MAX_PIXELS);
     kpool *own = NULL;
     if (!pool && !(pool = own = kpool_new(0))) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&vm->mu);
@@ -515,7 +515,7 @@ static const char *find_marker(const char *s, size_t n) {
     return NULL;
 }
 
-/* The pixels of image in (decoding an encoded one into *owned). */
+/* The pixels of image in (an encoded one decoded into *owned, freed by the caller). */
 static kiln_status image_pixels(const kiln_image_input *in, vision_image *im, uint8_t **owned) {
     *owned = NULL;
     if (!in->data) return kb_fail(KILN_ERR_INVALID_ARG, "an image has no data");
@@ -523,14 +523,19 @@ static kiln_status image_pixels(const kiln_image_input *in, vision_image *im, ui
         if (in->width < 1 || in->height < 1 || in->width > VISION_MAX_SIDE || in->height > VISION_MAX_SIDE ||
             (int64_t)in->width * in->height > VISION_MAX_PIXELS)
             return kb_fail(KILN_ERR_INVALID_ARG, "image of %d x %d pixels: each side must be 1..%d, at most %d pixels",
-                           in->width, in->height, VISION_MAX_SIDE, VISION_MAX_PIXELS);
+                           in->width, in->height, VISION_MAX_SIDE, (int)VISION_MAX_PIXELS);
         if (in->len != (size_t)in->width * (size_t)in->height * 3)
             return kb_fail(KILN_ERR_INVALID_ARG, "raw image of %d x %d needs %zu bytes, got %zu", in->width, in->height,
                            (size_t)in->width * (size_t)in->height * 3, in->len);
         *im = (vision_image){in->width, in->height, in->data};
         return KILN_OK;
     }
-    return kb_fail(KILN_ERR_UNSUPPORTED, "this build cannot decode image files (give RGB pixels)");
+    vision_rgb rgb;
+    kiln_status st = vision_decode(in->data, in->len, &rgb);
+    if (st != KILN_OK) return st;
+    *owned = rgb.px;
+    *im = (vision_image){rgb.w, rgb.h, rgb.px};
+    return KILN_OK;
 }
 
 kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int add_special, int parse_special,

@@ -31,6 +31,7 @@
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
 #include "thread/pool.h"
+#include "vision/decode.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -38,10 +39,6 @@
 
 /* Where an image goes in a prompt (llama.cpp's marker). */
 #define VISION_MARKER "<__media__>"
-
-/* Limits on an image given as pixels: a side, and the pixel count. */
-#define VISION_MAX_SIDE 8192
-#define VISION_MAX_PIXELS (40 * 1000 * 1000)
 
 /* Most images one prompt may carry. */
 #define VISION_MAX_IMAGES 64
