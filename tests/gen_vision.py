@@ -78,7 +78,7 @@ G3_TEXT = dict(n_embd=64, n_layer=6, n_head=4, n_head_kv=2, head_dim=16, n_ff=12
 G3_VIS = dict(n_embd=32, n_layer=2, n_head=4, n_ff=64, eps=1e-6, image_size=32, patch_size=4, merge=2, seed=3701,
               mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5])
 G3_SPECIAL = ["<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>"]
-# Gemma 3's chat template (as the released GGUFs carry it, system turn folded
+# a chat template in Gemma 3's format (system turn folded
 # into the first user turn; images as <start_of_image>)
 G3_TEMPLATE = (
     "{{ bos_token }}\n"
