@@ -47,7 +47,7 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
         const float d = y[i].d * h2f(x[i].d);
         const float dmin = -y[i].d * h2f(x[i].dmin);
         uint32_t o[4];
-        kq_unpack_scales_k4(x[i].scales, o);
+        _mm_storeu_si128((__m128i *)o, kq_scales_k4_x86(x[i].scales));
         accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(o, y[i].bsums)), accm);
 
         const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)o)));
@@ -82,7 +82,7 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
         const float d = y[i].d * h2f(x[i].d);
         const float dmin = -y[i].d * h2f(x[i].dmin);
         uint32_t o[4];
-        kq_unpack_scales_k4(x[i].scales, o);
+        _mm_storeu_si128((__m128i *)o, kq_scales_k4_x86(x[i].scales));
         accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(o, y[i].bsums)), accm);
 
         const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)o)));

@@ -14,6 +14,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 /* One IEEE half to float and back (F16C: exact, round to nearest even,
  * NaNs quieted with their top payload bits — the bits of kq_f16_to_f32 /
@@ -105,5 +106,22 @@ static inline float hsum16(__m512 v) {
     return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 #endif
+
+/* The 12-byte scale field of a Q4_K / Q5_K block as 16 bytes: the 8 scales,
+ * then the 8 mins (6 bits each), the bytes kq_unpack_scales_k4 writes.
+ * With the field as dwords a0, a1, a2: scales 0..3 = a0 & 0x3f.., 4..7 =
+ * (a2 & 0x0f..) | (a0 >> 2 & 0x30..), mins 0..3 = a1 & 0x3f.., mins 4..7 =
+ * (a2 >> 4 & 0x0f..) | (a1 >> 2 & 0x30..); nine vector steps instead of
+ * about twenty scalar ones and the moves into a vector. */
+static inline __m128i kq_scales_k4_x86(const uint8_t s[12]) {
+    int32_t a2;
+    memcpy(&a2, s + 8, 4);
+    const __m128i v = _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)s), a2, 2);
+    const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x3f)); /* dwords: o0, o2 */
+    const __m128i a22 = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xAA), _mm_setr_epi32(0, 4, 0, 0));
+    const __m128i hi = _mm_or_si128(_mm_and_si128(a22, _mm_set1_epi8(0x0f)),
+                                    _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi8(0x30))); /* o1, o3 */
+    return _mm_unpacklo_epi32(lo, hi);
+}
 
 #endif
