@@ -280,7 +280,9 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
+        const __m256i ls = _mm256_broadcastsi128_si256(kq_iq4_xs_scales_x86(x[i].scales_h, x[i].scales_l));
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int ib = 0; ib < 8; ib += 2) {
             /* Two sub-blocks: 32 bytes of nibbles, low 128 bits = ib. */
             __m256i qb = _mm256_loadu_si256((const __m256i *)(x[i].qs + 16 * ib));
@@ -290,10 +292,8 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
             __m256i vb = iq4_lookup(_mm256_permute2x128_si256(lo, hi, 0x31));
             __m256i ya = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * ib));
             __m256i yb = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * ib + 32));
-            int ls0 = (((x[i].scales_l[ib / 2] >> 0) & 0xF) | ((x[i].scales_h >> (2 * ib)) & 3) << 4) - 32;
-            int ls1 = (((x[i].scales_l[ib / 2] >> 4) & 0xF) | ((x[i].scales_h >> (2 * ib + 2)) & 3) << 4) - 32;
-            __m256i pa = _mm256_madd_epi16(dot_s8_pairs16(va, ya), _mm256_set1_epi16((short)ls0));
-            __m256i pb = _mm256_madd_epi16(dot_s8_pairs16(vb, yb), _mm256_set1_epi16((short)ls1));
+            __m256i pa = _mm256_madd_epi16(dot_s8_pairs16(va, ya), BCAST16(ls, ib));
+            __m256i pb = _mm256_madd_epi16(dot_s8_pairs16(vb, yb), BCAST16(ls, ib + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pa, pb));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);

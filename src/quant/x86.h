@@ -124,4 +124,21 @@ static inline __m128i kq_scales_k4_x86(const uint8_t s[12]) {
     return _mm_unpacklo_epi32(lo, hi);
 }
 
+/* The 8 sub-block scales of an IQ4_XS block without their bias of 32, as
+ * int16: scale j = (nibble j % 2 of sl[j / 2]) | (bits 2j, 2j + 1 of sh) << 4,
+ * minus 32.  One unpack interleaves the low and high nibbles; a multiply by
+ * 2^(14 - 2j) and a shift by 14 bring each lane's two top bits down.  Eleven
+ * vector steps where the scalar extraction took about twelve per scale. */
+static inline __m128i kq_iq4_xs_scales_x86(uint16_t sh, const uint8_t sl[4]) {
+    int32_t l4;
+    memcpy(&l4, sl, 4);
+    const __m128i x = _mm_cvtsi32_si128(l4), m4 = _mm_set1_epi8(0x0F);
+    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
+    const __m128i top =
+        _mm_srli_epi16(_mm_mullo_epi16(_mm_set1_epi16((short)sh),
+                                       _mm_setr_epi16(1 << 14, 1 << 12, 1 << 10, 1 << 8, 1 << 6, 1 << 4, 4, 1)),
+                       14);
+    return _mm_sub_epi16(_mm_or_si128(_mm_cvtepu8_epi16(nib), _mm_slli_epi16(top, 4)), _mm_set1_epi16(32));
+}
+
 #endif
