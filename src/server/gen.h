@@ -24,6 +24,8 @@ const char *ks_fin_incomplete(int fin);
 typedef struct ks_req {
     int32_t *prompt;
     int32_t n_prompt;
+    float *embd;         /* [n_embd_rows][input width]: the image tokens' rows (owned), or NULL */
+    int32_t n_embd_rows; /*   one per negative id of prompt, in order */
     int32_t max_tokens;
     kiln_sampler_params sp;
     int32_t n_top;     /* top logprobs wanted per token (0..20) */
