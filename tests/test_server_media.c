@@ -1,0 +1,278 @@
+/* Images in requests (src/server/media.c) through a real server on
+ * 127.0.0.1: the base64 decoder; each API's image parts (OpenAI chat
+ * image_url, Responses input_image, Anthropic image blocks, Ollama's
+ * images on /api/chat and /api/generate) reach the server and are refused
+ * by name for a model without a vision projector, never dropped; bad
+ * base64, data: URLs that are not base64, bytes that are no image, http(s)
+ * URLs without --allow-image-urls (400) and images over the byte limit
+ * (413) are refused with a clear message; /props and /api/show say the
+ * model takes no images.  Every wait is bounded. */
+#define _GNU_SOURCE
+#include "server/media.h"
+#include "server/server.h"
+
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MODEL "../models/stories260K.gguf"
+#define LIMIT 4096 /* the servers' --max-image-bytes */
+
+static int g_port;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* POSTs body (or GETs when body is NULL) and reads the whole response
+ * (Connection: close) for up to 60 s: its status, the response in out. */
+static int request(const char *path, const char *body, char *out, size_t cap) {
+    out[0] = 0;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&to, sizeof to)) {
+        if (fd >= 0) close(fd);
+        return 0;
+    }
+    size_t bl = body ? strlen(body) : 0;
+    char *req = malloc(bl + 512);
+    int h = body ? snprintf(req, 512,
+                            "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                            "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                            path, bl)
+                 : snprintf(req, 512, "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", path);
+    if (body) memcpy(req + h, body, bl);
+    for (size_t sent = 0, len = (size_t)h + bl; sent < len;) {
+        ssize_t k = send(fd, req + sent, len - sent, MSG_NOSIGNAL);
+        if (k <= 0) break;
+        sent += (size_t)k;
+    }
+    free(req);
+    size_t n = 0;
+    const double end = now() + 60;
+    while (n + 1 < cap && now() < end) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 1000) <= 0) continue;
+        ssize_t k = recv(fd, out + n, cap - 1 - n, 0);
+        if (k <= 0) break;
+        n += (size_t)k;
+        out[n] = 0;
+    }
+    close(fd);
+    return n > 12 && !strncmp(out, "HTTP/1.", 7) ? atoi(out + 9) : 0;
+}
+
+static char *b64(const uint8_t *p, size_t n) {
+    static const char k[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc(n / 3 * 4 + 8), *q = o;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t x = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        *q++ = k[x >> 18 & 63];
+        *q++ = k[x >> 12 & 63];
+        *q++ = i + 1 < n ? k[x >> 6 & 63] : '=';
+        *q++ = i + 2 < n ? k[x & 63] : '=';
+    }
+    *q = 0;
+    return o;
+}
+
+static void test_b64(void) {
+    uint8_t *p;
+    size_t len, bad;
+    CHECK(ks_media_b64("QUJD", 4, 100, &p, &len, &bad) == 0 && len == 3 && !memcmp(p, "ABC", 3));
+    free(p);
+    CHECK(ks_media_b64("QUI=", 4, 100, &p, &len, &bad) == 0 && len == 2 && !memcmp(p, "AB", 2));
+    free(p);
+    CHECK(ks_media_b64("QUI", 3, 100, &p, &len, &bad) == 0 && len == 2 && !memcmp(p, "AB", 2));
+    free(p);
+    CHECK(ks_media_b64("QQ==", 4, 100, &p, &len, &bad) == 0 && len == 1 && p[0] == 'A');
+    free(p);
+    CHECK(ks_media_b64("QU\r\nJD\n", 7, 100, &p, &len, &bad) == 0 && len == 3 && !memcmp(p, "ABC", 3));
+    free(p);
+    CHECK(ks_media_b64("", 0, 100, &p, &len, &bad) == 0 && len == 0);
+    free(p);
+    CHECK(ks_media_b64("QU@D", 4, 100, &p, &len, &bad) == -1 && bad == 2 && p == NULL);
+    CHECK(ks_media_b64("Q", 1, 100, &p, &len, &bad) == -1);
+    CHECK(ks_media_b64("QUJD====", 8, 100, &p, &len, &bad) == -1);
+    CHECK(ks_media_b64("QU=D", 4, 100, &p, &len, &bad) == -1);
+    CHECK(ks_media_b64("QUJDQUJD", 8, 5, &p, &len, &bad) == -2 && p == NULL);
+    CHECK(ks_media_b64("QUJDQUJD", 8, 6, &p, &len, &bad) == 0 && len == 6);
+    free(p);
+}
+
+/* expects status and words in the response to POST body to path */
+static void expect(const char *what, const char *path, const char *body, int status, const char *words) {
+    static char out[1 << 16];
+    int st = request(path, body, out, sizeof out);
+    CHECKF(st == status, "%s: status %d, not %d: %.400s", what, st, status, out);
+    CHECKF(strstr(out, words) != NULL, "%s: the response lacks '%s': %.400s", what, words, out);
+}
+
+static ks_server *start(const char *model) {
+    ks_config cfg = ks_config_default();
+    cfg.port = 0;
+    cfg.models = &model;
+    cfg.n_models = 1;
+    cfg.parallel = 1;
+    cfg.n_ctx = 128;
+    cfg.n_threads = 1;
+    cfg.keep_alive = -1;
+    cfg.max_image_bytes = LIMIT;
+    ks_server *srv = NULL;
+    CHECK(ks_server_start(&cfg, &srv) == KILN_OK);
+    if (!srv) return NULL;
+    char msg[256];
+    CHECKF(ks_server_wait_loaded(srv, msg, sizeof msg) == KILN_OK, "%s", msg);
+    g_port = ks_server_port(srv);
+    return srv;
+}
+
+static char *fmt(const char *f, const char *a) {
+    size_t n = strlen(f) + strlen(a) + 1;
+    char *s = malloc(n);
+    snprintf(s, n, f, a);
+    return s;
+}
+
+static void test_server(const char *model_path) {
+    ks_server *srv = start(model_path);
+    if (!srv) return;
+    size_t plen;
+    char *png = t_read_file("data/vision/rgb.png", &plen);
+    CHECK(png != NULL);
+    if (!png) return;
+    char *img = b64((const uint8_t *)png, plen);
+    uint8_t big[LIMIT + 16];
+    memset(big, 0, sizeof big);
+    memcpy(big, png, plen);
+    char *large = b64(big, sizeof big);
+    char *text = b64((const uint8_t *)"hello, world", 12);
+    const char *no = "does not take images";
+
+    /* a text chat still runs */
+    expect("text chat", "/v1/chat/completions",
+           "{\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 200,
+           "chat.completion");
+
+    /* OpenAI chat: image_url parts */
+    const char *oai = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"what is it\"},"
+                      "{\"type\":\"image_url\",\"image_url\":{\"url\":\"%s\"}}]}]}";
+    char *u = fmt("data:image/png;base64,%s", img), *b = fmt(oai, u);
+    expect("chat image", "/v1/chat/completions", b, 400, no);
+    free(b);
+    free(u);
+    b = fmt(oai, "data:image/png;base64,iVBO@@@@");
+    expect("chat bad base64", "/v1/chat/completions", b, 400, "base64 is invalid (at character 4");
+    free(b);
+    b = fmt(oai, "data:image/png,iVBO");
+    expect("chat data URL not base64", "/v1/chat/completions", b, 400, "must be base64");
+    free(b);
+    b = fmt(oai, "http://127.0.0.1:9/cat.png");
+    expect("chat URL without the flag", "/v1/chat/completions", b, 400, "--allow-image-urls");
+    free(b);
+    b = fmt(oai, "ftp://example.com/cat.png");
+    expect("chat ftp URL", "/v1/chat/completions", b, 400, "data: URL (base64) or http(s)");
+    free(b);
+    u = fmt("data:image/png;base64,%s", text);
+    b = fmt(oai, u);
+    expect("chat not an image", "/v1/chat/completions", b, 400, "not a PNG, JPEG or WebP");
+    free(b);
+    free(u);
+    u = fmt("data:image/png;base64,%s", large);
+    b = fmt(oai, u);
+    expect("chat over the limit", "/v1/chat/completions", b, 413, "exceed the limit of 4096 bytes");
+    free(b);
+    free(u);
+
+    /* Responses: input_image */
+    const char *resp = "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"what\"},"
+                       "{\"type\":\"input_image\",\"image_url\":\"%s\"}]}]}";
+    u = fmt("data:image/png;base64,%s", img);
+    b = fmt(resp, u);
+    expect("responses image", "/v1/responses", b, 400, no);
+    free(b);
+    free(u);
+    b = fmt(resp, "data:image/png;base64,!!!!");
+    expect("responses bad base64", "/v1/responses", b, 400, "base64 is invalid");
+    free(b);
+    expect("responses file_id", "/v1/responses",
+           "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"file_id\":\"f1\"}]}]}", 400,
+           "keeps no files");
+
+    /* Anthropic: image blocks */
+    const char *ant = "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
+                      "\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"%s\"}},"
+                      "{\"type\":\"text\",\"text\":\"what\"}]}]}";
+    b = fmt(ant, img);
+    expect("messages image", "/v1/messages", b, 400, no);
+    free(b);
+    b = fmt(ant, large);
+    expect("messages over the limit", "/v1/messages", b, 413, "request_too_large");
+    free(b);
+    expect("messages file source", "/v1/messages",
+           "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":"
+           "{\"type\":\"file\",\"file_id\":\"f\"}}]}]}",
+           400, "'base64' or 'url'");
+    expect("messages URL source", "/v1/messages",
+           "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":"
+           "{\"type\":\"url\",\"url\":\"https://example.com/a.png\"}}]}]}",
+           400, "--allow-image-urls");
+
+    /* Ollama: images on /api/chat and /api/generate */
+    b = fmt("{\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":\"what\",\"images\":[\"%s\"]}]}", img);
+    expect("ollama chat image", "/api/chat", b, 400, no);
+    free(b);
+    expect("ollama chat bad base64", "/api/chat",
+           "{\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":\"what\",\"images\":[\"a b!\"]}]}", 400,
+           "messages[0].images[0]: the image's base64 is invalid");
+    expect("ollama chat images not strings", "/api/chat",
+           "{\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":\"what\",\"images\":[1]}]}", 400,
+           "must be a base64 string");
+    b = fmt("{\"stream\":false,\"prompt\":\"what\",\"images\":[\"%s\"]}", img);
+    expect("ollama generate image", "/api/generate", b, 400, no);
+    free(b);
+    b = fmt("{\"stream\":false,\"prompt\":\"what\",\"images\":[\"%s\"]}", large);
+    expect("ollama generate over the limit", "/api/generate", b, 413, "exceed the limit");
+    free(b);
+
+    /* what the model says of itself */
+    static char out[1 << 16];
+    CHECK(request("/props", NULL, out, sizeof out) == 200);
+    CHECKF(strstr(out, "\"vision\": false") || strstr(out, "\"vision\":false"), "/props: %.300s", out);
+    CHECK(request("/api/show", "{\"model\":\"chat\"}", out, sizeof out) == 200);
+    CHECKF(strstr(out, "\"capabilities\"") && !strstr(out, "\"vision\""), "/api/show: %.400s", out);
+
+    free(img);
+    free(large);
+    free(text);
+    free(png);
+    ks_server_drain(srv, 5);
+    ks_server_free(srv);
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGPIPE, SIG_IGN);
+    test_b64();
+    char dir[] = "/tmp/kiln-media-XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    char model[128];
+    snprintf(model, sizeof model, "%s/chat.gguf", dir);
+    CHECK(t_write_chat_model(MODEL, model) == 0);
+    test_server(model);
+    unlink(model);
+    rmdir(dir);
+    return t_done();
+}
