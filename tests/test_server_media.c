@@ -6,7 +6,9 @@
  * base64, data: URLs that are not base64, bytes that are no image, http(s)
  * URLs without --allow-image-urls (400) and images over the byte limit
  * (413) are refused with a clear message; /props and /api/show say the
- * model takes no images.  Every wait is bounded. */
+ * model takes no images; ks_media_fetch against a local HTTP server (an
+ * image, a redirect, 404, a body over the limit, a redirect to ftp, bytes
+ * that are no image).  Every wait is bounded. */
 #define _GNU_SOURCE
 #include "server/media.h"
 #include "server/server.h"
@@ -14,6 +16,7 @@
 #include "testutil.h"
 
 #include <arpa/inet.h>
+#include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -163,8 +166,7 @@ static void test_server(const char *model_path) {
 
     /* a text chat still runs */
     expect("text chat", "/v1/chat/completions",
-           "{\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 200,
-           "chat.completion");
+           "{\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 200, "chat.completion");
 
     /* OpenAI chat: image_url parts */
     const char *oai = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"what is it\"},"
@@ -262,10 +264,82 @@ static void test_server(const char *model_path) {
     ks_server_free(srv);
 }
 
+/* ---- image URLs ---- */
+
+static char *g_png;
+static size_t g_png_len;
+
+static enum MHD_Result serve(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                             const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)cls, (void)method, (void)version, (void)upload, (void)upload_size, (void)con_cls;
+    static char big[LIMIT * 2];
+    struct MHD_Response *r;
+    unsigned code = 200;
+    if (!strcmp(url, "/cat.png")) {
+        r = MHD_create_response_from_buffer(g_png_len, g_png, MHD_RESPMEM_PERSISTENT);
+    } else if (!strcmp(url, "/big.png")) {
+        memcpy(big, g_png, g_png_len);
+        r = MHD_create_response_from_buffer(sizeof big, big, MHD_RESPMEM_PERSISTENT);
+    } else if (!strcmp(url, "/text")) {
+        r = MHD_create_response_from_buffer(5, "hello", MHD_RESPMEM_PERSISTENT);
+    } else if (!strcmp(url, "/moved") || !strcmp(url, "/to-ftp")) {
+        r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(r, "Location", !strcmp(url, "/moved") ? "/cat.png" : "ftp://127.0.0.1/cat.png");
+        code = 302;
+    } else {
+        r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        code = 404;
+    }
+    enum MHD_Result ok = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static void test_fetch(void) {
+    g_png = t_read_file("data/vision/rgb.png", &g_png_len);
+    CHECK(g_png != NULL);
+    if (!g_png) return;
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, serve, NULL,
+                                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a, MHD_OPTION_END);
+    CHECK(d != NULL);
+    if (!d) return;
+    int port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT)->port;
+    char url[128], err[512];
+    uint8_t *p;
+    size_t n;
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/cat.png", port);
+    CHECKF(ks_media_fetch(url, LIMIT, &p, &n, err, sizeof err) == 0, "%s", err);
+    CHECK(p && n == g_png_len && !memcmp(p, g_png, n));
+    free(p);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/moved", port);
+    CHECKF(ks_media_fetch(url, LIMIT, &p, &n, err, sizeof err) == 0 && n == g_png_len, "%s", err);
+    free(p);
+    static const struct {
+        const char *path;
+        int status;
+        const char *words;
+    } bad[] = {
+        {"/missing.png", 400, "gave HTTP 404"},
+        {"/big.png", 413, "larger than the 4096 bytes"},
+        {"/text", 400, "not a PNG, JPEG or WebP"},
+        {"/to-ftp", 400, "failed"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, bad[i].path);
+        int st = ks_media_fetch(url, LIMIT, &p, &n, err, sizeof err);
+        CHECKF(st == bad[i].status && strstr(err, bad[i].words) && p == NULL, "%s: %d %s", bad[i].path, st, err);
+    }
+    MHD_stop_daemon(d);
+    free(g_png);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGPIPE, SIG_IGN);
     test_b64();
+    test_fetch();
     char dir[] = "/tmp/kiln-media-XXXXXX";
     if (!mkdtemp(dir)) return 1;
     char model[128];

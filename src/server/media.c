@@ -271,15 +271,17 @@ static size_t sink_write(char *d, size_t sz, size_t nm, void *user) {
     return n;
 }
 
-static int fetch(take *t, int32_t k) {
-    const char *u = t->urls[k];
-    char where[48];
-    snprintf(where, sizeof where, "image %d", (int)k + 1);
+int ks_media_fetch(const char *url, size_t max, uint8_t **out, size_t *len, char *err, size_t cap) {
+    *out = NULL;
+    *len = 0;
     CURL *h = curl_easy_init();
-    if (!h) return refuse(t, 500, "out of memory");
-    sink s = {NULL, 0, 0, t->max - t->m->bytes, 0, 0};
+    if (!h) {
+        snprintf(err, cap, "out of memory");
+        return 500;
+    }
+    sink s = {NULL, 0, 0, max, 0, 0};
     char cerr[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(h, CURLOPT_URL, u);
+    curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
@@ -287,7 +289,7 @@ static int fetch(take *t, int32_t k) {
     curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)KS_MEDIA_FETCH_SECONDS);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)s.max);
+    curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)max);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
@@ -296,23 +298,43 @@ static int fetch(take *t, int32_t k) {
     long code = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     curl_easy_cleanup(h);
-    int rc = 0;
-    if (s.over || cc == CURLE_FILESIZE_EXCEEDED)
-        rc = over_limit(t, where);
-    else if (s.oom)
-        rc = refuse(t, 500, "out of memory");
-    else if (cc != CURLE_OK)
-        rc = refuse(t, 400, "%s: fetching %.200s failed: %s", where, u, cerr[0] ? cerr : curl_easy_strerror(cc));
-    else if (code != 200)
-        rc = refuse(t, 400, "%s: fetching %.200s gave HTTP %ld", where, u, code);
-    else if (!vision_format(s.p, s.n))
-        rc = refuse(t, 400, "%s: %.200s is not a PNG, JPEG or WebP file (by its first bytes)", where, u);
-    if (rc) {
-        free(s.p);
-        return rc;
+    int st = 0;
+    if (s.over || cc == CURLE_FILESIZE_EXCEEDED) {
+        snprintf(err, cap, "%.200s is larger than the %zu bytes left for the request's images", url, max);
+        st = 413;
+    } else if (s.oom) {
+        snprintf(err, cap, "out of memory");
+        st = 500;
+    } else if (cc != CURLE_OK) {
+        snprintf(err, cap, "fetching %.200s failed: %s", url, cerr[0] ? cerr : curl_easy_strerror(cc));
+        st = 400;
+    } else if (code != 200) {
+        snprintf(err, cap, "fetching %.200s gave HTTP %ld", url, code);
+        st = 400;
+    } else if (!vision_format(s.p, s.n)) {
+        snprintf(err, cap, "%.200s is not a PNG, JPEG or WebP file (by its first bytes)", url);
+        st = 400;
     }
-    t->m->im[k] = (ks_image){s.p, s.n};
-    t->m->bytes += s.n;
+    if (st) {
+        free(s.p);
+        return st;
+    }
+    *out = s.p;
+    *len = s.n;
+    return 0;
+}
+
+static int fetch(take *t, int32_t k) {
+    char msg[400];
+    uint8_t *p;
+    size_t n;
+    int st = ks_media_fetch(t->urls[k], t->max - t->m->bytes, &p, &n, msg, sizeof msg);
+    char where[32];
+    snprintf(where, sizeof where, "image %d", (int)k + 1);
+    if (st == 413) return over_limit(t, where);
+    if (st) return refuse(t, st, "%s: %s", where, msg);
+    t->m->im[k] = (ks_image){p, n};
+    t->m->bytes += n;
     return 0;
 }
 

@@ -60,6 +60,12 @@ int ks_media_list(ks_model *r, json_t *images, ks_media *out, int *status, char 
 
 void ks_media_free(ks_media *m);
 
+/* GETs an http(s) image URL (redirects to http(s) only, KS_MEDIA_FETCH_SECONDS
+ * in all) into a kb_malloc'd buffer of at most max bytes.  0, or the HTTP
+ * status to answer with a message in err: 413 over max, 400 a failed fetch,
+ * a status other than 200 or bytes that are no image, 500 out of memory. */
+int ks_media_fetch(const char *url, size_t max, uint8_t **out, size_t *len, char *err, size_t cap);
+
 /* The rendered prompt text (a KS_MEDIA_MARKER per image, in order) and
  * m's images to tokens (an image's are negative) and the embedding rows
  * of the image tokens, [n_rows][the model's input width], both kb_malloc'd
