@@ -362,11 +362,29 @@ static void take_init(take *t, ks_model *r, ks_media *out, char *err, size_t cap
     t->allow_urls = r && r->srv && r->srv->cfg.allow_image_urls;
 }
 
+/* 1 when the message holds an image part or Ollama's images. */
+static int has_images(json_t *msg) {
+    json_t *images = json_object_get(msg, "images");
+    if (images && !json_is_null(images)) return 1;
+    size_t k;
+    json_t *part;
+    json_array_foreach(json_object_get(msg, "content"), k, part) {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (type && (!strcmp(type, "image_url") || !strcmp(type, "input_image") || !strcmp(type, "image"))) return 1;
+    }
+    return 0;
+}
+
 int ks_media_chat(ks_model *r, json_t *messages, json_t **rewritten, ks_media *out, int *status, char *err,
                   size_t cap) {
     take t;
     take_init(&t, r, out, err, cap);
     *rewritten = NULL;
+    size_t i;
+    json_t *msg;
+    int any = 0;
+    json_array_foreach(messages, i, msg) any |= json_is_object(msg) && has_images(msg);
+    if (!any) return 0;
     json_t *copy = json_array();
     if (!copy) {
         *status = 500;
@@ -374,20 +392,14 @@ int ks_media_chat(ks_model *r, json_t *messages, json_t **rewritten, ks_media *o
         return -1;
     }
     int rc = 0;
-    size_t i;
-    json_t *msg;
     json_array_foreach(messages, i, msg) {
         json_t *content = json_object_get(msg, "content");
         json_t *images = json_object_get(msg, "images");
-        int has = json_is_array(images) || (images && !json_is_null(images));
         size_t k;
         json_t *part;
-        json_array_foreach(content, k, part) {
-            const char *type = json_string_value(json_object_get(part, "type"));
-            has |= type && (!strcmp(type, "image_url") || !strcmp(type, "input_image") || !strcmp(type, "image"));
-        }
-        if (!has || !json_is_object(msg)) {
-            json_array_append(copy, msg);
+        if (!json_is_object(msg) || !has_images(msg)) {
+            if (json_array_append(copy, msg)) rc = refuse(&t, 500, "out of memory");
+            if (rc) break;
             continue;
         }
         ks_buf text = {0};
@@ -410,9 +422,14 @@ int ks_media_chat(ks_model *r, json_t *messages, json_t **rewritten, ks_media *o
         }
         json_t *m = rc ? NULL : json_copy(msg);
         if (m) {
-            json_object_set_new(m, "content", ks_jstr(text.p ? text.p : "", text.len));
+            json_t *str = text.failed ? NULL : ks_jstr(text.p ? text.p : "", text.len);
             json_object_del(m, "images");
-            json_array_append_new(copy, m);
+            if (!str || json_object_set_new(m, "content", str)) {
+                json_decref(m);
+                rc = refuse(&t, 500, "out of memory");
+            } else if (json_array_append_new(copy, m)) {
+                rc = refuse(&t, 500, "out of memory");
+            }
         } else if (!rc) {
             rc = refuse(&t, 500, "out of memory");
         }
