@@ -239,11 +239,10 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
                         code == 500 ? NULL : "messages");
     }
     int32_t n = 0;
-    float *rows = NULL; /* the image tokens' embedding rows */
-    int32_t n_rows = 0;
+    ks_prompt_media pm = {0}; /* the image tokens' rows */
     int32_t *ids = NULL;
     if (media.n) {
-        if (ks_media_prompt(r, prompt, &media, &ids, &n, &rows, &n_rows, &mstatus, merr, sizeof merr)) {
+        if (ks_media_prompt(r, prompt, &media, &ids, &n, &pm, &mstatus, merr, sizeof merr)) {
             ks_media_free(&media);
             free(prompt);
             ks_model_done(r, ka);
@@ -269,7 +268,7 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     a.stream = ollama ? !json_is_false(stream) : json_is_true(stream);
     a.include_usage = json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
     a.load_wait = load_wait;
-    ks_req *q = ids ? ks_start(r, c, ids, n, rows, n_rows, &o, &rc) : NULL;
+    ks_req *q = ids ? ks_start(r, c, ids, n, &pm, &o, &rc) : NULL;
     if (!ids) rc = ks_error(c, ollama, 500, "server_error", "tokenization failed", NULL);
     if (!q) {
         ks_model_done(r, ka);
@@ -307,8 +306,8 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
         return ks_error(c, ollama, 400, "invalid_request_error", "images go with a text prompt, not token ids",
                         "prompt");
     }
-    int32_t n = 0, *ids = NULL, n_rows = 0;
-    float *rows = NULL; /* the image tokens' embedding rows */
+    int32_t n = 0, *ids = NULL;
+    ks_prompt_media pm = {0}; /* the image tokens' rows */
     char *rendered = NULL;
     int start_think = 0;
     if (prompt_ids) {
@@ -364,7 +363,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
         }
         /* special-token text in a raw prompt is the token, as llama.cpp reads it; a raw
          * prompt's images go before its text */
-        if (media.n && ks_media_prompt(r, text, &media, &ids, &n, &rows, &n_rows, &mstatus, merr, sizeof merr)) {
+        if (media.n && ks_media_prompt(r, text, &media, &ids, &n, &pm, &mstatus, merr, sizeof merr)) {
             ks_media_free(&media);
             free(rendered);
             ks_model_done(r, ka);
@@ -378,7 +377,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
         ks_model_done(r, ka);
         return ks_error(c, ollama, 500, "server_error", "tokenization failed", NULL);
     }
-    ks_req *q = ks_start(r, c, ids, n, rows, n_rows, o, &rc);
+    ks_req *q = ks_start(r, c, ids, n, &pm, o, &rc);
     if (!q) {
         ks_model_done(r, ka);
         return rc;

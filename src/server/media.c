@@ -94,13 +94,12 @@ int ks_media_b64(const char *s, size_t n, size_t max, uint8_t **out, size_t *len
     return 0;
 }
 
-int ks_media_prompt(ks_model *r, const char *text, const ks_media *m, int32_t **ids, int32_t *n, float **rows,
-                    int32_t *n_rows, int *status, char *err, size_t cap) {
+int ks_media_prompt(ks_model *r, const char *text, const ks_media *m, int32_t **ids, int32_t *n, ks_prompt_media *pm,
+                    int *status, char *err, size_t cap) {
     (void)text, (void)m;
     *ids = NULL;
     *n = 0;
-    *rows = NULL;
-    *n_rows = 0;
+    memset(pm, 0, sizeof *pm);
     *status = 400;
     snprintf(err, cap, "model \"%s\" does not take images: it has no vision projector (mmproj)", r ? r->name : "");
     return -1;

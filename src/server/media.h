@@ -15,6 +15,7 @@
 #ifndef KILN_SERVER_MEDIA_H
 #define KILN_SERVER_MEDIA_H
 
+#include "server/gen.h"
 #include "server/srv.h"
 
 #include <jansson.h>
@@ -67,12 +68,11 @@ void ks_media_free(ks_media *m);
 int ks_media_fetch(const char *url, size_t max, uint8_t **out, size_t *len, char *err, size_t cap);
 
 /* The rendered prompt text (a KS_MEDIA_MARKER per image, in order) and
- * m's images to tokens (an image's are negative) and the embedding rows
- * of the image tokens, [n_rows][the model's input width], both kb_malloc'd
- * for ks_start.  -1 with *status and err as ks_media_chat (400: an image
+ * m's images to tokens (an image's are negative) and what ks_start takes
+ * beside them (the image tokens' embedding rows, M-RoPE positions).  -1 with *status and err as ks_media_chat (400: an image
  * that does not decode, markers that do not match the images). */
-int ks_media_prompt(ks_model *r, const char *text, const ks_media *m, int32_t **ids, int32_t *n, float **rows,
-                    int32_t *n_rows, int *status, char *err, size_t cap);
+int ks_media_prompt(ks_model *r, const char *text, const ks_media *m, int32_t **ids, int32_t *n, ks_prompt_media *pm,
+                    int *status, char *err, size_t cap);
 
 /* Decodes base64 (the standard alphabet, padding optional, line breaks
  * and spaces skipped) into a kb_malloc'd buffer.  -1 on a character

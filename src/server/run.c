@@ -27,7 +27,8 @@ void ks_req_free(ks_req *q) {
     if (!q) return;
     engine_llm_end(q->er);
     free(q->prompt);
-    free(q->embd);
+    free(q->media.embd);
+    free(q->media.mpos);
     ks_schema_free(q->schema);
     for (int i = 0; i < q->n_call; i++) {
         free(q->call_names[i]);
@@ -112,12 +113,18 @@ static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, 
     return 0;
 }
 
-ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, float *rows, int32_t n_rows,
+ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, ks_prompt_media *pm,
                  const ks_gen_opts *o, int *rc) {
+    ks_prompt_media media = {0};
+    if (pm) {
+        media = *pm;
+        memset(pm, 0, sizeof *pm);
+    }
     char msg[300];
     if (n <= 0) {
         free(ids);
-        free(rows);
+        free(media.embd);
+        free(media.mpos);
         *rc = ks_error(c, o->ollama, 400, "invalid_request_error", "the prompt is empty", "prompt");
         return NULL;
     }
@@ -128,7 +135,8 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     const int32_t room = r->n_ctx - n;
     if (room < 1) {
         free(ids);
-        free(rows);
+        free(media.embd);
+        free(media.mpos);
         snprintf(msg, sizeof msg, "the prompt has %d tokens; the context holds %d, leaving no room to generate", n,
                  r->n_ctx);
         *rc = ks_error(c, o->ollama, 400, "invalid_request_error", msg, "prompt");
@@ -138,14 +146,14 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     ks_req *q = ks_req_new();
     if (!q) {
         free(ids);
-        free(rows);
+        free(media.embd);
+        free(media.mpos);
         *rc = ks_error(c, o->ollama, 500, "server_error", "out of memory", NULL);
         return NULL;
     }
     q->prompt = ids;
     q->n_prompt = n;
-    q->embd = rows;
-    q->n_embd_rows = n_rows;
+    q->media = media;
     q->max_tokens = max;
     q->sp = o->sp;
     q->n_top = o->n_top;

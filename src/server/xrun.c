@@ -251,10 +251,10 @@ static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp
         return ks_send_error(c, code, code == 500 ? "server_error" : "invalid_request_error", err,
                              code == 500 ? NULL : "messages");
     }
-    int32_t n = 0, n_rows = 0;
+    int32_t n = 0;
     int32_t *ids = NULL;
-    float *rows = NULL; /* the image tokens' embedding rows */
-    if (media.n && ks_media_prompt(r, prompt, &media, &ids, &n, &rows, &n_rows, &mstatus, err, sizeof err)) {
+    ks_prompt_media pm = {0}; /* the image tokens' rows */
+    if (media.n && ks_media_prompt(r, prompt, &media, &ids, &n, &pm, &mstatus, err, sizeof err)) {
         ks_media_free(&media);
         free(prompt);
         ks_model_done(r, NAN);
@@ -274,11 +274,12 @@ static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp
     }
     if (count) {
         free(ids);
-        free(rows);
+        free(pm.embd);
+        free(pm.mpos);
         ks_model_done(r, NAN);
         return ks_send_json(c, 200, json_pack("{s:i}", "input_tokens", (int)n));
     }
-    ks_req *q = ks_start(r, c, ids, n, rows, n_rows, &o, &rc);
+    ks_req *q = ks_start(r, c, ids, n, &pm, &o, &rc);
     if (!q) {
         ks_model_done(r, NAN);
         return rc;
