@@ -216,9 +216,10 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     if (st != KILN_OK) {
         snprintf(msg, sizeof msg, "%s", kiln_last_error());
         ks_req_free(q);
-        *rc = st == KILN_ERR_CANCELLED ? MHD_NO
-              : st == KILN_ERR_STATE   ? ks_error(c, o->ollama, 503, "unavailable_error", msg, NULL)
-                                       : ks_error(c, o->ollama, 500, "server_error", msg, NULL);
+        *rc = st == KILN_ERR_CANCELLED     ? MHD_NO
+              : st == KILN_ERR_STATE       ? ks_error(c, o->ollama, 503, "unavailable_error", msg, NULL)
+              : st == KILN_ERR_INVALID_ARG ? ks_error(c, o->ollama, 400, "invalid_request_error", msg, NULL)
+                                           : ks_error(c, o->ollama, 500, "server_error", msg, NULL);
         return NULL;
     }
     q->gr = engine_llm_events(q->er);
