@@ -123,13 +123,14 @@ static void expect(const char *what, const char *path, const char *body, int sta
     CHECKF(strstr(out, words) != NULL, "%s: the response lacks '%s': %.400s", what, words, out);
 }
 
-static ks_server *start(const char *model) {
+static ks_server *start(const char *model, int allow_urls) {
     ks_config cfg = ks_config_default();
     cfg.port = 0;
     cfg.models = &model;
     cfg.n_models = 1;
     cfg.parallel = 1;
-    cfg.n_ctx = 128;
+    cfg.n_ctx = 256;
+    cfg.allow_image_urls = allow_urls;
     cfg.n_threads = 1;
     cfg.keep_alive = -1;
     cfg.max_image_bytes = LIMIT;
@@ -150,7 +151,7 @@ static char *fmt(const char *f, const char *a) {
 }
 
 static void test_server(const char *model_path) {
-    ks_server *srv = start(model_path);
+    ks_server *srv = start(model_path, 0);
     if (!srv) return;
     size_t plen;
     char *png = t_read_file("data/vision/rgb.png", &plen);
@@ -335,6 +336,171 @@ static void test_fetch(void) {
     free(g_png);
 }
 
+/* ---- a model that takes images (the Gemma 3 vision fixture) ---- */
+
+#define VDIR "data/vision/"
+
+static int copy_file(const char *from, const char *to) {
+    size_t n;
+    char *b = t_read_file(from, &n);
+    FILE *f = b ? fopen(to, "wb") : NULL;
+    int ok = f && fwrite(b, 1, n, f) == n;
+    if (f) ok &= fclose(f) == 0;
+    free(b);
+    return ok ? 0 : -1;
+}
+
+/* The text of a response: the JSON body's field at the path of keys and
+ * indexes ("choices", "0", "message", "content"), or "" */
+static const char *field(json_t *j, const char *const *path) {
+    for (; j && *path; path++)
+        j = json_is_array(j) ? json_array_get(j, (size_t)atoi(*path)) : json_object_get(j, *path);
+    return json_string_value(j) ? json_string_value(j) : "";
+}
+
+static json_t *post_json(const char *path, const char *body, int *status) {
+    static char out[1 << 17];
+    *status = request(path, body, out, sizeof out);
+    const char *b = strstr(out, "\r\n\r\n");
+    return b ? json_loads(b + 4, 0, NULL) : NULL;
+}
+
+/* The same image and words through every API give the same greedy text;
+ * an http(s) URL (with --allow-image-urls) gives what its data: URL does. */
+static void test_vision(void) {
+    size_t n;
+    char *probe = t_read_file(VDIR "gemma3-mmproj.gguf", &n);
+    if (!probe) {
+        printf("skipped: no vision fixture (" VDIR "gemma3-mmproj.gguf)\n");
+        return;
+    }
+    free(probe);
+    char dir[] = "/tmp/kiln-media-pack-XXXXXX";
+    if (!mkdtemp(dir)) return;
+    char model[128], proj[128], man[128];
+    snprintf(model, sizeof model, "%s/model.gguf", dir);
+    snprintf(proj, sizeof proj, "%s/mmproj.gguf", dir);
+    snprintf(man, sizeof man, "%s/manifest.json", dir);
+    CHECK(copy_file(VDIR "gemma3-text.gguf", model) == 0 && copy_file(VDIR "gemma3-mmproj.gguf", proj) == 0);
+    FILE *f = fopen(man, "w");
+    if (f) {
+        fputs("{\"artifacts\": [{\"role\": \"model\", \"path\": \"model.gguf\"}, "
+              "{\"role\": \"mmproj\", \"path\": \"mmproj.gguf\"}]}\n",
+              f);
+        fclose(f);
+    }
+    size_t plen;
+    char *png = t_read_file(VDIR "image.png", &plen);
+    CHECK(png != NULL);
+    ks_server *srv = png ? start(model, 1) : NULL;
+    if (srv) {
+        char *img = b64((const uint8_t *)png, plen);
+        static char out[1 << 16];
+        CHECK(request("/props", NULL, out, sizeof out) == 200);
+        CHECKF(strstr(out, "\"vision\": true") || strstr(out, "\"vision\":true"), "/props: %.300s", out);
+        CHECK(request("/api/show", "{\"model\":\"model\"}", out, sizeof out) == 200);
+        CHECKF(strstr(out, "\"vision\""), "/api/show: %.400s", out);
+        CHECK(request("/v1/models", NULL, out, sizeof out) == 200);
+        CHECKF(strstr(out, "\"vision\""), "/v1/models: %.400s", out);
+
+        const char *q = "Describe this image.";
+        char *body[6];
+        body[0] = malloc(strlen(img) + 512);
+        sprintf(body[0],
+                "{\"max_tokens\":8,\"temperature\":0,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                "\"image_url\",\"image_url\":{\"url\":\"data:image/"
+                "png;base64,%s\"}},{\"type\":\"text\",\"text\":\"%s\"}]}]}",
+                img, q);
+        body[1] = malloc(strlen(img) + 512);
+        sprintf(
+            body[1],
+            "{\"max_output_tokens\":8,\"temperature\":0,\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+            "\"input_image\",\"image_url\":\"data:image/png;base64,%s\"},{\"type\":\"input_text\",\"text\":\"%s\"}]}]}",
+            img, q);
+        body[2] = malloc(strlen(img) + 512);
+        sprintf(body[2],
+                "{\"max_tokens\":8,\"temperature\":0,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                "\"image\",\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"%s\"}},"
+                "{\"type\":\"text\",\"text\":\"%s\"}]}]}",
+                img, q);
+        body[3] = malloc(strlen(img) + 512);
+        sprintf(body[3],
+                "{\"stream\":false,\"options\":{\"num_predict\":8,\"temperature\":0},\"messages\":[{\"role\":"
+                "\"user\",\"content\":\"%s\",\"images\":[\"%s\"]}]}",
+                q, img);
+        body[4] = malloc(strlen(img) + 512);
+        sprintf(body[4],
+                "{\"stream\":false,\"options\":{\"num_predict\":8,\"temperature\":0},\"prompt\":\"%s\","
+                "\"images\":[\"%s\"]}",
+                q, img);
+        const char *paths[5] = {"/v1/chat/completions", "/v1/responses", "/v1/messages", "/api/chat", "/api/generate"};
+        const char *const at[5][6] = {{"choices", "0", "message", "content", NULL},
+                                      {"output", NULL}, /* its message item, below */
+                                      {"content", "0", "text", NULL},
+                                      {"message", "content", NULL},
+                                      {"response", NULL}};
+        char first[512] = "";
+        for (int k = 0; k < 5; k++) {
+            int st = 0;
+            json_t *j = post_json(paths[k], body[k], &st);
+            const char *text = field(j, at[k]);
+            json_t *item;
+            size_t i;
+            json_array_foreach(k == 1 ? json_object_get(j, "output") : NULL, i, item) {
+                const char *type = json_string_value(json_object_get(item, "type"));
+                if (type && !strcmp(type, "message"))
+                    text = field(item, (const char *const[]){"content", "0", "text", NULL});
+            }
+            CHECKF(st == 200 && *text, "%s: status %d, text '%s'", paths[k], st, text);
+            if (k == 0) snprintf(first, sizeof first, "%s", text);
+            CHECKF(!strcmp(text, first), "%s says '%s', chat completions '%s'", paths[k], text, first);
+            if (k == 0) {
+                json_int_t pt = json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens"));
+                CHECKF(pt > 16, "the prompt holds the image's tokens: %lld", (long long)pt);
+            }
+            json_decref(j);
+            free(body[k]);
+        }
+        /* the same image fetched from a URL */
+        g_png = png;
+        g_png_len = plen;
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, serve, NULL,
+                                                MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a, MHD_OPTION_END);
+        CHECK(d != NULL);
+        if (d) {
+            body[5] = malloc(512);
+            snprintf(body[5], 512,
+                     "{\"max_tokens\":8,\"temperature\":0,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                     "\"image_url\",\"image_url\":{\"url\":\"http://127.0.0.1:%d/cat.png\"}},{\"type\":\"text\","
+                     "\"text\":\"%s\"}]}]}",
+                     MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT)->port, q);
+            int st = 0;
+            json_t *j = post_json("/v1/chat/completions", body[5], &st);
+            const char *text = field(j, at[0]);
+            CHECKF(st == 200 && !strcmp(text, first), "URL: status %d, '%s' (data: URL '%s')", st, text, first);
+            json_decref(j);
+            free(body[5]);
+            MHD_stop_daemon(d);
+        }
+        /* a marker typed into the text with no image to match */
+        expect("a marker without its image", "/v1/chat/completions",
+               "{\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+               "\"<__media__><__media__>\"},{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,"
+               "iVBORw0KGgo=\"}}]}]}",
+               400, "error");
+        free(img);
+        ks_server_drain(srv, 5);
+        ks_server_free(srv);
+    }
+    free(png);
+    unlink(model);
+    unlink(proj);
+    unlink(man);
+    rmdir(dir);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGPIPE, SIG_IGN);
@@ -346,6 +512,7 @@ int main(void) {
     snprintf(model, sizeof model, "%s/chat.gguf", dir);
     CHECK(t_write_chat_model(MODEL, model) == 0);
     test_server(model);
+    test_vision();
     unlink(model);
     rmdir(dir);
     return t_done();
