@@ -4,10 +4,12 @@
 #include "server/media.h"
 
 #include "server/buf.h"
+#include "server/prompt.h"
 #include "server/srv.h"
 
 #include "base/base.h"
 #include "vision/decode.h"
+#include "vision/vision.h"
 
 #include <curl/curl.h>
 #include <stdarg.h>
@@ -16,12 +18,7 @@
 #include <string.h>
 #include <strings.h>
 
-/* No model of this build loads a vision projector yet: every image is
- * refused by name. */
-int ks_media_model_ok(ks_model *r) {
-    (void)r;
-    return 0;
-}
+int ks_media_model_ok(ks_model *r) { return r && r->model && kiln_model_has_vision(r->model); }
 
 void ks_media_free(ks_media *m) {
     if (!m) return;
@@ -96,13 +93,39 @@ int ks_media_b64(const char *s, size_t n, size_t max, uint8_t **out, size_t *len
 
 int ks_media_prompt(ks_model *r, const char *text, const ks_media *m, int32_t **ids, int32_t *n, ks_prompt_media *pm,
                     int *status, char *err, size_t cap) {
-    (void)text, (void)m;
     *ids = NULL;
     *n = 0;
     memset(pm, 0, sizeof *pm);
-    *status = 400;
-    snprintf(err, cap, "model \"%s\" does not take images: it has no vision projector (mmproj)", r ? r->name : "");
-    return -1;
+    kiln_image_input *in = kb_calloc((size_t)m->n, sizeof *in);
+    if (!in) {
+        *status = 500;
+        snprintf(err, cap, "out of memory");
+        return -1;
+    }
+    for (int32_t k = 0; k < m->n; k++) {
+        in[k].data = m->im[k].data;
+        in[k].len = m->im[k].len;
+    }
+    vision_prompt vp;
+    memset(&vp, 0, sizeof vp);
+    kiln_status st = vision_prompt_build(r->model, text, strlen(text), ks_add_bos(r->model, text, 1), 1, in, m->n, &vp);
+    free(in);
+    if (st != KILN_OK) {
+        *status = st == KILN_ERR_NOMEM || st == KILN_ERR_INTERNAL ? 500 : 400;
+        snprintf(err, cap, "%s", kiln_last_error());
+        return -1;
+    }
+    /* the tokens and rows go to the request */
+    *ids = vp.tok;
+    *n = vp.n_tok;
+    pm->embd = vp.embd;
+    pm->n_rows = vp.n_rows;
+    pm->mpos = vp.mpos;
+    vp.tok = NULL;
+    vp.embd = NULL;
+    vp.mpos = NULL;
+    vision_prompt_free(&vp);
+    return 0;
 }
 
 /* ---- one request's images ---- */

@@ -18,12 +18,14 @@
 #include "server/gen.h"
 #include "server/srv.h"
 
+#include "vision/vision.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* Where an image goes in the prompt text (llama.cpp's marker). */
-#define KS_MEDIA_MARKER "<__media__>"
+#define KS_MEDIA_MARKER VISION_MARKER
 /* The default limit on one request's images, decoded bytes in all. */
 #define KS_MEDIA_MAX_BYTES ((size_t)20 << 20)
 /* Seconds one fetch of an image URL may take, and the redirects it follows. */

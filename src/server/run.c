@@ -175,6 +175,9 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     gen_params p = gen_params_default();
     p.prompt = q->prompt;
     p.n_prompt = q->n_prompt;
+    p.embd = q->media.embd;
+    p.n_embd_rows = q->media.n_rows;
+    p.mpos = q->media.mpos;
     p.n_predict = q->max_tokens;
     p.sampler = q->sp;
     p.n_top = q->want_logprobs ? q->n_top : -1;
