@@ -8,7 +8,10 @@
  * (413) are refused with a clear message; /props and /api/show say the
  * model takes no images; ks_media_fetch against a local HTTP server (an
  * image, a redirect, 404, a body over the limit, a redirect to ftp, bytes
- * that are no image).  Every wait is bounded. */
+ * that are no image).  With the Gemma 3 vision fixture (a store-like pack
+ * of model and mmproj): /props, /api/show and /v1/models say vision, and
+ * one image with the same words through each API gives the same greedy
+ * text, by URL too.  Every wait is bounded. */
 #define _GNU_SOURCE
 #include "server/media.h"
 #include "server/server.h"
