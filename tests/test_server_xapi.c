@@ -122,12 +122,22 @@ static void msg_requests(void) {
     ks_xreq_free(&x);
     json_decref(b);
 
+    /* image blocks stay parts of the turn, in place among its text (media.c reads them) */
+    b = J("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+          "{\"type\":\"image\",\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"QUJD\"}},"
+          "{\"type\":\"text\",\"text\":\"b\"}]}]}");
+    CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
+    CHECK(same(
+        json_object_get(x.chat, "messages"),
+        "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image\",\"source\":"
+        "{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"QUJD\"}},{\"type\":\"text\",\"text\":\"b\"}]}]",
+        "image block"));
+    ks_xreq_free(&x);
+    json_decref(b);
+
     static const struct {
         const char *body, *param, *words;
     } refused[] = {
-        {"{\"model\":\"tiny\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
-         "\"source\":{}}]}]}",
-         "messages", "\"tiny\" takes no images"},
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\",\"source\":"
          "{\"type\":\"base64\",\"media_type\":\"application/pdf\",\"data\":\"JVBERi0=\"}}]}]}",
          "messages", "is a PDF; kiln reads text documents only"},
@@ -229,6 +239,17 @@ static void resp_requests(void) {
     ks_xreq_free(&x);
     json_decref(b);
 
+    /* a user message's input_image parts stay parts, runs of text joined */
+    b = J("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},{\"type\":"
+          "\"input_text\",\"text\":\"b\"},{\"type\":\"input_image\",\"image_url\":\"data:image/png;base64,QUJD\"}]}]}");
+    CHECK(ks_resp_translate(b, &x, err, sizeof err, &param) == 0);
+    CHECK(same(json_object_get(x.chat, "messages"),
+               "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"ab\"},{\"type\":\"input_image\","
+               "\"image_url\":\"data:image/png;base64,QUJD\"}]}]",
+               "input_image"));
+    ks_xreq_free(&x);
+    json_decref(b);
+
     b = J("{\"input\":\"hello\",\"stream\":true}");
     CHECK(ks_resp_translate(b, &x, err, sizeof err, &param) == 0);
     CHECK(x.stream == 1 && x.think == -1 && x.has_max == 0);
@@ -241,8 +262,11 @@ static void resp_requests(void) {
     } refused[] = {
         {"{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", "previous_response_id", "stores no responses"},
         {"{\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "input", "item_reference"},
-        {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"u\"}]}]}", "input",
-         "input_image"},
+        {"{\"input\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"u\"}]}]}", "input",
+         "only a user message may hold input_image"},
+        {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"u\"},"
+         "{\"type\":\"input_file\"}]}]}",
+         "input", "input_text and input_image"},
         {"{\"input\":\"x\",\"tools\":[{\"type\":\"file_search\"}]}", "tools", "file_search"},
         {"{\"input\":\"x\",\"tool_choice\":{\"type\":\"allowed_tools\"}}", "tool_choice", "'required'"},
         {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens", "at least 1"},

@@ -83,6 +83,9 @@ static void serve_usage(FILE *f) {
             "  --max-loaded N    models resident at once (default: as many as fit in 3/4 of RAM); the\n"
             "                    least recently used idle one unloads first\n"
             "  --max-body BYTES  request body limit (default 8 MiB)\n"
+            "  --max-image-bytes BYTES  one request's images, decoded, in all (default 20 MiB; over: 413)\n"
+            "  --allow-image-urls  fetch http(s) image URLs that requests name (20 s, within\n"
+            "                    --max-image-bytes); without it only data: URLs and base64 are taken\n"
             "  --max-conn-per-ip N\n"
             "                    open connections from one client address (default 32; at most half\n"
             "                    of the 512 in all)\n"
@@ -142,6 +145,8 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
             cfg.log_json = !strcmp(f, "json");
+        } else if (!strcmp(a, "--allow-image-urls")) {
+            cfg.allow_image_urls = 1;
         } else if (!strcmp(a, "--kv-f32"))
             cfg.kv_type = KILN_KV_F32;
         else if (!strcmp(a, "--cache-type") && has) {
@@ -178,7 +183,8 @@ int cmd_serve(int argc, char **argv) {
                                      "--max-conn-per-ip",
                                      "--header-timeout",
                                      "--max-audio-seconds",
-                                     "--template-steps"};
+                                     "--template-steps",
+                                     "--max-image-bytes"};
             int k = -1;
             for (int j = 0; j < (int)(sizeof numeric / sizeof numeric[0]); j++)
                 if (!strcmp(a, numeric[j])) k = j;
@@ -225,6 +231,14 @@ int cmd_serve(int argc, char **argv) {
                     return 2;
                 }
                 cfg.template_steps = (uint64_t)v;
+                break;
+            case 19:
+                if (!(v >= 1 && v <= 1e12)) {
+                    fprintf(stderr, "kiln serve: --max-image-bytes must be 1..10^12\n");
+                    free(models);
+                    return 2;
+                }
+                cfg.max_image_bytes = (size_t)v;
                 break;
             }
         }

@@ -22,9 +22,19 @@ enum { KS_FIN_NONE = 0, KS_FIN_STOP, KS_FIN_LENGTH, KS_FIN_CANCEL, KS_FIN_ERROR,
  * "repetition"; NULL for the other ends. */
 const char *ks_fin_incomplete(int fin);
 
+/* What a prompt with images carries beside its ids (vision_prompt's), all
+ * owned: embd [n_rows][the model's input width], row k for the k-th
+ * negative id; mpos NULL or [n_prompt][4] multimodal RoPE positions. */
+typedef struct ks_prompt_media {
+    float *embd;
+    int32_t n_rows;
+    int32_t *mpos;
+} ks_prompt_media;
+
 typedef struct ks_req {
     int32_t *prompt;
     int32_t n_prompt;
+    ks_prompt_media media; /* the prompt's image rows (owned) */
     int32_t max_tokens;
     kiln_sampler_params sp;
     int32_t n_top;     /* top logprobs wanted per token (0..20) */

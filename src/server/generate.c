@@ -1,9 +1,11 @@
 /* The generation endpoints both APIs share: chat (a rendered template) and
  * generate/completion (text or token ids), each through ks_run. */
 #include "server/generate.h"
+#include "server/buf.h"
 #include "server/defaults.h"
 #include "server/gen.h"
 #include "server/log.h"
+#include "server/media.h"
 #include "server/models.h"
 #include "server/opts.h"
 #include "server/prompt.h"
@@ -93,36 +95,34 @@ int ks_tool_choice(const json_t *v, const json_t *tools, int *off, json_t **forc
     return 0;
 }
 
-/* What a message carries besides text ("images", "audio"), or NULL:
- * Ollama's images array, or an OpenAI content part other than text. */
+/* What a message carries besides text and images ("audio"), or NULL:
+ * an OpenAI content part that is neither.  Images are media.c's. */
 static const char *media_of(json_t *m) {
-    json_t *im = json_object_get(m, "images");
-    if (json_is_array(im) && json_array_size(im)) return "images";
     json_t *parts = json_object_get(m, "content");
     size_t i;
     json_t *part;
     json_array_foreach(parts, i, part) {
         const char *t = json_string_value(json_object_get(part, "type"));
-        if (!t || !strcmp(t, "text")) continue;
-        return strstr(t, "audio") ? "audio" : "images";
+        if (t && strstr(t, "audio")) return "audio";
     }
     return NULL;
 }
 
 /* A request the model cannot serve as asked is a 400, never a silent
- * drop: images or audio to a text-only model (every model kiln generates
- * with), Ollama's think: true to a model without thinking (Ollama's rule:
- * its template has no <think>).  messages: the chat's, or NULL for a
- * generate body's own "images".  Returns 1 after sending the error. */
+ * drop: audio (every model kiln generates with takes none; images are
+ * refused by media.c for a model without a projector), Ollama's think:
+ * true to a model without thinking (Ollama's rule: its template has no
+ * <think>).  messages: the chat's, or NULL for a generate body.  Returns 1
+ * after sending the error. */
 static int cannot_serve(ks_model *r, struct MHD_Connection *c, json_t *body, json_t *messages, int ollama, int *rc) {
-    const char *media = messages ? NULL : media_of(body);
+    const char *media = NULL;
     size_t i;
     json_t *m;
     json_array_foreach(messages, i, m) if (!media) media = media_of(m);
     char msg[400];
     if (media) {
         snprintf(msg, sizeof msg, "\"%s\" does not accept %s: kiln runs it as a text-only model", r->name, media);
-        *rc = ks_error(c, ollama, 400, "invalid_request_error", msg, messages ? "messages" : "images");
+        *rc = ks_error(c, ollama, 400, "invalid_request_error", msg, "messages");
         return 1;
     }
     const char *tmpl = ks_template_text(r);
@@ -133,6 +133,15 @@ static int cannot_serve(ks_model *r, struct MHD_Connection *c, json_t *body, jso
         return 1;
     }
     return 0;
+}
+
+/* A refusal of ks_media_chat / ks_media_list in the API's shape. */
+static int media_error(struct MHD_Connection *c, int ollama, int status, const char *msg, const char *param) {
+    return ks_error(c, ollama, status,
+                    status == 500   ? "server_error"
+                    : status == 413 ? "request_too_large"
+                                    : "invalid_request_error",
+                    msg, status == 500 ? NULL : param);
 }
 
 static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int format, json_t *force, int tools_off);
@@ -193,9 +202,20 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
         ks_model_done(r, ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN);
         return rc;
     }
+    ks_media media;
+    json_t *marked = NULL; /* messages with a marker per image, when any has one */
+    int mstatus = 400;
+    char merr[400];
+    if (ks_media_chat(r, messages, &marked, &media, &mstatus, merr, sizeof merr) < 0) {
+        ks_model_done(r, ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN);
+        return media_error(c, ollama, mstatus, merr, "messages");
+    }
+    if (marked) messages = marked;
     json_t *think = json_object_get(body, "think");
     int th = json_is_boolean(think) ? json_is_true(think) : json_is_string(think) ? 1 : -1;
     if (ollama && think_level(think, &o, c, &rc)) {
+        json_decref(marked);
+        ks_media_free(&media);
         ks_model_done(r, ks_parse_duration(json_object_get(body, "keep_alive")));
         return rc;
     }
@@ -209,15 +229,29 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     const kct_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
     char *prompt = ks_render_chat(r, msgs, tools, th, &ro, err, sizeof err);
     json_decref(msgs);
+    json_decref(marked);
     double ka = ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN;
     if (!prompt) {
+        ks_media_free(&media);
         ks_model_done(r, ka);
         const int code = ks_render_status(err);
         return ks_error(c, ollama, code, code == 500 ? "server_error" : "invalid_request_error", err,
                         code == 500 ? NULL : "messages");
     }
     int32_t n = 0;
-    int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
+    ks_prompt_media pm = {0}; /* the image tokens' rows */
+    int32_t *ids = NULL;
+    if (media.n) {
+        if (ks_media_prompt(r, prompt, &media, &ids, &n, &pm, &mstatus, merr, sizeof merr)) {
+            ks_media_free(&media);
+            free(prompt);
+            ks_model_done(r, ka);
+            return media_error(c, ollama, mstatus, merr, "messages");
+        }
+    } else {
+        ids = ks_tokenize(r->model, prompt, 1, &n);
+    }
+    ks_media_free(&media);
     o.force_think = ks_force_think(r, prompt, ollama && th == 0);
     ks_run_args a = {format,
                      1,
@@ -234,7 +268,7 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     a.stream = ollama ? !json_is_false(stream) : json_is_true(stream);
     a.include_usage = json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
     a.load_wait = load_wait;
-    ks_req *q = ids ? ks_start(r, c, ids, n, &o, &rc) : NULL;
+    ks_req *q = ids ? ks_start(r, c, ids, n, &pm, &o, &rc) : NULL;
     if (!ids) rc = ks_error(c, ollama, 500, "server_error", "tokenization failed", NULL);
     if (!q) {
         ks_model_done(r, ka);
@@ -259,7 +293,21 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
         ks_model_done(r, ka);
         return rc;
     }
+    ks_media media;
+    int mstatus = 400;
+    char merr[400];
+    if (ks_media_list(r, json_object_get(body, "images"), &media, &mstatus, merr, sizeof merr) < 0) {
+        ks_model_done(r, ka);
+        return media_error(c, ollama, mstatus, merr, "images");
+    }
+    if (media.n && prompt_ids) {
+        ks_media_free(&media);
+        ks_model_done(r, ka);
+        return ks_error(c, ollama, 400, "invalid_request_error", "images go with a text prompt, not token ids",
+                        "prompt");
+    }
     int32_t n = 0, *ids = NULL;
+    ks_prompt_media pm = {0}; /* the image tokens' rows */
     char *rendered = NULL;
     int start_think = 0;
     if (prompt_ids) {
@@ -282,11 +330,18 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
             const char *sys = json_string_value(json_object_get(body, "system"));
             if (!sys) sys = ks_defaults_system(r);
             if (sys) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", sys));
-            json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", prompt_text));
+            /* each image a marker before the text, as a chat message's images */
+            ks_buf user = {0};
+            for (int32_t k = 0; k < media.n; k++) ks_buf_puts(&user, KS_MEDIA_MARKER);
+            ks_buf_puts(&user, prompt_text);
+            json_array_append_new(msgs,
+                                  json_pack("{s:s,s:s%}", "role", "user", "content", user.p ? user.p : "", user.len));
+            ks_buf_free(&user);
             json_t *think = json_object_get(body, "think");
             char err[300];
             if (think_level(think, o, c, &rc)) {
                 json_decref(msgs);
+                ks_media_free(&media);
                 ks_model_done(r, ka);
                 return rc;
             }
@@ -298,6 +353,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
                                       &ro, err, sizeof err);
             json_decref(msgs);
             if (!rendered) {
+                ks_media_free(&media);
                 ks_model_done(r, ka);
                 return ks_oll_error(c, ks_render_status(err), err);
             }
@@ -305,15 +361,23 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
             start_think = ks_prompt_opens_think(rendered);
             o->force_think = ks_force_think(r, rendered, json_is_false(think));
         }
-        /* special-token text in a raw prompt is the token, as llama.cpp reads it */
-        ids = ks_tokenize(r->model, text, 1, &n);
+        /* special-token text in a raw prompt is the token, as llama.cpp reads it; a raw
+         * prompt's images go before its text */
+        if (media.n && ks_media_prompt(r, text, &media, &ids, &n, &pm, &mstatus, merr, sizeof merr)) {
+            ks_media_free(&media);
+            free(rendered);
+            ks_model_done(r, ka);
+            return media_error(c, ollama, mstatus, merr, "images");
+        }
+        if (!media.n) ids = ks_tokenize(r->model, text, 1, &n);
     }
+    ks_media_free(&media);
     free(rendered);
     if (!ids) {
         ks_model_done(r, ka);
         return ks_error(c, ollama, 500, "server_error", "tokenization failed", NULL);
     }
-    ks_req *q = ks_start(r, c, ids, n, o, &rc);
+    ks_req *q = ks_start(r, c, ids, n, &pm, o, &rc);
     if (!q) {
         ks_model_done(r, ka);
         return rc;

@@ -404,6 +404,7 @@ ks_config ks_config_default(void) {
     c.n_batch = 512;
     c.keep_alive = 300;
     c.max_body = 8u << 20;
+    c.max_image_bytes = (size_t)20 << 20;
     c.max_audio_seconds = 7200;
     c.max_queue = 64;
     c.max_connections = 512;

@@ -14,6 +14,7 @@
 #include "server/buf.h"
 #include "server/defaults.h"
 #include "server/log.h"
+#include "server/media.h"
 #include "server/models.h"
 #include "server/opts.h"
 #include "server/prompt.h"
@@ -224,7 +225,7 @@ static int props(ks_srv *s, struct MHD_Connection *c) {
     json_object_set_new(j, "chat_template", json_string(tmpl ? tmpl : ""));
     json_object_set_new(j, "bos_token", token_str(r->model, kiln_token_bos(r->model)));
     json_object_set_new(j, "eos_token", token_str(r->model, kiln_token_eos(r->model)));
-    json_object_set_new(j, "modalities", json_pack("{s:b,s:b}", "vision", 0, "audio", 0));
+    json_object_set_new(j, "modalities", json_pack("{s:b,s:b}", "vision", ks_media_model_ok(r), "audio", 0));
     json_object_set_new(j, "build_info", json_string("kiln " KILN_VERSION));
     ks_model_done(r, NAN);
     return ks_send_json(c, 200, j);

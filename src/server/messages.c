@@ -3,7 +3,8 @@
  * Request -> chat form: "system" (a string or text blocks) becomes a system
  * message; a user turn's text and document blocks its content (a
  * document's title, context and text, apart by blank lines; PDFs, URLs and
- * files, and images, are refused) and each tool_result block a "tool"
+ * files are refused), its image blocks parts of it in place (media.c reads
+ * them) and each tool_result block a "tool"
  * message (in the order written); an assistant turn's text,
  * thinking (reasoning_content, as templates read it) and tool_use blocks
  * (tool_calls with the input as arguments).  "tools" ({name, description,
@@ -88,9 +89,24 @@ static int document_text(json_t *blk, size_t i, ks_buf *b, char *err, size_t cap
     return 0;
 }
 
-/* One user turn: text runs, documents and tool results, in order. */
-static int user_turn(json_t *content, json_t *msgs, const char *model, char *err, size_t cap) {
+/* A user message of text, or of parts when the turn holds images: the
+ * text so far as a text part, then the images in place. */
+static void put_user(json_t *msgs, ks_buf *text, json_t **parts) {
+    if (!*parts) {
+        put_msg(msgs, "user", text);
+        return;
+    }
+    if (text->len)
+        json_array_append_new(*parts, json_pack("{s:s,s:o}", "type", "text", "text", ks_jstr(text->p, text->len)));
+    json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", "user", "content", *parts));
+    *parts = NULL;
+    text->len = 0;
+}
+
+/* One user turn: text runs, documents, images and tool results, in order. */
+static int user_turn(json_t *content, json_t *msgs, char *err, size_t cap) {
     ks_buf text = {0};
+    json_t *parts = NULL; /* the message's parts once it holds an image */
     int rc = 0, any = 0, after_doc = 0;
     if (json_is_string(content)) {
         ks_buf_put(&text, json_string_value(content), json_string_length(content));
@@ -116,12 +132,14 @@ static int user_turn(json_t *content, json_t *msgs, const char *model, char *err
             }
             any = after_doc = 1;
         } else if (t && !strcmp(t, "image")) {
-            snprintf(err, cap,
-                     "messages: block %zu is an image; \"%.80s\" takes no images (kiln runs it as a text-only "
-                     "model)",
-                     i, model && *model ? model : "the model");
-            rc = -1;
-            break;
+            if (!parts) parts = json_array();
+            if (text.len) {
+                json_array_append_new(parts, json_pack("{s:s,s:o}", "type", "text", "text", ks_jstr(text.p, text.len)));
+                text.len = 0;
+            }
+            json_array_append(parts, blk);
+            any = 1;
+            after_doc = 0;
         } else if (t && !strcmp(t, "tool_result")) {
             const char *id = json_string_value(json_object_get(blk, "tool_use_id"));
             if (!id) {
@@ -130,7 +148,7 @@ static int user_turn(json_t *content, json_t *msgs, const char *model, char *err
                 break;
             }
             if (any) { /* text before a result stays before it */
-                put_msg(msgs, "user", &text);
+                put_user(msgs, &text, &parts);
                 any = 0;
             }
             ks_buf out = {0};
@@ -158,14 +176,15 @@ static int user_turn(json_t *content, json_t *msgs, const char *model, char *err
             json_array_append_new(msgs, m);
         } else {
             snprintf(err, cap,
-                     "messages: a user turn's block %zu is of type '%s'; kiln takes text, document and "
+                     "messages: a user turn's block %zu is of type '%s'; kiln takes text, document, image and "
                      "tool_result",
                      i, t ? t : "(none)");
             rc = -1;
             break;
         }
     }
-    if (!rc && (any || !json_array_size(content))) put_msg(msgs, "user", &text);
+    if (!rc && (any || !json_array_size(content))) put_user(msgs, &text, &parts);
+    json_decref(parts);
     ks_buf_free(&text);
     return rc;
 }
@@ -302,7 +321,7 @@ int ks_msg_translate(json_t *body, int count, ks_xreq *x, char *err, size_t cap,
         }
         int rc;
         if (role && !strcmp(role, "user"))
-            rc = user_turn(content, msgs, json_string_value(json_object_get(body, "model")), err, cap);
+            rc = user_turn(content, msgs, err, cap);
         else if (role && !strcmp(role, "assistant"))
             rc = assistant_turn(content, msgs, err, cap);
         else {

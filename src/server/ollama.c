@@ -4,6 +4,7 @@
 #include "server/buf.h"
 #include "server/embed.h"
 #include "server/generate.h"
+#include "server/media.h"
 #include "server/models.h"
 #include "server/opts.h"
 #include "server/prompt.h"
@@ -154,6 +155,7 @@ static int show(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     if (r->family == KILN_ENGINE_RERANK) json_array_append_new(caps, json_string("rerank"));
     if (tmpl && strstr(tmpl, "tools")) json_array_append_new(caps, json_string("tools"));
     if (tmpl && strstr(tmpl, "<think>")) json_array_append_new(caps, json_string("thinking"));
+    if (ks_media_model_ok(r)) json_array_append_new(caps, json_string("vision"));
     json_object_set_new(j, "capabilities", caps);
     ks_model_done(r, NAN);
     return ks_send_json(c, 200, j);

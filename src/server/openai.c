@@ -4,6 +4,7 @@
 #include "server/api.h"
 #include "server/embed.h"
 #include "server/generate.h"
+#include "server/media.h"
 #include "server/models.h"
 #include "server/opts.h"
 #include "server/reply.h"
@@ -55,8 +56,13 @@ static int models(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     json_t *data = json_array();
     pthread_mutex_lock(&s->mu);
     for (ks_model *m = s->models; m; m = m->next)
-        if (m->pinned && (!chat_only || m->family == KILN_ENGINE_LLM) && !listed(data, m->name))
-            json_array_append_new(data, model_entry(m->name, ks_capabilities(m->family)));
+        if (m->pinned && (!chat_only || m->family == KILN_ENGINE_LLM) && !listed(data, m->name)) {
+            json_t *caps = ks_capabilities(m->family);
+            /* a loaded model that takes images says so */
+            if (m->state == KS_M_READY && m->model && ks_media_model_ok(m))
+                json_array_append_new(caps, json_string("vision"));
+            json_array_append_new(data, model_entry(m->name, caps));
+        }
     pthread_mutex_unlock(&s->mu);
     json_t *arr = ks_store_models(s);
     size_t i;

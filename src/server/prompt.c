@@ -259,13 +259,18 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
     return b.p;
 }
 
-int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n_out) {
-    size_t len = strlen(text);
+int ks_add_bos(kiln_model *m, const char *text, int parse_special) {
     /* a rendered template may already begin with the BOS text */
     int add = 1;
     char *bos = token_text(m, kiln_token_bos(m));
     if (parse_special && bos && *bos && !strncmp(text, bos, strlen(bos))) add = 0;
     free(bos);
+    return add;
+}
+
+int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n_out) {
+    size_t len = strlen(text);
+    int add = ks_add_bos(m, text, parse_special);
     int cap = (int)len + 8;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     if (!ids) return NULL;

@@ -48,6 +48,9 @@ int ks_prompt_opens_think(const char *p);
  * from the first token, as Ollama applies it: 0 unless the prompt opened a
  * block. */
 int ks_force_think(ks_model *r, const char *prompt, int think_off);
+/* Whether tokenizing text adds a BOS: 0 when a rendered prompt (parse_special)
+ * begins with the BOS token's text already. */
+int ks_add_bos(kiln_model *m, const char *text, int parse_special);
 /* Tokenizes text; parse_special for rendered chat; *n receives the count. */
 int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n);
 

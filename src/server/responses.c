@@ -3,7 +3,8 @@
  * Request -> chat form: "instructions" becomes the first system message;
  * "input" is a string (one user message) or a list of items: messages
  * (roles user, assistant, system, developer; content a string or
- * input_text / output_text parts), function_call items (joined into the
+ * input_text / output_text parts, a user's input_image parts too, which
+ * media.c reads), function_call items (joined into the
  * assistant turn they follow), function_call_output items ("tool"
  * messages) and reasoning items (the next assistant turn's
  * reasoning_content).  Function tools become chat tools; "text.format"
@@ -39,6 +40,52 @@ static int item_text(json_t *c, ks_buf *b, size_t item, char *err, size_t cap) {
     char what[48];
     snprintf(what, sizeof what, "input[%zu].content", item);
     return ks_xapi_text(c, b, resp_parts, what, err, cap);
+}
+
+/* 1 when content is an array holding an input_image part. */
+static int has_image(json_t *c) {
+    size_t i;
+    json_t *p;
+    json_array_foreach(c, i, p) {
+        const char *t = json_string_value(json_object_get(p, "type"));
+        if (t && !strcmp(t, "input_image")) return 1;
+    }
+    return 0;
+}
+
+/* A user item's content with images as chat parts: each run of text parts
+ * one text part, the images as they are. */
+static json_t *item_parts(json_t *c, size_t item, char *err, size_t cap) {
+    json_t *parts = json_array();
+    ks_buf b = {0};
+    size_t i;
+    json_t *p;
+    json_array_foreach(c, i, p) {
+        const char *t = json_string_value(json_object_get(p, "type"));
+        if (t && !strcmp(t, "input_image")) {
+            if (b.len)
+                json_array_append_new(parts, json_pack("{s:s,s:o}", "type", "text", "text", ks_jstr(b.p, b.len)));
+            b.len = 0;
+            json_array_append(parts, p);
+            continue;
+        }
+        json_t *one = json_array();
+        json_array_append(one, p);
+        char what[48];
+        snprintf(what, sizeof what, "input[%zu].content", item);
+        int rc = ks_xapi_text(one, &b, resp_parts, what, err, cap);
+        json_decref(one);
+        if (rc) {
+            snprintf(err, cap, "input[%zu].content[%zu] is of type '%s'; a message takes input_text and input_image",
+                     item, i, t ? t : "(none)");
+            ks_buf_free(&b);
+            json_decref(parts);
+            return NULL;
+        }
+    }
+    if (b.len) json_array_append_new(parts, json_pack("{s:s,s:o}", "type", "text", "text", ks_jstr(b.p, b.len)));
+    ks_buf_free(&b);
+    return parts;
 }
 
 static int fail(char *err, size_t cap, const char **param, const char *p, const char *msg) {
@@ -148,7 +195,15 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
                     return -1;
                 }
                 ks_buf b = {0};
-                if (item_text(json_object_get(it, "content"), &b, i, err, cap)) {
+                json_t *content = json_object_get(it, "content"), *parts = NULL;
+                if (has_image(content) && strcmp(role, "user")) {
+                    ks_buf_free(&pending);
+                    snprintf(err, cap, "input[%zu]: only a user message may hold input_image parts", i);
+                    *param = "input";
+                    return -1;
+                }
+                if (has_image(content) ? !(parts = item_parts(content, i, err, cap))
+                                       : item_text(content, &b, i, err, cap) != 0) {
                     ks_buf_free(&b);
                     ks_buf_free(&pending);
                     *param = "input";
@@ -157,7 +212,7 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
                 int asst = !strcmp(role, "assistant");
                 json_t *m = json_object();
                 json_object_set_new(m, "role", json_string(!strcmp(role, "developer") ? "system" : role));
-                json_object_set_new(m, "content", ks_jstr(b.p ? b.p : "", b.len));
+                json_object_set_new(m, "content", parts ? parts : ks_jstr(b.p ? b.p : "", b.len));
                 ks_buf_free(&b);
                 if (asst && have_pending) {
                     json_object_set_new(m, "reasoning_content", ks_jstr(pending.p ? pending.p : "", pending.len));

@@ -27,6 +27,8 @@ void ks_req_free(ks_req *q) {
     if (!q) return;
     engine_llm_end(q->er);
     free(q->prompt);
+    free(q->media.embd);
+    free(q->media.mpos);
     ks_schema_free(q->schema);
     for (int i = 0; i < q->n_call; i++) {
         free(q->call_names[i]);
@@ -122,10 +124,18 @@ static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, 
     return 0;
 }
 
-ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, const ks_gen_opts *o, int *rc) {
+ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, ks_prompt_media *pm,
+                 const ks_gen_opts *o, int *rc) {
+    ks_prompt_media media = {0};
+    if (pm) {
+        media = *pm;
+        memset(pm, 0, sizeof *pm);
+    }
     char msg[300];
     if (n <= 0) {
         free(ids);
+        free(media.embd);
+        free(media.mpos);
         *rc = ks_error(c, o->ollama, 400, "invalid_request_error", "the prompt is empty", "prompt");
         return NULL;
     }
@@ -136,6 +146,8 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     const int32_t room = r->n_ctx - n;
     if (room < 1) {
         free(ids);
+        free(media.embd);
+        free(media.mpos);
         snprintf(msg, sizeof msg, "the prompt has %d tokens; the context holds %d, leaving no room to generate", n,
                  r->n_ctx);
         *rc = ks_error(c, o->ollama, 400, "invalid_request_error", msg, "prompt");
@@ -145,11 +157,14 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     ks_req *q = ks_req_new();
     if (!q) {
         free(ids);
+        free(media.embd);
+        free(media.mpos);
         *rc = ks_error(c, o->ollama, 500, "server_error", "out of memory", NULL);
         return NULL;
     }
     q->prompt = ids;
     q->n_prompt = n;
+    q->media = media;
     q->max_tokens = max;
     q->sp = o->sp;
     q->n_top = o->n_top;
@@ -171,6 +186,9 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     gen_params p = gen_params_default();
     p.prompt = q->prompt;
     p.n_prompt = q->n_prompt;
+    p.embd = q->media.embd;
+    p.n_embd_rows = q->media.n_rows;
+    p.mpos = q->media.mpos;
     p.n_predict = q->max_tokens;
     p.sampler = q->sp;
     p.n_top = q->want_logprobs ? q->n_top : -1;
@@ -212,9 +230,10 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     if (st != KILN_OK) {
         snprintf(msg, sizeof msg, "%s", kiln_last_error());
         ks_req_free(q);
-        *rc = st == KILN_ERR_CANCELLED ? MHD_NO
-              : st == KILN_ERR_STATE   ? ks_error(c, o->ollama, 503, "unavailable_error", msg, NULL)
-                                       : ks_error(c, o->ollama, 500, "server_error", msg, NULL);
+        *rc = st == KILN_ERR_CANCELLED     ? MHD_NO
+              : st == KILN_ERR_STATE       ? ks_error(c, o->ollama, 503, "unavailable_error", msg, NULL)
+              : st == KILN_ERR_INVALID_ARG ? ks_error(c, o->ollama, 400, "invalid_request_error", msg, NULL)
+                                           : ks_error(c, o->ollama, 500, "server_error", msg, NULL);
         return NULL;
     }
     q->gr = engine_llm_events(q->er);

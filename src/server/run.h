@@ -14,8 +14,11 @@
 struct MHD_Connection;
 
 /* Validates against the context and queues: returns the request, or NULL
- * after sending the error response (*rc receives MHD's return). */
-ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, const ks_gen_opts *o, int *rc);
+ * after sending the error response (*rc receives MHD's return).  Takes
+ * over ids and what pm holds (the prompt's image rows; NULL: none), which
+ * it empties. */
+ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, ks_prompt_media *pm,
+                 const ks_gen_opts *o, int *rc);
 /* A request with nothing set (calloc); ks_req_free ends one (cancelling
  * it if it runs). */
 ks_req *ks_req_new(void);

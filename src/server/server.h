@@ -33,6 +33,7 @@
  *   gen.c      token stream -> text: stop strings, <think>, calls
  *   toolscan.c a <tool_call> body read as it arrives (streamed calls)
  *   xmlcall.c  the XML form of a call, typed by the tool's schema
+ *   media.c    images in requests: data: URLs, base64, fetched URLs, markers
  *   prompt.c   chat messages -> prompt text (GGUF template or built-ins)
  *   callfmt.c  the other families' call forms (Llama 3.x, Mistral, ...)
  *   log.c      the request log line and the server's other lines
@@ -81,6 +82,9 @@ typedef struct ks_config {
     int32_t repeat_guard;     /* tokens a repeated stretch covers to end a reply; 0 off (256) */
     uint64_t template_steps;  /* evaluation steps one chat template render may take; 0: the
                                     engines' default (4 million, src/chat/template.h) */
+    int allow_image_urls;     /* 1: fetch http(s) image URLs in requests (--allow-image-urls); 0:
+                                    refuse them (400), data: URLs and base64 only */
+    size_t max_image_bytes;   /* one request's images, encoded bytes in all (20 MiB); over: 413 */
     kiln_spec_params spec;    /* speculative decoding for every request of every generating
                                     model (type KILN_SPEC_NONE: off); draft_model borrowed */
 } ks_config;

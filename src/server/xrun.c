@@ -6,6 +6,7 @@
 #include "server/defaults.h"
 #include "server/gen.h"
 #include "server/log.h"
+#include "server/media.h"
 #include "server/metrics.h"
 #include "server/models.h"
 #include "server/opts.h"
@@ -169,6 +170,7 @@ static const char *status_type(int status) {
     return status == 404   ? "not_found_error"
            : status == 400 ? "invalid_request_error"
            : status == 503 ? "unavailable_error"
+           : status == 413 ? "request_too_large"
                            : "server_error";
 }
 
@@ -228,18 +230,42 @@ static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp
         return rc;
     }
     json_t *tools = json_object_get(x.chat, "tools");
-    json_t *msgs = ks_defaults_messages(r, json_object_get(x.chat, "messages"));
+    ks_media media;
+    json_t *marked = NULL; /* the messages with a marker per image, when any has one */
+    int mstatus = 400;
+    if (ks_media_chat(r, json_object_get(x.chat, "messages"), &marked, &media, &mstatus, err, sizeof err) < 0) {
+        ks_model_done(r, NAN);
+        return ks_send_error(c, mstatus, status_type(mstatus), err,
+                             mstatus == 500 ? NULL
+                             : resp         ? "input"
+                                            : "messages");
+    }
+    json_t *msgs = ks_defaults_messages(r, marked ? marked : json_object_get(x.chat, "messages"));
+    json_decref(marked);
     const kct_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
     char *prompt = ks_render_chat(r, msgs, tools, x.think, &ro, err, sizeof err);
     json_decref(msgs);
     if (!prompt) {
+        ks_media_free(&media);
         ks_model_done(r, NAN);
         const int code = ks_render_status(err);
         return ks_send_error(c, code, code == 500 ? "server_error" : "invalid_request_error", err,
                              code == 500 ? NULL : "messages");
     }
     int32_t n = 0;
-    int32_t *ids = ks_tokenize(r->model, prompt, 1, &n);
+    int32_t *ids = NULL;
+    ks_prompt_media pm = {0}; /* the image tokens' rows */
+    if (media.n && ks_media_prompt(r, prompt, &media, &ids, &n, &pm, &mstatus, err, sizeof err)) {
+        ks_media_free(&media);
+        free(prompt);
+        ks_model_done(r, NAN);
+        return ks_send_error(c, mstatus, status_type(mstatus), err,
+                             mstatus == 500 ? NULL
+                             : resp         ? "input"
+                                            : "messages");
+    }
+    if (!media.n) ids = ks_tokenize(r->model, prompt, 1, &n);
+    ks_media_free(&media);
     int start_think = ks_prompt_opens_think(prompt);
     o.force_think = ks_force_think(r, prompt, 0);
     free(prompt);
@@ -249,10 +275,12 @@ static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp
     }
     if (count) {
         free(ids);
+        free(pm.embd);
+        free(pm.mpos);
         ks_model_done(r, NAN);
         return ks_send_json(c, 200, json_pack("{s:i}", "input_tokens", (int)n));
     }
-    ks_req *q = ks_start(r, c, ids, n, &o, &rc);
+    ks_req *q = ks_start(r, c, ids, n, &pm, &o, &rc);
     if (!q) {
         ks_model_done(r, NAN);
         return rc;

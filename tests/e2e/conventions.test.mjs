@@ -66,11 +66,11 @@ test('images, audio or thinking a model cannot take are a 400 that says so', asy
     const png = 'iVBORw0KGgo=';
     const cases = [
       ['/api/chat', { model: MODEL, stream: false, messages: [{ role: 'user', content: 'what is this', images: [png] }] },
-       /does not accept images/],
-      ['/api/generate', { model: MODEL, stream: false, prompt: 'what is this', images: [png] }, /does not accept images/],
+       /does not take images/],
+      ['/api/generate', { model: MODEL, stream: false, prompt: 'what is this', images: [png] }, /does not take images/],
       ['/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: [
         { type: 'text', text: 'what is this' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,' + png } }] }] },
-       /does not accept images/],
+       /does not take images/],
       ['/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: [
         { type: 'input_audio', input_audio: { data: 'AAAA', format: 'wav' } }] }] }, /does not accept audio/],
       ['/api/chat', { model: MODEL, stream: false, think: true, messages: [{ role: 'user', content: 'hi' }] },
