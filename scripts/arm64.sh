@@ -52,19 +52,36 @@ EOF
 chmod +x build-arm64/kiln-qemu
 export KILN_BIN=$PWD/build-arm64/kiln-qemu
 
+# Each test is one qemu process: they run side by side, one per host core,
+# and report in order once all are done.
+run_one() { # cpu test: the log in build-arm64/TEST.CPU.log, "status seconds" beside it
+  local log=build-arm64/$2.$1.log start=$SECONDS rc=0
+  (cd tests && QEMU_CPU=$1 timeout 300 qemu-aarch64 "../build-arm64/tests/$2" >"../$log" 2>&1) || rc=$?
+  echo "$rc $((SECONDS - start))" >"$log.rc"
+}
+runs=()
+for cpu in max cortex-a57; do
+  for t in $both_tests; do runs+=("$cpu $t"); done
+done
+for t in $once_tests; do runs+=("max $t"); done
+for r in "${runs[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
+  # shellcheck disable=SC2086
+  run_one $r &
+done
+wait
+
 fail=0
-run_test() { # cpu test
-  local log=build-arm64/$2.$1.log start=$SECONDS
-  if (cd tests && QEMU_CPU=$1 timeout 300 qemu-aarch64 "../build-arm64/tests/$2" >"../$log" 2>&1); then
-    echo "aarch64 ($1) $2: $(tail -n 1 "$log") ($((SECONDS - start)) s)"
+for r in "${runs[@]}"; do
+  read -r cpu t <<<"$r"
+  log=build-arm64/$t.$cpu.log
+  read -r rc secs <"$log.rc"
+  if [ "$rc" -eq 0 ]; then
+    echo "aarch64 ($cpu) $t: $(tail -n 1 "$log") ($secs s)"
   else
-    echo "aarch64 ($1) $2: FAILED ($((SECONDS - start)) s)"
+    echo "aarch64 ($cpu) $t: FAILED, status $rc ($secs s)"
     tail -n 30 "$log"
     fail=1
   fi
-}
-for cpu in max cortex-a57; do
-  for t in $both_tests; do run_test "$cpu" "$t"; done
 done
-for t in $once_tests; do run_test max "$t"; done
 exit $fail
