@@ -174,6 +174,12 @@ static void test_prompt(void) {
     CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &img, 0, &vp) == KILN_ERR_INVALID_ARG);
     const kiln_image_input two[2] = {img, img};
     CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, two, 2, &vp) == KILN_ERR_INVALID_ARG);
+    /* raw pixels of the wrong length, a damaged file, an empty one */
+    const kiln_image_input short_raw = {g_px, (size_t)g_w * g_h * 3 - 1, g_w, g_h};
+    CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &short_raw, 1, &vp) == KILN_ERR_INVALID_ARG);
+    const kiln_image_input cut_png = {g_png, g_png_len / 2, 0, 0}, empty = {g_png, 0, 0, 0};
+    CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &cut_png, 1, &vp) == KILN_ERR_INVALID_ARG);
+    CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &empty, 1, &vp) == KILN_ERR_INVALID_ARG);
     st = vision_prompt_build(m, text, strlen(text), 1, 1, &img, 1, &vp);
     CHECKF(st == KILN_OK, "%s", kiln_last_error());
     if (st) return;
