@@ -200,6 +200,8 @@ static void test_prompt(void) {
     vision_prompt v2;
     CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &img, 1, &v2) == KILN_OK);
     CHECK(v2.n_tok == vp.n_tok && !memcmp(v2.tok, vp.tok, (size_t)vp.n_tok * sizeof *vp.tok));
+    /* (its rows from the projector's cache, the same bits) */
+    CHECK(v2.n_rows == vp.n_rows && !memcmp(v2.embd, vp.embd, (size_t)vp.n_rows * vp.n_embd * sizeof(float)));
     vision_prompt_free(&v2);
     uint8_t *px2 = malloc((size_t)g_w * g_h * 3);
     memcpy(px2, g_px, (size_t)g_w * g_h * 3);
@@ -207,6 +209,7 @@ static void test_prompt(void) {
     const kiln_image_input img2 = {px2, (size_t)g_w * g_h * 3, g_w, g_h};
     CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &img2, 1, &v2) == KILN_OK);
     CHECK(v2.tok[first] != vp.tok[first]);
+    CHECK(memcmp(v2.embd, vp.embd, (size_t)vp.n_rows * vp.n_embd * sizeof(float)) != 0);
     vision_prompt_free(&v2);
     free(px2);
     /* no marker: the image goes first, after BOS */
