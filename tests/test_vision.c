@@ -4,6 +4,8 @@
 #include "testutil.h"
 
 #include "kiln.h"
+
+#include "base/base.h"
 #include "gen/gen.h"
 #include "vision/vision.h"
 
@@ -249,6 +251,35 @@ static void test_prompt(void) {
     CHECK(kiln_model_load(TEXT, &mp, &m) != KILN_OK && !m);
 }
 
+/* ---- every allocation of a projector load and a prompt build failing ---- */
+
+static void test_fault(void) {
+    kiln_model_params mp = kiln_model_default_params();
+    mp.mmproj = MMPROJ;
+    const kiln_image_input img = {g_png, g_png_len, 0, 0};
+    const char *text = "<start_of_turn>user\n" VISION_MARKER "Hi<end_of_turn>\n";
+    long n_fail = 0;
+    for (long n = 1; n < 4000; n++) {
+        kiln_model *m = NULL;
+        vision_prompt vp;
+        kb_fault_arm(n);
+        kiln_status st = kiln_model_load(TEXT, &mp, &m);
+        if (st == KILN_OK) st = vision_prompt_build(m, text, strlen(text), 1, 1, &img, 1, &vp);
+        const int fired = kb_fault_fired();
+        kb_fault_arm(0);
+        if (st == KILN_OK) vision_prompt_free(&vp);
+        kiln_model_free(m);
+        if (!fired) {
+            CHECKF(st == KILN_OK, "with no failed allocation: %s", kiln_last_error());
+            break;
+        }
+        n_fail++;
+        CHECKF(st != KILN_OK, "allocation %ld failed, yet the call succeeded", n);
+    }
+    CHECK(n_fail > 5);
+    printf("projector load and prompt: %ld allocations failed one at a time\n", n_fail);
+}
+
 /* ---- gen: prompt chunks never split an image ---- */
 
 typedef struct gen_out {
@@ -479,6 +510,7 @@ int main(void) {
     test_hostile();
     test_prompt();
     test_gen();
+    test_fault();
     char text[4096] = "";
     test_engine(text, sizeof text);
     printf("greedy text after the image: \"%s\"\n", text);

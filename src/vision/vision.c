@@ -525,12 +525,12 @@ static int cache_get(vision_model *vm, const uint8_t key[32], int32_t w, int32_t
     return hit;
 }
 
-/* Keeps a copy of rows in place of the least recently used entry (none
- * when memory is short: the cache is only a saving). */
-static void cache_put(vision_model *vm, const uint8_t key[32], int32_t w, int32_t h, int32_t n, const float *rows) {
+/* Keeps a copy of rows in place of the least recently used entry. */
+static kiln_status cache_put(vision_model *vm, const uint8_t key[32], int32_t w, int32_t h, int32_t n,
+                             const float *rows) {
     const size_t bytes = (size_t)n * (size_t)vm->n_embd_text * sizeof(float);
     float *copy = kb_malloc(bytes);
-    if (!copy) return;
+    if (!copy) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     memcpy(copy, rows, bytes);
     pthread_mutex_lock(&vm->mu);
     struct vision_cached *lru = &vm->cache[0];
@@ -544,6 +544,7 @@ static void cache_put(vision_model *vm, const uint8_t key[32], int32_t w, int32_
     lru->rows = copy;
     lru->used = ++vm->tick;
     pthread_mutex_unlock(&vm->mu);
+    return KILN_OK;
 }
 
 /* The first VISION_MARKER in s[0..n), or NULL. */
@@ -632,7 +633,7 @@ kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int
         float *rows = st ? NULL : out->embd + (size_t)out->n_rows * out->n_embd;
         if (!st && !cache_get(vm, dg, images[i].width, images[i].height, nt, rows)) {
             st = vision_encode(vm, pool, &im, rows);
-            if (!st) cache_put(vm, dg, images[i].width, images[i].height, nt, rows);
+            if (!st) st = cache_put(vm, dg, images[i].width, images[i].height, nt, rows);
         }
         if (!st) {
             const uint32_t hh = (uint32_t)dg[0] << 24 | (uint32_t)dg[1] << 16 | (uint32_t)dg[2] << 8 | dg[3];
