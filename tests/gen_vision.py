@@ -13,8 +13,8 @@ PyTorch and numpy):
   gemma3-embd.bin     the projector's 16 embedding rows for image.png, F32
                       [16][64], from the PyTorch reference below
   gemma3.json         sizes and the reference's own float64 check
-  gemma3-mtmd.txt     (not written here) llama-mtmd-cli's greedy bytes for
-                      the prompt and image in gemma3.json's "mtmd_command"
+  gemma3-mtmd.txt     (recorded by hand, not written here) llama-mtmd-cli's
+                      greedy bytes for gemma3.json's "mtmd_command"
 
 The reference is written from the formulas, independently of kiln:
 preprocessing as llama.cpp's fixed-size path (aspect kept, bilinear on 8-bit

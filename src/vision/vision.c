@@ -281,6 +281,7 @@ kiln_status vision_load(const char *path, int32_t n_embd_text, vision_model **ou
 void vision_free(vision_model *vm) {
     if (!vm) return;
     if (vm->proj && vm->proj->free) vm->proj->free(vm);
+    for (int i = 0; i < VISION_CACHE; i++) free(vm->cache[i].rows);
     free(vm->layers);
     pthread_mutex_destroy(&vm->mu);
     gguf_close(vm->gf);
@@ -507,6 +508,45 @@ static kiln_status push_text(kiln_model *m, vision_prompt *p, int32_t *cap, cons
     return KILN_OK;
 }
 
+/* Copies the cached rows of the image keyed (key, w, h) into out: 1, or 0
+ * when they are not cached. */
+static int cache_get(vision_model *vm, const uint8_t key[32], int32_t w, int32_t h, int32_t n, float *out) {
+    int hit = 0;
+    pthread_mutex_lock(&vm->mu);
+    for (int i = 0; i < VISION_CACHE && !hit; i++) {
+        struct vision_cached *e = &vm->cache[i];
+        if (e->rows && e->n == n && e->w == w && e->h == h && !memcmp(e->key, key, 32)) {
+            memcpy(out, e->rows, (size_t)n * (size_t)vm->n_embd_text * sizeof(float));
+            e->used = ++vm->tick;
+            hit = 1;
+        }
+    }
+    pthread_mutex_unlock(&vm->mu);
+    return hit;
+}
+
+/* Keeps a copy of rows in place of the least recently used entry. */
+static kiln_status cache_put(vision_model *vm, const uint8_t key[32], int32_t w, int32_t h, int32_t n,
+                             const float *rows) {
+    const size_t bytes = (size_t)n * (size_t)vm->n_embd_text * sizeof(float);
+    float *copy = kb_malloc(bytes);
+    if (!copy) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    memcpy(copy, rows, bytes);
+    pthread_mutex_lock(&vm->mu);
+    struct vision_cached *lru = &vm->cache[0];
+    for (int i = 1; i < VISION_CACHE; i++)
+        if (vm->cache[i].used < lru->used) lru = &vm->cache[i];
+    free(lru->rows);
+    memcpy(lru->key, key, 32);
+    lru->w = w;
+    lru->h = h;
+    lru->n = n;
+    lru->rows = copy;
+    lru->used = ++vm->tick;
+    pthread_mutex_unlock(&vm->mu);
+    return KILN_OK;
+}
+
 /* The first VISION_MARKER in s[0..n), or NULL. */
 static const char *find_marker(const char *s, size_t n) {
     const size_t ml = sizeof VISION_MARKER - 1;
@@ -588,10 +628,14 @@ kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int
             }
             if (!e || !t) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
         }
-        if (!st) st = vision_encode(vm, pool, &im, out->embd + (size_t)out->n_rows * out->n_embd);
+        unsigned char dg[SHA256_DIGEST_LENGTH];
+        if (!st) SHA256(images[i].data, images[i].len, dg);
+        float *rows = st ? NULL : out->embd + (size_t)out->n_rows * out->n_embd;
+        if (!st && !cache_get(vm, dg, images[i].width, images[i].height, nt, rows)) {
+            st = vision_encode(vm, pool, &im, rows);
+            if (!st) st = cache_put(vm, dg, images[i].width, images[i].height, nt, rows);
+        }
         if (!st) {
-            unsigned char dg[SHA256_DIGEST_LENGTH];
-            SHA256(images[i].data, images[i].len, dg);
             const uint32_t hh = (uint32_t)dg[0] << 24 | (uint32_t)dg[1] << 16 | (uint32_t)dg[2] << 8 | dg[3];
             for (int32_t k = 0; k < nt; k++) out->tok[out->n_tok + k] = vision_token_id(hh, (uint32_t)k);
             out->n_tok += nt;

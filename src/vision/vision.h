@@ -70,6 +70,9 @@ typedef struct vision_layer {
 
 typedef struct vision_model vision_model;
 
+/* Images whose rows a projector keeps (least recently used goes). */
+#define VISION_CACHE 8
+
 /* A projector type: how its images become text-model embeddings. */
 typedef struct vision_proj {
     const char *type;        /* clip.projector_type, e.g. "gemma3" */
@@ -102,7 +105,18 @@ struct vision_model {
     vision_layer *layers;
     const float *post_ln_w, *post_ln_b; /* NULL: none */
     void *state;                        /* the projector's */
-    pthread_mutex_t mu;                 /* one encode at a time */
+    pthread_mutex_t mu;                 /* one encode at a time; guards the cache */
+    /* the rows of the images encoded last (vision_prompt_build), keyed by
+     * the SHA-256 of their input bytes and the raw size: a conversation or
+     * a client that sends an image again is not encoded again */
+    struct vision_cached {
+        uint8_t key[32];
+        int32_t w, h; /* kiln_image_input.width, height */
+        int32_t n;    /* rows */
+        float *rows;  /* [n][n_embd_text] */
+        uint64_t used;
+    } cache[VISION_CACHE];
+    uint64_t tick;
 };
 
 /* Loads path as the projector of a text model of n_embd_text.  On failure
