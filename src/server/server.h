@@ -82,6 +82,8 @@ typedef struct ks_config {
                                     engines' default (4 million, src/chat/template.h) */
     kiln_spec_params spec;    /* speculative decoding for every request of every generating
                                     model (type KILN_SPEC_NONE: off); draft_model borrowed */
+    int backend;              /* kiln_engine_backend the generating models load on: AUTO (the
+                                    default: the GPU when it takes the model), CPU or CUDA */
 } ks_config;
 
 ks_config ks_config_default(void);
