@@ -297,10 +297,11 @@ uint64_t kl_cuda_act_bytes(const kiln_model *m, int n_batch, int n_seq) {
     const uint64_t q = (uint64_t)hp->n_head * (uint64_t)(hp->hd_k > hp->hd_v ? hp->hd_k : hp->hd_v);
     const uint64_t ff = (uint64_t)(hp->n_ff > 0 ? hp->n_ff : 4 * hp->n_embd);
     /* per token: the residual stream and its norm, q/k/v/attention, the
-     * FFN's gate and up; the output rows and logits of one token a
-     * sequence (doubled: growing buffers keep twice what they need) */
+     * FFN's gate and up; the output rows and logits of every token of a
+     * batch, which may all ask for them (doubled: growing buffers keep
+     * twice what they need), or of one token a sequence if more */
     const uint64_t rows = B * 4 * (6 * (uint64_t)hp->n_embd + 4 * q + 3 * ff);
-    const uint64_t out = 2 * S * 4 * ((uint64_t)hp->n_vocab + (uint64_t)hp->n_embd);
+    const uint64_t out = 2 * (B > S ? B : S) * 4 * ((uint64_t)hp->n_vocab + (uint64_t)hp->n_embd);
     return rows + out + KL_CUDA_HEADROOM;
 }
 
