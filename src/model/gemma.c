@@ -470,7 +470,7 @@ static void gm_range(const gm_job *j, int i0, int i1) {
             ops->rope_neox(cs, ki, L->n_head_kv, hd, n_rot);
             if (d->gemma4)
                 for (int h = 0; h < L->n_head_kv; h++) ops->rmsnorm(vi + h * hd, vi + h * hd, NULL, hd, hp->eps);
-            kl_attn_store(c, ops, L->ord, i, ki, vi);
+            kl_attn_store(c, L->ord, i, ki, vi);
             break;
         }
         case STEP_POST_ATTN:
@@ -522,11 +522,16 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const int n = b->n, E = hp->n_embd;
     const kk_ops *ops = kk_ops_best();
 
+    if (d->dp > 0 && c->b_embd) return kl_fail(c, KILN_ERR_UNSUPPORTED, "%s takes no image embeddings", m->arch_name);
     kl_attn_prepare(c, n);
     for (int i = 0; i < n; i++) kk_rope_table(&d->rope_local, c->b_pos[i], w->cs + (size_t)i * d->rope_local.n_rot);
     const float es = sqrtf((float)E);
     for (int i = 0; i < n; i++) {
         float *x = w->x + (size_t)i * E;
+        if (b->token[i] < 0) { /* an image token: its row as given, unscaled (as llama.cpp) */
+            memcpy(x, c->b_embd + (size_t)i * E, (size_t)E * sizeof *x);
+            continue;
+        }
         kk_get_row(&m->tok_embd, b->token[i], x);
         kk_scale_f32(x, es, E);
     }
@@ -546,7 +551,7 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         kk_matmul_multi(c->pool, qkv, !L->has_kv ? 1 : L->wv.data ? 3 : 2, w->xn, n, c->mm_scratch);
         gm_step(&j, STEP_QKV);
         const kl_attn_opts ao = {.window = L->local ? d->window : 0, .scale = 1.0f};
-        kl_attn_run_opts(c, ops, L->ord, w->q, w->att, n, &ao);
+        kl_attn_run_opts(c, L->ord, w->q, w->att, n, &ao);
         kk_matmul(c->pool, &L->wo, w->att, n, w->xn, E, c->mm_scratch);
         gm_step(&j, STEP_POST_ATTN);
         /* rows of the layer's own width: they are w_down's input */
@@ -566,7 +571,7 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     }
 
     kl_batch_commit(c, n);
-    kl_batch_output(c, ops, w->x, n, n_out);
+    kl_batch_output(c, w->x, n, n_out);
     if (d->softcap > 0.0f && !c->p.embeddings) {
         const float inv = 1.0f / d->softcap;
         float *lg = c->logits;
@@ -579,6 +584,7 @@ const kl_family kl_family_gemma = {
     .name = "gemma",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],
+    .image_input = 1,
     .bind = gm_bind,
     .free = gm_free,
     .weights = gm_weights,

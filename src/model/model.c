@@ -6,6 +6,7 @@
 #include "base/base.h"
 #include "model/state.h"
 #include "quant/quant.h"
+#include "vision/vision.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -402,6 +403,7 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
         const char *miss = cuda_missing(m, what, sizeof what);
         st = KILN_ERR_UNSUPPORTED;
         *refused = 1;
+        if (!miss && p.mmproj && p.mmproj[0]) miss = "image inputs (a projector)";
         if (miss) {
             snprintf(L.err, sizeof L.err, "the CUDA backend has no kernels for %s yet", miss);
             goto fail;
@@ -421,6 +423,18 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
             st = KILN_ERR_UNSUPPORTED;
             if (be->kind == KBE_CUDA) *refused = 1;
             goto fail;
+        }
+    }
+    if (p.mmproj && p.mmproj[0]) {
+        if (!m->arch->family->image_input) {
+            snprintf(L.err, sizeof L.err, "the %s architecture does not take images", m->arch_name);
+            st = KILN_ERR_UNSUPPORTED;
+            goto fail;
+        }
+        st = vision_load(p.mmproj, m->hp.n_embd, &m->vision);
+        if (st != KILN_OK) {
+            kiln_model_free(m);
+            return st;
         }
     }
     *out = m;
@@ -469,11 +483,16 @@ void kiln_model_free(kiln_model *m) {
     free(m->chat_template);
     gguf_close(m->gf);
     if (m->packed_mem) m->be->release(m->packed_mem, m->packed_bytes);
+    vision_free(m->vision);
     free(m);
 }
 
+int32_t kiln_model_has_vision(const kiln_model *m) { return m && m->vision ? 1 : 0; }
+
+int kl_vision_bidirectional(const kiln_model *m) { return m->vision && m->vision->proj->bidirectional; }
+
 kiln_model_params kiln_model_default_params(void) {
-    kiln_model_params p = {1, 1, KILN_ENGINE_BACKEND_AUTO, 0, NULL};
+    kiln_model_params p = {1, 1, KILN_ENGINE_BACKEND_AUTO, NULL, 0, NULL};
     const char *e = getenv("KILN_REPACK");
     if (e && strcmp(e, "0") == 0) p.repack = 0;
     return p;

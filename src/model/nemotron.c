@@ -195,7 +195,7 @@ static int nem_bind(kiln_model *m, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    int kv_heads = 0;
+    int kv_heads = 0, ff_any = 0;
     for (int i = 0; i < h->n_layer; i++) {
         nem_layer *l = &h->layers[i];
         const int64_t hkv = layer_int(m, "attention.head_count_kv", n_all, i);
@@ -229,10 +229,11 @@ static int nem_bind(kiln_model *m, char *err, size_t errlen) {
             l->kind = gguf_find_tensor(m->gf, n) ? NEM_MOE : NEM_MLP;
             l->F = (int)ff;
             if (l->kind == NEM_MLP && l->F > h->F_max) h->F_max = l->F;
+            if (l->F > ff_any) ff_any = l->F;
         }
     }
     hp->n_head_kv = kv_heads ? kv_heads : 1;
-    hp->n_ff = h->F_max;
+    hp->n_ff = ff_any; /* reported: the widest FFN layer's width, MoE layers' included */
     h->conv_mem = h->n_rec ? malloc((size_t)h->n_rec * (size_t)h->K * (size_t)h->conv_dim * sizeof(float)) : NULL;
     if (h->n_rec && !h->conv_mem) {
         snprintf(err, errlen, "out of memory");
@@ -622,8 +623,8 @@ static void attention_layer(kiln_context *c, const kk_ops *ops, const nem_layer 
     kk_mm_out o[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
     kk_matmul_multi(c->pool, o, 3, w->xn, n, c->mm_scratch);
     for (int i = 0; i < n; i++)
-        kl_attn_store(c, ops, L->ord, i, w->k + (size_t)i * nkv, w->v + (size_t)i * nkv); /* no RoPE */
-    kl_attn_run(c, ops, L->ord, w->q, w->att, n);
+        kl_attn_store(c, L->ord, i, w->k + (size_t)i * nkv, w->v + (size_t)i * nkv); /* no RoPE */
+    kl_attn_run(c, L->ord, w->q, w->att, n);
     kk_matmul(c->pool, &L->wo, w->att, n, w->y, hp->n_embd, c->mm_scratch);
 }
 
@@ -714,7 +715,7 @@ static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_pos[i];
         memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
     }
-    kl_batch_output(c, ops, xo, n, n_out);
+    kl_batch_output(c, xo, n, n_out);
     return KILN_OK;
 }
 
