@@ -167,12 +167,27 @@ typedef struct kiln_model_params {
                            copies replace the mapped pages in memory, so RSS
                            stays about the same).  Default 1; the environment
                            variable KILN_REPACK=0 turns the default off. */
-    int backend;        /* a kiln_engine_backend: 0 (auto) and 1 run on the CPU;
-                     CUDA needs the kernels and a GPU, and runs the dense
-                     families only (else KILN_ERR_UNSUPPORTED, one line) */
+    int backend;        /* a kiln_engine_backend.  CPU (1); CUDA (2): the GPU, or
+                     KILN_ERR_UNSUPPORTED with the reason in one line (no
+                     GPU, a family or type without kernels, too little free
+                     device memory); AUTO (0, the default): CUDA when a GPU
+                     is usable and CUDA takes the model, else the CPU, with
+                     one warning naming why when a GPU was there.  The
+                     environment variable KILN_DEVICE=cpu|cuda turns AUTO
+                     into that backend. */
     const char *mmproj; /* a multimodal projector (llama.cpp's mmproj GGUF) to
                            load with the model, so prompts may carry images
                            (kiln_model_has_vision); NULL: none */
+    int32_t gpu_layers; /* layers on the GPU: 0 (the default) every one; a
+                           count below the model's layers is refused on
+                           CUDA (KILN_ERR_UNSUPPORTED): layers cannot yet
+                           be split between the GPU and the CPU */
+    /* The context the caller will make (NULL: kiln_context_default_params
+     * with min(the model's, 4096) tokens).  On CUDA the load checks that
+     * the weights, that context's KV cache and the activations fit the
+     * device's free memory before it uploads anything, and refuses a KV
+     * cache type the GPU cannot keep. */
+    const struct kiln_context_params *ctx;
 } kiln_model_params;
 
 kiln_model_params kiln_model_default_params(void);
@@ -221,6 +236,8 @@ typedef struct kiln_model_info {
                                     F16 cache */
     uint64_t state_bytes;        /* recurrent state one sequence holds, whatever
                                 its length (0: none) */
+    const char *backend;         /* where it runs: "cpu" or "cuda" */
+    uint64_t device_bytes;       /* weights in GPU memory (0 on the CPU) */
 } kiln_model_info;
 
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *info);
@@ -1145,7 +1162,7 @@ typedef enum kiln_engine_family_id {
 } kiln_engine_family_id;
 
 typedef enum kiln_engine_backend {
-    KILN_ENGINE_BACKEND_AUTO = 0, /* the best backend present (today: cpu) */
+    KILN_ENGINE_BACKEND_AUTO = 0, /* CUDA when a GPU takes the model, else the CPU (kiln_model_params) */
     KILN_ENGINE_BACKEND_CPU = 1,
     KILN_ENGINE_BACKEND_CUDA = 2 /* NVIDIA GPUs (docs/gpu.md) */
 } kiln_engine_backend;
@@ -1264,7 +1281,9 @@ void kiln_engine_free(kiln_engine *e);
 
 typedef struct kiln_engine_observation {
     kiln_engine_state state;     /* latest transition */
-    kiln_engine_backend backend; /* the backend in use (auto resolved) */
+    kiln_engine_backend backend; /* the backend the latest model loaded runs on
+                                    (AUTO resolved); before a load, CPU unless
+                                    CUDA was asked for */
     char model[512];             /* resident model as named at load, "" */
     kiln_status error;           /* of the latest failure, KILN_OK if none */
     char message[512];

@@ -10,7 +10,10 @@
  * tests/emucuda.h, whatever image cuModuleLoadData is given, and
  * cuLaunchKernel finds a kernel by its name and runs it on the emulator,
  * synchronously, unpacking the argument array by the kernel's own
- * parameter types.  One device, compute capability 8.0.
+ * parameter types.  One device, compute capability 8.0, of 1 GiB, or of
+ * the MiB the environment variable KILN_CUDA_MOCK_MEM_MIB gives; its free
+ * memory is that less what is allocated (so a test can make a model too
+ * big for the device).
  */
 #include "attention.cu"
 #include "gemm.cu"
@@ -18,6 +21,7 @@
 #include "ops.cu"
 
 #include <map>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -113,8 +117,25 @@ API int cuDeviceGetAttribute(int *v, int attr, int) {
     *v = attr == 75 ? 8 : 0; /* compute capability 8.0 */
     return OK;
 }
+/* the device's size, and the bytes of every live allocation */
+static size_t mock_total(void) {
+    const char *e = getenv("KILN_CUDA_MOCK_MEM_MIB");
+    const long long mib = e ? atoll(e) : 0;
+    return mib > 0 ? (size_t)mib << 20 : (size_t)1 << 30;
+}
+static std::mutex mock_mu;
+static std::map<mock_ptr, size_t> mock_live;
+static size_t mock_used;
+
 API int cuDeviceTotalMem_v2(size_t *bytes, int) {
-    *bytes = (size_t)1 << 30;
+    *bytes = mock_total();
+    return OK;
+}
+API int cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
+    std::lock_guard<std::mutex> lk(mock_mu);
+    const size_t total = mock_total();
+    *free_bytes = mock_used < total ? total - mock_used : 0;
+    *total_bytes = total;
     return OK;
 }
 API int cuDevicePrimaryCtxRetain(void **ctx, int) {
@@ -136,12 +157,21 @@ API int cuModuleGetFunction(void **fn, void *, const char *name) {
     return OK;
 }
 API int cuMemAlloc_v2(mock_ptr *p, size_t bytes) {
+    std::lock_guard<std::mutex> lk(mock_mu);
+    if (bytes > mock_total() - mock_used) return ERR_OUT_OF_MEMORY;
     void *m = malloc(bytes ? bytes : 1);
     if (!m) return ERR_OUT_OF_MEMORY;
     *p = to_dev(m);
+    mock_live[*p] = bytes;
+    mock_used += bytes;
     return OK;
 }
 API int cuMemFree_v2(mock_ptr p) {
+    std::lock_guard<std::mutex> lk(mock_mu);
+    auto it = mock_live.find(p);
+    if (it == mock_live.end()) return ERR_INVALID_VALUE;
+    mock_used -= it->second;
+    mock_live.erase(it);
     free(to_host(p));
     return OK;
 }

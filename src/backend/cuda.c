@@ -710,3 +710,13 @@ const kbe_backend *kbe_cuda_get(char *why, size_t cap) {
 }
 
 int kbe_cuda_weight_type(int type) { return cuda_has_type(type); }
+
+int kbe_cuda_mem(size_t *free_bytes, size_t *total_bytes, char *name, size_t cap) {
+    if (!kbe_cuda_get(NULL, 0)) return -1;
+    current();
+    if (g.cu->mem_info(free_bytes, total_bytes) != 0) return -1;
+    int dev = 0;
+    if (name && cap && (g.cu->device_get(&dev, 0) != 0 || g.cu->device_name(name, (int)cap, dev) != 0))
+        snprintf(name, cap, "GPU 0");
+    return 0;
+}

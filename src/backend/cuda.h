@@ -28,6 +28,10 @@
  * reason in why (why may be NULL). */
 const kbe_backend *kbe_cuda_get(char *why, size_t cap);
 
+/* The device's free and total memory in bytes (cuMemGetInfo) and its
+ * name into name (cap bytes; name may be NULL); -1 without the backend. */
+int kbe_cuda_mem(size_t *free_bytes, size_t *total_bytes, char *name, size_t cap);
+
 /* 1 when the kernels take weights of GGUF type `type`. */
 int kbe_cuda_weight_type(int type);
 

@@ -31,6 +31,7 @@ static void load(void) {
                 {(void **)&api.device_name, "cuDeviceGetName"},
                 {(void **)&api.device_attr, "cuDeviceGetAttribute"},
                 {(void **)&api.device_mem, "cuDeviceTotalMem_v2"},
+                {(void **)&api.mem_info, "cuMemGetInfo_v2"},
                 {(void **)&api.primary_retain, "cuDevicePrimaryCtxRetain"},
                 {(void **)&api.primary_release, "cuDevicePrimaryCtxRelease_v2"},
                 {(void **)&api.ctx_set, "cuCtxSetCurrent"},

@@ -22,6 +22,7 @@ typedef struct kcd_api {
     kcd_result (*device_name)(char *name, int cap, int dev);
     kcd_result (*device_attr)(int *v, int attr, int dev);
     kcd_result (*device_mem)(size_t *bytes, int dev);
+    kcd_result (*mem_info)(size_t *free_bytes, size_t *total_bytes); /* the current context's device */
     kcd_result (*primary_retain)(void **ctx, int dev);
     kcd_result (*primary_release)(int dev);
     kcd_result (*ctx_set)(void *ctx);

@@ -22,6 +22,7 @@
 #include "cli/cli.h"
 #include "cli/common.h"
 
+#include "backend/cuda.h"
 #include "base/base.h"
 #include "gen/gen.h"
 #include "spec/spec.h"
@@ -310,12 +311,16 @@ int cmd_bench(int argc, char **argv) {
     int streams[MAX_LIST] = {1}, n_streams = 1;
     kiln_spec_params sp = kiln_spec_default_params();
     const char *prompt_file = NULL;
+    int device = KILN_ENGINE_BACKEND_AUTO, gpu_layers = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         const int sr = cli_parse_spec(&sp, argc, argv, &i);
         if (sr < 0) return 2;
         if (sr > 0) continue;
+        const int dr = cli_parse_device(argc, argv, &i, &device, &gpu_layers);
+        if (dr < 0) return 2;
+        if (dr > 0) continue;
         if (!strcmp(a, "-m") && v) {
             model = v;
             i++;
@@ -382,9 +387,23 @@ int cmd_bench(int argc, char **argv) {
         for (int i = 0; i < n_pg; i++) tests[n_tests++] = (bench_test){pg_p[i], pg_n[i], 1, depths[di]};
     }
 
+    /* the context the tests need, for the GPU's memory check at load (the
+     * one made below is this, capped by the model's length) */
+    kiln_context_params fit = kiln_context_default_params();
+    fit.n_ctx = 1;
+    for (int i = 0; i < n_tests; i++) {
+        const int need = tests[i].depth + tests[i].np + tests[i].ng + 1 + GEN_DRAFT_MAX;
+        if (need > fit.n_ctx) fit.n_ctx = need;
+    }
+    fit.n_seq_max = max_streams;
+    fit.kv_type = kv_type;
     kiln_model *m;
     if (cli_model_path(model, 0, &model)) return 1;
-    if (kiln_model_load(model, NULL, &m) != KILN_OK) return cli_fail(NULL);
+    kiln_model_params mp = kiln_model_default_params();
+    mp.backend = device;
+    mp.gpu_layers = gpu_layers;
+    mp.ctx = &fit;
+    if (kiln_model_load(model, &mp, &m) != KILN_OK) return cli_fail(NULL);
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     /* --spec: the prompt of the generation rows */
@@ -554,24 +573,28 @@ int cmd_bench(int argc, char **argv) {
             rc = cli_fail("generation");
     }
     if (!rows) rc = cli_fail("out of memory");
-    char path[64];
+    char path[160];
     const char *kv_name = cli_kv_name(kv_type);
     /* the cache type shows in the backend column when it is not the default */
-    snprintf(path, sizeof path, "%s%s%s%s", kiln_cpu_path(), info.repacked_bytes ? ", repack" : "",
+    const int on_gpu = !strcmp(info.backend, "cuda");
+    char gpu[96] = "";
+    size_t gfree, gtotal;
+    if (on_gpu && kbe_cuda_mem(&gfree, &gtotal, gpu, sizeof gpu)) snprintf(gpu, sizeof gpu, "GPU");
+    snprintf(path, sizeof path, "%s%s%s%s", on_gpu ? gpu : kiln_cpu_path(), info.repacked_bytes ? ", repack" : "",
              kv_type != KILN_KV_F16 ? ", kv " : "", kv_type != KILN_KV_F16 ? kv_name : "");
     if (!strcmp(out_fmt, "json")) {
         printf("[\n");
         for (int i = 0; i < n_rows; i++) {
             bench_row *r = &rows[i];
-            printf(
-                "  {\"model_type\": \"%s %s\", \"model_size\": %llu, \"model_n_params\": %llu, \"cpu_path\": \"%s\", "
-                "\"type_k\": \"%s\", \"type_v\": \"%s\", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, "
-                "\"n_gen\": %d, \"n_streams\": %d, "
-                "\"n_depth\": %d, \"model_step_bytes\": %llu, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, "
-                "\"samples_ts\": [",
-                info.arch, info.ftype, (unsigned long long)info.n_bytes, (unsigned long long)info.n_params, path,
-                kv_name, kv_name, nthreads, r->test, r->n_prompt, r->n_gen, r->n_streams, r->n_depth,
-                (unsigned long long)info.step_bytes, r->avg, r->sd);
+            printf("  {\"model_type\": \"%s %s\", \"model_size\": %llu, \"model_n_params\": %llu, \"backend\": \"%s\", "
+                   "\"%s\": \"%s\", "
+                   "\"type_k\": \"%s\", \"type_v\": \"%s\", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, "
+                   "\"n_gen\": %d, \"n_streams\": %d, "
+                   "\"n_depth\": %d, \"model_step_bytes\": %llu, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, "
+                   "\"samples_ts\": [",
+                   info.arch, info.ftype, (unsigned long long)info.n_bytes, (unsigned long long)info.n_params,
+                   info.backend, on_gpu ? "gpu_name" : "cpu_path", path, kv_name, kv_name, nthreads, r->test,
+                   r->n_prompt, r->n_gen, r->n_streams, r->n_depth, (unsigned long long)info.step_bytes, r->avg, r->sd);
             for (int k = 0; k < r->n_samples; k++) printf(k ? ", %.6f" : "%.6f", r->samples[k]);
             printf("]");
             if (r->spec) printf(", \"spec_accept\": %.6f, \"spec_speedup\": %.6f", r->accept, r->ratio);
@@ -592,9 +615,9 @@ int cmd_bench(int argc, char **argv) {
                spx ? " --- |" : "");
         for (int i = 0; i < n_rows; i++) {
             const bench_row *r = &rows[i];
-            printf("| %s %s | %.2f MiB | %.2f M | CPU (%s) | %d | %s | %.2f ± %.2f |", info.arch, info.ftype,
-                   (double)info.n_bytes / (1024.0 * 1024.0), (double)info.n_params / 1e6, path, nthreads, r->test,
-                   r->avg, r->sd);
+            printf("| %s %s | %.2f MiB | %.2f M | %s (%s) | %d | %s | %.2f ± %.2f |", info.arch, info.ftype,
+                   (double)info.n_bytes / (1024.0 * 1024.0), (double)info.n_params / 1e6, on_gpu ? "CUDA" : "CPU", path,
+                   nthreads, r->test, r->avg, r->sd);
             if (r->read_bps > 0) {
                 const double top = roofline_ts(r, &info);
                 printf(" %.1f | %.2f | %.0f %% |", r->read_bps / 1e9, top, 100.0 * r->avg / top);

@@ -47,6 +47,10 @@ static const char run_options[] =
     "  --spec-fixed    always propose --spec-n tokens (no adaptive length)\n"
     "  --spec-ngram-min N, --spec-ngram-max N   n-gram lengths looked up (default 2 and 5)\n"
     "  --spec-p-min P  draft and mtp, greedy: stop proposing at a token below probability P\n"
+    "  --device D      auto (default: the GPU when one is usable and takes the model, else the CPU),\n"
+    "                  cpu or cuda (fails when the GPU cannot run the model); KILN_DEVICE sets the default\n"
+    "  -ngl N          --gpu-layers: 0 = the CPU; all, auto or at least the model's layers = the GPU\n"
+    "                  (kiln cannot split layers between the two yet: other counts are refused)\n"
     "  --no-repack     (any command) keep Q4_0/Q8_0/Q4_K/Q6_K weights in the file's layout\n"
     "                  instead of copying them to the 8-row interleaved one at load (KILN_REPACK=0)\n"
     "  -v              verbose log on stderr\n";
@@ -113,6 +117,7 @@ static const struct cli_synopsis {
     {"tokenize", "tokenize -m MODEL -p TEXT [--json] [--ids] [--no-bos] [--parse-special]"},
     {"bench", "bench -m MODEL [-p 512[,..]] [-n 128[,..]] [-pg P,N]... [-d 0[,..]] [-s 1[,4,8..]] [-t N] [-r 5] "
               "[-o md|json] [--cache-type f16|f32|q8_0] [--roofline]\n"
+              "           [--device auto|cpu|cuda] [-ngl N]\n"
               "           [--spec ngram|draft|mtp [--spec-n N] [-md DRAFT] [--spec-fixed] [-f PROMPT_FILE]]\n"
               "--spec adds, per tg test, greedy generation after the prompt (-f's text, else random tokens) plain and\n"
               "speculating, alternated rep by rep, with the acceptance rate and the ratio of the two"},
@@ -445,10 +450,56 @@ static int want_kv(cli_opts *o, int argc, char **argv, int *i) {
     return 1;
 }
 
+int cli_parse_device(int argc, char **argv, int *i, int *device, int *gpu_layers) {
+    const char *a = argv[*i];
+    const int dev = !strcmp(a, "--device") || !strcmp(a, "-dev");
+    const int ngl = !strcmp(a, "-ngl") || !strcmp(a, "--gpu-layers") || !strcmp(a, "--n-gpu-layers");
+    if (!dev && !ngl) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kiln: %s needs a value\n", a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    if (dev) {
+        if (!strcmp(v, "auto"))
+            *device = KILN_ENGINE_BACKEND_AUTO;
+        else if (!strcmp(v, "cpu") || !strcmp(v, "none"))
+            *device = KILN_ENGINE_BACKEND_CPU;
+        else if (!strcmp(v, "cuda") || !strcmp(v, "cuda:0") || !strcmp(v, "CUDA0") || !strcmp(v, "gpu"))
+            *device = KILN_ENGINE_BACKEND_CUDA;
+        else {
+            fprintf(stderr, "kiln: %s: '%s' is not auto, cpu or cuda (kiln uses one GPU: cuda:0)\n", a, v);
+            return -1;
+        }
+        return 1;
+    }
+    if (!strcmp(v, "all") || !strcmp(v, "auto") || !strcmp(v, "-1")) {
+        *gpu_layers = 0;
+        return 1;
+    }
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || n < 0 || n > INT_MAX) {
+        fprintf(stderr, "kiln: %s: '%s' is not a layer count (N, all or auto)\n", a, v);
+        return -1;
+    }
+    if (n == 0)
+        *device = KILN_ENGINE_BACKEND_CPU; /* no layer on the GPU: the CPU backend */
+    else
+        *gpu_layers = (int)n;
+    return 1;
+}
+
+const char *cli_device_name(int b) {
+    return b == KILN_ENGINE_BACKEND_CPU ? "cpu" : b == KILN_ENGINE_BACKEND_CUDA ? "cuda" : "auto";
+}
+
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     const int sr = cli_parse_spec(&o->spec, argc, argv, i);
     if (sr) return sr;
+    const int dr = cli_parse_device(argc, argv, i, &o->device, &o->gpu_layers);
+    if (dr) return dr;
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
         if (*i + 1 >= argc) {
             fprintf(stderr, "kiln: %s needs a value\n", a);

@@ -35,6 +35,8 @@ typedef struct cli_opts {
     const char *mmproj;                /* --mmproj: the projector (else a store pack's own) */
     const char *image[CLI_MAX_IMAGES]; /* --image files, in order */
     int n_image;
+    int device;     /* --device: a kiln_engine_backend (AUTO by default) */
+    int gpu_layers; /* -ngl N: layers on the GPU, 0 all (kiln_model_params.gpu_layers) */
 } cli_opts;
 
 void cli_opts_init(cli_opts *o);
@@ -51,6 +53,13 @@ int cli_parse_spec(kiln_spec_params *sp, int argc, char **argv, int *i);
  * trailing newline (-f - keeps it).  Returns 0 when o->prompt is set, -1
  * when there is none (stdin a terminal, or nothing piped in). */
 int cli_prompt_from_stdin(cli_opts *o);
+/* --device auto|cpu|cuda (cuda:0, gpu) and -ngl/--gpu-layers/--n-gpu-layers
+ * N|all|auto at argv[*i] into *device (a kiln_engine_backend) and
+ * *gpu_layers (0: all; -ngl 0 sets *device to the CPU instead), as
+ * cli_parse_common returns. */
+int cli_parse_device(int argc, char **argv, int *i, int *device, int *gpu_layers);
+/* The name of kiln_engine_backend b as --device takes it. */
+const char *cli_device_name(int b);
 /* The KILN_KV_* type named s ("f16", "f32", "q8_0"); -1 if none. */
 int cli_kv_type(const char *s);
 /* The name of KILN_KV_* type t. */

@@ -112,7 +112,17 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
     }
     const char *path;
     if (cli_model_path(o->model, 0, &path)) return 1;
+    kiln_context_params cp = kiln_context_default_params();
+    cp.n_ctx = o->n_ctx;
+    cp.n_threads = o->n_threads;
+    cp.n_batch = o->n_batch > 0 ? o->n_batch : 512;
+    cp.n_seq_max = n_seq;
+    cp.kv_type = o->kv_type;
+    cp.mtp = o->spec.type == KILN_SPEC_MTP;
     kiln_model_params mp = kiln_model_default_params();
+    mp.backend = o->device;
+    mp.gpu_layers = o->gpu_layers;
+    mp.ctx = &cp;
     char companion[4096];
     if (o->mmproj)
         mp.mmproj = o->mmproj;
@@ -125,13 +135,6 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
         *m = NULL;
         return 1;
     }
-    kiln_context_params cp = kiln_context_default_params();
-    cp.n_ctx = o->n_ctx;
-    cp.n_threads = o->n_threads;
-    cp.n_batch = o->n_batch > 0 ? o->n_batch : 512;
-    cp.n_seq_max = n_seq;
-    cp.kv_type = o->kv_type;
-    cp.mtp = o->spec.type == KILN_SPEC_MTP;
     if (kiln_context_new(*m, &cp, c) != KILN_OK) {
         cli_fail(o->model);
         kiln_model_free(*m);
@@ -141,9 +144,14 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
     if (o->verbose) { /* the load line: what runs, and on which kernel path */
         kiln_model_info info;
         kiln_model_get_info(*m, &info);
-        fprintf(stderr, "kiln: loaded %s: %s %s, %.2f M params, %d-token context, CPU (%s%s)\n", o->model, info.arch,
-                info.ftype, (double)info.n_params / 1e6, kiln_context_n_ctx(*c), kiln_cpu_path(),
-                info.repacked_bytes ? ", repack" : "");
+        char where[160];
+        if (!strcmp(info.backend, "cuda"))
+            snprintf(where, sizeof where, "CUDA (%.0f MiB of weights on the GPU)",
+                     (double)info.device_bytes / 1048576.0);
+        else
+            snprintf(where, sizeof where, "CPU (%s%s)", kiln_cpu_path(), info.repacked_bytes ? ", repack" : "");
+        fprintf(stderr, "kiln: loaded %s: %s %s, %.2f M params, %d-token context, %s\n", o->model, info.arch,
+                info.ftype, (double)info.n_params / 1e6, kiln_context_n_ctx(*c), where);
     }
     return 0;
 }

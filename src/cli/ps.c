@@ -212,7 +212,10 @@ int cmd_ps(int argc, char **argv) {
         double vram = (double)json_integer_value(json_object_get(m, "size_vram"));
         human_bytes(total, size, sizeof size);
         until(json_string_value(json_object_get(m, "expires_at")), when, sizeof when);
-        if (vram <= 0)
+        const char *be = json_string_value(json_object_get(m, "backend")); /* kiln's own field */
+        if (be && !strcmp(be, "cuda"))
+            snprintf(proc, sizeof proc, "100%% GPU");
+        else if (vram <= 0)
             snprintf(proc, sizeof proc, "100%% CPU");
         else if (vram >= total)
             snprintf(proc, sizeof proc, "100%% GPU");

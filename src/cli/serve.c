@@ -72,6 +72,9 @@ static void serve_usage(FILE *f) {
             "  -t N              threads (default: all CPUs)\n"
             "  --kv-budget MIB   KV cache memory per model (default: -c x --parallel)\n"
             "  --cache-type T    KV cache type: f16 (default), f32 or q8_0 (--kv-f32 = f32)\n"
+            "  --device D        auto (default: a generating model goes to the GPU when one is usable and\n"
+            "                    takes it, else the CPU), cpu or cuda (a load fails when the GPU cannot run\n"
+            "                    the model); -ngl 0 = cpu; KILN_DEVICE sets the default\n"
             "  --image PACK      serve an image pack (a directory, or a name in the store) at\n"
             "                    POST /v1/images/generations (256x256, b64_json)\n"
             "  --api-key KEY     require 'Authorization: Bearer KEY' (not on /health and the chat page's\n"
@@ -114,7 +117,7 @@ int cmd_serve(int argc, char **argv) {
     if (!models) return 1;
     int n_models = 0;
     double grace = 10, v;
-    int sr;
+    int sr, gpu_layers = 0;
     cfg.api_key = getenv("KILN_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -159,6 +162,11 @@ int cmd_serve(int argc, char **argv) {
             serve_usage(stdout);
             free(models);
             return 0;
+        } else if ((sr = cli_parse_device(argc, argv, &i, &cfg.backend, &gpu_layers)) != 0) {
+            if (sr < 0) {
+                free(models);
+                return 2;
+            }
         } else if ((sr = cli_parse_spec(&cfg.spec, argc, argv, &i)) != 0) {
             if (sr < 0) {
                 free(models);
@@ -259,6 +267,9 @@ int cmd_serve(int argc, char **argv) {
         free(models);
         return 2;
     }
+    if (gpu_layers > 0 && cfg.backend != KILN_ENGINE_BACKEND_CPU)
+        say(cfg.log_json, "-ngl %d: every layer of a model the GPU takes goes to it (kiln cannot split layers yet)",
+            gpu_layers);
     cfg.models = models;
     cfg.n_models = n_models;
     /* --image takes a pack's directory or the name of one in the store; the

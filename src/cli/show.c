@@ -132,6 +132,11 @@ int cmd_show(int argc, char **argv) {
     printf("\nrunnable:  yes: %s, %d layers, n_embd %d, %d heads (%d KV), n_ff %d, vocab %d, context %d, %s\n",
            info.arch, info.n_layer, info.n_embd, info.n_head, info.n_head_kv, info.n_ff, info.n_vocab, info.n_ctx_train,
            info.ftype);
+    /* where kiln run would put it (--device auto): the load above chose */
+    if (!strcmp(info.backend, "cuda"))
+        printf("device:    CUDA (%.1f MiB of weights on the GPU)\n", (double)info.device_bytes / (1024.0 * 1024.0));
+    else
+        printf("device:    CPU (%s)\n", kiln_cpu_path());
     if (info.kv_bytes_per_token) {
         /* what one sequence holds; beside it, a model of the same shapes
          * whose every layer kept K and V */
@@ -212,7 +217,10 @@ int cmd_tokenize(int argc, char **argv) {
     kiln_model *m;
     const char *path;
     if (cli_model_path(o.model, 0, &path)) return 1;
-    if (kiln_model_load(path, NULL, &m) != KILN_OK) return cli_fail(NULL);
+    kiln_model_params mp = kiln_model_default_params();
+    mp.backend = KILN_ENGINE_BACKEND_CPU; /* the tokenizer alone */
+    mp.repack = 0;
+    if (kiln_model_load(path, &mp, &m) != KILN_OK) return cli_fail(NULL);
     size_t len = strlen(o.prompt);
     int cap = (int)len + 8;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);

@@ -107,7 +107,9 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
     }
     gguf_close(d->gf);
     d->gf = NULL;
-    if ((st = kiln_model_load(path, NULL, &d->m)) != KILN_OK) goto fail;
+    kiln_model_params mp = kiln_model_default_params();
+    mp.backend = KILN_ENGINE_BACKEND_CPU; /* decision packs run on the CPU */
+    if ((st = kiln_model_load(path, &mp, &d->m)) != KILN_OK) goto fail;
     d->tok = d->m->tok;
     if (!d->m->arch->encoder) {
         st = kb_fail(KILN_ERR_UNSUPPORTED, "%s: a decision pack needs an encoder, and '%s' is a decoder", path,

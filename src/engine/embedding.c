@@ -37,7 +37,9 @@ static kiln_status emb_load(void *user, const char *path, kiln_engine_backend ba
     p.n_batch = 512;
     const kiln_context_params *cp = engine_context_params(r);
     if (cp) p.n_threads = cp->n_threads;
-    kiln_status st = kiln_model_load(path, NULL, &e->m);
+    kiln_model_params mp = kiln_model_default_params();
+    mp.backend = KILN_ENGINE_BACKEND_CPU; /* the family runs on the CPU */
+    kiln_status st = kiln_model_load(path, &mp, &e->m);
     if (st == KILN_OK) st = kiln_embedder_new_from_model(e->m, &p, &e->em);
     if (st != KILN_OK) {
         emb_unload(user, e);

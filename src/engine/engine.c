@@ -21,6 +21,7 @@
  * kiln_engine.mu unless marked otherwise. */
 #include "engine/engine.h"
 
+#include "backend/cuda.h"
 #include "base/base.h"
 
 #include <errno.h>
@@ -77,7 +78,8 @@ typedef char msgbuf[512];
 struct kiln_engine {
     const kiln_engine_family *fam;
     const engine_ops *ops;
-    kiln_engine_backend backend; /* resolved: never AUTO */
+    kiln_engine_backend backend;      /* as asked: AUTO, CPU or CUDA */
+    kiln_engine_backend backend_used; /* the resident model's (CPU before a load, unless CUDA was asked) */
     kiln_engine_status_fn status_fn;
     void *status_user;
     kiln_engine_store store; /* acquire == NULL: no store */
@@ -345,17 +347,20 @@ kiln_status engine_create_with(const kiln_engine_family *fam, const engine_ops *
     *out = NULL;
     if (!fam || !ops || !ops->load || !ops->unload || !ops->run)
         return kb_fail(KILN_ERR_INVALID_ARG, "engine family without load/unload/run");
-    if (backend == KILN_ENGINE_BACKEND_CUDA)
-        return kb_fail(KILN_ERR_UNSUPPORTED, "this build of kiln has no CUDA backend: use the CPU");
-    if (backend != KILN_ENGINE_BACKEND_AUTO && backend != KILN_ENGINE_BACKEND_CPU)
+    if (backend != KILN_ENGINE_BACKEND_AUTO && backend != KILN_ENGINE_BACKEND_CPU &&
+        backend != KILN_ENGINE_BACKEND_CUDA)
         return kb_fail(KILN_ERR_INVALID_ARG, "unknown backend %d", (int)backend);
     if (!(fam->backends & (1u << backend)))
         return kb_fail(KILN_ERR_UNSUPPORTED, "family '%s' does not run on this backend", fam->key);
+    char why[256];
+    if (backend == KILN_ENGINE_BACKEND_CUDA && !kbe_cuda_get(why, sizeof why))
+        return kb_fail(KILN_ERR_UNSUPPORTED, "no CUDA backend: %s", why);
     kiln_engine *e = calloc(1, sizeof *e);
     if (!e) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     e->fam = fam;
     e->ops = ops;
-    e->backend = KILN_ENGINE_BACKEND_CPU; /* AUTO: the only backend built */
+    e->backend = backend;
+    e->backend_used = backend == KILN_ENGINE_BACKEND_CUDA ? backend : KILN_ENGINE_BACKEND_CPU;
     e->next_seq = 1;
     e->gate_cap = 1;
     e->spec_params = kiln_spec_default_params();
@@ -433,6 +438,14 @@ static void drain_and_enter(kiln_engine *e, engine_run *r) {
     gate_enter(e, r, GATE_NORMAL);
 }
 
+/* The backend a load asks the family for: AUTO only where the family
+ * runs on CUDA too (the model load then chooses), else the CPU. */
+static kiln_engine_backend load_backend(const kiln_engine *e) {
+    if (e->backend == KILN_ENGINE_BACKEND_AUTO && !(e->fam->backends & (1u << KILN_ENGINE_BACKEND_CUDA)))
+        return KILN_ENGINE_BACKEND_CPU;
+    return e->backend;
+}
+
 static kiln_status run_load(kiln_engine *e, op *o, msgbuf msg) {
     publish(e, KILN_ENGINE_LOADING, KILN_OK, NULL, o->name);
     engine_run r = {.e = e, .cancel = o->cancel};
@@ -447,7 +460,7 @@ static kiln_status run_load(kiln_engine *e, op *o, msgbuf msg) {
     }
     void *model = NULL;
     kiln_status st = run_cancelled(&r) ? kb_fail(KILN_ERR_CANCELLED, "load cancelled")
-                                       : e->ops->load(e->ops->user, o->path, e->backend, &r, &model);
+                                       : e->ops->load(e->ops->user, o->path, load_backend(e), &r, &model);
     if (st != KILN_OK) {
         kb_errf(msg, sizeof(msgbuf), "%s: %s", o->name, kiln_last_error());
     } else if (run_cancelled(&r)) {
@@ -469,6 +482,12 @@ static kiln_status run_load(kiln_engine *e, op *o, msgbuf msg) {
         snprintf(e->model_name, sizeof e->model_name, "%s", o->name);
         e->release_failed = st != KILN_OK;
         if (st == KILN_OK && e->ops->capacity) e->gate_cap = e->ops->capacity(e->ops->user, model);
+        kiln_model *km = st == KILN_OK && e->ops->model_of ? e->ops->model_of(e->ops->user, model) : NULL;
+        if (km) {
+            kiln_model_info info;
+            kiln_model_get_info(km, &info);
+            e->backend_used = !strcmp(info.backend, "cuda") ? KILN_ENGINE_BACKEND_CUDA : KILN_ENGINE_BACKEND_CPU;
+        }
         if (e->gate_cap < 1) e->gate_cap = 1;
     }
     gate_leave(e, &r);
@@ -832,7 +851,7 @@ kiln_status kiln_engine_observe(kiln_engine *e, kiln_engine_observation *out) {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&e->mu);
     out->state = e->state;
-    out->backend = e->backend;
+    out->backend = e->backend_used;
     snprintf(out->model, sizeof out->model, "%s", e->model ? e->model_name : "");
     out->error = e->err;
     snprintf(out->message, sizeof out->message, "%s", e->msg);

@@ -89,6 +89,7 @@ kiln_status kiln_engine_listing(kiln_store *s, char **json_out) {
         json_t *be = json_array();
         if (fam->backends & (1u << KILN_ENGINE_BACKEND_AUTO)) json_array_append_new(be, json_string("auto"));
         if (fam->backends & (1u << KILN_ENGINE_BACKEND_CPU)) json_array_append_new(be, json_string("cpu"));
+        if (fam->backends & (1u << KILN_ENGINE_BACKEND_CUDA)) json_array_append_new(be, json_string("cuda"));
         json_object_set_new(o, "backends", be);
         json_object_set_new(o, "available", json_boolean(fam->available));
         json_t *models = json_array();

@@ -61,13 +61,14 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
     llm_model *lm = calloc(1, sizeof *lm);
     if (!lm) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&lm->emb_mu, NULL);
+    const kiln_context_params *cp = engine_context_params(r);
+    kiln_context_params p = cp ? *cp : kiln_context_default_params();
     kiln_model_params mp = kiln_model_default_params();
-    mp.backend = backend; /* resolved by the engine */
+    mp.backend = backend; /* AUTO: the model load chooses (CUDA when it takes the model and this context) */
+    mp.ctx = &p;
     char mmproj[4096];
     if (kst_pack_companion(path, "mmproj", mmproj, sizeof mmproj)) mp.mmproj = mmproj; /* a store pack's projector */
     kiln_status st = kiln_model_load(path, &mp, &lm->m);
-    const kiln_context_params *cp = engine_context_params(r);
-    kiln_context_params p = cp ? *cp : kiln_context_default_params();
     if (st == KILN_OK && p.n_ctx == 0) {
         /* a model declaring 131072 tokens would reserve them for every
          * sequence: Ollama's 4096 per sequence instead (n_ctx asks for more) */

@@ -19,7 +19,9 @@ static const struct {
     const engine_ops *ops;
 } families[] = {
     {{KILN_ENGINE_LLM, "llm", "Text generation", llm_tasks,
-      BACKEND_BIT(KILN_ENGINE_BACKEND_AUTO) | BACKEND_BIT(KILN_ENGINE_BACKEND_CPU), 1},
+      BACKEND_BIT(KILN_ENGINE_BACKEND_AUTO) | BACKEND_BIT(KILN_ENGINE_BACKEND_CPU) |
+          BACKEND_BIT(KILN_ENGINE_BACKEND_CUDA),
+      1},
      &engine_llm_ops},
     {{KILN_ENGINE_EMBEDDING, "embedding", "Text embeddings", embedding_tasks,
       BACKEND_BIT(KILN_ENGINE_BACKEND_AUTO) | BACKEND_BIT(KILN_ENGINE_BACKEND_CPU), 1},

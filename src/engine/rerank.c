@@ -49,7 +49,9 @@ static kiln_status rr_load(void *user, const char *path, kiln_engine_backend bac
     p.n_batch = 512;
     const kiln_context_params *cp = engine_context_params(r);
     if (cp) p.n_threads = cp->n_threads;
-    kiln_status st = kiln_model_load(path, NULL, &x->m);
+    kiln_model_params mp = kiln_model_default_params();
+    mp.backend = KILN_ENGINE_BACKEND_CPU; /* the family runs on the CPU */
+    kiln_status st = kiln_model_load(path, &mp, &x->m);
     if (st == KILN_OK) st = kiln_reranker_new_from_model(x->m, &p, &x->rr);
     if (st != KILN_OK) {
         rr_unload(user, x);

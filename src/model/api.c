@@ -5,6 +5,7 @@
 #include "model/mtp.h"
 #include "model/state.h"
 
+#include "backend/cuda.h"
 #include "base/base.h"
 #include "quant/quant.h"
 
@@ -111,6 +112,16 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
      * budget allows for n_seq_max sequences once the recurrent-state pool
      * (allocated whole, whatever the context) is taken out of it */
     uint64_t budget = p.mem_limit ? p.mem_limit : default_kv_budget();
+    if (m->be->kind == KBE_CUDA) {
+        /* on the GPU: its free memory, less the activations' (and the
+         * budget asked for, if smaller) */
+        size_t free_b = 0, total_b = 0;
+        const uint64_t act = kl_cuda_act_bytes(m, p.n_batch, p.n_seq_max);
+        if (kbe_cuda_mem(&free_b, &total_b, NULL, 0) || free_b <= act)
+            return kb_fail(KILN_ERR_NOMEM, "no room for a KV cache in the GPU's %llu MiB free",
+                           (unsigned long long)(free_b >> 20));
+        if (!p.mem_limit || free_b - act < budget) budget = free_b - act;
+    }
     const int n_snap = !shape.rs_floats || p.n_state_snapshots < 0 ? 0
                        : p.n_state_snapshots                       ? p.n_state_snapshots
                                                                    : KL_RS_SNAP_PER_SEQ * p.n_seq_max;

@@ -167,7 +167,9 @@ static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
     cp.n_ctx = p.max_tokens;
     cp.n_batch = p.n_batch;
     cp.n_threads = p.n_threads;
-    cp.kv_type = KILN_KV_F32; /* vectors are compared at 1e-5; keep F32 keys/values */
+    /* vectors are compared at 1e-5: F32 keys and values, but on the GPU,
+     * which keeps only F16 ones (its attention sums in F32) */
+    cp.kv_type = m->be->kind == KBE_CUDA ? KILN_KV_F16 : KILN_KV_F32;
     cp.embeddings = 1;
     kiln_status st = kiln_context_new(m, &cp, &e->ctx);
     if (st != KILN_OK) return st;
@@ -196,7 +198,9 @@ kiln_status kiln_embedder_new_from_model(kiln_model *m, const kiln_embedder_para
 kiln_status kiln_embedder_new(const char *path, const kiln_embedder_params *p, kiln_embedder **out) {
     *out = NULL;
     kiln_model *m;
-    kiln_status st = kiln_model_load(path, NULL, &m);
+    kiln_model_params mp = kiln_model_default_params();
+    mp.backend = KILN_ENGINE_BACKEND_CPU; /* the encoders have no GPU kernels */
+    kiln_status st = kiln_model_load(path, &mp, &m);
     if (st != KILN_OK) return st;
     st = kiln_embedder_new_from_model(m, p, out);
     if (st != KILN_OK) {

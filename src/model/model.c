@@ -4,6 +4,7 @@
 
 #include "backend/cuda.h"
 #include "base/base.h"
+#include "model/state.h"
 #include "quant/quant.h"
 #include "vision/vision.h"
 
@@ -291,16 +292,60 @@ static const char *cuda_missing(const kiln_model *m, char *buf, size_t cap) {
     return NULL;
 }
 
-kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out) {
-    *out = NULL;
-    kiln_model_params p = params ? *params : kiln_model_default_params();
-    if (!path) return kb_fail(KILN_ERR_INVALID_ARG, "no model path given");
-    if (p.backend == KILN_ENGINE_BACKEND_CUDA) {
-        char why[256];
-        if (!kbe_cuda_get(why, sizeof why)) return kb_fail(KILN_ERR_UNSUPPORTED, "no CUDA backend: %s", why);
+uint64_t kl_cuda_act_bytes(const kiln_model *m, int n_batch, int n_seq) {
+    const kl_hparams *hp = &m->hp;
+    const uint64_t B = (uint64_t)(n_batch > 0 ? n_batch : 512), S = (uint64_t)(n_seq > 0 ? n_seq : 1);
+    const uint64_t q = (uint64_t)hp->n_head * (uint64_t)(hp->hd_k > hp->hd_v ? hp->hd_k : hp->hd_v);
+    const uint64_t ff = (uint64_t)(hp->n_ff > 0 ? hp->n_ff : 4 * hp->n_embd);
+    /* per token: the residual stream and its norm, q/k/v/attention, the
+     * FFN's gate and up; the output rows and logits of every token of a
+     * batch, which may all ask for them (doubled: growing buffers keep
+     * twice what they need), or of one token a sequence if more */
+    const uint64_t rows = B * 4 * (6 * (uint64_t)hp->n_embd + 4 * q + 3 * ff);
+    const uint64_t out = 2 * (B > S ? B : S) * 4 * ((uint64_t)hp->n_vocab + (uint64_t)hp->n_embd);
+    return rows + out + KL_CUDA_HEADROOM;
+}
+
+/* Whether the model, with the context p (NULL: the defaults) and its KV
+ * cache, fits the GPU's free memory: -1 with the reason in why if not. */
+static int cuda_fits(const kiln_model *m, const kiln_context_params *cp, char *why, size_t cap) {
+    kiln_context_params p = cp ? *cp : kiln_context_default_params();
+    const int n_seq = p.n_seq_max > 0 ? p.n_seq_max : 1;
+    int n_ctx = p.n_ctx > 0 ? p.n_ctx : m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
+    if (n_ctx < 1) n_ctx = 1;
+    uint64_t kv = 0, rs = 0;
+    if (m->arch->family->seq_shape) {
+        kl_seq_shape s;
+        m->arch->family->seq_shape(m, &s);
+        if (s.n_attn_layer > 0 && (p.kv_type != KILN_KV_F16 || s.v_in_k)) {
+            snprintf(why, cap, "the CUDA backend keeps only an F16 KV cache with separate K and V");
+            return -1;
+        }
+        kv = kl_kv_bytes_per_token(&s, KILN_KV_F16) * (uint64_t)n_ctx * (uint64_t)n_seq;
+        if (s.rs_floats) rs = kl_rs_bytes(s.rs_floats, s.roll_floats, n_seq, KL_RS_SNAP_PER_SEQ * n_seq);
     }
-    const kbe_backend *be = kbe_get(p.backend == KILN_ENGINE_BACKEND_AUTO ? KBE_CPU : p.backend);
-    if (!be) return kb_fail(KILN_ERR_INVALID_ARG, "unknown backend %d", p.backend);
+    const uint64_t w = m->n_bytes, act = kl_cuda_act_bytes(m, p.n_batch, n_seq);
+    size_t free_b = 0, total_b = 0;
+    if (kbe_cuda_mem(&free_b, &total_b, NULL, 0)) {
+        snprintf(why, cap, "the GPU's free memory is unknown");
+        return -1;
+    }
+    if (w + kv + rs + act <= free_b) return 0;
+    snprintf(why, cap,
+             "not enough GPU memory: %llu MiB needed (weights %llu, KV cache %llu for %d tokens x %d sequence(s), "
+             "states %llu, activations %llu), %llu MiB free of %llu",
+             (unsigned long long)((w + kv + rs + act) >> 20), (unsigned long long)(w >> 20),
+             (unsigned long long)(kv >> 20), n_ctx, n_seq, (unsigned long long)(rs >> 20),
+             (unsigned long long)(act >> 20), (unsigned long long)(free_b >> 20), (unsigned long long)(total_b >> 20));
+    return -1;
+}
+
+/* Loads path onto backend be.  A refusal by the CUDA backend (no kernels
+ * for the model, too little memory) sets *refused with its reason in why
+ * (cap bytes). */
+static kiln_status load_on(const char *path, const kiln_model_params *pp, const kbe_backend *be, kiln_model **out,
+                           int *refused, char *why, size_t cap) {
+    const kiln_model_params p = *pp;
     kiln_model *m = calloc(1, sizeof *m);
     if (!m) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     m->be = be;
@@ -356,15 +401,27 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
     if (be->kind == KBE_CUDA) {
         char what[64];
         const char *miss = cuda_missing(m, what, sizeof what);
+        st = KILN_ERR_UNSUPPORTED;
+        *refused = 1;
+        if (!miss && p.mmproj && p.mmproj[0]) miss = "image inputs (a projector)";
         if (miss) {
             snprintf(L.err, sizeof L.err, "the CUDA backend has no kernels for %s yet", miss);
-            st = KILN_ERR_UNSUPPORTED;
             goto fail;
         }
+        if (p.gpu_layers > 0 && p.gpu_layers < m->hp.n_layer) {
+            snprintf(L.err, sizeof L.err,
+                     "%d of the model's %d layers on the GPU: kiln cannot split layers between the GPU and the CPU "
+                     "yet (all layers, or the CPU)",
+                     p.gpu_layers, m->hp.n_layer);
+            goto fail;
+        }
+        if (cuda_fits(m, p.ctx, L.err, sizeof L.err)) goto fail;
+        *refused = 0;
     }
     if (p.repack || be->kind != KBE_CPU) {
         if (prepare(m, L.err, sizeof L.err)) {
             st = KILN_ERR_UNSUPPORTED;
+            if (be->kind == KBE_CUDA) *refused = 1;
             goto fail;
         }
     }
@@ -383,9 +440,40 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
     *out = m;
     return KILN_OK;
 fail:
+    if (*refused) snprintf(why, cap, "%s", L.err);
     kb_fail(st, "%s: %s", path, L.err);
     kiln_model_free(m);
     return st;
+}
+
+/* The backend KILN_DEVICE names for AUTO ("cpu", "cuda"; anything else:
+ * AUTO). */
+static int env_device(void) {
+    const char *e = getenv("KILN_DEVICE");
+    if (e && strcmp(e, "cpu") == 0) return KILN_ENGINE_BACKEND_CPU;
+    if (e && (strcmp(e, "cuda") == 0 || strcmp(e, "cuda:0") == 0 || strcmp(e, "gpu") == 0))
+        return KILN_ENGINE_BACKEND_CUDA;
+    return KILN_ENGINE_BACKEND_AUTO;
+}
+
+kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out) {
+    *out = NULL;
+    kiln_model_params p = params ? *params : kiln_model_default_params();
+    if (!path) return kb_fail(KILN_ERR_INVALID_ARG, "no model path given");
+    int want = p.backend == KILN_ENGINE_BACKEND_AUTO ? env_device() : p.backend;
+    if (want != KILN_ENGINE_BACKEND_AUTO && want != KILN_ENGINE_BACKEND_CPU && want != KILN_ENGINE_BACKEND_CUDA)
+        return kb_fail(KILN_ERR_INVALID_ARG, "unknown backend %d", p.backend);
+    char why[512];
+    const kbe_backend *cuda = want == KILN_ENGINE_BACKEND_CPU ? NULL : kbe_cuda_get(why, sizeof why);
+    if (want == KILN_ENGINE_BACKEND_CUDA && !cuda) return kb_fail(KILN_ERR_UNSUPPORTED, "no CUDA backend: %s", why);
+    if (cuda) {
+        int refused = 0;
+        kiln_status st = load_on(path, &p, cuda, out, &refused, why, sizeof why);
+        if (st == KILN_OK || want == KILN_ENGINE_BACKEND_CUDA || !refused) return st;
+        kb_log(KB_LOG_WARN, "running %s on the CPU, not the GPU: %s", path, why);
+    }
+    int refused = 0;
+    return load_on(path, &p, kbe_get(KBE_CPU), out, &refused, why, sizeof why);
 }
 
 void kiln_model_free(kiln_model *m) {
@@ -404,7 +492,7 @@ int32_t kiln_model_has_vision(const kiln_model *m) { return m && m->vision ? 1 :
 int kl_vision_bidirectional(const kiln_model *m) { return m->vision && m->vision->proj->bidirectional; }
 
 kiln_model_params kiln_model_default_params(void) {
-    kiln_model_params p = {1, 1, 0, NULL};
+    kiln_model_params p = {1, 1, KILN_ENGINE_BACKEND_AUTO, NULL, 0, NULL};
     const char *e = getenv("KILN_REPACK");
     if (e && strcmp(e, "0") == 0) p.repack = 0;
     return p;
@@ -414,7 +502,10 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info) {
     memset(info, 0, sizeof *info);
     info->arch = m->arch_name;
     info->name = m->name;
-    info->repacked_bytes = m->packed_bytes;
+    const int cuda = m->be->kind == KBE_CUDA;
+    info->repacked_bytes = cuda ? 0 : m->packed_bytes;
+    info->backend = m->be->name;
+    info->device_bytes = cuda ? m->packed_bytes : 0;
     info->n_vocab = m->hp.n_vocab;
     info->n_ctx_train = m->hp.n_ctx_train;
     info->n_embd = m->hp.n_embd;

@@ -361,6 +361,14 @@ void *kl_kv_khead(const kl_kv *kv, int layer, int64_t cell, int h);
 void *kl_kv_vhead(const kl_kv *kv, int layer, int64_t cell, int h);
 /* Bytes one token takes in the cache (attention layers, K and V). */
 uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type);
+/* GPU memory kept free beyond the estimates below: the driver's own, the
+ * step's tables, rounding */
+#define KL_CUDA_HEADROOM (64ull << 20)
+/* An estimate, in bytes, of the GPU memory a context of n_seq sequences
+ * and batches of n_batch tokens takes for activations on the CUDA backend
+ * (KL_CUDA_HEADROOM included): what the load and kiln_context_new keep
+ * free besides the weights and the KV cache. */
+uint64_t kl_cuda_act_bytes(const kiln_model *m, int n_batch, int n_seq);
 
 struct kiln_context {
     kiln_model *m;

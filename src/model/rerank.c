@@ -171,7 +171,9 @@ kiln_status kiln_reranker_new_from_model(kiln_model *m, const kiln_reranker_para
 kiln_status kiln_reranker_new(const char *path, const kiln_reranker_params *p, kiln_reranker **out) {
     *out = NULL;
     kiln_model *m;
-    kiln_status st = kiln_model_load(path, NULL, &m);
+    kiln_model_params mp = kiln_model_default_params();
+    mp.backend = KILN_ENGINE_BACKEND_CPU; /* the encoders have no GPU kernels */
+    kiln_status st = kiln_model_load(path, &mp, &m);
     if (st != KILN_OK) return st;
     st = kiln_reranker_new_from_model(m, p, out);
     if (st != KILN_OK) {

@@ -227,6 +227,8 @@ static int props(ks_srv *s, struct MHD_Connection *c) {
     json_object_set_new(j, "eos_token", token_str(r->model, kiln_token_eos(r->model)));
     json_object_set_new(j, "modalities", json_pack("{s:b,s:b}", "vision", ks_media_model_ok(r), "audio", 0));
     json_object_set_new(j, "build_info", json_string("kiln " KILN_VERSION));
+    json_object_set_new(j, "backend", json_string(r->backend ? r->backend : "cpu")); /* kiln's: cpu or cuda */
+    json_object_set_new(j, "size_vram", json_integer((json_int_t)r->vram_bytes));
     ks_model_done(r, NAN);
     return ks_send_json(c, 200, j);
 }

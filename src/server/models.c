@@ -91,6 +91,9 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
         json_decref(m->details);
         m->details = NULL;
         m->weight_bytes = m->file_bytes;
+        m->vram_bytes = 0;
+        m->backend = "cpu";
+        uint64_t kv_per_token = 0;
         if (m->model) {
             kiln_model_info info;
             kiln_model_get_info(m->model, &info);
@@ -98,11 +101,20 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
             m->n_ctx = info.n_ctx_train;
             m->weight_bytes = info.n_bytes;
             m->details = details_of(m->model);
+            m->backend = info.backend;
+            m->vram_bytes = info.device_bytes;
+            kv_per_token = !strcmp(info.backend, "cuda") ? info.kv_bytes_per_token : 0;
         }
         if (m->family == KILN_ENGINE_LLM) {
             engine_llm_stats(e, &m->n_ctx, NULL);
-            ks_logf(s, "%s ready (generation, %d tokens x %d sequences, CPU %s, loaded in %.2f s)", m->name, m->n_ctx,
-                    s->cfg.parallel, kiln_cpu_path(), m->load_seconds);
+            m->vram_bytes += kv_per_token * (uint64_t)m->n_ctx * (uint64_t)s->cfg.parallel;
+            char where[64];
+            if (!strcmp(m->backend, "cuda"))
+                snprintf(where, sizeof where, "CUDA, %.0f MiB on the GPU", (double)m->vram_bytes / 1048576.0);
+            else
+                snprintf(where, sizeof where, "CPU %s", kiln_cpu_path());
+            ks_logf(s, "%s ready (generation, %d tokens x %d sequences, %s, loaded in %.2f s)", m->name, m->n_ctx,
+                    s->cfg.parallel, where, m->load_seconds);
         } else {
             ks_logf(s, "%s ready (%s, loaded in %.2f s)", m->name,
                     m->family == KILN_ENGINE_EMBEDDING ? "embeddings"
@@ -344,7 +356,8 @@ static int start_load(ks_srv *s, ks_model *m, char *msg, size_t cap) {
     if (!m->eng) {
         kiln_engine *e = NULL;
         kiln_engine_store hooks = {store_acquire, store_release, s};
-        if (kiln_engine_create(m->family, KILN_ENGINE_BACKEND_AUTO, &e) != KILN_OK ||
+        const int be = m->family == KILN_ENGINE_LLM ? s->cfg.backend : KILN_ENGINE_BACKEND_AUTO;
+        if (kiln_engine_create(m->family, (kiln_engine_backend)be, &e) != KILN_OK ||
             kiln_engine_set_status_fn(e, status_cb, m) != KILN_OK || kiln_engine_set_store(e, &hooks) != KILN_OK ||
             kiln_engine_set_context_params(e, &cp) != KILN_OK ||
             (m->family == KILN_ENGINE_LLM && kiln_engine_set_spec_params(e, &s->cfg.spec) != KILN_OK) ||

@@ -104,7 +104,8 @@ static int ps(ks_srv *s, struct MHD_Connection *c, json_t *body) {
                                            : ks_wall() + r->keep_alive - (r->users ? 0 : ks_now() - r->last_used);
             iso(exp, t, sizeof t);
             json_object_set_new(e, "expires_at", json_string(t));
-            json_object_set_new(e, "size_vram", json_integer(0));
+            json_object_set_new(e, "size_vram", json_integer((json_int_t)r->vram_bytes));
+            json_object_set_new(e, "backend", json_string(r->backend ? r->backend : "cpu")); /* kiln's */
             json_object_set_new(e, "context_length", json_integer(r->n_ctx));
             json_array_append_new(models, e);
         }

@@ -87,6 +87,8 @@ typedef struct ks_config {
     size_t max_image_bytes;   /* one request's images, encoded bytes in all (20 MiB); over: 413 */
     kiln_spec_params spec;    /* speculative decoding for every request of every generating
                                     model (type KILN_SPEC_NONE: off); draft_model borrowed */
+    int backend;              /* kiln_engine_backend the generating models load on: AUTO (the
+                                    default: the GPU when it takes the model), CPU or CUDA */
 } ks_config;
 
 ks_config ks_config_default(void);

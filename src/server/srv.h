@@ -50,6 +50,8 @@ typedef struct ks_model {
     int32_t ctx_want;      /* generators: tokens per sequence the next load asks for (Ollama's num_ctx); 0: -c */
     int32_t ctx_loaded;    /* the ctx_want the resident load was made with */
     uint64_t weight_bytes; /* of the latest load */
+    uint64_t vram_bytes;   /* of the latest load: weights and KV cache in GPU memory (0 on the CPU) */
+    const char *backend;   /* of the latest load: "cpu" or "cuda" */
     json_t *details;       /* Ollama's details of the latest load, or NULL */
     json_t *defaults;      /* a store pack's defaults (kiln_store_lease_defaults), or NULL */
     void *tmpl;            /* compiled chat template or NULL */
