@@ -44,7 +44,7 @@
  *         }
  *         for (int i = 0; i < n; i++) kiln_sampler_accept(s, ids[i]); // the penalties' history
  *         kiln_detok *d = kiln_detok_new(m);
- *         kiln_batch b = {n, ids, NULL, NULL, NULL}; // sequence 0, logits of its last token
+ *         kiln_batch b = {n, ids, NULL, NULL, NULL, NULL, NULL}; // sequence 0, logits of its last token
  *         int rc = 0;
  *         for (int k = 0; k < n_predict; k++) {
  *             if (kiln_decode(c, &b) != KILN_OK) { // KILN_ERR_CONTEXT_FULL when the context is full
@@ -282,13 +282,28 @@ const char *kiln_context_error(const kiln_context *c);
  * end: the tokens of seq s carry positions len(s), len(s)+1, ... in order.
  * pos NULL: positions follow from that rule.  seq NULL: every token is in
  * sequence 0.  logits[i] != 0 asks for the logits of token i (NULL: only
- * the last token of the batch). */
+ * the last token of the batch).
+ *
+ * embd: [n][n_embd_inp] input embeddings, NULL: none; row i is token i's
+ * input when token[i] < 0 (an image token); rows of ids >= 0 are unread.
+ *
+ * mpos (models whose RoPE has sections: qwen2vl, qwen3vl, qwen3vlmoe,
+ * qwen35, qwen35moe; others ignore it): [n][4] M-RoPE positions
+ * (t, h, w, e) of image tokens, relative to their image's first token,
+ * whose row is (0, 0, 0, 0): t, h and w are offset by that token's text
+ * position, e is taken as is.  A row with t < 0, or mpos NULL, is text.
+ * A text token takes the sequence's next position in all four: 1 + the
+ * largest t, h or w of its tokens so far (0 when empty), so after an image
+ * of nx x ny tokens (rows (0, r, c, 0)) text goes on at its first
+ * position + max(nx, ny).  An image's tokens come in one batch. */
 typedef struct kiln_batch {
     int32_t n;
     const int32_t *token;
     const int32_t *pos;
     const int32_t *seq;
     const int8_t *logits;
+    const float *embd;
+    const int32_t *mpos;
 } kiln_batch;
 
 /* Runs the forward pass.  Fails with KILN_ERR_CONTEXT_FULL (and computes

@@ -20,6 +20,11 @@
  * mistral3 multiplies the roped queries at position p by
  * 1 + attention.temperature_scale * ln(floor(p / n_ctx_orig) + 1)
  * (kk_attn_temp with offset 0; keys unscaled).
+ * qwen2vl and qwen3vl (qwen3vlmoe) are qwen2 and qwen3 (qwen3moe) with
+ * M-RoPE: each angle pair takes the t, h or w position of its section
+ * (kk_rope; text tokens have all equal, which is plain NeoX RoPE), image
+ * tokens their grid's (kiln_batch.mpos).  Qwen3-VL's deepstack image rows
+ * are wider than n_embd (hp.n_embd_inp); text rows add nothing to them.
  * Shapes of the activations (per token row):
  *   x, xn  [n_embd]          residual stream and its normalized copy
  *   q, att [n_head * hd]     queries, attention output (n_head * hd need not be n_embd)
@@ -46,6 +51,8 @@ enum {
     DENSE_FUSED = 16,     /* attn_qkv (or attn_q/k/v) and ffn_up holding gate|up */
     DENSE_LONGROPE = 32,  /* rope_factors_* tensors, rope.scaling.attn_factor */
     DENSE_ATTN_TEMP = 64, /* position-dependent query temperature (attention.temperature_scale) */
+    DENSE_MROPE = 128,    /* M-RoPE over rope.dimension_sections (kiln_batch.mpos), sections in order */
+    DENSE_IMROPE = 256,   /* the same with the sections interleaved (Qwen3-VL) */
 };
 
 static const kl_arch k_archs[] = {
@@ -55,6 +62,9 @@ static const kl_arch k_archs[] = {
     {"qwen3moe", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE}, /* Qwen3-30B-A3B, Qwen3-Coder */
     {"phi3", &kl_family_dense, 0, DENSE_NEOX | DENSE_FUSED | DENSE_LONGROPE},  /* Phi-3, Phi-3.5, Phi-4-mini */
     {"mistral3", &kl_family_dense, 0, DENSE_ATTN_TEMP}, /* Mistral Small 3.x, Ministral 3 (text) */
+    {"qwen2vl", &kl_family_dense, 0, DENSE_NEOX | DENSE_QKV_BIAS | DENSE_MROPE}, /* Qwen2-VL, Qwen2.5-VL */
+    {"qwen3vl", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_IMROPE}, /* Qwen3-VL */
+    {"qwen3vlmoe", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE | DENSE_IMROPE}, /* Qwen3-VL-30B-A3B */
 };
 
 typedef struct dense_layer {
@@ -92,6 +102,17 @@ static int dense_bind(kiln_model *m, char *err, size_t errlen) {
         return -1;
     }
     hp->rope.neox = (m->arch->flags & DENSE_NEOX) != 0;
+    if ((m->arch->flags & (DENSE_MROPE | DENSE_IMROPE)) &&
+        kl_rope_sections(m, (m->arch->flags & DENSE_IMROPE) ? KK_IMROPE : KK_MROPE, err, errlen))
+        return -1;
+    /* Qwen3-VL: an image row carries n_deepstack more slices of n_embd,
+     * added to the residual after layers 0 .. n_deepstack - 1 */
+    const int64_t n_ds = kl_meta_int(m, "n_deepstack_layers", 0);
+    if (n_ds < 0 || n_ds > hp->n_layer) {
+        snprintf(err, errlen, "bad n_deepstack_layers %lld", (long long)n_ds);
+        return -1;
+    }
+    hp->n_embd_inp = hp->n_embd * (int)(1 + n_ds);
     dense_model *d = calloc(1, sizeof *d);
     m->fam = d;
     if (!d) {

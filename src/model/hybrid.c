@@ -245,19 +245,11 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
         h->layers[i].ord = rec[i] ? h->n_rec++ : h->n_attn++;
     }
     free(rec);
-    /* attention: NeoX RoPE on the first n_rot dims; M-RoPE's sections give
-     * every text position the same angle in each section, which is this */
+    /* attention: NeoX RoPE on the first n_rot dims, interleaved M-RoPE over
+     * the sections when the file has them (qwen35, qwen35moe: text tokens
+     * have all positions equal, image tokens their grid's, kiln_batch.mpos) */
     hp->rope.neox = 1;
-    const gguf_kv *sec = kl_meta_kv(m, "rope.dimension_sections");
-    if (sec && sec->type == GGUF_ARRAY) {
-        int64_t sum = 0;
-        for (uint64_t s = 0; s < sec->n; s++) sum += gguf_arr_int(sec, s);
-        if (sum * 2 > hp->rope.n_rot) {
-            snprintf(err, errlen, "rope.dimension_sections cover %lld dims, more than rope.dimension_count %d",
-                     (long long)(sum * 2), hp->rope.n_rot);
-            return -1;
-        }
-    }
+    if (kl_meta_kv(m, "rope.dimension_sections") && kl_rope_sections(m, KK_IMROPE, err, errlen)) return -1;
     /* experts */
     if (kl_moe_read_hparams(m, &h->moe, err, errlen)) return -1;
     const int n_mtp = h->n_layer_all - h->n_layer;
@@ -715,6 +707,10 @@ static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, cons
     for (int r = 0; r < n; r++) {
         c->b_seq[r] = seq[r];
         c->b_pos[r] = pos[r];
+        if (c->kv.rnext) { /* the token's text position, as its cell's predecessor says */
+            int32_t *mp = c->b_mpos + (size_t)KL_MPOS * r;
+            mp[0] = mp[1] = mp[2] = mp[3] = kl_kv_rope_next(&c->kv, seq[r], pos[r]);
+        }
         const float *hid = chain[r] ? c->mtp_chain + (size_t)seq[r] * E : kl_mtp_hidden(c, seq[r], pos[r] - 1);
         mtp_pair(c, t, r, tok[r], hid);
     }
@@ -728,6 +724,20 @@ static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, cons
     X->ops->matmul(X, mtp_head(m, t), w->mh, n, c->mtp_lg_dev, m->hp.n_vocab);
     X->ops->download(X, c->mtp_logits, c->mtp_lg_dev, (size_t)n * (size_t)m->hp.n_vocab * sizeof(float));
     return KILN_OK;
+}
+
+/* c->b_mpos's rows into w->ord's order (back: out of it), through
+ * w->tmp_i one component at a time. */
+static void permute_mpos(kiln_context *c, hyb_ws *w, int n, int back) {
+    for (int k = 0; k < KL_MPOS; k++) {
+        for (int i = 0; i < n; i++) {
+            if (back)
+                w->tmp_i[w->ord[i]] = c->b_mpos[(size_t)KL_MPOS * i + k];
+            else
+                w->tmp_i[i] = c->b_mpos[(size_t)KL_MPOS * w->ord[i] + k];
+        }
+        for (int i = 0; i < n; i++) c->b_mpos[(size_t)KL_MPOS * i + k] = w->tmp_i[i];
+    }
 }
 
 /* Orders the batch by sequence (stable, so positions stay increasing) into
@@ -751,6 +761,7 @@ static int order_batch(kiln_context *c, hyb_ws *w, int n) {
         memcpy(c->b_seq, w->tmp_i, (size_t)n * sizeof(int32_t));
         for (int i = 0; i < n; i++) w->tmp_i[i] = c->b_pos[w->ord[i]];
         memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
+        if (c->kv.rnext) permute_mpos(c, w, n, 0);
     }
     w->n_run = 0;
     for (int i = 0; i < n; i++)
@@ -798,6 +809,7 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         memcpy(c->b_seq, w->tmp_i, (size_t)n * sizeof(int32_t));
         for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_pos[i];
         memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
+        if (c->kv.rnext) permute_mpos(c, w, n, 1);
     }
     kl_batch_output(c, NULL, xo, n, n_out);
     return KILN_OK;
