@@ -44,7 +44,7 @@
  *         }
  *         for (int i = 0; i < n; i++) kiln_sampler_accept(s, ids[i]); // the penalties' history
  *         kiln_detok *d = kiln_detok_new(m);
- *         kiln_batch b = {n, ids, NULL, NULL, NULL, NULL, NULL}; // sequence 0, logits of its last token
+ *         kiln_batch b = {n, ids, NULL, NULL, NULL}; // sequence 0, logits of its last token
  *         int rc = 0;
  *         for (int k = 0; k < n_predict; k++) {
  *             if (kiln_decode(c, &b) != KILN_OK) { // KILN_ERR_CONTEXT_FULL when the context is full
@@ -282,33 +282,39 @@ const char *kiln_context_error(const kiln_context *c);
  * end: the tokens of seq s carry positions len(s), len(s)+1, ... in order.
  * pos NULL: positions follow from that rule.  seq NULL: every token is in
  * sequence 0.  logits[i] != 0 asks for the logits of token i (NULL: only
- * the last token of the batch).
- *
- * embd: [n][n_embd_inp] input embeddings, NULL: none; row i is token i's
- * input when token[i] < 0 (an image token); rows of ids >= 0 are unread.
- *
- * mpos (models whose RoPE has sections: qwen2vl, qwen3vl, qwen3vlmoe,
- * qwen35, qwen35moe; others ignore it): [n][4] M-RoPE positions
- * (t, h, w, e) of image tokens, relative to their image's first token,
- * whose row is (0, 0, 0, 0): t, h and w are offset by that token's text
- * position, e is taken as is.  A row with t < 0, or mpos NULL, is text.
- * A text token takes the sequence's next position in all four: 1 + the
- * largest t, h or w of its tokens so far (0 when empty), so after an image
- * of nx x ny tokens (rows (0, r, c, 0)) text goes on at its first
- * position + max(nx, ny).  An image's tokens come in one batch. */
+ * the last token of the batch). */
 typedef struct kiln_batch {
     int32_t n;
     const int32_t *token;
     const int32_t *pos;
     const int32_t *seq;
     const int8_t *logits;
-    const float *embd;
-    const int32_t *mpos;
 } kiln_batch;
 
 /* Runs the forward pass.  Fails with KILN_ERR_CONTEXT_FULL (and computes
  * nothing) when a sequence would exceed n_ctx. */
 kiln_status kiln_decode(kiln_context *c, const kiln_batch *b);
+/* What a batch may carry beside token ids (NULL members: none).  embd
+ * ([n][n_embd]) gives the input of each token whose id is negative (an
+ * image token: vision_prompt_build's ids), used as is in place of a token
+ * embedding; the rows of other tokens are not read.  For a projector whose
+ * images attend both ways (Gemma 3), a run of negative ids of one sequence
+ * at consecutive positions in one batch is one image, each of its tokens
+ * seeing all of it: feed an image's tokens in one batch.  mpos ([n][4])
+ * gives multimodal RoPE positions (t, h, w, e) for models whose RoPE has
+ * sections (qwen2vl, qwen3vl, qwen3vlmoe, qwen35, qwen35moe; others ignore
+ * it): row i relative to its image's first token, whose row is
+ * (0, 0, 0, 0) (t, h and w are offset by that token's text position, e is
+ * taken as is), t < 0 for a text token.  A text token takes the
+ * sequence's next position in all four: 1 + the largest t, h or w of its
+ * tokens so far (0 when empty), so after an image of nx x ny tokens (rows
+ * (0, r, c, 0)) text goes on at its first position + max(nx, ny). */
+typedef struct kiln_batch_inputs {
+    const float *embd;
+    const int32_t *mpos;
+} kiln_batch_inputs;
+/* kiln_decode with in (NULL: kiln_decode).  Negative ids need in->embd. */
+kiln_status kiln_decode_inputs(kiln_context *c, const kiln_batch *b, const kiln_batch_inputs *in);
 /* Logits (n_vocab floats) of batch token i from the last decode, or NULL if
  * they were not requested. */
 const float *kiln_get_logits(kiln_context *c, int32_t i);

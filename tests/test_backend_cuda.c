@@ -56,13 +56,13 @@ static int run(const char *path, int be, const int32_t *prompt, int n_prompt, in
     *n_vocab = info.n_vocab;
     kiln_context *c = new_ctx(m, KILN_KV_F16);
     int rc = c ? 0 : -1;
-    kiln_batch b = {n_prompt, prompt, NULL, NULL, NULL, NULL, NULL};
+    kiln_batch b = {n_prompt, prompt, NULL, NULL, NULL};
     if (!rc && kiln_decode(c, &b) != KILN_OK) rc = -1;
     const float *lg = rc ? NULL : kiln_get_logits(c, n_prompt - 1);
     if (lg) memcpy(first, lg, (size_t)info.n_vocab * sizeof(float));
     for (int i = 0; !rc && i < n; i++) {
         out[i] = argmax(lg, info.n_vocab);
-        kiln_batch b1 = {1, &out[i], NULL, NULL, NULL, NULL, NULL};
+        kiln_batch b1 = {1, &out[i], NULL, NULL, NULL};
         if (i + 1 < n && kiln_decode(c, &b1) != KILN_OK) rc = -1;
         lg = kiln_get_logits(c, 0);
     }

@@ -65,7 +65,7 @@ static kiln_status greedy(const char *path, int32_t *out) {
         n = kiln_tokenize(m, "Once upon a time", 16, 1, 0, ids, 64);
         if (n < 1) st = n < 0 ? (kiln_status)n : KILN_ERR_INTERNAL;
     }
-    kiln_batch b = {n, ids, NULL, NULL, NULL, NULL, NULL};
+    kiln_batch b = {n, ids, NULL, NULL, NULL};
     for (int k = 0; st == KILN_OK && k < 6; k++) {
         st = kiln_decode(c, &b);
         if (st != KILN_OK) break;

@@ -257,7 +257,7 @@ static void test_roundtrip_and_split(void) {
     cp.n_ctx = 64;
     CHECK(kiln_context_new(m1, &cp, &c1) == KILN_OK && kiln_context_new(m2, &cp, &c2) == KILN_OK);
     int32_t toks[4] = {1, 274, 287, 381};
-    kiln_batch b = {4, toks, NULL, NULL, NULL, NULL, NULL};
+    kiln_batch b = {4, toks, NULL, NULL, NULL};
     CHECK(kiln_decode(c1, &b) == KILN_OK && kiln_decode(c2, &b) == KILN_OK);
     CHECK(memcmp(kiln_get_logits(c1, 3), kiln_get_logits(c2, 3), 512 * sizeof(float)) == 0);
     kiln_context_free(c1);

@@ -66,7 +66,7 @@ static int argmax(const float *x, int n) {
  * is not NULL, each step's top-1 minus top-2 logit. */
 static int greedy(kiln_context *c, int n_vocab, const int32_t *prompt, int n_prompt, int n, int32_t *out,
                   float *margin) {
-    kiln_batch b = {n_prompt, prompt, NULL, NULL, NULL, NULL, NULL};
+    kiln_batch b = {n_prompt, prompt, NULL, NULL, NULL};
     if (kiln_decode(c, &b) != KILN_OK) return -1;
     const float *lg = kiln_get_logits(c, n_prompt - 1);
     for (int i = 0; i < n; i++) {
@@ -77,7 +77,7 @@ static int greedy(kiln_context *c, int n_vocab, const int32_t *prompt, int n_pro
                 if (k != out[i] && lg[k] > second) second = lg[k];
             margin[i] = lg[out[i]] - second;
         }
-        kiln_batch b1 = {1, &out[i], NULL, NULL, NULL, NULL, NULL};
+        kiln_batch b1 = {1, &out[i], NULL, NULL, NULL};
         if (i + 1 < n && kiln_decode(c, &b1) != KILN_OK) return -1;
         lg = kiln_get_logits(c, 0);
     }
@@ -281,7 +281,7 @@ static void test_fixture(const fixture *fx, int repack) {
     kiln_context *c = new_ctx(m, KILN_KV_F32, 0, 1);
     CHECK(c != NULL);
     if (c && ref && lb == (size_t)nv * sizeof(float)) {
-        kiln_batch b = {np, prompt, NULL, NULL, NULL, NULL, NULL};
+        kiln_batch b = {np, prompt, NULL, NULL, NULL};
         CHECK(kiln_decode(c, &b) == KILN_OK);
         double e = rel_err(kiln_get_logits(c, np - 1), ref, nv);
         CHECKF(e <= fx->logit_tol, "%s: logits relative error %.3g > %.3g", fx->name, e, fx->logit_tol);
@@ -302,7 +302,7 @@ static void test_fixture(const fixture *fx, int repack) {
     /* the default F16 cache rounds keys, values and the query to F16 */
     kiln_context *c16 = new_ctx(m, KILN_KV_F16, 0, 1);
     if (c16 && ref && lb == (size_t)nv * sizeof(float)) {
-        kiln_batch b = {np, prompt, NULL, NULL, NULL, NULL, NULL};
+        kiln_batch b = {np, prompt, NULL, NULL, NULL};
         CHECK(kiln_decode(c16, &b) == KILN_OK);
         double e = rel_err(kiln_get_logits(c16, np - 1), ref, nv);
         double bound = fx->f16_tol > 0 ? fx->f16_tol : fx->logit_tol > 5e-3 ? fx->logit_tol : 5e-3;
@@ -348,7 +348,7 @@ static void test_toolcall(void) {
         if (!c) continue;
         int ok = 1;
         for (int off = 0; ok && off < np; off += 256) { /* prefill in chunks, as the server does */
-            kiln_batch b = {np - off < 256 ? np - off : 256, prompt + off, NULL, NULL, NULL, NULL, NULL};
+            kiln_batch b = {np - off < 256 ? np - off : 256, prompt + off, NULL, NULL, NULL};
             ok = kiln_decode(c, &b) == KILN_OK;
         }
         CHECK(ok);
@@ -366,7 +366,7 @@ static void test_toolcall(void) {
                 ol += pl;
             }
             if (kiln_token_is_eog(m, got[k++])) break;
-            kiln_batch b1 = {1, &got[k - 1], NULL, NULL, NULL, NULL, NULL};
+            kiln_batch b1 = {1, &got[k - 1], NULL, NULL, NULL};
             lg = kiln_decode(c, &b1) == KILN_OK ? kiln_get_logits(c, 0) : NULL;
         }
         const char *p = kiln_detok_flush(d, &pl);
@@ -470,7 +470,7 @@ static int prompt_logits(const char *path, int repack, const char *prompt, float
     int32_t ids[512];
     const int n = kiln_tokenize(m, prompt, strlen(prompt), 1, 0, ids, 512);
     kiln_context *c = n > 0 && n <= 512 && info->n_vocab == n_vocab ? new_ctx(m, KILN_KV_F16, 1024, 1) : NULL;
-    kiln_batch b = {n, ids, NULL, NULL, NULL, NULL, NULL};
+    kiln_batch b = {n, ids, NULL, NULL, NULL};
     const int ok = c && kiln_decode(c, &b) == KILN_OK;
     if (ok) memcpy(out, kiln_get_logits(c, n - 1), (size_t)n_vocab * sizeof(float));
     kiln_context_free(c);
@@ -643,7 +643,7 @@ static int feed_chunks(kiln_context *c, int seq, const int32_t *ids, int n, int 
     for (int i = 0; i < 64; i++) seqs[i] = seq;
     for (int off = 0; off < n; off += chunk) {
         const int k = n - off < chunk ? n - off : chunk;
-        kiln_batch b = {k, ids + off, NULL, seqs, NULL, NULL, NULL};
+        kiln_batch b = {k, ids + off, NULL, seqs, NULL};
         if (kiln_decode(c, &b) != KILN_OK) return -1;
         if (off + k == n) memcpy(out, kiln_get_logits(c, k - 1), (size_t)n_vocab * sizeof(float));
     }
@@ -730,7 +730,7 @@ static void hybrid_state(const char *name) {
                     if (want[n]) last[s] = n;
                     n++;
                 }
-        kiln_batch b = {n, tok, NULL, seq, want, NULL, NULL};
+        kiln_batch b = {n, tok, NULL, seq, want};
         CHECK(kiln_decode(c, &b) == KILN_OK);
         for (int s = 0; s < 3; s++)
             CHECKF(same_floats(kiln_get_logits(c, last[s]), alone[s], V), "%s: sequence %d batched differs", name, s);
@@ -770,7 +770,7 @@ static void hybrid_state(const char *name) {
      * kiln_seq_cache, and its last block boundary), never elsewhere */
     {
         int32_t t = prompt[3];
-        kiln_batch b1 = {1, &t, NULL, NULL, NULL, NULL, NULL};
+        kiln_batch b1 = {1, &t, NULL, NULL, NULL};
         CHECK(kiln_decode(c, &b1) == KILN_OK && kiln_seq_len(c, 0) == np + 1);
         CHECK(kiln_seq_truncate_point(c, 0, np - 1) == (np - 1) / KL_BLOCK_TOKENS * KL_BLOCK_TOKENS);
         CHECK(kiln_seq_truncate_point(c, 0, np) == np);
@@ -785,7 +785,7 @@ static void hybrid_state(const char *name) {
         CHECK(kiln_seq_truncate(c, 1, 0) == KILN_OK);
         CHECK(kiln_seq_copy(c, 0, 1) == KILN_OK && kiln_seq_len(c, 1) == np + 1);
         int32_t t2 = prompt[5], seq1 = 1;
-        kiln_batch a = {1, &t2, NULL, NULL, NULL, NULL, NULL}, f = {1, &t2, NULL, &seq1, NULL, NULL, NULL};
+        kiln_batch a = {1, &t2, NULL, NULL, NULL}, f = {1, &t2, NULL, &seq1, NULL};
         kiln_decode(c, &a);
         memcpy(lg, kiln_get_logits(c, 0), sizeof(float) * (size_t)V);
         kiln_decode(c, &f);
@@ -1113,23 +1113,23 @@ static void test_context_rules(void) {
     }
     int32_t toks[20];
     for (int i = 0; i < 20; i++) toks[i] = 300 + i;
-    kiln_batch big = {17, toks, NULL, NULL, NULL, NULL, NULL};
+    kiln_batch big = {17, toks, NULL, NULL, NULL};
     CHECK(kiln_decode(c, &big) == KILN_ERR_CONTEXT_FULL);
     CHECK(kiln_seq_len(c, 0) == 0); /* nothing was computed */
     CHECK(strstr(kiln_context_error(c), "16") != NULL);
     /* a position that skips ahead is refused */
     int32_t pos[1] = {3};
-    kiln_batch skip = {1, toks, pos, NULL, NULL, NULL, NULL};
+    kiln_batch skip = {1, toks, pos, NULL, NULL};
     CHECK(kiln_decode(c, &skip) == KILN_ERR_INVALID_ARG);
     int32_t badtok = 100000;
-    kiln_batch bad = {1, &badtok, NULL, NULL, NULL, NULL, NULL};
+    kiln_batch bad = {1, &badtok, NULL, NULL, NULL};
     CHECK(kiln_decode(c, &bad) == KILN_ERR_INVALID_ARG);
 
     /* two sequences together == each alone */
     float solo[2][512];
     for (int s = 0; s < 2; s++) {
         kiln_seq_truncate(c, 0, 0);
-        kiln_batch b = {5, toks + s * 5, NULL, NULL, NULL, NULL, NULL};
+        kiln_batch b = {5, toks + s * 5, NULL, NULL, NULL};
         CHECK(kiln_decode(c, &b) == KILN_OK);
         memcpy(solo[s], kiln_get_logits(c, 4), sizeof solo[s]);
     }
@@ -1143,7 +1143,7 @@ static void test_context_rules(void) {
         ms[2 * i + 1] = 1;
     }
     want[8] = want[9] = 1;
-    kiln_batch mb = {10, mt, NULL, ms, want, NULL, NULL};
+    kiln_batch mb = {10, mt, NULL, ms, want};
     CHECK(kiln_decode(c, &mb) == KILN_OK);
     CHECK(kiln_seq_len(c, 0) == 5 && kiln_seq_len(c, 1) == 5);
     CHECK(rel_err(kiln_get_logits(c, 8), solo[0], 512) < 1e-5);
@@ -1366,7 +1366,7 @@ static void long_attention(const char *path, int n_vocab, double q8) {
         const int step = run % 4 == 1 || run == 5 ? 7 : run == 2 || run == 6 ? 1 : N;
         int ok = 1;
         for (int i = 0; i < N; i += step) {
-            kiln_batch b = {N - i < step ? N - i : step, toks + i, NULL, NULL, NULL, NULL, NULL};
+            kiln_batch b = {N - i < step ? N - i : step, toks + i, NULL, NULL, NULL};
             ok &= kiln_decode(c, &b) == KILN_OK;
         }
         CHECK(ok);
@@ -1398,7 +1398,7 @@ static void long_attention(const char *path, int n_vocab, double q8) {
         if (c) {
             enum { P = 40 };
             const int32_t s1 = 1;
-            kiln_batch b0 = {P, toks, NULL, NULL, NULL, NULL, NULL};
+            kiln_batch b0 = {P, toks, NULL, NULL, NULL};
             CHECK(kiln_decode(c, &b0) == KILN_OK);
             memcpy(out[5], kiln_get_logits(c, P - 1), sizeof(float) * (size_t)n_vocab);
             CHECK(kiln_seq_cache(c, 0, toks, P) == KILN_OK);
@@ -1409,7 +1409,7 @@ static void long_attention(const char *path, int n_vocab, double q8) {
             for (int round = 0; round < 2; round++) {
                 const int32_t from = round ? 20 : got;
                 if (round) CHECK(kiln_seq_truncate(c, 1, from) == KILN_OK);
-                kiln_batch b1 = {P - from, toks + from, NULL, seq, NULL, NULL, NULL};
+                kiln_batch b1 = {P - from, toks + from, NULL, seq, NULL};
                 CHECK(kiln_decode(c, &b1) == KILN_OK);
                 const float *lg = kiln_get_logits(c, P - from - 1);
                 CHECKF(lg && memcmp(lg, out[5], sizeof(float) * (size_t)n_vocab) == 0,
@@ -1463,14 +1463,14 @@ static int invariance_run(const char *path, int chunked, float **out, int *n_voc
     kiln_context *c = new_ctx(m, KILN_KV_F16, 128, 1);
     int rc = c ? 0 : -1;
     if (c) {
-        kiln_batch b = {NP, toks, NULL, NULL, NULL, NULL, NULL};
+        kiln_batch b = {NP, toks, NULL, NULL, NULL};
         rc |= kiln_decode(c, &b) != KILN_OK;
         const int sizes[] = {1, 2, 4, 8};
         int8_t all[8] = {1, 1, 1, 1, 1, 1, 1, 1};
         for (int i = NP, k = 0; rc == 0 && i < NP + NC; k++) {
             int n = chunked ? sizes[k % 4] : 1;
             if (n > NP + NC - i) n = NP + NC - i;
-            kiln_batch cb = {n, toks + i, NULL, NULL, all, NULL, NULL};
+            kiln_batch cb = {n, toks + i, NULL, NULL, all};
             rc |= kiln_decode(c, &cb) != KILN_OK;
             for (int j = 0; rc == 0 && j < n; j++) {
                 const float *lg = kiln_get_logits(c, j);
@@ -1613,8 +1613,8 @@ static void mrope_cases(void) {
         kiln_context *c = new_ctx(m, KILN_KV_F32, 256, 2);
         CHECK(c != NULL);
         /* one batch */
-        kiln_batch b = {n, ids, NULL, NULL, NULL, NULL, mpos};
-        CHECKF(kiln_decode(c, &b) == KILN_OK, "%s", kiln_last_error());
+        kiln_batch b = {n, ids, NULL, NULL, NULL};
+        CHECKF(kiln_decode_inputs(c, &b, &(kiln_batch_inputs){NULL, mpos}) == KILN_OK, "%s", kiln_last_error());
         const float *lg = kiln_get_logits(c, n - 1);
         const float d = lg ? max_diff(lg, ref, V) : INFINITY;
         CHECKF(d <= 1e-3f * scale, "%s: last logits off the reference by %g (largest %g)", path, d, scale);
@@ -1626,7 +1626,7 @@ static void mrope_cases(void) {
         for (int i = 0; same && i < ng; i++) {
             got[i] = argmax(lg, V);
             same = got[i] == (int32_t)json_integer_value(json_array_get(gj, (size_t)i));
-            kiln_batch b1 = {1, &got[i], NULL, NULL, NULL, NULL, NULL};
+            kiln_batch b1 = {1, &got[i], NULL, NULL, NULL};
             lg = i + 1 < ng && kiln_decode(c, &b1) == KILN_OK ? kiln_get_logits(c, 0) : lg;
         }
         CHECKF(same, "%s: greedy ids differ from the reference", path);
@@ -1638,8 +1638,8 @@ static void mrope_cases(void) {
         CHECK(kiln_seq_truncate(c, 0, 0) == KILN_OK);
         const int cut[] = {0, first, first + nimg, n};
         for (int k = 0; k < 3; k++) {
-            kiln_batch bk = {cut[k + 1] - cut[k], ids + cut[k], NULL, NULL, NULL, NULL, mpos + 4 * cut[k]};
-            CHECK(kiln_decode(c, &bk) == KILN_OK);
+            kiln_batch bk = {cut[k + 1] - cut[k], ids + cut[k], NULL, NULL, NULL};
+            CHECK(kiln_decode_inputs(c, &bk, &(kiln_batch_inputs){NULL, mpos + 4 * cut[k]}) == KILN_OK);
         }
         lg = kiln_get_logits(c, n - cut[2] - 1);
         CHECKF(lg && max_diff(lg, lg0, V) <= 1e-4f * scale, "%s: the logits depend on the batches", path);
@@ -1649,20 +1649,20 @@ static void mrope_cases(void) {
         for (int i = 0; i < 64; i++) s1[i] = 1;
         const int keep = first + nimg + 2;
         CHECK(kiln_seq_truncate(c, 1, keep) == KILN_OK);
-        kiln_batch bt = {n - keep, ids + keep, NULL, s1, NULL, NULL, NULL};
+        kiln_batch bt = {n - keep, ids + keep, NULL, s1, NULL};
         CHECK(kiln_decode(c, &bt) == KILN_OK);
         lg = kiln_get_logits(c, n - keep - 1);
         CHECKF(lg && max_diff(lg, lg0, V) <= 1e-4f * scale, "%s: truncation loses the text position", path);
         /* without the image rows the model sees plain positions: other logits */
         CHECK(kiln_seq_truncate(c, 1, 0) == KILN_OK);
-        kiln_batch bp = {n, ids, NULL, s1, NULL, NULL, NULL};
+        kiln_batch bp = {n, ids, NULL, s1, NULL};
         CHECK(kiln_decode(c, &bp) == KILN_OK);
         lg = kiln_get_logits(c, n - 1);
         CHECK(lg && max_diff(lg, lg0, V) > 1e-2f * scale);
         /* an image row whose first token is not in the batch */
         CHECK(kiln_seq_truncate(c, 1, 0) == KILN_OK);
-        kiln_batch bb = {nimg - 1, ids + first + 1, NULL, s1, NULL, NULL, mpos + 4 * (first + 1)};
-        CHECK(kiln_decode(c, &bb) == KILN_ERR_INVALID_ARG);
+        kiln_batch bb = {nimg - 1, ids + first + 1, NULL, s1, NULL};
+        CHECK(kiln_decode_inputs(c, &bb, &(kiln_batch_inputs){NULL, mpos + 4 * (first + 1)}) == KILN_ERR_INVALID_ARG);
         printf("%-24s %s: M-RoPE image rows as the reference (%.2g of %.3g)\n",
                json_string_value(json_object_get(cs, "model")), info.arch, d, scale);
         kiln_context_free(c);

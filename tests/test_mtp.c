@@ -119,7 +119,7 @@ static void parity(const char *name, fixture *f, int chunk) {
     CHECK(kl_mtp_on(c));
     for (int at = 0; at < f->n_prompt;) {
         const int n = f->n_prompt - at < chunk ? f->n_prompt - at : chunk;
-        kiln_batch b = {n, f->prompt + at, NULL, NULL, NULL, NULL, NULL};
+        kiln_batch b = {n, f->prompt + at, NULL, NULL, NULL};
         CHECK(kiln_decode(c, &b) == KILN_OK);
         at += n;
     }
@@ -325,7 +325,7 @@ static void no_trace(const char *name, fixture *f) {
     CHECKF(!memcmp(kl_mtp_logits(c, 0), kl_mtp_logits(z, 0), (size_t)f->n_vocab * sizeof(float)),
            "%s: the next MTP logits differ from plain decoding's", name);
     const int32_t last = o.tok[o.n - 1];
-    kiln_batch one = {1, &last, NULL, NULL, NULL, NULL, NULL};
+    kiln_batch one = {1, &last, NULL, NULL, NULL};
     CHECK(kiln_decode(c, &one) == KILN_OK && kiln_decode(z, &one) == KILN_OK);
     CHECKF(!memcmp(kiln_get_logits(c, 0), kiln_get_logits(z, 0), (size_t)f->n_vocab * sizeof(float)),
            "%s: the target's next logits differ", name);
@@ -368,7 +368,7 @@ static void errors(const fixture *f) {
 static void mtp_chain_logits(kiln_model *m, const fixture *f, float *dst) {
     kiln_context *c = new_ctx(m, 1, KILN_KV_F32, 1);
     if (!c) return;
-    kiln_batch b = {f->n_prompt, f->prompt, NULL, NULL, NULL, NULL, NULL};
+    kiln_batch b = {f->n_prompt, f->prompt, NULL, NULL, NULL};
     CHECK(kiln_decode(c, &b) == KILN_OK);
     int32_t seq = 0, pos = f->n_prompt, tok = f->greedy[0];
     uint8_t chain = 0;

@@ -132,7 +132,7 @@ static void last_logits(const char *path, float *out) {
     cp.n_ctx = 64;
     CHECK(kiln_context_new(m, &cp, &c) == KILN_OK);
     int32_t toks[6] = {1, 274, 287, 381, 261, 352};
-    kiln_batch b = {6, toks, NULL, NULL, NULL, NULL, NULL};
+    kiln_batch b = {6, toks, NULL, NULL, NULL};
     CHECK(kiln_decode(c, &b) == KILN_OK);
     memcpy(out, kiln_get_logits(c, 5), 512 * sizeof(float));
     kiln_context_free(c);

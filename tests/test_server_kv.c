@@ -14,7 +14,7 @@ static kiln_model *g_m;
 static int feed(kiln_context *c, int seq, const int32_t *ids, int n) {
     int32_t *s = malloc((size_t)n * sizeof *s);
     for (int i = 0; i < n; i++) s[i] = seq;
-    kiln_batch b = {n, ids, NULL, s, NULL, NULL, NULL};
+    kiln_batch b = {n, ids, NULL, s, NULL};
     int rc = kiln_decode(c, &b);
     free(s);
     return rc;

@@ -208,7 +208,7 @@ static void check_no_trace(const char *label, kiln_model *m, int kv_type, const 
     CHECKF(kiln_seq_len(c, 0) == n - 1 && kiln_seq_len(f, 0) == n - 1, "%s: the sequence holds %d tokens, the text %d",
            label, kiln_seq_len(c, 0), n - 1);
     const int32_t last = o.n ? o.tok[o.n - 1] : 0;
-    kiln_batch one = {1, &last, NULL, NULL, NULL, NULL, NULL};
+    kiln_batch one = {1, &last, NULL, NULL, NULL};
     CHECK(kiln_decode(c, &one) == KILN_OK && kiln_decode(f, &one) == KILN_OK);
     kiln_model_info info;
     kiln_model_get_info(m, &info);
@@ -456,7 +456,7 @@ typedef struct dist3 {
 static int32_t next_dist(kiln_model *m, kiln_context *c, const kiln_sampler_params *sp, const int32_t *ctx, int n,
                          int32_t *ids, float *pr) {
     kiln_seq_truncate(c, 0, 0);
-    kiln_batch b = {n, ctx, NULL, NULL, NULL, NULL, NULL};
+    kiln_batch b = {n, ctx, NULL, NULL, NULL};
     CHECK(kiln_decode(c, &b) == KILN_OK);
     kiln_model_info info;
     kiln_model_get_info(m, &info);

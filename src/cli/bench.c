@@ -119,7 +119,7 @@ static int fill_depth(kiln_context *c, const int32_t *toks, int s, int depth) {
     for (int i = 0; i < CHUNK; i++) seq[i] = s;
     for (int i = 0; i < depth; i += CHUNK) {
         const int k = depth - i < CHUNK ? depth - i : CHUNK;
-        kiln_batch b = {k, toks + i, NULL, seq, NULL, NULL, NULL};
+        kiln_batch b = {k, toks + i, NULL, seq, NULL};
         if (kiln_decode(c, &b) != KILN_OK) return -1;
     }
     return 0;
@@ -231,11 +231,11 @@ static double run_once(kiln_context *c, const int32_t *toks, int n_prompt, int n
     const int32_t *t = toks + depth;
     double t0 = kb_now();
     if (n_prompt > 0) {
-        kiln_batch b = {n_prompt, t, NULL, NULL, NULL, NULL, NULL};
+        kiln_batch b = {n_prompt, t, NULL, NULL, NULL};
         if (kiln_decode(c, &b) != KILN_OK) return -1;
     }
     for (int i = 0; i < n_gen; i++) {
-        kiln_batch b = {1, &t[n_prompt + i], NULL, NULL, NULL, NULL, NULL};
+        kiln_batch b = {1, &t[n_prompt + i], NULL, NULL, NULL};
         if (kiln_decode(c, &b) != KILN_OK) return -1;
     }
     return kb_now() - t0;

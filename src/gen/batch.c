@@ -738,7 +738,7 @@ kiln_status gen_batch_step(gen_batch *b) {
         s->b_count = k;
     }
     if (n == 0) return KILN_OK;
-    kiln_batch kb = {n, b->b_tok, NULL, b->b_seq, b->b_want, NULL, NULL};
+    kiln_batch kb = {n, b->b_tok, NULL, b->b_seq, b->b_want};
     const double t0 = kb_now();
     kiln_status st = kiln_decode(b->c, &kb);
     if (st != KILN_OK) {

@@ -6,22 +6,22 @@
 
 #include <string.h>
 
-/* Token i's M-RoPE positions into c->b_mpos (kiln.h's kiln_batch.mpos):
+/* Token i's M-RoPE positions into c->b_mrope (kiln.h's kiln_batch_inputs.mpos):
  * [0..3] (t, h, w, e); [4] the next text position after it (a running
  * maximum); [5] its image's base (the text position of the image's first
  * token), -1 for text.  p is the token's KV position, k the tokens of
  * sequence s before it in this batch. */
-static kiln_status batch_mpos(kiln_context *c, const kiln_batch *b, int i, int s, int32_t p, int k) {
+static kiln_status batch_mpos(kiln_context *c, int i, int s, int32_t p, int k) {
     int prev = -1; /* the sequence's previous token in this batch */
     for (int j = i - 1; j >= 0 && k > 0; j--)
         if (c->b_seq[j] == s) {
             prev = j;
             break;
         }
-    const int32_t *pm = prev >= 0 ? c->b_mpos + (size_t)KL_MPOS * prev : NULL;
+    const int32_t *pm = prev >= 0 ? c->b_mrope + (size_t)KL_MPOS * prev : NULL;
     const int32_t next = pm ? pm[4] : kl_kv_rope_next(&c->kv, s, p);
-    const int32_t *r = b->mpos ? b->mpos + (size_t)4 * i : NULL;
-    int32_t *mp = c->b_mpos + (size_t)KL_MPOS * i;
+    const int32_t *r = c->b_mpos ? c->b_mpos + (size_t)4 * i : NULL;
+    int32_t *mp = c->b_mrope + (size_t)KL_MPOS * i;
     const int32_t lim = 1 << 20;
     if (!r || r[0] < 0) {
         mp[0] = mp[1] = mp[2] = mp[3] = next;
@@ -74,7 +74,7 @@ kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) {
         c->b_seq[i] = s;
         c->b_pos[i] = p;
         if (c->kv.rnext) {
-            kiln_status st = batch_mpos(c, b, i, s, p, add[s]);
+            kiln_status st = batch_mpos(c, i, s, p, add[s]);
             if (st != KILN_OK) return st;
         }
         add[s]++;
@@ -94,7 +94,7 @@ void kl_batch_commit(kiln_context *c, int n) {
         if (c->kv.rnext) {
             const int32_t p = c->b_pos[i];
             c->kv.rnext[(size_t)s->blocks[p / KL_KV_BLOCK] * KL_KV_BLOCK + p % KL_KV_BLOCK] =
-                c->b_mpos[(size_t)KL_MPOS * i + 4];
+                c->b_mrope[(size_t)KL_MPOS * i + 4];
         }
         if (c->b_pos[i] + 1 > s->len) s->len = c->b_pos[i] + 1;
     }
@@ -129,7 +129,7 @@ void kl_attn_prepare(kiln_context *c, int n) {
     for (int i = 0; i < n; i++) {
         float *cs = c->rope_cs + (size_t)i * rope.n_rot;
         if (rope.mrope && c->kv.rnext)
-            kk_rope_table_m(&rope, c->b_mpos + (size_t)KL_MPOS * i, cs);
+            kk_rope_table_m(&rope, c->b_mrope + (size_t)KL_MPOS * i, cs);
         else
             kk_rope_table(&rope, c->b_pos[i], cs);
     }

@@ -23,7 +23,7 @@
  * qwen2vl and qwen3vl (qwen3vlmoe) are qwen2 and qwen3 (qwen3moe) with
  * M-RoPE: each angle pair takes the t, h or w position of its section
  * (kk_rope; text tokens have all equal, which is plain NeoX RoPE), image
- * tokens their grid's (kiln_batch.mpos).  Qwen3-VL's deepstack image rows
+ * tokens their grid's (kiln_batch_inputs.mpos).  Qwen3-VL's deepstack image rows
  * are wider than n_embd (hp.n_embd_inp); text rows add nothing to them.
  * Shapes of the activations (per token row):
  *   x, xn  [n_embd]          residual stream and its normalized copy
@@ -51,7 +51,7 @@ enum {
     DENSE_FUSED = 16,     /* attn_qkv (or attn_q/k/v) and ffn_up holding gate|up */
     DENSE_LONGROPE = 32,  /* rope_factors_* tensors, rope.scaling.attn_factor */
     DENSE_ATTN_TEMP = 64, /* position-dependent query temperature (attention.temperature_scale) */
-    DENSE_MROPE = 128,    /* M-RoPE over rope.dimension_sections (kiln_batch.mpos), sections in order */
+    DENSE_MROPE = 128,    /* M-RoPE over rope.dimension_sections (kiln_batch_inputs.mpos), sections in order */
     DENSE_IMROPE = 256,   /* the same with the sections interleaved (Qwen3-VL) */
 };
 

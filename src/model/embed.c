@@ -477,7 +477,7 @@ static kiln_status decode_one(kiln_embed_job *j, int32_t i) {
             e->flags[k] =
                 (int8_t)(e->pooling == KILN_POOLING_MEAN || t == (e->pooling == KILN_POOLING_CLS ? 0 : n - 1));
         }
-        kiln_batch b = {cnt, ids + off, NULL, NULL, e->flags, NULL, NULL};
+        kiln_batch b = {cnt, ids + off, NULL, NULL, e->flags};
         st = kiln_decode(e->ctx, &b);
         for (int32_t k = 0; st == KILN_OK && k < cnt; k++) {
             if (!e->flags[k]) continue;

@@ -247,7 +247,7 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
     free(rec);
     /* attention: NeoX RoPE on the first n_rot dims, interleaved M-RoPE over
      * the sections when the file has them (qwen35, qwen35moe: text tokens
-     * have all positions equal, image tokens their grid's, kiln_batch.mpos) */
+     * have all positions equal, image tokens their grid's, kiln_batch_inputs.mpos) */
     hp->rope.neox = 1;
     if (kl_meta_kv(m, "rope.dimension_sections") && kl_rope_sections(m, KK_IMROPE, err, errlen)) return -1;
     /* experts */
@@ -708,7 +708,7 @@ static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, cons
         c->b_seq[r] = seq[r];
         c->b_pos[r] = pos[r];
         if (c->kv.rnext) { /* the token's text position, as its cell's predecessor says */
-            int32_t *mp = c->b_mpos + (size_t)KL_MPOS * r;
+            int32_t *mp = c->b_mrope + (size_t)KL_MPOS * r;
             mp[0] = mp[1] = mp[2] = mp[3] = kl_kv_rope_next(&c->kv, seq[r], pos[r]);
         }
         const float *hid = chain[r] ? c->mtp_chain + (size_t)seq[r] * E : kl_mtp_hidden(c, seq[r], pos[r] - 1);
@@ -726,17 +726,17 @@ static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, cons
     return KILN_OK;
 }
 
-/* c->b_mpos's rows into w->ord's order (back: out of it), through
+/* c->b_mrope's rows into w->ord's order (back: out of it), through
  * w->tmp_i one component at a time. */
 static void permute_mpos(kiln_context *c, hyb_ws *w, int n, int back) {
     for (int k = 0; k < KL_MPOS; k++) {
         for (int i = 0; i < n; i++) {
             if (back)
-                w->tmp_i[w->ord[i]] = c->b_mpos[(size_t)KL_MPOS * i + k];
+                w->tmp_i[w->ord[i]] = c->b_mrope[(size_t)KL_MPOS * i + k];
             else
-                w->tmp_i[i] = c->b_mpos[(size_t)KL_MPOS * w->ord[i] + k];
+                w->tmp_i[i] = c->b_mrope[(size_t)KL_MPOS * w->ord[i] + k];
         }
-        for (int i = 0; i < n; i++) c->b_mpos[(size_t)KL_MPOS * i + k] = w->tmp_i[i];
+        for (int i = 0; i < n; i++) c->b_mrope[(size_t)KL_MPOS * i + k] = w->tmp_i[i];
     }
 }
 

@@ -75,7 +75,7 @@ typedef struct kl_hparams {
      * sequence's context exceeds rope.n_ctx_orig; NULL: rope's always */
     const float *rope_factors_long;
     int n_cls_out; /* outputs of a classification head (rank pooling), 0: none */
-    /* floats of an input embedding row (kiln_batch.embd): n_embd, or
+    /* floats of an input embedding row (kiln_batch_inputs.embd): n_embd, or
      * n_embd * (1 + deepstack layers) for qwen3vl */
     int n_embd_inp;
 } kl_hparams;
@@ -381,7 +381,8 @@ struct kiln_context {
     struct kl_rs *rs; /* recurrent state (state.h), NULL without */
     /* the batch as kl_batch_begin resolved it */
     int32_t *b_pos, *b_seq; /* [n_batch] positions and sequences */
-    int32_t *b_mpos;        /* [n_batch][KL_MPOS] M-RoPE positions (t, h, w, e), the next text position,
+    const int32_t *b_mpos;  /* [n][4] multimodal RoPE positions (kiln_batch_inputs), NULL */
+    int32_t *b_mrope;       /* [n_batch][KL_MPOS] M-RoPE positions (t, h, w, e), the next text position,
                                the image's base (decoder.c) when kv.rnext */
     int32_t *out_idx;       /* batch index -> logits row, -1 if none */
     /* attention (decoder.c) */

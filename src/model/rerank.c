@@ -476,7 +476,7 @@ static kiln_status run_causal(kiln_rerank_job *j, int32_t i) {
     while (st == KILN_OK && pos < n) {
         const int32_t cnt = n - pos < r->n_batch ? n - pos : r->n_batch;
         for (int32_t k = 0; k < cnt; k++) r->flags[k] = pos + k == n - 1;
-        kiln_batch b = {cnt, tok + pos, NULL, NULL, r->flags, NULL, NULL};
+        kiln_batch b = {cnt, tok + pos, NULL, NULL, r->flags};
         st = kiln_decode(r->ctx, &b);
         if (st == KILN_OK && pos + cnt == n) h = kiln_get_embeddings(r->ctx, cnt - 1);
         pos += cnt;

@@ -186,7 +186,7 @@ void spec_draft_free(spec_draft *d) {
 /* Decodes the batch built so far; on failure every chain stops and the
  * draft's sequences start over at the next step. */
 static int draft_decode(spec_draft *d, int32_t n, gen_ask *asks, int32_t n_asks) {
-    kiln_batch b = {n, d->b_tok, NULL, d->b_seq, d->b_want, NULL, NULL};
+    kiln_batch b = {n, d->b_tok, NULL, d->b_seq, d->b_want};
     if (kiln_decode(d->c, &b) == KILN_OK) return 0;
     if (!d->failed) kb_log(KB_LOG_WARN, "the draft model's decode failed (%s); no proposals", kiln_context_error(d->c));
     d->failed = 1;

@@ -19,7 +19,7 @@
  * The 2-D rotary embedding of head size D: angle pair i (i < D / 4) turns
  * by row * 10000^(-4i / D), pair D / 4 + i by column * the same, pairs
  * (i, i + D / 2) as NeoX.  Output: one row of projection_dim floats per
- * merged token, row-major over the nx x ny grid (kiln_batch.mpos rows
+ * merged token, row-major over the nx x ny grid (kiln_batch_inputs.mpos rows
  * (0, r, c, 0)).
  */
 #ifndef KILN_VISION_QWEN_H
