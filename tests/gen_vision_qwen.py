@@ -265,16 +265,26 @@ def gen_text():
 # ---------------------------------------------------------------------------
 # Qwen2.5-VL vision encoder + merger (mmproj, projector type qwen2.5vl_merger)
 
-VIS = Cfg(name="qwen25vl-mmproj-f32", n_embd=32, n_head=2, n_ff=48, n_layer=4, wa_pattern=2, patch=14,
-          proj_dim=64, eps=1e-6, seed=3900, img_w=168, img_h=140)
+VIS = Cfg(name="qwen25vl-mmproj-f32", kind="qwen2.5vl_merger", n_embd=32, n_head=2, n_ff=48, n_layer=4,
+          wa_pattern=2, patch=14, proj_dim=64, eps=1e-6, seed=3900, img_w=168, img_h=140, ds_layers=[])
+VIS2 = Cfg(name="qwen2vl-mmproj-f32", kind="qwen2vl_merger", n_embd=32, n_head=2, n_ff=48, n_layer=3,
+           wa_pattern=0, patch=14, proj_dim=64, eps=1e-6, seed=3910, img_w=168, img_h=140, ds_layers=[])
+VIS3 = Cfg(name="qwen3vl-mmproj-f32", kind="qwen3vl_merger", n_embd=32, n_head=2, n_ff=48, n_layer=3,
+           wa_pattern=0, patch=14, proj_dim=64, eps=1e-6, seed=3920, img_w=168, img_h=140, ds_layers=[0, 1],
+           n_side=4)
 IMAGE_MEAN = [0.48145466, 0.4578275, 0.40821073]
 IMAGE_STD = [0.26862954, 0.26130258, 0.27577711]
 
 
 def vis_weights(cfg, seed):
+    """Qwen2.5-VL: RMSNorm, separate q/k/v, gated SiLU MLP.  Qwen2-VL:
+    LayerNorm, separate q/k/v, plain quick-GELU MLP.  Qwen3-VL: LayerNorm,
+    fused attn_qkv, plain GELU MLP, patch bias, learned positions, deepstack
+    mergers after cfg.ds_layers."""
     rng = np.random.default_rng(seed)
     E, F, P = cfg.n_embd, cfg.n_ff, cfg.patch
     f32 = np.float32
+    ln = cfg.kind != "qwen2.5vl_merger"
 
     def lin(n_out, n_in, gain=1.0):
         return (rng.standard_normal((n_out, n_in)) * (gain / math.sqrt(n_in))).astype(f32)
@@ -284,22 +294,44 @@ def vis_weights(cfg, seed):
 
     W = {"v.patch_embd.weight": (rng.standard_normal((E, 3, P, P)) / math.sqrt(3 * P * P)).astype(f32),
          "v.patch_embd.weight.1": (rng.standard_normal((E, 3, P, P)) / math.sqrt(3 * P * P)).astype(f32)}
+    if cfg.kind == "qwen3vl_merger":
+        W["v.patch_embd.bias"] = vec(E)
+        W["v.position_embd.weight"] = (0.5 * rng.standard_normal((cfg.n_side * cfg.n_side, E))).astype(f32)
     for i in range(cfg.n_layer):
         p = "v.blk.%d." % i
         W[p + "ln1.weight"] = (1.0 + vec(E)).astype(f32)
-        for t in "qkv":
-            W[p + "attn_%s.weight" % t] = lin(E, E, 1.5)
-            W[p + "attn_%s.bias" % t] = vec(E)
+        if ln:
+            W[p + "ln1.bias"] = vec(E)
+        if cfg.kind == "qwen3vl_merger":
+            W[p + "attn_qkv.weight"] = lin(3 * E, E, 1.5)
+            W[p + "attn_qkv.bias"] = vec(3 * E)
+        else:
+            for t in "qkv":
+                W[p + "attn_%s.weight" % t] = lin(E, E, 1.5)
+                W[p + "attn_%s.bias" % t] = vec(E)
         W[p + "attn_out.weight"] = lin(E, E)
         W[p + "attn_out.bias"] = vec(E)
         W[p + "ln2.weight"] = (1.0 + vec(E)).astype(f32)
-        W[p + "ffn_gate.weight"] = lin(F, E)
-        W[p + "ffn_gate.bias"] = vec(F)
+        if ln:
+            W[p + "ln2.bias"] = vec(E)
+        if cfg.kind == "qwen2.5vl_merger":
+            W[p + "ffn_gate.weight"] = lin(F, E)
+            W[p + "ffn_gate.bias"] = vec(F)
         W[p + "ffn_up.weight"] = lin(F, E)
         W[p + "ffn_up.bias"] = vec(F)
         W[p + "ffn_down.weight"] = lin(E, F)
         W[p + "ffn_down.bias"] = vec(E)
+    for i in cfg.ds_layers:
+        p = "v.deepstack.%d." % i
+        W[p + "norm.weight"] = (1.0 + vec(4 * E)).astype(f32)
+        W[p + "norm.bias"] = vec(4 * E)
+        W[p + "fc1.weight"] = lin(4 * E, 4 * E)
+        W[p + "fc1.bias"] = vec(4 * E)
+        W[p + "fc2.weight"] = lin(cfg.proj_dim, 4 * E, 2.0)
+        W[p + "fc2.bias"] = vec(cfg.proj_dim)
     W["v.post_ln.weight"] = (1.0 + vec(E)).astype(f32)
+    if ln:
+        W["v.post_ln.bias"] = vec(E)
     W["mm.0.weight"] = lin(4 * E, 4 * E)
     W["mm.0.bias"] = vec(4 * E)
     W["mm.2.weight"] = lin(cfg.proj_dim, 4 * E, 2.0)
@@ -308,23 +340,31 @@ def vis_weights(cfg, seed):
 
 
 def vis_kvs(cfg):
-    return [("general.architecture", gf.T_STR, "clip"),
-            ("general.name", gf.T_STR, "kiln-fixture-" + cfg.name),
-            ("general.file_type", gf.T_U32, gf.FTYPE_ALL_F32),
-            ("clip.has_vision_encoder", gf.T_BOOL, True),
-            ("clip.projector_type", gf.T_STR, "qwen2.5vl_merger"),
-            ("clip.use_silu", gf.T_BOOL, True),
-            ("clip.vision.image_size", gf.T_U32, 560),
+    kvs = [("general.architecture", gf.T_STR, "clip"),
+           ("general.name", gf.T_STR, "kiln-fixture-" + cfg.name),
+           ("general.file_type", gf.T_U32, gf.FTYPE_ALL_F32),
+           ("clip.has_vision_encoder", gf.T_BOOL, True),
+           ("clip.projector_type", gf.T_STR, cfg.kind)]
+    if cfg.kind == "qwen2.5vl_merger":
+        kvs.append(("clip.use_silu", gf.T_BOOL, True))
+    if cfg.kind == "qwen3vl_merger":
+        kvs.append(("clip.use_gelu", gf.T_BOOL, True))
+    kvs += [("clip.vision.image_size", gf.T_U32, cfg.patch * cfg.n_side if cfg.kind == "qwen3vl_merger" else 560),
             ("clip.vision.patch_size", gf.T_U32, cfg.patch),
             ("clip.vision.embedding_length", gf.T_U32, cfg.n_embd),
             ("clip.vision.feed_forward_length", gf.T_U32, cfg.n_ff),
             ("clip.vision.block_count", gf.T_U32, cfg.n_layer),
             ("clip.vision.projection_dim", gf.T_U32, cfg.proj_dim),
             ("clip.vision.attention.head_count", gf.T_U32, cfg.n_head),
-            ("clip.vision.attention.layer_norm_epsilon", gf.T_F32, cfg.eps),
-            ("clip.vision.n_wa_pattern", gf.T_U32, cfg.wa_pattern),
-            ("clip.vision.image_mean", gf.T_ARR, [float(np.float32(v)) for v in IMAGE_MEAN], gf.T_F32),
+            ("clip.vision.attention.layer_norm_epsilon", gf.T_F32, cfg.eps)]
+    if cfg.wa_pattern:
+        kvs.append(("clip.vision.n_wa_pattern", gf.T_U32, cfg.wa_pattern))
+    if cfg.ds_layers:
+        kvs.append(("clip.vision.is_deepstack_layers", gf.T_ARR,
+                    [i in cfg.ds_layers for i in range(cfg.n_layer)], gf.T_BOOL))
+    kvs += [("clip.vision.image_mean", gf.T_ARR, [float(np.float32(v)) for v in IMAGE_MEAN], gf.T_F32),
             ("clip.vision.image_std", gf.T_ARR, [float(np.float32(v)) for v in IMAGE_STD], gf.T_F32)]
+    return kvs
 
 
 def vis_image(cfg):
@@ -355,20 +395,47 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def layer_norm(x, w, b, eps):
+    m = x.mean(-1, keepdim=True)
+    v = ((x - m) ** 2).mean(-1, keepdim=True)
+    return (x - m) / torch.sqrt(v + eps) * w + b
+
+
 def vis_forward(cfg, Wt, im):
-    """Qwen2.5-VL encoder + merger on an RGB8 image whose sides are multiples
-    of 2 * patch (no resize): [n_merged][proj_dim] float64, merged tokens in
-    row-major order of the 2x2 patch groups."""
+    """The encoder + merger on an RGB8 image whose sides are multiples of
+    2 * patch (no resize): [n_merged][proj_dim * (1 + deepstack)] float64,
+    merged tokens in row-major order of the 2x2 patch groups, each row the
+    merger's output then each deepstack merger's."""
     E, H, P = cfg.n_embd, cfg.n_head, cfg.patch
     D = E // H
     h, w = im.shape[0], im.shape[1]
     ph, pw = h // P, w // P
+    q25, q3 = cfg.kind == "qwen2.5vl_merger", cfg.kind == "qwen3vl_merger"
+
+    def norm(x, name):
+        if q25:
+            return rms(x, Wt[name + ".weight"], cfg.eps)
+        return layer_norm(x, Wt[name + ".weight"], Wt[name + ".bias"], cfg.eps)
+
+    def act(x):
+        if q25:
+            return torch.nn.functional.silu(x)
+        if q3:
+            return gelu_tanh(x)
+        return x * torch.sigmoid(1.702 * x)
+
     x = torch.tensor(im, dtype=torch.float64).permute(2, 0, 1) / 255.0
     x = (x - torch.tensor(IMAGE_MEAN, dtype=torch.float64)[:, None, None]) / \
         torch.tensor(IMAGE_STD, dtype=torch.float64)[:, None, None]
     conv = torch.nn.functional.conv2d
     pe = conv(x[None], Wt["v.patch_embd.weight"], stride=P) + conv(x[None], Wt["v.patch_embd.weight.1"], stride=P)
     pe = pe[0]                                                    # [E][ph][pw]
+    if q3:
+        pe = pe + Wt["v.patch_embd.bias"][:, None, None]
+        ns = cfg.n_side
+        grid = Wt["v.position_embd.weight"].reshape(ns, ns, E).permute(2, 0, 1)[None]
+        pos = torch.nn.functional.interpolate(grid, size=(ph, pw), mode="bilinear", align_corners=True)[0]
+        pe = pe + pos
     # patch order: 2x2 groups row-major, inside a group row-major
     order = [(2 * gy + dy, 2 * gx + dx) for gy in range(ph // 2) for gx in range(pw // 2)
              for dy in range(2) for dx in range(2)]
@@ -389,59 +456,78 @@ def vis_forward(cfg, Wt, im):
     gw = 112 // P // 2
     win = torch.tensor([(py // 2 // gw) * 1000 + (px // 2 // gw) for py, px in order])
     wmask = torch.where(win[:, None] == win[None, :], 0.0, float("-inf")).to(torch.float64)
+    ds = []
     for l in range(cfg.n_layer):
         p = "v.blk.%d." % l
-        full = (l + 1) % cfg.wa_pattern == 0
-        xn = rms(t, Wt[p + "ln1.weight"], cfg.eps)
-        q, k, v = ((xn @ Wt[p + "attn_%s.weight" % c].T + Wt[p + "attn_%s.bias" % c]).view(n, H, D) for c in "qkv")
+        full = not cfg.wa_pattern or (l + 1) % cfg.wa_pattern == 0
+        xn = norm(t, p + "ln1")
+        if q3:
+            qkv = xn @ Wt[p + "attn_qkv.weight"].T + Wt[p + "attn_qkv.bias"]
+            q, k, v = (qkv[:, i * E:(i + 1) * E].reshape(n, H, D) for i in range(3))
+        else:
+            q, k, v = ((xn @ Wt[p + "attn_%s.weight" % c].T + Wt[p + "attn_%s.bias" % c]).view(n, H, D)
+                       for c in "qkv")
         q, k = rope(q), rope(k)
         s = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(D)
         if not full:
             s = s + wmask
         o = torch.einsum("hij,jhd->ihd", torch.softmax(s, -1), v).reshape(n, E)
         t = t + o @ Wt[p + "attn_out.weight"].T + Wt[p + "attn_out.bias"]
-        xn = rms(t, Wt[p + "ln2.weight"], cfg.eps)
-        g = xn @ Wt[p + "ffn_gate.weight"].T + Wt[p + "ffn_gate.bias"]
+        xn = norm(t, p + "ln2")
         u = xn @ Wt[p + "ffn_up.weight"].T + Wt[p + "ffn_up.bias"]
-        t = t + (torch.nn.functional.silu(g) * u) @ Wt[p + "ffn_down.weight"].T + Wt[p + "ffn_down.bias"]
-    t = rms(t, Wt["v.post_ln.weight"], cfg.eps).reshape(n // 4, 4 * E)
+        if q25:
+            g = xn @ Wt[p + "ffn_gate.weight"].T + Wt[p + "ffn_gate.bias"]
+            mid = act(g) * u
+        else:
+            mid = act(u)
+        t = t + mid @ Wt[p + "ffn_down.weight"].T + Wt[p + "ffn_down.bias"]
+        if l in cfg.ds_layers:
+            d = "v.deepstack.%d." % l
+            f4 = layer_norm(t.reshape(n // 4, 4 * E), Wt[d + "norm.weight"], Wt[d + "norm.bias"], cfg.eps)
+            f4 = gelu_tanh(f4 @ Wt[d + "fc1.weight"].T + Wt[d + "fc1.bias"])
+            ds.append(f4 @ Wt[d + "fc2.weight"].T + Wt[d + "fc2.bias"])
+    t = norm(t, "v.post_ln").reshape(n // 4, 4 * E)
     hdn = gelu_tanh(t @ Wt["mm.0.weight"].T + Wt["mm.0.bias"])
-    return hdn @ Wt["mm.2.weight"].T + Wt["mm.2.bias"]
+    return torch.cat([hdn @ Wt["mm.2.weight"].T + Wt["mm.2.bias"]] + ds, -1)
 
 
 def gen_vision():
-    cfg = VIS
     os.makedirs(OUT_DIR, exist_ok=True)
-    W = vis_weights(cfg, cfg.seed)
-    Wt = {k: torch.tensor(v, dtype=torch.float64) for k, v in W.items()}
-    im = vis_image(cfg)
-    emb = vis_forward(cfg, Wt, im)
-    names = list(W.keys())
-    kvs = vis_kvs(cfg)
-    packed = {n: (gf.GGML_F32, W[n].astype("<f4").tobytes()) for n in names}
-    tensors = [(n, list(reversed(W[n].shape)), gf.GGML_F32, (lambda b=packed[n][1]: b)) for n in names]
-    path = os.path.join(OUT_DIR, cfg.name + ".gguf")
-    gf.write_gguf(path, kvs, tensors)
-    gf.check_written(path, kvs, names, packed, W)
+    im = vis_image(VIS)
     write_png(os.path.join(OUT_DIR, "qwen25vl-image.png"), im)
-    with open(os.path.join(OUT_DIR, "qwen25vl-image.rgb"), "wb") as f:
-        f.write(im.tobytes())
-    nx, ny = cfg.img_w // cfg.patch // 2, cfg.img_h // cfg.patch // 2
-    meta = {"mmproj": cfg.name + ".gguf", "image_png": "qwen25vl-image.png", "image_rgb": "qwen25vl-image.rgb",
-            "width": cfg.img_w, "height": cfg.img_h, "nx": nx, "ny": ny, "n_embd": cfg.proj_dim,
-            "embeddings": [[round(float(v), 6) for v in row] for row in emb],
-            "notes": ("Tiny random-weight Qwen2.5-VL vision encoder + merger (clip.projector_type "
-                      "qwen2.5vl_merger): E 32, 2 heads of 16, 4 layers (layers 1 and 3 full attention, 0 and 2 "
-                      "in windows of 4 x 4 merged tokens: n_wa_pattern 2), gated SiLU MLP 48 with biases, RMSNorm, "
-                      "patch 14 with two conv kernels (temporal patch 2 of a still image), 2-D rotary (first "
-                      "quarter of the angle pairs from the row, second from the column, base 10000), merger "
-                      "RMSNorm, 4 x 32 -> 128 -> GELU (tanh) -> 64. Image: %d x %d RGB8 (no resize: multiples "
-                      "of 28), %d x %d merged tokens. embeddings: float64 PyTorch reference rows, merged tokens "
-                      "row-major. Written by tests/gen_vision_qwen.py --vision." % (cfg.img_w, cfg.img_h, nx, ny))}
-    with open(os.path.join(OUT_DIR, "qwen25vl-embd.json"), "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=1)
-        f.write("\n")
-    print("%s: %d x %d tokens, |emb| max %.3f" % (cfg.name, nx, ny, float(emb.abs().max())))
+    for cfg in (VIS, VIS2, VIS3):
+        W = vis_weights(cfg, cfg.seed)
+        Wt = {k: torch.tensor(v, dtype=torch.float64) for k, v in W.items()}
+        emb = vis_forward(cfg, Wt, im)
+        names = list(W.keys())
+        kvs = vis_kvs(cfg)
+        packed = {n: (gf.GGML_F32, W[n].astype("<f4").tobytes()) for n in names}
+        tensors = [(n, list(reversed(W[n].shape)), gf.GGML_F32, (lambda b=packed[n][1]: b)) for n in names]
+        path = os.path.join(OUT_DIR, cfg.name + ".gguf")
+        gf.write_gguf(path, kvs, tensors)
+        gf.check_written(path, kvs, names, packed, W)
+        nx, ny = cfg.img_w // cfg.patch // 2, cfg.img_h // cfg.patch // 2
+        what = {"qwen2.5vl_merger": "Qwen2.5-VL (RMSNorm, 4 layers: 1 and 3 full attention, 0 and 2 in windows of "
+                                    "4 x 4 merged tokens, n_wa_pattern 2; gated SiLU MLP)",
+                "qwen2vl_merger": "Qwen2-VL (LayerNorm, 3 full-attention layers, quick-GELU MLP)",
+                "qwen3vl_merger": "Qwen3-VL (LayerNorm, fused attn_qkv, GELU MLP, patch bias, 4 x 4 learned "
+                                  "positions resized bilinearly with aligned corners, deepstack mergers after "
+                                  "layers 0 and 1: rows of 3 x 64)"}[cfg.kind]
+        meta = {"mmproj": cfg.name + ".gguf", "projector": cfg.kind, "image_png": "qwen25vl-image.png",
+                "width": cfg.img_w, "height": cfg.img_h, "nx": nx, "ny": ny, "n_embd": int(emb.shape[1]),
+                "embeddings": [[round(float(v), 6) for v in row] for row in emb],
+                "notes": ("Tiny random-weight %s vision encoder + merger (clip.projector_type %s): E 32, 2 heads "
+                          "of 16, FFN 48 with biases, patch 14 with two conv kernels (temporal patch 2 of a still "
+                          "image), 2-D rotary (first quarter of the angle pairs from the row, second from the "
+                          "column, base 10000), merger norm, 4 x 32 -> 128 -> GELU (tanh) -> 64. Image: %d x %d "
+                          "RGB8 PNG (no resize: multiples of 28), %d x %d merged tokens. embeddings: float64 "
+                          "PyTorch reference rows, merged tokens row-major. Written by tests/gen_vision_qwen.py "
+                          "--vision." % (what, cfg.kind, cfg.img_w, cfg.img_h, nx, ny))}
+        with open(os.path.join(OUT_DIR, cfg.name.replace("-mmproj-f32", "") + "-embd.json"), "w",
+                  encoding="utf-8") as f:
+            json.dump(meta, f, indent=1)
+            f.write("\n")
+        print("%s: %d x %d tokens, |emb| max %.3f" % (cfg.name, nx, ny, float(emb.abs().max())))
 
 
 def main():

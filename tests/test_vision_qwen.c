@@ -1,14 +1,17 @@
 /*
- * The Qwen2.5-VL vision encoder (src/vision/qwen.c) against
- * tests/gen_vision_qwen.py --vision's float64 PyTorch reference: a tiny
- * random-weight mmproj, a 168 x 140 image (6 x 5 merged tokens, windowed
- * and full-attention layers), every output within 1e-3 of the largest
- * reference value (F32 weights; the tolerance covers float32 sums and the
- * tanh GELU's exponential).  Also the resize rule (smart resize to
- * multiples of 28 within 8..4096 merged tokens) on a few sizes, a resized
- * image's rows against its pre-resized twin, and hostile inputs.
+ * The Qwen-VL vision encoders (src/vision/qwen.c: Qwen2-VL, Qwen2.5-VL,
+ * Qwen3-VL) against tests/gen_vision_qwen.py --vision's float64 PyTorch
+ * references: tiny random-weight mmproj files and one 168 x 140 PNG (6 x 5
+ * merged tokens; Qwen2.5-VL's windowed and full-attention layers, Qwen3-VL's
+ * learned positions and deepstack rows), every output within 1e-3 of the
+ * largest reference value (F32 weights; the tolerance covers float32 sums
+ * and the tanh GELU's exponential), the same bits on one thread or two.
+ * Also the resize rule (smart resize to multiples of 28 within 8..4096
+ * merged tokens) on a few sizes, a resized image, and bad sizes.
  */
 #include "vision/qwen.h"
+
+#include "vision/decode.h"
 
 #include "gguf/gguf.h"
 #include "testutil.h"
@@ -35,51 +38,77 @@ static unsigned char *read_all(const char *path, size_t *len) {
     return b;
 }
 
-int main(void) {
+/* One projector's case (data/vision/<name>-embd.json); 0 when it ran. */
+static int encode_case(const char *name, kpool *pool) {
     json_error_t je;
-    json_t *j = json_load_file("data/vision/qwen25vl-embd.json", 0, &je);
-    CHECKF(j != NULL, "qwen25vl-embd.json: %s", je.text);
-    if (!j) return t_done();
     char path[256], err[256];
+    snprintf(path, sizeof path, "data/vision/%s-embd.json", name);
+    json_t *j = json_load_file(path, 0, &je);
+    CHECKF(j != NULL, "%s: %s", path, je.text);
+    if (!j) return -1;
     snprintf(path, sizeof path, "data/vision/%s", json_string_value(json_object_get(j, "mmproj")));
     gguf_file *f = gguf_open(path, err, sizeof err);
     CHECKF(f != NULL, "%s: %s", path, err);
     vision_qwen *q = NULL;
     CHECKF(f && vision_qwen_load(f, &q) == KILN_OK, "%s", kiln_last_error());
-    if (!q) return t_done();
+    size_t len;
+    snprintf(path, sizeof path, "data/vision/%s", json_string_value(json_object_get(j, "image_png")));
+    unsigned char *png = read_all(path, &len);
+    vision_rgb im = {0};
+    CHECK(png && vision_decode(png, len, &im) == KILN_OK);
+    free(png);
     const int W = (int)json_integer_value(json_object_get(j, "width")),
               H = (int)json_integer_value(json_object_get(j, "height"));
     const int NX = (int)json_integer_value(json_object_get(j, "nx")),
               NY = (int)json_integer_value(json_object_get(j, "ny"));
-    const int NE = vision_qwen_n_embd(q);
-    CHECK(NE == (int)json_integer_value(json_object_get(j, "n_embd")));
+    const int NE = q ? vision_qwen_n_embd(q) : 0;
     int rw, rh, nx, ny;
-    CHECK(vision_qwen_grid(q, W, H, &rw, &rh, &nx, &ny) == 0 && rw == W && rh == H && nx == NX && ny == NY);
-
-    /* embeddings against the reference */
-    size_t len;
-    snprintf(path, sizeof path, "data/vision/%s", json_string_value(json_object_get(j, "image_rgb")));
-    unsigned char *rgb = read_all(path, &len);
-    CHECK(rgb && len == (size_t)W * H * 3);
+    CHECK(q && NE == (int)json_integer_value(json_object_get(j, "n_embd")) && im.w == W && im.h == H);
+    CHECK(q && vision_qwen_grid(q, W, H, &rw, &rh, &nx, &ny) == 0 && rw == W && rh == H && nx == NX && ny == NY);
     json_t *ej = json_object_get(j, "embeddings");
     CHECK((int)json_array_size(ej) == NX * NY);
-    float *out = malloc((size_t)NX * NY * NE * sizeof(float));
-    kpool *pool = kpool_new(2);
-    CHECKF(rgb && vision_qwen_encode(q, pool, rgb, W, H, out) == KILN_OK, "%s", kiln_last_error());
+    float *out = malloc((size_t)NX * NY * NE * sizeof(float)), *out1 = malloc((size_t)NX * NY * NE * sizeof(float));
+    CHECKF(q && im.px && vision_qwen_encode(q, pool, im.px, W, H, out) == KILN_OK, "%s", kiln_last_error());
     double scale = 0, d = 0;
-    for (int t = 0; t < NX * NY; t++)
+    for (int t = 0; q && t < NX * NY; t++)
         for (int e = 0; e < NE; e++) {
             const double r = json_real_value(json_array_get(json_array_get(ej, (size_t)t), (size_t)e));
             if (fabs(r) > scale) scale = fabs(r);
             if (fabs(r - out[(size_t)t * NE + e]) > d) d = fabs(r - out[(size_t)t * NE + e]);
         }
-    CHECKF(d <= 1e-3 * scale, "embeddings off the reference by %g (largest %g)", d, scale);
-    printf("qwen2.5-vl encoder: %d x %d tokens of %d, max diff %.3g of %.3g\n", NX, NY, NE, d, scale);
-    /* the same bits on one thread */
-    float *out1 = malloc((size_t)NX * NY * NE * sizeof(float));
-    CHECK(vision_qwen_encode(q, NULL, rgb, W, H, out1) == KILN_OK);
+    CHECKF(d <= 1e-3 * scale, "%s: embeddings off the reference by %g (largest %g)", name, d, scale);
+    printf("%-10s %s: %d x %d tokens of %d, max diff %.3g of %.3g\n", name,
+           json_string_value(json_object_get(j, "projector")), NX, NY, NE, d, scale);
+    CHECK(q && vision_qwen_encode(q, NULL, im.px, W, H, out1) == KILN_OK);
     CHECK(memcmp(out, out1, (size_t)NX * NY * NE * sizeof(float)) == 0);
+    free(out);
+    free(out1);
+    vision_rgb_free(&im);
+    vision_qwen_free(q);
+    if (f) gguf_close(f);
+    json_decref(j);
+    return 0;
+}
 
+int main(void) {
+    kpool *pool = kpool_new(2);
+    encode_case("qwen25vl", pool);
+    encode_case("qwen2vl", pool);
+    encode_case("qwen3vl", pool);
+    char err[256];
+    gguf_file *f = gguf_open("data/vision/qwen25vl-mmproj-f32.gguf", err, sizeof err);
+    vision_qwen *q = NULL;
+    CHECKF(f && vision_qwen_load(f, &q) == KILN_OK, "%s", kiln_last_error());
+    if (!q) return t_done();
+    int rw, rh, nx, ny;
+    size_t len;
+    unsigned char *png = read_all("data/vision/qwen25vl-image.png", &len);
+    vision_rgb im = {0};
+    CHECK(png && vision_decode(png, len, &im) == KILN_OK);
+    free(png);
+    const unsigned char *rgb = im.px;
+    const int W = im.w, H = im.h, NX = 6, NY = 5, NE = vision_qwen_n_embd(q);
+    float *out1 = malloc((size_t)NX * NY * NE * sizeof(float));
     /* the resize rule: nearest multiples of 28, then into 8..4096 tokens */
     static const int sizes[][6] = {
         {168, 140, 168, 140, 6, 5},  {170, 150, 168, 140, 6, 5},       {10, 10, 84, 84, 3, 3},
@@ -107,11 +136,9 @@ int main(void) {
     CHECK(vision_qwen_grid(q, -1, 5, &rw, &rh, &nx, &ny) == -1);
     free(big);
     free(out1);
-    free(out);
-    free(rgb);
+    vision_rgb_free(&im);
     kpool_free(pool);
     vision_qwen_free(q);
     gguf_close(f);
-    json_decref(j);
     return t_done();
 }

@@ -1,4 +1,4 @@
-/* The Qwen2.5-VL vision encoder and merger (qwen.h).  Products on
+/* The Qwen-VL vision encoders and mergers (qwen.h).  Products on
  * kernels/conv.h's image GEMM (weights F32, F16 or BF16); the norms, the
  * rotary embedding and the softmax in plain loops over the patch rows.
  *
@@ -24,24 +24,36 @@
 #define VQ_QCHUNK 256
 #define VQ_WINDOW_PX 112 /* Qwen2.5-VL's attention window side in pixels */
 
+enum { VQ_Q2, VQ_Q25, VQ_Q3 };            /* qwen2vl_merger, qwen2.5vl_merger, qwen3vl_merger */
+enum { VQ_GELU, VQ_GELU_QUICK, VQ_SILU }; /* the MLP's activation (clip.use_gelu / use_silu / neither) */
+
 typedef struct vq_layer {
-    const float *ln1, *ln2;           /* [E] RMSNorm weights */
-    kk_mat q, k, v, o;                /* E -> E */
-    const float *bq, *bk, *bv, *bo;   /* [E] */
-    kk_mat gate, up, down;            /* E -> F -> E */
-    const float *bgate, *bup, *bdown; /* [F], [F], [E] */
+    const float *ln1, *ln2, *ln1_b, *ln2_b; /* [E] norm weights; biases (LayerNorm) or NULL (RMSNorm) */
+    kk_mat q, k, v, o;                      /* E -> E (Qwen3-VL: row ranges of attn_qkv) */
+    const float *bq, *bk, *bv, *bo;         /* [E] */
+    kk_mat gate, up, down;                  /* E -> F -> E; gate data NULL: not gated */
+    const float *bgate, *bup, *bdown;       /* [F], [F], [E] */
+    /* Qwen3-VL deepstack merger after this layer (ds_fc1.data NULL: none):
+     * LayerNorm over a merged token's 4E, fc1 4E -> 4E, GELU, fc2 -> proj */
+    const float *ds_norm, *ds_norm_b, *ds_b1, *ds_b2;
+    kk_mat ds_fc1, ds_fc2;
 } vq_layer;
 
 struct vision_qwen {
+    int kind, act;                    /* VQ_Q*, VQ_GELU* */
     int E, H, D, F, n_layer, P, proj; /* widths, heads, head size, MLP, layers, patch side, output width */
-    int wa;                           /* n_wa_pattern: layer i is full when (i + 1) % wa == 0 */
+    int n_ds;                         /* deepstack mergers (Qwen3-VL): each adds proj floats to a row */
+    int wa;                           /* n_wa_pattern: layer i is full when (i + 1) % wa == 0; 0: all full */
     int win;                          /* window side in merged tokens */
     float eps, mean[3], std[3];
     int64_t min_px, max_px; /* the resized image's pixel bounds */
     kk_mat patch[2];        /* E rows of 3 * P * P ([E][3][P][P]) */
+    const float *patch_b;   /* [E] or NULL */
+    const float *pos;       /* [n_side][n_side][E] learned positions (Qwen3-VL), or NULL */
+    int n_side;
     vq_layer *L;
-    const float *post_ln; /* [E] */
-    kk_mat mm0, mm2;      /* 4E -> 4E -> proj */
+    const float *post_ln, *post_ln_b; /* [E]; bias NULL: RMSNorm */
+    kk_mat mm0, mm2;                  /* 4E -> 4E -> proj */
     const float *b0, *b2;
 };
 
@@ -74,6 +86,18 @@ static const gguf_tensor *vq_find(vq_bind *B, const char *name, int nd, const in
 
 static const float *vq_vec(vq_bind *B, const char *name, int64_t n) {
     const gguf_tensor *t = vq_find(B, name, 1, &n);
+    if (t && t->type != KQ_F32) {
+        snprintf(B->err, sizeof B->err, "mmproj: tensor %s is not F32", name);
+        B->failed = 1;
+        return NULL;
+    }
+    return t ? t->data : NULL;
+}
+
+/* An F32 [rows][cols] table read as floats. */
+static const float *vq_vec2(vq_bind *B, const char *name, int64_t cols, int64_t rows) {
+    const int64_t ne[2] = {cols, rows};
+    const gguf_tensor *t = vq_find(B, name, 2, ne);
     if (t && t->type != KQ_F32) {
         snprintf(B->err, sizeof B->err, "mmproj: tensor %s is not F32", name);
         B->failed = 1;
@@ -122,17 +146,26 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
     *out = NULL;
     char type[64], err[256];
     gguf_get_cstr(f, "clip.projector_type", type, sizeof type, "");
-    if (strcmp(type, "qwen2.5vl_merger") != 0)
-        return kb_fail(KILN_ERR_UNSUPPORTED, "mmproj: projector type '%s' is not qwen2.5vl_merger", type);
     vision_qwen h = {0};
+    if (!strcmp(type, "qwen2vl_merger"))
+        h.kind = VQ_Q2;
+    else if (!strcmp(type, "qwen2.5vl_merger"))
+        h.kind = VQ_Q25;
+    else if (!strcmp(type, "qwen3vl_merger"))
+        h.kind = VQ_Q3;
+    else
+        return kb_fail(KILN_ERR_UNSUPPORTED, "mmproj: projector type '%s' is not a Qwen-VL merger", type);
     if (vq_hp(f, "clip.vision.embedding_length", 1, 16384, 0, &h.E, err, sizeof err) ||
         vq_hp(f, "clip.vision.attention.head_count", 1, 256, 0, &h.H, err, sizeof err) ||
         vq_hp(f, "clip.vision.feed_forward_length", 1, 65536, 0, &h.F, err, sizeof err) ||
         vq_hp(f, "clip.vision.block_count", 1, 256, 0, &h.n_layer, err, sizeof err) ||
         vq_hp(f, "clip.vision.patch_size", 1, 64, 0, &h.P, err, sizeof err) ||
         vq_hp(f, "clip.vision.projection_dim", 1, 65536, 0, &h.proj, err, sizeof err) ||
-        vq_hp(f, "clip.vision.n_wa_pattern", 1, 256, 0, &h.wa, err, sizeof err))
+        (h.kind == VQ_Q25 && vq_hp(f, "clip.vision.n_wa_pattern", 1, 256, 0, &h.wa, err, sizeof err)))
         return kb_fail(KILN_ERR_FORMAT, "%s", err);
+    const int gelu = gguf_get_bool(f, "clip.use_gelu", 0), silu = gguf_get_bool(f, "clip.use_silu", 0);
+    if (gelu && silu) return kb_fail(KILN_ERR_FORMAT, "mmproj: clip.use_gelu and clip.use_silu both set");
+    h.act = gelu ? VQ_GELU : silu ? VQ_SILU : VQ_GELU_QUICK;
     int merge = 2;
     if (vq_hp(f, "clip.vision.spatial_merge_size", 2, 2, 2, &merge, err, sizeof err))
         return kb_fail(KILN_ERR_UNSUPPORTED, "%s (only 2 x 2 merging)", err);
@@ -151,7 +184,9 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
         if (!isfinite(h.mean[c]) || !(h.std[c] > 0.0f) || !isfinite(h.std[c]))
             return kb_fail(KILN_ERR_FORMAT, "mmproj: bad image_mean / image_std");
     }
-    h.win = VQ_WINDOW_PX / h.P / 2;
+    /* windows (Qwen2.5-VL): 112 px a side; one window for the others, so
+     * their rows are the merged tokens row-major */
+    h.win = h.kind == VQ_Q25 ? VQ_WINDOW_PX / h.P / 2 : 1 << 20;
     if (h.win < 1) h.win = 1;
     /* llama.cpp's bounds for Qwen-VL: 8 to 4096 merged tokens */
     const int64_t unit = (int64_t)h.P * 2 * h.P * 2;
@@ -163,6 +198,15 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
     const int64_t pne[4] = {P, P, 3, E};
     h.patch[0] = vq_mat(&B, "v.patch_embd.weight", 4, pne);
     h.patch[1] = vq_mat(&B, "v.patch_embd.weight.1", 4, pne);
+    const int ln = h.kind != VQ_Q25; /* LayerNorm with biases, else RMSNorm */
+    if (gguf_find_tensor(f, "v.patch_embd.bias")) h.patch_b = vq_vec(&B, "v.patch_embd.bias", E);
+    if (h.kind == VQ_Q3) {
+        const gguf_tensor *pt = gguf_find_tensor(f, "v.position_embd.weight");
+        h.n_side = pt ? (int)sqrt((double)pt->ne[1]) : 0;
+        if (!pt || h.n_side < 1 || (int64_t)h.n_side * h.n_side != pt->ne[1] || h.n_side > 4096)
+            return kb_fail(KILN_ERR_FORMAT, "mmproj: missing or non-square v.position_embd.weight");
+        h.pos = vq_vec2(&B, "v.position_embd.weight", E, (int64_t)h.n_side * h.n_side);
+    }
     vq_layer *L = calloc((size_t)h.n_layer, sizeof *L);
     if (!L) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     for (int i = 0; i < h.n_layer && !B.failed; i++) {
@@ -171,16 +215,37 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
 #define NAME(s) (snprintf(n, sizeof n, "v.blk.%d.%s", i, s), n)
         l->ln1 = vq_vec(&B, NAME("ln1.weight"), E);
         l->ln2 = vq_vec(&B, NAME("ln2.weight"), E);
-        l->q = vq_mat2(&B, NAME("attn_q.weight"), E, E);
-        l->k = vq_mat2(&B, NAME("attn_k.weight"), E, E);
-        l->v = vq_mat2(&B, NAME("attn_v.weight"), E, E);
+        if (ln) {
+            l->ln1_b = vq_vec(&B, NAME("ln1.bias"), E);
+            l->ln2_b = vq_vec(&B, NAME("ln2.bias"), E);
+        }
+        if (gguf_find_tensor(f, NAME("attn_qkv.weight"))) { /* Q, K, V rows in one tensor */
+            const kk_mat qkv = vq_mat2(&B, n, E, 3 * E);
+            const float *b = vq_vec(&B, NAME("attn_qkv.bias"), 3 * E);
+            const size_t rb = qkv.data ? kq_row_size(qkv.type, E) * (size_t)E : 0;
+            l->q = l->k = l->v = qkv;
+            l->q.nrows = l->k.nrows = l->v.nrows = E;
+            if (qkv.data) {
+                l->k.data = (const uint8_t *)qkv.data + rb;
+                l->v.data = (const uint8_t *)qkv.data + 2 * rb;
+            }
+            l->bq = b;
+            l->bk = b ? b + E : NULL;
+            l->bv = b ? b + 2 * E : NULL;
+        } else {
+            l->q = vq_mat2(&B, NAME("attn_q.weight"), E, E);
+            l->k = vq_mat2(&B, NAME("attn_k.weight"), E, E);
+            l->v = vq_mat2(&B, NAME("attn_v.weight"), E, E);
+            l->bq = vq_vec(&B, NAME("attn_q.bias"), E);
+            l->bk = vq_vec(&B, NAME("attn_k.bias"), E);
+            l->bv = vq_vec(&B, NAME("attn_v.bias"), E);
+        }
         l->o = vq_mat2(&B, NAME("attn_out.weight"), E, E);
-        l->bq = vq_vec(&B, NAME("attn_q.bias"), E);
-        l->bk = vq_vec(&B, NAME("attn_k.bias"), E);
-        l->bv = vq_vec(&B, NAME("attn_v.bias"), E);
         l->bo = vq_vec(&B, NAME("attn_out.bias"), E);
-        l->gate = vq_mat2(&B, NAME("ffn_gate.weight"), E, F);
-        l->bgate = vq_vec(&B, NAME("ffn_gate.bias"), F);
+        if (gguf_find_tensor(f, NAME("ffn_gate.weight"))) {
+            l->gate = vq_mat2(&B, NAME("ffn_gate.weight"), E, F);
+            l->bgate = vq_vec(&B, NAME("ffn_gate.bias"), F);
+        }
         /* older conversions swapped up and down (llama.cpp swaps them back
          * when ffn_down reads n_embd inputs) */
         const gguf_tensor *dn = gguf_find_tensor(f, NAME("ffn_down.weight"));
@@ -190,8 +255,22 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
         l->down = vq_mat2(&B, NAME(swapped ? "ffn_up.weight" : "ffn_down.weight"), F, E);
         l->bdown = vq_vec(&B, NAME(swapped ? "ffn_up.bias" : "ffn_down.bias"), E);
 #undef NAME
+        char d[96];
+        snprintf(d, sizeof d, "v.deepstack.%d.fc1.weight", i);
+        if (h.kind == VQ_Q3 && gguf_find_tensor(f, d)) {
+#define DS(s) (snprintf(d, sizeof d, "v.deepstack.%d.%s", i, s), d)
+            l->ds_norm = vq_vec(&B, DS("norm.weight"), 4 * E);
+            l->ds_norm_b = vq_vec(&B, DS("norm.bias"), 4 * E);
+            l->ds_fc1 = vq_mat2(&B, DS("fc1.weight"), 4 * E, 4 * E);
+            l->ds_b1 = vq_vec(&B, DS("fc1.bias"), 4 * E);
+            l->ds_fc2 = vq_mat2(&B, DS("fc2.weight"), 4 * E, h.proj);
+            l->ds_b2 = vq_vec(&B, DS("fc2.bias"), h.proj);
+#undef DS
+            h.n_ds++;
+        }
     }
     h.post_ln = vq_vec(&B, "v.post_ln.weight", E);
+    if (ln) h.post_ln_b = vq_vec(&B, "v.post_ln.bias", E);
     h.mm0 = vq_mat2(&B, "mm.0.weight", 4 * E, 4 * E);
     h.b0 = vq_vec(&B, "mm.0.bias", 4 * E);
     h.mm2 = vq_mat2(&B, "mm.2.weight", 4 * E, h.proj);
@@ -217,7 +296,7 @@ void vision_qwen_free(vision_qwen *q) {
     free(q);
 }
 
-int vision_qwen_n_embd(const vision_qwen *q) { return q->proj; }
+int vision_qwen_n_embd(const vision_qwen *q) { return q->proj * (1 + q->n_ds); }
 
 /* ---------------------------------------------------------- preprocessing */
 
@@ -271,8 +350,54 @@ static void vq_resize(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, 
 
 /* ------------------------------------------------------------------ math */
 
-static void vq_rms(float *y, const float *x, const float *w, int n_rows, int n, float eps) {
-    for (int r = 0; r < n_rows; r++) kk_rmsnorm(y + (size_t)r * n, x + (size_t)r * n, w, n, eps);
+/* RMSNorm of n_rows rows of n (b NULL), else LayerNorm with bias b. */
+static void vq_norm(float *y, const float *x, const float *w, const float *b, int n_rows, int n, float eps) {
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        float *yr = y + (size_t)r * n;
+        if (!b) {
+            kk_rmsnorm(yr, xr, w, n, eps);
+            continue;
+        }
+        double s = 0, s2 = 0;
+        for (int i = 0; i < n; i++) s += xr[i];
+        const float mean = (float)(s / n);
+        for (int i = 0; i < n; i++) s2 += (double)(xr[i] - mean) * (xr[i] - mean);
+        const float inv = 1.0f / sqrtf((float)(s2 / n) + eps);
+        for (int i = 0; i < n; i++) yr[i] = (xr[i] - mean) * inv * w[i] + b[i];
+    }
+}
+
+/* Bilinear resize with the corners aligned of the [n_side][n_side][E]
+ * position table to the ph x pw patch grid: out [ph][pw][E]. */
+static void vq_pos_resize(const float *pos, int n_side, int E, int ph, int pw, float *out) {
+    const float sy = ph > 1 ? (float)(n_side - 1) / (float)(ph - 1) : 0.0f;
+    const float sx = pw > 1 ? (float)(n_side - 1) / (float)(pw - 1) : 0.0f;
+    for (int y = 0; y < ph; y++)
+        for (int x = 0; x < pw; x++) {
+            const float fy = (float)y * sy, fx = (float)x * sx;
+            int y0 = (int)floorf(fy), x0 = (int)floorf(fx);
+            if (y0 > n_side - 1) y0 = n_side - 1;
+            if (x0 > n_side - 1) x0 = n_side - 1;
+            const int y1 = y0 + 1 < n_side ? y0 + 1 : n_side - 1, x1 = x0 + 1 < n_side ? x0 + 1 : n_side - 1;
+            const float dy = fy - (float)y0, dx = fx - (float)x0;
+            const float *p00 = pos + ((size_t)y0 * n_side + x0) * E, *p01 = pos + ((size_t)y0 * n_side + x1) * E;
+            const float *p10 = pos + ((size_t)y1 * n_side + x0) * E, *p11 = pos + ((size_t)y1 * n_side + x1) * E;
+            float *o = out + ((size_t)y * pw + x) * E;
+            for (int e = 0; e < E; e++)
+                o[e] =
+                    p00[e] * (1 - dx) * (1 - dy) + p01[e] * dx * (1 - dy) + p10[e] * (1 - dx) * dy + p11[e] * dx * dy;
+        }
+}
+
+/* The MLP's activation in place over n values (act VQ_*). */
+static void vq_act(kpool *pool, int act, float *x, size_t n) {
+    if (act == VQ_GELU) {
+        kk_gelu_tanh(pool, x, n);
+        return;
+    }
+    const float k = act == VQ_SILU ? 1.0f : 1.702f;
+    for (size_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-k * x[i]));
 }
 
 /* c [m][w's rows] = a [m][k] w^T + bias */
@@ -412,13 +537,20 @@ kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t 
                 for (int dx = 0; dx < win && wx + dx < nx; dx++) unit[k++] = (wy + dy) * nx + wx + dx;
         }
     wbeg[nw] = n;
-    /* rows: patch sums, and the rotary tables of their (row, column) */
+    /* rows: patch sums (+ bias, + learned positions), and the rotary tables
+     * of their (row, column) */
+    if (q->pos) vq_pos_resize(q->pos, q->n_side, E, ph, pw, att);
     const int q4 = q->D / 4;
     const float theta_scale = powf(10000.0f, -4.0f / (float)q->D);
     for (int t = 0; t < n; t++) {
         const int uy = unit[t / 4] / nx, ux = unit[t / 4] % nx, py = 2 * uy + (t % 4) / 2, pxx = 2 * ux + t % 2;
         const size_t cell = (size_t)py * pw + pxx;
-        for (int e = 0; e < E; e++) x[(size_t)t * E + e] = pg[(size_t)e * n + cell] + pg[En + (size_t)e * n + cell];
+        float *xt = x + (size_t)t * E;
+        for (int e = 0; e < E; e++) xt[e] = pg[(size_t)e * n + cell] + pg[En + (size_t)e * n + cell];
+        if (q->patch_b)
+            for (int e = 0; e < E; e++) xt[e] += q->patch_b[e];
+        if (q->pos)
+            for (int e = 0; e < E; e++) xt[e] += att[cell * E + e];
         float *c = cs + (size_t)t * q->D, ty = (float)py, tx = (float)pxx;
         for (int i = 0; i < q4; i++) {
             c[2 * i] = cosf(ty);
@@ -429,34 +561,51 @@ kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t 
             tx *= theta_scale;
         }
     }
-    for (int l = 0; l < q->n_layer; l++) {
+    const int W = vision_qwen_n_embd(q); /* an output row: the merger's, then each deepstack merger's */
+    for (int l = 0, ds = 0; l < q->n_layer; l++) {
         const vq_layer *L = &q->L[l];
-        vq_rms(xn, x, L->ln1, n, E, q->eps);
+        vq_norm(xn, x, L->ln1, L->ln1_b, n, E, q->eps);
         vq_linear(pool, &L->q, L->bq, xn, n, qm);
         vq_linear(pool, &L->k, L->bk, xn, n, km);
         vq_linear(pool, &L->v, L->bv, xn, n, vm);
         vq_rope(q, cs, qm, n);
         vq_rope(q, cs, km, n);
-        if ((l + 1) % q->wa == 0)
+        if (!q->wa || (l + 1) % q->wa == 0)
             vq_attn_run(q, pool, qm, km, vm, att, 0, n, sc);
         else
             for (int i = 0; i < nw; i++) vq_attn_run(q, pool, qm, km, vm, att, wbeg[i], wbeg[i + 1], sc);
         vq_linear(pool, &L->o, L->bo, att, n, xn);
         for (size_t i = 0; i < En; i++) x[i] += xn[i];
-        vq_rms(xn, x, L->ln2, n, E, q->eps);
-        vq_linear(pool, &L->gate, L->bgate, xn, n, g);
+        vq_norm(xn, x, L->ln2, L->ln2_b, n, E, q->eps);
         vq_linear(pool, &L->up, L->bup, xn, n, u);
-        for (size_t i = 0; i < (size_t)n * F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        if (L->gate.data) {
+            vq_linear(pool, &L->gate, L->bgate, xn, n, g);
+            vq_act(pool, q->act, g, (size_t)n * F);
+            for (size_t i = 0; i < (size_t)n * F; i++) g[i] *= u[i];
+        } else {
+            vq_act(pool, q->act, u, (size_t)n * F);
+            memcpy(g, u, (size_t)n * F * sizeof(float));
+        }
         vq_linear(pool, &L->down, L->bdown, g, n, xn);
         for (size_t i = 0; i < En; i++) x[i] += xn[i];
+        if (L->ds_fc1.data) { /* a deepstack merger over this layer's output */
+            vq_norm(xn, x, L->ds_norm, L->ds_norm_b, nm, 4 * E, q->eps);
+            vq_linear(pool, &L->ds_fc1, L->ds_b1, xn, nm, att);
+            kk_gelu_tanh(pool, att, (size_t)nm * 4 * E);
+            vq_linear(pool, &L->ds_fc2, L->ds_b2, att, nm, o);
+            ds++;
+            for (int i = 0; i < nm; i++)
+                memcpy(out + (size_t)unit[i] * W + (size_t)ds * q->proj, o + (size_t)i * q->proj,
+                       (size_t)q->proj * sizeof(float));
+        }
     }
     /* merger: four consecutive rows are one merged token's 4E inputs */
-    vq_rms(xn, x, q->post_ln, n, E, q->eps);
+    vq_norm(xn, x, q->post_ln, q->post_ln_b, n, E, q->eps);
     vq_linear(pool, &q->mm0, q->b0, xn, nm, att);
     kk_gelu_tanh(pool, att, (size_t)nm * 4 * E);
     vq_linear(pool, &q->mm2, q->b2, att, nm, o);
     for (int i = 0; i < nm; i++)
-        memcpy(out + (size_t)unit[i] * q->proj, o + (size_t)i * q->proj, (size_t)q->proj * sizeof(float));
+        memcpy(out + (size_t)unit[i] * W, o + (size_t)i * q->proj, (size_t)q->proj * sizeof(float));
 done:
     free(px);
     free(img);

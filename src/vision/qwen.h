@@ -1,25 +1,31 @@
 /*
- * vision/qwen — the Qwen2.5-VL vision encoder and patch merger of a
- * llama.cpp mmproj file (GGUF arch "clip", clip.projector_type
- * "qwen2.5vl_merger"), written from the model's math:
+ * vision/qwen — the Qwen-VL vision encoders and patch mergers of llama.cpp
+ * mmproj files (GGUF arch "clip", clip.projector_type qwen2vl_merger,
+ * qwen2.5vl_merger or qwen3vl_merger), written from the models' math:
  *
  *   preprocess  resize to multiples of 2 * patch ("smart resize": nearest
  *               multiple, then scaled into [8, 4096] merged tokens' worth
  *               of pixels, aspect kept; bilinear), (x / 255 - mean) / std
  *   patch embed two patch x patch convolutions of the same still image
- *               (Qwen's temporal patch of 2 frames), summed, no bias
+ *               (Qwen's temporal patch of 2 frames), summed; Qwen3-VL adds
+ *               a bias and learned positions (a square table resized
+ *               bilinearly, corners aligned, to the patch grid)
  *   layers      x += Wo attn(rope2d(Wq xn + bq), rope2d(Wk xn + bk), Wv xn + bv) + bo,
- *               x += Wdown (silu(Wgate xn + bg) * (Wup xn + bu)) + bd,   xn = rms(x) * ln
- *               layers (i + 1) % n_wa_pattern == 0 attend to every patch,
- *               the others within windows of 112 / patch / 2 merged tokens
- *               a side
- *   merger      rms(x) * post_ln per patch, each 2 x 2 patch group's four
- *               rows concatenated, mm.2 gelu(mm.0 . + b0) + b2
+ *               x += Wdown mlp(xn) + bd,   xn = norm(x)
+ *               norm: RMSNorm (2.5) or LayerNorm with bias (2, 3); mlp:
+ *               silu(Wgate xn + bg) * (Wup xn + bu) (2.5), else
+ *               act(Wup xn + bu) with quick GELU (2) or tanh GELU (3);
+ *               Qwen2.5-VL's layers (i + 1) % n_wa_pattern != 0 attend
+ *               within windows of 112 / patch / 2 merged tokens a side
+ *   merger      norm(x) per patch, each 2 x 2 patch group's four rows
+ *               concatenated, mm.2 gelu(mm.0 . + b0) + b2; Qwen3-VL's
+ *               deepstack mergers (LayerNorm over the 4E, fc1, GELU, fc2)
+ *               after their layers append their rows after the merger's
  *
  * The 2-D rotary embedding of head size D: angle pair i (i < D / 4) turns
  * by row * 10000^(-4i / D), pair D / 4 + i by column * the same, pairs
- * (i, i + D / 2) as NeoX.  Output: one row of projection_dim floats per
- * merged token, row-major over the nx x ny grid (kiln_batch_inputs.mpos rows
+ * (i, i + D / 2) as NeoX.  Output: one row of n_embd floats per merged
+ * token, row-major over the nx x ny grid (kiln_batch_inputs.mpos rows
  * (0, r, c, 0)).
  */
 #ifndef KILN_VISION_QWEN_H
@@ -39,7 +45,8 @@ typedef struct vision_qwen vision_qwen;
  * allocated for it.  KILN_ERR_UNSUPPORTED for another projector type. */
 kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out);
 void vision_qwen_free(vision_qwen *q);
-/* Floats per output row (clip.vision.projection_dim). */
+/* Floats per output row: clip.vision.projection_dim, times 1 + the
+ * deepstack mergers (Qwen3-VL; the text model's n_embd_inp). */
 int vision_qwen_n_embd(const vision_qwen *q);
 /* The size a w x h image is resized to (*rw x *rh) and its grid of merged
  * tokens (*nx columns, *ny rows); -1 when w or h is not positive. */
