@@ -1675,6 +1675,75 @@ static void mrope_cases(void) {
     json_decref(j);
 }
 
+/* qwen35's interleaved sections with an image's rows (no reference: the
+ * same logits however the batch is cut or mixed with another sequence,
+ * which makes the hybrid family reorder its rows, and different ones from
+ * plain positions). */
+static void mrope_hybrid(void) {
+    kiln_model *m;
+    CHECKF(kiln_model_load("data/hybrid/qwen35-spm-f32.gguf", NULL, &m) == KILN_OK, "%s", kiln_last_error());
+    if (!m) return;
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    const int V = info.n_vocab, n = 24, first = 5, nx = 4, ny = 3;
+    int32_t ids[48], mpos[48 * 4], seq[48];
+    for (int i = 0; i < n; i++) {
+        ids[i] = 3 + (i * 37) % (V - 3);
+        const int k = i - first, img = k >= 0 && k < nx * ny;
+        mpos[4 * i] = img ? 0 : -1;
+        mpos[4 * i + 1] = img ? k / nx : -1;
+        mpos[4 * i + 2] = img ? k % nx : -1;
+        mpos[4 * i + 3] = img ? 0 : -1;
+    }
+    float *lg0 = malloc((size_t)V * sizeof *lg0);
+    kiln_context *c = new_ctx(m, KILN_KV_F32, 256, 2);
+    CHECK(c != NULL);
+    kiln_batch b = {n, ids, NULL, NULL, NULL};
+    CHECK(kiln_decode_inputs(c, &b, &(kiln_batch_inputs){NULL, mpos}) == KILN_OK);
+    const float *lg = kiln_get_logits(c, n - 1);
+    CHECK(lg != NULL);
+    if (lg) memcpy(lg0, lg, (size_t)V * sizeof *lg0);
+    /* the same tokens as sequence 1, interleaved with sequence 0's next ones */
+    int32_t mix[48], mm[48 * 4];
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        mix[k] = ids[i];
+        seq[k] = 1;
+        memcpy(mm + 4 * k++, mpos + 4 * i, 4 * sizeof(int32_t));
+        if (i % 3 == 0) {
+            mix[k] = ids[i];
+            seq[k] = 0;
+            for (int r = 0; r < 4; r++) mm[4 * k + r] = -1;
+            k++;
+        }
+    }
+    int8_t want[48] = {0};
+    for (int i = k - 1; i >= 0; i--)
+        if (seq[i] == 1) {
+            want[i] = 1;
+            break;
+        }
+    kiln_batch bm = {k, mix, NULL, seq, want};
+    CHECK(kiln_decode_inputs(c, &bm, &(kiln_batch_inputs){NULL, mm}) == KILN_OK);
+    int last = 0;
+    for (int i = 0; i < k; i++)
+        if (want[i]) last = i;
+    lg = kiln_get_logits(c, last);
+    CHECKF(lg && max_diff(lg, lg0, V) <= 1e-4f, "qwen35: M-RoPE rows depend on the batch's mix");
+    /* plain positions differ */
+    CHECK(kiln_seq_truncate(c, 1, 0) == KILN_OK);
+    int32_t s1[48];
+    for (int i = 0; i < 48; i++) s1[i] = 1;
+    kiln_batch bp = {n, ids, NULL, s1, NULL};
+    CHECK(kiln_decode(c, &bp) == KILN_OK);
+    lg = kiln_get_logits(c, n - 1);
+    CHECK(lg && max_diff(lg, lg0, V) > 1e-3f);
+    printf("qwen35       M-RoPE image rows: the same logits mixed with another sequence\n");
+    kiln_context_free(c);
+    free(lg0);
+    kiln_model_free(m);
+}
+
 int main(void) {
     test_backend_choice();
     test_stories();
@@ -1684,6 +1753,7 @@ int main(void) {
     reference_cases("data/hybrid", 3);
     reference_cases("data/arch", 20);
     mrope_cases();
+    mrope_hybrid();
     deepseek2_legacy();
     deepseek2_bad_keys();
     qwen3moe_quantized();
