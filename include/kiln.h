@@ -161,15 +161,18 @@ const char *kiln_availability_str(kiln_availability a);
 typedef struct kiln_model kiln_model;
 
 typedef struct kiln_model_params {
-    int prefetch; /* 1: advise the kernel to read the weights ahead */
-    int repack;   /* 1: copy Q4_0, Q8_0, Q4_K and Q6_K matrices into the 8-row
+    int prefetch;       /* 1: advise the kernel to read the weights ahead */
+    int repack;         /* 1: copy Q4_0, Q8_0, Q4_K and Q6_K matrices into the 8-row
                            interleaved layout at load (faster products; the
                            copies replace the mapped pages in memory, so RSS
                            stays about the same).  Default 1; the environment
                            variable KILN_REPACK=0 turns the default off. */
-    int backend;  /* a kiln_engine_backend: 0 (auto) and 1 run on the CPU;
+    int backend;        /* a kiln_engine_backend: 0 (auto) and 1 run on the CPU;
                      CUDA needs the kernels and a GPU, and runs the dense
                      families only (else KILN_ERR_UNSUPPORTED, one line) */
+    const char *mmproj; /* a multimodal projector (llama.cpp's mmproj GGUF) to
+                           load with the model, so prompts may carry images
+                           (kiln_model_has_vision); NULL: none */
 } kiln_model_params;
 
 kiln_model_params kiln_model_default_params(void);
@@ -179,6 +182,17 @@ kiln_model_params kiln_model_default_params(void);
  * unsupported architecture. */
 kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out);
 void kiln_model_free(kiln_model *m);
+/* 1 when the model was loaded with a projector (it takes images). */
+int32_t kiln_model_has_vision(const kiln_model *m);
+
+/* An image given to a model: an encoded file (PNG, JPEG or WebP) of len
+ * bytes, or, with width and height > 0, raw RGB8 pixels row by row (len ==
+ * width * height * 3).  Borrowed for the call. */
+typedef struct kiln_image_input {
+    const uint8_t *data;
+    size_t len;
+    int32_t width, height;
+} kiln_image_input;
 
 typedef struct kiln_model_info {
     const char *arch; /* general.architecture, e.g. "llama" */
@@ -207,6 +221,9 @@ typedef struct kiln_model_info {
                                     F16 cache */
     uint64_t state_bytes;        /* recurrent state one sequence holds, whatever
                                 its length (0: none) */
+    int32_t n_embd_inp;          /* floats of an image token's input row
+                                    (kiln_batch_inputs.embd): n_embd, wider for
+                                    Qwen3-VL's deepstack */
 } kiln_model_info;
 
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *info);
@@ -308,7 +325,9 @@ kiln_status kiln_decode(kiln_context *c, const kiln_batch *b);
  * taken as is), t < 0 for a text token.  A text token takes the
  * sequence's next position in all four: 1 + the largest t, h or w of its
  * tokens so far (0 when empty), so after an image of nx x ny tokens (rows
- * (0, r, c, 0)) text goes on at its first position + max(nx, ny). */
+ * (0, r, c, 0)) text goes on at its first position + max(nx, ny).  An
+ * image's rows may go on in a later batch (each cell keeps its image's
+ * position). */
 typedef struct kiln_batch_inputs {
     const float *embd;
     const int32_t *mpos;
@@ -1274,10 +1293,14 @@ typedef struct kiln_engine_generate_request {
     kiln_sampler_params sampler;
     kiln_engine_token_fn on_token; /* optional */
     void *user;
-    int urgent;                 /* 1: go ahead of waiting work */
-    kiln_engine_cancel *cancel; /* optional */
-    int32_t n_threads;          /* unused: requests share the model's context, whose
+    int urgent;                     /* 1: go ahead of waiting work */
+    kiln_engine_cancel *cancel;     /* optional */
+    int32_t n_threads;              /* unused: requests share the model's context, whose
                                       threads kiln_engine_set_context_params sets */
+    const kiln_image_input *images; /* [n_images], in the order of the prompt's
+                                       "<__media__>" markers (none: before the
+                                       text); the model needs a projector */
+    int32_t n_images;
 } kiln_engine_generate_request;
 
 kiln_engine_generate_request kiln_engine_generate_default(void);

@@ -174,6 +174,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         {(void **)&c->b_pos, B * 4},
         {(void **)&c->b_mrope, B * KL_MPOS * 4},
         {(void **)&c->b_seq, B * 4},
+        {(void **)&c->b_see, B * 4},
         {(void **)&c->b_tile, (B + 1) * 4},
         {(void **)&c->out_idx, B * 4},
         {(void **)&c->out_rows, B * E * 4},
@@ -227,7 +228,7 @@ void kiln_context_free(kiln_context *c) {
     kl_rs_free(c->rs);
     kl_kv_free(&c->kv);
     if (c->pool) kpool_free(c->pool);
-    void *bufs[] = {c->rope_cs,  c->b_pos,     c->b_seq,   c->b_tile,     c->out_idx,
+    void *bufs[] = {c->rope_cs,  c->b_pos,     c->b_seq,   c->b_see,      c->b_tile, c->out_idx,
                     c->out_rows, c->mtp_h_pos, c->mtp_h_n, c->mtp_logits, c->b_mrope};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     if (c->logits) munmap(c->logits, ctx_logits_bytes(c));
@@ -245,10 +246,13 @@ kiln_status kiln_decode_inputs(kiln_context *c, const kiln_batch *b, const kiln_
     c->err[0] = 0;
     for (int i = 0; i < c->p.n_batch; i++) c->out_idx[i] = -1;
     int n_out = 0;
+    c->b_embd = in ? in->embd : NULL;
     c->b_mpos = in ? in->mpos : NULL;
     kiln_status st = kl_batch_begin(c, b, &n_out);
     if (st == KILN_OK) st = c->m->arch->family->forward(c, b, n_out);
+    c->b_embd = NULL;
     c->b_mpos = NULL;
+    c->b_bidi = 0;
     return st;
 }
 

@@ -9,8 +9,9 @@
 /* Token i's M-RoPE positions into c->b_mrope (kiln.h's kiln_batch_inputs.mpos):
  * [0..3] (t, h, w, e); [4] the next text position after it (a running
  * maximum); [5] its image's base (the text position of the image's first
- * token), -1 for text.  p is the token's KV position, k the tokens of
- * sequence s before it in this batch. */
+ * token), -1 for text.  An image's rows may span batches: its base is
+ * then the previous cell's.  p is the token's KV position, k the tokens
+ * of sequence s before it in this batch. */
 static kiln_status batch_mpos(kiln_context *c, int i, int s, int32_t p, int k) {
     int prev = -1; /* the sequence's previous token in this batch */
     for (int j = i - 1; j >= 0 && k > 0; j--)
@@ -20,6 +21,7 @@ static kiln_status batch_mpos(kiln_context *c, int i, int s, int32_t p, int k) {
         }
     const int32_t *pm = prev >= 0 ? c->b_mrope + (size_t)KL_MPOS * prev : NULL;
     const int32_t next = pm ? pm[4] : kl_kv_rope_next(&c->kv, s, p);
+    const int32_t pbase = pm ? pm[5] : kl_kv_rope_base(&c->kv, s, p); /* the previous token's image, -1: text */
     const int32_t *r = c->b_mpos ? c->b_mpos + (size_t)4 * i : NULL;
     int32_t *mp = c->b_mrope + (size_t)KL_MPOS * i;
     const int32_t lim = 1 << 20;
@@ -31,10 +33,10 @@ static kiln_status batch_mpos(kiln_context *c, int i, int s, int32_t p, int k) {
             return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: M-RoPE position (%d, %d, %d, %d) out of range", i, r[0],
                            r[1], r[2], r[3]);
         const int first = !r[0] && !r[1] && !r[2] && !r[3];
-        if (!first && (!pm || pm[5] < 0))
+        if (!first && pbase < 0)
             return kl_fail(c, KILN_ERR_INVALID_ARG,
                            "token %d: an image's M-RoPE row without the image's first token (0, 0, 0, 0) before it", i);
-        const int32_t base = first ? next : pm[5];
+        const int32_t base = first ? next : pbase;
         if (base > (1 << 30)) return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: M-RoPE position overflow", i);
         mp[0] = base + r[0];
         mp[1] = base + r[1];
@@ -61,7 +63,12 @@ kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) {
         if (s < 0 || s >= c->kv.n_seq)
             return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: sequence %d out of range (0..%d)", i, s,
                            c->kv.n_seq - 1);
-        if (b->token[i] < 0 || b->token[i] >= hp->n_vocab)
+        if (b->token[i] < 0 && !c->b_embd)
+            return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: image token (id %d) without its embedding row", i,
+                           b->token[i]);
+        if (b->token[i] < 0 && !c->m->arch->family->image_input)
+            return kl_fail(c, KILN_ERR_UNSUPPORTED, "token %d: %s takes no image embeddings", i, c->m->arch_name);
+        if (b->token[i] >= hp->n_vocab)
             return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: id %d out of range (vocab %d)", i, b->token[i],
                            hp->n_vocab);
         int32_t p = c->kv.seqs[s].len + add[s];
@@ -73,6 +80,7 @@ kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) {
                            c->p.n_ctx);
         c->b_seq[i] = s;
         c->b_pos[i] = p;
+        c->b_see[i] = p;
         if (c->kv.rnext) {
             kiln_status st = batch_mpos(c, i, s, p, add[s]);
             if (st != KILN_OK) return st;
@@ -85,6 +93,13 @@ kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) {
         if (add[s] && kl_kv_reserve(&c->kv, s, c->kv.seqs[s].len + add[s]))
             return kl_fail(c, KILN_ERR_CONTEXT_FULL, "the KV cache has no free blocks for sequence %d", s);
     if (*n_out > c->logits_cap) return kl_fail(c, KILN_ERR_INTERNAL, "logits buffer too small");
+    /* an image that attends both ways: each of its tokens sees up to its last */
+    c->b_bidi = 0;
+    if (c->b_embd && kl_vision_bidirectional(c->m))
+        for (int i = b->n - 1; i >= 0; i--)
+            if (b->token[i] < 0 && i + 1 < b->n && b->token[i + 1] < 0 && c->b_seq[i + 1] == c->b_seq[i] &&
+                c->b_pos[i + 1] == c->b_pos[i] + 1)
+                c->b_bidi = 1, c->b_see[i] = c->b_see[i + 1];
     return KILN_OK;
 }
 
@@ -93,8 +108,9 @@ void kl_batch_commit(kiln_context *c, int n) {
         kl_seq *s = &c->kv.seqs[c->b_seq[i]];
         if (c->kv.rnext) {
             const int32_t p = c->b_pos[i];
-            c->kv.rnext[(size_t)s->blocks[p / KL_KV_BLOCK] * KL_KV_BLOCK + p % KL_KV_BLOCK] =
-                c->b_mrope[(size_t)KL_MPOS * i + 4];
+            const size_t cell = (size_t)s->blocks[p / KL_KV_BLOCK] * KL_KV_BLOCK + p % KL_KV_BLOCK;
+            c->kv.rnext[cell] = c->b_mrope[(size_t)KL_MPOS * i + 4];
+            c->kv.rbase[cell] = c->b_mrope[(size_t)KL_MPOS * i + 5];
         }
         if (c->b_pos[i] + 1 > s->len) s->len = c->b_pos[i] + 1;
     }
@@ -141,12 +157,14 @@ void kl_attn_prepare(kiln_context *c, int n) {
     for (int i = 0; i < n; i++) {
         const int t = c->n_tile;
         const int join = i > 0 && c->b_seq[i] == c->b_seq[i - 1] && c->b_pos[i] == c->b_pos[i - 1] + 1 &&
+                         c->b_see[i] == c->b_pos[i] && c->b_see[i - 1] == c->b_pos[i - 1] &&
                          i - c->b_tile[t - 1] < KL_ATTN_TILE &&
                          (kv->type == KILN_KV_Q8_0 || (kv->type == KILN_KV_F16 && kbe_attn_acc_f32(c->b_pos[i - 1])));
         if (!join) c->b_tile[c->n_tile++] = i;
     }
     c->b_tile[c->n_tile] = n;
-    const kbe_step st = {n, c->b_seq, c->b_pos, c->rope_cs, rope.n_rot, c->b_tile, c->n_tile};
+    const kbe_step st = {n,          c->b_seq,  c->b_pos,  c->rope_cs,
+                         rope.n_rot, c->b_tile, c->n_tile, c->b_bidi ? c->b_see : NULL};
     c->bx.ops->step(&c->bx, &st);
 }
 

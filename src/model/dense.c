@@ -244,6 +244,7 @@ static void dense_seq_shape(const kiln_model *m, kl_seq_shape *s) {
 
 typedef struct dense_ws {
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *y;
+    int32_t *ids; /* [n_batch] the batch's ids, image tokens as 0 (their rows come from c->b_embd) */
     kl_moe_ws ex; /* DENSE_MOE */
 } dense_ws;
 
@@ -254,6 +255,7 @@ static void dense_ctx_free(kiln_context *c) {
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) c->bx.ops->free(&c->bx, bufs[i]);
         kl_moe_ws_free(c, &w->ex);
+        free(w->ids);
         free(w);
     }
     c->ws = NULL;
@@ -278,6 +280,7 @@ static int dense_ctx_init(kiln_context *c) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = X->ops->alloc(X, bufs[i].n * sizeof(float)))) return -1;
+    if (!(w->ids = malloc(B * sizeof *w->ids))) return -1;
     if (moe && kl_moe_ws_init(c, &w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
     size_t maxk = E > nq ? E : nq;
     if (F > maxk) maxk = F;
@@ -287,6 +290,18 @@ static int dense_ctx_init(kiln_context *c) {
 }
 
 /* ---------------------------------------------------------------- forward */
+
+/* Qwen3-VL: after layer l, each image token's residual takes slice l + 1
+ * of its row (host memory; text tokens have none). */
+static void dense_deepstack(kiln_context *c, const kiln_batch *b, float *x, int l) {
+    const int E = c->m->hp.n_embd, Ei = c->m->hp.n_embd_inp;
+    for (int i = 0; i < b->n; i++) {
+        if (b->token[i] >= 0) continue;
+        const float *ds = c->b_embd + (size_t)i * Ei + (size_t)(l + 1) * E;
+        float *xi = x + (size_t)i * E;
+        for (int e = 0; e < E; e++) xi[e] += ds[e];
+    }
+}
 
 /* Every op runs on the context's backend (backend/backend.h), over the
  * batch's n tokens at once. */
@@ -301,7 +316,17 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
 
     kl_attn_prepare(c, n);
-    o->get_rows(X, &m->tok_embd, b->token, n, w->x);
+    if (c->b_embd && !m->be->host_mem)
+        return kl_fail(c, KILN_ERR_UNSUPPORTED, "image rows on the %s backend", m->be->name);
+    const int Ei = hp->n_embd_inp;
+    const int32_t *ids = b->token;
+    if (c->b_embd) { /* image tokens: their rows as given (no scale), the first n_embd of n_embd_inp */
+        for (int i = 0; i < n; i++) w->ids[i] = b->token[i] < 0 ? 0 : b->token[i];
+        ids = w->ids;
+    }
+    o->get_rows(X, &m->tok_embd, ids, n, w->x);
+    for (int i = 0; c->b_embd && i < n; i++)
+        if (b->token[i] < 0) memcpy(w->x + (size_t)i * E, c->b_embd + (size_t)i * Ei, (size_t)E * sizeof(float));
 
     for (int l = 0; l < hp->n_layer; l++) {
         const dense_layer *L = &d->layers[l];
@@ -333,6 +358,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
         if (d->moe.n_expert) {
             kl_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
             o->add(X, w->x, w->y, n, E);
+            if (c->b_embd && Ei > E && (l + 1) * E < Ei) dense_deepstack(c, b, w->x, l);
             continue;
         }
         kk_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
@@ -340,6 +366,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
         o->swiglu(X, w->gate, w->up, n, hp->n_ff);
         o->matmul(X, &L->w_down, w->gate, n, w->xn, E);
         o->add(X, w->x, w->xn, n, E);
+        if (c->b_embd && Ei > E && (l + 1) * E < Ei) dense_deepstack(c, b, w->x, l);
     }
 
     kl_batch_commit(c, n);
@@ -351,6 +378,7 @@ const kl_family kl_family_dense = {
     .name = "dense",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],
+    .image_input = 1,
     .bind = dense_bind,
     .free = dense_free,
     .weights = dense_weights,

@@ -54,6 +54,10 @@ typedef struct kl_arch {
     unsigned flags;
 } kl_arch;
 
+/* 1 when m's projector makes an image's tokens attend to each other both
+ * ways (kl_batch_begin's see). */
+int kl_vision_bidirectional(const kiln_model *m);
+
 /* The arch row for a name, NULL when no family serves it. */
 const kl_arch *kl_arch_find(const char *name);
 /* Comma-separated list of supported names, for error messages. */
@@ -127,6 +131,7 @@ struct kiln_model {
     const kbe_backend *be; /* the device it runs on */
     void *packed_mem;      /* the weights the backend prepared (kbe_backend.prepare) */
     size_t packed_bytes;
+    struct vision_model *vision; /* the projector (kiln_model_params.mmproj), or NULL */
 };
 
 /* ---- the family table ---- */
@@ -135,6 +140,9 @@ struct kl_family {
     const kl_arch *archs;
     int n_archs;
     int encoder; /* 1: bidirectional encoder (kiln_embedder only) */
+    /* 1: forward reads the rows of image tokens (negative ids) from
+     * c->b_embd and honours kbe_step.see; a projector loads with it */
+    int image_input;
     /* 1: the family reads attention.value_length apart from key_length
      * (model.c otherwise requires them equal) */
     int split_head_sizes;
@@ -298,8 +306,10 @@ typedef struct kl_kv {
     uint64_t *bhash; /* its key when registered */
     int32_t *btok;   /* [n_blocks][KL_KV_BLOCK] its tokens when registered */
     /* [n_blocks][KL_KV_BLOCK] M-RoPE: the position the token after each
-     * cell takes (1 + the largest t, h or w so far); NULL without sections */
-    int32_t *rnext;
+     * cell takes (1 + the largest t, h or w so far), and the text position
+     * of the first token of the image the cell belongs to (-1: text); NULL
+     * without sections */
+    int32_t *rnext, *rbase;
     int32_t *chain; /* next block in the same bucket, -1 ends */
     int32_t *lru_prev, *lru_next;
     int32_t lru_head, lru_tail;             /* unreferenced registered blocks, head oldest */
@@ -368,6 +378,9 @@ uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type);
  * text (the cells before it say it, and text after them counts on by 1;
  * len without kv->rnext). */
 int32_t kl_kv_rope_next(const kl_kv *kv, int seq, int32_t len);
+/* The image base of the cell before position len of seq (kl_kv.rbase; -1:
+ * text, or none). */
+int32_t kl_kv_rope_base(const kl_kv *kv, int seq, int32_t len);
 
 enum { KL_MPOS = 6 };
 
@@ -381,6 +394,9 @@ struct kiln_context {
     struct kl_rs *rs; /* recurrent state (state.h), NULL without */
     /* the batch as kl_batch_begin resolved it */
     int32_t *b_pos, *b_seq; /* [n_batch] positions and sequences */
+    int32_t *b_see;         /* [n_batch] the last position each token sees (kbe_step.see) */
+    int b_bidi;             /* 1: some token of the batch sees past itself */
+    const float *b_embd;    /* [n][n_embd_inp] rows of the batch's image tokens (kiln_batch_inputs), NULL */
     const int32_t *b_mpos;  /* [n][4] multimodal RoPE positions (kiln_batch_inputs), NULL */
     int32_t *b_mrope;       /* [n_batch][KL_MPOS] M-RoPE positions (t, h, w, e), the next text position,
                                the image's base (decoder.c) when kv.rnext */

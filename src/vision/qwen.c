@@ -11,6 +11,8 @@
  * in chunks of VQ_QCHUNK so its scores need VQ_QCHUNK * run floats. */
 #include "vision/qwen.h"
 
+#include "vision/vision.h"
+
 #include "base/base.h"
 #include "kernels/conv.h"
 #include "kernels/ops.h"
@@ -626,3 +628,56 @@ done:
     free(cscr);
     return st;
 }
+
+/* ------------------------------------------------- the projector table row */
+
+/* vision.h's vision_proj for the three Qwen-VL mergers: the whole ViT is
+ * the projector's own (vision_proj.own_vit), bound from vm->gf. */
+static int qwen_bind(vision_model *vm, char *err, size_t errlen) {
+    vision_qwen *q = NULL;
+    if (vision_qwen_load(vm->gf, &q) != KILN_OK) {
+        snprintf(err, errlen, "%s", kiln_last_error());
+        return -1;
+    }
+    if (vision_qwen_n_embd(q) != vm->n_embd_text) {
+        snprintf(err, errlen, "rows of %d floats for a text model that takes %d", vision_qwen_n_embd(q),
+                 vm->n_embd_text);
+        vision_qwen_free(q);
+        return -1;
+    }
+    vm->state = q;
+    return 0;
+}
+
+static void qwen_grid(const vision_model *vm, int32_t w, int32_t h, int32_t *nx, int32_t *ny) {
+    int rw, rh, x = 0, y = 0;
+    if (vision_qwen_grid(vm->state, w, h, &rw, &rh, &x, &y)) x = y = 0;
+    *nx = x;
+    *ny = y;
+}
+
+static int32_t qwen_n_tokens(const vision_model *vm, int32_t w, int32_t h) {
+    int32_t nx, ny;
+    qwen_grid(vm, w, h, &nx, &ny);
+    return nx * ny;
+}
+
+static kiln_status qwen_encode(vision_model *vm, kpool *pool, const vision_image *im, float *out) {
+    return vision_qwen_encode(vm->state, pool, im->px, im->w, im->h, out);
+}
+
+static void qwen_free(vision_model *vm) {
+    vision_qwen_free(vm->state);
+    vm->state = NULL;
+}
+
+static void qwen_defaults(vision_hp *hp) { hp->n_merge = 2; }
+
+#define QWEN_PROJ(ty)                                                                                              \
+    {                                                                                                              \
+        .type = ty, .begin = "<|vision_start|>", .end = "<|vision_end|>", .own_vit = 1, .defaults = qwen_defaults, \
+        .bind = qwen_bind, .n_tokens = qwen_n_tokens, .grid = qwen_grid, .encode = qwen_encode, .free = qwen_free, \
+    }
+const vision_proj vision_proj_qwen2vl = QWEN_PROJ("qwen2vl_merger");
+const vision_proj vision_proj_qwen25vl = QWEN_PROJ("qwen2.5vl_merger");
+const vision_proj vision_proj_qwen3vl = QWEN_PROJ("qwen3vl_merger");
