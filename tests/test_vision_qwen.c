@@ -12,6 +12,7 @@
 #include "vision/qwen.h"
 
 #include "vision/decode.h"
+#include "vision/vision.h"
 
 #include "gguf/gguf.h"
 #include "testutil.h"
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static unsigned char *read_all(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -90,11 +92,96 @@ static int encode_case(const char *name, kpool *pool) {
     return 0;
 }
 
+/* The prompt of the end-to-end case: chatml as llama-mtmd-cli's
+ * --chat-template chatml renders "Describe this image." with the image. */
+#define QPROMPT "<|im_start|>user\n" VISION_MARKER "Describe this image.<|im_end|>\n<|im_start|>assistant\n"
+
+/* qwen2vl-f32 text + the Qwen2.5-VL mmproj, end to end: the prompt through
+ * vision_prompt_build (image rows and M-RoPE rows), one batch, 12 greedy
+ * tokens; kiln run --image prints the same text, and llama-mtmd-cli's
+ * recorded output (qwen25vl-mtmd.txt) when present. */
+static void end_to_end(void) {
+    kiln_model_params mp = kiln_model_default_params();
+    mp.mmproj = "data/vision/qwen25vl-mmproj-f32.gguf";
+    kiln_model *m = NULL;
+    CHECKF(kiln_model_load("data/vision/qwen2vl-f32.gguf", &mp, &m) == KILN_OK, "%s", kiln_last_error());
+    if (!m) return;
+    CHECK(kiln_model_has_vision(m));
+    size_t len;
+    unsigned char *png = read_all("data/vision/qwen25vl-image.png", &len);
+    const kiln_image_input img = {png, len, 0, 0};
+    vision_prompt vp;
+    CHECKF(png && vision_prompt_build(m, QPROMPT, strlen(QPROMPT), 1, 1, &img, 1, &vp) == KILN_OK, "%s",
+           kiln_last_error());
+    CHECK(vp.n_rows == 30 && vp.mpos != NULL && vp.n_embd == 64);
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    kiln_context_params cp = kiln_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    kiln_context *c = NULL;
+    CHECK(kiln_context_new(m, &cp, &c) == KILN_OK);
+    float *rows = calloc((size_t)vp.n_tok * vp.n_embd, sizeof(float));
+    for (int i = 0, k = 0; i < vp.n_tok; i++)
+        if (vp.tok[i] < 0)
+            memcpy(rows + (size_t)i * vp.n_embd, vp.embd + (size_t)k++ * vp.n_embd, (size_t)vp.n_embd * 4);
+    kiln_batch b = {vp.n_tok, vp.tok, NULL, NULL, NULL};
+    CHECKF(c && kiln_decode_inputs(c, &b, &(kiln_batch_inputs){rows, vp.mpos}) == KILN_OK, "%s", kiln_last_error());
+    char text[512];
+    size_t tl = 0;
+    kiln_detok *d = kiln_detok_new(m);
+    const float *lg = c ? kiln_get_logits(c, vp.n_tok - 1) : NULL;
+    for (int s = 0; lg && s < 12; s++) {
+        int32_t t = 0;
+        for (int v = 1; v < info.n_vocab; v++)
+            if (lg[v] > lg[t]) t = v;
+        if (kiln_token_is_eog(m, t)) break;
+        size_t pl;
+        const char *p = kiln_detok_push(d, t, &pl);
+        if (tl + pl < sizeof text) memcpy(text + tl, p, pl), tl += pl;
+        kiln_batch b1 = {1, &t, NULL, NULL, NULL};
+        lg = kiln_decode(c, &b1) == KILN_OK ? kiln_get_logits(c, 0) : NULL;
+    }
+    size_t pl;
+    const char *p = kiln_detok_flush(d, &pl);
+    if (tl + pl < sizeof text) memcpy(text + tl, p, pl), tl += pl;
+    text[tl] = 0;
+    kiln_detok_free(d);
+    printf("qwen2vl + qwen2.5-vl mmproj: \"%s\"\n", text);
+    const char *bin = getenv("KILN_BIN");
+    if (bin) {
+        char tmpl[] = "/tmp/kiln_vqwen_cli_XXXXXX", cmd[1024], *out = NULL, *err = NULL;
+        char *dir = mkdtemp(tmpl);
+        snprintf(cmd, sizeof cmd,
+                 "%s run -m data/vision/qwen2vl-f32.gguf --mmproj data/vision/qwen25vl-mmproj-f32.gguf --image "
+                 "data/vision/qwen25vl-image.png -n 12 --temp 0 -t 2 -c 256 -e -p "
+                 "'<|im_start|>user\\n<__media__>Describe this image.<|im_end|>\\n<|im_start|>assistant\\n'",
+                 bin);
+        CHECK(dir && t_run_capture(cmd, dir, &out, &err) == 0);
+        CHECKF(out && !strcmp(out, text), "kiln run: \"%s\", the API: \"%s\" (%s)", out ? out : "", text,
+               err ? err : "");
+        size_t ml = 0;
+        char *mt = t_read_file("data/vision/qwen25vl-mtmd.txt", &ml);
+        if (!mt) printf("no recorded llama-mtmd-cli output (qwen25vl-mtmd.txt)\n");
+        CHECKF(!mt || !strcmp(mt, text), "kiln: \"%s\", llama-mtmd-cli: \"%s\"", text, mt ? mt : "");
+        free(mt);
+        free(out);
+        free(err);
+        if (dir) rmdir(dir);
+    }
+    free(rows);
+    free(png);
+    vision_prompt_free(&vp);
+    kiln_context_free(c);
+    kiln_model_free(m);
+}
+
 int main(void) {
     kpool *pool = kpool_new(2);
     encode_case("qwen25vl", pool);
     encode_case("qwen2vl", pool);
     encode_case("qwen3vl", pool);
+    end_to_end();
     char err[256];
     gguf_file *f = gguf_open("data/vision/qwen25vl-mmproj-f32.gguf", err, sizeof err);
     vision_qwen *q = NULL;
