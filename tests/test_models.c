@@ -1675,7 +1675,7 @@ static void mrope_cases(void) {
     json_decref(j);
 }
 
-/* qwen35's interleaved sections with an image's rows (no reference: the
+/* qwen35's interleaved sections with an image's input and M-RoPE rows (no reference: the
  * same logits however the batch is cut or mixed with another sequence,
  * which makes the hybrid family reorder its rows, and different ones from
  * plain positions). */
@@ -1687,9 +1687,12 @@ static void mrope_hybrid(void) {
     kiln_model_get_info(m, &info);
     const int V = info.n_vocab, n = 24, first = 5, nx = 4, ny = 3;
     int32_t ids[48], mpos[48 * 4], seq[48];
+    const int E = info.n_embd;
+    float *rows = malloc((size_t)48 * E * sizeof *rows), *mrows = malloc((size_t)48 * E * sizeof *mrows);
+    for (int i = 0; i < 48 * E; i++) rows[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
     for (int i = 0; i < n; i++) {
-        ids[i] = 3 + (i * 37) % (V - 3);
         const int k = i - first, img = k >= 0 && k < nx * ny;
+        ids[i] = img ? -1 - k : 3 + (i * 37) % (V - 3); /* image tokens: negative ids with rows of their own */
         mpos[4 * i] = img ? 0 : -1;
         mpos[4 * i + 1] = img ? k / nx : -1;
         mpos[4 * i + 2] = img ? k % nx : -1;
@@ -1699,7 +1702,7 @@ static void mrope_hybrid(void) {
     kiln_context *c = new_ctx(m, KILN_KV_F32, 256, 2);
     CHECK(c != NULL);
     kiln_batch b = {n, ids, NULL, NULL, NULL};
-    CHECK(kiln_decode_inputs(c, &b, &(kiln_batch_inputs){NULL, mpos}) == KILN_OK);
+    CHECK(kiln_decode_inputs(c, &b, &(kiln_batch_inputs){rows, mpos}) == KILN_OK);
     const float *lg = kiln_get_logits(c, n - 1);
     CHECK(lg != NULL);
     if (lg) memcpy(lg0, lg, (size_t)V * sizeof *lg0);
@@ -1709,9 +1712,10 @@ static void mrope_hybrid(void) {
     for (int i = 0; i < n; i++) {
         mix[k] = ids[i];
         seq[k] = 1;
+        memcpy(mrows + (size_t)k * E, rows + (size_t)i * E, (size_t)E * sizeof(float));
         memcpy(mm + 4 * k++, mpos + 4 * i, 4 * sizeof(int32_t));
         if (i % 3 == 0) {
-            mix[k] = ids[i];
+            mix[k] = 3 + (i * 37) % (V - 3);
             seq[k] = 0;
             for (int r = 0; r < 4; r++) mm[4 * k + r] = -1;
             k++;
@@ -1724,7 +1728,7 @@ static void mrope_hybrid(void) {
             break;
         }
     kiln_batch bm = {k, mix, NULL, seq, want};
-    CHECK(kiln_decode_inputs(c, &bm, &(kiln_batch_inputs){NULL, mm}) == KILN_OK);
+    CHECK(kiln_decode_inputs(c, &bm, &(kiln_batch_inputs){mrows, mm}) == KILN_OK);
     int last = 0;
     for (int i = 0; i < k; i++)
         if (want[i]) last = i;
@@ -1735,10 +1739,12 @@ static void mrope_hybrid(void) {
     int32_t s1[48];
     for (int i = 0; i < 48; i++) s1[i] = 1;
     kiln_batch bp = {n, ids, NULL, s1, NULL};
-    CHECK(kiln_decode(c, &bp) == KILN_OK);
+    CHECK(kiln_decode_inputs(c, &bp, &(kiln_batch_inputs){rows, NULL}) == KILN_OK);
     lg = kiln_get_logits(c, n - 1);
     CHECK(lg && max_diff(lg, lg0, V) > 1e-3f);
-    printf("qwen35       M-RoPE image rows: the same logits mixed with another sequence\n");
+    printf("qwen35       image rows and M-RoPE rows: the same logits mixed with another sequence\n");
+    free(rows);
+    free(mrows);
     kiln_context_free(c);
     free(lg0);
     kiln_model_free(m);

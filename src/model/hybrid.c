@@ -663,7 +663,8 @@ static void mtp_fill(hyb_job *j, const kiln_batch *b) {
         const int r0 = w->run[r], r1 = w->run[r + 1];
         const float *prev = kl_mtp_hidden(c, c->b_seq[r0], c->b_pos[r0] - 1);
         for (int i = r0; i < r1; i++)
-            mtp_pair(c, t, i, b->token[w->ord[i]], i > r0 ? w->mh + (size_t)(i - 1) * E : prev);
+            mtp_pair(c, t, i, b->token[w->ord[i]] < 0 ? 0 : b->token[w->ord[i]], /* image tokens: a stand-in id */
+                     i > r0 ? w->mh + (size_t)(i - 1) * E : prev);
     }
     for (int r = 0; r < w->n_run; r++) {
         const int r0 = w->run[r];
@@ -792,8 +793,13 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
                                      w->cap_dst + (size_t)r * HYB_MAX_CAP, HYB_MAX_CAP);
     }
     if (h->n_attn || c->mtp_ord >= 0) kl_attn_prepare(c, n);
-    for (int i = 0; i < n; i++) w->tmp_i[i] = b->token[w->ord[i]];
+    if (c->b_embd && !m->be->host_mem)
+        return kl_fail(c, KILN_ERR_UNSUPPORTED, "image rows on the %s backend", m->be->name);
+    for (int i = 0; i < n; i++) w->tmp_i[i] = b->token[w->ord[i]] < 0 ? 0 : b->token[w->ord[i]];
     X->ops->get_rows(X, &m->tok_embd, w->tmp_i, n, w->x);
+    for (int i = 0; c->b_embd && i < n; i++) /* image tokens: their rows as given (batch order -> run order) */
+        if (b->token[w->ord[i]] < 0)
+            memcpy(w->x + (size_t)i * E, c->b_embd + (size_t)w->ord[i] * m->hp.n_embd_inp, (size_t)E * sizeof(float));
     hyb_job j = {c, NULL, n};
     for (int l = 0; l < h->n_layer; l++) {
         j.L = &h->layers[l];
@@ -832,6 +838,7 @@ const kl_family kl_family_hybrid = {
     .name = "hybrid",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],
+    .image_input = 1,
     .bind = hyb_bind,
     .free = hyb_free,
     .weights = hyb_weights,
