@@ -100,7 +100,7 @@ static int encode_case(const char *name, kpool *pool) {
  * vision_prompt_build (image rows and M-RoPE rows), one batch, 12 greedy
  * tokens; kiln run --image prints the same text, and llama-mtmd-cli's
  * recorded output (qwen25vl-mtmd.txt) when present. */
-static void end_to_end(void) {
+static void end_to_end(char *api_text, size_t cap) {
     kiln_model_params mp = kiln_model_default_params();
     mp.mmproj = "data/vision/qwen25vl-mmproj-f32.gguf";
     kiln_model *m = NULL;
@@ -148,6 +148,7 @@ static void end_to_end(void) {
     text[tl] = 0;
     kiln_detok_free(d);
     printf("qwen2vl + qwen2.5-vl mmproj: \"%s\"\n", text);
+    snprintf(api_text, cap, "%s", text);
     const char *bin = getenv("KILN_BIN");
     if (bin) {
         char tmpl[] = "/tmp/kiln_vqwen_cli_XXXXXX", cmd[1024], *out = NULL, *err = NULL;
@@ -176,12 +177,96 @@ static void end_to_end(void) {
     kiln_model_free(m);
 }
 
+typedef struct text_buf {
+    char s[1024];
+    size_t n;
+} text_buf;
+
+static int on_piece(const char *piece, size_t len, int32_t token, void *user) {
+    (void)token;
+    text_buf *t = user;
+    if (t->n + len < sizeof t->s) {
+        memcpy(t->s + t->n, piece, len);
+        t->n += len;
+        t->s[t->n] = 0;
+    }
+    return 0;
+}
+
+static int copy_file(const char *from, const char *to) {
+    size_t len = 0;
+    char *b = t_read_file(from, &len);
+    FILE *f = b ? fopen(to, "wb") : NULL;
+    int ok = f && fwrite(b, 1, len, f) == len;
+    if (f) ok = fclose(f) == 0 && ok;
+    free(b);
+    return ok ? 0 : -1;
+}
+
+/* The engine (gen's batches carry the M-RoPE rows): a pack of the text
+ * model and its mmproj, the same request twice (the second reuses cached
+ * blocks that end inside the image), the API's text both times. */
+static void engine_case(const char *api_text) {
+    char tmpl[] = "/tmp/kiln_vqwen_pack_XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char model[512], proj[512], man[512];
+    snprintf(model, sizeof model, "%s/model.gguf", dir);
+    snprintf(proj, sizeof proj, "%s/mmproj.gguf", dir);
+    snprintf(man, sizeof man, "%s/manifest.json", dir);
+    CHECK(copy_file("data/vision/qwen2vl-f32.gguf", model) == 0 &&
+          copy_file("data/vision/qwen25vl-mmproj-f32.gguf", proj) == 0);
+    FILE *f = fopen(man, "w");
+    if (f) {
+        fputs("{\"artifacts\": [{\"role\": \"model\", \"path\": \"model.gguf\"}, "
+              "{\"role\": \"mmproj\", \"path\": \"mmproj.gguf\"}]}\n",
+              f);
+        fclose(f);
+    }
+    size_t len;
+    unsigned char *png = read_all("data/vision/qwen25vl-image.png", &len);
+    kiln_engine *e = NULL;
+    CHECK(kiln_engine_create(KILN_ENGINE_LLM, KILN_ENGINE_BACKEND_AUTO, &e) == KILN_OK);
+    kiln_context_params cp = kiln_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_seq_max = 2;
+    cp.n_threads = 2;
+    kiln_engine_set_context_params(e, &cp);
+    CHECK(kiln_engine_start(e) == KILN_OK);
+    CHECK(kiln_engine_load(e, model, NULL) == KILN_OK && kiln_engine_wait_idle(e, 60000) == KILN_OK);
+    const kiln_image_input img = {png, len, 0, 0};
+    kiln_engine_generate_request q = kiln_engine_generate_default();
+    q.prompt = QPROMPT;
+    q.n_predict = 12;
+    q.sampler.temperature = 0;
+    q.images = &img;
+    q.n_images = 1;
+    for (int r = 0; r < 2; r++) {
+        text_buf t = {{0}, 0};
+        q.on_token = on_piece;
+        q.user = &t;
+        kiln_status st = kiln_engine_generate(e, &q, NULL);
+        CHECKF(st == KILN_OK, "%s", kiln_last_error());
+        CHECKF(!strcmp(t.s, api_text), "engine request %d: \"%s\", the API: \"%s\"", r, t.s, api_text);
+    }
+    printf("engine: the API's text, twice (the second from cached blocks)\n");
+    kiln_engine_free(e);
+    free(png);
+    unlink(model);
+    unlink(proj);
+    unlink(man);
+    rmdir(dir);
+}
+
 int main(void) {
     kpool *pool = kpool_new(2);
     encode_case("qwen25vl", pool);
     encode_case("qwen2vl", pool);
     encode_case("qwen3vl", pool);
-    end_to_end();
+    char api_text[512] = "";
+    end_to_end(api_text, sizeof api_text);
+    engine_case(api_text);
     char err[256];
     gguf_file *f = gguf_open("data/vision/qwen25vl-mmproj-f32.gguf", err, sizeof err);
     vision_qwen *q = NULL;
