@@ -1750,6 +1750,58 @@ static void mrope_hybrid(void) {
     kiln_model_free(m);
 }
 
+/* data/vision/qwen-text.json: llama-completion's greedy text for the tiny
+ * qwen2vl / qwen3vl models (text only: every M-RoPE section at the text
+ * position), byte for byte (as hex), with the default F16 cache. */
+static void mrope_text_cases(void) {
+    json_error_t je;
+    json_t *cases = json_load_file("data/vision/qwen-text.json", 0, &je);
+    if (!cases) {
+        printf("no data/vision/qwen-text.json: llama-completion's qwen2vl / qwen3vl texts not recorded\n");
+        return;
+    }
+    size_t ci;
+    json_t *cs;
+    json_array_foreach(cases, ci, cs) {
+        char path[256];
+        snprintf(path, sizeof path, "data/vision/%s", json_string_value(json_object_get(cs, "model")));
+        kiln_model *m;
+        CHECKF(kiln_model_load(path, NULL, &m) == KILN_OK, "%s", kiln_last_error());
+        if (!m) continue;
+        kiln_model_info info;
+        kiln_model_get_info(m, &info);
+        const char *prompt = json_string_value(json_object_get(cs, "prompt"));
+        const int np = (int)json_integer_value(json_object_get(cs, "n_predict"));
+        int32_t ids[512], got[64];
+        const int n = prompt ? kiln_tokenize(m, prompt, strlen(prompt), 1, 0, ids, 512) : -1;
+        kiln_context *c = new_ctx(m, KILN_KV_F16, 1024, 1);
+        CHECK(c && n > 0 && np > 0 && np <= 64 && greedy(c, info.n_vocab, ids, n, np, got, NULL) == 0);
+        char text[1024];
+        size_t tl = 0, k;
+        kiln_detok *d = kiln_detok_new(m);
+        for (int i = 0; i < np && np <= 64; i++) {
+            const char *p = kiln_detok_push(d, got[i], &k);
+            if (tl + k < sizeof text) memcpy(text + tl, p, k), tl += k;
+        }
+        const char *p = kiln_detok_flush(d, &k);
+        if (tl + k < sizeof text) memcpy(text + tl, p, k), tl += k;
+        text[tl] = 0;
+        kiln_detok_free(d);
+        /* the bytes as hex: random weights print byte tokens that are not UTF-8 */
+        char hex[2048];
+        for (size_t i = 0; i < tl && 2 * i + 2 < sizeof hex; i++)
+            snprintf(hex + 2 * i, 3, "%02x", (unsigned char)text[i]);
+        hex[tl ? 2 * tl : 0] = 0;
+        const char *want = json_string_value(json_object_get(cs, "expected_hex"));
+        CHECKF(want && !strcmp(hex, want), "%s: %s instead of llama-completion's %s", path, hex, want ? want : "");
+        printf("%-24s %s: %d tokens as llama-completion\n", json_string_value(json_object_get(cs, "model")), info.arch,
+               np);
+        kiln_context_free(c);
+        kiln_model_free(m);
+    }
+    json_decref(cases);
+}
+
 int main(void) {
     test_backend_choice();
     test_stories();
@@ -1759,6 +1811,7 @@ int main(void) {
     reference_cases("data/hybrid", 3);
     reference_cases("data/arch", 20);
     mrope_cases();
+    mrope_text_cases();
     mrope_hybrid();
     deepseek2_legacy();
     deepseek2_bad_keys();
