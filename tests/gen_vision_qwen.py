@@ -23,6 +23,15 @@ nx x ny tokens starting at text position p0 has positions (p0, p0 + row,
 p0 + col, 0) and text after it continues at p0 + max(nx, ny), as
 llama-mtmd-cli places Qwen2-VL's image tokens.
 
+Recorded by hand, not by this script: <name>-mtmd.txt, the bytes llama.cpp's
+llama-mtmd-cli (3f545bec) generates for a text model, an mmproj and the PNG,
+    llama-mtmd-cli -m TEXT.gguf --mmproj MMPROJ.gguf --image qwen25vl-image.png
+        -p "Describe this image." --chat-template chatml -n 12 --temp 0 -t 2 -c 256
+(its stdout less the newline before and the two after the text): qwen25vl
+(qwen2vl-f32 + qwen25vl-mmproj-f32), qwen2vl (qwen2vl-f32 + qwen2vl-mmproj-f32),
+qwen3vl (qwen3vl-f32 + qwen3vl-mmproj-f32); and qwen-text.json, llama-completion's
+greedy bytes for the text models alone.
+
 The GGUF writer and reader are tests/gen_fixtures.py's.  Deterministic
 (fixed seeds).  Needs Debian's python3-numpy and python3-torch.
 """

@@ -259,6 +259,41 @@ static void engine_case(const char *api_text) {
     rmdir(dir);
 }
 
+/* kiln run with the qwen2vl text model and the Qwen2-VL mmproj, and the
+ * qwen3vl one (deepstack rows) with the Qwen3-VL mmproj: llama-mtmd-cli's
+ * recorded bytes (<name>-mtmd.txt) for the same files, prompt and image. */
+static void cli_pairs(void) {
+    const char *bin = getenv("KILN_BIN");
+    if (!bin) {
+        printf("KILN_BIN is not set: the command line is not tested\n");
+        return;
+    }
+    static const char *const pairs[][3] = {
+        {"qwen2vl-f32", "qwen2vl-mmproj-f32", "qwen2vl"},
+        {"qwen3vl-f32", "qwen3vl-mmproj-f32", "qwen3vl"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        char tmpl[] = "/tmp/kiln_vqwen_cli_XXXXXX", cmd[1024], path[256], *out = NULL, *err = NULL;
+        char *dir = mkdtemp(tmpl);
+        snprintf(cmd, sizeof cmd,
+                 "%s run -m data/vision/%s.gguf --mmproj data/vision/%s.gguf --image data/vision/qwen25vl-image.png "
+                 "-n 12 --temp 0 -t 2 -c 256 -e -p "
+                 "'<|im_start|>user\\n<__media__>Describe this image.<|im_end|>\\n<|im_start|>assistant\\n'",
+                 bin, pairs[i][0], pairs[i][1]);
+        CHECK(dir && t_run_capture(cmd, dir, &out, &err) == 0);
+        snprintf(path, sizeof path, "data/vision/%s-mtmd.txt", pairs[i][2]);
+        size_t ml = 0;
+        char *mt = t_read_file(path, &ml);
+        CHECKF(mt && out && !strcmp(mt, out), "%s: kiln \"%s\", llama-mtmd-cli \"%s\" (%s)", pairs[i][2],
+               out ? out : "", mt ? mt : "", err ? err : "");
+        printf("%-10s kiln run --image: llama-mtmd-cli's bytes\n", pairs[i][2]);
+        free(mt);
+        free(out);
+        free(err);
+        if (dir) rmdir(dir);
+    }
+}
+
 int main(void) {
     kpool *pool = kpool_new(2);
     encode_case("qwen25vl", pool);
@@ -267,6 +302,7 @@ int main(void) {
     char api_text[512] = "";
     end_to_end(api_text, sizeof api_text);
     engine_case(api_text);
+    cli_pairs();
     char err[256];
     gguf_file *f = gguf_open("data/vision/qwen25vl-mmproj-f32.gguf", err, sizeof err);
     vision_qwen *q = NULL;
