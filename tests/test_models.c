@@ -1750,16 +1750,14 @@ static void mrope_hybrid(void) {
     kiln_model_free(m);
 }
 
-/* data/vision/qwen-text.json: llama-completion's greedy text for the tiny
+/* data/vision/qwen-text.json: llama-completion's greedy text (4 cases) for the tiny
  * qwen2vl / qwen3vl models (text only: every M-RoPE section at the text
  * position), byte for byte (as hex), with the default F16 cache. */
 static void mrope_text_cases(void) {
     json_error_t je;
     json_t *cases = json_load_file("data/vision/qwen-text.json", 0, &je);
-    if (!cases) {
-        printf("no data/vision/qwen-text.json: llama-completion's qwen2vl / qwen3vl texts not recorded\n");
-        return;
-    }
+    CHECKF(cases != NULL, "data/vision/qwen-text.json: %s", je.text);
+    if (!cases) return;
     size_t ci;
     json_t *cs;
     json_array_foreach(cases, ci, cs) {
