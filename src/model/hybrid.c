@@ -817,7 +817,7 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
         if (c->kv.rnext) permute_mpos(c, w, n, 1);
     }
-    kl_batch_output(c, NULL, xo, n, n_out);
+    kl_batch_output(c, xo, n, n_out);
     return KILN_OK;
 }
 
