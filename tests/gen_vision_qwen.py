@@ -29,7 +29,8 @@ llama-mtmd-cli (3f545bec) generates for a text model, an mmproj and the PNG,
         -p "Describe this image." --chat-template chatml -n 12 --temp 0 -t 2 -c 256
 (its stdout less the newline before and the two after the text): qwen25vl
 (qwen2vl-f32 + qwen25vl-mmproj-f32), qwen2vl (qwen2vl-f32 + qwen2vl-mmproj-f32),
-qwen3vl (qwen3vl-f32 + qwen3vl-mmproj-f32); and qwen-text.json, llama-completion's
+qwen3vl (qwen3vl-f32 + qwen3vl-mmproj-f32), qwen25vl-odd (qwen2vl-f32 +
+qwen25vl-mmproj-f32 on qwen-image-170x150.png); and qwen-text.json, llama-completion's
 greedy bytes for the text models alone.
 
 The GGUF writer and reader are tests/gen_fixtures.py's.  Deterministic
@@ -504,6 +505,8 @@ def gen_vision():
     os.makedirs(OUT_DIR, exist_ok=True)
     im = vis_image(VIS)
     write_png(os.path.join(OUT_DIR, "qwen25vl-image.png"), im)
+    # a 170 x 150 image that preprocessing resizes (to 168 x 140), for the end-to-end check
+    write_png(os.path.join(OUT_DIR, "qwen-image-170x150.png"), vis_image(Cfg(img_w=170, img_h=150, seed=3901)))
     for cfg in (VIS, VIS2, VIS3):
         W = vis_weights(cfg, cfg.seed)
         Wt = {k: torch.tensor(v, dtype=torch.float64) for k, v in W.items()}

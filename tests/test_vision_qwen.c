@@ -259,8 +259,9 @@ static void engine_case(const char *api_text) {
     rmdir(dir);
 }
 
-/* kiln run with the qwen2vl text model and the Qwen2-VL mmproj, and the
- * qwen3vl one (deepstack rows) with the Qwen3-VL mmproj: llama-mtmd-cli's
+/* kiln run with the qwen2vl text model and the Qwen2-VL mmproj, the
+ * qwen3vl one (deepstack rows) with the Qwen3-VL mmproj, and qwen2vl with
+ * the Qwen2.5-VL mmproj on an image that must be resized: llama-mtmd-cli's
  * recorded bytes (<name>-mtmd.txt) for the same files, prompt and image. */
 static void cli_pairs(void) {
     const char *bin = getenv("KILN_BIN");
@@ -268,18 +269,20 @@ static void cli_pairs(void) {
         printf("KILN_BIN is not set: the command line is not tested\n");
         return;
     }
-    static const char *const pairs[][3] = {
-        {"qwen2vl-f32", "qwen2vl-mmproj-f32", "qwen2vl"},
-        {"qwen3vl-f32", "qwen3vl-mmproj-f32", "qwen3vl"},
+    static const char *const pairs[][4] = {
+        {"qwen2vl-f32", "qwen2vl-mmproj-f32", "qwen2vl", "qwen25vl-image.png"},
+        {"qwen3vl-f32", "qwen3vl-mmproj-f32", "qwen3vl", "qwen25vl-image.png"},
+        /* 170 x 150: resized (aspect kept, padded) to 168 x 140 first */
+        {"qwen2vl-f32", "qwen25vl-mmproj-f32", "qwen25vl-odd", "qwen-image-170x150.png"},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         char tmpl[] = "/tmp/kiln_vqwen_cli_XXXXXX", cmd[1024], path[256], *out = NULL, *err = NULL;
         char *dir = mkdtemp(tmpl);
         snprintf(cmd, sizeof cmd,
-                 "%s run -m data/vision/%s.gguf --mmproj data/vision/%s.gguf --image data/vision/qwen25vl-image.png "
+                 "%s run -m data/vision/%s.gguf --mmproj data/vision/%s.gguf --image data/vision/%s "
                  "-n 12 --temp 0 -t 2 -c 256 -e -p "
                  "'<|im_start|>user\\n<__media__>Describe this image.<|im_end|>\\n<|im_start|>assistant\\n'",
-                 bin, pairs[i][0], pairs[i][1]);
+                 bin, pairs[i][0], pairs[i][1], pairs[i][3]);
         CHECK(dir && t_run_capture(cmd, dir, &out, &err) == 0);
         snprintf(path, sizeof path, "data/vision/%s-mtmd.txt", pairs[i][2]);
         size_t ml = 0;

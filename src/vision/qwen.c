@@ -330,7 +330,7 @@ int vision_qwen_grid(const vision_qwen *q, int w, int h, int *rw, int *rh, int *
 
 /* Bilinear resize of RGB8 (corners aligned, each channel interpolated in
  * float along x then y and truncated, as llama.cpp's resize_bilinear). */
-static void vq_resize(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, int dh) {
+static void vq_bilinear(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, int dh, int dstride) {
     const float xr = dw > 1 ? (float)(sw - 1) / (float)(dw - 1) : 0.0f;
     const float yr = dh > 1 ? (float)(sh - 1) / (float)(dh - 1) : 0.0f;
     for (int y = 0; y < dh; y++)
@@ -345,9 +345,24 @@ static void vq_resize(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, 
                 const float p00 = src[((size_t)y0 * sw + x0) * 3 + c], p10 = src[((size_t)y0 * sw + x1) * 3 + c];
                 const float p01 = src[((size_t)y1 * sw + x0) * 3 + c], p11 = src[((size_t)y1 * sw + x1) * 3 + c];
                 const float top = p00 + (p10 - p00) * xf, bot = p01 + (p11 - p01) * xf;
-                dst[((size_t)y * dw + x) * 3 + c] = (uint8_t)(top + (bot - top) * yf);
+                dst[((size_t)y * dstride + x) * 3 + c] = (uint8_t)(top + (bot - top) * yf);
             }
         }
+}
+
+/* The image into dw x dh as llama.cpp's Qwen-VL preprocessing does: scaled
+ * by the smaller of the two ratios (sides rounded up, at most the target),
+ * bilinear, centred on black. */
+static void vq_resize(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, int dh) {
+    const float sx = (float)dw / (float)sw, sy = (float)dh / (float)sh, sc = sx < sy ? sx : sy;
+    int nw = (int)ceilf((float)sw * sc), nh = (int)ceilf((float)sh * sc);
+    if (nw > dw) nw = dw;
+    if (nh > dh) nh = dh;
+    if (nw < 1) nw = 1;
+    if (nh < 1) nh = 1;
+    memset(dst, 0, (size_t)dw * dh * 3);
+    const int ox = (dw - nw) / 2, oy = (dh - nh) / 2;
+    vq_bilinear(src, sw, sh, dst + ((size_t)oy * dw + ox) * 3, nw, nh, dw);
 }
 
 /* ------------------------------------------------------------------ math */

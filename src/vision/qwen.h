@@ -5,7 +5,8 @@
  *
  *   preprocess  resize to multiples of 2 * patch ("smart resize": nearest
  *               multiple, then scaled into [8, 4096] merged tokens' worth
- *               of pixels, aspect kept; bilinear), (x / 255 - mean) / std
+ *               of pixels; the image scaled by the smaller ratio, bilinear,
+ *               centred on black, as llama.cpp), (x / 255 - mean) / std
  *   patch embed two patch x patch convolutions of the same still image
  *               (Qwen's temporal patch of 2 frames), summed; Qwen3-VL adds
  *               a bias and learned positions (a square table resized
