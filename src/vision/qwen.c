@@ -52,6 +52,7 @@ struct vision_qwen {
     kk_mat patch[2];        /* E rows of 3 * P * P ([E][3][P][P]) */
     const float *patch_b;   /* [E] or NULL */
     const float *pos;       /* [n_side][n_side][E] learned positions (Qwen3-VL), or NULL */
+    float *pos_owned;       /* pos when widened from F16 / BF16 at load */
     int n_side;
     vq_layer *L;
     const float *post_ln, *post_ln_b; /* [E]; bias NULL: RMSNorm */
@@ -88,18 +89,6 @@ static const gguf_tensor *vq_find(vq_bind *B, const char *name, int nd, const in
 
 static const float *vq_vec(vq_bind *B, const char *name, int64_t n) {
     const gguf_tensor *t = vq_find(B, name, 1, &n);
-    if (t && t->type != KQ_F32) {
-        snprintf(B->err, sizeof B->err, "mmproj: tensor %s is not F32", name);
-        B->failed = 1;
-        return NULL;
-    }
-    return t ? t->data : NULL;
-}
-
-/* An F32 [rows][cols] table read as floats. */
-static const float *vq_vec2(vq_bind *B, const char *name, int64_t cols, int64_t rows) {
-    const int64_t ne[2] = {cols, rows};
-    const gguf_tensor *t = vq_find(B, name, 2, ne);
     if (t && t->type != KQ_F32) {
         snprintf(B->err, sizeof B->err, "mmproj: tensor %s is not F32", name);
         B->failed = 1;
@@ -207,10 +196,22 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
         h.n_side = pt ? (int)sqrt((double)pt->ne[1]) : 0;
         if (!pt || h.n_side < 1 || (int64_t)h.n_side * h.n_side != pt->ne[1] || h.n_side > 4096)
             return kb_fail(KILN_ERR_FORMAT, "mmproj: missing or non-square v.position_embd.weight");
-        h.pos = vq_vec2(&B, "v.position_embd.weight", E, (int64_t)h.n_side * h.n_side);
+        /* F16 / BF16 tables widened once (the resize reads them as floats) */
+        const kk_mat pm = vq_mat2(&B, "v.position_embd.weight", E, (int64_t)h.n_side * h.n_side);
+        if (pm.data && pm.type != KQ_F32) {
+            float *w = malloc((size_t)pm.nrows * (size_t)E * sizeof *w);
+            if (!w) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+            kq_get(pm.type)->to_f32(pm.data, w, pm.nrows * E);
+            h.pos = h.pos_owned = w;
+        } else {
+            h.pos = pm.data;
+        }
     }
     vq_layer *L = calloc((size_t)h.n_layer, sizeof *L);
-    if (!L) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!L) {
+        free(h.pos_owned);
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    }
     for (int i = 0; i < h.n_layer && !B.failed; i++) {
         vq_layer *l = &L[i];
         char n[96];
@@ -279,11 +280,13 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
     h.b2 = vq_vec(&B, "mm.2.bias", h.proj);
     if (B.failed) {
         free(L);
+        free(h.pos_owned);
         return kb_fail(KILN_ERR_FORMAT, "%s", B.err);
     }
     vision_qwen *q = malloc(sizeof *q);
     if (!q) {
         free(L);
+        free(h.pos_owned);
         return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     *q = h;
@@ -294,6 +297,7 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
 
 void vision_qwen_free(vision_qwen *q) {
     if (!q) return;
+    free(q->pos_owned);
     free(q->L);
     free(q);
 }
