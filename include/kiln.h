@@ -238,6 +238,9 @@ typedef struct kiln_model_info {
                                 its length (0: none) */
     const char *backend;         /* where it runs: "cpu" or "cuda" */
     uint64_t device_bytes;       /* weights in GPU memory (0 on the CPU) */
+    int32_t n_embd_inp;          /* floats of an image token's input row
+                                    (kiln_batch_inputs.embd): n_embd, wider for
+                                    Qwen3-VL's deepstack */
 } kiln_model_info;
 
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *info);
@@ -333,8 +336,15 @@ kiln_status kiln_decode(kiln_context *c, const kiln_batch *b);
  * at consecutive positions in one batch is one image, each of its tokens
  * seeing all of it: feed an image's tokens in one batch.  mpos ([n][4])
  * gives multimodal RoPE positions (t, h, w, e) for models whose RoPE has
- * sections: row i relative to its image's first token, t < 0 for a text
- * token. */
+ * sections (qwen2vl, qwen3vl, qwen3vlmoe, qwen35, qwen35moe; others ignore
+ * it): row i relative to its image's first token, whose row is
+ * (0, 0, 0, 0) (t, h and w are offset by that token's text position, e is
+ * taken as is), t < 0 for a text token.  A text token takes the
+ * sequence's next position in all four: 1 + the largest t, h or w of its
+ * tokens so far (0 when empty), so after an image of nx x ny tokens (rows
+ * (0, r, c, 0)) text goes on at its first position + max(nx, ny).  An
+ * image's rows may go on in a later batch (each cell keeps its image's
+ * position). */
 typedef struct kiln_batch_inputs {
     const float *embd;
     const int32_t *mpos;

@@ -1561,6 +1561,245 @@ static void test_batch_invariance(void) {
     batch_invariance("data/arch/nemotron-h-moe-f16.gguf", "nemotron_h_moe F16");
 }
 
+/* ---- M-RoPE (qwen2vl, qwen3vl) ---- */
+
+/* Largest |a - b| over n floats. */
+static float max_diff(const float *a, const float *b, int n) {
+    float d = 0;
+    for (int i = 0; i < n; i++)
+        if (fabsf(a[i] - b[i]) > d) d = fabsf(a[i] - b[i]);
+    return d;
+}
+
+/* data/vision/qwen-mrope.json (tests/gen_vision_qwen.py --text): a token
+ * sequence whose middle carries an image's 2-D M-RoPE rows.  Its last
+ * logits against the float64 reference (F32 cache: within 1e-3 of the
+ * largest logit), the greedy ids after it, and the same logits when the
+ * sequence comes in pieces, after a truncation into the text after the
+ * image and in a copied sequence (the next text position is kept per
+ * cell); an image row without its first token is refused. */
+static void mrope_cases(void) {
+    json_error_t je;
+    json_t *j = json_load_file("data/vision/qwen-mrope.json", 0, &je);
+    CHECKF(j != NULL, "qwen-mrope.json: %s", je.text);
+    json_t *cases = json_object_get(j, "cases");
+    size_t ci;
+    json_t *cs;
+    int n_cases = 0;
+    json_array_foreach(cases, ci, cs) {
+        char path[256];
+        snprintf(path, sizeof path, "data/vision/%s", json_string_value(json_object_get(cs, "model")));
+        kiln_model *m;
+        CHECKF(kiln_model_load(path, NULL, &m) == KILN_OK, "%s", kiln_last_error());
+        if (!m) continue;
+        kiln_model_info info;
+        kiln_model_get_info(m, &info);
+        json_t *ij = json_object_get(cs, "ids"), *mj = json_object_get(cs, "mpos");
+        json_t *lj = json_object_get(cs, "last_logits"), *gj = json_object_get(cs, "greedy");
+        const int n = (int)json_array_size(ij), V = info.n_vocab;
+        CHECK(n > 0 && n <= 64 && (int)json_array_size(mj) == n && (int)json_array_size(lj) == V);
+        int32_t ids[64], mpos[64 * 4];
+        float *ref = malloc((size_t)V * sizeof *ref), *lg0 = malloc((size_t)V * sizeof *lg0);
+        for (int i = 0; i < n && i < 64; i++) {
+            ids[i] = (int32_t)json_integer_value(json_array_get(ij, (size_t)i));
+            for (int k = 0; k < 4; k++)
+                mpos[4 * i + k] = (int32_t)json_integer_value(json_array_get(json_array_get(mj, (size_t)i), (size_t)k));
+        }
+        float scale = 0;
+        for (int v = 0; v < V; v++) {
+            ref[v] = (float)json_real_value(json_array_get(lj, (size_t)v));
+            if (fabsf(ref[v]) > scale) scale = fabsf(ref[v]);
+        }
+        kiln_context *c = new_ctx(m, KILN_KV_F32, 256, 2);
+        CHECK(c != NULL);
+        /* one batch */
+        kiln_batch b = {n, ids, NULL, NULL, NULL};
+        CHECKF(kiln_decode_inputs(c, &b, &(kiln_batch_inputs){NULL, mpos}) == KILN_OK, "%s", kiln_last_error());
+        const float *lg = kiln_get_logits(c, n - 1);
+        const float d = lg ? max_diff(lg, ref, V) : INFINITY;
+        CHECKF(d <= 1e-3f * scale, "%s: last logits off the reference by %g (largest %g)", path, d, scale);
+        if (lg) memcpy(lg0, lg, (size_t)V * sizeof *lg0);
+        /* greedy after it, text positions from the cells */
+        int32_t got[16];
+        const int ng = (int)json_array_size(gj);
+        int same = ng <= 16 && lg;
+        for (int i = 0; same && i < ng; i++) {
+            got[i] = argmax(lg, V);
+            same = got[i] == (int32_t)json_integer_value(json_array_get(gj, (size_t)i));
+            kiln_batch b1 = {1, &got[i], NULL, NULL, NULL};
+            lg = i + 1 < ng && kiln_decode(c, &b1) == KILN_OK ? kiln_get_logits(c, 0) : lg;
+        }
+        CHECKF(same, "%s: greedy ids differ from the reference", path);
+        /* in pieces: the text before the image, the image in two, the rest */
+        const int first = (int)json_integer_value(json_object_get(json_object_get(cs, "image"), "first"));
+        const int nimg = (int)(json_integer_value(json_object_get(json_object_get(cs, "image"), "nx")) *
+                               json_integer_value(json_object_get(json_object_get(cs, "image"), "ny")));
+        CHECK(first > 0 && first + nimg < n);
+        CHECK(kiln_seq_truncate(c, 0, 0) == KILN_OK);
+        const int cut[] = {0, first, first + 7, first + nimg, n}; /* one cut inside the image */
+        for (int k = 0; k < 4; k++) {
+            kiln_batch bk = {cut[k + 1] - cut[k], ids + cut[k], NULL, NULL, NULL};
+            CHECK(kiln_decode_inputs(c, &bk, &(kiln_batch_inputs){NULL, mpos + 4 * cut[k]}) == KILN_OK);
+        }
+        lg = kiln_get_logits(c, n - cut[3] - 1);
+        CHECKF(lg && max_diff(lg, lg0, V) <= 1e-4f * scale, "%s: the logits depend on the batches", path);
+        /* a copy of it, then cut back into the text after the image and fed again */
+        CHECK(kiln_seq_copy(c, 0, 1) == KILN_OK);
+        int32_t s1[64];
+        for (int i = 0; i < 64; i++) s1[i] = 1;
+        const int keep = first + nimg + 2;
+        CHECK(kiln_seq_truncate(c, 1, keep) == KILN_OK);
+        kiln_batch bt = {n - keep, ids + keep, NULL, s1, NULL};
+        CHECK(kiln_decode(c, &bt) == KILN_OK);
+        lg = kiln_get_logits(c, n - keep - 1);
+        CHECKF(lg && max_diff(lg, lg0, V) <= 1e-4f * scale, "%s: truncation loses the text position", path);
+        /* without the image rows the model sees plain positions: other logits */
+        CHECK(kiln_seq_truncate(c, 1, 0) == KILN_OK);
+        kiln_batch bp = {n, ids, NULL, s1, NULL};
+        CHECK(kiln_decode(c, &bp) == KILN_OK);
+        lg = kiln_get_logits(c, n - 1);
+        CHECK(lg && max_diff(lg, lg0, V) > 1e-2f * scale);
+        /* an image row whose first token is not in the batch */
+        CHECK(kiln_seq_truncate(c, 1, 0) == KILN_OK);
+        kiln_batch bb = {nimg - 1, ids + first + 1, NULL, s1, NULL};
+        CHECK(kiln_decode_inputs(c, &bb, &(kiln_batch_inputs){NULL, mpos + 4 * (first + 1)}) == KILN_ERR_INVALID_ARG);
+        printf("%-24s %s: M-RoPE image rows as the reference (%.2g of %.3g)\n",
+               json_string_value(json_object_get(cs, "model")), info.arch, d, scale);
+        kiln_context_free(c);
+        free(ref);
+        free(lg0);
+        kiln_model_free(m);
+        n_cases++;
+    }
+    CHECK(n_cases == 2);
+    json_decref(j);
+}
+
+/* qwen35's interleaved sections with an image's input and M-RoPE rows (no reference: the
+ * same logits however the batch is cut or mixed with another sequence,
+ * which makes the hybrid family reorder its rows, and different ones from
+ * plain positions). */
+static void mrope_hybrid(void) {
+    kiln_model *m;
+    CHECKF(kiln_model_load("data/hybrid/qwen35-spm-f32.gguf", NULL, &m) == KILN_OK, "%s", kiln_last_error());
+    if (!m) return;
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    const int V = info.n_vocab, n = 24, first = 5, nx = 4, ny = 3;
+    int32_t ids[48], mpos[48 * 4], seq[48];
+    const int E = info.n_embd;
+    float *rows = malloc((size_t)48 * E * sizeof *rows), *mrows = malloc((size_t)48 * E * sizeof *mrows);
+    for (int i = 0; i < 48 * E; i++) rows[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+    for (int i = 0; i < n; i++) {
+        const int k = i - first, img = k >= 0 && k < nx * ny;
+        ids[i] = img ? -1 - k : 3 + (i * 37) % (V - 3); /* image tokens: negative ids with rows of their own */
+        mpos[4 * i] = img ? 0 : -1;
+        mpos[4 * i + 1] = img ? k / nx : -1;
+        mpos[4 * i + 2] = img ? k % nx : -1;
+        mpos[4 * i + 3] = img ? 0 : -1;
+    }
+    float *lg0 = malloc((size_t)V * sizeof *lg0);
+    kiln_context *c = new_ctx(m, KILN_KV_F32, 256, 2);
+    CHECK(c != NULL);
+    kiln_batch b = {n, ids, NULL, NULL, NULL};
+    CHECK(kiln_decode_inputs(c, &b, &(kiln_batch_inputs){rows, mpos}) == KILN_OK);
+    const float *lg = kiln_get_logits(c, n - 1);
+    CHECK(lg != NULL);
+    if (lg) memcpy(lg0, lg, (size_t)V * sizeof *lg0);
+    /* the same tokens as sequence 1, interleaved with sequence 0's next ones */
+    int32_t mix[48], mm[48 * 4];
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        mix[k] = ids[i];
+        seq[k] = 1;
+        memcpy(mrows + (size_t)k * E, rows + (size_t)i * E, (size_t)E * sizeof(float));
+        memcpy(mm + 4 * k++, mpos + 4 * i, 4 * sizeof(int32_t));
+        if (i % 3 == 0) {
+            mix[k] = 3 + (i * 37) % (V - 3);
+            seq[k] = 0;
+            for (int r = 0; r < 4; r++) mm[4 * k + r] = -1;
+            k++;
+        }
+    }
+    int8_t want[48] = {0};
+    for (int i = k - 1; i >= 0; i--)
+        if (seq[i] == 1) {
+            want[i] = 1;
+            break;
+        }
+    kiln_batch bm = {k, mix, NULL, seq, want};
+    CHECK(kiln_decode_inputs(c, &bm, &(kiln_batch_inputs){mrows, mm}) == KILN_OK);
+    int last = 0;
+    for (int i = 0; i < k; i++)
+        if (want[i]) last = i;
+    lg = kiln_get_logits(c, last);
+    CHECKF(lg && max_diff(lg, lg0, V) <= 1e-4f, "qwen35: M-RoPE rows depend on the batch's mix");
+    /* plain positions differ */
+    CHECK(kiln_seq_truncate(c, 1, 0) == KILN_OK);
+    int32_t s1[48];
+    for (int i = 0; i < 48; i++) s1[i] = 1;
+    kiln_batch bp = {n, ids, NULL, s1, NULL};
+    CHECK(kiln_decode_inputs(c, &bp, &(kiln_batch_inputs){rows, NULL}) == KILN_OK);
+    lg = kiln_get_logits(c, n - 1);
+    CHECK(lg && max_diff(lg, lg0, V) > 1e-3f);
+    printf("qwen35       image rows and M-RoPE rows: the same logits mixed with another sequence\n");
+    free(rows);
+    free(mrows);
+    kiln_context_free(c);
+    free(lg0);
+    kiln_model_free(m);
+}
+
+/* data/vision/qwen-text.json: llama-completion's greedy text (4 cases) for the tiny
+ * qwen2vl / qwen3vl models (text only: every M-RoPE section at the text
+ * position), byte for byte (as hex), with the default F16 cache. */
+static void mrope_text_cases(void) {
+    json_error_t je;
+    json_t *cases = json_load_file("data/vision/qwen-text.json", 0, &je);
+    CHECKF(cases != NULL, "data/vision/qwen-text.json: %s", je.text);
+    if (!cases) return;
+    size_t ci;
+    json_t *cs;
+    json_array_foreach(cases, ci, cs) {
+        char path[256];
+        snprintf(path, sizeof path, "data/vision/%s", json_string_value(json_object_get(cs, "model")));
+        kiln_model *m;
+        CHECKF(kiln_model_load(path, NULL, &m) == KILN_OK, "%s", kiln_last_error());
+        if (!m) continue;
+        kiln_model_info info;
+        kiln_model_get_info(m, &info);
+        const char *prompt = json_string_value(json_object_get(cs, "prompt"));
+        const int np = (int)json_integer_value(json_object_get(cs, "n_predict"));
+        int32_t ids[512], got[64];
+        const int n = prompt ? kiln_tokenize(m, prompt, strlen(prompt), 1, 0, ids, 512) : -1;
+        kiln_context *c = new_ctx(m, KILN_KV_F16, 1024, 1);
+        CHECK(c && n > 0 && np > 0 && np <= 64 && greedy(c, info.n_vocab, ids, n, np, got, NULL) == 0);
+        char text[1024];
+        size_t tl = 0, k;
+        kiln_detok *d = kiln_detok_new(m);
+        for (int i = 0; i < np && np <= 64; i++) {
+            const char *p = kiln_detok_push(d, got[i], &k);
+            if (tl + k < sizeof text) memcpy(text + tl, p, k), tl += k;
+        }
+        const char *p = kiln_detok_flush(d, &k);
+        if (tl + k < sizeof text) memcpy(text + tl, p, k), tl += k;
+        text[tl] = 0;
+        kiln_detok_free(d);
+        /* the bytes as hex: random weights print byte tokens that are not UTF-8 */
+        char hex[2048];
+        for (size_t i = 0; i < tl && 2 * i + 2 < sizeof hex; i++)
+            snprintf(hex + 2 * i, 3, "%02x", (unsigned char)text[i]);
+        hex[tl ? 2 * tl : 0] = 0;
+        const char *want = json_string_value(json_object_get(cs, "expected_hex"));
+        CHECKF(want && !strcmp(hex, want), "%s: %s instead of llama-completion's %s", path, hex, want ? want : "");
+        printf("%-24s %s: %d tokens as llama-completion\n", json_string_value(json_object_get(cs, "model")), info.arch,
+               np);
+        kiln_context_free(c);
+        kiln_model_free(m);
+    }
+    json_decref(cases);
+}
+
 int main(void) {
     test_backend_choice();
     test_stories();
@@ -1569,6 +1808,9 @@ int main(void) {
     test_toolcall();
     reference_cases("data/hybrid", 3);
     reference_cases("data/arch", 20);
+    mrope_cases();
+    mrope_text_cases();
+    mrope_hybrid();
     deepseek2_legacy();
     deepseek2_bad_keys();
     qwen3moe_quantized();

@@ -116,7 +116,7 @@ kiln_status gen_batch_new(kiln_model *m, kiln_context *c, int32_t prefill_chunk,
     b->n_batch = kiln_context_n_batch(c);
     b->n_ctx = kiln_context_n_ctx(c);
     b->n_vocab = info.n_vocab;
-    b->n_embd = info.n_embd;
+    b->n_embd = info.n_embd_inp;
     b->prefill_chunk = prefill_chunk > 0 && prefill_chunk < b->n_batch ? prefill_chunk : b->n_batch;
     b->by_seq = calloc((size_t)b->n_seq, sizeof *b->by_seq);
     b->b_tok = malloc((size_t)b->n_batch * sizeof *b->b_tok);

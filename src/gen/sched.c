@@ -215,7 +215,7 @@ kiln_status gen_sched_new(kiln_model *m, kiln_context *c, int32_t prefill_chunk,
     s->c = c;
     kiln_model_info info;
     kiln_model_get_info(m, &info);
-    s->n_embd = info.n_embd;
+    s->n_embd = info.n_embd_inp;
     if (gate) {
         s->gate = *gate;
         s->has_gate = 1;

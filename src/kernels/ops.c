@@ -93,7 +93,25 @@ static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) 
     return n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) / (2.0f * logf(base));
 }
 
-void kk_rope_table(const kk_rope *r, int pos, float *cs) {
+/* Which of the four positions angle i of an M-RoPE table takes (kk_rope). */
+static int rope_section(const kk_rope *r, int i) {
+    const int *s = r->sections;
+    const int k = i % (s[0] + s[1] + s[2] + s[3]);
+    if (r->mrope == KK_IMROPE) {
+        if (k % 3 == 1 && k < 3 * s[1]) return 1;
+        if (k % 3 == 2 && k < 3 * s[2]) return 2;
+        if (k % 3 == 0 && k < 3 * s[0]) return 0;
+        return 3;
+    }
+    if (k < s[0]) return 0;
+    if (k < s[0] + s[1]) return 1;
+    return k < s[0] + s[1] + s[2] ? 2 : 3;
+}
+
+/* The table for positions p[4]; one position (p[0]) unless r->mrope.  Each
+ * position's angle advances by theta_scale per pair in float, as ggml
+ * does, so equal positions give equal angles whatever their section. */
+static void rope_table(const kk_rope *r, const int32_t *p, float *cs) {
     const int half = r->n_rot / 2;
     float lo = 0, hi = 0;
     float mscale = r->attn_factor;
@@ -105,8 +123,11 @@ void kk_rope_table(const kk_rope *r, int pos, float *cs) {
         mscale *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
     }
     const float theta_scale = powf(r->base, -2.0f / (float)r->n_rot);
-    float theta_extrap = (float)pos;
+    float th[4] = {(float)p[0], 0, 0, 0};
+    if (r->mrope)
+        for (int k = 1; k < 4; k++) th[k] = (float)p[k];
     for (int i = 0; i < half; i++) {
+        const float theta_extrap = th[r->mrope ? rope_section(r, i) : 0];
         const float te = r->freq_factors ? theta_extrap / r->freq_factors[i] : theta_extrap;
         float theta = r->freq_scale * te;
         if (r->ext_factor != 0.0f) {
@@ -117,9 +138,18 @@ void kk_rope_table(const kk_rope *r, int pos, float *cs) {
         }
         cs[2 * i] = cosf(theta) * mscale;
         cs[2 * i + 1] = sinf(theta) * mscale;
-        theta_extrap *= theta_scale;
+        for (int k = 0; k < 4; k++) th[k] *= theta_scale;
     }
 }
+
+void kk_rope_table(const kk_rope *r, int pos, float *cs) {
+    const int32_t p[4] = {pos, pos, pos, pos};
+    kk_rope one = *r;
+    one.mrope = 0;
+    rope_table(&one, p, cs);
+}
+
+void kk_rope_table_m(const kk_rope *r, const int32_t pos[4], float *cs) { rope_table(r, pos, cs); }
 
 void kk_rope_apply(const kk_rope *r, const float *cs, float *x, int n_heads, int head_dim) {
     const int half = r->n_rot / 2;

@@ -48,8 +48,20 @@ typedef struct kk_rope {
     float beta_fast, beta_slow;
     int n_ctx_orig;            /* training context, for YaRN's correction range */
     const float *freq_factors; /* [n_rot/2] divisors of the angles (LongRoPE); NULL: none */
+    /* M-RoPE (Qwen2-VL and later): angle i takes one of four positions
+     * (t, h, w, e), chosen by sector i mod (s0 + s1 + s2 + s3) over
+     * sections[]: KK_MROPE in order (t for the first s0 sectors, then h, w,
+     * e), KK_IMROPE interleaved (sector k: h when k % 3 == 1 and k < 3 s1,
+     * w when k % 3 == 2 and k < 3 s2, t when k % 3 == 0 and k < 3 s0, else
+     * e).  Four equal positions give kk_rope_table's angles bit for bit. */
+    int mrope; /* 0: one position */
+    int sections[4];
 } kk_rope;
+enum { KK_MROPE = 1, KK_IMROPE = 2 };
 void kk_rope_table(const kk_rope *r, int pos, float *cs);
+/* The table of the four positions pos[4] = (t, h, w, e) under r->mrope
+ * (kk_rope_table(r, pos[0]) when r->mrope is 0). */
+void kk_rope_table_m(const kk_rope *r, const int32_t pos[4], float *cs);
 /* Rotates n_heads heads of head_dim (stride head_dim) in place. */
 void kk_rope_apply(const kk_rope *r, const float *cs, float *x, int n_heads, int head_dim);
 

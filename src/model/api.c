@@ -87,6 +87,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         return kb_fail(KILN_ERR_INVALID_ARG, "unknown KV cache type %d", p.kv_type);
     kl_seq_shape shape;
     fam->seq_shape(m, &shape);
+    shape.pos_cells = hp->rope.mrope != 0;
     /* the MTP block's cache: one more attention layer of the same heads */
     const int mtp_ord = p.mtp && kl_mtp_blocks(m) > 0 ? shape.n_attn_layer : -1;
     if (mtp_ord >= 0 && shape.layer_hd) return kb_fail(KILN_ERR_UNSUPPORTED, "MTP blocks with per-layer KV head sizes");
@@ -182,6 +183,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     ctx_buf bufs[] = {
         {(void **)&c->rope_cs, B * (size_t)hp->rope.n_rot * 4},
         {(void **)&c->b_pos, B * 4},
+        {(void **)&c->b_mrope, B * KL_MPOS * 4},
         {(void **)&c->b_seq, B * 4},
         {(void **)&c->b_see, B * 4},
         {(void **)&c->b_tile, (B + 1) * 4},
@@ -237,8 +239,8 @@ void kiln_context_free(kiln_context *c) {
     kl_rs_free(c->rs);
     kl_kv_free(&c->kv);
     if (c->pool) kpool_free(c->pool);
-    void *bufs[] = {c->rope_cs, c->b_pos,    c->b_seq,     c->b_see,   c->b_tile,
-                    c->out_idx, c->out_rows, c->mtp_h_pos, c->mtp_h_n, c->mtp_logits};
+    void *bufs[] = {c->rope_cs,  c->b_pos,     c->b_seq,   c->b_see,      c->b_tile, c->out_idx,
+                    c->out_rows, c->mtp_h_pos, c->mtp_h_n, c->mtp_logits, c->b_mrope};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     if (c->logits) munmap(c->logits, ctx_logits_bytes(c));
     free(c);

@@ -6,6 +6,50 @@
 
 #include <string.h>
 
+/* Token i's M-RoPE positions into c->b_mrope (kiln.h's kiln_batch_inputs.mpos):
+ * [0..3] (t, h, w, e); [4] the next text position after it (a running
+ * maximum); [5] its image's base (the text position of the image's first
+ * token), -1 for text.  An image's rows may span batches: its base is
+ * then the previous cell's.  p is the token's KV position, k the tokens
+ * of sequence s before it in this batch. */
+static kiln_status batch_mpos(kiln_context *c, int i, int s, int32_t p, int k) {
+    int prev = -1; /* the sequence's previous token in this batch */
+    for (int j = i - 1; j >= 0 && k > 0; j--)
+        if (c->b_seq[j] == s) {
+            prev = j;
+            break;
+        }
+    const int32_t *pm = prev >= 0 ? c->b_mrope + (size_t)KL_MPOS * prev : NULL;
+    const int32_t next = pm ? pm[4] : kl_kv_rope_next(&c->kv, s, p);
+    const int32_t pbase = pm ? pm[5] : kl_kv_rope_base(&c->kv, s, p); /* the previous token's image, -1: text */
+    const int32_t *r = c->b_mpos ? c->b_mpos + (size_t)4 * i : NULL;
+    int32_t *mp = c->b_mrope + (size_t)KL_MPOS * i;
+    const int32_t lim = 1 << 20;
+    if (!r || r[0] < 0) {
+        mp[0] = mp[1] = mp[2] = mp[3] = next;
+        mp[5] = -1;
+    } else {
+        if (r[0] > lim || r[1] < 0 || r[1] > lim || r[2] < 0 || r[2] > lim || r[3] < 0 || r[3] > lim)
+            return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: M-RoPE position (%d, %d, %d, %d) out of range", i, r[0],
+                           r[1], r[2], r[3]);
+        const int first = !r[0] && !r[1] && !r[2] && !r[3];
+        if (!first && pbase < 0)
+            return kl_fail(c, KILN_ERR_INVALID_ARG,
+                           "token %d: an image's M-RoPE row without the image's first token (0, 0, 0, 0) before it", i);
+        const int32_t base = first ? next : pbase;
+        if (base > (1 << 30)) return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: M-RoPE position overflow", i);
+        mp[0] = base + r[0];
+        mp[1] = base + r[1];
+        mp[2] = base + r[2];
+        mp[3] = r[3];
+        mp[5] = base;
+    }
+    int32_t mx = mp[0] > mp[1] ? mp[0] : mp[1];
+    if (mp[2] > mx) mx = mp[2];
+    mp[4] = mx + 1 > next ? mx + 1 : next;
+    return KILN_OK;
+}
+
 kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) {
     const kl_hparams *hp = &c->m->hp;
     if (b->n <= 0) return kl_fail(c, KILN_ERR_INVALID_ARG, "empty batch");
@@ -37,6 +81,10 @@ kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) {
         c->b_seq[i] = s;
         c->b_pos[i] = p;
         c->b_see[i] = p;
+        if (c->kv.rnext) {
+            kiln_status st = batch_mpos(c, i, s, p, add[s]);
+            if (st != KILN_OK) return st;
+        }
         add[s]++;
         int want = b->logits ? b->logits[i] != 0 : i == b->n - 1;
         c->out_idx[i] = want ? (*n_out)++ : -1;
@@ -58,6 +106,12 @@ kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) {
 void kl_batch_commit(kiln_context *c, int n) {
     for (int i = 0; i < n; i++) {
         kl_seq *s = &c->kv.seqs[c->b_seq[i]];
+        if (c->kv.rnext) {
+            const int32_t p = c->b_pos[i];
+            const size_t cell = (size_t)s->blocks[p / KL_KV_BLOCK] * KL_KV_BLOCK + p % KL_KV_BLOCK;
+            c->kv.rnext[cell] = c->b_mrope[(size_t)KL_MPOS * i + 4];
+            c->kv.rbase[cell] = c->b_mrope[(size_t)KL_MPOS * i + 5];
+        }
         if (c->b_pos[i] + 1 > s->len) s->len = c->b_pos[i] + 1;
     }
 }
@@ -87,7 +141,13 @@ void kl_attn_prepare(kiln_context *c, int n) {
     const kl_kv *kv = &c->kv;
     kk_rope rope = hp->rope;
     if (hp->rope_factors_long && c->p.n_ctx > rope.n_ctx_orig) rope.freq_factors = hp->rope_factors_long;
-    for (int i = 0; i < n; i++) kk_rope_table(&rope, c->b_pos[i], c->rope_cs + (size_t)i * rope.n_rot);
+    for (int i = 0; i < n; i++) {
+        float *cs = c->rope_cs + (size_t)i * rope.n_rot;
+        if (rope.mrope && c->kv.rnext)
+            kk_rope_table_m(&rope, c->b_mrope + (size_t)KL_MPOS * i, cs);
+        else
+            kk_rope_table(&rope, c->b_pos[i], cs);
+    }
     /* tiles: runs of up to KL_ATTN_TILE tokens of one sequence at
      * consecutive positions, with an F16 cache all past KL_ATTN_F16_ACC_MAX
      * (float accumulator), with Q8_0 any; every other token is a tile of

@@ -20,6 +20,11 @@
  * mistral3 multiplies the roped queries at position p by
  * 1 + attention.temperature_scale * ln(floor(p / n_ctx_orig) + 1)
  * (kk_attn_temp with offset 0; keys unscaled).
+ * qwen2vl and qwen3vl (qwen3vlmoe) are qwen2 and qwen3 (qwen3moe) with
+ * M-RoPE: each angle pair takes the t, h or w position of its section
+ * (kk_rope; text tokens have all equal, which is plain NeoX RoPE), image
+ * tokens their grid's (kiln_batch_inputs.mpos).  Qwen3-VL's deepstack image rows
+ * are wider than n_embd (hp.n_embd_inp); text rows add nothing to them.
  * Shapes of the activations (per token row):
  *   x, xn  [n_embd]          residual stream and its normalized copy
  *   q, att [n_head * hd]     queries, attention output (n_head * hd need not be n_embd)
@@ -46,6 +51,8 @@ enum {
     DENSE_FUSED = 16,     /* attn_qkv (or attn_q/k/v) and ffn_up holding gate|up */
     DENSE_LONGROPE = 32,  /* rope_factors_* tensors, rope.scaling.attn_factor */
     DENSE_ATTN_TEMP = 64, /* position-dependent query temperature (attention.temperature_scale) */
+    DENSE_MROPE = 128,    /* M-RoPE over rope.dimension_sections (kiln_batch_inputs.mpos), sections in order */
+    DENSE_IMROPE = 256,   /* the same with the sections interleaved (Qwen3-VL) */
 };
 
 static const kl_arch k_archs[] = {
@@ -55,6 +62,9 @@ static const kl_arch k_archs[] = {
     {"qwen3moe", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE}, /* Qwen3-30B-A3B, Qwen3-Coder */
     {"phi3", &kl_family_dense, 0, DENSE_NEOX | DENSE_FUSED | DENSE_LONGROPE},  /* Phi-3, Phi-3.5, Phi-4-mini */
     {"mistral3", &kl_family_dense, 0, DENSE_ATTN_TEMP}, /* Mistral Small 3.x, Ministral 3 (text) */
+    {"qwen2vl", &kl_family_dense, 0, DENSE_NEOX | DENSE_QKV_BIAS | DENSE_MROPE}, /* Qwen2-VL, Qwen2.5-VL */
+    {"qwen3vl", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_IMROPE}, /* Qwen3-VL */
+    {"qwen3vlmoe", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE | DENSE_IMROPE}, /* Qwen3-VL-30B-A3B */
 };
 
 typedef struct dense_layer {
@@ -92,6 +102,17 @@ static int dense_bind(kiln_model *m, char *err, size_t errlen) {
         return -1;
     }
     hp->rope.neox = (m->arch->flags & DENSE_NEOX) != 0;
+    if ((m->arch->flags & (DENSE_MROPE | DENSE_IMROPE)) &&
+        kl_rope_sections(m, (m->arch->flags & DENSE_IMROPE) ? KK_IMROPE : KK_MROPE, err, errlen))
+        return -1;
+    /* Qwen3-VL: an image row carries n_deepstack more slices of n_embd,
+     * added to the residual after layers 0 .. n_deepstack - 1 */
+    const int64_t n_ds = kl_meta_int(m, "n_deepstack_layers", 0);
+    if (n_ds < 0 || n_ds > hp->n_layer) {
+        snprintf(err, errlen, "bad n_deepstack_layers %lld", (long long)n_ds);
+        return -1;
+    }
+    hp->n_embd_inp = hp->n_embd * (int)(1 + n_ds);
     dense_model *d = calloc(1, sizeof *d);
     m->fam = d;
     if (!d) {
@@ -223,6 +244,7 @@ static void dense_seq_shape(const kiln_model *m, kl_seq_shape *s) {
 
 typedef struct dense_ws {
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *y;
+    int32_t *ids; /* [n_batch] the batch's ids, image tokens as 0 (their rows come from c->b_embd) */
     kl_moe_ws ex; /* DENSE_MOE */
 } dense_ws;
 
@@ -233,6 +255,7 @@ static void dense_ctx_free(kiln_context *c) {
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) c->bx.ops->free(&c->bx, bufs[i]);
         kl_moe_ws_free(c, &w->ex);
+        free(w->ids);
         free(w);
     }
     c->ws = NULL;
@@ -257,6 +280,7 @@ static int dense_ctx_init(kiln_context *c) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = X->ops->alloc(X, bufs[i].n * sizeof(float)))) return -1;
+    if (!(w->ids = malloc(B * sizeof *w->ids))) return -1;
     if (moe && kl_moe_ws_init(c, &w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
     size_t maxk = E > nq ? E : nq;
     if (F > maxk) maxk = F;
@@ -266,6 +290,18 @@ static int dense_ctx_init(kiln_context *c) {
 }
 
 /* ---------------------------------------------------------------- forward */
+
+/* Qwen3-VL: after layer l, each image token's residual takes slice l + 1
+ * of its row (host memory; text tokens have none). */
+static void dense_deepstack(kiln_context *c, const kiln_batch *b, float *x, int l) {
+    const int E = c->m->hp.n_embd, Ei = c->m->hp.n_embd_inp;
+    for (int i = 0; i < b->n; i++) {
+        if (b->token[i] >= 0) continue;
+        const float *ds = c->b_embd + (size_t)i * Ei + (size_t)(l + 1) * E;
+        float *xi = x + (size_t)i * E;
+        for (int e = 0; e < E; e++) xi[e] += ds[e];
+    }
+}
 
 /* Every op runs on the context's backend (backend/backend.h), over the
  * batch's n tokens at once. */
@@ -280,7 +316,17 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
 
     kl_attn_prepare(c, n);
-    o->get_rows(X, &m->tok_embd, b->token, n, w->x);
+    if (c->b_embd && !m->be->host_mem)
+        return kl_fail(c, KILN_ERR_UNSUPPORTED, "image rows on the %s backend", m->be->name);
+    const int Ei = hp->n_embd_inp;
+    const int32_t *ids = b->token;
+    if (c->b_embd) { /* image tokens: their rows as given (no scale), the first n_embd of n_embd_inp */
+        for (int i = 0; i < n; i++) w->ids[i] = b->token[i] < 0 ? 0 : b->token[i];
+        ids = w->ids;
+    }
+    o->get_rows(X, &m->tok_embd, ids, n, w->x);
+    for (int i = 0; c->b_embd && i < n; i++)
+        if (b->token[i] < 0) memcpy(w->x + (size_t)i * E, c->b_embd + (size_t)i * Ei, (size_t)E * sizeof(float));
 
     for (int l = 0; l < hp->n_layer; l++) {
         const dense_layer *L = &d->layers[l];
@@ -312,6 +358,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
         if (d->moe.n_expert) {
             kl_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
             o->add(X, w->x, w->y, n, E);
+            if (c->b_embd && Ei > E && (l + 1) * E < Ei) dense_deepstack(c, b, w->x, l);
             continue;
         }
         kk_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
@@ -319,6 +366,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
         o->swiglu(X, w->gate, w->up, n, hp->n_ff);
         o->matmul(X, &L->w_down, w->gate, n, w->xn, E);
         o->add(X, w->x, w->xn, n, E);
+        if (c->b_embd && Ei > E && (l + 1) * E < Ei) dense_deepstack(c, b, w->x, l);
     }
 
     kl_batch_commit(c, n);
@@ -330,6 +378,7 @@ const kl_family kl_family_dense = {
     .name = "dense",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],
+    .image_input = 1,
     .bind = dense_bind,
     .free = dense_free,
     .weights = dense_weights,

@@ -245,19 +245,11 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
         h->layers[i].ord = rec[i] ? h->n_rec++ : h->n_attn++;
     }
     free(rec);
-    /* attention: NeoX RoPE on the first n_rot dims; M-RoPE's sections give
-     * every text position the same angle in each section, which is this */
+    /* attention: NeoX RoPE on the first n_rot dims, interleaved M-RoPE over
+     * the sections when the file has them (qwen35, qwen35moe: text tokens
+     * have all positions equal, image tokens their grid's, kiln_batch_inputs.mpos) */
     hp->rope.neox = 1;
-    const gguf_kv *sec = kl_meta_kv(m, "rope.dimension_sections");
-    if (sec && sec->type == GGUF_ARRAY) {
-        int64_t sum = 0;
-        for (uint64_t s = 0; s < sec->n; s++) sum += gguf_arr_int(sec, s);
-        if (sum * 2 > hp->rope.n_rot) {
-            snprintf(err, errlen, "rope.dimension_sections cover %lld dims, more than rope.dimension_count %d",
-                     (long long)(sum * 2), hp->rope.n_rot);
-            return -1;
-        }
-    }
+    if (kl_meta_kv(m, "rope.dimension_sections") && kl_rope_sections(m, KK_IMROPE, err, errlen)) return -1;
     /* experts */
     if (kl_moe_read_hparams(m, &h->moe, err, errlen)) return -1;
     const int n_mtp = h->n_layer_all - h->n_layer;
@@ -671,7 +663,8 @@ static void mtp_fill(hyb_job *j, const kiln_batch *b) {
         const int r0 = w->run[r], r1 = w->run[r + 1];
         const float *prev = kl_mtp_hidden(c, c->b_seq[r0], c->b_pos[r0] - 1);
         for (int i = r0; i < r1; i++)
-            mtp_pair(c, t, i, b->token[w->ord[i]], i > r0 ? w->mh + (size_t)(i - 1) * E : prev);
+            mtp_pair(c, t, i, b->token[w->ord[i]] < 0 ? 0 : b->token[w->ord[i]], /* image tokens: a stand-in id */
+                     i > r0 ? w->mh + (size_t)(i - 1) * E : prev);
     }
     for (int r = 0; r < w->n_run; r++) {
         const int r0 = w->run[r];
@@ -715,6 +708,10 @@ static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, cons
     for (int r = 0; r < n; r++) {
         c->b_seq[r] = seq[r];
         c->b_pos[r] = pos[r];
+        if (c->kv.rnext) { /* the token's text position, as its cell's predecessor says */
+            int32_t *mp = c->b_mrope + (size_t)KL_MPOS * r;
+            mp[0] = mp[1] = mp[2] = mp[3] = kl_kv_rope_next(&c->kv, seq[r], pos[r]);
+        }
         const float *hid = chain[r] ? c->mtp_chain + (size_t)seq[r] * E : kl_mtp_hidden(c, seq[r], pos[r] - 1);
         mtp_pair(c, t, r, tok[r], hid);
     }
@@ -728,6 +725,20 @@ static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, cons
     X->ops->matmul(X, mtp_head(m, t), w->mh, n, c->mtp_lg_dev, m->hp.n_vocab);
     X->ops->download(X, c->mtp_logits, c->mtp_lg_dev, (size_t)n * (size_t)m->hp.n_vocab * sizeof(float));
     return KILN_OK;
+}
+
+/* c->b_mrope's rows into w->ord's order (back: out of it), through
+ * w->tmp_i one component at a time. */
+static void permute_mpos(kiln_context *c, hyb_ws *w, int n, int back) {
+    for (int k = 0; k < KL_MPOS; k++) {
+        for (int i = 0; i < n; i++) {
+            if (back)
+                w->tmp_i[w->ord[i]] = c->b_mrope[(size_t)KL_MPOS * i + k];
+            else
+                w->tmp_i[i] = c->b_mrope[(size_t)KL_MPOS * w->ord[i] + k];
+        }
+        for (int i = 0; i < n; i++) c->b_mrope[(size_t)KL_MPOS * i + k] = w->tmp_i[i];
+    }
 }
 
 /* Orders the batch by sequence (stable, so positions stay increasing) into
@@ -751,6 +762,7 @@ static int order_batch(kiln_context *c, hyb_ws *w, int n) {
         memcpy(c->b_seq, w->tmp_i, (size_t)n * sizeof(int32_t));
         for (int i = 0; i < n; i++) w->tmp_i[i] = c->b_pos[w->ord[i]];
         memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
+        if (c->kv.rnext) permute_mpos(c, w, n, 0);
     }
     w->n_run = 0;
     for (int i = 0; i < n; i++)
@@ -781,8 +793,13 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
                                      w->cap_dst + (size_t)r * HYB_MAX_CAP, HYB_MAX_CAP);
     }
     if (h->n_attn || c->mtp_ord >= 0) kl_attn_prepare(c, n);
-    for (int i = 0; i < n; i++) w->tmp_i[i] = b->token[w->ord[i]];
+    if (c->b_embd && !m->be->host_mem)
+        return kl_fail(c, KILN_ERR_UNSUPPORTED, "image rows on the %s backend", m->be->name);
+    for (int i = 0; i < n; i++) w->tmp_i[i] = b->token[w->ord[i]] < 0 ? 0 : b->token[w->ord[i]];
     X->ops->get_rows(X, &m->tok_embd, w->tmp_i, n, w->x);
+    for (int i = 0; c->b_embd && i < n; i++) /* image tokens: their rows as given (batch order -> run order) */
+        if (b->token[w->ord[i]] < 0)
+            memcpy(w->x + (size_t)i * E, c->b_embd + (size_t)w->ord[i] * m->hp.n_embd_inp, (size_t)E * sizeof(float));
     hyb_job j = {c, NULL, n};
     for (int l = 0; l < h->n_layer; l++) {
         j.L = &h->layers[l];
@@ -798,6 +815,7 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         memcpy(c->b_seq, w->tmp_i, (size_t)n * sizeof(int32_t));
         for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_pos[i];
         memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
+        if (c->kv.rnext) permute_mpos(c, w, n, 1);
     }
     kl_batch_output(c, xo, n, n_out);
     return KILN_OK;
@@ -820,6 +838,7 @@ const kl_family kl_family_hybrid = {
     .name = "hybrid",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],
+    .image_input = 1,
     .bind = hyb_bind,
     .free = hyb_free,
     .weights = hyb_weights,

@@ -78,6 +78,12 @@ int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int 
     kv->hashed = calloc(nb, 1);
     kv->bhash = calloc(nb, sizeof(uint64_t));
     kv->btok = malloc(nb * KL_KV_BLOCK * sizeof(int32_t));
+    if (shape->pos_cells && (!(kv->rnext = calloc(nb * KL_KV_BLOCK, sizeof(int32_t))) ||
+                             !(kv->rbase = calloc(nb * KL_KV_BLOCK, sizeof(int32_t))))) {
+        kb_errf(err, errlen, "out of memory");
+        kl_kv_free(kv);
+        return -1;
+    }
     kv->chain = malloc(nb * sizeof(int32_t));
     kv->lru_prev = malloc(nb * sizeof(int32_t));
     kv->lru_next = malloc(nb * sizeof(int32_t));
@@ -115,6 +121,8 @@ void kl_kv_free(kl_kv *kv) {
     free(kv->hashed);
     free(kv->bhash);
     free(kv->btok);
+    free(kv->rnext);
+    free(kv->rbase);
     free(kv->chain);
     free(kv->lru_prev);
     free(kv->lru_next);
@@ -213,6 +221,12 @@ static void drop_block(kl_kv *kv, int32_t b) {
 
 /* The first n cells of block src into block dst, head by head. */
 static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
+    if (kv->rnext) {
+        memcpy(kv->rnext + (size_t)dst * KL_KV_BLOCK, kv->rnext + (size_t)src * KL_KV_BLOCK,
+               (size_t)n * sizeof(int32_t));
+        memcpy(kv->rbase + (size_t)dst * KL_KV_BLOCK, kv->rbase + (size_t)src * KL_KV_BLOCK,
+               (size_t)n * sizeof(int32_t));
+    }
     for (int l = 0; l < kv->n_layer; l++) {
         const size_t run = (size_t)KL_KV_BLOCK * kv->l_hrow[l], bytes = (size_t)n * kv->l_hrow[l];
         for (int h = 0; h < kv->l_hkv[l]; h++) {
@@ -223,6 +237,21 @@ static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
                              (uint8_t *)kl_kv_vblock(kv, l, src) + h * run, bytes);
         }
     }
+}
+
+int32_t kl_kv_rope_next(const kl_kv *kv, int seq, int32_t len) {
+    if (!kv->rnext || len <= 0) return kv->rnext ? 0 : len;
+    const kl_seq *s = &kv->seqs[seq];
+    if (len > s->len) return kl_kv_rope_next(kv, seq, s->len) + (len - s->len); /* text past the cells */
+    const int32_t i = len - 1;
+    return kv->rnext[(size_t)s->blocks[i / KL_KV_BLOCK] * KL_KV_BLOCK + i % KL_KV_BLOCK];
+}
+
+int32_t kl_kv_rope_base(const kl_kv *kv, int seq, int32_t len) {
+    const kl_seq *s = &kv->seqs[seq];
+    if (!kv->rbase || len <= 0 || len > s->len) return -1;
+    const int32_t i = len - 1;
+    return kv->rbase[(size_t)s->blocks[i / KL_KV_BLOCK] * KL_KV_BLOCK + i % KL_KV_BLOCK];
 }
 
 int kl_kv_reserve(kl_kv *kv, int seq, int32_t len) {

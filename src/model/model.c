@@ -227,6 +227,42 @@ static int load_hparams(loader *L) {
         snprintf(L->err, sizeof L->err, "bad rope.freq_base");
         return -1;
     }
+    hp->n_embd_inp = hp->n_embd;
+    return 0;
+}
+
+int kl_rope_sections(kiln_model *m, int kind, char *err, size_t errlen) {
+    kk_rope *r = &m->hp.rope;
+    const gguf_kv *sec = kl_meta_kv(m, "rope.dimension_sections");
+    if (!sec) {
+        snprintf(err, errlen, "%s without rope.dimension_sections", m->arch_name);
+        return -1;
+    }
+    int64_t sum = 0;
+    const uint64_t n = sec->type == GGUF_ARRAY ? sec->n : 1;
+    if (n > 4 && sec->type == GGUF_ARRAY)
+        for (uint64_t i = 4; i < n; i++)
+            if (gguf_arr_int(sec, i) != 0) {
+                snprintf(err, errlen, "rope.dimension_sections has more than 4 non-zero sections");
+                return -1;
+            }
+    for (uint64_t i = 0; i < 4; i++) {
+        const int64_t v = i >= n                    ? 0
+                          : sec->type == GGUF_ARRAY ? gguf_arr_int(sec, i)
+                                                    : kl_meta_int(m, "rope.dimension_sections", 0);
+        if (v < 0 || v > 4096) {
+            snprintf(err, errlen, "bad rope.dimension_sections[%llu] %lld", (unsigned long long)i, (long long)v);
+            return -1;
+        }
+        r->sections[i] = (int)v;
+        sum += v;
+    }
+    if (sum <= 0 || sum * 2 > r->n_rot) {
+        snprintf(err, errlen, "rope.dimension_sections cover %lld dims; rope.dimension_count is %d",
+                 (long long)(sum * 2), r->n_rot);
+        return -1;
+    }
+    r->mrope = kind;
     return 0;
 }
 
@@ -288,6 +324,7 @@ static const char *cuda_missing(const kiln_model *m, char *buf, size_t cap) {
     if (gguf_find_tensor(m->gf, "blk.0.ffn_gate_inp.weight")) return "mixture-of-experts layers";
     if (kl_meta_float(m, "attention.temperature_scale", 0.0) != 0.0) return "a query temperature";
     if (m->hp.rope_factors_long) return "LongRoPE";
+    if (m->hp.rope.mrope) return "M-RoPE (its kernels take one position per token)";
     if (m->hp.hd_k != m->hp.hd_v || m->hp.hd_k > 256 || m->hp.hd_k % 2) return "this attention head size";
     return NULL;
 }
@@ -431,7 +468,7 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
             st = KILN_ERR_UNSUPPORTED;
             goto fail;
         }
-        st = vision_load(p.mmproj, m->hp.n_embd, &m->vision);
+        st = vision_load(p.mmproj, m->hp.n_embd_inp, &m->vision);
         if (st != KILN_OK) {
             kiln_model_free(m);
             return st;
@@ -509,6 +546,7 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info) {
     info->n_vocab = m->hp.n_vocab;
     info->n_ctx_train = m->hp.n_ctx_train;
     info->n_embd = m->hp.n_embd;
+    info->n_embd_inp = m->hp.n_embd_inp;
     info->n_layer = m->hp.n_layer;
     info->n_head = m->hp.n_head;
     info->n_head_kv = m->hp.n_head_kv;

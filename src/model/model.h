@@ -79,6 +79,9 @@ typedef struct kl_hparams {
      * sequence's context exceeds rope.n_ctx_orig; NULL: rope's always */
     const float *rope_factors_long;
     int n_cls_out; /* outputs of a classification head (rank pooling), 0: none */
+    /* floats of an input embedding row (kiln_batch_inputs.embd): n_embd, or
+     * n_embd * (1 + deepstack layers) for qwen3vl */
+    int n_embd_inp;
 } kl_hparams;
 
 /* What a sequence of this model holds besides its length: the KV cache of
@@ -91,6 +94,7 @@ typedef struct kl_seq_shape {
      * (the family's memory); NULL: n_head_kv and hd everywhere */
     const int32_t *layer_n_head_kv, *layer_hd;
     int v_in_k;         /* 1: V is each K row itself (a latent, MLA), not stored apart */
+    int pos_cells;      /* 1: each cell keeps the M-RoPE position of the token after it (kl_kv.rnext) */
     size_t rs_floats;   /* recurrent state per sequence */
     size_t roll_floats; /* recorded inputs of a rollback run (state.h) */
 } kl_seq_shape;
@@ -231,6 +235,10 @@ void kl_bind_fail(kl_binder *B, const char *fmt, ...) __attribute__((format(prin
 int64_t kl_meta_int(const kiln_model *m, const char *suffix, int64_t def);
 double kl_meta_float(const kiln_model *m, const char *suffix, double def);
 const gguf_kv *kl_meta_kv(const kiln_model *m, const char *suffix);
+/* Reads rope.dimension_sections (up to 4 counts of angle pairs, summing
+ * to at most n_rot / 2) into hp.rope.sections with hp.rope.mrope = kind
+ * (KK_MROPE or KK_IMROPE); -1 with err on a missing or bad key. */
+int kl_rope_sections(kiln_model *m, int kind, char *err, size_t errlen);
 
 /* ---- KV cache (kv.c) ----
  * Memory is blocks of KL_KV_BLOCK token cells, in F16, F32 or Q8_0 (a head
@@ -297,7 +305,12 @@ typedef struct kl_kv {
     uint8_t *hashed; /* 1 when registered in the table */
     uint64_t *bhash; /* its key when registered */
     int32_t *btok;   /* [n_blocks][KL_KV_BLOCK] its tokens when registered */
-    int32_t *chain;  /* next block in the same bucket, -1 ends */
+    /* [n_blocks][KL_KV_BLOCK] M-RoPE: the position the token after each
+     * cell takes (1 + the largest t, h or w so far), and the text position
+     * of the first token of the image the cell belongs to (-1: text); NULL
+     * without sections */
+    int32_t *rnext, *rbase;
+    int32_t *chain; /* next block in the same bucket, -1 ends */
     int32_t *lru_prev, *lru_next;
     int32_t lru_head, lru_tail;             /* unreferenced registered blocks, head oldest */
     int32_t n_cached;                       /* blocks in the LRU list */
@@ -369,6 +382,15 @@ uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type);
  * (KL_CUDA_HEADROOM included): what the load and kiln_context_new keep
  * free besides the weights and the KV cache. */
 uint64_t kl_cuda_act_bytes(const kiln_model *m, int n_batch, int n_seq);
+/* The M-RoPE position a token at position len of seq takes when it is
+ * text (the cells before it say it, and text after them counts on by 1;
+ * len without kv->rnext). */
+int32_t kl_kv_rope_next(const kl_kv *kv, int seq, int32_t len);
+/* The image base of the cell before position len of seq (kl_kv.rbase; -1:
+ * text, or none). */
+int32_t kl_kv_rope_base(const kl_kv *kv, int seq, int32_t len);
+
+enum { KL_MPOS = 6 };
 
 struct kiln_context {
     kiln_model *m;
@@ -382,8 +404,10 @@ struct kiln_context {
     int32_t *b_pos, *b_seq; /* [n_batch] positions and sequences */
     int32_t *b_see;         /* [n_batch] the last position each token sees (kbe_step.see) */
     int b_bidi;             /* 1: some token of the batch sees past itself */
-    const float *b_embd;    /* [n][n_embd] rows of the batch's image tokens (kiln_batch_inputs), NULL */
+    const float *b_embd;    /* [n][n_embd_inp] rows of the batch's image tokens (kiln_batch_inputs), NULL */
     const int32_t *b_mpos;  /* [n][4] multimodal RoPE positions (kiln_batch_inputs), NULL */
+    int32_t *b_mrope;       /* [n_batch][KL_MPOS] M-RoPE positions (t, h, w, e), the next text position,
+                               the image's base (decoder.c) when kv.rnext */
     int32_t *out_idx;       /* batch index -> logits row, -1 if none */
     /* attention (decoder.c) */
     float *rope_cs;  /* [n_batch][n_rot] rotation tables */

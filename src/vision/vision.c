@@ -27,10 +27,14 @@
 #include <string.h>
 
 extern const vision_proj vision_proj_gemma3;
+extern const vision_proj vision_proj_qwen2vl, vision_proj_qwen25vl, vision_proj_qwen3vl;
 
 /* The projector types kiln runs, one row each. */
 static const vision_proj *const k_projs[] = {
     &vision_proj_gemma3,
+    &vision_proj_qwen2vl,
+    &vision_proj_qwen25vl,
+    &vision_proj_qwen3vl,
 };
 
 /* Sanity bounds on a file's hyperparameters (the largest released encoders
@@ -266,7 +270,8 @@ kiln_status vision_load(const char *path, int32_t n_embd_text, vision_model **ou
     vm->n_embd_text = n_embd_text;
     pthread_mutex_init(&vm->mu, NULL);
     if (proj->defaults) proj->defaults(&vm->hp);
-    if (read_hparams(vm, err, sizeof err) || bind_vit(vm, err, sizeof err) || proj->bind(vm, err, sizeof err)) {
+    if (read_hparams(vm, err, sizeof err) || (!proj->own_vit && bind_vit(vm, err, sizeof err)) ||
+        proj->bind(vm, err, sizeof err)) {
         kiln_status st = strstr(err, "out of memory")      ? KILN_ERR_NOMEM
                          : strstr(err, "cannot compute")   ? KILN_ERR_UNSUPPORTED
                          : strstr(err, "is not supported") ? KILN_ERR_UNSUPPORTED
@@ -578,6 +583,24 @@ static kiln_status image_pixels(const kiln_image_input *in, vision_image *im, ui
     return KILN_OK;
 }
 
+/* The prompt's M-RoPE rows (kiln_batch_inputs.mpos): text -1, image i's
+ * token r * nx + c (0, r, c, 0) from its first token img_at[i]. */
+static kiln_status fill_mpos(vision_prompt *out, int32_t n_images, const int32_t *img_at, const int32_t *img_nx,
+                             const int32_t *img_ny) {
+    out->mpos = kb_malloc((size_t)out->n_tok * 4 * sizeof *out->mpos);
+    if (!out->mpos) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < (size_t)out->n_tok * 4; i++) out->mpos[i] = -1;
+    for (int32_t i = 0; i < n_images; i++)
+        for (int32_t k = 0; k < img_nx[i] * img_ny[i] && img_at[i] + k < out->n_tok; k++) {
+            int32_t *r = out->mpos + (size_t)(img_at[i] + k) * 4;
+            r[0] = 0;
+            r[1] = k / img_nx[i];
+            r[2] = k % img_nx[i];
+            r[3] = 0;
+        }
+    return KILN_OK;
+}
+
 kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
                                 const kiln_image_input *images, int32_t n_images, vision_prompt *out) {
     memset(out, 0, sizeof *out);
@@ -592,7 +615,7 @@ kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int
     if (markers && markers != n_images)
         return kb_fail(KILN_ERR_INVALID_ARG, "the prompt has %d image markers for %d images", markers, n_images);
     vision_model *vm = m ? m->vision : NULL;
-    out->n_embd = m ? m->hp.n_embd : 0;
+    out->n_embd = m ? m->hp.n_embd_inp : 0;
     int32_t cap = 0;
     kiln_status st = KILN_OK;
     kpool *pool = NULL;
@@ -600,6 +623,7 @@ kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int
     const char *rest = text;
     size_t rest_len = len;
     int first = 1;
+    int32_t img_at[VISION_MAX_IMAGES], img_nx[VISION_MAX_IMAGES] = {0}, img_ny[VISION_MAX_IMAGES] = {0};
     for (int i = 0; i < n_images && st == KILN_OK; i++) {
         /* the text before this image */
         if (markers) {
@@ -638,6 +662,8 @@ kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int
         if (!st) {
             const uint32_t hh = (uint32_t)dg[0] << 24 | (uint32_t)dg[1] << 16 | (uint32_t)dg[2] << 8 | dg[3];
             for (int32_t k = 0; k < nt; k++) out->tok[out->n_tok + k] = vision_token_id(hh, (uint32_t)k);
+            img_at[i] = out->n_tok;
+            if (vm->proj->grid) vm->proj->grid(vm, im.w, im.h, &img_nx[i], &img_ny[i]);
             out->n_tok += nt;
             out->n_rows += nt;
             st = push_text(m, out, &cap, vm->proj->end, strlen(vm->proj->end), 0, 1);
@@ -646,6 +672,7 @@ kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int
     }
     if (!st) st = push_text(m, out, &cap, rest, rest_len, first && add_special, parse_special);
     kpool_free(pool);
+    if (!st && n_images && m->hp.rope.mrope && vm->proj->grid) st = fill_mpos(out, n_images, img_at, img_nx, img_ny);
     if (st) vision_prompt_free(out);
     return st;
 }

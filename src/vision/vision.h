@@ -78,6 +78,7 @@ typedef struct vision_proj {
     const char *type;        /* clip.projector_type, e.g. "gemma3" */
     const char *begin, *end; /* text around an image's tokens ("": none) */
     int bidirectional;       /* 1: an image's tokens attend to each other both ways */
+    int own_vit;             /* 1: bind reads the whole encoder itself (no shared ViT binding) */
     /* Sets the type's hyperparameter defaults (hp.n_merge ...) before the
      * file's keys are read. */
     void (*defaults)(vision_hp *hp);
