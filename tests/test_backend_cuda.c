@@ -1,14 +1,16 @@
 /* The CUDA backend's whole path on the mock device (tests/cuda_mock.cpp,
  * named by KILN_CUDA_DRIVER): the bundled stories260K model and the dense
- * F32/F16 fixtures run through src/backend/cuda.c, every launch on the
- * kernel emulator, and must give the CPU's greedy ids, with the prompt's
+ * F32/F16 fixtures, the hybrid ones (qwen35, qwen35moe in F32 and Q8_0,
+ * qwen3next) and the dense family's MoE (qwen3moe) run through
+ * src/backend/cuda.c, every launch on the kernel emulator, and must give the CPU's greedy ids, with the prompt's
  * last logits within LOGIT_TOL (relative to the largest logit) of the
  * CPU's, and for the fixtures' whole prompt within LOGIT_TOL of their
  * float64 reference logits too.  LOGIT_TOL is test_models' bound for the
  * CPU's F16 cache against that reference: attention accumulates in F32 on
  * the GPU where the CPU rounds to F16 (below 256 positions), the GEMM
  * rounds activations to F16, and sums go in another order (measured: up to
- * 2.7e-3 between the two backends, qwen3's prompt).  What the
+ * 4.4e-3 between the two backends, qwen35's prompt; the Q8_0 fixture has
+ * its own bounds, see main).  What the
  * backend has no kernel for is refused at load or at context creation.
  * Without the mock (or a GPU) it is skipped (77). */
 #include "kiln.h"
@@ -83,9 +85,9 @@ static float rel_err(const float *a, const float *b, int n) {
     return diff / big;
 }
 
-/* path on the CPU and on CUDA: the same greedy ids, close logits (the
- * CUDA run's last prompt logits stay in gpu_lg) */
-static void compare(const char *name, const char *path, const int32_t *prompt, int n_prompt, int n) {
+/* path on the CPU and on CUDA: the same greedy ids, logits within tol of
+ * the CPU's (the CUDA run's last prompt logits stay in gpu_lg) */
+static void compare_tol(const char *name, const char *path, const int32_t *prompt, int n_prompt, int n, float tol) {
     int32_t cpu_ids[64], gpu_ids[64];
     int nv = 0, nv2 = 0;
     CHECKF(run(path, KILN_ENGINE_BACKEND_CPU, prompt, n_prompt, n, cpu_ids, cpu_lg, &nv) == 0, "%s on the CPU", name);
@@ -96,10 +98,16 @@ static void compare(const char *name, const char *path, const int32_t *prompt, i
     printf("%-12s prompt %2d tokens, %2d greedy steps: ids %s, logits rel diff %.2e from the CPU's\n", name, n_prompt,
            n, same ? "identical" : "DIFFERENT", e);
     CHECKF(same, "%s: greedy ids differ between the CPU and CUDA", name);
-    CHECKF(e <= LOGIT_TOL, "%s: logits differ by %g (relative)", name, e);
+    CHECKF(e <= tol, "%s: logits differ by %g (relative)", name, e);
 }
 
-static void fixture(const char *name, int n) {
+static void compare(const char *name, const char *path, const int32_t *prompt, int n_prompt, int n) {
+    compare_tol(name, path, prompt, n_prompt, n, LOGIT_TOL);
+}
+
+/* cpu_tol, ref_tol: the bounds against the CPU's logits and the float64
+ * reference (0: LOGIT_TOL) */
+static void fixture(const char *name, int n, float cpu_tol, float ref_tol) {
     char path[256];
     snprintf(path, sizeof path, "data/fixtures/%s.json", name);
     json_error_t je;
@@ -111,8 +119,9 @@ static void fixture(const char *name, int n) {
     int np = (int)json_array_size(pj);
     for (int i = 0; i < np && i < 64; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(pj, (size_t)i));
     snprintf(path, sizeof path, "data/fixtures/%s.gguf", name);
-    compare(name, path, prompt, np < 8 ? np : 8, n); /* decode products only (matvec) */
-    compare(name, path, prompt, np < 64 ? np : 64, n);
+    if (cpu_tol <= 0.0f) cpu_tol = LOGIT_TOL;
+    compare_tol(name, path, prompt, np < 8 ? np : 8, n, cpu_tol); /* decode products only (matvec) */
+    compare_tol(name, path, prompt, np < 64 ? np : 64, n, cpu_tol);
     snprintf(path, sizeof path, "data/fixtures/%s", json_string_value(json_object_get(j, "logits_file")));
     size_t lb;
     float *ref = (float *)t_read_file(path, &lb);
@@ -120,8 +129,9 @@ static void fixture(const char *name, int n) {
     CHECK(ref && nv > 0 && nv <= 65536);
     if (ref && nv > 0 && nv <= 65536) {
         const float e = rel_err(gpu_lg, ref, nv);
-        printf("%-12s CUDA logits rel err %.2e from the reference (bound %.0e)\n", name, e, LOGIT_TOL);
-        CHECKF(e <= LOGIT_TOL, "%s: CUDA logits %g from the reference", name, e);
+        const float bound = ref_tol > 0.0f ? ref_tol : LOGIT_TOL;
+        printf("%-12s CUDA logits rel err %.2e from the reference (bound %.0e)\n", name, e, bound);
+        CHECKF(e <= bound, "%s: CUDA logits %g from the reference", name, e);
     }
     free(ref);
     json_decref(j);
@@ -149,13 +159,30 @@ int main(void) {
     const int32_t story[12] = {1, 274, 287, 381, 261, 352, 266, 300, 410, 290, 330, 261};
     compare("stories260K", "../models/stories260K.gguf", story, 12, 24);
     compare("stories260K", "../models/stories260K.gguf", story, 3, 8);
-    fixture("llama", 4);
-    fixture("qwen2", 4);
-    fixture("qwen3", 4);
+    fixture("llama", 4, 0.0f, 0.0f);
+    fixture("qwen2", 4, 0.0f, 0.0f);
+    fixture("qwen3", 4, 0.0f, 0.0f);
+    /* the hybrid family: Gated DeltaNet, gated attention, MoE with a
+     * gated shared expert */
+    fixture("qwen35", 4, 0.0f, 0.0f);
+    fixture("qwen35moe", 4, 0.0f, 0.0f);
+    fixture("qwen3next", 4, 0.0f, 0.0f);
+    /* Q8_0: the CPU rounds a product's activations to Q8_0 blocks (as
+     * llama.cpp does, and the fixture's reference with it), the GPU takes
+     * them in F32, and this random network amplifies activation rounding
+     * (gen_fixtures.py): measured 1.2e-1 from the CPU's logits after 8
+     * tokens, 2.4e-2 from both after 40; the reference bound is
+     * test_models' for the CPU's F16 cache.  Greedy ids stay identical. */
+    fixture("qwen35moe-q8_0", 4, 0.15f, 3e-2f);
+    /* the dense family's MoE (qwen3moe: softmax routing, no shared expert) */
+    const int32_t moe_prompt[19] = {1,   410, 447, 410, 456, 425, 417, 316, 410, 325,
+                                    330, 352, 379, 419, 308, 420, 277, 428, 415};
+    compare("qwen3moe", "data/arch/qwen3moe-f32.gguf", moe_prompt, 19, 8);
+    compare("qwen3moe", "data/arch/qwen3moe-f32.gguf", moe_prompt, 5, 8);
 
     /* families and features without kernels are refused at load, in one line */
     m = NULL;
-    CHECK(kiln_model_load("data/fixtures/qwen35moe.gguf", &mp, &m) == KILN_ERR_UNSUPPORTED && !m);
+    CHECK(kiln_model_load("data/arch/gemma3-f32.gguf", &mp, &m) == KILN_ERR_UNSUPPORTED && !m);
     CHECKF(strstr(kiln_last_error(), "CUDA backend has no kernels") != NULL, "%s", kiln_last_error());
     printf("refused: %s\n", kiln_last_error());
     return t_done();

@@ -276,14 +276,14 @@ static int prepare(kiln_model *m, char *err, size_t errlen) {
 }
 
 /* What a model needs that the CUDA backend has no kernel for yet, in buf
- * (NULL: nothing): only the dense family's plain attention and SwiGLU FFN
- * run. */
+ * (NULL: nothing): the dense family (plain attention, SwiGLU or
+ * mixture-of-experts FFN) and the hybrid one (Gated DeltaNet and gated
+ * attention) run. */
 static const char *cuda_missing(const kiln_model *m, char *buf, size_t cap) {
-    if (m->arch->family != &kl_family_dense) {
+    if (m->arch->family != &kl_family_dense && m->arch->family != &kl_family_hybrid) {
         snprintf(buf, cap, "the %s family", m->arch->family->name);
         return buf;
     }
-    if (gguf_find_tensor(m->gf, "blk.0.ffn_gate_inp.weight")) return "mixture-of-experts layers";
     if (kl_meta_float(m, "attention.temperature_scale", 0.0) != 0.0) return "a query temperature";
     if (m->hp.rope_factors_long) return "LongRoPE";
     if (m->hp.hd_k != m->hp.hd_v || m->hp.hd_k > 256 || m->hp.hd_k % 2) return "this attention head size";
