@@ -137,6 +137,130 @@ static void fixture(const char *name, int n, float cpu_tol, float ref_tol) {
     json_decref(j);
 }
 
+/* tokens of seq s at its end; the last one's logits into lg (n_vocab) */
+static int feed(kiln_context *c, int s, const int32_t *tok, int n, float *lg, int nv) {
+    int32_t seq[64];
+    int8_t want[64] = {0};
+    for (int i = 0; i < n; i++) seq[i] = s;
+    want[n - 1] = 1;
+    kiln_batch b = {n, tok, NULL, seq, want};
+    if (kiln_decode(c, &b) != KILN_OK) return -1;
+    memcpy(lg, kiln_get_logits(c, n - 1), (size_t)nv * sizeof(float));
+    return 0;
+}
+
+/* The recurrent state's other paths on backend be, for a hybrid fixture
+ * (the CPU first, as the control): three
+ * sequences interleaved in one batch (runs, the rows put back in batch
+ * order) give what each gives alone; the prefix cache (a state snapshot
+ * captured mid-prompt, restored into another sequence); a run of drafts
+ * recorded (every token's logits asked for) and cut back inside it (the
+ * state restored and the kept tokens replayed) gives what feeding the
+ * kept tokens gives (the KV block shared with the prefix cache copied on
+ * write, cell-major on CUDA).  Logits within LOGIT_TOL with the same
+ * argmax: the batches differ, so products take matvec or the GEMM. */
+static void state_paths(const char *name, int be) {
+    char path[256];
+    snprintf(path, sizeof path, "data/fixtures/%s.json", name);
+    json_t *j = json_load_file(path, 0, NULL);
+    CHECK(j != NULL);
+    if (!j) return;
+    json_t *pj = json_object_get(j, "prompt_ids");
+    int32_t prompt[64];
+    const int np = (int)json_array_size(pj) < 40 ? (int)json_array_size(pj) : 40;
+    for (int i = 0; i < np; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(pj, (size_t)i));
+    json_decref(j);
+    snprintf(path, sizeof path, "data/fixtures/%s.gguf", name);
+    kiln_model_params mp = kiln_model_default_params();
+    mp.backend = be;
+    kiln_model *m = NULL;
+    CHECKF(kiln_model_load(path, &mp, &m) == KILN_OK, "%s", kiln_last_error());
+    if (!m) return;
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    const int V = info.n_vocab;
+    kiln_context_params cp = kiln_context_default_params();
+    cp.n_ctx = 128;
+    cp.n_seq_max = 3;
+    cp.n_threads = 1;
+    kiln_context *c = NULL;
+    CHECKF(kiln_context_new(m, &cp, &c) == KILN_OK, "%s", kiln_last_error());
+    float *cold = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V), *alone = malloc(sizeof(float) * 3 * V);
+    int ok = c && cold && lg && alone && V <= 65536;
+    /* three sequences alone, then interleaved in one batch */
+    const int lens[3] = {np, np - 5, 23};
+    for (int s = 0; ok && s < 3; s++) {
+        CHECK(kiln_seq_truncate(c, 0, 0) == KILN_OK);
+        CHECK(feed(c, 0, prompt + s, lens[s], alone + (size_t)s * V, V) == 0);
+    }
+    memcpy(cold, alone, sizeof(float) * V);
+    if (ok) {
+        CHECK(kiln_seq_truncate(c, 0, 0) == KILN_OK);
+        int32_t tok[128], seq[128];
+        int8_t want[128] = {0};
+        int n = 0, last[3] = {0};
+        for (int i = 0; i < np; i++)
+            for (int s = 0; s < 3; s++)
+                if (i < lens[s]) {
+                    tok[n] = prompt[s + i];
+                    seq[n] = s;
+                    want[n] = i == lens[s] - 1;
+                    if (want[n]) last[s] = n;
+                    n++;
+                }
+        kiln_batch b = {n, tok, NULL, seq, want};
+        CHECK(kiln_decode(c, &b) == KILN_OK);
+        for (int s = 0; s < 3; s++) {
+            const float *l = kiln_get_logits(c, last[s]);
+            const float e = l ? rel_err(l, alone + (size_t)s * V, V) : 1.0f;
+            CHECKF(l && e <= LOGIT_TOL && argmax(l, V) == argmax(alone + (size_t)s * V, V),
+                   "%s: sequence %d batched with others: %g from alone", name, s, e);
+        }
+        for (int s = 0; s < 3; s++) kiln_seq_truncate(c, s, 0);
+    }
+    /* the prefix cache */
+    if (ok) {
+        CHECK(feed(c, 0, prompt, np, lg, V) == 0);
+        CHECK(kiln_seq_cache(c, 0, prompt, np) == KILN_OK);
+        const int32_t got = kiln_seq_reuse(c, 1, prompt, np);
+        CHECKF(got > 0 && got < np, "%s: reused %d tokens", name, got);
+        if (got > 0 && got < np) CHECK(feed(c, 1, prompt + got, np - got, lg, V) == 0);
+        const float e = rel_err(lg, cold, V);
+        CHECKF(e <= LOGIT_TOL && argmax(lg, V) == argmax(cold, V), "%s: a prefix-cache hit: %g from cold", name, e);
+        kiln_kv_stats st;
+        kiln_kv_get_stats(c, &st);
+        CHECK(st.state_restores >= 1 && st.state_snapshots >= 1);
+        printf("%-12s prefix cache: %d of %d tokens reused, logits %.2e from cold\n", name, got, np, e);
+        kiln_seq_truncate(c, 1, 0);
+    }
+    /* drafts: 4 tokens with every logit asked for, cut back to 2 of them,
+     * then another token; against the same tokens fed to a fresh sequence */
+    if (ok) {
+        const int32_t drafts[4] = {prompt[3], prompt[7], prompt[11], prompt[13]}, next = prompt[17];
+        int32_t seq[4] = {0, 0, 0, 0};
+        int8_t want[4] = {1, 1, 1, 1};
+        kiln_batch b = {4, drafts, NULL, seq, want};
+        CHECK(kiln_decode(c, &b) == KILN_OK);
+        CHECKF(kiln_seq_truncate(c, 0, np + 2) == KILN_OK, "%s: truncate into the drafts: %s", name,
+               kiln_context_error(c));
+        CHECK(feed(c, 0, &next, 1, lg, V) == 0);
+        int32_t ref_tok[64];
+        memcpy(ref_tok, prompt, sizeof(int32_t) * np);
+        ref_tok[np] = drafts[0];
+        ref_tok[np + 1] = drafts[1];
+        ref_tok[np + 2] = next;
+        CHECK(feed(c, 2, ref_tok, np + 3, cold, V) == 0);
+        const float e = rel_err(lg, cold, V);
+        CHECKF(e <= LOGIT_TOL && argmax(lg, V) == argmax(cold, V), "%s: drafts cut back: %g from fed", name, e);
+        printf("%-12s drafts cut back (replay): logits %.2e from the tokens fed\n", name, e);
+    }
+    free(cold);
+    free(lg);
+    free(alone);
+    kiln_context_free(c);
+    kiln_model_free(m);
+}
+
 int main(void) {
     kiln_model_params mp = kiln_model_default_params();
     mp.backend = KILN_ENGINE_BACKEND_CUDA;
@@ -174,6 +298,8 @@ int main(void) {
      * tokens, 2.4e-2 from both after 40; the reference bound is
      * test_models' for the CPU's F16 cache.  Greedy ids stay identical. */
     fixture("qwen35moe-q8_0", 4, 0.15f, 3e-2f);
+    state_paths("qwen35", KILN_ENGINE_BACKEND_CPU);
+    state_paths("qwen35", KILN_ENGINE_BACKEND_CUDA);
     /* the dense family's MoE (qwen3moe: softmax routing, no shared expert) */
     const int32_t moe_prompt[19] = {1,   410, 447, 410, 456, 425, 417, 316, 410, 325,
                                     330, 352, 379, 419, 308, 420, 277, 428, 415};

@@ -211,8 +211,15 @@ static void drop_block(kl_kv *kv, int32_t b) {
     }
 }
 
-/* The first n cells of block src into block dst, head by head. */
+/* The first n cells of block src into block dst, head by head (on CUDA,
+ * whose blocks are cell-major (backend/cuda.h), the block's first n cells
+ * in one copy). */
 static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
+    if (kv->be->kind == KBE_CUDA) {
+        kv->be->copy((uint8_t *)kv->mem + (size_t)dst * kv->block_bytes,
+                     (uint8_t *)kv->mem + (size_t)src * kv->block_bytes, (size_t)n * (kv->block_bytes / KL_KV_BLOCK));
+        return;
+    }
     for (int l = 0; l < kv->n_layer; l++) {
         const size_t run = (size_t)KL_KV_BLOCK * kv->l_hrow[l], bytes = (size_t)n * kv->l_hrow[l];
         for (int h = 0; h < kv->l_hkv[l]; h++) {
