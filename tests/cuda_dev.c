@@ -260,17 +260,20 @@ static size_t cells_used(const int32_t *tables, int n_tables, int table_stride, 
 
 void cr_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
                     const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head, int n_kv_head,
-                    int hd, float scale, int split_len, int n_split, float *out, int64_t out_stride) {
+                    int hd, float scale, int split_len, int n_split, int window, const float *sinks, float *out,
+                    int64_t out_stride) {
     const size_t cache = 2 * cells_used(tables, n_seq, table_stride, n_kv) * cell_stride;
     cu_ptr dq = up(q, sizeof(float) * n_seq * q_stride), dk = up(k, cache), dv = up(v, cache);
     cu_ptr dt = up(tables, sizeof(int32_t) * n_seq * table_stride), dn = up(n_kv, sizeof(int32_t) * n_seq);
     cu_ptr dpart = up(NULL, sizeof(float) * n_seq * n_head * n_split * (hd + 2));
     cu_ptr dout = up(out, sizeof(float) * n_seq * out_stride);
-    void *a1[] = {&dq, &q_stride, &dk,        &dv, &cell_stride, &dt,        &table_stride,
-                  &dn, &n_head,   &n_kv_head, &hd, &scale,       &split_len, &dpart};
+    cu_ptr dsink = sinks ? up(sinks, sizeof(float) * n_head) : 0;
+    void *a1[] = {&dq,     &q_stride,  &dk, &dv,    &cell_stride, &dt,     &table_stride, &dn,
+                  &n_head, &n_kv_head, &hd, &scale, &split_len,   &window, &dpart};
     run("kcu_attn_decode", (unsigned)n_head, (unsigned)n_split, (unsigned)n_seq, 32 * KCU_ATT_WARPS, a1);
-    void *a2[] = {&dpart, &n_split, &n_head, &hd, &dout, &out_stride};
+    void *a2[] = {&dpart, &n_split, &n_head, &hd, &dsink, &dout, &out_stride};
     run("kcu_attn_combine", (unsigned)n_head, (unsigned)n_seq, 1, 64, a2);
+    if (dsink) drop(dsink);
     down(out, dout, sizeof(float) * n_seq * out_stride);
     drop(dq);
     drop(dk);

@@ -127,13 +127,14 @@ void cr_kv_write(const float *src, int64_t src_stride, int n_tok, uint16_t *cach
 
 void cr_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
                     const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head, int n_kv_head,
-                    int hd, float scale, int split_len, int n_split, float *out, int64_t out_stride) {
+                    int hd, float scale, int split_len, int n_split, int window, const float *sinks, float *out,
+                    int64_t out_stride) {
     std::vector<float> part((size_t)n_seq * n_head * n_split * (hd + 2));
     float *p = part.data();
     L(kcu_attn_decode, dim3((unsigned)n_head, (unsigned)n_split, (unsigned)n_seq), dim3(32 * KCU_ATT_WARPS), q,
-      q_stride, k, v, cell_stride, tables, table_stride, n_kv, n_head, n_kv_head, hd, scale, split_len, p);
-    L(kcu_attn_combine, dim3((unsigned)n_head, (unsigned)n_seq), dim3(64), (const float *)p, n_split, n_head, hd, out,
-      out_stride);
+      q_stride, k, v, cell_stride, tables, table_stride, n_kv, n_head, n_kv_head, hd, scale, split_len, window, p);
+    L(kcu_attn_combine, dim3((unsigned)n_head, (unsigned)n_seq), dim3(64), (const float *)p, n_split, n_head, hd, sinks,
+      out, out_stride);
 }
 
 void cr_attn_prefill(const float *q, int64_t tok_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,

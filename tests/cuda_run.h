@@ -40,10 +40,12 @@ void cr_argmax(const float *x, int64_t x_stride, int rows, int n, int32_t *out, 
 void cr_kv_write(const float *src, int64_t src_stride, int n_tok, uint16_t *cache, int64_t cell_stride, int64_t offset,
                  const int32_t *cell, int n);
 /* Split-K decode attention (kcu_attn_decode + kcu_attn_combine) with
- * n_split splits of split_len positions. */
+ * n_split splits of split_len positions; window (0: none) and sinks
+ * [n_head] (NULL: none) as kbe_attn_opts'. */
 void cr_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
                     const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head, int n_kv_head,
-                    int hd, float scale, int split_len, int n_split, float *out, int64_t out_stride);
+                    int hd, float scale, int split_len, int n_split, int window, const float *sinks, float *out,
+                    int64_t out_stride);
 void cr_attn_prefill(const float *q, int64_t tok_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
                      const int32_t *table, int n_past, int n_tok, int n_head, int n_kv_head, int hd, float scale,
                      float *out);

@@ -388,8 +388,8 @@ static cache make_cache(int n_blocks, int n_kv_head, int hd) {
     return c;
 }
 
-static void ref_attn(const cache *c, const float *q, const int32_t *table, int n_pos, int kvh, int hd, float scale,
-                     float *out) {
+static void ref_attn_opts(const cache *c, const float *q, const int32_t *table, int n_pos, int kvh, int hd, float scale,
+                          int window, const float *sink, float *out) {
     float *scratch = malloc(sizeof(float) * kk_attn_scratch(1, 1, hd, n_pos));
     kk_attn_f16 a = {.q = q,
                      .nq = 1,
@@ -405,10 +405,17 @@ static void ref_attn(const cache *c, const float *q, const int32_t *table, int n
                      .row_stride = (size_t)c->cell_stride,
                      .scale = scale,
                      .acc_f32 = 1,
+                     .window = window,
+                     .sink = sink,
                      .out = out,
                      .scratch = scratch};
     kk_ops_at(KQ_ISA_SCALAR)->attn_f16(&a);
     free(scratch);
+}
+
+static void ref_attn(const cache *c, const float *q, const int32_t *table, int n_pos, int kvh, int hd, float scale,
+                     float *out) {
+    ref_attn_opts(c, q, table, n_pos, kvh, hd, scale, 0, NULL, out);
 }
 
 /* block tables [n_seq][table_stride]: a permutation of the cache's blocks dealt out */
@@ -428,8 +435,13 @@ static int32_t *make_tables(int n_blocks, int n_seq, int table_stride) {
 }
 
 static void test_attn_decode(void) {
-    static const int hds[] = {64, 80, 128, 256};
-    for (int i = 0; i < 4; i++) {
+    static const int hds[] = {64, 80, 128, 256, 64, 128};
+    for (int i = 0; i < 6; i++) {
+        /* cases 4 and 5: a sliding window (past the first split) and sinks */
+        const int window = i == 4 ? 40 : i == 5 ? 7 : 0;
+        float sinks[8];
+        for (int h = 0; h < 8; h++) sinks[h] = rndf() * 3.0f;
+        const float *sk = i >= 4 ? sinks : NULL;
         const int hd = hds[i], n_seq = 3, n_head = i == 1 ? 2 : 8, n_kv_head = i == 1 ? 2 : 2, table_stride = 8;
         const cache c = make_cache(n_seq * table_stride, n_kv_head, hd);
         int32_t *tables = make_tables(c.n_blocks, n_seq, table_stride);
@@ -441,16 +453,17 @@ static void test_attn_decode(void) {
         fill(q, (size_t)qs * n_seq, 2.0f);
         const float scale = 1.0f / sqrtf((float)hd);
         cr_attn_decode(q, qs, c.k, c.v, c.cell_stride, tables, table_stride, n_kv, n_seq, n_head, n_kv_head, hd, scale,
-                       split_len, n_split, out, qs);
+                       split_len, n_split, window, sk, out, qs);
         int bad = 0;
         for (int s = 0; s < n_seq; s++)
             for (int h = 0; h < n_head; h++) {
-                ref_attn(&c, q + s * qs + h * hd, tables + s * table_stride, n_kv[s], h / (n_head / n_kv_head), hd,
-                         scale, ref);
+                ref_attn_opts(&c, q + s * qs + h * hd, tables + s * table_stride, n_kv[s], h / (n_head / n_kv_head), hd,
+                              scale, window, sk ? sk + h : NULL, ref);
                 for (int d = 0; d < hd; d++)
                     if (!(fabsf(out[s * qs + h * hd + d] - ref[d]) <= 2e-4f)) bad++;
             }
-        CHECKF(bad == 0, "attention decode hd=%d split %d x %d: %d wrong", hd, n_split, split_len, bad);
+        CHECKF(bad == 0, "attention decode hd=%d split %d x %d window %d sinks %d: %d wrong", hd, n_split, split_len,
+               window, sk != NULL, bad);
         free(c.k);
         free(c.v);
         free(tables);

@@ -541,8 +541,6 @@ static void upload_tables(kbe_ctx *X) {
 
 static void cuda_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, const kbe_attn_opts *o) {
     if (n <= 0) return;
-    if (o && o->window > 0) unsupported("sliding-window attention");
-    if (o && o->sinks) unsupported("attention sinks");
     kbe_cuda *C = cu_of(X);
     if (!C->tables_ok) upload_tables(X);
     int64_t cell_stride, v_off;
@@ -552,6 +550,8 @@ static void cuda_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, 
     if (hd > KCU_ATT_MAXD || hd % 2) unsupported("this attention head size");
     float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)hd);
     int split_len = CUDA_SPLIT_LEN, n_split = (int)ceil_div(C->max_nkv, CUDA_SPLIT_LEN);
+    int window = o && o->window > 0 ? o->window : 0;
+    const float *sinks = o ? o->sinks : NULL;
     /* tokens in chunks: a grid's z (the decode kernel's queries) and y (the
      * combine's) stop at 65535 */
     const int chunk = n < 32768 ? n : 32768;
@@ -564,11 +564,11 @@ static void cuda_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, 
         float *oc = out + (size_t)i0 * out_stride;
         const int32_t *tables = (const int32_t *)C->tables.p + (size_t)i0 * table_stride;
         const int32_t *n_kv = (const int32_t *)C->n_kv.p + i0;
-        void *da[] = {&qc,   &q_stride, &k,         &v,  &cell_stride, &tables,    &table_stride,
-                      &n_kv, &n_head,   &n_kv_head, &hd, &scale,       &split_len, &part};
+        void *da[] = {&qc,     &q_stride,  &k,  &v,     &cell_stride, &tables, &table_stride, &n_kv,
+                      &n_head, &n_kv_head, &hd, &scale, &split_len,   &window, &part};
         launch("kcu_attn_decode", (unsigned)n_head, (unsigned)n_split, (unsigned)nc, 32 * KCU_ATT_WARPS, da);
         const float *cpart = part;
-        void *ca[] = {&cpart, &n_split, &n_head, &hd, &oc, &out_stride};
+        void *ca[] = {&cpart, &n_split, &n_head, &hd, &sinks, &oc, &out_stride};
         launch("kcu_attn_combine", (unsigned)n_head, (unsigned)nc, 1, 64, ca);
     }
 }

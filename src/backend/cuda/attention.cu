@@ -74,10 +74,13 @@ KCU_DEV void kcu_att_step(kcu_att_state *st, const float qr[2 * KCU_ATT_PAIRS], 
  *   part   [n_seq][n_head][n_split][hd + 2]: the split's output sum, then
  *          its maximum score and its sum of weights (0 when it had none)
  * Positions [s * split_len, (s + 1) * split_len) go to split s = blockIdx.y;
+ * window > 0 keeps only the last window positions a query sees (sliding
+ * window: those before go to no split);
  * n_split = gridDim.y.  blockDim.x = 32 * KCU_ATT_WARPS. */
 KCU_KERNEL void kcu_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const uint16_t *v,
                                 int64_t cell_stride, const int32_t *tables, int table_stride, const int32_t *n_kv,
-                                int n_head, int n_kv_head, int hd, float scale, int split_len, float *part) {
+                                int n_head, int n_kv_head, int hd, float scale, int split_len, int window,
+                                float *part) {
     __shared__ float sm_o[KCU_ATT_WARPS][KCU_ATT_MAXD];
     __shared__ float sm_ml[KCU_ATT_WARPS][2];
     const int h = (int)blockIdx.x, split = (int)blockIdx.y, seq = (int)blockIdx.z;
@@ -85,7 +88,8 @@ KCU_KERNEL void kcu_attn_decode(const float *q, int64_t q_stride, const uint16_t
     const int kvh = h / (n_head / n_kv_head);
     const int32_t *table = tables + (int64_t)seq * table_stride;
     const int n = n_kv[seq];
-    const int t0 = split * split_len, t1 = min(n, t0 + split_len);
+    const int lo = window > 0 && n > window ? n - window : 0;
+    const int t0 = max(split * split_len, lo), t1 = min(n, split * split_len + split_len);
     float qr[2 * KCU_ATT_PAIRS];
     kcu_att_load_q(q + (int64_t)seq * q_stride + (int64_t)h * hd, hd, qr);
     kcu_att_state st;
@@ -126,15 +130,17 @@ KCU_KERNEL void kcu_attn_decode(const float *q, int64_t q_stride, const uint16_t
 }
 
 /* out [n_seq][n_head][hd] (sequences out_stride floats apart) from the
- * n_split partials of kcu_attn_decode.  grid = (n_head, n_seq), any
- * blockDim.x. */
-KCU_KERNEL void kcu_attn_combine(const float *part, int n_split, int n_head, int hd, float *out, int64_t out_stride) {
+ * n_split partials of kcu_attn_decode; sinks [n_head] (NULL: none) adds
+ * each head's sink logit to its softmax, with no value (kk_attn_inv).
+ * grid = (n_head, n_seq), any blockDim.x. */
+KCU_KERNEL void kcu_attn_combine(const float *part, int n_split, int n_head, int hd, const float *sinks, float *out,
+                                 int64_t out_stride) {
     const int h = (int)blockIdx.x, seq = (int)blockIdx.y;
     const float *p = part + ((int64_t)seq * n_head + h) * n_split * (hd + 2);
-    float m = -INFINITY;
+    float m = sinks ? sinks[h] : -INFINITY;
     for (int s = 0; s < n_split; s++)
         if (p[s * (hd + 2) + hd + 1] > 0.0f) m = fmaxf(m, p[s * (hd + 2) + hd]);
-    float l = 0.0f;
+    float l = sinks ? kcu_expf(sinks[h] - m) : 0.0f;
     for (int s = 0; s < n_split; s++) {
         const float *ps = p + s * (hd + 2);
         if (ps[hd + 1] > 0.0f) l += ps[hd + 1] * kcu_expf(ps[hd] - m);
