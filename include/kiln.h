@@ -161,15 +161,18 @@ const char *kiln_availability_str(kiln_availability a);
 typedef struct kiln_model kiln_model;
 
 typedef struct kiln_model_params {
-    int prefetch; /* 1: advise the kernel to read the weights ahead */
-    int repack;   /* 1: copy Q4_0, Q8_0, Q4_K and Q6_K matrices into the 8-row
+    int prefetch;       /* 1: advise the kernel to read the weights ahead */
+    int repack;         /* 1: copy Q4_0, Q8_0, Q4_K and Q6_K matrices into the 8-row
                            interleaved layout at load (faster products; the
                            copies replace the mapped pages in memory, so RSS
                            stays about the same).  Default 1; the environment
                            variable KILN_REPACK=0 turns the default off. */
-    int backend;  /* a kiln_engine_backend: 0 (auto) and 1 run on the CPU;
+    int backend;        /* a kiln_engine_backend: 0 (auto) and 1 run on the CPU;
                      CUDA needs the kernels and a GPU, and runs the dense
                      families only (else KILN_ERR_UNSUPPORTED, one line) */
+    const char *mmproj; /* a multimodal projector (llama.cpp's mmproj GGUF) to
+                           load with the model, so prompts may carry images
+                           (kiln_model_has_vision); NULL: none */
 } kiln_model_params;
 
 kiln_model_params kiln_model_default_params(void);
@@ -179,6 +182,17 @@ kiln_model_params kiln_model_default_params(void);
  * unsupported architecture. */
 kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out);
 void kiln_model_free(kiln_model *m);
+/* 1 when the model was loaded with a projector (it takes images). */
+int32_t kiln_model_has_vision(const kiln_model *m);
+
+/* An image given to a model: an encoded file (PNG, JPEG or WebP) of len
+ * bytes, or, with width and height > 0, raw RGB8 pixels row by row (len ==
+ * width * height * 3).  Borrowed for the call. */
+typedef struct kiln_image_input {
+    const uint8_t *data;
+    size_t len;
+    int32_t width, height;
+} kiln_image_input;
 
 typedef struct kiln_model_info {
     const char *arch; /* general.architecture, e.g. "llama" */
@@ -294,6 +308,22 @@ typedef struct kiln_batch {
 /* Runs the forward pass.  Fails with KILN_ERR_CONTEXT_FULL (and computes
  * nothing) when a sequence would exceed n_ctx. */
 kiln_status kiln_decode(kiln_context *c, const kiln_batch *b);
+/* What a batch may carry beside token ids (NULL members: none).  embd
+ * ([n][n_embd]) gives the input of each token whose id is negative (an
+ * image token: vision_prompt_build's ids), used as is in place of a token
+ * embedding; the rows of other tokens are not read.  For a projector whose
+ * images attend both ways (Gemma 3), a run of negative ids of one sequence
+ * at consecutive positions in one batch is one image, each of its tokens
+ * seeing all of it: feed an image's tokens in one batch.  mpos ([n][4])
+ * gives multimodal RoPE positions (t, h, w, e) for models whose RoPE has
+ * sections: row i relative to its image's first token, t < 0 for a text
+ * token. */
+typedef struct kiln_batch_inputs {
+    const float *embd;
+    const int32_t *mpos;
+} kiln_batch_inputs;
+/* kiln_decode with in (NULL: kiln_decode).  Negative ids need in->embd. */
+kiln_status kiln_decode_inputs(kiln_context *c, const kiln_batch *b, const kiln_batch_inputs *in);
 /* Logits (n_vocab floats) of batch token i from the last decode, or NULL if
  * they were not requested. */
 const float *kiln_get_logits(kiln_context *c, int32_t i);
@@ -1253,10 +1283,14 @@ typedef struct kiln_engine_generate_request {
     kiln_sampler_params sampler;
     kiln_engine_token_fn on_token; /* optional */
     void *user;
-    int urgent;                 /* 1: go ahead of waiting work */
-    kiln_engine_cancel *cancel; /* optional */
-    int32_t n_threads;          /* unused: requests share the model's context, whose
+    int urgent;                     /* 1: go ahead of waiting work */
+    kiln_engine_cancel *cancel;     /* optional */
+    int32_t n_threads;              /* unused: requests share the model's context, whose
                                       threads kiln_engine_set_context_params sets */
+    const kiln_image_input *images; /* [n_images], in the order of the prompt's
+                                       "<__media__>" markers (none: before the
+                                       text); the model needs a projector */
+    int32_t n_images;
 } kiln_engine_generate_request;
 
 kiln_engine_generate_request kiln_engine_generate_default(void);

@@ -8,7 +8,8 @@ set -euo pipefail
 if [ "${1:-}" = "--arm64" ]; then
   arm=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
        libpcre2-dev:arm64 libutf8proc-dev:arm64 libjansson-dev:arm64 libssl-dev:arm64 libcurl4-openssl-dev:arm64
-       libmicrohttpd-dev:arm64 libzip-dev:arm64 libpng-dev:arm64 libsndfile1-dev:arm64 libsamplerate0-dev:arm64
+       libmicrohttpd-dev:arm64 libzip-dev:arm64 libpng-dev:arm64 libjpeg62-turbo-dev:arm64 libwebp-dev:arm64
+       libsndfile1-dev:arm64 libsamplerate0-dev:arm64
        libfftw3-dev:arm64 zlib1g-dev:arm64)
   missing=()
   for p in "${arm[@]}"; do
@@ -26,7 +27,7 @@ fi
 
 pkgs=(build-essential cmake pkg-config clang clang-format
       libpcre2-dev libutf8proc-dev libjansson-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev
-      libzip-dev libpng-dev libvulkan-dev
+      libzip-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libvulkan-dev
       libsndfile1-dev libsamplerate0-dev libfftw3-dev zlib1g-dev espeak-ng
       python3 nodejs chromium nginx-light)
 missing=()

@@ -109,6 +109,10 @@ typedef struct kbe_step {
     int n_rot;
     const int32_t *tile; /* [n_tile + 1]: where each attention tile starts */
     int n_tile;
+    /* [n] the last position each token sees (>= pos: the tokens of an image
+     * that attends both ways see all of it; a tile of their own), NULL:
+     * pos, causal */
+    const int32_t *see;
 } kbe_step;
 
 /* A context's backend state: the device, its ops and the state of the

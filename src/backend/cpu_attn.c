@@ -170,6 +170,12 @@ static void attn_task(void *ud, int ith, int nth) {
         const int nq = h + 1 < (kvh + 1) * group ? 2 : 1;
         const int i = st->tile[tile], nt = st->tile[tile + 1] - i;
         int s = st->seq[i], pos = st->pos[i];
+        /* a token of an image attending both ways (a tile of its own) sees
+         * up to the image's last position, its window still ending where
+         * its own would start */
+        const int see = st->see ? st->see[i] : pos;
+        const int window = j->window > 0 ? j->window + (see - pos) : 0;
+        pos = see;
         const float *q = j->q + ((size_t)i * n_head + h) * hd;
         float *o = j->out + ((size_t)i * n_head + h) * hd;
         const float *sink = j->sinks ? j->sinks + h : NULL;
@@ -188,7 +194,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .block_stride = kv->block_bytes,
                 .row_stride = hrow,
                 .scale = scale,
-                .window = j->window,
+                .window = window,
                 .sink = sink,
                 .out = o,
                 .scratch = scratch,
@@ -212,7 +218,7 @@ static void attn_task(void *ud, int ith, int nth) {
                 .row_stride = (size_t)hd,
                 .scale = scale,
                 .acc_f32 = kbe_attn_acc_f32(pos),
-                .window = j->window,
+                .window = window,
                 .sink = sink,
                 .out = o,
                 .scratch = scratch,
@@ -227,7 +233,7 @@ static void attn_task(void *ud, int ith, int nth) {
             float *oh = o + (size_t)hh * hd;
             float M = -INFINITY, S = 0.0f;
             memset(oh, 0, (size_t)hd * sizeof(float));
-            for (int t = j->window > 0 && pos >= j->window ? pos - j->window + 1 : 0; t <= pos; t++) {
+            for (int t = window > 0 && pos >= window ? pos - window + 1 : 0; t <= pos; t++) {
                 const int64_t cell = kv_cell(kv, s, t);
                 const float *kr = (const float *)khead(kv, j->layer, cell, kvh);
                 const float *vr = (const float *)vhead(kv, j->layer, cell, kvh);

@@ -32,6 +32,10 @@ static const char run_options[] =
     "  --stop TEXT     end the text before TEXT (repeatable, up to 8; default: a store pack's stop)\n"
     "  --ignore-eos    never end at the end-of-text token (generate -n tokens)\n"
     "  --json-schema S the output is JSON that follows the schema S (JSON text)\n"
+    "  --mmproj FILE   the model's image projector (llama.cpp's mmproj GGUF; a pulled model's own\n"
+    "                  is found beside it)\n"
+    "  --image FILE    an image for the prompt (PNG, JPEG, WebP; repeatable): at each <__media__>\n"
+    "                  in the prompt, else before it; special tokens in the prompt are parsed\n"
     "  -e, --escape    process \\n, \\r, \\t, \\', \\\", \\\\ in the prompt (--no-escape: as written, the default)\n"
     "  --cache-type T  KV cache type: f16 (default), f32 or q8_0 (about half of f16's memory);\n"
     "                  -ctk T / -ctv T as llama.cpp (kiln keeps K and V in one type)\n"
@@ -519,6 +523,22 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     }
     if (!strcmp(a, "--no-escape")) {
         o->escape = 0;
+        return 1;
+    }
+    if (!strcmp(a, "--mmproj") || !strcmp(a, "--image")) {
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "kiln: %s needs a file\n", a);
+            return -1;
+        }
+        if (a[2] == 'm') {
+            o->mmproj = argv[++*i];
+            return 1;
+        }
+        if (o->n_image == CLI_MAX_IMAGES) {
+            fprintf(stderr, "kiln: at most %d --image files\n", CLI_MAX_IMAGES);
+            return -1;
+        }
+        o->image[o->n_image++] = argv[++*i];
         return 1;
     }
     if (!strcmp(a, "--json-schema")) {

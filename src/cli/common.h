@@ -9,6 +9,9 @@
 #include <stdio.h>
 
 /* Options shared by the model-running commands. */
+/* Most --image files one run takes. */
+#define CLI_MAX_IMAGES 16
+
 typedef struct cli_opts {
     const char *model;
     const char *prompt;
@@ -28,7 +31,10 @@ typedef struct cli_opts {
      * before the first one written, which is not printed */
     char stop[8][128];
     int n_stop;
-    kiln_spec_params spec; /* speculative decoding (--spec ...) */
+    kiln_spec_params spec;             /* speculative decoding (--spec ...) */
+    const char *mmproj;                /* --mmproj: the projector (else a store pack's own) */
+    const char *image[CLI_MAX_IMAGES]; /* --image files, in order */
+    int n_image;
 } cli_opts;
 
 void cli_opts_init(cli_opts *o);

@@ -3,6 +3,7 @@
 #include "cli/model.h"
 
 #include "cli/common.h"
+#include "store/store.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -111,7 +112,19 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
     }
     const char *path;
     if (cli_model_path(o->model, 0, &path)) return 1;
-    if (kiln_model_load(path, NULL, m) != KILN_OK) return cli_fail(NULL);
+    kiln_model_params mp = kiln_model_default_params();
+    char companion[4096];
+    if (o->mmproj)
+        mp.mmproj = o->mmproj;
+    else if (kst_pack_companion(path, "mmproj", companion, sizeof companion)) /* a pulled model's projector */
+        mp.mmproj = companion;
+    if (kiln_model_load(path, &mp, m) != KILN_OK) return cli_fail(NULL);
+    if (o->n_image > 0 && !kiln_model_has_vision(*m)) {
+        fprintf(stderr, "kiln: %s does not take images (it has no projector; give one with --mmproj FILE)\n", o->model);
+        kiln_model_free(*m);
+        *m = NULL;
+        return 1;
+    }
     kiln_context_params cp = kiln_context_default_params();
     cp.n_ctx = o->n_ctx;
     cp.n_threads = o->n_threads;

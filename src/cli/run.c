@@ -14,6 +14,7 @@
 #include "sample/jschema.h"
 #include "sample/sample.h"
 #include "server/gen.h"
+#include "vision/vision.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -419,6 +420,67 @@ static int32_t *tokenize_alloc(kiln_model *m, const char *text, int add_special,
  * take the options the command line left alone: pack_begin before the
  * options are parsed, pack_end after.  kiln chat renders with the pack's
  * Go template (an Ollama model's) when it has one. */
+/* Most images a chat holds. */
+#define CHAT_MAX_IMAGES 16
+
+/* Most bytes of an image file read. */
+#define CLI_IMAGE_MAX ((size_t)64 << 20)
+
+/* The whole file (malloc'd) and its length, or NULL. */
+static uint8_t *read_image_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    uint8_t *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 1 << 16;
+            uint8_t *nb = cap <= CLI_IMAGE_MAX ? realloc(buf, cap) : NULL;
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        const size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* The prompt with o's --image files (or imgs[0..n_img), when given) as
+ * tokens and image rows into *vp; each file read whole.  Returns 1 after
+ * printing the error. */
+static int image_prompt(kiln_model *m, const char *text, int add_bos, const char *const *files, int n_files,
+                        const kiln_image_input *imgs, int n_img, vision_prompt *vp) {
+    kiln_image_input in[CLI_MAX_IMAGES] = {{0}};
+    uint8_t *bytes[CLI_MAX_IMAGES] = {0};
+    int rc = 0;
+    for (int i = 0; i < n_files && !rc; i++) {
+        size_t len = 0;
+        bytes[i] = read_image_file(files[i], &len);
+        if (!bytes[i]) {
+            fprintf(stderr, "kiln: cannot read the image %s\n", files[i]);
+            rc = 1;
+        }
+        in[i] = (kiln_image_input){bytes[i], len, 0, 0};
+    }
+    if (!rc && vision_prompt_build(m, text, strlen(text), add_bos, 1, n_files ? in : imgs, n_files ? n_files : n_img,
+                                   vp) != KILN_OK)
+        rc = cli_fail("image");
+    for (int i = 0; i < n_files; i++) free(bytes[i]);
+    return rc;
+}
+
 static cli_opts pack_begin(cli_opts *o) {
     cli_opts base = *o;
     cli_pack_mark(o);
@@ -480,7 +542,16 @@ int cmd_run(int argc, char **argv) {
     gen_batch *b = NULL;
     spec *sp = NULL;
     int n_prompt = 0;
-    int32_t *ids = tokenize_alloc(m, o.prompt, 1, 0, &n_prompt);
+    int32_t *ids = NULL;
+    vision_prompt vp = {0};
+    if (o.n_image > 0) { /* the images encoded, the prompt's special tokens parsed (as llama-mtmd-cli) */
+        if (image_prompt(m, o.prompt, 1, o.image, o.n_image, NULL, 0, &vp)) goto done;
+        ids = malloc((size_t)(vp.n_tok > 0 ? vp.n_tok : 1) * sizeof *ids);
+        if (ids) memcpy(ids, vp.tok, (size_t)vp.n_tok * sizeof *ids);
+        n_prompt = vp.n_tok;
+    } else {
+        ids = tokenize_alloc(m, o.prompt, 1, 0, &n_prompt);
+    }
     if (!ids) {
         cli_fail("tokenize");
         goto done;
@@ -504,6 +575,9 @@ int cmd_run(int argc, char **argv) {
     gen_params p = gen_params_default();
     p.prompt = ids;
     p.n_prompt = n_prompt;
+    p.embd = vp.embd;
+    p.n_embd_rows = vp.n_rows;
+    p.mpos = vp.mpos;
     p.n_predict = o.n_predict;
     p.sampler = o.sp;
     spec_slot(&p, sp);
@@ -528,6 +602,7 @@ int cmd_run(int argc, char **argv) {
     rc = st.interrupted ? 130 : 0; /* 128 + SIGINT, as a shell reports it */
 done:
     free(ids);
+    vision_prompt_free(&vp);
     gen_batch_free(b);
     spec_free(sp);
     kiln_context_free(c);
@@ -555,7 +630,67 @@ typedef struct chat_state {
     char bos[64], eos[64];
     int think;       /* /set think 1, /set nothink 0, -1 the template's default */
     int opens_think; /* the rendered prompt ends inside a <think> block */
+    /* images (/image, --image): the conversation's, in the order of its
+     * <__media__> markers; the last n_pending go with the next message */
+    uint8_t *img[CHAT_MAX_IMAGES];
+    size_t img_len[CHAT_MAX_IMAGES];
+    int n_img, n_pending;
+    vision_prompt vp; /* the last rendering's tokens and image rows */
 } chat_state;
+
+/* Drops images: the first n (a turn cut from the front) or the last n. */
+static void chat_drop_images(chat_state *st, int n, int from_front) {
+    if (n > st->n_img) n = st->n_img;
+    for (int i = 0; i < n; i++) free(st->img[from_front ? i : st->n_img - 1 - i]);
+    if (from_front) {
+        memmove(st->img, st->img + n, (size_t)(st->n_img - n) * sizeof st->img[0]);
+        memmove(st->img_len, st->img_len + n, (size_t)(st->n_img - n) * sizeof st->img_len[0]);
+    }
+    st->n_img -= n;
+    if (st->n_pending > st->n_img) st->n_pending = st->n_img;
+}
+
+/* The images message i of the conversation carries (its markers). */
+static int chat_images_of(const chat_state *st, size_t i) {
+    const char *c = json_string_value(json_object_get(json_array_get(st->messages, i), "content"));
+    int n = 0;
+    for (const char *s = c; s && (s = strstr(s, VISION_MARKER)); s += sizeof VISION_MARKER - 1) n++;
+    return n;
+}
+
+/* /image PATH: one more image for the next message.  0, or -1 after
+ * printing why not. */
+static int chat_add_image(chat_state *st, const char *path, int has_tmpl) {
+    if (!kiln_model_has_vision(st->m)) {
+        fprintf(stderr, "kiln chat: this model does not take images (it has no projector; start with --mmproj FILE)\n");
+        return -1;
+    }
+    if (!has_tmpl) {
+        fprintf(stderr, "kiln chat: images need the model's chat template\n");
+        return -1;
+    }
+    if (st->n_img == CHAT_MAX_IMAGES) {
+        fprintf(stderr, "kiln chat: a conversation holds at most %d images (/clear starts over)\n", CHAT_MAX_IMAGES);
+        return -1;
+    }
+    size_t len = 0;
+    uint8_t *b = read_image_file(path, &len);
+    if (!b) {
+        fprintf(stderr, "kiln chat: cannot read the image %s\n", path);
+        return -1;
+    }
+    vision_rgb probe;
+    if (vision_decode(b, len, &probe) != KILN_OK) { /* refused now rather than at the next message */
+        fprintf(stderr, "kiln chat: %s: %s\n", path, kiln_last_error());
+        free(b);
+        return -1;
+    }
+    vision_rgb_free(&probe);
+    st->img[st->n_img] = b;
+    st->img_len[st->n_img++] = len;
+    st->n_pending++;
+    return 0;
+}
 
 static void piece_text(kiln_model *m, int32_t id, char *buf, int cap) {
     buf[0] = 0;
@@ -594,7 +729,19 @@ static int32_t *render_chat(chat_state *st, int *n) {
     st->opens_think = tl >= 7 && !memcmp(text + tl - 7, "<think>", 7);
     /* templates that write the BOS text themselves get no second BOS */
     int add_bos = !(st->bos[0] && strncmp(text, st->bos, strlen(st->bos)) == 0);
-    int32_t *ids = tokenize_alloc(st->m, text, add_bos, 1, n);
+    int32_t *ids = NULL;
+    vision_prompt_free(&st->vp);
+    if (st->n_img > 0) { /* the conversation's images at their markers */
+        kiln_image_input in[CHAT_MAX_IMAGES];
+        for (int i = 0; i < st->n_img; i++) in[i] = (kiln_image_input){st->img[i], st->img_len[i], 0, 0};
+        if (image_prompt(st->m, text, add_bos, NULL, 0, in, st->n_img, &st->vp) == 0 &&
+            (ids = malloc((size_t)(st->vp.n_tok > 0 ? st->vp.n_tok : 1) * sizeof *ids))) {
+            memcpy(ids, st->vp.tok, (size_t)st->vp.n_tok * sizeof *ids);
+            *n = st->vp.n_tok;
+        }
+    } else {
+        ids = tokenize_alloc(st->m, text, add_bos, 1, n);
+    }
     if (!ids)
         fprintf(stderr, "kiln chat: the rendered conversation (%zu bytes) could not be tokenized\n", strlen(text));
     free(text);
@@ -952,7 +1099,16 @@ int cmd_chat(int argc, char **argv) {
     kiln_model_get_info(st.m, &info);
     chat_templates(&st, pk.template_go);
     int has_tmpl = st.tmpl || st.go;
-    char *loaded = NULL; /* the name /load gave, owned */
+    char *loaded = NULL;                /* the name /load gave, owned */
+    for (int i = 0; i < o.n_image; i++) /* --image: with the first message */
+        if (chat_add_image(&st, o.image[i], has_tmpl)) {
+            chat_drop_images(&st, st.n_img, 0);
+            cli_pack_free(&pk);
+            ks_schema_free(schema);
+            kiln_context_free(st.c);
+            kiln_model_free(st.m);
+            return 1;
+        }
     st.messages = json_array();
     if (system) json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "system", "content", system));
     int has_system = system != NULL;
@@ -1004,6 +1160,7 @@ int cmd_chat(int argc, char **argv) {
                     json_array_remove(st.messages, json_array_size(st.messages) - 1);
                 kiln_seq_truncate(st.c, 0, 0);
                 st.n_held = st.n_kv = 0;
+                chat_drop_images(&st, st.n_img, 0);
                 fprintf(stderr, "kiln chat: conversation cleared\n");
                 continue;
             }
@@ -1018,6 +1175,12 @@ int cmd_chat(int argc, char **argv) {
             if (!strncmp(line, "/load ", 6) && line[6]) {
                 chat_load(&st, &o, &pk, &gb, &sp, line + 6, &has_system, &loaded);
                 has_tmpl = st.tmpl || st.go;
+                chat_drop_images(&st, st.n_img, 0);
+                continue;
+            }
+            if (!strncmp(line, "/image ", 7) && line[7]) {
+                if (!chat_add_image(&st, line + 7, has_tmpl))
+                    fprintf(stderr, "kiln chat: the image goes with your next message\n");
                 continue;
             }
             if (!strcmp(line, "/show") || !strncmp(line, "/show ", 6)) {
@@ -1030,16 +1193,18 @@ int cmd_chat(int argc, char **argv) {
                 continue;
             }
             if (strcmp(line, "/help") && strcmp(line, "/?")) fprintf(stderr, "kiln chat: unknown command '%s'\n", line);
-            fprintf(stderr, "  /clear      forget the conversation (the system prompt stays)\n"
-                            "  /set system TEXT             set the system prompt\n"
-                            "  /set parameter NAME VALUE    temperature, top_k, top_p, min_p, seed, num_predict, ...\n"
-                            "  /set think, /set nothink     let the model reason before it answers, or not\n"
-                            "  /show [info|parameters|system|template]   the model and this chat's settings\n"
-                            "  /load MODEL  chat with another model (a file or a store name); starts over\n"
-                            "  /save NAME   store this model with the chat's system prompt and settings as NAME\n"
-                            "  /bye        end (also Ctrl-D)\n"
-                            "  \"\"\"         alone on a line begins and ends a message of several lines\n"
-                            "  //TEXT      sends /TEXT\n");
+            fprintf(stderr,
+                    "  /clear      forget the conversation (the system prompt stays)\n"
+                    "  /set system TEXT             set the system prompt\n"
+                    "  /set parameter NAME VALUE    temperature, top_k, top_p, min_p, seed, num_predict, ...\n"
+                    "  /set think, /set nothink     let the model reason before it answers, or not\n"
+                    "  /show [info|parameters|system|template]   the model and this chat's settings\n"
+                    "  /load MODEL  chat with another model (a file or a store name); starts over\n"
+                    "  /image PATH  an image (PNG, JPEG, WebP) for your next message (a model with a projector)\n"
+                    "  /save NAME   store this model with the chat's system prompt and settings as NAME\n"
+                    "  /bye        end (also Ctrl-D)\n"
+                    "  \"\"\"         alone on a line begins and ends a message of several lines\n"
+                    "  //TEXT      sends /TEXT\n");
             continue;
         }
         /* the whole conversation as tokens: rendered by the template, or
@@ -1048,7 +1213,15 @@ int cmd_chat(int argc, char **argv) {
         int32_t *ids;
         const int n_before = st.n_held;
         if (has_tmpl) {
-            json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "user", "content", line));
+            /* the pending images' markers first, as llama-mtmd-cli puts them */
+            char *content = malloc(strlen(line) + (size_t)st.n_pending * (sizeof VISION_MARKER - 1) + 1);
+            if (!content) goto done;
+            content[0] = 0;
+            for (int i = 0; i < st.n_pending; i++) strcat(content, VISION_MARKER);
+            strcat(content, line);
+            st.n_pending = 0;
+            json_array_append_new(st.messages, json_pack("{s:s, s:s}", "role", "user", "content", content));
+            free(content);
             ids = render_chat(&st, &n);
         } else {
             int k = 0;
@@ -1068,11 +1241,14 @@ int cmd_chat(int argc, char **argv) {
             if (has_tmpl) {
                 const size_t first = has_system ? 1 : 0;
                 while (ids && n + reserve > n_ctx && json_array_size(st.messages) > first + 1) {
+                    chat_drop_images(&st, chat_images_of(&st, first), 1);
                     json_array_remove(st.messages, first); /* a turn: the message and the replies after it */
-                    while (
-                        json_array_size(st.messages) > first + 1 &&
-                        strcmp(json_string_value(json_object_get(json_array_get(st.messages, first), "role")), "user"))
+                    while (json_array_size(st.messages) > first + 1 &&
+                           strcmp(json_string_value(json_object_get(json_array_get(st.messages, first), "role")),
+                                  "user")) {
+                        chat_drop_images(&st, chat_images_of(&st, first), 1);
                         json_array_remove(st.messages, first);
+                    }
                     dropped++;
                     free(ids);
                     ids = render_chat(&st, &n);
@@ -1100,6 +1276,7 @@ int cmd_chat(int argc, char **argv) {
             fprintf(stderr, "kiln chat: this message makes %d tokens, over the context of %d tokens; it was not sent\n",
                     n, n_ctx);
             if (has_tmpl) {
+                chat_drop_images(&st, chat_images_of(&st, json_array_size(st.messages) - 1), 0);
                 json_array_remove(st.messages, json_array_size(st.messages) - 1);
                 free(ids);
             } else { /* back to before the message (or to nothing, once trimmed) */
@@ -1120,6 +1297,9 @@ int cmd_chat(int argc, char **argv) {
         gen_params p = gen_params_default();
         p.prompt = ids;
         p.n_prompt = n;
+        p.embd = st.n_img ? st.vp.embd : NULL;
+        p.n_embd_rows = st.n_img ? st.vp.n_rows : 0;
+        p.mpos = st.n_img ? st.vp.mpos : NULL;
         p.n_past = keep;
         p.keep = 1;
         p.reuse = 1; /* keys the prompt's end, where the reply is cut back to */
@@ -1165,10 +1345,12 @@ int cmd_chat(int argc, char **argv) {
             keep = kiln_seq_truncate_point(st.c, 0, keep);
             kiln_seq_truncate(st.c, 0, keep);
             st.n_kv = keep;
-            if (has_tmpl)
+            if (has_tmpl) {
+                chat_drop_images(&st, chat_images_of(&st, json_array_size(st.messages) - 1), 0);
                 json_array_remove(st.messages, json_array_size(st.messages) - 1);
-            else
+            } else {
                 st.n_held = n_before;
+            }
             if (ids != st.held) free(ids);
             free(k.out);
             g_sigint = 0;
@@ -1219,6 +1401,8 @@ done:
     cli_pack_free(&pk);
     ks_schema_free(schema);
     free(st.held);
+    chat_drop_images(&st, st.n_img, 0);
+    vision_prompt_free(&st.vp);
     gen_batch_free(gb);
     spec_free(sp);
     kiln_context_free(st.c);

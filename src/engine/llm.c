@@ -11,6 +11,8 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "spec/spec.h"
+#include "store/store.h"
+#include "vision/vision.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +63,8 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
     pthread_mutex_init(&lm->emb_mu, NULL);
     kiln_model_params mp = kiln_model_default_params();
     mp.backend = backend; /* resolved by the engine */
+    char mmproj[4096];
+    if (kst_pack_companion(path, "mmproj", mmproj, sizeof mmproj)) mp.mmproj = mmproj; /* a store pack's projector */
     kiln_status st = kiln_model_load(path, &mp, &lm->m);
     const kiln_context_params *cp = engine_context_params(r);
     kiln_context_params p = cp ? *cp : kiln_context_default_params();
@@ -117,24 +121,34 @@ typedef struct gen_call {
 static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
     const kiln_engine_generate_request *req = call->req;
     size_t len = strlen(req->prompt);
-    int n = kiln_tokenize(lm->m, req->prompt, len, 1, 0, NULL, 0);
-    if (n < 0) return (kiln_status)n;
-    if (n == 0) return kb_fail(KILN_ERR_INVALID_ARG, "the prompt has no tokens");
+    /* images: the prompt's markers parsed, special tokens with them (as
+     * llama-mtmd-cli); the projector encodes on this thread */
+    vision_prompt vp;
+    kiln_status st = vision_prompt_build(lm->m, req->prompt, len, 1, req->n_images > 0, req->images,
+                                         req->n_images > 0 ? req->n_images : 0, &vp);
+    if (st != KILN_OK) return st;
+    const int n = vp.n_tok;
+    if (n == 0) {
+        vision_prompt_free(&vp);
+        return kb_fail(KILN_ERR_INVALID_ARG, "the prompt has no tokens");
+    }
     const int32_t n_ctx = kiln_context_n_ctx(lm->c);
-    if ((int64_t)n + req->n_predict > n_ctx)
+    if ((int64_t)n + req->n_predict > n_ctx) {
+        vision_prompt_free(&vp);
         return kb_fail(KILN_ERR_CONTEXT_FULL, "%d prompt + %d predicted tokens exceed the context of %d", n,
                        req->n_predict, n_ctx);
-    int32_t *toks = malloc((size_t)n * sizeof *toks);
+    }
     kiln_detok *dt = kiln_detok_new(lm->m);
-    if (!toks || !dt) {
-        free(toks);
-        kiln_detok_free(dt);
+    if (!dt) {
+        vision_prompt_free(&vp);
         return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
-    kiln_tokenize(lm->m, req->prompt, len, 1, 0, toks, n);
     gen_params p = gen_params_default();
-    p.prompt = toks;
+    p.prompt = vp.tok;
     p.n_prompt = n;
+    p.embd = vp.embd;
+    p.n_embd_rows = vp.n_rows;
+    p.mpos = vp.mpos;
     p.n_predict = req->n_predict;
     p.sampler = req->sampler;
     p.reuse = 1;
@@ -143,8 +157,8 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
         p.spec_fixed = spec_params(lm->spec)->fixed;
     }
     gen_req *q = NULL;
-    kiln_status st = gen_sched_submit(lm->sched, &p, req->urgent, r, &q);
-    free(toks);
+    st = gen_sched_submit(lm->sched, &p, req->urgent, r, &q);
+    vision_prompt_free(&vp);
     if (st != KILN_OK) {
         kiln_detok_free(dt);
         return kb_fail(st, "cannot queue the request");

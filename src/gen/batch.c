@@ -54,21 +54,28 @@ struct gen_slot {
     int32_t n_force, i_force;             /* think_end[i_force..n_force) are still to be fed */
     int32_t rep[GEN_REPEAT_PERIOD + 1];   /* [p]: tokens equal to the one p before, in a row (the guard) */
     gen_slot *prev, *next;                /* every slot not ended */
+    /* images (p.embd): the rows, and each prompt token's row (-1: text) */
+    float *embd;   /* [n_embd_rows][n_embd] */
+    int32_t *row;  /* [n_prompt] */
+    int32_t *mpos; /* [n_prompt][4], or NULL */
 };
 
 struct gen_batch {
     kiln_model *m;
     kiln_context *c;
-    int32_t n_seq, n_batch, n_ctx, n_vocab, prefill_chunk;
+    int32_t n_seq, n_batch, n_ctx, n_vocab, n_embd, prefill_chunk;
     gen_slot **by_seq;     /* [n_seq] the slot on each sequence */
     gen_slot *head, *tail; /* in the order they were added */
     int32_t n_active;
     int32_t *b_tok, *b_seq; /* [n_batch] the step being built */
     int8_t *b_want;
-    float *scratch;  /* [n_vocab] masked logits */
-    float *scratch2; /* [n_vocab] residual weights (verify_drawn) */
-    float *qd;       /* [n_vocab] a draft distribution scattered, zero between uses */
-    int32_t *eog;    /* end-of-generation ids, for ignore_eos */
+    float *b_embd;              /* [n_batch][n_embd] the step's image rows, made with the first slot that has images */
+    int32_t *b_mpos;            /* [n_batch][4] the step's multimodal positions, likewise */
+    int b_has_embd, b_has_mpos; /* this step carries some */
+    float *scratch;             /* [n_vocab] masked logits */
+    float *scratch2;            /* [n_vocab] residual weights (verify_drawn) */
+    float *qd;                  /* [n_vocab] a draft distribution scattered, zero between uses */
+    int32_t *eog;               /* end-of-generation ids, for ignore_eos */
     int32_t n_eog;
     /* speculative decoding */
     const gen_proposer *prop;
@@ -109,6 +116,7 @@ kiln_status gen_batch_new(kiln_model *m, kiln_context *c, int32_t prefill_chunk,
     b->n_batch = kiln_context_n_batch(c);
     b->n_ctx = kiln_context_n_ctx(c);
     b->n_vocab = info.n_vocab;
+    b->n_embd = info.n_embd;
     b->prefill_chunk = prefill_chunk > 0 && prefill_chunk < b->n_batch ? prefill_chunk : b->n_batch;
     b->by_seq = calloc((size_t)b->n_seq, sizeof *b->by_seq);
     b->b_tok = malloc((size_t)b->n_batch * sizeof *b->b_tok);
@@ -173,6 +181,9 @@ static void finish(gen_batch *b, gen_slot *s, gen_reason reason, const char *err
     emit_done(s, reason, err);
     kiln_sampler_free(s->smp);
     free(s->tok);
+    free(s->embd);
+    free(s->row);
+    free(s->mpos);
     free(s);
 }
 
@@ -183,6 +194,8 @@ void gen_batch_free(gen_batch *b) {
     free(b->b_tok);
     free(b->b_seq);
     free(b->b_want);
+    free(b->b_embd);
+    free(b->b_mpos);
     free(b->scratch);
     free(b->scratch2);
     free(b->qd);
@@ -200,6 +213,44 @@ static int32_t free_seq(const gen_batch *b) {
     for (int32_t i = 0; i < b->n_seq; i++)
         if (!b->by_seq[i]) return i;
     return -1;
+}
+
+/* The slot's copy of its prompt's images (p->embd, p->mpos) and each
+ * prompt token's row; checks every image fits a batch and that the rows
+ * are there.  Images turn speculation off. */
+static kiln_status slot_images(gen_batch *b, gen_slot *s, const gen_params *p) {
+    int32_t n_neg = 0, run = 0;
+    for (int32_t i = 0; i < p->n_prompt; i++) {
+        run = p->prompt[i] < 0 ? run + 1 : 0;
+        n_neg += p->prompt[i] < 0;
+        if (run > b->n_batch)
+            return kb_fail(KILN_ERR_INVALID_ARG, "an image of more than %d tokens does not fit a batch of %d", run - 1,
+                           b->n_batch);
+    }
+    if (!n_neg && !p->mpos) return KILN_OK;
+    if (n_neg && (!p->embd || p->n_embd_rows != n_neg))
+        return kb_fail(KILN_ERR_INVALID_ARG, "the prompt has %d image tokens and %d embedding rows", n_neg,
+                       p->embd ? p->n_embd_rows : 0);
+    const size_t E = (size_t)b->n_embd;
+    if ((n_neg && !b->b_embd && !(b->b_embd = kb_malloc((size_t)b->n_batch * E * sizeof(float)))) ||
+        (p->mpos && !b->b_mpos && !(b->b_mpos = kb_malloc((size_t)b->n_batch * 4 * sizeof(int32_t)))))
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (n_neg) {
+        s->embd = kb_malloc((size_t)n_neg * E * sizeof(float));
+        s->row = kb_malloc((size_t)p->n_prompt * sizeof *s->row);
+        if (!s->embd || !s->row) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        memcpy(s->embd, p->embd, (size_t)n_neg * E * sizeof(float));
+        for (int32_t i = 0, k = 0; i < p->n_prompt; i++) s->row[i] = p->prompt[i] < 0 ? k++ : -1;
+    }
+    if (p->mpos) {
+        s->mpos = kb_malloc((size_t)p->n_prompt * 4 * sizeof *s->mpos);
+        if (!s->mpos) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        memcpy(s->mpos, p->mpos, (size_t)p->n_prompt * 4 * sizeof *s->mpos);
+    }
+    s->p.n_draft = 0;
+    s->p.embd = NULL;
+    s->p.mpos = NULL;
+    return KILN_OK;
 }
 
 kiln_status gen_batch_add(gen_batch *b, const gen_params *p, int32_t seq, gen_slot **out) {
@@ -232,6 +283,16 @@ kiln_status gen_batch_add(gen_batch *b, const gen_params *p, int32_t seq, gen_sl
     }
     memcpy(s->tok, p->prompt, (size_t)p->n_prompt * sizeof *s->tok);
     s->n_tok = p->n_prompt;
+    kiln_status ist = slot_images(b, s, p);
+    if (ist != KILN_OK) {
+        kiln_sampler_free(s->smp);
+        free(s->tok);
+        free(s->embd);
+        free(s->row);
+        free(s->mpos);
+        free(s);
+        return ist;
+    }
     if (p->think) {
         sample_think_init(&s->th, NULL, p->think);
         if (p->think_budget >= 0) {
@@ -241,7 +302,8 @@ kiln_status gen_batch_add(gen_batch *b, const gen_params *p, int32_t seq, gen_sl
         }
     }
     s->p.prompt = s->tok;
-    for (int32_t i = 0; i < p->n_prompt; i++) kiln_sampler_accept(s->smp, p->prompt[i]);
+    for (int32_t i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] >= 0) kiln_sampler_accept(s->smp, p->prompt[i]); /* images are not in the history */
     /* what the sequence already holds: the caller's prefix, or cached
      * blocks; at least the last prompt token is fed */
     if (p->n_past > 0) {
@@ -550,7 +612,42 @@ static int32_t put(gen_batch *b, int32_t n, const gen_slot *s, const int32_t *t,
         b->b_seq[n + i] = s->seq;
         b->b_want[n + i] = (int8_t)(want_all || (want_last && i == k - 1));
     }
+    /* a prompt's image rows and multimodal positions (t points into s->tok) */
+    const int32_t at = t >= s->tok && t < s->tok + s->n_tok ? (int32_t)(t - s->tok) : -1;
+    if (b->b_mpos)
+        for (int32_t i = 0; i < k; i++) {
+            int32_t *mp = b->b_mpos + (size_t)(n + i) * 4;
+            if (s->mpos && at >= 0 && at + i < s->p.n_prompt) {
+                memcpy(mp, s->mpos + (size_t)(at + i) * 4, 4 * sizeof *mp);
+                b->b_has_mpos = 1;
+            } else {
+                mp[0] = mp[1] = mp[2] = mp[3] = -1; /* a text token */
+            }
+        }
+    if (s->row && at >= 0) {
+        const size_t E = (size_t)b->n_embd;
+        for (int32_t i = 0; i < k && at + i < s->p.n_prompt; i++)
+            if (s->row[at + i] >= 0) {
+                memcpy(b->b_embd + (size_t)(n + i) * E, s->embd + (size_t)s->row[at + i] * E, E * sizeof(float));
+                b->b_has_embd = 1;
+            }
+    }
     return n + k;
+}
+
+/* Tokens of s's prompt a step feeds from n_fed, at most k: never the first
+ * part of an image without the rest (its tokens attend to each other), so
+ * a chunk ends before an image that does not fit, or takes a whole image
+ * that starts it (0 when that does not fit the room left). */
+static int32_t chunk_len(const gen_slot *s, int32_t k, int32_t room) {
+    const int32_t *t = s->tok;
+    const int32_t e = s->n_fed + k;
+    if (!s->row || e >= s->n_tok || t[e - 1] >= 0 || t[e] >= 0) return k;
+    int32_t start = e - 1, end = e;
+    while (start > s->n_fed && t[start - 1] < 0) start--;
+    if (start > s->n_fed && t[start - 1] >= 0) return start - s->n_fed; /* up to the image */
+    while (end < s->n_tok && t[end] < 0) end++;
+    return end - s->n_fed <= room ? end - s->n_fed : 0;
 }
 
 /* The cost of a step as a + b * rows, fitted by least squares over the
@@ -733,14 +830,18 @@ kiln_status gen_batch_step(gen_batch *b) {
         int32_t k = s->n_tok - s->n_fed;
         if (k > b->prefill_chunk) k = b->prefill_chunk;
         if (k > b->n_batch - n) k = b->n_batch - n;
+        k = chunk_len(s, k, b->n_batch - n);
+        if (k <= 0) continue; /* an image waits for a step with room for it */
         s->b_first = n;
         n = put(b, n, s, &s->tok[s->n_fed], k, 0, s->n_fed + k == s->n_tok);
         s->b_count = k;
     }
     if (n == 0) return KILN_OK;
     kiln_batch kb = {n, b->b_tok, NULL, b->b_seq, b->b_want};
+    const kiln_batch_inputs in = {b->b_has_embd ? b->b_embd : NULL, b->b_has_mpos ? b->b_mpos : NULL};
+    b->b_has_embd = b->b_has_mpos = 0;
     const double t0 = kb_now();
-    kiln_status st = kiln_decode(b->c, &kb);
+    kiln_status st = kiln_decode_inputs(b->c, &kb, in.embd || in.mpos ? &in : NULL);
     if (st != KILN_OK) {
         char msg[300];
         snprintf(msg, sizeof msg, "decode failed: %s", kiln_context_error(b->c));

@@ -193,6 +193,15 @@ typedef struct gen_params {
     int32_t repeat_guard;  /* tokens a repeated stretch must cover to end the slot (GEN_REPEAT); 0: off */
     gen_event_fn on_event; /* optional for gen_batch; set by gen_sched */
     void *user;
+    /* images in the prompt (vision_prompt_build): the k-th negative id of
+     * prompt takes row k of embd ([n_embd_rows][n_embd]); mpos, NULL or
+     * [n_prompt][4] multimodal RoPE positions (kiln_batch_inputs).  Copied
+     * by gen_batch_add.  An image's tokens go into one step's batch whole
+     * (beside what a prefix-cache hit already holds), so an image longer
+     * than the batch is KILN_ERR_INVALID_ARG; no speculation with images. */
+    const float *embd;
+    int32_t n_embd_rows;
+    const int32_t *mpos;
 } gen_params;
 
 /* Longest period, in tokens, the repetition guard looks for. */

@@ -7,6 +7,8 @@
  * gen_sched.mu before the gate's (the gate hooks run under mu). */
 #include "gen/gen.h"
 
+#include "base/base.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +23,10 @@ enum { Q_PENDING = 0, Q_RUNNING, Q_YIELDED, Q_DONE };
 
 struct gen_req {
     gen_sched *s;
-    gen_params p; /* prompt points to the copy below */
+    gen_params p; /* prompt, embd and mpos point to the copies below */
     int32_t *prompt;
+    float *embd;   /* [p.n_embd_rows][n_embd], or NULL */
+    int32_t *mpos; /* [p.n_prompt][4], or NULL */
     int urgent;
     void *ticket;
     int state;      /* Q_* */
@@ -51,6 +55,7 @@ struct gen_sched {
     uint64_t next_order;
     kiln_kv_stats kv;
     gen_spec_stats spec;
+    int32_t n_embd; /* the model's (image rows) */
 };
 
 static void wake(gen_sched *s) { pthread_cond_signal(&s->cv); }
@@ -108,7 +113,9 @@ static void admit(gen_sched *s) {
             if (st == KILN_ERR_STATE) return; /* no free sequence */
             if (st != KILN_OK) {
                 snprintf(q->err, sizeof q->err, "%s",
-                         st == KILN_ERR_CONTEXT_FULL ? "the prompt does not fit the context" : "out of memory");
+                         st == KILN_ERR_CONTEXT_FULL ? "the prompt does not fit the context"
+                         : st == KILN_ERR_NOMEM      ? "out of memory"
+                                                     : kiln_last_error());
                 done_unstarted(q, GEN_FAILED);
                 continue;
             }
@@ -206,6 +213,9 @@ kiln_status gen_sched_new(kiln_model *m, kiln_context *c, int32_t prefill_chunk,
     if (!s) return KILN_ERR_NOMEM;
     s->m = m;
     s->c = c;
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    s->n_embd = info.n_embd;
     if (gate) {
         s->gate = *gate;
         s->has_gate = 1;
@@ -260,6 +270,21 @@ kiln_status gen_sched_submit(gen_sched *s, const gen_params *p, int urgent, void
     q->s = s;
     q->p = *p;
     q->p.prompt = q->prompt;
+    if (p->embd && p->n_embd_rows > 0) {
+        const size_t bytes = (size_t)p->n_embd_rows * (size_t)s->n_embd * sizeof(float);
+        if ((q->embd = kb_malloc(bytes))) memcpy(q->embd, p->embd, bytes);
+    }
+    if (p->mpos && (q->mpos = kb_malloc((size_t)p->n_prompt * 4 * sizeof *q->mpos)))
+        memcpy(q->mpos, p->mpos, (size_t)p->n_prompt * 4 * sizeof *q->mpos);
+    q->p.embd = q->embd;
+    q->p.mpos = q->mpos;
+    if ((p->embd && p->n_embd_rows > 0 && !q->embd) || (p->mpos && !q->mpos)) {
+        free(q->embd);
+        free(q->mpos);
+        free(q->prompt);
+        free(q);
+        return KILN_ERR_NOMEM;
+    }
     q->urgent = urgent;
     q->ticket = ticket;
     pthread_cond_init(&q->cv, NULL);
@@ -278,6 +303,8 @@ kiln_status gen_sched_submit(gen_sched *s, const gen_params *p, int urgent, void
     if (quit) {
         pthread_cond_destroy(&q->cv);
         free(q->prompt);
+        free(q->embd);
+        free(q->mpos);
         free(q);
         return KILN_ERR_STATE;
     }
@@ -363,6 +390,8 @@ void gen_req_free(gen_req *q) {
     pthread_mutex_unlock(&s->mu);
     pthread_cond_destroy(&q->cv);
     free(q->prompt);
+    free(q->embd);
+    free(q->mpos);
     free(q);
 }
 

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -446,30 +447,29 @@ gguf_file *gguf_open_memory(const void *buf, size_t len, char *err, size_t errle
     return f;
 }
 
-/* Recognizes NAME-00001-of-00003.gguf; returns the shard count and writes
- * the prefix length, or 0 when the name is not a split name. */
-static int split_name(const char *path, size_t *prefix_len, int *shard_no) {
-    size_t n = strlen(path);
-    const char *tail = "-00000-of-00000.gguf";
-    size_t tl = strlen(tail);
-    if (n < tl) return 0;
+int gguf_split_name(const char *path, int *shard_no, size_t *prefix_len) {
+    static const char tail[] = "-00000-of-00000.gguf";
+    size_t n = strlen(path), tl = sizeof tail - 1;
+    *shard_no = 1;
+    *prefix_len = n >= 5 ? n - 5 : n;
+    if (n < tl) return 1;
     const char *s = path + n - tl;
     int a = 0, b = 0;
     for (size_t i = 0; i < tl; i++) {
-        char ch = s[i], pat = tail[i];
+        char ch = (char)tolower((unsigned char)s[i]), pat = tail[i];
         if (pat == '0') {
-            if (ch < '0' || ch > '9') return 0;
+            if (ch < '0' || ch > '9') return 1;
             if (i < 6)
                 a = a * 10 + (ch - '0');
             else
                 b = b * 10 + (ch - '0');
         } else if (ch != pat) {
-            return 0;
+            return 1;
         }
     }
-    if (a < 1 || b < 1 || a > b) return 0;
-    *prefix_len = n - tl;
+    if (a < 1 || b < 1 || a > b) return 1;
     *shard_no = a;
+    *prefix_len = n - tl;
     return b;
 }
 
@@ -493,8 +493,8 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen) {
         return NULL;
     }
     size_t plen;
-    int shard_no = 0;
-    int count = split_name(path, &plen, &shard_no);
+    int shard_no;
+    int count = gguf_split_name(path, &shard_no, &plen);
     int64_t meta_count = gguf_get_int(f, "split.count", 0);
     if (count > 1 || meta_count > 1) {
         if (shard_no != 1) {

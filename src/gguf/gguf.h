@@ -70,6 +70,11 @@ typedef struct gguf_file gguf_file;
 
 /* Opens and validates path.  On failure returns NULL and writes one line
  * naming the problem into err (if err is not NULL). */
+/* Split-model names, PREFIX-00002-of-00005.gguf (case-insensitive): returns
+ * the shard count and writes the shard's number (from 1) and the prefix's
+ * length; for any other name returns 1, shard 1, and the length without the
+ * last 5 characters (".gguf"). */
+int gguf_split_name(const char *path, int *shard_no, size_t *prefix_len);
 gguf_file *gguf_open(const char *path, char *err, size_t errlen);
 /* Parses an in-memory image (no mapping; used by the fuzzer).  The buffer
  * must outlive the result. */

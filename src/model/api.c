@@ -172,6 +172,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         {(void **)&c->rope_cs, B * (size_t)hp->rope.n_rot * 4},
         {(void **)&c->b_pos, B * 4},
         {(void **)&c->b_seq, B * 4},
+        {(void **)&c->b_see, B * 4},
         {(void **)&c->b_tile, (B + 1) * 4},
         {(void **)&c->out_idx, B * 4},
         {(void **)&c->out_rows, B * E * 4},
@@ -225,8 +226,8 @@ void kiln_context_free(kiln_context *c) {
     kl_rs_free(c->rs);
     kl_kv_free(&c->kv);
     if (c->pool) kpool_free(c->pool);
-    void *bufs[] = {c->rope_cs,  c->b_pos,     c->b_seq,   c->b_tile,    c->out_idx,
-                    c->out_rows, c->mtp_h_pos, c->mtp_h_n, c->mtp_logits};
+    void *bufs[] = {c->rope_cs, c->b_pos,    c->b_seq,     c->b_see,   c->b_tile,
+                    c->out_idx, c->out_rows, c->mtp_h_pos, c->mtp_h_n, c->mtp_logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     if (c->logits) munmap(c->logits, ctx_logits_bytes(c));
     free(c);
@@ -238,14 +239,22 @@ int32_t kiln_context_n_seq_max(const kiln_context *c) { return c->p.n_seq_max; }
 int32_t kiln_context_n_threads(const kiln_context *c) { return c->p.n_threads; }
 const char *kiln_context_error(const kiln_context *c) { return c->err; }
 
-kiln_status kiln_decode(kiln_context *c, const kiln_batch *b) {
+kiln_status kiln_decode_inputs(kiln_context *c, const kiln_batch *b, const kiln_batch_inputs *in) {
     if (!c || !b || !b->token) return kl_fail(c, KILN_ERR_INVALID_ARG, "no batch");
     c->err[0] = 0;
     for (int i = 0; i < c->p.n_batch; i++) c->out_idx[i] = -1;
     int n_out = 0;
+    c->b_embd = in ? in->embd : NULL;
+    c->b_mpos = in ? in->mpos : NULL;
     kiln_status st = kl_batch_begin(c, b, &n_out);
-    return st != KILN_OK ? st : c->m->arch->family->forward(c, b, n_out);
+    if (st == KILN_OK) st = c->m->arch->family->forward(c, b, n_out);
+    c->b_embd = NULL;
+    c->b_mpos = NULL;
+    c->b_bidi = 0;
+    return st;
 }
+
+kiln_status kiln_decode(kiln_context *c, const kiln_batch *b) { return kiln_decode_inputs(c, b, NULL); }
 
 const float *kiln_get_logits(kiln_context *c, int32_t i) {
     if (!c || c->p.embeddings || i < 0 || i >= c->p.n_batch || c->out_idx[i] < 0) return NULL;

@@ -19,7 +19,12 @@ kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) {
         if (s < 0 || s >= c->kv.n_seq)
             return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: sequence %d out of range (0..%d)", i, s,
                            c->kv.n_seq - 1);
-        if (b->token[i] < 0 || b->token[i] >= hp->n_vocab)
+        if (b->token[i] < 0 && !c->b_embd)
+            return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: image token (id %d) without its embedding row", i,
+                           b->token[i]);
+        if (b->token[i] < 0 && !c->m->arch->family->image_input)
+            return kl_fail(c, KILN_ERR_UNSUPPORTED, "token %d: %s takes no image embeddings", i, c->m->arch_name);
+        if (b->token[i] >= hp->n_vocab)
             return kl_fail(c, KILN_ERR_INVALID_ARG, "token %d: id %d out of range (vocab %d)", i, b->token[i],
                            hp->n_vocab);
         int32_t p = c->kv.seqs[s].len + add[s];
@@ -31,6 +36,7 @@ kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) {
                            c->p.n_ctx);
         c->b_seq[i] = s;
         c->b_pos[i] = p;
+        c->b_see[i] = p;
         add[s]++;
         int want = b->logits ? b->logits[i] != 0 : i == b->n - 1;
         c->out_idx[i] = want ? (*n_out)++ : -1;
@@ -39,6 +45,13 @@ kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) {
         if (add[s] && kl_kv_reserve(&c->kv, s, c->kv.seqs[s].len + add[s]))
             return kl_fail(c, KILN_ERR_CONTEXT_FULL, "the KV cache has no free blocks for sequence %d", s);
     if (*n_out > c->logits_cap) return kl_fail(c, KILN_ERR_INTERNAL, "logits buffer too small");
+    /* an image that attends both ways: each of its tokens sees up to its last */
+    c->b_bidi = 0;
+    if (c->b_embd && kl_vision_bidirectional(c->m))
+        for (int i = b->n - 1; i >= 0; i--)
+            if (b->token[i] < 0 && i + 1 < b->n && b->token[i + 1] < 0 && c->b_seq[i + 1] == c->b_seq[i] &&
+                c->b_pos[i + 1] == c->b_pos[i] + 1)
+                c->b_bidi = 1, c->b_see[i] = c->b_see[i + 1];
     return KILN_OK;
 }
 
@@ -84,12 +97,14 @@ void kl_attn_prepare(kiln_context *c, int n) {
     for (int i = 0; i < n; i++) {
         const int t = c->n_tile;
         const int join = i > 0 && c->b_seq[i] == c->b_seq[i - 1] && c->b_pos[i] == c->b_pos[i - 1] + 1 &&
+                         c->b_see[i] == c->b_pos[i] && c->b_see[i - 1] == c->b_pos[i - 1] &&
                          i - c->b_tile[t - 1] < KL_ATTN_TILE &&
                          (kv->type == KILN_KV_Q8_0 || (kv->type == KILN_KV_F16 && kbe_attn_acc_f32(c->b_pos[i - 1])));
         if (!join) c->b_tile[c->n_tile++] = i;
     }
     c->b_tile[c->n_tile] = n;
-    const kbe_step st = {n, c->b_seq, c->b_pos, c->rope_cs, rope.n_rot, c->b_tile, c->n_tile};
+    const kbe_step st = {n,          c->b_seq,  c->b_pos,  c->rope_cs,
+                         rope.n_rot, c->b_tile, c->n_tile, c->b_bidi ? c->b_see : NULL};
     c->bx.ops->step(&c->bx, &st);
 }
 

@@ -522,11 +522,16 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const int n = b->n, E = hp->n_embd;
     const kk_ops *ops = kk_ops_best();
 
+    if (d->dp > 0 && c->b_embd) return kl_fail(c, KILN_ERR_UNSUPPORTED, "%s takes no image embeddings", m->arch_name);
     kl_attn_prepare(c, n);
     for (int i = 0; i < n; i++) kk_rope_table(&d->rope_local, c->b_pos[i], w->cs + (size_t)i * d->rope_local.n_rot);
     const float es = sqrtf((float)E);
     for (int i = 0; i < n; i++) {
         float *x = w->x + (size_t)i * E;
+        if (b->token[i] < 0) { /* an image token: its row as given, unscaled (as llama.cpp) */
+            memcpy(x, c->b_embd + (size_t)i * E, (size_t)E * sizeof *x);
+            continue;
+        }
         kk_get_row(&m->tok_embd, b->token[i], x);
         kk_scale_f32(x, es, E);
     }
@@ -579,6 +584,7 @@ const kl_family kl_family_gemma = {
     .name = "gemma",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],
+    .image_input = 1,
     .bind = gm_bind,
     .free = gm_free,
     .weights = gm_weights,

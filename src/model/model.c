@@ -5,6 +5,7 @@
 #include "backend/cuda.h"
 #include "base/base.h"
 #include "quant/quant.h"
+#include "vision/vision.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -367,6 +368,18 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
             goto fail;
         }
     }
+    if (p.mmproj && p.mmproj[0]) {
+        if (!m->arch->family->image_input) {
+            snprintf(L.err, sizeof L.err, "the %s architecture does not take images", m->arch_name);
+            st = KILN_ERR_UNSUPPORTED;
+            goto fail;
+        }
+        st = vision_load(p.mmproj, m->hp.n_embd, &m->vision);
+        if (st != KILN_OK) {
+            kiln_model_free(m);
+            return st;
+        }
+    }
     *out = m;
     return KILN_OK;
 fail:
@@ -382,11 +395,16 @@ void kiln_model_free(kiln_model *m) {
     free(m->chat_template);
     gguf_close(m->gf);
     if (m->packed_mem) m->be->release(m->packed_mem, m->packed_bytes);
+    vision_free(m->vision);
     free(m);
 }
 
+int32_t kiln_model_has_vision(const kiln_model *m) { return m && m->vision ? 1 : 0; }
+
+int kl_vision_bidirectional(const kiln_model *m) { return m->vision && m->vision->proj->bidirectional; }
+
 kiln_model_params kiln_model_default_params(void) {
-    kiln_model_params p = {1, 1, 0};
+    kiln_model_params p = {1, 1, 0, NULL};
     const char *e = getenv("KILN_REPACK");
     if (e && strcmp(e, "0") == 0) p.repack = 0;
     return p;

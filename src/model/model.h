@@ -54,6 +54,10 @@ typedef struct kl_arch {
     unsigned flags;
 } kl_arch;
 
+/* 1 when m's projector makes an image's tokens attend to each other both
+ * ways (kl_batch_begin's see). */
+int kl_vision_bidirectional(const kiln_model *m);
+
 /* The arch row for a name, NULL when no family serves it. */
 const kl_arch *kl_arch_find(const char *name);
 /* Comma-separated list of supported names, for error messages. */
@@ -123,6 +127,7 @@ struct kiln_model {
     const kbe_backend *be; /* the device it runs on */
     void *packed_mem;      /* the weights the backend prepared (kbe_backend.prepare) */
     size_t packed_bytes;
+    struct vision_model *vision; /* the projector (kiln_model_params.mmproj), or NULL */
 };
 
 /* ---- the family table ---- */
@@ -131,6 +136,9 @@ struct kl_family {
     const kl_arch *archs;
     int n_archs;
     int encoder; /* 1: bidirectional encoder (kiln_embedder only) */
+    /* 1: forward reads the rows of image tokens (negative ids) from
+     * c->b_embd and honours kbe_step.see; a projector loads with it */
+    int image_input;
     /* 1: the family reads attention.value_length apart from key_length
      * (model.c otherwise requires them equal) */
     int split_head_sizes;
@@ -364,6 +372,10 @@ struct kiln_context {
     struct kl_rs *rs; /* recurrent state (state.h), NULL without */
     /* the batch as kl_batch_begin resolved it */
     int32_t *b_pos, *b_seq; /* [n_batch] positions and sequences */
+    int32_t *b_see;         /* [n_batch] the last position each token sees (kbe_step.see) */
+    int b_bidi;             /* 1: some token of the batch sees past itself */
+    const float *b_embd;    /* [n][n_embd] rows of the batch's image tokens (kiln_batch_inputs), NULL */
+    const int32_t *b_mpos;  /* [n][4] multimodal RoPE positions (kiln_batch_inputs), NULL */
     int32_t *out_idx;       /* batch index -> logits row, -1 if none */
     /* attention (decoder.c) */
     float *rope_cs;  /* [n_batch][n_rot] rotation tables */

@@ -195,7 +195,7 @@ static int nem_bind(kiln_model *m, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    int kv_heads = 0;
+    int kv_heads = 0, ff_any = 0;
     for (int i = 0; i < h->n_layer; i++) {
         nem_layer *l = &h->layers[i];
         const int64_t hkv = layer_int(m, "attention.head_count_kv", n_all, i);
@@ -229,10 +229,11 @@ static int nem_bind(kiln_model *m, char *err, size_t errlen) {
             l->kind = gguf_find_tensor(m->gf, n) ? NEM_MOE : NEM_MLP;
             l->F = (int)ff;
             if (l->kind == NEM_MLP && l->F > h->F_max) h->F_max = l->F;
+            if (l->F > ff_any) ff_any = l->F;
         }
     }
     hp->n_head_kv = kv_heads ? kv_heads : 1;
-    hp->n_ff = h->F_max;
+    hp->n_ff = ff_any; /* reported: the widest FFN layer's width, MoE layers' included */
     h->conv_mem = h->n_rec ? malloc((size_t)h->n_rec * (size_t)h->K * (size_t)h->conv_dim * sizeof(float)) : NULL;
     if (h->n_rec && !h->conv_mem) {
         snprintf(err, errlen, "out of memory");

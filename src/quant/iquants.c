@@ -446,25 +446,14 @@ static void iq3_s_from_f32(const float *x, void *vy, int64_t n) {
 /* Table                                                                  */
 /* ---------------------------------------------------------------------- */
 
-static void set(kq_traits *tab, int t, const char *name, size_t bsize, kq_to_f32_fn to, kq_from_f32_fn from,
-                kq_vec_dot_fn dot) {
-    tab[t] = (kq_traits){
-        .name = name,
-        .blck = KQ_QK_K,
-        .bsize = bsize,
-        .vec_dot_type = KQ_Q8_K,
-        .to_f32 = to,
-        .from_f32 = from,
-        .from_f32_fast = from,
-        .vec_dot = dot,
-        .vec_dot_ref = dot,
-    };
-}
-
 void kq_fill_iquants(kq_traits *tab) {
-    set(tab, KQ_IQ2_XXS, "IQ2_XXS", sizeof(kq_block_iq2_xxs), iq2_xxs_to_f32, NULL, iq2_xxs_dot);
-    set(tab, KQ_IQ2_XS, "IQ2_XS", sizeof(kq_block_iq2_xs), iq2_xs_to_f32, NULL, iq2_xs_dot);
-    set(tab, KQ_IQ2_S, "IQ2_S", sizeof(kq_block_iq2_s), iq2_s_to_f32, NULL, iq2_s_dot);
-    set(tab, KQ_IQ3_XXS, "IQ3_XXS", sizeof(kq_block_iq3_xxs), iq3_xxs_to_f32, NULL, iq3_xxs_dot);
-    set(tab, KQ_IQ3_S, "IQ3_S", sizeof(kq_block_iq3_s), iq3_s_to_f32, iq3_s_from_f32, iq3_s_dot);
+    tab[KQ_IQ2_XXS] =
+        kq_traits_ref("IQ2_XXS", KQ_QK_K, sizeof(kq_block_iq2_xxs), KQ_Q8_K, iq2_xxs_to_f32, NULL, iq2_xxs_dot);
+    tab[KQ_IQ2_XS] =
+        kq_traits_ref("IQ2_XS", KQ_QK_K, sizeof(kq_block_iq2_xs), KQ_Q8_K, iq2_xs_to_f32, NULL, iq2_xs_dot);
+    tab[KQ_IQ2_S] = kq_traits_ref("IQ2_S", KQ_QK_K, sizeof(kq_block_iq2_s), KQ_Q8_K, iq2_s_to_f32, NULL, iq2_s_dot);
+    tab[KQ_IQ3_XXS] =
+        kq_traits_ref("IQ3_XXS", KQ_QK_K, sizeof(kq_block_iq3_xxs), KQ_Q8_K, iq3_xxs_to_f32, NULL, iq3_xxs_dot);
+    tab[KQ_IQ3_S] =
+        kq_traits_ref("IQ3_S", KQ_QK_K, sizeof(kq_block_iq3_s), KQ_Q8_K, iq3_s_to_f32, iq3_s_from_f32, iq3_s_dot);
 }

@@ -866,30 +866,15 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
 /* Table and SIMD selection                                               */
 /* ---------------------------------------------------------------------- */
 
-static void set(kq_traits *tab, int t, const char *name, int blck, size_t bsize, int dot_type, kq_to_f32_fn to,
-                kq_from_f32_fn from, kq_vec_dot_fn dot) {
-    tab[t] = (kq_traits){
-        .name = name,
-        .blck = blck,
-        .bsize = bsize,
-        .vec_dot_type = dot_type,
-        .to_f32 = to,
-        .from_f32 = from,
-        .from_f32_fast = from,
-        .vec_dot = dot,
-        .vec_dot_ref = dot,
-    };
-}
-
 void kq_fill_kquants(kq_traits *tab) {
-    set(tab, KQ_Q2_K, "Q2_K", KQ_QK_K, sizeof(kq_block_q2_K), KQ_Q8_K, q2_K_to_f32, q2_K_from_f32, q2_K_dot);
-    set(tab, KQ_Q3_K, "Q3_K", KQ_QK_K, sizeof(kq_block_q3_K), KQ_Q8_K, q3_K_to_f32, q3_K_from_f32, q3_K_dot);
-    set(tab, KQ_Q4_K, "Q4_K", KQ_QK_K, sizeof(kq_block_q4_K), KQ_Q8_K, q4_K_to_f32, q4_K_from_f32, q4_K_dot);
-    set(tab, KQ_Q5_K, "Q5_K", KQ_QK_K, sizeof(kq_block_q5_K), KQ_Q8_K, q5_K_to_f32, q5_K_from_f32, q5_K_dot);
-    set(tab, KQ_Q6_K, "Q6_K", KQ_QK_K, sizeof(kq_block_q6_K), KQ_Q8_K, q6_K_to_f32, q6_K_from_f32, q6_K_dot);
-    set(tab, KQ_Q8_K, "Q8_K", KQ_QK_K, sizeof(kq_block_q8_K), KQ_Q8_K, q8_K_to_f32, q8_K_from_f32, q8_K_dot);
-    set(tab, KQ_IQ4_NL, "IQ4_NL", KQ_QK4_NL, sizeof(kq_block_iq4_nl), KQ_Q8_0, iq4_nl_to_f32, iq4_nl_from_f32,
-        iq4_nl_dot);
-    set(tab, KQ_IQ4_XS, "IQ4_XS", KQ_QK_K, sizeof(kq_block_iq4_xs), KQ_Q8_K, iq4_xs_to_f32, iq4_xs_from_f32,
-        iq4_xs_dot);
+    tab[KQ_Q2_K] = kq_traits_ref("Q2_K", KQ_QK_K, sizeof(kq_block_q2_K), KQ_Q8_K, q2_K_to_f32, q2_K_from_f32, q2_K_dot);
+    tab[KQ_Q3_K] = kq_traits_ref("Q3_K", KQ_QK_K, sizeof(kq_block_q3_K), KQ_Q8_K, q3_K_to_f32, q3_K_from_f32, q3_K_dot);
+    tab[KQ_Q4_K] = kq_traits_ref("Q4_K", KQ_QK_K, sizeof(kq_block_q4_K), KQ_Q8_K, q4_K_to_f32, q4_K_from_f32, q4_K_dot);
+    tab[KQ_Q5_K] = kq_traits_ref("Q5_K", KQ_QK_K, sizeof(kq_block_q5_K), KQ_Q8_K, q5_K_to_f32, q5_K_from_f32, q5_K_dot);
+    tab[KQ_Q6_K] = kq_traits_ref("Q6_K", KQ_QK_K, sizeof(kq_block_q6_K), KQ_Q8_K, q6_K_to_f32, q6_K_from_f32, q6_K_dot);
+    tab[KQ_Q8_K] = kq_traits_ref("Q8_K", KQ_QK_K, sizeof(kq_block_q8_K), KQ_Q8_K, q8_K_to_f32, q8_K_from_f32, q8_K_dot);
+    tab[KQ_IQ4_NL] = kq_traits_ref("IQ4_NL", KQ_QK4_NL, sizeof(kq_block_iq4_nl), KQ_Q8_0, iq4_nl_to_f32,
+                                   iq4_nl_from_f32, iq4_nl_dot);
+    tab[KQ_IQ4_XS] =
+        kq_traits_ref("IQ4_XS", KQ_QK_K, sizeof(kq_block_iq4_xs), KQ_Q8_K, iq4_xs_to_f32, iq4_xs_from_f32, iq4_xs_dot);
 }

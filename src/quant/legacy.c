@@ -345,28 +345,15 @@ static void q8_1_to_f32(const void *vx, float *y, int64_t n) {
 
 /* ---- table ---- */
 
-static void set(kq_traits *t, const char *name, int blck, size_t bsize, int vdt, kq_to_f32_fn to, kq_from_f32_fn from,
-                kq_vec_dot_fn dot) {
-    t->name = name;
-    t->blck = blck;
-    t->bsize = bsize;
-    t->vec_dot_type = vdt;
-    t->to_f32 = to;
-    t->from_f32 = from;
-    t->from_f32_fast = from;
-    t->vec_dot = dot;
-    t->vec_dot_ref = dot;
-}
-
 void kq_fill_legacy(kq_traits *tab) {
-    set(&tab[KQ_F32], "F32", 1, 4, KQ_F32, f32_to_f32, f32_from_f32, dot_f32);
-    set(&tab[KQ_F16], "F16", 1, 2, KQ_F16, f16_to_f32, f16_from_f32, dot_f16);
-    set(&tab[KQ_BF16], "BF16", 1, 2, KQ_BF16, bf16_to_f32, bf16_from_f32, dot_bf16);
-    set(&tab[KQ_Q4_0], "Q4_0", QK, sizeof(kq_block_q4_0), KQ_Q8_0, q4_0_to_f32, q4_0_from_f32, dot_q4_0_q8_0);
-    set(&tab[KQ_Q4_1], "Q4_1", QK, sizeof(kq_block_q4_1), KQ_Q8_1, q4_1_to_f32, q4_1_from_f32, dot_q4_1_q8_1);
-    set(&tab[KQ_Q5_0], "Q5_0", QK, sizeof(kq_block_q5_0), KQ_Q8_0, q5_0_to_f32, q5_0_from_f32, dot_q5_0_q8_0);
-    set(&tab[KQ_Q5_1], "Q5_1", QK, sizeof(kq_block_q5_1), KQ_Q8_1, q5_1_to_f32, q5_1_from_f32, dot_q5_1_q8_1);
-    set(&tab[KQ_Q8_0], "Q8_0", QK, sizeof(kq_block_q8_0), KQ_Q8_0, q8_0_to_f32, q8_0_from_f32, dot_q8_0_q8_0);
+    tab[KQ_F32] = kq_traits_ref("F32", 1, 4, KQ_F32, f32_to_f32, f32_from_f32, dot_f32);
+    tab[KQ_F16] = kq_traits_ref("F16", 1, 2, KQ_F16, f16_to_f32, f16_from_f32, dot_f16);
+    tab[KQ_BF16] = kq_traits_ref("BF16", 1, 2, KQ_BF16, bf16_to_f32, bf16_from_f32, dot_bf16);
+    tab[KQ_Q4_0] = kq_traits_ref("Q4_0", QK, sizeof(kq_block_q4_0), KQ_Q8_0, q4_0_to_f32, q4_0_from_f32, dot_q4_0_q8_0);
+    tab[KQ_Q4_1] = kq_traits_ref("Q4_1", QK, sizeof(kq_block_q4_1), KQ_Q8_1, q4_1_to_f32, q4_1_from_f32, dot_q4_1_q8_1);
+    tab[KQ_Q5_0] = kq_traits_ref("Q5_0", QK, sizeof(kq_block_q5_0), KQ_Q8_0, q5_0_to_f32, q5_0_from_f32, dot_q5_0_q8_0);
+    tab[KQ_Q5_1] = kq_traits_ref("Q5_1", QK, sizeof(kq_block_q5_1), KQ_Q8_1, q5_1_to_f32, q5_1_from_f32, dot_q5_1_q8_1);
+    tab[KQ_Q8_0] = kq_traits_ref("Q8_0", QK, sizeof(kq_block_q8_0), KQ_Q8_0, q8_0_to_f32, q8_0_from_f32, dot_q8_0_q8_0);
     /* Q8_1 only ever holds activations: no weight-side dot kernel. */
-    set(&tab[KQ_Q8_1], "Q8_1", QK, sizeof(kq_block_q8_1), KQ_Q8_1, q8_1_to_f32, q8_1_from_f32, NULL);
+    tab[KQ_Q8_1] = kq_traits_ref("Q8_1", QK, sizeof(kq_block_q8_1), KQ_Q8_1, q8_1_to_f32, q8_1_from_f32, NULL);
 }

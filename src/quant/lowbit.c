@@ -301,27 +301,15 @@ static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
 /* Table                                                                  */
 /* ---------------------------------------------------------------------- */
 
-static void set(kq_traits *tab, int t, const char *name, int blck, size_t bsize, int dot_type, kq_to_f32_fn to,
-                kq_from_f32_fn from, kq_vec_dot_fn dot) {
-    tab[t] = (kq_traits){
-        .name = name,
-        .blck = blck,
-        .bsize = bsize,
-        .vec_dot_type = dot_type,
-        .to_f32 = to,
-        .from_f32 = from,
-        .from_f32_fast = from,
-        .vec_dot = dot,
-        .vec_dot_ref = dot,
-    };
-}
-
 void kq_fill_lowbit(kq_traits *tab) {
-    set(tab, KQ_TQ1_0, "TQ1_0", KQ_QK_K, sizeof(kq_block_tq1_0), KQ_Q8_K, tq1_0_to_f32, tq1_0_from_f32, tq1_0_dot);
-    set(tab, KQ_TQ2_0, "TQ2_0", KQ_QK_K, sizeof(kq_block_tq2_0), KQ_Q8_K, tq2_0_to_f32, tq2_0_from_f32, tq2_0_dot);
-    set(tab, KQ_MXFP4, "MXFP4", KQ_QK_MXFP4, sizeof(kq_block_mxfp4), KQ_Q8_0, mxfp4_to_f32, mxfp4_from_f32, mxfp4_dot);
-    set(tab, KQ_IQ1_S, "IQ1_S", KQ_QK_K, sizeof(kq_block_iq1_s), KQ_Q8_K, iq1_s_to_f32, NULL, iq1_s_dot);
-    set(tab, KQ_IQ1_M, "IQ1_M", KQ_QK_K, sizeof(kq_block_iq1_m), KQ_Q8_K, iq1_m_to_f32, NULL, iq1_m_dot);
+    tab[KQ_TQ1_0] =
+        kq_traits_ref("TQ1_0", KQ_QK_K, sizeof(kq_block_tq1_0), KQ_Q8_K, tq1_0_to_f32, tq1_0_from_f32, tq1_0_dot);
+    tab[KQ_TQ2_0] =
+        kq_traits_ref("TQ2_0", KQ_QK_K, sizeof(kq_block_tq2_0), KQ_Q8_K, tq2_0_to_f32, tq2_0_from_f32, tq2_0_dot);
+    tab[KQ_MXFP4] =
+        kq_traits_ref("MXFP4", KQ_QK_MXFP4, sizeof(kq_block_mxfp4), KQ_Q8_0, mxfp4_to_f32, mxfp4_from_f32, mxfp4_dot);
+    tab[KQ_IQ1_S] = kq_traits_ref("IQ1_S", KQ_QK_K, sizeof(kq_block_iq1_s), KQ_Q8_K, iq1_s_to_f32, NULL, iq1_s_dot);
+    tab[KQ_IQ1_M] = kq_traits_ref("IQ1_M", KQ_QK_K, sizeof(kq_block_iq1_m), KQ_Q8_K, iq1_m_to_f32, NULL, iq1_m_dot);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -202,6 +202,20 @@ _Static_assert(sizeof(kq_block_q4_0) == 18 && sizeof(kq_block_q4_1) == 20 && siz
  *               the inline helpers they share.  Built on x86-64 only.
  * *_neon.c      the aarch64 twins (neon level; *_dotprod.c built with
  *               +dotprod for the dotprod level).  Built on aarch64 only. */
+/* A type's scalar row: its reference functions fill every slot, the SIMD
+ * levels replace the ones they have. */
+static inline kq_traits kq_traits_ref(const char *name, int blck, size_t bsize, int vec_dot_type, kq_to_f32_fn to,
+                                      kq_from_f32_fn from, kq_vec_dot_fn dot) {
+    return (kq_traits){.name = name,
+                       .blck = blck,
+                       .bsize = bsize,
+                       .vec_dot_type = vec_dot_type,
+                       .to_f32 = to,
+                       .from_f32 = from,
+                       .from_f32_fast = from,
+                       .vec_dot = dot,
+                       .vec_dot_ref = dot};
+}
 void kq_fill_legacy(kq_traits *tab); /* tab has KQ_TYPE_COUNT entries */
 void kq_fill_kquants(kq_traits *tab);
 void kq_fill_iquants(kq_traits *tab);

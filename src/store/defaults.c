@@ -182,3 +182,26 @@ kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name,
     json_decref(opts);
     return st;
 }
+
+int kst_pack_companion(const char *model_path, const char *role, char *out, size_t cap) {
+    if (!model_path || !out || cap == 0) return 0;
+    const char *slash = strrchr(model_path, '/');
+    const int dir_len = slash ? (int)(slash - model_path) : 1;
+    const char *dir = slash ? model_path : ".";
+    char man[PATH_MAX];
+    if (snprintf(man, sizeof man, "%.*s/manifest.json", dir_len, dir) >= (int)sizeof man) return 0;
+    if (access(man, R_OK) != 0) return 0;
+    json_t *m = json_load_file(man, 0, NULL);
+    int found = 0;
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(m, "artifacts"), i, a) {
+        const char *r = json_string_value(json_object_get(a, "role"));
+        const char *file = json_string_value(json_object_get(a, "path"));
+        if (!r || !file || strcmp(r, role) || !kst_file_ok(file)) continue;
+        found = snprintf(out, cap, "%.*s/%s", dir_len, dir, file) < (int)cap && access(out, R_OK) == 0;
+        break;
+    }
+    json_decref(m);
+    return found;
+}

@@ -17,6 +17,7 @@
 #include "store/store.h"
 
 #include "base/base.h"
+#include "gguf/gguf.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -150,35 +151,6 @@ static kiln_status parse_ref(const char *ref, hub_ref *r) {
 
 /* ---- split names and quantization tags ---- */
 
-/* For PREFIX-00002-of-00005.gguf: index 2, count 5, prefix length; count 1
- * for a file that is not split. */
-static int split_info(const char *path, int *index, size_t *prefix_len) {
-    size_t n = strlen(path);
-    const char *tail = "-00000-of-00000.gguf";
-    size_t tl = strlen(tail);
-    *index = 1;
-    *prefix_len = n >= 5 ? n - 5 : n;
-    if (n < tl) return 1;
-    const char *s = path + n - tl;
-    int a = 0, b = 0;
-    for (size_t i = 0; i < tl; i++) {
-        char ch = (char)tolower((unsigned char)s[i]), pat = tail[i];
-        if (pat == '0') {
-            if (ch < '0' || ch > '9') return 1;
-            if (i < 6)
-                a = a * 10 + (ch - '0');
-            else
-                b = b * 10 + (ch - '0');
-        } else if (ch != pat) {
-            return 1;
-        }
-    }
-    if (a < 1 || b < 1 || a > b) return 1;
-    *index = a;
-    *prefix_len = n - tl;
-    return b;
-}
-
 static const char *base_name(const char *p) {
     const char *b = strrchr(p, '/');
     return b ? b + 1 : p;
@@ -215,7 +187,7 @@ static int tag_bits(const char *tag) {
 static void file_tag(const char *path, char *out, size_t cap) {
     int idx;
     size_t plen;
-    split_info(path, &idx, &plen);
+    gguf_split_name(path, &idx, &plen);
     const char *b = base_name(path);
     size_t off = (size_t)(b - path);
     size_t end = plen > off ? plen : off;
@@ -381,7 +353,7 @@ static int first_model(const hub_file *f, int n, const char *tag) {
         int idx;
         size_t pl;
         if (!is_model_file(f[i].path) || (tag && !has_tag(f[i].path, tag))) continue;
-        if (split_info(f[i].path, &idx, &pl) > 1 && idx != 1) continue;
+        if (gguf_split_name(f[i].path, &idx, &pl) > 1 && idx != 1) continue;
         return i;
     }
     return -1;
@@ -420,7 +392,7 @@ static void list_quants(const hub_file *f, int n, char *out, size_t cap) {
     for (int i = 0; i < n && o + 40 < cap; i++) {
         int idx;
         size_t pl;
-        if (!is_model_file(f[i].path) || (split_info(f[i].path, &idx, &pl) > 1 && idx != 1)) continue;
+        if (!is_model_file(f[i].path) || (gguf_split_name(f[i].path, &idx, &pl) > 1 && idx != 1)) continue;
         char tag[65];
         file_tag(f[i].path, tag, sizeof tag);
         o += (size_t)snprintf(out + o, cap - o, "%s%s", shown++ ? ", " : "", tag);
@@ -607,7 +579,7 @@ kiln_status kst_hub_plan(const char *ref, const kst_net *net, const char *const 
     /* every shard of a split model, from the first */
     int idx = 1, count = 1;
     size_t plen = 0;
-    if (!st) count = split_info(files[primary].path, &idx, &plen);
+    if (!st) count = gguf_split_name(files[primary].path, &idx, &plen);
     for (int k = 1; !st && k <= count; k++) {
         int found = primary;
         if (count > 1) {

@@ -206,6 +206,12 @@ const char *kst_dominant_type(const void *gguf_file);
 
 /* ---- defaults.c ---- */
 
+/* When model_path is the model of a store pack (its folder holds the pack's
+ * manifest.json), the path of the pack's artifact of this role ("mmproj")
+ * into out (cap bytes) and 1; 0 when there is none or the path is not in a
+ * pack.  Reads the manifest only. */
+int kst_pack_companion(const char *model_path, const char *role, char *out, size_t cap);
+
 #define KST_TEXT_MAX (1u << 20) /* bytes of a template, system, params, license */
 
 /* Checks a text artifact (roles template, system, params, license,

@@ -296,47 +296,12 @@ typedef struct bpe_sym {
     int32_t id; /* token id, -1 if the byte has no token */
 } bpe_sym;
 
-typedef struct bpe_pair {
-    int32_t rank, left, right, result;
-    uint32_t ln, rn; /* sizes of both sides when queued */
-} bpe_pair;
-
-static int pair_before(const bpe_pair *a, const bpe_pair *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static void heap_push(bpe_pair *h, size_t *n, bpe_pair p) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!pair_before(&p, &h[up])) break;
-        h[i] = h[up];
-        i = up;
-    }
-    h[i] = p;
-}
-
-static bpe_pair heap_pop(bpe_pair *h, size_t *n) {
-    bpe_pair top = h[0], last = h[--*n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && pair_before(&h[c + 1], &h[c])) c++;
-        if (!pair_before(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n > 0) h[i] = last;
-    return top;
-}
-
-static void try_pair(const ktok *t, bpe_sym *sym, int32_t l, int32_t r, bpe_pair *heap, size_t *nh) {
+static void try_pair(const ktok *t, bpe_sym *sym, int32_t l, int32_t r, tok_pair *heap, size_t *nh) {
     if (l < 0 || r < 0 || sym[l].id < 0 || sym[r].id < 0) return;
     int32_t result;
     int32_t rank = tok_pairmap_get(&t->merges, sym[l].id, sym[r].id, &result);
     if (rank < 0) return;
-    heap_push(heap, nh, (bpe_pair){rank, l, r, result, sym[l].n, sym[r].n});
+    tok_heap_push(heap, nh, (tok_pair){-(float)rank, l, r, result, sym[l].n, sym[r].n});
 }
 
 static void bpe_word(const ktok *t, const uint8_t *w, size_t len, tok_vec *out, tok_scratch *s) {
@@ -354,7 +319,7 @@ static void bpe_word(const ktok *t, const uint8_t *w, size_t len, tok_vec *out, 
     }
 
     bpe_sym *sym = tok_scratch_get(s, 3, len * sizeof *sym);
-    bpe_pair *heap = tok_scratch_get(s, 4, 3 * len * sizeof *heap);
+    tok_pair *heap = tok_scratch_get(s, 4, 3 * len * sizeof *heap);
     if (!sym || !heap) return;
     for (size_t i = 0; i < len; i++)
         sym[i] = (bpe_sym){(int32_t)i - 1, i + 1 == len ? -1 : (int32_t)i + 1, 1, t->byte_enc_tok[w[i]]};
@@ -362,7 +327,7 @@ static void bpe_word(const ktok *t, const uint8_t *w, size_t len, tok_vec *out, 
     size_t nh = 0;
     for (size_t i = 1; i < len; i++) try_pair(t, sym, (int32_t)i - 1, (int32_t)i, heap, &nh);
     while (nh > 0) {
-        bpe_pair p = heap_pop(heap, &nh);
+        tok_pair p = tok_heap_pop(heap, &nh);
         bpe_sym *l = &sym[p.left], *r = &sym[p.right];
         if (l->n != p.ln || r->n != p.rn) continue; /* stale */
         l->n += r->n;

@@ -12,51 +12,12 @@ typedef struct spm_sym {
     uint32_t start, n;  /* byte span in the escaped text; n = 0 once merged away */
 } spm_sym;
 
-typedef struct spm_pair {
-    float score;
-    int32_t left, right;
-    uint32_t size; /* byte length of the merged text when queued */
-} spm_pair;
-
-/* a is better than b: higher score, then further left. */
-static int pair_better(const spm_pair *a, const spm_pair *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static void heap_push(spm_pair *h, size_t *n, spm_pair p) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!pair_better(&p, &h[up])) break;
-        h[i] = h[up];
-        i = up;
-    }
-    h[i] = p;
-}
-
-static spm_pair heap_pop(spm_pair *h, size_t *n) {
-    spm_pair top = h[0], last = h[--*n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && pair_better(&h[c + 1], &h[c])) c++;
-        if (!pair_better(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n > 0) h[i] = last;
-    return top;
-}
-
-static void try_pair(const ktok *t, const char *text, spm_sym *sym, int32_t l, int32_t r, spm_pair *heap,
+static void try_pair(const ktok *t, const char *text, spm_sym *sym, int32_t l, int32_t r, tok_pair *heap,
                      size_t *nheap) {
     if (l < 0 || r < 0) return;
-    uint32_t size = sym[l].n + sym[r].n;
-    int32_t id = tok_strmap_get(&t->map, t, text + sym[l].start, size);
+    int32_t id = tok_strmap_get(&t->map, t, text + sym[l].start, sym[l].n + sym[r].n);
     if (id < 0) return;
-    spm_pair p = {t->score ? t->score[id] : 0.0f, l, r, size};
-    heap_push(heap, nheap, p);
+    tok_heap_push(heap, nheap, (tok_pair){t->score ? t->score[id] : 0.0f, l, r, id, sym[l].n, sym[r].n});
 }
 
 void tok_spm_encode(const ktok *t, const char *raw, size_t len, int prefix_space, tok_vec *out, tok_scratch *s) {
@@ -80,7 +41,7 @@ void tok_spm_encode(const ktok *t, const char *raw, size_t len, int prefix_space
 
     spm_sym *sym = tok_scratch_get(s, 1, tl * sizeof *sym);
     /* each merge queues at most two pairs, plus the initial n-1 */
-    spm_pair *heap = tok_scratch_get(s, 2, 3 * tl * sizeof *heap);
+    tok_pair *heap = tok_scratch_get(s, 2, 3 * tl * sizeof *heap);
     if (!sym || !heap) return;
 
     int32_t n = 0;
@@ -99,10 +60,10 @@ void tok_spm_encode(const ktok *t, const char *raw, size_t len, int prefix_space
     for (int32_t i = 1; i < n; i++) try_pair(t, text, sym, i - 1, i, heap, &nheap);
 
     while (nheap > 0) {
-        spm_pair p = heap_pop(heap, &nheap);
+        tok_pair p = tok_heap_pop(heap, &nheap);
         spm_sym *l = &sym[p.left], *r = &sym[p.right];
         /* stale: one side was merged elsewhere since this pair was queued */
-        if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue;
+        if (l->n != p.ln || r->n != p.rn) continue;
         l->n += r->n;
         r->n = 0;
         l->next = r->next;

@@ -104,6 +104,21 @@ typedef struct tok_scratch {
 void *tok_scratch_get(tok_scratch *s, int i, size_t bytes);
 void tok_scratch_free(tok_scratch *s);
 
+/* ---- the merge queue of BPE and SentencePiece ---- */
+/* A candidate merge of adjacent symbols left and right, queued when both
+ * sides spanned ln and rn bytes (a later merge of either makes it stale).
+ * The queue pops the largest pri first, then the leftmost. */
+typedef struct tok_pair {
+    float pri; /* SentencePiece: the merged token's score; BPE: -rank (exact below 2^24) */
+    int32_t left, right;
+    int32_t result; /* BPE: the merged token */
+    uint32_t ln, rn;
+} tok_pair;
+
+/* A binary heap in h (room for every push is the caller's): *n entries. */
+void tok_heap_push(tok_pair *h, size_t *n, tok_pair p);
+tok_pair tok_heap_pop(tok_pair *h, size_t *n); /* *n > 0 */
+
 /* Byte length of the UTF-8 sequence its lead byte announces (1 for stray
  * continuation bytes). */
 static inline size_t tok_utf8_len(uint8_t c) {

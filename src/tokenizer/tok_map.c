@@ -137,6 +137,36 @@ void tok_vec_push(tok_vec *v, int32_t id) {
     v->v[v->n++] = id;
 }
 
+static int pair_first(const tok_pair *a, const tok_pair *b) {
+    return a->pri > b->pri || (a->pri == b->pri && a->left < b->left);
+}
+
+void tok_heap_push(tok_pair *h, size_t *n, tok_pair p) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (!pair_first(&p, &h[up])) break;
+        h[i] = h[up];
+        i = up;
+    }
+    h[i] = p;
+}
+
+tok_pair tok_heap_pop(tok_pair *h, size_t *n) {
+    tok_pair top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && pair_first(&h[c + 1], &h[c])) c++;
+        if (!pair_first(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = last;
+    return top;
+}
+
 void *tok_scratch_get(tok_scratch *s, int i, size_t bytes) {
     if (s->cap[i] < bytes) {
         size_t nc = s->cap[i] ? s->cap[i] : 256;
