@@ -433,3 +433,41 @@ void cr_gelu(float *x, int64_t n) {
     run("kcu_gelu", 3, 1, 1, 64, args);
     down(x, dx, sizeof(float) * n);
 }
+
+void cr_kv_write_q8(const float *src, int64_t src_stride, int n_tok, uint8_t *cache, int64_t cell_stride,
+                    int64_t offset, const int32_t *cell, int n) {
+    int cells = 0;
+    for (int i = 0; i < n_tok; i++) cells = cell[i] + 1 > cells ? cell[i] + 1 : cells;
+    cu_ptr ds = up(src, sizeof(float) * n_tok * src_stride), dc = up(cache, (size_t)cells * cell_stride);
+    cu_ptr dcell = up(cell, sizeof(int32_t) * n_tok);
+    void *args[] = {&ds, &src_stride, &dc, &cell_stride, &offset, &dcell, &n};
+    run("kcu_kv_write_q8", (unsigned)n_tok, 1, 1, 64, args);
+    down(cache, dc, (size_t)cells * cell_stride);
+    drop(ds);
+    drop(dcell);
+}
+
+void cr_attn_decode_q8(const float *q, int64_t q_stride, const uint8_t *k, const uint8_t *v, int64_t cell_stride,
+                       const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head,
+                       int n_kv_head, int hd, float scale, int split_len, int n_split, int window, const float *sinks,
+                       float *out, int64_t out_stride) {
+    const size_t cache = cells_used(tables, n_seq, table_stride, n_kv) * cell_stride;
+    cu_ptr dq = up(q, sizeof(float) * n_seq * q_stride), dk = up(k, cache), dv = up(v, cache);
+    cu_ptr dt = up(tables, sizeof(int32_t) * n_seq * table_stride), dn = up(n_kv, sizeof(int32_t) * n_seq);
+    cu_ptr dpart = up(NULL, sizeof(float) * n_seq * n_head * n_split * (hd + 2));
+    cu_ptr dout = up(out, sizeof(float) * n_seq * out_stride);
+    cu_ptr dsink = sinks ? up(sinks, sizeof(float) * n_head) : 0;
+    void *a1[] = {&dq,     &q_stride,  &dk, &dv,    &cell_stride, &dt,     &table_stride, &dn,
+                  &n_head, &n_kv_head, &hd, &scale, &split_len,   &window, &dpart};
+    run("kcu_attn_decode_q8", (unsigned)n_head, (unsigned)n_split, (unsigned)n_seq, 32 * KCU_ATT_WARPS, a1);
+    void *a2[] = {&dpart, &n_split, &n_head, &hd, &dsink, &dout, &out_stride};
+    run("kcu_attn_combine", (unsigned)n_head, (unsigned)n_seq, 1, 64, a2);
+    if (dsink) drop(dsink);
+    down(out, dout, sizeof(float) * n_seq * out_stride);
+    drop(dq);
+    drop(dk);
+    drop(dv);
+    drop(dt);
+    drop(dn);
+    drop(dpart);
+}

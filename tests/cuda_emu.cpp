@@ -201,3 +201,20 @@ void cr_swiglu_oai(float *g, const float *u, int64_t n, float alpha, float limit
 void cr_relu_sq(float *x, int64_t n) { L(kcu_relu_sq, dim3(3), dim3(64), x, n); }
 
 void cr_gelu(float *x, int64_t n) { L(kcu_gelu, dim3(3), dim3(64), x, n); }
+
+void cr_kv_write_q8(const float *src, int64_t src_stride, int n_tok, uint8_t *cache, int64_t cell_stride,
+                    int64_t offset, const int32_t *cell, int n) {
+    L(kcu_kv_write_q8, dim3((unsigned)n_tok), dim3(64), src, src_stride, cache, cell_stride, offset, cell, n);
+}
+
+void cr_attn_decode_q8(const float *q, int64_t q_stride, const uint8_t *k, const uint8_t *v, int64_t cell_stride,
+                       const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head,
+                       int n_kv_head, int hd, float scale, int split_len, int n_split, int window, const float *sinks,
+                       float *out, int64_t out_stride) {
+    std::vector<float> part((size_t)n_seq * n_head * n_split * (hd + 2));
+    float *p = part.data();
+    L(kcu_attn_decode_q8, dim3((unsigned)n_head, (unsigned)n_split, (unsigned)n_seq), dim3(32 * KCU_ATT_WARPS), q,
+      q_stride, k, v, cell_stride, tables, table_stride, n_kv, n_head, n_kv_head, hd, scale, split_len, window, p);
+    L(kcu_attn_combine, dim3((unsigned)n_head, (unsigned)n_seq), dim3(64), (const float *)p, n_split, n_head, hd, sinks,
+      out, out_stride);
+}

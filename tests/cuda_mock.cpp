@@ -86,6 +86,8 @@ static std::map<std::string, mock_kernel> &kernels() {
     K(kcu_attn_decode);
     K(kcu_attn_combine);
     K(kcu_attn_prefill);
+    K(kcu_attn_decode_q8);
+    K(kcu_kv_write_q8);
     K(kcu_gdn_gates);
     K(kcu_conv_silu);
     K(kcu_l2norm);

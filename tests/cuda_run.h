@@ -46,6 +46,14 @@ void cr_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const u
                     const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head, int n_kv_head,
                     int hd, float scale, int split_len, int n_split, int window, const float *sinks, float *out,
                     int64_t out_stride);
+/* The Q8_0 cache's (cache and cell_stride in bytes): the write of rows by
+ * the reference quantizer, and decode attention as cr_attn_decode's. */
+void cr_kv_write_q8(const float *src, int64_t src_stride, int n_tok, uint8_t *cache, int64_t cell_stride,
+                    int64_t offset, const int32_t *cell, int n);
+void cr_attn_decode_q8(const float *q, int64_t q_stride, const uint8_t *k, const uint8_t *v, int64_t cell_stride,
+                       const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head,
+                       int n_kv_head, int hd, float scale, int split_len, int n_split, int window, const float *sinks,
+                       float *out, int64_t out_stride);
 void cr_attn_prefill(const float *q, int64_t tok_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
                      const int32_t *table, int n_past, int n_tok, int n_head, int n_kv_head, int hd, float scale,
                      float *out);

@@ -1,7 +1,8 @@
 /* The CUDA backend's whole path on the mock device (tests/cuda_mock.cpp,
  * named by KILN_CUDA_DRIVER): the bundled stories260K model and the dense
  * F32/F16 fixtures, the hybrid ones (qwen35, qwen35moe in F32 and Q8_0,
- * qwen3next) and the dense family's MoE (qwen3moe) run through
+ * qwen3next), the dense family's MoE (qwen3moe) and a Q8_0 KV cache run
+ * through
  * src/backend/cuda.c, every launch on the kernel emulator, and must give the CPU's greedy ids, with the prompt's
  * last logits within LOGIT_TOL (relative to the largest logit) of the
  * CPU's, and for the fixtures' whole prompt within LOGIT_TOL of their
@@ -42,6 +43,8 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
+static int kv_type = KILN_KV_F16; /* the caches run() makes */
+
 /* prompt then n greedy steps on backend be: ids into out, the prompt's
  * last logits into first (n_vocab) */
 static int run(const char *path, int be, const int32_t *prompt, int n_prompt, int n, int32_t *out, float *first,
@@ -56,7 +59,7 @@ static int run(const char *path, int be, const int32_t *prompt, int n_prompt, in
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     *n_vocab = info.n_vocab;
-    kiln_context *c = new_ctx(m, KILN_KV_F16);
+    kiln_context *c = new_ctx(m, kv_type);
     int rc = c ? 0 : -1;
     kiln_batch b = {n_prompt, prompt, NULL, NULL, NULL};
     if (!rc && kiln_decode(c, &b) != KILN_OK) rc = -1;
@@ -300,6 +303,16 @@ int main(void) {
     fixture("qwen35moe-q8_0", 4, 0.15f, 3e-2f);
     state_paths("qwen35", KILN_ENGINE_BACKEND_CPU);
     state_paths("qwen35", KILN_ENGINE_BACKEND_CUDA);
+    /* a Q8_0 KV cache on both, for models whose head size is a multiple
+     * of 32 (the CPU quantizes the query and sums integers per block, the
+     * GPU sums the same products in float).  Bound 1.5e-2: a key or value
+     * whose bits differ (the GEMM's F16 inputs) can round to the next of
+     * a block's 255 levels; measured 4.5e-3 (llama), 7.4e-3 (qwen35). */
+    kv_type = KILN_KV_Q8_0;
+    const int32_t q8_prompt[12] = {1, 20, 35, 70, 90, 110, 120, 140, 160, 180, 200, 220};
+    compare_tol("llama q8kv", "data/spec/spec-llama.gguf", q8_prompt, 12, 8, 1.5e-2f);
+    compare_tol("qwen35 q8kv", "data/hybrid/qwen35-spm-f32.gguf", q8_prompt, 12, 8, 1.5e-2f);
+    kv_type = KILN_KV_F16;
     /* the dense family's MoE (qwen3moe: softmax routing, no shared expert) */
     const int32_t moe_prompt[19] = {1,   410, 447, 410, 456, 425, 417, 316, 410, 325,
                                     330, 352, 379, 419, 308, 420, 277, 428, 415};

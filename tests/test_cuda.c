@@ -17,7 +17,10 @@
  *                       product; positions below 4096);
  *   attention           2e-4 absolute (values in [-1, 1]; the softmax in
  *                       another order than kk_attn_f16's);
- *   argmax, kv_write    exact;
+ *   argmax, kv_write    exact (the Q8_0 write: the reference quantizer's
+ *                       bytes);
+ *   Q8_0 attention      2e-4 absolute (per-block products summed in float
+ *                       where the CPU sums integers);
  *   Gated DeltaNet      gates, convolution, gated attention's gate: the
  *                       twin's order, bit-equal on the emulator, 2e-6
  *                       relative on a GPU (its expf and logf); L2 and gated
@@ -532,6 +535,86 @@ static void test_fatbin(void) {
         CHECKF(contains(fb, n, names[i]), "%s not in the fatbin", names[i]);
 }
 
+/* The Q8_0 cache: rows written by the kernel are the reference
+ * quantizer's bytes; decode attention over random Q8_0 rows against
+ * kk_attn_q8's twin within 2e-4 (the query's blocks rounded as the CPU
+ * rounds them; products summed in float rather than per-block integers). */
+static void test_kv_q8(void) {
+    const int n = 128, n_tok = 3, n_cells = 9;
+    const int64_t cs = 2 * (n / 32) * 34 + 6; /* K then V rows, bytes */
+    float src[3 * 130];
+    fill(src, sizeof src / sizeof src[0], 3.0f);
+    src[5] = 0.0f;
+    for (int i = 0; i < 32; i++) src[130 + 32 + i] = 0.0f; /* an all-zero block */
+    uint8_t *c = calloc((size_t)n_cells * cs, 1), *ref = calloc((size_t)n_cells * cs, 1);
+    const int32_t cell[3] = {4, 0, 7};
+    const int64_t off = (n / 32) * 34;
+    cr_kv_write_q8(src, 130, n_tok, c, cs, off, cell, n);
+    for (int t = 0; t < n_tok; t++) kq_get(KQ_Q8_0)->from_f32(src + t * 130, ref + cell[t] * cs + off, n);
+    CHECKF(memcmp(c, ref, (size_t)n_cells * cs) == 0, "kv_write_q8");
+    free(c);
+    free(ref);
+    for (int i = 0; i < 3; i++) {
+        const int hd = i == 1 ? 64 : 128, n_seq = 3, n_head = 4, n_kv_head = 2, table_stride = 8;
+        const int window = i == 2 ? 21 : 0;
+        const int64_t row = (hd / 32) * 34, cstride = n_kv_head * row + 4;
+        const int n_blocks = n_seq * table_stride;
+        uint8_t *k = malloc((size_t)n_blocks * 16 * cstride), *v = malloc((size_t)n_blocks * 16 * cstride);
+        float x[128];
+        for (int cc = 0; cc < n_blocks * 16; cc++)
+            for (int h = 0; h < n_kv_head; h++) {
+                fill(x, (size_t)hd, 1.0f);
+                kq_get(KQ_Q8_0)->from_f32(x, k + cc * cstride + h * row, hd);
+                fill(x, (size_t)hd, 1.0f);
+                kq_get(KQ_Q8_0)->from_f32(x, v + cc * cstride + h * row, hd);
+            }
+        int32_t *tables = make_tables(n_blocks, n_seq, table_stride);
+        int32_t n_kv[3] = {1, 20 + rndi(30), 99};
+        const int split_len = 32, n_split = 4;
+        const int64_t qs = (int64_t)n_head * hd;
+        float *q = malloc(sizeof(float) * qs * n_seq), *out = malloc(sizeof(float) * qs * n_seq);
+        float sinks[4] = {0.5f, -1.0f, 2.0f, 0.0f}, refo[128];
+        fill(q, (size_t)qs * n_seq, 2.0f);
+        const float scale = 1.0f / sqrtf((float)hd);
+        const float *sk = i == 2 ? sinks : NULL;
+        cr_attn_decode_q8(q, qs, k, v, cstride, tables, table_stride, n_kv, n_seq, n_head, n_kv_head, hd, scale,
+                          split_len, n_split, window, sk, out, qs);
+        int bad = 0;
+        for (int s = 0; s < n_seq; s++)
+            for (int h = 0; h < n_head; h++) {
+                const int kvh = h / (n_head / n_kv_head);
+                float *scratch = malloc(sizeof(float) * kk_attn_scratch(1, 1, hd, n_kv[s]));
+                kk_attn_q8 a = {.q = q + s * qs + h * hd,
+                                .nq = 1,
+                                .nt = 1,
+                                .tok_stride = (size_t)hd,
+                                .hd = hd,
+                                .n_pos = n_kv[s],
+                                .blocks = tables + s * table_stride,
+                                .block_shift = 4,
+                                .k = k + kvh * row,
+                                .v = v + kvh * row,
+                                .block_stride = 16 * (size_t)cstride,
+                                .row_stride = (size_t)cstride,
+                                .scale = scale,
+                                .window = window,
+                                .sink = sk ? sk + h : NULL,
+                                .out = refo,
+                                .scratch = scratch};
+                kk_ops_at(KQ_ISA_SCALAR)->attn_q8(&a);
+                free(scratch);
+                for (int d = 0; d < hd; d++)
+                    if (!(fabsf(out[s * qs + h * hd + d] - refo[d]) <= 2e-4f)) bad++;
+            }
+        CHECKF(bad == 0, "attention decode q8 hd=%d window %d: %d wrong", hd, window, bad);
+        free(k);
+        free(v);
+        free(tables);
+        free(q);
+        free(out);
+    }
+}
+
 /* ------------------------------------------------ Gated DeltaNet and MoE */
 
 static int on_emu; /* the emulator: the twins' order gives the same bits */
@@ -847,6 +930,7 @@ int main(void) {
     test_matvec();
     test_attn_decode();
     test_attn_prefill();
+    test_kv_q8();
     test_gemm();
     on_emu = strstr(cr_device(), "emulator") != NULL;
     test_gdn_gates();

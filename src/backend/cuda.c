@@ -432,29 +432,34 @@ static void cuda_matmul_ranges(kbe_ctx *X, const kk_mm_out *outs, const int32_t 
 
 /* ----------------------------------------------------------- attention */
 
-/* Layer `layer`'s K rows: cell c at k + c * stride (F16 elements), V rows
- * v_off elements after each (cuda.h's layout). */
-static uint16_t *kv_base(const kbe_ctx *X, int layer, int64_t *stride, int64_t *v_off) {
+/* Layer `layer`'s K rows: cell c at k + c * stride, V rows v_off after
+ * each (cuda.h's layout), in elements of the cache's type: F16 values, or
+ * bytes of Q8_0 blocks (*q8 set). */
+static void *kv_base(const kbe_ctx *X, int layer, int64_t *stride, int64_t *v_off, int *q8) {
     const kbe_kv *kv = &X->kv;
-    if (kv->type != KILN_KV_F16) unsupported("a KV cache other than F16");
+    if (kv->type != KILN_KV_F16 && kv->type != KILN_KV_Q8_0) unsupported("an F32 KV cache");
     if (kv->v_in_k) unsupported("V stored in K");
-    *stride = (int64_t)(kv->block_bytes / KBE_KV_BLOCK / sizeof(uint16_t));
-    *v_off = (int64_t)kv->l_hkv[layer] * kv->l_hd[layer];
-    return (uint16_t *)((uint8_t *)kv->mem + kv->l_off[layer] / KBE_KV_BLOCK);
+    *q8 = kv->type == KILN_KV_Q8_0;
+    const size_t esz = *q8 ? 1 : sizeof(uint16_t);
+    *stride = (int64_t)(kv->block_bytes / KBE_KV_BLOCK / esz);
+    *v_off = (int64_t)((size_t)kv->l_hkv[layer] * kv->l_hrow[layer] / esz);
+    return (uint8_t *)kv->mem + kv->l_off[layer] / KBE_KV_BLOCK;
 }
 
 static void store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
     if (n <= 0) return;
     int64_t stride, v_off;
-    uint16_t *cache = kv_base(X, layer, &stride, &v_off);
+    int q8;
+    void *cache = kv_base(X, layer, &stride, &v_off, &q8);
     const int32_t *cell = (const int32_t *)cu_of(X)->cell.p + i0;
-    int64_t src_stride = v_off, off = 0;
-    int len = (int)v_off;
+    const char *name = q8 ? "kcu_kv_write_q8" : "kcu_kv_write";
+    int len = X->kv.l_hkv[layer] * X->kv.l_hd[layer]; /* a row: every KV head's values */
+    int64_t src_stride = len, off = 0;
     void *ka[] = {&k, &src_stride, &cache, &stride, &off, &cell, &len};
-    launch("kcu_kv_write", (unsigned)n, 1, 1, 64, ka);
+    launch(name, (unsigned)n, 1, 1, 64, ka);
     off = v_off;
     void *va[] = {&v, &src_stride, &cache, &stride, &off, &cell, &len};
-    launch("kcu_kv_write", (unsigned)n, 1, 1, 64, va);
+    launch(name, (unsigned)n, 1, 1, 64, va);
 }
 
 static void cuda_kv_store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
@@ -544,10 +549,11 @@ static void cuda_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, 
     kbe_cuda *C = cu_of(X);
     if (!C->tables_ok) upload_tables(X);
     int64_t cell_stride, v_off;
-    const uint16_t *k = kv_base(X, layer, &cell_stride, &v_off);
-    const uint16_t *v = k + v_off;
+    int q8;
+    const uint8_t *k = kv_base(X, layer, &cell_stride, &v_off, &q8);
+    const uint8_t *v = k + v_off * (q8 ? 1 : 2);
     int hd = X->kv.l_hd[layer], n_head = X->n_head, n_kv_head = X->kv.l_hkv[layer];
-    if (hd > KCU_ATT_MAXD || hd % 2) unsupported("this attention head size");
+    if (hd > KCU_ATT_MAXD || hd % 2 || (q8 && hd % 32)) unsupported("this attention head size");
     float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)hd);
     int split_len = CUDA_SPLIT_LEN, n_split = (int)ceil_div(C->max_nkv, CUDA_SPLIT_LEN);
     int window = o && o->window > 0 ? o->window : 0;
@@ -566,7 +572,8 @@ static void cuda_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, 
         const int32_t *n_kv = (const int32_t *)C->n_kv.p + i0;
         void *da[] = {&qc,     &q_stride,  &k,  &v,     &cell_stride, &tables, &table_stride, &n_kv,
                       &n_head, &n_kv_head, &hd, &scale, &split_len,   &window, &part};
-        launch("kcu_attn_decode", (unsigned)n_head, (unsigned)n_split, (unsigned)nc, 32 * KCU_ATT_WARPS, da);
+        launch(q8 ? "kcu_attn_decode_q8" : "kcu_attn_decode", (unsigned)n_head, (unsigned)n_split, (unsigned)nc,
+               32 * KCU_ATT_WARPS, da);
         const float *cpart = part;
         void *ca[] = {&cpart, &n_split, &n_head, &hd, &sinks, &oc, &out_stride};
         launch("kcu_attn_combine", (unsigned)n_head, (unsigned)nc, 1, 64, ca);

@@ -31,8 +31,8 @@ uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
 int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra,
                char *err, size_t errlen) {
     memset(kv, 0, sizeof *kv);
-    if (be->kind == KBE_CUDA && shape->n_attn_layer > 0 && (type != KILN_KV_F16 || shape->v_in_k)) {
-        kb_errf(err, errlen, "the CUDA backend keeps only an F16 KV cache with separate K and V");
+    if (be->kind == KBE_CUDA && shape->n_attn_layer > 0 && (type == KILN_KV_F32 || shape->v_in_k)) {
+        kb_errf(err, errlen, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
         return -1;
     }
     kv->be = be;
