@@ -2,18 +2,17 @@
  * named by KILN_CUDA_DRIVER): the bundled stories260K model and the dense
  * F32/F16 fixtures, the hybrid ones (qwen35, qwen35moe in F32 and Q8_0,
  * qwen3next), the dense family's MoE (qwen3moe) and a Q8_0 KV cache run
- * through
- * src/backend/cuda.c, every launch on the kernel emulator, and must give the CPU's greedy ids, with the prompt's
- * last logits within LOGIT_TOL (relative to the largest logit) of the
- * CPU's, and for the fixtures' whole prompt within LOGIT_TOL of their
- * float64 reference logits too.  LOGIT_TOL is test_models' bound for the
- * CPU's F16 cache against that reference: attention accumulates in F32 on
- * the GPU where the CPU rounds to F16 (below 256 positions), the GEMM
- * rounds activations to F16, and sums go in another order (measured: up to
- * 4.4e-3 between the two backends, qwen35's prompt; the Q8_0 fixture has
- * its own bounds, see main).  What the
- * backend has no kernel for is refused at load or at context creation.
- * Without the mock (or a GPU) it is skipped (77). */
+ * through src/backend/cuda.c, every launch on the kernel emulator, and
+ * must give the CPU's greedy ids, with the prompt's last logits within
+ * LOGIT_TOL (relative to the largest logit) of the CPU's, and for the
+ * fixtures' whole prompt within LOGIT_TOL of their float64 reference
+ * logits too.  LOGIT_TOL is test_models' bound for the CPU's F16 cache
+ * against that reference: attention accumulates in F32 on the GPU where
+ * the CPU rounds to F16 (below 256 positions), the GEMM rounds activations
+ * to F16, and sums go in another order (measured: up to 4.4e-3 between the
+ * two backends, qwen35's prompt; the Q8_0 weights and cache have their own
+ * bounds, see main).  What the backend has no kernel for is refused at load
+ * or at context creation.  Without the mock (or a GPU) it is skipped (77). */
 #include "kiln.h"
 #include "testutil.h"
 
