@@ -13,10 +13,11 @@ Usage (from the repository root):
         reference unit vector), written from tests/data/vocab.
 
     /usr/bin/python3 tests/gen_fixtures.py --toolcall
-        Regenerates only the scripted tool-call fixture (toolcall.gguf and
+        Regenerates only the scripted tool-call fixtures (toolcall.gguf and
         toolcall.json, no vocab files needed): a bigram model that answers
         any chat prompt with fixed reasoning and a fixed tool call, for the
-        server's end-to-end test (see "Scripted tool-call fixture" below).
+        server's end-to-end test (see "Scripted tool-call fixture" below);
+        and toolform-*.gguf/.json, the same in other families' call forms.
 
     /usr/bin/python3 tests/gen_fixtures.py --bench OUT.gguf
         Writes a random-weight model with Qwen3-0.6B's shapes (F16, GPT-2
@@ -983,16 +984,16 @@ def gpt2_byte_chars():
 
 
 class ToolcallVocab:
-    def __init__(self):
+    def __init__(self, pieces=TOOLCALL_PIECES, special_list=TOOLCALL_SPECIALS):
         chars = gpt2_byte_chars()
-        specials = dict(TOOLCALL_SPECIALS)
+        specials = dict(special_list)
         self.texts = list(chars)                      # id = byte value
         self.types = [TOK_NORMAL] * 256
-        self.normal = [p for p in TOOLCALL_PIECES if p not in specials]
+        self.normal = [p for p in pieces if p not in specials]
         for p in self.normal:
             self.texts.append("".join(chars[b] for b in p.encode("utf-8")))
             self.types.append(TOK_NORMAL)
-        for s, ty in TOOLCALL_SPECIALS:
+        for s, ty in special_list:
             self.texts.append(s)
             self.types.append(ty)
         assert len(set(self.texts)) == len(self.texts)
@@ -1663,6 +1664,110 @@ def gen_bench_hybrid(out_dir):
         print("wrote %s (%.2f B parameters, %.1f MB)" % (path, n_params / 1e9, os.path.getsize(path) / 1e6))
 
 
+# ---------------------------------------------------------------------------
+# Scripted tool-call fixtures in the other families' forms (toolform-*.gguf)
+#
+# The same bigram construction as toolcall.gguf, with each family's real
+# chat template (tests/gen_templates.py) and its special tokens, scripted to
+# answer with one call in the form that family writes (src/server/callfmt.c):
+# the server's test (tests/test_server_forms.c) checks the call that every
+# chat API returns.  The chain starts at the generation prompt's last token.
+
+def _forms():
+    call = '{"city": ', '"Paris"', ', "unit": ', '"celsius"'
+    U, C = TOK_USER_DEFINED, TOK_CONTROL
+    return [
+        dict(name="toolform-llama3", template="llama3.2", bos="<|begin_of_text|>", eos="<|eot_id|>",
+             specials=[("<|begin_of_text|>", C), ("<|eot_id|>", C), ("<|start_header_id|>", C),
+                       ("<|end_header_id|>", C), ("<|eom_id|>", C), ("<|python_tag|>", U)],
+             pieces=['{"name": "', "get_weather", '", "parameters": ', *call, "}}", "<|eot_id|>"],
+             reasoning=""),
+        # Llama 3.1's built-in call: <|python_tag|> is a control token, as in Meta's GGUFs
+        dict(name="toolform-pytag", template="llama3.2", bos="<|begin_of_text|>", eos="<|eot_id|>",
+             specials=[("<|begin_of_text|>", C), ("<|eot_id|>", C), ("<|start_header_id|>", C),
+                       ("<|end_header_id|>", C), ("<|eom_id|>", C), ("<|python_tag|>", C)],
+             pieces=["<|python_tag|>", "get_weather", ".call(", 'city="Paris"', ", ", 'unit="celsius")', "<|eot_id|>"],
+             reasoning=""),
+        dict(name="toolform-mistral", template="mistral-v3", bos="<s>", eos="</s>",
+             specials=[("<s>", C), ("</s>", C), ("[INST]", C), ("[/INST]", C), ("[AVAILABLE_TOOLS]", C),
+                       ("[/AVAILABLE_TOOLS]", C), ("[TOOL_RESULTS]", C), ("[/TOOL_RESULTS]", C),
+                       ("[TOOL_CALLS]", U)],
+             pieces=["[TOOL_CALLS]", '[{"name": "', "get_weather", '", "arguments": ', *call, '}, "id": "',
+                     "a1b2c3d4e", '"}]', "</s>"],
+             reasoning=""),
+        dict(name="toolform-deepseek", template="deepseek-r1-distill", bos="<｜begin▁of▁sentence｜>",
+             eos="<｜end▁of▁sentence｜>",
+             specials=[("<｜begin▁of▁sentence｜>", C), ("<｜end▁of▁sentence｜>", C), ("<｜User｜>", C),
+                       ("<｜Assistant｜>", C), ("<think>", U), ("</think>", U),
+                       ("<｜tool▁calls▁begin｜>", U), ("<｜tool▁calls▁end｜>", U), ("<｜tool▁call▁begin｜>", U),
+                       ("<｜tool▁call▁end｜>", U), ("<｜tool▁sep｜>", U), ("<｜tool▁outputs▁begin｜>", U),
+                       ("<｜tool▁outputs▁end｜>", U), ("<｜tool▁output▁begin｜>", U), ("<｜tool▁output▁end｜>", U)],
+             pieces=["I should", " look up", " the weather.", "</think>", "\n\n", "<｜tool▁calls▁begin｜>",
+                     "<｜tool▁call▁begin｜>", "function", "<｜tool▁sep｜>", "get_weather", "\n```json\n", *call,
+                     "}\n```", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>"],
+             reasoning=TOOLCALL_THOUGHT),
+    ]
+
+
+def gen_toolform(form):
+    import gen_templates  # jinja2 (Debian python3-jinja2), only for these fixtures
+    cfg = Cfg(**dict(TOOLCALL_CFG.__dict__, name=form["name"]))
+    pieces, specials = form["pieces"], form["specials"]
+    vocab = ToolcallVocab(pieces, specials)
+    template = gen_templates.TEMPLATES[form["template"]]
+    env = gen_templates.make_env(True)
+    tools = [gen_templates.TOOLS[0]]
+    messages = [{"role": "user", "content": TOOLCALL_USER}]
+    prompt_text = env.from_string(template).render(messages=messages, tools=tools, add_generation_prompt=True,
+                                                   bos_token=form["bos"], eos_token=form["eos"])
+    prompt = vocab.encode(prompt_text)
+    chain = [vocab.piece_id(p) for p in pieces]
+    sources = [prompt[-1]] + chain[:-1]
+    assert len(set(sources)) == len(sources) and prompt[-1] not in chain and len(sources) <= cfg.n_embd
+    W = toolcall_weights(cfg, vocab, sources, chain)
+    W64 = {k: torch.from_numpy(np.asarray(v, np.float64)) for k, v in W.items()}
+    ids, margins = list(prompt), []
+    eot = vocab.ids[form["eos"]]
+    for _ in range(len(chain) + 4):
+        logits = forward(cfg, W64, ids)[-1]
+        top = torch.topk(logits, 2)
+        margins.append(float(top.values[0] - top.values[1]))
+        ids.append(int(top.indices[0]))
+        if ids[-1] == eot:
+            break
+    gen = ids[len(prompt):]
+    assert gen == chain, (gen, chain)
+    assert min(margins) > TOOLCALL_LOGIT - 1e-3, margins
+    expected = vocab.decode(gen)
+    tok_kvs = [("tokenizer.ggml.model", T_STR, "gpt2"),
+               ("tokenizer.ggml.pre", T_STR, "qwen2"),
+               ("tokenizer.ggml.tokens", T_ARR, vocab.texts, T_STR),
+               ("tokenizer.ggml.token_type", T_ARR, np.array(vocab.types, np.int32), T_I32),
+               ("tokenizer.ggml.merges", T_ARR, [], T_STR),
+               ("tokenizer.ggml.eos_token_id", T_U32, eot),
+               ("tokenizer.ggml.bos_token_id", T_U32, vocab.ids[form["bos"]]),
+               ("tokenizer.ggml.add_bos_token", T_BOOL, False),
+               ("tokenizer.chat_template", T_STR, template)]
+    names = tensor_order(cfg)
+    kvs = model_kvs(cfg, cfg.name, tok_kvs, FTYPE_ALL_F32)
+    packed = f32_packed(W)
+    gguf = os.path.join(OUT_DIR, cfg.name + ".gguf")
+    write_gguf(gguf, kvs, [(n, list(reversed(W[n].shape)), GGML_F32, (lambda b=packed[n][1]: b)) for n in names])
+    check_written(gguf, kvs, names, packed, W)
+    notes = ("Scripted bigram model (as toolcall.gguf) with the %s template of tests/gen_templates.py and its "
+             "special tokens: any chat prompt that ends as prompt_text does is answered with greedy_ids, one call "
+             "in the form that family writes. %s." % (form["template"], describe(cfg, vocab.n)))
+    meta = {"model": cfg.name + ".gguf", "template": form["template"], "prompt_text": prompt_text,
+            "prompt_ids": prompt, "greedy_ids": gen, "pieces": pieces, "expected_text": expected,
+            "reasoning": form["reasoning"], "tool_call": TOOLCALL_CALL,
+            "greedy_top2_margins": [round(m, 6) for m in margins], "notes": notes}
+    with open(os.path.join(OUT_DIR, cfg.name + ".json"), "w", encoding="utf-8") as f:
+        f.write("{\n" + ",\n".join("  %s: %s" % (json.dumps(k), json.dumps(v, ensure_ascii=False))
+                                      for k, v in meta.items()) + "\n}\n")
+    print("%-18s %d prompt tokens -> %d scripted tokens, %d bytes" %
+          (cfg.name, len(prompt), len(gen), os.path.getsize(gguf)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", metavar="OUT.gguf", help="write the Qwen3-0.6B-shaped benchmark model")
@@ -1695,6 +1800,8 @@ def main():
         gen_qwen3_embed()
     if not only or args.toolcall:
         gen_toolcall()
+        for form in _forms():
+            gen_toolform(form)
     total = 0
     for fn in sorted(os.listdir(OUT_DIR)):
         path = os.path.join(OUT_DIR, fn)

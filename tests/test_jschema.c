@@ -851,6 +851,51 @@ static void call_expect(const ks_schema *const *schemas, const char *const *name
         CHECKF(got == stop, "%s: stopped at byte %d, not %d, of '%s'", what, got, stop, text);
 }
 
+/* The other families' forms (sample_call_form): each accepts its call
+ * whole for either tool, with reasoning first where asked, and nothing
+ * after it. */
+static void test_call_forms(void) {
+    ks_schema *weather = compile("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
+                                 "\"required\": [\"city\"]}");
+    const ks_schema *schemas[] = {weather, NULL};
+    const char *names[] = {"get_weather", "get_time"};
+    static const struct {
+        sample_call_form f;
+        const char *text;
+    } cases[] = {
+        {{"", "{\"name\": \"", "\", \"parameters\": ", "}", ""},
+         "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"},
+        {{"[TOOL_CALLS]", "", "[ARGS]", "", ""}, "[TOOL_CALLS]get_time[ARGS]{}"},
+        {{"[TOOL_CALLS]", "[{\"name\": \"", "\", \"arguments\": ", "}]", ""},
+         "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        {{"<B><C>function<S>", "", "\n```json\n", "```<E>", "<EE>"},
+         "<B><C>function<S>get_weather\n```json\n{\"city\": \"Paris\"}\n```<E><EE>"},
+        {{"<TOOLCALL>", "[{\"name\": \"", "\", \"arguments\": ", "}]", "</TOOLCALL>"},
+         "<TOOLCALL>[{\"name\": \"get_time\", \"arguments\": {\"tz\": 1} }]</TOOLCALL>"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int think = 0; think <= 1; think++) {
+            char text[256];
+            snprintf(text, sizeof text, "%s%s", think ? "<think>hm</think>\n" : "", cases[c].text);
+            sample_call k;
+            CHECK(sample_call_init_form(&k, &cases[c].f, names, schemas, 2, think) == 0);
+            sample_constraint con;
+            sample_call_constraint(&con, &k);
+            int i = 0;
+            const int len = (int)strlen(text);
+            for (; i < len && con.allows(con.state, text + i, 1); i++) con.accept(con.state, text + i, 1);
+            CHECKF(i == len && con.complete(con.state) && !con.allows(con.state, "x", 1) &&
+                       !con.allows(con.state, " ", 1) && sample_call_name(&k),
+                   "form %zu (think %d): stopped at byte %d of '%s'", c, think, i, text);
+        }
+    /* a name may not hold the byte that ends it */
+    sample_call k;
+    const char *bracket[] = {"a[b"};
+    static const sample_call_form mistral = {"[TOOL_CALLS]", "", "[ARGS]", "", ""};
+    CHECK(sample_call_init_form(&k, &mistral, bracket, schemas, 1, 0) != 0);
+    ks_schema_free(weather);
+}
+
 static void test_call(void) {
     ks_schema *weather = compile("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, "
                                  "\"unit\": {\"enum\": [\"celsius\", \"fahrenheit\"]}}, \"required\": [\"city\"]}");
@@ -1116,6 +1161,7 @@ int main(void) {
     test_formats();
     test_keywords();
     test_call();
+    test_call_forms();
     test_depth();
     test_infinite();
     test_json_mode();

@@ -644,11 +644,13 @@ static void test_x8_kernels(int t) {
                    tr->name, twins[k].name, nt);
         }
     }
-    /* the one-token kernels over groups: 3 copies of the packed group (the
-     * third's scales changed, so a kernel reading the wrong group shows),
-     * each output the block kernel's from a zero accumulator */
+    /* the one-token kernels over groups: 7 copies of the packed group (the
+     * third's scales changed, so a kernel reading the wrong group shows;
+     * 7 takes the kernels that work several groups a pass through a full
+     * pass and a remainder), each output the block kernel's from a zero
+     * accumulator */
     {
-        const int ng = 3;
+        const int ng = 7;
         uint8_t *pg = malloc(xt->pblock * nb * ng);
         for (int g = 0; g < ng; g++) memcpy(pg + xt->pblock * nb * g, pk, xt->pblock * nb);
         memset(pg + xt->pblock * nb * 2, 0x11, 16); /* the first scales (F16 d) of group 2 */

@@ -100,6 +100,8 @@ static int tokens(ks_gen *g, kiln_model *m, const char *text, int fin) {
 static json_t *g_tools;
 /* feed's pipeline reads the harmony format (a gpt-oss vocabulary's) */
 static int g_harmony;
+/* feed's pipeline reads calls in this form (callfmt.h) */
+static int g_fmt;
 
 static int run(kiln_model *m, const char *text, const char *stop, int think, sink *k) {
     memset(k, 0, sizeof *k);
@@ -137,6 +139,7 @@ static void feed(kiln_model *m, const char *text, size_t at, int parts, sink *k)
     ks_gen_init(&g, m, 0);
     ks_gen_tools(&g, g_tools);
     g.harmony = g_harmony;
+    ks_gen_format(&g, g_fmt);
     g.on_text = on_text;
     g.on_tool = on_tool;
     if (parts) g.on_tool_part = on_tool_part;
@@ -325,6 +328,154 @@ static void harmony(kiln_model *m) {
     json_decref(g_tools);
     g_tools = NULL;
     g_harmony = 0;
+}
+
+/* The other families' call forms (callfmt.c), at every cut and byte by
+ * byte, with and without the parts sink (these forms send whole calls):
+ * the calls, and the text that is not one kept as content. */
+static void call_forms(kiln_model *m) {
+    static const struct {
+        int fmt;
+        const char *text, *reasoning, *content, *calls; /* calls: [{name, arguments}] as JSON */
+    } cases[] = {
+        /* Llama 3.x: a call opens the reply; several with ';' between */
+        {KS_CF_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "", "",
+         "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        {KS_CF_LLAMA3,
+         " \n{\"type\": \"function\", \"name\": \"get_weather\", \"parameters\": {}}; {\"name\": \"get_time\", "
+         "\"arguments\": \"{\\\"tz\\\": 1}\"}",
+         "", "",
+         "[{\"name\": \"get_weather\", \"arguments\": {}}, {\"name\": \"get_time\", \"arguments\": {\"tz\": 1}}]"},
+        {KS_CF_LLAMA3, "{\"name\": \"unknown\", \"parameters\": {}}", "", "{\"name\": \"unknown\", \"parameters\": {}}",
+         "[]"},
+        {KS_CF_LLAMA3, "{\"answer\": 42}", "", "{\"answer\": 42}", "[]"},
+        {KS_CF_LLAMA3, "Sure: {\"name\": \"get_weather\", \"parameters\": {}}", "",
+         "Sure: {\"name\": \"get_weather\", \"parameters\": {}}", "[]"},
+        {KS_CF_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Pa", "",
+         "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Pa", "[]"},
+        {KS_CF_LLAMA3, "<|python_tag|>brave_search.call(query=\"weather \\\"Paris\\\"\", n=3, safe=True)", "", "",
+         "[{\"name\": \"brave_search\", \"arguments\": {\"query\": \"weather \\\"Paris\\\"\", \"n\": 3, \"safe\": "
+         "true}}]"},
+        {KS_CF_LLAMA3, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", "", "",
+         "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]"},
+        {KS_CF_LLAMA3, "<|python_tag|>print(1 + 1)", "", "",
+         "[{\"name\": \"python\", \"arguments\": {\"code\": \"print(1 + 1)\"}}]"},
+        /* Mistral: the JSON array, and the newer NAME[ARGS] form */
+        {KS_CF_MISTRAL,
+         "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"a1b2c3d4e\"}]", "",
+         "", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        {KS_CF_MISTRAL, "Let me check.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}",
+         "", "Let me check.",
+         "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": "
+         "{}}]"},
+        {KS_CF_MISTRAL, "[TOOL_CALLS]get_weather[CALL_ID]x1[ARGS]{\"city\": \"Rome\"}", "", "",
+         "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]"},
+        {KS_CF_MISTRAL, "[TOOL_CALLS] not a call", "", "[TOOL_CALLS] not a call", "[]"},
+        {KS_CF_MISTRAL, "Type [TOOL_CALLS", "", "Type [TOOL_CALLS", "[]"},
+        /* Gemma 4 */
+        {KS_CF_GEMMA4,
+         "<|tool_call>call:get_weather{city:<|\"|>Paris, \"FR\"<|\"|>,days:3,opts:{metric:true,tags:[<|\"|>a<|\"|>,"
+         "null,-1.5]}}<tool_call|>",
+         "", "",
+         "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris, \\\"FR\\\"\", \"days\": 3, \"opts\": "
+         "{\"metric\": true, \"tags\": [\"a\", null, -1.5]}}}]"},
+        {KS_CF_GEMMA4, "Done.<|tool_call>call:x{}<tool_call|><|tool_call>call:y{a:1}<tool_call|>", "", "Done.",
+         "[{\"name\": \"x\", \"arguments\": {}}, {\"name\": \"y\", \"arguments\": {\"a\": 1}}]"},
+        {KS_CF_GEMMA4, "<|tool_call>call:get_weather{city:Paris}<tool_call|>!", "",
+         "<|tool_call>call:get_weather{city:Paris}<tool_call|>!", "[]"},
+        /* the forms' own reasoning blocks */
+        {KS_CF_GEMMA4, "<|channel>thought\nLet me call.<channel|><|tool_call>call:get_time{}<tool_call|>",
+         "\nLet me call.", "", "[{\"name\": \"get_time\", \"arguments\": {}}]"},
+        {KS_CF_MISTRAL, "[THINK]Hmm.[/THINK]The answer.", "Hmm.", "The answer.", "[]"},
+        /* DeepSeek: V3 / R1 with fenced arguments, V3.1 bare; a forced
+         * call's text ends after the arguments */
+        {KS_CF_DEEPSEEK,
+         "<think>hm</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+         "{\"city\": "
+         "\"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}"
+         "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+         "hm", "",
+         "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": "
+         "{}}]"},
+        {KS_CF_DEEPSEEK,
+         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜>"
+         "<｜tool▁calls▁end｜>",
+         "", "", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        {KS_CF_DEEPSEEK,
+         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}",
+         "", "", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        {KS_CF_DEEPSEEK, "a<｜tool▁calls▁begin｜>oops<｜tool▁calls▁end｜>b", "",
+         "a<｜tool▁calls▁begin｜>oops<｜tool▁calls▁end｜>b", "[]"},
+        /* Phi-4-mini and Nemotron Nano 2: a JSON array between tags */
+        {KS_CF_PHI4, "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]<|/tool_call|>",
+         "", "", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        {KS_CF_PHI4, "functools[{\"name\": \"get_time\", \"arguments\": {}}]", "", "",
+         "[{\"name\": \"get_time\", \"arguments\": {}}]"},
+        {KS_CF_PHI4, "Use functools.partial here.", "", "Use functools.partial here.", "[]"},
+        {KS_CF_NEMOTRON,
+         "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", "
+         "\"arguments\": {}}]</TOOLCALL>",
+         "", "",
+         "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": "
+         "{}}]"},
+        {KS_CF_NEMOTRON, "<TOOLCALL>nope</TOOLCALL> and", "", "<TOOLCALL>nope</TOOLCALL> and", "[]"},
+        /* the <tool_call> form's markers mean nothing to another form */
+        {KS_CF_MISTRAL, "<tool_call>{\"name\": \"x\"}</tool_call>", "", "<tool_call>{\"name\": \"x\"}</tool_call>",
+         "[]"},
+    };
+    g_tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}, {\"type\": "
+                         "\"function\", \"function\": {\"name\": \"get_time\"}}]",
+                         0, NULL);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        g_fmt = cases[c].fmt;
+        json_t *want = json_loads(cases[c].calls, 0, NULL);
+        CHECKF(want, "case %zu: bad expectation", c);
+        const size_t len = strlen(cases[c].text);
+        int fails = 0;
+        for (int parts = 0; parts <= 1; parts++)
+            for (size_t at = 0; at <= len + 1 && fails < 3; at++) {
+                sink k;
+                feed(m, cases[c].text, at == len + 1 ? (size_t)-1 : at, parts, &k);
+                const int ok = !strcmp(str(&k.reasoning), cases[c].reasoning) &&
+                               !strcmp(str(&k.content), cases[c].content) && k.n == 0 && json_equal(k.tools, want);
+                char *got = json_dumps(k.tools, JSON_COMPACT);
+                CHECKF(ok, "%s case %zu, cut %zu%s: reasoning '%s', content '%s', calls %s", ks_callfmt_name(g_fmt), c,
+                       at, parts ? " in parts" : "", str(&k.reasoning), str(&k.content), got);
+                free(got);
+                fails += !ok;
+                done(&k);
+            }
+        json_decref(want);
+    }
+    g_fmt = KS_CF_TAG;
+    json_decref(g_tools);
+    g_tools = NULL;
+}
+
+/* Each family's form from its chat template (tests/data/templates). */
+static void call_form_detect(void) {
+    static const struct {
+        const char *file;
+        int fmt;
+    } cases[] = {
+        {"llama3.2", KS_CF_LLAMA3}, {"mistral-v3", KS_CF_MISTRAL}, {"deepseek-r1-distill", KS_CF_DEEPSEEK},
+        {"qwen3", KS_CF_TAG},       {"qwen3.5", KS_CF_TAG},        {"chatml", KS_CF_TAG},
+        {"phi4", KS_CF_TAG},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "data/templates/%s.jinja", cases[i].file);
+        size_t n;
+        char *t = t_read_file(path, &n);
+        CHECKF(t, "read %s", path);
+        const int fmt = t ? ks_callfmt_detect(t, NULL) : -1;
+        CHECKF(fmt == cases[i].fmt, "%s: form %s", cases[i].file, ks_callfmt_name(fmt));
+        free(t);
+    }
+    CHECK(ks_callfmt_detect("{{ '<|tool_call>call:' + name }}<tool_call|>", NULL) == KS_CF_GEMMA4);
+    CHECK(ks_callfmt_detect("<TOOLCALL>{{ tool_calls | tojson }}</TOOLCALL>", NULL) == KS_CF_NEMOTRON);
+    CHECK(ks_callfmt_detect("{{ '<|tool_call|>' }}", NULL) == KS_CF_PHI4);
+    CHECK(ks_callfmt_detect(NULL, NULL) == KS_CF_TAG);
 }
 
 /* The XML form's values typed by the offered tool's schema (xmlcall.c),
@@ -518,6 +669,8 @@ int main(void) {
     }
 
     harmony(m);
+    call_forms(m);
+    call_form_detect();
 
     /* invalid UTF-8 never reaches JSON */
     json_t *j = ks_jstr("ok\xff\xfe!", 5);

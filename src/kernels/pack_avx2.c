@@ -45,6 +45,9 @@ static inline __m256i dot8_u16(const __m256i q[8], const int8_t *y) {
  * Groups of a matrix are contiguous, so the lookahead runs on into the
  * next group. */
 #define PF_BLOCKS 16
+/* The loops that hint a block's lines (#pragma GCC unroll 32) are unrolled:
+ * rolled, each 64-byte line took a compare and a branch besides the
+ * prefetch and the add (Q6_K: 108 of 908 instructions per group and block). */
 /* One token (decode): the accumulator stays in a register. */
 static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda,
                                                             float *acc) {
@@ -129,6 +132,7 @@ static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_
     __m256i dsc[16], osc[8];
     for (int b = 0; b < nb; b++) {
         const kk_q6_Kx8 *wb = &w[b];
+#pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const kq_block_q8_K *y = a + (size_t)b * lda;
         q6_K_scale_pairs(wb->sc, dsc, osc);
@@ -179,6 +183,7 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     __m256i dsc[16], osc[8], isum[KT];
     for (int b = 0; b < nb; b++) {
         const kk_q6_Kx8 *wb = &w[b];
+#pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         q6_K_scale_pairs(wb->sc, dsc, osc);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
@@ -247,6 +252,7 @@ static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kk_q8_
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
         const kk_q8_0x8 *wb = &w[b];
+#pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
         const kk_act8 *ab = a + (size_t)b * lda;
         const int8_t *y = ab->qs;
@@ -278,6 +284,7 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
     const __m256i ones = _mm256_set1_epi16(1);
     for (int b = 0; b < nb; b++) {
         const kk_q8_0x8 *wb = &w[b];
+#pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
         __m256i q[8], aq[8];
 #pragma GCC unroll 8
@@ -320,6 +327,7 @@ static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
         const kk_q4_Kx8 *wb = &w[b];
+#pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const kq_block_q8_K *y = a + (size_t)b * lda;
         __m256i is = _mm256_setzero_si256();
@@ -363,6 +371,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     __m256i isum[KT];
     for (int b = 0; b < nb; b++) {
         const kk_q4_Kx8 *wb = &w[b];
+#pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
@@ -402,9 +411,172 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
-KK_X8_DEC(dec_q4_0, x8_q4_0_1, kk_q4_0x8, kk_act8)
-KK_X8_DEC(dec_q8_0, x8_q8_0_1, kk_q8_0x8, kk_act8)
-KK_X8_DEC(dec_q4_K, x8_q4_K_1, kk_q4_Kx8, kq_block_q8_K)
+/* The one-token kernels over groups (decode) take NG consecutive groups a
+ * pass (group g of the pass at w + g * nb): each activation broadcast,
+ * the token's zero-point term, scale and 16-element sum pairs are loaded
+ * or worked out once for the NG groups instead of once per group.  Every
+ * group's integer sums (exact: no 16-bit sum can saturate) and its fmas
+ * per block, in block order, are those of x8_*_1, so the same bits.  NG
+ * is a constant at each call site: 2 (callgrind, per group and block:
+ * Q4_0 54 -> 51 instructions, Q8_0 61 -> 58, Q4_K 561 -> 463); with 4,
+ * Q4_0's sums no longer fit the 16 ymm registers and spill.  Q6_K keeps
+ * one group a pass: its 24 scale vectors per block already spill. */
+#define DEC_NG_MAX 2
+
+static inline __attribute__((always_inline)) void q4_0_dec_n(int nb, const kk_q4_0x8 *w, const int NG, const kk_act8 *a,
+                                                             size_t lda, float *y) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 sum[DEC_NG_MAX];
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) sum[g] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const kk_act8 *ab = a + (size_t)b * lda;
+        __m256i s[DEC_NG_MAX];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) {
+            const char *pf = (const char *)(w + (size_t)g * (size_t)nb + b + PF_BLOCKS);
+            _mm_prefetch(pf, _MM_HINT_T0);
+            _mm_prefetch(pf + 64, _MM_HINT_T0);
+            _mm_prefetch(pf + 128, _MM_HINT_T0);
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m256i lo = bcast4(ab->qs + 4 * k), hi = bcast4(ab->qs + 16 + 4 * k);
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) {
+                const __m256i p = _mm256_loadu_si256((const __m256i *)(w[(size_t)g * (size_t)nb + b].qs + 32 * k));
+                const __m256i v =
+                    _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(p, m4), lo),
+                                     _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p, 4), m4), hi));
+                s[g] = k ? _mm256_add_epi16(s[g], v) : v;
+            }
+        }
+        const __m256i off = _mm256_set1_epi32(ab->s8);
+        const __m256 yd = _mm256_set1_ps(ab->d);
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) {
+            const kk_q4_0x8 *wb = &w[(size_t)g * (size_t)nb + b];
+            const __m256i is = _mm256_sub_epi32(_mm256_madd_epi16(s[g], ones), off);
+            const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), yd);
+            sum[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, sum[g]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) _mm256_storeu_ps(y + 8 * g, sum[g]);
+}
+
+static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kk_q8_0x8 *w, const int NG, const kk_act8 *a,
+                                                             size_t lda, float *y) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 sum[DEC_NG_MAX];
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) sum[g] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const kk_act8 *ab = a + (size_t)b * lda;
+        __m256i s[DEC_NG_MAX];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) {
+            const kk_q8_0x8 *wb = &w[(size_t)g * (size_t)nb + b];
+#pragma GCC unroll 32
+            for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i yk = bcast4(ab->qs + 4 * k);
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w[(size_t)g * (size_t)nb + b].qs + 32 * k));
+                const __m256i v =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(yk, q)), ones);
+                s[g] = k ? _mm256_add_epi32(s[g], v) : v;
+            }
+        }
+        const __m256 yd = _mm256_set1_ps(ab->d);
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) {
+            const kk_q8_0x8 *wb = &w[(size_t)g * (size_t)nb + b];
+            const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), yd);
+            sum[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[g]), d, sum[g]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) _mm256_storeu_ps(y + 8 * g, sum[g]);
+}
+
+static inline __attribute__((always_inline)) void q4_K_dec_n(int nb, const kk_q4_Kx8 *w, const int NG,
+                                                             const kq_block_q8_K *a, size_t lda, float *y) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 sum[DEC_NG_MAX];
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) sum[g] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const kq_block_q8_K *ya = a + (size_t)b * lda;
+        __m256i is[DEC_NG_MAX];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) {
+            const kk_q4_Kx8 *wb = &w[(size_t)g * (size_t)nb + b];
+#pragma GCC unroll 32
+            for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) is[g] = _mm256_setzero_si256();
+        for (int q = 0; q < 4; q++) { /* the 64 weights 64q .. 64q + 63 */
+            const int8_t *y0 = ya->qs + 64 * q, *y1 = y0 + 32;
+            __m256i l[DEC_NG_MAX], h[DEC_NG_MAX];
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) l[g] = h[g] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int kk = 0; kk < 8; kk++) {
+                const __m256i lo = bcast4(y0 + 4 * kk), hi = bcast4(y1 + 4 * kk);
+#pragma GCC unroll 4
+                for (int g = 0; g < NG; g++) {
+                    const __m256i p =
+                        _mm256_loadu_si256((const __m256i *)(w[(size_t)g * (size_t)nb + b].qs + 32 * (8 * q + kk)));
+                    const __m256i vl = _mm256_maddubs_epi16(_mm256_and_si256(p, m4), lo);
+                    const __m256i vh = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p, 4), m4), hi);
+                    l[g] = _mm256_add_epi16(l[g], vl);
+                    h[g] = _mm256_add_epi16(h[g], vh);
+                }
+            }
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) {
+                __m256i sl, sh;
+                scale_pairs_u8(w[(size_t)g * (size_t)nb + b].sc + 16 * q, &sl, &sh);
+                const __m256i v = _mm256_add_epi32(_mm256_madd_epi16(l[g], sl), _mm256_madd_epi16(h[g], sh));
+                is[g] = _mm256_add_epi32(is[g], v);
+            }
+        }
+        __m256i bp[4];
+        q4_K_bsum_pairs(ya->bsums, bp);
+        const __m256 yd = _mm256_set1_ps(ya->d);
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) {
+            const kk_q4_Kx8 *wb = &w[(size_t)g * (size_t)nb + b];
+            __m256i mnp[4];
+            q4_K_min_pairs(wb->mn, mnp);
+            const __m256i ms = q4_K_mins_bp(mnp, bp);
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
+            const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
+            sum[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g]), _mm256_mul_ps(dw, yd), sum[g]);
+            sum[g] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, yd), sum[g]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) _mm256_storeu_ps(y + 8 * g, sum[g]);
+}
+
+/* A kk_x8_dec_fn NAME: NG groups a pass through ONE_N, then the rest one
+ * at a time. */
+#define DEC_GROUPS(NAME, ONE_N, NG, WT, AT)                                                              \
+    static void NAME(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {             \
+        const WT *w = vw;                                                                                \
+        int g = 0;                                                                                       \
+        for (; g + (NG) <= ng; g += (NG)) ONE_N(nb, w + (size_t)g * (size_t)nb, NG, va, lda, y + 8 * g); \
+        for (; g < ng; g++) ONE_N(nb, w + (size_t)g * (size_t)nb, 1, va, lda, y + 8 * g);                \
+    }
+DEC_GROUPS(dec_q4_0, q4_0_dec_n, 2, kk_q4_0x8, kk_act8)
+DEC_GROUPS(dec_q8_0, q8_0_dec_n, 2, kk_q8_0x8, kk_act8)
+DEC_GROUPS(dec_q4_K, q4_K_dec_n, 2, kk_q4_Kx8, kq_block_q8_K)
 KK_X8_DEC(dec_q6_K, x8_q6_K_1, kk_q6_Kx8, kq_block_q8_K)
 
 const kk_x8_set kk_x8_avx2 = {

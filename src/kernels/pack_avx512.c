@@ -33,6 +33,7 @@
 
 /* as in pack_avx2.c: blocks of lookahead for the decode stream */
 #define PF_BLOCKS 16
+/* and, as there, the loops hinting a block's lines are unrolled */
 
 /* vpermd indices: dword lo of the activation to lanes 0..7, hi to 8..15 */
 static inline __m512i pair_idx(int lo, int hi) {
@@ -75,6 +76,7 @@ static inline void q4_0_unpack(const kk_q4_0x8 *wb, __m512i u[4]) {
  * hinted 8 blocks ahead. */
 static inline void q8_0_unpack(const kk_q8_0x8 *wb, __m512i u[4]) {
     const __m512i bias = _mm512_set1_epi8((char)0x80);
+#pragma GCC unroll 32
     for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
     for (int m = 0; m < 4; m++) u[m] = _mm512_xor_si512(_mm512_loadu_si512(wb->qs + 64 * m), bias);
 }
@@ -252,6 +254,7 @@ static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
         const kk_q4_Kx8 *wb = &w[b];
+#pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const kq_block_q8_K *y = a + (size_t)b * lda;
         __m512i is = _mm512_setzero_si512();
@@ -326,6 +329,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     __m512i q[32], dsc[8], mnp[4];
     for (int b = 0; b < nb; b++) {
         const kk_q4_Kx8 *wb = &w[b];
+#pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         for (int g = 0; g < 4; g++) {
             for (int m = 0; m < 4; m++) {
@@ -412,6 +416,7 @@ static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
         const kk_q6_Kx8 *wb = &w[b];
+#pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const kq_block_q8_K *y = a + (size_t)b * lda;
         __m512i is = _mm512_setzero_si512();
@@ -463,6 +468,7 @@ static void x8_q6_K_few(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size
     __m256i osc[8];
     for (int b = 0; b < nb; b++) {
         const kk_q6_Kx8 *wb = &w[b];
+#pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         for (int h = 0; h < 2; h++)
             for (int m = 0; m < 4; m++) { /* groups kk = 2m, 2m + 1 */
@@ -544,6 +550,7 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     __m512i q[32], dsc[16], osc[8];
     for (int b = 0; b < nb; b++) {
         const kk_q6_Kx8 *wb = &w[b];
+#pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         for (int h = 0; h < 2; h++)
             for (int m = 0; m < 4; m++) {     /* groups 2m, 2m + 1 of chunks 4h .. 4h + 3 */
@@ -710,6 +717,7 @@ static const int8_t q4_K_sc_sh[128] = {SC16(0), SC16(4), SC16(0), SC16(4), SC16(
 static inline __attribute__((always_inline)) __m256 q4_K_dec_block(const kk_q4_Kx8 *wb, const q4_K_tok *t, __m256 sum) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i sc_lo = _mm512_loadu_si512(q4_K_sc_sh), sc_hi = _mm512_loadu_si512(q4_K_sc_sh + 64);
+#pragma GCC unroll 32
     for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
     __m512i is = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -779,6 +787,7 @@ static const int8_t q6_K_sc_sh[128] = {SC16(0), SC16(4), SC16(0), SC16(4), SC16(
 
 static inline __attribute__((always_inline)) __m256 q6_K_dec_block(const kk_q6_Kx8 *wb, const q6_K_tok *t, __m256 sum) {
     const __m512i sc_lo = _mm512_loadu_si512(q6_K_sc_sh), sc_hi = _mm512_loadu_si512(q6_K_sc_sh + 64);
+#pragma GCC unroll 32
     for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
     __m512i is = _mm512_setzero_si512();
 #pragma GCC unroll 2

@@ -38,6 +38,7 @@ static inline void scale_pairs_s8(const int8_t *sc, __m256i *lo, __m256i *hi) {
 static inline void q6_K_offset_pairs(const int8_t *sc, __m256i osc[8]) {
     const __m256i so = _mm256_setr_epi8(-128, 0, -128, 8, -128, 1, -128, 9, -128, 2, -128, 10, -128, 3, -128, 11, -128,
                                         4, -128, 12, -128, 5, -128, 13, -128, 6, -128, 14, -128, 7, -128, 15);
+#pragma GCC unroll 8
     for (int p = 0; p < 8; p++) {
         const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(sc + 16 * p)));
         osc[p] = _mm256_srai_epi16(_mm256_shuffle_epi8(v, so), 8);
@@ -48,6 +49,7 @@ static inline void q6_K_offset_pairs(const int8_t *sc, __m256i osc[8]) {
  * dsc[s] = (sc_s, sc_s) for the madd of sub-block s's sums, and the offset
  * pairs osc. */
 static inline void q6_K_scale_pairs(const int8_t *sc, __m256i dsc[16], __m256i osc[8]) {
+#pragma GCC unroll 8
     for (int p = 0; p < 8; p++) scale_pairs_s8(sc + 16 * p, &dsc[2 * p], &dsc[2 * p + 1]);
     q6_K_offset_pairs(sc, osc);
 }

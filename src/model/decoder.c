@@ -62,8 +62,7 @@ void kl_batch_commit(kiln_context *c, int n) {
     }
 }
 
-void kl_batch_output(kiln_context *c, const kk_ops *ops, const float *x, int n, int n_out) {
-    (void)ops;
+void kl_batch_output(kiln_context *c, const float *x, int n, int n_out) {
     const kiln_model *m = c->m;
     const kbe_out o = {
         .x = x,
@@ -108,17 +107,14 @@ void kl_attn_prepare(kiln_context *c, int n) {
     c->bx.ops->step(&c->bx, &st);
 }
 
-void kl_attn_store(kiln_context *c, const kk_ops *ops, int ord, int i, const float *k, const float *v) {
-    (void)ops;
+void kl_attn_store(kiln_context *c, int ord, int i, const float *k, const float *v) {
     c->bx.ops->kv_store(&c->bx, ord, i, 1, k, v);
 }
 
-void kl_attn_run_opts(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n,
-                      const kl_attn_opts *o) {
-    (void)ops;
+void kl_attn_run_opts(kiln_context *c, int ord, const float *q, float *out, int n, const kl_attn_opts *o) {
     c->bx.ops->attn(&c->bx, ord, q, out, n, o);
 }
 
-void kl_attn_run(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n) {
-    kl_attn_run_opts(c, ops, ord, q, out, n, NULL);
+void kl_attn_run(kiln_context *c, int ord, const float *q, float *out, int n) {
+    kl_attn_run_opts(c, ord, q, out, n, NULL);
 }

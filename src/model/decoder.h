@@ -11,9 +11,8 @@
  *   kl_batch_commit           once the layers ran (the sequences grow)
  *   kl_batch_output           the final norm and the logits
  *
- * after api.c's kl_batch_begin checked the batch.  The kk_ops arguments are
- * unused (the backend runs every op); families not yet on the backend still
- * pass their kernel table.
+ * after api.c's kl_batch_begin checked the batch; the model's backend runs
+ * every op.
  */
 #ifndef KILN_DECODER_H
 #define KILN_DECODER_H
@@ -29,7 +28,7 @@ kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out);
 void kl_batch_commit(kiln_context *c, int n);
 /* Rows x[i] (n_embd floats, i < n) of the tokens that asked for logits:
  * output norm into c->out_rows, then logits (unless an embeddings context). */
-void kl_batch_output(kiln_context *c, const kk_ops *ops, const float *x, int n, int n_out);
+void kl_batch_output(kiln_context *c, const float *x, int n, int n_out);
 
 /* RoPE tables of the n batch positions (c->rope_cs, with the model's
  * hp.rope) and the attention tiles (c->b_tile): runs of up to KL_ATTN_TILE
@@ -38,13 +37,13 @@ void kl_attn_prepare(kiln_context *c, int n);
 /* Token i's keys and values (n_head_kv rows of hd floats each) into the
  * cache of attention layer ord, in the cache's type (kbe_ops.kv_store; v
  * unread when the cache keeps V in K). */
-void kl_attn_store(kiln_context *c, const kk_ops *ops, int ord, int i, const float *k, const float *v);
+void kl_attn_store(kiln_context *c, int ord, int i, const float *k, const float *v);
 /* Causal attention of every batch token over its sequence's cached
  * positions 0..pos in attention layer ord: q and out are [n][n_head * hd],
  * heads sharing a KV head by groups of n_head / n_head_kv.  With V in K,
  * out is the weighted sum of whole K rows: its first elements are the
  * value part. */
-void kl_attn_run(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n);
+void kl_attn_run(kiln_context *c, int ord, const float *q, float *out, int n);
 
 /* A layer's departures from kl_attn_run's attention (zero: none):
  * window > 0, a sliding window (the query at position p sees only
@@ -54,7 +53,6 @@ void kl_attn_run(kiln_context *c, const kk_ops *ops, int ord, const float *q, fl
  * kk_attn_inv; NULL: none). */
 typedef kbe_attn_opts kl_attn_opts;
 /* kl_attn_run with o's departures (o may be NULL). */
-void kl_attn_run_opts(kiln_context *c, const kk_ops *ops, int ord, const float *q, float *out, int n,
-                      const kl_attn_opts *o);
+void kl_attn_run_opts(kiln_context *c, int ord, const float *q, float *out, int n, const kl_attn_opts *o);
 
 #endif

@@ -430,7 +430,7 @@ static void ds_range(const ds_job *j, int i0, int i1) {
                 memcpy(w->qf + ((size_t)i * H + h) * row + d->r, q + (size_t)h * dk + d->dn,
                        (size_t)d->dr * sizeof(float));
             }
-            kl_attn_store(c, ops, j->layer, i, kv, NULL);
+            kl_attn_store(c, j->layer, i, kv, NULL);
             break;
         }
         case STEP_GATHER_LATENT:
@@ -511,7 +511,7 @@ static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         ds_step(&j, STEP_ROPE_STORE);
         ds_heads(c, L->wk_b, w->qn, n, w->qf, row); /* q_h' = Wk_b,h q_nope,h, ahead of its rope part */
         const kl_attn_opts ao = {.scale = d->kq_scale};
-        kl_attn_run_opts(c, ops, l, w->qf, w->att, n, &ao);
+        kl_attn_run_opts(c, l, w->qf, w->att, n, &ao);
         ds_step(&j, STEP_GATHER_LATENT);
         ds_heads(c, L->wv_b, w->al, n, w->vo, d->dv);
         kk_matmul(c->pool, &L->wo, w->vo, n, w->xn, E, c->mm_scratch);
@@ -529,7 +529,7 @@ static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     }
 
     kl_batch_commit(c, n);
-    kl_batch_output(c, ops, w->x, n, n_out);
+    kl_batch_output(c, w->x, n, n_out);
     return KILN_OK;
 }
 

@@ -322,7 +322,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
     }
 
     kl_batch_commit(c, n);
-    kl_batch_output(c, NULL, w->x, n, n_out);
+    kl_batch_output(c, w->x, n, n_out);
     return KILN_OK;
 }
 

@@ -470,7 +470,7 @@ static void gm_range(const gm_job *j, int i0, int i1) {
             ops->rope_neox(cs, ki, L->n_head_kv, hd, n_rot);
             if (d->gemma4)
                 for (int h = 0; h < L->n_head_kv; h++) ops->rmsnorm(vi + h * hd, vi + h * hd, NULL, hd, hp->eps);
-            kl_attn_store(c, ops, L->ord, i, ki, vi);
+            kl_attn_store(c, L->ord, i, ki, vi);
             break;
         }
         case STEP_POST_ATTN:
@@ -551,7 +551,7 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         kk_matmul_multi(c->pool, qkv, !L->has_kv ? 1 : L->wv.data ? 3 : 2, w->xn, n, c->mm_scratch);
         gm_step(&j, STEP_QKV);
         const kl_attn_opts ao = {.window = L->local ? d->window : 0, .scale = 1.0f};
-        kl_attn_run_opts(c, ops, L->ord, w->q, w->att, n, &ao);
+        kl_attn_run_opts(c, L->ord, w->q, w->att, n, &ao);
         kk_matmul(c->pool, &L->wo, w->att, n, w->xn, E, c->mm_scratch);
         gm_step(&j, STEP_POST_ATTN);
         /* rows of the layer's own width: they are w_down's input */
@@ -571,7 +571,7 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     }
 
     kl_batch_commit(c, n);
-    kl_batch_output(c, ops, w->x, n, n_out);
+    kl_batch_output(c, w->x, n, n_out);
     if (d->softcap > 0.0f && !c->p.embeddings) {
         const float inv = 1.0f / d->softcap;
         float *lg = c->logits;

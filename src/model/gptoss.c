@@ -251,7 +251,7 @@ static kiln_status gptoss_forward(kiln_context *c, const kiln_batch *b, int n_ou
     }
 
     kl_batch_commit(c, n);
-    kl_batch_output(c, NULL, w->x, n, n_out);
+    kl_batch_output(c, w->x, n, n_out);
     return KILN_OK;
 }
 

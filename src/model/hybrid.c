@@ -803,7 +803,7 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_pos[i];
         memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
     }
-    kl_batch_output(c, NULL, xo, n, n_out);
+    kl_batch_output(c, xo, n, n_out);
     return KILN_OK;
 }
 

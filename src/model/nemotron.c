@@ -623,8 +623,8 @@ static void attention_layer(kiln_context *c, const kk_ops *ops, const nem_layer 
     kk_mm_out o[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
     kk_matmul_multi(c->pool, o, 3, w->xn, n, c->mm_scratch);
     for (int i = 0; i < n; i++)
-        kl_attn_store(c, ops, L->ord, i, w->k + (size_t)i * nkv, w->v + (size_t)i * nkv); /* no RoPE */
-    kl_attn_run(c, ops, L->ord, w->q, w->att, n);
+        kl_attn_store(c, L->ord, i, w->k + (size_t)i * nkv, w->v + (size_t)i * nkv); /* no RoPE */
+    kl_attn_run(c, L->ord, w->q, w->att, n);
     kk_matmul(c->pool, &L->wo, w->att, n, w->y, hp->n_embd, c->mm_scratch);
 }
 
@@ -715,7 +715,7 @@ static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_pos[i];
         memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
     }
-    kl_batch_output(c, ops, xo, n, n_out);
+    kl_batch_output(c, xo, n, n_out);
     return KILN_OK;
 }
 

@@ -17,11 +17,7 @@
 
 /* The 8 scales and 8 mins of a Q4_K/Q5_K scale field as bytes:
  * lanes 0..7 scales, 8..15 mins. */
-static inline __m128i unpack_scales_k4(const uint8_t s[12]) {
-    uint32_t o[4];
-    kq_unpack_scales_k4(s, o);
-    return _mm_loadu_si128((const __m128i *)o);
-}
+static inline __m128i unpack_scales_k4(const uint8_t s[12]) { return kq_scales_k4_x86(s); }
 
 /* Sum over the 8 sub-blocks of min_j * (bsum 2j + bsum 2j+1), as 4 s32. */
 static inline __m128i mins_dot(__m128i sm, const int16_t bsums[16]) {
@@ -32,7 +28,6 @@ static inline __m128i mins_dot(__m128i sm, const int16_t bsums[16]) {
     return _mm_madd_epi16(m16, b32);
 }
 
-/* Broadcast 16-bit lane k of v (k constant per call site) to 16 lanes. */
 /* Decode reads each weight row once, rows back to back: fetching the
  * lines about 2 KB ahead keeps more of the memory stream in flight than
  * the hardware prefetcher alone (past the end of the matrix it is a no-op). */
@@ -43,7 +38,9 @@ static inline __attribute__((always_inline)) void prefetch_block(const void *p, 
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PF_AHEAD + o, _MM_HINT_T0);
 }
 
-#define BCAST16(v16, k) _mm256_set1_epi16((short)_mm_extract_epi16((v16), (k)))
+/* int16 lane k of the 8 scales sc (both 128-bit halves alike) in every
+ * lane: one vpshufb, where an extract and a broadcast took three steps. */
+#define BCAST16(sc, k) _mm256_shuffle_epi8((sc), _mm256_set1_epi16((short)(0x0100 + 0x0202 * (k))))
 
 static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
     const kq_block_q4_K *x = vx;
@@ -59,7 +56,7 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
         const __m128i sm = unpack_scales_k4(x[i].scales);
         accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(sm, y[i].bsums)), accm);
 
-        const __m128i sc16 = _mm_cvtepu8_epi16(sm);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const uint8_t *q = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
@@ -100,7 +97,7 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
         const __m128i sm = unpack_scales_k4(x[i].scales);
         accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(sm, y[i].bsums)), accm);
 
-        const __m128i sc16 = _mm_cvtepu8_epi16(sm);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const uint8_t *q = x[i].qs;
         const int8_t *q8 = y[i].qs;
         /* Bit 2g of qh byte l -> weight 64g + l, bit 2g+1 -> 64g + 32 + l; the
@@ -283,7 +280,9 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
+        const __m256i ls = _mm256_broadcastsi128_si256(kq_iq4_xs_scales_x86(x[i].scales_h, x[i].scales_l));
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int ib = 0; ib < 8; ib += 2) {
             /* Two sub-blocks: 32 bytes of nibbles, low 128 bits = ib. */
             __m256i qb = _mm256_loadu_si256((const __m256i *)(x[i].qs + 16 * ib));
@@ -293,10 +292,8 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
             __m256i vb = iq4_lookup(_mm256_permute2x128_si256(lo, hi, 0x31));
             __m256i ya = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * ib));
             __m256i yb = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * ib + 32));
-            int ls0 = (((x[i].scales_l[ib / 2] >> 0) & 0xF) | ((x[i].scales_h >> (2 * ib)) & 3) << 4) - 32;
-            int ls1 = (((x[i].scales_l[ib / 2] >> 4) & 0xF) | ((x[i].scales_h >> (2 * ib + 2)) & 3) << 4) - 32;
-            __m256i pa = _mm256_madd_epi16(dot_s8_pairs16(va, ya), _mm256_set1_epi16((short)ls0));
-            __m256i pb = _mm256_madd_epi16(dot_s8_pairs16(vb, yb), _mm256_set1_epi16((short)ls1));
+            __m256i pa = _mm256_madd_epi16(dot_s8_pairs16(va, ya), BCAST16(ls, ib));
+            __m256i pb = _mm256_madd_epi16(dot_s8_pairs16(vb, yb), BCAST16(ls, ib + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pa, pb));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);

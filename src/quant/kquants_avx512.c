@@ -47,7 +47,7 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
         const float d = y[i].d * h2f(x[i].d);
         const float dmin = -y[i].d * h2f(x[i].dmin);
         uint32_t o[4];
-        kq_unpack_scales_k4(x[i].scales, o);
+        _mm_storeu_si128((__m128i *)o, kq_scales_k4_x86(x[i].scales));
         accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(o, y[i].bsums)), accm);
 
         const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)o)));
@@ -82,7 +82,7 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
         const float d = y[i].d * h2f(x[i].d);
         const float dmin = -y[i].d * h2f(x[i].dmin);
         uint32_t o[4];
-        kq_unpack_scales_k4(x[i].scales, o);
+        _mm_storeu_si128((__m128i *)o, kq_scales_k4_x86(x[i].scales));
         accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(o, y[i].bsums)), accm);
 
         const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)o)));
@@ -248,12 +248,7 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
 
     for (int i = 0; i < n / KQ_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
-        int16_t ls[8];
-        for (int ib = 0; ib < 8; ++ib)
-            ls[ib] =
-                (int16_t)((((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | ((x[i].scales_h >> (2 * ib)) & 3) << 4) -
-                          32);
-        const __m512i sc = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)ls));
+        const __m512i sc = _mm512_castsi128_si512(kq_iq4_xs_scales_x86(x[i].scales_h, x[i].scales_l));
         __m512i idx = idx0;
         __m512i sumi = _mm512_setzero_si512();
         for (int ib = 0; ib < 8; ib += 2) {

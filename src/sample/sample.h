@@ -68,7 +68,15 @@ void sample_json_constraint(sample_constraint *c, struct ks_sv *v);
  * borrowed and must outlive k; k is plain data (copied to try a token). */
 #define SAMPLE_CALL_MAX 64
 struct ks_schema;
+/* The literals around a call (sample_call_init_form): open, then head,
+ * NAME, mid (not empty: its first byte ends the name), ARGS, tail, close.
+ * Blanks (up to 2) may stand before open, head, tail and close; an empty
+ * literal is left out with the blanks before it. */
+typedef struct sample_call_form {
+    const char *open, *head, *mid, *tail, *close;
+} sample_call_form;
 typedef struct sample_call {
+    const sample_call_form *form;
     const char *const *names;
     const struct ks_schema *const *schemas;
     int n_names;
@@ -81,6 +89,10 @@ typedef struct sample_call {
  * holds a '"', '\\' or a control character. */
 int sample_call_init(sample_call *k, const char *const *names, const struct ks_schema *const *schemas, int n,
                      int think);
+/* The same in another family's form (borrowed, outliving k); a name may
+ * not hold the first byte of form->mid either. */
+int sample_call_init_form(sample_call *k, const sample_call_form *form, const char *const *names,
+                          const struct ks_schema *const *schemas, int n, int think);
 void sample_call_constraint(sample_constraint *c, sample_call *k);
 /* The name the call has settled on, or NULL before its closing quote. */
 const char *sample_call_name(const sample_call *k);

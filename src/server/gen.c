@@ -2,8 +2,9 @@
  *   detokenize (whole UTF-8 characters) -> stop strings (text that might
  *   begin a stop string is held back) -> tags: <think>...</think> becomes
  *   reasoning, <tool_call>{json}</tool_call> a tool call (or its XML form,
- *   <function=NAME><parameter=KEY>..., see xmlcall.c); a partial tag is
- *   held back too.  A stop string match cancels the request.
+ *   <function=NAME><parameter=KEY>..., see xmlcall.c), or with a model of
+ *   another form (callfmt.h) that form's sections; a partial tag is held
+ *   back too.  A stop string match cancels the request.
  *
  * A tool call reaches the sink whole at its closing tag (on_tool), or, when
  * the sink takes parts (on_tool_part, OpenAI streaming), while it is being
@@ -14,6 +15,7 @@
 #include "server/gen.h"
 
 #include "server/buf.h"
+#include "server/callfmt.h"
 #include "server/metrics.h"
 #include "server/toolscan.h"
 
@@ -43,6 +45,7 @@ void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think) {
     g->mode = start_in_think ? 1 : 0;
     g->stop_hit = -1;
     g->harmony = ks_gen_harmony(m);
+    g->fmt = g->harmony ? KS_CF_HARMONY : KS_CF_TAG;
     g->tool_calls = json_array();
     g->logprobs = json_array();
     if (!g->dt || !g->tool_calls || !g->logprobs) { /* the request fails before its first token */
@@ -335,6 +338,52 @@ static void parse_harmony(ks_gen *g, int final) {
     g->pbuf.len -= pos;
 }
 
+/* The end of a section of g->fmt's form (closed: at its closer, else at
+ * the next opener or the reply's end): its calls, or its text as written
+ * when it holds none. */
+static void section_done(ks_gen *g, int closed) {
+    const ks_callfmt_tags *tg = ks_callfmt_marks(g->fmt);
+    json_t *calls = ks_callfmt_parse(g->fmt, g->sec_opener, g->tool.p, g->tool.len, g->tools);
+    if (!calls) {
+        if (g->sec_opener >= 0) emit(g, KS_D_CONTENT, tg->open[g->sec_opener], strlen(tg->open[g->sec_opener]));
+        emit(g, KS_D_CONTENT, g->tool.p ? g->tool.p : "", g->tool.len);
+        if (closed) emit(g, KS_D_CONTENT, tg->close, strlen(tg->close));
+    } else {
+        size_t i;
+        json_t *call;
+        json_array_foreach(calls, i, call) {
+            json_array_append(g->tool_calls, call);
+            if (g->on_tool) g->on_tool(g, g->n_tools, call, g->user);
+            g->n_tools++;
+        }
+        json_decref(calls);
+    }
+    g->tool.len = 0;
+}
+
+void ks_gen_format(ks_gen *g, int fmt) {
+    g->fmt = fmt > 0 && fmt < KS_CF_COUNT ? fmt : KS_CF_TAG;
+    g->n_marks = 0;
+    g->mark_think = 0;
+    for (const char *const *mk = g->m ? ks_callfmt_markers(g->fmt) : NULL; mk && *mk && g->n_marks < 8; mk++) {
+        int32_t ids[4];
+        char piece[8];
+        if (kiln_tokenize(g->m, *mk, strlen(*mk), 0, 1, ids, 4) != 1) continue;
+        if (kiln_token_to_piece(g->m, ids[0], piece, sizeof piece, 0) != 0) continue; /* it shows already */
+        const ks_callfmt_tags *tg = ks_callfmt_marks(g->fmt);
+        const size_t k = strlen(*mk);
+        const int think = tg && tg->think[0] && (!strncmp(tg->think[0], *mk, k) || !strcmp(tg->think[1], *mk));
+        g->mark_think |= (unsigned)think << g->n_marks;
+        g->mark_id[g->n_marks] = ids[0];
+        g->mark_text[g->n_marks++] = *mk;
+    }
+}
+
+static int is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* What a tag found in the text does. */
+enum { A_THINK, A_UNTHINK, A_CALL, A_UNCALL, A_SEC_END, A_SEC /* + the opener's index */ };
+
 /* Splits text by tags into the current mode's sink. */
 static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
     if (!g->split_think && !g->split_tools && g->mode == 0 && !g->harmony) {
@@ -346,39 +395,64 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
         parse_harmony(g, final);
         return;
     }
+    const ks_callfmt_tags *tg = g->fmt != KS_CF_TAG ? ks_callfmt_marks(g->fmt) : NULL;
     size_t pos = 0;
     for (;;) {
         const char *base = g->pbuf.p + pos;
         size_t len = g->pbuf.len - pos;
+        /* a form whose call may open the reply: blanks wait for the first
+         * other byte, and a '{' there begins a section */
+        if (g->mode == 0 && tg && tg->at_start && g->split_tools && !g->reply_begun) {
+            size_t k = 0;
+            while (k < len && is_blank(base[k])) k++;
+            if (k == len && !final) break;
+            g->reply_begun = 1;
+            if (k < len && base[k] == '{') {
+                g->mode = 3;
+                g->sec_opener = -1;
+                g->tool.len = 0;
+            }
+        }
         /* the tags that matter in this mode */
-        int cand[2], nc = 0;
+        const char *cand[6];
+        int act[6], nc = 0;
         if (g->mode == 0) {
-            if (g->split_think) cand[nc++] = 0;
-            if (g->split_tools) cand[nc++] = 2;
-        } else if (g->mode == 1)
-            cand[nc++] = 1;
-        else
-            cand[nc++] = 3;
+            if (g->split_think) cand[nc] = k_tags[0], act[nc++] = A_THINK;
+            if (g->split_think && tg && tg->think[0]) cand[nc] = tg->think[0], act[nc++] = A_THINK;
+            if (g->split_tools && !tg) cand[nc] = k_tags[2], act[nc++] = A_CALL;
+        } else if (g->mode == 1) {
+            cand[nc] = k_tags[1], act[nc++] = A_UNTHINK;
+            if (tg && tg->think[1]) cand[nc] = tg->think[1], act[nc++] = A_UNTHINK;
+        } else if (g->mode == 2) {
+            cand[nc] = k_tags[3], act[nc++] = A_UNCALL;
+        } else if (tg->close) {
+            cand[nc] = tg->close, act[nc++] = A_SEC_END;
+        }
+        if (tg && g->split_tools && (g->mode == 0 || (g->mode == 3 && tg->reopen)))
+            for (int i = 0; i < 2; i++)
+                if (tg->open[i]) cand[nc] = tg->open[i], act[nc++] = A_SEC + i;
         const char *hit = NULL;
         int which = -1;
         for (int i = 0; i < nc; i++) {
-            const char *h = memmem(base, len, k_tags[cand[i]], strlen(k_tags[cand[i]]));
+            const char *h = len ? memmem(base, len, cand[i], strlen(cand[i])) : NULL;
             if (h && (!hit || h < hit)) {
                 hit = h;
-                which = cand[i];
+                which = i;
             }
         }
         size_t upto = hit ? (size_t)(hit - base) : len;
         if (!hit && !final) {
             size_t hold = 0;
             for (int i = 0; i < nc; i++) {
-                size_t k = ks_partial_suffix(base, len, k_tags[cand[i]]);
+                size_t k = ks_partial_suffix(base, len, cand[i]);
                 if (k > hold) hold = k;
             }
             upto = len - hold;
         }
         if (g->mode == 2) {
             tool_text(g, base, upto);
+        } else if (g->mode == 3) {
+            ks_buf_put(&g->tool, base, upto); /* a failure fails the generation (ks_gen_text) */
         } else if (g->mode == 1) {
             emit(g, KS_D_REASONING, base, upto);
         } else {
@@ -387,30 +461,44 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
              * them: the answer begins at its first other byte */
             size_t k = 0;
             if (g->after_think)
-                while (k < upto && (base[k] == ' ' || base[k] == '\t' || base[k] == '\r' || base[k] == '\n')) k++;
+                while (k < upto && is_blank(base[k])) k++;
             if (k < upto) g->after_think = 0;
             emit(g, KS_D_CONTENT, base + k, upto - k);
         }
         pos += upto;
         if (!hit) break;
-        pos += strlen(k_tags[which]);
-        g->after_think = which == 1;
-        if (which == 0)
+        pos += strlen(cand[which]);
+        const int a = act[which];
+        g->after_think = a == A_UNTHINK;
+        if (a == A_THINK) {
             g->mode = 1;
-        else if (which == 1)
+        } else if (a == A_UNTHINK) {
             g->mode = 0;
-        else if (which == 2) {
+            g->reply_begun = 0; /* the answer begins */
+        } else if (a == A_CALL) {
             g->mode = 2;
             g->tool.len = 0;
             ks_toolscan_reset(&g->ts);
             ks_xmlscan_reset(&g->xs, g->tools);
-        } else {
+        } else if (a == A_UNCALL) {
             tool_done(g, 1);
             g->mode = 0;
+        } else if (a == A_SEC_END) {
+            section_done(g, 1);
+            g->mode = 0;
+        } else { /* an opener: ends the section before it, if one is open */
+            if (g->mode == 3) section_done(g, 0);
+            g->mode = 3;
+            g->sec_opener = a - A_SEC;
+            g->tool.len = 0;
+            g->reply_begun = 1;
         }
     }
     if (final && g->mode == 2) { /* unterminated: try it anyway */
         tool_done(g, 0);
+        g->mode = 0;
+    } else if (final && g->mode == 3) {
+        section_done(g, 0);
         g->mode = 0;
     }
     memmove(g->pbuf.p, g->pbuf.p + pos, g->pbuf.len - pos);
@@ -493,6 +581,11 @@ int ks_gen_token(ks_gen *g, const gen_token *t) {
     g->n_gen++;
     size_t n;
     const char *piece = kiln_detok_push(g->dt, t->id, &n);
+    for (int i = 0; i < g->n_marks && !n; i++)
+        if (t->id == g->mark_id[i] && (g->split_tools || (g->split_think && (g->mark_think >> i & 1)))) {
+            piece = g->mark_text[i];
+            n = strlen(piece);
+        }
     if (g->want_logprobs) {
         json_t *e = lp_entry(g->m, t->id, t->logprob);
         json_t *top = json_array();

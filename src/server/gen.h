@@ -4,6 +4,7 @@
 #define KILN_SERVER_GEN_H
 
 #include "server/buf.h"
+#include "server/callfmt.h"
 #include "server/toolscan.h"
 #include "engine/engine.h"
 #include "gen/gen.h"
@@ -30,12 +31,13 @@ typedef struct ks_req {
     int want_logprobs; /* compute the token's logprob */
     int json_mode;     /* constrain sampling to one JSON value (an object without a schema) */
     int ignore_eos;
-    ks_schema *schema;        /* with json_mode: the value's schema (owned); NULL = any object */
-    ks_sv sv;                 /* the recognizer's state while it runs */
-    int n_call;               /* a forced tool call: the names it may take */
-    char **call_names;        /*   (owned) */
-    ks_schema **call_schemas; /*   and their arguments' schemas (owned) */
-    sample_call call;         /*   its recognizer's state */
+    ks_schema *schema;          /* with json_mode: the value's schema (owned); NULL = any object */
+    ks_sv sv;                   /* the recognizer's state while it runs */
+    int n_call;                 /* a forced tool call: the names it may take */
+    char **call_names;          /*   (owned) */
+    ks_schema **call_schemas;   /*   and their arguments' schemas (owned) */
+    sample_call call;           /*   its recognizer's state */
+    sample_call_form call_form; /*   the literals of its form (another family's than <tool_call>) */
     sample_constraint cons;
     sample_think think;           /* with json_mode after a reasoning block: cons held back until it ends */
     sample_constraint think_cons; /*   the constraint that does so */
@@ -68,10 +70,17 @@ typedef struct ks_gen {
     int tool_open;    /* the current call's header went out */
     int tool_xml;     /*   from the XML scanner */
     size_t args_sent; /* bytes of ts.args sent */
-    int mode;         /* 0 content, 1 reasoning, 2 tool call */
-    int split_think;  /* 1: <think>...</think> is reasoning, else content as written */
-    int split_tools;  /* 1: <tool_call>...</tool_call> is a call, else content as written */
-    int after_think;  /* 1: </think> passed and no content yet; blank space here is not content */
+    int mode;         /* 0 content, 1 reasoning, 2 <tool_call> body, 3 a section of another form */
+    int fmt;          /* KS_CF_*: how the model writes calls (ks_gen_format) */
+    int sec_opener;   /*   the opener (index in its tags' open[], -1 at_start) of the section in g->tool */
+    int reply_begun;  /*   a byte other than a blank went out since the start or </think> */
+    int n_marks;      /*   the form's markers that are control tokens of the vocabulary: */
+    int32_t mark_id[8];
+    const char *mark_text[8]; /*   their ids and texts (shown in a chat with tools) */
+    unsigned mark_think;      /*   bit i: mark i belongs to the form's reasoning block (shown when it is split) */
+    int split_think;          /* 1: <think>...</think> is reasoning, else content as written */
+    int split_tools;          /* 1: <tool_call>...</tool_call> is a call, else content as written */
+    int after_think;          /* 1: </think> passed and no content yet; blank space here is not content */
     /* the harmony format (gpt-oss): <|channel|>NAME [to=RECIPIENT]<|message|>BODY<|end|> messages,
      * analysis as reasoning, final and commentary as content, to=functions.NAME as calls */
     int harmony;     /* 1: the model writes harmony (its vocabulary has the tokens); read even with
@@ -102,6 +111,10 @@ typedef struct ks_gen {
 } ks_gen;
 
 void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think);
+/* How the model writes tool calls (KS_CF_*, ks_callfmt_detect; KS_CF_TAG
+ * until set): sections of another form than <tool_call> are read whole at
+ * their closer (or the reply's end) and reach on_tool, never on_tool_part. */
+void ks_gen_format(ks_gen *g, int fmt);
 /* 1 when m writes the harmony format (its vocabulary has the tokens). */
 int ks_gen_harmony(const kiln_model *m);
 /* The tools the request offered (borrowed: g takes its own reference);

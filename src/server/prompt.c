@@ -9,6 +9,7 @@
 #include "server/prompt.h"
 
 #include "server/buf.h"
+#include "server/callfmt.h"
 #include "server/srv.h"
 
 #include "chat/gotmpl.h"
@@ -45,6 +46,7 @@ static const chat_fmt k_formats[] = {
 typedef struct ks_tmpl {
     kgt *go;
     kct *jinja;
+    int callfmt; /* KS_CF_*: how the model writes calls, from the template's text and the vocabulary */
 } ks_tmpl;
 
 void ks_template_free(void *t) {
@@ -77,6 +79,14 @@ static void content_text(json_t *msg, ks_buf *out) {
 }
 
 int ks_has_chat(ks_model *r) { return ks_template_text(r) != NULL; }
+
+int ks_model_callfmt(ks_model *r) {
+    pthread_mutex_lock(&r->srv->mu);
+    const ks_tmpl *k = r->tmpl;
+    const int fmt = k ? k->callfmt : -1;
+    pthread_mutex_unlock(&r->srv->mu);
+    return fmt >= 0 ? fmt : ks_callfmt_detect(ks_template_text(r), r->model);
+}
 
 static char *token_text(kiln_model *m, int32_t id) {
     char buf[128];
@@ -182,6 +192,7 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
             snprintf(err, cap, "out of memory compiling the chat template");
             return NULL;
         }
+        k->callfmt = ks_callfmt_detect(go_src ? go_src : src, r->model);
         r->tmpl_tried = 1;
         r->tmpl = k;
     }

@@ -36,6 +36,9 @@ int ks_has_chat(ks_model *r);
  * GGUF's), or NULL: what /api/show shows and capabilities are read from. */
 const char *ks_template_text(ks_model *r);
 void ks_template_free(void *t);
+/* How the model writes tool calls (KS_CF_*, callfmt.h): decided when its
+ * template is compiled, from the template's text and the vocabulary. */
+int ks_model_callfmt(ks_model *r);
 /* 1 when a rendered prompt ends in an open <think> block (blank space
  * after it aside): the generation starts in reasoning. */
 int ks_prompt_opens_think(const char *p);

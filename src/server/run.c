@@ -42,8 +42,9 @@ static int conn_gone(void *c) { return ks_conn_gone(c); }
 /* The forced call's names and schemas into q, its recognizer set up. */
 static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, size_t cap) {
     const char *tmpl = ks_template_text(r);
-    const int harmony = ks_gen_harmony(r->model); /* a message to functions.NAME */
-    if (!harmony && (!tmpl || !strstr(tmpl, "<tool_call>"))) {
+    const int fmt = ks_model_callfmt(r);
+    const int harmony = fmt == KS_CF_HARMONY; /* a message to functions.NAME */
+    if (fmt == KS_CF_TAG && (!tmpl || !strstr(tmpl, "<tool_call>"))) {
         snprintf(msg, cap,
                  "'tool_choice' forces a call, which needs a chat template that writes calls as "
                  "<tool_call>...</tool_call>; the template of \"%.100s\" does not",
@@ -99,12 +100,22 @@ static int force_setup(ks_req *q, ks_model *r, const ks_gen_opts *o, char *msg, 
         sample_lead_constraint(&q->cons, &q->lead);
         return 0;
     }
-    if (sample_call_init(&q->call, (const char *const *)q->call_names, (const ks_schema *const *)q->call_schemas,
-                         q->n_call, o->force_think) != 0) {
+    /* another family's form: its literals around the name and arguments */
+    if (fmt != KS_CF_TAG && ks_callfmt_call_form(fmt, tmpl, &q->call_form)) {
+        snprintf(msg, cap, "a forced call is not available for the %s call form", ks_callfmt_name(fmt));
+        return -1;
+    }
+    const int bad = fmt != KS_CF_TAG
+                        ? sample_call_init_form(&q->call, &q->call_form, (const char *const *)q->call_names,
+                                                (const ks_schema *const *)q->call_schemas, q->n_call, o->force_think)
+                        : sample_call_init(&q->call, (const char *const *)q->call_names,
+                                           (const ks_schema *const *)q->call_schemas, q->n_call, o->force_think);
+    if (bad) {
         snprintf(msg, cap,
                  "a forced call takes 1..%d tools with distinct names free of quotes, backslashes and "
-                 "control characters",
-                 SAMPLE_CALL_MAX);
+                 "control characters%s%s",
+                 SAMPLE_CALL_MAX, fmt != KS_CF_TAG ? " and of " : "",
+                 fmt != KS_CF_TAG ? (q->call_form.mid[0] == '[' ? "'['" : "line breaks") : "");
         return -1;
     }
     sample_call_constraint(&q->cons, &q->call);
@@ -668,6 +679,7 @@ int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks
     }
     u->g.want_logprobs = o->logprobs;
     ks_gen_tools(&u->g, a->tools);
+    ks_gen_format(&u->g, ks_model_callfmt(r));
     u->a.tools = NULL; /* borrowed for this call only */
     /* What the output is split into, as the references do: completions are
      * raw text; reasoning is split unless Ollama's think is false; a

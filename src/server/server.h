@@ -30,10 +30,11 @@
  *   reply.c    responses: JSON, errors in each API's shape, streams, watches
  *   models.c   the models: engines, loads on demand, keep-alive, room, drain
  *   metrics.c  Prometheus text               webui.c  GET / (the chat page)
- *   gen.c      token stream -> text: stop strings, <think>, <tool_call>
+ *   gen.c      token stream -> text: stop strings, <think>, calls
  *   toolscan.c a <tool_call> body read as it arrives (streamed calls)
  *   xmlcall.c  the XML form of a call, typed by the tool's schema
  *   prompt.c   chat messages -> prompt text (GGUF template or built-ins)
+ *   callfmt.c  the other families' call forms (Llama 3.x, Mistral, ...)
  *   log.c      the request log line and the server's other lines
  *   buf.c      clocks, the byte buffer      guard.c  Host / Origin / paths
  */

@@ -135,6 +135,7 @@ int ks_xrun(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, ks_xw *
     u->g.split_think = 1;
     u->g.split_tools = json_array_size(tools) > 0;
     ks_gen_tools(&u->g, tools);
+    ks_gen_format(&u->g, ks_model_callfmt(r));
     u->g.on_text = on_text;
     u->g.on_tool = on_tool;
     u->g.on_tool_part = on_tool_part;
