@@ -260,17 +260,20 @@ static size_t cells_used(const int32_t *tables, int n_tables, int table_stride, 
 
 void cr_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
                     const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head, int n_kv_head,
-                    int hd, float scale, int split_len, int n_split, float *out, int64_t out_stride) {
+                    int hd, float scale, int split_len, int n_split, int window, const float *sinks, float *out,
+                    int64_t out_stride) {
     const size_t cache = 2 * cells_used(tables, n_seq, table_stride, n_kv) * cell_stride;
     cu_ptr dq = up(q, sizeof(float) * n_seq * q_stride), dk = up(k, cache), dv = up(v, cache);
     cu_ptr dt = up(tables, sizeof(int32_t) * n_seq * table_stride), dn = up(n_kv, sizeof(int32_t) * n_seq);
     cu_ptr dpart = up(NULL, sizeof(float) * n_seq * n_head * n_split * (hd + 2));
     cu_ptr dout = up(out, sizeof(float) * n_seq * out_stride);
-    void *a1[] = {&dq, &q_stride, &dk,        &dv, &cell_stride, &dt,        &table_stride,
-                  &dn, &n_head,   &n_kv_head, &hd, &scale,       &split_len, &dpart};
+    cu_ptr dsink = sinks ? up(sinks, sizeof(float) * n_head) : 0;
+    void *a1[] = {&dq,     &q_stride,  &dk, &dv,    &cell_stride, &dt,     &table_stride, &dn,
+                  &n_head, &n_kv_head, &hd, &scale, &split_len,   &window, &dpart};
     run("kcu_attn_decode", (unsigned)n_head, (unsigned)n_split, (unsigned)n_seq, 32 * KCU_ATT_WARPS, a1);
-    void *a2[] = {&dpart, &n_split, &n_head, &hd, &dout, &out_stride};
+    void *a2[] = {&dpart, &n_split, &n_head, &hd, &dsink, &dout, &out_stride};
     run("kcu_attn_combine", (unsigned)n_head, (unsigned)n_seq, 1, 64, a2);
+    if (dsink) drop(dsink);
     down(out, dout, sizeof(float) * n_seq * out_stride);
     drop(dq);
     drop(dk);
@@ -296,4 +299,175 @@ void cr_attn_prefill(const float *q, int64_t tok_stride, const uint16_t *k, cons
     drop(dk);
     drop(dv);
     drop(dt);
+}
+
+void cr_gdn_gates(const float *ba, const float *dt_bias, const float *ssm_a, float *beta, float *gd, int n, int Hv,
+                  int Hk, int grouped) {
+    cu_ptr dba = up(ba, sizeof(float) * n * 2 * Hv), ddt = up(dt_bias, sizeof(float) * Hv);
+    cu_ptr da = up(ssm_a, sizeof(float) * Hv), dbeta = up(NULL, sizeof(float) * n * Hv);
+    cu_ptr dgd = up(NULL, sizeof(float) * n * Hv);
+    void *args[] = {&dba, &ddt, &da, &dbeta, &dgd, &n, &Hv, &Hk, &grouped};
+    run("kcu_gdn_gates", 2, 1, 1, 64, args);
+    down(beta, dbeta, sizeof(float) * n * Hv);
+    down(gd, dgd, sizeof(float) * n * Hv);
+    drop(dba);
+    drop(ddt);
+    drop(da);
+}
+
+void cr_conv_silu(const float *x, int64_t ldx, const float *w, float *state, float *y, int n, int C, int K) {
+    cu_ptr dx = up(x, sizeof(float) * n * ldx), dw = up(w, sizeof(float) * K * C);
+    cu_ptr ds = up(state, sizeof(float) * (K - 1) * C), dy = up(NULL, sizeof(float) * n * C);
+    void *args[] = {&dx, &ldx, &dw, &ds, &dy, &n, &C, &K};
+    run("kcu_conv_silu", ceil_div(C, 64), 1, 1, 64, args);
+    down(state, ds, sizeof(float) * (K - 1) * C);
+    down(y, dy, sizeof(float) * n * C);
+    drop(dx);
+    drop(dw);
+}
+
+void cr_l2norm(float *x, int64_t tok_stride, int n_tok, int rows, int n, float eps) {
+    cu_ptr dx = up(x, sizeof(float) * n_tok * tok_stride);
+    void *args[] = {&dx, &tok_stride, &n, &eps};
+    run("kcu_l2norm", (unsigned)n_tok, (unsigned)rows, 1, 64, args);
+    down(x, dx, sizeof(float) * n_tok * tok_stride);
+}
+
+void cr_rmsnorm_gated(float *o, const float *z, const float *w, int rows, int n, float eps) {
+    cu_ptr dout = up(o, sizeof(float) * rows * n), dz = up(z, sizeof(float) * rows * n), dw = up(w, sizeof(float) * n);
+    void *args[] = {&dout, &dz, &dw, &n, &eps};
+    run("kcu_rmsnorm_gated", (unsigned)rows, 1, 1, 64, args);
+    down(o, dout, sizeof(float) * rows * n);
+    drop(dz);
+    drop(dw);
+}
+
+void cr_gdn_rec(const float *qkv, int64_t ld, const float *g, const float *beta, int64_t ld_gb, float *state, float *o,
+                int n, int Hk, int Hv, int dk, int dv, int grouped, float scale) {
+    cu_ptr dq = up(qkv, sizeof(float) * n * ld), dv_ = dq + sizeof(float) * 2 * Hk * dk;
+    cu_ptr dg = up(g, sizeof(float) * n * ld_gb), db = up(beta, sizeof(float) * n * ld_gb);
+    cu_ptr ds = up(state, sizeof(float) * Hv * dv * dk), dout = o ? up(NULL, sizeof(float) * n * Hv * dv) : 0;
+    int64_t ld_o = (int64_t)Hv * dv;
+    void *args[] = {&dq, &ld, &dv_, &ld, &dg, &db, &ld_gb, &ds, &dout, &ld_o, &n, &Hk, &Hv, &dk, &dv, &grouped, &scale};
+    run("kcu_gdn_rec", ceil_div(dv, KCU_GDN_WARPS), (unsigned)Hv, 1, 32 * KCU_GDN_WARPS, args);
+    down(state, ds, sizeof(float) * Hv * dv * dk);
+    if (o) down(o, dout, sizeof(float) * n * Hv * dv);
+    drop(dq);
+    drop(dg);
+    drop(db);
+}
+
+void cr_attn_gate(float *att, const float *qg, int n, int n_head, int hd) {
+    cu_ptr da = up(att, sizeof(float) * n * n_head * hd), dq = up(qg, sizeof(float) * n * 2 * n_head * hd);
+    void *args[] = {&da, &dq, &n, &n_head, &hd};
+    run("kcu_attn_gate", 3, 1, 1, 64, args);
+    down(att, da, sizeof(float) * n * n_head * hd);
+    drop(dq);
+}
+
+void cr_moe_route(float *logits, int32_t *ids, float *w, int n, int n_expert, int k, int mode, int norm, float scale,
+                  int sig, const float *bias, int n_group, int n_group_used) {
+    cu_ptr dl = up(logits, sizeof(float) * n * n_expert), ds = up(NULL, sizeof(float) * n * n_expert);
+    cu_ptr di = up(NULL, sizeof(int32_t) * n * k), dw = up(NULL, sizeof(float) * n * k);
+    cu_ptr db = bias ? up(bias, sizeof(float) * n_expert) : 0;
+    void *args[] = {&dl, &ds, &di, &dw, &n, &n_expert, &k, &mode, &norm, &scale, &sig, &db, &n_group, &n_group_used};
+    run("kcu_moe_route", ceil_div(n, 32), 1, 1, 32, args);
+    down(logits, dl, sizeof(float) * n * n_expert);
+    down(ids, di, sizeof(int32_t) * n * k);
+    down(w, dw, sizeof(float) * n * k);
+    drop(ds);
+    if (db) drop(db);
+}
+
+void cr_gather_rows(float *dst, const float *src, int src_rows, int64_t src_stride, const int32_t *idx, int rows,
+                    int n) {
+    cu_ptr dd = up(NULL, sizeof(float) * rows * n), ds = up(src, sizeof(float) * src_rows * src_stride);
+    cu_ptr di = up(idx, sizeof(int32_t) * rows);
+    void *args[] = {&dd, &ds, &src_stride, &di, &n};
+    run("kcu_gather_rows", (unsigned)rows, 1, 1, 64, args);
+    down(dst, dd, sizeof(float) * rows * n);
+    drop(ds);
+    drop(di);
+}
+
+void cr_add_rows(float *y, const float *b, int rows, int n) {
+    cu_ptr dy = up(y, sizeof(float) * rows * n), db = up(b, sizeof(float) * n);
+    void *args[] = {&dy, &db, &rows, &n};
+    run("kcu_add_rows", 2, 1, 1, 96, args);
+    down(y, dy, sizeof(float) * rows * n);
+    drop(db);
+}
+
+void cr_moe_combine(const float *md, int md_rows, const int32_t *row_of, const float *w, int k, const float *sgl,
+                    int shared, float *y, int T, int n) {
+    cu_ptr dm = up(md, sizeof(float) * md_rows * n), dr = up(row_of, sizeof(int32_t) * T * k);
+    cu_ptr dw = up(w, sizeof(float) * T * k), dsg = sgl ? up(sgl, sizeof(float) * T) : 0;
+    cu_ptr dy = up(y, sizeof(float) * T * n);
+    void *args[] = {&dm, &dr, &dw, &k, &dsg, &shared, &dy, &n};
+    run("kcu_moe_combine", ceil_div(n, 64), (unsigned)T, 1, 64, args);
+    down(y, dy, sizeof(float) * T * n);
+    drop(dm);
+    drop(dr);
+    drop(dw);
+    if (dsg) drop(dsg);
+}
+
+void cr_swiglu_oai(float *g, const float *u, int64_t n, float alpha, float limit) {
+    cu_ptr dg = up(g, sizeof(float) * n), du = up(u, sizeof(float) * n);
+    void *args[] = {&dg, &du, &n, &alpha, &limit};
+    run("kcu_swiglu_oai", 3, 1, 1, 64, args);
+    down(g, dg, sizeof(float) * n);
+    drop(du);
+}
+
+void cr_relu_sq(float *x, int64_t n) {
+    cu_ptr dx = up(x, sizeof(float) * n);
+    void *args[] = {&dx, &n};
+    run("kcu_relu_sq", 3, 1, 1, 64, args);
+    down(x, dx, sizeof(float) * n);
+}
+
+void cr_gelu(float *x, int64_t n) {
+    cu_ptr dx = up(x, sizeof(float) * n);
+    void *args[] = {&dx, &n};
+    run("kcu_gelu", 3, 1, 1, 64, args);
+    down(x, dx, sizeof(float) * n);
+}
+
+void cr_kv_write_q8(const float *src, int64_t src_stride, int n_tok, uint8_t *cache, int64_t cell_stride,
+                    int64_t offset, const int32_t *cell, int n) {
+    int cells = 0;
+    for (int i = 0; i < n_tok; i++) cells = cell[i] + 1 > cells ? cell[i] + 1 : cells;
+    cu_ptr ds = up(src, sizeof(float) * n_tok * src_stride), dc = up(cache, (size_t)cells * cell_stride);
+    cu_ptr dcell = up(cell, sizeof(int32_t) * n_tok);
+    void *args[] = {&ds, &src_stride, &dc, &cell_stride, &offset, &dcell, &n};
+    run("kcu_kv_write_q8", (unsigned)n_tok, 1, 1, 64, args);
+    down(cache, dc, (size_t)cells * cell_stride);
+    drop(ds);
+    drop(dcell);
+}
+
+void cr_attn_decode_q8(const float *q, int64_t q_stride, const uint8_t *k, const uint8_t *v, int64_t cell_stride,
+                       const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head,
+                       int n_kv_head, int hd, float scale, int split_len, int n_split, int window, const float *sinks,
+                       float *out, int64_t out_stride) {
+    const size_t cache = cells_used(tables, n_seq, table_stride, n_kv) * cell_stride;
+    cu_ptr dq = up(q, sizeof(float) * n_seq * q_stride), dk = up(k, cache), dv = up(v, cache);
+    cu_ptr dt = up(tables, sizeof(int32_t) * n_seq * table_stride), dn = up(n_kv, sizeof(int32_t) * n_seq);
+    cu_ptr dpart = up(NULL, sizeof(float) * n_seq * n_head * n_split * (hd + 2));
+    cu_ptr dout = up(out, sizeof(float) * n_seq * out_stride);
+    cu_ptr dsink = sinks ? up(sinks, sizeof(float) * n_head) : 0;
+    void *a1[] = {&dq,     &q_stride,  &dk, &dv,    &cell_stride, &dt,     &table_stride, &dn,
+                  &n_head, &n_kv_head, &hd, &scale, &split_len,   &window, &dpart};
+    run("kcu_attn_decode_q8", (unsigned)n_head, (unsigned)n_split, (unsigned)n_seq, 32 * KCU_ATT_WARPS, a1);
+    void *a2[] = {&dpart, &n_split, &n_head, &hd, &dsink, &dout, &out_stride};
+    run("kcu_attn_combine", (unsigned)n_head, (unsigned)n_seq, 1, 64, a2);
+    if (dsink) drop(dsink);
+    down(out, dout, sizeof(float) * n_seq * out_stride);
+    drop(dq);
+    drop(dk);
+    drop(dv);
+    drop(dt);
+    drop(dn);
+    drop(dpart);
 }

@@ -4,8 +4,10 @@
 #include "cuda_run.h"
 
 #include "attention.cu"
+#include "gdn.cu"
 #include "gemm.cu"
 #include "matvec.cu"
+#include "moe.cu"
 #include "ops.cu"
 
 #include <vector>
@@ -125,13 +127,14 @@ void cr_kv_write(const float *src, int64_t src_stride, int n_tok, uint16_t *cach
 
 void cr_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
                     const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head, int n_kv_head,
-                    int hd, float scale, int split_len, int n_split, float *out, int64_t out_stride) {
+                    int hd, float scale, int split_len, int n_split, int window, const float *sinks, float *out,
+                    int64_t out_stride) {
     std::vector<float> part((size_t)n_seq * n_head * n_split * (hd + 2));
     float *p = part.data();
     L(kcu_attn_decode, dim3((unsigned)n_head, (unsigned)n_split, (unsigned)n_seq), dim3(32 * KCU_ATT_WARPS), q,
-      q_stride, k, v, cell_stride, tables, table_stride, n_kv, n_head, n_kv_head, hd, scale, split_len, p);
-    L(kcu_attn_combine, dim3((unsigned)n_head, (unsigned)n_seq), dim3(64), (const float *)p, n_split, n_head, hd, out,
-      out_stride);
+      q_stride, k, v, cell_stride, tables, table_stride, n_kv, n_head, n_kv_head, hd, scale, split_len, window, p);
+    L(kcu_attn_combine, dim3((unsigned)n_head, (unsigned)n_seq), dim3(64), (const float *)p, n_split, n_head, hd, sinks,
+      out, out_stride);
 }
 
 void cr_attn_prefill(const float *q, int64_t tok_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
@@ -139,4 +142,79 @@ void cr_attn_prefill(const float *q, int64_t tok_stride, const uint16_t *k, cons
                      float *out) {
     L(kcu_attn_prefill, dim3(ceil_div(n_tok, KCU_ATT_WARPS), (unsigned)n_head), dim3(32 * KCU_ATT_WARPS), q, tok_stride,
       k, v, cell_stride, table, n_past, n_tok, n_head, n_kv_head, hd, scale, out);
+}
+
+void cr_gdn_gates(const float *ba, const float *dt_bias, const float *ssm_a, float *beta, float *gd, int n, int Hv,
+                  int Hk, int grouped) {
+    L(kcu_gdn_gates, dim3(2), dim3(64), ba, dt_bias, ssm_a, beta, gd, n, Hv, Hk, grouped);
+}
+
+void cr_conv_silu(const float *x, int64_t ldx, const float *w, float *state, float *y, int n, int C, int K) {
+    L(kcu_conv_silu, dim3(ceil_div(C, 64)), dim3(64), x, ldx, w, state, y, n, C, K);
+}
+
+void cr_l2norm(float *x, int64_t tok_stride, int n_tok, int rows, int n, float eps) {
+    L(kcu_l2norm, dim3((unsigned)n_tok, (unsigned)rows), dim3(64), x, tok_stride, n, eps);
+}
+
+void cr_rmsnorm_gated(float *o, const float *z, const float *w, int rows, int n, float eps) {
+    L(kcu_rmsnorm_gated, dim3((unsigned)rows), dim3(64), o, z, w, n, eps);
+}
+
+void cr_gdn_rec(const float *qkv, int64_t ld, const float *g, const float *beta, int64_t ld_gb, float *state, float *o,
+                int n, int Hk, int Hv, int dk, int dv, int grouped, float scale) {
+    const float *v = qkv + (size_t)2 * Hk * dk;
+    L(kcu_gdn_rec, dim3(ceil_div(dv, KCU_GDN_WARPS), (unsigned)Hv), dim3(32 * KCU_GDN_WARPS), qkv, ld, v, ld, g, beta,
+      ld_gb, state, o, (int64_t)Hv * dv, n, Hk, Hv, dk, dv, grouped, scale);
+}
+
+void cr_attn_gate(float *att, const float *qg, int n, int n_head, int hd) {
+    L(kcu_attn_gate, dim3(3), dim3(64), att, qg, n, n_head, hd);
+}
+
+void cr_moe_route(float *logits, int32_t *ids, float *w, int n, int n_expert, int k, int mode, int norm, float scale,
+                  int sig, const float *bias, int n_group, int n_group_used) {
+    std::vector<float> sel((size_t)n * n_expert);
+    float *s = sel.data();
+    L(kcu_moe_route, dim3(ceil_div(n, 32)), dim3(32), logits, s, ids, w, n, n_expert, k, mode, norm, scale, sig, bias,
+      n_group, n_group_used);
+}
+
+void cr_gather_rows(float *dst, const float *src, int src_rows, int64_t src_stride, const int32_t *idx, int rows,
+                    int n) {
+    (void)src_rows;
+    L(kcu_gather_rows, dim3((unsigned)rows), dim3(64), dst, src, src_stride, idx, n);
+}
+
+void cr_add_rows(float *y, const float *b, int rows, int n) { L(kcu_add_rows, dim3(2), dim3(96), y, b, rows, n); }
+
+void cr_moe_combine(const float *md, int md_rows, const int32_t *row_of, const float *w, int k, const float *sgl,
+                    int shared, float *y, int T, int n) {
+    (void)md_rows;
+    L(kcu_moe_combine, dim3(ceil_div(n, 64), (unsigned)T), dim3(64), md, row_of, w, k, sgl, shared, y, n);
+}
+
+void cr_swiglu_oai(float *g, const float *u, int64_t n, float alpha, float limit) {
+    L(kcu_swiglu_oai, dim3(3), dim3(64), g, u, n, alpha, limit);
+}
+
+void cr_relu_sq(float *x, int64_t n) { L(kcu_relu_sq, dim3(3), dim3(64), x, n); }
+
+void cr_gelu(float *x, int64_t n) { L(kcu_gelu, dim3(3), dim3(64), x, n); }
+
+void cr_kv_write_q8(const float *src, int64_t src_stride, int n_tok, uint8_t *cache, int64_t cell_stride,
+                    int64_t offset, const int32_t *cell, int n) {
+    L(kcu_kv_write_q8, dim3((unsigned)n_tok), dim3(64), src, src_stride, cache, cell_stride, offset, cell, n);
+}
+
+void cr_attn_decode_q8(const float *q, int64_t q_stride, const uint8_t *k, const uint8_t *v, int64_t cell_stride,
+                       const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head,
+                       int n_kv_head, int hd, float scale, int split_len, int n_split, int window, const float *sinks,
+                       float *out, int64_t out_stride) {
+    std::vector<float> part((size_t)n_seq * n_head * n_split * (hd + 2));
+    float *p = part.data();
+    L(kcu_attn_decode_q8, dim3((unsigned)n_head, (unsigned)n_split, (unsigned)n_seq), dim3(32 * KCU_ATT_WARPS), q,
+      q_stride, k, v, cell_stride, tables, table_stride, n_kv, n_head, n_kv_head, hd, scale, split_len, window, p);
+    L(kcu_attn_combine, dim3((unsigned)n_head, (unsigned)n_seq), dim3(64), (const float *)p, n_split, n_head, hd, sinks,
+      out, out_stride);
 }

@@ -16,8 +16,10 @@
  * big for the device).
  */
 #include "attention.cu"
+#include "gdn.cu"
 #include "gemm.cu"
 #include "matvec.cu"
+#include "moe.cu"
 #include "ops.cu"
 
 #include <map>
@@ -88,6 +90,21 @@ static std::map<std::string, mock_kernel> &kernels() {
     K(kcu_attn_decode);
     K(kcu_attn_combine);
     K(kcu_attn_prefill);
+    K(kcu_attn_decode_q8);
+    K(kcu_kv_write_q8);
+    K(kcu_gdn_gates);
+    K(kcu_conv_silu);
+    K(kcu_l2norm);
+    K(kcu_rmsnorm_gated);
+    K(kcu_gdn_rec);
+    K(kcu_attn_gate);
+    K(kcu_moe_route);
+    K(kcu_gather_rows);
+    K(kcu_add_rows);
+    K(kcu_moe_combine);
+    K(kcu_swiglu_oai);
+    K(kcu_relu_sq);
+    K(kcu_gelu);
 #undef TYPED
 #undef K
     return k;

@@ -17,11 +17,27 @@
  *                       product; positions below 4096);
  *   attention           2e-4 absolute (values in [-1, 1]; the softmax in
  *                       another order than kk_attn_f16's);
- *   argmax, kv_write    exact.
+ *   argmax, kv_write    exact (the Q8_0 write: the reference quantizer's
+ *                       bytes);
+ *   Q8_0 attention      2e-4 absolute (per-block products summed in float
+ *                       where the CPU sums integers);
+ *   Gated DeltaNet      gates, convolution, gated attention's gate: the
+ *                       twin's order, bit-equal on the emulator, 2e-6
+ *                       relative on a GPU (its expf and logf); L2 and gated
+ *                       RMS norms 2e-6 relative (squares summed in double
+ *                       per thread); the delta rule 2e-5 of the largest
+ *                       magnitude (dots as warp sums);
+ *   MoE                 routing ids exact and weights bit-equal on the
+ *                       emulator (the twin's serial order; 2e-6 relative on
+ *                       a GPU), gather, bias rows exact, the weighted sum
+ *                       bit-equal (a GPU may fuse its multiply-adds: 1e-6
+ *                       relative), clamped SwiGLU, relu^2, GELU as the
+ *                       gates.
  */
 #include "backend/cuda_kernels.h"
 #include "cuda_run.h"
 #include "kernels/ops.h"
+#include "kernels/ssm.h"
 #include "quant/quant.h"
 #include "testutil.h"
 
@@ -375,8 +391,8 @@ static cache make_cache(int n_blocks, int n_kv_head, int hd) {
     return c;
 }
 
-static void ref_attn(const cache *c, const float *q, const int32_t *table, int n_pos, int kvh, int hd, float scale,
-                     float *out) {
+static void ref_attn_opts(const cache *c, const float *q, const int32_t *table, int n_pos, int kvh, int hd, float scale,
+                          int window, const float *sink, float *out) {
     float *scratch = malloc(sizeof(float) * kk_attn_scratch(1, 1, hd, n_pos));
     kk_attn_f16 a = {.q = q,
                      .nq = 1,
@@ -392,10 +408,17 @@ static void ref_attn(const cache *c, const float *q, const int32_t *table, int n
                      .row_stride = (size_t)c->cell_stride,
                      .scale = scale,
                      .acc_f32 = 1,
+                     .window = window,
+                     .sink = sink,
                      .out = out,
                      .scratch = scratch};
     kk_ops_at(KQ_ISA_SCALAR)->attn_f16(&a);
     free(scratch);
+}
+
+static void ref_attn(const cache *c, const float *q, const int32_t *table, int n_pos, int kvh, int hd, float scale,
+                     float *out) {
+    ref_attn_opts(c, q, table, n_pos, kvh, hd, scale, 0, NULL, out);
 }
 
 /* block tables [n_seq][table_stride]: a permutation of the cache's blocks dealt out */
@@ -415,8 +438,13 @@ static int32_t *make_tables(int n_blocks, int n_seq, int table_stride) {
 }
 
 static void test_attn_decode(void) {
-    static const int hds[] = {64, 80, 128, 256};
-    for (int i = 0; i < 4; i++) {
+    static const int hds[] = {64, 80, 128, 256, 64, 128};
+    for (int i = 0; i < 6; i++) {
+        /* cases 4 and 5: a sliding window (past the first split) and sinks */
+        const int window = i == 4 ? 40 : i == 5 ? 7 : 0;
+        float sinks[8];
+        for (int h = 0; h < 8; h++) sinks[h] = rndf() * 3.0f;
+        const float *sk = i >= 4 ? sinks : NULL;
         const int hd = hds[i], n_seq = 3, n_head = i == 1 ? 2 : 8, n_kv_head = i == 1 ? 2 : 2, table_stride = 8;
         const cache c = make_cache(n_seq * table_stride, n_kv_head, hd);
         int32_t *tables = make_tables(c.n_blocks, n_seq, table_stride);
@@ -428,16 +456,17 @@ static void test_attn_decode(void) {
         fill(q, (size_t)qs * n_seq, 2.0f);
         const float scale = 1.0f / sqrtf((float)hd);
         cr_attn_decode(q, qs, c.k, c.v, c.cell_stride, tables, table_stride, n_kv, n_seq, n_head, n_kv_head, hd, scale,
-                       split_len, n_split, out, qs);
+                       split_len, n_split, window, sk, out, qs);
         int bad = 0;
         for (int s = 0; s < n_seq; s++)
             for (int h = 0; h < n_head; h++) {
-                ref_attn(&c, q + s * qs + h * hd, tables + s * table_stride, n_kv[s], h / (n_head / n_kv_head), hd,
-                         scale, ref);
+                ref_attn_opts(&c, q + s * qs + h * hd, tables + s * table_stride, n_kv[s], h / (n_head / n_kv_head), hd,
+                              scale, window, sk ? sk + h : NULL, ref);
                 for (int d = 0; d < hd; d++)
                     if (!(fabsf(out[s * qs + h * hd + d] - ref[d]) <= 2e-4f)) bad++;
             }
-        CHECKF(bad == 0, "attention decode hd=%d split %d x %d: %d wrong", hd, n_split, split_len, bad);
+        CHECKF(bad == 0, "attention decode hd=%d split %d x %d window %d sinks %d: %d wrong", hd, n_split, split_len,
+               window, sk != NULL, bad);
         free(c.k);
         free(c.v);
         free(tables);
@@ -496,14 +525,387 @@ static void test_fatbin(void) {
     }
     CHECK(n > 16 && ((uintptr_t)fb & 7) == 0);
     CHECK(fb[0] == 0x50 && fb[1] == 0xed && fb[2] == 0x55 && fb[3] == 0xba);
-    static const char *names[] = {"kcu_matvec_f32",  "kcu_matvec_f16",  "kcu_matvec_bf16", "kcu_matvec_q4_0",
-                                  "kcu_matvec_q8_0", "kcu_matvec_q4_k", "kcu_matvec_q5_k", "kcu_matvec_q6_k",
-                                  "kcu_gemm_f16",    "kcu_gemm_q4_k",   "kcu_gemm_q6_k",   "kcu_get_rows_q8_0",
-                                  "kcu_rmsnorm",     "kcu_rope",        "kcu_swiglu",      "kcu_add",
-                                  "kcu_argmax",      "kcu_kv_write",    "kcu_attn_decode", "kcu_attn_combine",
-                                  "kcu_attn_prefill"};
+    static const char *names[] = {
+        "kcu_matvec_f32",   "kcu_matvec_f16",    "kcu_matvec_bf16", "kcu_matvec_q4_0", "kcu_matvec_q8_0",
+        "kcu_matvec_q4_k",  "kcu_matvec_q5_k",   "kcu_matvec_q6_k", "kcu_gemm_f16",    "kcu_gemm_q4_k",
+        "kcu_gemm_q6_k",    "kcu_get_rows_q8_0", "kcu_rmsnorm",     "kcu_rope",        "kcu_swiglu",
+        "kcu_add",          "kcu_argmax",        "kcu_kv_write",    "kcu_attn_decode", "kcu_attn_combine",
+        "kcu_attn_prefill", "kcu_gdn_rec",       "kcu_conv_silu",   "kcu_moe_route",   "kcu_moe_combine"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         CHECKF(contains(fb, n, names[i]), "%s not in the fatbin", names[i]);
+}
+
+/* The Q8_0 cache: rows written by the kernel are the reference
+ * quantizer's bytes; decode attention over random Q8_0 rows against
+ * kk_attn_q8's twin within 2e-4 (the query's blocks rounded as the CPU
+ * rounds them; products summed in float rather than per-block integers). */
+static void test_kv_q8(void) {
+    const int n = 128, n_tok = 3, n_cells = 9;
+    const int64_t cs = 2 * (n / 32) * 34 + 6; /* K then V rows, bytes */
+    float src[3 * 130];
+    fill(src, sizeof src / sizeof src[0], 3.0f);
+    src[5] = 0.0f;
+    for (int i = 0; i < 32; i++) src[130 + 32 + i] = 0.0f; /* an all-zero block */
+    uint8_t *c = calloc((size_t)n_cells * cs, 1), *ref = calloc((size_t)n_cells * cs, 1);
+    const int32_t cell[3] = {4, 0, 7};
+    const int64_t off = (n / 32) * 34;
+    cr_kv_write_q8(src, 130, n_tok, c, cs, off, cell, n);
+    for (int t = 0; t < n_tok; t++) kq_get(KQ_Q8_0)->from_f32(src + t * 130, ref + cell[t] * cs + off, n);
+    CHECKF(memcmp(c, ref, (size_t)n_cells * cs) == 0, "kv_write_q8");
+    free(c);
+    free(ref);
+    for (int i = 0; i < 3; i++) {
+        const int hd = i == 1 ? 64 : 128, n_seq = 3, n_head = 4, n_kv_head = 2, table_stride = 8;
+        const int window = i == 2 ? 21 : 0;
+        const int64_t row = (hd / 32) * 34, cstride = n_kv_head * row + 4;
+        const int n_blocks = n_seq * table_stride;
+        uint8_t *k = malloc((size_t)n_blocks * 16 * cstride), *v = malloc((size_t)n_blocks * 16 * cstride);
+        float x[128];
+        for (int cc = 0; cc < n_blocks * 16; cc++)
+            for (int h = 0; h < n_kv_head; h++) {
+                fill(x, (size_t)hd, 1.0f);
+                kq_get(KQ_Q8_0)->from_f32(x, k + cc * cstride + h * row, hd);
+                fill(x, (size_t)hd, 1.0f);
+                kq_get(KQ_Q8_0)->from_f32(x, v + cc * cstride + h * row, hd);
+            }
+        int32_t *tables = make_tables(n_blocks, n_seq, table_stride);
+        int32_t n_kv[3] = {1, 20 + rndi(30), 99};
+        const int split_len = 32, n_split = 4;
+        const int64_t qs = (int64_t)n_head * hd;
+        float *q = malloc(sizeof(float) * qs * n_seq), *out = malloc(sizeof(float) * qs * n_seq);
+        float sinks[4] = {0.5f, -1.0f, 2.0f, 0.0f}, refo[128];
+        fill(q, (size_t)qs * n_seq, 2.0f);
+        const float scale = 1.0f / sqrtf((float)hd);
+        const float *sk = i == 2 ? sinks : NULL;
+        cr_attn_decode_q8(q, qs, k, v, cstride, tables, table_stride, n_kv, n_seq, n_head, n_kv_head, hd, scale,
+                          split_len, n_split, window, sk, out, qs);
+        int bad = 0;
+        for (int s = 0; s < n_seq; s++)
+            for (int h = 0; h < n_head; h++) {
+                const int kvh = h / (n_head / n_kv_head);
+                float *scratch = malloc(sizeof(float) * kk_attn_scratch(1, 1, hd, n_kv[s]));
+                kk_attn_q8 a = {.q = q + s * qs + h * hd,
+                                .nq = 1,
+                                .nt = 1,
+                                .tok_stride = (size_t)hd,
+                                .hd = hd,
+                                .n_pos = n_kv[s],
+                                .blocks = tables + s * table_stride,
+                                .block_shift = 4,
+                                .k = k + kvh * row,
+                                .v = v + kvh * row,
+                                .block_stride = 16 * (size_t)cstride,
+                                .row_stride = (size_t)cstride,
+                                .scale = scale,
+                                .window = window,
+                                .sink = sk ? sk + h : NULL,
+                                .out = refo,
+                                .scratch = scratch};
+                kk_ops_at(KQ_ISA_SCALAR)->attn_q8(&a);
+                free(scratch);
+                for (int d = 0; d < hd; d++)
+                    if (!(fabsf(out[s * qs + h * hd + d] - refo[d]) <= 2e-4f)) bad++;
+            }
+        CHECKF(bad == 0, "attention decode q8 hd=%d window %d: %d wrong", hd, window, bad);
+        free(k);
+        free(v);
+        free(tables);
+        free(q);
+        free(out);
+    }
+}
+
+/* ------------------------------------------------ Gated DeltaNet and MoE */
+
+static int on_emu; /* the emulator: the twins' order gives the same bits */
+
+/* a and b agree within rel of the larger magnitude of the pair (exactly
+ * on the emulator when exact_on_emu) */
+static int close_rel(const float *a, const float *b, size_t n, float rel, int exact_on_emu) {
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float tol = exact_on_emu && on_emu ? 0.0f : rel * fmaxf(1e-3f, fmaxf(fabsf(a[i]), fabsf(b[i])));
+        if (!(fabsf(a[i] - b[i]) <= tol)) bad++;
+    }
+    return bad;
+}
+
+static float max_abs(const float *x, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+static void test_gdn_gates(void) {
+    for (int grouped = 0; grouped < 2; grouped++) {
+        const int n = 5, Hk = 2, Hv = 6, r = Hv / Hk;
+        float ba[5 * 12], dt[6], sa[6], beta[30], gd[30], rb[30], rg[30];
+        fill(ba, sizeof ba / sizeof ba[0], 4.0f);
+        fill(dt, 6, 2.0f);
+        fill(sa, 6, 1.0f);
+        ba[3] = 30.0f; /* softplus' cut-off */
+        for (int t = 0; t < n; t++)
+            for (int v = 0; v < Hv; v++) {
+                const float *row = ba + t * 2 * Hv;
+                const float b = grouped ? row[(v / r) * 2 * r + v % r] : row[v];
+                const float al = grouped ? row[(v / r) * 2 * r + r + v % r] : row[Hv + v];
+                rb[t * Hv + v] = kk_sigmoid(b);
+                rg[t * Hv + v] = kk_softplus(al + dt[v]) * sa[v];
+            }
+        cr_gdn_gates(ba, dt, sa, beta, gd, n, Hv, Hk, grouped);
+        CHECKF(close_rel(beta, rb, 30, 2e-6f, 1) == 0, "gdn gates beta (grouped %d)", grouped);
+        CHECKF(close_rel(gd, rg, 30, 2e-6f, 1) == 0, "gdn gates gd (grouped %d)", grouped);
+    }
+}
+
+static void test_conv(void) {
+    static const int ns[] = {1, 2, 9}, Ks[] = {4, 4, 3};
+    const kk_ssm_ops *ref = kk_ssm_ops_at(KQ_ISA_SCALAR);
+    for (int i = 0; i < 3; i++) {
+        const int n = ns[i], K = Ks[i], C = 100;
+        const int64_t ldx = C + 3;
+        float *x = malloc(sizeof(float) * n * ldx), *w = malloc(sizeof(float) * K * C);
+        float *st = malloc(sizeof(float) * (K - 1) * C), *rst = malloc(sizeof(float) * (K - 1) * C);
+        float *y = malloc(sizeof(float) * n * C), *ry = malloc(sizeof(float) * n * C);
+        fill(x, (size_t)n * ldx, 2.0f);
+        fill(w, (size_t)K * C, 1.0f);
+        fill(st, (size_t)(K - 1) * C, 2.0f);
+        memcpy(rst, st, sizeof(float) * (K - 1) * C);
+        kk_conv cv = {n, C, K, x, (size_t)ldx, w, rst, (size_t)C, ry, (size_t)C, NULL};
+        ref->conv_silu(&cv);
+        cr_conv_silu(x, ldx, w, st, y, n, C, K);
+        CHECKF(close_rel(y, ry, (size_t)n * C, 2e-6f, 1) == 0, "conv n=%d K=%d: outputs", n, K);
+        CHECKF(memcmp(st, rst, sizeof(float) * (K - 1) * C) == 0, "conv n=%d K=%d: carried state", n, K);
+        free(x);
+        free(w);
+        free(st);
+        free(rst);
+        free(y);
+        free(ry);
+    }
+}
+
+static void test_gdn_norms(void) {
+    static const int ns[] = {33, 128};
+    for (int i = 0; i < 2; i++) {
+        const int n = ns[i], n_tok = 3, rows = 4;
+        const int64_t ts = (int64_t)rows * n + 5;
+        float *x = malloc(sizeof(float) * n_tok * ts), *ref = malloc(sizeof(float) * n_tok * ts);
+        fill(x, (size_t)n_tok * ts, 3.0f);
+        for (int j = 0; j < n; j++) x[ts + n + j] = 0.0f; /* a zero row: eps keeps it zero */
+        memcpy(ref, x, sizeof(float) * n_tok * ts);
+        for (int t = 0; t < n_tok; t++)
+            for (int r = 0; r < rows; r++) kk_l2norm(ref + t * ts + r * n, n, 1e-6f);
+        cr_l2norm(x, ts, n_tok, rows, n, 1e-6f);
+        CHECKF(close_rel(x, ref, (size_t)n_tok * ts, 2e-6f, 0) == 0, "l2norm n=%d", n);
+        const int nr = 7;
+        float *o = malloc(sizeof(float) * nr * n), *z = malloc(sizeof(float) * nr * n), *w = malloc(sizeof(float) * n);
+        float *ro = malloc(sizeof(float) * nr * n);
+        fill(o, (size_t)nr * n, 2.0f);
+        fill(z, (size_t)nr * n, 4.0f);
+        fill(w, (size_t)n, 1.0f);
+        for (int r = 0; r < nr; r++) kk_rmsnorm_gated(ro + r * n, o + r * n, w, z + r * n, n, 1e-6f);
+        cr_rmsnorm_gated(o, z, w, nr, n, 1e-6f);
+        CHECKF(close_rel(o, ro, (size_t)nr * n, 2e-6f, 0) == 0, "rmsnorm_gated n=%d", n);
+        free(x);
+        free(ref);
+        free(o);
+        free(z);
+        free(w);
+        free(ro);
+    }
+}
+
+static void test_gdn_rec(void) {
+    const kk_ssm_ops *ref = kk_ssm_ops_at(KQ_ISA_SCALAR);
+    for (int c = 0; c < 3; c++) {
+        const int Hk = 2, Hv = c == 2 ? 2 : 4, dk = c == 2 ? 128 : c == 1 ? 24 : 64, dv = c == 2 ? 128 : 50;
+        const int n = c == 1 ? 1 : 6;
+        const int grouped = c == 0;
+        const int64_t ld = 2 * Hk * dk + Hv * dv + 5, ld_gb = Hv + 1;
+        const size_t S = (size_t)Hv * dv * dk;
+        float *qkv = malloc(sizeof(float) * n * ld), *g = malloc(sizeof(float) * n * ld_gb);
+        float *beta = malloc(sizeof(float) * n * ld_gb), *st = malloc(sizeof(float) * S),
+              *rst = malloc(sizeof(float) * S);
+        float *o = malloc(sizeof(float) * n * Hv * dv), *ro = malloc(sizeof(float) * n * Hv * dv);
+        fill(qkv, (size_t)n * ld, 1.0f);
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < 2 * Hk; h++) kk_l2norm(qkv + t * ld + h * dk, dk, 1e-6f);
+        for (int i = 0; i < n * ld_gb; i++) {
+            g[i] = -fabsf(rndf()) * 2.0f;
+            beta[i] = 0.5f + 0.5f * rndf();
+        }
+        fill(st, S, 0.3f);
+        memcpy(rst, st, sizeof(float) * S);
+        const float scale = 1.0f / sqrtf((float)dk);
+        for (int h = 0; h < Hv; h++) {
+            const int kh = grouped ? h / (Hv / Hk) : h % Hk;
+            kk_gdn a = {n,
+                        0,
+                        dk,
+                        dv,
+                        qkv + kh * dk,
+                        qkv + (Hk + kh) * dk,
+                        (size_t)ld,
+                        qkv + 2 * Hk * dk + h * dv,
+                        (size_t)ld,
+                        g + h,
+                        beta + h,
+                        (size_t)ld_gb,
+                        scale,
+                        rst + (size_t)h * dv * dk,
+                        ro + h * dv,
+                        (size_t)Hv * dv,
+                        NULL};
+            ref->gdn_step(&a);
+        }
+        cr_gdn_rec(qkv, ld, g, beta, ld_gb, st, c == 1 ? NULL : o, n, Hk, Hv, dk, dv, grouped, scale);
+        const float ms = max_abs(rst, S), mo = max_abs(ro, (size_t)n * Hv * dv);
+        int bad = 0;
+        for (size_t i = 0; i < S; i++) bad += !(fabsf(st[i] - rst[i]) <= 2e-5f * ms);
+        for (int i = 0; c != 1 && i < n * Hv * dv; i++) bad += !(fabsf(o[i] - ro[i]) <= 2e-5f * mo);
+        CHECKF(bad == 0, "gdn delta rule case %d (Hv %d dk %d dv %d n %d): %d wrong", c, Hv, dk, dv, n, bad);
+        free(qkv);
+        free(g);
+        free(beta);
+        free(st);
+        free(rst);
+        free(o);
+        free(ro);
+    }
+}
+
+static void test_attn_gate(void) {
+    const int n = 3, nh = 4, hd = 24;
+    float att[3 * 4 * 24], ref[3 * 4 * 24], qg[3 * 4 * 48];
+    fill(att, sizeof att / sizeof att[0], 2.0f);
+    fill(qg, sizeof qg / sizeof qg[0], 6.0f);
+    memcpy(ref, att, sizeof att);
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < nh; h++)
+            for (int d = 0; d < hd; d++)
+                ref[(t * nh + h) * hd + d] *= kk_sigmoid(qg[t * 2 * nh * hd + h * 2 * hd + hd + d]);
+    cr_attn_gate(att, qg, n, nh, hd);
+    CHECKF(close_rel(att, ref, sizeof att / sizeof att[0], 2e-6f, 1) == 0, "attn_gate");
+}
+
+/* cpu_moe.c's top-k softmax routing (static there) */
+static void ref_topk_softmax(const float *lg, int ne, int k, float scale, int32_t *ids, float *w) {
+    for (int i = 0; i < k; i++) {
+        int best = -1;
+        for (int e = 0; e < ne; e++) {
+            int taken = 0;
+            for (int j = 0; j < i && !taken; j++) taken = ids[j] == e;
+            if (!taken && (best < 0 || lg[e] > lg[best])) best = e;
+        }
+        ids[i] = best;
+    }
+    const float mx = lg[ids[0]];
+    double sum = 0.0;
+    for (int i = 0; i < k; i++) sum += (w[i] = expf(lg[ids[i]] - mx));
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < k; i++) w[i] *= inv;
+    if (scale != 1.0f && scale != 0.0f)
+        for (int i = 0; i < k; i++) w[i] *= scale;
+}
+
+static void test_moe_route(void) {
+    /* mode, norm, scale, sigmoid, bias, groups, groups used */
+    static const struct {
+        int mode, norm;
+        float scale;
+        int sig, bias, ng, ngu;
+    } cs[] = {{0, 1, 1.0f, 0, 0, 0, 0}, {0, 0, 2.5f, 0, 0, 0, 0}, {1, 0, 1.0f, 0, 0, 0, 0}, {1, 0, 2.0f, 0, 0, 0, 0},
+              {2, 1, 1.0f, 1, 1, 0, 0}, {2, 1, 2.5f, 1, 1, 4, 2}, {2, 0, 1.0f, 0, 0, 8, 3}};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const int n = 5, ne = c % 2 ? 64 : 16, k = 4;
+        float lg[5 * 64], rl[5 * 64], bias[64], w[20], rw[20], sel[64];
+        int32_t ids[20], rids[20];
+        fill(lg, (size_t)n * ne, 3.0f);
+        fill(bias, (size_t)ne, 0.5f);
+        lg[2] = lg[5] = 2.9f; /* a tie: the lower id first */
+        lg[ne + 1] = lg[ne + 7] = 3.5f;
+        memcpy(rl, lg, sizeof lg);
+        const kk_moe_gate gate = {cs[c].sig, cs[c].bias ? bias : NULL, cs[c].ng, cs[c].ngu, cs[c].norm, cs[c].scale};
+        for (int t = 0; t < n; t++) {
+            if (cs[c].mode == 0)
+                kk_moe_route(rl + t * ne, ne, k, cs[c].norm, cs[c].scale, rids + t * k, rw + t * k);
+            else if (cs[c].mode == 1)
+                ref_topk_softmax(rl + t * ne, ne, k, cs[c].scale, rids + t * k, rw + t * k);
+            else
+                kk_moe_route_sel(rl + t * ne, &gate, ne, k, sel, rids + t * k, rw + t * k);
+        }
+        cr_moe_route(lg, ids, w, n, ne, k, cs[c].mode, cs[c].norm, cs[c].scale, cs[c].sig, cs[c].bias ? bias : NULL,
+                     cs[c].ng, cs[c].ngu);
+        CHECKF(memcmp(ids, rids, sizeof ids) == 0, "moe route case %zu: experts", c);
+        CHECKF(close_rel(w, rw, 20, 2e-6f, 1) == 0, "moe route case %zu: weights", c);
+    }
+}
+
+static void test_moe_rows(void) {
+    const int E = 70, src_rows = 4, rows = 9, k = 3, T = 3;
+    float src[4 * 75], dst[9 * 70];
+    int32_t idx[9];
+    fill(src, sizeof src / sizeof src[0], 1.0f);
+    for (int r = 0; r < rows; r++) idx[r] = rndi(src_rows);
+    cr_gather_rows(dst, src, src_rows, 75, idx, rows, E);
+    int bad = 0;
+    for (int r = 0; r < rows; r++) bad += memcmp(dst + r * E, src + idx[r] * 75, sizeof(float) * E) != 0;
+    CHECKF(bad == 0, "gather_rows: %d rows wrong", bad);
+    /* a bias on every row */
+    float b[70], ref[9 * 70];
+    fill(b, (size_t)E, 1.0f);
+    memcpy(ref, dst, sizeof dst);
+    for (int r = 0; r < rows; r++) kk_add(ref + r * E, b, E);
+    cr_add_rows(dst, b, rows, E);
+    CHECKF(memcmp(dst, ref, sizeof dst) == 0, "add_rows");
+    /* the weighted sum, with and without a gated shared expert */
+    for (int shared = 0; shared < 3; shared++) {
+        int32_t row_of[9];
+        float w[9], sgl[3], y[3 * 70], ry[3 * 70];
+        for (int i = 0; i < T * k; i++) row_of[i] = (i * 4) % rows; /* a permutation of the rows */
+        fill(w, 9, 1.0f);
+        fill(sgl, 3, 4.0f);
+        fill(y, (size_t)T * E, 1.0f);
+        memcpy(ry, y, sizeof y);
+        for (int t = 0; t < T; t++) {
+            const float g = shared == 2 ? kk_sigmoid(sgl[t]) : 1.0f;
+            for (int i = 0; i < E; i++) {
+                float acc = 0.0f;
+                for (int s = 0; s < k; s++) {
+                    const float d = dst[row_of[t * k + s] * E + i] * w[t * k + s];
+                    acc = s == 0 ? d : acc + d;
+                }
+                ry[t * E + i] = shared ? acc + ry[t * E + i] * g : acc;
+            }
+        }
+        cr_moe_combine(dst, rows, row_of, w, k, shared == 2 ? sgl : NULL, shared != 0, y, T, E);
+        CHECKF(close_rel(y, ry, (size_t)T * E, 1e-6f, 1) == 0, "moe_combine (shared %d)", shared);
+    }
+}
+
+static void test_activations(void) {
+    const int n = 1001;
+    float *g = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n);
+    fill(g, (size_t)n, 10.0f);
+    fill(u, (size_t)n, 10.0f);
+    memcpy(ref, g, sizeof(float) * n);
+    kk_swiglu_oai(ref, u, n, 1.702f, 7.0f);
+    cr_swiglu_oai(g, u, n, 1.702f, 7.0f);
+    CHECKF(close_rel(g, ref, (size_t)n, 2e-6f, 1) == 0, "swiglu_oai");
+    fill(g, (size_t)n, 5.0f);
+    memcpy(ref, g, sizeof(float) * n);
+    for (int i = 0; i < n; i++) ref[i] = ref[i] > 0.0f ? ref[i] * ref[i] : 0.0f;
+    cr_relu_sq(g, n);
+    CHECKF(memcmp(g, ref, sizeof(float) * n) == 0, "relu_sq");
+    fill(g, (size_t)n, 6.0f);
+    memcpy(ref, g, sizeof(float) * n);
+    kk_gelu(ref, n);
+    cr_gelu(g, n);
+    CHECKF(close_rel(g, ref, (size_t)n, 2e-6f, 1) == 0, "gelu");
+    free(g);
+    free(u);
+    free(ref);
 }
 
 int main(void) {
@@ -528,6 +930,16 @@ int main(void) {
     test_matvec();
     test_attn_decode();
     test_attn_prefill();
+    test_kv_q8();
     test_gemm();
+    on_emu = strstr(cr_device(), "emulator") != NULL;
+    test_gdn_gates();
+    test_conv();
+    test_gdn_norms();
+    test_gdn_rec();
+    test_attn_gate();
+    test_moe_route();
+    test_moe_rows();
+    test_activations();
     return t_done();
 }

@@ -391,10 +391,10 @@ static void cuda_swiglu(kbe_ctx *X, float *gate, const float *u, int n, int dim)
 
 static void cuda_gelu(kbe_ctx *X, float *x, int n, int dim) {
     (void)X;
-    (void)x;
-    (void)n;
-    (void)dim;
-    unsupported("GELU");
+    int64_t len = (int64_t)n * dim;
+    if (len <= 0) return;
+    void *args[] = {&x, &len};
+    launch("kcu_gelu", flat_grid(len), 1, 1, 256, args);
 }
 
 /* --------------------------------------------------------------- products */
@@ -432,29 +432,34 @@ static void cuda_matmul_ranges(kbe_ctx *X, const kk_mm_out *outs, const int32_t 
 
 /* ----------------------------------------------------------- attention */
 
-/* Layer `layer`'s K rows: cell c at k + c * stride (F16 elements), V rows
- * v_off elements after each (cuda.h's layout). */
-static uint16_t *kv_base(const kbe_ctx *X, int layer, int64_t *stride, int64_t *v_off) {
+/* Layer `layer`'s K rows: cell c at k + c * stride, V rows v_off after
+ * each (cuda.h's layout), in elements of the cache's type: F16 values, or
+ * bytes of Q8_0 blocks (*q8 set). */
+static void *kv_base(const kbe_ctx *X, int layer, int64_t *stride, int64_t *v_off, int *q8) {
     const kbe_kv *kv = &X->kv;
-    if (kv->type != KILN_KV_F16) unsupported("a KV cache other than F16");
+    if (kv->type != KILN_KV_F16 && kv->type != KILN_KV_Q8_0) unsupported("an F32 KV cache");
     if (kv->v_in_k) unsupported("V stored in K");
-    *stride = (int64_t)(kv->block_bytes / KBE_KV_BLOCK / sizeof(uint16_t));
-    *v_off = (int64_t)kv->l_hkv[layer] * kv->l_hd[layer];
-    return (uint16_t *)((uint8_t *)kv->mem + kv->l_off[layer] / KBE_KV_BLOCK);
+    *q8 = kv->type == KILN_KV_Q8_0;
+    const size_t esz = *q8 ? 1 : sizeof(uint16_t);
+    *stride = (int64_t)(kv->block_bytes / KBE_KV_BLOCK / esz);
+    *v_off = (int64_t)((size_t)kv->l_hkv[layer] * kv->l_hrow[layer] / esz);
+    return (uint8_t *)kv->mem + kv->l_off[layer] / KBE_KV_BLOCK;
 }
 
 static void store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
     if (n <= 0) return;
     int64_t stride, v_off;
-    uint16_t *cache = kv_base(X, layer, &stride, &v_off);
+    int q8;
+    void *cache = kv_base(X, layer, &stride, &v_off, &q8);
     const int32_t *cell = (const int32_t *)cu_of(X)->cell.p + i0;
-    int64_t src_stride = v_off, off = 0;
-    int len = (int)v_off;
+    const char *name = q8 ? "kcu_kv_write_q8" : "kcu_kv_write";
+    int len = X->kv.l_hkv[layer] * X->kv.l_hd[layer]; /* a row: every KV head's values */
+    int64_t src_stride = len, off = 0;
     void *ka[] = {&k, &src_stride, &cache, &stride, &off, &cell, &len};
-    launch("kcu_kv_write", (unsigned)n, 1, 1, 64, ka);
+    launch(name, (unsigned)n, 1, 1, 64, ka);
     off = v_off;
     void *va[] = {&v, &src_stride, &cache, &stride, &off, &cell, &len};
-    launch("kcu_kv_write", (unsigned)n, 1, 1, 64, va);
+    launch(name, (unsigned)n, 1, 1, 64, va);
 }
 
 static void cuda_kv_store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
@@ -486,7 +491,6 @@ static void rope(kbe_ctx *X, float *x, int n, int heads, int hd, const kk_rope *
 
 static void cuda_qk_store(kbe_ctx *X, const kbe_qk *a, int n) {
     if (n <= 0) return;
-    if (a->qg) unsupported("gated attention");
     if (a->q && a->temp != 0.0f) unsupported("query temperature");
     const int hd = a->hd;
     const int64_t nq = (int64_t)a->n_head * hd, nkv = (int64_t)a->n_head_kv * hd;
@@ -495,7 +499,10 @@ static void cuda_qk_store(kbe_ctx *X, const kbe_qk *a, int n) {
         if (a->bk) add_n(a->k + i * nkv, a->bk, nkv);
         if (a->bv) add_n(a->v + i * nkv, a->bv, nkv);
     }
-    if (a->q && a->q_norm) head_norm(a->q, a->q_norm, n, a->n_head, hd, a->eps);
+    if (a->q && a->qg) /* q = rms(each head's query half of qg) * q_norm */
+        rmsnorm_rows(a->qg, 2 * hd, a->q_norm, a->q, hd, n * a->n_head, hd, a->eps);
+    else if (a->q && a->q_norm)
+        head_norm(a->q, a->q_norm, n, a->n_head, hd, a->eps);
     if (a->k_norm) head_norm(a->k, a->k_norm, n, a->n_head_kv, hd, a->eps);
     if (a->q) rope(X, a->q, n, a->n_head, hd, a->rope);
     rope(X, a->k, n, a->n_head_kv, hd, a->rope);
@@ -539,17 +546,18 @@ static void upload_tables(kbe_ctx *X) {
 
 static void cuda_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, const kbe_attn_opts *o) {
     if (n <= 0) return;
-    if (o && o->window > 0) unsupported("sliding-window attention");
-    if (o && o->sinks) unsupported("attention sinks");
     kbe_cuda *C = cu_of(X);
     if (!C->tables_ok) upload_tables(X);
     int64_t cell_stride, v_off;
-    const uint16_t *k = kv_base(X, layer, &cell_stride, &v_off);
-    const uint16_t *v = k + v_off;
+    int q8;
+    const uint8_t *k = kv_base(X, layer, &cell_stride, &v_off, &q8);
+    const uint8_t *v = k + v_off * (q8 ? 1 : 2);
     int hd = X->kv.l_hd[layer], n_head = X->n_head, n_kv_head = X->kv.l_hkv[layer];
-    if (hd > KCU_ATT_MAXD || hd % 2) unsupported("this attention head size");
+    if (hd > KCU_ATT_MAXD || hd % 2 || (q8 && hd % 32)) unsupported("this attention head size");
     float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)hd);
     int split_len = CUDA_SPLIT_LEN, n_split = (int)ceil_div(C->max_nkv, CUDA_SPLIT_LEN);
+    int window = o && o->window > 0 ? o->window : 0;
+    const float *sinks = o ? o->sinks : NULL;
     /* tokens in chunks: a grid's z (the decode kernel's queries) and y (the
      * combine's) stop at 65535 */
     const int chunk = n < 32768 ? n : 32768;
@@ -562,40 +570,204 @@ static void cuda_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, 
         float *oc = out + (size_t)i0 * out_stride;
         const int32_t *tables = (const int32_t *)C->tables.p + (size_t)i0 * table_stride;
         const int32_t *n_kv = (const int32_t *)C->n_kv.p + i0;
-        void *da[] = {&qc,   &q_stride, &k,         &v,  &cell_stride, &tables,    &table_stride,
-                      &n_kv, &n_head,   &n_kv_head, &hd, &scale,       &split_len, &part};
-        launch("kcu_attn_decode", (unsigned)n_head, (unsigned)n_split, (unsigned)nc, 32 * KCU_ATT_WARPS, da);
+        void *da[] = {&qc,     &q_stride,  &k,  &v,     &cell_stride, &tables, &table_stride, &n_kv,
+                      &n_head, &n_kv_head, &hd, &scale, &split_len,   &window, &part};
+        launch(q8 ? "kcu_attn_decode_q8" : "kcu_attn_decode", (unsigned)n_head, (unsigned)n_split, (unsigned)nc,
+               32 * KCU_ATT_WARPS, da);
         const float *cpart = part;
-        void *ca[] = {&cpart, &n_split, &n_head, &hd, &oc, &out_stride};
+        void *ca[] = {&cpart, &n_split, &n_head, &hd, &sinks, &oc, &out_stride};
         launch("kcu_attn_combine", (unsigned)n_head, (unsigned)nc, 1, 64, ca);
     }
 }
 
-/* ------------------------------------------------- what has no kernel yet */
+/* ---------------------------------------------------- mixture of experts */
 
-static void *cuda_moe_ws_new(kbe_ctx *X, const kbe_moe_hp *h, int n_embd, int n_batch) {
-    (void)X;
-    (void)h;
-    (void)n_embd;
-    (void)n_batch;
-    unsupported("mixture-of-experts layers");
-    return NULL;
-}
+/* The FFN's activations for n_batch tokens on the device (per token row;
+ * the routed rows grouped by expert), and the host's copy of the routing
+ * that places them. */
+typedef struct cuda_moe_ws {
+    float *router, *sel, *selw, *sgl; /* [n][n_expert] x2, [n][k], [n] */
+    float *mx, *mg, *mu, *md;         /* [n * k][n_embd], [n * k][F_exp] x2, [n * k][n_embd] */
+    float *sg, *su;                   /* [n][F_sh] */
+    int32_t *d_ids, *d_row_of, *d_row_tok;
+    int32_t *ids, *row_of, *row_tok; /* host: [n][k] experts, each (token, slot)'s row, each row's token */
+    int32_t *e_count, *e_off;        /* host: [n_expert] */
+} cuda_moe_ws;
 
 static void cuda_moe_ws_free(kbe_ctx *X, void *ws) {
     (void)X;
-    (void)ws;
+    cuda_moe_ws *w = ws;
+    if (!w) return;
+    void *dev[] = {w->router, w->sel, w->selw, w->sgl,   w->mx,       w->mg,       w->mu,
+                   w->md,     w->sg,  w->su,   w->d_ids, w->d_row_of, w->d_row_tok};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) dev_free(dev[i]);
+    void *host[] = {w->ids, w->row_of, w->row_tok, w->e_count, w->e_off};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+    free(w);
 }
 
+static void *cuda_moe_ws_new(kbe_ctx *X, const kbe_moe_hp *h, int n_embd, int n_batch) {
+    cuda_moe_ws *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    current();
+    const size_t B = (size_t)n_batch, E = (size_t)n_embd, NE = (size_t)h->n_expert, KU = (size_t)h->n_used;
+    const size_t Fe = (size_t)h->F_exp, Fs = (size_t)h->F_sh;
+    struct {
+        void **p;
+        size_t bytes;
+        int host;
+    } bufs[] = {
+        {(void **)&w->router, B * NE * 4, 0},    {(void **)&w->sel, B * NE * 4, 0},
+        {(void **)&w->selw, B * KU * 4, 0},      {(void **)&w->sgl, B * 4, 0},
+        {(void **)&w->mx, B * KU * E * 4, 0},    {(void **)&w->mg, B * KU * Fe * 4, 0},
+        {(void **)&w->mu, B * KU * Fe * 4, 0},   {(void **)&w->md, B * KU * E * 4, 0},
+        {(void **)&w->sg, B * Fs * 4, 0},        {(void **)&w->su, B * Fs * 4, 0},
+        {(void **)&w->d_ids, B * KU * 4, 0},     {(void **)&w->d_row_of, B * KU * 4, 0},
+        {(void **)&w->d_row_tok, B * KU * 4, 0}, {(void **)&w->ids, B * KU * 4, 1},
+        {(void **)&w->row_of, B * KU * 4, 1},    {(void **)&w->row_tok, B * KU * 4, 1},
+        {(void **)&w->e_count, NE * 4, 1},       {(void **)&w->e_off, NE * 4, 1},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        const size_t bytes = bufs[i].bytes ? bufs[i].bytes : 1;
+        if (!(*bufs[i].p = bufs[i].host ? malloc(bytes) : dev_alloc(bytes))) {
+            cuda_moe_ws_free(X, w);
+            return NULL;
+        }
+    }
+    return w;
+}
+
+/* rows [rows][n] += b [n] */
+static void add_rows(float *y, const float *b, int rows, int n) {
+    int64_t len = (int64_t)rows * n;
+    if (len <= 0) return;
+    void *args[] = {&y, &b, &rows, &n};
+    launch("kcu_add_rows", flat_grid(len), 1, 1, 256, args);
+}
+
+static void swiglu_oai(float *gate, const float *u, int64_t len) {
+    if (len <= 0) return;
+    float alpha = 1.702f, limit = 7.0f;
+    void *args[] = {&gate, &u, &len, &alpha, &limit};
+    launch("kcu_swiglu_oai", flat_grid(len), 1, 1, 256, args);
+}
+
+static void relu_sq(float *x, int64_t len) {
+    if (len <= 0) return;
+    void *args[] = {&x, &len};
+    launch("kcu_relu_sq", flat_grid(len), 1, 1, 256, args);
+}
+
+/* the rows of each expert's group: bias[e] (width floats) added */
+static void add_expert_bias(const cuda_moe_ws *w, const float *bias, float *rows, int width, int n_expert) {
+    for (int e = 0; e < n_expert; e++)
+        if (w->e_count[e]) add_rows(rows + (size_t)w->e_off[e] * width, bias + (size_t)e * width, w->e_count[e], width);
+}
+
+/* kbe_cpu_moe_ffn's steps on the device: the router and the shared
+ * expert's products, the routing (kcu_moe_route), whose ids come back to
+ * the host to group the rows by expert, each used expert's products over
+ * its group (matvec or GEMM), and the weighted sum per token. */
 static void cuda_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, void *ws, float *xn, float *y,
                          int n_embd, int n) {
-    (void)X, (void)h, (void)L, (void)ws, (void)xn, (void)y, (void)n_embd, (void)n;
-    unsupported("mixture-of-experts layers");
+    cuda_moe_ws *w = ws;
+    if (n <= 0) return;
+    const int E = n_embd, NE = h->n_expert, KU = h->n_used, Fe = h->F_exp, Fs = h->F_sh;
+    const int shared = L->s_up.data != NULL, gated = shared && L->s_gate_inp;
+    const int relu2 = h->act == KBE_MOE_RELU2;
+    cuda_matmul(X, &L->router, xn, n, w->router, NE);
+    if (L->router_b) add_rows(w->router, L->router_b, n, NE);
+    if (shared) {
+        if (!relu2) cuda_matmul(X, &L->s_gate, xn, n, w->sg, Fs);
+        cuda_matmul(X, &L->s_up, xn, n, relu2 ? w->sg : w->su, Fs);
+        if (gated) {
+            const kk_mat sgi = {L->s_gate_inp, KQ_F32, E, 1, NULL};
+            cuda_matmul(X, &sgi, xn, n, w->sgl, 1);
+        }
+    }
+    /* route */
+    int mode = h->gating == KBE_MOE_TOPK_SOFTMAX ? 1 : h->sigmoid || L->sel_bias || h->n_group > 1 ? 2 : 0;
+    int norm = h->w_norm, sig = h->sigmoid, n_group = h->n_group, n_group_used = h->n_group_used, nn = n, ne = NE,
+        ku = KU;
+    float scale = h->w_scale;
+    if (n_group > 256) unsupported("more than 256 expert groups");
+    const float *bias = L->sel_bias;
+    void *ra[] = {&w->router, &w->sel, &w->d_ids, &w->selw, &nn,   &ne,      &ku,
+                  &mode,      &norm,   &scale,    &sig,     &bias, &n_group, &n_group_used};
+    launch("kcu_moe_route", ceil_div(n, 64), 1, 1, 64, ra);
+    cuda_download(X, w->ids, w->d_ids, (size_t)n * KU * sizeof(int32_t));
+    /* group the rows by expert */
+    memset(w->e_count, 0, (size_t)NE * sizeof *w->e_count);
+    for (int i = 0; i < n * KU; i++) {
+        if (w->ids[i] < 0 || w->ids[i] >= NE) unsupported("this routing (an expert id out of range)");
+        w->e_count[w->ids[i]]++;
+    }
+    for (int e = 0, off = 0; e < NE; e++) {
+        w->e_off[e] = off;
+        off += w->e_count[e];
+        w->e_count[e] = 0; /* refilled as rows are placed */
+    }
+    for (int t = 0; t < n; t++)
+        for (int s = 0; s < KU; s++) {
+            const int e = w->ids[t * KU + s], r = w->e_off[e] + w->e_count[e]++;
+            w->row_of[t * KU + s] = r;
+            w->row_tok[r] = t;
+        }
+    const int rows = n * KU, one = n == 1; /* one token: every expert reads xn itself */
+    cuda_upload(X, w->d_row_of, w->row_of, (size_t)rows * sizeof(int32_t));
+    if (!one) {
+        cuda_upload(X, w->d_row_tok, w->row_tok, (size_t)rows * sizeof(int32_t));
+        const float *src = xn;
+        float *dst = w->mx;
+        int64_t src_stride = E;
+        const int32_t *idx = w->d_row_tok;
+        int width = E;
+        void *ga[] = {&dst, &src, &src_stride, &idx, &width};
+        launch("kcu_gather_rows", (unsigned)rows, 1, 1, 128, ga);
+    }
+    for (int e = 0; e < NE; e++) {
+        if (!w->e_count[e]) continue;
+        const int r0 = w->e_off[e], cnt = w->e_count[e];
+        const float *x = one ? xn : w->mx + (size_t)r0 * E;
+        if (!relu2) cuda_matmul(X, &L->e_gate[e], x, cnt, w->mg + (size_t)r0 * Fe, Fe);
+        cuda_matmul(X, &L->e_up[e], x, cnt, (relu2 ? w->mg : w->mu) + (size_t)r0 * Fe, Fe);
+    }
+    if (L->b_gate) add_expert_bias(w, L->b_gate, w->mg, Fe, NE);
+    if (L->b_up) add_expert_bias(w, L->b_up, relu2 ? w->mg : w->mu, Fe, NE);
+    if (relu2)
+        relu_sq(w->mg, (int64_t)rows * Fe);
+    else if (h->act == KBE_MOE_SWIGLU_OAI)
+        swiglu_oai(w->mg, w->mu, (int64_t)rows * Fe);
+    else
+        cuda_swiglu(X, w->mg, w->mu, rows, Fe);
+    for (int e = 0; e < NE; e++) {
+        if (!w->e_count[e]) continue;
+        const int r0 = w->e_off[e], cnt = w->e_count[e];
+        cuda_matmul(X, &L->e_down[e], w->mg + (size_t)r0 * Fe, cnt, w->md + (size_t)r0 * E, E);
+    }
+    if (L->b_down) add_expert_bias(w, L->b_down, w->md, E, NE);
+    if (shared) {
+        if (relu2)
+            relu_sq(w->sg, (int64_t)n * Fs);
+        else
+            cuda_swiglu(X, w->sg, w->su, n, Fs);
+        cuda_matmul(X, &L->s_down, w->sg, n, y, E);
+    }
+    const float *md = w->md, *selw = w->selw, *sgl = gated ? w->sgl : NULL;
+    const int32_t *row_of = w->d_row_of;
+    int width = E, sh = shared;
+    void *ca[] = {&md, &row_of, &selw, &ku, &sgl, &sh, &y, &width};
+    launch("kcu_moe_combine", ceil_div(E, 256), (unsigned)n, 1, 256, ca);
 }
 
+/* ------------------------------------------------------ the rest of a step */
+
 static void cuda_attn_gate(kbe_ctx *X, float *att, const float *qg, int n, int n_head, int hd) {
-    (void)X, (void)att, (void)qg, (void)n, (void)n_head, (void)hd;
-    unsupported("gated attention");
+    (void)X;
+    const int64_t len = (int64_t)n * n_head * hd;
+    if (len <= 0) return;
+    void *args[] = {&att, &qg, &n, &n_head, &hd};
+    launch("kcu_attn_gate", flat_grid(len), 1, 1, 256, args);
 }
 
 static void cuda_scatter_rows(kbe_ctx *X, float *dst, const float *src, const int32_t *idx, int n, int dim) {
@@ -614,20 +786,126 @@ static void cuda_copy_ctx(kbe_ctx *X, void *dst, const void *src, size_t bytes) 
     cuda_copy(dst, src, bytes);
 }
 
+/* ------------------------------------------------------ the Gated DeltaNet */
+
+/* The delta rule needs no scratch (kcu_gdn_rec keeps the state rows in
+ * registers); its key heads must fit a warp's registers. */
 static int cuda_gdn_reserve(kbe_ctx *X, int Dk, int Dv) {
-    (void)X, (void)Dk, (void)Dv;
-    unsupported("the Gated DeltaNet");
-    return -1;
+    (void)X;
+    (void)Dv;
+    if (Dk > KCU_GDN_MAXD) unsupported("a Gated DeltaNet key head over 256");
+    return 0;
 }
 
+static float *gdn_live(const kbe_gdn *a, int seq) { return a->state + (size_t)seq * a->slot_floats; }
+
+/* where capture k of run r ends, as a row of the step (cpu_gdn.c's) */
+static int gdn_cap_end(const kbe_gdn *a, int r, int k) {
+    const int r0 = a->run[r];
+    return k < a->cap_n[r] ? r0 + (a->cap_pos[(size_t)r * KBE_GDN_MAX_CAP + k] - a->pos[r0]) : a->run[r + 1];
+}
+
+static void gdn_conv(const kbe_gdn *a, const float *x, int64_t ldx, float *state, float *y, int n) {
+    if (n <= 0) return;
+    int C = a->conv_dim, K = a->K;
+    const float *w = a->conv_w;
+    void *args[] = {&x, &ldx, &w, &state, &y, &n, &C, &K};
+    launch("kcu_conv_silu", ceil_div(C, 128), 1, 1, 128, args);
+}
+
+static void gdn_l2norm(const kbe_gdn *a, float *cv, int n) {
+    if (n <= 0) return;
+    int64_t stride = a->conv_dim;
+    int dk = a->Dk;
+    float eps = a->eps;
+    void *args[] = {&cv, &stride, &dk, &eps};
+    launch("kcu_l2norm", (unsigned)n, (unsigned)(2 * a->Hk), 1, 64, args);
+}
+
+/* the delta rule over n tokens whose q/k/v rows start at cv (rows conv_dim
+ * apart), gates at decay (log decays) / beta (rows ld_gb apart), into o (NULL: dropped) */
+static void gdn_delta(const kbe_gdn *a, const float *cv, const float *decay, const float *beta, int64_t ld_gb,
+                      float *state, float *o, int n) {
+    if (n <= 0) return;
+    const float *v = cv + (size_t)2 * a->Hk * a->Dk;
+    int64_t ld = a->conv_dim, ld_o = (int64_t)a->Hv * a->Dv;
+    int Hk = a->Hk, Hv = a->Hv, dk = a->Dk, dv = a->Dv, grouped = a->kh_grouped;
+    float scale = 1.0f / sqrtf((float)a->Dk);
+    void *args[] = {&cv,   &ld, &v,  &ld, &decay, &beta, &ld_gb,   &state, &o,
+                    &ld_o, &n,  &Hk, &Hv, &dk,    &dv,   &grouped, &scale};
+    launch("kcu_gdn_rec", ceil_div(dv, KCU_GDN_WARPS), (unsigned)Hv, 1, 32 * KCU_GDN_WARPS, args);
+}
+
+/* kbe_cpu_gdn's steps, each over the whole step or per run and capture
+ * segment; the state captures and rollback rows are copies on the device. */
 static void cuda_gdn(kbe_ctx *X, const kbe_gdn *a, int n) {
-    (void)X, (void)a, (void)n;
-    unsupported("the Gated DeltaNet");
+    (void)X;
+    if (n <= 0) return;
+    if (a->K > KCU_CONV_MAXK) unsupported("a convolution of more than 16 taps");
+    const int Hv = a->Hv, CD = a->conv_dim;
+    {
+        int nn = n, hv = Hv, hk = a->Hk, grouped = a->ba_grouped;
+        const float *ba = a->ba, *dt_bias = a->dt_bias, *ssm_a = a->ssm_a;
+        float *beta = a->beta, *gd = a->gd;
+        void *args[] = {&ba, &dt_bias, &ssm_a, &beta, &gd, &nn, &hv, &hk, &grouped};
+        launch("kcu_gdn_gates", flat_grid((int64_t)n * Hv), 1, 1, 256, args);
+    }
+    const size_t row = (size_t)CD + 2 * (size_t)Hv;
+    for (int r = 0; r < a->n_run; r++) { /* a recorded run keeps this layer's inputs */
+        if (!a->verify[r]) continue;
+        const int r0 = a->run[r], len = a->run[r + 1] - r0;
+        float *dst = a->roll + (size_t)a->seq[r0] * a->roll_stride + a->roll_off;
+        for (int t = 0; t < len; t++, dst += row) {
+            cuda_copy(dst, a->qkv + (size_t)(r0 + t) * CD, (size_t)CD * sizeof(float));
+            cuda_copy(dst + CD, a->beta + (size_t)(r0 + t) * Hv, (size_t)Hv * sizeof(float));
+            cuda_copy(dst + CD + Hv, a->gd + (size_t)(r0 + t) * Hv, (size_t)Hv * sizeof(float));
+        }
+    }
+    const size_t conv_bytes = (size_t)(a->K - 1) * CD * sizeof(float);
+    for (int r = 0; r < a->n_run; r++) { /* the convolution, segments ending at each capture */
+        float *state = gdn_live(a, a->seq[a->run[r]]) + a->conv_off;
+        for (int k = 0, t = a->run[r]; k <= a->cap_n[r]; k++) {
+            const int end = gdn_cap_end(a, r, k);
+            if (end > t) {
+                gdn_conv(a, a->qkv + (size_t)t * CD, CD, state, a->cv + (size_t)t * CD, end - t);
+                t = end;
+            }
+            if (k < a->cap_n[r])
+                cuda_copy(a->cap_dst[(size_t)r * KBE_GDN_MAX_CAP + k] + a->conv_off, state, conv_bytes);
+        }
+    }
+    gdn_l2norm(a, a->cv, n);
+    const size_t delta_off = a->conv_off + a->conv_floats;
+    const size_t delta_bytes = (size_t)Hv * a->Dv * a->Dk * sizeof(float);
+    for (int r = 0; r < a->n_run; r++) {
+        float *S = gdn_live(a, a->seq[a->run[r]]) + delta_off;
+        for (int k = 0, t = a->run[r]; k <= a->cap_n[r]; k++) {
+            const int end = gdn_cap_end(a, r, k);
+            if (end > t) {
+                gdn_delta(a, a->cv + (size_t)t * CD, a->gd + (size_t)t * Hv, a->beta + (size_t)t * Hv, Hv, S,
+                          a->o + (size_t)t * Hv * a->Dv, end - t);
+                t = end;
+            }
+            if (k < a->cap_n[r]) cuda_copy(a->cap_dst[(size_t)r * KBE_GDN_MAX_CAP + k] + delta_off, S, delta_bytes);
+        }
+    }
+    float *o = a->o;
+    const float *z = a->z, *w = a->ssm_norm;
+    int dv = a->Dv;
+    float eps = a->eps;
+    void *args[] = {&o, &z, &w, &dv, &eps};
+    launch("kcu_rmsnorm_gated", (unsigned)(n * Hv), 1, 1, 64, args);
 }
 
 static void cuda_gdn_replay(kbe_ctx *X, const kbe_gdn *a, int seq, int n) {
-    (void)X, (void)a, (void)seq, (void)n;
-    unsupported("the Gated DeltaNet");
+    (void)X;
+    if (n <= 0) return;
+    const int64_t row = (int64_t)a->conv_dim + 2 * (int64_t)a->Hv;
+    const float *in = a->roll + (size_t)seq * a->roll_stride + a->roll_off;
+    float *st = gdn_live(a, seq) + a->conv_off;
+    gdn_conv(a, in, row, st, a->cv, n);
+    gdn_l2norm(a, a->cv, n);
+    gdn_delta(a, a->cv, in + a->conv_dim + a->Hv, in + a->conv_dim, row, st + a->conv_floats, NULL, n);
 }
 
 /* ------------------------------------------------------------------ output */

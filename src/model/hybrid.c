@@ -63,7 +63,7 @@ typedef struct hyb_layer {
     const float *q_norm, *k_norm; /* [hd] */
     /* Gated DeltaNet */
     kk_mat wqkv, wz, wbeta, walpha, wba, wout;
-    float *conv_w;                /* [K][conv_dim], transposed from GGUF's [conv_dim][K] */
+    const float *conv_w;          /* [K][conv_dim], transposed from GGUF's [conv_dim][K] */
     const float *dt_bias, *ssm_a; /* [Hv]; ssm_a = -exp(A_log) */
     const float *ssm_norm;        /* [Dv] */
     /* FFN */
@@ -333,6 +333,10 @@ static void layer_weights(const kiln_model *m, const hyb_model *h, hyb_layer *l,
     kl_weights_vec(w, &l->dt_bias, h->Hv);
     kl_weights_vec(w, &l->ssm_a, h->Hv);
     kl_weights_vec(w, &l->ssm_norm, h->Dv);
+    /* the transposed taps live in conv_mem (heap, not the file): only a
+     * backend with memory of its own takes a copy (the CPU's prepare
+     * releases the pages its vectors came from) */
+    if (l->conv_w && !m->be->host_mem) kl_weights_vec(w, &l->conv_w, (int64_t)h->K * h->conv_dim);
 }
 
 static void hyb_weights(kiln_model *m, kl_weights *w) {

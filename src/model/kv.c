@@ -31,8 +31,8 @@ uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
 int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra,
                char *err, size_t errlen) {
     memset(kv, 0, sizeof *kv);
-    if (be->kind == KBE_CUDA && shape->n_attn_layer > 0 && (type != KILN_KV_F16 || shape->v_in_k)) {
-        kb_errf(err, errlen, "the CUDA backend keeps only an F16 KV cache with separate K and V");
+    if (be->kind == KBE_CUDA && shape->n_attn_layer > 0 && (type == KILN_KV_F32 || shape->v_in_k)) {
+        kb_errf(err, errlen, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
         return -1;
     }
     kv->be = be;
@@ -219,13 +219,20 @@ static void drop_block(kl_kv *kv, int32_t b) {
     }
 }
 
-/* The first n cells of block src into block dst, head by head. */
+/* The first n cells of block src into block dst, head by head (on CUDA,
+ * whose blocks are cell-major (backend/cuda.h), the block's first n cells
+ * in one copy). */
 static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
     if (kv->rnext) {
         memcpy(kv->rnext + (size_t)dst * KL_KV_BLOCK, kv->rnext + (size_t)src * KL_KV_BLOCK,
                (size_t)n * sizeof(int32_t));
         memcpy(kv->rbase + (size_t)dst * KL_KV_BLOCK, kv->rbase + (size_t)src * KL_KV_BLOCK,
                (size_t)n * sizeof(int32_t));
+    }
+    if (kv->be->kind == KBE_CUDA) {
+        kv->be->copy((uint8_t *)kv->mem + (size_t)dst * kv->block_bytes,
+                     (uint8_t *)kv->mem + (size_t)src * kv->block_bytes, (size_t)n * (kv->block_bytes / KL_KV_BLOCK));
+        return;
     }
     for (int l = 0; l < kv->n_layer; l++) {
         const size_t run = (size_t)KL_KV_BLOCK * kv->l_hrow[l], bytes = (size_t)n * kv->l_hrow[l];

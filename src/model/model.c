@@ -314,14 +314,14 @@ static int prepare(kiln_model *m, char *err, size_t errlen) {
 }
 
 /* What a model needs that the CUDA backend has no kernel for yet, in buf
- * (NULL: nothing): only the dense family's plain attention and SwiGLU FFN
- * run. */
+ * (NULL: nothing): the dense family (plain attention, SwiGLU or
+ * mixture-of-experts FFN) and the hybrid one (Gated DeltaNet and gated
+ * attention) run. */
 static const char *cuda_missing(const kiln_model *m, char *buf, size_t cap) {
-    if (m->arch->family != &kl_family_dense) {
+    if (m->arch->family != &kl_family_dense && m->arch->family != &kl_family_hybrid) {
         snprintf(buf, cap, "the %s family", m->arch->family->name);
         return buf;
     }
-    if (gguf_find_tensor(m->gf, "blk.0.ffn_gate_inp.weight")) return "mixture-of-experts layers";
     if (kl_meta_float(m, "attention.temperature_scale", 0.0) != 0.0) return "a query temperature";
     if (m->hp.rope_factors_long) return "LongRoPE";
     if (m->hp.rope.mrope) return "M-RoPE (its kernels take one position per token)";
@@ -354,11 +354,11 @@ static int cuda_fits(const kiln_model *m, const kiln_context_params *cp, char *w
     if (m->arch->family->seq_shape) {
         kl_seq_shape s;
         m->arch->family->seq_shape(m, &s);
-        if (s.n_attn_layer > 0 && (p.kv_type != KILN_KV_F16 || s.v_in_k)) {
-            snprintf(why, cap, "the CUDA backend keeps only an F16 KV cache with separate K and V");
+        if (s.n_attn_layer > 0 && (p.kv_type == KILN_KV_F32 || s.v_in_k)) {
+            snprintf(why, cap, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
             return -1;
         }
-        kv = kl_kv_bytes_per_token(&s, KILN_KV_F16) * (uint64_t)n_ctx * (uint64_t)n_seq;
+        kv = kl_kv_bytes_per_token(&s, p.kv_type) * (uint64_t)n_ctx * (uint64_t)n_seq;
         if (s.rs_floats) rs = kl_rs_bytes(s.rs_floats, s.roll_floats, n_seq, KL_RS_SNAP_PER_SEQ * n_seq);
     }
     const uint64_t w = m->n_bytes, act = kl_cuda_act_bytes(m, p.n_batch, n_seq);

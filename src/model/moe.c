@@ -105,7 +105,7 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
 }
 
 void kl_moe_weights(const kiln_model *m, const kl_moe_hp *h, kl_moe_layer *l, kl_weights *w) {
-    kk_mat *ms[] = {&l->s_gate, &l->s_up, &l->s_down};
+    kk_mat *ms[] = {&l->router, &l->s_gate, &l->s_up, &l->s_down};
     for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
     if (l->e_up)
         for (int e = 0; e < h->n_expert; e++) {

@@ -68,16 +68,67 @@ KCU_DEV void kcu_att_step(kcu_att_state *st, const float qr[2 * KCU_ATT_PAIRS], 
     }
 }
 
+/* A Q8_0 cache (KILN_KV_Q8_0): a row of hd elements is hd / 32 blocks of
+ * 34 bytes, an F16 scale then 32 int8 values; element d is
+ * (int8)row[(d / 32) * 34 + 2 + d % 32] times block d / 32's scale. */
+KCU_DEV float kcu_q8_elem(const uint8_t *row, int d) {
+    const uint8_t *b = row + (d >> 5) * 34;
+    return kcu_h2f(kcu_ld_u16(b)) * (float)(int8_t)b[2 + (d & 31)];
+}
+
+/* The query row of head h quantized to Q8_0 blocks as the CPU's
+ * kk_attn_q8 does (the reference quantizer: scale amax / 127 stored as
+ * F16, values rounded), held dequantized as lane pairs.  Block 2i + (lane
+ * >= 16) is the half-warp's: its maximum by shuffles within the half. */
+KCU_DEV void kcu_att_load_q_q8(const float *q, int hd, float qr[2 * KCU_ATT_PAIRS]) {
+    const int lane = kcu_lane();
+    for (int i = 0; i < KCU_ATT_PAIRS; i++) {
+        const int d = 2 * lane + 64 * i;
+        const float x0 = d < hd ? q[d] : 0.0f, x1 = d < hd ? q[d + 1] : 0.0f;
+        float amax = fmaxf(fabsf(x0), fabsf(x1));
+        for (int m = 8; m > 0; m >>= 1) amax = fmaxf(amax, kcu_shfl_xor(amax, m));
+        const float s = amax / 127.0f, id = s != 0.0f ? 1.0f / s : 0.0f, sd = kcu_h2f(kcu_f2h(s));
+        qr[2 * i] = roundf(x0 * id) * sd;
+        qr[2 * i + 1] = roundf(x1 * id) * sd;
+    }
+}
+
+/* kcu_att_step over Q8_0 rows. */
+KCU_DEV void kcu_att_step_q8(kcu_att_state *st, const float qr[2 * KCU_ATT_PAIRS], const uint8_t *k, const uint8_t *v,
+                             int hd, float scale) {
+    const int lane = kcu_lane();
+    float s = 0.0f;
+    for (int i = 0; i < KCU_ATT_PAIRS; i++) {
+        const int d = 2 * lane + 64 * i;
+        if (d < hd) s += qr[2 * i] * kcu_q8_elem(k, d) + qr[2 * i + 1] * kcu_q8_elem(k, d + 1);
+    }
+    s = kcu_warp_sum(s) * scale;
+    const float m = fmaxf(st->m, s);
+    const float corr = kcu_expf(st->m - m), p = kcu_expf(s - m);
+    st->m = m;
+    st->l = st->l * corr + p;
+    for (int i = 0; i < KCU_ATT_PAIRS; i++) {
+        const int d = 2 * lane + 64 * i;
+        if (d < hd) {
+            st->o[2 * i] = st->o[2 * i] * corr + p * kcu_q8_elem(v, d);
+            st->o[2 * i + 1] = st->o[2 * i + 1] * corr + p * kcu_q8_elem(v, d + 1);
+        }
+    }
+}
+
 /* Split s of query head blockIdx.x of sequence blockIdx.z:
  *   q      [n_seq][n_head][hd] F32, sequences q_stride floats apart
  *   tables [n_seq][table_stride] block ids; n_kv[n_seq] positions each sees
  *   part   [n_seq][n_head][n_split][hd + 2]: the split's output sum, then
  *          its maximum score and its sum of weights (0 when it had none)
  * Positions [s * split_len, (s + 1) * split_len) go to split s = blockIdx.y;
+ * window > 0 keeps only the last window positions a query sees (sliding
+ * window: those before go to no split);
  * n_split = gridDim.y.  blockDim.x = 32 * KCU_ATT_WARPS. */
-KCU_KERNEL void kcu_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const uint16_t *v,
-                                int64_t cell_stride, const int32_t *tables, int table_stride, const int32_t *n_kv,
-                                int n_head, int n_kv_head, int hd, float scale, int split_len, float *part) {
+template <int Q8, typename T>
+KCU_DEV void kcu_attn_decode_t(const float *q, int64_t q_stride, const T *k, const T *v, int64_t cell_stride,
+                               const int32_t *tables, int table_stride, const int32_t *n_kv, int n_head, int n_kv_head,
+                               int hd, float scale, int split_len, int window, float *part) {
     __shared__ float sm_o[KCU_ATT_WARPS][KCU_ATT_MAXD];
     __shared__ float sm_ml[KCU_ATT_WARPS][2];
     const int h = (int)blockIdx.x, split = (int)blockIdx.y, seq = (int)blockIdx.z;
@@ -85,15 +136,23 @@ KCU_KERNEL void kcu_attn_decode(const float *q, int64_t q_stride, const uint16_t
     const int kvh = h / (n_head / n_kv_head);
     const int32_t *table = tables + (int64_t)seq * table_stride;
     const int n = n_kv[seq];
-    const int t0 = split * split_len, t1 = min(n, t0 + split_len);
+    const int lo = window > 0 && n > window ? n - window : 0;
+    const int t0 = max(split * split_len, lo), t1 = min(n, split * split_len + split_len);
     float qr[2 * KCU_ATT_PAIRS];
-    kcu_att_load_q(q + (int64_t)seq * q_stride + (int64_t)h * hd, hd, qr);
+    if (Q8)
+        kcu_att_load_q_q8(q + (int64_t)seq * q_stride + (int64_t)h * hd, hd, qr);
+    else
+        kcu_att_load_q(q + (int64_t)seq * q_stride + (int64_t)h * hd, hd, qr);
     kcu_att_state st;
     kcu_att_init(&st);
+    const int64_t head_row = Q8 ? (int64_t)(hd / 32) * 34 : hd; /* elements of T */
     for (int t = t0 + warp; t < t1; t += KCU_ATT_WARPS) {
         const int64_t cell = (int64_t)table[t / KCU_KV_BLOCK] * KCU_KV_BLOCK + t % KCU_KV_BLOCK;
-        const int64_t off = cell * cell_stride + (int64_t)kvh * hd;
-        kcu_att_step(&st, qr, k + off, v + off, hd, scale);
+        const int64_t off = cell * cell_stride + (int64_t)kvh * head_row;
+        if (Q8)
+            kcu_att_step_q8(&st, qr, (const uint8_t *)(k + off), (const uint8_t *)(v + off), hd, scale);
+        else
+            kcu_att_step(&st, qr, (const uint16_t *)(k + off), (const uint16_t *)(v + off), hd, scale);
     }
     for (int i = 0; i < KCU_ATT_PAIRS; i++) {
         const int d = 2 * lane + 64 * i;
@@ -125,16 +184,36 @@ KCU_KERNEL void kcu_attn_decode(const float *q, int64_t q_stride, const uint16_t
     }
 }
 
+KCU_KERNEL void kcu_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const uint16_t *v,
+                                int64_t cell_stride, const int32_t *tables, int table_stride, const int32_t *n_kv,
+                                int n_head, int n_kv_head, int hd, float scale, int split_len, int window,
+                                float *part) {
+    kcu_attn_decode_t<0>(q, q_stride, k, v, cell_stride, tables, table_stride, n_kv, n_head, n_kv_head, hd, scale,
+                         split_len, window, part);
+}
+
+/* The same over a Q8_0 cache: k, v and cell_stride in bytes; hd a multiple
+ * of 32. */
+KCU_KERNEL void kcu_attn_decode_q8(const float *q, int64_t q_stride, const uint8_t *k, const uint8_t *v,
+                                   int64_t cell_stride, const int32_t *tables, int table_stride, const int32_t *n_kv,
+                                   int n_head, int n_kv_head, int hd, float scale, int split_len, int window,
+                                   float *part) {
+    kcu_attn_decode_t<1>(q, q_stride, k, v, cell_stride, tables, table_stride, n_kv, n_head, n_kv_head, hd, scale,
+                         split_len, window, part);
+}
+
 /* out [n_seq][n_head][hd] (sequences out_stride floats apart) from the
- * n_split partials of kcu_attn_decode.  grid = (n_head, n_seq), any
- * blockDim.x. */
-KCU_KERNEL void kcu_attn_combine(const float *part, int n_split, int n_head, int hd, float *out, int64_t out_stride) {
+ * n_split partials of kcu_attn_decode; sinks [n_head] (NULL: none) adds
+ * each head's sink logit to its softmax, with no value (kk_attn_inv).
+ * grid = (n_head, n_seq), any blockDim.x. */
+KCU_KERNEL void kcu_attn_combine(const float *part, int n_split, int n_head, int hd, const float *sinks, float *out,
+                                 int64_t out_stride) {
     const int h = (int)blockIdx.x, seq = (int)blockIdx.y;
     const float *p = part + ((int64_t)seq * n_head + h) * n_split * (hd + 2);
-    float m = -INFINITY;
+    float m = sinks ? sinks[h] : -INFINITY;
     for (int s = 0; s < n_split; s++)
         if (p[s * (hd + 2) + hd + 1] > 0.0f) m = fmaxf(m, p[s * (hd + 2) + hd]);
-    float l = 0.0f;
+    float l = sinks ? kcu_expf(sinks[h] - m) : 0.0f;
     for (int s = 0; s < n_split; s++) {
         const float *ps = p + s * (hd + 2);
         if (ps[hd + 1] > 0.0f) l += ps[hd + 1] * kcu_expf(ps[hd] - m);

@@ -143,3 +143,26 @@ KCU_KERNEL void kcu_kv_write(const float *src, int64_t src_stride, uint16_t *cac
     uint16_t *d = cache + (int64_t)cell[blockIdx.x] * cell_stride + offset;
     for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x) d[i] = kcu_f2h(s[i]);
 }
+
+/* Rows of new keys or values into a paged Q8_0 cache: src [n_tok][n] F32
+ * (rows src_stride floats apart, n a multiple of 32) goes to cache +
+ * cell[t] * cell_stride + offset (bytes) as n / 32 blocks of 34 bytes by
+ * the reference quantizer (kq Q8_0's from_f32: scale amax / 127 as F16,
+ * values x / scale rounded), one thread per block.  grid.x = n_tok, any
+ * blockDim.x. */
+KCU_KERNEL void kcu_kv_write_q8(const float *src, int64_t src_stride, uint8_t *cache, int64_t cell_stride,
+                                int64_t offset, const int32_t *cell, int n) {
+    const float *s = src + (int64_t)blockIdx.x * src_stride;
+    uint8_t *d = cache + (int64_t)cell[blockIdx.x] * cell_stride + offset;
+    for (int b = (int)threadIdx.x; b < n / 32; b += (int)blockDim.x) {
+        const float *x = s + b * 32;
+        uint8_t *o = d + b * 34;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+        const float sc = amax / 127.0f, id = sc != 0.0f ? 1.0f / sc : 0.0f;
+        const uint16_t h = kcu_f2h(sc);
+        o[0] = (uint8_t)(h & 0xff);
+        o[1] = (uint8_t)(h >> 8);
+        for (int i = 0; i < 32; i++) o[2 + i] = (uint8_t)(int8_t)roundf(x[i] * id);
+    }
+}

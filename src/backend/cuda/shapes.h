@@ -22,4 +22,11 @@
 #define KCU_ATT_MAXD 256
 #define KCU_ATT_WARPS 4
 
+/* gdn.cu: the most taps of the causal convolution; the largest key head
+ * size of the delta rule (a multiple of 32); its warps (= state rows) per
+ * block */
+#define KCU_CONV_MAXK 16
+#define KCU_GDN_MAXD 256
+#define KCU_GDN_WARPS 4
+
 #endif
