@@ -324,7 +324,9 @@ static const char *cuda_missing(const kiln_model *m, char *buf, size_t cap) {
     }
     if (kl_meta_float(m, "attention.temperature_scale", 0.0) != 0.0) return "a query temperature";
     if (m->hp.rope_factors_long) return "LongRoPE";
-    if (m->hp.rope.mrope) return "M-RoPE (its kernels take one position per token)";
+    /* M-RoPE sections (qwen35, qwen2vl, qwen3vl) run: without images (a
+     * projector is refused below) a token's section positions are all its
+     * position, the plain rotation bit for bit */
     if (m->hp.hd_k != m->hp.hd_v || m->hp.hd_k > 256 || m->hp.hd_k % 2) return "this attention head size";
     return NULL;
 }
