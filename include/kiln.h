@@ -1270,6 +1270,10 @@ kiln_status kiln_engine_set_context_params(kiln_engine *e, const kiln_context_pa
  * keeps its MTP cache); a load fails when the model cannot do it (no MTP
  * blocks, a draft of another vocabulary).  NULL or KILN_SPEC_NONE: off. */
 kiln_status kiln_engine_set_spec_params(kiln_engine *e, const kiln_spec_params *p);
+/* LLM family: the image projector (llama.cpp's mmproj GGUF) loaded with
+ * each model this engine loads (path copied; NULL or "": none, and a store
+ * pack's own mmproj companion is used).  Read at each load. */
+kiln_status kiln_engine_set_mmproj(kiln_engine *e, const char *path);
 
 kiln_status kiln_engine_start(kiln_engine *e);
 /* model: a file path, or a name the store resolves.  cancel (optional)

@@ -126,8 +126,9 @@ static void expect(const char *what, const char *path, const char *body, int sta
     CHECKF(strstr(out, words) != NULL, "%s: the response lacks '%s': %.400s", what, words, out);
 }
 
-static ks_server *start(const char *model, int allow_urls) {
+static ks_server *start_with(const char *model, const char *mmproj, int allow_urls) {
     ks_config cfg = ks_config_default();
+    cfg.mmproj = mmproj;
     cfg.port = 0;
     cfg.models = &model;
     cfg.n_models = 1;
@@ -145,6 +146,8 @@ static ks_server *start(const char *model, int allow_urls) {
     g_port = ks_server_port(srv);
     return srv;
 }
+
+static ks_server *start(const char *model, int allow_urls) { return start_with(model, NULL, allow_urls); }
 
 static char *fmt(const char *f, const char *a) {
     size_t n = strlen(f) + strlen(a) + 1;
@@ -504,6 +507,28 @@ static void test_vision(void) {
     rmdir(dir);
 }
 
+/* A plain model file with its projector named beside it (kiln serve -m FILE
+ * --mmproj FILE) takes images; the same file alone refuses them. */
+static void test_mmproj_flag(void) {
+    size_t n;
+    char *probe = t_read_file(VDIR "gemma3-mmproj.gguf", &n);
+    if (!probe) return;
+    free(probe);
+    static char out[1 << 16];
+    ks_server *srv = start_with(VDIR "gemma3-text.gguf", VDIR "gemma3-mmproj.gguf", 0);
+    if (srv) {
+        CHECK(request("/props", NULL, out, sizeof out) == 200);
+        CHECKF(strstr(out, "\"vision\": true") || strstr(out, "\"vision\":true"), "/props with --mmproj: %.300s", out);
+        ks_server_free(srv);
+    }
+    srv = start_with(VDIR "gemma3-text.gguf", NULL, 0);
+    if (srv) {
+        CHECK(request("/props", NULL, out, sizeof out) == 200);
+        CHECKF(strstr(out, "\"vision\": false") || strstr(out, "\"vision\":false"), "/props without: %.300s", out);
+        ks_server_free(srv);
+    }
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGPIPE, SIG_IGN);
@@ -516,6 +541,7 @@ int main(void) {
     CHECK(t_write_chat_model(MODEL, model) == 0);
     test_server(model);
     test_vision();
+    test_mmproj_flag();
     unlink(model);
     rmdir(dir);
     return t_done();

@@ -724,7 +724,11 @@ static void test_cli(void) {
     const char *missing[] = {"pull", "hf.co/acme/tiny-GGUF:Q3_K_S", NULL};
     CHECK(run_kiln(missing, err) == 4);
     const char *run[] = {"run", "-m", "hf.co/acme/tiny-GGUF:Q8_0", "-p", "Once", "-n", "4", NULL};
-    CHECK(run_kiln(run, err) == 0);
+    if (run_kiln(run, err) != 0) {
+        char *why = t_read_file(err, NULL);
+        CHECKF(0, "kiln run of a pulled model: %s", why ? why : "");
+        free(why);
+    }
     const char *tok[] = {"pull", "hf.co/acme/private-GGUF", "--token", "hf_good", NULL};
     CHECK(run_kiln(tok, err) == 0);
     const char *show[] = {"show", "hf.co/acme/private-GGUF", "--remote", NULL};

@@ -124,11 +124,19 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
     mp.gpu_layers = o->gpu_layers;
     mp.ctx = &cp;
     char companion[4096];
+    int found = 0;
     if (o->mmproj)
         mp.mmproj = o->mmproj;
-    else if (kst_pack_companion(path, "mmproj", companion, sizeof companion)) /* a pulled model's projector */
+    else if ((found = kst_pack_companion(path, "mmproj", companion, sizeof companion))) /* a pulled model's projector */
         mp.mmproj = companion;
-    if (kiln_model_load(path, &mp, m) != KILN_OK) return cli_fail(NULL);
+    kiln_status st = kiln_model_load(path, &mp, m);
+    if (st != KILN_OK && found) { /* a pack's projector kiln cannot read: the model still runs text */
+        fprintf(stderr, "kiln: warning: not loading the projector %s (%s): images are refused\n", companion,
+                kiln_last_error());
+        mp.mmproj = NULL;
+        st = kiln_model_load(path, &mp, m);
+    }
+    if (st != KILN_OK) return cli_fail(NULL);
     if (o->n_image > 0 && !kiln_model_has_vision(*m)) {
         fprintf(stderr, "kiln: %s does not take images (it has no projector; give one with --mmproj FILE)\n", o->model);
         kiln_model_free(*m);

@@ -75,6 +75,8 @@ static void serve_usage(FILE *f) {
             "  --device D        auto (default: a generating model goes to the GPU when one is usable and\n"
             "                    takes it, else the CPU), cpu or cuda (a load fails when the GPU cannot run\n"
             "                    the model); -ngl 0 = cpu; KILN_DEVICE sets the default\n"
+            "  --mmproj FILE     the image projector (llama.cpp's mmproj GGUF) of the one -m model; a pulled\n"
+            "                    model's own projector is found without it\n"
             "  --image PACK      serve an image pack (a directory, or a name in the store) at\n"
             "                    POST /v1/images/generations (256x256, b64_json)\n"
             "  --api-key KEY     require 'Authorization: Bearer KEY' (not on /health and the chat page's\n"
@@ -130,6 +132,8 @@ int cmd_serve(int argc, char **argv) {
             cfg.store_root = argv[++i];
         else if (!strcmp(a, "--api-key") && has)
             cfg.api_key = argv[++i];
+        else if (!strcmp(a, "--mmproj") && has)
+            cfg.mmproj = argv[++i];
         else if (!strcmp(a, "--image") && has)
             cfg.image_pack = argv[++i];
         else if (!strcmp(a, "--cors-origins") && has)
@@ -272,6 +276,11 @@ int cmd_serve(int argc, char **argv) {
             gpu_layers);
     cfg.models = models;
     cfg.n_models = n_models;
+    if (cfg.mmproj && n_models != 1) {
+        fprintf(stderr, "kiln serve: --mmproj goes with exactly one -m model (%d given)\n", n_models);
+        free(models);
+        return 2;
+    }
     /* --image takes a pack's directory or the name of one in the store; the
      * lease keeps the pack from removal while it is served */
     kiln_store_lease *image_lease = NULL;

@@ -109,6 +109,7 @@ struct kiln_engine {
     int has_ctx_params;
     kiln_spec_params spec_params; /* the llm family's speculative decoding */
     char spec_draft[4096];        /* its draft_model, copied */
+    char mmproj[4096];            /* the llm family's projector file, "" none */
     uint64_t next_ticket;
     int n_active, n_waiting;
 
@@ -339,6 +340,14 @@ kiln_spec_params engine_spec_params(const engine_run *r, char *draft, size_t cap
     return p;
 }
 
+const char *engine_mmproj(const engine_run *r, char *buf, size_t cap) {
+    kiln_engine *e = r->e;
+    pthread_mutex_lock(&e->mu);
+    snprintf(buf, cap, "%s", e->mmproj);
+    pthread_mutex_unlock(&e->mu);
+    return buf[0] ? buf : NULL;
+}
+
 /* -------------------------------------------------------------- create */
 
 kiln_status engine_create_with(const kiln_engine_family *fam, const engine_ops *ops, kiln_engine_backend backend,
@@ -407,6 +416,16 @@ kiln_status kiln_engine_set_context_params(kiln_engine *e, const kiln_context_pa
     pthread_mutex_lock(&e->mu);
     e->ctx_params = *p;
     e->has_ctx_params = 1;
+    pthread_mutex_unlock(&e->mu);
+    return KILN_OK;
+}
+
+kiln_status kiln_engine_set_mmproj(kiln_engine *e, const char *path) {
+    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
+    if (path && strlen(path) >= sizeof e->mmproj)
+        return kb_fail(KILN_ERR_INVALID_ARG, "the projector's path is too long");
+    pthread_mutex_lock(&e->mu);
+    snprintf(e->mmproj, sizeof e->mmproj, "%s", path ? path : "");
     pthread_mutex_unlock(&e->mu);
     return KILN_OK;
 }

@@ -58,6 +58,8 @@ const kiln_context_params *engine_context_params(const engine_run *r);
  * type KILN_SPEC_NONE without.  Its draft_model is copied into draft (cap
  * bytes), which it then points to. */
 kiln_spec_params engine_spec_params(const engine_run *r, char *draft, size_t cap);
+/* The projector kiln_engine_set_mmproj named, copied into buf; NULL: none. */
+const char *engine_mmproj(const engine_run *r, char *buf, size_t cap);
 
 /* Tasks a family's run() receives. */
 enum {

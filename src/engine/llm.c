@@ -67,8 +67,15 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
     mp.backend = backend; /* AUTO: the model load chooses (CUDA when it takes the model and this context) */
     mp.ctx = &p;
     char mmproj[4096];
-    if (kst_pack_companion(path, "mmproj", mmproj, sizeof mmproj)) mp.mmproj = mmproj; /* a store pack's projector */
+    mp.mmproj = engine_mmproj(r, mmproj, sizeof mmproj); /* the one set, else a store pack's own */
+    int found = !mp.mmproj && kst_pack_companion(path, "mmproj", mmproj, sizeof mmproj);
+    if (found) mp.mmproj = mmproj;
     kiln_status st = kiln_model_load(path, &mp, &lm->m);
+    if (st != KILN_OK && found) { /* a pack's projector kiln cannot read: the model still serves text */
+        kb_log(KB_LOG_WARN, "not loading the projector %s (%s): images are refused", mmproj, kiln_last_error());
+        mp.mmproj = NULL;
+        st = kiln_model_load(path, &mp, &lm->m);
+    }
     if (st == KILN_OK && p.n_ctx == 0) {
         /* a model declaring 131072 tokens would reserve them for every
          * sequence: Ollama's 4096 per sequence instead (n_ctx asks for more) */

@@ -361,6 +361,7 @@ static int start_load(ks_srv *s, ks_model *m, char *msg, size_t cap) {
             kiln_engine_set_status_fn(e, status_cb, m) != KILN_OK || kiln_engine_set_store(e, &hooks) != KILN_OK ||
             kiln_engine_set_context_params(e, &cp) != KILN_OK ||
             (m->family == KILN_ENGINE_LLM && kiln_engine_set_spec_params(e, &s->cfg.spec) != KILN_OK) ||
+            (m->family == KILN_ENGINE_LLM && m->pinned && kiln_engine_set_mmproj(e, s->cfg.mmproj) != KILN_OK) ||
             kiln_engine_start(e) != KILN_OK) {
             snprintf(msg, cap, "cannot start an engine for %s: %s", m->name, kiln_last_error());
             kiln_engine_free(e);

@@ -55,6 +55,7 @@ typedef struct ks_config {
     int port;                  /* default KS_DEFAULT_PORT; 0 = any free port */
     const char *const *models; /* GGUF paths or store names (-m), may be 0 */
     int n_models;
+    const char *mmproj;       /* --mmproj: the image projector of the one -m model, or NULL */
     const char *store_root;   /* NULL = the default store */
     int parallel;             /* sequences decoded together per model (4) */
     int n_ctx;                /* tokens per sequence; 0 = model's, capped */
