@@ -34,6 +34,20 @@ kiln_status kb_vfail(kiln_status st, const char *fmt, va_list ap);
 #define KILN_ASSERT(cond) ((cond) ? (void)0 : kb_assert_fail(#cond, __FILE__, __LINE__))
 _Noreturn void kb_assert_fail(const char *cond, const char *file, int line);
 
+/* A checked-build invariant: the same as KILN_ASSERT where KILN_CHECKS is
+ * on (the sanitizer and fuzz builds set it, and any build without NDEBUG,
+ * e.g. Debug), and nothing at all in Release (cond is not evaluated, so it
+ * must have no side effects).  For invariants on hot paths and for whole-
+ * structure walks too costly to run in every build. */
+#if !defined(KILN_CHECKS) && !defined(NDEBUG)
+#define KILN_CHECKS 1
+#endif
+#ifdef KILN_CHECKS
+#define KILN_DASSERT(cond) KILN_ASSERT(cond)
+#else
+#define KILN_DASSERT(cond) ((void)0)
+#endif
+
 /* ---- allocation (alloc.c) ----
  * malloc, calloc and realloc with a fault switch: after kb_fault_arm(n)
  * the n-th allocation counted fails once (NULL), so a test can walk n over

@@ -152,10 +152,33 @@ static void escalate(void *arg) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Whether the engine may go from state a to state b: start runs once
+ * (created, starting, started); a load (loading, then loaded or failed) and
+ * a teardown (unloading or stopping, then unloaded, stopped or failed) each
+ * begin where the last op ended; stopped ends it all, and an engine never
+ * started stops at once (stop_locked). */
+static int legal_transition(kiln_engine_state a, kiln_engine_state b) {
+    const int rested = a == KILN_ENGINE_STARTED || a == KILN_ENGINE_LOADED || a == KILN_ENGINE_UNLOADED ||
+                       a == KILN_ENGINE_FAILED; /* no op running */
+    switch (b) {
+    case KILN_ENGINE_STARTING: return a == KILN_ENGINE_CREATED;
+    case KILN_ENGINE_STARTED: return a == KILN_ENGINE_STARTING;
+    case KILN_ENGINE_LOADING:
+    case KILN_ENGINE_UNLOADING:
+    case KILN_ENGINE_STOPPING: return rested;
+    case KILN_ENGINE_LOADED: return a == KILN_ENGINE_LOADING;
+    case KILN_ENGINE_UNLOADED: return a == KILN_ENGINE_UNLOADING;
+    case KILN_ENGINE_STOPPED: return a == KILN_ENGINE_STOPPING || a == KILN_ENGINE_CREATED || a == KILN_ENGINE_STOPPED;
+    case KILN_ENGINE_FAILED: return a == KILN_ENGINE_LOADING || a == KILN_ENGINE_UNLOADING || a == KILN_ENGINE_STOPPING;
+    default: return 0;
+    }
+}
+
 /* Publishes a transition: records it, then calls the listener unlocked (only
  * the worker publishes, so listeners see transitions in order). */
 static void publish(kiln_engine *e, kiln_engine_state state, kiln_status st, const char *msg, const char *model) {
     pthread_mutex_lock(&e->mu);
+    KILN_ASSERT(legal_transition(e->state, state));
     e->state = state;
     if (state == KILN_ENGINE_FAILED) {
         e->err = st;
@@ -193,10 +216,12 @@ static void gate_grant_next(kiln_engine *e) {
         e->gate_used += w->weight;
         if (w->async) e->n_waiting--;
     }
+    KILN_DASSERT(e->gate_used >= 0 && e->n_waiting >= 0); /* places held and waiters counted */
     pthread_cond_broadcast(&e->cv);
 }
 
 static void gate_leave(kiln_engine *e, engine_run *r) {
+    KILN_DASSERT(r->holds && e->gate_used >= r->weight); /* only a holder leaves, with the places it took */
     e->gate_used -= r->weight;
     r->holds = 0;
     gate_grant_next(e);
@@ -772,6 +797,7 @@ static op *stop_locked(kiln_engine *e, op *o, kiln_engine_cancel *cancel) {
     if (!e->start_accepted) { /* nothing ever ran: stopped at once */
         e->stop_accepted = 1;
         e->stopped = 1;
+        KILN_ASSERT(legal_transition(e->state, KILN_ENGINE_STOPPED));
         e->state = KILN_ENGINE_STOPPED;
         return NULL;
     }

@@ -144,6 +144,33 @@ kiln_status gen_batch_new(kiln_model *m, kiln_context *c, int32_t prefill_chunk,
 
 /* ---------------------------------------------------------------- slots */
 
+#ifdef KILN_CHECKS
+/* The slots, walked between steps in a checked build (KILN_CHECKS, base.h):
+ * n_active counts the list; a slot is suspended (seq -1) or the one on its
+ * sequence, and each taken sequence's slot names it; the sequence holds
+ * exactly the n_fed tokens fed of the slot's n_tok (within cap_tok); no
+ * slot keeps rows of a finished step. */
+static void batch_check(const gen_batch *b) {
+    int32_t n = 0, n_placed = 0;
+    for (const gen_slot *s = b->head; s; s = s->next) {
+        KILN_ASSERT(++n <= b->n_active && s->next != s && (s->next == NULL) == (s == b->tail));
+        KILN_ASSERT(s->n_fed >= 0 && s->n_fed <= s->n_tok && s->n_tok <= s->cap_tok && s->b_count == 0);
+        if (s->seq < 0) continue;
+        KILN_ASSERT(s->seq < b->n_seq && b->by_seq[s->seq] == s && kiln_seq_len(b->c, s->seq) == s->n_fed);
+        n_placed++;
+    }
+    KILN_ASSERT(n == b->n_active);
+    for (int32_t q = 0; q < b->n_seq; q++) {
+        KILN_ASSERT(!b->by_seq[q] || b->by_seq[q]->seq == q);
+        n_placed -= b->by_seq[q] != NULL;
+    }
+    KILN_ASSERT(n_placed == 0);
+}
+#define BATCH_CHECK(b) batch_check(b)
+#else
+#define BATCH_CHECK(b) ((void)0)
+#endif
+
 static void emit_done(gen_slot *s, gen_reason reason, const char *err) {
     if (!s->p.on_event) return;
     gen_event ev;
@@ -328,6 +355,7 @@ kiln_status gen_batch_add(gen_batch *b, const gen_params *p, int32_t seq, gen_sl
         b->head = s;
     b->tail = s;
     b->n_active++;
+    BATCH_CHECK(b);
     if (out) *out = s;
     return KILN_OK;
 }
@@ -351,6 +379,7 @@ void gen_slot_suspend(gen_batch *b, gen_slot *s) {
     b->by_seq[s->seq] = NULL;
     s->seq = -1;
     s->n_fed = 0;
+    BATCH_CHECK(b);
 }
 
 kiln_status gen_slot_resume(gen_batch *b, gen_slot *s) {
@@ -362,6 +391,7 @@ kiln_status gen_slot_resume(gen_batch *b, gen_slot *s) {
     s->n_fed = got > 0 ? got : 0;
     s->seq = seq;
     b->by_seq[seq] = s;
+    BATCH_CHECK(b);
     return KILN_OK;
 }
 
@@ -849,6 +879,7 @@ kiln_status gen_batch_step(gen_batch *b) {
             nx = s->next;
             if (s->b_count > 0) finish(b, s, GEN_FAILED, msg);
         }
+        BATCH_CHECK(b);
         return st;
     }
     if (n == n_decode_rows) step_observe(b, n, kb_now() - t0); /* the cost model: decode rows only */
@@ -868,5 +899,6 @@ kiln_status gen_batch_step(gen_batch *b) {
         s->decoding = 0;
         if (why != GEN_RUNNING) finish(b, s, why, why == GEN_FAILED ? k_dead_end : NULL);
     }
+    BATCH_CHECK(b);
     return KILN_OK;
 }

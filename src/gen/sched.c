@@ -60,6 +60,27 @@ struct gen_sched {
 
 static void wake(gen_sched *s) { pthread_cond_signal(&s->cv); }
 
+#ifdef KILN_CHECKS
+/* Under mu, on the scheduler thread, in a checked build (KILN_CHECKS,
+ * base.h): a request holds a slot exactly while it runs or has yielded,
+ * a yielded one's slot has given up its sequence and a running one's has
+ * it, the batch's live slots are those requests', and no ring overflows. */
+static void sched_check(const gen_sched *s) {
+    int32_t n_held = 0;
+    for (const gen_req *q = s->head; q; q = q->next) {
+        KILN_ASSERT(q->state >= Q_PENDING && q->state <= Q_DONE && q->count >= 0 && q->count <= RING);
+        KILN_ASSERT((q->next == NULL) == (q == s->tail) && (q->prev == NULL) == (q == s->head));
+        if (q->state != Q_RUNNING && q->state != Q_YIELDED) continue;
+        KILN_ASSERT(q->slot && gen_slot_suspended(q->slot) == (q->state == Q_YIELDED));
+        n_held++;
+    }
+    KILN_ASSERT(n_held == gen_batch_n_active(s->b));
+}
+#define SCHED_CHECK(s) sched_check(s)
+#else
+#define SCHED_CHECK(s) ((void)0)
+#endif
+
 /* ---------------------------------------------------------------- events */
 
 /* Runs on the scheduler thread during a step. */
@@ -67,6 +88,9 @@ static int on_event(void *user, const gen_event *ev, const float *logits) {
     gen_req *q = user;
     gen_sched *s = q->s;
     pthread_mutex_lock(&s->mu);
+    /* only a request holding a slot hears from it, and its ring has room */
+    KILN_DASSERT((q->state == Q_RUNNING || q->state == Q_YIELDED) && q->slot);
+    KILN_DASSERT(ev->kind == GEN_EV_DONE || q->count < RING);
     if (ev->kind == GEN_EV_DONE) {
         q->done_ev = *ev;
         snprintf(q->err, sizeof q->err, "%s", ev->error ? ev->error : "");
@@ -171,6 +195,7 @@ static void *sched_main(void *arg) {
     while (!s->quit) {
         admit(s);
         tend(s);
+        SCHED_CHECK(s);
         if (gen_batch_n_ready(s->b) == 0) {
             int yielded;
             if (n_live(s, &yielded) == 0) {

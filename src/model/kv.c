@@ -152,6 +152,7 @@ static uint64_t block_key(uint64_t parent, const int32_t *tok) {
 }
 
 static void lru_unlink(kl_kv *kv, int32_t b) {
+    KILN_DASSERT(kv->n_cached > 0 && kv->ref[b] == 0 && kv->hashed[b]);
     int32_t p = kv->lru_prev[b], n = kv->lru_next[b];
     if (p >= 0)
         kv->lru_next[p] = n;
@@ -189,6 +190,62 @@ static int32_t table_find(const kl_kv *kv, uint64_t key, const int32_t *tok) {
     return -1;
 }
 
+#ifdef KILN_CHECKS
+/* The whole cache, walked after each change in a checked build (KILN_CHECKS,
+ * base.h):
+ * - every block is held (ref > 0), cached (ref 0, registered, in the LRU
+ *   list) or free (ref 0, unregistered, on the free list), and n_free and
+ *   n_cached count the last two;
+ * - a registered block sits in the chain of the bucket its key selects,
+ *   once;
+ * - a sequence's table holds held blocks only and covers its length, its
+ *   registered prefix lies within its whole blocks, and a registered block
+ *   there has the key of its parent's key and its own tokens. */
+static void kv_check(const kl_kv *kv) {
+    KILN_ASSERT(kv->n_free >= 0 && kv->n_free <= kv->n_blocks);
+    KILN_ASSERT(kv->n_cached >= 0 && kv->n_cached <= kv->n_blocks - kv->n_free);
+    int32_t n_free = 0, n_cached = 0, n_hashed = 0;
+    for (int32_t b = 0; b < kv->n_blocks; b++) {
+        KILN_ASSERT(kv->ref[b] >= 0);
+        n_free += kv->ref[b] == 0 && !kv->hashed[b];
+        n_cached += kv->ref[b] == 0 && kv->hashed[b];
+        n_hashed += kv->hashed[b] != 0;
+    }
+    KILN_ASSERT(n_free == kv->n_free && n_cached == kv->n_cached);
+    for (int32_t i = 0; i < kv->n_free; i++) {
+        const int32_t b = kv->free_list[i];
+        KILN_ASSERT(b >= 0 && b < kv->n_blocks && kv->ref[b] == 0 && !kv->hashed[b]);
+    }
+    int32_t n_lru = 0, prev = -1;
+    for (int32_t b = kv->lru_head; b >= 0; prev = b, b = kv->lru_next[b]) {
+        KILN_ASSERT(++n_lru <= kv->n_cached && kv->lru_prev[b] == prev && kv->ref[b] == 0 && kv->hashed[b]);
+    }
+    KILN_ASSERT(n_lru == kv->n_cached && kv->lru_tail == prev);
+    int32_t n_chained = 0;
+    for (int32_t i = 0; i < kv->n_bucket; i++)
+        for (int32_t b = kv->bucket[i]; b >= 0; b = kv->chain[b])
+            KILN_ASSERT(++n_chained <= n_hashed && kv->hashed[b] &&
+                        (kv->bhash[b] & (uint64_t)(kv->n_bucket - 1)) == (uint64_t)i);
+    KILN_ASSERT(n_chained == n_hashed);
+    for (int q = 0; q < kv->n_seq; q++) {
+        const kl_seq *s = &kv->seqs[q];
+        KILN_ASSERT(s->n_blocks >= 0 && s->n_blocks <= kv->max_blocks_per_seq);
+        KILN_ASSERT(s->len >= 0 && s->len <= s->n_blocks * KL_KV_BLOCK);
+        KILN_ASSERT(s->n_hashed >= 0 && s->n_hashed <= s->len / KL_KV_BLOCK);
+        for (int32_t i = 0; i < s->n_blocks; i++) {
+            const int32_t b = s->blocks[i];
+            KILN_ASSERT(b >= 0 && b < kv->n_blocks && kv->ref[b] > 0);
+            if (i < s->n_hashed && kv->hashed[b])
+                KILN_ASSERT(kv->bhash[b] ==
+                            block_key(i ? kv->bhash[s->blocks[i - 1]] : 0, kv->btok + (size_t)b * KL_KV_BLOCK));
+        }
+    }
+}
+#define KV_CHECK(kv) kv_check(kv)
+#else
+#define KV_CHECK(kv) ((void)0)
+#endif
+
 /* A block for exclusive use: a free one, else the least recently used
  * cached one (dropped from the table).  -1 when every block is held. */
 static int32_t take_block(kl_kv *kv) {
@@ -202,6 +259,7 @@ static int32_t take_block(kl_kv *kv) {
     } else {
         return -1;
     }
+    KILN_DASSERT(kv->ref[b] == 0 && !kv->hashed[b]); /* nobody reads a block handed out */
     kv->ref[b] = 1;
     return b;
 }
@@ -270,6 +328,7 @@ int kl_kv_reserve(kl_kv *kv, int seq, int32_t len) {
         if (b < 0) return -1;
         s->blocks[s->n_blocks++] = b;
     }
+    KV_CHECK(kv);
     return 0;
 }
 
@@ -299,6 +358,7 @@ void kl_kv_truncate(kl_kv *kv, int seq, int32_t len) {
             table_remove(kv, b);
         }
     }
+    KV_CHECK(kv);
 }
 
 int32_t kl_kv_reuse(kl_kv *kv, int seq, const int32_t *tokens, int32_t n, int32_t max_tokens) {
@@ -322,6 +382,7 @@ int32_t kl_kv_reuse(kl_kv *kv, int seq, const int32_t *tokens, int32_t n, int32_
     s->n_blocks = nb;
     s->n_hashed = nb;
     s->len = nb * KL_KV_BLOCK;
+    KV_CHECK(kv);
     return s->len;
 }
 
@@ -345,6 +406,7 @@ void kl_kv_register(kl_kv *kv, int seq, const int32_t *tokens, int32_t n) {
         *head = b;
         kv->hashed[b] = 1;
     }
+    KV_CHECK(kv);
 }
 
 uint64_t kl_kv_chain_key(const int32_t *tokens, int32_t nb) {
@@ -354,12 +416,18 @@ uint64_t kl_kv_chain_key(const int32_t *tokens, int32_t nb) {
 }
 
 void kl_kv_pin(kl_kv *kv, int32_t b) {
+    KILN_DASSERT(kv->ref[b] > 0 || kv->hashed[b]); /* a free block holds nothing to pin */
     if (kv->ref[b]++ == 0 && kv->hashed[b]) lru_unlink(kv, b);
+    KV_CHECK(kv);
 }
 
-void kl_kv_unpin(kl_kv *kv, int32_t b) { drop_block(kv, b); }
+void kl_kv_unpin(kl_kv *kv, int32_t b) {
+    drop_block(kv, b);
+    KV_CHECK(kv);
+}
 
 int32_t kl_kv_copy_block(kl_kv *kv, int32_t src, int32_t n) {
+    KILN_DASSERT(kv->ref[src] > 0 && n >= 0 && n <= KL_KV_BLOCK); /* the source is held while it is read */
     int32_t b = take_block(kv);
     if (b >= 0) copy_cells(kv, b, src, n);
     return b;
@@ -382,13 +450,19 @@ int kl_kv_fork(kl_kv *kv, int src, int dst) {
     }
     d->n_hashed = s->n_hashed < full ? s->n_hashed : full;
     d->len = s->len;
+    KV_CHECK(kv);
     return 0;
 }
 
 void kl_kv_append_block(kl_kv *kv, int seq, int32_t b, int32_t len) {
     kl_seq *s = &kv->seqs[seq];
+    /* b extends a table that ends at a whole block, and its cells cover
+     * what the sequence holds then */
+    KILN_DASSERT(s->n_blocks < kv->max_blocks_per_seq && kv->ref[b] > 0 && s->len == s->n_blocks * KL_KV_BLOCK &&
+                 len > s->len && len <= s->len + KL_KV_BLOCK);
     s->blocks[s->n_blocks++] = b;
     s->len = len;
+    KV_CHECK(kv);
 }
 
 /* Block-major: a block holds, layer by layer, its K then its V run

@@ -56,6 +56,34 @@ void kl_rs_free(kl_rs *rs) {
 
 /* ---- snapshot slots ---- */
 
+#ifdef KILN_CHECKS
+/* The snapshot slots, walked after each change in a checked build
+ * (KILN_CHECKS, base.h): a slot is free (pos -1, no owner, no pin, not
+ * keyed) or holds a state (pos >= 0) that a sequence owns or its key
+ * names; a pin is a held KV block, taken for a keyed snapshot whose
+ * position falls inside a block; a sequence owns at most one snapshot at a
+ * position; a sequence's recorded run and wanted position are sane. */
+static void rs_check(const kiln_context *c) {
+    const kl_rs *rs = c->rs;
+    for (int i = 0; i < rs->n_snap; i++) {
+        const kl_snap *s = &rs->snap[i];
+        if (s->pos < 0) {
+            KILN_ASSERT(s->pos == -1 && s->owner == -1 && s->pin == -1 && !s->keyed);
+            continue;
+        }
+        KILN_ASSERT(s->owner >= -1 && s->owner < rs->n_seq && (s->owner >= 0 || s->keyed));
+        if (s->pin >= 0)
+            KILN_ASSERT(s->keyed && s->pos % KL_KV_BLOCK != 0 && s->pin < c->kv.n_blocks && c->kv.ref[s->pin] > 0);
+        for (int k = 0; k < i; k++)
+            KILN_ASSERT(s->owner < 0 || rs->snap[k].owner != s->owner || rs->snap[k].pos != s->pos);
+    }
+    for (int q = 0; q < rs->n_seq; q++) KILN_ASSERT(rs->roll_n[q] >= 0 && rs->roll_a[q] >= 0 && rs->want[q] >= -1);
+}
+#define RS_CHECK(c) rs_check(c)
+#else
+#define RS_CHECK(c) ((void)0)
+#endif
+
 static void snap_drop(kiln_context *c, int i) {
     kl_snap *s = &c->rs->snap[i];
     if (s->pin >= 0) kl_kv_unpin(&c->kv, s->pin);
@@ -153,6 +181,9 @@ int kl_rs_plan(kiln_context *c, int seq, int32_t a, int32_t b, int32_t *pos, flo
         pos[n] = cand[i];
         dst[n++] = kl_rs_slot(rs, slot);
     }
+    /* the positions to capture fall in the run, ascending */
+    for (int i = 0; i < n; i++) KILN_DASSERT(pos[i] > a && pos[i] <= b && (i == 0 || pos[i] > pos[i - 1]));
+    RS_CHECK(c);
     return n;
 }
 
@@ -178,6 +209,7 @@ void kl_rs_cache(kiln_context *c, int seq, const int32_t *tokens, int32_t n) {
         }
         sn->keyed = 1;
     }
+    RS_CHECK(c);
 }
 
 int32_t kl_rs_reuse(kiln_context *c, int seq, const int32_t *tokens, int32_t n) {
@@ -219,6 +251,9 @@ int32_t kl_rs_reuse(kiln_context *c, int seq, const int32_t *tokens, int32_t n) 
     /* the KV cache shares more than any snapshot covers: take one there
      * as this prompt goes by, so the next prompt with this prefix finds it */
     rs->want[seq] = L > got ? L : -1;
+    /* the sequence holds exactly the tokens whose state it took */
+    KILN_DASSERT(c->kv.seqs[seq].len == got && got <= L + KL_KV_BLOCK);
+    RS_CHECK(c);
     return got;
 }
 
@@ -232,6 +267,8 @@ kiln_status kl_rs_truncate(kiln_context *c, int seq, int32_t p) {
         disown_after(c, seq, 0);
         rs->want[seq] = -1;
         rs->roll_n[seq] = 0;
+        KILN_DASSERT(c->kv.seqs[seq].len == 0);
+        RS_CHECK(c);
         return KILN_OK;
     }
     const int32_t ra = rs->roll_a[seq], rn = rs->roll_n[seq];
@@ -243,6 +280,8 @@ kiln_status kl_rs_truncate(kiln_context *c, int seq, int32_t p) {
         rs->n_replayed++;
         kl_kv_truncate(&c->kv, seq, p);
         disown_after(c, seq, p);
+        KILN_DASSERT(c->kv.seqs[seq].len == p); /* a block to copy a shared one into is always there (model.h) */
+        RS_CHECK(c);
         return KILN_OK;
     }
     const int i = snap_owned(rs, seq, p);
@@ -255,6 +294,8 @@ kiln_status kl_rs_truncate(kiln_context *c, int seq, int32_t p) {
     kl_kv_truncate(&c->kv, seq, p);
     disown_after(c, seq, p);
     rs->roll_n[seq] = 0;
+    KILN_DASSERT(c->kv.seqs[seq].len == p);
+    RS_CHECK(c);
     return KILN_OK;
 }
 
@@ -278,6 +319,7 @@ kiln_status kl_rs_copy(kiln_context *c, int src, int dst) {
         c->rs->be->copy(kl_rs_live(c->rs, dst), kl_rs_live(c->rs, src), c->rs->slot_floats * sizeof(float));
         c->rs->want[dst] = -1;
         c->rs->roll_n[dst] = 0;
+        RS_CHECK(c);
     }
     return KILN_OK;
 }
