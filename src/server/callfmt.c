@@ -23,12 +23,12 @@ static const char k_ds_calls[] = "<｜tool▁calls▁begin｜>", k_ds_calls_end[
 static const char k_gemma_str[] = "<|\"|>";
 
 static const ks_callfmt_tags k_tags[KS_CF_COUNT] = {
-    [KS_CF_LLAMA3] = {{"<|python_tag|>", NULL}, NULL, 0, 1},
+    [KS_CF_LLAMA3] = {{"<|python_tag|>", NULL}, NULL, 0, 1, {NULL, NULL}},
     [KS_CF_MISTRAL] = {{"[TOOL_CALLS]", NULL}, NULL, 1, 0, {"[THINK]", "[/THINK]"}},
     [KS_CF_GEMMA4] = {{"<|tool_call>", NULL}, "<tool_call|>", 0, 0, {"<|channel>thought", "<channel|>"}},
-    [KS_CF_DEEPSEEK] = {{k_ds_calls, NULL}, k_ds_calls_end, 0, 0},
-    [KS_CF_PHI4] = {{"<|tool_call|>", "functools["}, "<|/tool_call|>", 0, 0},
-    [KS_CF_NEMOTRON] = {{"<TOOLCALL>", NULL}, "</TOOLCALL>", 0, 0},
+    [KS_CF_DEEPSEEK] = {{k_ds_calls, NULL}, k_ds_calls_end, 0, 0, {NULL, NULL}},
+    [KS_CF_PHI4] = {{"<|tool_call|>", "functools["}, "<|/tool_call|>", 0, 0, {NULL, NULL}},
+    [KS_CF_NEMOTRON] = {{"<TOOLCALL>", NULL}, "</TOOLCALL>", 0, 0, {NULL, NULL}},
 };
 
 const ks_callfmt_tags *ks_callfmt_marks(int fmt) {
