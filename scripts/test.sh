@@ -54,6 +54,12 @@ if [ "$fuzz_s" != "0" ]; then
   cp tests/data/vision/*.png tests/data/vision/*.jpg tests/data/vision/*.webp build-fuzz/corpus-image/
   ./build-fuzz/tests/fuzz_image -max_total_time="$jschema_s" -max_len=65536 -rss_limit_mb=2048 \
       -print_final_stats=1 build-fuzz/corpus-image 2>&1 | tail -n 12
+  stage "fuzz: mmproj projector reader for ${jschema_s}s"
+  cmake --build build-fuzz -j"$jobs" --target fuzz_mmproj >/dev/null
+  mkdir -p build-fuzz/corpus-mmproj
+  cp tests/data/vision/*mmproj*.gguf build-fuzz/corpus-mmproj/
+  ./build-fuzz/tests/fuzz_mmproj -max_total_time="$jschema_s" -max_len=1048576 -rss_limit_mb=2048 \
+      -print_final_stats=1 build-fuzz/corpus-mmproj 2>&1 | tail -n 12
   # the chat template engines, half the time each (seeded with the
   # conformance templates and the hostile ones)
   tmpl_s=$(( fuzz_s / 2 > 0 ? fuzz_s / 2 : 1 ))

@@ -239,6 +239,12 @@ kiln_status vision_load(const char *path, int32_t n_embd_text, vision_model **ou
     char err[512] = "";
     gguf_file *gf = gguf_open(path, err, sizeof err);
     if (!gf) return kb_fail(strstr(err, "No such file") ? KILN_ERR_IO : KILN_ERR_FORMAT, "projector %s", err);
+    return vision_load_gguf(gf, path, n_embd_text, out);
+}
+
+kiln_status vision_load_gguf(gguf_file *gf, const char *path, int32_t n_embd_text, vision_model **out) {
+    *out = NULL;
+    char err[512] = "";
     char arch[32], type[64];
     if (strcmp(gguf_get_cstr(gf, "general.architecture", arch, sizeof arch, ""), "clip") ||
         !gguf_get_bool(gf, "clip.has_vision_encoder", 0)) {

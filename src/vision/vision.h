@@ -123,6 +123,9 @@ struct vision_model {
 /* Loads path as the projector of a text model of n_embd_text.  On failure
  * returns the status with the last error set and *out NULL. */
 kiln_status vision_load(const char *path, int32_t n_embd_text, vision_model **out);
+/* vision_load over an open file, which it takes (closed on failure, and with
+ * the model by vision_free); path names it in messages. */
+kiln_status vision_load_gguf(gguf_file *gf, const char *path, int32_t n_embd_text, vision_model **out);
 void vision_free(vision_model *vm);
 
 /* Tokens img becomes. */
