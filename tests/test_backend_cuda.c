@@ -14,6 +14,7 @@
  * bounds, see main).  What the backend has no kernel for is refused at load
  * or at context creation.  Without the mock (or a GPU) it is skipped (77). */
 #include "kiln.h"
+#include "interleave.h"
 #include "testutil.h"
 
 #include <jansson.h>
@@ -200,16 +201,8 @@ static void state_paths(const char *name, int be) {
         CHECK(kiln_seq_truncate(c, 0, 0) == KILN_OK);
         int32_t tok[128], seq[128];
         int8_t want[128] = {0};
-        int n = 0, last[3] = {0};
-        for (int i = 0; i < np; i++)
-            for (int s = 0; s < 3; s++)
-                if (i < lens[s]) {
-                    tok[n] = prompt[s + i];
-                    seq[n] = s;
-                    want[n] = i == lens[s] - 1;
-                    if (want[n]) last[s] = n;
-                    n++;
-                }
+        int last[3] = {0};
+        const int n = t_interleave(prompt, lens, 3, tok, seq, want, last);
         kiln_batch b = {n, tok, NULL, seq, want};
         CHECK(kiln_decode(c, &b) == KILN_OK);
         for (int s = 0; s < 3; s++) {

@@ -32,6 +32,7 @@
 #include "gen/gen.h"
 #include "gguf/gguf.h"
 #include "kiln.h"
+#include "interleave.h"
 #include "testutil.h"
 
 #include <jansson.h>
@@ -720,16 +721,8 @@ static void hybrid_state(const char *name) {
     {
         int32_t tok[192], seq[192];
         int8_t want[192] = {0};
-        int n = 0, last[3] = {0};
-        for (int i = 0; i < np; i++)
-            for (int s = 0; s < 3; s++)
-                if (i < lens[s]) {
-                    tok[n] = prompt[s + i];
-                    seq[n] = s;
-                    want[n] = i == lens[s] - 1;
-                    if (want[n]) last[s] = n;
-                    n++;
-                }
+        int last[3] = {0};
+        const int n = t_interleave(prompt, lens, 3, tok, seq, want, last);
         kiln_batch b = {n, tok, NULL, seq, want};
         CHECK(kiln_decode(c, &b) == KILN_OK);
         for (int s = 0; s < 3; s++)
