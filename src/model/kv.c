@@ -1,9 +1,8 @@
 /* The paged KV cache.  One mapping of the backend (kbe_backend.map) holds
  * every block, so on the CPU memory is committed only as cells are written; blocks move between sequences
  * through a free list, and full blocks can be shared between sequences
- * through the prefix table (see model.h). */
-#include "model/model.h"
-#include "model/state.h"
+ * through the prefix table (kv.h). */
+#include "model/kv.h"
 
 #include "base/base.h"
 
@@ -511,40 +510,4 @@ void *kl_kv_khead(const kl_kv *kv, int layer, int64_t cell, int h) {
 
 void *kl_kv_vhead(const kl_kv *kv, int layer, int64_t cell, int h) {
     return (uint8_t *)kl_kv_vblock(kv, layer, (int32_t)(cell / KL_KV_BLOCK)) + head_off(kv, layer, cell, h);
-}
-
-/* ---- public prefix-cache calls (kiln.h) ---- */
-
-int32_t kiln_seq_reuse(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n) {
-    if (!c || seq < 0 || seq >= c->kv.n_seq || (!tokens && n) || n < 0)
-        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
-    if (c->kv.seqs[seq].len != 0) return kl_fail(c, KILN_ERR_STATE, "sequence %d is not empty", seq);
-    if (n <= 1) return 0;
-    if (c->rs) return kl_rs_reuse(c, seq, tokens, n);
-    return kl_kv_reuse(&c->kv, seq, tokens, n, n - 1);
-}
-
-kiln_status kiln_seq_cache(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n) {
-    if (!c || seq < 0 || seq >= c->kv.n_seq || (!tokens && n) || n < 0)
-        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
-    kl_kv_register(&c->kv, seq, tokens, n);
-    if (c->rs) kl_rs_cache(c, seq, tokens, n);
-    return KILN_OK;
-}
-
-void kiln_kv_get_stats(const kiln_context *c, kiln_kv_stats *out) {
-    memset(out, 0, sizeof *out);
-    if (!c) return;
-    const kl_kv *kv = &c->kv;
-    out->block_tokens = KL_KV_BLOCK;
-    out->n_blocks = kv->n_blocks;
-    out->n_cached = kv->n_cached;
-    out->n_used = kv->n_blocks - kv->n_free - kv->n_cached;
-    out->lookup_blocks = kv->n_lookup_blocks;
-    out->hit_blocks = kv->n_hit_blocks;
-    if (c->rs) {
-        out->state_slots = c->rs->n_snap;
-        for (int i = 0; i < c->rs->n_snap; i++) out->state_snapshots += c->rs->snap[i].pos >= 0;
-        out->state_restores = c->rs->n_restored;
-    }
 }

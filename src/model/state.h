@@ -34,7 +34,7 @@
 #ifndef KILN_STATE_H
 #define KILN_STATE_H
 
-#include "model/model.h"
+#include "model/context.h"
 
 /* Snapshots kept per sequence when kiln_context_params.n_state_snapshots
  * is 0. */
