@@ -148,18 +148,14 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     c->p.mtp = mtp_ord >= 0;
     c->shape = shape;
     c->mtp_ord = mtp_ord;
-    char err[256];
     kq_init();
     c->pool = kpool_new(p.n_threads);
-    if (!c->pool || kl_kv_init(&c->kv, m->be, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap, err, sizeof err) ||
-        (shape.rs_floats &&
-         !(c->rs = kl_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, err, sizeof err)))) {
-        if (c->pool)
-            kb_fail(KILN_ERR_NOMEM, "%s", err);
-        else
-            kb_fail(KILN_ERR_NOMEM, "cannot start threads");
+    kiln_status st = c->pool ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "cannot start threads");
+    if (!st) st = kl_kv_init(&c->kv, m->be, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap);
+    if (!st && shape.rs_floats) st = kl_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, &c->rs);
+    if (st) {
         kiln_context_free(c);
-        return KILN_ERR_NOMEM;
+        return st;
     }
     c->p.n_threads = kpool_size(c->pool);
     kbe_kv kvv;

@@ -27,12 +27,11 @@ uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
     return n;
 }
 
-int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra,
-               char *err, size_t errlen) {
+kiln_status kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx,
+                       int n_extra) {
     memset(kv, 0, sizeof *kv);
     if (be->kind == KBE_CUDA && shape->n_attn_layer > 0 && (type == KILN_KV_F32 || shape->v_in_k)) {
-        kb_errf(err, errlen, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
     }
     kv->be = be;
     kv->type = type;
@@ -47,9 +46,8 @@ int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int 
     kv->l_hrow = malloc(nl * sizeof *kv->l_hrow);
     kv->l_off = malloc(nl * sizeof *kv->l_off);
     if (!kv->l_hkv || !kv->l_hd || !kv->l_hrow || !kv->l_off) {
-        kb_errf(err, errlen, "out of memory");
         kl_kv_free(kv);
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (int l = 0; l < kv->n_layer; l++) {
         kv->l_hkv[l] = shape->layer_n_head_kv ? shape->layer_n_head_kv[l] : shape->n_head_kv;
@@ -63,10 +61,7 @@ int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int 
     kv->n_blocks = kv->max_blocks_per_seq * n_seq + n_extra;
     kv->mem_bytes = (size_t)kv->n_blocks * KL_KV_BLOCK * kl_kv_bytes_per_token(shape, type);
     kv->mem = be->map(kv->mem_bytes);
-    if (!kv->mem) {
-        kb_errf(err, errlen, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes);
-        return -1;
-    }
+    if (!kv->mem) { return kb_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes); }
     size_t nb = (size_t)kv->n_blocks;
     kv->n_bucket = 16;
     while (kv->n_bucket < kv->n_blocks) kv->n_bucket *= 2;
@@ -79,9 +74,8 @@ int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int 
     kv->btok = malloc(nb * KL_KV_BLOCK * sizeof(int32_t));
     if (shape->pos_cells && (!(kv->rnext = calloc(nb * KL_KV_BLOCK, sizeof(int32_t))) ||
                              !(kv->rbase = calloc(nb * KL_KV_BLOCK, sizeof(int32_t))))) {
-        kb_errf(err, errlen, "out of memory");
         kl_kv_free(kv);
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     kv->chain = malloc(nb * sizeof(int32_t));
     kv->lru_prev = malloc(nb * sizeof(int32_t));
@@ -89,9 +83,8 @@ int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int 
     kv->bucket = malloc((size_t)kv->n_bucket * sizeof(int32_t));
     if (!kv->free_list || !kv->seqs || !kv->seq_blocks || !kv->ref || !kv->hashed || !kv->bhash || !kv->btok ||
         !kv->chain || !kv->lru_prev || !kv->lru_next || !kv->bucket) {
-        kb_errf(err, errlen, "out of memory");
         kl_kv_free(kv);
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (int32_t i = 0; i < kv->n_bucket; i++) kv->bucket[i] = -1;
     kv->lru_head = kv->lru_tail = -1;
@@ -101,9 +94,8 @@ int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int 
     for (int s = 0; s < n_seq; s++) {
         kv->seqs[s].blocks = kv->seq_blocks[s] = malloc((size_t)kv->max_blocks_per_seq * sizeof(int32_t));
         if (!kv->seqs[s].blocks) {
-            kb_errf(err, errlen, "out of memory");
             kl_kv_free(kv);
-            return -1;
+            return kb_fail(KILN_ERR_NOMEM, "out of memory");
         }
     }
     return 0;

@@ -88,8 +88,8 @@ typedef struct kl_kv {
  * then only tracks lengths and prefix keys).  n_extra blocks beyond what
  * n_seq sequences of n_ctx tokens take: room for the blocks state
  * snapshots pin. */
-int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra,
-               char *err, size_t errlen);
+kiln_status kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx,
+                       int n_extra);
 /* The cache as the backend's attention ops see it. */
 void kl_kv_view(const kl_kv *kv, kbe_kv *out);
 void kl_kv_free(kl_kv *kv);
