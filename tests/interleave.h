@@ -1,12 +1,20 @@
 /*
- * Sequences side by side in one batch (test_models, test_backend_cuda):
- * the reference check that n_seq prompts decoded together give what each
- * gives alone.
+ * What the logits checks of test_models and test_backend_cuda share: the
+ * greedy token of a row, and sequences side by side in one batch (n_seq
+ * prompts decoded together give what each gives alone).
  */
 #ifndef KILN_TEST_INTERLEAVE_H
 #define KILN_TEST_INTERLEAVE_H
 
 #include <stdint.h>
+
+/* The index of x's largest of n values (the first of equals). */
+static int t_argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
 
 /* The prompts of n_seq sequences (sequence s: prompt + s, lens[s] tokens)
  * interleaved token by token: tok, seq and want [sum of lens] get the

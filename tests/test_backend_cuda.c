@@ -36,13 +36,6 @@ static kiln_context *new_ctx(kiln_model *m, int kv_type) {
     return c;
 }
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 static int kv_type = KILN_KV_F16; /* the caches run() makes */
 
 /* prompt then n greedy steps on backend be: ids into out, the prompt's
@@ -66,7 +59,7 @@ static int run(const char *path, int be, const int32_t *prompt, int n_prompt, in
     const float *lg = rc ? NULL : kiln_get_logits(c, n_prompt - 1);
     if (lg) memcpy(first, lg, (size_t)info.n_vocab * sizeof(float));
     for (int i = 0; !rc && i < n; i++) {
-        out[i] = argmax(lg, info.n_vocab);
+        out[i] = t_argmax(lg, info.n_vocab);
         kiln_batch b1 = {1, &out[i], NULL, NULL, NULL};
         if (i + 1 < n && kiln_decode(c, &b1) != KILN_OK) rc = -1;
         lg = kiln_get_logits(c, 0);
@@ -208,7 +201,7 @@ static void state_paths(const char *name, int be) {
         for (int s = 0; s < 3; s++) {
             const float *l = kiln_get_logits(c, last[s]);
             const float e = l ? rel_err(l, alone + (size_t)s * V, V) : 1.0f;
-            CHECKF(l && e <= LOGIT_TOL && argmax(l, V) == argmax(alone + (size_t)s * V, V),
+            CHECKF(l && e <= LOGIT_TOL && t_argmax(l, V) == t_argmax(alone + (size_t)s * V, V),
                    "%s: sequence %d batched with others: %g from alone", name, s, e);
         }
         for (int s = 0; s < 3; s++) kiln_seq_truncate(c, s, 0);
@@ -221,7 +214,7 @@ static void state_paths(const char *name, int be) {
         CHECKF(got > 0 && got < np, "%s: reused %d tokens", name, got);
         if (got > 0 && got < np) CHECK(feed(c, 1, prompt + got, np - got, lg, V) == 0);
         const float e = rel_err(lg, cold, V);
-        CHECKF(e <= LOGIT_TOL && argmax(lg, V) == argmax(cold, V), "%s: a prefix-cache hit: %g from cold", name, e);
+        CHECKF(e <= LOGIT_TOL && t_argmax(lg, V) == t_argmax(cold, V), "%s: a prefix-cache hit: %g from cold", name, e);
         kiln_kv_stats st;
         kiln_kv_get_stats(c, &st);
         CHECK(st.state_restores >= 1 && st.state_snapshots >= 1);
@@ -246,7 +239,7 @@ static void state_paths(const char *name, int be) {
         ref_tok[np + 2] = next;
         CHECK(feed(c, 2, ref_tok, np + 3, cold, V) == 0);
         const float e = rel_err(lg, cold, V);
-        CHECKF(e <= LOGIT_TOL && argmax(lg, V) == argmax(cold, V), "%s: drafts cut back: %g from fed", name, e);
+        CHECKF(e <= LOGIT_TOL && t_argmax(lg, V) == t_argmax(cold, V), "%s: drafts cut back: %g from fed", name, e);
         printf("%-12s drafts cut back (replay): logits %.2e from the tokens fed\n", name, e);
     }
     free(cold);
