@@ -14,6 +14,7 @@
  * bounds, see main).  What the backend has no kernel for is refused at load
  * or at context creation.  Without the mock (or a GPU) it is skipped (77). */
 #include "kiln.h"
+#include "interleave.h"
 #include "testutil.h"
 
 #include <jansson.h>
@@ -33,13 +34,6 @@ static kiln_context *new_ctx(kiln_model *m, int kv_type) {
     kiln_context *c = NULL;
     if (kiln_context_new(m, &cp, &c) != KILN_OK) fprintf(stderr, "context: %s\n", kiln_last_error());
     return c;
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
 }
 
 static int kv_type = KILN_KV_F16; /* the caches run() makes */
@@ -65,7 +59,7 @@ static int run(const char *path, int be, const int32_t *prompt, int n_prompt, in
     const float *lg = rc ? NULL : kiln_get_logits(c, n_prompt - 1);
     if (lg) memcpy(first, lg, (size_t)info.n_vocab * sizeof(float));
     for (int i = 0; !rc && i < n; i++) {
-        out[i] = argmax(lg, info.n_vocab);
+        out[i] = t_argmax(lg, info.n_vocab);
         kiln_batch b1 = {1, &out[i], NULL, NULL, NULL};
         if (i + 1 < n && kiln_decode(c, &b1) != KILN_OK) rc = -1;
         lg = kiln_get_logits(c, 0);
@@ -200,22 +194,14 @@ static void state_paths(const char *name, int be) {
         CHECK(kiln_seq_truncate(c, 0, 0) == KILN_OK);
         int32_t tok[128], seq[128];
         int8_t want[128] = {0};
-        int n = 0, last[3] = {0};
-        for (int i = 0; i < np; i++)
-            for (int s = 0; s < 3; s++)
-                if (i < lens[s]) {
-                    tok[n] = prompt[s + i];
-                    seq[n] = s;
-                    want[n] = i == lens[s] - 1;
-                    if (want[n]) last[s] = n;
-                    n++;
-                }
+        int last[3] = {0};
+        const int n = t_interleave(prompt, lens, 3, tok, seq, want, last);
         kiln_batch b = {n, tok, NULL, seq, want};
         CHECK(kiln_decode(c, &b) == KILN_OK);
         for (int s = 0; s < 3; s++) {
             const float *l = kiln_get_logits(c, last[s]);
             const float e = l ? rel_err(l, alone + (size_t)s * V, V) : 1.0f;
-            CHECKF(l && e <= LOGIT_TOL && argmax(l, V) == argmax(alone + (size_t)s * V, V),
+            CHECKF(l && e <= LOGIT_TOL && t_argmax(l, V) == t_argmax(alone + (size_t)s * V, V),
                    "%s: sequence %d batched with others: %g from alone", name, s, e);
         }
         for (int s = 0; s < 3; s++) kiln_seq_truncate(c, s, 0);
@@ -228,7 +214,7 @@ static void state_paths(const char *name, int be) {
         CHECKF(got > 0 && got < np, "%s: reused %d tokens", name, got);
         if (got > 0 && got < np) CHECK(feed(c, 1, prompt + got, np - got, lg, V) == 0);
         const float e = rel_err(lg, cold, V);
-        CHECKF(e <= LOGIT_TOL && argmax(lg, V) == argmax(cold, V), "%s: a prefix-cache hit: %g from cold", name, e);
+        CHECKF(e <= LOGIT_TOL && t_argmax(lg, V) == t_argmax(cold, V), "%s: a prefix-cache hit: %g from cold", name, e);
         kiln_kv_stats st;
         kiln_kv_get_stats(c, &st);
         CHECK(st.state_restores >= 1 && st.state_snapshots >= 1);
@@ -253,7 +239,7 @@ static void state_paths(const char *name, int be) {
         ref_tok[np + 2] = next;
         CHECK(feed(c, 2, ref_tok, np + 3, cold, V) == 0);
         const float e = rel_err(lg, cold, V);
-        CHECKF(e <= LOGIT_TOL && argmax(lg, V) == argmax(cold, V), "%s: drafts cut back: %g from fed", name, e);
+        CHECKF(e <= LOGIT_TOL && t_argmax(lg, V) == t_argmax(cold, V), "%s: drafts cut back: %g from fed", name, e);
         printf("%-12s drafts cut back (replay): logits %.2e from the tokens fed\n", name, e);
     }
     free(cold);

@@ -32,6 +32,7 @@
 #include "gen/gen.h"
 #include "gguf/gguf.h"
 #include "kiln.h"
+#include "interleave.h"
 #include "testutil.h"
 
 #include <jansson.h>
@@ -55,13 +56,6 @@ static kiln_context *new_ctx(kiln_model *m, int kv_type, int n_ctx, int n_seq) {
     return c;
 }
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* Feeds prompt then n greedy steps; writes the ids to out and, if margin
  * is not NULL, each step's top-1 minus top-2 logit. */
 static int greedy(kiln_context *c, int n_vocab, const int32_t *prompt, int n_prompt, int n, int32_t *out,
@@ -70,7 +64,7 @@ static int greedy(kiln_context *c, int n_vocab, const int32_t *prompt, int n_pro
     if (kiln_decode(c, &b) != KILN_OK) return -1;
     const float *lg = kiln_get_logits(c, n_prompt - 1);
     for (int i = 0; i < n; i++) {
-        out[i] = argmax(lg, n_vocab);
+        out[i] = t_argmax(lg, n_vocab);
         if (margin) {
             float second = -INFINITY;
             for (int k = 0; k < n_vocab; k++)
@@ -359,7 +353,7 @@ static void test_toolcall(void) {
         char out[1024];
         size_t ol = 0, pl;
         while (lg && k < 64) {
-            got[k] = argmax(lg, info.n_vocab);
+            got[k] = t_argmax(lg, info.n_vocab);
             const char *p = kiln_detok_push(d, got[k], &pl);
             if (ol + pl < sizeof out) {
                 memcpy(out + ol, p, pl);
@@ -557,7 +551,7 @@ static void qwen3moe_quantized(void) {
             CHECKF(rms < qs[q].rms_tol && d < qs[q].max_tol,
                    "%s case %d: logits %.4f std (rms) and up to %.4f std from F32's (at most %.2f, %.2f)", qs[q].ftype,
                    k, rms, d, qs[q].rms_tol, qs[q].max_tol);
-            CHECK(argmax(got, NV) == argmax(ref[k], NV));
+            CHECK(t_argmax(got, NV) == t_argmax(ref[k], NV));
             /* the repacked experts compute what the mapped ones do */
             CHECK(prompt_logits(out, 0, prompt, raw, NV, &info) == 0 && info.repacked_bytes == 0);
             const double dr = max_diff_std(raw, got, NV, NULL);
@@ -720,16 +714,8 @@ static void hybrid_state(const char *name) {
     {
         int32_t tok[192], seq[192];
         int8_t want[192] = {0};
-        int n = 0, last[3] = {0};
-        for (int i = 0; i < np; i++)
-            for (int s = 0; s < 3; s++)
-                if (i < lens[s]) {
-                    tok[n] = prompt[s + i];
-                    seq[n] = s;
-                    want[n] = i == lens[s] - 1;
-                    if (want[n]) last[s] = n;
-                    n++;
-                }
+        int last[3] = {0};
+        const int n = t_interleave(prompt, lens, 3, tok, seq, want, last);
         kiln_batch b = {n, tok, NULL, seq, want};
         CHECK(kiln_decode(c, &b) == KILN_OK);
         for (int s = 0; s < 3; s++)
@@ -1624,7 +1610,7 @@ static void mrope_cases(void) {
         const int ng = (int)json_array_size(gj);
         int same = ng <= 16 && lg;
         for (int i = 0; same && i < ng; i++) {
-            got[i] = argmax(lg, V);
+            got[i] = t_argmax(lg, V);
             same = got[i] == (int32_t)json_integer_value(json_array_get(gj, (size_t)i));
             kiln_batch b1 = {1, &got[i], NULL, NULL, NULL};
             lg = i + 1 < ng && kiln_decode(c, &b1) == KILN_OK ? kiln_get_logits(c, 0) : lg;

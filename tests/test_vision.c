@@ -2,11 +2,13 @@
  * the PyTorch reference of tests/gen_vision.py, hostile projector files,
  * prompts with images, and the text model reading image rows. */
 #include "testutil.h"
+#include "vision_pack.h"
 
 #include "kiln.h"
 
 #include "base/base.h"
 #include "gen/gen.h"
+#include "model/model.h"
 #include "vision/vision.h"
 
 #include <math.h>
@@ -170,19 +172,19 @@ static void test_prompt(void) {
     const char *text = "<start_of_turn>user\nWhat is in " VISION_MARKER " here?<end_of_turn>\n<start_of_turn>model\n";
     vision_prompt vp;
     /* a model without a projector refuses images */
-    CHECK(vision_prompt_build(plain, text, strlen(text), 1, 1, &img, 1, &vp) == KILN_ERR_UNSUPPORTED);
+    CHECK(kl_image_prompt(plain, text, strlen(text), 1, 1, &img, 1, &vp) == KILN_ERR_UNSUPPORTED);
     CHECKF(strstr(kiln_last_error(), "does not take images"), "%s", kiln_last_error());
     /* markers and images must agree */
-    CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &img, 0, &vp) == KILN_ERR_INVALID_ARG);
+    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &img, 0, &vp) == KILN_ERR_INVALID_ARG);
     const kiln_image_input two[2] = {img, img};
-    CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, two, 2, &vp) == KILN_ERR_INVALID_ARG);
+    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, two, 2, &vp) == KILN_ERR_INVALID_ARG);
     /* raw pixels of the wrong length, a damaged file, an empty one */
     const kiln_image_input short_raw = {g_px, (size_t)g_w * g_h * 3 - 1, g_w, g_h};
-    CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &short_raw, 1, &vp) == KILN_ERR_INVALID_ARG);
+    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &short_raw, 1, &vp) == KILN_ERR_INVALID_ARG);
     const kiln_image_input cut_png = {g_png, g_png_len / 2, 0, 0}, empty = {g_png, 0, 0, 0};
-    CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &cut_png, 1, &vp) == KILN_ERR_INVALID_ARG);
-    CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &empty, 1, &vp) == KILN_ERR_INVALID_ARG);
-    st = vision_prompt_build(m, text, strlen(text), 1, 1, &img, 1, &vp);
+    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &cut_png, 1, &vp) == KILN_ERR_INVALID_ARG);
+    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &empty, 1, &vp) == KILN_ERR_INVALID_ARG);
+    st = kl_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &vp);
     CHECKF(st == KILN_OK, "%s", kiln_last_error());
     if (st) return;
     CHECK(vp.n_rows == 16 && vp.n_embd == 64);
@@ -200,7 +202,7 @@ static void test_prompt(void) {
     CHECK(first > 0 && vp.tok[first - 1] == soi && vp.tok[first + 16] == eoi);
     /* the same image gives the same ids; another image other ids */
     vision_prompt v2;
-    CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &img, 1, &v2) == KILN_OK);
+    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &v2) == KILN_OK);
     CHECK(v2.n_tok == vp.n_tok && !memcmp(v2.tok, vp.tok, (size_t)vp.n_tok * sizeof *vp.tok));
     /* (its rows from the projector's cache, the same bits) */
     CHECK(v2.n_rows == vp.n_rows && !memcmp(v2.embd, vp.embd, (size_t)vp.n_rows * vp.n_embd * sizeof(float)));
@@ -209,13 +211,13 @@ static void test_prompt(void) {
     memcpy(px2, g_px, (size_t)g_w * g_h * 3);
     px2[0] ^= 1;
     const kiln_image_input img2 = {px2, (size_t)g_w * g_h * 3, g_w, g_h};
-    CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &img2, 1, &v2) == KILN_OK);
+    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &img2, 1, &v2) == KILN_OK);
     CHECK(v2.tok[first] != vp.tok[first]);
     CHECK(memcmp(v2.embd, vp.embd, (size_t)vp.n_rows * vp.n_embd * sizeof(float)) != 0);
     vision_prompt_free(&v2);
     free(px2);
     /* no marker: the image goes first, after BOS */
-    CHECK(vision_prompt_build(m, "Hi", 2, 1, 1, &img, 1, &v2) == KILN_OK);
+    CHECK(kl_image_prompt(m, "Hi", 2, 1, 1, &img, 1, &v2) == KILN_OK);
     CHECK(v2.n_tok > 18 && v2.tok[0] == kiln_token_bos(m) && v2.tok[1] == soi && v2.tok[2] < 0);
     vision_prompt_free(&v2);
 
@@ -264,7 +266,7 @@ static void test_fault(void) {
         vision_prompt vp;
         kb_fault_arm(n);
         kiln_status st = kiln_model_load(TEXT, &mp, &m);
-        if (st == KILN_OK) st = vision_prompt_build(m, text, strlen(text), 1, 1, &img, 1, &vp);
+        if (st == KILN_OK) st = kl_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &vp);
         const int fired = kb_fault_fired();
         kb_fault_arm(0);
         if (st == KILN_OK) vision_prompt_free(&vp);
@@ -331,7 +333,7 @@ static void test_gen(void) {
     const kiln_image_input img = {g_png, g_png_len, 0, 0};
     const char *text = "<start_of_turn>user\n" VISION_MARKER "Describe this image.<end_of_turn>\n";
     vision_prompt vp;
-    CHECK(vision_prompt_build(m, text, strlen(text), 1, 1, &img, 1, &vp) == KILN_OK);
+    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &vp) == KILN_OK);
     kiln_status st;
     const gen_out whole = gen_run(m, &vp, 0, 512, &st);
     CHECK(st == KILN_OK && whole.n == 8);
@@ -352,60 +354,18 @@ static void test_gen(void) {
 
 #define CHAT_PROMPT "<start_of_turn>user\n" VISION_MARKER "Describe this image.<end_of_turn>\n<start_of_turn>model\n"
 
-typedef struct text_buf {
-    char s[4096];
-    size_t n;
-} text_buf;
-
-static int on_piece(const char *piece, size_t len, int32_t token, void *user) {
-    (void)token;
-    text_buf *t = user;
-    if (t->n + len < sizeof t->s) {
-        memcpy(t->s + t->n, piece, len);
-        t->n += len;
-        t->s[t->n] = 0;
-    }
-    return 0;
-}
-
-static int copy_file(const char *from, const char *to) {
-    size_t len = 0;
-    char *b = t_read_file(from, &len);
-    FILE *f = b ? fopen(to, "wb") : NULL;
-    int ok = f && fwrite(b, 1, len, f) == len;
-    if (f) ok = fclose(f) == 0 && ok;
-    free(b);
-    return ok ? 0 : -1;
-}
-
 /* The engine's llm family: a pack's mmproj companion, a request with an
  * image, and the greedy text (into out). */
 static void test_engine(char *out, size_t cap) {
-    char tmpl[] = "/tmp/kiln_vision_pack_XXXXXX";
-    char *dir = mkdtemp(tmpl);
-    CHECK(dir != NULL);
-    if (!dir) return;
-    char model[512], proj[512], man[512];
-    snprintf(model, sizeof model, "%s/model.gguf", dir);
-    snprintf(proj, sizeof proj, "%s/mmproj.gguf", dir);
-    snprintf(man, sizeof man, "%s/manifest.json", dir);
-    CHECK(copy_file(TEXT, model) == 0 && copy_file(MMPROJ, proj) == 0);
-    FILE *f = fopen(man, "w");
-    if (f) {
-        fputs("{\"artifacts\": [{\"role\": \"model\", \"path\": \"model.gguf\"}, "
-              "{\"role\": \"mmproj\", \"path\": \"mmproj.gguf\"}]}\n",
-              f);
-        fclose(f);
+    vision_pack pk;
+    CHECK(vision_pack_make(&pk, "/tmp/kiln_vision_pack_XXXXXX", TEXT, MMPROJ) == 0);
+    kiln_context_params cp;
+    kiln_engine *e = vision_engine(pk.model, &cp);
+    CHECKF(e != NULL, "%s", kiln_last_error());
+    if (!e) {
+        vision_pack_remove(&pk);
+        return;
     }
-    kiln_engine *e = NULL;
-    CHECK(kiln_engine_create(KILN_ENGINE_LLM, KILN_ENGINE_BACKEND_AUTO, &e) == KILN_OK);
-    kiln_context_params cp = kiln_context_default_params();
-    cp.n_ctx = 256;
-    cp.n_seq_max = 2;
-    cp.n_threads = 2;
-    kiln_engine_set_context_params(e, &cp);
-    CHECK(kiln_engine_start(e) == KILN_OK);
-    CHECK(kiln_engine_load(e, model, NULL) == KILN_OK && kiln_engine_wait_idle(e, 60000) == KILN_OK);
     const kiln_image_input img = {g_png, g_png_len, 0, 0};
     kiln_engine_generate_request q = kiln_engine_generate_default();
     q.prompt = CHAT_PROMPT;
@@ -428,15 +388,11 @@ static void test_engine(char *out, size_t cap) {
     q.n_images = 0;
     CHECK(kiln_engine_generate(e, &q, NULL) == KILN_ERR_INVALID_ARG);
     kiln_engine_free(e);
-    unlink(model);
-    unlink(proj);
-    unlink(man);
-    rmdir(dir);
+    vision_pack_remove(&pk);
     /* a model without a projector refuses images with one line */
-    CHECK(kiln_engine_create(KILN_ENGINE_LLM, KILN_ENGINE_BACKEND_AUTO, &e) == KILN_OK);
-    kiln_engine_set_context_params(e, &cp);
-    CHECK(kiln_engine_start(e) == KILN_OK);
-    CHECK(kiln_engine_load(e, TEXT, NULL) == KILN_OK && kiln_engine_wait_idle(e, 60000) == KILN_OK);
+    e = vision_engine(TEXT, &cp);
+    CHECK(e != NULL);
+    if (!e) return;
     q.n_images = 1;
     CHECK(kiln_engine_generate(e, &q, NULL) == KILN_ERR_UNSUPPORTED);
     CHECKF(strstr(kiln_last_error(), "does not take images"), "%s", kiln_last_error());

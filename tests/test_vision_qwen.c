@@ -15,7 +15,9 @@
 #include "vision/vision.h"
 
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "testutil.h"
+#include "vision_pack.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -111,8 +113,7 @@ static void end_to_end(char *api_text, size_t cap) {
     unsigned char *png = read_all("data/vision/qwen25vl-image.png", &len);
     const kiln_image_input img = {png, len, 0, 0};
     vision_prompt vp;
-    CHECKF(png && vision_prompt_build(m, QPROMPT, strlen(QPROMPT), 1, 1, &img, 1, &vp) == KILN_OK, "%s",
-           kiln_last_error());
+    CHECKF(png && kl_image_prompt(m, QPROMPT, strlen(QPROMPT), 1, 1, &img, 1, &vp) == KILN_OK, "%s", kiln_last_error());
     CHECK(vp.n_rows == 30 && vp.mpos != NULL && vp.n_embd == 64);
     kiln_model_info info;
     kiln_model_get_info(m, &info);
@@ -177,64 +178,23 @@ static void end_to_end(char *api_text, size_t cap) {
     kiln_model_free(m);
 }
 
-typedef struct text_buf {
-    char s[1024];
-    size_t n;
-} text_buf;
-
-static int on_piece(const char *piece, size_t len, int32_t token, void *user) {
-    (void)token;
-    text_buf *t = user;
-    if (t->n + len < sizeof t->s) {
-        memcpy(t->s + t->n, piece, len);
-        t->n += len;
-        t->s[t->n] = 0;
-    }
-    return 0;
-}
-
-static int copy_file(const char *from, const char *to) {
-    size_t len = 0;
-    char *b = t_read_file(from, &len);
-    FILE *f = b ? fopen(to, "wb") : NULL;
-    int ok = f && fwrite(b, 1, len, f) == len;
-    if (f) ok = fclose(f) == 0 && ok;
-    free(b);
-    return ok ? 0 : -1;
-}
-
 /* The engine (gen's batches carry the M-RoPE rows): a pack of the text
  * model and its mmproj, the same request twice (the second reuses cached
  * blocks that end inside the image), the API's text both times. */
 static void engine_case(const char *api_text) {
-    char tmpl[] = "/tmp/kiln_vqwen_pack_XXXXXX";
-    char *dir = mkdtemp(tmpl);
-    CHECK(dir != NULL);
-    if (!dir) return;
-    char model[512], proj[512], man[512];
-    snprintf(model, sizeof model, "%s/model.gguf", dir);
-    snprintf(proj, sizeof proj, "%s/mmproj.gguf", dir);
-    snprintf(man, sizeof man, "%s/manifest.json", dir);
-    CHECK(copy_file("data/vision/qwen2vl-f32.gguf", model) == 0 &&
-          copy_file("data/vision/qwen25vl-mmproj-f32.gguf", proj) == 0);
-    FILE *f = fopen(man, "w");
-    if (f) {
-        fputs("{\"artifacts\": [{\"role\": \"model\", \"path\": \"model.gguf\"}, "
-              "{\"role\": \"mmproj\", \"path\": \"mmproj.gguf\"}]}\n",
-              f);
-        fclose(f);
-    }
+    vision_pack pk;
+    CHECK(vision_pack_make(&pk, "/tmp/kiln_vqwen_pack_XXXXXX", "data/vision/qwen2vl-f32.gguf",
+                           "data/vision/qwen25vl-mmproj-f32.gguf") == 0);
     size_t len;
     unsigned char *png = read_all("data/vision/qwen25vl-image.png", &len);
-    kiln_engine *e = NULL;
-    CHECK(kiln_engine_create(KILN_ENGINE_LLM, KILN_ENGINE_BACKEND_AUTO, &e) == KILN_OK);
-    kiln_context_params cp = kiln_context_default_params();
-    cp.n_ctx = 256;
-    cp.n_seq_max = 2;
-    cp.n_threads = 2;
-    kiln_engine_set_context_params(e, &cp);
-    CHECK(kiln_engine_start(e) == KILN_OK);
-    CHECK(kiln_engine_load(e, model, NULL) == KILN_OK && kiln_engine_wait_idle(e, 60000) == KILN_OK);
+    kiln_context_params cp;
+    kiln_engine *e = vision_engine(pk.model, &cp);
+    CHECKF(e != NULL, "%s", kiln_last_error());
+    if (!e) {
+        free(png);
+        vision_pack_remove(&pk);
+        return;
+    }
     const kiln_image_input img = {png, len, 0, 0};
     kiln_engine_generate_request q = kiln_engine_generate_default();
     q.prompt = QPROMPT;
@@ -253,10 +213,7 @@ static void engine_case(const char *api_text) {
     printf("engine: the API's text, twice (the second from cached blocks)\n");
     kiln_engine_free(e);
     free(png);
-    unlink(model);
-    unlink(proj);
-    unlink(man);
-    rmdir(dir);
+    vision_pack_remove(&pk);
 }
 
 /* kiln run with the qwen2vl text model and the Qwen2-VL mmproj, the

@@ -10,6 +10,7 @@
 #include "chat/gotmpl.h"
 #include "chat/template.h"
 #include "gen/gen.h"
+#include "model/model.h"
 #include "spec/spec.h"
 #include "sample/jschema.h"
 #include "sample/sample.h"
@@ -474,8 +475,8 @@ static int image_prompt(kiln_model *m, const char *text, int add_bos, const char
         }
         in[i] = (kiln_image_input){bytes[i], len, 0, 0};
     }
-    if (!rc && vision_prompt_build(m, text, strlen(text), add_bos, 1, n_files ? in : imgs, n_files ? n_files : n_img,
-                                   vp) != KILN_OK)
+    if (!rc && kl_image_prompt(m, text, strlen(text), add_bos, 1, n_files ? in : imgs, n_files ? n_files : n_img, vp) !=
+                   KILN_OK)
         rc = cli_fail("image");
     for (int i = 0; i < n_files; i++) free(bytes[i]);
     return rc;

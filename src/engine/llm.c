@@ -132,8 +132,8 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
     /* images: the prompt's markers parsed, special tokens with them (as
      * llama-mtmd-cli); the projector encodes on this thread */
     vision_prompt vp;
-    kiln_status st = vision_prompt_build(lm->m, req->prompt, len, 1, req->n_images > 0, req->images,
-                                         req->n_images > 0 ? req->n_images : 0, &vp);
+    kiln_status st = kl_image_prompt(lm->m, req->prompt, len, 1, req->n_images > 0, req->images,
+                                     req->n_images > 0 ? req->n_images : 0, &vp);
     if (st != KILN_OK) return st;
     const int n = vp.n_tok;
     if (n == 0) {

@@ -1,6 +1,6 @@
 /* The public entry points of kiln.h that concern models and contexts:
- * context creation and sizing, decode, tokenizer wrappers, and kl_fail (a
- * failure that a context also keeps; base/error.c holds the rest). */
+ * context creation and sizing, decode, the sequence and prefix-cache
+ * calls, tokenizer wrappers. */
 #include "model/decoder.h"
 #include "model/mtp.h"
 #include "model/state.h"
@@ -15,15 +15,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-kiln_status kl_fail(kiln_context *c, kiln_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    kb_vfail(st, fmt, ap);
-    va_end(ap);
-    if (c) snprintf(c->err, sizeof c->err, "%s", kiln_last_error());
-    return st;
-}
 
 void kiln_set_log(kiln_log_fn fn, void *user, int max_level) { kb_set_log(fn, user, max_level); }
 
@@ -157,18 +148,14 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     c->p.mtp = mtp_ord >= 0;
     c->shape = shape;
     c->mtp_ord = mtp_ord;
-    char err[256];
     kq_init();
     c->pool = kpool_new(p.n_threads);
-    if (!c->pool || kl_kv_init(&c->kv, m->be, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap, err, sizeof err) ||
-        (shape.rs_floats &&
-         !(c->rs = kl_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, err, sizeof err)))) {
-        if (c->pool)
-            kb_fail(KILN_ERR_NOMEM, "%s", err);
-        else
-            kb_fail(KILN_ERR_NOMEM, "cannot start threads");
+    kiln_status st = c->pool ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "cannot start threads");
+    if (!st) st = kl_kv_init(&c->kv, m->be, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap);
+    if (!st && shape.rs_floats) st = kl_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, &c->rs);
+    if (st) {
         kiln_context_free(c);
-        return KILN_ERR_NOMEM;
+        return st;
     }
     c->p.n_threads = kpool_size(c->pool);
     kbe_kv kvv;
@@ -309,6 +296,42 @@ kiln_status kiln_seq_copy(kiln_context *c, int32_t src, int32_t dst) {
 }
 
 /* -------------------------------------------------------------- tokenizer */
+
+/* ---- public prefix-cache calls (kiln.h) ---- */
+
+int32_t kiln_seq_reuse(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n) {
+    if (!c || seq < 0 || seq >= c->kv.n_seq || (!tokens && n) || n < 0)
+        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
+    if (c->kv.seqs[seq].len != 0) return kl_fail(c, KILN_ERR_STATE, "sequence %d is not empty", seq);
+    if (n <= 1) return 0;
+    if (c->rs) return kl_rs_reuse(c, seq, tokens, n);
+    return kl_kv_reuse(&c->kv, seq, tokens, n, n - 1);
+}
+
+kiln_status kiln_seq_cache(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n) {
+    if (!c || seq < 0 || seq >= c->kv.n_seq || (!tokens && n) || n < 0)
+        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
+    kl_kv_register(&c->kv, seq, tokens, n);
+    if (c->rs) kl_rs_cache(c, seq, tokens, n);
+    return KILN_OK;
+}
+
+void kiln_kv_get_stats(const kiln_context *c, kiln_kv_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!c) return;
+    const kl_kv *kv = &c->kv;
+    out->block_tokens = KL_KV_BLOCK;
+    out->n_blocks = kv->n_blocks;
+    out->n_cached = kv->n_cached;
+    out->n_used = kv->n_blocks - kv->n_free - kv->n_cached;
+    out->lookup_blocks = kv->n_lookup_blocks;
+    out->hit_blocks = kv->n_hit_blocks;
+    if (c->rs) {
+        out->state_slots = c->rs->n_snap;
+        for (int i = 0; i < c->rs->n_snap; i++) out->state_snapshots += c->rs->snap[i].pos >= 0;
+        out->state_restores = c->rs->n_restored;
+    }
+}
 
 int kiln_tokenize(const kiln_model *m, const char *text, size_t len, int add_special, int parse_special, int32_t *out,
                   int cap) {

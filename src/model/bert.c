@@ -55,27 +55,23 @@ struct kl_bert {
 
 static void bert_free_data(struct kl_bert *b);
 
-static int bert_bind(kiln_model *m, char *err, size_t errlen) {
+static kiln_status bert_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
     if (hp->n_head_kv != hp->n_head || hp->hd_k * hp->n_head != hp->n_embd) {
-        snprintf(err, errlen, "bert needs n_head_kv == n_head and head size n_embd/n_head (got %d/%d heads, %d)",
-                 hp->n_head_kv, hp->n_head, hp->hd_k);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT,
+                       "bert needs n_head_kv == n_head and head size n_embd/n_head (got %d/%d heads, %d)",
+                       hp->n_head_kv, hp->n_head, hp->hd_k);
     }
-    if (hp->n_ff <= 0) {
-        snprintf(err, errlen, "bad or missing feed_forward_length (%d)", hp->n_ff);
-        return -1;
-    }
+    if (hp->n_ff <= 0) { return kb_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     struct kl_bert *b = calloc(1, sizeof *b);
     if (b) b->layers = calloc((size_t)hp->n_layer, sizeof *b->layers);
     if (!b || !b->layers) {
         bert_free_data(b);
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     m->fam = b;
     b->eps = (float)gguf_get_float(m->gf, "bert.attention.layer_norm_epsilon", 1e-12);
-    kl_binder B = {m, err, errlen, 0};
+    kl_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd, F = hp->n_ff;
     m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
@@ -84,7 +80,7 @@ static int bert_bind(kiln_model *m, char *err, size_t errlen) {
     b->n_pos = (int)b->pos_embd.nrows;
     b->emb_norm_w = kl_bind_vec(&B, "token_embd_norm.weight", E, 0);
     b->emb_norm_b = kl_bind_vec(&B, "token_embd_norm.bias", E, 0);
-    for (int i = 0; i < hp->n_layer && !B.failed; i++) {
+    for (int i = 0; i < hp->n_layer && !B.st; i++) {
         kl_bert_layer *l = &b->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
@@ -113,15 +109,12 @@ static int bert_bind(kiln_model *m, char *err, size_t errlen) {
         b->cls = kl_bind_mat(&B, "cls.weight", E, E, 1);
         if (b->cls.data) b->cls_b = kl_bind_vec(&B, "cls.bias", E, 1);
         const gguf_kv *labels = kl_meta_kv(m, "classifier.output_labels");
-        if (!B.failed && labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != hp->n_cls_out))
+        if (!B.st && labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != hp->n_cls_out))
             kl_bind_fail(&B, "bert.classifier.output_labels has %lld entries but cls.output.weight %d rows",
                          labels->type == GGUF_ARRAY ? (long long)labels->n : -1LL, hp->n_cls_out);
     }
-    if (B.failed) return -1;
-    if (hp->n_vocab <= 0 || b->n_pos <= 0) {
-        snprintf(err, errlen, "bert embedding tables are empty");
-        return -1;
-    }
+    if (B.st) return B.st;
+    if (hp->n_vocab <= 0 || b->n_pos <= 0) { return kb_fail(KILN_ERR_FORMAT, "bert embedding tables are empty"); }
     if (b->n_pos < hp->n_ctx_train) hp->n_ctx_train = b->n_pos;
     return 0;
 }

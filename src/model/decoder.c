@@ -95,7 +95,7 @@ kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) {
     if (*n_out > c->logits_cap) return kl_fail(c, KILN_ERR_INTERNAL, "logits buffer too small");
     /* an image that attends both ways: each of its tokens sees up to its last */
     c->b_bidi = 0;
-    if (c->b_embd && kl_vision_bidirectional(c->m))
+    if (c->b_embd && c->m->image_bidi)
         for (int i = b->n - 1; i >= 0; i--)
             if (b->token[i] < 0 && i + 1 < b->n && b->token[i + 1] < 0 && c->b_seq[i + 1] == c->b_seq[i] &&
                 c->b_pos[i + 1] == c->b_pos[i] + 1)
@@ -177,4 +177,37 @@ void kl_attn_run_opts(kiln_context *c, int ord, const float *q, float *out, int 
 
 void kl_attn_run(kiln_context *c, int ord, const float *q, float *out, int n) {
     kl_attn_run_opts(c, ord, q, out, n, NULL);
+}
+
+int kl_batch_seq_runs(kiln_context *c, int n, int32_t *ord, int32_t *tmp, int32_t *run, int *n_run) {
+    uint64_t seen = 0; /* sequences whose run ended (n_seq_max <= 64) */
+    int sorted = 1;
+    for (int i = 1; i < n && sorted; i++)
+        if (c->b_seq[i] != c->b_seq[i - 1]) {
+            seen |= 1ull << c->b_seq[i - 1];
+            sorted = !(seen >> c->b_seq[i] & 1); /* a sequence back after another: not grouped */
+        }
+    for (int i = 0; i < n; i++) ord[i] = i;
+    if (!sorted) {
+        int k = 0;
+        for (int s = 0; s < c->kv.n_seq; s++)
+            for (int i = 0; i < n; i++)
+                if (c->b_seq[i] == s) ord[k++] = i;
+        for (int i = 0; i < n; i++) tmp[i] = c->b_seq[ord[i]];
+        memcpy(c->b_seq, tmp, (size_t)n * sizeof(int32_t));
+        for (int i = 0; i < n; i++) tmp[i] = c->b_pos[ord[i]];
+        memcpy(c->b_pos, tmp, (size_t)n * sizeof(int32_t));
+    }
+    *n_run = 0;
+    for (int i = 0; i < n; i++)
+        if (i == 0 || c->b_seq[i] != c->b_seq[i - 1]) run[(*n_run)++] = i;
+    run[*n_run] = n;
+    return !sorted;
+}
+
+void kl_batch_seq_restore(kiln_context *c, int n, const int32_t *ord, int32_t *tmp) {
+    for (int i = 0; i < n; i++) tmp[ord[i]] = c->b_seq[i];
+    memcpy(c->b_seq, tmp, (size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) tmp[ord[i]] = c->b_pos[i];
+    memcpy(c->b_pos, tmp, (size_t)n * sizeof(int32_t));
 }

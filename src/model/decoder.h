@@ -17,13 +17,22 @@
 #ifndef KILN_DECODER_H
 #define KILN_DECODER_H
 
-#include "model/model.h"
+#include "model/context.h"
 
 /* Checks batch b against the context before any compute (ids, sequences,
  * positions, room in the context and in the KV cache) and resolves each
  * token's sequence and position into c->b_seq / c->b_pos and its logits
  * row into c->out_idx (-1: none); *n_out counts the rows. */
 kiln_status kl_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out);
+/* Recurrent families, which run a sequence's tokens in order: orders the
+ * batch's n tokens by sequence (stable, so positions stay increasing).
+ * ord [n] gets the batch index of each row in run order, c->b_seq and
+ * c->b_pos are permuted to match, run [n + 1] gets the row where each run
+ * of one sequence starts (*n_run runs, run[*n_run] = n); tmp [n] is
+ * scratch.  Returns 1 when the order changed (kl_batch_seq_restore puts
+ * b_seq and b_pos back). */
+int kl_batch_seq_runs(kiln_context *c, int n, int32_t *ord, int32_t *tmp, int32_t *run, int *n_run);
+void kl_batch_seq_restore(kiln_context *c, int n, const int32_t *ord, int32_t *tmp);
 /* The batch's n tokens are now held by their sequences. */
 void kl_batch_commit(kiln_context *c, int n);
 /* Rows x[i] (n_embd floats, i < n) of the tokens that asked for logits:

@@ -129,14 +129,11 @@ static void ds_bind_kv_b(kl_binder *B, ds_model *d, int H, int il, ds_layer *l) 
     free(row);
 }
 
-static int ds_bind(kiln_model *m, char *err, size_t errlen) {
+static kiln_status ds_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
     ds_model *d = calloc(1, sizeof *d);
     m->fam = d;
-    if (!d) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!d) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     const int H = hp->n_head;
     d->q_rank = (int)kl_meta_int(m, "attention.q_lora_rank", 0);
     d->r = (int)kl_meta_int(m, "attention.kv_lora_rank", 0);
@@ -150,41 +147,36 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     d->n_dense = (int)kl_meta_int(m, "leading_dense_block_count", 0);
     const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
     if (nextn < 0 || nextn >= hp->n_layer) {
-        snprintf(err, errlen, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
     }
     d->n_layer = hp->n_layer - (int)nextn;
     if (d->q_rank < 0 || d->q_rank > (1 << 16) || d->r <= 0 || d->r > (1 << 16) || d->dn < 1 || dk > 4096 ||
         d->dv <= 0 || d->dv > 4096 ||
         (!d->legacy && (hp->n_head_kv != 1 || hp->hd_k != d->r + d->dr || hp->hd_v != d->r)) || d->n_dense < 0 ||
         d->n_dense > d->n_layer) {
-        snprintf(err, errlen,
-                 "bad MLA hyperparameters (q_lora_rank %d, kv_lora_rank %d, key_length_mla %d, value_length_mla %d, "
-                 "rope dims %d, head_count_kv %d, key_length %d, value_length %d, leading_dense_block_count %d)",
-                 d->q_rank, d->r, dk, d->dv, d->dr, hp->n_head_kv, hp->hd_k, hp->hd_v, d->n_dense);
-        return -1;
+        return kb_fail(
+            KILN_ERR_FORMAT,
+            "bad MLA hyperparameters (q_lora_rank %d, kv_lora_rank %d, key_length_mla %d, value_length_mla %d, "
+            "rope dims %d, head_count_kv %d, key_length %d, value_length %d, leading_dense_block_count %d)",
+            d->q_rank, d->r, dk, d->dv, d->dr, hp->n_head_kv, hp->hd_k, hp->hd_v, d->n_dense);
     }
     if (d->n_dense > 0 && hp->n_ff <= 0) {
-        snprintf(err, errlen, "bad or missing feed_forward_length (%d)", hp->n_ff);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff);
     }
     if (d->n_dense < d->n_layer) {
-        if (kl_moe_read_hparams(m, &d->moe, err, errlen)) return -1;
+        kiln_status st = kl_moe_read_hparams(m, &d->moe);
+        if (st) return st;
         const int64_t n_shared = kl_meta_int(m, "expert_shared_count", 0);
         if (!d->moe.n_expert || n_shared < 0 || n_shared > 64) {
-            snprintf(err, errlen, "bad expert_count %d / expert_shared_count %lld", d->moe.n_expert,
-                     (long long)n_shared);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "bad expert_count %d / expert_shared_count %lld", d->moe.n_expert,
+                           (long long)n_shared);
         }
         d->moe.F_sh = (int)(d->moe.F_exp * n_shared);
         d->moe.w_norm = kl_meta_int(m, "expert_weights_norm", 0) != 0;
         d->moe.sh_ungated = 1;
         d->moe.probs_b = 1;
         d->experts = calloc((size_t)d->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
-        if (!d->experts) {
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
+        if (!d->experts) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     }
     /* RoPE: normal pairs; with the log multiplier llama.cpp makes the
      * cos/sin magnitude 1 and moves mscale into the attention scale */
@@ -198,25 +190,21 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
     const float mscale = mag * (1.0f + 0.1f * log_mul * ln_f);
     d->kq_scale = mscale * mscale / sqrtf((float)dk);
     if (!isfinite(d->kq_scale) || !(d->kq_scale > 0.0f)) {
-        snprintf(err, errlen, "bad rope scaling (attention scale %g)", (double)d->kq_scale);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "bad rope scaling (attention scale %g)", (double)d->kq_scale);
     }
     d->layers = calloc((size_t)d->n_layer, sizeof *d->layers);
     d->heads = calloc((size_t)d->n_layer * 2 * (size_t)H, sizeof *d->heads);
     if (d->legacy) d->kb_mem = malloc((size_t)d->n_layer * H * d->r * d->dn * sizeof(uint16_t));
-    if (!d->layers || !d->heads || (d->legacy && !d->kb_mem)) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!d->layers || !d->heads || (d->legacy && !d->kb_mem)) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
 
-    kl_binder B = {m, err, errlen, 0};
+    kl_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd, nq = (int64_t)H * dk;
     m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
     m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
     m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
-    for (int i = 0; i < d->n_layer && !B.failed; i++) {
+    for (int i = 0; i < d->n_layer && !B.st; i++) {
         ds_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
@@ -242,7 +230,7 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         l->ffn_norm = kl_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
         if (i >= d->n_dense) {
             kl_moe_bind(&B, m, &d->moe, i, &l->ex, d->experts + (size_t)i * 3 * d->moe.n_expert);
-            if (d->moe.F_sh && !B.failed && !l->ex.s_up.data)
+            if (d->moe.F_sh && !B.st && !l->ex.s_up.data)
                 kl_bind_fail(&B, "layer %d: expert_shared_count without ffn_up_shexp", i);
             continue;
         }
@@ -251,7 +239,7 @@ static int ds_bind(kiln_model *m, char *err, size_t errlen) {
         l->w_down = kl_bind_mat(&B, NAME("ffn_down.weight"), hp->n_ff, E, 0);
 #undef NAME
     }
-    if (B.failed) return -1;
+    if (B.st) return B.st;
     /* a decode step reads one token's experts, not all of them */
     if (d->moe.n_expert) m->active_bytes = kl_moe_active_bytes(m, &d->moe, d->n_layer);
     return 0;

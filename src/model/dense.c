@@ -94,55 +94,43 @@ static kk_mat dense_rows(kk_mat w, int64_t r0, int64_t n) {
     return w;
 }
 
-static int dense_bind(kiln_model *m, char *err, size_t errlen) {
+static kiln_status dense_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
     const int moe = (m->arch->flags & DENSE_MOE) != 0;
-    if (!moe && hp->n_ff <= 0) {
-        snprintf(err, errlen, "bad or missing feed_forward_length (%d)", hp->n_ff);
-        return -1;
-    }
+    if (!moe && hp->n_ff <= 0) { return kb_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     hp->rope.neox = (m->arch->flags & DENSE_NEOX) != 0;
-    if ((m->arch->flags & (DENSE_MROPE | DENSE_IMROPE)) &&
-        kl_rope_sections(m, (m->arch->flags & DENSE_IMROPE) ? KK_IMROPE : KK_MROPE, err, errlen))
-        return -1;
+    if (m->arch->flags & (DENSE_MROPE | DENSE_IMROPE)) {
+        const kiln_status st = kl_rope_sections(m, (m->arch->flags & DENSE_IMROPE) ? KK_IMROPE : KK_MROPE);
+        if (st) return st;
+    }
     /* Qwen3-VL: an image row carries n_deepstack more slices of n_embd,
      * added to the residual after layers 0 .. n_deepstack - 1 */
     const int64_t n_ds = kl_meta_int(m, "n_deepstack_layers", 0);
     if (n_ds < 0 || n_ds > hp->n_layer) {
-        snprintf(err, errlen, "bad n_deepstack_layers %lld", (long long)n_ds);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "bad n_deepstack_layers %lld", (long long)n_ds);
     }
     hp->n_embd_inp = hp->n_embd * (int)(1 + n_ds);
     dense_model *d = calloc(1, sizeof *d);
     m->fam = d;
-    if (!d) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!d) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     if (moe) {
-        if (kl_moe_read_hparams(m, &d->moe, err, errlen)) return -1;
-        if (!d->moe.n_expert) {
-            snprintf(err, errlen, "%s without expert_count", m->arch_name);
-            return -1;
-        }
+        kiln_status st = kl_moe_read_hparams(m, &d->moe);
+        if (st) return st;
+        if (!d->moe.n_expert) { return kb_fail(KILN_ERR_FORMAT, "%s without expert_count", m->arch_name); }
         d->moe.F_sh = 0;    /* no shared expert */
         d->moe.w_scale = 0; /* the renormalized weights as they are */
         d->experts = calloc((size_t)hp->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
     }
     d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
-    if (!d->layers || (moe && !d->experts)) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!d->layers || (moe && !d->experts)) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     if (m->arch->flags & DENSE_ATTN_TEMP) {
         d->attn_temp = (float)kl_meta_float(m, "attention.temperature_scale", 0.0);
         d->attn_temp_floor = (float)hp->rope.n_ctx_orig;
         if (d->attn_temp != 0.0f && !(d->attn_temp_floor > 0.0f)) {
-            snprintf(err, errlen, "attention.temperature_scale without rope.scaling.original_context_length");
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "attention.temperature_scale without rope.scaling.original_context_length");
         }
     }
-    kl_binder B = {m, err, errlen, 0};
+    kl_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd;
     m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
@@ -160,7 +148,7 @@ static int dense_bind(kiln_model *m, char *err, size_t errlen) {
         if (!(hp->rope.attn_factor > 0.0f) || !isfinite(hp->rope.attn_factor))
             kl_bind_fail(&B, "bad rope.scaling.attn_factor");
     }
-    for (int i = 0; i < hp->n_layer && !B.failed; i++) {
+    for (int i = 0; i < hp->n_layer && !B.st; i++) {
         dense_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
@@ -199,7 +187,7 @@ static int dense_bind(kiln_model *m, char *err, size_t errlen) {
         l->w_down = kl_bind_mat(&B, NAME("ffn_down.weight"), hp->n_ff, E, 0);
 #undef NAME
     }
-    if (B.failed) return -1;
+    if (B.st) return B.st;
     /* a decode step reads one token's experts, not all of them */
     if (moe) m->active_bytes = kl_moe_active_bytes(m, &d->moe, hp->n_layer);
     return 0;

@@ -12,7 +12,7 @@
 #ifndef KILN_ENCODER_H
 #define KILN_ENCODER_H
 
-#include "model/model.h"
+#include "model/family.h"
 
 typedef struct kl_enc_batch {
     int n_seq, n_rows;

@@ -1,10 +1,18 @@
-/* The registry of model families.  Each family's file declares its table
+/* The registry of model families and what the family contract gives every
+ * family (family.h): the metadata readers, the tensor binder and the list
+ * of weights the backend prepares.  Each family's file declares its table
  * (kl_family) with the architecture names it serves; this list is the only
  * place that names the families, and it never names an architecture. */
-#include "model/model.h"
+#include "model/family.h"
+
+#include "base/base.h"
+#include "gguf/check.h"
+#include "quant/quant.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const kl_family *const k_families[] = {&kl_family_dense,      &kl_family_hybrid,      &kl_family_bert,
@@ -35,4 +43,141 @@ static void build_list(void) {
 const char *kl_arch_list(void) {
     pthread_once(&g_list_once, build_list);
     return g_list;
+}
+
+/* ---- metadata ---- */
+
+static void meta_key(const kiln_model *m, const char *suffix, char *key, size_t cap) {
+    snprintf(key, cap, "%s.%s", m->arch_name, suffix);
+}
+
+int64_t kl_meta_int(const kiln_model *m, const char *suffix, int64_t def) {
+    char key[128];
+    meta_key(m, suffix, key, sizeof key);
+    return gguf_get_int(m->gf, key, def);
+}
+
+double kl_meta_float(const kiln_model *m, const char *suffix, double def) {
+    char key[128];
+    meta_key(m, suffix, key, sizeof key);
+    return gguf_get_float(m->gf, key, def);
+}
+
+const gguf_kv *kl_meta_kv(const kiln_model *m, const char *suffix) {
+    char key[128];
+    meta_key(m, suffix, key, sizeof key);
+    return gguf_find(m->gf, key);
+}
+
+/* ---- the binder ---- */
+
+void kl_bind_fail(kl_binder *B, const char *fmt, ...) {
+    if (B->st) return;
+    va_list ap;
+    va_start(ap, fmt);
+    B->st = kb_vfail(KILN_ERR_FORMAT, fmt, ap);
+    va_end(ap);
+}
+
+const gguf_tensor *kl_bind_tensor(kl_binder *B, const char *name, int dims, const int64_t *ne, int optional) {
+    const gguf_tensor *t = NULL;
+    if (!B->st) B->st = gguf_tensor_check(B->m->gf, name, dims, ne, optional, &t);
+    return t;
+}
+
+const float *kl_bind_vec(kl_binder *B, const char *name, int64_t n, int optional) {
+    const gguf_tensor *t = kl_bind_tensor(B, name, 1, &n, optional);
+    if (!t) return NULL;
+    if (t->type != KQ_F32) {
+        kl_bind_fail(B, "tensor %s must be F32 (it is %s)", name, kq_get((int)t->type)->name);
+        return NULL;
+    }
+    return t->data;
+}
+
+kk_mat kl_bind_mat(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional) {
+    kk_mat w = {0};
+    const int64_t ne[2] = {ncols, nrows};
+    const gguf_tensor *t = kl_bind_tensor(B, name, 2, ne, optional);
+    if (!t) return w;
+    w.data = t->data;
+    w.type = (int)t->type;
+    w.ncols = ncols;
+    w.nrows = t->ne[1];
+    return w;
+}
+
+int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kk_mat *out, int optional) {
+    const int64_t ne[3] = {ncols, nrows, n_mat};
+    const gguf_tensor *t = kl_bind_tensor(B, name, 3, ne, optional);
+    if (!t) return 0;
+    const size_t bytes = kq_row_size((int)t->type, ncols) * (size_t)nrows;
+    for (int e = 0; e < n_mat; e++)
+        out[e] = (kk_mat){(const uint8_t *)t->data + (size_t)e * bytes, (int)t->type, ncols, nrows, NULL};
+    return 1;
+}
+
+/* ---- the repack list ---- */
+
+void kl_weights_mat(kl_weights *w, kk_mat *m) {
+    if (w->failed || !m->data) return;
+    if (w->n_mats == w->cap_mats) {
+        int nc = w->cap_mats ? 2 * w->cap_mats : 256;
+        kk_mat **nm = realloc(w->mats, (size_t)nc * sizeof *nm);
+        if (!nm) {
+            w->failed = 1;
+            return;
+        }
+        w->mats = nm;
+        w->cap_mats = nc;
+    }
+    w->mats[w->n_mats++] = m;
+}
+
+void kl_weights_vec(kl_weights *w, const float **v, int64_t len) {
+    if (w->failed || !*v) return;
+    if (w->n_vecs == w->cap_vecs) {
+        int nc = w->cap_vecs ? 2 * w->cap_vecs : 256;
+        const float ***nv = realloc(w->vecs, (size_t)nc * sizeof *nv);
+        int64_t *nl = nv ? realloc(w->vlen, (size_t)nc * sizeof *nl) : NULL;
+        if (nv) w->vecs = nv;
+        if (!nv || !nl) {
+            w->failed = 1;
+            return;
+        }
+        w->vlen = nl;
+        w->cap_vecs = nc;
+    }
+    w->vecs[w->n_vecs] = v;
+    w->vlen[w->n_vecs++] = len;
+}
+
+kiln_status kl_rope_sections(kiln_model *m, int kind) {
+    kk_rope *r = &m->hp.rope;
+    const gguf_kv *sec = kl_meta_kv(m, "rope.dimension_sections");
+    if (!sec) { return kb_fail(KILN_ERR_FORMAT, "%s without rope.dimension_sections", m->arch_name); }
+    int64_t sum = 0;
+    const uint64_t n = sec->type == GGUF_ARRAY ? sec->n : 1;
+    if (n > 4 && sec->type == GGUF_ARRAY)
+        for (uint64_t i = 4; i < n; i++)
+            if (gguf_arr_int(sec, i) != 0) {
+                return kb_fail(KILN_ERR_FORMAT, "rope.dimension_sections has more than 4 non-zero sections");
+            }
+    for (uint64_t i = 0; i < 4; i++) {
+        const int64_t v = i >= n                    ? 0
+                          : sec->type == GGUF_ARRAY ? gguf_arr_int(sec, i)
+                                                    : kl_meta_int(m, "rope.dimension_sections", 0);
+        if (v < 0 || v > 4096) {
+            return kb_fail(KILN_ERR_FORMAT, "bad rope.dimension_sections[%llu] %lld", (unsigned long long)i,
+                           (long long)v);
+        }
+        r->sections[i] = (int)v;
+        sum += v;
+    }
+    if (sum <= 0 || sum * 2 > r->n_rot) {
+        return kb_fail(KILN_ERR_FORMAT, "rope.dimension_sections cover %lld dims; rope.dimension_count is %d",
+                       (long long)(sum * 2), r->n_rot);
+    }
+    r->mrope = kind;
+    return KILN_OK;
 }

@@ -87,28 +87,26 @@ typedef struct gm_model {
 
 /* ---------------------------------------------------------------- helpers */
 
-int kl_gemma_swa_layers(const kiln_model *m, uint8_t *local, int def_period, char *err, size_t errlen) {
+kiln_status kl_gemma_swa_layers(const kiln_model *m, uint8_t *local, int def_period) {
     const int n = m->hp.n_layer;
     const gguf_kv *kv = kl_meta_kv(m, "attention.sliding_window_pattern");
     if (kv && kv->type == GGUF_ARRAY) {
         if ((int64_t)kv->n != n || kv->arr_type == GGUF_STRING || kv->arr_type == GGUF_ARRAY) {
-            snprintf(err, errlen, "%s: sliding_window_pattern has %llu entries for %d layers", m->arch_name,
-                     (unsigned long long)kv->n, n);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "%s: sliding_window_pattern has %llu entries for %d layers", m->arch_name,
+                           (unsigned long long)kv->n, n);
         }
         for (int l = 0; l < n; l++) local[l] = gguf_arr_int(kv, (uint64_t)l) != 0;
         return 0;
     }
     const int64_t period = kl_meta_int(m, "attention.sliding_window_pattern", def_period);
     if (period < 0 || period > 1024) {
-        snprintf(err, errlen, "%s: bad sliding_window_pattern %lld", m->arch_name, (long long)period);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "%s: bad sliding_window_pattern %lld", m->arch_name, (long long)period);
     }
     for (int l = 0; l < n; l++) local[l] = period == 0 || l % period < period - 1;
     return 0;
 }
 
-int kl_gemma_rope_local(const kiln_model *m, int n_rot, kk_rope *r, char *err, size_t errlen) {
+kiln_status kl_gemma_rope_local(const kiln_model *m, int n_rot, kk_rope *r) {
     *r = m->hp.rope;
     r->n_rot = n_rot;
     r->base = (float)kl_meta_float(m, "rope.freq_base_swa", 10000.0);
@@ -116,10 +114,7 @@ int kl_gemma_rope_local(const kiln_model *m, int n_rot, kk_rope *r, char *err, s
     r->ext_factor = 0.0f;
     r->attn_factor = 1.0f;
     r->freq_factors = NULL;
-    if (!(r->base > 0.0f) || !isfinite(r->base)) {
-        snprintf(err, errlen, "bad rope.freq_base_swa");
-        return -1;
-    }
+    if (!(r->base > 0.0f) || !isfinite(r->base)) { return kb_fail(KILN_ERR_FORMAT, "bad rope.freq_base_swa"); }
     return 0;
 }
 
@@ -167,24 +162,21 @@ static int64_t layer_int(const kiln_model *m, const char *suffix, int l, int64_t
 }
 
 /* Layer shapes, kinds and cache ordinals. */
-static int gm_shapes(kiln_model *m, gm_model *d, char *err, size_t errlen) {
+static kiln_status gm_shapes(kiln_model *m, gm_model *d) {
     kl_hparams *hp = &m->hp;
     const int L = hp->n_layer;
     uint8_t *local = calloc((size_t)L, 1);
-    if (!local) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!local) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", 0);
     if (n_swa < 0 || n_swa > (1 << 24)) {
-        snprintf(err, errlen, "%s: bad attention.sliding_window %lld", m->arch_name, (long long)n_swa);
         free(local);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "%s: bad attention.sliding_window %lld", m->arch_name, (long long)n_swa);
     }
     /* gemma3 slides only with a window; gemma4 always has the pattern */
-    if ((d->gemma4 || n_swa > 0) && kl_gemma_swa_layers(m, local, 6, err, errlen)) {
+    kiln_status st = d->gemma4 || n_swa > 0 ? kl_gemma_swa_layers(m, local, 6) : KILN_OK;
+    if (st) {
         free(local);
-        return -1;
+        return st;
     }
     d->window = (int)n_swa;
     const int hd_full = hp->hd_k;
@@ -192,14 +184,13 @@ static int gm_shapes(kiln_model *m, gm_model *d, char *err, size_t errlen) {
     const int hdv_swa = d->gemma4 ? (int)kl_meta_int(m, "attention.value_length_swa", hd_swa) : hd_swa;
     const int rot_swa = d->gemma4 ? (int)kl_meta_int(m, "rope.dimension_count_swa", hp->rope.n_rot) : hp->rope.n_rot;
     const int64_t shared = d->gemma4 ? kl_meta_int(m, "attention.shared_kv_layers", 0) : 0;
-    int rc = 0;
+    kiln_status rc = KILN_OK;
     if (hd_swa <= 0 || hd_swa > 1024 || hdv_swa != hd_swa || rot_swa <= 0 || rot_swa > hd_swa || rot_swa % 2) {
-        snprintf(err, errlen, "%s: bad sliding head size %d / %d, rotary %d", m->arch_name, hd_swa, hdv_swa, rot_swa);
-        rc = -1;
+        rc = kb_fail(KILN_ERR_FORMAT, "%s: bad sliding head size %d / %d, rotary %d", m->arch_name, hd_swa, hdv_swa,
+                     rot_swa);
     }
     if (!rc && (shared < 0 || (shared > 0 && shared > L - 2))) {
-        snprintf(err, errlen, "%s: bad attention.shared_kv_layers %lld", m->arch_name, (long long)shared);
-        rc = -1;
+        rc = kb_fail(KILN_ERR_FORMAT, "%s: bad attention.shared_kv_layers %lld", m->arch_name, (long long)shared);
     }
     d->n_kv = L - (int)shared;
     for (int l = 0; l < L && !rc; l++) {
@@ -209,9 +200,8 @@ static int gm_shapes(kiln_model *m, gm_model *d, char *err, size_t errlen) {
         const int64_t hkv = layer_int(m, "attention.head_count_kv", l, hp->n_head);
         const int64_t ff = layer_int(m, "feed_forward_length", l, 0);
         if (hkv <= 0 || hkv > hp->n_head || hp->n_head % hkv || ff <= 0 || ff > (1 << 20)) {
-            snprintf(err, errlen, "%s: layer %d: bad head_count_kv %lld or feed_forward_length %lld", m->arch_name, l,
-                     (long long)hkv, (long long)ff);
-            rc = -1;
+            rc = kb_fail(KILN_ERR_FORMAT, "%s: layer %d: bad head_count_kv %lld or feed_forward_length %lld",
+                         m->arch_name, l, (long long)hkv, (long long)ff);
             break;
         }
         y->n_head_kv = (int)hkv;
@@ -221,9 +211,8 @@ static int gm_shapes(kiln_model *m, gm_model *d, char *err, size_t errlen) {
         if (!y->has_kv) {
             const gm_layer *src = y->ord >= 0 ? &d->layers[y->ord] : NULL;
             if (!src || src->local != y->local || src->hd != y->hd || src->n_head_kv != y->n_head_kv) {
-                snprintf(err, errlen, "%s: layer %d shares the cache of layer %d, which differs from it", m->arch_name,
-                         l, y->ord);
-                rc = -1;
+                rc = kb_fail(KILN_ERR_FORMAT, "%s: layer %d shares the cache of layer %d, which differs from it",
+                             m->arch_name, l, y->ord);
                 break;
             }
         }
@@ -232,16 +221,14 @@ static int gm_shapes(kiln_model *m, gm_model *d, char *err, size_t errlen) {
         if (y->n_ff > d->ff_max) d->ff_max = y->n_ff;
     }
     free(local);
-    if (rc) return -1;
+    if (rc) return rc;
     hp->n_ff = d->ff_max; /* what kiln show reports: the widest */
     hp->n_head_kv = d->hkv_max;
-    if (kl_gemma_rope_local(m, rot_swa, &d->rope_local, err, errlen)) return -1;
+    st = kl_gemma_rope_local(m, rot_swa, &d->rope_local);
+    if (st) return st;
     d->kv_hkv = malloc((size_t)d->n_kv * sizeof *d->kv_hkv);
     d->kv_hd = malloc((size_t)d->n_kv * sizeof *d->kv_hd);
-    if (!d->kv_hkv || !d->kv_hd) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!d->kv_hkv || !d->kv_hd) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     for (int l = 0; l < d->n_kv; l++) {
         d->kv_hkv[l] = d->layers[l].n_head_kv;
         d->kv_hd[l] = d->layers[l].hd;
@@ -249,29 +236,24 @@ static int gm_shapes(kiln_model *m, gm_model *d, char *err, size_t errlen) {
     return 0;
 }
 
-static int gm_bind(kiln_model *m, char *err, size_t errlen) {
+static kiln_status gm_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
     gm_model *d = calloc(1, sizeof *d);
     if (d) d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
     m->fam = d;
-    if (!d || !d->layers) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!d || !d->layers) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     d->gemma4 = (m->arch->flags & GEMMA_4) != 0;
     hp->rope.neox = 1;
-    if (gm_shapes(m, d, err, errlen)) return -1;
+    kiln_status st = gm_shapes(m, d);
+    if (st) return st;
     d->softcap = (float)kl_meta_float(m, "final_logit_softcapping", 0.0);
-    if (!isfinite(d->softcap) || d->softcap < 0.0f) {
-        snprintf(err, errlen, "bad final_logit_softcapping");
-        return -1;
-    }
+    if (!isfinite(d->softcap) || d->softcap < 0.0f) { return kb_fail(KILN_ERR_FORMAT, "bad final_logit_softcapping"); }
     if (d->gemma4)
         d->q_scale = 1.0f;
     else
         d->q_scale = hp->n_layer == 62 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head)) : 1.0f / sqrtf((float)hp->hd_k);
 
-    kl_binder B = {m, err, errlen, 0};
+    kl_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd, L = hp->n_layer;
     m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
@@ -289,7 +271,7 @@ static int gm_bind(kiln_model *m, char *err, size_t errlen) {
             d->pl_proj_norm = kl_bind_vec(&B, "per_layer_proj_norm.weight", dp, 0);
         }
     }
-    for (int i = 0; i < hp->n_layer && !B.failed; i++) {
+    for (int i = 0; i < hp->n_layer && !B.st; i++) {
         gm_layer *l = &d->layers[i];
         char moe[64];
         snprintf(moe, sizeof moe, "blk.%d.ffn_gate_inp.weight", i);
@@ -325,7 +307,7 @@ static int gm_bind(kiln_model *m, char *err, size_t errlen) {
         }
 #undef NAME
     }
-    return B.failed ? -1 : 0;
+    return B.st;
 }
 
 static void gm_weights(kiln_model *m, kl_weights *w) {

@@ -51,49 +51,42 @@ static void ge_free(kiln_model *m) {
     free(d);
 }
 
-static int ge_pattern(kiln_model *m, ge_model *d, char *err, size_t errlen) {
+static kiln_status ge_pattern(kiln_model *m, ge_model *d) {
     const int n = m->hp.n_layer;
     uint8_t *local = calloc((size_t)n, 1);
-    if (!local) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    const int rc = kl_gemma_swa_layers(m, local, 6, err, errlen);
+    if (!local) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    const kiln_status rc = kl_gemma_swa_layers(m, local, 6);
     for (int l = 0; l < n && !rc; l++) d->layers[l].local = local[l];
     free(local);
     return rc;
 }
 
-static int ge_bind(kiln_model *m, char *err, size_t errlen) {
+static kiln_status ge_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
-    if (hp->n_ff <= 0) {
-        snprintf(err, errlen, "bad or missing feed_forward_length (%d)", hp->n_ff);
-        return -1;
-    }
+    if (hp->n_ff <= 0) { return kb_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     ge_model *d = calloc(1, sizeof *d);
     if (d) d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
     m->fam = d;
-    if (!d || !d->layers) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!d || !d->layers) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", -1);
     if (n_swa <= 0 || n_swa > (1 << 24)) {
-        snprintf(err, errlen, "gemma-embedding: missing or bad attention.sliding_window (%lld)", (long long)n_swa);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "gemma-embedding: missing or bad attention.sliding_window (%lld)",
+                       (long long)n_swa);
     }
     d->window = (int)(n_swa / 2);
-    if (ge_pattern(m, d, err, errlen)) return -1;
+    kiln_status st = ge_pattern(m, d);
+    if (st) return st;
     hp->rope.neox = 1;
-    if (kl_gemma_rope_local(m, hp->rope.n_rot, &d->rope_local, err, errlen)) return -1;
+    st = kl_gemma_rope_local(m, hp->rope.n_rot, &d->rope_local);
+    if (st) return st;
 
-    kl_binder B = {m, err, errlen, 0};
+    kl_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd, F = hp->n_ff, hd = hp->hd_k;
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
     m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
     m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
-    for (int i = 0; i < hp->n_layer && !B.failed; i++) {
+    for (int i = 0; i < hp->n_layer && !B.st; i++) {
         ge_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
@@ -119,7 +112,7 @@ static int ge_bind(kiln_model *m, char *err, size_t errlen) {
     } else if (gguf_find_tensor(m->gf, "dense_3.weight")) {
         kl_bind_fail(&B, "dense_3.weight without dense_2.weight");
     }
-    if (!B.failed && d->dense2.data) {
+    if (!B.st && d->dense2.data) {
         const int64_t fi = kl_meta_int(m, "dense_2_feat_in", E), fo = kl_meta_int(m, "dense_2_feat_out", d->d2);
         const int64_t gi = kl_meta_int(m, "dense_3_feat_in", d->d2), go = kl_meta_int(m, "dense_3_feat_out", E);
         if (fi != E || fo != d->d2 || gi != d->d2 || go != E)
@@ -128,7 +121,7 @@ static int ge_bind(kiln_model *m, char *err, size_t errlen) {
                          "(%lld -> %d -> %lld)",
                          (long long)fi, (long long)fo, (long long)gi, (long long)go, (long long)E, d->d2, (long long)E);
     }
-    return B.failed ? -1 : 0;
+    return B.st;
 }
 
 static void ge_weights(kiln_model *m, kl_weights *w) {

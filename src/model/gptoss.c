@@ -55,53 +55,44 @@ typedef struct gptoss_model {
 
 /* ---------------------------------------------------------------- binding */
 
-static int gptoss_bind(kiln_model *m, char *err, size_t errlen) {
+static kiln_status gptoss_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
     gptoss_model *d = calloc(1, sizeof *d);
     m->fam = d;
-    if (!d) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!d) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     /* the head is rope.dimension_count wide, all of it rotated */
     if (hp->rope.n_rot != hp->hd_k) {
-        snprintf(err, errlen, "rope.dimension_count %d differs from the head size %d", hp->rope.n_rot, hp->hd_k);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "rope.dimension_count %d differs from the head size %d", hp->rope.n_rot,
+                       hp->hd_k);
     }
     hp->rope.neox = 1;
-    if (kl_moe_read_hparams(m, &d->moe, err, errlen)) return -1;
-    if (!d->moe.n_expert) {
-        snprintf(err, errlen, "%s without expert_count", m->arch_name);
-        return -1;
-    }
+    kiln_status st = kl_moe_read_hparams(m, &d->moe);
+    if (st) return st;
+    if (!d->moe.n_expert) { return kb_fail(KILN_ERR_FORMAT, "%s without expert_count", m->arch_name); }
     d->moe.F_sh = 0; /* no shared expert */
     d->moe.gating = KL_MOE_TOPK_SOFTMAX;
     d->moe.act = KL_MOE_SWIGLU_OAI;
     const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", 0);
     const int64_t period = kl_meta_int(m, "attention.sliding_window_pattern", 2);
     if (n_swa < 0 || n_swa > (1 << 30) || period < 0 || period > 1024) {
-        snprintf(err, errlen, "bad attention.sliding_window %lld / sliding_window_pattern %lld", (long long)n_swa,
-                 (long long)period);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "bad attention.sliding_window %lld / sliding_window_pattern %lld",
+                       (long long)n_swa, (long long)period);
     }
     d->n_swa = (int)n_swa;
     d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
     d->sinks = calloc((size_t)hp->n_layer, sizeof *d->sinks);
     d->swa = calloc((size_t)hp->n_layer, 1);
     d->experts = calloc((size_t)hp->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
-    if (!d->layers || !d->sinks || !d->swa || !d->experts) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!d->layers || !d->sinks || !d->swa || !d->experts) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     for (int i = 0; i < hp->n_layer; i++) d->swa[i] = n_swa > 0 && (period == 0 || i % period < period - 1);
-    kl_binder B = {m, err, errlen, 0};
+    kl_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd;
     m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
     m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
     m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 0);
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
-    for (int i = 0; i < hp->n_layer && !B.failed; i++) {
+    for (int i = 0; i < hp->n_layer && !B.st; i++) {
         gptoss_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
@@ -117,11 +108,11 @@ static int gptoss_bind(kiln_model *m, char *err, size_t errlen) {
         d->sinks[i] = kl_bind_vec(&B, NAME("attn_sinks.weight"), hp->n_head, 0);
         l->ffn_norm = kl_bind_vec(&B, NAME("post_attention_norm.weight"), E, 0);
         kl_moe_bind(&B, m, &d->moe, i, &l->ex, d->experts + (size_t)i * 3 * d->moe.n_expert);
-        if (!B.failed && (!l->ex.router_b || !l->ex.b_gate || !l->ex.b_up || !l->ex.b_down))
+        if (!B.st && (!l->ex.router_b || !l->ex.b_gate || !l->ex.b_up || !l->ex.b_down))
             kl_bind_fail(&B, "layer %d: the router and every expert product need a bias", i);
 #undef NAME
     }
-    if (B.failed) return -1;
+    if (B.st) return B.st;
     /* a decode step reads one token's experts, not all of them */
     m->active_bytes = kl_moe_active_bytes(m, &d->moe, hp->n_layer);
     return 0;

@@ -170,7 +170,7 @@ static void bind_recurrent(kl_binder *B, kiln_model *m, hyb_model *h, int i, hyb
     l->ssm_a = kl_bind_vec(B, NAME("ssm_a"), h->Hv, 0);
     l->ssm_norm = kl_bind_vec(B, NAME("ssm_norm.weight"), h->Dv, 0);
     l->wout = kl_bind_mat(B, NAME("ssm_out.weight"), vd, E, 0);
-    if (!B->failed) { /* the taps tap-major, so 8 channels load at once */
+    if (!B->st) { /* the taps tap-major, so 8 channels load at once */
         const float *src = ct->data;
         for (int c = 0; c < h->conv_dim; c++)
             for (int k = 0; k < h->K; k++) conv[(size_t)k * h->conv_dim + c] = src[(size_t)c * h->K + k];
@@ -179,21 +179,17 @@ static void bind_recurrent(kl_binder *B, kiln_model *m, hyb_model *h, int i, hyb
 #undef NAME
 }
 
-static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
+static kiln_status hyb_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
-    kl_binder B = {m, err, errlen, 0};
+    kl_binder B = {m, KILN_OK};
     hyb_model *h = calloc(1, sizeof *h);
     m->fam = h;
-    if (!h) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!h) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     h->flags = (int)m->arch->flags;
     h->n_layer_all = hp->n_layer;
     const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
     if (nextn < 0 || nextn >= hp->n_layer) {
-        snprintf(err, errlen, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
     }
     h->n_layer = hp->n_layer - (int)nextn;
     hp->n_layer = h->n_layer; /* what runs */
@@ -203,12 +199,12 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
     const int64_t Hk = kl_meta_int(m, "ssm.group_count", 0);
     if (K < 1 || K > KK_CONV_MAX_K || Dk < 1 || Dk > 1024 || Hk < 1 || Hv < 1 || Hv > 4096 || Hv % Hk ||
         inner != Hv * Dk) {
-        snprintf(err, errlen,
-                 "bad or missing recurrent-state keys (ssm.conv_kernel %lld, ssm.state_size %lld, ssm.group_count "
-                 "%lld, ssm.time_step_rank %lld, ssm.inner_size %lld; kiln needs 1 <= conv_kernel <= %d and "
-                 "inner_size = time_step_rank x state_size)",
-                 (long long)K, (long long)Dk, (long long)Hk, (long long)Hv, (long long)inner, KK_CONV_MAX_K);
-        return -1;
+        return kb_fail(
+            KILN_ERR_FORMAT,
+            "bad or missing recurrent-state keys (ssm.conv_kernel %lld, ssm.state_size %lld, ssm.group_count "
+            "%lld, ssm.time_step_rank %lld, ssm.inner_size %lld; kiln needs 1 <= conv_kernel <= %d and "
+            "inner_size = time_step_rank x state_size)",
+            (long long)K, (long long)Dk, (long long)Hk, (long long)Hv, (long long)inner, KK_CONV_MAX_K);
     }
     h->K = (int)K;
     h->Dk = h->Dv = (int)Dk;
@@ -222,21 +218,18 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
     int *rec = calloc((size_t)h->n_layer_all, sizeof *rec);
     if (!h->layers || !rec) {
         free(rec);
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     const int got = get_bool_array(m, "attention.recurrent_layers", h->n_layer_all, rec);
     if (got < 0) {
         free(rec);
-        snprintf(err, errlen, "attention.recurrent_layers must be an array of %d flags", h->n_layer_all);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "attention.recurrent_layers must be an array of %d flags", h->n_layer_all);
     }
     if (!got) {
         const int64_t iv = kl_meta_int(m, "full_attention_interval", 4);
         if (iv < 1) {
             free(rec);
-            snprintf(err, errlen, "bad full_attention_interval %lld", (long long)iv);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "bad full_attention_interval %lld", (long long)iv);
         }
         for (int i = 0; i < h->n_layer_all; i++) rec[i] = (i + 1) % iv != 0;
     }
@@ -249,17 +242,18 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
      * the sections when the file has them (qwen35, qwen35moe: text tokens
      * have all positions equal, image tokens their grid's, kiln_batch_inputs.mpos) */
     hp->rope.neox = 1;
-    if (kl_meta_kv(m, "rope.dimension_sections") && kl_rope_sections(m, KK_IMROPE, err, errlen)) return -1;
+    kiln_status st = kl_meta_kv(m, "rope.dimension_sections") ? kl_rope_sections(m, KK_IMROPE) : KILN_OK;
+    if (st) return st;
     /* experts */
-    if (kl_moe_read_hparams(m, &h->moe, err, errlen)) return -1;
+    st = kl_moe_read_hparams(m, &h->moe);
+    if (st) return st;
     const int n_mtp = h->n_layer_all - h->n_layer;
     h->mtp = n_mtp ? calloc((size_t)n_mtp, sizeof *h->mtp) : NULL;
     h->experts =
         h->moe.n_expert ? calloc((size_t)h->n_layer_all * 3 * (size_t)h->moe.n_expert, sizeof *h->experts) : NULL;
     h->conv_mem = h->n_rec ? malloc((size_t)h->n_rec * (size_t)h->K * (size_t)h->conv_dim * sizeof(float)) : NULL;
     if ((n_mtp && !h->mtp) || (h->moe.n_expert && !h->experts) || (h->n_rec && !h->conv_mem)) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     /* tensors */
     const int64_t E = hp->n_embd;
@@ -268,7 +262,7 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
     m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
     m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
     if (!m->output.data) m->output = m->tok_embd;
-    for (int i = 0; i < h->n_layer && !B.failed; i++) {
+    for (int i = 0; i < h->n_layer && !B.st; i++) {
         hyb_layer *l = &h->layers[i];
         char n[96];
         snprintf(n, sizeof n, "blk.%d.attn_norm.weight", i);
@@ -282,7 +276,7 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
         bind_ffn(&B, m, h, i, l, h->experts ? h->experts + (size_t)i * 3 * h->moe.n_expert : NULL, 0);
     }
     /* MTP blocks: whatever of them the file carries, shapes checked */
-    for (int i = h->n_layer; i < h->n_layer_all && !B.failed; i++) {
+    for (int i = h->n_layer; i < h->n_layer_all && !B.st; i++) {
         hyb_mtp *t = &h->mtp[i - h->n_layer];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
@@ -304,7 +298,7 @@ static int hyb_bind(kiln_model *m, char *err, size_t errlen) {
                               : L->w_gate.data && L->w_up.data && L->w_down.data);
         t->block.ord = h->n_attn; /* the context's extra attention layer (api.c) */
     }
-    if (B.failed) return -1;
+    if (B.st) return B.st;
     /* a decode step reads one token's experts, not all of them */
     m->active_bytes = kl_moe_active_bytes(m, &h->moe, h->n_layer);
     return 0;
@@ -745,43 +739,14 @@ static void permute_mpos(kiln_context *c, hyb_ws *w, int n, int back) {
     }
 }
 
-/* Orders the batch by sequence (stable, so positions stay increasing) into
- * w->ord and cuts it into runs; b_seq / b_pos are permuted to match.
- * Returns 1 when the order changed. */
-static int order_batch(kiln_context *c, hyb_ws *w, int n) {
-    uint64_t seen = 0; /* sequences whose run ended (n_seq_max <= 64) */
-    int sorted = 1;
-    for (int i = 1; i < n && sorted; i++)
-        if (c->b_seq[i] != c->b_seq[i - 1]) {
-            seen |= 1ull << c->b_seq[i - 1];
-            sorted = !(seen >> c->b_seq[i] & 1); /* a sequence back after another: not grouped */
-        }
-    for (int i = 0; i < n; i++) w->ord[i] = i;
-    if (!sorted) {
-        int k = 0;
-        for (int s = 0; s < c->kv.n_seq; s++)
-            for (int i = 0; i < n; i++)
-                if (c->b_seq[i] == s) w->ord[k++] = i;
-        for (int i = 0; i < n; i++) w->tmp_i[i] = c->b_seq[w->ord[i]];
-        memcpy(c->b_seq, w->tmp_i, (size_t)n * sizeof(int32_t));
-        for (int i = 0; i < n; i++) w->tmp_i[i] = c->b_pos[w->ord[i]];
-        memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
-        if (c->kv.rnext) permute_mpos(c, w, n, 0);
-    }
-    w->n_run = 0;
-    for (int i = 0; i < n; i++)
-        if (i == 0 || c->b_seq[i] != c->b_seq[i - 1]) w->run[w->n_run++] = i;
-    w->run[w->n_run] = n;
-    return !sorted;
-}
-
 static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const kiln_model *m = c->m;
     const hyb_model *h = m->fam;
     kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const int n = b->n, E = m->hp.n_embd;
-    const int moved = order_batch(c, w, n);
+    const int moved = kl_batch_seq_runs(c, n, w->ord, w->tmp_i, w->run, &w->n_run);
+    if (moved && c->kv.rnext) permute_mpos(c, w, n, 0);
     /* per run: recorded for rollback (every token asks for logits: a
      * decode token with drafts to verify), or the snapshots it takes */
     for (int r = 0; r < w->n_run; r++) {
@@ -815,10 +780,7 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
     if (moved) { /* back to batch order for the output rows (and b_seq / b_pos) */
         X->ops->scatter_rows(X, w->xn, w->x, w->ord, n, E);
         xo = w->xn;
-        for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_seq[i];
-        memcpy(c->b_seq, w->tmp_i, (size_t)n * sizeof(int32_t));
-        for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_pos[i];
-        memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
+        kl_batch_seq_restore(c, n, w->ord, w->tmp_i);
         if (c->kv.rnext) permute_mpos(c, w, n, 1);
     }
     kl_batch_output(c, xo, n, n_out);

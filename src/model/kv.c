@@ -1,9 +1,8 @@
 /* The paged KV cache.  One mapping of the backend (kbe_backend.map) holds
  * every block, so on the CPU memory is committed only as cells are written; blocks move between sequences
  * through a free list, and full blocks can be shared between sequences
- * through the prefix table (see model.h). */
-#include "model/model.h"
-#include "model/state.h"
+ * through the prefix table (kv.h). */
+#include "model/kv.h"
 
 #include "base/base.h"
 
@@ -28,12 +27,11 @@ uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
     return n;
 }
 
-int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra,
-               char *err, size_t errlen) {
+kiln_status kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx,
+                       int n_extra) {
     memset(kv, 0, sizeof *kv);
     if (be->kind == KBE_CUDA && shape->n_attn_layer > 0 && (type == KILN_KV_F32 || shape->v_in_k)) {
-        kb_errf(err, errlen, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
     }
     kv->be = be;
     kv->type = type;
@@ -48,9 +46,8 @@ int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int 
     kv->l_hrow = malloc(nl * sizeof *kv->l_hrow);
     kv->l_off = malloc(nl * sizeof *kv->l_off);
     if (!kv->l_hkv || !kv->l_hd || !kv->l_hrow || !kv->l_off) {
-        kb_errf(err, errlen, "out of memory");
         kl_kv_free(kv);
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (int l = 0; l < kv->n_layer; l++) {
         kv->l_hkv[l] = shape->layer_n_head_kv ? shape->layer_n_head_kv[l] : shape->n_head_kv;
@@ -64,10 +61,7 @@ int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int 
     kv->n_blocks = kv->max_blocks_per_seq * n_seq + n_extra;
     kv->mem_bytes = (size_t)kv->n_blocks * KL_KV_BLOCK * kl_kv_bytes_per_token(shape, type);
     kv->mem = be->map(kv->mem_bytes);
-    if (!kv->mem) {
-        kb_errf(err, errlen, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes);
-        return -1;
-    }
+    if (!kv->mem) { return kb_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes); }
     size_t nb = (size_t)kv->n_blocks;
     kv->n_bucket = 16;
     while (kv->n_bucket < kv->n_blocks) kv->n_bucket *= 2;
@@ -80,9 +74,8 @@ int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int 
     kv->btok = malloc(nb * KL_KV_BLOCK * sizeof(int32_t));
     if (shape->pos_cells && (!(kv->rnext = calloc(nb * KL_KV_BLOCK, sizeof(int32_t))) ||
                              !(kv->rbase = calloc(nb * KL_KV_BLOCK, sizeof(int32_t))))) {
-        kb_errf(err, errlen, "out of memory");
         kl_kv_free(kv);
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     kv->chain = malloc(nb * sizeof(int32_t));
     kv->lru_prev = malloc(nb * sizeof(int32_t));
@@ -90,9 +83,8 @@ int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int 
     kv->bucket = malloc((size_t)kv->n_bucket * sizeof(int32_t));
     if (!kv->free_list || !kv->seqs || !kv->seq_blocks || !kv->ref || !kv->hashed || !kv->bhash || !kv->btok ||
         !kv->chain || !kv->lru_prev || !kv->lru_next || !kv->bucket) {
-        kb_errf(err, errlen, "out of memory");
         kl_kv_free(kv);
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (int32_t i = 0; i < kv->n_bucket; i++) kv->bucket[i] = -1;
     kv->lru_head = kv->lru_tail = -1;
@@ -102,9 +94,8 @@ int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int 
     for (int s = 0; s < n_seq; s++) {
         kv->seqs[s].blocks = kv->seq_blocks[s] = malloc((size_t)kv->max_blocks_per_seq * sizeof(int32_t));
         if (!kv->seqs[s].blocks) {
-            kb_errf(err, errlen, "out of memory");
             kl_kv_free(kv);
-            return -1;
+            return kb_fail(KILN_ERR_NOMEM, "out of memory");
         }
     }
     return 0;
@@ -511,40 +502,4 @@ void *kl_kv_khead(const kl_kv *kv, int layer, int64_t cell, int h) {
 
 void *kl_kv_vhead(const kl_kv *kv, int layer, int64_t cell, int h) {
     return (uint8_t *)kl_kv_vblock(kv, layer, (int32_t)(cell / KL_KV_BLOCK)) + head_off(kv, layer, cell, h);
-}
-
-/* ---- public prefix-cache calls (kiln.h) ---- */
-
-int32_t kiln_seq_reuse(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n) {
-    if (!c || seq < 0 || seq >= c->kv.n_seq || (!tokens && n) || n < 0)
-        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
-    if (c->kv.seqs[seq].len != 0) return kl_fail(c, KILN_ERR_STATE, "sequence %d is not empty", seq);
-    if (n <= 1) return 0;
-    if (c->rs) return kl_rs_reuse(c, seq, tokens, n);
-    return kl_kv_reuse(&c->kv, seq, tokens, n, n - 1);
-}
-
-kiln_status kiln_seq_cache(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n) {
-    if (!c || seq < 0 || seq >= c->kv.n_seq || (!tokens && n) || n < 0)
-        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
-    kl_kv_register(&c->kv, seq, tokens, n);
-    if (c->rs) kl_rs_cache(c, seq, tokens, n);
-    return KILN_OK;
-}
-
-void kiln_kv_get_stats(const kiln_context *c, kiln_kv_stats *out) {
-    memset(out, 0, sizeof *out);
-    if (!c) return;
-    const kl_kv *kv = &c->kv;
-    out->block_tokens = KL_KV_BLOCK;
-    out->n_blocks = kv->n_blocks;
-    out->n_cached = kv->n_cached;
-    out->n_used = kv->n_blocks - kv->n_free - kv->n_cached;
-    out->lookup_blocks = kv->n_lookup_blocks;
-    out->hit_blocks = kv->n_hit_blocks;
-    if (c->rs) {
-        out->state_slots = c->rs->n_snap;
-        for (int i = 0; i < c->rs->n_snap; i++) out->state_snapshots += c->rs->snap[i].pos >= 0;
-        out->state_restores = c->rs->n_restored;
-    }
 }

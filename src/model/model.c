@@ -1,5 +1,6 @@
-/* Model loading: hyperparameters from metadata, tensors bound by name with
- * their shapes checked, so the forward pass can trust every pointer. */
+/* Model loading: hyperparameters from metadata, the family's binding (its
+ * tensors' shapes checked, so the forward pass can trust every pointer),
+ * the backend's weight preparation and the projector (vision/). */
 #include "model/model.h"
 
 #include "backend/cuda.h"
@@ -19,141 +20,10 @@ typedef struct loader {
     char err[512];
 } loader;
 
-static void meta_key(const kiln_model *m, const char *suffix, char *key, size_t cap) {
-    snprintf(key, cap, "%s.%s", m->arch_name, suffix);
-}
-
-int64_t kl_meta_int(const kiln_model *m, const char *suffix, int64_t def) {
-    char key[128];
-    meta_key(m, suffix, key, sizeof key);
-    return gguf_get_int(m->gf, key, def);
-}
-
-double kl_meta_float(const kiln_model *m, const char *suffix, double def) {
-    char key[128];
-    meta_key(m, suffix, key, sizeof key);
-    return gguf_get_float(m->gf, key, def);
-}
-
-const gguf_kv *kl_meta_kv(const kiln_model *m, const char *suffix) {
-    char key[128];
-    meta_key(m, suffix, key, sizeof key);
-    return gguf_find(m->gf, key);
-}
-
 static const char *meta_str(const kiln_model *m, const char *suffix, char *buf, size_t cap) {
     char key[128];
-    meta_key(m, suffix, key, sizeof key);
+    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
     return gguf_get_cstr(m->gf, key, buf, cap, NULL);
-}
-
-static void shape_str(char *buf, size_t cap, const int64_t *ne, int n) {
-    int o = snprintf(buf, cap, "[");
-    for (int i = 0; i < n && o < (int)cap; i++)
-        o += snprintf(buf + o, cap - (size_t)o, i ? ", %lld" : "%lld", (long long)ne[i]);
-    if (o < (int)cap) snprintf(buf + o, cap - (size_t)o, "]");
-}
-
-/* ---- the binder (model.h) ---- */
-
-void kl_bind_fail(kl_binder *B, const char *fmt, ...) {
-    if (B->failed) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(B->err, B->errlen, fmt, ap);
-    va_end(ap);
-    B->failed = 1;
-}
-
-const gguf_tensor *kl_bind_tensor(kl_binder *B, const char *name, int dims, const int64_t *ne, int optional) {
-    if (B->failed) return NULL;
-    const gguf_tensor *t = gguf_find_tensor(B->m->gf, name);
-    if (!t) {
-        if (!optional) kl_bind_fail(B, "missing tensor %s", name);
-        return NULL;
-    }
-    int ok = (int)t->n_dims == dims;
-    for (int d = 0; d < dims && ok; d++) ok = ne[d] < 0 ? t->ne[d] >= 1 : t->ne[d] == ne[d];
-    if (!ok) {
-        char a[96], b[96];
-        shape_str(a, sizeof a, t->ne, (int)t->n_dims);
-        shape_str(b, sizeof b, ne, dims);
-        kl_bind_fail(B, "tensor %s has shape %s, expected %s", name, a, b);
-        return NULL;
-    }
-    if (!kq_supported((int)t->type)) {
-        const kq_traits *tr = kq_get((int)t->type);
-        kl_bind_fail(B, "tensor %s has type %s, which kiln cannot compute", name, tr && tr->name ? tr->name : "?");
-        return NULL;
-    }
-    return t;
-}
-
-const float *kl_bind_vec(kl_binder *B, const char *name, int64_t n, int optional) {
-    const gguf_tensor *t = kl_bind_tensor(B, name, 1, &n, optional);
-    if (!t) return NULL;
-    if (t->type != KQ_F32) {
-        kl_bind_fail(B, "tensor %s must be F32 (it is %s)", name, kq_get((int)t->type)->name);
-        return NULL;
-    }
-    return t->data;
-}
-
-kk_mat kl_bind_mat(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional) {
-    kk_mat w = {0};
-    const int64_t ne[2] = {ncols, nrows};
-    const gguf_tensor *t = kl_bind_tensor(B, name, 2, ne, optional);
-    if (!t) return w;
-    w.data = t->data;
-    w.type = (int)t->type;
-    w.ncols = ncols;
-    w.nrows = t->ne[1];
-    return w;
-}
-
-int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kk_mat *out, int optional) {
-    const int64_t ne[3] = {ncols, nrows, n_mat};
-    const gguf_tensor *t = kl_bind_tensor(B, name, 3, ne, optional);
-    if (!t) return 0;
-    const size_t bytes = kq_row_size((int)t->type, ncols) * (size_t)nrows;
-    for (int e = 0; e < n_mat; e++)
-        out[e] = (kk_mat){(const uint8_t *)t->data + (size_t)e * bytes, (int)t->type, ncols, nrows, NULL};
-    return 1;
-}
-
-/* ---- the repack list (model.h) ---- */
-
-void kl_weights_mat(kl_weights *w, kk_mat *m) {
-    if (w->failed || !m->data) return;
-    if (w->n_mats == w->cap_mats) {
-        int nc = w->cap_mats ? 2 * w->cap_mats : 256;
-        kk_mat **nm = realloc(w->mats, (size_t)nc * sizeof *nm);
-        if (!nm) {
-            w->failed = 1;
-            return;
-        }
-        w->mats = nm;
-        w->cap_mats = nc;
-    }
-    w->mats[w->n_mats++] = m;
-}
-
-void kl_weights_vec(kl_weights *w, const float **v, int64_t len) {
-    if (w->failed || !*v) return;
-    if (w->n_vecs == w->cap_vecs) {
-        int nc = w->cap_vecs ? 2 * w->cap_vecs : 256;
-        const float ***nv = realloc(w->vecs, (size_t)nc * sizeof *nv);
-        int64_t *nl = nv ? realloc(w->vlen, (size_t)nc * sizeof *nl) : NULL;
-        if (nv) w->vecs = nv;
-        if (!nv || !nl) {
-            w->failed = 1;
-            return;
-        }
-        w->vlen = nl;
-        w->cap_vecs = nc;
-    }
-    w->vecs[w->n_vecs] = v;
-    w->vlen[w->n_vecs++] = len;
 }
 
 /* The hyperparameters every family reads the same way.  n_ff may be
@@ -231,41 +101,6 @@ static int load_hparams(loader *L) {
     return 0;
 }
 
-int kl_rope_sections(kiln_model *m, int kind, char *err, size_t errlen) {
-    kk_rope *r = &m->hp.rope;
-    const gguf_kv *sec = kl_meta_kv(m, "rope.dimension_sections");
-    if (!sec) {
-        snprintf(err, errlen, "%s without rope.dimension_sections", m->arch_name);
-        return -1;
-    }
-    int64_t sum = 0;
-    const uint64_t n = sec->type == GGUF_ARRAY ? sec->n : 1;
-    if (n > 4 && sec->type == GGUF_ARRAY)
-        for (uint64_t i = 4; i < n; i++)
-            if (gguf_arr_int(sec, i) != 0) {
-                snprintf(err, errlen, "rope.dimension_sections has more than 4 non-zero sections");
-                return -1;
-            }
-    for (uint64_t i = 0; i < 4; i++) {
-        const int64_t v = i >= n                    ? 0
-                          : sec->type == GGUF_ARRAY ? gguf_arr_int(sec, i)
-                                                    : kl_meta_int(m, "rope.dimension_sections", 0);
-        if (v < 0 || v > 4096) {
-            snprintf(err, errlen, "bad rope.dimension_sections[%llu] %lld", (unsigned long long)i, (long long)v);
-            return -1;
-        }
-        r->sections[i] = (int)v;
-        sum += v;
-    }
-    if (sum <= 0 || sum * 2 > r->n_rot) {
-        snprintf(err, errlen, "rope.dimension_sections cover %lld dims; rope.dimension_count is %d",
-                 (long long)(sum * 2), r->n_rot);
-        return -1;
-    }
-    r->mrope = kind;
-    return 0;
-}
-
 static void summarize(kiln_model *m) {
     int counts[KQ_TYPE_COUNT] = {0};
     for (int i = 0; i < gguf_n_tensors(m->gf); i++) {
@@ -331,20 +166,6 @@ static const char *cuda_missing(const kiln_model *m, char *buf, size_t cap) {
     return NULL;
 }
 
-uint64_t kl_cuda_act_bytes(const kiln_model *m, int n_batch, int n_seq) {
-    const kl_hparams *hp = &m->hp;
-    const uint64_t B = (uint64_t)(n_batch > 0 ? n_batch : 512), S = (uint64_t)(n_seq > 0 ? n_seq : 1);
-    const uint64_t q = (uint64_t)hp->n_head * (uint64_t)(hp->hd_k > hp->hd_v ? hp->hd_k : hp->hd_v);
-    const uint64_t ff = (uint64_t)(hp->n_ff > 0 ? hp->n_ff : 4 * hp->n_embd);
-    /* per token: the residual stream and its norm, q/k/v/attention, the
-     * FFN's gate and up; the output rows and logits of every token of a
-     * batch, which may all ask for them (doubled: growing buffers keep
-     * twice what they need), or of one token a sequence if more */
-    const uint64_t rows = B * 4 * (6 * (uint64_t)hp->n_embd + 4 * q + 3 * ff);
-    const uint64_t out = 2 * (B > S ? B : S) * 4 * ((uint64_t)hp->n_vocab + (uint64_t)hp->n_embd);
-    return rows + out + KL_CUDA_HEADROOM;
-}
-
 /* Whether the model, with the context p (NULL: the defaults) and its KV
  * cache, fits the GPU's free memory: -1 with the reason in why if not. */
 static int cuda_fits(const kiln_model *m, const kiln_context_params *cp, char *why, size_t cap) {
@@ -408,10 +229,13 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
         goto fail;
     }
     gguf_get_cstr(m->gf, "general.name", m->name, sizeof m->name, "");
-    if (load_hparams(&L) || m->arch->family->bind(m, L.err, sizeof L.err)) {
-        if (strstr(L.err, "cannot compute") || strstr(L.err, "unsupported")) st = KILN_ERR_UNSUPPORTED;
+    if (load_hparams(&L)) goto fail;
+    st = m->arch->family->bind(m);
+    if (st) {
+        snprintf(L.err, sizeof L.err, "%s", kiln_last_error());
         goto fail;
     }
+    st = KILN_ERR_FORMAT;
     if (m->hp.n_vocab <= 0) {
         snprintf(L.err, sizeof L.err, "tensor token_embd.weight has no rows");
         goto fail;
@@ -475,6 +299,7 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
             kiln_model_free(m);
             return st;
         }
+        m->image_bidi = m->vision->proj->bidirectional;
     }
     *out = m;
     return KILN_OK;
@@ -528,7 +353,11 @@ void kiln_model_free(kiln_model *m) {
 
 int32_t kiln_model_has_vision(const kiln_model *m) { return m && m->vision ? 1 : 0; }
 
-int kl_vision_bidirectional(const kiln_model *m) { return m->vision && m->vision->proj->bidirectional; }
+kiln_status kl_image_prompt(kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
+                            const kiln_image_input *images, int32_t n_images, vision_prompt *out) {
+    const vision_text tx = {m ? m->tok : NULL, m ? m->hp.n_embd_inp : 0, m && m->hp.rope.mrope};
+    return vision_prompt_build(m ? m->vision : NULL, &tx, text, len, add_special, parse_special, images, n_images, out);
+}
 
 kiln_model_params kiln_model_default_params(void) {
     kiln_model_params p = {1, 1, KILN_ENGINE_BACKEND_AUTO, NULL, 0, NULL};

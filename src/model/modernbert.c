@@ -65,46 +65,38 @@ static void mb_free(kiln_model *m) {
 
 /* Which layers are local: {arch}.attention.sliding_window_pattern is a
  * period (layer l global when l % period == 0) or one flag per layer. */
-static int mb_pattern(kiln_model *m, mb_model *d, int n_swa, char *err, size_t errlen) {
+static kiln_status mb_pattern(kiln_model *m, mb_model *d, int n_swa) {
     const int n = m->hp.n_layer;
     const gguf_kv *kv = kl_meta_kv(m, "attention.sliding_window_pattern");
     if (n_swa <= 0) return 0; /* every layer global */
     if (kv && kv->type == GGUF_ARRAY) {
         if ((int64_t)kv->n != n || kv->arr_type == GGUF_STRING || kv->arr_type == GGUF_ARRAY) {
-            snprintf(err, errlen, "modern-bert: sliding_window_pattern has %llu entries for %d layers",
-                     (unsigned long long)kv->n, n);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "modern-bert: sliding_window_pattern has %llu entries for %d layers",
+                           (unsigned long long)kv->n, n);
         }
         for (int l = 0; l < n; l++) d->layers[l].local = gguf_arr_int(kv, (uint64_t)l) != 0;
         return 0;
     }
     const int64_t period = kl_meta_int(m, "attention.sliding_window_pattern", 3);
     if (period < 0 || period > 1024) {
-        snprintf(err, errlen, "modern-bert: bad sliding_window_pattern %lld", (long long)period);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "modern-bert: bad sliding_window_pattern %lld", (long long)period);
     }
     for (int l = 0; l < n; l++) d->layers[l].local = period == 0 || l % period != 0;
     return 0;
 }
 
-static int mb_bind(kiln_model *m, char *err, size_t errlen) {
+static kiln_status mb_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
     if (hp->n_head_kv != hp->n_head || hp->hd_k * hp->n_head != hp->n_embd) {
-        snprintf(err, errlen, "modern-bert needs n_head_kv == n_head and head size n_embd/n_head (got %d/%d heads, %d)",
-                 hp->n_head_kv, hp->n_head, hp->hd_k);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT,
+                       "modern-bert needs n_head_kv == n_head and head size n_embd/n_head (got %d/%d heads, %d)",
+                       hp->n_head_kv, hp->n_head, hp->hd_k);
     }
-    if (hp->n_ff <= 0) {
-        snprintf(err, errlen, "bad or missing feed_forward_length (%d)", hp->n_ff);
-        return -1;
-    }
+    if (hp->n_ff <= 0) { return kb_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     mb_model *d = calloc(1, sizeof *d);
     if (d) d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
     m->fam = d;
-    if (!d || !d->layers) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!d || !d->layers) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     d->eps = (float)kl_meta_float(m, "attention.layer_norm_epsilon", 1e-5);
     char act[32];
     char key[96];
@@ -119,32 +111,31 @@ static int mb_bind(kiln_model *m, char *err, size_t errlen) {
     else if (!strcmp(a, "relu") || !strcmp(a, "reglu"))
         d->act = ACT_RELU;
     else {
-        snprintf(err, errlen, "unsupported %s '%s' (kiln runs gelu, gelu_pytorch_tanh, silu, relu)", key, a);
-        return -1;
+        return kb_fail(KILN_ERR_UNSUPPORTED, "unsupported %s '%s' (kiln runs gelu, gelu_pytorch_tanh, silu, relu)", key,
+                       a);
     }
     const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", 0);
     if (n_swa < 0 || n_swa > (1 << 24)) {
-        snprintf(err, errlen, "modern-bert: bad sliding_window %lld", (long long)n_swa);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "modern-bert: bad sliding_window %lld", (long long)n_swa);
     }
     d->window = (int)(n_swa / 2);
-    if (mb_pattern(m, d, (int)n_swa, err, errlen)) return -1;
+    kiln_status st = mb_pattern(m, d, (int)n_swa);
+    if (st) return st;
     hp->rope.neox = 1;
     d->rope_local = hp->rope;
     d->rope_local.base = (float)kl_meta_float(m, "rope.freq_base_swa", 10000.0);
     if (!(d->rope_local.base > 0.0f) || !isfinite(d->rope_local.base)) {
-        snprintf(err, errlen, "bad rope.freq_base_swa");
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "bad rope.freq_base_swa");
     }
 
-    kl_binder B = {m, err, errlen, 0};
+    kl_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd, F = hp->n_ff;
     m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
     d->emb_norm = kl_bind_vec(&B, "token_embd_norm.weight", E, 0);
     d->emb_norm_b = kl_bind_vec(&B, "token_embd_norm.bias", E, 1);
     m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
-    for (int i = 0; i < hp->n_layer && !B.failed; i++) {
+    for (int i = 0; i < hp->n_layer && !B.st; i++) {
         mb_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
@@ -165,11 +156,11 @@ static int mb_bind(kiln_model *m, char *err, size_t errlen) {
         d->cls_norm = kl_bind_vec(&B, "cls.norm.weight", E, 1);
         d->cls_norm_b = kl_bind_vec(&B, "cls.norm.bias", E, 1);
         const gguf_kv *labels = kl_meta_kv(m, "classifier.output_labels");
-        if (!B.failed && labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != hp->n_cls_out))
+        if (!B.st && labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != hp->n_cls_out))
             kl_bind_fail(&B, "%s.classifier.output_labels has %lld entries but cls.output.weight %d rows", m->arch_name,
                          labels->type == GGUF_ARRAY ? (long long)labels->n : -1LL, hp->n_cls_out);
     }
-    return B.failed ? -1 : 0;
+    return B.st;
 }
 
 static void mb_weights(kiln_model *m, kl_weights *w) {

@@ -8,14 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t errlen) {
+kiln_status kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h) {
     const kl_hparams *hp = &m->hp;
     memset(h, 0, sizeof *h);
     h->n_expert = (int)kl_meta_int(m, "expert_count", 0);
     h->n_used = (int)kl_meta_int(m, "expert_used_count", 0);
     if (h->n_expert < 0 || h->n_expert > 4096 || (h->n_expert && (h->n_used < 1 || h->n_used > h->n_expert))) {
-        snprintf(err, errlen, "bad expert_count %d / expert_used_count %d", h->n_expert, h->n_used);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "bad expert_count %d / expert_used_count %d", h->n_expert, h->n_used);
     }
     if (!h->n_expert) return 0;
     h->F_exp = (int)kl_meta_int(m, "expert_feed_forward_length", h->n_used ? hp->n_ff / h->n_used : 0);
@@ -27,17 +26,15 @@ int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t err
     h->n_group = (int)kl_meta_int(m, "expert_group_count", 0);
     h->n_group_used = (int)kl_meta_int(m, "expert_group_used_count", 0);
     if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || (gating != 1 && gating != 2)) {
-        snprintf(err, errlen,
-                 "bad expert metadata (expert_feed_forward_length %d, expert_shared_feed_forward_length %d, "
-                 "expert_gating_func %lld: kiln routes by softmax, 1, or sigmoid, 2)",
-                 h->F_exp, h->F_sh, (long long)gating);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT,
+                       "bad expert metadata (expert_feed_forward_length %d, expert_shared_feed_forward_length %d, "
+                       "expert_gating_func %lld: kiln routes by softmax, 1, or sigmoid, 2)",
+                       h->F_exp, h->F_sh, (long long)gating);
     }
     if (h->n_group > 1 && (h->n_group > 256 || h->n_expert % h->n_group || h->n_group_used < 1 ||
                            h->n_group_used > h->n_group || h->n_used > h->n_group_used * (h->n_expert / h->n_group))) {
-        snprintf(err, errlen, "bad expert groups (expert_group_count %d, expert_group_used_count %d)", h->n_group,
-                 h->n_group_used);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "bad expert groups (expert_group_count %d, expert_group_used_count %d)",
+                       h->n_group, h->n_group_used);
     }
     return 0;
 }

@@ -54,8 +54,8 @@ typedef struct kl_moe_ws {
  * expert_shared_feed_forward_length, expert_weights_scale,
  * expert_gating_func (1 softmax, 2 sigmoid) and the expert groups; w_norm
  * 1, sh_ungated 0, probs_b 0.  No expert_count leaves h zeroed.
- * -1 with one line in err. */
-int kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h, char *err, size_t errlen);
+ * A failure is a status with the last error set. */
+kiln_status kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h);
 /* Binds layer il's ffn_gate_inp, ffn_{gate,up}_exps (or the fused
  * ffn_gate_up_exps), ffn_down_exps and, when present, their .bias tensors
  * (not with the fused one) and the shared expert;

@@ -31,7 +31,7 @@
 #ifndef KILN_MTP_H
 #define KILN_MTP_H
 
-#include "model/model.h"
+#include "model/context.h"
 
 /* Rows of the target's final hidden states kept per sequence: its last
  * run's, at most this many (a verify run's length). */

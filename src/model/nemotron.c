@@ -113,7 +113,7 @@ static void bind_mamba(kl_binder *B, kiln_model *m, nem_model *h, int i, nem_lay
     const gguf_tensor *tn = kl_bind_tensor(B, NAME("ssm_norm.weight"), 2, nne, 0);
     if (tn && tn->type != KQ_F32) kl_bind_fail(B, "tensor %s must be F32", n);
     l->w_out = kl_bind_mat(B, NAME("ssm_out.weight"), h->Di, E, 0);
-    if (!B->failed) { /* the taps tap-major, so 8 channels load at once */
+    if (!B->st) { /* the taps tap-major, so 8 channels load at once */
         l->ssm_a = ta->data;
         l->ssm_d = td->data;
         l->ssm_norm = tn->data;
@@ -140,19 +140,15 @@ static void refuse_biases(kl_binder *B, const kiln_model *m, int i) {
     }
 }
 
-static int nem_bind(kiln_model *m, char *err, size_t errlen) {
+static kiln_status nem_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
-    kl_binder B = {m, err, errlen, 0};
+    kl_binder B = {m, KILN_OK};
     nem_model *h = calloc(1, sizeof *h);
     m->fam = h;
-    if (!h) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!h) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
     if (nextn < 0 || nextn >= hp->n_layer) {
-        snprintf(err, errlen, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
     }
     const int n_all = hp->n_layer;
     h->n_layer = hp->n_layer - (int)nextn; /* MTP blocks are not run */
@@ -163,12 +159,12 @@ static int nem_bind(kiln_model *m, char *err, size_t errlen) {
     const int64_t G = kl_meta_int(m, "ssm.group_count", 0);
     if (K < 1 || K > KK_CONV_MAX_K || N < 1 || N > 1024 || G < 1 || Hs < 1 || Hs > 4096 || Hs % G || Di < 1 ||
         Di > (1 << 20) || Di % Hs || Di % G) {
-        snprintf(err, errlen,
-                 "bad or missing Mamba-2 keys (ssm.conv_kernel %lld, ssm.inner_size %lld, ssm.state_size %lld, "
-                 "ssm.time_step_rank %lld, ssm.group_count %lld; kiln needs 1 <= conv_kernel <= %d and the heads and "
-                 "groups to divide inner_size, the groups the heads)",
-                 (long long)K, (long long)Di, (long long)N, (long long)Hs, (long long)G, KK_CONV_MAX_K);
-        return -1;
+        return kb_fail(
+            KILN_ERR_FORMAT,
+            "bad or missing Mamba-2 keys (ssm.conv_kernel %lld, ssm.inner_size %lld, ssm.state_size %lld, "
+            "ssm.time_step_rank %lld, ssm.group_count %lld; kiln needs 1 <= conv_kernel <= %d and the heads and "
+            "groups to divide inner_size, the groups the heads)",
+            (long long)K, (long long)Di, (long long)N, (long long)Hs, (long long)G, KK_CONV_MAX_K);
     }
     h->K = (int)K;
     h->Di = (int)Di;
@@ -182,7 +178,8 @@ static int nem_bind(kiln_model *m, char *err, size_t errlen) {
     h->ssm_floats = (size_t)Di * (size_t)N;
     /* experts: sigmoid routing, relu^2 experts without a gate (llama.cpp
      * fixes both for this architecture) */
-    if (kl_moe_read_hparams(m, &h->moe, err, errlen)) return -1;
+    kiln_status st = kl_moe_read_hparams(m, &h->moe);
+    if (st) return st;
     h->moe.sigmoid = 1;
     h->moe.probs_b = 1;
     h->moe.sh_ungated = 1;
@@ -191,21 +188,17 @@ static int nem_bind(kiln_model *m, char *err, size_t errlen) {
     /* the block layout */
     h->layers = calloc((size_t)h->n_layer, sizeof *h->layers);
     h->experts = h->moe.n_expert ? calloc((size_t)h->n_layer * 3 * (size_t)h->moe.n_expert, sizeof *h->experts) : NULL;
-    if (!h->layers || (h->moe.n_expert && !h->experts)) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!h->layers || (h->moe.n_expert && !h->experts)) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     int kv_heads = 0, ff_any = 0;
     for (int i = 0; i < h->n_layer; i++) {
         nem_layer *l = &h->layers[i];
         const int64_t hkv = layer_int(m, "attention.head_count_kv", n_all, i);
         const int64_t ff = layer_int(m, "feed_forward_length", n_all, i);
         if (hkv < 0 || hkv > hp->n_head || ff < 0 || ff > (1 << 20)) {
-            snprintf(err, errlen,
-                     "layer %d: bad attention.head_count_kv %lld or feed_forward_length %lld (arrays of %d "
-                     "entries)",
-                     i, (long long)hkv, (long long)ff, n_all);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT,
+                           "layer %d: bad attention.head_count_kv %lld or feed_forward_length %lld (arrays of %d "
+                           "entries)",
+                           i, (long long)hkv, (long long)ff, n_all);
         }
         char n[96];
         snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", i);
@@ -214,13 +207,11 @@ static int nem_bind(kiln_model *m, char *err, size_t errlen) {
             l->ord = h->n_rec++;
         } else if (ff == 0) {
             if (kv_heads && hkv != kv_heads) {
-                snprintf(err, errlen, "attention layers with %d and %lld KV heads are not supported", kv_heads,
-                         (long long)hkv);
-                return -1;
+                return kb_fail(KILN_ERR_FORMAT, "attention layers with %d and %lld KV heads are not supported",
+                               kv_heads, (long long)hkv);
             }
             if (hp->n_head % hkv) {
-                snprintf(err, errlen, "layer %d: %d heads over %lld KV heads", i, hp->n_head, (long long)hkv);
-                return -1;
+                return kb_fail(KILN_ERR_FORMAT, "layer %d: %d heads over %lld KV heads", i, hp->n_head, (long long)hkv);
             }
             kv_heads = (int)hkv;
             l->kind = NEM_ATTN;
@@ -235,10 +226,7 @@ static int nem_bind(kiln_model *m, char *err, size_t errlen) {
     hp->n_head_kv = kv_heads ? kv_heads : 1;
     hp->n_ff = ff_any; /* reported: the widest FFN layer's width, MoE layers' included */
     h->conv_mem = h->n_rec ? malloc((size_t)h->n_rec * (size_t)h->K * (size_t)h->conv_dim * sizeof(float)) : NULL;
-    if (h->n_rec && !h->conv_mem) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (h->n_rec && !h->conv_mem) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     /* tensors */
     const int64_t E = hp->n_embd, hd = hp->hd_k, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
     m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
@@ -246,7 +234,7 @@ static int nem_bind(kiln_model *m, char *err, size_t errlen) {
     m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
     m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
     if (!m->output.data) m->output = m->tok_embd;
-    for (int i = 0; i < h->n_layer && !B.failed; i++) {
+    for (int i = 0; i < h->n_layer && !B.st; i++) {
         nem_layer *l = &h->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
@@ -278,7 +266,7 @@ static int nem_bind(kiln_model *m, char *err, size_t errlen) {
         }
 #undef NAME
     }
-    if (B.failed) return -1;
+    if (B.st) return B.st;
     m->active_bytes = kl_moe_active_bytes(m, &h->moe, h->n_layer);
     return 0;
 }
@@ -639,35 +627,6 @@ static void mlp_layer(kiln_context *c, const nem_layer *L, int n) {
     kk_matmul(c->pool, &L->w_down, w->up, n, w->y, c->m->hp.n_embd, c->mm_scratch);
 }
 
-/* Orders the batch by sequence (stable, so positions stay increasing) into
- * w->ord and cuts it into runs; b_seq / b_pos are permuted to match.
- * Returns 1 when the order changed. */
-static int order_batch(kiln_context *c, nem_ws *w, int n) {
-    uint64_t seen = 0; /* sequences whose run ended (n_seq_max <= 64) */
-    int sorted = 1;
-    for (int i = 1; i < n && sorted; i++)
-        if (c->b_seq[i] != c->b_seq[i - 1]) {
-            seen |= 1ull << c->b_seq[i - 1];
-            sorted = !(seen >> c->b_seq[i] & 1);
-        }
-    for (int i = 0; i < n; i++) w->ord[i] = i;
-    if (!sorted) {
-        int k = 0;
-        for (int s = 0; s < c->kv.n_seq; s++)
-            for (int i = 0; i < n; i++)
-                if (c->b_seq[i] == s) w->ord[k++] = i;
-        for (int i = 0; i < n; i++) w->tmp_i[i] = c->b_seq[w->ord[i]];
-        memcpy(c->b_seq, w->tmp_i, (size_t)n * sizeof(int32_t));
-        for (int i = 0; i < n; i++) w->tmp_i[i] = c->b_pos[w->ord[i]];
-        memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
-    }
-    w->n_run = 0;
-    for (int i = 0; i < n; i++)
-        if (i == 0 || c->b_seq[i] != c->b_seq[i - 1]) w->run[w->n_run++] = i;
-    w->run[w->n_run] = n;
-    return !sorted;
-}
-
 static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const kiln_model *m = c->m;
     const kl_hparams *hp = &m->hp;
@@ -676,7 +635,7 @@ static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) 
     const int n = b->n, E = hp->n_embd;
     const kk_ops *ops = kk_ops_best();
     const kk_ssm_ops *sops = kk_ssm_ops_best();
-    const int moved = order_batch(c, w, n);
+    const int moved = kl_batch_seq_runs(c, n, w->ord, w->tmp_i, w->run, &w->n_run);
     /* per run: recorded for rollback (every token asks for logits: a
      * decode token with drafts to verify), or the snapshots it takes */
     for (int r = 0; r < w->n_run; r++) {
@@ -710,10 +669,7 @@ static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         for (int i = 0; i < n; i++)
             memcpy(w->xn + (size_t)w->ord[i] * E, w->x + (size_t)i * E, (size_t)E * sizeof(float));
         xo = w->xn;
-        for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_seq[i];
-        memcpy(c->b_seq, w->tmp_i, (size_t)n * sizeof(int32_t));
-        for (int i = 0; i < n; i++) w->tmp_i[w->ord[i]] = c->b_pos[i];
-        memcpy(c->b_pos, w->tmp_i, (size_t)n * sizeof(int32_t));
+        kl_batch_seq_restore(c, n, w->ord, w->tmp_i);
     }
     kl_batch_output(c, xo, n, n_out);
     return KILN_OK;

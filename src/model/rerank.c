@@ -106,10 +106,9 @@ static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p
 
 static kiln_status setup_causal(kiln_reranker *r, const kiln_reranker_params *p) {
     kiln_model *m = r->m;
-    char err[256];
-    kl_binder B = {m, err, sizeof err, 0};
+    kl_binder B = {m, KILN_OK};
     r->head = kl_bind_mat(&B, "cls.output.weight", m->hp.n_embd, -1, 0);
-    if (B.failed) return kb_fail(KILN_ERR_FORMAT, "%s", err);
+    if (B.st) return B.st;
     r->n_labels = (int)r->head.nrows;
     const gguf_kv *labels = kl_meta_kv(m, "classifier.output_labels");
     if (labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != r->n_labels))

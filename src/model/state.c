@@ -13,13 +13,11 @@ uint64_t kl_rs_bytes(size_t slot_floats, size_t roll_floats, int n_seq, int n_sn
            sizeof(float);
 }
 
-kl_rs *kl_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap, char *err,
-                 size_t errlen) {
+kiln_status kl_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap,
+                      kl_rs **out) {
+    *out = NULL;
     kl_rs *rs = calloc(1, sizeof *rs);
-    if (!rs) {
-        kb_errf(err, errlen, "out of memory");
-        return NULL;
-    }
+    if (!rs) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     rs->be = be;
     rs->slot_floats = slot_floats;
     rs->n_seq = n_seq;
@@ -33,15 +31,16 @@ kl_rs *kl_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_floats, 
     rs->roll_a = calloc((size_t)n_seq, sizeof *rs->roll_a);
     rs->roll_n = calloc((size_t)n_seq, sizeof *rs->roll_n);
     if (!rs->mem || !rs->snap || !rs->want || !rs->roll_a || !rs->roll_n) {
-        kb_errf(err, errlen, "cannot reserve %zu bytes for the recurrent state", rs->mem_bytes);
+        const size_t bytes = rs->mem_bytes;
         kl_rs_free(rs);
-        return NULL;
+        return kb_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the recurrent state", bytes);
     }
     rs->roll_state = rs->mem + (size_t)(n_seq + n_snap) * slot_floats;
     rs->roll_in = rs->roll_state + (size_t)n_seq * slot_floats;
     for (int i = 0; i < n_snap; i++) rs->snap[i] = (kl_snap){.pos = -1, .owner = -1, .pin = -1};
     for (int s = 0; s < n_seq; s++) rs->want[s] = -1;
-    return rs;
+    *out = rs;
+    return KILN_OK;
 }
 
 void kl_rs_free(kl_rs *rs) {

@@ -34,7 +34,7 @@
 #ifndef KILN_STATE_H
 #define KILN_STATE_H
 
-#include "model/model.h"
+#include "model/context.h"
 
 /* Snapshots kept per sequence when kiln_context_params.n_state_snapshots
  * is 0. */
@@ -72,8 +72,9 @@ typedef struct kl_rs kl_rs;
 /* Bytes the pool takes for n_seq sequences and n_snap snapshots, with
  * roll_floats floats of recorded inputs per sequence. */
 uint64_t kl_rs_bytes(size_t slot_floats, size_t roll_floats, int n_seq, int n_snap);
-kl_rs *kl_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap, char *err,
-                 size_t errlen);
+/* The pool in *out (NULL on a failure: KILN_ERR_NOMEM). */
+kiln_status kl_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap,
+                      kl_rs **out);
 void kl_rs_free(kl_rs *rs);
 static inline float *kl_rs_live(kl_rs *rs, int seq) { return rs->mem + (size_t)seq * rs->slot_floats; }
 static inline float *kl_rs_slot(kl_rs *rs, int i) { return rs->mem + (size_t)(rs->n_seq + i) * rs->slot_floats; }

@@ -32,30 +32,26 @@ typedef struct g3_state {
 
 static void g3_defaults(vision_hp *hp) { hp->n_merge = 4; }
 
-static int g3_bind(vision_model *vm, char *err, size_t errlen) {
+static kiln_status g3_bind(vision_model *vm) {
     const int64_t E = vm->hp.n_embd, T = vm->n_embd_text;
-    vision_binder B = {vm->gf, err, errlen, 0};
+    vision_binder B = {vm->gf, KILN_OK};
     g3_state *s = kb_calloc(1, sizeof *s);
-    if (!s) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!s) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     vm->state = s;
     s->norm = vision_bind_vec(&B, "mm.soft_emb_norm.weight", E, 0);
     kk_mat w = vision_bind_mat(&B, "mm.input_projection.weight", T, E, 0);
-    if (B.failed) {
+    if (B.st) {
         const gguf_tensor *t = gguf_find_tensor(vm->gf, "mm.input_projection.weight");
         if (t && t->n_dims == 2 && t->ne[1] == E && t->ne[0] != T)
-            snprintf(err, errlen, "the projector gives %lld-wide embeddings, the text model takes %lld",
-                     (long long)t->ne[0], (long long)T);
-        return -1;
+            return kb_fail(KILN_ERR_FORMAT, "the projector gives %lld-wide embeddings, the text model takes %lld",
+                           (long long)t->ne[0], (long long)T);
+        return B.st;
     }
     s->proj = kb_malloc((size_t)T * (size_t)E * sizeof(float));
     float *row = kb_malloc((size_t)T * sizeof(float));
     if (!s->proj || !row) {
         free(row);
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (int64_t i = 0; i < E; i++) {
         kk_get_row(&w, i, row);
@@ -63,7 +59,7 @@ static int g3_bind(vision_model *vm, char *err, size_t errlen) {
     }
     free(row);
     s->proj_mat = (kk_mat){s->proj, KQ_F32, E, T, NULL};
-    return 0;
+    return KILN_OK;
 }
 
 static int32_t g3_n_tokens(const vision_model *vm, int32_t w, int32_t h) {

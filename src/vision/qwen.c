@@ -652,20 +652,17 @@ done:
 
 /* vision.h's vision_proj for the three Qwen-VL mergers: the whole ViT is
  * the projector's own (vision_proj.own_vit), bound from vm->gf. */
-static int qwen_bind(vision_model *vm, char *err, size_t errlen) {
+static kiln_status qwen_bind(vision_model *vm) {
     vision_qwen *q = NULL;
-    if (vision_qwen_load(vm->gf, &q) != KILN_OK) {
-        snprintf(err, errlen, "%s", kiln_last_error());
-        return -1;
-    }
+    const kiln_status st = vision_qwen_load(vm->gf, &q);
+    if (st) return st;
     if (vision_qwen_n_embd(q) != vm->n_embd_text) {
-        snprintf(err, errlen, "rows of %d floats for a text model that takes %d", vision_qwen_n_embd(q),
-                 vm->n_embd_text);
+        const int n = vision_qwen_n_embd(q);
         vision_qwen_free(q);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "rows of %d floats for a text model that takes %d", n, vm->n_embd_text);
     }
     vm->state = q;
-    return 0;
+    return KILN_OK;
 }
 
 static void qwen_grid(const vision_model *vm, int32_t w, int32_t h, int32_t *nx, int32_t *ny) {

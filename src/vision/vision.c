@@ -16,8 +16,8 @@
 #include "vision/vision.h"
 
 #include "base/base.h"
+#include "gguf/check.h"
 #include "kernels/ops.h"
-#include "model/model.h"
 #include "quant/quant.h"
 
 #include <math.h>
@@ -46,35 +46,18 @@ static const vision_proj *const k_projs[] = {
 
 /* ------------------------------------------------------------- binding */
 
-static void bind_fail(vision_binder *B, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bind_fail(vision_binder *B, const char *fmt, ...) {
-    if (B->failed) return;
+static void bind_fail(vision_binder *B, kiln_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void bind_fail(vision_binder *B, kiln_status st, const char *fmt, ...) {
+    if (B->st) return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(B->err, B->errlen, fmt, ap);
+    B->st = kb_vfail(st, fmt, ap);
     va_end(ap);
-    B->failed = 1;
 }
 
 static const gguf_tensor *bind_tensor(vision_binder *B, const char *name, int dims, const int64_t *ne, int optional) {
-    if (B->failed) return NULL;
-    const gguf_tensor *t = gguf_find_tensor(B->gf, name);
-    if (!t) {
-        if (!optional) bind_fail(B, "missing tensor %s", name);
-        return NULL;
-    }
-    int ok = (int)t->n_dims == dims;
-    for (int d = 0; d < dims && ok; d++) ok = t->ne[d] == ne[d];
-    if (!ok) {
-        bind_fail(B, "tensor %s has shape [%lld, %lld], expected [%lld, %lld]", name, (long long)t->ne[0],
-                  (long long)(t->n_dims > 1 ? t->ne[1] : 1), (long long)ne[0], (long long)(dims > 1 ? ne[1] : 1));
-        return NULL;
-    }
-    if (!kq_supported((int)t->type)) {
-        const kq_traits *tr = kq_get((int)t->type);
-        bind_fail(B, "tensor %s has type %s, which kiln cannot compute", name, tr && tr->name ? tr->name : "?");
-        return NULL;
-    }
+    const gguf_tensor *t = NULL;
+    if (!B->st) B->st = gguf_tensor_check(B->gf, name, dims, ne, optional, &t);
     return t;
 }
 
@@ -82,7 +65,7 @@ const float *vision_bind_vec(vision_binder *B, const char *name, int64_t n, int 
     const gguf_tensor *t = bind_tensor(B, name, 1, &n, optional);
     if (!t) return NULL;
     if (t->type != KQ_F32) {
-        bind_fail(B, "tensor %s must be F32", name);
+        bind_fail(B, KILN_ERR_FORMAT, "tensor %s must be F32", name);
         return NULL;
     }
     return t->data;
@@ -94,7 +77,7 @@ kk_mat vision_bind_mat(vision_binder *B, const char *name, int64_t ncols, int64_
     const gguf_tensor *t = bind_tensor(B, name, 2, ne, optional);
     if (!t) return w;
     if (ncols % kq_get((int)t->type)->blck) {
-        bind_fail(B, "tensor %s: %lld columns are not whole blocks", name, (long long)ncols);
+        bind_fail(B, KILN_ERR_FORMAT, "tensor %s: %lld columns are not whole blocks", name, (long long)ncols);
         return w;
     }
     w.data = t->data;
@@ -106,7 +89,7 @@ kk_mat vision_bind_mat(vision_binder *B, const char *name, int64_t ncols, int64_
 
 /* ----------------------------------------------------------------- load */
 
-static int read_hparams(vision_model *vm, char *err, size_t errlen) {
+static kiln_status read_hparams(vision_model *vm) {
     const gguf_file *gf = vm->gf;
     vision_hp *hp = &vm->hp;
     const int64_t n_embd = gguf_get_int(gf, "clip.vision.embedding_length", -1);
@@ -119,19 +102,17 @@ static int read_hparams(vision_model *vm, char *err, size_t errlen) {
     const double eps = gguf_get_float(gf, "clip.vision.attention.layer_norm_epsilon", -1.0);
     if (n_embd < 1 || n_embd > VISION_MAX_EMBD || n_head < 1 || n_embd % n_head || n_ff < 1 ||
         n_ff > 4 * VISION_MAX_EMBD || n_layer < 1 || n_layer > VISION_MAX_LAYERS) {
-        snprintf(err, errlen, "bad or missing clip.vision sizes (embedding %lld, heads %lld, ffn %lld, blocks %lld)",
-                 (long long)n_embd, (long long)n_head, (long long)n_ff, (long long)n_layer);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT,
+                       "bad or missing clip.vision sizes (embedding %lld, heads %lld, ffn %lld, blocks %lld)",
+                       (long long)n_embd, (long long)n_head, (long long)n_ff, (long long)n_layer);
     }
     if (patch < 1 || patch > VISION_MAX_PATCH || img < patch || img > VISION_MAX_IMAGE || img % patch || merge < 1 ||
         (img / patch) % merge) {
-        snprintf(err, errlen, "bad clip.vision image_size %lld / patch_size %lld / scale_factor %lld", (long long)img,
-                 (long long)patch, (long long)merge);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "bad clip.vision image_size %lld / patch_size %lld / scale_factor %lld",
+                       (long long)img, (long long)patch, (long long)merge);
     }
     if (!(eps > 0.0 && eps < 1.0)) {
-        snprintf(err, errlen, "bad or missing clip.vision.attention.layer_norm_epsilon");
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "bad or missing clip.vision.attention.layer_norm_epsilon");
     }
     hp->n_embd = (int32_t)n_embd;
     hp->n_head = (int32_t)n_head;
@@ -146,61 +127,49 @@ static int read_hparams(vision_model *vm, char *err, size_t errlen) {
     for (int a = 0; a < 2; a++) {
         const gguf_kv *kv = gguf_find(gf, keys[a]);
         if (!kv || kv->type != GGUF_ARRAY || kv->n < 3 || kv->arr_type == GGUF_STRING || kv->arr_type == GGUF_ARRAY) {
-            snprintf(err, errlen, "missing or bad %s (3 numbers)", keys[a]);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "missing or bad %s (3 numbers)", keys[a]);
         }
         for (int c = 0; c < 3; c++) {
             const double v = gguf_arr_float(kv, (uint64_t)c);
-            if (!isfinite(v) || (a == 1 && !(v > 1e-6))) {
-                snprintf(err, errlen, "bad %s value", keys[a]);
-                return -1;
-            }
+            if (!isfinite(v) || (a == 1 && !(v > 1e-6))) { return kb_fail(KILN_ERR_FORMAT, "bad %s value", keys[a]); }
             dst[a][c] = (float)v;
         }
     }
     const int gelu = gguf_get_bool(gf, "clip.use_gelu", 0), silu = gguf_get_bool(gf, "clip.use_silu", 0);
-    if (gelu && silu) {
-        snprintf(err, errlen, "clip.use_gelu and clip.use_silu are both set");
-        return -1;
-    }
+    if (gelu && silu) { return kb_fail(KILN_ERR_FORMAT, "clip.use_gelu and clip.use_silu are both set"); }
     hp->act = gelu ? VISION_ACT_GELU : silu ? VISION_ACT_SILU : VISION_ACT_GELU_QUICK;
     return 0;
 }
 
-static int bind_vit(vision_model *vm, char *err, size_t errlen) {
+static kiln_status bind_vit(vision_model *vm) {
     const vision_hp *hp = &vm->hp;
-    vision_binder B = {vm->gf, err, errlen, 0};
+    vision_binder B = {vm->gf, KILN_OK};
     const int64_t E = hp->n_embd, F = hp->n_ff, P = hp->patch_size, side = hp->image_size / hp->patch_size;
     /* the convolution [n_embd][3][P][P] read as n_embd rows of 3 P P */
     const int64_t ne4[4] = {P, P, 3, E};
     const gguf_tensor *pt = gguf_find_tensor(vm->gf, "v.patch_embd.weight");
     if (!pt || pt->n_dims != 4 || memcmp(pt->ne, ne4, sizeof ne4) || !kq_supported((int)pt->type) ||
         (3 * P * P) % kq_get((int)pt->type)->blck) {
-        snprintf(err, errlen, "missing or bad tensor v.patch_embd.weight (expected [%lld, %lld, 3, %lld])",
-                 (long long)P, (long long)P, (long long)E);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "missing or bad tensor v.patch_embd.weight (expected [%lld, %lld, 3, %lld])",
+                       (long long)P, (long long)P, (long long)E);
     }
     vm->patch = (kk_mat){pt->data, (int)pt->type, 3 * P * P, E, NULL};
     vm->patch_b = vision_bind_vec(&B, "v.patch_embd.bias", E, 1);
     vm->pos = vision_bind_mat(&B, "v.position_embd.weight", E, side * side, 0);
     vm->post_ln_w = vision_bind_vec(&B, "v.post_ln.weight", E, 1);
     vm->post_ln_b = vision_bind_vec(&B, "v.post_ln.bias", E, 1);
-    if (B.failed) return -1;
+    if (B.st) return B.st;
     if (gguf_find_tensor(vm->gf, "v.pre_ln.weight")) {
-        snprintf(err, errlen, "a pre-layernorm ViT (v.pre_ln) is not supported");
-        return -1;
+        return kb_fail(KILN_ERR_UNSUPPORTED, "a pre-layernorm ViT (v.pre_ln) is not supported");
     }
     vm->layers = kb_calloc((size_t)hp->n_layer, sizeof *vm->layers);
-    if (!vm->layers) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!vm->layers) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     char nm[96];
 #define VEC(field, suffix, n, opt) \
     (snprintf(nm, sizeof nm, "v.blk.%d.%s", l, suffix), L->field = vision_bind_vec(&B, nm, n, opt))
 #define MAT(field, suffix, c, r) \
     (snprintf(nm, sizeof nm, "v.blk.%d.%s", l, suffix), L->field = vision_bind_mat(&B, nm, c, r, 0))
-    for (int l = 0; l < hp->n_layer && !B.failed; l++) {
+    for (int l = 0; l < hp->n_layer && !B.st; l++) {
         vision_layer *L = &vm->layers[l];
         MAT(wq, "attn_q.weight", E, E);
         MAT(wk, "attn_k.weight", E, E);
@@ -231,7 +200,7 @@ static int bind_vit(vision_model *vm, char *err, size_t errlen) {
     }
 #undef VEC
 #undef MAT
-    return B.failed ? -1 : 0;
+    return B.st;
 }
 
 kiln_status vision_load(const char *path, int32_t n_embd_text, vision_model **out) {
@@ -244,7 +213,6 @@ kiln_status vision_load(const char *path, int32_t n_embd_text, vision_model **ou
 
 kiln_status vision_load_gguf(gguf_file *gf, const char *path, int32_t n_embd_text, vision_model **out) {
     *out = NULL;
-    char err[512] = "";
     char arch[32], type[64];
     if (strcmp(gguf_get_cstr(gf, "general.architecture", arch, sizeof arch, ""), "clip") ||
         !gguf_get_bool(gf, "clip.has_vision_encoder", 0)) {
@@ -276,12 +244,12 @@ kiln_status vision_load_gguf(gguf_file *gf, const char *path, int32_t n_embd_tex
     vm->n_embd_text = n_embd_text;
     pthread_mutex_init(&vm->mu, NULL);
     if (proj->defaults) proj->defaults(&vm->hp);
-    if (read_hparams(vm, err, sizeof err) || (!proj->own_vit && bind_vit(vm, err, sizeof err)) ||
-        proj->bind(vm, err, sizeof err)) {
-        kiln_status st = strstr(err, "out of memory")      ? KILN_ERR_NOMEM
-                         : strstr(err, "cannot compute")   ? KILN_ERR_UNSUPPORTED
-                         : strstr(err, "is not supported") ? KILN_ERR_UNSUPPORTED
-                                                           : KILN_ERR_FORMAT;
+    kiln_status st = read_hparams(vm);
+    if (!st && !proj->own_vit) st = bind_vit(vm);
+    if (!st) st = proj->bind(vm);
+    if (st) {
+        char err[512];
+        snprintf(err, sizeof err, "%s", kiln_last_error());
         vision_free(vm);
         return kb_fail(st, "projector %s: %s", path, err);
     }
@@ -501,11 +469,13 @@ void vision_prompt_free(vision_prompt *p) {
 }
 
 /* Appends the tokens of text[0..len) to p (grown as needed). */
-static kiln_status push_text(kiln_model *m, vision_prompt *p, int32_t *cap, const char *text, size_t len, int add,
-                             int special) {
+static kiln_status push_text(const vision_text *tx, vision_prompt *p, int32_t *cap, const char *text, size_t len,
+                             int add, int special) {
     if (!len && !add) return KILN_OK;
-    int n = kiln_tokenize(m, text, len, add, special, NULL, 0);
-    if (n < 0) return (kiln_status)n;
+    if (!tx->tok || (!text && len)) return kb_fail(KILN_ERR_INVALID_ARG, "bad tokenize arguments");
+    int32_t n = ktok_encode(tx->tok, text ? text : "", len, add, special, NULL, 0);
+    if (n == KTOK_ERR_NOMEM) return kb_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
+    if (n < 0) n = -n;
     if (p->n_tok + n > *cap) {
         int32_t nc = (p->n_tok + n) * 2 + 16;
         int32_t *t = kb_realloc(p->tok, (size_t)nc * sizeof *t);
@@ -513,7 +483,7 @@ static kiln_status push_text(kiln_model *m, vision_prompt *p, int32_t *cap, cons
         p->tok = t;
         *cap = nc;
     }
-    int got = kiln_tokenize(m, text, len, add, special, p->tok + p->n_tok, n);
+    int32_t got = ktok_encode(tx->tok, text ? text : "", len, add, special, p->tok + p->n_tok, n);
     if (got != n) return kb_fail(KILN_ERR_INTERNAL, "the tokenizer gave %d tokens, then %d", n, got);
     p->n_tok += n;
     return KILN_OK;
@@ -607,11 +577,11 @@ static kiln_status fill_mpos(vision_prompt *out, int32_t n_images, const int32_t
     return KILN_OK;
 }
 
-kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
-                                const kiln_image_input *images, int32_t n_images, vision_prompt *out) {
+kiln_status vision_prompt_build(vision_model *vm, const vision_text *tx, const char *text, size_t len, int add_special,
+                                int parse_special, const kiln_image_input *images, int32_t n_images,
+                                vision_prompt *out) {
     memset(out, 0, sizeof *out);
-    if (n_images > 0 && (!m || !m->vision))
-        return kb_fail(KILN_ERR_UNSUPPORTED, "the model does not take images (no projector)");
+    if (n_images > 0 && !vm) return kb_fail(KILN_ERR_UNSUPPORTED, "the model does not take images (no projector)");
     if (n_images < 0 || n_images > VISION_MAX_IMAGES || (n_images && !images))
         return kb_fail(KILN_ERR_INVALID_ARG, "%d images: at most %d", n_images, VISION_MAX_IMAGES);
     if (!text) len = 0;
@@ -620,8 +590,7 @@ kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int
     for (const char *s = text; (s = find_marker(s, len - (size_t)(s - text))); s += ml) markers++;
     if (markers && markers != n_images)
         return kb_fail(KILN_ERR_INVALID_ARG, "the prompt has %d image markers for %d images", markers, n_images);
-    vision_model *vm = m ? m->vision : NULL;
-    out->n_embd = m ? m->hp.n_embd_inp : 0;
+    out->n_embd = tx->n_embd;
     int32_t cap = 0;
     kiln_status st = KILN_OK;
     kpool *pool = NULL;
@@ -634,15 +603,15 @@ kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int
         /* the text before this image */
         if (markers) {
             const char *mk = find_marker(rest, rest_len);
-            st = push_text(m, out, &cap, rest, (size_t)(mk - rest), first && add_special, parse_special);
+            st = push_text(tx, out, &cap, rest, (size_t)(mk - rest), first && add_special, parse_special);
             rest_len -= (size_t)(mk - rest) + ml;
             rest = mk + ml;
         } else if (first) {
-            st = push_text(m, out, &cap, "", 0, add_special, parse_special);
+            st = push_text(tx, out, &cap, "", 0, add_special, parse_special);
         }
         first = 0;
         if (st) break;
-        st = push_text(m, out, &cap, vm->proj->begin, strlen(vm->proj->begin), 0, 1);
+        st = push_text(tx, out, &cap, vm->proj->begin, strlen(vm->proj->begin), 0, 1);
         vision_image im;
         uint8_t *owned = NULL;
         if (!st) st = image_pixels(&images[i], &im, &owned);
@@ -672,13 +641,13 @@ kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int
             if (vm->proj->grid) vm->proj->grid(vm, im.w, im.h, &img_nx[i], &img_ny[i]);
             out->n_tok += nt;
             out->n_rows += nt;
-            st = push_text(m, out, &cap, vm->proj->end, strlen(vm->proj->end), 0, 1);
+            st = push_text(tx, out, &cap, vm->proj->end, strlen(vm->proj->end), 0, 1);
         }
         free(owned);
     }
-    if (!st) st = push_text(m, out, &cap, rest, rest_len, first && add_special, parse_special);
+    if (!st) st = push_text(tx, out, &cap, rest, rest_len, first && add_special, parse_special);
     kpool_free(pool);
-    if (!st && n_images && m->hp.rope.mrope && vm->proj->grid) st = fill_mpos(out, n_images, img_at, img_nx, img_ny);
+    if (!st && n_images && tx->mrope && vm->proj->grid) st = fill_mpos(out, n_images, img_at, img_nx, img_ny);
     if (st) vision_prompt_free(out);
     return st;
 }

@@ -31,6 +31,7 @@
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
 #include "thread/pool.h"
+#include "tokenizer/tokenizer.h"
 #include "vision/decode.h"
 
 #include <pthread.h>
@@ -83,8 +84,9 @@ typedef struct vision_proj {
      * file's keys are read. */
     void (*defaults)(vision_hp *hp);
     /* Binds the projector's own tensors (mm.*) and checks them against
-     * vm->hp and vm->n_embd_text; -1 with one line in err. */
-    int (*bind)(vision_model *vm, char *err, size_t errlen);
+     * vm->hp and vm->n_embd_text; a failure is a status with the last
+     * error set. */
+    kiln_status (*bind)(vision_model *vm);
     /* Tokens an image of w x h pixels becomes. */
     int32_t (*n_tokens)(const vision_model *vm, int32_t w, int32_t h);
     /* Multimodal RoPE projectors: merged tokens per row and column of a
@@ -136,14 +138,13 @@ kiln_status vision_encode(vision_model *vm, kpool *pool, const vision_image *im,
 
 /* ---- what projectors share (vision.c) ---- */
 
-/* Binding helpers: a 1-D F32 vector of n, or a matrix of nrows x ncols
- * (any type kiln computes).  NULL / data NULL when optional and missing;
- * on an error err gets one line and *failed is set. */
+/* Binding helpers over gguf/check.h: a 1-D F32 vector of n, or a matrix
+ * of nrows x ncols (any type kiln computes).  NULL / data NULL when
+ * optional and missing; the first failure is kept in st (the last error
+ * set) and later calls return nothing. */
 typedef struct vision_binder {
     const gguf_file *gf;
-    char *err;
-    size_t errlen;
-    int failed;
+    kiln_status st;
 } vision_binder;
 const float *vision_bind_vec(vision_binder *B, const char *name, int64_t n, int optional);
 kk_mat vision_bind_mat(vision_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional);
@@ -174,15 +175,25 @@ static inline int32_t vision_token_id(uint32_t h, uint32_t k) {
     return -1 - (int32_t)((h + k * 0x9E3779B1u) & 0x7fffffffu);
 }
 
+/* What a prompt takes of its text model (the model fills it in
+ * kl_image_prompt, model.h). */
+typedef struct vision_text {
+    const ktok *tok; /* its tokenizer */
+    int32_t n_embd;  /* floats of an input embedding row (n_embd_inp) */
+    int mrope;       /* 1: it takes multimodal RoPE positions (kiln_batch_inputs.mpos) */
+} vision_text;
+
 /* Text with one VISION_MARKER per image in order (none: every image goes
  * before the text) to tokens and embedding rows: each text piece tokenized
- * (add_special on the first only; parse_special as kiln_tokenize), each
- * image wrapped in its projector's begin/end text and encoded.
- * KILN_ERR_UNSUPPORTED when m has no projector, KILN_ERR_INVALID_ARG when
- * the markers and images disagree or an image is bad.  Free with
- * vision_prompt_free (also after a failure). */
-kiln_status vision_prompt_build(kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
-                                const kiln_image_input *images, int32_t n_images, vision_prompt *out);
+ * by tx->tok (add_special on the first only; parse_special as
+ * kiln_tokenize), each image wrapped in its projector's begin/end text and
+ * encoded by vm.  KILN_ERR_UNSUPPORTED when images come without a
+ * projector (vm NULL), KILN_ERR_INVALID_ARG when the markers and images
+ * disagree or an image is bad.  Free with vision_prompt_free (also after a
+ * failure). */
+kiln_status vision_prompt_build(vision_model *vm, const vision_text *tx, const char *text, size_t len, int add_special,
+                                int parse_special, const kiln_image_input *images, int32_t n_images,
+                                vision_prompt *out);
 void vision_prompt_free(vision_prompt *p);
 
 #endif
