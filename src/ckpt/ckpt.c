@@ -85,7 +85,8 @@ ck_file *ck_open(const char *path, char *err, size_t errlen) {
         kb_errf(err, errlen, "out of memory");
         return NULL;
     }
-    if (kb_map_file(path, &f->map, err, errlen)) {
+    if (kb_map_file(path, &f->map)) {
+        kb_errf(err, errlen, "%s", kiln_last_error());
         free(f);
         return NULL;
     }

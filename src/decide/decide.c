@@ -83,11 +83,7 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
      * before any model memory exists */
     char err[512];
     kiln_status st = KILN_OK;
-    d->gf = gguf_open(path, err, sizeof err);
-    if (!d->gf) {
-        st = kb_fail(strstr(err, "No such file") ? KILN_ERR_IO : KILN_ERR_FORMAT, "%s", err);
-        goto fail;
-    }
+    if ((st = gguf_open(path, &d->gf))) goto fail;
     if ((st = kd_config_load(&d->cfg, d->gf)) != KILN_OK) {
         char msg[600];
         snprintf(msg, sizeof msg, "%s: %s", path, kiln_last_error());

@@ -389,12 +389,10 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
     if (!m) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     m->be = be;
     loader L = {m, {0}};
-    char err[512];
-    m->gf = gguf_open(path, err, sizeof err);
-    if (!m->gf) {
+    kiln_status gst = gguf_open(path, &m->gf);
+    if (gst) {
         free(m);
-        return kb_fail(strstr(err, "No such file") || strstr(err, "Permission") ? KILN_ERR_IO : KILN_ERR_FORMAT, "%s",
-                       err);
+        return gst;
     }
     kiln_status st = KILN_ERR_FORMAT;
     if (!gguf_get_cstr(m->gf, "general.architecture", m->arch_name, sizeof m->arch_name, NULL)) {

@@ -298,8 +298,8 @@ wh_model *wh_load(const char *path, char *err, size_t errlen) {
         return NULL;
     }
     char e2[384] = "";
-    if (kb_map_file(path, &m->map, e2, sizeof e2) != 0) {
-        kb_errf(err, errlen, "%s", e2);
+    if (kb_map_file(path, &m->map) != 0) {
+        kb_errf(err, errlen, "%s", kiln_last_error());
         free(m);
         return NULL;
     }
