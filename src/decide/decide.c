@@ -85,9 +85,7 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
     kiln_status st = KILN_OK;
     if ((st = gguf_open(path, &d->gf))) goto fail;
     if ((st = kd_config_load(&d->cfg, d->gf)) != KILN_OK) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "%s: %s", path, kiln_last_error());
-        st = kb_fail(st == KILN_ERR_NOT_FOUND ? KILN_ERR_FORMAT : st, "%s", msg);
+        st = kb_fail(st == KILN_ERR_NOT_FOUND ? KILN_ERR_FORMAT : st, "%s: %s", path, kiln_last_error());
         goto fail;
     }
     if (!(d->type_names = malloc((size_t)d->cfg.n_types * sizeof *d->type_names))) goto oom;
