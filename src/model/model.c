@@ -414,10 +414,8 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
         snprintf(L.err, sizeof L.err, "tensor token_embd.weight has no rows");
         goto fail;
     }
-    char terr[400];
-    m->tok = ktok_load(m->gf, terr, sizeof terr);
-    if (!m->tok) {
-        snprintf(L.err, sizeof L.err, "tokenizer: %s", terr);
+    if (ktok_load(m->gf, &m->tok)) {
+        snprintf(L.err, sizeof L.err, "tokenizer: %s", kiln_last_error());
         goto fail;
     }
     if (ktok_n_vocab(m->tok) > m->hp.n_vocab) {
