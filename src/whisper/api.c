@@ -16,15 +16,9 @@ kiln_status kiln_stt_load(const char *path, kiln_stt **out) {
     if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output handle");
     *out = NULL;
     if (!path) return kb_fail(KILN_ERR_INVALID_ARG, "no model path");
-    char err[512];
-    wh_model *m = wh_load(path, err, sizeof err);
-    if (!m) {
-        kiln_status st = strstr(err, "out of memory")                                     ? KILN_ERR_NOMEM
-                         : strstr(err, "cannot multiply") || strstr(err, "unknown ftype") ? KILN_ERR_UNSUPPORTED
-                         : strstr(err, "No such file") || strstr(err, "Permission")       ? KILN_ERR_IO
-                                                                                          : KILN_ERR_FORMAT;
-        return kb_fail(st, "%s", err);
-    }
+    wh_model *m;
+    kiln_status st = wh_load(path, &m);
+    if (st) return st;
     kiln_stt *s = calloc(1, sizeof *s);
     if (!s) {
         wh_free(m);
