@@ -14,7 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[512];
-    ck_file *f = ck_open_memory(data, size, err, sizeof err);
+    ck_file *f;
+    ck_open_memory(data, size, &f);
     if (f) {
         volatile uint8_t s = 0;
         for (int i = 0; i < ck_n_tensors(f); i++) {
@@ -27,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ck_close(f);
     }
     ck_pkl_result r;
-    if (ck_pickle_state_dict(data, size, &r, err, sizeof err) == 0) ck_pickle_free(&r);
+    if (ck_pickle_state_dict(data, size, &r) == KILN_OK) ck_pickle_free(&r);
     /* and as a SentencePiece model (protobuf, character map, encoder) */
     im_spiece *s = im_spiece_load(data, size, err, sizeof err);
     if (s) {

@@ -37,13 +37,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *src = malloc(size ? size : 1);
     if (!src) return 0;
     if (size) memcpy(src, data, size);
-    char err[512];
-    kgt *t = kgt_compile(src, size, err, sizeof err);
+    kgt *t;
+    kiln_status st = kgt_compile(src, size, &t);
     free(src);
-    if (!t) return 0;
+    if (st) return 0;
     kct_opts o = {.max_steps = 200000, .max_output = 256 << 10, .max_memory = 16 << 20};
-    free(kgt_render_chat_opts(t, messages, tools, (int)(size % 3) - 1, &o, err, sizeof err));
-    free(kgt_render_opts(t, plain, &o, err, sizeof err));
+    char *out;
+    if (kgt_render_chat_opts(t, messages, tools, (int)(size % 3) - 1, &o, &out) == KILN_OK) free(out);
+    if (kgt_render_opts(t, plain, &o, &out) == KILN_OK) free(out);
     kgt_free(t);
     return 0;
 }

@@ -11,9 +11,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char err[256];
-    gguf_file *f = gguf_open_memory(data, size, err, sizeof err);
-    if (!f) return 0;
+    gguf_file *f;
+    if (gguf_open_memory(data, size, &f)) return 0;
     vision_model *vm = NULL;
     if (vision_load_gguf(f, "fuzz", 64, &vm) == KILN_OK) {
         static const uint8_t px[64 * 48 * 3];

@@ -13,6 +13,22 @@
 #include <string.h>
 #include <time.h>
 
+/* The checks below read a failure's message from a buffer: these take the
+ * last error into it. */
+static kct *compile_e(const char *src, size_t len, char *err, size_t errlen) {
+    kct *t;
+    if (kct_compile(src, len, &t)) snprintf(err, errlen, "%s", kiln_last_error());
+    return t;
+}
+static char *render_opts_e(const kct *t, const json_t *vars, const kct_opts *o, char *err, size_t errlen) {
+    char *out;
+    if (kct_render_opts(t, vars, o, &out)) snprintf(err, errlen, "%s", kiln_last_error());
+    return out;
+}
+static char *render_e(const kct *t, const json_t *vars, char *err, size_t errlen) {
+    return render_opts_e(t, vars, NULL, err, errlen);
+}
+
 /* Renders src with vars given as JSON text; returns malloc'd output or NULL (err filled). */
 static char *render_src(const char *src, const char *vars_json, char *err, size_t errlen) {
     json_error_t je;
@@ -21,8 +37,8 @@ static char *render_src(const char *src, const char *vars_json, char *err, size_
         snprintf(err, errlen, "bad test JSON: %s", je.text);
         return NULL;
     }
-    kct *t = kct_compile(src, strlen(src), err, errlen);
-    char *out = t ? kct_render(t, vars, err, errlen) : NULL;
+    kct *t = compile_e(src, strlen(src), err, errlen);
+    char *out = t ? render_e(t, vars, err, errlen) : NULL;
     kct_free(t);
     json_decref(vars);
     return out;
@@ -30,8 +46,8 @@ static char *render_src(const char *src, const char *vars_json, char *err, size_
 
 /* render_src under the bounds of o */
 static char *render_opts(const char *src, const kct_opts *o, char *err, size_t errlen) {
-    kct *t = kct_compile(src, strlen(src), err, errlen);
-    char *out = t ? kct_render_opts(t, NULL, o, err, errlen) : NULL;
+    kct *t = compile_e(src, strlen(src), err, errlen);
+    char *out = t ? render_opts_e(t, NULL, o, err, errlen) : NULL;
     kct_free(t);
     return out;
 }
@@ -143,11 +159,11 @@ static void test_errors(void) {
     FAILS("{{ x|tojson }}", NULL, "not JSON serializable");
     /* a failed render leaves the template usable */
     char err[256];
-    kct *t = kct_compile("{{ a.b }}", 9, err, sizeof err);
+    kct *t = compile_e("{{ a.b }}", 9, err, sizeof err);
     CHECK(t != NULL);
     json_t *bad = json_pack("{s:i}", "a", 1), *good = json_pack("{s:{s:s}}", "a", "b", "ok");
-    char *o1 = kct_render(t, bad, err, sizeof err);
-    char *o2 = kct_render(t, good, err, sizeof err);
+    char *o1 = render_e(t, bad, err, sizeof err);
+    char *o2 = render_e(t, good, err, sizeof err);
     CHECK(o1 && strcmp(o1, "") == 0);
     CHECK(o2 && strcmp(o2, "ok") == 0);
     free(o1);
@@ -181,11 +197,11 @@ static void test_corpus(void) {
         CHECKF(src != NULL, "cannot read %s", path);
         if (!src) continue;
         char err[512] = "";
-        kct *t = kct_compile(src, len, err, sizeof err);
+        kct *t = compile_e(src, len, err, sizeof err);
         CHECKF(t != NULL, "%s: compile failed: %s", tname, err);
         /* a hundredth of each default budget: real templates render far inside them */
         kct_opts tight = {KCT_DEFAULT_STEPS / 100, KCT_DEFAULT_OUTPUT / 100, KCT_DEFAULT_MEMORY / 100, NULL, NULL};
-        char *out = t ? kct_render_opts(t, json_object_get(cases, cname), &tight, err, sizeof err) : NULL;
+        char *out = t ? render_opts_e(t, json_object_get(cases, cname), &tight, err, sizeof err) : NULL;
         json_t *want = json_object_get(e, "output");
         if (want) {
             const char *w = json_string_value(want);
@@ -433,8 +449,8 @@ static void test_hostile_corpus(void) {
         const char *we = strstr(src, " -#}");
         snprintf(want, sizeof want, "%.*s", we ? (int)(we - src - 12) : 0, src + 12);
         char err[512] = "";
-        kct *t = kct_compile(src, len, err, sizeof err);
-        char *out = t ? kct_render(t, vars, err, sizeof err) : NULL;
+        kct *t = compile_e(src, len, err, sizeof err);
+        char *out = t ? render_e(t, vars, err, sizeof err) : NULL;
         CHECKF(!out && strstr(err, want), "%s: want an error with '%s', got %s", e->d_name, want, out ? "output" : err);
         free(out);
         kct_free(t);
@@ -458,13 +474,13 @@ static void test_speed(void) {
         return;
     }
     char err[256];
-    kct *t = kct_compile(src, len, err, sizeof err);
+    kct *t = compile_e(src, len, err, sizeof err);
     json_t *vars = json_object_get(cases, "long_20");
     CHECK(t && json_array_size(json_object_get(vars, "messages")) == 20);
     const int iters = 200;
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
-    for (int k = 0; k < iters && t; k++) free(kct_render(t, vars, err, sizeof err));
+    for (int k = 0; k < iters && t; k++) free(render_e(t, vars, err, sizeof err));
     clock_gettime(CLOCK_MONOTONIC, &b);
     double ms = ((double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6) / iters;
     /* a figure for the log, not a check: speed is measured in benchmarks,

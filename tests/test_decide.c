@@ -173,7 +173,8 @@ static void test_invalid(kiln_decider *d) {
 /* Writes the pack with its configuration replaced (NULL: removed). */
 static int rewrite(const char *out, const char *config) {
     char err[256];
-    gguf_file *f = gguf_open(PACK, err, sizeof err);
+    gguf_file *f;
+    if (gguf_open(PACK, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     if (!f) return -1;
     gguf_writer *w = gguf_writer_new();
     for (int i = 0; i < gguf_n_kv(f); i++) {
@@ -185,7 +186,7 @@ static int rewrite(const char *out, const char *config) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         gguf_w_tensor(w, t->name, t->type, (int)t->n_dims, t->ne, t->data);
     }
-    int rc = gguf_writer_save(w, out, NULL, NULL, err, sizeof err);
+    int rc = gguf_writer_save(w, out, NULL, NULL);
     gguf_writer_free(w);
     gguf_close(f);
     return rc;

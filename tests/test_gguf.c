@@ -25,7 +25,8 @@ static char tmpdir[] = "/tmp/kiln-test-gguf-XXXXXX";
 
 static int opens(const uint8_t *p, size_t n, char *err, size_t errlen) {
     err[0] = 0;
-    gguf_file *f = gguf_open_memory(p, n, err, errlen);
+    gguf_file *f;
+    if (gguf_open_memory(p, n, &f)) snprintf(err, errlen, "%s", kiln_last_error());
     if (!f) return 0;
     gguf_close(f);
     return 1;
@@ -84,7 +85,8 @@ static void test_corruptions(const uint8_t *orig, size_t n) {
         CHECK(!opens(p, n, err, sizeof err) && err[0]);
     }
     /* tensor infos: locate the first tensor name and corrupt its fields */
-    gguf_file *f = gguf_open_memory(orig, n, err, sizeof err);
+    gguf_file *f;
+    if (gguf_open_memory(orig, n, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     const gguf_tensor *t0 = f ? gguf_tensor_at(f, 0) : NULL;
     size_t name_off = 0;
     if (t0) {
@@ -125,7 +127,8 @@ static void test_corruptions(const uint8_t *orig, size_t n) {
             p[off] ^= (uint8_t)(x >> 17);
         }
         err[0] = 0;
-        gguf_file *g = gguf_open_memory(p, n, err, sizeof err);
+        gguf_file *g;
+        if (gguf_open_memory(p, n, &g)) snprintf(err, sizeof err, "%s", kiln_last_error());
         silent += !g && !err[0];
         gguf_close(g);
     }
@@ -144,7 +147,8 @@ typedef struct edit {
 
 static int copy_with(const char *src, const char *dst, const edit *e) {
     char err[256];
-    gguf_file *f = gguf_open(src, err, sizeof err);
+    gguf_file *f;
+    if (gguf_open(src, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     if (!f) return -1;
     gguf_writer *w = gguf_writer_new();
     for (int i = 0; i < gguf_n_kv(f); i++) {
@@ -164,7 +168,7 @@ static int copy_with(const char *src, const char *dst, const edit *e) {
         }
         gguf_w_tensor(w, t->name, t->type, (int)t->n_dims, ne, t->data);
     }
-    int rc = gguf_writer_save(w, dst, NULL, NULL, err, sizeof err);
+    int rc = gguf_writer_save(w, dst, NULL, NULL);
     gguf_writer_free(w);
     gguf_close(f);
     return rc;
@@ -224,7 +228,8 @@ static void test_roundtrip_and_split(void) {
 
     /* split into two shards: metadata + first half, then the rest */
     char err[256];
-    gguf_file *f = gguf_open(STORIES, err, sizeof err);
+    gguf_file *f;
+    if (gguf_open(STORIES, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     CHECK(f != NULL);
     if (!f) return;
     snprintf(s1, sizeof s1, "%s/split-00001-of-00002.gguf", tmpdir);
@@ -240,12 +245,13 @@ static void test_roundtrip_and_split(void) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         gguf_w_tensor(i < half ? w1 : w2, t->name, t->type, (int)t->n_dims, t->ne, t->data);
     }
-    CHECK(gguf_writer_save(w1, s1, NULL, NULL, err, sizeof err) == 0);
-    CHECK(gguf_writer_save(w2, s2, NULL, NULL, err, sizeof err) == 0);
+    CHECK(gguf_writer_save(w1, s1, NULL, NULL) == 0);
+    CHECK(gguf_writer_save(w2, s2, NULL, NULL) == 0);
     gguf_writer_free(w1);
     gguf_writer_free(w2);
     gguf_close(f);
-    gguf_file *g = gguf_open(s1, err, sizeof err);
+    gguf_file *g;
+    if (gguf_open(s1, &g)) snprintf(err, sizeof err, "%s", kiln_last_error());
     CHECKF(g && gguf_n_shards(g) == 2 && gguf_n_tensors(g) == nt, "%s", err);
     gguf_close(g);
     /* the split model computes what the whole one does */
@@ -265,11 +271,11 @@ static void test_roundtrip_and_split(void) {
     kiln_model_free(m1);
     kiln_model_free(m2);
     /* opening a later shard alone is refused with a hint */
-    g = gguf_open(s2, err, sizeof err);
+    if (gguf_open(s2, &g)) snprintf(err, sizeof err, "%s", kiln_last_error());
     CHECK(g == NULL && strstr(err, "first shard"));
     /* a missing shard is named */
     unlink(s2);
-    g = gguf_open(s1, err, sizeof err);
+    if (gguf_open(s1, &g)) snprintf(err, sizeof err, "%s", kiln_last_error());
     CHECK(g == NULL && strstr(err, "missing shard"));
 }
 

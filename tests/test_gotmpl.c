@@ -22,6 +22,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The checks below read a failure's message from a buffer: these take the
+ * last error into it. */
+static kgt *compile_e(const char *src, size_t len, char *err, size_t errlen) {
+    kgt *t;
+    if (kgt_compile(src, len, &t)) snprintf(err, errlen, "%s", kiln_last_error());
+    return t;
+}
+static char *render_opts_e(const kgt *t, const json_t *data, const kct_opts *o, char *err, size_t errlen) {
+    char *out;
+    if (kgt_render_opts(t, data, o, &out)) snprintf(err, errlen, "%s", kiln_last_error());
+    return out;
+}
+static char *render_e(const kgt *t, const json_t *data, char *err, size_t errlen) {
+    return render_opts_e(t, data, NULL, err, errlen);
+}
+static char *render_chat_opts_e(const kgt *t, const json_t *m, const json_t *tools, int think, const kct_opts *o,
+                                char *err, size_t errlen) {
+    char *out;
+    if (kgt_render_chat_opts(t, m, tools, think, o, &out)) snprintf(err, errlen, "%s", kiln_last_error());
+    return out;
+}
+static char *render_chat_e(const kgt *t, const json_t *m, const json_t *tools, int think, char *err, size_t errlen) {
+    return render_chat_opts_e(t, m, tools, think, NULL, err, errlen);
+}
+
 static json_t *J(const char *s) {
     json_error_t je;
     json_t *j = json_loads(s, JSON_DECODE_ANY, &je);
@@ -31,11 +56,11 @@ static json_t *J(const char *s) {
 
 static void expect(const char *tmpl, const char *data, const char *want) {
     char err[256];
-    kgt *t = kgt_compile(tmpl, strlen(tmpl), err, sizeof err);
+    kgt *t = compile_e(tmpl, strlen(tmpl), err, sizeof err);
     CHECKF(t != NULL, "compile '%s': %s", tmpl, err);
     if (!t) return;
     json_t *d = J(data);
-    char *got = kgt_render(t, d, err, sizeof err);
+    char *got = render_e(t, d, err, sizeof err);
     CHECKF(got && !strcmp(got, want), "'%s' with %s:\n  got  [%s]%s\n  want [%s]", tmpl, data, got ? got : "(null)",
            got ? "" : err, want);
     free(got);
@@ -46,11 +71,11 @@ static void expect(const char *tmpl, const char *data, const char *want) {
 /* Compiling (data NULL) or rendering fails with a message containing words. */
 static void refused(const char *tmpl, const char *data, const char *words) {
     char err[256] = "";
-    kgt *t = kgt_compile(tmpl, strlen(tmpl), err, sizeof err);
+    kgt *t = compile_e(tmpl, strlen(tmpl), err, sizeof err);
     char *got = NULL;
     if (t && data) {
         json_t *d = J(data);
-        got = kgt_render(t, d, err, sizeof err);
+        got = render_e(t, d, err, sizeof err);
         json_decref(d);
     }
     CHECKF(!got && (data ? t != NULL : t == NULL), "'%s': %s", tmpl, data ? "rendered" : "compiled");
@@ -172,14 +197,14 @@ static void test_number_bounds(void) {
         CHECK(b != NULL);
         memcpy(b, ends[i].src, n);
         char err[256] = "";
-        kgt *t = kgt_compile(b, n, err, sizeof err);
+        kgt *t = compile_e(b, n, err, sizeof err);
         CHECKF(!t && strstr(err, ends[i].msg), "'%s' cut at its end: %s", ends[i].src, t ? "compiled" : err);
         kgt_free(t);
         free(b);
     }
     const char *longer = "{{ 1234567 }}";
     char err[256] = "";
-    kgt *t = kgt_compile(longer, 6, err, sizeof err); /* "{{ 123" */
+    kgt *t = compile_e(longer, 6, err, sizeof err); /* "{{ 123" */
     CHECKF(!t && strstr(err, "unclosed action"), "a number cut by the length: %s", t ? "compiled" : err);
     kgt_free(t);
     expect("{{ 1.5e+3 }} {{ -0x1F }} {{ .5 }} {{ 1e-2 }} {{ +4 }}", "{}", "1500 -31 0.5 0.01 4");
@@ -192,11 +217,11 @@ static void test_number_bounds(void) {
 
 static char *chat(const char *tmpl, const char *messages, const char *tools, int think) {
     char err[256];
-    kgt *t = kgt_compile(tmpl, strlen(tmpl), err, sizeof err);
+    kgt *t = compile_e(tmpl, strlen(tmpl), err, sizeof err);
     CHECKF(t != NULL, "compile: %s", err);
     if (!t) return NULL;
     json_t *m = J(messages), *tl = tools ? J(tools) : NULL;
-    char *out = kgt_render_chat(t, m, tl, think, err, sizeof err);
+    char *out = render_chat_e(t, m, tl, think, err, sizeof err);
     CHECKF(out != NULL, "render: %s", err);
     json_decref(m);
     json_decref(tl);
@@ -269,7 +294,7 @@ static void test_real_templates(void) {
         CHECKF(cases_txt != NULL, "cannot read %s", path);
         if (!src || !cases_txt) continue;
         char err[256];
-        kgt *t = kgt_compile(src, len, err, sizeof err);
+        kgt *t = compile_e(src, len, err, sizeof err);
         CHECKF(t != NULL, "%s: %s", names[i], err);
         json_t *cases = J(cases_txt);
         size_t k;
@@ -280,8 +305,8 @@ static void test_real_templates(void) {
             /* a hundredth of each default budget: real templates render far inside them */
             kct_opts tight = {KCT_DEFAULT_STEPS / 100, KCT_DEFAULT_OUTPUT / 100, KCT_DEFAULT_MEMORY / 100, NULL, NULL};
             char *got =
-                t ? kgt_render_chat_opts(t, json_object_get(c, "messages"), json_object_get(c, "tools"),
-                                         json_is_boolean(think) ? json_is_true(think) : -1, &tight, err, sizeof err)
+                t ? render_chat_opts_e(t, json_object_get(c, "messages"), json_object_get(c, "tools"),
+                                       json_is_boolean(think) ? json_is_true(think) : -1, &tight, err, sizeof err)
                   : NULL;
             const char *want = json_string_value(json_object_get(c, "prompt"));
             CHECKF(got && want && !strcmp(got, want), "%s case '%s':\n  got  [%s]%s\n  want [%s]", names[i],
@@ -299,11 +324,11 @@ static void test_real_templates(void) {
 
 /* Renders tmpl with data under o; the output or NULL with err. */
 static char *render_opts(const char *tmpl, const char *data, const kct_opts *o, char *err, size_t errlen) {
-    kgt *t = kgt_compile(tmpl, strlen(tmpl), err, errlen);
+    kgt *t = compile_e(tmpl, strlen(tmpl), err, errlen);
     CHECKF(t != NULL, "compile '%s': %s", tmpl, err);
     if (!t) return NULL;
     json_t *d = J(data);
-    char *out = kgt_render_opts(t, d, o, err, errlen);
+    char *out = render_opts_e(t, d, o, err, errlen);
     json_decref(d);
     kgt_free(t);
     return out;
@@ -348,16 +373,16 @@ static void test_budgets(void) {
     CHECKF(!out && strstr(err, "render cancelled") && n_polls == 3, "cancel: %s after %d polls", err, n_polls);
     free(out);
     /* the chat form shares one budget across its per-turn runs */
-    kgt *t = kgt_compile("{{ range 4000 }}{{ end }}{{ .Prompt }}", 38, err, sizeof err);
+    kgt *t = compile_e("{{ range 4000 }}{{ end }}{{ .Prompt }}", 38, err, sizeof err);
     json_t *m = J("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\"},"
                   "{\"role\":\"user\",\"content\":\"c\"},{\"role\":\"assistant\",\"content\":\"d\"},"
                   "{\"role\":\"user\",\"content\":\"e\"}]");
     o = (kct_opts){.max_steps = 10000};
-    out = t ? kgt_render_chat_opts(t, m, NULL, -1, &o, err, sizeof err) : NULL;
+    out = t ? render_chat_opts_e(t, m, NULL, -1, &o, err, sizeof err) : NULL;
     CHECKF(!out && strstr(err, "step budget"), "chat turns: %s", out ? out : err);
     free(out);
     o.max_steps = 20000;
-    out = t ? kgt_render_chat_opts(t, m, NULL, -1, &o, err, sizeof err) : NULL;
+    out = t ? render_chat_opts_e(t, m, NULL, -1, &o, err, sizeof err) : NULL;
     CHECKF(out && !strcmp(out, "abcde"), "chat turns: %s", out ? out : err);
     free(out);
     json_decref(m);
@@ -368,11 +393,11 @@ static void test_source(void) {
     /* the compiled template holds its own copy of the source */
     char *src = strdup("Hi {{ .Name }}!");
     char err[256];
-    kgt *t = kgt_compile(src, strlen(src), err, sizeof err);
+    kgt *t = compile_e(src, strlen(src), err, sizeof err);
     memset(src, 'x', strlen(src));
     free(src);
     json_t *d = J("{\"Name\":\"Ann\"}");
-    char *out = t ? kgt_render(t, d, err, sizeof err) : NULL;
+    char *out = t ? render_e(t, d, err, sizeof err) : NULL;
     CHECKF(out && !strcmp(out, "Hi Ann!"), "copy: %s", out ? out : err);
     free(out);
     json_decref(d);
@@ -383,7 +408,7 @@ static void test_source(void) {
         size_t n = strlen(ends[i]);
         char *exact = malloc(n);
         memcpy(exact, ends[i], n);
-        t = kgt_compile(exact, n, err, sizeof err);
+        t = compile_e(exact, n, err, sizeof err);
         CHECKF(!t && strstr(err, "unclosed action"), "%s: %s", ends[i], t ? "compiled" : err);
         kgt_free(t);
         free(exact);
@@ -419,8 +444,8 @@ static void test_hostile_corpus(void) {
         const char *we = strstr(src, " */");
         snprintf(want, sizeof want, "%.*s", we ? (int)(we - src - strlen(tag)) : 0, src + strlen(tag));
         char err[512] = "";
-        kgt *t = kgt_compile(src, len, err, sizeof err);
-        char *out = t ? kgt_render_chat(t, m, NULL, -1, err, sizeof err) : NULL;
+        kgt *t = compile_e(src, len, err, sizeof err);
+        char *out = t ? render_chat_e(t, m, NULL, -1, err, sizeof err) : NULL;
         CHECKF(!out && strstr(err, want), "%s: want an error with '%s', got %s", e->d_name, want, out ? "output" : err);
         free(out);
         kgt_free(t);

@@ -577,7 +577,8 @@ static void model_blocks(int t, uint8_t *q, int nb) {
  * as F32 instead, the same network in floats. */
 static int write_model(const char *path, int t, int as_f32) {
     char err[256];
-    gguf_file *src = gguf_open("../models/stories260K.gguf", err, sizeof err);
+    gguf_file *src;
+    if (gguf_open("../models/stories260K.gguf", &src)) snprintf(err, sizeof err, "%s", kiln_last_error());
     if (!src) return -1;
     const int E = 256, F = 512, V = 512, H = 4, L = 2;
     gguf_writer *w = gguf_writer_new();
@@ -637,7 +638,7 @@ static int write_model(const char *path, int t, int as_f32) {
     }
 #undef T1
 #undef T2
-    int rc = gguf_writer_save(w, path, NULL, NULL, err, sizeof err);
+    int rc = gguf_writer_save(w, path, NULL, NULL);
     gguf_writer_free(w);
     for (int i = 0; i < nbuf; i++) free(bufs[i]);
     gguf_close(src);
@@ -717,7 +718,8 @@ static void check_kiln_quantize(void) {
         snprintf(dst, sizeof dst, "%s/tern-%s.gguf", tmpdir, mixes[k]);
         CHECKF(kiln_quantize(src, dst, mixes[k], 2) == KILN_OK, "%s", kiln_last_error());
         char err[256];
-        gguf_file *f = gguf_open(dst, err, sizeof err);
+        gguf_file *f;
+        if (gguf_open(dst, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
         CHECK(f != NULL);
         if (!f) return;
         int ok = 1;
@@ -781,10 +783,11 @@ static void check_mxfp4_moe(void) {
     gguf_w_tensor(w, "blk.0.attn_q.weight", KQ_F32, 2, ne2, dense);
     gguf_w_tensor(w, "output.weight", KQ_F32, 2, ne2, dense);
     gguf_w_tensor(w, "blk.0.attn_norm.weight", KQ_F32, 1, ne1, norm);
-    CHECK(gguf_writer_save(w, src, NULL, NULL, err, sizeof err) == 0);
+    CHECK(gguf_writer_save(w, src, NULL, NULL) == 0);
     gguf_writer_free(w);
     CHECKF(kiln_quantize(src, dst, "mxfp4_moe", 1) == KILN_OK, "%s", kiln_last_error());
-    gguf_file *f = gguf_open(dst, err, sizeof err);
+    gguf_file *f;
+    if (gguf_open(dst, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     CHECK(f != NULL);
     if (!f) return;
     const gguf_tensor *ex = gguf_find_tensor(f, "blk.0.ffn_up_exps.weight");
@@ -810,7 +813,8 @@ static void check_moe_model(void) {
     char dst[512], err[256];
     snprintf(dst, sizeof dst, "%s/moe-mxfp4.gguf", tmpdir);
     CHECKF(kiln_quantize(src, dst, "mxfp4_moe", 2) == KILN_OK, "%s", kiln_last_error());
-    gguf_file *f = gguf_open(dst, err, sizeof err);
+    gguf_file *f;
+    if (gguf_open(dst, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     CHECK(f != NULL);
     if (!f) return;
     int n_mx = 0;
@@ -820,7 +824,7 @@ static void check_moe_model(void) {
     /* its twin: the same file with the MXFP4 experts written as F32 */
     char twin[512];
     snprintf(twin, sizeof twin, "%s/moe-mxfp4-f32.gguf", tmpdir);
-    f = gguf_open(dst, err, sizeof err);
+    if (gguf_open(dst, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     gguf_writer *w = gguf_writer_new();
     void *bufs[256];
     int nbuf = 0;
@@ -837,7 +841,7 @@ static void check_moe_model(void) {
         gguf_w_tensor(w, t->name, KQ_F32, (int)t->n_dims, t->ne, x);
         bufs[nbuf++] = x;
     }
-    CHECK(gguf_writer_save(w, twin, NULL, NULL, err, sizeof err) == 0);
+    CHECK(gguf_writer_save(w, twin, NULL, NULL) == 0);
     gguf_writer_free(w);
     for (int i = 0; i < nbuf; i++) free(bufs[i]);
     gguf_close(f);

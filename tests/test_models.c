@@ -249,7 +249,8 @@ static void test_fixture(const fixture *fx, int repack) {
     /* a decode step reads every tensor but token_embd, and all of that too
      * when the output projection is token_embd itself (no output.weight) */
     char gerr[256];
-    gguf_file *gf = gguf_open(path, gerr, sizeof gerr);
+    gguf_file *gf;
+    if (gguf_open(path, &gf)) snprintf(gerr, sizeof gerr, "%s", kiln_last_error());
     CHECKF(gf != NULL, "%s", gerr);
     if (gf) {
         uint64_t step = 0;
@@ -528,7 +529,8 @@ static void qwen3moe_quantized(void) {
         char out[96], err[256];
         snprintf(out, sizeof out, "%s/%s.gguf", dir, qs[q].ftype);
         CHECKF(kiln_quantize(in, out, qs[q].ftype, 2) == KILN_OK, "%s: %s", qs[q].ftype, kiln_last_error());
-        gguf_file *g = gguf_open(out, err, sizeof err);
+        gguf_file *g;
+        if (gguf_open(out, &g)) snprintf(err, sizeof err, "%s", kiln_last_error());
         uint64_t experts = 0;
         int n_exp = 0, exp_ok = 1;
         for (int i = 0; g && i < gguf_n_tensors(g); i++) {
@@ -598,7 +600,8 @@ static void gptoss_quantized(void) {
         char out[96], err[256];
         snprintf(out, sizeof out, "%s/%s.gguf", dir, qs[q].ftype);
         CHECKF(kiln_quantize(in, out, qs[q].ftype, 2) == KILN_OK, "%s: %s", qs[q].ftype, kiln_last_error());
-        gguf_file *g = gguf_open(out, err, sizeof err);
+        gguf_file *g;
+        if (gguf_open(out, &g)) snprintf(err, sizeof err, "%s", kiln_last_error());
         int n_exp = 0;
         for (int i = 0; g && i < gguf_n_tensors(g); i++) {
             const gguf_tensor *t = gguf_tensor_at(g, i);
@@ -837,8 +840,9 @@ static void hybrid_quantize(void) {
     CHECK(kiln_quantize(in, out, "q8_0", 2) == KILN_OK);
     /* the same bytes as the generator's reference quantizer, experts too */
     char err[256];
-    gguf_file *g = gguf_open(out, err, sizeof err),
-              *r = gguf_open("data/fixtures/qwen35moe-q8_0.gguf", err, sizeof err);
+    gguf_file *g, *r;
+    gguf_open(out, &g);
+    gguf_open("data/fixtures/qwen35moe-q8_0.gguf", &r);
     CHECK(g && r && gguf_n_tensors(g) == gguf_n_tensors(r));
     int same = 0;
     for (int i = 0; g && r && i < gguf_n_tensors(g); i++) {
@@ -860,7 +864,8 @@ static void hybrid_quantize(void) {
         CHECK(info.active_bytes < info.step_bytes && info.repacked_bytes > 0);
         /* 2 of 4 experts: the expert bytes count half */
         uint64_t experts = 0;
-        gguf_file *f = gguf_open(out, err, sizeof err);
+        gguf_file *f;
+        if (gguf_open(out, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
         for (int i = 0; f && i < gguf_n_tensors(f); i++)
             if (gguf_tensor_at(f, i)->n_dims == 3) experts += gguf_tensor_at(f, i)->nbytes;
         gguf_close(f);
@@ -1148,7 +1153,8 @@ static void test_context_rules(void) {
 static int write_deepseek2_legacy(const char *dst) {
     enum { H = 4, R = 24, DN = 8, DV = 12, PER = DN + DV };
     char err[256];
-    gguf_file *f = gguf_open("data/arch/deepseek2-f16.gguf", err, sizeof err);
+    gguf_file *f;
+    if (gguf_open("data/arch/deepseek2-f16.gguf", &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     if (!f) return -1;
     gguf_writer *w = gguf_writer_new();
     for (int i = 0; i < gguf_n_kv(f); i++) {
@@ -1189,8 +1195,8 @@ static int write_deepseek2_legacy(const char *dst) {
         gguf_w_tensor(w, kn, 1 /* F16 */, 2, ne, o);
         nl++;
     }
-    int rc = nl == 4 ? gguf_writer_save(w, dst, NULL, NULL, err, sizeof err) : -1;
-    if (rc) fprintf(stderr, "write_deepseek2_legacy: %s\n", nl == 4 ? err : "unexpected tensors");
+    int rc = nl == 4 ? gguf_writer_save(w, dst, NULL, NULL) : -1;
+    if (rc) fprintf(stderr, "write_deepseek2_legacy: %s\n", nl == 4 ? kiln_last_error() : "unexpected tensors");
     gguf_writer_free(w);
     gguf_close(f);
     return rc;
@@ -1214,7 +1220,8 @@ static void deepseek2_legacy(void) {
 /* The reference deepseek2 model with one u32 key set to v; 0 or -1. */
 static int write_deepseek2_key(const char *dst, const char *key, uint32_t v) {
     char err[256];
-    gguf_file *f = gguf_open("data/arch/deepseek2-f16.gguf", err, sizeof err);
+    gguf_file *f;
+    if (gguf_open("data/arch/deepseek2-f16.gguf", &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     if (!f) return -1;
     gguf_writer *w = gguf_writer_new();
     for (int i = 0; i < gguf_n_kv(f); i++)
@@ -1224,7 +1231,7 @@ static int write_deepseek2_key(const char *dst, const char *key, uint32_t v) {
         const gguf_tensor *x = gguf_tensor_at(f, i);
         gguf_w_tensor(w, x->name, x->type, (int)x->n_dims, x->ne, x->data);
     }
-    int rc = gguf_writer_save(w, dst, NULL, NULL, err, sizeof err);
+    int rc = gguf_writer_save(w, dst, NULL, NULL);
     gguf_writer_free(w);
     gguf_close(f);
     return rc;
@@ -1271,7 +1278,8 @@ static void deepseek2_bad_keys(void) {
 static int write_hd128_model(const char *dst) {
     enum { HD = 128, NH = 2, NKV = 1 };
     char err[256];
-    gguf_file *f = gguf_open("data/fixtures/qwen3.gguf", err, sizeof err);
+    gguf_file *f;
+    if (gguf_open("data/fixtures/qwen3.gguf", &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     if (!f) return -1;
     gguf_writer *w = gguf_writer_new();
     for (int i = 0; i < gguf_n_kv(f); i++) {
@@ -1313,8 +1321,8 @@ static int write_hd128_model(const char *dst) {
         }
         gguf_w_tensor(w, x->name, 0 /* F32 */, nd, ne, b);
     }
-    int rc = gguf_writer_save(w, dst, NULL, NULL, err, sizeof err);
-    if (rc) fprintf(stderr, "write_hd128_model: %s\n", err);
+    int rc = gguf_writer_save(w, dst, NULL, NULL);
+    if (rc) fprintf(stderr, "write_hd128_model: %s\n", kiln_last_error());
     gguf_writer_free(w);
     for (int i = 0; i < nbuf; i++) free(bufs[i]);
     gguf_close(f);

@@ -12,6 +12,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The checks below read a failure's message from a buffer: these take the
+ * last error into it. */
+static kct *compile_e(const char *src, size_t len, char *err, size_t errlen) {
+    kct *t;
+    if (kct_compile(src, len, &t)) snprintf(err, errlen, "%s", kiln_last_error());
+    return t;
+}
+static char *render_e(const kct *t, const json_t *vars, char *err, size_t errlen) {
+    char *out;
+    if (kct_render(t, vars, &out)) snprintf(err, errlen, "%s", kiln_last_error());
+    return out;
+}
+
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -80,7 +93,7 @@ int main(void) {
         CHECKF(src, "%s readable", templates[t]);
         if (!src) continue;
         char err[512] = "";
-        kct *tmpl = kct_compile(src, strlen(src), err, sizeof err);
+        kct *tmpl = compile_e(src, strlen(src), err, sizeof err);
         CHECKF(tmpl, "%s compiles: %s", templates[t], err);
         for (size_t c = 0; tmpl && c < sizeof contents / sizeof contents[0]; c++) {
             for (int as_text = 0; as_text < 2; as_text++) {
@@ -93,7 +106,7 @@ int main(void) {
                 json_object_set_new(vars, "bos_token", json_string("<s>"));
                 json_object_set_new(vars, "eos_token", json_string("</s>"));
                 err[0] = 0;
-                char *out = kct_render(tmpl, vars, err, sizeof err);
+                char *out = render_e(tmpl, vars, err, sizeof err);
                 CHECKF(out, "%s, content %s, arguments as %s: %s", templates[t], contents[c],
                        as_text ? "text" : "object", err);
                 if (out) {

@@ -51,7 +51,8 @@ static int encode_case(const char *name, kpool *pool) {
     CHECKF(j != NULL, "%s: %s", path, je.text);
     if (!j) return -1;
     snprintf(path, sizeof path, "data/vision/%s", json_string_value(json_object_get(j, "mmproj")));
-    gguf_file *f = gguf_open(path, err, sizeof err);
+    gguf_file *f;
+    if (gguf_open(path, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     CHECKF(f != NULL, "%s: %s", path, err);
     vision_qwen *q = NULL;
     CHECKF(f && vision_qwen_load(f, &q) == KILN_OK, "%s", kiln_last_error());
@@ -264,7 +265,8 @@ int main(void) {
     engine_case(api_text);
     cli_pairs();
     char err[256];
-    gguf_file *f = gguf_open("data/vision/qwen25vl-mmproj-f32.gguf", err, sizeof err);
+    gguf_file *f;
+    if (gguf_open("data/vision/qwen25vl-mmproj-f32.gguf", &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     vision_qwen *q = NULL;
     CHECKF(f && vision_qwen_load(f, &q) == KILN_OK, "%s", kiln_last_error());
     if (!q) return t_done();

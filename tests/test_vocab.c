@@ -28,12 +28,12 @@ static double now_ms(void) {
 }
 
 static ktok *load(const char *path, gguf_file **gf) {
-    char err[256];
-    *gf = gguf_open(path, err, sizeof err);
-    CHECKF(*gf != NULL, "%s: %s", path, err);
+    gguf_open(path, gf);
+    CHECKF(*gf != NULL, "%s: %s", path, kiln_last_error());
     if (!*gf) return NULL;
-    ktok *t = ktok_load(*gf, err, sizeof err);
-    CHECKF(t != NULL, "%s: %s", path, err);
+    ktok *t;
+    ktok_load(*gf, &t);
+    CHECKF(t != NULL, "%s: %s", path, kiln_last_error());
     return t;
 }
 

@@ -84,7 +84,8 @@ int t_write_chat_model(const char *src, const char *dst) {
 
 int t_write_chat_model_with(const char *src, const char *dst, const char *t) {
     char err[256];
-    gguf_file *f = gguf_open(src, err, sizeof err);
+    gguf_file *f;
+    if (gguf_open(src, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     if (!f) return -1;
     gguf_writer *w = gguf_writer_new();
     for (int i = 0; i < gguf_n_kv(f); i++) gguf_w_copy_kv(w, gguf_kv_at(f, i));
@@ -93,7 +94,7 @@ int t_write_chat_model_with(const char *src, const char *dst, const char *t) {
         const gguf_tensor *x = gguf_tensor_at(f, i);
         gguf_w_tensor(w, x->name, x->type, (int)x->n_dims, x->ne, x->data);
     }
-    int rc = gguf_writer_save(w, dst, NULL, NULL, err, sizeof err);
+    int rc = gguf_writer_save(w, dst, NULL, NULL);
     gguf_writer_free(w);
     gguf_close(f);
     return rc;

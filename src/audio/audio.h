@@ -13,8 +13,10 @@
  *          model's filterbank, log10 floored at 1e-10, everything below the
  *          maximum - 8 raised to it, then (x + 4) / 4.
  *
- * Errors are one line in err (errlen bytes); functions return 0 or -1, the
- * readers -2 for audio longer than their limit.
+ * Functions return a kiln_status with the last error set (kb_fail): the
+ * readers KILN_ERR_UNSUPPORTED for audio longer than their limit, _IO for a
+ * file that can't be opened, _FORMAT for one that doesn't decode, _NOMEM,
+ * and _INVALID_ARG for PCM out of range.
  */
 #ifndef KILN_AUDIO_H
 #define KILN_AUDIO_H
@@ -22,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kiln.h"
 #include "thread/pool.h"
 
 #define KA_RATE 16000
@@ -39,23 +42,20 @@ typedef struct ka_info {
 
 /* Decodes path to 16 kHz mono floats (*out malloc'ed, *n samples; an empty
  * clip gives n = 0 and out NULL).  Audio longer than max_seconds (<= 0 or
- * above KA_MAX_SECONDS: KA_MAX_SECONDS) returns -2: at once when the header
+ * above KA_MAX_SECONDS: KA_MAX_SECONDS) fails with KILN_ERR_UNSUPPORTED: at once when the header
  * declares the length, else once that much has been decoded. */
-int ka_read_file(const char *path, double max_seconds, float **out, int64_t *n, ka_info *info, char *err,
-                 size_t errlen);
+kiln_status ka_read_file(const char *path, double max_seconds, float **out, int64_t *n, ka_info *info);
 /* The same from memory (e.g. an upload): data of len bytes in any format
  * libsndfile reads. */
-int ka_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n, ka_info *info, char *err,
-                   size_t errlen);
+kiln_status ka_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n, ka_info *info);
 /* Converts interleaved PCM (n_samples values, frames of channels) at rate
  * to 16 kHz mono. */
-int ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out, int64_t *n,
-                  char *err, size_t errlen);
+kiln_status ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out, int64_t *n);
 
 /* Log-mel of x[0..n) followed by pad zero samples: *mel is malloc'ed
  * [n_mels][*n_frames] (row stride *n_frames), n_frames = (n + pad) / 160.
  * filters is [n_mels][201].  pool may be NULL (one thread). */
-int ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, kpool *pool, float **mel,
-               int64_t *n_frames, char *err, size_t errlen);
+kiln_status ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, kpool *pool,
+                       float **mel, int64_t *n_frames);
 
 #endif

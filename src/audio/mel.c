@@ -105,19 +105,15 @@ static void run(kpool *pool, kpool_fn fn, void *ud) {
         fn(ud, 0, 1);
 }
 
-int ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, kpool *pool, float **mel,
-               int64_t *n_frames, char *err, size_t errlen) {
+kiln_status ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, kpool *pool,
+                       float **mel, int64_t *n_frames) {
     *mel = NULL;
     *n_frames = 0;
     int64_t total = n + pad;
     if (n < 0 || pad < 0 || total <= KA_N_FFT / 2) {
-        kb_errf(err, errlen, "%lld samples are too few for a spectrogram", (long long)total);
-        return -1;
+        return kb_fail(KILN_ERR_INVALID_ARG, "%lld samples are too few for a spectrogram", (long long)total);
     }
-    if (plan_once()) {
-        kb_errf(err, errlen, "FFTW could not plan a %d-point transform", KA_N_FFT);
-        return -1;
-    }
+    if (plan_once()) { return kb_fail(KILN_ERR_NOMEM, "FFTW could not plan a %d-point transform", KA_N_FFT); }
     int nth = pool ? kpool_size(pool) : 1;
     mel_job j = {x, n, total, filters, n_mels, total / KA_HOP, NULL, NULL, 0};
     j.mel = malloc((size_t)n_mels * (size_t)j.n_frames * sizeof(float));
@@ -125,8 +121,7 @@ int ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int
     if (!j.mel || !j.tmax) {
         free(j.mel);
         free(j.tmax);
-        kb_errf(err, errlen, "out of memory for %lld mel frames", (long long)j.n_frames);
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory for %lld mel frames", (long long)j.n_frames);
     }
     run(pool, mel_run, &j);
     float mx = -INFINITY;
@@ -135,12 +130,11 @@ int ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int
     free(j.tmax);
     if (j.fail) {
         free(j.mel);
-        kb_errf(err, errlen, "out of memory in the spectrogram");
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory in the spectrogram");
     }
     clamp_job c = {j.mel, (size_t)n_mels * (size_t)j.n_frames, (float)((double)mx - 8.0)};
     run(pool, clamp_run, &c);
     *mel = j.mel;
     *n_frames = j.n_frames;
-    return 0;
+    return KILN_OK;
 }

@@ -72,34 +72,27 @@ double kb_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int kb_map_file(const char *path, kb_map *m, char *err, size_t errlen) {
+kiln_status kb_map_file(const char *path, kb_map *m) {
     m->addr = NULL;
     m->len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        kb_errf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
+    if (fd < 0) { return kb_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno)); }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        kb_errf(err, errlen, "%s: not a regular file", path);
         close(fd);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "%s: not a regular file", path);
     }
     if (st.st_size == 0) {
-        kb_errf(err, errlen, "%s: empty file", path);
         close(fd);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "%s: empty file", path);
     }
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
     close(fd);
-    if (p == MAP_FAILED) {
-        kb_errf(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
-        return -1;
-    }
+    if (p == MAP_FAILED) return kb_fail(KILN_ERR_IO, "%s: mmap failed: %s", path, strerror(e));
     m->addr = p;
     m->len = (size_t)st.st_size;
-    return 0;
+    return KILN_OK;
 }
 
 void kb_unmap(kb_map *m) {

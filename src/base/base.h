@@ -23,7 +23,9 @@ void kb_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
  * The one internal convention: a call that fails returns a kiln_status
  * and has set this thread's last error (kiln_last_error) with kb_fail,
  * whose message says what failed and why in one line.  kb_fail returns
- * st, so a failure reads `return kb_fail(KILN_ERR_IO, "%s: ...", path);`. */
+ * st, so a failure reads `return kb_fail(KILN_ERR_IO, "%s: ...", path);`.
+ * Its arguments may include kiln_last_error() itself, so a caller adds
+ * context with `return kb_fail(st, "%s: %s", path, kiln_last_error());`. */
 kiln_status kb_fail(kiln_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 kiln_status kb_vfail(kiln_status st, const char *fmt, va_list ap);
 
@@ -81,7 +83,9 @@ typedef struct kb_map {
     const uint8_t *addr;
     size_t len;
 } kb_map;
-int kb_map_file(const char *path, kb_map *m, char *err, size_t errlen);
+/* Fails with KILN_ERR_IO (open or mmap failed) or KILN_ERR_FORMAT (not a
+ * regular file, or empty), the message starting with the path. */
+kiln_status kb_map_file(const char *path, kb_map *m);
 void kb_unmap(kb_map *m);
 
 /* Overflow-checked arithmetic: return 0 on success, -1 on overflow. */

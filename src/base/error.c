@@ -6,13 +6,16 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static _Thread_local char t_last_error[512];
 
 const char *kiln_last_error(void) { return t_last_error; }
 
 kiln_status kb_vfail(kiln_status st, const char *fmt, va_list ap) {
-    vsnprintf(t_last_error, sizeof t_last_error, fmt, ap);
+    char msg[sizeof t_last_error]; /* the arguments may point into t_last_error */
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    memcpy(t_last_error, msg, sizeof msg);
     return st;
 }
 

@@ -3,6 +3,7 @@
  * Rendering walks the tree gotmpl_parse.c built with a variable stack;
  * values are jansson references, each evaluation returning one the caller
  * releases. */
+#include "base/base.h"
 #include "chat/gotmpl_tree.h"
 
 #include <ctype.h>
@@ -796,11 +797,7 @@ static gbudget budget_of(const kct_opts *o) {
     return b;
 }
 
-char *kgt_render(const kgt *t, const json_t *data, char *err, size_t errlen) {
-    return kgt_render_opts(t, data, NULL, err, errlen);
-}
-
-char *kgt_render_opts(const kgt *t, const json_t *data, const kct_opts *opts, char *err, size_t errlen) {
+static char *render_buf(const kgt *t, const json_t *data, const kct_opts *opts, char *err, size_t errlen) {
     char dummy[8];
     if (!err || !errlen) {
         err = dummy;
@@ -848,12 +845,8 @@ static json_t *think_vars(json_t *o, int think) {
     return o;
 }
 
-char *kgt_render_chat(const kgt *t, const json_t *messages, const json_t *tools, int think, char *err, size_t errlen) {
-    return kgt_render_chat_opts(t, messages, tools, think, NULL, err, errlen);
-}
-
-char *kgt_render_chat_opts(const kgt *t, const json_t *messages, const json_t *tools, int think, const kct_opts *opts,
-                           char *err, size_t errlen) {
+static char *render_chat_buf(const kgt *t, const json_t *messages, const json_t *tools, int think, const kct_opts *opts,
+                             char *err, size_t errlen) {
     gbudget bg = budget_of(opts);
     char dummy[8];
     if (!err || !errlen) {
@@ -932,4 +925,26 @@ char *kgt_render_chat_opts(const kgt *t, const json_t *messages, const json_t *t
         return NULL;
     }
     return out.p ? out.p : strdup("");
+}
+
+static kiln_status rendered(char *res, const char *msg, char **out) {
+    *out = res;
+    return res ? KILN_OK : kb_fail(kct_status_of(msg, KILN_ERR_INVALID_ARG), "%s", msg[0] ? msg : "out of memory");
+}
+
+kiln_status kgt_render(const kgt *t, const json_t *data, char **out) { return kgt_render_opts(t, data, NULL, out); }
+
+kiln_status kgt_render_opts(const kgt *t, const json_t *data, const kct_opts *opts, char **out) {
+    char msg[512] = "";
+    return rendered(render_buf(t, data, opts, msg, sizeof msg), msg, out);
+}
+
+kiln_status kgt_render_chat(const kgt *t, const json_t *messages, const json_t *tools, int think, char **out) {
+    return kgt_render_chat_opts(t, messages, tools, think, NULL, out);
+}
+
+kiln_status kgt_render_chat_opts(const kgt *t, const json_t *messages, const json_t *tools, int think,
+                                 const kct_opts *opts, char **out) {
+    char msg[512] = "";
+    return rendered(render_chat_buf(t, messages, tools, think, opts, msg, sizeof msg), msg, out);
 }

@@ -2,6 +2,7 @@
  *
  * The source is cut into items (text, and the tokens of each action) with
  * the trim markers applied, then parsed into the tree of gotmpl_tree.h. */
+#include "base/base.h"
 #include "chat/gotmpl_tree.h"
 
 #include <ctype.h>
@@ -733,7 +734,7 @@ void kgt_free(kgt *t) {
     free(t);
 }
 
-kgt *kgt_compile(const char *src, size_t len, char *err, size_t errlen) {
+static kgt *compile_buf(const char *src, size_t len, char *err, size_t errlen) {
     char dummy[8];
     if (!err || !errlen) {
         err = dummy;
@@ -807,4 +808,10 @@ kgt *kgt_compile(const char *src, size_t len, char *err, size_t errlen) {
         return NULL;
     }
     return t;
+}
+
+kiln_status kgt_compile(const char *src, size_t len, kgt **out) {
+    char msg[512] = "";
+    *out = compile_buf(src, len, msg, sizeof msg);
+    return *out ? KILN_OK : kb_fail(kct_status_of(msg, KILN_ERR_FORMAT), "%s", msg[0] ? msg : "out of memory");
 }

@@ -11,6 +11,7 @@
  * unwind with longjmp and free everything at once.
  */
 #define _GNU_SOURCE /* pthread_getattr_np */
+#include "base/base.h"
 #include "chat/jinja.h"
 #include "chat/template.h"
 
@@ -49,7 +50,7 @@ static void compile_into(kct *t, const char *src, size_t len) {
     kct_parse_body(&P, &t->body, NULL, NULL, NULL);
 }
 
-kct *kct_compile(const char *src, size_t len, char *err, size_t errlen) {
+static kct *compile_buf(const char *src, size_t len, char *err, size_t errlen) {
     kct *volatile t = calloc(1, sizeof *t);
     if (!t) {
         if (err && errlen) snprintf(err, errlen, "out of memory");
@@ -87,11 +88,7 @@ static void bind_vars(rctx *r, frame *root, const json_t *vars) {
     }
 }
 
-char *kct_render(const kct *t, const json_t *vars, char *err, size_t errlen) {
-    return kct_render_opts(t, vars, NULL, err, errlen);
-}
-
-char *kct_render_opts(const kct *t, const json_t *vars, const kct_opts *opts, char *err, size_t errlen) {
+static char *render_buf(const kct *t, const json_t *vars, const kct_opts *opts, char *err, size_t errlen) {
     rctx r;
     memset(&r, 0, sizeof r);
     r.c.err = err;
@@ -118,4 +115,23 @@ char *kct_render_opts(const kct *t, const json_t *vars, const kct_opts *opts, ch
     memcpy(res, out.p, out.n + 1);
     ar_free(&r.c);
     return res;
+}
+
+kiln_status kct_status_of(const char *msg, kiln_status otherwise) {
+    if (!msg[0] || strstr(msg, "out of memory")) return KILN_ERR_NOMEM;
+    return strstr(msg, "render cancelled") ? KILN_ERR_CANCELLED : otherwise;
+}
+
+kiln_status kct_compile(const char *src, size_t len, kct **out) {
+    char msg[512] = "";
+    *out = compile_buf(src, len, msg, sizeof msg);
+    return *out ? KILN_OK : kb_fail(kct_status_of(msg, KILN_ERR_FORMAT), "%s", msg[0] ? msg : "out of memory");
+}
+
+kiln_status kct_render(const kct *t, const json_t *vars, char **out) { return kct_render_opts(t, vars, NULL, out); }
+
+kiln_status kct_render_opts(const kct *t, const json_t *vars, const kct_opts *opts, char **out) {
+    char msg[512] = "";
+    *out = render_buf(t, vars, opts, msg, sizeof msg);
+    return *out ? KILN_OK : kb_fail(kct_status_of(msg, KILN_ERR_INVALID_ARG), "%s", msg[0] ? msg : "out of memory");
 }

@@ -18,6 +18,8 @@
 #ifndef KILN_CHAT_TEMPLATE_H
 #define KILN_CHAT_TEMPLATE_H
 
+#include "kiln.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,13 +48,20 @@ typedef struct kct_opts {
 #define KCT_POLL_STEPS 4096
 
 typedef struct kct kct; /* a compiled template */
-kct *kct_compile(const char *src, size_t len, char *err, size_t errlen);
+/* The entry points of this folder return a kiln_status with the message
+ * set by kb_fail (the interpreters unwind inside with longjmp or a failed
+ * flag): KILN_ERR_FORMAT for a template that does not compile,
+ * KILN_ERR_INVALID_ARG for a render the template refuses (the message
+ * line:column or "line N: ..."), KILN_ERR_NOMEM, KILN_ERR_CANCELLED. */
+kiln_status kct_compile(const char *src, size_t len, kct **out);
 void kct_free(kct *t);
 /* Renders with the variables of `vars` (a jansson json_t object: messages, tools, add_generation_prompt,
- * bos_token, eos_token, enable_thinking, ...).  Returns a malloc'd NUL-terminated string, or NULL with a
- * message (line:column) in err. */
-char *kct_render(const kct *t, const json_t *vars, char *err, size_t errlen);
+ * bos_token, eos_token, enable_thinking, ...) into *out, a malloc'd NUL-terminated string. */
+kiln_status kct_render(const kct *t, const json_t *vars, char **out);
 /* kct_render under the bounds of opts (NULL: the defaults, no cancellation). */
-char *kct_render_opts(const kct *t, const json_t *vars, const kct_opts *opts, char *err, size_t errlen);
+kiln_status kct_render_opts(const kct *t, const json_t *vars, const kct_opts *opts, char **out);
+/* The status of an interpreter's failure message (out of memory, cancelled)
+ * or otherwise. */
+kiln_status kct_status_of(const char *msg, kiln_status otherwise);
 
 #endif

@@ -42,14 +42,13 @@ typedef struct named {
 
 static int by_name(const void *a, const void *b) { return strcmp(((const named *)a)->name, ((const named *)b)->name); }
 
-int ck_finish(ck_file *f, char *err, size_t errlen) {
+kiln_status ck_finish(ck_file *f) {
     if (f->n > 1) qsort(f->tensors, (size_t)f->n, sizeof *f->tensors, by_addr);
     f->by_name = malloc((size_t)(f->n ? f->n : 1) * sizeof *f->by_name);
     named *tmp = malloc((size_t)(f->n ? f->n : 1) * sizeof *tmp);
     if (!f->by_name || !tmp) {
         free(tmp);
-        kb_errf(err, errlen, "out of memory");
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < f->n; i++) tmp[i] = (named){f->tensors[i].name, i};
     if (f->n > 1) qsort(tmp, (size_t)f->n, sizeof *tmp, by_name);
@@ -57,55 +56,51 @@ int ck_finish(ck_file *f, char *err, size_t errlen) {
     free(tmp);
     for (int i = 1; i < f->n; i++)
         if (!strcmp(f->tensors[f->by_name[i - 1]].name, f->tensors[f->by_name[i]].name)) {
-            kb_errf(err, errlen, "tensor '%s' appears twice", f->tensors[f->by_name[i]].name);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "tensor '%s' appears twice", f->tensors[f->by_name[i]].name);
         }
-    return 0;
+    return KILN_OK;
 }
 
-static ck_file *open_bytes(ck_file *f, char *err, size_t errlen) {
-    int rc;
+static kiln_status open_bytes(ck_file *f, ck_file **out) {
+    kiln_status st;
     if (f->len >= 4 && !memcmp(f->data, "PK\x03\x04", 4)) {
         f->format = CK_TORCH_ZIP;
-        rc = ck_read_torchzip(f, err, errlen);
+        st = ck_read_torchzip(f);
     } else {
         f->format = CK_SAFETENSORS;
-        rc = ck_read_safetensors(f, err, errlen);
+        st = ck_read_safetensors(f);
     }
-    if (rc) {
+    if (st) {
         ck_close(f);
-        return NULL;
+        return st;
     }
-    return f;
+    *out = f;
+    return KILN_OK;
 }
 
-ck_file *ck_open(const char *path, char *err, size_t errlen) {
+kiln_status ck_open(const char *path, ck_file **out) {
+    *out = NULL;
     ck_file *f = calloc(1, sizeof *f);
-    if (!f) {
-        kb_errf(err, errlen, "out of memory");
-        return NULL;
-    }
-    if (kb_map_file(path, &f->map, err, errlen)) {
+    if (!f) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st = kb_map_file(path, &f->map);
+    if (st) {
         free(f);
-        return NULL;
+        return st;
     }
     f->data = f->map.addr;
     f->len = f->map.len;
-    char sub[384];
-    ck_file *r = open_bytes(f, sub, sizeof sub);
-    if (!r) kb_errf(err, errlen, "%s: %s", path, sub);
-    return r;
+    st = open_bytes(f, out);
+    if (st) return kb_fail(st, "%s: %s", path, kiln_last_error());
+    return KILN_OK;
 }
 
-ck_file *ck_open_memory(const void *data, size_t len, char *err, size_t errlen) {
+kiln_status ck_open_memory(const void *data, size_t len, ck_file **out) {
+    *out = NULL;
     ck_file *f = calloc(1, sizeof *f);
-    if (!f) {
-        kb_errf(err, errlen, "out of memory");
-        return NULL;
-    }
+    if (!f) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     f->data = data;
     f->len = len;
-    return open_bytes(f, err, errlen);
+    return open_bytes(f, out);
 }
 
 void ck_close(ck_file *f) {

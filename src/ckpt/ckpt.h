@@ -32,6 +32,8 @@
 #ifndef KILN_CKPT_H
 #define KILN_CKPT_H
 
+#include "kiln.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -73,12 +75,13 @@ typedef struct ck_file ck_file;
 #define CK_MAX_TENSORS 1000000
 #define CK_MAX_ENTRIES 1000000 /* ZIP entries */
 
-/* Maps path and reads its tensor directory.  NULL on failure, with one line
- * in err naming the file and what is wrong. */
-ck_file *ck_open(const char *path, char *err, size_t errlen);
+/* Maps path and reads its tensor directory into *out.  Fails with
+ * KILN_ERR_IO, _FORMAT or _NOMEM, the message naming the file and what is
+ * wrong. */
+kiln_status ck_open(const char *path, ck_file **out);
 /* The same over bytes the caller keeps alive and unchanged until ck_close
  * (used by the fuzzer and the tests). */
-ck_file *ck_open_memory(const void *data, size_t len, char *err, size_t errlen);
+kiln_status ck_open_memory(const void *data, size_t len, ck_file **out);
 void ck_close(ck_file *f);
 
 int ck_format(const ck_file *f);

@@ -23,8 +23,8 @@ struct ck_file {
 };
 
 /* Sorts f->tensors by data address, builds the name index and refuses
- * duplicate names.  0 on success. */
-int ck_finish(ck_file *f, char *err, size_t errlen);
+ * duplicate names. */
+kiln_status ck_finish(ck_file *f);
 
 /* ---- pickle.c ---- */
 
@@ -48,13 +48,14 @@ typedef struct ck_pkl_result {
 
 /* Interprets a torch.save pickle as a state dictionary: a dict or
  * OrderedDict of name -> tensor (or such a dict under the key
- * "state_dict").  Non-tensor values are skipped.  Returns 0, or -1 with
- * err naming the refused opcode, global or value and its byte offset. */
-int ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out, char *err, size_t errlen);
+ * "state_dict").  Non-tensor values are skipped.  Fails with
+ * KILN_ERR_FORMAT (the message names the refused opcode, global or value and
+ * its byte offset) or _NOMEM. */
+kiln_status ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out);
 void ck_pickle_free(ck_pkl_result *r);
 
 /* ---- safetensors.c / torchzip.c ---- */
-int ck_read_safetensors(ck_file *f, char *err, size_t errlen);
-int ck_read_torchzip(ck_file *f, char *err, size_t errlen);
+kiln_status ck_read_safetensors(ck_file *f);
+kiln_status ck_read_torchzip(ck_file *f);
 
 #endif

@@ -127,8 +127,7 @@ typedef struct vm {
     pv **memo;
     long memo_cap;  /* slots allocated; unset slots are NULL */
     long memo_next; /* MEMOIZE's next index */
-    char *err;
-    size_t errlen;
+    kiln_status st; /* of the first failure */
 } vm;
 
 static int fail(vm *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -138,7 +137,8 @@ static int fail(vm *m, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    kb_errf(m->err, m->errlen, "data.pkl byte %zu: %s", m->op_pos, msg);
+    m->st = kb_fail(strncmp(msg, "out of memory", 13) ? KILN_ERR_FORMAT : KILN_ERR_NOMEM, "data.pkl byte %zu: %s",
+                    m->op_pos, msg);
     return -1;
 }
 
@@ -715,14 +715,12 @@ static char *arena_strdup(arena *a, const uint8_t *s, size_t n) {
     return d;
 }
 
-int ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out, char *err, size_t errlen) {
+kiln_status ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out) {
     memset(out, 0, sizeof *out);
     vm m;
     memset(&m, 0, sizeof m);
     m.p = p;
     m.n = n;
-    m.err = err;
-    m.errlen = errlen;
     int rc = run(&m);
     pv *root = NULL;
     if (!rc) {
@@ -767,20 +765,19 @@ int ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out, char *e
     free(m.memo);
     if (rc) {
         arena_free(&m.ar);
-        return -1;
+        return m.st ? m.st : KILN_ERR_FORMAT;
     }
     /* the arena moves into the result: its chunks are freed by ck_pickle_free */
     arena *keep = malloc(sizeof *keep);
     if (!keep) {
         arena_free(&m.ar);
-        kb_errf(err, errlen, "out of memory");
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     *keep = m.ar;
     out->tensors = ts;
     out->n = nt;
     out->arena = keep;
-    return 0;
+    return KILN_OK;
 }
 
 void ck_pickle_free(ck_pkl_result *r) {

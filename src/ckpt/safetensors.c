@@ -22,64 +22,56 @@ static int get_u64(json_t *v, uint64_t *out) {
     return 0;
 }
 
-int ck_read_safetensors(ck_file *f, char *err, size_t errlen) {
+kiln_status ck_read_safetensors(ck_file *f) {
     if (f->len < 8) {
-        kb_errf(err, errlen, "not a checkpoint: %zu bytes (neither a ZIP nor a safetensors header)", f->len);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "not a checkpoint: %zu bytes (neither a ZIP nor a safetensors header)", f->len);
     }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | f->data[i];
     if (hlen < 2 || hlen > f->len - 8 || hlen > CK_MAX_HEADER) {
-        kb_errf(err, errlen, "not a safetensors file: header length %llu for a file of %zu bytes",
-                (unsigned long long)hlen, f->len);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "not a safetensors file: header length %llu for a file of %zu bytes",
+                       (unsigned long long)hlen, f->len);
     }
     if (f->data[8] != '{') {
-        kb_errf(err, errlen, "not a safetensors file: the header does not start with '{'");
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "not a safetensors file: the header does not start with '{'");
     }
     json_error_t je;
     json_t *root = json_loadb((const char *)f->data + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root || !json_is_object(root)) {
-        kb_errf(err, errlen, "safetensors header: %s", root ? "not a JSON object" : je.text);
         json_decref(root);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "safetensors header: %s", root ? "not a JSON object" : je.text);
     }
     const uint8_t *base = f->data + 8 + hlen;
     const uint64_t data_len = f->len - 8 - hlen;
     size_t n = json_object_size(root), strbytes = 0;
     json_t *meta = json_object_get(root, "__metadata__");
     if (meta && !json_is_object(meta)) {
-        kb_errf(err, errlen, "safetensors __metadata__ is not an object");
         json_decref(root);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "safetensors __metadata__ is not an object");
     }
     const char *key;
     json_t *val;
     json_object_foreach(root, key, val) strbytes += strlen(key) + 1;
     if (meta) json_object_foreach(meta, key, val) {
             if (!json_is_string(val)) {
-                kb_errf(err, errlen, "safetensors __metadata__ value of '%s' is not a string", key);
                 json_decref(root);
-                return -1;
+                return kb_fail(KILN_ERR_FORMAT, "safetensors __metadata__ value of '%s' is not a string", key);
             }
             strbytes += strlen(key) + strlen(json_string_value(val)) + 2;
         }
     if (n > CK_MAX_TENSORS) {
-        kb_errf(err, errlen, "safetensors header lists %zu entries (more than %d)", n, CK_MAX_TENSORS);
         json_decref(root);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "safetensors header lists %zu entries (more than %d)", n, CK_MAX_TENSORS);
     }
     f->tensors = calloc(n ? n : 1, sizeof *f->tensors);
     f->strings = malloc(strbytes ? strbytes : 1);
     f->meta = meta ? calloc(2 * json_object_size(meta) + 1, sizeof *f->meta) : NULL;
     if (!f->tensors || !f->strings || (meta && !f->meta)) {
-        kb_errf(err, errlen, "out of memory");
         json_decref(root);
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
     char *sp = f->strings;
-    int rc = 0;
+    kiln_status rc = KILN_OK;
     if (meta) json_object_foreach(meta, key, val) {
             size_t kl = strlen(key) + 1, vl = strlen(json_string_value(val)) + 1;
             f->meta[2 * f->n_meta] = memcpy(sp, key, kl);
@@ -95,19 +87,17 @@ int ck_read_safetensors(ck_file *f, char *err, size_t errlen) {
         uint64_t b, e;
         if (!json_is_object(val) || !json_is_string(dt) || !json_is_array(sh) || !json_is_array(off) ||
             json_array_size(off) != 2 || get_u64(json_array_get(off, 0), &b) || get_u64(json_array_get(off, 1), &e)) {
-            kb_errf(err, errlen, "tensor '%s': needs dtype, shape and data_offsets [begin, end]", key);
-            rc = -1;
+            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': needs dtype, shape and data_offsets [begin, end]", key);
             break;
         }
         t->dtype = dtype_from(json_string_value(dt));
         if (t->dtype < 0) {
-            kb_errf(err, errlen, "tensor '%s': unknown dtype '%s'", key, json_string_value(dt));
-            rc = -1;
+            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': unknown dtype '%s'", key, json_string_value(dt));
             break;
         }
         if (json_array_size(sh) > CK_MAX_DIMS) {
-            kb_errf(err, errlen, "tensor '%s': %zu dimensions (at most %d)", key, json_array_size(sh), CK_MAX_DIMS);
-            rc = -1;
+            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': %zu dimensions (at most %d)", key, json_array_size(sh),
+                         CK_MAX_DIMS);
             break;
         }
         t->n_dims = (int)json_array_size(sh);
@@ -116,28 +106,25 @@ int ck_read_safetensors(ck_file *f, char *err, size_t errlen) {
             uint64_t s = 0;
             if (get_u64(json_array_get(sh, (size_t)d), &s) || kb_mul_u64(numel, s, &numel) ||
                 numel > ((uint64_t)1 << 50)) {
-                kb_errf(err, errlen, "tensor '%s': bad shape", key);
-                rc = -1;
+                rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': bad shape", key);
             }
             t->shape[d] = (int64_t)s;
         }
         if (rc) break;
         bytes = numel * (uint64_t)ck_dtype_size(t->dtype);
         if (b > e || e > data_len || e - b != bytes) {
-            kb_errf(err, errlen,
-                    "tensor '%s': data_offsets [%llu, %llu] do not hold %llu bytes within the %llu of data", key,
-                    (unsigned long long)b, (unsigned long long)e, (unsigned long long)bytes,
-                    (unsigned long long)data_len);
-            rc = -1;
+            rc = kb_fail(KILN_ERR_FORMAT,
+                         "tensor '%s': data_offsets [%llu, %llu] do not hold %llu bytes within the %llu of data", key,
+                         (unsigned long long)b, (unsigned long long)e, (unsigned long long)bytes,
+                         (unsigned long long)data_len);
             break;
         }
         t->numel = (int64_t)numel;
         t->nbytes = bytes;
         t->data = base + b;
         if (((uintptr_t)t->data) % (uintptr_t)ck_dtype_size(t->dtype)) {
-            kb_errf(err, errlen, "tensor '%s': data at offset %llu is not aligned to its %d-byte elements", key,
-                    (unsigned long long)b, ck_dtype_size(t->dtype));
-            rc = -1;
+            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': data at offset %llu is not aligned to its %d-byte elements",
+                         key, (unsigned long long)b, ck_dtype_size(t->dtype));
             break;
         }
         size_t kl = strlen(key) + 1;
@@ -146,15 +133,14 @@ int ck_read_safetensors(ck_file *f, char *err, size_t errlen) {
         f->n++;
     }
     json_decref(root);
-    if (rc || ck_finish(f, err, errlen)) return -1;
+    if (rc || (rc = ck_finish(f))) return rc;
     /* ranges in data order must not overlap (empty tensors take none) */
     const uint8_t *end = base;
     for (int i = 0; i < f->n; i++) {
         const ck_tensor *t = &f->tensors[i];
         if (!t->nbytes) continue;
         if ((const uint8_t *)t->data < end) {
-            kb_errf(err, errlen, "tensor '%s' overlaps the tensor before it", t->name);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "tensor '%s' overlaps the tensor before it", t->name);
         }
         end = (const uint8_t *)t->data + t->nbytes;
     }

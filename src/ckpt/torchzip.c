@@ -47,33 +47,27 @@ typedef struct cd_index {
     uint64_t n;
 } cd_index;
 
-static int build_index(const uint8_t *d, size_t len, cd_index *ix, char *err, size_t errlen) {
+static kiln_status build_index(const uint8_t *d, size_t len, cd_index *ix) {
     uint64_t off, size, count;
     if (find_cd(d, len, &off, &size, &count)) {
-        kb_errf(err, errlen, "ZIP central directory not found or out of range");
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "ZIP central directory not found or out of range");
     }
     if (count > CK_MAX_ENTRIES || count > size / 46) {
-        kb_errf(err, errlen, "ZIP central directory claims %llu entries", (unsigned long long)count);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "ZIP central directory claims %llu entries", (unsigned long long)count);
     }
     ix->n = count;
     ix->lho = malloc((size_t)(count ? count : 1) * sizeof *ix->lho);
-    if (!ix->lho) {
-        kb_errf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!ix->lho) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     uint64_t p = off, end = off + size;
     for (uint64_t i = 0; i < count; i++) {
         if (end - p < 46 || le32(d + p) != 0x02014b50) {
-            kb_errf(err, errlen, "ZIP central directory entry %llu is malformed", (unsigned long long)i);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "ZIP central directory entry %llu is malformed", (unsigned long long)i);
         }
         uint32_t nl = le16(d + p + 28), xl = le16(d + p + 30), cl = le16(d + p + 32);
         uint64_t lho = le32(d + p + 42);
         if (end - p - 46 < (uint64_t)nl + xl + cl) {
-            kb_errf(err, errlen, "ZIP central directory entry %llu runs past the directory", (unsigned long long)i);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "ZIP central directory entry %llu runs past the directory",
+                           (unsigned long long)i);
         }
         if (lho == 0xFFFFFFFF) { /* ZIP64 extra field: sizes first when they overflowed */
             const uint8_t *x = d + p + 46 + nl, *xe = x + xl;
@@ -90,8 +84,7 @@ static int build_index(const uint8_t *d, size_t len, cd_index *ix, char *err, si
                 x += 4 + sz;
             }
             if (!found) {
-                kb_errf(err, errlen, "ZIP entry %llu has no ZIP64 offset", (unsigned long long)i);
-                return -1;
+                return kb_fail(KILN_ERR_FORMAT, "ZIP entry %llu has no ZIP64 offset", (unsigned long long)i);
             }
         }
         ix->lho[i] = lho;
@@ -112,31 +105,27 @@ static uint64_t locate(const uint8_t *d, size_t len, const cd_index *ix, zip_uin
     return data;
 }
 
-static int zfail(char *err, size_t errlen, const char *what, zip_error_t *ze) {
-    kb_errf(err, errlen, "%s: %s", what, zip_error_strerror(ze));
-    return -1;
+static kiln_status zfail(const char *what, zip_error_t *ze) {
+    return kb_fail(KILN_ERR_FORMAT, "%s: %s", what, zip_error_strerror(ze));
 }
 
 /* Reads a whole (small) entry into a malloc'd buffer. */
-static uint8_t *read_entry(zip_t *za, zip_uint64_t i, uint64_t size, char *err, size_t errlen) {
+static kiln_status read_entry(zip_t *za, zip_uint64_t i, uint64_t size, uint8_t **out) {
+    *out = NULL;
     zip_file_t *zf = zip_fopen_index(za, i, 0);
-    if (!zf) {
-        zfail(err, errlen, "cannot open data.pkl", zip_get_error(za));
-        return NULL;
-    }
+    if (!zf) return zfail("cannot open data.pkl", zip_get_error(za));
     uint8_t *buf = malloc(size ? size : 1);
     zip_int64_t got = buf ? zip_fread(zf, buf, size) : -1;
     if (got < 0 || (uint64_t)got != size) {
-        if (buf)
-            zfail(err, errlen, "cannot read data.pkl", zip_file_get_error(zf));
-        else
-            kb_errf(err, errlen, "out of memory");
+        kiln_status st =
+            buf ? zfail("cannot read data.pkl", zip_file_get_error(zf)) : kb_fail(KILN_ERR_NOMEM, "out of memory");
         free(buf);
         zip_fclose(zf);
-        return NULL;
+        return st;
     }
     zip_fclose(zf);
-    return buf;
+    *out = buf;
+    return KILN_OK;
 }
 
 static int by_key(const void *a, const void *b) {
@@ -144,46 +133,43 @@ static int by_key(const void *a, const void *b) {
 }
 
 /* Views of one storage must agree on its type and size. */
-static int storages_agree(const ck_pkl_result *pr, char *err, size_t errlen) {
+static kiln_status storages_agree(const ck_pkl_result *pr) {
     const ck_pkl_tensor **v = malloc((size_t)(pr->n ? pr->n : 1) * sizeof *v);
-    if (!v) {
-        kb_errf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!v) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     for (int i = 0; i < pr->n; i++) v[i] = &pr->tensors[i];
     qsort(v, (size_t)pr->n, sizeof *v, by_key);
-    int rc = 0;
+    kiln_status rc = KILN_OK;
     for (int i = 1; i < pr->n && !rc; i++)
         if (!strcmp(v[i - 1]->storage_key, v[i]->storage_key) &&
             (v[i - 1]->dtype != v[i]->dtype || v[i - 1]->storage_numel != v[i]->storage_numel)) {
-            kb_errf(err, errlen, "storage %s is declared twice with different types or sizes", v[i]->storage_key);
-            rc = -1;
+            rc = kb_fail(KILN_ERR_FORMAT, "storage %s is declared twice with different types or sizes",
+                         v[i]->storage_key);
         }
     free(v);
     return rc;
 }
 
-int ck_read_torchzip(ck_file *f, char *err, size_t errlen) {
+kiln_status ck_read_torchzip(ck_file *f) {
     zip_error_t ze;
     zip_error_init(&ze);
     zip_source_t *src = zip_source_buffer_create(f->data, f->len, 0, &ze);
-    if (!src) return zfail(err, errlen, "not a readable ZIP", &ze);
+    if (!src) return zfail("not a readable ZIP", &ze);
     zip_t *za = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &ze);
     if (!za) {
         zip_source_free(src);
-        int rc = zfail(err, errlen, "not a readable ZIP", &ze);
+        kiln_status rc = zfail("not a readable ZIP", &ze);
         zip_error_fini(&ze);
         return rc;
     }
     zip_error_fini(&ze);
-    int rc = -1;
+    kiln_status rc = KILN_ERR_FORMAT;
     cd_index ix = {NULL, 0};
     ck_pkl_result pr = {NULL, 0, NULL};
     uint8_t *pkl = NULL;
     char prefix[256] = "", name[512];
     zip_int64_t n = zip_get_num_entries(za, 0), pkl_index = -1;
     if (n < 0 || n > CK_MAX_ENTRIES) {
-        kb_errf(err, errlen, "the ZIP has %lld entries", (long long)n);
+        rc = kb_fail(KILN_ERR_FORMAT, "the ZIP has %lld entries", (long long)n);
         goto done;
     }
     for (zip_int64_t i = 0; i < n; i++) {
@@ -195,7 +181,7 @@ int ck_read_torchzip(ck_file *f, char *err, size_t errlen) {
                   ((l == 8) || (slash && slash == nm + l - 9 && l - 9 < sizeof prefix - 1));
         if (!top) continue;
         if (pkl_index >= 0) {
-            kb_errf(err, errlen, "the ZIP holds more than one data.pkl");
+            rc = kb_fail(KILN_ERR_FORMAT, "the ZIP holds more than one data.pkl");
             goto done;
         }
         pkl_index = i;
@@ -203,16 +189,17 @@ int ck_read_torchzip(ck_file *f, char *err, size_t errlen) {
         prefix[l - 8] = 0;
     }
     if (pkl_index < 0) {
-        kb_errf(err, errlen, "not a PyTorch checkpoint: the ZIP has no data.pkl");
+        rc = kb_fail(KILN_ERR_FORMAT, "not a PyTorch checkpoint: the ZIP has no data.pkl");
         goto done;
     }
     zip_stat_t zs;
     if (zip_stat_index(za, (zip_uint64_t)pkl_index, 0, &zs) || !(zs.valid & ZIP_STAT_SIZE)) {
-        zfail(err, errlen, "data.pkl", zip_get_error(za));
+        rc = zfail("data.pkl", zip_get_error(za));
         goto done;
     }
     if (zs.size > CK_MAX_PICKLE) {
-        kb_errf(err, errlen, "data.pkl is %llu bytes (more than %u)", (unsigned long long)zs.size, CK_MAX_PICKLE);
+        rc = kb_fail(KILN_ERR_FORMAT, "data.pkl is %llu bytes (more than %u)", (unsigned long long)zs.size,
+                     CK_MAX_PICKLE);
         goto done;
     }
     /* the byte order record, when there is one, must say little-endian */
@@ -220,29 +207,29 @@ int ck_read_torchzip(ck_file *f, char *err, size_t errlen) {
     zip_int64_t bo = zip_name_locate(za, name, ZIP_FL_ENC_RAW);
     if (bo >= 0) {
         zip_stat_t bs;
-        uint8_t *b = !zip_stat_index(za, (zip_uint64_t)bo, 0, &bs) && bs.size <= 16
-                         ? read_entry(za, (zip_uint64_t)bo, bs.size, err, errlen)
-                         : NULL;
+        uint8_t *b = NULL;
+        if (!zip_stat_index(za, (zip_uint64_t)bo, 0, &bs) && bs.size <= 16)
+            read_entry(za, (zip_uint64_t)bo, bs.size, &b);
         int little = b && bs.size == 6 && !memcmp(b, "little", 6);
         free(b);
         if (!little) {
-            kb_errf(err, errlen, "the checkpoint's byte order is not little-endian");
+            rc = kb_fail(KILN_ERR_FORMAT, "the checkpoint's byte order is not little-endian");
             goto done;
         }
     }
-    if (!(pkl = read_entry(za, (zip_uint64_t)pkl_index, zs.size, err, errlen))) goto done;
-    if (ck_pickle_state_dict(pkl, (size_t)zs.size, &pr, err, errlen)) goto done;
+    if ((rc = read_entry(za, (zip_uint64_t)pkl_index, zs.size, &pkl))) goto done;
+    if ((rc = ck_pickle_state_dict(pkl, (size_t)zs.size, &pr))) goto done;
     if (pr.n > CK_MAX_TENSORS) {
-        kb_errf(err, errlen, "the state dictionary holds %d tensors (more than %d)", pr.n, CK_MAX_TENSORS);
+        rc = kb_fail(KILN_ERR_FORMAT, "the state dictionary holds %d tensors (more than %d)", pr.n, CK_MAX_TENSORS);
         goto done;
     }
-    if (storages_agree(&pr, err, errlen) || build_index(f->data, f->len, &ix, err, errlen)) goto done;
+    if ((rc = storages_agree(&pr)) || (rc = build_index(f->data, f->len, &ix))) goto done;
     size_t strbytes = 0;
     for (int i = 0; i < pr.n; i++) strbytes += strlen(pr.tensors[i].name) + 1;
     f->tensors = calloc((size_t)pr.n, sizeof *f->tensors);
     f->strings = malloc(strbytes ? strbytes : 1);
     if (!f->tensors || !f->strings) {
-        kb_errf(err, errlen, "out of memory");
+        rc = kb_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
     char *sp = f->strings;
@@ -251,39 +238,42 @@ int ck_read_torchzip(ck_file *f, char *err, size_t errlen) {
         ck_tensor *t = &f->tensors[i];
         const int es = ck_dtype_size(pt->dtype);
         if (snprintf(name, sizeof name, "%sdata/%s", prefix, pt->storage_key) >= (int)sizeof name) {
-            kb_errf(err, errlen, "tensor '%s': storage name too long", pt->name);
+            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': storage name too long", pt->name);
             goto done;
         }
         zip_int64_t e = zip_name_locate(za, name, ZIP_FL_ENC_RAW);
         if (e < 0) {
-            kb_errf(err, errlen, "tensor '%s': storage %s is missing from the archive", pt->name, name);
+            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': storage %s is missing from the archive", pt->name, name);
             goto done;
         }
         zip_stat_t st;
         uint64_t want;
         if (zip_stat_index(za, (zip_uint64_t)e, 0, &st) || !(st.valid & ZIP_STAT_SIZE) ||
             !(st.valid & ZIP_STAT_COMP_METHOD)) {
-            zfail(err, errlen, name, zip_get_error(za));
+            rc = zfail(name, zip_get_error(za));
             goto done;
         }
         if (st.comp_method != ZIP_CM_STORE ||
             ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE)) {
-            kb_errf(err, errlen, "tensor '%s': storage %s is compressed or encrypted (torch.save stores them raw)",
-                    pt->name, name);
+            rc = kb_fail(KILN_ERR_FORMAT,
+                         "tensor '%s': storage %s is compressed or encrypted (torch.save stores them raw)", pt->name,
+                         name);
             goto done;
         }
         if (kb_mul_u64((uint64_t)pt->storage_numel, (uint64_t)es, &want) || want != st.size) {
-            kb_errf(err, errlen, "tensor '%s': storage %s declares %lld elements of %d bytes but holds %llu bytes",
-                    pt->name, name, (long long)pt->storage_numel, es, (unsigned long long)st.size);
+            rc = kb_fail(KILN_ERR_FORMAT,
+                         "tensor '%s': storage %s declares %lld elements of %d bytes but holds %llu bytes", pt->name,
+                         name, (long long)pt->storage_numel, es, (unsigned long long)st.size);
             goto done;
         }
         uint64_t at = locate(f->data, f->len, &ix, (zip_uint64_t)e, name, st.size);
         if (!at) {
-            kb_errf(err, errlen, "tensor '%s': cannot locate the bytes of %s in the file", pt->name, name);
+            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': cannot locate the bytes of %s in the file", pt->name, name);
             goto done;
         }
         if ((uintptr_t)(f->data + at) % (uintptr_t)es) {
-            kb_errf(err, errlen, "tensor '%s': storage %s is not aligned to its %d-byte elements", pt->name, name, es);
+            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': storage %s is not aligned to its %d-byte elements", pt->name,
+                         name, es);
             goto done;
         }
         size_t kl = strlen(pt->name) + 1;
@@ -297,7 +287,7 @@ int ck_read_torchzip(ck_file *f, char *err, size_t errlen) {
         t->data = f->data + at + (uint64_t)pt->offset * (uint64_t)es;
         f->n++;
     }
-    rc = ck_finish(f, err, errlen);
+    rc = ck_finish(f);
 done:
     free(ix.lho);
     free(pkl);

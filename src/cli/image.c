@@ -25,10 +25,9 @@ int cli_is_checkpoint(const char *path) {
 }
 
 int cli_show_checkpoint(const char *path, int tensors) {
-    char err[512];
-    ck_file *f = ck_open(path, err, sizeof err);
-    if (!f) {
-        fprintf(stderr, "kiln: %s\n", err);
+    ck_file *f;
+    if (ck_open(path, &f)) {
+        fprintf(stderr, "kiln: %s\n", kiln_last_error());
         return 1;
     }
     uint64_t n_params = 0, n_bytes = 0;

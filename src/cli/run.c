@@ -709,15 +709,16 @@ static int sigint_seen(void *arg) {
  * after saying why on stderr. */
 static int32_t *render_chat(chat_state *st, int *n) {
     char err[256] = "out of memory";
-    char *text;
+    char *text = NULL;
     const kct_opts ro = {.cancelled = sigint_seen}; /* Ctrl-C stops a long render */
     if (st->go) {
-        text = kgt_render_chat_opts(st->go, st->messages, NULL, st->think, &ro, err, sizeof err);
+        if (kgt_render_chat_opts(st->go, st->messages, NULL, st->think, &ro, &text))
+            snprintf(err, sizeof err, "%s", kiln_last_error());
     } else {
         json_t *vars = json_pack("{s:O, s:b, s:s, s:s}", "messages", st->messages, "add_generation_prompt", 1,
                                  "bos_token", st->bos, "eos_token", st->eos);
         if (vars && st->think >= 0) json_object_set_new(vars, "enable_thinking", json_boolean(st->think));
-        text = vars ? kct_render_opts(st->tmpl, vars, &ro, err, sizeof err) : NULL;
+        if (vars && kct_render_opts(st->tmpl, vars, &ro, &text)) snprintf(err, sizeof err, "%s", kiln_last_error());
         json_decref(vars);
     }
     if (!text) {
@@ -890,16 +891,14 @@ static void chat_templates(chat_state *st, const char *template_go) {
     st->go = NULL;
     const char *src = kiln_model_chat_template(st->m);
     if (template_go) {
-        char err[256];
-        st->go = kgt_compile(template_go, strlen(template_go), err, sizeof err);
-        if (!st->go)
-            fprintf(stderr, "kiln chat: the pack's Go template does not compile (%s); using the GGUF's\n", err);
+        if (kgt_compile(template_go, strlen(template_go), &st->go))
+            fprintf(stderr, "kiln chat: the pack's Go template does not compile (%s); using the GGUF's\n",
+                    kiln_last_error());
     }
     if (src && !st->go) {
-        char err[256];
-        st->tmpl = kct_compile(src, strlen(src), err, sizeof err);
-        if (!st->tmpl)
-            fprintf(stderr, "kiln chat: the model's chat template does not compile (%s); continuing text\n", err);
+        if (kct_compile(src, strlen(src), &st->tmpl))
+            fprintf(stderr, "kiln chat: the model's chat template does not compile (%s); continuing text\n",
+                    kiln_last_error());
     }
     piece_text(st->m, kiln_token_bos(st->m), st->bos, sizeof st->bos);
     piece_text(st->m, kiln_token_eos(st->m), st->eos, sizeof st->eos);

@@ -67,10 +67,9 @@ int cmd_show(int argc, char **argv) {
     if (cli_model_path(path, 1, &path)) return 1;
     if (cli_is_checkpoint(path)) return cli_show_checkpoint(path, tensors);
     if (kiln_is_whisper_file(path)) return cli_show_whisper(path, tensors);
-    char err[512];
-    gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) {
-        fprintf(stderr, "kiln: %s\n", err);
+    gguf_file *f;
+    if (gguf_open(path, &f)) {
+        fprintf(stderr, "kiln: %s\n", kiln_last_error());
         return 1;
     }
     printf("file:      %s (GGUF v%u, %d shard%s, %.2f MiB)\n", path, gguf_version(f), gguf_n_shards(f),

@@ -183,10 +183,9 @@ int cmd_transcribe(int argc, char **argv) {
 #include "whisper/whisper.h"
 
 int cli_show_whisper(const char *path, int tensors) {
-    char err[512];
-    wh_model *m = wh_load(path, err, sizeof err);
-    if (!m) {
-        fprintf(stderr, "kiln: %s\n", err);
+    wh_model *m;
+    if (wh_load(path, &m)) {
+        fprintf(stderr, "kiln: %s\n", kiln_last_error());
         return 1;
     }
     const wh_hparams *hp = &m->hp;

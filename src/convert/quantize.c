@@ -244,9 +244,9 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     if (stat(in_path, &si) != 0) return kb_fail(KILN_ERR_IO, "%s: %s", in_path, strerror(errno));
     if (stat(out_path, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
         return kb_fail(KILN_ERR_INVALID_ARG, "the output %s is the input file itself; write to another path", out_path);
-    char err[512];
-    gguf_file *f = gguf_open(in_path, err, sizeof err);
-    if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
+    gguf_file *f;
+    kiln_status st = gguf_open(in_path, &f);
+    if (st) return st;
     char arch[64];
     char key[96];
     qplan qp = {0, 0, 0, 0, 1};
@@ -262,7 +262,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
         qp.n_gqa = nh > 0 && nkv > 0 ? (int)(nh / nkv) : 1;
     }
     for (int i = 0; i < gguf_n_tensors(f); i++) qp.n_attn_v += is_attn_v(gguf_tensor_at(f, i)->name) != 0;
-    kiln_status st = KILN_OK;
+    st = KILN_OK;
     int nt = gguf_n_tensors(f);
     int *types = calloc((size_t)(nt ? nt : 1), sizeof *types);
     int64_t max_ne0 = 1;
@@ -328,7 +328,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
         st = kb_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if (gguf_writer_save(w, out_path, produce, &j, err, sizeof err)) st = kb_fail(KILN_ERR_IO, "%s", err);
+    st = gguf_writer_save(w, out_path, produce, &j);
     free(j.rowbuf);
 done:
     kpool_free(pool);

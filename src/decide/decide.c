@@ -81,25 +81,17 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
     if (!d) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     /* the configuration first, from the header: a malformed one fails
      * before any model memory exists */
-    char err[512];
     kiln_status st = KILN_OK;
-    d->gf = gguf_open(path, err, sizeof err);
-    if (!d->gf) {
-        st = kb_fail(strstr(err, "No such file") ? KILN_ERR_IO : KILN_ERR_FORMAT, "%s", err);
-        goto fail;
-    }
+    if ((st = gguf_open(path, &d->gf))) goto fail;
     if ((st = kd_config_load(&d->cfg, d->gf)) != KILN_OK) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "%s: %s", path, kiln_last_error());
-        st = kb_fail(st == KILN_ERR_NOT_FOUND ? KILN_ERR_FORMAT : st, "%s", msg);
+        st = kb_fail(st == KILN_ERR_NOT_FOUND ? KILN_ERR_FORMAT : st, "%s: %s", path, kiln_last_error());
         goto fail;
     }
     if (!(d->type_names = malloc((size_t)d->cfg.n_types * sizeof *d->type_names))) goto oom;
     for (int i = 0; i < d->cfg.n_types; i++) d->type_names[i] = d->cfg.types[i].name;
     if (p.measure_only) {
-        d->tok = ktok_load(d->gf, err, sizeof err);
-        if (!d->tok) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: tokenizer: %s", path, err);
+        if ((st = ktok_load(d->gf, &d->tok))) {
+            st = kb_fail(KILN_ERR_FORMAT, "%s: tokenizer: %s", path, kiln_last_error());
             goto fail;
         }
         *out = d;

@@ -59,9 +59,9 @@ typedef struct kd_config {
     kd_head *heads; /* names from the types; weights bound later */
 } kd_config;
 
-/* Parses and checks the JSON configuration text.  0, or -1 with one line
- * in err (the configuration is malformed). */
-int kd_config_parse(kd_config *c, const char *json, size_t len, char *err, size_t errlen);
+/* Parses and checks the JSON configuration text (KILN_ERR_FORMAT when
+ * malformed). */
+kiln_status kd_config_parse(kd_config *c, const char *json, size_t len);
 void kd_config_free(kd_config *c);
 /* The configuration of pack f (KILN_ERR_NOT_FOUND without the key,
  * KILN_ERR_FORMAT when malformed), with kl_fail's message. */

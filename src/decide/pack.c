@@ -82,20 +82,17 @@ static int parse_bucket(const char *key, int32_t *lo, int32_t *hi) {
     return 0;
 }
 
-#define BAD(...)                                                \
-    do {                                                        \
-        snprintf(err, errlen, "decision config: " __VA_ARGS__); \
-        goto fail;                                              \
+#define BAD(...)                                                   \
+    do {                                                           \
+        kb_fail(KILN_ERR_FORMAT, "decision config: " __VA_ARGS__); \
+        goto fail;                                                 \
     } while (0)
 
-int kd_config_parse(kd_config *c, const char *text, size_t len, char *err, size_t errlen) {
+kiln_status kd_config_parse(kd_config *c, const char *text, size_t len) {
     memset(c, 0, sizeof *c);
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        snprintf(err, errlen, "decision config: not JSON (%s at line %d)", je.text, je.line);
-        return -1;
-    }
+    if (!root) { return kb_fail(KILN_ERR_FORMAT, "decision config: not JSON (%s at line %d)", je.text, je.line); }
     if (!json_is_object(root)) BAD("not a JSON object");
     const json_t *fmt = json_object_get(root, "format");
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), CFG_FORMAT))
@@ -211,11 +208,11 @@ int kd_config_parse(kd_config *c, const char *text, size_t len, char *err, size_
         }
     }
     json_decref(root);
-    return 0;
+    return KILN_OK;
 fail:
     json_decref(root);
     kd_config_free(c);
-    return -1;
+    return KILN_ERR_FORMAT;
 }
 
 kiln_status kd_config_load(kd_config *c, const gguf_file *f) {
@@ -223,9 +220,7 @@ kiln_status kd_config_load(kd_config *c, const gguf_file *f) {
     gguf_str s;
     if (gguf_get_str(f, CFG_KEY, &s) != 0)
         return kb_fail(KILN_ERR_NOT_FOUND, "not a decision pack (no " CFG_KEY " in the metadata)");
-    char err[400];
-    if (kd_config_parse(c, s.ptr, s.len, err, sizeof err)) return kb_fail(KILN_ERR_FORMAT, "%s", err);
-    return KILN_OK;
+    return kd_config_parse(c, s.ptr, s.len);
 }
 
 const kd_type *kd_type_find(const kd_config *c, const char *name) {

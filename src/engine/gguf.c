@@ -7,9 +7,9 @@
 #include "model/model.h"
 
 kiln_status engine_gguf_check(const char *path, int generate) {
-    char err[512];
-    gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
+    gguf_file *f;
+    kiln_status gst = gguf_open(path, &f);
+    if (gst) return gst;
     char name[64];
     const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
     const kl_arch *arch = a ? kl_arch_find(a) : NULL;
@@ -28,9 +28,9 @@ kiln_status engine_gguf_check(const char *path, int generate) {
 kiln_status engine_gguf_family(const char *path, kiln_engine_family_id *out) {
     kiln_status st = engine_gguf_check(path, 0);
     if (st != KILN_OK) return st;
-    char err[512], name[64];
-    gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
+    char name[64];
+    gguf_file *f;
+    if ((st = gguf_open(path, &f))) return st;
     const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
     const kl_arch *arch = a ? kl_arch_find(a) : NULL;
     *out = kl_gguf_is_reranker(f)  ? KILN_ENGINE_RERANK

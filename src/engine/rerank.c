@@ -13,9 +13,8 @@
 static kiln_status rr_check(void *user, const char *path) {
     kiln_status st = engine_gguf_check(path, 0);
     if (st != KILN_OK) return st;
-    char err[512];
-    gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) return kb_fail(KILN_ERR_FORMAT, "%s", err);
+    gguf_file *f;
+    if ((st = gguf_open(path, &f))) return st;
     st = kl_gguf_is_reranker(f) ? KILN_OK
                                 : kb_fail(KILN_ERR_UNSUPPORTED,
                                           "%s: not a reranker (no classification head cls.output.weight, or a "

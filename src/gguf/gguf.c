@@ -42,11 +42,9 @@ struct gguf_file {
 
 typedef struct cur {
     const uint8_t *p, *end;
-    char *err;
-    size_t errlen;
-    int failed;
-    uint64_t beyond; /* bytes of the file after end: 0 unless a prefix is parsed */
-    int *short_read; /* set when only the prefix's end stopped the parse */
+    kiln_status failed; /* KILN_OK until a read fails */
+    uint64_t beyond;    /* bytes of the file after end: 0 unless a prefix is parsed */
+    int *short_read;    /* set when only the prefix's end stopped the parse */
 } cur;
 
 static int need(cur *c, uint64_t n, const char *what) {
@@ -55,11 +53,10 @@ static int need(cur *c, uint64_t n, const char *what) {
     if (have < n) {
         if (n - have <= c->beyond) {
             *c->short_read = 1;
-            kb_errf(c->err, c->errlen, "the header goes on past the bytes read (at %s)", what);
+            c->failed = kb_fail(KILN_ERR_FORMAT, "the header goes on past the bytes read (at %s)", what);
         } else {
-            kb_errf(c->err, c->errlen, "truncated file while reading %s", what);
+            c->failed = kb_fail(KILN_ERR_FORMAT, "truncated file while reading %s", what);
         }
-        c->failed = 1;
         return -1;
     }
     return 0;
@@ -132,15 +129,13 @@ static int rd_value(cur *c, gguf_kv *kv, const char *key) {
         if (kv->arr_type == GGUF_STRING) {
             /* each string takes at least its 8-byte length */
             if (n > ((uint64_t)(c->end - c->p) + c->beyond) / 8) {
-                kb_errf(c->err, c->errlen, "key %s: array of %llu strings exceeds the file", key,
-                        (unsigned long long)n);
-                c->failed = 1;
+                c->failed = kb_fail(KILN_ERR_FORMAT, "key %s: array of %llu strings exceeds the file", key,
+                                    (unsigned long long)n);
                 return -1;
             }
             kv->str_off = malloc((n ? n : 1) * sizeof(uint64_t));
             if (!kv->str_off) {
-                kb_errf(c->err, c->errlen, "out of memory");
-                c->failed = 1;
+                c->failed = kb_fail(KILN_ERR_NOMEM, "out of memory");
                 return -1;
             }
             for (uint64_t i = 0; i < n; i++) {
@@ -152,14 +147,12 @@ static int rd_value(cur *c, gguf_kv *kv, const char *key) {
         }
         size_t es = gguf_vtype_size(kv->arr_type);
         if (es == 0) {
-            kb_errf(c->err, c->errlen, "key %s: unsupported array element type %u", key, kv->arr_type);
-            c->failed = 1;
+            c->failed = kb_fail(KILN_ERR_FORMAT, "key %s: unsupported array element type %u", key, kv->arr_type);
             return -1;
         }
         uint64_t bytes;
         if (kb_mul_u64(n, es, &bytes)) {
-            kb_errf(c->err, c->errlen, "key %s: array size overflows", key);
-            c->failed = 1;
+            c->failed = kb_fail(KILN_ERR_FORMAT, "key %s: array size overflows", key);
             return -1;
         }
         if (need(c, bytes, key)) return -1;
@@ -168,8 +161,7 @@ static int rd_value(cur *c, gguf_kv *kv, const char *key) {
     }
     size_t sz = gguf_vtype_size(kv->type);
     if (sz == 0) {
-        kb_errf(c->err, c->errlen, "key %s: unknown value type %u", key, kv->type);
-        c->failed = 1;
+        c->failed = kb_fail(KILN_ERR_FORMAT, "key %s: unknown value type %u", key, kv->type);
         return -1;
     }
     if (need(c, sz, key)) return -1;
@@ -198,48 +190,40 @@ static void free_contents(gguf_file *f) {
 
 /* Parses shard si of f (its base/size already set).  Metadata is kept only
  * for shard 0; tensors are appended. */
-static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
+static kiln_status parse_shard(gguf_file *f, int si) {
     shard *sh = &f->shards[si];
     if (!sh->avail || sh->avail > sh->size) sh->avail = sh->size;
-    cur c = {sh->base, sh->base + sh->avail, err, errlen, 0, sh->size - sh->avail, &sh->short_read};
+    cur c = {sh->base, sh->base + sh->avail, KILN_OK, sh->size - sh->avail, &sh->short_read};
     uint32_t magic = rd_u32(&c, "magic");
-    if (c.failed) return -1;
-    if (magic != GGUF_MAGIC) {
-        kb_errf(err, errlen, "not a GGUF file (bad magic)");
-        return -1;
-    }
+    if (c.failed) return c.failed;
+    if (magic != GGUF_MAGIC) { return kb_fail(KILN_ERR_FORMAT, "not a GGUF file (bad magic)"); }
     uint32_t version = rd_u32(&c, "version");
-    if (c.failed) return -1;
+    if (c.failed) return c.failed;
     if (version < 2 || version > 3) {
-        kb_errf(err, errlen, "unsupported GGUF version %u (kiln reads 2 and 3)", version);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "unsupported GGUF version %u (kiln reads 2 and 3)", version);
     }
     uint64_t n_tensors = rd_u64(&c, "tensor count");
     uint64_t n_kv = rd_u64(&c, "metadata count");
-    if (c.failed) return -1;
+    if (c.failed) return c.failed;
     uint64_t left = (uint64_t)(c.end - c.p) + c.beyond;
     /* a key/value takes at least 8 (key length) + 4 (type) + 1 bytes;
      * a tensor info at least 8 + 4 + 8 + 4 + 8 */
     if (n_kv > left / 13 || n_kv > 1000000) {
-        kb_errf(err, errlen, "metadata count %llu is impossible for a file of %llu bytes", (unsigned long long)n_kv,
-                (unsigned long long)sh->size);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "metadata count %llu is impossible for a file of %llu bytes",
+                       (unsigned long long)n_kv, (unsigned long long)sh->size);
     }
     if (n_tensors > left / 32 || n_tensors > 1000000) {
-        kb_errf(err, errlen, "tensor count %llu is impossible for a file of %llu bytes", (unsigned long long)n_tensors,
-                (unsigned long long)sh->size);
-        return -1;
+        return kb_fail(KILN_ERR_FORMAT, "tensor count %llu is impossible for a file of %llu bytes",
+                       (unsigned long long)n_tensors, (unsigned long long)sh->size);
     }
     if (si == 0) f->version = version;
 
     uint64_t alignment = GGUF_DEFAULT_ALIGN;
     gguf_kv *kvs = calloc(n_kv ? n_kv : 1, sizeof *kvs);
-    if (!kvs) {
-        kb_errf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!kvs) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     uint64_t nk = 0;
     int ok = 1;
+    kiln_status st = KILN_ERR_FORMAT; /* why ok went 0, when no read failed */
     for (; nk < n_kv; nk++) {
         gguf_str key = rd_str(&c, "metadata key");
         if (c.failed) {
@@ -247,20 +231,20 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
             break;
         }
         if (key.len == 0 || key.len > GGUF_MAX_KEY || memchr(key.ptr, 0, key.len)) {
-            kb_errf(err, errlen, "metadata key %llu has an invalid name", (unsigned long long)nk);
+            kb_fail(KILN_ERR_FORMAT, "metadata key %llu has an invalid name", (unsigned long long)nk);
             ok = 0;
             break;
         }
         gguf_kv *kv = &kvs[nk];
         kv->key = dup_str(key);
         if (!kv->key) {
-            kb_errf(err, errlen, "out of memory");
+            st = kb_fail(KILN_ERR_NOMEM, "out of memory");
             ok = 0;
             break;
         }
         for (uint64_t j = 0; j < nk; j++) {
             if (strcmp(kvs[j].key, kv->key) == 0) {
-                kb_errf(err, errlen, "duplicate metadata key %s", kv->key);
+                kb_fail(KILN_ERR_FORMAT, "duplicate metadata key %s", kv->key);
                 ok = 0;
                 break;
             }
@@ -277,7 +261,7 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
         }
         if (strcmp(kv->key, "general.alignment") == 0) {
             if (kv->type != GGUF_U32) {
-                kb_errf(err, errlen, "general.alignment must be u32");
+                kb_fail(KILN_ERR_FORMAT, "general.alignment must be u32");
                 ok = 0;
                 nk++;
                 break;
@@ -285,7 +269,7 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
             uint32_t a;
             memcpy(&a, kv->data, 4);
             if (a == 0 || (a & (a - 1)) || a > (1u << 20)) {
-                kb_errf(err, errlen, "general.alignment %u is not a power of two", a);
+                kb_fail(KILN_ERR_FORMAT, "general.alignment %u is not a power of two", a);
                 ok = 0;
                 nk++;
                 break;
@@ -303,77 +287,64 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
         }
         free(kvs);
     }
-    if (!ok) return -1;
+    if (!ok) return c.failed ? c.failed : st;
 
     int base_t = f->n_tensors;
     gguf_tensor *nt = realloc(f->tensors, (size_t)(base_t + n_tensors + 1) * sizeof *nt);
-    if (!nt) {
-        kb_errf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!nt) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
     f->tensors = nt;
     for (uint64_t i = 0; i < n_tensors; i++) {
         gguf_tensor *t = &f->tensors[f->n_tensors];
         memset(t, 0, sizeof *t);
         gguf_str name = rd_str(&c, "tensor name");
-        if (c.failed) return -1;
+        if (c.failed) return c.failed;
         if (name.len == 0 || name.len > 1024 || memchr(name.ptr, 0, name.len)) {
-            kb_errf(err, errlen, "tensor %llu has an invalid name", (unsigned long long)i);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "tensor %llu has an invalid name", (unsigned long long)i);
         }
         t->name = dup_str(name);
-        if (!t->name) {
-            kb_errf(err, errlen, "out of memory");
-            return -1;
-        }
+        if (!t->name) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
         f->n_tensors++;
         t->shard = si;
         t->n_dims = rd_u32(&c, t->name);
-        if (c.failed) return -1;
+        if (c.failed) return c.failed;
         if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS) {
-            kb_errf(err, errlen, "tensor %s: %u dimensions (1 to %d allowed)", t->name, t->n_dims, GGUF_MAX_DIMS);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "tensor %s: %u dimensions (1 to %d allowed)", t->name, t->n_dims,
+                           GGUF_MAX_DIMS);
         }
         uint64_t nel = 1;
         for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
         for (uint32_t d = 0; d < t->n_dims; d++) {
             uint64_t ne = rd_u64(&c, t->name);
-            if (c.failed) return -1;
+            if (c.failed) return c.failed;
             if (ne == 0 || ne > (1ull << 40) || kb_mul_u64(nel, ne, &nel) || nel > (1ull << 48)) {
-                kb_errf(err, errlen, "tensor %s: dimension %u of %llu is out of range", t->name, d,
-                        (unsigned long long)ne);
-                return -1;
+                return kb_fail(KILN_ERR_FORMAT, "tensor %s: dimension %u of %llu is out of range", t->name, d,
+                               (unsigned long long)ne);
             }
             t->ne[d] = (int64_t)ne;
         }
         t->type = rd_u32(&c, t->name);
         t->offset = rd_u64(&c, t->name);
-        if (c.failed) return -1;
+        if (c.failed) return c.failed;
         const kq_traits *tr = kq_get((int)t->type);
         if (!tr || !tr->name) {
-            kb_errf(err, errlen, "tensor %s: unknown tensor type %u", t->name, t->type);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "tensor %s: unknown tensor type %u", t->name, t->type);
         }
         if (t->ne[0] % tr->blck != 0) {
-            kb_errf(err, errlen, "tensor %s: row of %lld is not a multiple of the %s block size %d", t->name,
-                    (long long)t->ne[0], tr->name, tr->blck);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "tensor %s: row of %lld is not a multiple of the %s block size %d", t->name,
+                           (long long)t->ne[0], tr->name, tr->blck);
         }
         uint64_t rows = (uint64_t)t->ne[1] * (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
         if (kb_mul_u64((uint64_t)(t->ne[0] / tr->blck), tr->bsize, &t->nbytes) ||
             kb_mul_u64(t->nbytes, rows, &t->nbytes)) {
-            kb_errf(err, errlen, "tensor %s: size overflows", t->name);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "tensor %s: size overflows", t->name);
         }
         if (t->offset % alignment != 0) {
-            kb_errf(err, errlen, "tensor %s: data offset %llu is not aligned to %llu", t->name,
-                    (unsigned long long)t->offset, (unsigned long long)alignment);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "tensor %s: data offset %llu is not aligned to %llu", t->name,
+                           (unsigned long long)t->offset, (unsigned long long)alignment);
         }
         for (int j = 0; j < f->n_tensors - 1; j++) {
             if (strcmp(f->tensors[j].name, t->name) == 0) {
-                kb_errf(err, errlen, "duplicate tensor %s", t->name);
-                return -1;
+                return kb_fail(KILN_ERR_FORMAT, "duplicate tensor %s", t->name);
             }
         }
     }
@@ -381,10 +352,7 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
     uint64_t pos = (uint64_t)(c.p - sh->base);
     uint64_t data_off = (pos + alignment - 1) / alignment * alignment;
     if (data_off > sh->size) {
-        if (n_tensors > 0) {
-            kb_errf(err, errlen, "truncated file: no tensor data section");
-            return -1;
-        }
+        if (n_tensors > 0) { return kb_fail(KILN_ERR_FORMAT, "truncated file: no tensor data section"); }
         data_off = sh->size;
     }
     /* a prefix holds no tensor data: its pointers stay NULL */
@@ -394,9 +362,8 @@ static int parse_shard(gguf_file *f, int si, char *err, size_t errlen) {
         gguf_tensor *t = &f->tensors[i];
         uint64_t endo;
         if (kb_add_u64(t->offset, t->nbytes, &endo) || endo > sh->data_size) {
-            kb_errf(err, errlen, "tensor %s: data (offset %llu, %llu bytes) lies beyond the end of the file", t->name,
-                    (unsigned long long)t->offset, (unsigned long long)t->nbytes);
-            return -1;
+            return kb_fail(KILN_ERR_FORMAT, "tensor %s: data (offset %llu, %llu bytes) lies beyond the end of the file",
+                           t->name, (unsigned long long)t->offset, (unsigned long long)t->nbytes);
         }
         t->data = sh->data ? sh->data + t->offset : NULL;
     }
@@ -408,43 +375,41 @@ static gguf_file *new_file(void) {
     return f;
 }
 
-gguf_file *gguf_open_header(const void *buf, size_t len, uint64_t file_size, int *more, char *err, size_t errlen) {
+kiln_status gguf_open_header(const void *buf, size_t len, uint64_t file_size, int *more, gguf_file **out) {
     *more = 0;
-    if (len > file_size) {
-        kb_errf(err, errlen, "%zu bytes read of a file of %llu", len, (unsigned long long)file_size);
-        return NULL;
-    }
+    *out = NULL;
+    if (len > file_size)
+        return kb_fail(KILN_ERR_FORMAT, "%zu bytes read of a file of %llu", len, (unsigned long long)file_size);
     gguf_file *f = new_file();
-    if (!f) {
-        kb_errf(err, errlen, "out of memory");
-        return NULL;
-    }
+    if (!f) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     f->n_shards = 1;
     f->shards[0].base = buf;
     f->shards[0].size = file_size;
     f->shards[0].avail = len;
-    if (parse_shard(f, 0, err, errlen)) {
+    kiln_status st = parse_shard(f, 0);
+    if (st) {
         *more = f->shards[0].short_read;
         gguf_close(f);
-        return NULL;
+        return st;
     }
-    return f;
+    *out = f;
+    return KILN_OK;
 }
 
-gguf_file *gguf_open_memory(const void *buf, size_t len, char *err, size_t errlen) {
+kiln_status gguf_open_memory(const void *buf, size_t len, gguf_file **out) {
+    *out = NULL;
     gguf_file *f = new_file();
-    if (!f) {
-        kb_errf(err, errlen, "out of memory");
-        return NULL;
-    }
+    if (!f) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     f->n_shards = 1;
     f->shards[0].base = buf;
     f->shards[0].size = len;
-    if (parse_shard(f, 0, err, errlen)) {
+    kiln_status st = parse_shard(f, 0);
+    if (st) {
         gguf_close(f);
-        return NULL;
+        return st;
     }
-    return f;
+    *out = f;
+    return KILN_OK;
 }
 
 int gguf_split_name(const char *path, int *shard_no, size_t *prefix_len) {
@@ -473,67 +438,55 @@ int gguf_split_name(const char *path, int *shard_no, size_t *prefix_len) {
     return b;
 }
 
-gguf_file *gguf_open(const char *path, char *err, size_t errlen) {
+kiln_status gguf_open(const char *path, gguf_file **out) {
+    *out = NULL;
     gguf_file *f = new_file();
-    if (!f) {
-        kb_errf(err, errlen, "out of memory");
-        return NULL;
-    }
-    char sub[512];
-    if (kb_map_file(path, &f->shards[0].map, err, errlen)) {
+    if (!f) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st = kb_map_file(path, &f->shards[0].map);
+    if (st) {
         free(f);
-        return NULL;
+        return st;
     }
     f->n_shards = 1;
     f->shards[0].base = f->shards[0].map.addr;
     f->shards[0].size = f->shards[0].map.len;
-    if (parse_shard(f, 0, sub, sizeof sub)) {
-        kb_errf(err, errlen, "%s: %s", path, sub);
+    if ((st = parse_shard(f, 0))) {
         gguf_close(f);
-        return NULL;
+        return kb_fail(st, "%s: %s", path, kiln_last_error());
     }
     size_t plen;
     int shard_no;
     int count = gguf_split_name(path, &shard_no, &plen);
     int64_t meta_count = gguf_get_int(f, "split.count", 0);
     if (count > 1 || meta_count > 1) {
-        if (shard_no != 1) {
-            kb_errf(err, errlen, "%s: shard %d of a split model; open the first shard (-00001-of-%05d)", path, shard_no,
-                    count);
-            gguf_close(f);
-            return NULL;
-        }
-        if (meta_count > 0 && meta_count != count) {
-            kb_errf(err, errlen, "%s: file name says %d shards, split.count says %lld", path, count,
-                    (long long)meta_count);
-            gguf_close(f);
-            return NULL;
-        }
-        if (count > GGUF_MAX_SHARDS) {
-            kb_errf(err, errlen, "%s: %d shards (at most %d)", path, count, GGUF_MAX_SHARDS);
-            gguf_close(f);
-            return NULL;
-        }
-        for (int i = 2; i <= count; i++) {
+        if (shard_no != 1)
+            st = kb_fail(KILN_ERR_FORMAT, "%s: shard %d of a split model; open the first shard (-00001-of-%05d)", path,
+                         shard_no, count);
+        else if (meta_count > 0 && meta_count != count)
+            st = kb_fail(KILN_ERR_FORMAT, "%s: file name says %d shards, split.count says %lld", path, count,
+                         (long long)meta_count);
+        else if (count > GGUF_MAX_SHARDS)
+            st = kb_fail(KILN_ERR_FORMAT, "%s: %d shards (at most %d)", path, count, GGUF_MAX_SHARDS);
+        for (int i = 2; !st && i <= count; i++) {
             char spath[4096];
             snprintf(spath, sizeof spath, "%.*s-%05d-of-%05d.gguf", (int)plen, path, i, count);
             shard *sh = &f->shards[f->n_shards];
-            if (kb_map_file(spath, &sh->map, sub, sizeof sub)) {
-                kb_errf(err, errlen, "split model: missing shard: %s", sub);
-                gguf_close(f);
-                return NULL;
+            if ((st = kb_map_file(spath, &sh->map))) {
+                st = kb_fail(st, "split model: missing shard: %s", kiln_last_error());
+                break;
             }
             f->n_shards++;
             sh->base = sh->map.addr;
             sh->size = sh->map.len;
-            if (parse_shard(f, f->n_shards - 1, sub, sizeof sub)) {
-                kb_errf(err, errlen, "%s: %s", spath, sub);
-                gguf_close(f);
-                return NULL;
-            }
+            if ((st = parse_shard(f, f->n_shards - 1))) st = kb_fail(st, "%s: %s", spath, kiln_last_error());
+        }
+        if (st) {
+            gguf_close(f);
+            return st;
         }
     }
-    return f;
+    *out = f;
+    return KILN_OK;
 }
 
 void gguf_close(gguf_file *f) {
@@ -861,11 +814,8 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
-int gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, void *ud, char *err, size_t errlen) {
-    if (w->oom || w->kv.oom) {
-        kb_errf(err, errlen, "out of memory while building %s", path);
-        return -1;
-    }
+kiln_status gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, void *ud) {
+    if (w->oom || w->kv.oom) { return kb_fail(KILN_ERR_NOMEM, "out of memory while building %s", path); }
     const uint64_t align = GGUF_DEFAULT_ALIGN;
     wbuf hdr = {0};
     wb_u32(&hdr, GGUF_MAGIC);
@@ -888,28 +838,27 @@ int gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, 
     wb_put(&hdr, zeros, (size_t)((align - hdr.len % align) % align));
     if (hdr.oom) {
         free(hdr.p);
-        kb_errf(err, errlen, "out of memory while building %s", path);
-        return -1;
+        return kb_fail(KILN_ERR_NOMEM, "out of memory while building %s", path);
     }
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        kb_errf(err, errlen, "%s: %s", tmp, strerror(errno));
+        kiln_status st = kb_fail(KILN_ERR_IO, "%s: %s", tmp, strerror(errno));
         free(hdr.p);
-        return -1;
+        return st;
     }
-    int rc = write_all(fd, hdr.p, hdr.len);
+    kiln_status st = KILN_OK;
+    if (write_all(fd, hdr.p, hdr.len)) st = kb_fail(KILN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
     free(hdr.p);
     void *scratch = NULL;
     size_t scratch_cap = 0;
-    for (int i = 0; rc == 0 && i < w->n_t; i++) {
+    for (int i = 0; !st && i < w->n_t; i++) {
         wtensor *t = &w->t[i];
         const void *src = t->data;
         if (!src) {
             if (!produce) {
-                kb_errf(err, errlen, "tensor %s has no data", t->name);
-                rc = -1;
+                st = kb_fail(KILN_ERR_IO, "tensor %s has no data", t->name);
                 break;
             }
             if (scratch_cap < t->nbytes) {
@@ -917,33 +866,24 @@ int gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, 
                 scratch = malloc(t->nbytes);
                 scratch_cap = scratch ? t->nbytes : 0;
                 if (!scratch) {
-                    kb_errf(err, errlen, "out of memory");
-                    rc = -1;
+                    st = kb_fail(KILN_ERR_NOMEM, "out of memory");
                     break;
                 }
             }
             if (produce(ud, i, scratch, t->nbytes)) {
-                kb_errf(err, errlen, "could not produce data for tensor %s", t->name);
-                rc = -1;
+                st = kb_fail(KILN_ERR_IO, "could not produce data for tensor %s", t->name);
                 break;
             }
             src = scratch;
         }
         if (write_all(fd, src, t->nbytes) || write_all(fd, zeros, (size_t)((align - t->nbytes % align) % align))) {
-            kb_errf(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
-            rc = -1;
+            st = kb_fail(KILN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
         }
     }
     free(scratch);
-    if (rc == 0 && fsync(fd) != 0) {
-        kb_errf(err, errlen, "%s: fsync failed: %s", tmp, strerror(errno));
-        rc = -1;
-    }
+    if (!st && fsync(fd) != 0) { st = kb_fail(KILN_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno)); }
     close(fd);
-    if (rc == 0 && rename(tmp, path) != 0) {
-        kb_errf(err, errlen, "rename to %s failed: %s", path, strerror(errno));
-        rc = -1;
-    }
-    if (rc != 0) unlink(tmp);
-    return rc;
+    if (!st && rename(tmp, path) != 0) { st = kb_fail(KILN_ERR_IO, "rename to %s failed: %s", path, strerror(errno)); }
+    if (st) unlink(tmp);
+    return st;
 }

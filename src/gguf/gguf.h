@@ -19,6 +19,8 @@
 #ifndef KILN_GGUF_H
 #define KILN_GGUF_H
 
+#include "kiln.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,22 +70,23 @@ typedef struct gguf_tensor {
 
 typedef struct gguf_file gguf_file;
 
-/* Opens and validates path.  On failure returns NULL and writes one line
- * naming the problem into err (if err is not NULL). */
 /* Split-model names, PREFIX-00002-of-00005.gguf (case-insensitive): returns
  * the shard count and writes the shard's number (from 1) and the prefix's
  * length; for any other name returns 1, shard 1, and the length without the
  * last 5 characters (".gguf"). */
 int gguf_split_name(const char *path, int *shard_no, size_t *prefix_len);
-gguf_file *gguf_open(const char *path, char *err, size_t errlen);
+/* Opens and validates path (and its other shards) into *out; a failure
+ * returns KILN_ERR_IO (the file can't be opened or mapped), _FORMAT or
+ * _NOMEM with the last error naming the file and the problem. */
+kiln_status gguf_open(const char *path, gguf_file **out);
 /* Parses an in-memory image (no mapping; used by the fuzzer).  The buffer
  * must outlive the result. */
-gguf_file *gguf_open_memory(const void *buf, size_t len, char *err, size_t errlen);
+kiln_status gguf_open_memory(const void *buf, size_t len, gguf_file **out);
 /* Parses the header of a file of file_size bytes from its first len bytes
  * (a Range read): metadata and tensor infos, every count and offset checked
  * against file_size; tensor data pointers are NULL.  When the header goes
- * on past len, returns NULL with *more set (read more and call again). */
-gguf_file *gguf_open_header(const void *buf, size_t len, uint64_t file_size, int *more, char *err, size_t errlen);
+ * on past len, fails with *more set (read more and call again). */
+kiln_status gguf_open_header(const void *buf, size_t len, uint64_t file_size, int *more, gguf_file **out);
 void gguf_close(gguf_file *f);
 
 uint32_t gguf_version(const gguf_file *f);
@@ -143,6 +146,6 @@ void gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, int n_dims, 
  * is called per tensor without data to fill `dst` (nbytes). Returns 0 or -1
  * with a message in err. */
 typedef int (*gguf_produce_fn)(void *ud, int idx, void *dst, uint64_t nbytes);
-int gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, void *ud, char *err, size_t errlen);
+kiln_status gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, void *ud);
 
 #endif

@@ -71,9 +71,8 @@ void im_pipeline_free(im_pipeline *p) {
 static int open_checked(im_pipeline *p, const im_files *files, const im_config *config, char *err, size_t errlen) {
     /* headers only: the readers map the files and list their tensors */
     char sub[512];
-    if (!(p->fd = ck_open(files->dit, sub, sizeof sub)) || !(p->ft = ck_open(files->t5, sub, sizeof sub)) ||
-        !(p->fv = ck_open(files->vae, sub, sizeof sub))) {
-        kb_errf(err, errlen, "%s", sub);
+    if (ck_open(files->dit, &p->fd) || ck_open(files->t5, &p->ft) || ck_open(files->vae, &p->fv)) {
+        kb_errf(err, errlen, "%s", kiln_last_error());
         return -1;
     }
     if (ck_format(p->fd) != CK_TORCH_ZIP) {

@@ -210,12 +210,10 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
     if (!m) return kb_fail(KILN_ERR_NOMEM, "out of memory");
     m->be = be;
     loader L = {m, {0}};
-    char err[512];
-    m->gf = gguf_open(path, err, sizeof err);
-    if (!m->gf) {
+    kiln_status gst = gguf_open(path, &m->gf);
+    if (gst) {
         free(m);
-        return kb_fail(strstr(err, "No such file") || strstr(err, "Permission") ? KILN_ERR_IO : KILN_ERR_FORMAT, "%s",
-                       err);
+        return gst;
     }
     kiln_status st = KILN_ERR_FORMAT;
     if (!gguf_get_cstr(m->gf, "general.architecture", m->arch_name, sizeof m->arch_name, NULL)) {
@@ -240,10 +238,8 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
         snprintf(L.err, sizeof L.err, "tensor token_embd.weight has no rows");
         goto fail;
     }
-    char terr[400];
-    m->tok = ktok_load(m->gf, terr, sizeof terr);
-    if (!m->tok) {
-        snprintf(L.err, sizeof L.err, "tokenizer: %s", terr);
+    if (ktok_load(m->gf, &m->tok)) {
+        snprintf(L.err, sizeof L.err, "tokenizer: %s", kiln_last_error());
         goto fail;
     }
     if (ktok_n_vocab(m->tok) > m->hp.n_vocab) {

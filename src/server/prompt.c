@@ -178,15 +178,15 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
     if ((src || go_src) && !r->tmpl_tried) {
         /* a template that fails for want of memory is tried again by the
          * next request, not replaced by a built-in format for good */
-        char cerr[256] = "";
+        kiln_status cst = KILN_OK;
         ks_tmpl *k = calloc(1, sizeof *k);
-        if (k && go_src && !(k->go = kgt_compile(go_src, strlen(go_src), cerr, sizeof cerr)) &&
-            ks_render_status(cerr) != 500)
-            fprintf(stderr, "kiln serve: %s: the pack's Go template: %s; using the GGUF's\n", r->name, cerr);
-        if (k && !k->go && ks_render_status(cerr) != 500 && src &&
-            !(k->jinja = kct_compile(src, strlen(src), cerr, sizeof cerr)) && ks_render_status(cerr) != 500)
-            fprintf(stderr, "kiln serve: %s: chat template: %s; using a built-in format\n", r->name, cerr);
-        if (!k || ks_render_status(cerr) == 500) {
+        if (k && go_src && (cst = kgt_compile(go_src, strlen(go_src), &k->go)) && cst != KILN_ERR_NOMEM)
+            fprintf(stderr, "kiln serve: %s: the pack's Go template: %s; using the GGUF's\n", r->name,
+                    kiln_last_error());
+        if (k && !k->go && cst != KILN_ERR_NOMEM && src && (cst = kct_compile(src, strlen(src), &k->jinja)) &&
+            cst != KILN_ERR_NOMEM)
+            fprintf(stderr, "kiln serve: %s: chat template: %s; using a built-in format\n", r->name, kiln_last_error());
+        if (!k || cst == KILN_ERR_NOMEM) {
             ks_template_free(k);
             pthread_mutex_unlock(&r->srv->mu);
             snprintf(err, cap, "out of memory compiling the chat template");
@@ -204,7 +204,8 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
     if (k && k->go) {
         json_t *msgs = ks_chat_normalize(messages);
         atomic_fetch_add(&s->n_renders, 1);
-        char *out = kgt_render_chat_opts(k->go, msgs, tools, think, &ro, err, cap);
+        char *out;
+        if (kgt_render_chat_opts(k->go, msgs, tools, think, &ro, &out)) snprintf(err, cap, "%s", kiln_last_error());
         atomic_fetch_sub(&s->n_renders, 1);
         json_decref(msgs);
         if (!out) render_failed(s, messages, tools, err, cap);
@@ -224,7 +225,8 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
         free(eos);
         if (think >= 0) json_object_set_new(vars, "enable_thinking", json_boolean(think));
         atomic_fetch_add(&s->n_renders, 1);
-        char *out = kct_render_opts(tmpl, vars, &ro, err, cap);
+        char *out;
+        if (kct_render_opts(tmpl, vars, &ro, &out)) snprintf(err, cap, "%s", kiln_last_error());
         atomic_fetch_sub(&s->n_renders, 1);
         json_decref(vars);
         if (!out) render_failed(s, messages, tools, err, cap);

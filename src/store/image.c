@@ -12,8 +12,8 @@
 
 /* The most common dtype of the DiT's matrices (its weights). */
 static void dit_dtype(const char *path, char quant[16]) {
-    char err[256];
-    ck_file *f = ck_open(path, err, sizeof err);
+    ck_file *f;
+    ck_open(path, &f);
     int counts[CK_DTYPE_COUNT] = {0}, best = CK_F32;
     for (int i = 0; f && i < ck_n_tensors(f); i++) {
         const ck_tensor *t = ck_tensor_at(f, i);

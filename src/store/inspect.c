@@ -94,10 +94,10 @@ static kiln_status read_header(const kst_plan *plan, const kst_artifact *a, cons
         kst_http_done(&h);
         if (st) break;
         int more = 0;
-        f = gguf_open_header(buf, have, size, &more, err, sizeof err);
-        if (f) break;
+        if (!gguf_open_header(buf, have, size, &more, &f)) break;
         if (!more) {
-            st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s is not a valid GGUF: %s", a->file, err);
+            st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s is not a valid GGUF: %s", a->file,
+                                 kiln_last_error());
             break;
         }
         if (chunk < INSPECT_RANGE_MAX) chunk *= 2;

@@ -520,11 +520,11 @@ const char *kst_without_path(const char *msg, const char *path) {
 kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16], char family[16]) {
     family[0] = 0;
     if (kiln_is_whisper_file(path)) return kst_check_whisper(path, artifact, arch, quant);
-    char err[512];
-    gguf_file *f = gguf_open(path, err, sizeof err);
+    gguf_file *f;
     /* the reader names the file by its path, here one inside the store's staging */
-    if (!f)
-        return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact, kst_without_path(err, path));
+    if (gguf_open(path, &f))
+        return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact,
+                       kst_without_path(kiln_last_error(), path));
     gguf_get_cstr(f, "general.architecture", arch, 64, "");
     if (!arch[0]) {
         gguf_close(f);

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
 #include "tokenizer/tokenizer.h"
 
 /* ---- string -> id hash map (open addressing, linear probing) ----
@@ -134,7 +135,7 @@ void tok_wpm_encode(const ktok *t, const char *text, size_t len, tok_vec *out, t
 
 /* BPE setup: byte mapping, merges, pre-tokenizer for the name in pre
  * (NULL = missing).  Returns 0 or -1 with a message. */
-int tok_bpe_init(ktok *t, const gguf_file *f, const char *pre, char *err, size_t errlen);
+kiln_status tok_bpe_init(ktok *t, const gguf_file *f, const char *pre);
 void tok_bpe_free(ktok *t);
 
 #endif

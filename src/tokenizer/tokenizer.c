@@ -155,18 +155,12 @@ static int build_special_list(ktok *t) {
     return 0;
 }
 
-ktok *ktok_load(const gguf_file *f, char *err, size_t errlen) {
-    char dummy[8];
-    if (!err) {
-        err = dummy;
-        errlen = sizeof dummy;
-    }
-    err[0] = 0;
+kiln_status ktok_load(const gguf_file *f, ktok **out) {
+    *out = NULL;
 
     char model[32];
     if (!gguf_get_cstr(f, "tokenizer.ggml.model", model, sizeof model, NULL)) {
-        snprintf(err, errlen, "no tokenizer.ggml.model in file");
-        return NULL;
+        return kb_fail(KILN_ERR_FORMAT, "no tokenizer.ggml.model in file");
     }
     enum ktok_kind kind;
     if (strcmp(model, "llama") == 0)
@@ -175,25 +169,20 @@ ktok *ktok_load(const gguf_file *f, char *err, size_t errlen) {
         kind = KTOK_BPE;
     else if (strcmp(model, "bert") == 0)
         kind = KTOK_WPM;
-    else {
-        snprintf(err, errlen, "unsupported tokenizer model '%s'", model);
-        return NULL;
-    }
+    else { return kb_fail(KILN_ERR_FORMAT, "unsupported tokenizer model '%s'", model); }
 
     const gguf_kv *tk = gguf_find(f, "tokenizer.ggml.tokens");
     if (!tk || tk->type != GGUF_ARRAY || tk->arr_type != GGUF_STRING || tk->n == 0 || tk->n > INT32_MAX / 4) {
-        snprintf(err, errlen, "tokenizer.ggml.tokens missing or not a non-empty string array");
-        return NULL;
+        return kb_fail(KILN_ERR_FORMAT, "tokenizer.ggml.tokens missing or not a non-empty string array");
     }
     const gguf_kv *sc = gguf_find(f, "tokenizer.ggml.scores");
     if (sc && (sc->type != GGUF_ARRAY || sc->arr_type != GGUF_F32 || sc->n != tk->n)) {
-        snprintf(err, errlen, "tokenizer.ggml.scores is not an f32 array of %llu", (unsigned long long)tk->n);
-        return NULL;
+        return kb_fail(KILN_ERR_FORMAT, "tokenizer.ggml.scores is not an f32 array of %llu", (unsigned long long)tk->n);
     }
     const gguf_kv *ty = gguf_find(f, "tokenizer.ggml.token_type");
     if (ty && (ty->type != GGUF_ARRAY || (ty->arr_type != GGUF_I32 && ty->arr_type != GGUF_U32) || ty->n != tk->n)) {
-        snprintf(err, errlen, "tokenizer.ggml.token_type is not an i32 array of %llu", (unsigned long long)tk->n);
-        return NULL;
+        return kb_fail(KILN_ERR_FORMAT, "tokenizer.ggml.token_type is not an i32 array of %llu",
+                       (unsigned long long)tk->n);
     }
 
     ktok *t = calloc(1, sizeof *t);
@@ -209,9 +198,8 @@ ktok *ktok_load(const gguf_file *f, char *err, size_t errlen) {
         total += l ? l : 24;
     }
     if (total > UINT32_MAX) {
-        snprintf(err, errlen, "token texts too large (%zu bytes)", total);
         free(t);
-        return NULL;
+        return kb_fail(KILN_ERR_FORMAT, "token texts too large (%zu bytes)", total);
     }
     t->arena = malloc(total + 1);
     t->off = malloc(((size_t)t->n + 1) * sizeof *t->off);
@@ -264,9 +252,10 @@ ktok *ktok_load(const gguf_file *f, char *err, size_t errlen) {
 
     char pre[64];
     const char *pre_p = gguf_get_cstr(f, "tokenizer.ggml.pre", pre, sizeof pre, NULL);
-    if (kind == KTOK_BPE && tok_bpe_init(t, f, pre_p, err, errlen) != 0) {
+    kiln_status st = kind == KTOK_BPE ? tok_bpe_init(t, f, pre_p) : KILN_OK;
+    if (st) {
         ktok_free(t);
-        return NULL;
+        return st;
     }
     t->add_bos = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", t->add_bos);
     t->add_eos = gguf_get_bool(f, "tokenizer.ggml.add_eos_token", t->add_eos);
@@ -349,18 +338,17 @@ ktok *ktok_load(const gguf_file *f, char *err, size_t errlen) {
         t->wpm_start = hashes > marks ? "" : SPACE_MARK;
         t->wpm_cont = hashes > marks ? "##" : "";
         if (t->unk < 0) {
-            snprintf(err, errlen, "bert vocab without an unknown token");
             ktok_free(t);
-            return NULL;
+            return kb_fail(KILN_ERR_FORMAT, "bert vocab without an unknown token");
         }
     }
     if (build_pieces(t) != 0) goto oom;
-    return t;
+    *out = t;
+    return KILN_OK;
 
 oom:
-    snprintf(err, errlen, "out of memory loading the vocabulary");
     ktok_free(t);
-    return NULL;
+    return kb_fail(KILN_ERR_NOMEM, "out of memory loading the vocabulary");
 }
 
 void ktok_free(ktok *t) {

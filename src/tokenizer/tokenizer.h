@@ -41,11 +41,11 @@ enum ktok_type {
 #define KTOK_ERR_NOMEM INT32_MIN
 #define KTOK_MAX_TEXT ((size_t)1 << 30)
 
-/* Builds the tokenizer from the file's tokenizer.ggml.* metadata.  On
- * failure returns NULL with one line in err (missing or malformed arrays,
- * unknown model or pre-tokenizer name).  A special-token id outside the
+/* Builds the tokenizer from the file's tokenizer.ggml.* metadata into *out.
+ * Fails with KILN_ERR_FORMAT (missing or malformed arrays, unknown model or
+ * pre-tokenizer name) or KILN_ERR_NOMEM.  A special-token id outside the
  * vocabulary is ignored (the model type's default, or none, is used). */
-ktok *ktok_load(const gguf_file *f, char *err, size_t errlen);
+kiln_status ktok_load(const gguf_file *f, ktok **out);
 void ktok_free(ktok *t);
 
 enum ktok_kind ktok_kind(const ktok *t);

@@ -205,9 +205,9 @@ static kiln_status bind_vit(vision_model *vm) {
 
 kiln_status vision_load(const char *path, int32_t n_embd_text, vision_model **out) {
     *out = NULL;
-    char err[512] = "";
-    gguf_file *gf = gguf_open(path, err, sizeof err);
-    if (!gf) return kb_fail(strstr(err, "No such file") ? KILN_ERR_IO : KILN_ERR_FORMAT, "projector %s", err);
+    gguf_file *gf;
+    kiln_status st = gguf_open(path, &gf);
+    if (st) return kb_fail(st, "projector %s", kiln_last_error());
     return vision_load_gguf(gf, path, n_embd_text, out);
 }
 

@@ -16,15 +16,9 @@ kiln_status kiln_stt_load(const char *path, kiln_stt **out) {
     if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output handle");
     *out = NULL;
     if (!path) return kb_fail(KILN_ERR_INVALID_ARG, "no model path");
-    char err[512];
-    wh_model *m = wh_load(path, err, sizeof err);
-    if (!m) {
-        kiln_status st = strstr(err, "out of memory")                                     ? KILN_ERR_NOMEM
-                         : strstr(err, "cannot multiply") || strstr(err, "unknown ftype") ? KILN_ERR_UNSUPPORTED
-                         : strstr(err, "No such file") || strstr(err, "Permission")       ? KILN_ERR_IO
-                                                                                          : KILN_ERR_FORMAT;
-        return kb_fail(st, "%s", err);
-    }
+    wh_model *m;
+    kiln_status st = wh_load(path, &m);
+    if (st) return st;
     kiln_stt *s = calloc(1, sizeof *s);
     if (!s) {
         wh_free(m);
@@ -110,20 +104,11 @@ kiln_status kiln_transcribe(kiln_stt *s, const float *pcm, int64_t n, const kiln
 
 /* ------------------------------------------------------------------ audio */
 
-static kiln_status audio_status(const char *err) {
-    return strstr(err, "out of memory") ? KILN_ERR_NOMEM
-           : strstr(err, "cannot open") ? KILN_ERR_IO
-           : strstr(err, "not an audio file") || strstr(err, "decoding failed") || strstr(err, "empty file")
-               ? KILN_ERR_FORMAT
-               : KILN_ERR_INVALID_ARG;
-}
-
 kiln_status kiln_audio_load_max(const char *path, double max_seconds, float **pcm, int64_t *n, char *format) {
     if (!pcm || !n || !path) return kb_fail(KILN_ERR_INVALID_ARG, "no path or output");
-    char err[512];
     ka_info info;
-    int rc = ka_read_file(path, max_seconds, pcm, n, &info, err, sizeof err);
-    if (rc) return kb_fail(rc == -2 ? KILN_ERR_UNSUPPORTED : audio_status(err), "%s", err);
+    kiln_status st = ka_read_file(path, max_seconds, pcm, n, &info);
+    if (st) return st;
     if (format) snprintf(format, 64, "%s", info.format);
     return KILN_OK;
 }
@@ -131,10 +116,9 @@ kiln_status kiln_audio_load_max(const char *path, double max_seconds, float **pc
 kiln_status kiln_audio_decode_max(const void *data, size_t len, double max_seconds, float **pcm, int64_t *n,
                                   char *format) {
     if (!pcm || !n) return kb_fail(KILN_ERR_INVALID_ARG, "no output");
-    char err[512];
     ka_info info;
-    int rc = ka_read_memory(data, len, max_seconds, pcm, n, &info, err, sizeof err);
-    if (rc) return kb_fail(rc == -2 ? KILN_ERR_UNSUPPORTED : audio_status(err), "%s", err);
+    kiln_status st = ka_read_memory(data, len, max_seconds, pcm, n, &info);
+    if (st) return st;
     if (format) snprintf(format, 64, "%s", info.format);
     return KILN_OK;
 }
@@ -150,10 +134,7 @@ kiln_status kiln_audio_decode(const void *data, size_t len, float **pcm, int64_t
 kiln_status kiln_audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out,
                                   int64_t *n) {
     if (!out || !n) return kb_fail(KILN_ERR_INVALID_ARG, "no output");
-    char err[256];
-    if (ka_to_mono16k(pcm, n_samples, rate, channels, out, n, err, sizeof err))
-        return kb_fail(audio_status(err), "%s", err);
-    return KILN_OK;
+    return ka_to_mono16k(pcm, n_samples, rate, channels, out, n);
 }
 
 void kiln_audio_free(float *pcm) { free(pcm); }

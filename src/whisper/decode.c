@@ -780,11 +780,10 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
     const int64_t win_samples = (int64_t)win * KA_HOP;
     float *mel = NULL;
     int64_t n_frames = 0;
-    char err[256];
-    if (ka_log_mel(pcm, n, win_samples, m->filters, m->hp.n_mels, wh_state_pool(j.s), &mel, &n_frames, err,
-                   sizeof err)) {
+    kiln_status mst = ka_log_mel(pcm, n, win_samples, m->filters, m->hp.n_mels, wh_state_pool(j.s), &mel, &n_frames);
+    if (mst) {
         job_free(&j);
-        return kb_fail(KILN_ERR_NOMEM, "%s", err);
+        return mst;
     }
     const int64_t content = n_frames - win;
     float lang_prob = 1.0f;
@@ -951,14 +950,12 @@ int wh_decode_first(const wh_model *m, const float *pcm, int64_t n, const kiln_t
     int rc = -1;
     float *mel = NULL;
     int64_t n_frames = 0;
-    char err[256];
     result res = {0}, spare = {0};
     int n_fb = 0;
     if (job_init(&j, m, p)) goto out;
     j.lang = lang >= 0 ? lang : 0;
     const int win = 2 * m->hp.n_audio_ctx;
-    if (ka_log_mel(pcm, n, (int64_t)win * KA_HOP, m->filters, m->hp.n_mels, wh_state_pool(j.s), &mel, &n_frames, err,
-                   sizeof err))
+    if (ka_log_mel(pcm, n, (int64_t)win * KA_HOP, m->filters, m->hp.n_mels, wh_state_pool(j.s), &mel, &n_frames))
         goto out;
     if (p->initial_prompt) {
         int k = wh_tokenize(j.v, p->initial_prompt, strlen(p->initial_prompt), NULL, 0);

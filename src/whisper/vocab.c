@@ -41,13 +41,13 @@ int wh_lang_find(const char *s) {
     return -1;
 }
 
-int wh_vocab_init(wh_vocab *v, int32_t n_vocab, char *err, size_t errlen) {
+kiln_status wh_vocab_init(wh_vocab *v, int32_t n_vocab) {
     int32_t n_langs = n_vocab - v->n_text - 1509;
     if (n_langs < 1 || n_langs > WH_MAX_LANGS) {
-        kb_errf(err, errlen,
-                "vocabulary of %d tokens with %d text tokens leaves %d language tokens (the layout needs 1 to %d)",
-                n_vocab, v->n_text, n_langs, WH_MAX_LANGS);
-        return -1;
+        return kb_fail(
+            KILN_ERR_FORMAT,
+            "vocabulary of %d tokens with %d text tokens leaves %d language tokens (the layout needs 1 to %d)", n_vocab,
+            v->n_text, n_langs, WH_MAX_LANGS);
     }
     v->n_langs = n_langs;
     v->eot = v->n_text;
@@ -65,11 +65,8 @@ int wh_vocab_init(wh_vocab *v, int32_t n_vocab, char *err, size_t errlen) {
     v->text = calloc((size_t)v->n_text, sizeof *v->text);
     v->len = calloc((size_t)v->n_text, sizeof *v->len);
     v->space = -1;
-    if (!v->text || !v->len) {
-        kb_errf(err, errlen, "out of memory");
-        return -1;
-    }
-    return 0;
+    if (!v->text || !v->len) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    return KILN_OK;
 }
 
 static uint32_t hash_bytes(const uint8_t *s, size_t n) {

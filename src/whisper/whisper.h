@@ -106,9 +106,10 @@ typedef struct wh_model {
 
 /* ---- load.c ---- */
 
-/* Opens path and validates it as a whisper.cpp GGML file.  On failure
- * returns NULL with err set to one line. */
-wh_model *wh_load(const char *path, char *err, size_t errlen);
+/* Opens path and validates it as a whisper.cpp GGML file into *out.  Fails
+ * with KILN_ERR_IO, _FORMAT, _UNSUPPORTED (a tensor type kiln can't
+ * multiply, an unknown ftype) or _NOMEM. */
+kiln_status wh_load(const char *path, wh_model **out);
 void wh_free(wh_model *m);
 /* 1 when the first bytes of path are the GGML magic (cheap; no validation). */
 int wh_is_ggml_file(const char *path);
@@ -118,8 +119,8 @@ static inline double wh_window_seconds(const wh_model *m) { return m->hp.n_audio
 /* ---- vocab.c ---- */
 
 /* Builds the layout, the lookup hash and the non-speech list; validates
- * the counts. Returns 0 or -1 with err set. */
-int wh_vocab_init(wh_vocab *v, int32_t n_vocab, char *err, size_t errlen);
+ * the counts (KILN_ERR_FORMAT, or _NOMEM). */
+kiln_status wh_vocab_init(wh_vocab *v, int32_t n_vocab);
 /* Once text[] and len[] are filled: the lookup hash, the " " token and
  * the non-speech list.  Returns 0 or -1 (out of memory). */
 int wh_vocab_index(wh_vocab *v);
