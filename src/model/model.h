@@ -108,9 +108,16 @@ typedef struct kl_weights {
     int64_t *vlen;
     int n_vecs, cap_vecs;
     int failed; /* an append ran out of memory */
+    /* A split model (kiln_model.gpu_l0): 0 lists every weight; 1 only the
+     * host part's (the embeddings, the head, layers below l0), 2 only the
+     * GPU's (layers l0 and up).  The family says which layer it lists with
+     * kl_weights_layer (layer1: that layer + 1; 0: none, the head's). */
+    int part, l0, layer1;
 } kl_weights;
 void kl_weights_mat(kl_weights *w, kk_mat *m);
 void kl_weights_vec(kl_weights *w, const float **v, int64_t len);
+/* What the family lists next belongs to layer l (-1: to no layer). */
+void kl_weights_layer(kl_weights *w, int l);
 
 struct kiln_model {
     gguf_file *gf;
@@ -131,6 +138,14 @@ struct kiln_model {
     const kbe_backend *be; /* the device it runs on */
     void *packed_mem;      /* the weights the backend prepared (kbe_backend.prepare) */
     size_t packed_bytes;
+    /* A model split between the GPU and the CPU (kiln_model_params.gpu_layers
+     * below all): layers gpu_l0 and up run on be, the layers below it, the
+     * token embeddings and the output head on be_lo (the CPU), which
+     * prepared its share into lo_mem.  be_lo NULL: no split, all on be. */
+    const kbe_backend *be_lo;
+    int gpu_l0;
+    void *lo_mem;
+    size_t lo_bytes;
     struct vision_model *vision; /* the projector (kiln_model_params.mmproj), or NULL */
 };
 
@@ -289,6 +304,13 @@ typedef struct kl_kv {
     int32_t *l_hkv, *l_hd;
     size_t *l_hrow, *l_off;
     size_t block_bytes;
+    /* A split model: attention layers below n_lo live in mem_lo (be_lo's,
+     * blocks of block_lo bytes, their l_off within those), the rest in mem
+     * (blocks of block_bytes); n_lo 0: every layer in mem. */
+    const kbe_backend *be_lo;
+    int n_lo;
+    size_t block_lo, mem_lo_bytes;
+    void *mem_lo;
     int v_in_k; /* 1: no V runs; a layer's V block is its K block (kl_seq_shape) */
     int32_t n_blocks;
     int32_t n_free;
@@ -325,8 +347,15 @@ typedef struct kl_kv {
  * snapshots pin. */
 int kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra,
                char *err, size_t errlen);
-/* The cache as the backend's attention ops see it. */
+/* The same for a split model: attention layers below n_lo on be_lo. */
+int kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend *be_lo, int n_lo, const kl_seq_shape *shape,
+                     int type, int n_seq, int n_ctx, int n_extra, char *err, size_t errlen);
+/* KV bytes per token of attention layers l0 .. l1 - 1. */
+uint64_t kl_kv_bytes_range(const kl_seq_shape *shape, int type, int l0, int l1);
+/* The cache as the backend's attention ops see it (lo: a split model's
+ * host part, layers below n_lo; else the rest, renumbered from 0). */
 void kl_kv_view(const kl_kv *kv, kbe_kv *out);
+void kl_kv_view_part(const kl_kv *kv, int lo, kbe_kv *out);
 void kl_kv_free(kl_kv *kv);
 /* Makes sure seq can hold `len` tokens (evicting cached blocks if the free
  * list is empty); returns -1 when out of blocks. */
@@ -397,6 +426,13 @@ struct kiln_context {
     kiln_context_params p;
     kpool *pool;
     kbe_ctx bx; /* the model's backend for this context: the families' ops */
+    /* A split model (kiln_model.be_lo): the host part's backend context and
+     * activations.  A forward swaps them with bx and ws while it runs the
+     * host part (kl_split_*); at rest bx and ws are the GPU's.  attn_base:
+     * the attention ordinal of the first layer of the part bx runs. */
+    kbe_ctx bx_lo;
+    void *ws_lo;
+    int on_lo, attn_base;
     kl_seq_shape shape;
     kl_kv kv;
     struct kl_rs *rs; /* recurrent state (state.h), NULL without */
