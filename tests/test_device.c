@@ -364,9 +364,11 @@ static void http_get(int port, const char *path, char *out, size_t cap) {
 
 /* kiln serve's generating model on the GPU: /api/ps and /props say so,
  * and kiln ps shows 100% GPU */
-static void test_server(void) {
+/* gpu_layers: -ngl (0: all; 2: a split, reported as the GPU's share) */
+static void test_server(int gpu_layers) {
     const char *models[] = {STORIES};
     ks_config cfg = ks_config_default();
+    cfg.gpu_layers = gpu_layers;
     cfg.port = 0;
     cfg.models = models;
     cfg.n_models = 1;
@@ -383,13 +385,15 @@ static void test_server(void) {
     static char resp[65536];
     http_get(port, "/api/ps", resp, sizeof resp);
     CHECKF(strstr(resp, "\"backend\": \"cuda\"") || strstr(resp, "\"backend\":\"cuda\""), "%s", resp);
-    const char *v = strstr(resp, "\"size_vram\"");
+    const char *v = strstr(resp, "\"size_vram\""), *sz = strstr(resp, "\"size\"");
     CHECKF(v && atoll(strchr(v, ':') + 1) > 0, "size_vram: %s", resp);
+    /* split: the GPU's 2 of 5 layers and their KV cache, under the file's size */
+    CHECKF(!gpu_layers || (v && sz && atoll(strchr(v, ':') + 1) < atoll(strchr(sz, ':') + 1)), "size_vram: %s", resp);
     http_get(port, "/props", resp, sizeof resp);
     CHECKF(strstr(resp, "\"backend\": \"cuda\"") || strstr(resp, "\"backend\":\"cuda\""), "%s", resp);
     char args[128], *o, *e;
     snprintf(args, sizeof args, "ps --host 127.0.0.1:%d", port);
-    CHECK(run("", args, &o, &e) == 0 && o && strstr(o, "100% GPU"));
+    CHECK(run("", args, &o, &e) == 0 && o && strstr(o, gpu_layers ? "% CPU/GPU" : "100% GPU"));
     printf("kiln ps: %s", o ? o : "");
     free(o), free(e);
     ks_server_drain(srv, 1);
@@ -413,7 +417,8 @@ int main(void) {
     test_embed();
     test_engine();
     test_cli();
-    test_server();
+    test_server(0);
+    test_server(2);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
