@@ -182,9 +182,9 @@ typedef struct kiln_model_params {
                            AUTO: as many as fit when not all do); N below
                            or at the model's layers: its last N on the GPU,
                            the rest, the embeddings and the output head on
-                           the CPU (llama.cpp's -ngl; the dense family
-                           only); KILN_GPU_LAYERS_AUTO: as many as the
-                           GPU's free memory holds */
+                           the CPU (llama.cpp's -ngl);
+                           KILN_GPU_LAYERS_AUTO: as many as the GPU's
+                           free memory holds */
     /* The context the caller will make (NULL: kiln_context_default_params
      * with min(the model's, 4096) tokens).  On CUDA the load checks that
      * the weights, that context's KV cache and the activations fit the

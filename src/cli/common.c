@@ -51,7 +51,6 @@ static const char run_options[] =
     "                  cpu or cuda (fails when the GPU cannot run the model); KILN_DEVICE sets the default\n"
     "  -ngl N          --gpu-layers: 0 = the CPU; N = the last N layers on the GPU, the rest on the CPU;\n"
     "                  auto = as many as free GPU memory holds; all or more than the model's = all\n"
-    "                  (a split runs the dense family: llama, qwen2, qwen3 ...)\n"
     "  --no-repack     (any command) keep Q4_0/Q8_0/Q4_K/Q6_K weights in the file's layout\n"
     "                  instead of copying them to the 8-row interleaved one at load (KILN_REPACK=0)\n"
     "  -v              verbose log on stderr\n";

@@ -134,9 +134,11 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
             "the recurrent state of %d sequence(s) and %d snapshot(s) takes %llu MiB; the budget is %llu MiB",
             p.n_seq_max, n_snap, (unsigned long long)(rs_bytes >> 20), (unsigned long long)(budget >> 20));
     budget -= rs_bytes;
-    /* a split model: the host part's layers (the dense family's: layer l
-     * is attention layer l) keep their cache in RAM, within its budget */
-    const int n_lo = m->be_lo ? m->gpu_l0 : 0;
+    /* a split model: the host part's layers keep their cache in RAM,
+     * within its budget (the recurrent-state pool is on both) */
+    const int n_lo = m->be_lo ? kl_attn_below(m, m->gpu_l0) : 0;
+    if (m->be_lo && mtp_ord >= 0)
+        return kb_fail(KILN_ERR_UNSUPPORTED, "MTP with a model split between the GPU and the CPU");
     uint64_t per_tok = kl_kv_bytes_range(&shape, p.kv_type, n_lo, shape.n_attn_layer);
     uint64_t fit = per_tok ? budget / (per_tok * (uint64_t)p.n_seq_max) : (uint64_t)hp->n_ctx_train;
     const uint64_t per_tok_lo = kl_kv_bytes_range(&shape, p.kv_type, 0, n_lo);
@@ -173,7 +175,8 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         kl_kv_init_split(&c->kv, m->be, m->be_lo, n_lo, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap, err,
                          sizeof err) ||
         (shape.rs_floats &&
-         !(c->rs = kl_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, err, sizeof err)))) {
+         !(c->rs = kl_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, err, sizeof err))) ||
+        (c->rs && m->be_lo && kl_rs_mirror(c->rs, m->be_lo) && snprintf(err, sizeof err, "out of memory") > 0)) {
         if (c->pool)
             kb_fail(KILN_ERR_NOMEM, "%s", err);
         else

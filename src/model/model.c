@@ -398,7 +398,7 @@ static int cuda_fits(kiln_model *m, const kiln_context_params *cp, char *why, si
             snprintf(why, cap, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
             return -1;
         }
-        const int lo = m->be_lo ? m->gpu_l0 : 0; /* the dense family: layer l is attention layer l */
+        const int lo = m->be_lo ? kl_attn_below(m, m->gpu_l0) : 0;
         kv = kl_kv_bytes_range(&s, p.kv_type, lo, s.n_attn_layer) * (uint64_t)n_ctx * (uint64_t)n_seq;
         if (s.rs_floats) rs = kl_rs_bytes(s.rs_floats, s.roll_floats, n_seq, KL_RS_SNAP_PER_SEQ * n_seq);
     }
@@ -418,10 +418,14 @@ static int cuda_fits(kiln_model *m, const kiln_context_params *cp, char *why, si
     return -1;
 }
 
+int kl_attn_below(const kiln_model *m, int l) {
+    return m->arch->family->attn_below ? m->arch->family->attn_below(m, l) : l;
+}
+
 /* Whether the model's layers cannot be split between the GPU and the CPU
- * (the reason in why): only the dense family's can, without images. */
+ * (the reason in why): the dense and hybrid families' can. */
 static int split_refused(const kiln_model *m, char *why, size_t cap) {
-    if (m->arch->family == &kl_family_dense) return 0;
+    if (m->arch->family == &kl_family_dense || m->arch->family == &kl_family_hybrid) return 0;
     if (why)
         snprintf(why, cap,
                  "kiln cannot split the %s family's layers between the GPU and the CPU yet (all layers, or the CPU)",

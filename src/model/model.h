@@ -171,6 +171,8 @@ struct kl_family {
     void (*weights)(kiln_model *m, kl_weights *w);
     /* Decoders: a sequence's state, activations for a context, forward. */
     void (*seq_shape)(const kiln_model *m, kl_seq_shape *s);
+    /* Attention layers below layer l (NULL: l, every layer attends). */
+    int (*attn_below)(const kiln_model *m, int l);
     /* Allocates c->ws (activations for c->p.n_batch tokens) and
      * the products' room (the backend's reserve op, or c->mm_scratch for
      * a family calling the kernels itself); -1 when out of memory. */
@@ -411,6 +413,8 @@ uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type);
  * (KL_CUDA_HEADROOM included): what the load and kiln_context_new keep
  * free besides the weights and the KV cache. */
 uint64_t kl_cuda_act_bytes(const kiln_model *m, int n_batch, int n_seq);
+/* Attention layers below layer l (kl_family.attn_below). */
+int kl_attn_below(const kiln_model *m, int l);
 /* The M-RoPE position a token at position len of seq takes when it is
  * text (the cells before it say it, and text after them counts on by 1;
  * len without kv->rnext). */
