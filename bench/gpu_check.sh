@@ -66,11 +66,13 @@ task_gpu_info() {
   "$GPUC_B/kiln" backends | tee -a "$GPUC_OUT/gpu.txt"
 }
 task_test() { cd "$root/tests" && "$GPUC_B/tests/$1"; }
-# parity REQUIRED NAME MODEL PROMPT N: kiln run greedy on both devices
+# parity REQUIRED NAME MODEL PROMPT N [NGL]: kiln run greedy on both devices
+# (NGL: -ngl NGL on the GPU run, the model split between the GPU and the CPU)
 task_parity() {
-  local req=$1 name=$2 model=$3 prompt=$4 n=$5 w=$GPUC_WORK
+  local req=$1 name=$2 model=$3 prompt=$4 n=$5 w=$GPUC_WORK ngl=()
+  [ -n "${6:-}" ] && ngl=(-ngl "$6")
   "$GPUC_B/kiln" run -m "$model" -p "$prompt" -n "$n" --temp 0 --device cpu >"$w/cpu.txt" || return 3
-  "$GPUC_B/kiln" run -m "$model" -p "$prompt" -n "$n" --temp 0 --device cuda -v >"$w/gpu.txt" 2>"$w/gpu.err"
+  "$GPUC_B/kiln" run -m "$model" -p "$prompt" -n "$n" --temp 0 --device cuda "${ngl[@]}" -v >"$w/gpu.txt" 2>"$w/gpu.err"
   local rc=$?
   cat "$w/gpu.err"
   [ $rc = 0 ] || return 4
@@ -218,6 +220,10 @@ for f in llama qwen2 qwen3 llama-q8_0 llama-q4_0; do
   case $f in *q8_0 | *q4_0) req=0 ;; esac # quantized: reported, a near tie may flip
   step "run parity: $f" $req 60 "${do_[@]}" parity $req "$f" "tests/data/fixtures/$f.gguf" "w048 7tuijk dsdfhu" 16
 done
+# a split: the last half of the layers on the GPU (stories260K has 5, the
+# fixtures 2: -ngl 1), the rest and the head on the CPU
+step "run parity: stories260K -ngl 3" 1 60 "${do_[@]}" parity 1 stories260K-ngl3 models/stories260K.gguf "Tom had a red" 24 3
+step "run parity: qwen3 -ngl 1" 1 60 "${do_[@]}" parity 1 qwen3-ngl1 tests/data/fixtures/qwen3.gguf "w048 7tuijk dsdfhu" 16 1
 
 # 5. the benchmark model (6. below); the dry run benches stories260K
 models=()

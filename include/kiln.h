@@ -178,10 +178,13 @@ typedef struct kiln_model_params {
     const char *mmproj; /* a multimodal projector (llama.cpp's mmproj GGUF) to
                            load with the model, so prompts may carry images
                            (kiln_model_has_vision); NULL: none */
-    int32_t gpu_layers; /* layers on the GPU: 0 (the default) every one; a
-                           count below the model's layers is refused on
-                           CUDA (KILN_ERR_UNSUPPORTED): layers cannot yet
-                           be split between the GPU and the CPU */
+    int32_t gpu_layers; /* layers on the GPU: 0 (the default) every one (on
+                           AUTO: as many as fit when not all do); N below
+                           or at the model's layers: its last N on the GPU,
+                           the rest, the embeddings and the output head on
+                           the CPU (llama.cpp's -ngl);
+                           KILN_GPU_LAYERS_AUTO: as many as the GPU's
+                           free memory holds */
     /* The context the caller will make (NULL: kiln_context_default_params
      * with min(the model's, 4096) tokens).  On CUDA the load checks that
      * the weights, that context's KV cache and the activations fit the
@@ -189,6 +192,7 @@ typedef struct kiln_model_params {
      * cache type the GPU cannot keep. */
     const struct kiln_context_params *ctx;
 } kiln_model_params;
+#define KILN_GPU_LAYERS_AUTO (-1)
 
 kiln_model_params kiln_model_default_params(void);
 
@@ -241,6 +245,8 @@ typedef struct kiln_model_info {
     int32_t n_embd_inp;          /* floats of an image token's input row
                                     (kiln_batch_inputs.embd): n_embd, wider for
                                     Qwen3-VL's deepstack */
+    int32_t gpu_layers;          /* layers on the GPU: n_layer (with the head) when
+                                    all, fewer when split, 0 on the CPU */
 } kiln_model_info;
 
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *info);
@@ -1274,6 +1280,10 @@ kiln_status kiln_engine_set_spec_params(kiln_engine *e, const kiln_spec_params *
  * each model this engine loads (path copied; NULL or "": none, and a store
  * pack's own mmproj companion is used).  Read at each load. */
 kiln_status kiln_engine_set_mmproj(kiln_engine *e, const char *path);
+/* LLM family: kiln_model_params.gpu_layers for each model this engine
+ * loads (0, the default: all, or as many as fit on AUTO; N: the last N;
+ * KILN_GPU_LAYERS_AUTO).  Read at each load. */
+kiln_status kiln_engine_set_gpu_layers(kiln_engine *e, int32_t n);
 
 kiln_status kiln_engine_start(kiln_engine *e);
 /* model: a file path, or a name the store resolves.  cancel (optional)

@@ -37,6 +37,9 @@ static kiln_context *new_ctx(kiln_model *m, int kv_type) {
 }
 
 static int kv_type = KILN_KV_F16; /* the caches run() makes */
+static int gpu_layers;            /* the models run() and state_paths() load (0: all) */
+static int last_gpu_layers;       /* kiln_model_info.gpu_layers of run()'s latest model */
+static int last_n_layer;
 
 /* prompt then n greedy steps on backend be: ids into out, the prompt's
  * last logits into first (n_vocab) */
@@ -44,6 +47,7 @@ static int run(const char *path, int be, const int32_t *prompt, int n_prompt, in
                int *n_vocab) {
     kiln_model_params mp = kiln_model_default_params();
     mp.backend = be;
+    mp.gpu_layers = be == KILN_ENGINE_BACKEND_CUDA ? gpu_layers : 0;
     kiln_model *m = NULL;
     if (kiln_model_load(path, &mp, &m) != KILN_OK) {
         fprintf(stderr, "%s: %s\n", path, kiln_last_error());
@@ -52,6 +56,8 @@ static int run(const char *path, int be, const int32_t *prompt, int n_prompt, in
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     *n_vocab = info.n_vocab;
+    last_gpu_layers = info.gpu_layers;
+    last_n_layer = info.n_layer;
     kiln_context *c = new_ctx(m, kv_type);
     int rc = c ? 0 : -1;
     kiln_batch b = {n_prompt, prompt, NULL, NULL, NULL};
@@ -99,6 +105,38 @@ static void compare_tol(const char *name, const char *path, const int32_t *promp
 
 static void compare(const char *name, const char *path, const int32_t *prompt, int n_prompt, int n) {
     compare_tol(name, path, prompt, n_prompt, n, LOGIT_TOL);
+}
+
+/* The model split between the GPU and the CPU (-ngl N: its last N layers
+ * on the GPU, the embeddings, the first layers and the output head on the
+ * CPU) for N = 1, half, all but one and all of its layers: the CPU's
+ * greedy ids, and the model reports N layers on the GPU.  Logits within
+ * LOGIT_TOL of the CPU's, or within 1.1 times what the whole model on the
+ * GPU (-ngl 99, run first) gives on the same prompt where that is more
+ * (qwen35 on this prompt: 5.4e-3, the same with -ngl 6 as with 99). */
+static void split(const char *name, const char *path, const int32_t *prompt, int n_prompt, int n) {
+    int32_t cpu_ids[64], ids[64];
+    int nv = 0, nv2 = 0;
+    CHECKF(run(path, KILN_ENGINE_BACKEND_CPU, prompt, n_prompt, n, cpu_ids, cpu_lg, &nv) == 0, "%s on the CPU", name);
+    const int nl = last_n_layer, counts[5] = {nl + 1, 1, nl / 2, nl - 1, nl};
+    float tol = LOGIT_TOL;
+    for (int k = 0; k < 5; k++) {
+        if (counts[k] < 1 || (k > 1 && counts[k] == counts[k - 1])) continue;
+        gpu_layers = counts[k];
+        const int rc = run(path, KILN_ENGINE_BACKEND_CUDA, prompt, n_prompt, n, ids, gpu_lg, &nv2);
+        gpu_layers = 0;
+        CHECKF(rc == 0 && nv == nv2, "%s -ngl %d", name, counts[k]);
+        if (rc || nv != nv2) continue;
+        CHECKF(last_gpu_layers == (k ? counts[k] : nl), "%s -ngl %d: %d layers on the GPU", name, counts[k],
+               last_gpu_layers);
+        const float e = rel_err(gpu_lg, cpu_lg, nv);
+        if (!k && 1.1f * e > tol) tol = 1.1f * e;
+        const int same = memcmp(cpu_ids, ids, (size_t)n * sizeof(int32_t)) == 0;
+        printf("%-12s -ngl %d of %d, prompt %2d, %2d steps: ids %s, logits rel diff %.2e from the CPU's\n", name,
+               counts[k], nl, n_prompt, n, same ? "identical" : "DIFFERENT", e);
+        CHECKF(same, "%s -ngl %d: greedy ids differ from the CPU's", name, counts[k]);
+        CHECKF(e <= tol, "%s -ngl %d: logits differ by %g (relative)", name, counts[k], e);
+    }
 }
 
 /* cpu_tol, ref_tol: the bounds against the CPU's logits and the float64
@@ -163,12 +201,15 @@ static void state_paths(const char *name, int be) {
     if (!j) return;
     json_t *pj = json_object_get(j, "prompt_ids");
     int32_t prompt[64];
-    const int np = (int)json_array_size(pj) < 40 ? (int)json_array_size(pj) : 40;
-    for (int i = 0; i < np; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(pj, (size_t)i));
+    /* 40 tokens (a shorter prompt repeated: three blocks of the cache) */
+    const int np = 40, n0 = (int)json_array_size(pj);
+    for (int i = 0; i < np && n0 > 0; i++)
+        prompt[i] = (int32_t)json_integer_value(json_array_get(pj, (size_t)(i % n0)));
     json_decref(j);
     snprintf(path, sizeof path, "data/fixtures/%s.gguf", name);
     kiln_model_params mp = kiln_model_default_params();
     mp.backend = be;
+    mp.gpu_layers = be == KILN_ENGINE_BACKEND_CUDA ? gpu_layers : 0;
     kiln_model *m = NULL;
     CHECKF(kiln_model_load(path, &mp, &m) == KILN_OK, "%s", kiln_last_error());
     if (!m) return;
@@ -217,9 +258,23 @@ static void state_paths(const char *name, int be) {
         CHECKF(e <= LOGIT_TOL && t_argmax(lg, V) == t_argmax(cold, V), "%s: a prefix-cache hit: %g from cold", name, e);
         kiln_kv_stats st;
         kiln_kv_get_stats(c, &st);
-        CHECK(st.state_restores >= 1 && st.state_snapshots >= 1);
+        CHECK(!info.state_bytes || (st.state_restores >= 1 && st.state_snapshots >= 1));
         printf("%-12s prefix cache: %d of %d tokens reused, logits %.2e from cold\n", name, got, np, e);
         kiln_seq_truncate(c, 1, 0);
+    }
+    /* a fork: sequence 0 copied into 1, which takes one more token
+     * (written into a copy of the shared last block): what the same
+     * tokens fed to an empty sequence give */
+    if (ok && !info.state_bytes) {
+        int32_t ext[64];
+        memcpy(ext, prompt, sizeof(int32_t) * np);
+        ext[np] = prompt[5];
+        CHECK(kiln_seq_copy(c, 0, 1) == KILN_OK && feed(c, 1, ext + np, 1, lg, V) == 0);
+        CHECK(kiln_seq_truncate(c, 1, 0) == KILN_OK && feed(c, 1, ext, np + 1, cold, V) == 0);
+        const float e = rel_err(lg, cold, V);
+        CHECKF(e <= LOGIT_TOL && argmax(lg, V) == argmax(cold, V), "%s: a fork: %g from fed", name, e);
+        printf("%-12s fork: logits %.2e from the tokens fed\n", name, e);
+        CHECK(kiln_seq_truncate(c, 1, 0) == KILN_OK);
     }
     /* drafts: 4 tokens with every logit asked for, cut back to 2 of them,
      * then another token; against the same tokens fed to a fresh sequence */
@@ -288,6 +343,20 @@ int main(void) {
     fixture("qwen35moe-q8_0", 4, 0.15f, 3e-2f);
     state_paths("qwen35", KILN_ENGINE_BACKEND_CPU);
     state_paths("qwen35", KILN_ENGINE_BACKEND_CUDA);
+    /* layers split between the GPU and the CPU: greedy text, and the
+     * cache's paths with each layer's blocks where it runs */
+    split("stories260K", "../models/stories260K.gguf", story, 12, 16);
+    const int32_t fx_prompt[12] = {1, 20, 35, 70, 90, 110, 120, 140, 160, 180, 200, 220};
+    split("llama", "data/fixtures/llama.gguf", fx_prompt, 12, 8);
+    split("qwen3", "data/fixtures/qwen3.gguf", fx_prompt, 12, 8);
+    split("qwen3moe", "data/arch/qwen3moe-f32.gguf", fx_prompt, 12, 8);
+    const int32_t hy_prompt[12] = {1, 20, 35, 70, 90, 110, 120, 140, 160, 180, 200, 220};
+    split("qwen35", "data/fixtures/qwen35.gguf", hy_prompt, 12, 8);
+    split("qwen35moe", "data/fixtures/qwen35moe.gguf", hy_prompt, 12, 8);
+    gpu_layers = 1;
+    state_paths("llama", KILN_ENGINE_BACKEND_CUDA);
+    state_paths("qwen35", KILN_ENGINE_BACKEND_CUDA);
+    gpu_layers = 0;
     /* a Q8_0 KV cache on both, for models whose head size is a multiple
      * of 32 (the CPU quantizes the query and sums integers per block, the
      * GPU sums the same products in float).  Bound 1.5e-2: a key or value

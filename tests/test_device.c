@@ -2,9 +2,10 @@
  * KILN_CUDA_DRIVER; KILN_CUDA_MOCK_MEM_MIB sets its size): the model load's
  * AUTO puts a model the CUDA backend takes on the GPU and falls back to the
  * CPU with one warning when it refuses one (a family without kernels, a
- * partial -ngl, a KV cache type it cannot keep, too little free device
+ * KV cache type it cannot keep, too little free device
  * memory), where an explicit CUDA fails with that reason; the engine runs
- * its model where the load put it and says so; and the command line
+ * its model where the load put it and says so; -ngl N splits the layers
+ * and -ngl auto fits as many as the device holds; and the command line
  * (kiln run/bench/show with --device and -ngl) prints the same greedy text
  * on the GPU as on the CPU.  Without the mock it is skipped (77). */
 #include "kiln.h"
@@ -90,7 +91,6 @@ static void test_load(void) {
     unsetenv("KILN_DEVICE");
 
     refused("family", REFUSED, 0, NULL, "the CUDA backend has no kernels for the gemma");
-    refused("partial offload", STORIES, 2, NULL, "cannot split layers");
     kiln_context_params cp = kiln_context_default_params();
     cp.kv_type = KILN_KV_F32;
     refused("F32 KV cache", STORIES, 0, &cp, "only an F16 or Q8_0 KV cache");
@@ -103,6 +103,46 @@ static void test_load(void) {
     cp.n_ctx = 1 << 20;
     cp.n_seq_max = 64;
     refused("context past the device", STORIES, 0, &cp, "KV cache");
+}
+
+/* -ngl auto (and AUTO where not every layer fits): as many layers as the
+ * device's free memory holds after their KV cache and the activations.
+ * A context of 2^14 tokens x 64 sequences gives stories260K's layers
+ * 256 MiB of F16 cache each; a device of 64 MiB of headroom, a few MiB of
+ * activations and 2.5 layers' cache fits 2 of them. */
+static void test_auto_layers(void) {
+    kiln_context_params cp = kiln_context_default_params();
+    cp.n_ctx = 1 << 14;
+    cp.n_seq_max = 64;
+    kiln_model *m;
+    CHECK(load(STORIES, KILN_ENGINE_BACKEND_CPU, 0, &cp, &m) == KILN_OK && m);
+    kiln_model_info info;
+    if (m) kiln_model_get_info(m, &info);
+    kiln_model_free(m);
+    if (!m) return;
+    const uint64_t layer = info.kv_bytes_per_token / (uint64_t)info.n_attn_layer * (uint64_t)cp.n_ctx * 64;
+    const uint64_t mem = (64ull << 20) + (16ull << 20) + layer * 5 / 2;
+    char mib[32];
+    snprintf(mib, sizeof mib, "%llu", (unsigned long long)(mem >> 20));
+    setenv("KILN_CUDA_MOCK_MEM_MIB", mib, 1);
+    const int how[3][2] = {{KILN_ENGINE_BACKEND_CUDA, KILN_GPU_LAYERS_AUTO},
+                           {KILN_ENGINE_BACKEND_AUTO, KILN_GPU_LAYERS_AUTO},
+                           {KILN_ENGINE_BACKEND_AUTO, 0}};
+    for (int k = 0; k < 3; k++) {
+        CHECKF(load(STORIES, how[k][0], how[k][1], &cp, &m) == KILN_OK && m, "auto layers %d: %s", k,
+               kiln_last_error());
+        if (!m) continue;
+        kiln_model_get_info(m, &info);
+        CHECKF(!strcmp(info.backend, "cuda") && info.gpu_layers == 2 && n_warned == 0,
+               "auto layers %d: %s with %d layers, %d warnings", k, info.backend, info.gpu_layers, n_warned);
+        printf("-ngl auto on a %s MiB device: %d of %d layers on the GPU (%llu bytes of weights)\n", mib,
+               info.gpu_layers, info.n_layer, (unsigned long long)info.device_bytes);
+        kiln_model_free(m);
+    }
+    /* all layers asked for: refused as before */
+    CHECK(load(STORIES, KILN_ENGINE_BACKEND_CUDA, 0, &cp, &m) == KILN_ERR_UNSUPPORTED && !m);
+    CHECKF(strstr(kiln_last_error(), "not enough GPU memory"), "%s", kiln_last_error());
+    unsetenv("KILN_CUDA_MOCK_MEM_MIB");
 }
 
 /* A decoder's embeddings (the final normalized hidden states, pooled) on
@@ -272,9 +312,16 @@ static void test_cli(void) {
     snprintf(args, sizeof args, "%s --device cuda", gen);
     CHECK(run("KILN_CUDA_MOCK_MEM_MIB=48", args, &o1, &e1) != 0 && e1 && strstr(e1, "not enough GPU memory"));
     free(o1), free(e1);
-    /* a partial offload: refused with the reason */
+    /* a split: the last 2 of stories' 5 layers on the GPU, the same text */
+    snprintf(args, sizeof args, "%s --device cpu", gen);
+    CHECK(run("", args, &o1, &e1) == 0);
     snprintf(args, sizeof args, "%s --device cuda -ngl 2", gen);
-    CHECK(run("", args, &o1, &e1) != 0 && e1 && strstr(e1, "cannot split layers"));
+    CHECK(run("", args, &o2, &e2) == 0);
+    CHECKF(o1 && o2 && *o1 && !strcmp(o1, o2), "cpu '%s'\n-ngl 2 '%s'", o1 ? o1 : "", o2 ? o2 : "");
+    CHECKF(e2 && strstr(e2, ", CUDA (2 of 5 layers"), "%s", e2 ? e2 : "");
+    free(o1), free(e1), free(o2), free(e2);
+    CHECK(run("", "bench -m " STORIES " -p 16 -n 4 -r 1 -ngl 3 -o json", &o1, &e1) == 0);
+    CHECKF(o1 && strstr(o1, "\"n_gpu_layers\": 3") && strstr(o1, "3/5 layers"), "%s", o1 ? o1 : "");
     free(o1), free(e1);
     CHECK(run("", "run -m " STORIES " -p x --device tpu", &o1, &e1) == 2 && e1 && strstr(e1, "not auto, cpu or cuda"));
     free(o1), free(e1);
@@ -312,9 +359,11 @@ static void http_get(int port, const char *path, char *out, size_t cap) {
 
 /* kiln serve's generating model on the GPU: /api/ps and /props say so,
  * and kiln ps shows 100% GPU */
-static void test_server(void) {
+/* gpu_layers: -ngl (0: all; 2: a split, reported as the GPU's share) */
+static void test_server(int gpu_layers) {
     const char *models[] = {STORIES};
     ks_config cfg = ks_config_default();
+    cfg.gpu_layers = gpu_layers;
     cfg.port = 0;
     cfg.models = models;
     cfg.n_models = 1;
@@ -331,13 +380,15 @@ static void test_server(void) {
     static char resp[65536];
     http_get(port, "/api/ps", resp, sizeof resp);
     CHECKF(strstr(resp, "\"backend\": \"cuda\"") || strstr(resp, "\"backend\":\"cuda\""), "%s", resp);
-    const char *v = strstr(resp, "\"size_vram\"");
+    const char *v = strstr(resp, "\"size_vram\""), *sz = strstr(resp, "\"size\"");
     CHECKF(v && atoll(strchr(v, ':') + 1) > 0, "size_vram: %s", resp);
+    /* split: the GPU's 2 of 5 layers and their KV cache, under the file's size */
+    CHECKF(!gpu_layers || (v && sz && atoll(strchr(v, ':') + 1) < atoll(strchr(sz, ':') + 1)), "size_vram: %s", resp);
     http_get(port, "/props", resp, sizeof resp);
     CHECKF(strstr(resp, "\"backend\": \"cuda\"") || strstr(resp, "\"backend\":\"cuda\""), "%s", resp);
     char args[128], *o, *e;
     snprintf(args, sizeof args, "ps --host 127.0.0.1:%d", port);
-    CHECK(run("", args, &o, &e) == 0 && o && strstr(o, "100% GPU"));
+    CHECK(run("", args, &o, &e) == 0 && o && strstr(o, gpu_layers ? "% CPU/GPU" : "100% GPU"));
     printf("kiln ps: %s", o ? o : "");
     free(o), free(e);
     ks_server_drain(srv, 1);
@@ -357,10 +408,12 @@ int main(void) {
     CHECKF(bin && mkdtemp(g_dir), "KILN_BIN is not set, or no scratch directory");
     if (!bin) return t_done();
     test_load();
+    test_auto_layers();
     test_embed();
     test_engine();
     test_cli();
-    test_server();
+    test_server(0);
+    test_server(2);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);

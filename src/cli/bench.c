@@ -580,8 +580,12 @@ int cmd_bench(int argc, char **argv) {
     char gpu[96] = "";
     size_t gfree, gtotal;
     if (on_gpu && kbe_cuda_mem(&gfree, &gtotal, gpu, sizeof gpu)) snprintf(gpu, sizeof gpu, "GPU");
-    snprintf(path, sizeof path, "%s%s%s%s", on_gpu ? gpu : kiln_cpu_path(), info.repacked_bytes ? ", repack" : "",
-             kv_type != KILN_KV_F16 ? ", kv " : "", kv_type != KILN_KV_F16 ? kv_name : "");
+    char split[48] = ""; /* a model split between the GPU and the CPU */
+    if (on_gpu && info.gpu_layers < info.n_layer)
+        snprintf(split, sizeof split, ", %d/%d layers", info.gpu_layers, info.n_layer);
+    snprintf(path, sizeof path, "%s%s%s%s%s", on_gpu ? gpu : kiln_cpu_path(), split,
+             info.repacked_bytes ? ", repack" : "", kv_type != KILN_KV_F16 ? ", kv " : "",
+             kv_type != KILN_KV_F16 ? kv_name : "");
     if (!strcmp(out_fmt, "json")) {
         printf("[\n");
         for (int i = 0; i < n_rows; i++) {
@@ -590,11 +594,12 @@ int cmd_bench(int argc, char **argv) {
                    "\"%s\": \"%s\", "
                    "\"type_k\": \"%s\", \"type_v\": \"%s\", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, "
                    "\"n_gen\": %d, \"n_streams\": %d, "
-                   "\"n_depth\": %d, \"model_step_bytes\": %llu, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, "
-                   "\"samples_ts\": [",
+                   "\"n_depth\": %d, \"n_gpu_layers\": %d, \"model_step_bytes\": %llu, \"avg_ts\": %.6f, "
+                   "\"stddev_ts\": %.6f, \"samples_ts\": [",
                    info.arch, info.ftype, (unsigned long long)info.n_bytes, (unsigned long long)info.n_params,
                    info.backend, on_gpu ? "gpu_name" : "cpu_path", path, kv_name, kv_name, nthreads, r->test,
-                   r->n_prompt, r->n_gen, r->n_streams, r->n_depth, (unsigned long long)info.step_bytes, r->avg, r->sd);
+                   r->n_prompt, r->n_gen, r->n_streams, r->n_depth, info.gpu_layers,
+                   (unsigned long long)info.step_bytes, r->avg, r->sd);
             for (int k = 0; k < r->n_samples; k++) printf(k ? ", %.6f" : "%.6f", r->samples[k]);
             printf("]");
             if (r->spec) printf(", \"spec_accept\": %.6f, \"spec_speedup\": %.6f", r->accept, r->ratio);

@@ -49,8 +49,8 @@ static const char run_options[] =
     "  --spec-p-min P  draft and mtp, greedy: stop proposing at a token below probability P\n"
     "  --device D      auto (default: the GPU when one is usable and takes the model, else the CPU),\n"
     "                  cpu or cuda (fails when the GPU cannot run the model); KILN_DEVICE sets the default\n"
-    "  -ngl N          --gpu-layers: 0 = the CPU; all, auto or at least the model's layers = the GPU\n"
-    "                  (kiln cannot split layers between the two yet: other counts are refused)\n"
+    "  -ngl N          --gpu-layers: 0 = the CPU; N = the last N layers on the GPU, the rest on the CPU;\n"
+    "                  auto = as many as free GPU memory holds; all or more than the model's = all\n"
     "  --no-repack     (any command) keep Q4_0/Q8_0/Q4_K/Q6_K weights in the file's layout\n"
     "                  instead of copying them to the 8-row interleaved one at load (KILN_REPACK=0)\n"
     "  -v              verbose log on stderr\n";
@@ -473,8 +473,12 @@ int cli_parse_device(int argc, char **argv, int *i, int *device, int *gpu_layers
         }
         return 1;
     }
-    if (!strcmp(v, "all") || !strcmp(v, "auto") || !strcmp(v, "-1")) {
+    if (!strcmp(v, "all") || !strcmp(v, "-1")) {
         *gpu_layers = 0;
+        return 1;
+    }
+    if (!strcmp(v, "auto")) { /* as many layers as the GPU's free memory holds */
+        *gpu_layers = KILN_GPU_LAYERS_AUTO;
         return 1;
     }
     char *end;

@@ -153,7 +153,10 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
         kiln_model_info info;
         kiln_model_get_info(*m, &info);
         char where[160];
-        if (!strcmp(info.backend, "cuda"))
+        if (!strcmp(info.backend, "cuda") && info.gpu_layers < info.n_layer)
+            snprintf(where, sizeof where, "CUDA (%d of %d layers, %.0f MiB of weights on the GPU; the rest on the CPU)",
+                     info.gpu_layers, info.n_layer, (double)info.device_bytes / 1048576.0);
+        else if (!strcmp(info.backend, "cuda"))
             snprintf(where, sizeof where, "CUDA (%.0f MiB of weights on the GPU)",
                      (double)info.device_bytes / 1048576.0);
         else

@@ -213,7 +213,7 @@ int cmd_ps(int argc, char **argv) {
         human_bytes(total, size, sizeof size);
         until(json_string_value(json_object_get(m, "expires_at")), when, sizeof when);
         const char *be = json_string_value(json_object_get(m, "backend")); /* kiln's own field */
-        if (be && !strcmp(be, "cuda"))
+        if (be && !strcmp(be, "cuda") && vram >= total)                    /* weights and KV cache: all on the GPU */
             snprintf(proc, sizeof proc, "100%% GPU");
         else if (vram <= 0)
             snprintf(proc, sizeof proc, "100%% CPU");

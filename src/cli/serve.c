@@ -74,7 +74,8 @@ static void serve_usage(FILE *f) {
             "  --cache-type T    KV cache type: f16 (default), f32 or q8_0 (--kv-f32 = f32)\n"
             "  --device D        auto (default: a generating model goes to the GPU when one is usable and\n"
             "                    takes it, else the CPU), cpu or cuda (a load fails when the GPU cannot run\n"
-            "                    the model); -ngl 0 = cpu; KILN_DEVICE sets the default\n"
+            "                    the model); -ngl 0 = cpu, -ngl N = a model's last N layers on the GPU,\n"
+            "                    -ngl auto = as many as fit; KILN_DEVICE sets the default\n"
             "  --mmproj FILE     the image projector (llama.cpp's mmproj GGUF) of the one -m model; a pulled\n"
             "                    model's own projector is found without it\n"
             "  --image PACK      serve an image pack (a directory, or a name in the store) at\n"
@@ -119,7 +120,7 @@ int cmd_serve(int argc, char **argv) {
     if (!models) return 1;
     int n_models = 0;
     double grace = 10, v;
-    int sr, gpu_layers = 0;
+    int sr;
     cfg.api_key = getenv("KILN_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -166,7 +167,7 @@ int cmd_serve(int argc, char **argv) {
             serve_usage(stdout);
             free(models);
             return 0;
-        } else if ((sr = cli_parse_device(argc, argv, &i, &cfg.backend, &gpu_layers)) != 0) {
+        } else if ((sr = cli_parse_device(argc, argv, &i, &cfg.backend, &cfg.gpu_layers)) != 0) {
             if (sr < 0) {
                 free(models);
                 return 2;
@@ -271,9 +272,6 @@ int cmd_serve(int argc, char **argv) {
         free(models);
         return 2;
     }
-    if (gpu_layers > 0 && cfg.backend != KILN_ENGINE_BACKEND_CPU)
-        say(cfg.log_json, "-ngl %d: every layer of a model the GPU takes goes to it (kiln cannot split layers yet)",
-            gpu_layers);
     cfg.models = models;
     cfg.n_models = n_models;
     if (cfg.mmproj && n_models != 1) {

@@ -132,7 +132,10 @@ int cmd_show(int argc, char **argv) {
            info.arch, info.n_layer, info.n_embd, info.n_head, info.n_head_kv, info.n_ff, info.n_vocab, info.n_ctx_train,
            info.ftype);
     /* where kiln run would put it (--device auto): the load above chose */
-    if (!strcmp(info.backend, "cuda"))
+    if (!strcmp(info.backend, "cuda") && info.gpu_layers < info.n_layer)
+        printf("device:    CUDA (%d of %d layers, %.1f MiB of weights on the GPU; the rest on the CPU)\n",
+               info.gpu_layers, info.n_layer, (double)info.device_bytes / (1024.0 * 1024.0));
+    else if (!strcmp(info.backend, "cuda"))
         printf("device:    CUDA (%.1f MiB of weights on the GPU)\n", (double)info.device_bytes / (1024.0 * 1024.0));
     else
         printf("device:    CPU (%s)\n", kiln_cpu_path());

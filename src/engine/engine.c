@@ -110,6 +110,7 @@ struct kiln_engine {
     kiln_spec_params spec_params; /* the llm family's speculative decoding */
     char spec_draft[4096];        /* its draft_model, copied */
     char mmproj[4096];            /* the llm family's projector file, "" none */
+    int32_t gpu_layers;           /* the llm family's kiln_model_params.gpu_layers */
     uint64_t next_ticket;
     int n_active, n_waiting;
 
@@ -441,6 +442,23 @@ kiln_status kiln_engine_set_context_params(kiln_engine *e, const kiln_context_pa
     pthread_mutex_lock(&e->mu);
     e->ctx_params = *p;
     e->has_ctx_params = 1;
+    pthread_mutex_unlock(&e->mu);
+    return KILN_OK;
+}
+
+int32_t engine_gpu_layers(const engine_run *r) {
+    kiln_engine *e = r->e;
+    pthread_mutex_lock(&e->mu);
+    const int32_t n = e->gpu_layers;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+kiln_status kiln_engine_set_gpu_layers(kiln_engine *e, int32_t n) {
+    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
+    if (n < KILN_GPU_LAYERS_AUTO) return kb_fail(KILN_ERR_INVALID_ARG, "bad GPU layer count %d", n);
+    pthread_mutex_lock(&e->mu);
+    e->gpu_layers = n;
     pthread_mutex_unlock(&e->mu);
     return KILN_OK;
 }

@@ -60,6 +60,8 @@ const kiln_context_params *engine_context_params(const engine_run *r);
 kiln_spec_params engine_spec_params(const engine_run *r, char *draft, size_t cap);
 /* The projector kiln_engine_set_mmproj named, copied into buf; NULL: none. */
 const char *engine_mmproj(const engine_run *r, char *buf, size_t cap);
+/* The layer count kiln_engine_set_gpu_layers set (0: the default). */
+int32_t engine_gpu_layers(const engine_run *r);
 
 /* Tasks a family's run() receives. */
 enum {

@@ -65,6 +65,7 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
     kiln_context_params p = cp ? *cp : kiln_context_default_params();
     kiln_model_params mp = kiln_model_default_params();
     mp.backend = backend; /* AUTO: the model load chooses (CUDA when it takes the model and this context) */
+    mp.gpu_layers = engine_gpu_layers(r);
     mp.ctx = &p;
     char mmproj[4096];
     mp.mmproj = engine_mmproj(r, mmproj, sizeof mmproj); /* the one set, else a store pack's own */

@@ -125,8 +125,19 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
             "the recurrent state of %d sequence(s) and %d snapshot(s) takes %llu MiB; the budget is %llu MiB",
             p.n_seq_max, n_snap, (unsigned long long)(rs_bytes >> 20), (unsigned long long)(budget >> 20));
     budget -= rs_bytes;
-    uint64_t per_tok = kl_kv_bytes_per_token(&shape, p.kv_type);
+    /* a split model: the host part's layers keep their cache in RAM,
+     * within its budget (the recurrent-state pool is on both) */
+    const int n_lo = m->be_lo ? kl_attn_below(m, m->gpu_l0) : 0;
+    if (m->be_lo && mtp_ord >= 0)
+        return kb_fail(KILN_ERR_UNSUPPORTED, "MTP with a model split between the GPU and the CPU");
+    uint64_t per_tok = kl_kv_bytes_range(&shape, p.kv_type, n_lo, shape.n_attn_layer);
     uint64_t fit = per_tok ? budget / (per_tok * (uint64_t)p.n_seq_max) : (uint64_t)hp->n_ctx_train;
+    const uint64_t per_tok_lo = kl_kv_bytes_range(&shape, p.kv_type, 0, n_lo);
+    if (per_tok_lo) {
+        const uint64_t host = p.mem_limit ? p.mem_limit : default_kv_budget();
+        const uint64_t fit_lo = host / (per_tok_lo * (uint64_t)p.n_seq_max);
+        if (fit_lo < fit) fit = fit_lo, budget = host, per_tok = per_tok_lo;
+    }
     int32_t n_ctx = p.n_ctx ? p.n_ctx : hp->n_ctx_train;
     if ((uint64_t)n_ctx > fit) {
         if (p.n_ctx)
@@ -151,8 +162,9 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     kq_init();
     c->pool = kpool_new(p.n_threads);
     kiln_status st = c->pool ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "cannot start threads");
-    if (!st) st = kl_kv_init(&c->kv, m->be, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap);
+    if (!st) st = kl_kv_init_split(&c->kv, m->be, m->be_lo, n_lo, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap);
     if (!st && shape.rs_floats) st = kl_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, &c->rs);
+    if (!st && c->rs && m->be_lo && kl_rs_mirror(c->rs, m->be_lo)) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
     if (st) {
         kiln_context_free(c);
         return st;
@@ -164,6 +176,16 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     if (kbe_ctx_init(&c->bx, m->be, &bp)) {
         kiln_context_free(c);
         return kb_fail(KILN_ERR_NOMEM, "out of memory for the %s backend's state", m->be->name);
+    }
+    c->attn_base = c->kv.n_lo;
+    if (m->be_lo) {
+        kbe_kv kvl;
+        kl_kv_view_part(&c->kv, 1, &kvl);
+        const kbe_ctx_params bpl = {c->pool, shape.n_attn_layer ? hp->n_head : 0, n_ctx, &kvl};
+        if (kbe_ctx_init(&c->bx_lo, m->be_lo, &bpl)) {
+            kiln_context_free(c);
+            return kb_fail(KILN_ERR_NOMEM, "out of memory for the %s backend's state", m->be_lo->name);
+        }
     }
     const size_t B = (size_t)p.n_batch, E = (size_t)hp->n_embd;
     c->logits_cap = p.n_batch;
@@ -206,6 +228,15 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         kiln_context_free(c);
         return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
     }
+    if (m->be_lo) { /* the host part's activations, made while bx is its */
+        kl_split_swap(c);
+        const int rc = fam->ctx_init(c) || c->bx.ops->reserve(&c->bx, hp->n_embd, p.n_batch);
+        kl_split_swap(c);
+        if (rc) {
+            kiln_context_free(c);
+            return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
+        }
+    }
     /* logits for every batch row, committed only where written */
     c->logits = map_zero(ctx_logits_bytes(c));
     if (!c->logits) {
@@ -219,6 +250,12 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
 void kiln_context_free(kiln_context *c) {
     if (!c) return;
     c->m->arch->family->ctx_free(c);
+    if (c->bx_lo.be) {
+        kl_split_swap(c);
+        c->m->arch->family->ctx_free(c);
+        kl_split_swap(c);
+        kbe_ctx_free(&c->bx_lo);
+    }
     if (c->mtp_h) c->bx.ops->free(&c->bx, c->mtp_h);
     if (c->mtp_chain) c->bx.ops->free(&c->bx, c->mtp_chain);
     if (c->mtp_lg_dev && c->mtp_lg_dev != c->mtp_logits) c->bx.ops->free(&c->bx, c->mtp_lg_dev);

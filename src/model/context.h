@@ -20,12 +20,21 @@ enum { KL_MPOS = 6 };
  * (KL_CUDA_HEADROOM included): what the load and kiln_context_new keep
  * free besides the weights and the KV cache. */
 uint64_t kl_cuda_act_bytes(const kiln_model *m, int n_batch, int n_seq);
+/* Attention layers below layer l (kl_family.attn_below). */
+int kl_attn_below(const kiln_model *m, int l);
 
 struct kiln_context {
     kiln_model *m;
     kiln_context_params p;
     kpool *pool;
     kbe_ctx bx; /* the model's backend for this context: the families' ops */
+    /* A split model (kiln_model.be_lo): the host part's backend context and
+     * activations.  A forward swaps them with bx and ws while it runs the
+     * host part (kl_split_*); at rest bx and ws are the GPU's.  attn_base:
+     * the attention ordinal of the first layer of the part bx runs. */
+    kbe_ctx bx_lo;
+    void *ws_lo;
+    int on_lo, attn_base;
     kl_seq_shape shape;
     kl_kv kv;
     struct kl_rs *rs; /* recurrent state (state.h), NULL without */

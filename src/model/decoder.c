@@ -165,14 +165,32 @@ void kl_attn_prepare(kiln_context *c, int n) {
     const kbe_step st = {n,          c->b_seq,  c->b_pos,  c->rope_cs,
                          rope.n_rot, c->b_tile, c->n_tile, c->b_bidi ? c->b_see : NULL};
     c->bx.ops->step(&c->bx, &st);
+    if (c->bx_lo.be) c->bx_lo.ops->step(&c->bx_lo, &st);
+}
+
+void kl_split_swap(kiln_context *c) {
+    const kbe_ctx t = c->bx;
+    c->bx = c->bx_lo;
+    c->bx_lo = t;
+    void *w = c->ws;
+    c->ws = c->ws_lo;
+    c->ws_lo = w;
+    c->on_lo = !c->on_lo;
+    c->attn_base = c->on_lo ? 0 : c->kv.n_lo;
+}
+
+int kl_split_enter(kiln_context *c) {
+    if (!c->bx_lo.be) return -1;
+    kl_split_swap(c);
+    return c->m->gpu_l0;
 }
 
 void kl_attn_store(kiln_context *c, int ord, int i, const float *k, const float *v) {
-    c->bx.ops->kv_store(&c->bx, ord, i, 1, k, v);
+    c->bx.ops->kv_store(&c->bx, ord - c->attn_base, i, 1, k, v);
 }
 
 void kl_attn_run_opts(kiln_context *c, int ord, const float *q, float *out, int n, const kl_attn_opts *o) {
-    c->bx.ops->attn(&c->bx, ord, q, out, n, o);
+    c->bx.ops->attn(&c->bx, ord - c->attn_base, q, out, n, o);
 }
 
 void kl_attn_run(kiln_context *c, int ord, const float *q, float *out, int n) {

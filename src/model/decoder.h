@@ -39,6 +39,20 @@ void kl_batch_commit(kiln_context *c, int n);
  * output norm into c->out_rows, then logits (unless an embeddings context). */
 void kl_batch_output(kiln_context *c, const float *x, int n, int n_out);
 
+/* A model split between the GPU and the CPU (kiln_model.be_lo): a forward
+ * runs the embeddings and layers below gpu_l0 with the host part's bx and
+ * ws swapped in, then swaps back for the GPU's layers (one upload of the
+ * residual rows), and swaps again for the output head (one download):
+ *
+ *   l0 = kl_split_enter(c)        -1 unsplit; else gpu_l0, the host part in
+ *   at layer l0: x_host = ws's x; kl_split_swap(c); upload into the new ws
+ *   after the layers: x_dev = ws's x; kl_split_swap(c); download
+ *   kl_batch_output; kl_split_swap(c)   (at rest bx and ws are the GPU's)
+ *
+ * An attention layer's ordinal on the part bx runs is less c->attn_base. */
+void kl_split_swap(kiln_context *c);
+int kl_split_enter(kiln_context *c);
+
 /* RoPE tables of the n batch positions (c->rope_cs, with the model's
  * hp.rope) and the attention tiles (c->b_tile): runs of up to KL_ATTN_TILE
  * tokens of one sequence at consecutive positions that read K and V once. */

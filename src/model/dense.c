@@ -211,6 +211,7 @@ static void dense_weights(kiln_model *m, kl_weights *w) {
     kl_weights_vec(w, &m->hp.rope_factors_long, hp->rope.n_rot / 2);
     for (int i = 0; i < hp->n_layer; i++) {
         dense_layer *l = &d->layers[i];
+        kl_weights_layer(w, i);
         kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
         if (d->moe.n_expert) kl_moe_weights(m, &d->moe, &l->ex, w);
@@ -297,15 +298,17 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
     const kiln_model *m = c->m;
     const kl_hparams *hp = &m->hp;
     const dense_model *d = m->fam;
-    dense_ws *w = c->ws;
-    kbe_ctx *X = &c->bx;
-    const kbe_ops *o = X->ops;
     const int n = b->n, E = hp->n_embd, hd = hp->hd_k;
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
 
     kl_attn_prepare(c, n);
     if (c->b_embd && !m->be->host_mem)
         return kl_fail(c, KILN_ERR_UNSUPPORTED, "image rows on the %s backend", m->be->name);
+    /* a split model: the embeddings and the first layers on the host part */
+    const int l0 = kl_split_enter(c);
+    dense_ws *w = c->ws;
+    kbe_ctx *X = &c->bx;
+    const kbe_ops *o = X->ops;
     const int Ei = hp->n_embd_inp;
     const int32_t *ids = b->token;
     if (c->b_embd) { /* image tokens: their rows as given (no scale), the first n_embd of n_embd_inp */
@@ -318,6 +321,14 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
 
     for (int l = 0; l < hp->n_layer; l++) {
         const dense_layer *L = &d->layers[l];
+        if (l == l0) { /* the residual rows up to the GPU's part */
+            const float *xh = w->x;
+            kl_split_swap(c);
+            X = &c->bx;
+            o = X->ops;
+            w = c->ws;
+            o->upload(X, w->x, xh, (size_t)n * E * sizeof(float));
+        }
         o->rmsnorm(X, w->xn, w->x, L->attn_norm, n, E, hp->eps);
         kk_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
         o->matmul_multi(X, qkv, 3, w->xn, n);
@@ -337,10 +348,10 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
             .rope = &hp->rope,
             .temp = d->attn_temp,
             .temp_floor = d->attn_temp_floor,
-            .layer = l,
+            .layer = l - c->attn_base,
         };
         o->qk_store(X, &qk, n);
-        o->attn(X, l, w->q, w->att, n, NULL);
+        o->attn(X, l - c->attn_base, w->q, w->att, n, NULL);
         o->matmul(X, &L->wo, w->att, n, w->xn, E);
         o->add_rmsnorm(X, w->x, w->xn, w->xn, L->ffn_norm, n, E, hp->eps); /* x += attention, xn = its norm */
         if (d->moe.n_expert) {
@@ -357,8 +368,15 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
         if (c->b_embd && Ei > E && (l + 1) * E < Ei) dense_deepstack(c, b, w->x, l);
     }
 
+    if (l0 >= 0) { /* and back down for the head */
+        const float *xd = w->x;
+        kl_split_swap(c);
+        w = c->ws;
+        c->bx_lo.ops->download(&c->bx_lo, w->x, xd, (size_t)n * E * sizeof(float));
+    }
     kl_batch_commit(c, n);
     kl_batch_output(c, w->x, n, n_out);
+    if (l0 >= 0) kl_split_swap(c);
     return KILN_OK;
 }
 

@@ -119,8 +119,17 @@ int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, 
 
 /* ---- the repack list ---- */
 
+/* Whether what the family lists now belongs to w's part. */
+static int weights_take(const kl_weights *w) {
+    if (!w->part) return 1;
+    const int lo = w->layer1 == 0 || w->layer1 - 1 < w->l0;
+    return lo == (w->part == 1);
+}
+
+void kl_weights_layer(kl_weights *w, int l) { w->layer1 = l + 1; }
+
 void kl_weights_mat(kl_weights *w, kk_mat *m) {
-    if (w->failed || !m->data) return;
+    if (w->failed || !m->data || !weights_take(w)) return;
     if (w->n_mats == w->cap_mats) {
         int nc = w->cap_mats ? 2 * w->cap_mats : 256;
         kk_mat **nm = realloc(w->mats, (size_t)nc * sizeof *nm);
@@ -135,7 +144,7 @@ void kl_weights_mat(kl_weights *w, kk_mat *m) {
 }
 
 void kl_weights_vec(kl_weights *w, const float **v, int64_t len) {
-    if (w->failed || !*v) return;
+    if (w->failed || !*v || !weights_take(w)) return;
     if (w->n_vecs == w->cap_vecs) {
         int nc = w->cap_vecs ? 2 * w->cap_vecs : 256;
         const float ***nv = realloc(w->vecs, (size_t)nc * sizeof *nv);

@@ -77,9 +77,16 @@ typedef struct kl_weights {
     int64_t *vlen;
     int n_vecs, cap_vecs;
     int failed; /* an append ran out of memory */
+    /* A split model (kiln_model.gpu_l0): 0 lists every weight; 1 only the
+     * host part's (the embeddings, the head, layers below l0), 2 only the
+     * GPU's (layers l0 and up).  The family says which layer it lists with
+     * kl_weights_layer (layer1: that layer + 1; 0: none, the head's). */
+    int part, l0, layer1;
 } kl_weights;
 void kl_weights_mat(kl_weights *w, kk_mat *m);
 void kl_weights_vec(kl_weights *w, const float **v, int64_t len);
+/* What the family lists next belongs to layer l (-1: to no layer). */
+void kl_weights_layer(kl_weights *w, int l);
 
 struct kiln_model {
     gguf_file *gf;
@@ -100,6 +107,14 @@ struct kiln_model {
     const kbe_backend *be; /* the device it runs on */
     void *packed_mem;      /* the weights the backend prepared (kbe_backend.prepare) */
     size_t packed_bytes;
+    /* A model split between the GPU and the CPU (kiln_model_params.gpu_layers
+     * below all): layers gpu_l0 and up run on be, the layers below it, the
+     * token embeddings and the output head on be_lo (the CPU), which
+     * prepared its share into lo_mem.  be_lo NULL: no split, all on be. */
+    const kbe_backend *be_lo;
+    int gpu_l0;
+    void *lo_mem;
+    size_t lo_bytes;
     struct vision_model *vision; /* the projector (kiln_model_params.mmproj), or NULL */
     int image_bidi;              /* 1: the projector makes an image's tokens attend to each other both
                                     ways (kl_batch_begin's see) */
@@ -128,6 +143,8 @@ struct kl_family {
     void (*weights)(kiln_model *m, kl_weights *w);
     /* Decoders: a sequence's state, activations for a context, forward. */
     void (*seq_shape)(const kiln_model *m, kl_seq_shape *s);
+    /* Attention layers below layer l (NULL: l, every layer attends). */
+    int (*attn_below)(const kiln_model *m, int l);
     /* Allocates c->ws (activations for c->p.n_batch tokens) and
      * the products' room (the backend's reserve op, or c->mm_scratch for
      * a family calling the kernels itself); -1 when out of memory. */

@@ -338,7 +338,10 @@ static void hyb_weights(kiln_model *m, kl_weights *w) {
     const int64_t E = m->hp.n_embd;
     kl_weights_mat(w, &m->output);
     kl_weights_vec(w, &m->out_norm, E);
-    for (int i = 0; i < h->n_layer; i++) layer_weights(m, h, &h->layers[i], w);
+    for (int i = 0; i < h->n_layer; i++) {
+        kl_weights_layer(w, i);
+        layer_weights(m, h, &h->layers[i], w);
+    }
     /* the MTP blocks' own tensors (their shared ones are listed above:
      * mtp_head and friends read them through the model at use) */
     for (int i = 0; i < h->n_layer_all - h->n_layer; i++) {
@@ -355,6 +358,13 @@ static void hyb_weights(kiln_model *m, kl_weights *w) {
 /* Floats a recorded run keeps per token and recurrent layer: the
  * convolution's input row, then beta and the log decay per value head. */
 static size_t roll_row(const hyb_model *h) { return (size_t)h->conv_dim + 2 * (size_t)h->Hv; }
+
+static int hyb_attn_below(const kiln_model *m, int l) {
+    const hyb_model *h = m->fam;
+    int n = 0;
+    for (int i = 0; i < l && i < h->n_layer; i++) n += !h->layers[i].recurrent;
+    return n;
+}
 
 static void hyb_seq_shape(const kiln_model *m, kl_seq_shape *s) {
     const hyb_model *h = m->fam;
@@ -503,11 +513,11 @@ static kbe_gdn gdn_args(kiln_context *c, const hyb_layer *L) {
         .gd = w->gd,
         .cv = w->cv,
         .o = w->o,
-        .state = rs->mem,
+        .state = c->on_lo ? rs->mem_lo : rs->mem, /* a split's host layers: the pool's mirror */
         .slot_floats = rs->slot_floats,
         .conv_off = (size_t)L->ord * (h->conv_floats + h->delta_floats),
         .conv_floats = h->conv_floats,
-        .roll = rs->roll_in,
+        .roll = c->on_lo ? kl_rs_lo(rs, rs->roll_in) : rs->roll_in,
         .roll_stride = rs->roll_floats,
         .roll_off = (size_t)L->ord * KL_RS_ROLL_MAX * roll_row(h),
         .seq = c->b_seq,
@@ -565,10 +575,10 @@ static void attention_layer(hyb_job *j) {
         .hd = hp->hd_k,
         .eps = hp->eps,
         .rope = &hp->rope,
-        .layer = L->ord,
+        .layer = L->ord - c->attn_base,
     };
     X->ops->qk_store(X, &qk, n);
-    X->ops->attn(X, L->ord, w->q, w->att, n, NULL);
+    X->ops->attn(X, L->ord - c->attn_base, w->q, w->att, n, NULL);
     X->ops->attn_gate(X, w->att, w->qg, n, hp->n_head, hp->hd_k);
     X->ops->matmul(X, &L->wo, w->att, n, w->y, hp->n_embd);
 }
@@ -739,6 +749,22 @@ static void permute_mpos(kiln_context *c, hyb_ws *w, int n, int back) {
     }
 }
 
+/* A split model: the batch's order, runs and capture plan (made in the GPU
+ * part's activations, from) copied to the host part's (to), captures into
+ * the state pool's mirror. */
+static void split_meta(kiln_context *c, hyb_ws *to, const hyb_ws *from, int n) {
+    const size_t nr = (size_t)from->n_run;
+    memcpy(to->ord, from->ord, (size_t)n * sizeof(int32_t));
+    memcpy(to->run, from->run, (nr + 1) * sizeof(int32_t));
+    to->n_run = from->n_run;
+    memcpy(to->verify, from->verify, nr * sizeof(int32_t));
+    memcpy(to->cap_n, from->cap_n, nr * sizeof(int32_t));
+    memcpy(to->cap_pos, from->cap_pos, nr * HYB_MAX_CAP * sizeof(int32_t));
+    for (size_t r = 0; r < nr; r++)
+        for (int k = 0; k < from->cap_n[r]; k++)
+            to->cap_dst[r * HYB_MAX_CAP + k] = kl_rs_lo(c->rs, from->cap_dst[r * HYB_MAX_CAP + k]);
+}
+
 static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const kiln_model *m = c->m;
     const hyb_model *h = m->fam;
@@ -764,6 +790,14 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
     if (h->n_attn || c->mtp_ord >= 0) kl_attn_prepare(c, n);
     if (c->b_embd && !m->be->host_mem)
         return kl_fail(c, KILN_ERR_UNSUPPORTED, "image rows on the %s backend", m->be->name);
+    /* a split model: the embeddings and the first layers on the host part,
+     * with the batch's order, runs and captures */
+    const int l0 = kl_split_enter(c);
+    if (l0 >= 0) {
+        split_meta(c, c->ws, c->ws_lo, n);
+        X = &c->bx;
+        w = c->ws;
+    }
     for (int i = 0; i < n; i++) w->tmp_i[i] = b->token[w->ord[i]] < 0 ? 0 : b->token[w->ord[i]];
     X->ops->get_rows(X, &m->tok_embd, w->tmp_i, n, w->x);
     for (int i = 0; c->b_embd && i < n; i++) /* image tokens: their rows as given (batch order -> run order) */
@@ -771,6 +805,13 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
             memcpy(w->x + (size_t)i * E, c->b_embd + (size_t)w->ord[i] * m->hp.n_embd_inp, (size_t)E * sizeof(float));
     hyb_job j = {c, NULL, n};
     for (int l = 0; l < h->n_layer; l++) {
+        if (l == l0) { /* the residual rows up to the GPU's part */
+            const float *xh = w->x;
+            kl_split_swap(c);
+            X = &c->bx;
+            w = c->ws;
+            X->ops->upload(X, w->x, xh, (size_t)n * E * sizeof(float));
+        }
         j.L = &h->layers[l];
         run_layer(&j);
     }
@@ -783,6 +824,14 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         kl_batch_seq_restore(c, n, w->ord, w->tmp_i);
         if (c->kv.rnext) permute_mpos(c, w, n, 1);
     }
+    if (l0 >= 0) { /* and back down for the head */
+        kl_split_swap(c);
+        hyb_ws *wl = c->ws;
+        c->bx_lo.ops->download(&c->bx_lo, wl->x, xo, (size_t)n * E * sizeof(float));
+        kl_batch_output(c, wl->x, n, n_out);
+        kl_split_swap(c);
+        return KILN_OK;
+    }
     kl_batch_output(c, xo, n, n_out);
     return KILN_OK;
 }
@@ -792,8 +841,10 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
  * computed them, up to n tokens (outputs dropped). */
 static void hyb_replay(kiln_context *c, int seq, int32_t n) {
     const hyb_model *h = c->m->fam;
+    const int l0 = kl_split_enter(c); /* a split: the host part's layers first */
     for (int l = 0; l < h->n_layer; l++) {
         const hyb_layer *L = &h->layers[l];
+        if (l == l0) kl_split_swap(c);
         if (!L->recurrent) continue;
         const kbe_gdn g = gdn_args(c, L);
         c->bx.ops->gdn_replay(&c->bx, &g, seq, n);
@@ -809,6 +860,7 @@ const kl_family kl_family_hybrid = {
     .free = hyb_free,
     .weights = hyb_weights,
     .seq_shape = hyb_seq_shape,
+    .attn_below = hyb_attn_below,
     .ctx_init = hyb_ctx_init,
     .ctx_free = hyb_ctx_free,
     .forward = hyb_forward,

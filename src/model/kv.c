@@ -27,13 +27,32 @@ uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
     return n;
 }
 
+uint64_t kl_kv_bytes_range(const kl_seq_shape *shape, int type, int l0, int l1) {
+    const int runs = shape->v_in_k ? 1 : 2;
+    uint64_t n = 0;
+    for (int l = l0 < 0 ? 0 : l0; l < l1 && l < shape->n_attn_layer; l++) {
+        const int hkv = shape->layer_n_head_kv ? shape->layer_n_head_kv[l] : shape->n_head_kv;
+        n += (uint64_t)hkv * runs * (uint64_t)head_row_bytes(shape->layer_hd ? shape->layer_hd[l] : shape->hd, type);
+    }
+    return n;
+}
+
 kiln_status kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx,
                        int n_extra) {
+    return kl_kv_init_split(kv, be, NULL, 0, shape, type, n_seq, n_ctx, n_extra);
+}
+
+kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend *be_lo, int n_lo,
+                             const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra) {
     memset(kv, 0, sizeof *kv);
-    if (be->kind == KBE_CUDA && shape->n_attn_layer > 0 && (type == KILN_KV_F32 || shape->v_in_k)) {
+    if (!be_lo || n_lo < 0) n_lo = 0;
+    if (n_lo > shape->n_attn_layer) n_lo = shape->n_attn_layer;
+    if (be->kind == KBE_CUDA && shape->n_attn_layer > n_lo && (type == KILN_KV_F32 || shape->v_in_k)) {
         return kb_fail(KILN_ERR_NOMEM, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
     }
     kv->be = be;
+    kv->be_lo = be_lo;
+    kv->n_lo = n_lo;
     kv->type = type;
     kv->hrow = head_row_bytes(shape->hd, type);
     kv->n_layer = shape->n_attn_layer;
@@ -49,19 +68,28 @@ kiln_status kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *sha
         kl_kv_free(kv);
         return kb_fail(KILN_ERR_NOMEM, "out of memory");
     }
+    /* a split's host layers first, in blocks of their own */
     for (int l = 0; l < kv->n_layer; l++) {
+        size_t *bb = l < n_lo ? &kv->block_lo : &kv->block_bytes;
         kv->l_hkv[l] = shape->layer_n_head_kv ? shape->layer_n_head_kv[l] : shape->n_head_kv;
         kv->l_hd[l] = shape->layer_hd ? shape->layer_hd[l] : shape->hd;
         kv->l_hrow[l] = head_row_bytes(kv->l_hd[l], type);
-        kv->l_off[l] = kv->block_bytes;
-        kv->block_bytes += (kv->v_in_k ? 1 : 2) * (size_t)kv->l_hkv[l] * KL_KV_BLOCK * kv->l_hrow[l];
+        kv->l_off[l] = *bb;
+        *bb += (kv->v_in_k ? 1 : 2) * (size_t)kv->l_hkv[l] * KL_KV_BLOCK * kv->l_hrow[l];
     }
     kv->n_seq = n_seq;
     kv->max_blocks_per_seq = (n_ctx + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
     kv->n_blocks = kv->max_blocks_per_seq * n_seq + n_extra;
-    kv->mem_bytes = (size_t)kv->n_blocks * KL_KV_BLOCK * kl_kv_bytes_per_token(shape, type);
+    kv->mem_bytes = (size_t)kv->n_blocks * KL_KV_BLOCK * kl_kv_bytes_range(shape, type, n_lo, shape->n_attn_layer);
     kv->mem = be->map(kv->mem_bytes);
     if (!kv->mem) { return kb_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes); }
+    if (n_lo) {
+        kv->mem_lo_bytes = (size_t)kv->n_blocks * kv->block_lo;
+        if (!(kv->mem_lo = be_lo->map(kv->mem_lo_bytes))) {
+            kl_kv_free(kv);
+            return kb_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache's host layers", kv->mem_lo_bytes);
+        }
+    }
     size_t nb = (size_t)kv->n_blocks;
     kv->n_bucket = 16;
     while (kv->n_bucket < kv->n_blocks) kv->n_bucket *= 2;
@@ -103,6 +131,7 @@ kiln_status kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *sha
 
 void kl_kv_free(kl_kv *kv) {
     if (kv->mem) kv->be->unmap(kv->mem, kv->mem_bytes);
+    if (kv->mem_lo) kv->be_lo->unmap(kv->mem_lo, kv->mem_lo_bytes);
     if (kv->seqs)
         for (int s = 0; s < kv->n_seq; s++) free(kv->seqs[s].blocks);
     free(kv->seqs);
@@ -278,19 +307,19 @@ static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
         memcpy(kv->rbase + (size_t)dst * KL_KV_BLOCK, kv->rbase + (size_t)src * KL_KV_BLOCK,
                (size_t)n * sizeof(int32_t));
     }
-    if (kv->be->kind == KBE_CUDA) {
+    const int cuda = kv->be->kind == KBE_CUDA;
+    if (cuda && kv->block_bytes)
         kv->be->copy((uint8_t *)kv->mem + (size_t)dst * kv->block_bytes,
                      (uint8_t *)kv->mem + (size_t)src * kv->block_bytes, (size_t)n * (kv->block_bytes / KL_KV_BLOCK));
-        return;
-    }
-    for (int l = 0; l < kv->n_layer; l++) {
+    for (int l = 0; l < (cuda ? kv->n_lo : kv->n_layer); l++) {
+        const kbe_backend *be = l < kv->n_lo ? kv->be_lo : kv->be;
         const size_t run = (size_t)KL_KV_BLOCK * kv->l_hrow[l], bytes = (size_t)n * kv->l_hrow[l];
         for (int h = 0; h < kv->l_hkv[l]; h++) {
-            kv->be->copy((uint8_t *)kl_kv_kblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_kblock(kv, l, src) + h * run,
-                         bytes);
+            be->copy((uint8_t *)kl_kv_kblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_kblock(kv, l, src) + h * run,
+                     bytes);
             if (!kv->v_in_k)
-                kv->be->copy((uint8_t *)kl_kv_vblock(kv, l, dst) + h * run,
-                             (uint8_t *)kl_kv_vblock(kv, l, src) + h * run, bytes);
+                be->copy((uint8_t *)kl_kv_vblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_vblock(kv, l, src) + h * run,
+                         bytes);
         }
     }
 }
@@ -468,23 +497,27 @@ static size_t run_bytes(const kl_kv *kv, int layer) {
 
 size_t kl_kv_block_bytes(const kl_kv *kv) { return kv->block_bytes; }
 
-void kl_kv_view(const kl_kv *kv, kbe_kv *out) {
+void kl_kv_view(const kl_kv *kv, kbe_kv *out) { kl_kv_view_part(kv, 0, out); }
+
+void kl_kv_view_part(const kl_kv *kv, int lo, kbe_kv *out) {
+    const int l0 = lo ? 0 : kv->n_lo;
     *out = (kbe_kv){
         .type = kv->type,
         .v_in_k = kv->v_in_k,
         .n_head_kv = kv->n_head_kv,
         .hd = kv->hd,
-        .mem = kv->mem,
-        .block_bytes = kv->block_bytes,
-        .l_hkv = kv->l_hkv,
-        .l_hd = kv->l_hd,
-        .l_hrow = kv->l_hrow,
-        .l_off = kv->l_off,
+        .mem = lo ? kv->mem_lo : kv->mem,
+        .block_bytes = lo ? kv->block_lo : kv->block_bytes,
+        .l_hkv = kv->l_hkv + l0,
+        .l_hd = kv->l_hd + l0,
+        .l_hrow = kv->l_hrow + l0,
+        .l_off = kv->l_off + l0,
         .blocks = kv->seq_blocks,
     };
 }
 
 void *kl_kv_kblock(const kl_kv *kv, int layer, int32_t b) {
+    if (layer < kv->n_lo) return (uint8_t *)kv->mem_lo + (size_t)b * kv->block_lo + kv->l_off[layer];
     return (uint8_t *)kv->mem + (size_t)b * kv->block_bytes + kv->l_off[layer];
 }
 

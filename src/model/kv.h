@@ -54,6 +54,13 @@ typedef struct kl_kv {
     int32_t *l_hkv, *l_hd;
     size_t *l_hrow, *l_off;
     size_t block_bytes;
+    /* A split model: attention layers below n_lo live in mem_lo (be_lo's,
+     * blocks of block_lo bytes, their l_off within those), the rest in mem
+     * (blocks of block_bytes); n_lo 0: every layer in mem. */
+    const kbe_backend *be_lo;
+    int n_lo;
+    size_t block_lo, mem_lo_bytes;
+    void *mem_lo;
     int v_in_k; /* 1: no V runs; a layer's V block is its K block (kl_seq_shape) */
     int32_t n_blocks;
     int32_t n_free;
@@ -90,8 +97,15 @@ typedef struct kl_kv {
  * snapshots pin. */
 kiln_status kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx,
                        int n_extra);
-/* The cache as the backend's attention ops see it. */
+/* The same for a split model: attention layers below n_lo on be_lo. */
+kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend *be_lo, int n_lo,
+                             const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra);
+/* KV bytes per token of attention layers l0 .. l1 - 1. */
+uint64_t kl_kv_bytes_range(const kl_seq_shape *shape, int type, int l0, int l1);
+/* The cache as the backend's attention ops see it (lo: a split model's
+ * host part, layers below n_lo; else the rest, renumbered from 0). */
 void kl_kv_view(const kl_kv *kv, kbe_kv *out);
+void kl_kv_view_part(const kl_kv *kv, int lo, kbe_kv *out);
 void kl_kv_free(kl_kv *kv);
 /* Makes sure seq can hold `len` tokens (evicting cached blocks if the free
  * list is empty); returns -1 when out of blocks. */

@@ -115,16 +115,21 @@ static void summarize(kiln_model *m) {
     snprintf(m->ftype, sizeof m->ftype, "%s", kq_get(best)->name);
 }
 
-/* The backend prepares the weights (on the CPU: the interleaved copies of
- * the matrices, with the norms and biases between them moved beside; on
- * CUDA: everything uploaded, the token embeddings too).  -1 with err when
+/* The backend be prepares part (kl_weights.part) of the weights (on the
+ * CPU: the interleaved copies of the matrices, with the norms and biases
+ * between them moved beside; on CUDA: everything uploaded, the token
+ * embeddings too unless the model is split) into *mem.  -1 with err when
  * the backend has no kernel for a matrix's type. */
-static int prepare(kiln_model *m, char *err, size_t errlen) {
+static int prepare_part(kiln_model *m, const kbe_backend *be, int part, void **mem, size_t *bytes, char *err,
+                        size_t errlen) {
     kl_weights wl;
     memset(&wl, 0, sizeof wl);
-    const int cuda = m->be->kind == KBE_CUDA;
+    wl.part = part;
+    wl.l0 = m->gpu_l0;
+    const int cuda = be->kind == KBE_CUDA;
     if (m->arch->family->weights) m->arch->family->weights(m, &wl);
-    if (cuda) kl_weights_mat(&wl, &m->tok_embd);
+    wl.layer1 = 0;
+    if (cuda && part == 0) kl_weights_mat(&wl, &m->tok_embd);
     int rc = 0;
     for (int i = 0; cuda && i < wl.n_mats && !rc; i++)
         if (wl.mats[i]->data && !kbe_cuda_weight_type(wl.mats[i]->type)) {
@@ -138,14 +143,38 @@ static int prepare(kiln_model *m, char *err, size_t errlen) {
     /* the host builds the step's RoPE tables: the frequency factors stay
      * host memory whatever the backend does with the other vectors */
     const float *freq_factors = m->hp.rope.freq_factors;
-    if (!wl.failed && !rc)
-        m->be->prepare(wl.mats, wl.n_mats, wl.vecs, wl.vlen, wl.n_vecs, &m->packed_mem, &m->packed_bytes);
+    if (!wl.failed && !rc) be->prepare(wl.mats, wl.n_mats, wl.vecs, wl.vlen, wl.n_vecs, mem, bytes);
     if (cuda) m->hp.rope.freq_factors = freq_factors;
-    if (m->packed_mem && m->tok_embd.data == m->output.data) m->tok_embd.packed = m->output.packed;
+    if (part != 2 && *mem && m->tok_embd.data == m->output.data) m->tok_embd.packed = m->output.packed;
     free(wl.mats);
     free(wl.vecs);
     free(wl.vlen);
     return rc;
+}
+
+/* The model's weights prepared: all on m->be, or split: the GPU's layers
+ * on m->be and, when repack, the host part on m->be_lo. */
+static int prepare(kiln_model *m, int repack, char *err, size_t errlen) {
+    if (!m->be_lo) return prepare_part(m, m->be, 0, &m->packed_mem, &m->packed_bytes, err, errlen);
+    if (prepare_part(m, m->be, 2, &m->packed_mem, &m->packed_bytes, err, errlen)) return -1;
+    return repack ? prepare_part(m, m->be_lo, 1, &m->lo_mem, &m->lo_bytes, err, errlen) : 0;
+}
+
+/* Bytes of the weights a split model keeps on the GPU (as stored). */
+static uint64_t gpu_weight_bytes(kiln_model *m) {
+    if (!m->be_lo) return m->n_bytes;
+    kl_weights wl;
+    memset(&wl, 0, sizeof wl);
+    wl.part = 2;
+    wl.l0 = m->gpu_l0;
+    if (m->arch->family->weights) m->arch->family->weights(m, &wl);
+    uint64_t n = 0;
+    for (int i = 0; i < wl.n_mats; i++) n += kq_row_size(wl.mats[i]->type, wl.mats[i]->ncols) * wl.mats[i]->nrows;
+    for (int i = 0; i < wl.n_vecs; i++) n += (uint64_t)wl.vlen[i] * sizeof(float);
+    free(wl.mats);
+    free(wl.vecs);
+    free(wl.vlen);
+    return n;
 }
 
 /* What a model needs that the CUDA backend has no kernel for yet, in buf
@@ -168,7 +197,7 @@ static const char *cuda_missing(const kiln_model *m, char *buf, size_t cap) {
 
 /* Whether the model, with the context p (NULL: the defaults) and its KV
  * cache, fits the GPU's free memory: -1 with the reason in why if not. */
-static int cuda_fits(const kiln_model *m, const kiln_context_params *cp, char *why, size_t cap) {
+static int cuda_fits(kiln_model *m, const kiln_context_params *cp, char *why, size_t cap) {
     kiln_context_params p = cp ? *cp : kiln_context_default_params();
     const int n_seq = p.n_seq_max > 0 ? p.n_seq_max : 1;
     int n_ctx = p.n_ctx > 0 ? p.n_ctx : m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
@@ -181,10 +210,11 @@ static int cuda_fits(const kiln_model *m, const kiln_context_params *cp, char *w
             snprintf(why, cap, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
             return -1;
         }
-        kv = kl_kv_bytes_per_token(&s, p.kv_type) * (uint64_t)n_ctx * (uint64_t)n_seq;
+        const int lo = m->be_lo ? kl_attn_below(m, m->gpu_l0) : 0;
+        kv = kl_kv_bytes_range(&s, p.kv_type, lo, s.n_attn_layer) * (uint64_t)n_ctx * (uint64_t)n_seq;
         if (s.rs_floats) rs = kl_rs_bytes(s.rs_floats, s.roll_floats, n_seq, KL_RS_SNAP_PER_SEQ * n_seq);
     }
-    const uint64_t w = m->n_bytes, act = kl_cuda_act_bytes(m, p.n_batch, n_seq);
+    const uint64_t w = gpu_weight_bytes(m), act = kl_cuda_act_bytes(m, p.n_batch, n_seq);
     size_t free_b = 0, total_b = 0;
     if (kbe_cuda_mem(&free_b, &total_b, NULL, 0)) {
         snprintf(why, cap, "the GPU's free memory is unknown");
@@ -200,11 +230,27 @@ static int cuda_fits(const kiln_model *m, const kiln_context_params *cp, char *w
     return -1;
 }
 
-/* Loads path onto backend be.  A refusal by the CUDA backend (no kernels
+int kl_attn_below(const kiln_model *m, int l) {
+    return m->arch->family->attn_below ? m->arch->family->attn_below(m, l) : l;
+}
+
+/* Whether the model's layers cannot be split between the GPU and the CPU
+ * (the reason in why): the dense and hybrid families' can. */
+static int split_refused(const kiln_model *m, char *why, size_t cap) {
+    if (m->arch->family == &kl_family_dense || m->arch->family == &kl_family_hybrid) return 0;
+    if (why)
+        snprintf(why, cap,
+                 "kiln cannot split the %s family's layers between the GPU and the CPU yet (all layers, or the CPU)",
+                 m->arch->family->name);
+    return 1;
+}
+
+/* Loads path onto backend be (fit: on CUDA, as many layers as fit when not
+ * all do).  A refusal by the CUDA backend (no kernels
  * for the model, too little memory) sets *refused with its reason in why
  * (cap bytes). */
-static kiln_status load_on(const char *path, const kiln_model_params *pp, const kbe_backend *be, kiln_model **out,
-                           int *refused, char *why, size_t cap) {
+static kiln_status load_on(const char *path, const kiln_model_params *pp, const kbe_backend *be, int fit,
+                           kiln_model **out, int *refused, char *why, size_t cap) {
     const kiln_model_params p = *pp;
     kiln_model *m = calloc(1, sizeof *m);
     if (!m) return kb_fail(KILN_ERR_NOMEM, "out of memory");
@@ -267,18 +313,35 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
             snprintf(L.err, sizeof L.err, "the CUDA backend has no kernels for %s yet", miss);
             goto fail;
         }
-        if (p.gpu_layers > 0 && p.gpu_layers < m->hp.n_layer) {
-            snprintf(L.err, sizeof L.err,
-                     "%d of the model's %d layers on the GPU: kiln cannot split layers between the GPU and the CPU "
-                     "yet (all layers, or the CPU)",
-                     p.gpu_layers, m->hp.n_layer);
-            goto fail;
+        /* llama.cpp's rule: -ngl N puts the last N layers on the GPU, the
+         * output head too only past n_layer (-ngl 99) */
+        const int nl = m->hp.n_layer;
+        int ngl = p.gpu_layers > nl ? 0 : p.gpu_layers;
+        if (ngl == KILN_GPU_LAYERS_AUTO || (ngl == 0 && fit)) {
+            ngl = 0;
+            if (cuda_fits(m, p.ctx, L.err, sizeof L.err) && !split_refused(m, NULL, 0)) {
+                /* as many layers as fit, the most first */
+                m->be_lo = kbe_get(KBE_CPU);
+                int n = nl;
+                for (; n > 0; n--) {
+                    m->gpu_l0 = nl - n;
+                    if (!cuda_fits(m, p.ctx, NULL, 0)) break;
+                }
+                m->be_lo = NULL;
+                m->gpu_l0 = 0;
+                if (n > 0) ngl = n;
+            }
+        }
+        if (ngl > 0) {
+            if (split_refused(m, L.err, sizeof L.err)) goto fail;
+            m->be_lo = kbe_get(KBE_CPU);
+            m->gpu_l0 = nl - ngl;
         }
         if (cuda_fits(m, p.ctx, L.err, sizeof L.err)) goto fail;
         *refused = 0;
     }
     if (p.repack || be->kind != KBE_CPU) {
-        if (prepare(m, L.err, sizeof L.err)) {
+        if (prepare(m, p.repack, L.err, sizeof L.err)) {
             st = KILN_ERR_UNSUPPORTED;
             if (be->kind == KBE_CUDA) *refused = 1;
             goto fail;
@@ -328,12 +391,13 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
     if (want == KILN_ENGINE_BACKEND_CUDA && !cuda) return kb_fail(KILN_ERR_UNSUPPORTED, "no CUDA backend: %s", why);
     if (cuda) {
         int refused = 0;
-        kiln_status st = load_on(path, &p, cuda, out, &refused, why, sizeof why);
+        const int fit = want == KILN_ENGINE_BACKEND_AUTO && p.gpu_layers == 0;
+        kiln_status st = load_on(path, &p, cuda, fit, out, &refused, why, sizeof why);
         if (st == KILN_OK || want == KILN_ENGINE_BACKEND_CUDA || !refused) return st;
         kb_log(KB_LOG_WARN, "running %s on the CPU, not the GPU: %s", path, why);
     }
     int refused = 0;
-    return load_on(path, &p, kbe_get(KBE_CPU), out, &refused, why, sizeof why);
+    return load_on(path, &p, kbe_get(KBE_CPU), 0, out, &refused, why, sizeof why);
 }
 
 void kiln_model_free(kiln_model *m) {
@@ -343,6 +407,7 @@ void kiln_model_free(kiln_model *m) {
     free(m->chat_template);
     gguf_close(m->gf);
     if (m->packed_mem) m->be->release(m->packed_mem, m->packed_bytes);
+    if (m->lo_mem) m->be_lo->release(m->lo_mem, m->lo_bytes);
     vision_free(m->vision);
     free(m);
 }
@@ -367,9 +432,10 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info) {
     info->arch = m->arch_name;
     info->name = m->name;
     const int cuda = m->be->kind == KBE_CUDA;
-    info->repacked_bytes = cuda ? 0 : m->packed_bytes;
+    info->repacked_bytes = cuda ? m->lo_bytes : m->packed_bytes;
     info->backend = m->be->name;
     info->device_bytes = cuda ? m->packed_bytes : 0;
+    info->gpu_layers = cuda ? m->hp.n_layer - m->gpu_l0 : 0;
     info->n_vocab = m->hp.n_vocab;
     info->n_ctx_train = m->hp.n_ctx_train;
     info->n_embd = m->hp.n_embd;

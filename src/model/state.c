@@ -43,9 +43,27 @@ kiln_status kl_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_flo
     return KILN_OK;
 }
 
+int kl_rs_mirror(kl_rs *rs, const kbe_backend *be_lo) {
+    rs->be_lo = be_lo;
+    rs->mem_lo = be_lo->map(rs->mem_bytes);
+    return rs->mem_lo ? 0 : -1;
+}
+
+/* Copies and zeroing within the pool, in its mirror too. */
+static void rs_copy(kl_rs *rs, float *dst, const float *src, size_t bytes) {
+    rs->be->copy(dst, src, bytes);
+    if (rs->mem_lo) rs->be_lo->copy(kl_rs_lo(rs, dst), kl_rs_lo(rs, src), bytes);
+}
+
+static void rs_zero(kl_rs *rs, float *dst, size_t bytes) {
+    rs->be->zero(dst, bytes);
+    if (rs->mem_lo) rs->be_lo->zero(kl_rs_lo(rs, dst), bytes);
+}
+
 void kl_rs_free(kl_rs *rs) {
     if (!rs) return;
     if (rs->mem) rs->be->unmap(rs->mem, rs->mem_bytes);
+    if (rs->mem_lo) rs->be_lo->unmap(rs->mem_lo, rs->mem_bytes);
     free(rs->snap);
     free(rs->want);
     free(rs->roll_a);
@@ -120,7 +138,7 @@ static int snap_owned(const kl_rs *rs, int seq, int32_t pos) {
 
 static void restore(kiln_context *c, int seq, int i) {
     kl_rs *rs = c->rs;
-    rs->be->copy(kl_rs_live(rs, seq), kl_rs_slot(rs, i), rs->slot_floats * sizeof(float));
+    rs_copy(rs, kl_rs_live(rs, seq), kl_rs_slot(rs, i), rs->slot_floats * sizeof(float));
     rs->snap[i].used = ++rs->clock;
     rs->n_restored++;
 }
@@ -143,8 +161,8 @@ void kl_rs_record(kl_rs *rs, int seq, int32_t a, int32_t n) {
     rs->roll_a[seq] = a;
     rs->roll_n[seq] = n;
     if (n)
-        rs->be->copy(rs->roll_state + (size_t)seq * rs->slot_floats, kl_rs_live(rs, seq),
-                     rs->slot_floats * sizeof(float));
+        rs_copy(rs, rs->roll_state + (size_t)seq * rs->slot_floats, kl_rs_live(rs, seq),
+                rs->slot_floats * sizeof(float));
 }
 
 int kl_rs_plan(kiln_context *c, int seq, int32_t a, int32_t b, int32_t *pos, float **dst, int max) {
@@ -193,7 +211,7 @@ void kl_rs_cache(kiln_context *c, int seq, const int32_t *tokens, int32_t n) {
     if (n > s->len) n = s->len;
     if (n > 0 && snap_owned(rs, seq, n) < 0 && n == s->len) { /* the state as it is now */
         const int i = snap_claim(c, seq, n);
-        if (i >= 0) rs->be->copy(kl_rs_slot(rs, i), kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
+        if (i >= 0) rs_copy(rs, kl_rs_slot(rs, i), kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
     }
     for (int i = 0; i < rs->n_snap; i++) {
         kl_snap *sn = &rs->snap[i];
@@ -245,7 +263,7 @@ int32_t kl_rs_reuse(kiln_context *c, int seq, const int32_t *tokens, int32_t n) 
         if (got) restore(c, seq, best);
     }
     if (!got) kl_kv_truncate(kv, seq, 0);
-    if (!got) rs->be->zero(kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
+    if (!got) rs_zero(rs, kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
     rs->roll_n[seq] = 0;
     /* the KV cache shares more than any snapshot covers: take one there
      * as this prompt goes by, so the next prompt with this prefix finds it */
@@ -262,7 +280,7 @@ kiln_status kl_rs_truncate(kiln_context *c, int seq, int32_t p) {
     if (p >= len) return KILN_OK;
     if (p == 0) {
         kl_kv_truncate(&c->kv, seq, 0);
-        rs->be->zero(kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
+        rs_zero(rs, kl_rs_live(rs, seq), rs->slot_floats * sizeof(float));
         disown_after(c, seq, 0);
         rs->want[seq] = -1;
         rs->roll_n[seq] = 0;
@@ -272,8 +290,8 @@ kiln_status kl_rs_truncate(kiln_context *c, int seq, int32_t p) {
     }
     const int32_t ra = rs->roll_a[seq], rn = rs->roll_n[seq];
     if (rn && p >= ra && p < ra + rn && ra + rn == len) { /* inside the recorded run: replay up to p */
-        rs->be->copy(kl_rs_live(rs, seq), rs->roll_state + (size_t)seq * rs->slot_floats,
-                     rs->slot_floats * sizeof(float));
+        rs_copy(rs, kl_rs_live(rs, seq), rs->roll_state + (size_t)seq * rs->slot_floats,
+                rs->slot_floats * sizeof(float));
         if (p > ra) c->m->arch->family->replay(c, seq, p - ra);
         rs->roll_n[seq] = p > ra ? p - ra : 0; /* what remains recorded */
         rs->n_replayed++;
@@ -315,7 +333,7 @@ kiln_status kl_rs_copy(kiln_context *c, int src, int dst) {
         return kl_fail(c, KILN_ERR_STATE, "cannot copy sequence %d into %d: it is not empty, or no block is free", src,
                        dst);
     if (c->rs) {
-        c->rs->be->copy(kl_rs_live(c->rs, dst), kl_rs_live(c->rs, src), c->rs->slot_floats * sizeof(float));
+        rs_copy(c->rs, kl_rs_live(c->rs, dst), kl_rs_live(c->rs, src), c->rs->slot_floats * sizeof(float));
         c->rs->want[dst] = -1;
         c->rs->roll_n[dst] = 0;
         RS_CHECK(c);

@@ -66,6 +66,11 @@ struct kl_rs {
     float *roll_in;           /* [n_seq][roll_floats] the family's per-token inputs */
     size_t roll_floats;
     uint64_t n_restored, n_taken, n_replayed; /* counters for tests and stats */
+    /* A split model: a mirror of mem on the host part's backend, the same
+     * layout, where its layers keep their states (every copy and zero of
+     * the pool goes to both); NULL: none. */
+    const kbe_backend *be_lo;
+    float *mem_lo;
 };
 typedef struct kl_rs kl_rs;
 
@@ -76,6 +81,10 @@ uint64_t kl_rs_bytes(size_t slot_floats, size_t roll_floats, int n_seq, int n_sn
 kiln_status kl_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap,
                       kl_rs **out);
 void kl_rs_free(kl_rs *rs);
+/* Maps the pool's mirror on be_lo (-1 when out of memory). */
+int kl_rs_mirror(kl_rs *rs, const kbe_backend *be_lo);
+/* Where p (in the pool's memory) is in its mirror. */
+static inline float *kl_rs_lo(const kl_rs *rs, const float *p) { return rs->mem_lo + (p - rs->mem); }
 static inline float *kl_rs_live(kl_rs *rs, int seq) { return rs->mem + (size_t)seq * rs->slot_floats; }
 static inline float *kl_rs_slot(kl_rs *rs, int i) { return rs->mem + (size_t)(rs->n_seq + i) * rs->slot_floats; }
 static inline float *kl_rs_roll_in(kl_rs *rs, int seq) { return rs->roll_in + (size_t)seq * rs->roll_floats; }

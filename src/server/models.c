@@ -94,6 +94,7 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
         m->vram_bytes = 0;
         m->backend = "cpu";
         uint64_t kv_per_token = 0;
+        int gpu_layers = 0, n_layer = 0;
         if (m->model) {
             kiln_model_info info;
             kiln_model_get_info(m->model, &info);
@@ -104,12 +105,21 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
             m->backend = info.backend;
             m->vram_bytes = info.device_bytes;
             kv_per_token = !strcmp(info.backend, "cuda") ? info.kv_bytes_per_token : 0;
+            gpu_layers = info.gpu_layers;
+            n_layer = info.n_layer;
+            /* a split model keeps its host layers' cache in RAM (the dense
+             * family's: every layer has one) */
+            if (kv_per_token && info.n_layer > 0 && info.gpu_layers < info.n_layer)
+                kv_per_token = kv_per_token * (uint64_t)info.gpu_layers / (uint64_t)info.n_layer;
         }
         if (m->family == KILN_ENGINE_LLM) {
             engine_llm_stats(e, &m->n_ctx, NULL);
             m->vram_bytes += kv_per_token * (uint64_t)m->n_ctx * (uint64_t)s->cfg.parallel;
-            char where[64];
-            if (!strcmp(m->backend, "cuda"))
+            char where[96];
+            if (!strcmp(m->backend, "cuda") && gpu_layers < n_layer)
+                snprintf(where, sizeof where, "CUDA, %d of %d layers, %.0f MiB on the GPU; the rest on the CPU",
+                         gpu_layers, n_layer, (double)m->vram_bytes / 1048576.0);
+            else if (!strcmp(m->backend, "cuda"))
                 snprintf(where, sizeof where, "CUDA, %.0f MiB on the GPU", (double)m->vram_bytes / 1048576.0);
             else
                 snprintf(where, sizeof where, "CPU %s", kiln_cpu_path());
@@ -362,6 +372,7 @@ static int start_load(ks_srv *s, ks_model *m, char *msg, size_t cap) {
             kiln_engine_set_context_params(e, &cp) != KILN_OK ||
             (m->family == KILN_ENGINE_LLM && kiln_engine_set_spec_params(e, &s->cfg.spec) != KILN_OK) ||
             (m->family == KILN_ENGINE_LLM && m->pinned && kiln_engine_set_mmproj(e, s->cfg.mmproj) != KILN_OK) ||
+            (m->family == KILN_ENGINE_LLM && kiln_engine_set_gpu_layers(e, s->cfg.gpu_layers) != KILN_OK) ||
             kiln_engine_start(e) != KILN_OK) {
             snprintf(msg, cap, "cannot start an engine for %s: %s", m->name, kiln_last_error());
             kiln_engine_free(e);

@@ -90,6 +90,7 @@ typedef struct ks_config {
                                     model (type KILN_SPEC_NONE: off); draft_model borrowed */
     int backend;              /* kiln_engine_backend the generating models load on: AUTO (the
                                     default: the GPU when it takes the model), CPU or CUDA */
+    int gpu_layers;           /* -ngl: kiln_model_params.gpu_layers of each generating model */
 } ks_config;
 
 ks_config ks_config_default(void);
