@@ -162,3 +162,16 @@ test('a text-only model refuses an image with 400', { timeout: 60000 }, async ()
     assert.equal(await s3.stop(), 0);
   }
 });
+
+test('an explicit --max-body holds with vision on', { timeout: 60000 }, async () => {
+  const s4 = await startServer(['--mmproj', MMPROJ, '-c', '256', '-t', '1', '--parallel', '1', '--max-body', '65536'],
+    {}, TEXT);
+  try {
+    const r = await fetch(s4.base + '/api/chat', { method: 'POST', body: JSON.stringify({ model: MODEL,
+      messages: [{ role: 'user', content: PROMPT, images: [Buffer.alloc(60000, 0x41).toString('base64')] }] }) });
+    assert.equal(r.status, 413);
+    assert.match(await r.text(), /limit of 65536 bytes/);
+  } finally {
+    assert.equal(await s4.stop(), 0);
+  }
+});
