@@ -3,25 +3,25 @@
 # an installed llama-mtmd-cli, that one, alternately, on the same text model,
 # mmproj and image, one generated token each, greedy.
 #
-#   bench/ttft.sh [-t THREADS] [-r REPS] [-c CTX] [-p PROMPT] TEXT.gguf MMPROJ.gguf IMAGE
+#   bench/ttft.sh [-t THREADS] [-r REPS] [-w WARMUP] [-c CTX] [-p PROMPT] TEXT.gguf MMPROJ.gguf IMAGE
 #
 # A run's figure is its wall time from start to exit with -n 1: loading both
-# files (mapped, warm in the page cache after the untimed first round),
-# decoding and preprocessing the image, the vision encoder, the prompt with
-# the image's tokens, and the first token.  Each program's median over
-# REPS (3) rounds is printed, then llama.cpp's / kiln's (above 1: kiln is
-# faster).  The files for the Gemma-3-4B-shaped case come from
-# tests/gen_vision.py --bench DIR.  kiln is $KILN_BIN or build/kiln; this
-# script never builds llama.cpp.
+# files (mapped), decoding and preprocessing the image, the vision encoder,
+# the prompt with the image's tokens, and the first token.  WARMUP (1)
+# untimed rounds go first (0 when the files were just written and are in
+# the page cache).  Each program's median over REPS (3) rounds is printed,
+# then llama.cpp's / kiln's (above 1: kiln is faster).  The files for the
+# Gemma-3-4B-shaped case come from tests/gen_vision.py --bench DIR.  kiln is
+# $KILN_BIN or build/kiln; this script never builds llama.cpp.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 kiln=${KILN_BIN:-$here/build/kiln}
 mtmd=${LLAMA_MTMD:-}
-threads=2 reps=3 ctx=1024 prompt="Describe this image."
-usage="usage: $0 [-t N] [-r N] [-c N] [-p PROMPT] TEXT.gguf MMPROJ.gguf IMAGE"
-while getopts "t:r:c:p:" opt; do
+threads=2 reps=3 warm=1 ctx=1024 prompt="Describe this image."
+usage="usage: $0 [-t N] [-r N] [-w N] [-c N] [-p PROMPT] TEXT.gguf MMPROJ.gguf IMAGE"
+while getopts "t:r:w:c:p:" opt; do
   case $opt in
-    t) threads=$OPTARG ;; r) reps=$OPTARG ;; c) ctx=$OPTARG ;; p) prompt=$OPTARG ;;
+    t) threads=$OPTARG ;; r) reps=$OPTARG ;; w) warm=$OPTARG ;; c) ctx=$OPTARG ;; p) prompt=$OPTARG ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -61,9 +61,11 @@ run_mtmd() {
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-# an untimed round first: the files into the page cache
-run_kiln >/dev/null
-[ -z "$mtmd" ] || run_mtmd >/dev/null
+# untimed rounds first: the files into the page cache
+for ((i = 1; i <= warm; i++)); do
+  run_kiln >/dev/null
+  [ -z "$mtmd" ] || run_mtmd >/dev/null
+done
 : >"$log/k" && : >"$log/m"
 for ((i = 1; i <= reps; i++)); do
   k=$(run_kiln)

@@ -134,8 +134,9 @@ test('with --allow-image-urls a URL is fetched (an unreachable one is an error, 
 // A PNG grown by bytes after its IEND chunk (decoders stop at IEND): with
 // vision on, the default body limit follows --max-image-bytes, so an image
 // past 8 MiB of base64 is taken and one over the image limit is a 413 from
-// the image check, not the body limit.  (The 413 goes first: on a connection kept
-// alive after the 7 MiB request the 20.5 MiB upload is cut, EPIPE.)
+// the image check, not the body limit.  (The 413 goes first: once, on a connection
+// kept alive after the 7 MiB request, node's fetch saw the 20.5 MiB upload
+// cut, EPIPE; not reproduced since, nor with curl.)
 test('the default body limit holds an image of up to --max-image-bytes as base64; over it 413', { timeout: 120000 },
   async () => {
     // 20.5 MiB: within the body limit as base64, over the image limit
