@@ -116,15 +116,29 @@ static void serve_usage(FILE *f) {
             KS_DEFAULT_PORT);
 }
 
-/* Whether a served model may take images: a --mmproj, a -m model's pack
- * with a projector beside it, or the store's models (a pulled vision model
- * brings its projector). */
+/* Whether a served model may take images: a --mmproj, a -m model (a file,
+ * or a name in the store) whose pack holds a projector, or the store's
+ * models on demand (a pulled vision model brings its projector). */
 static int vision_possible(const ks_config *cfg) {
     if (cfg->mmproj || cfg->n_models == 0) return 1;
     char companion[4096];
-    for (int i = 0; i < cfg->n_models; i++)
-        if (kst_pack_companion(cfg->models[i], "mmproj", companion, sizeof companion)) return 1;
-    return 0;
+    int found = 0;
+    kiln_store *st = NULL;
+    for (int i = 0; i < cfg->n_models && !found; i++) {
+        struct stat ms;
+        if (stat(cfg->models[i], &ms) == 0) {
+            found = strchr(cfg->models[i], '/') &&
+                    kst_pack_companion(cfg->models[i], "mmproj", companion, sizeof companion);
+            continue;
+        }
+        kiln_store_lease *l = NULL;
+        if ((st || kiln_store_open(cfg->store_root, &st) == KILN_OK) &&
+            kiln_store_resolve(st, cfg->models[i], &l) == KILN_OK)
+            found = kst_pack_companion(kiln_store_lease_path(l), "mmproj", companion, sizeof companion);
+        kiln_store_release(l);
+    }
+    kiln_store_close(st);
+    return found;
 }
 
 /* The body limit that holds images of max_image bytes as base64 (4 digits

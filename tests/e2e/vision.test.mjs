@@ -12,6 +12,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { Ollama } from 'ollama';
@@ -174,5 +175,26 @@ test('an explicit --max-body holds with vision on', { timeout: 60000 }, async ()
     assert.match(await r.text(), /limit of 65536 bytes/);
   } finally {
     assert.equal(await s4.stop(), 0);
+  }
+});
+
+// A pulled model's pack (manifest.json naming its mmproj): served by path
+// with no --mmproj, it takes images and its body limit is the vision one.
+test('a pack with a projector beside its model takes images and a body past 8 MiB', { timeout: 60000 }, async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-vision-pack-'));
+  fs.copyFileSync(TEXT, path.join(tmp, 'model.gguf'));
+  fs.copyFileSync(MMPROJ, path.join(tmp, 'mmproj.gguf'));
+  fs.writeFileSync(path.join(tmp, 'manifest.json'), JSON.stringify({ artifacts: [
+    { role: 'model', path: 'model.gguf' }, { role: 'mmproj', path: 'mmproj.gguf' }] }));
+  const s5 = await startServer(['-c', '256', '-t', '1', '--parallel', '1'], {}, path.join(tmp, 'model.gguf'));
+  try {
+    const r = await fetch(s5.base + '/api/chat', { method: 'POST', body: '{"x": "' + 'A'.repeat(9 << 20) + '"' });
+    assert.equal(r.status, 400, 'past 8 MiB: read, then refused as JSON, not as too big');
+    const c = await new Ollama({ host: s5.base }).chat({ model: 'model', messages: [{ role: 'user', content: PROMPT,
+      images: [B64] }], options: { temperature: 0, num_predict: N } });
+    assert.equal(c.message.content, MTMD);
+  } finally {
+    assert.equal(await s5.stop(), 0);
+    fs.rmSync(tmp, { recursive: true, force: true });
   }
 });
