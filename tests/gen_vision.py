@@ -24,8 +24,19 @@ norm and the projection.
 
 Each later engineer's encoder adds its own section (a gen_* function and a
 line in main).
+
+  gen_vision.py --bench DIR   writes the time-to-first-token benchmark's
+                              files instead (bench/ttft.sh): DIR/mmproj.gguf,
+                              a Gemma-3-4B-shaped projector (SigLIP so400m: 27
+                              blocks of 1152, FFN 4304, 16 heads, patch 14,
+                              image 896, pooled 4 x 4 to 256 tokens of 2560),
+                              F16 random weights (about 0.8 GiB);
+                              DIR/text.gguf, a 1-block Gemma 3 text model of
+                              Gemma 3 4B's widths (2560, 8 heads of 256, 4 KV
+                              heads, FFN 10240), F16; DIR/image.png, 896 x 896.
 """
 
+import argparse
 import json
 import math
 import os
@@ -122,8 +133,18 @@ def f32_bytes(a):
     return np.ascontiguousarray(a, dtype="<f4").tobytes()
 
 
-def g3_text_model(path):
-    c = G3_TEXT
+# the benchmark pair (--bench): Gemma 3 4B's vision tower and text widths
+G3B_TEXT = dict(n_embd=2560, n_layer=1, n_head=8, n_head_kv=4, head_dim=256, n_ff=10240, eps=1e-6, window=1024,
+                rope_base=1000000.0, rope_base_swa=10000.0, ctx=4096, seed=3710)
+G3B_VIS = dict(n_embd=1152, n_layer=27, n_head=16, n_ff=4304, eps=1e-6, image_size=896, patch_size=14, merge=4,
+               seed=3711, mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5])
+
+
+def f16_bytes(a):
+    return np.ascontiguousarray(a, dtype="<f2").tobytes()
+
+
+def g3_text_model(path, c=G3_TEXT, f16=False):
     ref = gf.GGUFFile(os.path.join(HERE, "data", "arch", "gemma3-f32.gguf"))
     tokens = list(ref.get("tokenizer.ggml.tokens")) + [s.encode() for s in G3_SPECIAL]
     scores = np.concatenate([ref.get("tokenizer.ggml.scores"), np.zeros(len(G3_SPECIAL), np.float32)])
@@ -175,7 +196,12 @@ def g3_text_model(path):
         ("tokenizer.ggml.add_bos_token", gf.T_BOOL, True),
         ("tokenizer.chat_template", gf.T_STR, G3_TEMPLATE),
     ]
-    tensors = [(n, list(reversed(a.shape)), gf.GGML_F32, (lambda a=a: f32_bytes(a))) for n, a in W]
+    if f16:  # matrices F16, norms F32
+        kvs[2] = ("general.file_type", gf.T_U32, 1)
+        tensors = [(n, list(reversed(a.shape)), gf.GGML_F16 if a.ndim == 2 else gf.GGML_F32,
+                    (lambda a=a: f16_bytes(a) if a.ndim == 2 else f32_bytes(a))) for n, a in W]
+    else:
+        tensors = [(n, list(reversed(a.shape)), gf.GGML_F32, (lambda a=a: f32_bytes(a))) for n, a in W]
     gf.write_gguf(path, kvs, tensors)
     return n_vocab
 
@@ -211,12 +237,11 @@ def g3_vision_weights():
     return W
 
 
-def g3_mmproj(path, W):
-    v, t = G3_VIS, G3_TEXT
-    kvs = [
+def g3_mmproj_kvs(v, t, file_type):
+    return [
         ("general.architecture", gf.T_STR, "clip"),
         ("general.name", gf.T_STR, "kiln-vision-gemma3-mmproj"),
-        ("general.file_type", gf.T_U32, 0),
+        ("general.file_type", gf.T_U32, file_type),
         ("clip.has_vision_encoder", gf.T_BOOL, True),
         ("clip.projector_type", gf.T_STR, "gemma3"),
         ("clip.use_gelu", gf.T_BOOL, True),
@@ -232,6 +257,10 @@ def g3_mmproj(path, W):
         ("clip.vision.image_std", gf.T_ARR, np.array(v["std"], np.float32), gf.T_F32),
         ("clip.vision.projector.scale_factor", gf.T_U32, v["merge"]),
     ]
+
+
+def g3_mmproj(path, W):
+    kvs = g3_mmproj_kvs(G3_VIS, G3_TEXT, 0)
     tensors = [(n, list(reversed(a.shape)), gf.GGML_F32, (lambda a=a: f32_bytes(a))) for n, a in W.items()]
     gf.write_gguf(path, kvs, tensors)
 
@@ -315,7 +344,65 @@ def gen_gemma3():
     print("gemma3: %d tokens x %d, f32 vs f64 %.2e" % (e32.shape[0], e32.shape[1], meta["f32_vs_f64_max_abs"]))
 
 
+def g3_bench_mmproj(path, v, t):
+    """The benchmark's projector, F16 matrices (the patch convolution too, as
+    llama.cpp's converter writes an F16 mmproj), F32 vectors and position
+    embeddings; each tensor drawn when written (the whole never in memory)."""
+    E, F, P = v["n_embd"], v["n_ff"], v["patch_size"]
+    n_patch = (v["image_size"] // P) ** 2
+    rng = np.random.default_rng(v["seed"])
+
+    def lin(n_out, n_in):
+        return lambda: f16_bytes(rng.standard_normal((n_out, n_in), np.float32) / np.float32(math.sqrt(n_in)))
+
+    def vec(n, mu=0.0, s=0.2):
+        return lambda: f32_bytes(mu + s * rng.standard_normal(n, np.float32))
+
+    T = [("v.patch_embd.weight", [P, P, 3, E], gf.GGML_F16,
+          lambda: f16_bytes(rng.standard_normal((E, 3, P, P), np.float32) / np.float32(math.sqrt(3 * P * P)))),
+         ("v.patch_embd.bias", [E], gf.GGML_F32, vec(E)),
+         ("v.position_embd.weight", [E, n_patch], gf.GGML_F32, vec(n_patch * E, 0.0, 0.5))]
+    for i in range(v["n_layer"]):
+        p = "v.blk.%d." % i
+        for nm in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            T += [(p + nm + ".weight", [E, E], gf.GGML_F16, lin(E, E)), (p + nm + ".bias", [E], gf.GGML_F32, vec(E))]
+        T += [(p + "ln1.weight", [E], gf.GGML_F32, vec(E, 1.0)), (p + "ln1.bias", [E], gf.GGML_F32, vec(E)),
+              (p + "ln2.weight", [E], gf.GGML_F32, vec(E, 1.0)), (p + "ln2.bias", [E], gf.GGML_F32, vec(E)),
+              (p + "ffn_up.weight", [E, F], gf.GGML_F16, lin(F, E)), (p + "ffn_up.bias", [F], gf.GGML_F32, vec(F)),
+              (p + "ffn_down.weight", [F, E], gf.GGML_F16, lin(E, F)),
+              (p + "ffn_down.bias", [E], gf.GGML_F32, vec(E))]
+    T += [("v.post_ln.weight", [E], gf.GGML_F32, vec(E, 1.0)), ("v.post_ln.bias", [E], gf.GGML_F32, vec(E)),
+          ("mm.soft_emb_norm.weight", [E], gf.GGML_F32, vec(E, 1.0)),
+          ("mm.input_projection.weight", [t["n_embd"], E], gf.GGML_F16, lin(E, t["n_embd"]))]
+    gf.write_gguf(path, g3_mmproj_kvs(v, t, 1), T)
+
+
+def bench_image(w, h):
+    """image_pixels' pattern, vectorised (896 x 896)."""
+    x = np.arange(w)[None, :].repeat(h, 0)
+    y = np.arange(h)[:, None].repeat(w, 1)
+    px = np.zeros((h, w, 3), np.uint8)
+    px[..., 0] = (x * 255) // (w - 1)
+    px[..., 1] = (y * 255) // (h - 1)
+    px[..., 2] = np.where((x // 8 + y // 8) % 2 == 1, 200, 30)
+    return px
+
+
+def gen_bench(out, text=G3B_TEXT, vis=G3B_VIS):
+    os.makedirs(out, exist_ok=True)
+    g3_text_model(os.path.join(out, "text.gguf"), text, f16=True)
+    g3_bench_mmproj(os.path.join(out, "mmproj.gguf"), vis, text)
+    write_png(os.path.join(out, "image.png"), bench_image(vis["image_size"], vis["image_size"]))
+    print("bench: %s/{text.gguf,mmproj.gguf,image.png}" % out)
+
+
 def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", metavar="DIR", help="write the TTFT benchmark's files to DIR instead")
+    a = ap.parse_args()
+    if a.bench:
+        gen_bench(a.bench)
+        return
     torch.manual_seed(0)
     gen_gemma3()
 

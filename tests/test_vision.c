@@ -9,6 +9,7 @@
 #include "base/base.h"
 #include "gen/gen.h"
 #include "model/model.h"
+#include "quant/quant.h"
 #include "vision/vision.h"
 
 #include <math.h>
@@ -20,6 +21,7 @@
 #define DIR "data/vision/"
 #define TEXT DIR "gemma3-text.gguf"
 #define MMPROJ DIR "gemma3-mmproj.gguf"
+#define MMPROJ_Q8 DIR "gemma3-mmproj-q8_0.gguf" /* tests/gen_vision_quant.py */
 
 /* The reference's rows and kiln's agree to this (absolute; the rows reach
  * about 3.7, the reference's own float32 vs float64 gap is under 1e-6). */
@@ -71,6 +73,31 @@ static void test_encode(void) {
     const vision_image bad = {0, 5, g_px};
     CHECK(vision_encode(vm, NULL, &bad, out) == KILN_ERR_INVALID_ARG);
     free(again);
+    free(out);
+    free(ref);
+    vision_free(vm);
+}
+
+/* The Q8_0 copy of the projector (the ViT's matrices Q8_0, the projection
+ * F16, as llama.cpp's converter writes one): it runs through the quantized
+ * matmul, its rows near the F32 reference's and not the same bits. */
+static void test_encode_q8_0(void) {
+    vision_model *vm = NULL;
+    kiln_status st = vision_load(MMPROJ_Q8, 64, &vm);
+    CHECKF(st == KILN_OK, "%s", kiln_last_error());
+    if (!vm) return;
+    CHECK(vm->layers[0].wq.type == KQ_Q8_0 && vm->layers[0].down.type == KQ_Q8_0);
+    const vision_image im = {g_w, g_h, g_px};
+    const int nt = vision_n_tokens(vm, &im);
+    size_t len = 0;
+    float *ref = (float *)t_read_file(DIR "gemma3-embd.bin", &len);
+    float *out = calloc((size_t)nt * 64, sizeof(float));
+    CHECK(out && vision_encode(vm, NULL, &im, out) == KILN_OK);
+    if (out && ref && len == (size_t)nt * 64 * sizeof(float)) {
+        const double d = t_max_diff(out, ref, nt * 64);
+        CHECKF(d > 0 && d < 0.1, "Q8_0 embeddings differ from the F32 reference by %g", d);
+        printf("gemma3 projector, Q8_0: max |kiln - F32 reference| %.3g\n", d);
+    }
     free(out);
     free(ref);
     vision_free(vm);
@@ -428,6 +455,19 @@ static void test_cli(const char *engine_text) {
     free(json);
     free(out);
     free(err);
+    /* the Q8_0 projector: llama-mtmd-cli's bytes for the same command with it */
+    snprintf(cmd, sizeof cmd,
+             "%s run -m " TEXT " --mmproj " MMPROJ_Q8 " --image " DIR "image.png -n 12 --temp 0 -t 2 -c 256 -e -p "
+             "'<start_of_turn>user\\n<__media__>Describe this image.<end_of_turn>\\n<start_of_turn>model\\n'",
+             bin);
+    out = err = NULL;
+    rc = t_run_capture(cmd, dir, &out, &err);
+    json = t_read_file(DIR "gemma3-q8_0-mtmd.txt", &jl);
+    CHECKF(rc == 0 && json && out && !strcmp(out, json), "kiln run, Q8_0 mmproj: \"%s\", llama-mtmd-cli: \"%s\" (%s)",
+           out ? out : "", json ? json : "", err ? err : "");
+    free(json);
+    free(out);
+    free(err);
     /* kiln chat: /image, then the message, rendered by the model's template */
     snprintf(cmd, sizeof cmd,
              "printf '/image " DIR "image.png\\nDescribe this image.\\n' | %s chat -m " TEXT " --mmproj " MMPROJ
@@ -463,6 +503,7 @@ int main(void) {
     CHECK(g_px && g_w == 40 && g_h == 30 && pixels_match(g_px, g_w, g_h));
     if (!g_px) return t_done();
     test_encode();
+    test_encode_q8_0();
     test_hostile();
     test_prompt();
     test_gen();

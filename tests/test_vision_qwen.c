@@ -232,6 +232,8 @@ static void cli_pairs(void) {
         {"qwen3vl-f32", "qwen3vl-mmproj-f32", "qwen3vl", "qwen25vl-image.png"},
         /* 170 x 150: resized (aspect kept, padded) to 168 x 140 first */
         {"qwen2vl-f32", "qwen25vl-mmproj-f32", "qwen25vl-odd", "qwen-image-170x150.png"},
+        /* its Q8_0 copy (tests/gen_vision_quant.py): Q8_0 and F16 matrices */
+        {"qwen2vl-f32", "qwen25vl-mmproj-q8_0", "qwen25vl-q8_0", "qwen-image-170x150.png"},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         char tmpl[] = "/tmp/kiln_vqwen_cli_XXXXXX", cmd[1024], path[256], *out = NULL, *err = NULL;

@@ -5,6 +5,7 @@
 #include "cli/common.h"
 
 #include "server/server.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -88,7 +89,9 @@ static void serve_usage(FILE *f) {
             "                    keep_alive (Ollama) applies after that request only\n"
             "  --max-loaded N    models resident at once (default: as many as fit in 3/4 of RAM); the\n"
             "                    least recently used idle one unloads first\n"
-            "  --max-body BYTES  request body limit (default 8 MiB)\n"
+            "  --max-body BYTES  request body limit (default 8 MiB; with a vision projector, --mmproj or\n"
+            "                    one beside a -m model, or no -m: 4/3 --max-image-bytes + 1 MiB, so an\n"
+            "                    image of the image limit fits as base64)\n"
             "  --max-image-bytes BYTES  one request's images, decoded, in all (default 20 MiB; over: 413)\n"
             "  --allow-image-urls  fetch http(s) image URLs that requests name (20 s, within\n"
             "                    --max-image-bytes); without it only data: URLs and base64 are taken\n"
@@ -114,13 +117,45 @@ static void serve_usage(FILE *f) {
             KS_DEFAULT_PORT);
 }
 
+/* Whether a served model may take images: a --mmproj, a -m model (a file,
+ * or a name in the store) whose pack holds a projector, or the store's
+ * models on demand (a pulled vision model brings its projector). */
+static int vision_possible(const ks_config *cfg) {
+    if (cfg->mmproj || cfg->n_models == 0) return 1;
+    char companion[4096];
+    int found = 0;
+    kiln_store *st = NULL;
+    for (int i = 0; i < cfg->n_models && !found; i++) {
+        struct stat ms;
+        if (stat(cfg->models[i], &ms) == 0) {
+            found = strchr(cfg->models[i], '/') &&
+                    kst_pack_companion(cfg->models[i], "mmproj", companion, sizeof companion);
+            continue;
+        }
+        kiln_store_lease *l = NULL;
+        if ((st || kiln_store_open(cfg->store_root, &st) == KILN_OK) &&
+            kiln_store_resolve(st, cfg->models[i], &l) == KILN_OK)
+            found = kst_pack_companion(kiln_store_lease_path(l), "mmproj", companion, sizeof companion);
+        kiln_store_release(l);
+    }
+    kiln_store_close(st);
+    return found;
+}
+
+/* The body limit that holds images of max_image bytes as base64 (4 digits
+ * per 3 bytes) plus 1 MiB for the rest of the request; never below base. */
+static size_t body_for_images(size_t base, size_t max_image) {
+    const size_t need = (max_image / 3 + 1) * 4 + ((size_t)1 << 20);
+    return need > base ? need : base;
+}
+
 int cmd_serve(int argc, char **argv) {
     ks_config cfg = ks_config_default();
     const char **models = calloc((size_t)argc, sizeof *models);
     if (!models) return 1;
     int n_models = 0;
     double grace = 10, v;
-    int sr;
+    int sr, body_set = 0;
     cfg.api_key = getenv("KILN_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -221,7 +256,10 @@ int cmd_serve(int argc, char **argv) {
             case 4:
             case 10: cfg.n_threads = (int)v; break;
             case 5: cfg.kv_budget = (uint64_t)(v * 1048576.0); break;
-            case 6: cfg.max_body = (size_t)v; break;
+            case 6:
+                cfg.max_body = (size_t)v;
+                body_set = 1;
+                break;
             case 7: cfg.max_queue = (int)v; break;
             case 8: grace = v; break;
             case 11: cfg.max_loaded = (int)v; break;
@@ -279,6 +317,7 @@ int cmd_serve(int argc, char **argv) {
         free(models);
         return 2;
     }
+    if (!body_set && vision_possible(&cfg)) cfg.max_body = body_for_images(cfg.max_body, cfg.max_image_bytes);
     /* --image takes a pack's directory or the name of one in the store; the
      * lease keeps the pack from removal while it is served */
     kiln_store_lease *image_lease = NULL;

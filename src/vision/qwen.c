@@ -1,5 +1,6 @@
 /* The Qwen-VL vision encoders and mergers (qwen.h).  Products on
- * kernels/conv.h's image GEMM (weights F32, F16 or BF16); the norms, the
+ * kernels/conv.h's image GEMM (weights F32, F16 or BF16) or, for quantized
+ * weights (a Q8_0 mmproj), the LLM's batched kk_matmul; the norms, the
  * rotary embedding and the softmax in plain loops over the patch rows.
  *
  * Patches are kept in window order: merged tokens (2 x 2 patch groups)
@@ -58,6 +59,7 @@ struct vision_qwen {
     const float *post_ln, *post_ln_b; /* [E]; bias NULL: RMSNorm */
     kk_mat mm0, mm2;                  /* 4E -> 4E -> proj */
     const float *b0, *b2;
+    int64_t mm_cols; /* widest quantized matrix's columns (kk_matmul's scratch); 0: all F32/F16/BF16 */
 };
 
 /* ---------------------------------------------------------------- binding */
@@ -67,6 +69,10 @@ typedef struct vq_bind {
     int failed;
     char err[256];
 } vq_bind;
+
+/* The types kernels/conv.h's GEMM reads directly; others go through the
+ * quant layer's matmul (kk_matmul), as the LLM's weights do. */
+static int vq_gemm_type(int t) { return t == KQ_F32 || t == KQ_F16 || t == KQ_BF16; }
 
 /* Tensor name with n_dims dims of ne (unused ones 1), or NULL (err set). */
 static const gguf_tensor *vq_find(vq_bind *B, const char *name, int nd, const int64_t *ne) {
@@ -103,17 +109,20 @@ static kk_mat vq_mat(vq_bind *B, const char *name, int nd, const int64_t *ne) {
     kk_mat m = {0};
     const gguf_tensor *t = vq_find(B, name, nd, ne);
     if (!t) return m;
-    if (t->type != KQ_F32 && t->type != KQ_F16 && t->type != KQ_BF16) {
-        snprintf(B->err, sizeof B->err, "mmproj: tensor %s has type %u; the Qwen vision encoder takes F32, F16 or BF16",
-                 name, t->type);
+    int64_t ncols = 1;
+    for (int i = 0; i < nd - 1; i++) ncols *= ne[i];
+    /* any type the quant layer has a matmul for, rows of whole blocks */
+    if (!kq_supported((int)t->type) || ncols % kq_get((int)t->type)->blck) {
+        const kq_traits *tr = kq_get((int)t->type);
+        snprintf(B->err, sizeof B->err, "mmproj: tensor %s has type %s, which kiln cannot compute in rows of %lld",
+                 name, tr && tr->name ? tr->name : "?", (long long)ncols);
         B->failed = 1;
         return m;
     }
     m.data = t->data;
     m.type = (int)t->type;
     m.nrows = ne[nd - 1];
-    m.ncols = 1;
-    for (int i = 0; i < nd - 1; i++) m.ncols *= ne[i];
+    m.ncols = ncols;
     return m;
 }
 
@@ -189,6 +198,12 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
     const int64_t pne[4] = {P, P, 3, E};
     h.patch[0] = vq_mat(&B, "v.patch_embd.weight", 4, pne);
     h.patch[1] = vq_mat(&B, "v.patch_embd.weight.1", 4, pne);
+    /* the convolution's image GEMM takes float weights only */
+    for (int i = 0; i < 2 && !B.failed; i++)
+        if (!vq_gemm_type(h.patch[i].type)) {
+            snprintf(B.err, sizeof B.err, "mmproj: the patch convolution must be F32, F16 or BF16");
+            B.failed = 1;
+        }
     const int ln = h.kind != VQ_Q25; /* LayerNorm with biases, else RMSNorm */
     if (gguf_find_tensor(f, "v.patch_embd.bias")) h.patch_b = vq_vec(&B, "v.patch_embd.bias", E);
     if (h.kind == VQ_Q3) {
@@ -291,6 +306,15 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
     }
     *q = h;
     q->L = L;
+    const kk_mat *mats[] = {&q->mm0, &q->mm2};
+    for (int i = 0; i < 2; i++)
+        if (!vq_gemm_type(mats[i]->type) && mats[i]->ncols > q->mm_cols) q->mm_cols = mats[i]->ncols;
+    for (int l = 0; l < q->n_layer; l++) {
+        const vq_layer *y = &L[l];
+        const kk_mat *lm[] = {&y->q, &y->k, &y->v, &y->o, &y->gate, &y->up, &y->down, &y->ds_fc1, &y->ds_fc2};
+        for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++)
+            if (lm[i]->data && !vq_gemm_type(lm[i]->type) && lm[i]->ncols > q->mm_cols) q->mm_cols = lm[i]->ncols;
+    }
     *out = q;
     return KILN_OK;
 }
@@ -421,8 +445,16 @@ static void vq_act(kpool *pool, int act, float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-k * x[i]));
 }
 
-/* c [m][w's rows] = a [m][k] w^T + bias */
-static void vq_linear(kpool *pool, const kk_mat *w, const float *bias, const float *a, int m, float *c) {
+/* c [m][w's rows] = a [m][k] w^T + bias; quantized weights through
+ * kk_matmul with scratch mscr (kk_matmul_scratch_size(q->mm_cols, m)) */
+static void vq_linear(kpool *pool, const kk_mat *w, const float *bias, const float *a, int m, float *c, void *mscr) {
+    if (!vq_gemm_type(w->type)) {
+        kk_matmul(pool, w, a, m, c, w->nrows, mscr);
+        if (bias)
+            for (int i = 0; i < m; i++)
+                for (int64_t r = 0; r < w->nrows; r++) c[(size_t)i * w->nrows + r] += bias[r];
+        return;
+    }
     const kk_gemm g = {
         .m = m,
         .n = (int)w->nrows,
@@ -532,10 +564,11 @@ kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t 
     int32_t *unit = kb_malloc((size_t)nm * sizeof(int32_t)),
             *wbeg = kb_malloc(((size_t)nwx * nwy + 1) * sizeof(int32_t));
     void *cscr = kb_malloc(kk_conv2d_scratch(&cv));
+    void *mscr = q->mm_cols ? kb_malloc(kk_matmul_scratch_size(q->mm_cols, n)) : NULL;
     kiln_status st = KILN_OK;
     if (rw != w || rh != h) px = kb_malloc((size_t)rw * rh * 3);
     if (!img || !pg || !x || !xn || !qm || !km || !vm || !att || !g || !u || !sc || !cs || !o || !unit || !wbeg ||
-        !cscr || ((rw != w || rh != h) && !px)) {
+        !cscr || (q->mm_cols && !mscr) || ((rw != w || rh != h) && !px)) {
         st = kb_fail(KILN_ERR_NOMEM, "out of memory encoding a %d x %d image", rw, rh);
         goto done;
     }
@@ -586,34 +619,34 @@ kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t 
     for (int l = 0, ds = 0; l < q->n_layer; l++) {
         const vq_layer *L = &q->L[l];
         vq_norm(xn, x, L->ln1, L->ln1_b, n, E, q->eps);
-        vq_linear(pool, &L->q, L->bq, xn, n, qm);
-        vq_linear(pool, &L->k, L->bk, xn, n, km);
-        vq_linear(pool, &L->v, L->bv, xn, n, vm);
+        vq_linear(pool, &L->q, L->bq, xn, n, qm, mscr);
+        vq_linear(pool, &L->k, L->bk, xn, n, km, mscr);
+        vq_linear(pool, &L->v, L->bv, xn, n, vm, mscr);
         vq_rope(q, cs, qm, n);
         vq_rope(q, cs, km, n);
         if (!q->wa || (l + 1) % q->wa == 0)
             vq_attn_run(q, pool, qm, km, vm, att, 0, n, sc);
         else
             for (int i = 0; i < nw; i++) vq_attn_run(q, pool, qm, km, vm, att, wbeg[i], wbeg[i + 1], sc);
-        vq_linear(pool, &L->o, L->bo, att, n, xn);
+        vq_linear(pool, &L->o, L->bo, att, n, xn, mscr);
         for (size_t i = 0; i < En; i++) x[i] += xn[i];
         vq_norm(xn, x, L->ln2, L->ln2_b, n, E, q->eps);
-        vq_linear(pool, &L->up, L->bup, xn, n, u);
+        vq_linear(pool, &L->up, L->bup, xn, n, u, mscr);
         if (L->gate.data) {
-            vq_linear(pool, &L->gate, L->bgate, xn, n, g);
+            vq_linear(pool, &L->gate, L->bgate, xn, n, g, mscr);
             vq_act(pool, q->act, g, (size_t)n * F);
             for (size_t i = 0; i < (size_t)n * F; i++) g[i] *= u[i];
         } else {
             vq_act(pool, q->act, u, (size_t)n * F);
             memcpy(g, u, (size_t)n * F * sizeof(float));
         }
-        vq_linear(pool, &L->down, L->bdown, g, n, xn);
+        vq_linear(pool, &L->down, L->bdown, g, n, xn, mscr);
         for (size_t i = 0; i < En; i++) x[i] += xn[i];
         if (L->ds_fc1.data) { /* a deepstack merger over this layer's output */
             vq_norm(xn, x, L->ds_norm, L->ds_norm_b, nm, 4 * E, q->eps);
-            vq_linear(pool, &L->ds_fc1, L->ds_b1, xn, nm, att);
+            vq_linear(pool, &L->ds_fc1, L->ds_b1, xn, nm, att, mscr);
             kk_gelu_tanh(pool, att, (size_t)nm * 4 * E);
-            vq_linear(pool, &L->ds_fc2, L->ds_b2, att, nm, o);
+            vq_linear(pool, &L->ds_fc2, L->ds_b2, att, nm, o, mscr);
             ds++;
             for (int i = 0; i < nm; i++)
                 memcpy(out + (size_t)unit[i] * W + (size_t)ds * q->proj, o + (size_t)i * q->proj,
@@ -622,9 +655,9 @@ kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t 
     }
     /* merger: four consecutive rows are one merged token's 4E inputs */
     vq_norm(xn, x, q->post_ln, q->post_ln_b, n, E, q->eps);
-    vq_linear(pool, &q->mm0, q->b0, xn, nm, att);
+    vq_linear(pool, &q->mm0, q->b0, xn, nm, att, mscr);
     kk_gelu_tanh(pool, att, (size_t)nm * 4 * E);
-    vq_linear(pool, &q->mm2, q->b2, att, nm, o);
+    vq_linear(pool, &q->mm2, q->b2, att, nm, o, mscr);
     for (int i = 0; i < nm; i++)
         memcpy(out + (size_t)unit[i] * W, o + (size_t)i * q->proj, (size_t)q->proj * sizeof(float));
 done:
@@ -645,6 +678,7 @@ done:
     free(unit);
     free(wbeg);
     free(cscr);
+    free(mscr);
     return st;
 }
 
