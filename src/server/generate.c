@@ -262,7 +262,8 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
                      ollama && th == 0,
                      json_is_array(tools) && json_array_size(tools) > 0,
                      0,
-                     tools};
+                     tools,
+                     NULL};
     free(prompt);
     json_t *stream = json_object_get(body, "stream");
     a.stream = ollama ? !json_is_false(stream) : json_is_true(stream);
@@ -392,6 +393,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
                      ollama && json_is_false(json_object_get(body, "think")),
                      0,
                      load_wait,
+                     NULL,
                      NULL};
     return ks_run(s, r, c, q, &a, o);
 }
