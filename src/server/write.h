@@ -47,7 +47,8 @@ typedef struct ks_xw_ops {
      * not streaming, sets w->result (w->finish and the counts are set;
      * result stays NULL when the reply did not fit in memory) */
     void (*finish)(ks_xw *w);
-    /* a failure after the stream began: the shape's error event */
+    /* a failure: the shape's error event when streaming (else nothing:
+     * the loop sends the error in the shape of api) */
     void (*fail)(ks_xw *w, const char *msg);
     /* a keep-alive while nothing is produced (NULL: none) */
     void (*ping)(ks_xw *w);
