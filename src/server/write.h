@@ -37,7 +37,8 @@ typedef struct ks_xw_ops {
     void (*start)(ks_xw *w);
     /* a piece of text: kind KS_D_CONTENT or KS_D_REASONING */
     void (*text)(ks_xw *w, int kind, const char *s, size_t n);
-    /* a whole call {name, arguments} (index: the call's number) */
+    /* a whole call {name, arguments} (index: the call's number; NULL: the
+     * shape takes no calls) */
     void (*call)(ks_xw *w, int index, json_t *call);
     /* a tool call opens (its name settled); its arguments' JSON text
      * follows through tool_args (KS_XW_PARTS; NULL without) */
