@@ -38,7 +38,7 @@ ks_images *ks_images_start(const char *pack, char *err, size_t cap);
 void ks_images_free(ks_images *im);
 /* rerank.c: /v1/rerank and its aliases */
 int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body);
-/* xrun.c: OpenAI's Responses and Anthropic's Messages */
+/* run.c: OpenAI's Responses and Anthropic's Messages */
 int ks_resp_handle(ks_srv *s, struct MHD_Connection *c, json_t *body);
 int ks_msg_handle(ks_srv *s, struct MHD_Connection *c, json_t *body, int count);
 

@@ -253,16 +253,17 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     }
     ks_media_free(&media);
     o.force_think = ks_force_think(r, prompt, ollama && th == 0);
-    ks_run_args a = {format,
-                     1,
-                     0,
-                     ks_prompt_opens_think(prompt),
-                     ka,
-                     json_string_value(json_object_get(body, "model")),
-                     ollama && th == 0,
-                     json_is_array(tools) && json_array_size(tools) > 0,
-                     0,
-                     tools};
+    ks_run_args a = {.format = format,
+                     .stream = 1,
+                     .include_usage = 0,
+                     .start_think = ks_prompt_opens_think(prompt),
+                     .keep_alive = ka,
+                     .model = json_string_value(json_object_get(body, "model")),
+                     .think_off = ollama && th == 0,
+                     .has_tools = json_is_array(tools) && json_array_size(tools) > 0,
+                     .load_wait = 0,
+                     .tools = tools,
+                     .echo = NULL};
     free(prompt);
     json_t *stream = json_object_get(body, "stream");
     a.stream = ollama ? !json_is_false(stream) : json_is_true(stream);
@@ -383,15 +384,17 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
         return rc;
     }
     json_t *stream = json_object_get(body, "stream");
-    ks_run_args a = {format,
-                     ollama ? !json_is_false(stream) : json_is_true(stream),
-                     json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage")),
-                     start_think,
-                     ka,
-                     json_string_value(json_object_get(body, "model")),
-                     ollama && json_is_false(json_object_get(body, "think")),
-                     0,
-                     load_wait,
-                     NULL};
+    ks_run_args a = {.format = format,
+                     .stream = ollama ? !json_is_false(stream) : json_is_true(stream),
+                     .include_usage =
+                         json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage")),
+                     .start_think = start_think,
+                     .keep_alive = ka,
+                     .model = json_string_value(json_object_get(body, "model")),
+                     .think_off = ollama && json_is_false(json_object_get(body, "think")),
+                     .has_tools = 0,
+                     .load_wait = load_wait,
+                     .tools = NULL,
+                     .echo = NULL};
     return ks_run(s, r, c, q, &a, o);
 }

@@ -535,9 +535,17 @@ static void msg_ping(ks_xw *w) {
     if (w->out) ks_xw_event(w, "ping", json_pack("{s:s}", "type", "ping"));
 }
 
-static json_t *msg_error_body(const char *type, const char *msg) {
-    return ks_error_body(KS_API_ANTHROPIC, type, msg, NULL);
-}
-
-const ks_xw_ops ks_msg_ops = {msg_start,  msg_text, msg_tool_open, msg_tool_args,
-                              msg_finish, msg_fail, msg_ping,      msg_error_body};
+const ks_xw_ops ks_msg_ops = {
+    .id_prefix = "msg_",
+    .mime = "text/event-stream",
+    .api = KS_API_ANTHROPIC,
+    .flags = KS_XW_CALLS | KS_XW_PARTS,
+    .start = msg_start,
+    .text = msg_text,
+    .call = ks_xw_call_parts,
+    .tool_open = msg_tool_open,
+    .tool_args = msg_tool_args,
+    .finish = msg_finish,
+    .fail = msg_fail,
+    .ping = msg_ping,
+};

@@ -565,9 +565,17 @@ static void resp_ping(ks_xw *w) {
     if (w->out) ks_buf_puts(w->out, ": keep-alive\n\n");
 }
 
-static json_t *resp_error_body(const char *type, const char *msg) {
-    return ks_error_body(KS_API_OPENAI, type, msg, NULL);
-}
-
-const ks_xw_ops ks_resp_ops = {resp_start,  resp_text, resp_tool_open, resp_tool_args,
-                               resp_finish, resp_fail, resp_ping,      resp_error_body};
+const ks_xw_ops ks_resp_ops = {
+    .id_prefix = "resp_",
+    .mime = "text/event-stream",
+    .api = KS_API_OPENAI,
+    .flags = KS_XW_CALLS | KS_XW_PARTS,
+    .start = resp_start,
+    .text = resp_text,
+    .call = ks_xw_call_parts,
+    .tool_open = resp_tool_open,
+    .tool_args = resp_tool_args,
+    .finish = resp_finish,
+    .fail = resp_fail,
+    .ping = resp_ping,
+};

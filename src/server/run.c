@@ -1,17 +1,24 @@
-/* A generation request from its admission to its response: the same token
- * stream leaves as OpenAI chat or completion objects (SSE "data:" chunks
- * ending with [DONE]) or as Ollama generate/chat objects (NDJSON). */
+/* A generation request from its admission to its response: ks_start
+ * admits it, and one loop hands the token stream to the writer of the
+ * request's shape (write.h).  Here too the Responses and Messages
+ * endpoints: their request in chat form (xapi.h) through the model's
+ * template and gate. */
 #include "server/run.h"
 
+#include "server/api.h"
 #include "server/buf.h"
+#include "server/defaults.h"
 #include "server/gen.h"
 #include "server/log.h"
+#include "server/media.h"
 #include "server/metrics.h"
 #include "server/models.h"
 #include "server/opts.h"
 #include "server/prompt.h"
 #include "server/reply.h"
 #include "server/srv.h"
+#include "server/write.h"
+#include "server/xapi.h"
 
 #include <math.h>
 #include <microhttpd.h>
@@ -19,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 ks_req *ks_req_new(void) { return calloc(1, sizeof(ks_req)); }
 
@@ -240,397 +246,52 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
     return q;
 }
 
+/* ---- the loop: a generation through its shape's writer ---- */
+
+/* indexed by KS_F_* */
+static const ks_xw_ops *const shapes[] = {&ks_oai_chat_ops, &ks_oai_compl_ops, &ks_oll_gen_ops,
+                                          &ks_oll_chat_ops, &ks_resp_ops,      &ks_msg_ops};
+_Static_assert(sizeof shapes / sizeof *shapes == KS_F_COUNT, "a writer per shape");
+
 typedef struct run {
-    ks_srv *s;
     ks_model *r;
     ks_req *q;
     ks_gen g;
-    ks_run_args a;
-    char id[48];
-    char model[256];
-    long created;
-    ks_buf content, reasoning;
-    ks_buf *sink; /* the stream's output while filling */
-    int sent_role;
-    int sent_final;
-    json_t *oai_tools; /* OpenAI-shaped tool calls */
-    double t0;
+    ks_xw w;
+    double keep_alive;
     ks_reqlog *log; /* the request's log line */
 } run;
 
-static const char *finish_str(const run *u) {
-    if (u->g.finish == KS_FIN_LENGTH) return "length";
-    if (ks_fin_incomplete(u->g.finish)) return ks_fin_incomplete(u->g.finish);
-    if (u->g.n_tools && u->a.format == KS_F_OAI_CHAT) return "tool_calls";
-    return "stop";
-}
-
-/* A call's id: unique per response (the response id's serial, then the
- * call's index), so tool results of different turns can't be mixed up. */
-static void call_id(const run *u, int index, char *buf, size_t cap) {
-    const char *serial = strchr(u->id, '-');
-    snprintf(buf, cap, "call_%s_%d", serial ? serial + 1 : u->id, index);
-}
-
-/* A whole call, OpenAI-shaped.  The arguments are the text as the model
- * wrote it when the scanner has it (as a stream joins it), else the parsed
- * value serialized. */
-static json_t *oai_tool(const run *u, int index, json_t *call, int with_index) {
-    json_t *fn = json_object();
-    json_object_set(fn, "name", json_object_get(call, "name"));
-    size_t n;
-    const char *text = ks_gen_args_text(&u->g, &n);
-    if (text) {
-        json_object_set_new(fn, "arguments", ks_jstr(text, n));
-    } else {
-        char *args = json_dumps(json_object_get(call, "arguments"), JSON_COMPACT | JSON_ENCODE_ANY);
-        json_object_set_new(fn, "arguments", json_string(args ? args : "{}"));
-        free(args);
-    }
-    json_t *t = json_object();
-    if (with_index) json_object_set_new(t, "index", json_integer(index));
-    char id[80];
-    call_id(u, index, id, sizeof id);
-    json_object_set_new(t, "id", json_string(id));
-    json_object_set_new(t, "type", json_string("function"));
-    json_object_set_new(t, "function", fn);
-    return t;
-}
-
-static json_t *usage(const run *u) {
-    json_t *j = json_object();
-    json_object_set_new(j, "prompt_tokens", json_integer(u->q->n_prompt));
-    json_object_set_new(j, "completion_tokens", json_integer(u->g.n_gen));
-    json_object_set_new(j, "total_tokens", json_integer(u->q->n_prompt + u->g.n_gen));
-    json_t *d = json_object();
-    json_object_set_new(d, "cached_tokens", json_integer(u->q->n_cached));
-    json_object_set_new(j, "prompt_tokens_details", d);
-    return j;
-}
-
-/* llama.cpp's per-request "timings" (milliseconds), with the draft counts
- * (draft_n proposed, draft_n_accepted) when the model speculates. */
-static json_t *timings(const run *u) {
-    const ks_req *q = u->q;
-    const double now = ks_now();
-    const double t_first = q->t_first > 0 ? q->t_first : now;
-    const double t_start = q->t_start > 0 ? q->t_start : u->t0;
-    const double p_ms = (t_first - t_start) * 1e3, g_ms = (now - t_first) * 1e3;
-    const int32_t p_n = q->n_prompt - q->n_cached, g_n = u->g.n_gen;
-    json_t *j = json_object();
-    json_object_set_new(j, "cache_n", json_integer(q->n_cached));
-    json_object_set_new(j, "prompt_n", json_integer(p_n));
-    json_object_set_new(j, "prompt_ms", json_real(p_ms));
-    json_object_set_new(j, "prompt_per_token_ms", json_real(p_n > 0 ? p_ms / p_n : 0));
-    json_object_set_new(j, "prompt_per_second", json_real(p_ms > 0 ? 1e3 * p_n / p_ms : 0));
-    json_object_set_new(j, "predicted_n", json_integer(g_n));
-    json_object_set_new(j, "predicted_ms", json_real(g_ms));
-    json_object_set_new(j, "predicted_per_token_ms", json_real(g_n > 0 ? g_ms / g_n : 0));
-    json_object_set_new(j, "predicted_per_second", json_real(g_ms > 0 ? 1e3 * g_n / g_ms : 0));
-    if (q->spec) {
-        json_object_set_new(j, "draft_n", json_integer(q->n_drafted));
-        json_object_set_new(j, "draft_n_accepted", json_integer(q->n_accepted));
-    }
-    return j;
-}
-
-static json_t *oai_base(const run *u, const char *object) {
-    json_t *j = json_object();
-    json_object_set_new(j, "id", json_string(u->id));
-    json_object_set_new(j, "object", json_string(object));
-    json_object_set_new(j, "created", json_integer(u->created));
-    json_object_set_new(j, "model", json_string(u->model));
-    json_object_set_new(j, "system_fingerprint", json_string("kiln-" KILN_VERSION));
-    return j;
-}
-
-static char *iso_time(char *buf, size_t cap) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    size_t n = strftime(buf, cap, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, cap - n, ".%09ldZ", ts.tv_nsec);
-    return buf;
-}
-
-static json_t *oll_base(const run *u) {
-    char t[64];
-    json_t *j = json_object();
-    json_object_set_new(j, "model", json_string(u->model));
-    json_object_set_new(j, "created_at", json_string(iso_time(t, sizeof t)));
-    return j;
-}
-
-/* Legacy completions logprobs from the chat-shaped entries. */
-static json_t *legacy_logprobs(json_t *entries) {
-    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    size_t i, off = 0;
-    json_t *e;
-    json_array_foreach(entries, i, e) {
-        const char *tok = json_string_value(json_object_get(e, "token"));
-        json_array_append(tokens, json_object_get(e, "token"));
-        json_array_append(lps, json_object_get(e, "logprob"));
-        json_t *m = json_object();
-        size_t k;
-        json_t *t;
-        json_array_foreach(json_object_get(e, "top_logprobs"), k, t)
-            json_object_set(m, json_string_value(json_object_get(t, "token")), json_object_get(t, "logprob"));
-        json_array_append_new(tops, m);
-        json_array_append_new(offs, json_integer((json_int_t)off));
-        off += tok ? strlen(tok) : 0;
-    }
-    json_t *j = json_object();
-    json_object_set_new(j, "tokens", tokens);
-    json_object_set_new(j, "token_logprobs", lps);
-    json_object_set_new(j, "top_logprobs", tops);
-    json_object_set_new(j, "text_offset", offs);
-    return j;
-}
-
-static json_t *take_logprobs(run *u) {
-    if (!u->g.want_logprobs) return json_null();
-    json_t *entries = u->g.logprobs;
-    u->g.logprobs = json_array();
-    if (u->a.format == KS_F_OAI_COMPL) {
-        json_t *l = legacy_logprobs(entries);
-        json_decref(entries);
-        return l;
-    }
-    json_t *j = json_object();
-    json_object_set_new(j, "content", entries);
-    return j;
-}
-
-static void sse(run *u, json_t *j) {
-    ks_buf_puts(u->sink, "data: ");
-    ks_buf_json(u->sink, j);
-    ks_buf_puts(u->sink, "\n\n");
-    json_decref(j);
-}
-
-static void ndjson(run *u, json_t *j) {
-    ks_buf_json(u->sink, j);
-    ks_buf_puts(u->sink, "\n");
-    json_decref(j);
-}
-
-/* One streamed delta in the request's format. */
-static void stream_delta(run *u, int kind, const char *s, size_t n, json_t *tool) {
-    if (u->a.format == KS_F_OAI_CHAT || u->a.format == KS_F_OAI_COMPL) {
-        int chat = u->a.format == KS_F_OAI_CHAT;
-        json_t *j = oai_base(u, chat ? "chat.completion.chunk" : "text_completion");
-        json_t *ch = json_object();
-        json_object_set_new(ch, "index", json_integer(0));
-        if (chat) {
-            json_t *d = json_object();
-            if (!u->sent_role) {
-                json_object_set_new(d, "role", json_string("assistant"));
-                u->sent_role = 1;
-            }
-            if (tool) {
-                json_t *arr = json_array();
-                json_array_append_new(arr, tool);
-                json_object_set_new(d, "tool_calls", arr);
-            } else {
-                json_object_set_new(d, kind == KS_D_REASONING ? "reasoning_content" : "content", ks_jstr(s, n));
-            }
-            json_object_set_new(ch, "delta", d);
-        } else {
-            json_object_set_new(ch, "text", ks_jstr(s, n));
-        }
-        json_object_set_new(ch, "logprobs", take_logprobs(u));
-        json_object_set_new(ch, "finish_reason", json_null());
-        json_t *arr = json_array();
-        json_array_append_new(arr, ch);
-        json_object_set_new(j, "choices", arr);
-        sse(u, j);
-        return;
-    }
-    json_t *j = oll_base(u);
-    if (u->a.format == KS_F_OLL_GEN) {
-        json_object_set_new(j, "response", ks_jstr(kind == KS_D_CONTENT ? s : "", kind == KS_D_CONTENT ? n : 0));
-        if (kind == KS_D_REASONING) json_object_set_new(j, "thinking", ks_jstr(s, n));
-    } else {
-        json_t *m = json_object();
-        json_object_set_new(m, "role", json_string("assistant"));
-        json_object_set_new(m, "content",
-                            ks_jstr(kind == KS_D_CONTENT && !tool ? s : "", kind == KS_D_CONTENT && !tool ? n : 0));
-        if (kind == KS_D_REASONING) json_object_set_new(m, "thinking", ks_jstr(s, n));
-        if (tool) {
-            json_t *arr = json_array();
-            json_array_append_new(arr, tool);
-            json_object_set_new(m, "tool_calls", arr);
-        }
-        json_object_set_new(j, "message", m);
-    }
-    json_object_set_new(j, "done", json_false());
-    ndjson(u, j);
-}
-
-static json_t *oll_tool(json_t *call) {
-    json_t *fn = json_object();
-    json_object_set(fn, "name", json_object_get(call, "name"));
-    json_object_set(fn, "arguments", json_object_get(call, "arguments"));
-    json_t *t = json_object();
-    json_object_set_new(t, "function", fn);
-    return t;
-}
-
 static void on_text(ks_gen *g, int kind, const char *s, size_t n, void *user) {
     run *u = user;
-    if (u->a.stream)
-        stream_delta(u, kind, s, n, NULL);
-    else
-        ks_buf_put(kind == KS_D_REASONING ? &u->reasoning : &u->content, s, n);
+    u->w.ops->text(&u->w, kind, s, n);
 }
 
 static void on_tool(ks_gen *g, int index, json_t *call, void *user) {
     run *u = user;
-    int oai = u->a.format == KS_F_OAI_CHAT;
-    if (u->a.stream)
-        stream_delta(u, KS_D_CONTENT, "", 0, oai ? oai_tool(u, index, call, 1) : oll_tool(call));
-    else
-        json_array_append_new(u->oai_tools, oai ? oai_tool(u, index, call, 0) : oll_tool(call));
+    u->w.ops->call(&u->w, index, call);
 }
 
-/* OpenAI streams a call as it is written: {index, id, type, function:
- * {name, arguments: ""}} first, then {index, function: {arguments: piece}}
- * chunks whose pieces join into the arguments' JSON text. */
 static void on_tool_part(ks_gen *g, int index, const char *name, const char *args, size_t n, void *user) {
     run *u = user;
-    json_t *fn = json_object();
-    json_t *t = json_object();
-    json_object_set_new(t, "index", json_integer(index));
-    if (name) {
-        char id[80];
-        call_id(u, index, id, sizeof id);
-        json_object_set_new(t, "id", json_string(id));
-        json_object_set_new(t, "type", json_string("function"));
-        json_object_set_new(fn, "name", ks_jstr(name, strlen(name)));
-    }
-    json_object_set_new(fn, "arguments", ks_jstr(args ? args : "", n));
-    json_object_set_new(t, "function", fn);
-    stream_delta(u, KS_D_CONTENT, "", 0, t);
+    if (name)
+        u->w.ops->tool_open(&u->w, name);
+    else
+        u->w.ops->tool_args(&u->w, args, n);
 }
 
-static void oll_final_fields(run *u, json_t *j) {
-    double now = ks_now();
-    ks_req *q = u->q;
-    double t_first = q->t_first > 0 ? q->t_first : now;
-    double t_start = q->t_start > 0 ? q->t_start : u->t0;
-    json_object_set_new(j, "done", json_true());
-    const char *done = u->g.finish == KS_FIN_LENGTH ? "length" : ks_fin_incomplete(u->g.finish);
-    json_object_set_new(j, "done_reason", json_string(done ? done : "stop"));
-    json_object_set_new(j, "total_duration", json_integer((json_int_t)((now - u->t0 + u->a.load_wait) * 1e9)));
-    json_object_set_new(j, "load_duration", json_integer((json_int_t)(u->a.load_wait * 1e9)));
-    json_object_set_new(j, "prompt_eval_count", json_integer(q->n_prompt));
-    json_object_set_new(j, "prompt_eval_duration", json_integer((json_int_t)((t_first - t_start) * 1e9)));
-    json_object_set_new(j, "eval_count", json_integer(u->g.n_gen));
-    json_object_set_new(j, "eval_duration", json_integer((json_int_t)((now - t_first) * 1e9)));
-}
-
-/* The closing chunk(s) of a stream. */
-static void stream_final(run *u) {
-    if (u->g.finish == KS_FIN_ERROR) {
-        json_t *e = json_object();
-        json_object_set_new(e, "message", json_string(u->g.err[0] ? u->g.err : "generation failed"));
-        json_object_set_new(e, "type", json_string("server_error"));
-        json_t *j = json_object();
-        if (u->a.format >= KS_F_OLL_GEN) {
-            json_object_set_new(j, "error", json_string(u->g.err[0] ? u->g.err : "generation failed"));
-            json_decref(e);
-            ndjson(u, j);
-        } else {
-            json_object_set_new(j, "error", e);
-            sse(u, j);
-            ks_buf_puts(u->sink, "data: [DONE]\n\n");
-        }
-        return;
-    }
-    if (u->a.format == KS_F_OAI_CHAT || u->a.format == KS_F_OAI_COMPL) {
-        int chat = u->a.format == KS_F_OAI_CHAT;
-        json_t *j = oai_base(u, chat ? "chat.completion.chunk" : "text_completion");
-        json_t *ch = json_object();
-        json_object_set_new(ch, "index", json_integer(0));
-        if (chat)
-            json_object_set_new(ch, "delta", json_object());
-        else
-            json_object_set_new(ch, "text", json_string(""));
-        json_object_set_new(ch, "logprobs", take_logprobs(u));
-        json_object_set_new(ch, "finish_reason", json_string(finish_str(u)));
-        json_t *arr = json_array();
-        json_array_append_new(arr, ch);
-        json_object_set_new(j, "choices", arr);
-        json_object_set_new(j, "timings", timings(u));
-        sse(u, j);
-        if (u->a.include_usage) {
-            j = oai_base(u, chat ? "chat.completion.chunk" : "text_completion");
-            json_object_set_new(j, "choices", json_array());
-            json_object_set_new(j, "usage", usage(u));
-            sse(u, j);
-        }
-        ks_buf_puts(u->sink, "data: [DONE]\n\n");
-        return;
-    }
-    json_t *j = oll_base(u);
-    if (u->a.format == KS_F_OLL_GEN) {
-        json_object_set_new(j, "response", json_string(""));
-    } else {
-        json_t *m = json_object();
-        json_object_set_new(m, "role", json_string("assistant"));
-        json_object_set_new(m, "content", json_string(""));
-        json_object_set_new(j, "message", m);
-    }
-    oll_final_fields(u, j);
-    ndjson(u, j);
-}
-
-static json_t *whole_result(run *u) {
-    const char *content = u->content.p ? u->content.p : "";
-    if (u->a.format == KS_F_OAI_CHAT || u->a.format == KS_F_OAI_COMPL) {
-        int chat = u->a.format == KS_F_OAI_CHAT;
-        json_t *j = oai_base(u, chat ? "chat.completion" : "text_completion");
-        json_t *ch = json_object();
-        json_object_set_new(ch, "index", json_integer(0));
-        if (chat) {
-            json_t *m = json_object();
-            json_object_set_new(m, "role", json_string("assistant"));
-            /* a reply that is only tool calls has content null, as OpenAI's */
-            size_t k = 0;
-            while (k < u->content.len && strchr(" \t\r\n", content[k])) k++;
-            const int calls_only = json_array_size(u->oai_tools) && k == u->content.len;
-            json_object_set_new(m, "content", calls_only ? json_null() : ks_jstr(content, u->content.len));
-            if (u->reasoning.len)
-                json_object_set_new(m, "reasoning_content", ks_jstr(u->reasoning.p, u->reasoning.len));
-            if (json_array_size(u->oai_tools)) json_object_set(m, "tool_calls", u->oai_tools);
-            json_object_set_new(ch, "message", m);
-        } else {
-            json_object_set_new(ch, "text", ks_jstr(content, u->content.len));
-        }
-        json_object_set_new(ch, "logprobs", take_logprobs(u));
-        json_object_set_new(ch, "finish_reason", json_string(finish_str(u)));
-        json_t *arr = json_array();
-        json_array_append_new(arr, ch);
-        json_object_set_new(j, "choices", arr);
-        json_object_set_new(j, "usage", usage(u));
-        json_object_set_new(j, "timings", timings(u));
-        return j;
-    }
-    json_t *j = oll_base(u);
-    if (u->a.format == KS_F_OLL_GEN) {
-        json_object_set_new(j, "response", ks_jstr(content, u->content.len));
-        if (u->reasoning.len) json_object_set_new(j, "thinking", ks_jstr(u->reasoning.p, u->reasoning.len));
-    } else {
-        json_t *m = json_object();
-        json_object_set_new(m, "role", json_string("assistant"));
-        json_object_set_new(m, "content", ks_jstr(content, u->content.len));
-        if (u->reasoning.len) json_object_set_new(m, "thinking", ks_jstr(u->reasoning.p, u->reasoning.len));
-        if (json_array_size(u->oai_tools)) json_object_set(m, "tool_calls", u->oai_tools);
-        json_object_set_new(j, "message", m);
-    }
-    oll_final_fields(u, j);
-    return j;
+/* The writer learns how it ended, then closes. */
+static void finish(run *u) {
+    ks_xw *w = &u->w;
+    w->finish = u->g.finish;
+    w->stop_seq = u->g.stop_hit >= 0 ? json_string_value(json_array_get(u->g.stops, (size_t)u->g.stop_hit)) : NULL;
+    w->n_prompt = u->q->n_prompt;
+    w->n_cached = u->q->n_cached;
+    w->n_gen = u->g.n_gen;
+    if (u->g.finish == KS_FIN_ERROR)
+        w->ops->fail(w, u->g.err[0] ? u->g.err : "generation failed");
+    else
+        w->ops->finish(w);
 }
 
 static void run_free(run *u) {
@@ -640,88 +301,90 @@ static void run_free(run *u) {
     ks_reqlog_tokens(u->log, u->q->n_prompt, u->g.n_gen);
     ks_reqlog_emit(u->log);
     ks_reqlog_put(u->log);
-    json_decref(u->g.stops); /* the run holds a reference (see run_new) */
+    json_decref(u->g.stops); /* the run holds a reference (see ks_run) */
     ks_gen_free(&u->g);
     ks_req_free(u->q); /* cancels it when it is still running */
-    ks_model_done(u->r, u->a.keep_alive);
-    ks_buf_free(&u->content);
-    ks_buf_free(&u->reasoning);
-    json_decref(u->oai_tools);
+    ks_model_done(u->r, u->keep_alive);
+    ks_xw_free(&u->w);
     free(u);
 }
 
 static int run_fill(ks_stream *st) {
     run *u = st->user;
-    u->sink = &st->out;
     /* wait for output in short slices so a gone client is noticed */
     for (int i = 0; i < 50 && st->out.len == 0; i++) {
         if (ks_gen_pump(&u->g, u->q, 100)) {
-            stream_final(u);
+            finish(u);
             return 1;
         }
         if (st->out.len == 0 && ks_conn_gone(st->conn)) return 1;
     }
-    if (st->out.len == 0 && u->a.format == KS_F_OAI_CHAT) ks_buf_puts(&st->out, ": keep-alive\n\n");
+    if (st->out.len == 0 && u->w.ops->ping) u->w.ops->ping(&u->w);
     return 0;
 }
 
 static void run_cleanup(ks_stream *st) { run_free(st->user); }
 
 int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks_run_args *a, const ks_gen_opts *o) {
+    const ks_xw_ops *ops = shapes[a->format];
     run *u = calloc(1, sizeof *u);
-    if (!u) {
+    ks_stream *st = a->stream ? calloc(1, sizeof *st) : NULL;
+    if (!u || (a->stream && !st)) {
+        free(u);
+        free(st);
         ks_req_free(q);
         ks_model_done(r, a->keep_alive);
-        return ks_error(c, o->ollama, 500, "server_error", "out of memory", NULL);
+        return ks_send_error_body(c, 500, ks_error_body(ops->api, "server_error", "out of memory", NULL));
     }
-    u->s = s;
     u->r = r;
     u->q = q;
-    u->a = *a;
+    u->keep_alive = a->keep_alive;
     u->log = ks_reqlog_hold(ks_reqlog_current());
+    /* the response's id: its shape's prefix, the time, then a counter */
+    static atomic_uint_fast64_t counter;
+    const long created = (long)ks_wall();
+    char serial[40];
+    snprintf(serial, sizeof serial, "%lx%llx", created, (unsigned long long)atomic_fetch_add(&counter, 1));
+    ks_xw *w = &u->w;
+    ks_xw_init(w, ops, "", serial, a->model && *a->model ? a->model : r->name, st ? &st->out : NULL);
+    snprintf(w->id, sizeof w->id, "%s%s", ops->id_prefix, serial);
+    w->created = created;
+    w->echo = a->echo ? json_deep_copy(a->echo) : NULL;
+    w->g = &u->g;
+    w->q = q;
     /* the request's clock starts where ks_start handed it to the engine:
      * the scheduler may begin its prefill (q->t_start) before this line */
-    u->t0 = q->t_submit > 0 ? q->t_submit : ks_now();
-    u->created = (long)ks_wall();
-    u->oai_tools = json_array();
-    snprintf(u->model, sizeof u->model, "%s", a->model && *a->model ? a->model : r->name);
-    static atomic_uint_fast64_t counter;
-    snprintf(u->id, sizeof u->id, "%s-%lx%llx", a->format == KS_F_OAI_CHAT ? "chatcmpl" : "cmpl", u->created,
-             (unsigned long long)atomic_fetch_add(&counter, 1));
+    w->t0 = q->t_submit > 0 ? q->t_submit : ks_now();
+    w->load_wait = a->load_wait;
+    w->include_usage = a->include_usage;
+    w->n_prompt = q->n_prompt;
     ks_gen_init(&u->g, r->model, a->start_think);
-    u->g.stops = o->stop;
     if (json_is_string(o->stop)) { /* one string: wrap it */
         u->g.stops = json_array();
         json_array_append(u->g.stops, o->stop);
     } else if (o->stop) {
-        json_incref(o->stop);
+        u->g.stops = json_incref(o->stop);
     }
-    u->g.want_logprobs = o->logprobs;
+    if (ops->flags & KS_XW_LOGPROBS) u->g.want_logprobs = o->logprobs;
     ks_gen_tools(&u->g, a->tools);
     ks_gen_format(&u->g, ks_model_callfmt(r));
-    u->a.tools = NULL; /* borrowed for this call only */
     /* What the output is split into, as the references do: completions are
-     * raw text; reasoning is split unless Ollama's think is false; a
-     * <tool_call> block is a call only when the request offered tools. */
-    u->g.split_think = a->format != KS_F_OAI_COMPL && !a->think_off;
-    u->g.split_tools = (a->format == KS_F_OAI_CHAT || a->format == KS_F_OLL_CHAT) && a->has_tools;
-    if (a->format == KS_F_OAI_COMPL) u->g.harmony = 0; /* harmony's headers too */
+     * raw text (harmony's headers too); reasoning is split unless Ollama's
+     * think is false; a call is a call only when the request offered tools
+     * and the shape takes calls. */
+    u->g.split_think = !(ops->flags & KS_XW_RAW) && !a->think_off;
+    u->g.split_tools = (ops->flags & KS_XW_CALLS) && a->has_tools;
+    if (ops->flags & KS_XW_RAW) u->g.harmony = 0;
     u->g.on_text = on_text;
-    u->g.on_tool = on_tool;
-    /* Ollama sends whole calls, as Ollama does */
-    if (a->stream && a->format == KS_F_OAI_CHAT) u->g.on_tool_part = on_tool_part;
+    u->g.on_tool = ops->call ? on_tool : NULL;
+    if ((ops->flags & KS_XW_PARTS) && (st || !(ops->flags & KS_XW_PARTS_STREAM))) u->g.on_tool_part = on_tool_part;
     u->g.user = u;
-    if (a->stream) {
-        ks_stream *st = calloc(1, sizeof *st);
-        if (!st) {
-            run_free(u);
-            return ks_error(c, o->ollama, 500, "server_error", "out of memory", NULL);
-        }
+    if (st) {
+        if (ops->start) ops->start(w);
         st->fill = run_fill;
         st->cleanup = run_cleanup;
         st->user = u;
-        int oai = a->format == KS_F_OAI_CHAT || a->format == KS_F_OAI_COMPL;
-        return ks_send_stream(c, oai ? "text/event-stream" : "application/x-ndjson", st);
+        return ks_send_stream(c, ops->mime, st);
     }
     while (!ks_gen_pump(&u->g, u->q, 100)) {
         if (ks_conn_gone(c)) {
@@ -729,19 +392,148 @@ int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks
             return MHD_NO;
         }
     }
-    int rc;
-    if (u->content.failed || u->reasoning.failed) { /* the text did not fit in memory: no cut answer */
-        snprintf(u->g.err, sizeof u->g.err, "out of memory");
-        u->g.finish = KS_FIN_ERROR;
-    }
-    if (u->g.finish == KS_FIN_ERROR) {
-        if (a->format >= KS_F_OLL_GEN)
-            rc = ks_oll_error(c, 500, u->g.err[0] ? u->g.err : "generation failed");
-        else
-            rc = ks_send_error(c, 500, "server_error", u->g.err[0] ? u->g.err : "generation failed", NULL);
-    } else {
-        rc = ks_send_json(c, 200, whole_result(u));
-    }
+    finish(u);
+    /* a result the writer could not make: the reply did not fit in memory */
+    const char *err = u->g.finish == KS_FIN_ERROR ? (u->g.err[0] ? u->g.err : "generation failed")
+                      : !w->result                ? "out of memory"
+                                                  : NULL;
+    const int rc = err ? ks_send_error_body(c, 500, ks_error_body(ops->api, "server_error", err, NULL))
+                       : ks_send_json(c, 200, json_incref(w->result));
     run_free(u);
     return rc;
 }
+
+/* ---- the Responses and Messages endpoints ---- */
+
+static const char *status_type(int status) {
+    return status == 404   ? "not_found_error"
+           : status == 400 ? "invalid_request_error"
+           : status == 503 ? "unavailable_error"
+           : status == 413 ? "request_too_large"
+                           : "server_error";
+}
+
+static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp, int count, ks_xreq *xp,
+                     ks_gen_opts *op);
+
+/* Shared by both APIs: count only (Messages' count_tokens) or run. */
+static int handle(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp, int count) {
+    ks_xreq x;
+    char err[600];
+    const char *param = NULL;
+    int rc = resp ? ks_resp_translate(body, &x, err, sizeof err, &param)
+                  : ks_msg_translate(body, count, &x, err, sizeof err, &param);
+    if (rc) {
+        ks_xreq_free(&x);
+        return ks_send_error(c, 400, "invalid_request_error", err, param);
+    }
+    ks_gen_opts o;
+    if (ks_parse_opts(c, x.chat, 0, &o, &rc)) {
+        ks_xreq_free(&x);
+        return rc;
+    }
+    int off = 0;
+    json_t *force = NULL;
+    if (ks_tool_choice(json_object_get(x.chat, "tool_choice"), json_object_get(x.chat, "tools"), &off, &force, err,
+                       sizeof err)) {
+        ks_xreq_free(&x);
+        return ks_send_error(c, 400, "invalid_request_error", err, "tool_choice");
+    }
+    o.force_tools = force;
+    rc = run_model(s, c, body, resp, count, &x, &o);
+    json_decref(force); /* a started request keeps its own copies */
+    ks_xreq_free(&x);
+    return rc;
+}
+
+static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp, int count, ks_xreq *xp,
+                     ks_gen_opts *op) {
+    ks_xreq x = *xp; /* freed by the caller */
+    ks_gen_opts o = *op;
+    char err[600];
+    int rc = MHD_NO;
+    const char *name = json_string_value(json_object_get(body, "model"));
+    double load_wait = 0;
+    int status = 404;
+    ks_model *r = ks_model_use(s, name, KS_TASK_GENERATE, &load_wait, &status, err, sizeof err);
+    ks_reqlog_model(ks_reqlog_current(), r ? r->name : name);
+    if (!r) return ks_send_error(c, status, status_type(status), err, "model");
+    if (ks_defaults_opts(r, c, x.chat, 0, &o, &rc)) { /* a store pack's options under the request's */
+        ks_model_done(r, NAN);
+        return rc;
+    }
+    json_t *tools = json_object_get(x.chat, "tools");
+    ks_media media;
+    json_t *marked = NULL; /* the messages with a marker per image, when any has one */
+    int mstatus = 400;
+    if (ks_media_chat(r, json_object_get(x.chat, "messages"), &marked, &media, &mstatus, err, sizeof err) < 0) {
+        ks_model_done(r, NAN);
+        return ks_send_error(c, mstatus, status_type(mstatus), err,
+                             mstatus == 500 ? NULL
+                             : resp         ? "input"
+                                            : "messages");
+    }
+    json_t *msgs = ks_defaults_messages(r, marked ? marked : json_object_get(x.chat, "messages"));
+    json_decref(marked);
+    const kct_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
+    char *prompt = ks_render_chat(r, msgs, tools, x.think, &ro, err, sizeof err);
+    json_decref(msgs);
+    if (!prompt) {
+        ks_media_free(&media);
+        ks_model_done(r, NAN);
+        const int code = ks_render_status(err);
+        return ks_send_error(c, code, code == 500 ? "server_error" : "invalid_request_error", err,
+                             code == 500 ? NULL : "messages");
+    }
+    int32_t n = 0;
+    int32_t *ids = NULL;
+    ks_prompt_media pm = {0}; /* the image tokens' rows */
+    if (media.n && ks_media_prompt(r, prompt, &media, &ids, &n, &pm, &mstatus, err, sizeof err)) {
+        ks_media_free(&media);
+        free(prompt);
+        ks_model_done(r, NAN);
+        return ks_send_error(c, mstatus, status_type(mstatus), err,
+                             mstatus == 500 ? NULL
+                             : resp         ? "input"
+                                            : "messages");
+    }
+    if (!media.n) ids = ks_tokenize(r->model, prompt, 1, &n);
+    ks_media_free(&media);
+    int start_think = ks_prompt_opens_think(prompt);
+    o.force_think = ks_force_think(r, prompt, 0);
+    free(prompt);
+    if (!ids) {
+        ks_model_done(r, NAN);
+        return ks_send_error(c, 500, "server_error", "tokenization failed", NULL);
+    }
+    if (count) {
+        free(ids);
+        free(pm.embd);
+        free(pm.mpos);
+        ks_model_done(r, NAN);
+        return ks_send_json(c, 200, json_pack("{s:i}", "input_tokens", (int)n));
+    }
+    ks_req *q = ks_start(r, c, ids, n, &pm, &o, &rc);
+    if (!q) {
+        ks_model_done(r, NAN);
+        return rc;
+    }
+    ks_run_args a = {.format = resp ? KS_F_RESP : KS_F_MSG,
+                     .stream = x.stream,
+                     .include_usage = 0,
+                     .start_think = start_think,
+                     .keep_alive = NAN,
+                     .model = name,
+                     .think_off = 0,
+                     .has_tools = json_array_size(tools) > 0,
+                     .load_wait = load_wait,
+                     .tools = tools,
+                     .echo = resp ? body : NULL};
+    /* the options stay valid: o.stop and tools point into x.chat, which
+     * the run references (ks_run takes its own) before x goes */
+    return ks_run(s, r, c, q, &a, &o);
+}
+
+int ks_resp_handle(ks_srv *s, struct MHD_Connection *c, json_t *body) { return handle(s, c, body, 1, 0); }
+
+int ks_msg_handle(ks_srv *s, struct MHD_Connection *c, json_t *body, int count) { return handle(s, c, body, 0, count); }

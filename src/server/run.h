@@ -1,7 +1,8 @@
 /* A generation request from its admission to its response, shared by
- * every generation endpoint (run.c): the same token stream leaves as
- * OpenAI chat or completion objects (SSE) or Ollama generate/chat objects
- * (NDJSON). */
+ * every generation endpoint (run.c): one loop hands the token stream to
+ * the writer of the request's shape (write.h), which sends OpenAI chat or
+ * completion chunks, Ollama chat or generate lines, Responses or Messages
+ * events, or the whole object. */
 #ifndef KILN_SERVER_RUN_H
 #define KILN_SERVER_RUN_H
 
@@ -23,22 +24,23 @@ ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n,
  * it if it runs). */
 ks_req *ks_req_new(void);
 void ks_req_free(ks_req *q);
-/* Output shapes of ks_run */
-enum { KS_F_OAI_CHAT = 0, KS_F_OAI_COMPL, KS_F_OLL_GEN, KS_F_OLL_CHAT };
+/* The response shapes, each with its writer (write.h) */
+enum { KS_F_OAI_CHAT = 0, KS_F_OAI_COMPL, KS_F_OLL_GEN, KS_F_OLL_CHAT, KS_F_RESP, KS_F_MSG, KS_F_COUNT };
 typedef struct ks_run_args {
     int format; /* KS_F_* */
     int stream;
     int include_usage; /* OpenAI stream_options.include_usage */
     int start_think;   /* the prompt opened a <think> block */
     double keep_alive; /* seconds for the model after this; NAN = keep */
-    const char *model; /* name echoed back */
+    const char *model; /* name echoed back; NULL or empty: the model's */
     int think_off;     /* the request said think: false (Ollama) */
     int has_tools;     /* the request offered tools */
     double load_wait;  /* seconds this request waited for the model to load */
     json_t *tools;     /* the request's tools (borrowed; the run keeps a reference), or NULL */
+    json_t *echo;      /* the request, which the response repeats (Responses; borrowed), or NULL */
 } ks_run_args;
-/* Sends q's result (streamed or whole) in the chosen shape; takes over the
- * request and the model use. */
+/* Sends q's result (streamed or whole) in the chosen shape through its
+ * writer; takes over the request and the model use. */
 int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks_run_args *a, const ks_gen_opts *o);
 
 #endif

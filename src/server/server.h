@@ -19,13 +19,16 @@
  *   openai.c   the route table of OpenAI-style paths (/v1/..., rerank aliases)
  *   ollama.c   /api/... (its route table; models and the store)
  *   llama.c    llama-server's /tokenize, /detokenize, /apply-template, /props
- *   xrun.c     OpenAI Responses (responses.c) and Anthropic Messages
- *              (messages.c): request translation and writers (xapi.h)
  *   generate.c chat and generate/completion, shared by both APIs
  *   embed.c    embeddings for both APIs
  *   audio.c    /v1/audio/transcriptions, /v1/audio/translations (multipart)
  *   rerank.c   /v1/rerank over a reranker    images.c /v1/images/generations
- *   run.c      a generation from admission to response (SSE or NDJSON)
+ *   run.c      a generation from admission to response: one loop drives
+ *              the writer of its shape; the OpenAI Responses and Anthropic
+ *              Messages endpoints (their requests translated by responses.c
+ *              and messages.c, xapi.h, which hold their writers)
+ *   write.c    the writer table (write.h): OpenAI chat and completions (SSE),
+ *              Ollama chat and generate (NDJSON)
  *   defaults.c a store pack's defaults        opts.c   a request's options
  *   reply.c    responses: JSON, errors in each API's shape, streams, watches
  *   models.c   the models: engines, loads on demand, keep-alive, room, drain

@@ -6,10 +6,10 @@
  *   - a translation of its request into the chat form the server renders
  *     (OpenAI chat messages and tools, plus sampling fields ks_parse_opts
  *     reads): ks_resp_translate, ks_msg_translate;
- *   - a writer (ks_xw) that turns the generation's pieces (text, reasoning,
- *     tool calls opened and their arguments' text) into that API's stream
- *     events and, either way, its whole response object.
- * xrun.c drives a writer from a running request, streamed or not.  The
+ *   - a writer (write.h's ks_xw) that turns the generation's pieces
+ *     (text, reasoning, tool calls opened and their arguments' text) into
+ *     that API's stream events and, either way, its whole response object.
+ * run.c drives the writer from a running request, streamed or not.  The
  * halves use no connection, so tests feed them directly. */
 #ifndef KILN_SERVER_XAPI_H
 #define KILN_SERVER_XAPI_H
@@ -18,6 +18,7 @@
 #include "server/gen.h"
 #include "server/opts.h"
 #include "server/srv.h"
+#include "server/write.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -50,70 +51,7 @@ int ks_xapi_text(json_t *v, ks_buf *b, const char *const *types, const char *wha
 
 /* ---- writers ---- */
 
-typedef struct ks_xw ks_xw;
-typedef struct ks_xw_ops {
-    void (*start)(ks_xw *w);
-    /* a piece of text: kind KS_D_CONTENT or KS_D_REASONING */
-    void (*text)(ks_xw *w, int kind, const char *s, size_t n);
-    /* a tool call opens (its name settled); its arguments' JSON text
-     * follows through tool_args */
-    void (*tool_open)(ks_xw *w, const char *name);
-    void (*tool_args)(ks_xw *w, const char *s, size_t n);
-    /* the end: closes the open block, writes the last events and sets
-     * w->result (w->finish and the counts are set) */
-    void (*finish)(ks_xw *w);
-    /* a failure after the stream began: the API's error event */
-    void (*fail)(ks_xw *w, const char *msg);
-    /* a keep-alive while nothing is produced */
-    void (*ping)(ks_xw *w);
-    /* the API's error body for a failure before anything was sent */
-    json_t *(*error_body)(const char *type, const char *msg);
-} ks_xw_ops;
-
-enum { KS_XB_NONE = -1, KS_XB_TEXT = KS_D_CONTENT, KS_XB_REASONING = KS_D_REASONING, KS_XB_TOOL = 2 };
-
-struct ks_xw {
-    const ks_xw_ops *ops;
-    ks_buf *out;     /* where events go; NULL: not streaming */
-    char id[64];     /* the response's id ("resp_..." / "msg_...") */
-    char serial[40]; /* its unique part, in item and call ids */
-    char model[256];
-    long created; /* Unix seconds */
-    json_t *echo; /* owned: request fields the response repeats (Responses), or NULL */
-    /* set by the driver before finish */
-    int finish;           /* KS_FIN_* */
-    const char *stop_seq; /* the stop string that ended it, or NULL */
-    int32_t n_prompt, n_cached, n_gen;
-    /* the writer's state */
-    int open;       /* KS_XB_* of the open block */
-    int n_tools;    /* tool calls opened */
-    long seq;       /* Responses: the next sequence_number */
-    ks_buf acc;     /* the open block's text or arguments */
-    json_t *cur;    /* the open block / item (owned) */
-    json_t *items;  /* closed blocks / items, in order */
-    json_t *result; /* after finish: the whole response (owned) */
-};
-
-extern const ks_xw_ops ks_resp_ops, ks_msg_ops;
-
-/* serial is the unique part of the id (hex digits); prefix "resp" or
- * "msg"; out NULL when not streaming. */
-void ks_xw_init(ks_xw *w, const ks_xw_ops *ops, const char *prefix, const char *serial, const char *model, ks_buf *out);
-void ks_xw_free(ks_xw *w);
-/* The writer's block state: a block (owned) of kind KS_XB_* opens; the
- * open block moves to items, and its text accumulator empties. */
-void ks_xw_opened(ks_xw *w, int kind, json_t *blk);
-void ks_xw_closed(ks_xw *w);
-/* SSE with an event name: "event: NAME\ndata: JSON\n\n" (steals j). */
-void ks_xw_event(ks_xw *w, const char *name, json_t *j);
-
-/* ---- the driver (xrun.c) ---- */
-
-/* Runs q with w (heap-allocated, out NULL; taken over with q and the
- * model use): stream gives SSE events, else the whole object as JSON.
- * tools: what the request offered (borrowed; the run keeps a reference),
- * NULL or empty for none; with tools, <tool_call> blocks are calls. */
-int ks_xrun(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, ks_xw *w, const ks_gen_opts *o, int stream,
-            int start_think, json_t *tools, double keep_alive);
+/* Each API's writer (ks_resp_ops, ks_msg_ops) is a row of write.h's
+ * table; run.c's loop drives it. */
 
 #endif
