@@ -1,0 +1,116 @@
+/*
+ * tiles_i8mm.c — the block kernels (kq_tile_fn) of Q8_0 and Q4_0 weights
+ * with smmla (built with -march=armv8.2-a+dotprod+i8mm; only called when
+ * the CPU reports FEAT_I8MM).
+ *
+ * smmla multiplies a 2 x 8 matrix of int8 by the transpose of another and
+ * adds the 2 x 2 result to int32 lanes: with two weight rows as the first
+ * operand and two activation rows as the second, one instruction forms the
+ * 8-element dots of four (row, token) pairs, and four of them a 32-element
+ * block's: lanes {w0.x0, w0.x1, w1.x0, w1.x1}.  The integer sums are exact;
+ * each lane then scales and adds block by block as the scalar reference
+ * (legacy.c) does, so every output is its float bit for bit.  An odd last
+ * row or token is paired with itself and its copy dropped.
+ */
+#include <arm_neon.h>
+#include <string.h>
+
+#include "quant/quant.h"
+
+#define QK 32
+
+/* bytes 0..7 of a then of b (zip1 of the 64-bit halves), and bytes 8..15 */
+static inline int8x16_t lo64(int8x16_t a, int8x16_t b) {
+    return vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+static inline int8x16_t hi64(int8x16_t a, int8x16_t b) {
+    return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+
+/* the exact dots of 32-element rows a (weights) and b (activations), two
+ * of each given as their halves 0..15 (a0, b0) and 16..31 (a1, b1) */
+static inline int32x4_t mm_block(int8x16_t a00, int8x16_t a01, int8x16_t a10, int8x16_t a11, int8x16_t b00,
+                                 int8x16_t b01, int8x16_t b10, int8x16_t b11) {
+    int32x4_t acc = vmmlaq_s32(vdupq_n_s32(0), lo64(a00, a10), lo64(b00, b10));
+    acc = vmmlaq_s32(acc, hi64(a00, a10), hi64(b00, b10));
+    acc = vmmlaq_s32(acc, lo64(a01, a11), lo64(b01, b11));
+    return vmmlaq_s32(acc, hi64(a01, a11), hi64(b01, b11));
+}
+
+/* {h0, h0, h1, h1} and {h0, h1, h0, h1} as floats (fcvtl, exact) */
+static inline float32x4_t f16_pairs(uint16_t h0, uint16_t h1) {
+    const uint64_t v = (uint64_t)h0 * 0x10001u | ((uint64_t)h1 * 0x10001u) << 32;
+    return vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(v)));
+}
+static inline float32x4_t f16_alt(uint16_t h0, uint16_t h1) {
+    const uint64_t v = ((uint64_t)h0 | (uint64_t)h1 << 16) * 0x100000001ull;
+    return vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(v)));
+}
+
+/* The four dots of weight rows w0, w1 (type Q8_0 or Q4_0) with Q8_0
+ * activation rows x0, x1 over nb blocks: {w0.x0, w0.x1, w1.x0, w1.x1}. */
+static inline __attribute__((always_inline)) float32x4_t tile_2x2(int q4, int nb, const uint8_t *w0, const uint8_t *w1,
+                                                                  const kq_block_q8_0 *x0, const kq_block_q8_0 *x1) {
+    const size_t wb = q4 ? sizeof(kq_block_q4_0) : sizeof(kq_block_q8_0);
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    const int8x16_t k8 = vdupq_n_s8(8);
+    float32x4_t sum = vdupq_n_f32(0);
+    for (int i = 0; i < nb; i++, w0 += wb, w1 += wb) {
+        uint16_t d0, d1;
+        memcpy(&d0, w0, 2);
+        memcpy(&d1, w1, 2);
+        int8x16_t a00, a01, a10, a11;
+        if (q4) { /* low nibbles are elements 0..15, high 16..31; minus 8 */
+            const uint8x16_t q0 = vld1q_u8(w0 + 2), q1 = vld1q_u8(w1 + 2);
+            a00 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q0, m4)), k8);
+            a01 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q0, 4)), k8);
+            a10 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q1, m4)), k8);
+            a11 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q1, 4)), k8);
+        } else {
+            a00 = vld1q_s8((const int8_t *)w0 + 2);
+            a01 = vld1q_s8((const int8_t *)w0 + 18);
+            a10 = vld1q_s8((const int8_t *)w1 + 2);
+            a11 = vld1q_s8((const int8_t *)w1 + 18);
+        }
+        const int32x4_t isum = mm_block(a00, a01, a10, a11, vld1q_s8(x0[i].qs), vld1q_s8(x0[i].qs + 16),
+                                        vld1q_s8(x1[i].qs), vld1q_s8(x1[i].qs + 16));
+        /* (float)isum * (d_w * d_x), then the running sum: the reference's order */
+        const float32x4_t d = vmulq_f32(f16_pairs(d0, d1), f16_alt(x0[i].d, x1[i].d));
+        sum = vaddq_f32(sum, vmulq_f32(vcvtq_f32_s32(isum), d));
+    }
+    return sum;
+}
+
+static inline __attribute__((always_inline)) void tile_q(int q4, int n, const void *w, size_t wrow, int nr,
+                                                         const void *a, size_t arow, int nt, float *y, int64_t ldy) {
+    const int nb = n / QK;
+    for (int r = 0; r < nr; r += 2) {
+        const uint8_t *w0 = (const uint8_t *)w + (size_t)r * wrow;
+        const uint8_t *w1 = r + 1 < nr ? w0 + wrow : w0;
+        for (int t = 0; t < nt; t += 2) {
+            const kq_block_q8_0 *x0 = (const kq_block_q8_0 *)((const uint8_t *)a + (size_t)t * arow);
+            const kq_block_q8_0 *x1 = t + 1 < nt ? (const kq_block_q8_0 *)((const uint8_t *)x0 + arow) : x0;
+            float o[4];
+            vst1q_f32(o, tile_2x2(q4, nb, w0, w1, x0, x1));
+            float *y0 = y + (int64_t)t * ldy + r;
+            y0[0] = o[0];
+            if (t + 1 < nt) y0[ldy] = o[1];
+            if (r + 1 < nr) {
+                y0[1] = o[2];
+                if (t + 1 < nt) y0[ldy + 1] = o[3];
+            }
+        }
+    }
+}
+
+static void tile_q8_0(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                      int64_t ldy) {
+    tile_q(0, n, w, wrow, nr, a, arow, nt, y, ldy);
+}
+
+static void tile_q4_0(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                      int64_t ldy) {
+    tile_q(1, n, w, wrow, nr, a, arow, nt, y, ldy);
+}
+
+const kq_simd kq_quant_i8mm = {.tile = {[KQ_Q8_0] = tile_q8_0, [KQ_Q4_0] = tile_q4_0}};
