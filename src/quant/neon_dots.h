@@ -294,6 +294,68 @@ static void neon_dot_iq4_xs(int n, float *s, const void *vx, const void *vy) {
     *s = sum;
 }
 
+/* ---- activation quantizers, byte for byte the reference ones (legacy.c
+ * q8_0_from_f32, kquants.c q8_K_from_f32): the same float operations per
+ * element; roundf is fcvtas (ties away from zero), kquants.c's round_int
+ * fcvtns (ties to even) ---- */
+
+/* the largest |x| of n floats (n a multiple of 16) */
+static inline float neon_absmax(const float *x, int n) {
+    float32x4_t m0 = vabsq_f32(vld1q_f32(x)), m1 = vabsq_f32(vld1q_f32(x + 4));
+    float32x4_t m2 = vabsq_f32(vld1q_f32(x + 8)), m3 = vabsq_f32(vld1q_f32(x + 12));
+    for (int j = 16; j < n; j += 16) {
+        m0 = vmaxq_f32(m0, vabsq_f32(vld1q_f32(x + j)));
+        m1 = vmaxq_f32(m1, vabsq_f32(vld1q_f32(x + j + 4)));
+        m2 = vmaxq_f32(m2, vabsq_f32(vld1q_f32(x + j + 8)));
+        m3 = vmaxq_f32(m3, vabsq_f32(vld1q_f32(x + j + 12)));
+    }
+    return vmaxvq_f32(vmaxq_f32(vmaxq_f32(m0, m1), vmaxq_f32(m2, m3)));
+}
+
+/* 16 int32 lanes to int8 (every value in -128..127 here) */
+static inline int8x16_t narrow16(int32x4_t a, int32x4_t b, int32x4_t c, int32x4_t d) {
+    return vcombine_s8(vqmovn_s16(vcombine_s16(vqmovn_s32(a), vqmovn_s32(b))),
+                       vqmovn_s16(vcombine_s16(vqmovn_s32(c), vqmovn_s32(d))));
+}
+
+static void neon_quant_q8_0(const float *x, void *vy, int64_t n) {
+    kq_block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / QK; i++, x += QK) {
+        const float d = neon_absmax(x, QK) / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = kq_f32_to_f16(d);
+        for (int j = 0; j < QK; j += 16) {
+            int32x4_t q[4];
+            for (int k = 0; k < 4; k++) q[k] = vcvtaq_s32_f32(vmulq_n_f32(vld1q_f32(x + j + 4 * k), id));
+            vst1q_s8(y[i].qs + j, narrow16(q[0], q[1], q[2], q[3]));
+        }
+    }
+}
+
+static void neon_quant_q8_K(const float *x, void *vy, int64_t n) {
+    kq_block_q8_K *y = vy;
+    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+        const float amax = neon_absmax(x, KQ_QK_K);
+        if (!amax) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        int e = 0; /* the first element of that magnitude gives the sign */
+        while (x[e] != amax && x[e] != -amax) e++;
+        const float iscale = -127.f / x[e];
+        const int32x4_t top = vdupq_n_s32(127);
+        for (int j = 0; j < KQ_QK_K; j += 16) {
+            int32x4_t q[4];
+            for (int k = 0; k < 4; k++)
+                q[k] = vminq_s32(vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + j + 4 * k), iscale)), top);
+            const int8x16_t b = narrow16(q[0], q[1], q[2], q[3]);
+            vst1q_s8(y[i].qs + j, b);
+            y[i].bsums[j / 16] = (int16_t)vaddlvq_s8(b);
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
 const kq_simd KQ_NEON_TABLE = {
     .dot =
         {
@@ -307,6 +369,7 @@ const kq_simd KQ_NEON_TABLE = {
             [KQ_IQ4_NL] = neon_dot_iq4_nl,
             [KQ_IQ4_XS] = neon_dot_iq4_xs,
         },
+    .quant = {[KQ_Q8_0] = neon_quant_q8_0, [KQ_Q8_K] = neon_quant_q8_K},
 };
 
 #endif
