@@ -10,7 +10,9 @@
  * block's: lanes {w0.x0, w0.x1, w1.x0, w1.x1}.  The integer sums are exact;
  * each lane then scales and adds block by block as the scalar reference
  * (legacy.c) does, so every output is its float bit for bit.  An odd last
- * row or token is paired with itself and its copy dropped.
+ * row or token is paired with itself and its copy dropped; one token alone
+ * (decode) takes the dotprod level's one-token dot per row instead, the
+ * same floats for half the integer work.
  */
 #include <arm_neon.h>
 #include <string.h>
@@ -84,6 +86,11 @@ static inline __attribute__((always_inline)) float32x4_t tile_2x2(int q4, int nb
 static inline __attribute__((always_inline)) void tile_q(int q4, int n, const void *w, size_t wrow, int nr,
                                                          const void *a, size_t arow, int nt, float *y, int64_t ldy) {
     const int nb = n / QK;
+    if (nt == 1) {
+        const kq_vec_dot_fn dot = kq_quant_dotprod.dot[q4 ? KQ_Q4_0 : KQ_Q8_0];
+        for (int r = 0; r < nr; r++) dot(n, y + r, (const uint8_t *)w + (size_t)r * wrow, a);
+        return;
+    }
     for (int r = 0; r < nr; r += 2) {
         const uint8_t *w0 = (const uint8_t *)w + (size_t)r * wrow;
         const uint8_t *w1 = r + 1 < nr ? w0 + wrow : w0;
