@@ -496,11 +496,11 @@ static void test_table(void) {
  * Every output of a level's block kernel is that level's vec_dot float and
  * the reference's, bit for bit, over blocks of rows and tokens that are odd
  * and even (the smmla kernels pair rows and tokens) and lengths of 1 to
- * 129 blocks.  On aarch64 the dotprod level has them exactly when the CPU
+ * 129 blocks (K-quants: 1 to 7 super-blocks).  On aarch64 the dotprod level has them exactly when the CPU
  * has FEAT_I8MM (qemu -cpu max: yes; cortex-a57: no, and the matmul then
  * takes the vec_dot row by row). */
 static void test_tiles(void) {
-    static const int types[] = {KQ_Q8_0, KQ_Q4_0};
+    static const int types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K};
     static const int blocks[][2] = {{1, 1}, {2, 2}, {3, 5}, {8, 4}, {17, 2}, {4, 9}, {7, 1}, {1, 6}};
     static const int nblk[] = {1, 2, 3, 7, 129};
     int ran = 0;
@@ -521,7 +521,8 @@ static void test_tiles(void) {
             int bad = 0, total = 0;
             for (size_t k = 0; k < sizeof nblk / sizeof nblk[0]; k++)
                 for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
-                    const int n = 32 * nblk[k], nr = blocks[b][0], nt = blocks[b][1];
+                    if (tr->blck > 32 && nblk[k] > 7) continue;
+                    const int n = tr->blck * nblk[k], nr = blocks[b][0], nt = blocks[b][1];
                     const size_t wrow = kq_row_size(t, n) + 2, arow = kq_row_size(tr->vec_dot_type, n) + 6;
                     const int64_t ldy = nr + 3;
                     uint8_t *w = xmalloc(wrow * (size_t)nr), *a = xmalloc(arow * (size_t)nt);
