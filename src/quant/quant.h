@@ -150,7 +150,7 @@ kq_from_f32_fn kq_from_f32_at(int t, int isa);
 typedef void (*kq_tile_fn)(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                            int64_t ldy);
 /* The block kernel of weight type t at level isa, NULL when that level has
- * none on this CPU (today: Q8_0 and Q4_0 at aarch64's dotprod level on a
+ * none on this CPU (today: Q8_0, Q4_0 and Q4_K at aarch64's dotprod level on a
  * CPU with FEAT_I8MM, two rows by two tokens per smmla). */
 kq_tile_fn kq_tile_at(int t, int isa);
 
@@ -248,7 +248,7 @@ extern const kq_simd kq_legacy_avx512, kq_legacy_avx512_bf16, kq_kquants_avx512;
 extern const kq_simd kq_iquants_avx2, kq_iquants_avx512;
 /* aarch64: plain Advanced SIMD, and with sdot (FEAT_DotProd); beside the
  * dotprod level's, for CPUs that have them too: the BF16 dot with bfdot
- * (FEAT_BF16) and the Q8_0 / Q4_0 block kernels with smmla (FEAT_I8MM). */
+ * (FEAT_BF16) and the Q8_0 / Q4_0 / Q4_K block kernels with smmla (FEAT_I8MM). */
 extern const kq_simd kq_quant_neon, kq_quant_dotprod, kq_quant_bf16, kq_quant_i8mm;
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * tiles_i8mm.c — the block kernels (kq_tile_fn) of Q8_0 and Q4_0 weights
+ * tiles_i8mm.c — the block kernels (kq_tile_fn) of Q8_0, Q4_0 and Q4_K weights
  * with smmla (built with -march=armv8.2-a+dotprod+i8mm; only called when
  * the CPU reports FEAT_I8MM).
  *
