@@ -2,8 +2,10 @@
 # The aarch64 stage: kiln cross-built for Linux aarch64 with Debian's cross
 # toolchain (cmake/aarch64-linux-gnu.cmake), then the kernel tests and the
 # quick-tier tests emulation can afford run under qemu-aarch64 (user mode),
-# once on a CPU with FEAT_DotProd and FEAT_I8MM (QEMU_CPU=max: the dotprod
-# level) and once on a Cortex-A57 (Armv8.0: the neon level, the fallbacks).
+# once on a CPU with FEAT_DotProd, FEAT_I8MM and FEAT_BF16 (QEMU_CPU=max: the
+# dotprod level with its smmla and bfdot kernels) and once on a Cortex-A57
+# (Armv8.0: the neon level, the fallbacks); test_quant once more on a
+# Cortex-A76 (the dotprod level without smmla and bfdot).
 # Emulation says nothing about speed.  scripts/test.sh runs this under CI
 # (or with KILN_ARM64=1); when the cross toolchain cannot be installed it
 # says so and skips.
@@ -64,6 +66,7 @@ for cpu in max cortex-a57; do
   for t in $both_tests; do runs+=("$cpu $t"); done
 done
 for t in $once_tests; do runs+=("max $t"); done
+runs+=("cortex-a76 test_quant")
 for r in "${runs[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
   # shellcheck disable=SC2086

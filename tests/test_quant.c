@@ -180,6 +180,18 @@ static void test_round_trip(int t) {
 
 /* ---- dots ---- */
 
+/* The aarch64 dots that keep the reference's float order (neon_dots.h):
+ * their results are its floats, bit for bit. */
+static int neon_exact(int t) {
+#if defined(__aarch64__)
+    return t == KQ_Q8_0 || t == KQ_Q4_0 || t == KQ_Q4_K || t == KQ_Q5_K || t == KQ_Q6_K || t == KQ_IQ4_NL ||
+           t == KQ_IQ4_XS;
+#else
+    (void)t;
+    return 0;
+#endif
+}
+
 static void test_dots(int t) {
     const kq_traits *tr = kq_get(t);
     const kq_traits *ta = kq_get(tr->vec_dot_type);
@@ -232,6 +244,9 @@ static void test_dots(int t) {
                 CHECKF(fabs((double)got - ref) <= SIMD_DOT_TOL * mag + 1e-30,
                        "%s %s n=%d %s: simd dot %.9g vs ref %.9g (mag %.3g)", tr->name, twin_name(k), n,
                        DIST_NAME[dist], got, ref, mag);
+                CHECKF(!neon_exact(t) || memcmp(&got, &ref, sizeof got) == 0,
+                       "%s %s n=%d %s: NEON dot %.9g is not the reference's %.9g bit for bit", tr->name, twin_name(k),
+                       n, DIST_NAME[dist], got, ref);
             }
         }
         free(xb);
@@ -471,12 +486,85 @@ static void test_table(void) {
     CHECK(kq_vec_dot_at(KQ_Q4_0, KQ_ISA_SCALAR) == kq_get(KQ_Q4_0)->vec_dot_ref);
     CHECK(kq_vec_dot_at(KQ_Q4_0, 7) == NULL && kq_vec_dot_at(4, KQ_ISA_SCALAR) == NULL);
     printf("cpu isa %s, active %s\n", kq_isa_name(kq_cpu_isa()), kq_isa_name(act));
+#if defined(__aarch64__)
+    const kq_cpu *c = kq_cpu_get();
+    printf("aarch64 features: dotprod %d, i8mm %d, bf16 %d\n", c->dotprod, c->i8mm, c->bf16);
+#endif
+}
+
+/* ---- block kernels (kq_tile_at) ----
+ * Every output of a level's block kernel is that level's vec_dot float and
+ * the reference's, bit for bit, over blocks of rows and tokens that are odd
+ * and even (the smmla kernels pair rows and tokens) and lengths of 1 to
+ * 129 blocks (K-quants: 1 to 7 super-blocks).  On aarch64 the dotprod level has them exactly when the CPU
+ * has FEAT_I8MM (qemu -cpu max: yes; cortex-a57: no, and the matmul then
+ * takes the vec_dot row by row). */
+static void test_tiles(void) {
+    static const int types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K};
+    static const int blocks[][2] = {{1, 1}, {2, 2}, {3, 5}, {8, 4}, {17, 2}, {4, 9}, {7, 1}, {1, 6}};
+    static const int nblk[] = {1, 2, 3, 7, 129};
+    int ran = 0;
+    for (int isa = KQ_ISA_SCALAR; isa <= kq_cpu_isa(); isa++)
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            const int t = types[ti];
+            const kq_tile_fn f = kq_tile_at(t, isa);
+#if defined(__aarch64__)
+            CHECKF((f != NULL) == (isa == KQ_ISA_DOTPROD && kq_cpu_get()->i8mm), "%s block kernel at %s: %p",
+                   kq_get(t)->name, kq_isa_name(isa), (void *)f);
+#else
+            CHECKF(f == NULL, "%s block kernel at %s", kq_get(t)->name, kq_isa_name(isa));
+#endif
+            if (!f) continue;
+            ran++;
+            const kq_traits *tr = kq_get(t), *ta = kq_get(tr->vec_dot_type);
+            const kq_vec_dot_fn dot = kq_get_at(t, isa)->vec_dot;
+            int bad = 0, total = 0;
+            for (size_t k = 0; k < sizeof nblk / sizeof nblk[0]; k++)
+                for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
+                    if (tr->blck > 32 && nblk[k] > 7) continue;
+                    const int n = tr->blck * nblk[k], nr = blocks[b][0], nt = blocks[b][1];
+                    const size_t wrow = kq_row_size(t, n) + 2, arow = kq_row_size(tr->vec_dot_type, n) + 6;
+                    const int64_t ldy = nr + 3;
+                    uint8_t *w = xmalloc(wrow * (size_t)nr), *a = xmalloc(arow * (size_t)nt);
+                    float *x = xmalloc(sizeof(float) * (size_t)n);
+                    float *y = xmalloc(sizeof(float) * (size_t)(nt * ldy));
+                    for (int r = 0; r < nr; r++) {
+                        fill(x, n, r % 3 == 2 ? D_OUTLIER : D_GAUSS);
+                        tr->from_f32(x, w + (size_t)r * wrow, n);
+                    }
+                    for (int j = 0; j < nt; j++) {
+                        fill(x, n, j % 2 ? D_UNIFORM : D_GAUSS);
+                        ta->from_f32(x, a + (size_t)j * arow, n);
+                    }
+                    for (int i = 0; i < nt * ldy; i++) y[i] = -1.0f;
+                    f(n, w, wrow, nr, a, arow, nt, y, ldy);
+                    for (int j = 0; j < nt; j++) {
+                        for (int r = 0; r < nr; r++) {
+                            float d = NAN, ref = NAN;
+                            dot(n, &d, w + (size_t)r * wrow, a + (size_t)j * arow);
+                            tr->vec_dot_ref(n, &ref, w + (size_t)r * wrow, a + (size_t)j * arow);
+                            const float v = y[j * ldy + r];
+                            bad += memcmp(&v, &d, sizeof v) != 0 || memcmp(&v, &ref, sizeof v) != 0;
+                            total++;
+                        }
+                        for (int r = nr; r < ldy; r++) bad += y[j * ldy + r] != -1.0f; /* the gaps stay */
+                    }
+                    free(w);
+                    free(a);
+                    free(x);
+                    free(y);
+                }
+            CHECKF(bad == 0, "%s block kernel at %s: %d of %d outputs differ from vec_dot", tr->name, kq_isa_name(isa),
+                   bad, total);
+        }
+    printf("block kernels: %d checked\n", ran);
 }
 
 int main(void) {
     test_f16();
     test_bf16();
     test_table();
+    test_tiles();
     int ntypes = 0;
     for (int t = 0; t < KQ_TYPE_COUNT; t++) {
         const kq_traits *tr = kq_get(t);

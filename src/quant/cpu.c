@@ -91,6 +91,7 @@ static void detect(void) {
 #define KQ_HWCAP_ASIMDDP (1ul << 20) /* sdot / udot */
 #define KQ_HWCAP_SVE (1ul << 22)
 #define KQ_HWCAP2_I8MM (1ul << 13) /* smmla / ummla / usmmla */
+#define KQ_HWCAP2_BF16 (1ul << 14) /* bfdot / bfmmla / bfcvt */
 
 static void detect(void) {
     kq_cpu *p = &g_cpu;
@@ -101,6 +102,7 @@ static void detect(void) {
     p->dotprod = (h & KQ_HWCAP_ASIMDDP) != 0;
     p->sve = (h & KQ_HWCAP_SVE) != 0;
     p->i8mm = (h2 & KQ_HWCAP2_I8MM) != 0;
+    p->bf16 = (h2 & KQ_HWCAP2_BF16) != 0;
     p->arm_known = 1;
 }
 
@@ -122,6 +124,7 @@ static void detect(void) {
     p->fp16 = sysctl_flag("hw.optional.arm.FEAT_FP16");
     p->dotprod = sysctl_flag("hw.optional.arm.FEAT_DotProd");
     p->i8mm = sysctl_flag("hw.optional.arm.FEAT_I8MM");
+    p->bf16 = sysctl_flag("hw.optional.arm.FEAT_BF16");
     p->sve = 0; /* no Apple core has SVE */
     p->arm_known = 1;
 }

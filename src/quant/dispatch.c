@@ -58,16 +58,25 @@ static int level_of(int isa) {
     return isa == KQ_ISA_AVX2 ? LV_AVX2 : LV_SCALAR;
 }
 #elif defined(__aarch64__)
-enum { LV_SCALAR, LV_NEON, LV_DOTPROD, LV_COUNT };
+/* The dotprod level in four tables: with the bfdot BF16 dot where the CPU
+ * has FEAT_BF16, with the smmla block kernels where it has FEAT_I8MM. */
+enum { LV_SCALAR, LV_NEON, LV_DOTPROD, LV_DOTPROD_BF16, LV_DOTPROD_I8MM, LV_DOTPROD_BF16_I8MM, LV_COUNT };
 static const struct kq_level g_levels[LV_COUNT] = {
     [LV_SCALAR] = {KQ_ISA_SCALAR, 0, {NULL}},
     [LV_NEON] = {KQ_ISA_NEON, 1, {&kq_quant_neon}},
     [LV_DOTPROD] = {KQ_ISA_DOTPROD, 1, {&kq_quant_dotprod, &kq_quant_neon}},
+    [LV_DOTPROD_BF16] = {KQ_ISA_DOTPROD, 2, {&kq_quant_bf16, &kq_quant_dotprod, &kq_quant_neon}},
+    [LV_DOTPROD_I8MM] = {KQ_ISA_DOTPROD, 2, {&kq_quant_i8mm, &kq_quant_dotprod, &kq_quant_neon}},
+    [LV_DOTPROD_BF16_I8MM] = {KQ_ISA_DOTPROD, 3, {&kq_quant_bf16, &kq_quant_i8mm, &kq_quant_dotprod, &kq_quant_neon}},
 };
 
 static int level_of(int isa) {
     if (isa < KQ_ISA_SCALAR || isa > kq_cpu_isa()) return -1;
-    return isa; /* the levels are the table indices */
+    if (isa == KQ_ISA_DOTPROD) {
+        const kq_cpu *p = kq_cpu_get();
+        return LV_DOTPROD + (p->bf16 ? 1 : 0) + (p->i8mm ? 2 : 0);
+    }
+    return isa; /* scalar and neon: the levels are the table indices */
 }
 #else
 enum { LV_SCALAR, LV_COUNT };
@@ -151,6 +160,15 @@ kq_vec_dot_fn kq_vec_dot_at(int t, int isa) {
     if (isa == KQ_ISA_SCALAR) return tr->vec_dot_ref;
     for (int p = 0; p < lv->own; p++)
         if (lv->part[p]->dot[t]) return lv->part[p]->dot[t];
+    return NULL;
+}
+
+kq_tile_fn kq_tile_at(int t, int isa) {
+    const kq_traits *tr = kq_get_at(t, isa);
+    if (!tr || isa == KQ_ISA_SCALAR) return NULL;
+    const struct kq_level *lv = &g_levels[level_of(isa)];
+    for (int p = 0; p < lv->own; p++)
+        if (lv->part[p]->tile[t]) return lv->part[p]->tile[t];
     return NULL;
 }
 

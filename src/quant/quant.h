@@ -101,8 +101,8 @@ typedef struct kq_cpu {
     unsigned os_amx : 1;     /* ... and the AMX tile states */
     unsigned kernel_amx : 1; /* Linux would grant a process the AMX tile data */
     /* aarch64: Advanced SIMD, FEAT_DotProd (sdot/udot), FEAT_I8MM (smmla),
-     * FEAT_FP16 (half-precision arithmetic), SVE */
-    unsigned asimd : 1, dotprod : 1, i8mm : 1, fp16 : 1, sve : 1;
+     * FEAT_FP16 (half-precision arithmetic), FEAT_BF16 (bfdot), SVE */
+    unsigned asimd : 1, dotprod : 1, i8mm : 1, fp16 : 1, bf16 : 1, sve : 1;
     unsigned arm_known : 1; /* the OS answered the aarch64 questions */
 } kq_cpu;
 const kq_cpu *kq_cpu_get(void);
@@ -140,6 +140,19 @@ int kq_from_name(const char *name);
  * with the scalar twin). */
 kq_vec_dot_fn kq_vec_dot_at(int t, int isa);
 kq_from_f32_fn kq_from_f32_at(int t, int isa);
+
+/* A block of a product (the shape of kernels/matmul.h's kk_tile_fn): for
+ * r < nr, t < nt
+ *     y[t * ldy + r] = dot of n elements of weight row r (at w + r * wrow)
+ *                      and activation row t (at a + t * arow)
+ * with the activations in the type's vec_dot_type, each output the very
+ * float the level's vec_dot (and the scalar vec_dot_ref) gives. */
+typedef void (*kq_tile_fn)(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                           int64_t ldy);
+/* The block kernel of weight type t at level isa, NULL when that level has
+ * none on this CPU (today: Q8_0, Q4_0 and Q4_K at aarch64's dotprod level on a
+ * CPU with FEAT_I8MM, two rows by two tokens per smmla). */
+kq_tile_fn kq_tile_at(int t, int isa);
 
 /* The F16 dot in the lane order of the AVX2 (lanes 8) and AVX-512 (lanes
  * 16) F16 vec_dot and F16 block kernels: lane l sums x[k] * y[k] (one fused
@@ -225,6 +238,7 @@ void kq_fill_lowbit(kq_traits *tab);
 typedef struct kq_simd {
     kq_vec_dot_fn dot[KQ_TYPE_COUNT];
     kq_from_f32_fn quant[KQ_TYPE_COUNT]; /* activation quantizers (from_f32_fast) */
+    kq_tile_fn tile[KQ_TYPE_COUNT];      /* block kernels (kq_tile_at) */
 } kq_simd;
 extern const kq_simd kq_legacy_avx2, kq_kquants_avx2;
 extern const kq_simd kq_lowbit_avx2, kq_lowbit_avx512;
@@ -232,7 +246,9 @@ extern const kq_simd kq_lowbit_avx2, kq_lowbit_avx512;
  * for CPUs with AVX512_BF16 too. */
 extern const kq_simd kq_legacy_avx512, kq_legacy_avx512_bf16, kq_kquants_avx512;
 extern const kq_simd kq_iquants_avx2, kq_iquants_avx512;
-/* aarch64: plain Advanced SIMD, and with sdot (FEAT_DotProd) */
-extern const kq_simd kq_quant_neon, kq_quant_dotprod;
+/* aarch64: plain Advanced SIMD, and with sdot (FEAT_DotProd); beside the
+ * dotprod level's, for CPUs that have them too: the BF16 dot with bfdot
+ * (FEAT_BF16) and the Q8_0 / Q4_0 / Q4_K block kernels with smmla (FEAT_I8MM). */
+extern const kq_simd kq_quant_neon, kq_quant_dotprod, kq_quant_bf16, kq_quant_i8mm;
 
 #endif
