@@ -1087,12 +1087,15 @@ int main(void) {
     const kk_ops *s = kk_ops_at(KQ_ISA_SCALAR);
     CHECK(s != NULL);
     CHECK(kk_ops_best() != NULL);
-    if (kq_cpu_isa() >= KQ_ISA_AVX2) {
-        const kk_ops *v = kk_ops_at(KQ_ISA_AVX2);
+    /* every level's set that differs from the level below's (x86-64: the
+     * AVX2 set, which the AVX-512 level shares; aarch64: neon and dotprod) */
+    for (int isa = KQ_ISA_SCALAR + 1; isa <= kq_cpu_isa(); isa++) {
+        const kk_ops *v = kk_ops_at(isa);
         CHECK(v != NULL);
-        if (v) test_ops(s, v);
-        if (v) test_attn(s, v);
-        if (v) test_attn_q8(s, v);
+        if (!v || v == kk_ops_at(isa - 1)) continue;
+        test_ops(s, v);
+        test_attn(s, v);
+        test_attn_q8(s, v);
     }
     /* the scalar set against itself: the test harness agrees with itself */
     test_ops(s, s);
