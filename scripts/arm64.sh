@@ -19,14 +19,15 @@ if ! bash scripts/deps.sh --arm64 || ! command -v aarch64-linux-gnu-gcc >/dev/nu
 fi
 
 # Run on both CPUs: the kernel tests (every NEON twin against its scalar
-# reference; the kernels folder's aarch64 levels name the scalar kernels,
-# which still must build and pass there) and the tests whose path depends
-# on the level.  Run once (on max): the quick-tier tests whose code does not
-# depend on the CPU's features but on aarch64 itself (unsigned char, weak
-# memory ordering in the thread pool).  Left out: test_quantize and
-# test_models (about 7 and 10 minutes emulated), test_gen (the stories260K
-# greedy continuation parts from the x86 one at a near-tie).
-both_tests="test_quant test_kquants test_iquants test_lowbit test_kernels test_conv test_backends test_engine_llm"
+# reference) and the tests whose path depends on the level (test_models and
+# test_gen, about 80 and 35 seconds each emulated: the model families and
+# the generation core, whose greedy texts may part from the x86-64 ones
+# only at a near-tie).  Run once (on max): the quick-tier tests whose code
+# does not depend on the CPU's features but on aarch64 itself (unsigned
+# char, weak memory ordering in the thread pool).  Left out: test_quantize
+# (about 7 minutes emulated).
+both_tests="test_quant test_kquants test_iquants test_lowbit test_kernels test_conv test_backends test_engine_llm test_gen
+  test_models"
 once_tests="test_pool test_sample test_gotmpl test_gguf test_ckpt test_guard test_backend_cpu test_engine
   test_chat_template test_jschema"
 

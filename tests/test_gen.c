@@ -8,6 +8,7 @@
 #include "sample/jschema.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +26,9 @@ typedef struct out {
     int done;
     gen_reason why;
     int32_t n_cached;
-    int stop_after; /* the callback asks to stop after this many (0: never) */
-    char err[256];  /* the DONE event's message */
+    int stop_after;    /* the callback asks to stop after this many (0: never) */
+    char err[256];     /* the DONE event's message */
+    float gap[MAXTOK]; /* per token: its logit minus the best other token's */
 } out;
 
 /* A constraint that takes no token. */
@@ -50,6 +52,14 @@ static int collect(void *user, const gen_event *ev, const float *logits) {
         return 0;
     }
     CHECK(logits != NULL && !kiln_token_is_eog(g_m, ev->tok.id));
+    if (o->n < MAXTOK && logits) {
+        kiln_model_info info;
+        kiln_model_get_info(g_m, &info);
+        float other = -INFINITY;
+        for (int32_t i = 0; i < info.n_vocab; i++)
+            if (i != ev->tok.id && logits[i] > other) other = logits[i];
+        o->gap[o->n] = logits[ev->tok.id] - other;
+    }
     if (o->n < MAXTOK) o->tok[o->n++] = ev->tok.id;
     return o->stop_after && o->n >= o->stop_after;
 }
@@ -108,6 +118,30 @@ static char *text_of(const out *o) {
     return buf;
 }
 
+/* Whether o's greedy text is want.  Off x86-64 (where want was taken)
+ * other kernels round differently, so the text may also part from want at
+ * a near-tie: agree up to a token whose two best logits were within
+ * TIE_GAP of each other and differ from there (the continuation past it
+ * is another text). */
+#define TIE_GAP 1e-3f
+static int greedy_is(const out *o, const char *want) {
+    if (!strcmp(text_of(o), want)) return 1;
+#if defined(__x86_64__)
+    return 0;
+#else
+    out pre = *o;
+    for (pre.n = 1; pre.n <= o->n; pre.n++) {
+        const char *t = text_of(&pre);
+        if (strncmp(t, want, strlen(t))) {
+            printf("greedy text parts from the x86-64 one at token %d, a near-tie (gap %g)\n", pre.n - 1,
+                   (double)o->gap[pre.n - 1]);
+            return o->gap[pre.n - 1] < TIE_GAP;
+        }
+    }
+    return 0;
+#endif
+}
+
 /* ---- drafts: proposals from a reference continuation, some broken ---- */
 
 typedef struct oracle {
@@ -162,6 +196,15 @@ static void test_drafts(kiln_context *c, gen_batch *b, const char *prompt, int n
 
 /* ---- the threaded scheduler ---- */
 
+/* How long a reader waits for its next event before it counts as lost.
+ * The aarch64 build runs under emulation, where a queued request waits
+ * out the others several times slower. */
+#if defined(__x86_64__)
+#define WAIT_MS 5000
+#else
+#define WAIT_MS 60000
+#endif
+
 typedef struct reader {
     gen_sched *s;
     const char *prompt;
@@ -184,7 +227,7 @@ static void *read_thread(void *arg) {
     if (!q) return NULL;
     gen_event ev;
     for (int i = 0; i < 100000; i++) {
-        if (!gen_req_next(q, &ev, 5000)) break;
+        if (!gen_req_next(q, &ev, WAIT_MS)) break;
         if (ev.kind == GEN_EV_DONE) {
             r->o.done = 1;
             r->o.why = ev.reason;
@@ -236,10 +279,10 @@ static void test_sched(kiln_context *c) {
     gen_req *q = NULL;
     CHECK(gen_sched_submit(s, &p, 0, NULL, &q) == KILN_OK);
     gen_event ev;
-    CHECK(gen_req_next(q, &ev, 5000) == 1 && ev.kind == GEN_EV_TOKEN);
+    CHECK(gen_req_next(q, &ev, WAIT_MS) == 1 && ev.kind == GEN_EV_TOKEN);
     gen_req_cancel(q);
     int n = 0;
-    while (gen_req_next(q, &ev, 5000) == 1 && ev.kind != GEN_EV_DONE && n < 100000) n++;
+    while (gen_req_next(q, &ev, WAIT_MS) == 1 && ev.kind != GEN_EV_DONE && n < 100000) n++;
     CHECK(ev.kind == GEN_EV_DONE && ev.reason == GEN_CANCELLED);
     gen_req_free(q);
     gen_sched_stats st;
@@ -373,7 +416,12 @@ static void test_think_and_repeat(void) {
 }
 
 int main(void) {
+    /* a hang guard (the aarch64 build runs under emulation) */
+#if defined(__x86_64__)
     alarm(120);
+#else
+    alarm(600);
+#endif
     CHECK(kiln_model_load(MODEL, NULL, &g_m) == KILN_OK);
     if (!g_m) return t_done();
     kiln_context *c = new_ctx(256, 3);
@@ -385,8 +433,8 @@ int main(void) {
     gen_params p = greedy("Tom had a red", 40, &a);
     CHECK(gen_batch_add(b, &p, -1, NULL) == KILN_OK);
     run_all(b);
-    CHECKF(!strcmp(text_of(&a), " ball. He liked to play with his toys. He liked to play with his toys and run around "
-                                "the room. He saw a big"),
+    CHECKF(greedy_is(&a, " ball. He liked to play with his toys. He liked to play with his toys and run around "
+                         "the room. He saw a big"),
            "got '%s'", text_of(&a));
     CHECK(a.done && a.why == GEN_LENGTH && a.n == 40);
 

@@ -31,8 +31,10 @@
  */
 #include "gen/gen.h"
 #include "gguf/gguf.h"
+#include "kernels/matmul.h"
 #include "kiln.h"
 #include "interleave.h"
+#include "quant/quant.h"
 #include "testutil.h"
 
 #include <jansson.h>
@@ -54,6 +56,13 @@ static kiln_context *new_ctx(kiln_model *m, int kv_type, int n_ctx, int n_seq) {
     kiln_context *c = NULL;
     if (kiln_context_new(m, &cp, &c) != KILN_OK) fprintf(stderr, "context: %s\n", kiln_last_error());
     return c;
+}
+
+/* Whether the active level repacks Q4_0 / Q8_0 weights at load: one with
+ * interleaved kernels of its own (x86-64's); aarch64 keeps the rows. */
+static int level_repacks(void) {
+    const kk_mat probe = {.type = KQ_Q4_0, .ncols = 32, .nrows = 8};
+    return kk_mat_interleavable(&probe);
 }
 
 /* Feeds prompt then n greedy steps; writes the ids to out and, if margin
@@ -127,7 +136,15 @@ static void test_stories(void) {
         /* The default F16 KV cache reproduces the recorded continuation
          * exactly (its attention rounds as llama.cpp's does).  The F32
          * cache is more exact and may part ways at a near-tie: it must
-         * agree up to the first step whose top-2 margin is under 0.01. */
+         * agree up to the first step whose top-2 margin is under 0.01.
+         * Off x86-64, where the continuations were not recorded, the
+         * matrix products sum in another order and the F16 cache may part
+         * ways at such a near-tie too (its text is then not checked). */
+#if defined(__x86_64__)
+        const int tie_f16 = 0;
+#else
+        const int tie_f16 = 1;
+#endif
         for (int kv = 0; kv < 2; kv++) {
             kiln_context *c = new_ctx(m, kv == 0 ? KILN_KV_F16 : KILN_KV_F32, 0, 1);
             CHECK(c != NULL);
@@ -135,7 +152,7 @@ static void test_stories(void) {
             n = kiln_tokenize(m, prompt, strlen(prompt), 1, 0, ids, 64);
             CHECK(greedy(c, info.n_vocab, ids, n, np, got, margin) == 0);
             int upto = np;
-            for (int i = 0; kv == 1 && i < np; i++)
+            for (int i = 0; (kv == 1 || tie_f16) && i < np; i++)
                 if (margin[i] < 0.01f) {
                     upto = i;
                     break;
@@ -144,7 +161,7 @@ static void test_stories(void) {
             for (int i = 0; same && i < upto; i++)
                 same = got[i] == (int32_t)json_integer_value(json_array_get(eids, (size_t)i));
             CHECKF(same, "stories '%s' (%s KV): greedy ids differ", prompt, kv == 0 ? "F16" : "F32");
-            if (kv == 1) {
+            if (kv == 1 || upto < np) {
                 kiln_context_free(c);
                 continue;
             }
@@ -241,8 +258,9 @@ static void test_fixture(const fixture *fx, int repack) {
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     /* only types with an interleaved form (of these fixtures: Q4_0 and
-     * Q8_0) are repacked, and only when asked */
-    const int packable = strstr(fx->name, "q4_0") != NULL || strstr(fx->name, "q8_0") != NULL;
+     * Q8_0) are repacked, only when asked, and only by a level with
+     * interleaved kernels of its own (x86-64's; aarch64 keeps the rows) */
+    const int packable = level_repacks() && (strstr(fx->name, "q4_0") != NULL || strstr(fx->name, "q8_0") != NULL);
     CHECKF((info.repacked_bytes > 0) == (repack && packable), "%s: repacked %llu bytes", fx->name,
            (unsigned long long)info.repacked_bytes);
     if (repack == 0) printf("%-12s (file layout, --no-repack)\n", fx->name);
@@ -545,7 +563,7 @@ static void qwen3moe_quantized(void) {
         for (int k = 0; k < 2; k++) {
             const char *prompt = json_string_value(json_object_get(json_array_get(cases, (size_t)k), "prompt"));
             CHECK(prompt_logits(out, 1, prompt, got, NV, &info) == 0);
-            CHECKF(info.repacked_bytes > 0 && info.step_bytes - info.active_bytes == experts / 2,
+            CHECKF((info.repacked_bytes > 0) == level_repacks() && info.step_bytes - info.active_bytes == experts / 2,
                    "%s: repacked %llu, active %llu of %llu", qs[q].ftype, (unsigned long long)info.repacked_bytes,
                    (unsigned long long)info.active_bytes, (unsigned long long)info.step_bytes);
             double rms;
@@ -861,7 +879,7 @@ static void hybrid_quantize(void) {
         kiln_model_info info;
         kiln_model_get_info(m, &info);
         /* a decode step reads the used experts' share of the expert bytes */
-        CHECK(info.active_bytes < info.step_bytes && info.repacked_bytes > 0);
+        CHECK(info.active_bytes < info.step_bytes && (info.repacked_bytes > 0) == level_repacks());
         /* 2 of 4 experts: the expert bytes count half */
         uint64_t experts = 0;
         gguf_file *f;

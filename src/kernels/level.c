@@ -6,7 +6,7 @@
  * element-wise ops, attention, the SSM kernels, the group norm, the image
  * GEMM's packer and GELU it names the AVX2 ones, which run on it unchanged
  * (no AVX-512 twins of those exist).  The aarch64 levels (neon, dotprod)
- * have no twins in this folder yet and name the scalar kernels.
+ * share one set of NEON twins, but for the dotprod level's sdot in ops.
  */
 #include "kernels/level.h"
 
@@ -17,6 +17,16 @@
             kk_gemm_pack_rows_ref, kk_gelu_tanh_ref                                              \
     }
 
+#if defined(__aarch64__)
+/* Both aarch64 levels: the F16 block kernel sums as their F16 vec_dot (8
+ * lanes); the dotprod level's ops differ only by sdot in the Q8_0 attention. */
+#define KK_NEON_LEVEL(ops)                                                                        \
+    {                                                                                             \
+        ops, &kk_ssm_neon, kk_groupnorm_neon, &kk_x8_scalar, kk_tile_f16_neon, kk_gemm_tile_neon, \
+            kk_gemm_pack_rows_neon, kk_gelu_tanh_neon                                             \
+    }
+#endif
+
 static const kk_level g_levels[] = {
     [KQ_ISA_SCALAR] = KK_SCALAR_LEVEL(kk_tile_f16_ref),
 #if defined(__x86_64__)
@@ -25,9 +35,8 @@ static const kk_level g_levels[] = {
     [KQ_ISA_AVX512] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx512, kk_tile_f16_avx512,
                        kk_gemm_tile_avx512, kk_gemm_pack_rows_avx2, kk_gelu_tanh_avx2},
 #elif defined(__aarch64__)
-    /* no F16 block kernel: F16 products take the neon F16 vec_dot row by row */
-    [KQ_ISA_NEON] = KK_SCALAR_LEVEL(NULL),
-    [KQ_ISA_DOTPROD] = KK_SCALAR_LEVEL(NULL),
+    [KQ_ISA_NEON] = KK_NEON_LEVEL(&kk_ops_neon),
+    [KQ_ISA_DOTPROD] = KK_NEON_LEVEL(&kk_ops_dotprod),
 #endif
 };
 

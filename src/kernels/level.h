@@ -73,4 +73,16 @@ void kk_gemm_tile_avx512(int mr, int nr, int kc, const float *a, size_t lda, con
 void kk_tile_f16_avx512(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                         int64_t ldy);
 
+/* aarch64 NEON, the twins of both aarch64 levels (the dotprod level adds
+ * nothing to this folder's): ops_neon.c, ssm_neon.c, conv_neon.c, matmul_neon.c. */
+extern const kk_ops kk_ops_neon;
+extern const kk_ops kk_ops_dotprod; /* ops_dotprod.c: the same with sdot */
+extern const struct kk_ssm_ops kk_ssm_neon;
+void kk_groupnorm_neon(const struct kk_gn *g, const float *x, float *y, int group);
+void kk_gemm_tile_neon(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc);
+void kk_gemm_pack_rows_neon(const struct kk_gemm *g, int k0, int kc, int n0, int nc, float *panel);
+void kk_gelu_tanh_neon(float *x, size_t n);
+void kk_tile_f16_neon(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+                      int64_t ldy);
+
 #endif
