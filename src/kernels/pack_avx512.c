@@ -78,6 +78,7 @@ static inline void q8_0_unpack(const kk_q8_0x8 *wb, __m512i u[4]) {
     const __m512i bias = _mm512_set1_epi8((char)0x80);
 #pragma GCC unroll 32
     for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
+#pragma GCC unroll 4 /* rolled, gcc kept u on the stack: a store and a load per vector */
     for (int m = 0; m < 4; m++) u[m] = _mm512_xor_si512(_mm512_loadu_si512(wb->qs + 64 * m), bias);
 }
 
@@ -634,44 +635,138 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         }                                                                                    \
     }
 
-/* One token over ng groups, Q4_0: the block's four vpermd of the
- * activation, its zero-point term and scale once per block for all the
- * groups (ACT8_CHUNK blocks at a time, 320 bytes each), the groups' sums
- * carried in y between chunks; the same integers and fmas in the same
- * order as x8_q4_0_1, so the same bits. */
+/* One token over ng groups, Q4_0 and Q8_0, two groups a pass: each block's
+ * 16-lane sums of the two groups (row i in lanes i and 8 + i) fold into one
+ * zmm (group g's rows in lanes 8g .. 8g + 7), so the zero-point term, the
+ * scales, the conversion and the fma run once for 16 rows; the two groups'
+ * F16 scales convert in one step.  An odd last group goes alone.  The
+ * integer sums are exact and each row's float steps are those of
+ * x8_*_1 (one fma per block, in block order), so the same bits. */
+static const int32_t fold_lo_idx[16] = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+static const int32_t fold_hi_idx[16] = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+
+/* lanes 0..7: s0's lane i + lane 8 + i; lanes 8..15: the same of s1 */
+static inline __m512i fold2(__m512i s0, __m512i s1, __m512i lo, __m512i hi) {
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(s0, lo, s1), _mm512_permutex2var_epi32(s0, hi, s1));
+}
+
+/* the 8 F16 row scales of two groups, as floats in lanes 0..7 and 8..15 */
+static inline __m512 scales2(const uint16_t *d0, const uint16_t *d1) {
+    const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)d0)),
+                                              _mm_loadu_si128((const __m128i *)d1), 1);
+    return _mm512_cvtph_ps(h);
+}
+
+/* Q4_0: the token's four vpermd of the activation, its zero-point term and
+ * scale once per block for all the groups (ACT8_CHUNK blocks at a time, 384
+ * bytes each, on the stack), the groups' sums carried in y between chunks.
+ * The high nibbles are taken in place (p & 0xF0, 16 times the nibble) and
+ * their sum shifted down by 4 (exact: a multiple of 16), one step instead
+ * of a shift per weight vector. */
 #define ACT8_CHUNK 32
 typedef struct act8_tok {
     __m512i yv[4];
-    __m256i off;
-    __m256 d;
+    __m512i init; /* the zero-point term: -s8 in lanes 0..7, zero in 8..15 */
+    __m512 d;     /* the token's scale in every lane */
 } act8_tok;
 
 static inline void act8_tok_set(const kk_act8 *ab, act8_tok *t) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     const __m512i y = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ab->qs));
     for (int m = 0; m < 4; m++) t->yv[m] = _mm512_permutexvar_epi32(idx[m], y);
-    t->off = _mm256_set1_epi32(ab->s8);
-    t->d = _mm256_set1_ps(ab->d);
+    t->init = _mm512_zextsi256_si512(_mm256_set1_epi32(-ab->s8));
+    t->d = _mm512_set1_ps(ab->d);
 }
 
-static inline __attribute__((always_inline)) __m256 q4_0_dec_block(const kk_q4_0x8 *wb, const act8_tok *t, __m256 sum) {
+/* one group's 16-lane integer sums over a block, the zero point in lanes
+ * 0..7 (so fold or fold2 takes it off each row once) */
+static inline __attribute__((always_inline)) __m512i q4_0_sums(const kk_q4_0x8 *wb, const act8_tok *t) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), mh = _mm512_set1_epi8((char)0xF0);
+    _mm_prefetch((const char *)(wb + PF_BLOCKS), _MM_HINT_T0);
+    _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
+    _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
+    const __m512i p0 = _mm512_loadu_si512(wb->qs), p1 = _mm512_loadu_si512(wb->qs + 64);
+    __m512i lo = _mm512_dpbusd_epi32(t->init, _mm512_and_si512(p0, m4), t->yv[0]);
+    __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(p0, mh), t->yv[2]);
+    lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(p1, m4), t->yv[1]);
+    hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(p1, mh), t->yv[3]);
+    return _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4));
+}
+
+static void dec_q4_0(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {
+    const kk_q4_0x8 *w = vw;
+    const kk_act8 *a = va;
+    const __m512i flo = _mm512_loadu_si512(fold_lo_idx), fhi = _mm512_loadu_si512(fold_hi_idx);
+    act8_tok tok[ACT8_CHUNK];
+    for (int b0 = 0; b0 < nb; b0 += ACT8_CHUNK) {
+        const int n = nb - b0 < ACT8_CHUNK ? nb - b0 : ACT8_CHUNK;
+        for (int b = 0; b < n; b++) act8_tok_set(a + (size_t)(b0 + b) * lda, &tok[b]);
+        int g = 0;
+        for (; g + 2 <= ng; g += 2) {
+            __m512 sum = b0 ? _mm512_loadu_ps(y + 8 * g) : _mm512_setzero_ps();
+            const kk_q4_0x8 *w0 = w + (size_t)g * (size_t)nb + b0, *w1 = w0 + nb;
+            for (int b = 0; b < n; b++) {
+                const __m512i is = fold2(q4_0_sums(&w0[b], &tok[b]), q4_0_sums(&w1[b], &tok[b]), flo, fhi);
+                const __m512 d = _mm512_mul_ps(scales2(w0[b].d, w1[b].d), tok[b].d);
+                sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), d, sum);
+            }
+            _mm512_storeu_ps(y + 8 * g, sum);
+        }
+        if (g < ng) {
+            __m256 sum = b0 ? _mm256_loadu_ps(y + 8 * g) : _mm256_setzero_ps();
+            const kk_q4_0x8 *wg = w + (size_t)g * (size_t)nb + b0;
+            for (int b = 0; b < n; b++) {
+                const __m256i is = fold(q4_0_sums(&wg[b], &tok[b]));
+                const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wg[b].d)),
+                                               _mm512_castps512_ps256(tok[b].d));
+                sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, sum);
+            }
+            _mm256_storeu_ps(y + 8 * g, sum);
+        }
+    }
+}
+
+/* Q8_0: the activation's four vpermd stay in registers, once per block for
+ * the pass's two groups (hoisted to the stack for all groups, as Q4_0's, it
+ * was slower here: 0.86x hot in L2 on a Xeon).  A group's four vpdpbusd
+ * are one chain that starts from the zero-point term (-16 s8 in lanes
+ * 0..7, zero in 8..15, so fold2 takes it off each row once). */
+static inline __attribute__((always_inline)) __m512i q8_0_sums(const kk_q8_0x8 *wb, const __m512i yv[4], __m512i init) {
     __m512i u[4];
-    q4_0_unpack(wb, u);
-    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], t->yv[0]);
-    __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[1], t->yv[1]);
-    s0 = _mm512_dpbusd_epi32(s0, u[2], t->yv[2]);
-    s1 = _mm512_dpbusd_epi32(s1, u[3], t->yv[3]);
-    const __m256i is = _mm256_sub_epi32(fold(_mm512_add_epi32(s0, s1)), t->off);
-    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), t->d);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, sum);
+    q8_0_unpack(wb, u);
+    __m512i s = _mm512_dpbusd_epi32(init, u[0], yv[0]);
+    s = _mm512_dpbusd_epi32(s, u[1], yv[1]);
+    s = _mm512_dpbusd_epi32(s, u[2], yv[2]);
+    return _mm512_dpbusd_epi32(s, u[3], yv[3]);
 }
 
-KK_DEC_CHUNKED(dec_q4_0, kk_q4_0x8, kk_act8, act8_tok, ACT8_CHUNK, act8_tok_set, q4_0_dec_block)
-
-/* Q8_0 keeps the vpermd per group and block: its weights are four plain
- * loads, and four more loads of broadcast activations per block made it
- * slower (0.86x, hot in L2, on a Xeon with AVX-512). */
-KK_X8_DEC(dec_q8_0, x8_q8_0_1, kk_q8_0x8, kk_act8)
+static void dec_q8_0(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {
+    const kk_q8_0x8 *w = vw;
+    const kk_act8 *a = va;
+    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
+    const __m512i flo = _mm512_loadu_si512(fold_lo_idx), fhi = _mm512_loadu_si512(fold_hi_idx);
+    int g = 0;
+    for (; g + 2 <= ng; g += 2) {
+        const kk_q8_0x8 *w0 = w + (size_t)g * (size_t)nb, *w1 = w0 + nb;
+        __m512 sum = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const kk_act8 *ab = a + (size_t)b * lda;
+            const __m512i yq = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ab->qs));
+            __m512i yv[4];
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) yv[m] = _mm512_permutexvar_epi32(idx[m], yq);
+            const __m512i init = _mm512_zextsi256_si512(_mm256_set1_epi32(-16 * ab->s8));
+            const __m512i is = fold2(q8_0_sums(&w0[b], yv, init), q8_0_sums(&w1[b], yv, init), flo, fhi);
+            const __m512 d = _mm512_mul_ps(scales2(w0[b].d, w1[b].d), _mm512_set1_ps(ab->d));
+            sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), d, sum);
+        }
+        _mm512_storeu_ps(y + 8 * g, sum);
+    }
+    if (g < ng) {
+        _mm256_storeu_ps(y + 8 * g, _mm256_setzero_ps());
+        x8_q8_0_1(nb, w + (size_t)g * (size_t)nb, a, lda, y + 8 * g);
+    }
+}
 
 /* One token over ng groups, Q4_K: the token's share of x8_q4_K_1 (the 32
  * dword-broadcast activation vectors of a block, the 16-element sums' pair
