@@ -727,10 +727,11 @@ static void dec_q4_0(int ng, int nb, const void *vw, const void *va, size_t lda,
 }
 
 /* Q8_0: the activation's four vpermd stay in registers, once per block for
- * the pass's two groups (hoisted to the stack for all groups, as Q4_0's, it
+ * the pass's Q8_DEC_NP pairs of groups (hoisted to the stack for all groups, as Q4_0's, it
  * was slower here: 0.86x hot in L2 on a Xeon).  A group's four vpdpbusd
  * are one chain that starts from the zero-point term (-16 s8 in lanes
  * 0..7, zero in 8..15, so fold2 takes it off each row once). */
+#define Q8_DEC_NP 2
 static inline __attribute__((always_inline)) __m512i q8_0_sums(const kk_q8_0x8 *wb, const __m512i yv[4], __m512i init) {
     __m512i u[4];
     q8_0_unpack(wb, u);
@@ -740,31 +741,43 @@ static inline __attribute__((always_inline)) __m512i q8_0_sums(const kk_q8_0x8 *
     return _mm512_dpbusd_epi32(s, u[3], yv[3]);
 }
 
-static void dec_q8_0(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {
-    const kk_q8_0x8 *w = vw;
-    const kk_act8 *a = va;
+/* NP pairs of groups (group g at w + g * nb), one sum vector a pair */
+static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kk_q8_0x8 *w, const int NP, const kk_act8 *a,
+                                                             size_t lda, float *y) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     const __m512i flo = _mm512_loadu_si512(fold_lo_idx), fhi = _mm512_loadu_si512(fold_hi_idx);
-    int g = 0;
-    for (; g + 2 <= ng; g += 2) {
-        const kk_q8_0x8 *w0 = w + (size_t)g * (size_t)nb, *w1 = w0 + nb;
-        __m512 sum = _mm512_setzero_ps();
-        for (int b = 0; b < nb; b++) {
-            const kk_act8 *ab = a + (size_t)b * lda;
-            const __m512i yq = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ab->qs));
-            __m512i yv[4];
+    __m512 sum[Q8_DEC_NP];
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; p++) sum[p] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const kk_act8 *ab = a + (size_t)b * lda;
+        const __m512i yq = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ab->qs));
+        __m512i yv[4];
 #pragma GCC unroll 4
-            for (int m = 0; m < 4; m++) yv[m] = _mm512_permutexvar_epi32(idx[m], yq);
-            const __m512i init = _mm512_zextsi256_si512(_mm256_set1_epi32(-16 * ab->s8));
-            const __m512i is = fold2(q8_0_sums(&w0[b], yv, init), q8_0_sums(&w1[b], yv, init), flo, fhi);
-            const __m512 d = _mm512_mul_ps(scales2(w0[b].d, w1[b].d), _mm512_set1_ps(ab->d));
-            sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), d, sum);
+        for (int m = 0; m < 4; m++) yv[m] = _mm512_permutexvar_epi32(idx[m], yq);
+        const __m512i init = _mm512_zextsi256_si512(_mm256_set1_epi32(-16 * ab->s8));
+        const __m512 yd = _mm512_set1_ps(ab->d);
+#pragma GCC unroll 2
+        for (int p = 0; p < NP; p++) {
+            const kk_q8_0x8 *w0 = w + (size_t)(2 * p) * (size_t)nb + b, *w1 = w0 + nb;
+            const __m512i is = fold2(q8_0_sums(w0, yv, init), q8_0_sums(w1, yv, init), flo, fhi);
+            const __m512 d = _mm512_mul_ps(scales2(w0->d, w1->d), yd);
+            sum[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), d, sum[p]);
         }
-        _mm512_storeu_ps(y + 8 * g, sum);
     }
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; p++) _mm512_storeu_ps(y + 16 * p, sum[p]);
+}
+
+static void dec_q8_0(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {
+    const kk_q8_0x8 *w = vw;
+    int g = 0;
+    for (; g + 2 * Q8_DEC_NP <= ng; g += 2 * Q8_DEC_NP)
+        q8_0_dec_n(nb, w + (size_t)g * (size_t)nb, Q8_DEC_NP, va, lda, y + 8 * g);
+    for (; g + 2 <= ng; g += 2) q8_0_dec_n(nb, w + (size_t)g * (size_t)nb, 1, va, lda, y + 8 * g);
     if (g < ng) {
         _mm256_storeu_ps(y + 8 * g, _mm256_setzero_ps());
-        x8_q8_0_1(nb, w + (size_t)g * (size_t)nb, a, lda, y + 8 * g);
+        x8_q8_0_1(nb, w + (size_t)g * (size_t)nb, va, lda, y + 8 * g);
     }
 }
 
