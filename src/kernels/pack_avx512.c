@@ -903,6 +903,7 @@ static inline __attribute__((always_inline)) __m256 q6_K_dec_block(const kk_q6_K
         __m512i p[2][4];
 #pragma GCC unroll 2
         for (int s = 0; s < 2; s++) {
+#pragma GCC unroll 4 /* rolled, gcc kept p on the stack */
             for (int r = 0; r < 4; r++) p[s][r] = _mm512_sub_epi16(_mm512_setzero_si512(), t->c[8 * h + 4 * s + r]);
 #pragma GCC unroll 2
             for (int m = 2 * s; m < 2 * s + 2; m++) {
