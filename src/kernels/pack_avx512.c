@@ -660,9 +660,10 @@ static inline __m512 scales2(const uint16_t *d0, const uint16_t *d1) {
 /* Q4_0: the token's four vpermd of the activation, its zero-point term and
  * scale once per block for all the groups (ACT8_CHUNK blocks at a time, 384
  * bytes each, on the stack), the groups' sums carried in y between chunks.
- * The high nibbles are taken in place (p & 0xF0, 16 times the nibble) and
- * their sum shifted down by 4 (exact: a multiple of 16), one step instead
- * of a shift per weight vector. */
+ * The high nibbles are taken in place (p & 0xF0, 16 times the nibble): the
+ * low nibbles' sum is scaled by 16, the high ones' added, and the whole
+ * shifted down by 4 (exact: a multiple of 16), two steps instead of a shift
+ * per weight vector. */
 #define ACT8_CHUNK 32
 typedef struct act8_tok {
     __m512i yv[4];
@@ -686,11 +687,11 @@ static inline __attribute__((always_inline)) __m512i q4_0_sums(const kk_q4_0x8 *
     _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
     _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
     const __m512i p0 = _mm512_loadu_si512(wb->qs), p1 = _mm512_loadu_si512(wb->qs + 64);
-    __m512i lo = _mm512_dpbusd_epi32(t->init, _mm512_and_si512(p0, m4), t->yv[0]);
-    __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(p0, mh), t->yv[2]);
-    lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(p1, m4), t->yv[1]);
-    hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(p1, mh), t->yv[3]);
-    return _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4));
+    __m512i s = _mm512_dpbusd_epi32(t->init, _mm512_and_si512(p0, m4), t->yv[0]);
+    s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, _mm512_and_si512(p1, m4), t->yv[1]), 4);
+    s = _mm512_dpbusd_epi32(s, _mm512_and_si512(p0, mh), t->yv[2]);
+    s = _mm512_dpbusd_epi32(s, _mm512_and_si512(p1, mh), t->yv[3]);
+    return _mm512_srai_epi32(s, 4);
 }
 
 static void dec_q4_0(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {
