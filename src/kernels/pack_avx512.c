@@ -727,11 +727,12 @@ static void dec_q4_0(int ng, int nb, const void *vw, const void *va, size_t lda,
     }
 }
 
-/* Q8_0: the activation's four vpermd stay in registers, once per block for
- * the pass's Q8_DEC_NP pairs of groups (hoisted to the stack for all groups, as Q4_0's, it
- * was slower here: 0.86x hot in L2 on a Xeon).  A group's four vpdpbusd
- * are one chain that starts from the zero-point term (-16 s8 in lanes
- * 0..7, zero in 8..15, so fold2 takes it off each row once). */
+/* Q8_0 takes Q8_DEC_NP pairs of groups a pass: the activation's four
+ * vpermd stay in registers, once per block for the pass (hoisted to the
+ * stack for all groups, as Q4_0's, they were slower: 0.86x hot in L2 on a
+ * Xeon).  A group's four vpdpbusd are one chain that starts from the
+ * zero-point term (-16 s8 in lanes 0..7, zero in 8..15, so fold2 takes it
+ * off each row once). */
 #define Q8_DEC_NP 2
 static inline __attribute__((always_inline)) __m512i q8_0_sums(const kk_q8_0x8 *wb, const __m512i yv[4], __m512i init) {
     __m512i u[4];
