@@ -635,7 +635,7 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         }                                                                                    \
     }
 
-/* One token over ng groups, Q4_0 and Q8_0, two groups a pass: each block's
+/* One token over ng groups, Q8_0 two groups a pass: each block's
  * 16-lane sums of the two groups (row i in lanes i and 8 + i) fold into one
  * zmm (group g's rows in lanes 8g .. 8g + 7), so the zero-point term, the
  * scales, the conversion and the fma run once for 16 rows; the two groups'
@@ -657,75 +657,39 @@ static inline __m512 scales2(const uint16_t *d0, const uint16_t *d1) {
     return _mm512_cvtph_ps(h);
 }
 
-/* Q4_0: the token's four vpermd of the activation, its zero-point term and
- * scale once per block for all the groups (ACT8_CHUNK blocks at a time, 384
- * bytes each, on the stack), the groups' sums carried in y between chunks.
- * The high nibbles are taken in place (p & 0xF0, 16 times the nibble): the
- * low nibbles' sum is scaled by 16, the high ones' added, and the whole
- * shifted down by 4 (exact: a multiple of 16), two steps instead of a shift
- * per weight vector. */
+/* Q4_0, one group a pass: the block's four vpermd of the
+ * activation, its zero-point term and scale once per block for all the
+ * groups (ACT8_CHUNK blocks at a time, 320 bytes each), the groups' sums
+ * carried in y between chunks; the same integers and fmas in the same
+ * order as x8_q4_0_1, so the same bits. */
 #define ACT8_CHUNK 32
 typedef struct act8_tok {
     __m512i yv[4];
-    __m512i init; /* the zero-point term: -s8 in lanes 0..7, zero in 8..15 */
-    __m512 d;     /* the token's scale in every lane */
+    __m256i off;
+    __m256 d;
 } act8_tok;
 
 static inline void act8_tok_set(const kk_act8 *ab, act8_tok *t) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     const __m512i y = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ab->qs));
     for (int m = 0; m < 4; m++) t->yv[m] = _mm512_permutexvar_epi32(idx[m], y);
-    t->init = _mm512_zextsi256_si512(_mm256_set1_epi32(-ab->s8));
-    t->d = _mm512_set1_ps(ab->d);
+    t->off = _mm256_set1_epi32(ab->s8);
+    t->d = _mm256_set1_ps(ab->d);
 }
 
-/* one group's 16-lane integer sums over a block, the zero point in lanes
- * 0..7 (so fold or fold2 takes it off each row once) */
-static inline __attribute__((always_inline)) __m512i q4_0_sums(const kk_q4_0x8 *wb, const act8_tok *t) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), mh = _mm512_set1_epi8((char)0xF0);
-    _mm_prefetch((const char *)(wb + PF_BLOCKS), _MM_HINT_T0);
-    _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
-    _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
-    const __m512i p0 = _mm512_loadu_si512(wb->qs), p1 = _mm512_loadu_si512(wb->qs + 64);
-    __m512i s = _mm512_dpbusd_epi32(t->init, _mm512_and_si512(p0, m4), t->yv[0]);
-    s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, _mm512_and_si512(p1, m4), t->yv[1]), 4);
-    s = _mm512_dpbusd_epi32(s, _mm512_and_si512(p0, mh), t->yv[2]);
-    s = _mm512_dpbusd_epi32(s, _mm512_and_si512(p1, mh), t->yv[3]);
-    return _mm512_srai_epi32(s, 4);
+static inline __attribute__((always_inline)) __m256 q4_0_dec_block(const kk_q4_0x8 *wb, const act8_tok *t, __m256 sum) {
+    __m512i u[4];
+    q4_0_unpack(wb, u);
+    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], t->yv[0]);
+    __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[1], t->yv[1]);
+    s0 = _mm512_dpbusd_epi32(s0, u[2], t->yv[2]);
+    s1 = _mm512_dpbusd_epi32(s1, u[3], t->yv[3]);
+    const __m256i is = _mm256_sub_epi32(fold(_mm512_add_epi32(s0, s1)), t->off);
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), t->d);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, sum);
 }
 
-static void dec_q4_0(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {
-    const kk_q4_0x8 *w = vw;
-    const kk_act8 *a = va;
-    const __m512i flo = _mm512_loadu_si512(fold_lo_idx), fhi = _mm512_loadu_si512(fold_hi_idx);
-    act8_tok tok[ACT8_CHUNK];
-    for (int b0 = 0; b0 < nb; b0 += ACT8_CHUNK) {
-        const int n = nb - b0 < ACT8_CHUNK ? nb - b0 : ACT8_CHUNK;
-        for (int b = 0; b < n; b++) act8_tok_set(a + (size_t)(b0 + b) * lda, &tok[b]);
-        int g = 0;
-        for (; g + 2 <= ng; g += 2) {
-            __m512 sum = b0 ? _mm512_loadu_ps(y + 8 * g) : _mm512_setzero_ps();
-            const kk_q4_0x8 *w0 = w + (size_t)g * (size_t)nb + b0, *w1 = w0 + nb;
-            for (int b = 0; b < n; b++) {
-                const __m512i is = fold2(q4_0_sums(&w0[b], &tok[b]), q4_0_sums(&w1[b], &tok[b]), flo, fhi);
-                const __m512 d = _mm512_mul_ps(scales2(w0[b].d, w1[b].d), tok[b].d);
-                sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), d, sum);
-            }
-            _mm512_storeu_ps(y + 8 * g, sum);
-        }
-        if (g < ng) {
-            __m256 sum = b0 ? _mm256_loadu_ps(y + 8 * g) : _mm256_setzero_ps();
-            const kk_q4_0x8 *wg = w + (size_t)g * (size_t)nb + b0;
-            for (int b = 0; b < n; b++) {
-                const __m256i is = fold(q4_0_sums(&wg[b], &tok[b]));
-                const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wg[b].d)),
-                                               _mm512_castps512_ps256(tok[b].d));
-                sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, sum);
-            }
-            _mm256_storeu_ps(y + 8 * g, sum);
-        }
-    }
-}
+KK_DEC_CHUNKED(dec_q4_0, kk_q4_0x8, kk_act8, act8_tok, ACT8_CHUNK, act8_tok_set, q4_0_dec_block)
 
 /* Q8_0 takes Q8_DEC_NP pairs of groups a pass: the activation's four
  * vpermd stay in registers, once per block for the pass (hoisted to the
