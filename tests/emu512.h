@@ -157,6 +157,10 @@ static inline kiln_emu512 emu_sub_epi16(kiln_emu512 a, kiln_emu512 b) {
     for (int i = 0; i < 32; i++) a.u16[i] = (uint16_t)(a.u16[i] - b.u16[i]);
     return a;
 }
+static inline kiln_emu512 emu_srai_epi32(kiln_emu512 a, unsigned imm) {
+    for (int i = 0; i < 16; i++) a.i32[i] = a.i32[i] >> (imm > 31 ? 31 : imm);
+    return a;
+}
 static inline kiln_emu512 emu_slli_epi32(kiln_emu512 a, unsigned imm) {
     for (int i = 0; i < 16; i++) a.u32[i] = imm > 31 ? 0 : a.u32[i] << imm;
     return a;
@@ -469,6 +473,8 @@ static inline float emu_reduce_max_ps(kiln_emu512 a) {
 #define _mm512_slli_epi16 emu_slli_epi16
 #undef _mm512_slli_epi32
 #define _mm512_slli_epi32 emu_slli_epi32
+#undef _mm512_srai_epi32
+#define _mm512_srai_epi32 emu_srai_epi32
 #undef _mm512_abs_epi8
 #define _mm512_abs_epi8 emu_abs_epi8
 #undef _mm512_maddubs_epi16

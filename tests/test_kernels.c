@@ -590,7 +590,11 @@ static void test_x8_kernels(int t) {
     const kk_x8_traits *xt = kk_x8_get(t);
     CHECK(xt != NULL);
     if (!xt) return;
-    const int nb = 9, n_tok = 19, lda = 21, n = xt->blk * nb; /* K-quant kernels take 16 tokens a pass */
+    /* K-quant kernels take 16 tokens a pass; the one-token kernels over
+     * groups take their activation terms 8 (K-quants) or 32 blocks (Q4_0) at
+     * a time, and the activations are quantized 64 blocks a call, so the
+     * 32-weight types get more than 64 blocks */
+    const int nb = xt->blk == 32 ? 70 : 9, n_tok = 19, lda = 21, n = xt->blk * nb;
     const kq_traits *tr = kq_get(t);
     const size_t wrow = kq_row_size(t, n);
     uint8_t *w = make_weights(t, 8, n);

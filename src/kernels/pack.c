@@ -26,17 +26,24 @@ void kk_pack_q4_0x8(const void *w, size_t wrow, int b0, int nb, kk_q4_0x8 *out) 
 
 static void pack_q4_0(const void *w, size_t wrow, int b0, int nb, void *out) { kk_pack_q4_0x8(w, wrow, b0, nb, out); }
 
+/* Blocks quantized per from_f32_fast call (one call a block paid the call
+ * and its setup per 32 elements). */
+#define ACT8_ROW_BLOCKS 64
+
 void kk_act8_from_f32(const float *x, int64_t n, kk_act8 *a, size_t lda) {
     const kq_traits *q8 = kq_get(KQ_Q8_0);
-    for (int64_t b = 0; b < n / QK; b++) {
-        kq_block_q8_0 blk;
-        q8->from_f32_fast(x + b * QK, &blk, QK);
-        kk_act8 *o = a + (size_t)b * lda;
-        int32_t s = 0;
-        for (int j = 0; j < QK; j++) s += blk.qs[j];
-        memcpy(o->qs, blk.qs, QK);
-        o->d = kq_f16_to_f32(blk.d);
-        o->s8 = 8 * s;
+    kq_block_q8_0 blk[ACT8_ROW_BLOCKS];
+    for (int64_t b0 = 0; b0 < n / QK; b0 += ACT8_ROW_BLOCKS) {
+        const int64_t nbk = n / QK - b0 < ACT8_ROW_BLOCKS ? n / QK - b0 : ACT8_ROW_BLOCKS;
+        q8->from_f32_fast(x + b0 * QK, blk, nbk * QK);
+        for (int64_t b = 0; b < nbk; b++) {
+            kk_act8 *o = a + (size_t)(b0 + b) * lda;
+            int32_t s = 0;
+            for (int j = 0; j < QK; j++) s += blk[b].qs[j];
+            memcpy(o->qs, blk[b].qs, QK);
+            o->d = kq_f16_to_f32(blk[b].d);
+            o->s8 = 8 * s;
+        }
     }
 }
 

@@ -78,6 +78,7 @@ static inline void q8_0_unpack(const kk_q8_0x8 *wb, __m512i u[4]) {
     const __m512i bias = _mm512_set1_epi8((char)0x80);
 #pragma GCC unroll 32
     for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
+#pragma GCC unroll 4 /* rolled, gcc kept u on the stack: a store and a load per vector */
     for (int m = 0; m < 4; m++) u[m] = _mm512_xor_si512(_mm512_loadu_si512(wb->qs + 64 * m), bias);
 }
 
@@ -634,7 +635,29 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         }                                                                                    \
     }
 
-/* One token over ng groups, Q4_0: the block's four vpermd of the
+/* One token over ng groups, Q8_0 two groups a pass: each block's
+ * 16-lane sums of the two groups (row i in lanes i and 8 + i) fold into one
+ * zmm (group g's rows in lanes 8g .. 8g + 7), so the zero-point term, the
+ * scales, the conversion and the fma run once for 16 rows; the two groups'
+ * F16 scales convert in one step.  An odd last group goes alone.  The
+ * integer sums are exact and each row's float steps are those of
+ * x8_*_1 (one fma per block, in block order), so the same bits. */
+static const int32_t fold_lo_idx[16] = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+static const int32_t fold_hi_idx[16] = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+
+/* lanes 0..7: s0's lane i + lane 8 + i; lanes 8..15: the same of s1 */
+static inline __m512i fold2(__m512i s0, __m512i s1, __m512i lo, __m512i hi) {
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(s0, lo, s1), _mm512_permutex2var_epi32(s0, hi, s1));
+}
+
+/* the 8 F16 row scales of two groups, as floats in lanes 0..7 and 8..15 */
+static inline __m512 scales2(const uint16_t *d0, const uint16_t *d1) {
+    const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)d0)),
+                                              _mm_loadu_si128((const __m128i *)d1), 1);
+    return _mm512_cvtph_ps(h);
+}
+
+/* Q4_0, one group a pass: the block's four vpermd of the
  * activation, its zero-point term and scale once per block for all the
  * groups (ACT8_CHUNK blocks at a time, 320 bytes each), the groups' sums
  * carried in y between chunks; the same integers and fmas in the same
@@ -668,10 +691,61 @@ static inline __attribute__((always_inline)) __m256 q4_0_dec_block(const kk_q4_0
 
 KK_DEC_CHUNKED(dec_q4_0, kk_q4_0x8, kk_act8, act8_tok, ACT8_CHUNK, act8_tok_set, q4_0_dec_block)
 
-/* Q8_0 keeps the vpermd per group and block: its weights are four plain
- * loads, and four more loads of broadcast activations per block made it
- * slower (0.86x, hot in L2, on a Xeon with AVX-512). */
-KK_X8_DEC(dec_q8_0, x8_q8_0_1, kk_q8_0x8, kk_act8)
+/* Q8_0 takes Q8_DEC_NP pairs of groups a pass: the activation's four
+ * vpermd stay in registers, once per block for the pass (hoisted to the
+ * stack for all groups, as Q4_0's, they were slower: 0.86x hot in L2 on a
+ * Xeon).  A group's four vpdpbusd are one chain that starts from the
+ * zero-point term (-16 s8 in lanes 0..7, zero in 8..15, so fold2 takes it
+ * off each row once). */
+#define Q8_DEC_NP 2
+static inline __attribute__((always_inline)) __m512i q8_0_sums(const kk_q8_0x8 *wb, const __m512i yv[4], __m512i init) {
+    __m512i u[4];
+    q8_0_unpack(wb, u);
+    __m512i s = _mm512_dpbusd_epi32(init, u[0], yv[0]);
+    s = _mm512_dpbusd_epi32(s, u[1], yv[1]);
+    s = _mm512_dpbusd_epi32(s, u[2], yv[2]);
+    return _mm512_dpbusd_epi32(s, u[3], yv[3]);
+}
+
+/* NP pairs of groups (group g at w + g * nb), one sum vector a pair */
+static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kk_q8_0x8 *w, const int NP, const kk_act8 *a,
+                                                             size_t lda, float *y) {
+    const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
+    const __m512i flo = _mm512_loadu_si512(fold_lo_idx), fhi = _mm512_loadu_si512(fold_hi_idx);
+    __m512 sum[Q8_DEC_NP];
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; p++) sum[p] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const kk_act8 *ab = a + (size_t)b * lda;
+        const __m512i yq = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ab->qs));
+        __m512i yv[4];
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) yv[m] = _mm512_permutexvar_epi32(idx[m], yq);
+        const __m512i init = _mm512_zextsi256_si512(_mm256_set1_epi32(-16 * ab->s8));
+        const __m512 yd = _mm512_set1_ps(ab->d);
+#pragma GCC unroll 2
+        for (int p = 0; p < NP; p++) {
+            const kk_q8_0x8 *w0 = w + (size_t)(2 * p) * (size_t)nb + b, *w1 = w0 + nb;
+            const __m512i is = fold2(q8_0_sums(w0, yv, init), q8_0_sums(w1, yv, init), flo, fhi);
+            const __m512 d = _mm512_mul_ps(scales2(w0->d, w1->d), yd);
+            sum[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), d, sum[p]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; p++) _mm512_storeu_ps(y + 16 * p, sum[p]);
+}
+
+static void dec_q8_0(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {
+    const kk_q8_0x8 *w = vw;
+    int g = 0;
+    for (; g + 2 * Q8_DEC_NP <= ng; g += 2 * Q8_DEC_NP)
+        q8_0_dec_n(nb, w + (size_t)g * (size_t)nb, Q8_DEC_NP, va, lda, y + 8 * g);
+    for (; g + 2 <= ng; g += 2) q8_0_dec_n(nb, w + (size_t)g * (size_t)nb, 1, va, lda, y + 8 * g);
+    if (g < ng) {
+        _mm256_storeu_ps(y + 8 * g, _mm256_setzero_ps());
+        x8_q8_0_1(nb, w + (size_t)g * (size_t)nb, va, lda, y + 8 * g);
+    }
+}
 
 /* One token over ng groups, Q4_K: the token's share of x8_q4_K_1 (the 32
  * dword-broadcast activation vectors of a block, the 16-element sums' pair
@@ -795,6 +869,7 @@ static inline __attribute__((always_inline)) __m256 q6_K_dec_block(const kk_q6_K
         __m512i p[2][4];
 #pragma GCC unroll 2
         for (int s = 0; s < 2; s++) {
+#pragma GCC unroll 4 /* rolled, gcc kept p on the stack */
             for (int r = 0; r < 4; r++) p[s][r] = _mm512_sub_epi16(_mm512_setzero_si512(), t->c[8 * h + 4 * s + r]);
 #pragma GCC unroll 2
             for (int m = 2 * s; m < 2 * s + 2; m++) {

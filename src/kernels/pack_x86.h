@@ -73,6 +73,7 @@ static inline void q4_K_bsum_pairs(const int16_t *bsums, __m256i bp[4]) {
     const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), _mm256_set1_epi16(1));
     const __m256i pk = _mm256_packs_epi32(s32, s32);
     static const int lane[4] = {0, 1, 4, 5};
+#pragma GCC unroll 4
     for (int p = 0; p < 4; p++) bp[p] = _mm256_permutevar8x32_epi32(pk, _mm256_set1_epi32(lane[p]));
 }
 
@@ -98,6 +99,7 @@ static inline __m256i q4_K_mins_p(const __m256i mnp[4], const int16_t *bsums) {
 static inline void q4_K_min_pairs(const uint8_t *mn, __m256i mnp[4]) {
     const __m256i sh = _mm256_setr_epi8(0, -128, 8, -128, 1, -128, 9, -128, 2, -128, 10, -128, 3, -128, 11, -128, 4,
                                         -128, 12, -128, 5, -128, 13, -128, 6, -128, 14, -128, 7, -128, 15, -128);
+#pragma GCC unroll 4 /* rolled, gcc kept mnp on the stack */
     for (int p = 0; p < 4; p++)
         mnp[p] = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(mn + 16 * p))), sh);
 }
