@@ -1,7 +1,7 @@
 /*
  * Allocation failure, injected at every site an operation reaches (as
  * sqlite's and curl's test suites do): for n = 1, 2, ... the n-th
- * allocation made by kiln's own code after kb_fault_arm(n) fails, until an
+ * allocation made by kiln's own code after base_fault_arm(n) fails, until an
  * operation completes without reaching n.  This binary is linked with
  * ld --wrap=malloc,calloc,realloc, so every malloc, calloc and realloc in
  * kiln's objects counts (not only the kb_* ones); the libraries below
@@ -42,9 +42,9 @@
 void *__real_malloc(size_t n);
 void *__real_calloc(size_t k, size_t n);
 void *__real_realloc(void *p, size_t n);
-void *__wrap_malloc(size_t n) { return kb_fault_site() ? NULL : __real_malloc(n); }
-void *__wrap_calloc(size_t k, size_t n) { return kb_fault_site() ? NULL : __real_calloc(k, n); }
-void *__wrap_realloc(void *p, size_t n) { return kb_fault_site() ? NULL : __real_realloc(p, n); }
+void *__wrap_malloc(size_t n) { return base_fault_site() ? NULL : __real_malloc(n); }
+void *__wrap_calloc(size_t k, size_t n) { return base_fault_site() ? NULL : __real_calloc(k, n); }
+void *__wrap_realloc(void *p, size_t n) { return base_fault_site() ? NULL : __real_realloc(p, n); }
 
 /* ---- a model, a context and greedy tokens ---- */
 
@@ -90,10 +90,10 @@ static void test_model_load(const char *path) {
     CHECK(greedy(path, want) == KILN_OK);
     long n = 1, failed = 0;
     for (; n <= MAX_SITES; n++) {
-        kb_fault_arm(n);
+        base_fault_arm(n);
         kiln_status st = greedy(path, got);
-        const int fired = kb_fault_fired();
-        kb_fault_arm(0);
+        const int fired = base_fault_fired();
+        base_fault_arm(0);
         if (!fired) {
             CHECK(st == KILN_OK);
             break;
@@ -171,10 +171,10 @@ static void test_store_install(void) {
     for (; n <= MAX_SITES; n++) {
         snprintf(root, sizeof root, "%s/store", g_dir);
         rm_tree(root);
-        kb_fault_arm(n);
+        base_fault_arm(n);
         kiln_status st = install(root, "stories");
-        const int fired = kb_fault_fired();
-        kb_fault_arm(0);
+        const int fired = base_fault_fired();
+        base_fault_arm(0);
         if (st != KILN_OK) {
             failed++;
             CHECKF(*kiln_last_error(), "allocation %ld: status %d without a message", n, st);
@@ -296,10 +296,10 @@ static void test_server(void) {
         CHECK(post(url, k_requests[r].json, &want) == 200 && want);
         long n = 1, errors = 0;
         for (; n <= MAX_SITES; n++) {
-            kb_fault_arm(n);
+            base_fault_arm(n);
             const long code = post(url, k_requests[r].json, &got);
-            const int fired = kb_fault_fired();
-            kb_fault_arm(0);
+            const int fired = base_fault_fired();
+            base_fault_arm(0);
             /* a 200 is the whole answer; anything else an error (or a
              * connection the server dropped), never a cut text */
             if (code != 200) {

@@ -291,11 +291,11 @@ static void test_fault(void) {
     for (long n = 1; n < 4000; n++) {
         kiln_model *m = NULL;
         vision_prompt vp;
-        kb_fault_arm(n);
+        base_fault_arm(n);
         kiln_status st = kiln_model_load(TEXT, &mp, &m);
         if (st == KILN_OK) st = kl_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &vp);
-        const int fired = kb_fault_fired();
-        kb_fault_arm(0);
+        const int fired = base_fault_fired();
+        base_fault_arm(0);
         if (st == KILN_OK) vision_prompt_free(&vp);
         kiln_model_free(m);
         if (!fired) {

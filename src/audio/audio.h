@@ -13,7 +13,7 @@
  *          model's filterbank, log10 floored at 1e-10, everything below the
  *          maximum - 8 raised to it, then (x + 4) / 4.
  *
- * Functions return a kiln_status with the last error set (kb_fail): the
+ * Functions return a kiln_status with the last error set (base_fail): the
  * readers KILN_ERR_UNSUPPORTED for audio longer than their limit, _IO for a
  * file that can't be opened, _FORMAT for one that doesn't decode, _NOMEM,
  * and _INVALID_ARG for PCM out of range.

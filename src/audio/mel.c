@@ -111,9 +111,9 @@ kiln_status ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filt
     *n_frames = 0;
     int64_t total = n + pad;
     if (n < 0 || pad < 0 || total <= KA_N_FFT / 2) {
-        return kb_fail(KILN_ERR_INVALID_ARG, "%lld samples are too few for a spectrogram", (long long)total);
+        return base_fail(KILN_ERR_INVALID_ARG, "%lld samples are too few for a spectrogram", (long long)total);
     }
-    if (plan_once()) { return kb_fail(KILN_ERR_NOMEM, "FFTW could not plan a %d-point transform", KA_N_FFT); }
+    if (plan_once()) { return base_fail(KILN_ERR_NOMEM, "FFTW could not plan a %d-point transform", KA_N_FFT); }
     int nth = pool ? kpool_size(pool) : 1;
     mel_job j = {x, n, total, filters, n_mels, total / KA_HOP, NULL, NULL, 0};
     j.mel = malloc((size_t)n_mels * (size_t)j.n_frames * sizeof(float));
@@ -121,7 +121,7 @@ kiln_status ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filt
     if (!j.mel || !j.tmax) {
         free(j.mel);
         free(j.tmax);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory for %lld mel frames", (long long)j.n_frames);
+        return base_fail(KILN_ERR_NOMEM, "out of memory for %lld mel frames", (long long)j.n_frames);
     }
     run(pool, mel_run, &j);
     float mx = -INFINITY;
@@ -130,7 +130,7 @@ kiln_status ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filt
     free(j.tmax);
     if (j.fail) {
         free(j.mel);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory in the spectrogram");
+        return base_fail(KILN_ERR_NOMEM, "out of memory in the spectrogram");
     }
     clamp_job c = {j.mel, (size_t)n_mels * (size_t)j.n_frames, (float)((double)mx - 8.0)};
     run(pool, clamp_run, &c);

@@ -36,10 +36,10 @@ static void conv_free(conv *c) {
 
 static kiln_status check_format(int32_t rate, int32_t channels) {
     if (rate < 8000 || rate > 192000) {
-        return kb_fail(KILN_ERR_INVALID_ARG, "sample rate %d Hz is outside 8000 to 192000 Hz", rate);
+        return base_fail(KILN_ERR_INVALID_ARG, "sample rate %d Hz is outside 8000 to 192000 Hz", rate);
     }
     if (channels < 1 || channels > 8) {
-        return kb_fail(KILN_ERR_INVALID_ARG, "%d channels (1 to 8 are accepted)", channels);
+        return base_fail(KILN_ERR_INVALID_ARG, "%d channels (1 to 8 are accepted)", channels);
     }
     return KILN_OK;
 }
@@ -48,8 +48,8 @@ static kiln_status check_format(int32_t rate, int32_t channels) {
 static kiln_status conv_reserve(conv *c, int64_t need) {
     if (c->cap - c->n >= need) return KILN_OK;
     int64_t cap = c->cap * 2 > c->n + need ? c->cap * 2 : c->n + need;
-    float *p = kb_realloc(c->out, (size_t)cap * sizeof *p);
-    if (!p) { return kb_fail(KILN_ERR_NOMEM, "out of memory for %lld samples at 16 kHz", (long long)cap); }
+    float *p = base_realloc(c->out, (size_t)cap * sizeof *p);
+    if (!p) { return base_fail(KILN_ERR_NOMEM, "out of memory for %lld samples at 16 kHz", (long long)cap); }
     c->out = p;
     c->cap = cap;
     return KILN_OK;
@@ -66,14 +66,14 @@ static kiln_status conv_init(conv *c, int32_t rate, int32_t channels, double max
     c->ratio = (double)KA_RATE / rate;
     c->max_seconds = max_seconds;
     c->max_frames = (int64_t)floor(max_seconds * rate);
-    c->mono = kb_malloc(CHUNK_FRAMES * sizeof *c->mono);
-    if (!c->mono) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    c->mono = base_malloc(CHUNK_FRAMES * sizeof *c->mono);
+    if (!c->mono) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     if (rate != KA_RATE) {
         int e = 0;
         c->src = src_new(SRC_SINC_MEDIUM_QUALITY, 1, &e);
         if (!c->src) {
             conv_free(c);
-            return kb_fail(KILN_ERR_INVALID_ARG, "resampling from %d Hz failed: %s", rate, src_strerror(e));
+            return base_fail(KILN_ERR_INVALID_ARG, "resampling from %d Hz failed: %s", rate, src_strerror(e));
         }
     }
     if (expect > 0 && expect <= c->max_frames &&
@@ -104,7 +104,7 @@ static kiln_status conv_resample(conv *c, int64_t k, int end) {
         d.src_ratio = c->ratio;
         d.end_of_input = end;
         int rc = src_process(c->src, &d);
-        if (rc) { return kb_fail(KILN_ERR_INVALID_ARG, "resampling from %d Hz failed: %s", c->rate, src_strerror(rc)); }
+        if (rc) { return base_fail(KILN_ERR_INVALID_ARG, "resampling from %d Hz failed: %s", c->rate, src_strerror(rc)); }
         in += d.input_frames_used;
         k -= d.input_frames_used;
         c->n += d.output_frames_gen;
@@ -120,7 +120,7 @@ static kiln_status conv_push(conv *c, const float *pcm, int64_t frames) {
     while (frames > 0) {
         int64_t k = frames < CHUNK_FRAMES ? frames : CHUNK_FRAMES;
         if (c->frames + k > c->max_frames) {
-            return kb_fail(KILN_ERR_UNSUPPORTED,
+            return base_fail(KILN_ERR_UNSUPPORTED,
                            "audio is longer than the limit of %.0f s (stopped after decoding %.1f s)", c->max_seconds,
                            (double)c->max_frames / c->rate);
         }
@@ -130,7 +130,7 @@ static kiln_status conv_push(conv *c, const float *pcm, int64_t frames) {
                 float v = pcm[f * ch + i];
                 if (!isfinite(v)) {
                     int64_t at = (c->frames + f) * ch + i;
-                    return kb_fail(KILN_ERR_INVALID_ARG, "sample %lld (frame %lld, channel %d) is not finite",
+                    return base_fail(KILN_ERR_INVALID_ARG, "sample %lld (frame %lld, channel %d) is not finite",
                                    (long long)at, (long long)(c->frames + f), i);
                 }
                 s += v;
@@ -153,7 +153,7 @@ static kiln_status conv_finish(conv *c, float **out, int64_t *n) {
     if (c->n == 0) {
         free(c->out);
     } else if (c->n < c->cap) {
-        float *p = kb_realloc(c->out, (size_t)c->n * sizeof *p);
+        float *p = base_realloc(c->out, (size_t)c->n * sizeof *p);
         c->out = p ? p : c->out; /* a failed shrink keeps the larger block */
     }
     *out = c->n ? c->out : NULL;
@@ -169,20 +169,20 @@ kiln_status ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int
     *n = 0;
     kiln_status st = check_format(rate, channels);
     if (st) return st;
-    if (n_samples < 0 || (n_samples > 0 && !pcm)) { return kb_fail(KILN_ERR_INVALID_ARG, "no samples given"); }
+    if (n_samples < 0 || (n_samples > 0 && !pcm)) { return base_fail(KILN_ERR_INVALID_ARG, "no samples given"); }
     if (n_samples % channels) {
-        return kb_fail(KILN_ERR_INVALID_ARG, "%lld samples are not whole frames of %d channels", (long long)n_samples,
+        return base_fail(KILN_ERR_INVALID_ARG, "%lld samples are not whole frames of %d channels", (long long)n_samples,
                        channels);
     }
     int64_t frames = n_samples / channels;
     if ((double)frames / rate > KA_MAX_SECONDS) {
-        return kb_fail(KILN_ERR_INVALID_ARG, "%.0f s of audio is more than %.0f s", (double)frames / rate,
+        return base_fail(KILN_ERR_INVALID_ARG, "%.0f s of audio is more than %.0f s", (double)frames / rate,
                        KA_MAX_SECONDS);
     }
     /* every sample is checked before anything is allocated */
     for (int64_t i = 0; i < n_samples; i++)
         if (!isfinite(pcm[i])) {
-            return kb_fail(KILN_ERR_INVALID_ARG, "sample %lld (frame %lld, channel %lld) is not finite", (long long)i,
+            return base_fail(KILN_ERR_INVALID_ARG, "sample %lld (frame %lld, channel %lld) is not finite", (long long)i,
                            (long long)(i / channels), (long long)(i % channels));
         }
     if (frames == 0) return KILN_OK;
@@ -215,15 +215,15 @@ static kiln_status read_all(SNDFILE *sf, const SF_INFO *si, double max_seconds, 
      * the decoding counts too, for files whose header says less */
     int64_t declared = si->frames > 0 && si->frames < SF_COUNT_MAX ? (int64_t)si->frames : 0;
     if ((double)declared / si->samplerate > max_seconds) {
-        return kb_fail(KILN_ERR_UNSUPPORTED, "audio of %.1f s is longer than the limit of %.0f s",
+        return base_fail(KILN_ERR_UNSUPPORTED, "audio of %.1f s is longer than the limit of %.0f s",
                        (double)declared / si->samplerate, max_seconds);
     }
     conv c;
     if ((st = conv_init(&c, si->samplerate, si->channels, max_seconds, declared))) return st;
-    float *buf = kb_malloc((size_t)CHUNK_FRAMES * (size_t)si->channels * sizeof *buf);
+    float *buf = base_malloc((size_t)CHUNK_FRAMES * (size_t)si->channels * sizeof *buf);
     if (!buf) {
         conv_free(&c);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (;;) {
         sf_count_t k = sf_readf_float(sf, buf, CHUNK_FRAMES);
@@ -231,7 +231,7 @@ static kiln_status read_all(SNDFILE *sf, const SF_INFO *si, double max_seconds, 
         if ((st = conv_push(&c, buf, (int64_t)k))) break;
     }
     free(buf);
-    if (!st && sf_error(sf) != SF_ERR_NO_ERROR) st = kb_fail(KILN_ERR_FORMAT, "decoding failed: %s", sf_strerror(sf));
+    if (!st && sf_error(sf) != SF_ERR_NO_ERROR) st = base_fail(KILN_ERR_FORMAT, "decoding failed: %s", sf_strerror(sf));
     if (info) info->frames = c.frames;
     if (!st) st = conv_finish(&c, out, n);
     conv_free(&c);
@@ -245,15 +245,15 @@ kiln_status ka_read_file(const char *path, double max_seconds, float **out, int6
     SNDFILE *sf = sf_open(path, SFM_READ, &si);
     if (!sf) {
         FILE *f = fopen(path, "rb");
-        if (!f) return kb_fail(KILN_ERR_IO, "%s: cannot open", path);
+        if (!f) return base_fail(KILN_ERR_IO, "%s: cannot open", path);
         int empty = fgetc(f) == EOF;
         fclose(f);
-        if (empty) return kb_fail(KILN_ERR_FORMAT, "%s: empty file", path);
-        return kb_fail(KILN_ERR_FORMAT, "%s: not an audio file kiln can read (%s)", path, sf_strerror(NULL));
+        if (empty) return base_fail(KILN_ERR_FORMAT, "%s: empty file", path);
+        return base_fail(KILN_ERR_FORMAT, "%s: not an audio file kiln can read (%s)", path, sf_strerror(NULL));
     }
     kiln_status st = read_all(sf, &si, max_seconds, out, n, info);
     sf_close(sf);
-    if (st) return kb_fail(st, "%s: %s", path, kiln_last_error());
+    if (st) return base_fail(st, "%s: %s", path, kiln_last_error());
     return KILN_OK;
 }
 
@@ -283,12 +283,12 @@ static sf_count_t v_tell(void *u) { return ((vmem *)u)->pos; }
 kiln_status ka_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n, ka_info *info) {
     *out = NULL;
     *n = 0;
-    if (!data || len == 0) { return kb_fail(KILN_ERR_INVALID_ARG, "empty audio file"); }
+    if (!data || len == 0) { return base_fail(KILN_ERR_INVALID_ARG, "empty audio file"); }
     vmem v = {data, (sf_count_t)len, 0};
     SF_VIRTUAL_IO io = {v_len, v_seek, v_read, v_write, v_tell};
     SF_INFO si = {0};
     SNDFILE *sf = sf_open_virtual(&io, SFM_READ, &si, &v);
-    if (!sf) { return kb_fail(KILN_ERR_FORMAT, "not an audio file kiln can read (%s)", sf_strerror(NULL)); }
+    if (!sf) { return base_fail(KILN_ERR_FORMAT, "not an audio file kiln can read (%s)", sf_strerror(NULL)); }
     kiln_status st = read_all(sf, &si, max_seconds, out, n, info);
     sf_close(sf);
     return st;

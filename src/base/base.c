@@ -10,17 +10,17 @@
 #include <time.h>
 #include <unistd.h>
 
-static kb_log_fn g_log_fn;
+static base_log_fn g_log_fn;
 static void *g_log_ud;
-static int g_log_max = KB_LOG_WARN;
+static int g_log_max = BASE_LOG_WARN;
 
-void kb_set_log(kb_log_fn fn, void *ud, int max_level) {
+void base_set_log(base_log_fn fn, void *ud, int max_level) {
     g_log_fn = fn;
     g_log_ud = ud;
     g_log_max = max_level;
 }
 
-void kb_log(int level, const char *fmt, ...) {
+void base_log(int level, const char *fmt, ...) {
     if (level > g_log_max) return;
     char msg[1024];
     va_list ap;
@@ -35,7 +35,7 @@ void kb_log(int level, const char *fmt, ...) {
     }
 }
 
-void kb_errf(char *err, size_t errlen, const char *fmt, ...) {
+void base_errf(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || !errlen) return;
     va_list ap;
     va_start(ap, fmt);
@@ -43,7 +43,7 @@ void kb_errf(char *err, size_t errlen, const char *fmt, ...) {
     va_end(ap);
 }
 
-void kb_fmt_count(double n, char *buf, size_t cap) {
+void base_fmt_count(double n, char *buf, size_t cap) {
     if (n >= 1e9)
         snprintf(buf, cap, "%.1fB", n / 1e9);
     else if (n >= 1e6)
@@ -52,7 +52,7 @@ void kb_fmt_count(double n, char *buf, size_t cap) {
         snprintf(buf, cap, "%.1fK", n / 1e3);
 }
 
-uint64_t kb_random_u64(void) {
+uint64_t base_random_u64(void) {
     uint64_t v = 0;
     if (getrandom(&v, sizeof v, 0) == (ssize_t)sizeof v) return v;
     /* no entropy source (a very old kernel): the clock and a counter, so
@@ -66,36 +66,36 @@ uint64_t kb_random_u64(void) {
     return v ^ (v >> 33);
 }
 
-double kb_now(void) {
+double base_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-kiln_status kb_map_file(const char *path, kb_map *m) {
+kiln_status base_map_file(const char *path, base_map *m) {
     m->addr = NULL;
     m->len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { return kb_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno)); }
+    if (fd < 0) { return base_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno)); }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return kb_fail(KILN_ERR_FORMAT, "%s: not a regular file", path);
+        return base_fail(KILN_ERR_FORMAT, "%s: not a regular file", path);
     }
     if (st.st_size == 0) {
         close(fd);
-        return kb_fail(KILN_ERR_FORMAT, "%s: empty file", path);
+        return base_fail(KILN_ERR_FORMAT, "%s: empty file", path);
     }
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
-    if (p == MAP_FAILED) return kb_fail(KILN_ERR_IO, "%s: mmap failed: %s", path, strerror(e));
+    if (p == MAP_FAILED) return base_fail(KILN_ERR_IO, "%s: mmap failed: %s", path, strerror(e));
     m->addr = p;
     m->len = (size_t)st.st_size;
     return KILN_OK;
 }
 
-void kb_unmap(kb_map *m) {
+void base_unmap(base_map *m) {
     if (m->addr) munmap((void *)m->addr, m->len);
     m->addr = NULL;
     m->len = 0;

@@ -929,7 +929,7 @@ static char *render_chat_buf(const kgt *t, const json_t *messages, const json_t 
 
 static kiln_status rendered(char *res, const char *msg, char **out) {
     *out = res;
-    return res ? KILN_OK : kb_fail(kct_status_of(msg, KILN_ERR_INVALID_ARG), "%s", msg[0] ? msg : "out of memory");
+    return res ? KILN_OK : base_fail(kct_status_of(msg, KILN_ERR_INVALID_ARG), "%s", msg[0] ? msg : "out of memory");
 }
 
 kiln_status kgt_render(const kgt *t, const json_t *data, char **out) { return kgt_render_opts(t, data, NULL, out); }

@@ -33,13 +33,13 @@ typedef struct kgt kgt; /* a compiled template (immutable: renders may share it)
 /* The compiled template holds a copy of src: the caller's text may be
  * freed once this returns. */
 /* Fails with template.h's statuses (KILN_ERR_FORMAT, _NOMEM), the message
- * "line N: ..." set by kb_fail. */
+ * "line N: ..." set by base_fail. */
 kiln_status kgt_compile(const char *src, size_t len, kgt **out);
 void kgt_free(kgt *t);
 
 /* Renders with data as the root value (dot) into *out, a malloc'd string;
  * a failure is template.h's KILN_ERR_INVALID_ARG, _NOMEM or _CANCELLED with
- * "line N: message" set by kb_fail.  The _opts forms render under the
+ * "line N: message" set by base_fail.  The _opts forms render under the
  * bounds of opts (template.h's kct_opts: steps, output, memory, cancel;
  * NULL: the defaults); a step is an action, a node, an operand or a range
  * iteration, memory the bytes of the strings and slices the render makes. */

@@ -813,5 +813,5 @@ static kgt *compile_buf(const char *src, size_t len, char *err, size_t errlen) {
 kiln_status kgt_compile(const char *src, size_t len, kgt **out) {
     char msg[512] = "";
     *out = compile_buf(src, len, msg, sizeof msg);
-    return *out ? KILN_OK : kb_fail(kct_status_of(msg, KILN_ERR_FORMAT), "%s", msg[0] ? msg : "out of memory");
+    return *out ? KILN_OK : base_fail(kct_status_of(msg, KILN_ERR_FORMAT), "%s", msg[0] ? msg : "out of memory");
 }

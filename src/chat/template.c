@@ -125,7 +125,7 @@ kiln_status kct_status_of(const char *msg, kiln_status otherwise) {
 kiln_status kct_compile(const char *src, size_t len, kct **out) {
     char msg[512] = "";
     *out = compile_buf(src, len, msg, sizeof msg);
-    return *out ? KILN_OK : kb_fail(kct_status_of(msg, KILN_ERR_FORMAT), "%s", msg[0] ? msg : "out of memory");
+    return *out ? KILN_OK : base_fail(kct_status_of(msg, KILN_ERR_FORMAT), "%s", msg[0] ? msg : "out of memory");
 }
 
 kiln_status kct_render(const kct *t, const json_t *vars, char **out) { return kct_render_opts(t, vars, NULL, out); }
@@ -133,5 +133,5 @@ kiln_status kct_render(const kct *t, const json_t *vars, char **out) { return kc
 kiln_status kct_render_opts(const kct *t, const json_t *vars, const kct_opts *opts, char **out) {
     char msg[512] = "";
     *out = render_buf(t, vars, opts, msg, sizeof msg);
-    return *out ? KILN_OK : kb_fail(kct_status_of(msg, KILN_ERR_INVALID_ARG), "%s", msg[0] ? msg : "out of memory");
+    return *out ? KILN_OK : base_fail(kct_status_of(msg, KILN_ERR_INVALID_ARG), "%s", msg[0] ? msg : "out of memory");
 }

@@ -49,7 +49,7 @@ typedef struct kct_opts {
 
 typedef struct kct kct; /* a compiled template */
 /* The entry points of this folder return a kiln_status with the message
- * set by kb_fail (the interpreters unwind inside with longjmp or a failed
+ * set by base_fail (the interpreters unwind inside with longjmp or a failed
  * flag): KILN_ERR_FORMAT for a template that does not compile,
  * KILN_ERR_INVALID_ARG for a render the template refuses (the message
  * line:column or "line N: ..."), KILN_ERR_NOMEM, KILN_ERR_CANCELLED. */

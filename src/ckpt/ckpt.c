@@ -48,7 +48,7 @@ kiln_status ck_finish(ck_file *f) {
     named *tmp = malloc((size_t)(f->n ? f->n : 1) * sizeof *tmp);
     if (!f->by_name || !tmp) {
         free(tmp);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < f->n; i++) tmp[i] = (named){f->tensors[i].name, i};
     if (f->n > 1) qsort(tmp, (size_t)f->n, sizeof *tmp, by_name);
@@ -56,7 +56,7 @@ kiln_status ck_finish(ck_file *f) {
     free(tmp);
     for (int i = 1; i < f->n; i++)
         if (!strcmp(f->tensors[f->by_name[i - 1]].name, f->tensors[f->by_name[i]].name)) {
-            return kb_fail(KILN_ERR_FORMAT, "tensor '%s' appears twice", f->tensors[f->by_name[i]].name);
+            return base_fail(KILN_ERR_FORMAT, "tensor '%s' appears twice", f->tensors[f->by_name[i]].name);
         }
     return KILN_OK;
 }
@@ -81,8 +81,8 @@ static kiln_status open_bytes(ck_file *f, ck_file **out) {
 kiln_status ck_open(const char *path, ck_file **out) {
     *out = NULL;
     ck_file *f = calloc(1, sizeof *f);
-    if (!f) return kb_fail(KILN_ERR_NOMEM, "out of memory");
-    kiln_status st = kb_map_file(path, &f->map);
+    if (!f) return base_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st = base_map_file(path, &f->map);
     if (st) {
         free(f);
         return st;
@@ -90,14 +90,14 @@ kiln_status ck_open(const char *path, ck_file **out) {
     f->data = f->map.addr;
     f->len = f->map.len;
     st = open_bytes(f, out);
-    if (st) return kb_fail(st, "%s: %s", path, kiln_last_error());
+    if (st) return base_fail(st, "%s: %s", path, kiln_last_error());
     return KILN_OK;
 }
 
 kiln_status ck_open_memory(const void *data, size_t len, ck_file **out) {
     *out = NULL;
     ck_file *f = calloc(1, sizeof *f);
-    if (!f) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!f) return base_fail(KILN_ERR_NOMEM, "out of memory");
     f->data = data;
     f->len = len;
     return open_bytes(f, out);
@@ -105,7 +105,7 @@ kiln_status ck_open_memory(const void *data, size_t len, ck_file **out) {
 
 void ck_close(ck_file *f) {
     if (!f) return;
-    if (f->map.addr) kb_unmap(&f->map);
+    if (f->map.addr) base_unmap(&f->map);
     free(f->tensors);
     free(f->by_name);
     free(f->strings);

@@ -11,7 +11,7 @@
 
 struct ck_file {
     int format;
-    kb_map map;          /* owned mapping (ck_open), or addr NULL */
+    base_map map;          /* owned mapping (ck_open), or addr NULL */
     const uint8_t *data; /* the whole file */
     size_t len;
     ck_tensor *tensors; /* [n], in data order */

@@ -137,7 +137,7 @@ static int fail(vm *m, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    m->st = kb_fail(strncmp(msg, "out of memory", 13) ? KILN_ERR_FORMAT : KILN_ERR_NOMEM, "data.pkl byte %zu: %s",
+    m->st = base_fail(strncmp(msg, "out of memory", 13) ? KILN_ERR_FORMAT : KILN_ERR_NOMEM, "data.pkl byte %zu: %s",
                     m->op_pos, msg);
     return -1;
 }
@@ -368,7 +368,7 @@ static pv *rebuild_tensor(vm *m, const pv *args) {
     uint64_t numel = 1;
     for (int d = 0; d < t->n_dims; d++) {
         int64_t s;
-        if (as_int(a[2]->u.seq.it[d], &s) || s < 0 || kb_mul_u64(numel, (uint64_t)s, &numel) ||
+        if (as_int(a[2]->u.seq.it[d], &s) || s < 0 || base_mul_u64(numel, (uint64_t)s, &numel) ||
             numel > ((uint64_t)1 << 50)) {
             fail(m, "_rebuild_tensor_v2: bad size in dimension %d", d);
             return NULL;
@@ -392,7 +392,7 @@ static pv *rebuild_tensor(vm *m, const pv *args) {
         want *= t->shape[d];
     }
     uint64_t end;
-    if (numel && (kb_add_u64((uint64_t)off, numel, &end) || end > (uint64_t)a[0]->u.stg.numel)) {
+    if (numel && (base_add_u64((uint64_t)off, numel, &end) || end > (uint64_t)a[0]->u.stg.numel)) {
         fail(m, "_rebuild_tensor_v2: elements %lld..%lld reach past the storage's %lld", (long long)off,
              (long long)(off + (int64_t)numel), (long long)a[0]->u.stg.numel);
         return NULL;
@@ -771,7 +771,7 @@ kiln_status ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out)
     arena *keep = malloc(sizeof *keep);
     if (!keep) {
         arena_free(&m.ar);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     *keep = m.ar;
     out->tensors = ts;

@@ -24,22 +24,22 @@ static int get_u64(json_t *v, uint64_t *out) {
 
 kiln_status ck_read_safetensors(ck_file *f) {
     if (f->len < 8) {
-        return kb_fail(KILN_ERR_FORMAT, "not a checkpoint: %zu bytes (neither a ZIP nor a safetensors header)", f->len);
+        return base_fail(KILN_ERR_FORMAT, "not a checkpoint: %zu bytes (neither a ZIP nor a safetensors header)", f->len);
     }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | f->data[i];
     if (hlen < 2 || hlen > f->len - 8 || hlen > CK_MAX_HEADER) {
-        return kb_fail(KILN_ERR_FORMAT, "not a safetensors file: header length %llu for a file of %zu bytes",
+        return base_fail(KILN_ERR_FORMAT, "not a safetensors file: header length %llu for a file of %zu bytes",
                        (unsigned long long)hlen, f->len);
     }
     if (f->data[8] != '{') {
-        return kb_fail(KILN_ERR_FORMAT, "not a safetensors file: the header does not start with '{'");
+        return base_fail(KILN_ERR_FORMAT, "not a safetensors file: the header does not start with '{'");
     }
     json_error_t je;
     json_t *root = json_loadb((const char *)f->data + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root || !json_is_object(root)) {
         json_decref(root);
-        return kb_fail(KILN_ERR_FORMAT, "safetensors header: %s", root ? "not a JSON object" : je.text);
+        return base_fail(KILN_ERR_FORMAT, "safetensors header: %s", root ? "not a JSON object" : je.text);
     }
     const uint8_t *base = f->data + 8 + hlen;
     const uint64_t data_len = f->len - 8 - hlen;
@@ -47,7 +47,7 @@ kiln_status ck_read_safetensors(ck_file *f) {
     json_t *meta = json_object_get(root, "__metadata__");
     if (meta && !json_is_object(meta)) {
         json_decref(root);
-        return kb_fail(KILN_ERR_FORMAT, "safetensors __metadata__ is not an object");
+        return base_fail(KILN_ERR_FORMAT, "safetensors __metadata__ is not an object");
     }
     const char *key;
     json_t *val;
@@ -55,20 +55,20 @@ kiln_status ck_read_safetensors(ck_file *f) {
     if (meta) json_object_foreach(meta, key, val) {
             if (!json_is_string(val)) {
                 json_decref(root);
-                return kb_fail(KILN_ERR_FORMAT, "safetensors __metadata__ value of '%s' is not a string", key);
+                return base_fail(KILN_ERR_FORMAT, "safetensors __metadata__ value of '%s' is not a string", key);
             }
             strbytes += strlen(key) + strlen(json_string_value(val)) + 2;
         }
     if (n > CK_MAX_TENSORS) {
         json_decref(root);
-        return kb_fail(KILN_ERR_FORMAT, "safetensors header lists %zu entries (more than %d)", n, CK_MAX_TENSORS);
+        return base_fail(KILN_ERR_FORMAT, "safetensors header lists %zu entries (more than %d)", n, CK_MAX_TENSORS);
     }
     f->tensors = calloc(n ? n : 1, sizeof *f->tensors);
     f->strings = malloc(strbytes ? strbytes : 1);
     f->meta = meta ? calloc(2 * json_object_size(meta) + 1, sizeof *f->meta) : NULL;
     if (!f->tensors || !f->strings || (meta && !f->meta)) {
         json_decref(root);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     char *sp = f->strings;
     kiln_status rc = KILN_OK;
@@ -87,16 +87,16 @@ kiln_status ck_read_safetensors(ck_file *f) {
         uint64_t b, e;
         if (!json_is_object(val) || !json_is_string(dt) || !json_is_array(sh) || !json_is_array(off) ||
             json_array_size(off) != 2 || get_u64(json_array_get(off, 0), &b) || get_u64(json_array_get(off, 1), &e)) {
-            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': needs dtype, shape and data_offsets [begin, end]", key);
+            rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': needs dtype, shape and data_offsets [begin, end]", key);
             break;
         }
         t->dtype = dtype_from(json_string_value(dt));
         if (t->dtype < 0) {
-            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': unknown dtype '%s'", key, json_string_value(dt));
+            rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': unknown dtype '%s'", key, json_string_value(dt));
             break;
         }
         if (json_array_size(sh) > CK_MAX_DIMS) {
-            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': %zu dimensions (at most %d)", key, json_array_size(sh),
+            rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': %zu dimensions (at most %d)", key, json_array_size(sh),
                          CK_MAX_DIMS);
             break;
         }
@@ -104,16 +104,16 @@ kiln_status ck_read_safetensors(ck_file *f) {
         uint64_t numel = 1, bytes;
         for (int d = 0; d < t->n_dims && !rc; d++) {
             uint64_t s = 0;
-            if (get_u64(json_array_get(sh, (size_t)d), &s) || kb_mul_u64(numel, s, &numel) ||
+            if (get_u64(json_array_get(sh, (size_t)d), &s) || base_mul_u64(numel, s, &numel) ||
                 numel > ((uint64_t)1 << 50)) {
-                rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': bad shape", key);
+                rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': bad shape", key);
             }
             t->shape[d] = (int64_t)s;
         }
         if (rc) break;
         bytes = numel * (uint64_t)ck_dtype_size(t->dtype);
         if (b > e || e > data_len || e - b != bytes) {
-            rc = kb_fail(KILN_ERR_FORMAT,
+            rc = base_fail(KILN_ERR_FORMAT,
                          "tensor '%s': data_offsets [%llu, %llu] do not hold %llu bytes within the %llu of data", key,
                          (unsigned long long)b, (unsigned long long)e, (unsigned long long)bytes,
                          (unsigned long long)data_len);
@@ -123,7 +123,7 @@ kiln_status ck_read_safetensors(ck_file *f) {
         t->nbytes = bytes;
         t->data = base + b;
         if (((uintptr_t)t->data) % (uintptr_t)ck_dtype_size(t->dtype)) {
-            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': data at offset %llu is not aligned to its %d-byte elements",
+            rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': data at offset %llu is not aligned to its %d-byte elements",
                          key, (unsigned long long)b, ck_dtype_size(t->dtype));
             break;
         }
@@ -140,7 +140,7 @@ kiln_status ck_read_safetensors(ck_file *f) {
         const ck_tensor *t = &f->tensors[i];
         if (!t->nbytes) continue;
         if ((const uint8_t *)t->data < end) {
-            return kb_fail(KILN_ERR_FORMAT, "tensor '%s' overlaps the tensor before it", t->name);
+            return base_fail(KILN_ERR_FORMAT, "tensor '%s' overlaps the tensor before it", t->name);
         }
         end = (const uint8_t *)t->data + t->nbytes;
     }

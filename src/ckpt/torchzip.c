@@ -50,23 +50,23 @@ typedef struct cd_index {
 static kiln_status build_index(const uint8_t *d, size_t len, cd_index *ix) {
     uint64_t off, size, count;
     if (find_cd(d, len, &off, &size, &count)) {
-        return kb_fail(KILN_ERR_FORMAT, "ZIP central directory not found or out of range");
+        return base_fail(KILN_ERR_FORMAT, "ZIP central directory not found or out of range");
     }
     if (count > CK_MAX_ENTRIES || count > size / 46) {
-        return kb_fail(KILN_ERR_FORMAT, "ZIP central directory claims %llu entries", (unsigned long long)count);
+        return base_fail(KILN_ERR_FORMAT, "ZIP central directory claims %llu entries", (unsigned long long)count);
     }
     ix->n = count;
     ix->lho = malloc((size_t)(count ? count : 1) * sizeof *ix->lho);
-    if (!ix->lho) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!ix->lho) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     uint64_t p = off, end = off + size;
     for (uint64_t i = 0; i < count; i++) {
         if (end - p < 46 || le32(d + p) != 0x02014b50) {
-            return kb_fail(KILN_ERR_FORMAT, "ZIP central directory entry %llu is malformed", (unsigned long long)i);
+            return base_fail(KILN_ERR_FORMAT, "ZIP central directory entry %llu is malformed", (unsigned long long)i);
         }
         uint32_t nl = le16(d + p + 28), xl = le16(d + p + 30), cl = le16(d + p + 32);
         uint64_t lho = le32(d + p + 42);
         if (end - p - 46 < (uint64_t)nl + xl + cl) {
-            return kb_fail(KILN_ERR_FORMAT, "ZIP central directory entry %llu runs past the directory",
+            return base_fail(KILN_ERR_FORMAT, "ZIP central directory entry %llu runs past the directory",
                            (unsigned long long)i);
         }
         if (lho == 0xFFFFFFFF) { /* ZIP64 extra field: sizes first when they overflowed */
@@ -84,7 +84,7 @@ static kiln_status build_index(const uint8_t *d, size_t len, cd_index *ix) {
                 x += 4 + sz;
             }
             if (!found) {
-                return kb_fail(KILN_ERR_FORMAT, "ZIP entry %llu has no ZIP64 offset", (unsigned long long)i);
+                return base_fail(KILN_ERR_FORMAT, "ZIP entry %llu has no ZIP64 offset", (unsigned long long)i);
             }
         }
         ix->lho[i] = lho;
@@ -106,7 +106,7 @@ static uint64_t locate(const uint8_t *d, size_t len, const cd_index *ix, zip_uin
 }
 
 static kiln_status zfail(const char *what, zip_error_t *ze) {
-    return kb_fail(KILN_ERR_FORMAT, "%s: %s", what, zip_error_strerror(ze));
+    return base_fail(KILN_ERR_FORMAT, "%s: %s", what, zip_error_strerror(ze));
 }
 
 /* Reads a whole (small) entry into a malloc'd buffer. */
@@ -118,7 +118,7 @@ static kiln_status read_entry(zip_t *za, zip_uint64_t i, uint64_t size, uint8_t 
     zip_int64_t got = buf ? zip_fread(zf, buf, size) : -1;
     if (got < 0 || (uint64_t)got != size) {
         kiln_status st =
-            buf ? zfail("cannot read data.pkl", zip_file_get_error(zf)) : kb_fail(KILN_ERR_NOMEM, "out of memory");
+            buf ? zfail("cannot read data.pkl", zip_file_get_error(zf)) : base_fail(KILN_ERR_NOMEM, "out of memory");
         free(buf);
         zip_fclose(zf);
         return st;
@@ -135,14 +135,14 @@ static int by_key(const void *a, const void *b) {
 /* Views of one storage must agree on its type and size. */
 static kiln_status storages_agree(const ck_pkl_result *pr) {
     const ck_pkl_tensor **v = malloc((size_t)(pr->n ? pr->n : 1) * sizeof *v);
-    if (!v) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!v) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     for (int i = 0; i < pr->n; i++) v[i] = &pr->tensors[i];
     qsort(v, (size_t)pr->n, sizeof *v, by_key);
     kiln_status rc = KILN_OK;
     for (int i = 1; i < pr->n && !rc; i++)
         if (!strcmp(v[i - 1]->storage_key, v[i]->storage_key) &&
             (v[i - 1]->dtype != v[i]->dtype || v[i - 1]->storage_numel != v[i]->storage_numel)) {
-            rc = kb_fail(KILN_ERR_FORMAT, "storage %s is declared twice with different types or sizes",
+            rc = base_fail(KILN_ERR_FORMAT, "storage %s is declared twice with different types or sizes",
                          v[i]->storage_key);
         }
     free(v);
@@ -169,7 +169,7 @@ kiln_status ck_read_torchzip(ck_file *f) {
     char prefix[256] = "", name[512];
     zip_int64_t n = zip_get_num_entries(za, 0), pkl_index = -1;
     if (n < 0 || n > CK_MAX_ENTRIES) {
-        rc = kb_fail(KILN_ERR_FORMAT, "the ZIP has %lld entries", (long long)n);
+        rc = base_fail(KILN_ERR_FORMAT, "the ZIP has %lld entries", (long long)n);
         goto done;
     }
     for (zip_int64_t i = 0; i < n; i++) {
@@ -181,7 +181,7 @@ kiln_status ck_read_torchzip(ck_file *f) {
                   ((l == 8) || (slash && slash == nm + l - 9 && l - 9 < sizeof prefix - 1));
         if (!top) continue;
         if (pkl_index >= 0) {
-            rc = kb_fail(KILN_ERR_FORMAT, "the ZIP holds more than one data.pkl");
+            rc = base_fail(KILN_ERR_FORMAT, "the ZIP holds more than one data.pkl");
             goto done;
         }
         pkl_index = i;
@@ -189,7 +189,7 @@ kiln_status ck_read_torchzip(ck_file *f) {
         prefix[l - 8] = 0;
     }
     if (pkl_index < 0) {
-        rc = kb_fail(KILN_ERR_FORMAT, "not a PyTorch checkpoint: the ZIP has no data.pkl");
+        rc = base_fail(KILN_ERR_FORMAT, "not a PyTorch checkpoint: the ZIP has no data.pkl");
         goto done;
     }
     zip_stat_t zs;
@@ -198,7 +198,7 @@ kiln_status ck_read_torchzip(ck_file *f) {
         goto done;
     }
     if (zs.size > CK_MAX_PICKLE) {
-        rc = kb_fail(KILN_ERR_FORMAT, "data.pkl is %llu bytes (more than %u)", (unsigned long long)zs.size,
+        rc = base_fail(KILN_ERR_FORMAT, "data.pkl is %llu bytes (more than %u)", (unsigned long long)zs.size,
                      CK_MAX_PICKLE);
         goto done;
     }
@@ -213,14 +213,14 @@ kiln_status ck_read_torchzip(ck_file *f) {
         int little = b && bs.size == 6 && !memcmp(b, "little", 6);
         free(b);
         if (!little) {
-            rc = kb_fail(KILN_ERR_FORMAT, "the checkpoint's byte order is not little-endian");
+            rc = base_fail(KILN_ERR_FORMAT, "the checkpoint's byte order is not little-endian");
             goto done;
         }
     }
     if ((rc = read_entry(za, (zip_uint64_t)pkl_index, zs.size, &pkl))) goto done;
     if ((rc = ck_pickle_state_dict(pkl, (size_t)zs.size, &pr))) goto done;
     if (pr.n > CK_MAX_TENSORS) {
-        rc = kb_fail(KILN_ERR_FORMAT, "the state dictionary holds %d tensors (more than %d)", pr.n, CK_MAX_TENSORS);
+        rc = base_fail(KILN_ERR_FORMAT, "the state dictionary holds %d tensors (more than %d)", pr.n, CK_MAX_TENSORS);
         goto done;
     }
     if ((rc = storages_agree(&pr)) || (rc = build_index(f->data, f->len, &ix))) goto done;
@@ -229,7 +229,7 @@ kiln_status ck_read_torchzip(ck_file *f) {
     f->tensors = calloc((size_t)pr.n, sizeof *f->tensors);
     f->strings = malloc(strbytes ? strbytes : 1);
     if (!f->tensors || !f->strings) {
-        rc = kb_fail(KILN_ERR_NOMEM, "out of memory");
+        rc = base_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
     char *sp = f->strings;
@@ -238,12 +238,12 @@ kiln_status ck_read_torchzip(ck_file *f) {
         ck_tensor *t = &f->tensors[i];
         const int es = ck_dtype_size(pt->dtype);
         if (snprintf(name, sizeof name, "%sdata/%s", prefix, pt->storage_key) >= (int)sizeof name) {
-            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': storage name too long", pt->name);
+            rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': storage name too long", pt->name);
             goto done;
         }
         zip_int64_t e = zip_name_locate(za, name, ZIP_FL_ENC_RAW);
         if (e < 0) {
-            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': storage %s is missing from the archive", pt->name, name);
+            rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': storage %s is missing from the archive", pt->name, name);
             goto done;
         }
         zip_stat_t st;
@@ -255,24 +255,24 @@ kiln_status ck_read_torchzip(ck_file *f) {
         }
         if (st.comp_method != ZIP_CM_STORE ||
             ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE)) {
-            rc = kb_fail(KILN_ERR_FORMAT,
+            rc = base_fail(KILN_ERR_FORMAT,
                          "tensor '%s': storage %s is compressed or encrypted (torch.save stores them raw)", pt->name,
                          name);
             goto done;
         }
-        if (kb_mul_u64((uint64_t)pt->storage_numel, (uint64_t)es, &want) || want != st.size) {
-            rc = kb_fail(KILN_ERR_FORMAT,
+        if (base_mul_u64((uint64_t)pt->storage_numel, (uint64_t)es, &want) || want != st.size) {
+            rc = base_fail(KILN_ERR_FORMAT,
                          "tensor '%s': storage %s declares %lld elements of %d bytes but holds %llu bytes", pt->name,
                          name, (long long)pt->storage_numel, es, (unsigned long long)st.size);
             goto done;
         }
         uint64_t at = locate(f->data, f->len, &ix, (zip_uint64_t)e, name, st.size);
         if (!at) {
-            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': cannot locate the bytes of %s in the file", pt->name, name);
+            rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': cannot locate the bytes of %s in the file", pt->name, name);
             goto done;
         }
         if ((uintptr_t)(f->data + at) % (uintptr_t)es) {
-            rc = kb_fail(KILN_ERR_FORMAT, "tensor '%s': storage %s is not aligned to its %d-byte elements", pt->name,
+            rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': storage %s is not aligned to its %d-byte elements", pt->name,
                          name, es);
             goto done;
         }

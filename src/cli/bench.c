@@ -98,7 +98,7 @@ static double probe_bandwidth(const uint64_t *buf, int n_threads) {
     pthread_t th[MAX_T];
     double best = 0;
     for (int pass = 0; pass < PROBE_PASSES; pass++) {
-        const double t0 = kb_now();
+        const double t0 = base_now();
         int started = 0;
         for (; started < n_threads; started++) {
             sl[started] = (probe_slice){buf + (size_t)started * per, per, 0};
@@ -106,7 +106,7 @@ static double probe_bandwidth(const uint64_t *buf, int n_threads) {
         }
         for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
         if (started < n_threads) return 0;
-        const double bps = (double)(per * sizeof(uint64_t)) * n_threads / (kb_now() - t0);
+        const double bps = (double)(per * sizeof(uint64_t)) * n_threads / (base_now() - t0);
         if (bps > best) best = bps;
     }
     return best;
@@ -176,10 +176,10 @@ static double run_streams(gen_batch *gb, const int32_t *toks, int n_tok, int n_s
     }
     for (int s = 0; s < n_seq; s++)
         if (!st[s].done) gen_slot_pause(st[s].slot, 0);
-    double t0 = kb_now();
+    double t0 = base_now();
     while (gen_batch_n_active(gb) > 0)
         if (gen_batch_step(gb) != KILN_OK) return -1;
-    return kb_now() - t0;
+    return base_now() - t0;
 }
 
 /* A generation of run_gen: the time of its first token and of its end. */
@@ -230,7 +230,7 @@ static double run_gen(gen_batch *gb, const int32_t *prompt, int n_prompt, int n_
 static double run_once(kiln_context *c, const int32_t *toks, int n_prompt, int n_gen, int depth) {
     if (fill_depth(c, toks, 0, depth)) return -1;
     const int32_t *t = toks + depth;
-    double t0 = kb_now();
+    double t0 = base_now();
     if (n_prompt > 0) {
         kiln_batch b = {n_prompt, t, NULL, NULL, NULL};
         if (kiln_decode(c, &b) != KILN_OK) return -1;
@@ -239,7 +239,7 @@ static double run_once(kiln_context *c, const int32_t *toks, int n_prompt, int n
         kiln_batch b = {1, &t[n_prompt + i], NULL, NULL, NULL};
         if (kiln_decode(c, &b) != KILN_OK) return -1;
     }
-    return kb_now() - t0;
+    return base_now() - t0;
 }
 
 /* The rows of --spec for a tg test of ng tokens: plain generation and

@@ -261,7 +261,7 @@ void cli_opts_init(cli_opts *o) {
     o->sp = kiln_sampler_default_params();
     o->spec = kiln_spec_default_params();
     /* 32 bits, so the printed seed replays through --seed */
-    o->sp.seed = (uint32_t)kb_random_u64();
+    o->sp.seed = (uint32_t)base_random_u64();
 }
 
 /* -e: \n \r \t \' \" \\ as llama.cpp's --escape reads them (and \xHH);

@@ -82,7 +82,7 @@ static double cpu_now(void) {
 
 static int on_progress(void *user, int step, int steps) {
     bar *b = user;
-    const double now = kb_now();
+    const double now = base_now();
     if (step == 0) {
         b->t_step = now;
         b->c_step = cpu_now();
@@ -194,20 +194,20 @@ int cmd_image(int argc, char **argv) {
             return 1;
         }
     }
-    const double t0 = kb_now();
+    const double t0 = base_now();
     im_pipeline *p;
     if (im_pipeline_open(&files, &cfgp, threads, &p, err, sizeof err)) {
         fprintf(stderr, "kiln: %s\n", err);
         return 1;
     }
-    const double t_load = kb_now() - t0;
-    bar b = {isatty(STDERR_FILENO), kb_now(), 0, 0, 0, 0, 0};
+    const double t_load = base_now() - t0;
+    bar b = {isatty(STDERR_FILENO), base_now(), 0, 0, 0, 0, 0};
     im_request r = {prompt, steps, cfg, seed, on_progress, &b};
     uint8_t *png;
     size_t len;
-    const double tg = kb_now(), cg = cpu_now();
+    const double tg = base_now(), cg = cpu_now();
     int rc = im_generate(p, &r, &png, &len, err, sizeof err);
-    const double t_gen = kb_now() - tg, c_end = cpu_now();
+    const double t_gen = base_now() - tg, c_end = cpu_now();
     if (b.tty) fputc('\n', stderr);
     const im_config *c = im_pipeline_config(p);
     const int n_steps = steps ? steps : c->steps;

@@ -314,7 +314,7 @@ static int on_event(void *user, const gen_event *ev, const float *logits) {
         snprintf(k->err, sizeof k->err, "%s", ev->error ? ev->error : "");
         return 0;
     }
-    if (k->st->n_gen == 0) k->t_first = kb_now();
+    if (k->st->n_gen == 0) k->t_first = base_now();
     k->st->n_gen++;
     if (k->stopped) return 1;
     size_t len;
@@ -339,7 +339,7 @@ static int run_slot(gen_batch *b, kiln_model *m, gen_params *p, gen_stats *st, s
         fprintf(stderr, "kiln: %s\n", kiln_status_str(rs));
         return 1;
     }
-    k->t0 = kb_now();
+    k->t0 = base_now();
     int rc = 0;
     while (!k->done) {
         if (g_sigint && !st->interrupted) {
@@ -351,7 +351,7 @@ static int run_slot(gen_batch *b, kiln_model *m, gen_params *p, gen_stats *st, s
     size_t len;
     const char *tail = kiln_detok_flush(k->d, &len);
     if (!k->stopped) put_text(k, tail, len, 1);
-    const double t_end = kb_now();
+    const double t_end = base_now();
     const double t_first = st->n_gen ? k->t_first : t_end;
     st->t_prompt += t_first - k->t0;
     st->t_gen += t_end - t_first;
@@ -1016,7 +1016,7 @@ static void chat_show(const chat_state *st, const cli_opts *o, const char *model
                              : NULL;
     if (!*what || !strcmp(what, "info")) {
         char params[32];
-        kb_fmt_count((double)info.n_params, params, sizeof params);
+        base_fmt_count((double)info.n_params, params, sizeof params);
         printf("  Model\n    %-20s %s\n    %-20s %s\n    %-20s %s\n    %-20s %d\n    %-20s %d\n    %-20s %d\n"
                "    %-20s %s\n    %-20s %s\n",
                "name", model, "architecture", info.arch, "parameters", params, "context length", info.n_ctx_train,

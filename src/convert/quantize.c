@@ -229,21 +229,21 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
                                const kiln_quantize_params *params) {
     const qmix *q = type ? find_mix(type) : NULL;
     if (!q && type && need_imatrix(type))
-        return kb_fail(KILN_ERR_UNSUPPORTED,
+        return base_fail(KILN_ERR_UNSUPPORTED,
                        "%s needs an importance matrix (as llama-quantize --imatrix), which kiln "
                        "cannot read yet",
                        type);
-    if (!q) return kb_fail(KILN_ERR_INVALID_ARG, "unknown quantization type '%s'", type ? type : "");
-    if (!in_path || !out_path) return kb_fail(KILN_ERR_INVALID_ARG, "missing input or output path");
+    if (!q) return base_fail(KILN_ERR_INVALID_ARG, "unknown quantization type '%s'", type ? type : "");
+    if (!in_path || !out_path) return base_fail(KILN_ERR_INVALID_ARG, "missing input or output path");
     const kiln_quantize_params defaults = kiln_quantize_default_params();
     if (!params) params = &defaults;
     const int n_threads = params->n_threads;
     /* the output replaces its path when complete: never the input itself
      * (the same path, a link to it, or another name of its inode) */
     struct stat si, so;
-    if (stat(in_path, &si) != 0) return kb_fail(KILN_ERR_IO, "%s: %s", in_path, strerror(errno));
+    if (stat(in_path, &si) != 0) return base_fail(KILN_ERR_IO, "%s: %s", in_path, strerror(errno));
     if (stat(out_path, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
-        return kb_fail(KILN_ERR_INVALID_ARG, "the output %s is the input file itself; write to another path", out_path);
+        return base_fail(KILN_ERR_INVALID_ARG, "the output %s is the input file itself; write to another path", out_path);
     gguf_file *f;
     kiln_status st = gguf_open(in_path, &f);
     if (st) return st;
@@ -269,7 +269,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     gguf_writer *w = gguf_writer_new();
     kpool *pool = kpool_new(n_threads);
     if (!types || !w || !pool) {
-        st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+        st = base_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
     kq_init();
@@ -285,7 +285,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     for (int i = 0; i < nt; i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         if (!kq_supported((int)t->type)) {
-            st = kb_fail(KILN_ERR_UNSUPPORTED, "tensor %s has type %s, which kiln cannot convert", t->name,
+            st = base_fail(KILN_ERR_UNSUPPORTED, "tensor %s has type %s, which kiln cannot convert", t->name,
                          kq_get((int)t->type)->name);
             goto done;
         }
@@ -294,7 +294,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
         /* as llama-quantize: a quantized weight is quantized again only when asked (back to a float type is fine) */
         if (types[i] != (int)t->type && kq_get((int)t->type)->blck > 1 && kq_get(types[i])->blck > 1 &&
             !params->allow_requantize) {
-            st = kb_fail(KILN_ERR_INVALID_ARG,
+            st = base_fail(KILN_ERR_INVALID_ARG,
                          "tensor %s is already quantized (%s); converting it again to %s loses more precision than "
                          "converting the F16/BF16/F32 original: allow requantizing to do it anyway",
                          t->name, kq_get((int)t->type)->name, kq_get(types[i])->name);
@@ -325,7 +325,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     j.pool = pool;
     j.rowbuf = malloc((size_t)kpool_size(pool) * (size_t)max_ne0 * sizeof(float));
     if (!j.rowbuf) {
-        st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+        st = base_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
     st = gguf_writer_save(w, out_path, produce, &j);

@@ -73,25 +73,25 @@ void kiln_decider_free(kiln_decider *d) {
 
 kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params, kiln_decider **out) {
     *out = NULL;
-    if (!path) return kb_fail(KILN_ERR_INVALID_ARG, "no pack path given");
+    if (!path) return base_fail(KILN_ERR_INVALID_ARG, "no pack path given");
     kiln_decider_params p = params ? *params : kiln_decider_default_params();
     if (p.n_batch <= 0) p.n_batch = 2048;
-    if (p.n_threads < 0) return kb_fail(KILN_ERR_INVALID_ARG, "negative n_threads");
+    if (p.n_threads < 0) return base_fail(KILN_ERR_INVALID_ARG, "negative n_threads");
     kiln_decider *d = calloc(1, sizeof *d);
-    if (!d) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!d) return base_fail(KILN_ERR_NOMEM, "out of memory");
     /* the configuration first, from the header: a malformed one fails
      * before any model memory exists */
     kiln_status st = KILN_OK;
     if ((st = gguf_open(path, &d->gf))) goto fail;
     if ((st = kd_config_load(&d->cfg, d->gf)) != KILN_OK) {
-        st = kb_fail(st == KILN_ERR_NOT_FOUND ? KILN_ERR_FORMAT : st, "%s: %s", path, kiln_last_error());
+        st = base_fail(st == KILN_ERR_NOT_FOUND ? KILN_ERR_FORMAT : st, "%s: %s", path, kiln_last_error());
         goto fail;
     }
     if (!(d->type_names = malloc((size_t)d->cfg.n_types * sizeof *d->type_names))) goto oom;
     for (int i = 0; i < d->cfg.n_types; i++) d->type_names[i] = d->cfg.types[i].name;
     if (p.measure_only) {
         if ((st = ktok_load(d->gf, &d->tok))) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: tokenizer: %s", path, kiln_last_error());
+            st = base_fail(KILN_ERR_FORMAT, "%s: tokenizer: %s", path, kiln_last_error());
             goto fail;
         }
         *out = d;
@@ -104,14 +104,14 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
     if ((st = kiln_model_load(path, &mp, &d->m)) != KILN_OK) goto fail;
     d->tok = d->m->tok;
     if (!d->m->arch->encoder) {
-        st = kb_fail(KILN_ERR_UNSUPPORTED, "%s: a decision pack needs an encoder, and '%s' is a decoder", path,
+        st = base_fail(KILN_ERR_UNSUPPORTED, "%s: a decision pack needs an encoder, and '%s' is a decoder", path,
                      d->m->arch_name);
         goto fail;
     }
     if ((st = kd_heads_bind(&d->cfg, d->m)) != KILN_OK) {
         char msg[600];
         snprintf(msg, sizeof msg, "%s: %s", path, kiln_last_error());
-        kb_fail(st, "%s", msg);
+        base_fail(st, "%s", msg);
         goto fail;
     }
     const int E = d->m->hp.n_embd;
@@ -119,7 +119,7 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
     const int32_t cap = d->n_batch < d->cfg.max_len ? d->cfg.max_len : d->n_batch;
     d->pool = kpool_new(p.n_threads);
     if (!d->pool) {
-        st = kb_fail(KILN_ERR_NOMEM, "cannot start threads");
+        st = base_fail(KILN_ERR_NOMEM, "cannot start threads");
         goto fail;
     }
     d->ws = d->m->arch->family->enc_new(d->m, cap, d->pool);
@@ -131,7 +131,7 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
     *out = d;
     return KILN_OK;
 oom:
-    st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+    st = base_fail(KILN_ERR_NOMEM, "out of memory");
 fail:
     kiln_decider_free(d);
     return st;
@@ -149,7 +149,7 @@ void kiln_decider_get_info(const kiln_decider *d, kiln_decider_info *info) {
 kiln_status kiln_decide_measure(kiln_decider *d, const kiln_decide_request *r, int32_t *state_tokens,
                                 int32_t *budgets) {
     if (!d || !state_tokens || !r || (r->n_questions && !budgets))
-        return kb_fail(KILN_ERR_INVALID_ARG, "bad measure arguments");
+        return base_fail(KILN_ERR_INVALID_ARG, "bad measure arguments");
     kd_frame fr;
     kiln_status st = kd_frame_build(&fr, &d->cfg, d->tok, r, 0);
     if (st != KILN_OK) return st;
@@ -225,10 +225,10 @@ static int copy_strings(kiln_decide_job *j, const kiln_decide_request *r) {
 
 kiln_status kiln_decide_begin(kiln_decider *d, const kiln_decide_request *r, kiln_decide_job **out) {
     *out = NULL;
-    if (!d) return kb_fail(KILN_ERR_INVALID_ARG, "no decider");
-    if (!d->m) return kb_fail(KILN_ERR_STATE, "this decider was opened to measure only");
+    if (!d) return base_fail(KILN_ERR_INVALID_ARG, "no decider");
+    if (!d->m) return base_fail(KILN_ERR_STATE, "this decider was opened to measure only");
     kiln_decide_job *j = calloc(1, sizeof *j);
-    if (!j) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!j) return base_fail(KILN_ERR_NOMEM, "out of memory");
     j->d = d;
     kiln_status st = kd_frame_build(&j->fr, &d->cfg, d->tok, r, 1);
     if (st != KILN_OK) {
@@ -273,7 +273,7 @@ kiln_status kiln_decide_begin(kiln_decider *d, const kiln_decide_request *r, kil
 oom:
     free(ord);
     kiln_decide_job_free(j);
-    return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    return base_fail(KILN_ERR_NOMEM, "out of memory");
 }
 
 /* logits = out(LN(gelu(dense x + b)) * w + b) + b, the optional parts
@@ -321,7 +321,7 @@ static void finish(kiln_decide_job *j) {
 }
 
 kiln_status kiln_decide_next(kiln_decide_job *j, int32_t *n_left) {
-    if (!j) return kb_fail(KILN_ERR_INVALID_ARG, "no job");
+    if (!j) return base_fail(KILN_ERR_INVALID_ARG, "no job");
     kiln_decider *d = j->d;
     const int ns = j->fr.n_seq, E = d->m->hp.n_embd;
     if (j->n_done < ns) {

@@ -21,7 +21,7 @@ static kiln_status tokens_of(const ktok *t, const char *text, size_t len, int32_
     *n = 0;
     if (!text || !len) return KILN_OK;
     const int32_t c = ktok_encode_alloc(t, text, len, 0, 1, out);
-    if (c == KTOK_ERR_NOMEM) return kb_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
+    if (c == KTOK_ERR_NOMEM) return base_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
     *n = c;
     return KILN_OK;
 }
@@ -62,9 +62,9 @@ static void type_list(const kd_config *c, char *buf, size_t cap) {
 kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, const kiln_decide_request *r, int seqs) {
     memset(fr, 0, sizeof *fr);
     if (!r || !r->state || r->n_questions < 0 || (r->n_questions && !r->questions))
-        return kb_fail(KILN_ERR_INVALID_ARG, "bad decision request");
+        return base_fail(KILN_ERR_INVALID_ARG, "bad decision request");
     const int32_t cls = ktok_bos(t), sep = ktok_sep(t) >= 0 ? ktok_sep(t) : ktok_eos(t);
-    if (cls < 0 || sep < 0) return kb_fail(KILN_ERR_FORMAT, "the pack's vocabulary has no [CLS]/[SEP] tokens");
+    if (cls < 0 || sep < 0) return base_fail(KILN_ERR_FORMAT, "the pack's vocabulary has no [CLS]/[SEP] tokens");
     int32_t *S = NULL, *Q = NULL, *H = NULL, *O = NULL;
     int32_t nS = 0, nQ = 0, nO = 0;
     int cap = 0;
@@ -72,28 +72,28 @@ kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, cons
     fr->state_tokens = nS;
     fr->n_q = r->n_questions;
     fr->budget = malloc((size_t)(r->n_questions + 1) * sizeof *fr->budget);
-    if (st == KILN_OK && !fr->budget) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (st == KILN_OK && !fr->budget) st = base_fail(KILN_ERR_NOMEM, "out of memory");
     for (int i = 0; st == KILN_OK && i < r->n_questions; i++) {
         const kiln_decide_question *q = &r->questions[i];
         const kd_type *ty = q->type ? kd_type_find(c, q->type) : NULL;
         if (!ty) {
             char types[256];
             type_list(c, types, sizeof types);
-            st = kb_fail(KILN_ERR_INVALID_ARG, "question %d: unknown question type '%s' (the pack has: %s)", i,
+            st = base_fail(KILN_ERR_INVALID_ARG, "question %d: unknown question type '%s' (the pack has: %s)", i,
                          q->type ? q->type : "(none)", types);
             break;
         }
         if (ty->n_labels && q->n_options) {
-            st = kb_fail(KILN_ERR_INVALID_ARG, "question %d: type '%s' has labels and takes no options", i, ty->name);
+            st = base_fail(KILN_ERR_INVALID_ARG, "question %d: type '%s' has labels and takes no options", i, ty->name);
             break;
         }
         if (!ty->n_labels && (q->n_options < 1 || !q->options)) {
-            st = kb_fail(KILN_ERR_INVALID_ARG, "question %d: type '%s' scores options, and none were given", i,
+            st = base_fail(KILN_ERR_INVALID_ARG, "question %d: type '%s' scores options, and none were given", i,
                          ty->name);
             break;
         }
         if (!ty->n_labels && q->n_options > ty->slots) {
-            st = kb_fail(KILN_ERR_INVALID_ARG, "question %d: %d options, but type '%s' has %d option slots", i,
+            st = base_fail(KILN_ERR_INVALID_ARG, "question %d: %d options, but type '%s' has %d option slots", i,
                          q->n_options, ty->name, ty->slots);
             break;
         }
@@ -107,7 +107,7 @@ kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, cons
             int32_t nh = nQ;
             if (!ty->n_labels) {
                 if (!q->options[k]) {
-                    st = kb_fail(KILN_ERR_INVALID_ARG, "question %d: option %d is NULL", i, k);
+                    st = base_fail(KILN_ERR_INVALID_ARG, "question %d: option %d is NULL", i, k);
                     break;
                 }
                 free(O);
@@ -117,7 +117,7 @@ kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, cons
             if (st == KILN_OK && nh > c->head_max_len) {
                 char where[48] = "";
                 if (!ty->n_labels) snprintf(where, sizeof where, ", option %d", k);
-                st = kb_fail(KILN_ERR_INVALID_ARG,
+                st = base_fail(KILN_ERR_INVALID_ARG,
                              "question %d%s: its head part takes %d tokens > "
                              "head_max_len %d",
                              i, where, nh, c->head_max_len);
@@ -137,7 +137,7 @@ kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, cons
                 st = tokens_of(t, q->options[k], strlen(q->options[k]), &O, &nO);
                 nh = nQ ? nQ + 1 + nO : nO;
                 H = malloc((size_t)(nh + 1) * sizeof *H);
-                if (st == KILN_OK && !H) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+                if (st == KILN_OK && !H) st = base_fail(KILN_ERR_NOMEM, "out of memory");
                 if (st != KILN_OK) break;
                 int32_t o = 0;
                 if (nQ) {
@@ -148,7 +148,7 @@ kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, cons
                 if (nO) memcpy(H + o, O, (size_t)nO * sizeof *H);
             }
             if (push_seq(fr, &cap, i, k, ty->head, cls, sep, ty->n_labels ? Q : H, nh, S, kept))
-                st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+                st = base_fail(KILN_ERR_NOMEM, "out of memory");
         }
     }
     free(S);

@@ -84,7 +84,7 @@ static int parse_bucket(const char *key, int32_t *lo, int32_t *hi) {
 
 #define BAD(...)                                                   \
     do {                                                           \
-        kb_fail(KILN_ERR_FORMAT, "decision config: " __VA_ARGS__); \
+        base_fail(KILN_ERR_FORMAT, "decision config: " __VA_ARGS__); \
         goto fail;                                                 \
     } while (0)
 
@@ -92,7 +92,7 @@ kiln_status kd_config_parse(kd_config *c, const char *text, size_t len) {
     memset(c, 0, sizeof *c);
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root) { return kb_fail(KILN_ERR_FORMAT, "decision config: not JSON (%s at line %d)", je.text, je.line); }
+    if (!root) { return base_fail(KILN_ERR_FORMAT, "decision config: not JSON (%s at line %d)", je.text, je.line); }
     if (!json_is_object(root)) BAD("not a JSON object");
     const json_t *fmt = json_object_get(root, "format");
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), CFG_FORMAT))
@@ -219,7 +219,7 @@ kiln_status kd_config_load(kd_config *c, const gguf_file *f) {
     memset(c, 0, sizeof *c);
     gguf_str s;
     if (gguf_get_str(f, CFG_KEY, &s) != 0)
-        return kb_fail(KILN_ERR_NOT_FOUND, "not a decision pack (no " CFG_KEY " in the metadata)");
+        return base_fail(KILN_ERR_NOT_FOUND, "not a decision pack (no " CFG_KEY " in the metadata)");
     return kd_config_parse(c, s.ptr, s.len);
 }
 
@@ -238,7 +238,7 @@ float kd_temperature(const kd_type *t, int n) {
 /* ---------------------------------------------------------------- heads */
 
 #undef BAD
-#define CORRUPT(...) return kb_fail(KILN_ERR_CORRUPT, "model corrupt: " __VA_ARGS__)
+#define CORRUPT(...) return base_fail(KILN_ERR_CORRUPT, "model corrupt: " __VA_ARGS__)
 
 /* The tensor decision.<head>.<part> when present, with its shape checked:
  * dims 1 or 2, ne as given.  *t NULL when absent; -1 on a bad shape. */

@@ -17,7 +17,7 @@ static kiln_status dec_check(void *user, const char *path) {
     if ((st = gguf_open(path, &f))) return st;
     st = gguf_find(f, "kiln.decision.config")
              ? KILN_OK
-             : kb_fail(KILN_ERR_FORMAT, "%s: not a decision pack (no kiln.decision.config in the metadata)", path);
+             : base_fail(KILN_ERR_FORMAT, "%s: not a decision pack (no kiln.decision.config in the metadata)", path);
     gguf_close(f);
     return st;
 }
@@ -45,7 +45,7 @@ typedef struct dec_call {
 static kiln_status dec_run(void *user, void *model, int task, void *req, engine_run *r) {
     dec_call *call = req;
     if (task == ENGINE_TASK_MEASURE) return kiln_decide_measure(model, call->req, call->state_tokens, call->budgets);
-    if (task != ENGINE_TASK_DECIDE) return kb_fail(KILN_ERR_UNSUPPORTED, "the decision family only decides");
+    if (task != ENGINE_TASK_DECIDE) return base_fail(KILN_ERR_UNSUPPORTED, "the decision family only decides");
     kiln_decide_job *j = NULL;
     kiln_status st = kiln_decide_begin(model, call->req, &j);
     for (int32_t left = 1; st == KILN_OK && left > 0;) {
@@ -64,9 +64,9 @@ const engine_ops engine_decision_ops = {.check = dec_check, .load = dec_load, .u
 
 kiln_status kiln_engine_decide(kiln_engine *e, const kiln_decide_request *r, kiln_engine_cancel *cancel,
                                kiln_decide_job **out) {
-    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output job");
+    if (!out) return base_fail(KILN_ERR_INVALID_ARG, "no output job");
     *out = NULL;
-    if (!e || !r) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or request");
+    if (!e || !r) return base_fail(KILN_ERR_INVALID_ARG, "no engine or request");
     dec_call call = {r, NULL, NULL, NULL};
     kiln_status st = engine_request(e, ENGINE_TASK_DECIDE, &call, 0, cancel);
     *out = call.job;
@@ -75,7 +75,7 @@ kiln_status kiln_engine_decide(kiln_engine *e, const kiln_decide_request *r, kil
 
 kiln_status kiln_engine_decide_measure(kiln_engine *e, const kiln_decide_request *r, int32_t *state_tokens,
                                        int32_t *budgets) {
-    if (!e || !r || !state_tokens) return kb_fail(KILN_ERR_INVALID_ARG, "no engine, request or output");
+    if (!e || !r || !state_tokens) return base_fail(KILN_ERR_INVALID_ARG, "no engine, request or output");
     dec_call call = {r, NULL, state_tokens, budgets};
     return engine_request(e, ENGINE_TASK_MEASURE, &call, 1, NULL);
 }

@@ -30,7 +30,7 @@ static kiln_status emb_unload(void *user, void *model) {
 static kiln_status emb_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r, void **model) {
     *model = NULL;
     emb_model *e = calloc(1, sizeof *e);
-    if (!e) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!e) return base_fail(KILN_ERR_NOMEM, "out of memory");
     /* runs of at most 512 tokens: a query waits for one run, so a smaller
      * run bounds its latency; 512 still fills the matrix kernels */
     kiln_embedder_params p = kiln_embedder_default_params();
@@ -70,7 +70,7 @@ kiln_status engine_embed_run(kiln_embedder *em, pthread_mutex_t *mu, engine_embe
 }
 
 static kiln_status emb_run(void *user, void *model, int task, void *req, engine_run *r) {
-    if (task != ENGINE_TASK_EMBED) return kb_fail(KILN_ERR_UNSUPPORTED, "the embedding family only embeds");
+    if (task != ENGINE_TASK_EMBED) return base_fail(KILN_ERR_UNSUPPORTED, "the embedding family only embeds");
     return engine_embed_run(((emb_model *)model)->em, NULL, req, r);
 }
 
@@ -81,9 +81,9 @@ const engine_ops engine_embedding_ops = {
 
 kiln_status kiln_engine_embed(kiln_engine *e, const kiln_embed_request *r, kiln_engine_cancel *cancel,
                               kiln_embed_job **out) {
-    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output job");
+    if (!out) return base_fail(KILN_ERR_INVALID_ARG, "no output job");
     *out = NULL;
-    if (!e || !r) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or request");
+    if (!e || !r) return base_fail(KILN_ERR_INVALID_ARG, "no engine or request");
     engine_embed_call call = {r, NULL};
     kiln_status st = engine_request(e, ENGINE_TASK_EMBED, &call, r->kind == KILN_EMBED_QUERY, cancel);
     *out = call.job;

@@ -277,7 +277,7 @@ static kiln_status gate_enter(kiln_engine *e, engine_run *r, int cls) {
     if (!w->granted) {
         gate_unqueue(e, w);
         gate_grant_next(e);
-        return kb_fail(KILN_ERR_CANCELLED, "request cancelled while waiting");
+        return base_fail(KILN_ERR_CANCELLED, "request cancelled while waiting");
     }
     r->holds = 1;
     return KILN_OK;
@@ -306,7 +306,7 @@ static int urgent_waits(const kiln_engine *e) {
 }
 
 kiln_status engine_yield(engine_run *r) {
-    if (run_cancelled(r)) return kb_fail(KILN_ERR_CANCELLED, r->is_request ? "request cancelled" : "load cancelled");
+    if (run_cancelled(r)) return base_fail(KILN_ERR_CANCELLED, r->is_request ? "request cancelled" : "load cancelled");
     if (!r->is_request) return KILN_OK;
     kiln_engine *e = r->e;
     pthread_mutex_lock(&e->mu);
@@ -378,20 +378,20 @@ const char *engine_mmproj(const engine_run *r, char *buf, size_t cap) {
 
 kiln_status engine_create_with(const kiln_engine_family *fam, const engine_ops *ops, kiln_engine_backend backend,
                                kiln_engine **out) {
-    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output handle");
+    if (!out) return base_fail(KILN_ERR_INVALID_ARG, "no output handle");
     *out = NULL;
     if (!fam || !ops || !ops->load || !ops->unload || !ops->run)
-        return kb_fail(KILN_ERR_INVALID_ARG, "engine family without load/unload/run");
+        return base_fail(KILN_ERR_INVALID_ARG, "engine family without load/unload/run");
     if (backend != KILN_ENGINE_BACKEND_AUTO && backend != KILN_ENGINE_BACKEND_CPU &&
         backend != KILN_ENGINE_BACKEND_CUDA)
-        return kb_fail(KILN_ERR_INVALID_ARG, "unknown backend %d", (int)backend);
+        return base_fail(KILN_ERR_INVALID_ARG, "unknown backend %d", (int)backend);
     if (!(fam->backends & (1u << backend)))
-        return kb_fail(KILN_ERR_UNSUPPORTED, "family '%s' does not run on this backend", fam->key);
+        return base_fail(KILN_ERR_UNSUPPORTED, "family '%s' does not run on this backend", fam->key);
     char why[256];
     if (backend == KILN_ENGINE_BACKEND_CUDA && !kbe_cuda_get(why, sizeof why))
-        return kb_fail(KILN_ERR_UNSUPPORTED, "no CUDA backend: %s", why);
+        return base_fail(KILN_ERR_UNSUPPORTED, "no CUDA backend: %s", why);
     kiln_engine *e = calloc(1, sizeof *e);
-    if (!e) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!e) return base_fail(KILN_ERR_NOMEM, "out of memory");
     e->fam = fam;
     e->ops = ops;
     e->backend = backend;
@@ -410,14 +410,14 @@ kiln_status kiln_engine_create(kiln_engine_family_id family, kiln_engine_backend
     const kiln_engine_family *fam = NULL;
     for (int i = 0; i < kiln_engine_family_count(); i++)
         if (kiln_engine_family_at(i)->id == family) fam = kiln_engine_family_at(i);
-    if (!fam) return kb_fail(KILN_ERR_INVALID_ARG, "unknown engine family %d", (int)family);
+    if (!fam) return base_fail(KILN_ERR_INVALID_ARG, "unknown engine family %d", (int)family);
     const engine_ops *ops = engine_family_ops(family);
-    if (!ops) return kb_fail(KILN_ERR_UNSUPPORTED, "engine family '%s' is not built in", fam->key);
+    if (!ops) return base_fail(KILN_ERR_UNSUPPORTED, "engine family '%s' is not built in", fam->key);
     return engine_create_with(fam, ops, backend, out);
 }
 
 kiln_status kiln_engine_set_status_fn(kiln_engine *e, kiln_engine_status_fn fn, void *user) {
-    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return base_fail(KILN_ERR_INVALID_ARG, "no engine");
     pthread_mutex_lock(&e->mu);
     int started = e->start_accepted;
     if (!started) {
@@ -425,20 +425,20 @@ kiln_status kiln_engine_set_status_fn(kiln_engine *e, kiln_engine_status_fn fn, 
         e->status_user = user;
     }
     pthread_mutex_unlock(&e->mu);
-    return started ? kb_fail(KILN_ERR_STATE, "the status callback is set before start") : KILN_OK;
+    return started ? base_fail(KILN_ERR_STATE, "the status callback is set before start") : KILN_OK;
 }
 
 kiln_status kiln_engine_set_store(kiln_engine *e, const kiln_engine_store *store) {
-    if (!e || !store || !store->acquire) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or store hooks");
+    if (!e || !store || !store->acquire) return base_fail(KILN_ERR_INVALID_ARG, "no engine or store hooks");
     pthread_mutex_lock(&e->mu);
     int started = e->start_accepted;
     if (!started) e->store = *store;
     pthread_mutex_unlock(&e->mu);
-    return started ? kb_fail(KILN_ERR_STATE, "the store is set before start") : KILN_OK;
+    return started ? base_fail(KILN_ERR_STATE, "the store is set before start") : KILN_OK;
 }
 
 kiln_status kiln_engine_set_context_params(kiln_engine *e, const kiln_context_params *p) {
-    if (!e || !p) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or parameters");
+    if (!e || !p) return base_fail(KILN_ERR_INVALID_ARG, "no engine or parameters");
     pthread_mutex_lock(&e->mu);
     e->ctx_params = *p;
     e->has_ctx_params = 1;
@@ -455,8 +455,8 @@ int32_t engine_gpu_layers(const engine_run *r) {
 }
 
 kiln_status kiln_engine_set_gpu_layers(kiln_engine *e, int32_t n) {
-    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
-    if (n < KILN_GPU_LAYERS_AUTO) return kb_fail(KILN_ERR_INVALID_ARG, "bad GPU layer count %d", n);
+    if (!e) return base_fail(KILN_ERR_INVALID_ARG, "no engine");
+    if (n < KILN_GPU_LAYERS_AUTO) return base_fail(KILN_ERR_INVALID_ARG, "bad GPU layer count %d", n);
     pthread_mutex_lock(&e->mu);
     e->gpu_layers = n;
     pthread_mutex_unlock(&e->mu);
@@ -464,9 +464,9 @@ kiln_status kiln_engine_set_gpu_layers(kiln_engine *e, int32_t n) {
 }
 
 kiln_status kiln_engine_set_mmproj(kiln_engine *e, const char *path) {
-    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return base_fail(KILN_ERR_INVALID_ARG, "no engine");
     if (path && strlen(path) >= sizeof e->mmproj)
-        return kb_fail(KILN_ERR_INVALID_ARG, "the projector's path is too long");
+        return base_fail(KILN_ERR_INVALID_ARG, "the projector's path is too long");
     pthread_mutex_lock(&e->mu);
     snprintf(e->mmproj, sizeof e->mmproj, "%s", path ? path : "");
     pthread_mutex_unlock(&e->mu);
@@ -474,11 +474,11 @@ kiln_status kiln_engine_set_mmproj(kiln_engine *e, const char *path) {
 }
 
 kiln_status kiln_engine_set_spec_params(kiln_engine *e, const kiln_spec_params *p) {
-    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return base_fail(KILN_ERR_INVALID_ARG, "no engine");
     kiln_spec_params q = p ? *p : kiln_spec_default_params();
-    if ((unsigned)q.type > KILN_SPEC_MTP) return kb_fail(KILN_ERR_INVALID_ARG, "unknown speculative decoding type");
+    if ((unsigned)q.type > KILN_SPEC_MTP) return base_fail(KILN_ERR_INVALID_ARG, "unknown speculative decoding type");
     if (q.draft_model && strlen(q.draft_model) >= sizeof e->spec_draft)
-        return kb_fail(KILN_ERR_INVALID_ARG, "the draft model's path is too long");
+        return base_fail(KILN_ERR_INVALID_ARG, "the draft model's path is too long");
     pthread_mutex_lock(&e->mu);
     snprintf(e->spec_draft, sizeof e->spec_draft, "%s", q.draft_model ? q.draft_model : "");
     q.draft_model = NULL; /* engine_spec_params hands out a copy of spec_draft */
@@ -517,14 +517,14 @@ static kiln_status run_load(kiln_engine *e, op *o, msgbuf msg) {
     pthread_mutex_unlock(&e->mu);
     if (held) {
         release_lease(e, o->lease);
-        kb_errf(msg, sizeof(msgbuf), "%s: the engine still holds %s; unload it first", o->name, e->model_name);
+        base_errf(msg, sizeof(msgbuf), "%s: the engine still holds %s; unload it first", o->name, e->model_name);
         return KILN_ERR_STATE;
     }
     void *model = NULL;
-    kiln_status st = run_cancelled(&r) ? kb_fail(KILN_ERR_CANCELLED, "load cancelled")
+    kiln_status st = run_cancelled(&r) ? base_fail(KILN_ERR_CANCELLED, "load cancelled")
                                        : e->ops->load(e->ops->user, o->path, load_backend(e), &r, &model);
     if (st != KILN_OK) {
-        kb_errf(msg, sizeof(msgbuf), "%s: %s", o->name, kiln_last_error());
+        base_errf(msg, sizeof(msgbuf), "%s: %s", o->name, kiln_last_error());
     } else if (run_cancelled(&r)) {
         /* The family handed back a model after cancellation: it is ours to
          * release, and a failed release keeps it like any other. */
@@ -532,9 +532,9 @@ static kiln_status run_load(kiln_engine *e, op *o, msgbuf msg) {
         kiln_status rst = e->ops->unload(e->ops->user, model);
         if (rst == KILN_OK) {
             model = NULL;
-            kb_errf(msg, sizeof(msgbuf), "%s: load cancelled", o->name);
+            base_errf(msg, sizeof(msgbuf), "%s: load cancelled", o->name);
         } else {
-            kb_errf(msg, sizeof(msgbuf), "%s: load cancelled; releasing it failed: %s", o->name, kiln_last_error());
+            base_errf(msg, sizeof(msgbuf), "%s: load cancelled; releasing it failed: %s", o->name, kiln_last_error());
         }
     }
     pthread_mutex_lock(&e->mu);
@@ -575,7 +575,7 @@ static kiln_status run_teardown(kiln_engine *e, op *o, msgbuf msg) {
     pthread_mutex_unlock(&e->mu);
 
     kiln_status st = model ? e->ops->unload(e->ops->user, model) : KILN_OK;
-    if (st != KILN_OK) kb_errf(msg, sizeof(msgbuf), "releasing %s failed: %s", name, kiln_last_error());
+    if (st != KILN_OK) base_errf(msg, sizeof(msgbuf), "releasing %s failed: %s", name, kiln_last_error());
     if (o->cancel) engine_cancel_unwatch(o->cancel, &o->watch);
 
     pthread_mutex_lock(&e->mu);
@@ -666,7 +666,7 @@ static void enqueue(kiln_engine *e, op *o) {
 /* ----------------------------------------------------------- lifecycle */
 
 kiln_status kiln_engine_start(kiln_engine *e) {
-    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return base_fail(KILN_ERR_INVALID_ARG, "no engine");
     pthread_mutex_lock(&e->mu);
     if (e->start_accepted || e->stop_accepted) { /* again, or after stop: no-op */
         pthread_mutex_unlock(&e->mu);
@@ -675,13 +675,13 @@ kiln_status kiln_engine_start(kiln_engine *e) {
     op *o = calloc(1, sizeof *o);
     if (!o) {
         pthread_mutex_unlock(&e->mu);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     int rc = pthread_create(&e->thread, NULL, worker, e);
     if (rc != 0) {
         pthread_mutex_unlock(&e->mu);
         free(o);
-        return kb_fail(KILN_ERR_NOMEM, "cannot start the engine thread: %s", strerror(rc));
+        return base_fail(KILN_ERR_NOMEM, "cannot start the engine thread: %s", strerror(rc));
     }
     e->thread_started = 1;
     e->start_accepted = 1;
@@ -711,28 +711,28 @@ static const char *load_refusal(const kiln_engine *e) {
 }
 
 kiln_status kiln_engine_load(kiln_engine *e, const char *model, kiln_engine_cancel *cancel) {
-    if (!e || !model || !*model) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or model name");
-    if (strlen(model) >= sizeof(((op *)0)->name)) return kb_fail(KILN_ERR_INVALID_ARG, "model name too long");
+    if (!e || !model || !*model) return base_fail(KILN_ERR_INVALID_ARG, "no engine or model name");
+    if (strlen(model) >= sizeof(((op *)0)->name)) return base_fail(KILN_ERR_INVALID_ARG, "model name too long");
     pthread_mutex_lock(&e->mu);
     const char *why = load_refusal(e);
     pthread_mutex_unlock(&e->mu);
-    if (why) return kb_fail(KILN_ERR_STATE, "load %s: %s", model, why);
+    if (why) return base_fail(KILN_ERR_STATE, "load %s: %s", model, why);
 
     op *o = calloc(1, sizeof *o);
-    if (!o) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!o) return base_fail(KILN_ERR_NOMEM, "out of memory");
     o->kind = OP_LOAD;
     snprintf(o->name, sizeof o->name, "%s", model);
     struct stat sb;
     kiln_status st = KILN_OK;
     if (stat(model, &sb) == 0) {
         if (!S_ISREG(sb.st_mode))
-            st = kb_fail(KILN_ERR_IO, "%s: not a regular file", model);
+            st = base_fail(KILN_ERR_IO, "%s: not a regular file", model);
         else
             snprintf(o->path, sizeof o->path, "%s", model);
     } else if (e->store.acquire) {
         st = e->store.acquire(e->store.user, e->fam->key, model, o->path, sizeof o->path, &o->lease);
     } else {
-        st = kb_fail(KILN_ERR_NOT_FOUND, "%s: %s (and no model store is set)", model, strerror(errno));
+        st = base_fail(KILN_ERR_NOT_FOUND, "%s: %s (and no model store is set)", model, strerror(errno));
     }
     if (st == KILN_OK && e->ops->check) st = e->ops->check(e->ops->user, o->path);
     if (st == KILN_OK) {
@@ -744,7 +744,7 @@ kiln_status kiln_engine_load(kiln_engine *e, const char *model, kiln_engine_canc
         }
         pthread_mutex_unlock(&e->mu);
         if (!why) return KILN_OK;
-        st = kb_fail(KILN_ERR_STATE, "load %s: %s", model, why);
+        st = base_fail(KILN_ERR_STATE, "load %s: %s", model, why);
     }
     release_lease(e, o->lease);
     free(o);
@@ -786,9 +786,9 @@ static void accept_teardown(kiln_engine *e, op *o) {
 }
 
 kiln_status kiln_engine_unload(kiln_engine *e, kiln_engine_cancel *cancel) {
-    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return base_fail(KILN_ERR_INVALID_ARG, "no engine");
     op *o = new_teardown(e, OP_UNLOAD, cancel);
-    if (!o) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!o) return base_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&e->mu);
     const char *why = !e->start_accepted ? "the engine is not started"
                       : e->stop_accepted ? "the engine is stopped"
@@ -797,7 +797,7 @@ kiln_status kiln_engine_unload(kiln_engine *e, kiln_engine_cancel *cancel) {
     pthread_mutex_unlock(&e->mu);
     if (!why) return KILN_OK;
     drop_teardown(o);
-    return kb_fail(KILN_ERR_STATE, "unload: %s", why);
+    return base_fail(KILN_ERR_STATE, "unload: %s", why);
 }
 
 /* The queued or running stop (mu held), or NULL. */
@@ -830,9 +830,9 @@ static op *stop_locked(kiln_engine *e, op *o, kiln_engine_cancel *cancel) {
 }
 
 kiln_status kiln_engine_stop(kiln_engine *e, kiln_engine_cancel *cancel) {
-    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return base_fail(KILN_ERR_INVALID_ARG, "no engine");
     op *o = new_teardown(e, OP_STOP, cancel);
-    if (!o) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!o) return base_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&e->mu);
     int queued = stop_locked(e, o, cancel) == o;
     pthread_mutex_unlock(&e->mu);
@@ -841,9 +841,9 @@ kiln_status kiln_engine_stop(kiln_engine *e, kiln_engine_cancel *cancel) {
 }
 
 kiln_status kiln_engine_destroy(kiln_engine *e, kiln_engine_cancel *cancel) {
-    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return base_fail(KILN_ERR_INVALID_ARG, "no engine");
     op *o = new_teardown(e, OP_STOP, cancel);
-    if (!o) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!o) return base_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&e->mu);
     int queued = 0;
     if (e->destroy_phase == 0) {
@@ -863,7 +863,7 @@ kiln_status kiln_engine_destroy(kiln_engine *e, kiln_engine_cancel *cancel) {
     snprintf(msg, sizeof msg, "%s", e->destroy_msg);
     pthread_mutex_unlock(&e->mu);
     if (!queued) drop_teardown(o);
-    return st == KILN_OK ? KILN_OK : kb_fail(st, "%s", msg);
+    return st == KILN_OK ? KILN_OK : base_fail(st, "%s", msg);
 }
 
 void kiln_engine_free(kiln_engine *e) {
@@ -880,7 +880,7 @@ void kiln_engine_free(kiln_engine *e) {
 }
 
 kiln_status kiln_engine_wait_idle(kiln_engine *e, int timeout_ms) {
-    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return base_fail(KILN_ERR_INVALID_ARG, "no engine");
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     if (timeout_ms >= 0) {
@@ -905,12 +905,12 @@ kiln_status kiln_engine_wait_idle(kiln_engine *e, int timeout_ms) {
     msgbuf msg;
     snprintf(msg, sizeof msg, "%s", e->idle_msg);
     pthread_mutex_unlock(&e->mu);
-    if (timed_out) return kb_fail(KILN_ERR_STATE, "the engine did not become idle within %d ms", timeout_ms);
-    return st == KILN_OK ? KILN_OK : kb_fail(st, "%s", msg);
+    if (timed_out) return base_fail(KILN_ERR_STATE, "the engine did not become idle within %d ms", timeout_ms);
+    return st == KILN_OK ? KILN_OK : base_fail(st, "%s", msg);
 }
 
 kiln_status kiln_engine_observe(kiln_engine *e, kiln_engine_observation *out) {
-    if (!e || !out) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or output");
+    if (!e || !out) return base_fail(KILN_ERR_INVALID_ARG, "no engine or output");
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&e->mu);
     out->state = e->state;
@@ -944,11 +944,11 @@ kiln_status engine_admit(kiln_engine *e, int task, int urgent, kiln_engine_cance
                          void *user, engine_run **out, void **model) {
     *out = NULL;
     if (model) *model = NULL;
-    if (!e) return kb_fail(KILN_ERR_INVALID_ARG, "no engine");
+    if (!e) return base_fail(KILN_ERR_INVALID_ARG, "no engine");
     if (!family_has_task(e->fam, task))
-        return kb_fail(KILN_ERR_UNSUPPORTED, "the %s family does not run this task", e->fam->key);
+        return base_fail(KILN_ERR_UNSUPPORTED, "the %s family does not run this task", e->fam->key);
     engine_run *r = calloc(1, sizeof *r);
-    if (!r) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!r) return base_fail(KILN_ERR_NOMEM, "out of memory");
     r->e = e;
     r->cancel = engine_cancel_ref(cancel);
     r->is_request = 1;
@@ -963,7 +963,7 @@ kiln_status engine_admit(kiln_engine *e, int task, int urgent, kiln_engine_cance
                                                      : NULL;
     kiln_status st;
     if (why) {
-        st = kb_fail(KILN_ERR_STATE, "request refused: %s", why);
+        st = base_fail(KILN_ERR_STATE, "request refused: %s", why);
     } else {
         e->n_active++;
         st = gate_enter(e, r, urgent ? GATE_URGENT : GATE_NORMAL);
@@ -1001,7 +1001,7 @@ void engine_dismiss(engine_run *r) {
 }
 
 kiln_status engine_request(kiln_engine *e, int task, void *req, int urgent, kiln_engine_cancel *cancel) {
-    if (!e || !req) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or request");
+    if (!e || !req) return base_fail(KILN_ERR_INVALID_ARG, "no engine or request");
     engine_run *r;
     void *model;
     kiln_status st = engine_admit(e, task, urgent, cancel, NULL, NULL, &r, &model);

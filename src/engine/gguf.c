@@ -15,12 +15,12 @@ kiln_status engine_gguf_check(const char *path, int generate) {
     const kl_arch *arch = a ? kl_arch_find(a) : NULL;
     kiln_status st = KILN_OK;
     if (!a)
-        st = kb_fail(KILN_ERR_FORMAT, "%s: no general.architecture in the metadata", path);
+        st = base_fail(KILN_ERR_FORMAT, "%s: no general.architecture in the metadata", path);
     else if (!arch)
         st =
-            kb_fail(KILN_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (kiln runs: %s)", path, a, kl_arch_list());
+            base_fail(KILN_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (kiln runs: %s)", path, a, kl_arch_list());
     else if (generate && arch->encoder)
-        st = kb_fail(KILN_ERR_UNSUPPORTED, "%s: '%s' is an encoder; it embeds but cannot generate", path, a);
+        st = base_fail(KILN_ERR_UNSUPPORTED, "%s: '%s' is an encoder; it embeds but cannot generate", path, a);
     gguf_close(f);
     return st;
 }

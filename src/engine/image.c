@@ -11,11 +11,11 @@
 #include <string.h>
 
 static kiln_status img_check(void *user, const char *path) {
-    if (!im_is_pack(path)) return kb_fail(KILN_ERR_FORMAT, "%s: not an image pack (a directory with pack.json)", path);
+    if (!im_is_pack(path)) return base_fail(KILN_ERR_FORMAT, "%s: not an image pack (a directory with pack.json)", path);
     im_files f;
     im_config c;
     char err[1024];
-    if (im_pack_read(path, 0, &f, &c, err, sizeof err)) return kb_fail(KILN_ERR_FORMAT, "%s", err);
+    if (im_pack_read(path, 0, &f, &c, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
     return KILN_OK;
 }
 
@@ -24,10 +24,10 @@ static kiln_status img_load(void *user, const char *path, kiln_engine_backend ba
     im_config c;
     char err[1024];
     *model = NULL;
-    if (im_pack_read(path, 1, &f, &c, err, sizeof err)) return kb_fail(KILN_ERR_FORMAT, "%s", err);
-    if (engine_cancelled(r)) return kb_fail(KILN_ERR_CANCELLED, "load cancelled");
+    if (im_pack_read(path, 1, &f, &c, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
+    if (engine_cancelled(r)) return base_fail(KILN_ERR_CANCELLED, "load cancelled");
     im_pipeline *p;
-    if (im_pipeline_open(&f, &c, 0, &p, err, sizeof err)) return kb_fail(KILN_ERR_FORMAT, "%s", err);
+    if (im_pipeline_open(&f, &c, 0, &p, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
     *model = p;
     return KILN_OK;
 }
@@ -52,19 +52,19 @@ static int on_step(void *user, int step, int steps) {
 }
 
 static kiln_status img_run(void *user, void *model, int task, void *req, engine_run *r) {
-    if (task != ENGINE_TASK_IMAGE) return kb_fail(KILN_ERR_UNSUPPORTED, "the image family only makes images");
+    if (task != ENGINE_TASK_IMAGE) return base_fail(KILN_ERR_UNSUPPORTED, "the image family only makes images");
     img_call *c = req;
     const kiln_image_request *q = c->req;
     im_pipeline *p = model;
     const int w = im_pipeline_width(p), h = im_pipeline_height(p);
     if ((q->width && q->width != w) || (q->height && q->height != h))
-        return kb_fail(KILN_ERR_UNSUPPORTED, "size %dx%d is not supported (this pack makes %dx%d)", q->width, q->height,
+        return base_fail(KILN_ERR_UNSUPPORTED, "size %dx%d is not supported (this pack makes %dx%d)", q->width, q->height,
                        w, h);
     kiln_image_result *res = calloc(1, sizeof *res);
     if (res) res->images = calloc((size_t)q->n, sizeof *res->images);
     if (!res || !res->images) {
         free(res);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     res->width = w;
     res->height = h;
@@ -81,9 +81,9 @@ static kiln_status img_run(void *user, void *model, int task, void *req, engine_
         if (rc == IM_OK)
             res->n++;
         else if (rc == IM_CANCELLED)
-            st = c->yield_st != KILN_OK ? c->yield_st : kb_fail(KILN_ERR_CANCELLED, "cancelled");
+            st = c->yield_st != KILN_OK ? c->yield_st : base_fail(KILN_ERR_CANCELLED, "cancelled");
         else
-            st = kb_fail(rc == IM_TOO_LONG ? KILN_ERR_CONTEXT_FULL : KILN_ERR_INVALID_ARG, "%s", err);
+            st = base_fail(rc == IM_TOO_LONG ? KILN_ERR_CONTEXT_FULL : KILN_ERR_INVALID_ARG, "%s", err);
     }
     if (st != KILN_OK) {
         for (int32_t i = 0; i < q->n; i++) free(res->images[i].png);
@@ -107,12 +107,12 @@ kiln_image_request kiln_image_request_default(void) {
 }
 
 kiln_status kiln_engine_image(kiln_engine *e, const kiln_image_request *r, kiln_image_result **out) {
-    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output");
+    if (!out) return base_fail(KILN_ERR_INVALID_ARG, "no output");
     *out = NULL;
-    if (!e || !r || !r->prompt) return kb_fail(KILN_ERR_INVALID_ARG, "no engine, request or prompt");
-    if (r->n < 1 || r->n > 16) return kb_fail(KILN_ERR_INVALID_ARG, "n must be 1..16, not %d", r->n);
+    if (!e || !r || !r->prompt) return base_fail(KILN_ERR_INVALID_ARG, "no engine, request or prompt");
+    if (r->n < 1 || r->n > 16) return base_fail(KILN_ERR_INVALID_ARG, "n must be 1..16, not %d", r->n);
     if (r->steps < 0 || r->steps > IM_MAX_STEPS)
-        return kb_fail(KILN_ERR_INVALID_ARG, "steps must be 0..%d", IM_MAX_STEPS);
+        return base_fail(KILN_ERR_INVALID_ARG, "steps must be 0..%d", IM_MAX_STEPS);
     img_call call = {r, NULL, NULL, 0, KILN_OK};
     kiln_status st = engine_request(e, ENGINE_TASK_IMAGE, &call, r->urgent, r->cancel);
     *out = call.res;

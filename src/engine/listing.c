@@ -153,5 +153,5 @@ kiln_status kiln_engine_listing(kiln_store *s, char **json_out) {
     json_decref(installed);
     *json_out = json_dumps(out, JSON_INDENT(2));
     json_decref(out);
-    return *json_out ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "out of memory");
+    return *json_out ? KILN_OK : base_fail(KILN_ERR_NOMEM, "out of memory");
 }

@@ -59,7 +59,7 @@ static kiln_status llm_unload(void *user, void *model) {
 static kiln_status llm_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r, void **model) {
     *model = NULL;
     llm_model *lm = calloc(1, sizeof *lm);
-    if (!lm) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!lm) return base_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&lm->emb_mu, NULL);
     const kiln_context_params *cp = engine_context_params(r);
     kiln_context_params p = cp ? *cp : kiln_context_default_params();
@@ -73,7 +73,7 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
     if (found) mp.mmproj = mmproj;
     kiln_status st = kiln_model_load(path, &mp, &lm->m);
     if (st != KILN_OK && found) { /* a pack's projector kiln cannot read: the model still serves text */
-        kb_log(KB_LOG_WARN, "not loading the projector %s (%s): images are refused", mmproj, kiln_last_error());
+        base_log(BASE_LOG_WARN, "not loading the projector %s (%s): images are refused", mmproj, kiln_last_error());
         mp.mmproj = NULL;
         st = kiln_model_load(path, &mp, &lm->m);
     }
@@ -95,7 +95,7 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
         p.n_ctx = 0;
         st = kiln_context_new(lm->m, &p, &lm->c);
         if (st == KILN_OK)
-            kb_log(KB_LOG_WARN, "a context of %d tokens per sequence does not fit the KV memory budget: %d", asked,
+            base_log(BASE_LOG_WARN, "a context of %d tokens per sequence does not fit the KV memory budget: %d", asked,
                    kiln_context_n_ctx(lm->c));
     }
     if (st == KILN_OK && sp.type != KILN_SPEC_NONE) st = spec_new(&sp, lm->m, lm->c, &lm->spec);
@@ -104,7 +104,7 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
         gen_gate gate = {gate_urgent, gate_yield, gate_regained, gate_cancelled, engine_of(r)};
         st = gen_sched_new(lm->m, lm->c, LLM_PREFILL_CHUNK, &gate, &lm->sched);
         if (st != KILN_OK)
-            kb_fail(st, "cannot start the scheduler");
+            base_fail(st, "cannot start the scheduler");
         else if (lm->spec)
             gen_sched_set_proposer(lm->sched, spec_proposer(lm->spec));
     }
@@ -139,18 +139,18 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
     const int n = vp.n_tok;
     if (n == 0) {
         vision_prompt_free(&vp);
-        return kb_fail(KILN_ERR_INVALID_ARG, "the prompt has no tokens");
+        return base_fail(KILN_ERR_INVALID_ARG, "the prompt has no tokens");
     }
     const int32_t n_ctx = kiln_context_n_ctx(lm->c);
     if ((int64_t)n + req->n_predict > n_ctx) {
         vision_prompt_free(&vp);
-        return kb_fail(KILN_ERR_CONTEXT_FULL, "%d prompt + %d predicted tokens exceed the context of %d", n,
+        return base_fail(KILN_ERR_CONTEXT_FULL, "%d prompt + %d predicted tokens exceed the context of %d", n,
                        req->n_predict, n_ctx);
     }
     kiln_detok *dt = kiln_detok_new(lm->m);
     if (!dt) {
         vision_prompt_free(&vp);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     gen_params p = gen_params_default();
     p.prompt = vp.tok;
@@ -170,7 +170,7 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
     vision_prompt_free(&vp);
     if (st != KILN_OK) {
         kiln_detok_free(dt);
-        return kb_fail(st, "cannot queue the request");
+        return base_fail(st, "cannot queue the request");
     }
     int stopped = 0;
     gen_event ev;
@@ -187,9 +187,9 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
         }
     }
     if (ev.reason == GEN_CANCELLED)
-        st = kb_fail(KILN_ERR_CANCELLED, "request cancelled");
+        st = base_fail(KILN_ERR_CANCELLED, "request cancelled");
     else if (ev.reason == GEN_FAILED)
-        st = kb_fail(KILN_ERR_INTERNAL, "%s", ev.error);
+        st = base_fail(KILN_ERR_INTERNAL, "%s", ev.error);
     size_t rest = 0;
     const char *tail = kiln_detok_flush(dt, &rest);
     if (st == KILN_OK && !stopped && req->on_token && rest > 0) req->on_token(tail, rest, -1, req->user);
@@ -216,7 +216,7 @@ static kiln_status embed(llm_model *lm, engine_embed_call *call, engine_run *r) 
 
 static kiln_status llm_run(void *user, void *model, int task, void *req, engine_run *r) {
     if (task == ENGINE_TASK_EMBED) return embed(model, req, r);
-    if (task != ENGINE_TASK_GENERATE) return kb_fail(KILN_ERR_UNSUPPORTED, "the llm family does not run this task");
+    if (task != ENGINE_TASK_GENERATE) return base_fail(KILN_ERR_UNSUPPORTED, "the llm family does not run this task");
     return generate(model, req, r);
 }
 
@@ -240,11 +240,11 @@ kiln_status engine_llm_begin(kiln_engine *e, const gen_params *p, int urgent, ki
                              int (*abandon)(void *user), void *user, engine_llm_req **out) {
     *out = NULL;
     engine_llm_req *q = calloc(1, sizeof *q);
-    if (!q) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!q) return base_fail(KILN_ERR_NOMEM, "out of memory");
     void *model = NULL;
     kiln_status st = engine_admit(e, ENGINE_TASK_GENERATE, urgent, cancel, abandon, user, &q->r, &model);
     if (st == KILN_OK && engine_resident(e, &engine_llm_ops) != model)
-        st = kb_fail(KILN_ERR_UNSUPPORTED, "the engine does not run the llm family");
+        st = base_fail(KILN_ERR_UNSUPPORTED, "the engine does not run the llm family");
     if (st == KILN_OK) {
         llm_model *lm = model;
         gen_params pp = *p;
@@ -253,7 +253,7 @@ kiln_status engine_llm_begin(kiln_engine *e, const gen_params *p, int urgent, ki
             pp.spec_fixed = spec_params(lm->spec)->fixed;
         }
         st = gen_sched_submit(lm->sched, &pp, urgent, q->r, &q->q);
-        if (st != KILN_OK) kb_fail(st, "cannot queue the request");
+        if (st != KILN_OK) base_fail(st, "cannot queue the request");
     }
     if (st != KILN_OK) {
         engine_dismiss(q->r);
@@ -275,7 +275,7 @@ void engine_llm_end(engine_llm_req *q) {
 
 kiln_status engine_llm_stats(kiln_engine *e, int32_t *n_ctx, gen_sched_stats *st) {
     llm_model *lm = engine_resident(e, &engine_llm_ops);
-    if (!lm) return kb_fail(KILN_ERR_STATE, "no llm model is resident");
+    if (!lm) return base_fail(KILN_ERR_STATE, "no llm model is resident");
     if (n_ctx) *n_ctx = kiln_context_n_ctx(lm->c);
     if (st) gen_sched_get_stats(lm->sched, st);
     return KILN_OK;
@@ -291,8 +291,8 @@ kiln_engine_generate_request kiln_engine_generate_default(void) {
 
 kiln_status kiln_engine_generate(kiln_engine *e, const kiln_engine_generate_request *req, int32_t *n_generated) {
     if (n_generated) *n_generated = 0;
-    if (!e || !req || !req->prompt) return kb_fail(KILN_ERR_INVALID_ARG, "no engine, request or prompt");
-    if (req->n_predict <= 0) return kb_fail(KILN_ERR_INVALID_ARG, "n_predict must be positive");
+    if (!e || !req || !req->prompt) return base_fail(KILN_ERR_INVALID_ARG, "no engine, request or prompt");
+    if (req->n_predict <= 0) return base_fail(KILN_ERR_INVALID_ARG, "n_predict must be positive");
     gen_call call = {req, 0};
     kiln_status st = engine_request(e, ENGINE_TASK_GENERATE, &call, req->urgent, req->cancel);
     if (n_generated) *n_generated = call.n_generated;

@@ -16,7 +16,7 @@ static kiln_status rr_check(void *user, const char *path) {
     gguf_file *f;
     if ((st = gguf_open(path, &f))) return st;
     st = kl_gguf_is_reranker(f) ? KILN_OK
-                                : kb_fail(KILN_ERR_UNSUPPORTED,
+                                : base_fail(KILN_ERR_UNSUPPORTED,
                                           "%s: not a reranker (no classification head cls.output.weight, or a "
                                           "decoder without rank pooling)",
                                           path);
@@ -41,7 +41,7 @@ static kiln_status rr_unload(void *user, void *model) {
 static kiln_status rr_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r, void **model) {
     *model = NULL;
     rr_model *x = calloc(1, sizeof *x);
-    if (!x) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!x) return base_fail(KILN_ERR_NOMEM, "out of memory");
     /* runs of at most 512 tokens bound an urgent request's wait, as for
      * embeddings */
     kiln_reranker_params p = kiln_reranker_default_params();
@@ -66,7 +66,7 @@ typedef struct rr_call {
 } rr_call;
 
 static kiln_status rr_run(void *user, void *model, int task, void *req, engine_run *r) {
-    if (task != ENGINE_TASK_RERANK) return kb_fail(KILN_ERR_UNSUPPORTED, "the rerank family only reranks");
+    if (task != ENGINE_TASK_RERANK) return base_fail(KILN_ERR_UNSUPPORTED, "the rerank family only reranks");
     rr_call *call = req;
     kiln_rerank_job *j = NULL;
     kiln_status st = kiln_rerank_begin(((rr_model *)model)->rr, call->req, &j);
@@ -89,9 +89,9 @@ const engine_ops engine_rerank_ops = {
 
 kiln_status kiln_engine_rerank(kiln_engine *e, const kiln_rerank_request *q, int urgent, kiln_engine_cancel *cancel,
                                kiln_rerank_job **out) {
-    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output job");
+    if (!out) return base_fail(KILN_ERR_INVALID_ARG, "no output job");
     *out = NULL;
-    if (!e || !q) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or request");
+    if (!e || !q) return base_fail(KILN_ERR_INVALID_ARG, "no engine or request");
     rr_call call = {q, NULL};
     kiln_status st = engine_request(e, ENGINE_TASK_RERANK, &call, urgent, cancel);
     *out = call.job;

@@ -12,7 +12,7 @@
 #include <string.h>
 
 static kiln_status stt_check(void *user, const char *path) {
-    if (!wh_is_ggml_file(path)) return kb_fail(KILN_ERR_UNSUPPORTED, "%s: not a whisper.cpp GGML file", path);
+    if (!wh_is_ggml_file(path)) return base_fail(KILN_ERR_UNSUPPORTED, "%s: not a whisper.cpp GGML file", path);
     return KILN_OK;
 }
 
@@ -69,7 +69,7 @@ static kiln_status one_window(kiln_stt *m, stt_call *c, const kiln_audio_window 
 
 static kiln_status stt_run(void *user, void *model, int task, void *req, engine_run *r) {
     if (task != ENGINE_TASK_TRANSCRIBE)
-        return kb_fail(KILN_ERR_UNSUPPORTED, "the speech-to-text family only transcribes");
+        return base_fail(KILN_ERR_UNSUPPORTED, "the speech-to-text family only transcribes");
     stt_call *c = req;
     c->r = r;
     kiln_transcribe_params p = *c->p;
@@ -86,11 +86,11 @@ static kiln_status stt_run(void *user, void *model, int task, void *req, engine_
     }
     p.progress = plain_progress;
     for (;;) {
-        if (engine_cancelled(r)) return kb_fail(KILN_ERR_CANCELLED, "transcription stream cancelled");
+        if (engine_cancelled(r)) return base_fail(KILN_ERR_CANCELLED, "transcription stream cancelled");
         kiln_audio_window w;
         memset(&w, 0, sizeof w);
         int more = c->next(c->user, &w);
-        if (more < 0) return kb_fail(KILN_ERR_INVALID_ARG, "the window source failed");
+        if (more < 0) return base_fail(KILN_ERR_INVALID_ARG, "the window source failed");
         if (more == 0) return KILN_OK;
         kiln_transcript *t = NULL;
         st = one_window(model, c, &w, &p, &t);
@@ -107,9 +107,9 @@ const engine_ops engine_stt_ops = {.check = stt_check, .load = stt_load, .unload
 
 kiln_status kiln_engine_transcribe(kiln_engine *e, const kiln_audio_window *audio, const kiln_transcribe_params *p,
                                    kiln_engine_cancel *cancel, kiln_transcript **out) {
-    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output transcript");
+    if (!out) return base_fail(KILN_ERR_INVALID_ARG, "no output transcript");
     *out = NULL;
-    if (!e || !audio) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or audio");
+    if (!e || !audio) return base_fail(KILN_ERR_INVALID_ARG, "no engine or audio");
     kiln_transcribe_params def = kiln_transcribe_default_params();
     stt_call c = {p ? p : &def, audio, NULL, NULL, NULL, NULL, 0, NULL, KILN_OK};
     kiln_status st = engine_request(e, ENGINE_TASK_TRANSCRIBE, &c, 0, cancel);
@@ -125,7 +125,7 @@ kiln_status kiln_engine_transcribe_stream(kiln_engine *e, kiln_window_next_fn ne
                                           void *user, const kiln_transcribe_params *p, kiln_engine_cancel *cancel,
                                           int32_t *n_windows) {
     if (n_windows) *n_windows = 0;
-    if (!e || !next) return kb_fail(KILN_ERR_INVALID_ARG, "no engine or window source");
+    if (!e || !next) return base_fail(KILN_ERR_INVALID_ARG, "no engine or window source");
     kiln_transcribe_params def = kiln_transcribe_default_params();
     stt_call c = {p ? p : &def, NULL, next, on_result, user, NULL, 0, NULL, KILN_OK};
     kiln_status st = engine_request(e, ENGINE_TASK_TRANSCRIBE, &c, 0, cancel);

@@ -181,7 +181,7 @@ static void emit_done(gen_slot *s, gen_reason reason, const char *err) {
     ev.n_prompt = s->p.n_prompt;
     ev.n_cached = s->n_cached;
     ev.n_gen = s->n_gen;
-    ev.t = kb_now();
+    ev.t = base_now();
     ev.t_start = s->t_start;
     ev.n_drafted = s->n_drafted;
     ev.n_accepted = s->n_accepted;
@@ -251,27 +251,27 @@ static kiln_status slot_images(gen_batch *b, gen_slot *s, const gen_params *p) {
         run = p->prompt[i] < 0 ? run + 1 : 0;
         n_neg += p->prompt[i] < 0;
         if (run > b->n_batch)
-            return kb_fail(KILN_ERR_INVALID_ARG, "an image of more than %d tokens does not fit a batch of %d", run - 1,
+            return base_fail(KILN_ERR_INVALID_ARG, "an image of more than %d tokens does not fit a batch of %d", run - 1,
                            b->n_batch);
     }
     if (!n_neg && !p->mpos) return KILN_OK;
     if (n_neg && (!p->embd || p->n_embd_rows != n_neg))
-        return kb_fail(KILN_ERR_INVALID_ARG, "the prompt has %d image tokens and %d embedding rows", n_neg,
+        return base_fail(KILN_ERR_INVALID_ARG, "the prompt has %d image tokens and %d embedding rows", n_neg,
                        p->embd ? p->n_embd_rows : 0);
     const size_t E = (size_t)b->n_embd;
-    if ((n_neg && !b->b_embd && !(b->b_embd = kb_malloc((size_t)b->n_batch * E * sizeof(float)))) ||
-        (p->mpos && !b->b_mpos && !(b->b_mpos = kb_malloc((size_t)b->n_batch * 4 * sizeof(int32_t)))))
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if ((n_neg && !b->b_embd && !(b->b_embd = base_malloc((size_t)b->n_batch * E * sizeof(float)))) ||
+        (p->mpos && !b->b_mpos && !(b->b_mpos = base_malloc((size_t)b->n_batch * 4 * sizeof(int32_t)))))
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     if (n_neg) {
-        s->embd = kb_malloc((size_t)n_neg * E * sizeof(float));
-        s->row = kb_malloc((size_t)p->n_prompt * sizeof *s->row);
-        if (!s->embd || !s->row) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        s->embd = base_malloc((size_t)n_neg * E * sizeof(float));
+        s->row = base_malloc((size_t)p->n_prompt * sizeof *s->row);
+        if (!s->embd || !s->row) return base_fail(KILN_ERR_NOMEM, "out of memory");
         memcpy(s->embd, p->embd, (size_t)n_neg * E * sizeof(float));
         for (int32_t i = 0, k = 0; i < p->n_prompt; i++) s->row[i] = p->prompt[i] < 0 ? k++ : -1;
     }
     if (p->mpos) {
-        s->mpos = kb_malloc((size_t)p->n_prompt * 4 * sizeof *s->mpos);
-        if (!s->mpos) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        s->mpos = base_malloc((size_t)p->n_prompt * 4 * sizeof *s->mpos);
+        if (!s->mpos) return base_fail(KILN_ERR_NOMEM, "out of memory");
         memcpy(s->mpos, p->mpos, (size_t)p->n_prompt * 4 * sizeof *s->mpos);
     }
     s->p.n_draft = 0;
@@ -346,7 +346,7 @@ kiln_status gen_batch_add(gen_batch *b, const gen_params *p, int32_t seq, gen_sl
         }
     }
     s->seq = seq;
-    s->t_start = kb_now();
+    s->t_start = base_now();
     b->by_seq[seq] = s;
     s->prev = b->tail;
     if (b->tail)
@@ -491,7 +491,7 @@ static int emit_token(gen_batch *b, gen_slot *s, int32_t id, const float *logits
     ev.n_prompt = s->p.n_prompt;
     ev.n_cached = s->n_cached;
     ev.n_gen = s->n_gen;
-    ev.t = kb_now();
+    ev.t = base_now();
     ev.t_start = s->t_start;
     ev.n_drafted = s->n_drafted;
     ev.n_accepted = s->n_accepted;
@@ -822,9 +822,9 @@ kiln_status gen_batch_step(gen_batch *b) {
         if (!shadow) rows += k;
     }
     if (n_ask) {
-        const double t0 = kb_now();
+        const double t0 = base_now();
         b->prop->propose(b->prop->self, b->asks, n_ask);
-        const double per = (kb_now() - t0) / asked_total;
+        const double per = (base_now() - t0) / asked_total;
         b->t_prop = b->t_prop < 0 ? per : 0.8 * b->t_prop + 0.2 * per;
         for (int32_t i = 0; i < n_ask; i++) {
             gen_slot *s = b->ask_slot[i];
@@ -870,7 +870,7 @@ kiln_status gen_batch_step(gen_batch *b) {
     kiln_batch kb = {n, b->b_tok, NULL, b->b_seq, b->b_want};
     const kiln_batch_inputs in = {b->b_has_embd ? b->b_embd : NULL, b->b_has_mpos ? b->b_mpos : NULL};
     b->b_has_embd = b->b_has_mpos = 0;
-    const double t0 = kb_now();
+    const double t0 = base_now();
     kiln_status st = kiln_decode_inputs(b->c, &kb, in.embd || in.mpos ? &in : NULL);
     if (st != KILN_OK) {
         char msg[300];
@@ -882,7 +882,7 @@ kiln_status gen_batch_step(gen_batch *b) {
         BATCH_CHECK(b);
         return st;
     }
-    if (n == n_decode_rows) step_observe(b, n, kb_now() - t0); /* the cost model: decode rows only */
+    if (n == n_decode_rows) step_observe(b, n, base_now() - t0); /* the cost model: decode rows only */
     for (gen_slot *s = b->head, *nx; s; s = nx) {
         nx = s->next;
         if (s->b_count <= 0) continue;

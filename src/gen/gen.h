@@ -118,7 +118,7 @@ typedef struct gen_event {
     int32_t n_prompt;   /* prompt tokens */
     int32_t n_cached;   /* of those, taken from the prefix cache */
     int32_t n_gen;      /* tokens generated so far */
-    double t;           /* when it happened (kb_now, seconds) */
+    double t;           /* when it happened (base_now, seconds) */
     double t_start;     /* when the slot first took a sequence */
     int32_t n_drafted;  /* proposals verified so far (speculative decoding) */
     int32_t n_accepted; /* of those, accepted */

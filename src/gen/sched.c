@@ -297,9 +297,9 @@ kiln_status gen_sched_submit(gen_sched *s, const gen_params *p, int urgent, void
     q->p.prompt = q->prompt;
     if (p->embd && p->n_embd_rows > 0) {
         const size_t bytes = (size_t)p->n_embd_rows * (size_t)s->n_embd * sizeof(float);
-        if ((q->embd = kb_malloc(bytes))) memcpy(q->embd, p->embd, bytes);
+        if ((q->embd = base_malloc(bytes))) memcpy(q->embd, p->embd, bytes);
     }
-    if (p->mpos && (q->mpos = kb_malloc((size_t)p->n_prompt * 4 * sizeof *q->mpos)))
+    if (p->mpos && (q->mpos = base_malloc((size_t)p->n_prompt * 4 * sizeof *q->mpos)))
         memcpy(q->mpos, p->mpos, (size_t)p->n_prompt * 4 * sizeof *q->mpos);
     q->p.embd = q->embd;
     q->p.mpos = q->mpos;

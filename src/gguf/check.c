@@ -18,18 +18,18 @@ kiln_status gguf_tensor_check(const gguf_file *f, const char *name, int dims, co
                               const gguf_tensor **out) {
     *out = NULL;
     const gguf_tensor *t = gguf_find_tensor(f, name);
-    if (!t) return optional ? KILN_OK : kb_fail(KILN_ERR_FORMAT, "missing tensor %s", name);
+    if (!t) return optional ? KILN_OK : base_fail(KILN_ERR_FORMAT, "missing tensor %s", name);
     int ok = (int)t->n_dims == dims;
     for (int d = 0; d < dims && ok; d++) ok = ne[d] < 0 ? t->ne[d] >= 1 : t->ne[d] == ne[d];
     if (!ok) {
         char a[96], b[96];
         shape_str(a, sizeof a, t->ne, (int)t->n_dims);
         shape_str(b, sizeof b, ne, dims);
-        return kb_fail(KILN_ERR_FORMAT, "tensor %s has shape %s, expected %s", name, a, b);
+        return base_fail(KILN_ERR_FORMAT, "tensor %s has shape %s, expected %s", name, a, b);
     }
     if (!kq_supported((int)t->type)) {
         const kq_traits *tr = kq_get((int)t->type);
-        return kb_fail(KILN_ERR_UNSUPPORTED, "tensor %s has type %s, which kiln cannot compute", name,
+        return base_fail(KILN_ERR_UNSUPPORTED, "tensor %s has type %s, which kiln cannot compute", name,
                        tr && tr->name ? tr->name : "?");
     }
     *out = t;

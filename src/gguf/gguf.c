@@ -19,7 +19,7 @@
 #define GGUF_MAX_KEY 65535
 
 typedef struct shard {
-    kb_map map;          /* empty for gguf_open_memory */
+    base_map map;          /* empty for gguf_open_memory */
     const uint8_t *base; /* start of the image */
     uint64_t size;       /* of the file */
     uint64_t avail;      /* bytes of it at base: all, or a prefix (gguf_open_header) */
@@ -53,9 +53,9 @@ static int need(cur *c, uint64_t n, const char *what) {
     if (have < n) {
         if (n - have <= c->beyond) {
             *c->short_read = 1;
-            c->failed = kb_fail(KILN_ERR_FORMAT, "the header goes on past the bytes read (at %s)", what);
+            c->failed = base_fail(KILN_ERR_FORMAT, "the header goes on past the bytes read (at %s)", what);
         } else {
-            c->failed = kb_fail(KILN_ERR_FORMAT, "truncated file while reading %s", what);
+            c->failed = base_fail(KILN_ERR_FORMAT, "truncated file while reading %s", what);
         }
         return -1;
     }
@@ -129,13 +129,13 @@ static int rd_value(cur *c, gguf_kv *kv, const char *key) {
         if (kv->arr_type == GGUF_STRING) {
             /* each string takes at least its 8-byte length */
             if (n > ((uint64_t)(c->end - c->p) + c->beyond) / 8) {
-                c->failed = kb_fail(KILN_ERR_FORMAT, "key %s: array of %llu strings exceeds the file", key,
+                c->failed = base_fail(KILN_ERR_FORMAT, "key %s: array of %llu strings exceeds the file", key,
                                     (unsigned long long)n);
                 return -1;
             }
             kv->str_off = malloc((n ? n : 1) * sizeof(uint64_t));
             if (!kv->str_off) {
-                c->failed = kb_fail(KILN_ERR_NOMEM, "out of memory");
+                c->failed = base_fail(KILN_ERR_NOMEM, "out of memory");
                 return -1;
             }
             for (uint64_t i = 0; i < n; i++) {
@@ -147,12 +147,12 @@ static int rd_value(cur *c, gguf_kv *kv, const char *key) {
         }
         size_t es = gguf_vtype_size(kv->arr_type);
         if (es == 0) {
-            c->failed = kb_fail(KILN_ERR_FORMAT, "key %s: unsupported array element type %u", key, kv->arr_type);
+            c->failed = base_fail(KILN_ERR_FORMAT, "key %s: unsupported array element type %u", key, kv->arr_type);
             return -1;
         }
         uint64_t bytes;
-        if (kb_mul_u64(n, es, &bytes)) {
-            c->failed = kb_fail(KILN_ERR_FORMAT, "key %s: array size overflows", key);
+        if (base_mul_u64(n, es, &bytes)) {
+            c->failed = base_fail(KILN_ERR_FORMAT, "key %s: array size overflows", key);
             return -1;
         }
         if (need(c, bytes, key)) return -1;
@@ -161,7 +161,7 @@ static int rd_value(cur *c, gguf_kv *kv, const char *key) {
     }
     size_t sz = gguf_vtype_size(kv->type);
     if (sz == 0) {
-        c->failed = kb_fail(KILN_ERR_FORMAT, "key %s: unknown value type %u", key, kv->type);
+        c->failed = base_fail(KILN_ERR_FORMAT, "key %s: unknown value type %u", key, kv->type);
         return -1;
     }
     if (need(c, sz, key)) return -1;
@@ -185,7 +185,7 @@ static void free_contents(gguf_file *f) {
     free(f->kv);
     for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
     free(f->tensors);
-    for (int i = 0; i < f->n_shards; i++) kb_unmap(&f->shards[i].map);
+    for (int i = 0; i < f->n_shards; i++) base_unmap(&f->shards[i].map);
 }
 
 /* Parses shard si of f (its base/size already set).  Metadata is kept only
@@ -196,11 +196,11 @@ static kiln_status parse_shard(gguf_file *f, int si) {
     cur c = {sh->base, sh->base + sh->avail, KILN_OK, sh->size - sh->avail, &sh->short_read};
     uint32_t magic = rd_u32(&c, "magic");
     if (c.failed) return c.failed;
-    if (magic != GGUF_MAGIC) { return kb_fail(KILN_ERR_FORMAT, "not a GGUF file (bad magic)"); }
+    if (magic != GGUF_MAGIC) { return base_fail(KILN_ERR_FORMAT, "not a GGUF file (bad magic)"); }
     uint32_t version = rd_u32(&c, "version");
     if (c.failed) return c.failed;
     if (version < 2 || version > 3) {
-        return kb_fail(KILN_ERR_FORMAT, "unsupported GGUF version %u (kiln reads 2 and 3)", version);
+        return base_fail(KILN_ERR_FORMAT, "unsupported GGUF version %u (kiln reads 2 and 3)", version);
     }
     uint64_t n_tensors = rd_u64(&c, "tensor count");
     uint64_t n_kv = rd_u64(&c, "metadata count");
@@ -209,18 +209,18 @@ static kiln_status parse_shard(gguf_file *f, int si) {
     /* a key/value takes at least 8 (key length) + 4 (type) + 1 bytes;
      * a tensor info at least 8 + 4 + 8 + 4 + 8 */
     if (n_kv > left / 13 || n_kv > 1000000) {
-        return kb_fail(KILN_ERR_FORMAT, "metadata count %llu is impossible for a file of %llu bytes",
+        return base_fail(KILN_ERR_FORMAT, "metadata count %llu is impossible for a file of %llu bytes",
                        (unsigned long long)n_kv, (unsigned long long)sh->size);
     }
     if (n_tensors > left / 32 || n_tensors > 1000000) {
-        return kb_fail(KILN_ERR_FORMAT, "tensor count %llu is impossible for a file of %llu bytes",
+        return base_fail(KILN_ERR_FORMAT, "tensor count %llu is impossible for a file of %llu bytes",
                        (unsigned long long)n_tensors, (unsigned long long)sh->size);
     }
     if (si == 0) f->version = version;
 
     uint64_t alignment = GGUF_DEFAULT_ALIGN;
     gguf_kv *kvs = calloc(n_kv ? n_kv : 1, sizeof *kvs);
-    if (!kvs) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!kvs) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     uint64_t nk = 0;
     int ok = 1;
     kiln_status st = KILN_ERR_FORMAT; /* why ok went 0, when no read failed */
@@ -231,20 +231,20 @@ static kiln_status parse_shard(gguf_file *f, int si) {
             break;
         }
         if (key.len == 0 || key.len > GGUF_MAX_KEY || memchr(key.ptr, 0, key.len)) {
-            kb_fail(KILN_ERR_FORMAT, "metadata key %llu has an invalid name", (unsigned long long)nk);
+            base_fail(KILN_ERR_FORMAT, "metadata key %llu has an invalid name", (unsigned long long)nk);
             ok = 0;
             break;
         }
         gguf_kv *kv = &kvs[nk];
         kv->key = dup_str(key);
         if (!kv->key) {
-            st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+            st = base_fail(KILN_ERR_NOMEM, "out of memory");
             ok = 0;
             break;
         }
         for (uint64_t j = 0; j < nk; j++) {
             if (strcmp(kvs[j].key, kv->key) == 0) {
-                kb_fail(KILN_ERR_FORMAT, "duplicate metadata key %s", kv->key);
+                base_fail(KILN_ERR_FORMAT, "duplicate metadata key %s", kv->key);
                 ok = 0;
                 break;
             }
@@ -261,7 +261,7 @@ static kiln_status parse_shard(gguf_file *f, int si) {
         }
         if (strcmp(kv->key, "general.alignment") == 0) {
             if (kv->type != GGUF_U32) {
-                kb_fail(KILN_ERR_FORMAT, "general.alignment must be u32");
+                base_fail(KILN_ERR_FORMAT, "general.alignment must be u32");
                 ok = 0;
                 nk++;
                 break;
@@ -269,7 +269,7 @@ static kiln_status parse_shard(gguf_file *f, int si) {
             uint32_t a;
             memcpy(&a, kv->data, 4);
             if (a == 0 || (a & (a - 1)) || a > (1u << 20)) {
-                kb_fail(KILN_ERR_FORMAT, "general.alignment %u is not a power of two", a);
+                base_fail(KILN_ERR_FORMAT, "general.alignment %u is not a power of two", a);
                 ok = 0;
                 nk++;
                 break;
@@ -291,7 +291,7 @@ static kiln_status parse_shard(gguf_file *f, int si) {
 
     int base_t = f->n_tensors;
     gguf_tensor *nt = realloc(f->tensors, (size_t)(base_t + n_tensors + 1) * sizeof *nt);
-    if (!nt) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!nt) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     f->tensors = nt;
     for (uint64_t i = 0; i < n_tensors; i++) {
         gguf_tensor *t = &f->tensors[f->n_tensors];
@@ -299,16 +299,16 @@ static kiln_status parse_shard(gguf_file *f, int si) {
         gguf_str name = rd_str(&c, "tensor name");
         if (c.failed) return c.failed;
         if (name.len == 0 || name.len > 1024 || memchr(name.ptr, 0, name.len)) {
-            return kb_fail(KILN_ERR_FORMAT, "tensor %llu has an invalid name", (unsigned long long)i);
+            return base_fail(KILN_ERR_FORMAT, "tensor %llu has an invalid name", (unsigned long long)i);
         }
         t->name = dup_str(name);
-        if (!t->name) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+        if (!t->name) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
         f->n_tensors++;
         t->shard = si;
         t->n_dims = rd_u32(&c, t->name);
         if (c.failed) return c.failed;
         if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS) {
-            return kb_fail(KILN_ERR_FORMAT, "tensor %s: %u dimensions (1 to %d allowed)", t->name, t->n_dims,
+            return base_fail(KILN_ERR_FORMAT, "tensor %s: %u dimensions (1 to %d allowed)", t->name, t->n_dims,
                            GGUF_MAX_DIMS);
         }
         uint64_t nel = 1;
@@ -316,8 +316,8 @@ static kiln_status parse_shard(gguf_file *f, int si) {
         for (uint32_t d = 0; d < t->n_dims; d++) {
             uint64_t ne = rd_u64(&c, t->name);
             if (c.failed) return c.failed;
-            if (ne == 0 || ne > (1ull << 40) || kb_mul_u64(nel, ne, &nel) || nel > (1ull << 48)) {
-                return kb_fail(KILN_ERR_FORMAT, "tensor %s: dimension %u of %llu is out of range", t->name, d,
+            if (ne == 0 || ne > (1ull << 40) || base_mul_u64(nel, ne, &nel) || nel > (1ull << 48)) {
+                return base_fail(KILN_ERR_FORMAT, "tensor %s: dimension %u of %llu is out of range", t->name, d,
                                (unsigned long long)ne);
             }
             t->ne[d] = (int64_t)ne;
@@ -327,24 +327,24 @@ static kiln_status parse_shard(gguf_file *f, int si) {
         if (c.failed) return c.failed;
         const kq_traits *tr = kq_get((int)t->type);
         if (!tr || !tr->name) {
-            return kb_fail(KILN_ERR_FORMAT, "tensor %s: unknown tensor type %u", t->name, t->type);
+            return base_fail(KILN_ERR_FORMAT, "tensor %s: unknown tensor type %u", t->name, t->type);
         }
         if (t->ne[0] % tr->blck != 0) {
-            return kb_fail(KILN_ERR_FORMAT, "tensor %s: row of %lld is not a multiple of the %s block size %d", t->name,
+            return base_fail(KILN_ERR_FORMAT, "tensor %s: row of %lld is not a multiple of the %s block size %d", t->name,
                            (long long)t->ne[0], tr->name, tr->blck);
         }
         uint64_t rows = (uint64_t)t->ne[1] * (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
-        if (kb_mul_u64((uint64_t)(t->ne[0] / tr->blck), tr->bsize, &t->nbytes) ||
-            kb_mul_u64(t->nbytes, rows, &t->nbytes)) {
-            return kb_fail(KILN_ERR_FORMAT, "tensor %s: size overflows", t->name);
+        if (base_mul_u64((uint64_t)(t->ne[0] / tr->blck), tr->bsize, &t->nbytes) ||
+            base_mul_u64(t->nbytes, rows, &t->nbytes)) {
+            return base_fail(KILN_ERR_FORMAT, "tensor %s: size overflows", t->name);
         }
         if (t->offset % alignment != 0) {
-            return kb_fail(KILN_ERR_FORMAT, "tensor %s: data offset %llu is not aligned to %llu", t->name,
+            return base_fail(KILN_ERR_FORMAT, "tensor %s: data offset %llu is not aligned to %llu", t->name,
                            (unsigned long long)t->offset, (unsigned long long)alignment);
         }
         for (int j = 0; j < f->n_tensors - 1; j++) {
             if (strcmp(f->tensors[j].name, t->name) == 0) {
-                return kb_fail(KILN_ERR_FORMAT, "duplicate tensor %s", t->name);
+                return base_fail(KILN_ERR_FORMAT, "duplicate tensor %s", t->name);
             }
         }
     }
@@ -352,7 +352,7 @@ static kiln_status parse_shard(gguf_file *f, int si) {
     uint64_t pos = (uint64_t)(c.p - sh->base);
     uint64_t data_off = (pos + alignment - 1) / alignment * alignment;
     if (data_off > sh->size) {
-        if (n_tensors > 0) { return kb_fail(KILN_ERR_FORMAT, "truncated file: no tensor data section"); }
+        if (n_tensors > 0) { return base_fail(KILN_ERR_FORMAT, "truncated file: no tensor data section"); }
         data_off = sh->size;
     }
     /* a prefix holds no tensor data: its pointers stay NULL */
@@ -361,8 +361,8 @@ static kiln_status parse_shard(gguf_file *f, int si) {
     for (int i = base_t; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
         uint64_t endo;
-        if (kb_add_u64(t->offset, t->nbytes, &endo) || endo > sh->data_size) {
-            return kb_fail(KILN_ERR_FORMAT, "tensor %s: data (offset %llu, %llu bytes) lies beyond the end of the file",
+        if (base_add_u64(t->offset, t->nbytes, &endo) || endo > sh->data_size) {
+            return base_fail(KILN_ERR_FORMAT, "tensor %s: data (offset %llu, %llu bytes) lies beyond the end of the file",
                            t->name, (unsigned long long)t->offset, (unsigned long long)t->nbytes);
         }
         t->data = sh->data ? sh->data + t->offset : NULL;
@@ -379,9 +379,9 @@ kiln_status gguf_open_header(const void *buf, size_t len, uint64_t file_size, in
     *more = 0;
     *out = NULL;
     if (len > file_size)
-        return kb_fail(KILN_ERR_FORMAT, "%zu bytes read of a file of %llu", len, (unsigned long long)file_size);
+        return base_fail(KILN_ERR_FORMAT, "%zu bytes read of a file of %llu", len, (unsigned long long)file_size);
     gguf_file *f = new_file();
-    if (!f) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!f) return base_fail(KILN_ERR_NOMEM, "out of memory");
     f->n_shards = 1;
     f->shards[0].base = buf;
     f->shards[0].size = file_size;
@@ -399,7 +399,7 @@ kiln_status gguf_open_header(const void *buf, size_t len, uint64_t file_size, in
 kiln_status gguf_open_memory(const void *buf, size_t len, gguf_file **out) {
     *out = NULL;
     gguf_file *f = new_file();
-    if (!f) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!f) return base_fail(KILN_ERR_NOMEM, "out of memory");
     f->n_shards = 1;
     f->shards[0].base = buf;
     f->shards[0].size = len;
@@ -441,8 +441,8 @@ int gguf_split_name(const char *path, int *shard_no, size_t *prefix_len) {
 kiln_status gguf_open(const char *path, gguf_file **out) {
     *out = NULL;
     gguf_file *f = new_file();
-    if (!f) return kb_fail(KILN_ERR_NOMEM, "out of memory");
-    kiln_status st = kb_map_file(path, &f->shards[0].map);
+    if (!f) return base_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st = base_map_file(path, &f->shards[0].map);
     if (st) {
         free(f);
         return st;
@@ -452,7 +452,7 @@ kiln_status gguf_open(const char *path, gguf_file **out) {
     f->shards[0].size = f->shards[0].map.len;
     if ((st = parse_shard(f, 0))) {
         gguf_close(f);
-        return kb_fail(st, "%s: %s", path, kiln_last_error());
+        return base_fail(st, "%s: %s", path, kiln_last_error());
     }
     size_t plen;
     int shard_no;
@@ -460,25 +460,25 @@ kiln_status gguf_open(const char *path, gguf_file **out) {
     int64_t meta_count = gguf_get_int(f, "split.count", 0);
     if (count > 1 || meta_count > 1) {
         if (shard_no != 1)
-            st = kb_fail(KILN_ERR_FORMAT, "%s: shard %d of a split model; open the first shard (-00001-of-%05d)", path,
+            st = base_fail(KILN_ERR_FORMAT, "%s: shard %d of a split model; open the first shard (-00001-of-%05d)", path,
                          shard_no, count);
         else if (meta_count > 0 && meta_count != count)
-            st = kb_fail(KILN_ERR_FORMAT, "%s: file name says %d shards, split.count says %lld", path, count,
+            st = base_fail(KILN_ERR_FORMAT, "%s: file name says %d shards, split.count says %lld", path, count,
                          (long long)meta_count);
         else if (count > GGUF_MAX_SHARDS)
-            st = kb_fail(KILN_ERR_FORMAT, "%s: %d shards (at most %d)", path, count, GGUF_MAX_SHARDS);
+            st = base_fail(KILN_ERR_FORMAT, "%s: %d shards (at most %d)", path, count, GGUF_MAX_SHARDS);
         for (int i = 2; !st && i <= count; i++) {
             char spath[4096];
             snprintf(spath, sizeof spath, "%.*s-%05d-of-%05d.gguf", (int)plen, path, i, count);
             shard *sh = &f->shards[f->n_shards];
-            if ((st = kb_map_file(spath, &sh->map))) {
-                st = kb_fail(st, "split model: missing shard: %s", kiln_last_error());
+            if ((st = base_map_file(spath, &sh->map))) {
+                st = base_fail(st, "split model: missing shard: %s", kiln_last_error());
                 break;
             }
             f->n_shards++;
             sh->base = sh->map.addr;
             sh->size = sh->map.len;
-            if ((st = parse_shard(f, f->n_shards - 1))) st = kb_fail(st, "%s: %s", spath, kiln_last_error());
+            if ((st = parse_shard(f, f->n_shards - 1))) st = base_fail(st, "%s: %s", spath, kiln_last_error());
         }
         if (st) {
             gguf_close(f);
@@ -815,7 +815,7 @@ static int write_all(int fd, const void *p, size_t n) {
 }
 
 kiln_status gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn produce, void *ud) {
-    if (w->oom || w->kv.oom) { return kb_fail(KILN_ERR_NOMEM, "out of memory while building %s", path); }
+    if (w->oom || w->kv.oom) { return base_fail(KILN_ERR_NOMEM, "out of memory while building %s", path); }
     const uint64_t align = GGUF_DEFAULT_ALIGN;
     wbuf hdr = {0};
     wb_u32(&hdr, GGUF_MAGIC);
@@ -838,18 +838,18 @@ kiln_status gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn p
     wb_put(&hdr, zeros, (size_t)((align - hdr.len % align) % align));
     if (hdr.oom) {
         free(hdr.p);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory while building %s", path);
+        return base_fail(KILN_ERR_NOMEM, "out of memory while building %s", path);
     }
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        kiln_status st = kb_fail(KILN_ERR_IO, "%s: %s", tmp, strerror(errno));
+        kiln_status st = base_fail(KILN_ERR_IO, "%s: %s", tmp, strerror(errno));
         free(hdr.p);
         return st;
     }
     kiln_status st = KILN_OK;
-    if (write_all(fd, hdr.p, hdr.len)) st = kb_fail(KILN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    if (write_all(fd, hdr.p, hdr.len)) st = base_fail(KILN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
     free(hdr.p);
     void *scratch = NULL;
     size_t scratch_cap = 0;
@@ -858,7 +858,7 @@ kiln_status gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn p
         const void *src = t->data;
         if (!src) {
             if (!produce) {
-                st = kb_fail(KILN_ERR_IO, "tensor %s has no data", t->name);
+                st = base_fail(KILN_ERR_IO, "tensor %s has no data", t->name);
                 break;
             }
             if (scratch_cap < t->nbytes) {
@@ -866,24 +866,24 @@ kiln_status gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn p
                 scratch = malloc(t->nbytes);
                 scratch_cap = scratch ? t->nbytes : 0;
                 if (!scratch) {
-                    st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+                    st = base_fail(KILN_ERR_NOMEM, "out of memory");
                     break;
                 }
             }
             if (produce(ud, i, scratch, t->nbytes)) {
-                st = kb_fail(KILN_ERR_IO, "could not produce data for tensor %s", t->name);
+                st = base_fail(KILN_ERR_IO, "could not produce data for tensor %s", t->name);
                 break;
             }
             src = scratch;
         }
         if (write_all(fd, src, t->nbytes) || write_all(fd, zeros, (size_t)((align - t->nbytes % align) % align))) {
-            st = kb_fail(KILN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+            st = base_fail(KILN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
         }
     }
     free(scratch);
-    if (!st && fsync(fd) != 0) { st = kb_fail(KILN_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno)); }
+    if (!st && fsync(fd) != 0) { st = base_fail(KILN_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno)); }
     close(fd);
-    if (!st && rename(tmp, path) != 0) { st = kb_fail(KILN_ERR_IO, "rename to %s failed: %s", path, strerror(errno)); }
+    if (!st && rename(tmp, path) != 0) { st = base_fail(KILN_ERR_IO, "rename to %s failed: %s", path, strerror(errno)); }
     if (st) unlink(tmp);
     return st;
 }

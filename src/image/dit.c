@@ -29,14 +29,14 @@ int im_dit_bind(im_dit *m, const ck_file *f, const char *what, int head_dim, flo
                     *ff = ck_find(f, "transformer_blocks.0.ff.net.0.proj.weight"), *po = ck_find(f, "proj_out.weight");
     if (!pe || !c1 || !ff || !po || pe->n_dims != 4 || c1->n_dims != 2 || ff->n_dims != 2 || po->n_dims != 2 ||
         pe->shape[2] != pe->shape[3]) {
-        kb_errf(err, errlen,
+        base_errf(err, errlen,
                 "%s: not a PixArt-alpha transformer (needs pos_embed.proj, caption_projection, "
                 "transformer_blocks.0 and proj_out)",
                 what);
         return -1;
     }
     if (ck_find(f, "adaln_single.emb.resolution_embedder.linear_1.weight")) {
-        kb_errf(err, errlen,
+        base_errf(err, errlen,
                 "%s: a transformer with micro-conditions (resolution and aspect embedders) is not "
                 "supported",
                 what);
@@ -50,11 +50,11 @@ int im_dit_bind(im_dit *m, const ck_file *f, const char *what, int head_dim, flo
     m->interp = interp;
     m->hd = head_dim;
     if (m->hidden > MAX_HIDDEN) {
-        kb_errf(err, errlen, "%s: hidden size %d is larger than %d", what, m->hidden, MAX_HIDDEN);
+        base_errf(err, errlen, "%s: hidden size %d is larger than %d", what, m->hidden, MAX_HIDDEN);
         return -1;
     }
     if (head_dim < 1 || m->hidden % head_dim || po->shape[0] % ((int64_t)m->patch * m->patch)) {
-        kb_errf(err, errlen, "%s: hidden size %d is not a multiple of the head size %d", what, m->hidden, head_dim);
+        base_errf(err, errlen, "%s: hidden size %d is not a multiple of the head size %d", what, m->hidden, head_dim);
         return -1;
     }
     m->heads = m->hidden / head_dim;
@@ -72,11 +72,11 @@ int im_dit_bind(im_dit *m, const ck_file *f, const char *what, int head_dim, flo
     im_lin_bind(&b, &m->c1, D, m->caption, 1, "caption_projection.linear_1");
     im_lin_bind(&b, &m->c2, D, D, 1, "caption_projection.linear_2");
     if (!m->depth && !b.failed) {
-        kb_errf(err, errlen, "%s: no transformer blocks", what);
+        base_errf(err, errlen, "%s: no transformer blocks", what);
         b.failed = 1;
     }
     if (!check && !b.failed && !(m->blk = calloc((size_t)m->depth, sizeof *m->blk))) {
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         b.failed = 1;
     }
     for (int i = 0; i < m->depth && !b.failed; i++) {
@@ -100,7 +100,7 @@ int im_dit_bind(im_dit *m, const ck_file *f, const char *what, int head_dim, flo
     if (!b.failed && !check) {
         m->pos = malloc((size_t)m->n_tok * (size_t)D * sizeof *m->pos);
         if (!m->pos) {
-            kb_errf(err, errlen, "out of memory");
+            base_errf(err, errlen, "out of memory");
             b.failed = 1;
         } else {
             const double step = 1.0 / ((double)m->grid / (double)(m->sample / m->patch)) / (double)interp;

@@ -34,12 +34,12 @@ static const ck_tensor *need(im_binder *b, const char *name, int n_dims, const i
     const ck_tensor *t = ck_find(b->f, name);
     char want[128], got[128];
     if (!t) {
-        kb_errf(b->err, b->errlen, "%s: tensor %s is missing", b->what, name);
+        base_errf(b->err, b->errlen, "%s: tensor %s is missing", b->what, name);
         b->failed = 1;
         return NULL;
     }
     if (ck_dtype_kq(t->dtype) < 0) {
-        kb_errf(b->err, b->errlen, "%s: tensor %s is %s (F32, F16 or BF16 expected)", b->what, name,
+        base_errf(b->err, b->errlen, "%s: tensor %s is %s (F32, F16 or BF16 expected)", b->what, name,
                 ck_dtype_name(t->dtype));
         b->failed = 1;
         return NULL;
@@ -55,7 +55,7 @@ static const ck_tensor *need(im_binder *b, const char *name, int n_dims, const i
         else
             snprintf(want, sizeof want, "%lld elements", (long long)numel);
         shape_text(got, sizeof got, t->n_dims, t->shape);
-        kb_errf(b->err, b->errlen, "%s: tensor %s has shape %s, expected %s", b->what, name, got, want);
+        base_errf(b->err, b->errlen, "%s: tensor %s has shape %s, expected %s", b->what, name, got, want);
         b->failed = 1;
         return NULL;
     }
@@ -90,7 +90,7 @@ float *im_vec(im_binder *b, int64_t n, const char *fmt, ...) {
     if (!t || b->check) return NULL;
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) {
-        kb_errf(b->err, b->errlen, "out of memory");
+        base_errf(b->err, b->errlen, "out of memory");
         b->failed = 1;
         return NULL;
     }

@@ -66,19 +66,19 @@ static int sha256_file(const char *path, char hex[65]) {
 int im_tokenizer_pinned(const char *path, const char *sha256, char *err, size_t errlen) {
     struct stat st;
     char got[65];
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return kb_errf(err, errlen, "tokenizer %s: not a file", path), -1;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return base_errf(err, errlen, "tokenizer %s: not a file", path), -1;
     if (sha256 && (strlen(sha256) != 64 || strspn(sha256, "0123456789abcdefABCDEF") != 64))
-        return kb_errf(err, errlen, "--tokenizer-sha256: '%s' is not 64 hex digits", sha256), -1;
+        return base_errf(err, errlen, "--tokenizer-sha256: '%s' is not 64 hex digits", sha256), -1;
     if (!sha256 && st.st_size != IM_SPIECE_PIN_BYTES)
-        return kb_errf(err, errlen,
+        return base_errf(err, errlen,
                        "tokenizer %s is not Flan-T5's spiece.model (%lld bytes, not %d); a pack records its own "
                        "tokenizer, or --tokenizer-sha256 pins this one",
                        path, (long long)st.st_size, IM_SPIECE_PIN_BYTES),
                -1;
-    if (sha256_file(path, got)) return kb_errf(err, errlen, "tokenizer %s: cannot read it", path), -1;
+    if (sha256_file(path, got)) return base_errf(err, errlen, "tokenizer %s: cannot read it", path), -1;
     const char *want = sha256 ? sha256 : IM_SPIECE_PIN_SHA256;
     if (strcasecmp(got, want))
-        return kb_errf(err, errlen, "tokenizer %s has sha256 %s, %s %s", path, got,
+        return base_errf(err, errlen, "tokenizer %s has sha256 %s, %s %s", path, got,
                        sha256 ? "--tokenizer-sha256 pins" : "not Flan-T5's spiece.model,", want),
                -1;
     return 0;
@@ -123,7 +123,7 @@ static int read_config(json_t *root, im_config *c, char *err, size_t errlen) {
     if (num(o, "beta_end", &v, &bad) > 0) c->sched.beta_end = (float)v;
     if (num(o, "steps_offset", &v, &bad) > 0) c->sched.steps_offset = (int)v;
     if (bad) {
-        kb_errf(err, errlen, "pack.json: '%s' is not a number", bad);
+        base_errf(err, errlen, "pack.json: '%s' is not a number", bad);
         return -1;
     }
     static const char *const betas[] = {"linear", "scaled_linear", "squaredcos_cap_v2"};
@@ -142,14 +142,14 @@ static int read_config(json_t *root, im_config *c, char *err, size_t errlen) {
         if (!x) continue;
         int e = json_is_string(x) ? enum_of(json_string_value(x), enums[i].names, enums[i].n) : -1;
         if (e < 0) {
-            kb_errf(err, errlen, "pack.json: scheduler %s is not supported", enums[i].key);
+            base_errf(err, errlen, "pack.json: scheduler %s is not supported", enums[i].key);
             return -1;
         }
         *enums[i].dst = e;
     }
     if (c->head_dim < 1 || c->max_tokens < 2 || c->max_tokens > 4096 || c->vae_groups < 1 || c->steps < 1 ||
         c->max_distance < 1 || !(c->vae_scaling > 0) || !(c->interp > 0)) {
-        kb_errf(err, errlen, "pack.json: a configuration value is out of range");
+        base_errf(err, errlen, "pack.json: a configuration value is out of range");
         return -1;
     }
     return 0;
@@ -160,20 +160,20 @@ int im_pack_read(const char *path, int verify, im_files *files, im_config *confi
     memset(files, 0, sizeof *files);
     im_config_default(config);
     if (pack_json_path(path, pj, sizeof pj)) {
-        kb_errf(err, errlen, "%s: not an image pack (no pack.json)", path);
+        base_errf(err, errlen, "%s: not an image pack (no pack.json)", path);
         return -1;
     }
     json_error_t je;
     json_t *root = json_load_file(pj, JSON_REJECT_DUPLICATES, &je);
     if (!root || !json_is_object(root)) {
-        kb_errf(err, errlen, "%s: %s", pj, root ? "not a JSON object" : je.text);
+        base_errf(err, errlen, "%s: %s", pj, root ? "not a JSON object" : je.text);
         json_decref(root);
         return -1;
     }
     int rc = -1;
     const char *kind = json_string_value(json_object_get(root, "kind"));
     if (!kind || strcmp(kind, "kiln-image-pack") || json_integer_value(json_object_get(root, "schema")) != 1) {
-        kb_errf(err, errlen, "%s: not a kiln image pack of schema 1", pj);
+        base_errf(err, errlen, "%s: not a kiln image pack of schema 1", pj);
         goto done;
     }
     const char *name = json_string_value(json_object_get(root, "name"));
@@ -193,7 +193,7 @@ int im_pack_read(const char *path, int verify, im_files *files, im_config *confi
     size_t i;
     json_t *a;
     if (!json_is_array(arts)) {
-        kb_errf(err, errlen, "%s: no artifacts", pj);
+        base_errf(err, errlen, "%s: no artifacts", pj);
         goto done;
     }
     json_array_foreach(arts, i, a) {
@@ -203,40 +203,40 @@ int im_pack_read(const char *path, int verify, im_files *files, im_config *confi
         json_t *len = json_object_get(a, "length");
         int r = role ? enum_of(role, roles, 4) : -1;
         if (r < 0) {
-            kb_errf(err, errlen, "%s: artifact %zu has an unknown role '%s'", pj, i, role ? role : "");
+            base_errf(err, errlen, "%s: artifact %zu has an unknown role '%s'", pj, i, role ? role : "");
             goto done;
         }
         if (seen[r]++) {
-            kb_errf(err, errlen, "%s: two artifacts have the role %s", pj, role);
+            base_errf(err, errlen, "%s: two artifacts have the role %s", pj, role);
             goto done;
         }
         if (!file || !*file || strchr(file, '/') || file[0] == '.' || !sha || strlen(sha) != 64 ||
             !json_is_integer(len)) {
-            kb_errf(err, errlen, "%s: artifact %s needs a plain file name, its length and its sha256", pj, role);
+            base_errf(err, errlen, "%s: artifact %s needs a plain file name, its length and its sha256", pj, role);
             goto done;
         }
         if (snprintf(dst[r], PATH_MAX, "%s/%s", dir, file) >= PATH_MAX) {
-            kb_errf(err, errlen, "%s: path too long", pj);
+            base_errf(err, errlen, "%s: path too long", pj);
             goto done;
         }
         struct stat st;
         if (stat(dst[r], &st) != 0) {
-            kb_errf(err, errlen, "pack %s: %s (%s) is missing: %s", config->name, file, role, strerror(errno));
+            base_errf(err, errlen, "pack %s: %s (%s) is missing: %s", config->name, file, role, strerror(errno));
             goto done;
         }
         if ((json_int_t)st.st_size != json_integer_value(len)) {
-            kb_errf(err, errlen, "pack %s: %s (%s) is %lld bytes, the pack records %lld", config->name, file, role,
+            base_errf(err, errlen, "pack %s: %s (%s) is %lld bytes, the pack records %lld", config->name, file, role,
                     (long long)st.st_size, (long long)json_integer_value(len));
             goto done;
         }
         char got[65];
         if (verify) {
             if (sha256_file(dst[r], got)) {
-                kb_errf(err, errlen, "pack %s: cannot read %s", config->name, file);
+                base_errf(err, errlen, "pack %s: cannot read %s", config->name, file);
                 goto done;
             }
             if (strcmp(got, sha)) {
-                kb_errf(err, errlen, "pack %s: %s (%s) has sha256 %s, the pack records %s", config->name, file, role,
+                base_errf(err, errlen, "pack %s: %s (%s) has sha256 %s, the pack records %s", config->name, file, role,
                         got, sha);
                 goto done;
             }
@@ -244,7 +244,7 @@ int im_pack_read(const char *path, int verify, im_files *files, im_config *confi
     }
     for (int r = 0; r < 4; r++)
         if (!seen[r]) {
-            kb_errf(err, errlen,
+            base_errf(err, errlen,
                     "%s: the pack has no %s artifact (dit, text-encoder, tokenizer and vae are all "
                     "required)",
                     pj, roles[r]);

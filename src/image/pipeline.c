@@ -34,17 +34,17 @@ static const char *base_name(const char *p) {
 static uint8_t *read_all(const char *path, size_t *len, size_t max, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        kb_errf(err, errlen, "%s: cannot open", path);
+        base_errf(err, errlen, "%s: cannot open", path);
         return NULL;
     }
     uint8_t *buf = NULL;
     long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
     if (n < 0 || (size_t)n > max) {
-        kb_errf(err, errlen, "%s: %s", path, n < 0 ? "cannot read" : "too large for a tokenizer");
+        base_errf(err, errlen, "%s: %s", path, n < 0 ? "cannot read" : "too large for a tokenizer");
     } else if ((buf = malloc((size_t)n + 1)) && (rewind(f), fread(buf, 1, (size_t)n, f) == (size_t)n)) {
         *len = (size_t)n;
     } else {
-        kb_errf(err, errlen, "%s: cannot read", path);
+        base_errf(err, errlen, "%s: cannot read", path);
         free(buf);
         buf = NULL;
     }
@@ -72,15 +72,15 @@ static int open_checked(im_pipeline *p, const im_files *files, const im_config *
     /* headers only: the readers map the files and list their tensors */
     char sub[512];
     if (ck_open(files->dit, &p->fd) || ck_open(files->t5, &p->ft) || ck_open(files->vae, &p->fv)) {
-        kb_errf(err, errlen, "%s", kiln_last_error());
+        base_errf(err, errlen, "%s", kiln_last_error());
         return -1;
     }
     if (ck_format(p->fd) != CK_TORCH_ZIP) {
-        kb_errf(err, errlen, "%s: the DiT must be a PyTorch ZIP state dictionary", files->dit);
+        base_errf(err, errlen, "%s: the DiT must be a PyTorch ZIP state dictionary", files->dit);
         return -1;
     }
     if (ck_format(p->ft) != CK_SAFETENSORS || ck_format(p->fv) != CK_SAFETENSORS) {
-        kb_errf(err, errlen, "%s: the text encoder and the VAE must be safetensors",
+        base_errf(err, errlen, "%s: the text encoder and the VAE must be safetensors",
                 ck_format(p->ft) != CK_SAFETENSORS ? files->t5 : files->vae);
         return -1;
     }
@@ -90,7 +90,7 @@ static int open_checked(im_pipeline *p, const im_files *files, const im_config *
     p->tok = im_spiece_load(tb, tl, sub, sizeof sub);
     free(tb);
     if (!p->tok) {
-        kb_errf(err, errlen, "%s: %s", files->tokenizer, sub);
+        base_errf(err, errlen, "%s: %s", files->tokenizer, sub);
         return -1;
     }
     /* every schema before any model memory */
@@ -103,22 +103,22 @@ static int open_checked(im_pipeline *p, const im_files *files, const im_config *
         im_vae_bind(&vae, p->fv, nv, config->vae_groups, config->vae_scaling, 1, err, errlen))
         return -1;
     if (dit.caption != t5.d_model) {
-        kb_errf(err, errlen, "%s takes %d-wide caption states but the text encoder %s gives %d", nd, dit.caption, nt,
+        base_errf(err, errlen, "%s takes %d-wide caption states but the text encoder %s gives %d", nd, dit.caption, nt,
                 t5.d_model);
         return -1;
     }
     if (dit.in_ch != vae.latent || (dit.out_ch != dit.in_ch && dit.out_ch != 2 * dit.in_ch)) {
-        kb_errf(err, errlen, "%s has %d latent channels in and %d out, the VAE %s %d", nd, dit.in_ch, dit.out_ch, nv,
+        base_errf(err, errlen, "%s has %d latent channels in and %d out, the VAE %s %d", nd, dit.in_ch, dit.out_ch, nv,
                 vae.latent);
         return -1;
     }
     if (dit.sample * im_vae_factor(&vae) != IMAGE_SIZE) {
-        kb_errf(err, errlen, "%s with %s makes %d-pixel images; only %d x %d is supported", nd, nv,
+        base_errf(err, errlen, "%s with %s makes %d-pixel images; only %d x %d is supported", nd, nv,
                 dit.sample * im_vae_factor(&vae), IMAGE_SIZE, IMAGE_SIZE);
         return -1;
     }
     if (im_spiece_n_pieces(p->tok) > t5.n_vocab || im_spiece_eos(p->tok) < 0) {
-        kb_errf(err, errlen, "the tokenizer (%d pieces%s) does not fit the text encoder's %d embeddings",
+        base_errf(err, errlen, "the tokenizer (%d pieces%s) does not fit the text encoder's %d embeddings",
                 im_spiece_n_pieces(p->tok), im_spiece_eos(p->tok) < 0 ? ", no EOS" : "", t5.n_vocab);
         return -1;
     }
@@ -128,7 +128,7 @@ static int open_checked(im_pipeline *p, const im_files *files, const im_config *
 int im_pipeline_check(const im_files *files, const im_config *config, char *err, size_t errlen) {
     im_pipeline *p = calloc(1, sizeof *p);
     if (!p) {
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         return -1;
     }
     const int rc = open_checked(p, files, config, err, errlen);
@@ -141,7 +141,7 @@ int im_pipeline_open(const im_files *files, const im_config *config, int n_threa
     *out = NULL;
     im_pipeline *p = calloc(1, sizeof *p);
     if (!p) {
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         return -1;
     }
     p->cfg = *config;
@@ -152,7 +152,7 @@ int im_pipeline_open(const im_files *files, const im_config *config, int n_threa
         im_vae_bind(&p->vae, p->fv, nv, config->vae_groups, config->vae_scaling, 0, err, errlen))
         goto fail;
     if (!(p->pool = kpool_new(n_threads))) {
-        kb_errf(err, errlen, "cannot start threads");
+        base_errf(err, errlen, "cannot start threads");
         goto fail;
     }
     *out = p;
@@ -183,7 +183,7 @@ int im_dit_once(im_pipeline *p, const float *x, float t, const float *ctx, int n
                 size_t errlen) {
     im_dit_work *w = im_dit_work_new(&p->dit, p->pool, 1, &ctx, &n);
     if (!w) {
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         return -1;
     }
     im_dit_forward(&p->dit, p->pool, w, x, &t, out);
@@ -213,7 +213,7 @@ int im_generate(im_pipeline *p, const im_request *r, uint8_t **png, size_t *png_
     const float cfg = r->cfg >= 0 ? r->cfg : c->cfg;
     const int guided = cfg > 1.0f;
     if (!r->prompt) {
-        kb_errf(err, errlen, "no prompt");
+        base_errf(err, errlen, "no prompt");
         return IM_ERR;
     }
     const int S = p->dit.sample, lc = p->dit.in_ch, oc = p->dit.out_ch, W = im_pipeline_width(p);
@@ -227,18 +227,18 @@ int im_generate(im_pipeline *p, const im_request *r, uint8_t **png, size_t *png_
     im_dit_work *w = NULL;
     int rc = IM_ERR;
     if (!ids || !ts || !sig || !ec || !eu || !z || !x || !o || !img || !rgb) {
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         goto done;
     }
     float init;
     if (im_sched_plan(&c->sched, steps, ts, sig, &init, err, errlen)) goto done;
     int n = im_tokenize(p, r->prompt, ids, c->max_tokens);
     if (n < 0) {
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         goto done;
     }
     if (n > c->max_tokens) {
-        kb_errf(err, errlen, "the prompt is %d tokens; the text encoder takes at most %d (end token included)", n,
+        base_errf(err, errlen, "the prompt is %d tokens; the text encoder takes at most %d (end token included)", n,
                 c->max_tokens);
         rc = IM_TOO_LONG;
         goto done;
@@ -252,7 +252,7 @@ int im_generate(im_pipeline *p, const im_request *r, uint8_t **png, size_t *png_
     const int B = guided ? 2 : 1;
     w = im_dit_work_new(&p->dit, p->pool, B, guided ? ctx : ctx + 1, guided ? len : len + 1);
     if (!w) {
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         goto done;
     }
     im_rng g;
@@ -261,7 +261,7 @@ int im_generate(im_pipeline *p, const im_request *r, uint8_t **png, size_t *png_
     for (size_t i = 0; i < nz; i++) z[i] *= init;
     for (int s = 0; s < steps; s++) {
         if (r->progress && r->progress(r->user, s, steps)) {
-            kb_errf(err, errlen, "cancelled");
+            base_errf(err, errlen, "cancelled");
             rc = IM_CANCELLED;
             goto done;
         }
@@ -278,7 +278,7 @@ int im_generate(im_pipeline *p, const im_request *r, uint8_t **png, size_t *png_
         im_euler_step(&c->sched, z, eps, sg, sig[s + 1], nz);
     }
     if (r->progress && r->progress(r->user, steps, steps)) {
-        kb_errf(err, errlen, "cancelled");
+        base_errf(err, errlen, "cancelled");
         rc = IM_CANCELLED;
         goto done;
     }

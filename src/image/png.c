@@ -45,14 +45,14 @@ int im_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len, 
     if (!png || !info || !rows) {
         png_destroy_write_struct(&png, &info);
         free(rows);
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         return -1;
     }
     if (setjmp(png_jmpbuf(png))) {
         png_destroy_write_struct(&png, &info);
         free(rows);
         free(b.p);
-        kb_errf(err, errlen, "PNG encoding failed");
+        base_errf(err, errlen, "PNG encoding failed");
         return -1;
     }
     png_set_write_fn(png, &b, write_fn, flush_fn);
@@ -66,7 +66,7 @@ int im_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len, 
     free(rows);
     if (b.oom) {
         free(b.p);
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         return -1;
     }
     *out = b.p;

@@ -20,13 +20,13 @@ static double alpha_bar(double t) {
 int im_sched_plan(const im_sched *s, int steps, float *ts, float *sigmas, float *init, char *err, size_t errlen) {
     const int N = s->n_train;
     if (N < 2 || N > 100000 || steps < 1 || steps > N || steps > IM_MAX_STEPS) {
-        kb_errf(err, errlen, "steps must be 1..%d (the schedule has %d training steps)",
+        base_errf(err, errlen, "steps must be 1..%d (the schedule has %d training steps)",
                 N < IM_MAX_STEPS ? N : IM_MAX_STEPS, N);
         return -1;
     }
     float *sig = malloc((size_t)N * sizeof *sig);
     if (!sig) {
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         return -1;
     }
     float ac = 1.0f;

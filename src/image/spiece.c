@@ -123,11 +123,11 @@ static int parse_trainer(im_spiece *s, pb r, char *err, size_t errlen) {
         if (pb_next(&r, &f, &w, &sub, &v)) return -1;
         if (w != 0) continue;
         if (f == 3 && v != 1) {
-            kb_errf(err, errlen, "SentencePiece model type %llu is not unigram", (unsigned long long)v);
+            base_errf(err, errlen, "SentencePiece model type %llu is not unigram", (unsigned long long)v);
             return -2;
         }
         if (f == 24 && v) {
-            kb_errf(err, errlen, "SentencePiece treat_whitespace_as_suffix is not supported");
+            base_errf(err, errlen, "SentencePiece treat_whitespace_as_suffix is not supported");
             return -2;
         }
         if (f == 35) s->byte_fallback = v != 0;
@@ -157,7 +157,7 @@ static int parse_normalizer(im_spiece *s, pb r, char *err, size_t errlen) {
             s->pool_len = (uint32_t)(n - 4 - ts);
             s->pool = malloc(s->pool_len + 1);
             if (!s->trie || !s->pool) {
-                kb_errf(err, errlen, "out of memory");
+                base_errf(err, errlen, "out of memory");
                 return -2;
             }
             memcpy(s->trie, sub.p + 4, ts);
@@ -170,7 +170,7 @@ static int parse_normalizer(im_spiece *s, pb r, char *err, size_t errlen) {
     }
     return 0;
 bad:
-    kb_errf(err, errlen, "SentencePiece precompiled character map is malformed");
+    base_errf(err, errlen, "SentencePiece precompiled character map is malformed");
     return -2;
 }
 
@@ -202,7 +202,7 @@ static int parse_piece(pb r, piece *pc) {
 im_spiece *im_spiece_load(const uint8_t *data, size_t len, char *err, size_t errlen) {
     im_spiece *s = calloc(1, sizeof *s);
     if (!s) {
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         return NULL;
     }
     s->unk = 0;
@@ -229,7 +229,7 @@ im_spiece *im_spiece_load(const uint8_t *data, size_t len, char *err, size_t err
             rc = parse_normalizer(s, sub, err, errlen);
     }
     if (!rc && (n < 1 || n > (1 << 24))) {
-        kb_errf(err, errlen, "SentencePiece model has %d pieces", n);
+        base_errf(err, errlen, "SentencePiece model has %d pieces", n);
         rc = -2;
     }
     if (!rc) {
@@ -240,7 +240,7 @@ im_spiece *im_spiece_load(const uint8_t *data, size_t len, char *err, size_t err
         s->hash = calloc(hs, sizeof *s->hash);
         s->hash_mask = hs - 1;
         if (!s->pieces || !s->strings || !s->hash) {
-            kb_errf(err, errlen, "out of memory");
+            base_errf(err, errlen, "out of memory");
             rc = -2;
         }
     }
@@ -282,10 +282,10 @@ im_spiece *im_spiece_load(const uint8_t *data, size_t len, char *err, size_t err
             s->n++;
         }
     }
-    if (rc == -1) kb_errf(err, errlen, "not a SentencePiece model (malformed protobuf)");
+    if (rc == -1) base_errf(err, errlen, "not a SentencePiece model (malformed protobuf)");
     if (!rc && found_unk >= 0) s->unk = found_unk;
     if (!rc && (s->unk < 0 || s->unk >= s->n)) {
-        kb_errf(err, errlen, "SentencePiece model has no unknown piece");
+        base_errf(err, errlen, "SentencePiece model has no unknown piece");
         rc = -2;
     }
     if (!rc && s->min_score > s->max_score) s->min_score = s->max_score = 0;

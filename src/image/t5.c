@@ -20,7 +20,7 @@ int im_t5_bind(im_t5 *m, const ck_file *f, const char *what, int max_distance, i
     const ck_tensor *q0 = ck_find(f, "encoder.block.0.layer.0.SelfAttention.q.weight");
     const ck_tensor *wi = ck_find(f, "encoder.block.0.layer.1.DenseReluDense.wi_0.weight");
     if (!emb || !rb || !q0 || !wi || emb->n_dims != 2 || rb->n_dims != 2 || q0->n_dims != 2 || wi->n_dims != 2) {
-        kb_errf(err, errlen,
+        base_errf(err, errlen,
                 "%s: not a T5 encoder (needs shared.weight, encoder.block.0 attention with its relative "
                 "position bias, and a gated-GELU feed-forward wi_0/wi_1)",
                 what);
@@ -33,14 +33,14 @@ int im_t5_bind(im_t5 *m, const ck_file *f, const char *what, int max_distance, i
     m->d_ff = (int)wi->shape[0];
     m->max_distance = max_distance;
     if (m->heads < 1 || q0->shape[0] % m->heads || m->buckets < 4 || m->buckets % 2 || max_distance < m->buckets / 4) {
-        kb_errf(err, errlen, "%s: T5 sizes do not fit together (%d heads, %lld inner, %d buckets)", what, m->heads,
+        base_errf(err, errlen, "%s: T5 sizes do not fit together (%d heads, %lld inner, %d buckets)", what, m->heads,
                 (long long)q0->shape[0], m->buckets);
         return -1;
     }
     m->d_kv = (int)(q0->shape[0] / m->heads);
     while (im_find(f, "encoder.block.%d.layer.0.layer_norm.weight", m->layers) && m->layers < 1000) m->layers++;
     if (!m->layers) {
-        kb_errf(err, errlen, "%s: no T5 encoder blocks", what);
+        base_errf(err, errlen, "%s: no T5 encoder blocks", what);
         return -1;
     }
     const int64_t D = m->d_model, I = (int64_t)m->heads * m->d_kv, F = m->d_ff;
@@ -50,7 +50,7 @@ int im_t5_bind(im_t5 *m, const ck_file *f, const char *what, int max_distance, i
     if (!check) {
         m->blk = calloc((size_t)m->layers, sizeof *m->blk);
         if (!m->blk) {
-            kb_errf(err, errlen, "out of memory");
+            base_errf(err, errlen, "out of memory");
             return -1;
         }
     }
@@ -108,7 +108,7 @@ int im_t5_encode(const im_t5 *m, kpool *pool, const int32_t *ids, int n, float *
     const int D = m->d_model, I = m->heads * m->d_kv, F = m->d_ff, H = m->heads;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= m->n_vocab) {
-            kb_errf(err, errlen, "token id %d is outside the encoder's vocabulary of %d", ids[i], m->n_vocab);
+            base_errf(err, errlen, "token id %d is outside the encoder's vocabulary of %d", ids[i], m->n_vocab);
             return -1;
         }
     const size_t nn = (size_t)n;
@@ -122,7 +122,7 @@ int im_t5_encode(const im_t5 *m, kpool *pool, const int32_t *ids, int n, float *
     void *as = malloc(im_attention_scratch(n, n, m->d_kv));
     int rc = -1;
     if (!x || !q || !k || !v || !a || !g || !u || !y || !bias || !mm || !as) {
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         goto done;
     }
     float *h = out;

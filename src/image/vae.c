@@ -54,7 +54,7 @@ int im_vae_bind(im_vae *m, const ck_file *f, const char *what, int groups, float
     im_binder b = {f, what, check, 0, err, errlen};
     const ck_tensor *ci = ck_find(f, "decoder.conv_in.weight"), *co = ck_find(f, "decoder.conv_out.weight");
     if (!ci || !co || ci->n_dims != 4 || co->n_dims != 4) {
-        kb_errf(err, errlen, "%s: not an AutoencoderKL decoder (needs decoder.conv_in and decoder.conv_out)", what);
+        base_errf(err, errlen, "%s: not an AutoencoderKL decoder (needs decoder.conv_in and decoder.conv_out)", what);
         return -1;
     }
     m->latent = (int)ci->shape[1];
@@ -64,21 +64,21 @@ int im_vae_bind(im_vae *m, const ck_file *f, const char *what, int groups, float
         m->n_blocks++;
     while (im_find(f, "decoder.up_blocks.0.resnets.%d.conv1.weight", m->layers) && m->layers < 64) m->layers++;
     if (m->n_blocks < 1 || m->layers < 1) {
-        kb_errf(err, errlen, "%s: the decoder has no up blocks", what);
+        base_errf(err, errlen, "%s: the decoder has no up blocks", what);
         return -1;
     }
     /* channels: up block i outputs ch[n_blocks - 1 - i] */
     for (int i = 0; i < m->n_blocks; i++) {
         const ck_tensor *t = im_find(f, "decoder.up_blocks.%d.resnets.0.conv1.weight", i);
         if (!t || t->n_dims != 4) {
-            kb_errf(err, errlen, "%s: up block %d has no 3x3 conv1", what, i);
+            base_errf(err, errlen, "%s: up block %d has no 3x3 conv1", what, i);
             return -1;
         }
         m->ch[m->n_blocks - 1 - i] = (int)t->shape[0];
     }
     for (int i = 0; i < m->n_blocks; i++)
         if (m->ch[i] < 1 || m->ch[i] % groups) {
-            kb_errf(err, errlen, "%s: %d channels do not split into %d groups", what, m->ch[i], groups);
+            base_errf(err, errlen, "%s: %d channels do not split into %d groups", what, m->ch[i], groups);
             return -1;
         }
     const int top = m->ch[m->n_blocks - 1];
@@ -93,7 +93,7 @@ int im_vae_bind(im_vae *m, const ck_file *f, const char *what, int groups, float
     im_lin_bind(&b, &m->ao, top, top, 1, "decoder.mid_block.attentions.0.to_out.0");
     res_bind(&b, &m->mid1, top, top, "decoder.mid_block.resnets.1");
     if (!check && !b.failed && !(m->res = calloc((size_t)m->n_blocks * (size_t)m->layers, sizeof *m->res))) {
-        kb_errf(err, errlen, "out of memory");
+        base_errf(err, errlen, "out of memory");
         b.failed = 1;
     }
     int prev = top;
@@ -110,7 +110,7 @@ int im_vae_bind(im_vae *m, const ck_file *f, const char *what, int groups, float
             snprintf(name, sizeof name, "decoder.up_blocks.%d.upsamplers.0.conv", i);
             conv_bind(&b, &m->up[i], out, out, 3, name);
         } else if (im_find(f, "decoder.up_blocks.%d.upsamplers.0.conv.weight", i) && !b.failed) {
-            kb_errf(err, errlen, "%s: the last up block upsamples", what);
+            base_errf(err, errlen, "%s: the last up block upsamples", what);
             b.failed = 1;
         }
     }
@@ -223,7 +223,7 @@ int im_vae_decode(const im_vae *m, kpool *pool, const float *z, int h, int w, fl
         free(t1);
         free(t2);
         free(scratch);
-        kb_errf(err, errlen, "out of memory for the VAE decode (%zu MiB)", (3 * big * 4 + cs) >> 20);
+        base_errf(err, errlen, "out of memory for the VAE decode (%zu MiB)", (3 * big * 4 + cs) >> 20);
         return -1;
     }
     vae_run r = {pool, m->groups, scratch};

@@ -16,7 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-void kiln_set_log(kiln_log_fn fn, void *user, int max_level) { kb_set_log(fn, user, max_level); }
+void kiln_set_log(kiln_log_fn fn, void *user, int max_level) { base_set_log(fn, user, max_level); }
 
 const char *kiln_cpu_path(void) {
     kq_init();
@@ -65,38 +65,38 @@ static size_t ctx_logits_bytes(const kiln_context *c) {
 
 kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, kiln_context **out) {
     *out = NULL;
-    if (!m) return kb_fail(KILN_ERR_INVALID_ARG, "no model");
+    if (!m) return base_fail(KILN_ERR_INVALID_ARG, "no model");
     const kl_family *fam = m->arch->family;
     if (fam->encoder || !fam->forward)
-        return kb_fail(KILN_ERR_UNSUPPORTED, "%s is an encoder: use kiln_embedder", m->arch_name);
+        return base_fail(KILN_ERR_UNSUPPORTED, "%s is an encoder: use kiln_embedder", m->arch_name);
     kiln_context_params p = params ? *params : kiln_context_default_params();
     const kl_hparams *hp = &m->hp;
     if (p.n_batch <= 0) p.n_batch = 512;
     if (p.n_seq_max <= 0) p.n_seq_max = 1;
-    if (p.n_seq_max > 64) return kb_fail(KILN_ERR_INVALID_ARG, "n_seq_max %d exceeds 64", p.n_seq_max);
+    if (p.n_seq_max > 64) return base_fail(KILN_ERR_INVALID_ARG, "n_seq_max %d exceeds 64", p.n_seq_max);
     if (p.kv_type != KILN_KV_F16 && p.kv_type != KILN_KV_F32 && p.kv_type != KILN_KV_Q8_0)
-        return kb_fail(KILN_ERR_INVALID_ARG, "unknown KV cache type %d", p.kv_type);
+        return base_fail(KILN_ERR_INVALID_ARG, "unknown KV cache type %d", p.kv_type);
     kl_seq_shape shape;
     fam->seq_shape(m, &shape);
     shape.pos_cells = hp->rope.mrope != 0;
     /* the MTP block's cache: one more attention layer of the same heads */
     const int mtp_ord = p.mtp && kl_mtp_blocks(m) > 0 ? shape.n_attn_layer : -1;
-    if (mtp_ord >= 0 && shape.layer_hd) return kb_fail(KILN_ERR_UNSUPPORTED, "MTP blocks with per-layer KV head sizes");
+    if (mtp_ord >= 0 && shape.layer_hd) return base_fail(KILN_ERR_UNSUPPORTED, "MTP blocks with per-layer KV head sizes");
     if (mtp_ord >= 0) shape.n_attn_layer++;
     for (int l = 0; l < shape.n_attn_layer; l++) {
         const int hd = shape.layer_hd ? shape.layer_hd[l] : shape.hd;
         if (p.kv_type == KILN_KV_Q8_0 && (hd % 32 || hd > 256))
-            return kb_fail(
+            return base_fail(
                 KILN_ERR_UNSUPPORTED,
                 "a Q8_0 KV cache needs a head size that is a multiple of 32, at most 256 (this model's is %d)", hd);
     }
-    if (p.n_ctx < 0) return kb_fail(KILN_ERR_INVALID_ARG, "negative context size");
+    if (p.n_ctx < 0) return base_fail(KILN_ERR_INVALID_ARG, "negative context size");
     /* past the trained length a rotary decoder still runs (its quality may
      * fall, as llama.cpp warns); an encoder's learned positions end there */
     if (p.n_ctx > hp->n_ctx_train && m->arch->encoder)
-        return kb_fail(KILN_ERR_INVALID_ARG, "context %d exceeds the model's %d", p.n_ctx, hp->n_ctx_train);
+        return base_fail(KILN_ERR_INVALID_ARG, "context %d exceeds the model's %d", p.n_ctx, hp->n_ctx_train);
     if (p.n_ctx > hp->n_ctx_train)
-        kb_log(KB_LOG_WARN,
+        base_log(BASE_LOG_WARN,
                "the context of %d tokens exceeds the %d the model was trained on; output past it may "
                "degrade",
                p.n_ctx, hp->n_ctx_train);
@@ -110,7 +110,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         size_t free_b = 0, total_b = 0;
         const uint64_t act = kl_cuda_act_bytes(m, p.n_batch, p.n_seq_max);
         if (kbe_cuda_mem(&free_b, &total_b, NULL, 0) || free_b <= act)
-            return kb_fail(KILN_ERR_NOMEM, "no room for a KV cache in the GPU's %llu MiB free",
+            return base_fail(KILN_ERR_NOMEM, "no room for a KV cache in the GPU's %llu MiB free",
                            (unsigned long long)(free_b >> 20));
         if (!p.mem_limit || free_b - act < budget) budget = free_b - act;
     }
@@ -120,7 +120,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     const uint64_t rs_bytes =
         shape.rs_floats ? kl_rs_bytes(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap) : 0;
     if (rs_bytes >= budget)
-        return kb_fail(
+        return base_fail(
             KILN_ERR_NOMEM,
             "the recurrent state of %d sequence(s) and %d snapshot(s) takes %llu MiB; the budget is %llu MiB",
             p.n_seq_max, n_snap, (unsigned long long)(rs_bytes >> 20), (unsigned long long)(budget >> 20));
@@ -129,7 +129,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
      * within its budget (the recurrent-state pool is on both) */
     const int n_lo = m->be_lo ? kl_attn_below(m, m->gpu_l0) : 0;
     if (m->be_lo && mtp_ord >= 0)
-        return kb_fail(KILN_ERR_UNSUPPORTED, "MTP with a model split between the GPU and the CPU");
+        return base_fail(KILN_ERR_UNSUPPORTED, "MTP with a model split between the GPU and the CPU");
     uint64_t per_tok = kl_kv_bytes_range(&shape, p.kv_type, n_lo, shape.n_attn_layer);
     uint64_t fit = per_tok ? budget / (per_tok * (uint64_t)p.n_seq_max) : (uint64_t)hp->n_ctx_train;
     const uint64_t per_tok_lo = kl_kv_bytes_range(&shape, p.kv_type, 0, n_lo);
@@ -141,19 +141,19 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     int32_t n_ctx = p.n_ctx ? p.n_ctx : hp->n_ctx_train;
     if ((uint64_t)n_ctx > fit) {
         if (p.n_ctx)
-            return kb_fail(KILN_ERR_NOMEM,
+            return base_fail(KILN_ERR_NOMEM,
                            "context %d needs %llu MiB of KV cache for %d sequence(s); the budget is %llu MiB", n_ctx,
                            (unsigned long long)(per_tok * (uint64_t)n_ctx * (uint64_t)p.n_seq_max >> 20), p.n_seq_max,
                            (unsigned long long)(budget >> 20));
         n_ctx = (int32_t)fit;
-        kb_log(KB_LOG_INFO, "context capped at %d tokens by the KV memory budget", n_ctx);
+        base_log(BASE_LOG_INFO, "context capped at %d tokens by the KV memory budget", n_ctx);
     }
-    if (n_ctx < 1) return kb_fail(KILN_ERR_NOMEM, "no room for a KV cache within the memory budget");
+    if (n_ctx < 1) return base_fail(KILN_ERR_NOMEM, "no room for a KV cache within the memory budget");
     if (p.n_batch > n_ctx * p.n_seq_max) p.n_batch = n_ctx * p.n_seq_max;
     p.n_ctx = n_ctx;
 
     kiln_context *c = calloc(1, sizeof *c);
-    if (!c) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!c) return base_fail(KILN_ERR_NOMEM, "out of memory");
     c->m = m;
     c->p = p;
     c->p.mtp = mtp_ord >= 0;
@@ -161,10 +161,10 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     c->mtp_ord = mtp_ord;
     kq_init();
     c->pool = kpool_new(p.n_threads);
-    kiln_status st = c->pool ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "cannot start threads");
+    kiln_status st = c->pool ? KILN_OK : base_fail(KILN_ERR_NOMEM, "cannot start threads");
     if (!st) st = kl_kv_init_split(&c->kv, m->be, m->be_lo, n_lo, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap);
     if (!st && shape.rs_floats) st = kl_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, &c->rs);
-    if (!st && c->rs && m->be_lo && kl_rs_mirror(c->rs, m->be_lo)) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!st && c->rs && m->be_lo && kl_rs_mirror(c->rs, m->be_lo)) st = base_fail(KILN_ERR_NOMEM, "out of memory");
     if (st) {
         kiln_context_free(c);
         return st;
@@ -175,7 +175,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     const kbe_ctx_params bp = {c->pool, shape.n_attn_layer ? hp->n_head : 0, n_ctx, &kvv};
     if (kbe_ctx_init(&c->bx, m->be, &bp)) {
         kiln_context_free(c);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory for the %s backend's state", m->be->name);
+        return base_fail(KILN_ERR_NOMEM, "out of memory for the %s backend's state", m->be->name);
     }
     c->attn_base = c->kv.n_lo;
     if (m->be_lo) {
@@ -184,7 +184,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         const kbe_ctx_params bpl = {c->pool, shape.n_attn_layer ? hp->n_head : 0, n_ctx, &kvl};
         if (kbe_ctx_init(&c->bx_lo, m->be_lo, &bpl)) {
             kiln_context_free(c);
-            return kb_fail(KILN_ERR_NOMEM, "out of memory for the %s backend's state", m->be_lo->name);
+            return base_fail(KILN_ERR_NOMEM, "out of memory for the %s backend's state", m->be_lo->name);
         }
     }
     const size_t B = (size_t)p.n_batch, E = (size_t)hp->n_embd;
@@ -206,7 +206,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         *bufs[i].ptr = malloc(bufs[i].bytes ? bufs[i].bytes : 1);
         if (!*bufs[i].ptr) {
             kiln_context_free(c);
-            return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
+            return base_fail(KILN_ERR_NOMEM, "out of memory for activations");
         }
     }
     if (mtp_ord >= 0) {
@@ -219,14 +219,14 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
             m->be->host_mem ? c->mtp_logits : c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * (size_t)hp->n_vocab * 4);
         if (!c->mtp_h || !c->mtp_chain || !c->mtp_lg_dev) {
             kiln_context_free(c);
-            return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
+            return base_fail(KILN_ERR_NOMEM, "out of memory for activations");
         }
     }
     /* the output head's product runs on the backend whatever the family
      * reserved for its own */
     if (fam->ctx_init(c) || c->bx.ops->reserve(&c->bx, hp->n_embd, p.n_batch)) {
         kiln_context_free(c);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
+        return base_fail(KILN_ERR_NOMEM, "out of memory for activations");
     }
     if (m->be_lo) { /* the host part's activations, made while bx is its */
         kl_split_swap(c);
@@ -234,14 +234,14 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         kl_split_swap(c);
         if (rc) {
             kiln_context_free(c);
-            return kb_fail(KILN_ERR_NOMEM, "out of memory for activations");
+            return base_fail(KILN_ERR_NOMEM, "out of memory for activations");
         }
     }
     /* logits for every batch row, committed only where written */
     c->logits = map_zero(ctx_logits_bytes(c));
     if (!c->logits) {
         kiln_context_free(c);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory for logits");
+        return base_fail(KILN_ERR_NOMEM, "out of memory for logits");
     }
     *out = c;
     return KILN_OK;
@@ -321,7 +321,7 @@ kiln_status kiln_seq_truncate(kiln_context *c, int32_t seq, int32_t p) {
 
 int32_t kiln_seq_truncate_point(const kiln_context *c, int32_t seq, int32_t p) {
     if (!c || seq < 0 || seq >= c->kv.n_seq || p < 0)
-        return kb_fail(KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
+        return base_fail(KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
     if (c->rs) return kl_rs_restorable(c, seq, p);
     return p < c->kv.seqs[seq].len ? p : c->kv.seqs[seq].len;
 }
@@ -372,9 +372,9 @@ void kiln_kv_get_stats(const kiln_context *c, kiln_kv_stats *out) {
 
 int kiln_tokenize(const kiln_model *m, const char *text, size_t len, int add_special, int parse_special, int32_t *out,
                   int cap) {
-    if (!m || (!text && len)) return kb_fail(KILN_ERR_INVALID_ARG, "bad tokenize arguments");
+    if (!m || (!text && len)) return base_fail(KILN_ERR_INVALID_ARG, "bad tokenize arguments");
     int32_t n = ktok_encode(m->tok, text ? text : "", len, add_special, parse_special, out, cap);
-    if (n == KTOK_ERR_NOMEM) return kb_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
+    if (n == KTOK_ERR_NOMEM) return base_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
     return n < 0 ? -n : n;
 }
 

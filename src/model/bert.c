@@ -58,16 +58,16 @@ static void bert_free_data(struct kl_bert *b);
 static kiln_status bert_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
     if (hp->n_head_kv != hp->n_head || hp->hd_k * hp->n_head != hp->n_embd) {
-        return kb_fail(KILN_ERR_FORMAT,
+        return base_fail(KILN_ERR_FORMAT,
                        "bert needs n_head_kv == n_head and head size n_embd/n_head (got %d/%d heads, %d)",
                        hp->n_head_kv, hp->n_head, hp->hd_k);
     }
-    if (hp->n_ff <= 0) { return kb_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
+    if (hp->n_ff <= 0) { return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     struct kl_bert *b = calloc(1, sizeof *b);
     if (b) b->layers = calloc((size_t)hp->n_layer, sizeof *b->layers);
     if (!b || !b->layers) {
         bert_free_data(b);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     m->fam = b;
     b->eps = (float)gguf_get_float(m->gf, "bert.attention.layer_norm_epsilon", 1e-12);
@@ -114,7 +114,7 @@ static kiln_status bert_bind(kiln_model *m) {
                          labels->type == GGUF_ARRAY ? (long long)labels->n : -1LL, hp->n_cls_out);
     }
     if (B.st) return B.st;
-    if (hp->n_vocab <= 0 || b->n_pos <= 0) { return kb_fail(KILN_ERR_FORMAT, "bert embedding tables are empty"); }
+    if (hp->n_vocab <= 0 || b->n_pos <= 0) { return base_fail(KILN_ERR_FORMAT, "bert embedding tables are empty"); }
     if (b->n_pos < hp->n_ctx_train) hp->n_ctx_train = b->n_pos;
     return 0;
 }

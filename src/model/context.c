@@ -11,7 +11,7 @@
 kiln_status kl_fail(kiln_context *c, kiln_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    kb_vfail(st, fmt, ap);
+    base_vfail(st, fmt, ap);
     va_end(ap);
     if (c) snprintf(c->err, sizeof c->err, "%s", kiln_last_error());
     return st;

@@ -133,7 +133,7 @@ static kiln_status ds_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
     ds_model *d = calloc(1, sizeof *d);
     m->fam = d;
-    if (!d) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!d) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     const int H = hp->n_head;
     d->q_rank = (int)kl_meta_int(m, "attention.q_lora_rank", 0);
     d->r = (int)kl_meta_int(m, "attention.kv_lora_rank", 0);
@@ -147,28 +147,28 @@ static kiln_status ds_bind(kiln_model *m) {
     d->n_dense = (int)kl_meta_int(m, "leading_dense_block_count", 0);
     const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
     if (nextn < 0 || nextn >= hp->n_layer) {
-        return kb_fail(KILN_ERR_FORMAT, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
+        return base_fail(KILN_ERR_FORMAT, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
     }
     d->n_layer = hp->n_layer - (int)nextn;
     if (d->q_rank < 0 || d->q_rank > (1 << 16) || d->r <= 0 || d->r > (1 << 16) || d->dn < 1 || dk > 4096 ||
         d->dv <= 0 || d->dv > 4096 ||
         (!d->legacy && (hp->n_head_kv != 1 || hp->hd_k != d->r + d->dr || hp->hd_v != d->r)) || d->n_dense < 0 ||
         d->n_dense > d->n_layer) {
-        return kb_fail(
+        return base_fail(
             KILN_ERR_FORMAT,
             "bad MLA hyperparameters (q_lora_rank %d, kv_lora_rank %d, key_length_mla %d, value_length_mla %d, "
             "rope dims %d, head_count_kv %d, key_length %d, value_length %d, leading_dense_block_count %d)",
             d->q_rank, d->r, dk, d->dv, d->dr, hp->n_head_kv, hp->hd_k, hp->hd_v, d->n_dense);
     }
     if (d->n_dense > 0 && hp->n_ff <= 0) {
-        return kb_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff);
+        return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff);
     }
     if (d->n_dense < d->n_layer) {
         kiln_status st = kl_moe_read_hparams(m, &d->moe);
         if (st) return st;
         const int64_t n_shared = kl_meta_int(m, "expert_shared_count", 0);
         if (!d->moe.n_expert || n_shared < 0 || n_shared > 64) {
-            return kb_fail(KILN_ERR_FORMAT, "bad expert_count %d / expert_shared_count %lld", d->moe.n_expert,
+            return base_fail(KILN_ERR_FORMAT, "bad expert_count %d / expert_shared_count %lld", d->moe.n_expert,
                            (long long)n_shared);
         }
         d->moe.F_sh = (int)(d->moe.F_exp * n_shared);
@@ -176,7 +176,7 @@ static kiln_status ds_bind(kiln_model *m) {
         d->moe.sh_ungated = 1;
         d->moe.probs_b = 1;
         d->experts = calloc((size_t)d->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
-        if (!d->experts) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+        if (!d->experts) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     }
     /* RoPE: normal pairs; with the log multiplier llama.cpp makes the
      * cos/sin magnitude 1 and moves mscale into the attention scale */
@@ -190,12 +190,12 @@ static kiln_status ds_bind(kiln_model *m) {
     const float mscale = mag * (1.0f + 0.1f * log_mul * ln_f);
     d->kq_scale = mscale * mscale / sqrtf((float)dk);
     if (!isfinite(d->kq_scale) || !(d->kq_scale > 0.0f)) {
-        return kb_fail(KILN_ERR_FORMAT, "bad rope scaling (attention scale %g)", (double)d->kq_scale);
+        return base_fail(KILN_ERR_FORMAT, "bad rope scaling (attention scale %g)", (double)d->kq_scale);
     }
     d->layers = calloc((size_t)d->n_layer, sizeof *d->layers);
     d->heads = calloc((size_t)d->n_layer * 2 * (size_t)H, sizeof *d->heads);
     if (d->legacy) d->kb_mem = malloc((size_t)d->n_layer * H * d->r * d->dn * sizeof(uint16_t));
-    if (!d->layers || !d->heads || (d->legacy && !d->kb_mem)) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!d->layers || !d->heads || (d->legacy && !d->kb_mem)) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
 
     kl_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd, nq = (int64_t)H * dk;

@@ -97,7 +97,7 @@ static kk_mat dense_rows(kk_mat w, int64_t r0, int64_t n) {
 static kiln_status dense_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
     const int moe = (m->arch->flags & DENSE_MOE) != 0;
-    if (!moe && hp->n_ff <= 0) { return kb_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
+    if (!moe && hp->n_ff <= 0) { return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     hp->rope.neox = (m->arch->flags & DENSE_NEOX) != 0;
     if (m->arch->flags & (DENSE_MROPE | DENSE_IMROPE)) {
         const kiln_status st = kl_rope_sections(m, (m->arch->flags & DENSE_IMROPE) ? KK_IMROPE : KK_MROPE);
@@ -107,27 +107,27 @@ static kiln_status dense_bind(kiln_model *m) {
      * added to the residual after layers 0 .. n_deepstack - 1 */
     const int64_t n_ds = kl_meta_int(m, "n_deepstack_layers", 0);
     if (n_ds < 0 || n_ds > hp->n_layer) {
-        return kb_fail(KILN_ERR_FORMAT, "bad n_deepstack_layers %lld", (long long)n_ds);
+        return base_fail(KILN_ERR_FORMAT, "bad n_deepstack_layers %lld", (long long)n_ds);
     }
     hp->n_embd_inp = hp->n_embd * (int)(1 + n_ds);
     dense_model *d = calloc(1, sizeof *d);
     m->fam = d;
-    if (!d) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!d) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     if (moe) {
         kiln_status st = kl_moe_read_hparams(m, &d->moe);
         if (st) return st;
-        if (!d->moe.n_expert) { return kb_fail(KILN_ERR_FORMAT, "%s without expert_count", m->arch_name); }
+        if (!d->moe.n_expert) { return base_fail(KILN_ERR_FORMAT, "%s without expert_count", m->arch_name); }
         d->moe.F_sh = 0;    /* no shared expert */
         d->moe.w_scale = 0; /* the renormalized weights as they are */
         d->experts = calloc((size_t)hp->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
     }
     d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
-    if (!d->layers || (moe && !d->experts)) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!d->layers || (moe && !d->experts)) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     if (m->arch->flags & DENSE_ATTN_TEMP) {
         d->attn_temp = (float)kl_meta_float(m, "attention.temperature_scale", 0.0);
         d->attn_temp_floor = (float)hp->rope.n_ctx_orig;
         if (d->attn_temp != 0.0f && !(d->attn_temp_floor > 0.0f)) {
-            return kb_fail(KILN_ERR_FORMAT, "attention.temperature_scale without rope.scaling.original_context_length");
+            return base_fail(KILN_ERR_FORMAT, "attention.temperature_scale without rope.scaling.original_context_length");
         }
     }
     kl_binder B = {m, KILN_OK};

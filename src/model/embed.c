@@ -135,32 +135,32 @@ static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
     kiln_embedder_params p = params ? *params : kiln_embedder_default_params();
     kiln_model *m = e->m;
     if (p.n_batch <= 0) p.n_batch = 2048;
-    if (p.max_tokens < 0 || p.n_threads < 0) return kb_fail(KILN_ERR_INVALID_ARG, "negative max_tokens or n_threads");
+    if (p.max_tokens < 0 || p.n_threads < 0) return base_fail(KILN_ERR_INVALID_ARG, "negative max_tokens or n_threads");
     int def = m->arch->encoder ? KILN_POOLING_MEAN : KILN_POOLING_LAST;
     char key[96];
     snprintf(key, sizeof key, "%s.pooling_type", m->arch_name);
     e->pooling = (int)gguf_get_int(m->gf, key, def);
     if (e->pooling < KILN_POOLING_MEAN || e->pooling > KILN_POOLING_LAST)
-        return kb_fail(KILN_ERR_UNSUPPORTED, "%s = %d: kiln embeds with mean (1), CLS (2) or last-token (3) pooling",
+        return base_fail(KILN_ERR_UNSUPPORTED, "%s = %d: kiln embeds with mean (1), CLS (2) or last-token (3) pooling",
                        key, e->pooling);
-    if (load_prefixes(e) || fingerprint(e)) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (load_prefixes(e) || fingerprint(e)) return base_fail(KILN_ERR_NOMEM, "out of memory");
     e->acc = malloc((size_t)m->hp.n_embd * sizeof *e->acc);
     e->pooled = malloc((size_t)KL_ENC_MAX_SEQ * (size_t)m->hp.n_embd * sizeof *e->pooled);
-    if (!e->acc || !e->pooled) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!e->acc || !e->pooled) return base_fail(KILN_ERR_NOMEM, "out of memory");
     if (m->arch->encoder) {
         e->max_tokens = p.max_tokens ? p.max_tokens : m->hp.n_ctx_train;
         if (e->max_tokens > m->hp.n_ctx_train)
-            return kb_fail(KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", e->max_tokens,
+            return base_fail(KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", e->max_tokens,
                            m->hp.n_ctx_train);
         /* n_batch bounds what several inputs share one run with; an input
          * longer than that runs alone, so the workspace holds the longer */
         e->n_batch = p.n_batch;
         const int32_t cap = e->n_batch < e->max_tokens ? e->max_tokens : e->n_batch;
         e->pool = kpool_new(p.n_threads);
-        if (!e->pool) return kb_fail(KILN_ERR_NOMEM, "cannot start threads");
+        if (!e->pool) return base_fail(KILN_ERR_NOMEM, "cannot start threads");
         e->ws = m->arch->family->enc_new(m, cap, e->pool);
         e->run_tok = malloc((size_t)cap * sizeof *e->run_tok);
-        if (!e->ws || !e->run_tok) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        if (!e->ws || !e->run_tok) return base_fail(KILN_ERR_NOMEM, "out of memory");
         return KILN_OK;
     }
     kiln_context_params cp = kiln_context_default_params();
@@ -176,15 +176,15 @@ static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
     e->max_tokens = kiln_context_n_ctx(e->ctx);
     e->n_batch = e->ctx->p.n_batch;
     e->flags = malloc((size_t)e->n_batch);
-    if (!e->flags) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!e->flags) return base_fail(KILN_ERR_NOMEM, "out of memory");
     return KILN_OK;
 }
 
 kiln_status kiln_embedder_new_from_model(kiln_model *m, const kiln_embedder_params *p, kiln_embedder **out) {
     *out = NULL;
-    if (!m) return kb_fail(KILN_ERR_INVALID_ARG, "no model");
+    if (!m) return base_fail(KILN_ERR_INVALID_ARG, "no model");
     kiln_embedder *e = calloc(1, sizeof *e);
-    if (!e) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!e) return base_fail(KILN_ERR_NOMEM, "out of memory");
     e->m = m;
     kiln_status st = setup(e, p);
     if (st != KILN_OK) {
@@ -355,20 +355,20 @@ static kiln_status over_limit_error(const kiln_embedder *e, int32_t n_inputs) {
     for (int32_t k = 0; k < e->n_over && o < (int)sizeof msg; k++)
         o += snprintf(msg + o, sizeof msg - (size_t)o, "%s input %d: %d tokens > limit %d", k ? ";" : "",
                       e->over_idx[k], e->over_ntok[k], e->max_tokens);
-    return kb_fail(KILN_ERR_CONTEXT_FULL, "%s", msg);
+    return base_fail(KILN_ERR_CONTEXT_FULL, "%s", msg);
 }
 
 kiln_status kiln_embed_begin(kiln_embedder *e, const kiln_embed_request *r, kiln_embed_job **out) {
     *out = NULL;
-    if (!e || !r || r->n < 0 || (r->n && !r->texts)) return kb_fail(KILN_ERR_INVALID_ARG, "bad embed request");
+    if (!e || !r || r->n < 0 || (r->n && !r->texts)) return base_fail(KILN_ERR_INVALID_ARG, "bad embed request");
     e->n_over = 0;
     const int E = e->m->hp.n_embd;
     if (r->kind != KILN_EMBED_QUERY && r->kind != KILN_EMBED_DOCUMENT)
-        return kb_fail(KILN_ERR_INVALID_ARG, "unknown input kind %d", r->kind);
-    if (r->dim < 0 || r->dim > E) return kb_fail(KILN_ERR_INVALID_ARG, "dimension %d is outside 1..%d", r->dim, E);
+        return base_fail(KILN_ERR_INVALID_ARG, "unknown input kind %d", r->kind);
+    if (r->dim < 0 || r->dim > E) return base_fail(KILN_ERR_INVALID_ARG, "dimension %d is outside 1..%d", r->dim, E);
     const int dim = r->dim ? r->dim : E;
     kiln_embed_job *j = calloc(1, sizeof *j);
-    if (!j) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!j) return base_fail(KILN_ERR_NOMEM, "out of memory");
     j->e = e;
     j->res.n = r->n;
     j->res.dim = dim;
@@ -380,7 +380,7 @@ kiln_status kiln_embed_begin(kiln_embedder *e, const kiln_embed_request *r, kiln
     j->truncated = calloc(n + 1, sizeof *j->truncated);
     if (!j->tokens || !j->vectors || !j->n_tokens || !j->truncated) {
         kiln_embed_job_free(j);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     const char *prefix = r->kind == KILN_EMBED_QUERY ? e->qprefix : e->dprefix;
     /* count every input before any runs */
@@ -388,17 +388,17 @@ kiln_status kiln_embed_begin(kiln_embedder *e, const kiln_embed_request *r, kiln
         const char *t = r->texts[i];
         if (!t) {
             kiln_embed_job_free(j);
-            return kb_fail(KILN_ERR_INVALID_ARG, "input %d is NULL", i);
+            return base_fail(KILN_ERR_INVALID_ARG, "input %d is NULL", i);
         }
         const char *title = r->kind == KILN_EMBED_DOCUMENT && r->titles ? r->titles[i] : NULL;
         int32_t c = tokenize(e, prefix, t, r->lens ? r->lens[i] : strlen(t), title, &j->tokens[i]);
         if (c < 0) {
             kiln_embed_job_free(j);
-            return kb_fail((kiln_status)c, "input %d: out of memory while tokenizing", i);
+            return base_fail((kiln_status)c, "input %d: out of memory while tokenizing", i);
         }
         if (c == 0) {
             kiln_embed_job_free(j);
-            return kb_fail(KILN_ERR_INVALID_ARG, "input %d has no tokens", i);
+            return base_fail(KILN_ERR_INVALID_ARG, "input %d has no tokens", i);
         }
         if (c > e->max_tokens) {
             if (r->allow_truncate) {
@@ -408,7 +408,7 @@ kiln_status kiln_embed_begin(kiln_embedder *e, const kiln_embed_request *r, kiln
                 c = e->max_tokens;
             } else if (note_over(e, i, c)) {
                 kiln_embed_job_free(j);
-                return kb_fail(KILN_ERR_NOMEM, "out of memory");
+                return base_fail(KILN_ERR_NOMEM, "out of memory");
             }
         }
         j->n_tokens[i] = c;
@@ -486,7 +486,7 @@ static kiln_status decode_one(kiln_embed_job *j, int32_t i) {
         for (int32_t k = 0; st == KILN_OK && k < cnt; k++) {
             if (!e->flags[k]) continue;
             const float *h = kiln_get_embeddings(e->ctx, k);
-            if (!h) return kb_fail(KILN_ERR_INTERNAL, "input %d: no hidden state for token %d", i, off + k);
+            if (!h) return base_fail(KILN_ERR_INTERNAL, "input %d: no hidden state for token %d", i, off + k);
             for (int d = 0; d < E; d++) e->acc[d] += h[d];
         }
     }
@@ -510,7 +510,7 @@ static void encode_in_order(kiln_embed_job *j, const int32_t *idx, int32_t n) {
 
 kiln_status kiln_embed_run(kiln_embed_job *j, int32_t begin, int32_t end) {
     if (!j || begin < 0 || end > j->res.n || begin > end)
-        return kb_fail(KILN_ERR_INVALID_ARG, "bad input range [%d, %d)", begin, end);
+        return base_fail(KILN_ERR_INVALID_ARG, "bad input range [%d, %d)", begin, end);
     kiln_embedder *e = j->e;
     if (!e->m->arch->encoder) {
         for (int32_t i = begin; i < end; i++) {
@@ -522,7 +522,7 @@ kiln_status kiln_embed_run(kiln_embed_job *j, int32_t begin, int32_t end) {
     int32_t *idx = malloc((size_t)(end - begin + 1) * sizeof *idx);
     if (!idx || kl_enc_order_by_length(j->n_tokens, begin, end, idx)) {
         free(idx);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     encode_in_order(j, idx, end - begin);
     free(idx);
@@ -530,15 +530,15 @@ kiln_status kiln_embed_run(kiln_embed_job *j, int32_t begin, int32_t end) {
 }
 
 kiln_status kiln_embed_next(kiln_embed_job *j, int32_t *n_left) {
-    if (!j) return kb_fail(KILN_ERR_INVALID_ARG, "no job");
+    if (!j) return base_fail(KILN_ERR_INVALID_ARG, "no job");
     if (!j->order) {
         j->order = malloc((size_t)(j->res.n + 1) * sizeof *j->order);
-        if (!j->order) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        if (!j->order) return base_fail(KILN_ERR_NOMEM, "out of memory");
         if (j->e->m->arch->encoder) {
             if (kl_enc_order_by_length(j->n_tokens, 0, j->res.n, j->order)) {
                 free(j->order);
                 j->order = NULL;
-                return kb_fail(KILN_ERR_NOMEM, "out of memory");
+                return base_fail(KILN_ERR_NOMEM, "out of memory");
             }
         } else {
             for (int32_t i = 0; i < j->res.n; i++) j->order[i] = i;

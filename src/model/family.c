@@ -75,7 +75,7 @@ void kl_bind_fail(kl_binder *B, const char *fmt, ...) {
     if (B->st) return;
     va_list ap;
     va_start(ap, fmt);
-    B->st = kb_vfail(KILN_ERR_FORMAT, fmt, ap);
+    B->st = base_vfail(KILN_ERR_FORMAT, fmt, ap);
     va_end(ap);
 }
 
@@ -164,27 +164,27 @@ void kl_weights_vec(kl_weights *w, const float **v, int64_t len) {
 kiln_status kl_rope_sections(kiln_model *m, int kind) {
     kk_rope *r = &m->hp.rope;
     const gguf_kv *sec = kl_meta_kv(m, "rope.dimension_sections");
-    if (!sec) { return kb_fail(KILN_ERR_FORMAT, "%s without rope.dimension_sections", m->arch_name); }
+    if (!sec) { return base_fail(KILN_ERR_FORMAT, "%s without rope.dimension_sections", m->arch_name); }
     int64_t sum = 0;
     const uint64_t n = sec->type == GGUF_ARRAY ? sec->n : 1;
     if (n > 4 && sec->type == GGUF_ARRAY)
         for (uint64_t i = 4; i < n; i++)
             if (gguf_arr_int(sec, i) != 0) {
-                return kb_fail(KILN_ERR_FORMAT, "rope.dimension_sections has more than 4 non-zero sections");
+                return base_fail(KILN_ERR_FORMAT, "rope.dimension_sections has more than 4 non-zero sections");
             }
     for (uint64_t i = 0; i < 4; i++) {
         const int64_t v = i >= n                    ? 0
                           : sec->type == GGUF_ARRAY ? gguf_arr_int(sec, i)
                                                     : kl_meta_int(m, "rope.dimension_sections", 0);
         if (v < 0 || v > 4096) {
-            return kb_fail(KILN_ERR_FORMAT, "bad rope.dimension_sections[%llu] %lld", (unsigned long long)i,
+            return base_fail(KILN_ERR_FORMAT, "bad rope.dimension_sections[%llu] %lld", (unsigned long long)i,
                            (long long)v);
         }
         r->sections[i] = (int)v;
         sum += v;
     }
     if (sum <= 0 || sum * 2 > r->n_rot) {
-        return kb_fail(KILN_ERR_FORMAT, "rope.dimension_sections cover %lld dims; rope.dimension_count is %d",
+        return base_fail(KILN_ERR_FORMAT, "rope.dimension_sections cover %lld dims; rope.dimension_count is %d",
                        (long long)(sum * 2), r->n_rot);
     }
     r->mrope = kind;

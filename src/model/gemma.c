@@ -92,7 +92,7 @@ kiln_status kl_gemma_swa_layers(const kiln_model *m, uint8_t *local, int def_per
     const gguf_kv *kv = kl_meta_kv(m, "attention.sliding_window_pattern");
     if (kv && kv->type == GGUF_ARRAY) {
         if ((int64_t)kv->n != n || kv->arr_type == GGUF_STRING || kv->arr_type == GGUF_ARRAY) {
-            return kb_fail(KILN_ERR_FORMAT, "%s: sliding_window_pattern has %llu entries for %d layers", m->arch_name,
+            return base_fail(KILN_ERR_FORMAT, "%s: sliding_window_pattern has %llu entries for %d layers", m->arch_name,
                            (unsigned long long)kv->n, n);
         }
         for (int l = 0; l < n; l++) local[l] = gguf_arr_int(kv, (uint64_t)l) != 0;
@@ -100,7 +100,7 @@ kiln_status kl_gemma_swa_layers(const kiln_model *m, uint8_t *local, int def_per
     }
     const int64_t period = kl_meta_int(m, "attention.sliding_window_pattern", def_period);
     if (period < 0 || period > 1024) {
-        return kb_fail(KILN_ERR_FORMAT, "%s: bad sliding_window_pattern %lld", m->arch_name, (long long)period);
+        return base_fail(KILN_ERR_FORMAT, "%s: bad sliding_window_pattern %lld", m->arch_name, (long long)period);
     }
     for (int l = 0; l < n; l++) local[l] = period == 0 || l % period < period - 1;
     return 0;
@@ -114,7 +114,7 @@ kiln_status kl_gemma_rope_local(const kiln_model *m, int n_rot, kk_rope *r) {
     r->ext_factor = 0.0f;
     r->attn_factor = 1.0f;
     r->freq_factors = NULL;
-    if (!(r->base > 0.0f) || !isfinite(r->base)) { return kb_fail(KILN_ERR_FORMAT, "bad rope.freq_base_swa"); }
+    if (!(r->base > 0.0f) || !isfinite(r->base)) { return base_fail(KILN_ERR_FORMAT, "bad rope.freq_base_swa"); }
     return 0;
 }
 
@@ -166,11 +166,11 @@ static kiln_status gm_shapes(kiln_model *m, gm_model *d) {
     kl_hparams *hp = &m->hp;
     const int L = hp->n_layer;
     uint8_t *local = calloc((size_t)L, 1);
-    if (!local) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!local) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", 0);
     if (n_swa < 0 || n_swa > (1 << 24)) {
         free(local);
-        return kb_fail(KILN_ERR_FORMAT, "%s: bad attention.sliding_window %lld", m->arch_name, (long long)n_swa);
+        return base_fail(KILN_ERR_FORMAT, "%s: bad attention.sliding_window %lld", m->arch_name, (long long)n_swa);
     }
     /* gemma3 slides only with a window; gemma4 always has the pattern */
     kiln_status st = d->gemma4 || n_swa > 0 ? kl_gemma_swa_layers(m, local, 6) : KILN_OK;
@@ -186,11 +186,11 @@ static kiln_status gm_shapes(kiln_model *m, gm_model *d) {
     const int64_t shared = d->gemma4 ? kl_meta_int(m, "attention.shared_kv_layers", 0) : 0;
     kiln_status rc = KILN_OK;
     if (hd_swa <= 0 || hd_swa > 1024 || hdv_swa != hd_swa || rot_swa <= 0 || rot_swa > hd_swa || rot_swa % 2) {
-        rc = kb_fail(KILN_ERR_FORMAT, "%s: bad sliding head size %d / %d, rotary %d", m->arch_name, hd_swa, hdv_swa,
+        rc = base_fail(KILN_ERR_FORMAT, "%s: bad sliding head size %d / %d, rotary %d", m->arch_name, hd_swa, hdv_swa,
                      rot_swa);
     }
     if (!rc && (shared < 0 || (shared > 0 && shared > L - 2))) {
-        rc = kb_fail(KILN_ERR_FORMAT, "%s: bad attention.shared_kv_layers %lld", m->arch_name, (long long)shared);
+        rc = base_fail(KILN_ERR_FORMAT, "%s: bad attention.shared_kv_layers %lld", m->arch_name, (long long)shared);
     }
     d->n_kv = L - (int)shared;
     for (int l = 0; l < L && !rc; l++) {
@@ -200,7 +200,7 @@ static kiln_status gm_shapes(kiln_model *m, gm_model *d) {
         const int64_t hkv = layer_int(m, "attention.head_count_kv", l, hp->n_head);
         const int64_t ff = layer_int(m, "feed_forward_length", l, 0);
         if (hkv <= 0 || hkv > hp->n_head || hp->n_head % hkv || ff <= 0 || ff > (1 << 20)) {
-            rc = kb_fail(KILN_ERR_FORMAT, "%s: layer %d: bad head_count_kv %lld or feed_forward_length %lld",
+            rc = base_fail(KILN_ERR_FORMAT, "%s: layer %d: bad head_count_kv %lld or feed_forward_length %lld",
                          m->arch_name, l, (long long)hkv, (long long)ff);
             break;
         }
@@ -211,7 +211,7 @@ static kiln_status gm_shapes(kiln_model *m, gm_model *d) {
         if (!y->has_kv) {
             const gm_layer *src = y->ord >= 0 ? &d->layers[y->ord] : NULL;
             if (!src || src->local != y->local || src->hd != y->hd || src->n_head_kv != y->n_head_kv) {
-                rc = kb_fail(KILN_ERR_FORMAT, "%s: layer %d shares the cache of layer %d, which differs from it",
+                rc = base_fail(KILN_ERR_FORMAT, "%s: layer %d shares the cache of layer %d, which differs from it",
                              m->arch_name, l, y->ord);
                 break;
             }
@@ -228,7 +228,7 @@ static kiln_status gm_shapes(kiln_model *m, gm_model *d) {
     if (st) return st;
     d->kv_hkv = malloc((size_t)d->n_kv * sizeof *d->kv_hkv);
     d->kv_hd = malloc((size_t)d->n_kv * sizeof *d->kv_hd);
-    if (!d->kv_hkv || !d->kv_hd) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!d->kv_hkv || !d->kv_hd) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     for (int l = 0; l < d->n_kv; l++) {
         d->kv_hkv[l] = d->layers[l].n_head_kv;
         d->kv_hd[l] = d->layers[l].hd;
@@ -241,13 +241,13 @@ static kiln_status gm_bind(kiln_model *m) {
     gm_model *d = calloc(1, sizeof *d);
     if (d) d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
     m->fam = d;
-    if (!d || !d->layers) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!d || !d->layers) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     d->gemma4 = (m->arch->flags & GEMMA_4) != 0;
     hp->rope.neox = 1;
     kiln_status st = gm_shapes(m, d);
     if (st) return st;
     d->softcap = (float)kl_meta_float(m, "final_logit_softcapping", 0.0);
-    if (!isfinite(d->softcap) || d->softcap < 0.0f) { return kb_fail(KILN_ERR_FORMAT, "bad final_logit_softcapping"); }
+    if (!isfinite(d->softcap) || d->softcap < 0.0f) { return base_fail(KILN_ERR_FORMAT, "bad final_logit_softcapping"); }
     if (d->gemma4)
         d->q_scale = 1.0f;
     else

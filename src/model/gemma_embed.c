@@ -54,7 +54,7 @@ static void ge_free(kiln_model *m) {
 static kiln_status ge_pattern(kiln_model *m, ge_model *d) {
     const int n = m->hp.n_layer;
     uint8_t *local = calloc((size_t)n, 1);
-    if (!local) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!local) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     const kiln_status rc = kl_gemma_swa_layers(m, local, 6);
     for (int l = 0; l < n && !rc; l++) d->layers[l].local = local[l];
     free(local);
@@ -63,14 +63,14 @@ static kiln_status ge_pattern(kiln_model *m, ge_model *d) {
 
 static kiln_status ge_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
-    if (hp->n_ff <= 0) { return kb_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
+    if (hp->n_ff <= 0) { return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     ge_model *d = calloc(1, sizeof *d);
     if (d) d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
     m->fam = d;
-    if (!d || !d->layers) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!d || !d->layers) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", -1);
     if (n_swa <= 0 || n_swa > (1 << 24)) {
-        return kb_fail(KILN_ERR_FORMAT, "gemma-embedding: missing or bad attention.sliding_window (%lld)",
+        return base_fail(KILN_ERR_FORMAT, "gemma-embedding: missing or bad attention.sliding_window (%lld)",
                        (long long)n_swa);
     }
     d->window = (int)(n_swa / 2);

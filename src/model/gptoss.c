@@ -59,23 +59,23 @@ static kiln_status gptoss_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
     gptoss_model *d = calloc(1, sizeof *d);
     m->fam = d;
-    if (!d) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!d) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     /* the head is rope.dimension_count wide, all of it rotated */
     if (hp->rope.n_rot != hp->hd_k) {
-        return kb_fail(KILN_ERR_FORMAT, "rope.dimension_count %d differs from the head size %d", hp->rope.n_rot,
+        return base_fail(KILN_ERR_FORMAT, "rope.dimension_count %d differs from the head size %d", hp->rope.n_rot,
                        hp->hd_k);
     }
     hp->rope.neox = 1;
     kiln_status st = kl_moe_read_hparams(m, &d->moe);
     if (st) return st;
-    if (!d->moe.n_expert) { return kb_fail(KILN_ERR_FORMAT, "%s without expert_count", m->arch_name); }
+    if (!d->moe.n_expert) { return base_fail(KILN_ERR_FORMAT, "%s without expert_count", m->arch_name); }
     d->moe.F_sh = 0; /* no shared expert */
     d->moe.gating = KL_MOE_TOPK_SOFTMAX;
     d->moe.act = KL_MOE_SWIGLU_OAI;
     const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", 0);
     const int64_t period = kl_meta_int(m, "attention.sliding_window_pattern", 2);
     if (n_swa < 0 || n_swa > (1 << 30) || period < 0 || period > 1024) {
-        return kb_fail(KILN_ERR_FORMAT, "bad attention.sliding_window %lld / sliding_window_pattern %lld",
+        return base_fail(KILN_ERR_FORMAT, "bad attention.sliding_window %lld / sliding_window_pattern %lld",
                        (long long)n_swa, (long long)period);
     }
     d->n_swa = (int)n_swa;
@@ -83,7 +83,7 @@ static kiln_status gptoss_bind(kiln_model *m) {
     d->sinks = calloc((size_t)hp->n_layer, sizeof *d->sinks);
     d->swa = calloc((size_t)hp->n_layer, 1);
     d->experts = calloc((size_t)hp->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
-    if (!d->layers || !d->sinks || !d->swa || !d->experts) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!d->layers || !d->sinks || !d->swa || !d->experts) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     for (int i = 0; i < hp->n_layer; i++) d->swa[i] = n_swa > 0 && (period == 0 || i % period < period - 1);
     kl_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd;

@@ -184,12 +184,12 @@ static kiln_status hyb_bind(kiln_model *m) {
     kl_binder B = {m, KILN_OK};
     hyb_model *h = calloc(1, sizeof *h);
     m->fam = h;
-    if (!h) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!h) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     h->flags = (int)m->arch->flags;
     h->n_layer_all = hp->n_layer;
     const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
     if (nextn < 0 || nextn >= hp->n_layer) {
-        return kb_fail(KILN_ERR_FORMAT, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
+        return base_fail(KILN_ERR_FORMAT, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
     }
     h->n_layer = hp->n_layer - (int)nextn;
     hp->n_layer = h->n_layer; /* what runs */
@@ -199,7 +199,7 @@ static kiln_status hyb_bind(kiln_model *m) {
     const int64_t Hk = kl_meta_int(m, "ssm.group_count", 0);
     if (K < 1 || K > KK_CONV_MAX_K || Dk < 1 || Dk > 1024 || Hk < 1 || Hv < 1 || Hv > 4096 || Hv % Hk ||
         inner != Hv * Dk) {
-        return kb_fail(
+        return base_fail(
             KILN_ERR_FORMAT,
             "bad or missing recurrent-state keys (ssm.conv_kernel %lld, ssm.state_size %lld, ssm.group_count "
             "%lld, ssm.time_step_rank %lld, ssm.inner_size %lld; kiln needs 1 <= conv_kernel <= %d and "
@@ -218,18 +218,18 @@ static kiln_status hyb_bind(kiln_model *m) {
     int *rec = calloc((size_t)h->n_layer_all, sizeof *rec);
     if (!h->layers || !rec) {
         free(rec);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     const int got = get_bool_array(m, "attention.recurrent_layers", h->n_layer_all, rec);
     if (got < 0) {
         free(rec);
-        return kb_fail(KILN_ERR_FORMAT, "attention.recurrent_layers must be an array of %d flags", h->n_layer_all);
+        return base_fail(KILN_ERR_FORMAT, "attention.recurrent_layers must be an array of %d flags", h->n_layer_all);
     }
     if (!got) {
         const int64_t iv = kl_meta_int(m, "full_attention_interval", 4);
         if (iv < 1) {
             free(rec);
-            return kb_fail(KILN_ERR_FORMAT, "bad full_attention_interval %lld", (long long)iv);
+            return base_fail(KILN_ERR_FORMAT, "bad full_attention_interval %lld", (long long)iv);
         }
         for (int i = 0; i < h->n_layer_all; i++) rec[i] = (i + 1) % iv != 0;
     }
@@ -253,7 +253,7 @@ static kiln_status hyb_bind(kiln_model *m) {
         h->moe.n_expert ? calloc((size_t)h->n_layer_all * 3 * (size_t)h->moe.n_expert, sizeof *h->experts) : NULL;
     h->conv_mem = h->n_rec ? malloc((size_t)h->n_rec * (size_t)h->K * (size_t)h->conv_dim * sizeof(float)) : NULL;
     if ((n_mtp && !h->mtp) || (h->moe.n_expert && !h->experts) || (h->n_rec && !h->conv_mem)) {
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     /* tensors */
     const int64_t E = hp->n_embd;

@@ -48,7 +48,7 @@ kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend
     if (!be_lo || n_lo < 0) n_lo = 0;
     if (n_lo > shape->n_attn_layer) n_lo = shape->n_attn_layer;
     if (be->kind == KBE_CUDA && shape->n_attn_layer > n_lo && (type == KILN_KV_F32 || shape->v_in_k)) {
-        return kb_fail(KILN_ERR_NOMEM, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
+        return base_fail(KILN_ERR_NOMEM, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
     }
     kv->be = be;
     kv->be_lo = be_lo;
@@ -66,7 +66,7 @@ kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend
     kv->l_off = malloc(nl * sizeof *kv->l_off);
     if (!kv->l_hkv || !kv->l_hd || !kv->l_hrow || !kv->l_off) {
         kl_kv_free(kv);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     /* a split's host layers first, in blocks of their own */
     for (int l = 0; l < kv->n_layer; l++) {
@@ -82,12 +82,12 @@ kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend
     kv->n_blocks = kv->max_blocks_per_seq * n_seq + n_extra;
     kv->mem_bytes = (size_t)kv->n_blocks * KL_KV_BLOCK * kl_kv_bytes_range(shape, type, n_lo, shape->n_attn_layer);
     kv->mem = be->map(kv->mem_bytes);
-    if (!kv->mem) { return kb_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes); }
+    if (!kv->mem) { return base_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes); }
     if (n_lo) {
         kv->mem_lo_bytes = (size_t)kv->n_blocks * kv->block_lo;
         if (!(kv->mem_lo = be_lo->map(kv->mem_lo_bytes))) {
             kl_kv_free(kv);
-            return kb_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache's host layers", kv->mem_lo_bytes);
+            return base_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache's host layers", kv->mem_lo_bytes);
         }
     }
     size_t nb = (size_t)kv->n_blocks;
@@ -103,7 +103,7 @@ kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend
     if (shape->pos_cells && (!(kv->rnext = calloc(nb * KL_KV_BLOCK, sizeof(int32_t))) ||
                              !(kv->rbase = calloc(nb * KL_KV_BLOCK, sizeof(int32_t))))) {
         kl_kv_free(kv);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     kv->chain = malloc(nb * sizeof(int32_t));
     kv->lru_prev = malloc(nb * sizeof(int32_t));
@@ -112,7 +112,7 @@ kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend
     if (!kv->free_list || !kv->seqs || !kv->seq_blocks || !kv->ref || !kv->hashed || !kv->bhash || !kv->btok ||
         !kv->chain || !kv->lru_prev || !kv->lru_next || !kv->bucket) {
         kl_kv_free(kv);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (int32_t i = 0; i < kv->n_bucket; i++) kv->bucket[i] = -1;
     kv->lru_head = kv->lru_tail = -1;
@@ -123,7 +123,7 @@ kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend
         kv->seqs[s].blocks = kv->seq_blocks[s] = malloc((size_t)kv->max_blocks_per_seq * sizeof(int32_t));
         if (!kv->seqs[s].blocks) {
             kl_kv_free(kv);
-            return kb_fail(KILN_ERR_NOMEM, "out of memory");
+            return base_fail(KILN_ERR_NOMEM, "out of memory");
         }
     }
     return 0;

@@ -253,7 +253,7 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
                            kiln_model **out, int *refused, char *why, size_t cap) {
     const kiln_model_params p = *pp;
     kiln_model *m = calloc(1, sizeof *m);
-    if (!m) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!m) return base_fail(KILN_ERR_NOMEM, "out of memory");
     m->be = be;
     loader L = {m, {0}};
     kiln_status gst = gguf_open(path, &m->gf);
@@ -364,7 +364,7 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
     return KILN_OK;
 fail:
     if (*refused) snprintf(why, cap, "%s", L.err);
-    kb_fail(st, "%s: %s", path, L.err);
+    base_fail(st, "%s: %s", path, L.err);
     kiln_model_free(m);
     return st;
 }
@@ -382,19 +382,19 @@ static int env_device(void) {
 kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out) {
     *out = NULL;
     kiln_model_params p = params ? *params : kiln_model_default_params();
-    if (!path) return kb_fail(KILN_ERR_INVALID_ARG, "no model path given");
+    if (!path) return base_fail(KILN_ERR_INVALID_ARG, "no model path given");
     int want = p.backend == KILN_ENGINE_BACKEND_AUTO ? env_device() : p.backend;
     if (want != KILN_ENGINE_BACKEND_AUTO && want != KILN_ENGINE_BACKEND_CPU && want != KILN_ENGINE_BACKEND_CUDA)
-        return kb_fail(KILN_ERR_INVALID_ARG, "unknown backend %d", p.backend);
+        return base_fail(KILN_ERR_INVALID_ARG, "unknown backend %d", p.backend);
     char why[512];
     const kbe_backend *cuda = want == KILN_ENGINE_BACKEND_CPU ? NULL : kbe_cuda_get(why, sizeof why);
-    if (want == KILN_ENGINE_BACKEND_CUDA && !cuda) return kb_fail(KILN_ERR_UNSUPPORTED, "no CUDA backend: %s", why);
+    if (want == KILN_ENGINE_BACKEND_CUDA && !cuda) return base_fail(KILN_ERR_UNSUPPORTED, "no CUDA backend: %s", why);
     if (cuda) {
         int refused = 0;
         const int fit = want == KILN_ENGINE_BACKEND_AUTO && p.gpu_layers == 0;
         kiln_status st = load_on(path, &p, cuda, fit, out, &refused, why, sizeof why);
         if (st == KILN_OK || want == KILN_ENGINE_BACKEND_CUDA || !refused) return st;
-        kb_log(KB_LOG_WARN, "running %s on the CPU, not the GPU: %s", path, why);
+        base_log(BASE_LOG_WARN, "running %s on the CPU, not the GPU: %s", path, why);
     }
     int refused = 0;
     return load_on(path, &p, kbe_get(KBE_CPU), 0, out, &refused, why, sizeof why);

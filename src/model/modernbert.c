@@ -71,7 +71,7 @@ static kiln_status mb_pattern(kiln_model *m, mb_model *d, int n_swa) {
     if (n_swa <= 0) return 0; /* every layer global */
     if (kv && kv->type == GGUF_ARRAY) {
         if ((int64_t)kv->n != n || kv->arr_type == GGUF_STRING || kv->arr_type == GGUF_ARRAY) {
-            return kb_fail(KILN_ERR_FORMAT, "modern-bert: sliding_window_pattern has %llu entries for %d layers",
+            return base_fail(KILN_ERR_FORMAT, "modern-bert: sliding_window_pattern has %llu entries for %d layers",
                            (unsigned long long)kv->n, n);
         }
         for (int l = 0; l < n; l++) d->layers[l].local = gguf_arr_int(kv, (uint64_t)l) != 0;
@@ -79,7 +79,7 @@ static kiln_status mb_pattern(kiln_model *m, mb_model *d, int n_swa) {
     }
     const int64_t period = kl_meta_int(m, "attention.sliding_window_pattern", 3);
     if (period < 0 || period > 1024) {
-        return kb_fail(KILN_ERR_FORMAT, "modern-bert: bad sliding_window_pattern %lld", (long long)period);
+        return base_fail(KILN_ERR_FORMAT, "modern-bert: bad sliding_window_pattern %lld", (long long)period);
     }
     for (int l = 0; l < n; l++) d->layers[l].local = period == 0 || l % period != 0;
     return 0;
@@ -88,15 +88,15 @@ static kiln_status mb_pattern(kiln_model *m, mb_model *d, int n_swa) {
 static kiln_status mb_bind(kiln_model *m) {
     kl_hparams *hp = &m->hp;
     if (hp->n_head_kv != hp->n_head || hp->hd_k * hp->n_head != hp->n_embd) {
-        return kb_fail(KILN_ERR_FORMAT,
+        return base_fail(KILN_ERR_FORMAT,
                        "modern-bert needs n_head_kv == n_head and head size n_embd/n_head (got %d/%d heads, %d)",
                        hp->n_head_kv, hp->n_head, hp->hd_k);
     }
-    if (hp->n_ff <= 0) { return kb_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
+    if (hp->n_ff <= 0) { return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     mb_model *d = calloc(1, sizeof *d);
     if (d) d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
     m->fam = d;
-    if (!d || !d->layers) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!d || !d->layers) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     d->eps = (float)kl_meta_float(m, "attention.layer_norm_epsilon", 1e-5);
     char act[32];
     char key[96];
@@ -111,12 +111,12 @@ static kiln_status mb_bind(kiln_model *m) {
     else if (!strcmp(a, "relu") || !strcmp(a, "reglu"))
         d->act = ACT_RELU;
     else {
-        return kb_fail(KILN_ERR_UNSUPPORTED, "unsupported %s '%s' (kiln runs gelu, gelu_pytorch_tanh, silu, relu)", key,
+        return base_fail(KILN_ERR_UNSUPPORTED, "unsupported %s '%s' (kiln runs gelu, gelu_pytorch_tanh, silu, relu)", key,
                        a);
     }
     const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", 0);
     if (n_swa < 0 || n_swa > (1 << 24)) {
-        return kb_fail(KILN_ERR_FORMAT, "modern-bert: bad sliding_window %lld", (long long)n_swa);
+        return base_fail(KILN_ERR_FORMAT, "modern-bert: bad sliding_window %lld", (long long)n_swa);
     }
     d->window = (int)(n_swa / 2);
     kiln_status st = mb_pattern(m, d, (int)n_swa);
@@ -125,7 +125,7 @@ static kiln_status mb_bind(kiln_model *m) {
     d->rope_local = hp->rope;
     d->rope_local.base = (float)kl_meta_float(m, "rope.freq_base_swa", 10000.0);
     if (!(d->rope_local.base > 0.0f) || !isfinite(d->rope_local.base)) {
-        return kb_fail(KILN_ERR_FORMAT, "bad rope.freq_base_swa");
+        return base_fail(KILN_ERR_FORMAT, "bad rope.freq_base_swa");
     }
 
     kl_binder B = {m, KILN_OK};

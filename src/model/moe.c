@@ -14,7 +14,7 @@ kiln_status kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h) {
     h->n_expert = (int)kl_meta_int(m, "expert_count", 0);
     h->n_used = (int)kl_meta_int(m, "expert_used_count", 0);
     if (h->n_expert < 0 || h->n_expert > 4096 || (h->n_expert && (h->n_used < 1 || h->n_used > h->n_expert))) {
-        return kb_fail(KILN_ERR_FORMAT, "bad expert_count %d / expert_used_count %d", h->n_expert, h->n_used);
+        return base_fail(KILN_ERR_FORMAT, "bad expert_count %d / expert_used_count %d", h->n_expert, h->n_used);
     }
     if (!h->n_expert) return 0;
     h->F_exp = (int)kl_meta_int(m, "expert_feed_forward_length", h->n_used ? hp->n_ff / h->n_used : 0);
@@ -26,14 +26,14 @@ kiln_status kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h) {
     h->n_group = (int)kl_meta_int(m, "expert_group_count", 0);
     h->n_group_used = (int)kl_meta_int(m, "expert_group_used_count", 0);
     if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || (gating != 1 && gating != 2)) {
-        return kb_fail(KILN_ERR_FORMAT,
+        return base_fail(KILN_ERR_FORMAT,
                        "bad expert metadata (expert_feed_forward_length %d, expert_shared_feed_forward_length %d, "
                        "expert_gating_func %lld: kiln routes by softmax, 1, or sigmoid, 2)",
                        h->F_exp, h->F_sh, (long long)gating);
     }
     if (h->n_group > 1 && (h->n_group > 256 || h->n_expert % h->n_group || h->n_group_used < 1 ||
                            h->n_group_used > h->n_group || h->n_used > h->n_group_used * (h->n_expert / h->n_group))) {
-        return kb_fail(KILN_ERR_FORMAT, "bad expert groups (expert_group_count %d, expert_group_used_count %d)",
+        return base_fail(KILN_ERR_FORMAT, "bad expert groups (expert_group_count %d, expert_group_used_count %d)",
                        h->n_group, h->n_group_used);
     }
     return 0;

@@ -145,10 +145,10 @@ static kiln_status nem_bind(kiln_model *m) {
     kl_binder B = {m, KILN_OK};
     nem_model *h = calloc(1, sizeof *h);
     m->fam = h;
-    if (!h) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!h) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
     if (nextn < 0 || nextn >= hp->n_layer) {
-        return kb_fail(KILN_ERR_FORMAT, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
+        return base_fail(KILN_ERR_FORMAT, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
     }
     const int n_all = hp->n_layer;
     h->n_layer = hp->n_layer - (int)nextn; /* MTP blocks are not run */
@@ -159,7 +159,7 @@ static kiln_status nem_bind(kiln_model *m) {
     const int64_t G = kl_meta_int(m, "ssm.group_count", 0);
     if (K < 1 || K > KK_CONV_MAX_K || N < 1 || N > 1024 || G < 1 || Hs < 1 || Hs > 4096 || Hs % G || Di < 1 ||
         Di > (1 << 20) || Di % Hs || Di % G) {
-        return kb_fail(
+        return base_fail(
             KILN_ERR_FORMAT,
             "bad or missing Mamba-2 keys (ssm.conv_kernel %lld, ssm.inner_size %lld, ssm.state_size %lld, "
             "ssm.time_step_rank %lld, ssm.group_count %lld; kiln needs 1 <= conv_kernel <= %d and the heads and "
@@ -188,14 +188,14 @@ static kiln_status nem_bind(kiln_model *m) {
     /* the block layout */
     h->layers = calloc((size_t)h->n_layer, sizeof *h->layers);
     h->experts = h->moe.n_expert ? calloc((size_t)h->n_layer * 3 * (size_t)h->moe.n_expert, sizeof *h->experts) : NULL;
-    if (!h->layers || (h->moe.n_expert && !h->experts)) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!h->layers || (h->moe.n_expert && !h->experts)) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     int kv_heads = 0, ff_any = 0;
     for (int i = 0; i < h->n_layer; i++) {
         nem_layer *l = &h->layers[i];
         const int64_t hkv = layer_int(m, "attention.head_count_kv", n_all, i);
         const int64_t ff = layer_int(m, "feed_forward_length", n_all, i);
         if (hkv < 0 || hkv > hp->n_head || ff < 0 || ff > (1 << 20)) {
-            return kb_fail(KILN_ERR_FORMAT,
+            return base_fail(KILN_ERR_FORMAT,
                            "layer %d: bad attention.head_count_kv %lld or feed_forward_length %lld (arrays of %d "
                            "entries)",
                            i, (long long)hkv, (long long)ff, n_all);
@@ -207,11 +207,11 @@ static kiln_status nem_bind(kiln_model *m) {
             l->ord = h->n_rec++;
         } else if (ff == 0) {
             if (kv_heads && hkv != kv_heads) {
-                return kb_fail(KILN_ERR_FORMAT, "attention layers with %d and %lld KV heads are not supported",
+                return base_fail(KILN_ERR_FORMAT, "attention layers with %d and %lld KV heads are not supported",
                                kv_heads, (long long)hkv);
             }
             if (hp->n_head % hkv) {
-                return kb_fail(KILN_ERR_FORMAT, "layer %d: %d heads over %lld KV heads", i, hp->n_head, (long long)hkv);
+                return base_fail(KILN_ERR_FORMAT, "layer %d: %d heads over %lld KV heads", i, hp->n_head, (long long)hkv);
             }
             kv_heads = (int)hkv;
             l->kind = NEM_ATTN;
@@ -226,7 +226,7 @@ static kiln_status nem_bind(kiln_model *m) {
     hp->n_head_kv = kv_heads ? kv_heads : 1;
     hp->n_ff = ff_any; /* reported: the widest FFN layer's width, MoE layers' included */
     h->conv_mem = h->n_rec ? malloc((size_t)h->n_rec * (size_t)h->K * (size_t)h->conv_dim * sizeof(float)) : NULL;
-    if (h->n_rec && !h->conv_mem) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (h->n_rec && !h->conv_mem) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     /* tensors */
     const int64_t E = hp->n_embd, hd = hp->hd_k, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
     m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);

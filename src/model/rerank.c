@@ -79,7 +79,7 @@ static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p
     r->f_first = r->f_mid1 = r->f_mid2 = r->f_last = -1;
     if (r->pair == KL_PAIR_BERT || r->pair == KL_PAIR_CLS_SEP) {
         if (bos < 0 || sep < 0 || eos < 0)
-            return kb_fail(KILN_ERR_FORMAT, "the vocabulary lacks the [CLS]/[SEP] tokens a pair needs");
+            return base_fail(KILN_ERR_FORMAT, "the vocabulary lacks the [CLS]/[SEP] tokens a pair needs");
         r->f_first = bos;
         r->f_mid1 = sep;
         r->f_last = r->pair == KL_PAIR_BERT ? sep : eos;
@@ -91,16 +91,16 @@ static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p
     }
     r->max_tokens = p->max_tokens ? p->max_tokens : m->hp.n_ctx_train;
     if (r->max_tokens > m->hp.n_ctx_train)
-        return kb_fail(KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", r->max_tokens, m->hp.n_ctx_train);
+        return base_fail(KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", r->max_tokens, m->hp.n_ctx_train);
     r->n_batch = p->n_batch; /* a longer pair runs alone: the workspace holds max_tokens */
     const int32_t cap = r->n_batch < r->max_tokens ? r->max_tokens : r->n_batch;
     r->pool = kpool_new(p->n_threads);
-    if (!r->pool) return kb_fail(KILN_ERR_NOMEM, "cannot start threads");
+    if (!r->pool) return base_fail(KILN_ERR_NOMEM, "cannot start threads");
     r->ws = m->arch->family->enc_new(m, cap, r->pool);
     r->run_tok = malloc((size_t)cap * sizeof *r->run_tok);
     r->run_type = malloc((size_t)cap);
     r->run_scores = malloc((size_t)KL_ENC_MAX_SEQ * (size_t)r->n_labels * sizeof *r->run_scores);
-    if (!r->ws || !r->run_tok || !r->run_type || !r->run_scores) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!r->ws || !r->run_tok || !r->run_type || !r->run_scores) return base_fail(KILN_ERR_NOMEM, "out of memory");
     return KILN_OK;
 }
 
@@ -112,21 +112,21 @@ static kiln_status setup_causal(kiln_reranker *r, const kiln_reranker_params *p)
     r->n_labels = (int)r->head.nrows;
     const gguf_kv *labels = kl_meta_kv(m, "classifier.output_labels");
     if (labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != r->n_labels))
-        return kb_fail(KILN_ERR_FORMAT, "%s.classifier.output_labels disagrees with cls.output.weight's %d rows",
+        return base_fail(KILN_ERR_FORMAT, "%s.classifier.output_labels disagrees with cls.output.weight's %d rows",
                        m->arch_name, r->n_labels);
     const int64_t pooling = kl_meta_int(m, "pooling_type", 4);
     if (pooling != 4)
-        return kb_fail(KILN_ERR_UNSUPPORTED, "%s.pooling_type is %lld: a decoder reranks with rank pooling (4)",
+        return base_fail(KILN_ERR_UNSUPPORTED, "%s.pooling_type is %lld: a decoder reranks with rank pooling (4)",
                        m->arch_name, (long long)pooling);
     gguf_str s;
     if (gguf_get_str(m->gf, "tokenizer.chat_template.rerank", &s) != 0)
-        return kb_fail(KILN_ERR_UNSUPPORTED, "a causal reranker needs tokenizer.chat_template.rerank");
+        return base_fail(KILN_ERR_UNSUPPORTED, "a causal reranker needs tokenizer.chat_template.rerank");
     r->tmpl = malloc(s.len + 1);
-    if (!r->tmpl) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!r->tmpl) return base_fail(KILN_ERR_NOMEM, "out of memory");
     memcpy(r->tmpl, s.ptr, s.len);
     r->tmpl[s.len] = 0;
     if (!strstr(r->tmpl, "{query}") || !strstr(r->tmpl, "{document}"))
-        return kb_fail(KILN_ERR_FORMAT, "tokenizer.chat_template.rerank lacks {query} or {document}");
+        return base_fail(KILN_ERR_FORMAT, "tokenizer.chat_template.rerank lacks {query} or {document}");
     kiln_context_params cp = kiln_context_default_params();
     cp.n_ctx = p->max_tokens ? p->max_tokens : (m->hp.n_ctx_train < 8192 ? m->hp.n_ctx_train : 8192);
     cp.n_batch = p->n_batch > 0 && p->n_batch < 512 ? p->n_batch : 512;
@@ -140,22 +140,22 @@ static kiln_status setup_causal(kiln_reranker *r, const kiln_reranker_params *p)
     r->flags = calloc((size_t)r->n_batch, 1);
     r->row = malloc((size_t)m->hp.n_embd * sizeof *r->row);
     r->logits = malloc((size_t)r->n_labels * sizeof *r->logits);
-    if (!r->flags || !r->row || !r->logits) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!r->flags || !r->row || !r->logits) return base_fail(KILN_ERR_NOMEM, "out of memory");
     return KILN_OK;
 }
 
 kiln_status kiln_reranker_new_from_model(kiln_model *m, const kiln_reranker_params *params, kiln_reranker **out) {
     *out = NULL;
-    if (!m) return kb_fail(KILN_ERR_INVALID_ARG, "no model");
+    if (!m) return base_fail(KILN_ERR_INVALID_ARG, "no model");
     kiln_reranker_params p = params ? *params : kiln_reranker_default_params();
     if (p.n_batch <= 0) p.n_batch = 2048;
-    if (p.max_tokens < 0 || p.n_threads < 0) return kb_fail(KILN_ERR_INVALID_ARG, "negative max_tokens or n_threads");
+    if (p.max_tokens < 0 || p.n_threads < 0) return base_fail(KILN_ERR_INVALID_ARG, "negative max_tokens or n_threads");
     const int head = m->arch->encoder ? m->hp.n_cls_out > 0 : gguf_find_tensor(m->gf, "cls.output.weight") != NULL;
     if (!head)
-        return kb_fail(KILN_ERR_UNSUPPORTED, "%s: not a reranker (no classification head cls.output.weight)",
+        return base_fail(KILN_ERR_UNSUPPORTED, "%s: not a reranker (no classification head cls.output.weight)",
                        m->name[0] ? m->name : m->arch_name);
     kiln_reranker *r = calloc(1, sizeof *r);
-    if (!r) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!r) return base_fail(KILN_ERR_NOMEM, "out of memory");
     r->m = m;
     r->causal = !m->arch->encoder;
     kiln_status st = r->causal ? setup_causal(r, &p) : setup_encoder(r, &p);
@@ -329,11 +329,11 @@ static int32_t frame_causal(const kiln_reranker *r, const char *q, size_t nq, co
 kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, kiln_rerank_job **out) {
     *out = NULL;
     if (!r || !q || !q->query || q->n < 0 || (q->n && !q->documents))
-        return kb_fail(KILN_ERR_INVALID_ARG, "bad rerank request");
+        return base_fail(KILN_ERR_INVALID_ARG, "bad rerank request");
     const ktok *t = r->m->tok;
     const size_t nq_bytes = q->query_len ? q->query_len : strlen(q->query);
     kiln_rerank_job *j = calloc(1, sizeof *j);
-    if (!j) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!j) return base_fail(KILN_ERR_NOMEM, "out of memory");
     const size_t n = (size_t)q->n;
     j->r = r;
     j->res.n = q->n;
@@ -349,19 +349,19 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
     int mo = 0, n_over = 0;
     if (!j->scores || !j->n_tokens || !j->truncated || !j->tokens || !j->order ||
         (r->pair == KL_PAIR_BERT && !r->causal && !j->types)) {
-        st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+        st = base_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
     int32_t nqt = 0, frame = 0;
     if (!r->causal) {
         nqt = ktok_encode_alloc(t, q->query, nq_bytes, 0, 1, &qt);
         if (nqt == KTOK_ERR_NOMEM) {
-            st = kb_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
+            st = base_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
             goto done;
         }
         frame = (r->f_first >= 0) + (r->f_mid1 >= 0) + (r->f_mid2 >= 0) + (r->f_last >= 0);
         if (nqt + frame >= r->max_tokens) {
-            st = kb_fail(KILN_ERR_CONTEXT_FULL,
+            st = base_fail(KILN_ERR_CONTEXT_FULL,
                          "the query takes %d tokens with the pair's framing, leaving no room for a document under "
                          "the limit of %d",
                          nqt + frame, r->max_tokens);
@@ -371,7 +371,7 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
     for (int32_t i = 0; i < q->n; i++) {
         const char *doc = q->documents[i];
         if (!doc) {
-            st = kb_fail(KILN_ERR_INVALID_ARG, "document %d is NULL", i);
+            st = base_fail(KILN_ERR_INVALID_ARG, "document %d is NULL", i);
             goto done;
         }
         const size_t nd = q->lens ? q->lens[i] : strlen(doc);
@@ -380,11 +380,11 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
         if (r->causal) {
             c = frame_causal(r, q->query, nq_bytes, doc, nd, q->allow_truncate, &j->tokens[i], &cut);
             if (c < 0) {
-                st = kb_fail((kiln_status)c, "document %d: out of memory while tokenizing", i);
+                st = base_fail((kiln_status)c, "document %d: out of memory while tokenizing", i);
                 goto done;
             }
             if (c == 0 && q->allow_truncate) {
-                st = kb_fail(KILN_ERR_CONTEXT_FULL,
+                st = base_fail(KILN_ERR_CONTEXT_FULL,
                              "the rerank prompt leaves no room for a document under "
                              "the limit of %d",
                              r->max_tokens);
@@ -394,7 +394,7 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
             int32_t *dt = NULL;
             int32_t ndt = ktok_encode_alloc(t, doc, nd, 0, 1, &dt);
             if (ndt == KTOK_ERR_NOMEM) {
-                st = kb_fail(KILN_ERR_NOMEM, "document %d: out of memory while tokenizing", i);
+                st = base_fail(KILN_ERR_NOMEM, "document %d: out of memory while tokenizing", i);
                 goto done;
             }
             int32_t keep = ndt;
@@ -407,7 +407,7 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
             free(dt);
             if (j->types) j->types[i] = ty;
             if (c < 0) {
-                st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+                st = base_fail(KILN_ERR_NOMEM, "out of memory");
                 goto done;
             }
         }
@@ -422,7 +422,7 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
         j->n_tokens[i] = c;
     }
     if (n_over) {
-        st = kb_fail(KILN_ERR_CONTEXT_FULL, "%d of %d pair(s) exceed the limit of %d tokens:%s", n_over, q->n,
+        st = base_fail(KILN_ERR_CONTEXT_FULL, "%d of %d pair(s) exceed the limit of %d tokens:%s", n_over, q->n,
                      r->max_tokens, msg);
         goto done;
     }
@@ -431,7 +431,7 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
     if (r->causal) {
         for (int32_t i = 0; i < q->n; i++) j->order[i] = i;
     } else if (kl_enc_order_by_length(j->n_tokens, 0, q->n, j->order)) {
-        st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+        st = base_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
     j->res.scores = j->scores;
@@ -485,7 +485,7 @@ static kiln_status run_causal(kiln_rerank_job *j, int32_t i) {
     if (st == KILN_OK) kiln_seq_cache(r->ctx, 0, tok, n);
     kiln_seq_truncate(r->ctx, 0, 0);
     if (st != KILN_OK) return st;
-    if (!h) return kb_fail(KILN_ERR_INTERNAL, "document %d: no hidden state for the last token", i);
+    if (!h) return base_fail(KILN_ERR_INTERNAL, "document %d: no hidden state for the last token", i);
     const int E = r->m->hp.n_embd;
     double mx = -INFINITY, sum = 0.0;
     for (int l = 0; l < r->n_labels; l++) {
@@ -501,7 +501,7 @@ static kiln_status run_causal(kiln_rerank_job *j, int32_t i) {
 }
 
 kiln_status kiln_rerank_next(kiln_rerank_job *j, int32_t *n_left) {
-    if (!j) return kb_fail(KILN_ERR_INVALID_ARG, "no job");
+    if (!j) return base_fail(KILN_ERR_INVALID_ARG, "no job");
     kiln_reranker *r = j->r;
     if (j->n_done < j->res.n) {
         if (r->causal) {

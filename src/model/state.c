@@ -17,7 +17,7 @@ kiln_status kl_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_flo
                       kl_rs **out) {
     *out = NULL;
     kl_rs *rs = calloc(1, sizeof *rs);
-    if (!rs) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!rs) return base_fail(KILN_ERR_NOMEM, "out of memory");
     rs->be = be;
     rs->slot_floats = slot_floats;
     rs->n_seq = n_seq;
@@ -33,7 +33,7 @@ kiln_status kl_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_flo
     if (!rs->mem || !rs->snap || !rs->want || !rs->roll_a || !rs->roll_n) {
         const size_t bytes = rs->mem_bytes;
         kl_rs_free(rs);
-        return kb_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the recurrent state", bytes);
+        return base_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the recurrent state", bytes);
     }
     rs->roll_state = rs->mem + (size_t)(n_seq + n_snap) * slot_floats;
     rs->roll_in = rs->roll_state + (size_t)n_seq * slot_floats;

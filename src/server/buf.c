@@ -26,7 +26,7 @@ int ks_buf_put(ks_buf *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
         while (nc < b->len + n + 1) nc *= 2;
-        char *np = kb_realloc(b->p, nc);
+        char *np = base_realloc(b->p, nc);
         if (!np) {
             b->failed = 1;
             return -1;
@@ -56,7 +56,7 @@ void ks_buf_printf(ks_buf *b, const char *fmt, ...) {
         ks_buf_put(b, tmp, (size_t)n);
         return;
     }
-    char *big = kb_malloc((size_t)n + 1);
+    char *big = base_malloc((size_t)n + 1);
     if (!big) {
         b->failed = 1;
         return;

@@ -494,7 +494,7 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     const int te = pthread_create(&s->watchdog, NULL, watchdog_main, s);
     if (te) {
         ks_server_free((ks_server *)s);
-        return kb_fail(KILN_ERR_NOMEM, "kiln serve: cannot start a thread: %s", strerror(te));
+        return base_fail(KILN_ERR_NOMEM, "kiln serve: cannot start a thread: %s", strerror(te));
     }
     s->watchdog_started = 1;
     /* the connection timeout counts idle seconds once a request runs (a

@@ -65,7 +65,7 @@ int ks_media_b64(const char *s, size_t n, size_t max, uint8_t **out, size_t *len
     }
     size_t bytes = digits / 4 * 3 + (digits % 4 ? digits % 4 - 1 : 0);
     if (bytes > max) return -2;
-    uint8_t *p = kb_malloc(bytes ? bytes : 1);
+    uint8_t *p = base_malloc(bytes ? bytes : 1);
     if (!p) return -3;
     uint32_t acc = 0;
     int k = 0;
@@ -97,7 +97,7 @@ int ks_media_prompt(ks_model *r, const char *text, const ks_media *m, int32_t **
     *ids = NULL;
     *n = 0;
     memset(pm, 0, sizeof *pm);
-    kiln_image_input *in = kb_calloc((size_t)m->n, sizeof *in);
+    kiln_image_input *in = base_calloc((size_t)m->n, sizeof *in);
     if (!in) {
         *status = 500;
         snprintf(err, cap, "out of memory");
@@ -161,10 +161,10 @@ static int over_limit(take *t, const char *where) {
 static int add_slot(take *t) {
     ks_media *m = t->m;
     if (m->n >= 4096) return refuse(t, 400, "too many images in one request (at most 4096)");
-    ks_image *im = kb_realloc(m->im, ((size_t)m->n + 1) * sizeof *im);
+    ks_image *im = base_realloc(m->im, ((size_t)m->n + 1) * sizeof *im);
     if (!im) return refuse(t, 500, "out of memory");
     m->im = im;
-    const char **u = kb_realloc(t->urls, ((size_t)m->n + 1) * sizeof *u);
+    const char **u = base_realloc(t->urls, ((size_t)m->n + 1) * sizeof *u);
     if (!u) return refuse(t, 500, "out of memory");
     t->urls = u;
     m->im[m->n] = (ks_image){NULL, 0};
@@ -281,7 +281,7 @@ static size_t sink_write(char *d, size_t sz, size_t nm, void *user) {
         size_t cap = s->cap ? s->cap * 2 : 65536;
         while (cap < s->n + n) cap *= 2;
         if (cap > s->max) cap = s->max;
-        uint8_t *q = kb_realloc(s->p, cap);
+        uint8_t *q = base_realloc(s->p, cap);
         if (!q) {
             s->oom = 1;
             return 0;

@@ -33,7 +33,7 @@
 #define KS_MEDIA_MAX_REDIRECTS 3
 
 typedef struct ks_image {
-    uint8_t *data; /* kb_malloc'd encoded bytes */
+    uint8_t *data; /* base_malloc'd encoded bytes */
     size_t len;
 } ks_image;
 
@@ -64,7 +64,7 @@ int ks_media_list(ks_model *r, json_t *images, ks_media *out, int *status, char 
 void ks_media_free(ks_media *m);
 
 /* GETs an http(s) image URL (redirects to http(s) only, KS_MEDIA_FETCH_SECONDS
- * in all) into a kb_malloc'd buffer of at most max bytes.  0, or the HTTP
+ * in all) into a base_malloc'd buffer of at most max bytes.  0, or the HTTP
  * status to answer with a message in err: 413 over max, 400 a failed fetch,
  * a status other than 200 or bytes that are no image, 500 out of memory. */
 int ks_media_fetch(const char *url, size_t max, uint8_t **out, size_t *len, char *err, size_t cap);
@@ -77,7 +77,7 @@ int ks_media_prompt(ks_model *r, const char *text, const ks_media *m, int32_t **
                     int *status, char *err, size_t cap);
 
 /* Decodes base64 (the standard alphabet, padding optional, line breaks
- * and spaces skipped) into a kb_malloc'd buffer.  -1 on a character
+ * and spaces skipped) into a base_malloc'd buffer.  -1 on a character
  * outside it or a bad length, with *bad its offset; -2 when more than max
  * bytes would come out; -3 out of memory. */
 int ks_media_b64(const char *s, size_t n, size_t max, uint8_t **out, size_t *len, size_t *bad);

@@ -44,7 +44,7 @@ static json_t *details_of(const kiln_model *m) {
         kiln_model_info info;
         kiln_model_get_info(m, &info);
         char ps[32];
-        kb_fmt_count((double)info.n_params, ps, sizeof ps);
+        base_fmt_count((double)info.n_params, ps, sizeof ps);
         json_object_set_new(d, "family", json_string(info.arch));
         json_object_set_new(d, "parameter_size", json_string(ps));
         json_object_set_new(d, "quantization_level", json_string(info.ftype));

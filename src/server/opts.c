@@ -55,7 +55,7 @@ int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts
     o->sp.repeat_last_n = 64;
     /* per request from the OS, so unseeded calls differ; 32 bits, so the
      * logged seed replays through every API and kiln run --seed */
-    o->sp.seed = (uint32_t)kb_random_u64();
+    o->sp.seed = (uint32_t)base_random_u64();
     o->ollama = ollama;
     int r = parse_sampling(c, src, ollama, o, rc);
     if (r == 0) ks_reqlog_seed(ks_reqlog_current(), o->sp.seed);

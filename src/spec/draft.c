@@ -60,7 +60,7 @@ static int vocab_check(const kiln_model *t, const kiln_model *d, const char *pat
     kiln_model_get_info(t, &ti);
     kiln_model_get_info(d, &di);
     if (kiln_token_bos(t) != kiln_token_bos(d) || kiln_token_eos(t) != kiln_token_eos(d)) {
-        kb_fail(KILN_ERR_INVALID_ARG,
+        base_fail(KILN_ERR_INVALID_ARG,
                 "the draft model %s has other special tokens than the target (BOS %d, EOS %d; the target's %d, %d)",
                 path, kiln_token_bos(d), kiln_token_eos(d), kiln_token_bos(t), kiln_token_eos(t));
         return -1;
@@ -74,7 +74,7 @@ static int vocab_check(const kiln_model *t, const kiln_model *d, const char *pat
             char qa[64], qb[64];
             snprintf(qa, sizeof qa, "%.*s", la < 40 && la >= 0 ? la : 40, a);
             snprintf(qb, sizeof qb, "%.*s", lb < 40 && lb >= 0 ? lb : 40, b);
-            kb_fail(KILN_ERR_INVALID_ARG,
+            base_fail(KILN_ERR_INVALID_ARG,
                     "the draft model %s has another vocabulary than the target: token %d is \"%s\"%s in the target "
                     "and \"%s\"%s in the draft",
                     path, id, qa, kiln_token_is_eog(t, id) ? " (end of generation)" : "", qb,
@@ -83,7 +83,7 @@ static int vocab_check(const kiln_model *t, const kiln_model *d, const char *pat
         }
     }
     if (ti.n_vocab != di.n_vocab)
-        kb_log(KB_LOG_INFO, "draft vocabulary %d tokens, target %d: the %d they share are the same", di.n_vocab,
+        base_log(BASE_LOG_INFO, "draft vocabulary %d tokens, target %d: the %d they share are the same", di.n_vocab,
                ti.n_vocab, n);
     return 0;
 }
@@ -91,14 +91,14 @@ static int vocab_check(const kiln_model *t, const kiln_model *d, const char *pat
 spec_draft *spec_draft_new(const kiln_spec_params *p, kiln_model *m, kiln_context *c) {
     spec_draft *d = calloc(1, sizeof *d);
     if (!d) {
-        kb_fail(KILN_ERR_NOMEM, "out of memory");
+        base_fail(KILN_ERR_NOMEM, "out of memory");
         return NULL;
     }
     kiln_model_params mp = kiln_model_default_params();
     char why[512];
     if (kiln_model_load(p->draft_model, &mp, &d->m) != KILN_OK) {
         snprintf(why, sizeof why, "%s", kiln_last_error());
-        kb_fail(KILN_ERR_INVALID_ARG, "cannot load the draft model: %s", why);
+        base_fail(KILN_ERR_INVALID_ARG, "cannot load the draft model: %s", why);
         free(d);
         return NULL;
     }
@@ -129,7 +129,7 @@ spec_draft *spec_draft_new(const kiln_spec_params *p, kiln_model *m, kiln_contex
     }
     if (cs != KILN_OK) {
         snprintf(why, sizeof why, "%s", kiln_last_error());
-        kb_fail(KILN_ERR_INVALID_ARG, "cannot make the draft model's context: %s", why);
+        base_fail(KILN_ERR_INVALID_ARG, "cannot make the draft model's context: %s", why);
         kiln_model_free(d->m);
         free(d);
         return NULL;
@@ -138,7 +138,7 @@ spec_draft *spec_draft_new(const kiln_spec_params *p, kiln_model *m, kiln_contex
     d->n_vocab_target = ti.n_vocab;
     d->n_seq = d->fork ? n_seq : kiln_context_n_seq_max(d->c);
     if (d->fork && kiln_context_n_seq_max(d->c) < 2 * n_seq) {
-        kb_fail(KILN_ERR_NOMEM, "the draft model's context cannot hold %d sequences", 2 * n_seq);
+        base_fail(KILN_ERR_NOMEM, "the draft model's context cannot hold %d sequences", 2 * n_seq);
         spec_draft_free(d);
         return NULL;
     }
@@ -156,11 +156,11 @@ spec_draft *spec_draft_new(const kiln_spec_params *p, kiln_model *m, kiln_contex
     for (int32_t i = 0; ok && i < d->n_seq; i++)
         ok = (d->seqs[i].held = malloc((size_t)d->n_ctx * sizeof(int32_t))) != NULL;
     if (!ok) {
-        kb_fail(KILN_ERR_NOMEM, "out of memory for the draft model");
+        base_fail(KILN_ERR_NOMEM, "out of memory for the draft model");
         spec_draft_free(d);
         return NULL;
     }
-    kb_log(KB_LOG_INFO, "draft model %s: %d layers, %d tokens of context per sequence", p->draft_model, di.n_layer,
+    base_log(BASE_LOG_INFO, "draft model %s: %d layers, %d tokens of context per sequence", p->draft_model, di.n_layer,
            d->n_ctx);
     return d;
 }
@@ -188,7 +188,7 @@ void spec_draft_free(spec_draft *d) {
 static int draft_decode(spec_draft *d, int32_t n, gen_ask *asks, int32_t n_asks) {
     kiln_batch b = {n, d->b_tok, NULL, d->b_seq, d->b_want};
     if (kiln_decode(d->c, &b) == KILN_OK) return 0;
-    if (!d->failed) kb_log(KB_LOG_WARN, "the draft model's decode failed (%s); no proposals", kiln_context_error(d->c));
+    if (!d->failed) base_log(BASE_LOG_WARN, "the draft model's decode failed (%s); no proposals", kiln_context_error(d->c));
     d->failed = 1;
     for (int32_t a = 0; a < n_asks; a++) {
         d->going[a] = 0;

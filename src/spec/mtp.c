@@ -35,16 +35,16 @@ struct spec_mtp {
 
 spec_mtp *spec_mtp_new(const kiln_spec_params *p, kiln_model *m, kiln_context *c) {
     if (kl_mtp_blocks(m) <= 0) {
-        kb_fail(KILN_ERR_UNSUPPORTED, "%s has no MTP (nextn) blocks to propose with", m->arch_name);
+        base_fail(KILN_ERR_UNSUPPORTED, "%s has no MTP (nextn) blocks to propose with", m->arch_name);
         return NULL;
     }
     if (!kl_mtp_on(c)) {
-        kb_fail(KILN_ERR_UNSUPPORTED, "the context keeps no MTP cache (make it with kiln_context_params.mtp = 1)");
+        base_fail(KILN_ERR_UNSUPPORTED, "the context keeps no MTP cache (make it with kiln_context_params.mtp = 1)");
         return NULL;
     }
     spec_mtp *t = calloc(1, sizeof *t);
     if (!t) {
-        kb_fail(KILN_ERR_NOMEM, "out of memory");
+        base_fail(KILN_ERR_NOMEM, "out of memory");
         return NULL;
     }
     kiln_model_info info;
@@ -65,7 +65,7 @@ spec_mtp *spec_mtp_new(const kiln_spec_params *p, kiln_model *m, kiln_context *c
     t->r_chain = malloc(n);
     if (!t->ch || !t->r_seq || !t->r_pos || !t->r_tok || !t->r_ask || !t->r_chain) {
         spec_mtp_free(t);
-        kb_fail(KILN_ERR_NOMEM, "out of memory for the MTP proposer");
+        base_fail(KILN_ERR_NOMEM, "out of memory for the MTP proposer");
         return NULL;
     }
     return t;
@@ -103,7 +103,7 @@ void spec_mtp_propose(void *self, gen_ask *asks, int32_t n_asks) {
     }
     for (int32_t i = 0; nr > 0 && i < GEN_DRAFT_MAX; i++) {
         if (kl_mtp_step(c, nr, t->r_seq, t->r_pos, t->r_tok, t->r_chain) != KILN_OK) {
-            if (!t->failed) kb_log(KB_LOG_WARN, "the MTP step failed (%s); no proposals", kiln_context_error(c));
+            if (!t->failed) base_log(BASE_LOG_WARN, "the MTP step failed (%s); no proposals", kiln_context_error(c));
             t->failed = 1;
             break;
         }

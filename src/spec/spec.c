@@ -44,27 +44,27 @@ kiln_status spec_new(const kiln_spec_params *params, kiln_model *m, kiln_context
     kiln_spec_params p = params ? *params : kiln_spec_default_params();
     const kiln_spec_params d = kiln_spec_default_params();
     if (p.n_max <= 0) p.n_max = d.n_max;
-    if (p.n_max > GEN_DRAFT_MAX) return kb_fail(KILN_ERR_INVALID_ARG, "--spec-n %d exceeds %d", p.n_max, GEN_DRAFT_MAX);
+    if (p.n_max > GEN_DRAFT_MAX) return base_fail(KILN_ERR_INVALID_ARG, "--spec-n %d exceeds %d", p.n_max, GEN_DRAFT_MAX);
     if (p.ngram_min <= 0) p.ngram_min = d.ngram_min;
     if (p.ngram_max <= 0) p.ngram_max = p.ngram_min > d.ngram_max ? p.ngram_min : d.ngram_max;
     if (p.ngram_min > p.ngram_max || p.ngram_max > SPEC_NGRAM_MAX)
-        return kb_fail(KILN_ERR_INVALID_ARG, "n-gram lengths %d..%d: need 1 <= min <= max <= %d", p.ngram_min,
+        return base_fail(KILN_ERR_INVALID_ARG, "n-gram lengths %d..%d: need 1 <= min <= max <= %d", p.ngram_min,
                        p.ngram_max, SPEC_NGRAM_MAX);
-    if (p.p_min < 0 || p.p_min > 1) return kb_fail(KILN_ERR_INVALID_ARG, "p_min %g is not in [0, 1]", p.p_min);
+    if (p.p_min < 0 || p.p_min > 1) return base_fail(KILN_ERR_INVALID_ARG, "p_min %g is not in [0, 1]", p.p_min);
     spec *s = calloc(1, sizeof *s);
-    if (!s) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!s) return base_fail(KILN_ERR_NOMEM, "out of memory");
     s->p = p;
     s->p.draft_model = NULL; /* borrowed only while loading */
     kiln_status st = KILN_OK;
     switch (p.type) {
     case KILN_SPEC_NGRAM:
         s->ngram = spec_ngram_new(&p, kiln_context_n_seq_max(c), kiln_context_n_ctx(c));
-        if (!s->ngram) st = kb_fail(KILN_ERR_NOMEM, "out of memory for the n-gram index");
+        if (!s->ngram) st = base_fail(KILN_ERR_NOMEM, "out of memory for the n-gram index");
         s->prop = (gen_proposer){spec_ngram_propose, s->ngram, 1};
         break;
     case KILN_SPEC_DRAFT:
         if (!p.draft_model || !p.draft_model[0]) {
-            st = kb_fail(KILN_ERR_INVALID_ARG, "speculative decoding with a draft model needs --draft-model");
+            st = base_fail(KILN_ERR_INVALID_ARG, "speculative decoding with a draft model needs --draft-model");
             break;
         }
         s->draft = spec_draft_new(&p, m, c);
@@ -76,7 +76,7 @@ kiln_status spec_new(const kiln_spec_params *params, kiln_model *m, kiln_context
         if (!s->mtp) st = KILN_ERR_UNSUPPORTED;
         s->prop = (gen_proposer){spec_mtp_propose, s->mtp, 0};
         break;
-    default: st = kb_fail(KILN_ERR_INVALID_ARG, "unknown speculative decoding type %d", (int)p.type);
+    default: st = base_fail(KILN_ERR_INVALID_ARG, "unknown speculative decoding type %d", (int)p.type);
     }
     if (st != KILN_OK) {
         spec_free(s);

@@ -53,7 +53,7 @@ const kiln_builtin_model *kiln_builtin_find(const char *name) {
 kiln_status kst_check_whisper(const char *path, const char *artifact, char arch[64], char quant[16]) {
     kiln_stt *m = NULL;
     if (kiln_stt_load(path, &m) != KILN_OK)
-        return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a valid whisper.cpp GGML file: %s", artifact,
+        return base_fail(KILN_ERR_FORMAT, "artifact %s is not a valid whisper.cpp GGML file: %s", artifact,
                        kst_without_path(kiln_last_error(), path));
     kiln_stt_info info;
     kiln_stt_get_info(m, &info);
@@ -83,7 +83,7 @@ static int sha1_file(const char *path, char hex[41]) {
 kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, const kiln_store_pull_params *p,
                               char *id_out) {
     const kiln_builtin_model *b = kiln_builtin_find(name);
-    if (!b) return kb_fail(KILN_ERR_NOT_FOUND, "no built-in model '%s'", name ? name : "");
+    if (!b) return base_fail(KILN_ERR_NOT_FOUND, "no built-in model '%s'", name ? name : "");
     char full[4096];
     size_t ul = url ? strlen(url) : 0;
     if (!ul)
@@ -102,10 +102,10 @@ kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, 
         char hex[41];
         int rc = sha1_file(kiln_store_lease_path(l), hex);
         kiln_store_release(l);
-        if (rc) return kb_fail(KILN_ERR_IO, "%s: cannot hash the installed file", b->name);
+        if (rc) return base_fail(KILN_ERR_IO, "%s: cannot hash the installed file", b->name);
         if (strcmp(hex, b->sha1)) {
             kiln_store_remove(s, id);
-            return kb_fail(KILN_ERR_FORMAT,
+            return base_fail(KILN_ERR_FORMAT,
                            "%s: the file from %s has SHA-1 %s, not the published %s; the pack was removed", b->name,
                            full, hex, b->sha1);
         }

@@ -53,11 +53,11 @@ kiln_status kst_check_text(const char *path, const char *role, const char *file)
     size_t len = 0;
     char *txt = kst_read_text(path, KST_TEXT_MAX, &len);
     if (!txt)
-        return kb_fail(KILN_ERR_FORMAT, "artifact %s: cannot read it as text of at most %u bytes", file, KST_TEXT_MAX);
+        return base_fail(KILN_ERR_FORMAT, "artifact %s: cannot read it as text of at most %u bytes", file, KST_TEXT_MAX);
     char why[128];
     json_t *v = text_value(role, txt, len, why, sizeof why);
     free(txt);
-    if (!v) return kb_fail(KILN_ERR_FORMAT, "artifact %s: %s", file, why);
+    if (!v) return base_fail(KILN_ERR_FORMAT, "artifact %s: %s", file, why);
     json_decref(v);
     return KILN_OK;
 }
@@ -96,20 +96,20 @@ json_t *kst_pack_defaults(const char *pack_dir, json_t *man) {
 static kiln_status add_text(json_t *arts, const char *dir, const char *role, const char *file, const char *txt) {
     char p[PATH_MAX], hex[KST_ID_LEN + 1];
     const size_t n = strlen(txt);
-    if (n > KST_TEXT_MAX) return kb_fail(KILN_ERR_INVALID_ARG, "the %s is over %u bytes", role, KST_TEXT_MAX);
+    if (n > KST_TEXT_MAX) return base_fail(KILN_ERR_INVALID_ARG, "the %s is over %u bytes", role, KST_TEXT_MAX);
     if (kst_path(p, "%s/%s", dir, file) || kst_write_atomic(p, txt, n, 0444) != 0)
-        return kb_fail(KILN_ERR_IO, "cannot write the %s: %s", role, strerror(errno));
+        return base_fail(KILN_ERR_IO, "cannot write the %s: %s", role, strerror(errno));
     kst_sha256_hex(txt, n, hex);
     json_t *a = json_pack("{s:s,s:s,s:I,s:s,s:s}", "role", role, "path", file, "length", (json_int_t)n, "sha256", hex,
                           "source", "saved");
-    if (!a || json_array_append_new(arts, a)) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!a || json_array_append_new(arts, a)) return base_fail(KILN_ERR_NOMEM, "out of memory");
     return KILN_OK;
 }
 
 kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name, const char *system,
                                const char *options_json, char *id_out) {
     static atomic_uint seq;
-    if (!s || !src || !name) return kb_fail(KILN_ERR_INVALID_ARG, "no store, model or name");
+    if (!s || !src || !name) return base_fail(KILN_ERR_INVALID_ARG, "no store, model or name");
     char norm[KST_NAME_MAX + 1];
     kiln_status st = kst_name_norm(name, norm);
     if (st) return st;
@@ -119,7 +119,7 @@ kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name,
         opts = json_loads(options_json, 0, &je);
         if (!json_is_object(opts)) {
             json_decref(opts);
-            return kb_fail(KILN_ERR_INVALID_ARG, "the options are not a JSON object");
+            return base_fail(KILN_ERR_INVALID_ARG, "the options are not a JSON object");
         }
     }
     char *txt = NULL;
@@ -133,7 +133,7 @@ kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name,
     const char *id = json_string_value(json_object_get(inf, "id"));
     char key[96], dir[PATH_MAX], to[PATH_MAX];
     snprintf(key, sizeof key, "save-%ld-%u", (long)getpid(), atomic_fetch_add(&seq, 1));
-    if (!man || !id) st = kb_fail(KILN_ERR_FORMAT, "%s: the store's record is unreadable", src);
+    if (!man || !id) st = base_fail(KILN_ERR_FORMAT, "%s: the store's record is unreadable", src);
     if (!st) st = kst_staging(s, key, dir);
     if (st) {
         json_decref(inf);
@@ -152,7 +152,7 @@ kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name,
         if (!role || !file || !kst_file_ok(file)) continue;
         if ((system && !strcmp(role, "system")) || (opts && !strcmp(role, "params"))) continue;
         if (kst_path(to, "%s/%s", dir, file)) {
-            st = kb_fail(KILN_ERR_INVALID_ARG, "%s: path too long", file);
+            st = base_fail(KILN_ERR_INVALID_ARG, "%s: path too long", file);
             break;
         }
         if ((st = kst_share_artifact(s, id, file, to))) break;
@@ -166,7 +166,7 @@ kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name,
             "{s:O,s:s,s:O}", "mode", json_object_get(man, "mode"), "origin",
             json_string_value(json_object_get(man, "origin")) ? json_string_value(json_object_get(man, "origin")) : "",
             "artifacts", arts);
-        if (!nm) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+        if (!nm) st = base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     if (!st) {
         json_object_set_new(nm, "source", json_pack("{s:s,s:s}", "type", "saved", "from", id));

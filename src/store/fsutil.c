@@ -22,7 +22,7 @@ int kst_path(char *buf, const char *fmt, ...) {
     int n = vsnprintf(buf, PATH_MAX, fmt, ap);
     va_end(ap);
     if (n < 0 || n >= PATH_MAX) {
-        kb_fail(KILN_ERR_INVALID_ARG, "path too long");
+        base_fail(KILN_ERR_INVALID_ARG, "path too long");
         return -1;
     }
     return 0;
@@ -164,7 +164,7 @@ int kst_sha256_file(const char *path, char hex[KST_ID_LEN + 1], struct stat *st_
         if (r == 0) break;
         EVP_DigestUpdate(ctx, buf, (size_t)r);
         done += (uint64_t)r;
-        double now = kb_now();
+        double now = base_now();
         if (progress && now - last > 0.25) {
             last = now;
             kiln_store_progress p = {

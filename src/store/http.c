@@ -55,7 +55,7 @@ kiln_status kst_source_fail(kiln_store_source_result r, kiln_status st, const ch
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     t_source = r;
-    return kb_fail(st, "%s", msg);
+    return base_fail(st, "%s", msg);
 }
 
 kiln_status kst_http_error(int kind, long code, const char *error_code, const char *what, int have_token) {
@@ -130,12 +130,12 @@ kiln_status kst_url_origin(const char *url, char *origin, size_t cap) {
         curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
         curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
         curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK) {
-        st = kb_fail(KILN_ERR_INVALID_ARG, "'%s' is not a valid URL", shown);
+        st = base_fail(KILN_ERR_INVALID_ARG, "'%s' is not a valid URL", shown);
     } else if (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK && user) {
-        st = kb_fail(KILN_ERR_INVALID_ARG, "%s: credentials in a URL are refused (use --header or --token)", shown);
+        st = base_fail(KILN_ERR_INVALID_ARG, "%s: credentials in a URL are refused (use --header or --token)", shown);
     } else if (strcasecmp(scheme, "https") &&
                !(!strcasecmp(scheme, "http") && (kst_is_loopback(host) || kst_env_long("KILN_ALLOW_HTTP", 0, 0, 1)))) {
-        st = kb_fail(KILN_ERR_INVALID_ARG, "%s: only HTTPS (or HTTP to this machine) is allowed", shown);
+        st = base_fail(KILN_ERR_INVALID_ARG, "%s: only HTTPS (or HTTP to this machine) is allowed", shown);
     } else {
         snprintf(origin, cap, "%s://%s:%s", scheme, host, port);
         for (char *c = origin; *c; c++) *c = (char)tolower((unsigned char)*c);
@@ -370,14 +370,14 @@ kiln_status kst_http_get(kst_http *h, const kst_net *net) {
     kiln_status st = kst_url_origin(h->url, origin0, sizeof origin0);
     if (st) return st;
     CURL *c = curl_easy_init();
-    if (!c) return kb_fail(KILN_ERR_NOMEM, "cannot create an HTTP handle");
+    if (!c) return base_fail(KILN_ERR_NOMEM, "cannot create an HTTP handle");
     h->curl = c;
     int attempts = 0, hops = 0, left = 0;
     snprintf(cur, sizeof cur, "%s", h->url);
     char errbuf[CURL_ERROR_SIZE];
     for (;;) {
         if (kst_net_cancelled(net)) {
-            st = kb_fail(KILN_ERR_CANCELLED, "cancelled");
+            st = base_fail(KILN_ERR_CANCELLED, "cancelled");
             break;
         }
         char cur_origin[512];
@@ -425,7 +425,7 @@ kiln_status kst_http_get(kst_http *h, const kst_net *net) {
         h->code = code;
         char reason[300] = "";
         if (h->nomem) {
-            st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+            st = base_fail(KILN_ERR_NOMEM, "out of memory");
             break;
         }
         if (h->overflow) {

@@ -112,18 +112,18 @@ static kiln_status parse_ref(const char *ref, hub_ref *r) {
     const char *rest = ref + (ref[1] == 'f' || ref[1] == 'F' ? 6 : 15);
     snprintf(r->host, sizeof r->host, "%.*s", (int)(rest - ref - 1), ref);
     char buf[1400];
-    if (strlen(rest) >= sizeof buf) return kb_fail(KILN_ERR_INVALID_ARG, "%.60s...: reference too long", ref);
+    if (strlen(rest) >= sizeof buf) return base_fail(KILN_ERR_INVALID_ARG, "%.60s...: reference too long", ref);
     snprintf(buf, sizeof buf, "%s", rest);
     char *at = strrchr(buf, '@');
     if (at) {
         *at = 0;
         snprintf(r->rev, sizeof r->rev, "%s", at + 1);
         if (!rev_ok(r->rev))
-            return kb_fail(KILN_ERR_INVALID_ARG, "%s: '%s' is not a revision (a branch, tag or commit)", ref, at + 1);
+            return base_fail(KILN_ERR_INVALID_ARG, "%s: '%s' is not a revision (a branch, tag or commit)", ref, at + 1);
     }
     char *s1 = strchr(buf, '/');
     if (!s1)
-        return kb_fail(KILN_ERR_INVALID_ARG, "%s: expected %s/ORG/REPO[:QUANT] or %s/ORG/REPO/FILE.gguf", ref, r->host,
+        return base_fail(KILN_ERR_INVALID_ARG, "%s: expected %s/ORG/REPO[:QUANT] or %s/ORG/REPO/FILE.gguf", ref, r->host,
                        r->host);
     *s1 = 0;
     char *repo = s1 + 1, *s2 = strchr(repo, '/');
@@ -131,7 +131,7 @@ static kiln_status parse_ref(const char *ref, hub_ref *r) {
         *s2 = 0;
         snprintf(r->path, sizeof r->path, "%s", s2 + 1);
         if (!repo_path_ok(r->path) || !(ends_with_ci(r->path, ".gguf") || ends_with_ci(r->path, ".bin")))
-            return kb_fail(KILN_ERR_INVALID_ARG,
+            return base_fail(KILN_ERR_INVALID_ARG,
                            "%s: the file must be a relative path ending in .gguf (or .bin, a whisper.cpp model)", ref);
     } else {
         char *colon = strchr(repo, ':');
@@ -139,11 +139,11 @@ static kiln_status parse_ref(const char *ref, hub_ref *r) {
             *colon = 0;
             snprintf(r->quant, sizeof r->quant, "%s", colon + 1);
             if (!quant_ok(r->quant))
-                return kb_fail(KILN_ERR_INVALID_ARG, "%s: '%s' is not a quantization tag", ref, colon + 1);
+                return base_fail(KILN_ERR_INVALID_ARG, "%s: '%s' is not a quantization tag", ref, colon + 1);
         }
     }
     if (strlen(buf) >= sizeof r->org || strlen(repo) >= sizeof r->repo || !repo_part_ok(buf) || !repo_part_ok(repo))
-        return kb_fail(KILN_ERR_INVALID_ARG, "%s: '%.100s/%.100s' is not a valid repository id", ref, buf, repo);
+        return base_fail(KILN_ERR_INVALID_ARG, "%s: '%.100s/%.100s' is not a valid repository id", ref, buf, repo);
     memcpy(r->org, buf, strlen(buf) + 1);
     memcpy(r->repo, repo, strlen(repo) + 1);
     return KILN_OK;
@@ -288,7 +288,7 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
                 cap = cap ? 2 * cap : 256;
                 hub_file *nf = realloc(files, (size_t)cap * sizeof *nf);
                 if (!nf) {
-                    st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+                    st = base_fail(KILN_ERR_NOMEM, "out of memory");
                     break;
                 }
                 files = nf;
@@ -297,7 +297,7 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
             memset(f, 0, sizeof *f);
             f->path = strdup(path);
             if (!f->path) {
-                st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+                st = base_fail(KILN_ERR_NOMEM, "out of memory");
                 break;
             }
             n++;
@@ -421,10 +421,10 @@ static kiln_status add_artifact(hub_ctx *c, const hub_ref *r, const char *commit
     kst_artifact *a = &plan->arts[plan->n_arts];
     memset(a, 0, sizeof *a);
     char esc[3100];
-    if (kst_url_escape(f->path, esc, sizeof esc, 1)) return kb_fail(KILN_ERR_INVALID_ARG, "%s: path too long", c->what);
+    if (kst_url_escape(f->path, esc, sizeof esc, 1)) return base_fail(KILN_ERR_INVALID_ARG, "%s: path too long", c->what);
     if ((size_t)snprintf(a->url, sizeof a->url, "%s/%s/%s/resolve/%s/%s", c->endpoint, r->org, r->repo, commit, esc) >=
         sizeof a->url)
-        return kb_fail(KILN_ERR_INVALID_ARG, "%s: path too long", c->what);
+        return base_fail(KILN_ERR_INVALID_ARG, "%s: path too long", c->what);
     pack_file_name(f->path, a->file, sizeof a->file);
     if (!kst_file_ok(a->file))
         return kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: '%s' cannot be a file name in the store",

@@ -31,7 +31,7 @@ kiln_status kst_check_image(const char *path, const char *artifact, char arch[64
     char err[1024];
     /* lengths here; the caller hashed every file against pack.json */
     if (im_pack_read(path, 0, &files, &cfg, err, sizeof err) || im_pipeline_check(&files, &cfg, err, sizeof err))
-        return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a usable image pack: %s", artifact, err);
+        return base_fail(KILN_ERR_FORMAT, "artifact %s is not a usable image pack: %s", artifact, err);
     snprintf(arch, 64, "image");
     dit_dtype(files.dit, quant);
     return KILN_OK;

@@ -26,38 +26,38 @@ static int same_file(const struct stat *a, const struct stat *b) {
 static kiln_status copy_hash(const char *src, const char *dst, const char *file, uint64_t len, char hex[KST_ID_LEN + 1],
                              kiln_store_progress_fn progress, void *user) {
     int in = open(src, O_RDONLY | O_CLOEXEC);
-    if (in < 0) return kb_fail(KILN_ERR_IO, "cannot open %s: %s", src, strerror(errno));
+    if (in < 0) return base_fail(KILN_ERR_IO, "cannot open %s: %s", src, strerror(errno));
     int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (out < 0) {
         close(in);
-        return kb_fail(KILN_ERR_IO, "cannot create %s: %s", dst, strerror(errno));
+        return base_fail(KILN_ERR_IO, "cannot create %s: %s", dst, strerror(errno));
     }
     enum { CHUNK = 1 << 18 };
     unsigned char *buf = malloc(CHUNK);
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     kiln_status st =
-        buf && ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "out of memory");
+        buf && ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? KILN_OK : base_fail(KILN_ERR_NOMEM, "out of memory");
     uint64_t done = 0;
-    double t0 = kb_now();
+    double t0 = base_now();
     while (!st && done < len) {
         size_t want = len - done < CHUNK ? (size_t)(len - done) : CHUNK;
         ssize_t r = read(in, buf, want);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
-            st = kb_fail(KILN_ERR_IO, "reading %s: %s", src, r < 0 ? strerror(errno) : "file shrank during the copy");
+            st = base_fail(KILN_ERR_IO, "reading %s: %s", src, r < 0 ? strerror(errno) : "file shrank during the copy");
             break;
         }
         for (ssize_t off = 0; !st && off < r;) {
             ssize_t w = write(out, buf + off, (size_t)(r - off));
             if (w < 0 && errno == EINTR) continue;
             if (w < 0)
-                st = kb_fail(KILN_ERR_IO, "writing %s: %s (the source is untouched)", dst, strerror(errno));
+                st = base_fail(KILN_ERR_IO, "writing %s: %s (the source is untouched)", dst, strerror(errno));
             else
                 off += w;
         }
         EVP_DigestUpdate(ctx, buf, (size_t)r);
         done += (uint64_t)r;
-        double dt = kb_now() - t0;
+        double dt = base_now() - t0;
         double rate = dt > 0 ? (double)done / dt : 0;
         kiln_store_progress p = {.event = "progress",
                                  .artifact = file,
@@ -70,7 +70,7 @@ static kiln_status copy_hash(const char *src, const char *dst, const char *file,
                                  .eta = rate > 0 ? (double)(len - done) / rate : -1};
         kst_emit(progress, user, &p);
     }
-    if (!st && fsync(out) != 0) st = kb_fail(KILN_ERR_IO, "writing %s: %s", dst, strerror(errno));
+    if (!st && fsync(out) != 0) st = base_fail(KILN_ERR_IO, "writing %s: %s", dst, strerror(errno));
     if (!st) {
         unsigned char d[EVP_MAX_MD_SIZE];
         unsigned n = 0;
@@ -94,8 +94,8 @@ static kiln_status copy_hash(const char *src, const char *dst, const char *file,
 static kiln_status stage_one(const char *src, const char *dir, const char *file, int mode, const char *want_sha,
                              struct stat *s0, char hex[KST_ID_LEN + 1], kiln_store_progress_fn progress, void *user) {
     char dst[PATH_MAX];
-    if (stat(src, s0) != 0) return kb_fail(KILN_ERR_IO, "%s: %s", src, strerror(errno));
-    if (!S_ISREG(s0->st_mode)) return kb_fail(KILN_ERR_INVALID_ARG, "%s is not a regular file", src);
+    if (stat(src, s0) != 0) return base_fail(KILN_ERR_IO, "%s: %s", src, strerror(errno));
+    if (!S_ISREG(s0->st_mode)) return base_fail(KILN_ERR_INVALID_ARG, "%s is not a regular file", src);
     if (kst_path(dst, "%s/%s", dir, file)) return KILN_ERR_INVALID_ARG;
     kiln_store_progress p0 = {.event = "start",
                               .artifact = file,
@@ -108,16 +108,16 @@ static kiln_status stage_one(const char *src, const char *dir, const char *file,
     kiln_status st = KILN_OK;
     if (mode == KILN_STORE_LINK) {
         if (kst_sha256_file(src, hex, &s1, progress, user, file) != 0)
-            st = kb_fail(KILN_ERR_IO, "cannot read %s: %s", src, strerror(errno));
+            st = base_fail(KILN_ERR_IO, "cannot read %s: %s", src, strerror(errno));
         else if (symlink(src, dst) != 0)
-            st = kb_fail(KILN_ERR_IO, "cannot link %s: %s", dst, strerror(errno));
+            st = base_fail(KILN_ERR_IO, "cannot link %s: %s", dst, strerror(errno));
     } else {
         st = copy_hash(src, dst, file, (uint64_t)s0->st_size, hex, progress, user);
-        if (!st && stat(src, &s1) != 0) st = kb_fail(KILN_ERR_IO, "%s: %s", src, strerror(errno));
+        if (!st && stat(src, &s1) != 0) st = base_fail(KILN_ERR_IO, "%s: %s", src, strerror(errno));
     }
-    if (!st && !same_file(s0, &s1)) st = kb_fail(KILN_ERR_STATE, "%s changed while it was read; nothing imported", src);
+    if (!st && !same_file(s0, &s1)) st = base_fail(KILN_ERR_STATE, "%s changed while it was read; nothing imported", src);
     if (!st && want_sha && strcmp(hex, want_sha))
-        st = kb_fail(KILN_ERR_FORMAT, "%s has sha256 %s, but pack.json records %s; nothing imported", src, hex,
+        st = base_fail(KILN_ERR_FORMAT, "%s has sha256 %s, but pack.json records %s; nothing imported", src, hex,
                      want_sha);
     return st;
 }
@@ -130,7 +130,7 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
     static atomic_uint seq;
     char pj[PATH_MAX], dir[PATH_MAX], srcdir[PATH_MAX], norm[KST_NAME_MAX + 1], err[1024];
     struct stat sd;
-    if (stat(canon, &sd) != 0) return kb_fail(KILN_ERR_IO, "%s: %s", canon, strerror(errno));
+    if (stat(canon, &sd) != 0) return base_fail(KILN_ERR_IO, "%s: %s", canon, strerror(errno));
     if (S_ISDIR(sd.st_mode)) {
         snprintf(srcdir, sizeof srcdir, "%s", canon);
         if (kst_path(pj, "%s/pack.json", canon)) return KILN_ERR_INVALID_ARG;
@@ -142,7 +142,7 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
     /* the pack's own checks first: roles, plain file names, lengths */
     im_files files;
     im_config cfg;
-    if (im_pack_read(pj, 0, &files, &cfg, err, sizeof err)) return kb_fail(KILN_ERR_FORMAT, "%s", err);
+    if (im_pack_read(pj, 0, &files, &cfg, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
     kiln_status st;
     if (name)
         st = kst_name_norm(name, norm);
@@ -153,7 +153,7 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
     if (st) return st;
     json_error_t je;
     json_t *pack = json_load_file(pj, JSON_REJECT_DUPLICATES, &je);
-    if (!pack) return kb_fail(KILN_ERR_FORMAT, "%s: %s", pj, je.text);
+    if (!pack) return base_fail(KILN_ERR_FORMAT, "%s: %s", pj, je.text);
 
     char key[96];
     snprintf(key, sizeof key, "import-%ld-%u-%lld", (long)getpid(), atomic_fetch_add(&seq, 1),
@@ -177,11 +177,11 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
         const char *role = json_string_value(json_object_get(a, "role"));
         const char *sha = i ? json_string_value(json_object_get(a, "sha256")) : NULL;
         if (i >= 5) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: more artifacts than an image pack has", pj);
+            st = base_fail(KILN_ERR_FORMAT, "%s: more artifacts than an image pack has", pj);
             break;
         }
         if (!kst_file_ok(file) || !strcmp(file, "manifest.json") || (i && !strcmp(file, "pack.json"))) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: the artifact name '%s' cannot be kept in the store", pj,
+            st = base_fail(KILN_ERR_FORMAT, "%s: the artifact name '%s' cannot be kept in the store", pj,
                          file ? file : "");
             break;
         }
@@ -209,7 +209,7 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
     json_t *man = json_pack("{s:s,s:s,s:o}", "mode", mode == KILN_STORE_LINK ? "linked" : "owned", "origin", srcdir,
                             "artifacts", arts);
     char id[KST_ID_LEN + 1];
-    st = man ? kst_publish(s, dir, man, norm, id) : kb_fail(KILN_ERR_NOMEM, "out of memory");
+    st = man ? kst_publish(s, dir, man, norm, id) : base_fail(KILN_ERR_NOMEM, "out of memory");
     json_decref(man);
     if (st) return st;
     kiln_store_progress pub = {.event = "published",
@@ -231,7 +231,7 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
         else if (unlink(srcs[k]) != 0)
             snprintf(msg, sizeof msg, "cannot remove %s: %s; it is kept", srcs[k], strerror(errno));
         if (msg[0]) {
-            kb_log(KB_LOG_WARN, "import: %s", msg);
+            base_log(BASE_LOG_WARN, "import: %s", msg);
             kiln_store_progress w = {
                 .event = "warning", .artifact = "pack.json", .count = 1, .eta = -1, .message = msg};
             kst_emit(progress, user, &w);
@@ -244,11 +244,11 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
 kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name, int mode,
                               kiln_store_progress_fn progress, void *user, char *id_out) {
     static atomic_uint seq;
-    if (!s || !path) return kb_fail(KILN_ERR_INVALID_ARG, "no store or path");
+    if (!s || !path) return base_fail(KILN_ERR_INVALID_ARG, "no store or path");
     if (mode != KILN_STORE_COPY && mode != KILN_STORE_MOVE && mode != KILN_STORE_LINK)
-        return kb_fail(KILN_ERR_INVALID_ARG, "unknown import mode %d", mode);
+        return base_fail(KILN_ERR_INVALID_ARG, "unknown import mode %d", mode);
     char canon[PATH_MAX], norm[KST_NAME_MAX + 1];
-    if (!realpath(path, canon)) return kb_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!realpath(path, canon)) return base_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
     if (im_is_pack(canon)) return import_image_pack(s, canon, name, mode, progress, user, id_out);
     kiln_status st;
     if (name)
@@ -260,7 +260,7 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
     if (st) return st;
     struct stat s0;
     if (stat(canon, &s0) != 0 || !S_ISREG(s0.st_mode))
-        return kb_fail(KILN_ERR_INVALID_ARG, "%s is not a regular file", path);
+        return base_fail(KILN_ERR_INVALID_ARG, "%s is not a regular file", path);
 
     /* the artifact's name inside the pack: the file name, made safe */
     char file[256];
@@ -296,16 +296,16 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
     struct stat s1;
     if (mode == KILN_STORE_LINK) {
         if (kst_sha256_file(canon, hex, &s1, progress, user, file) != 0) {
-            st = kb_fail(KILN_ERR_IO, "cannot read %s: %s", canon, strerror(errno));
+            st = base_fail(KILN_ERR_IO, "cannot read %s: %s", canon, strerror(errno));
         } else if (!same_file(&s0, &s1)) {
-            st = kb_fail(KILN_ERR_STATE, "%s changed while it was hashed; nothing imported", canon);
+            st = base_fail(KILN_ERR_STATE, "%s changed while it was hashed; nothing imported", canon);
         } else if (symlink(canon, dst) != 0) {
-            st = kb_fail(KILN_ERR_IO, "cannot link %s: %s", dst, strerror(errno));
+            st = base_fail(KILN_ERR_IO, "cannot link %s: %s", dst, strerror(errno));
         }
     } else {
         st = copy_hash(canon, dst, file, (uint64_t)s0.st_size, hex, progress, user);
         if (!st && (stat(canon, &s1) != 0 || !same_file(&s0, &s1)))
-            st = kb_fail(KILN_ERR_STATE, "%s changed during the copy; nothing imported and the source is kept", canon);
+            st = base_fail(KILN_ERR_STATE, "%s changed during the copy; nothing imported and the source is kept", canon);
     }
     if (st) {
         if (st == KILN_ERR_STATE)
@@ -319,7 +319,7 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
                             "origin", canon, "artifacts", "role", "model", "path", file, "length",
                             (json_int_t)s0.st_size, "sha256", hex, "source", canon);
     char id[KST_ID_LEN + 1];
-    st = man ? kst_publish(s, dir, man, norm, id) : kb_fail(KILN_ERR_NOMEM, "out of memory");
+    st = man ? kst_publish(s, dir, man, norm, id) : base_fail(KILN_ERR_NOMEM, "out of memory");
     json_decref(man);
     if (st) return st;
     kiln_store_progress pub = {.event = "published",
@@ -344,7 +344,7 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
         else if (unlink(canon) != 0)
             snprintf(msg, sizeof msg, "cannot remove %s: %s; it is kept", canon, strerror(errno));
         if (msg[0]) {
-            kb_log(KB_LOG_WARN, "import: %s", msg);
+            base_log(BASE_LOG_WARN, "import: %s", msg);
             kiln_store_progress w = {.event = "warning", .artifact = file, .count = 1, .eta = -1, .message = msg};
             kst_emit(progress, user, &w);
         }

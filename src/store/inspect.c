@@ -59,7 +59,7 @@ static kiln_status read_header(const kst_plan *plan, const kst_artifact *a, cons
         }
         uint8_t *nb = realloc(buf, have + want);
         if (!nb) {
-            st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+            st = base_fail(KILN_ERR_NOMEM, "out of memory");
             break;
         }
         buf = nb;
@@ -154,7 +154,7 @@ static kiln_status read_header(const kst_plan *plan, const kst_artifact *a, cons
 
 kiln_status kiln_store_inspect(const char *ref, const kiln_store_pull_params *params, char **json_out) {
     kst_source_set(KILN_SOURCE_OK);
-    if (!ref || !json_out) return kb_fail(KILN_ERR_INVALID_ARG, "no reference or output");
+    if (!ref || !json_out) return base_fail(KILN_ERR_INVALID_ARG, "no reference or output");
     *json_out = NULL;
     char mapped[2048];
     if (kst_hub_url_ref(ref, mapped, sizeof mapped)) ref = mapped; /* a hub page: its reference */
@@ -164,11 +164,11 @@ kiln_status kiln_store_inspect(const char *ref, const kiln_store_pull_params *pa
     kst_creds cr;
     kiln_status st = kst_creds_init(&cr, params, ref);
     kst_plan *plan = st ? NULL : calloc(1, sizeof *plan);
-    if (!st && !plan) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!st && !plan) st = base_fail(KILN_ERR_NOMEM, "out of memory");
     if (!st && strstr(ref, "://")) {
         size_t n = strcspn(ref, "?#");
         if (n > 5 && !strncasecmp(ref + n - 5, ".json", 5))
-            st = kb_fail(KILN_ERR_UNSUPPORTED, "inspect the model file's URL, not a pack manifest");
+            st = base_fail(KILN_ERR_UNSUPPORTED, "inspect the model file's URL, not a pack manifest");
         if (!st) st = kst_url_origin(ref, plan->auth_origin, sizeof plan->auth_origin);
         if (!st) {
             plan->kind = KST_SRC_URL;
@@ -210,7 +210,7 @@ kiln_status kiln_store_inspect(const char *ref, const kiln_store_pull_params *pa
     }
     if (!st) {
         *json_out = json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        if (!*json_out) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+        if (!*json_out) st = base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     json_decref(out);
     if (plan) json_decref(plan->source);

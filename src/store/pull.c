@@ -93,7 +93,7 @@ static void write_meta(xfer *x) {
     json_t *m = json_pack("{s:s,s:I,s:s}", "url", x->url, "total", (json_int_t)x->total, "validator", x->validator);
     char *txt = m ? json_dumps(m, JSON_COMPACT) : NULL;
     if (txt && kst_write_atomic(x->meta_path, txt, strlen(txt), 0644) != 0)
-        kb_log(KB_LOG_WARN, "pull: cannot write %s: %s", x->meta_path, strerror(errno));
+        base_log(BASE_LOG_WARN, "pull: cannot write %s: %s", x->meta_path, strerror(errno));
     free(txt);
     json_decref(m);
 }
@@ -237,7 +237,7 @@ static int on_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
     (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
     xfer *x = ud;
     if (cancelled(x->pc)) return 1;
-    double now = kb_now();
+    double now = base_now();
     if (now - x->t_rate >= 0.5) {
         double inst = (double)(x->have - x->rate_bytes) / (now - x->t_rate);
         x->rate = x->rate > 0 ? 0.7 * x->rate + 0.3 * inst : inst;
@@ -280,7 +280,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         x.have = 0;
     }
     x.fd = open(part_p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (x.fd < 0) return kb_fail(KILN_ERR_IO, "cannot create %s: %s", part_p, strerror(errno));
+    if (x.fd < 0) return base_fail(KILN_ERR_IO, "cannot create %s: %s", part_p, strerror(errno));
     if (fstat(x.fd, &st) == 0) x.have = (uint64_t)st.st_size;
     {
         char *txt = x.have ? kst_read_text(meta_p, 1 << 16, NULL) : NULL;
@@ -304,7 +304,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
     CURL *h = curl_easy_init();
     if (!h) {
         close(x.fd);
-        return kb_fail(KILN_ERR_NOMEM, "cannot create an HTTP handle");
+        return base_fail(KILN_ERR_NOMEM, "cannot create an HTTP handle");
     }
     x.h = h;
     char cur[8192], errbuf[CURL_ERROR_SIZE];
@@ -317,7 +317,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         emit(&x, "start", NULL);
     while (!st_ret && !done) {
         if (cancelled(pc)) {
-            st_ret = kb_fail(KILN_ERR_CANCELLED, "pull cancelled; %llu bytes of %s kept for the next pull",
+            st_ret = base_fail(KILN_ERR_CANCELLED, "pull cancelled; %llu bytes of %s kept for the next pull",
                              (unsigned long long)x.have, file);
             break;
         }
@@ -360,7 +360,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, pc->net.stall_s);
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-        x.t_rate = x.t_last_emit = kb_now();
+        x.t_rate = x.t_last_emit = base_now();
         x.rate_bytes = x.have;
         CURLcode rc = curl_easy_perform(h);
         curl_slist_free_all(hdrs);
@@ -368,10 +368,10 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
         char reason[600] = "";
         if (x.werr) {
-            st_ret = kb_fail(KILN_ERR_IO, "writing %s: %s; %llu bytes kept in %s", file, strerror(x.werr),
+            st_ret = base_fail(KILN_ERR_IO, "writing %s: %s; %llu bytes kept in %s", file, strerror(x.werr),
                              (unsigned long long)x.have, part_p);
         } else if (x.nospace) {
-            st_ret = kb_fail(KILN_ERR_IO, "%s; %llu bytes kept in %s", x.why, (unsigned long long)x.have, part_p);
+            st_ret = base_fail(KILN_ERR_IO, "%s; %llu bytes kept in %s", x.why, (unsigned long long)x.have, part_p);
         } else if (x.integrity) {
             *quarantine = 1;
             st_ret = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s", x.why);
@@ -446,24 +446,24 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         kst_net_sleep(&pc->net, delay);
     }
     curl_easy_cleanup(h);
-    if (!st_ret && fsync(x.fd) != 0) st_ret = kb_fail(KILN_ERR_IO, "writing %s: %s", part_p, strerror(errno));
+    if (!st_ret && fsync(x.fd) != 0) st_ret = base_fail(KILN_ERR_IO, "writing %s: %s", part_p, strerror(errno));
     close(x.fd);
     if (st_ret) return st_ret;
 
     if (expect && x.have != expect) {
         *quarantine = 1;
-        return kb_fail(KILN_ERR_FORMAT, "artifact %s: wrong length: got %llu bytes, the manifest says %llu", file,
+        return base_fail(KILN_ERR_FORMAT, "artifact %s: wrong length: got %llu bytes, the manifest says %llu", file,
                        (unsigned long long)x.have, (unsigned long long)expect);
     }
     emit(&x, "verify", NULL);
     if (kst_sha256_file(part_p, sha_out, NULL, pc->pp ? pc->pp->progress : NULL, pc->pp ? pc->pp->user : NULL, file) !=
         0)
-        return kb_fail(KILN_ERR_IO, "cannot read %s: %s", part_p, strerror(errno));
+        return base_fail(KILN_ERR_IO, "cannot read %s: %s", part_p, strerror(errno));
     if (want_sha && strcmp(sha_out, want_sha)) {
         *quarantine = 1;
-        return kb_fail(KILN_ERR_FORMAT, "artifact %s: sha256 mismatch: got %s, expected %s", file, sha_out, want_sha);
+        return base_fail(KILN_ERR_FORMAT, "artifact %s: sha256 mismatch: got %s, expected %s", file, sha_out, want_sha);
     }
-    if (rename(part_p, final_p) != 0) return kb_fail(KILN_ERR_IO, "cannot rename %s: %s", part_p, strerror(errno));
+    if (rename(part_p, final_p) != 0) return base_fail(KILN_ERR_IO, "cannot rename %s: %s", part_p, strerror(errno));
     unlink(meta_p);
     *len_out = x.have;
     emit(&x, "done", NULL);
@@ -514,7 +514,7 @@ static kiln_status parse_remote(const char *path, const char *url, artifact *art
     json_t *list = json_object_get(m, "artifacts");
     if (!json_is_array(list) || !json_array_size(list) || json_array_size(list) > MAX_ARTIFACTS) {
         json_decref(m);
-        return kb_fail(KILN_ERR_FORMAT, "%s is not a pack manifest (an object with 1..%d \"artifacts\")", shown,
+        return base_fail(KILN_ERR_FORMAT, "%s is not a pack manifest (an object with 1..%d \"artifacts\")", shown,
                        MAX_ARTIFACTS);
     }
     snprintf(name, name_cap, "%s",
@@ -532,7 +532,7 @@ static kiln_status parse_remote(const char *path, const char *url, artifact *art
         const char *l = json_string_value(json_object_get(a, "license"));
         json_int_t len = json_integer_value(json_object_get(a, "length"));
         if (!u || resolve_url(url, u, t->url, sizeof t->url) != 0) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: artifact %zu has no valid \"url\"", shown, i);
+            st = base_fail(KILN_ERR_FORMAT, "%s: artifact %zu has no valid \"url\"", shown, i);
             break;
         }
         if (p)
@@ -540,14 +540,14 @@ static kiln_status parse_remote(const char *path, const char *url, artifact *art
         else
             file_from_url(t->url, t->file, sizeof t->file);
         if (!kst_file_ok(t->file)) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: artifact path '%s' is not a plain file name", shown, t->file);
+            st = base_fail(KILN_ERR_FORMAT, "%s: artifact path '%s' is not a plain file name", shown, t->file);
             break;
         }
         for (size_t k = 0; k < i; k++)
             if (!strcmp(arts[k].file, t->file))
-                st = kb_fail(KILN_ERR_FORMAT, "%s: artifact '%s' listed twice", shown, t->file);
+                st = base_fail(KILN_ERR_FORMAT, "%s: artifact '%s' listed twice", shown, t->file);
         if (h && !kst_hex_ok(h))
-            st = kb_fail(KILN_ERR_FORMAT, "%s: artifact %s: sha256 is not 64 lowercase hex digits", shown, t->file);
+            st = base_fail(KILN_ERR_FORMAT, "%s: artifact %s: sha256 is not 64 lowercase hex digits", shown, t->file);
         if (st) break;
         snprintf(t->role, sizeof t->role, "%s", r ? r : i == 0 ? "model" : "companion");
         if (h) snprintf(t->sha, sizeof t->sha, "%s", h);
@@ -573,12 +573,12 @@ static kiln_status lock_source(kiln_store *s, pull_ctx *pc, const char *key, int
     if (kst_path(lockp, "%s/locks/%s.lock", s->root, key)) return KILN_ERR_INVALID_ARG;
     int waited = 0;
     while ((*fd = kst_lock(lockp, LOCK_EX | LOCK_NB)) < 0) {
-        if (errno != EWOULDBLOCK) return kb_fail(KILN_ERR_IO, "lock %s: %s", lockp, strerror(errno));
+        if (errno != EWOULDBLOCK) return base_fail(KILN_ERR_IO, "lock %s: %s", lockp, strerror(errno));
         if (!waited++ && pc->pp && pc->pp->progress) {
             kiln_store_progress p = {.event = "waiting", .eta = -1, .message = "another process is pulling this model"};
             pc->pp->progress(&p, pc->pp->user);
         }
-        if (cancelled(pc)) return kb_fail(KILN_ERR_CANCELLED, "pull cancelled while waiting for another pull");
+        if (cancelled(pc)) return base_fail(KILN_ERR_CANCELLED, "pull cancelled while waiting for another pull");
         kst_net_sleep(&pc->net, 100);
     }
     return KILN_OK;
@@ -647,7 +647,7 @@ static kiln_status fetch_publish(kiln_store *s, pull_ctx *pc, const char *dir, c
     }
     /* the last point where a cancel wins; after it, publication commits */
     if (!st && cancelled(pc))
-        st = kb_fail(KILN_ERR_CANCELLED, "pull cancelled before publication; the download is kept");
+        st = base_fail(KILN_ERR_CANCELLED, "pull cancelled before publication; the download is kept");
     if (st && quarantine) kst_quarantine(s, dir, kiln_last_error());
     if (!st) {
         char id[KST_ID_LEN + 1];
@@ -694,7 +694,7 @@ static kiln_status pull_url(kiln_store *s, pull_ctx *pc, const char *url, const 
     int n_arts = 1, quarantine = 0;
     char remote_name[KST_NAME_MAX + 1] = "";
     if (!arts)
-        st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+        st = base_fail(KILN_ERR_NOMEM, "out of memory");
     else if (url_is_manifest(url)) {
         char rp[PATH_MAX], sha_m[KST_ID_LEN + 1];
         uint64_t len_m;
@@ -705,7 +705,7 @@ static kiln_status pull_url(kiln_store *s, pull_ctx *pc, const char *url, const 
         if (!st) st = parse_remote(rp, url, arts, &n_arts, remote_name, sizeof remote_name);
         if (!st) unlink(rp);
         if (!st && want[0] && arts[0].sha[0] && strcmp(arts[0].sha, want))
-            st = kb_fail(KILN_ERR_INVALID_ARG, "--sha256 differs from the manifest's hash of %s", arts[0].file);
+            st = base_fail(KILN_ERR_INVALID_ARG, "--sha256 differs from the manifest's hash of %s", arts[0].file);
         if (!st && want[0]) snprintf(arts[0].sha, sizeof arts[0].sha, "%s", want);
     } else {
         snprintf(arts[0].url, sizeof arts[0].url, "%s", url);
@@ -727,12 +727,12 @@ static kiln_status pull_url(kiln_store *s, pull_ctx *pc, const char *url, const 
  * (the lock and the staging belong to the exact revision). */
 static kiln_status pull_ref(kiln_store *s, pull_ctx *pc, const char *ref, const char *want, char *norm, char *id_out) {
     kst_plan *plan = calloc(1, sizeof *plan);
-    if (!plan) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!plan) return base_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_status st = kst_hub_ref(ref)
                          ? kst_hub_plan(ref, &pc->net, pc->headers, pc->n_headers, pc->have_token, plan)
                          : kst_registry_plan(ref, &pc->net, pc->headers, pc->n_headers, pc->have_token, plan);
     if (!st && want[0] && strcmp(plan->arts[0].sha[0] ? plan->arts[0].sha : want, want))
-        st = kb_fail(KILN_ERR_INVALID_ARG, "--sha256 differs from the source's hash of %s", plan->arts[0].file);
+        st = base_fail(KILN_ERR_INVALID_ARG, "--sha256 differs from the source's hash of %s", plan->arts[0].file);
     if (!st && want[0]) snprintf(plan->arts[0].sha, sizeof plan->arts[0].sha, "%s", want);
     if (st) {
         json_decref(plan->source);
@@ -779,7 +779,7 @@ static kiln_status pull_ref(kiln_store *s, pull_ctx *pc, const char *ref, const 
 
 static kiln_status pull_any(kiln_store *s, const char *ref, const char *name, const char *sha256,
                             const kiln_store_pull_params *params, char *id_out) {
-    if (!s || !ref) return kb_fail(KILN_ERR_INVALID_ARG, "no store or model reference");
+    if (!s || !ref) return base_fail(KILN_ERR_INVALID_ARG, "no store or model reference");
     kst_curl_init();
     char want[KST_ID_LEN + 1] = "", norm[KST_NAME_MAX + 1] = "";
     kiln_status st = KILN_OK;
@@ -787,7 +787,7 @@ static kiln_status pull_any(kiln_store *s, const char *ref, const char *name, co
         for (size_t i = 0; i < KST_ID_LEN && sha256[i]; i++) want[i] = (char)tolower((unsigned char)sha256[i]);
         want[KST_ID_LEN] = 0;
         if (strlen(sha256) != KST_ID_LEN || !kst_hex_ok(want))
-            return kb_fail(KILN_ERR_INVALID_ARG, "--sha256 needs 64 hex digits");
+            return base_fail(KILN_ERR_INVALID_ARG, "--sha256 needs 64 hex digits");
     }
     const int is_url = strstr(ref, "://") != NULL;
     if (name && (st = kst_name_norm(name, norm))) return st;
@@ -796,7 +796,7 @@ static kiln_status pull_any(kiln_store *s, const char *ref, const char *name, co
     if (!name && !is_url && (st = kst_name_norm(ref, norm))) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", kiln_last_error());
-        return kb_fail(KILN_ERR_INVALID_ARG, "%s; give the model a name with --name", msg);
+        return base_fail(KILN_ERR_INVALID_ARG, "%s; give the model a name with --name", msg);
     }
     pull_ctx pc = {.pp = params, .count = 1};
     kst_net_init(&pc.net, params);
@@ -815,7 +815,7 @@ kiln_status kst_creds_init(kst_creds *c, const kiln_store_pull_params *params, c
     const char *env_hdr = getenv("KILN_AUTH_HEADER");
     if (params && params->headers) {
         for (int i = 0; i < params->n_headers; i++) {
-            if (c->n == 32) return kb_fail(KILN_ERR_INVALID_ARG, "more than 32 headers");
+            if (c->n == 32) return base_fail(KILN_ERR_INVALID_ARG, "more than 32 headers");
             c->hdrs[c->n++] = params->headers[i];
         }
     } else if (env_hdr && *env_hdr) {
@@ -823,7 +823,7 @@ kiln_status kst_creds_init(kst_creds *c, const kiln_store_pull_params *params, c
     }
     for (int i = 0; i < c->n; i++) {
         if (!c->hdrs[i] || strpbrk(c->hdrs[i], "\r\n") || !strchr(c->hdrs[i], ':'))
-            return kb_fail(KILN_ERR_INVALID_ARG, "header %d is not one 'Name: value' line", i + 1);
+            return base_fail(KILN_ERR_INVALID_ARG, "header %d is not one 'Name: value' line", i + 1);
         if (!strncasecmp(c->hdrs[i], "authorization:", 14)) c->have_token = 1;
     }
     const char *token = params && params->token ? params->token : NULL;
@@ -831,8 +831,8 @@ kiln_status kst_creds_init(kst_creds *c, const kiln_store_pull_params *params, c
     if (token && *token) {
         for (const char *p = token; *p; p++)
             if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
-                return kb_fail(KILN_ERR_INVALID_ARG, "the token holds a character a header cannot carry");
-        if (strlen(token) > 1024) return kb_fail(KILN_ERR_INVALID_ARG, "the token is longer than 1024 bytes");
+                return base_fail(KILN_ERR_INVALID_ARG, "the token holds a character a header cannot carry");
+        if (strlen(token) > 1024) return base_fail(KILN_ERR_INVALID_ARG, "the token is longer than 1024 bytes");
         snprintf(c->bearer, sizeof c->bearer, "Authorization: Bearer %s", token);
         c->hdrs[c->n++] = c->bearer;
         c->have_token = 1;

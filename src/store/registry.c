@@ -65,12 +65,12 @@ static int host_ok(const char *s) {
 static kiln_status parse_ref(const char *ref, reg_ref *r) {
     memset(r, 0, sizeof *r);
     char buf[600];
-    if (strlen(ref) >= sizeof buf) return kb_fail(KILN_ERR_INVALID_ARG, "%.60s...: reference too long", ref);
+    if (strlen(ref) >= sizeof buf) return base_fail(KILN_ERR_INVALID_ARG, "%.60s...: reference too long", ref);
     snprintf(buf, sizeof buf, "%s", ref);
     char *parts[4];
     int n = 0;
     for (char *p = buf, *slash;; p = slash + 1) {
-        if (n == 3) return kb_fail(KILN_ERR_INVALID_ARG, "%s: expected [HOST/][NAMESPACE/]MODEL[:TAG]", ref);
+        if (n == 3) return base_fail(KILN_ERR_INVALID_ARG, "%s: expected [HOST/][NAMESPACE/]MODEL[:TAG]", ref);
         parts[n++] = p;
         if (!(slash = strchr(p, '/'))) break;
         *slash = 0;
@@ -83,7 +83,7 @@ static kiln_status parse_ref(const char *ref, reg_ref *r) {
     snprintf(r->ns, sizeof r->ns, "%.127s", n >= 2 ? parts[n - 2] : "library");
     if (n == 3) snprintf(r->host, sizeof r->host, "%.255s", parts[0]);
     if ((n == 3 && !host_ok(r->host)) || !part_ok(r->ns, 80) || !part_ok(r->model, 80) || !part_ok(r->tag, 80))
-        return kb_fail(KILN_ERR_INVALID_ARG,
+        return base_fail(KILN_ERR_INVALID_ARG,
                        "%s: not a model reference: [HOST/][NAMESPACE/]MODEL[:TAG] of letters, digits, '.', '_' and '-'",
                        ref);
     return KILN_OK;
@@ -133,7 +133,7 @@ static kiln_status exchange_token(const char *www, const reg_ref *r, const char 
                                   size_t cap) {
     char realm[1024], service[256] = "", scope[512], rorigin[512];
     if (!challenge_param(www, "realm", realm, sizeof realm))
-        return kb_fail(KILN_ERR_FORMAT, "%s: the registry's challenge names no realm", what);
+        return base_fail(KILN_ERR_FORMAT, "%s: the registry's challenge names no realm", what);
     kiln_status st = kst_url_origin(realm, rorigin, sizeof rorigin);
     if (st) return st;
     challenge_param(www, "service", service, sizeof service);
@@ -141,10 +141,10 @@ static kiln_status exchange_token(const char *www, const reg_ref *r, const char 
         snprintf(scope, sizeof scope, "repository:%s/%s:pull", r->ns, r->model);
     char esvc[800], escope[1600], url[4096];
     if (kst_url_escape(service, esvc, sizeof esvc, 0) < 0 || kst_url_escape(scope, escope, sizeof escope, 0) < 0)
-        return kb_fail(KILN_ERR_FORMAT, "%s: the registry's challenge is too long", what);
+        return base_fail(KILN_ERR_FORMAT, "%s: the registry's challenge is too long", what);
     int n = snprintf(url, sizeof url, "%s%s%s%s%sscope=%s", realm, strchr(realm, '?') ? "&" : "?",
                      esvc[0] ? "service=" : "", esvc, esvc[0] ? "&" : "", escope);
-    if (n < 0 || (size_t)n >= sizeof url) return kb_fail(KILN_ERR_FORMAT, "%s: the token URL is too long", what);
+    if (n < 0 || (size_t)n >= sizeof url) return base_fail(KILN_ERR_FORMAT, "%s: the token URL is too long", what);
     const int same = !strcmp(rorigin, origin);
     char twhat[340];
     snprintf(twhat, sizeof twhat, "%s (its token)", what);
@@ -163,7 +163,7 @@ static kiln_status exchange_token(const char *www, const reg_ref *r, const char 
     int ok = tok && *tok && strlen(tok) + 24 < cap;
     for (const char *c = tok; ok && *c; c++) ok = (unsigned char)*c > 0x20 && (unsigned char)*c < 0x7f;
     if (ok) snprintf(bearer, cap, "Authorization: Bearer %s", tok);
-    if (!st && !ok) st = kb_fail(KILN_ERR_STATE, "%s: the token service gave no token (HTTP %ld)", what, h.code);
+    if (!st && !ok) st = base_fail(KILN_ERR_STATE, "%s: the token service gave no token (HTTP %ld)", what, h.code);
     json_decref(j);
     if (h.body) memset(h.body, 0, h.len);
     kst_http_done(&h);

@@ -60,7 +60,7 @@ int kiln_store_progress_json(const kiln_store_progress *p, char *buf, size_t cap
 static const char *const k_subdirs[] = {"packs", "names", "state", "leases", "locks", ".staging", "quarantine"};
 
 kiln_status kiln_store_open(const char *root, kiln_store **out) {
-    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output handle");
+    if (!out) return base_fail(KILN_ERR_INVALID_ARG, "no output handle");
     *out = NULL;
     char dir[PATH_MAX];
     const char *env = getenv("KILN_STORE"), *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
@@ -74,20 +74,20 @@ kiln_status kiln_store_open(const char *root, kiln_store **out) {
     else if (home && *home)
         r = kst_path(dir, "%s/.local/share/kiln", home);
     else
-        return kb_fail(KILN_ERR_INVALID_ARG, "no store root: set KILN_STORE, XDG_DATA_HOME or HOME");
+        return base_fail(KILN_ERR_INVALID_ARG, "no store root: set KILN_STORE, XDG_DATA_HOME or HOME");
     if (r) return KILN_ERR_INVALID_ARG;
     size_t n = strlen(dir);
     /* room for the store's own names below the root */
-    if (n > PATH_MAX - 512) return kb_fail(KILN_ERR_INVALID_ARG, "store root %.60s... is too long", dir);
+    if (n > PATH_MAX - 512) return base_fail(KILN_ERR_INVALID_ARG, "store root %.60s... is too long", dir);
     while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
     for (size_t i = 0; i < sizeof k_subdirs / sizeof k_subdirs[0]; i++) {
         char sub[PATH_MAX];
         if (kst_path(sub, "%s/%s", dir, k_subdirs[i])) return KILN_ERR_INVALID_ARG;
         if (kst_mkdirs(sub) != 0)
-            return kb_fail(KILN_ERR_IO, "store %s: cannot create %s: %s", dir, sub, strerror(errno));
+            return base_fail(KILN_ERR_IO, "store %s: cannot create %s: %s", dir, sub, strerror(errno));
     }
     kiln_store *s = calloc(1, sizeof *s);
-    if (!s) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!s) return base_fail(KILN_ERR_NOMEM, "out of memory");
     memcpy(s->root, dir, n + 1);
     *out = s;
     return KILN_OK;
@@ -101,7 +101,7 @@ static int mut_lock(kiln_store *s, int op) {
     char p[PATH_MAX];
     if (kst_path(p, "%s/.lock", s->root)) return -1;
     int fd = kst_lock(p, op);
-    if (fd < 0) kb_fail(KILN_ERR_IO, "store lock %s: %s", p, strerror(errno));
+    if (fd < 0) base_fail(KILN_ERR_IO, "store lock %s: %s", p, strerror(errno));
     return fd;
 }
 
@@ -117,43 +117,43 @@ static int name_char(int c) { return isalnum(c) || c == '.' || c == '_' || c == 
  * follows the last ':' after the last '/'.  No ".." anywhere, so a name
  * is never a path: on disk each '/' becomes "%2F" (name_file). */
 kiln_status kst_name_norm(const char *in, char out[KST_NAME_MAX + 1]) {
-    if (!in || !*in) return kb_fail(KILN_ERR_INVALID_ARG, "empty model name");
+    if (!in || !*in) return base_fail(KILN_ERR_INVALID_ARG, "empty model name");
     size_t len = strlen(in);
     const char *last_slash = strrchr(in, '/');
     const char *base = last_slash ? last_slash + 1 : in;
     const char *colon = strchr(base, ':');
     if (len + (colon ? 0 : 7) > KST_NAME_MAX)
-        return kb_fail(KILN_ERR_INVALID_ARG, "model name '%.40s...' is longer than %d bytes", in, KST_NAME_MAX);
+        return base_fail(KILN_ERR_INVALID_ARG, "model name '%.40s...' is longer than %d bytes", in, KST_NAME_MAX);
     if (!*base || base == colon || (colon && !colon[1]) || (colon && strchr(colon + 1, ':')))
-        return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s' must be NAME or NAME:TAG", in);
-    if (strstr(in, "..")) return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s' may not contain '..'", in);
+        return base_fail(KILN_ERR_INVALID_ARG, "model name '%s' must be NAME or NAME:TAG", in);
+    if (strstr(in, "..")) return base_fail(KILN_ERR_INVALID_ARG, "model name '%s' may not contain '..'", in);
     int n_seg = 0;
     for (const char *seg = in; seg < base; n_seg++) {
         const char *end = strchr(seg, '/');
         const char *port = memchr(seg, ':', (size_t)(end - seg));
         if (end == seg || !isalnum((unsigned char)*seg))
-            return kb_fail(KILN_ERR_INVALID_ARG,
+            return base_fail(KILN_ERR_INVALID_ARG,
                            "model name '%s': each part before a '/' must begin with a letter or digit", in);
         if (port && (seg != in || port + 1 == end))
-            return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s': only a host may carry a ':PORT'", in);
+            return base_fail(KILN_ERR_INVALID_ARG, "model name '%s': only a host may carry a ':PORT'", in);
         for (const char *c = seg; c < end; c++) {
             if (port && c > port ? !isdigit((unsigned char)*c) : c != port && !name_char((unsigned char)*c))
-                return kb_fail(KILN_ERR_INVALID_ARG,
+                return base_fail(KILN_ERR_INVALID_ARG,
                                "model name '%s': only letters, digits, '.', '_', '-', '/' and ':' are allowed", in);
         }
         seg = end + 1;
     }
-    if (n_seg > 7) return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s' has more than 8 parts", in);
+    if (n_seg > 7) return base_fail(KILN_ERR_INVALID_ARG, "model name '%s' has more than 8 parts", in);
     const char *at = strchr(base, '@');
     for (const char *c = base; *c; c++)
         if (c != colon && c != at && !name_char((unsigned char)*c))
-            return kb_fail(KILN_ERR_INVALID_ARG,
+            return base_fail(KILN_ERR_INVALID_ARG,
                            "model name '%s': only letters, digits, '.', '_', '-', '/' and ':' are allowed", in);
     if (at && (strchr(at + 1, '@') || at == base || !at[1] || at + 1 == colon || at - 1 == colon || at[1] == '.' ||
                at[1] == '-'))
-        return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s': '@' may only mark one revision", in);
+        return base_fail(KILN_ERR_INVALID_ARG, "model name '%s': '@' may only mark one revision", in);
     if (base[0] == '.' || base[0] == '-' || (colon && (colon[1] == '.' || colon[1] == '-')))
-        return kb_fail(KILN_ERR_INVALID_ARG, "model name '%s' may not start with '.' or '-'", in);
+        return base_fail(KILN_ERR_INVALID_ARG, "model name '%s' may not start with '.' or '-'", in);
     char tmp[KST_NAME_MAX + 1]; /* out may be in */
     snprintf(tmp, sizeof tmp, "%s%s", in, colon ? "" : ":latest");
     memcpy(out, tmp, sizeof tmp);
@@ -271,7 +271,7 @@ static int find_prefix(kiln_store *s, const char *prefix, char id[KST_ID_LEN + 1
     }
     closedir(d);
     if (found > 1) {
-        kb_fail(KILN_ERR_INVALID_ARG,
+        base_fail(KILN_ERR_INVALID_ARG,
                 "id prefix '%s' is ambiguous: %d packs begin with it (%.16s..., %.16s...); give more digits", prefix,
                 found, id, other);
         return -1;
@@ -298,7 +298,7 @@ static kiln_status find_ref(kiln_store *s, const char *ref, char id[KST_ID_LEN +
     if (pr < 0) return KILN_ERR_INVALID_ARG;
     if (pr > 0) return KILN_OK;
     if (st) return kst_name_norm(ref, norm); /* the name's own complaint */
-    return kb_fail(KILN_ERR_NOT_FOUND, "model '%s' is not in the store %s", ref, s->root);
+    return base_fail(KILN_ERR_NOT_FOUND, "model '%s' is not in the store %s", ref, s->root);
 }
 
 static void drop_if_unnamed(kiln_store *s, const char *id);
@@ -309,7 +309,7 @@ kiln_status kst_bind_name(kiln_store *s, const char *name, const char *id) {
     const int had = name_lookup(s, name, old) == 0 && strcmp(old, id);
     snprintf(line, sizeof line, "%s\n", id);
     if (kst_write_atomic(p, line, strlen(line), 0644) != 0)
-        return kb_fail(KILN_ERR_IO, "cannot write name %s: %s", p, strerror(errno));
+        return base_fail(KILN_ERR_IO, "cannot write name %s: %s", p, strerror(errno));
     if (had) drop_if_unnamed(s, old); /* the name moved: its old pack may be nobody's now */
     return KILN_OK;
 }
@@ -344,7 +344,7 @@ static json_t *load_manifest(kiln_store *s, const char *id) {
     char p[PATH_MAX];
     if (kst_path(p, "%s/packs/%s/manifest.json", s->root, id)) return NULL;
     json_t *m = load_json(p);
-    if (!m) kb_fail(KILN_ERR_FORMAT, "pack %.12s: unreadable manifest %s", id, p);
+    if (!m) base_fail(KILN_ERR_FORMAT, "pack %.12s: unreadable manifest %s", id, p);
     return m;
 }
 
@@ -363,7 +363,7 @@ static void save_state(kiln_store *s, const char *id, json_t *st) {
     char p[PATH_MAX];
     char *txt = json_dumps(st, JSON_COMPACT | JSON_SORT_KEYS);
     if (txt && !kst_path(p, "%s/state/%s.json", s->root, id) && kst_write_atomic(p, txt, strlen(txt), 0644) != 0)
-        kb_log(KB_LOG_WARN, "store: cannot write %s: %s", p, strerror(errno));
+        base_log(BASE_LOG_WARN, "store: cannot write %s: %s", p, strerror(errno));
     free(txt);
 }
 
@@ -404,7 +404,7 @@ kiln_status kst_share_artifact(kiln_store *s, const char *id, const char *file, 
     const int was_ok = stat(from, &before) == 0 && stamp_matches(stamp, &before, jstr(stamp, "sha256"));
     kiln_status st = KILN_OK;
     if (link(from, to) != 0) {
-        st = kb_fail(KILN_ERR_IO, "cannot share %s with the new model: %s", file, strerror(errno));
+        st = base_fail(KILN_ERR_IO, "cannot share %s with the new model: %s", file, strerror(errno));
     } else if (was_ok && stat(from, &after) == 0) {
         /* a new link changes the inode's ctime, not its bytes: the stamp that
          * held before still holds, so the next load does not re-hash */
@@ -428,36 +428,36 @@ static kiln_status check_artifact(kiln_store *s, const char *id, json_t *man, js
     uint64_t length = juint(art, "length");
     char p[PATH_MAX];
     if (!kst_file_ok(file) || kst_path(p, "%s/packs/%s/%s", s->root, id, file))
-        return kb_fail(KILN_ERR_FORMAT, "pack %.12s: bad artifact path '%s'", id, file);
+        return base_fail(KILN_ERR_FORMAT, "pack %.12s: bad artifact path '%s'", id, file);
     struct stat st;
     if (lstat(p, &st) != 0)
-        return kb_fail(KILN_ERR_IO, "artifact %s of pack %.12s is missing: %s", file, id, strerror(errno));
+        return base_fail(KILN_ERR_IO, "artifact %s of pack %.12s is missing: %s", file, id, strerror(errno));
     if (linked) {
         char target[PATH_MAX];
         ssize_t n = S_ISLNK(st.st_mode) ? readlink(p, target, sizeof target - 1) : -1;
-        if (n < 0) return kb_fail(KILN_ERR_FORMAT, "linked artifact %s: the store's link %s is not a symlink", file, p);
+        if (n < 0) return base_fail(KILN_ERR_FORMAT, "linked artifact %s: the store's link %s is not a symlink", file, p);
         target[n] = 0;
         if (strcmp(target, src))
-            return kb_fail(KILN_ERR_FORMAT, "linked artifact %s points to %s, not the imported %s", file, target, src);
+            return base_fail(KILN_ERR_FORMAT, "linked artifact %s points to %s, not the imported %s", file, target, src);
         if (stat(p, &st) != 0)
-            return kb_fail(KILN_ERR_IO, "linked target %s of %s is unavailable: %s", src, file, strerror(errno));
+            return base_fail(KILN_ERR_IO, "linked target %s of %s is unavailable: %s", src, file, strerror(errno));
     }
     const char *what = linked ? "linked target" : "artifact";
     const char *where = linked ? src : file;
-    if (!S_ISREG(st.st_mode)) return kb_fail(KILN_ERR_FORMAT, "%s %s is not a regular file", what, where);
+    if (!S_ISREG(st.st_mode)) return base_fail(KILN_ERR_FORMAT, "%s %s is not a regular file", what, where);
     if ((uint64_t)st.st_size != length)
-        return kb_fail(KILN_ERR_FORMAT, "%s %s changed: size %llu, expected %llu", what, where,
+        return base_fail(KILN_ERR_FORMAT, "%s %s changed: size %llu, expected %llu", what, where,
                        (unsigned long long)st.st_size, (unsigned long long)length);
     json_t *stamps = json_object_get(state, "stamps");
     if (!force && stamp_matches(json_object_get(stamps, file), &st, sha)) return KILN_OK;
     char got[KST_ID_LEN + 1];
     struct stat after;
     if (kst_sha256_file(p, got, &after, progress, user, file) != 0)
-        return kb_fail(KILN_ERR_IO, "cannot read %s %s: %s", what, where, strerror(errno));
+        return base_fail(KILN_ERR_IO, "cannot read %s %s: %s", what, where, strerror(errno));
     if (strcmp(got, sha))
-        return kb_fail(KILN_ERR_FORMAT, "%s %s changed: sha256 %s, expected %s", what, where, got, sha);
+        return base_fail(KILN_ERR_FORMAT, "%s %s changed: sha256 %s, expected %s", what, where, got, sha);
     if ((uint64_t)after.st_size != length)
-        return kb_fail(KILN_ERR_FORMAT, "%s %s changed while it was hashed", what, where);
+        return base_fail(KILN_ERR_FORMAT, "%s %s changed while it was hashed", what, where);
     json_object_set_new(stamps, file, make_stamp(&after, sha));
     return KILN_OK;
 }
@@ -483,12 +483,12 @@ kiln_status kst_staging(kiln_store *s, const char *key, char dir[PATH_MAX]) {
         if (!kst_path(lk, "%s/locks/%s.lock", s->root, e->d_name) && access(lk, F_OK) == 0 &&
             (fd = kst_lock(lk, LOCK_EX | LOCK_NB)) < 0)
             continue;
-        if (kst_rmtree(p) >= 0) kb_log(KB_LOG_INFO, "store: removed stale staging %s", p);
+        if (kst_rmtree(p) >= 0) base_log(BASE_LOG_INFO, "store: removed stale staging %s", p);
         kst_unlock(fd);
     }
     if (d) closedir(d);
     if (kst_path(dir, "%s/%s", base, key)) return KILN_ERR_INVALID_ARG;
-    if (kst_mkdirs(dir) != 0) return kb_fail(KILN_ERR_IO, "cannot create staging %s: %s", dir, strerror(errno));
+    if (kst_mkdirs(dir) != 0) return base_fail(KILN_ERR_IO, "cannot create staging %s: %s", dir, strerror(errno));
     return KILN_OK;
 }
 
@@ -501,7 +501,7 @@ void kst_quarantine(kiln_store *s, const char *dir, const char *reason) {
                  atomic_fetch_add(&seq, 1), key))
         return;
     if (rename(dir, q) != 0) {
-        kb_log(KB_LOG_WARN, "store: cannot quarantine %s: %s; removing it", dir, strerror(errno));
+        base_log(BASE_LOG_WARN, "store: cannot quarantine %s: %s; removing it", dir, strerror(errno));
         kst_rmtree(dir);
         return;
     }
@@ -523,21 +523,21 @@ kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64]
     gguf_file *f;
     /* the reader names the file by its path, here one inside the store's staging */
     if (gguf_open(path, &f))
-        return kb_fail(KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact,
+        return base_fail(KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact,
                        kst_without_path(kiln_last_error(), path));
     gguf_get_cstr(f, "general.architecture", arch, 64, "");
     if (!arch[0]) {
         gguf_close(f);
-        return kb_fail(KILN_ERR_FORMAT, "artifact %s: GGUF has no general.architecture", artifact);
+        return base_fail(KILN_ERR_FORMAT, "artifact %s: GGUF has no general.architecture", artifact);
     }
     if (!kl_arch_find(arch)) {
         gguf_close(f);
-        return kb_fail(KILN_ERR_UNSUPPORTED, "artifact %s: architecture '%s' is not supported (kiln runs %s)", artifact,
+        return base_fail(KILN_ERR_UNSUPPORTED, "artifact %s: architecture '%s' is not supported (kiln runs %s)", artifact,
                        arch, kl_arch_list());
     }
     if (gguf_n_tensors(f) == 0) {
         gguf_close(f);
-        return kb_fail(KILN_ERR_FORMAT, "artifact %s: GGUF has no tensors", artifact);
+        return base_fail(KILN_ERR_FORMAT, "artifact %s: GGUF has no tensors", artifact);
     }
     snprintf(quant, 16, "%s", kst_dominant_type(f));
     /* what the architecture does not tell: a reranker (a cls.output head)
@@ -576,7 +576,7 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
         const char *file = jstr(a, "path");
         if (!kst_file_ok(file) || kst_path(p, "%s/%s", dir, file)) {
             kst_quarantine(s, dir, "bad artifact name");
-            return kb_fail(KILN_ERR_FORMAT, "bad artifact name '%s'", file);
+            return base_fail(KILN_ERR_FORMAT, "bad artifact name '%s'", file);
         }
         size += juint(a, "length");
         const char *role = jstr(a, "role");
@@ -594,12 +594,12 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
         const int ro = stat(p, &ps) == 0 && (ps.st_mode & 07777) == 0444;
         if (!linked && !ro && chmod(p, 0444) != 0) {
             kst_quarantine(s, dir, "chmod failed");
-            return kb_fail(KILN_ERR_IO, "cannot make %s read-only: %s", p, strerror(errno));
+            return base_fail(KILN_ERR_IO, "cannot make %s read-only: %s", p, strerror(errno));
         }
     }
     if (!arch[0]) {
         kst_quarantine(s, dir, "no model artifact");
-        return kb_fail(KILN_ERR_FORMAT, "the pack has no GGUF model artifact (nor an image pack's pack.json)");
+        return base_fail(KILN_ERR_FORMAT, "the pack has no GGUF model artifact (nor an image pack's pack.json)");
     }
     json_object_set_new(manifest, "arch", json_string(arch));
     if (family[0]) json_object_set_new(manifest, "family", json_string(family)); /* only then: other ids stay */
@@ -609,13 +609,13 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
     /* canonical form: sorted keys, no whitespace; the id hashes exactly the
      * bytes written, so anyone can check a manifest against its id */
     char *canon = json_dumps(manifest, JSON_COMPACT | JSON_SORT_KEYS);
-    if (!canon) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!canon) return base_fail(KILN_ERR_NOMEM, "out of memory");
     char id[KST_ID_LEN + 1];
     kst_sha256_hex(canon, strlen(canon), id);
     int w = kst_path(p, "%s/manifest.json", dir) ? -1 : kst_write_atomic(p, canon, strlen(canon), 0444);
     free(canon);
     if (w != 0) {
-        kiln_status st = kb_fail(KILN_ERR_IO, "cannot write manifest %s: %s", p, strerror(errno));
+        kiln_status st = base_fail(KILN_ERR_IO, "cannot write manifest %s: %s", p, strerror(errno));
         kst_quarantine(s, dir, kiln_last_error());
         return st;
     }
@@ -634,7 +634,7 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
     }
     if (!st && !pack_exists(s, id)) {
         if (rename(dir, dst) != 0) {
-            st = kb_fail(KILN_ERR_IO, "cannot publish %s: %s", dst, strerror(errno));
+            st = base_fail(KILN_ERR_IO, "cannot publish %s: %s", dst, strerror(errno));
             kst_quarantine(s, dir, kiln_last_error());
         } else {
             char packs[PATH_MAX];
@@ -760,7 +760,7 @@ static int cmp_entry(const void *a, const void *b) {
 }
 
 kiln_status kiln_store_list(kiln_store *s, char **json_out) {
-    if (!s || !json_out) return kb_fail(KILN_ERR_INVALID_ARG, "no store or output");
+    if (!s || !json_out) return base_fail(KILN_ERR_INVALID_ARG, "no store or output");
     json_t *names = json_object();
     each_name(s, NULL, collect_name, names);
     char dir[PATH_MAX];
@@ -768,7 +768,7 @@ kiln_status kiln_store_list(kiln_store *s, char **json_out) {
     DIR *d = opendir(dir);
     if (!d) {
         json_decref(names);
-        return kb_fail(KILN_ERR_IO, "cannot read %s: %s", dir, strerror(errno));
+        return base_fail(KILN_ERR_IO, "cannot read %s: %s", dir, strerror(errno));
     }
     json_t *list = json_array();
     struct dirent *e;
@@ -795,7 +795,7 @@ kiln_status kiln_store_list(kiln_store *s, char **json_out) {
     json_decref(list);
     *json_out = json_dumps(sorted, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(sorted);
-    return *json_out ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "out of memory");
+    return *json_out ? KILN_OK : base_fail(KILN_ERR_NOMEM, "out of memory");
 }
 
 static void collect_plain(const char *name, const char *nid, void *ud) {
@@ -804,7 +804,7 @@ static void collect_plain(const char *name, const char *nid, void *ud) {
 }
 
 kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out) {
-    if (!s || !name || !json_out) return kb_fail(KILN_ERR_INVALID_ARG, "no store, name or output");
+    if (!s || !name || !json_out) return base_fail(KILN_ERR_INVALID_ARG, "no store, name or output");
     char id[KST_ID_LEN + 1], norm[KST_NAME_MAX + 1];
     kiln_status st = find_ref(s, name, id, norm);
     if (st) return st;
@@ -821,7 +821,7 @@ kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out) {
     /* 15 digits: an option written as 0.3 reads back as 0.3, not 0.29999999999999999 */
     *json_out = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
     json_decref(o);
-    return *json_out ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "out of memory");
+    return *json_out ? KILN_OK : base_fail(KILN_ERR_NOMEM, "out of memory");
 }
 
 /* ---- resolve and leases ---- */
@@ -843,7 +843,7 @@ static kiln_status check_pack(kiln_store *s, const char *id, json_t *man, int fo
     json_t *state = load_state(s, id);
     int linked = !strcmp(jstr(man, "mode"), "linked");
     if (!force && json_is_string(json_object_get(state, "damaged"))) {
-        kiln_status st = kb_fail(KILN_ERR_FORMAT, "pack %.12s is damaged (%s); run kiln verify, or pull it again", id,
+        kiln_status st = base_fail(KILN_ERR_FORMAT, "pack %.12s is damaged (%s); run kiln verify, or pull it again", id,
                                  jstr(state, "damaged"));
         json_decref(state);
         return st;
@@ -871,10 +871,10 @@ static kiln_status check_pack(kiln_store *s, const char *id, json_t *man, int fo
 
 kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease **out) {
     static atomic_uint seq;
-    if (!s || !name || !out) return kb_fail(KILN_ERR_INVALID_ARG, "no store, name or output");
+    if (!s || !name || !out) return base_fail(KILN_ERR_INVALID_ARG, "no store, name or output");
     *out = NULL;
     kiln_store_lease *l = calloc(1, sizeof *l);
-    if (!l) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!l) return base_fail(KILN_ERR_NOMEM, "out of memory");
     l->fd = -1;
     int mk = mut_lock(s, LOCK_SH);
     if (mk < 0) {
@@ -885,7 +885,7 @@ kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease
     kiln_status st = find_ref(s, name, l->id, NULL);
     if (!st && kst_path(lockp, "%s/leases/%s.lock", s->root, l->id)) st = KILN_ERR_INVALID_ARG;
     if (!st && (l->fd = kst_lock(lockp, LOCK_SH)) < 0)
-        st = kb_fail(KILN_ERR_IO, "lease %s: %s", lockp, strerror(errno));
+        st = base_fail(KILN_ERR_IO, "lease %s: %s", lockp, strerror(errno));
     if (!st && !kst_path(l->record, "%s/leases/%s.%ld.%u", s->root, l->id, (long)getpid(), atomic_fetch_add(&seq, 1))) {
         char line[32];
         int n = snprintf(line, sizeof line, "%ld\n", (long)getpid());
@@ -897,7 +897,7 @@ kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease
     if (!st) st = check_pack(s, l->id, man, 0, NULL, NULL);
     const char *file = man ? model_file(man) : NULL;
     if (!st && (!file || kst_path(l->path, "%s/packs/%s/%s", s->root, l->id, file)))
-        st = kb_fail(KILN_ERR_FORMAT, "pack %.12s has no model artifact", l->id);
+        st = base_fail(KILN_ERR_FORMAT, "pack %.12s has no model artifact", l->id);
     char dir[PATH_MAX];
     if (!st && !kst_path(dir, "%s/packs/%s", s->root, l->id)) {
         json_t *d = kst_pack_defaults(dir, man);
@@ -928,7 +928,7 @@ void kiln_store_release(kiln_store_lease *l) {
 /* ---- verify, alias, remove ---- */
 
 kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progress_fn progress, void *user) {
-    if (!s || !name) return kb_fail(KILN_ERR_INVALID_ARG, "no store or name");
+    if (!s || !name) return base_fail(KILN_ERR_INVALID_ARG, "no store or name");
     char id[KST_ID_LEN + 1];
     kiln_status st = find_ref(s, name, id, NULL);
     if (st) return st;
@@ -942,7 +942,7 @@ kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progre
         save_state(s, id, state);
         json_decref(state);
         json_decref(man);
-        return kb_fail(KILN_ERR_FORMAT, "pack %.12s: manifest.json does not hash to its id", id);
+        return base_fail(KILN_ERR_FORMAT, "pack %.12s: manifest.json does not hash to its id", id);
     }
     st = check_pack(s, id, man, 1, progress, user);
     json_decref(man);
@@ -950,7 +950,7 @@ kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progre
 }
 
 kiln_status kiln_store_copy(kiln_store *s, const char *src, const char *dst, int force) {
-    if (!s || !src || !dst) return kb_fail(KILN_ERR_INVALID_ARG, "no store or name");
+    if (!s || !src || !dst) return base_fail(KILN_ERR_INVALID_ARG, "no store or name");
     char norm[KST_NAME_MAX + 1], id[KST_ID_LEN + 1], old[KST_ID_LEN + 1];
     kiln_status st = kst_name_norm(dst, norm);
     if (st) return st;
@@ -958,7 +958,7 @@ kiln_status kiln_store_copy(kiln_store *s, const char *src, const char *dst, int
     if (lk < 0) return KILN_ERR_IO;
     st = find_ref(s, src, id, NULL);
     if (!st && !force && name_lookup(s, norm, old) == 0 && pack_exists(s, old) && strcmp(old, id))
-        st = kb_fail(KILN_ERR_STATE, "'%s' already names another model (%.12s); remove it first, or copy with --force",
+        st = base_fail(KILN_ERR_STATE, "'%s' already names another model (%.12s); remove it first, or copy with --force",
                      norm, old);
     if (!st) st = kst_bind_name(s, norm, id);
     kst_unlock(lk);
@@ -1058,7 +1058,7 @@ static int drop_unnamed(kiln_store *s, const char *id) {
 }
 
 static void drop_if_unnamed(kiln_store *s, const char *id) {
-    if (drop_unnamed(s, id)) kb_log(KB_LOG_INFO, "store: removed pack %.12s, which no name points at any more", id);
+    if (drop_unnamed(s, id)) base_log(BASE_LOG_INFO, "store: removed pack %.12s, which no name points at any more", id);
 }
 
 typedef struct rm_names {
@@ -1072,7 +1072,7 @@ static void gather_name(const char *name, const char *nid, void *ud) {
     if (l->nomem) return;
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 8;
-        void *nn = kb_realloc(l->names, (size_t)cap * sizeof *l->names);
+        void *nn = base_realloc(l->names, (size_t)cap * sizeof *l->names);
         if (!nn) {
             l->nomem = 1;
             return;
@@ -1087,19 +1087,19 @@ static int name_cmp(const void *a, const void *b) { return strcmp(a, b); }
 
 kiln_status kiln_store_remove_names(kiln_store *s, const char *name_or_id, int force, kiln_store_name_fn removed,
                                     void *user) {
-    if (!s || !name_or_id) return kb_fail(KILN_ERR_INVALID_ARG, "no store or name");
+    if (!s || !name_or_id) return base_fail(KILN_ERR_INVALID_ARG, "no store or name");
     int lk = mut_lock(s, LOCK_EX);
     if (lk < 0) return KILN_ERR_IO;
     char id[KST_ID_LEN + 1], norm[KST_NAME_MAX + 1], p[PATH_MAX];
     kiln_status st = find_ref(s, name_or_id, id, norm);
     rm_names l = {0};
     if (!st) each_name(s, id, gather_name, &l);
-    if (!st && l.nomem) st = kb_fail(KILN_ERR_NOMEM, "out of memory listing the names of %.12s", id);
+    if (!st && l.nomem) st = base_fail(KILN_ERR_NOMEM, "out of memory listing the names of %.12s", id);
     if (!st && l.n > 1) qsort(l.names, (size_t)l.n, sizeof *l.names, name_cmp);
     if (!st && norm[0] && l.n > 1) {
         /* another name keeps the pack: only this alias goes */
         if (!name_file(s, norm, p) && unlink(p) != 0)
-            st = kb_fail(KILN_ERR_IO, "cannot remove %s: %s", norm, strerror(errno));
+            st = base_fail(KILN_ERR_IO, "cannot remove %s: %s", norm, strerror(errno));
         kst_unlock(lk);
         if (!st && removed) removed(norm, user);
         free(l.names);
@@ -1110,7 +1110,7 @@ kiln_status kiln_store_remove_names(kiln_store *s, const char *name_or_id, int f
         size_t o = 0;
         for (int i = 0; i < l.n && o + 1 < sizeof list; i++)
             o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", l.names[i]);
-        st = kb_fail(KILN_ERR_STATE,
+        st = base_fail(KILN_ERR_STATE,
                      "%s is the id of %d names (%s): remove the names one by one, or force removing "
                      "them all",
                      name_or_id, l.n, list);
@@ -1119,7 +1119,7 @@ kiln_status kiln_store_remove_names(kiln_store *s, const char *name_or_id, int f
     if (!st && (lease = lease_excl(s, id)) < 0) {
         char who[512];
         lease_holders(s, id, who, sizeof who);
-        st = kb_fail(KILN_ERR_STATE, "%s is in use by %s; unload it first", name_or_id, who);
+        st = base_fail(KILN_ERR_STATE, "%s is in use by %s; unload it first", name_or_id, who);
     }
     if (!st) {
         each_name(s, id, unlink_name, s);
@@ -1168,7 +1168,7 @@ static void gc_dir(kiln_store *s, const char *sub, int check_lock, kiln_store_gc
 
 kiln_status kiln_store_gc(kiln_store *s, kiln_store_gc_fn each, void *user, uint64_t *n_removed,
                           uint64_t *bytes_removed) {
-    if (!s) return kb_fail(KILN_ERR_INVALID_ARG, "no store");
+    if (!s) return base_fail(KILN_ERR_INVALID_ARG, "no store");
     int lk = mut_lock(s, LOCK_EX);
     if (lk < 0) return KILN_ERR_IO;
     uint64_t n = 0, bytes = 0;

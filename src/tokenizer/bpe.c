@@ -128,14 +128,14 @@ kiln_status tok_bpe_init(ktok *t, const gguf_file *f, const char *pre) {
         def = NULL;
         for (size_t i = 0; i < sizeof k_pre / sizeof k_pre[0] && !def; i++)
             if (name_in(k_pre[i].names, pre)) def = &k_pre[i];
-        if (!def) { return kb_fail(KILN_ERR_FORMAT, "unknown pre-tokenizer type '%s'", pre); }
+        if (!def) { return base_fail(KILN_ERR_FORMAT, "unknown pre-tokenizer type '%s'", pre); }
         if (strcmp(pre, "chameleon") == 0) t->add_bos = 1;
         if (strcmp(pre, "chatglm-bpe") == 0) t->bos = -1;
     }
     t->ignore_merges = def->ignore_merges;
 
     t->pre = calloc(1, sizeof *t->pre);
-    if (!t->pre) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!t->pre) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     for (int i = 0; i < MAX_REGEX && def->re[i]; i++) {
         int ec;
         PCRE2_SIZE eo;
@@ -144,7 +144,7 @@ kiln_status tok_bpe_init(ktok *t, const gguf_file *f, const char *pre) {
         if (!re) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(ec, msg, sizeof msg);
-            return kb_fail(KILN_ERR_FORMAT, "pre-tokenizer regex %d: %s at %zu", i, (const char *)msg, (size_t)eo);
+            return base_fail(KILN_ERR_FORMAT, "pre-tokenizer regex %d: %s at %zu", i, (const char *)msg, (size_t)eo);
         }
         pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional speed-up; the interpreter is the fallback */
         t->pre->re[t->pre->n++] = re;
@@ -152,10 +152,10 @@ kiln_status tok_bpe_init(ktok *t, const gguf_file *f, const char *pre) {
 
     const gguf_kv *kv = gguf_find(f, "tokenizer.ggml.merges");
     if (!kv || kv->type != GGUF_ARRAY || kv->arr_type != GGUF_STRING) {
-        return kb_fail(KILN_ERR_FORMAT, "gpt2 vocab without tokenizer.ggml.merges string array");
+        return base_fail(KILN_ERR_FORMAT, "gpt2 vocab without tokenizer.ggml.merges string array");
     }
     if (kv->n > INT32_MAX / 2 || tok_pairmap_init(&t->merges, (uint32_t)kv->n) != 0) {
-        return kb_fail(KILN_ERR_NOMEM, "out of memory for %llu merges", (unsigned long long)kv->n);
+        return base_fail(KILN_ERR_NOMEM, "out of memory for %llu merges", (unsigned long long)kv->n);
     }
     char buf[512];
     for (uint64_t i = 0; i < kv->n; i++) {

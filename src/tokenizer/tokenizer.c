@@ -160,7 +160,7 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
 
     char model[32];
     if (!gguf_get_cstr(f, "tokenizer.ggml.model", model, sizeof model, NULL)) {
-        return kb_fail(KILN_ERR_FORMAT, "no tokenizer.ggml.model in file");
+        return base_fail(KILN_ERR_FORMAT, "no tokenizer.ggml.model in file");
     }
     enum ktok_kind kind;
     if (strcmp(model, "llama") == 0)
@@ -169,19 +169,19 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
         kind = KTOK_BPE;
     else if (strcmp(model, "bert") == 0)
         kind = KTOK_WPM;
-    else { return kb_fail(KILN_ERR_FORMAT, "unsupported tokenizer model '%s'", model); }
+    else { return base_fail(KILN_ERR_FORMAT, "unsupported tokenizer model '%s'", model); }
 
     const gguf_kv *tk = gguf_find(f, "tokenizer.ggml.tokens");
     if (!tk || tk->type != GGUF_ARRAY || tk->arr_type != GGUF_STRING || tk->n == 0 || tk->n > INT32_MAX / 4) {
-        return kb_fail(KILN_ERR_FORMAT, "tokenizer.ggml.tokens missing or not a non-empty string array");
+        return base_fail(KILN_ERR_FORMAT, "tokenizer.ggml.tokens missing or not a non-empty string array");
     }
     const gguf_kv *sc = gguf_find(f, "tokenizer.ggml.scores");
     if (sc && (sc->type != GGUF_ARRAY || sc->arr_type != GGUF_F32 || sc->n != tk->n)) {
-        return kb_fail(KILN_ERR_FORMAT, "tokenizer.ggml.scores is not an f32 array of %llu", (unsigned long long)tk->n);
+        return base_fail(KILN_ERR_FORMAT, "tokenizer.ggml.scores is not an f32 array of %llu", (unsigned long long)tk->n);
     }
     const gguf_kv *ty = gguf_find(f, "tokenizer.ggml.token_type");
     if (ty && (ty->type != GGUF_ARRAY || (ty->arr_type != GGUF_I32 && ty->arr_type != GGUF_U32) || ty->n != tk->n)) {
-        return kb_fail(KILN_ERR_FORMAT, "tokenizer.ggml.token_type is not an i32 array of %llu",
+        return base_fail(KILN_ERR_FORMAT, "tokenizer.ggml.token_type is not an i32 array of %llu",
                        (unsigned long long)tk->n);
     }
 
@@ -199,7 +199,7 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
     }
     if (total > UINT32_MAX) {
         free(t);
-        return kb_fail(KILN_ERR_FORMAT, "token texts too large (%zu bytes)", total);
+        return base_fail(KILN_ERR_FORMAT, "token texts too large (%zu bytes)", total);
     }
     t->arena = malloc(total + 1);
     t->off = malloc(((size_t)t->n + 1) * sizeof *t->off);
@@ -339,7 +339,7 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
         t->wpm_cont = hashes > marks ? "##" : "";
         if (t->unk < 0) {
             ktok_free(t);
-            return kb_fail(KILN_ERR_FORMAT, "bert vocab without an unknown token");
+            return base_fail(KILN_ERR_FORMAT, "bert vocab without an unknown token");
         }
     }
     if (build_pieces(t) != 0) goto oom;
@@ -348,7 +348,7 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
 
 oom:
     ktok_free(t);
-    return kb_fail(KILN_ERR_NOMEM, "out of memory loading the vocabulary");
+    return base_fail(KILN_ERR_NOMEM, "out of memory loading the vocabulary");
 }
 
 void ktok_free(ktok *t) {

@@ -31,16 +31,16 @@
 
 static kiln_status vd_check_size(const char *fmt, uint64_t w, uint64_t h) {
     if (w == 0 || h == 0)
-        return kb_fail(KILN_ERR_INVALID_ARG, "image: %s has no pixels (%llux%llu)", fmt, (unsigned long long)w,
+        return base_fail(KILN_ERR_INVALID_ARG, "image: %s has no pixels (%llux%llu)", fmt, (unsigned long long)w,
                        (unsigned long long)h);
     if (w > VISION_MAX_SIDE || h > VISION_MAX_SIDE || w * h > (uint64_t)VISION_MAX_PIXELS)
-        return kb_fail(KILN_ERR_INVALID_ARG,
+        return base_fail(KILN_ERR_INVALID_ARG,
                        "image: %s of %llux%llu pixels is too large (at most %d per side, %ld in all)", fmt,
                        (unsigned long long)w, (unsigned long long)h, VISION_MAX_SIDE, VISION_MAX_PIXELS);
     return KILN_OK;
 }
 
-static uint8_t *vd_alloc_px(uint32_t w, uint32_t h) { return kb_malloc((size_t)w * h * 3); }
+static uint8_t *vd_alloc_px(uint32_t w, uint32_t h) { return base_malloc((size_t)w * h * 3); }
 
 const char *vision_format(const uint8_t *b, size_t len) {
     static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
@@ -147,14 +147,14 @@ static kiln_status vd_png(const uint8_t *b, size_t len, vision_rgb *out) {
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!png || !info) {
         png_destroy_read_struct(&png, &info, NULL);
-        return kb_fail(KILN_ERR_NOMEM, "image: out of memory for the PNG reader");
+        return base_fail(KILN_ERR_NOMEM, "image: out of memory for the PNG reader");
     }
     /* volatile: assigned after setjmp and read in its error branch */
     uint8_t *volatile px = NULL;
     png_bytep *volatile rows = NULL;
     volatile kiln_status st = KILN_ERR_INVALID_ARG;
     if (setjmp(png_jmpbuf(png))) {
-        if (st == KILN_ERR_INVALID_ARG) kb_fail(st, "image: bad PNG: %s", src.msg);
+        if (st == KILN_ERR_INVALID_ARG) base_fail(st, "image: bad PNG: %s", src.msg);
         goto fail;
     }
     png_set_read_fn(png, &src, vd_png_read);
@@ -169,7 +169,7 @@ static kiln_status vd_png(const uint8_t *b, size_t len, vision_rgb *out) {
      * expand to is a lie about the size, refused before allocating */
     uint64_t raw = (uint64_t)h * (1 + ((uint64_t)w * (uint64_t)png_get_channels(png, info) * (uint64_t)depth + 7) / 8);
     if (raw / VD_DEFLATE_RATIO > len) {
-        st = kb_fail(KILN_ERR_INVALID_ARG, "image: PNG claims %ux%u pixels but holds only %zu bytes", (unsigned)w,
+        st = base_fail(KILN_ERR_INVALID_ARG, "image: PNG claims %ux%u pixels but holds only %zu bytes", (unsigned)w,
                      (unsigned)h, len);
         goto fail;
     }
@@ -186,9 +186,9 @@ static kiln_status vd_png(const uint8_t *b, size_t len, vision_rgb *out) {
         png_longjmp(png, 1);
     }
     px = vd_alloc_px(w, h);
-    rows = kb_malloc((size_t)h * sizeof *rows);
+    rows = base_malloc((size_t)h * sizeof *rows);
     if (!px || !rows) {
-        st = kb_fail(KILN_ERR_NOMEM, "image: out of memory for %ux%u pixels", (unsigned)w, (unsigned)h);
+        st = base_fail(KILN_ERR_NOMEM, "image: out of memory for %ux%u pixels", (unsigned)w, (unsigned)h);
         goto fail;
     }
     for (png_uint_32 y = 0; y < h; y++) rows[y] = px + (size_t)y * w * 3;
@@ -258,7 +258,7 @@ static kiln_status vd_jpeg(const uint8_t *b, size_t len, vision_rgb *out) {
     uint8_t *volatile turned = NULL;
     volatile kiln_status st = KILN_ERR_INVALID_ARG;
     if (setjmp(err.jb)) {
-        if (st == KILN_ERR_INVALID_ARG) kb_fail(st, "image: bad JPEG: %s", err.msg);
+        if (st == KILN_ERR_INVALID_ARG) base_fail(st, "image: bad JPEG: %s", err.msg);
         goto fail;
     }
     jpeg_create_decompress(&d);
@@ -291,7 +291,7 @@ static kiln_status vd_jpeg(const uint8_t *b, size_t len, vision_rgb *out) {
     JSAMPROW row = NULL;
     if (px && cmyk) row = (*d.mem->alloc_small)((j_common_ptr)&d, JPOOL_IMAGE, (size_t)w * 4);
     if (!px) {
-        st = kb_fail(KILN_ERR_NOMEM, "image: out of memory for %ux%u pixels", (unsigned)w, (unsigned)h);
+        st = base_fail(KILN_ERR_NOMEM, "image: out of memory for %ux%u pixels", (unsigned)w, (unsigned)h);
         goto fail;
     }
     while (d.output_scanline < h) {
@@ -322,7 +322,7 @@ static kiln_status vd_jpeg(const uint8_t *b, size_t len, vision_rgb *out) {
         turned = vd_alloc_px(w, h);
         if (!turned) {
             free(px);
-            return kb_fail(KILN_ERR_NOMEM, "image: out of memory for %ux%u pixels", (unsigned)w, (unsigned)h);
+            return base_fail(KILN_ERR_NOMEM, "image: out of memory for %ux%u pixels", (unsigned)w, (unsigned)h);
         }
         vd_orient(px, (int32_t)w, (int32_t)h, orient, turned);
         free(px);
@@ -338,7 +338,7 @@ static kiln_status vd_jpeg(const uint8_t *b, size_t len, vision_rgb *out) {
     out->px = px;
     return KILN_OK;
 fail_msg:
-    kb_fail(KILN_ERR_INVALID_ARG, "image: bad JPEG: %s", err.msg);
+    base_fail(KILN_ERR_INVALID_ARG, "image: bad JPEG: %s", err.msg);
     st = KILN_ERR_INVALID_ARG;
 fail:
     free(px);
@@ -352,17 +352,17 @@ static kiln_status vd_webp(const uint8_t *b, size_t len, vision_rgb *out) {
     WebPBitstreamFeatures f;
     VP8StatusCode vs = WebPGetFeatures(b, len, &f);
     if (vs != VP8_STATUS_OK)
-        return kb_fail(KILN_ERR_INVALID_ARG, "image: bad WebP: %s",
+        return base_fail(KILN_ERR_INVALID_ARG, "image: bad WebP: %s",
                        vs == VP8_STATUS_NOT_ENOUGH_DATA ? "truncated" : "malformed header");
-    if (f.has_animation) return kb_fail(KILN_ERR_INVALID_ARG, "image: animated WebP is not supported");
+    if (f.has_animation) return base_fail(KILN_ERR_INVALID_ARG, "image: animated WebP is not supported");
     kiln_status st = vd_check_size("WebP", (uint64_t)f.width, (uint64_t)f.height);
     if (st != KILN_OK) return st;
     uint32_t w = (uint32_t)f.width, h = (uint32_t)f.height;
     uint8_t *px = vd_alloc_px(w, h);
-    if (!px) return kb_fail(KILN_ERR_NOMEM, "image: out of memory for %ux%u pixels", (unsigned)w, (unsigned)h);
+    if (!px) return base_fail(KILN_ERR_NOMEM, "image: out of memory for %ux%u pixels", (unsigned)w, (unsigned)h);
     if (!WebPDecodeRGBInto(b, len, px, (size_t)w * h * 3, (int)w * 3)) {
         free(px);
-        return kb_fail(KILN_ERR_INVALID_ARG, "image: bad WebP: the bitstream does not decode (malformed or truncated)");
+        return base_fail(KILN_ERR_INVALID_ARG, "image: bad WebP: the bitstream does not decode (malformed or truncated)");
     }
     out->w = (int32_t)w;
     out->h = (int32_t)h;
@@ -371,11 +371,11 @@ static kiln_status vd_webp(const uint8_t *b, size_t len, vision_rgb *out) {
 }
 
 kiln_status vision_decode(const uint8_t *bytes, size_t len, vision_rgb *out) {
-    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "image: no output");
+    if (!out) return base_fail(KILN_ERR_INVALID_ARG, "image: no output");
     memset(out, 0, sizeof *out);
-    if (!bytes || len == 0) return kb_fail(KILN_ERR_INVALID_ARG, "image: no bytes");
+    if (!bytes || len == 0) return base_fail(KILN_ERR_INVALID_ARG, "image: no bytes");
     const char *fmt = vision_format(bytes, len);
-    if (!fmt) return kb_fail(KILN_ERR_INVALID_ARG, "image: not a PNG, JPEG or WebP file (unknown magic bytes)");
+    if (!fmt) return base_fail(KILN_ERR_INVALID_ARG, "image: not a PNG, JPEG or WebP file (unknown magic bytes)");
     if (fmt[0] == 'p') return vd_png(bytes, len, out);
     if (fmt[0] == 'j') return vd_jpeg(bytes, len, out);
     return vd_webp(bytes, len, out);

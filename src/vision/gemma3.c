@@ -35,23 +35,23 @@ static void g3_defaults(vision_hp *hp) { hp->n_merge = 4; }
 static kiln_status g3_bind(vision_model *vm) {
     const int64_t E = vm->hp.n_embd, T = vm->n_embd_text;
     vision_binder B = {vm->gf, KILN_OK};
-    g3_state *s = kb_calloc(1, sizeof *s);
-    if (!s) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    g3_state *s = base_calloc(1, sizeof *s);
+    if (!s) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     vm->state = s;
     s->norm = vision_bind_vec(&B, "mm.soft_emb_norm.weight", E, 0);
     kk_mat w = vision_bind_mat(&B, "mm.input_projection.weight", T, E, 0);
     if (B.st) {
         const gguf_tensor *t = gguf_find_tensor(vm->gf, "mm.input_projection.weight");
         if (t && t->n_dims == 2 && t->ne[1] == E && t->ne[0] != T)
-            return kb_fail(KILN_ERR_FORMAT, "the projector gives %lld-wide embeddings, the text model takes %lld",
+            return base_fail(KILN_ERR_FORMAT, "the projector gives %lld-wide embeddings, the text model takes %lld",
                            (long long)t->ne[0], (long long)T);
         return B.st;
     }
-    s->proj = kb_malloc((size_t)T * (size_t)E * sizeof(float));
-    float *row = kb_malloc((size_t)T * sizeof(float));
+    s->proj = base_malloc((size_t)T * (size_t)E * sizeof(float));
+    float *row = base_malloc((size_t)T * sizeof(float));
     if (!s->proj || !row) {
         free(row);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (int64_t i = 0; i < E; i++) {
         kk_get_row(&w, i, row);
@@ -73,13 +73,13 @@ static kiln_status g3_encode(vision_model *vm, kpool *pool, const vision_image *
     const g3_state *s = vm->state;
     const int S = hp->image_size, side = S / hp->patch_size, k = hp->n_merge, ps = side / k, E = hp->n_embd;
     const int n = side * side, nt = ps * ps;
-    float *pix = kb_malloc((size_t)3 * S * S * sizeof(float));
-    float *x = kb_malloc((size_t)n * E * sizeof(float));
-    float *pooled = kb_malloc((size_t)nt * E * sizeof(float));
-    void *scratch = kb_malloc(kk_matmul_scratch_size(E, nt));
+    float *pix = base_malloc((size_t)3 * S * S * sizeof(float));
+    float *x = base_malloc((size_t)n * E * sizeof(float));
+    float *pooled = base_malloc((size_t)nt * E * sizeof(float));
+    void *scratch = base_malloc(kk_matmul_scratch_size(E, nt));
     kiln_status st = KILN_OK;
     if (!pix || !x || !pooled || !scratch) {
-        st = kb_fail(KILN_ERR_NOMEM, "out of memory encoding an image");
+        st = base_fail(KILN_ERR_NOMEM, "out of memory encoding an image");
         goto done;
     }
     vision_preprocess_square(im, S, hp->mean, hp->std, pix);

@@ -154,7 +154,7 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
     else if (!strcmp(type, "qwen3vl_merger"))
         h.kind = VQ_Q3;
     else
-        return kb_fail(KILN_ERR_UNSUPPORTED, "mmproj: projector type '%s' is not a Qwen-VL merger", type);
+        return base_fail(KILN_ERR_UNSUPPORTED, "mmproj: projector type '%s' is not a Qwen-VL merger", type);
     if (vq_hp(f, "clip.vision.embedding_length", 1, 16384, 0, &h.E, err, sizeof err) ||
         vq_hp(f, "clip.vision.attention.head_count", 1, 256, 0, &h.H, err, sizeof err) ||
         vq_hp(f, "clip.vision.feed_forward_length", 1, 65536, 0, &h.F, err, sizeof err) ||
@@ -162,27 +162,27 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
         vq_hp(f, "clip.vision.patch_size", 1, 64, 0, &h.P, err, sizeof err) ||
         vq_hp(f, "clip.vision.projection_dim", 1, 65536, 0, &h.proj, err, sizeof err) ||
         (h.kind == VQ_Q25 && vq_hp(f, "clip.vision.n_wa_pattern", 1, 256, 0, &h.wa, err, sizeof err)))
-        return kb_fail(KILN_ERR_FORMAT, "%s", err);
+        return base_fail(KILN_ERR_FORMAT, "%s", err);
     const int gelu = gguf_get_bool(f, "clip.use_gelu", 0), silu = gguf_get_bool(f, "clip.use_silu", 0);
-    if (gelu && silu) return kb_fail(KILN_ERR_FORMAT, "mmproj: clip.use_gelu and clip.use_silu both set");
+    if (gelu && silu) return base_fail(KILN_ERR_FORMAT, "mmproj: clip.use_gelu and clip.use_silu both set");
     h.act = gelu ? VQ_GELU : silu ? VQ_SILU : VQ_GELU_QUICK;
     int merge = 2;
     if (vq_hp(f, "clip.vision.spatial_merge_size", 2, 2, 2, &merge, err, sizeof err))
-        return kb_fail(KILN_ERR_UNSUPPORTED, "%s (only 2 x 2 merging)", err);
+        return base_fail(KILN_ERR_UNSUPPORTED, "%s (only 2 x 2 merging)", err);
     h.D = h.E / h.H;
     if (h.D * h.H != h.E || h.D % 4)
-        return kb_fail(KILN_ERR_FORMAT, "mmproj: %d heads do not split embedding_length %d into a multiple of 4", h.H,
+        return base_fail(KILN_ERR_FORMAT, "mmproj: %d heads do not split embedding_length %d into a multiple of 4", h.H,
                        h.E);
     h.eps = (float)gguf_get_float(f, "clip.vision.attention.layer_norm_epsilon", 1e-6);
-    if (!(h.eps > 0.0f) || !(h.eps < 1.0f)) return kb_fail(KILN_ERR_FORMAT, "mmproj: bad layer_norm_epsilon");
+    if (!(h.eps > 0.0f) || !(h.eps < 1.0f)) return base_fail(KILN_ERR_FORMAT, "mmproj: bad layer_norm_epsilon");
     const gguf_kv *mk = gguf_find(f, "clip.vision.image_mean"), *sk = gguf_find(f, "clip.vision.image_std");
     if (!mk || !sk || mk->type != GGUF_ARRAY || sk->type != GGUF_ARRAY || mk->n < 3 || sk->n < 3)
-        return kb_fail(KILN_ERR_FORMAT, "mmproj: missing image_mean / image_std");
+        return base_fail(KILN_ERR_FORMAT, "mmproj: missing image_mean / image_std");
     for (int c = 0; c < 3; c++) {
         h.mean[c] = (float)gguf_arr_float(mk, (uint64_t)c);
         h.std[c] = (float)gguf_arr_float(sk, (uint64_t)c);
         if (!isfinite(h.mean[c]) || !(h.std[c] > 0.0f) || !isfinite(h.std[c]))
-            return kb_fail(KILN_ERR_FORMAT, "mmproj: bad image_mean / image_std");
+            return base_fail(KILN_ERR_FORMAT, "mmproj: bad image_mean / image_std");
     }
     /* windows (Qwen2.5-VL): 112 px a side; one window for the others, so
      * their rows are the merged tokens row-major */
@@ -210,12 +210,12 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
         const gguf_tensor *pt = gguf_find_tensor(f, "v.position_embd.weight");
         h.n_side = pt ? (int)sqrt((double)pt->ne[1]) : 0;
         if (!pt || h.n_side < 1 || (int64_t)h.n_side * h.n_side != pt->ne[1] || h.n_side > 4096)
-            return kb_fail(KILN_ERR_FORMAT, "mmproj: missing or non-square v.position_embd.weight");
+            return base_fail(KILN_ERR_FORMAT, "mmproj: missing or non-square v.position_embd.weight");
         /* F16 / BF16 tables widened once (the resize reads them as floats) */
         const kk_mat pm = vq_mat2(&B, "v.position_embd.weight", E, (int64_t)h.n_side * h.n_side);
         if (pm.data && pm.type != KQ_F32) {
             float *w = malloc((size_t)pm.nrows * (size_t)E * sizeof *w);
-            if (!w) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+            if (!w) return base_fail(KILN_ERR_NOMEM, "out of memory");
             kq_get(pm.type)->to_f32(pm.data, w, pm.nrows * E);
             h.pos = h.pos_owned = w;
         } else {
@@ -225,7 +225,7 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
     vq_layer *L = calloc((size_t)h.n_layer, sizeof *L);
     if (!L) {
         free(h.pos_owned);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < h.n_layer && !B.failed; i++) {
         vq_layer *l = &L[i];
@@ -296,13 +296,13 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
     if (B.failed) {
         free(L);
         free(h.pos_owned);
-        return kb_fail(KILN_ERR_FORMAT, "%s", B.err);
+        return base_fail(KILN_ERR_FORMAT, "%s", B.err);
     }
     vision_qwen *q = malloc(sizeof *q);
     if (!q) {
         free(L);
         free(h.pos_owned);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     *q = h;
     q->L = L;
@@ -544,7 +544,7 @@ static void vq_attn_run(const vision_qwen *q, kpool *pool, const float *qm, cons
 kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t *rgb, int w, int h, float *out) {
     int rw, rh, nx, ny;
     if (!rgb || vision_qwen_grid(q, w, h, &rw, &rh, &nx, &ny))
-        return kb_fail(KILN_ERR_INVALID_ARG, "image of %d x %d pixels", w, h);
+        return base_fail(KILN_ERR_INVALID_ARG, "image of %d x %d pixels", w, h);
     const int E = q->E, F = q->F, P = q->P, pw = rw / P, ph = rh / P, n = pw * ph, nm = nx * ny;
     const int win = q->win, nwx = (nx + win - 1) / win, nwy = (ny + win - 1) / win;
     const size_t En = (size_t)n * E;
@@ -553,23 +553,23 @@ kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t 
     /* scratch: resized pixels, the normalized image, two patch grids, the
      * residual, its norm, q, k, v, attention, MLP gate and up, scores */
     uint8_t *px = NULL;
-    float *img = kb_malloc((size_t)3 * rh * rw * sizeof(float));
-    float *pg = kb_malloc(2 * En * sizeof(float));
-    float *x = kb_malloc(En * sizeof(float)), *xn = kb_malloc(En * sizeof(float));
-    float *qm = kb_malloc(En * sizeof(float)), *km = kb_malloc(En * sizeof(float)), *vm = kb_malloc(En * sizeof(float));
-    float *att = kb_malloc(En * sizeof(float));
-    float *g = kb_malloc((size_t)n * F * sizeof(float)), *u = kb_malloc((size_t)n * F * sizeof(float));
-    float *sc = kb_malloc(qc * (size_t)n * sizeof(float));
-    float *cs = kb_malloc((size_t)n * q->D * sizeof(float)), *o = kb_malloc((size_t)nm * q->proj * sizeof(float));
-    int32_t *unit = kb_malloc((size_t)nm * sizeof(int32_t)),
-            *wbeg = kb_malloc(((size_t)nwx * nwy + 1) * sizeof(int32_t));
-    void *cscr = kb_malloc(kk_conv2d_scratch(&cv));
-    void *mscr = q->mm_cols ? kb_malloc(kk_matmul_scratch_size(q->mm_cols, n)) : NULL;
+    float *img = base_malloc((size_t)3 * rh * rw * sizeof(float));
+    float *pg = base_malloc(2 * En * sizeof(float));
+    float *x = base_malloc(En * sizeof(float)), *xn = base_malloc(En * sizeof(float));
+    float *qm = base_malloc(En * sizeof(float)), *km = base_malloc(En * sizeof(float)), *vm = base_malloc(En * sizeof(float));
+    float *att = base_malloc(En * sizeof(float));
+    float *g = base_malloc((size_t)n * F * sizeof(float)), *u = base_malloc((size_t)n * F * sizeof(float));
+    float *sc = base_malloc(qc * (size_t)n * sizeof(float));
+    float *cs = base_malloc((size_t)n * q->D * sizeof(float)), *o = base_malloc((size_t)nm * q->proj * sizeof(float));
+    int32_t *unit = base_malloc((size_t)nm * sizeof(int32_t)),
+            *wbeg = base_malloc(((size_t)nwx * nwy + 1) * sizeof(int32_t));
+    void *cscr = base_malloc(kk_conv2d_scratch(&cv));
+    void *mscr = q->mm_cols ? base_malloc(kk_matmul_scratch_size(q->mm_cols, n)) : NULL;
     kiln_status st = KILN_OK;
-    if (rw != w || rh != h) px = kb_malloc((size_t)rw * rh * 3);
+    if (rw != w || rh != h) px = base_malloc((size_t)rw * rh * 3);
     if (!img || !pg || !x || !xn || !qm || !km || !vm || !att || !g || !u || !sc || !cs || !o || !unit || !wbeg ||
         !cscr || (q->mm_cols && !mscr) || ((rw != w || rh != h) && !px)) {
-        st = kb_fail(KILN_ERR_NOMEM, "out of memory encoding a %d x %d image", rw, rh);
+        st = base_fail(KILN_ERR_NOMEM, "out of memory encoding a %d x %d image", rw, rh);
         goto done;
     }
     if (px) {
@@ -693,7 +693,7 @@ static kiln_status qwen_bind(vision_model *vm) {
     if (vision_qwen_n_embd(q) != vm->n_embd_text) {
         const int n = vision_qwen_n_embd(q);
         vision_qwen_free(q);
-        return kb_fail(KILN_ERR_FORMAT, "rows of %d floats for a text model that takes %d", n, vm->n_embd_text);
+        return base_fail(KILN_ERR_FORMAT, "rows of %d floats for a text model that takes %d", n, vm->n_embd_text);
     }
     vm->state = q;
     return KILN_OK;

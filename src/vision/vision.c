@@ -51,7 +51,7 @@ static void bind_fail(vision_binder *B, kiln_status st, const char *fmt, ...) {
     if (B->st) return;
     va_list ap;
     va_start(ap, fmt);
-    B->st = kb_vfail(st, fmt, ap);
+    B->st = base_vfail(st, fmt, ap);
     va_end(ap);
 }
 
@@ -102,17 +102,17 @@ static kiln_status read_hparams(vision_model *vm) {
     const double eps = gguf_get_float(gf, "clip.vision.attention.layer_norm_epsilon", -1.0);
     if (n_embd < 1 || n_embd > VISION_MAX_EMBD || n_head < 1 || n_embd % n_head || n_ff < 1 ||
         n_ff > 4 * VISION_MAX_EMBD || n_layer < 1 || n_layer > VISION_MAX_LAYERS) {
-        return kb_fail(KILN_ERR_FORMAT,
+        return base_fail(KILN_ERR_FORMAT,
                        "bad or missing clip.vision sizes (embedding %lld, heads %lld, ffn %lld, blocks %lld)",
                        (long long)n_embd, (long long)n_head, (long long)n_ff, (long long)n_layer);
     }
     if (patch < 1 || patch > VISION_MAX_PATCH || img < patch || img > VISION_MAX_IMAGE || img % patch || merge < 1 ||
         (img / patch) % merge) {
-        return kb_fail(KILN_ERR_FORMAT, "bad clip.vision image_size %lld / patch_size %lld / scale_factor %lld",
+        return base_fail(KILN_ERR_FORMAT, "bad clip.vision image_size %lld / patch_size %lld / scale_factor %lld",
                        (long long)img, (long long)patch, (long long)merge);
     }
     if (!(eps > 0.0 && eps < 1.0)) {
-        return kb_fail(KILN_ERR_FORMAT, "bad or missing clip.vision.attention.layer_norm_epsilon");
+        return base_fail(KILN_ERR_FORMAT, "bad or missing clip.vision.attention.layer_norm_epsilon");
     }
     hp->n_embd = (int32_t)n_embd;
     hp->n_head = (int32_t)n_head;
@@ -127,16 +127,16 @@ static kiln_status read_hparams(vision_model *vm) {
     for (int a = 0; a < 2; a++) {
         const gguf_kv *kv = gguf_find(gf, keys[a]);
         if (!kv || kv->type != GGUF_ARRAY || kv->n < 3 || kv->arr_type == GGUF_STRING || kv->arr_type == GGUF_ARRAY) {
-            return kb_fail(KILN_ERR_FORMAT, "missing or bad %s (3 numbers)", keys[a]);
+            return base_fail(KILN_ERR_FORMAT, "missing or bad %s (3 numbers)", keys[a]);
         }
         for (int c = 0; c < 3; c++) {
             const double v = gguf_arr_float(kv, (uint64_t)c);
-            if (!isfinite(v) || (a == 1 && !(v > 1e-6))) { return kb_fail(KILN_ERR_FORMAT, "bad %s value", keys[a]); }
+            if (!isfinite(v) || (a == 1 && !(v > 1e-6))) { return base_fail(KILN_ERR_FORMAT, "bad %s value", keys[a]); }
             dst[a][c] = (float)v;
         }
     }
     const int gelu = gguf_get_bool(gf, "clip.use_gelu", 0), silu = gguf_get_bool(gf, "clip.use_silu", 0);
-    if (gelu && silu) { return kb_fail(KILN_ERR_FORMAT, "clip.use_gelu and clip.use_silu are both set"); }
+    if (gelu && silu) { return base_fail(KILN_ERR_FORMAT, "clip.use_gelu and clip.use_silu are both set"); }
     hp->act = gelu ? VISION_ACT_GELU : silu ? VISION_ACT_SILU : VISION_ACT_GELU_QUICK;
     return 0;
 }
@@ -150,7 +150,7 @@ static kiln_status bind_vit(vision_model *vm) {
     const gguf_tensor *pt = gguf_find_tensor(vm->gf, "v.patch_embd.weight");
     if (!pt || pt->n_dims != 4 || memcmp(pt->ne, ne4, sizeof ne4) || !kq_supported((int)pt->type) ||
         (3 * P * P) % kq_get((int)pt->type)->blck) {
-        return kb_fail(KILN_ERR_FORMAT, "missing or bad tensor v.patch_embd.weight (expected [%lld, %lld, 3, %lld])",
+        return base_fail(KILN_ERR_FORMAT, "missing or bad tensor v.patch_embd.weight (expected [%lld, %lld, 3, %lld])",
                        (long long)P, (long long)P, (long long)E);
     }
     vm->patch = (kk_mat){pt->data, (int)pt->type, 3 * P * P, E, NULL};
@@ -160,10 +160,10 @@ static kiln_status bind_vit(vision_model *vm) {
     vm->post_ln_b = vision_bind_vec(&B, "v.post_ln.bias", E, 1);
     if (B.st) return B.st;
     if (gguf_find_tensor(vm->gf, "v.pre_ln.weight")) {
-        return kb_fail(KILN_ERR_UNSUPPORTED, "a pre-layernorm ViT (v.pre_ln) is not supported");
+        return base_fail(KILN_ERR_UNSUPPORTED, "a pre-layernorm ViT (v.pre_ln) is not supported");
     }
-    vm->layers = kb_calloc((size_t)hp->n_layer, sizeof *vm->layers);
-    if (!vm->layers) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    vm->layers = base_calloc((size_t)hp->n_layer, sizeof *vm->layers);
+    if (!vm->layers) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     char nm[96];
 #define VEC(field, suffix, n, opt) \
     (snprintf(nm, sizeof nm, "v.blk.%d.%s", l, suffix), L->field = vision_bind_vec(&B, nm, n, opt))
@@ -207,7 +207,7 @@ kiln_status vision_load(const char *path, int32_t n_embd_text, vision_model **ou
     *out = NULL;
     gguf_file *gf;
     kiln_status st = gguf_open(path, &gf);
-    if (st) return kb_fail(st, "projector %s", kiln_last_error());
+    if (st) return base_fail(st, "projector %s", kiln_last_error());
     return vision_load_gguf(gf, path, n_embd_text, out);
 }
 
@@ -217,7 +217,7 @@ kiln_status vision_load_gguf(gguf_file *gf, const char *path, int32_t n_embd_tex
     if (strcmp(gguf_get_cstr(gf, "general.architecture", arch, sizeof arch, ""), "clip") ||
         !gguf_get_bool(gf, "clip.has_vision_encoder", 0)) {
         gguf_close(gf);
-        return kb_fail(KILN_ERR_FORMAT,
+        return base_fail(KILN_ERR_FORMAT,
                        "projector %s: not a vision projector (general.architecture \"clip\" with "
                        "clip.has_vision_encoder)",
                        path);
@@ -225,19 +225,19 @@ kiln_status vision_load_gguf(gguf_file *gf, const char *path, int32_t n_embd_tex
     if (!gguf_get_cstr(gf, "clip.projector_type", type, sizeof type, NULL) &&
         !gguf_get_cstr(gf, "clip.vision.projector_type", type, sizeof type, NULL)) {
         gguf_close(gf);
-        return kb_fail(KILN_ERR_FORMAT, "projector %s: no clip.projector_type", path);
+        return base_fail(KILN_ERR_FORMAT, "projector %s: no clip.projector_type", path);
     }
     const vision_proj *proj = NULL;
     for (size_t i = 0; i < sizeof k_projs / sizeof k_projs[0]; i++)
         if (!strcmp(k_projs[i]->type, type)) proj = k_projs[i];
     if (!proj) {
         gguf_close(gf);
-        return kb_fail(KILN_ERR_UNSUPPORTED, "projector %s: projector type \"%s\" is not supported", path, type);
+        return base_fail(KILN_ERR_UNSUPPORTED, "projector %s: projector type \"%s\" is not supported", path, type);
     }
-    vision_model *vm = kb_calloc(1, sizeof *vm);
+    vision_model *vm = base_calloc(1, sizeof *vm);
     if (!vm) {
         gguf_close(gf);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     vm->gf = gf;
     vm->proj = proj;
@@ -251,7 +251,7 @@ kiln_status vision_load_gguf(gguf_file *gf, const char *path, int32_t n_embd_tex
         char err[512];
         snprintf(err, sizeof err, "%s", kiln_last_error());
         vision_free(vm);
-        return kb_fail(st, "projector %s: %s", path, err);
+        return base_fail(st, "projector %s: %s", path, err);
     }
     *out = vm;
     return KILN_OK;
@@ -272,10 +272,10 @@ int32_t vision_n_tokens(const vision_model *vm, const vision_image *im) { return
 kiln_status vision_encode(vision_model *vm, kpool *pool, const vision_image *im, float *out) {
     if (!im || !im->px || im->w < 1 || im->h < 1 || im->w > VISION_MAX_SIDE || im->h > VISION_MAX_SIDE ||
         (int64_t)im->w * im->h > VISION_MAX_PIXELS)
-        return kb_fail(KILN_ERR_INVALID_ARG, "image of %d x %d pixels: each side must be 1..%d and at most %d pixels",
+        return base_fail(KILN_ERR_INVALID_ARG, "image of %d x %d pixels: each side must be 1..%d and at most %d pixels",
                        im ? im->w : 0, im ? im->h : 0, VISION_MAX_SIDE, (int)VISION_MAX_PIXELS);
     kpool *own = NULL;
-    if (!pool && !(pool = own = kpool_new(0))) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!pool && !(pool = own = kpool_new(0))) return base_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&vm->mu);
     kiln_status st = vm->proj->encode(vm, pool, im, out);
     pthread_mutex_unlock(&vm->mu);
@@ -363,22 +363,22 @@ kiln_status vision_vit_run(vision_model *vm, kpool *pool, const float *pix, int3
     const int P = hp->patch_size, E = hp->n_embd, F = hp->n_ff, NH = hp->n_head, D = E / NH;
     const int npx = w / P, npy = h / P, n = npx * npy, K = 3 * P * P;
     if (w % P || h % P || n != vm->pos.nrows)
-        return kb_fail(KILN_ERR_INVALID_ARG, "image of %d x %d does not fit the encoder", w, h);
+        return base_fail(KILN_ERR_INVALID_ARG, "image of %d x %d does not fit the encoder", w, h);
     const int qc = n < VIT_QCHUNK ? n : VIT_QCHUNK;
     int64_t maxc = K > F ? K : F;
     if (E > maxc) maxc = E;
     if (n > maxc) maxc = n;
     const size_t nE = (size_t)n * E;
-    float *xn = kb_malloc(nE * sizeof(float)), *q = kb_malloc(nE * sizeof(float)), *k = kb_malloc(nE * sizeof(float));
-    float *v = kb_malloc(nE * sizeof(float)), *att = kb_malloc(nE * sizeof(float));
-    float *big = kb_malloc((size_t)n * (F > K ? F : K) * sizeof(float)); /* patches, then the FFN's rows */
-    float *kh = kb_malloc((size_t)n * D * sizeof(float)), *vt = kb_malloc((size_t)n * D * sizeof(float));
-    float *qh = kb_malloc((size_t)qc * D * sizeof(float)), *sc = kb_malloc((size_t)qc * n * sizeof(float));
-    float *oh = kb_malloc((size_t)qc * D * sizeof(float));
-    void *scratch = kb_malloc(kk_matmul_scratch_size(maxc, n));
+    float *xn = base_malloc(nE * sizeof(float)), *q = base_malloc(nE * sizeof(float)), *k = base_malloc(nE * sizeof(float));
+    float *v = base_malloc(nE * sizeof(float)), *att = base_malloc(nE * sizeof(float));
+    float *big = base_malloc((size_t)n * (F > K ? F : K) * sizeof(float)); /* patches, then the FFN's rows */
+    float *kh = base_malloc((size_t)n * D * sizeof(float)), *vt = base_malloc((size_t)n * D * sizeof(float));
+    float *qh = base_malloc((size_t)qc * D * sizeof(float)), *sc = base_malloc((size_t)qc * n * sizeof(float));
+    float *oh = base_malloc((size_t)qc * D * sizeof(float));
+    void *scratch = base_malloc(kk_matmul_scratch_size(maxc, n));
     kiln_status st = KILN_OK;
     if (!xn || !q || !k || !v || !att || !big || !kh || !vt || !qh || !sc || !oh || !scratch) {
-        st = kb_fail(KILN_ERR_NOMEM, "out of memory encoding an image");
+        st = base_fail(KILN_ERR_NOMEM, "out of memory encoding an image");
         goto done;
     }
     /* patches [n][3][P][P] */
@@ -472,19 +472,19 @@ void vision_prompt_free(vision_prompt *p) {
 static kiln_status push_text(const vision_text *tx, vision_prompt *p, int32_t *cap, const char *text, size_t len,
                              int add, int special) {
     if (!len && !add) return KILN_OK;
-    if (!tx->tok || (!text && len)) return kb_fail(KILN_ERR_INVALID_ARG, "bad tokenize arguments");
+    if (!tx->tok || (!text && len)) return base_fail(KILN_ERR_INVALID_ARG, "bad tokenize arguments");
     int32_t n = ktok_encode(tx->tok, text ? text : "", len, add, special, NULL, 0);
-    if (n == KTOK_ERR_NOMEM) return kb_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
+    if (n == KTOK_ERR_NOMEM) return base_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
     if (n < 0) n = -n;
     if (p->n_tok + n > *cap) {
         int32_t nc = (p->n_tok + n) * 2 + 16;
-        int32_t *t = kb_realloc(p->tok, (size_t)nc * sizeof *t);
-        if (!t) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        int32_t *t = base_realloc(p->tok, (size_t)nc * sizeof *t);
+        if (!t) return base_fail(KILN_ERR_NOMEM, "out of memory");
         p->tok = t;
         *cap = nc;
     }
     int32_t got = ktok_encode(tx->tok, text ? text : "", len, add, special, p->tok + p->n_tok, n);
-    if (got != n) return kb_fail(KILN_ERR_INTERNAL, "the tokenizer gave %d tokens, then %d", n, got);
+    if (got != n) return base_fail(KILN_ERR_INTERNAL, "the tokenizer gave %d tokens, then %d", n, got);
     p->n_tok += n;
     return KILN_OK;
 }
@@ -510,8 +510,8 @@ static int cache_get(vision_model *vm, const uint8_t key[32], int32_t w, int32_t
 static kiln_status cache_put(vision_model *vm, const uint8_t key[32], int32_t w, int32_t h, int32_t n,
                              const float *rows) {
     const size_t bytes = (size_t)n * (size_t)vm->n_embd_text * sizeof(float);
-    float *copy = kb_malloc(bytes);
-    if (!copy) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    float *copy = base_malloc(bytes);
+    if (!copy) return base_fail(KILN_ERR_NOMEM, "out of memory");
     memcpy(copy, rows, bytes);
     pthread_mutex_lock(&vm->mu);
     struct vision_cached *lru = &vm->cache[0];
@@ -539,14 +539,14 @@ static const char *find_marker(const char *s, size_t n) {
 /* The pixels of image in (an encoded one decoded into *owned, freed by the caller). */
 static kiln_status image_pixels(const kiln_image_input *in, vision_image *im, uint8_t **owned) {
     *owned = NULL;
-    if (!in->data) return kb_fail(KILN_ERR_INVALID_ARG, "an image has no data");
+    if (!in->data) return base_fail(KILN_ERR_INVALID_ARG, "an image has no data");
     if (in->width > 0 || in->height > 0) {
         if (in->width < 1 || in->height < 1 || in->width > VISION_MAX_SIDE || in->height > VISION_MAX_SIDE ||
             (int64_t)in->width * in->height > VISION_MAX_PIXELS)
-            return kb_fail(KILN_ERR_INVALID_ARG, "image of %d x %d pixels: each side must be 1..%d, at most %d pixels",
+            return base_fail(KILN_ERR_INVALID_ARG, "image of %d x %d pixels: each side must be 1..%d, at most %d pixels",
                            in->width, in->height, VISION_MAX_SIDE, (int)VISION_MAX_PIXELS);
         if (in->len != (size_t)in->width * (size_t)in->height * 3)
-            return kb_fail(KILN_ERR_INVALID_ARG, "raw image of %d x %d needs %zu bytes, got %zu", in->width, in->height,
+            return base_fail(KILN_ERR_INVALID_ARG, "raw image of %d x %d needs %zu bytes, got %zu", in->width, in->height,
                            (size_t)in->width * (size_t)in->height * 3, in->len);
         *im = (vision_image){in->width, in->height, in->data};
         return KILN_OK;
@@ -563,8 +563,8 @@ static kiln_status image_pixels(const kiln_image_input *in, vision_image *im, ui
  * token r * nx + c (0, r, c, 0) from its first token img_at[i]. */
 static kiln_status fill_mpos(vision_prompt *out, int32_t n_images, const int32_t *img_at, const int32_t *img_nx,
                              const int32_t *img_ny) {
-    out->mpos = kb_malloc((size_t)out->n_tok * 4 * sizeof *out->mpos);
-    if (!out->mpos) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    out->mpos = base_malloc((size_t)out->n_tok * 4 * sizeof *out->mpos);
+    if (!out->mpos) return base_fail(KILN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < (size_t)out->n_tok * 4; i++) out->mpos[i] = -1;
     for (int32_t i = 0; i < n_images; i++)
         for (int32_t k = 0; k < img_nx[i] * img_ny[i] && img_at[i] + k < out->n_tok; k++) {
@@ -581,20 +581,20 @@ kiln_status vision_prompt_build(vision_model *vm, const vision_text *tx, const c
                                 int parse_special, const kiln_image_input *images, int32_t n_images,
                                 vision_prompt *out) {
     memset(out, 0, sizeof *out);
-    if (n_images > 0 && !vm) return kb_fail(KILN_ERR_UNSUPPORTED, "the model does not take images (no projector)");
+    if (n_images > 0 && !vm) return base_fail(KILN_ERR_UNSUPPORTED, "the model does not take images (no projector)");
     if (n_images < 0 || n_images > VISION_MAX_IMAGES || (n_images && !images))
-        return kb_fail(KILN_ERR_INVALID_ARG, "%d images: at most %d", n_images, VISION_MAX_IMAGES);
+        return base_fail(KILN_ERR_INVALID_ARG, "%d images: at most %d", n_images, VISION_MAX_IMAGES);
     if (!text) len = 0;
     const size_t ml = strlen(VISION_MARKER);
     int markers = 0;
     for (const char *s = text; (s = find_marker(s, len - (size_t)(s - text))); s += ml) markers++;
     if (markers && markers != n_images)
-        return kb_fail(KILN_ERR_INVALID_ARG, "the prompt has %d image markers for %d images", markers, n_images);
+        return base_fail(KILN_ERR_INVALID_ARG, "the prompt has %d image markers for %d images", markers, n_images);
     out->n_embd = tx->n_embd;
     int32_t cap = 0;
     kiln_status st = KILN_OK;
     kpool *pool = NULL;
-    if (n_images && !(pool = kpool_new(0))) return kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (n_images && !(pool = kpool_new(0))) return base_fail(KILN_ERR_NOMEM, "out of memory");
     const char *rest = text;
     size_t rest_len = len;
     int first = 1;
@@ -618,14 +618,14 @@ kiln_status vision_prompt_build(vision_model *vm, const vision_text *tx, const c
         int32_t nt = st ? 0 : vision_n_tokens(vm, &im);
         if (!st && nt > 0) {
             const size_t rows = (size_t)out->n_rows + (size_t)nt;
-            float *e = kb_realloc(out->embd, rows * (size_t)out->n_embd * sizeof(float));
-            int32_t *t = e ? kb_realloc(out->tok, ((size_t)out->n_tok + (size_t)nt + 1) * sizeof *t) : NULL;
+            float *e = base_realloc(out->embd, rows * (size_t)out->n_embd * sizeof(float));
+            int32_t *t = e ? base_realloc(out->tok, ((size_t)out->n_tok + (size_t)nt + 1) * sizeof *t) : NULL;
             if (e) out->embd = e;
             if (t) {
                 out->tok = t;
                 cap = out->n_tok + nt + 1;
             }
-            if (!e || !t) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+            if (!e || !t) st = base_fail(KILN_ERR_NOMEM, "out of memory");
         }
         unsigned char dg[SHA256_DIGEST_LENGTH];
         if (!st) SHA256(images[i].data, images[i].len, dg);

@@ -13,16 +13,16 @@ struct kiln_stt {
 };
 
 kiln_status kiln_stt_load(const char *path, kiln_stt **out) {
-    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output handle");
+    if (!out) return base_fail(KILN_ERR_INVALID_ARG, "no output handle");
     *out = NULL;
-    if (!path) return kb_fail(KILN_ERR_INVALID_ARG, "no model path");
+    if (!path) return base_fail(KILN_ERR_INVALID_ARG, "no model path");
     wh_model *m;
     kiln_status st = wh_load(path, &m);
     if (st) return st;
     kiln_stt *s = calloc(1, sizeof *s);
     if (!s) {
         wh_free(m);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     s->m = m;
     *out = s;
@@ -88,16 +88,16 @@ kiln_transcribe_params kiln_transcribe_default_params(void) {
 }
 
 kiln_status kiln_transcribe_check(const kiln_stt *s, const kiln_transcribe_params *p) {
-    if (!s || !p) return kb_fail(KILN_ERR_INVALID_ARG, "no model or parameters");
+    if (!s || !p) return base_fail(KILN_ERR_INVALID_ARG, "no model or parameters");
     int lang;
     return wh_check_params(s->m, p, &lang);
 }
 
 kiln_status kiln_transcribe(kiln_stt *s, const float *pcm, int64_t n, const kiln_transcribe_params *p,
                             kiln_transcript **out) {
-    if (!out) return kb_fail(KILN_ERR_INVALID_ARG, "no output transcript");
+    if (!out) return base_fail(KILN_ERR_INVALID_ARG, "no output transcript");
     *out = NULL;
-    if (!s) return kb_fail(KILN_ERR_INVALID_ARG, "no model");
+    if (!s) return base_fail(KILN_ERR_INVALID_ARG, "no model");
     kiln_transcribe_params def = kiln_transcribe_default_params();
     return wh_transcribe(s->m, pcm, n, p ? p : &def, out);
 }
@@ -105,7 +105,7 @@ kiln_status kiln_transcribe(kiln_stt *s, const float *pcm, int64_t n, const kiln
 /* ------------------------------------------------------------------ audio */
 
 kiln_status kiln_audio_load_max(const char *path, double max_seconds, float **pcm, int64_t *n, char *format) {
-    if (!pcm || !n || !path) return kb_fail(KILN_ERR_INVALID_ARG, "no path or output");
+    if (!pcm || !n || !path) return base_fail(KILN_ERR_INVALID_ARG, "no path or output");
     ka_info info;
     kiln_status st = ka_read_file(path, max_seconds, pcm, n, &info);
     if (st) return st;
@@ -115,7 +115,7 @@ kiln_status kiln_audio_load_max(const char *path, double max_seconds, float **pc
 
 kiln_status kiln_audio_decode_max(const void *data, size_t len, double max_seconds, float **pcm, int64_t *n,
                                   char *format) {
-    if (!pcm || !n) return kb_fail(KILN_ERR_INVALID_ARG, "no output");
+    if (!pcm || !n) return base_fail(KILN_ERR_INVALID_ARG, "no output");
     ka_info info;
     kiln_status st = ka_read_memory(data, len, max_seconds, pcm, n, &info);
     if (st) return st;
@@ -133,7 +133,7 @@ kiln_status kiln_audio_decode(const void *data, size_t len, float **pcm, int64_t
 
 kiln_status kiln_audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out,
                                   int64_t *n) {
-    if (!out || !n) return kb_fail(KILN_ERR_INVALID_ARG, "no output");
+    if (!out || !n) return base_fail(KILN_ERR_INVALID_ARG, "no output");
     return ka_to_mono16k(pcm, n_samples, rate, channels, out, n);
 }
 

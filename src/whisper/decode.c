@@ -662,27 +662,27 @@ kiln_status wh_check_params(const wh_model *m, const kiln_transcribe_params *p, 
     *lang = -1;
     if (p->language && *p->language && strcmp(p->language, "auto")) {
         int l = wh_lang_find(p->language);
-        if (l < 0) return kb_fail(KILN_ERR_INVALID_ARG, "unknown language '%s'", p->language);
+        if (l < 0) return base_fail(KILN_ERR_INVALID_ARG, "unknown language '%s'", p->language);
         if (!m->vocab.multilingual && l != 0)
-            return kb_fail(KILN_ERR_INVALID_ARG, "this model is English-only; language '%s' is not available",
+            return base_fail(KILN_ERR_INVALID_ARG, "this model is English-only; language '%s' is not available",
                            p->language);
         if (l >= m->n_langs)
-            return kb_fail(KILN_ERR_INVALID_ARG, "language '%s' is not one of this model's %d", p->language,
+            return base_fail(KILN_ERR_INVALID_ARG, "language '%s' is not one of this model's %d", p->language,
                            m->n_langs);
         *lang = l;
     }
     if (p->translate) {
         if (!m->vocab.multilingual)
-            return kb_fail(KILN_ERR_INVALID_ARG, "this model is English-only and cannot translate");
+            return base_fail(KILN_ERR_INVALID_ARG, "this model is English-only and cannot translate");
         if (!strcmp(m->size_name, "large-v3-turbo"))
-            return kb_fail(KILN_ERR_INVALID_ARG, "large-v3-turbo was not trained to translate");
+            return base_fail(KILN_ERR_INVALID_ARG, "large-v3-turbo was not trained to translate");
     }
     if (p->beam_size < 0 || p->beam_size > 16 || p->best_of < 0 || p->best_of > 16)
-        return kb_fail(KILN_ERR_INVALID_ARG, "beam size and best-of must be within 1 to 16");
+        return base_fail(KILN_ERR_INVALID_ARG, "beam size and best-of must be within 1 to 16");
     if (!(p->temperature >= 0.0f && p->temperature <= 1.0f) || !(p->temperature_inc >= 0.0f))
-        return kb_fail(KILN_ERR_INVALID_ARG, "temperature must be within 0 to 1 (and its step >= 0)");
+        return base_fail(KILN_ERR_INVALID_ARG, "temperature must be within 0 to 1 (and its step >= 0)");
     if (p->initial_prompt && wh_tokenize(&m->vocab, p->initial_prompt, strlen(p->initial_prompt), NULL, 0) < 0)
-        return kb_fail(KILN_ERR_INVALID_ARG, "the initial prompt has bytes the vocabulary cannot spell");
+        return base_fail(KILN_ERR_INVALID_ARG, "the initial prompt has bytes the vocabulary cannot spell");
     return KILN_OK;
 }
 
@@ -762,18 +762,18 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
     int lang;
     kiln_status st = wh_check_params(m, p, &lang);
     if (st != KILN_OK) return st;
-    if (n < 0 || (n > 0 && !pcm)) return kb_fail(KILN_ERR_INVALID_ARG, "no audio given");
+    if (n < 0 || (n > 0 && !pcm)) return base_fail(KILN_ERR_INVALID_ARG, "no audio given");
     const double duration = (double)n / KA_RATE;
     seg_acc acc = {0};
     if (n == 0) {
         /* nothing said: no segments, and no language to detect */
         *out = finish(&acc, lang >= 0 ? wh_lang_code(lang) : (m->vocab.multilingual ? "" : "en"), 1.0f, 0.0);
-        return *out ? KILN_OK : kb_fail(KILN_ERR_NOMEM, "out of memory");
+        return *out ? KILN_OK : base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     job j;
     if (job_init(&j, m, p)) {
         job_free(&j);
-        return kb_fail(KILN_ERR_NOMEM, "out of memory for the decoder state");
+        return base_fail(KILN_ERR_NOMEM, "out of memory for the decoder state");
     }
     j.lang = lang;
     const int A = m->hp.n_audio_ctx, win = 2 * A;
@@ -809,11 +809,11 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
     result res = {0}, spare = {0};
     res.tok = malloc((size_t)j.max_gen * sizeof *res.tok);
     spare.tok = malloc((size_t)j.max_gen * sizeof *spare.tok);
-    if (!res.tok || !spare.tok) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!res.tok || !spare.tok) st = base_fail(KILN_ERR_NOMEM, "out of memory");
     int64_t seek = 0;
     while (st == KILN_OK && seek < content) {
         if (aborted(&j)) {
-            st = kb_fail(KILN_ERR_CANCELLED, "transcription cancelled");
+            st = base_fail(KILN_ERR_CANCELLED, "transcription cancelled");
             break;
         }
         const int64_t seg_size = content - seek < win ? content - seek : win;
@@ -829,7 +829,7 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
         build_prompt(&j);
         j.seek = seek;
         if (decode_window(&j, &res, &spare, &n_fb)) {
-            st = kb_fail(KILN_ERR_CONTEXT_FULL, "the prompt does not fit the text context");
+            st = base_fail(KILN_ERR_CONTEXT_FULL, "the prompt does not fit the text context");
             break;
         }
         /* speech (by the no-speech probability) but no words, or words that
@@ -845,12 +845,12 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
             build_prompt(&j);
             n_fb++;
             if (decode_window(&j, &res, &spare, &n_fb)) {
-                st = kb_fail(KILN_ERR_CONTEXT_FULL, "the prompt does not fit the text context");
+                st = base_fail(KILN_ERR_CONTEXT_FULL, "the prompt does not fit the text context");
                 break;
             }
         }
         if (j.cancelled) {
-            st = kb_fail(KILN_ERR_CANCELLED, "transcription cancelled");
+            st = base_fail(KILN_ERR_CANCELLED, "transcription cancelled");
             break;
         }
         int64_t adv = seg_size;
@@ -886,7 +886,7 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
                 double b = t_off + (sl[sn - 1] >= tb ? (sl[sn - 1] - tb) * 0.02 : seg_size * 0.01);
                 if (b > tmax) b = tmax;
                 if (a > b) a = b;
-                if (add_segment(&j, &acc, a, b, sl, sn, &res)) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+                if (add_segment(&j, &acc, a, b, sl, sn, &res)) st = base_fail(KILN_ERR_NOMEM, "out of memory");
                 last_slice = i;
             }
             if (st != KILN_OK) break;
@@ -910,11 +910,11 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
                         break;
                     }
                 double b = t_off + dur > tmax ? tmax : t_off + dur;
-                if (add_segment(&j, &acc, t_off, b, tk, nt, &res)) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+                if (add_segment(&j, &acc, t_off, b, tk, nt, &res)) st = base_fail(KILN_ERR_NOMEM, "out of memory");
             }
             if (st == KILN_OK && p->condition_on_previous) {
                 int keep = any_pair && !single_end ? last_slice : nt;
-                if (hist_push(&j, tk, keep)) st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+                if (hist_push(&j, tk, keep)) st = base_fail(KILN_ERR_NOMEM, "out of memory");
             }
         }
         if (!p->condition_on_previous || res.temp > 0.5f) j.hist_from = j.n_hist;
@@ -922,7 +922,7 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
         if (p->progress && st == KILN_OK) {
             double done = (double)seek * KA_HOP / KA_RATE;
             if (p->progress(done < duration ? done : duration, duration, p->user))
-                st = kb_fail(KILN_ERR_CANCELLED, "transcription cancelled");
+                st = base_fail(KILN_ERR_CANCELLED, "transcription cancelled");
         }
     }
     free(res.tok);
@@ -931,7 +931,7 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
     if (st == KILN_OK) {
         *out = finish(&acc, wh_lang_code(j.lang >= 0 ? j.lang : 0), lang_prob, duration);
         if (!*out)
-            st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+            st = base_fail(KILN_ERR_NOMEM, "out of memory");
         else {
             (*out)->n_windows = n_windows;
             (*out)->n_fallbacks = n_fb;

@@ -72,7 +72,7 @@ static json_t *verbose(const kiln_transcript *t, const char *task) {
 
 char *kiln_transcript_format(const kiln_transcript *t, const char *format, int translated) {
     if (!t || !format) {
-        kb_fail(KILN_ERR_INVALID_ARG, "no transcript or format");
+        base_fail(KILN_ERR_INVALID_ARG, "no transcript or format");
         return NULL;
     }
     buf b = {0};
@@ -101,20 +101,20 @@ char *kiln_transcript_format(const kiln_transcript *t, const char *format, int t
         char *s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(7)) : NULL;
         json_decref(o);
         if (!s) {
-            kb_fail(KILN_ERR_NOMEM, "out of memory");
+            base_fail(KILN_ERR_NOMEM, "out of memory");
             return NULL;
         }
         puts_(&b, s);
         puts_(&b, "\n");
         free(s);
     } else {
-        kb_fail(KILN_ERR_INVALID_ARG, "unknown transcript format '%s' (txt, srt, vtt, json, verbose_json)", format);
+        base_fail(KILN_ERR_INVALID_ARG, "unknown transcript format '%s' (txt, srt, vtt, json, verbose_json)", format);
         return NULL;
     }
     if (b.fail || !b.p) {
         free(b.p);
         if (!b.fail) return strdup("");
-        kb_fail(KILN_ERR_NOMEM, "out of memory");
+        base_fail(KILN_ERR_NOMEM, "out of memory");
         return NULL;
     }
     return b.p;

@@ -108,20 +108,20 @@ static tinfo *need(binder *b, const char *name, int64_t ne0, int64_t ne1, int64_
     if (b->failed) return NULL;
     tinfo *t = find(b->p, name);
     if (!t) {
-        b->failed = kb_fail(KILN_ERR_FORMAT, "tensor '%s' is missing", name);
+        b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s' is missing", name);
         return NULL;
     }
     int64_t want[3] = {ne0, ne1, ne2};
     int ok = 1;
     for (int d = 0; d < 3; d++) ok &= t->ne[d] == want[d];
     if (!ok) {
-        b->failed = kb_fail(KILN_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
+        b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
                             name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)want[0],
                             (long long)want[1], (long long)want[2]);
         return NULL;
     }
     if (t->used) {
-        b->failed = kb_fail(KILN_ERR_FORMAT, "tensor '%s' is bound twice", name);
+        b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s' is bound twice", name);
         return NULL;
     }
     t->used = 1;
@@ -133,7 +133,7 @@ static const float *vec(binder *b, const char *name, int64_t ne0, int64_t ne1) {
     tinfo *t = need(b, name, ne0, ne1, 1);
     if (!t) return NULL;
     if (t->type != KQ_F32 && t->type != KQ_F16) {
-        b->failed = kb_fail(KILN_ERR_FORMAT, "tensor '%s' has type %s; vectors must be F32 or F16", name,
+        b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s' has type %s; vectors must be F32 or F16", name,
                             kq_get(t->type)->name);
         return NULL;
     }
@@ -158,18 +158,18 @@ static void mat(binder *b, kk_mat *out, const char *name, int64_t ncols, int64_t
     tinfo *t = conv ? need(b, name, 3, ncols / 3, nrows) : need(b, name, ncols, nrows, 1);
     if (!t) return;
     if (!kq_supported(t->type)) {
-        b->failed = kb_fail(KILN_ERR_UNSUPPORTED, "tensor '%s' has type %s, which kiln cannot multiply", name,
+        b->failed = base_fail(KILN_ERR_UNSUPPORTED, "tensor '%s' has type %s, which kiln cannot multiply", name,
                             kq_get(t->type) && kq_get(t->type)->name ? kq_get(t->type)->name : "unknown");
         return;
     }
     if (conv && t->type != KQ_F32 && t->type != KQ_F16) {
-        b->failed = kb_fail(KILN_ERR_FORMAT, "tensor '%s': convolution kernels must be F32 or F16, not %s", name,
+        b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s': convolution kernels must be F32 or F16, not %s", name,
                             kq_get(t->type)->name);
         return;
     }
     const kq_traits *tr = kq_get(t->type);
     if (ncols % tr->blck != 0) {
-        b->failed = kb_fail(KILN_ERR_FORMAT, "tensor '%s': rows of %lld are not whole %s blocks", name,
+        b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s': rows of %lld are not whole %s blocks", name,
                             (long long)ncols, tr->name);
         return;
     }
@@ -252,7 +252,7 @@ static void bind_all(binder *b) {
 static kiln_status check_hparams(const wh_hparams *hp) {
 #define RANGE(f, lo, hi)                                                                                         \
     if (hp->f < (lo) || hp->f > (hi)) {                                                                          \
-        return kb_fail(KILN_ERR_FORMAT, "hyperparameter " #f " = %d is out of range [%d, %d]", hp->f, (int)(lo), \
+        return base_fail(KILN_ERR_FORMAT, "hyperparameter " #f " = %d is out of range [%d, %d]", hp->f, (int)(lo), \
                        (int)(hi));                                                                               \
     }
     RANGE(n_vocab, 1, 1 << 20);
@@ -267,15 +267,15 @@ static kiln_status check_hparams(const wh_hparams *hp) {
     RANGE(n_mels, 1, 512);
 #undef RANGE
     if (hp->n_text_state != hp->n_audio_state) {
-        return kb_fail(KILN_ERR_FORMAT, "n_text_state %d differs from n_audio_state %d", hp->n_text_state,
+        return base_fail(KILN_ERR_FORMAT, "n_text_state %d differs from n_audio_state %d", hp->n_text_state,
                        hp->n_audio_state);
     }
     if (hp->n_audio_state % hp->n_audio_head || hp->n_text_state % hp->n_text_head) {
-        return kb_fail(KILN_ERR_FORMAT, "the width %d is not a multiple of the head counts (%d, %d)", hp->n_audio_state,
+        return base_fail(KILN_ERR_FORMAT, "the width %d is not a multiple of the head counts (%d, %d)", hp->n_audio_state,
                        hp->n_audio_head, hp->n_text_head);
     }
     if (hp->n_audio_state % 2) {
-        return kb_fail(KILN_ERR_FORMAT, "n_audio_state %d is odd (sinusoidal positions need pairs)", hp->n_audio_state);
+        return base_fail(KILN_ERR_FORMAT, "n_audio_state %d is odd (sinusoidal positions need pairs)", hp->n_audio_state);
     }
     return KILN_OK;
 }
@@ -284,8 +284,8 @@ kiln_status wh_load(const char *path, wh_model **out) {
     *out = NULL;
     wh_model *m = calloc(1, sizeof *m);
     tinfo *tabs = NULL;
-    if (!m) return kb_fail(KILN_ERR_NOMEM, "out of memory");
-    kiln_status st = kb_map_file(path, &m->map);
+    if (!m) return base_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st = base_map_file(path, &m->map);
     if (st) {
         free(m);
         return st;
@@ -293,42 +293,42 @@ kiln_status wh_load(const char *path, wh_model **out) {
     rd r = {m->map.addr, m->map.len, 0};
     uint32_t magic = 0;
     if (r.len < 4 || (memcpy(&magic, r.p, 4), magic != WH_MAGIC)) {
-        st = kb_fail(KILN_ERR_FORMAT, "%s: not a whisper.cpp GGML file (bad magic)", path);
+        st = base_fail(KILN_ERR_FORMAT, "%s: not a whisper.cpp GGML file (bad magic)", path);
         goto fail;
     }
     r.off = 4;
     int32_t *hv = &m->hp.n_vocab;
     for (int i = 0; i < 11; i++)
         if (rd_i32(&r, &hv[i])) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: truncated in the hyperparameters", path);
+            st = base_fail(KILN_ERR_FORMAT, "%s: truncated in the hyperparameters", path);
             goto fail;
         }
     if ((st = check_hparams(&m->hp))) {
-        st = kb_fail(st, "%s: %s", path, kiln_last_error());
+        st = base_fail(st, "%s: %s", path, kiln_last_error());
         goto fail;
     }
     {
         int ft = m->hp.ftype % 1000;
         m->wtype = m->hp.ftype < 0 ? -1 : ftype_to_type(ft);
         if (m->wtype < 0) {
-            st = kb_fail(KILN_ERR_UNSUPPORTED, "%s: unknown ftype %d", path, m->hp.ftype);
+            st = base_fail(KILN_ERR_UNSUPPORTED, "%s: unknown ftype %d", path, m->hp.ftype);
             goto fail;
         }
     }
     /* mel filters */
     int32_t fm = 0, fb = 0;
     if (rd_i32(&r, &fm) || rd_i32(&r, &fb)) {
-        st = kb_fail(KILN_ERR_FORMAT, "%s: truncated before the mel filters", path);
+        st = base_fail(KILN_ERR_FORMAT, "%s: truncated before the mel filters", path);
         goto fail;
     }
     if (fm != m->hp.n_mels || fb != WH_N_FFT_BINS) {
-        st = kb_fail(KILN_ERR_FORMAT, "%s: mel filters are %d x %d, expected %d x %d", path, fm, fb, m->hp.n_mels,
+        st = base_fail(KILN_ERR_FORMAT, "%s: mel filters are %d x %d, expected %d x %d", path, fm, fb, m->hp.n_mels,
                      WH_N_FFT_BINS);
         goto fail;
     }
     size_t filt_bytes = (size_t)fm * (size_t)fb * 4;
     if (r.len - r.off < filt_bytes) {
-        st = kb_fail(KILN_ERR_FORMAT, "%s: truncated in the mel filters", path);
+        st = base_fail(KILN_ERR_FORMAT, "%s: truncated in the mel filters", path);
         goto fail;
     }
     size_t filt_off = r.off;
@@ -336,14 +336,14 @@ kiln_status wh_load(const char *path, wh_model **out) {
     /* vocabulary */
     int32_t n_text = 0;
     if (rd_i32(&r, &n_text) || n_text < 1 || n_text >= m->hp.n_vocab) {
-        st = kb_fail(KILN_ERR_FORMAT, "%s: bad or truncated vocabulary count", path);
+        st = base_fail(KILN_ERR_FORMAT, "%s: bad or truncated vocabulary count", path);
         goto fail;
     }
     size_t voc_off = r.off;
     for (int32_t i = 0; i < n_text; i++) {
         int32_t len;
         if (rd_i32(&r, &len) || len < 0 || len > 1024 || r.len - r.off < (size_t)len) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: vocabulary entry %d is bad or truncated", path, i);
+            st = base_fail(KILN_ERR_FORMAT, "%s: vocabulary entry %d is bad or truncated", path, i);
             goto fail;
         }
         r.off += (size_t)len;
@@ -351,24 +351,24 @@ kiln_status wh_load(const char *path, wh_model **out) {
     /* tensor headers */
     tabs = calloc(MAX_TENSORS, sizeof *tabs);
     if (!tabs) {
-        st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+        st = base_fail(KILN_ERR_NOMEM, "out of memory");
         goto fail;
     }
     plan p = {tabs, 0, 0};
     while (r.off < r.len) {
         int32_t nd, nl, ty;
         if (p.n == MAX_TENSORS) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: more than %d tensors", path, MAX_TENSORS);
+            st = base_fail(KILN_ERR_FORMAT, "%s: more than %d tensors", path, MAX_TENSORS);
             goto fail;
         }
         tinfo *t = &tabs[p.n];
         if (rd_i32(&r, &nd) || rd_i32(&r, &nl) || rd_i32(&r, &ty)) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: tensor %d: truncated header", path, p.n);
+            st = base_fail(KILN_ERR_FORMAT, "%s: tensor %d: truncated header", path, p.n);
             goto fail;
         }
         if (nd < 1 || nd > 3 || nl < 1 || nl >= MAX_NAME || ty < 0 || ty >= KQ_TYPE_COUNT || !kq_get(ty) ||
             !kq_get(ty)->name) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: tensor %d: bad header (dims %d, name length %d, type %d)", path, p.n, nd,
+            st = base_fail(KILN_ERR_FORMAT, "%s: tensor %d: bad header (dims %d, name length %d, type %d)", path, p.n, nd,
                          nl, ty);
             goto fail;
         }
@@ -376,30 +376,30 @@ kiln_status wh_load(const char *path, wh_model **out) {
         for (int d = 0; d < nd; d++) {
             int32_t ne;
             if (rd_i32(&r, &ne) || ne < 1) {
-                st = kb_fail(KILN_ERR_FORMAT, "%s: tensor %d: bad or truncated shape", path, p.n);
+                st = base_fail(KILN_ERR_FORMAT, "%s: tensor %d: bad or truncated shape", path, p.n);
                 goto fail;
             }
             t->ne[d] = ne;
-            if (kb_mul_u64(nel, (uint64_t)ne, &nel) || nel > ((uint64_t)1 << 40)) {
-                st = kb_fail(KILN_ERR_FORMAT, "%s: tensor %d: too many elements", path, p.n);
+            if (base_mul_u64(nel, (uint64_t)ne, &nel) || nel > ((uint64_t)1 << 40)) {
+                st = base_fail(KILN_ERR_FORMAT, "%s: tensor %d: too many elements", path, p.n);
                 goto fail;
             }
         }
         for (int d = nd; d < 3; d++) t->ne[d] = 1;
         if (r.len - r.off < (size_t)nl) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: tensor %d: truncated name", path, p.n);
+            st = base_fail(KILN_ERR_FORMAT, "%s: tensor %d: truncated name", path, p.n);
             goto fail;
         }
         memcpy(t->name, r.p + r.off, (size_t)nl);
         t->name[nl] = 0;
         if (strlen(t->name) != (size_t)nl) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: tensor %d: name has a NUL byte", path, p.n);
+            st = base_fail(KILN_ERR_FORMAT, "%s: tensor %d: name has a NUL byte", path, p.n);
             goto fail;
         }
         r.off += (size_t)nl;
         const kq_traits *tr = kq_get(ty);
         if (t->ne[0] % tr->blck) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: tensor '%s': %lld elements per row are not whole %s blocks", path,
+            st = base_fail(KILN_ERR_FORMAT, "%s: tensor '%s': %lld elements per row are not whole %s blocks", path,
                          t->name, (long long)t->ne[0], tr->name);
             goto fail;
         }
@@ -407,7 +407,7 @@ kiln_status wh_load(const char *path, wh_model **out) {
         t->n_dims = nd;
         t->nbytes = kq_row_size(ty, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2]);
         if (r.len - r.off < t->nbytes) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: tensor '%s': data truncated (%zu bytes, %zu left in the file)", path,
+            st = base_fail(KILN_ERR_FORMAT, "%s: tensor '%s': data truncated (%zu bytes, %zu left in the file)", path,
                          t->name, t->nbytes, r.len - r.off);
             goto fail;
         }
@@ -415,7 +415,7 @@ kiln_status wh_load(const char *path, wh_model **out) {
         r.off += t->nbytes;
         for (int i = 0; i < p.n; i++)
             if (!strcmp(tabs[i].name, t->name)) {
-                st = kb_fail(KILN_ERR_FORMAT, "%s: tensor '%s' appears twice", path, t->name);
+                st = base_fail(KILN_ERR_FORMAT, "%s: tensor '%s' appears twice", path, t->name);
                 goto fail;
             }
         m->n_params += nel;
@@ -427,7 +427,7 @@ kiln_status wh_load(const char *path, wh_model **out) {
     /* the vocabulary layout */
     m->vocab.n_text = n_text;
     if ((st = wh_vocab_init(&m->vocab, m->hp.n_vocab))) {
-        st = kb_fail(st, "%s: %s", path, kiln_last_error());
+        st = base_fail(st, "%s: %s", path, kiln_last_error());
         goto fail;
     }
     m->n_langs = m->vocab.n_langs;
@@ -436,24 +436,24 @@ kiln_status wh_load(const char *path, wh_model **out) {
     m->enc = calloc((size_t)m->hp.n_audio_layer, sizeof *m->enc);
     m->dec = calloc((size_t)m->hp.n_text_layer, sizeof *m->dec);
     if (!m->enc || !m->dec) {
-        st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+        st = base_fail(KILN_ERR_NOMEM, "out of memory");
         goto fail;
     }
     binder b = {m, &p, NULL, 0, KILN_OK};
     bind_all(&b);
     if (b.failed) {
-        st = kb_fail(b.failed, "%s: %s", path, kiln_last_error());
+        st = base_fail(b.failed, "%s: %s", path, kiln_last_error());
         goto fail;
     }
     for (int i = 0; i < p.n; i++)
         if (!tabs[i].used) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: unexpected tensor '%s'", path, tabs[i].name);
+            st = base_fail(KILN_ERR_FORMAT, "%s: unexpected tensor '%s'", path, tabs[i].name);
             goto fail;
         }
     size_t arena = b.used + (size_t)m->hp.n_mels * WH_N_FFT_BINS * sizeof(float) + 64;
     if (posix_memalign(&m->arena, 64, arena)) {
         m->arena = NULL;
-        st = kb_fail(KILN_ERR_NOMEM, "out of memory (%zu bytes)", arena);
+        st = base_fail(KILN_ERR_NOMEM, "out of memory (%zu bytes)", arena);
         goto fail;
     }
     m->arena_bytes = arena;
@@ -461,14 +461,14 @@ kiln_status wh_load(const char *path, wh_model **out) {
     binder b2 = {m, &p, m->arena, 0, KILN_OK};
     bind_all(&b2);
     if (b2.failed) {
-        st = kb_fail(b2.failed, "%s: %s", path, kiln_last_error());
+        st = base_fail(b2.failed, "%s: %s", path, kiln_last_error());
         goto fail;
     }
     m->filters = (float *)((uint8_t *)m->arena + ((b2.used + 63) & ~(size_t)63));
     memcpy(m->filters, m->map.addr + filt_off, filt_bytes);
     for (size_t i = 0; i < (size_t)fm * (size_t)fb; i++)
         if (!(m->filters[i] >= 0.0f && m->filters[i] < 1e30f)) {
-            st = kb_fail(KILN_ERR_FORMAT, "%s: mel filter value %zu is negative or not finite", path, i);
+            st = base_fail(KILN_ERR_FORMAT, "%s: mel filter value %zu is negative or not finite", path, i);
             goto fail;
         }
     /* text tokens point into the map */
@@ -485,7 +485,7 @@ kiln_status wh_load(const char *path, wh_model **out) {
         }
         m->vocab.max_len = maxl;
         if (wh_vocab_index(&m->vocab)) {
-            st = kb_fail(KILN_ERR_NOMEM, "out of memory");
+            st = base_fail(KILN_ERR_NOMEM, "out of memory");
             goto fail;
         }
     }
@@ -504,6 +504,6 @@ void wh_free(wh_model *m) {
     free(m->enc);
     free(m->dec);
     free(m->arena);
-    kb_unmap(&m->map);
+    base_unmap(&m->map);
     free(m);
 }

@@ -44,7 +44,7 @@ int wh_lang_find(const char *s) {
 kiln_status wh_vocab_init(wh_vocab *v, int32_t n_vocab) {
     int32_t n_langs = n_vocab - v->n_text - 1509;
     if (n_langs < 1 || n_langs > WH_MAX_LANGS) {
-        return kb_fail(
+        return base_fail(
             KILN_ERR_FORMAT,
             "vocabulary of %d tokens with %d text tokens leaves %d language tokens (the layout needs 1 to %d)", n_vocab,
             v->n_text, n_langs, WH_MAX_LANGS);
@@ -65,7 +65,7 @@ kiln_status wh_vocab_init(wh_vocab *v, int32_t n_vocab) {
     v->text = calloc((size_t)v->n_text, sizeof *v->text);
     v->len = calloc((size_t)v->n_text, sizeof *v->len);
     v->space = -1;
-    if (!v->text || !v->len) { return kb_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!v->text || !v->len) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     return KILN_OK;
 }
 

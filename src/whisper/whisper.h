@@ -77,7 +77,7 @@ typedef struct wh_vocab {
 } wh_vocab;
 
 typedef struct wh_model {
-    kb_map map;
+    base_map map;
     wh_hparams hp;
     int wtype; /* kq type of the matrices (from ftype) */
     int n_langs;
