@@ -4,7 +4,7 @@
  * cuda_emu.cpp runs them on the CPU by tests/emucuda.h (test_cuda),
  * cuda_dev.c on a GPU through the driver API and the embedded fatbin
  * (test_cuda_gpu).  Pointers are host memory, each spanning whole strides
- * (rows x stride); type is a GGUF type id (kq_type); strides count
+ * (rows x stride); type is a GGUF type id (quant_type); strides count
  * elements of the pointer's type (bytes for weights).  Each cr_ call
  * returns 0, or -1 for a type without a kernel.
  */

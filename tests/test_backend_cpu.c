@@ -36,7 +36,7 @@ int main(void) {
     }
     CHECK(kiln_engine_create(KILN_ENGINE_STT, KILN_ENGINE_BACKEND_CUDA, &e) == KILN_ERR_UNSUPPORTED && !e);
     if (!cpu) return t_done();
-    kq_init();
+    quant_init();
     const kk_ops *k = kk_ops_best();
     kpool *pool = kpool_new(3);
     kbe_ctx X;

@@ -35,12 +35,12 @@ static double value_at(const ck_tensor *t, int64_t i) {
     case CK_F16: {
         uint16_t h;
         memcpy(&h, p + 2 * i, 2);
-        return kq_f16_to_f32(h);
+        return quant_f16_to_f32(h);
     }
     case CK_BF16: {
         uint16_t h;
         memcpy(&h, p + 2 * i, 2);
-        return kq_bf16_to_f32(h);
+        return quant_bf16_to_f32(h);
     }
     case CK_I64: {
         int64_t v;

@@ -34,8 +34,8 @@ static void test_conv(int type, int cin, int cout, int h, int w, int k, int stri
     const size_t K = (size_t)cin * (size_t)k * (size_t)k;
     float *wf = malloc((size_t)cout * K * sizeof *wf);
     for (size_t i = 0; i < (size_t)cout * K; i++) wf[i] = frand() * 0.3f;
-    void *wq = malloc(kq_row_size(type, (int64_t)K) * (size_t)cout);
-    kq_get(type)->from_f32(wf, wq, (int64_t)K * cout);
+    void *wq = malloc(quant_row_size(type, (int64_t)K) * (size_t)cout);
+    quant_get(type)->from_f32(wf, wq, (int64_t)K * cout);
     float *bias = malloc((size_t)cout * sizeof *bias);
     for (int i = 0; i < cout; i++) bias[i] = frand();
     kk_mat m = {wq, type, (int64_t)K, cout, NULL};
@@ -55,7 +55,7 @@ static void test_conv(int type, int cin, int cout, int h, int w, int k, int stri
         r = fmax(r, fabs((double)yr[i]));
     }
     /* the same chains in the same order: the same bits */
-    CHECKF(!memcmp(y, yr, ny * sizeof *y), "%s conv %dx%d k%d s%d: differs from the direct twin", kq_get(type)->name, h,
+    CHECKF(!memcmp(y, yr, ny * sizeof *y), "%s conv %dx%d k%d s%d: differs from the direct twin", quant_get(type)->name, h,
            w, k, stride);
     CHECK(!memcmp(y, y2, ny * sizeof *y));
     free(wf);
@@ -80,12 +80,12 @@ static void test_gemm(int kind, int btype, int m, int n, int k, int bias, kpool 
     for (int i = 0; i < n; i++) bn[i] = frand();
     for (int i = 0; i < m; i++) bm[i] = frand();
     /* B as weight rows [n][k] of btype (rounded there, then widened: the values the kernels see) */
-    const size_t rowb = kq_row_size(btype, k);
+    const size_t rowb = quant_row_size(btype, k);
     uint8_t *wq = malloc(rowb * (size_t)n);
     float *bk = malloc((size_t)k * n * sizeof *bk); /* [k][n] of the same values */
     for (int j = 0; j < n; j++) {
-        kq_get(btype)->from_f32(bf + (size_t)j * k, wq + (size_t)j * rowb, k);
-        kq_get(btype)->to_f32(wq + (size_t)j * rowb, bf + (size_t)j * k, k);
+        quant_get(btype)->from_f32(bf + (size_t)j * k, wq + (size_t)j * rowb, k);
+        quant_get(btype)->to_f32(wq + (size_t)j * rowb, bf + (size_t)j * k, k);
         for (int t = 0; t < k; t++) bk[(size_t)t * n + j] = bf[(size_t)j * k + t];
     }
     for (int i = 0; i < m; i++)
@@ -107,19 +107,19 @@ static void test_gemm(int kind, int btype, int m, int n, int k, int bias, kpool 
                  (size_t)n + 3,
                  bias == 1 ? bn : NULL,
                  bias == 2 ? bm : NULL};
-    for (int isa = KQ_ISA_SCALAR; isa <= KQ_ISA_AVX512; isa++) {
+    for (int isa = QUANT_ISA_SCALAR; isa <= QUANT_ISA_AVX512; isa++) {
         for (size_t i = 0; i < (size_t)m * (n + 3); i++) c[i] = 7.0f;
-        if (kk_gemm_run_at(isa == KQ_ISA_SCALAR ? p1 : p2, &g, isa)) continue;
+        if (kk_gemm_run_at(isa == QUANT_ISA_SCALAR ? p1 : p2, &g, isa)) continue;
         int bad = 0;
         for (int i = 0; i < m; i++) {
             bad += memcmp(c + (size_t)i * (n + 3), ref + (size_t)i * n, (size_t)n * sizeof *c) != 0;
             bad += c[(size_t)i * (n + 3) + n] != 7.0f; /* nothing written past n */
         }
-        CHECKF(!bad, "gemm level %d kind %d %s %dx%dx%d bias %d: %d rows differ", isa, kind, kq_get(btype)->name, m, n,
+        CHECKF(!bad, "gemm level %d kind %d %s %dx%dx%d bias %d: %d rows differ", isa, kind, quant_get(btype)->name, m, n,
                k, bias, bad);
     }
 #if defined(__x86_64__)
-    if (kq_cpu_isa() >= KQ_ISA_AVX2) { /* conv_avx512.c's tile on emulated intrinsics */
+    if (quant_cpu_isa() >= QUANT_ISA_AVX2) { /* conv_avx512.c's tile on emulated intrinsics */
         for (size_t i = 0; i < (size_t)m * (n + 3); i++) c[i] = 7.0f;
         kk_gemm_run_tile(p2, &g, kk_gemm_tile_avx512_emu);
         int bad = 0;
@@ -127,7 +127,7 @@ static void test_gemm(int kind, int btype, int m, int n, int k, int bias, kpool 
             bad += memcmp(c + (size_t)i * (n + 3), ref + (size_t)i * n, (size_t)n * sizeof *c) != 0;
             bad += c[(size_t)i * (n + 3) + n] != 7.0f;
         }
-        CHECKF(!bad, "gemm avx512 (emulated) kind %d %s %dx%dx%d bias %d: %d rows differ", kind, kq_get(btype)->name, m,
+        CHECKF(!bad, "gemm avx512 (emulated) kind %d %s %dx%dx%d bias %d: %d rows differ", kind, quant_get(btype)->name, m,
                n, k, bias, bad);
     }
 #endif
@@ -154,13 +154,13 @@ static void test_gelu(kpool *p) {
     for (int i = 0; i < N; i++) x[i] = -12.0f + 24.0f * (float)i / (N - 1);
     memcpy(ya, x, N * sizeof *x);
     memcpy(yt, x, N * sizeof *x);
-    kk_gelu_tanh_at(KQ_ISA_SCALAR)(ya, N);
+    kk_gelu_tanh_at(QUANT_ISA_SCALAR)(ya, N);
     kk_gelu(yt, N); /* the tanh form */
     double e = 0;
     for (int i = 0; i < N; i++) e = fmax(e, fabs((double)ya[i] - yt[i]) / (1 + fabs(yt[i])));
     CHECKF(e < 1e-6, "GELU through exp against the tanh form: %g", e);
     CHECK(ya[0] > -1e-6f && ya[0] <= 0 && ya[N - 1] == x[N - 1]);
-    for (int isa = KQ_ISA_AVX2; isa <= KQ_ISA_AVX512; isa++) {
+    for (int isa = QUANT_ISA_AVX2; isa <= QUANT_ISA_AVX512; isa++) {
         kk_gelu_fn fn = kk_gelu_tanh_at(isa);
         if (!fn) continue;
         memcpy(yb, x, N * sizeof *x);
@@ -193,7 +193,7 @@ static void test_gn(int c, int hw, int groups, int silu, kpool *p1, kpool *p2) {
         b[i] = frand();
     }
     kk_gn g = {c, hw, groups, 1e-6f, silu, w, b};
-    kk_gn_fn ref = kk_groupnorm_at(KQ_ISA_SCALAR);
+    kk_gn_fn ref = kk_groupnorm_at(QUANT_ISA_SCALAR);
     for (int gi = 0; gi < groups; gi++) ref(&g, x, ya, gi);
     /* a hand check of one group: mean 0 and unit variance before the affine map */
     if (!silu) {
@@ -208,7 +208,7 @@ static void test_gn(int c, int hw, int groups, int silu, kpool *p1, kpool *p2) {
         const double m = s / (cpg * hw);
         CHECKF(fabs(m) < 1e-4 && fabs(s2 / (cpg * hw) - m * m - 1) < 1e-3, "group norm statistics %g %g", m, s2);
     }
-    for (int isa = KQ_ISA_AVX2; isa <= KQ_ISA_AVX512; isa++) {
+    for (int isa = QUANT_ISA_AVX2; isa <= QUANT_ISA_AVX512; isa++) {
         kk_gn_fn fn = kk_groupnorm_at(isa);
         if (!fn) continue;
         for (int gi = 0; gi < groups; gi++) fn(&g, x, yb, gi);
@@ -231,10 +231,10 @@ static void test_gn(int c, int hw, int groups, int silu, kpool *p1, kpool *p2) {
 }
 
 int main(void) {
-    kq_init();
+    quant_init();
     kpool *p1 = kpool_new(1), *p2 = kpool_new(3);
     for (int t = 0; t < 3; t++) {
-        const int type = t == 0 ? KQ_F32 : t == 1 ? KQ_F16 : KQ_BF16;
+        const int type = t == 0 ? QUANT_F32 : t == 1 ? QUANT_F16 : QUANT_BF16;
         test_conv(type, 5, 7, 9, 11, 3, 1, 1, p1, p2);
         test_conv(type, 4, 16, 32, 32, 2, 2, 0, p1, p2);
         test_conv(type, 6, 3, 13, 8, 1, 1, 0, p1, p2);
@@ -242,17 +242,17 @@ int main(void) {
     }
     /* more channels than a k-block, more output channels than a row block
      * of the local sums, rows wider than a chunk */
-    test_conv(KQ_F16, 40, 270, 9, 80, 3, 1, 1, p1, p2);
-    test_conv(KQ_BF16, 3, 5, 70, 70, 3, 1, 1, p1, p2);
+    test_conv(QUANT_F16, 40, 270, 9, 80, 3, 1, 1, p1, p2);
+    test_conv(QUANT_BF16, 3, 5, 70, 70, 3, 1, 1, p1, p2);
     for (int t = 0; t < 3; t++) {
-        const int type = t == 0 ? KQ_F32 : t == 1 ? KQ_F16 : KQ_BF16;
+        const int type = t == 0 ? QUANT_F32 : t == 1 ? QUANT_F16 : QUANT_BF16;
         test_gemm(KK_GB_ROWS, type, 13, 70, 300, 1, p1, p2);
         test_gemm(KK_GB_ROWS, type, 6, 16, 8, 0, p1, p2);
     }
-    test_gemm(KK_GB_ROWS, KQ_F16, 1, 5, 3, 2, p1, p2);
-    test_gemm(KK_GB_ROWS, KQ_F16, 40, 129, 513, 0, p1, p2);
-    test_gemm(KK_GB_KN, KQ_F32, 17, 72, 256, 0, p1, p2);
-    test_gemm(KK_GB_KN, KQ_F32, 7, 3, 600, 2, p1, p2);
+    test_gemm(KK_GB_ROWS, QUANT_F16, 1, 5, 3, 2, p1, p2);
+    test_gemm(KK_GB_ROWS, QUANT_F16, 40, 129, 513, 0, p1, p2);
+    test_gemm(KK_GB_KN, QUANT_F32, 17, 72, 256, 0, p1, p2);
+    test_gemm(KK_GB_KN, QUANT_F32, 7, 3, 600, 2, p1, p2);
     test_gelu(p2);
     test_gn(32, 64, 8, 0, p1, p2);
     test_gn(32, 67, 32, 1, p1, p2);

@@ -63,13 +63,13 @@ static void fill(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = rndf() * scale;
 }
 
-static float f16_round(float x) { return kq_f16_to_f32(kq_f32_to_f16(x)); }
+static float f16_round(float x) { return quant_f16_to_f32(quant_f32_to_f16(x)); }
 
 /* rows x n weights of type t quantized by the reference quantizer, and
  * their dequantized values (the twin's view) in deq [rows][n]. */
 static uint8_t *make_weights(int t, int rows, int n, size_t *stride, float *deq) {
-    const kq_traits *tr = kq_get(t);
-    *stride = kq_row_size(t, n);
+    const quant_traits *tr = quant_get(t);
+    *stride = quant_row_size(t, n);
     uint8_t *w = malloc(*stride * (size_t)rows);
     float *src = malloc(sizeof(float) * (size_t)n);
     for (int r = 0; r < rows; r++) {
@@ -82,14 +82,14 @@ static uint8_t *make_weights(int t, int rows, int n, size_t *stride, float *deq)
     return w;
 }
 
-static const int types[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q4_0, KQ_Q4_1, KQ_Q5_0,   KQ_Q5_1,  KQ_Q8_0,
-                            KQ_Q2_K, KQ_Q3_K, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_IQ4_NL, KQ_IQ4_XS};
+static const int types[] = {QUANT_F32,  QUANT_F16,  QUANT_BF16, QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0,   QUANT_Q5_1,  QUANT_Q8_0,
+                            QUANT_Q2_K, QUANT_Q3_K, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_IQ4_NL, QUANT_IQ4_XS};
 #define N_TYPES (int)(sizeof(types) / sizeof(types[0]))
 
 /* Row lengths to try for type t: the block size, odd multiples of it, and
  * for the float types lengths that are not multiples of 8. */
 static int pick_n(int t, int i) {
-    const int blck = kq_get(t)->blck;
+    const int blck = quant_get(t)->blck;
     if (blck == 1) {
         static const int ns[] = {1, 7, 33, 300, 1029};
         return ns[i % 5];
@@ -104,7 +104,7 @@ static void test_matvec(void) {
         int bad = 0;
         /* five chosen row lengths, then three random shapes */
         for (int i = 0; i < 8; i++) {
-            const int blck = kq_get(t)->blck;
+            const int blck = quant_get(t)->blck;
             const int n = i < 5 ? pick_n(t, i) : (blck == 1 ? 1 + rndi(2000) : blck * (1 + rndi(blck == 32 ? 60 : 8)));
             const int rows = 1 + rndi(i < 5 ? 41 : 90), nv = i < 5 ? 1 + (i * 3) % 8 : 1 + rndi(8);
             size_t ws;
@@ -125,7 +125,7 @@ static void test_matvec(void) {
                     }
                     const float got = y[(size_t)v * ys + r];
                     if (!(fabs(got - ref) <= 2e-5 * mag + 1e-6) && bad++ < 3)
-                        CHECKF(0, "matvec %s n=%d rows=%d vec %d row %d: %g vs %g", kq_get(t)->name, n, rows, v, r, got,
+                        CHECKF(0, "matvec %s n=%d rows=%d vec %d row %d: %g vs %g", quant_get(t)->name, n, rows, v, r, got,
                                ref);
                 }
                 CHECK(isnan(y[(size_t)v * ys + rows])); /* nothing written past the rows */
@@ -135,7 +135,7 @@ static void test_matvec(void) {
             free(x);
             free(y);
         }
-        CHECKF(bad == 0, "matvec %s: %d wrong", kq_get(t)->name, bad);
+        CHECKF(bad == 0, "matvec %s: %d wrong", quant_get(t)->name, bad);
     }
 }
 
@@ -147,7 +147,7 @@ static void test_gemm(void) {
         /* four chosen shapes, then two random ones */
         for (int i = 0; i < 6; i++) {
             const int m = i < 4 ? ms[i] : 1 + rndi(150), n = i < 4 ? ns[(i + ti) % 4] : 1 + rndi(150);
-            const int blck = kq_get(t)->blck;
+            const int blck = quant_get(t)->blck;
             const int k = i >= 4 ? (blck == 1 ? 1 + rndi(300) : blck * (1 + rndi(3)))
                                  : (blck == 1 ? (i == 3 ? 200 : 96 + 32 * i) : blck * (1 + (i % 2) * 2));
             size_t ws;
@@ -168,7 +168,7 @@ static void test_gemm(void) {
                     }
                     const float got = y[(size_t)a * ys + b];
                     if (!(fabs(got - ref) <= 1e-4 * mag + 1e-6) && bad++ < 3)
-                        CHECKF(0, "gemm %s m=%d n=%d k=%d at %d,%d: %g vs %g", kq_get(t)->name, m, n, k, a, b, got,
+                        CHECKF(0, "gemm %s m=%d n=%d k=%d at %d,%d: %g vs %g", quant_get(t)->name, m, n, k, a, b, got,
                                ref);
                 }
                 CHECK(isnan(y[(size_t)a * ys + n]) && isnan(y[(size_t)a * ys + n + 1]));
@@ -178,7 +178,7 @@ static void test_gemm(void) {
             free(x);
             free(y);
         }
-        CHECKF(bad == 0, "gemm %s: %d wrong", kq_get(t)->name, bad);
+        CHECKF(bad == 0, "gemm %s: %d wrong", quant_get(t)->name, bad);
     }
 }
 
@@ -202,17 +202,17 @@ static void test_get_rows(void) {
                 if (!(fabsf(out[(size_t)i * os + j] - deq[(size_t)ids[i] * n + j]) <= 1e-6f * mx)) bad++;
             CHECK(isnan(out[(size_t)i * os + n]));
         }
-        CHECKF(bad == 0, "get_rows %s n=%d: %d wrong", kq_get(t)->name, n, bad);
+        CHECKF(bad == 0, "get_rows %s n=%d: %d wrong", quant_get(t)->name, n, bad);
         /* the blocks 2 bytes off 16-byte alignment, as a file's tensor may
          * leave them (the dequantizers' byte-wise paths) */
-        if (kq_get(t)->blck > 1) {
+        if (quant_get(t)->blck > 1) {
             uint8_t *shifted = malloc(ws * rows + 2);
             memcpy(shifted + 2, w, ws * rows);
             float *out2 = malloc(sizeof(float) * (size_t)os * n_ids);
             memcpy(out2, out, sizeof(float) * (size_t)os * n_ids);
             CHECK(cr_get_rows(t, shifted + 2, (int64_t)ws, ids, n_ids, out2, os, n) == 0);
             CHECKF(memcmp(out2, out, sizeof(float) * (size_t)os * n_ids) == 0, "get_rows %s off alignment",
-                   kq_get(t)->name);
+                   quant_get(t)->name);
             free(shifted);
             free(out2);
         }
@@ -365,7 +365,7 @@ static void test_kv_write(void) {
     int bad = 0;
     for (int u = 0; u < n_tok; u++)
         for (int j = 0; j < n; j++)
-            if (cache[cell[u] * cs + n + j] != kq_f32_to_f16(src[u * 203 + j])) bad++;
+            if (cache[cell[u] * cs + n + j] != quant_f32_to_f16(src[u * 203 + j])) bad++;
     CHECKF(bad == 0, "kv_write: %d wrong", bad);
     CHECK(cache[7 * cs + n - 1] == 0 && cache[7 * cs + 2 * n] == 0);
     free(cache);
@@ -385,8 +385,8 @@ static cache make_cache(int n_blocks, int n_kv_head, int hd) {
     c.k = malloc(n * 2);
     c.v = malloc(n * 2);
     for (size_t i = 0; i < n; i++) {
-        c.k[i] = kq_f32_to_f16(rndf());
-        c.v[i] = kq_f32_to_f16(rndf());
+        c.k[i] = quant_f32_to_f16(rndf());
+        c.v[i] = quant_f32_to_f16(rndf());
     }
     return c;
 }
@@ -412,7 +412,7 @@ static void ref_attn_opts(const cache *c, const float *q, const int32_t *table, 
                      .sink = sink,
                      .out = out,
                      .scratch = scratch};
-    kk_ops_at(KQ_ISA_SCALAR)->attn_f16(&a);
+    kk_ops_at(QUANT_ISA_SCALAR)->attn_f16(&a);
     free(scratch);
 }
 
@@ -550,7 +550,7 @@ static void test_kv_q8(void) {
     const int32_t cell[3] = {4, 0, 7};
     const int64_t off = (n / 32) * 34;
     cr_kv_write_q8(src, 130, n_tok, c, cs, off, cell, n);
-    for (int t = 0; t < n_tok; t++) kq_get(KQ_Q8_0)->from_f32(src + t * 130, ref + cell[t] * cs + off, n);
+    for (int t = 0; t < n_tok; t++) quant_get(QUANT_Q8_0)->from_f32(src + t * 130, ref + cell[t] * cs + off, n);
     CHECKF(memcmp(c, ref, (size_t)n_cells * cs) == 0, "kv_write_q8");
     free(c);
     free(ref);
@@ -564,9 +564,9 @@ static void test_kv_q8(void) {
         for (int cc = 0; cc < n_blocks * 16; cc++)
             for (int h = 0; h < n_kv_head; h++) {
                 fill(x, (size_t)hd, 1.0f);
-                kq_get(KQ_Q8_0)->from_f32(x, k + cc * cstride + h * row, hd);
+                quant_get(QUANT_Q8_0)->from_f32(x, k + cc * cstride + h * row, hd);
                 fill(x, (size_t)hd, 1.0f);
-                kq_get(KQ_Q8_0)->from_f32(x, v + cc * cstride + h * row, hd);
+                quant_get(QUANT_Q8_0)->from_f32(x, v + cc * cstride + h * row, hd);
             }
         int32_t *tables = make_tables(n_blocks, n_seq, table_stride);
         int32_t n_kv[3] = {1, 20 + rndi(30), 99};
@@ -601,7 +601,7 @@ static void test_kv_q8(void) {
                                 .sink = sk ? sk + h : NULL,
                                 .out = refo,
                                 .scratch = scratch};
-                kk_ops_at(KQ_ISA_SCALAR)->attn_q8(&a);
+                kk_ops_at(QUANT_ISA_SCALAR)->attn_q8(&a);
                 free(scratch);
                 for (int d = 0; d < hd; d++)
                     if (!(fabsf(out[s * qs + h * hd + d] - refo[d]) <= 2e-4f)) bad++;
@@ -660,7 +660,7 @@ static void test_gdn_gates(void) {
 
 static void test_conv(void) {
     static const int ns[] = {1, 2, 9}, Ks[] = {4, 4, 3};
-    const kk_ssm_ops *ref = kk_ssm_ops_at(KQ_ISA_SCALAR);
+    const kk_ssm_ops *ref = kk_ssm_ops_at(QUANT_ISA_SCALAR);
     for (int i = 0; i < 3; i++) {
         const int n = ns[i], K = Ks[i], C = 100;
         const int64_t ldx = C + 3;
@@ -717,7 +717,7 @@ static void test_gdn_norms(void) {
 }
 
 static void test_gdn_rec(void) {
-    const kk_ssm_ops *ref = kk_ssm_ops_at(KQ_ISA_SCALAR);
+    const kk_ssm_ops *ref = kk_ssm_ops_at(QUANT_ISA_SCALAR);
     for (int c = 0; c < 3; c++) {
         const int Hk = 2, Hv = c == 2 ? 2 : 4, dk = c == 2 ? 128 : c == 1 ? 24 : 64, dv = c == 2 ? 128 : 50;
         const int n = c == 1 ? 1 : 6;
@@ -909,7 +909,7 @@ static void test_activations(void) {
 }
 
 int main(void) {
-    kq_init();
+    quant_init();
     /* KILN_TEST_SEED=N draws other random data and shapes */
     const char *seed = getenv("KILN_TEST_SEED");
     if (seed && *seed) rng_state ^= strtoull(seed, NULL, 10) * 0x2545f4914f6cdd1dull;

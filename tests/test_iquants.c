@@ -19,13 +19,13 @@
 #include <string.h>
 
 #if defined(__x86_64__)
-extern const kq_simd kq_iquants_avx512_emu;
-#define IQ_EMU(t) (kq_cpu_isa() >= KQ_ISA_AVX2 ? kq_iquants_avx512_emu.dot[t] : NULL)
+extern const quant_simd quant_iquants_avx512_emu;
+#define IQ_EMU(t) (quant_cpu_isa() >= QUANT_ISA_AVX2 ? quant_iquants_avx512_emu.dot[t] : NULL)
 #else
 #define IQ_EMU(t) NULL /* the avx512 emulation is x86-64 only */
 #endif
 
-static const int TYPES[] = {KQ_IQ2_XXS, KQ_IQ2_XS, KQ_IQ2_S, KQ_IQ3_XXS, KQ_IQ3_S};
+static const int TYPES[] = {QUANT_IQ2_XXS, QUANT_IQ2_XS, QUANT_IQ2_S, QUANT_IQ3_XXS, QUANT_IQ3_S};
 #define N_TYPES 5
 
 /* ---- deterministic data ---- */
@@ -45,7 +45,7 @@ static float grand(void) {
     return (float)((s - 2.0) * 1.7320508);
 }
 
-static uint16_t h(float f) { return kq_f32_to_f16(f); }
+static uint16_t h(float f) { return quant_f32_to_f16(f); }
 
 static uint64_t fnv(const void *p, size_t n) {
     const uint8_t *b = p;
@@ -59,34 +59,34 @@ static uint64_t fnv(const void *p, size_t n) {
 /* FNV-1a of each grid's little-endian bytes, computed from ggml-common.h's
  * tables; the sign codes against their definition (parity in bit 7). */
 static void check_tables(void) {
-    CHECK(fnv(kq_iq2xxs_grid, sizeof kq_iq2xxs_grid) == 0xbb4ee025b5ac6e8eull);
-    CHECK(fnv(kq_iq2xs_grid, sizeof kq_iq2xs_grid) == 0xc9b1ee61e79909bdull);
-    CHECK(fnv(kq_iq2s_grid, sizeof kq_iq2s_grid) == 0x123edd38a3b62b90ull);
-    CHECK(fnv(kq_iq3xxs_grid, sizeof kq_iq3xxs_grid) == 0xdfa5dc83d6a155d5ull);
-    CHECK(fnv(kq_iq3s_grid, sizeof kq_iq3s_grid) == 0xfa37020c25b44829ull);
+    CHECK(fnv(quant_iq2xxs_grid, sizeof quant_iq2xxs_grid) == 0xbb4ee025b5ac6e8eull);
+    CHECK(fnv(quant_iq2xs_grid, sizeof quant_iq2xs_grid) == 0xc9b1ee61e79909bdull);
+    CHECK(fnv(quant_iq2s_grid, sizeof quant_iq2s_grid) == 0x123edd38a3b62b90ull);
+    CHECK(fnv(quant_iq3xxs_grid, sizeof quant_iq3xxs_grid) == 0xdfa5dc83d6a155d5ull);
+    CHECK(fnv(quant_iq3s_grid, sizeof quant_iq3s_grid) == 0xfa37020c25b44829ull);
     for (int c = 0; c < 128; c++) {
         int par = 0;
         for (int b = 0; b < 7; b++) par ^= (c >> b) & 1;
-        CHECKF(kq_iq_signs((uint32_t)c) == (c | par << 7), "sign code %d", c);
+        CHECKF(quant_iq_signs((uint32_t)c) == (c | par << 7), "sign code %d", c);
         for (int j = 0; j < 8; j++) {
             const int neg = j < 7 ? (c >> j) & 1 : par;
-            CHECKF((uint8_t)(kq_iq_sign_units[c] >> (8 * j)) == (neg ? 0xff : 0x01), "sign unit %d byte %d", c, j);
+            CHECKF((uint8_t)(quant_iq_sign_units[c] >> (8 * j)) == (neg ? 0xff : 0x01), "sign unit %d byte %d", c, j);
         }
     }
     static const struct {
         int t;
         const char *name;
         size_t bsize;
-    } N[] = {{KQ_IQ2_XXS, "iq2_xxs", 66},
-             {KQ_IQ2_XS, "IQ2_XS", 74},
-             {KQ_IQ2_S, "iq2_s", 82},
-             {KQ_IQ3_XXS, "Iq3_xxs", 98},
-             {KQ_IQ3_S, "IQ3_S", 110}};
+    } N[] = {{QUANT_IQ2_XXS, "iq2_xxs", 66},
+             {QUANT_IQ2_XS, "IQ2_XS", 74},
+             {QUANT_IQ2_S, "iq2_s", 82},
+             {QUANT_IQ3_XXS, "Iq3_xxs", 98},
+             {QUANT_IQ3_S, "IQ3_S", 110}};
     for (int i = 0; i < N_TYPES; i++) {
-        CHECKF(kq_from_name(N[i].name) == N[i].t, "%s: id %d", N[i].name, kq_from_name(N[i].name));
-        CHECK(kq_supported(N[i].t) && kq_row_size(N[i].t, 512) == 2 * N[i].bsize);
+        CHECKF(quant_from_name(N[i].name) == N[i].t, "%s: id %d", N[i].name, quant_from_name(N[i].name));
+        CHECK(quant_supported(N[i].t) && quant_row_size(N[i].t, 512) == 2 * N[i].bsize);
     }
-    CHECK(KQ_IQ2_XXS == 16 && KQ_IQ2_XS == 17 && KQ_IQ3_XXS == 18 && KQ_IQ3_S == 21 && KQ_IQ2_S == 22);
+    CHECK(QUANT_IQ2_XXS == 16 && QUANT_IQ2_XS == 17 && QUANT_IQ3_XXS == 18 && QUANT_IQ3_S == 21 && QUANT_IQ2_S == 22);
 }
 
 /* ---- hand-built blocks ---- */
@@ -103,7 +103,7 @@ static void kat(void) {
     a[2 + 8] = 1;
     const uint32_t b1 = 3u | 5u << 28;
     memcpy(a + 2 + 12, &b1, 4);
-    kq_get(KQ_IQ2_XXS)->to_f32(a, y, 256);
+    quant_get(QUANT_IQ2_XXS)->to_f32(a, y, 256);
     CHECKF(y[32] == -2.75f * 43 && y[33] == -2.75f * 8 && y[34] == 2.75f * 8 && y[40] == 2.75f * 8,
            "iq2_xxs %g %g %g %g", y[32], y[33], y[34], y[40]);
     CHECKF(y[0] == 2.0f, "iq2_xxs y[0]=%g", y[0]); /* scale 0: 2 * 0.5 / 4 * 8 */
@@ -115,7 +115,7 @@ static void kat(void) {
     put16(c, h(1.0f));
     put16(c + 2 + 2 * 5, (uint16_t)(1 | 1 << 9));
     c[2 + 64 + 1] = 0x73;
-    kq_get(KQ_IQ2_XS)->to_f32(c, y, 256);
+    quant_get(QUANT_IQ2_XS)->to_f32(c, y, 256);
     CHECKF(y[40] == -0.875f * 43 && y[41] == 0.875f * 8 && y[47] == -0.875f * 8 && y[48] == 1.875f * 8,
            "iq2_xs %g %g %g %g", y[40], y[41], y[47], y[48]);
 
@@ -127,8 +127,8 @@ static void kat(void) {
     e[2 + 64 + 1] = 2 << 4;
     e[2 + 32 + 6] = 0x80;
     e[2 + 72 + 1] = 0x20; /* weights 48..63: scale 2 */
-    kq_get(KQ_IQ2_S)->to_f32(e, y, 256);
-    const uint64_t g513 = kq_iq2s_grid[513];
+    quant_get(QUANT_IQ2_S)->to_f32(e, y, 256);
+    const uint64_t g513 = quant_iq2s_grid[513];
     for (int j = 0; j < 8; j++) {
         const float want = 4.0f * 2.5f * 0.25f * (float)(uint8_t)(g513 >> (8 * j)) * (j == 7 ? -1 : 1);
         CHECKF(y[48 + j] == want, "iq2_s y[%d]=%g want %g", 48 + j, y[48 + j], want);
@@ -143,7 +143,7 @@ static void kat(void) {
     f[2 + 16 + 3] = 255;
     const uint32_t w2 = 2u << 7 | 9u << 28;
     memcpy(f + 2 + 64 + 8, &w2, 4);
-    kq_get(KQ_IQ3_XXS)->to_f32(f, y, 256);
+    quant_get(QUANT_IQ3_XXS)->to_f32(f, y, 256);
     const float db3 = 0.5f * 9.5f * 0.5f;
     CHECKF(y[72] == db3 * 0x14 && y[73] == -db3 * 4 && y[75] == db3 * 4 && y[76] == db3 * 0x04 && y[79] == -db3 * 0x3e,
            "iq3_xxs %g %g %g %g %g", y[72], y[73], y[75], y[76], y[79]);
@@ -157,8 +157,8 @@ static void kat(void) {
     k[2 + 64 + 3] = 2;
     k[2 + 72 + 12] = 0x10;
     k[2 + 104 + 1] = 0x60;
-    kq_get(KQ_IQ3_S)->to_f32(k, y, 256);
-    const uint32_t g257 = kq_iq3s_grid[257];
+    quant_get(QUANT_IQ3_S)->to_f32(k, y, 256);
+    const uint32_t g257 = quant_iq3s_grid[257];
     for (int j = 0; j < 4; j++) {
         const float want = 0.25f * 13 * (float)(uint8_t)(g257 >> (8 * j)) * (j == 0 ? -1 : 1);
         CHECKF(y[100 + j] == want, "iq3_s y[%d]=%g want %g", 100 + j, y[100 + j], want);
@@ -183,41 +183,41 @@ static void weight(int t, const uint8_t *p, int w, int *mag, int *neg, int *sc) 
     const uint8_t *q = p + 2; /* after d */
     const int grp = w / 8, j = w % 8;
     switch (t) {
-    case KQ_IQ2_XXS: {
+    case QUANT_IQ2_XXS: {
         const uint8_t *run = q + 8 * (w / 32);
         const int idx = run[grp % 4];
         const uint32_t code = bits(run + 4, 7 * (grp % 4), 7);
-        *mag = (int)((kq_iq2xxs_grid[idx] >> (8 * j)) & 255);
+        *mag = (int)((quant_iq2xxs_grid[idx] >> (8 * j)) & 255);
         *neg = j < 7 ? (int)((code >> j) & 1) : parity7(code);
         *sc = (int)bits(run + 4, 28, 4);
         break;
     }
-    case KQ_IQ2_XS: {
+    case QUANT_IQ2_XS: {
         const uint32_t v = bits(q, 16 * grp, 16);
         const uint32_t code = v >> 9;
-        *mag = (int)((kq_iq2xs_grid[v & 511] >> (8 * j)) & 255);
+        *mag = (int)((quant_iq2xs_grid[v & 511] >> (8 * j)) & 255);
         *neg = j < 7 ? (int)((code >> j) & 1) : parity7(code);
         *sc = (int)bits(q + 64, 4 * (w / 16), 4);
         break;
     }
-    case KQ_IQ2_S: {
+    case QUANT_IQ2_S: {
         const uint32_t idx = q[grp] | bits(q + 64, 2 * grp, 2) << 8;
-        *mag = (int)((kq_iq2s_grid[idx] >> (8 * j)) & 255);
+        *mag = (int)((quant_iq2s_grid[idx] >> (8 * j)) & 255);
         *neg = (int)bits(q + 32, w, 1);
         *sc = (int)bits(q + 72, 4 * (w / 16), 4);
         break;
     }
-    case KQ_IQ3_XXS: {
+    case QUANT_IQ3_XXS: {
         const int idx = q[w / 4];
         const uint32_t code = bits(q + 64, 32 * (w / 32) + 7 * (grp % 4), 7);
-        *mag = (int)((kq_iq3xxs_grid[idx] >> (8 * (w % 4))) & 255);
+        *mag = (int)((quant_iq3xxs_grid[idx] >> (8 * (w % 4))) & 255);
         *neg = j < 7 ? (int)((code >> j) & 1) : parity7(code);
         *sc = (int)bits(q + 64, 32 * (w / 32) + 28, 4);
         break;
     }
     default: { /* IQ3_S */
         const uint32_t idx = q[w / 4] | bits(q + 64, w / 4, 1) << 8;
-        *mag = (int)((kq_iq3s_grid[idx] >> (8 * (w % 4))) & 255);
+        *mag = (int)((quant_iq3s_grid[idx] >> (8 * (w % 4))) & 255);
         *neg = (int)bits(q + 72, w, 1);
         *sc = (int)bits(q + 104, 4 * (w / 32), 4);
         break;
@@ -229,21 +229,21 @@ static void weight(int t, const uint8_t *p, int w, int *mag, int *neg, int *sc) 
 static float expect(int t, const uint8_t *p, int w) {
     uint16_t d16;
     memcpy(&d16, p, 2);
-    const float d = kq_f16_to_f32(d16);
+    const float d = quant_f16_to_f32(d16);
     int mag, neg, sc;
     weight(t, p, w, &mag, &neg, &sc);
     float db;
-    if (t == KQ_IQ3_S)
+    if (t == QUANT_IQ3_S)
         db = d * (float)(1 + 2 * sc);
     else
-        db = d * (0.5f + (float)sc) * (t == KQ_IQ3_XXS ? 0.5f : 0.25f);
+        db = d * (0.5f + (float)sc) * (t == QUANT_IQ3_XXS ? 0.5f : 0.25f);
     const float v = db * (float)mag;
     return neg ? -v : v;
 }
 
 /* Random bytes with a finite, modest d in every block. */
 static void random_blocks(int t, uint8_t *q, int nb) {
-    const size_t bs = kq_get(t)->bsize;
+    const size_t bs = quant_get(t)->bsize;
     for (size_t i = 0; i < bs * (size_t)nb; i++) q[i] = (uint8_t)rnd();
     for (int b = 0; b < nb; b++) put16(q + bs * (size_t)b, h(0.001f + 0.01f * (float)(rnd() % 1000) / 1000.0f));
 }
@@ -251,7 +251,7 @@ static void random_blocks(int t, uint8_t *q, int nb) {
 #define NB 9
 
 static void check_dequant(int t) {
-    const kq_traits *tr = kq_get(t);
+    const quant_traits *tr = quant_get(t);
     static uint8_t q[NB * 110];
     static float y[NB * 256];
     for (int rep = 0; rep < 20; rep++) {
@@ -272,13 +272,13 @@ static void check_dequant(int t) {
 /* The reference dot against a double dot of the dequantized rows, and every
  * SIMD twin against the reference, bit for bit. */
 static void check_dots(int t) {
-    const kq_traits *tr = kq_get(t), *q8 = kq_get(KQ_Q8_K);
+    const quant_traits *tr = quant_get(t), *q8 = quant_get(QUANT_Q8_K);
     static uint8_t qx[NB * 110], qa[NB * 292];
     static float x[NB * 256], a[NB * 256], ar[NB * 256];
-    const kq_vec_dot_fn twins[3] = {kq_vec_dot_at(t, KQ_ISA_AVX2), kq_vec_dot_at(t, KQ_ISA_AVX512), IQ_EMU(t)};
+    const quant_vec_dot_fn twins[3] = {quant_vec_dot_at(t, QUANT_ISA_AVX2), quant_vec_dot_at(t, QUANT_ISA_AVX512), IQ_EMU(t)};
     static const char *names[3] = {"avx2", "avx512", "avx512 (emulated)"};
 #if defined(__x86_64__)
-    CHECKF(kq_cpu_isa() < KQ_ISA_AVX2 || twins[0], "%s: no AVX2 kernel", tr->name);
+    CHECKF(quant_cpu_isa() < QUANT_ISA_AVX2 || twins[0], "%s: no AVX2 kernel", tr->name);
 #endif
     for (int rep = 0; rep < 12; rep++) {
         random_blocks(t, qx, NB);
@@ -358,17 +358,17 @@ static void check_against_ggml(void) {
         int t;
         uint64_t deq, dots;
     } H[] = {
-        {KQ_IQ2_XXS, 0x8ae69e94f50ce666ull, 0x66cd42a41eb8287full},
-        {KQ_IQ2_XS, 0x19daad4220e4ea50ull, 0xdeb900f2de777addull},
-        {KQ_IQ2_S, 0x99f32fe479609a34ull, 0x17d0bc0d9d58b6d1ull},
-        {KQ_IQ3_XXS, 0xe5e26f38d604bcffull, 0x50dbfdfcf0d06914ull},
-        {KQ_IQ3_S, 0x27ec809f9caaae38ull, 0xb50c72e2273b19deull},
+        {QUANT_IQ2_XXS, 0x8ae69e94f50ce666ull, 0x66cd42a41eb8287full},
+        {QUANT_IQ2_XS, 0x19daad4220e4ea50ull, 0xdeb900f2de777addull},
+        {QUANT_IQ2_S, 0x99f32fe479609a34ull, 0x17d0bc0d9d58b6d1ull},
+        {QUANT_IQ3_XXS, 0xe5e26f38d604bcffull, 0x50dbfdfcf0d06914ull},
+        {QUANT_IQ3_S, 0x27ec809f9caaae38ull, 0xb50c72e2273b19deull},
     };
     enum { NBG = 16 };
     static uint8_t q[NBG * 110], a[NBG * 292];
     static float y[NBG * 256];
     for (int i = 0; i < N_TYPES; i++) {
-        const kq_traits *tr = kq_get(H[i].t);
+        const quant_traits *tr = quant_get(H[i].t);
         gen_state = 0x5DEECE66Dull + (uint64_t)i;
         gen_blocks(q, tr->bsize, NBG);
         gen_q8(a, NBG);
@@ -402,18 +402,18 @@ static void fixed_input(float *x, int n) {
  * with zero runs (weights 32..63 and 864..895) and a zero block (1280..1535),
  * whose qs / signs bytes it does not skip; then the round-trip error. */
 static void check_iq3s_quantizer(void) {
-    const kq_traits *tr = kq_get(KQ_IQ3_S);
+    const quant_traits *tr = quant_get(QUANT_IQ3_S);
     static float x[4096], xr[4096];
     static uint8_t q[4096];
     fixed_input(x, 4096);
     tr->from_f32(x, q, 4096);
-    uint64_t v = fnv(q, kq_row_size(KQ_IQ3_S, 4096));
+    uint64_t v = fnv(q, quant_row_size(QUANT_IQ3_S, 4096));
     CHECKF(v == 0x255d8ec6ba52005full, "IQ3_S quantizer hash %016llx", (unsigned long long)v);
     for (int i = 32; i < 64; i++) x[i] = 0;
     for (int i = 256 * 3 + 96; i < 256 * 3 + 128; i++) x[i] = 0;
     for (int i = 256 * 5; i < 256 * 6; i++) x[i] = 0;
     tr->from_f32(x, q, 4096);
-    v = fnv(q, kq_row_size(KQ_IQ3_S, 4096));
+    v = fnv(q, quant_row_size(QUANT_IQ3_S, 4096));
     CHECKF(v == 0xfb1576afe1261af5ull, "IQ3_S quantizer hash with zero runs %016llx", (unsigned long long)v);
     for (int i = 0; i < 4096; i++) x[i] = grand();
     tr->from_f32(x, q, 4096);
@@ -429,7 +429,7 @@ static void check_iq3s_quantizer(void) {
 }
 
 int main(void) {
-    kq_init();
+    quant_init();
     check_tables();
     kat();
     for (int i = 0; i < N_TYPES; i++) {

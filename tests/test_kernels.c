@@ -1,7 +1,7 @@
 /*
  * test_kernels — the SIMD twins in src/kernels against their scalar
  * references: the attention and element-wise ops (kk_ops_at), the F16
- * block kernels (kk_tile_at: bit for bit with kq_dot_f16_lanes and the
+ * block kernels (kk_tile_at: bit for bit with quant_dot_f16_lanes and the
  * vec_dot of their level), and kk_matmul / kk_matmul_multi on a thread
  * pool (blocks plus leftover rows and tokens) against plain reference dots,
  * and the 8-row interleaved kernels (kk_x8_at) with their packing; the
@@ -149,10 +149,10 @@ static void test_rope_factors(void) {
 /* Weights of type t: nrows x ncols quantized from random floats. */
 static void *make_weights(int t, int64_t nrows, int64_t ncols) {
     float *f = malloc((size_t)(nrows * ncols) * sizeof(float));
-    size_t rs = kq_row_size(t, ncols);
+    size_t rs = quant_row_size(t, ncols);
     uint8_t *w = malloc(rs * (size_t)nrows);
     fill(f, (int)(nrows * ncols), 1.0f);
-    for (int64_t r = 0; r < nrows; r++) kq_get(t)->from_f32(f + r * ncols, w + (size_t)r * rs, ncols);
+    for (int64_t r = 0; r < nrows; r++) quant_get(t)->from_f32(f + r * ncols, w + (size_t)r * rs, ncols);
     free(f);
     return w;
 }
@@ -163,7 +163,7 @@ void kk_tile_f16_avx512_emu(int n, const void *w, size_t wrow, int nr, const voi
 #endif
 
 /* The F16 block kernels at each SIMD level (AVX2, AVX-512 native and on
- * emulated intrinsics) against their scalar twin kq_dot_f16_lanes and the
+ * emulated intrinsics) against their scalar twin quant_dot_f16_lanes and the
  * same level's vec_dot, bit for bit, for every output of blocks of up to 261
  * rows and 11 tokens (not multiples of the 3 x 4 / 3 x 8 register tiles or
  * of the 128 rows the kernels keep partial sums for) over lengths that split
@@ -172,42 +172,42 @@ void kk_tile_f16_avx512_emu(int n, const void *w, size_t wrow, int nr, const voi
  * rows, whose 8 chains take 32 rows each and leave 5).  And against the
  * reference (double) dot within float tolerance. */
 static void test_tiles(void) {
-    const int t = KQ_F16;
+    const int t = QUANT_F16;
     const int ns[] = {1, 7, 8, 16, 31, 40, 100, 512, 1000, 1024 + 24 + 5};
     const int blocks[][2] = {{1, 1}, {3, 3}, {4, 4}, {37, 11}, {17, 2}, {5, 7}, {261, 5}, {37, 1}, {8, 1}, {261, 1}};
-    kk_tile_fn ref = kk_tile_at(t, KQ_ISA_SCALAR);
+    kk_tile_fn ref = kk_tile_at(t, QUANT_ISA_SCALAR);
     CHECK(ref != NULL);
     for (int lv = 0; lv < 3; lv++) {
         kk_tile_fn f;
-        kq_vec_dot_fn dot;
+        quant_vec_dot_fn dot;
         int lanes;
         if (lv == 2) {
 #if defined(__x86_64__)
-            if (kq_cpu_isa() < KQ_ISA_AVX2) continue;
+            if (quant_cpu_isa() < QUANT_ISA_AVX2) continue;
             f = kk_tile_f16_avx512_emu;
-            dot = kq_legacy_avx512_emu.dot[t];
+            dot = quant_legacy_avx512_emu.dot[t];
             lanes = 16;
 #else
             continue;
 #endif
         } else {
-            const int isa = lv == 0 ? KQ_ISA_AVX2 : KQ_ISA_AVX512;
+            const int isa = lv == 0 ? QUANT_ISA_AVX2 : QUANT_ISA_AVX512;
             f = kk_tile_at(t, isa);
-            dot = kq_vec_dot_at(t, isa);
+            dot = quant_vec_dot_at(t, isa);
 #if defined(__x86_64__)
             lanes = lv == 0 ? 8 : 16;
 #else
             lanes = 8; /* both aarch64 levels: the 8 lanes of their F16 vec_dot */
 #endif
-            if (isa > kq_cpu_isa()) continue;
+            if (isa > quant_cpu_isa()) continue;
         }
-        const char *name = lv == 2 ? "avx512 (emulated)" : kq_isa_name(KQ_ISA_AVX2 + lv);
+        const char *name = lv == 2 ? "avx512 (emulated)" : quant_isa_name(QUANT_ISA_AVX2 + lv);
         CHECKF(f != NULL && dot != NULL, "F16 block kernel and vec_dot at %s", name);
         if (!f || !dot) continue;
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
             for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
                 const int n = ns[k], nr = blocks[b][0], nt = blocks[b][1];
-                const size_t row = kq_row_size(t, n);
+                const size_t row = quant_row_size(t, n);
                 uint8_t *w = make_weights(t, nr, n), *a = make_weights(t, nt, n);
                 const int64_t ldy = nr + 3;
                 float *y = malloc(sizeof(float) * (size_t)(nt * ldy)), *yr = malloc(sizeof(float) * (size_t)(nt * ldy));
@@ -218,7 +218,7 @@ static void test_tiles(void) {
                     for (int r = 0; r < nr; r++) {
                         const uint16_t *wr = (const uint16_t *)(w + (size_t)r * row),
                                        *ar = (const uint16_t *)(a + (size_t)tt * row);
-                        const float v = y[tt * ldy + r], twin = kq_dot_f16_lanes(n, wr, ar, lanes);
+                        const float v = y[tt * ldy + r], twin = quant_dot_f16_lanes(n, wr, ar, lanes);
                         float d;
                         dot(n, &d, wr, ar);
                         bad_bits += memcmp(&v, &twin, sizeof v) != 0;
@@ -243,12 +243,12 @@ static void test_tiles(void) {
  * activation type (xa: room for one such row).  Returns how many differ. */
 static int count_bad_outputs(const kk_mat *w0, const kk_mat *w1, const float *y0, const float *y1, const float *x,
                              int nt, uint8_t *xa) {
-    const kq_traits *tr = kq_get(w0->type);
+    const quant_traits *tr = quant_get(w0->type);
     const int64_t ncols = w0->ncols;
-    const size_t wrow = kq_row_size(w0->type, ncols);
+    const size_t wrow = quant_row_size(w0->type, ncols);
     int bad = 0;
     for (int tok = 0; tok < nt; tok++) {
-        kq_get(tr->vec_dot_type)->from_f32(x + tok * ncols, xa, ncols);
+        quant_get(tr->vec_dot_type)->from_f32(x + tok * ncols, xa, ncols);
         for (int o = 0; o < 2; o++) {
             const kk_mat *w = o ? w1 : w0;
             const float *y = o ? y1 : y0;
@@ -268,9 +268,9 @@ static int count_bad_outputs(const kk_mat *w0, const kk_mat *w1, const float *y0
  * the outputs differ from the reference dots. */
 static int check_ranged(kpool *pool, const kk_mat *w0, const kk_mat *w1, const float *x, int n_tok, int a0, int n0,
                         int a1, int n1, void *scratch, uint8_t *xa) {
-    const kq_traits *tr = kq_get(w0->type);
+    const quant_traits *tr = quant_get(w0->type);
     const int64_t ncols = w0->ncols;
-    const size_t wrow = kq_row_size(w0->type, ncols);
+    const size_t wrow = quant_row_size(w0->type, ncols);
     float *y0 = malloc(sizeof(float) * (size_t)(n0 * w0->nrows)),
           *y1 = malloc(sizeof(float) * (size_t)(n1 * w1->nrows));
     kk_mm_out outs[2] = {{w0, y0, w0->nrows}, {w1, y1, w1->nrows}};
@@ -282,7 +282,7 @@ static int check_ranged(kpool *pool, const kk_mat *w0, const kk_mat *w1, const f
         const int a = o ? a1 : a0, n = o ? n1 : n0;
         const float *y = o ? y1 : y0;
         for (int t = 0; t < n; t++) {
-            kq_get(tr->vec_dot_type)->from_f32(x + (a + t) * ncols, xa, ncols);
+            quant_get(tr->vec_dot_type)->from_f32(x + (a + t) * ncols, xa, ncols);
             for (int64_t r = 0; r < w->nrows; r++) {
                 float ref;
                 tr->vec_dot_ref((int)ncols, &ref, (const uint8_t *)w->data + (size_t)r * wrow, xa);
@@ -301,13 +301,13 @@ static int check_ranged(kpool *pool, const kk_mat *w0, const kk_mat *w1, const f
 static void test_matmul(kpool *pool, int t) {
     const int64_t ncols = 256, r0 = 37, r1 = 20;
     const int n_tok = 7;
-    const kq_traits *tr = kq_get(t);
+    const quant_traits *tr = quant_get(t);
     kk_mat w0 = {make_weights(t, r0, ncols), t, ncols, r0, NULL}, w1 = {make_weights(t, r1, ncols), t, ncols, r1, NULL};
     float *x = malloc((size_t)(n_tok * ncols) * sizeof(float));
     fill(x, (int)(n_tok * ncols), 1.0f);
     float *y0 = calloc((size_t)(n_tok * r0), sizeof(float)), *y1 = calloc((size_t)(n_tok * r1), sizeof(float));
     void *scratch = malloc(kk_matmul_scratch_size(ncols, n_tok));
-    uint8_t *xa = malloc(kq_row_size(tr->vec_dot_type, ncols));
+    uint8_t *xa = malloc(quant_row_size(tr->vec_dot_type, ncols));
     for (int nt = 1; nt <= n_tok; nt += n_tok - 1) {
         kk_mm_out outs[2] = {{&w0, y0, r0}, {&w1, y1, r1}};
         kk_matmul_multi(pool, outs, 2, x, nt, scratch);
@@ -346,8 +346,8 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
     enum { NBLK = 8, CELLS = NBLK * 16, HMAX = 136, STRIDE = 2 * HMAX, NTMAX = 5, TOK = 2 * HMAX + 5 };
     static uint16_t kc[CELLS * STRIDE], vc[CELLS * STRIDE];
     for (int i = 0; i < CELLS * STRIDE; i++) {
-        kc[i] = kq_f32_to_f16(2.0f * frand());
-        vc[i] = kq_f32_to_f16(frand());
+        kc[i] = quant_f32_to_f16(2.0f * frand());
+        vc[i] = quant_f32_to_f16(frand());
     }
     const int32_t blocks[NBLK] = {5, 2, 7, 0, 3, 6, 1, 4};
     /* the same cells paged in blocks of 4: no 8 consecutive rows, so the
@@ -449,7 +449,7 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
                                 const size_t cell = (size_t)blocks[t >> 4] * 16 + (size_t)(t & 15);
                                 double d = 0.0;
                                 for (int i = 0; i < hd; i++)
-                                    d += (double)kq_f16_to_f32(kc[HMAX + cell * STRIDE + (size_t)i]) * q[i];
+                                    d += (double)quant_f16_to_f32(kc[HMAX + cell * STRIDE + (size_t)i]) * q[i];
                                 w[t] = d / sqrt((double)hd);
                                 if (w[t] > mx) mx = w[t];
                             }
@@ -461,7 +461,7 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
                                 for (int t = lo; t < counts[c]; t++)
                                     r +=
                                         w[t] / sum *
-                                        kq_f16_to_f32(vc[3 + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE +
+                                        quant_f16_to_f32(vc[3 + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE +
                                                          (size_t)i]);
                                 if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
                             }
@@ -491,7 +491,7 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
     };
     static uint8_t kc[CELLS * STRIDE], vc[CELLS * STRIDE];
     static float row[HMAX];
-    const kq_traits *q8 = kq_get(KQ_Q8_0);
+    const quant_traits *q8 = quant_get(QUANT_Q8_0);
     for (int c = 0; c < CELLS; c++) {
         fill(row, HMAX, 2.0f);
         q8->from_f32(row, kc + (size_t)c * STRIDE, HMAX);
@@ -581,7 +581,7 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
 #include "kernels/level.h"
 #if defined(__x86_64__)
 extern const kk_x8_set kk_x8_avx512_emu;
-#define X8_EMU(f) (kq_cpu_isa() >= KQ_ISA_AVX2 ? (f) : NULL)
+#define X8_EMU(f) (quant_cpu_isa() >= QUANT_ISA_AVX2 ? (f) : NULL)
 #else
 #define X8_EMU(f) NULL /* the avx512 emulation is x86-64 only */
 #endif
@@ -595,8 +595,8 @@ static void test_x8_kernels(int t) {
      * a time, and the activations are quantized 64 blocks a call, so the
      * 32-weight types get more than 64 blocks */
     const int nb = xt->blk == 32 ? 70 : 9, n_tok = 19, lda = 21, n = xt->blk * nb;
-    const kq_traits *tr = kq_get(t);
-    const size_t wrow = kq_row_size(t, n);
+    const quant_traits *tr = quant_get(t);
+    const size_t wrow = quant_row_size(t, n);
     uint8_t *w = make_weights(t, 8, n);
     uint8_t *pk = malloc(xt->pblock * nb);
     xt->pack(w, wrow, 0, nb, pk);
@@ -604,7 +604,7 @@ static void test_x8_kernels(int t) {
     float *x = malloc(sizeof(float) * (size_t)n * lda);
     fill(x, n * lda, 2.0f);
     for (int tok = 0; tok < lda; tok++) xt->act(x + (size_t)tok * n, n, a + (size_t)tok * xt->ablock, (size_t)lda);
-    kk_x8_fn ref = kk_x8_at(t, KQ_ISA_SCALAR);
+    kk_x8_fn ref = kk_x8_at(t, QUANT_ISA_SCALAR);
     CHECK(ref != NULL);
     float ys[8 * n_tok], yv[8 * n_tok];
     /* the twins this CPU runs, and pack_avx512.c's kernels on emulated
@@ -613,8 +613,8 @@ static void test_x8_kernels(int t) {
         const char *name;
         kk_x8_fn f;
     } twins[] = {
-        {"avx2", kk_x8_at(t, KQ_ISA_AVX2)},
-        {"avx512", kk_x8_at(t, KQ_ISA_AVX512)},
+        {"avx2", kk_x8_at(t, QUANT_ISA_AVX2)},
+        {"avx512", kk_x8_at(t, QUANT_ISA_AVX512)},
         {"avx512 (emulated)", X8_EMU(kk_x8_avx512_emu.fn[t])},
     };
     for (size_t k = 0; k < sizeof twins / sizeof twins[0] && ref; k++) {
@@ -648,9 +648,9 @@ static void test_x8_kernels(int t) {
             const char *name;
             kk_x8_dec_fn f;
         } decs[] = {
-            {"scalar", kk_x8_dec_at(t, KQ_ISA_SCALAR)},
-            {"avx2", kk_x8_dec_at(t, KQ_ISA_AVX2)},
-            {"avx512", kk_x8_dec_at(t, KQ_ISA_AVX512)},
+            {"scalar", kk_x8_dec_at(t, QUANT_ISA_SCALAR)},
+            {"avx2", kk_x8_dec_at(t, QUANT_ISA_AVX2)},
+            {"avx512", kk_x8_dec_at(t, QUANT_ISA_AVX512)},
             {"avx512 (emulated)", X8_EMU(kk_x8_avx512_emu.dec[t])},
         };
         CHECK(decs[0].f != NULL);
@@ -666,8 +666,8 @@ static void test_x8_kernels(int t) {
     if (ref) { /* the scalar kernel against the plain dot, same activations */
         for (int i = 0; i < 8 * n_tok; i++) ys[i] = 0.0f;
         ref(nb, pk, a, (size_t)lda, n_tok, ys);
-        const kq_traits *at = kq_get(tr->vec_dot_type);
-        uint8_t *q = malloc(kq_row_size(tr->vec_dot_type, n));
+        const quant_traits *at = quant_get(tr->vec_dot_type);
+        uint8_t *q = malloc(quant_row_size(tr->vec_dot_type, n));
         int bad = 0;
         for (int tok = 0; tok < n_tok; tok++) {
             at->from_f32(x + (size_t)tok * n, q, n);
@@ -706,7 +706,7 @@ static void test_matmul_x8(kpool *pool, int t) {
      * the second output starts off a group boundary (plain as well) */
     const int64_t ncols = (int64_t)xt->blk * (int64_t)(16384 / xt->pblock + 2), r0 = 43, r1 = 24;
     const int max_tok = 300;
-    const kq_traits *tr = kq_get(t);
+    const quant_traits *tr = quant_get(t);
     kk_mat w0 = {make_weights(t, r0, ncols), t, ncols, r0, NULL};
     kk_mat w1 = {make_weights(t, r1, ncols), t, ncols, r1, NULL};
     void *p0 = malloc(kk_x8_matrix_size(t, ncols, r0)), *p1 = malloc(kk_x8_matrix_size(t, ncols, r1));
@@ -716,7 +716,7 @@ static void test_matmul_x8(kpool *pool, int t) {
     fill(x, (int)(max_tok * ncols), 1.0f);
     float *y0 = malloc(sizeof(float) * (size_t)(max_tok * r0)), *y1 = malloc(sizeof(float) * (size_t)(max_tok * r1));
     void *scratch = malloc(kk_matmul_scratch_size(ncols, max_tok));
-    uint8_t *xa = malloc(kq_row_size(tr->vec_dot_type, ncols));
+    uint8_t *xa = malloc(quant_row_size(tr->vec_dot_type, ncols));
     const int counts[] = {1, 7, max_tok};
     for (int packed = 0; packed < 2; packed++) {
         w0.packed = packed ? p0 : NULL;
@@ -1087,13 +1087,13 @@ static void count_task(void *ud, int ith, int nth) {
 }
 
 int main(void) {
-    kq_init();
-    const kk_ops *s = kk_ops_at(KQ_ISA_SCALAR);
+    quant_init();
+    const kk_ops *s = kk_ops_at(QUANT_ISA_SCALAR);
     CHECK(s != NULL);
     CHECK(kk_ops_best() != NULL);
     /* every level's set that differs from the level below's (x86-64: the
      * AVX2 set, which the AVX-512 level shares; aarch64: neon and dotprod) */
-    for (int isa = KQ_ISA_SCALAR + 1; isa <= kq_cpu_isa(); isa++) {
+    for (int isa = QUANT_ISA_SCALAR + 1; isa <= quant_cpu_isa(); isa++) {
         const kk_ops *v = kk_ops_at(isa);
         CHECK(v != NULL);
         if (!v || v == kk_ops_at(isa - 1)) continue;
@@ -1105,7 +1105,7 @@ int main(void) {
     test_ops(s, s);
     test_rope_factors();
     {
-        const kk_ssm_ops *ss = kk_ssm_ops_at(KQ_ISA_SCALAR), *sv = kk_ssm_ops_at(KQ_ISA_AVX2);
+        const kk_ssm_ops *ss = kk_ssm_ops_at(QUANT_ISA_SCALAR), *sv = kk_ssm_ops_at(QUANT_ISA_AVX2);
         CHECK(ss != NULL && kk_ssm_ops_best() != NULL);
         if (ss) test_conv(ss, sv ? sv : ss);
         if (ss) test_gdn(ss, sv ? sv : ss);
@@ -1114,10 +1114,10 @@ int main(void) {
         test_route();
     }
     test_tiles();
-    test_x8_kernels(KQ_Q4_0);
-    test_x8_kernels(KQ_Q8_0);
-    test_x8_kernels(KQ_Q4_K);
-    test_x8_kernels(KQ_Q6_K);
+    test_x8_kernels(QUANT_Q4_0);
+    test_x8_kernels(QUANT_Q8_0);
+    test_x8_kernels(QUANT_Q4_K);
+    test_x8_kernels(QUANT_Q6_K);
 
     kpool *pool = kpool_new(2);
     CHECK(pool != NULL);
@@ -1125,12 +1125,12 @@ int main(void) {
         long total = 0;
         for (int i = 0; i < 200; i++) kpool_run(pool, count_task, &total);
         CHECK(total == 200 * 1000);
-        const int types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K, KQ_Q6_K, KQ_F16};
+        const int types[] = {QUANT_Q8_0, QUANT_Q4_0, QUANT_Q4_K, QUANT_Q6_K, QUANT_F16};
         for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) test_matmul(pool, types[i]);
-        test_matmul_x8(pool, KQ_Q4_0);
-        test_matmul_x8(pool, KQ_Q8_0);
-        test_matmul_x8(pool, KQ_Q4_K);
-        test_matmul_x8(pool, KQ_Q6_K);
+        test_matmul_x8(pool, QUANT_Q4_0);
+        test_matmul_x8(pool, QUANT_Q8_0);
+        test_matmul_x8(pool, QUANT_Q4_K);
+        test_matmul_x8(pool, QUANT_Q6_K);
         kpool_free(pool);
     }
     return t_done();

@@ -37,7 +37,7 @@ static void fill(float *x, int n, float scale) {
     for (int i = 0; i < n; ++i) x[i] = scale * grand();
 }
 
-static uint16_t h(float f) { return kq_f32_to_f16(f); }
+static uint16_t h(float f) { return quant_f32_to_f16(f); }
 
 /* ---- known-answer blocks: exact values at chosen positions ---- */
 
@@ -53,7 +53,7 @@ static void kat_q2_K(void) {
     memcpy(b + 80, &d, 2);
     memcpy(b + 82, &dm, 2);
     float y[256];
-    kq_get(KQ_Q2_K)->to_f32(b, y, 256);
+    quant_get(QUANT_Q2_K)->to_f32(b, y, 256);
     CHECKF(y[52] == 1.5f, "q2_K y[52]=%g", y[52]);  /* 0.5*1*3 */
     CHECKF(y[84] == 1.0f, "q2_K y[84]=%g", y[84]);  /* 0.5*3*1 - 0.25*2 */
     CHECKF(y[85] == -0.5f, "q2_K y[85]=%g", y[85]); /* q 0: -0.25*2 */
@@ -75,7 +75,7 @@ static void kat_q3_K(void) {
     uint16_t d = h(0.25f);
     memcpy(b + 108, &d, 2);
     float y[256];
-    kq_get(KQ_Q3_K)->to_f32(b, y, 256);
+    quant_get(QUANT_Q3_K)->to_f32(b, y, 256);
     CHECKF(y[150] == 0.25f * 13 * 2, "q3_K y[150]=%g", y[150]);
     CHECKF(y[151] == 0.25f * 13 * -3, "q3_K y[151]=%g", y[151]);
     CHECKF(y[152] == 0.25f * 13 * -4, "q3_K y[152]=%g", y[152]);
@@ -100,7 +100,7 @@ static void kat_q4_K(void) {
     b[16 + 64 + 3] = 7 << 4 | 9; /* low nibble = weight 131 (sub-block 4) */
     b[16 + 32 + 5] = 4;          /* weight 64 + 5 = 69 (sub-block 2): q 4 */
     float y[256];
-    kq_get(KQ_Q4_K)->to_f32(b, y, 256);
+    quant_get(QUANT_Q4_K)->to_f32(b, y, 256);
     CHECKF(y[163] == 37 * 7 - 0.5f * 50, "q4_K y[163]=%g", y[163]);
     CHECKF(y[164] == -0.5f * 50, "q4_K y[164]=%g", y[164]);
     /* sub-block 4 has scale 0 | (b[0] >> 6) << 4 = 0 and min from b[8]. */
@@ -120,7 +120,7 @@ static void kat_q5_K(void) {
     b[48 + 32 + 5] = 4; /* weight 69: q 4, no fifth bit */
     b[16 + 6] = 1 << 2; /* weight 64 + 6 = 70: fifth bit only */
     float y[256];
-    kq_get(KQ_Q5_K)->to_f32(b, y, 256);
+    quant_get(QUANT_Q5_K)->to_f32(b, y, 256);
     CHECKF(y[163] == 37 * 23 - 0.5f * 50, "q5_K y[163]=%g", y[163]);
     CHECKF(y[69] == 44.0f, "q5_K y[69]=%g", y[69]);
     CHECKF(y[70] == 11 * 16.0f, "q5_K y[70]=%g", y[70]);
@@ -138,7 +138,7 @@ static void kat_q6_K(void) {
     uint16_t d = h(0.5f);
     memcpy(b + 208, &d, 2);
     float y[256];
-    kq_get(KQ_Q6_K)->to_f32(b, y, 256);
+    quant_get(QUANT_Q6_K)->to_f32(b, y, 256);
     CHECKF(y[233] == 0.5f * -3 * 26, "q6_K y[233]=%g", y[233]);
     CHECKF(y[33] == 0.5f * 5 * -32, "q6_K y[33]=%g", y[33]);
 }
@@ -149,7 +149,7 @@ static void kat_q8_K(void) {
     memcpy(b, &d, 4);
     b[4 + 77] = (uint8_t)(int8_t)-100;
     float y[256];
-    kq_get(KQ_Q8_K)->to_f32(b, y, 256);
+    quant_get(QUANT_Q8_K)->to_f32(b, y, 256);
     CHECKF(y[77] == -12.5f, "q8_K y[77]=%g", y[77]);
     CHECK(y[78] == 0.0f);
 }
@@ -160,7 +160,7 @@ static void kat_iq4(void) {
     memcpy(b, &d, 2);
     b[2 + 3] = 0x0F | 0x02 << 4; /* weight 3: code 15 (113), weight 19: code 2 (-83) */
     float y[32];
-    kq_get(KQ_IQ4_NL)->to_f32(b, y, 32);
+    quant_get(QUANT_IQ4_NL)->to_f32(b, y, 32);
     CHECKF(y[3] == 226.0f && y[19] == -166.0f, "iq4_nl %g %g", y[3], y[19]);
     CHECKF(y[0] == -254.0f, "iq4_nl y[0]=%g", y[0]);
 
@@ -174,7 +174,7 @@ static void kat_iq4(void) {
     memcpy(c + 2, &sh, 2);
     c[8 + 16 * 5 + 1] = 0x9 << 4; /* weight 160 + 17: code 9 (13) */
     float z[256];
-    kq_get(KQ_IQ4_XS)->to_f32(c, z, 256);
+    quant_get(QUANT_IQ4_XS)->to_f32(c, z, 256);
     CHECKF(z[177] == 0.5f * 8 * 13, "iq4_xs z[177]=%g", z[177]);
     CHECKF(z[160] == 0.5f * 8 * -127, "iq4_xs z[160]=%g", z[160]);
     CHECKF(z[0] == 0.5f * -32 * -127, "iq4_xs z[0]=%g", z[0]);
@@ -190,8 +190,8 @@ typedef struct {
     double rms;
 } kbound;
 static const kbound TYPES[] = {
-    {KQ_Q2_K, 0.39},  {KQ_Q3_K, 0.19},   {KQ_Q4_K, 0.095},  {KQ_Q5_K, 0.048},
-    {KQ_Q6_K, 0.024}, {KQ_Q8_K, 0.0085}, {KQ_IQ4_NL, 0.10}, {KQ_IQ4_XS, 0.10},
+    {QUANT_Q2_K, 0.39},  {QUANT_Q3_K, 0.19},   {QUANT_Q4_K, 0.095},  {QUANT_Q5_K, 0.048},
+    {QUANT_Q6_K, 0.024}, {QUANT_Q8_K, 0.0085}, {QUANT_IQ4_NL, 0.10}, {QUANT_IQ4_XS, 0.10},
 };
 
 #define NMAX (256 * 9)
@@ -206,10 +206,10 @@ static double rms_rel(const float *a, const float *b, int n) {
 }
 
 static void check_type(const kbound *kb) {
-    const kq_traits *tr = kq_get(kb->type);
+    const quant_traits *tr = quant_get(kb->type);
     CHECKF(tr != NULL, "type %d missing", kb->type);
     if (!tr) return;
-    const kq_traits *ty = kq_get(tr->vec_dot_type);
+    const quant_traits *ty = quant_get(tr->vec_dot_type);
     CHECKF(ty && ty->from_f32 && ty->to_f32, "%s: activation type %d missing", tr->name, tr->vec_dot_type);
     if (!ty || !ty->from_f32) return;
 
@@ -249,14 +249,14 @@ static void check_type(const kbound *kb) {
         tr->vec_dot_ref(m, &s, qx, qa);
         CHECKF(fabs(s - ref) <= 1e-5 * mag, "%s n=%d: ref dot %g vs float %g", tr->name, m, s, ref);
         for (int tw = 0; tw < N_TWINS; ++tw) {
-            kq_vec_dot_fn f = dot_twin(kb->type, tw);
+            quant_vec_dot_fn f = dot_twin(kb->type, tw);
             if (!f) continue;
             float v = 0;
             f(m, &v, qx, qa);
             CHECKF(fabs(v - s) <= 2e-6 * mag, "%s n=%d %s: %g vs ref %g", tr->name, m, twin_name(tw), v, s);
         }
     }
-    /* the kernels chosen by kq_init agree too */
+    /* the kernels chosen by quant_init agree too */
     float s1 = 0, s2 = 0;
     tr->vec_dot(n, &s1, qx, qa);
     tr->vec_dot_ref(n, &s2, qx, qa);
@@ -273,13 +273,13 @@ static void check_q8_K_simd(void) {
     for (int i = 512; i < 768; ++i) x[i] = (float)((i % 7) - 3);
     x[600] = 9.0f;
     x[700] = -9.0f;
-    const kq_traits *tr = kq_get(KQ_Q8_K);
+    const quant_traits *tr = quant_get(QUANT_Q8_K);
     memset(r, 0xAB, sizeof r);
     memset(s, 0xCD, sizeof s);
     tr->from_f32(x, r, NMAX);
-    size_t bytes = kq_row_size(KQ_Q8_K, NMAX);
+    size_t bytes = quant_row_size(QUANT_Q8_K, NMAX);
     for (int k = 0; k < N_TWINS; ++k) {
-        kq_from_f32_fn f = quant_twin(KQ_Q8_K, k);
+        quant_from_f32_fn f = quant_twin(QUANT_Q8_K, k);
         if (!f) continue;
         f(x, s, NMAX);
         CHECKF(memcmp(r, s, bytes) == 0, "Q8_K quantizer %s differs from reference", twin_name(k));
@@ -309,24 +309,24 @@ static void check_hashes(void) {
         int type;
         uint64_t hash;
     } H[] = {
-        {KQ_Q2_K, 0x083d8666eaab11b0ull},   {KQ_Q3_K, 0xc755752400ecf030ull},   {KQ_Q4_K, 0x96553c2e5107f4c9ull},
-        {KQ_Q5_K, 0x88650f1d14ab89f5ull},   {KQ_Q6_K, 0x7101d865d06c8cdbull},   {KQ_Q8_K, 0x76ab3fa1a2ec56cfull},
-        {KQ_IQ4_NL, 0xce19c2159b37f0d1ull}, {KQ_IQ4_XS, 0x48367de664945fa5ull},
+        {QUANT_Q2_K, 0x083d8666eaab11b0ull},   {QUANT_Q3_K, 0xc755752400ecf030ull},   {QUANT_Q4_K, 0x96553c2e5107f4c9ull},
+        {QUANT_Q5_K, 0x88650f1d14ab89f5ull},   {QUANT_Q6_K, 0x7101d865d06c8cdbull},   {QUANT_Q8_K, 0x76ab3fa1a2ec56cfull},
+        {QUANT_IQ4_NL, 0xce19c2159b37f0d1ull}, {QUANT_IQ4_XS, 0x48367de664945fa5ull},
     };
     static float x[4096];
     static uint8_t q[4096 * 2];
     fixed_input(x, 4096);
     for (unsigned i = 0; i < sizeof H / sizeof *H; ++i) {
-        const kq_traits *tr = kq_get(H[i].type);
+        const quant_traits *tr = quant_get(H[i].type);
         tr->from_f32(x, q, 4096);
-        uint64_t v = fnv(q, kq_row_size(H[i].type, 4096));
+        uint64_t v = fnv(q, quant_row_size(H[i].type, 4096));
         printf("%-7s hash %016llx\n", tr->name, (unsigned long long)v);
         CHECKF(v == H[i].hash, "%s: quantizer output hash %016llx", tr->name, (unsigned long long)v);
     }
 }
 
 int main(void) {
-    kq_init();
+    quant_init();
     kat_q2_K();
     kat_q3_K();
     kat_q4_K();

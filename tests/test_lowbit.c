@@ -35,10 +35,10 @@
 #include <unistd.h>
 
 #if defined(__x86_64__)
-extern const kq_simd kq_lowbit_avx512_emu;
+extern const quant_simd quant_lowbit_avx512_emu;
 #endif
 
-static const int TYPES[] = {KQ_TQ1_0, KQ_TQ2_0, KQ_MXFP4, KQ_IQ1_S, KQ_IQ1_M};
+static const int TYPES[] = {QUANT_TQ1_0, QUANT_TQ2_0, QUANT_MXFP4, QUANT_IQ1_S, QUANT_IQ1_M};
 #define N_TYPES (int)(sizeof TYPES / sizeof TYPES[0])
 
 /* ---- deterministic data ---- */
@@ -59,7 +59,7 @@ static float grand(void) {
     return (float)(s * 1.7320508);
 }
 
-static uint16_t h(float f) { return kq_f32_to_f16(f); }
+static uint16_t h(float f) { return quant_f32_to_f16(f); }
 
 /* A random finite f16 of magnitude in [2^-6, 2^3). */
 static uint16_t rand_half(void) {
@@ -82,7 +82,7 @@ static int trit_of(uint8_t b, int k) {
     return (int)((q * 3) >> 8);
 }
 
-static double ref_tq1(const kq_block_tq1_0 *x, int e) {
+static double ref_tq1(const quant_block_tq1_0 *x, int e) {
     int t;
     if (e < 160)
         t = trit_of(x->qs[e % 32], e / 32);
@@ -90,33 +90,33 @@ static double ref_tq1(const kq_block_tq1_0 *x, int e) {
         t = trit_of(x->qs[32 + (e - 160) % 16], (e - 160) / 16);
     else
         t = trit_of(x->qh[(e - 240) % 4], (e - 240) / 4);
-    return (double)kq_f16_to_f32(x->d) * (t - 1);
+    return (double)quant_f16_to_f32(x->d) * (t - 1);
 }
 
-static double ref_tq2(const kq_block_tq2_0 *x, int e) {
+static double ref_tq2(const quant_block_tq2_0 *x, int e) {
     int t = (x->qs[(e / 128) * 32 + e % 32] >> (2 * ((e / 32) % 4))) & 3;
-    return (double)kq_f16_to_f32(x->d) * (t - 1);
+    return (double)quant_f16_to_f32(x->d) * (t - 1);
 }
 
 /* E2M1 from its bits (sign, 2 exponent bits, 1 mantissa bit) times 2^(E - 127). */
-static double ref_mxfp4(const kq_block_mxfp4 *x, int e) {
+static double ref_mxfp4(const quant_block_mxfp4 *x, int e) {
     int c = e < 16 ? x->qs[e] & 15 : x->qs[e - 16] >> 4;
     int ex = (c >> 1) & 3, m = c & 1;
     double v = ex ? ldexp(1.0 + 0.5 * m, ex - 1) : 0.5 * m;
     return ldexp(c & 8 ? -v : v, x->e - 127);
 }
 
-static int grid_val(int index, int j) { return (int8_t)(kq_iq1s_grid[index] >> (8 * j)); }
+static int grid_val(int index, int j) { return (int8_t)(quant_iq1s_grid[index] >> (8 * j)); }
 
-static double ref_iq1s(const kq_block_iq1_s *x, int e) {
+static double ref_iq1s(const quant_block_iq1_s *x, int e) {
     int b = e / 32, l = (e % 32) / 8, j = e % 8;
     int qh = x->qh[b];
     int index = x->qs[4 * b + l] + 256 * ((qh >> (3 * l)) & 7);
     double delta = qh & 0x8000 ? -0.125 : 0.125;
-    return (double)kq_f16_to_f32(x->d) * (2 * ((qh >> 12) & 7) + 1) * (grid_val(index, j) + delta);
+    return (double)quant_f16_to_f32(x->d) * (2 * ((qh >> 12) & 7) + 1) * (grid_val(index, j) + delta);
 }
 
-static double ref_iq1m(const kq_block_iq1_m *x, int e) {
+static double ref_iq1m(const quant_block_iq1_m *x, int e) {
     int b = e / 32, l = (e % 32) / 8, j = e % 8;
     int nib = (x->qh[2 * b + l / 2] >> (4 * (l % 2))) & 15;
     int index = x->qs[4 * b + l] + 256 * (nib & 7);
@@ -125,51 +125,51 @@ static double ref_iq1m(const kq_block_iq1_m *x, int e) {
     for (int k = 0; k < 4; ++k) w[k] = x->scales[2 * k] | x->scales[2 * k + 1] << 8;
     int s = (w[b / 2] >> (6 * (b % 2) + 3 * (l / 2))) & 7;
     uint16_t d = (uint16_t)((w[0] >> 12) | (w[1] >> 12) << 4 | (w[2] >> 12) << 8 | (w[3] >> 12) << 12);
-    return (double)kq_f16_to_f32(d) * (2 * s + 1) * (grid_val(index, j) + delta);
+    return (double)quant_f16_to_f32(d) * (2 * s + 1) * (grid_val(index, j) + delta);
 }
 
 static double ref_weight(int t, const void *blocks, int e) {
-    const kq_traits *tr = kq_get(t);
+    const quant_traits *tr = quant_get(t);
     const uint8_t *b = (const uint8_t *)blocks + (size_t)(e / tr->blck) * tr->bsize;
     e %= tr->blck;
     switch (t) {
-    case KQ_TQ1_0: return ref_tq1((const kq_block_tq1_0 *)b, e);
-    case KQ_TQ2_0: return ref_tq2((const kq_block_tq2_0 *)b, e);
-    case KQ_MXFP4: return ref_mxfp4((const kq_block_mxfp4 *)b, e);
-    case KQ_IQ1_S: return ref_iq1s((const kq_block_iq1_s *)b, e);
-    default: return ref_iq1m((const kq_block_iq1_m *)b, e);
+    case QUANT_TQ1_0: return ref_tq1((const quant_block_tq1_0 *)b, e);
+    case QUANT_TQ2_0: return ref_tq2((const quant_block_tq2_0 *)b, e);
+    case QUANT_MXFP4: return ref_mxfp4((const quant_block_mxfp4 *)b, e);
+    case QUANT_IQ1_S: return ref_iq1s((const quant_block_iq1_s *)b, e);
+    default: return ref_iq1m((const quant_block_iq1_m *)b, e);
     }
 }
 
 /* nb random blocks of type t: random bytes, with a finite scale. */
 static void random_blocks(int t, void *dst, int nb) {
-    const kq_traits *tr = kq_get(t);
+    const quant_traits *tr = quant_get(t);
     uint8_t *p = dst;
     for (size_t i = 0; i < (size_t)nb * tr->bsize; ++i) p[i] = (uint8_t)rnd();
     for (int i = 0; i < nb; ++i) {
         uint8_t *b = p + (size_t)i * tr->bsize;
         uint16_t d = rand_half();
-        if (t == KQ_TQ1_0) memcpy(b + offsetof(kq_block_tq1_0, d), &d, 2);
-        if (t == KQ_TQ2_0) memcpy(b + offsetof(kq_block_tq2_0, d), &d, 2);
-        if (t == KQ_IQ1_S) memcpy(b, &d, 2);
-        if (t == KQ_MXFP4) b[0] = (uint8_t)(110 + rnd() % 30); /* scales 2^-17 .. 2^12 */
-        if (t == KQ_IQ1_M)
+        if (t == QUANT_TQ1_0) memcpy(b + offsetof(quant_block_tq1_0, d), &d, 2);
+        if (t == QUANT_TQ2_0) memcpy(b + offsetof(quant_block_tq2_0, d), &d, 2);
+        if (t == QUANT_IQ1_S) memcpy(b, &d, 2);
+        if (t == QUANT_MXFP4) b[0] = (uint8_t)(110 + rnd() % 30); /* scales 2^-17 .. 2^12 */
+        if (t == QUANT_IQ1_M)
             for (int k = 0; k < 4; ++k) /* top nibble of scale word k = nibble k of d */
-                b[offsetof(kq_block_iq1_m, scales) + 2 * k + 1] =
-                    (uint8_t)((b[offsetof(kq_block_iq1_m, scales) + 2 * k + 1] & 0x0f) | ((d >> (4 * k)) & 15) << 4);
+                b[offsetof(quant_block_iq1_m, scales) + 2 * k + 1] =
+                    (uint8_t)((b[offsetof(quant_block_iq1_m, scales) + 2 * k + 1] & 0x0f) | ((d >> (4 * k)) & 15) << 4);
     }
 }
 
 /* ---- known answers ---- */
 
 static void kat_tq2(void) {
-    kq_block_tq2_0 b;
+    quant_block_tq2_0 b;
     memset(&b, 0, sizeof b);
     b.d = h(0.75f);
     b.qs[5] = 2 | 0 << 2 | 1 << 4 | 2 << 6; /* weights 5, 37, 69, 101: t 2, 0, 1, 2 */
     b.qs[32 + 31] = 2 << 6;                 /* weight 128 + 96 + 31 = 255: t 2 */
     float y[256];
-    kq_get(KQ_TQ2_0)->to_f32(&b, y, 256);
+    quant_get(QUANT_TQ2_0)->to_f32(&b, y, 256);
     CHECK(y[5] == 0.75f && y[37] == -0.75f && y[69] == 0.0f && y[101] == 0.75f && y[255] == 0.75f);
     CHECK(y[0] == -0.75f && y[128] == -0.75f); /* t 0 */
 }
@@ -194,7 +194,7 @@ static void kat_tq1(void) {
     /* a block of chosen trits */
     int tr[256];
     for (int e = 0; e < 256; ++e) tr[e] = (int)(rnd() % 3);
-    kq_block_tq1_0 b;
+    quant_block_tq1_0 b;
     b.d = h(-2.5f);
     int t[5];
     for (int m = 0; m < 32; ++m) {
@@ -210,14 +210,14 @@ static void kat_tq1(void) {
         b.qh[j] = pack5(t, 4);
     }
     float y[256];
-    kq_get(KQ_TQ1_0)->to_f32(&b, y, 256);
+    quant_get(QUANT_TQ1_0)->to_f32(&b, y, 256);
     int bad = 0;
     for (int e = 0; e < 256; ++e) bad += y[e] != -2.5f * (float)(tr[e] - 1);
     CHECKF(bad == 0, "TQ1_0: %d weights differ from their trits", bad);
 }
 
 static void kat_mxfp4(void) {
-    kq_block_mxfp4 b[2];
+    quant_block_mxfp4 b[2];
     memset(b, 0, sizeof b);
     b[0].e = 127;                /* scale 1 */
     b[0].qs[0] = 0x7 | 0x9 << 4; /* weight 0: 6.0, weight 16: -0.5 */
@@ -226,11 +226,11 @@ static void kat_mxfp4(void) {
     b[1].qs[1] = 0x7;            /* weight 33: 6 * 2^-127 = 12 * 2^-128 */
     b[1].qs[2] = 0xF;            /* weight 34: -6 * 2^-127 */
     float y[64];
-    kq_get(KQ_MXFP4)->to_f32(b, y, 64);
+    quant_get(QUANT_MXFP4)->to_f32(b, y, 64);
     CHECK(y[0] == 6.0f && y[16] == -0.5f && y[3] == 3.0f && y[19] == -2.0f && y[1] == 0.0f);
     CHECK(y[33] == ldexpf(12.0f, -128) && y[34] == -ldexpf(12.0f, -128));
-    CHECK(kq_e8m0_half(0) == ldexpf(1.0f, -128) && kq_e8m0_half(1) == ldexpf(1.0f, -127));
-    CHECK(kq_e8m0_half(127) == 0.5f && kq_e8m0_half(254) == ldexpf(1.0f, 126));
+    CHECK(quant_e8m0_half(0) == ldexpf(1.0f, -128) && quant_e8m0_half(1) == ldexpf(1.0f, -127));
+    CHECK(quant_e8m0_half(127) == 0.5f && quant_e8m0_half(254) == ldexpf(1.0f, 126));
 }
 
 static void kat_iq1(void) {
@@ -239,18 +239,18 @@ static void kat_iq1(void) {
     for (int i = 0; i < 2048; ++i)
         for (int j = 0; j < 8; ++j) ok &= abs(grid_val(i, j)) <= 1;
     CHECK(ok);
-    CHECKF(fnv(kq_iq1s_grid, sizeof kq_iq1s_grid) == 0x6703ed863501ae2eull, "IQ1_S grid hash %016llx",
-           (unsigned long long)fnv(kq_iq1s_grid, sizeof kq_iq1s_grid));
-    CHECK(kq_iq1s_grid[0] == 0xffffffffffffffffull && kq_iq1s_grid[2047] == 0x0101010101010101ull);
+    CHECKF(fnv(quant_iq1s_grid, sizeof quant_iq1s_grid) == 0x6703ed863501ae2eull, "IQ1_S grid hash %016llx",
+           (unsigned long long)fnv(quant_iq1s_grid, sizeof quant_iq1s_grid));
+    CHECK(quant_iq1s_grid[0] == 0xffffffffffffffffull && quant_iq1s_grid[2047] == 0x0101010101010101ull);
 
     /* IQ1_S: sub-block 1, s = 3 (x7), delta -1/8; group 2 index 2047 (all +1) */
-    kq_block_iq1_s s;
+    quant_block_iq1_s s;
     memset(&s, 0, sizeof s);
     s.d = h(0.5f);
     s.qh[1] = (uint16_t)(0x8000 | 3 << 12 | 7 << 6);
     s.qs[4 + 2] = 0xff;
     float y[256];
-    kq_get(KQ_IQ1_S)->to_f32(&s, y, 256);
+    quant_get(QUANT_IQ1_S)->to_f32(&s, y, 256);
     CHECK(y[32 + 16] == 0.5f * 7 * (1 - 0.125f) && y[32 + 23] == y[32 + 16]);
     CHECK(y[32] == 0.5f * 7 * (-1 - 0.125f)); /* group 0: index 0, all -1 */
     CHECK(y[0] == 0.5f * (-1 + 0.125f));      /* sub-block 0: s 0, delta +1/8 */
@@ -258,7 +258,7 @@ static void kat_iq1(void) {
     /* IQ1_M: d = 0.25 from the nibbles; sub-block 3 scales 2 (groups 0-1)
      * and 5 (groups 2-3); group 1 index 2047 with delta -1/8, group 3
      * index 1 (byte 0 = +1, the rest -1) with delta +1/8 */
-    kq_block_iq1_m m;
+    quant_block_iq1_m m;
     memset(&m, 0, sizeof m);
     const uint16_t d = h(0.25f);
     uint16_t w[4] = {0, 0, 0, 0};
@@ -269,7 +269,7 @@ static void kat_iq1(void) {
     m.qh[6] = 0x70 | 0x80; /* group 1: index bits 0x7 (high nibble), delta sign */
     m.qs[12 + 3] = 1;
     m.qh[7] = 0x00;
-    kq_get(KQ_IQ1_M)->to_f32(&m, y, 256);
+    quant_get(QUANT_IQ1_M)->to_f32(&m, y, 256);
     CHECK(y[96 + 8] == 0.25f * 5 * (1 - 0.125f));
     CHECK(y[96 + 24] == 0.25f * 11 * (1 + 0.125f) && y[96 + 25] == 0.25f * 11 * (-1 + 0.125f));
     CHECK(y[0] == 0.25f * (-1 + 0.125f));
@@ -278,7 +278,7 @@ static void kat_iq1(void) {
 /* ---- random blocks against the independent decoder ---- */
 
 static void check_dequant(int t) {
-    const kq_traits *tr = kq_get(t);
+    const quant_traits *tr = quant_get(t);
     const int nb = 64, n = nb * tr->blck;
     uint8_t *q = malloc((size_t)nb * tr->bsize);
     float *y = malloc(sizeof(float) * (size_t)n);
@@ -296,12 +296,12 @@ static void check_dequant(int t) {
 /* ---- dots ---- */
 
 /* The SIMD twins this machine runs: AVX2, AVX-512, emulated AVX-512. */
-static kq_vec_dot_fn twin(int t, int k, const char **name) {
+static quant_vec_dot_fn twin(int t, int k, const char **name) {
     static const char *names[] = {"avx2", "avx512", "avx512 (emulated)"};
     *name = names[k];
-    if (k < 2) return kq_vec_dot_at(t, k == 0 ? KQ_ISA_AVX2 : KQ_ISA_AVX512);
+    if (k < 2) return quant_vec_dot_at(t, k == 0 ? QUANT_ISA_AVX2 : QUANT_ISA_AVX512);
 #if defined(__x86_64__)
-    return kq_cpu_isa() >= KQ_ISA_AVX2 ? kq_lowbit_avx512_emu.dot[t] : NULL;
+    return quant_cpu_isa() >= QUANT_ISA_AVX2 ? quant_lowbit_avx512_emu.dot[t] : NULL;
 #else
     return NULL; /* the x86 twins only */
 #endif
@@ -310,7 +310,7 @@ static kq_vec_dot_fn twin(int t, int k, const char **name) {
 /* Activations: quantized from floats, or (hostile) random int8 quants
  * including -128 with consistent sums. */
 static void make_act(int at, void *dst, int n, int hostile) {
-    const kq_traits *ta = kq_get(at);
+    const quant_traits *ta = quant_get(at);
     if (!hostile) {
         float *a = malloc(sizeof(float) * (size_t)n);
         for (int i = 0; i < n; ++i) a[i] = grand();
@@ -318,8 +318,8 @@ static void make_act(int at, void *dst, int n, int hostile) {
         free(a);
         return;
     }
-    if (at == KQ_Q8_K) {
-        kq_block_q8_K *y = dst;
+    if (at == QUANT_Q8_K) {
+        quant_block_q8_K *y = dst;
         for (int i = 0; i < n / 256; ++i) {
             y[i].d = (float)urand() * 0.01f + 0.001f;
             for (int e = 0; e < 256; ++e) y[i].qs[e] = rnd() % 5 == 0 ? -128 : (int8_t)rnd();
@@ -330,7 +330,7 @@ static void make_act(int at, void *dst, int n, int hostile) {
             }
         }
     } else {
-        kq_block_q8_0 *y = dst;
+        quant_block_q8_0 *y = dst;
         for (int i = 0; i < n / 32; ++i) {
             y[i].d = rand_half();
             for (int e = 0; e < 32; ++e) y[i].qs[e] = rnd() % 5 == 0 ? -128 : (int8_t)rnd();
@@ -339,10 +339,10 @@ static void make_act(int at, void *dst, int n, int hostile) {
 }
 
 static void check_dots(int t) {
-    const kq_traits *tr = kq_get(t), *ta = kq_get(tr->vec_dot_type);
-    CHECK(tr->vec_dot_type == (t == KQ_MXFP4 ? KQ_Q8_0 : KQ_Q8_K));
+    const quant_traits *tr = quant_get(t), *ta = quant_get(tr->vec_dot_type);
+    CHECK(tr->vec_dot_type == (t == QUANT_MXFP4 ? QUANT_Q8_0 : QUANT_Q8_K));
     const int nmax = 256 * 9;
-    uint8_t *q = malloc(kq_row_size(t, nmax)), *a = malloc(kq_row_size(tr->vec_dot_type, nmax));
+    uint8_t *q = malloc(quant_row_size(t, nmax)), *a = malloc(quant_row_size(tr->vec_dot_type, nmax));
     float *xf = malloc(sizeof(float) * nmax), *af = malloc(sizeof(float) * nmax);
     const int sizes[] = {256, 512, 768, nmax, 32, 96};
     for (int src = 0; src < 2; ++src) { /* random blocks, quantizer output */
@@ -370,11 +370,11 @@ static void check_dots(int t) {
                 CHECKF(fabs(s - exact) <= 1e-5 * mag + 1e-30, "%s n=%d: ref dot %g vs %g", tr->name, m, s, exact);
                 for (int tw = 0; tw < 3; ++tw) {
                     const char *name;
-                    kq_vec_dot_fn f = twin(t, tw, &name);
+                    quant_vec_dot_fn f = twin(t, tw, &name);
                     if (!f) continue;
                     float v = -1;
                     f(m, &v, q, a);
-                    if (t == KQ_MXFP4)
+                    if (t == QUANT_MXFP4)
                         CHECKF(fabs((double)v - s) <= 2e-6 * mag + 1e-30, "%s n=%d %s: %.9g vs ref %.9g", tr->name, m,
                                name, v, s);
                     else
@@ -406,16 +406,16 @@ static double rms_rel(const float *a, const float *b, int n) {
 }
 
 static void check_quantizer(int t, double max_rms) {
-    const kq_traits *tr = kq_get(t);
+    const quant_traits *tr = quant_get(t);
     const int n = 256 * 8;
     float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
-    uint8_t *q = malloc(kq_row_size(t, n)), *q2 = malloc(kq_row_size(t, n));
+    uint8_t *q = malloc(quant_row_size(t, n)), *q2 = malloc(quant_row_size(t, n));
 
     /* values on the type's grid come back exactly, bytes too */
-    if (t == KQ_MXFP4) {
+    if (t == QUANT_MXFP4) {
         random_blocks(t, q, n / 32);
         for (int i = 0; i < n / 32; ++i) {
-            kq_block_mxfp4 *b = (kq_block_mxfp4 *)q + i;
+            quant_block_mxfp4 *b = (quant_block_mxfp4 *)q + i;
             for (int l = 0; l < 16; ++l) /* code 8 (-0) is written as 0 */
                 for (int sh = 0; sh < 8; sh += 4)
                     if (((b->qs[l] >> sh) & 15) == 8) b->qs[l] = (uint8_t)(b->qs[l] & ~(15 << sh));
@@ -428,7 +428,7 @@ static void check_quantizer(int t, double max_rms) {
     }
     tr->to_f32(q, x, n);
     tr->from_f32(x, q2, n);
-    CHECKF(memcmp(q, q2, kq_row_size(t, n)) == 0, "%s: grid values do not round-trip to the same bytes", tr->name);
+    CHECKF(memcmp(q, q2, quant_row_size(t, n)) == 0, "%s: grid values do not round-trip to the same bytes", tr->name);
     tr->to_f32(q2, y, n);
     CHECKF(memcmp(x, y, sizeof(float) * n) == 0, "%s: grid values do not round-trip exactly", tr->name);
 
@@ -459,9 +459,9 @@ static void check_hashes(void) {
         int type;
         uint64_t hash;
     } H[] = {
-        {KQ_TQ1_0, 0x4d286e5f108fd29cull},
-        {KQ_TQ2_0, 0x232102cea969bf6dull},
-        {KQ_MXFP4, 0xe3cbbe1b5d781c9dull},
+        {QUANT_TQ1_0, 0x4d286e5f108fd29cull},
+        {QUANT_TQ2_0, 0x232102cea969bf6dull},
+        {QUANT_MXFP4, 0xe3cbbe1b5d781c9dull},
     };
     static float x[4096];
     static uint8_t q[4096];
@@ -472,9 +472,9 @@ static void check_hashes(void) {
         x[i] = u * (1.0f + (float)(i % 37) * 0.1f) + ((i % 97) == 0 ? 3.0f : 0.0f);
     }
     for (unsigned i = 0; i < sizeof H / sizeof *H; ++i) {
-        const kq_traits *tr = kq_get(H[i].type);
+        const quant_traits *tr = quant_get(H[i].type);
         tr->from_f32(x, q, 4096);
-        uint64_t v = fnv(q, kq_row_size(H[i].type, 4096));
+        uint64_t v = fnv(q, quant_row_size(H[i].type, 4096));
         printf("%-6s quantizer hash %016llx\n", tr->name, (unsigned long long)v);
         CHECKF(v == H[i].hash, "%s: quantizer output hash %016llx", tr->name, (unsigned long long)v);
     }
@@ -492,18 +492,18 @@ static uint8_t lcg8(void) {
 }
 
 static void lcg_blocks(int t, uint8_t *q) {
-    const kq_traits *tr = kq_get(t);
+    const quant_traits *tr = quant_get(t);
     const int nblk = 4096 / tr->blck;
     for (size_t i = 0; i < (size_t)nblk * tr->bsize; ++i) q[i] = lcg8();
     for (int b = 0; b < nblk; ++b) {
         uint8_t *p = q + (size_t)b * tr->bsize;
         const uint16_t lo = lcg8(), hi = lcg8();
         const uint16_t d = (uint16_t)((hi & 0x80) << 8 | 0x3000 | (hi & 3) << 8 | lo);
-        if (t == KQ_TQ1_0) memcpy(p + 52, &d, 2);
-        if (t == KQ_TQ2_0) memcpy(p + 64, &d, 2);
-        if (t == KQ_MXFP4) p[0] = (uint8_t)(110 + lcg8() % 30);
-        if (t == KQ_IQ1_S) memcpy(p, &d, 2);
-        if (t == KQ_IQ1_M)
+        if (t == QUANT_TQ1_0) memcpy(p + 52, &d, 2);
+        if (t == QUANT_TQ2_0) memcpy(p + 64, &d, 2);
+        if (t == QUANT_MXFP4) p[0] = (uint8_t)(110 + lcg8() % 30);
+        if (t == QUANT_IQ1_S) memcpy(p, &d, 2);
+        if (t == QUANT_IQ1_M)
             for (int k = 0; k < 4; ++k)
                 p[48 + 2 * k + 1] = (uint8_t)((p[48 + 2 * k + 1] & 0x0f) | ((d >> (4 * k)) & 15) << 4);
     }
@@ -515,9 +515,9 @@ static void check_llama_pins(void) {
         uint64_t deq;
         uint32_t dot;
     } P[] = {
-        {KQ_TQ1_0, 0x4ea266641a36c067ull, 0xc0e5558f}, {KQ_TQ2_0, 0x8b2e9bc5678c19b2ull, 0xbfa509bc},
-        {KQ_MXFP4, 0xa165a6941e80f73dull, 0x428bd3a0}, {KQ_IQ1_S, 0x2a8e3fffeb13c8c8ull, 0xc1b6aa3c},
-        {KQ_IQ1_M, 0x87da457da5f91c29ull, 0xc1eefa66},
+        {QUANT_TQ1_0, 0x4ea266641a36c067ull, 0xc0e5558f}, {QUANT_TQ2_0, 0x8b2e9bc5678c19b2ull, 0xbfa509bc},
+        {QUANT_MXFP4, 0xa165a6941e80f73dull, 0x428bd3a0}, {QUANT_IQ1_S, 0x2a8e3fffeb13c8c8ull, 0xc1b6aa3c},
+        {QUANT_IQ1_M, 0x87da457da5f91c29ull, 0xc1eefa66},
     };
     static float a[4096], y[4096];
     static uint8_t q[8192], yk[16 * 292], y0[128 * 34];
@@ -526,10 +526,10 @@ static void check_llama_pins(void) {
         s = s * 1664525u + 1013904223u;
         a[i] = (float)(s >> 8) * 0x1p-24f - 0.5f + ((i % 61) == 0 ? -2.0f : 0.0f);
     }
-    kq_get(KQ_Q8_K)->from_f32(a, yk, 4096);
-    kq_get(KQ_Q8_0)->from_f32(a, y0, 4096);
+    quant_get(QUANT_Q8_K)->from_f32(a, yk, 4096);
+    quant_get(QUANT_Q8_0)->from_f32(a, y0, 4096);
     for (unsigned i = 0; i < sizeof P / sizeof *P; ++i) {
-        const kq_traits *tr = kq_get(P[i].type);
+        const quant_traits *tr = quant_get(P[i].type);
         lcg = 7 + i;
         lcg_blocks(P[i].type, q);
         tr->to_f32(q, y, 4096);
@@ -538,7 +538,7 @@ static void check_llama_pins(void) {
                (unsigned long long)P[i].deq);
         float r;
         uint32_t bits;
-        tr->vec_dot_ref(4096, &r, q, P[i].type == KQ_MXFP4 ? (void *)y0 : (void *)yk);
+        tr->vec_dot_ref(4096, &r, q, P[i].type == QUANT_MXFP4 ? (void *)y0 : (void *)yk);
         memcpy(&bits, &r, 4);
         CHECKF(bits == P[i].dot, "%s: dot %.9g (0x%08x), llama.cpp's 0x%08x", tr->name, r, bits, P[i].dot);
     }
@@ -552,23 +552,23 @@ static char tmpdir[] = "/tmp/kiln-test-lowbit-XXXXXX";
  * about 0.1): random quants, or for the ternary types weights of +-0.05
  * and 0 (TQ2_0 holds them exactly, so kiln quantize must too). */
 static void model_blocks(int t, uint8_t *q, int nb) {
-    const kq_traits *tr = kq_get(t);
+    const quant_traits *tr = quant_get(t);
     random_blocks(t, q, nb);
     for (int i = 0; i < nb; ++i) {
         uint8_t *b = q + (size_t)i * tr->bsize;
         const uint16_t d = h((float)(0.004 + 0.004 * urand()));
-        if (t == KQ_TQ1_0 || t == KQ_TQ2_0) {
+        if (t == QUANT_TQ1_0 || t == QUANT_TQ2_0) {
             float x[256];
             for (int e = 0; e < 256; ++e) x[e] = (float)((int)(rnd() % 3) - 1) * 0.05f;
             x[rnd() % 256] = 0.05f;
             tr->from_f32(x, b, 256);
         }
-        if (t == KQ_MXFP4) b[0] = 121; /* half scale 2^-7: |w| <= 12 * 2^-7 */
-        if (t == KQ_IQ1_S) memcpy(b, &d, 2);
-        if (t == KQ_IQ1_M)
+        if (t == QUANT_MXFP4) b[0] = 121; /* half scale 2^-7: |w| <= 12 * 2^-7 */
+        if (t == QUANT_IQ1_S) memcpy(b, &d, 2);
+        if (t == QUANT_IQ1_M)
             for (int k = 0; k < 4; ++k)
-                b[offsetof(kq_block_iq1_m, scales) + 2 * k + 1] =
-                    (uint8_t)((b[offsetof(kq_block_iq1_m, scales) + 2 * k + 1] & 0x0f) | ((d >> (4 * k)) & 15) << 4);
+                b[offsetof(quant_block_iq1_m, scales) + 2 * k + 1] =
+                    (uint8_t)((b[offsetof(quant_block_iq1_m, scales) + 2 * k + 1] & 0x0f) | ((d >> (4 * k)) & 15) << 4);
     }
 }
 
@@ -593,7 +593,7 @@ static int write_model(const char *path, int t, int as_f32) {
     gguf_w_u32(w, "llama.attention.head_count", H);
     gguf_w_u32(w, "llama.attention.head_count_kv", H);
     gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    const kq_traits *tr = kq_get(t);
+    const quant_traits *tr = quant_get(t);
     void *bufs[64];
     int nbuf = 0;
     static const float ones[512] = {[0 ... 511] = 1.0f};
@@ -608,7 +608,7 @@ static int write_model(const char *path, int t, int as_f32) {
             float *f = malloc(sizeof(float) * (size_t)(a) * (b)); \
             tr->to_f32(q, f, (int64_t)(a) * (b));                 \
             free(q);                                              \
-            gguf_w_tensor(w, nm, KQ_F32, 2, ne, f);               \
+            gguf_w_tensor(w, nm, QUANT_F32, 2, ne, f);               \
             bufs[nbuf++] = f;                                     \
         } else {                                                  \
             gguf_w_tensor(w, nm, (uint32_t)t, 2, ne, q);          \
@@ -618,7 +618,7 @@ static int write_model(const char *path, int t, int as_f32) {
 #define T1(nm, a)                                  \
     do {                                           \
         int64_t ne[1] = {a};                       \
-        gguf_w_tensor(w, nm, KQ_F32, 1, ne, ones); \
+        gguf_w_tensor(w, nm, QUANT_F32, 1, ne, ones); \
     } while (0)
     T2("token_embd.weight", E, V);
     T2("output.weight", E, V);
@@ -683,16 +683,16 @@ static void check_model_types(void) {
     float lq[512], lf[512];
     for (int i = 0; i < N_TYPES; ++i) {
         const int t = TYPES[i];
-        snprintf(qp, sizeof qp, "%s/m-%s.gguf", tmpdir, kq_get(t)->name);
-        snprintf(fp, sizeof fp, "%s/m-%s-f32.gguf", tmpdir, kq_get(t)->name);
+        snprintf(qp, sizeof qp, "%s/m-%s.gguf", tmpdir, quant_get(t)->name);
+        snprintf(fp, sizeof fp, "%s/m-%s-f32.gguf", tmpdir, quant_get(t)->name);
         const uint64_t seed = rng_state;
         CHECK(write_model(qp, t, 0) == 0);
         rng_state = seed; /* the same blocks again */
         CHECK(write_model(fp, t, 1) == 0);
         if (last_logits(qp, lq) || last_logits(fp, lf)) continue;
         const double cs = cosine(lq, lf, 512);
-        CHECKF(cs >= 0.999, "%s model: logits cosine to its F32 twin %.6f", kq_get(t)->name, cs);
-        printf("%-6s model logits cosine to its F32 twin %.6f\n", kq_get(t)->name, cs);
+        CHECKF(cs >= 0.999, "%s model: logits cosine to its F32 twin %.6f", quant_get(t)->name, cs);
+        printf("%-6s model logits cosine to its F32 twin %.6f\n", quant_get(t)->name, cs);
     }
 }
 
@@ -710,11 +710,11 @@ static void check_kiln_quantize(void) {
     char src[512], dst[512], args[1600];
     float lf[512], l2[512], l1[512];
     snprintf(src, sizeof src, "%s/tern-f32.gguf", tmpdir);
-    CHECK(write_model(src, KQ_TQ2_0, 1) == 0);
+    CHECK(write_model(src, QUANT_TQ2_0, 1) == 0);
     if (last_logits(src, lf)) return;
     static const char *mixes[] = {"tq2_0", "tq1_0"};
     for (int k = 0; k < 2; ++k) {
-        const int t = k ? KQ_TQ1_0 : KQ_TQ2_0;
+        const int t = k ? QUANT_TQ1_0 : QUANT_TQ2_0;
         snprintf(dst, sizeof dst, "%s/tern-%s.gguf", tmpdir, mixes[k]);
         CHECKF(kiln_quantize(src, dst, mixes[k], 2) == KILN_OK, "%s", kiln_last_error());
         char err[256];
@@ -725,13 +725,13 @@ static void check_kiln_quantize(void) {
         int ok = 1;
         for (int i = 0; i < gguf_n_tensors(f); i++) {
             const gguf_tensor *g = gguf_tensor_at(f, i);
-            const int want = g->n_dims == 1                          ? KQ_F32
-                             : !strcmp(g->name, "output.weight")     ? KQ_Q6_K
-                             : !strcmp(g->name, "token_embd.weight") ? KQ_Q4_K
+            const int want = g->n_dims == 1                          ? QUANT_F32
+                             : !strcmp(g->name, "output.weight")     ? QUANT_Q6_K
+                             : !strcmp(g->name, "token_embd.weight") ? QUANT_Q4_K
                                                                      : t;
             if ((int)g->type != want) {
                 ok = 0;
-                fprintf(stderr, "%s: %s, want %s\n", g->name, kq_get((int)g->type)->name, kq_get(want)->name);
+                fprintf(stderr, "%s: %s, want %s\n", g->name, quant_get((int)g->type)->name, quant_get(want)->name);
             }
         }
         CHECK(ok);
@@ -779,10 +779,10 @@ static void check_mxfp4_moe(void) {
     for (size_t i = 0; i < sizeof dense / sizeof *dense; ++i) dense[i] = grand();
     for (int i = 0; i < 64; ++i) norm[i] = 1.0f;
     const int64_t ne3[3] = {64, 32, 4}, ne2[2] = {64, 64}, ne1[1] = {64};
-    gguf_w_tensor(w, "blk.0.ffn_up_exps.weight", KQ_F32, 3, ne3, exps);
-    gguf_w_tensor(w, "blk.0.attn_q.weight", KQ_F32, 2, ne2, dense);
-    gguf_w_tensor(w, "output.weight", KQ_F32, 2, ne2, dense);
-    gguf_w_tensor(w, "blk.0.attn_norm.weight", KQ_F32, 1, ne1, norm);
+    gguf_w_tensor(w, "blk.0.ffn_up_exps.weight", QUANT_F32, 3, ne3, exps);
+    gguf_w_tensor(w, "blk.0.attn_q.weight", QUANT_F32, 2, ne2, dense);
+    gguf_w_tensor(w, "output.weight", QUANT_F32, 2, ne2, dense);
+    gguf_w_tensor(w, "blk.0.attn_norm.weight", QUANT_F32, 1, ne1, norm);
     CHECK(gguf_writer_save(w, src, NULL, NULL) == 0);
     gguf_writer_free(w);
     CHECKF(kiln_quantize(src, dst, "mxfp4_moe", 1) == KILN_OK, "%s", kiln_last_error());
@@ -791,14 +791,14 @@ static void check_mxfp4_moe(void) {
     CHECK(f != NULL);
     if (!f) return;
     const gguf_tensor *ex = gguf_find_tensor(f, "blk.0.ffn_up_exps.weight");
-    CHECK(ex && (int)ex->type == KQ_MXFP4 && ex->ne[2] == 4);
-    CHECK(gguf_find_tensor(f, "blk.0.attn_q.weight")->type == KQ_Q8_0);
-    CHECK(gguf_find_tensor(f, "output.weight")->type == KQ_Q8_0);
-    CHECK(gguf_find_tensor(f, "blk.0.attn_norm.weight")->type == KQ_F32);
+    CHECK(ex && (int)ex->type == QUANT_MXFP4 && ex->ne[2] == 4);
+    CHECK(gguf_find_tensor(f, "blk.0.attn_q.weight")->type == QUANT_Q8_0);
+    CHECK(gguf_find_tensor(f, "output.weight")->type == QUANT_Q8_0);
+    CHECK(gguf_find_tensor(f, "blk.0.attn_norm.weight")->type == QUANT_F32);
     CHECK(gguf_get_int(f, "general.file_type", 0) == 38);
-    if (ex && (int)ex->type == KQ_MXFP4) {
+    if (ex && (int)ex->type == QUANT_MXFP4) {
         static uint8_t q[sizeof exps / sizeof *exps / 32 * 17];
-        kq_get(KQ_MXFP4)->from_f32(exps, q, (int64_t)(sizeof exps / sizeof *exps));
+        quant_get(QUANT_MXFP4)->from_f32(exps, q, (int64_t)(sizeof exps / sizeof *exps));
         CHECK(ex->nbytes == sizeof q && memcmp(ex->data, q, sizeof q) == 0);
     }
     gguf_close(f);
@@ -818,7 +818,7 @@ static void check_moe_model(void) {
     CHECK(f != NULL);
     if (!f) return;
     int n_mx = 0;
-    for (int i = 0; i < gguf_n_tensors(f); i++) n_mx += gguf_tensor_at(f, i)->type == KQ_MXFP4;
+    for (int i = 0; i < gguf_n_tensors(f); i++) n_mx += gguf_tensor_at(f, i)->type == QUANT_MXFP4;
     CHECKF(n_mx >= 9, "%d MXFP4 tensors", n_mx);
     gguf_close(f);
     /* its twin: the same file with the MXFP4 experts written as F32 */
@@ -831,14 +831,14 @@ static void check_moe_model(void) {
     for (int i = 0; i < gguf_n_kv(f); i++) gguf_w_copy_kv(w, gguf_kv_at(f, i));
     for (int i = 0; i < gguf_n_tensors(f) && nbuf < 256; i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (t->type != KQ_MXFP4) {
+        if (t->type != QUANT_MXFP4) {
             gguf_w_tensor(w, t->name, t->type, (int)t->n_dims, t->ne, t->data);
             continue;
         }
         const int64_t nel = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
         float *x = malloc(sizeof(float) * (size_t)nel);
-        kq_get(KQ_MXFP4)->to_f32(t->data, x, nel);
-        gguf_w_tensor(w, t->name, KQ_F32, (int)t->n_dims, t->ne, x);
+        quant_get(QUANT_MXFP4)->to_f32(t->data, x, nel);
+        gguf_w_tensor(w, t->name, QUANT_F32, (int)t->n_dims, t->ne, x);
         bufs[nbuf++] = x;
     }
     CHECK(gguf_writer_save(w, twin, NULL, NULL) == 0);
@@ -858,23 +858,23 @@ static void check_table(void) {
         int type, blck;
         size_t bsize;
         const char *name;
-    } K[] = {{KQ_TQ1_0, 256, 54, "TQ1_0"},
-             {KQ_TQ2_0, 256, 66, "TQ2_0"},
-             {KQ_MXFP4, 32, 17, "MXFP4"},
-             {KQ_IQ1_S, 256, 50, "IQ1_S"},
-             {KQ_IQ1_M, 256, 56, "IQ1_M"}};
-    CHECK(KQ_TQ1_0 == 34 && KQ_TQ2_0 == 35 && KQ_MXFP4 == 39 && KQ_IQ1_S == 19 && KQ_IQ1_M == 29);
+    } K[] = {{QUANT_TQ1_0, 256, 54, "TQ1_0"},
+             {QUANT_TQ2_0, 256, 66, "TQ2_0"},
+             {QUANT_MXFP4, 32, 17, "MXFP4"},
+             {QUANT_IQ1_S, 256, 50, "IQ1_S"},
+             {QUANT_IQ1_M, 256, 56, "IQ1_M"}};
+    CHECK(QUANT_TQ1_0 == 34 && QUANT_TQ2_0 == 35 && QUANT_MXFP4 == 39 && QUANT_IQ1_S == 19 && QUANT_IQ1_M == 29);
     for (unsigned i = 0; i < sizeof K / sizeof *K; ++i) {
-        const kq_traits *tr = kq_get(K[i].type);
+        const quant_traits *tr = quant_get(K[i].type);
         CHECKF(tr && !strcmp(tr->name, K[i].name) && tr->blck == K[i].blck && tr->bsize == K[i].bsize, "%s", K[i].name);
-        CHECK(kq_supported(K[i].type) && kq_from_name(K[i].name) == K[i].type);
-        CHECK((tr->from_f32 != NULL) == (K[i].type != KQ_IQ1_S && K[i].type != KQ_IQ1_M));
+        CHECK(quant_supported(K[i].type) && quant_from_name(K[i].name) == K[i].type);
+        CHECK((tr->from_f32 != NULL) == (K[i].type != QUANT_IQ1_S && K[i].type != QUANT_IQ1_M));
     }
-    CHECK(kq_from_name("tq2_0") == KQ_TQ2_0 && kq_from_name("mxfp4") == KQ_MXFP4);
+    CHECK(quant_from_name("tq2_0") == QUANT_TQ2_0 && quant_from_name("mxfp4") == QUANT_MXFP4);
 }
 
 int main(void) {
-    kq_init();
+    quant_init();
     check_table();
     kat_tq1();
     kat_tq2();
@@ -884,9 +884,9 @@ int main(void) {
         check_dequant(TYPES[i]);
         check_dots(TYPES[i]);
     }
-    check_quantizer(KQ_TQ1_0, 0.9);
-    check_quantizer(KQ_TQ2_0, 0.9);
-    check_quantizer(KQ_MXFP4, 0.14);
+    check_quantizer(QUANT_TQ1_0, 0.9);
+    check_quantizer(QUANT_TQ2_0, 0.9);
+    check_quantizer(QUANT_MXFP4, 0.14);
     check_hashes();
     check_llama_pins();
     if (!mkdtemp(tmpdir)) {

@@ -61,7 +61,7 @@ static kiln_context *new_ctx(kiln_model *m, int kv_type, int n_ctx, int n_seq) {
 /* Whether the active level repacks Q4_0 / Q8_0 weights at load: one with
  * interleaved kernels of its own (x86-64's); aarch64 keeps the rows. */
 static int level_repacks(void) {
-    const kk_mat probe = {.type = KQ_Q4_0, .ncols = 32, .nrows = 8};
+    const kk_mat probe = {.type = QUANT_Q4_0, .ncols = 32, .nrows = 8};
     return kk_mat_interleavable(&probe);
 }
 

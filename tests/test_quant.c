@@ -42,27 +42,27 @@ typedef struct {
 } bound;
 
 static const bound BOUNDS[] = {
-    {KQ_F32, 0.0, 0.0, 0.0, 1e-6},
-    {KQ_F16, 4.9e-4, 4e-4, 0.0, 1e-6},
-    {KQ_BF16, 3.91e-3, 3e-3, 0.0, 1e-6},
-    {KQ_Q4_0, 0.1260, 0.13, 0.1260, 3e-5},
-    {KQ_Q4_1, 0.0700, 0.11, 0.0700, 3e-5},
-    {KQ_Q5_0, 0.0640, 0.065, 0.0640, 3e-5},
-    {KQ_Q5_1, 0.0350, 0.055, 0.0350, 3e-5},
-    {KQ_Q8_0, 0.0045, 0.007, 1.0 / 127, 3e-5},
-    {KQ_Q8_1, 0.0045, 0.007, 1.0 / 127, 3e-5},
-    {KQ_Q2_K, 0.0, 0.40, 0.0, 1e-4},
-    {KQ_Q3_K, 0.0, 0.22, 0.0, 1e-4},
-    {KQ_Q4_K, 0.0, 0.12, 0.0, 1e-4},
-    {KQ_Q5_K, 0.0, 0.06, 0.0, 1e-4},
-    {KQ_Q6_K, 0.0, 0.03, 0.0, 1e-4},
-    {KQ_Q8_K, 0.0, 0.01, 1.0 / 127, 1e-4},
-    {KQ_IQ4_NL, 0.0, 0.12, 0.0, 1e-4},
-    {KQ_IQ4_XS, 0.0, 0.12, 0.0, 1e-4},
-    {KQ_IQ3_S, 0.0, 0.21, 0.0, 1e-4},
-    {KQ_TQ1_0, 0.0, 0.90, 0.0, 1e-4},
-    {KQ_TQ2_0, 0.0, 0.90, 0.0, 1e-4},
-    {KQ_MXFP4, 0.0, 0.15, 0.0, 1e-4},
+    {QUANT_F32, 0.0, 0.0, 0.0, 1e-6},
+    {QUANT_F16, 4.9e-4, 4e-4, 0.0, 1e-6},
+    {QUANT_BF16, 3.91e-3, 3e-3, 0.0, 1e-6},
+    {QUANT_Q4_0, 0.1260, 0.13, 0.1260, 3e-5},
+    {QUANT_Q4_1, 0.0700, 0.11, 0.0700, 3e-5},
+    {QUANT_Q5_0, 0.0640, 0.065, 0.0640, 3e-5},
+    {QUANT_Q5_1, 0.0350, 0.055, 0.0350, 3e-5},
+    {QUANT_Q8_0, 0.0045, 0.007, 1.0 / 127, 3e-5},
+    {QUANT_Q8_1, 0.0045, 0.007, 1.0 / 127, 3e-5},
+    {QUANT_Q2_K, 0.0, 0.40, 0.0, 1e-4},
+    {QUANT_Q3_K, 0.0, 0.22, 0.0, 1e-4},
+    {QUANT_Q4_K, 0.0, 0.12, 0.0, 1e-4},
+    {QUANT_Q5_K, 0.0, 0.06, 0.0, 1e-4},
+    {QUANT_Q6_K, 0.0, 0.03, 0.0, 1e-4},
+    {QUANT_Q8_K, 0.0, 0.01, 1.0 / 127, 1e-4},
+    {QUANT_IQ4_NL, 0.0, 0.12, 0.0, 1e-4},
+    {QUANT_IQ4_XS, 0.0, 0.12, 0.0, 1e-4},
+    {QUANT_IQ3_S, 0.0, 0.21, 0.0, 1e-4},
+    {QUANT_TQ1_0, 0.0, 0.90, 0.0, 1e-4},
+    {QUANT_TQ2_0, 0.0, 0.90, 0.0, 1e-4},
+    {QUANT_MXFP4, 0.0, 0.15, 0.0, 1e-4},
 };
 
 static const bound *bound_of(int t) {
@@ -129,7 +129,7 @@ static int lengths(int unit, int *out) {
 /* ---- round trip ---- */
 
 static void test_round_trip(int t) {
-    const kq_traits *tr = kq_get(t);
+    const quant_traits *tr = quant_get(t);
     const bound *b = bound_of(t);
     CHECKF(b != NULL, "no bounds for type %s: add it to BOUNDS", tr->name);
     if (!b) return;
@@ -139,7 +139,7 @@ static void test_round_trip(int t) {
     for (int li = 0; li < nn; li++) {
         const int n = ns[li];
         float *x = xmalloc(sizeof(float) * (size_t)n), *y = xmalloc(sizeof(float) * (size_t)n);
-        uint8_t *q = xmalloc(kq_row_size(t, n));
+        uint8_t *q = xmalloc(quant_row_size(t, n));
         for (int dist = 0; dist < D_COUNT; dist++) {
             fill(x, n, dist);
             tr->from_f32(x, q, n);
@@ -157,7 +157,7 @@ static void test_round_trip(int t) {
                     e2 += e * e;
                     x2 += (double)x[j] * x[j];
                 }
-                if (b->grp > 0 || t == KQ_F32) {
+                if (b->grp > 0 || t == QUANT_F32) {
                     const double r = amax > 0 ? emax / amax : emax;
                     if (r > worst) worst = r;
                 } else if (amax == 0 && emax > worst) {
@@ -184,8 +184,8 @@ static void test_round_trip(int t) {
  * their results are its floats, bit for bit. */
 static int neon_exact(int t) {
 #if defined(__aarch64__)
-    return t == KQ_Q8_0 || t == KQ_Q4_0 || t == KQ_Q4_K || t == KQ_Q5_K || t == KQ_Q6_K || t == KQ_IQ4_NL ||
-           t == KQ_IQ4_XS;
+    return t == QUANT_Q8_0 || t == QUANT_Q4_0 || t == QUANT_Q4_K || t == QUANT_Q5_K || t == QUANT_Q6_K || t == QUANT_IQ4_NL ||
+           t == QUANT_IQ4_XS;
 #else
     (void)t;
     return 0;
@@ -193,8 +193,8 @@ static int neon_exact(int t) {
 }
 
 static void test_dots(int t) {
-    const kq_traits *tr = kq_get(t);
-    const kq_traits *ta = kq_get(tr->vec_dot_type);
+    const quant_traits *tr = quant_get(t);
+    const quant_traits *ta = quant_get(tr->vec_dot_type);
     const bound *b = bound_of(t);
     CHECKF(ta && ta->from_f32 && ta->to_f32, "%s: activation type %d unusable", tr->name, tr->vec_dot_type);
     if (!ta || !b) return;
@@ -207,7 +207,7 @@ static void test_dots(int t) {
         float *xb = xmalloc(sizeof(float) * (size_t)(n + 1)), *yb = xmalloc(sizeof(float) * (size_t)(n + 1));
         float *x = xb + 1, *y = yb + 1;
         float *xd = xmalloc(sizeof(float) * (size_t)n), *yd = xmalloc(sizeof(float) * (size_t)n);
-        uint8_t *wqb = xmalloc(kq_row_size(t, n) + 4), *aqb = xmalloc(kq_row_size(tr->vec_dot_type, n) + 4);
+        uint8_t *wqb = xmalloc(quant_row_size(t, n) + 4), *aqb = xmalloc(quant_row_size(tr->vec_dot_type, n) + 4);
         uint8_t *wq = wqb + 4, *aq = aqb + 4;
         for (int dist = 0; dist < D_COUNT; dist++) {
             fill(x, n, dist);
@@ -222,7 +222,7 @@ static void test_dots(int t) {
                 mag += fabs((double)xd[i] * yd[i]);
             }
             double ms = 0;
-            if (tr->vec_dot_type == KQ_Q8_1) {
+            if (tr->vec_dot_type == QUANT_Q8_1) {
                 for (int g = 0; g < n; g += 32) {
                     double m = xd[g], sy = 0;
                     for (int j = g; j < g + 32; j++) {
@@ -237,7 +237,7 @@ static void test_dots(int t) {
             CHECKF(fabs(ref - exact) <= b->dot * mag + 0x1p-10 * 1.01 * ms + 1e-30,
                    "%s n=%d %s: ref dot %.9g vs %.9g (mag %.3g)", tr->name, n, DIST_NAME[dist], ref, exact, mag);
             for (int k = 0; k < N_TWINS; k++) {
-                kq_vec_dot_fn f = dot_twin(t, k);
+                quant_vec_dot_fn f = dot_twin(t, k);
                 if (!f) continue;
                 float got = NAN;
                 f(n, &got, wq, aq);
@@ -261,23 +261,23 @@ static void test_dots(int t) {
 /* ---- SIMD quantizers vs reference ---- */
 
 static int is_legacy(int t) {
-    return t == KQ_Q4_0 || t == KQ_Q4_1 || t == KQ_Q5_0 || t == KQ_Q5_1 || t == KQ_Q8_0 || t == KQ_Q8_1;
+    return t == QUANT_Q4_0 || t == QUANT_Q4_1 || t == QUANT_Q5_0 || t == QUANT_Q5_1 || t == QUANT_Q8_0 || t == QUANT_Q8_1;
 }
 
 static void test_fast_quant(int t) {
-    const kq_traits *tr = kq_get(t);
+    const quant_traits *tr = quant_get(t);
     const bound *b = bound_of(t);
     if (!b) return;
     const int grp = tr->blck > 32 ? tr->blck : 32;
     for (int k = 0; k < N_TWINS; k++) {
-        kq_from_f32_fn f = quant_twin(t, k);
+        quant_from_f32_fn f = quant_twin(t, k);
         if (!f) continue;
-        CHECKF(b->step > 0 || t == KQ_F16, "%s: SIMD quantizer but no step bound", tr->name);
+        CHECKF(b->step > 0 || t == QUANT_F16, "%s: SIMD quantizer but no step bound", tr->name);
         int ns[32];
         const int nn = lengths(tr->blck, ns);
         for (int li = 0; li < nn; li++) {
             const int n = ns[li];
-            const size_t rs = kq_row_size(t, n);
+            const size_t rs = quant_row_size(t, n);
             float *x = xmalloc(sizeof(float) * (size_t)n);
             float *a = xmalloc(sizeof(float) * (size_t)n), *c = xmalloc(sizeof(float) * (size_t)n);
             uint8_t *qr = xmalloc(rs), *qf = xmalloc(rs);
@@ -286,7 +286,7 @@ static void test_fast_quant(int t) {
                 tr->from_f32(x, qr, n);
                 f(x, qf, n);
                 /* the legacy and F16 SIMD quantizers are bit-identical to the reference */
-                if (is_legacy(t) || t == KQ_F16)
+                if (is_legacy(t) || t == QUANT_F16)
                     CHECKF(memcmp(qr, qf, rs) == 0, "%s %s n=%d %s: bytes differ from reference", tr->name,
                            twin_name(k), n, DIST_NAME[dist]);
                 tr->to_f32(qr, a, n);
@@ -331,7 +331,7 @@ static float bitsf(uint32_t u) {
 #if defined(__x86_64__)
 __attribute__((target("f16c"))) static uint16_t f16c_from(float f) { return _cvtss_sh(f, 0); }
 __attribute__((target("f16c"))) static float f16c_to(uint16_t h) { return _cvtsh_ss(h); }
-static int hw_f16(void) { return kq_cpu_isa() >= KQ_ISA_AVX2; }
+static int hw_f16(void) { return quant_cpu_isa() >= QUANT_ISA_AVX2; }
 #elif defined(__aarch64__)
 static uint16_t f16c_from(float f) {
     __fp16 v = (__fp16)f;
@@ -346,44 +346,44 @@ static float f16c_to(uint16_t h) {
 }
 static int hw_f16(void) { return 1; }
 #else
-static uint16_t f16c_from(float f) { return kq_f32_to_f16(f); }
-static float f16c_to(uint16_t h) { return kq_f16_to_f32(h); }
+static uint16_t f16c_from(float f) { return quant_f32_to_f16(f); }
+static float f16c_to(uint16_t h) { return quant_f16_to_f32(h); }
 static int hw_f16(void) { return 0; }
 #endif
 
 static void test_f16(void) {
     int bad_rt = 0, bad_nan = 0, bad_mid = 0, bad_hw = 0;
     for (uint32_t h = 0; h < 65536; h++) {
-        const float f = kq_f16_to_f32((uint16_t)h);
+        const float f = quant_f16_to_f32((uint16_t)h);
         const int is_nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
         if (is_nan) {
-            const uint16_t back = kq_f32_to_f16(f);
+            const uint16_t back = quant_f32_to_f16(f);
             if (!isnan(f) || (back & 0x7c00) != 0x7c00 || !(back & 0x3ff) || (back ^ h) & 0x8000) bad_nan++;
             continue;
         }
-        if (kq_f32_to_f16(f) != h) bad_rt++;
+        if (quant_f32_to_f16(f) != h) bad_rt++;
         if (hw_f16() && fbits(f16c_to((uint16_t)h)) != fbits(f)) bad_hw++;
         /* ties between neighbours go to the even code; one f32 ulp either side does not tie */
         const uint32_t mag = h & 0x7fff;
         if (mag >= 0x7c00) continue;
         const double lo = fabs((double)f);
-        const double hi = mag == 0x7bff ? 65536.0 : fabs((double)kq_f16_to_f32((uint16_t)(mag + 1)));
+        const double hi = mag == 0x7bff ? 65536.0 : fabs((double)quant_f16_to_f32((uint16_t)(mag + 1)));
         const float mid = (float)((lo + hi) / 2); /* exact: halves have 11 significant bits */
         const float sgn = (h & 0x8000) ? -1.0f : 1.0f;
         const uint16_t even = (uint16_t)((mag & 1) ? mag + 1 : mag) | (uint16_t)(h & 0x8000);
-        if (kq_f32_to_f16(sgn * mid) != even) bad_mid++;
-        if (kq_f32_to_f16(sgn * nextafterf(mid, 0.0f)) != h) bad_mid++;
-        if (kq_f32_to_f16(sgn * nextafterf(mid, INFINITY)) != (uint16_t)((mag + 1) | (h & 0x8000))) bad_mid++;
+        if (quant_f32_to_f16(sgn * mid) != even) bad_mid++;
+        if (quant_f32_to_f16(sgn * nextafterf(mid, 0.0f)) != h) bad_mid++;
+        if (quant_f32_to_f16(sgn * nextafterf(mid, INFINITY)) != (uint16_t)((mag + 1) | (h & 0x8000))) bad_mid++;
     }
     CHECKF(bad_rt == 0, "f16 round trip: %d patterns differ", bad_rt);
     CHECKF(bad_nan == 0, "f16 NaN: %d patterns wrong", bad_nan);
     CHECKF(bad_mid == 0, "f16 rounding at midpoints: %d wrong", bad_mid);
     CHECKF(bad_hw == 0, "f16 -> f32 vs F16C: %d differ", bad_hw);
-    CHECK(kq_f32_to_f16(INFINITY) == 0x7c00 && kq_f32_to_f16(-INFINITY) == 0xfc00);
-    CHECK(kq_f32_to_f16(1e10f) == 0x7c00 && kq_f32_to_f16(65519.99f) == 0x7bff);
-    CHECK(kq_f32_to_f16(-0.0f) == 0x8000 && kq_f32_to_f16(1e-10f) == 0 && kq_f32_to_f16(0x1p-25f) == 0);
-    CHECK(kq_f32_to_f16(0x1.8p-25f) == 1 && kq_f32_to_f16(0x1p-24f) == 1 && kq_f32_to_f16(1.0f) == 0x3c00);
-    CHECK(kq_f32_to_f16(bitsf(1)) == 0); /* f32 subnormal */
+    CHECK(quant_f32_to_f16(INFINITY) == 0x7c00 && quant_f32_to_f16(-INFINITY) == 0xfc00);
+    CHECK(quant_f32_to_f16(1e10f) == 0x7c00 && quant_f32_to_f16(65519.99f) == 0x7bff);
+    CHECK(quant_f32_to_f16(-0.0f) == 0x8000 && quant_f32_to_f16(1e-10f) == 0 && quant_f32_to_f16(0x1p-25f) == 0);
+    CHECK(quant_f32_to_f16(0x1.8p-25f) == 1 && quant_f32_to_f16(0x1p-24f) == 1 && quant_f32_to_f16(1.0f) == 0x3c00);
+    CHECK(quant_f32_to_f16(bitsf(1)) == 0); /* f32 subnormal */
 
     /* random f32 bit patterns (finite) against the hardware conversion */
     if (hw_f16()) {
@@ -392,7 +392,7 @@ static void test_f16(void) {
             uint32_t u = (uint32_t)rnd();
             if ((u & 0x7f800000) == 0x7f800000) continue;
             if (i & 1) u = (u & 0x87ffffffu) | 0x30000000u; /* concentrate near the f16 range */
-            if (kq_f32_to_f16(bitsf(u)) != f16c_from(bitsf(u))) bad++;
+            if (quant_f32_to_f16(bitsf(u)) != f16c_from(bitsf(u))) bad++;
         }
         CHECKF(bad == 0, "f32 -> f16 vs F16C: %d of 2M differ", bad);
     }
@@ -401,28 +401,28 @@ static void test_f16(void) {
 static void test_bf16(void) {
     int bad_rt = 0, bad_nan = 0, bad_mid = 0;
     for (uint32_t h = 0; h < 65536; h++) {
-        const float f = kq_bf16_to_f32((uint16_t)h);
+        const float f = quant_bf16_to_f32((uint16_t)h);
         if (fbits(f) != h << 16) bad_rt++;
         const int is_nan = (h & 0x7f80) == 0x7f80 && (h & 0x7f);
         if (is_nan) {
-            const uint16_t back = kq_f32_to_bf16(f);
+            const uint16_t back = quant_f32_to_bf16(f);
             if ((back & 0x7f80) != 0x7f80 || !(back & 0x7f) || (back ^ h) & 0x8000) bad_nan++;
             continue;
         }
-        if (kq_f32_to_bf16(f) != h) bad_rt++;
+        if (quant_f32_to_bf16(f) != h) bad_rt++;
         const uint32_t mag = h & 0x7fff;
         if (mag >= 0x7f80) continue;
         const uint32_t sign = (h & 0x8000) << 16, mid = (mag << 16) | 0x8000;
         const uint16_t even = (uint16_t)(((mag & 1) ? mag + 1 : mag) | (h & 0x8000));
-        if (kq_f32_to_bf16(bitsf(sign | mid)) != even) bad_mid++;
-        if (kq_f32_to_bf16(bitsf(sign | (mid - 1))) != h) bad_mid++;
-        if (kq_f32_to_bf16(bitsf(sign | (mid + 1))) != (uint16_t)((mag + 1) | (h & 0x8000))) bad_mid++;
+        if (quant_f32_to_bf16(bitsf(sign | mid)) != even) bad_mid++;
+        if (quant_f32_to_bf16(bitsf(sign | (mid - 1))) != h) bad_mid++;
+        if (quant_f32_to_bf16(bitsf(sign | (mid + 1))) != (uint16_t)((mag + 1) | (h & 0x8000))) bad_mid++;
     }
     CHECKF(bad_rt == 0, "bf16 round trip: %d patterns differ", bad_rt);
     CHECKF(bad_nan == 0, "bf16 NaN: %d patterns wrong", bad_nan);
     CHECKF(bad_mid == 0, "bf16 rounding at midpoints: %d wrong", bad_mid);
-    CHECK(kq_f32_to_bf16(bitsf(0x7f800001u)) == 0x7fc0); /* signalling NaN comes back quiet */
-    CHECK(kq_f32_to_bf16(INFINITY) == 0x7f80 && kq_f32_to_bf16(-1.0f) == 0xbf80);
+    CHECK(quant_f32_to_bf16(bitsf(0x7f800001u)) == 0x7fc0); /* signalling NaN comes back quiet */
+    CHECK(quant_f32_to_bf16(INFINITY) == 0x7f80 && quant_f32_to_bf16(-1.0f) == 0xbf80);
 }
 
 /* ---- table, names, dispatch ---- */
@@ -435,64 +435,64 @@ static void test_table(void) {
         size_t bsize;
         int vdt;
     } known[] = {
-        {"F32", KQ_F32, 1, 4, KQ_F32},      {"F16", KQ_F16, 1, 2, KQ_F16},      {"BF16", KQ_BF16, 1, 2, KQ_BF16},
-        {"Q4_0", KQ_Q4_0, 32, 18, KQ_Q8_0}, {"Q4_1", KQ_Q4_1, 32, 20, KQ_Q8_1}, {"Q5_0", KQ_Q5_0, 32, 22, KQ_Q8_0},
-        {"Q5_1", KQ_Q5_1, 32, 24, KQ_Q8_1}, {"Q8_0", KQ_Q8_0, 32, 34, KQ_Q8_0},
+        {"F32", QUANT_F32, 1, 4, QUANT_F32},      {"F16", QUANT_F16, 1, 2, QUANT_F16},      {"BF16", QUANT_BF16, 1, 2, QUANT_BF16},
+        {"Q4_0", QUANT_Q4_0, 32, 18, QUANT_Q8_0}, {"Q4_1", QUANT_Q4_1, 32, 20, QUANT_Q8_1}, {"Q5_0", QUANT_Q5_0, 32, 22, QUANT_Q8_0},
+        {"Q5_1", QUANT_Q5_1, 32, 24, QUANT_Q8_1}, {"Q8_0", QUANT_Q8_0, 32, 34, QUANT_Q8_0},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
-        const kq_traits *tr = kq_get(known[i].type);
+        const quant_traits *tr = quant_get(known[i].type);
         CHECKF(tr && strcmp(tr->name, known[i].name) == 0, "type %d name", known[i].type);
         if (!tr) continue;
         CHECK(tr->blck == known[i].blck && tr->bsize == known[i].bsize && tr->vec_dot_type == known[i].vdt);
-        CHECK(kq_supported(known[i].type));
-        CHECK(kq_from_name(known[i].name) == known[i].type);
-        CHECK(kq_row_size(known[i].type, 4096) == (size_t)(4096 / known[i].blck) * known[i].bsize);
+        CHECK(quant_supported(known[i].type));
+        CHECK(quant_from_name(known[i].name) == known[i].type);
+        CHECK(quant_row_size(known[i].type, 4096) == (size_t)(4096 / known[i].blck) * known[i].bsize);
     }
-    const kq_traits *q81 = kq_get(KQ_Q8_1);
+    const quant_traits *q81 = quant_get(QUANT_Q8_1);
     CHECK(q81 && q81->blck == 32 && q81->bsize == 36 && q81->to_f32 && q81->from_f32);
-    CHECK(kq_from_name("q4_0") == KQ_Q4_0 && kq_from_name("bf16") == KQ_BF16);
-    CHECK(kq_from_name("Q9_9") == -1 && kq_from_name("") == -1 && kq_from_name(NULL) == -1);
-    CHECK(kq_get(-1) == NULL && kq_get(KQ_TYPE_COUNT) == NULL && kq_get(4) == NULL && !kq_supported(5));
+    CHECK(quant_from_name("q4_0") == QUANT_Q4_0 && quant_from_name("bf16") == QUANT_BF16);
+    CHECK(quant_from_name("Q9_9") == -1 && quant_from_name("") == -1 && quant_from_name(NULL) == -1);
+    CHECK(quant_get(-1) == NULL && quant_get(QUANT_TYPE_COUNT) == NULL && quant_get(4) == NULL && !quant_supported(5));
 #if defined(__aarch64__)
-    CHECK(strcmp(kq_isa_name(KQ_ISA_SCALAR), "scalar") == 0 && strcmp(kq_isa_name(KQ_ISA_NEON), "neon") == 0 &&
-          strcmp(kq_isa_name(KQ_ISA_DOTPROD), "dotprod") == 0);
+    CHECK(strcmp(quant_isa_name(QUANT_ISA_SCALAR), "scalar") == 0 && strcmp(quant_isa_name(QUANT_ISA_NEON), "neon") == 0 &&
+          strcmp(quant_isa_name(QUANT_ISA_DOTPROD), "dotprod") == 0);
 #else
-    CHECK(strcmp(kq_isa_name(KQ_ISA_SCALAR), "scalar") == 0 && strcmp(kq_isa_name(KQ_ISA_AVX512), "avx512") == 0);
+    CHECK(strcmp(quant_isa_name(QUANT_ISA_SCALAR), "scalar") == 0 && strcmp(quant_isa_name(QUANT_ISA_AVX512), "avx512") == 0);
 #endif
 
     /* every level's table: the scalar one holds the reference kernels, the
-     * active one is what kq_get hands out, a level the CPU lacks has none */
-    CHECK(kq_get_at(KQ_Q4_0, KQ_ISA_SCALAR)->vec_dot == kq_get(KQ_Q4_0)->vec_dot_ref);
-    CHECK(kq_get_at(KQ_Q8_0, KQ_ISA_SCALAR)->from_f32_fast == kq_get(KQ_Q8_0)->from_f32);
-    const int act = kq_active_isa();
-    CHECK(act <= kq_cpu_isa());
-    CHECK(kq_get(KQ_Q4_0) == kq_get_at(KQ_Q4_0, act));
-    for (int isa = KQ_ISA_AVX2; isa <= kq_cpu_isa(); isa++) {
+     * active one is what quant_get hands out, a level the CPU lacks has none */
+    CHECK(quant_get_at(QUANT_Q4_0, QUANT_ISA_SCALAR)->vec_dot == quant_get(QUANT_Q4_0)->vec_dot_ref);
+    CHECK(quant_get_at(QUANT_Q8_0, QUANT_ISA_SCALAR)->from_f32_fast == quant_get(QUANT_Q8_0)->from_f32);
+    const int act = quant_active_isa();
+    CHECK(act <= quant_cpu_isa());
+    CHECK(quant_get(QUANT_Q4_0) == quant_get_at(QUANT_Q4_0, act));
+    for (int isa = QUANT_ISA_AVX2; isa <= quant_cpu_isa(); isa++) {
         /* a level's own kernel is its table's; else the level below's */
-        kq_vec_dot_fn own = kq_vec_dot_at(KQ_Q4_0, isa), below = kq_get_at(KQ_Q4_0, isa - 1)->vec_dot;
-        CHECK(kq_get_at(KQ_Q4_0, isa)->vec_dot == (own ? own : below));
-        kq_from_f32_fn q = kq_from_f32_at(KQ_F16, isa);
-        CHECK(kq_get_at(KQ_F16, isa)->from_f32_fast == (q ? q : kq_get_at(KQ_F16, isa - 1)->from_f32_fast));
+        quant_vec_dot_fn own = quant_vec_dot_at(QUANT_Q4_0, isa), below = quant_get_at(QUANT_Q4_0, isa - 1)->vec_dot;
+        CHECK(quant_get_at(QUANT_Q4_0, isa)->vec_dot == (own ? own : below));
+        quant_from_f32_fn q = quant_from_f32_at(QUANT_F16, isa);
+        CHECK(quant_get_at(QUANT_F16, isa)->from_f32_fast == (q ? q : quant_get_at(QUANT_F16, isa - 1)->from_f32_fast));
     }
-    CHECK(kq_get_at(KQ_Q4_0, kq_cpu_isa() + 1) == NULL && kq_get_at(KQ_Q4_0, -1) == NULL);
+    CHECK(quant_get_at(QUANT_Q4_0, quant_cpu_isa() + 1) == NULL && quant_get_at(QUANT_Q4_0, -1) == NULL);
     /* KILN_ISA caps the active level (ctest runs this test with it set too) */
     const char *cap = getenv("KILN_ISA");
     if (cap && strcmp(cap, "scalar") == 0) {
-        CHECK(act == KQ_ISA_SCALAR);
-        CHECK(kq_get(KQ_Q4_0)->vec_dot == kq_get(KQ_Q4_0)->vec_dot_ref);
+        CHECK(act == QUANT_ISA_SCALAR);
+        CHECK(quant_get(QUANT_Q4_0)->vec_dot == quant_get(QUANT_Q4_0)->vec_dot_ref);
     } else if (!cap) {
-        CHECK(act == kq_cpu_isa());
+        CHECK(act == quant_cpu_isa());
     }
-    CHECK(kq_vec_dot_at(KQ_Q4_0, KQ_ISA_SCALAR) == kq_get(KQ_Q4_0)->vec_dot_ref);
-    CHECK(kq_vec_dot_at(KQ_Q4_0, 7) == NULL && kq_vec_dot_at(4, KQ_ISA_SCALAR) == NULL);
-    printf("cpu isa %s, active %s\n", kq_isa_name(kq_cpu_isa()), kq_isa_name(act));
+    CHECK(quant_vec_dot_at(QUANT_Q4_0, QUANT_ISA_SCALAR) == quant_get(QUANT_Q4_0)->vec_dot_ref);
+    CHECK(quant_vec_dot_at(QUANT_Q4_0, 7) == NULL && quant_vec_dot_at(4, QUANT_ISA_SCALAR) == NULL);
+    printf("cpu isa %s, active %s\n", quant_isa_name(quant_cpu_isa()), quant_isa_name(act));
 #if defined(__aarch64__)
-    const kq_cpu *c = kq_cpu_get();
+    const quant_cpu *c = quant_cpu_get();
     printf("aarch64 features: dotprod %d, i8mm %d, bf16 %d\n", c->dotprod, c->i8mm, c->bf16);
 #endif
 }
 
-/* ---- block kernels (kq_tile_at) ----
+/* ---- block kernels (quant_tile_at) ----
  * Every output of a level's block kernel is that level's vec_dot float and
  * the reference's, bit for bit, over blocks of rows and tokens that are odd
  * and even (the smmla kernels pair rows and tokens) and lengths of 1 to
@@ -500,30 +500,30 @@ static void test_table(void) {
  * has FEAT_I8MM (qemu -cpu max: yes; cortex-a57: no, and the matmul then
  * takes the vec_dot row by row). */
 static void test_tiles(void) {
-    static const int types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K};
+    static const int types[] = {QUANT_Q8_0, QUANT_Q4_0, QUANT_Q4_K};
     static const int blocks[][2] = {{1, 1}, {2, 2}, {3, 5}, {8, 4}, {17, 2}, {4, 9}, {7, 1}, {1, 6}};
     static const int nblk[] = {1, 2, 3, 7, 129};
     int ran = 0;
-    for (int isa = KQ_ISA_SCALAR; isa <= kq_cpu_isa(); isa++)
+    for (int isa = QUANT_ISA_SCALAR; isa <= quant_cpu_isa(); isa++)
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
             const int t = types[ti];
-            const kq_tile_fn f = kq_tile_at(t, isa);
+            const quant_tile_fn f = quant_tile_at(t, isa);
 #if defined(__aarch64__)
-            CHECKF((f != NULL) == (isa == KQ_ISA_DOTPROD && kq_cpu_get()->i8mm), "%s block kernel at %s: %p",
-                   kq_get(t)->name, kq_isa_name(isa), (void *)f);
+            CHECKF((f != NULL) == (isa == QUANT_ISA_DOTPROD && quant_cpu_get()->i8mm), "%s block kernel at %s: %p",
+                   quant_get(t)->name, quant_isa_name(isa), (void *)f);
 #else
-            CHECKF(f == NULL, "%s block kernel at %s", kq_get(t)->name, kq_isa_name(isa));
+            CHECKF(f == NULL, "%s block kernel at %s", quant_get(t)->name, quant_isa_name(isa));
 #endif
             if (!f) continue;
             ran++;
-            const kq_traits *tr = kq_get(t), *ta = kq_get(tr->vec_dot_type);
-            const kq_vec_dot_fn dot = kq_get_at(t, isa)->vec_dot;
+            const quant_traits *tr = quant_get(t), *ta = quant_get(tr->vec_dot_type);
+            const quant_vec_dot_fn dot = quant_get_at(t, isa)->vec_dot;
             int bad = 0, total = 0;
             for (size_t k = 0; k < sizeof nblk / sizeof nblk[0]; k++)
                 for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
                     if (tr->blck > 32 && nblk[k] > 7) continue;
                     const int n = tr->blck * nblk[k], nr = blocks[b][0], nt = blocks[b][1];
-                    const size_t wrow = kq_row_size(t, n) + 2, arow = kq_row_size(tr->vec_dot_type, n) + 6;
+                    const size_t wrow = quant_row_size(t, n) + 2, arow = quant_row_size(tr->vec_dot_type, n) + 6;
                     const int64_t ldy = nr + 3;
                     uint8_t *w = xmalloc(wrow * (size_t)nr), *a = xmalloc(arow * (size_t)nt);
                     float *x = xmalloc(sizeof(float) * (size_t)n);
@@ -554,7 +554,7 @@ static void test_tiles(void) {
                     free(x);
                     free(y);
                 }
-            CHECKF(bad == 0, "%s block kernel at %s: %d of %d outputs differ from vec_dot", tr->name, kq_isa_name(isa),
+            CHECKF(bad == 0, "%s block kernel at %s: %d of %d outputs differ from vec_dot", tr->name, quant_isa_name(isa),
                    bad, total);
         }
     printf("block kernels: %d checked\n", ran);
@@ -566,14 +566,14 @@ int main(void) {
     test_table();
     test_tiles();
     int ntypes = 0;
-    for (int t = 0; t < KQ_TYPE_COUNT; t++) {
-        const kq_traits *tr = kq_get(t);
+    for (int t = 0; t < QUANT_TYPE_COUNT; t++) {
+        const quant_traits *tr = quant_get(t);
         if (!tr || !tr->to_f32 || !tr->from_f32) continue;
         ntypes++;
         const int before = t_failures;
         test_round_trip(t);
         test_fast_quant(t);
-        if (kq_supported(t)) test_dots(t);
+        if (quant_supported(t)) test_dots(t);
         printf("%-7s %s\n", tr->name, t_failures == before ? "ok" : "FAILED");
     }
     CHECK(ntypes >= 9);

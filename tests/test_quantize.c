@@ -52,7 +52,7 @@ static void compare_with_fixture(const char *type, const char *fixture) {
      * of 32 don't divide into Q6_K's 256-element blocks, so it falls back
      * to Q8_0 */
     const gguf_tensor *o = gguf_find_tensor(a, "output.weight");
-    CHECK(o && (int)o->type == KQ_Q8_0);
+    CHECK(o && (int)o->type == QUANT_Q8_0);
     CHECK(gguf_get_int(a, "general.quantization_version", 0) == 2);
     gguf_close(a);
     gguf_close(b);
@@ -88,14 +88,14 @@ static int write_k_model(const char *path, int n_layer) {
 #define T2(name, a, b)                            \
     do {                                          \
         int64_t ne[2] = {a, b};                   \
-        gguf_w_tensor(w, name, KQ_F32, 2, ne, p); \
+        gguf_w_tensor(w, name, QUANT_F32, 2, ne, p); \
         p += (size_t)(a) * (b);                   \
     } while (0)
 #define T1(name, a)                                \
     do {                                           \
         int64_t ne[1] = {a};                       \
         for (int k = 0; k < (a); k++) p[k] = 1.0f; \
-        gguf_w_tensor(w, name, KQ_F32, 1, ne, p);  \
+        gguf_w_tensor(w, name, QUANT_F32, 1, ne, p);  \
         p += (a);                                  \
     } while (0)
     T2("token_embd.weight", E, V);
@@ -171,17 +171,17 @@ static void test_k_mix(void) {
         int l = -1;
         sscanf(t->name, "blk.%d.", &l);
         if (t->n_dims == 1)
-            want = KQ_F32;
+            want = QUANT_F32;
         else if (!strcmp(t->name, "output.weight"))
-            want = KQ_Q6_K;
+            want = QUANT_Q6_K;
         else if (strstr(t->name, "attn_v.weight") || strstr(t->name, "ffn_down.weight"))
             /* more bits in the first and last eighth and every third layer between */
-            want = (l < n_layer / 8 || l >= 7 * n_layer / 8 || (l - n_layer / 8) % 3 == 2) ? KQ_Q6_K : KQ_Q4_K;
+            want = (l < n_layer / 8 || l >= 7 * n_layer / 8 || (l - n_layer / 8) % 3 == 2) ? QUANT_Q6_K : QUANT_Q4_K;
         else
-            want = KQ_Q4_K;
+            want = QUANT_Q4_K;
         if ((int)t->type != want) {
             ok = 0;
-            fprintf(stderr, "%s: %s, want %s\n", t->name, kq_get((int)t->type)->name, kq_get(want)->name);
+            fprintf(stderr, "%s: %s, want %s\n", t->name, quant_get((int)t->type)->name, quant_get(want)->name);
         }
     }
     CHECK(ok);

@@ -86,7 +86,7 @@ static void test_encode_q8_0(void) {
     kiln_status st = vision_load(MMPROJ_Q8, 64, &vm);
     CHECKF(st == KILN_OK, "%s", kiln_last_error());
     if (!vm) return;
-    CHECK(vm->layers[0].wq.type == KQ_Q8_0 && vm->layers[0].down.type == KQ_Q8_0);
+    CHECK(vm->layers[0].wq.type == QUANT_Q8_0 && vm->layers[0].down.type == QUANT_Q8_0);
     const vision_image im = {g_w, g_h, g_px};
     const int nt = vision_n_tokens(vm, &im);
     size_t len = 0;

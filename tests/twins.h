@@ -10,34 +10,34 @@
 #include "quant/quant.h"
 
 #if defined(__x86_64__)
-extern const kq_simd kq_legacy_avx512_emu, kq_legacy_avx512_bf16_emu, kq_kquants_avx512_emu;
+extern const quant_simd quant_legacy_avx512_emu, quant_legacy_avx512_bf16_emu, quant_kquants_avx512_emu;
 
 #define N_TWINS 4
 
 static inline const char *twin_name(int k) {
     if (k == 2) return "avx512 bf16 (emulated)";
     if (k == 3) return "avx512 (emulated)";
-    return kq_isa_name(KQ_ISA_AVX2 + k);
+    return quant_isa_name(QUANT_ISA_AVX2 + k);
 }
 
-static inline kq_vec_dot_fn emu_dot(const kq_simd *legacy, int t) {
-    return legacy->dot[t] ? legacy->dot[t] : kq_kquants_avx512_emu.dot[t];
+static inline quant_vec_dot_fn emu_dot(const quant_simd *legacy, int t) {
+    return legacy->dot[t] ? legacy->dot[t] : quant_kquants_avx512_emu.dot[t];
 }
 
-static inline kq_vec_dot_fn dot_twin(int t, int k) {
-    if (k < 2) return kq_vec_dot_at(t, KQ_ISA_AVX2 + k);
-    if (kq_cpu_isa() < KQ_ISA_AVX2 || t < 0 || t >= KQ_TYPE_COUNT) return NULL;
-    kq_vec_dot_fn bf16 = emu_dot(&kq_legacy_avx512_bf16_emu, t);
+static inline quant_vec_dot_fn dot_twin(int t, int k) {
+    if (k < 2) return quant_vec_dot_at(t, QUANT_ISA_AVX2 + k);
+    if (quant_cpu_isa() < QUANT_ISA_AVX2 || t < 0 || t >= QUANT_TYPE_COUNT) return NULL;
+    quant_vec_dot_fn bf16 = emu_dot(&quant_legacy_avx512_bf16_emu, t);
     if (k == 2) return bf16;
-    kq_vec_dot_fn plain = emu_dot(&kq_legacy_avx512_emu, t);
+    quant_vec_dot_fn plain = emu_dot(&quant_legacy_avx512_emu, t);
     return plain != bf16 ? plain : NULL;
 }
 
-static inline kq_from_f32_fn quant_twin(int t, int k) {
-    if (k < 2) return kq_from_f32_at(t, KQ_ISA_AVX2 + k);
-    if (k == 3 || kq_cpu_isa() < KQ_ISA_AVX2 || t < 0 || t >= KQ_TYPE_COUNT) return NULL;
-    kq_from_f32_fn f = kq_legacy_avx512_bf16_emu.quant[t];
-    return f ? f : kq_kquants_avx512_emu.quant[t];
+static inline quant_from_f32_fn quant_twin(int t, int k) {
+    if (k < 2) return quant_from_f32_at(t, QUANT_ISA_AVX2 + k);
+    if (k == 3 || quant_cpu_isa() < QUANT_ISA_AVX2 || t < 0 || t >= QUANT_TYPE_COUNT) return NULL;
+    quant_from_f32_fn f = quant_legacy_avx512_bf16_emu.quant[t];
+    return f ? f : quant_kquants_avx512_emu.quant[t];
 }
 
 #else
@@ -45,9 +45,9 @@ static inline kq_from_f32_fn quant_twin(int t, int k) {
  * that the CPU runs; nothing is emulated. */
 #define N_TWINS 2
 
-static inline const char *twin_name(int k) { return kq_isa_name(KQ_ISA_SCALAR + 1 + k); }
-static inline kq_vec_dot_fn dot_twin(int t, int k) { return kq_vec_dot_at(t, KQ_ISA_SCALAR + 1 + k); }
-static inline kq_from_f32_fn quant_twin(int t, int k) { return kq_from_f32_at(t, KQ_ISA_SCALAR + 1 + k); }
+static inline const char *twin_name(int k) { return quant_isa_name(QUANT_ISA_SCALAR + 1 + k); }
+static inline quant_vec_dot_fn dot_twin(int t, int k) { return quant_vec_dot_at(t, QUANT_ISA_SCALAR + 1 + k); }
+static inline quant_from_f32_fn quant_twin(int t, int k) { return quant_from_f32_at(t, QUANT_ISA_SCALAR + 1 + k); }
 #endif
 
 #endif

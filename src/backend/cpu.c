@@ -59,7 +59,7 @@ static int cpu_ctx_init(kbe_ctx *X, const kbe_ctx_params *p) {
     kbe_cpu *C = calloc(1, sizeof *C);
     X->dev = C;
     if (!C) return -1;
-    kq_init();
+    quant_init();
     C->k = kk_ops_best();
     C->s = kk_ssm_ops_best();
     /* positions per sequence stay below n_ctx; one block of slack */

@@ -10,7 +10,7 @@
 
 /* A context's CPU state (kbe_ctx.dev). */
 typedef struct kbe_cpu {
-    const kk_ops *k;  /* the kernel level kq_init chose */
+    const kk_ops *k;  /* the kernel level quant_init chose */
     void *mm_scratch; /* the products' converted activations */
     size_t mm_bytes;
     float *att_scratch;    /* per thread: kk_attn_scratch of 2 heads x KBE_ATTN_TILE tokens */

@@ -53,7 +53,7 @@ static void store_one(const kbe_ctx *X, const kk_ops *ops, int layer, int i, con
             if (kv->type == KILN_KV_F32)
                 memcpy(dst, src, (size_t)hd * sizeof(float));
             else if (kv->type == KILN_KV_Q8_0) /* the reference quantizer: the same bits on every CPU */
-                kq_get(KQ_Q8_0)->from_f32(src, dst, hd);
+                quant_get(QUANT_Q8_0)->from_f32(src, dst, hd);
             else
                 ops->f32_to_f16_row(src, dst, hd);
         }

@@ -110,7 +110,7 @@ void kbe_cpu_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, vo
     const int relu2 = h->act == KBE_MOE_RELU2; /* up alone, into mg and sg */
     /* the router, and the shared expert's products on the same input (its
      * gate vector as a one-row matrix) */
-    const kk_mat sgi = {L->s_gate_inp, KQ_F32, E, 1, NULL};
+    const kk_mat sgi = {L->s_gate_inp, QUANT_F32, E, 1, NULL};
     kk_mm_out o0[4] = {{&L->router, w->router, NE}};
     int n0 = 1;
     if (shared) {

@@ -83,7 +83,7 @@ static void pack_task(void *ud, int ith, int nth) {
         const pack_piece *pc = &j->pieces[i];
         const kk_mat *w = j->mats[pc->m];
         const kk_x8_traits *xt = kk_x8_get(w->type);
-        const size_t gbytes = 8 * kq_row_size(w->type, w->ncols), nb = (size_t)(w->ncols / xt->blk);
+        const size_t gbytes = 8 * quant_row_size(w->type, w->ncols), nb = (size_t)(w->ncols / xt->blk);
         kk_x8_pack_matrix(w->type, (const void *)pc->src, w->ncols, 8 * (pc->g1 - pc->g0),
                           j->dst[pc->m] + (size_t)pc->g0 * nb * xt->pblock);
         const uintptr_t end = pc->src + (size_t)(pc->g1 - pc->g0) * gbytes;
@@ -136,7 +136,7 @@ void kbe_cpu_prepare(kk_mat **all, int n_all, const float ***vecs, const int64_t
         /* only whole groups of 8 rows are copied: the last nrows % 8 stay
          * mapped (e.g. a vocabulary of 50257) */
         dropped[i].a = (uintptr_t)w->data;
-        dropped[i].b = (uintptr_t)w->data + kq_row_size(w->type, w->ncols) * (size_t)(w->nrows & ~(int64_t)7);
+        dropped[i].b = (uintptr_t)w->data + quant_row_size(w->type, w->ncols) * (size_t)(w->nrows & ~(int64_t)7);
     }
     /* the vectors first: reading them maps the large folios around them,
      * which the packing below then releases as it passes */
@@ -151,7 +151,7 @@ void kbe_cpu_prepare(kk_mat **all, int n_all, const float ***vecs, const int64_t
     }
     int cap = 0;
     for (int i = 0; i < j.n; i++) {
-        const size_t gbytes = 8 * kq_row_size(j.mats[i]->type, j.mats[i]->ncols);
+        const size_t gbytes = 8 * quant_row_size(j.mats[i]->type, j.mats[i]->ncols);
         const int64_t per = gbytes >= PACK_PIECE ? 1 : (int64_t)(PACK_PIECE / gbytes);
         cap += (int)((j.mats[i]->nrows / 8 + per - 1) / per);
     }
@@ -164,7 +164,7 @@ void kbe_cpu_prepare(kk_mat **all, int n_all, const float ***vecs, const int64_t
         return;
     }
     for (int i = 0; i < j.n; i++) {
-        const size_t gbytes = 8 * kq_row_size(j.mats[i]->type, j.mats[i]->ncols);
+        const size_t gbytes = 8 * quant_row_size(j.mats[i]->type, j.mats[i]->ncols);
         const int64_t ng = j.mats[i]->nrows / 8;
         const int64_t per = gbytes >= PACK_PIECE ? 1 : (int64_t)(PACK_PIECE / gbytes);
         for (int64_t g = 0; g < ng; g += per)

@@ -120,7 +120,7 @@ static void cuda_zero_mem(void *dst, size_t bytes) {
  * (tied embeddings) is uploaded once. */
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-static size_t mat_bytes(const kk_mat *m) { return (size_t)m->nrows * kq_row_size(m->type, m->ncols); }
+static size_t mat_bytes(const kk_mat *m) { return (size_t)m->nrows * quant_row_size(m->type, m->ncols); }
 
 static void cuda_prepare(kk_mat **mats, int n_mats, const float ***vecs, const int64_t *vlen, int n_vecs, void **mem,
                          size_t *bytes) {
@@ -305,21 +305,21 @@ static void cuda_step(kbe_ctx *X, const kbe_step *s) {
 static const char *typed(const char *prefix, int type, char *buf, size_t cap) {
     const char *s;
     switch (type) {
-    case KQ_F32: s = "f32"; break;
-    case KQ_F16: s = "f16"; break;
-    case KQ_BF16: s = "bf16"; break;
-    case KQ_Q4_0: s = "q4_0"; break;
-    case KQ_Q4_1: s = "q4_1"; break;
-    case KQ_Q5_0: s = "q5_0"; break;
-    case KQ_Q5_1: s = "q5_1"; break;
-    case KQ_Q8_0: s = "q8_0"; break;
-    case KQ_Q2_K: s = "q2_k"; break;
-    case KQ_Q3_K: s = "q3_k"; break;
-    case KQ_Q4_K: s = "q4_k"; break;
-    case KQ_Q5_K: s = "q5_k"; break;
-    case KQ_Q6_K: s = "q6_k"; break;
-    case KQ_IQ4_NL: s = "iq4_nl"; break;
-    case KQ_IQ4_XS: s = "iq4_xs"; break;
+    case QUANT_F32: s = "f32"; break;
+    case QUANT_F16: s = "f16"; break;
+    case QUANT_BF16: s = "bf16"; break;
+    case QUANT_Q4_0: s = "q4_0"; break;
+    case QUANT_Q4_1: s = "q4_1"; break;
+    case QUANT_Q5_0: s = "q5_0"; break;
+    case QUANT_Q5_1: s = "q5_1"; break;
+    case QUANT_Q8_0: s = "q8_0"; break;
+    case QUANT_Q2_K: s = "q2_k"; break;
+    case QUANT_Q3_K: s = "q3_k"; break;
+    case QUANT_Q4_K: s = "q4_k"; break;
+    case QUANT_Q5_K: s = "q5_k"; break;
+    case QUANT_Q6_K: s = "q6_k"; break;
+    case QUANT_IQ4_NL: s = "iq4_nl"; break;
+    case QUANT_IQ4_XS: s = "iq4_xs"; break;
     default: return NULL;
     }
     snprintf(buf, cap, "%s_%s", prefix, s);
@@ -332,7 +332,7 @@ static int cuda_has_type(int type) {
 }
 
 static void need_type(int type, char *buf, size_t cap, const char *prefix) {
-    if (!typed(prefix, type, buf, cap)) unsupported(kq_get(type)->name);
+    if (!typed(prefix, type, buf, cap)) unsupported(quant_get(type)->name);
 }
 
 static void cuda_get_rows(kbe_ctx *X, const kk_mat *w, const int32_t *ids, int n, float *out) {
@@ -341,7 +341,7 @@ static void cuda_get_rows(kbe_ctx *X, const kk_mat *w, const int32_t *ids, int n
     need_type(w->type, name, sizeof name, "kcu_get_rows");
     const int32_t *d_ids = put(&cu_of(X)->ids, ids, (size_t)n * sizeof(int32_t));
     const uint8_t *dw = w->data;
-    int64_t w_stride = (int64_t)kq_row_size(w->type, w->ncols), out_stride = w->ncols;
+    int64_t w_stride = (int64_t)quant_row_size(w->type, w->ncols), out_stride = w->ncols;
     int cols = (int)w->ncols;
     void *args[] = {&dw, &w_stride, &d_ids, &out, &out_stride, &cols};
     launch(name, (unsigned)n, 1, 1, 64, args);
@@ -406,7 +406,7 @@ static void cuda_matmul(kbe_ctx *X, const kk_mat *w, const float *x, int n, floa
     if (n <= 0 || w->nrows <= 0) return;
     char name[48];
     const uint8_t *dw = w->data;
-    int64_t w_stride = (int64_t)kq_row_size(w->type, w->ncols), x_stride = w->ncols, y_stride = ldy;
+    int64_t w_stride = (int64_t)quant_row_size(w->type, w->ncols), x_stride = w->ncols, y_stride = ldy;
     int rows = (int)w->nrows, cols = (int)w->ncols;
     if (n <= KCU_MV_MAXV) {
         need_type(w->type, name, sizeof name, "kcu_matvec");
@@ -681,7 +681,7 @@ static void cuda_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L
         if (!relu2) cuda_matmul(X, &L->s_gate, xn, n, w->sg, Fs);
         cuda_matmul(X, &L->s_up, xn, n, relu2 ? w->sg : w->su, Fs);
         if (gated) {
-            const kk_mat sgi = {L->s_gate_inp, KQ_F32, E, 1, NULL};
+            const kk_mat sgi = {L->s_gate_inp, QUANT_F32, E, 1, NULL};
             cuda_matmul(X, &sgi, xn, n, w->sgl, 1);
         }
     }

@@ -52,31 +52,31 @@ static void row(rows *r, const char *name, const char *kind, kiln_availability a
 
 static kiln_availability avail(int ok) { return ok ? KILN_AVAILABILITY_AVAILABLE : KILN_AVAILABILITY_UNAVAILABLE; }
 
-static void cpu_rows(rows *r, const kq_cpu *p, int active, int top) {
+static void cpu_rows(rows *r, const quant_cpu *p, int active, int top) {
     const char *cap = active < top ? " (capped by KILN_ISA)" : "";
-    row(r, "cpu", "cpu", KILN_AVAILABILITY_AVAILABLE, 1, active == KQ_ISA_SCALAR, "scalar kernels, any x86-64%s",
-        active == KQ_ISA_SCALAR ? cap : "");
+    row(r, "cpu", "cpu", KILN_AVAILABILITY_AVAILABLE, 1, active == QUANT_ISA_SCALAR, "scalar kernels, any x86-64%s",
+        active == QUANT_ISA_SCALAR ? cap : "");
 
     int avx2_hw = p->avx && p->avx2 && p->fma && p->f16c && p->bmi2;
-    row(r, "cpu-avx2", "cpu", avail(avx2_hw && p->os_ymm), 1, active == KQ_ISA_AVX2, "%s%s",
+    row(r, "cpu-avx2", "cpu", avail(avx2_hw && p->os_ymm), 1, active == QUANT_ISA_AVX2, "%s%s",
         !avx2_hw     ? "needs AVX2, FMA, F16C and BMI2"
         : !p->os_ymm ? "the OS does not enable the YMM state"
                      : "AVX2 + FMA",
-        active == KQ_ISA_AVX2 ? cap : "");
+        active == QUANT_ISA_AVX2 ? cap : "");
 
     int f_hw = p->avx512f && p->avx512dq && p->avx512bw && p->avx512vl;
     int zmm = avx2_hw && f_hw && p->os_zmm;
     const char *why = !f_hw        ? "no AVX-512 F/DQ/BW/VL"
                       : !p->os_zmm ? "advertised, but the OS does not enable the ZMM state"
                                    : "AVX-512 F/DQ/BW/VL";
-    row(r, "cpu-avx512", "cpu", avail(zmm), 1, active == KQ_ISA_AVX512, "%s", why);
-    row(r, "cpu-avx512-vnni", "cpu", avail(zmm && p->avx512vnni), 1, active == KQ_ISA_AVX512, "%s%s",
+    row(r, "cpu-avx512", "cpu", avail(zmm), 1, active == QUANT_ISA_AVX512, "%s", why);
+    row(r, "cpu-avx512-vnni", "cpu", avail(zmm && p->avx512vnni), 1, active == QUANT_ISA_AVX512, "%s%s",
         !zmm             ? "needs the AVX-512 row"
         : !p->avx512vnni ? "no AVX512_VNNI (kiln's AVX-512 kernels need it)"
                          : "vpdpbusd",
-        active == KQ_ISA_AVX512 ? "" : cap);
+        active == QUANT_ISA_AVX512 ? "" : cap);
     int bf16 = zmm && p->avx512vnni && p->avx512bf16;
-    row(r, "cpu-avx512-bf16", "cpu", avail(bf16), 1, active == KQ_ISA_AVX512 && bf16, "%s",
+    row(r, "cpu-avx512-bf16", "cpu", avail(bf16), 1, active == QUANT_ISA_AVX512 && bf16, "%s",
         !(zmm && p->avx512vnni) ? "needs the AVX-512 VNNI row"
         : !p->avx512bf16        ? "no AVX512_BF16"
                                 : "vdpbf16ps for BF16 weights");
@@ -222,7 +222,7 @@ static void vulkan_row_inner(rows *r) {
  * FEAT_DotProd), then the features kiln has no kernels for yet.  A feature
  * the OS was not asked about (arm_known = 0: neither Linux nor macOS) is
  * "unknown". */
-static void arm_rows(rows *r, const kq_cpu *p, int active, int top) {
+static void arm_rows(rows *r, const quant_cpu *p, int active, int top) {
     const char *cap = active < top ? " (capped by KILN_ISA)" : "";
     const kiln_availability unk = KILN_AVAILABILITY_UNKNOWN;
     row(r, "cpu", "cpu", KILN_AVAILABILITY_AVAILABLE, 1, active == 0, "scalar kernels, any aarch64%s",
@@ -239,14 +239,14 @@ static void arm_rows(rows *r, const kq_cpu *p, int active, int top) {
     row(r, "cpu-sve", "cpu", !p->arm_known ? unk : avail(p->sve), 0, 0, "%s", p->sve ? "SVE" : "no SVE");
 }
 
-int kbe_cpu_rows_aarch64(const kq_cpu *p, int active, int top, kiln_backend_status *out, int cap) {
+int kbe_cpu_rows_aarch64(const quant_cpu *p, int active, int top, kiln_backend_status *out, int cap) {
     rows r = {out, out ? cap : 0, 0};
     arm_rows(&r, p, active, top);
     return r.n;
 }
 
 /* this build's architecture's rows */
-static void this_cpu_rows(rows *r, const kq_cpu *p, int active, int top) {
+static void this_cpu_rows(rows *r, const quant_cpu *p, int active, int top) {
 #if defined(__aarch64__)
     (void)cpu_rows; /* the x86-64 rows, unused here */
     arm_rows(r, p, active, top);
@@ -255,7 +255,7 @@ static void this_cpu_rows(rows *r, const kq_cpu *p, int active, int top) {
 #endif
 }
 
-int kbe_cpu_rows(const kq_cpu *p, int active, int top, kiln_backend_status *out, int cap) {
+int kbe_cpu_rows(const quant_cpu *p, int active, int top, kiln_backend_status *out, int cap) {
     rows r = {out, out ? cap : 0, 0};
     this_cpu_rows(&r, p, active, top);
     return r.n;
@@ -263,7 +263,7 @@ int kbe_cpu_rows(const kq_cpu *p, int active, int top, kiln_backend_status *out,
 
 int kiln_backend_probe(kiln_backend_status *out, int cap) {
     rows r = {out, out ? cap : 0, 0};
-    this_cpu_rows(&r, kq_cpu_get(), kq_active_isa(), kq_cpu_isa());
+    this_cpu_rows(&r, quant_cpu_get(), quant_active_isa(), quant_cpu_isa());
     cuda_row(&r);
     vulkan_row(&r);
     return r.n;

@@ -20,9 +20,9 @@ int ck_dtype_size(int dtype) { return dtype >= 0 && dtype < CK_DTYPE_COUNT ? dty
 
 int ck_dtype_kq(int dtype) {
     switch (dtype) {
-    case CK_F32: return KQ_F32;
-    case CK_F16: return KQ_F16;
-    case CK_BF16: return KQ_BF16;
+    case CK_F32: return QUANT_F32;
+    case CK_F16: return QUANT_F16;
+    case CK_BF16: return QUANT_BF16;
     default: return -1;
     }
 }

@@ -97,8 +97,8 @@ const char *ck_meta(const ck_file *f, const char *key);
 
 const char *ck_dtype_name(int dtype); /* "F32", ... as safetensors spells them */
 int ck_dtype_size(int dtype);
-/* The kq type (quant.h) of a float dtype kiln computes with: KQ_F32, KQ_F16
- * or KQ_BF16; -1 for any other. */
+/* The kq type (quant.h) of a float dtype kiln computes with: QUANT_F32, QUANT_F16
+ * or QUANT_BF16; -1 for any other. */
 int ck_dtype_kq(int dtype);
 
 #endif

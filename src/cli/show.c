@@ -75,19 +75,19 @@ int cmd_show(int argc, char **argv) {
     printf("file:      %s (GGUF v%u, %d shard%s, %.2f MiB)\n", path, gguf_version(f), gguf_n_shards(f),
            gguf_n_shards(f) > 1 ? "s" : "", (double)gguf_file_size(f) / (1024.0 * 1024.0));
     uint64_t n_params = 0, n_bytes = 0;
-    int type_count[KQ_TYPE_COUNT] = {0};
+    int type_count[QUANT_TYPE_COUNT] = {0};
     for (int i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
         n_bytes += t->nbytes;
-        if (t->type < KQ_TYPE_COUNT) type_count[t->type]++;
+        if (t->type < QUANT_TYPE_COUNT) type_count[t->type]++;
     }
     printf("params:    %llu (%.2f M), %.2f MiB of tensor data, %.2f bits per weight\n", (unsigned long long)n_params,
            (double)n_params / 1e6, (double)n_bytes / (1024.0 * 1024.0),
            n_params ? 8.0 * (double)n_bytes / (double)n_params : 0.0);
     printf("types:    ");
-    for (int t = 0; t < KQ_TYPE_COUNT; t++)
-        if (type_count[t]) printf(" %d × %s", type_count[t], kq_get(t)->name);
+    for (int t = 0; t < QUANT_TYPE_COUNT; t++)
+        if (type_count[t]) printf(" %d × %s", type_count[t], quant_get(t)->name);
     printf("\n\nmetadata (%d keys):\n", gguf_n_kv(f));
     for (int i = 0; i < gguf_n_kv(f); i++) {
         const gguf_kv *kv = gguf_kv_at(f, i);
@@ -104,7 +104,7 @@ int cmd_show(int argc, char **argv) {
             for (uint32_t d = 0; d < t->n_dims; d++)
                 o += snprintf(shape + o, sizeof shape - (size_t)o, d ? ", %lld" : "%lld", (long long)t->ne[d]);
             snprintf(shape + o, sizeof shape - (size_t)o, "]");
-            printf("  %-36s %-8s %-22s %10.3f KiB\n", t->name, kq_get((int)t->type)->name, shape,
+            printf("  %-36s %-8s %-22s %10.3f KiB\n", t->name, quant_get((int)t->type)->name, shape,
                    (double)t->nbytes / 1024.0);
         }
     }

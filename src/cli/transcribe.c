@@ -194,8 +194,8 @@ int cli_show_whisper(const char *path, int tensors) {
            (double)m->n_params / 1e6, (double)m->n_bytes / (1024.0 * 1024.0),
            m->n_params ? 8.0 * (double)m->n_bytes / (double)m->n_params : 0.0);
     printf("types:    ");
-    for (int t = 0; t < KQ_TYPE_COUNT; t++)
-        if (m->type_count[t]) printf(" %d × %s", m->type_count[t], kq_get(t)->name);
+    for (int t = 0; t < QUANT_TYPE_COUNT; t++)
+        if (m->type_count[t]) printf(" %d × %s", m->type_count[t], quant_get(t)->name);
     printf("  (%d tensors)\n\n", m->n_tensors);
     printf("model:     whisper %s, %s%s\n", m->size_name, m->vocab.multilingual ? "multilingual" : "English-only",
            m->vocab.multilingual && strcmp(m->size_name, "large-v3-turbo") ? ", can translate" : "");
@@ -206,7 +206,7 @@ int cli_show_whisper(const char *path, int tensors) {
            hp->n_audio_layer);
     printf("  n_text_ctx     %d\n  n_text_state   %d\n  n_text_head    %d\n  n_text_layer   %d\n", hp->n_text_ctx,
            hp->n_text_state, hp->n_text_head, hp->n_text_layer);
-    printf("  n_mels         %d\n  ftype          %d (%s)\n", hp->n_mels, hp->ftype, kq_get(m->wtype)->name);
+    printf("  n_mels         %d\n  ftype          %d (%s)\n", hp->n_mels, hp->ftype, quant_get(m->wtype)->name);
     if (tensors) {
         printf("\nspecial tokens: eot %d, sot %d, languages %d..%d, translate %d, transcribe %d, prev %d, "
                "nospeech %d, notimestamps %d, timestamps %d..%d\n",

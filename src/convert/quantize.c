@@ -47,21 +47,21 @@ typedef struct qmix {
 } qmix;
 
 static const qmix k_mixes[] = {
-    {"f32", KQ_F32, -1, 0, -1},           {"f16", KQ_F16, -1, 1, -1},      {"bf16", KQ_BF16, -1, 32, -1},
-    {"q4_0", KQ_Q4_0, -1, 2, -1},         {"q4_1", KQ_Q4_1, -1, 3, -1},    {"q8_0", KQ_Q8_0, -1, 7, -1},
-    {"q5_0", KQ_Q5_0, -1, 8, -1},         {"q5_1", KQ_Q5_1, -1, 9, -1},    {"q2_k", KQ_Q2_K, -1, 10, -1},
-    {"q3_k", KQ_Q3_K, -1, 11, -1},        {"q3_k_s", KQ_Q3_K, -1, 11, -1}, {"q3_k_m", KQ_Q3_K, KQ_Q5_K, 12, -1},
-    {"q3_k_l", KQ_Q3_K, -1, 13, KQ_Q5_K}, {"q4_k", KQ_Q4_K, -1, 14, -1},   {"q4_k_s", KQ_Q4_K, -1, 14, -1},
-    {"q4_k_m", KQ_Q4_K, KQ_Q6_K, 15, -1}, {"q5_k", KQ_Q5_K, -1, 16, -1},   {"q5_k_s", KQ_Q5_K, -1, 16, -1},
-    {"q5_k_m", KQ_Q5_K, KQ_Q6_K, 17, -1}, {"q6_k", KQ_Q6_K, -1, 18, -1},   {"iq4_nl", KQ_IQ4_NL, -1, 25, -1},
-    {"iq4_xs", KQ_IQ4_XS, -1, 30, -1},    {"iq3_s", KQ_IQ3_S, -1, 26, -1},
+    {"f32", QUANT_F32, -1, 0, -1},           {"f16", QUANT_F16, -1, 1, -1},      {"bf16", QUANT_BF16, -1, 32, -1},
+    {"q4_0", QUANT_Q4_0, -1, 2, -1},         {"q4_1", QUANT_Q4_1, -1, 3, -1},    {"q8_0", QUANT_Q8_0, -1, 7, -1},
+    {"q5_0", QUANT_Q5_0, -1, 8, -1},         {"q5_1", QUANT_Q5_1, -1, 9, -1},    {"q2_k", QUANT_Q2_K, -1, 10, -1},
+    {"q3_k", QUANT_Q3_K, -1, 11, -1},        {"q3_k_s", QUANT_Q3_K, -1, 11, -1}, {"q3_k_m", QUANT_Q3_K, QUANT_Q5_K, 12, -1},
+    {"q3_k_l", QUANT_Q3_K, -1, 13, QUANT_Q5_K}, {"q4_k", QUANT_Q4_K, -1, 14, -1},   {"q4_k_s", QUANT_Q4_K, -1, 14, -1},
+    {"q4_k_m", QUANT_Q4_K, QUANT_Q6_K, 15, -1}, {"q5_k", QUANT_Q5_K, -1, 16, -1},   {"q5_k_s", QUANT_Q5_K, -1, 16, -1},
+    {"q5_k_m", QUANT_Q5_K, QUANT_Q6_K, 17, -1}, {"q6_k", QUANT_Q6_K, -1, 18, -1},   {"iq4_nl", QUANT_IQ4_NL, -1, 25, -1},
+    {"iq4_xs", QUANT_IQ4_XS, -1, 30, -1},    {"iq3_s", QUANT_IQ3_S, -1, 26, -1},
 };
 
 /* The low-bit mixes: ternary, and MXFP4 experts (rules in pick_type). */
 static const qmix k_mixes_lowbit[] = {
-    {"tq1_0", KQ_TQ1_0, -1, 36, -1},
-    {"tq2_0", KQ_TQ2_0, -1, 37, -1},
-    {"mxfp4_moe", KQ_MXFP4, -1, 38, -1},
+    {"tq1_0", QUANT_TQ1_0, -1, 36, -1},
+    {"tq2_0", QUANT_TQ2_0, -1, 37, -1},
+    {"mxfp4_moe", QUANT_MXFP4, -1, 38, -1},
 };
 
 /* Elements per block of the ternary types. */
@@ -129,24 +129,24 @@ typedef struct qplan {
 static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, qplan *qp, int *wanted) {
     *wanted = -1;
     if (t->n_dims < 2 || strstr(t->name, "norm"))
-        return t->type == KQ_F16 || t->type == KQ_BF16 ? KQ_F32 : (int)t->type;
+        return t->type == QUANT_F16 || t->type == QUANT_BF16 ? QUANT_F32 : (int)t->type;
     if (!ends_with(t->name, "weight") || strstr(t->name, "ffn_gate_inp.weight") || strstr(t->name, "ssm_conv1d"))
         return (int)t->type;
     int want = q->base;
-    int quantized = kq_get(want)->blck > 1;
-    if (quantized && want != KQ_Q8_0 && is_output(f, t->name)) want = KQ_Q6_K;
+    int quantized = quant_get(want)->blck > 1;
+    if (quantized && want != QUANT_Q8_0 && is_output(f, t->name)) want = QUANT_Q6_K;
     if (is_attn_v(t->name)) {
         const int i = qp->i_attn_v++;
         if (q->all_bits >= 0) want = q->all_bits;
         if (q->more_bits >= 0 && use_more_bits(i, qp->n_attn_v)) want = q->more_bits;
-        if (q->base == KQ_IQ3_S && qp->n_gqa >= 4) want = KQ_Q4_K;
-        if (quantized && qp->n_expert == 8) want = KQ_Q8_0;
+        if (q->base == QUANT_IQ3_S && qp->n_gqa >= 4) want = QUANT_Q4_K;
+        if (quantized && qp->n_expert == 8) want = QUANT_Q8_0;
     } else if (quantized && qp->n_expert == 8 && strstr(t->name, "attn_k.weight")) {
-        want = KQ_Q8_0;
+        want = QUANT_Q8_0;
     } else if (quantized && qp->n_expert == 8 && strstr(t->name, "attn_output.weight") &&
                (q->ftype == 11 || q->ftype == 12 || q->ftype == 14 || q->ftype == 15 || q->ftype == 25 ||
                 q->ftype == 30 || q->ftype == 10 || q->ftype == 26)) {
-        want = KQ_Q5_K; /* Q2_K, Q3_K_S/M, Q4_K_S/M, IQ4_NL, IQ4_XS, IQ3_S */
+        want = QUANT_Q5_K; /* Q2_K, Q3_K_S/M, Q4_K_S/M, IQ4_NL, IQ4_XS, IQ3_S */
     } else if (q->all_bits >= 0 && (strstr(t->name, "ffn_down") || strstr(t->name, "attn_output.weight"))) {
         want = q->all_bits;
     } else if (q->more_bits >= 0 && strstr(t->name, "ffn_down")) {
@@ -154,21 +154,21 @@ static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, qp
         if (l >= 0 && use_more_bits(l, qp->n_layer)) want = q->more_bits;
     }
     /* MXFP4_MOE: the experts' 3-D tensors MXFP4, every other weight Q8_0 */
-    if (q->base == KQ_MXFP4) want = t->n_dims >= 3 && t->ne[2] > 1 ? KQ_MXFP4 : KQ_Q8_0;
+    if (q->base == QUANT_MXFP4) want = t->n_dims >= 3 && t->ne[2] > 1 ? QUANT_MXFP4 : QUANT_Q8_0;
     /* the ternary mixes keep an untied token embedding Q4_K */
-    if ((q->base == KQ_TQ1_0 || q->base == KQ_TQ2_0) && !strcmp(t->name, "token_embd.weight") && !is_output(f, t->name))
-        want = KQ_Q4_K;
+    if ((q->base == QUANT_TQ1_0 || q->base == QUANT_TQ2_0) && !strcmp(t->name, "token_embd.weight") && !is_output(f, t->name))
+        want = QUANT_Q4_K;
     /* rows must divide into blocks; fall back toward finer blocks */
     *wanted = want;
     /* as llama.cpp, a ternary type falls back to Q4_0 (F16 when rows are not whole 32s) */
-    if ((want == KQ_TQ1_0 || want == KQ_TQ2_0) && t->ne[0] % KQ_QK_TQ != 0)
-        want = t->ne[0] % 32 == 0 ? KQ_Q4_0 : KQ_F16;
-    if (t->ne[0] % kq_get(want)->blck != 0) {
+    if ((want == QUANT_TQ1_0 || want == QUANT_TQ2_0) && t->ne[0] % KQ_QK_TQ != 0)
+        want = t->ne[0] % 32 == 0 ? QUANT_Q4_0 : QUANT_F16;
+    if (t->ne[0] % quant_get(want)->blck != 0) {
         if (t->ne[0] % 32 == 0)
-            want = want == KQ_IQ3_S ? KQ_IQ4_NL : kq_get(want)->blck == 256 ? KQ_Q8_0 : want;
+            want = want == QUANT_IQ3_S ? QUANT_IQ4_NL : quant_get(want)->blck == 256 ? QUANT_Q8_0 : want;
         else
-            want = KQ_F16;
-        if (t->ne[0] % kq_get(want)->blck != 0) want = KQ_F32;
+            want = QUANT_F16;
+        if (t->ne[0] % quant_get(want)->blck != 0) want = QUANT_F32;
     }
     return want;
 }
@@ -189,8 +189,8 @@ static void quant_rows(void *ud, int ith, int nth) {
     qjob *j = ud;
     const gguf_tensor *t = j->t;
     int64_t ne0 = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
-    size_t srow = kq_row_size((int)t->type, ne0), drow = kq_row_size(j->dst_type, ne0);
-    const kq_traits *from = kq_get((int)t->type), *to = kq_get(j->dst_type);
+    size_t srow = quant_row_size((int)t->type, ne0), drow = quant_row_size(j->dst_type, ne0);
+    const quant_traits *from = quant_get((int)t->type), *to = quant_get(j->dst_type);
     float *buf = j->rowbuf + (size_t)ith * (size_t)ne0;
     long lo, hi;
     kpool_range((long)rows, ith, nth, &lo, &hi);
@@ -272,7 +272,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
         st = base_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
-    kq_init();
+    quant_init();
     for (int i = 0; i < gguf_n_kv(f); i++) {
         const gguf_kv *kv = gguf_kv_at(f, i);
         if (!strcmp(kv->key, "general.file_type") || !strcmp(kv->key, "general.quantization_version") ||
@@ -284,20 +284,20 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     gguf_w_u32(w, "general.quantization_version", 2);
     for (int i = 0; i < nt; i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (!kq_supported((int)t->type)) {
+        if (!quant_supported((int)t->type)) {
             st = base_fail(KILN_ERR_UNSUPPORTED, "tensor %s has type %s, which kiln cannot convert", t->name,
-                         kq_get((int)t->type)->name);
+                         quant_get((int)t->type)->name);
             goto done;
         }
         int wanted;
         types[i] = pick_type(f, t, q, &qp, &wanted);
         /* as llama-quantize: a quantized weight is quantized again only when asked (back to a float type is fine) */
-        if (types[i] != (int)t->type && kq_get((int)t->type)->blck > 1 && kq_get(types[i])->blck > 1 &&
+        if (types[i] != (int)t->type && quant_get((int)t->type)->blck > 1 && quant_get(types[i])->blck > 1 &&
             !params->allow_requantize) {
             st = base_fail(KILN_ERR_INVALID_ARG,
                          "tensor %s is already quantized (%s); converting it again to %s loses more precision than "
                          "converting the F16/BF16/F32 original: allow requantizing to do it anyway",
-                         t->name, kq_get((int)t->type)->name, kq_get(types[i])->name);
+                         t->name, quant_get((int)t->type)->name, quant_get(types[i])->name);
             goto done;
         }
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
@@ -308,12 +308,12 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
                                        .count = nt,
                                        .n_dims = (int32_t)t->n_dims,
                                        .ne = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]},
-                                       .type_in = kq_get((int)t->type)->name,
-                                       .type_out = kq_get(types[i])->name,
-                                       .wanted = wanted >= 0 && wanted != types[i] ? kq_get(wanted)->name : NULL,
-                                       .wanted_block = wanted >= 0 ? (int32_t)kq_get(wanted)->blck : 0,
+                                       .type_in = quant_get((int)t->type)->name,
+                                       .type_out = quant_get(types[i])->name,
+                                       .wanted = wanted >= 0 && wanted != types[i] ? quant_get(wanted)->name : NULL,
+                                       .wanted_block = wanted >= 0 ? (int32_t)quant_get(wanted)->blck : 0,
                                        .bytes_in = t->nbytes,
-                                       .bytes_out = (uint64_t)nrows * kq_row_size(types[i], t->ne[0])};
+                                       .bytes_out = (uint64_t)nrows * quant_row_size(types[i], t->ne[0])};
             params->on_tensor(&qt, params->user);
         }
         gguf_w_tensor(w, t->name, (uint32_t)types[i], (int)t->n_dims, t->ne, (int)t->type == types[i] ? t->data : NULL);

@@ -248,7 +248,7 @@ static int head_tensor(const kiln_model *m, const char *head, const char *part, 
     *t = gguf_find_tensor(m->gf, what);
     if (!*t) return 0;
     if ((int)(*t)->n_dims != dims || (*t)->ne[0] != ne0 || (dims == 2 && (*t)->ne[1] != ne1)) return -1;
-    if (dims == 1 && (*t)->type != KQ_F32) return -1;
+    if (dims == 1 && (*t)->type != QUANT_F32) return -1;
     return 0;
 }
 
@@ -284,7 +284,7 @@ kiln_status kd_heads_bind(kd_config *c, const kiln_model *m) {
         if (hd->norm_b && !hd->norm_w) CORRUPT("decision.%s.norm.bias without its weight", hd->name);
         for (int k = 0; k < 2; k++) {
             const kk_mat *w = k ? &hd->dense : &hd->out;
-            if (w->data && !kq_supported(w->type))
+            if (w->data && !quant_supported(w->type))
                 CORRUPT("decision.%s has a tensor type kiln cannot compute", hd->name);
         }
     }

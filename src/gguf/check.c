@@ -27,8 +27,8 @@ kiln_status gguf_tensor_check(const gguf_file *f, const char *name, int dims, co
         shape_str(b, sizeof b, ne, dims);
         return base_fail(KILN_ERR_FORMAT, "tensor %s has shape %s, expected %s", name, a, b);
     }
-    if (!kq_supported((int)t->type)) {
-        const kq_traits *tr = kq_get((int)t->type);
+    if (!quant_supported((int)t->type)) {
+        const quant_traits *tr = quant_get((int)t->type);
         return base_fail(KILN_ERR_UNSUPPORTED, "tensor %s has type %s, which kiln cannot compute", name,
                        tr && tr->name ? tr->name : "?");
     }

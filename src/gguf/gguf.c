@@ -325,7 +325,7 @@ static kiln_status parse_shard(gguf_file *f, int si) {
         t->type = rd_u32(&c, t->name);
         t->offset = rd_u64(&c, t->name);
         if (c.failed) return c.failed;
-        const kq_traits *tr = kq_get((int)t->type);
+        const quant_traits *tr = quant_get((int)t->type);
         if (!tr || !tr->name) {
             return base_fail(KILN_ERR_FORMAT, "tensor %s: unknown tensor type %u", t->name, t->type);
         }
@@ -797,7 +797,7 @@ void gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, int n_dims, 
     t->n_dims = n_dims;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = d < n_dims ? ne[d] : 1;
     t->data = data;
-    t->nbytes = kq_row_size((int)type, t->ne[0]) * (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+    t->nbytes = quant_row_size((int)type, t->ne[0]) * (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]);
 }
 
 static int write_all(int fd, const void *p, size_t n) {

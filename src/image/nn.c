@@ -94,7 +94,7 @@ float *im_vec(im_binder *b, int64_t n, const char *fmt, ...) {
         b->failed = 1;
         return NULL;
     }
-    kq_get(ck_dtype_kq(t->dtype))->to_f32(t->data, v, n);
+    quant_get(ck_dtype_kq(t->dtype))->to_f32(t->data, v, n);
     return v;
 }
 
@@ -116,7 +116,7 @@ int im_lin_bind(im_binder *b, im_lin *l, int64_t out, int64_t in, int bias, cons
 
 void im_linear(kpool *pool, const im_lin *l, const float *x, int n, float *y, void *scratch) {
     const int t = l->w.type;
-    if (n >= GEMM_MIN_ROWS && !l->w.packed && (t == KQ_F32 || t == KQ_F16 || t == KQ_BF16)) {
+    if (n >= GEMM_MIN_ROWS && !l->w.packed && (t == QUANT_F32 || t == QUANT_F16 || t == QUANT_BF16)) {
         const kk_gemm g = {n,
                            (int)l->w.nrows,
                            (int)l->w.ncols,
@@ -125,7 +125,7 @@ void im_linear(kpool *pool, const im_lin *l, const float *x, int n, float *y, vo
                            KK_GB_ROWS,
                            l->w.data,
                            t,
-                           kq_row_size(t, l->w.ncols),
+                           quant_row_size(t, l->w.ncols),
                            y,
                            (size_t)l->w.nrows,
                            l->b,
@@ -169,7 +169,7 @@ void im_attention(kpool *pool, const im_attn *a, void *scratch) {
         /* scores [n_q][n_kv] = q_h k_h^T, k_h as rows */
         const kk_gemm qk = {a->n_q,    a->n_kv,         a->hd,
                             a->q + c0, (size_t)a->ldq,  KK_GB_ROWS,
-                            a->k + c0, KQ_F32,          (size_t)a->ldk * sizeof(float),
+                            a->k + c0, QUANT_F32,          (size_t)a->ldk * sizeof(float),
                             s,         (size_t)a->n_kv, NULL,
                             NULL};
         kk_gemm_run(pool, &qk);
@@ -180,7 +180,7 @@ void im_attention(kpool *pool, const im_attn *a, void *scratch) {
             softmax_task(&sj, 0, 1);
         /* out_h [n_q][hd] = p v_h, v_h [n_kv][hd] */
         const kk_gemm pv = {a->n_q,    a->hd,  a->n_kv,        s,           (size_t)a->n_kv, KK_GB_KN,
-                            a->v + c0, KQ_F32, (size_t)a->ldv, a->out + c0, (size_t)a->ldo,  NULL,
+                            a->v + c0, QUANT_F32, (size_t)a->ldv, a->out + c0, (size_t)a->ldo,  NULL,
                             NULL};
         kk_gemm_run(pool, &pv);
     }

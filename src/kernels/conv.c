@@ -23,8 +23,8 @@ void kk_gemm_tile_ref(int mr, int nr, int kc, const float *a, size_t lda, const 
 }
 
 static float elem(int type, const void *row, int k) {
-    if (type == KQ_F16) return kq_f16_to_f32(((const uint16_t *)row)[k]);
-    if (type == KQ_BF16) return kq_bf16_to_f32(((const uint16_t *)row)[k]);
+    if (type == QUANT_F16) return quant_f16_to_f32(((const uint16_t *)row)[k]);
+    if (type == QUANT_BF16) return quant_bf16_to_f32(((const uint16_t *)row)[k]);
     return ((const float *)row)[k];
 }
 
@@ -237,7 +237,7 @@ static void *align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_
 
 size_t kk_conv2d_scratch(const kk_conv *c) {
     const size_t k = (size_t)c->cin * (size_t)c->kh * (size_t)c->kw;
-    return c->wt->type == KQ_F32 ? 64 : (size_t)c->wt->nrows * k * sizeof(float) + 64;
+    return c->wt->type == QUANT_F32 ? 64 : (size_t)c->wt->nrows * k * sizeof(float) + 64;
 }
 
 typedef struct widen_job {
@@ -255,7 +255,7 @@ static void widen_task(void *ud, int ith, int nth) {
 void kk_conv2d(kpool *pool, const kk_conv *c, const float *x, float *y, void *scratch) {
     const int ho = kk_conv_out(c->h, c->kh, c->stride, c->pad), wo = kk_conv_out(c->w, c->kw, c->stride, c->pad);
     const float *a = c->wt->data;
-    if (c->wt->type != KQ_F32) {
+    if (c->wt->type != QUANT_F32) {
         widen_job w = {c->wt, align64(scratch)};
         kpool_run(pool, widen_task, &w);
         a = w.out;
@@ -268,7 +268,7 @@ void kk_conv2d(kpool *pool, const kk_conv *c, const float *x, float *y, void *sc
                        (size_t)c->wt->ncols,
                        KK_GB_CONV,
                        &j,
-                       KQ_F32,
+                       QUANT_F32,
                        0,
                        y,
                        (size_t)ho * (size_t)wo,

@@ -68,7 +68,7 @@ typedef struct kk_gemm {
     size_t lda;
     int b_kind;
     const void *b; /* ROWS: row 0 of W; KN: B; CONV: the kk_conv2d job */
-    int b_type;    /* ROWS: KQ_F32, KQ_F16 or KQ_BF16 */
+    int b_type;    /* ROWS: QUANT_F32, QUANT_F16 or QUANT_BF16 */
     size_t ldb;    /* ROWS: bytes between rows; KN: floats between rows */
     float *c;
     size_t ldc;

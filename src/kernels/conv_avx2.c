@@ -66,16 +66,16 @@ void kk_gemm_tile_avx2(int mr, int nr, int kc, const float *a, size_t lda, const
 
 /* 8 floats of a row at element k, widened exactly. */
 static inline __m256 load8(int type, const uint8_t *row, int k) {
-    if (type == KQ_F16) return load_h8((const uint16_t *)row + k);
-    if (type == KQ_BF16)
+    if (type == QUANT_F16) return load_h8((const uint16_t *)row + k);
+    if (type == QUANT_BF16)
         return _mm256_castsi256_ps(_mm256_slli_epi32(
             _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k))), 16));
     return _mm256_loadu_ps((const float *)row + k);
 }
 
 static float elem1(int type, const uint8_t *row, int k) {
-    if (type == KQ_F16) return h2f(((const uint16_t *)row)[k]);
-    if (type == KQ_BF16) return kq_bf16_to_f32(((const uint16_t *)row)[k]);
+    if (type == QUANT_F16) return h2f(((const uint16_t *)row)[k]);
+    if (type == QUANT_BF16) return quant_bf16_to_f32(((const uint16_t *)row)[k]);
     return ((const float *)row)[k];
 }
 

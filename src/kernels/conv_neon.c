@@ -62,14 +62,14 @@ void kk_gemm_tile_neon(int mr, int nr, int kc, const float *a, size_t lda, const
 
 /* 4 floats of a row at element k, widened exactly. */
 static inline float32x4_t load4(int type, const uint8_t *row, int k) {
-    if (type == KQ_F16) return kn_load_h4((const uint16_t *)row + k);
-    if (type == KQ_BF16) return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)row + k), 16));
+    if (type == QUANT_F16) return kn_load_h4((const uint16_t *)row + k);
+    if (type == QUANT_BF16) return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)row + k), 16));
     return vld1q_f32((const float *)row + k);
 }
 
 static float elem1(int type, const uint8_t *row, int k) {
-    if (type == KQ_F16) return kn_h2f(((const uint16_t *)row)[k]);
-    if (type == KQ_BF16) return kq_bf16_to_f32(((const uint16_t *)row)[k]);
+    if (type == QUANT_F16) return kn_h2f(((const uint16_t *)row)[k]);
+    if (type == QUANT_BF16) return quant_bf16_to_f32(((const uint16_t *)row)[k]);
     return ((const float *)row)[k];
 }
 

@@ -28,24 +28,24 @@
 #endif
 
 static const kk_level g_levels[] = {
-    [KQ_ISA_SCALAR] = KK_SCALAR_LEVEL(kk_tile_f16_ref),
+    [QUANT_ISA_SCALAR] = KK_SCALAR_LEVEL(kk_tile_f16_ref),
 #if defined(__x86_64__)
-    [KQ_ISA_AVX2] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx2, kk_tile_f16_avx2, kk_gemm_tile_avx2,
+    [QUANT_ISA_AVX2] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx2, kk_tile_f16_avx2, kk_gemm_tile_avx2,
                      kk_gemm_pack_rows_avx2, kk_gelu_tanh_avx2},
-    [KQ_ISA_AVX512] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx512, kk_tile_f16_avx512,
+    [QUANT_ISA_AVX512] = {&kk_ops_avx2, &kk_ssm_avx2, kk_groupnorm_avx2, &kk_x8_avx512, kk_tile_f16_avx512,
                        kk_gemm_tile_avx512, kk_gemm_pack_rows_avx2, kk_gelu_tanh_avx2},
 #elif defined(__aarch64__)
-    [KQ_ISA_NEON] = KK_NEON_LEVEL(&kk_ops_neon),
-    [KQ_ISA_DOTPROD] = KK_NEON_LEVEL(&kk_ops_dotprod),
+    [QUANT_ISA_NEON] = KK_NEON_LEVEL(&kk_ops_neon),
+    [QUANT_ISA_DOTPROD] = KK_NEON_LEVEL(&kk_ops_dotprod),
 #endif
 };
 
 const kk_level *kk_level_at(int isa) {
-    if (isa < KQ_ISA_SCALAR || isa > kq_cpu_isa()) return NULL;
+    if (isa < QUANT_ISA_SCALAR || isa > quant_cpu_isa()) return NULL;
     return &g_levels[isa];
 }
 
-const kk_level *kk_level_best(void) { return &g_levels[kq_active_isa()]; }
+const kk_level *kk_level_best(void) { return &g_levels[quant_active_isa()]; }
 
 const kk_ops *kk_ops_at(int isa) {
     const kk_level *l = kk_level_at(isa);
@@ -56,19 +56,19 @@ const kk_ops *kk_ops_best(void) { return kk_level_best()->ops; }
 
 kk_x8_fn kk_x8_at(int t, int isa) {
     const kk_level *l = kk_level_at(isa);
-    return l && t >= 0 && t < KQ_TYPE_COUNT ? l->x8->fn[t] : NULL;
+    return l && t >= 0 && t < QUANT_TYPE_COUNT ? l->x8->fn[t] : NULL;
 }
 
-kk_x8_fn kk_x8_best(int t) { return t >= 0 && t < KQ_TYPE_COUNT ? kk_level_best()->x8->fn[t] : NULL; }
+kk_x8_fn kk_x8_best(int t) { return t >= 0 && t < QUANT_TYPE_COUNT ? kk_level_best()->x8->fn[t] : NULL; }
 
 kk_x8_dec_fn kk_x8_dec_at(int t, int isa) {
     const kk_level *l = kk_level_at(isa);
-    return l && t >= 0 && t < KQ_TYPE_COUNT ? l->x8->dec[t] : NULL;
+    return l && t >= 0 && t < QUANT_TYPE_COUNT ? l->x8->dec[t] : NULL;
 }
 
-kk_x8_dec_fn kk_x8_dec_best(int t) { return t >= 0 && t < KQ_TYPE_COUNT ? kk_level_best()->x8->dec[t] : NULL; }
+kk_x8_dec_fn kk_x8_dec_best(int t) { return t >= 0 && t < QUANT_TYPE_COUNT ? kk_level_best()->x8->dec[t] : NULL; }
 
 kk_tile_fn kk_tile_at(int t, int isa) {
     const kk_level *l = kk_level_at(isa);
-    return l && t == KQ_F16 ? l->tile_f16 : NULL;
+    return l && t == QUANT_F16 ? l->tile_f16 : NULL;
 }

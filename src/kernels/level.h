@@ -1,7 +1,7 @@
 /*
  * level.h — the kernels folder's dispatch (internal to src/kernels): one
  * const table per ISA level naming that level's kernels, chosen by the
- * level quant's kq_init() picked.  The accessors of ops.h, ssm.h, conv.h,
+ * level quant's quant_init() picked.  The accessors of ops.h, ssm.h, conv.h,
  * pack.h and matmul.h (kk_ops_at, kk_ops_best, kk_x8_at, ...) read these
  * tables.  Each SIMD file exports its kernels as the const objects below.
  */
@@ -26,8 +26,8 @@ typedef void (*kk_level_gemm_pack_fn)(const struct kk_gemm *g, int k0, int kc, i
 
 /* A level's interleaved (pack.h) kernels by weight type; NULL = none. */
 typedef struct kk_x8_set {
-    kk_x8_fn fn[KQ_TYPE_COUNT];
-    kk_x8_dec_fn dec[KQ_TYPE_COUNT];
+    kk_x8_fn fn[QUANT_TYPE_COUNT];
+    kk_x8_dec_fn dec[QUANT_TYPE_COUNT];
 } kk_x8_set;
 
 typedef struct kk_level {
@@ -43,7 +43,7 @@ typedef struct kk_level {
 
 /* The table of level isa (KQ_ISA_*), NULL when the CPU lacks it. */
 const kk_level *kk_level_at(int isa);
-/* The table of the level kq_init() chose. */
+/* The table of the level quant_init() chose. */
 const kk_level *kk_level_best(void);
 
 /* The scalar references (ops.c, ssm.c, conv.c, pack.c, matmul.c). */

@@ -29,7 +29,7 @@ int kk_mat_interleavable(const kk_mat *w) {
     /* a SIMD level without interleaved kernels of its own (aarch64's) keeps
      * the plain rows for its vec_dot: the scalar interleaved ones are slower */
     const kk_level *l = kk_level_best();
-    if (kq_active_isa() > KQ_ISA_SCALAR && l->x8 == &kk_x8_scalar) return 0;
+    if (quant_active_isa() > QUANT_ISA_SCALAR && l->x8 == &kk_x8_scalar) return 0;
     return xt && w->nrows >= 8 && w->ncols % xt->blk == 0;
 }
 
@@ -73,7 +73,7 @@ typedef struct mm_job {
 /* The scalar level: the reference vec_dot per output. */
 void kk_tile_f16_ref(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                      int64_t ldy) {
-    const kq_vec_dot_fn dot = kq_get(KQ_F16)->vec_dot_ref;
+    const quant_vec_dot_fn dot = quant_get(QUANT_F16)->vec_dot_ref;
     for (int t = 0; t < nt; t++)
         for (int r = 0; r < nr; r++)
             dot(n, &y[t * ldy + r], (const uint8_t *)w + (size_t)r * wrow, (const uint8_t *)a + (size_t)t * arow);
@@ -93,7 +93,7 @@ static void quantize_task(void *ud, int ith, int nth) {
                     (size_t)j->n_tok);
             continue;
         }
-        const kq_traits *tr = kq_get(j->act_type[a]);
+        const quant_traits *tr = quant_get(j->act_type[a]);
         tr->from_f32_fast(j->x + (int64_t)t * j->ncols, (void *)(j->act[a] + (size_t)t * j->act_row[a]), j->ncols);
     }
 }
@@ -107,7 +107,7 @@ static void x8_rows(mm_job *j, int o, int64_t a, int64_t b) {
     const uint8_t *act = j->x8act[x] + (size_t)j->oi[o].t0 * xt->ablock;
     const int nb = (int)(w->ncols / xt->blk);
     const int chunk = (int)(X8_PACK_BYTES / xt->pblock);
-    const size_t wrow = kq_row_size(w->type, w->ncols);
+    const size_t wrow = quant_row_size(w->type, w->ncols);
     float *y = j->outs[o].y;
     const int64_t ldy = j->outs[o].ldy;
     const int n_tok = j->oi[o].nt, stride = j->n_tok;
@@ -160,8 +160,8 @@ static void dot_rows(mm_job *j, int64_t r0, int64_t r1) {
                 }
                 if (a < n8) a = n8;
             }
-            const kq_traits *tr = kq_get(w->type);
-            size_t wrow = kq_row_size(w->type, w->ncols);
+            const quant_traits *tr = quant_get(w->type);
+            size_t wrow = quant_row_size(w->type, w->ncols);
             size_t arow = j->act_row[j->oi[o].act];
             const uint8_t *act = j->act[j->oi[o].act] + (size_t)j->oi[o].t0 * arow;
             const int n_tok = j->oi[o].nt;
@@ -214,7 +214,7 @@ void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float 
 void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
                       const float *x, int n_tok, void *scratch) {
     mm_out_info oi[MAX_OUTS];
-    const int isa = kq_active_isa(); /* the block kernel beside the vec_dot of the same level */
+    const int isa = quant_active_isa(); /* the block kernel beside the vec_dot of the same level */
     mm_job j;
     memset(&j, 0, sizeof j);
     atomic_init(&j.next_tile, 0);
@@ -248,13 +248,13 @@ void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, con
                 continue;
             } /* else the last rows also need the plain format */
         }
-        int vt = kq_get(outs[o].w->type)->vec_dot_type;
+        int vt = quant_get(outs[o].w->type)->vec_dot_type;
         int a = 0;
         while (a < j.n_act && j.act_type[a] != vt) a++;
         if (a == j.n_act) {
             j.act_type[a] = vt;
-            j.act_row[a] = kq_row_size(vt, j.ncols);
-            if (vt == KQ_F32) {
+            j.act_row[a] = quant_row_size(vt, j.ncols);
+            if (vt == QUANT_F32) {
                 j.act[a] = (const uint8_t *)x; /* already in the right format */
             } else {
                 j.act[a] = sp;
@@ -263,14 +263,14 @@ void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, con
             j.n_act++;
         }
         oi[o].act = a;
-        oi[o].tile = isa > KQ_ISA_SCALAR ? kk_tile_at(outs[o].w->type, isa) : NULL;
+        oi[o].tile = isa > QUANT_ISA_SCALAR ? kk_tile_at(outs[o].w->type, isa) : NULL;
         j.total_rows += outs[o].w->nrows;
     }
     /* only non-F32 formats need converting */
     mm_job q = j;
     q.n_act = 0;
     for (int a = 0; a < j.n_act; a++) {
-        if (j.act_type[a] == KQ_F32) continue;
+        if (j.act_type[a] == QUANT_F32) continue;
         q.act_type[q.n_act] = j.act_type[a];
         q.act[q.n_act] = j.act[a];
         q.act_row[q.n_act] = j.act_row[a];
@@ -297,6 +297,6 @@ void kk_get_row(const kk_mat *w, int64_t r, float *out) {
         xt->get_row((const uint8_t *)w->packed + (size_t)(r / 8) * (size_t)nb * xt->pblock, (int)(r % 8), nb, out);
         return;
     }
-    size_t rs = kq_row_size(w->type, w->ncols);
-    kq_get(w->type)->to_f32((const uint8_t *)w->data + (size_t)r * rs, out, w->ncols);
+    size_t rs = quant_row_size(w->type, w->ncols);
+    quant_get(w->type)->to_f32((const uint8_t *)w->data + (size_t)r * rs, out, w->ncols);
 }

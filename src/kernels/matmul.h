@@ -85,7 +85,7 @@ typedef void (*kk_tile_fn)(int n, const void *w, size_t wrow, int nr, const void
 /* The block kernel of weight type t at level isa (a KQ_ISA_* value), NULL
  * if t has none or the CPU lacks the level (kernels/level.c).  Only F16 has
  * one; the scalar level's is the reference vec_dot per output (within
- * tolerance), and kq_dot_f16_lanes the bit-exact twin of the AVX2 and
+ * tolerance), and quant_dot_f16_lanes the bit-exact twin of the AVX2 and
  * AVX-512 ones (matmul_avx2.c, matmul_avx512.c). */
 kk_tile_fn kk_tile_at(int t, int isa);
 

@@ -5,7 +5,7 @@
  *     lane l (of 8) sums w[k] * a[k] for k = l, l + 8, l + 16, ... with one
  *     fma per element, the last partial group of 8 zero-padded; the 8 lanes
  *     are then added as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))
- * (kq_dot_f16_lanes(.., 8) is its scalar twin).  Each output is thus the
+ * (quant_dot_f16_lanes(.., 8) is its scalar twin).  Each output is thus the
  * very float the one-row dot gives, whatever batch its token is in.
  *
  * The body (k-blocks, register tiles, the one-token path, tails) is

@@ -5,7 +5,7 @@
  *     lane l (of 16) sums w[k] * a[k] for k = l, l + 16, l + 32, ... with
  *     one fma per element, the last partial group of 16 zero-padded; lanes
  *     l and l + 8 are added, then the 8 sums as the AVX2 dot adds its lanes
- * (kq_dot_f16_lanes(.., 16) is its scalar twin).  Each output is thus the
+ * (quant_dot_f16_lanes(.., 16) is its scalar twin).  Each output is thus the
  * very float the one-row dot gives, whatever batch its token is in.
  *
  * The body (k-blocks, register tiles, the one-token path, tails) is

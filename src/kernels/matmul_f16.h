@@ -14,7 +14,7 @@
  *     vprefetch(p)       a hint to fetch the cache line at p (never faults)
  * Every output is the float the same level's one-row F16 vec_dot gives:
  * lane l sums w[k] * a[k] for k = l mod LANES with one fma each, the last
- * partial group zero-padded, then vsum (kq_dot_f16_lanes is the scalar
+ * partial group zero-padded, then vsum (quant_dot_f16_lanes is the scalar
  * twin), so a token's result never depends on the batch it is in.
  *
  * Shape: the tokens' F16 activations are widened once per k-block of KB

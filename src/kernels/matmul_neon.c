@@ -1,7 +1,7 @@
 /*
  * matmul_neon.c — the NEON F16 block kernel for F16 weights (kk_tile_fn in
  * matmul.h) of both aarch64 levels: rows x tokens of products in the lane
- * order of their F16 vec_dot, 8 lanes (kq_dot_f16_lanes(.., 8) is the
+ * order of their F16 vec_dot, 8 lanes (quant_dot_f16_lanes(.., 8) is the
  * scalar twin):
  *     lane l sums w[k] * a[k] for k = l, l + 8, ... with one fma each, the
  *     last partial group zero-padded; then h_l = l_l + l_(l+4) and

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 /* 4 halves at p to floats (exact), 4 floats rounded to halves (nearest
- * even, as kq_f32_to_f16). */
+ * even, as quant_f32_to_f16). */
 static inline float32x4_t kn_load_h4(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 static inline void kn_store_h4(uint16_t *p, float32x4_t v) { vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(v))); }
 /* one half to a float and back */

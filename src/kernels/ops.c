@@ -185,13 +185,13 @@ float kk_dot_f16(const uint16_t *a, const float *b, int n) {
         for (int i = 0; i < np; i += 32)
             for (int j = 0; j < 4; j++)
                 for (int l = 0; l < 8; l++)
-                    acc[j][l] = fmaf(kq_f16_to_f32(a[i + 8 * j + l]), b[i + 8 * j + l], acc[j][l]);
+                    acc[j][l] = fmaf(quant_f16_to_f32(a[i + 8 * j + l]), b[i + 8 * j + l], acc[j][l]);
         float x[8], h[4];
         for (int l = 0; l < 8; l++) x[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
         for (int l = 0; l < 4; l++) h[l] = x[l] + x[l + 4];
         s = (double)((h[0] + h[1]) + (h[2] + h[3]));
     }
-    for (int i = np; i < n; i++) s += (double)(kq_f16_to_f32(a[i]) * b[i]);
+    for (int i = np; i < n; i++) s += (double)(quant_f16_to_f32(a[i]) * b[i]);
     return (float)s;
 }
 
@@ -200,23 +200,23 @@ void kk_scale_axpy_f32(float *y, float scale, float w, const float *x, int n) {
 }
 
 void kk_scale_axpy_f16(float *y, float scale, float w, const uint16_t *x, int n) {
-    for (int i = 0; i < n; i++) y[i] = y[i] * scale + w * kq_f16_to_f32(x[i]);
+    for (int i = 0; i < n; i++) y[i] = y[i] * scale + w * quant_f16_to_f32(x[i]);
 }
 
 void kk_f32_to_f16_row(const float *x, uint16_t *y, int n) {
-    for (int i = 0; i < n; i++) y[i] = kq_f32_to_f16(x[i]);
+    for (int i = 0; i < n; i++) y[i] = quant_f32_to_f16(x[i]);
 }
 
 void kk_scale_f16(uint16_t *y, float s, int n) {
-    for (int i = 0; i < n; i++) y[i] = kq_f32_to_f16(kq_f16_to_f32(y[i]) * s);
+    for (int i = 0; i < n; i++) y[i] = quant_f32_to_f16(quant_f16_to_f32(y[i]) * s);
 }
 
 void kk_mad_f16(uint16_t *y, const uint16_t *x, float w, int n) {
-    for (int i = 0; i < n; i++) y[i] = kq_f32_to_f16(fmaf(kq_f16_to_f32(x[i]), w, kq_f16_to_f32(y[i])));
+    for (int i = 0; i < n; i++) y[i] = quant_f32_to_f16(fmaf(quant_f16_to_f32(x[i]), w, quant_f16_to_f32(y[i])));
 }
 
 void kk_round_f16_row(const float *x, float *y, int n) {
-    for (int i = 0; i < n; i++) y[i] = kq_f16_to_f32(kq_f32_to_f16(x[i]));
+    for (int i = 0; i < n; i++) y[i] = quant_f16_to_f32(quant_f32_to_f16(x[i]));
 }
 
 float kk_exp_attn(float x) {
@@ -275,7 +275,7 @@ static void attn_f32acc_one(const kk_attn_f16 *a) {
     memset(acc, 0, (size_t)hd * sizeof *acc);
     for (int t = 0; t < n; t++) {
         const uint16_t *vr = a->v + kk_attn_row(a, t);
-        for (int d = 0; d < hd; d++) acc[d] = fmaf(kq_f16_to_f32(vr[d]), w[t], acc[d]);
+        for (int d = 0; d < hd; d++) acc[d] = fmaf(quant_f16_to_f32(vr[d]), w[t], acc[d]);
     }
     const float inv = kk_attn_inv(S, M, a->sink);
     for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
@@ -308,7 +308,7 @@ static void attn_f16_one(const kk_attn_f16 *a) {
         S = S * ms + vs;
     }
     const float inv = kk_attn_inv(S, M, a->sink);
-    for (int d = 0; d < hd; d++) a->out[d] = kq_f16_to_f32(acc[d]) * inv;
+    for (int d = 0; d < hd; d++) a->out[d] = quant_f16_to_f32(acc[d]) * inv;
 }
 
 /* The queries one after the other, each with its own scratch. */
@@ -323,17 +323,17 @@ static void attn_f16_ref(const kk_attn_f16 *a) {
 /* One query against a Q8_0 cache, the loops of ops.h verbatim. */
 static void attn_q8_one(const kk_attn_q8 *a) {
     const int hd = a->hd, n = a->n_pos, nb = hd / 32;
-    kq_block_q8_0 *qq = (kq_block_q8_0 *)a->scratch;
+    quant_block_q8_0 *qq = (quant_block_q8_0 *)a->scratch;
     float *acc = a->scratch + hd, *sc = a->scratch + 2 * hd, *w = sc + n;
-    kq_get(KQ_Q8_0)->from_f32(a->q, qq, hd);
+    quant_get(QUANT_Q8_0)->from_f32(a->q, qq, hd);
     float M = -INFINITY;
     for (int t = 0; t < n; t++) {
-        const kq_block_q8_0 *kb = (const kq_block_q8_0 *)(a->k + kk_attn_q8_row(a, t));
+        const quant_block_q8_0 *kb = (const quant_block_q8_0 *)(a->k + kk_attn_q8_row(a, t));
         float s = 0.0f;
         for (int b = 0; b < nb; b++) {
             int32_t is = 0;
             for (int i = 0; i < 32; i++) is += (int32_t)qq[b].qs[i] * kb[b].qs[i];
-            s = fmaf((float)is, kq_f16_to_f32(qq[b].d) * kq_f16_to_f32(kb[b].d), s);
+            s = fmaf((float)is, quant_f16_to_f32(qq[b].d) * quant_f16_to_f32(kb[b].d), s);
         }
         sc[t] = s * a->scale;
         M = sc[t] > M ? sc[t] : M;
@@ -341,9 +341,9 @@ static void attn_q8_one(const kk_attn_q8 *a) {
     const float S = softmax_weights_ref(sc, w, n, M);
     memset(acc, 0, (size_t)hd * sizeof *acc);
     for (int t = 0; t < n; t++) {
-        const kq_block_q8_0 *vb = (const kq_block_q8_0 *)(a->v + kk_attn_q8_row(a, t));
+        const quant_block_q8_0 *vb = (const quant_block_q8_0 *)(a->v + kk_attn_q8_row(a, t));
         for (int b = 0; b < nb; b++) {
-            const float dv = kq_f16_to_f32(vb[b].d);
+            const float dv = quant_f16_to_f32(vb[b].d);
             /* (float)q * dv is exact: 11 significant bits times 8 */
             for (int i = 0; i < 32; i++) acc[32 * b + i] = fmaf((float)vb[b].qs[i] * dv, w[t], acc[32 * b + i]);
         }

@@ -195,7 +195,7 @@ static inline kk_attn_f16 kk_attn_f16_token(const kk_attn_f16 *a, int u) {
  * blocks of 34 bytes (an F16 scale d, 32 int8 q), the same paging, tiling,
  * sliding window and scratch as kk_attn_f16 but with byte strides.  One arithmetic:
  *   - the query is quantized to Q8_0 blocks by the reference quantizer
- *     (kq_get(KQ_Q8_0)->from_f32), so q . k is exact per block:
+ *     (quant_get(QUANT_Q8_0)->from_f32), so q . k is exact per block:
  *     s_t = sum over blocks b in order of fmaf((float)isum_b, dq_b * dk_b, s),
  *     from s = 0, then s_t * scale;
  *   - M = max s_t, w_t = kk_exp_attn(s_t - M), S = sum of w_t in order;
@@ -273,7 +273,7 @@ typedef struct kk_ops {
 /* The set of level isa (a KQ_ISA_* value; the AVX-512 level's is the AVX2
  * set), NULL if the CPU lacks the level (kernels/level.c). */
 const kk_ops *kk_ops_at(int isa);
-/* The set of the level kq_init() chose. */
+/* The set of the level quant_init() chose. */
 const kk_ops *kk_ops_best(void);
 
 #endif

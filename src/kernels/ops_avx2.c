@@ -810,16 +810,16 @@ enum { Q8_QMAX = 8 };
 static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
     const int hd = a->hd, nb = hd / 32, Q = nu * nj;
     const int n_end = a->n_pos + u0 + nu - 1; /* positions the last query sees */
-    const size_t rb = (size_t)nb * sizeof(kq_block_q8_0);
-    const kq_block_q8_0 *qq[Q8_QMAX];
+    const size_t rb = (size_t)nb * sizeof(quant_block_q8_0);
+    const quant_block_q8_0 *qq[Q8_QMAX];
     float *acc[Q8_QMAX], *sc[Q8_QMAX], *w[Q8_QMAX], inv[Q8_QMAX];
     int nsee[Q8_QMAX];
     __m256 dq[Q8_QMAX][8];
     kk_attn_q8 one[Q8_QMAX];
     for (int qi = 0; qi < Q; qi++) {
         one[qi] = kk_attn_q8_query(a, u0 + qi / nj, j0 + qi % nj);
-        kq_block_q8_0 *qb = (kq_block_q8_0 *)one[qi].scratch;
-        kq_get(KQ_Q8_0)->from_f32(one[qi].q, qb, hd);
+        quant_block_q8_0 *qb = (quant_block_q8_0 *)one[qi].scratch;
+        quant_get(QUANT_Q8_0)->from_f32(one[qi].q, qb, hd);
         for (int b = 0; b < nb; b++) dq[qi][b] = _mm256_set1_ps(h2f(qb[b].d));
         qq[qi] = qb;
         nsee[qi] = one[qi].n_pos;
@@ -835,9 +835,9 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
     /* pass 1 */
     for (int t0 = 0; t0 < n_end; t0 += 8) {
         const int np = n_end - t0 < 8 ? n_end - t0 : 8;
-        const kq_block_q8_0 *kr[8];
+        const quant_block_q8_0 *kr[8];
         for (int p = 0; p < 8; p++) {
-            kr[p] = (const kq_block_q8_0 *)(a->k + kk_attn_q8_row(a, t0 + (p < np ? p : 0)));
+            kr[p] = (const quant_block_q8_0 *)(a->k + kk_attn_q8_row(a, t0 + (p < np ? p : 0)));
             if (t0 + p + PF_POS < n_end) {
                 prefetch_row(a->k + kk_attn_q8_row(a, t0 + p + PF_POS), rb);
                 prefetch_row(a->v + kk_attn_q8_row(a, t0 + p + PF_POS), rb);
@@ -886,7 +886,7 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
     for (int c0 = 0; c0 < n_end; c0 += VB_POS) {
         const int c1 = c0 + VB_POS < n_end ? c0 + VB_POS : n_end;
         for (int t = c0; t < c1; t++) {
-            const kq_block_q8_0 *vb = (const kq_block_q8_0 *)(a->v + kk_attn_q8_row(a, t));
+            const quant_block_q8_0 *vb = (const quant_block_q8_0 *)(a->v + kk_attn_q8_row(a, t));
             float *o = vf + (size_t)(t - c0) * hd;
             for (int b = 0; b < nb; b++) {
                 const __m256 dv = _mm256_set1_ps(h2f(vb[b].d));

@@ -191,14 +191,14 @@ static inline void mad_q8(float *acc, const int8_t *q, float dv, float w) {
 /* One query against a Q8_0 cache, the loops of ops.h. */
 static void attn_q8_one(const kk_attn_q8 *a) {
     const int hd = a->hd, n = a->n_pos, nb = hd / 32;
-    kq_block_q8_0 *qq = (kq_block_q8_0 *)a->scratch;
+    quant_block_q8_0 *qq = (quant_block_q8_0 *)a->scratch;
     float *acc = a->scratch + hd, *sc = a->scratch + 2 * hd, *w = sc + n;
-    kq_get(KQ_Q8_0)->from_f32(a->q, qq, hd);
+    quant_get(QUANT_Q8_0)->from_f32(a->q, qq, hd);
     float dq[8];
     for (int b = 0; b < nb; b++) dq[b] = kn_h2f(qq[b].d);
     float M = -INFINITY;
     for (int t = 0; t < n; t++) {
-        const kq_block_q8_0 *kb = (const kq_block_q8_0 *)(a->k + kk_attn_q8_row(a, t));
+        const quant_block_q8_0 *kb = (const quant_block_q8_0 *)(a->k + kk_attn_q8_row(a, t));
         float s = 0.0f;
         for (int b = 0; b < nb; b++) s = fmaf((float)dot_i8x32(qq[b].qs, kb[b].qs), dq[b] * kn_h2f(kb[b].d), s);
         sc[t] = s * a->scale;
@@ -212,7 +212,7 @@ static void attn_q8_one(const kk_attn_q8 *a) {
     for (t = 0; t < n; t++) S += w[t];
     memset(acc, 0, (size_t)hd * sizeof *acc);
     for (t = 0; t < n; t++) {
-        const kq_block_q8_0 *vb = (const kq_block_q8_0 *)(a->v + kk_attn_q8_row(a, t));
+        const quant_block_q8_0 *vb = (const quant_block_q8_0 *)(a->v + kk_attn_q8_row(a, t));
         for (int b = 0; b < nb; b++) mad_q8(acc + 32 * b, vb[b].qs, kn_h2f(vb[b].d), w[t]);
     }
     const float32x4_t vi = vdupq_n_f32(kk_attn_inv(S, M, a->sink));

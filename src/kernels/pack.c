@@ -16,7 +16,7 @@
 
 void kk_pack_q4_0x8(const void *w, size_t wrow, int b0, int nb, kk_q4_0x8 *out) {
     for (int i = 0; i < 8; i++) {
-        const kq_block_q4_0 *src = (const kq_block_q4_0 *)((const uint8_t *)w + (size_t)i * wrow) + b0;
+        const quant_block_q4_0 *src = (const quant_block_q4_0 *)((const uint8_t *)w + (size_t)i * wrow) + b0;
         for (int b = 0; b < nb; b++) {
             out[b].d[i] = src[b].d;
             for (int k = 0; k < 4; k++) memcpy(out[b].qs + 32 * k + 4 * i, src[b].qs + 4 * k, 4);
@@ -31,8 +31,8 @@ static void pack_q4_0(const void *w, size_t wrow, int b0, int nb, void *out) { k
 #define ACT8_ROW_BLOCKS 64
 
 void kk_act8_from_f32(const float *x, int64_t n, kk_act8 *a, size_t lda) {
-    const kq_traits *q8 = kq_get(KQ_Q8_0);
-    kq_block_q8_0 blk[ACT8_ROW_BLOCKS];
+    const quant_traits *q8 = quant_get(QUANT_Q8_0);
+    quant_block_q8_0 blk[ACT8_ROW_BLOCKS];
     for (int64_t b0 = 0; b0 < n / QK; b0 += ACT8_ROW_BLOCKS) {
         const int64_t nbk = n / QK - b0 < ACT8_ROW_BLOCKS ? n / QK - b0 : ACT8_ROW_BLOCKS;
         q8->from_f32_fast(x + b0 * QK, blk, nbk * QK);
@@ -41,7 +41,7 @@ void kk_act8_from_f32(const float *x, int64_t n, kk_act8 *a, size_t lda) {
             int32_t s = 0;
             for (int j = 0; j < QK; j++) s += blk[b].qs[j];
             memcpy(o->qs, blk[b].qs, QK);
-            o->d = kq_f16_to_f32(blk[b].d);
+            o->d = quant_f16_to_f32(blk[b].d);
             o->s8 = 8 * s;
         }
     }
@@ -52,7 +52,7 @@ static void act_q4_0(const float *x, int64_t n, void *a, size_t lda) { kk_act8_f
 static void row_q4_0(const void *g, int i, int nb, float *out) {
     const kk_q4_0x8 *w = g;
     for (int b = 0; b < nb; b++) {
-        const float d = kq_f16_to_f32(w[b].d[i]);
+        const float d = quant_f16_to_f32(w[b].d[i]);
         for (int k = 0; k < 4; k++)
             for (int j = 0; j < 4; j++) {
                 const uint8_t q = w[b].qs[32 * k + 4 * i + j];
@@ -77,7 +77,7 @@ static void x8_q4_0_ref(int nb, const void *vw, const void *va, size_t lda, int 
                         s += (q & 0x0F) * y->qs[4 * k + j] + (q >> 4) * y->qs[16 + 4 * k + j];
                     }
                 s -= y->s8;
-                acc[8 * t + i] = fmaf((float)s, kq_f16_to_f32(wb->d[i]) * y->d, acc[8 * t + i]);
+                acc[8 * t + i] = fmaf((float)s, quant_f16_to_f32(wb->d[i]) * y->d, acc[8 * t + i]);
             }
         }
     }
@@ -88,7 +88,7 @@ static void x8_q4_0_ref(int nb, const void *vw, const void *va, size_t lda, int 
 static void pack_q8_0(const void *w, size_t wrow, int b0, int nb, void *vout) {
     kk_q8_0x8 *out = vout;
     for (int i = 0; i < 8; i++) {
-        const kq_block_q8_0 *src = (const kq_block_q8_0 *)((const uint8_t *)w + (size_t)i * wrow) + b0;
+        const quant_block_q8_0 *src = (const quant_block_q8_0 *)((const uint8_t *)w + (size_t)i * wrow) + b0;
         for (int b = 0; b < nb; b++) {
             out[b].d[i] = src[b].d;
             for (int k = 0; k < 8; k++) memcpy(out[b].qs + 32 * k + 4 * i, src[b].qs + 4 * k, 4);
@@ -99,7 +99,7 @@ static void pack_q8_0(const void *w, size_t wrow, int b0, int nb, void *vout) {
 static void row_q8_0(const void *g, int i, int nb, float *out) {
     const kk_q8_0x8 *w = g;
     for (int b = 0; b < nb; b++) {
-        const float d = kq_f16_to_f32(w[b].d[i]);
+        const float d = quant_f16_to_f32(w[b].d[i]);
         for (int e = 0; e < QK; e++) out[QK * b + e] = d * (float)w[b].qs[32 * (e / 4) + 4 * i + e % 4];
     }
 }
@@ -113,7 +113,7 @@ static void x8_q8_0_ref(int nb, const void *vw, const void *va, size_t lda, int 
             for (int i = 0; i < 8; i++) {
                 int32_t s = 0;
                 for (int e = 0; e < QK; e++) s += w[b].qs[32 * (e / 4) + 4 * i + e % 4] * y->qs[e];
-                acc[8 * t + i] = fmaf((float)s, kq_f16_to_f32(w[b].d[i]) * y->d, acc[8 * t + i]);
+                acc[8 * t + i] = fmaf((float)s, quant_f16_to_f32(w[b].d[i]) * y->d, acc[8 * t + i]);
             }
         }
 }
@@ -123,7 +123,7 @@ static void x8_q8_0_ref(int nb, const void *vw, const void *va, size_t lda, int 
 static void pack_q6_K(const void *w, size_t wrow, int b0, int nb, void *vout) {
     kk_q6_Kx8 *out = vout;
     for (int i = 0; i < 8; i++) {
-        const kq_block_q6_K *src = (const kq_block_q6_K *)((const uint8_t *)w + (size_t)i * wrow) + b0;
+        const quant_block_q6_K *src = (const quant_block_q6_K *)((const uint8_t *)w + (size_t)i * wrow) + b0;
         for (int b = 0; b < nb; b++) {
             out[b].d[i] = src[b].d;
             for (int s = 0; s < 16; s++) out[b].sc[8 * s + i] = src[b].scales[s];
@@ -134,9 +134,9 @@ static void pack_q6_K(const void *w, size_t wrow, int b0, int nb, void *vout) {
 }
 
 static void act_q8_K(const float *x, int64_t n, void *va, size_t lda) {
-    const kq_traits *q8 = kq_get(KQ_Q8_K);
-    kq_block_q8_K *a = va;
-    for (int64_t b = 0; b < n / KQ_QK_K; b++) q8->from_f32_fast(x + b * KQ_QK_K, a + (size_t)b * lda, KQ_QK_K);
+    const quant_traits *q8 = quant_get(QUANT_Q8_K);
+    quant_block_q8_K *a = va;
+    for (int64_t b = 0; b < n / QUANT_QK_K; b++) q8->from_f32_fast(x + b * QUANT_QK_K, a + (size_t)b * lda, QUANT_QK_K);
 }
 
 /* The 6-bit quant (0..63) of weight e of row i in a packed block. */
@@ -152,9 +152,9 @@ static inline int q6_at(const kk_q6_Kx8 *w, int i, int e) {
 static void row_q6_K(const void *g, int i, int nb, float *out) {
     const kk_q6_Kx8 *w = g;
     for (int b = 0; b < nb; b++) {
-        const float d = kq_f16_to_f32(w[b].d[i]);
-        for (int e = 0; e < KQ_QK_K; e++)
-            out[KQ_QK_K * b + e] = d * (float)w[b].sc[8 * (e / 16) + i] * (float)(q6_at(&w[b], i, e) - 32);
+        const float d = quant_f16_to_f32(w[b].d[i]);
+        for (int e = 0; e < QUANT_QK_K; e++)
+            out[QUANT_QK_K * b + e] = d * (float)w[b].sc[8 * (e / 16) + i] * (float)(q6_at(&w[b], i, e) - 32);
     }
 }
 
@@ -162,10 +162,10 @@ static void row_q6_K(const void *g, int i, int nb, float *out) {
  * minus 32 * sum_s sc_s * bsum_s, exact in int32, then one fma. */
 static void x8_q6_K_ref(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q6_Kx8 *w = vw;
-    const kq_block_q8_K *a = va;
+    const quant_block_q8_K *a = va;
     for (int b = 0; b < nb; b++)
         for (int t = 0; t < n_tok; t++) {
-            const kq_block_q8_K *y = &a[(size_t)b * lda + (size_t)t];
+            const quant_block_q8_K *y = &a[(size_t)b * lda + (size_t)t];
             for (int i = 0; i < 8; i++) {
                 int32_t s = 0, o = 0;
                 for (int sb = 0; sb < 16; sb++) {
@@ -175,7 +175,7 @@ static void x8_q6_K_ref(int nb, const void *vw, const void *va, size_t lda, int 
                     o += w[b].sc[8 * sb + i] * y->bsums[sb];
                 }
                 s -= 32 * o;
-                acc[8 * t + i] = fmaf((float)s, kq_f16_to_f32(w[b].d[i]) * y->d, acc[8 * t + i]);
+                acc[8 * t + i] = fmaf((float)s, quant_f16_to_f32(w[b].d[i]) * y->d, acc[8 * t + i]);
             }
         }
 }
@@ -185,11 +185,11 @@ static void x8_q6_K_ref(int nb, const void *vw, const void *va, size_t lda, int 
 static void pack_q4_K(const void *w, size_t wrow, int b0, int nb, void *vout) {
     kk_q4_Kx8 *out = vout;
     for (int i = 0; i < 8; i++) {
-        const kq_block_q4_K *src = (const kq_block_q4_K *)((const uint8_t *)w + (size_t)i * wrow) + b0;
+        const quant_block_q4_K *src = (const quant_block_q4_K *)((const uint8_t *)w + (size_t)i * wrow) + b0;
         for (int b = 0; b < nb; b++) {
             uint32_t sm[4];
             uint8_t bytes[16]; /* scales 0..7, mins 0..7 */
-            kq_unpack_scales_k4(src[b].scales, sm);
+            quant_unpack_scales_k4(src[b].scales, sm);
             memcpy(bytes, sm, 16);
             out[b].d[i] = src[b].d;
             out[b].dmin[i] = src[b].dmin;
@@ -214,10 +214,10 @@ static inline int q4k_at(const kk_q4_Kx8 *w, int i, int e) {
 static void row_q4_K(const void *g, int i, int nb, float *out) {
     const kk_q4_Kx8 *w = g;
     for (int b = 0; b < nb; b++) {
-        const float d = kq_f16_to_f32(w[b].d[i]), dmin = kq_f16_to_f32(w[b].dmin[i]);
+        const float d = quant_f16_to_f32(w[b].d[i]), dmin = quant_f16_to_f32(w[b].dmin[i]);
         for (int s = 0; s < 8; s++) {
             const float dl = d * w[b].sc[8 * s + i], ml = dmin * w[b].mn[8 * s + i];
-            for (int e = 32 * s; e < 32 * s + 32; e++) out[KQ_QK_K * b + e] = dl * (float)q4k_at(&w[b], i, e) - ml;
+            for (int e = 32 * s; e < 32 * s + 32; e++) out[QUANT_QK_K * b + e] = dl * (float)q4k_at(&w[b], i, e) - ml;
         }
     }
 }
@@ -227,10 +227,10 @@ static void row_q4_K(const void *g, int i, int nb, float *out) {
  * then acc += isum * (d * dy), acc -= msum * (dmin * dy), two fmas. */
 static void x8_q4_K_ref(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q4_Kx8 *w = vw;
-    const kq_block_q8_K *a = va;
+    const quant_block_q8_K *a = va;
     for (int b = 0; b < nb; b++)
         for (int t = 0; t < n_tok; t++) {
-            const kq_block_q8_K *y = &a[(size_t)b * lda + (size_t)t];
+            const quant_block_q8_K *y = &a[(size_t)b * lda + (size_t)t];
             for (int i = 0; i < 8; i++) {
                 int32_t is = 0, ms = 0;
                 for (int sb = 0; sb < 8; sb++) {
@@ -239,8 +239,8 @@ static void x8_q4_K_ref(int nb, const void *vw, const void *va, size_t lda, int 
                     is += w[b].sc[8 * sb + i] * p;
                     ms += w[b].mn[8 * sb + i] * (y->bsums[2 * sb] + y->bsums[2 * sb + 1]);
                 }
-                float r = fmaf((float)is, kq_f16_to_f32(w[b].d[i]) * y->d, acc[8 * t + i]);
-                acc[8 * t + i] = fmaf(-(float)ms, kq_f16_to_f32(w[b].dmin[i]) * y->d, r);
+                float r = fmaf((float)is, quant_f16_to_f32(w[b].d[i]) * y->d, acc[8 * t + i]);
+                acc[8 * t + i] = fmaf(-(float)ms, quant_f16_to_f32(w[b].dmin[i]) * y->d, r);
             }
         }
 }
@@ -248,10 +248,10 @@ static void x8_q4_K_ref(int nb, const void *vw, const void *va, size_t lda, int 
 /* ---- tables ---- */
 
 static const kk_x8_traits k_x8[] = {
-    {KQ_Q4_0, KQ_Q8_0, QK, sizeof(kk_q4_0x8), sizeof(kk_act8), pack_q4_0, act_q4_0, row_q4_0},
-    {KQ_Q8_0, KQ_Q8_0, QK, sizeof(kk_q8_0x8), sizeof(kk_act8), pack_q8_0, act_q4_0, row_q8_0},
-    {KQ_Q4_K, KQ_Q8_K, KQ_QK_K, sizeof(kk_q4_Kx8), sizeof(kq_block_q8_K), pack_q4_K, act_q8_K, row_q4_K},
-    {KQ_Q6_K, KQ_Q8_K, KQ_QK_K, sizeof(kk_q6_Kx8), sizeof(kq_block_q8_K), pack_q6_K, act_q8_K, row_q6_K},
+    {QUANT_Q4_0, QUANT_Q8_0, QK, sizeof(kk_q4_0x8), sizeof(kk_act8), pack_q4_0, act_q4_0, row_q4_0},
+    {QUANT_Q8_0, QUANT_Q8_0, QK, sizeof(kk_q8_0x8), sizeof(kk_act8), pack_q8_0, act_q4_0, row_q8_0},
+    {QUANT_Q4_K, QUANT_Q8_K, QUANT_QK_K, sizeof(kk_q4_Kx8), sizeof(quant_block_q8_K), pack_q4_K, act_q8_K, row_q4_K},
+    {QUANT_Q6_K, QUANT_Q8_K, QUANT_QK_K, sizeof(kk_q6_Kx8), sizeof(quant_block_q8_K), pack_q6_K, act_q8_K, row_q6_K},
 };
 
 const kk_x8_traits *kk_x8_get(int t) {
@@ -274,8 +274,8 @@ DEC_REF(dec_q4_K_ref, x8_q4_K_ref, kk_q4_Kx8)
 DEC_REF(dec_q6_K_ref, x8_q6_K_ref, kk_q6_Kx8)
 
 const kk_x8_set kk_x8_scalar = {
-    .fn = {[KQ_Q4_0] = x8_q4_0_ref, [KQ_Q8_0] = x8_q8_0_ref, [KQ_Q4_K] = x8_q4_K_ref, [KQ_Q6_K] = x8_q6_K_ref},
-    .dec = {[KQ_Q4_0] = dec_q4_0_ref, [KQ_Q8_0] = dec_q8_0_ref, [KQ_Q4_K] = dec_q4_K_ref, [KQ_Q6_K] = dec_q6_K_ref},
+    .fn = {[QUANT_Q4_0] = x8_q4_0_ref, [QUANT_Q8_0] = x8_q8_0_ref, [QUANT_Q4_K] = x8_q4_K_ref, [QUANT_Q6_K] = x8_q6_K_ref},
+    .dec = {[QUANT_Q4_0] = dec_q4_0_ref, [QUANT_Q8_0] = dec_q8_0_ref, [QUANT_Q4_K] = dec_q4_K_ref, [QUANT_Q6_K] = dec_q6_K_ref},
 };
 
 size_t kk_x8_matrix_size(int t, int64_t ncols, int64_t nrows) {
@@ -286,7 +286,7 @@ size_t kk_x8_matrix_size(int t, int64_t ncols, int64_t nrows) {
 void kk_x8_pack_matrix(int t, const void *w, int64_t ncols, int64_t nrows, void *out) {
     const kk_x8_traits *x = kk_x8_get(t);
     const int nb = (int)(ncols / x->blk);
-    const size_t wrow = kq_row_size(t, ncols);
+    const size_t wrow = quant_row_size(t, ncols);
     for (int64_t g = 0; g < nrows / 8; g++)
         x->pack((const uint8_t *)w + (size_t)(8 * g) * wrow, wrow, 0, nb,
                 (uint8_t *)out + (size_t)g * (size_t)nb * x->pblock);

@@ -93,8 +93,8 @@ typedef void (*kk_x8_dec_fn)(int ng, int nb, const void *w, const void *a, size_
 /* What the matmul driver and the loader need to know of one interleaved
  * format. */
 typedef struct kk_x8_traits {
-    int type;      /* the plain weight type (KQ_Q4_0, KQ_Q8_0, KQ_Q4_K, KQ_Q6_K) */
-    int act_type;  /* its activation type (KQ_Q8_0 content / KQ_Q8_K) */
+    int type;      /* the plain weight type (QUANT_Q4_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q6_K) */
+    int act_type;  /* its activation type (QUANT_Q8_0 content / QUANT_Q8_K) */
     int blk;       /* weights per block along a row */
     size_t pblock; /* bytes of one packed block (8 rows) */
     size_t ablock; /* bytes of one activation block */
@@ -109,7 +109,7 @@ typedef struct kk_x8_traits {
 /* The traits of weight type t, NULL when it has no interleaved form. */
 const kk_x8_traits *kk_x8_get(int t);
 /* The kernel of type t at level isa (KQ_ISA_*), NULL if t has none or the
- * CPU lacks the level; kk_x8_best: at the level kq_init() chose
+ * CPU lacks the level; kk_x8_best: at the level quant_init() chose
  * (kernels/level.c; pack_avx2.c, pack_avx512.c hold the SIMD ones). */
 kk_x8_fn kk_x8_at(int t, int isa);
 kk_x8_fn kk_x8_best(int t);

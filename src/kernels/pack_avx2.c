@@ -125,7 +125,7 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
  * three loads (ql of blocks A and B, qh) of each group give all four 6-bit
  * vectors r, which go straight into maddubs — no unpacked copy of the
  * super-block.  Same int32 sums as below. */
-static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a,
+static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const quant_block_q8_K *a,
                                                             size_t lda, float *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 sum = _mm256_loadu_ps(acc);
@@ -134,7 +134,7 @@ static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_
         const kk_q6_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
-        const kq_block_q8_K *y = a + (size_t)b * lda;
+        const quant_block_q8_K *y = a + (size_t)b * lda;
         q6_K_scale_pairs(wb->sc, dsc, osc);
         __m256i isum = _mm256_setzero_si256();
 /* unrolled whole: rolled, the scale pair of each step was indexed
@@ -174,7 +174,7 @@ static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_
 
 static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q6_Kx8 *w = vw;
-    const kq_block_q8_K *a = va;
+    const quant_block_q8_K *a = va;
     if (n_tok == 1) {
         x8_q6_K_1(nb, w, a, lda, acc);
         return;
@@ -187,7 +187,7 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         q6_K_scale_pairs(wb->sc, dsc, osc);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
-        const kq_block_q8_K *ab = a + (size_t)b * lda;
+        const quant_block_q8_K *ab = a + (size_t)b * lda;
         for (int t0 = 0; t0 < n_tok; t0 += KT) {
             const int nt = n_tok - t0 < KT ? n_tok - t0 : KT;
 /* isum[t] is first written at hr 0: clearing nt entries was a
@@ -230,7 +230,7 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
                 }
             }
             for (int t = 0; t < nt; t++) {
-                const kq_block_q8_K *y = &ab[t0 + t];
+                const quant_block_q8_K *y = &ab[t0 + t];
                 const __m256i is = _mm256_sub_epi32(isum[t], q6_K_offset(osc, y->bsums));
                 const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(y->d));
                 float *o = acc + 8 * (t0 + t);
@@ -321,7 +321,7 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
  * by sub-block (q4_K_mins).  Two fmas per block, as in the scalar twin. */
 /* One token (decode): the nibbles go straight from the load into maddubs
  * and the accumulator stays in a register; same arithmetic as below. */
-static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a,
+static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const quant_block_q8_K *a,
                                                             size_t lda, float *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 sum = _mm256_loadu_ps(acc);
@@ -329,7 +329,7 @@ static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_
         const kk_q4_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
-        const kq_block_q8_K *y = a + (size_t)b * lda;
+        const quant_block_q8_K *y = a + (size_t)b * lda;
         __m256i is = _mm256_setzero_si256();
         for (int g = 0; g < 4; g++) {
             const int8_t *y0 = y->qs + 64 * g, *y1 = y0 + 32;
@@ -362,7 +362,7 @@ static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_
 
 static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q4_Kx8 *w = vw;
-    const kq_block_q8_K *a = va;
+    const quant_block_q8_K *a = va;
     if (n_tok == 1) {
         x8_q4_K_1(nb, w, a, lda, acc);
         return;
@@ -377,7 +377,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
         __m256i mnp[4]; /* widened once per super-block */
         q4_K_min_pairs(wb->mn, mnp);
-        const kq_block_q8_K *ab = a + (size_t)b * lda;
+        const quant_block_q8_K *ab = a + (size_t)b * lda;
         for (int t0 = 0; t0 < n_tok; t0 += KT) {
             const int nt = n_tok - t0 < KT ? n_tok - t0 : KT;
             /* isum[t] is first written at sb 0 (see x8_q6_K) */
@@ -399,7 +399,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
                 }
             }
             for (int t = 0; t < nt; t++) {
-                const kq_block_q8_K *y = &ab[t0 + t];
+                const quant_block_q8_K *y = &ab[t0 + t];
                 const __m256i ms = q4_K_mins_p(mnp, y->bsums);
                 const __m256 yd = _mm256_set1_ps(y->d);
                 float *o = acc + 8 * (t0 + t);
@@ -504,13 +504,13 @@ static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kk_q8
 }
 
 static inline __attribute__((always_inline)) void q4_K_dec_n(int nb, const kk_q4_Kx8 *w, const int NG,
-                                                             const kq_block_q8_K *a, size_t lda, float *y) {
+                                                             const quant_block_q8_K *a, size_t lda, float *y) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 sum[DEC_NG_MAX];
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++) sum[g] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const kq_block_q8_K *ya = a + (size_t)b * lda;
+        const quant_block_q8_K *ya = a + (size_t)b * lda;
         __m256i is[DEC_NG_MAX];
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) {
@@ -576,10 +576,10 @@ static inline __attribute__((always_inline)) void q4_K_dec_n(int nb, const kk_q4
     }
 DEC_GROUPS(dec_q4_0, q4_0_dec_n, 2, kk_q4_0x8, kk_act8)
 DEC_GROUPS(dec_q8_0, q8_0_dec_n, 2, kk_q8_0x8, kk_act8)
-DEC_GROUPS(dec_q4_K, q4_K_dec_n, 2, kk_q4_Kx8, kq_block_q8_K)
-KK_X8_DEC(dec_q6_K, x8_q6_K_1, kk_q6_Kx8, kq_block_q8_K)
+DEC_GROUPS(dec_q4_K, q4_K_dec_n, 2, kk_q4_Kx8, quant_block_q8_K)
+KK_X8_DEC(dec_q6_K, x8_q6_K_1, kk_q6_Kx8, quant_block_q8_K)
 
 const kk_x8_set kk_x8_avx2 = {
-    .fn = {[KQ_Q4_0] = x8_q4_0, [KQ_Q8_0] = x8_q8_0, [KQ_Q4_K] = x8_q4_K, [KQ_Q6_K] = x8_q6_K},
-    .dec = {[KQ_Q4_0] = dec_q4_0, [KQ_Q8_0] = dec_q8_0, [KQ_Q4_K] = dec_q4_K, [KQ_Q6_K] = dec_q6_K},
+    .fn = {[QUANT_Q4_0] = x8_q4_0, [QUANT_Q8_0] = x8_q8_0, [QUANT_Q4_K] = x8_q4_K, [QUANT_Q6_K] = x8_q6_K},
+    .dec = {[QUANT_Q4_0] = dec_q4_0, [QUANT_Q8_0] = dec_q8_0, [QUANT_Q4_K] = dec_q4_K, [QUANT_Q6_K] = dec_q6_K},
 };

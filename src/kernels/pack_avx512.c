@@ -248,7 +248,7 @@ static inline __m512i scale_pairs(__m256i v) {
  * unpacked copy of the super-block, the accumulator in a register.  The
  * mins as in the AVX2 twin (pack_x86.h); integer sums are exact in any
  * order, so the same two fmas per block give the same bits. */
-static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const kq_block_q8_K *a,
+static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const quant_block_q8_K *a,
                                                             size_t lda, float *acc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
@@ -257,7 +257,7 @@ static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_
         const kk_q4_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
-        const kq_block_q8_K *y = a + (size_t)b * lda;
+        const quant_block_q8_K *y = a + (size_t)b * lda;
         __m512i is = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
@@ -320,7 +320,7 @@ static inline void q4_K_bsum_pairs2(const int16_t *bt, const int16_t *bu, __m512
 
 static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q4_Kx8 *w = vw;
-    const kq_block_q8_K *a = va;
+    const quant_block_q8_K *a = va;
     if (n_tok == 1) {
         x8_q4_K_1(nb, w, a, lda, acc);
         return;
@@ -349,10 +349,10 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->dmin));
         const __m512 dw2 = _mm512_insertf32x8(_mm512_castps256_ps512(dw), dw, 1);
         const __m512 dm2 = _mm512_insertf32x8(_mm512_castps256_ps512(dm), dm, 1);
-        const kq_block_q8_K *ab = a + (size_t)b * lda;
+        const quant_block_q8_K *ab = a + (size_t)b * lda;
         for (int t = 0; t < n_tok; t += 2) {
             const int two = t + 1 < n_tok;
-            const kq_block_q8_K *yt = &ab[t], *yu = &ab[t + two];
+            const quant_block_q8_K *yt = &ab[t], *yu = &ab[t + two];
             __m512i it = _mm512_setzero_si512(), iu = it;
 #pragma GCC unroll 8
             for (int sb = 0; sb < 8; sb++) {
@@ -411,7 +411,7 @@ static inline __attribute__((always_inline)) void q6_K_split(const kk_q6_Kx8 *wb
  * most 2 * 2 * 63 * 128) and go into int32 with that sub-block's scales.
  * No unpacked copy of the super-block, the accumulator in a register; the
  * -32 offset as in the AVX2 twin (pack_x86.h), the same fma per block. */
-static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a,
+static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const quant_block_q8_K *a,
                                                             size_t lda, float *acc) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
@@ -419,7 +419,7 @@ static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_
         const kk_q6_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
-        const kq_block_q8_K *y = a + (size_t)b * lda;
+        const quant_block_q8_K *y = a + (size_t)b * lda;
         __m512i is = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
@@ -461,7 +461,7 @@ static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_
  * the interleave, the activations permuted per token; below 6 tokens the
  * interleave and scale set-up of the kernel after it cost more than they
  * save (0.85-0.93x at 2-5 tokens, hot in L2). */
-static void x8_q6_K_few(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size_t lda, int n_tok, float *acc) {
+static void x8_q6_K_few(int nb, const kk_q6_Kx8 *w, const quant_block_q8_K *a, size_t lda, int n_tok, float *acc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
@@ -491,9 +491,9 @@ static void x8_q6_K_few(int nb, const kk_q6_Kx8 *w, const kq_block_q8_K *a, size
         for (int p = 0; p < 8; p++)
             osc[p] = _mm256_or_si256(_mm256_and_si256(sv[2 * p], lo16), _mm256_slli_epi32(sv[2 * p + 1], 16));
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
-        const kq_block_q8_K *ab = a + (size_t)b * lda;
+        const quant_block_q8_K *ab = a + (size_t)b * lda;
         for (int t = 0; t < n_tok; t++) {
-            const kq_block_q8_K *y = &ab[t];
+            const quant_block_q8_K *y = &ab[t];
             __m512i is = _mm512_setzero_si512();
             for (int hr = 0; hr < 8; hr++) {
                 const __m512i yv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 32 * hr)));
@@ -537,7 +537,7 @@ static const int8_t q6_K_sc_ilv[128] = {
 
 static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
     const kk_q6_Kx8 *w = vw;
-    const kq_block_q8_K *a = va;
+    const quant_block_q8_K *a = va;
     if (n_tok == 1) {
         x8_q6_K_1(nb, w, a, lda, acc);
         return;
@@ -572,10 +572,10 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
         const __m512 dw2 = _mm512_insertf32x8(_mm512_castps256_ps512(dw), dw, 1);
-        const kq_block_q8_K *ab = a + (size_t)b * lda;
+        const quant_block_q8_K *ab = a + (size_t)b * lda;
         for (int t = 0; t < n_tok; t += 2) {
             const int two = t + 1 < n_tok;
-            const kq_block_q8_K *yt = &ab[t], *yu = &ab[t + two];
+            const quant_block_q8_K *yt = &ab[t], *yu = &ab[t + two];
             __m512i it = _mm512_setzero_si512(), iu = it;
 #pragma GCC unroll 8
             for (int hr = 0; hr < 8; hr++) {
@@ -762,7 +762,7 @@ typedef struct q4_K_tok {
     __m256 yd;
 } q4_K_tok;
 
-static inline void q4_K_tok_set(const kq_block_q8_K *y, q4_K_tok *t) {
+static inline void q4_K_tok_set(const quant_block_q8_K *y, q4_K_tok *t) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     for (int g = 0; g < 4; g++) {
         const __m512i y0 = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 64 * g)));
@@ -818,7 +818,7 @@ static inline __attribute__((always_inline)) __m256 q4_K_dec_block(const kk_q4_K
     return sum;
 }
 
-KK_DEC_CHUNKED(dec_q4_K, kk_q4_Kx8, kq_block_q8_K, q4_K_tok, DEC_CHUNK, q4_K_tok_set, q4_K_dec_block)
+KK_DEC_CHUNKED(dec_q4_K, kk_q4_Kx8, quant_block_q8_K, q4_K_tok, DEC_CHUNK, q4_K_tok_set, q4_K_dec_block)
 
 /* One token over ng groups, Q6_K, as dec_q4_K: per block once for all
  * the groups, the 32 dword-broadcast activation vectors (yv[16h + 4m + r]:
@@ -834,7 +834,7 @@ typedef struct q6_K_tok {
     __m256 yd;
 } q6_K_tok;
 
-static inline void q6_K_tok_set(const kq_block_q8_K *y, q6_K_tok *t) {
+static inline void q6_K_tok_set(const quant_block_q8_K *y, q6_K_tok *t) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     const __m512i k32 = _mm512_set1_epi8(32);
     for (int h = 0; h < 2; h++)
@@ -892,9 +892,9 @@ static inline __attribute__((always_inline)) __m256 q6_K_dec_block(const kk_q6_K
     return sum;
 }
 
-KK_DEC_CHUNKED(dec_q6_K, kk_q6_Kx8, kq_block_q8_K, q6_K_tok, DEC_CHUNK, q6_K_tok_set, q6_K_dec_block)
+KK_DEC_CHUNKED(dec_q6_K, kk_q6_Kx8, quant_block_q8_K, q6_K_tok, DEC_CHUNK, q6_K_tok_set, q6_K_dec_block)
 
 const kk_x8_set kk_x8_avx512 = {
-    .fn = {[KQ_Q4_0] = x8_q4_0, [KQ_Q8_0] = x8_q8_0, [KQ_Q4_K] = x8_q4_K, [KQ_Q6_K] = x8_q6_K},
-    .dec = {[KQ_Q4_0] = dec_q4_0, [KQ_Q8_0] = dec_q8_0, [KQ_Q4_K] = dec_q4_K, [KQ_Q6_K] = dec_q6_K},
+    .fn = {[QUANT_Q4_0] = x8_q4_0, [QUANT_Q8_0] = x8_q8_0, [QUANT_Q4_K] = x8_q4_K, [QUANT_Q6_K] = x8_q6_K},
+    .dec = {[QUANT_Q4_0] = dec_q4_0, [QUANT_Q8_0] = dec_q8_0, [QUANT_Q4_K] = dec_q4_K, [QUANT_Q6_K] = dec_q6_K},
 };

@@ -109,7 +109,7 @@ typedef struct kk_ssm_ops {
 
 /* The set of level isa (a KQ_ISA_* value; the AVX-512 level's is the AVX2
  * set), NULL if the CPU lacks the level; kk_ssm_ops_best() the set of the
- * level kq_init() chose (kernels/level.c). */
+ * level quant_init() chose (kernels/level.c). */
 const kk_ssm_ops *kk_ssm_ops_at(int isa);
 const kk_ssm_ops *kk_ssm_ops_best(void);
 

@@ -19,13 +19,13 @@
 void kiln_set_log(kiln_log_fn fn, void *user, int max_level) { base_set_log(fn, user, max_level); }
 
 const char *kiln_cpu_path(void) {
-    kq_init();
-    const int isa = kq_active_isa();
+    quant_init();
+    const int isa = quant_active_isa();
     /* the AVX-512 level always has VNNI (quant.c); BF16 is extra */
 #if defined(__x86_64__)
-    if (isa == KQ_ISA_AVX512) return kq_cpu_bf16() ? "avx512 vnni bf16" : "avx512 vnni";
+    if (isa == QUANT_ISA_AVX512) return quant_cpu_bf16() ? "avx512 vnni bf16" : "avx512 vnni";
 #endif
-    return kq_isa_name(isa);
+    return quant_isa_name(isa);
 }
 
 /* ---------------------------------------------------------------- context */
@@ -159,7 +159,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     c->p.mtp = mtp_ord >= 0;
     c->shape = shape;
     c->mtp_ord = mtp_ord;
-    kq_init();
+    quant_init();
     c->pool = kpool_new(p.n_threads);
     kiln_status st = c->pool ? KILN_OK : base_fail(KILN_ERR_NOMEM, "cannot start threads");
     if (!st) st = kl_kv_init_split(&c->kv, m->be, m->be_lo, n_lo, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap);

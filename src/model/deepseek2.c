@@ -108,8 +108,8 @@ static void ds_bind_kv_b(kl_binder *B, ds_model *d, int H, int il, ds_layer *l) 
     const int64_t per = (int64_t)d->dn + d->dv;
     const kk_mat kv = kl_bind_mat(B, n, d->r, H * per, 0);
     if (!kv.data) return;
-    const kq_traits *t = kq_get(kv.type);
-    const size_t rs = kq_row_size(kv.type, d->r);
+    const quant_traits *t = quant_get(kv.type);
+    const size_t rs = quant_row_size(kv.type, d->r);
     float *row = malloc((size_t)d->r * sizeof(float));
     if (!row || !t->to_f32) {
         free(row);
@@ -121,9 +121,9 @@ static void ds_bind_kv_b(kl_binder *B, ds_model *d, int H, int il, ds_layer *l) 
         uint16_t *kh = kb + (size_t)h * d->r * d->dn;
         for (int j = 0; j < d->dn; j++) {
             t->to_f32((const uint8_t *)kv.data + (size_t)(h * per + j) * rs, row, d->r);
-            for (int r = 0; r < d->r; r++) kh[(size_t)r * d->dn + j] = kq_f32_to_f16(row[r]);
+            for (int r = 0; r < d->r; r++) kh[(size_t)r * d->dn + j] = quant_f32_to_f16(row[r]);
         }
-        l->wk_b[h] = (kk_mat){kh, KQ_F16, d->dn, d->r, NULL};
+        l->wk_b[h] = (kk_mat){kh, QUANT_F16, d->dn, d->r, NULL};
         l->wv_b[h] = (kk_mat){(const uint8_t *)kv.data + (size_t)(h * per + d->dn) * rs, kv.type, d->r, d->dv, NULL};
     }
     free(row);

@@ -89,7 +89,7 @@ typedef struct dense_model {
 
 /* Rows r0 .. r0+n-1 of w, as a matrix of its own. */
 static kk_mat dense_rows(kk_mat w, int64_t r0, int64_t n) {
-    if (w.data) w.data = (const uint8_t *)w.data + (size_t)r0 * kq_row_size(w.type, w.ncols);
+    if (w.data) w.data = (const uint8_t *)w.data + (size_t)r0 * quant_row_size(w.type, w.ncols);
     w.nrows = n;
     return w;
 }

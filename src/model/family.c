@@ -88,8 +88,8 @@ const gguf_tensor *kl_bind_tensor(kl_binder *B, const char *name, int dims, cons
 const float *kl_bind_vec(kl_binder *B, const char *name, int64_t n, int optional) {
     const gguf_tensor *t = kl_bind_tensor(B, name, 1, &n, optional);
     if (!t) return NULL;
-    if (t->type != KQ_F32) {
-        kl_bind_fail(B, "tensor %s must be F32 (it is %s)", name, kq_get((int)t->type)->name);
+    if (t->type != QUANT_F32) {
+        kl_bind_fail(B, "tensor %s must be F32 (it is %s)", name, quant_get((int)t->type)->name);
         return NULL;
     }
     return t->data;
@@ -111,7 +111,7 @@ int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, 
     const int64_t ne[3] = {ncols, nrows, n_mat};
     const gguf_tensor *t = kl_bind_tensor(B, name, 3, ne, optional);
     if (!t) return 0;
-    const size_t bytes = kq_row_size((int)t->type, ncols) * (size_t)nrows;
+    const size_t bytes = quant_row_size((int)t->type, ncols) * (size_t)nrows;
     for (int e = 0; e < n_mat; e++)
         out[e] = (kk_mat){(const uint8_t *)t->data + (size_t)e * bytes, (int)t->type, ncols, nrows, NULL};
     return 1;

@@ -120,9 +120,9 @@ kiln_status kl_gemma_rope_local(const kiln_model *m, int n_rot, kk_rope *r) {
 
 /* ggml's gelu of an F16 input, rounded to F16: its table's entry. */
 static float gelu_entry(uint16_t h) {
-    const float f = kq_f16_to_f32(h);
+    const float f = quant_f16_to_f32(h);
     const float g = 0.5f * f * (1.0f + tanhf(0.79788456080286535587989211986876f * f * (1.0f + 0.044715f * f * f)));
-    return kq_f16_to_f32(kq_f32_to_f16(g));
+    return quant_f16_to_f32(quant_f32_to_f16(g));
 }
 
 /* The table of every F16 input's entry (256 KiB), made once: a lookup per
@@ -138,7 +138,7 @@ void kl_gemma_geglu(float *g, const float *u, int n) {
     for (int i = 0; i < n; i++) {
         const float x = g[i];
         /* ggml: 0 at x <= -10, x itself at x >= 10, the table between */
-        const float y = x <= -10.0f ? 0.0f : x >= 10.0f ? x : g_gelu[kq_f32_to_f16(x)];
+        const float y = x <= -10.0f ? 0.0f : x >= 10.0f ? x : g_gelu[quant_f32_to_f16(x)];
         g[i] = u ? y * u[i] : y;
     }
 }

@@ -165,7 +165,7 @@ static void bind_recurrent(kl_binder *B, kiln_model *m, hyb_model *h, int i, hyb
     }
     const int64_t cne[2] = {h->K, h->conv_dim};
     const gguf_tensor *ct = kl_bind_tensor(B, NAME("ssm_conv1d.weight"), 2, cne, 0);
-    if (ct && ct->type != KQ_F32) kl_bind_fail(B, "tensor %s must be F32 (it is %s)", n, kq_get((int)ct->type)->name);
+    if (ct && ct->type != QUANT_F32) kl_bind_fail(B, "tensor %s must be F32 (it is %s)", n, quant_get((int)ct->type)->name);
     l->dt_bias = kl_bind_vec(B, NAME("ssm_dt.bias"), h->Hv, 0);
     l->ssm_a = kl_bind_vec(B, NAME("ssm_a"), h->Hv, 0);
     l->ssm_norm = kl_bind_vec(B, NAME("ssm_norm.weight"), h->Dv, 0);

@@ -102,17 +102,17 @@ static int load_hparams(loader *L) {
 }
 
 static void summarize(kiln_model *m) {
-    int counts[KQ_TYPE_COUNT] = {0};
+    int counts[QUANT_TYPE_COUNT] = {0};
     for (int i = 0; i < gguf_n_tensors(m->gf); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->gf, i);
         m->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
         m->n_bytes += t->nbytes;
-        if (t->n_dims >= 2 && t->type < KQ_TYPE_COUNT) counts[t->type]++;
+        if (t->n_dims >= 2 && t->type < QUANT_TYPE_COUNT) counts[t->type]++;
     }
-    int best = KQ_F32;
-    for (int t = 0; t < KQ_TYPE_COUNT; t++)
+    int best = QUANT_F32;
+    for (int t = 0; t < QUANT_TYPE_COUNT; t++)
         if (counts[t] > counts[best]) best = t;
-    snprintf(m->ftype, sizeof m->ftype, "%s", kq_get(best)->name);
+    snprintf(m->ftype, sizeof m->ftype, "%s", quant_get(best)->name);
 }
 
 /* The backend be prepares part (kl_weights.part) of the weights (on the
@@ -133,7 +133,7 @@ static int prepare_part(kiln_model *m, const kbe_backend *be, int part, void **m
     int rc = 0;
     for (int i = 0; cuda && i < wl.n_mats && !rc; i++)
         if (wl.mats[i]->data && !kbe_cuda_weight_type(wl.mats[i]->type)) {
-            snprintf(err, errlen, "the CUDA backend has no kernels for %s weights", kq_get(wl.mats[i]->type)->name);
+            snprintf(err, errlen, "the CUDA backend has no kernels for %s weights", quant_get(wl.mats[i]->type)->name);
             rc = -1;
         }
     if (cuda && wl.failed && !rc) {
@@ -169,7 +169,7 @@ static uint64_t gpu_weight_bytes(kiln_model *m) {
     wl.l0 = m->gpu_l0;
     if (m->arch->family->weights) m->arch->family->weights(m, &wl);
     uint64_t n = 0;
-    for (int i = 0; i < wl.n_mats; i++) n += kq_row_size(wl.mats[i]->type, wl.mats[i]->ncols) * wl.mats[i]->nrows;
+    for (int i = 0; i < wl.n_mats; i++) n += quant_row_size(wl.mats[i]->type, wl.mats[i]->ncols) * wl.mats[i]->nrows;
     for (int i = 0; i < wl.n_vecs; i++) n += (uint64_t)wl.vlen[i] * sizeof(float);
     free(wl.mats);
     free(wl.vecs);

@@ -42,8 +42,8 @@ kiln_status kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h) {
 /* An optional F32 [n, ne] tensor of per-expert biases. */
 static const float *bias_rows(kl_binder *B, const char *name, int64_t n, int ne) {
     const kk_mat b = kl_bind_mat(B, name, n, ne, 1);
-    if (b.data && b.type != KQ_F32) {
-        kl_bind_fail(B, "tensor %s must be F32 (it is %s)", name, kq_get(b.type)->name);
+    if (b.data && b.type != QUANT_F32) {
+        kl_bind_fail(B, "tensor %s must be F32 (it is %s)", name, quant_get(b.type)->name);
         return NULL;
     }
     return b.data;
@@ -59,8 +59,8 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
     }
     const int ne = h->n_expert;
     l->router = kl_bind_mat(B, NAME("ffn_gate_inp.weight"), E, ne, 0);
-    if (l->router.data && l->router.type != KQ_F32) {
-        kl_bind_fail(B, "tensor %s must be F32 (it is %s)", n, kq_get(l->router.type)->name);
+    if (l->router.data && l->router.type != QUANT_F32) {
+        kl_bind_fail(B, "tensor %s must be F32 (it is %s)", n, quant_get(l->router.type)->name);
         return;
     }
     l->e_gate = views;
@@ -77,7 +77,7 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
             for (int e = 0; e < ne; e++) {
                 l->e_gate[e].nrows = Fe;
                 l->e_up[e] = l->e_gate[e];
-                l->e_up[e].data = (const uint8_t *)l->e_gate[e].data + kq_row_size(l->e_gate[e].type, E) * (size_t)Fe;
+                l->e_up[e].data = (const uint8_t *)l->e_gate[e].data + quant_row_size(l->e_gate[e].type, E) * (size_t)Fe;
             }
     } else {
         kl_bind_mats3(B, NAME("ffn_gate_exps.weight"), E, Fe, ne, l->e_gate, 0);

@@ -101,17 +101,17 @@ static void bind_mamba(kl_binder *B, kiln_model *m, nem_model *h, int i, nem_lay
     l->w_in = kl_bind_mat(B, NAME("ssm_in.weight"), E, h->d_in, 0);
     const int64_t cne[2] = {h->K, h->conv_dim};
     const gguf_tensor *ct = kl_bind_tensor(B, NAME("ssm_conv1d.weight"), 2, cne, 0);
-    if (ct && ct->type != KQ_F32) kl_bind_fail(B, "tensor %s must be F32 (it is %s)", n, kq_get((int)ct->type)->name);
+    if (ct && ct->type != QUANT_F32) kl_bind_fail(B, "tensor %s must be F32 (it is %s)", n, quant_get((int)ct->type)->name);
     l->conv_b = kl_bind_vec(B, NAME("ssm_conv1d.bias"), h->conv_dim, 1);
     l->dt_bias = kl_bind_vec(B, NAME("ssm_dt.bias"), h->Hs, 0);
     const int64_t ane[2] = {1, h->Hs};
     const gguf_tensor *ta = kl_bind_tensor(B, NAME("ssm_a"), 2, ane, 0);
-    if (ta && ta->type != KQ_F32) kl_bind_fail(B, "tensor %s must be F32", n);
+    if (ta && ta->type != QUANT_F32) kl_bind_fail(B, "tensor %s must be F32", n);
     const gguf_tensor *td = kl_bind_tensor(B, NAME("ssm_d"), 2, ane, 0);
-    if (td && td->type != KQ_F32) kl_bind_fail(B, "tensor %s must be F32", n);
+    if (td && td->type != QUANT_F32) kl_bind_fail(B, "tensor %s must be F32", n);
     const int64_t nne[2] = {h->Di / h->G, h->G};
     const gguf_tensor *tn = kl_bind_tensor(B, NAME("ssm_norm.weight"), 2, nne, 0);
-    if (tn && tn->type != KQ_F32) kl_bind_fail(B, "tensor %s must be F32", n);
+    if (tn && tn->type != QUANT_F32) kl_bind_fail(B, "tensor %s must be F32", n);
     l->w_out = kl_bind_mat(B, NAME("ssm_out.weight"), h->Di, E, 0);
     if (!B->st) { /* the taps tap-major, so 8 channels load at once */
         l->ssm_a = ta->data;

@@ -18,7 +18,7 @@
 #include <pthread.h>
 #include <string.h>
 
-static kq_cpu g_cpu;
+static quant_cpu g_cpu;
 static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -36,7 +36,7 @@ static uint64_t read_xcr0(void) {
 }
 
 static void detect(void) {
-    kq_cpu *p = &g_cpu;
+    quant_cpu *p = &g_cpu;
     unsigned a, b, c, d;
     unsigned max = __get_cpuid_max(0, NULL);
     __cpuid(0, a, b, c, d);
@@ -86,23 +86,23 @@ static void detect(void) {
 #include <sys/auxv.h>
 
 /* <asm/hwcap.h> bits, spelled out so older headers do */
-#define KQ_HWCAP_ASIMD (1ul << 1)
-#define KQ_HWCAP_ASIMDHP (1ul << 10) /* FP16 arithmetic on vectors */
-#define KQ_HWCAP_ASIMDDP (1ul << 20) /* sdot / udot */
-#define KQ_HWCAP_SVE (1ul << 22)
-#define KQ_HWCAP2_I8MM (1ul << 13) /* smmla / ummla / usmmla */
-#define KQ_HWCAP2_BF16 (1ul << 14) /* bfdot / bfmmla / bfcvt */
+#define QUANT_HWCAP_ASIMD (1ul << 1)
+#define QUANT_HWCAP_ASIMDHP (1ul << 10) /* FP16 arithmetic on vectors */
+#define QUANT_HWCAP_ASIMDDP (1ul << 20) /* sdot / udot */
+#define QUANT_HWCAP_SVE (1ul << 22)
+#define QUANT_HWCAP2_I8MM (1ul << 13) /* smmla / ummla / usmmla */
+#define QUANT_HWCAP2_BF16 (1ul << 14) /* bfdot / bfmmla / bfcvt */
 
 static void detect(void) {
-    kq_cpu *p = &g_cpu;
+    quant_cpu *p = &g_cpu;
     const unsigned long h = getauxval(AT_HWCAP), h2 = getauxval(AT_HWCAP2);
     memcpy(p->vendor, "arm", 4);
-    p->asimd = (h & KQ_HWCAP_ASIMD) != 0;
-    p->fp16 = (h & KQ_HWCAP_ASIMDHP) != 0;
-    p->dotprod = (h & KQ_HWCAP_ASIMDDP) != 0;
-    p->sve = (h & KQ_HWCAP_SVE) != 0;
-    p->i8mm = (h2 & KQ_HWCAP2_I8MM) != 0;
-    p->bf16 = (h2 & KQ_HWCAP2_BF16) != 0;
+    p->asimd = (h & QUANT_HWCAP_ASIMD) != 0;
+    p->fp16 = (h & QUANT_HWCAP_ASIMDHP) != 0;
+    p->dotprod = (h & QUANT_HWCAP_ASIMDDP) != 0;
+    p->sve = (h & QUANT_HWCAP_SVE) != 0;
+    p->i8mm = (h2 & QUANT_HWCAP2_I8MM) != 0;
+    p->bf16 = (h2 & QUANT_HWCAP2_BF16) != 0;
     p->arm_known = 1;
 }
 
@@ -116,7 +116,7 @@ static int sysctl_flag(const char *name) {
 }
 
 static void detect(void) {
-    kq_cpu *p = &g_cpu;
+    quant_cpu *p = &g_cpu;
     memcpy(p->vendor, "arm", 4);
     size_t n = sizeof p->brand - 1;
     if (sysctlbyname("machdep.cpu.brand_string", p->brand, &n, NULL, 0) != 0) p->brand[0] = 0;
@@ -140,7 +140,7 @@ static void detect(void) {
 }
 #endif
 
-const kq_cpu *kq_cpu_get(void) {
+const quant_cpu *quant_cpu_get(void) {
     pthread_once(&g_cpu_once, detect);
     return &g_cpu;
 }

@@ -26,8 +26,8 @@ static void bfdot_dot_bf16(int n, float *s, const void *vx, const void *vy) {
     for (; i + 8 <= n; i += 8)
         a0 = vbfdotq_f32(a0, vreinterpretq_bf16_u16(vld1q_u16(x + i)), vreinterpretq_bf16_u16(vld1q_u16(y + i)));
     float tail = 0;
-    for (; i < n; i++) tail += kq_bf16_to_f32(x[i]) * kq_bf16_to_f32(y[i]);
+    for (; i < n; i++) tail += quant_bf16_to_f32(x[i]) * quant_bf16_to_f32(y[i]);
     *s = vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3))) + tail;
 }
 
-const kq_simd kq_quant_bf16 = {.dot = {[KQ_BF16] = bfdot_dot_bf16}};
+const quant_simd quant_quant_bf16 = {.dot = {[QUANT_BF16] = bfdot_dot_bf16}};

@@ -3,6 +3,6 @@
  * (built with -march=armv8.2-a+dotprod; only called when the CPU reports
  * FEAT_DotProd).
  */
-#define KQ_NEON_TABLE kq_quant_dotprod
-#define KQ_NEON_DOTPROD 1
+#define QUANT_NEON_TABLE quant_quant_dotprod
+#define QUANT_NEON_DOTPROD 1
 #include "neon_dots.h"

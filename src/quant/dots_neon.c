@@ -2,6 +2,6 @@
  * dots_neon.c — the neon level's dot kernels (Advanced SIMD, every
  * aarch64 CPU): neon_dots.h without sdot.
  */
-#define KQ_NEON_TABLE kq_quant_neon
-#define KQ_NEON_DOTPROD 0
+#define QUANT_NEON_TABLE quant_quant_neon
+#define QUANT_NEON_DOTPROD 0
 #include "neon_dots.h"

@@ -19,7 +19,7 @@
 #include <pthread.h>
 #include <string.h>
 
-static inline float f16(uint16_t h) { return kq_f16_to_f32(h); }
+static inline float f16(uint16_t h) { return quant_f16_to_f32(h); }
 
 /* y[0..7] = db * magnitudes of grid entry g, negated where signs has a bit. */
 static inline void put8(float *y, float db, uint64_t g, uint8_t signs) {
@@ -48,8 +48,8 @@ static inline void xxs_words(const uint16_t *qs, int ib, uint32_t *a, uint32_t *
 /* The two 4-magnitude IQ3 grid entries of a group, as one 8-byte entry. */
 static inline uint64_t pair(uint32_t lo, uint32_t hi) { return (uint64_t)lo | (uint64_t)hi << 32; }
 
-static inline uint32_t iq3xxs_word(const kq_block_iq3_xxs *b, int ib) {
-    const uint8_t *p = b->qs + KQ_QK_K / 4 + 4 * ib;
+static inline uint32_t iq3xxs_word(const quant_block_iq3_xxs *b, int ib) {
+    const uint8_t *p = b->qs + QUANT_QK_K / 4 + 4 * ib;
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
@@ -58,24 +58,24 @@ static inline uint32_t iq3xxs_word(const kq_block_iq3_xxs *b, int ib) {
 /* ---------------------------------------------------------------------- */
 
 static void iq2_xxs_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_iq2_xxs *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i) {
+    const quant_block_iq2_xxs *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = f16(x[i].d);
         for (int ib = 0; ib < 8; ++ib) {
             uint32_t a, b;
             xxs_words(x[i].qs, ib, &a, &b);
             const float db = d * (0.5f + (float)(b >> 28)) * 0.25f;
             for (int l = 0; l < 4; ++l, y += 8)
-                put8(y, db, kq_iq2xxs_grid[(a >> (8 * l)) & 255], kq_iq_signs(b >> (7 * l)));
+                put8(y, db, quant_iq2xxs_grid[(a >> (8 * l)) & 255], quant_iq_signs(b >> (7 * l)));
         }
     }
 }
 
 static void iq2_xxs_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq2_xxs *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_iq2_xxs *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = f16(x[i].d) * y[i].d;
         int bsum = 0;
         for (int ib = 0; ib < 8; ++ib) {
@@ -83,7 +83,7 @@ static void iq2_xxs_dot(int n, float *s, const void *vx, const void *vy) {
             xxs_words(x[i].qs, ib, &a, &b);
             int dot = 0;
             for (int l = 0; l < 4; ++l)
-                dot += dot8(kq_iq2xxs_grid[(a >> (8 * l)) & 255], kq_iq_signs(b >> (7 * l)), y[i].qs + 32 * ib + 8 * l);
+                dot += dot8(quant_iq2xxs_grid[(a >> (8 * l)) & 255], quant_iq_signs(b >> (7 * l)), y[i].qs + 32 * ib + 8 * l);
             bsum += dot * (int)(2 * (b >> 28) + 1);
         }
         sum += d * (float)bsum;
@@ -96,30 +96,30 @@ static void iq2_xxs_dot(int n, float *s, const void *vx, const void *vy) {
 /* ---------------------------------------------------------------------- */
 
 static void iq2_xs_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_iq2_xs *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i) {
+    const quant_block_iq2_xs *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = f16(x[i].d);
         for (int g = 0; g < 32; ++g, y += 8) {
             const int sc = (x[i].scales[g / 4] >> (4 * ((g / 2) & 1))) & 15;
             const float db = d * (0.5f + (float)sc) * 0.25f;
             const uint16_t q = x[i].qs[g];
-            put8(y, db, kq_iq2xs_grid[q & 511], kq_iq_signs(q >> 9));
+            put8(y, db, quant_iq2xs_grid[q & 511], quant_iq_signs(q >> 9));
         }
     }
 }
 
 static void iq2_xs_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq2_xs *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_iq2_xs *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = f16(x[i].d) * y[i].d;
         int bsum = 0;
         for (int h = 0; h < 16; ++h) { /* runs of 16 weights, one scale each */
             const int sc = (x[i].scales[h / 2] >> (4 * (h & 1))) & 15;
             int dot = 0;
             for (int g = 2 * h; g < 2 * h + 2; ++g)
-                dot += dot8(kq_iq2xs_grid[x[i].qs[g] & 511], kq_iq_signs(x[i].qs[g] >> 9), y[i].qs + 8 * g);
+                dot += dot8(quant_iq2xs_grid[x[i].qs[g] & 511], quant_iq_signs(x[i].qs[g] >> 9), y[i].qs + 8 * g);
             bsum += dot * (2 * sc + 1);
         }
         sum += d * (float)bsum;
@@ -132,29 +132,29 @@ static void iq2_xs_dot(int n, float *s, const void *vx, const void *vy) {
 /* ---------------------------------------------------------------------- */
 
 static void iq2_s_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_iq2_s *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i) {
+    const quant_block_iq2_s *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = f16(x[i].d);
         for (int g = 0; g < 32; ++g, y += 8) {
             const int sc = (x[i].scales[g / 4] >> (4 * ((g / 2) & 1))) & 15;
             const float db = d * (0.5f + (float)sc) * 0.25f;
-            put8(y, db, kq_iq2s_grid[kq_iq2s_index(&x[i], g)], x[i].qs[KQ_QK_K / 8 + g]);
+            put8(y, db, quant_iq2s_grid[quant_iq2s_index(&x[i], g)], x[i].qs[QUANT_QK_K / 8 + g]);
         }
     }
 }
 
 static void iq2_s_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq2_s *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_iq2_s *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = f16(x[i].d) * y[i].d;
         int bsum = 0;
         for (int h = 0; h < 16; ++h) {
             const int sc = (x[i].scales[h / 2] >> (4 * (h & 1))) & 15;
             int dot = 0;
             for (int g = 2 * h; g < 2 * h + 2; ++g)
-                dot += dot8(kq_iq2s_grid[kq_iq2s_index(&x[i], g)], x[i].qs[KQ_QK_K / 8 + g], y[i].qs + 8 * g);
+                dot += dot8(quant_iq2s_grid[quant_iq2s_index(&x[i], g)], x[i].qs[QUANT_QK_K / 8 + g], y[i].qs + 8 * g);
             bsum += dot * (2 * sc + 1);
         }
         sum += d * (float)bsum;
@@ -167,25 +167,25 @@ static void iq2_s_dot(int n, float *s, const void *vx, const void *vy) {
 /* ---------------------------------------------------------------------- */
 
 static void iq3_xxs_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_iq3_xxs *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i) {
+    const quant_block_iq3_xxs *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = f16(x[i].d);
         for (int ib = 0; ib < 8; ++ib) {
             const uint32_t b = iq3xxs_word(&x[i], ib);
             const float db = d * (0.5f + (float)(b >> 28)) * 0.5f;
             for (int l = 0; l < 4; ++l, y += 8) {
                 const uint8_t *q = x[i].qs + 8 * ib + 2 * l;
-                put8(y, db, pair(kq_iq3xxs_grid[q[0]], kq_iq3xxs_grid[q[1]]), kq_iq_signs(b >> (7 * l)));
+                put8(y, db, pair(quant_iq3xxs_grid[q[0]], quant_iq3xxs_grid[q[1]]), quant_iq_signs(b >> (7 * l)));
             }
         }
     }
 }
 
 static void iq3_xxs_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq3_xxs *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_iq3_xxs *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = f16(x[i].d) * y[i].d;
         int bsum = 0;
         for (int ib = 0; ib < 8; ++ib) {
@@ -193,7 +193,7 @@ static void iq3_xxs_dot(int n, float *s, const void *vx, const void *vy) {
             int dot = 0;
             for (int l = 0; l < 4; ++l) {
                 const uint8_t *q = x[i].qs + 8 * ib + 2 * l;
-                dot += dot8(pair(kq_iq3xxs_grid[q[0]], kq_iq3xxs_grid[q[1]]), kq_iq_signs(b >> (7 * l)),
+                dot += dot8(pair(quant_iq3xxs_grid[q[0]], quant_iq3xxs_grid[q[1]]), quant_iq_signs(b >> (7 * l)),
                             y[i].qs + 32 * ib + 8 * l);
             }
             bsum += dot * (int)(2 * (b >> 28) + 1);
@@ -208,23 +208,23 @@ static void iq3_xxs_dot(int n, float *s, const void *vx, const void *vy) {
 /* ---------------------------------------------------------------------- */
 
 static void iq3_s_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_iq3_s *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i) {
+    const quant_block_iq3_s *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = f16(x[i].d);
         for (int g = 0; g < 32; ++g, y += 8) {
             const int sc = (x[i].scales[g / 8] >> (4 * ((g / 4) & 1))) & 15;
             const float db = d * (float)(1 + 2 * sc);
-            put8(y, db, pair(kq_iq3s_grid[kq_iq3s_index(&x[i], 2 * g)], kq_iq3s_grid[kq_iq3s_index(&x[i], 2 * g + 1)]),
+            put8(y, db, pair(quant_iq3s_grid[quant_iq3s_index(&x[i], 2 * g)], quant_iq3s_grid[quant_iq3s_index(&x[i], 2 * g + 1)]),
                  x[i].signs[g]);
         }
     }
 }
 
 static void iq3_s_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq3_s *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_iq3_s *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = f16(x[i].d) * y[i].d;
         int bsum = 0;
         for (int ib = 0; ib < 8; ++ib) {
@@ -232,7 +232,7 @@ static void iq3_s_dot(int n, float *s, const void *vx, const void *vy) {
             int dot = 0;
             for (int g = 4 * ib; g < 4 * ib + 4; ++g)
                 dot +=
-                    dot8(pair(kq_iq3s_grid[kq_iq3s_index(&x[i], 2 * g)], kq_iq3s_grid[kq_iq3s_index(&x[i], 2 * g + 1)]),
+                    dot8(pair(quant_iq3s_grid[quant_iq3s_index(&x[i], 2 * g)], quant_iq3s_grid[quant_iq3s_index(&x[i], 2 * g + 1)]),
                          x[i].signs[g], y[i].qs + 8 * g);
             bsum += dot * (2 * sc + 1);
         }
@@ -264,7 +264,7 @@ static void iq3s_build(void) {
     for (int u = 0; u < 4096; ++u) g_iq3s.index[u] = -1;
     for (int j = 0; j < 512; ++j) {
         int u = 0;
-        for (int i = 0; i < 4; ++i) u |= iq3s_level(kq_iq3s_grid[j], i) << (3 * i);
+        for (int i = 0; i < 4; ++i) u |= iq3s_level(quant_iq3s_grid[j], i) << (3 * i);
         g_iq3s.index[u] = (int16_t)j;
     }
     int used = 0;
@@ -274,7 +274,7 @@ static void iq3s_build(void) {
         for (int j = 0; j < 512; ++j) {
             d2[j] = 0;
             for (int i = 0; i < 4; ++i) {
-                const int diff = 2 * iq3s_level(kq_iq3s_grid[j], i) - 2 * ((u >> (3 * i)) & 7);
+                const int diff = 2 * iq3s_level(quant_iq3s_grid[j], i) - 2 * ((u >> (3 * i)) & 7);
                 d2[j] += diff * diff;
             }
         }
@@ -315,12 +315,12 @@ static int iq3s_best_neighbour(int u, const float *x, const float *w, float scal
         const int j = g_iq3s.nb[g_iq3s.first[u] + k];
         float d2 = 0;
         for (int i = 0; i < 4; ++i) {
-            const float diff = scale * (float)(2 * iq3s_level(kq_iq3s_grid[j], i) + 1) - x[i];
+            const float diff = scale * (float)(2 * iq3s_level(quant_iq3s_grid[j], i) + 1) - x[i];
             d2 += w[i] * diff * diff;
         }
         if (d2 < best) best = d2, gi = j;
     }
-    for (int i = 0; i < 4; ++i) L[i] = (int8_t)iq3s_level(kq_iq3s_grid[gi], i);
+    for (int i = 0; i < 4; ++i) L[i] = (int8_t)iq3s_level(quant_iq3s_grid[gi], i);
     return gi;
 }
 
@@ -404,8 +404,8 @@ static float iq3s_run(const float *xb, int8_t *L, uint8_t signs[4]) {
 
 static void iq3_s_from_f32(const float *x, void *vy, int64_t n) {
     pthread_once(&g_iq3s_once, iq3s_build);
-    kq_block_iq3_s *y = vy;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+    quant_block_iq3_s *y = vy;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         memset(&y[i], 0, sizeof y[i]);
         float scales[8], max_scale = 0;
         /* A run of zeros writes nothing and, as in llama.cpp's quantizer,
@@ -432,7 +432,7 @@ static void iq3_s_from_f32(const float *x, void *vy, int64_t n) {
         }
         if (max_scale == 0) continue;
         const float d = max_scale / 31;
-        y[i].d = kq_f32_to_f16(d * 1.033f);
+        y[i].d = quant_f32_to_f16(d * 1.033f);
         const float id = 1 / d;
         for (int ib = 0; ib < 8; ++ib) {
             int l = round_int(0.5f * (id * scales[ib] - 1));
@@ -446,14 +446,14 @@ static void iq3_s_from_f32(const float *x, void *vy, int64_t n) {
 /* Table                                                                  */
 /* ---------------------------------------------------------------------- */
 
-void kq_fill_iquants(kq_traits *tab) {
-    tab[KQ_IQ2_XXS] =
-        kq_traits_ref("IQ2_XXS", KQ_QK_K, sizeof(kq_block_iq2_xxs), KQ_Q8_K, iq2_xxs_to_f32, NULL, iq2_xxs_dot);
-    tab[KQ_IQ2_XS] =
-        kq_traits_ref("IQ2_XS", KQ_QK_K, sizeof(kq_block_iq2_xs), KQ_Q8_K, iq2_xs_to_f32, NULL, iq2_xs_dot);
-    tab[KQ_IQ2_S] = kq_traits_ref("IQ2_S", KQ_QK_K, sizeof(kq_block_iq2_s), KQ_Q8_K, iq2_s_to_f32, NULL, iq2_s_dot);
-    tab[KQ_IQ3_XXS] =
-        kq_traits_ref("IQ3_XXS", KQ_QK_K, sizeof(kq_block_iq3_xxs), KQ_Q8_K, iq3_xxs_to_f32, NULL, iq3_xxs_dot);
-    tab[KQ_IQ3_S] =
-        kq_traits_ref("IQ3_S", KQ_QK_K, sizeof(kq_block_iq3_s), KQ_Q8_K, iq3_s_to_f32, iq3_s_from_f32, iq3_s_dot);
+void quant_fill_iquants(quant_traits *tab) {
+    tab[QUANT_IQ2_XXS] =
+        quant_traits_ref("IQ2_XXS", QUANT_QK_K, sizeof(quant_block_iq2_xxs), QUANT_Q8_K, iq2_xxs_to_f32, NULL, iq2_xxs_dot);
+    tab[QUANT_IQ2_XS] =
+        quant_traits_ref("IQ2_XS", QUANT_QK_K, sizeof(quant_block_iq2_xs), QUANT_Q8_K, iq2_xs_to_f32, NULL, iq2_xs_dot);
+    tab[QUANT_IQ2_S] = quant_traits_ref("IQ2_S", QUANT_QK_K, sizeof(quant_block_iq2_s), QUANT_Q8_K, iq2_s_to_f32, NULL, iq2_s_dot);
+    tab[QUANT_IQ3_XXS] =
+        quant_traits_ref("IQ3_XXS", QUANT_QK_K, sizeof(quant_block_iq3_xxs), QUANT_Q8_K, iq3_xxs_to_f32, NULL, iq3_xxs_dot);
+    tab[QUANT_IQ3_S] =
+        quant_traits_ref("IQ3_S", QUANT_QK_K, sizeof(quant_block_iq3_s), QUANT_Q8_K, iq3_s_to_f32, iq3_s_from_f32, iq3_s_dot);
 }

@@ -28,7 +28,7 @@ static const int16_t g_lane_run[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1,
                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
 
 /* sum over 64 weights of g * sign * q * scale, added to acc (16 int32) */
-static inline __m512i step64(__m512i acc, kq_iq_run r0, kq_iq_run r1, const int8_t *q8, __m512i lane_run) {
+static inline __m512i step64(__m512i acc, quant_iq_run r0, quant_iq_run r1, const int8_t *q8, __m512i lane_run) {
     const __m512i g = _mm512_inserti64x4(_mm512_castsi256_si512(r0.g), r1.g, 1);
     const __m512i q = _mm512_loadu_si512(q8);
     const __m512i sw = _mm512_inserti64x4(_mm512_castsi256_si512(r0.s), r1.s, 1);
@@ -45,10 +45,10 @@ static inline __m512i step64(__m512i acc, kq_iq_run r0, kq_iq_run r1, const int8
 #define IQ_DOT(name, T, RUN, F)                                                                     \
     static void name(int n, float *s, const void *vx, const void *vy) {                             \
         const T *x = vx;                                                                            \
-        const kq_block_q8_K *y = vy;                                                                \
+        const quant_block_q8_K *y = vy;                                                                \
         const __m512i lane_run = _mm512_loadu_si512(g_lane_run);                                    \
         float sum = 0;                                                                              \
-        for (int i = 0; i < n / KQ_QK_K; ++i) {                                                     \
+        for (int i = 0; i < n / QUANT_QK_K; ++i) {                                                     \
             const float d = h2f(x[i].d) * y[i].d;                                                   \
             __m512i acc = _mm512_setzero_si512();                                                   \
             for (int ib = 0; ib < 8; ib += 2)                                                       \
@@ -58,14 +58,14 @@ static inline __m512i step64(__m512i acc, kq_iq_run r0, kq_iq_run r1, const int8
         *s = (F)*sum;                                                                               \
     }
 
-IQ_DOT(iq2_xxs_dot, kq_block_iq2_xxs, iqx_run_iq2_xxs, 0.125f)
-IQ_DOT(iq2_xs_dot, kq_block_iq2_xs, iqx_run_iq2_xs, 0.125f)
-IQ_DOT(iq2_s_dot, kq_block_iq2_s, iqx_run_iq2_s, 0.125f)
-IQ_DOT(iq3_xxs_dot, kq_block_iq3_xxs, iqx_run_iq3_xxs, 0.25f)
-IQ_DOT(iq3_s_dot, kq_block_iq3_s, iqx_run_iq3_s, 1.0f)
+IQ_DOT(iq2_xxs_dot, quant_block_iq2_xxs, iqx_run_iq2_xxs, 0.125f)
+IQ_DOT(iq2_xs_dot, quant_block_iq2_xs, iqx_run_iq2_xs, 0.125f)
+IQ_DOT(iq2_s_dot, quant_block_iq2_s, iqx_run_iq2_s, 0.125f)
+IQ_DOT(iq3_xxs_dot, quant_block_iq3_xxs, iqx_run_iq3_xxs, 0.25f)
+IQ_DOT(iq3_s_dot, quant_block_iq3_s, iqx_run_iq3_s, 1.0f)
 
-const kq_simd kq_iquants_avx512 = {.dot = {[KQ_IQ2_XXS] = iq2_xxs_dot,
-                                           [KQ_IQ2_XS] = iq2_xs_dot,
-                                           [KQ_IQ2_S] = iq2_s_dot,
-                                           [KQ_IQ3_XXS] = iq3_xxs_dot,
-                                           [KQ_IQ3_S] = iq3_s_dot}};
+const quant_simd quant_iquants_avx512 = {.dot = {[QUANT_IQ2_XXS] = iq2_xxs_dot,
+                                           [QUANT_IQ2_XS] = iq2_xs_dot,
+                                           [QUANT_IQ2_S] = iq2_s_dot,
+                                           [QUANT_IQ3_XXS] = iq3_xxs_dot,
+                                           [QUANT_IQ3_S] = iq3_s_dot}};

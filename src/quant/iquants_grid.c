@@ -6,7 +6,7 @@
 #include "iquants_layout.h"
 
 /* IQ2_XXS: 256 groups of 8 magnitudes from {8, 25, 43} */
-const uint64_t kq_iq2xxs_grid[256] = {
+const uint64_t quant_iq2xxs_grid[256] = {
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08, 0x0808080808082b2b,
     0x0808080808190819, 0x0808080808191908, 0x08080808082b0808, 0x08080808082b082b, 0x08080808082b2b08,
     0x08080808082b2b2b, 0x0808080819080819, 0x0808080819081908, 0x0808080819190808, 0x0808080819192b08,
@@ -62,7 +62,7 @@ const uint64_t kq_iq2xxs_grid[256] = {
 };
 
 /* IQ2_XS: 512 groups of 8 magnitudes from {8, 25, 43} */
-const uint64_t kq_iq2xs_grid[512] = {
+const uint64_t quant_iq2xs_grid[512] = {
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08, 0x0808080808082b2b,
     0x0808080808190819, 0x0808080808191908, 0x080808080819192b, 0x0808080808192b19, 0x08080808082b0808,
     0x08080808082b082b, 0x08080808082b1919, 0x08080808082b2b08, 0x0808080819080819, 0x0808080819081908,
@@ -169,7 +169,7 @@ const uint64_t kq_iq2xs_grid[512] = {
 };
 
 /* IQ2_S: 1024 groups of 8 magnitudes from {8, 25, 43} */
-const uint64_t kq_iq2s_grid[1024] = {
+const uint64_t quant_iq2s_grid[1024] = {
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08, 0x0808080808082b2b,
     0x0808080808190819, 0x0808080808191908, 0x080808080819192b, 0x0808080808192b19, 0x08080808082b0808,
     0x08080808082b082b, 0x08080808082b1919, 0x08080808082b2b08, 0x0808080819080819, 0x0808080819081908,
@@ -378,7 +378,7 @@ const uint64_t kq_iq2s_grid[1024] = {
 };
 
 /* IQ3_XXS: 256 groups of 4 magnitudes from {4, 12, ..., 62} */
-const uint32_t kq_iq3xxs_grid[256] = {
+const uint32_t quant_iq3xxs_grid[256] = {
     0x04040404, 0x04040414, 0x04040424, 0x04040c0c, 0x04040c1c, 0x04040c3e, 0x04041404, 0x04041414, 0x04041c0c,
     0x04042414, 0x04043e1c, 0x04043e2c, 0x040c040c, 0x040c041c, 0x040c0c04, 0x040c0c14, 0x040c140c, 0x040c142c,
     0x040c1c04, 0x040c1c14, 0x040c240c, 0x040c2c24, 0x040c3e04, 0x04140404, 0x04140414, 0x04140424, 0x04140c0c,
@@ -411,7 +411,7 @@ const uint32_t kq_iq3xxs_grid[256] = {
 };
 
 /* IQ3_S: 512 groups of 4 odd magnitudes 1..15 */
-const uint32_t kq_iq3s_grid[512] = {
+const uint32_t quant_iq3s_grid[512] = {
     0x01010101, 0x01010103, 0x01010105, 0x0101010b, 0x0101010f, 0x01010301, 0x01010303, 0x01010305, 0x01010309,
     0x0101030d, 0x01010501, 0x01010503, 0x0101050b, 0x01010707, 0x01010901, 0x01010905, 0x0101090b, 0x0101090f,
     0x01010b03, 0x01010b07, 0x01010d01, 0x01010d05, 0x01010f03, 0x01010f09, 0x01010f0f, 0x01030101, 0x01030103,
@@ -473,7 +473,7 @@ const uint32_t kq_iq3s_grid[512] = {
 
 /* Sign code c (7 bits) to the 8 sign bits of its group: c plus, as bit 7,
  * the parity of c (every group has an even number of negative weights). */
-const uint8_t kq_iq_sign_codes[128] = {
+const uint8_t quant_iq_sign_codes[128] = {
     0,   129, 130, 3,   132, 5,   6,   135, 136, 9,   10,  139, 12,  141, 142, 15,  144, 17,  18,  147, 20,  149,
     150, 23,  24,  153, 154, 27,  156, 29,  30,  159, 160, 33,  34,  163, 36,  165, 166, 39,  40,  169, 170, 43,
     172, 45,  46,  175, 48,  177, 178, 51,  180, 53,  54,  183, 184, 57,  58,  187, 60,  189, 190, 63,  192, 65,
@@ -484,7 +484,7 @@ const uint8_t kq_iq_sign_codes[128] = {
 
 /* The same 128 codes as 8 bytes each, +1 (0x01) or -1 (0xff) per weight:
  * operands for the SIMD kernels' sign instruction. */
-const uint64_t kq_iq_sign_units[128] = {
+const uint64_t quant_iq_sign_units[128] = {
     0x0101010101010101, 0xff010101010101ff, 0xff0101010101ff01, 0x010101010101ffff, 0xff01010101ff0101,
     0x0101010101ff01ff, 0x0101010101ffff01, 0xff01010101ffffff, 0xff010101ff010101, 0x01010101ff0101ff,
     0x01010101ff01ff01, 0xff010101ff01ffff, 0x01010101ffff0101, 0xff010101ffff01ff, 0xff010101ffffff01,

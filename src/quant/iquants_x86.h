@@ -19,7 +19,7 @@ typedef struct {
     __m256i g;
     __m256i s; /* +1 or -1 per weight */
     int16_t ls[2];
-} kq_iq_run;
+} quant_iq_run;
 
 static inline uint32_t iqx_u32(const void *p) {
     uint32_t v;
@@ -29,7 +29,7 @@ static inline uint32_t iqx_u32(const void *p) {
 
 /* The four 8-weight groups' signs from their 7-bit codes. */
 static inline __m256i iqx_units(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3) {
-    const uint64_t *u = kq_iq_sign_units;
+    const uint64_t *u = quant_iq_sign_units;
     return _mm256_set_epi64x((long long)u[c3], (long long)u[c2], (long long)u[c1], (long long)u[c0]);
 }
 
@@ -42,46 +42,46 @@ static inline __m256i iqx_bits_units(uint32_t bits) {
     return _mm256_or_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(1));
 }
 
-static inline kq_iq_run iqx_run_iq2_xxs(const kq_block_iq2_xxs *b, int ib) {
+static inline quant_iq_run iqx_run_iq2_xxs(const quant_block_iq2_xxs *b, int ib) {
     const uint32_t a = iqx_u32(b->qs + 4 * ib), c = iqx_u32(b->qs + 4 * ib + 2);
     const int16_t ls = (int16_t)(2 * (c >> 28) + 1);
-    const uint64_t *G = kq_iq2xxs_grid;
-    return (kq_iq_run){_mm256_set_epi64x((long long)G[a >> 24], (long long)G[(a >> 16) & 255],
+    const uint64_t *G = quant_iq2xxs_grid;
+    return (quant_iq_run){_mm256_set_epi64x((long long)G[a >> 24], (long long)G[(a >> 16) & 255],
                                          (long long)G[(a >> 8) & 255], (long long)G[a & 255]),
                        iqx_units(c & 127, (c >> 7) & 127, (c >> 14) & 127, (c >> 21) & 127),
                        {ls, ls}};
 }
 
-static inline kq_iq_run iqx_run_iq2_xs(const kq_block_iq2_xs *b, int ib) {
+static inline quant_iq_run iqx_run_iq2_xs(const quant_block_iq2_xs *b, int ib) {
     const uint16_t *q = b->qs + 4 * ib;
-    const uint64_t *G = kq_iq2xs_grid;
-    return (kq_iq_run){_mm256_set_epi64x((long long)G[q[3] & 511], (long long)G[q[2] & 511], (long long)G[q[1] & 511],
+    const uint64_t *G = quant_iq2xs_grid;
+    return (quant_iq_run){_mm256_set_epi64x((long long)G[q[3] & 511], (long long)G[q[2] & 511], (long long)G[q[1] & 511],
                                          (long long)G[q[0] & 511]),
                        iqx_units(q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9),
                        {(int16_t)(2 * (b->scales[ib] & 15) + 1), (int16_t)(2 * (b->scales[ib] >> 4) + 1)}};
 }
 
-static inline kq_iq_run iqx_run_iq2_s(const kq_block_iq2_s *b, int ib) {
+static inline quant_iq_run iqx_run_iq2_s(const quant_block_iq2_s *b, int ib) {
     const int g = 4 * ib;
-    const uint64_t *G = kq_iq2s_grid;
-    return (kq_iq_run){_mm256_set_epi64x((long long)G[kq_iq2s_index(b, g + 3)], (long long)G[kq_iq2s_index(b, g + 2)],
-                                         (long long)G[kq_iq2s_index(b, g + 1)], (long long)G[kq_iq2s_index(b, g)]),
-                       iqx_bits_units(iqx_u32(b->qs + KQ_QK_K / 8 + g)),
+    const uint64_t *G = quant_iq2s_grid;
+    return (quant_iq_run){_mm256_set_epi64x((long long)G[quant_iq2s_index(b, g + 3)], (long long)G[quant_iq2s_index(b, g + 2)],
+                                         (long long)G[quant_iq2s_index(b, g + 1)], (long long)G[quant_iq2s_index(b, g)]),
+                       iqx_bits_units(iqx_u32(b->qs + QUANT_QK_K / 8 + g)),
                        {(int16_t)(2 * (b->scales[ib] & 15) + 1), (int16_t)(2 * (b->scales[ib] >> 4) + 1)}};
 }
 
-static inline kq_iq_run iqx_run_iq3_xxs(const kq_block_iq3_xxs *b, int ib) {
+static inline quant_iq_run iqx_run_iq3_xxs(const quant_block_iq3_xxs *b, int ib) {
     const uint8_t *q = b->qs + 8 * ib;
-    const uint32_t c = iqx_u32(b->qs + KQ_QK_K / 4 + 4 * ib);
+    const uint32_t c = iqx_u32(b->qs + QUANT_QK_K / 4 + 4 * ib);
     const int16_t ls = (int16_t)(2 * (c >> 28) + 1);
-    const uint32_t *G = kq_iq3xxs_grid;
-    return (kq_iq_run){_mm256_set_epi32((int)G[q[7]], (int)G[q[6]], (int)G[q[5]], (int)G[q[4]], (int)G[q[3]],
+    const uint32_t *G = quant_iq3xxs_grid;
+    return (quant_iq_run){_mm256_set_epi32((int)G[q[7]], (int)G[q[6]], (int)G[q[5]], (int)G[q[4]], (int)G[q[3]],
                                         (int)G[q[2]], (int)G[q[1]], (int)G[q[0]]),
                        iqx_units(c & 127, (c >> 7) & 127, (c >> 14) & 127, (c >> 21) & 127),
                        {ls, ls}};
 }
 
-static inline kq_iq_run iqx_run_iq3_s(const kq_block_iq3_s *b, int ib) {
+static inline quant_iq_run iqx_run_iq3_s(const quant_block_iq3_s *b, int ib) {
     /* the 8 grid indices: qs bytes plus bit k of qh[ib] as bit 8 */
     const __m256i idx =
         _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * ib))),
@@ -90,7 +90,7 @@ static inline kq_iq_run iqx_run_iq3_s(const kq_block_iq3_s *b, int ib) {
                                                            _mm256_set1_epi32(1)),
                                           8));
     const int16_t ls = (int16_t)(2 * ((b->scales[ib / 2] >> (4 * (ib & 1))) & 15) + 1);
-    return (kq_iq_run){_mm256_i32gather_epi32((const int *)kq_iq3s_grid, idx, 4),
+    return (quant_iq_run){_mm256_i32gather_epi32((const int *)quant_iq3s_grid, idx, 4),
                        iqx_bits_units(iqx_u32(b->signs + 4 * ib)),
                        {ls, ls}};
 }
@@ -98,7 +98,7 @@ static inline kq_iq_run iqx_run_iq3_s(const kq_block_iq3_s *b, int ib) {
 /* 16 int16 sums of adjacent products g_j * sign_j * q_j (exact: each
  * at most 2 * 62 * 128).  The signed grid value goes in the signed
  * operand of maddubs and |q| in the unsigned one, so q = -128 is exact. */
-static inline __m256i iqx_products(kq_iq_run r, __m256i q) {
+static inline __m256i iqx_products(quant_iq_run r, __m256i q) {
     const __m256i gs = _mm256_sign_epi8(r.g, r.s);
     return _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(gs, q));
 }

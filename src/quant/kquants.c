@@ -31,7 +31,7 @@ static inline int round_int(float v) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
-static inline float f16(uint16_t h) { return kq_f16_to_f32(h); }
+static inline float f16(uint16_t h) { return quant_f16_to_f32(h); }
 
 /* ---------------------------------------------------------------------- */
 /* Scale search helpers                                                   */
@@ -221,7 +221,7 @@ static float asym_quants(int n, int nmax, const float *x, const float *weights, 
 static inline int low2(const uint8_t *qs, int e) { return (qs[32 * (e >> 7) + (e & 31)] >> (2 * ((e >> 5) & 3))) & 3; }
 
 /* Q3_K's 16 signed 6-bit scales. */
-static void q3_scales(const kq_block_q3_K *b, int sc[16]) {
+static void q3_scales(const quant_block_q3_K *b, int sc[16]) {
     for (int j = 0; j < 16; ++j) {
         int lo = j < 8 ? b->scales[j] & 0xF : b->scales[j - 8] >> 4;
         int hi = (b->scales[8 + j % 4] >> (2 * (j / 4))) & 3;
@@ -230,7 +230,7 @@ static void q3_scales(const kq_block_q3_K *b, int sc[16]) {
 }
 
 /* Q3_K quant of weight e, in -4..3. */
-static inline int q3_quant(const kq_block_q3_K *b, int e) {
+static inline int q3_quant(const quant_block_q3_K *b, int e) {
     int hb = (b->hmask[e & 31] >> (e >> 5)) & 1;
     return low2(b->qs, e) - (hb ? 0 : 4);
 }
@@ -240,13 +240,13 @@ static inline int nib4(const uint8_t *qs, int e) {
     return (qs[32 * (e >> 6) + (e & 31)] >> (4 * ((e >> 5) & 1))) & 0xF;
 }
 
-static inline int q5_quant(const kq_block_q5_K *b, int e) {
+static inline int q5_quant(const quant_block_q5_K *b, int e) {
     int bit = (b->qh[e & 31] >> (e >> 5)) & 1;
     return nib4(b->qs, e) | bit << 4;
 }
 
 /* Q6_K quant of weight e, in -32..31. */
-static inline int q6_quant(const kq_block_q6_K *b, int e) {
+static inline int q6_quant(const quant_block_q6_K *b, int e) {
     int h = e >> 7, k = (e >> 5) & 3, l = e & 31;
     int lo = (b->ql[64 * h + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 0xF;
     int hi = (b->qh[32 * h + l] >> (2 * k)) & 3;
@@ -256,7 +256,7 @@ static inline int q6_quant(const kq_block_q6_K *b, int e) {
 /* IQ4 nibble of weight r within its 32-weight group starting at qs. */
 static inline int iq4_code(const uint8_t *qs, int r) { return (qs[r & 15] >> (4 * (r >> 4))) & 0xF; }
 
-static inline int iq4xs_scale(const kq_block_iq4_xs *b, int ib) {
+static inline int iq4xs_scale(const quant_block_iq4_xs *b, int ib) {
     int lo = (b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
     int hi = (b->scales_h >> (2 * ib)) & 3;
     return (lo | hi << 4) - 32;
@@ -267,8 +267,8 @@ static inline int iq4xs_scale(const kq_block_iq4_xs *b, int ib) {
 /* ---------------------------------------------------------------------- */
 
 static void q2_K_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_q2_K *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K) {
+    const quant_block_q2_K *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, y += QUANT_QK_K) {
         float d = f16(x[i].d), dmin = f16(x[i].dmin);
         for (int j = 0; j < 16; ++j) {
             uint8_t sc = x[i].scales[j];
@@ -279,12 +279,12 @@ static void q2_K_to_f32(const void *vx, float *y, int64_t n) {
 }
 
 static void q2_K_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q2_K *y = vy;
-    uint8_t L[KQ_QK_K], Laux[16];
+    quant_block_q2_K *y = vy;
+    uint8_t L[QUANT_QK_K], Laux[16];
     float weights[16], mins[16], scales[16];
     const float q4scale = 15.f;
 
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         float max_scale = 0, max_min = 0;
         for (int j = 0; j < 16; ++j) {
             for (int l = 0; l < 16; ++l) weights[l] = fabsf(x[16 * j + l]);
@@ -295,17 +295,17 @@ static void q2_K_from_f32(const float *x, void *vy, int64_t n) {
         if (max_scale > 0) {
             float iscale = q4scale / max_scale;
             for (int j = 0; j < 16; ++j) y[i].scales[j] = (uint8_t)round_int(iscale * scales[j]);
-            y[i].d = kq_f32_to_f16(max_scale / q4scale);
+            y[i].d = quant_f32_to_f16(max_scale / q4scale);
         } else {
             memset(y[i].scales, 0, sizeof y[i].scales);
-            y[i].d = kq_f32_to_f16(0.f);
+            y[i].d = quant_f32_to_f16(0.f);
         }
         if (max_min > 0) {
             float iscale = q4scale / max_min;
             for (int j = 0; j < 16; ++j) y[i].scales[j] |= (uint8_t)(round_int(iscale * mins[j]) << 4);
-            y[i].dmin = kq_f32_to_f16(max_min / q4scale);
+            y[i].dmin = quant_f32_to_f16(max_min / q4scale);
         } else {
-            y[i].dmin = kq_f32_to_f16(0.f);
+            y[i].dmin = quant_f32_to_f16(0.f);
         }
         /* Requantize against the scales as stored. */
         for (int j = 0; j < 16; ++j) {
@@ -317,17 +317,17 @@ static void q2_K_from_f32(const float *x, void *vy, int64_t n) {
                 L[16 * j + ii] = (uint8_t)MAX(0, MIN(3, l));
             }
         }
-        for (int j = 0; j < KQ_QK_K; j += 128)
+        for (int j = 0; j < QUANT_QK_K; j += 128)
             for (int l = 0; l < 32; ++l)
                 y[i].qs[j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
     }
 }
 
 static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q2_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q2_K *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         int isum = 0, msum = 0;
         for (int j = 0; j < 16; ++j) {
             int dot = 0;
@@ -345,9 +345,9 @@ static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
 /* ---------------------------------------------------------------------- */
 
 static void q3_K_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_q3_K *x = vx;
+    const quant_block_q3_K *x = vx;
     int sc[16];
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K) {
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, y += QUANT_QK_K) {
         float d = f16(x[i].d);
         q3_scales(&x[i], sc);
         for (int j = 0; j < 16; ++j) {
@@ -358,12 +358,12 @@ static void q3_K_to_f32(const void *vx, float *y, int64_t n) {
 }
 
 static void q3_K_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q3_K *y = vy;
-    int8_t L[KQ_QK_K];
+    quant_block_q3_K *y = vy;
+    int8_t L[QUANT_QK_K];
     float scales[16];
     int sc[16];
 
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         float max_scale = 0, amax = 0;
         for (int j = 0; j < 16; ++j) {
             scales[j] = sym_quants_q3(16, 4, x + 16 * j, L + 16 * j);
@@ -385,9 +385,9 @@ static void q3_K_from_f32(const float *x, void *vy, int64_t n) {
                     y[i].scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
                 y[i].scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
             }
-            y[i].d = kq_f32_to_f16(1 / iscale);
+            y[i].d = quant_f32_to_f16(1 / iscale);
         } else {
-            y[i].d = kq_f32_to_f16(0.f);
+            y[i].d = quant_f32_to_f16(0.f);
         }
         q3_scales(&y[i], sc);
         for (int j = 0; j < 16; ++j) {
@@ -399,24 +399,24 @@ static void q3_K_from_f32(const float *x, void *vy, int64_t n) {
             }
         }
         memset(y[i].hmask, 0, sizeof y[i].hmask);
-        for (int e = 0; e < KQ_QK_K; ++e) {
+        for (int e = 0; e < QUANT_QK_K; ++e) {
             if (L[e] > 3) {
                 y[i].hmask[e & 31] |= (uint8_t)(1 << (e >> 5));
                 L[e] -= 4;
             }
         }
-        for (int j = 0; j < KQ_QK_K; j += 128)
+        for (int j = 0; j < QUANT_QK_K; j += 128)
             for (int l = 0; l < 32; ++l)
                 y[i].qs[j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
     }
 }
 
 static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q3_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q3_K *x = vx;
+    const quant_block_q8_K *y = vy;
     int sc[16];
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         q3_scales(&x[i], sc);
         int isum = 0;
         for (int j = 0; j < 16; ++j) {
@@ -437,7 +437,7 @@ static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
  * d, dmin and the 12-byte scale field, and leaves the final quants
  * (requantized against the stored scales) in L. */
 static void qk45_block(const float *x, int nmax, float rmin, int nstep, uint16_t *dp, uint16_t *dminp,
-                       uint8_t scales12[12], uint8_t L[KQ_QK_K]) {
+                       uint8_t scales12[12], uint8_t L[QUANT_QK_K]) {
     uint8_t Laux[32];
     float weights[32], mins[8], scales[8];
     float max_scale = 0, max_min = 0;
@@ -466,11 +466,11 @@ static void qk45_block(const float *x, int nmax, float rmin, int nstep, uint16_t
             scales12[j] |= (uint8_t)((lm >> 4) << 6);
         }
     }
-    *dp = kq_f32_to_f16(max_scale / 63.f);
-    *dminp = kq_f32_to_f16(max_min / 63.f);
+    *dp = quant_f32_to_f16(max_scale / 63.f);
+    *dminp = quant_f32_to_f16(max_min / 63.f);
     for (int j = 0; j < 8; ++j) {
         uint8_t sc, m;
-        kq_scale_min_k4(j, scales12, &sc, &m);
+        quant_scale_min_k4(j, scales12, &sc, &m);
         float d = f16(*dp) * sc;
         if (!d) continue;
         float dm = f16(*dminp) * m;
@@ -482,12 +482,12 @@ static void qk45_block(const float *x, int nmax, float rmin, int nstep, uint16_t
 }
 
 static void q4_K_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_q4_K *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K) {
+    const quant_block_q4_K *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, y += QUANT_QK_K) {
         float d = f16(x[i].d), dmin = f16(x[i].dmin);
         for (int j = 0; j < 8; ++j) {
             uint8_t sc, m;
-            kq_scale_min_k4(j, x[i].scales, &sc, &m);
+            quant_scale_min_k4(j, x[i].scales, &sc, &m);
             float dl = d * sc, ml = dmin * m;
             for (int e = 32 * j; e < 32 * j + 32; ++e) y[e] = dl * nib4(x[i].qs, e) - ml;
         }
@@ -495,9 +495,9 @@ static void q4_K_to_f32(const void *vx, float *y, int64_t n) {
 }
 
 static void q4_K_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q4_K *y = vy;
-    uint8_t L[KQ_QK_K];
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+    quant_block_q4_K *y = vy;
+    uint8_t L[QUANT_QK_K];
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         memset(y[i].scales, 0, sizeof y[i].scales);
         qk45_block(x, 15, -1.f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
         for (int g = 0; g < 4; ++g)
@@ -506,14 +506,14 @@ static void q4_K_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q4_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q4_K *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         int isum = 0, msum = 0;
         for (int j = 0; j < 8; ++j) {
             uint8_t sc, m;
-            kq_scale_min_k4(j, x[i].scales, &sc, &m);
+            quant_scale_min_k4(j, x[i].scales, &sc, &m);
             int dot = 0;
             for (int e = 32 * j; e < 32 * j + 32; ++e) dot += nib4(x[i].qs, e) * y[i].qs[e];
             isum += sc * dot;
@@ -525,12 +525,12 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
 }
 
 static void q5_K_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_q5_K *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K) {
+    const quant_block_q5_K *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, y += QUANT_QK_K) {
         float d = f16(x[i].d), dmin = f16(x[i].dmin);
         for (int j = 0; j < 8; ++j) {
             uint8_t sc, m;
-            kq_scale_min_k4(j, x[i].scales, &sc, &m);
+            quant_scale_min_k4(j, x[i].scales, &sc, &m);
             float dl = d * sc, ml = dmin * m;
             for (int e = 32 * j; e < 32 * j + 32; ++e) y[e] = dl * q5_quant(&x[i], e) - ml;
         }
@@ -538,9 +538,9 @@ static void q5_K_to_f32(const void *vx, float *y, int64_t n) {
 }
 
 static void q5_K_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q5_K *y = vy;
-    uint8_t L[KQ_QK_K];
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+    quant_block_q5_K *y = vy;
+    uint8_t L[QUANT_QK_K];
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         memset(y[i].scales, 0, sizeof y[i].scales);
         qk45_block(x, 31, -0.5f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
         memset(y[i].qh, 0, sizeof y[i].qh);
@@ -555,14 +555,14 @@ static void q5_K_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q5_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q5_K *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         int isum = 0, msum = 0;
         for (int j = 0; j < 8; ++j) {
             uint8_t sc, m;
-            kq_scale_min_k4(j, x[i].scales, &sc, &m);
+            quant_scale_min_k4(j, x[i].scales, &sc, &m);
             int dot = 0;
             for (int e = 32 * j; e < 32 * j + 32; ++e) dot += q5_quant(&x[i], e) * y[i].qs[e];
             isum += sc * dot;
@@ -578,19 +578,19 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
 /* ---------------------------------------------------------------------- */
 
 static void q6_K_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_q6_K *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K) {
+    const quant_block_q6_K *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, y += QUANT_QK_K) {
         float d = f16(x[i].d);
-        for (int e = 0; e < KQ_QK_K; ++e) y[e] = d * x[i].scales[e / 16] * q6_quant(&x[i], e);
+        for (int e = 0; e < QUANT_QK_K; ++e) y[e] = d * x[i].scales[e / 16] * q6_quant(&x[i], e);
     }
 }
 
 static void q6_K_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q6_K *y = vy;
-    int8_t L[KQ_QK_K];
+    quant_block_q6_K *y = vy;
+    int8_t L[QUANT_QK_K];
     float scales[16];
 
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         float max_scale = 0, max_abs = 0;
         for (int j = 0; j < 16; ++j) {
             scales[j] = sym_quants_x2(16, 32, x + 16 * j, L + 16 * j);
@@ -605,7 +605,7 @@ static void q6_K_from_f32(const float *x, void *vy, int64_t n) {
             continue;
         }
         float iscale = -128.f / max_scale;
-        y[i].d = kq_f32_to_f16(1 / iscale);
+        y[i].d = quant_f32_to_f16(1 / iscale);
         for (int j = 0; j < 16; ++j) y[i].scales[j] = (int8_t)MIN(127, round_int(iscale * scales[j]));
         for (int j = 0; j < 16; ++j) {
             float d = f16(y[i].d) * y[i].scales[j];
@@ -629,10 +629,10 @@ static void q6_K_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q6_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q6_K *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         int isum = 0;
         for (int j = 0; j < 16; ++j) {
             int dot = 0;
@@ -649,18 +649,18 @@ static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
 /* ---------------------------------------------------------------------- */
 
 static void q8_K_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_q8_K *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K)
-        for (int e = 0; e < KQ_QK_K; ++e) y[e] = x[i].d * x[i].qs[e];
+    const quant_block_q8_K *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, y += QUANT_QK_K)
+        for (int e = 0; e < QUANT_QK_K; ++e) y[e] = x[i].d * x[i].qs[e];
 }
 
 /* Scale -127/max where max is the first element of largest magnitude, so
  * that element maps to -127 exactly; quants stay within [-127, 127]. */
 static void q8_K_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q8_K *y = vy;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+    quant_block_q8_K *y = vy;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         float max = 0, amax = 0;
-        for (int e = 0; e < KQ_QK_K; ++e) {
+        for (int e = 0; e < QUANT_QK_K; ++e) {
             float a = fabsf(x[e]);
             if (a > amax) {
                 amax = a;
@@ -672,7 +672,7 @@ static void q8_K_from_f32(const float *x, void *vy, int64_t n) {
             continue;
         }
         float iscale = -127.f / max;
-        for (int e = 0; e < KQ_QK_K; ++e) y[i].qs[e] = (int8_t)MIN(127, round_int(iscale * x[e]));
+        for (int e = 0; e < QUANT_QK_K; ++e) y[i].qs[e] = (int8_t)MIN(127, round_int(iscale * x[e]));
         for (int j = 0; j < 16; ++j) {
             int sum = 0;
             for (int e = 16 * j; e < 16 * j + 16; ++e) sum += y[i].qs[e];
@@ -683,12 +683,12 @@ static void q8_K_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void q8_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q8_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q8_K *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         int isum = 0;
-        for (int e = 0; e < KQ_QK_K; ++e) isum += x[i].qs[e] * y[i].qs[e];
+        for (int e = 0; e < QUANT_QK_K; ++e) isum += x[i].qs[e] * y[i].qs[e];
         sum += x[i].d * y[i].d * isum;
     }
     *s = sum;
@@ -700,7 +700,7 @@ static void q8_K_dot(int n, float *s, const void *vx, const void *vy) {
 
 /* Index of the code value nearest to v (ties to the lower one). */
 static int iq4_best_index(float v) {
-    const int8_t *val = kq_iq4nl_values;
+    const int8_t *val = quant_iq4nl_values;
     if (v <= val[0]) return 0;
     if (v >= val[15]) return 15;
     int lo = 0, hi = 15;
@@ -719,7 +719,7 @@ static int iq4_best_index(float v) {
  * L with the codes of the first guess only (callers requantize).  Returns
  * 0 for an all-zero group. */
 static float iq4_scale32(const float *xb, uint8_t *L) {
-    const int8_t *values = kq_iq4nl_values;
+    const int8_t *values = quant_iq4nl_values;
     const int ntry = 7;
     float weight[32];
     float amax = 0, max = 0;
@@ -766,21 +766,21 @@ static void iq4_pack32(const uint8_t *L, uint8_t *qs) {
 }
 
 static void iq4_nl_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_iq4_nl *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK4_NL; ++i, y += KQ_QK4_NL) {
+    const quant_block_iq4_nl *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK4_NL; ++i, y += QUANT_QK4_NL) {
         float d = f16(x[i].d);
-        for (int r = 0; r < 32; ++r) y[r] = d * kq_iq4nl_values[iq4_code(x[i].qs, r)];
+        for (int r = 0; r < 32; ++r) y[r] = d * quant_iq4nl_values[iq4_code(x[i].qs, r)];
     }
 }
 
 /* As llama-quantize writes IQ4_NL (the tried-scales search, not the
  * single-guess quantize_row_iq4_nl_ref of ggml). */
 static void iq4_nl_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_iq4_nl *y = vy;
+    quant_block_iq4_nl *y = vy;
     uint8_t L[32];
-    for (int64_t i = 0; i < n / KQ_QK4_NL; ++i, x += KQ_QK4_NL) {
+    for (int64_t i = 0; i < n / QUANT_QK4_NL; ++i, x += QUANT_QK4_NL) {
         float d = iq4_scale32(x, L);
-        y[i].d = kq_f32_to_f16(d);
+        y[i].d = quant_f32_to_f16(d);
         float id = d ? 1 / d : 0;
         for (int j = 0; j < 32; ++j) L[j] = (uint8_t)iq4_best_index(id * x[j]);
         iq4_pack32(L, y[i].qs);
@@ -788,33 +788,33 @@ static void iq4_nl_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq4_nl *x = vx;
-    const kq_block_q8_0 *y = vy;
+    const quant_block_iq4_nl *x = vx;
+    const quant_block_q8_0 *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK4_NL; ++i) {
+    for (int i = 0; i < n / QUANT_QK4_NL; ++i) {
         int isum = 0;
-        for (int r = 0; r < 32; ++r) isum += kq_iq4nl_values[iq4_code(x[i].qs, r)] * y[i].qs[r];
+        for (int r = 0; r < 32; ++r) isum += quant_iq4nl_values[iq4_code(x[i].qs, r)] * y[i].qs[r];
         sum += f16(x[i].d) * f16(y[i].d) * isum;
     }
     *s = sum;
 }
 
 static void iq4_xs_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_iq4_xs *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i) {
+    const quant_block_iq4_xs *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i) {
         float d = f16(x[i].d);
         for (int ib = 0; ib < 8; ++ib, y += 32) {
             float dl = d * iq4xs_scale(&x[i], ib);
-            for (int r = 0; r < 32; ++r) y[r] = dl * kq_iq4nl_values[iq4_code(x[i].qs + 16 * ib, r)];
+            for (int r = 0; r < 32; ++r) y[r] = dl * quant_iq4nl_values[iq4_code(x[i].qs + 16 * ib, r)];
         }
     }
 }
 
 static void iq4_xs_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_iq4_xs *y = vy;
+    quant_block_iq4_xs *y = vy;
     uint8_t L[32];
     float scales[8];
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         float max_scale = 0, amax_scale = 0;
         for (int ib = 0; ib < 8; ++ib) {
             scales[ib] = iq4_scale32(x + 32 * ib, L);
@@ -825,7 +825,7 @@ static void iq4_xs_from_f32(const float *x, void *vy, int64_t n) {
             }
         }
         float d = -max_scale / 32;
-        y[i].d = kq_f32_to_f16(d);
+        y[i].d = quant_f32_to_f16(d);
         y[i].scales_h = 0;
         float id = d ? 1 / d : 0.f;
         for (int ib = 0; ib < 8; ++ib) {
@@ -847,14 +847,14 @@ static void iq4_xs_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq4_xs *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_iq4_xs *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         int isum = 0;
         for (int ib = 0; ib < 8; ++ib) {
             int dot = 0;
-            for (int r = 0; r < 32; ++r) dot += kq_iq4nl_values[iq4_code(x[i].qs + 16 * ib, r)] * y[i].qs[32 * ib + r];
+            for (int r = 0; r < 32; ++r) dot += quant_iq4nl_values[iq4_code(x[i].qs + 16 * ib, r)] * y[i].qs[32 * ib + r];
             isum += iq4xs_scale(&x[i], ib) * dot;
         }
         sum += y[i].d * f16(x[i].d) * isum;
@@ -866,15 +866,15 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
 /* Table and SIMD selection                                               */
 /* ---------------------------------------------------------------------- */
 
-void kq_fill_kquants(kq_traits *tab) {
-    tab[KQ_Q2_K] = kq_traits_ref("Q2_K", KQ_QK_K, sizeof(kq_block_q2_K), KQ_Q8_K, q2_K_to_f32, q2_K_from_f32, q2_K_dot);
-    tab[KQ_Q3_K] = kq_traits_ref("Q3_K", KQ_QK_K, sizeof(kq_block_q3_K), KQ_Q8_K, q3_K_to_f32, q3_K_from_f32, q3_K_dot);
-    tab[KQ_Q4_K] = kq_traits_ref("Q4_K", KQ_QK_K, sizeof(kq_block_q4_K), KQ_Q8_K, q4_K_to_f32, q4_K_from_f32, q4_K_dot);
-    tab[KQ_Q5_K] = kq_traits_ref("Q5_K", KQ_QK_K, sizeof(kq_block_q5_K), KQ_Q8_K, q5_K_to_f32, q5_K_from_f32, q5_K_dot);
-    tab[KQ_Q6_K] = kq_traits_ref("Q6_K", KQ_QK_K, sizeof(kq_block_q6_K), KQ_Q8_K, q6_K_to_f32, q6_K_from_f32, q6_K_dot);
-    tab[KQ_Q8_K] = kq_traits_ref("Q8_K", KQ_QK_K, sizeof(kq_block_q8_K), KQ_Q8_K, q8_K_to_f32, q8_K_from_f32, q8_K_dot);
-    tab[KQ_IQ4_NL] = kq_traits_ref("IQ4_NL", KQ_QK4_NL, sizeof(kq_block_iq4_nl), KQ_Q8_0, iq4_nl_to_f32,
+void quant_fill_kquants(quant_traits *tab) {
+    tab[QUANT_Q2_K] = quant_traits_ref("Q2_K", QUANT_QK_K, sizeof(quant_block_q2_K), QUANT_Q8_K, q2_K_to_f32, q2_K_from_f32, q2_K_dot);
+    tab[QUANT_Q3_K] = quant_traits_ref("Q3_K", QUANT_QK_K, sizeof(quant_block_q3_K), QUANT_Q8_K, q3_K_to_f32, q3_K_from_f32, q3_K_dot);
+    tab[QUANT_Q4_K] = quant_traits_ref("Q4_K", QUANT_QK_K, sizeof(quant_block_q4_K), QUANT_Q8_K, q4_K_to_f32, q4_K_from_f32, q4_K_dot);
+    tab[QUANT_Q5_K] = quant_traits_ref("Q5_K", QUANT_QK_K, sizeof(quant_block_q5_K), QUANT_Q8_K, q5_K_to_f32, q5_K_from_f32, q5_K_dot);
+    tab[QUANT_Q6_K] = quant_traits_ref("Q6_K", QUANT_QK_K, sizeof(quant_block_q6_K), QUANT_Q8_K, q6_K_to_f32, q6_K_from_f32, q6_K_dot);
+    tab[QUANT_Q8_K] = quant_traits_ref("Q8_K", QUANT_QK_K, sizeof(quant_block_q8_K), QUANT_Q8_K, q8_K_to_f32, q8_K_from_f32, q8_K_dot);
+    tab[QUANT_IQ4_NL] = quant_traits_ref("IQ4_NL", QUANT_QK4_NL, sizeof(quant_block_iq4_nl), QUANT_Q8_0, iq4_nl_to_f32,
                                    iq4_nl_from_f32, iq4_nl_dot);
-    tab[KQ_IQ4_XS] =
-        kq_traits_ref("IQ4_XS", KQ_QK_K, sizeof(kq_block_iq4_xs), KQ_Q8_K, iq4_xs_to_f32, iq4_xs_from_f32, iq4_xs_dot);
+    tab[QUANT_IQ4_XS] =
+        quant_traits_ref("IQ4_XS", QUANT_QK_K, sizeof(quant_block_iq4_xs), QUANT_Q8_K, iq4_xs_to_f32, iq4_xs_from_f32, iq4_xs_dot);
 }

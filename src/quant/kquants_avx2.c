@@ -17,7 +17,7 @@
 
 /* The 8 scales and 8 mins of a Q4_K/Q5_K scale field as bytes:
  * lanes 0..7 scales, 8..15 mins. */
-static inline __m128i unpack_scales_k4(const uint8_t s[12]) { return kq_scales_k4_x86(s); }
+static inline __m128i unpack_scales_k4(const uint8_t s[12]) { return quant_scales_k4_x86(s); }
 
 /* Sum over the 8 sub-blocks of min_j * (bsum 2j + bsum 2j+1), as 4 s32. */
 static inline __m128i mins_dot(__m128i sm, const int16_t bsums[16]) {
@@ -43,13 +43,13 @@ static inline __attribute__((always_inline)) void prefetch_block(const void *p, 
 #define BCAST16(sc, k) _mm256_shuffle_epi8((sc), _mm256_set1_epi16((short)(0x0100 + 0x0202 * (k))))
 
 static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q4_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q4_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps();
     __m128 accm = _mm_setzero_ps();
 
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         prefetch_block(&x[i], sizeof x[i]);
         const float d = y[i].d * h2f(x[i].d);
         const float dmin = -y[i].d * h2f(x[i].dmin);
@@ -84,14 +84,14 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
 }
 
 static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q5_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q5_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i bit4 = _mm256_set1_epi8(0x10);
     __m256 acc = _mm256_setzero_ps();
     __m128 accm = _mm_setzero_ps();
 
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
         const float dmin = -y[i].d * h2f(x[i].dmin);
         const __m128i sm = unpack_scales_k4(x[i].scales);
@@ -130,8 +130,8 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
 /* Q6_K: quants used unsigned (0..63); the -32 bias becomes
  * -32 * sum_j sc_j * bsum_j, taken once per block. */
 static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q6_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q6_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i m2 = _mm256_set1_epi8(0x30);
     /* pshufb patterns spreading scale bytes 2k, 2k+1 over 8 bytes each. */
@@ -143,7 +143,7 @@ static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
     };
     __m256 acc = _mm256_setzero_ps();
 
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         prefetch_block(&x[i], sizeof x[i]);
         const float d = y[i].d * h2f(x[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
@@ -178,8 +178,8 @@ static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
 /* Q3_K: low 2 bits | high bit << 2 gives 0..7 = quant + 4; the -4 bias is
  * applied as -4 * sum_j sc_j * bsum_j. */
 static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q3_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q3_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m256i one = _mm256_set1_epi8(1);
     const __m128i shuf[4] = {
@@ -190,10 +190,10 @@ static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
     };
     __m256 acc = _mm256_setzero_ps();
 
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
         uint32_t o[4];
-        kq_unpack_scales_q3(x[i].scales, o);
+        quant_unpack_scales_q3(x[i].scales, o);
         const __m128i sc8 = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)o), _mm_set1_epi8(32));
         const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
         const __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
@@ -222,8 +222,8 @@ static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
 /* Q2_K: quants 0..3 times scales (low nibble); mins (high nibble) through
  * the bsums. */
 static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q2_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q2_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const __m128i shuf[4] = {
@@ -235,7 +235,7 @@ static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
     __m256 acc = _mm256_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
 
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
         const float dmin = -y[i].d * h2f(x[i].dmin);
         const __m128i raw = _mm_loadu_si128((const __m128i *)x[i].scales);
@@ -264,7 +264,7 @@ static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
 /* Code values of IQ4 nibbles via pshufb; the products are signed*signed,
  * done as |a| * sign(b, a) for maddubs. */
 static inline __m256i iq4_lookup(__m256i nib) {
-    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kq_iq4nl_values));
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
     return _mm256_shuffle_epi8(tbl, nib);
 }
 
@@ -273,14 +273,14 @@ static inline __m256i dot_s8_pairs16(__m256i a, __m256i b) {
 }
 
 static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq4_xs *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_iq4_xs *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps();
 
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
-        const __m256i ls = _mm256_broadcastsi128_si256(kq_iq4_xs_scales_x86(x[i].scales_h, x[i].scales_l));
+        const __m256i ls = _mm256_broadcastsi128_si256(quant_iq4_xs_scales_x86(x[i].scales_h, x[i].scales_l));
         __m256i sumi = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int ib = 0; ib < 8; ib += 2) {
@@ -302,11 +302,11 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
 }
 
 static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq4_nl *x = vx;
-    const kq_block_q8_0 *y = vy;
+    const quant_block_iq4_nl *x = vx;
+    const quant_block_q8_0 *y = vy;
     const __m128i m4 = _mm_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / KQ_QK4_NL; ++i) {
+    for (int i = 0; i < n / QUANT_QK4_NL; ++i) {
         __m128i qb = _mm_loadu_si128((const __m128i *)x[i].qs);
         __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qb, 4), m4), _mm_and_si128(qb, m4));
         __m256i v = iq4_lookup(nib);
@@ -321,11 +321,11 @@ static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy) {
  * the first element of largest magnitude, rounding is to nearest-even
  * (the MXCSR default, as the reference's rounding trick). */
 static void q8_K_quant(const float *x, void *vy, int64_t n) {
-    kq_block_q8_K *y = vy;
+    quant_block_q8_K *y = vy;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         __m256 vmax = _mm256_setzero_ps();
-        for (int e = 0; e < KQ_QK_K; e += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + e), absmask));
+        for (int e = 0; e < QUANT_QK_K; e += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + e), absmask));
         __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
         m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         m = _mm_max_ss(m, _mm_movehdup_ps(m));
@@ -336,7 +336,7 @@ static void q8_K_quant(const float *x, void *vy, int64_t n) {
         }
         float max = 0;
         const __m256 va = _mm256_set1_ps(amax);
-        for (int e = 0; e < KQ_QK_K; e += 8) {
+        for (int e = 0; e < QUANT_QK_K; e += 8) {
             int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + e), absmask), va, _CMP_EQ_OQ));
             if (hit) {
                 max = x[e + __builtin_ctz((unsigned)hit)];
@@ -345,7 +345,7 @@ static void q8_K_quant(const float *x, void *vy, int64_t n) {
         }
         const float iscale = -127.f / max;
         const __m256 vs = _mm256_set1_ps(iscale);
-        for (int e = 0; e < KQ_QK_K; e += 32) {
+        for (int e = 0; e < QUANT_QK_K; e += 32) {
             __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + e)));
             __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + e + 8)));
             __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + e + 16)));
@@ -367,13 +367,13 @@ static void q8_K_quant(const float *x, void *vy, int64_t n) {
     }
 }
 
-const kq_simd kq_kquants_avx2 = {
-    .dot = {[KQ_Q2_K] = q2_K_dot,
-            [KQ_Q3_K] = q3_K_dot,
-            [KQ_Q4_K] = q4_K_dot,
-            [KQ_Q5_K] = q5_K_dot,
-            [KQ_Q6_K] = q6_K_dot,
-            [KQ_IQ4_NL] = iq4_nl_dot,
-            [KQ_IQ4_XS] = iq4_xs_dot},
-    .quant = {[KQ_Q8_K] = q8_K_quant},
+const quant_simd quant_kquants_avx2 = {
+    .dot = {[QUANT_Q2_K] = q2_K_dot,
+            [QUANT_Q3_K] = q3_K_dot,
+            [QUANT_Q4_K] = q4_K_dot,
+            [QUANT_Q5_K] = q5_K_dot,
+            [QUANT_Q6_K] = q6_K_dot,
+            [QUANT_IQ4_NL] = iq4_nl_dot,
+            [QUANT_IQ4_XS] = iq4_xs_dot},
+    .quant = {[QUANT_Q8_K] = q8_K_quant},
 };

@@ -35,19 +35,19 @@ static inline __m128i mins_dot(const uint32_t o[4], const int16_t bsums[16]) {
 }
 
 static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q4_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q4_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i idx0 = run_index(0, 16);
     const __m512i two = _mm512_set1_epi16(2);
     __m512 acc = _mm512_setzero_ps();
     __m128 accm = _mm_setzero_ps();
 
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
         const float dmin = -y[i].d * h2f(x[i].dmin);
         uint32_t o[4];
-        _mm_storeu_si128((__m128i *)o, kq_scales_k4_x86(x[i].scales));
+        _mm_storeu_si128((__m128i *)o, quant_scales_k4_x86(x[i].scales));
         accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(o, y[i].bsums)), accm);
 
         const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)o)));
@@ -69,8 +69,8 @@ static void q4_K_dot(int n, float *s, const void *vx, const void *vy) {
 }
 
 static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q5_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q5_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i bit4 = _mm512_set1_epi8(0x10);
     const __m512i idx0 = run_index(0, 16);
@@ -78,11 +78,11 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
     __m512 acc = _mm512_setzero_ps();
     __m128 accm = _mm_setzero_ps();
 
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
         const float dmin = -y[i].d * h2f(x[i].dmin);
         uint32_t o[4];
-        _mm_storeu_si128((__m128i *)o, kq_scales_k4_x86(x[i].scales));
+        _mm_storeu_si128((__m128i *)o, quant_scales_k4_x86(x[i].scales));
         accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(o, y[i].bsums)), accm);
 
         const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)o)));
@@ -111,15 +111,15 @@ static void q5_K_dot(int n, float *s, const void *vx, const void *vy) {
 /* Q6_K: quants used unsigned (0..63), the -32 bias applied once per block
  * as -32 * sum_j sc_j * bsum_j. */
 static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q6_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q6_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i m2 = _mm512_set1_epi8(0x30);
     const __m512i idx0 = run_index(0, 8);
     const __m512i four = _mm512_set1_epi16(4);
     __m512 acc = _mm512_setzero_ps();
 
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
@@ -152,18 +152,18 @@ static void q6_K_dot(int n, float *s, const void *vx, const void *vy) {
 /* Q3_K: (low 2 bits | high bit << 2) = quant + 4, the -4 bias applied as
  * -4 * sum_j sc_j * bsum_j. */
 static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q3_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q3_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m512i m3 = _mm512_set1_epi8(3);
     const __m512i bit2 = _mm512_set1_epi8(4);
     const __m512i idx0 = run_index(0, 8);
     const __m512i four = _mm512_set1_epi16(4);
     __m512 acc = _mm512_setzero_ps();
 
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
         uint32_t o[4];
-        kq_unpack_scales_q3(x[i].scales, o);
+        quant_unpack_scales_q3(x[i].scales, o);
         const __m128i sc8 = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)o), _mm_set1_epi8(32));
         const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
         const __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
@@ -197,8 +197,8 @@ static void q3_K_dot(int n, float *s, const void *vx, const void *vy) {
 /* Q2_K: quants 0..3 times the low-nibble scales; high-nibble mins through
  * the bsums. */
 static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q2_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q2_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m512i m3 = _mm512_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const __m512i idx0 = run_index(0, 8);
@@ -206,7 +206,7 @@ static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
 
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
         const float dmin = -y[i].d * h2f(x[i].dmin);
         const __m128i raw = _mm_loadu_si128((const __m128i *)x[i].scales);
@@ -238,17 +238,17 @@ static void q2_K_dot(int n, float *s, const void *vx, const void *vy) {
 /* IQ4_XS: codes looked up with pshufb; signed*signed products done as
  * |v| * (y negated where v < 0) so maddubs applies. */
 static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq4_xs *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_iq4_xs *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kq_iq4nl_values));
+    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
     const __m512i idx0 = run_index(0, 16);
     const __m512i two = _mm512_set1_epi16(2);
     __m512 acc = _mm512_setzero_ps();
 
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = y[i].d * h2f(x[i].d);
-        const __m512i sc = _mm512_castsi128_si512(kq_iq4_xs_scales_x86(x[i].scales_h, x[i].scales_l));
+        const __m512i sc = _mm512_castsi128_si512(quant_iq4_xs_scales_x86(x[i].scales_h, x[i].scales_l));
         __m512i idx = idx0;
         __m512i sumi = _mm512_setzero_si512();
         for (int ib = 0; ib < 8; ib += 2) {
@@ -271,12 +271,12 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
 
 /* IQ4_NL x Q8_0, one 32-weight block per step with 256-bit VNNI. */
 static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq4_nl *x = vx;
-    const kq_block_q8_0 *y = vy;
+    const quant_block_iq4_nl *x = vx;
+    const quant_block_q8_0 *y = vy;
     const __m128i m4 = _mm_set1_epi8(0x0F);
-    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kq_iq4nl_values));
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
     __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / KQ_QK4_NL; ++i) {
+    for (int i = 0; i < n / QUANT_QK4_NL; ++i) {
         __m128i qb = _mm_loadu_si128((const __m128i *)x[i].qs);
         __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qb, 4), m4), _mm_and_si128(qb, m4));
         __m256i v = _mm256_shuffle_epi8(tbl, nib);
@@ -293,10 +293,10 @@ static void iq4_nl_dot(int n, float *s, const void *vx, const void *vy) {
 /* Q8_K quantizer, same output as the scalar reference (scale from the first
  * element of largest magnitude; round to nearest-even, the MXCSR default). */
 static void q8_K_quant(const float *x, void *vy, int64_t n) {
-    kq_block_q8_K *y = vy;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+    quant_block_q8_K *y = vy;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         __m512 vmax = _mm512_setzero_ps();
-        for (int e = 0; e < KQ_QK_K; e += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + e)));
+        for (int e = 0; e < QUANT_QK_K; e += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + e)));
         const float amax = _mm512_reduce_max_ps(vmax);
         if (!amax) {
             memset(&y[i], 0, sizeof y[i]);
@@ -304,7 +304,7 @@ static void q8_K_quant(const float *x, void *vy, int64_t n) {
         }
         float max = 0;
         const __m512 va = _mm512_set1_ps(amax);
-        for (int e = 0; e < KQ_QK_K; e += 16) {
+        for (int e = 0; e < QUANT_QK_K; e += 16) {
             __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + e)), va, _CMP_EQ_OQ);
             if (hit) {
                 max = x[e + __builtin_ctz((unsigned)hit)];
@@ -314,7 +314,7 @@ static void q8_K_quant(const float *x, void *vy, int64_t n) {
         const float iscale = -127.f / max;
         const __m512 vs = _mm512_set1_ps(iscale);
         const __m512i hi = _mm512_set1_epi32(127);
-        for (int e = 0; e < KQ_QK_K; e += 16) {
+        for (int e = 0; e < QUANT_QK_K; e += 16) {
             __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(vs, _mm512_loadu_ps(x + e))), hi);
             _mm_storeu_si128((__m128i *)(y[i].qs + e), _mm512_cvtepi32_epi8(q));
             y[i].bsums[e / 16] = (int16_t)_mm512_reduce_add_epi32(q);
@@ -323,13 +323,13 @@ static void q8_K_quant(const float *x, void *vy, int64_t n) {
     }
 }
 
-const kq_simd kq_kquants_avx512 = {
-    .dot = {[KQ_Q2_K] = q2_K_dot,
-            [KQ_Q3_K] = q3_K_dot,
-            [KQ_Q4_K] = q4_K_dot,
-            [KQ_Q5_K] = q5_K_dot,
-            [KQ_Q6_K] = q6_K_dot,
-            [KQ_IQ4_NL] = iq4_nl_dot,
-            [KQ_IQ4_XS] = iq4_xs_dot},
-    .quant = {[KQ_Q8_K] = q8_K_quant},
+const quant_simd quant_kquants_avx512 = {
+    .dot = {[QUANT_Q2_K] = q2_K_dot,
+            [QUANT_Q3_K] = q3_K_dot,
+            [QUANT_Q4_K] = q4_K_dot,
+            [QUANT_Q5_K] = q5_K_dot,
+            [QUANT_Q6_K] = q6_K_dot,
+            [QUANT_IQ4_NL] = iq4_nl_dot,
+            [QUANT_IQ4_XS] = iq4_xs_dot},
+    .quant = {[QUANT_Q8_K] = q8_K_quant},
 };

@@ -15,8 +15,8 @@
 
 #define QK 32
 
-static inline float h2f(uint16_t h) { return kq_f16_to_f32(h); }
-static inline uint16_t f2h(float f) { return kq_f32_to_f16(f); }
+static inline float h2f(uint16_t h) { return quant_f16_to_f32(h); }
+static inline uint16_t f2h(float f) { return quant_f32_to_f16(f); }
 
 static float block_absmax(const float *x, float *signed_max) {
     float amax = 0.0f, max = 0.0f;
@@ -55,11 +55,11 @@ static void f16_from_f32(const float *x, void *y, int64_t n) {
 }
 static void bf16_to_f32(const void *x, float *y, int64_t n) {
     const uint16_t *h = x;
-    for (int64_t i = 0; i < n; i++) y[i] = kq_bf16_to_f32(h[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = quant_bf16_to_f32(h[i]);
 }
 static void bf16_from_f32(const float *x, void *y, int64_t n) {
     uint16_t *h = y;
-    for (int64_t i = 0; i < n; i++) h[i] = kq_f32_to_bf16(x[i]);
+    for (int64_t i = 0; i < n; i++) h[i] = quant_f32_to_bf16(x[i]);
 }
 
 /* Float rows accumulate in double: the reference the SIMD sums are held to. */
@@ -75,7 +75,7 @@ static void dot_f16(int n, float *s, const void *vx, const void *vy) {
     for (int i = 0; i < n; i++) acc += (double)h2f(x[i]) * h2f(y[i]);
     *s = (float)acc;
 }
-float kq_dot_f16_lanes(int n, const uint16_t *x, const uint16_t *y, int lanes) {
+float quant_dot_f16_lanes(int n, const uint16_t *x, const uint16_t *y, int lanes) {
     float acc[16] = {0};
     for (int i = 0; i < n; i += lanes)
         for (int l = 0; l < lanes; l++) /* past n: 0 x 0, as the zero-padded last group */
@@ -89,14 +89,14 @@ float kq_dot_f16_lanes(int n, const uint16_t *x, const uint16_t *y, int lanes) {
 static void dot_bf16(int n, float *s, const void *vx, const void *vy) {
     const uint16_t *x = vx, *y = vy;
     double acc = 0.0;
-    for (int i = 0; i < n; i++) acc += (double)kq_bf16_to_f32(x[i]) * kq_bf16_to_f32(y[i]);
+    for (int i = 0; i < n; i++) acc += (double)quant_bf16_to_f32(x[i]) * quant_bf16_to_f32(y[i]);
     *s = (float)acc;
 }
 
 /* ---- Q4_0: d = max / -8, q = x/d + 8 in 0..15, value (q - 8) * d ---- */
 
 static void q4_0_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q4_0 *y = vy;
+    quant_block_q4_0 *y = vy;
     for (int64_t i = 0; i < n / QK; i++, x += QK) {
         float max;
         block_absmax(x, &max);
@@ -114,7 +114,7 @@ static void q4_0_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void q4_0_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_q4_0 *x = vx;
+    const quant_block_q4_0 *x = vx;
     for (int64_t i = 0; i < n / QK; i++, y += QK) {
         const float d = h2f(x[i].d);
         for (int j = 0; j < QK / 2; j++) {
@@ -125,8 +125,8 @@ static void q4_0_to_f32(const void *vx, float *y, int64_t n) {
 }
 
 static void dot_q4_0_q8_0(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q4_0 *x = vx;
-    const kq_block_q8_0 *y = vy;
+    const quant_block_q4_0 *x = vx;
+    const quant_block_q8_0 *y = vy;
     float sum = 0.0f;
     for (int i = 0; i < n / QK; i++) {
         int acc = 0;
@@ -142,7 +142,7 @@ static void dot_q4_0_q8_0(int n, float *s, const void *vx, const void *vy) {
 /* ---- Q4_1: d = (max - min) / 15, m = min, value q * d + m ---- */
 
 static void q4_1_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q4_1 *y = vy;
+    quant_block_q4_1 *y = vy;
     for (int64_t i = 0; i < n / QK; i++, x += QK) {
         float mn, mx;
         block_minmax(x, &mn, &mx);
@@ -161,7 +161,7 @@ static void q4_1_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void q4_1_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_q4_1 *x = vx;
+    const quant_block_q4_1 *x = vx;
     for (int64_t i = 0; i < n / QK; i++, y += QK) {
         const float d = h2f(x[i].d), m = h2f(x[i].m);
         for (int j = 0; j < QK / 2; j++) {
@@ -173,8 +173,8 @@ static void q4_1_to_f32(const void *vx, float *y, int64_t n) {
 
 /* sum_j (q_j d + m) * y_j = d dy sum q_j yq_j + m * s, s = dy * sum yq_j */
 static void dot_q4_1_q8_1(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q4_1 *x = vx;
-    const kq_block_q8_1 *y = vy;
+    const quant_block_q4_1 *x = vx;
+    const quant_block_q8_1 *y = vy;
     float sum = 0.0f;
     for (int i = 0; i < n / QK; i++) {
         int acc = 0;
@@ -209,7 +209,7 @@ static void get_q5(const uint8_t *qs, const uint8_t *qh_in, int *q) {
 }
 
 static void q5_0_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q5_0 *y = vy;
+    quant_block_q5_0 *y = vy;
     int q[QK];
     for (int64_t i = 0; i < n / QK; i++, x += QK) {
         float max;
@@ -226,7 +226,7 @@ static void q5_0_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void q5_0_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_q5_0 *x = vx;
+    const quant_block_q5_0 *x = vx;
     int q[QK];
     for (int64_t i = 0; i < n / QK; i++, y += QK) {
         const float d = h2f(x[i].d);
@@ -236,8 +236,8 @@ static void q5_0_to_f32(const void *vx, float *y, int64_t n) {
 }
 
 static void dot_q5_0_q8_0(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q5_0 *x = vx;
-    const kq_block_q8_0 *y = vy;
+    const quant_block_q5_0 *x = vx;
+    const quant_block_q8_0 *y = vy;
     int q[QK];
     float sum = 0.0f;
     for (int i = 0; i < n / QK; i++) {
@@ -250,7 +250,7 @@ static void dot_q5_0_q8_0(int n, float *s, const void *vx, const void *vy) {
 }
 
 static void q5_1_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q5_1 *y = vy;
+    quant_block_q5_1 *y = vy;
     int q[QK];
     for (int64_t i = 0; i < n / QK; i++, x += QK) {
         float mn, mx;
@@ -266,7 +266,7 @@ static void q5_1_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void q5_1_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_q5_1 *x = vx;
+    const quant_block_q5_1 *x = vx;
     int q[QK];
     for (int64_t i = 0; i < n / QK; i++, y += QK) {
         const float d = h2f(x[i].d), m = h2f(x[i].m);
@@ -276,8 +276,8 @@ static void q5_1_to_f32(const void *vx, float *y, int64_t n) {
 }
 
 static void dot_q5_1_q8_1(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q5_1 *x = vx;
-    const kq_block_q8_1 *y = vy;
+    const quant_block_q5_1 *x = vx;
+    const quant_block_q8_1 *y = vy;
     int q[QK];
     float sum = 0.0f;
     for (int i = 0; i < n / QK; i++) {
@@ -292,7 +292,7 @@ static void dot_q5_1_q8_1(int n, float *s, const void *vx, const void *vy) {
 /* ---- Q8_0 / Q8_1: d = amax / 127, q = roundf(x / d) ---- */
 
 static void q8_0_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q8_0 *y = vy;
+    quant_block_q8_0 *y = vy;
     for (int64_t i = 0; i < n / QK; i++, x += QK) {
         const float d = block_absmax(x, NULL) / 127;
         const float id = d ? 1.0f / d : 0.0f;
@@ -302,7 +302,7 @@ static void q8_0_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void q8_0_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_q8_0 *x = vx;
+    const quant_block_q8_0 *x = vx;
     for (int64_t i = 0; i < n / QK; i++, y += QK) {
         const float d = h2f(x[i].d);
         for (int j = 0; j < QK; j++) y[j] = x[i].qs[j] * d;
@@ -310,7 +310,7 @@ static void q8_0_to_f32(const void *vx, float *y, int64_t n) {
 }
 
 static void dot_q8_0_q8_0(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q8_0 *x = vx, *y = vy;
+    const quant_block_q8_0 *x = vx, *y = vy;
     float sum = 0.0f;
     for (int i = 0; i < n / QK; i++) {
         int acc = 0;
@@ -321,7 +321,7 @@ static void dot_q8_0_q8_0(int n, float *s, const void *vx, const void *vy) {
 }
 
 static void q8_1_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_q8_1 *y = vy;
+    quant_block_q8_1 *y = vy;
     for (int64_t i = 0; i < n / QK; i++, x += QK) {
         const float d = block_absmax(x, NULL) / 127;
         const float id = d ? 1.0f / d : 0.0f;
@@ -336,7 +336,7 @@ static void q8_1_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void q8_1_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_q8_1 *x = vx;
+    const quant_block_q8_1 *x = vx;
     for (int64_t i = 0; i < n / QK; i++, y += QK) {
         const float d = h2f(x[i].d);
         for (int j = 0; j < QK; j++) y[j] = x[i].qs[j] * d;
@@ -345,15 +345,15 @@ static void q8_1_to_f32(const void *vx, float *y, int64_t n) {
 
 /* ---- table ---- */
 
-void kq_fill_legacy(kq_traits *tab) {
-    tab[KQ_F32] = kq_traits_ref("F32", 1, 4, KQ_F32, f32_to_f32, f32_from_f32, dot_f32);
-    tab[KQ_F16] = kq_traits_ref("F16", 1, 2, KQ_F16, f16_to_f32, f16_from_f32, dot_f16);
-    tab[KQ_BF16] = kq_traits_ref("BF16", 1, 2, KQ_BF16, bf16_to_f32, bf16_from_f32, dot_bf16);
-    tab[KQ_Q4_0] = kq_traits_ref("Q4_0", QK, sizeof(kq_block_q4_0), KQ_Q8_0, q4_0_to_f32, q4_0_from_f32, dot_q4_0_q8_0);
-    tab[KQ_Q4_1] = kq_traits_ref("Q4_1", QK, sizeof(kq_block_q4_1), KQ_Q8_1, q4_1_to_f32, q4_1_from_f32, dot_q4_1_q8_1);
-    tab[KQ_Q5_0] = kq_traits_ref("Q5_0", QK, sizeof(kq_block_q5_0), KQ_Q8_0, q5_0_to_f32, q5_0_from_f32, dot_q5_0_q8_0);
-    tab[KQ_Q5_1] = kq_traits_ref("Q5_1", QK, sizeof(kq_block_q5_1), KQ_Q8_1, q5_1_to_f32, q5_1_from_f32, dot_q5_1_q8_1);
-    tab[KQ_Q8_0] = kq_traits_ref("Q8_0", QK, sizeof(kq_block_q8_0), KQ_Q8_0, q8_0_to_f32, q8_0_from_f32, dot_q8_0_q8_0);
+void quant_fill_legacy(quant_traits *tab) {
+    tab[QUANT_F32] = quant_traits_ref("F32", 1, 4, QUANT_F32, f32_to_f32, f32_from_f32, dot_f32);
+    tab[QUANT_F16] = quant_traits_ref("F16", 1, 2, QUANT_F16, f16_to_f32, f16_from_f32, dot_f16);
+    tab[QUANT_BF16] = quant_traits_ref("BF16", 1, 2, QUANT_BF16, bf16_to_f32, bf16_from_f32, dot_bf16);
+    tab[QUANT_Q4_0] = quant_traits_ref("Q4_0", QK, sizeof(quant_block_q4_0), QUANT_Q8_0, q4_0_to_f32, q4_0_from_f32, dot_q4_0_q8_0);
+    tab[QUANT_Q4_1] = quant_traits_ref("Q4_1", QK, sizeof(quant_block_q4_1), QUANT_Q8_1, q4_1_to_f32, q4_1_from_f32, dot_q4_1_q8_1);
+    tab[QUANT_Q5_0] = quant_traits_ref("Q5_0", QK, sizeof(quant_block_q5_0), QUANT_Q8_0, q5_0_to_f32, q5_0_from_f32, dot_q5_0_q8_0);
+    tab[QUANT_Q5_1] = quant_traits_ref("Q5_1", QK, sizeof(quant_block_q5_1), QUANT_Q8_1, q5_1_to_f32, q5_1_from_f32, dot_q5_1_q8_1);
+    tab[QUANT_Q8_0] = quant_traits_ref("Q8_0", QK, sizeof(quant_block_q8_0), QUANT_Q8_0, q8_0_to_f32, q8_0_from_f32, dot_q8_0_q8_0);
     /* Q8_1 only ever holds activations: no weight-side dot kernel. */
-    tab[KQ_Q8_1] = kq_traits_ref("Q8_1", QK, sizeof(kq_block_q8_1), KQ_Q8_1, q8_1_to_f32, q8_1_from_f32, NULL);
+    tab[QUANT_Q8_1] = quant_traits_ref("Q8_1", QK, sizeof(quant_block_q8_1), QUANT_Q8_1, q8_1_to_f32, q8_1_from_f32, NULL);
 }

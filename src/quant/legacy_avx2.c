@@ -49,8 +49,8 @@ static inline __m256 dot_uq_off(__m256i q, __m256i y, int off) {
 static inline __m256i load_y(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
 
 static void dot_q4_0(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q4_0 *x = vx;
-    const kq_block_q8_0 *y = vy;
+    const quant_block_q4_0 *x = vx;
+    const quant_block_q8_0 *y = vy;
     const int nb = n / QK;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int i = 0;
@@ -68,8 +68,8 @@ static void dot_q4_0(int n, float *s, const void *vx, const void *vy) {
 }
 
 static void dot_q4_1(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q4_1 *x = vx;
-    const kq_block_q8_1 *y = vy;
+    const quant_block_q4_1 *x = vx;
+    const quant_block_q8_1 *y = vy;
     const int nb = n / QK;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     float ms = 0.0f; /* sum of m * s: the min times the activation block sum */
@@ -90,8 +90,8 @@ static void dot_q4_1(int n, float *s, const void *vx, const void *vy) {
 }
 
 static void dot_q5_0(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q5_0 *x = vx;
-    const kq_block_q8_0 *y = vy;
+    const quant_block_q5_0 *x = vx;
+    const quant_block_q8_0 *y = vy;
     const int nb = n / QK;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int i = 0;
@@ -112,8 +112,8 @@ static void dot_q5_0(int n, float *s, const void *vx, const void *vy) {
 }
 
 static void dot_q5_1(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q5_1 *x = vx;
-    const kq_block_q8_1 *y = vy;
+    const quant_block_q5_1 *x = vx;
+    const quant_block_q8_1 *y = vy;
     const int nb = n / QK;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     float ms = 0.0f;
@@ -143,7 +143,7 @@ static inline __m256 dot_s8(const int8_t *xq, const int8_t *yq) {
 }
 
 static void dot_q8_0(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q8_0 *x = vx, *y = vy;
+    const quant_block_q8_0 *x = vx, *y = vy;
     const int nb = n / QK;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int i = 0;
@@ -182,7 +182,7 @@ static inline __m256 load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_lo
  * element, the last partial group zero-padded; then hsum8.  This lane order
  * is what the F16 block kernel (kernels/matmul_avx2.c) reproduces for many
  * rows and tokens at once, so a token's outputs never depend on its batch;
- * kq_dot_f16_lanes(.., 8) is the scalar twin, bit for bit.  A single chain
+ * quant_dot_f16_lanes(.., 8) is the scalar twin, bit for bit.  A single chain
  * is latency-bound for one row; matmuls go through the block kernel. */
 static void dot_f16(int n, float *s, const void *vx, const void *vy) {
     const uint16_t *x = vx, *y = vy;
@@ -216,7 +216,7 @@ static void dot_bf16(int n, float *s, const void *vx, const void *vy) {
     }
     for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_bf16(x + i), load_bf16(y + i), a0);
     float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) sum += kq_bf16_to_f32(x[i]) * kq_bf16_to_f32(y[i]);
+    for (; i < n; i++) sum += quant_bf16_to_f32(x[i]) * quant_bf16_to_f32(y[i]);
     *s = sum;
 }
 
@@ -264,7 +264,7 @@ static void q8_0_from_f32(const float *x, void *y, int64_t n) { kx_q8_0_row(x, y
 static void q8_1_from_f32(const float *x, void *y, int64_t n) { kx_q8_1_row(x, y, n, q8_block); }
 
 /* F16C rounds to nearest even, NaNs quieted with their top payload bits:
- * the bits of the scalar kq_f32_to_f16. */
+ * the bits of the scalar quant_f32_to_f16. */
 static void f16_from_f32(const float *x, void *vy, int64_t n) {
     uint16_t *y = vy;
     int64_t i = 0;
@@ -273,14 +273,14 @@ static void f16_from_f32(const float *x, void *vy, int64_t n) {
     for (; i < n; i++) y[i] = f2h(x[i]);
 }
 
-const kq_simd kq_legacy_avx2 = {
-    .dot = {[KQ_F32] = dot_f32,
-            [KQ_F16] = dot_f16,
-            [KQ_BF16] = dot_bf16,
-            [KQ_Q4_0] = dot_q4_0,
-            [KQ_Q4_1] = dot_q4_1,
-            [KQ_Q5_0] = dot_q5_0,
-            [KQ_Q5_1] = dot_q5_1,
-            [KQ_Q8_0] = dot_q8_0},
-    .quant = {[KQ_F16] = f16_from_f32, [KQ_Q8_0] = q8_0_from_f32, [KQ_Q8_1] = q8_1_from_f32},
+const quant_simd quant_legacy_avx2 = {
+    .dot = {[QUANT_F32] = dot_f32,
+            [QUANT_F16] = dot_f16,
+            [QUANT_BF16] = dot_bf16,
+            [QUANT_Q4_0] = dot_q4_0,
+            [QUANT_Q4_1] = dot_q4_1,
+            [QUANT_Q5_0] = dot_q5_0,
+            [QUANT_Q5_1] = dot_q5_1,
+            [QUANT_Q8_0] = dot_q8_0},
+    .quant = {[QUANT_F16] = f16_from_f32, [QUANT_Q8_0] = q8_0_from_f32, [QUANT_Q8_1] = q8_1_from_f32},
 };

@@ -63,14 +63,14 @@ static inline __m512 dot_uq_off(__m512i q, __m512i y, int off) {
 }
 
 /* The pair steps.  i1 == i0 with last == 1 means "block i0 alone". */
-static inline __m512 step_q4_0(const kq_block_q4_0 *x, const kq_block_q8_0 *y, int i0, int last, __m512 acc) {
+static inline __m512 step_q4_0(const quant_block_q4_0 *x, const quant_block_q8_0 *y, int i0, int last, __m512 acc) {
     const int i1 = last ? i0 : i0 + 1;
     const __m512 p = dot_uq_off(q4_pair(x[i0].qs, x[i1].qs), y_pair(y[i0].qs, last ? NULL : y[i1].qs), 8);
     const __m512 sc = scale_pair(h2f(x[i0].d) * h2f(y[i0].d), last ? 0.0f : h2f(x[i1].d) * h2f(y[i1].d));
     return _mm512_fmadd_ps(p, sc, acc);
 }
 
-static inline __m512 step_q5_0(const kq_block_q5_0 *x, const kq_block_q8_0 *y, int i0, int last, __m512 acc) {
+static inline __m512 step_q5_0(const quant_block_q5_0 *x, const quant_block_q8_0 *y, int i0, int last, __m512 acc) {
     const int i1 = last ? i0 : i0 + 1;
     const __m512i q = q5_pair(x[i0].qs, x[i0].qh, x[i1].qs, x[i1].qh);
     const __m512 p = dot_uq_off(q, y_pair(y[i0].qs, last ? NULL : y[i1].qs), 16);
@@ -79,7 +79,7 @@ static inline __m512 step_q5_0(const kq_block_q5_0 *x, const kq_block_q8_0 *y, i
 }
 
 /* Q4_1 / Q5_1 also add m * s per block into *ms. */
-static inline __m512 step_q4_1(const kq_block_q4_1 *x, const kq_block_q8_1 *y, int i0, int last, __m512 acc,
+static inline __m512 step_q4_1(const quant_block_q4_1 *x, const quant_block_q8_1 *y, int i0, int last, __m512 acc,
                                float *ms) {
     const int i1 = last ? i0 : i0 + 1;
     const __m512 p = dot_uq_off(q4_pair(x[i0].qs, x[i1].qs), y_pair(y[i0].qs, last ? NULL : y[i1].qs), 0);
@@ -88,7 +88,7 @@ static inline __m512 step_q4_1(const kq_block_q4_1 *x, const kq_block_q8_1 *y, i
     return _mm512_fmadd_ps(p, sc, acc);
 }
 
-static inline __m512 step_q5_1(const kq_block_q5_1 *x, const kq_block_q8_1 *y, int i0, int last, __m512 acc,
+static inline __m512 step_q5_1(const quant_block_q5_1 *x, const quant_block_q8_1 *y, int i0, int last, __m512 acc,
                                float *ms) {
     const int i1 = last ? i0 : i0 + 1;
     const __m512i q = q5_pair(x[i0].qs, x[i0].qh, x[i1].qs, x[i1].qh);
@@ -99,7 +99,7 @@ static inline __m512 step_q5_1(const kq_block_q5_1 *x, const kq_block_q8_1 *y, i
 }
 
 /* signed x signed: |x| times y with x's sign applied */
-static inline __m512 step_q8_0(const kq_block_q8_0 *x, const kq_block_q8_0 *y, int i0, int last, __m512 acc) {
+static inline __m512 step_q8_0(const quant_block_q8_0 *x, const quant_block_q8_0 *y, int i0, int last, __m512 acc) {
     const int i1 = last ? i0 : i0 + 1;
     const __m512i xv = y_pair(x[i0].qs, x[i1].qs);
     const __m512i yv = y_pair(y[i0].qs, last ? NULL : y[i1].qs);
@@ -148,11 +148,11 @@ static inline __m512 step_q8_0(const kq_block_q8_0 *x, const kq_block_q8_0 *y, i
         *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + ms;      \
     }
 
-BLOCK_DOT(dot_q4_0, kq_block_q4_0, kq_block_q8_0, step_q4_0)
-BLOCK_DOT(dot_q5_0, kq_block_q5_0, kq_block_q8_0, step_q5_0)
-BLOCK_DOT(dot_q8_0, kq_block_q8_0, kq_block_q8_0, step_q8_0)
-BLOCK_DOT_MIN(dot_q4_1, kq_block_q4_1, kq_block_q8_1, step_q4_1)
-BLOCK_DOT_MIN(dot_q5_1, kq_block_q5_1, kq_block_q8_1, step_q5_1)
+BLOCK_DOT(dot_q4_0, quant_block_q4_0, quant_block_q8_0, step_q4_0)
+BLOCK_DOT(dot_q5_0, quant_block_q5_0, quant_block_q8_0, step_q5_0)
+BLOCK_DOT(dot_q8_0, quant_block_q8_0, quant_block_q8_0, step_q8_0)
+BLOCK_DOT_MIN(dot_q4_1, quant_block_q4_1, quant_block_q8_1, step_q4_1)
+BLOCK_DOT_MIN(dot_q5_1, quant_block_q5_1, quant_block_q8_1, step_q5_1)
 
 /* ---- float rows: four 16-lane accumulators, masked tail ---- */
 
@@ -194,7 +194,7 @@ FLOAT_DOT(dot_f32, load_f32)
  * the 8 sums as the AVX2 hsum does.  This lane order is what the F16 block
  * kernel (kernels/matmul_avx512.c) reproduces for many rows and tokens at
  * once, so a token's outputs never depend on its batch;
- * kq_dot_f16_lanes(.., 16) is the scalar twin, bit for bit. */
+ * quant_dot_f16_lanes(.., 16) is the scalar twin, bit for bit. */
 static void dot_f16(int n, float *s, const void *x, const void *y) {
     __m512 acc = _mm512_setzero_ps();
     int i = 0;
@@ -265,13 +265,13 @@ static inline float q8_block(const float *x, int8_t *qs, int *qsum) {
 static void q8_0_from_f32(const float *x, void *y, int64_t n) { kx_q8_0_row(x, y, n, q8_block); }
 static void q8_1_from_f32(const float *x, void *y, int64_t n) { kx_q8_1_row(x, y, n, q8_block); }
 
-/* The AVX-512 level; kq_legacy_avx512_bf16 is the same with the vdpbf16ps
+/* The AVX-512 level; quant_legacy_avx512_bf16 is the same with the vdpbf16ps
  * BF16 dot, for CPUs with AVX512_BF16. */
 #define LEGACY_AVX512(bf16)                                                                              \
     {                                                                                                    \
-        .dot = {[KQ_F32] = dot_f32,   [KQ_F16] = dot_f16,   [KQ_BF16] = bf16,     [KQ_Q4_0] = dot_q4_0,  \
-                [KQ_Q4_1] = dot_q4_1, [KQ_Q5_0] = dot_q5_0, [KQ_Q5_1] = dot_q5_1, [KQ_Q8_0] = dot_q8_0}, \
-        .quant = {[KQ_Q8_0] = q8_0_from_f32, [KQ_Q8_1] = q8_1_from_f32},                                 \
+        .dot = {[QUANT_F32] = dot_f32,   [QUANT_F16] = dot_f16,   [QUANT_BF16] = bf16,     [QUANT_Q4_0] = dot_q4_0,  \
+                [QUANT_Q4_1] = dot_q4_1, [QUANT_Q5_0] = dot_q5_0, [QUANT_Q5_1] = dot_q5_1, [QUANT_Q8_0] = dot_q8_0}, \
+        .quant = {[QUANT_Q8_0] = q8_0_from_f32, [QUANT_Q8_1] = q8_1_from_f32},                                 \
     }
-const kq_simd kq_legacy_avx512 = LEGACY_AVX512(dot_bf16);
-const kq_simd kq_legacy_avx512_bf16 = LEGACY_AVX512(dot_bf16_dp);
+const quant_simd quant_legacy_avx512 = LEGACY_AVX512(dot_bf16);
+const quant_simd quant_legacy_avx512_bf16 = LEGACY_AVX512(dot_bf16_dp);

@@ -17,7 +17,7 @@
 
 #include "lowbit_layout.h"
 
-static inline float f16(uint16_t h) { return kq_f16_to_f32(h); }
+static inline float f16(uint16_t h) { return quant_f16_to_f32(h); }
 
 /* ---------------------------------------------------------------------- */
 /* TQ1_0                                                                  */
@@ -31,17 +31,17 @@ static inline int tq1_trit(uint8_t b, int k) {
 }
 
 /* t in {0, 1, 2} of weight e (0..255). */
-static int tq1_t(const kq_block_tq1_0 *x, int e) {
+static int tq1_t(const quant_block_tq1_0 *x, int e) {
     if (e < 160) return tq1_trit(x->qs[e % 32], e / 32);
     if (e < 240) return tq1_trit(x->qs[32 + (e - 160) % 16], (e - 160) / 16);
     return tq1_trit(x->qh[(e - 240) % 4], (e - 240) / 4);
 }
 
 static void tq1_0_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_tq1_0 *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K) {
+    const quant_block_tq1_0 *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, y += QUANT_QK_K) {
         const float d = f16(x[i].d);
-        for (int e = 0; e < KQ_QK_K; ++e) y[e] = (float)(tq1_t(&x[i], e) - 1) * d;
+        for (int e = 0; e < QUANT_QK_K; ++e) y[e] = (float)(tq1_t(&x[i], e) - 1) * d;
     }
 }
 
@@ -58,12 +58,12 @@ static inline int tq_code(float x, float id) { return (int)lroundf(x * id) + 1; 
 
 /* d = max |x|; each weight rounds to -1, 0 or 1 times d. */
 static void tq1_0_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_tq1_0 *y = vy;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+    quant_block_tq1_0 *y = vy;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         float amax = 0;
-        for (int e = 0; e < KQ_QK_K; ++e) amax = fmaxf(amax, fabsf(x[e]));
+        for (int e = 0; e < QUANT_QK_K; ++e) amax = fmaxf(amax, fabsf(x[e]));
         const float d = amax, id = d ? 1.0f / d : 0.0f;
-        y[i].d = kq_f32_to_f16(d);
+        y[i].d = quant_f32_to_f16(d);
         int t[5];
         for (int m = 0; m < 32; ++m) {
             for (int k = 0; k < 5; ++k) t[k] = tq_code(x[32 * k + m], id);
@@ -81,12 +81,12 @@ static void tq1_0_from_f32(const float *x, void *vy, int64_t n) {
 }
 
 static void tq1_0_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_tq1_0 *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_tq1_0 *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         int isum = 0;
-        for (int e = 0; e < KQ_QK_K; ++e) isum += (tq1_t(&x[i], e) - 1) * y[i].qs[e];
+        for (int e = 0; e < QUANT_QK_K; ++e) isum += (tq1_t(&x[i], e) - 1) * y[i].qs[e];
         sum += (float)isum * (f16(x[i].d) * y[i].d);
     }
     *s = sum;
@@ -96,38 +96,38 @@ static void tq1_0_dot(int n, float *s, const void *vx, const void *vy) {
 /* TQ2_0                                                                  */
 /* ---------------------------------------------------------------------- */
 
-static inline int tq2_t(const kq_block_tq2_0 *x, int e) {
+static inline int tq2_t(const quant_block_tq2_0 *x, int e) {
     return (x->qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
 }
 
 static void tq2_0_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_tq2_0 *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, y += KQ_QK_K) {
+    const quant_block_tq2_0 *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, y += QUANT_QK_K) {
         const float d = f16(x[i].d);
-        for (int e = 0; e < KQ_QK_K; ++e) y[e] = (float)(tq2_t(&x[i], e) - 1) * d;
+        for (int e = 0; e < QUANT_QK_K; ++e) y[e] = (float)(tq2_t(&x[i], e) - 1) * d;
     }
 }
 
 static void tq2_0_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_tq2_0 *y = vy;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
+    quant_block_tq2_0 *y = vy;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         float amax = 0;
-        for (int e = 0; e < KQ_QK_K; ++e) amax = fmaxf(amax, fabsf(x[e]));
+        for (int e = 0; e < QUANT_QK_K; ++e) amax = fmaxf(amax, fabsf(x[e]));
         const float d = amax, id = d ? 1.0f / d : 0.0f;
-        y[i].d = kq_f32_to_f16(d);
+        y[i].d = quant_f32_to_f16(d);
         memset(y[i].qs, 0, sizeof y[i].qs);
-        for (int e = 0; e < KQ_QK_K; ++e)
+        for (int e = 0; e < QUANT_QK_K; ++e)
             y[i].qs[32 * (e / 128) + e % 32] |= (uint8_t)((tq_code(x[e], id) & 3) << (2 * ((e % 128) / 32)));
     }
 }
 
 static void tq2_0_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_tq2_0 *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_tq2_0 *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         int isum = 0;
-        for (int e = 0; e < KQ_QK_K; ++e) isum += (tq2_t(&x[i], e) - 1) * y[i].qs[e];
+        for (int e = 0; e < QUANT_QK_K; ++e) isum += (tq2_t(&x[i], e) - 1) * y[i].qs[e];
         const float d = y[i].d * f16(x[i].d);
         sum += (float)isum * d;
     }
@@ -139,12 +139,12 @@ static void tq2_0_dot(int n, float *s, const void *vx, const void *vy) {
 /* ---------------------------------------------------------------------- */
 
 static void mxfp4_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_mxfp4 *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_MXFP4; ++i, y += KQ_QK_MXFP4) {
-        const float d = kq_e8m0_half(x[i].e);
+    const quant_block_mxfp4 *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_MXFP4; ++i, y += QUANT_QK_MXFP4) {
+        const float d = quant_e8m0_half(x[i].e);
         for (int l = 0; l < 16; ++l) {
-            y[l] = kq_mxfp4_values[x[i].qs[l] & 0xF] * d;
-            y[l + 16] = kq_mxfp4_values[x[i].qs[l] >> 4] * d;
+            y[l] = quant_mxfp4_values[x[i].qs[l] & 0xF] * d;
+            y[l + 16] = quant_mxfp4_values[x[i].qs[l] >> 4] * d;
         }
     }
 }
@@ -152,9 +152,9 @@ static void mxfp4_to_f32(const void *vx, float *y, int64_t n) {
 /* The code whose value times d is nearest to v (the first of equals). */
 static int mxfp4_best(float v, float d) {
     int best = 0;
-    float err = fabsf(kq_mxfp4_values[0] * d - v);
+    float err = fabsf(quant_mxfp4_values[0] * d - v);
     for (int c = 1; c < 16; ++c) {
-        const float e = fabsf(kq_mxfp4_values[c] * d - v);
+        const float e = fabsf(quant_mxfp4_values[c] * d - v);
         if (e < err) {
             best = c;
             err = e;
@@ -168,10 +168,10 @@ static int mxfp4_best(float v, float d) {
  * nearest.  A block whose largest |x| is below 2^-125 takes e = 0 (where
  * ggml's float to byte conversion has no defined value). */
 static void mxfp4_from_f32(const float *x, void *vy, int64_t n) {
-    kq_block_mxfp4 *y = vy;
-    for (int64_t i = 0; i < n / KQ_QK_MXFP4; ++i, x += KQ_QK_MXFP4) {
+    quant_block_mxfp4 *y = vy;
+    for (int64_t i = 0; i < n / QUANT_QK_MXFP4; ++i, x += QUANT_QK_MXFP4) {
         float amax = 0;
-        for (int j = 0; j < KQ_QK_MXFP4; ++j)
+        for (int j = 0; j < QUANT_QK_MXFP4; ++j)
             if (amax < fabsf(x[j])) amax = fabsf(x[j]);
         int e = 0;
         if (amax > 0) {
@@ -179,21 +179,21 @@ static void mxfp4_from_f32(const float *x, void *vy, int64_t n) {
             e = fe < 0 ? 0 : fe > 254 ? 254 : (int)fe;
         }
         y[i].e = (uint8_t)e;
-        const float d = kq_e8m0_half(y[i].e);
+        const float d = quant_e8m0_half(y[i].e);
         for (int l = 0; l < 16; ++l) y[i].qs[l] = (uint8_t)(mxfp4_best(x[l], d) | mxfp4_best(x[l + 16], d) << 4);
     }
 }
 
 static void mxfp4_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_mxfp4 *x = vx;
-    const kq_block_q8_0 *y = vy;
+    const quant_block_mxfp4 *x = vx;
+    const quant_block_q8_0 *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_MXFP4; ++i) {
-        const float d = f16(y[i].d) * kq_e8m0_half(x[i].e);
+    for (int i = 0; i < n / QUANT_QK_MXFP4; ++i) {
+        const float d = f16(y[i].d) * quant_e8m0_half(x[i].e);
         int s1 = 0, s2 = 0;
         for (int l = 0; l < 16; ++l) {
-            s1 += y[i].qs[l] * kq_mxfp4_values[x[i].qs[l] & 0xF];
-            s2 += y[i].qs[l + 16] * kq_mxfp4_values[x[i].qs[l] >> 4];
+            s1 += y[i].qs[l] * quant_mxfp4_values[x[i].qs[l] & 0xF];
+            s2 += y[i].qs[l + 16] * quant_mxfp4_values[x[i].qs[l] >> 4];
         }
         sum += d * (s1 + s2);
     }
@@ -206,17 +206,17 @@ static void mxfp4_dot(int n, float *s, const void *vx, const void *vy) {
 
 #define IQ1_DELTA 0.125f
 
-static inline const int8_t *grid8(int index) { return (const int8_t *)&kq_iq1s_grid[index]; }
+static inline const int8_t *grid8(int index) { return (const int8_t *)&quant_iq1s_grid[index]; }
 
 static void iq1_s_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_iq1_s *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i) {
+    const quant_block_iq1_s *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i) {
         const float d = f16(x[i].d);
         for (int b = 0; b < 8; ++b) {
             const float dl = d * (2 * ((x[i].qh[b] >> 12) & 7) + 1);
             const float delta = x[i].qh[b] & 0x8000 ? -IQ1_DELTA : IQ1_DELTA;
             for (int l = 0; l < 4; ++l, y += 8) {
-                const int8_t *g = grid8(kq_iq1s_index(&x[i], b, l));
+                const int8_t *g = grid8(quant_iq1s_index(&x[i], b, l));
                 for (int j = 0; j < 8; ++j) y[j] = dl * (g[j] + delta);
             }
         }
@@ -226,10 +226,10 @@ static void iq1_s_to_f32(const void *vx, float *y, int64_t n) {
 /* sumi = sum over sub-blocks of ls * (grid . y); sumi1 = sum of ls * sign
  * * (sum of y): the deltas' part, scaled by 1/8 at the end. */
 static void iq1_s_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq1_s *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_iq1_s *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const int8_t *q8 = y[i].qs;
         int sumi = 0, sumi1 = 0;
         for (int b = 0; b < 8; ++b) {
@@ -237,7 +237,7 @@ static void iq1_s_dot(int n, float *s, const void *vx, const void *vy) {
             const int delta = x[i].qh[b] & 0x8000 ? -1 : 1;
             int lsum = 0;
             for (int l = 0; l < 4; ++l, q8 += 8) {
-                const int8_t *g = grid8(kq_iq1s_index(&x[i], b, l));
+                const int8_t *g = grid8(quant_iq1s_index(&x[i], b, l));
                 for (int j = 0; j < 8; ++j) lsum += q8[j] * g[j];
             }
             sumi += ls * lsum;
@@ -249,16 +249,16 @@ static void iq1_s_dot(int n, float *s, const void *vx, const void *vy) {
 }
 
 static void iq1_m_to_f32(const void *vx, float *y, int64_t n) {
-    const kq_block_iq1_m *x = vx;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i) {
-        const float d = f16(kq_iq1m_d(&x[i]));
+    const quant_block_iq1_m *x = vx;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i) {
+        const float d = f16(quant_iq1m_d(&x[i]));
         for (int b = 0; b < 8; ++b) {
             int ls[2];
-            kq_iq1m_scales(&x[i], b, &ls[0], &ls[1]);
+            quant_iq1m_scales(&x[i], b, &ls[0], &ls[1]);
             for (int l = 0; l < 4; ++l, y += 8) {
                 const float dl = d * ls[l / 2];
                 const float delta = x[i].qh[2 * b + l / 2] & (l % 2 ? 0x80 : 0x08) ? -IQ1_DELTA : IQ1_DELTA;
-                const int8_t *g = grid8(kq_iq1m_index(&x[i], b, l));
+                const int8_t *g = grid8(quant_iq1m_index(&x[i], b, l));
                 for (int j = 0; j < 8; ++j) y[j] = dl * (g[j] + delta);
             }
         }
@@ -268,17 +268,17 @@ static void iq1_m_to_f32(const void *vx, float *y, int64_t n) {
 /* As IQ1_S with a delta sign per group of 8 and two scales per sub-block;
  * the deltas' part takes the sums of y per group from the quants. */
 static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq1_m *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_iq1_m *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const int8_t *q8 = y[i].qs;
         int sumi1 = 0, sumi2 = 0;
         for (int b = 0; b < 8; ++b) {
             int sum1[2] = {0, 0}, sum2[2] = {0, 0};
             for (int l = 0; l < 4; ++l, q8 += 8) {
                 const int delta = x[i].qh[2 * b + l / 2] & (l % 2 ? 0x80 : 0x08) ? -1 : 1;
-                const int8_t *g = grid8(kq_iq1m_index(&x[i], b, l));
+                const int8_t *g = grid8(quant_iq1m_index(&x[i], b, l));
                 int lsum1 = 0, lsum2 = 0;
                 for (int j = 0; j < 8; ++j) {
                     lsum1 += q8[j] * g[j];
@@ -288,11 +288,11 @@ static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
                 sum2[l / 2] += lsum2 * delta;
             }
             int ls1, ls2;
-            kq_iq1m_scales(&x[i], b, &ls1, &ls2);
+            quant_iq1m_scales(&x[i], b, &ls1, &ls2);
             sumi1 += sum1[0] * ls1 + sum1[1] * ls2;
             sumi2 += sum2[0] * ls1 + sum2[1] * ls2;
         }
-        sum += f16(kq_iq1m_d(&x[i])) * y[i].d * (sumi1 + IQ1_DELTA * sumi2);
+        sum += f16(quant_iq1m_d(&x[i])) * y[i].d * (sumi1 + IQ1_DELTA * sumi2);
     }
     *s = sum;
 }
@@ -301,22 +301,22 @@ static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
 /* Table                                                                  */
 /* ---------------------------------------------------------------------- */
 
-void kq_fill_lowbit(kq_traits *tab) {
-    tab[KQ_TQ1_0] =
-        kq_traits_ref("TQ1_0", KQ_QK_K, sizeof(kq_block_tq1_0), KQ_Q8_K, tq1_0_to_f32, tq1_0_from_f32, tq1_0_dot);
-    tab[KQ_TQ2_0] =
-        kq_traits_ref("TQ2_0", KQ_QK_K, sizeof(kq_block_tq2_0), KQ_Q8_K, tq2_0_to_f32, tq2_0_from_f32, tq2_0_dot);
-    tab[KQ_MXFP4] =
-        kq_traits_ref("MXFP4", KQ_QK_MXFP4, sizeof(kq_block_mxfp4), KQ_Q8_0, mxfp4_to_f32, mxfp4_from_f32, mxfp4_dot);
-    tab[KQ_IQ1_S] = kq_traits_ref("IQ1_S", KQ_QK_K, sizeof(kq_block_iq1_s), KQ_Q8_K, iq1_s_to_f32, NULL, iq1_s_dot);
-    tab[KQ_IQ1_M] = kq_traits_ref("IQ1_M", KQ_QK_K, sizeof(kq_block_iq1_m), KQ_Q8_K, iq1_m_to_f32, NULL, iq1_m_dot);
+void quant_fill_lowbit(quant_traits *tab) {
+    tab[QUANT_TQ1_0] =
+        quant_traits_ref("TQ1_0", QUANT_QK_K, sizeof(quant_block_tq1_0), QUANT_Q8_K, tq1_0_to_f32, tq1_0_from_f32, tq1_0_dot);
+    tab[QUANT_TQ2_0] =
+        quant_traits_ref("TQ2_0", QUANT_QK_K, sizeof(quant_block_tq2_0), QUANT_Q8_K, tq2_0_to_f32, tq2_0_from_f32, tq2_0_dot);
+    tab[QUANT_MXFP4] =
+        quant_traits_ref("MXFP4", QUANT_QK_MXFP4, sizeof(quant_block_mxfp4), QUANT_Q8_0, mxfp4_to_f32, mxfp4_from_f32, mxfp4_dot);
+    tab[QUANT_IQ1_S] = quant_traits_ref("IQ1_S", QUANT_QK_K, sizeof(quant_block_iq1_s), QUANT_Q8_K, iq1_s_to_f32, NULL, iq1_s_dot);
+    tab[QUANT_IQ1_M] = quant_traits_ref("IQ1_M", QUANT_QK_K, sizeof(quant_block_iq1_m), QUANT_Q8_K, iq1_m_to_f32, NULL, iq1_m_dot);
 }
 
 /* ---------------------------------------------------------------------- */
 /* The IQ1_S / IQ1_M grid                                                 */
 /* ---------------------------------------------------------------------- */
 
-const uint64_t kq_iq1s_grid[2048] = {
+const uint64_t quant_iq1s_grid[2048] = {
     0xffffffffffffffff, 0xffffffffffffff01, 0xffffffffffff0000, 0xffffffffffff01ff, 0xffffffffffff0101,
     0xffffffffff00ff00, 0xffffffffff000000, 0xffffffffff01ffff, 0xffffffffff01ff01, 0xffffffffff0101ff,
     0xffffffffff010101, 0xffffffff00ff0000, 0xffffffff0000ff00, 0xffffffff000000ff, 0xffffffff00000001,

@@ -57,7 +57,7 @@ static inline __m256i trit(__m256i q) {
 
 /* Products of the 5 trit levels of qs[0..31], of qs[32..47] and of the 4 of
  * qh, as byte vectors in weight order: v[k] for weights 32k..32k+31. */
-static inline void tq1_levels(const kq_block_tq1_0 *x, __m256i v[8]) {
+static inline void tq1_levels(const quant_block_tq1_0 *x, __m256i v[8]) {
     __m256i q = _mm256_loadu_si256((const __m256i *)x->qs);
 #pragma GCC unroll 5
     for (int k = 0; k < 5; ++k, q = mul3(q)) v[k] = q;
@@ -76,10 +76,10 @@ static inline void tq1_levels(const kq_block_tq1_0 *x, __m256i v[8]) {
 }
 
 static void tq1_0_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_tq1_0 *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_tq1_0 *x = vx;
+    const quant_block_q8_K *y = vy;
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         __m256i v[8];
         tq1_levels(&x[i], v);
         __m256i acc = _mm256_setzero_si256(); /* 8 terms of |t y| pairs <= 512: no int16 overflow */
@@ -97,11 +97,11 @@ static void tq1_0_dot(int n, float *s, const void *vx, const void *vy) {
 /* ---- TQ2_0 ---- */
 
 static void tq2_0_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_tq2_0 *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_tq2_0 *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3);
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         __m256i acc = _mm256_setzero_si256();
         for (int g = 0; g < 2; ++g) {
             const __m256i qb = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * g));
@@ -135,8 +135,8 @@ static inline uint64_t iq1_idx4(const uint8_t *qs, unsigned h) {
 
 /* The four grid groups of those indices, 8 int8 in {-1, 0, 1} each. */
 static inline __m256i iq1_grid4(uint64_t ix) {
-    return _mm256_set_epi64x((long long)kq_iq1s_grid[ix >> 48], (long long)kq_iq1s_grid[(ix >> 32) & 0xffff],
-                             (long long)kq_iq1s_grid[(ix >> 16) & 0xffff], (long long)kq_iq1s_grid[ix & 0xffff]);
+    return _mm256_set_epi64x((long long)quant_iq1s_grid[ix >> 48], (long long)quant_iq1s_grid[(ix >> 32) & 0xffff],
+                             (long long)quant_iq1s_grid[(ix >> 16) & 0xffff], (long long)quant_iq1s_grid[ix & 0xffff]);
 }
 
 /* The reference's (sumi + sumi1 / 8) is exact in float (|sumi| < 2^19,
@@ -145,7 +145,7 @@ static inline __m256i iq1_grid4(uint64_t ix) {
  * T = 8 sum ls P_b - sum ls S_b (8 - delta_b). */
 /* sum over sub-blocks of ls_b S_b (8 - delta_b), S_b the sum of its y
  * (bsums 2b, 2b + 1), as int32 lanes (in the low 128 bits). */
-static inline __m256i iq1s_off(const kq_block_iq1_s *x, const kq_block_q8_K *y) {
+static inline __m256i iq1s_off(const quant_block_iq1_s *x, const quant_block_q8_K *y) {
     const __m128i qh = _mm_loadu_si128((const __m128i *)x->qh);
     const __m128i f = _mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7));
     const __m128i ls = _mm_add_epi16(_mm_add_epi16(f, f), _mm_set1_epi16(1));
@@ -156,11 +156,11 @@ static inline __m256i iq1s_off(const kq_block_iq1_s *x, const kq_block_q8_K *y) 
 }
 
 static void iq1_s_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq1_s *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_iq1_s *x = vx;
+    const quant_block_q8_K *y = vy;
     const __m256i one = _mm256_set1_epi8(1);
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int b = 0; b < 8; b += 2) {
@@ -181,7 +181,7 @@ static void iq1_s_dot(int n, float *s, const void *vx, const void *vy) {
 
 /* IQ1_M sub-block b: its four groups as 8g + 9 + 8 delta (unsigned 0..18;
  * the delta signs are bit 3 of each qh nibble). */
-static inline __m256i iq1m_u(const kq_block_iq1_m *x, int b) {
+static inline __m256i iq1m_u(const quant_block_iq1_m *x, int b) {
     uint16_t hq;
     memcpy(&hq, x->qh + 2 * b, sizeof hq);
     uint32_t q;
@@ -198,7 +198,7 @@ static inline __m256i iq1m_u(const kq_block_iq1_m *x, int b) {
 /* The 16 scale multipliers 2s + 1 of an IQ1_M block as int16, lane 2b + h
  * = sub-block b, groups 0-1 (h = 0) or 2-3 (h = 1): field 3 (j % 4) of
  * scale word j / 4, moved to the top by a multiply and shifted down. */
-static inline __m256i iq1m_ls16(const kq_block_iq1_m *x) {
+static inline __m256i iq1m_ls16(const quant_block_iq1_m *x) {
     uint64_t w;
     memcpy(&w, x->scales, sizeof w);
     const __m256i pick = _mm256_set_epi64x(0x0706070607060706ll, 0x0504050405040504ll, 0x0302030203020302ll,
@@ -210,13 +210,13 @@ static inline __m256i iq1m_ls16(const kq_block_iq1_m *x) {
 }
 
 static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq1_m *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_iq1_m *x = vx;
+    const quant_block_q8_K *y = vy;
     /* a lane pair (ls1, ls2) spread: ls1 over the low 128 bits, ls2 the high */
     const __m256i spread =
         _mm256_set_epi64x(0x0302030203020302ll, 0x0302030203020302ll, 0x0100010001000100ll, 0x0100010001000100ll);
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         const __m256i ls = iq1m_ls16(&x[i]);
         __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -230,7 +230,7 @@ static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
         /* the 9 taken off: 9 sum ls * (sum of y) over the half sub-blocks */
         const __m256i off = _mm256_madd_epi16(ls, _mm256_loadu_si256((const __m256i *)y[i].bsums));
         const int t = hsum_i32(_mm256_sub_epi32(acc, _mm256_add_epi32(_mm256_slli_epi32(off, 3), off)));
-        sum += h2f(kq_iq1m_d(&x[i])) * y[i].d * ((float)t * 0.125f);
+        sum += h2f(quant_iq1m_d(&x[i])) * y[i].d * ((float)t * 0.125f);
     }
     *s = sum;
 }
@@ -238,14 +238,14 @@ static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
 /* ---- MXFP4 ---- */
 
 /* The 32 weights of a block as v + 12 (0..24), in weight order. */
-static inline __m256i mxfp4_u(const kq_block_mxfp4 *x, __m256i tab) {
+static inline __m256i mxfp4_u(const quant_block_mxfp4 *x, __m256i tab) {
     const __m128i q = _mm_loadu_si128((const __m128i *)x->qs);
     const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
     return _mm256_shuffle_epi8(tab, nib);
 }
 
 /* sum (v + 12) y - 12 sum y over one block, as 8 float lanes */
-static inline __m256 mxfp4_block(const kq_block_mxfp4 *x, const kq_block_q8_0 *y, __m256i tab) {
+static inline __m256 mxfp4_block(const quant_block_mxfp4 *x, const quant_block_q8_0 *y, __m256i tab) {
     const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
     const __m256i p =
         _mm256_sub_epi16(_mm256_maddubs_epi16(mxfp4_u(x, tab), yv), _mm256_maddubs_epi16(_mm256_set1_epi8(12), yv));
@@ -253,30 +253,30 @@ static inline __m256 mxfp4_block(const kq_block_mxfp4 *x, const kq_block_q8_0 *y
 }
 
 static void mxfp4_dot(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_mxfp4 *x = vx;
-    const kq_block_q8_0 *y = vy;
+    const quant_block_mxfp4 *x = vx;
+    const quant_block_q8_0 *y = vy;
     int8_t t16[16];
-    for (int c = 0; c < 16; ++c) t16[c] = (int8_t)(kq_mxfp4_values[c] + 12);
+    for (int c = 0; c < 16; ++c) t16[c] = (int8_t)(quant_mxfp4_values[c] + 12);
     const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t16));
-    const int nb = n / KQ_QK_MXFP4;
+    const int nb = n / QUANT_QK_MXFP4;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int i = 0;
     for (; i + 1 < nb; i += 2) {
         acc0 =
-            _mm256_fmadd_ps(mxfp4_block(&x[i], &y[i], tab), _mm256_set1_ps(h2f(y[i].d) * kq_e8m0_half(x[i].e)), acc0);
+            _mm256_fmadd_ps(mxfp4_block(&x[i], &y[i], tab), _mm256_set1_ps(h2f(y[i].d) * quant_e8m0_half(x[i].e)), acc0);
         acc1 = _mm256_fmadd_ps(mxfp4_block(&x[i + 1], &y[i + 1], tab),
-                               _mm256_set1_ps(h2f(y[i + 1].d) * kq_e8m0_half(x[i + 1].e)), acc1);
+                               _mm256_set1_ps(h2f(y[i + 1].d) * quant_e8m0_half(x[i + 1].e)), acc1);
     }
     if (i < nb)
         acc0 =
-            _mm256_fmadd_ps(mxfp4_block(&x[i], &y[i], tab), _mm256_set1_ps(h2f(y[i].d) * kq_e8m0_half(x[i].e)), acc0);
+            _mm256_fmadd_ps(mxfp4_block(&x[i], &y[i], tab), _mm256_set1_ps(h2f(y[i].d) * quant_e8m0_half(x[i].e)), acc0);
     *s = hsum8(_mm256_add_ps(acc0, acc1));
 }
 
-const kq_simd kq_lowbit_avx2 = {
-    .dot = {[KQ_TQ1_0] = tq1_0_dot,
-            [KQ_TQ2_0] = tq2_0_dot,
-            [KQ_MXFP4] = mxfp4_dot,
-            [KQ_IQ1_S] = iq1_s_dot,
-            [KQ_IQ1_M] = iq1_m_dot},
+const quant_simd quant_lowbit_avx2 = {
+    .dot = {[QUANT_TQ1_0] = tq1_0_dot,
+            [QUANT_TQ2_0] = tq2_0_dot,
+            [QUANT_MXFP4] = mxfp4_dot,
+            [QUANT_IQ1_S] = iq1_s_dot,
+            [QUANT_IQ1_M] = iq1_m_dot},
 };

@@ -9,11 +9,11 @@
  * in vectors, then each block's float scaling and the running float sum go
  * block by block as in legacy.c / kquants.c (so each is the scalar
  * reference's float, bit for bit).  The F16 dot sums in the lane order of
- * kq_dot_f16_lanes(.., 8), as the AVX2 F16 dot does; the BF16 dot in four
+ * quant_dot_f16_lanes(.., 8), as the AVX2 F16 dot does; the BF16 dot in four
  * float chains (within the tests' tolerance of the double reference).
  *
- * The includer defines KQ_NEON_TABLE (the exported table's name) and, for
- * the dotprod level, KQ_NEON_DOTPROD 1.
+ * The includer defines QUANT_NEON_TABLE (the exported table's name) and, for
+ * the dotprod level, QUANT_NEON_DOTPROD 1.
  */
 #ifndef KILN_QUANT_NEON_DOTS_H
 #define KILN_QUANT_NEON_DOTS_H
@@ -26,7 +26,7 @@
 
 #define QK 32
 
-#if KQ_NEON_DOTPROD
+#if QUANT_NEON_DOTPROD
 /* acc + the 16 products a * b summed by fours (sdot) */
 static inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_s32(acc, a, b); }
 /* the same where |a| <= 64 (no difference with sdot) */
@@ -46,7 +46,7 @@ static inline int32x4_t dot16_small(int32x4_t acc, int8x16_t a, int8x16_t b) {
 }
 #endif
 
-/* IEEE half to float (fcvt, exact like kq_f16_to_f32 for every non-NaN) */
+/* IEEE half to float (fcvt, exact like quant_f16_to_f32 for every non-NaN) */
 static inline float neon_h2f(uint16_t h) {
     __fp16 v;
     memcpy(&v, &h, 2);
@@ -95,14 +95,14 @@ static void neon_dot_bf16(int n, float *s, const void *vx, const void *vy) {
         a3 = vfmaq_f32(a3, bf16_hi(x1), bf16_hi(y1));
     }
     float tail = 0;
-    for (; i < n; i++) tail += kq_bf16_to_f32(x[i]) * kq_bf16_to_f32(y[i]);
+    for (; i < n; i++) tail += quant_bf16_to_f32(x[i]) * quant_bf16_to_f32(y[i]);
     *s = vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3))) + tail;
 }
 
 /* ---- Q8_0 x Q8_0 ---- */
 
 static void neon_dot_q8_0(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q8_0 *x = vx, *y = vy;
+    const quant_block_q8_0 *x = vx, *y = vy;
     float sum = 0.0f;
     for (int i = 0; i < n / QK; i++) {
         int32x4_t acc = dot16(vdupq_n_s32(0), vld1q_s8(x[i].qs), vld1q_s8(y[i].qs));
@@ -116,8 +116,8 @@ static void neon_dot_q8_0(int n, float *s, const void *vx, const void *vy) {
 /* ---- Q4_0 x Q8_0: low nibbles are elements 0..15, high 16..31 ---- */
 
 static void neon_dot_q4_0(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q4_0 *x = vx;
-    const kq_block_q8_0 *y = vy;
+    const quant_block_q4_0 *x = vx;
+    const quant_block_q8_0 *y = vy;
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
     const int8x16_t k8 = vdupq_n_s8(8);
     float sum = 0.0f;
@@ -136,13 +136,13 @@ static void neon_dot_q4_0(int n, float *s, const void *vx, const void *vy) {
 /* ---- Q4_K x Q8_K ---- */
 
 static void neon_dot_q4_K(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q4_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q4_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         uint32_t o[4];
-        kq_unpack_scales_k4(x[i].scales, o);
+        quant_unpack_scales_k4(x[i].scales, o);
         uint8_t sc[16];
         memcpy(sc, o, 16); /* 8 scales, then 8 mins */
         /* the mins through the sums of 32 activations */
@@ -172,13 +172,13 @@ static void neon_dot_q4_K(int n, float *s, const void *vx, const void *vy) {
  * 32g + l; qh moves right by 2 per group ---- */
 
 static void neon_dot_q5_K(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q5_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q5_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const uint8x16_t m4 = vdupq_n_u8(0x0F), m1 = vdupq_n_u8(1), m2 = vdupq_n_u8(2);
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         uint32_t o[4];
-        kq_unpack_scales_k4(x[i].scales, o);
+        quant_unpack_scales_k4(x[i].scales, o);
         uint8_t sc[16];
         memcpy(sc, o, 16); /* 8 scales, then 8 mins */
         const int16x8_t b32 = vpaddq_s16(vld1q_s16(y[i].bsums), vld1q_s16(y[i].bsums + 8));
@@ -217,12 +217,12 @@ static void neon_dot_q5_K(int n, float *s, const void *vx, const void *vy) {
  * 128h + 32k + 16c + l' is in sub-block 8h + 2k + c. */
 
 static void neon_dot_q6_K(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_q6_K *x = vx;
-    const kq_block_q8_K *y = vy;
+    const quant_block_q6_K *x = vx;
+    const quant_block_q8_K *y = vy;
     const uint8x16_t m4 = vdupq_n_u8(0x0F), m3 = vdupq_n_u8(0x03);
     const int8x16_t k32 = vdupq_n_s8(32);
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         int32x4_t acc = vdupq_n_s32(0);
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
@@ -263,11 +263,11 @@ static inline int32x4_t iq4_dot32(int32x4_t acc, int8x16_t values, const uint8_t
 }
 
 static void neon_dot_iq4_nl(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq4_nl *x = vx;
-    const kq_block_q8_0 *y = vy;
-    const int8x16_t values = vld1q_s8(kq_iq4nl_values);
+    const quant_block_iq4_nl *x = vx;
+    const quant_block_q8_0 *y = vy;
+    const int8x16_t values = vld1q_s8(quant_iq4nl_values);
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK4_NL; ++i) {
+    for (int i = 0; i < n / QUANT_QK4_NL; ++i) {
         const int isum = vaddvq_s32(iq4_dot32(vdupq_n_s32(0), values, x[i].qs, y[i].qs));
         sum += neon_h2f(x[i].d) * neon_h2f(y[i].d) * isum;
     }
@@ -275,11 +275,11 @@ static void neon_dot_iq4_nl(int n, float *s, const void *vx, const void *vy) {
 }
 
 static void neon_dot_iq4_xs(int n, float *s, const void *vx, const void *vy) {
-    const kq_block_iq4_xs *x = vx;
-    const kq_block_q8_K *y = vy;
-    const int8x16_t values = vld1q_s8(kq_iq4nl_values);
+    const quant_block_iq4_xs *x = vx;
+    const quant_block_q8_K *y = vy;
+    const int8x16_t values = vld1q_s8(quant_iq4nl_values);
     float sum = 0;
-    for (int i = 0; i < n / KQ_QK_K; ++i) {
+    for (int i = 0; i < n / QUANT_QK_K; ++i) {
         int32x4_t acc = vdupq_n_s32(0);
         for (int ib = 0; ib < 8; ++ib) {
             /* the 6-bit sub-block scale, biased by 32 */
@@ -319,11 +319,11 @@ static inline int8x16_t narrow16(int32x4_t a, int32x4_t b, int32x4_t c, int32x4_
 }
 
 static void neon_quant_q8_0(const float *x, void *vy, int64_t n) {
-    kq_block_q8_0 *y = vy;
+    quant_block_q8_0 *y = vy;
     for (int64_t i = 0; i < n / QK; i++, x += QK) {
         const float d = neon_absmax(x, QK) / 127;
         const float id = d ? 1.0f / d : 0.0f;
-        y[i].d = kq_f32_to_f16(d);
+        y[i].d = quant_f32_to_f16(d);
         for (int j = 0; j < QK; j += 16) {
             int32x4_t q[4];
             for (int k = 0; k < 4; k++) q[k] = vcvtaq_s32_f32(vmulq_n_f32(vld1q_f32(x + j + 4 * k), id));
@@ -333,9 +333,9 @@ static void neon_quant_q8_0(const float *x, void *vy, int64_t n) {
 }
 
 static void neon_quant_q8_K(const float *x, void *vy, int64_t n) {
-    kq_block_q8_K *y = vy;
-    for (int64_t i = 0; i < n / KQ_QK_K; ++i, x += KQ_QK_K) {
-        const float amax = neon_absmax(x, KQ_QK_K);
+    quant_block_q8_K *y = vy;
+    for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
+        const float amax = neon_absmax(x, QUANT_QK_K);
         if (!amax) {
             memset(&y[i], 0, sizeof y[i]);
             continue;
@@ -344,7 +344,7 @@ static void neon_quant_q8_K(const float *x, void *vy, int64_t n) {
         while (x[e] != amax && x[e] != -amax) e++;
         const float iscale = -127.f / x[e];
         const int32x4_t top = vdupq_n_s32(127);
-        for (int j = 0; j < KQ_QK_K; j += 16) {
+        for (int j = 0; j < QUANT_QK_K; j += 16) {
             int32x4_t q[4];
             for (int k = 0; k < 4; k++)
                 q[k] = vminq_s32(vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + j + 4 * k), iscale)), top);
@@ -356,20 +356,20 @@ static void neon_quant_q8_K(const float *x, void *vy, int64_t n) {
     }
 }
 
-const kq_simd KQ_NEON_TABLE = {
+const quant_simd QUANT_NEON_TABLE = {
     .dot =
         {
-            [KQ_F16] = neon_dot_f16,
-            [KQ_BF16] = neon_dot_bf16,
-            [KQ_Q8_0] = neon_dot_q8_0,
-            [KQ_Q4_0] = neon_dot_q4_0,
-            [KQ_Q4_K] = neon_dot_q4_K,
-            [KQ_Q5_K] = neon_dot_q5_K,
-            [KQ_Q6_K] = neon_dot_q6_K,
-            [KQ_IQ4_NL] = neon_dot_iq4_nl,
-            [KQ_IQ4_XS] = neon_dot_iq4_xs,
+            [QUANT_F16] = neon_dot_f16,
+            [QUANT_BF16] = neon_dot_bf16,
+            [QUANT_Q8_0] = neon_dot_q8_0,
+            [QUANT_Q4_0] = neon_dot_q4_0,
+            [QUANT_Q4_K] = neon_dot_q4_K,
+            [QUANT_Q5_K] = neon_dot_q5_K,
+            [QUANT_Q6_K] = neon_dot_q6_K,
+            [QUANT_IQ4_NL] = neon_dot_iq4_nl,
+            [QUANT_IQ4_XS] = neon_dot_iq4_xs,
         },
-    .quant = {[KQ_Q8_0] = neon_quant_q8_0, [KQ_Q8_K] = neon_quant_q8_K},
+    .quant = {[QUANT_Q8_0] = neon_quant_q8_0, [QUANT_Q8_K] = neon_quant_q8_K},
 };
 
 #endif

@@ -10,20 +10,20 @@
 
 #if defined(__x86_64__)
 static int detect_isa(void) {
-    const kq_cpu *p = kq_cpu_get();
+    const quant_cpu *p = quant_cpu_get();
     /* The *_avx2.c files are built with -mavx2 -mfma -mf16c -mbmi2. */
-    if (!(p->os_ymm && p->avx && p->avx2 && p->fma && p->f16c && p->bmi2)) return KQ_ISA_SCALAR;
-    if (p->os_zmm && p->avx512f && p->avx512dq && p->avx512bw && p->avx512vl && p->avx512vnni) return KQ_ISA_AVX512;
-    return KQ_ISA_AVX2;
+    if (!(p->os_ymm && p->avx && p->avx2 && p->fma && p->f16c && p->bmi2)) return QUANT_ISA_SCALAR;
+    if (p->os_zmm && p->avx512f && p->avx512dq && p->avx512bw && p->avx512vl && p->avx512vnni) return QUANT_ISA_AVX512;
+    return QUANT_ISA_AVX2;
 }
 #elif defined(__aarch64__)
 static int detect_isa(void) {
-    const kq_cpu *p = kq_cpu_get();
-    if (!p->asimd) return KQ_ISA_SCALAR;
-    return p->dotprod ? KQ_ISA_DOTPROD : KQ_ISA_NEON;
+    const quant_cpu *p = quant_cpu_get();
+    if (!p->asimd) return QUANT_ISA_SCALAR;
+    return p->dotprod ? QUANT_ISA_DOTPROD : QUANT_ISA_NEON;
 }
 #else
-static int detect_isa(void) { return KQ_ISA_SCALAR; }
+static int detect_isa(void) { return QUANT_ISA_SCALAR; }
 #endif
 
 /* detect()'s answer, asked once; threads may race to store the same value */
@@ -36,7 +36,7 @@ static int cached(int *slot, int (*detect)(void)) {
     return v;
 }
 
-int kq_cpu_isa(void) {
+int quant_cpu_isa(void) {
     static int slot = -1;
     return cached(&slot, detect_isa);
 }
@@ -45,25 +45,25 @@ int kq_cpu_isa(void) {
  * products per float lane.  Only asked for once the AVX-512 level holds. */
 static int detect_bf16(void) {
 #if defined(__x86_64__)
-    return kq_cpu_isa() >= KQ_ISA_AVX512 && kq_cpu_get()->avx512bf16;
+    return quant_cpu_isa() >= QUANT_ISA_AVX512 && quant_cpu_get()->avx512bf16;
 #else
     return 0;
 #endif
 }
 
-int kq_cpu_bf16(void) {
+int quant_cpu_bf16(void) {
     static int slot = -1;
     return cached(&slot, detect_bf16);
 }
 
-const char *kq_isa_name(int isa) {
-    if (isa == KQ_ISA_SCALAR) return "scalar";
+const char *quant_isa_name(int isa) {
+    if (isa == QUANT_ISA_SCALAR) return "scalar";
 #if defined(__x86_64__)
-    if (isa == KQ_ISA_AVX2) return "avx2";
-    if (isa == KQ_ISA_AVX512) return "avx512";
+    if (isa == QUANT_ISA_AVX2) return "avx2";
+    if (isa == QUANT_ISA_AVX512) return "avx512";
 #elif defined(__aarch64__)
-    if (isa == KQ_ISA_NEON) return "neon";
-    if (isa == KQ_ISA_DOTPROD) return "dotprod";
+    if (isa == QUANT_ISA_NEON) return "neon";
+    if (isa == QUANT_ISA_DOTPROD) return "dotprod";
 #endif
     return "unknown";
 }
@@ -81,7 +81,7 @@ static inline float bits_f32(uint32_t u) {
     return f;
 }
 
-float kq_f16_to_f32(uint16_t h) {
+float quant_f16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     const uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
     if (exp == 0) {
@@ -93,7 +93,7 @@ float kq_f16_to_f32(uint16_t h) {
     return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
 }
 
-uint16_t kq_f32_to_f16(float f) {
+uint16_t quant_f32_to_f16(float f) {
     const uint32_t u = f32_bits(f);
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
     const uint32_t a = u & 0x7fffffffu;
@@ -118,9 +118,9 @@ uint16_t kq_f32_to_f16(float f) {
     return (uint16_t)(sign | h);
 }
 
-float kq_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+float quant_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
-uint16_t kq_f32_to_bf16(float f) {
+uint16_t quant_f32_to_bf16(float f) {
     const uint32_t u = f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);

@@ -1,5 +1,5 @@
 /*
- * tiles_i8mm.c — the block kernels (kq_tile_fn) of Q8_0, Q4_0 and Q4_K weights
+ * tiles_i8mm.c — the block kernels (quant_tile_fn) of Q8_0, Q4_0 and Q4_K weights
  * with smmla (built with -march=armv8.2-a+dotprod+i8mm; only called when
  * the CPU reports FEAT_I8MM).
  *
@@ -53,8 +53,8 @@ static inline float32x4_t f16_alt(uint16_t h0, uint16_t h1) {
 /* The four dots of weight rows w0, w1 (type Q8_0 or Q4_0) with Q8_0
  * activation rows x0, x1 over nb blocks: {w0.x0, w0.x1, w1.x0, w1.x1}. */
 static inline __attribute__((always_inline)) float32x4_t tile_2x2(int q4, int nb, const uint8_t *w0, const uint8_t *w1,
-                                                                  const kq_block_q8_0 *x0, const kq_block_q8_0 *x1) {
-    const size_t wb = q4 ? sizeof(kq_block_q4_0) : sizeof(kq_block_q8_0);
+                                                                  const quant_block_q8_0 *x0, const quant_block_q8_0 *x1) {
+    const size_t wb = q4 ? sizeof(quant_block_q4_0) : sizeof(quant_block_q8_0);
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
     const int8x16_t k8 = vdupq_n_s8(8);
     float32x4_t sum = vdupq_n_f32(0);
@@ -88,7 +88,7 @@ static inline __attribute__((always_inline)) void tile_q(int q4, int n, const vo
                                                          const void *a, size_t arow, int nt, float *y, int64_t ldy) {
     const int nb = n / QK;
     if (nt == 1) {
-        const kq_vec_dot_fn dot = kq_quant_dotprod.dot[q4 ? KQ_Q4_0 : KQ_Q8_0];
+        const quant_vec_dot_fn dot = quant_quant_dotprod.dot[q4 ? QUANT_Q4_0 : QUANT_Q8_0];
         for (int r = 0; r < nr; r++) dot(n, y + r, (const uint8_t *)w + (size_t)r * wrow, a);
         return;
     }
@@ -96,8 +96,8 @@ static inline __attribute__((always_inline)) void tile_q(int q4, int n, const vo
         const uint8_t *w0 = (const uint8_t *)w + (size_t)r * wrow;
         const uint8_t *w1 = r + 1 < nr ? w0 + wrow : w0;
         for (int t = 0; t < nt; t += 2) {
-            const kq_block_q8_0 *x0 = (const kq_block_q8_0 *)((const uint8_t *)a + (size_t)t * arow);
-            const kq_block_q8_0 *x1 = t + 1 < nt ? (const kq_block_q8_0 *)((const uint8_t *)x0 + arow) : x0;
+            const quant_block_q8_0 *x0 = (const quant_block_q8_0 *)((const uint8_t *)a + (size_t)t * arow);
+            const quant_block_q8_0 *x1 = t + 1 < nt ? (const quant_block_q8_0 *)((const uint8_t *)x0 + arow) : x0;
             float o[4];
             vst1q_f32(o, tile_2x2(q4, nb, w0, w1, x0, x1));
             float *y0 = y + (int64_t)t * ldy + r;
@@ -139,14 +139,14 @@ static inline float32x4_t f32_alt(float f0, float f1) {
     return vcombine_f32(v, v);
 }
 
-static float32x4_t tile_q4_K_2x2(int nb, const kq_block_q4_K *w0, const kq_block_q4_K *w1, const kq_block_q8_K *x0,
-                                 const kq_block_q8_K *x1) {
+static float32x4_t tile_q4_K_2x2(int nb, const quant_block_q4_K *w0, const quant_block_q4_K *w1, const quant_block_q8_K *x0,
+                                 const quant_block_q8_K *x1) {
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
     float32x4_t sum = vdupq_n_f32(0);
     for (int i = 0; i < nb; i++) {
         uint32_t o0[4], o1[4];
-        kq_unpack_scales_k4(w0[i].scales, o0);
-        kq_unpack_scales_k4(w1[i].scales, o1);
+        quant_unpack_scales_k4(w0[i].scales, o0);
+        quant_unpack_scales_k4(w1[i].scales, o1);
         uint8_t s0[16], s1[16];
         memcpy(s0, o0, 16); /* 8 scales, then 8 mins */
         memcpy(s1, o1, 16);
@@ -186,18 +186,18 @@ static float32x4_t tile_q4_K_2x2(int nb, const kq_block_q4_K *w0, const kq_block
 
 static void tile_q4_K(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                       int64_t ldy) {
-    const int nb = n / KQ_QK_K;
+    const int nb = n / QUANT_QK_K;
     if (nt == 1) {
-        const kq_vec_dot_fn dot = kq_quant_dotprod.dot[KQ_Q4_K];
+        const quant_vec_dot_fn dot = quant_quant_dotprod.dot[QUANT_Q4_K];
         for (int r = 0; r < nr; r++) dot(n, y + r, (const uint8_t *)w + (size_t)r * wrow, a);
         return;
     }
     for (int r = 0; r < nr; r += 2) {
-        const kq_block_q4_K *w0 = (const kq_block_q4_K *)((const uint8_t *)w + (size_t)r * wrow);
-        const kq_block_q4_K *w1 = r + 1 < nr ? (const kq_block_q4_K *)((const uint8_t *)w0 + wrow) : w0;
+        const quant_block_q4_K *w0 = (const quant_block_q4_K *)((const uint8_t *)w + (size_t)r * wrow);
+        const quant_block_q4_K *w1 = r + 1 < nr ? (const quant_block_q4_K *)((const uint8_t *)w0 + wrow) : w0;
         for (int t = 0; t < nt; t += 2) {
-            const kq_block_q8_K *x0 = (const kq_block_q8_K *)((const uint8_t *)a + (size_t)t * arow);
-            const kq_block_q8_K *x1 = t + 1 < nt ? (const kq_block_q8_K *)((const uint8_t *)x0 + arow) : x0;
+            const quant_block_q8_K *x0 = (const quant_block_q8_K *)((const uint8_t *)a + (size_t)t * arow);
+            const quant_block_q8_K *x1 = t + 1 < nt ? (const quant_block_q8_K *)((const uint8_t *)x0 + arow) : x0;
             float o[4];
             vst1q_f32(o, tile_q4_K_2x2(nb, w0, w1, x0, x1));
             float *y0 = y + (int64_t)t * ldy + r;
@@ -211,4 +211,4 @@ static void tile_q4_K(int n, const void *w, size_t wrow, int nr, const void *a, 
     }
 }
 
-const kq_simd kq_quant_i8mm = {.tile = {[KQ_Q8_0] = tile_q8_0, [KQ_Q4_0] = tile_q4_0, [KQ_Q4_K] = tile_q4_K}};
+const quant_simd quant_quant_i8mm = {.tile = {[QUANT_Q8_0] = tile_q8_0, [QUANT_Q4_0] = tile_q4_0, [QUANT_Q4_K] = tile_q4_K}};

@@ -17,8 +17,8 @@
 #include <string.h>
 
 /* One IEEE half to float and back (F16C: exact, round to nearest even,
- * NaNs quieted with their top payload bits — the bits of kq_f16_to_f32 /
- * kq_f32_to_f16). */
+ * NaNs quieted with their top payload bits — the bits of quant_f16_to_f32 /
+ * quant_f32_to_f16). */
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 static inline uint16_t f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 
@@ -85,12 +85,12 @@ typedef float (*kx_q8_block_fn)(const float *x, int8_t *qs, int *qsum);
 
 /* Q8_0 / Q8_1 activation rows (n a multiple of 32) through a level's block
  * quantizer: d (and Q8_1's s = d * sum) as halves, as the reference does. */
-static inline __attribute__((always_inline)) void kx_q8_0_row(const float *x, kq_block_q8_0 *y, int64_t n,
+static inline __attribute__((always_inline)) void kx_q8_0_row(const float *x, quant_block_q8_0 *y, int64_t n,
                                                               kx_q8_block_fn block) {
     for (int64_t i = 0; i < n / 32; i++) y[i].d = f2h(block(x + i * 32, y[i].qs, NULL));
 }
 
-static inline __attribute__((always_inline)) void kx_q8_1_row(const float *x, kq_block_q8_1 *y, int64_t n,
+static inline __attribute__((always_inline)) void kx_q8_1_row(const float *x, quant_block_q8_1 *y, int64_t n,
                                                               kx_q8_block_fn block) {
     for (int64_t i = 0; i < n / 32; i++) {
         int sum;
@@ -108,12 +108,12 @@ static inline float hsum16(__m512 v) {
 #endif
 
 /* The 12-byte scale field of a Q4_K / Q5_K block as 16 bytes: the 8 scales,
- * then the 8 mins (6 bits each), the bytes kq_unpack_scales_k4 writes.
+ * then the 8 mins (6 bits each), the bytes quant_unpack_scales_k4 writes.
  * With the field as dwords a0, a1, a2: scales 0..3 = a0 & 0x3f.., 4..7 =
  * (a2 & 0x0f..) | (a0 >> 2 & 0x30..), mins 0..3 = a1 & 0x3f.., mins 4..7 =
  * (a2 >> 4 & 0x0f..) | (a1 >> 2 & 0x30..); nine vector steps instead of
  * about twenty scalar ones and the moves into a vector. */
-static inline __m128i kq_scales_k4_x86(const uint8_t s[12]) {
+static inline __m128i quant_scales_k4_x86(const uint8_t s[12]) {
     int32_t a2;
     memcpy(&a2, s + 8, 4);
     const __m128i v = _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)s), a2, 2);
@@ -129,7 +129,7 @@ static inline __m128i kq_scales_k4_x86(const uint8_t s[12]) {
  * minus 32.  One unpack interleaves the low and high nibbles; a multiply by
  * 2^(14 - 2j) and a shift by 14 bring each lane's two top bits down.  Eleven
  * vector steps where the scalar extraction took about twelve per scale. */
-static inline __m128i kq_iq4_xs_scales_x86(uint16_t sh, const uint8_t sl[4]) {
+static inline __m128i quant_iq4_xs_scales_x86(uint16_t sh, const uint8_t sl[4]) {
     int32_t l4;
     memcpy(&l4, sl, 4);
     const __m128i x = _mm_cvtsi32_si128(l4), m4 = _mm_set1_epi8(0x0F);

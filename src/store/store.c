@@ -552,15 +552,15 @@ kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64]
 
 const char *kst_dominant_type(const void *gf) {
     const gguf_file *f = gf;
-    int counts[KQ_TYPE_COUNT] = {0};
+    int counts[QUANT_TYPE_COUNT] = {0};
     for (int i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (t->n_dims == 2 && t->type < KQ_TYPE_COUNT) counts[t->type]++;
+        if (t->n_dims == 2 && t->type < QUANT_TYPE_COUNT) counts[t->type]++;
     }
-    int best = KQ_F32;
-    for (int t = 0; t < KQ_TYPE_COUNT; t++)
+    int best = QUANT_F32;
+    for (int t = 0; t < QUANT_TYPE_COUNT; t++)
         if (counts[t] > counts[best]) best = t;
-    const char *qn = kq_get(best)->name;
+    const char *qn = quant_get(best)->name;
     return qn ? qn : "?";
 }
 

@@ -58,7 +58,7 @@ static kiln_status g3_bind(vision_model *vm) {
         for (int64_t j = 0; j < T; j++) s->proj[j * E + i] = row[j];
     }
     free(row);
-    s->proj_mat = (kk_mat){s->proj, KQ_F32, E, T, NULL};
+    s->proj_mat = (kk_mat){s->proj, QUANT_F32, E, T, NULL};
     return KILN_OK;
 }
 

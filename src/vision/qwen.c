@@ -72,7 +72,7 @@ typedef struct vq_bind {
 
 /* The types kernels/conv.h's GEMM reads directly; others go through the
  * quant layer's matmul (kk_matmul), as the LLM's weights do. */
-static int vq_gemm_type(int t) { return t == KQ_F32 || t == KQ_F16 || t == KQ_BF16; }
+static int vq_gemm_type(int t) { return t == QUANT_F32 || t == QUANT_F16 || t == QUANT_BF16; }
 
 /* Tensor name with n_dims dims of ne (unused ones 1), or NULL (err set). */
 static const gguf_tensor *vq_find(vq_bind *B, const char *name, int nd, const int64_t *ne) {
@@ -95,7 +95,7 @@ static const gguf_tensor *vq_find(vq_bind *B, const char *name, int nd, const in
 
 static const float *vq_vec(vq_bind *B, const char *name, int64_t n) {
     const gguf_tensor *t = vq_find(B, name, 1, &n);
-    if (t && t->type != KQ_F32) {
+    if (t && t->type != QUANT_F32) {
         snprintf(B->err, sizeof B->err, "mmproj: tensor %s is not F32", name);
         B->failed = 1;
         return NULL;
@@ -112,8 +112,8 @@ static kk_mat vq_mat(vq_bind *B, const char *name, int nd, const int64_t *ne) {
     int64_t ncols = 1;
     for (int i = 0; i < nd - 1; i++) ncols *= ne[i];
     /* any type the quant layer has a matmul for, rows of whole blocks */
-    if (!kq_supported((int)t->type) || ncols % kq_get((int)t->type)->blck) {
-        const kq_traits *tr = kq_get((int)t->type);
+    if (!quant_supported((int)t->type) || ncols % quant_get((int)t->type)->blck) {
+        const quant_traits *tr = quant_get((int)t->type);
         snprintf(B->err, sizeof B->err, "mmproj: tensor %s has type %s, which kiln cannot compute in rows of %lld",
                  name, tr && tr->name ? tr->name : "?", (long long)ncols);
         B->failed = 1;
@@ -213,10 +213,10 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
             return base_fail(KILN_ERR_FORMAT, "mmproj: missing or non-square v.position_embd.weight");
         /* F16 / BF16 tables widened once (the resize reads them as floats) */
         const kk_mat pm = vq_mat2(&B, "v.position_embd.weight", E, (int64_t)h.n_side * h.n_side);
-        if (pm.data && pm.type != KQ_F32) {
+        if (pm.data && pm.type != QUANT_F32) {
             float *w = malloc((size_t)pm.nrows * (size_t)E * sizeof *w);
             if (!w) return base_fail(KILN_ERR_NOMEM, "out of memory");
-            kq_get(pm.type)->to_f32(pm.data, w, pm.nrows * E);
+            quant_get(pm.type)->to_f32(pm.data, w, pm.nrows * E);
             h.pos = h.pos_owned = w;
         } else {
             h.pos = pm.data;
@@ -240,7 +240,7 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
         if (gguf_find_tensor(f, NAME("attn_qkv.weight"))) { /* Q, K, V rows in one tensor */
             const kk_mat qkv = vq_mat2(&B, n, E, 3 * E);
             const float *b = vq_vec(&B, NAME("attn_qkv.bias"), 3 * E);
-            const size_t rb = qkv.data ? kq_row_size(qkv.type, E) * (size_t)E : 0;
+            const size_t rb = qkv.data ? quant_row_size(qkv.type, E) * (size_t)E : 0;
             l->q = l->k = l->v = qkv;
             l->q.nrows = l->k.nrows = l->v.nrows = E;
             if (qkv.data) {
@@ -464,7 +464,7 @@ static void vq_linear(kpool *pool, const kk_mat *w, const float *bias, const flo
         .b_kind = KK_GB_ROWS,
         .b = w->data,
         .b_type = w->type,
-        .ldb = kq_row_size(w->type, w->ncols),
+        .ldb = quant_row_size(w->type, w->ncols),
         .c = c,
         .ldc = (size_t)w->nrows,
         .bias_n = bias,
@@ -505,7 +505,7 @@ static void vq_attn_run(const vision_qwen *q, kpool *pool, const float *qm, cons
                 .lda = (size_t)E,
                 .b_kind = KK_GB_ROWS,
                 .b = km + (size_t)s * E + (size_t)h * D,
-                .b_type = KQ_F32,
+                .b_type = QUANT_F32,
                 .ldb = (size_t)E * sizeof(float),
                 .c = sc,
                 .ldc = (size_t)L,

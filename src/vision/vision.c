@@ -64,7 +64,7 @@ static const gguf_tensor *bind_tensor(vision_binder *B, const char *name, int di
 const float *vision_bind_vec(vision_binder *B, const char *name, int64_t n, int optional) {
     const gguf_tensor *t = bind_tensor(B, name, 1, &n, optional);
     if (!t) return NULL;
-    if (t->type != KQ_F32) {
+    if (t->type != QUANT_F32) {
         bind_fail(B, KILN_ERR_FORMAT, "tensor %s must be F32", name);
         return NULL;
     }
@@ -76,7 +76,7 @@ kk_mat vision_bind_mat(vision_binder *B, const char *name, int64_t ncols, int64_
     const int64_t ne[2] = {ncols, nrows};
     const gguf_tensor *t = bind_tensor(B, name, 2, ne, optional);
     if (!t) return w;
-    if (ncols % kq_get((int)t->type)->blck) {
+    if (ncols % quant_get((int)t->type)->blck) {
         bind_fail(B, KILN_ERR_FORMAT, "tensor %s: %lld columns are not whole blocks", name, (long long)ncols);
         return w;
     }
@@ -148,8 +148,8 @@ static kiln_status bind_vit(vision_model *vm) {
     /* the convolution [n_embd][3][P][P] read as n_embd rows of 3 P P */
     const int64_t ne4[4] = {P, P, 3, E};
     const gguf_tensor *pt = gguf_find_tensor(vm->gf, "v.patch_embd.weight");
-    if (!pt || pt->n_dims != 4 || memcmp(pt->ne, ne4, sizeof ne4) || !kq_supported((int)pt->type) ||
-        (3 * P * P) % kq_get((int)pt->type)->blck) {
+    if (!pt || pt->n_dims != 4 || memcmp(pt->ne, ne4, sizeof ne4) || !quant_supported((int)pt->type) ||
+        (3 * P * P) % quant_get((int)pt->type)->blck) {
         return base_fail(KILN_ERR_FORMAT, "missing or bad tensor v.patch_embd.weight (expected [%lld, %lld, 3, %lld])",
                        (long long)P, (long long)P, (long long)E);
     }
@@ -412,7 +412,7 @@ kiln_status vision_vit_run(vision_model *vm, kpool *pool, const float *pix, int3
                 memcpy(kh + (size_t)i * D, k + (size_t)i * E + hh * D, (size_t)D * sizeof(float));
                 for (int d = 0; d < D; d++) vt[(size_t)d * n + i] = v[(size_t)i * E + hh * D + d];
             }
-            const kk_mat km = {kh, KQ_F32, D, n, NULL}, vm_t = {vt, KQ_F32, n, D, NULL};
+            const kk_mat km = {kh, QUANT_F32, D, n, NULL}, vm_t = {vt, QUANT_F32, n, D, NULL};
             for (int i0 = 0; i0 < n; i0 += qc) {
                 const int nq = n - i0 < qc ? n - i0 : qc;
                 for (int i = 0; i < nq; i++)

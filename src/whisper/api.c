@@ -45,7 +45,7 @@ void kiln_stt_get_info(const kiln_stt *s, kiln_stt_info *info) {
     const wh_model *m = s->m;
     const wh_hparams *hp = &m->hp;
     info->size = m->size_name;
-    info->ftype = kq_get(m->wtype)->name;
+    info->ftype = quant_get(m->wtype)->name;
     info->n_vocab = hp->n_vocab;
     info->n_text_tokens = m->vocab.n_text;
     info->n_langs = m->n_langs;

@@ -46,18 +46,18 @@ int wh_is_ggml_file(const char *path) {
 /* ggml_ftype values of whisper.cpp files -> the matrices' type */
 static int ftype_to_type(int ftype) {
     switch (ftype) {
-    case 0: return KQ_F32;
-    case 1: return KQ_F16;
-    case 2: return KQ_Q4_0;
-    case 3: return KQ_Q4_1;
-    case 7: return KQ_Q8_0;
-    case 8: return KQ_Q5_0;
-    case 9: return KQ_Q5_1;
-    case 10: return KQ_Q2_K;
-    case 11: return KQ_Q3_K;
-    case 12: return KQ_Q4_K;
-    case 13: return KQ_Q5_K;
-    case 14: return KQ_Q6_K;
+    case 0: return QUANT_F32;
+    case 1: return QUANT_F16;
+    case 2: return QUANT_Q4_0;
+    case 3: return QUANT_Q4_1;
+    case 7: return QUANT_Q8_0;
+    case 8: return QUANT_Q5_0;
+    case 9: return QUANT_Q5_1;
+    case 10: return QUANT_Q2_K;
+    case 11: return QUANT_Q3_K;
+    case 12: return QUANT_Q4_K;
+    case 13: return QUANT_Q5_K;
+    case 14: return QUANT_Q6_K;
     default: return -1;
     }
 }
@@ -132,14 +132,14 @@ static tinfo *need(binder *b, const char *name, int64_t ne0, int64_t ne1, int64_
 static const float *vec(binder *b, const char *name, int64_t ne0, int64_t ne1) {
     tinfo *t = need(b, name, ne0, ne1, 1);
     if (!t) return NULL;
-    if (t->type != KQ_F32 && t->type != KQ_F16) {
+    if (t->type != QUANT_F32 && t->type != QUANT_F16) {
         b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s' has type %s; vectors must be F32 or F16", name,
-                            kq_get(t->type)->name);
+                            quant_get(t->type)->name);
         return NULL;
     }
     int64_t n = ne0 * ne1;
     float *dst = arena_take(b, (size_t)n * sizeof(float));
-    if (dst) kq_get(t->type)->to_f32(b->m->map.addr + t->off, dst, n);
+    if (dst) quant_get(t->type)->to_f32(b->m->map.addr + t->off, dst, n);
     return dst;
 }
 
@@ -157,23 +157,23 @@ static const float *bias(binder *b, const char *name, int64_t n) {
 static void mat(binder *b, kk_mat *out, const char *name, int64_t ncols, int64_t nrows, int conv) {
     tinfo *t = conv ? need(b, name, 3, ncols / 3, nrows) : need(b, name, ncols, nrows, 1);
     if (!t) return;
-    if (!kq_supported(t->type)) {
+    if (!quant_supported(t->type)) {
         b->failed = base_fail(KILN_ERR_UNSUPPORTED, "tensor '%s' has type %s, which kiln cannot multiply", name,
-                            kq_get(t->type) && kq_get(t->type)->name ? kq_get(t->type)->name : "unknown");
+                            quant_get(t->type) && quant_get(t->type)->name ? quant_get(t->type)->name : "unknown");
         return;
     }
-    if (conv && t->type != KQ_F32 && t->type != KQ_F16) {
+    if (conv && t->type != QUANT_F32 && t->type != QUANT_F16) {
         b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s': convolution kernels must be F32 or F16, not %s", name,
-                            kq_get(t->type)->name);
+                            quant_get(t->type)->name);
         return;
     }
-    const kq_traits *tr = kq_get(t->type);
+    const quant_traits *tr = quant_get(t->type);
     if (ncols % tr->blck != 0) {
         b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s': rows of %lld are not whole %s blocks", name,
                             (long long)ncols, tr->name);
         return;
     }
-    size_t align = t->type == KQ_F32 ? 4 : 2;
+    size_t align = t->type == QUANT_F32 ? 4 : 2;
     const uint8_t *src = b->m->map.addr + t->off;
     const void *data = src;
     if (((uintptr_t)src) % align != 0) {
@@ -366,8 +366,8 @@ kiln_status wh_load(const char *path, wh_model **out) {
             st = base_fail(KILN_ERR_FORMAT, "%s: tensor %d: truncated header", path, p.n);
             goto fail;
         }
-        if (nd < 1 || nd > 3 || nl < 1 || nl >= MAX_NAME || ty < 0 || ty >= KQ_TYPE_COUNT || !kq_get(ty) ||
-            !kq_get(ty)->name) {
+        if (nd < 1 || nd > 3 || nl < 1 || nl >= MAX_NAME || ty < 0 || ty >= QUANT_TYPE_COUNT || !quant_get(ty) ||
+            !quant_get(ty)->name) {
             st = base_fail(KILN_ERR_FORMAT, "%s: tensor %d: bad header (dims %d, name length %d, type %d)", path, p.n, nd,
                          nl, ty);
             goto fail;
@@ -397,7 +397,7 @@ kiln_status wh_load(const char *path, wh_model **out) {
             goto fail;
         }
         r.off += (size_t)nl;
-        const kq_traits *tr = kq_get(ty);
+        const quant_traits *tr = quant_get(ty);
         if (t->ne[0] % tr->blck) {
             st = base_fail(KILN_ERR_FORMAT, "%s: tensor '%s': %lld elements per row are not whole %s blocks", path,
                          t->name, (long long)t->ne[0], tr->name);
@@ -405,7 +405,7 @@ kiln_status wh_load(const char *path, wh_model **out) {
         }
         t->type = ty;
         t->n_dims = nd;
-        t->nbytes = kq_row_size(ty, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2]);
+        t->nbytes = quant_row_size(ty, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2]);
         if (r.len - r.off < t->nbytes) {
             st = base_fail(KILN_ERR_FORMAT, "%s: tensor '%s': data truncated (%zu bytes, %zu left in the file)", path,
                          t->name, t->nbytes, r.len - r.off);

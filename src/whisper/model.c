@@ -270,8 +270,8 @@ static void gather_task(void *ud, int ith, int nth) {
         if (g->qh)
             for (int i = 0; i < hd; i++) g->qh[t * hd + i] = qr[i] * g->scale;
         for (int i = 0; i < hd; i++) {
-            g->kh[t * hd + i] = kq_f32_to_f16(kr[i]);
-            g->vth[(size_t)i * A + t] = kq_f32_to_f16(vr[i]);
+            g->kh[t * hd + i] = quant_f32_to_f16(kr[i]);
+            g->vth[(size_t)i * A + t] = quant_f32_to_f16(vr[i]);
         }
     }
 }
@@ -282,11 +282,11 @@ static void encoder_attention(wh_state *s) {
     for (int h = 0; h < s->nh; h++) {
         gather_job g = {s, s->q, s->k, s->v, h, scale, s->kh, s->vth, s->qh};
         kpool_run(s->pool, gather_task, &g);
-        kk_mat km = {s->kh, KQ_F16, hd, A, NULL};
+        kk_mat km = {s->kh, QUANT_F16, hd, A, NULL};
         kk_matmul(s->pool, &km, s->qh, A, s->scores, A, s->mm);
         rows_job sj = {f_softmax, A, s->scores, NULL, NULL, NULL, A, NULL};
         par(s->pool, &sj);
-        kk_mat vm = {s->vth, KQ_F16, A, hd, NULL};
+        kk_mat vm = {s->vth, QUANT_F16, A, hd, NULL};
         kk_matmul(s->pool, &vm, s->scores, A, s->att + h * hd, s->d, s->mm);
     }
 }
@@ -335,8 +335,8 @@ static void cross_task(void *ud, int ith, int nth) {
     for (long t = lo; t < hi; t++)
         for (int h = 0; h < nh; h++)
             for (int i = 0; i < hd; i++) {
-                c->ck[((size_t)h * A + t) * hd + i] = kq_f32_to_f16(c->k[t * d + h * hd + i]);
-                c->cvt[((size_t)h * hd + i) * A + t] = kq_f32_to_f16(c->v[t * d + h * hd + i]);
+                c->ck[((size_t)h * A + t) * hd + i] = quant_f32_to_f16(c->k[t * d + h * hd + i]);
+                c->cvt[((size_t)h * hd + i) * A + t] = quant_f32_to_f16(c->v[t * d + h * hd + i]);
             }
 }
 
@@ -387,7 +387,7 @@ void wh_encode(wh_state *s, const float *mel, size_t ld) {
 typedef struct dattn_job {
     wh_state *s;
     int layer, n, cross;
-    const kq_traits *f16;
+    const quant_traits *f16;
 } dattn_job;
 
 /* Row r, head h of the decoder's attention: self (over the beam's cache up
@@ -421,7 +421,7 @@ static void dattn_one(dattn_job *j, int r, int h) {
         return;
     }
     uint16_t *q16 = s->d16 + ((size_t)r * nh + h) * (size_t)(hd + A), *w16 = q16 + hd;
-    for (int i = 0; i < hd; i++) q16[i] = kq_f32_to_f16(q[i] * scale);
+    for (int i = 0; i < hd; i++) q16[i] = quant_f32_to_f16(q[i] * scale);
     const uint16_t *ck = s->ck + ((size_t)j->layer * nh + h) * (size_t)A * hd;
     const uint16_t *cvt = s->cvt + ((size_t)j->layer * nh + h) * (size_t)hd * A;
     float mx = -INFINITY;
@@ -432,7 +432,7 @@ static void dattn_one(dattn_job *j, int r, int h) {
     double sum = 0;
     for (int t = 0; t < A; t++) sum += sc[t] = expf(sc[t] - mx);
     const float inv = (float)(1.0 / sum);
-    for (int t = 0; t < A; t++) w16[t] = kq_f32_to_f16(sc[t] * inv);
+    for (int t = 0; t < A; t++) w16[t] = quant_f32_to_f16(sc[t] * inv);
     for (int i = 0; i < hd; i++) j->f16->vec_dot(A, &out[i], cvt + (size_t)i * A, w16);
 }
 
@@ -455,7 +455,7 @@ static void dec_run(wh_state *s, const int32_t *tokens, int n, int only_last) {
         const float *pe = m->dec_pos + (size_t)s->row_pos[r] * d;
         for (int i = 0; i < d; i++) s->dx[(size_t)r * d + i] += pe[i];
     }
-    const kq_traits *f16 = kq_get(KQ_F16);
+    const quant_traits *f16 = quant_get(QUANT_F16);
     const size_t per_beam = (size_t)s->n_ctx * d;
     for (int l = 0; l < m->hp.n_text_layer; l++) {
         const wh_block *b = &m->dec[l];

@@ -101,7 +101,7 @@ typedef struct wh_model {
     uint64_t copied_bytes;      /* matrices copied there for alignment */
     uint64_t n_params, n_bytes; /* elements and bytes of tensor data in the file */
     int n_tensors;
-    int type_count[KQ_TYPE_COUNT];
+    int type_count[QUANT_TYPE_COUNT];
 } wh_model;
 
 /* ---- load.c ---- */

@@ -2,7 +2,7 @@
  * ops.cu — the small kernels of the forward pass.  All activations F32.
  * Scalar twins (src/kernels/ops.h, src/quant): kk_rmsnorm, kk_rope_table +
  * kk_rope_apply, kk_swiglu, kk_add, the types' to_f32 (get_rows),
- * kq_f32_to_f16 (kv_write), and a first-maximum loop (argmax).
+ * quant_f32_to_f16 (kv_write), and a first-maximum loop (argmax).
  */
 #include "quant.cuh"
 

@@ -1,7 +1,7 @@
 /*
  * quant.cuh — GGUF weight blocks read on the device, byte for byte as the
  * file stores them (the layouts are documented in src/quant/quant.h and
- * src/quant/kquants_layout.h).  Type ids are GGUF's (kq_type).
+ * src/quant/kquants_layout.h).  Type ids are GGUF's (quant_type).
  *
  * The unit of work is a chunk of 8 consecutive elements of a row starting
  * at an element index e that is a multiple of 8: every block size (32, 256)
