@@ -37,7 +37,7 @@ int main(void) {
     CHECK(kiln_engine_create(KILN_ENGINE_STT, KILN_ENGINE_BACKEND_CUDA, &e) == KILN_ERR_UNSUPPORTED && !e);
     if (!cpu) return t_done();
     quant_init();
-    const kk_ops *k = kk_ops_best();
+    const kern_ops *k = kern_ops_best();
     kpool *pool = kpool_new(3);
     kbe_ctx X;
     const kbe_ctx_params p = {pool, 0, 0, NULL};
@@ -76,7 +76,7 @@ int main(void) {
             for (int h = 0; h < HEADS; h++)
                 for (int d = 0; d < HD; d++)
                     want[(i * HEADS + h) * HD + d] =
-                        att[(i * HEADS + h) * HD + d] * kk_sigmoid(qg[(i * HEADS + h) * 2 * HD + HD + d]);
+                        att[(i * HEADS + h) * HD + d] * kern_sigmoid(qg[(i * HEADS + h) * 2 * HD + HD + d]);
         o->attn_gate(&X, att, qg, n, HEADS, HD);
         CHECK(!memcmp(att, want, (size_t)n * HEADS * HD * sizeof(float)));
         free(qg);

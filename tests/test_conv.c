@@ -19,7 +19,7 @@
 
 /* conv_avx512.c built on emulated intrinsics (tests/CMakeLists.txt, x86-64) */
 #if defined(__x86_64__)
-void kk_gemm_tile_avx512_emu(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc);
+void kern_gemm_tile_avx512_emu(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc);
 #endif
 
 static uint64_t rs = 88172645463325252ull;
@@ -38,17 +38,17 @@ static void test_conv(int type, int cin, int cout, int h, int w, int k, int stri
     quant_get(type)->from_f32(wf, wq, (int64_t)K * cout);
     float *bias = malloc((size_t)cout * sizeof *bias);
     for (int i = 0; i < cout; i++) bias[i] = frand();
-    kk_mat m = {wq, type, (int64_t)K, cout, NULL};
-    kk_conv c = {&m, bias, cin, h, w, k, k, stride, pad};
-    const int ho = kk_conv_out(h, k, stride, pad), wo = kk_conv_out(w, k, stride, pad);
+    kern_mat m = {wq, type, (int64_t)K, cout, NULL};
+    kern_conv c = {&m, bias, cin, h, w, k, k, stride, pad};
+    const int ho = kern_conv_out(h, k, stride, pad), wo = kern_conv_out(w, k, stride, pad);
     const size_t nx = (size_t)cin * h * w, ny = (size_t)cout * ho * wo;
     float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y), *y2 = malloc(ny * sizeof *y2),
           *yr = malloc(ny * sizeof *yr);
     for (size_t i = 0; i < nx; i++) x[i] = frand();
-    void *s = malloc(kk_conv2d_scratch(&c));
-    kk_conv2d(p2, &c, x, y, s);
-    kk_conv2d(p1, &c, x, y2, s);
-    kk_conv2d_ref(&c, x, yr);
+    void *s = malloc(kern_conv2d_scratch(&c));
+    kern_conv2d(p2, &c, x, y, s);
+    kern_conv2d(p1, &c, x, y2, s);
+    kern_conv2d_ref(&c, x, yr);
     double e = 0, r = 0;
     for (size_t i = 0; i < ny; i++) {
         e = fmax(e, fabs((double)y[i] - yr[i]));
@@ -94,22 +94,22 @@ static void test_gemm(int kind, int btype, int m, int n, int k, int bias, kpool 
             for (int t = 0; t < k; t++) s = fmaf(a[(size_t)i * k + t], bf[(size_t)j * k + t], s);
             ref[(size_t)i * n + j] = s;
         }
-    kk_gemm g = {m,
+    kern_gemm g = {m,
                  n,
                  k,
                  a,
                  (size_t)k,
                  kind,
-                 kind == KK_GB_ROWS ? (const void *)wq : (const void *)bk,
+                 kind == KERN_GB_ROWS ? (const void *)wq : (const void *)bk,
                  btype,
-                 kind == KK_GB_ROWS ? rowb : (size_t)n,
+                 kind == KERN_GB_ROWS ? rowb : (size_t)n,
                  c,
                  (size_t)n + 3,
                  bias == 1 ? bn : NULL,
                  bias == 2 ? bm : NULL};
     for (int isa = QUANT_ISA_SCALAR; isa <= QUANT_ISA_AVX512; isa++) {
         for (size_t i = 0; i < (size_t)m * (n + 3); i++) c[i] = 7.0f;
-        if (kk_gemm_run_at(isa == QUANT_ISA_SCALAR ? p1 : p2, &g, isa)) continue;
+        if (kern_gemm_run_at(isa == QUANT_ISA_SCALAR ? p1 : p2, &g, isa)) continue;
         int bad = 0;
         for (int i = 0; i < m; i++) {
             bad += memcmp(c + (size_t)i * (n + 3), ref + (size_t)i * n, (size_t)n * sizeof *c) != 0;
@@ -121,7 +121,7 @@ static void test_gemm(int kind, int btype, int m, int n, int k, int bias, kpool 
 #if defined(__x86_64__)
     if (quant_cpu_isa() >= QUANT_ISA_AVX2) { /* conv_avx512.c's tile on emulated intrinsics */
         for (size_t i = 0; i < (size_t)m * (n + 3); i++) c[i] = 7.0f;
-        kk_gemm_run_tile(p2, &g, kk_gemm_tile_avx512_emu);
+        kern_gemm_run_tile(p2, &g, kern_gemm_tile_avx512_emu);
         int bad = 0;
         for (int i = 0; i < m; i++) {
             bad += memcmp(c + (size_t)i * (n + 3), ref + (size_t)i * n, (size_t)n * sizeof *c) != 0;
@@ -132,9 +132,9 @@ static void test_gemm(int kind, int btype, int m, int n, int k, int bias, kpool 
     }
 #endif
     g.c = c2;
-    kk_gemm_run(p1, &g);
+    kern_gemm_run(p1, &g);
     memcpy(c, c2, (size_t)m * (n + 3) * sizeof *c);
-    kk_gemm_run(p2, &g);
+    kern_gemm_run(p2, &g);
     CHECK(!memcmp(c, c2, (size_t)m * (n + 3) * sizeof *c));
     free(a);
     free(bf);
@@ -154,14 +154,14 @@ static void test_gelu(kpool *p) {
     for (int i = 0; i < N; i++) x[i] = -12.0f + 24.0f * (float)i / (N - 1);
     memcpy(ya, x, N * sizeof *x);
     memcpy(yt, x, N * sizeof *x);
-    kk_gelu_tanh_at(QUANT_ISA_SCALAR)(ya, N);
-    kk_gelu(yt, N); /* the tanh form */
+    kern_gelu_tanh_at(QUANT_ISA_SCALAR)(ya, N);
+    kern_gelu(yt, N); /* the tanh form */
     double e = 0;
     for (int i = 0; i < N; i++) e = fmax(e, fabs((double)ya[i] - yt[i]) / (1 + fabs(yt[i])));
     CHECKF(e < 1e-6, "GELU through exp against the tanh form: %g", e);
     CHECK(ya[0] > -1e-6f && ya[0] <= 0 && ya[N - 1] == x[N - 1]);
     for (int isa = QUANT_ISA_AVX2; isa <= QUANT_ISA_AVX512; isa++) {
-        kk_gelu_fn fn = kk_gelu_tanh_at(isa);
+        kern_gelu_fn fn = kern_gelu_tanh_at(isa);
         if (!fn) continue;
         memcpy(yb, x, N * sizeof *x);
         fn(yb, N);
@@ -172,8 +172,8 @@ static void test_gelu(kpool *p) {
     float *big = malloc(70000 * sizeof *big), *big2 = malloc(70000 * sizeof *big2);
     for (int i = 0; i < 70000; i++) big[i] = frand() * 6;
     memcpy(big2, big, 70000 * sizeof *big);
-    kk_gelu_tanh(p, big, 70000);
-    kk_gelu_tanh(NULL, big2, 70000);
+    kern_gelu_tanh(p, big, 70000);
+    kern_gelu_tanh(NULL, big2, 70000);
     CHECK(!memcmp(big, big2, 70000 * sizeof *big));
     free(x);
     free(ya);
@@ -192,8 +192,8 @@ static void test_gn(int c, int hw, int groups, int silu, kpool *p1, kpool *p2) {
         w[i] = 1 + frand() * 0.5f;
         b[i] = frand();
     }
-    kk_gn g = {c, hw, groups, 1e-6f, silu, w, b};
-    kk_gn_fn ref = kk_groupnorm_at(QUANT_ISA_SCALAR);
+    kern_gn g = {c, hw, groups, 1e-6f, silu, w, b};
+    kern_gn_fn ref = kern_groupnorm_at(QUANT_ISA_SCALAR);
     for (int gi = 0; gi < groups; gi++) ref(&g, x, ya, gi);
     /* a hand check of one group: mean 0 and unit variance before the affine map */
     if (!silu) {
@@ -209,19 +209,19 @@ static void test_gn(int c, int hw, int groups, int silu, kpool *p1, kpool *p2) {
         CHECKF(fabs(m) < 1e-4 && fabs(s2 / (cpg * hw) - m * m - 1) < 1e-3, "group norm statistics %g %g", m, s2);
     }
     for (int isa = QUANT_ISA_AVX2; isa <= QUANT_ISA_AVX512; isa++) {
-        kk_gn_fn fn = kk_groupnorm_at(isa);
+        kern_gn_fn fn = kern_groupnorm_at(isa);
         if (!fn) continue;
         for (int gi = 0; gi < groups; gi++) fn(&g, x, yb, gi);
         double e = 0;
         for (size_t i = 0; i < n; i++) e = fmax(e, fabs((double)ya[i] - yb[i]) / (1 + fabs(ya[i])));
         CHECKF(e < 2e-6, "group norm twin %d (c %d hw %d silu %d): %g", isa, c, hw, silu, e);
     }
-    kk_groupnorm(p2, &g, x, yb);
-    kk_groupnorm(p1, &g, x, ya);
+    kern_groupnorm(p2, &g, x, yb);
+    kern_groupnorm(p1, &g, x, ya);
     CHECK(!memcmp(ya, yb, n * sizeof *ya));
     /* in place */
     memcpy(yb, x, n * sizeof *x);
-    kk_groupnorm(p2, &g, yb, yb);
+    kern_groupnorm(p2, &g, yb, yb);
     CHECK(!memcmp(ya, yb, n * sizeof *ya));
     free(x);
     free(ya);
@@ -246,13 +246,13 @@ int main(void) {
     test_conv(QUANT_BF16, 3, 5, 70, 70, 3, 1, 1, p1, p2);
     for (int t = 0; t < 3; t++) {
         const int type = t == 0 ? QUANT_F32 : t == 1 ? QUANT_F16 : QUANT_BF16;
-        test_gemm(KK_GB_ROWS, type, 13, 70, 300, 1, p1, p2);
-        test_gemm(KK_GB_ROWS, type, 6, 16, 8, 0, p1, p2);
+        test_gemm(KERN_GB_ROWS, type, 13, 70, 300, 1, p1, p2);
+        test_gemm(KERN_GB_ROWS, type, 6, 16, 8, 0, p1, p2);
     }
-    test_gemm(KK_GB_ROWS, QUANT_F16, 1, 5, 3, 2, p1, p2);
-    test_gemm(KK_GB_ROWS, QUANT_F16, 40, 129, 513, 0, p1, p2);
-    test_gemm(KK_GB_KN, QUANT_F32, 17, 72, 256, 0, p1, p2);
-    test_gemm(KK_GB_KN, QUANT_F32, 7, 3, 600, 2, p1, p2);
+    test_gemm(KERN_GB_ROWS, QUANT_F16, 1, 5, 3, 2, p1, p2);
+    test_gemm(KERN_GB_ROWS, QUANT_F16, 40, 129, 513, 0, p1, p2);
+    test_gemm(KERN_GB_KN, QUANT_F32, 17, 72, 256, 0, p1, p2);
+    test_gemm(KERN_GB_KN, QUANT_F32, 7, 3, 600, 2, p1, p2);
     test_gelu(p2);
     test_gn(32, 64, 8, 0, p1, p2);
     test_gn(32, 67, 32, 1, p1, p2);
@@ -260,7 +260,7 @@ int main(void) {
     test_gn(64, 1024, 32, 1, p1, p2);
     float x[2 * 2 * 3], y[2 * 4 * 6];
     for (int i = 0; i < 12; i++) x[i] = (float)i;
-    kk_upsample2x(x, y, 2, 2, 3);
+    kern_upsample2x(x, y, 2, 2, 3);
     CHECK(y[0] == 0 && y[1] == 0 && y[2] == 1 && y[6] == 0 && y[7] == 0 && y[12] == 3 && y[24 + 23 - 24] == 5 &&
           y[47 - 24 + 24] == 11);
     kpool_free(p1);

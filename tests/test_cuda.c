@@ -16,7 +16,7 @@
  *                       pos * inv_freq in F32 against the CPU's running
  *                       product; positions below 4096);
  *   attention           2e-4 absolute (values in [-1, 1]; the softmax in
- *                       another order than kk_attn_f16's);
+ *                       another order than kern_attn_f16's);
  *   argmax, kv_write    exact (the Q8_0 write: the reference quantizer's
  *                       bytes);
  *   Q8_0 attention      2e-4 absolute (per-block products summed in float
@@ -235,7 +235,7 @@ static void test_rmsnorm(void) {
         cr_rmsnorm(x, st, wp, out, st, rows, n, 1e-6f, threads);
         int bad = 0;
         for (int r = 0; r < rows; r++) {
-            kk_rmsnorm(ref, x + r * st, wp, n, 1e-6f);
+            kern_rmsnorm(ref, x + r * st, wp, n, 1e-6f);
             float mx = 0;
             for (int j = 0; j < n; j++) mx = fmaxf(mx, fabsf(ref[j]));
             for (int j = 0; j < n; j++)
@@ -257,13 +257,13 @@ static void test_rmsnorm(void) {
 
 /* Cases: plain, NeoX, partial rotation, attn_factor, linear scaling,
  * frequency factors, YaRN (normal and NeoX); the table from
- * kbe_cuda_rope_freqs, the reference kk_rope_table + kk_rope_apply. */
+ * kbe_cuda_rope_freqs, the reference kern_rope_table + kern_rope_apply. */
 static void test_rope(void) {
     for (int i = 0; i < 8; i++) {
         const int hd = i < 3 ? 64 : 128, n_rot = i == 2 ? 32 : (i == 5 ? 96 : hd), n_head = 3, n_tok = 5;
         const int neox = i % 2;
         const int64_t ts = (int64_t)n_head * hd + 4;
-        kk_rope rp = {.n_rot = n_rot,
+        kern_rope rp = {.n_rot = n_rot,
                       .neox = neox,
                       .base = i >= 6 ? 1e6f : 10000.0f,
                       .freq_scale = i == 4 ? 0.25f : 1.0f,
@@ -289,8 +289,8 @@ static void test_rope(void) {
         float cs[256];
         int bad = 0;
         for (int u = 0; u < n_tok; u++) {
-            kk_rope_table(&rp, pos[u], cs);
-            kk_rope_apply(&rp, cs, ref + u * ts, n_head, hd);
+            kern_rope_table(&rp, pos[u], cs);
+            kern_rope_apply(&rp, cs, ref + u * ts, n_head, hd);
             for (int j = 0; j < ts; j++)
                 if (!(fabsf(x[u * ts + j] - ref[u * ts + j]) <= 2e-3f * mscale * 1.5f)) bad++;
         }
@@ -308,14 +308,14 @@ static void test_elementwise(void) {
         fill(g, (size_t)n, 8.0f);
         fill(u, (size_t)n, 2.0f);
         memcpy(ref, g, sizeof(float) * n);
-        kk_swiglu(ref, u, n);
+        kern_swiglu(ref, u, n);
         cr_swiglu(g, u, n);
         int bad = 0;
         for (int j = 0; j < n; j++)
             if (!(fabsf(g[j] - ref[j]) <= 1e-6f * fmaxf(1.0f, fabsf(ref[j])))) bad++;
         CHECKF(bad == 0, "swiglu n=%d: %d wrong", n, bad);
         memcpy(ref, g, sizeof(float) * n);
-        kk_add(ref, u, n);
+        kern_add(ref, u, n);
         cr_add(g, u, n);
         CHECKF(memcmp(g, ref, sizeof(float) * n) == 0, "add n=%d", n);
         free(g);
@@ -393,8 +393,8 @@ static cache make_cache(int n_blocks, int n_kv_head, int hd) {
 
 static void ref_attn_opts(const cache *c, const float *q, const int32_t *table, int n_pos, int kvh, int hd, float scale,
                           int window, const float *sink, float *out) {
-    float *scratch = malloc(sizeof(float) * kk_attn_scratch(1, 1, hd, n_pos));
-    kk_attn_f16 a = {.q = q,
+    float *scratch = malloc(sizeof(float) * kern_attn_scratch(1, 1, hd, n_pos));
+    kern_attn_f16 a = {.q = q,
                      .nq = 1,
                      .nt = 1,
                      .tok_stride = (size_t)hd,
@@ -412,7 +412,7 @@ static void ref_attn_opts(const cache *c, const float *q, const int32_t *table, 
                      .sink = sink,
                      .out = out,
                      .scratch = scratch};
-    kk_ops_at(QUANT_ISA_SCALAR)->attn_f16(&a);
+    kern_ops_at(QUANT_ISA_SCALAR)->attn_f16(&a);
     free(scratch);
 }
 
@@ -537,7 +537,7 @@ static void test_fatbin(void) {
 
 /* The Q8_0 cache: rows written by the kernel are the reference
  * quantizer's bytes; decode attention over random Q8_0 rows against
- * kk_attn_q8's twin within 2e-4 (the query's blocks rounded as the CPU
+ * kern_attn_q8's twin within 2e-4 (the query's blocks rounded as the CPU
  * rounds them; products summed in float rather than per-block integers). */
 static void test_kv_q8(void) {
     const int n = 128, n_tok = 3, n_cells = 9;
@@ -583,8 +583,8 @@ static void test_kv_q8(void) {
         for (int s = 0; s < n_seq; s++)
             for (int h = 0; h < n_head; h++) {
                 const int kvh = h / (n_head / n_kv_head);
-                float *scratch = malloc(sizeof(float) * kk_attn_scratch(1, 1, hd, n_kv[s]));
-                kk_attn_q8 a = {.q = q + s * qs + h * hd,
+                float *scratch = malloc(sizeof(float) * kern_attn_scratch(1, 1, hd, n_kv[s]));
+                kern_attn_q8 a = {.q = q + s * qs + h * hd,
                                 .nq = 1,
                                 .nt = 1,
                                 .tok_stride = (size_t)hd,
@@ -601,7 +601,7 @@ static void test_kv_q8(void) {
                                 .sink = sk ? sk + h : NULL,
                                 .out = refo,
                                 .scratch = scratch};
-                kk_ops_at(QUANT_ISA_SCALAR)->attn_q8(&a);
+                kern_ops_at(QUANT_ISA_SCALAR)->attn_q8(&a);
                 free(scratch);
                 for (int d = 0; d < hd; d++)
                     if (!(fabsf(out[s * qs + h * hd + d] - refo[d]) <= 2e-4f)) bad++;
@@ -649,8 +649,8 @@ static void test_gdn_gates(void) {
                 const float *row = ba + t * 2 * Hv;
                 const float b = grouped ? row[(v / r) * 2 * r + v % r] : row[v];
                 const float al = grouped ? row[(v / r) * 2 * r + r + v % r] : row[Hv + v];
-                rb[t * Hv + v] = kk_sigmoid(b);
-                rg[t * Hv + v] = kk_softplus(al + dt[v]) * sa[v];
+                rb[t * Hv + v] = kern_sigmoid(b);
+                rg[t * Hv + v] = kern_softplus(al + dt[v]) * sa[v];
             }
         cr_gdn_gates(ba, dt, sa, beta, gd, n, Hv, Hk, grouped);
         CHECKF(close_rel(beta, rb, 30, 2e-6f, 1) == 0, "gdn gates beta (grouped %d)", grouped);
@@ -660,7 +660,7 @@ static void test_gdn_gates(void) {
 
 static void test_conv(void) {
     static const int ns[] = {1, 2, 9}, Ks[] = {4, 4, 3};
-    const kk_ssm_ops *ref = kk_ssm_ops_at(QUANT_ISA_SCALAR);
+    const kern_ssm_ops *ref = kern_ssm_ops_at(QUANT_ISA_SCALAR);
     for (int i = 0; i < 3; i++) {
         const int n = ns[i], K = Ks[i], C = 100;
         const int64_t ldx = C + 3;
@@ -671,7 +671,7 @@ static void test_conv(void) {
         fill(w, (size_t)K * C, 1.0f);
         fill(st, (size_t)(K - 1) * C, 2.0f);
         memcpy(rst, st, sizeof(float) * (K - 1) * C);
-        kk_conv cv = {n, C, K, x, (size_t)ldx, w, rst, (size_t)C, ry, (size_t)C, NULL};
+        kern_conv cv = {n, C, K, x, (size_t)ldx, w, rst, (size_t)C, ry, (size_t)C, NULL};
         ref->conv_silu(&cv);
         cr_conv_silu(x, ldx, w, st, y, n, C, K);
         CHECKF(close_rel(y, ry, (size_t)n * C, 2e-6f, 1) == 0, "conv n=%d K=%d: outputs", n, K);
@@ -695,7 +695,7 @@ static void test_gdn_norms(void) {
         for (int j = 0; j < n; j++) x[ts + n + j] = 0.0f; /* a zero row: eps keeps it zero */
         memcpy(ref, x, sizeof(float) * n_tok * ts);
         for (int t = 0; t < n_tok; t++)
-            for (int r = 0; r < rows; r++) kk_l2norm(ref + t * ts + r * n, n, 1e-6f);
+            for (int r = 0; r < rows; r++) kern_l2norm(ref + t * ts + r * n, n, 1e-6f);
         cr_l2norm(x, ts, n_tok, rows, n, 1e-6f);
         CHECKF(close_rel(x, ref, (size_t)n_tok * ts, 2e-6f, 0) == 0, "l2norm n=%d", n);
         const int nr = 7;
@@ -704,7 +704,7 @@ static void test_gdn_norms(void) {
         fill(o, (size_t)nr * n, 2.0f);
         fill(z, (size_t)nr * n, 4.0f);
         fill(w, (size_t)n, 1.0f);
-        for (int r = 0; r < nr; r++) kk_rmsnorm_gated(ro + r * n, o + r * n, w, z + r * n, n, 1e-6f);
+        for (int r = 0; r < nr; r++) kern_rmsnorm_gated(ro + r * n, o + r * n, w, z + r * n, n, 1e-6f);
         cr_rmsnorm_gated(o, z, w, nr, n, 1e-6f);
         CHECKF(close_rel(o, ro, (size_t)nr * n, 2e-6f, 0) == 0, "rmsnorm_gated n=%d", n);
         free(x);
@@ -717,7 +717,7 @@ static void test_gdn_norms(void) {
 }
 
 static void test_gdn_rec(void) {
-    const kk_ssm_ops *ref = kk_ssm_ops_at(QUANT_ISA_SCALAR);
+    const kern_ssm_ops *ref = kern_ssm_ops_at(QUANT_ISA_SCALAR);
     for (int c = 0; c < 3; c++) {
         const int Hk = 2, Hv = c == 2 ? 2 : 4, dk = c == 2 ? 128 : c == 1 ? 24 : 64, dv = c == 2 ? 128 : 50;
         const int n = c == 1 ? 1 : 6;
@@ -730,7 +730,7 @@ static void test_gdn_rec(void) {
         float *o = malloc(sizeof(float) * n * Hv * dv), *ro = malloc(sizeof(float) * n * Hv * dv);
         fill(qkv, (size_t)n * ld, 1.0f);
         for (int t = 0; t < n; t++)
-            for (int h = 0; h < 2 * Hk; h++) kk_l2norm(qkv + t * ld + h * dk, dk, 1e-6f);
+            for (int h = 0; h < 2 * Hk; h++) kern_l2norm(qkv + t * ld + h * dk, dk, 1e-6f);
         for (int i = 0; i < n * ld_gb; i++) {
             g[i] = -fabsf(rndf()) * 2.0f;
             beta[i] = 0.5f + 0.5f * rndf();
@@ -740,7 +740,7 @@ static void test_gdn_rec(void) {
         const float scale = 1.0f / sqrtf((float)dk);
         for (int h = 0; h < Hv; h++) {
             const int kh = grouped ? h / (Hv / Hk) : h % Hk;
-            kk_gdn a = {n,
+            kern_gdn a = {n,
                         0,
                         dk,
                         dv,
@@ -784,7 +784,7 @@ static void test_attn_gate(void) {
     for (int t = 0; t < n; t++)
         for (int h = 0; h < nh; h++)
             for (int d = 0; d < hd; d++)
-                ref[(t * nh + h) * hd + d] *= kk_sigmoid(qg[t * 2 * nh * hd + h * 2 * hd + hd + d]);
+                ref[(t * nh + h) * hd + d] *= kern_sigmoid(qg[t * 2 * nh * hd + h * 2 * hd + hd + d]);
     cr_attn_gate(att, qg, n, nh, hd);
     CHECKF(close_rel(att, ref, sizeof att / sizeof att[0], 2e-6f, 1) == 0, "attn_gate");
 }
@@ -826,14 +826,14 @@ static void test_moe_route(void) {
         lg[2] = lg[5] = 2.9f; /* a tie: the lower id first */
         lg[ne + 1] = lg[ne + 7] = 3.5f;
         memcpy(rl, lg, sizeof lg);
-        const kk_moe_gate gate = {cs[c].sig, cs[c].bias ? bias : NULL, cs[c].ng, cs[c].ngu, cs[c].norm, cs[c].scale};
+        const kern_moe_gate gate = {cs[c].sig, cs[c].bias ? bias : NULL, cs[c].ng, cs[c].ngu, cs[c].norm, cs[c].scale};
         for (int t = 0; t < n; t++) {
             if (cs[c].mode == 0)
-                kk_moe_route(rl + t * ne, ne, k, cs[c].norm, cs[c].scale, rids + t * k, rw + t * k);
+                kern_moe_route(rl + t * ne, ne, k, cs[c].norm, cs[c].scale, rids + t * k, rw + t * k);
             else if (cs[c].mode == 1)
                 ref_topk_softmax(rl + t * ne, ne, k, cs[c].scale, rids + t * k, rw + t * k);
             else
-                kk_moe_route_sel(rl + t * ne, &gate, ne, k, sel, rids + t * k, rw + t * k);
+                kern_moe_route_sel(rl + t * ne, &gate, ne, k, sel, rids + t * k, rw + t * k);
         }
         cr_moe_route(lg, ids, w, n, ne, k, cs[c].mode, cs[c].norm, cs[c].scale, cs[c].sig, cs[c].bias ? bias : NULL,
                      cs[c].ng, cs[c].ngu);
@@ -856,7 +856,7 @@ static void test_moe_rows(void) {
     float b[70], ref[9 * 70];
     fill(b, (size_t)E, 1.0f);
     memcpy(ref, dst, sizeof dst);
-    for (int r = 0; r < rows; r++) kk_add(ref + r * E, b, E);
+    for (int r = 0; r < rows; r++) kern_add(ref + r * E, b, E);
     cr_add_rows(dst, b, rows, E);
     CHECKF(memcmp(dst, ref, sizeof dst) == 0, "add_rows");
     /* the weighted sum, with and without a gated shared expert */
@@ -869,7 +869,7 @@ static void test_moe_rows(void) {
         fill(y, (size_t)T * E, 1.0f);
         memcpy(ry, y, sizeof y);
         for (int t = 0; t < T; t++) {
-            const float g = shared == 2 ? kk_sigmoid(sgl[t]) : 1.0f;
+            const float g = shared == 2 ? kern_sigmoid(sgl[t]) : 1.0f;
             for (int i = 0; i < E; i++) {
                 float acc = 0.0f;
                 for (int s = 0; s < k; s++) {
@@ -890,7 +890,7 @@ static void test_activations(void) {
     fill(g, (size_t)n, 10.0f);
     fill(u, (size_t)n, 10.0f);
     memcpy(ref, g, sizeof(float) * n);
-    kk_swiglu_oai(ref, u, n, 1.702f, 7.0f);
+    kern_swiglu_oai(ref, u, n, 1.702f, 7.0f);
     cr_swiglu_oai(g, u, n, 1.702f, 7.0f);
     CHECKF(close_rel(g, ref, (size_t)n, 2e-6f, 1) == 0, "swiglu_oai");
     fill(g, (size_t)n, 5.0f);
@@ -900,7 +900,7 @@ static void test_activations(void) {
     CHECKF(memcmp(g, ref, sizeof(float) * n) == 0, "relu_sq");
     fill(g, (size_t)n, 6.0f);
     memcpy(ref, g, sizeof(float) * n);
-    kk_gelu(ref, n);
+    kern_gelu(ref, n);
     cr_gelu(g, n);
     CHECKF(close_rel(g, ref, (size_t)n, 2e-6f, 1) == 0, "gelu");
     free(g);

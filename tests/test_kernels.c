@@ -1,11 +1,11 @@
 /*
  * test_kernels — the SIMD twins in src/kernels against their scalar
- * references: the attention and element-wise ops (kk_ops_at), the F16
- * block kernels (kk_tile_at: bit for bit with quant_dot_f16_lanes and the
- * vec_dot of their level), and kk_matmul / kk_matmul_multi on a thread
+ * references: the attention and element-wise ops (kern_ops_at), the F16
+ * block kernels (kern_tile_at: bit for bit with quant_dot_f16_lanes and the
+ * vec_dot of their level), and kern_matmul / kern_matmul_multi on a thread
  * pool (blocks plus leftover rows and tokens) against plain reference dots,
- * and the 8-row interleaved kernels (kk_x8_at) with their packing; the
- * Gated DeltaNet kernels (kk_ssm_ops_at: the convolution, the recurrent and
+ * and the 8-row interleaved kernels (kern_x8_at) with their packing; the
+ * Gated DeltaNet kernels (kern_ssm_ops_at: the convolution, the recurrent and
  * chunked delta rule) and mixture-of-experts routing.
  * F16 rounding steps (scale, mad, conversions) and RoPE must agree bit for
  * bit; sums may differ only by their order.
@@ -41,7 +41,7 @@ static int rel_close(double a, double b, double tol) { return fabs(a - b) <= tol
 
 #define N 131 /* not a multiple of 8 or 16: exercises the tails */
 
-static void test_ops(const kk_ops *s, const kk_ops *v) {
+static void test_ops(const kern_ops *s, const kern_ops *v) {
     float q[N], qr[N], qs[N], x[N], w[N], o1[N], o2[N];
     uint16_t y1[N], y2[N];
     fill(q, N, 3.0f);
@@ -65,11 +65,11 @@ static void test_ops(const kk_ops *s, const kk_ops *v) {
         float worst = 0.0f;
         for (int i = 0; i <= 200000; i++) {
             const float xv = -87.0f * (float)i / 200000.0f, e = expf(xv);
-            const float ulp = nextafterf(e, INFINITY) - e, d = fabsf(kk_exp_attn(xv) - e) / ulp;
+            const float ulp = nextafterf(e, INFINITY) - e, d = fabsf(kern_exp_attn(xv) - e) / ulp;
             worst = d > worst ? d : worst;
         }
-        CHECKF(worst <= 2.0f, "kk_exp_attn: %.1f ulp from expf", worst);
-        CHECK(kk_exp_attn(0.0f) == 1.0f);
+        CHECKF(worst <= 2.0f, "kern_exp_attn: %.1f ulp from expf", worst);
+        CHECK(kern_exp_attn(0.0f) == 1.0f);
     }
     /* norms, activation, residual add */
     fill(x, N, 2.0f);
@@ -100,16 +100,16 @@ static void test_ops(const kk_ops *s, const kk_ops *v) {
     CHECK(memcmp(o1, o2, sizeof o1) == 0);
     /* RoPE (neox pairs), 3 heads of 40 with 32 rotated dims, and 2 heads of
      * 128 fully rotated */
-    kk_rope r = {.n_rot = 32, .neox = 1, .base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.0f};
+    kern_rope r = {.n_rot = 32, .neox = 1, .base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.0f};
     float cs[128], h1[256], h2[256];
-    kk_rope_table(&r, 17, cs);
+    kern_rope_table(&r, 17, cs);
     fill(h1, 120, 1.0f);
     memcpy(h2, h1, sizeof h1);
     s->rope_neox(cs, h1, 3, 40, 32);
     v->rope_neox(cs, h2, 3, 40, 32);
     CHECK(memcmp(h1, h2, 120 * sizeof(float)) == 0);
     r.n_rot = 128;
-    kk_rope_table(&r, 1234, cs);
+    kern_rope_table(&r, 1234, cs);
     fill(h1, 256, 1.0f);
     memcpy(h2, h1, sizeof h1);
     s->rope_neox(cs, h1, 2, 128, 128);
@@ -117,7 +117,7 @@ static void test_ops(const kk_ops *s, const kk_ops *v) {
     CHECK(memcmp(h1, h2, sizeof h1) == 0);
     /* phi3's shape: 6 heads of 16 with 12 rotated dims */
     r.n_rot = 12;
-    kk_rope_table(&r, 300, cs);
+    kern_rope_table(&r, 300, cs);
     fill(h1, 96, 1.0f);
     memcpy(h2, h1, sizeof h1);
     s->rope_neox(cs, h1, 6, 16, 12);
@@ -129,15 +129,15 @@ static void test_ops(const kk_ops *s, const kk_ops *v) {
  * cos and sin times attn_factor; factors of 1 give the plain table. */
 static void test_rope_factors(void) {
     const float ff[6] = {1.0f, 1.5f, 2.0f, 4.0f, 9.5f, 31.0f}, ones[6] = {1, 1, 1, 1, 1, 1};
-    kk_rope r = {.n_rot = 12, .neox = 1, .base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.19f};
+    kern_rope r = {.n_rot = 12, .neox = 1, .base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.19f};
     float plain[12], got[12];
     const int pos = 1000;
-    kk_rope_table(&r, pos, plain);
+    kern_rope_table(&r, pos, plain);
     r.freq_factors = ones;
-    kk_rope_table(&r, pos, got);
+    kern_rope_table(&r, pos, got);
     CHECK(memcmp(plain, got, sizeof got) == 0);
     r.freq_factors = ff;
-    kk_rope_table(&r, pos, got);
+    kern_rope_table(&r, pos, got);
     int bad = 0;
     for (int i = 0; i < 6; i++) {
         const double th = pos * pow(10000.0, -2.0 * i / 12.0) / ff[i];
@@ -158,7 +158,7 @@ static void *make_weights(int t, int64_t nrows, int64_t ncols) {
 }
 
 #if defined(__x86_64__)
-void kk_tile_f16_avx512_emu(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+void kern_tile_f16_avx512_emu(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                             int64_t ldy);
 #endif
 
@@ -175,16 +175,16 @@ static void test_tiles(void) {
     const int t = QUANT_F16;
     const int ns[] = {1, 7, 8, 16, 31, 40, 100, 512, 1000, 1024 + 24 + 5};
     const int blocks[][2] = {{1, 1}, {3, 3}, {4, 4}, {37, 11}, {17, 2}, {5, 7}, {261, 5}, {37, 1}, {8, 1}, {261, 1}};
-    kk_tile_fn ref = kk_tile_at(t, QUANT_ISA_SCALAR);
+    kern_tile_fn ref = kern_tile_at(t, QUANT_ISA_SCALAR);
     CHECK(ref != NULL);
     for (int lv = 0; lv < 3; lv++) {
-        kk_tile_fn f;
+        kern_tile_fn f;
         quant_vec_dot_fn dot;
         int lanes;
         if (lv == 2) {
 #if defined(__x86_64__)
             if (quant_cpu_isa() < QUANT_ISA_AVX2) continue;
-            f = kk_tile_f16_avx512_emu;
+            f = kern_tile_f16_avx512_emu;
             dot = quant_legacy_avx512_emu.dot[t];
             lanes = 16;
 #else
@@ -192,7 +192,7 @@ static void test_tiles(void) {
 #endif
         } else {
             const int isa = lv == 0 ? QUANT_ISA_AVX2 : QUANT_ISA_AVX512;
-            f = kk_tile_at(t, isa);
+            f = kern_tile_at(t, isa);
             dot = quant_vec_dot_at(t, isa);
 #if defined(__x86_64__)
             lanes = lv == 0 ? 8 : 16;
@@ -238,10 +238,10 @@ static void test_tiles(void) {
     }
 }
 
-/* Outputs of a two-matrix kk_matmul_multi (y0, y1: [tok][rows]) against
+/* Outputs of a two-matrix kern_matmul_multi (y0, y1: [tok][rows]) against
  * reference dots of each row with the token quantized to the weights'
  * activation type (xa: room for one such row).  Returns how many differ. */
-static int count_bad_outputs(const kk_mat *w0, const kk_mat *w1, const float *y0, const float *y1, const float *x,
+static int count_bad_outputs(const kern_mat *w0, const kern_mat *w1, const float *y0, const float *y1, const float *x,
                              int nt, uint8_t *xa) {
     const quant_traits *tr = quant_get(w0->type);
     const int64_t ncols = w0->ncols;
@@ -250,7 +250,7 @@ static int count_bad_outputs(const kk_mat *w0, const kk_mat *w1, const float *y0
     for (int tok = 0; tok < nt; tok++) {
         quant_get(tr->vec_dot_type)->from_f32(x + tok * ncols, xa, ncols);
         for (int o = 0; o < 2; o++) {
-            const kk_mat *w = o ? w1 : w0;
+            const kern_mat *w = o ? w1 : w0;
             const float *y = o ? y1 : y0;
             for (int64_t r = 0; r < w->nrows; r++) {
                 float ref;
@@ -262,23 +262,23 @@ static int count_bad_outputs(const kk_mat *w0, const kk_mat *w1, const float *y0
     return bad;
 }
 
-/* Outputs given token ranges (kk_matmul_ranges, as a mixture of experts
+/* Outputs given token ranges (kern_matmul_ranges, as a mixture of experts
  * routes rows): w0 over tokens [a0, a0 + n0) and w1 over [a1, a1 + n1) of
  * x, each output row t the product with token a + t.  Returns how many of
  * the outputs differ from the reference dots. */
-static int check_ranged(kpool *pool, const kk_mat *w0, const kk_mat *w1, const float *x, int n_tok, int a0, int n0,
+static int check_ranged(kpool *pool, const kern_mat *w0, const kern_mat *w1, const float *x, int n_tok, int a0, int n0,
                         int a1, int n1, void *scratch, uint8_t *xa) {
     const quant_traits *tr = quant_get(w0->type);
     const int64_t ncols = w0->ncols;
     const size_t wrow = quant_row_size(w0->type, ncols);
     float *y0 = malloc(sizeof(float) * (size_t)(n0 * w0->nrows)),
           *y1 = malloc(sizeof(float) * (size_t)(n1 * w1->nrows));
-    kk_mm_out outs[2] = {{w0, y0, w0->nrows}, {w1, y1, w1->nrows}};
+    kern_mm_out outs[2] = {{w0, y0, w0->nrows}, {w1, y1, w1->nrows}};
     const int32_t t0[2] = {a0, a1}, nt[2] = {n0, n1};
-    kk_matmul_ranges(pool, outs, t0, nt, 2, x, n_tok, scratch);
+    kern_matmul_ranges(pool, outs, t0, nt, 2, x, n_tok, scratch);
     int bad = 0;
     for (int o = 0; o < 2; o++) {
-        const kk_mat *w = o ? w1 : w0;
+        const kern_mat *w = o ? w1 : w0;
         const int a = o ? a1 : a0, n = o ? n1 : n0;
         const float *y = o ? y1 : y0;
         for (int t = 0; t < n; t++) {
@@ -295,22 +295,22 @@ static int check_ranged(kpool *pool, const kk_mat *w0, const kk_mat *w1, const f
     return bad;
 }
 
-/* kk_matmul_multi on a pool against reference dots: two outputs of
+/* kern_matmul_multi on a pool against reference dots: two outputs of
  * different row counts (37 and 20: not multiples of the tiles) over a
  * batch of 7 tokens (one tile of 4, three single tokens) and of 1 token. */
 static void test_matmul(kpool *pool, int t) {
     const int64_t ncols = 256, r0 = 37, r1 = 20;
     const int n_tok = 7;
     const quant_traits *tr = quant_get(t);
-    kk_mat w0 = {make_weights(t, r0, ncols), t, ncols, r0, NULL}, w1 = {make_weights(t, r1, ncols), t, ncols, r1, NULL};
+    kern_mat w0 = {make_weights(t, r0, ncols), t, ncols, r0, NULL}, w1 = {make_weights(t, r1, ncols), t, ncols, r1, NULL};
     float *x = malloc((size_t)(n_tok * ncols) * sizeof(float));
     fill(x, (int)(n_tok * ncols), 1.0f);
     float *y0 = calloc((size_t)(n_tok * r0), sizeof(float)), *y1 = calloc((size_t)(n_tok * r1), sizeof(float));
-    void *scratch = malloc(kk_matmul_scratch_size(ncols, n_tok));
+    void *scratch = malloc(kern_matmul_scratch_size(ncols, n_tok));
     uint8_t *xa = malloc(quant_row_size(tr->vec_dot_type, ncols));
     for (int nt = 1; nt <= n_tok; nt += n_tok - 1) {
-        kk_mm_out outs[2] = {{&w0, y0, r0}, {&w1, y1, r1}};
-        kk_matmul_multi(pool, outs, 2, x, nt, scratch);
+        kern_mm_out outs[2] = {{&w0, y0, r0}, {&w1, y1, r1}};
+        kern_matmul_multi(pool, outs, 2, x, nt, scratch);
         const int bad = count_bad_outputs(&w0, &w1, y0, y1, x, nt, xa);
         CHECKF(bad == 0, "%s matmul, %d tokens: %d outputs differ", tr->name, nt, bad);
     }
@@ -327,7 +327,7 @@ static void test_matmul(kpool *pool, int t) {
     free(xa);
 }
 
-/* The sink logits (kk_attn_inv) the attention tests give case i: none,
+/* The sink logits (kern_attn_inv) the attention tests give case i: none,
  * below the scores' maximum, or above it (the accumulator is rescaled). */
 static const float *attn_sink(size_t i) {
     static const float z[2][2] = {{-1.5f, 0.25f}, {9.0f, 12.0f}};
@@ -342,7 +342,7 @@ static const float *attn_sink(size_t i) {
  * at head size 128 takes up to 8 queries at once, so 5 tokens of 2 heads
  * are split), and position counts inside and across blocks, with and
  * without sinks. */
-static void test_attn(const kk_ops *s, const kk_ops *v) {
+static void test_attn(const kern_ops *s, const kern_ops *v) {
     enum { NBLK = 8, CELLS = NBLK * 16, HMAX = 136, STRIDE = 2 * HMAX, NTMAX = 5, TOK = 2 * HMAX + 5 };
     static uint16_t kc[CELLS * STRIDE], vc[CELLS * STRIDE];
     for (int i = 0; i < CELLS * STRIDE; i++) {
@@ -378,7 +378,7 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
                             fill(q, NTMAX * TOK, 3.0f);
                             memset(o1, 0, sizeof o1);
                             memset(o2, 0, sizeof o2);
-                            kk_attn_f16 a = {.q = q,
+                            kern_attn_f16 a = {.q = q,
                                              .nq = nq,
                                              .nt = nt,
                                              .tok_stride = TOK,
@@ -396,7 +396,7 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
                                              .sink = sink,
                                              .out = o1,
                                              .scratch = scratch};
-                            CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
+                            CHECK(kern_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
                             s->attn_f16(&a);
                             a.out = o2;
                             v->attn_f16(&a);
@@ -406,7 +406,7 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
                                 "%d: twins differ",
                                 acc_f32 ? "float" : "F16", nq, nt, hd, n_pos, window, (int)((c + wi) % 3));
                             if (nt == 1) {
-                                kk_attn_f16 b4 = a;
+                                kern_attn_f16 b4 = a;
                                 b4.blocks = blocks4;
                                 b4.block_shift = 2;
                                 b4.block_stride = 4 * STRIDE;
@@ -424,7 +424,7 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
                             }
                             if (nt > 1) { /* a tile is its tokens one by one */
                                 for (int t = 0; t < nt; t++) {
-                                    kk_attn_f16 one = a;
+                                    kern_attn_f16 one = a;
                                     one.nt = 1;
                                     one.n_pos = n_pos + t;
                                     one.q = q + (size_t)t * TOK;
@@ -479,7 +479,7 @@ static void test_attn(const kk_ops *s, const kk_ops *v) {
  * without sinks (at 1 and 2 heads); the scalar loop
  * against a double softmax over the dequantized cache (the error left is
  * the query's quantization). */
-static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
+static void test_attn_q8(const kern_ops *s, const kern_ops *v) {
     enum {
         NBLK = 8,
         CELLS = NBLK * 16,
@@ -520,7 +520,7 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
                             fill(q, NTMAX * TOK, 3.0f);
                             memset(o1, 0, sizeof o1);
                             memset(o2, 0, sizeof o2);
-                            kk_attn_q8 a = {.q = q,
+                            kern_attn_q8 a = {.q = q,
                                             .nq = nq,
                                             .nt = nt,
                                             .tok_stride = TOK,
@@ -537,7 +537,7 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
                                             .sink = sink,
                                             .out = o1,
                                             .scratch = scratch};
-                            CHECK(kk_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
+                            CHECK(kern_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
                             s->attn_q8(&a);
                             a.out = o2;
                             v->attn_q8(&a);
@@ -580,14 +580,14 @@ static void test_attn_q8(const kk_ops *s, const kk_ops *v) {
 /* pack_avx512.c built against tests/emu512.h (tests/CMakeLists.txt) */
 #include "kernels/level.h"
 #if defined(__x86_64__)
-extern const kk_x8_set kk_x8_avx512_emu;
+extern const kern_x8_set kern_x8_avx512_emu;
 #define X8_EMU(f) (quant_cpu_isa() >= QUANT_ISA_AVX2 ? (f) : NULL)
 #else
 #define X8_EMU(f) NULL /* the avx512 emulation is x86-64 only */
 #endif
 
 static void test_x8_kernels(int t) {
-    const kk_x8_traits *xt = kk_x8_get(t);
+    const kern_x8_traits *xt = kern_x8_get(t);
     CHECK(xt != NULL);
     if (!xt) return;
     /* K-quant kernels take 16 tokens a pass; the one-token kernels over
@@ -604,18 +604,18 @@ static void test_x8_kernels(int t) {
     float *x = malloc(sizeof(float) * (size_t)n * lda);
     fill(x, n * lda, 2.0f);
     for (int tok = 0; tok < lda; tok++) xt->act(x + (size_t)tok * n, n, a + (size_t)tok * xt->ablock, (size_t)lda);
-    kk_x8_fn ref = kk_x8_at(t, QUANT_ISA_SCALAR);
+    kern_x8_fn ref = kern_x8_at(t, QUANT_ISA_SCALAR);
     CHECK(ref != NULL);
     float ys[8 * n_tok], yv[8 * n_tok];
     /* the twins this CPU runs, and pack_avx512.c's kernels on emulated
      * intrinsics (any x86-64 with AVX2) */
     const struct {
         const char *name;
-        kk_x8_fn f;
+        kern_x8_fn f;
     } twins[] = {
-        {"avx2", kk_x8_at(t, QUANT_ISA_AVX2)},
-        {"avx512", kk_x8_at(t, QUANT_ISA_AVX512)},
-        {"avx512 (emulated)", X8_EMU(kk_x8_avx512_emu.fn[t])},
+        {"avx2", kern_x8_at(t, QUANT_ISA_AVX2)},
+        {"avx512", kern_x8_at(t, QUANT_ISA_AVX512)},
+        {"avx512 (emulated)", X8_EMU(kern_x8_avx512_emu.fn[t])},
     };
     for (size_t k = 0; k < sizeof twins / sizeof twins[0] && ref; k++) {
         if (!twins[k].f) continue;
@@ -646,12 +646,12 @@ static void test_x8_kernels(int t) {
         }
         const struct {
             const char *name;
-            kk_x8_dec_fn f;
+            kern_x8_dec_fn f;
         } decs[] = {
-            {"scalar", kk_x8_dec_at(t, QUANT_ISA_SCALAR)},
-            {"avx2", kk_x8_dec_at(t, QUANT_ISA_AVX2)},
-            {"avx512", kk_x8_dec_at(t, QUANT_ISA_AVX512)},
-            {"avx512 (emulated)", X8_EMU(kk_x8_avx512_emu.dec[t])},
+            {"scalar", kern_x8_dec_at(t, QUANT_ISA_SCALAR)},
+            {"avx2", kern_x8_dec_at(t, QUANT_ISA_AVX2)},
+            {"avx512", kern_x8_dec_at(t, QUANT_ISA_AVX512)},
+            {"avx512 (emulated)", X8_EMU(kern_x8_avx512_emu.dec[t])},
         };
         CHECK(decs[0].f != NULL);
         for (size_t k = 0; k < sizeof decs / sizeof decs[0]; k++) {
@@ -696,26 +696,26 @@ static void test_x8_kernels(int t) {
     free(x);
 }
 
-/* kk_matmul on matrices of an interleaved type with rows in groups of 8,
+/* kern_matmul on matrices of an interleaved type with rows in groups of 8,
  * plain and repacked: batches of 1, 7 and 300 tokens (past one 256-token
  * kernel call) and rows longer than one packing chunk, against reference
- * dots; and kk_get_row of a repacked matrix equals the plain row. */
+ * dots; and kern_get_row of a repacked matrix equals the plain row. */
 static void test_matmul_x8(kpool *pool, int t) {
-    const kk_x8_traits *xt = kk_x8_get(t);
+    const kern_x8_traits *xt = kern_x8_get(t);
     /* r0 = 43: five whole groups and 3 rows that stay plain, after which
      * the second output starts off a group boundary (plain as well) */
     const int64_t ncols = (int64_t)xt->blk * (int64_t)(16384 / xt->pblock + 2), r0 = 43, r1 = 24;
     const int max_tok = 300;
     const quant_traits *tr = quant_get(t);
-    kk_mat w0 = {make_weights(t, r0, ncols), t, ncols, r0, NULL};
-    kk_mat w1 = {make_weights(t, r1, ncols), t, ncols, r1, NULL};
-    void *p0 = malloc(kk_x8_matrix_size(t, ncols, r0)), *p1 = malloc(kk_x8_matrix_size(t, ncols, r1));
-    kk_x8_pack_matrix(t, w0.data, ncols, r0, p0);
-    kk_x8_pack_matrix(t, w1.data, ncols, r1, p1);
+    kern_mat w0 = {make_weights(t, r0, ncols), t, ncols, r0, NULL};
+    kern_mat w1 = {make_weights(t, r1, ncols), t, ncols, r1, NULL};
+    void *p0 = malloc(kern_x8_matrix_size(t, ncols, r0)), *p1 = malloc(kern_x8_matrix_size(t, ncols, r1));
+    kern_x8_pack_matrix(t, w0.data, ncols, r0, p0);
+    kern_x8_pack_matrix(t, w1.data, ncols, r1, p1);
     float *x = malloc(sizeof(float) * (size_t)(max_tok * ncols));
     fill(x, (int)(max_tok * ncols), 1.0f);
     float *y0 = malloc(sizeof(float) * (size_t)(max_tok * r0)), *y1 = malloc(sizeof(float) * (size_t)(max_tok * r1));
-    void *scratch = malloc(kk_matmul_scratch_size(ncols, max_tok));
+    void *scratch = malloc(kern_matmul_scratch_size(ncols, max_tok));
     uint8_t *xa = malloc(quant_row_size(tr->vec_dot_type, ncols));
     const int counts[] = {1, 7, max_tok};
     for (int packed = 0; packed < 2; packed++) {
@@ -723,8 +723,8 @@ static void test_matmul_x8(kpool *pool, int t) {
         w1.packed = packed ? p1 : NULL;
         for (int c = 0; c < 3; c++) {
             const int nt = counts[c];
-            kk_mm_out outs[2] = {{&w0, y0, r0}, {&w1, y1, r1}};
-            kk_matmul_multi(pool, outs, 2, x, nt, scratch);
+            kern_mm_out outs[2] = {{&w0, y0, r0}, {&w1, y1, r1}};
+            kern_matmul_multi(pool, outs, 2, x, nt, scratch);
             const int bad = count_bad_outputs(&w0, &w1, y0, y1, x, nt, xa);
             CHECKF(bad == 0, "%s matmul (%s), %d tokens: %d outputs differ", tr->name, packed ? "repacked" : "plain",
                    nt, bad);
@@ -739,12 +739,12 @@ static void test_matmul_x8(kpool *pool, int t) {
     int bad = 0;
     for (int64_t r = 0; r < r0; r++) {
         w0.packed = NULL;
-        kk_get_row(&w0, r, rp);
+        kern_get_row(&w0, r, rp);
         w0.packed = p0;
-        kk_get_row(&w0, r, rq);
+        kern_get_row(&w0, r, rq);
         bad += memcmp(rp, rq, sizeof(float) * (size_t)ncols) != 0;
     }
-    CHECKF(bad == 0, "%s kk_get_row of a repacked matrix: %d of %d rows differ", tr->name, bad, (int)r0);
+    CHECKF(bad == 0, "%s kern_get_row of a repacked matrix: %d of %d rows differ", tr->name, bad, (int)r0);
     free(rp);
     free(rq);
     free((void *)w0.data);
@@ -773,7 +773,7 @@ static double max_rel(const float *a, const float *b, size_t n) {
  * channels that leave a tail of 3, a run of tokens against the same tokens
  * in pieces (the carried state), and the reference against the sum written
  * out; the state after n tokens is the last K - 1 inputs. */
-static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
+static void test_conv(const kern_ssm_ops *s, const kern_ssm_ops *v) {
     enum { C = 131, K = 4, NT = 21 };
     static float x[NT * C], w[K * C], st0[(K - 1) * C], sa[(K - 1) * C], sb[(K - 1) * C], ya[NT * C], yb[NT * C];
     fill(x, NT * C, 2.0f);
@@ -781,7 +781,7 @@ static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
     fill(st0, (K - 1) * C, 2.0f);
     memcpy(sa, st0, sizeof sa);
     memcpy(sb, st0, sizeof sb);
-    kk_conv a = {NT, C, K, x, C, w, sa, C, ya, C, NULL};
+    kern_conv a = {NT, C, K, x, C, w, sa, C, ya, C, NULL};
     s->conv_silu(&a);
     /* token 1, channel 5, by hand: taps 0, 1 on the state rows 1, 2, taps 2, 3 on x_0, x_1 */
     float acc = 0.0f;
@@ -795,7 +795,7 @@ static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
     /* in pieces of 1, 2 and the rest: the same bits */
     const int cuts[] = {0, 1, 3, NT};
     for (int p = 0; p < 3; p++) {
-        kk_conv b = {cuts[p + 1] - cuts[p], C, K, x + cuts[p] * C, C, w, sb, C, yb + cuts[p] * C, C, NULL};
+        kern_conv b = {cuts[p + 1] - cuts[p], C, K, x + cuts[p] * C, C, w, sb, C, yb + cuts[p] * C, C, NULL};
         s->conv_silu(&b);
     }
     CHECK(memcmp(ya, yb, sizeof ya) == 0 && memcmp(sa, sb, sizeof sa) == 0);
@@ -804,7 +804,7 @@ static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
         enum { C0 = 40, CN = 37 };
         memcpy(sb, st0, sizeof sb);
         memset(yb, 0, sizeof yb);
-        kk_conv b = {NT, CN, K, x + C0, C, w + C0, sb + C0, C, yb + C0, C, NULL};
+        kern_conv b = {NT, CN, K, x + C0, C, w + C0, sb + C0, C, yb + C0, C, NULL};
         s->conv_silu(&b);
         int same = 1;
         for (int t = 0; t < NT; t++) same &= !memcmp(yb + t * C + C0, ya + t * C + C0, CN * sizeof(float));
@@ -813,7 +813,7 @@ static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
     }
     if (v != s) {
         memcpy(sb, st0, sizeof sb);
-        kk_conv b = {NT, C, K, x, C, w, sb, C, yb, C, NULL};
+        kern_conv b = {NT, C, K, x, C, w, sb, C, yb, C, NULL};
         v->conv_silu(&b);
         const double e = max_rel(yb, ya, NT * C);
         CHECKF(e < 1e-6, "conv_silu twin: rel err %g", e);
@@ -821,7 +821,7 @@ static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
         /* one token with a state of K - 1 rows: the decode step */
         memcpy(sa, st0, sizeof sa);
         memcpy(sb, st0, sizeof sb);
-        kk_conv c1 = {1, C, K, x, C, w, sa, C, ya, C, NULL}, c2 = {1, C, K, x, C, w, sb, C, yb, C, NULL};
+        kern_conv c1 = {1, C, K, x, C, w, sa, C, ya, C, NULL}, c2 = {1, C, K, x, C, w, sb, C, yb, C, NULL};
         s->conv_silu(&c1);
         v->conv_silu(&c2);
         CHECK(max_rel(yb, ya, C) < 1e-6 && memcmp(sa, sb, sizeof sa) == 0);
@@ -830,7 +830,7 @@ static void test_conv(const kk_ssm_ops *s, const kk_ssm_ops *v) {
 
 /* The convolution's bias: added after the taps' sum, before SiLU (checked
  * by hand), on the reference and the twin. */
-static void test_conv_bias(const kk_ssm_ops *s, const kk_ssm_ops *v) {
+static void test_conv_bias(const kern_ssm_ops *s, const kern_ssm_ops *v) {
     enum { C = 19, K = 4, NT = 3 };
     float x[NT * C], w[K * C], b[C], sa[(K - 1) * C], sb[(K - 1) * C], ya[NT * C], yb[NT * C];
     fill(x, NT * C, 2.0f);
@@ -838,7 +838,7 @@ static void test_conv_bias(const kk_ssm_ops *s, const kk_ssm_ops *v) {
     fill(b, C, 1.0f);
     memset(sa, 0, sizeof sa);
     memset(sb, 0, sizeof sb);
-    kk_conv a = {NT, C, K, x, C, w, sa, C, ya, C, b};
+    kern_conv a = {NT, C, K, x, C, w, sa, C, ya, C, b};
     s->conv_silu(&a);
     /* token 2, channel 17: taps 1..3 on x_0..x_2, tap 0 on a zero state row */
     float acc = 0.0f;
@@ -846,7 +846,7 @@ static void test_conv_bias(const kk_ssm_ops *s, const kk_ssm_ops *v) {
     acc += b[17];
     CHECKF(fabsf(ya[2 * C + 17] - acc / (1.0f + expf(-acc))) <= 1e-6f * (1.0f + fabsf(acc)), "conv bias: %g vs %g",
            ya[2 * C + 17], acc / (1.0f + expf(-acc)));
-    kk_conv c = {NT, C, K, x, C, w, sb, C, yb, C, b};
+    kern_conv c = {NT, C, K, x, C, w, sb, C, yb, C, b};
     v->conv_silu(&c);
     CHECKF(max_rel(yb, ya, NT * C) < 1e-6, "conv bias twin: rel err %g", max_rel(yb, ya, NT * C));
 }
@@ -855,7 +855,7 @@ static void test_conv_bias(const kk_ssm_ops *s, const kk_ssm_ops *v) {
  * double, a run against the same tokens in pieces (the carried state), and
  * the twin against the reference, for state sizes with and without 8-lane
  * tails. */
-static void test_ssd(const kk_ssm_ops *s, const kk_ssm_ops *v) {
+static void test_ssd(const kern_ssm_ops *s, const kern_ssm_ops *v) {
     enum { NT = 13, P = 6, NMAX = 21 };
     static const int Ns[] = {8, 16, 21};
     for (int ni = 0; ni < 3; ni++) {
@@ -870,7 +870,7 @@ static void test_ssd(const kk_ssm_ops *s, const kk_ssm_ops *v) {
         for (int t = 0; t < NT; t++) dt[t] = 0.05f + 0.5f * (1.0f + frand());
         const float A = -0.7f, D = 0.3f;
         memcpy(sa, s0, sizeof sa);
-        kk_ssd a = {NT, P, NS, x, P, B, C, (size_t)NS, dt, 1, A, D, sa, ya, P};
+        kern_ssd a = {NT, P, NS, x, P, B, C, (size_t)NS, dt, 1, A, D, sa, ya, P};
         s->ssd_scan(&a);
         double err = 0.0, mag = 0.0;
         for (int i = 0; i < P * NS; i++) sd[i] = s0[i];
@@ -891,7 +891,7 @@ static void test_ssd(const kk_ssm_ops *s, const kk_ssm_ops *v) {
         memcpy(sb, s0, sizeof sb);
         const int cuts[] = {0, 1, 4, NT};
         for (int c = 0; c < 3; c++) {
-            kk_ssd b = {cuts[c + 1] - cuts[c],
+            kern_ssd b = {cuts[c + 1] - cuts[c],
                         P,
                         NS,
                         x + cuts[c] * P,
@@ -910,7 +910,7 @@ static void test_ssd(const kk_ssm_ops *s, const kk_ssm_ops *v) {
         }
         CHECK(memcmp(ya, yb, sizeof ya) == 0 && memcmp(sa, sb, (size_t)P * NS * sizeof(float)) == 0);
         memcpy(sb, s0, sizeof sb);
-        kk_ssd b = {NT, P, NS, x, P, B, C, (size_t)NS, dt, 1, A, D, sb, yb, P};
+        kern_ssd b = {NT, P, NS, x, P, B, C, (size_t)NS, dt, 1, A, D, sb, yb, P};
         v->ssd_scan(&b);
         CHECKF(max_rel(yb, ya, NT * P) < 1e-5, "ssd_scan twin (NS %d): rel err %g", NS, max_rel(yb, ya, NT * P));
         CHECKF(max_rel(sb, sa, (size_t)P * NS) < 1e-5, "ssd_scan twin state (NS %d): rel err %g", NS,
@@ -925,8 +925,8 @@ static void gdn_inputs(int n, int dk, int dv, float *q, float *k, float *v, floa
     fill(k, n * dk, 1.0f);
     fill(v, n * dv, 1.0f);
     for (int t = 0; t < n; t++) {
-        kk_l2norm(q + t * dk, dk, 1e-6f);
-        kk_l2norm(k + t * dk, dk, 1e-6f);
+        kern_l2norm(q + t * dk, dk, 1e-6f);
+        kern_l2norm(k + t * dk, dk, 1e-6f);
         g[t] = -0.75f * (1.0f + frand());
         beta[t] = 0.5f * (1.0f + frand());
     }
@@ -937,7 +937,7 @@ static void gdn_inputs(int n, int dk, int dv, float *q, float *k, float *v, floa
  * that start off a chunk boundary and end inside one, for head sizes with
  * and without 8-lane tails; and the recurrent reference against the rule
  * written out in double. */
-static void test_gdn(const kk_ssm_ops *s, const kk_ssm_ops *v) {
+static void test_gdn(const kern_ssm_ops *s, const kern_ssm_ops *v) {
     const int shapes[][2] = {{16, 16}, {128, 128}, {20, 12}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int dk = shapes[si][0], dv = shapes[si][1], n = 45, pos0 = 7;
@@ -946,12 +946,12 @@ static void test_gdn(const kk_ssm_ops *s, const kk_ssm_ops *v) {
         float *s0 = malloc(sizeof(float) * (size_t)(dk * dv)), *sa = malloc(sizeof(float) * (size_t)(dk * dv));
         float *sb = malloc(sizeof(float) * (size_t)(dk * dv));
         float *oa = malloc(sizeof(float) * (size_t)(n * dv)), *ob = malloc(sizeof(float) * (size_t)(n * dv));
-        float *scratch = malloc(sizeof(float) * kk_gdn_scratch(dk, dv));
+        float *scratch = malloc(sizeof(float) * kern_gdn_scratch(dk, dv));
         gdn_inputs(n, dk, dv, q, k, vv, g, beta);
         fill(s0, dk * dv, 0.5f);
         const float scale = 1.0f / sqrtf((float)dk);
-        kk_gdn a = {n, pos0, dk, dv, q, k, (size_t)dk, vv, (size_t)dv, g, beta, 1, scale, sa, oa, (size_t)dv, scratch};
-        kk_gdn b = a;
+        kern_gdn a = {n, pos0, dk, dv, q, k, (size_t)dk, vv, (size_t)dv, g, beta, 1, scale, sa, oa, (size_t)dv, scratch};
+        kern_gdn b = a;
         b.s = sb;
         b.o = ob;
         memcpy(sa, s0, sizeof(float) * (size_t)(dk * dv));
@@ -995,8 +995,8 @@ static void test_gdn(const kk_ssm_ops *s, const kk_ssm_ops *v) {
             s->gdn_chunk(&b);
             float *oc = malloc(sizeof(float) * (size_t)(n * dv)), *sc = malloc(sizeof(float) * (size_t)(dk * dv));
             memcpy(sc, s0, sizeof(float) * (size_t)(dk * dv));
-            const int cut = KK_GDN_CHUNK - pos0 + KK_GDN_CHUNK; /* absolute position 32 */
-            kk_gdn c1 = b, c2 = b;
+            const int cut = KERN_GDN_CHUNK - pos0 + KERN_GDN_CHUNK; /* absolute position 32 */
+            kern_gdn c1 = b, c2 = b;
             c1.n = cut;
             c1.s = sc;
             c1.o = oc;
@@ -1034,11 +1034,11 @@ static void test_route(void) {
     const float lg[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, -3.0f};
     int32_t ids[3];
     float w[3];
-    kk_moe_route(lg, 6, 3, 1, 1.0f, ids, w);
+    kern_moe_route(lg, 6, 3, 1, 1.0f, ids, w);
     CHECKF(ids[0] == 1 && ids[1] == 3 && ids[2] == 4, "route ids %d %d %d", ids[0], ids[1], ids[2]);
     const double e1 = exp(2.0), e4 = exp(1.0), sum = 2 * e1 + e4;
     CHECK(fabs(w[0] - e1 / sum) < 1e-6 && fabs(w[1] - e1 / sum) < 1e-6 && fabs(w[2] - e4 / sum) < 1e-6);
-    kk_moe_route(lg, 6, 2, 0, 2.0f, ids, w);
+    kern_moe_route(lg, 6, 2, 0, 2.0f, ids, w);
     double all = 0;
     for (int e = 0; e < 6; e++) all += exp(lg[e]);
     CHECK(ids[0] == 1 && ids[1] == 3 && fabs(w[0] - 2 * e1 / all) < 1e-6);
@@ -1046,37 +1046,37 @@ static void test_route(void) {
      * + bias within the best groups, weighted by the unbiased ones */
     float p[6], sel[6];
     const double s1 = 1 / (1 + exp(-2.0)), s4 = 1 / (1 + exp(-1.0)), s0 = 1 / (1 + exp(-0.5));
-    kk_moe_gate g = {1, NULL, 0, 0, 1, 2.5f};
+    kern_moe_gate g = {1, NULL, 0, 0, 1, 2.5f};
     memcpy(p, lg, sizeof p);
-    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    kern_moe_route_sel(p, &g, 6, 2, sel, ids, w);
     CHECK(ids[0] == 1 && ids[1] == 3 && fabs(w[0] - 1.25) < 1e-6 && fabs(w[1] - 1.25) < 1e-6);
     const float bias[6] = {0, 0, 0, 0, 5, 0};
-    g = (kk_moe_gate){1, bias, 0, 0, 0, 1.0f};
+    g = (kern_moe_gate){1, bias, 0, 0, 0, 1.0f};
     memcpy(p, lg, sizeof p);
-    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    kern_moe_route_sel(p, &g, 6, 2, sel, ids, w);
     CHECKF(ids[0] == 4 && ids[1] == 1 && fabs(w[0] - s4) < 1e-6 && fabs(w[1] - s1) < 1e-6, "biased route %d %d", ids[0],
            ids[1]);
-    g = (kk_moe_gate){1, NULL, 3, 1, 0, 1.0f}; /* groups {0,1} {2,3} {4,5}: the first scores highest */
+    g = (kern_moe_gate){1, NULL, 3, 1, 0, 1.0f}; /* groups {0,1} {2,3} {4,5}: the first scores highest */
     memcpy(p, lg, sizeof p);
-    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    kern_moe_route_sel(p, &g, 6, 2, sel, ids, w);
     CHECKF(ids[0] == 1 && ids[1] == 0 && fabs(w[1] - s0) < 1e-6, "grouped route %d %d", ids[0], ids[1]);
-    g = (kk_moe_gate){0, NULL, 0, 0, 0, 2.0f}; /* the softmax: kk_moe_route's bits */
+    g = (kern_moe_gate){0, NULL, 0, 0, 0, 2.0f}; /* the softmax: kern_moe_route's bits */
     memcpy(p, lg, sizeof p);
-    kk_moe_route_sel(p, &g, 6, 2, sel, ids, w);
+    kern_moe_route_sel(p, &g, 6, 2, sel, ids, w);
     float w2[2];
     int32_t ids2[2];
-    kk_moe_route(lg, 6, 2, 0, 2.0f, ids2, w2);
+    kern_moe_route(lg, 6, 2, 0, 2.0f, ids2, w2);
     CHECK(ids[0] == ids2[0] && ids[1] == ids2[1] && w[0] == w2[0] && w[1] == w2[1]);
-    CHECK(fabsf(kk_softplus(0.0f) - logf(2.0f)) < 1e-7f && kk_softplus(30.0f) == 30.0f);
-    CHECK(fabsf(kk_sigmoid(0.0f) - 0.5f) < 1e-7f);
+    CHECK(fabsf(kern_softplus(0.0f) - logf(2.0f)) < 1e-7f && kern_softplus(30.0f) == 30.0f);
+    CHECK(fabsf(kern_sigmoid(0.0f) - 0.5f) < 1e-7f);
     float x[3] = {3.0f, 0.0f, 4.0f};
-    kk_l2norm(x, 3, 1e-6f);
+    kern_l2norm(x, 3, 1e-6f);
     CHECK(fabsf(x[0] - 0.6f) < 1e-7f && fabsf(x[2] - 0.8f) < 1e-7f);
     float z[2] = {0.0f, 0.0f}, out[2], wn[2] = {1.0f, 1.0f};
-    kk_l2norm(z, 2, 1e-6f); /* the norm floor: zeros stay zero */
+    kern_l2norm(z, 2, 1e-6f); /* the norm floor: zeros stay zero */
     CHECK(z[0] == 0.0f && z[1] == 0.0f);
     const float xr[2] = {1.0f, -1.0f}, zr[2] = {0.0f, 10.0f};
-    kk_rmsnorm_gated(out, xr, wn, zr, 2, 0.0f);
+    kern_rmsnorm_gated(out, xr, wn, zr, 2, 0.0f);
     CHECK(out[0] == 0.0f && fabsf(out[1] + 10.0f / (1.0f + expf(-10.0f))) < 1e-5f);
 }
 
@@ -1088,15 +1088,15 @@ static void count_task(void *ud, int ith, int nth) {
 
 int main(void) {
     quant_init();
-    const kk_ops *s = kk_ops_at(QUANT_ISA_SCALAR);
+    const kern_ops *s = kern_ops_at(QUANT_ISA_SCALAR);
     CHECK(s != NULL);
-    CHECK(kk_ops_best() != NULL);
+    CHECK(kern_ops_best() != NULL);
     /* every level's set that differs from the level below's (x86-64: the
      * AVX2 set, which the AVX-512 level shares; aarch64: neon and dotprod) */
     for (int isa = QUANT_ISA_SCALAR + 1; isa <= quant_cpu_isa(); isa++) {
-        const kk_ops *v = kk_ops_at(isa);
+        const kern_ops *v = kern_ops_at(isa);
         CHECK(v != NULL);
-        if (!v || v == kk_ops_at(isa - 1)) continue;
+        if (!v || v == kern_ops_at(isa - 1)) continue;
         test_ops(s, v);
         test_attn(s, v);
         test_attn_q8(s, v);
@@ -1105,8 +1105,8 @@ int main(void) {
     test_ops(s, s);
     test_rope_factors();
     {
-        const kk_ssm_ops *ss = kk_ssm_ops_at(QUANT_ISA_SCALAR), *sv = kk_ssm_ops_at(QUANT_ISA_AVX2);
-        CHECK(ss != NULL && kk_ssm_ops_best() != NULL);
+        const kern_ssm_ops *ss = kern_ssm_ops_at(QUANT_ISA_SCALAR), *sv = kern_ssm_ops_at(QUANT_ISA_AVX2);
+        CHECK(ss != NULL && kern_ssm_ops_best() != NULL);
         if (ss) test_conv(ss, sv ? sv : ss);
         if (ss) test_gdn(ss, sv ? sv : ss);
         if (ss) test_conv_bias(ss, sv ? sv : ss);

@@ -61,8 +61,8 @@ static kiln_context *new_ctx(kiln_model *m, int kv_type, int n_ctx, int n_seq) {
 /* Whether the active level repacks Q4_0 / Q8_0 weights at load: one with
  * interleaved kernels of its own (x86-64's); aarch64 keeps the rows. */
 static int level_repacks(void) {
-    const kk_mat probe = {.type = QUANT_Q4_0, .ncols = 32, .nrows = 8};
-    return kk_mat_interleavable(&probe);
+    const kern_mat probe = {.type = QUANT_Q4_0, .ncols = 32, .nrows = 8};
+    return kern_mat_interleavable(&probe);
 }
 
 /* Feeds prompt then n greedy steps; writes the ids to out and, if margin

@@ -399,11 +399,11 @@ static void repacked(const char *name, const fixture *f) {
     const int tied = g && !gguf_find_tensor(g, "output.weight");
     for (int i = 0; g && i < gguf_n_tensors(g); i++) {
         const gguf_tensor *t = gguf_tensor_at(g, i);
-        kk_mat one = {t->data, (int)t->type, t->ne[0], t->ne[1], NULL};
-        if (t->n_dims < 2 || !kk_mat_interleavable(&one) || strstr(t->name, "embed_tokens.weight") ||
+        kern_mat one = {t->data, (int)t->type, t->ne[0], t->ne[1], NULL};
+        if (t->n_dims < 2 || !kern_mat_interleavable(&one) || strstr(t->name, "embed_tokens.weight") ||
             (!tied && !strcmp(t->name, "token_embd.weight")))
             continue;
-        want += (size_t)t->ne[2] * ((kk_x8_matrix_size((int)t->type, t->ne[0], t->ne[1]) + 63) & ~(size_t)63);
+        want += (size_t)t->ne[2] * ((kern_x8_matrix_size((int)t->type, t->ne[0], t->ne[1]) + 63) & ~(size_t)63);
     }
     gguf_close(g);
     kiln_model *m[2] = {NULL, NULL};

@@ -12,9 +12,9 @@
  * Results the host reads (logits, the normalized output rows) are host
  * buffers the output op fills.
  *
- * Weights.  A matrix is a kk_mat pointing into the file's mapping; at load
+ * Weights.  A matrix is a kern_mat pointing into the file's mapping; at load
  * the backend prepares what it wants (kbe_backend.prepare: the CPU
- * interleaves Q4_0, Q8_0, Q4_K and Q6_K matrices into kk_mat.packed).
+ * interleaves Q4_0, Q8_0, Q4_K and Q6_K matrices into kern_mat.packed).
  *
  * Ops work over the n tokens of a step (rows of a fixed width, one after
  * another), so a device runs each as one or a few kernel launches; on the
@@ -58,7 +58,7 @@ typedef struct kbe_backend {
      * multiply by, vecs (vlen[i] floats each) the small vectors between
      * them; either may be rewritten to point at backend memory, returned in
      * *mem (*bytes; NULL: nothing prepared), freed by release. */
-    void (*prepare)(kk_mat **mats, int n_mats, const float ***vecs, const int64_t *vlen, int n_vecs, void **mem,
+    void (*prepare)(kern_mat **mats, int n_mats, const float ***vecs, const int64_t *vlen, int n_vecs, void **mem,
                     size_t *bytes);
     void (*release)(void *mem, size_t bytes);
     /* Zeroed memory for the KV cache or recurrent states (NULL: none), its
@@ -97,7 +97,7 @@ typedef struct kbe_attn_opts {
                     p - window + 1 .. p (every position stays cached) */
     float scale; /* score scale; 0: 1 / sqrt(head size) */
     /* [n_head] attention sinks: each head's softmax gets one more logit,
-     * not scaled, that adds no value (kk_attn_inv); NULL: none */
+     * not scaled, that adds no value (kern_attn_inv); NULL: none */
     const float *sinks;
 } kbe_attn_opts;
 
@@ -105,7 +105,7 @@ typedef struct kbe_attn_opts {
 typedef struct kbe_step {
     int n;                    /* tokens */
     const int32_t *seq, *pos; /* [n] */
-    const float *rope_cs;     /* [n][n_rot] rotation tables (kk_rope_table) */
+    const float *rope_cs;     /* [n][n_rot] rotation tables (kern_rope_table) */
     int n_rot;
     const int32_t *tile; /* [n_tile + 1]: where each attention tile starts */
     int n_tile;
@@ -154,8 +154,8 @@ typedef struct kbe_qk {
     const float *q_norm, *k_norm; /* [hd] */
     int n_head, n_head_kv, hd;
     float eps;
-    const kk_rope *rope;
-    float temp, temp_floor; /* kk_attn_temp(pos, temp, 0, temp_floor); temp 0: none */
+    const kern_rope *rope;
+    float temp, temp_floor; /* kern_attn_temp(pos, temp, 0, temp_floor); temp 0: none */
     int layer;
 } kbe_qk;
 
@@ -164,7 +164,7 @@ enum {
     KBE_MOE_SOFTMAX = 0,      /* gating: softmax over all, top k, renormalized to sum 1 */
     KBE_MOE_TOPK_SOFTMAX = 1, /* gating: top k logits, softmax over just those k */
     KBE_MOE_SWIGLU = 0,       /* act: silu(g) * u */
-    KBE_MOE_SWIGLU_OAI = 1,   /* act: the clamped SwiGLU kk_swiglu_oai, alpha 1.702, limit 7 */
+    KBE_MOE_SWIGLU_OAI = 1,   /* act: the clamped SwiGLU kern_swiglu_oai, alpha 1.702, limit 7 */
     KBE_MOE_RELU2 = 2,        /* act: relu(u)^2 with no gate product (experts and shared expert) */
 };
 
@@ -181,9 +181,9 @@ typedef struct kbe_moe_hp {
 } kbe_moe_hp;
 
 typedef struct kbe_moe_layer {
-    kk_mat router;                  /* n_embd -> n_expert, F32 */
-    kk_mat *e_gate, *e_up, *e_down; /* [n_expert] views */
-    kk_mat s_gate, s_up, s_down;    /* shared expert (data NULL: none) */
+    kern_mat router;                  /* n_embd -> n_expert, F32 */
+    kern_mat *e_gate, *e_up, *e_down; /* [n_expert] views */
+    kern_mat s_gate, s_up, s_down;    /* shared expert (data NULL: none) */
     const float *s_gate_inp;        /* [n_embd]: the shared expert's gate; NULL: ungated */
     const float *sel_bias;          /* [n_expert] exp_probs_b; NULL: none */
     /* biases, NULL where the file has none: the router's [n_expert], the
@@ -239,7 +239,7 @@ typedef struct kbe_out {
     const int32_t *out_idx;
     const float *norm;
     float eps;
-    const kk_mat *w;
+    const kern_mat *w;
     float *rows, *logits;
 } kbe_out;
 
@@ -259,7 +259,7 @@ struct kbe_ops {
     void (*step)(kbe_ctx *X, const kbe_step *s);
 
     /* out[i] = row ids[i] (host) of w, as floats */
-    void (*get_rows)(kbe_ctx *X, const kk_mat *w, const int32_t *ids, int n, float *out);
+    void (*get_rows)(kbe_ctx *X, const kern_mat *w, const int32_t *ids, int n, float *out);
     /* out = rms(x) * w by rows of dim (out may be x) */
     void (*rmsnorm)(kbe_ctx *X, float *out, const float *x, const float *w, int n, int dim, float eps);
     /* y += x by rows of dim */
@@ -273,11 +273,11 @@ struct kbe_ops {
     void (*gelu)(kbe_ctx *X, float *x, int n, int dim);
 
     /* y [n][ldy] = x [n][w.ncols] times w's rows */
-    void (*matmul)(kbe_ctx *X, const kk_mat *w, const float *x, int n, float *y, int64_t ldy);
+    void (*matmul)(kbe_ctx *X, const kern_mat *w, const float *x, int n, float *y, int64_t ldy);
     /* several matrices of the same input width over the same x */
-    void (*matmul_multi)(kbe_ctx *X, const kk_mm_out *outs, int n_out, const float *x, int n);
+    void (*matmul_multi)(kbe_ctx *X, const kern_mm_out *outs, int n_out, const float *x, int n);
     /* output k over rows t0[k] .. t0[k] + nt[k] of x only */
-    void (*matmul_ranges)(kbe_ctx *X, const kk_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
+    void (*matmul_ranges)(kbe_ctx *X, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
                           const float *x, int n);
 
     /* attention layers: the q/k post-processing and KV store (kbe_qk), the

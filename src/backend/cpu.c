@@ -38,7 +38,7 @@ static void cpu_free(kbe_ctx *X, void *p) {
 
 static int cpu_reserve(kbe_ctx *X, int64_t max_cols, int max_rows) {
     kbe_cpu *C = kbe_cpu_of(X);
-    const size_t bytes = kk_matmul_scratch_size(max_cols, max_rows);
+    const size_t bytes = kern_matmul_scratch_size(max_cols, max_rows);
     if (C->mm_scratch && C->mm_bytes >= bytes) return 0;
     void *p = malloc(bytes);
     if (!p) return -1;
@@ -60,10 +60,10 @@ static int cpu_ctx_init(kbe_ctx *X, const kbe_ctx_params *p) {
     X->dev = C;
     if (!C) return -1;
     quant_init();
-    C->k = kk_ops_best();
-    C->s = kk_ssm_ops_best();
+    C->k = kern_ops_best();
+    C->s = kern_ssm_ops_best();
     /* positions per sequence stay below n_ctx; one block of slack */
-    C->att_per_thread = p->kv && p->n_head ? kk_attn_scratch(2, KBE_ATTN_TILE, p->kv->hd, p->n_ctx + KBE_KV_BLOCK) : 0;
+    C->att_per_thread = p->kv && p->n_head ? kern_attn_scratch(2, KBE_ATTN_TILE, p->kv->hd, p->n_ctx + KBE_KV_BLOCK) : 0;
     const size_t n_thr = (size_t)(p->pool ? kpool_size(p->pool) : 1);
     C->att_scratch = malloc(C->att_per_thread ? n_thr * C->att_per_thread * sizeof(float) : 1);
     return C->att_scratch ? 0 : -1;
@@ -106,7 +106,7 @@ void kbe_cpu_for_rows(kbe_ctx *X, int n, kbe_cpu_rows_fn fn, void *ud) {
 
 /* The operands of one row-wise op. */
 typedef struct row_args {
-    const kk_ops *k;
+    const kern_ops *k;
     float *y;
     float *x;
     const float *w;
@@ -136,7 +136,7 @@ static void cpu_add(kbe_ctx *X, float *y, const float *x, int n, int dim) {
 }
 
 typedef struct add_norm_args {
-    const kk_ops *k;
+    const kern_ops *k;
     float *y, *out;
     const float *x, *w;
     int dim;
@@ -170,7 +170,7 @@ static void cpu_swiglu(kbe_ctx *X, float *g, const float *u, int n, int dim) {
 
 static void gelu_rows(void *ud, int i0, int i1) {
     const row_args *a = ud;
-    for (int i = i0; i < i1; i++) kk_gelu(a->y + (size_t)i * a->dim, a->dim);
+    for (int i = i0; i < i1; i++) kern_gelu(a->y + (size_t)i * a->dim, a->dim);
 }
 
 static void cpu_gelu(kbe_ctx *X, float *x, int n, int dim) {
@@ -178,9 +178,9 @@ static void cpu_gelu(kbe_ctx *X, float *x, int n, int dim) {
     kbe_cpu_for_rows(X, n, gelu_rows, &a);
 }
 
-static void cpu_get_rows(kbe_ctx *X, const kk_mat *w, const int32_t *ids, int n, float *out) {
+static void cpu_get_rows(kbe_ctx *X, const kern_mat *w, const int32_t *ids, int n, float *out) {
     (void)X;
-    for (int i = 0; i < n; i++) kk_get_row(w, ids[i], out + (size_t)i * w->ncols);
+    for (int i = 0; i < n; i++) kern_get_row(w, ids[i], out + (size_t)i * w->ncols);
 }
 
 typedef struct gate_args {
@@ -196,7 +196,7 @@ static void gate_rows(void *ud, int i0, int i1) {
         const float *qg = a->qg + (size_t)i * nh * 2 * hd;
         float *att = a->att + (size_t)i * nh * hd;
         for (int hh = 0; hh < nh; hh++)
-            for (int d = 0; d < hd; d++) att[hh * hd + d] *= kk_sigmoid(qg[(size_t)hh * 2 * hd + hd + d]);
+            for (int d = 0; d < hd; d++) att[hh * hd + d] *= kern_sigmoid(qg[(size_t)hh * 2 * hd + hd + d]);
     }
 }
 
@@ -222,23 +222,23 @@ static void cpu_copy_ctx(kbe_ctx *X, void *dst, const void *src, size_t bytes) {
 
 /* --------------------------------------------------------------- products */
 
-static void cpu_matmul(kbe_ctx *X, const kk_mat *w, const float *x, int n, float *y, int64_t ldy) {
-    kk_matmul(X->pool, w, x, n, y, ldy, kbe_cpu_of(X)->mm_scratch);
+static void cpu_matmul(kbe_ctx *X, const kern_mat *w, const float *x, int n, float *y, int64_t ldy) {
+    kern_matmul(X->pool, w, x, n, y, ldy, kbe_cpu_of(X)->mm_scratch);
 }
 
-static void cpu_matmul_multi(kbe_ctx *X, const kk_mm_out *outs, int n_out, const float *x, int n) {
-    kk_matmul_multi(X->pool, outs, n_out, x, n, kbe_cpu_of(X)->mm_scratch);
+static void cpu_matmul_multi(kbe_ctx *X, const kern_mm_out *outs, int n_out, const float *x, int n) {
+    kern_matmul_multi(X->pool, outs, n_out, x, n, kbe_cpu_of(X)->mm_scratch);
 }
 
-static void cpu_matmul_ranges(kbe_ctx *X, const kk_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
+static void cpu_matmul_ranges(kbe_ctx *X, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
                               const float *x, int n) {
-    kk_matmul_ranges(X->pool, outs, t0, nt, n_out, x, n, kbe_cpu_of(X)->mm_scratch);
+    kern_matmul_ranges(X->pool, outs, t0, nt, n_out, x, n, kbe_cpu_of(X)->mm_scratch);
 }
 
 /* ------------------------------------------------------------------ output */
 
 static void cpu_output(kbe_ctx *X, const kbe_out *o) {
-    const kk_ops *k = kbe_cpu_of(X)->k;
+    const kern_ops *k = kbe_cpu_of(X)->k;
     const int E = o->n_embd;
     for (int i = 0; i < o->n; i++)
         if (o->out_idx[i] >= 0)

@@ -10,13 +10,13 @@
 
 /* A context's CPU state (kbe_ctx.dev). */
 typedef struct kbe_cpu {
-    const kk_ops *k;  /* the kernel level quant_init chose */
+    const kern_ops *k;  /* the kernel level quant_init chose */
     void *mm_scratch; /* the products' converted activations */
     size_t mm_bytes;
-    float *att_scratch;    /* per thread: kk_attn_scratch of 2 heads x KBE_ATTN_TILE tokens */
+    float *att_scratch;    /* per thread: kern_attn_scratch of 2 heads x KBE_ATTN_TILE tokens */
     size_t att_per_thread; /* floats */
-    const kk_ssm_ops *s;   /* the Gated DeltaNet kernels of that level */
-    float *gdn_scratch;    /* per thread: kk_gdn_scratch floats */
+    const kern_ssm_ops *s;   /* the Gated DeltaNet kernels of that level */
+    float *gdn_scratch;    /* per thread: kern_gdn_scratch floats */
     size_t gdn_per_thread;
 } kbe_cpu;
 
@@ -25,7 +25,7 @@ static inline kbe_cpu *kbe_cpu_of(kbe_ctx *X) { return X->dev; }
 extern const kbe_backend kbe_cpu_backend;
 
 /* cpu_prepare.c */
-void kbe_cpu_prepare(kk_mat **mats, int n_mats, const float ***vecs, const int64_t *vlen, int n_vecs, void **mem,
+void kbe_cpu_prepare(kern_mat **mats, int n_mats, const float ***vecs, const int64_t *vlen, int n_vecs, void **mem,
                      size_t *bytes);
 void kbe_cpu_release(void *mem, size_t bytes);
 /* cpu_attn.c */

@@ -41,7 +41,7 @@ static inline void *vhead(const kbe_kv *kv, int layer, int64_t cell, int h) {
 
 /* Token i's keys and values (n_head_kv rows of hd floats each) into the
  * cache of attention layer `layer`, in the cache's type. */
-static void store_one(const kbe_ctx *X, const kk_ops *ops, int layer, int i, const float *k, const float *v) {
+static void store_one(const kbe_ctx *X, const kern_ops *ops, int layer, int i, const float *k, const float *v) {
     const kbe_kv *kv = &X->kv;
     const int hd = kv->l_hd[layer];
     const int64_t cell = kv_cell(kv, X->step.seq[i], X->step.pos[i]);
@@ -61,7 +61,7 @@ static void store_one(const kbe_ctx *X, const kk_ops *ops, int layer, int i, con
 }
 
 void kbe_cpu_kv_store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
-    const kk_ops *ops = kbe_cpu_of(X)->k;
+    const kern_ops *ops = kbe_cpu_of(X)->k;
     const size_t nkv = (size_t)X->kv.l_hkv[layer] * X->kv.l_hd[layer];
     for (int i = 0; i < n; i++) store_one(X, ops, layer, i0 + i, k + (size_t)i * nkv, v + (size_t)i * nkv);
 }
@@ -75,14 +75,14 @@ static void qk_rows(void *ud, int i0, int i1) {
     const qk_job *j = ud;
     const kbe_qk *a = j->a;
     kbe_ctx *X = j->X;
-    const kk_ops *ops = kbe_cpu_of(X)->k;
+    const kern_ops *ops = kbe_cpu_of(X)->k;
     const int hd = a->hd;
     const int64_t nq = (int64_t)a->n_head * hd, nkv = (int64_t)a->n_head_kv * hd;
     for (int i = i0; i < i1; i++) {
         float *qi = a->q ? a->q + (size_t)i * nq : NULL, *ki = a->k + (size_t)i * nkv, *vi = a->v + (size_t)i * nkv;
-        if (qi && a->bq) kk_add(qi, a->bq, (int)nq);
-        if (a->bk) kk_add(ki, a->bk, (int)nkv);
-        if (a->bv) kk_add(vi, a->bv, (int)nkv);
+        if (qi && a->bq) kern_add(qi, a->bq, (int)nq);
+        if (a->bk) kern_add(ki, a->bk, (int)nkv);
+        if (a->bv) kern_add(vi, a->bv, (int)nkv);
         if (qi && a->qg) {
             const float *qg = a->qg + (size_t)i * 2 * nq;
             for (int h = 0; h < a->n_head; h++)
@@ -97,11 +97,11 @@ static void qk_rows(void *ud, int i0, int i1) {
             if (qi) ops->rope_neox(cs, qi, a->n_head, hd, a->rope->n_rot);
             ops->rope_neox(cs, ki, a->n_head_kv, hd, a->rope->n_rot);
         } else {
-            if (qi) kk_rope_apply(a->rope, cs, qi, a->n_head, hd);
-            kk_rope_apply(a->rope, cs, ki, a->n_head_kv, hd);
+            if (qi) kern_rope_apply(a->rope, cs, qi, a->n_head, hd);
+            kern_rope_apply(a->rope, cs, ki, a->n_head_kv, hd);
         }
         if (qi && a->temp != 0.0f)
-            kk_scale_f32(qi, kk_attn_temp(X->step.pos[i], a->temp, 0.0f, a->temp_floor), (int)nq);
+            kern_scale_f32(qi, kern_attn_temp(X->step.pos[i], a->temp, 0.0f, a->temp_floor), (int)nq);
         store_one(X, ops, a->layer, i, ki, vi);
     }
 }
@@ -137,7 +137,7 @@ typedef struct attn_job {
  *     llama.cpp's one-query path: an online maximum and an F16 accumulator
  *     rounded after every update, so greedy outputs agree with theirs on
  *     near-ties (the bundled model's recorded continuations, bit for bit);
- *   - beyond, a float accumulator (kk_attn_f16.acc_f32).  Rounding every
+ *   - beyond, a float accumulator (kern_attn_f16.acc_f32).  Rounding every
  *     update to F16 costs two conversions per multiply-add, which made
  *     attention half of a 1024-token prefill, and its error grows with the
  *     span; llama.cpp also leaves that scheme for long prompts (its tiled
@@ -158,7 +158,7 @@ static void attn_task(void *ud, int ith, int nth) {
     const float scale = j->scale;
     /* per-thread scratch: room for two heads of a tile */
     float *scratch = C->att_scratch + (size_t)ith * C->att_per_thread;
-    const kk_ops *ops = C->k;
+    const kern_ops *ops = C->k;
     const int pairs = (group + 1) / 2;
     const long n_items = (long)st->n_tile * n_head_kv * pairs;
     for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
@@ -180,7 +180,7 @@ static void attn_task(void *ud, int ith, int nth) {
         float *o = j->out + ((size_t)i * n_head + h) * hd;
         const float *sink = j->sinks ? j->sinks + h : NULL;
         if (kv->type == KILN_KV_Q8_0) {
-            const kk_attn_q8 a = {
+            const kern_attn_q8 a = {
                 .q = q,
                 .nq = nq,
                 .nt = nt,
@@ -203,7 +203,7 @@ static void attn_task(void *ud, int ith, int nth) {
             continue;
         }
         if (kv->type == KILN_KV_F16) {
-            const kk_attn_f16 a = {
+            const kern_attn_f16 a = {
                 .q = q,
                 .nq = nq,
                 .nt = nt,
@@ -237,20 +237,20 @@ static void attn_task(void *ud, int ith, int nth) {
                 const int64_t cell = kv_cell(kv, s, t);
                 const float *kr = (const float *)khead(kv, j->layer, cell, kvh);
                 const float *vr = (const float *)vhead(kv, j->layer, cell, kvh);
-                float sc = kk_dot_f32(kr, qh, hd) * scale;
+                float sc = kern_dot_f32(kr, qh, hd) * scale;
                 float ms = 1.0f, vs = 1.0f;
                 if (sc > M) {
                     float old = M;
                     M = sc;
                     ms = expf(old - M);
-                    kk_scale_axpy_f32(oh, ms, 0.0f, oh, hd);
+                    kern_scale_axpy_f32(oh, ms, 0.0f, oh, hd);
                 } else {
                     vs = expf(sc - M);
                 }
-                kk_scale_axpy_f32(oh, 1.0f, vs, vr, hd);
+                kern_scale_axpy_f32(oh, 1.0f, vs, vr, hd);
                 S = S * ms + vs;
             }
-            float inv = kk_attn_inv(S, M, sink ? sink + hh : NULL);
+            float inv = kern_attn_inv(S, M, sink ? sink + hh : NULL);
             for (int d = 0; d < hd; d++) oh[d] *= inv;
         }
     }

@@ -14,7 +14,7 @@
 typedef struct gdn_job {
     kbe_ctx *X;
     const kbe_gdn *a;
-    const kk_ssm_ops *sops;
+    const kern_ssm_ops *sops;
     atomic_long next;
 } gdn_job;
 
@@ -41,8 +41,8 @@ static void gates_rows(void *ud, int i0, int i1) {
                 b = ba[v];
                 al = ba[Hv + v];
             }
-            beta[v] = kk_sigmoid(b);
-            gd[v] = kk_softplus(al + a->dt_bias[v]) * a->ssm_a[v];
+            beta[v] = kern_sigmoid(b);
+            gd[v] = kern_softplus(al + a->dt_bias[v]) * a->ssm_a[v];
         }
     }
 }
@@ -51,7 +51,7 @@ static void qknorm_rows(void *ud, int i0, int i1) {
     const kbe_gdn *a = ud;
     for (int i = i0; i < i1; i++) {
         float *cv = a->cv + (size_t)i * a->conv_dim;
-        for (int hh = 0; hh < 2 * a->Hk; hh++) kk_l2norm(cv + (size_t)hh * a->Dk, a->Dk, a->eps);
+        for (int hh = 0; hh < 2 * a->Hk; hh++) kern_l2norm(cv + (size_t)hh * a->Dk, a->Dk, a->eps);
     }
 }
 
@@ -62,7 +62,7 @@ static void out_rows(void *ud, int i0, int i1) {
         float *o = a->o + (size_t)i * vd;
         const float *z = a->z + (size_t)i * vd;
         for (int v = 0; v < a->Hv; v++)
-            kk_rmsnorm_gated(o + (size_t)v * a->Dv, o + (size_t)v * a->Dv, a->ssm_norm, z + (size_t)v * a->Dv, a->Dv,
+            kern_rmsnorm_gated(o + (size_t)v * a->Dv, o + (size_t)v * a->Dv, a->ssm_norm, z + (size_t)v * a->Dv, a->Dv,
                              a->eps);
     }
 }
@@ -85,7 +85,7 @@ static void conv_task(void *ud, int ith, int nth) {
         for (int k = 0; k <= a->cap_n[r]; k++) { /* segments end at each capture, then at the run's end */
             const int end = cap_end(a, r, k);
             if (end > t) {
-                kk_conv cv = {end - t,
+                kern_conv cv = {end - t,
                               cn,
                               a->K,
                               a->qkv + (size_t)t * a->conv_dim + c0,
@@ -132,7 +132,7 @@ static void delta_task(void *ud, int ith, int nth) {
             const int end = cap_end(a, r, k);
             if (end > t) {
                 const float *row = a->cv + (size_t)t * ld;
-                kk_gdn g = {end - t,
+                kern_gdn g = {end - t,
                             a->pos[t],
                             a->Dk,
                             a->Dv,
@@ -170,7 +170,7 @@ static void run_items(gdn_job *j, kpool_fn fn) {
 
 int kbe_cpu_gdn_reserve(kbe_ctx *X, int Dk, int Dv) {
     kbe_cpu *C = kbe_cpu_of(X);
-    const size_t per = kk_gdn_scratch(Dk, Dv);
+    const size_t per = kern_gdn_scratch(Dk, Dv);
     if (C->gdn_scratch && C->gdn_per_thread >= per) return 0;
     const size_t n_thr = (size_t)(X->pool ? kpool_size(X->pool) : 1);
     float *p = malloc(n_thr * per * sizeof(float));
@@ -206,19 +206,19 @@ void kbe_cpu_gdn(kbe_ctx *X, const kbe_gdn *a, int n) {
 }
 
 void kbe_cpu_gdn_replay(kbe_ctx *X, const kbe_gdn *a, int seq, int n) {
-    const kk_ssm_ops *sops = kbe_cpu_of(X)->s;
+    const kern_ssm_ops *sops = kbe_cpu_of(X)->s;
     const size_t row = (size_t)a->conv_dim + 2 * (size_t)a->Hv, head = (size_t)a->Dv * a->Dk;
     const int r_kv = a->Hv / a->Hk;
     const float *in = a->roll + (size_t)seq * a->roll_stride + a->roll_off;
     float *st = live(a, seq) + a->conv_off;
-    kk_conv cv = {n, a->conv_dim, a->K, in, row, a->conv_w, st, (size_t)a->conv_dim, a->cv, (size_t)a->conv_dim, NULL};
+    kern_conv cv = {n, a->conv_dim, a->K, in, row, a->conv_w, st, (size_t)a->conv_dim, a->cv, (size_t)a->conv_dim, NULL};
     sops->conv_silu(&cv);
     for (int t = 0; t < n; t++)
         for (int hh = 0; hh < 2 * a->Hk; hh++)
-            kk_l2norm(a->cv + (size_t)t * a->conv_dim + (size_t)hh * a->Dk, a->Dk, a->eps);
+            kern_l2norm(a->cv + (size_t)t * a->conv_dim + (size_t)hh * a->Dk, a->Dk, a->eps);
     for (int v = 0; v < a->Hv; v++) {
         const int kh = a->kh_grouped ? v / r_kv : v % a->Hk;
-        kk_gdn g = {n,
+        kern_gdn g = {n,
                     0,
                     a->Dk,
                     a->Dv,

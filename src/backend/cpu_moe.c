@@ -20,7 +20,7 @@ typedef struct moe_ws {
     float *mx, *mg, *mu, *md; /* [n * k][n_embd] / [n * k][F_exp] x2 / [n * k][n_embd] */
     float *sg, *su;           /* [n][F_sh] */
     int32_t *e_count, *e_off; /* [n_expert] */
-    kk_mm_out *outs;          /* [2 * n_expert] products over row ranges, */
+    kern_mm_out *outs;          /* [2 * n_expert] products over row ranges, */
     int32_t *out_t0, *out_nt; /* and those ranges */
 } moe_ws;
 
@@ -39,7 +39,7 @@ void *kbe_cpu_moe_ws_new(kbe_ctx *X, const kbe_moe_hp *h, int n_embd, int n_batc
         {(void **)&w->mg, B * KU * Fe * 4}, {(void **)&w->mu, B * KU * Fe * 4},
         {(void **)&w->md, B * KU * E * 4},  {(void **)&w->sg, B * Fs * 4},
         {(void **)&w->su, B * Fs * 4},      {(void **)&w->e_count, NE * 4},
-        {(void **)&w->e_off, NE * 4},       {(void **)&w->outs, 2 * NE * sizeof(kk_mm_out)},
+        {(void **)&w->e_off, NE * 4},       {(void **)&w->outs, 2 * NE * sizeof(kern_mm_out)},
         {(void **)&w->rsel, NE * 4},        {(void **)&w->out_t0, 2 * NE * 4},
         {(void **)&w->out_nt, 2 * NE * 4},
     };
@@ -86,7 +86,7 @@ static void route_topk_softmax(const float *logits, int n_expert, int k, float s
 static void add_expert_bias(const moe_ws *w, const float *bias, float *rows, int width, int n_expert) {
     for (int e = 0; e < n_expert; e++)
         for (int r = w->e_off[e]; r < w->e_off[e] + w->e_count[e]; r++)
-            kk_add(rows + (size_t)r * width, bias + (size_t)e * width, width);
+            kern_add(rows + (size_t)r * width, bias + (size_t)e * width, width);
 }
 
 /* The routed rows: xn of every (token, slot) copied into mx grouped by
@@ -103,37 +103,37 @@ static void relu_sq(float *x, size_t n) {
 void kbe_cpu_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, void *work, float *xn, float *y,
                      int n_embd, int n) {
     moe_ws *w = work;
-    const kk_ops *ops = kbe_cpu_of(X)->k;
+    const kern_ops *ops = kbe_cpu_of(X)->k;
     void *scratch = kbe_cpu_of(X)->mm_scratch;
     const int E = n_embd, NE = h->n_expert, KU = h->n_used, Fe = h->F_exp, Fs = h->F_sh;
     const int shared = L->s_up.data != NULL, gated = shared && L->s_gate_inp;
     const int relu2 = h->act == KBE_MOE_RELU2; /* up alone, into mg and sg */
     /* the router, and the shared expert's products on the same input (its
      * gate vector as a one-row matrix) */
-    const kk_mat sgi = {L->s_gate_inp, QUANT_F32, E, 1, NULL};
-    kk_mm_out o0[4] = {{&L->router, w->router, NE}};
+    const kern_mat sgi = {L->s_gate_inp, QUANT_F32, E, 1, NULL};
+    kern_mm_out o0[4] = {{&L->router, w->router, NE}};
     int n0 = 1;
     if (shared) {
-        if (!relu2) o0[n0++] = (kk_mm_out){&L->s_gate, w->sg, Fs};
-        o0[n0++] = (kk_mm_out){&L->s_up, relu2 ? w->sg : w->su, Fs};
-        if (gated) o0[n0++] = (kk_mm_out){&sgi, w->sgl, 1};
+        if (!relu2) o0[n0++] = (kern_mm_out){&L->s_gate, w->sg, Fs};
+        o0[n0++] = (kern_mm_out){&L->s_up, relu2 ? w->sg : w->su, Fs};
+        if (gated) o0[n0++] = (kern_mm_out){&sgi, w->sgl, 1};
     }
-    kk_matmul_multi(X->pool, o0, n0, xn, n, scratch);
+    kern_matmul_multi(X->pool, o0, n0, xn, n, scratch);
     if (L->router_b)
-        for (int t = 0; t < n; t++) kk_add(w->router + (size_t)t * NE, L->router_b, NE);
+        for (int t = 0; t < n; t++) kern_add(w->router + (size_t)t * NE, L->router_b, NE);
     /* route, then group the rows by expert */
     memset(w->e_count, 0, (size_t)NE * sizeof *w->e_count);
     const int general = h->sigmoid || L->sel_bias || h->n_group > 1;
-    const kk_moe_gate g = {h->sigmoid, L->sel_bias, h->n_group, h->n_group_used, h->w_norm, h->w_scale};
+    const kern_moe_gate g = {h->sigmoid, L->sel_bias, h->n_group, h->n_group_used, h->w_norm, h->w_scale};
     for (int t = 0; t < n; t++) {
         if (h->gating == KBE_MOE_TOPK_SOFTMAX)
             route_topk_softmax(w->router + (size_t)t * NE, NE, KU, h->w_scale, w->sel + (size_t)t * KU,
                                w->selw + (size_t)t * KU);
         else if (general)
-            kk_moe_route_sel(w->router + (size_t)t * NE, &g, NE, KU, w->rsel, w->sel + (size_t)t * KU,
+            kern_moe_route_sel(w->router + (size_t)t * NE, &g, NE, KU, w->rsel, w->sel + (size_t)t * KU,
                              w->selw + (size_t)t * KU);
         else
-            kk_moe_route(w->router + (size_t)t * NE, NE, KU, h->w_norm, h->w_scale, w->sel + (size_t)t * KU,
+            kern_moe_route(w->router + (size_t)t * NE, NE, KU, h->w_norm, h->w_scale, w->sel + (size_t)t * KU,
                          w->selw + (size_t)t * KU);
         for (int s = 0; s < KU; s++) w->e_count[w->sel[(size_t)t * KU + s]]++;
     }
@@ -158,46 +158,46 @@ void kbe_cpu_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, vo
         const int32_t r0 = w->e_off[e], cnt = w->e_count[e];
         for (int k = relu2; k < 2; k++) {
             w->outs[n_out] =
-                (kk_mm_out){k ? &L->e_up[e] : &L->e_gate[e], (k && !relu2 ? w->mu : w->mg) + (size_t)r0 * Fe, Fe};
+                (kern_mm_out){k ? &L->e_up[e] : &L->e_gate[e], (k && !relu2 ? w->mu : w->mg) + (size_t)r0 * Fe, Fe};
             w->out_t0[n_out] = one ? 0 : r0;
             w->out_nt[n_out++] = cnt;
         }
     }
     const int rows = n * KU;
-    for (int a = 0; a < n_out; a += KK_MM_MAX_OUTS)
-        kk_matmul_ranges(X->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
-                         n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, one ? xn : w->mx, one ? 1 : rows,
+    for (int a = 0; a < n_out; a += KERN_MM_MAX_OUTS)
+        kern_matmul_ranges(X->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
+                         n_out - a < KERN_MM_MAX_OUTS ? n_out - a : KERN_MM_MAX_OUTS, one ? xn : w->mx, one ? 1 : rows,
                          scratch);
     if (L->b_gate) add_expert_bias(w, L->b_gate, w->mg, Fe, NE);
     if (L->b_up) add_expert_bias(w, L->b_up, relu2 ? w->mg : w->mu, Fe, NE);
     if (relu2) relu_sq(w->mg, (size_t)rows * Fe);
     for (int r = 0; r < rows && !relu2; r++)
         if (h->act == KBE_MOE_SWIGLU_OAI)
-            kk_swiglu_oai(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe, 1.702f, 7.0f);
+            kern_swiglu_oai(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe, 1.702f, 7.0f);
         else
             ops->swiglu(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe);
     n_out = 0;
     for (int e = 0; e < NE; e++) {
         if (!w->e_count[e]) continue;
         const int32_t r0 = w->e_off[e], cnt = w->e_count[e];
-        w->outs[n_out] = (kk_mm_out){&L->e_down[e], w->md + (size_t)r0 * E, E};
+        w->outs[n_out] = (kern_mm_out){&L->e_down[e], w->md + (size_t)r0 * E, E};
         w->out_t0[n_out] = r0;
         w->out_nt[n_out++] = cnt;
     }
-    for (int a = 0; a < n_out; a += KK_MM_MAX_OUTS)
-        kk_matmul_ranges(X->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
-                         n_out - a < KK_MM_MAX_OUTS ? n_out - a : KK_MM_MAX_OUTS, w->mg, rows, scratch);
+    for (int a = 0; a < n_out; a += KERN_MM_MAX_OUTS)
+        kern_matmul_ranges(X->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
+                         n_out - a < KERN_MM_MAX_OUTS ? n_out - a : KERN_MM_MAX_OUTS, w->mg, rows, scratch);
     if (L->b_down) add_expert_bias(w, L->b_down, w->md, E, NE);
     if (shared) {
         if (relu2)
             relu_sq(w->sg, (size_t)n * Fs);
         else
             for (int t = 0; t < n; t++) ops->swiglu(w->sg + (size_t)t * Fs, w->su + (size_t)t * Fs, Fs);
-        kk_matmul(X->pool, &L->s_down, w->sg, n, y, E, scratch);
+        kern_matmul(X->pool, &L->s_down, w->sg, n, y, E, scratch);
     }
     for (int t = 0; t < n; t++) {
         float *yt = y + (size_t)t * E;
-        const float sgate = gated ? kk_sigmoid(w->sgl[t]) : 1.0f;
+        const float sgate = gated ? kern_sigmoid(w->sgl[t]) : 1.0f;
         float *acc = xn + (size_t)t * E; /* every product that reads xn has run */
         for (int s = 0; s < KU; s++) {
             const float ws = w->selw[(size_t)t * KU + s];

@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static int can_pack(const kk_mat *w) { return w->data && !w->packed && kk_mat_interleavable(w); }
+static int can_pack(const kern_mat *w) { return w->data && !w->packed && kern_mat_interleavable(w); }
 
 typedef struct byte_range {
     uintptr_t a, b;
@@ -55,7 +55,7 @@ typedef struct pack_piece {
 } pack_piece;
 
 typedef struct pack_job {
-    kk_mat **mats;      /* the matrices to pack, */
+    kern_mat **mats;      /* the matrices to pack, */
     uint8_t **dst;      /* where each one's copy goes, */
     pack_piece *pieces; /* in pieces of about PACK_PIECE source bytes, by address */
     int n, n_pieces;
@@ -81,10 +81,10 @@ static void pack_task(void *ud, int ith, int nth) {
     uintptr_t done = lo < hi ? j->pieces[lo].src : 0;
     for (long i = lo; i < hi; i++) {
         const pack_piece *pc = &j->pieces[i];
-        const kk_mat *w = j->mats[pc->m];
-        const kk_x8_traits *xt = kk_x8_get(w->type);
+        const kern_mat *w = j->mats[pc->m];
+        const kern_x8_traits *xt = kern_x8_get(w->type);
         const size_t gbytes = 8 * quant_row_size(w->type, w->ncols), nb = (size_t)(w->ncols / xt->blk);
-        kk_x8_pack_matrix(w->type, (const void *)pc->src, w->ncols, 8 * (pc->g1 - pc->g0),
+        kern_x8_pack_matrix(w->type, (const void *)pc->src, w->ncols, 8 * (pc->g1 - pc->g0),
                           j->dst[pc->m] + (size_t)pc->g0 * nb * xt->pblock);
         const uintptr_t end = pc->src + (size_t)(pc->g1 - pc->g0) * gbytes;
         const uintptr_t upto = (i + 1 < hi ? j->pieces[i + 1].src : end) & ~(uintptr_t)(FOLIO - 1);
@@ -98,23 +98,23 @@ static void pack_task(void *ud, int ith, int nth) {
 /* Copies every Q4_0, Q8_0, Q4_K and Q6_K matrix into its 8-row interleaved layout
  * (kernels/pack.h), all in
  * one anonymous mapping, and releases the mapped originals.  The caller shares a tied
- * output's copy with tok_embd (kk_get_row reads packed rows).
+ * output's copy with tok_embd (kern_get_row reads packed rows).
  * The norms and biases move too: they sit between the matrices in the
  * file, and where the page cache holds the file in large folios, touching
  * them every token would map the released matrix pages around them back
  * into the process. */
-void kbe_cpu_prepare(kk_mat **all, int n_all, const float ***vecs, const int64_t *vlen, int nv, void **out_mem,
+void kbe_cpu_prepare(kern_mat **all, int n_all, const float ***vecs, const int64_t *vlen, int nv, void **out_mem,
                      size_t *out_bytes) {
     *out_mem = NULL;
     *out_bytes = 0;
-    pack_job j = {.mats = malloc(sizeof(kk_mat *) * (size_t)(n_all ? n_all : 1)),
+    pack_job j = {.mats = malloc(sizeof(kern_mat *) * (size_t)(n_all ? n_all : 1)),
                   .dst = malloc(sizeof(uint8_t *) * (size_t)(n_all ? n_all : 1))};
     byte_range *dropped = malloc(sizeof *dropped * (size_t)(n_all + nv + 1));
     size_t total = 0;
     for (int i = 0; i < n_all && j.mats && j.dst && dropped; i++)
         if (can_pack(all[i])) {
             j.mats[j.n++] = all[i];
-            total += (kk_x8_matrix_size(all[i]->type, all[i]->ncols, all[i]->nrows) + 63) & ~(size_t)63;
+            total += (kern_x8_matrix_size(all[i]->type, all[i]->ncols, all[i]->nrows) + 63) & ~(size_t)63;
         }
     void *mem = MAP_FAILED;
     if (total) {
@@ -130,9 +130,9 @@ void kbe_cpu_prepare(kk_mat **all, int n_all, const float ***vecs, const int64_t
     madvise(mem, total, MADV_HUGEPAGE); /* fewer faults while filling it, fewer TLB misses after */
     uint8_t *p = mem;
     for (int i = 0; i < j.n; i++) {
-        const kk_mat *w = j.mats[i];
+        const kern_mat *w = j.mats[i];
         j.dst[i] = p;
-        p += (kk_x8_matrix_size(w->type, w->ncols, w->nrows) + 63) & ~(size_t)63;
+        p += (kern_x8_matrix_size(w->type, w->ncols, w->nrows) + 63) & ~(size_t)63;
         /* only whole groups of 8 rows are copied: the last nrows % 8 stay
          * mapped (e.g. a vocabulary of 50257) */
         dropped[i].a = (uintptr_t)w->data;

@@ -120,9 +120,9 @@ static void cuda_zero_mem(void *dst, size_t bytes) {
  * (tied embeddings) is uploaded once. */
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-static size_t mat_bytes(const kk_mat *m) { return (size_t)m->nrows * quant_row_size(m->type, m->ncols); }
+static size_t mat_bytes(const kern_mat *m) { return (size_t)m->nrows * quant_row_size(m->type, m->ncols); }
 
-static void cuda_prepare(kk_mat **mats, int n_mats, const float ***vecs, const int64_t *vlen, int n_vecs, void **mem,
+static void cuda_prepare(kern_mat **mats, int n_mats, const float ***vecs, const int64_t *vlen, int n_vecs, void **mem,
                          size_t *bytes) {
     *mem = NULL;
     *bytes = 0;
@@ -145,7 +145,7 @@ static void cuda_prepare(kk_mat **mats, int n_mats, const float ***vecs, const i
     }
     size_t off = 0;
     for (int i = 0; i < n_mats; i++) {
-        kk_mat *m = mats[i];
+        kern_mat *m = mats[i];
         if (!m || !m->data) continue;
         host[i] = m->data;
         int seen = -1;
@@ -213,7 +213,7 @@ typedef struct kbe_cuda {
     int32_t *h_cell, *h_tab, *h_nkv; /* host staging */
     size_t h_cap, h_tab_cap;
     int tab_stride, max_nkv, tables_ok;
-    const kk_rope *rope;
+    const kern_rope *rope;
     float mscale;
     int n_ctx;
 } kbe_cuda;
@@ -335,7 +335,7 @@ static void need_type(int type, char *buf, size_t cap, const char *prefix) {
     if (!typed(prefix, type, buf, cap)) unsupported(quant_get(type)->name);
 }
 
-static void cuda_get_rows(kbe_ctx *X, const kk_mat *w, const int32_t *ids, int n, float *out) {
+static void cuda_get_rows(kbe_ctx *X, const kern_mat *w, const int32_t *ids, int n, float *out) {
     if (n <= 0) return;
     char name[48];
     need_type(w->type, name, sizeof name, "kcu_get_rows");
@@ -401,7 +401,7 @@ static void cuda_gelu(kbe_ctx *X, float *x, int n, int dim) {
 
 /* y [n][ldy] = x [n][ncols] times w's rows: matvec for up to
  * KCU_MV_MAXV tokens a launch, the tensor-core GEMM beyond */
-static void cuda_matmul(kbe_ctx *X, const kk_mat *w, const float *x, int n, float *y, int64_t ldy) {
+static void cuda_matmul(kbe_ctx *X, const kern_mat *w, const float *x, int n, float *y, int64_t ldy) {
     (void)X;
     if (n <= 0 || w->nrows <= 0) return;
     char name[48];
@@ -419,11 +419,11 @@ static void cuda_matmul(kbe_ctx *X, const kk_mat *w, const float *x, int n, floa
     launch(name, ceil_div(rows, KCU_GM_BN), ceil_div(n, KCU_GM_BM), 1, KCU_GM_THREADS, args);
 }
 
-static void cuda_matmul_multi(kbe_ctx *X, const kk_mm_out *outs, int n_out, const float *x, int n) {
+static void cuda_matmul_multi(kbe_ctx *X, const kern_mm_out *outs, int n_out, const float *x, int n) {
     for (int i = 0; i < n_out; i++) cuda_matmul(X, outs[i].w, x, n, outs[i].y, outs[i].ldy);
 }
 
-static void cuda_matmul_ranges(kbe_ctx *X, const kk_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
+static void cuda_matmul_ranges(kbe_ctx *X, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
                                const float *x, int n) {
     (void)n;
     for (int i = 0; i < n_out; i++)
@@ -471,7 +471,7 @@ static void head_norm(float *x, const float *w, int n, int heads, int hd, float 
     rmsnorm_rows(x, hd, w, x, hd, n * heads, hd, eps);
 }
 
-static void rope(kbe_ctx *X, float *x, int n, int heads, int hd, const kk_rope *r) {
+static void rope(kbe_ctx *X, float *x, int n, int heads, int hd, const kern_rope *r) {
     kbe_cuda *C = cu_of(X);
     if (C->rope != r) {
         float freqs[KCU_ATT_MAXD];
@@ -681,7 +681,7 @@ static void cuda_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L
         if (!relu2) cuda_matmul(X, &L->s_gate, xn, n, w->sg, Fs);
         cuda_matmul(X, &L->s_up, xn, n, relu2 ? w->sg : w->su, Fs);
         if (gated) {
-            const kk_mat sgi = {L->s_gate_inp, QUANT_F32, E, 1, NULL};
+            const kern_mat sgi = {L->s_gate_inp, QUANT_F32, E, 1, NULL};
             cuda_matmul(X, &sgi, xn, n, w->sgl, 1);
         }
     }

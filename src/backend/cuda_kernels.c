@@ -19,12 +19,12 @@ const void *kbe_cuda_fatbin(size_t *size) {
 #endif
 
 /* YaRN: the (fractional) dimension at which a rotation completes n_turns
- * turns over the original context, as kk_rope_table uses it. */
+ * turns over the original context, as kern_rope_table uses it. */
 static double yarn_dim(int n_rot, int n_ctx_orig, float n_turns, float base) {
     return n_rot * log((double)n_ctx_orig / (n_turns * 2.0 * M_PI)) / (2.0 * log((double)base));
 }
 
-void kbe_cuda_rope_freqs(const kk_rope *r, float *inv_freq, float *mscale) {
+void kbe_cuda_rope_freqs(const kern_rope *r, float *inv_freq, float *mscale) {
     const int half = r->n_rot / 2;
     double lo = 0, hi = 0, ms = r->attn_factor;
     if (r->ext_factor != 0.0f) {

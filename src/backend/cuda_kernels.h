@@ -23,8 +23,8 @@ const void *kbe_cuda_fatbin(size_t *size);
  * p * inv_freq[i] (n_rot / 2 entries), with the frequency scale, the
  * frequency factors and YaRN's per-dimension mix folded in (each is linear
  * in the position), and *mscale the factor of cos and sin (attn_factor,
- * times YaRN's magnitude correction).  The same angles as kk_rope_table's,
+ * times YaRN's magnitude correction).  The same angles as kern_rope_table's,
  * up to rounding. */
-void kbe_cuda_rope_freqs(const kk_rope *r, float *inv_freq, float *mscale);
+void kbe_cuda_rope_freqs(const kern_rope *r, float *inv_freq, float *mscale);
 
 #endif

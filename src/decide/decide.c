@@ -126,7 +126,7 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
     d->run_tok = malloc((size_t)cap * sizeof *d->run_tok);
     d->pooled = malloc((size_t)KD_MAX_SEQ * (size_t)E * sizeof *d->pooled);
     d->h = malloc((size_t)E * sizeof *d->h);
-    d->mm_scratch = malloc(kk_matmul_scratch_size(E, 1));
+    d->mm_scratch = malloc(kern_matmul_scratch_size(E, 1));
     if (!d->ws || !d->run_tok || !d->pooled || !d->h || !d->mm_scratch) goto oom;
     *out = d;
     return KILN_OK;
@@ -282,14 +282,14 @@ static void apply_head(kiln_decider *d, const kd_head *hd, const float *x, float
     const int E = d->m->hp.n_embd;
     const float *in = x;
     if (hd->dense.data) {
-        kk_matmul(d->pool, &hd->dense, x, 1, d->h, E, d->mm_scratch);
-        if (hd->dense_b) kk_add(d->h, hd->dense_b, E);
-        kk_gelu_erf(d->h, E);
-        if (hd->norm_w) kk_layernorm(d->h, d->h, hd->norm_w, hd->norm_b, E, d->cfg.norm_eps);
+        kern_matmul(d->pool, &hd->dense, x, 1, d->h, E, d->mm_scratch);
+        if (hd->dense_b) kern_add(d->h, hd->dense_b, E);
+        kern_gelu_erf(d->h, E);
+        if (hd->norm_w) kern_layernorm(d->h, d->h, hd->norm_w, hd->norm_b, E, d->cfg.norm_eps);
         in = d->h;
     }
-    kk_matmul(d->pool, &hd->out, in, 1, logits, hd->n_out, d->mm_scratch);
-    if (hd->out_b) kk_add(logits, hd->out_b, hd->n_out);
+    kern_matmul(d->pool, &hd->out, in, 1, logits, hd->n_out, d->mm_scratch);
+    if (hd->out_b) kern_add(logits, hd->out_b, hd->n_out);
 }
 
 /* Calibrated probabilities of every question from its sequences' logits. */

@@ -46,7 +46,7 @@ typedef struct kd_type {
 typedef struct kd_head {
     char *name;
     int n_out; /* labels, or 1 for an options head */
-    kk_mat dense, out;
+    kern_mat dense, out;
     const float *dense_b, *norm_w, *norm_b, *out_b;
 } kd_head;
 

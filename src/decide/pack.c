@@ -265,13 +265,13 @@ kiln_status kd_heads_bind(kd_config *c, const kiln_model *m) {
             CORRUPT("%s has shape [%lld, %lld], the configuration needs [%lld, %d]", what, (long long)t->ne[0],
                     (long long)(t->n_dims > 1 ? t->ne[1] : 1), (long long)E, hd->n_out);
         }
-        hd->out = (kk_mat){t->data, (int)t->type, E, hd->n_out, NULL};
+        hd->out = (kern_mat){t->data, (int)t->type, E, hd->n_out, NULL};
         if (head_tensor(m, hd->name, "out.bias", 1, hd->n_out, 0, &t, what, sizeof what))
             CORRUPT("%s must be F32 [%d]", what, hd->n_out);
         hd->out_b = t ? t->data : NULL;
         if (head_tensor(m, hd->name, "dense.weight", 2, E, E, &t, what, sizeof what))
             CORRUPT("%s must be [%lld, %lld]", what, (long long)E, (long long)E);
-        if (t) hd->dense = (kk_mat){t->data, (int)t->type, E, E, NULL};
+        if (t) hd->dense = (kern_mat){t->data, (int)t->type, E, E, NULL};
         const int dense = t != NULL;
         const char *parts[] = {"dense.bias", "norm.weight", "norm.bias"};
         const float **dst[] = {&hd->dense_b, &hd->norm_w, &hd->norm_b};
@@ -283,7 +283,7 @@ kiln_status kd_heads_bind(kd_config *c, const kiln_model *m) {
         }
         if (hd->norm_b && !hd->norm_w) CORRUPT("decision.%s.norm.bias without its weight", hd->name);
         for (int k = 0; k < 2; k++) {
-            const kk_mat *w = k ? &hd->dense : &hd->out;
+            const kern_mat *w = k ? &hd->dense : &hd->out;
             if (w->data && !quant_supported(w->type))
                 CORRUPT("decision.%s has a tensor type kiln cannot compute", hd->name);
         }

@@ -204,7 +204,7 @@ im_dit_work *im_dit_work_new(const im_dit *m, kpool *pool, int b, const float *c
     w->te = malloc((size_t)b * D * sizeof(float));
     w->t6 = malloc((size_t)b * 6 * D * sizeof(float));
     w->tmp = malloc((size_t)w->max_len * D * 2 * sizeof(float) + (size_t)b * D * sizeof(float));
-    w->mm = malloc(kk_matmul_scratch_size((int64_t)widest, rows));
+    w->mm = malloc(kern_matmul_scratch_size((int64_t)widest, rows));
     const int kv = w->max_len > m->n_tok ? w->max_len : m->n_tok;
     w->as = malloc(im_attention_scratch(m->n_tok, kv, m->hd));
     if (!w->len || !w->ck || !w->cv || !w->patches || !w->h || !w->n || !w->q || !w->k || !w->v || !w->a || !w->y ||
@@ -217,7 +217,7 @@ im_dit_work *im_dit_work_new(const im_dit *m, kpool *pool, int b, const float *c
         const int L = ctx_len[i];
         float *c = w->tmp, *c2 = w->tmp + (size_t)L * D;
         im_linear(pool, &m->c1, ctx[i], L, c, w->mm);
-        kk_gelu_tanh(pool, c, (size_t)L * D);
+        kern_gelu_tanh(pool, c, (size_t)L * D);
         im_linear(pool, &m->c2, c, L, c2, w->mm);
         for (int l = 0; l < m->depth; l++) {
             const size_t s = (size_t)l * (size_t)b + (size_t)i;
@@ -252,7 +252,7 @@ void im_dit_forward(const im_dit *m, kpool *pool, im_dit_work *w, const float *x
                                   (size_t)(gx * p + kx)];
             }
     im_linear(pool, &m->patch_w, w->patches, BN, w->h, w->mm);
-    for (int b = 0; b < B; b++) kk_add(w->h + (size_t)b * (size_t)N * (size_t)D, m->pos, N * D);
+    for (int b = 0; b < B; b++) kern_add(w->h + (size_t)b * (size_t)N * (size_t)D, m->pos, N * D);
     /* timestep embedding: 128 cosines then 128 sines of t * 10000^(-j/128) */
     for (int b = 0; b < B; b++)
         for (int j = 0; j < T_DIM / 2; j++) {
@@ -304,7 +304,7 @@ void im_dit_forward(const im_dit *m, kpool *pool, im_dit_work *w, const float *x
             im_attention(pool, &at, w->as);
         }
         im_linear(pool, &k->o2, w->a, BN, w->y, w->mm);
-        kk_add(w->h, w->y, BN * D);
+        kern_add(w->h, w->y, BN * D);
         /* MLP on the modulated norm: shift 3, scale 4, gate 5 */
         for (int b = 0; b < B; b++) {
             const float *t6 = w->t6 + (size_t)b * 6 * D;
@@ -312,7 +312,7 @@ void im_dit_forward(const im_dit *m, kpool *pool, im_dit_work *w, const float *x
             im_modulate(w->n + (size_t)b * N * D, w->h + (size_t)b * N * D, N, D, md + 3 * D, md + 4 * D);
         }
         im_linear(pool, &k->ff1, w->n, BN, w->f, w->mm);
-        kk_gelu_tanh(pool, w->f, (size_t)BN * (size_t)m->ff);
+        kern_gelu_tanh(pool, w->f, (size_t)BN * (size_t)m->ff);
         im_linear(pool, &k->ff2, w->f, BN, w->y, w->mm);
         for (int b = 0; b < B; b++) {
             const float *t6 = w->t6 + (size_t)b * 6 * D;

@@ -62,7 +62,7 @@ static const ck_tensor *need(im_binder *b, const char *name, int n_dims, const i
     return t;
 }
 
-int im_mat(im_binder *b, kk_mat *out, int n_dims, const int64_t *shape, const char *fmt, ...) {
+int im_mat(im_binder *b, kern_mat *out, int n_dims, const int64_t *shape, const char *fmt, ...) {
     char name[256];
     va_list ap;
     va_start(ap, fmt);
@@ -111,18 +111,18 @@ int im_lin_bind(im_binder *b, im_lin *l, int64_t out, int64_t in, int bias, cons
 
 /* From this many rows on, a linear layer of F32, F16 or BF16 weights goes
  * through the image GEMM (every output one fma chain over F32 activations)
- * rather than kk_matmul's one-row kernels. */
+ * rather than kern_matmul's one-row kernels. */
 #define GEMM_MIN_ROWS 16
 
 void im_linear(kpool *pool, const im_lin *l, const float *x, int n, float *y, void *scratch) {
     const int t = l->w.type;
     if (n >= GEMM_MIN_ROWS && !l->w.packed && (t == QUANT_F32 || t == QUANT_F16 || t == QUANT_BF16)) {
-        const kk_gemm g = {n,
+        const kern_gemm g = {n,
                            (int)l->w.nrows,
                            (int)l->w.ncols,
                            x,
                            (size_t)l->w.ncols,
-                           KK_GB_ROWS,
+                           KERN_GB_ROWS,
                            l->w.data,
                            t,
                            quant_row_size(t, l->w.ncols),
@@ -130,11 +130,11 @@ void im_linear(kpool *pool, const im_lin *l, const float *x, int n, float *y, vo
                            (size_t)l->w.nrows,
                            l->b,
                            NULL};
-        kk_gemm_run(pool, &g);
+        kern_gemm_run(pool, &g);
         return;
     }
-    kk_matmul(pool, &l->w, x, n, y, l->w.nrows, scratch);
-    if (l->b) kk_add_rows(y, l->b, n, (int)l->w.nrows);
+    kern_matmul(pool, &l->w, x, n, y, l->w.nrows, scratch);
+    if (l->b) kern_add_rows(y, l->b, n, (int)l->w.nrows);
 }
 
 size_t im_attention_scratch(int n_q, int n_kv, int hd) {
@@ -158,7 +158,7 @@ static void softmax_task(void *ud, int ith, int nth) {
         float *row = j->s + (size_t)i * (size_t)a->n_kv;
         const float *bias = a->bias ? a->bias + ((size_t)j->h * (size_t)a->n_q + (size_t)i) * (size_t)a->n_kv : NULL;
         for (int c = 0; c < a->n_kv; c++) row[c] = row[c] * a->scale + (bias ? bias[c] : 0.0f);
-        kk_softmax(row, a->n_kv);
+        kern_softmax(row, a->n_kv);
     }
 }
 
@@ -167,29 +167,29 @@ void im_attention(kpool *pool, const im_attn *a, void *scratch) {
     for (int h = 0; h < a->heads; h++) {
         const size_t c0 = (size_t)h * (size_t)a->hd;
         /* scores [n_q][n_kv] = q_h k_h^T, k_h as rows */
-        const kk_gemm qk = {a->n_q,    a->n_kv,         a->hd,
-                            a->q + c0, (size_t)a->ldq,  KK_GB_ROWS,
+        const kern_gemm qk = {a->n_q,    a->n_kv,         a->hd,
+                            a->q + c0, (size_t)a->ldq,  KERN_GB_ROWS,
                             a->k + c0, QUANT_F32,          (size_t)a->ldk * sizeof(float),
                             s,         (size_t)a->n_kv, NULL,
                             NULL};
-        kk_gemm_run(pool, &qk);
+        kern_gemm_run(pool, &qk);
         sm_job sj = {a, s, h};
         if ((size_t)a->n_q * (size_t)a->n_kv >= 16384)
             kpool_run(pool, softmax_task, &sj);
         else
             softmax_task(&sj, 0, 1);
         /* out_h [n_q][hd] = p v_h, v_h [n_kv][hd] */
-        const kk_gemm pv = {a->n_q,    a->hd,  a->n_kv,        s,           (size_t)a->n_kv, KK_GB_KN,
+        const kern_gemm pv = {a->n_q,    a->hd,  a->n_kv,        s,           (size_t)a->n_kv, KERN_GB_KN,
                             a->v + c0, QUANT_F32, (size_t)a->ldv, a->out + c0, (size_t)a->ldo,  NULL,
                             NULL};
-        kk_gemm_run(pool, &pv);
+        kern_gemm_run(pool, &pv);
     }
 }
 
 void im_modulate(float *out, const float *x, int n, int d, const float *shift, const float *scale) {
     for (int i = 0; i < n; i++) {
         float *o = out + (size_t)i * (size_t)d;
-        kk_layernorm(o, x + (size_t)i * (size_t)d, NULL, NULL, d, 1e-6f);
+        kern_layernorm(o, x + (size_t)i * (size_t)d, NULL, NULL, d, 1e-6f);
         for (int j = 0; j < d; j++) o[j] = o[j] * (1.0f + scale[j]) + shift[j];
     }
 }

@@ -31,21 +31,21 @@ typedef struct im_binder {
 const ck_tensor *im_find(const ck_file *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A weight matrix: the tensor must have exactly n_dims dimensions of
  * shape; it binds as shape[0] rows of the product of the rest. */
-int im_mat(im_binder *b, kk_mat *out, int n_dims, const int64_t *shape, const char *fmt, ...)
+int im_mat(im_binder *b, kern_mat *out, int n_dims, const int64_t *shape, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* A vector of n floats (any float dtype, any shape with n elements),
  * copied to F32; NULL in check mode or on failure. */
 float *im_vec(im_binder *b, int64_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 typedef struct im_lin {
-    kk_mat w; /* out rows of in */
+    kern_mat w; /* out rows of in */
     float *b; /* [out] or NULL */
 } im_lin;
 
 /* PREFIX.weight [out][in] and, when bias is set, PREFIX.bias [out]. */
 int im_lin_bind(im_binder *b, im_lin *l, int64_t out, int64_t in, int bias, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
-/* y [n][out] = x [n][in] W^T + b.  scratch: kk_matmul_scratch_size(in, n).
+/* y [n][out] = x [n][in] W^T + b.  scratch: kern_matmul_scratch_size(in, n).
  * Batches of 16 rows or more take the image GEMM (kernels/conv.h): each
  * output one fma chain from the bias, whatever the thread count. */
 void im_linear(kpool *pool, const im_lin *l, const float *x, int n, float *y, void *scratch);

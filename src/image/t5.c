@@ -101,7 +101,7 @@ int im_t5_bucket(int rel, int buckets, int max_distance) {
 }
 
 static void rmsnorm(float *out, const float *x, const float *w, int n_tok, int d) {
-    for (int t = 0; t < n_tok; t++) kk_rmsnorm(out + (size_t)t * (size_t)d, x + (size_t)t * (size_t)d, w, d, 1e-6f);
+    for (int t = 0; t < n_tok; t++) kern_rmsnorm(out + (size_t)t * (size_t)d, x + (size_t)t * (size_t)d, w, d, 1e-6f);
 }
 
 int im_t5_encode(const im_t5 *m, kpool *pool, const int32_t *ids, int n, float *out, char *err, size_t errlen) {
@@ -118,7 +118,7 @@ int im_t5_encode(const im_t5 *m, kpool *pool, const int32_t *ids, int n, float *
           *a = malloc(nn * (size_t)I * sizeof *a), *g = malloc(nn * (size_t)F * sizeof *g),
           *u = malloc(nn * (size_t)F * sizeof *u), *y = malloc(nn * (size_t)widest * sizeof *y),
           *bias = malloc((size_t)H * nn * nn * sizeof *bias);
-    void *mm = malloc(kk_matmul_scratch_size(widest, n));
+    void *mm = malloc(kern_matmul_scratch_size(widest, n));
     void *as = malloc(im_attention_scratch(n, n, m->d_kv));
     int rc = -1;
     if (!x || !q || !k || !v || !a || !g || !u || !y || !bias || !mm || !as) {
@@ -126,7 +126,7 @@ int im_t5_encode(const im_t5 *m, kpool *pool, const int32_t *ids, int n, float *
         goto done;
     }
     float *h = out;
-    for (int i = 0; i < n; i++) kk_get_row(&m->emb, ids[i], h + (size_t)i * (size_t)D);
+    for (int i = 0; i < n; i++) kern_get_row(&m->emb, ids[i], h + (size_t)i * (size_t)D);
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++) {
             const int bk = im_t5_bucket(j - i, m->buckets, m->max_distance);
@@ -136,19 +136,19 @@ int im_t5_encode(const im_t5 *m, kpool *pool, const int32_t *ids, int n, float *
     for (int l = 0; l < m->layers; l++) {
         const im_t5_block *b = &m->blk[l];
         rmsnorm(x, h, b->ln0, n, D);
-        kk_mm_out qkv[3] = {{&b->q.w, q, I}, {&b->k.w, k, I}, {&b->v.w, v, I}};
-        kk_matmul_multi(pool, qkv, 3, x, n, mm);
+        kern_mm_out qkv[3] = {{&b->q.w, q, I}, {&b->k.w, k, I}, {&b->v.w, v, I}};
+        kern_matmul_multi(pool, qkv, 3, x, n, mm);
         im_attn at = {q, k, v, I, I, I, n, n, H, m->d_kv, 1.0f, bias, a, I};
         im_attention(pool, &at, as);
         im_linear(pool, &b->o, a, n, y, mm);
-        kk_add(h, y, n * D);
+        kern_add(h, y, n * D);
         rmsnorm(x, h, b->ln1, n, D);
-        kk_mm_out gu[2] = {{&b->wi0.w, g, F}, {&b->wi1.w, u, F}};
-        kk_matmul_multi(pool, gu, 2, x, n, mm);
-        kk_gelu(g, n * F);
+        kern_mm_out gu[2] = {{&b->wi0.w, g, F}, {&b->wi1.w, u, F}};
+        kern_matmul_multi(pool, gu, 2, x, n, mm);
+        kern_gelu(g, n * F);
         for (size_t i = 0; i < nn * (size_t)F; i++) g[i] *= u[i];
         im_linear(pool, &b->wo, g, n, y, mm);
-        kk_add(h, y, n * D);
+        kern_add(h, y, n * D);
     }
     rmsnorm(h, h, m->final_ln, n, D);
     rc = 0;

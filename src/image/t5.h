@@ -23,7 +23,7 @@ typedef struct im_t5_block {
 
 typedef struct im_t5 {
     int n_vocab, d_model, heads, d_kv, d_ff, layers, buckets, max_distance;
-    kk_mat emb;      /* [n_vocab][d_model], mapped */
+    kern_mat emb;      /* [n_vocab][d_model], mapped */
     float *rel_bias; /* [buckets][heads] */
     im_t5_block *blk;
     float *final_ln;

@@ -154,18 +154,18 @@ typedef struct vae_run {
 } vae_run;
 
 static void conv(vae_run *r, const im_conv *c, const float *x, int h, int w, float *y) {
-    const kk_conv k = {&c->w, c->b, c->cin, h, w, c->k, c->k, 1, c->k / 2};
-    kk_conv2d(r->pool, &k, x, y, r->scratch);
+    const kern_conv k = {&c->w, c->b, c->cin, h, w, c->k, c->k, 1, c->k / 2};
+    kern_conv2d(r->pool, &k, x, y, r->scratch);
 }
 
 static size_t conv_scratch(const im_conv *c, int h, int w) {
-    const kk_conv k = {&c->w, c->b, c->cin, h, w, c->k, c->k, 1, c->k / 2};
-    return kk_conv2d_scratch(&k);
+    const kern_conv k = {&c->w, c->b, c->cin, h, w, c->k, c->k, 1, c->k / 2};
+    return kern_conv2d_scratch(&k);
 }
 
 static void gn(vae_run *r, int c, int hw, const float *w, const float *b, int silu, const float *x, float *y) {
-    const kk_gn g = {c, hw, r->groups, 1e-6f, silu, w, b};
-    kk_groupnorm(r->pool, &g, x, y);
+    const kern_gn g = {c, hw, r->groups, 1e-6f, silu, w, b};
+    kern_groupnorm(r->pool, &g, x, y);
 }
 
 /* x (in place) = resnet(x); t1, t2 are scratch images. */
@@ -179,7 +179,7 @@ static void resnet(vae_run *r, const im_resnet *rs, float *x, int h, int w, floa
         conv(r, &rs->sc, x, h, w, t2);
         memcpy(x, t2, (size_t)rs->cout * (size_t)hw * sizeof *x);
     }
-    kk_add(x, t1, rs->cout * hw);
+    kern_add(x, t1, rs->cout * hw);
 }
 
 int im_vae_decode(const im_vae *m, kpool *pool, const float *z, int h, int w, float *img, char *err, size_t errlen) {
@@ -213,7 +213,7 @@ int im_vae_decode(const im_vae *m, kpool *pool, const float *z, int h, int w, fl
     s = conv_scratch(&m->conv_out, hh, ww);
     if (s > cs) cs = s;
     const size_t n_px = (size_t)h * (size_t)w;
-    const size_t as = im_attention_scratch((int)n_px, (int)n_px, top) + kk_matmul_scratch_size(top, (int)n_px);
+    const size_t as = im_attention_scratch((int)n_px, (int)n_px, top) + kern_matmul_scratch_size(top, (int)n_px);
     if (as > cs) cs = as;
     if ((size_t)5 * top * n_px > big) big = (size_t)5 * top * n_px; /* attention: x, q, k, v, out as [px][c] */
     float *a = malloc(big * sizeof *a), *t1 = malloc(big * sizeof *t1), *t2 = malloc(big * sizeof *t2);
@@ -255,7 +255,7 @@ int im_vae_decode(const im_vae *m, kpool *pool, const float *z, int h, int w, fl
         for (int j = 0; j < m->layers; j++) resnet(&r, &m->res[i * m->layers + j], a, hh, ww, t1, t2);
         if (i < m->n_blocks - 1) {
             const int c = m->ch[m->n_blocks - 1 - i];
-            kk_upsample2x(a, t1, c, hh, ww);
+            kern_upsample2x(a, t1, c, hh, ww);
             hh *= 2;
             ww *= 2;
             conv(&r, &m->up[i], t1, hh, ww, a);

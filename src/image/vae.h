@@ -22,7 +22,7 @@
 #define IM_VAE_MAX_BLOCKS 8
 
 typedef struct im_conv {
-    kk_mat w;
+    kern_mat w;
     float *b;
     int cin, cout, k;
 } im_conv;

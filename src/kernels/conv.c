@@ -12,7 +12,7 @@
 /* ---- the image GEMM (conv.h) ---- */
 
 /* The scalar twin of the tile: the same chains with fmaf. */
-void kk_gemm_tile_ref(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc) {
+void kern_gemm_tile_ref(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc) {
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) {
             const float *b = bp + (size_t)(j / 16) * (size_t)kc * 16 + (size_t)(j % 16);
@@ -29,7 +29,7 @@ static float elem(int type, const void *row, int k) {
 }
 
 /* ROWS packer, scalar: panel p, k, column j = W[n0 + 16 p + j][k0 + k]. */
-void kk_gemm_pack_rows_ref(const kk_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
+void kern_gemm_pack_rows_ref(const kern_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
     for (int p = 0; p * 16 < nc; p++)
         for (int j = 0; j < 16; j++) {
             const int col = n0 + 16 * p + j;
@@ -43,7 +43,7 @@ void kk_gemm_pack_rows_ref(const kk_gemm *g, int k0, int kc, int n0, int nc, flo
         }
 }
 
-static void pack_kn(const kk_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
+static void pack_kn(const kern_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
     const float *b = g->b;
     for (int p = 0; p * 16 < nc; p++) {
         const int c0 = n0 + 16 * p, w = g->n - c0 < 16 ? g->n - c0 : 16;
@@ -56,7 +56,7 @@ static void pack_kn(const kk_gemm *g, int k0, int kc, int n0, int nc, float *pan
 }
 
 typedef struct conv_job {
-    const kk_conv *c;
+    const kern_conv *c;
     const float *x;
     int ho, wo;
 } conv_job;
@@ -68,9 +68,9 @@ typedef struct conv_job {
  * over the same cache sets, panel after panel). */
 #define PREFETCH_CH 2 /* channels ahead */
 
-static void pack_conv(const kk_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
+static void pack_conv(const kern_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
     const conv_job *j = g->b;
-    const kk_conv *c = j->c;
+    const kern_conv *c = j->c;
     const int kk = c->kh * c->kw, np = (nc + 15) / 16;
     const int oy0 = n0 / j->wo, ox0 = n0 % j->wo;
     const int one_row = c->stride == 1 && ox0 + nc <= j->wo;
@@ -131,9 +131,9 @@ static void pack_conv(const kk_gemm *g, int k0, int kc, int n0, int nc, float *p
 }
 
 typedef struct gemm_job {
-    const kk_gemm *g;
-    kk_gemm_tile_fn tile;
-    kk_gemm_pack_fn pack;
+    const kern_gemm *g;
+    kern_gemm_tile_fn tile;
+    kern_gemm_pack_fn pack;
     int n_chunks, m_split, m_block;
     atomic_long next;
 } gemm_job;
@@ -147,13 +147,13 @@ typedef struct gemm_job {
 /* Item it = (column chunk, row block): init, then per k-block pack and
  * sweep the rows. */
 static void gemm_item(const gemm_job *j, long it, float *panel, float *local) {
-    const kk_gemm *g = j->g;
-    const int n0 = (int)(it / j->m_split) * KK_GEMM_NC, nc = g->n - n0 < KK_GEMM_NC ? g->n - n0 : KK_GEMM_NC;
+    const kern_gemm *g = j->g;
+    const int n0 = (int)(it / j->m_split) * KERN_GEMM_NC, nc = g->n - n0 < KERN_GEMM_NC ? g->n - n0 : KERN_GEMM_NC;
     const int m0 = (int)(it % j->m_split) * j->m_block;
     const int m1 = m0 + j->m_block < g->m ? m0 + j->m_block : g->m;
-    const int use_local = g->b_kind == KK_GB_CONV;
+    const int use_local = g->b_kind == KERN_GB_CONV;
     float *c = use_local ? local : g->c + (size_t)m0 * g->ldc + (size_t)n0;
-    const size_t ldc = use_local ? KK_GEMM_NC : g->ldc;
+    const size_t ldc = use_local ? KERN_GEMM_NC : g->ldc;
     for (int i = m0; i < m1; i++) {
         float *ci = c + (size_t)(i - m0) * ldc;
         if (g->bias_n)
@@ -161,18 +161,18 @@ static void gemm_item(const gemm_job *j, long it, float *panel, float *local) {
         else
             for (int t = 0; t < nc; t++) ci[t] = g->bias_m ? g->bias_m[i] : 0.0f;
     }
-    for (int k0 = 0; k0 < g->k; k0 += KK_GEMM_KC) {
-        const int kc = g->k - k0 < KK_GEMM_KC ? g->k - k0 : KK_GEMM_KC;
+    for (int k0 = 0; k0 < g->k; k0 += KERN_GEMM_KC) {
+        const int kc = g->k - k0 < KERN_GEMM_KC ? g->k - k0 : KERN_GEMM_KC;
         j->pack(g, k0, kc, n0, nc, panel);
-        for (int i = m0; i < m1; i += KK_GEMM_MR) {
-            const int mr = m1 - i < KK_GEMM_MR ? m1 - i : KK_GEMM_MR;
+        for (int i = m0; i < m1; i += KERN_GEMM_MR) {
+            const int mr = m1 - i < KERN_GEMM_MR ? m1 - i : KERN_GEMM_MR;
             const float *a = g->a + (size_t)i * g->lda + (size_t)k0;
             j->tile(mr, nc, kc, a, g->lda, panel, c + (size_t)(i - m0) * ldc, ldc);
         }
     }
     if (use_local)
         for (int i = m0; i < m1; i++)
-            memcpy(g->c + (size_t)i * g->ldc + (size_t)n0, local + (size_t)(i - m0) * KK_GEMM_NC,
+            memcpy(g->c + (size_t)i * g->ldc + (size_t)n0, local + (size_t)(i - m0) * KERN_GEMM_NC,
                    (size_t)nc * sizeof *local);
 }
 
@@ -180,34 +180,34 @@ static void gemm_task(void *ud, int ith, int nth) {
     (void)ith;
     (void)nth;
     gemm_job *j = ud;
-    _Alignas(64) float panel[KK_GEMM_KC * KK_GEMM_NC];
-    _Alignas(64) float local[LOCAL_ROWS * KK_GEMM_NC];
+    _Alignas(64) float panel[KERN_GEMM_KC * KERN_GEMM_NC];
+    _Alignas(64) float local[LOCAL_ROWS * KERN_GEMM_NC];
     const long n_items = (long)j->n_chunks * j->m_split;
     for (long it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;)
         gemm_item(j, it, panel, local);
 }
 
-static void gemm_go(kpool *pool, const kk_gemm *g, kk_gemm_tile_fn tile, kk_gemm_pack_fn rows) {
+static void gemm_go(kpool *pool, const kern_gemm *g, kern_gemm_tile_fn tile, kern_gemm_pack_fn rows) {
     if (g->m <= 0 || g->n <= 0) return;
     gemm_job j;
     memset(&j, 0, sizeof j);
     j.g = g;
     j.tile = tile;
-    j.pack = g->b_kind == KK_GB_ROWS ? rows : g->b_kind == KK_GB_KN ? pack_kn : pack_conv;
+    j.pack = g->b_kind == KERN_GB_ROWS ? rows : g->b_kind == KERN_GB_KN ? pack_kn : pack_conv;
     j.m_split = 1;
     j.m_block = g->m;
     atomic_init(&j.next, 0);
-    j.n_chunks = (g->n + KK_GEMM_NC - 1) / KK_GEMM_NC;
+    j.n_chunks = (g->n + KERN_GEMM_NC - 1) / KERN_GEMM_NC;
     const int nth = pool ? kpool_size(pool) : 1;
     /* too few chunks to share: the rows split too (in whole tiles), each
      * block packing its own panels */
-    const int tiles = (g->m + KK_GEMM_MR - 1) / KK_GEMM_MR;
+    const int tiles = (g->m + KERN_GEMM_MR - 1) / KERN_GEMM_MR;
     int want = nth > 1 && j.n_chunks < 4 * nth ? (4 * nth + j.n_chunks - 1) / j.n_chunks : 1;
-    if (g->b_kind == KK_GB_CONV && want < (g->m + LOCAL_ROWS - 1) / LOCAL_ROWS)
+    if (g->b_kind == KERN_GB_CONV && want < (g->m + LOCAL_ROWS - 1) / LOCAL_ROWS)
         want = (g->m + LOCAL_ROWS - 1) / LOCAL_ROWS;
     if (want > tiles) want = tiles;
-    j.m_block = (tiles + want - 1) / want * KK_GEMM_MR;
-    if (g->b_kind == KK_GB_CONV && j.m_block > LOCAL_ROWS) j.m_block = LOCAL_ROWS / KK_GEMM_MR * KK_GEMM_MR;
+    j.m_block = (tiles + want - 1) / want * KERN_GEMM_MR;
+    if (g->b_kind == KERN_GB_CONV && j.m_block > LOCAL_ROWS) j.m_block = LOCAL_ROWS / KERN_GEMM_MR * KERN_GEMM_MR;
     j.m_split = (g->m + j.m_block - 1) / j.m_block;
     if (pool && nth > 1 && (long)j.n_chunks * j.m_split > 1)
         kpool_run_shared(pool, gemm_task, &j);
@@ -215,19 +215,19 @@ static void gemm_go(kpool *pool, const kk_gemm *g, kk_gemm_tile_fn tile, kk_gemm
         gemm_task(&j, 0, 1);
 }
 
-int kk_gemm_run_at(kpool *pool, const kk_gemm *g, int isa) {
-    const kk_level *l = kk_level_at(isa);
+int kern_gemm_run_at(kpool *pool, const kern_gemm *g, int isa) {
+    const kern_level *l = kern_level_at(isa);
     if (!l) return -1;
     gemm_go(pool, g, l->gemm_tile, l->gemm_pack_rows);
     return 0;
 }
 
-void kk_gemm_run_tile(kpool *pool, const kk_gemm *g, kk_gemm_tile_fn tile) {
-    gemm_go(pool, g, tile, kk_gemm_pack_rows_ref);
+void kern_gemm_run_tile(kpool *pool, const kern_gemm *g, kern_gemm_tile_fn tile) {
+    gemm_go(pool, g, tile, kern_gemm_pack_rows_ref);
 }
 
-void kk_gemm_run(kpool *pool, const kk_gemm *g) {
-    const kk_level *l = kk_level_best();
+void kern_gemm_run(kpool *pool, const kern_gemm *g) {
+    const kern_level *l = kern_level_best();
     gemm_go(pool, g, l->gemm_tile, l->gemm_pack_rows);
 }
 
@@ -235,13 +235,13 @@ void kk_gemm_run(kpool *pool, const kk_gemm *g) {
 
 static void *align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
-size_t kk_conv2d_scratch(const kk_conv *c) {
+size_t kern_conv2d_scratch(const kern_conv *c) {
     const size_t k = (size_t)c->cin * (size_t)c->kh * (size_t)c->kw;
     return c->wt->type == QUANT_F32 ? 64 : (size_t)c->wt->nrows * k * sizeof(float) + 64;
 }
 
 typedef struct widen_job {
-    const kk_mat *w;
+    const kern_mat *w;
     float *out;
 } widen_job;
 
@@ -249,11 +249,11 @@ static void widen_task(void *ud, int ith, int nth) {
     const widen_job *j = ud;
     long lo, hi;
     kpool_range((long)j->w->nrows, ith, nth, &lo, &hi);
-    for (long r = lo; r < hi; r++) kk_get_row(j->w, r, j->out + (size_t)r * (size_t)j->w->ncols);
+    for (long r = lo; r < hi; r++) kern_get_row(j->w, r, j->out + (size_t)r * (size_t)j->w->ncols);
 }
 
-void kk_conv2d(kpool *pool, const kk_conv *c, const float *x, float *y, void *scratch) {
-    const int ho = kk_conv_out(c->h, c->kh, c->stride, c->pad), wo = kk_conv_out(c->w, c->kw, c->stride, c->pad);
+void kern_conv2d(kpool *pool, const kern_conv *c, const float *x, float *y, void *scratch) {
+    const int ho = kern_conv_out(c->h, c->kh, c->stride, c->pad), wo = kern_conv_out(c->w, c->kw, c->stride, c->pad);
     const float *a = c->wt->data;
     if (c->wt->type != QUANT_F32) {
         widen_job w = {c->wt, align64(scratch)};
@@ -261,12 +261,12 @@ void kk_conv2d(kpool *pool, const kk_conv *c, const float *x, float *y, void *sc
         a = w.out;
     }
     const conv_job j = {c, x, ho, wo};
-    const kk_gemm g = {(int)c->wt->nrows,
+    const kern_gemm g = {(int)c->wt->nrows,
                        ho * wo,
                        (int)c->wt->ncols,
                        a,
                        (size_t)c->wt->ncols,
-                       KK_GB_CONV,
+                       KERN_GB_CONV,
                        &j,
                        QUANT_F32,
                        0,
@@ -274,16 +274,16 @@ void kk_conv2d(kpool *pool, const kk_conv *c, const float *x, float *y, void *sc
                        (size_t)ho * (size_t)wo,
                        NULL,
                        c->bias};
-    kk_gemm_run(pool, &g);
+    kern_gemm_run(pool, &g);
 }
 
-void kk_conv2d_ref(const kk_conv *c, const float *x, float *y) {
-    const int ho = kk_conv_out(c->h, c->kh, c->stride, c->pad), wo = kk_conv_out(c->w, c->kw, c->stride, c->pad);
+void kern_conv2d_ref(const kern_conv *c, const float *x, float *y) {
+    const int ho = kern_conv_out(c->h, c->kh, c->stride, c->pad), wo = kern_conv_out(c->w, c->kw, c->stride, c->pad);
     const size_t k = (size_t)c->cin * (size_t)c->kh * (size_t)c->kw;
     float *wr = malloc(k * sizeof *wr);
     if (!wr) return;
     for (int64_t co = 0; co < c->wt->nrows; co++) {
-        kk_get_row(c->wt, co, wr);
+        kern_get_row(c->wt, co, wr);
         for (int oy = 0; oy < ho; oy++)
             for (int ox = 0; ox < wo; ox++) {
                 float s = c->bias ? c->bias[co] : 0.0f;
@@ -303,7 +303,7 @@ void kk_conv2d_ref(const kk_conv *c, const float *x, float *y) {
     free(wr);
 }
 
-void kk_groupnorm_ref(const kk_gn *g, const float *x, float *y, int grp) {
+void kern_groupnorm_ref(const kern_gn *g, const float *x, float *y, int grp) {
     const int cpg = g->c / g->groups;
     const size_t n = (size_t)cpg * (size_t)g->hw, off = (size_t)grp * n;
     const float *xs = x + off;
@@ -329,16 +329,16 @@ void kk_groupnorm_ref(const kk_gn *g, const float *x, float *y, int grp) {
     }
 }
 
-kk_gn_fn kk_groupnorm_at(int isa) {
-    const kk_level *l = kk_level_at(isa);
+kern_gn_fn kern_groupnorm_at(int isa) {
+    const kern_level *l = kern_level_at(isa);
     return l ? l->groupnorm : NULL;
 }
 
 typedef struct gn_job {
-    const kk_gn *g;
+    const kern_gn *g;
     const float *x;
     float *y;
-    kk_gn_fn fn;
+    kern_gn_fn fn;
 } gn_job;
 
 static void gn_task(void *ud, int ith, int nth) {
@@ -348,12 +348,12 @@ static void gn_task(void *ud, int ith, int nth) {
     for (long grp = lo; grp < hi; grp++) j->fn(j->g, j->x, j->y, (int)grp);
 }
 
-void kk_groupnorm(kpool *pool, const kk_gn *g, const float *x, float *y) {
-    gn_job j = {g, x, y, kk_level_best()->groupnorm};
+void kern_groupnorm(kpool *pool, const kern_gn *g, const float *x, float *y) {
+    gn_job j = {g, x, y, kern_level_best()->groupnorm};
     kpool_run(pool, gn_task, &j);
 }
 
-void kk_gelu_tanh_ref(float *x, size_t n) {
+void kern_gelu_tanh_ref(float *x, size_t n) {
     const float c = -2.0f * 0.7978845608028654f; /* -2 sqrt(2/pi) */
     for (size_t i = 0; i < n; i++) {
         const float v = x[i];
@@ -361,15 +361,15 @@ void kk_gelu_tanh_ref(float *x, size_t n) {
     }
 }
 
-kk_gelu_fn kk_gelu_tanh_at(int isa) {
-    const kk_level *l = kk_level_at(isa);
+kern_gelu_fn kern_gelu_tanh_at(int isa) {
+    const kern_level *l = kern_level_at(isa);
     return l ? l->gelu_tanh : NULL;
 }
 
 typedef struct gelu_job {
     float *x;
     size_t n;
-    kk_gelu_fn fn;
+    kern_gelu_fn fn;
 } gelu_job;
 
 static void gelu_task(void *ud, int ith, int nth) {
@@ -381,15 +381,15 @@ static void gelu_task(void *ud, int ith, int nth) {
     if (a < b) j->fn(j->x + a, b - a);
 }
 
-void kk_gelu_tanh(kpool *pool, float *x, size_t n) {
-    gelu_job j = {x, n, kk_level_best()->gelu_tanh};
+void kern_gelu_tanh(kpool *pool, float *x, size_t n) {
+    gelu_job j = {x, n, kern_level_best()->gelu_tanh};
     if (pool && n >= 16384)
         kpool_run(pool, gelu_task, &j);
     else
         j.fn(x, n);
 }
 
-void kk_upsample2x(const float *x, float *y, int c, int h, int w) {
+void kern_upsample2x(const float *x, float *y, int c, int h, int w) {
     for (int ch = 0; ch < c; ch++)
         for (int iy = 0; iy < h; iy++) {
             const float *src = x + ((size_t)ch * (size_t)h + (size_t)iy) * (size_t)w;

@@ -16,13 +16,13 @@
 /* Rows i < MR of c (16 columns) += a rows . the panel bp [kc][16]. */
 static inline __attribute__((always_inline)) void tile(const int MR, int kc, const float *a, size_t lda,
                                                        const float *bp, float *c, size_t ldc) {
-    __m256 acc[KK_GEMM_MR][2];
+    __m256 acc[KERN_GEMM_MR][2];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) {
         acc[i][0] = _mm256_loadu_ps(c + (size_t)i * ldc);
         acc[i][1] = _mm256_loadu_ps(c + (size_t)i * ldc + 8);
     }
-    const float *ar[KK_GEMM_MR]; /* one base per row, so each broadcast is base + 4 k */
+    const float *ar[KERN_GEMM_MR]; /* one base per row, so each broadcast is base + 4 k */
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) ar[i] = a + (size_t)i * lda;
     for (int k = 0; k < kc; k++, bp += 16) {
@@ -52,13 +52,13 @@ static void tile_any(int mr, int kc, const float *a, size_t lda, const float *bp
     }
 }
 
-void kk_gemm_tile_avx2(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc) {
+void kern_gemm_tile_avx2(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc) {
     int j = 0;
     for (; j + 16 <= nr; j += 16, bp += (size_t)kc * 16) tile_any(mr, kc, a, lda, bp, c + j, ldc);
     if (j == nr) return;
     /* the last columns: through a full-width copy (the panel's extra
      * columns are zero) */
-    _Alignas(32) float t[KK_GEMM_MR * 16] = {0};
+    _Alignas(32) float t[KERN_GEMM_MR * 16] = {0};
     for (int i = 0; i < mr; i++) memcpy(t + 16 * i, c + (size_t)i * ldc + j, (size_t)(nr - j) * sizeof *t);
     tile_any(mr, kc, a, lda, bp, t, 16);
     for (int i = 0; i < mr; i++) memcpy(c + (size_t)i * ldc + j, t + 16 * i, (size_t)(nr - j) * sizeof *t);
@@ -80,7 +80,7 @@ static float elem1(int type, const uint8_t *row, int k) {
 }
 
 /* ROWS packer: 8 rows x 8 k at a time, transposed in registers. */
-void kk_gemm_pack_rows_avx2(const kk_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
+void kern_gemm_pack_rows_avx2(const kern_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
     const int type = g->b_type;
     for (int p = 0; p * 16 < nc; p++)
         for (int h = 0; h < 2; h++) {
@@ -118,7 +118,7 @@ void kk_gemm_pack_rows_avx2(const kk_gemm *g, int k0, int kc, int n0, int nc, fl
         }
 }
 
-void kk_groupnorm_avx2(const kk_gn *g, const float *x, float *y, int grp) {
+void kern_groupnorm_avx2(const kern_gn *g, const float *x, float *y, int grp) {
     const int cpg = g->c / g->groups;
     const size_t n = (size_t)cpg * (size_t)g->hw, off = (size_t)grp * n;
     const float *xs = x + off;
@@ -167,7 +167,7 @@ void kk_groupnorm_avx2(const kk_gn *g, const float *x, float *y, int grp) {
     }
 }
 
-void kk_gelu_tanh_avx2(float *x, size_t n) {
+void kern_gelu_tanh_avx2(float *x, size_t n) {
     const __m256 c = _mm256_set1_ps(-2.0f * 0.7978845608028654f), c3 = _mm256_set1_ps(0.044715f),
                  one = _mm256_set1_ps(1.0f);
     size_t i = 0;

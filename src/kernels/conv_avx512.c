@@ -16,12 +16,12 @@
  * (each [kc][16], ps floats apart). */
 static inline __attribute__((always_inline)) void tile(const int MR, const int NP, int kc, const float *a, size_t lda,
                                                        const float *bp, size_t ps, float *c, size_t ldc) {
-    __m512 acc[KK_GEMM_MR][4];
+    __m512 acc[KERN_GEMM_MR][4];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (int p = 0; p < NP; p++) acc[i][p] = _mm512_loadu_ps(c + (size_t)i * ldc + 16 * p);
-    const float *ar[KK_GEMM_MR]; /* one base per row, so each broadcast is base + 4 k */
+    const float *ar[KERN_GEMM_MR]; /* one base per row, so each broadcast is base + 4 k */
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) ar[i] = a + (size_t)i * lda;
     for (int k = 0; k < kc; k++, bp += 16) {
@@ -54,7 +54,7 @@ static void tile_any(int mr, int np, int kc, const float *a, size_t lda, const f
     // clang-format on
 }
 
-void kk_gemm_tile_avx512(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc) {
+void kern_gemm_tile_avx512(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc) {
     const size_t ps = (size_t)kc * 16;
     int j = 0;
     if (nr == 64) {
@@ -65,7 +65,7 @@ void kk_gemm_tile_avx512(int mr, int nr, int kc, const float *a, size_t lda, con
     if (j == nr) return;
     /* the last columns: through a full-width copy (the panel's extra
      * columns are zero) */
-    _Alignas(64) float t[KK_GEMM_MR * 16] = {0};
+    _Alignas(64) float t[KERN_GEMM_MR * 16] = {0};
     for (int i = 0; i < mr; i++) memcpy(t + 16 * i, c + (size_t)i * ldc + j, (size_t)(nr - j) * sizeof *t);
     tile_any(mr, 1, kc, a, lda, bp, ps, t, 16);
     for (int i = 0; i < mr; i++) memcpy(c + (size_t)i * ldc + j, t + 16 * i, (size_t)(nr - j) * sizeof *t);

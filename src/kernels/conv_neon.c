@@ -2,7 +2,7 @@
  * (one fma per output and k, in order: the scalar twin's fmaf chains bit
  * for bit) and its packer of weight rows (4 x 4 transposes, exact
  * widening); the group norm with the same double sums in 2-lane
- * accumulators, the affine map by fma and kk_exp_attn's e^x for the SiLU;
+ * accumulators, the affine map by fma and kern_exp_attn's e^x for the SiLU;
  * the tanh GELU as the AVX2 twin computes it. */
 #include "kernels/conv.h"
 
@@ -15,7 +15,7 @@
 /* Rows i < MR of c (16 columns) += a rows . the panel bp [kc][16]. */
 static inline __attribute__((always_inline)) void tile(const int MR, int kc, const float *a, size_t lda,
                                                        const float *bp, float *c, size_t ldc) {
-    float32x4_t acc[KK_GEMM_MR][4];
+    float32x4_t acc[KERN_GEMM_MR][4];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
@@ -48,13 +48,13 @@ static void tile_any(int mr, int kc, const float *a, size_t lda, const float *bp
     }
 }
 
-void kk_gemm_tile_neon(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc) {
+void kern_gemm_tile_neon(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc) {
     int j = 0;
     for (; j + 16 <= nr; j += 16, bp += (size_t)kc * 16) tile_any(mr, kc, a, lda, bp, c + j, ldc);
     if (j == nr) return;
     /* the last columns: through a full-width copy (the panel's extra
      * columns are zero) */
-    float t[KK_GEMM_MR * 16] = {0};
+    float t[KERN_GEMM_MR * 16] = {0};
     for (int i = 0; i < mr; i++) memcpy(t + 16 * i, c + (size_t)i * ldc + j, (size_t)(nr - j) * sizeof *t);
     tile_any(mr, kc, a, lda, bp, t, 16);
     for (int i = 0; i < mr; i++) memcpy(c + (size_t)i * ldc + j, t + 16 * i, (size_t)(nr - j) * sizeof *t);
@@ -74,7 +74,7 @@ static float elem1(int type, const uint8_t *row, int k) {
 }
 
 /* ROWS packer: 4 rows x 4 k at a time, transposed in registers. */
-void kk_gemm_pack_rows_neon(const kk_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
+void kern_gemm_pack_rows_neon(const kern_gemm *g, int k0, int kc, int n0, int nc, float *panel) {
     const int type = g->b_type;
     for (int p = 0; p * 16 < nc; p++)
         for (int h = 0; h < 4; h++) {
@@ -105,7 +105,7 @@ void kk_gemm_pack_rows_neon(const kk_gemm *g, int k0, int kc, int n0, int nc, fl
         }
 }
 
-void kk_groupnorm_neon(const kk_gn *g, const float *x, float *y, int grp) {
+void kern_groupnorm_neon(const kern_gn *g, const float *x, float *y, int grp) {
     const int cpg = g->c / g->groups;
     const size_t n = (size_t)cpg * (size_t)g->hw, off = (size_t)grp * n;
     const float *xs = x + off;
@@ -153,7 +153,7 @@ void kk_groupnorm_neon(const kk_gn *g, const float *x, float *y, int grp) {
     }
 }
 
-void kk_gelu_tanh_neon(float *x, size_t n) {
+void kern_gelu_tanh_neon(float *x, size_t n) {
     const float32x4_t c = vdupq_n_f32(-2.0f * 0.7978845608028654f), c3 = vdupq_n_f32(0.044715f),
                       one = vdupq_n_f32(1.0f);
     size_t i = 0;

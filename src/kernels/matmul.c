@@ -11,7 +11,7 @@
 /* Rows handled together: one tile of weights stays in cache while every
  * token of the batch passes over it. */
 #define ROW_TILE 16
-#define MAX_OUTS KK_MM_MAX_OUTS
+#define MAX_OUTS KERN_MM_MAX_OUTS
 #define MAX_ACT_TYPES 2
 /* Jobs with at most this many activation elements are converted on the
  * calling thread: cheaper than a pool hand-off (decode steps). */
@@ -24,31 +24,31 @@
 #define X8_PACK_BYTES 16384
 #define MAX_X8 2
 
-int kk_mat_interleavable(const kk_mat *w) {
-    const kk_x8_traits *xt = kk_x8_get(w->type);
+int kern_mat_interleavable(const kern_mat *w) {
+    const kern_x8_traits *xt = kern_x8_get(w->type);
     /* a SIMD level without interleaved kernels of its own (aarch64's) keeps
      * the plain rows for its vec_dot: the scalar interleaved ones are slower */
-    const kk_level *l = kk_level_best();
-    if (quant_active_isa() > QUANT_ISA_SCALAR && l->x8 == &kk_x8_scalar) return 0;
+    const kern_level *l = kern_level_best();
+    if (quant_active_isa() > QUANT_ISA_SCALAR && l->x8 == &kern_x8_scalar) return 0;
     return xt && w->nrows >= 8 && w->ncols % xt->blk == 0;
 }
 
-size_t kk_matmul_scratch_size(int64_t ncols, int n_tok) {
+size_t kern_matmul_scratch_size(int64_t ncols, int n_tok) {
     /* the widest activation format is F32 (4 bytes/element); Q8 formats
      * are smaller.  Room for two formats covers a job mixing types. */
     return (size_t)MAX_ACT_TYPES * (size_t)n_tok * (size_t)ncols * 4 + 64 +
-           (size_t)MAX_X8 * ((size_t)n_tok * (size_t)(ncols / 32) * sizeof(kk_act8) + 64);
+           (size_t)MAX_X8 * ((size_t)n_tok * (size_t)(ncols / 32) * sizeof(kern_act8) + 64);
 }
 
 typedef struct mm_out_info {
     int act;         /* index into act[] */
-    kk_tile_fn tile; /* block kernel, NULL = none */
+    kern_tile_fn tile; /* block kernel, NULL = none */
     int x8;          /* index into x8t[] + 1, 0 = not interleaved */
     int t0, nt;      /* the activation rows it takes */
 } mm_out_info;
 
 typedef struct mm_job {
-    const kk_mm_out *outs;
+    const kern_mm_out *outs;
     int n_out;
     const float *x;
     int n_tok;
@@ -59,9 +59,9 @@ typedef struct mm_job {
     size_t act_row[MAX_ACT_TYPES];
     int n_act;
     struct mm_out_info *oi;          /* [n_out] per output */
-    const kk_x8_traits *x8t[MAX_X8]; /* interleaved formats in use, */
-    kk_x8_fn x8fn[MAX_X8];           /* their kernels */
-    kk_x8_dec_fn x8dec[MAX_X8];      /* and one-token kernels over groups */
+    const kern_x8_traits *x8t[MAX_X8]; /* interleaved formats in use, */
+    kern_x8_fn x8fn[MAX_X8];           /* their kernels */
+    kern_x8_dec_fn x8dec[MAX_X8];      /* and one-token kernels over groups */
     uint8_t *x8act[MAX_X8];          /* and [block][token] activations */
     int n_x8;
     int64_t total_rows;
@@ -71,7 +71,7 @@ typedef struct mm_job {
 } mm_job;
 
 /* The scalar level: the reference vec_dot per output. */
-void kk_tile_f16_ref(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+void kern_tile_f16_ref(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                      int64_t ldy) {
     const quant_vec_dot_fn dot = quant_get(QUANT_F16)->vec_dot_ref;
     for (int t = 0; t < nt; t++)
@@ -88,7 +88,7 @@ static void quantize_task(void *ud, int ith, int nth) {
         int a = (int)(i / j->n_tok);
         int t = (int)(i % j->n_tok);
         if (a >= j->n_act) {
-            const kk_x8_traits *xt = j->x8t[a - j->n_act];
+            const kern_x8_traits *xt = j->x8t[a - j->n_act];
             xt->act(j->x + (int64_t)t * j->ncols, j->ncols, j->x8act[a - j->n_act] + (size_t)t * xt->ablock,
                     (size_t)j->n_tok);
             continue;
@@ -100,10 +100,10 @@ static void quantize_task(void *ud, int ith, int nth) {
 
 /* Rows [a, b) (multiples of 8) of output o through its interleaved kernel. */
 static void x8_rows(mm_job *j, int o, int64_t a, int64_t b) {
-    const kk_mat *w = j->outs[o].w;
+    const kern_mat *w = j->outs[o].w;
     const int x = j->oi[o].x8 - 1;
-    const kk_x8_traits *xt = j->x8t[x];
-    const kk_x8_fn fn = j->x8fn[x];
+    const kern_x8_traits *xt = j->x8t[x];
+    const kern_x8_fn fn = j->x8fn[x];
     const uint8_t *act = j->x8act[x] + (size_t)j->oi[o].t0 * xt->ablock;
     const int nb = (int)(w->ncols / xt->blk);
     const int chunk = (int)(X8_PACK_BYTES / xt->pblock);
@@ -146,7 +146,7 @@ static void x8_rows(mm_job *j, int o, int64_t a, int64_t b) {
 static void dot_rows(mm_job *j, int64_t r0, int64_t r1) {
     int64_t base = 0;
     for (int o = 0; o < j->n_out && r0 < r1; o++) {
-        const kk_mat *w = j->outs[o].w;
+        const kern_mat *w = j->outs[o].w;
         int64_t end = base + w->nrows;
         if (r0 < end) {
             int64_t a = r0 - base, b = (r1 < end ? r1 : end) - base;
@@ -167,7 +167,7 @@ static void dot_rows(mm_job *j, int64_t r0, int64_t r1) {
             const int n_tok = j->oi[o].nt;
             float *y = j->outs[o].y;
             int64_t ldy = j->outs[o].ldy;
-            kk_tile_fn tile = j->oi[o].tile;
+            kern_tile_fn tile = j->oi[o].tile;
             if (tile) /* the whole piece: the kernel blocks its rows itself */
                 tile((int)w->ncols, (const uint8_t *)w->data + (size_t)a * wrow, wrow, (int)(b - a), act, arow, n_tok,
                      y + a, ldy);
@@ -207,11 +207,11 @@ static void dot_task(void *ud, int ith, int nth) {
     }
 }
 
-void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch) {
-    kk_matmul_ranges(pool, outs, NULL, NULL, n_out, x, n_tok, scratch);
+void kern_matmul_multi(kpool *pool, const kern_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch) {
+    kern_matmul_ranges(pool, outs, NULL, NULL, n_out, x, n_tok, scratch);
 }
 
-void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
+void kern_matmul_ranges(kpool *pool, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
                       const float *x, int n_tok, void *scratch) {
     mm_out_info oi[MAX_OUTS];
     const int isa = quant_active_isa(); /* the block kernel beside the vec_dot of the same level */
@@ -226,18 +226,18 @@ void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, con
     j.ncols = outs[0].w->ncols;
     uint8_t *sp = scratch;
     for (int o = 0; o < n_out; o++) {
-        const kk_mat *w = outs[o].w;
+        const kern_mat *w = outs[o].w;
         oi[o] = (mm_out_info){0, NULL, 0, nt ? t0[o] : 0, nt ? nt[o] : n_tok};
         /* x8 needs 8-row groups that start at multiples of 8 in the
          * concatenated rows, which the 16-row tiles then keep whole */
-        const kk_x8_traits *xt = kk_x8_get(w->type);
-        if (kk_mat_interleavable(w) && j.total_rows % 8 == 0 && (w->packed || oi[o].nt >= X8_MIN_TOK)) {
+        const kern_x8_traits *xt = kern_x8_get(w->type);
+        if (kern_mat_interleavable(w) && j.total_rows % 8 == 0 && (w->packed || oi[o].nt >= X8_MIN_TOK)) {
             int f = 0;
             while (f < j.n_x8 && j.x8t[f] != xt) f++;
             if (f == j.n_x8) {
                 j.x8t[f] = xt;
-                j.x8fn[f] = kk_x8_best(w->type);
-                j.x8dec[f] = kk_x8_dec_best(w->type);
+                j.x8fn[f] = kern_x8_best(w->type);
+                j.x8dec[f] = kern_x8_dec_best(w->type);
                 j.x8act[f] = sp;
                 sp += ((size_t)n_tok * (size_t)(j.ncols / xt->blk) * xt->ablock + 63) & ~(size_t)63;
                 j.n_x8++;
@@ -263,7 +263,7 @@ void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, con
             j.n_act++;
         }
         oi[o].act = a;
-        oi[o].tile = isa > QUANT_ISA_SCALAR ? kk_tile_at(outs[o].w->type, isa) : NULL;
+        oi[o].tile = isa > QUANT_ISA_SCALAR ? kern_tile_at(outs[o].w->type, isa) : NULL;
         j.total_rows += outs[o].w->nrows;
     }
     /* only non-F32 formats need converting */
@@ -285,14 +285,14 @@ void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, con
     kpool_run_shared(pool, dot_task, &j);
 }
 
-void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch) {
-    kk_mm_out o = {w, y, ldy};
-    kk_matmul_multi(pool, &o, 1, x, n_tok, scratch);
+void kern_matmul(kpool *pool, const kern_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch) {
+    kern_mm_out o = {w, y, ldy};
+    kern_matmul_multi(pool, &o, 1, x, n_tok, scratch);
 }
 
-void kk_get_row(const kk_mat *w, int64_t r, float *out) {
+void kern_get_row(const kern_mat *w, int64_t r, float *out) {
     if (w->packed && r < (w->nrows & ~(int64_t)7)) { /* row r is lane r % 8 of its group's blocks */
-        const kk_x8_traits *xt = kk_x8_get(w->type);
+        const kern_x8_traits *xt = kern_x8_get(w->type);
         const int nb = (int)(w->ncols / xt->blk);
         xt->get_row((const uint8_t *)w->packed + (size_t)(r / 8) * (size_t)nb * xt->pblock, (int)(r % 8), nb, out);
         return;

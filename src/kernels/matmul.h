@@ -14,7 +14,7 @@
  * pack.h: for every batch when the weight was repacked at load, and for
  * batches of X8_MIN_TOK or more tokens otherwise (each 8-row group is then
  * packed on the fly into a small stack buffer, once per batch).  F16
- * takes its block kernel (kk_tile_fn) at the active level, for every batch
+ * takes its block kernel (kern_tile_fn) at the active level, for every batch
  * size: its outputs are that level's vec_dot bits, so a token's result
  * never depends on the batch it is in.  Other types, and leftover rows, go
  * row by row with the kq vec_dot: one weight stream at a time, which the
@@ -28,7 +28,7 @@
 
 #include "thread/pool.h"
 
-typedef struct kk_mat {
+typedef struct kern_mat {
     const void *data;
     int type;
     int64_t ncols;
@@ -37,40 +37,40 @@ typedef struct kk_mat {
      * (kernels/pack.h), made at load when repacking is on; NULL otherwise.
      * Rows past the last whole group stay in data only. */
     const void *packed;
-} kk_mat;
+} kern_mat;
 
 /* One product of a job: a weight, where its outputs go, and their stride. */
-typedef struct kk_mm_out {
-    const kk_mat *w;
+typedef struct kern_mm_out {
+    const kern_mat *w;
     float *y;
     int64_t ldy;
-} kk_mm_out;
+} kern_mm_out;
 
-/* Most products one kk_matmul_multi call takes. */
-#define KK_MM_MAX_OUTS 512
+/* Most products one kern_matmul_multi call takes. */
+#define KERN_MM_MAX_OUTS 512
 
 /* 1 when w's type has an interleaved form (pack.h) and w has at least one
  * whole group of 8 rows of whole blocks: what repacking and the
  * interleaved kernels both need; 0 too on a SIMD level that has no
  * interleaved kernels (aarch64's neon and dotprod). */
-int kk_mat_interleavable(const kk_mat *w);
+int kern_mat_interleavable(const kern_mat *w);
 
 /* Scratch bytes a product with n_tok rows of ncols needs, for weights of any
  * type (the largest activation format). */
-size_t kk_matmul_scratch_size(int64_t ncols, int n_tok);
+size_t kern_matmul_scratch_size(int64_t ncols, int n_tok);
 
-/* Computes n_out (<= KK_MM_MAX_OUTS) products that share the input x (all
+/* Computes n_out (<= KERN_MM_MAX_OUTS) products that share the input x (all
  * weights must have the same ncols), e.g. Q, K and V from one normalized
  * activation: x is converted once per activation type and the rows of every
  * product are spread over the threads together. */
-void kk_matmul_multi(kpool *pool, const kk_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch);
+void kern_matmul_multi(kpool *pool, const kern_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch);
 /* The same with product i over activation rows t0[i] .. t0[i] + nt[i] - 1
  * only, its y[t * ldy + r] the output of row t0[i] + t (a mixture of experts
  * gives each expert the rows routed to it; ranges may overlap).  x is
  * converted once for all n_tok rows. */
-void kk_matmul_ranges(kpool *pool, const kk_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
+void kern_matmul_ranges(kpool *pool, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
                       const float *x, int n_tok, void *scratch);
-void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch);
+void kern_matmul(kpool *pool, const kern_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch);
 
 /* A block of a product: for r < nr, t < nt
  *     y[t * ldy + r] = dot of n elements of weight row r (at w + r * wrow)
@@ -80,16 +80,16 @@ void kk_matmul(kpool *pool, const kk_mat *w, const float *x, int n_tok, float *y
  * depends on the batch it is in).  Prompt batches and decode both use it:
  * a weight vector is converted once for several tokens, an activation
  * vector once for several rows. */
-typedef void (*kk_tile_fn)(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+typedef void (*kern_tile_fn)(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                            int64_t ldy);
 /* The block kernel of weight type t at level isa (a KQ_ISA_* value), NULL
  * if t has none or the CPU lacks the level (kernels/level.c).  Only F16 has
  * one; the scalar level's is the reference vec_dot per output (within
  * tolerance), and quant_dot_f16_lanes the bit-exact twin of the AVX2 and
  * AVX-512 ones (matmul_avx2.c, matmul_avx512.c). */
-kk_tile_fn kk_tile_at(int t, int isa);
+kern_tile_fn kern_tile_at(int t, int isa);
 
 /* Expands row r of w to F32 (used for embedding lookups). */
-void kk_get_row(const kk_mat *w, int64_t r, float *out);
+void kern_get_row(const kern_mat *w, int64_t r, float *out);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * matmul_avx2.c — the AVX2 F16 block kernel for F16 weights (see kk_tile_fn
+ * matmul_avx2.c — the AVX2 F16 block kernel for F16 weights (see kern_tile_fn
  * in matmul.h): rows x tokens of products in the lane order of the AVX2
  * F16 vec_dot (dot_f16 in quant/legacy_avx2.c), which is
  *     lane l (of 8) sums w[k] * a[k] for k = l, l + 8, l + 16, ... with one
@@ -37,7 +37,7 @@ static inline void vprefetch(const char *p) { __builtin_prefetch(p, 0, 3); }
 
 #include "kernels/matmul_f16.h"
 
-void kk_tile_f16_avx2(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+void kern_tile_f16_avx2(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                       int64_t ldy) {
     tile_f16(n, w, wrow, nr, a, arow, nt, y, ldy);
 }

@@ -1,5 +1,5 @@
 /*
- * matmul_f16.h — the body of the F16 block kernel (kk_tile_fn in matmul.h),
+ * matmul_f16.h — the body of the F16 block kernel (kern_tile_fn in matmul.h),
  * written once against a small width layer and included by matmul_avx2.c
  * (8 lanes) and matmul_avx512.c (16 lanes), which define before including:
  *     LANES              floats per vector

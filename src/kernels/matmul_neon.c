@@ -1,5 +1,5 @@
 /*
- * matmul_neon.c — the NEON F16 block kernel for F16 weights (kk_tile_fn in
+ * matmul_neon.c — the NEON F16 block kernel for F16 weights (kern_tile_fn in
  * matmul.h) of both aarch64 levels: rows x tokens of products in the lane
  * order of their F16 vec_dot, 8 lanes (quant_dot_f16_lanes(.., 8) is the
  * scalar twin):
@@ -43,7 +43,7 @@ static inline void vprefetch(const char *p) { __builtin_prefetch(p, 0, 3); }
 
 #include "kernels/matmul_f16.h"
 
-void kk_tile_f16_neon(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
+void kern_tile_f16_neon(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                       int64_t ldy) {
     tile_f16(n, w, wrow, nr, a, arow, nt, y, ldy);
 }

@@ -1,7 +1,7 @@
 /*
  * neon.h — the small NEON helpers the kernels folder's *_neon.c files share
  * (internal to src/kernels, aarch64 only): halves to floats and back, the
- * 8-lane sums the x86 twins' orders ask for, and e^x by kk_exp_attn's
+ * 8-lane sums the x86 twins' orders ask for, and e^x by kern_exp_attn's
  * steps lane by lane.  Every function here gives the bits of its scalar
  * counterpart.
  */
@@ -35,7 +35,7 @@ static inline float kn_fold_cross(float32x4_t lo, float32x4_t hi) {
     return vget_lane_f32(s, 0) + vget_lane_f32(s, 1);
 }
 
-/* kk_exp_attn on 4 lanes, bit for bit: x clamped to [-87.3, 88.7],
+/* kern_exp_attn on 4 lanes, bit for bit: x clamped to [-87.3, 88.7],
  * x = k ln2 + r (ln2 in two parts), a degree-6 polynomial in r, times 2^k
  * in two halves. */
 static inline float32x4_t kn_exp4(float32x4_t x) {

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-void kk_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     double ss = 0.0;
     for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
     float scale = (float)(1.0 / sqrt(ss / n + eps));
@@ -17,7 +17,7 @@ void kk_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     }
 }
 
-void kk_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps) {
+void kern_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps) {
     double mean = 0.0, var = 0.0;
     for (int i = 0; i < n; i++) mean += x[i];
     mean /= n;
@@ -35,7 +35,7 @@ void kk_layernorm(float *out, const float *x, const float *w, const float *b, in
     }
 }
 
-void kk_softmax(float *x, int n) {
+void kern_softmax(float *x, int n) {
     float mx = -INFINITY;
     for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
     double sum = 0.0;
@@ -47,11 +47,11 @@ void kk_softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-void kk_swiglu(float *g, const float *u, int n) {
+void kern_swiglu(float *g, const float *u, int n) {
     for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-void kk_swiglu_oai(float *g, const float *u, int n, float alpha, float limit) {
+void kern_swiglu_oai(float *g, const float *u, int n, float alpha, float limit) {
     for (int i = 0; i < n; i++) {
         const float x = g[i] < limit ? g[i] : limit;
         const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
@@ -59,7 +59,7 @@ void kk_swiglu_oai(float *g, const float *u, int n, float alpha, float limit) {
     }
 }
 
-void kk_gelu(float *x, int n) {
+void kern_gelu(float *x, int n) {
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
     for (int i = 0; i < n; i++) {
         float v = x[i];
@@ -67,23 +67,23 @@ void kk_gelu(float *x, int n) {
     }
 }
 
-void kk_gelu_erf(float *x, int n) {
+void kern_gelu_erf(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] = (float)(0.5 * x[i] * (1.0 + erf(x[i] * 0.70710678118654752440)));
 }
 
-void kk_add(float *y, const float *x, int n) {
+void kern_add(float *y, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += x[i];
 }
 
-void kk_add_rows(float *y, const float *b, int n_rows, int n) {
-    for (int r = 0; r < n_rows; r++) kk_add(y + (long)r * n, b, n);
+void kern_add_rows(float *y, const float *b, int n_rows, int n) {
+    for (int r = 0; r < n_rows; r++) kern_add(y + (long)r * n, b, n);
 }
 
-void kk_scale_f32(float *x, float s, int n) {
+void kern_scale_f32(float *x, float s, int n) {
     for (int i = 0; i < n; i++) x[i] *= s;
 }
 
-float kk_attn_temp(int pos, float scale, float offset, float floor_scale) {
+float kern_attn_temp(int pos, float scale, float offset, float floor_scale) {
     return (float)(log(floor(((double)pos + offset) / floor_scale) + 1.0) * scale + 1.0);
 }
 
@@ -93,11 +93,11 @@ static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) 
     return n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) / (2.0f * logf(base));
 }
 
-/* Which of the four positions angle i of an M-RoPE table takes (kk_rope). */
-static int rope_section(const kk_rope *r, int i) {
+/* Which of the four positions angle i of an M-RoPE table takes (kern_rope). */
+static int rope_section(const kern_rope *r, int i) {
     const int *s = r->sections;
     const int k = i % (s[0] + s[1] + s[2] + s[3]);
-    if (r->mrope == KK_IMROPE) {
+    if (r->mrope == KERN_IMROPE) {
         if (k % 3 == 1 && k < 3 * s[1]) return 1;
         if (k % 3 == 2 && k < 3 * s[2]) return 2;
         if (k % 3 == 0 && k < 3 * s[0]) return 0;
@@ -111,7 +111,7 @@ static int rope_section(const kk_rope *r, int i) {
 /* The table for positions p[4]; one position (p[0]) unless r->mrope.  Each
  * position's angle advances by theta_scale per pair in float, as ggml
  * does, so equal positions give equal angles whatever their section. */
-static void rope_table(const kk_rope *r, const int32_t *p, float *cs) {
+static void rope_table(const kern_rope *r, const int32_t *p, float *cs) {
     const int half = r->n_rot / 2;
     float lo = 0, hi = 0;
     float mscale = r->attn_factor;
@@ -142,16 +142,16 @@ static void rope_table(const kk_rope *r, const int32_t *p, float *cs) {
     }
 }
 
-void kk_rope_table(const kk_rope *r, int pos, float *cs) {
+void kern_rope_table(const kern_rope *r, int pos, float *cs) {
     const int32_t p[4] = {pos, pos, pos, pos};
-    kk_rope one = *r;
+    kern_rope one = *r;
     one.mrope = 0;
     rope_table(&one, p, cs);
 }
 
-void kk_rope_table_m(const kk_rope *r, const int32_t pos[4], float *cs) { rope_table(r, pos, cs); }
+void kern_rope_table_m(const kern_rope *r, const int32_t pos[4], float *cs) { rope_table(r, pos, cs); }
 
-void kk_rope_apply(const kk_rope *r, const float *cs, float *x, int n_heads, int head_dim) {
+void kern_rope_apply(const kern_rope *r, const float *cs, float *x, int n_heads, int head_dim) {
     const int half = r->n_rot / 2;
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (long)h * head_dim;
@@ -166,13 +166,13 @@ void kk_rope_apply(const kk_rope *r, const float *cs, float *x, int n_heads, int
     }
 }
 
-float kk_dot_f32(const float *a, const float *b, int n) {
+float kern_dot_f32(const float *a, const float *b, int n) {
     float s = 0.0f;
     for (int i = 0; i < n; i++) s += a[i] * b[i];
     return s;
 }
 
-float kk_dot_f16(const uint16_t *a, const float *b, int n) {
+float kern_dot_f16(const uint16_t *a, const float *b, int n) {
     /* the first n & ~31 elements: 4 accumulators of 8 float lanes, element
      * i in accumulator (i / 8) % 4, lane i % 8, one fma each; then lanes
      * folded (a0 + a2) + (a1 + a3), halves added, and the 4 sums added
@@ -195,31 +195,31 @@ float kk_dot_f16(const uint16_t *a, const float *b, int n) {
     return (float)s;
 }
 
-void kk_scale_axpy_f32(float *y, float scale, float w, const float *x, int n) {
+void kern_scale_axpy_f32(float *y, float scale, float w, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] = y[i] * scale + w * x[i];
 }
 
-void kk_scale_axpy_f16(float *y, float scale, float w, const uint16_t *x, int n) {
+void kern_scale_axpy_f16(float *y, float scale, float w, const uint16_t *x, int n) {
     for (int i = 0; i < n; i++) y[i] = y[i] * scale + w * quant_f16_to_f32(x[i]);
 }
 
-void kk_f32_to_f16_row(const float *x, uint16_t *y, int n) {
+void kern_f32_to_f16_row(const float *x, uint16_t *y, int n) {
     for (int i = 0; i < n; i++) y[i] = quant_f32_to_f16(x[i]);
 }
 
-void kk_scale_f16(uint16_t *y, float s, int n) {
+void kern_scale_f16(uint16_t *y, float s, int n) {
     for (int i = 0; i < n; i++) y[i] = quant_f32_to_f16(quant_f16_to_f32(y[i]) * s);
 }
 
-void kk_mad_f16(uint16_t *y, const uint16_t *x, float w, int n) {
+void kern_mad_f16(uint16_t *y, const uint16_t *x, float w, int n) {
     for (int i = 0; i < n; i++) y[i] = quant_f32_to_f16(fmaf(quant_f16_to_f32(x[i]), w, quant_f16_to_f32(y[i])));
 }
 
-void kk_round_f16_row(const float *x, float *y, int n) {
+void kern_round_f16_row(const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] = quant_f16_to_f32(quant_f32_to_f16(x[i]));
 }
 
-float kk_exp_attn(float x) {
+float kern_exp_attn(float x) {
     /* the steps of ops_avx2.c's exp8, one lane: x = k ln2 + r (ln2 in two
      * parts), a degree-6 polynomial in r, 2^k in two halves */
     x = x < -87.3f ? -87.3f : x > 88.7f ? 88.7f : x;
@@ -241,7 +241,7 @@ float kk_exp_attn(float x) {
     return p * e1 * e2;
 }
 
-float kk_attn_inv(float S, float M, const float *sink) {
+float kern_attn_inv(float S, float M, const float *sink) {
     if (!sink) return 1.0f / S;
     const float z = *sink;
     if (z > M) {
@@ -255,33 +255,33 @@ float kk_attn_inv(float S, float M, const float *sink) {
 static float softmax_weights_ref(const float *sc, float *w, int n, float M) {
     float S = 0.0f;
     for (int t = 0; t < n; t++) {
-        w[t] = kk_exp_attn(sc[t] - M);
+        w[t] = kern_exp_attn(sc[t] - M);
         S += w[t];
     }
     return S;
 }
 
 /* acc_f32 = 1: scores, maximum, weights, float accumulator (ops.h). */
-static void attn_f32acc_one(const kk_attn_f16 *a) {
+static void attn_f32acc_one(const kern_attn_f16 *a) {
     const int hd = a->hd, n = a->n_pos;
     float *qr = a->scratch, *acc = qr + hd, *sc = qr + 2 * hd, *w = sc + n;
-    kk_round_f16_row(a->q, qr, hd);
+    kern_round_f16_row(a->q, qr, hd);
     float M = -INFINITY;
     for (int t = 0; t < n; t++) {
-        sc[t] = kk_dot_f16(a->k + kk_attn_row(a, t), qr, hd) * a->scale;
+        sc[t] = kern_dot_f16(a->k + kern_attn_row(a, t), qr, hd) * a->scale;
         M = sc[t] > M ? sc[t] : M;
     }
     const float S = softmax_weights_ref(sc, w, n, M);
     memset(acc, 0, (size_t)hd * sizeof *acc);
     for (int t = 0; t < n; t++) {
-        const uint16_t *vr = a->v + kk_attn_row(a, t);
+        const uint16_t *vr = a->v + kern_attn_row(a, t);
         for (int d = 0; d < hd; d++) acc[d] = fmaf(quant_f16_to_f32(vr[d]), w[t], acc[d]);
     }
-    const float inv = kk_attn_inv(S, M, a->sink);
+    const float inv = kern_attn_inv(S, M, a->sink);
     for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
 }
 
-static void attn_f16_one(const kk_attn_f16 *a) {
+static void attn_f16_one(const kern_attn_f16 *a) {
     if (a->acc_f32) {
         attn_f32acc_one(a);
         return;
@@ -289,46 +289,46 @@ static void attn_f16_one(const kk_attn_f16 *a) {
     const int hd = a->hd;
     float *qr = a->scratch;
     uint16_t *acc = (uint16_t *)(qr + hd);
-    kk_round_f16_row(a->q, qr, hd);
+    kern_round_f16_row(a->q, qr, hd);
     memset(acc, 0, (size_t)hd * sizeof *acc);
     float M = -INFINITY, S = 0.0f;
     for (int t = 0; t < a->n_pos; t++) {
-        const size_t row = kk_attn_row(a, t);
-        const float sc = kk_dot_f16(a->k + row, qr, hd) * a->scale;
+        const size_t row = kern_attn_row(a, t);
+        const float sc = kern_dot_f16(a->k + row, qr, hd) * a->scale;
         float ms = 1.0f, vs = 1.0f;
         if (sc > M) {
             const float old = M;
             M = sc;
             ms = expf(old - M);
-            kk_scale_f16(acc, ms, hd);
+            kern_scale_f16(acc, ms, hd);
         } else {
             vs = expf(sc - M);
         }
-        kk_mad_f16(acc, a->v + row, vs, hd);
+        kern_mad_f16(acc, a->v + row, vs, hd);
         S = S * ms + vs;
     }
-    const float inv = kk_attn_inv(S, M, a->sink);
+    const float inv = kern_attn_inv(S, M, a->sink);
     for (int d = 0; d < hd; d++) a->out[d] = quant_f16_to_f32(acc[d]) * inv;
 }
 
 /* The queries one after the other, each with its own scratch. */
-static void attn_f16_ref(const kk_attn_f16 *a) {
+static void attn_f16_ref(const kern_attn_f16 *a) {
     for (int u = 0; u < a->nt; u++)
         for (int j = 0; j < a->nq; j++) {
-            const kk_attn_f16 one = kk_attn_f16_query(a, u, j);
+            const kern_attn_f16 one = kern_attn_f16_query(a, u, j);
             attn_f16_one(&one);
         }
 }
 
 /* One query against a Q8_0 cache, the loops of ops.h verbatim. */
-static void attn_q8_one(const kk_attn_q8 *a) {
+static void attn_q8_one(const kern_attn_q8 *a) {
     const int hd = a->hd, n = a->n_pos, nb = hd / 32;
     quant_block_q8_0 *qq = (quant_block_q8_0 *)a->scratch;
     float *acc = a->scratch + hd, *sc = a->scratch + 2 * hd, *w = sc + n;
     quant_get(QUANT_Q8_0)->from_f32(a->q, qq, hd);
     float M = -INFINITY;
     for (int t = 0; t < n; t++) {
-        const quant_block_q8_0 *kb = (const quant_block_q8_0 *)(a->k + kk_attn_q8_row(a, t));
+        const quant_block_q8_0 *kb = (const quant_block_q8_0 *)(a->k + kern_attn_q8_row(a, t));
         float s = 0.0f;
         for (int b = 0; b < nb; b++) {
             int32_t is = 0;
@@ -341,40 +341,40 @@ static void attn_q8_one(const kk_attn_q8 *a) {
     const float S = softmax_weights_ref(sc, w, n, M);
     memset(acc, 0, (size_t)hd * sizeof *acc);
     for (int t = 0; t < n; t++) {
-        const quant_block_q8_0 *vb = (const quant_block_q8_0 *)(a->v + kk_attn_q8_row(a, t));
+        const quant_block_q8_0 *vb = (const quant_block_q8_0 *)(a->v + kern_attn_q8_row(a, t));
         for (int b = 0; b < nb; b++) {
             const float dv = quant_f16_to_f32(vb[b].d);
             /* (float)q * dv is exact: 11 significant bits times 8 */
             for (int i = 0; i < 32; i++) acc[32 * b + i] = fmaf((float)vb[b].qs[i] * dv, w[t], acc[32 * b + i]);
         }
     }
-    const float inv = kk_attn_inv(S, M, a->sink);
+    const float inv = kern_attn_inv(S, M, a->sink);
     for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
 }
 
-static void attn_q8_ref(const kk_attn_q8 *a) {
+static void attn_q8_ref(const kern_attn_q8 *a) {
     for (int u = 0; u < a->nt; u++)
         for (int j = 0; j < a->nq; j++) {
-            const kk_attn_q8 one = kk_attn_q8_query(a, u, j);
+            const kern_attn_q8 one = kern_attn_q8_query(a, u, j);
             attn_q8_one(&one);
         }
 }
 
 static void rope_neox_ref(const float *cs, float *x, int n_heads, int head_dim, int n_rot) {
-    kk_rope r;
+    kern_rope r;
     memset(&r, 0, sizeof r);
     r.n_rot = n_rot;
     r.neox = 1;
-    kk_rope_apply(&r, cs, x, n_heads, head_dim);
+    kern_rope_apply(&r, cs, x, n_heads, head_dim);
 }
 
-const kk_ops kk_ops_scalar = {
+const kern_ops kern_ops_scalar = {
     .attn_f16 = attn_f16_ref,
     .attn_q8 = attn_q8_ref,
-    .f32_to_f16_row = kk_f32_to_f16_row,
-    .round_f16_row = kk_round_f16_row,
-    .rmsnorm = kk_rmsnorm,
-    .swiglu = kk_swiglu,
-    .add = kk_add,
+    .f32_to_f16_row = kern_f32_to_f16_row,
+    .round_f16_row = kern_round_f16_row,
+    .rmsnorm = kern_rmsnorm,
+    .swiglu = kern_swiglu,
+    .add = kern_add,
     .rope_neox = rope_neox_ref,
 };

@@ -2,7 +2,7 @@
  * ops_avx2.c — AVX2 + FMA + F16C twins of the ops.c kernels that the
  * forward pass spends time in (attention over an F16 cache, the norms and
  * the SwiGLU activation).  The scalar versions in ops.c stay the reference;
- * kk_ops_at() hands out one set or the other and test_kernels compares them.
+ * kern_ops_at() hands out one set or the other and test_kernels compares them.
  *
  * Numerics kept from the scalar kernels:
  *   attn_f16  scores by the F16 dot: 4 x 8 float lanes with fma over whole
@@ -10,9 +10,9 @@
  *             (the order ggml's AVX2 F16 dot uses, so a head size under 32
  *             is summed in double); F16 accumulator: rescales and updates
  *             are one float multiply / one fused multiply-add per element,
- *             rounded to F16 (nearest-even) after each, as kk_scale_f16 /
- *             kk_mad_f16 do; float accumulator: weights by exp8, which is
- *             kk_exp_attn lane by lane, one fma per element and position in
+ *             rounded to F16 (nearest-even) after each, as kern_scale_f16 /
+ *             kern_mad_f16 do; float accumulator: weights by exp8, which is
+ *             kern_exp_attn lane by lane, one fma per element and position in
  *             position order: bit for bit
  *   attn_q8   Q8_0 cache: exact int8 block dots (maddubs on |k| and the
  *             query with k's sign), each block's sum scaled into the score
@@ -110,7 +110,7 @@ static inline __attribute__((always_inline)) void dot2_f16_lanes(const uint16_t 
 }
 
 /* [s_0 .. s_7] with s_p = (h0 + h1) + (h2 + h3), h_l = x[p][l] + x[p][l + 4]:
- * kk_dot_f16's final fold of 8 rows.  The 128-bit swaps give h of two rows
+ * kern_dot_f16's final fold of 8 rows.  The 128-bit swaps give h of two rows
  * per register, the two hadds the pair sums and then s, in the lane order
  * 0 2 4 6 1 3 5 7 that the permute puts right. */
 static inline __m256 fold8(const __m256 x[8]) {
@@ -154,7 +154,7 @@ static inline __m256 rnd16(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v,
  * arithmetic: (1) every score, (2) the online maximum's sequence of
  * rescale factors ms and weights vs, (3) the accumulator, 64 elements at a
  * time held in 8 registers across all positions, rounded to F16 after each
- * rescale and each update exactly as kk_scale_f16 / kk_mad_f16 store it.  Pass 1
+ * rescale and each update exactly as kern_scale_f16 / kern_mad_f16 store it.  Pass 1
  * and 3 stream K and V once each without the scalar steps in between. */
 /* Pass 2: the online maximum's rescale factors ms and weights vs for
  * every position; returns the softmax sum, in the scalar loop's order. */
@@ -178,7 +178,7 @@ static float softmax_factors(const float *sc, float *msv, float *vsv, int n) {
 
 /* Pass 1 of one query: the query rounded to F16 into qr, every score into
  * sc; returns their maximum. */
-static float scores_one(const kk_attn_f16 *a, float *qr, float *sc) {
+static float scores_one(const kern_attn_f16 *a, float *qr, float *sc) {
     const int hd = a->hd, n = a->n_pos;
     round_f16_row(a->q, qr, hd);
     /* a block's rows are contiguous but blocks are not, and the cache comes
@@ -193,8 +193,8 @@ static float scores_one(const kk_attn_f16 *a, float *qr, float *sc) {
             __m256 x[8];
 #pragma GCC unroll 8
             for (int p = 0; p < 8; p++) {
-                if (t + p + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + p + PF_POS), row_bytes);
-                x[p] = dot_f16_lanes(a->k + kk_attn_row(a, t + p), qr, hd);
+                if (t + p + PF_POS < n) prefetch_row(a->k + kern_attn_row(a, t + p + PF_POS), row_bytes);
+                x[p] = dot_f16_lanes(a->k + kern_attn_row(a, t + p), qr, hd);
             }
             const __m256 s8 = _mm256_mul_ps(fold8(x), scale);
             _mm256_storeu_ps(sc + t, s8);
@@ -203,8 +203,8 @@ static float scores_one(const kk_attn_f16 *a, float *qr, float *sc) {
         M = max_lanes(m, M);
     }
     for (; t < n; t++) {
-        if (t + PF_POS < n) prefetch_row(a->k + kk_attn_row(a, t + PF_POS), row_bytes);
-        sc[t] = dot_f16_in(a->k + kk_attn_row(a, t), qr, hd) * a->scale;
+        if (t + PF_POS < n) prefetch_row(a->k + kern_attn_row(a, t + PF_POS), row_bytes);
+        sc[t] = dot_f16_in(a->k + kern_attn_row(a, t), qr, hd) * a->scale;
         M = sc[t] > M ? sc[t] : M;
     }
     return M;
@@ -219,12 +219,12 @@ static float scores_one(const kk_attn_f16 *a, float *qr, float *sc) {
  * stream evicts them between layers): the first rows are fetched before the
  * queries are rounded, and the score loop fetches the V rows too, so pass 3
  * finds them cached. */
-static inline __attribute__((always_inline)) void scores_pair_hd(const kk_attn_f16 *a, float *qr0, float *qr1,
+static inline __attribute__((always_inline)) void scores_pair_hd(const kern_attn_f16 *a, float *qr0, float *qr1,
                                                                  float *sc0, float *sc1, float m[2], const int HD) {
     const int n = a->n_pos;
     for (int t = 0; t < PF_POS && t < n; t++) {
-        prefetch_row(a->k + kk_attn_row(a, t), HD * sizeof(uint16_t));
-        prefetch_row(a->v + kk_attn_row(a, t), HD * sizeof(uint16_t));
+        prefetch_row(a->k + kern_attn_row(a, t), HD * sizeof(uint16_t));
+        prefetch_row(a->v + kern_attn_row(a, t), HD * sizeof(uint16_t));
     }
     round_f16_row(a->q, qr0, HD);
     round_f16_row(a->q + HD, qr1, HD);
@@ -242,15 +242,15 @@ static inline __attribute__((always_inline)) void scores_pair_hd(const kk_attn_f
     for (; t + 8 <= n; t += 8) {
         __m256 x0[8], x1[8];
         const int pf = t + PF_POS < n;
-        const size_t r0 = kk_attn_row(a, t), rp = pf ? kk_attn_row(a, t + PF_POS) : 0;
+        const size_t r0 = kern_attn_row(a, t), rp = pf ? kern_attn_row(a, t + PF_POS) : 0;
 #pragma GCC unroll 8
         for (int p = 0; p < 8; p++) {
             if (pf && t + p + PF_POS < n) {
-                const size_t r = contig ? rp + (size_t)p * rs : kk_attn_row(a, t + p + PF_POS);
+                const size_t r = contig ? rp + (size_t)p * rs : kern_attn_row(a, t + p + PF_POS);
                 prefetch_row(a->k + r, HD * sizeof(uint16_t));
                 prefetch_row(a->v + r, HD * sizeof(uint16_t));
             }
-            const size_t r = contig ? r0 + (size_t)p * rs : kk_attn_row(a, t + p);
+            const size_t r = contig ? r0 + (size_t)p * rs : kern_attn_row(a, t + p);
             dot2_f16_lanes(a->k + r, qr0, qr1, HD, &x0[p], &x1[p]);
         }
         const __m256 s0 = _mm256_mul_ps(fold8(x0), scale), s1 = _mm256_mul_ps(fold8(x1), scale);
@@ -262,7 +262,7 @@ static inline __attribute__((always_inline)) void scores_pair_hd(const kk_attn_f
     float M0 = max_lanes(m0, -INFINITY), M1 = max_lanes(m1, -INFINITY);
     for (; t < n; t++) {
         __m256 x0, x1;
-        dot2_f16_lanes(a->k + kk_attn_row(a, t), qr0, qr1, HD, &x0, &x1);
+        dot2_f16_lanes(a->k + kern_attn_row(a, t), qr0, qr1, HD, &x0, &x1);
         sc0[t] = fold1(x0) * a->scale;
         sc1[t] = fold1(x1) * a->scale;
         M0 = sc0[t] > M0 ? sc0[t] : M0;
@@ -271,13 +271,13 @@ static inline __attribute__((always_inline)) void scores_pair_hd(const kk_attn_f
     m[0] = M0;
     m[1] = M1;
 }
-static void scores_pair128(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0, float *sc1, float m[2]) {
+static void scores_pair128(const kern_attn_f16 *a, float *qr0, float *qr1, float *sc0, float *sc1, float m[2]) {
     scores_pair_hd(a, qr0, qr1, sc0, sc1, m, 128);
 }
-static void scores_pair64(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0, float *sc1, float m[2]) {
+static void scores_pair64(const kern_attn_f16 *a, float *qr0, float *qr1, float *sc0, float *sc1, float m[2]) {
     scores_pair_hd(a, qr0, qr1, sc0, sc1, m, 64);
 }
-static inline void scores_pair(const kk_attn_f16 *a, float *qr0, float *qr1, float *sc0, float *sc1, float m[2]) {
+static inline void scores_pair(const kern_attn_f16 *a, float *qr0, float *qr1, float *sc0, float *sc1, float m[2]) {
     if (a->hd == 128)
         scores_pair128(a, qr0, qr1, sc0, sc1, m);
     else
@@ -287,10 +287,10 @@ static inline void scores_pair(const kk_attn_f16 *a, float *qr0, float *qr1, flo
 /* Pass 3 of one query, the whole head: acc += w_t * v_t in position order,
  * then out = acc * inv_s.  f16 (a constant): the F16 scheme's accumulator,
  * rescaled by ms_t where that is not 1 and rounded to F16 after every
- * rescale and update, as kk_scale_f16 / kk_mad_f16 store it; otherwise a
+ * rescale and update, as kern_scale_f16 / kern_mad_f16 store it; otherwise a
  * float accumulator, one fma per element and position (ms unused).  64
  * elements at a time are held in 8 registers across all positions. */
-static inline __attribute__((always_inline)) void values_one(const kk_attn_f16 *a, const float *ms, const float *w,
+static inline __attribute__((always_inline)) void values_one(const kern_attn_f16 *a, const float *ms, const float *w,
                                                              float inv_s, const int f16) {
     const int hd = a->hd, n = a->n_pos;
     const __m256 inv = _mm256_set1_ps(inv_s);
@@ -300,8 +300,8 @@ static inline __attribute__((always_inline)) void values_one(const kk_attn_f16 *
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
-            const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
-            if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
+            const uint16_t *vr = a->v + kern_attn_row(a, t) + d0;
+            if (t + PF_POS < n) prefetch_row(a->v + kern_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
             if (f16 && ms[t] != 1.0f) {
                 const __m256 m = _mm256_set1_ps(ms[t]);
 #pragma GCC unroll 8
@@ -321,7 +321,7 @@ static inline __attribute__((always_inline)) void values_one(const kk_attn_f16 *
         __m256 acc = _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
             if (f16 && ms[t] != 1.0f) acc = rnd16(_mm256_mul_ps(acc, _mm256_set1_ps(ms[t])));
-            const __m256 x = _mm256_fmadd_ps(load_h8(a->v + kk_attn_row(a, t) + d0), _mm256_set1_ps(w[t]), acc);
+            const __m256 x = _mm256_fmadd_ps(load_h8(a->v + kern_attn_row(a, t) + d0), _mm256_set1_ps(w[t]), acc);
             acc = f16 ? rnd16(x) : x;
         }
         _mm256_storeu_ps(a->out + d0, _mm256_mul_ps(acc, inv));
@@ -330,23 +330,23 @@ static inline __attribute__((always_inline)) void values_one(const kk_attn_f16 *
         float acc = 0.0f;
         for (int t = 0; t < n; t++) {
             if (f16 && ms[t] != 1.0f) acc = h2f(f2h(acc * ms[t]));
-            const float x = fmaf(h2f(a->v[kk_attn_row(a, t) + (size_t)d0]), w[t], acc);
+            const float x = fmaf(h2f(a->v[kern_attn_row(a, t) + (size_t)d0]), w[t], acc);
             acc = f16 ? h2f(f2h(x)) : x;
         }
         a->out[d0] = acc * inv_s;
     }
 }
 
-static void attn_one(const kk_attn_f16 *a) {
+static void attn_one(const kern_attn_f16 *a) {
     const int hd = a->hd, n = a->n_pos;
     float *qr = a->scratch, *sc = qr + 2 * hd, *msv = sc + n, *vsv = msv + n;
     const float M = scores_one(a, qr, sc);
-    values_one(a, msv, vsv, kk_attn_inv(softmax_factors(sc, msv, vsv, n), M, a->sink), 1);
+    values_one(a, msv, vsv, kern_attn_inv(softmax_factors(sc, msv, vsv, n), M, a->sink), 1);
 }
 
 /* Pass 3 of a head pair in the F16 scheme: values_one for both heads, 16
  * registers of chains over each V row, converted once for both. */
-static inline __attribute__((always_inline)) void values_pair_hd(const kk_attn_f16 *a, const float *const ms[2],
+static inline __attribute__((always_inline)) void values_pair_hd(const kern_attn_f16 *a, const float *const ms[2],
                                                                  const float *const w[2], const float inv_s[2],
                                                                  const int HD) {
     const int n = a->n_pos;
@@ -356,8 +356,8 @@ static inline __attribute__((always_inline)) void values_pair_hd(const kk_attn_f
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) x0[r] = x1[r] = _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
-            const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
-            if (t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
+            const uint16_t *vr = a->v + kern_attn_row(a, t) + d0;
+            if (t + PF_POS < n) prefetch_row(a->v + kern_attn_row(a, t + PF_POS) + d0, 64 * sizeof(uint16_t));
             if (ms[0][t] != 1.0f) {
 #pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) x0[r] = rnd16(_mm256_mul_ps(x0[r], _mm256_set1_ps(ms[0][t])));
@@ -382,11 +382,11 @@ static inline __attribute__((always_inline)) void values_pair_hd(const kk_attn_f
     }
 }
 
-static void values_pair128(const kk_attn_f16 *a, const float *const ms[2], const float *const w[2],
+static void values_pair128(const kern_attn_f16 *a, const float *const ms[2], const float *const w[2],
                            const float inv_s[2]) {
     values_pair_hd(a, ms, w, inv_s, 128);
 }
-static void values_pair64(const kk_attn_f16 *a, const float *const ms[2], const float *const w[2],
+static void values_pair64(const kern_attn_f16 *a, const float *const ms[2], const float *const w[2],
                           const float inv_s[2]) {
     values_pair_hd(a, ms, w, inv_s, 64);
 }
@@ -395,17 +395,17 @@ static void values_pair64(const kk_attn_f16 *a, const float *const ms[2], const 
  * for both scores while in L1, and pass 3 runs both accumulators (16
  * registers of chains) over each V row, which hides the fma + rounding
  * latency that bounds one head.  Per head the arithmetic is attn_one's. */
-static void attn_pair(const kk_attn_f16 *a) {
+static void attn_pair(const kern_attn_f16 *a) {
     const int HD = a->hd;
     const int n = a->n_pos;
-    const size_t per = kk_attn_scratch(1, 1, HD, n);
+    const size_t per = kern_attn_scratch(1, 1, HD, n);
     float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *ms0 = sc0 + n, *vs0 = ms0 + n;
     float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *ms1 = sc1 + n, *vs1 = ms1 + n;
     float m[2];
     scores_pair(a, qr0, qr1, sc0, sc1, m);
     const float *z1 = a->sink ? a->sink + 1 : NULL;
-    const float inv_s[2] = {kk_attn_inv(softmax_factors(sc0, ms0, vs0, n), m[0], a->sink),
-                            kk_attn_inv(softmax_factors(sc1, ms1, vs1, n), m[1], z1)};
+    const float inv_s[2] = {kern_attn_inv(softmax_factors(sc0, ms0, vs0, n), m[0], a->sink),
+                            kern_attn_inv(softmax_factors(sc1, ms1, vs1, n), m[1], z1)};
     const float *const ms[2] = {ms0, ms1}, *const w[2] = {vs0, vs1};
     if (HD == 128)
         values_pair128(a, ms, w, inv_s);
@@ -415,13 +415,13 @@ static void attn_pair(const kk_attn_f16 *a) {
 
 /* acc_f32 = 1 (ops.h): the same three passes with a float accumulator:
  * (1) every score and their maximum, (2) the weights e^(s - M), eight at a
- * time through exp8 (kk_exp_attn lane by lane), and their sum in position
+ * time through exp8 (kern_exp_attn lane by lane), and their sum in position
  * order, (3) one fma per accumulator element and position, no rounding. */
 static void exp_weights(const float *sc, float *w, int n, float M) {
     const __m256 m = _mm256_set1_ps(M);
     int t = 0;
     for (; t + 8 <= n; t += 8) _mm256_storeu_ps(w + t, exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), m)));
-    for (; t < n; t++) w[t] = kk_exp_attn(sc[t] - M);
+    for (; t < n; t++) w[t] = kern_exp_attn(sc[t] - M);
 }
 
 static float softmax_weights(const float *sc, float *w, int n, float M) {
@@ -431,11 +431,11 @@ static float softmax_weights(const float *sc, float *w, int n, float M) {
     return S;
 }
 
-static void attn_one_f32acc(const kk_attn_f16 *a) {
+static void attn_one_f32acc(const kern_attn_f16 *a) {
     const int hd = a->hd, n = a->n_pos;
     float *qr = a->scratch, *sc = qr + 2 * hd, *w = sc + n;
     const float M = scores_one(a, qr, sc);
-    values_one(a, NULL, w, kk_attn_inv(softmax_weights(sc, w, n, M), M, a->sink), 0);
+    values_one(a, NULL, w, kern_attn_inv(softmax_weights(sc, w, n, M), M, a->sink), 0);
 }
 
 /* Pass 3 of a head pair, float accumulator: the span in blocks of VB_POS
@@ -447,7 +447,7 @@ static void attn_one_f32acc(const kk_attn_f16 *a) {
  * twice, two of its four lines each time; a whole one-stream decode step at
  * 1024 to 4096 positions is 4 to 7 % faster this way. */
 enum { VB_POS = 16 };
-static inline __attribute__((always_inline)) void values_pair_f32_hd(const kk_attn_f16 *a, const float *w0,
+static inline __attribute__((always_inline)) void values_pair_f32_hd(const kern_attn_f16 *a, const float *w0,
                                                                      const float *w1, const float inv_s[2],
                                                                      const int HD) {
     const int n = a->n_pos;
@@ -462,8 +462,8 @@ static inline __attribute__((always_inline)) void values_pair_f32_hd(const kk_at
                 x1[r] = _mm256_load_ps(&acc[1][d0 + 8 * r]);
             }
             for (int t = t0; t < t1; t++) {
-                const uint16_t *vr = a->v + kk_attn_row(a, t) + d0;
-                if (d0 == 0 && t + PF_POS < n) prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+                const uint16_t *vr = a->v + kern_attn_row(a, t) + d0;
+                if (d0 == 0 && t + PF_POS < n) prefetch_row(a->v + kern_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
                 const __m256 wa = _mm256_set1_ps(w0[t]), wb = _mm256_set1_ps(w1[t]);
 #pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) {
@@ -485,25 +485,25 @@ static inline __attribute__((always_inline)) void values_pair_f32_hd(const kk_at
         _mm256_storeu_ps(a->out + HD + d, _mm256_mul_ps(_mm256_load_ps(&acc[1][d]), inv1));
     }
 }
-static void values_pair_f32_128(const kk_attn_f16 *a, const float *w0, const float *w1, const float inv_s[2]) {
+static void values_pair_f32_128(const kern_attn_f16 *a, const float *w0, const float *w1, const float inv_s[2]) {
     values_pair_f32_hd(a, w0, w1, inv_s, 128);
 }
-static void values_pair_f32_64(const kk_attn_f16 *a, const float *w0, const float *w1, const float inv_s[2]) {
+static void values_pair_f32_64(const kern_attn_f16 *a, const float *w0, const float *w1, const float inv_s[2]) {
     values_pair_f32_hd(a, w0, w1, inv_s, 64);
 }
 
 /* attn_pair with the float accumulator. */
-static void attn_pair_f32acc(const kk_attn_f16 *a) {
+static void attn_pair_f32acc(const kern_attn_f16 *a) {
     const int HD = a->hd;
     const int n = a->n_pos;
-    const size_t per = kk_attn_scratch(1, 1, HD, n);
+    const size_t per = kern_attn_scratch(1, 1, HD, n);
     float *qr0 = a->scratch, *sc0 = qr0 + 2 * HD, *w0 = sc0 + n;
     float *qr1 = qr0 + per, *sc1 = qr1 + 2 * HD, *w1 = sc1 + n;
     float m[2];
     scores_pair(a, qr0, qr1, sc0, sc1, m);
     const float *z1 = a->sink ? a->sink + 1 : NULL;
-    const float inv_s[2] = {kk_attn_inv(softmax_weights(sc0, w0, n, m[0]), m[0], a->sink),
-                            kk_attn_inv(softmax_weights(sc1, w1, n, m[1]), m[1], z1)};
+    const float inv_s[2] = {kern_attn_inv(softmax_weights(sc0, w0, n, m[0]), m[0], a->sink),
+                            kern_attn_inv(softmax_weights(sc1, w1, n, m[1]), m[1], z1)};
     if (HD == 128)
         values_pair_f32_128(a, w0, w1, inv_s);
     else
@@ -515,7 +515,7 @@ static void attn_pair_f32acc(const kk_attn_f16 *a) {
  * for all of them.
  *   pass 1: K rows are converted 8 at a time into a float block (L1).  The
  *     queries, two at a time (chains8), score the 8 rows together: for each
- *     8-lane accumulator j of kk_dot_f16's order (elements 32 s + 8 j + lane)
+ *     8-lane accumulator j of kern_dot_f16's order (elements 32 s + 8 j + lane)
  *     the fma chain over s,
  *     the four folded (a0 + a2) + (a1 + a3), then the lanes of the 8 rows
  *     folded by one transpose (fold8): the same additions in the same order.
@@ -526,7 +526,7 @@ static void attn_pair_f32acc(const kk_attn_f16 *a) {
  *     them, in position order. */
 enum { ATT_HD = 128 /* the largest HD */, ATT_KB = 8, ATT_VB = 64, ATT_QMAX = 8 };
 
-/* The lanes of chain j of kk_dot_f16 (elements 32 s + 8 j + lane, fma over
+/* The lanes of chain j of kern_dot_f16 (elements 32 s + 8 j + lane, fma over
  * s from zero) for NQ (1 or 2) F16-rounded queries qr[i][HD] and the 8
  * converted rows kb[8][HD], into part[i][j][p]: the queries' HD / 32
  * registers stay while two rows at a time meet both queries, so each row
@@ -574,7 +574,7 @@ static inline __m256 score8(float part[4][8][8]) {
 }
 
 /* Pass 1: sc[i][t] for every query i and t < n (the last token's span). */
-static inline __attribute__((always_inline)) void tile_scores_hd(const kk_attn_f16 *a, int Q, float *const *qr,
+static inline __attribute__((always_inline)) void tile_scores_hd(const kern_attn_f16 *a, int Q, float *const *qr,
                                                                  float *const *sc, int n, const int HD) {
     float kb[ATT_KB * ATT_HD] __attribute__((aligned(32))); /* 8 rows of HD */
     const __m256 scale = _mm256_set1_ps(a->scale);
@@ -588,10 +588,10 @@ static inline __attribute__((always_inline)) void tile_scores_hd(const kk_attn_f
                 continue;
             }
             if (t + PF_POS < n) { /* V too: after a layer's weights it comes from DRAM */
-                prefetch_row(a->k + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
-                prefetch_row(a->v + kk_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+                prefetch_row(a->k + kern_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
+                prefetch_row(a->v + kern_attn_row(a, t + PF_POS), HD * sizeof(uint16_t));
             }
-            const uint16_t *r = a->k + kk_attn_row(a, t);
+            const uint16_t *r = a->k + kern_attn_row(a, t);
 #pragma GCC unroll 16
             for (int c = 0; c < HD; c += 8) _mm256_store_ps(d + c, load_h8(r + c));
         }
@@ -616,7 +616,7 @@ static inline __attribute__((always_inline)) void tile_scores_hd(const kk_attn_f
     }
 }
 
-static void tile_scores(const kk_attn_f16 *a, int Q, float *const *qr, float *const *sc, int n) {
+static void tile_scores(const kern_attn_f16 *a, int Q, float *const *qr, float *const *sc, int n) {
     if (a->hd == 128)
         tile_scores_hd(a, Q, qr, sc, n, 128);
     else
@@ -641,13 +641,13 @@ static float max_score(const float *sc, int n) {
  * once.  No prefetch here: tile_scores already fetched the V rows (one
  * here, dead code until prefetch_row was always inlined, made a prompt of
  * 512 after 2048 tokens 4 to 7 % slower once it ran). */
-static inline __attribute__((always_inline)) void tile_values(const kk_attn_f16 *a, const int Q, float *const *w,
+static inline __attribute__((always_inline)) void tile_values(const kern_attn_f16 *a, const int Q, float *const *w,
                                                               float *const *acc, int t0, int t1, const int HD) {
     const int CW = Q <= 2 ? 4 : Q <= 4 ? 2 : 1;
     const uint16_t *rows[ATT_VB];
     for (int tb = t0; tb < t1; tb += ATT_VB) {
         const int te = t1 - tb < ATT_VB ? t1 : tb + ATT_VB;
-        for (int t = tb; t < te; t++) rows[t - tb] = a->v + kk_attn_row(a, t);
+        for (int t = tb; t < te; t++) rows[t - tb] = a->v + kern_attn_row(a, t);
         for (int d = 0; d < HD; d += 8 * CW) {
             __m256 x[ATT_QMAX][4];
 #pragma GCC unroll 8
@@ -674,7 +674,7 @@ static inline __attribute__((always_inline)) void tile_values(const kk_attn_f16 
     }
 }
 
-static inline __attribute__((always_inline)) void tile_values_qhd(const kk_attn_f16 *a, int Q, float *const *w,
+static inline __attribute__((always_inline)) void tile_values_qhd(const kern_attn_f16 *a, int Q, float *const *w,
                                                                   float *const *acc, int t0, int t1, const int HD) {
     switch (Q) {
     case 1: tile_values(a, 1, w, acc, t0, t1, HD); break;
@@ -687,32 +687,32 @@ static inline __attribute__((always_inline)) void tile_values_qhd(const kk_attn_
     default: tile_values(a, 8, w, acc, t0, t1, HD); break;
     }
 }
-static void tile_values_q128(const kk_attn_f16 *a, int Q, float *const *w, float *const *acc, int t0, int t1) {
+static void tile_values_q128(const kern_attn_f16 *a, int Q, float *const *w, float *const *acc, int t0, int t1) {
     tile_values_qhd(a, Q, w, acc, t0, t1, 128);
 }
-static void tile_values_q64(const kk_attn_f16 *a, int Q, float *const *w, float *const *acc, int t0, int t1) {
+static void tile_values_q64(const kern_attn_f16 *a, int Q, float *const *w, float *const *acc, int t0, int t1) {
     tile_values_qhd(a, Q, w, acc, t0, t1, 64);
 }
-static void tile_values_q(const kk_attn_f16 *a, int Q, float *const *w, float *const *acc, int t0, int t1) {
+static void tile_values_q(const kern_attn_f16 *a, int Q, float *const *w, float *const *acc, int t0, int t1) {
     if (a->hd == 128)
         tile_values_q128(a, Q, w, acc, t0, t1);
     else
         tile_values_q64(a, Q, w, acc, t0, t1);
 }
 
-/* Query i is head i % nq of token i / nq (kk_attn_f16_query); its scratch
+/* Query i is head i % nq of token i / nq (kern_attn_f16_query); its scratch
  * holds the rounded query, the accumulator, scores and weights. */
-static void attn_tile_f32acc(const kk_attn_f16 *a) {
+static void attn_tile_f32acc(const kern_attn_f16 *a) {
     const int HD = a->hd;
     const int Q = a->nq * a->nt, n_last = a->n_pos + a->nt - 1;
-    kk_attn_f16 one[ATT_QMAX]; /* each query's own pointers and span */
+    kern_attn_f16 one[ATT_QMAX]; /* each query's own pointers and span */
     float *qr[ATT_QMAX] = {0}, *acc[ATT_QMAX] = {0}, *sc[ATT_QMAX] = {0}, *w[ATT_QMAX] = {0}, inv[ATT_QMAX];
     for (int t = 0; t < PF_POS && t < n_last; t++) {
-        prefetch_row(a->k + kk_attn_row(a, t), HD * sizeof(uint16_t));
-        prefetch_row(a->v + kk_attn_row(a, t), HD * sizeof(uint16_t));
+        prefetch_row(a->k + kern_attn_row(a, t), HD * sizeof(uint16_t));
+        prefetch_row(a->v + kern_attn_row(a, t), HD * sizeof(uint16_t));
     }
     for (int i = 0; i < Q; i++) {
-        one[i] = kk_attn_f16_query(a, i / a->nq, i % a->nq);
+        one[i] = kern_attn_f16_query(a, i / a->nq, i % a->nq);
         qr[i] = one[i].scratch;
         acc[i] = qr[i] + HD;
         sc[i] = qr[i] + 2 * HD;
@@ -736,7 +736,7 @@ static void attn_tile_f32acc(const kk_attn_f16 *a) {
     }
     for (int i = a->nq; i < Q; i++)
         for (int t = a->n_pos; t < one[i].n_pos; t++) S[i] += w[i][t];
-    for (int i = 0; i < Q; i++) inv[i] = kk_attn_inv(S[i], M[i], one[i].sink);
+    for (int i = 0; i < Q; i++) inv[i] = kern_attn_inv(S[i], M[i], one[i].sink);
     tile_values_q(a, Q, w, acc, 0, a->n_pos);
     for (int t = a->n_pos; t < n_last; t++) { /* seen by tokens t - n_pos + 1 .. nt - 1 */
         const int i0 = (t - a->n_pos + 1) * a->nq;
@@ -748,10 +748,10 @@ static void attn_tile_f32acc(const kk_attn_f16 *a) {
     }
 }
 
-static void attn_f16(const kk_attn_f16 *a) {
-    if (kk_attn_window_cuts(a->window, a->n_pos, a->nt)) { /* spans of different starts: token by token */
+static void attn_f16(const kern_attn_f16 *a) {
+    if (kern_attn_window_cuts(a->window, a->n_pos, a->nt)) { /* spans of different starts: token by token */
         for (int u = 0; u < a->nt; u++) {
-            const kk_attn_f16 tok = kk_attn_f16_token(a, u);
+            const kern_attn_f16 tok = kern_attn_f16_token(a, u);
             attn_f16(&tok);
         }
         return;
@@ -759,7 +759,7 @@ static void attn_f16(const kk_attn_f16 *a) {
     if (a->acc_f32 && PAIR_HD(a->hd) && a->nt > 1) { /* tiles of up to ATT_QMAX queries */
         const int step = ATT_QMAX / a->nq;
         for (int u = 0; u < a->nt; u += step) {
-            kk_attn_f16 sub = kk_attn_f16_token(a, u);
+            kern_attn_f16 sub = kern_attn_f16_token(a, u);
             sub.nt = a->nt - u < step ? a->nt - u : step;
             attn_tile_f32acc(&sub);
         }
@@ -767,7 +767,7 @@ static void attn_f16(const kk_attn_f16 *a) {
     }
     for (int u = 0; u < a->nt; u++) {
         if (a->nq == 2 && PAIR_HD(a->hd)) {
-            const kk_attn_f16 tok = kk_attn_f16_token(a, u);
+            const kern_attn_f16 tok = kern_attn_f16_token(a, u);
             if (a->acc_f32)
                 attn_pair_f32acc(&tok);
             else
@@ -775,7 +775,7 @@ static void attn_f16(const kk_attn_f16 *a) {
             continue;
         }
         for (int j = 0; j < a->nq; j++) {
-            const kk_attn_f16 one = kk_attn_f16_query(a, u, j);
+            const kern_attn_f16 one = kern_attn_f16_query(a, u, j);
             if (one.acc_f32)
                 attn_one_f32acc(&one);
             else
@@ -784,7 +784,7 @@ static void attn_f16(const kk_attn_f16 *a) {
     }
 }
 
-/* ---- attention over a Q8_0 cache (kk_attn_q8) ---- */
+/* ---- attention over a Q8_0 cache (kern_attn_q8) ---- */
 
 /* r[p] = the sum of the 8 int32 lanes of v[p], p < 8 (integer sums: any
  * order is exact). */
@@ -807,7 +807,7 @@ enum { Q8_QMAX = 8 };
  * positions) at a time: the V rows are expanded once to floats (v * dv,
  * exact) in an L1 buffer, and every query's accumulator takes one fma per
  * element and position from it, in position order. */
-static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
+static void attn_q8_tile(const kern_attn_q8 *a, int u0, int nu, int j0, int nj) {
     const int hd = a->hd, nb = hd / 32, Q = nu * nj;
     const int n_end = a->n_pos + u0 + nu - 1; /* positions the last query sees */
     const size_t rb = (size_t)nb * sizeof(quant_block_q8_0);
@@ -815,9 +815,9 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
     float *acc[Q8_QMAX], *sc[Q8_QMAX], *w[Q8_QMAX], inv[Q8_QMAX];
     int nsee[Q8_QMAX];
     __m256 dq[Q8_QMAX][8];
-    kk_attn_q8 one[Q8_QMAX];
+    kern_attn_q8 one[Q8_QMAX];
     for (int qi = 0; qi < Q; qi++) {
-        one[qi] = kk_attn_q8_query(a, u0 + qi / nj, j0 + qi % nj);
+        one[qi] = kern_attn_q8_query(a, u0 + qi / nj, j0 + qi % nj);
         quant_block_q8_0 *qb = (quant_block_q8_0 *)one[qi].scratch;
         quant_get(QUANT_Q8_0)->from_f32(one[qi].q, qb, hd);
         for (int b = 0; b < nb; b++) dq[qi][b] = _mm256_set1_ps(h2f(qb[b].d));
@@ -837,10 +837,10 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
         const int np = n_end - t0 < 8 ? n_end - t0 : 8;
         const quant_block_q8_0 *kr[8];
         for (int p = 0; p < 8; p++) {
-            kr[p] = (const quant_block_q8_0 *)(a->k + kk_attn_q8_row(a, t0 + (p < np ? p : 0)));
+            kr[p] = (const quant_block_q8_0 *)(a->k + kern_attn_q8_row(a, t0 + (p < np ? p : 0)));
             if (t0 + p + PF_POS < n_end) {
-                prefetch_row(a->k + kk_attn_q8_row(a, t0 + p + PF_POS), rb);
-                prefetch_row(a->v + kk_attn_q8_row(a, t0 + p + PF_POS), rb);
+                prefetch_row(a->k + kern_attn_q8_row(a, t0 + p + PF_POS), rb);
+                prefetch_row(a->v + kern_attn_q8_row(a, t0 + p + PF_POS), rb);
             }
         }
         __m256 dk[8];
@@ -878,7 +878,7 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
     /* pass 2: the span's weights, zero beyond it up to n_end */
     for (int qi = 0; qi < Q; qi++) {
         const float M = max_lanes(mx[qi], -INFINITY);
-        inv[qi] = kk_attn_inv(softmax_weights(sc[qi], w[qi], nsee[qi], M), M, one[qi].sink);
+        inv[qi] = kern_attn_inv(softmax_weights(sc[qi], w[qi], nsee[qi], M), M, one[qi].sink);
         for (int t = nsee[qi]; t < n_end; t++) w[qi][t] = 0.0f;
     }
     /* pass 3 */
@@ -886,7 +886,7 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
     for (int c0 = 0; c0 < n_end; c0 += VB_POS) {
         const int c1 = c0 + VB_POS < n_end ? c0 + VB_POS : n_end;
         for (int t = c0; t < c1; t++) {
-            const quant_block_q8_0 *vb = (const quant_block_q8_0 *)(a->v + kk_attn_q8_row(a, t));
+            const quant_block_q8_0 *vb = (const quant_block_q8_0 *)(a->v + kern_attn_q8_row(a, t));
             float *o = vf + (size_t)(t - c0) * hd;
             for (int b = 0; b < nb; b++) {
                 const __m256 dv = _mm256_set1_ps(h2f(vb[b].d));
@@ -924,10 +924,10 @@ static void attn_q8_tile(const kk_attn_q8 *a, int u0, int nu, int j0, int nj) {
     }
 }
 
-static void attn_q8(const kk_attn_q8 *a) {
-    if (kk_attn_window_cuts(a->window, a->n_pos, a->nt)) { /* spans of different starts: token by token */
+static void attn_q8(const kern_attn_q8 *a) {
+    if (kern_attn_window_cuts(a->window, a->n_pos, a->nt)) { /* spans of different starts: token by token */
         for (int u = 0; u < a->nt; u++) {
-            const kk_attn_q8 tok = kk_attn_q8_token(a, u);
+            const kern_attn_q8 tok = kern_attn_q8_token(a, u);
             attn_q8(&tok);
         }
         return;
@@ -1006,7 +1006,7 @@ static void rope_neox(const float *cs, float *x, int n_heads, int head_dim, int 
     }
 }
 
-const kk_ops kk_ops_avx2 = {
+const kern_ops kern_ops_avx2 = {
     .attn_f16 = attn_f16,
     .attn_q8 = attn_q8,
     .f32_to_f16_row = f32_to_f16_row,

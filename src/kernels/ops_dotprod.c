@@ -3,4 +3,4 @@
  * dots take sdot (the same exact integer sums). */
 #include "kernels/ops_neon.h"
 
-const kk_ops kk_ops_dotprod = KN_OPS_SET;
+const kern_ops kern_ops_dotprod = KN_OPS_SET;

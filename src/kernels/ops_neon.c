@@ -2,4 +2,4 @@
  * is ops_neon.h's). */
 #include "kernels/ops_neon.h"
 
-const kk_ops kk_ops_neon = KN_OPS_SET;
+const kern_ops kern_ops_neon = KN_OPS_SET;

@@ -3,7 +3,7 @@
  * over an F16 or Q8_0 cache, the F16 row conversions, RMS norm, SwiGLU, the
  * residual add and neox RoPE), included by ops_neon.c (the neon level) and
  * ops_dotprod.c (the dotprod level, built with FEAT_DotProd, whose Q8_0
- * block dots take sdot); each defines its kk_ops table from the static
+ * block dots take sdot); each defines its kern_ops table from the static
  * functions here.  test_kernels compares every level's set to the scalar
  * one as it does the AVX2 set.
  *
@@ -13,13 +13,13 @@
  *             whole 32-element steps, the fold of ops.c, the rest in
  *             double); F16 accumulator rescaled and updated one multiply /
  *             one fma per element, rounded to F16 after each; float
- *             accumulator: weights by kk_exp_attn's steps, one fma per
+ *             accumulator: weights by kern_exp_attn's steps, one fma per
  *             element and position in position order: bit for bit
  *   attn_q8   exact int8 block dots (widening multiplies or sdot, integer
  *             sums in any order), the scale chain and weights as the scalar
  *             loop, v * dv exact then one fma per element: bit for bit
  *   rmsnorm   sum of squares in double (two lanes), then (x * scale) * w
- *   swiglu    g / (1 + e^-g) * u with kk_exp_attn's polynomial (about 1 ulp)
+ *   swiglu    g / (1 + e^-g) * u with kern_exp_attn's polynomial (about 1 ulp)
  *   add, rope_neox, the conversions: bit for bit
  */
 #ifndef KILN_KERNELS_OPS_NEON_H
@@ -46,7 +46,7 @@ static void round_f16_row(const float *x, float *y, int n) {
     for (; i < n; i++) y[i] = kn_h2f(kn_f2h(x[i]));
 }
 
-/* kk_dot_f16 bit for bit: chain j (of 4) lane l (of 8) takes elements
+/* kern_dot_f16 bit for bit: chain j (of 4) lane l (of 8) takes elements
  * 32 s + 8 j + l; lanes 0-3 of a chain in c[2 j], 4-7 in c[2 j + 1]. */
 static float dot_f16(const uint16_t *a, const float *b, int n) {
     const int np = n & ~31;
@@ -86,30 +86,30 @@ static void mad_f16(uint16_t *y, const uint16_t *x, float w, int n) {
 
 /* acc_f32 = 1 (ops.h): every score, the maximum, the weights, then the
  * float accumulator in position order. */
-static void attn_f32acc_one(const kk_attn_f16 *a) {
+static void attn_f32acc_one(const kern_attn_f16 *a) {
     const int hd = a->hd, n = a->n_pos;
     float *qr = a->scratch, *acc = qr + hd, *sc = qr + 2 * hd, *w = sc + n;
     round_f16_row(a->q, qr, hd);
     float M = -INFINITY;
     for (int t = 0; t < n; t++) {
-        sc[t] = dot_f16(a->k + kk_attn_row(a, t), qr, hd) * a->scale;
+        sc[t] = dot_f16(a->k + kern_attn_row(a, t), qr, hd) * a->scale;
         M = sc[t] > M ? sc[t] : M;
     }
     const float32x4_t vm = vdupq_n_f32(M);
     int t = 0;
     for (; t + 4 <= n; t += 4) vst1q_f32(w + t, kn_exp4(vsubq_f32(vld1q_f32(sc + t), vm)));
-    for (; t < n; t++) w[t] = kk_exp_attn(sc[t] - M);
+    for (; t < n; t++) w[t] = kern_exp_attn(sc[t] - M);
     float S = 0.0f;
     for (t = 0; t < n; t++) S += w[t];
     memset(acc, 0, (size_t)hd * sizeof *acc);
     for (t = 0; t < n; t++) {
-        const uint16_t *vr = a->v + kk_attn_row(a, t);
+        const uint16_t *vr = a->v + kern_attn_row(a, t);
         const float32x4_t vw = vdupq_n_f32(w[t]);
         int d = 0;
         for (; d + 4 <= hd; d += 4) vst1q_f32(acc + d, vfmaq_f32(vld1q_f32(acc + d), kn_load_h4(vr + d), vw));
         for (; d < hd; d++) acc[d] = fmaf(kn_h2f(vr[d]), w[t], acc[d]);
     }
-    const float inv = kk_attn_inv(S, M, a->sink);
+    const float inv = kern_attn_inv(S, M, a->sink);
     const float32x4_t vi = vdupq_n_f32(inv);
     int d = 0;
     for (; d + 4 <= hd; d += 4) vst1q_f32(a->out + d, vmulq_f32(vld1q_f32(acc + d), vi));
@@ -117,7 +117,7 @@ static void attn_f32acc_one(const kk_attn_f16 *a) {
 }
 
 /* The F16 flash-attention scheme of ops.c, one query. */
-static void attn_f16_one(const kk_attn_f16 *a) {
+static void attn_f16_one(const kern_attn_f16 *a) {
     if (a->acc_f32) {
         attn_f32acc_one(a);
         return;
@@ -129,7 +129,7 @@ static void attn_f16_one(const kk_attn_f16 *a) {
     memset(acc, 0, (size_t)hd * sizeof *acc);
     float M = -INFINITY, S = 0.0f;
     for (int t = 0; t < a->n_pos; t++) {
-        const size_t row = kk_attn_row(a, t);
+        const size_t row = kern_attn_row(a, t);
         const float sc = dot_f16(a->k + row, qr, hd) * a->scale;
         float ms = 1.0f, vs = 1.0f;
         if (sc > M) {
@@ -143,17 +143,17 @@ static void attn_f16_one(const kk_attn_f16 *a) {
         mad_f16(acc, a->v + row, vs, hd);
         S = S * ms + vs;
     }
-    const float inv = kk_attn_inv(S, M, a->sink);
+    const float inv = kern_attn_inv(S, M, a->sink);
     const float32x4_t vi = vdupq_n_f32(inv);
     int d = 0;
     for (; d + 4 <= hd; d += 4) vst1q_f32(a->out + d, vmulq_f32(kn_load_h4(acc + d), vi));
     for (; d < hd; d++) a->out[d] = kn_h2f(acc[d]) * inv;
 }
 
-static void attn_f16(const kk_attn_f16 *a) {
+static void attn_f16(const kern_attn_f16 *a) {
     for (int u = 0; u < a->nt; u++)
         for (int j = 0; j < a->nq; j++) {
-            const kk_attn_f16 one = kk_attn_f16_query(a, u, j);
+            const kern_attn_f16 one = kern_attn_f16_query(a, u, j);
             attn_f16_one(&one);
         }
 }
@@ -189,7 +189,7 @@ static inline void mad_q8(float *acc, const int8_t *q, float dv, float w) {
 }
 
 /* One query against a Q8_0 cache, the loops of ops.h. */
-static void attn_q8_one(const kk_attn_q8 *a) {
+static void attn_q8_one(const kern_attn_q8 *a) {
     const int hd = a->hd, n = a->n_pos, nb = hd / 32;
     quant_block_q8_0 *qq = (quant_block_q8_0 *)a->scratch;
     float *acc = a->scratch + hd, *sc = a->scratch + 2 * hd, *w = sc + n;
@@ -198,7 +198,7 @@ static void attn_q8_one(const kk_attn_q8 *a) {
     for (int b = 0; b < nb; b++) dq[b] = kn_h2f(qq[b].d);
     float M = -INFINITY;
     for (int t = 0; t < n; t++) {
-        const quant_block_q8_0 *kb = (const quant_block_q8_0 *)(a->k + kk_attn_q8_row(a, t));
+        const quant_block_q8_0 *kb = (const quant_block_q8_0 *)(a->k + kern_attn_q8_row(a, t));
         float s = 0.0f;
         for (int b = 0; b < nb; b++) s = fmaf((float)dot_i8x32(qq[b].qs, kb[b].qs), dq[b] * kn_h2f(kb[b].d), s);
         sc[t] = s * a->scale;
@@ -207,22 +207,22 @@ static void attn_q8_one(const kk_attn_q8 *a) {
     const float32x4_t vm = vdupq_n_f32(M);
     int t = 0;
     for (; t + 4 <= n; t += 4) vst1q_f32(w + t, kn_exp4(vsubq_f32(vld1q_f32(sc + t), vm)));
-    for (; t < n; t++) w[t] = kk_exp_attn(sc[t] - M);
+    for (; t < n; t++) w[t] = kern_exp_attn(sc[t] - M);
     float S = 0.0f;
     for (t = 0; t < n; t++) S += w[t];
     memset(acc, 0, (size_t)hd * sizeof *acc);
     for (t = 0; t < n; t++) {
-        const quant_block_q8_0 *vb = (const quant_block_q8_0 *)(a->v + kk_attn_q8_row(a, t));
+        const quant_block_q8_0 *vb = (const quant_block_q8_0 *)(a->v + kern_attn_q8_row(a, t));
         for (int b = 0; b < nb; b++) mad_q8(acc + 32 * b, vb[b].qs, kn_h2f(vb[b].d), w[t]);
     }
-    const float32x4_t vi = vdupq_n_f32(kk_attn_inv(S, M, a->sink));
+    const float32x4_t vi = vdupq_n_f32(kern_attn_inv(S, M, a->sink));
     for (int d = 0; d < hd; d += 4) vst1q_f32(a->out + d, vmulq_f32(vld1q_f32(acc + d), vi));
 }
 
-static void attn_q8(const kk_attn_q8 *a) {
+static void attn_q8(const kern_attn_q8 *a) {
     for (int u = 0; u < a->nt; u++)
         for (int j = 0; j < a->nq; j++) {
-            const kk_attn_q8 one = kk_attn_q8_query(a, u, j);
+            const kern_attn_q8 one = kern_attn_q8_query(a, u, j);
             attn_q8_one(&one);
         }
 }

@@ -14,7 +14,7 @@
 
 /* ---- Q4_0 ---- */
 
-void kk_pack_q4_0x8(const void *w, size_t wrow, int b0, int nb, kk_q4_0x8 *out) {
+void kern_pack_q4_0x8(const void *w, size_t wrow, int b0, int nb, kern_q4_0x8 *out) {
     for (int i = 0; i < 8; i++) {
         const quant_block_q4_0 *src = (const quant_block_q4_0 *)((const uint8_t *)w + (size_t)i * wrow) + b0;
         for (int b = 0; b < nb; b++) {
@@ -24,20 +24,20 @@ void kk_pack_q4_0x8(const void *w, size_t wrow, int b0, int nb, kk_q4_0x8 *out) 
     }
 }
 
-static void pack_q4_0(const void *w, size_t wrow, int b0, int nb, void *out) { kk_pack_q4_0x8(w, wrow, b0, nb, out); }
+static void pack_q4_0(const void *w, size_t wrow, int b0, int nb, void *out) { kern_pack_q4_0x8(w, wrow, b0, nb, out); }
 
 /* Blocks quantized per from_f32_fast call (one call a block paid the call
  * and its setup per 32 elements). */
 #define ACT8_ROW_BLOCKS 64
 
-void kk_act8_from_f32(const float *x, int64_t n, kk_act8 *a, size_t lda) {
+void kern_act8_from_f32(const float *x, int64_t n, kern_act8 *a, size_t lda) {
     const quant_traits *q8 = quant_get(QUANT_Q8_0);
     quant_block_q8_0 blk[ACT8_ROW_BLOCKS];
     for (int64_t b0 = 0; b0 < n / QK; b0 += ACT8_ROW_BLOCKS) {
         const int64_t nbk = n / QK - b0 < ACT8_ROW_BLOCKS ? n / QK - b0 : ACT8_ROW_BLOCKS;
         q8->from_f32_fast(x + b0 * QK, blk, nbk * QK);
         for (int64_t b = 0; b < nbk; b++) {
-            kk_act8 *o = a + (size_t)(b0 + b) * lda;
+            kern_act8 *o = a + (size_t)(b0 + b) * lda;
             int32_t s = 0;
             for (int j = 0; j < QK; j++) s += blk[b].qs[j];
             memcpy(o->qs, blk[b].qs, QK);
@@ -47,10 +47,10 @@ void kk_act8_from_f32(const float *x, int64_t n, kk_act8 *a, size_t lda) {
     }
 }
 
-static void act_q4_0(const float *x, int64_t n, void *a, size_t lda) { kk_act8_from_f32(x, n, a, lda); }
+static void act_q4_0(const float *x, int64_t n, void *a, size_t lda) { kern_act8_from_f32(x, n, a, lda); }
 
 static void row_q4_0(const void *g, int i, int nb, float *out) {
-    const kk_q4_0x8 *w = g;
+    const kern_q4_0x8 *w = g;
     for (int b = 0; b < nb; b++) {
         const float d = quant_f16_to_f32(w[b].d[i]);
         for (int k = 0; k < 4; k++)
@@ -63,12 +63,12 @@ static void row_q4_0(const void *g, int i, int nb, float *out) {
 }
 
 static void x8_q4_0_ref(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q4_0x8 *w = vw;
-    const kk_act8 *a = va;
+    const kern_q4_0x8 *w = vw;
+    const kern_act8 *a = va;
     for (int b = 0; b < nb; b++) {
-        const kk_q4_0x8 *wb = &w[b];
+        const kern_q4_0x8 *wb = &w[b];
         for (int t = 0; t < n_tok; t++) {
-            const kk_act8 *y = &a[(size_t)b * lda + (size_t)t];
+            const kern_act8 *y = &a[(size_t)b * lda + (size_t)t];
             for (int i = 0; i < 8; i++) {
                 int32_t s = 0;
                 for (int k = 0; k < 4; k++)
@@ -86,7 +86,7 @@ static void x8_q4_0_ref(int nb, const void *vw, const void *va, size_t lda, int 
 /* ---- Q8_0 ---- */
 
 static void pack_q8_0(const void *w, size_t wrow, int b0, int nb, void *vout) {
-    kk_q8_0x8 *out = vout;
+    kern_q8_0x8 *out = vout;
     for (int i = 0; i < 8; i++) {
         const quant_block_q8_0 *src = (const quant_block_q8_0 *)((const uint8_t *)w + (size_t)i * wrow) + b0;
         for (int b = 0; b < nb; b++) {
@@ -97,7 +97,7 @@ static void pack_q8_0(const void *w, size_t wrow, int b0, int nb, void *vout) {
 }
 
 static void row_q8_0(const void *g, int i, int nb, float *out) {
-    const kk_q8_0x8 *w = g;
+    const kern_q8_0x8 *w = g;
     for (int b = 0; b < nb; b++) {
         const float d = quant_f16_to_f32(w[b].d[i]);
         for (int e = 0; e < QK; e++) out[QK * b + e] = d * (float)w[b].qs[32 * (e / 4) + 4 * i + e % 4];
@@ -105,11 +105,11 @@ static void row_q8_0(const void *g, int i, int nb, float *out) {
 }
 
 static void x8_q8_0_ref(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q8_0x8 *w = vw;
-    const kk_act8 *a = va;
+    const kern_q8_0x8 *w = vw;
+    const kern_act8 *a = va;
     for (int b = 0; b < nb; b++)
         for (int t = 0; t < n_tok; t++) {
-            const kk_act8 *y = &a[(size_t)b * lda + (size_t)t];
+            const kern_act8 *y = &a[(size_t)b * lda + (size_t)t];
             for (int i = 0; i < 8; i++) {
                 int32_t s = 0;
                 for (int e = 0; e < QK; e++) s += w[b].qs[32 * (e / 4) + 4 * i + e % 4] * y->qs[e];
@@ -121,7 +121,7 @@ static void x8_q8_0_ref(int nb, const void *vw, const void *va, size_t lda, int 
 /* ---- Q6_K ---- */
 
 static void pack_q6_K(const void *w, size_t wrow, int b0, int nb, void *vout) {
-    kk_q6_Kx8 *out = vout;
+    kern_q6_Kx8 *out = vout;
     for (int i = 0; i < 8; i++) {
         const quant_block_q6_K *src = (const quant_block_q6_K *)((const uint8_t *)w + (size_t)i * wrow) + b0;
         for (int b = 0; b < nb; b++) {
@@ -140,7 +140,7 @@ static void act_q8_K(const float *x, int64_t n, void *va, size_t lda) {
 }
 
 /* The 6-bit quant (0..63) of weight e of row i in a packed block. */
-static inline int q6_at(const kk_q6_Kx8 *w, int i, int e) {
+static inline int q6_at(const kern_q6_Kx8 *w, int i, int e) {
     const int h = e / 128, r = e % 128 / 32, l = e % 32;
     const int lb = 64 * h + 32 * (r & 1) + l; /* ql byte of the row */
     const int hb = 32 * h + l;                /* qh byte of the row */
@@ -150,7 +150,7 @@ static inline int q6_at(const kk_q6_Kx8 *w, int i, int e) {
 }
 
 static void row_q6_K(const void *g, int i, int nb, float *out) {
-    const kk_q6_Kx8 *w = g;
+    const kern_q6_Kx8 *w = g;
     for (int b = 0; b < nb; b++) {
         const float d = quant_f16_to_f32(w[b].d[i]);
         for (int e = 0; e < QUANT_QK_K; e++)
@@ -161,7 +161,7 @@ static void row_q6_K(const void *g, int i, int nb, float *out) {
 /* Per block and (row, token): sum over sub-blocks s of sc_s * sum(q * y)
  * minus 32 * sum_s sc_s * bsum_s, exact in int32, then one fma. */
 static void x8_q6_K_ref(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q6_Kx8 *w = vw;
+    const kern_q6_Kx8 *w = vw;
     const quant_block_q8_K *a = va;
     for (int b = 0; b < nb; b++)
         for (int t = 0; t < n_tok; t++) {
@@ -183,7 +183,7 @@ static void x8_q6_K_ref(int nb, const void *vw, const void *va, size_t lda, int 
 /* ---- Q4_K ---- */
 
 static void pack_q4_K(const void *w, size_t wrow, int b0, int nb, void *vout) {
-    kk_q4_Kx8 *out = vout;
+    kern_q4_Kx8 *out = vout;
     for (int i = 0; i < 8; i++) {
         const quant_block_q4_K *src = (const quant_block_q4_K *)((const uint8_t *)w + (size_t)i * wrow) + b0;
         for (int b = 0; b < nb; b++) {
@@ -204,7 +204,7 @@ static void pack_q4_K(const void *w, size_t wrow, int b0, int nb, void *vout) {
 
 /* The 4-bit quant of weight e of row i: qs byte 32g + l of the row holds
  * weights 64g + l (low nibble) and 64g + 32 + l (high). */
-static inline int q4k_at(const kk_q4_Kx8 *w, int i, int e) {
+static inline int q4k_at(const kern_q4_Kx8 *w, int i, int e) {
     const int g = e / 64, hi = e % 64 >= 32, l = e % 32;
     const int byte = 32 * g + l;
     const uint8_t q = w->qs[32 * (byte / 4) + 4 * i + byte % 4];
@@ -212,7 +212,7 @@ static inline int q4k_at(const kk_q4_Kx8 *w, int i, int e) {
 }
 
 static void row_q4_K(const void *g, int i, int nb, float *out) {
-    const kk_q4_Kx8 *w = g;
+    const kern_q4_Kx8 *w = g;
     for (int b = 0; b < nb; b++) {
         const float d = quant_f16_to_f32(w[b].d[i]), dmin = quant_f16_to_f32(w[b].dmin[i]);
         for (int s = 0; s < 8; s++) {
@@ -226,7 +226,7 @@ static void row_q4_K(const void *g, int i, int nb, float *out) {
  * sum_s mn_s * (the two 16-element sums of sub-block s), exact in int32;
  * then acc += isum * (d * dy), acc -= msum * (dmin * dy), two fmas. */
 static void x8_q4_K_ref(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q4_Kx8 *w = vw;
+    const kern_q4_Kx8 *w = vw;
     const quant_block_q8_K *a = va;
     for (int b = 0; b < nb; b++)
         for (int t = 0; t < n_tok; t++) {
@@ -247,14 +247,14 @@ static void x8_q4_K_ref(int nb, const void *vw, const void *va, size_t lda, int 
 
 /* ---- tables ---- */
 
-static const kk_x8_traits k_x8[] = {
-    {QUANT_Q4_0, QUANT_Q8_0, QK, sizeof(kk_q4_0x8), sizeof(kk_act8), pack_q4_0, act_q4_0, row_q4_0},
-    {QUANT_Q8_0, QUANT_Q8_0, QK, sizeof(kk_q8_0x8), sizeof(kk_act8), pack_q8_0, act_q4_0, row_q8_0},
-    {QUANT_Q4_K, QUANT_Q8_K, QUANT_QK_K, sizeof(kk_q4_Kx8), sizeof(quant_block_q8_K), pack_q4_K, act_q8_K, row_q4_K},
-    {QUANT_Q6_K, QUANT_Q8_K, QUANT_QK_K, sizeof(kk_q6_Kx8), sizeof(quant_block_q8_K), pack_q6_K, act_q8_K, row_q6_K},
+static const kern_x8_traits k_x8[] = {
+    {QUANT_Q4_0, QUANT_Q8_0, QK, sizeof(kern_q4_0x8), sizeof(kern_act8), pack_q4_0, act_q4_0, row_q4_0},
+    {QUANT_Q8_0, QUANT_Q8_0, QK, sizeof(kern_q8_0x8), sizeof(kern_act8), pack_q8_0, act_q4_0, row_q8_0},
+    {QUANT_Q4_K, QUANT_Q8_K, QUANT_QK_K, sizeof(kern_q4_Kx8), sizeof(quant_block_q8_K), pack_q4_K, act_q8_K, row_q4_K},
+    {QUANT_Q6_K, QUANT_Q8_K, QUANT_QK_K, sizeof(kern_q6_Kx8), sizeof(quant_block_q8_K), pack_q6_K, act_q8_K, row_q6_K},
 };
 
-const kk_x8_traits *kk_x8_get(int t) {
+const kern_x8_traits *kern_x8_get(int t) {
     for (size_t i = 0; i < sizeof k_x8 / sizeof k_x8[0]; i++)
         if (k_x8[i].type == t) return &k_x8[i];
     return NULL;
@@ -268,23 +268,23 @@ const kk_x8_traits *kk_x8_get(int t) {
             FN(nb, (const WT *)w + (size_t)g * (size_t)nb, a, lda, 1, y);                  \
         }                                                                                  \
     }
-DEC_REF(dec_q4_0_ref, x8_q4_0_ref, kk_q4_0x8)
-DEC_REF(dec_q8_0_ref, x8_q8_0_ref, kk_q8_0x8)
-DEC_REF(dec_q4_K_ref, x8_q4_K_ref, kk_q4_Kx8)
-DEC_REF(dec_q6_K_ref, x8_q6_K_ref, kk_q6_Kx8)
+DEC_REF(dec_q4_0_ref, x8_q4_0_ref, kern_q4_0x8)
+DEC_REF(dec_q8_0_ref, x8_q8_0_ref, kern_q8_0x8)
+DEC_REF(dec_q4_K_ref, x8_q4_K_ref, kern_q4_Kx8)
+DEC_REF(dec_q6_K_ref, x8_q6_K_ref, kern_q6_Kx8)
 
-const kk_x8_set kk_x8_scalar = {
+const kern_x8_set kern_x8_scalar = {
     .fn = {[QUANT_Q4_0] = x8_q4_0_ref, [QUANT_Q8_0] = x8_q8_0_ref, [QUANT_Q4_K] = x8_q4_K_ref, [QUANT_Q6_K] = x8_q6_K_ref},
     .dec = {[QUANT_Q4_0] = dec_q4_0_ref, [QUANT_Q8_0] = dec_q8_0_ref, [QUANT_Q4_K] = dec_q4_K_ref, [QUANT_Q6_K] = dec_q6_K_ref},
 };
 
-size_t kk_x8_matrix_size(int t, int64_t ncols, int64_t nrows) {
-    const kk_x8_traits *x = kk_x8_get(t);
+size_t kern_x8_matrix_size(int t, int64_t ncols, int64_t nrows) {
+    const kern_x8_traits *x = kern_x8_get(t);
     return x ? (size_t)(nrows / 8) * (size_t)(ncols / x->blk) * x->pblock : 0;
 }
 
-void kk_x8_pack_matrix(int t, const void *w, int64_t ncols, int64_t nrows, void *out) {
-    const kk_x8_traits *x = kk_x8_get(t);
+void kern_x8_pack_matrix(int t, const void *w, int64_t ncols, int64_t nrows, void *out) {
+    const kern_x8_traits *x = kern_x8_get(t);
     const int nb = (int)(ncols / x->blk);
     const size_t wrow = quant_row_size(t, ncols);
     for (int64_t g = 0; g < nrows / 8; g++)

@@ -49,16 +49,16 @@ static inline __m256i dot8_u16(const __m256i q[8], const int8_t *y) {
  * rolled, each 64-byte line took a compare and a branch besides the
  * prefetch and the add (Q6_K: 108 of 908 instructions per group and block). */
 /* One token (decode): the accumulator stays in a register. */
-static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda,
+static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kern_q4_0x8 *w, const kern_act8 *a, size_t lda,
                                                             float *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
-        const kk_q4_0x8 *wb = &w[b];
+        const kern_q4_0x8 *wb = &w[b];
         _mm_prefetch((const char *)(wb + PF_BLOCKS), _MM_HINT_T0);
         _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
-        const kk_act8 *ab = a + (size_t)b * lda;
+        const kern_act8 *ab = a + (size_t)b * lda;
         const int8_t *y = ab->qs;
         __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -77,15 +77,15 @@ static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kk_q4_
 }
 
 static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q4_0x8 *w = vw;
-    const kk_act8 *a = va;
+    const kern_q4_0x8 *w = vw;
+    const kern_act8 *a = va;
     if (n_tok == 1) {
         x8_q4_0_1(nb, w, a, lda, acc);
         return;
     }
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int b = 0; b < nb; b++) {
-        const kk_q4_0x8 *wb = &w[b];
+        const kern_q4_0x8 *wb = &w[b];
         _mm_prefetch((const char *)(wb + PF_BLOCKS), _MM_HINT_T0);
         _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(wb + PF_BLOCKS) + 128, _MM_HINT_T0);
@@ -97,7 +97,7 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
             q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), m4);
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
-        const kk_act8 *ab = a + (size_t)b * lda;
+        const kern_act8 *ab = a + (size_t)b * lda;
         for (int t = 0; t < n_tok; t++) {
             __m256i s = _mm256_madd_epi16(dot8_u16(q, ab[t].qs), ones);
             s = _mm256_sub_epi32(s, _mm256_set1_epi32(ab[t].s8));
@@ -125,13 +125,13 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
  * three loads (ql of blocks A and B, qh) of each group give all four 6-bit
  * vectors r, which go straight into maddubs — no unpacked copy of the
  * super-block.  Same int32 sums as below. */
-static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const quant_block_q8_K *a,
+static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kern_q6_Kx8 *w, const quant_block_q8_K *a,
                                                             size_t lda, float *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 sum = _mm256_loadu_ps(acc);
     __m256i dsc[16], osc[8];
     for (int b = 0; b < nb; b++) {
-        const kk_q6_Kx8 *wb = &w[b];
+        const kern_q6_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const quant_block_q8_K *y = a + (size_t)b * lda;
@@ -173,7 +173,7 @@ static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_
 }
 
 static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q6_Kx8 *w = vw;
+    const kern_q6_Kx8 *w = vw;
     const quant_block_q8_K *a = va;
     if (n_tok == 1) {
         x8_q6_K_1(nb, w, a, lda, acc);
@@ -182,7 +182,7 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256i dsc[16], osc[8], isum[KT];
     for (int b = 0; b < nb; b++) {
-        const kk_q6_Kx8 *wb = &w[b];
+        const kern_q6_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         q6_K_scale_pairs(wb->sc, dsc, osc);
@@ -246,15 +246,15 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
  * fma per block, as in the scalar twin. */
 /* One token (decode): the accumulator stays in a register and |w| goes
  * straight into maddubs; the same sums in the same order as below. */
-static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kk_q8_0x8 *w, const kk_act8 *a, size_t lda,
+static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kern_q8_0x8 *w, const kern_act8 *a, size_t lda,
                                                             float *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
-        const kk_q8_0x8 *wb = &w[b];
+        const kern_q8_0x8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
-        const kk_act8 *ab = a + (size_t)b * lda;
+        const kern_act8 *ab = a + (size_t)b * lda;
         const int8_t *y = ab->qs;
         __m256i s0 = _mm256_setzero_si256(), s1 = s0;
 #pragma GCC unroll 8
@@ -275,15 +275,15 @@ static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kk_q8_
 }
 
 static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q8_0x8 *w = vw;
-    const kk_act8 *a = va;
+    const kern_q8_0x8 *w = vw;
+    const kern_act8 *a = va;
     if (n_tok == 1) {
         x8_q8_0_1(nb, w, a, lda, acc);
         return;
     }
     const __m256i ones = _mm256_set1_epi16(1);
     for (int b = 0; b < nb; b++) {
-        const kk_q8_0x8 *wb = &w[b];
+        const kern_q8_0x8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
         __m256i q[8], aq[8];
@@ -293,7 +293,7 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
             aq[k] = _mm256_abs_epi8(q[k]);
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
-        const kk_act8 *ab = a + (size_t)b * lda;
+        const kern_act8 *ab = a + (size_t)b * lda;
         for (int t = 0; t < n_tok; t++) {
             const int8_t *y = ab[t].qs;
             __m256i s0 = _mm256_setzero_si256(), s1 = s0;
@@ -321,12 +321,12 @@ static void x8_q8_0(int nb, const void *vw, const void *va, size_t lda, int n_to
  * by sub-block (q4_K_mins).  Two fmas per block, as in the scalar twin. */
 /* One token (decode): the nibbles go straight from the load into maddubs
  * and the accumulator stays in a register; same arithmetic as below. */
-static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const quant_block_q8_K *a,
+static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kern_q4_Kx8 *w, const quant_block_q8_K *a,
                                                             size_t lda, float *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
-        const kk_q4_Kx8 *wb = &w[b];
+        const kern_q4_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const quant_block_q8_K *y = a + (size_t)b * lda;
@@ -361,7 +361,7 @@ static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_
 }
 
 static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q4_Kx8 *w = vw;
+    const kern_q4_Kx8 *w = vw;
     const quant_block_q8_K *a = va;
     if (n_tok == 1) {
         x8_q4_K_1(nb, w, a, lda, acc);
@@ -370,7 +370,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i isum[KT];
     for (int b = 0; b < nb; b++) {
-        const kk_q4_Kx8 *wb = &w[b];
+        const kern_q4_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d));
@@ -423,14 +423,14 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
  * one group a pass: its 24 scale vectors per block already spill. */
 #define DEC_NG_MAX 2
 
-static inline __attribute__((always_inline)) void q4_0_dec_n(int nb, const kk_q4_0x8 *w, const int NG, const kk_act8 *a,
+static inline __attribute__((always_inline)) void q4_0_dec_n(int nb, const kern_q4_0x8 *w, const int NG, const kern_act8 *a,
                                                              size_t lda, float *y) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 sum[DEC_NG_MAX];
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++) sum[g] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const kk_act8 *ab = a + (size_t)b * lda;
+        const kern_act8 *ab = a + (size_t)b * lda;
         __m256i s[DEC_NG_MAX];
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) {
@@ -455,7 +455,7 @@ static inline __attribute__((always_inline)) void q4_0_dec_n(int nb, const kk_q4
         const __m256 yd = _mm256_set1_ps(ab->d);
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) {
-            const kk_q4_0x8 *wb = &w[(size_t)g * (size_t)nb + b];
+            const kern_q4_0x8 *wb = &w[(size_t)g * (size_t)nb + b];
             const __m256i is = _mm256_sub_epi32(_mm256_madd_epi16(s[g], ones), off);
             const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), yd);
             sum[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, sum[g]);
@@ -465,18 +465,18 @@ static inline __attribute__((always_inline)) void q4_0_dec_n(int nb, const kk_q4
     for (int g = 0; g < NG; g++) _mm256_storeu_ps(y + 8 * g, sum[g]);
 }
 
-static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kk_q8_0x8 *w, const int NG, const kk_act8 *a,
+static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kern_q8_0x8 *w, const int NG, const kern_act8 *a,
                                                              size_t lda, float *y) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 sum[DEC_NG_MAX];
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++) sum[g] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const kk_act8 *ab = a + (size_t)b * lda;
+        const kern_act8 *ab = a + (size_t)b * lda;
         __m256i s[DEC_NG_MAX];
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) {
-            const kk_q8_0x8 *wb = &w[(size_t)g * (size_t)nb + b];
+            const kern_q8_0x8 *wb = &w[(size_t)g * (size_t)nb + b];
 #pragma GCC unroll 32
             for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
         }
@@ -494,7 +494,7 @@ static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kk_q8
         const __m256 yd = _mm256_set1_ps(ab->d);
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) {
-            const kk_q8_0x8 *wb = &w[(size_t)g * (size_t)nb + b];
+            const kern_q8_0x8 *wb = &w[(size_t)g * (size_t)nb + b];
             const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), yd);
             sum[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[g]), d, sum[g]);
         }
@@ -503,7 +503,7 @@ static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kk_q8
     for (int g = 0; g < NG; g++) _mm256_storeu_ps(y + 8 * g, sum[g]);
 }
 
-static inline __attribute__((always_inline)) void q4_K_dec_n(int nb, const kk_q4_Kx8 *w, const int NG,
+static inline __attribute__((always_inline)) void q4_K_dec_n(int nb, const kern_q4_Kx8 *w, const int NG,
                                                              const quant_block_q8_K *a, size_t lda, float *y) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 sum[DEC_NG_MAX];
@@ -514,7 +514,7 @@ static inline __attribute__((always_inline)) void q4_K_dec_n(int nb, const kk_q4
         __m256i is[DEC_NG_MAX];
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) {
-            const kk_q4_Kx8 *wb = &w[(size_t)g * (size_t)nb + b];
+            const kern_q4_Kx8 *wb = &w[(size_t)g * (size_t)nb + b];
 #pragma GCC unroll 32
             for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         }
@@ -551,7 +551,7 @@ static inline __attribute__((always_inline)) void q4_K_dec_n(int nb, const kk_q4
         const __m256 yd = _mm256_set1_ps(ya->d);
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) {
-            const kk_q4_Kx8 *wb = &w[(size_t)g * (size_t)nb + b];
+            const kern_q4_Kx8 *wb = &w[(size_t)g * (size_t)nb + b];
             __m256i mnp[4];
             q4_K_min_pairs(wb->mn, mnp);
             const __m256i ms = q4_K_mins_bp(mnp, bp);
@@ -565,7 +565,7 @@ static inline __attribute__((always_inline)) void q4_K_dec_n(int nb, const kk_q4
     for (int g = 0; g < NG; g++) _mm256_storeu_ps(y + 8 * g, sum[g]);
 }
 
-/* A kk_x8_dec_fn NAME: NG groups a pass through ONE_N, then the rest one
+/* A kern_x8_dec_fn NAME: NG groups a pass through ONE_N, then the rest one
  * at a time. */
 #define DEC_GROUPS(NAME, ONE_N, NG, WT, AT)                                                              \
     static void NAME(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {             \
@@ -574,12 +574,12 @@ static inline __attribute__((always_inline)) void q4_K_dec_n(int nb, const kk_q4
         for (; g + (NG) <= ng; g += (NG)) ONE_N(nb, w + (size_t)g * (size_t)nb, NG, va, lda, y + 8 * g); \
         for (; g < ng; g++) ONE_N(nb, w + (size_t)g * (size_t)nb, 1, va, lda, y + 8 * g);                \
     }
-DEC_GROUPS(dec_q4_0, q4_0_dec_n, 2, kk_q4_0x8, kk_act8)
-DEC_GROUPS(dec_q8_0, q8_0_dec_n, 2, kk_q8_0x8, kk_act8)
-DEC_GROUPS(dec_q4_K, q4_K_dec_n, 2, kk_q4_Kx8, quant_block_q8_K)
-KK_X8_DEC(dec_q6_K, x8_q6_K_1, kk_q6_Kx8, quant_block_q8_K)
+DEC_GROUPS(dec_q4_0, q4_0_dec_n, 2, kern_q4_0x8, kern_act8)
+DEC_GROUPS(dec_q8_0, q8_0_dec_n, 2, kern_q8_0x8, kern_act8)
+DEC_GROUPS(dec_q4_K, q4_K_dec_n, 2, kern_q4_Kx8, quant_block_q8_K)
+KERN_X8_DEC(dec_q6_K, x8_q6_K_1, kern_q6_Kx8, quant_block_q8_K)
 
-const kk_x8_set kk_x8_avx2 = {
+const kern_x8_set kern_x8_avx2 = {
     .fn = {[QUANT_Q4_0] = x8_q4_0, [QUANT_Q8_0] = x8_q8_0, [QUANT_Q4_K] = x8_q4_K, [QUANT_Q6_K] = x8_q6_K},
     .dec = {[QUANT_Q4_0] = dec_q4_0, [QUANT_Q8_0] = dec_q8_0, [QUANT_Q4_K] = dec_q4_K, [QUANT_Q6_K] = dec_q6_K},
 };

@@ -60,7 +60,7 @@ static inline __m256i block_sums(const __m512i u[4], const __m512i idx[4], const
  * nibbles of qs[0..63] are groups 0, 1 (elements 0..7), of qs[64..127]
  * groups 2, 3; the high nibbles elements 16.. (4..7).  The decode stream
  * is hinted PF_BLOCKS blocks ahead. */
-static inline void q4_0_unpack(const kk_q4_0x8 *wb, __m512i u[4]) {
+static inline void q4_0_unpack(const kern_q4_0x8 *wb, __m512i u[4]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     _mm_prefetch((const char *)(wb + PF_BLOCKS), _MM_HINT_T0);
     _mm_prefetch((const char *)(wb + PF_BLOCKS) + 64, _MM_HINT_T0);
@@ -74,7 +74,7 @@ static inline void q4_0_unpack(const kk_q4_0x8 *wb, __m512i u[4]) {
 
 /* A Q8_0 block's weights + 128 as unsigned bytes (an xor), the stream
  * hinted 8 blocks ahead. */
-static inline void q8_0_unpack(const kk_q8_0x8 *wb, __m512i u[4]) {
+static inline void q8_0_unpack(const kern_q8_0x8 *wb, __m512i u[4]) {
     const __m512i bias = _mm512_set1_epi8((char)0x80);
 #pragma GCC unroll 32
     for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 8) + o, _MM_HINT_T0);
@@ -85,15 +85,15 @@ static inline void q8_0_unpack(const kk_q8_0x8 *wb, __m512i u[4]) {
 /* One token (decode), in this file's kernels: the accumulator stays in a
  * register through the row group's blocks instead of going through acc
  * per block; the same sums and the same fma per block. */
-static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kk_q4_0x8 *w, const kk_act8 *a, size_t lda,
+static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kern_q4_0x8 *w, const kern_act8 *a, size_t lda,
                                                             float *acc) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
-        const kk_q4_0x8 *wb = &w[b];
+        const kern_q4_0x8 *wb = &w[b];
         __m512i u[4];
         q4_0_unpack(wb, u);
-        const kk_act8 *ab = a + (size_t)b * lda;
+        const kern_act8 *ab = a + (size_t)b * lda;
         const __m256i s = _mm256_sub_epi32(block_sums(u, idx, ab->qs), _mm256_set1_epi32(ab->s8));
         const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), _mm256_set1_ps(ab->d));
         sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, sum);
@@ -141,7 +141,7 @@ static inline __m512i fold_pairs(__m512i st, __m512i su) {
 }
 
 /* q8: Q8_0 weights (the zero point 16 * s8), else Q4_0 (s8) */
-static inline __attribute__((always_inline)) void pair_batch(int nb, const void *vw, const kk_act8 *a, size_t lda,
+static inline __attribute__((always_inline)) void pair_batch(int nb, const void *vw, const kern_act8 *a, size_t lda,
                                                              int n_tok, float *acc, int q8) {
     const __m512i ilv = _mm512_loadu_si512(ilv_idx);
     const int off_mul = q8 ? 16 : 1;
@@ -156,11 +156,11 @@ static inline __attribute__((always_inline)) void pair_batch(int nb, const void 
             __m512i u[4];
             const uint16_t *dh;
             if (q8) {
-                const kk_q8_0x8 *wb = (const kk_q8_0x8 *)vw + b;
+                const kern_q8_0x8 *wb = (const kern_q8_0x8 *)vw + b;
                 q8_0_unpack(wb, u);
                 dh = wb->d;
             } else {
-                const kk_q4_0x8 *wb = (const kk_q4_0x8 *)vw + b;
+                const kern_q4_0x8 *wb = (const kern_q4_0x8 *)vw + b;
                 q4_0_unpack(wb, u);
                 dh = wb->d;
             }
@@ -168,11 +168,11 @@ static inline __attribute__((always_inline)) void pair_batch(int nb, const void 
             for (int m = 0; m < 4; m++) u[m] = _mm512_permutexvar_epi32(ilv, u[m]);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
             const __m512 dw2 = _mm512_insertf32x8(_mm512_castps256_ps512(dw), dw, 1);
-            const kk_act8 *ab = a + (size_t)b * lda + t0;
+            const kern_act8 *ab = a + (size_t)b * lda + t0;
 #pragma GCC unroll 8
             for (int p = 0; p < PAIR_TOK / 2; p++) {
                 if (p >= np) break;
-                const kk_act8 *y0 = &ab[2 * p], *y1 = &ab[2 * p + 1];
+                const kern_act8 *y0 = &ab[2 * p], *y1 = &ab[2 * p + 1];
                 const __m512i st = pair_sums(u, y0->qs), su = pair_sums(u, y1->qs);
                 const __m512i s =
                     _mm512_sub_epi32(fold_pairs(st, su), _mm512_inserti64x4(_mm512_set1_epi32(off_mul * y0->s8),
@@ -181,7 +181,7 @@ static inline __attribute__((always_inline)) void pair_batch(int nb, const void 
                 av[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw2, d), av[p]);
             }
             if (nt & 1) {
-                const kk_act8 *y0 = &ab[2 * np];
+                const kern_act8 *y0 = &ab[2 * np];
                 const __m512i st = pair_sums(u, y0->qs);
                 const __m256i s =
                     _mm256_sub_epi32(_mm512_castsi512_si256(fold_pairs(st, st)), _mm256_set1_epi32(off_mul * y0->s8));
@@ -204,15 +204,15 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
 }
 
 /* One token (decode): the accumulator in a register, as x8_q4_0_1. */
-static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kk_q8_0x8 *w, const kk_act8 *a, size_t lda,
+static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kern_q8_0x8 *w, const kern_act8 *a, size_t lda,
                                                             float *acc) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
-        const kk_q8_0x8 *wb = &w[b];
+        const kern_q8_0x8 *wb = &w[b];
         __m512i u[4];
         q8_0_unpack(wb, u);
-        const kk_act8 *ab = a + (size_t)b * lda;
+        const kern_act8 *ab = a + (size_t)b * lda;
         const __m256i s = _mm256_sub_epi32(block_sums(u, idx, ab->qs), _mm256_set1_epi32(16 * ab->s8));
         const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb->d)), _mm256_set1_ps(ab->d));
         sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, sum);
@@ -248,13 +248,13 @@ static inline __m512i scale_pairs(__m256i v) {
  * unpacked copy of the super-block, the accumulator in a register.  The
  * mins as in the AVX2 twin (pack_x86.h); integer sums are exact in any
  * order, so the same two fmas per block give the same bits. */
-static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kk_q4_Kx8 *w, const quant_block_q8_K *a,
+static inline __attribute__((always_inline)) void x8_q4_K_1(int nb, const kern_q4_Kx8 *w, const quant_block_q8_K *a,
                                                             size_t lda, float *acc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
-        const kk_q4_Kx8 *wb = &w[b];
+        const kern_q4_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const quant_block_q8_K *y = a + (size_t)b * lda;
@@ -319,7 +319,7 @@ static inline void q4_K_bsum_pairs2(const int16_t *bt, const int16_t *bu, __m512
 }
 
 static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q4_Kx8 *w = vw;
+    const kern_q4_Kx8 *w = vw;
     const quant_block_q8_K *a = va;
     if (n_tok == 1) {
         x8_q4_K_1(nb, w, a, lda, acc);
@@ -329,7 +329,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     const __m512i sl = _mm512_loadu_si512(q4_K_sc_ilv), sh = _mm512_loadu_si512(q4_K_sc_ilv + 64);
     __m512i q[32], dsc[8], mnp[4];
     for (int b = 0; b < nb; b++) {
-        const kk_q4_Kx8 *wb = &w[b];
+        const kern_q4_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         for (int g = 0; g < 4; g++) {
@@ -387,7 +387,7 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
 /* The four 6-bit vectors of half h, groups 2m and 2m + 1 of a packed
  * Q6_K block: q[r] is 32-weight chunk 4h + r, from the low or high nibbles
  * of ql (blocks A, B) and two bits of qh. */
-static inline __attribute__((always_inline)) void q6_K_split(const kk_q6_Kx8 *wb, int h, int m, __m512i q[4]) {
+static inline __attribute__((always_inline)) void q6_K_split(const kern_q6_Kx8 *wb, int h, int m, __m512i q[4]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m512i A = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 2 * m));
     const __m512i B = _mm512_loadu_si512(wb->ql + 32 * (16 * h + 8 + 2 * m));
@@ -411,12 +411,12 @@ static inline __attribute__((always_inline)) void q6_K_split(const kk_q6_Kx8 *wb
  * most 2 * 2 * 63 * 128) and go into int32 with that sub-block's scales.
  * No unpacked copy of the super-block, the accumulator in a register; the
  * -32 offset as in the AVX2 twin (pack_x86.h), the same fma per block. */
-static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_Kx8 *w, const quant_block_q8_K *a,
+static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kern_q6_Kx8 *w, const quant_block_q8_K *a,
                                                             size_t lda, float *acc) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
-        const kk_q6_Kx8 *wb = &w[b];
+        const kern_q6_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         const quant_block_q8_K *y = a + (size_t)b * lda;
@@ -461,14 +461,14 @@ static inline __attribute__((always_inline)) void x8_q6_K_1(int nb, const kk_q6_
  * the interleave, the activations permuted per token; below 6 tokens the
  * interleave and scale set-up of the kernel after it cost more than they
  * save (0.85-0.93x at 2-5 tokens, hot in L2). */
-static void x8_q6_K_few(int nb, const kk_q6_Kx8 *w, const quant_block_q8_K *a, size_t lda, int n_tok, float *acc) {
+static void x8_q6_K_few(int nb, const kern_q6_Kx8 *w, const quant_block_q8_K *a, size_t lda, int n_tok, float *acc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m512i q[32], dsc[16];
     __m256i osc[8];
     for (int b = 0; b < nb; b++) {
-        const kk_q6_Kx8 *wb = &w[b];
+        const kern_q6_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         for (int h = 0; h < 2; h++)
@@ -536,7 +536,7 @@ static const int8_t q6_K_sc_ilv[128] = {
 };
 
 static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_tok, float *acc) {
-    const kk_q6_Kx8 *w = vw;
+    const kern_q6_Kx8 *w = vw;
     const quant_block_q8_K *a = va;
     if (n_tok == 1) {
         x8_q6_K_1(nb, w, a, lda, acc);
@@ -550,7 +550,7 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     const __m512i sl = _mm512_loadu_si512(q6_K_sc_ilv), sh = _mm512_loadu_si512(q6_K_sc_ilv + 64);
     __m512i q[32], dsc[16], osc[8];
     for (int b = 0; b < nb; b++) {
-        const kk_q6_Kx8 *wb = &w[b];
+        const kern_q6_Kx8 *wb = &w[b];
 #pragma GCC unroll 32
         for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
         for (int h = 0; h < 2; h++)
@@ -613,12 +613,12 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
     }
 }
 
-/* A kk_x8_dec_fn NAME whose per-block token terms (TOK, set by TOK_SET from
+/* A kern_x8_dec_fn NAME whose per-block token terms (TOK, set by TOK_SET from
  * the activation block) are worked out CHUNK blocks at a time for all ng
  * groups, BLOCK(wb, tok, sum) adding one packed block of weight type WT
  * into a group's 8 sums; the groups' partial sums wait in y between
  * chunks, so each group's blocks still go in order. */
-#define KK_DEC_CHUNKED(NAME, WT, AT, TOK, CHUNK, TOK_SET, BLOCK)                             \
+#define KERN_DEC_CHUNKED(NAME, WT, AT, TOK, CHUNK, TOK_SET, BLOCK)                             \
     static void NAME(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) { \
         const WT *w = vw;                                                                    \
         const AT *a = va;                                                                    \
@@ -669,7 +669,7 @@ typedef struct act8_tok {
     __m256 d;
 } act8_tok;
 
-static inline void act8_tok_set(const kk_act8 *ab, act8_tok *t) {
+static inline void act8_tok_set(const kern_act8 *ab, act8_tok *t) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     const __m512i y = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ab->qs));
     for (int m = 0; m < 4; m++) t->yv[m] = _mm512_permutexvar_epi32(idx[m], y);
@@ -677,7 +677,7 @@ static inline void act8_tok_set(const kk_act8 *ab, act8_tok *t) {
     t->d = _mm256_set1_ps(ab->d);
 }
 
-static inline __attribute__((always_inline)) __m256 q4_0_dec_block(const kk_q4_0x8 *wb, const act8_tok *t, __m256 sum) {
+static inline __attribute__((always_inline)) __m256 q4_0_dec_block(const kern_q4_0x8 *wb, const act8_tok *t, __m256 sum) {
     __m512i u[4];
     q4_0_unpack(wb, u);
     __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], t->yv[0]);
@@ -689,7 +689,7 @@ static inline __attribute__((always_inline)) __m256 q4_0_dec_block(const kk_q4_0
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, sum);
 }
 
-KK_DEC_CHUNKED(dec_q4_0, kk_q4_0x8, kk_act8, act8_tok, ACT8_CHUNK, act8_tok_set, q4_0_dec_block)
+KERN_DEC_CHUNKED(dec_q4_0, kern_q4_0x8, kern_act8, act8_tok, ACT8_CHUNK, act8_tok_set, q4_0_dec_block)
 
 /* Q8_0 takes Q8_DEC_NP pairs of groups a pass: the activation's four
  * vpermd stay in registers, once per block for the pass (hoisted to the
@@ -698,7 +698,7 @@ KK_DEC_CHUNKED(dec_q4_0, kk_q4_0x8, kk_act8, act8_tok, ACT8_CHUNK, act8_tok_set,
  * zero-point term (-16 s8 in lanes 0..7, zero in 8..15, so fold2 takes it
  * off each row once). */
 #define Q8_DEC_NP 2
-static inline __attribute__((always_inline)) __m512i q8_0_sums(const kk_q8_0x8 *wb, const __m512i yv[4], __m512i init) {
+static inline __attribute__((always_inline)) __m512i q8_0_sums(const kern_q8_0x8 *wb, const __m512i yv[4], __m512i init) {
     __m512i u[4];
     q8_0_unpack(wb, u);
     __m512i s = _mm512_dpbusd_epi32(init, u[0], yv[0]);
@@ -708,7 +708,7 @@ static inline __attribute__((always_inline)) __m512i q8_0_sums(const kk_q8_0x8 *
 }
 
 /* NP pairs of groups (group g at w + g * nb), one sum vector a pair */
-static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kk_q8_0x8 *w, const int NP, const kk_act8 *a,
+static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kern_q8_0x8 *w, const int NP, const kern_act8 *a,
                                                              size_t lda, float *y) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     const __m512i flo = _mm512_loadu_si512(fold_lo_idx), fhi = _mm512_loadu_si512(fold_hi_idx);
@@ -716,7 +716,7 @@ static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kk_q8
 #pragma GCC unroll 2
     for (int p = 0; p < NP; p++) sum[p] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const kk_act8 *ab = a + (size_t)b * lda;
+        const kern_act8 *ab = a + (size_t)b * lda;
         const __m512i yq = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ab->qs));
         __m512i yv[4];
 #pragma GCC unroll 4
@@ -725,7 +725,7 @@ static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kk_q8
         const __m512 yd = _mm512_set1_ps(ab->d);
 #pragma GCC unroll 2
         for (int p = 0; p < NP; p++) {
-            const kk_q8_0x8 *w0 = w + (size_t)(2 * p) * (size_t)nb + b, *w1 = w0 + nb;
+            const kern_q8_0x8 *w0 = w + (size_t)(2 * p) * (size_t)nb + b, *w1 = w0 + nb;
             const __m512i is = fold2(q8_0_sums(w0, yv, init), q8_0_sums(w1, yv, init), flo, fhi);
             const __m512 d = _mm512_mul_ps(scales2(w0->d, w1->d), yd);
             sum[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), d, sum[p]);
@@ -736,7 +736,7 @@ static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kk_q8
 }
 
 static void dec_q8_0(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) {
-    const kk_q8_0x8 *w = vw;
+    const kern_q8_0x8 *w = vw;
     int g = 0;
     for (; g + 2 * Q8_DEC_NP <= ng; g += 2 * Q8_DEC_NP)
         q8_0_dec_n(nb, w + (size_t)g * (size_t)nb, Q8_DEC_NP, va, lda, y + 8 * g);
@@ -788,7 +788,7 @@ static const int8_t q4_K_sc_sh[128] = {SC16(0), SC16(4), SC16(0), SC16(4), SC16(
 #undef SC4
 #undef Z
 
-static inline __attribute__((always_inline)) __m256 q4_K_dec_block(const kk_q4_Kx8 *wb, const q4_K_tok *t, __m256 sum) {
+static inline __attribute__((always_inline)) __m256 q4_K_dec_block(const kern_q4_Kx8 *wb, const q4_K_tok *t, __m256 sum) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i sc_lo = _mm512_loadu_si512(q4_K_sc_sh), sc_hi = _mm512_loadu_si512(q4_K_sc_sh + 64);
 #pragma GCC unroll 32
@@ -818,7 +818,7 @@ static inline __attribute__((always_inline)) __m256 q4_K_dec_block(const kk_q4_K
     return sum;
 }
 
-KK_DEC_CHUNKED(dec_q4_K, kk_q4_Kx8, quant_block_q8_K, q4_K_tok, DEC_CHUNK, q4_K_tok_set, q4_K_dec_block)
+KERN_DEC_CHUNKED(dec_q4_K, kern_q4_Kx8, quant_block_q8_K, q4_K_tok, DEC_CHUNK, q4_K_tok_set, q4_K_dec_block)
 
 /* One token over ng groups, Q6_K, as dec_q4_K: per block once for all
  * the groups, the 32 dword-broadcast activation vectors (yv[16h + 4m + r]:
@@ -859,7 +859,7 @@ static const int8_t q6_K_sc_sh[128] = {SC16(0), SC16(4), SC16(0), SC16(4), SC16(
 #undef SC4
 #undef Z
 
-static inline __attribute__((always_inline)) __m256 q6_K_dec_block(const kk_q6_Kx8 *wb, const q6_K_tok *t, __m256 sum) {
+static inline __attribute__((always_inline)) __m256 q6_K_dec_block(const kern_q6_Kx8 *wb, const q6_K_tok *t, __m256 sum) {
     const __m512i sc_lo = _mm512_loadu_si512(q6_K_sc_sh), sc_hi = _mm512_loadu_si512(q6_K_sc_sh + 64);
 #pragma GCC unroll 32
     for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);
@@ -892,9 +892,9 @@ static inline __attribute__((always_inline)) __m256 q6_K_dec_block(const kk_q6_K
     return sum;
 }
 
-KK_DEC_CHUNKED(dec_q6_K, kk_q6_Kx8, quant_block_q8_K, q6_K_tok, DEC_CHUNK, q6_K_tok_set, q6_K_dec_block)
+KERN_DEC_CHUNKED(dec_q6_K, kern_q6_Kx8, quant_block_q8_K, q6_K_tok, DEC_CHUNK, q6_K_tok_set, q6_K_dec_block)
 
-const kk_x8_set kk_x8_avx512 = {
+const kern_x8_set kern_x8_avx512 = {
     .fn = {[QUANT_Q4_0] = x8_q4_0, [QUANT_Q8_0] = x8_q8_0, [QUANT_Q4_K] = x8_q4_K, [QUANT_Q6_K] = x8_q6_K},
     .dec = {[QUANT_Q4_0] = dec_q4_0, [QUANT_Q8_0] = dec_q8_0, [QUANT_Q4_K] = dec_q4_K, [QUANT_Q6_K] = dec_q6_K},
 };

@@ -7,25 +7,25 @@
 #include <math.h>
 #include <string.h>
 
-float kk_softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+float kern_softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
-float kk_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+float kern_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-void kk_l2norm(float *x, int n, float eps) {
+void kern_l2norm(float *x, int n, float eps) {
     double ss = 0.0;
     for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
     const float scale = 1.0f / fmaxf(sqrtf((float)ss), eps);
     for (int i = 0; i < n; i++) x[i] *= scale;
 }
 
-void kk_rmsnorm_gated(float *out, const float *x, const float *w, const float *z, int n, float eps) {
+void kern_rmsnorm_gated(float *out, const float *x, const float *w, const float *z, int n, float eps) {
     double ss = 0.0;
     for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
     const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
     for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i] * (z[i] / (1.0f + expf(-z[i])));
 }
 
-void kk_moe_route(const float *logits, int n_expert, int k, int norm, float scale, int32_t *ids, float *w) {
+void kern_moe_route(const float *logits, int n_expert, int k, int norm, float scale, int32_t *ids, float *w) {
     float mx = -INFINITY;
     for (int e = 0; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
     double sum = 0.0;
@@ -52,9 +52,9 @@ void kk_moe_route(const float *logits, int n_expert, int k, int norm, float scal
         for (int i = 0; i < k; i++) w[i] *= scale;
 }
 
-void kk_moe_route_sel(float *p, const kk_moe_gate *g, int n_expert, int k, float *sel, int32_t *ids, float *w) {
+void kern_moe_route_sel(float *p, const kern_moe_gate *g, int n_expert, int k, float *sel, int32_t *ids, float *w) {
     if (g->sigmoid) {
-        for (int e = 0; e < n_expert; e++) p[e] = kk_sigmoid(p[e]);
+        for (int e = 0; e < n_expert; e++) p[e] = kern_sigmoid(p[e]);
     } else {
         float mx = -INFINITY;
         for (int e = 0; e < n_expert; e++) mx = p[e] > mx ? p[e] : mx;
@@ -115,7 +115,7 @@ void kk_moe_route_sel(float *p, const kk_moe_gate *g, int n_expert, int k, float
 
 static float silu(float v) { return v / (1.0f + expf(-v)); }
 
-static void conv_silu_ref(const kk_conv *a) {
+static void conv_silu_ref(const kern_conv *a) {
     const int C = a->C, K = a->K;
     for (int t = 0; t < a->n; t++) {
         float *yt = a->y + (size_t)t * a->ldy;
@@ -150,7 +150,7 @@ static float dot(const float *a, const float *b, int n) {
     return s;
 }
 
-static void gdn_step_ref(const kk_gdn *a) {
+static void gdn_step_ref(const kern_gdn *a) {
     const int dk = a->dk, dv = a->dv;
     for (int t = 0; t < a->n; t++) {
         const float *q = a->q + (size_t)t * a->ld_qk, *k = a->k + (size_t)t * a->ld_qk;
@@ -167,13 +167,13 @@ static void gdn_step_ref(const kk_gdn *a) {
     }
 }
 
-/* One chunk of c <= KK_GDN_CHUNK tokens (see ssm.h for the algebra). */
-static void gdn_piece_ref(const kk_gdn *a, int t0, int c) {
-    const int dk = a->dk, dv = a->dv, C = KK_GDN_CHUNK;
+/* One chunk of c <= KERN_GDN_CHUNK tokens (see ssm.h for the algebra). */
+static void gdn_piece_ref(const kern_gdn *a, int t0, int c) {
+    const int dk = a->dk, dv = a->dv, C = KERN_GDN_CHUNK;
     float *sk = a->scratch, *sq = sk + (size_t)C * dv, *u = sq + (size_t)C * dv;
     float *kk = u + (size_t)C * dv, *kq = kk + (size_t)C * C, *G = kq + (size_t)C * C, *eG = G + C;
-    const float *K[KK_GDN_CHUNK], *Q[KK_GDN_CHUNK], *V[KK_GDN_CHUNK];
-    float beta[KK_GDN_CHUNK];
+    const float *K[KERN_GDN_CHUNK], *Q[KERN_GDN_CHUNK], *V[KERN_GDN_CHUNK];
+    float beta[KERN_GDN_CHUNK];
     float acc = 0.0f;
     for (int t = 0; t < c; t++) {
         K[t] = a->k + (size_t)(t0 + t) * a->ld_qk;
@@ -231,16 +231,16 @@ static void gdn_piece_ref(const kk_gdn *a, int t0, int c) {
     }
 }
 
-static void gdn_chunk_ref(const kk_gdn *a) {
+static void gdn_chunk_ref(const kern_gdn *a) {
     for (int t = 0; t < a->n;) {
-        const int pos = a->pos0 + t, end = (pos / KK_GDN_CHUNK + 1) * KK_GDN_CHUNK - a->pos0;
+        const int pos = a->pos0 + t, end = (pos / KERN_GDN_CHUNK + 1) * KERN_GDN_CHUNK - a->pos0;
         const int c = (end < a->n ? end : a->n) - t;
         gdn_piece_ref(a, t, c);
         t += c;
     }
 }
 
-static void ssd_scan_ref(const kk_ssd *a) {
+static void ssd_scan_ref(const kern_ssd *a) {
     const int P = a->P, N = a->N;
     for (int t = 0; t < a->n; t++) {
         const float *x = a->x + (size_t)t * a->ld_x, *B = a->B + (size_t)t * a->ld_bc, *C = a->C + (size_t)t * a->ld_bc;
@@ -260,16 +260,16 @@ static void ssd_scan_ref(const kk_ssd *a) {
     }
 }
 
-const kk_ssm_ops kk_ssm_scalar = {
+const kern_ssm_ops kern_ssm_scalar = {
     .conv_silu = conv_silu_ref,
     .gdn_step = gdn_step_ref,
     .gdn_chunk = gdn_chunk_ref,
     .ssd_scan = ssd_scan_ref,
 };
 
-const kk_ssm_ops *kk_ssm_ops_at(int isa) {
-    const kk_level *l = kk_level_at(isa);
+const kern_ssm_ops *kern_ssm_ops_at(int isa) {
+    const kern_level *l = kern_level_at(isa);
     return l ? l->ssm : NULL;
 }
 
-const kk_ssm_ops *kk_ssm_ops_best(void) { return kk_level_best()->ssm; }
+const kern_ssm_ops *kern_ssm_ops_best(void) { return kern_level_best()->ssm; }

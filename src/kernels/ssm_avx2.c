@@ -28,10 +28,10 @@ static inline __m256 silu8(__m256 x) {
     return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
-static void conv_silu(const kk_conv *a) {
+static void conv_silu(const kern_conv *a) {
     const int C = a->C, K = a->K;
     for (int t = 0; t < a->n; t++) {
-        const float *in[KK_CONV_MAX_K]; /* the K rows this token's window reads */
+        const float *in[KERN_CONV_MAX_K]; /* the K rows this token's window reads */
         for (int k = 0; k < K; k++) {
             const int src = t + k - (K - 1);
             in[k] = src < 0 ? a->state + (size_t)(K - 1 + src) * a->ldc : a->x + (size_t)src * a->ldx;
@@ -73,7 +73,7 @@ static inline float dot8(const float *a, const float *b, int n) {
     return s;
 }
 
-static void gdn_step(const kk_gdn *a) {
+static void gdn_step(const kern_gdn *a) {
     const int dk = a->dk, dv = a->dv, d8 = dk & ~7;
     for (int t = 0; t < a->n; t++) {
         const float *q = a->q + (size_t)t * a->ld_qk, *k = a->k + (size_t)t * a->ld_qk;
@@ -121,12 +121,12 @@ static inline void axpy8(float *y, float f, const float *x, int n) {
     for (; i < n; i++) y[i] = fmaf(f, x[i], y[i]);
 }
 
-static void gdn_piece(const kk_gdn *a, int t0, int c) {
-    const int dk = a->dk, dv = a->dv, C = KK_GDN_CHUNK, d8 = dk & ~7;
+static void gdn_piece(const kern_gdn *a, int t0, int c) {
+    const int dk = a->dk, dv = a->dv, C = KERN_GDN_CHUNK, d8 = dk & ~7;
     float *sk = a->scratch, *sq = sk + (size_t)C * dv, *u = sq + (size_t)C * dv;
     float *kk = u + (size_t)C * dv, *kq = kk + (size_t)C * C, *G = kq + (size_t)C * C, *eG = G + C;
-    const float *K[KK_GDN_CHUNK], *Q[KK_GDN_CHUNK], *V[KK_GDN_CHUNK];
-    float beta[KK_GDN_CHUNK];
+    const float *K[KERN_GDN_CHUNK], *Q[KERN_GDN_CHUNK], *V[KERN_GDN_CHUNK];
+    float beta[KERN_GDN_CHUNK];
     float acc = 0.0f;
     for (int t = 0; t < c; t++) {
         K[t] = a->k + (size_t)(t0 + t) * a->ld_qk;
@@ -224,12 +224,12 @@ static void gdn_piece(const kk_gdn *a, int t0, int c) {
         for (j = 0; j < dv; j++) o[j] *= a->scale;
     }
     const float last = G[c - 1];
-    float f[KK_GDN_CHUNK];
+    float f[KERN_GDN_CHUNK];
     for (int s = 0; s < c; s++) f[s] = expf(last - G[s]);
     const __m256 el = _mm256_set1_ps(eG[c - 1]);
     for (int j = 0; j < dv; j++) {
         float *row = a->s + (size_t)j * dk;
-        float us[KK_GDN_CHUNK];
+        float us[KERN_GDN_CHUNK];
         for (int s = 0; s < c; s++) us[s] = u[(size_t)s * dv + j] * f[s];
         /* each element's sum over s is a chain of c fmas: eight of them
          * (64 elements) side by side keep the FMA pipes fed */
@@ -259,16 +259,16 @@ static void gdn_piece(const kk_gdn *a, int t0, int c) {
     }
 }
 
-static void gdn_chunk(const kk_gdn *a) {
+static void gdn_chunk(const kern_gdn *a) {
     for (int t = 0; t < a->n;) {
-        const int pos = a->pos0 + t, end = (pos / KK_GDN_CHUNK + 1) * KK_GDN_CHUNK - a->pos0;
+        const int pos = a->pos0 + t, end = (pos / KERN_GDN_CHUNK + 1) * KERN_GDN_CHUNK - a->pos0;
         const int c = (end < a->n ? end : a->n) - t;
         gdn_piece(a, t, c);
         t += c;
     }
 }
 
-static void ssd_scan(const kk_ssd *a) {
+static void ssd_scan(const kern_ssd *a) {
     const int P = a->P, N = a->N;
     for (int t = 0; t < a->n; t++) {
         const float *x = a->x + (size_t)t * a->ld_x, *B = a->B + (size_t)t * a->ld_bc, *C = a->C + (size_t)t * a->ld_bc;
@@ -298,7 +298,7 @@ static void ssd_scan(const kk_ssd *a) {
     }
 }
 
-const kk_ssm_ops kk_ssm_avx2 = {
+const kern_ssm_ops kern_ssm_avx2 = {
     .conv_silu = conv_silu,
     .gdn_step = gdn_step,
     .gdn_chunk = gdn_chunk,

@@ -5,7 +5,7 @@
  * same order per element, with fused multiply-adds and sums over 4 lanes,
  * so they agree with it to float rounding (test_kernels bounds the
  * difference, as for the AVX2 twins):
- *   conv_silu  4 channels per vector; silu through kk_exp_attn's e^x
+ *   conv_silu  4 channels per vector; silu through kern_exp_attn's e^x
  *   gdn_step   per state row: decay and the dot with k in one pass, the
  *              update and the dot with q in a second
  *   gdn_chunk  the reference's steps with its dots and axpys over vectors
@@ -23,10 +23,10 @@ static inline float32x4_t silu4(float32x4_t x) {
     return vdivq_f32(x, vaddq_f32(vdupq_n_f32(1.0f), kn_exp4(vnegq_f32(x))));
 }
 
-static void conv_silu(const kk_conv *a) {
+static void conv_silu(const kern_conv *a) {
     const int C = a->C, K = a->K;
     for (int t = 0; t < a->n; t++) {
-        const float *in[KK_CONV_MAX_K]; /* the K rows this token's window reads */
+        const float *in[KERN_CONV_MAX_K]; /* the K rows this token's window reads */
         for (int k = 0; k < K; k++) {
             const int src = t + k - (K - 1);
             in[k] = src < 0 ? a->state + (size_t)(K - 1 + src) * a->ldc : a->x + (size_t)src * a->ldx;
@@ -89,7 +89,7 @@ static void scal(float *x, float f, int n) {
     for (; i < n; i++) x[i] *= f;
 }
 
-static void gdn_step(const kk_gdn *a) {
+static void gdn_step(const kern_gdn *a) {
     const int dk = a->dk, dv = a->dv;
     for (int t = 0; t < a->n; t++) {
         const float *q = a->q + (size_t)t * a->ld_qk, *k = a->k + (size_t)t * a->ld_qk;
@@ -131,13 +131,13 @@ static void gdn_step(const kk_gdn *a) {
     }
 }
 
-/* One chunk of c <= KK_GDN_CHUNK tokens (ssm.h; the steps of ssm.c's). */
-static void gdn_piece(const kk_gdn *a, int t0, int c) {
-    const int dk = a->dk, dv = a->dv, C = KK_GDN_CHUNK;
+/* One chunk of c <= KERN_GDN_CHUNK tokens (ssm.h; the steps of ssm.c's). */
+static void gdn_piece(const kern_gdn *a, int t0, int c) {
+    const int dk = a->dk, dv = a->dv, C = KERN_GDN_CHUNK;
     float *sk = a->scratch, *sq = sk + (size_t)C * dv, *u = sq + (size_t)C * dv;
     float *kk = u + (size_t)C * dv, *kq = kk + (size_t)C * C, *G = kq + (size_t)C * C, *eG = G + C;
-    const float *K[KK_GDN_CHUNK], *Q[KK_GDN_CHUNK], *V[KK_GDN_CHUNK];
-    float beta[KK_GDN_CHUNK];
+    const float *K[KERN_GDN_CHUNK], *Q[KERN_GDN_CHUNK], *V[KERN_GDN_CHUNK];
+    float beta[KERN_GDN_CHUNK];
     float acc = 0.0f;
     for (int t = 0; t < c; t++) {
         K[t] = a->k + (size_t)(t0 + t) * a->ld_qk;
@@ -178,16 +178,16 @@ static void gdn_piece(const kk_gdn *a, int t0, int c) {
     }
 }
 
-static void gdn_chunk(const kk_gdn *a) {
+static void gdn_chunk(const kern_gdn *a) {
     for (int t = 0; t < a->n;) {
-        const int pos = a->pos0 + t, end = (pos / KK_GDN_CHUNK + 1) * KK_GDN_CHUNK - a->pos0;
+        const int pos = a->pos0 + t, end = (pos / KERN_GDN_CHUNK + 1) * KERN_GDN_CHUNK - a->pos0;
         const int c = (end < a->n ? end : a->n) - t;
         gdn_piece(a, t, c);
         t += c;
     }
 }
 
-static void ssd_scan(const kk_ssd *a) {
+static void ssd_scan(const kern_ssd *a) {
     const int P = a->P, N = a->N;
     for (int t = 0; t < a->n; t++) {
         const float *x = a->x + (size_t)t * a->ld_x, *B = a->B + (size_t)t * a->ld_bc, *C = a->C + (size_t)t * a->ld_bc;
@@ -216,7 +216,7 @@ static void ssd_scan(const kk_ssd *a) {
     }
 }
 
-const kk_ssm_ops kk_ssm_neon = {
+const kern_ssm_ops kern_ssm_neon = {
     .conv_silu = conv_silu,
     .gdn_step = gdn_step,
     .gdn_chunk = gdn_chunk,

@@ -9,7 +9,7 @@
  *
  * Attention is bidirectional over the tokens of the row's own sequence
  * (an unpadded batch, encoder.h).  GELU is the tanh approximation
- * ggml_gelu uses (kk_gelu).  LayerNorm epsilon comes from
+ * ggml_gelu uses (kern_gelu).  LayerNorm epsilon comes from
  * bert.attention.layer_norm_epsilon.  type is the token type of the row
  * (0 unless the caller frames a pair: a reranker's document is type 1).
  *
@@ -29,17 +29,17 @@
 #include <string.h>
 
 typedef struct kl_bert_layer {
-    kk_mat wq, wk, wv, wo;              /* n_embd -> n_embd */
+    kern_mat wq, wk, wv, wo;              /* n_embd -> n_embd */
     const float *bq, *bk, *bv, *bo;     /* [n_embd] */
     const float *ln_attn_w, *ln_attn_b; /* attn_output_norm [n_embd] */
-    kk_mat w_up, w_down;                /* n_embd -> n_ff -> n_embd */
+    kern_mat w_up, w_down;                /* n_embd -> n_ff -> n_embd */
     const float *b_up, *b_down;         /* [n_ff], [n_embd] */
     const float *ln_out_w, *ln_out_b;   /* layer_output_norm [n_embd] */
 } kl_bert_layer;
 
 struct kl_bert {
-    kk_mat pos_embd;  /* [n_pos rows of n_embd] */
-    kk_mat type_embd; /* [n_types rows]; data NULL when absent */
+    kern_mat pos_embd;  /* [n_pos rows of n_embd] */
+    kern_mat type_embd; /* [n_types rows]; data NULL when absent */
     const float *emb_norm_w, *emb_norm_b;
     float eps; /* LayerNorm epsilon */
     int n_pos; /* longest input the positions allow */
@@ -47,7 +47,7 @@ struct kl_bert {
     /* classification head (rerankers): cls [n_embd -> n_embd] + tanh
      * (optional), cls.output [n_embd -> n_cls_out]; cls_out.data NULL when
      * the file has none */
-    kk_mat cls, cls_out;
+    kern_mat cls, cls_out;
     const float *cls_b, *cls_out_b;
 };
 
@@ -157,7 +157,7 @@ static void *bert_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
     ok &= (w->off = malloc((N + 1) * sizeof *w->off)) != NULL;
     ok &= (w->seq = malloc(N * sizeof *w->seq)) != NULL;
     ok &= (w->pooled = m->hp.n_cls_out ? malloc(N * E * 4) : calloc(1, 1)) != NULL;
-    ok &= (w->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)(E > F ? E : F), cap_tok))) != NULL;
+    ok &= (w->mm_scratch = malloc(kern_matmul_scratch_size((int64_t)(E > F ? E : F), cap_tok))) != NULL;
     if (!ok) {
         bert_ws_free(w);
         return NULL;
@@ -189,9 +189,9 @@ static void residual_norm_task(void *ud, int ith, int nth) {
     kpool_range(j->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         float *x = j->w->x + (size_t)r * E;
-        kk_add(x, j->w->y + (size_t)r * E, E);
-        kk_add(x, j->bias, E);
-        kk_layernorm(x, x, j->nw, j->nb, E, ((const struct kl_bert *)j->m->fam)->eps);
+        kern_add(x, j->w->y + (size_t)r * E, E);
+        kern_add(x, j->bias, E);
+        kern_layernorm(x, x, j->nw, j->nb, E, ((const struct kl_bert *)j->m->fam)->eps);
     }
 }
 
@@ -202,8 +202,8 @@ static void up_gelu_task(void *ud, int ith, int nth) {
     kpool_range(j->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         float *u = j->w->up + (size_t)r * F;
-        kk_add(u, j->L->b_up, F);
-        kk_gelu(u, F);
+        kern_add(u, j->L->b_up, F);
+        kern_gelu(u, F);
     }
 }
 
@@ -215,16 +215,16 @@ static void bert_rank_head(kl_bert_ws *w, const kiln_model *m, int n_seq, float 
     const int E = m->hp.n_embd, C = m->hp.n_cls_out;
     const float *h = w->pooled;
     if (b->cls.data) {
-        kk_matmul(w->pool, &b->cls, w->pooled, n_seq, w->y, E, w->mm_scratch);
+        kern_matmul(w->pool, &b->cls, w->pooled, n_seq, w->y, E, w->mm_scratch);
         for (int s = 0; s < n_seq; s++) {
             float *r = w->y + (size_t)s * E;
-            if (b->cls_b) kk_add(r, b->cls_b, E);
+            if (b->cls_b) kern_add(r, b->cls_b, E);
             for (int d = 0; d < E; d++) r[d] = tanhf(r[d]);
         }
         h = w->y;
     }
-    kk_matmul(w->pool, &b->cls_out, h, n_seq, out, C, w->mm_scratch);
-    if (b->cls_out_b) kk_add_rows(out, b->cls_out_b, n_seq, C);
+    kern_matmul(w->pool, &b->cls_out, h, n_seq, out, C, w->mm_scratch);
+    if (b->cls_out_b) kern_add_rows(out, b->cls_out_b, n_seq, C);
 }
 
 static void bert_encode(void *ws, const kiln_model *m, const int32_t *tokens, const uint8_t *types, const int32_t *len,
@@ -243,15 +243,15 @@ static void bert_encode(void *ws, const kiln_model *m, const int32_t *tokens, co
     for (int r = 0; r < N; r++) {
         float *x = w->x + (size_t)r * E;
         const int t = r - bt.off[bt.seq[r]];
-        kk_get_row(&m->tok_embd, tokens[r], x);
-        kk_get_row(&b->pos_embd, t, tmp);
-        kk_add(x, tmp, E);
+        kern_get_row(&m->tok_embd, tokens[r], x);
+        kern_get_row(&b->pos_embd, t, tmp);
+        kern_add(x, tmp, E);
         if (b->type_embd.data) {
             const int ty = types && types[r] < b->type_embd.nrows ? types[r] : 0;
-            kk_get_row(&b->type_embd, ty, tmp);
-            kk_add(x, tmp, E);
+            kern_get_row(&b->type_embd, ty, tmp);
+            kern_add(x, tmp, E);
         }
-        kk_layernorm(x, x, b->emb_norm_w, b->emb_norm_b, E, b->eps);
+        kern_layernorm(x, x, b->emb_norm_w, b->emb_norm_b, E, b->eps);
     }
 
     const int H = hp->n_head, hd = hp->hd_k;
@@ -259,19 +259,19 @@ static void bert_encode(void *ws, const kiln_model *m, const int32_t *tokens, co
     for (int l = 0; l < hp->n_layer; l++) {
         const kl_bert_layer *L = &b->layers[l];
         j.L = L;
-        kk_mm_out qkv[3] = {{&L->wq, w->q, E}, {&L->wk, w->k, E}, {&L->wv, w->v, E}};
-        kk_matmul_multi(w->pool, qkv, 3, w->x, N, w->mm_scratch);
-        kk_add_rows(w->q, L->bq, N, E);
-        kk_add_rows(w->k, L->bk, N, E);
-        kk_add_rows(w->v, L->bv, N, E);
+        kern_mm_out qkv[3] = {{&L->wq, w->q, E}, {&L->wk, w->k, E}, {&L->wv, w->v, E}};
+        kern_matmul_multi(w->pool, qkv, 3, w->x, N, w->mm_scratch);
+        kern_add_rows(w->q, L->bq, N, E);
+        kern_add_rows(w->k, L->bk, N, E);
+        kern_add_rows(w->v, L->bv, N, E);
         kl_enc_attention(w->pool, &at);
-        kk_matmul(w->pool, &L->wo, w->att, N, w->y, E, w->mm_scratch);
+        kern_matmul(w->pool, &L->wo, w->att, N, w->y, E, w->mm_scratch);
         j.bias = L->bo, j.nw = L->ln_attn_w, j.nb = L->ln_attn_b;
         kpool_run(w->pool, residual_norm_task, &j);
 
-        kk_matmul(w->pool, &L->w_up, w->x, N, w->up, hp->n_ff, w->mm_scratch);
+        kern_matmul(w->pool, &L->w_up, w->x, N, w->up, hp->n_ff, w->mm_scratch);
         kpool_run(w->pool, up_gelu_task, &j);
-        kk_matmul(w->pool, &L->w_down, w->up, N, w->y, E, w->mm_scratch);
+        kern_matmul(w->pool, &L->w_down, w->up, N, w->y, E, w->mm_scratch);
         j.bias = L->b_down, j.nw = L->ln_out_w, j.nb = L->ln_out_b;
         kpool_run(w->pool, residual_norm_task, &j);
     }

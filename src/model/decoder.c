@@ -139,14 +139,14 @@ void kl_batch_output(kiln_context *c, const float *x, int n, int n_out) {
 void kl_attn_prepare(kiln_context *c, int n) {
     const kl_hparams *hp = &c->m->hp;
     const kl_kv *kv = &c->kv;
-    kk_rope rope = hp->rope;
+    kern_rope rope = hp->rope;
     if (hp->rope_factors_long && c->p.n_ctx > rope.n_ctx_orig) rope.freq_factors = hp->rope_factors_long;
     for (int i = 0; i < n; i++) {
         float *cs = c->rope_cs + (size_t)i * rope.n_rot;
         if (rope.mrope && c->kv.rnext)
-            kk_rope_table_m(&rope, c->b_mrope + (size_t)KL_MPOS * i, cs);
+            kern_rope_table_m(&rope, c->b_mrope + (size_t)KL_MPOS * i, cs);
         else
-            kk_rope_table(&rope, c->b_pos[i], cs);
+            kern_rope_table(&rope, c->b_pos[i], cs);
     }
     /* tiles: runs of up to KL_ATTN_TILE tokens of one sequence at
      * consecutive positions, with an F16 cache all past KL_ATTN_F16_ACC_MAX

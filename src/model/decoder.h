@@ -73,7 +73,7 @@ void kl_attn_run(kiln_context *c, int ord, const float *q, float *out, int n);
  * p - window + 1 .. p; every position stays cached); scale, the score
  * scale (0: 1 / sqrt(head size)); sinks, [n_head] attention sinks (each
  * head's softmax gets one more logit, not scaled, that adds no value:
- * kk_attn_inv; NULL: none). */
+ * kern_attn_inv; NULL: none). */
 typedef kbe_attn_opts kl_attn_opts;
 /* kl_attn_run with o's departures (o may be NULL). */
 void kl_attn_run_opts(kiln_context *c, int ord, const float *q, float *out, int n, const kl_attn_opts *o);

@@ -71,22 +71,22 @@ static const kl_arch k_archs[] = {
 
 typedef struct ds_layer {
     const float *attn_norm;      /* [n_embd] */
-    kk_mat wq_a, wq_b, wq;       /* n_embd -> Q -> H*(Dn+Dr), or n_embd -> H*(Dn+Dr) */
+    kern_mat wq_a, wq_b, wq;       /* n_embd -> Q -> H*(Dn+Dr), or n_embd -> H*(Dn+Dr) */
     const float *q_a_norm;       /* [Q] */
-    kk_mat wkv_a;                /* n_embd -> R + Dr */
+    kern_mat wkv_a;                /* n_embd -> R + Dr */
     const float *kv_a_norm;      /* [R] */
-    kk_mat *wk_b, *wv_b;         /* [H] views: Dn -> R, R -> Dv */
-    kk_mat wo;                   /* H*Dv -> n_embd */
+    kern_mat *wk_b, *wv_b;         /* [H] views: Dn -> R, R -> Dv */
+    kern_mat wo;                   /* H*Dv -> n_embd */
     const float *ffn_norm;       /* [n_embd] */
-    kk_mat w_gate, w_up, w_down; /* dense layers: n_embd -> n_ff -> n_embd */
+    kern_mat w_gate, w_up, w_down; /* dense layers: n_embd -> n_ff -> n_embd */
     kl_moe_layer ex;             /* the other layers */
 } ds_layer;
 
 typedef struct ds_model {
     ds_layer *layers;
     kl_moe_hp moe;
-    kk_mat *experts;  /* [n_layer][3][n_expert] views of the expert tensors */
-    kk_mat *heads;    /* [n_layer][2][n_head] views of attn_k_b, attn_v_b */
+    kern_mat *experts;  /* [n_layer][3][n_expert] views of the expert tensors */
+    kern_mat *heads;    /* [n_layer][2][n_head] views of attn_k_b, attn_v_b */
     int n_layer;      /* the layers that run: block_count less the MTP (nextn) blocks, which are not */
     int n_dense;      /* leading layers with a dense FFN */
     int q_rank, r;    /* q_lora_rank (0: plain attn_q), kv_lora_rank */
@@ -106,7 +106,7 @@ static void ds_bind_kv_b(kl_binder *B, ds_model *d, int H, int il, ds_layer *l) 
     char n[96];
     snprintf(n, sizeof n, "blk.%d.attn_kv_b.weight", il);
     const int64_t per = (int64_t)d->dn + d->dv;
-    const kk_mat kv = kl_bind_mat(B, n, d->r, H * per, 0);
+    const kern_mat kv = kl_bind_mat(B, n, d->r, H * per, 0);
     if (!kv.data) return;
     const quant_traits *t = quant_get(kv.type);
     const size_t rs = quant_row_size(kv.type, d->r);
@@ -123,8 +123,8 @@ static void ds_bind_kv_b(kl_binder *B, ds_model *d, int H, int il, ds_layer *l) 
             t->to_f32((const uint8_t *)kv.data + (size_t)(h * per + j) * rs, row, d->r);
             for (int r = 0; r < d->r; r++) kh[(size_t)r * d->dn + j] = quant_f32_to_f16(row[r]);
         }
-        l->wk_b[h] = (kk_mat){kh, QUANT_F16, d->dn, d->r, NULL};
-        l->wv_b[h] = (kk_mat){(const uint8_t *)kv.data + (size_t)(h * per + d->dn) * rs, kv.type, d->r, d->dv, NULL};
+        l->wk_b[h] = (kern_mat){kh, QUANT_F16, d->dn, d->r, NULL};
+        l->wv_b[h] = (kern_mat){(const uint8_t *)kv.data + (size_t)(h * per + d->dn) * rs, kv.type, d->r, d->dv, NULL};
     }
     free(row);
 }
@@ -180,7 +180,7 @@ static kiln_status ds_bind(kiln_model *m) {
     }
     /* RoPE: normal pairs; with the log multiplier llama.cpp makes the
      * cos/sin magnitude 1 and moves mscale into the attention scale */
-    kk_rope *rope = &hp->rope;
+    kern_rope *rope = &hp->rope;
     rope->neox = 0;
     const float ln_f = logf(1.0f / rope->freq_scale);
     const float log_mul = (float)kl_meta_float(m, "rope.scaling.yarn_log_multiplier", 0.0) / 0.1f;
@@ -262,7 +262,7 @@ static void ds_weights(kiln_model *m, kl_weights *w) {
     kl_weights_vec(w, &m->out_norm, hp->n_embd);
     for (int i = 0; i < d->n_layer; i++) {
         ds_layer *l = &d->layers[i];
-        kk_mat *ms[] = {&l->wq_a, &l->wq_b, &l->wq, &l->wkv_a, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        kern_mat *ms[] = {&l->wq_a, &l->wq_b, &l->wq, &l->wkv_a, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
         for (int h = 0; h < hp->n_head; h++) {
             kl_weights_mat(w, &l->wk_b[h]);
@@ -289,7 +289,7 @@ static void ds_seq_shape(const kiln_model *m, kl_seq_shape *s) {
 typedef struct ds_ws {
     float *x, *xn, *qa, *q, *kv, *qn, *qf, *att, *al, *vo, *gate, *up, *y;
     kl_moe_ws ex;
-    kk_mm_out *outs; /* [n_head] per-head products */
+    kern_mm_out *outs; /* [n_head] per-head products */
     int32_t *t0, *nt;
 } ds_ws;
 
@@ -349,15 +349,15 @@ static int ds_ctx_init(kiln_context *c) {
      * and n_ff columns over the batch, the per-head ones over H rows per
      * token, the experts' over their routed rows */
     const int nb = c->p.n_batch;
-    size_t s = kk_matmul_scratch_size(hp->n_embd, nb);
-    s = max_sz(s, kk_matmul_scratch_size(d->q_rank, nb));
-    s = max_sz(s, kk_matmul_scratch_size((int64_t)H * d->dv, nb));
-    s = max_sz(s, kk_matmul_scratch_size((int64_t)F, nb));
-    s = max_sz(s, kk_matmul_scratch_size(d->dn, nb * (int)H));
-    s = max_sz(s, kk_matmul_scratch_size(d->r, nb * (int)H));
+    size_t s = kern_matmul_scratch_size(hp->n_embd, nb);
+    s = max_sz(s, kern_matmul_scratch_size(d->q_rank, nb));
+    s = max_sz(s, kern_matmul_scratch_size((int64_t)H * d->dv, nb));
+    s = max_sz(s, kern_matmul_scratch_size((int64_t)F, nb));
+    s = max_sz(s, kern_matmul_scratch_size(d->dn, nb * (int)H));
+    s = max_sz(s, kern_matmul_scratch_size(d->r, nb * (int)H));
     if (moe) {
         const int64_t mc = kl_moe_mm_cols(&d->moe) > hp->n_embd ? kl_moe_mm_cols(&d->moe) : hp->n_embd;
-        s = max_sz(s, kk_matmul_scratch_size(mc, kl_moe_mm_rows(&d->moe, nb)));
+        s = max_sz(s, kern_matmul_scratch_size(mc, kl_moe_mm_rows(&d->moe, nb)));
     }
     c->mm_scratch = malloc(s);
     return c->mm_scratch ? 0 : -1;
@@ -379,7 +379,7 @@ enum ds_step {
 
 typedef struct ds_job {
     kiln_context *c;
-    const kk_ops *ops;
+    const kern_ops *ops;
     const ds_layer *L;
     int layer, n_tok;
     enum ds_step step;
@@ -391,7 +391,7 @@ static void ds_range(const ds_job *j, int i0, int i1) {
     ds_ws *w = c->ws;
     const kl_hparams *hp = &c->m->hp;
     const ds_model *d = c->m->fam;
-    const kk_ops *ops = j->ops;
+    const kern_ops *ops = j->ops;
     const ds_layer *L = j->L;
     const int E = hp->n_embd, H = hp->n_head, n = j->n_tok;
     const int dk = d->dn + d->dr, row = d->r + d->dr;
@@ -411,8 +411,8 @@ static void ds_range(const ds_job *j, int i0, int i1) {
             float *kv = w->kv + (size_t)i * row, *q = w->q + (size_t)i * H * dk;
             const float *cs = c->rope_cs + (size_t)i * hp->rope.n_rot;
             ops->rmsnorm(kv, kv, L->kv_a_norm, d->r, hp->eps);
-            kk_rope_apply(&hp->rope, cs, kv + d->r, 1, d->dr);
-            kk_rope_apply(&hp->rope, cs, q + d->dn, H, dk);
+            kern_rope_apply(&hp->rope, cs, kv + d->r, 1, d->dr);
+            kern_rope_apply(&hp->rope, cs, q + d->dn, H, dk);
             for (int h = 0; h < H; h++) {
                 memcpy(w->qn + ((size_t)h * n + i) * d->dn, q + (size_t)h * dk, (size_t)d->dn * sizeof(float));
                 memcpy(w->qf + ((size_t)i * H + h) * row + d->r, q + (size_t)h * dk + d->dn,
@@ -457,16 +457,16 @@ static void ds_step(ds_job *j, enum ds_step step) {
 
 /* Head h's product Ws[h] over rows h * n .. h * n + n - 1 of x (grouped by
  * head), its token i's output at y + (i * H + h) * ldh. */
-static void ds_heads(kiln_context *c, const kk_mat *ws, const float *x, int n, float *y, int64_t ldh) {
+static void ds_heads(kiln_context *c, const kern_mat *ws, const float *x, int n, float *y, int64_t ldh) {
     ds_ws *w = c->ws;
     const int H = c->m->hp.n_head;
     for (int h = 0; h < H; h++) {
-        w->outs[h] = (kk_mm_out){&ws[h], y + (size_t)h * ldh, (int64_t)H * ldh};
+        w->outs[h] = (kern_mm_out){&ws[h], y + (size_t)h * ldh, (int64_t)H * ldh};
         w->t0[h] = h * n;
         w->nt[h] = n;
     }
-    for (int a = 0; a < H; a += KK_MM_MAX_OUTS)
-        kk_matmul_ranges(c->pool, w->outs + a, w->t0 + a, w->nt + a, H - a < KK_MM_MAX_OUTS ? H - a : KK_MM_MAX_OUTS, x,
+    for (int a = 0; a < H; a += KERN_MM_MAX_OUTS)
+        kern_matmul_ranges(c->pool, w->outs + a, w->t0 + a, w->nt + a, H - a < KERN_MM_MAX_OUTS ? H - a : KERN_MM_MAX_OUTS, x,
                          H * n, c->mm_scratch);
 }
 
@@ -477,10 +477,10 @@ static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     ds_ws *w = c->ws;
     const int n = b->n, E = hp->n_embd, H = hp->n_head;
     const int64_t nq = (int64_t)H * (d->dn + d->dr), row = d->r + d->dr;
-    const kk_ops *ops = kk_ops_best();
+    const kern_ops *ops = kern_ops_best();
 
     kl_attn_prepare(c, n);
-    for (int i = 0; i < n; i++) kk_get_row(&m->tok_embd, b->token[i], w->x + (size_t)i * E);
+    for (int i = 0; i < n; i++) kern_get_row(&m->tok_embd, b->token[i], w->x + (size_t)i * E);
 
     for (int l = 0; l < d->n_layer; l++) {
         const ds_layer *L = &d->layers[l];
@@ -488,13 +488,13 @@ static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         ds_job j = {c, ops, L, l, n, STEP_ATTN_NORM, moe ? w->y : w->xn};
         ds_step(&j, STEP_ATTN_NORM);
         if (d->q_rank) {
-            kk_mm_out a[2] = {{&L->wq_a, w->qa, d->q_rank}, {&L->wkv_a, w->kv, row}};
-            kk_matmul_multi(c->pool, a, 2, w->xn, n, c->mm_scratch);
+            kern_mm_out a[2] = {{&L->wq_a, w->qa, d->q_rank}, {&L->wkv_a, w->kv, row}};
+            kern_matmul_multi(c->pool, a, 2, w->xn, n, c->mm_scratch);
             ds_step(&j, STEP_Q_A_NORM);
-            kk_matmul(c->pool, &L->wq_b, w->qa, n, w->q, nq, c->mm_scratch);
+            kern_matmul(c->pool, &L->wq_b, w->qa, n, w->q, nq, c->mm_scratch);
         } else {
-            kk_mm_out a[2] = {{&L->wq, w->q, nq}, {&L->wkv_a, w->kv, row}};
-            kk_matmul_multi(c->pool, a, 2, w->xn, n, c->mm_scratch);
+            kern_mm_out a[2] = {{&L->wq, w->q, nq}, {&L->wkv_a, w->kv, row}};
+            kern_matmul_multi(c->pool, a, 2, w->xn, n, c->mm_scratch);
         }
         ds_step(&j, STEP_ROPE_STORE);
         ds_heads(c, L->wk_b, w->qn, n, w->qf, row); /* q_h' = Wk_b,h q_nope,h, ahead of its rope part */
@@ -502,17 +502,17 @@ static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         kl_attn_run_opts(c, l, w->qf, w->att, n, &ao);
         ds_step(&j, STEP_GATHER_LATENT);
         ds_heads(c, L->wv_b, w->al, n, w->vo, d->dv);
-        kk_matmul(c->pool, &L->wo, w->vo, n, w->xn, E, c->mm_scratch);
+        kern_matmul(c->pool, &L->wo, w->vo, n, w->xn, E, c->mm_scratch);
         ds_step(&j, STEP_FFN_NORM);
         if (moe) {
             kl_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
             ds_step(&j, STEP_RESID);
             continue;
         }
-        kk_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
-        kk_matmul_multi(c->pool, gu, 2, w->xn, n, c->mm_scratch);
+        kern_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
+        kern_matmul_multi(c->pool, gu, 2, w->xn, n, c->mm_scratch);
         ds_step(&j, STEP_SWIGLU);
-        kk_matmul(c->pool, &L->w_down, w->gate, n, w->xn, E, c->mm_scratch);
+        kern_matmul(c->pool, &L->w_down, w->gate, n, w->xn, E, c->mm_scratch);
         ds_step(&j, STEP_RESID);
     }
 

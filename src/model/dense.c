@@ -19,10 +19,10 @@
  * attention.sliding_window that llama.cpp does not apply, and neither do we.
  * mistral3 multiplies the roped queries at position p by
  * 1 + attention.temperature_scale * ln(floor(p / n_ctx_orig) + 1)
- * (kk_attn_temp with offset 0; keys unscaled).
+ * (kern_attn_temp with offset 0; keys unscaled).
  * qwen2vl and qwen3vl (qwen3vlmoe) are qwen2 and qwen3 (qwen3moe) with
  * M-RoPE: each angle pair takes the t, h or w position of its section
- * (kk_rope; text tokens have all equal, which is plain NeoX RoPE), image
+ * (kern_rope; text tokens have all equal, which is plain NeoX RoPE), image
  * tokens their grid's (kiln_batch_inputs.mpos).  Qwen3-VL's deepstack image rows
  * are wider than n_embd (hp.n_embd_inp); text rows add nothing to them.
  * Shapes of the activations (per token row):
@@ -69,18 +69,18 @@ static const kl_arch k_archs[] = {
 
 typedef struct dense_layer {
     const float *attn_norm;       /* [n_embd] */
-    kk_mat wq, wk, wv, wo;        /* q: n_embd -> n_head*hd_k ... */
+    kern_mat wq, wk, wv, wo;        /* q: n_embd -> n_head*hd_k ... */
     const float *bq, *bk, *bv;    /* optional biases */
     const float *q_norm, *k_norm; /* [hd_k] (qk_norm archs) */
     const float *ffn_norm;        /* [n_embd] */
-    kk_mat w_gate, w_up, w_down;  /* n_embd -> n_ff -> n_embd */
+    kern_mat w_gate, w_up, w_down;  /* n_embd -> n_ff -> n_embd */
     kl_moe_layer ex;              /* DENSE_MOE */
 } dense_layer;
 
 typedef struct dense_model {
     dense_layer *layers;
     kl_moe_hp moe;         /* n_expert 0: dense FFNs */
-    kk_mat *experts;       /* [n_layer][3][n_expert] views of the expert tensors */
+    kern_mat *experts;       /* [n_layer][3][n_expert] views of the expert tensors */
     float attn_temp;       /* query temperature scale; 0: none */
     float attn_temp_floor; /* positions per temperature step (n_ctx_orig) */
 } dense_model;
@@ -88,7 +88,7 @@ typedef struct dense_model {
 /* ---------------------------------------------------------------- binding */
 
 /* Rows r0 .. r0+n-1 of w, as a matrix of its own. */
-static kk_mat dense_rows(kk_mat w, int64_t r0, int64_t n) {
+static kern_mat dense_rows(kern_mat w, int64_t r0, int64_t n) {
     if (w.data) w.data = (const uint8_t *)w.data + (size_t)r0 * quant_row_size(w.type, w.ncols);
     w.nrows = n;
     return w;
@@ -100,7 +100,7 @@ static kiln_status dense_bind(kiln_model *m) {
     if (!moe && hp->n_ff <= 0) { return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     hp->rope.neox = (m->arch->flags & DENSE_NEOX) != 0;
     if (m->arch->flags & (DENSE_MROPE | DENSE_IMROPE)) {
-        const kiln_status st = kl_rope_sections(m, (m->arch->flags & DENSE_IMROPE) ? KK_IMROPE : KK_MROPE);
+        const kiln_status st = kl_rope_sections(m, (m->arch->flags & DENSE_IMROPE) ? KERN_IMROPE : KERN_MROPE);
         if (st) return st;
     }
     /* Qwen3-VL: an image row carries n_deepstack more slices of n_embd,
@@ -153,7 +153,7 @@ static kiln_status dense_bind(kiln_model *m) {
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
         l->attn_norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
-        const kk_mat qkv = fused ? kl_bind_mat(&B, NAME("attn_qkv.weight"), E, nq + 2 * nkv, 1) : (kk_mat){0};
+        const kern_mat qkv = fused ? kl_bind_mat(&B, NAME("attn_qkv.weight"), E, nq + 2 * nkv, 1) : (kern_mat){0};
         if (qkv.data) {
             l->wq = dense_rows(qkv, 0, nq);
             l->wk = dense_rows(qkv, nq, nkv);
@@ -177,7 +177,7 @@ static kiln_status dense_bind(kiln_model *m) {
             continue;
         }
         if (fused) {
-            const kk_mat gu = kl_bind_mat(&B, NAME("ffn_up.weight"), E, 2 * (int64_t)hp->n_ff, 0);
+            const kern_mat gu = kl_bind_mat(&B, NAME("ffn_up.weight"), E, 2 * (int64_t)hp->n_ff, 0);
             l->w_gate = dense_rows(gu, 0, hp->n_ff);
             l->w_up = dense_rows(gu, hp->n_ff, hp->n_ff);
         } else {
@@ -212,7 +212,7 @@ static void dense_weights(kiln_model *m, kl_weights *w) {
     for (int i = 0; i < hp->n_layer; i++) {
         dense_layer *l = &d->layers[i];
         kl_weights_layer(w, i);
-        kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        kern_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
         if (d->moe.n_expert) kl_moe_weights(m, &d->moe, &l->ex, w);
         const float **v[] = {&l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv, &l->q_norm, &l->k_norm};
@@ -330,7 +330,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
             o->upload(X, w->x, xh, (size_t)n * E * sizeof(float));
         }
         o->rmsnorm(X, w->xn, w->x, L->attn_norm, n, E, hp->eps);
-        kk_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
+        kern_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
         o->matmul_multi(X, qkv, 3, w->xn, n);
         const kbe_qk qk = {
             .q = w->q,
@@ -360,7 +360,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
             if (c->b_embd && Ei > E && (l + 1) * E < Ei) dense_deepstack(c, b, w->x, l);
             continue;
         }
-        kk_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
+        kern_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
         o->matmul_multi(X, gu, 2, w->xn, n);
         o->swiglu(X, w->gate, w->up, n, hp->n_ff);
         o->matmul(X, &L->w_down, w->gate, n, w->xn, E);

@@ -44,7 +44,7 @@ static void attn_task(void *ud, int ith, int nth) {
         const size_t kh = (size_t)(h / group) * hd;
         float mx = -INFINITY;
         for (int u = u0; u < u1; u++) {
-            p[u] = kk_dot_f32(q, a->k + (size_t)(r0 + u) * a->kv_stride + kh, hd) * a->scale;
+            p[u] = kern_dot_f32(q, a->k + (size_t)(r0 + u) * a->kv_stride + kh, hd) * a->scale;
             if (p[u] > mx) mx = p[u];
         }
         double sum = 0.0;
@@ -52,7 +52,7 @@ static void attn_task(void *ud, int ith, int nth) {
         const float inv = (float)(1.0 / sum);
         memset(o, 0, (size_t)hd * sizeof *o);
         for (int u = u0; u < u1; u++)
-            kk_scale_axpy_f32(o, 1.0f, p[u] * inv, a->v + (size_t)(r0 + u) * a->kv_stride + kh, hd);
+            kern_scale_axpy_f32(o, 1.0f, p[u] * inv, a->v + (size_t)(r0 + u) * a->kv_stride + kh, hd);
     }
 }
 

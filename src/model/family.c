@@ -95,8 +95,8 @@ const float *kl_bind_vec(kl_binder *B, const char *name, int64_t n, int optional
     return t->data;
 }
 
-kk_mat kl_bind_mat(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional) {
-    kk_mat w = {0};
+kern_mat kl_bind_mat(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional) {
+    kern_mat w = {0};
     const int64_t ne[2] = {ncols, nrows};
     const gguf_tensor *t = kl_bind_tensor(B, name, 2, ne, optional);
     if (!t) return w;
@@ -107,13 +107,13 @@ kk_mat kl_bind_mat(kl_binder *B, const char *name, int64_t ncols, int64_t nrows,
     return w;
 }
 
-int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kk_mat *out, int optional) {
+int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kern_mat *out, int optional) {
     const int64_t ne[3] = {ncols, nrows, n_mat};
     const gguf_tensor *t = kl_bind_tensor(B, name, 3, ne, optional);
     if (!t) return 0;
     const size_t bytes = quant_row_size((int)t->type, ncols) * (size_t)nrows;
     for (int e = 0; e < n_mat; e++)
-        out[e] = (kk_mat){(const uint8_t *)t->data + (size_t)e * bytes, (int)t->type, ncols, nrows, NULL};
+        out[e] = (kern_mat){(const uint8_t *)t->data + (size_t)e * bytes, (int)t->type, ncols, nrows, NULL};
     return 1;
 }
 
@@ -128,11 +128,11 @@ static int weights_take(const kl_weights *w) {
 
 void kl_weights_layer(kl_weights *w, int l) { w->layer1 = l + 1; }
 
-void kl_weights_mat(kl_weights *w, kk_mat *m) {
+void kl_weights_mat(kl_weights *w, kern_mat *m) {
     if (w->failed || !m->data || !weights_take(w)) return;
     if (w->n_mats == w->cap_mats) {
         int nc = w->cap_mats ? 2 * w->cap_mats : 256;
-        kk_mat **nm = realloc(w->mats, (size_t)nc * sizeof *nm);
+        kern_mat **nm = realloc(w->mats, (size_t)nc * sizeof *nm);
         if (!nm) {
             w->failed = 1;
             return;
@@ -162,7 +162,7 @@ void kl_weights_vec(kl_weights *w, const float **v, int64_t len) {
 }
 
 kiln_status kl_rope_sections(kiln_model *m, int kind) {
-    kk_rope *r = &m->hp.rope;
+    kern_rope *r = &m->hp.rope;
     const gguf_kv *sec = kl_meta_kv(m, "rope.dimension_sections");
     if (!sec) { return base_fail(KILN_ERR_FORMAT, "%s without rope.dimension_sections", m->arch_name); }
     int64_t sum = 0;

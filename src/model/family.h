@@ -43,7 +43,7 @@ typedef struct kl_hparams {
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
     int hd_k, hd_v; /* per-head key/value width */
     float eps;      /* RMSNorm epsilon */
-    kk_rope rope;
+    kern_rope rope;
     /* LongRoPE: the divisors used instead of rope.freq_factors when a
      * sequence's context exceeds rope.n_ctx_orig; NULL: rope's always */
     const float *rope_factors_long;
@@ -71,7 +71,7 @@ typedef struct kl_seq_shape {
 /* The weights the backend may prepare (model.c's prepare): matrices and the
  * small F32 vectors that sit between them in the file. */
 typedef struct kl_weights {
-    kk_mat **mats;
+    kern_mat **mats;
     int n_mats, cap_mats;
     const float ***vecs;
     int64_t *vlen;
@@ -83,7 +83,7 @@ typedef struct kl_weights {
      * kl_weights_layer (layer1: that layer + 1; 0: none, the head's). */
     int part, l0, layer1;
 } kl_weights;
-void kl_weights_mat(kl_weights *w, kk_mat *m);
+void kl_weights_mat(kl_weights *w, kern_mat *m);
 void kl_weights_vec(kl_weights *w, const float **v, int64_t len);
 /* What the family lists next belongs to layer l (-1: to no layer). */
 void kl_weights_layer(kl_weights *w, int l);
@@ -92,9 +92,9 @@ struct kiln_model {
     gguf_file *gf;
     const kl_arch *arch;
     kl_hparams hp;
-    kk_mat tok_embd; /* [n_vocab rows of n_embd] */
+    kern_mat tok_embd; /* [n_vocab rows of n_embd] */
     const float *out_norm;
-    kk_mat output; /* = tok_embd when tied */
+    kern_mat output; /* = tok_embd when tied */
     void *fam;     /* the family's weights and hyperparameters */
     ktok *tok;
     char arch_name[64];
@@ -214,10 +214,10 @@ const gguf_tensor *kl_bind_tensor(kl_binder *B, const char *name, int dims, cons
 /* An F32 vector of n. */
 const float *kl_bind_vec(kl_binder *B, const char *name, int64_t n, int optional);
 /* A matrix of nrows rows of ncols (nrows < 0: any). */
-kk_mat kl_bind_mat(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional);
+kern_mat kl_bind_mat(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional);
 /* A 3-D [ncols, nrows, n_mat] tensor as n_mat matrices (out[n_mat]);
  * returns 1 when bound, 0 when absent (optional) or failed. */
-int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kk_mat *out, int optional);
+int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kern_mat *out, int optional);
 /* Fails the binder with KILN_ERR_FORMAT and the message (unless it failed
  * before). */
 void kl_bind_fail(kl_binder *B, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -227,7 +227,7 @@ double kl_meta_float(const kiln_model *m, const char *suffix, double def);
 const gguf_kv *kl_meta_kv(const kiln_model *m, const char *suffix);
 /* Reads rope.dimension_sections (up to 4 counts of angle pairs, summing
  * to at most n_rot / 2) into hp.rope.sections with hp.rope.mrope = kind
- * (KK_MROPE or KK_IMROPE); KILN_ERR_FORMAT on a missing or bad key. */
+ * (KERN_MROPE or KERN_IMROPE); KILN_ERR_FORMAT on a missing or bad key. */
 kiln_status kl_rope_sections(kiln_model *m, int kind);
 
 #endif

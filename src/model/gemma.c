@@ -59,13 +59,13 @@ static const kl_arch k_archs[] = {
 
 typedef struct gm_layer {
     const float *attn_norm, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffn_norm;
-    kk_mat wq, wk, wv, wo; /* wk, wv data NULL: shared KV / no attn_v */
-    kk_mat w_gate, w_up, w_down;
+    kern_mat wq, wk, wv, wo; /* wk, wv data NULL: shared KV / no attn_v */
+    kern_mat w_gate, w_up, w_down;
     int local; /* sliding window */
     int hd, n_head_kv, n_ff;
     int ord;                 /* the attention-layer ordinal of the cache it reads */
     int has_kv;              /* computes and stores its K and V */
-    kk_mat pl_gate, pl_proj; /* per-layer input: n_embd -> Dp -> n_embd */
+    kern_mat pl_gate, pl_proj; /* per-layer input: n_embd -> Dp -> n_embd */
     const float *pl_post_norm;
     const float *out_scale; /* [1] or NULL */
 } gm_layer;
@@ -74,14 +74,14 @@ typedef struct gm_model {
     gm_layer *layers;
     int gemma4;
     int window; /* sliding window, 0: none */
-    kk_rope rope_local;
+    kern_rope rope_local;
     float q_scale;
     float softcap;           /* 0: none */
     int n_kv;                /* layers with a cache */
     int32_t *kv_hkv, *kv_hd; /* [n_kv] */
     int hd_max, hkv_max, ff_max;
     int dp; /* per-layer input width, 0: none */
-    kk_mat pl_tok, pl_model_proj;
+    kern_mat pl_tok, pl_model_proj;
     const float *pl_proj_norm;
 } gm_model;
 
@@ -106,7 +106,7 @@ kiln_status kl_gemma_swa_layers(const kiln_model *m, uint8_t *local, int def_per
     return 0;
 }
 
-kiln_status kl_gemma_rope_local(const kiln_model *m, int n_rot, kk_rope *r) {
+kiln_status kl_gemma_rope_local(const kiln_model *m, int n_rot, kern_rope *r) {
     *r = m->hp.rope;
     r->n_rot = n_rot;
     r->base = (float)kl_meta_float(m, "rope.freq_base_swa", 10000.0);
@@ -321,7 +321,7 @@ static void gm_weights(kiln_model *m, kl_weights *w) {
     kl_weights_vec(w, &d->pl_proj_norm, d->dp);
     for (int i = 0; i < hp->n_layer; i++) {
         gm_layer *l = &d->layers[i];
-        kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down, &l->pl_gate, &l->pl_proj};
+        kern_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down, &l->pl_gate, &l->pl_proj};
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
         const float **v[] = {&l->attn_norm, &l->q_norm,        &l->k_norm,       &l->post_attn_norm,
                              &l->ffn_norm,  &l->post_ffn_norm, &l->pl_post_norm, &l->out_scale};
@@ -379,7 +379,7 @@ static int gm_ctx_init(kiln_context *c) {
     size_t maxk = E > nq ? E : nq;
     if (F > maxk) maxk = F;
     if ((size_t)d->dp > maxk) maxk = (size_t)d->dp;
-    c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, c->p.n_batch));
+    c->mm_scratch = malloc(kern_matmul_scratch_size((int64_t)maxk, c->p.n_batch));
     return c->mm_scratch ? 0 : -1;
 }
 
@@ -400,7 +400,7 @@ enum gm_step {
 
 typedef struct gm_job {
     kiln_context *c;
-    const kk_ops *ops;
+    const kern_ops *ops;
     const gm_layer *L;
     int layer;
     int n_tok;
@@ -414,7 +414,7 @@ static void gm_range(const gm_job *j, int i0, int i1) {
     const kiln_model *m = c->m;
     const kl_hparams *hp = &m->hp;
     const gm_model *d = m->fam;
-    const kk_ops *ops = j->ops;
+    const kern_ops *ops = j->ops;
     const gm_layer *L = j->L;
     const int E = hp->n_embd, Dp = d->dp, P = d->dp * hp->n_layer;
     for (int i = i0; i < i1; i++) {
@@ -426,7 +426,7 @@ static void gm_range(const gm_job *j, int i0, int i1) {
             if (Dp > 0) {
                 const float ps = 1.0f / sqrtf((float)E), ts = sqrtf((float)Dp), is = 1.0f / sqrtf(2.0f);
                 float *te = w->pt + (size_t)i * P;
-                kk_get_row(&d->pl_tok, j->tokens[i], te);
+                kern_get_row(&d->pl_tok, j->tokens[i], te);
                 for (int s = 0; s < hp->n_layer; s++) {
                     float *ps_l = pl + (size_t)s * Dp;
                     for (int e = 0; e < Dp; e++) ps_l[e] *= ps;
@@ -445,7 +445,7 @@ static void gm_range(const gm_job *j, int i0, int i1) {
             const int n_rot = L->local ? d->rope_local.n_rot : hp->rope.n_rot;
             for (int h = 0; h < hp->n_head; h++) ops->rmsnorm(qi + h * hd, qi + h * hd, L->q_norm, hd, hp->eps);
             ops->rope_neox(cs, qi, hp->n_head, hd, n_rot);
-            if (d->q_scale != 1.0f) kk_scale_f32(qi, d->q_scale, nq);
+            if (d->q_scale != 1.0f) kern_scale_f32(qi, d->q_scale, nq);
             if (!L->has_kv) break;
             if (!L->wv.data) memcpy(vi, ki, (size_t)nkv * sizeof *vi); /* V is the raw K projection */
             for (int h = 0; h < L->n_head_kv; h++) ops->rmsnorm(ki + h * hd, ki + h * hd, L->k_norm, hd, hp->eps);
@@ -475,7 +475,7 @@ static void gm_range(const gm_job *j, int i0, int i1) {
         case STEP_PL_OUT:
             ops->rmsnorm(xn, xn, L->pl_post_norm, E, hp->eps);
             ops->add(x, xn, E);
-            if (L->out_scale) kk_scale_f32(x, L->out_scale[0], E);
+            if (L->out_scale) kern_scale_f32(x, L->out_scale[0], E);
             break;
         }
     }
@@ -502,11 +502,11 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const gm_model *d = m->fam;
     gm_ws *w = c->ws;
     const int n = b->n, E = hp->n_embd;
-    const kk_ops *ops = kk_ops_best();
+    const kern_ops *ops = kern_ops_best();
 
     if (d->dp > 0 && c->b_embd) return kl_fail(c, KILN_ERR_UNSUPPORTED, "%s takes no image embeddings", m->arch_name);
     kl_attn_prepare(c, n);
-    for (int i = 0; i < n; i++) kk_rope_table(&d->rope_local, c->b_pos[i], w->cs + (size_t)i * d->rope_local.n_rot);
+    for (int i = 0; i < n; i++) kern_rope_table(&d->rope_local, c->b_pos[i], w->cs + (size_t)i * d->rope_local.n_rot);
     const float es = sqrtf((float)E);
     for (int i = 0; i < n; i++) {
         float *x = w->x + (size_t)i * E;
@@ -514,12 +514,12 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
             memcpy(x, c->b_embd + (size_t)i * E, (size_t)E * sizeof *x);
             continue;
         }
-        kk_get_row(&m->tok_embd, b->token[i], x);
-        kk_scale_f32(x, es, E);
+        kern_get_row(&m->tok_embd, b->token[i], x);
+        kern_scale_f32(x, es, E);
     }
     gm_job j = {c, ops, NULL, 0, n, b->token, STEP_EMBED};
     if (d->dp > 0) {
-        kk_matmul(c->pool, &d->pl_model_proj, w->x, n, w->pl, (int64_t)d->dp * hp->n_layer, c->mm_scratch);
+        kern_matmul(c->pool, &d->pl_model_proj, w->x, n, w->pl, (int64_t)d->dp * hp->n_layer, c->mm_scratch);
         gm_step(&j, STEP_EMBED);
     }
 
@@ -529,26 +529,26 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         j.L = L;
         j.layer = l;
         gm_step(&j, STEP_ATTN_NORM);
-        kk_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
-        kk_matmul_multi(c->pool, qkv, !L->has_kv ? 1 : L->wv.data ? 3 : 2, w->xn, n, c->mm_scratch);
+        kern_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
+        kern_matmul_multi(c->pool, qkv, !L->has_kv ? 1 : L->wv.data ? 3 : 2, w->xn, n, c->mm_scratch);
         gm_step(&j, STEP_QKV);
         const kl_attn_opts ao = {.window = L->local ? d->window : 0, .scale = 1.0f};
         kl_attn_run_opts(c, L->ord, w->q, w->att, n, &ao);
-        kk_matmul(c->pool, &L->wo, w->att, n, w->xn, E, c->mm_scratch);
+        kern_matmul(c->pool, &L->wo, w->att, n, w->xn, E, c->mm_scratch);
         gm_step(&j, STEP_POST_ATTN);
         /* rows of the layer's own width: they are w_down's input */
-        kk_mm_out gu[2] = {{&L->w_gate, w->gate, L->n_ff}, {&L->w_up, w->up, L->n_ff}};
-        kk_matmul_multi(c->pool, gu, 2, w->xn, n, c->mm_scratch);
+        kern_mm_out gu[2] = {{&L->w_gate, w->gate, L->n_ff}, {&L->w_up, w->up, L->n_ff}};
+        kern_matmul_multi(c->pool, gu, 2, w->xn, n, c->mm_scratch);
         gm_step(&j, STEP_GEGLU);
-        kk_matmul(c->pool, &L->w_down, w->gate, n, w->xn, E, c->mm_scratch);
+        kern_matmul(c->pool, &L->w_down, w->gate, n, w->xn, E, c->mm_scratch);
         gm_step(&j, STEP_POST_FFN);
         if (d->dp > 0) {
-            kk_matmul(c->pool, &L->pl_gate, w->x, n, w->pg, d->dp, c->mm_scratch);
+            kern_matmul(c->pool, &L->pl_gate, w->x, n, w->pg, d->dp, c->mm_scratch);
             gm_step(&j, STEP_PL_GATE);
-            kk_matmul(c->pool, &L->pl_proj, w->pg, n, w->xn, E, c->mm_scratch);
+            kern_matmul(c->pool, &L->pl_proj, w->pg, n, w->xn, E, c->mm_scratch);
             gm_step(&j, STEP_PL_OUT);
         } else if (L->out_scale) {
-            for (int i = 0; i < n; i++) kk_scale_f32(w->x + (size_t)i * E, L->out_scale[0], E);
+            for (int i = 0; i < n; i++) kern_scale_f32(w->x + (size_t)i * E, L->out_scale[0], E);
         }
     }
 

@@ -16,7 +16,7 @@ kiln_status kl_gemma_swa_layers(const kiln_model *m, uint8_t *local, int def_per
 
 /* The sliding layers' RoPE: m's (hp.rope), with rope.freq_base_swa (10000
  * when absent) and no scaling, over n_rot dimensions. */
-kiln_status kl_gemma_rope_local(const kiln_model *m, int n_rot, kk_rope *r);
+kiln_status kl_gemma_rope_local(const kiln_model *m, int n_rot, kern_rope *r);
 
 /* In place: g = gelu(g) * u, the tanh GELU as ggml's CPU backend evaluates
  * it: 0 for g <= -10, g for g >= 10, otherwise its F16 table, the GELU of g

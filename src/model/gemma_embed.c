@@ -31,16 +31,16 @@
 
 typedef struct ge_layer {
     const float *attn_norm, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffn_norm;
-    kk_mat wq, wk, wv, wo;
-    kk_mat w_gate, w_up, w_down;
+    kern_mat wq, wk, wv, wo;
+    kern_mat w_gate, w_up, w_down;
     int local;
 } ge_layer;
 
 typedef struct ge_model {
     ge_layer *layers;
     int window;
-    kk_rope rope_local;
-    kk_mat dense2, dense3; /* n_embd -> d2, d2 -> n_embd; data NULL when absent */
+    kern_rope rope_local;
+    kern_mat dense2, dense3; /* n_embd -> d2, d2 -> n_embd; data NULL when absent */
     int d2;
 } ge_model;
 
@@ -129,7 +129,7 @@ static void ge_weights(kiln_model *m, kl_weights *w) {
     const int64_t E = m->hp.n_embd, hd = m->hp.hd_k;
     for (int i = 0; i < m->hp.n_layer; i++) {
         ge_layer *l = &d->layers[i];
-        kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        kern_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
         const float **v[] = {&l->attn_norm,      &l->q_norm,   &l->k_norm,
                              &l->post_attn_norm, &l->ffn_norm, &l->post_ffn_norm};
@@ -182,14 +182,14 @@ static void *ge_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
              (w->cs_local = malloc(N * R * 4)) && (w->scratch = malloc(kl_enc_attn_scratch(pool, cap_tok) * 4)) &&
              (w->off = malloc((N + 1) * sizeof *w->off)) && (w->seq = malloc(N * sizeof *w->seq)) &&
              (w->pooled = malloc(N * E * 4)) && (w->proj = malloc(N * (size_t)(d->d2 ? d->d2 : 1) * 4)) &&
-             (w->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)widest, cap_tok)));
+             (w->mm_scratch = malloc(kern_matmul_scratch_size((int64_t)widest, cap_tok)));
     if (!ok) {
         ge_ws_free(w);
         return NULL;
     }
     for (int t = 0; t < cap_tok; t++) {
-        kk_rope_table(&hp->rope, t, w->cs_global + (size_t)t * R);
-        kk_rope_table(&d->rope_local, t, w->cs_local + (size_t)t * R);
+        kern_rope_table(&hp->rope, t, w->cs_global + (size_t)t * R);
+        kern_rope_table(&d->rope_local, t, w->cs_local + (size_t)t * R);
     }
     return w;
 }
@@ -215,10 +215,10 @@ static void rms_task(void *ud, int ith, int nth) {
         if (j->add) {
             float *o = j->dst + (size_t)r * E;
             /* normalize in place in src (a sublayer output), then add */
-            kk_rmsnorm((float *)s, s, j->norm, E, j->m->hp.eps);
-            kk_add(o, s, E);
+            kern_rmsnorm((float *)s, s, j->norm, E, j->m->hp.eps);
+            kern_add(o, s, E);
         } else {
-            kk_rmsnorm(j->dst + (size_t)r * E, s, j->norm, E, j->m->hp.eps);
+            kern_rmsnorm(j->dst + (size_t)r * E, s, j->norm, E, j->m->hp.eps);
         }
     }
 }
@@ -229,7 +229,7 @@ static void qk_task(void *ud, int ith, int nth) {
     const kl_hparams *hp = &j->m->hp;
     const ge_model *d = j->m->fam;
     const int hd = hp->hd_k, R = hp->rope.n_rot;
-    const kk_rope *rp = j->L->local ? &d->rope_local : &hp->rope;
+    const kern_rope *rp = j->L->local ? &d->rope_local : &hp->rope;
     const float *tab = j->L->local ? j->w->cs_local : j->w->cs_global;
     const float scale = 1.0f / sqrtf((float)hd);
     long lo, hi;
@@ -238,11 +238,11 @@ static void qk_task(void *ud, int ith, int nth) {
         const int t = (int)r - j->b->off[j->b->seq[r]];
         float *q = j->w->q + (size_t)r * hp->n_head * hd, *k = j->w->k + (size_t)r * hp->n_head_kv * hd;
         for (int h = 0; h < hp->n_head; h++)
-            kk_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, j->L->q_norm, hd, hp->eps);
+            kern_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, j->L->q_norm, hd, hp->eps);
         for (int h = 0; h < hp->n_head_kv; h++)
-            kk_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, j->L->k_norm, hd, hp->eps);
-        kk_rope_apply(rp, tab + (size_t)t * R, q, hp->n_head, hd);
-        kk_rope_apply(rp, tab + (size_t)t * R, k, hp->n_head_kv, hd);
+            kern_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, j->L->k_norm, hd, hp->eps);
+        kern_rope_apply(rp, tab + (size_t)t * R, q, hp->n_head, hd);
+        kern_rope_apply(rp, tab + (size_t)t * R, k, hp->n_head_kv, hd);
         for (int i = 0; i < hp->n_head * hd; i++) q[i] *= scale;
     }
 }
@@ -255,7 +255,7 @@ static void geglu_task(void *ud, int ith, int nth) {
     for (long r = lo; r < hi; r++) {
         float *g = j->w->gate + (size_t)r * F;
         const float *u = j->w->up + (size_t)r * F;
-        kk_gelu(g, F);
+        kern_gelu(g, F);
         for (int i = 0; i < F; i++) g[i] *= u[i];
     }
 }
@@ -275,7 +275,7 @@ static void ge_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
     const float scale = sqrtf((float)E);
     for (int r = 0; r < N; r++) {
         float *x = w->x + (size_t)r * E;
-        kk_get_row(&m->tok_embd, tokens[r], x);
+        kern_get_row(&m->tok_embd, tokens[r], x);
         for (int i = 0; i < E; i++) x[i] *= scale;
     }
     kl_enc_attn at = {&bt, w->q, w->k, w->v, nq, nkv, w->att, nq, hp->n_head, hp->n_head_kv, hd, -1, 1.0f, w->scratch};
@@ -284,21 +284,21 @@ static void ge_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         j.L = L;
         j.norm = L->attn_norm, j.src = w->x, j.dst = w->h, j.add = 0;
         kpool_run(w->pool, rms_task, &j);
-        kk_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
-        kk_matmul_multi(w->pool, qkv, 3, w->h, N, w->mm_scratch);
+        kern_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
+        kern_matmul_multi(w->pool, qkv, 3, w->h, N, w->mm_scratch);
         kpool_run(w->pool, qk_task, &j);
         at.window = L->local ? d->window : -1;
         kl_enc_attention(w->pool, &at);
-        kk_matmul(w->pool, &L->wo, w->att, N, w->h, E, w->mm_scratch);
+        kern_matmul(w->pool, &L->wo, w->att, N, w->h, E, w->mm_scratch);
         j.norm = L->post_attn_norm, j.src = w->h, j.dst = w->x, j.add = 1;
         kpool_run(w->pool, rms_task, &j);
 
         j.norm = L->ffn_norm, j.src = w->x, j.dst = w->h, j.add = 0;
         kpool_run(w->pool, rms_task, &j);
-        kk_mm_out gu[2] = {{&L->w_gate, w->gate, F}, {&L->w_up, w->up, F}};
-        kk_matmul_multi(w->pool, gu, 2, w->h, N, w->mm_scratch);
+        kern_mm_out gu[2] = {{&L->w_gate, w->gate, F}, {&L->w_up, w->up, F}};
+        kern_matmul_multi(w->pool, gu, 2, w->h, N, w->mm_scratch);
         kpool_run(w->pool, geglu_task, &j);
-        kk_matmul(w->pool, &L->w_down, w->gate, N, w->h, E, w->mm_scratch);
+        kern_matmul(w->pool, &L->w_down, w->gate, N, w->h, E, w->mm_scratch);
         j.norm = L->post_ffn_norm, j.src = w->h, j.dst = w->x, j.add = 1;
         kpool_run(w->pool, rms_task, &j);
     }
@@ -309,8 +309,8 @@ static void ge_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         return;
     }
     kl_enc_pool(&bt, w->h, E, pooling, w->pooled);
-    kk_matmul(w->pool, &d->dense2, w->pooled, n_seq, w->proj, d->d2, w->mm_scratch);
-    kk_matmul(w->pool, &d->dense3, w->proj, n_seq, out, E, w->mm_scratch);
+    kern_matmul(w->pool, &d->dense2, w->pooled, n_seq, w->proj, d->d2, w->mm_scratch);
+    kern_matmul(w->pool, &d->dense3, w->proj, n_seq, out, E, w->mm_scratch);
 }
 
 static const kl_arch k_archs[] = {

@@ -13,7 +13,7 @@
  * the last attention.sliding_window positions.  The FFN is
  * model/moe.h's with gpt-oss's variants: router and expert biases, the
  * softmax over the top expert_used_count logits only, and the clamped
- * SwiGLU kk_swiglu_oai (alpha 1.702, limit 7).
+ * SwiGLU kern_swiglu_oai (alpha 1.702, limit 7).
  * Shapes of the activations (per token row):
  *   x, xn  [n_embd]          residual stream and its normalized copy
  *   q, att [n_head * hd]     queries, attention output
@@ -37,7 +37,7 @@ static const kl_arch k_archs[] = {
 
 typedef struct gptoss_layer {
     const float *attn_norm;    /* [n_embd] */
-    kk_mat wq, wk, wv, wo;     /* q: n_embd -> n_head*hd, k/v: n_embd -> n_head_kv*hd, o: n_head*hd -> n_embd */
+    kern_mat wq, wk, wv, wo;     /* q: n_embd -> n_head*hd, k/v: n_embd -> n_head_kv*hd, o: n_head*hd -> n_embd */
     const float *bq, *bk, *bv; /* [n_head*hd], [n_head_kv*hd] x2 */
     const float *bo;           /* [n_embd] */
     const float *ffn_norm;     /* [n_embd]: post_attention_norm, in front of the MoE */
@@ -50,7 +50,7 @@ typedef struct gptoss_model {
     uint8_t *swa;        /* [n_layer] 1: a sliding-window layer */
     int n_swa;           /* the window in positions, 0: none */
     kl_moe_hp moe;
-    kk_mat *experts; /* [n_layer][3][n_expert] views of the expert tensors */
+    kern_mat *experts; /* [n_layer][3][n_expert] views of the expert tensors */
 } gptoss_model;
 
 /* ---------------------------------------------------------------- binding */
@@ -136,7 +136,7 @@ static void gptoss_weights(kiln_model *m, kl_weights *w) {
     kl_weights_vec(w, &m->out_norm, hp->n_embd);
     for (int i = 0; i < hp->n_layer; i++) {
         gptoss_layer *l = &d->layers[i];
-        kk_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo};
+        kern_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo};
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
         kl_moe_weights(m, &d->moe, &l->ex, w);
         const float **v[] = {&l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv, &l->bo, &d->sinks[i]};
@@ -215,7 +215,7 @@ static kiln_status gptoss_forward(kiln_context *c, const kiln_batch *b, int n_ou
     for (int l = 0; l < hp->n_layer; l++) {
         const gptoss_layer *L = &d->layers[l];
         o->rmsnorm(X, w->xn, w->x, L->attn_norm, n, E, hp->eps);
-        kk_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
+        kern_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
         o->matmul_multi(X, qkv, 3, w->xn, n);
         const kbe_qk qk = {
             .q = w->q,

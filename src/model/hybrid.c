@@ -35,7 +35,7 @@
 #include "model/mtp.h"
 #include "model/state.h"
 
-#include "kernels/ssm.h" /* KK_CONV_MAX_K */
+#include "kernels/ssm.h" /* KERN_CONV_MAX_K */
 #include "quant/quant.h"
 
 #include <math.h>
@@ -59,16 +59,16 @@ typedef struct hyb_layer {
     int ord;                            /* ordinal among the layers of its kind */
     const float *attn_norm, *post_norm; /* [n_embd] */
     /* full attention */
-    kk_mat wq, wk, wv, wo;        /* wq: n_embd -> n_head * 2 hd, per head [query | gate] */
+    kern_mat wq, wk, wv, wo;        /* wq: n_embd -> n_head * 2 hd, per head [query | gate] */
     const float *q_norm, *k_norm; /* [hd] */
     /* Gated DeltaNet */
-    kk_mat wqkv, wz, wbeta, walpha, wba, wout;
+    kern_mat wqkv, wz, wbeta, walpha, wba, wout;
     const float *conv_w;          /* [K][conv_dim], transposed from GGUF's [conv_dim][K] */
     const float *dt_bias, *ssm_a; /* [Hv]; ssm_a = -exp(A_log) */
     const float *ssm_norm;        /* [Dv] */
     /* FFN */
     int moe;
-    kk_mat w_gate, w_up, w_down; /* dense */
+    kern_mat w_gate, w_up, w_down; /* dense */
     kl_moe_layer ex;             /* experts (moe) */
 } hyb_layer;
 
@@ -79,9 +79,9 @@ typedef struct hyb_layer {
  * own (as llama.cpp reads Qwen 3.5 checkpoints). */
 typedef struct hyb_mtp {
     int complete;   /* 1: every tensor the block needs is there */
-    kk_mat eh_proj; /* 2 n_embd -> n_embd, input [enorm'd embedding | hnorm'd hidden] */
+    kern_mat eh_proj; /* 2 n_embd -> n_embd, input [enorm'd embedding | hnorm'd hidden] */
     const float *enorm, *hnorm;
-    kk_mat embed_tokens, head; /* own; data NULL: the model's (mtp_embd, mtp_head) */
+    kern_mat embed_tokens, head; /* own; data NULL: the model's (mtp_embd, mtp_head) */
     const float *head_norm;    /* own; NULL: the output norm */
     hyb_layer block;           /* full attention (cache ordinal n_attn) + FFN */
 } hyb_mtp;
@@ -96,7 +96,7 @@ typedef struct hyb_model {
     size_t conv_floats, delta_floats; /* per layer in a state slot */
     kl_moe_hp moe;
     int has_moe, has_dense;
-    kk_mat *experts; /* all views (one allocation) */
+    kern_mat *experts; /* all views (one allocation) */
     float *conv_mem; /* all transposed conv weights */
 } hyb_model;
 
@@ -124,7 +124,7 @@ static void bind_attention(kl_binder *B, const kiln_model *m, int i, hyb_layer *
 #undef NAME
 }
 
-static void bind_ffn(kl_binder *B, kiln_model *m, hyb_model *h, int i, hyb_layer *l, kk_mat *views, int optional) {
+static void bind_ffn(kl_binder *B, kiln_model *m, hyb_model *h, int i, hyb_layer *l, kern_mat *views, int optional) {
     const kl_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
     char n[96];
@@ -197,14 +197,14 @@ static kiln_status hyb_bind(kiln_model *m) {
     const int64_t K = kl_meta_int(m, "ssm.conv_kernel", 0), inner = kl_meta_int(m, "ssm.inner_size", 0);
     const int64_t Dk = kl_meta_int(m, "ssm.state_size", 0), Hv = kl_meta_int(m, "ssm.time_step_rank", 0);
     const int64_t Hk = kl_meta_int(m, "ssm.group_count", 0);
-    if (K < 1 || K > KK_CONV_MAX_K || Dk < 1 || Dk > 1024 || Hk < 1 || Hv < 1 || Hv > 4096 || Hv % Hk ||
+    if (K < 1 || K > KERN_CONV_MAX_K || Dk < 1 || Dk > 1024 || Hk < 1 || Hv < 1 || Hv > 4096 || Hv % Hk ||
         inner != Hv * Dk) {
         return base_fail(
             KILN_ERR_FORMAT,
             "bad or missing recurrent-state keys (ssm.conv_kernel %lld, ssm.state_size %lld, ssm.group_count "
             "%lld, ssm.time_step_rank %lld, ssm.inner_size %lld; kiln needs 1 <= conv_kernel <= %d and "
             "inner_size = time_step_rank x state_size)",
-            (long long)K, (long long)Dk, (long long)Hk, (long long)Hv, (long long)inner, KK_CONV_MAX_K);
+            (long long)K, (long long)Dk, (long long)Hk, (long long)Hv, (long long)inner, KERN_CONV_MAX_K);
     }
     h->K = (int)K;
     h->Dk = h->Dv = (int)Dk;
@@ -242,7 +242,7 @@ static kiln_status hyb_bind(kiln_model *m) {
      * the sections when the file has them (qwen35, qwen35moe: text tokens
      * have all positions equal, image tokens their grid's, kiln_batch_inputs.mpos) */
     hp->rope.neox = 1;
-    kiln_status st = kl_meta_kv(m, "rope.dimension_sections") ? kl_rope_sections(m, KK_IMROPE) : KILN_OK;
+    kiln_status st = kl_meta_kv(m, "rope.dimension_sections") ? kl_rope_sections(m, KERN_IMROPE) : KILN_OK;
     if (st) return st;
     /* experts */
     st = kl_moe_read_hparams(m, &h->moe);
@@ -316,7 +316,7 @@ static void hyb_free(kiln_model *m) {
 
 static void layer_weights(const kiln_model *m, const hyb_model *h, hyb_layer *l, kl_weights *w) {
     const kl_hparams *hp = &m->hp;
-    kk_mat *ms[] = {&l->wq,     &l->wk,  &l->wv,   &l->wo,     &l->wqkv, &l->wz,    &l->wbeta,
+    kern_mat *ms[] = {&l->wq,     &l->wk,  &l->wv,   &l->wo,     &l->wqkv, &l->wz,    &l->wbeta,
                     &l->walpha, &l->wba, &l->wout, &l->w_gate, &l->w_up, &l->w_down};
     for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
     if (l->moe) kl_moe_weights(m, &h->moe, &l->ex, w);
@@ -539,10 +539,10 @@ static void recurrent_layer(hyb_job *j) {
     const hyb_layer *L = j->L;
     const int n = j->n, vd = h->Hv * h->Dv, Hv2 = 2 * h->Hv;
     if (h->flags & HYB_BA) {
-        kk_mm_out o[3] = {{&L->wqkv, w->qkv, h->conv_dim}, {&L->wz, w->z, vd}, {&L->wba, w->ba, Hv2}};
+        kern_mm_out o[3] = {{&L->wqkv, w->qkv, h->conv_dim}, {&L->wz, w->z, vd}, {&L->wba, w->ba, Hv2}};
         X->ops->matmul_multi(X, o, 3, w->xn, n);
     } else {
-        kk_mm_out o[4] = {{&L->wqkv, w->qkv, h->conv_dim},
+        kern_mm_out o[4] = {{&L->wqkv, w->qkv, h->conv_dim},
                           {&L->wz, w->z, vd},
                           {&L->wbeta, w->ba, Hv2},
                           {&L->walpha, w->ba + h->Hv, Hv2}};
@@ -561,7 +561,7 @@ static void attention_layer(hyb_job *j) {
     const hyb_layer *L = j->L;
     const int n = j->n;
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
-    kk_mm_out o[3] = {{&L->wq, w->qg, 2 * nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
+    kern_mm_out o[3] = {{&L->wq, w->qg, 2 * nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
     X->ops->matmul_multi(X, o, 3, w->xn, n);
     const kbe_qk qk = {
         .q = w->q,
@@ -589,7 +589,7 @@ static void dense_ffn(hyb_job *j) {
     hyb_ws *w = c->ws;
     const kl_hparams *hp = &c->m->hp;
     const hyb_layer *L = j->L;
-    kk_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
+    kern_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
     X->ops->matmul_multi(X, gu, 2, w->xn, j->n);
     X->ops->swiglu(X, w->gate, w->up, j->n, hp->n_ff);
     X->ops->matmul(X, &L->w_down, w->gate, j->n, w->y, hp->n_embd);
@@ -626,10 +626,10 @@ static void run_layer(hyb_job *j) {
 /* The MTP block's embedding, head and head norm: its own where the file
  * has them, else the model's (repacked or moved at load, so looked up here
  * rather than copied at bind time). */
-static const kk_mat *mtp_embd(const kiln_model *m, const hyb_mtp *t) {
+static const kern_mat *mtp_embd(const kiln_model *m, const hyb_mtp *t) {
     return t->embed_tokens.data ? &t->embed_tokens : &m->tok_embd;
 }
-static const kk_mat *mtp_head(const kiln_model *m, const hyb_mtp *t) { return t->head.data ? &t->head : &m->output; }
+static const kern_mat *mtp_head(const kiln_model *m, const hyb_mtp *t) { return t->head.data ? &t->head : &m->output; }
 static const float *mtp_head_norm(const kiln_model *m, const hyb_mtp *t) {
     return t->head_norm ? t->head_norm : m->out_norm;
 }
@@ -681,7 +681,7 @@ static void mtp_fill(hyb_job *j, const kiln_batch *b) {
     X->ops->matmul(X, &t->eh_proj, w->mcat, n, w->y, E);
     X->ops->rmsnorm(X, w->xn, w->y, L->attn_norm, n, E, hp->eps);
     const int64_t nkvd = (int64_t)nkv * hd;
-    kk_mm_out o[2] = {{&L->wk, w->k, nkvd}, {&L->wv, w->v, nkvd}};
+    kern_mm_out o[2] = {{&L->wk, w->k, nkvd}, {&L->wv, w->v, nkvd}};
     X->ops->matmul_multi(X, o, 2, w->xn, n);
     const kbe_qk qk = {
         .k = w->k,

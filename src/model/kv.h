@@ -3,7 +3,7 @@
  *
  * Memory is blocks of KL_KV_BLOCK token cells, in F16, F32 or Q8_0 (a head
  * row of hd / 32 blocks of 34 bytes, made by the reference quantizer when
- * the token is stored; attention reads it through kk_attn_q8).  A block
+ * the token is stored; attention reads it through kern_attn_q8).  A block
  * holds, for each attention layer (by ordinal: a hybrid model's recurrent
  * layers have none), K as [n_head_kv][KL_KV_BLOCK][hd] and then V the
  * same way: head by head, so attention, which walks one head's positions,
@@ -33,7 +33,7 @@
  * (backend/cpu_attn.c). */
 #define KL_ATTN_F16_ACC_MAX KBE_ATTN_F16_ACC_MAX
 /* Tokens of one sequence at consecutive positions that one attention call
- * takes together (kk_attn_f16.nt) when they accumulate in float: they share
+ * takes together (kern_attn_f16.nt) when they accumulate in float: they share
  * the conversion of every K and V row. */
 #define KL_ATTN_TILE KBE_ATTN_TILE
 

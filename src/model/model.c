@@ -54,7 +54,7 @@ static int load_hparams(loader *L) {
         snprintf(L->err, sizeof L->err, "unsupported head sizes (key %d, value %d)", hp->hd_k, hp->hd_v);
         return -1;
     }
-    kk_rope *r = &hp->rope;
+    kern_rope *r = &hp->rope;
     r->n_rot = (int)kl_meta_int(m, "rope.dimension_count", hp->hd_k);
     if (r->n_rot <= 0 || r->n_rot > hp->hd_k || r->n_rot % 2) {
         snprintf(L->err, sizeof L->err, "bad rope.dimension_count %d", r->n_rot);
@@ -85,7 +85,7 @@ static int load_hparams(loader *L) {
             r->attn_factor = (float)kl_meta_float(m, "rope.scaling.attn_factor", 1.0);
             /* With yarn_log_multiplier (mscale_all_dim) the cos/sin magnitude
              * is mscale(1) / mscale(log_mul), mscale(a) = 1 + 0.1 a ln(factor);
-             * kk_rope_table multiplies by mscale(1) itself, so divide that out. */
+             * kern_rope_table multiplies by mscale(1) itself, so divide that out. */
             double log_mul = kl_meta_float(m, "rope.scaling.yarn_log_multiplier", 0.0);
             if (log_mul != 0.0 && factor > 1.0) r->attn_factor = (float)(1.0 / (1.0 + 0.1 * log_mul * log(factor)));
         } else {

@@ -37,9 +37,9 @@ enum { ACT_GELU_ERF, ACT_GELU_TANH, ACT_SILU, ACT_RELU };
 
 typedef struct mb_layer {
     const float *attn_norm; /* [n_embd], NULL in layer 0 */
-    kk_mat wqkv, wo;        /* n_embd -> 3 n_embd, n_embd -> n_embd */
+    kern_mat wqkv, wo;        /* n_embd -> 3 n_embd, n_embd -> n_embd */
     const float *ffn_norm;  /* [n_embd] */
-    kk_mat w_up, w_down;    /* n_embd -> 2 n_ff, n_ff -> n_embd */
+    kern_mat w_up, w_down;    /* n_embd -> 2 n_ff, n_ff -> n_embd */
     int local;              /* sliding-window layer */
 } mb_layer;
 
@@ -48,9 +48,9 @@ typedef struct mb_model {
     float eps;
     int window;         /* half width of a local layer's window */
     int act;            /* ACT_* */
-    kk_rope rope_local; /* m->hp.rope is the global layers' */
+    kern_rope rope_local; /* m->hp.rope is the global layers' */
     mb_layer *layers;
-    kk_mat cls, cls_out; /* head; cls_out.data NULL when absent */
+    kern_mat cls, cls_out; /* head; cls_out.data NULL when absent */
     const float *cls_b, *cls_norm, *cls_norm_b, *cls_out_b;
 } mb_model;
 
@@ -216,15 +216,15 @@ static void *mb_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
              (w->scratch = malloc(kl_enc_attn_scratch(pool, cap_tok) * 4)) &&
              (w->off = malloc((N + 1) * sizeof *w->off)) && (w->seq = malloc(N * sizeof *w->seq)) &&
              (w->pooled = malloc((m->hp.n_cls_out ? N : 1) * E * 4)) &&
-             (w->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)(E > F ? E : F), cap_tok)));
+             (w->mm_scratch = malloc(kern_matmul_scratch_size((int64_t)(E > F ? E : F), cap_tok)));
     if (!ok) {
         mb_ws_free(w);
         return NULL;
     }
     /* positions never exceed cap_tok - 1 within one sequence */
     for (int t = 0; t < cap_tok; t++) {
-        kk_rope_table(&m->hp.rope, t, w->cs_global + (size_t)t * R);
-        kk_rope_table(&d->rope_local, t, w->cs_local + (size_t)t * R);
+        kern_rope_table(&m->hp.rope, t, w->cs_global + (size_t)t * R);
+        kern_rope_table(&d->rope_local, t, w->cs_local + (size_t)t * R);
     }
     return w;
 }
@@ -247,7 +247,7 @@ static void norm_task(void *ud, int ith, int nth) {
         const float *x = j->w->x + (size_t)r * E;
         float *h = j->w->h + (size_t)r * E;
         if (j->norm)
-            kk_layernorm(h, x, j->norm, NULL, E, d->eps);
+            kern_layernorm(h, x, j->norm, NULL, E, d->eps);
         else
             memcpy(h, x, (size_t)E * sizeof *h);
     }
@@ -258,15 +258,15 @@ static void rope_task(void *ud, int ith, int nth) {
     const kl_hparams *hp = &j->m->hp;
     const mb_model *d = j->m->fam;
     const int E = hp->n_embd, R = hp->rope.n_rot;
-    const kk_rope *rp = j->L->local ? &d->rope_local : &hp->rope;
+    const kern_rope *rp = j->L->local ? &d->rope_local : &hp->rope;
     const float *tab = j->L->local ? j->w->cs_local : j->w->cs_global;
     long lo, hi;
     kpool_range(j->b->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         const int t = (int)r - j->b->off[j->b->seq[r]];
         float *q = j->w->qkv + (size_t)r * 3 * E;
-        kk_rope_apply(rp, tab + (size_t)t * R, q, hp->n_head, hp->hd_k);
-        kk_rope_apply(rp, tab + (size_t)t * R, q + E, hp->n_head, hp->hd_k);
+        kern_rope_apply(rp, tab + (size_t)t * R, q, hp->n_head, hp->hd_k);
+        kern_rope_apply(rp, tab + (size_t)t * R, q + E, hp->n_head, hp->hd_k);
     }
 }
 
@@ -281,8 +281,8 @@ static void glu_task(void *ud, int ith, int nth) {
         float *g = j->w->g + (size_t)r * F;
         memcpy(g, u, (size_t)F * sizeof *g);
         switch (d->act) {
-        case ACT_GELU_ERF: kk_gelu_erf(g, F); break;
-        case ACT_GELU_TANH: kk_gelu(g, F); break;
+        case ACT_GELU_ERF: kern_gelu_erf(g, F); break;
+        case ACT_GELU_TANH: kern_gelu(g, F); break;
         case ACT_SILU:
             for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + expf(-g[i]));
             break;
@@ -298,7 +298,7 @@ static void add_task(void *ud, int ith, int nth) {
     const int E = j->m->hp.n_embd;
     long lo, hi;
     kpool_range(j->b->n_rows, ith, nth, &lo, &hi);
-    kk_add(j->w->x + (size_t)lo * E, j->w->h + (size_t)lo * E, (int)((hi - lo) * E));
+    kern_add(j->w->x + (size_t)lo * E, j->w->h + (size_t)lo * E, (int)((hi - lo) * E));
 }
 
 static void mb_rank_head(mb_ws *w, const kiln_model *m, int n_seq, float *out) {
@@ -306,20 +306,20 @@ static void mb_rank_head(mb_ws *w, const kiln_model *m, int n_seq, float *out) {
     const int E = m->hp.n_embd, C = m->hp.n_cls_out;
     const float *h = w->pooled;
     if (d->cls.data) {
-        kk_matmul(w->pool, &d->cls, w->pooled, n_seq, w->h, E, w->mm_scratch);
+        kern_matmul(w->pool, &d->cls, w->pooled, n_seq, w->h, E, w->mm_scratch);
         for (int s = 0; s < n_seq; s++) {
             float *r = w->h + (size_t)s * E;
-            if (d->cls_b) kk_add(r, d->cls_b, E);
+            if (d->cls_b) kern_add(r, d->cls_b, E);
             if (d->act == ACT_GELU_TANH)
-                kk_gelu(r, E);
+                kern_gelu(r, E);
             else
-                kk_gelu_erf(r, E);
-            if (d->cls_norm) kk_layernorm(r, r, d->cls_norm, d->cls_norm_b, E, d->eps);
+                kern_gelu_erf(r, E);
+            if (d->cls_norm) kern_layernorm(r, r, d->cls_norm, d->cls_norm_b, E, d->eps);
         }
         h = w->h;
     }
-    kk_matmul(w->pool, &d->cls_out, h, n_seq, out, C, w->mm_scratch);
-    if (d->cls_out_b) kk_add_rows(out, d->cls_out_b, n_seq, C);
+    kern_matmul(w->pool, &d->cls_out, h, n_seq, out, C, w->mm_scratch);
+    if (d->cls_out_b) kern_add_rows(out, d->cls_out_b, n_seq, C);
 }
 
 static void mb_encode(void *ws, const kiln_model *m, const int32_t *tokens, const uint8_t *types, const int32_t *len,
@@ -335,8 +335,8 @@ static void mb_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
 
     for (int r = 0; r < N; r++) {
         float *x = w->x + (size_t)r * E;
-        kk_get_row(&m->tok_embd, tokens[r], x);
-        kk_layernorm(x, x, d->emb_norm, d->emb_norm_b, E, d->eps);
+        kern_get_row(&m->tok_embd, tokens[r], x);
+        kern_layernorm(x, x, d->emb_norm, d->emb_norm_b, E, d->eps);
     }
     kl_enc_attn at = {&bt,
                       w->qkv,
@@ -357,23 +357,23 @@ static void mb_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         j.L = L;
         j.norm = L->attn_norm;
         kpool_run(w->pool, norm_task, &j);
-        kk_matmul(w->pool, &L->wqkv, w->h, N, w->qkv, 3 * E, w->mm_scratch);
+        kern_matmul(w->pool, &L->wqkv, w->h, N, w->qkv, 3 * E, w->mm_scratch);
         kpool_run(w->pool, rope_task, &j);
         at.window = L->local ? d->window : -1;
         kl_enc_attention(w->pool, &at);
-        kk_matmul(w->pool, &L->wo, w->att, N, w->h, E, w->mm_scratch);
+        kern_matmul(w->pool, &L->wo, w->att, N, w->h, E, w->mm_scratch);
         kpool_run(w->pool, add_task, &j);
 
         j.norm = L->ffn_norm;
         kpool_run(w->pool, norm_task, &j);
-        kk_matmul(w->pool, &L->w_up, w->h, N, w->up, 2 * F, w->mm_scratch);
+        kern_matmul(w->pool, &L->w_up, w->h, N, w->up, 2 * F, w->mm_scratch);
         kpool_run(w->pool, glu_task, &j);
-        kk_matmul(w->pool, &L->w_down, w->g, N, w->h, E, w->mm_scratch);
+        kern_matmul(w->pool, &L->w_down, w->g, N, w->h, E, w->mm_scratch);
         kpool_run(w->pool, add_task, &j);
     }
     for (int r = 0; r < N; r++) {
         float *x = w->x + (size_t)r * E;
-        kk_layernorm(x, x, m->out_norm, NULL, E, d->eps);
+        kern_layernorm(x, x, m->out_norm, NULL, E, d->eps);
     }
     if (pooling == KL_POOL_RANK) {
         kl_enc_pool(&bt, w->x, E, KL_POOL_MEAN, w->pooled);

@@ -41,7 +41,7 @@ kiln_status kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h) {
 
 /* An optional F32 [n, ne] tensor of per-expert biases. */
 static const float *bias_rows(kl_binder *B, const char *name, int64_t n, int ne) {
-    const kk_mat b = kl_bind_mat(B, name, n, ne, 1);
+    const kern_mat b = kl_bind_mat(B, name, n, ne, 1);
     if (b.data && b.type != QUANT_F32) {
         kl_bind_fail(B, "tensor %s must be F32 (it is %s)", name, quant_get(b.type)->name);
         return NULL;
@@ -49,7 +49,7 @@ static const float *bias_rows(kl_binder *B, const char *name, int64_t n, int ne)
     return b.data;
 }
 
-void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, kl_moe_layer *l, kk_mat *views) {
+void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, kl_moe_layer *l, kern_mat *views) {
     const int64_t E = m->hp.n_embd;
     char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
@@ -102,7 +102,7 @@ void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, 
 }
 
 void kl_moe_weights(const kiln_model *m, const kl_moe_hp *h, kl_moe_layer *l, kl_weights *w) {
-    kk_mat *ms[] = {&l->router, &l->s_gate, &l->s_up, &l->s_down};
+    kern_mat *ms[] = {&l->router, &l->s_gate, &l->s_up, &l->s_down};
     for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
     if (l->e_up)
         for (int e = 0; e < h->n_expert; e++) {

@@ -9,8 +9,8 @@
  *
  * with w the top k of the softmax over the router's logits, renormalized to
  * sum 1 (unless w_norm is 0), times expert_weights_scale where the file sets
- * one (kk_moe_route); with sigmoid gating, a selection bias or expert groups
- * (DeepSeek-V3) kk_moe_route_sel's choice.
+ * one (kern_moe_route); with sigmoid gating, a selection bias or expert groups
+ * (DeepSeek-V3) kern_moe_route_sel's choice.
  * Variants (kl_moe_hp's gating and act, the layer's biases): the softmax
  * over the k largest logits only; a clamped SwiGLU; ungated relu^2
  * experts (nemotron_h_moe); biases on the
@@ -33,7 +33,7 @@ enum kl_moe_gating {
 };
 enum kl_moe_act {
     KL_MOE_SWIGLU = KBE_MOE_SWIGLU,         /* silu(g) * u */
-    KL_MOE_SWIGLU_OAI = KBE_MOE_SWIGLU_OAI, /* the clamped SwiGLU kk_swiglu_oai, alpha 1.702, limit 7 */
+    KL_MOE_SWIGLU_OAI = KBE_MOE_SWIGLU_OAI, /* the clamped SwiGLU kern_swiglu_oai, alpha 1.702, limit 7 */
     KL_MOE_RELU2 = KBE_MOE_RELU2,           /* relu(u)^2, no gate (ffn_up_exps alone; the shared expert too) */
 };
 
@@ -60,7 +60,7 @@ kiln_status kl_moe_read_hparams(const kiln_model *m, kl_moe_hp *h);
  * ffn_gate_up_exps), ffn_down_exps and, when present, their .bias tensors
  * (not with the fused one) and the shared expert;
  * views holds 3 * n_expert matrices the layer keeps pointing into. */
-void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, kl_moe_layer *l, kk_mat *views);
+void kl_moe_bind(kl_binder *B, const kiln_model *m, const kl_moe_hp *h, int il, kl_moe_layer *l, kern_mat *views);
 /* Appends the layer's matrices and vectors to the repack list. */
 void kl_moe_weights(const kiln_model *m, const kl_moe_hp *h, kl_moe_layer *l, kl_weights *w);
 /* The tensor bytes a decode step reads when 3-D tensors are expert stacks

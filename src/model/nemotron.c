@@ -60,14 +60,14 @@ typedef struct nem_layer {
     int F;   /* MLP width */
     const float *norm;
     /* Mamba-2 */
-    kk_mat w_in, w_out;
+    kern_mat w_in, w_out;
     float *conv_w;                                 /* [K][conv_dim], transposed from GGUF's [conv_dim][K] */
     const float *conv_b, *dt_bias, *ssm_a, *ssm_d; /* [conv_dim], [Hs] x3 */
     const float *ssm_norm;                         /* [Di] (G groups of Di / G) */
     /* attention */
-    kk_mat wq, wk, wv, wo;
+    kern_mat wq, wk, wv, wo;
     /* MLP */
-    kk_mat w_up, w_down;
+    kern_mat w_up, w_down;
     kl_moe_layer ex;
 } nem_layer;
 
@@ -79,7 +79,7 @@ typedef struct nem_model {
     size_t conv_floats, ssm_floats; /* per layer in a state slot */
     int F_max;
     kl_moe_hp moe;
-    kk_mat *experts;
+    kern_mat *experts;
     float *conv_mem;
 } nem_model;
 
@@ -157,14 +157,14 @@ static kiln_status nem_bind(kiln_model *m) {
     const int64_t K = kl_meta_int(m, "ssm.conv_kernel", 0), Di = kl_meta_int(m, "ssm.inner_size", 0);
     const int64_t N = kl_meta_int(m, "ssm.state_size", 0), Hs = kl_meta_int(m, "ssm.time_step_rank", 0);
     const int64_t G = kl_meta_int(m, "ssm.group_count", 0);
-    if (K < 1 || K > KK_CONV_MAX_K || N < 1 || N > 1024 || G < 1 || Hs < 1 || Hs > 4096 || Hs % G || Di < 1 ||
+    if (K < 1 || K > KERN_CONV_MAX_K || N < 1 || N > 1024 || G < 1 || Hs < 1 || Hs > 4096 || Hs % G || Di < 1 ||
         Di > (1 << 20) || Di % Hs || Di % G) {
         return base_fail(
             KILN_ERR_FORMAT,
             "bad or missing Mamba-2 keys (ssm.conv_kernel %lld, ssm.inner_size %lld, ssm.state_size %lld, "
             "ssm.time_step_rank %lld, ssm.group_count %lld; kiln needs 1 <= conv_kernel <= %d and the heads and "
             "groups to divide inner_size, the groups the heads)",
-            (long long)K, (long long)Di, (long long)N, (long long)Hs, (long long)G, KK_CONV_MAX_K);
+            (long long)K, (long long)Di, (long long)N, (long long)Hs, (long long)G, KERN_CONV_MAX_K);
     }
     h->K = (int)K;
     h->Di = (int)Di;
@@ -287,7 +287,7 @@ static void nem_weights(kiln_model *m, kl_weights *w) {
     kl_weights_vec(w, &m->out_norm, E);
     for (int i = 0; i < h->n_layer; i++) {
         nem_layer *l = &h->layers[i];
-        kk_mat *ms[] = {&l->w_in, &l->w_out, &l->wq, &l->wk, &l->wv, &l->wo, &l->w_up, &l->w_down};
+        kern_mat *ms[] = {&l->w_in, &l->w_out, &l->wq, &l->wk, &l->wv, &l->wo, &l->w_up, &l->w_down};
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
         if (l->kind == NEM_MOE) kl_moe_weights(m, &h->moe, &l->ex, w);
         kl_weights_vec(w, &l->norm, E);
@@ -390,7 +390,7 @@ static int nem_ctx_init(kiln_context *c) {
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) maxk = cols[i] > maxk ? cols[i] : maxk;
     const size_t rows = moe ? (size_t)kl_moe_mm_rows(&h->moe, c->p.n_batch) : B;
     const int mrows = (int)(rows > B ? rows : B);
-    c->mm_scratch = malloc(kk_matmul_scratch_size((int64_t)maxk, mrows));
+    c->mm_scratch = malloc(kern_matmul_scratch_size((int64_t)maxk, mrows));
     /* the backend's own products (the experts, the output head) */
     return c->mm_scratch && !c->bx.ops->reserve(&c->bx, (int64_t)maxk, mrows) ? 0 : -1;
 }
@@ -399,7 +399,7 @@ static int nem_ctx_init(kiln_context *c) {
 
 typedef struct nem_job {
     kiln_context *c;
-    const kk_ssm_ops *sops;
+    const kern_ssm_ops *sops;
     const nem_layer *L;
     atomic_long next;
 } nem_job;
@@ -432,7 +432,7 @@ static void conv_task(void *ud, int ith, int nth) {
         for (int k = 0; k <= w->cap_n[r]; k++) {
             const int end = seg_end(c, w, r, k);
             if (end > t) {
-                kk_conv a = {end - t,
+                kern_conv a = {end - t,
                              cn,
                              h->K,
                              w->zx + (size_t)t * h->d_in + h->Di + c0,
@@ -460,10 +460,10 @@ static void conv_task(void *ud, int ith, int nth) {
 
 /* The scan of head hh over rows t0 .. t1 of xbc (ld conv_dim) and dts (ld
  * Hs) into o (ld Di), state S. */
-static void scan_head(const nem_model *h, const nem_layer *L, const kk_ssm_ops *sops, int hh, const float *xbc,
+static void scan_head(const nem_model *h, const nem_layer *L, const kern_ssm_ops *sops, int hh, const float *xbc,
                       const float *dts, size_t ld_dt, float *o, int n, float *S) {
     const int g = hh / (h->Hs / h->G);
-    kk_ssd a = {n,
+    kern_ssd a = {n,
                 h->P,
                 h->N,
                 xbc + (size_t)hh * h->P,
@@ -529,7 +529,7 @@ enum nem_step {
 
 typedef struct nem_tok {
     kiln_context *c;
-    const kk_ops *ops;
+    const kern_ops *ops;
     const nem_layer *L;
     int n;
     enum nem_step step;
@@ -549,7 +549,7 @@ static void tok_range(const nem_tok *j, int i0, int i1) {
         case STEP_DT: {
             const float *dt = zx + 2 * h->Di + 2 * (size_t)h->G * h->N;
             float *d = w->dts + (size_t)i * h->Hs;
-            for (int hh = 0; hh < h->Hs; hh++) d[hh] = kk_softplus(dt[hh] + L->dt_bias[hh]);
+            for (int hh = 0; hh < h->Hs; hh++) d[hh] = kern_softplus(dt[hh] + L->dt_bias[hh]);
             break;
         }
         case STEP_GATE: { /* silu(z) * o into z (no longer needed), then each group's norm back into o */
@@ -574,7 +574,7 @@ static void tok_task(void *ud, int ith, int nth) {
 
 #define TOK_PAR_MIN 4
 
-static void tok_step(kiln_context *c, const kk_ops *ops, const nem_layer *L, int n, enum nem_step step) {
+static void tok_step(kiln_context *c, const kern_ops *ops, const nem_layer *L, int n, enum nem_step step) {
     nem_tok j = {c, ops, L, n, step};
     if (n >= TOK_PAR_MIN)
         kpool_run(c->pool, tok_task, &j);
@@ -582,10 +582,10 @@ static void tok_step(kiln_context *c, const kk_ops *ops, const nem_layer *L, int
         tok_range(&j, 0, n);
 }
 
-static void mamba_layer(kiln_context *c, const kk_ops *ops, const kk_ssm_ops *sops, const nem_layer *L, int n) {
+static void mamba_layer(kiln_context *c, const kern_ops *ops, const kern_ssm_ops *sops, const nem_layer *L, int n) {
     nem_ws *w = c->ws;
     const nem_model *h = c->m->fam;
-    kk_matmul(c->pool, &L->w_in, w->xn, n, w->zx, h->d_in, c->mm_scratch);
+    kern_matmul(c->pool, &L->w_in, w->xn, n, w->zx, h->d_in, c->mm_scratch);
     tok_step(c, ops, L, n, STEP_DT);
     for (int r = 0; r < w->n_run; r++) { /* a recorded run keeps this layer's inputs */
         if (!w->verify[r]) continue;
@@ -601,30 +601,30 @@ static void mamba_layer(kiln_context *c, const kk_ops *ops, const kk_ssm_ops *so
     run_items(&j, conv_task, n == 1 ? 1 : (long)w->n_run * nb);
     run_items(&j, scan_task, (long)w->n_run * h->Hs);
     tok_step(c, ops, L, n, STEP_GATE);
-    kk_matmul(c->pool, &L->w_out, w->o, n, w->y, c->m->hp.n_embd, c->mm_scratch);
+    kern_matmul(c->pool, &L->w_out, w->o, n, w->y, c->m->hp.n_embd, c->mm_scratch);
 }
 
-static void attention_layer(kiln_context *c, const kk_ops *ops, const nem_layer *L, int n) {
+static void attention_layer(kiln_context *c, const kern_ops *ops, const nem_layer *L, int n) {
     nem_ws *w = c->ws;
     const kl_hparams *hp = &c->m->hp;
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
-    kk_mm_out o[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
-    kk_matmul_multi(c->pool, o, 3, w->xn, n, c->mm_scratch);
+    kern_mm_out o[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
+    kern_matmul_multi(c->pool, o, 3, w->xn, n, c->mm_scratch);
     for (int i = 0; i < n; i++)
         kl_attn_store(c, L->ord, i, w->k + (size_t)i * nkv, w->v + (size_t)i * nkv); /* no RoPE */
     kl_attn_run(c, L->ord, w->q, w->att, n);
-    kk_matmul(c->pool, &L->wo, w->att, n, w->y, hp->n_embd, c->mm_scratch);
+    kern_matmul(c->pool, &L->wo, w->att, n, w->y, hp->n_embd, c->mm_scratch);
 }
 
 static void mlp_layer(kiln_context *c, const nem_layer *L, int n) {
     nem_ws *w = c->ws;
-    kk_matmul(c->pool, &L->w_up, w->xn, n, w->up, L->F, c->mm_scratch);
+    kern_matmul(c->pool, &L->w_up, w->xn, n, w->up, L->F, c->mm_scratch);
     const size_t cnt = (size_t)n * L->F;
     for (size_t i = 0; i < cnt; i++) {
         const float r = w->up[i] > 0.0f ? w->up[i] : 0.0f;
         w->up[i] = r * r;
     }
-    kk_matmul(c->pool, &L->w_down, w->up, n, w->y, c->m->hp.n_embd, c->mm_scratch);
+    kern_matmul(c->pool, &L->w_down, w->up, n, w->y, c->m->hp.n_embd, c->mm_scratch);
 }
 
 static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) {
@@ -633,8 +633,8 @@ static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) 
     const nem_model *h = m->fam;
     nem_ws *w = c->ws;
     const int n = b->n, E = hp->n_embd;
-    const kk_ops *ops = kk_ops_best();
-    const kk_ssm_ops *sops = kk_ssm_ops_best();
+    const kern_ops *ops = kern_ops_best();
+    const kern_ssm_ops *sops = kern_ssm_ops_best();
     const int moved = kl_batch_seq_runs(c, n, w->ord, w->tmp_i, w->run, &w->n_run);
     /* per run: recorded for rollback (every token asks for logits: a
      * decode token with drafts to verify), or the snapshots it takes */
@@ -651,7 +651,7 @@ static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) 
                                      w->cap_dst + (size_t)r * NEM_MAX_CAP, NEM_MAX_CAP);
     }
     if (h->n_attn) kl_attn_prepare(c, n);
-    for (int i = 0; i < n; i++) kk_get_row(&m->tok_embd, b->token[w->ord[i]], w->x + (size_t)i * E);
+    for (int i = 0; i < n; i++) kern_get_row(&m->tok_embd, b->token[w->ord[i]], w->x + (size_t)i * E);
     for (int l = 0; l < h->n_layer; l++) {
         const nem_layer *L = &h->layers[l];
         tok_step(c, ops, L, n, STEP_NORM_IN);
@@ -681,14 +681,14 @@ static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) 
 static void nem_replay(kiln_context *c, int seq, int32_t n) {
     const nem_model *h = c->m->fam;
     nem_ws *w = c->ws;
-    const kk_ssm_ops *sops = kk_ssm_ops_best();
+    const kern_ssm_ops *sops = kern_ssm_ops_best();
     const size_t row = roll_row(h), head = (size_t)h->P * h->N;
     for (int l = 0; l < h->n_layer; l++) {
         const nem_layer *L = &h->layers[l];
         if (L->kind != NEM_MAMBA) continue;
         const float *in = kl_rs_roll_in(c->rs, seq) + (size_t)L->ord * KL_RS_ROLL_MAX * row;
         float *st = kl_rs_live(c->rs, seq) + (size_t)L->ord * (h->conv_floats + h->ssm_floats);
-        kk_conv a = {n,      h->conv_dim,         h->K,     in, row, L->conv_w, st, (size_t)h->conv_dim,
+        kern_conv a = {n,      h->conv_dim,         h->K,     in, row, L->conv_w, st, (size_t)h->conv_dim,
                      w->xbc, (size_t)h->conv_dim, L->conv_b};
         sops->conv_silu(&a);
         for (int hh = 0; hh < h->Hs; hh++)

@@ -34,7 +34,7 @@ struct kiln_reranker {
     /* causal */
     kiln_context *ctx;
     int8_t *flags;
-    kk_mat head;         /* cls.output: n_embd -> n_labels */
+    kern_mat head;         /* cls.output: n_embd -> n_labels */
     float *row, *logits; /* [n_embd], [n_labels] */
     char *tmpl;          /* the rerank prompt */
     /* the last failed begin's over-limit documents (for the message) */
@@ -489,7 +489,7 @@ static kiln_status run_causal(kiln_rerank_job *j, int32_t i) {
     const int E = r->m->hp.n_embd;
     double mx = -INFINITY, sum = 0.0;
     for (int l = 0; l < r->n_labels; l++) {
-        kk_get_row(&r->head, l, r->row);
+        kern_get_row(&r->head, l, r->row);
         double acc = 0.0;
         for (int d = 0; d < E; d++) acc += (double)r->row[d] * h[d];
         r->logits[l] = (float)acc;

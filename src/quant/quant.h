@@ -141,7 +141,7 @@ int quant_from_name(const char *name);
 quant_vec_dot_fn quant_vec_dot_at(int t, int isa);
 quant_from_f32_fn quant_from_f32_at(int t, int isa);
 
-/* A block of a product (the shape of kernels/matmul.h's kk_tile_fn): for
+/* A block of a product (the shape of kernels/matmul.h's kern_tile_fn): for
  * r < nr, t < nt
  *     y[t * ldy + r] = dot of n elements of weight row r (at w + r * wrow)
  *                      and activation row t (at a + t * arow)

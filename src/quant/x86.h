@@ -56,7 +56,7 @@ static inline double hsum4d(__m256d v) {
  * exponent bits.  Inputs are clamped to [-87.3, 88.7] so 2^k stays a normal
  * float: e^x underflows to ~1e-38 instead of 0 and overflows to ~3e38
  * instead of inf, which neither SwiGLU's 1 / (1 + e^x) nor a softmax weight
- * beside the maximum's 1 notices.  kk_exp_attn (kernels/ops.c) is its
+ * beside the maximum's 1 notices.  kern_exp_attn (kernels/ops.c) is its
  * scalar twin. */
 static inline __m256 exp8(__m256 x) {
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));

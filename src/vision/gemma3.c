@@ -27,7 +27,7 @@
 typedef struct g3_state {
     const float *norm; /* [n_embd] */
     float *proj;       /* [n_embd_text][n_embd] */
-    kk_mat proj_mat;
+    kern_mat proj_mat;
 } g3_state;
 
 static void g3_defaults(vision_hp *hp) { hp->n_merge = 4; }
@@ -39,7 +39,7 @@ static kiln_status g3_bind(vision_model *vm) {
     if (!s) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     vm->state = s;
     s->norm = vision_bind_vec(&B, "mm.soft_emb_norm.weight", E, 0);
-    kk_mat w = vision_bind_mat(&B, "mm.input_projection.weight", T, E, 0);
+    kern_mat w = vision_bind_mat(&B, "mm.input_projection.weight", T, E, 0);
     if (B.st) {
         const gguf_tensor *t = gguf_find_tensor(vm->gf, "mm.input_projection.weight");
         if (t && t->n_dims == 2 && t->ne[1] == E && t->ne[0] != T)
@@ -54,11 +54,11 @@ static kiln_status g3_bind(vision_model *vm) {
         return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (int64_t i = 0; i < E; i++) {
-        kk_get_row(&w, i, row);
+        kern_get_row(&w, i, row);
         for (int64_t j = 0; j < T; j++) s->proj[j * E + i] = row[j];
     }
     free(row);
-    s->proj_mat = (kk_mat){s->proj, QUANT_F32, E, T, NULL};
+    s->proj_mat = (kern_mat){s->proj, QUANT_F32, E, T, NULL};
     return KILN_OK;
 }
 
@@ -76,7 +76,7 @@ static kiln_status g3_encode(vision_model *vm, kpool *pool, const vision_image *
     float *pix = base_malloc((size_t)3 * S * S * sizeof(float));
     float *x = base_malloc((size_t)n * E * sizeof(float));
     float *pooled = base_malloc((size_t)nt * E * sizeof(float));
-    void *scratch = base_malloc(kk_matmul_scratch_size(E, nt));
+    void *scratch = base_malloc(kern_matmul_scratch_size(E, nt));
     kiln_status st = KILN_OK;
     if (!pix || !x || !pooled || !scratch) {
         st = base_fail(KILN_ERR_NOMEM, "out of memory encoding an image");
@@ -96,9 +96,9 @@ static kiln_status g3_encode(vision_model *vm, kpool *pool, const vision_image *
                     for (int e = 0; e < E; e++) p[e] += r[e];
                 }
             for (int e = 0; e < E; e++) p[e] *= inv;
-            kk_rmsnorm(p, p, s->norm, E, hp->eps);
+            kern_rmsnorm(p, p, s->norm, E, hp->eps);
         }
-    kk_matmul(pool, &s->proj_mat, pooled, nt, out, vm->n_embd_text, scratch);
+    kern_matmul(pool, &s->proj_mat, pooled, nt, out, vm->n_embd_text, scratch);
 done:
     free(pix);
     free(x);

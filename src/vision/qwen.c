@@ -1,6 +1,6 @@
 /* The Qwen-VL vision encoders and mergers (qwen.h).  Products on
  * kernels/conv.h's image GEMM (weights F32, F16 or BF16) or, for quantized
- * weights (a Q8_0 mmproj), the LLM's batched kk_matmul; the norms, the
+ * weights (a Q8_0 mmproj), the LLM's batched kern_matmul; the norms, the
  * rotary embedding and the softmax in plain loops over the patch rows.
  *
  * Patches are kept in window order: merged tokens (2 x 2 patch groups)
@@ -32,14 +32,14 @@ enum { VQ_GELU, VQ_GELU_QUICK, VQ_SILU }; /* the MLP's activation (clip.use_gelu
 
 typedef struct vq_layer {
     const float *ln1, *ln2, *ln1_b, *ln2_b; /* [E] norm weights; biases (LayerNorm) or NULL (RMSNorm) */
-    kk_mat q, k, v, o;                      /* E -> E (Qwen3-VL: row ranges of attn_qkv) */
+    kern_mat q, k, v, o;                      /* E -> E (Qwen3-VL: row ranges of attn_qkv) */
     const float *bq, *bk, *bv, *bo;         /* [E] */
-    kk_mat gate, up, down;                  /* E -> F -> E; gate data NULL: not gated */
+    kern_mat gate, up, down;                  /* E -> F -> E; gate data NULL: not gated */
     const float *bgate, *bup, *bdown;       /* [F], [F], [E] */
     /* Qwen3-VL deepstack merger after this layer (ds_fc1.data NULL: none):
      * LayerNorm over a merged token's 4E, fc1 4E -> 4E, GELU, fc2 -> proj */
     const float *ds_norm, *ds_norm_b, *ds_b1, *ds_b2;
-    kk_mat ds_fc1, ds_fc2;
+    kern_mat ds_fc1, ds_fc2;
 } vq_layer;
 
 struct vision_qwen {
@@ -50,16 +50,16 @@ struct vision_qwen {
     int win;                          /* window side in merged tokens */
     float eps, mean[3], std[3];
     int64_t min_px, max_px; /* the resized image's pixel bounds */
-    kk_mat patch[2];        /* E rows of 3 * P * P ([E][3][P][P]) */
+    kern_mat patch[2];        /* E rows of 3 * P * P ([E][3][P][P]) */
     const float *patch_b;   /* [E] or NULL */
     const float *pos;       /* [n_side][n_side][E] learned positions (Qwen3-VL), or NULL */
     float *pos_owned;       /* pos when widened from F16 / BF16 at load */
     int n_side;
     vq_layer *L;
     const float *post_ln, *post_ln_b; /* [E]; bias NULL: RMSNorm */
-    kk_mat mm0, mm2;                  /* 4E -> 4E -> proj */
+    kern_mat mm0, mm2;                  /* 4E -> 4E -> proj */
     const float *b0, *b2;
-    int64_t mm_cols; /* widest quantized matrix's columns (kk_matmul's scratch); 0: all F32/F16/BF16 */
+    int64_t mm_cols; /* widest quantized matrix's columns (kern_matmul's scratch); 0: all F32/F16/BF16 */
 };
 
 /* ---------------------------------------------------------------- binding */
@@ -71,7 +71,7 @@ typedef struct vq_bind {
 } vq_bind;
 
 /* The types kernels/conv.h's GEMM reads directly; others go through the
- * quant layer's matmul (kk_matmul), as the LLM's weights do. */
+ * quant layer's matmul (kern_matmul), as the LLM's weights do. */
 static int vq_gemm_type(int t) { return t == QUANT_F32 || t == QUANT_F16 || t == QUANT_BF16; }
 
 /* Tensor name with n_dims dims of ne (unused ones 1), or NULL (err set). */
@@ -105,8 +105,8 @@ static const float *vq_vec(vq_bind *B, const char *name, int64_t n) {
 
 /* A matrix of nrows rows of ncols (nd dims: the rows' elements may span
  * several dims, as a convolution's [P][P][3]). */
-static kk_mat vq_mat(vq_bind *B, const char *name, int nd, const int64_t *ne) {
-    kk_mat m = {0};
+static kern_mat vq_mat(vq_bind *B, const char *name, int nd, const int64_t *ne) {
+    kern_mat m = {0};
     const gguf_tensor *t = vq_find(B, name, nd, ne);
     if (!t) return m;
     int64_t ncols = 1;
@@ -126,7 +126,7 @@ static kk_mat vq_mat(vq_bind *B, const char *name, int nd, const int64_t *ne) {
     return m;
 }
 
-static kk_mat vq_mat2(vq_bind *B, const char *name, int64_t ncols, int64_t nrows) {
+static kern_mat vq_mat2(vq_bind *B, const char *name, int64_t ncols, int64_t nrows) {
     const int64_t ne[2] = {ncols, nrows};
     return vq_mat(B, name, 2, ne);
 }
@@ -212,7 +212,7 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
         if (!pt || h.n_side < 1 || (int64_t)h.n_side * h.n_side != pt->ne[1] || h.n_side > 4096)
             return base_fail(KILN_ERR_FORMAT, "mmproj: missing or non-square v.position_embd.weight");
         /* F16 / BF16 tables widened once (the resize reads them as floats) */
-        const kk_mat pm = vq_mat2(&B, "v.position_embd.weight", E, (int64_t)h.n_side * h.n_side);
+        const kern_mat pm = vq_mat2(&B, "v.position_embd.weight", E, (int64_t)h.n_side * h.n_side);
         if (pm.data && pm.type != QUANT_F32) {
             float *w = malloc((size_t)pm.nrows * (size_t)E * sizeof *w);
             if (!w) return base_fail(KILN_ERR_NOMEM, "out of memory");
@@ -238,7 +238,7 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
             l->ln2_b = vq_vec(&B, NAME("ln2.bias"), E);
         }
         if (gguf_find_tensor(f, NAME("attn_qkv.weight"))) { /* Q, K, V rows in one tensor */
-            const kk_mat qkv = vq_mat2(&B, n, E, 3 * E);
+            const kern_mat qkv = vq_mat2(&B, n, E, 3 * E);
             const float *b = vq_vec(&B, NAME("attn_qkv.bias"), 3 * E);
             const size_t rb = qkv.data ? quant_row_size(qkv.type, E) * (size_t)E : 0;
             l->q = l->k = l->v = qkv;
@@ -306,12 +306,12 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
     }
     *q = h;
     q->L = L;
-    const kk_mat *mats[] = {&q->mm0, &q->mm2};
+    const kern_mat *mats[] = {&q->mm0, &q->mm2};
     for (int i = 0; i < 2; i++)
         if (!vq_gemm_type(mats[i]->type) && mats[i]->ncols > q->mm_cols) q->mm_cols = mats[i]->ncols;
     for (int l = 0; l < q->n_layer; l++) {
         const vq_layer *y = &L[l];
-        const kk_mat *lm[] = {&y->q, &y->k, &y->v, &y->o, &y->gate, &y->up, &y->down, &y->ds_fc1, &y->ds_fc2};
+        const kern_mat *lm[] = {&y->q, &y->k, &y->v, &y->o, &y->gate, &y->up, &y->down, &y->ds_fc1, &y->ds_fc2};
         for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++)
             if (lm[i]->data && !vq_gemm_type(lm[i]->type) && lm[i]->ncols > q->mm_cols) q->mm_cols = lm[i]->ncols;
     }
@@ -401,7 +401,7 @@ static void vq_norm(float *y, const float *x, const float *w, const float *b, in
         const float *xr = x + (size_t)r * n;
         float *yr = y + (size_t)r * n;
         if (!b) {
-            kk_rmsnorm(yr, xr, w, n, eps);
+            kern_rmsnorm(yr, xr, w, n, eps);
             continue;
         }
         double s = 0, s2 = 0;
@@ -438,7 +438,7 @@ static void vq_pos_resize(const float *pos, int n_side, int E, int ph, int pw, f
 /* The MLP's activation in place over n values (act VQ_*). */
 static void vq_act(kpool *pool, int act, float *x, size_t n) {
     if (act == VQ_GELU) {
-        kk_gelu_tanh(pool, x, n);
+        kern_gelu_tanh(pool, x, n);
         return;
     }
     const float k = act == VQ_SILU ? 1.0f : 1.702f;
@@ -446,22 +446,22 @@ static void vq_act(kpool *pool, int act, float *x, size_t n) {
 }
 
 /* c [m][w's rows] = a [m][k] w^T + bias; quantized weights through
- * kk_matmul with scratch mscr (kk_matmul_scratch_size(q->mm_cols, m)) */
-static void vq_linear(kpool *pool, const kk_mat *w, const float *bias, const float *a, int m, float *c, void *mscr) {
+ * kern_matmul with scratch mscr (kern_matmul_scratch_size(q->mm_cols, m)) */
+static void vq_linear(kpool *pool, const kern_mat *w, const float *bias, const float *a, int m, float *c, void *mscr) {
     if (!vq_gemm_type(w->type)) {
-        kk_matmul(pool, w, a, m, c, w->nrows, mscr);
+        kern_matmul(pool, w, a, m, c, w->nrows, mscr);
         if (bias)
             for (int i = 0; i < m; i++)
                 for (int64_t r = 0; r < w->nrows; r++) c[(size_t)i * w->nrows + r] += bias[r];
         return;
     }
-    const kk_gemm g = {
+    const kern_gemm g = {
         .m = m,
         .n = (int)w->nrows,
         .k = (int)w->ncols,
         .a = a,
         .lda = (size_t)w->ncols,
-        .b_kind = KK_GB_ROWS,
+        .b_kind = KERN_GB_ROWS,
         .b = w->data,
         .b_type = w->type,
         .ldb = quant_row_size(w->type, w->ncols),
@@ -469,7 +469,7 @@ static void vq_linear(kpool *pool, const kk_mat *w, const float *bias, const flo
         .ldc = (size_t)w->nrows,
         .bias_n = bias,
     };
-    kk_gemm_run(pool, &g);
+    kern_gemm_run(pool, &g);
 }
 
 /* Rotates every head of n rows of x ([n][E]) by its row's table cs
@@ -497,20 +497,20 @@ static void vq_attn_run(const vision_qwen *q, kpool *pool, const float *qm, cons
     for (int h = 0; h < q->H; h++)
         for (int q0 = s; q0 < e; q0 += VQ_QCHUNK) {
             const int m = e - q0 < VQ_QCHUNK ? e - q0 : VQ_QCHUNK;
-            const kk_gemm qk = {
+            const kern_gemm qk = {
                 .m = m,
                 .n = L,
                 .k = D,
                 .a = qm + (size_t)q0 * E + (size_t)h * D,
                 .lda = (size_t)E,
-                .b_kind = KK_GB_ROWS,
+                .b_kind = KERN_GB_ROWS,
                 .b = km + (size_t)s * E + (size_t)h * D,
                 .b_type = QUANT_F32,
                 .ldb = (size_t)E * sizeof(float),
                 .c = sc,
                 .ldc = (size_t)L,
             };
-            kk_gemm_run(pool, &qk);
+            kern_gemm_run(pool, &qk);
             for (int r = 0; r < m; r++) {
                 float *row = sc + (size_t)r * L, mx = -INFINITY;
                 for (int j = 0; j < L; j++) {
@@ -525,19 +525,19 @@ static void vq_attn_run(const vision_qwen *q, kpool *pool, const float *qm, cons
                 const float inv = (float)(1.0 / sum);
                 for (int j = 0; j < L; j++) row[j] *= inv;
             }
-            const kk_gemm pv = {
+            const kern_gemm pv = {
                 .m = m,
                 .n = D,
                 .k = L,
                 .a = sc,
                 .lda = (size_t)L,
-                .b_kind = KK_GB_KN,
+                .b_kind = KERN_GB_KN,
                 .b = vm + (size_t)s * E + (size_t)h * D,
                 .ldb = (size_t)E,
                 .c = att + (size_t)q0 * E + (size_t)h * D,
                 .ldc = (size_t)E,
             };
-            kk_gemm_run(pool, &pv);
+            kern_gemm_run(pool, &pv);
         }
 }
 
@@ -548,7 +548,7 @@ kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t 
     const int E = q->E, F = q->F, P = q->P, pw = rw / P, ph = rh / P, n = pw * ph, nm = nx * ny;
     const int win = q->win, nwx = (nx + win - 1) / win, nwy = (ny + win - 1) / win;
     const size_t En = (size_t)n * E;
-    kk_conv cv = {&q->patch[0], NULL, 3, rh, rw, P, P, P, 0};
+    kern_conv cv = {&q->patch[0], NULL, 3, rh, rw, P, P, P, 0};
     const size_t qc = (size_t)(n < VQ_QCHUNK ? n : VQ_QCHUNK);
     /* scratch: resized pixels, the normalized image, two patch grids, the
      * residual, its norm, q, k, v, attention, MLP gate and up, scores */
@@ -563,8 +563,8 @@ kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t 
     float *cs = base_malloc((size_t)n * q->D * sizeof(float)), *o = base_malloc((size_t)nm * q->proj * sizeof(float));
     int32_t *unit = base_malloc((size_t)nm * sizeof(int32_t)),
             *wbeg = base_malloc(((size_t)nwx * nwy + 1) * sizeof(int32_t));
-    void *cscr = base_malloc(kk_conv2d_scratch(&cv));
-    void *mscr = q->mm_cols ? base_malloc(kk_matmul_scratch_size(q->mm_cols, n)) : NULL;
+    void *cscr = base_malloc(kern_conv2d_scratch(&cv));
+    void *mscr = q->mm_cols ? base_malloc(kern_matmul_scratch_size(q->mm_cols, n)) : NULL;
     kiln_status st = KILN_OK;
     if (rw != w || rh != h) px = base_malloc((size_t)rw * rh * 3);
     if (!img || !pg || !x || !xn || !qm || !km || !vm || !att || !g || !u || !sc || !cs || !o || !unit || !wbeg ||
@@ -579,9 +579,9 @@ kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t 
     for (int c = 0; c < 3; c++)
         for (size_t i = 0; i < (size_t)rw * rh; i++)
             img[(size_t)c * rw * rh + i] = ((float)rgb[i * 3 + c] / 255.0f - q->mean[c]) / q->std[c];
-    kk_conv2d(pool, &cv, img, pg, cscr);
+    kern_conv2d(pool, &cv, img, pg, cscr);
     cv.wt = &q->patch[1];
-    kk_conv2d(pool, &cv, img, pg + En, cscr);
+    kern_conv2d(pool, &cv, img, pg + En, cscr);
     /* window order of the merged tokens, and each window's first row */
     int k = 0, nw = 0;
     for (int wy = 0; wy < ny; wy += win)
@@ -645,7 +645,7 @@ kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t 
         if (L->ds_fc1.data) { /* a deepstack merger over this layer's output */
             vq_norm(xn, x, L->ds_norm, L->ds_norm_b, nm, 4 * E, q->eps);
             vq_linear(pool, &L->ds_fc1, L->ds_b1, xn, nm, att, mscr);
-            kk_gelu_tanh(pool, att, (size_t)nm * 4 * E);
+            kern_gelu_tanh(pool, att, (size_t)nm * 4 * E);
             vq_linear(pool, &L->ds_fc2, L->ds_b2, att, nm, o, mscr);
             ds++;
             for (int i = 0; i < nm; i++)
@@ -656,7 +656,7 @@ kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t 
     /* merger: four consecutive rows are one merged token's 4E inputs */
     vq_norm(xn, x, q->post_ln, q->post_ln_b, n, E, q->eps);
     vq_linear(pool, &q->mm0, q->b0, xn, nm, att, mscr);
-    kk_gelu_tanh(pool, att, (size_t)nm * 4 * E);
+    kern_gelu_tanh(pool, att, (size_t)nm * 4 * E);
     vq_linear(pool, &q->mm2, q->b2, att, nm, o, mscr);
     for (int i = 0; i < nm; i++)
         memcpy(out + (size_t)unit[i] * W, o + (size_t)i * q->proj, (size_t)q->proj * sizeof(float));

@@ -71,8 +71,8 @@ const float *vision_bind_vec(vision_binder *B, const char *name, int64_t n, int 
     return t->data;
 }
 
-kk_mat vision_bind_mat(vision_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional) {
-    kk_mat w = {0};
+kern_mat vision_bind_mat(vision_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional) {
+    kern_mat w = {0};
     const int64_t ne[2] = {ncols, nrows};
     const gguf_tensor *t = bind_tensor(B, name, 2, ne, optional);
     if (!t) return w;
@@ -153,7 +153,7 @@ static kiln_status bind_vit(vision_model *vm) {
         return base_fail(KILN_ERR_FORMAT, "missing or bad tensor v.patch_embd.weight (expected [%lld, %lld, 3, %lld])",
                        (long long)P, (long long)P, (long long)E);
     }
-    vm->patch = (kk_mat){pt->data, (int)pt->type, 3 * P * P, E, NULL};
+    vm->patch = (kern_mat){pt->data, (int)pt->type, 3 * P * P, E, NULL};
     vm->patch_b = vision_bind_vec(&B, "v.patch_embd.bias", E, 1);
     vm->pos = vision_bind_mat(&B, "v.position_embd.weight", E, side * side, 0);
     vm->post_ln_w = vision_bind_vec(&B, "v.post_ln.weight", E, 1);
@@ -345,7 +345,7 @@ static void add_bias(float *x, const float *b, int n_rows, int n) {
 
 static void act_rows(float *x, size_t n, int act) {
     switch (act) {
-    case VISION_ACT_GELU: kk_gelu(x, (int)n); break;
+    case VISION_ACT_GELU: kern_gelu(x, (int)n); break;
     case VISION_ACT_GELU_QUICK:
         for (size_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
         break;
@@ -375,7 +375,7 @@ kiln_status vision_vit_run(vision_model *vm, kpool *pool, const float *pix, int3
     float *kh = base_malloc((size_t)n * D * sizeof(float)), *vt = base_malloc((size_t)n * D * sizeof(float));
     float *qh = base_malloc((size_t)qc * D * sizeof(float)), *sc = base_malloc((size_t)qc * n * sizeof(float));
     float *oh = base_malloc((size_t)qc * D * sizeof(float));
-    void *scratch = base_malloc(kk_matmul_scratch_size(maxc, n));
+    void *scratch = base_malloc(kern_matmul_scratch_size(maxc, n));
     kiln_status st = KILN_OK;
     if (!xn || !q || !k || !v || !att || !big || !kh || !vt || !qh || !sc || !oh || !scratch) {
         st = base_fail(KILN_ERR_NOMEM, "out of memory encoding an image");
@@ -391,18 +391,18 @@ kiln_status vision_vit_run(vision_model *vm, kpool *pool, const float *pix, int3
                            (size_t)P * sizeof(float));
         }
     float *x = out; /* the residual stream lives in the caller's buffer */
-    kk_matmul(pool, &vm->patch, big, n, x, E, scratch);
+    kern_matmul(pool, &vm->patch, big, n, x, E, scratch);
     add_bias(x, vm->patch_b, n, E);
     for (int i = 0; i < n; i++) {
-        kk_get_row(&vm->pos, i, xn);
+        kern_get_row(&vm->pos, i, xn);
         for (int e = 0; e < E; e++) x[(size_t)i * E + e] += xn[e];
     }
     const float scale = 1.0f / sqrtf((float)D);
     for (int l = 0; l < hp->n_layer; l++) {
         const vision_layer *L = &vm->layers[l];
-        for (int i = 0; i < n; i++) kk_layernorm(xn + (size_t)i * E, x + (size_t)i * E, L->ln1_w, L->ln1_b, E, hp->eps);
-        kk_mm_out qkv[3] = {{&L->wq, q, E}, {&L->wk, k, E}, {&L->wv, v, E}};
-        kk_matmul_multi(pool, qkv, 3, xn, n, scratch);
+        for (int i = 0; i < n; i++) kern_layernorm(xn + (size_t)i * E, x + (size_t)i * E, L->ln1_w, L->ln1_b, E, hp->eps);
+        kern_mm_out qkv[3] = {{&L->wq, q, E}, {&L->wk, k, E}, {&L->wv, v, E}};
+        kern_matmul_multi(pool, qkv, 3, xn, n, scratch);
         add_bias(q, L->bq, n, E);
         add_bias(k, L->bk, n, E);
         add_bias(v, L->bv, n, E);
@@ -412,36 +412,36 @@ kiln_status vision_vit_run(vision_model *vm, kpool *pool, const float *pix, int3
                 memcpy(kh + (size_t)i * D, k + (size_t)i * E + hh * D, (size_t)D * sizeof(float));
                 for (int d = 0; d < D; d++) vt[(size_t)d * n + i] = v[(size_t)i * E + hh * D + d];
             }
-            const kk_mat km = {kh, QUANT_F32, D, n, NULL}, vm_t = {vt, QUANT_F32, n, D, NULL};
+            const kern_mat km = {kh, QUANT_F32, D, n, NULL}, vm_t = {vt, QUANT_F32, n, D, NULL};
             for (int i0 = 0; i0 < n; i0 += qc) {
                 const int nq = n - i0 < qc ? n - i0 : qc;
                 for (int i = 0; i < nq; i++)
                     memcpy(qh + (size_t)i * D, q + (size_t)(i0 + i) * E + hh * D, (size_t)D * sizeof(float));
-                kk_matmul(pool, &km, qh, nq, sc, n, scratch);
+                kern_matmul(pool, &km, qh, nq, sc, n, scratch);
                 for (int i = 0; i < nq; i++) {
                     float *s = sc + (size_t)i * n;
                     for (int j = 0; j < n; j++) s[j] *= scale;
-                    kk_softmax(s, n);
+                    kern_softmax(s, n);
                 }
-                kk_matmul(pool, &vm_t, sc, nq, oh, D, scratch);
+                kern_matmul(pool, &vm_t, sc, nq, oh, D, scratch);
                 for (int i = 0; i < nq; i++)
                     memcpy(att + (size_t)(i0 + i) * E + hh * D, oh + (size_t)i * D, (size_t)D * sizeof(float));
             }
         }
-        kk_matmul(pool, &L->wo, att, n, xn, E, scratch);
+        kern_matmul(pool, &L->wo, att, n, xn, E, scratch);
         add_bias(xn, L->bo, n, E);
         for (size_t i = 0; i < nE; i++) x[i] += xn[i];
-        for (int i = 0; i < n; i++) kk_layernorm(xn + (size_t)i * E, x + (size_t)i * E, L->ln2_w, L->ln2_b, E, hp->eps);
-        kk_matmul(pool, &L->up, xn, n, big, F, scratch);
+        for (int i = 0; i < n; i++) kern_layernorm(xn + (size_t)i * E, x + (size_t)i * E, L->ln2_w, L->ln2_b, E, hp->eps);
+        kern_matmul(pool, &L->up, xn, n, big, F, scratch);
         add_bias(big, L->b_up, n, F);
         act_rows(big, (size_t)n * F, hp->act);
-        kk_matmul(pool, &L->down, big, n, xn, E, scratch);
+        kern_matmul(pool, &L->down, big, n, xn, E, scratch);
         add_bias(xn, L->b_down, n, E);
         for (size_t i = 0; i < nE; i++) x[i] += xn[i];
     }
     if (vm->post_ln_w)
         for (int i = 0; i < n; i++)
-            kk_layernorm(x + (size_t)i * E, x + (size_t)i * E, vm->post_ln_w, vm->post_ln_b, E, hp->eps);
+            kern_layernorm(x + (size_t)i * E, x + (size_t)i * E, vm->post_ln_w, vm->post_ln_b, E, hp->eps);
 done:
     free(xn);
     free(q);

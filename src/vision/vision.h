@@ -64,7 +64,7 @@ enum { VISION_ACT_GELU = 0, VISION_ACT_GELU_QUICK = 1, VISION_ACT_SILU = 2 };
 
 /* One ViT block: pre-norm attention and MLP with biases. */
 typedef struct vision_layer {
-    kk_mat wq, wk, wv, wo, up, down;
+    kern_mat wq, wk, wv, wo, up, down;
     const float *bq, *bk, *bv, *bo, *b_up, *b_down;
     const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
 } vision_layer;
@@ -102,9 +102,9 @@ struct vision_model {
     const vision_proj *proj;
     vision_hp hp;
     int32_t n_embd_text; /* the text model's n_embd */
-    kk_mat patch;        /* [n_embd rows][3 * patch * patch]: the patch convolution, (c, y, x) order */
+    kern_mat patch;        /* [n_embd rows][3 * patch * patch]: the patch convolution, (c, y, x) order */
     const float *patch_b;
-    kk_mat pos; /* [n_patches rows][n_embd] */
+    kern_mat pos; /* [n_patches rows][n_embd] */
     vision_layer *layers;
     const float *post_ln_w, *post_ln_b; /* NULL: none */
     void *state;                        /* the projector's */
@@ -147,7 +147,7 @@ typedef struct vision_binder {
     kiln_status st;
 } vision_binder;
 const float *vision_bind_vec(vision_binder *B, const char *name, int64_t n, int optional);
-kk_mat vision_bind_mat(vision_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional);
+kern_mat vision_bind_mat(vision_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional);
 
 /* Resizes im into a size x size square as llama.cpp's fixed-size
  * preprocessing does (aspect kept, bilinear, rounded down to 8 bits, centred

@@ -154,7 +154,7 @@ static const float *bias(binder *b, const char *name, int64_t n) {
     return vec(b, name, n, 1);
 }
 
-static void mat(binder *b, kk_mat *out, const char *name, int64_t ncols, int64_t nrows, int conv) {
+static void mat(binder *b, kern_mat *out, const char *name, int64_t ncols, int64_t nrows, int conv) {
     tinfo *t = conv ? need(b, name, 3, ncols / 3, nrows) : need(b, name, ncols, nrows, 1);
     if (!t) return;
     if (!quant_supported(t->type)) {

@@ -156,7 +156,7 @@ wh_state *wh_state_new(const wh_model *m, int n_beams, int n_threads) {
     s->row_beam = malloc(T * sizeof(int));
     s->row_pos = malloc(T * sizeof(int));
     size_t mmw = max_sz(max_sz(3 * (size_t)hp->n_mels, 3 * d), max_sz(4 * d, A));
-    s->mm = malloc(kk_matmul_scratch_size((int64_t)mmw, (int)(2 * A > T ? 2 * A : T)));
+    s->mm = malloc(kern_matmul_scratch_size((int64_t)mmw, (int)(2 * A > T ? 2 * A : T)));
     if (!s->pool || !s->col || !s->h1 || !s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->tmp || !s->ff ||
         !s->qh || !s->kh || !s->vth || !s->scores || !s->ck || !s->cvt || !s->sk || !s->sv || !s->len || !s->dx ||
         !s->dxn || !s->dq || !s->dk || !s->dv || !s->datt || !s->dtmp || !s->dff || !s->dscore || !s->d16 ||
@@ -213,7 +213,7 @@ static void f_add_bias(rows_job *j, long lo, long hi) {
 
 /* y[r] = layernorm(x[r]) * w + b */
 static void f_ln(rows_job *j, long lo, long hi) {
-    for (long r = lo; r < hi; r++) kk_layernorm(j->y + r * j->width, j->x + r * j->width, j->w, j->b, j->width, LN_EPS);
+    for (long r = lo; r < hi; r++) kern_layernorm(j->y + r * j->width, j->x + r * j->width, j->w, j->b, j->width, LN_EPS);
 }
 
 /* y[r] += b */
@@ -244,7 +244,7 @@ static void bias_rows(kpool *p, float *y, const float *b, long n, int width) {
 
 /* Softmax of n rows of width floats in place (scores already scaled). */
 static void f_softmax(rows_job *j, long lo, long hi) {
-    for (long r = lo; r < hi; r++) kk_softmax(j->y + r * j->width, j->width);
+    for (long r = lo; r < hi; r++) kern_softmax(j->y + r * j->width, j->width);
 }
 
 /* ------------------------------------------------------------ encoder */
@@ -282,12 +282,12 @@ static void encoder_attention(wh_state *s) {
     for (int h = 0; h < s->nh; h++) {
         gather_job g = {s, s->q, s->k, s->v, h, scale, s->kh, s->vth, s->qh};
         kpool_run(s->pool, gather_task, &g);
-        kk_mat km = {s->kh, QUANT_F16, hd, A, NULL};
-        kk_matmul(s->pool, &km, s->qh, A, s->scores, A, s->mm);
+        kern_mat km = {s->kh, QUANT_F16, hd, A, NULL};
+        kern_matmul(s->pool, &km, s->qh, A, s->scores, A, s->mm);
         rows_job sj = {f_softmax, A, s->scores, NULL, NULL, NULL, A, NULL};
         par(s->pool, &sj);
-        kk_mat vm = {s->vth, QUANT_F16, A, hd, NULL};
-        kk_matmul(s->pool, &vm, s->scores, A, s->att + h * hd, s->d, s->mm);
+        kern_mat vm = {s->vth, QUANT_F16, A, hd, NULL};
+        kern_matmul(s->pool, &vm, s->scores, A, s->att + h * hd, s->d, s->mm);
     }
 }
 
@@ -346,35 +346,35 @@ void wh_encode(wh_state *s, const float *mel, size_t ld) {
     kpool *p = s->pool;
     col_job c1 = {s->col, mel, ld, nm, 2 * A, 2 * A, 1, 0};
     kpool_run(p, col_task, &c1);
-    kk_matmul(p, &m->conv1, s->col, 2 * A, s->h1, d, s->mm);
+    kern_matmul(p, &m->conv1, s->col, 2 * A, s->h1, d, s->mm);
     bias_gelu(p, s->h1, m->conv1_b, 2 * A, d);
     col_job c2 = {s->col, s->h1, (size_t)d, d, A, 2 * A, 2, 1};
     kpool_run(p, col_task, &c2);
-    kk_matmul(p, &m->conv2, s->col, A, s->x, d, s->mm);
+    kern_matmul(p, &m->conv2, s->col, A, s->x, d, s->mm);
     bias_gelu(p, s->x, m->conv2_b, A, d);
     add_bias(p, s->x, m->enc_pos, NULL, A, d);
     for (int l = 0; l < m->hp.n_audio_layer; l++) {
         const wh_block *b = &m->enc[l];
         layernorm(p, s->xn, s->x, b->attn_ln_w, b->attn_ln_b, A, d);
-        kk_mm_out qkv[3] = {{&b->q, s->q, d}, {&b->k, s->k, d}, {&b->v, s->v, d}};
-        kk_matmul_multi(p, qkv, 3, s->xn, A, s->mm);
+        kern_mm_out qkv[3] = {{&b->q, s->q, d}, {&b->k, s->k, d}, {&b->v, s->v, d}};
+        kern_matmul_multi(p, qkv, 3, s->xn, A, s->mm);
         bias_rows(p, s->q, b->q_b, A, d);
         bias_rows(p, s->v, b->v_b, A, d);
         encoder_attention(s);
-        kk_matmul(p, &b->o, s->att, A, s->tmp, d, s->mm);
+        kern_matmul(p, &b->o, s->att, A, s->tmp, d, s->mm);
         add_bias(p, s->x, s->tmp, b->o_b, A, d);
         layernorm(p, s->xn, s->x, b->mlp_ln_w, b->mlp_ln_b, A, d);
-        kk_matmul(p, &b->mlp0, s->xn, A, s->ff, 4 * d, s->mm);
+        kern_matmul(p, &b->mlp0, s->xn, A, s->ff, 4 * d, s->mm);
         bias_gelu(p, s->ff, b->mlp0_b, A, 4 * d);
-        kk_matmul(p, &b->mlp2, s->ff, A, s->tmp, d, s->mm);
+        kern_matmul(p, &b->mlp2, s->ff, A, s->tmp, d, s->mm);
         add_bias(p, s->x, s->tmp, b->mlp2_b, A, d);
     }
     layernorm(p, s->x, s->x, m->ln_post_w, m->ln_post_b, A, d);
     /* cross-attention K and V of every decoder layer, once per window */
     for (int l = 0; l < m->hp.n_text_layer; l++) {
         const wh_block *b = &m->dec[l];
-        kk_mm_out kv[2] = {{&b->ck, s->k, d}, {&b->cv, s->v, d}};
-        kk_matmul_multi(p, kv, 2, s->x, A, s->mm);
+        kern_mm_out kv[2] = {{&b->ck, s->k, d}, {&b->cv, s->v, d}};
+        kern_matmul_multi(p, kv, 2, s->x, A, s->mm);
         bias_rows(p, s->v, b->cv_b, A, d);
         cross_job cj = {s, s->k, s->v, s->ck + (size_t)l * A * d, s->cvt + (size_t)l * A * d};
         kpool_run(p, cross_task, &cj);
@@ -406,7 +406,7 @@ static void dattn_one(dattn_job *j, int r, int h) {
         const float *kc = s->sk + base, *vc = s->sv + base;
         float mx = -INFINITY;
         for (int t = 0; t < n; t++) {
-            sc[t] = kk_dot_f32(q, kc + (size_t)t * d, hd) * scale;
+            sc[t] = kern_dot_f32(q, kc + (size_t)t * d, hd) * scale;
             if (sc[t] > mx) mx = sc[t];
         }
         double sum = 0;
@@ -451,7 +451,7 @@ static void dec_run(wh_state *s, const int32_t *tokens, int n, int only_last) {
     const int d = s->d;
     kpool *p = s->pool;
     for (int r = 0; r < n; r++) {
-        kk_get_row(&m->tok, tokens[r], s->dx + (size_t)r * d);
+        kern_get_row(&m->tok, tokens[r], s->dx + (size_t)r * d);
         const float *pe = m->dec_pos + (size_t)s->row_pos[r] * d;
         for (int i = 0; i < d; i++) s->dx[(size_t)r * d + i] += pe[i];
     }
@@ -460,8 +460,8 @@ static void dec_run(wh_state *s, const int32_t *tokens, int n, int only_last) {
     for (int l = 0; l < m->hp.n_text_layer; l++) {
         const wh_block *b = &m->dec[l];
         layernorm(p, s->dxn, s->dx, b->attn_ln_w, b->attn_ln_b, n, d);
-        kk_mm_out qkv[3] = {{&b->q, s->dq, d}, {&b->k, s->dk, d}, {&b->v, s->dv, d}};
-        kk_matmul_multi(p, qkv, 3, s->dxn, n, s->mm);
+        kern_mm_out qkv[3] = {{&b->q, s->dq, d}, {&b->k, s->dk, d}, {&b->v, s->dv, d}};
+        kern_matmul_multi(p, qkv, 3, s->dxn, n, s->mm);
         bias_rows(p, s->dq, b->q_b, n, d);
         bias_rows(p, s->dv, b->v_b, n, d);
         for (int r = 0; r < n; r++) {
@@ -471,24 +471,24 @@ static void dec_run(wh_state *s, const int32_t *tokens, int n, int only_last) {
         }
         dattn_job sj = {s, l, n, 0, f16};
         kpool_run(p, dattn_task, &sj);
-        kk_matmul(p, &b->o, s->datt, n, s->dtmp, d, s->mm);
+        kern_matmul(p, &b->o, s->datt, n, s->dtmp, d, s->mm);
         add_bias(p, s->dx, s->dtmp, b->o_b, n, d);
         layernorm(p, s->dxn, s->dx, b->cross_ln_w, b->cross_ln_b, n, d);
-        kk_matmul(p, &b->cq, s->dxn, n, s->dq, d, s->mm);
+        kern_matmul(p, &b->cq, s->dxn, n, s->dq, d, s->mm);
         bias_rows(p, s->dq, b->cq_b, n, d);
         dattn_job cj = {s, l, n, 1, f16};
         kpool_run(p, dattn_task, &cj);
-        kk_matmul(p, &b->co, s->datt, n, s->dtmp, d, s->mm);
+        kern_matmul(p, &b->co, s->datt, n, s->dtmp, d, s->mm);
         add_bias(p, s->dx, s->dtmp, b->co_b, n, d);
         layernorm(p, s->dxn, s->dx, b->mlp_ln_w, b->mlp_ln_b, n, d);
-        kk_matmul(p, &b->mlp0, s->dxn, n, s->dff, 4 * d, s->mm);
+        kern_matmul(p, &b->mlp0, s->dxn, n, s->dff, 4 * d, s->mm);
         bias_gelu(p, s->dff, b->mlp0_b, n, 4 * d);
-        kk_matmul(p, &b->mlp2, s->dff, n, s->dtmp, d, s->mm);
+        kern_matmul(p, &b->mlp2, s->dff, n, s->dtmp, d, s->mm);
         add_bias(p, s->dx, s->dtmp, b->mlp2_b, n, d);
     }
     const int first = only_last ? n - 1 : 0;
     layernorm(p, s->dxn, s->dx + (size_t)first * d, m->ln_w, m->ln_b, n - first, d);
-    kk_matmul(p, &m->tok, s->dxn, n - first, s->logits, m->hp.n_vocab, s->mm);
+    kern_matmul(p, &m->tok, s->dxn, n - first, s->logits, m->hp.n_vocab, s->mm);
 }
 
 const float *wh_decode(wh_state *s, int b, const int32_t *tokens, int n) {

@@ -50,13 +50,13 @@ typedef struct wh_hparams {
  * Vectors are F32 arrays of n_state (mlp_b0: 4 * n_state). */
 typedef struct wh_block {
     const float *attn_ln_w, *attn_ln_b;
-    kk_mat q, k, v, o;
+    kern_mat q, k, v, o;
     const float *q_b, *v_b, *o_b;
     const float *cross_ln_w, *cross_ln_b;
-    kk_mat cq, ck, cv, co;
+    kern_mat cq, ck, cv, co;
     const float *cq_b, *cv_b, *co_b;
     const float *mlp_ln_w, *mlp_ln_b;
-    kk_mat mlp0, mlp2;
+    kern_mat mlp0, mlp2;
     const float *mlp0_b, *mlp2_b;
 } wh_block;
 
@@ -85,13 +85,13 @@ typedef struct wh_model {
     float *filters;        /* [n_mels][201] */
     wh_vocab vocab;
     /* encoder */
-    kk_mat conv1, conv2; /* rows of 3 * n_in (kernel tap fastest) */
+    kern_mat conv1, conv2; /* rows of 3 * n_in (kernel tap fastest) */
     const float *conv1_b, *conv2_b;
     const float *enc_pos; /* [n_audio_ctx][n_state] */
     wh_block *enc;
     const float *ln_post_w, *ln_post_b;
     /* decoder */
-    kk_mat tok;           /* [n_vocab][n_state] */
+    kern_mat tok;           /* [n_vocab][n_state] */
     const float *dec_pos; /* [n_text_ctx][n_state] */
     wh_block *dec;
     const float *ln_w, *ln_b;

@@ -6,7 +6,7 @@
  * come in blocks of KCU_KV_BLOCK = 16: position t of a sequence is in cell
  * table[t / 16] * 16 + t % 16, table being the sequence's block table.
  * Query head h reads KV head h / (n_head / n_kv_head).  Queries are F32,
- * rounded to F16 before the dot (as the CPU's kk_attn_f16 does), scores and
+ * rounded to F16 before the dot (as the CPU's kern_attn_f16 does), scores and
  * the softmax in F32.  hd: even, at most KCU_ATT_MAXD.
  *
  * Decode: one query per sequence, split over the positions (split-K):
@@ -15,7 +15,7 @@
  * sequence, causal (kcu_attn_prefill); a block's warps share each 16-row
  * page of K and V through shared memory.
  *
- * The scalar twin: kk_attn_f16 with acc_f32 = 1 (src/kernels/ops.h).
+ * The scalar twin: kern_attn_f16 with acc_f32 = 1 (src/kernels/ops.h).
  */
 #include "kcu.cuh"
 #include "shapes.h"
@@ -77,7 +77,7 @@ KCU_DEV float kcu_q8_elem(const uint8_t *row, int d) {
 }
 
 /* The query row of head h quantized to Q8_0 blocks as the CPU's
- * kk_attn_q8 does (the reference quantizer: scale amax / 127 stored as
+ * kern_attn_q8 does (the reference quantizer: scale amax / 127 stored as
  * F16, values rounded), held dequantized as lane pairs.  Block 2i + (lane
  * >= 16) is the half-warp's: its maximum by shuffles within the half. */
 KCU_DEV void kcu_att_load_q_q8(const float *q, int hd, float qr[2 * KCU_ATT_PAIRS]) {
@@ -204,7 +204,7 @@ KCU_KERNEL void kcu_attn_decode_q8(const float *q, int64_t q_stride, const uint8
 
 /* out [n_seq][n_head][hd] (sequences out_stride floats apart) from the
  * n_split partials of kcu_attn_decode; sinks [n_head] (NULL: none) adds
- * each head's sink logit to its softmax, with no value (kk_attn_inv).
+ * each head's sink logit to its softmax, with no value (kern_attn_inv).
  * grid = (n_head, n_seq), any blockDim.x. */
 KCU_KERNEL void kcu_attn_combine(const float *part, int n_split, int n_head, int hd, const float *sinks, float *out,
                                  int64_t out_stride) {

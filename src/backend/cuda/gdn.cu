@@ -1,8 +1,8 @@
 /*
  * gdn.cu — the Gated DeltaNet core of the recurrent layers (backend.h,
  * kbe_gdn), all F32.  Scalar twins (src/kernels/ssm.h, backend/cpu_gdn.c):
- * kk_sigmoid and kk_softplus (gates), the conv_silu reference (causal
- * convolution), kk_l2norm, kk_rmsnorm_gated and the gdn_step reference
+ * kern_sigmoid and kern_softplus (gates), the conv_silu reference (causal
+ * convolution), kern_l2norm, kern_rmsnorm_gated and the gdn_step reference
  * (the delta rule in its recurrent form, token after token; prefill too,
  * where the CPU takes the chunked form, which is the same recurrence
  * within float rounding).

@@ -2,10 +2,10 @@
  * moe.cu — the mixture-of-experts pieces around the experts' products
  * (which are matvec.cu's and gemm.cu's kernels, one launch per expert over
  * its rows), and the other activations.  All F32.  Scalar twins
- * (src/kernels/ssm.c, ops.c, backend/cpu_moe.c): kk_moe_route,
- * kk_moe_route_sel and cpu_moe.c's top-k softmax (routing, the same
+ * (src/kernels/ssm.c, ops.c, backend/cpu_moe.c): kern_moe_route,
+ * kern_moe_route_sel and cpu_moe.c's top-k softmax (routing, the same
  * serial order: bit-equal), the per-token weighted sum of kbe_cpu_moe_ffn,
- * kk_swiglu_oai, kk_gelu, relu(x)^2.
+ * kern_swiglu_oai, kern_gelu, relu(x)^2.
  */
 #include "kcu.cuh"
 #include "shapes.h"
@@ -14,10 +14,10 @@
  * rows n_expert apart; the general form turns them into probabilities in
  * place), one thread per token doing what the CPU does for one:
  *   mode 0: softmax over all, the k largest logits (ties to the lower id),
- *           renormalized when norm, times scale (kk_moe_route);
+ *           renormalized when norm, times scale (kern_moe_route);
  *   mode 1: the k largest logits, a softmax over just those, times scale
  *           (KBE_MOE_TOPK_SOFTMAX);
- *   mode 2: kk_moe_route_sel: sigmoid (sig) or softmax, chosen by p +
+ *   mode 2: kern_moe_route_sel: sigmoid (sig) or softmax, chosen by p +
  *           bias (bias NULL: p) within the best n_group_used of n_group
  *           groups (n_group <= 256), weights p renormalized and scaled.
  * sel [n][n_expert] scratch (mode 2); ids, w [n][k].  1-D grid, any

@@ -1,7 +1,7 @@
 /*
  * ops.cu — the small kernels of the forward pass.  All activations F32.
- * Scalar twins (src/kernels/ops.h, src/quant): kk_rmsnorm, kk_rope_table +
- * kk_rope_apply, kk_swiglu, kk_add, the types' to_f32 (get_rows),
+ * Scalar twins (src/kernels/ops.h, src/quant): kern_rmsnorm, kern_rope_table +
+ * kern_rope_apply, kern_swiglu, kern_add, the types' to_f32 (get_rows),
  * quant_f32_to_f16 (kv_write), and a first-maximum loop (argmax).
  */
 #include "quant.cuh"
