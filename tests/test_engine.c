@@ -3,7 +3,7 @@
  * Every wait is bounded (latches time out, polls give up, alarm() ends a
  * hung run). */
 #include "engine/engine.h"
-#include "model/model.h" /* kl_fail: how a family reports an error */
+#include "model/model.h" /* model_fail: how a family reports an error */
 #include "testutil.h"
 
 #include <pthread.h>
@@ -91,7 +91,7 @@ static int fake_count(const int *field) {
 
 static kiln_status fake_check(void *user, const char *path) {
     size_t n = strlen(path);
-    if (n < 2 || strcmp(path + n - 2, ".c") != 0) return kl_fail(NULL, KILN_ERR_UNSUPPORTED, "not a stand-in model");
+    if (n < 2 || strcmp(path + n - 2, ".c") != 0) return model_fail(NULL, KILN_ERR_UNSUPPORTED, "not a stand-in model");
     return KILN_OK;
 }
 
@@ -99,10 +99,10 @@ static kiln_status fake_load(void *user, const char *path, kiln_engine_backend b
     atomic_fetch_add(&F.load_entered, 1);
     if (F.load_hold) {
         int w = latch_wait(F.load_hold, F.load_obeys_cancel ? r : NULL);
-        if (w == 1) return kl_fail(NULL, KILN_ERR_CANCELLED, "stand-in load saw the cancel");
-        if (w < 0) return kl_fail(NULL, KILN_ERR_INTERNAL, "stand-in load latch timed out");
+        if (w == 1) return model_fail(NULL, KILN_ERR_CANCELLED, "stand-in load saw the cancel");
+        if (w < 0) return model_fail(NULL, KILN_ERR_INTERNAL, "stand-in load latch timed out");
     }
-    if (F.load_result != KILN_OK) return kl_fail(NULL, F.load_result, "stand-in metadata is broken");
+    if (F.load_result != KILN_OK) return model_fail(NULL, F.load_result, "stand-in metadata is broken");
     *model = strdup(path);
     pthread_mutex_lock(&F.mu);
     F.loads++;
@@ -119,7 +119,7 @@ static kiln_status fake_unload(void *user, void *model) {
     else
         F.unloads++;
     pthread_mutex_unlock(&F.mu);
-    if (fail) return kl_fail(NULL, KILN_ERR_IO, "stand-in release failed");
+    if (fail) return model_fail(NULL, KILN_ERR_IO, "stand-in release failed");
     fake_log("U");
     free(model);
     return KILN_OK;
@@ -155,8 +155,8 @@ static kiln_status fake_run(void *user, void *model, int task, void *req, engine
         pthread_mutex_lock(&F.mu);
         F.runs_active--;
         pthread_mutex_unlock(&F.mu);
-        if (w == 1) return kl_fail(NULL, KILN_ERR_CANCELLED, "stand-in run saw the cancel");
-        if (w < 0) return kl_fail(NULL, KILN_ERR_INTERNAL, "stand-in run latch timed out");
+        if (w == 1) return model_fail(NULL, KILN_ERR_CANCELLED, "stand-in run saw the cancel");
+        if (w < 0) return model_fail(NULL, KILN_ERR_INTERNAL, "stand-in run latch timed out");
     }
     return KILN_OK;
 }
@@ -186,7 +186,7 @@ static kiln_status run_now(kiln_engine *e, freq *q) {
 
 static kiln_status store_acquire(void *user, const char *family, const char *name, char *path, size_t cap,
                                  void **lease) {
-    if (strcmp(name, "store:tiny") != 0) return kl_fail(NULL, KILN_ERR_NOT_FOUND, "%s: not in the store", name);
+    if (strcmp(name, "store:tiny") != 0) return model_fail(NULL, KILN_ERR_NOT_FOUND, "%s: not in the store", name);
     snprintf(path, cap, "%s", MODEL_FILE);
     pthread_mutex_lock(&F.mu);
     F.leases++;

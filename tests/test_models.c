@@ -1283,7 +1283,7 @@ static void deepseek2_bad_keys(void) {
     unlink(path);
 }
 
-/* Past KL_ATTN_F16_ACC_MAX (256) positions the F16 cache accumulates
+/* Past MODEL_ATTN_F16_ACC_MAX (256) positions the F16 cache accumulates
  * attention in float.  The choice is per query position, so a 300-token
  * prompt gives the same logits in one batch as in chunks of 7 (the
  * chunks cross 256 mid-batch); and the F16 cache stays close to the F32
@@ -1347,7 +1347,7 @@ static int write_hd128_model(const char *dst) {
     return rc;
 }
 
-/* 300 positions cross KL_ATTN_F16_ACC_MAX (256): in one batch (tiles of 4
+/* 300 positions cross MODEL_ATTN_F16_ACC_MAX (256): in one batch (tiles of 4
  * float-accumulator tokens from position 256 on), in chunks of 7 (tiles cut
  * at every chunk) and one token at a time (no tiles), the logits are the
  * same bits; the F16 cache stays within 4e-3 of the F32 one.  On the stories

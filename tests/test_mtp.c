@@ -116,7 +116,7 @@ static int argmax(const float *v, int n) {
 static void parity(const char *name, fixture *f, int chunk) {
     kiln_context *c = new_ctx(f->m, 1, KILN_KV_F32, 1);
     if (!c) return;
-    CHECK(kl_mtp_on(c));
+    CHECK(model_mtp_on(c));
     for (int at = 0; at < f->n_prompt;) {
         const int n = f->n_prompt - at < chunk ? f->n_prompt - at : chunk;
         kiln_batch b = {n, f->prompt + at, NULL, NULL, NULL};
@@ -126,8 +126,8 @@ static void parity(const char *name, fixture *f, int chunk) {
     int32_t seq = 0, pos = f->n_prompt, tok = f->greedy[0];
     uint8_t chain = 0;
     for (int i = 0; i < f->n_chain; i++) {
-        CHECKF(kl_mtp_step(c, 1, &seq, &pos, &tok, &chain) == KILN_OK, "%s", kiln_last_error());
-        const float *lg = kl_mtp_logits(c, 0), *ref = f->mtp + (size_t)i * f->n_vocab;
+        CHECKF(model_mtp_step(c, 1, &seq, &pos, &tok, &chain) == KILN_OK, "%s", kiln_last_error());
+        const float *lg = model_mtp_logits(c, 0), *ref = f->mtp + (size_t)i * f->n_vocab;
         const double e = rel_err(lg, ref, f->n_vocab);
         CHECKF(e < 1e-4, "%s (chunks of %d): MTP step %d: relative error %.3g", name, chunk, i, e);
         CHECKF(argmax(lg, f->n_vocab) == f->chain[i], "%s (chunks of %d): MTP step %d proposes %d, the reference %d",
@@ -301,28 +301,28 @@ static void no_trace(const char *name, fixture *f) {
     const int32_t len = kiln_seq_len(c, 0);
     CHECK(len == kiln_seq_len(z, 0) && len == f->n_prompt + o.n - 1);
     /* every attention layer's cache, the MTP block's (the last) included */
-    const kl_kv *ka = &c->kv, *kz = &z->kv;
+    const model_kv *ka = &c->kv, *kz = &z->kv;
     CHECK(ka->n_layer == kz->n_layer && ka->n_layer >= 2);
     int kv_same = 1;
     for (int l = 0; l < ka->n_layer && kv_same; l++)
         for (int32_t p = 0; p < len && kv_same; p++)
             for (int h = 0; h < ka->n_head_kv; h++) {
-                const int64_t ca = kl_kv_cell(ka, 0, p), cz = kl_kv_cell(kz, 0, p);
-                if (memcmp(kl_kv_khead(ka, l, ca, h), kl_kv_khead(kz, l, cz, h), (size_t)ka->hd * 4) ||
-                    memcmp(kl_kv_vhead(ka, l, ca, h), kl_kv_vhead(kz, l, cz, h), (size_t)ka->hd * 4)) {
+                const int64_t ca = model_kv_cell(ka, 0, p), cz = model_kv_cell(kz, 0, p);
+                if (memcmp(model_kv_khead(ka, l, ca, h), model_kv_khead(kz, l, cz, h), (size_t)ka->hd * 4) ||
+                    memcmp(model_kv_vhead(ka, l, ca, h), model_kv_vhead(kz, l, cz, h), (size_t)ka->hd * 4)) {
                     CHECKF(0, "%s: layer %d%s, position %d: the cache differs from plain decoding's", name, l,
                            l == c->mtp_ord ? " (MTP)" : "", p);
                     kv_same = 0;
                     break;
                 }
             }
-    CHECKF(!memcmp(kl_rs_live(c->rs, 0), kl_rs_live(z->rs, 0), c->rs->slot_floats * sizeof(float)),
+    CHECKF(!memcmp(model_rs_live(c->rs, 0), model_rs_live(z->rs, 0), c->rs->slot_floats * sizeof(float)),
            "%s: the recurrent state differs from plain decoding's", name);
     /* the next proposal from both */
     int32_t seq = 0, pos = len, tok = o.tok[o.n - 1];
     uint8_t ch = 0;
-    CHECK(kl_mtp_step(c, 1, &seq, &pos, &tok, &ch) == KILN_OK && kl_mtp_step(z, 1, &seq, &pos, &tok, &ch) == KILN_OK);
-    CHECKF(!memcmp(kl_mtp_logits(c, 0), kl_mtp_logits(z, 0), (size_t)f->n_vocab * sizeof(float)),
+    CHECK(model_mtp_step(c, 1, &seq, &pos, &tok, &ch) == KILN_OK && model_mtp_step(z, 1, &seq, &pos, &tok, &ch) == KILN_OK);
+    CHECKF(!memcmp(model_mtp_logits(c, 0), model_mtp_logits(z, 0), (size_t)f->n_vocab * sizeof(float)),
            "%s: the next MTP logits differ from plain decoding's", name);
     const int32_t last = o.tok[o.n - 1];
     kiln_batch one = {1, &last, NULL, NULL, NULL};
@@ -340,24 +340,24 @@ static void errors(const fixture *f) {
     kiln_model *m = NULL;
     CHECK(kiln_model_load("data/fixtures/qwen35moe.gguf", NULL, &m) == KILN_OK);
     if (!m) return;
-    CHECK(kl_mtp_blocks(m) == 0);
+    CHECK(model_mtp_blocks(m) == 0);
     kiln_context *c = new_ctx(m, 1, KILN_KV_F16, 1);
     spec *sp = NULL;
     kiln_spec_params q = kiln_spec_default_params();
     q.type = KILN_SPEC_MTP;
     if (c) {
-        CHECK(!kl_mtp_on(c)); /* nothing to keep */
+        CHECK(!model_mtp_on(c)); /* nothing to keep */
         CHECK(spec_new(&q, m, c, &sp) != KILN_OK && strstr(kiln_last_error(), "no MTP (nextn) blocks"));
     }
     kiln_context_free(c);
     kiln_model_free(m);
     c = new_ctx(f->m, 1, KILN_KV_F16, 0);
     if (c) {
-        CHECK(kl_mtp_blocks(f->m) == 1 && !kl_mtp_on(c));
+        CHECK(model_mtp_blocks(f->m) == 1 && !model_mtp_on(c));
         CHECK(spec_new(&q, f->m, c, &sp) != KILN_OK && strstr(kiln_last_error(), "no MTP cache"));
         int32_t seq = 0, pos = 0, tok = 1;
         uint8_t ch = 0;
-        CHECK(kl_mtp_step(c, 1, &seq, &pos, &tok, &ch) == KILN_ERR_STATE);
+        CHECK(model_mtp_step(c, 1, &seq, &pos, &tok, &ch) == KILN_ERR_STATE);
     }
     kiln_context_free(c);
 }
@@ -373,8 +373,8 @@ static void mtp_chain_logits(kiln_model *m, const fixture *f, float *dst) {
     int32_t seq = 0, pos = f->n_prompt, tok = f->greedy[0];
     uint8_t chain = 0;
     for (int i = 0; i < f->n_chain; i++) {
-        CHECK(kl_mtp_step(c, 1, &seq, &pos, &tok, &chain) == KILN_OK);
-        memcpy(dst + (size_t)i * f->n_vocab, kl_mtp_logits(c, 0), (size_t)f->n_vocab * sizeof(float));
+        CHECK(model_mtp_step(c, 1, &seq, &pos, &tok, &chain) == KILN_OK);
+        memcpy(dst + (size_t)i * f->n_vocab, model_mtp_logits(c, 0), (size_t)f->n_vocab * sizeof(float));
         tok = f->chain[i];
         pos++;
         chain = 1;
@@ -473,7 +473,7 @@ int main(void) {
     fixture f[N_FIX];
     for (int i = 0; i < N_FIX; i++) {
         if (fixture_load(k_fix[i], &f[i])) return t_done();
-        CHECK(kl_mtp_blocks(f[i].m) == 1);
+        CHECK(model_mtp_blocks(f[i].m) == 1);
         parity(k_fix[i], &f[i], 64);
         parity(k_fix[i], &f[i], 7);
         identity(k_fix[i], &f[i], KILN_KV_F16);

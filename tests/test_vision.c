@@ -199,19 +199,19 @@ static void test_prompt(void) {
     const char *text = "<start_of_turn>user\nWhat is in " VISION_MARKER " here?<end_of_turn>\n<start_of_turn>model\n";
     vision_prompt vp;
     /* a model without a projector refuses images */
-    CHECK(kl_image_prompt(plain, text, strlen(text), 1, 1, &img, 1, &vp) == KILN_ERR_UNSUPPORTED);
+    CHECK(model_image_prompt(plain, text, strlen(text), 1, 1, &img, 1, &vp) == KILN_ERR_UNSUPPORTED);
     CHECKF(strstr(kiln_last_error(), "does not take images"), "%s", kiln_last_error());
     /* markers and images must agree */
-    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &img, 0, &vp) == KILN_ERR_INVALID_ARG);
+    CHECK(model_image_prompt(m, text, strlen(text), 1, 1, &img, 0, &vp) == KILN_ERR_INVALID_ARG);
     const kiln_image_input two[2] = {img, img};
-    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, two, 2, &vp) == KILN_ERR_INVALID_ARG);
+    CHECK(model_image_prompt(m, text, strlen(text), 1, 1, two, 2, &vp) == KILN_ERR_INVALID_ARG);
     /* raw pixels of the wrong length, a damaged file, an empty one */
     const kiln_image_input short_raw = {g_px, (size_t)g_w * g_h * 3 - 1, g_w, g_h};
-    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &short_raw, 1, &vp) == KILN_ERR_INVALID_ARG);
+    CHECK(model_image_prompt(m, text, strlen(text), 1, 1, &short_raw, 1, &vp) == KILN_ERR_INVALID_ARG);
     const kiln_image_input cut_png = {g_png, g_png_len / 2, 0, 0}, empty = {g_png, 0, 0, 0};
-    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &cut_png, 1, &vp) == KILN_ERR_INVALID_ARG);
-    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &empty, 1, &vp) == KILN_ERR_INVALID_ARG);
-    st = kl_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &vp);
+    CHECK(model_image_prompt(m, text, strlen(text), 1, 1, &cut_png, 1, &vp) == KILN_ERR_INVALID_ARG);
+    CHECK(model_image_prompt(m, text, strlen(text), 1, 1, &empty, 1, &vp) == KILN_ERR_INVALID_ARG);
+    st = model_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &vp);
     CHECKF(st == KILN_OK, "%s", kiln_last_error());
     if (st) return;
     CHECK(vp.n_rows == 16 && vp.n_embd == 64);
@@ -229,7 +229,7 @@ static void test_prompt(void) {
     CHECK(first > 0 && vp.tok[first - 1] == soi && vp.tok[first + 16] == eoi);
     /* the same image gives the same ids; another image other ids */
     vision_prompt v2;
-    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &v2) == KILN_OK);
+    CHECK(model_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &v2) == KILN_OK);
     CHECK(v2.n_tok == vp.n_tok && !memcmp(v2.tok, vp.tok, (size_t)vp.n_tok * sizeof *vp.tok));
     /* (its rows from the projector's cache, the same bits) */
     CHECK(v2.n_rows == vp.n_rows && !memcmp(v2.embd, vp.embd, (size_t)vp.n_rows * vp.n_embd * sizeof(float)));
@@ -238,13 +238,13 @@ static void test_prompt(void) {
     memcpy(px2, g_px, (size_t)g_w * g_h * 3);
     px2[0] ^= 1;
     const kiln_image_input img2 = {px2, (size_t)g_w * g_h * 3, g_w, g_h};
-    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &img2, 1, &v2) == KILN_OK);
+    CHECK(model_image_prompt(m, text, strlen(text), 1, 1, &img2, 1, &v2) == KILN_OK);
     CHECK(v2.tok[first] != vp.tok[first]);
     CHECK(memcmp(v2.embd, vp.embd, (size_t)vp.n_rows * vp.n_embd * sizeof(float)) != 0);
     vision_prompt_free(&v2);
     free(px2);
     /* no marker: the image goes first, after BOS */
-    CHECK(kl_image_prompt(m, "Hi", 2, 1, 1, &img, 1, &v2) == KILN_OK);
+    CHECK(model_image_prompt(m, "Hi", 2, 1, 1, &img, 1, &v2) == KILN_OK);
     CHECK(v2.n_tok > 18 && v2.tok[0] == kiln_token_bos(m) && v2.tok[1] == soi && v2.tok[2] < 0);
     vision_prompt_free(&v2);
 
@@ -293,7 +293,7 @@ static void test_fault(void) {
         vision_prompt vp;
         base_fault_arm(n);
         kiln_status st = kiln_model_load(TEXT, &mp, &m);
-        if (st == KILN_OK) st = kl_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &vp);
+        if (st == KILN_OK) st = model_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &vp);
         const int fired = base_fault_fired();
         base_fault_arm(0);
         if (st == KILN_OK) vision_prompt_free(&vp);
@@ -360,7 +360,7 @@ static void test_gen(void) {
     const kiln_image_input img = {g_png, g_png_len, 0, 0};
     const char *text = "<start_of_turn>user\n" VISION_MARKER "Describe this image.<end_of_turn>\n";
     vision_prompt vp;
-    CHECK(kl_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &vp) == KILN_OK);
+    CHECK(model_image_prompt(m, text, strlen(text), 1, 1, &img, 1, &vp) == KILN_OK);
     kiln_status st;
     const gen_out whole = gen_run(m, &vp, 0, 512, &st);
     CHECK(st == KILN_OK && whole.n == 8);

@@ -475,7 +475,7 @@ static int image_prompt(kiln_model *m, const char *text, int add_bos, const char
         }
         in[i] = (kiln_image_input){bytes[i], len, 0, 0};
     }
-    if (!rc && kl_image_prompt(m, text, strlen(text), add_bos, 1, n_files ? in : imgs, n_files ? n_files : n_img, vp) !=
+    if (!rc && model_image_prompt(m, text, strlen(text), add_bos, 1, n_files ? in : imgs, n_files ? n_files : n_img, vp) !=
                    KILN_OK)
         rc = cli_fail("image");
     for (int i = 0; i < n_files; i++) free(bytes[i]);

@@ -52,7 +52,7 @@ typedef struct kd_head {
 
 typedef struct kd_config {
     int max_len, head_max_len;
-    int pooling;    /* KL_POOL_CLS or KL_POOL_MEAN */
+    int pooling;    /* MODEL_POOL_CLS or MODEL_POOL_MEAN */
     float norm_eps; /* the heads' LayerNorm epsilon ("norm_eps", 1e-5) */
     int n_types, n_heads;
     kd_type *types;
@@ -64,7 +64,7 @@ typedef struct kd_config {
 kiln_status kd_config_parse(kd_config *c, const char *json, size_t len);
 void kd_config_free(kd_config *c);
 /* The configuration of pack f (KILN_ERR_NOT_FOUND without the key,
- * KILN_ERR_FORMAT when malformed), with kl_fail's message. */
+ * KILN_ERR_FORMAT when malformed), with model_fail's message. */
 kiln_status kd_config_load(kd_config *c, const gguf_file *f);
 /* Binds every head's tensors from m and checks them and max_len against
  * the model (KILN_ERR_CORRUPT on a disagreement). */
@@ -94,7 +94,7 @@ typedef struct kd_frame {
 /* Tokenizes and frames r against c (every sequence when seqs, otherwise
  * only the budgets).  KILN_ERR_INVALID_ARG for a bad request (unknown type,
  * options on a labels type or missing, more options than the slots, a
- * head part over head_max_len), with kl_fail's message. */
+ * head part over head_max_len), with model_fail's message. */
 kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, const kiln_decide_request *r, int seqs);
 void kd_frame_free(kd_frame *fr);
 

@@ -106,12 +106,12 @@ kiln_status kd_config_parse(kd_config *c, const char *text, size_t len) {
         BAD("\"norm_eps\" must be a number in (0, 1)");
     if (eps) c->norm_eps = (float)json_number_value(eps);
     const json_t *pool = json_object_get(root, "pooling");
-    c->pooling = KL_POOL_CLS;
+    c->pooling = MODEL_POOL_CLS;
     if (pool) {
         if (json_is_string(pool) && !strcmp(json_string_value(pool), "cls"))
-            c->pooling = KL_POOL_CLS;
+            c->pooling = MODEL_POOL_CLS;
         else if (json_is_string(pool) && !strcmp(json_string_value(pool), "mean"))
-            c->pooling = KL_POOL_MEAN;
+            c->pooling = MODEL_POOL_MEAN;
         else
             BAD("\"pooling\" must be \"cls\" or \"mean\"");
     }

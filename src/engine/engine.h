@@ -108,7 +108,7 @@ extern const engine_ops engine_rerank_ops;
 /* Reads only the GGUF header of path: it must parse and name an
  * architecture kiln runs; generate also refuses encoders. */
 kiln_status engine_gguf_check(const char *path, int generate);
-/* The family that serves path: rerank for a reranker (kl_gguf_is_reranker:
+/* The family that serves path: rerank for a reranker (model_gguf_is_reranker:
  * a cross-encoder, or a decoder with rank pooling), else embedding for an
  * encoder and llm for a decoder (after engine_gguf_check's checks). */
 kiln_status engine_gguf_family(const char *path, kiln_engine_family_id *out);

@@ -23,9 +23,9 @@ int engine_store_family(const char *arch, const char *family, char *why, size_t 
     }
     if (!strcmp(arch, "whisper")) return KILN_ENGINE_STT;
     if (!strcmp(arch, "image")) return KILN_ENGINE_IMAGE; /* an image pack (pack.json and its artifacts) */
-    const kl_arch *a = kl_arch_find(arch);
+    const model_arch *a = model_arch_find(arch);
     if (!a) {
-        snprintf(why, cap, "architecture '%s' is not one kiln runs (it runs %s)", arch, kl_arch_list());
+        snprintf(why, cap, "architecture '%s' is not one kiln runs (it runs %s)", arch, model_arch_list());
         return -1;
     }
     if (family && !strcmp(family, "rerank")) return KILN_ENGINE_RERANK;

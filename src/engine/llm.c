@@ -133,7 +133,7 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
     /* images: the prompt's markers parsed, special tokens with them (as
      * llama-mtmd-cli); the projector encodes on this thread */
     vision_prompt vp;
-    kiln_status st = kl_image_prompt(lm->m, req->prompt, len, 1, req->n_images > 0, req->images,
+    kiln_status st = model_image_prompt(lm->m, req->prompt, len, 1, req->n_images > 0, req->images,
                                      req->n_images > 0 ? req->n_images : 0, &vp);
     if (st != KILN_OK) return st;
     const int n = vp.n_tok;

@@ -9,13 +9,13 @@
 
 #include <stdlib.h>
 
-/* The header must describe a reranker (kl_gguf_is_reranker). */
+/* The header must describe a reranker (model_gguf_is_reranker). */
 static kiln_status rr_check(void *user, const char *path) {
     kiln_status st = engine_gguf_check(path, 0);
     if (st != KILN_OK) return st;
     gguf_file *f;
     if ((st = gguf_open(path, &f))) return st;
-    st = kl_gguf_is_reranker(f) ? KILN_OK
+    st = model_gguf_is_reranker(f) ? KILN_OK
                                 : base_fail(KILN_ERR_UNSUPPORTED,
                                           "%s: not a reranker (no classification head cls.output.weight, or a "
                                           "decoder without rank pooling)",

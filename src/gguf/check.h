@@ -1,6 +1,6 @@
 /*
  * Tensor lookups with their shape and type checked: what the readers that
- * bind a file's tensors share (model/family.c's kl_binder, vision/vision.c's
+ * bind a file's tensors share (model/family.c's model_binder, vision/vision.c's
  * vision_binder), so a forward pass can trust every pointer it keeps.
  */
 #ifndef KILN_GGUF_CHECK_H

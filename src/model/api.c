@@ -66,21 +66,21 @@ static size_t ctx_logits_bytes(const kiln_context *c) {
 kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, kiln_context **out) {
     *out = NULL;
     if (!m) return base_fail(KILN_ERR_INVALID_ARG, "no model");
-    const kl_family *fam = m->arch->family;
+    const model_family *fam = m->arch->family;
     if (fam->encoder || !fam->forward)
         return base_fail(KILN_ERR_UNSUPPORTED, "%s is an encoder: use kiln_embedder", m->arch_name);
     kiln_context_params p = params ? *params : kiln_context_default_params();
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     if (p.n_batch <= 0) p.n_batch = 512;
     if (p.n_seq_max <= 0) p.n_seq_max = 1;
     if (p.n_seq_max > 64) return base_fail(KILN_ERR_INVALID_ARG, "n_seq_max %d exceeds 64", p.n_seq_max);
     if (p.kv_type != KILN_KV_F16 && p.kv_type != KILN_KV_F32 && p.kv_type != KILN_KV_Q8_0)
         return base_fail(KILN_ERR_INVALID_ARG, "unknown KV cache type %d", p.kv_type);
-    kl_seq_shape shape;
+    model_seq_shape shape;
     fam->seq_shape(m, &shape);
     shape.pos_cells = hp->rope.mrope != 0;
     /* the MTP block's cache: one more attention layer of the same heads */
-    const int mtp_ord = p.mtp && kl_mtp_blocks(m) > 0 ? shape.n_attn_layer : -1;
+    const int mtp_ord = p.mtp && model_mtp_blocks(m) > 0 ? shape.n_attn_layer : -1;
     if (mtp_ord >= 0 && shape.layer_hd) return base_fail(KILN_ERR_UNSUPPORTED, "MTP blocks with per-layer KV head sizes");
     if (mtp_ord >= 0) shape.n_attn_layer++;
     for (int l = 0; l < shape.n_attn_layer; l++) {
@@ -108,7 +108,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         /* on the GPU: its free memory, less the activations' (and the
          * budget asked for, if smaller) */
         size_t free_b = 0, total_b = 0;
-        const uint64_t act = kl_cuda_act_bytes(m, p.n_batch, p.n_seq_max);
+        const uint64_t act = model_cuda_act_bytes(m, p.n_batch, p.n_seq_max);
         if (kbe_cuda_mem(&free_b, &total_b, NULL, 0) || free_b <= act)
             return base_fail(KILN_ERR_NOMEM, "no room for a KV cache in the GPU's %llu MiB free",
                            (unsigned long long)(free_b >> 20));
@@ -116,9 +116,9 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     }
     const int n_snap = !shape.rs_floats || p.n_state_snapshots < 0 ? 0
                        : p.n_state_snapshots                       ? p.n_state_snapshots
-                                                                   : KL_RS_SNAP_PER_SEQ * p.n_seq_max;
+                                                                   : MODEL_RS_SNAP_PER_SEQ * p.n_seq_max;
     const uint64_t rs_bytes =
-        shape.rs_floats ? kl_rs_bytes(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap) : 0;
+        shape.rs_floats ? model_rs_bytes(shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap) : 0;
     if (rs_bytes >= budget)
         return base_fail(
             KILN_ERR_NOMEM,
@@ -127,12 +127,12 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     budget -= rs_bytes;
     /* a split model: the host part's layers keep their cache in RAM,
      * within its budget (the recurrent-state pool is on both) */
-    const int n_lo = m->be_lo ? kl_attn_below(m, m->gpu_l0) : 0;
+    const int n_lo = m->be_lo ? model_attn_below(m, m->gpu_l0) : 0;
     if (m->be_lo && mtp_ord >= 0)
         return base_fail(KILN_ERR_UNSUPPORTED, "MTP with a model split between the GPU and the CPU");
-    uint64_t per_tok = kl_kv_bytes_range(&shape, p.kv_type, n_lo, shape.n_attn_layer);
+    uint64_t per_tok = model_kv_bytes_range(&shape, p.kv_type, n_lo, shape.n_attn_layer);
     uint64_t fit = per_tok ? budget / (per_tok * (uint64_t)p.n_seq_max) : (uint64_t)hp->n_ctx_train;
-    const uint64_t per_tok_lo = kl_kv_bytes_range(&shape, p.kv_type, 0, n_lo);
+    const uint64_t per_tok_lo = model_kv_bytes_range(&shape, p.kv_type, 0, n_lo);
     if (per_tok_lo) {
         const uint64_t host = p.mem_limit ? p.mem_limit : default_kv_budget();
         const uint64_t fit_lo = host / (per_tok_lo * (uint64_t)p.n_seq_max);
@@ -162,16 +162,16 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     quant_init();
     c->pool = kpool_new(p.n_threads);
     kiln_status st = c->pool ? KILN_OK : base_fail(KILN_ERR_NOMEM, "cannot start threads");
-    if (!st) st = kl_kv_init_split(&c->kv, m->be, m->be_lo, n_lo, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap);
-    if (!st && shape.rs_floats) st = kl_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, &c->rs);
-    if (!st && c->rs && m->be_lo && kl_rs_mirror(c->rs, m->be_lo)) st = base_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!st) st = model_kv_init_split(&c->kv, m->be, m->be_lo, n_lo, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap);
+    if (!st && shape.rs_floats) st = model_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, &c->rs);
+    if (!st && c->rs && m->be_lo && model_rs_mirror(c->rs, m->be_lo)) st = base_fail(KILN_ERR_NOMEM, "out of memory");
     if (st) {
         kiln_context_free(c);
         return st;
     }
     c->p.n_threads = kpool_size(c->pool);
     kbe_kv kvv;
-    kl_kv_view(&c->kv, &kvv);
+    model_kv_view(&c->kv, &kvv);
     const kbe_ctx_params bp = {c->pool, shape.n_attn_layer ? hp->n_head : 0, n_ctx, &kvv};
     if (kbe_ctx_init(&c->bx, m->be, &bp)) {
         kiln_context_free(c);
@@ -180,7 +180,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     c->attn_base = c->kv.n_lo;
     if (m->be_lo) {
         kbe_kv kvl;
-        kl_kv_view_part(&c->kv, 1, &kvl);
+        model_kv_view_part(&c->kv, 1, &kvl);
         const kbe_ctx_params bpl = {c->pool, shape.n_attn_layer ? hp->n_head : 0, n_ctx, &kvl};
         if (kbe_ctx_init(&c->bx_lo, m->be_lo, &bpl)) {
             kiln_context_free(c);
@@ -192,7 +192,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     ctx_buf bufs[] = {
         {(void **)&c->rope_cs, B * (size_t)hp->rope.n_rot * 4},
         {(void **)&c->b_pos, B * 4},
-        {(void **)&c->b_mrope, B * KL_MPOS * 4},
+        {(void **)&c->b_mrope, B * MODEL_MPOS * 4},
         {(void **)&c->b_seq, B * 4},
         {(void **)&c->b_see, B * 4},
         {(void **)&c->b_tile, (B + 1) * 4},
@@ -213,7 +213,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         memset(c->mtp_h_n, 0, (size_t)p.n_seq_max * sizeof *c->mtp_h_n);
         memset(c->mtp_h_pos, 0, (size_t)p.n_seq_max * sizeof *c->mtp_h_pos);
         /* the kept hidden rows are the block's inputs: backend memory */
-        c->mtp_h = c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * KL_MTP_KEEP * E * 4);
+        c->mtp_h = c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * MODEL_MTP_KEEP * E * 4);
         c->mtp_chain = c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * E * 4);
         c->mtp_lg_dev =
             m->be->host_mem ? c->mtp_logits : c->bx.ops->alloc(&c->bx, (size_t)p.n_seq_max * (size_t)hp->n_vocab * 4);
@@ -229,9 +229,9 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         return base_fail(KILN_ERR_NOMEM, "out of memory for activations");
     }
     if (m->be_lo) { /* the host part's activations, made while bx is its */
-        kl_split_swap(c);
+        model_split_swap(c);
         const int rc = fam->ctx_init(c) || c->bx.ops->reserve(&c->bx, hp->n_embd, p.n_batch);
-        kl_split_swap(c);
+        model_split_swap(c);
         if (rc) {
             kiln_context_free(c);
             return base_fail(KILN_ERR_NOMEM, "out of memory for activations");
@@ -251,17 +251,17 @@ void kiln_context_free(kiln_context *c) {
     if (!c) return;
     c->m->arch->family->ctx_free(c);
     if (c->bx_lo.be) {
-        kl_split_swap(c);
+        model_split_swap(c);
         c->m->arch->family->ctx_free(c);
-        kl_split_swap(c);
+        model_split_swap(c);
         kbe_ctx_free(&c->bx_lo);
     }
     if (c->mtp_h) c->bx.ops->free(&c->bx, c->mtp_h);
     if (c->mtp_chain) c->bx.ops->free(&c->bx, c->mtp_chain);
     if (c->mtp_lg_dev && c->mtp_lg_dev != c->mtp_logits) c->bx.ops->free(&c->bx, c->mtp_lg_dev);
     kbe_ctx_free(&c->bx);
-    kl_rs_free(c->rs);
-    kl_kv_free(&c->kv);
+    model_rs_free(c->rs);
+    model_kv_free(&c->kv);
     if (c->pool) kpool_free(c->pool);
     void *bufs[] = {c->rope_cs,  c->b_pos,     c->b_seq,   c->b_see,      c->b_tile, c->out_idx,
                     c->out_rows, c->mtp_h_pos, c->mtp_h_n, c->mtp_logits, c->b_mrope};
@@ -277,13 +277,13 @@ int32_t kiln_context_n_threads(const kiln_context *c) { return c->p.n_threads; }
 const char *kiln_context_error(const kiln_context *c) { return c->err; }
 
 kiln_status kiln_decode_inputs(kiln_context *c, const kiln_batch *b, const kiln_batch_inputs *in) {
-    if (!c || !b || !b->token) return kl_fail(c, KILN_ERR_INVALID_ARG, "no batch");
+    if (!c || !b || !b->token) return model_fail(c, KILN_ERR_INVALID_ARG, "no batch");
     c->err[0] = 0;
     for (int i = 0; i < c->p.n_batch; i++) c->out_idx[i] = -1;
     int n_out = 0;
     c->b_embd = in ? in->embd : NULL;
     c->b_mpos = in ? in->mpos : NULL;
-    kiln_status st = kl_batch_begin(c, b, &n_out);
+    kiln_status st = model_batch_begin(c, b, &n_out);
     if (st == KILN_OK) st = c->m->arch->family->forward(c, b, n_out);
     c->b_embd = NULL;
     c->b_mpos = NULL;
@@ -310,8 +310,8 @@ int32_t kiln_seq_len(const kiln_context *c, int32_t seq) {
 
 kiln_status kiln_seq_truncate(kiln_context *c, int32_t seq, int32_t p) {
     if (!c || seq < 0 || seq >= c->kv.n_seq || p < 0)
-        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
-    const kiln_status st = c->rs ? kl_rs_truncate(c, seq, p) : (kl_kv_truncate(&c->kv, seq, p), KILN_OK);
+        return model_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
+    const kiln_status st = c->rs ? model_rs_truncate(c, seq, p) : (model_kv_truncate(&c->kv, seq, p), KILN_OK);
     if (st == KILN_OK && c->mtp_ord >= 0) { /* kept hidden rows of the tokens cut go with them */
         const int32_t keep = c->kv.seqs[seq].len - c->mtp_h_pos[seq];
         if (c->mtp_h_n[seq] > keep) c->mtp_h_n[seq] = keep > 0 ? keep : 0;
@@ -322,14 +322,14 @@ kiln_status kiln_seq_truncate(kiln_context *c, int32_t seq, int32_t p) {
 int32_t kiln_seq_truncate_point(const kiln_context *c, int32_t seq, int32_t p) {
     if (!c || seq < 0 || seq >= c->kv.n_seq || p < 0)
         return base_fail(KILN_ERR_INVALID_ARG, "bad sequence %d or position %d", seq, p);
-    if (c->rs) return kl_rs_restorable(c, seq, p);
+    if (c->rs) return model_rs_restorable(c, seq, p);
     return p < c->kv.seqs[seq].len ? p : c->kv.seqs[seq].len;
 }
 
 kiln_status kiln_seq_copy(kiln_context *c, int32_t src, int32_t dst) {
     if (!c || src < 0 || src >= c->kv.n_seq || dst < 0 || dst >= c->kv.n_seq || src == dst)
-        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequences %d -> %d", src, dst);
-    return kl_rs_copy(c, src, dst);
+        return model_fail(c, KILN_ERR_INVALID_ARG, "bad sequences %d -> %d", src, dst);
+    return model_rs_copy(c, src, dst);
 }
 
 /* -------------------------------------------------------------- tokenizer */
@@ -338,26 +338,26 @@ kiln_status kiln_seq_copy(kiln_context *c, int32_t src, int32_t dst) {
 
 int32_t kiln_seq_reuse(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n) {
     if (!c || seq < 0 || seq >= c->kv.n_seq || (!tokens && n) || n < 0)
-        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
-    if (c->kv.seqs[seq].len != 0) return kl_fail(c, KILN_ERR_STATE, "sequence %d is not empty", seq);
+        return model_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
+    if (c->kv.seqs[seq].len != 0) return model_fail(c, KILN_ERR_STATE, "sequence %d is not empty", seq);
     if (n <= 1) return 0;
-    if (c->rs) return kl_rs_reuse(c, seq, tokens, n);
-    return kl_kv_reuse(&c->kv, seq, tokens, n, n - 1);
+    if (c->rs) return model_rs_reuse(c, seq, tokens, n);
+    return model_kv_reuse(&c->kv, seq, tokens, n, n - 1);
 }
 
 kiln_status kiln_seq_cache(kiln_context *c, int32_t seq, const int32_t *tokens, int32_t n) {
     if (!c || seq < 0 || seq >= c->kv.n_seq || (!tokens && n) || n < 0)
-        return kl_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
-    kl_kv_register(&c->kv, seq, tokens, n);
-    if (c->rs) kl_rs_cache(c, seq, tokens, n);
+        return model_fail(c, KILN_ERR_INVALID_ARG, "bad sequence %d or tokens", seq);
+    model_kv_register(&c->kv, seq, tokens, n);
+    if (c->rs) model_rs_cache(c, seq, tokens, n);
     return KILN_OK;
 }
 
 void kiln_kv_get_stats(const kiln_context *c, kiln_kv_stats *out) {
     memset(out, 0, sizeof *out);
     if (!c) return;
-    const kl_kv *kv = &c->kv;
-    out->block_tokens = KL_KV_BLOCK;
+    const model_kv *kv = &c->kv;
+    out->block_tokens = MODEL_KV_BLOCK;
     out->n_blocks = kv->n_blocks;
     out->n_cached = kv->n_cached;
     out->n_used = kv->n_blocks - kv->n_free - kv->n_cached;
@@ -426,56 +426,56 @@ const char *kiln_detok_flush(kiln_detok *d, size_t *len) {
 
 /* -------------------------------------------------------------------- MTP */
 
-int kl_mtp_blocks(const kiln_model *m) {
-    const kl_family *f = m->arch->family;
+int model_mtp_blocks(const kiln_model *m) {
+    const model_family *f = m->arch->family;
     return f->mtp_blocks && f->mtp_step ? f->mtp_blocks(m) : 0;
 }
 
-int kl_mtp_on(const kiln_context *c) { return c->mtp_ord >= 0; }
+int model_mtp_on(const kiln_context *c) { return c->mtp_ord >= 0; }
 
-const float *kl_mtp_hidden(const kiln_context *c, int32_t seq, int32_t pos) {
+const float *model_mtp_hidden(const kiln_context *c, int32_t seq, int32_t pos) {
     const int32_t at = pos - c->mtp_h_pos[seq];
     if (at < 0 || at >= c->mtp_h_n[seq]) return NULL;
-    return c->mtp_h + ((size_t)seq * KL_MTP_KEEP + (size_t)at) * (size_t)c->m->hp.n_embd;
+    return c->mtp_h + ((size_t)seq * MODEL_MTP_KEEP + (size_t)at) * (size_t)c->m->hp.n_embd;
 }
 
-void kl_mtp_keep(kiln_context *c, int32_t seq, int32_t pos0, const float *rows, int32_t n) {
+void model_mtp_keep(kiln_context *c, int32_t seq, int32_t pos0, const float *rows, int32_t n) {
     const size_t E = (size_t)c->m->hp.n_embd;
-    if (n > KL_MTP_KEEP) {
-        rows += (size_t)(n - KL_MTP_KEEP) * E;
-        pos0 += n - KL_MTP_KEEP;
-        n = KL_MTP_KEEP;
+    if (n > MODEL_MTP_KEEP) {
+        rows += (size_t)(n - MODEL_MTP_KEEP) * E;
+        pos0 += n - MODEL_MTP_KEEP;
+        n = MODEL_MTP_KEEP;
     }
-    c->bx.ops->copy(&c->bx, c->mtp_h + (size_t)seq * KL_MTP_KEEP * E, rows, (size_t)n * E * sizeof(float));
+    c->bx.ops->copy(&c->bx, c->mtp_h + (size_t)seq * MODEL_MTP_KEEP * E, rows, (size_t)n * E * sizeof(float));
     c->mtp_h_pos[seq] = pos0;
     c->mtp_h_n[seq] = n;
 }
 
-int kl_mtp_ready(const kiln_context *c, int32_t seq, int32_t pos) {
+int model_mtp_ready(const kiln_context *c, int32_t seq, int32_t pos) {
     if (c->mtp_ord < 0 || seq < 0 || seq >= c->kv.n_seq) return 0;
-    return pos == 0 || kl_mtp_hidden(c, seq, pos - 1) != NULL;
+    return pos == 0 || model_mtp_hidden(c, seq, pos - 1) != NULL;
 }
 
-kiln_status kl_mtp_step(kiln_context *c, int n, const int32_t *seq, const int32_t *pos, const int32_t *tok,
+kiln_status model_mtp_step(kiln_context *c, int n, const int32_t *seq, const int32_t *pos, const int32_t *tok,
                         const uint8_t *chain) {
-    if (c->mtp_ord < 0) return kl_fail(c, KILN_ERR_STATE, "the context keeps no MTP cache");
+    if (c->mtp_ord < 0) return model_fail(c, KILN_ERR_STATE, "the context keeps no MTP cache");
     if (n <= 0) return KILN_OK;
     if (n > c->p.n_seq_max || n > c->p.n_batch)
-        return kl_fail(c, KILN_ERR_INVALID_ARG, "MTP step of %d rows exceeds the context's sequences", n);
+        return model_fail(c, KILN_ERR_INVALID_ARG, "MTP step of %d rows exceeds the context's sequences", n);
     for (int r = 0; r < n; r++) {
         const int32_t s = seq[r];
         if (s < 0 || s >= c->kv.n_seq || pos[r] < c->kv.seqs[s].len || pos[r] >= c->p.n_ctx || tok[r] < 0 ||
-            tok[r] >= c->m->hp.n_vocab || (!chain[r] && !kl_mtp_ready(c, s, pos[r])))
-            return kl_fail(c, KILN_ERR_INVALID_ARG, "MTP step row %d: sequence %d, cell %d, token %d", r, s, pos[r],
+            tok[r] >= c->m->hp.n_vocab || (!chain[r] && !model_mtp_ready(c, s, pos[r])))
+            return model_fail(c, KILN_ERR_INVALID_ARG, "MTP step row %d: sequence %d, cell %d, token %d", r, s, pos[r],
                            tok[r]);
         for (int q = 0; q < r; q++)
-            if (seq[q] == s) return kl_fail(c, KILN_ERR_INVALID_ARG, "MTP step: sequence %d twice", s);
-        if (kl_kv_reserve(&c->kv, s, pos[r] + 1))
-            return kl_fail(c, KILN_ERR_CONTEXT_FULL, "the KV cache has no free blocks for sequence %d", s);
+            if (seq[q] == s) return model_fail(c, KILN_ERR_INVALID_ARG, "MTP step: sequence %d twice", s);
+        if (model_kv_reserve(&c->kv, s, pos[r] + 1))
+            return model_fail(c, KILN_ERR_CONTEXT_FULL, "the KV cache has no free blocks for sequence %d", s);
     }
     return c->m->arch->family->mtp_step(c, n, seq, pos, tok, chain);
 }
 
-const float *kl_mtp_logits(const kiln_context *c, int r) {
+const float *model_mtp_logits(const kiln_context *c, int r) {
     return c->mtp_logits + (size_t)r * (size_t)c->m->hp.n_vocab;
 }

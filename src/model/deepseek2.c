@@ -16,7 +16,7 @@
  *
  * so the KV cache holds one row of R + Dr values per token and layer
  * ([latent | k_rope], one KV head) and no V: the values are the first R
- * elements of the same rows (kl_seq_shape.v_in_k).  Attention runs over the
+ * elements of the same rows (model_seq_shape.v_in_k).  Attention runs over the
  * whole rows as one multi-query head of R + Dr and keeps the first R of each
  * output, which are the same bits a value width of R gives (every output
  * element is its own weighted sum).
@@ -65,8 +65,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const kl_arch k_archs[] = {
-    {"deepseek2", &kl_family_deepseek2, 0, 0}, /* DeepSeek-V2, V2.5, V3, R1 */
+static const model_arch k_archs[] = {
+    {"deepseek2", &model_family_deepseek2, 0, 0}, /* DeepSeek-V2, V2.5, V3, R1 */
 };
 
 typedef struct ds_layer {
@@ -79,12 +79,12 @@ typedef struct ds_layer {
     kern_mat wo;                   /* H*Dv -> n_embd */
     const float *ffn_norm;       /* [n_embd] */
     kern_mat w_gate, w_up, w_down; /* dense layers: n_embd -> n_ff -> n_embd */
-    kl_moe_layer ex;             /* the other layers */
+    model_moe_layer ex;             /* the other layers */
 } ds_layer;
 
 typedef struct ds_model {
     ds_layer *layers;
-    kl_moe_hp moe;
+    model_moe_hp moe;
     kern_mat *experts;  /* [n_layer][3][n_expert] views of the expert tensors */
     kern_mat *heads;    /* [n_layer][2][n_head] views of attn_k_b, attn_v_b */
     int n_layer;      /* the layers that run: block_count less the MTP (nextn) blocks, which are not */
@@ -102,18 +102,18 @@ typedef struct ds_model {
  * latent to k_nope, then Dv rows that map it to v (R columns each).  Wv_b,h
  * is a view of the v rows; Wk_b,h (R rows of Dn, the k rows transposed) is
  * copied in F16 into d->kb_mem, which the caller sized. */
-static void ds_bind_kv_b(kl_binder *B, ds_model *d, int H, int il, ds_layer *l) {
+static void ds_bind_kv_b(model_binder *B, ds_model *d, int H, int il, ds_layer *l) {
     char n[96];
     snprintf(n, sizeof n, "blk.%d.attn_kv_b.weight", il);
     const int64_t per = (int64_t)d->dn + d->dv;
-    const kern_mat kv = kl_bind_mat(B, n, d->r, H * per, 0);
+    const kern_mat kv = model_bind_mat(B, n, d->r, H * per, 0);
     if (!kv.data) return;
     const quant_traits *t = quant_get(kv.type);
     const size_t rs = quant_row_size(kv.type, d->r);
     float *row = malloc((size_t)d->r * sizeof(float));
     if (!row || !t->to_f32) {
         free(row);
-        kl_bind_fail(B, "%s: out of memory or an unreadable type", n);
+        model_bind_fail(B, "%s: out of memory or an unreadable type", n);
         return;
     }
     uint16_t *kb = d->kb_mem + (size_t)il * H * d->r * d->dn;
@@ -130,22 +130,22 @@ static void ds_bind_kv_b(kl_binder *B, ds_model *d, int H, int il, ds_layer *l) 
 }
 
 static kiln_status ds_bind(kiln_model *m) {
-    kl_hparams *hp = &m->hp;
+    model_hparams *hp = &m->hp;
     ds_model *d = calloc(1, sizeof *d);
     m->fam = d;
     if (!d) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     const int H = hp->n_head;
-    d->q_rank = (int)kl_meta_int(m, "attention.q_lora_rank", 0);
-    d->r = (int)kl_meta_int(m, "attention.kv_lora_rank", 0);
+    d->q_rank = (int)model_meta_int(m, "attention.q_lora_rank", 0);
+    d->r = (int)model_meta_int(m, "attention.kv_lora_rank", 0);
     d->dr = hp->rope.n_rot;
     /* files from before the split of attn_kv_b (no *_mla keys) give the
      * head sizes in key_length / value_length */
-    d->legacy = !kl_meta_kv(m, "attention.key_length_mla") && !kl_meta_kv(m, "attention.value_length_mla");
-    const int dk = d->legacy ? hp->hd_k : (int)kl_meta_int(m, "attention.key_length_mla", 0);
-    d->dv = d->legacy ? hp->hd_v : (int)kl_meta_int(m, "attention.value_length_mla", 0);
+    d->legacy = !model_meta_kv(m, "attention.key_length_mla") && !model_meta_kv(m, "attention.value_length_mla");
+    const int dk = d->legacy ? hp->hd_k : (int)model_meta_int(m, "attention.key_length_mla", 0);
+    d->dv = d->legacy ? hp->hd_v : (int)model_meta_int(m, "attention.value_length_mla", 0);
     d->dn = dk - d->dr;
-    d->n_dense = (int)kl_meta_int(m, "leading_dense_block_count", 0);
-    const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
+    d->n_dense = (int)model_meta_int(m, "leading_dense_block_count", 0);
+    const int64_t nextn = model_meta_int(m, "nextn_predict_layers", 0);
     if (nextn < 0 || nextn >= hp->n_layer) {
         return base_fail(KILN_ERR_FORMAT, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
     }
@@ -164,15 +164,15 @@ static kiln_status ds_bind(kiln_model *m) {
         return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff);
     }
     if (d->n_dense < d->n_layer) {
-        kiln_status st = kl_moe_read_hparams(m, &d->moe);
+        kiln_status st = model_moe_read_hparams(m, &d->moe);
         if (st) return st;
-        const int64_t n_shared = kl_meta_int(m, "expert_shared_count", 0);
+        const int64_t n_shared = model_meta_int(m, "expert_shared_count", 0);
         if (!d->moe.n_expert || n_shared < 0 || n_shared > 64) {
             return base_fail(KILN_ERR_FORMAT, "bad expert_count %d / expert_shared_count %lld", d->moe.n_expert,
                            (long long)n_shared);
         }
         d->moe.F_sh = (int)(d->moe.F_exp * n_shared);
-        d->moe.w_norm = kl_meta_int(m, "expert_weights_norm", 0) != 0;
+        d->moe.w_norm = model_meta_int(m, "expert_weights_norm", 0) != 0;
         d->moe.sh_ungated = 1;
         d->moe.probs_b = 1;
         d->experts = calloc((size_t)d->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
@@ -183,9 +183,9 @@ static kiln_status ds_bind(kiln_model *m) {
     kern_rope *rope = &hp->rope;
     rope->neox = 0;
     const float ln_f = logf(1.0f / rope->freq_scale);
-    const float log_mul = (float)kl_meta_float(m, "rope.scaling.yarn_log_multiplier", 0.0) / 0.1f;
+    const float log_mul = (float)model_meta_float(m, "rope.scaling.yarn_log_multiplier", 0.0) / 0.1f;
     if (rope->ext_factor != 0.0f && log_mul != 0.0f)
-        rope->attn_factor = (float)kl_meta_float(m, "rope.scaling.attn_factor", 1.0) / (1.0f + 0.1f * ln_f);
+        rope->attn_factor = (float)model_meta_float(m, "rope.scaling.attn_factor", 1.0) / (1.0f + 0.1f * ln_f);
     const float mag = rope->attn_factor * (1.0f + 0.1f * ln_f);
     const float mscale = mag * (1.0f + 0.1f * log_mul * ln_f);
     d->kq_scale = mscale * mscale / sqrtf((float)dk);
@@ -197,51 +197,51 @@ static kiln_status ds_bind(kiln_model *m) {
     if (d->legacy) d->kb_mem = malloc((size_t)d->n_layer * H * d->r * d->dn * sizeof(uint16_t));
     if (!d->layers || !d->heads || (d->legacy && !d->kb_mem)) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
 
-    kl_binder B = {m, KILN_OK};
+    model_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd, nq = (int64_t)H * dk;
-    m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
+    m->tok_embd = model_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
-    m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
-    m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
+    m->out_norm = model_bind_vec(&B, "output_norm.weight", E, 0);
+    m->output = model_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     for (int i = 0; i < d->n_layer && !B.st; i++) {
         ds_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
-        l->attn_norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
+        l->attn_norm = model_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
         if (d->q_rank) {
-            l->wq_a = kl_bind_mat(&B, NAME("attn_q_a.weight"), E, d->q_rank, 0);
-            l->q_a_norm = kl_bind_vec(&B, NAME("attn_q_a_norm.weight"), d->q_rank, 0);
-            l->wq_b = kl_bind_mat(&B, NAME("attn_q_b.weight"), d->q_rank, nq, 0);
+            l->wq_a = model_bind_mat(&B, NAME("attn_q_a.weight"), E, d->q_rank, 0);
+            l->q_a_norm = model_bind_vec(&B, NAME("attn_q_a_norm.weight"), d->q_rank, 0);
+            l->wq_b = model_bind_mat(&B, NAME("attn_q_b.weight"), d->q_rank, nq, 0);
         } else {
-            l->wq = kl_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
+            l->wq = model_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
         }
-        l->wkv_a = kl_bind_mat(&B, NAME("attn_kv_a_mqa.weight"), E, d->r + d->dr, 0);
-        l->kv_a_norm = kl_bind_vec(&B, NAME("attn_kv_a_norm.weight"), d->r, 0);
+        l->wkv_a = model_bind_mat(&B, NAME("attn_kv_a_mqa.weight"), E, d->r + d->dr, 0);
+        l->kv_a_norm = model_bind_vec(&B, NAME("attn_kv_a_norm.weight"), d->r, 0);
         l->wk_b = d->heads + (size_t)i * 2 * H;
         l->wv_b = l->wk_b + H;
         if (d->legacy)
             ds_bind_kv_b(&B, d, H, i, l);
         else {
-            kl_bind_mats3(&B, NAME("attn_k_b.weight"), d->dn, d->r, H, l->wk_b, 0);
-            kl_bind_mats3(&B, NAME("attn_v_b.weight"), d->r, d->dv, H, l->wv_b, 0);
+            model_bind_mats3(&B, NAME("attn_k_b.weight"), d->dn, d->r, H, l->wk_b, 0);
+            model_bind_mats3(&B, NAME("attn_v_b.weight"), d->r, d->dv, H, l->wv_b, 0);
         }
-        l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), (int64_t)H * d->dv, E, 0);
-        l->ffn_norm = kl_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
+        l->wo = model_bind_mat(&B, NAME("attn_output.weight"), (int64_t)H * d->dv, E, 0);
+        l->ffn_norm = model_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
         if (i >= d->n_dense) {
-            kl_moe_bind(&B, m, &d->moe, i, &l->ex, d->experts + (size_t)i * 3 * d->moe.n_expert);
+            model_moe_bind(&B, m, &d->moe, i, &l->ex, d->experts + (size_t)i * 3 * d->moe.n_expert);
             if (d->moe.F_sh && !B.st && !l->ex.s_up.data)
-                kl_bind_fail(&B, "layer %d: expert_shared_count without ffn_up_shexp", i);
+                model_bind_fail(&B, "layer %d: expert_shared_count without ffn_up_shexp", i);
             continue;
         }
-        l->w_gate = kl_bind_mat(&B, NAME("ffn_gate.weight"), E, hp->n_ff, 0);
-        l->w_up = kl_bind_mat(&B, NAME("ffn_up.weight"), E, hp->n_ff, 0);
-        l->w_down = kl_bind_mat(&B, NAME("ffn_down.weight"), hp->n_ff, E, 0);
+        l->w_gate = model_bind_mat(&B, NAME("ffn_gate.weight"), E, hp->n_ff, 0);
+        l->w_up = model_bind_mat(&B, NAME("ffn_up.weight"), E, hp->n_ff, 0);
+        l->w_down = model_bind_mat(&B, NAME("ffn_down.weight"), hp->n_ff, E, 0);
 #undef NAME
     }
     if (B.st) return B.st;
     /* a decode step reads one token's experts, not all of them */
-    if (d->moe.n_expert) m->active_bytes = kl_moe_active_bytes(m, &d->moe, d->n_layer);
+    if (d->moe.n_expert) m->active_bytes = model_moe_active_bytes(m, &d->moe, d->n_layer);
     return 0;
 }
 
@@ -255,27 +255,27 @@ static void ds_free(kiln_model *m) {
     free(d);
 }
 
-static void ds_weights(kiln_model *m, kl_weights *w) {
-    const kl_hparams *hp = &m->hp;
+static void ds_weights(kiln_model *m, model_weights *w) {
+    const model_hparams *hp = &m->hp;
     ds_model *d = m->fam;
-    kl_weights_mat(w, &m->output);
-    kl_weights_vec(w, &m->out_norm, hp->n_embd);
+    model_weights_mat(w, &m->output);
+    model_weights_vec(w, &m->out_norm, hp->n_embd);
     for (int i = 0; i < d->n_layer; i++) {
         ds_layer *l = &d->layers[i];
         kern_mat *ms[] = {&l->wq_a, &l->wq_b, &l->wq, &l->wkv_a, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) model_weights_mat(w, ms[k]);
         for (int h = 0; h < hp->n_head; h++) {
-            kl_weights_mat(w, &l->wk_b[h]);
-            kl_weights_mat(w, &l->wv_b[h]);
+            model_weights_mat(w, &l->wk_b[h]);
+            model_weights_mat(w, &l->wv_b[h]);
         }
-        if (i >= d->n_dense) kl_moe_weights(m, &d->moe, &l->ex, w);
+        if (i >= d->n_dense) model_moe_weights(m, &d->moe, &l->ex, w);
         const float **v[] = {&l->attn_norm, &l->ffn_norm, &l->q_a_norm, &l->kv_a_norm};
         const int64_t vl[] = {hp->n_embd, hp->n_embd, d->q_rank, d->r};
-        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) kl_weights_vec(w, v[k], vl[k]);
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) model_weights_vec(w, v[k], vl[k]);
     }
 }
 
-static void ds_seq_shape(const kiln_model *m, kl_seq_shape *s) {
+static void ds_seq_shape(const kiln_model *m, model_seq_shape *s) {
     const ds_model *d = m->fam;
     memset(s, 0, sizeof *s);
     s->n_attn_layer = d->n_layer;
@@ -288,7 +288,7 @@ static void ds_seq_shape(const kiln_model *m, kl_seq_shape *s) {
 
 typedef struct ds_ws {
     float *x, *xn, *qa, *q, *kv, *qn, *qf, *att, *al, *vo, *gate, *up, *y;
-    kl_moe_ws ex;
+    model_moe_ws ex;
     kern_mm_out *outs; /* [n_head] per-head products */
     int32_t *t0, *nt;
 } ds_ws;
@@ -298,7 +298,7 @@ static void ds_ctx_free(kiln_context *c) {
     if (w) {
         float *bufs[] = {w->x, w->xn, w->qa, w->q, w->kv, w->qn, w->qf, w->att, w->al, w->vo, w->gate, w->up, w->y};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
-        kl_moe_ws_free(c, &w->ex);
+        model_moe_ws_free(c, &w->ex);
         free(w->outs);
         free(w->t0);
         free(w->nt);
@@ -311,7 +311,7 @@ static void ds_ctx_free(kiln_context *c) {
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 static int ds_ctx_init(kiln_context *c) {
-    const kl_hparams *hp = &c->m->hp;
+    const model_hparams *hp = &c->m->hp;
     const ds_model *d = c->m->fam;
     ds_ws *w = calloc(1, sizeof *w);
     c->ws = w;
@@ -344,7 +344,7 @@ static int ds_ctx_init(kiln_context *c) {
     w->t0 = malloc(H * sizeof *w->t0);
     w->nt = malloc(H * sizeof *w->nt);
     if (!w->outs || !w->t0 || !w->nt) return -1;
-    if (moe && kl_moe_ws_init(c, &w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
+    if (moe && model_moe_ws_init(c, &w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
     /* the largest product's scratch: inputs of n_embd, q_lora_rank, H * Dv
      * and n_ff columns over the batch, the per-head ones over H rows per
      * token, the experts' over their routed rows */
@@ -356,8 +356,8 @@ static int ds_ctx_init(kiln_context *c) {
     s = max_sz(s, kern_matmul_scratch_size(d->dn, nb * (int)H));
     s = max_sz(s, kern_matmul_scratch_size(d->r, nb * (int)H));
     if (moe) {
-        const int64_t mc = kl_moe_mm_cols(&d->moe) > hp->n_embd ? kl_moe_mm_cols(&d->moe) : hp->n_embd;
-        s = max_sz(s, kern_matmul_scratch_size(mc, kl_moe_mm_rows(&d->moe, nb)));
+        const int64_t mc = model_moe_mm_cols(&d->moe) > hp->n_embd ? model_moe_mm_cols(&d->moe) : hp->n_embd;
+        s = max_sz(s, kern_matmul_scratch_size(mc, model_moe_mm_rows(&d->moe, nb)));
     }
     c->mm_scratch = malloc(s);
     return c->mm_scratch ? 0 : -1;
@@ -389,7 +389,7 @@ typedef struct ds_job {
 static void ds_range(const ds_job *j, int i0, int i1) {
     kiln_context *c = j->c;
     ds_ws *w = c->ws;
-    const kl_hparams *hp = &c->m->hp;
+    const model_hparams *hp = &c->m->hp;
     const ds_model *d = c->m->fam;
     const kern_ops *ops = j->ops;
     const ds_layer *L = j->L;
@@ -418,7 +418,7 @@ static void ds_range(const ds_job *j, int i0, int i1) {
                 memcpy(w->qf + ((size_t)i * H + h) * row + d->r, q + (size_t)h * dk + d->dn,
                        (size_t)d->dr * sizeof(float));
             }
-            kl_attn_store(c, j->layer, i, kv, NULL);
+            model_attn_store(c, j->layer, i, kv, NULL);
             break;
         }
         case STEP_GATHER_LATENT:
@@ -472,14 +472,14 @@ static void ds_heads(kiln_context *c, const kern_mat *ws, const float *x, int n,
 
 static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const kiln_model *m = c->m;
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const ds_model *d = m->fam;
     ds_ws *w = c->ws;
     const int n = b->n, E = hp->n_embd, H = hp->n_head;
     const int64_t nq = (int64_t)H * (d->dn + d->dr), row = d->r + d->dr;
     const kern_ops *ops = kern_ops_best();
 
-    kl_attn_prepare(c, n);
+    model_attn_prepare(c, n);
     for (int i = 0; i < n; i++) kern_get_row(&m->tok_embd, b->token[i], w->x + (size_t)i * E);
 
     for (int l = 0; l < d->n_layer; l++) {
@@ -498,14 +498,14 @@ static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         }
         ds_step(&j, STEP_ROPE_STORE);
         ds_heads(c, L->wk_b, w->qn, n, w->qf, row); /* q_h' = Wk_b,h q_nope,h, ahead of its rope part */
-        const kl_attn_opts ao = {.scale = d->kq_scale};
-        kl_attn_run_opts(c, l, w->qf, w->att, n, &ao);
+        const model_attn_opts ao = {.scale = d->kq_scale};
+        model_attn_run_opts(c, l, w->qf, w->att, n, &ao);
         ds_step(&j, STEP_GATHER_LATENT);
         ds_heads(c, L->wv_b, w->al, n, w->vo, d->dv);
         kern_matmul(c->pool, &L->wo, w->vo, n, w->xn, E, c->mm_scratch);
         ds_step(&j, STEP_FFN_NORM);
         if (moe) {
-            kl_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
+            model_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
             ds_step(&j, STEP_RESID);
             continue;
         }
@@ -516,12 +516,12 @@ static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         ds_step(&j, STEP_RESID);
     }
 
-    kl_batch_commit(c, n);
-    kl_batch_output(c, w->x, n, n_out);
+    model_batch_commit(c, n);
+    model_batch_output(c, w->x, n, n_out);
     return KILN_OK;
 }
 
-const kl_family kl_family_deepseek2 = {
+const model_family model_family_deepseek2 = {
     .name = "deepseek2",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],

@@ -55,16 +55,16 @@ enum {
     DENSE_IMROPE = 256,   /* the same with the sections interleaved (Qwen3-VL) */
 };
 
-static const kl_arch k_archs[] = {
-    {"llama", &kl_family_dense, 0, 0}, /* Llama 2/3, Mistral, TinyLlama */
-    {"qwen2", &kl_family_dense, 0, DENSE_NEOX | DENSE_QKV_BIAS},
-    {"qwen3", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM},
-    {"qwen3moe", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE}, /* Qwen3-30B-A3B, Qwen3-Coder */
-    {"phi3", &kl_family_dense, 0, DENSE_NEOX | DENSE_FUSED | DENSE_LONGROPE},  /* Phi-3, Phi-3.5, Phi-4-mini */
-    {"mistral3", &kl_family_dense, 0, DENSE_ATTN_TEMP}, /* Mistral Small 3.x, Ministral 3 (text) */
-    {"qwen2vl", &kl_family_dense, 0, DENSE_NEOX | DENSE_QKV_BIAS | DENSE_MROPE}, /* Qwen2-VL, Qwen2.5-VL */
-    {"qwen3vl", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_IMROPE}, /* Qwen3-VL */
-    {"qwen3vlmoe", &kl_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE | DENSE_IMROPE}, /* Qwen3-VL-30B-A3B */
+static const model_arch k_archs[] = {
+    {"llama", &model_family_dense, 0, 0}, /* Llama 2/3, Mistral, TinyLlama */
+    {"qwen2", &model_family_dense, 0, DENSE_NEOX | DENSE_QKV_BIAS},
+    {"qwen3", &model_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM},
+    {"qwen3moe", &model_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE}, /* Qwen3-30B-A3B, Qwen3-Coder */
+    {"phi3", &model_family_dense, 0, DENSE_NEOX | DENSE_FUSED | DENSE_LONGROPE},  /* Phi-3, Phi-3.5, Phi-4-mini */
+    {"mistral3", &model_family_dense, 0, DENSE_ATTN_TEMP}, /* Mistral Small 3.x, Ministral 3 (text) */
+    {"qwen2vl", &model_family_dense, 0, DENSE_NEOX | DENSE_QKV_BIAS | DENSE_MROPE}, /* Qwen2-VL, Qwen2.5-VL */
+    {"qwen3vl", &model_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_IMROPE}, /* Qwen3-VL */
+    {"qwen3vlmoe", &model_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE | DENSE_IMROPE}, /* Qwen3-VL-30B-A3B */
 };
 
 typedef struct dense_layer {
@@ -74,12 +74,12 @@ typedef struct dense_layer {
     const float *q_norm, *k_norm; /* [hd_k] (qk_norm archs) */
     const float *ffn_norm;        /* [n_embd] */
     kern_mat w_gate, w_up, w_down;  /* n_embd -> n_ff -> n_embd */
-    kl_moe_layer ex;              /* DENSE_MOE */
+    model_moe_layer ex;              /* DENSE_MOE */
 } dense_layer;
 
 typedef struct dense_model {
     dense_layer *layers;
-    kl_moe_hp moe;         /* n_expert 0: dense FFNs */
+    model_moe_hp moe;         /* n_expert 0: dense FFNs */
     kern_mat *experts;       /* [n_layer][3][n_expert] views of the expert tensors */
     float attn_temp;       /* query temperature scale; 0: none */
     float attn_temp_floor; /* positions per temperature step (n_ctx_orig) */
@@ -95,17 +95,17 @@ static kern_mat dense_rows(kern_mat w, int64_t r0, int64_t n) {
 }
 
 static kiln_status dense_bind(kiln_model *m) {
-    kl_hparams *hp = &m->hp;
+    model_hparams *hp = &m->hp;
     const int moe = (m->arch->flags & DENSE_MOE) != 0;
     if (!moe && hp->n_ff <= 0) { return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     hp->rope.neox = (m->arch->flags & DENSE_NEOX) != 0;
     if (m->arch->flags & (DENSE_MROPE | DENSE_IMROPE)) {
-        const kiln_status st = kl_rope_sections(m, (m->arch->flags & DENSE_IMROPE) ? KERN_IMROPE : KERN_MROPE);
+        const kiln_status st = model_rope_sections(m, (m->arch->flags & DENSE_IMROPE) ? KERN_IMROPE : KERN_MROPE);
         if (st) return st;
     }
     /* Qwen3-VL: an image row carries n_deepstack more slices of n_embd,
      * added to the residual after layers 0 .. n_deepstack - 1 */
-    const int64_t n_ds = kl_meta_int(m, "n_deepstack_layers", 0);
+    const int64_t n_ds = model_meta_int(m, "n_deepstack_layers", 0);
     if (n_ds < 0 || n_ds > hp->n_layer) {
         return base_fail(KILN_ERR_FORMAT, "bad n_deepstack_layers %lld", (long long)n_ds);
     }
@@ -114,7 +114,7 @@ static kiln_status dense_bind(kiln_model *m) {
     m->fam = d;
     if (!d) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     if (moe) {
-        kiln_status st = kl_moe_read_hparams(m, &d->moe);
+        kiln_status st = model_moe_read_hparams(m, &d->moe);
         if (st) return st;
         if (!d->moe.n_expert) { return base_fail(KILN_ERR_FORMAT, "%s without expert_count", m->arch_name); }
         d->moe.F_sh = 0;    /* no shared expert */
@@ -124,72 +124,72 @@ static kiln_status dense_bind(kiln_model *m) {
     d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
     if (!d->layers || (moe && !d->experts)) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     if (m->arch->flags & DENSE_ATTN_TEMP) {
-        d->attn_temp = (float)kl_meta_float(m, "attention.temperature_scale", 0.0);
+        d->attn_temp = (float)model_meta_float(m, "attention.temperature_scale", 0.0);
         d->attn_temp_floor = (float)hp->rope.n_ctx_orig;
         if (d->attn_temp != 0.0f && !(d->attn_temp_floor > 0.0f)) {
             return base_fail(KILN_ERR_FORMAT, "attention.temperature_scale without rope.scaling.original_context_length");
         }
     }
-    kl_binder B = {m, KILN_OK};
+    model_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd;
-    m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
+    m->tok_embd = model_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
-    m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
-    m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
+    m->out_norm = model_bind_vec(&B, "output_norm.weight", E, 0);
+    m->output = model_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
     const int bias_opt = !(m->arch->flags & DENSE_QKV_BIAS), fused = (m->arch->flags & DENSE_FUSED) != 0;
     if (m->arch->flags & DENSE_LONGROPE) {
         const int64_t nf = hp->rope.n_rot / 2;
-        hp->rope.freq_factors = kl_bind_vec(&B, "rope_factors_short.weight", nf, 1);
-        hp->rope_factors_long = kl_bind_vec(&B, "rope_factors_long.weight", nf, 1);
+        hp->rope.freq_factors = model_bind_vec(&B, "rope_factors_short.weight", nf, 1);
+        hp->rope_factors_long = model_bind_vec(&B, "rope_factors_long.weight", nf, 1);
         if (!hp->rope.freq_factors) hp->rope.freq_factors = hp->rope_factors_long;
-        hp->rope.attn_factor = (float)kl_meta_float(m, "rope.scaling.attn_factor", 1.0);
+        hp->rope.attn_factor = (float)model_meta_float(m, "rope.scaling.attn_factor", 1.0);
         if (!(hp->rope.attn_factor > 0.0f) || !isfinite(hp->rope.attn_factor))
-            kl_bind_fail(&B, "bad rope.scaling.attn_factor");
+            model_bind_fail(&B, "bad rope.scaling.attn_factor");
     }
     for (int i = 0; i < hp->n_layer && !B.st; i++) {
         dense_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
-        l->attn_norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
-        const kern_mat qkv = fused ? kl_bind_mat(&B, NAME("attn_qkv.weight"), E, nq + 2 * nkv, 1) : (kern_mat){0};
+        l->attn_norm = model_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
+        const kern_mat qkv = fused ? model_bind_mat(&B, NAME("attn_qkv.weight"), E, nq + 2 * nkv, 1) : (kern_mat){0};
         if (qkv.data) {
             l->wq = dense_rows(qkv, 0, nq);
             l->wk = dense_rows(qkv, nq, nkv);
             l->wv = dense_rows(qkv, nq + nkv, nkv);
         } else {
-            l->wq = kl_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
-            l->wk = kl_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
-            l->wv = kl_bind_mat(&B, NAME("attn_v.weight"), E, nkv, 0);
+            l->wq = model_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
+            l->wk = model_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
+            l->wv = model_bind_mat(&B, NAME("attn_v.weight"), E, nkv, 0);
         }
-        l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
-        l->bq = kl_bind_vec(&B, NAME("attn_q.bias"), nq, bias_opt);
-        l->bk = kl_bind_vec(&B, NAME("attn_k.bias"), nkv, bias_opt);
-        l->bv = kl_bind_vec(&B, NAME("attn_v.bias"), nkv, bias_opt);
+        l->wo = model_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
+        l->bq = model_bind_vec(&B, NAME("attn_q.bias"), nq, bias_opt);
+        l->bk = model_bind_vec(&B, NAME("attn_k.bias"), nkv, bias_opt);
+        l->bv = model_bind_vec(&B, NAME("attn_v.bias"), nkv, bias_opt);
         if (m->arch->flags & DENSE_QK_NORM) {
-            l->q_norm = kl_bind_vec(&B, NAME("attn_q_norm.weight"), hp->hd_k, 0);
-            l->k_norm = kl_bind_vec(&B, NAME("attn_k_norm.weight"), hp->hd_k, 0);
+            l->q_norm = model_bind_vec(&B, NAME("attn_q_norm.weight"), hp->hd_k, 0);
+            l->k_norm = model_bind_vec(&B, NAME("attn_k_norm.weight"), hp->hd_k, 0);
         }
-        l->ffn_norm = kl_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
+        l->ffn_norm = model_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
         if (moe) {
-            kl_moe_bind(&B, m, &d->moe, i, &l->ex, d->experts + (size_t)i * 3 * d->moe.n_expert);
+            model_moe_bind(&B, m, &d->moe, i, &l->ex, d->experts + (size_t)i * 3 * d->moe.n_expert);
             continue;
         }
         if (fused) {
-            const kern_mat gu = kl_bind_mat(&B, NAME("ffn_up.weight"), E, 2 * (int64_t)hp->n_ff, 0);
+            const kern_mat gu = model_bind_mat(&B, NAME("ffn_up.weight"), E, 2 * (int64_t)hp->n_ff, 0);
             l->w_gate = dense_rows(gu, 0, hp->n_ff);
             l->w_up = dense_rows(gu, hp->n_ff, hp->n_ff);
         } else {
-            l->w_gate = kl_bind_mat(&B, NAME("ffn_gate.weight"), E, hp->n_ff, 0);
-            l->w_up = kl_bind_mat(&B, NAME("ffn_up.weight"), E, hp->n_ff, 0);
+            l->w_gate = model_bind_mat(&B, NAME("ffn_gate.weight"), E, hp->n_ff, 0);
+            l->w_up = model_bind_mat(&B, NAME("ffn_up.weight"), E, hp->n_ff, 0);
         }
-        l->w_down = kl_bind_mat(&B, NAME("ffn_down.weight"), hp->n_ff, E, 0);
+        l->w_down = model_bind_mat(&B, NAME("ffn_down.weight"), hp->n_ff, E, 0);
 #undef NAME
     }
     if (B.st) return B.st;
     /* a decode step reads one token's experts, not all of them */
-    if (moe) m->active_bytes = kl_moe_active_bytes(m, &d->moe, hp->n_layer);
+    if (moe) m->active_bytes = model_moe_active_bytes(m, &d->moe, hp->n_layer);
     return 0;
 }
 
@@ -201,28 +201,28 @@ static void dense_free(kiln_model *m) {
     free(d);
 }
 
-static void dense_weights(kiln_model *m, kl_weights *w) {
-    const kl_hparams *hp = &m->hp;
+static void dense_weights(kiln_model *m, model_weights *w) {
+    const model_hparams *hp = &m->hp;
     dense_model *d = m->fam;
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
-    kl_weights_mat(w, &m->output);
-    kl_weights_vec(w, &m->out_norm, hp->n_embd);
-    kl_weights_vec(w, &m->hp.rope.freq_factors, hp->rope.n_rot / 2);
-    kl_weights_vec(w, &m->hp.rope_factors_long, hp->rope.n_rot / 2);
+    model_weights_mat(w, &m->output);
+    model_weights_vec(w, &m->out_norm, hp->n_embd);
+    model_weights_vec(w, &m->hp.rope.freq_factors, hp->rope.n_rot / 2);
+    model_weights_vec(w, &m->hp.rope_factors_long, hp->rope.n_rot / 2);
     for (int i = 0; i < hp->n_layer; i++) {
         dense_layer *l = &d->layers[i];
-        kl_weights_layer(w, i);
+        model_weights_layer(w, i);
         kern_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
-        if (d->moe.n_expert) kl_moe_weights(m, &d->moe, &l->ex, w);
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) model_weights_mat(w, ms[k]);
+        if (d->moe.n_expert) model_moe_weights(m, &d->moe, &l->ex, w);
         const float **v[] = {&l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv, &l->q_norm, &l->k_norm};
         const int64_t vl[] = {hp->n_embd, hp->n_embd, nq, nkv, nkv, hp->hd_k, hp->hd_k};
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
-            if (*v[k]) kl_weights_vec(w, v[k], vl[k]);
+            if (*v[k]) model_weights_vec(w, v[k], vl[k]);
     }
 }
 
-static void dense_seq_shape(const kiln_model *m, kl_seq_shape *s) {
+static void dense_seq_shape(const kiln_model *m, model_seq_shape *s) {
     memset(s, 0, sizeof *s);
     s->n_attn_layer = m->hp.n_layer;
     s->n_head_kv = m->hp.n_head_kv;
@@ -234,7 +234,7 @@ static void dense_seq_shape(const kiln_model *m, kl_seq_shape *s) {
 typedef struct dense_ws {
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *y;
     int32_t *ids; /* [n_batch] the batch's ids, image tokens as 0 (their rows come from c->b_embd) */
-    kl_moe_ws ex; /* DENSE_MOE */
+    model_moe_ws ex; /* DENSE_MOE */
 } dense_ws;
 
 static void dense_ctx_free(kiln_context *c) {
@@ -243,7 +243,7 @@ static void dense_ctx_free(kiln_context *c) {
         float *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->gate, w->up, w->y};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) c->bx.ops->free(&c->bx, bufs[i]);
-        kl_moe_ws_free(c, &w->ex);
+        model_moe_ws_free(c, &w->ex);
         free(w->ids);
         free(w);
     }
@@ -251,7 +251,7 @@ static void dense_ctx_free(kiln_context *c) {
 }
 
 static int dense_ctx_init(kiln_context *c) {
-    const kl_hparams *hp = &c->m->hp;
+    const model_hparams *hp = &c->m->hp;
     const dense_model *d = c->m->fam;
     kbe_ctx *X = &c->bx;
     dense_ws *w = calloc(1, sizeof *w);
@@ -270,11 +270,11 @@ static int dense_ctx_init(kiln_context *c) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = X->ops->alloc(X, bufs[i].n * sizeof(float)))) return -1;
     if (!(w->ids = malloc(B * sizeof *w->ids))) return -1;
-    if (moe && kl_moe_ws_init(c, &w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
+    if (moe && model_moe_ws_init(c, &w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
     size_t maxk = E > nq ? E : nq;
     if (F > maxk) maxk = F;
-    if (moe && (size_t)kl_moe_mm_cols(&d->moe) > maxk) maxk = (size_t)kl_moe_mm_cols(&d->moe);
-    const int rows = moe ? kl_moe_mm_rows(&d->moe, c->p.n_batch) : c->p.n_batch;
+    if (moe && (size_t)model_moe_mm_cols(&d->moe) > maxk) maxk = (size_t)model_moe_mm_cols(&d->moe);
+    const int rows = moe ? model_moe_mm_rows(&d->moe, c->p.n_batch) : c->p.n_batch;
     return X->ops->reserve(X, (int64_t)maxk, rows);
 }
 
@@ -296,16 +296,16 @@ static void dense_deepstack(kiln_context *c, const kiln_batch *b, float *x, int 
  * batch's n tokens at once. */
 static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const kiln_model *m = c->m;
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const dense_model *d = m->fam;
     const int n = b->n, E = hp->n_embd, hd = hp->hd_k;
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
 
-    kl_attn_prepare(c, n);
+    model_attn_prepare(c, n);
     if (c->b_embd && !m->be->host_mem)
-        return kl_fail(c, KILN_ERR_UNSUPPORTED, "image rows on the %s backend", m->be->name);
+        return model_fail(c, KILN_ERR_UNSUPPORTED, "image rows on the %s backend", m->be->name);
     /* a split model: the embeddings and the first layers on the host part */
-    const int l0 = kl_split_enter(c);
+    const int l0 = model_split_enter(c);
     dense_ws *w = c->ws;
     kbe_ctx *X = &c->bx;
     const kbe_ops *o = X->ops;
@@ -323,7 +323,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
         const dense_layer *L = &d->layers[l];
         if (l == l0) { /* the residual rows up to the GPU's part */
             const float *xh = w->x;
-            kl_split_swap(c);
+            model_split_swap(c);
             X = &c->bx;
             o = X->ops;
             w = c->ws;
@@ -355,7 +355,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
         o->matmul(X, &L->wo, w->att, n, w->xn, E);
         o->add_rmsnorm(X, w->x, w->xn, w->xn, L->ffn_norm, n, E, hp->eps); /* x += attention, xn = its norm */
         if (d->moe.n_expert) {
-            kl_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
+            model_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
             o->add(X, w->x, w->y, n, E);
             if (c->b_embd && Ei > E && (l + 1) * E < Ei) dense_deepstack(c, b, w->x, l);
             continue;
@@ -370,17 +370,17 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
 
     if (l0 >= 0) { /* and back down for the head */
         const float *xd = w->x;
-        kl_split_swap(c);
+        model_split_swap(c);
         w = c->ws;
         c->bx_lo.ops->download(&c->bx_lo, w->x, xd, (size_t)n * E * sizeof(float));
     }
-    kl_batch_commit(c, n);
-    kl_batch_output(c, w->x, n, n_out);
-    if (l0 >= 0) kl_split_swap(c);
+    model_batch_commit(c, n);
+    model_batch_output(c, w->x, n, n_out);
+    if (l0 >= 0) model_split_swap(c);
     return KILN_OK;
 }
 
-const kl_family kl_family_dense = {
+const model_family model_family_dense = {
     .name = "dense",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],

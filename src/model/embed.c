@@ -20,12 +20,12 @@ struct kiln_embedder {
     int32_t max_tokens, n_batch;
     char *qprefix, *dprefix;
     char fingerprint[65];
-    float *pooled; /* [KL_ENC_MAX_SEQ][n_embd] pooled, not normalized */
+    float *pooled; /* [MODEL_ENC_MAX_SEQ][n_embd] pooled, not normalized */
     /* encoder */
     kpool *pool;
     void *ws;         /* the encoder family's workspace */
     int32_t *run_tok; /* the token ids of one run, inputs end to end */
-    int32_t run_len[KL_ENC_MAX_SEQ];
+    int32_t run_len[MODEL_ENC_MAX_SEQ];
     /* decoder */
     kiln_context *ctx;
     int8_t *flags; /* [n_batch] rows whose hidden state is kept */
@@ -90,7 +90,7 @@ static void family_prefixes(const char *name, const char **q, const char **d) {
 static int load_prefixes(kiln_embedder *e) {
     const char *fq, *fd;
     family_prefixes(e->m->name, &fq, &fd);
-    const kl_family *fam = e->m->arch->family;
+    const model_family *fam = e->m->arch->family;
     if (fam->embed_query) fq = fam->embed_query;
     if (fam->embed_document) fd = fam->embed_document;
     gguf_str s;
@@ -145,7 +145,7 @@ static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
                        key, e->pooling);
     if (load_prefixes(e) || fingerprint(e)) return base_fail(KILN_ERR_NOMEM, "out of memory");
     e->acc = malloc((size_t)m->hp.n_embd * sizeof *e->acc);
-    e->pooled = malloc((size_t)KL_ENC_MAX_SEQ * (size_t)m->hp.n_embd * sizeof *e->pooled);
+    e->pooled = malloc((size_t)MODEL_ENC_MAX_SEQ * (size_t)m->hp.n_embd * sizeof *e->pooled);
     if (!e->acc || !e->pooled) return base_fail(KILN_ERR_NOMEM, "out of memory");
     if (m->arch->encoder) {
         e->max_tokens = p.max_tokens ? p.max_tokens : m->hp.n_ctx_train;
@@ -446,7 +446,7 @@ int32_t kiln_embed_batch_end(const kiln_embed_job *j, int32_t begin) {
     const kiln_embedder *e = j->e;
     if (begin < 0 || begin >= j->res.n) return begin;
     if (!e->m->arch->encoder) return begin + 1;
-    return begin + kl_enc_run_count(j->n_tokens + begin, NULL, j->res.n - begin, e->n_batch);
+    return begin + model_enc_run_count(j->n_tokens + begin, NULL, j->res.n - begin, e->n_batch);
 }
 
 /* One encoder run over the inputs idx[0..count), laid end to end. */
@@ -502,7 +502,7 @@ static kiln_status decode_one(kiln_embed_job *j, int32_t i) {
 /* Runs the inputs idx[0..n) in that order, as many per run as fit. */
 static void encode_in_order(kiln_embed_job *j, const int32_t *idx, int32_t n) {
     for (int32_t k = 0; k < n;) {
-        const int32_t c = kl_enc_run_count(j->n_tokens, idx + k, n - k, j->e->n_batch);
+        const int32_t c = model_enc_run_count(j->n_tokens, idx + k, n - k, j->e->n_batch);
         encode_group(j, idx + k, c);
         k += c;
     }
@@ -520,7 +520,7 @@ kiln_status kiln_embed_run(kiln_embed_job *j, int32_t begin, int32_t end) {
         return KILN_OK;
     }
     int32_t *idx = malloc((size_t)(end - begin + 1) * sizeof *idx);
-    if (!idx || kl_enc_order_by_length(j->n_tokens, begin, end, idx)) {
+    if (!idx || model_enc_order_by_length(j->n_tokens, begin, end, idx)) {
         free(idx);
         return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
@@ -535,7 +535,7 @@ kiln_status kiln_embed_next(kiln_embed_job *j, int32_t *n_left) {
         j->order = malloc((size_t)(j->res.n + 1) * sizeof *j->order);
         if (!j->order) return base_fail(KILN_ERR_NOMEM, "out of memory");
         if (j->e->m->arch->encoder) {
-            if (kl_enc_order_by_length(j->n_tokens, 0, j->res.n, j->order)) {
+            if (model_enc_order_by_length(j->n_tokens, 0, j->res.n, j->order)) {
                 free(j->order);
                 j->order = NULL;
                 return base_fail(KILN_ERR_NOMEM, "out of memory");
@@ -551,7 +551,7 @@ kiln_status kiln_embed_next(kiln_embed_job *j, int32_t *n_left) {
             j->n_done++;
         } else {
             const int32_t k = j->n_done;
-            const int32_t c = kl_enc_run_count(j->n_tokens, j->order + k, j->res.n - k, j->e->n_batch);
+            const int32_t c = model_enc_run_count(j->n_tokens, j->order + k, j->res.n - k, j->e->n_batch);
             encode_group(j, j->order + k, c);
             j->n_done += c;
         }

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-void kl_enc_batch_init(kl_enc_batch *b, const int32_t *len, int n_seq, int32_t *off, int32_t *seq) {
+void model_enc_batch_init(model_enc_batch *b, const int32_t *len, int n_seq, int32_t *off, int32_t *seq) {
     b->n_seq = n_seq;
     b->len = len;
     b->off = off;
@@ -25,8 +25,8 @@ void kl_enc_batch_init(kl_enc_batch *b, const int32_t *len, int n_seq, int32_t *
 /* One (row, head) per work item.  The scores of a row live in this
  * thread's share of the scratch, indexed by the key's position. */
 static void attn_task(void *ud, int ith, int nth) {
-    const kl_enc_attn *a = ud;
-    const kl_enc_batch *b = a->b;
+    const model_enc_attn *a = ud;
+    const model_enc_batch *b = a->b;
     const int H = a->n_head, hd = a->hd, group = a->n_head / a->n_head_kv;
     float *p = a->scratch + (size_t)ith * (size_t)b->max_len;
     long lo, hi;
@@ -56,31 +56,31 @@ static void attn_task(void *ud, int ith, int nth) {
     }
 }
 
-void kl_enc_attention(kpool *pool, const kl_enc_attn *a) { kpool_run(pool, attn_task, (void *)a); }
+void model_enc_attention(kpool *pool, const model_enc_attn *a) { kpool_run(pool, attn_task, (void *)a); }
 
-void kl_enc_pool(const kl_enc_batch *b, const float *x, int E, int pooling, float *out) {
+void model_enc_pool(const model_enc_batch *b, const float *x, int E, int pooling, float *out) {
     for (int s = 0; s < b->n_seq; s++) {
         const float *rows = x + (size_t)b->off[s] * E;
         float *o = out + (size_t)s * E;
         const int n = b->len[s];
-        if (pooling == KL_POOL_MEAN) {
+        if (pooling == MODEL_POOL_MEAN) {
             for (int d = 0; d < E; d++) {
                 double acc = 0.0;
                 for (int t = 0; t < n; t++) acc += rows[(size_t)t * E + d];
                 o[d] = (float)(acc / n);
             }
         } else {
-            const int t = pooling == KL_POOL_LAST ? n - 1 : 0;
+            const int t = pooling == MODEL_POOL_LAST ? n - 1 : 0;
             memcpy(o, rows + (size_t)t * E, (size_t)E * sizeof *o);
         }
     }
 }
 
-int32_t kl_enc_run_count(const int32_t *n_tokens, const int32_t *order, int32_t n, int64_t max_tokens) {
+int32_t model_enc_run_count(const int32_t *n_tokens, const int32_t *order, int32_t n, int64_t max_tokens) {
     if (n <= 0) return 0;
     int32_t c = 1;
     int64_t sum = n_tokens[order ? order[0] : 0];
-    while (c < n && c < KL_ENC_MAX_SEQ) {
+    while (c < n && c < MODEL_ENC_MAX_SEQ) {
         const int32_t next = n_tokens[order ? order[c] : c];
         if (sum + next > max_tokens) break;
         sum += next;
@@ -99,7 +99,7 @@ static int by_length(const void *a, const void *b) {
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-int kl_enc_order_by_length(const int32_t *n_tokens, int32_t begin, int32_t end, int32_t *order) {
+int model_enc_order_by_length(const int32_t *n_tokens, int32_t begin, int32_t end, int32_t *order) {
     const int32_t n = end - begin;
     by_len *o = malloc((size_t)(n > 0 ? n : 1) * sizeof *o);
     if (!o) return -1;

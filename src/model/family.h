@@ -1,6 +1,6 @@
 /*
  * The family contract: what a family file (dense.c, gemma.c, ...) needs to
- * declare itself and bind its weights.  The kl_family table row, the
+ * declare itself and bind its weights.  The model_family table row, the
  * hyperparameters model.c reads for every family, the model struct, and
  * the binding helpers (family.c).  A family's forward pass also includes
  * context.h (through decoder.h or encoder.h) for the context it runs on.
@@ -21,25 +21,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct kl_family kl_family;
+typedef struct model_family model_family;
 
 /* One supported general.architecture: its family and that family's
  * switches for it (meaning private to the family). */
-typedef struct kl_arch {
+typedef struct model_arch {
     const char *name;
-    const kl_family *family;
+    const model_family *family;
     int encoder; /* = family->encoder: embeds, cannot generate */
     unsigned flags;
-} kl_arch;
+} model_arch;
 
 /* The arch row for a name, NULL when no family serves it. */
-const kl_arch *kl_arch_find(const char *name);
+const model_arch *model_arch_find(const char *name);
 /* Comma-separated list of supported names, for error messages. */
-const char *kl_arch_list(void);
+const char *model_arch_list(void);
 
 /* Hyperparameters every family reads the same way (model.c fills them
  * from {arch}.* keys before the family's bind; a family may refine them). */
-typedef struct kl_hparams {
+typedef struct model_hparams {
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
     int hd_k, hd_v; /* per-head key/value width */
     float eps;      /* RMSNorm epsilon */
@@ -51,26 +51,26 @@ typedef struct kl_hparams {
     /* floats of an input embedding row (kiln_batch_inputs.embd): n_embd, or
      * n_embd * (1 + deepstack layers) for qwen3vl */
     int n_embd_inp;
-} kl_hparams;
+} model_hparams;
 
 /* What a sequence of this model holds besides its length: the KV cache of
  * its attention layers (indexed by attention-layer ordinal) and a
  * recurrent-state slot of rs_floats floats (0: none). */
-typedef struct kl_seq_shape {
+typedef struct model_seq_shape {
     int n_attn_layer;  /* layers with a KV cache */
     int n_head_kv, hd; /* their KV heads and head size (the largest, with layer_*) */
     /* [n_attn_layer] each layer's KV heads and head size when they differ
      * (the family's memory); NULL: n_head_kv and hd everywhere */
     const int32_t *layer_n_head_kv, *layer_hd;
     int v_in_k;         /* 1: V is each K row itself (a latent, MLA), not stored apart */
-    int pos_cells;      /* 1: each cell keeps the M-RoPE position of the token after it (kl_kv.rnext) */
+    int pos_cells;      /* 1: each cell keeps the M-RoPE position of the token after it (model_kv.rnext) */
     size_t rs_floats;   /* recurrent state per sequence */
     size_t roll_floats; /* recorded inputs of a rollback run (state.h) */
-} kl_seq_shape;
+} model_seq_shape;
 
 /* The weights the backend may prepare (model.c's prepare): matrices and the
  * small F32 vectors that sit between them in the file. */
-typedef struct kl_weights {
+typedef struct model_weights {
     kern_mat **mats;
     int n_mats, cap_mats;
     const float ***vecs;
@@ -80,18 +80,18 @@ typedef struct kl_weights {
     /* A split model (kiln_model.gpu_l0): 0 lists every weight; 1 only the
      * host part's (the embeddings, the head, layers below l0), 2 only the
      * GPU's (layers l0 and up).  The family says which layer it lists with
-     * kl_weights_layer (layer1: that layer + 1; 0: none, the head's). */
+     * model_weights_layer (layer1: that layer + 1; 0: none, the head's). */
     int part, l0, layer1;
-} kl_weights;
-void kl_weights_mat(kl_weights *w, kern_mat *m);
-void kl_weights_vec(kl_weights *w, const float **v, int64_t len);
+} model_weights;
+void model_weights_mat(model_weights *w, kern_mat *m);
+void model_weights_vec(model_weights *w, const float **v, int64_t len);
 /* What the family lists next belongs to layer l (-1: to no layer). */
-void kl_weights_layer(kl_weights *w, int l);
+void model_weights_layer(model_weights *w, int l);
 
 struct kiln_model {
     gguf_file *gf;
-    const kl_arch *arch;
-    kl_hparams hp;
+    const model_arch *arch;
+    model_hparams hp;
     kern_mat tok_embd; /* [n_vocab rows of n_embd] */
     const float *out_norm;
     kern_mat output; /* = tok_embd when tied */
@@ -117,13 +117,13 @@ struct kiln_model {
     size_t lo_bytes;
     struct vision_model *vision; /* the projector (kiln_model_params.mmproj), or NULL */
     int image_bidi;              /* 1: the projector makes an image's tokens attend to each other both
-                                    ways (kl_batch_begin's see) */
+                                    ways (model_batch_begin's see) */
 };
 
 /* ---- the family table ---- */
-struct kl_family {
+struct model_family {
     const char *name;
-    const kl_arch *archs;
+    const model_arch *archs;
     int n_archs;
     int encoder; /* 1: bidirectional encoder (kiln_embedder only) */
     /* 1: forward reads the rows of image tokens (negative ids) from
@@ -140,9 +140,9 @@ struct kl_family {
     kiln_status (*bind)(kiln_model *m);
     void (*free)(kiln_model *m);
     /* Appends the matrices and vectors repacking may cover (NULL: none). */
-    void (*weights)(kiln_model *m, kl_weights *w);
+    void (*weights)(kiln_model *m, model_weights *w);
     /* Decoders: a sequence's state, activations for a context, forward. */
-    void (*seq_shape)(const kiln_model *m, kl_seq_shape *s);
+    void (*seq_shape)(const kiln_model *m, model_seq_shape *s);
     /* Attention layers below layer l (NULL: l, every layer attends). */
     int (*attn_below)(const kiln_model *m, int l);
     /* Allocates c->ws (activations for c->p.n_batch tokens) and
@@ -150,14 +150,14 @@ struct kl_family {
      * a family calling the kernels itself); -1 when out of memory. */
     int (*ctx_init)(kiln_context *c);
     void (*ctx_free)(kiln_context *c);
-    /* Runs a batch checked by kl_batch_begin (decoder.h). */
+    /* Runs a batch checked by model_batch_begin (decoder.h). */
     kiln_status (*forward)(kiln_context *c, const kiln_batch *b, int n_out);
     /* Recurrent families: recomputes seq's live state (already set back to
      * the state before its last recorded run, state.h) over the first n
      * tokens of that run. */
     void (*replay)(kiln_context *c, int seq, int32_t n);
     /* Decoders with MTP blocks (model/mtp.h; NULL: none): how many the
-     * model can run, and kl_mtp_step over rows api.c checked. */
+     * model can run, and model_mtp_step over rows api.c checked. */
     int (*mtp_blocks)(const kiln_model *m);
     kiln_status (*mtp_step)(kiln_context *c, int n, const int32_t *seq, const int32_t *pos, const int32_t *tok,
                             const uint8_t *chain);
@@ -166,8 +166,8 @@ struct kl_family {
      * call these).  The batch is unpadded (model/encoder.h): n_seq token
      * sequences of len[s] laid end to end in tokens (and types: NULL for
      * all 0; a family without token types ignores them), sum(len) <=
-     * cap_tok.  out gets n_seq rows: n_embd floats each for KL_POOL_MEAN /
-     * KL_POOL_CLS (not normalized), n_cls_out scores each for KL_POOL_RANK
+     * cap_tok.  out gets n_seq rows: n_embd floats each for MODEL_POOL_MEAN /
+     * MODEL_POOL_CLS (not normalized), n_cls_out scores each for MODEL_POOL_RANK
      * (the family's classification head). */
     void *(*enc_new)(const kiln_model *m, int cap_tok, kpool *pool);
     void (*enc_free)(void *ws);
@@ -177,57 +177,57 @@ struct kl_family {
      * "{title}" are replaced; NULL: the text as given). */
     const char *embed_query, *embed_document;
     /* Encoders: how kiln_reranker frames a (query, document) pair. */
-    int pair; /* KL_PAIR_* */
+    int pair; /* MODEL_PAIR_* */
 };
 
-/* Pair framings (kiln.h, reranker).  KL_PAIR_SPECIALS (0): [BOS] q [EOS]
- * [SEP] d [EOS], each piece as the vocabulary adds it; KL_PAIR_BERT:
+/* Pair framings (kiln.h, reranker).  MODEL_PAIR_SPECIALS (0): [BOS] q [EOS]
+ * [SEP] d [EOS], each piece as the vocabulary adds it; MODEL_PAIR_BERT:
  * [CLS] q [SEP] d [SEP] with token type 1 from d on (WordPiece vocabularies;
- * others fall back to KL_PAIR_SPECIALS); KL_PAIR_CLS_SEP: [BOS] q [SEP] d [EOS]. */
-enum { KL_PAIR_SPECIALS = 0, KL_PAIR_BERT = 1, KL_PAIR_CLS_SEP = 2 };
+ * others fall back to MODEL_PAIR_SPECIALS); MODEL_PAIR_CLS_SEP: [BOS] q [SEP] d [EOS]. */
+enum { MODEL_PAIR_SPECIALS = 0, MODEL_PAIR_BERT = 1, MODEL_PAIR_CLS_SEP = 2 };
 
 /* Pooling modes of encode (the first three are KILN_POOLING_*). */
-enum { KL_POOL_MEAN = 1, KL_POOL_CLS = 2, KL_POOL_LAST = 3, KL_POOL_RANK = 4 };
+enum { MODEL_POOL_MEAN = 1, MODEL_POOL_CLS = 2, MODEL_POOL_LAST = 3, MODEL_POOL_RANK = 4 };
 
-extern const kl_family kl_family_dense;
-extern const kl_family kl_family_hybrid;
-extern const kl_family kl_family_gptoss;
-extern const kl_family kl_family_nemotron;
-extern const kl_family kl_family_bert;
-extern const kl_family kl_family_modernbert;
-extern const kl_family kl_family_gemma_embed;
-extern const kl_family kl_family_gemma;
-extern const kl_family kl_family_deepseek2;
+extern const model_family model_family_dense;
+extern const model_family model_family_hybrid;
+extern const model_family model_family_gptoss;
+extern const model_family model_family_nemotron;
+extern const model_family model_family_bert;
+extern const model_family model_family_modernbert;
+extern const model_family model_family_gemma_embed;
+extern const model_family model_family_gemma;
+extern const model_family model_family_deepseek2;
 
 /* ---- binding (family.c) ----
  * A binder finds tensors by name with exact shapes (ne[0] first) and a
  * type kiln computes (gguf/check.h); the first failure is kept (st, with
  * the last error set) and later calls return nothing, so a family binds
  * everything and checks once at the end. */
-typedef struct kl_binder {
+typedef struct model_binder {
     const kiln_model *m;
     kiln_status st;
-} kl_binder;
+} model_binder;
 /* The tensor, or NULL (an error unless optional).  dims 1..3; ne[i] < 0
  * accepts any extent there. */
-const gguf_tensor *kl_bind_tensor(kl_binder *B, const char *name, int dims, const int64_t *ne, int optional);
+const gguf_tensor *model_bind_tensor(model_binder *B, const char *name, int dims, const int64_t *ne, int optional);
 /* An F32 vector of n. */
-const float *kl_bind_vec(kl_binder *B, const char *name, int64_t n, int optional);
+const float *model_bind_vec(model_binder *B, const char *name, int64_t n, int optional);
 /* A matrix of nrows rows of ncols (nrows < 0: any). */
-kern_mat kl_bind_mat(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional);
+kern_mat model_bind_mat(model_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional);
 /* A 3-D [ncols, nrows, n_mat] tensor as n_mat matrices (out[n_mat]);
  * returns 1 when bound, 0 when absent (optional) or failed. */
-int kl_bind_mats3(kl_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kern_mat *out, int optional);
+int model_bind_mats3(model_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kern_mat *out, int optional);
 /* Fails the binder with KILN_ERR_FORMAT and the message (unless it failed
  * before). */
-void kl_bind_fail(kl_binder *B, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void model_bind_fail(model_binder *B, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* {arch}.suffix metadata. */
-int64_t kl_meta_int(const kiln_model *m, const char *suffix, int64_t def);
-double kl_meta_float(const kiln_model *m, const char *suffix, double def);
-const gguf_kv *kl_meta_kv(const kiln_model *m, const char *suffix);
+int64_t model_meta_int(const kiln_model *m, const char *suffix, int64_t def);
+double model_meta_float(const kiln_model *m, const char *suffix, double def);
+const gguf_kv *model_meta_kv(const kiln_model *m, const char *suffix);
 /* Reads rope.dimension_sections (up to 4 counts of angle pairs, summing
  * to at most n_rot / 2) into hp.rope.sections with hp.rope.mrope = kind
  * (KERN_MROPE or KERN_IMROPE); KILN_ERR_FORMAT on a missing or bad key. */
-kiln_status kl_rope_sections(kiln_model *m, int kind);
+kiln_status model_rope_sections(kiln_model *m, int kind);
 
 #endif

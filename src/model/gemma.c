@@ -11,7 +11,7 @@
  *   logits = output(rms(x) * output_norm), then cap * tanh(logits / cap)
  *           when final_logit_softcapping is set
  *
- * Sliding layers (gemma.h's kl_gemma_swa_layers) see the last
+ * Sliding layers (gemma.h's model_gemma_swa_layers) see the last
  * attention.sliding_window positions and rotate with rope.freq_base_swa,
  * unscaled; global layers see everything and use rope.freq_base with the
  * file's scaling.  NeoX RoPE.  The attention's own scale is 1.
@@ -52,9 +52,9 @@
 
 enum { GEMMA_4 = 1 };
 
-static const kl_arch k_archs[] = {
-    {"gemma3", &kl_family_gemma, 0, 0},       /* Gemma 3 (text) */
-    {"gemma4", &kl_family_gemma, 0, GEMMA_4}, /* Gemma 4 (text) */
+static const model_arch k_archs[] = {
+    {"gemma3", &model_family_gemma, 0, 0},       /* Gemma 3 (text) */
+    {"gemma4", &model_family_gemma, 0, GEMMA_4}, /* Gemma 4 (text) */
 };
 
 typedef struct gm_layer {
@@ -87,9 +87,9 @@ typedef struct gm_model {
 
 /* ---------------------------------------------------------------- helpers */
 
-kiln_status kl_gemma_swa_layers(const kiln_model *m, uint8_t *local, int def_period) {
+kiln_status model_gemma_swa_layers(const kiln_model *m, uint8_t *local, int def_period) {
     const int n = m->hp.n_layer;
-    const gguf_kv *kv = kl_meta_kv(m, "attention.sliding_window_pattern");
+    const gguf_kv *kv = model_meta_kv(m, "attention.sliding_window_pattern");
     if (kv && kv->type == GGUF_ARRAY) {
         if ((int64_t)kv->n != n || kv->arr_type == GGUF_STRING || kv->arr_type == GGUF_ARRAY) {
             return base_fail(KILN_ERR_FORMAT, "%s: sliding_window_pattern has %llu entries for %d layers", m->arch_name,
@@ -98,7 +98,7 @@ kiln_status kl_gemma_swa_layers(const kiln_model *m, uint8_t *local, int def_per
         for (int l = 0; l < n; l++) local[l] = gguf_arr_int(kv, (uint64_t)l) != 0;
         return 0;
     }
-    const int64_t period = kl_meta_int(m, "attention.sliding_window_pattern", def_period);
+    const int64_t period = model_meta_int(m, "attention.sliding_window_pattern", def_period);
     if (period < 0 || period > 1024) {
         return base_fail(KILN_ERR_FORMAT, "%s: bad sliding_window_pattern %lld", m->arch_name, (long long)period);
     }
@@ -106,10 +106,10 @@ kiln_status kl_gemma_swa_layers(const kiln_model *m, uint8_t *local, int def_per
     return 0;
 }
 
-kiln_status kl_gemma_rope_local(const kiln_model *m, int n_rot, kern_rope *r) {
+kiln_status model_gemma_rope_local(const kiln_model *m, int n_rot, kern_rope *r) {
     *r = m->hp.rope;
     r->n_rot = n_rot;
-    r->base = (float)kl_meta_float(m, "rope.freq_base_swa", 10000.0);
+    r->base = (float)model_meta_float(m, "rope.freq_base_swa", 10000.0);
     r->freq_scale = 1.0f;
     r->ext_factor = 0.0f;
     r->attn_factor = 1.0f;
@@ -133,7 +133,7 @@ static void gelu_init(void) {
     for (uint32_t h = 0; h < (1u << 16); h++) g_gelu[h] = gelu_entry((uint16_t)h);
 }
 
-void kl_gemma_geglu(float *g, const float *u, int n) {
+void model_gemma_geglu(float *g, const float *u, int n) {
     pthread_once(&g_gelu_once, gelu_init);
     for (int i = 0; i < n; i++) {
         const float x = g[i];
@@ -156,34 +156,34 @@ static void gm_free(kiln_model *m) {
 
 /* {arch}.suffix for layer l: an array's entry or the scalar (def absent). */
 static int64_t layer_int(const kiln_model *m, const char *suffix, int l, int64_t def) {
-    const gguf_kv *kv = kl_meta_kv(m, suffix);
+    const gguf_kv *kv = model_meta_kv(m, suffix);
     if (kv && kv->type == GGUF_ARRAY) return (int64_t)kv->n == m->hp.n_layer ? gguf_arr_int(kv, (uint64_t)l) : -1;
-    return kl_meta_int(m, suffix, def);
+    return model_meta_int(m, suffix, def);
 }
 
 /* Layer shapes, kinds and cache ordinals. */
 static kiln_status gm_shapes(kiln_model *m, gm_model *d) {
-    kl_hparams *hp = &m->hp;
+    model_hparams *hp = &m->hp;
     const int L = hp->n_layer;
     uint8_t *local = calloc((size_t)L, 1);
     if (!local) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
-    const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", 0);
+    const int64_t n_swa = model_meta_int(m, "attention.sliding_window", 0);
     if (n_swa < 0 || n_swa > (1 << 24)) {
         free(local);
         return base_fail(KILN_ERR_FORMAT, "%s: bad attention.sliding_window %lld", m->arch_name, (long long)n_swa);
     }
     /* gemma3 slides only with a window; gemma4 always has the pattern */
-    kiln_status st = d->gemma4 || n_swa > 0 ? kl_gemma_swa_layers(m, local, 6) : KILN_OK;
+    kiln_status st = d->gemma4 || n_swa > 0 ? model_gemma_swa_layers(m, local, 6) : KILN_OK;
     if (st) {
         free(local);
         return st;
     }
     d->window = (int)n_swa;
     const int hd_full = hp->hd_k;
-    const int hd_swa = d->gemma4 ? (int)kl_meta_int(m, "attention.key_length_swa", hd_full) : hd_full;
-    const int hdv_swa = d->gemma4 ? (int)kl_meta_int(m, "attention.value_length_swa", hd_swa) : hd_swa;
-    const int rot_swa = d->gemma4 ? (int)kl_meta_int(m, "rope.dimension_count_swa", hp->rope.n_rot) : hp->rope.n_rot;
-    const int64_t shared = d->gemma4 ? kl_meta_int(m, "attention.shared_kv_layers", 0) : 0;
+    const int hd_swa = d->gemma4 ? (int)model_meta_int(m, "attention.key_length_swa", hd_full) : hd_full;
+    const int hdv_swa = d->gemma4 ? (int)model_meta_int(m, "attention.value_length_swa", hd_swa) : hd_swa;
+    const int rot_swa = d->gemma4 ? (int)model_meta_int(m, "rope.dimension_count_swa", hp->rope.n_rot) : hp->rope.n_rot;
+    const int64_t shared = d->gemma4 ? model_meta_int(m, "attention.shared_kv_layers", 0) : 0;
     kiln_status rc = KILN_OK;
     if (hd_swa <= 0 || hd_swa > 1024 || hdv_swa != hd_swa || rot_swa <= 0 || rot_swa > hd_swa || rot_swa % 2) {
         rc = base_fail(KILN_ERR_FORMAT, "%s: bad sliding head size %d / %d, rotary %d", m->arch_name, hd_swa, hdv_swa,
@@ -224,7 +224,7 @@ static kiln_status gm_shapes(kiln_model *m, gm_model *d) {
     if (rc) return rc;
     hp->n_ff = d->ff_max; /* what kiln show reports: the widest */
     hp->n_head_kv = d->hkv_max;
-    st = kl_gemma_rope_local(m, rot_swa, &d->rope_local);
+    st = model_gemma_rope_local(m, rot_swa, &d->rope_local);
     if (st) return st;
     d->kv_hkv = malloc((size_t)d->n_kv * sizeof *d->kv_hkv);
     d->kv_hd = malloc((size_t)d->n_kv * sizeof *d->kv_hd);
@@ -237,7 +237,7 @@ static kiln_status gm_shapes(kiln_model *m, gm_model *d) {
 }
 
 static kiln_status gm_bind(kiln_model *m) {
-    kl_hparams *hp = &m->hp;
+    model_hparams *hp = &m->hp;
     gm_model *d = calloc(1, sizeof *d);
     if (d) d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
     m->fam = d;
@@ -246,29 +246,29 @@ static kiln_status gm_bind(kiln_model *m) {
     hp->rope.neox = 1;
     kiln_status st = gm_shapes(m, d);
     if (st) return st;
-    d->softcap = (float)kl_meta_float(m, "final_logit_softcapping", 0.0);
+    d->softcap = (float)model_meta_float(m, "final_logit_softcapping", 0.0);
     if (!isfinite(d->softcap) || d->softcap < 0.0f) { return base_fail(KILN_ERR_FORMAT, "bad final_logit_softcapping"); }
     if (d->gemma4)
         d->q_scale = 1.0f;
     else
         d->q_scale = hp->n_layer == 62 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head)) : 1.0f / sqrtf((float)hp->hd_k);
 
-    kl_binder B = {m, KILN_OK};
+    model_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd, L = hp->n_layer;
-    m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
+    m->tok_embd = model_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
-    m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
-    m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
+    m->out_norm = model_bind_vec(&B, "output_norm.weight", E, 0);
+    m->output = model_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     if (d->gemma4) {
-        hp->rope.freq_factors = kl_bind_vec(&B, "rope_freqs.weight", hp->rope.n_rot / 2, 1);
-        const int64_t dp = kl_meta_int(m, "embedding_length_per_layer_input", 0);
-        if (dp < 0 || dp > 65536) kl_bind_fail(&B, "bad embedding_length_per_layer_input %lld", (long long)dp);
+        hp->rope.freq_factors = model_bind_vec(&B, "rope_freqs.weight", hp->rope.n_rot / 2, 1);
+        const int64_t dp = model_meta_int(m, "embedding_length_per_layer_input", 0);
+        if (dp < 0 || dp > 65536) model_bind_fail(&B, "bad embedding_length_per_layer_input %lld", (long long)dp);
         d->dp = (int)dp;
         if (d->dp > 0) {
-            d->pl_tok = kl_bind_mat(&B, "per_layer_token_embd.weight", dp * L, hp->n_vocab, 0);
-            d->pl_model_proj = kl_bind_mat(&B, "per_layer_model_proj.weight", E, dp * L, 0);
-            d->pl_proj_norm = kl_bind_vec(&B, "per_layer_proj_norm.weight", dp, 0);
+            d->pl_tok = model_bind_mat(&B, "per_layer_token_embd.weight", dp * L, hp->n_vocab, 0);
+            d->pl_model_proj = model_bind_mat(&B, "per_layer_model_proj.weight", E, dp * L, 0);
+            d->pl_proj_norm = model_bind_vec(&B, "per_layer_proj_norm.weight", dp, 0);
         }
     }
     for (int i = 0; i < hp->n_layer && !B.st; i++) {
@@ -276,33 +276,33 @@ static kiln_status gm_bind(kiln_model *m) {
         char moe[64];
         snprintf(moe, sizeof moe, "blk.%d.ffn_gate_inp.weight", i);
         if (gguf_find_tensor(m->gf, moe)) {
-            kl_bind_fail(&B, "%s: layer %d: mixture-of-experts layers are not supported", m->arch_name, i);
+            model_bind_fail(&B, "%s: layer %d: mixture-of-experts layers are not supported", m->arch_name, i);
             break;
         }
         const int64_t hd = l->hd, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)l->n_head_kv * hd;
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
-        l->attn_norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
-        l->wq = kl_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
-        l->q_norm = kl_bind_vec(&B, NAME("attn_q_norm.weight"), hd, 0);
+        l->attn_norm = model_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
+        l->wq = model_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
+        l->q_norm = model_bind_vec(&B, NAME("attn_q_norm.weight"), hd, 0);
         if (l->has_kv) {
-            l->wk = kl_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
-            l->wv = kl_bind_mat(&B, NAME("attn_v.weight"), E, nkv, d->gemma4);
-            l->k_norm = kl_bind_vec(&B, NAME("attn_k_norm.weight"), hd, 0);
+            l->wk = model_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
+            l->wv = model_bind_mat(&B, NAME("attn_v.weight"), E, nkv, d->gemma4);
+            l->k_norm = model_bind_vec(&B, NAME("attn_k_norm.weight"), hd, 0);
         }
-        l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
-        l->post_attn_norm = kl_bind_vec(&B, NAME("post_attention_norm.weight"), E, 0);
-        l->ffn_norm = kl_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
-        l->w_gate = kl_bind_mat(&B, NAME("ffn_gate.weight"), E, l->n_ff, 0);
-        l->w_up = kl_bind_mat(&B, NAME("ffn_up.weight"), E, l->n_ff, 0);
-        l->w_down = kl_bind_mat(&B, NAME("ffn_down.weight"), l->n_ff, E, 0);
-        l->post_ffn_norm = kl_bind_vec(&B, NAME("post_ffw_norm.weight"), E, 0);
+        l->wo = model_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
+        l->post_attn_norm = model_bind_vec(&B, NAME("post_attention_norm.weight"), E, 0);
+        l->ffn_norm = model_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
+        l->w_gate = model_bind_mat(&B, NAME("ffn_gate.weight"), E, l->n_ff, 0);
+        l->w_up = model_bind_mat(&B, NAME("ffn_up.weight"), E, l->n_ff, 0);
+        l->w_down = model_bind_mat(&B, NAME("ffn_down.weight"), l->n_ff, E, 0);
+        l->post_ffn_norm = model_bind_vec(&B, NAME("post_ffw_norm.weight"), E, 0);
         if (d->gemma4) {
-            l->out_scale = kl_bind_vec(&B, NAME("layer_output_scale.weight"), 1, 1);
+            l->out_scale = model_bind_vec(&B, NAME("layer_output_scale.weight"), 1, 1);
             if (d->dp > 0) {
-                l->pl_gate = kl_bind_mat(&B, NAME("inp_gate.weight"), E, d->dp, 0);
-                l->pl_proj = kl_bind_mat(&B, NAME("proj.weight"), d->dp, E, 0);
-                l->pl_post_norm = kl_bind_vec(&B, NAME("post_norm.weight"), E, 0);
+                l->pl_gate = model_bind_mat(&B, NAME("inp_gate.weight"), E, d->dp, 0);
+                l->pl_proj = model_bind_mat(&B, NAME("proj.weight"), d->dp, E, 0);
+                l->pl_post_norm = model_bind_vec(&B, NAME("post_norm.weight"), E, 0);
             }
         }
 #undef NAME
@@ -310,27 +310,27 @@ static kiln_status gm_bind(kiln_model *m) {
     return B.st;
 }
 
-static void gm_weights(kiln_model *m, kl_weights *w) {
-    const kl_hparams *hp = &m->hp;
+static void gm_weights(kiln_model *m, model_weights *w) {
+    const model_hparams *hp = &m->hp;
     gm_model *d = m->fam;
     const int64_t E = hp->n_embd;
-    kl_weights_mat(w, &m->output);
-    kl_weights_vec(w, &m->out_norm, E);
-    kl_weights_vec(w, &m->hp.rope.freq_factors, hp->rope.n_rot / 2);
-    kl_weights_mat(w, &d->pl_model_proj);
-    kl_weights_vec(w, &d->pl_proj_norm, d->dp);
+    model_weights_mat(w, &m->output);
+    model_weights_vec(w, &m->out_norm, E);
+    model_weights_vec(w, &m->hp.rope.freq_factors, hp->rope.n_rot / 2);
+    model_weights_mat(w, &d->pl_model_proj);
+    model_weights_vec(w, &d->pl_proj_norm, d->dp);
     for (int i = 0; i < hp->n_layer; i++) {
         gm_layer *l = &d->layers[i];
         kern_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down, &l->pl_gate, &l->pl_proj};
-        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) model_weights_mat(w, ms[k]);
         const float **v[] = {&l->attn_norm, &l->q_norm,        &l->k_norm,       &l->post_attn_norm,
                              &l->ffn_norm,  &l->post_ffn_norm, &l->pl_post_norm, &l->out_scale};
         const int64_t vl[] = {E, l->hd, l->hd, E, E, E, E, 1};
-        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) kl_weights_vec(w, v[k], vl[k]);
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) model_weights_vec(w, v[k], vl[k]);
     }
 }
 
-static void gm_seq_shape(const kiln_model *m, kl_seq_shape *s) {
+static void gm_seq_shape(const kiln_model *m, model_seq_shape *s) {
     const gm_model *d = m->fam;
     memset(s, 0, sizeof *s);
     s->n_attn_layer = d->n_kv;
@@ -358,7 +358,7 @@ static void gm_ctx_free(kiln_context *c) {
 }
 
 static int gm_ctx_init(kiln_context *c) {
-    const kl_hparams *hp = &c->m->hp;
+    const model_hparams *hp = &c->m->hp;
     const gm_model *d = c->m->fam;
     gm_ws *w = calloc(1, sizeof *w);
     c->ws = w;
@@ -412,7 +412,7 @@ static void gm_range(const gm_job *j, int i0, int i1) {
     kiln_context *c = j->c;
     gm_ws *w = c->ws;
     const kiln_model *m = c->m;
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const gm_model *d = m->fam;
     const kern_ops *ops = j->ops;
     const gm_layer *L = j->L;
@@ -452,7 +452,7 @@ static void gm_range(const gm_job *j, int i0, int i1) {
             ops->rope_neox(cs, ki, L->n_head_kv, hd, n_rot);
             if (d->gemma4)
                 for (int h = 0; h < L->n_head_kv; h++) ops->rmsnorm(vi + h * hd, vi + h * hd, NULL, hd, hp->eps);
-            kl_attn_store(c, L->ord, i, ki, vi);
+            model_attn_store(c, L->ord, i, ki, vi);
             break;
         }
         case STEP_POST_ATTN:
@@ -460,14 +460,14 @@ static void gm_range(const gm_job *j, int i0, int i1) {
             ops->add(x, xn, E);
             ops->rmsnorm(xn, x, L->ffn_norm, E, hp->eps);
             break;
-        case STEP_GEGLU: kl_gemma_geglu(w->gate + (size_t)i * L->n_ff, w->up + (size_t)i * L->n_ff, L->n_ff); break;
+        case STEP_GEGLU: model_gemma_geglu(w->gate + (size_t)i * L->n_ff, w->up + (size_t)i * L->n_ff, L->n_ff); break;
         case STEP_POST_FFN:
             ops->rmsnorm(xn, xn, L->post_ffn_norm, E, hp->eps);
             ops->add(x, xn, E);
             break;
         case STEP_PL_GATE: {
             float *pg = w->pg + (size_t)i * Dp;
-            kl_gemma_geglu(pg, NULL, Dp);
+            model_gemma_geglu(pg, NULL, Dp);
             const float *sl = w->pl + (size_t)i * P + (size_t)j->layer * Dp;
             for (int e = 0; e < Dp; e++) pg[e] *= sl[e];
             break;
@@ -498,14 +498,14 @@ static void gm_step(gm_job *j, enum gm_step step) {
 
 static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const kiln_model *m = c->m;
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const gm_model *d = m->fam;
     gm_ws *w = c->ws;
     const int n = b->n, E = hp->n_embd;
     const kern_ops *ops = kern_ops_best();
 
-    if (d->dp > 0 && c->b_embd) return kl_fail(c, KILN_ERR_UNSUPPORTED, "%s takes no image embeddings", m->arch_name);
-    kl_attn_prepare(c, n);
+    if (d->dp > 0 && c->b_embd) return model_fail(c, KILN_ERR_UNSUPPORTED, "%s takes no image embeddings", m->arch_name);
+    model_attn_prepare(c, n);
     for (int i = 0; i < n; i++) kern_rope_table(&d->rope_local, c->b_pos[i], w->cs + (size_t)i * d->rope_local.n_rot);
     const float es = sqrtf((float)E);
     for (int i = 0; i < n; i++) {
@@ -532,8 +532,8 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         kern_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
         kern_matmul_multi(c->pool, qkv, !L->has_kv ? 1 : L->wv.data ? 3 : 2, w->xn, n, c->mm_scratch);
         gm_step(&j, STEP_QKV);
-        const kl_attn_opts ao = {.window = L->local ? d->window : 0, .scale = 1.0f};
-        kl_attn_run_opts(c, L->ord, w->q, w->att, n, &ao);
+        const model_attn_opts ao = {.window = L->local ? d->window : 0, .scale = 1.0f};
+        model_attn_run_opts(c, L->ord, w->q, w->att, n, &ao);
         kern_matmul(c->pool, &L->wo, w->att, n, w->xn, E, c->mm_scratch);
         gm_step(&j, STEP_POST_ATTN);
         /* rows of the layer's own width: they are w_down's input */
@@ -552,8 +552,8 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
         }
     }
 
-    kl_batch_commit(c, n);
-    kl_batch_output(c, w->x, n, n_out);
+    model_batch_commit(c, n);
+    model_batch_output(c, w->x, n, n_out);
     if (d->softcap > 0.0f && !c->p.embeddings) {
         const float inv = 1.0f / d->softcap;
         float *lg = c->logits;
@@ -562,7 +562,7 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     return KILN_OK;
 }
 
-const kl_family kl_family_gemma = {
+const model_family model_family_gemma = {
     .name = "gemma",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],

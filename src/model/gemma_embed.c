@@ -55,20 +55,20 @@ static kiln_status ge_pattern(kiln_model *m, ge_model *d) {
     const int n = m->hp.n_layer;
     uint8_t *local = calloc((size_t)n, 1);
     if (!local) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
-    const kiln_status rc = kl_gemma_swa_layers(m, local, 6);
+    const kiln_status rc = model_gemma_swa_layers(m, local, 6);
     for (int l = 0; l < n && !rc; l++) d->layers[l].local = local[l];
     free(local);
     return rc;
 }
 
 static kiln_status ge_bind(kiln_model *m) {
-    kl_hparams *hp = &m->hp;
+    model_hparams *hp = &m->hp;
     if (hp->n_ff <= 0) { return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     ge_model *d = calloc(1, sizeof *d);
     if (d) d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
     m->fam = d;
     if (!d || !d->layers) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
-    const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", -1);
+    const int64_t n_swa = model_meta_int(m, "attention.sliding_window", -1);
     if (n_swa <= 0 || n_swa > (1 << 24)) {
         return base_fail(KILN_ERR_FORMAT, "gemma-embedding: missing or bad attention.sliding_window (%lld)",
                        (long long)n_swa);
@@ -77,46 +77,46 @@ static kiln_status ge_bind(kiln_model *m) {
     kiln_status st = ge_pattern(m, d);
     if (st) return st;
     hp->rope.neox = 1;
-    st = kl_gemma_rope_local(m, hp->rope.n_rot, &d->rope_local);
+    st = model_gemma_rope_local(m, hp->rope.n_rot, &d->rope_local);
     if (st) return st;
 
-    kl_binder B = {m, KILN_OK};
+    model_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd, F = hp->n_ff, hd = hp->hd_k;
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
-    m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
+    m->tok_embd = model_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
-    m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
+    m->out_norm = model_bind_vec(&B, "output_norm.weight", E, 0);
     for (int i = 0; i < hp->n_layer && !B.st; i++) {
         ge_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
-        l->attn_norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
-        l->wq = kl_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
-        l->wk = kl_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
-        l->wv = kl_bind_mat(&B, NAME("attn_v.weight"), E, nkv, 0);
-        l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
-        l->q_norm = kl_bind_vec(&B, NAME("attn_q_norm.weight"), hd, 0);
-        l->k_norm = kl_bind_vec(&B, NAME("attn_k_norm.weight"), hd, 0);
-        l->post_attn_norm = kl_bind_vec(&B, NAME("post_attention_norm.weight"), E, 0);
-        l->ffn_norm = kl_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
-        l->w_gate = kl_bind_mat(&B, NAME("ffn_gate.weight"), E, F, 0);
-        l->w_up = kl_bind_mat(&B, NAME("ffn_up.weight"), E, F, 0);
-        l->w_down = kl_bind_mat(&B, NAME("ffn_down.weight"), F, E, 0);
-        l->post_ffn_norm = kl_bind_vec(&B, NAME("post_ffw_norm.weight"), E, 0);
+        l->attn_norm = model_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
+        l->wq = model_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
+        l->wk = model_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
+        l->wv = model_bind_mat(&B, NAME("attn_v.weight"), E, nkv, 0);
+        l->wo = model_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
+        l->q_norm = model_bind_vec(&B, NAME("attn_q_norm.weight"), hd, 0);
+        l->k_norm = model_bind_vec(&B, NAME("attn_k_norm.weight"), hd, 0);
+        l->post_attn_norm = model_bind_vec(&B, NAME("post_attention_norm.weight"), E, 0);
+        l->ffn_norm = model_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
+        l->w_gate = model_bind_mat(&B, NAME("ffn_gate.weight"), E, F, 0);
+        l->w_up = model_bind_mat(&B, NAME("ffn_up.weight"), E, F, 0);
+        l->w_down = model_bind_mat(&B, NAME("ffn_down.weight"), F, E, 0);
+        l->post_ffn_norm = model_bind_vec(&B, NAME("post_ffw_norm.weight"), E, 0);
 #undef NAME
     }
-    d->dense2 = kl_bind_mat(&B, "dense_2.weight", E, -1, 1);
+    d->dense2 = model_bind_mat(&B, "dense_2.weight", E, -1, 1);
     if (d->dense2.data) {
         d->d2 = (int)d->dense2.nrows;
-        d->dense3 = kl_bind_mat(&B, "dense_3.weight", d->d2, E, 0);
+        d->dense3 = model_bind_mat(&B, "dense_3.weight", d->d2, E, 0);
     } else if (gguf_find_tensor(m->gf, "dense_3.weight")) {
-        kl_bind_fail(&B, "dense_3.weight without dense_2.weight");
+        model_bind_fail(&B, "dense_3.weight without dense_2.weight");
     }
     if (!B.st && d->dense2.data) {
-        const int64_t fi = kl_meta_int(m, "dense_2_feat_in", E), fo = kl_meta_int(m, "dense_2_feat_out", d->d2);
-        const int64_t gi = kl_meta_int(m, "dense_3_feat_in", d->d2), go = kl_meta_int(m, "dense_3_feat_out", E);
+        const int64_t fi = model_meta_int(m, "dense_2_feat_in", E), fo = model_meta_int(m, "dense_2_feat_out", d->d2);
+        const int64_t gi = model_meta_int(m, "dense_3_feat_in", d->d2), go = model_meta_int(m, "dense_3_feat_out", E);
         if (fi != E || fo != d->d2 || gi != d->d2 || go != E)
-            kl_bind_fail(&B,
+            model_bind_fail(&B,
                          "dense_2/dense_3 features (%lld -> %lld, %lld -> %lld) disagree with the tensors "
                          "(%lld -> %d -> %lld)",
                          (long long)fi, (long long)fo, (long long)gi, (long long)go, (long long)E, d->d2, (long long)E);
@@ -124,19 +124,19 @@ static kiln_status ge_bind(kiln_model *m) {
     return B.st;
 }
 
-static void ge_weights(kiln_model *m, kl_weights *w) {
+static void ge_weights(kiln_model *m, model_weights *w) {
     ge_model *d = m->fam;
     const int64_t E = m->hp.n_embd, hd = m->hp.hd_k;
     for (int i = 0; i < m->hp.n_layer; i++) {
         ge_layer *l = &d->layers[i];
         kern_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) model_weights_mat(w, ms[k]);
         const float **v[] = {&l->attn_norm,      &l->q_norm,   &l->k_norm,
                              &l->post_attn_norm, &l->ffn_norm, &l->post_ffn_norm};
         const int64_t vl[] = {E, hd, hd, E, E, E};
-        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) kl_weights_vec(w, v[k], vl[k]);
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) model_weights_vec(w, v[k], vl[k]);
     }
-    kl_weights_vec(w, &m->out_norm, E);
+    model_weights_vec(w, &m->out_norm, E);
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -166,7 +166,7 @@ static void ge_ws_free(void *ws) {
 
 static void *ge_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
     const ge_model *d = m->fam;
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const size_t N = (size_t)cap_tok, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff, R = (size_t)hp->rope.n_rot;
     const size_t nq = (size_t)hp->n_head * hp->hd_k, nkv = (size_t)hp->n_head_kv * hp->hd_k;
     size_t widest = E > F ? E : F;
@@ -179,7 +179,7 @@ static void *ge_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
     int ok = (w->x = malloc(N * E * 4)) && (w->h = malloc(N * E * 4)) && (w->q = malloc(N * nq * 4)) &&
              (w->att = malloc(N * nq * 4)) && (w->k = malloc(N * nkv * 4)) && (w->v = malloc(N * nkv * 4)) &&
              (w->gate = malloc(N * F * 4)) && (w->up = malloc(N * F * 4)) && (w->cs_global = malloc(N * R * 4)) &&
-             (w->cs_local = malloc(N * R * 4)) && (w->scratch = malloc(kl_enc_attn_scratch(pool, cap_tok) * 4)) &&
+             (w->cs_local = malloc(N * R * 4)) && (w->scratch = malloc(model_enc_attn_scratch(pool, cap_tok) * 4)) &&
              (w->off = malloc((N + 1) * sizeof *w->off)) && (w->seq = malloc(N * sizeof *w->seq)) &&
              (w->pooled = malloc(N * E * 4)) && (w->proj = malloc(N * (size_t)(d->d2 ? d->d2 : 1) * 4)) &&
              (w->mm_scratch = malloc(kern_matmul_scratch_size((int64_t)widest, cap_tok)));
@@ -198,7 +198,7 @@ typedef struct ge_job {
     ge_ws *w;
     const kiln_model *m;
     const ge_layer *L;
-    const kl_enc_batch *b;
+    const model_enc_batch *b;
     const float *norm; /* rms_task: dst = rms(src) * norm */
     const float *src;
     float *dst;
@@ -226,7 +226,7 @@ static void rms_task(void *ud, int ith, int nth) {
 /* q, k: per-head RMS norm, then RoPE at the row's position. */
 static void qk_task(void *ud, int ith, int nth) {
     ge_job *j = ud;
-    const kl_hparams *hp = &j->m->hp;
+    const model_hparams *hp = &j->m->hp;
     const ge_model *d = j->m->fam;
     const int hd = hp->hd_k, R = hp->rope.n_rot;
     const kern_rope *rp = j->L->local ? &d->rope_local : &hp->rope;
@@ -263,12 +263,12 @@ static void geglu_task(void *ud, int ith, int nth) {
 static void ge_encode(void *ws, const kiln_model *m, const int32_t *tokens, const uint8_t *types, const int32_t *len,
                       int n_seq, int pooling, float *out) {
     ge_ws *w = ws;
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const ge_model *d = m->fam;
     const int E = hp->n_embd, F = hp->n_ff, hd = hp->hd_k;
     const int nq = hp->n_head * hd, nkv = hp->n_head_kv * hd;
-    kl_enc_batch bt;
-    kl_enc_batch_init(&bt, len, n_seq, w->off, w->seq);
+    model_enc_batch bt;
+    model_enc_batch_init(&bt, len, n_seq, w->off, w->seq);
     const int N = bt.n_rows;
     ge_job j = {w, m, NULL, &bt, NULL, NULL, NULL, 0};
 
@@ -278,7 +278,7 @@ static void ge_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         kern_get_row(&m->tok_embd, tokens[r], x);
         for (int i = 0; i < E; i++) x[i] *= scale;
     }
-    kl_enc_attn at = {&bt, w->q, w->k, w->v, nq, nkv, w->att, nq, hp->n_head, hp->n_head_kv, hd, -1, 1.0f, w->scratch};
+    model_enc_attn at = {&bt, w->q, w->k, w->v, nq, nkv, w->att, nq, hp->n_head, hp->n_head_kv, hd, -1, 1.0f, w->scratch};
     for (int l = 0; l < hp->n_layer; l++) {
         const ge_layer *L = &d->layers[l];
         j.L = L;
@@ -288,7 +288,7 @@ static void ge_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         kern_matmul_multi(w->pool, qkv, 3, w->h, N, w->mm_scratch);
         kpool_run(w->pool, qk_task, &j);
         at.window = L->local ? d->window : -1;
-        kl_enc_attention(w->pool, &at);
+        model_enc_attention(w->pool, &at);
         kern_matmul(w->pool, &L->wo, w->att, N, w->h, E, w->mm_scratch);
         j.norm = L->post_attn_norm, j.src = w->h, j.dst = w->x, j.add = 1;
         kpool_run(w->pool, rms_task, &j);
@@ -305,19 +305,19 @@ static void ge_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
     j.norm = m->out_norm, j.src = w->x, j.dst = w->h, j.add = 0;
     kpool_run(w->pool, rms_task, &j);
     if (!d->dense2.data) {
-        kl_enc_pool(&bt, w->h, E, pooling, out);
+        model_enc_pool(&bt, w->h, E, pooling, out);
         return;
     }
-    kl_enc_pool(&bt, w->h, E, pooling, w->pooled);
+    model_enc_pool(&bt, w->h, E, pooling, w->pooled);
     kern_matmul(w->pool, &d->dense2, w->pooled, n_seq, w->proj, d->d2, w->mm_scratch);
     kern_matmul(w->pool, &d->dense3, w->proj, n_seq, out, E, w->mm_scratch);
 }
 
-static const kl_arch k_archs[] = {
-    {"gemma-embedding", &kl_family_gemma_embed, 1, 0}, /* EmbeddingGemma */
+static const model_arch k_archs[] = {
+    {"gemma-embedding", &model_family_gemma_embed, 1, 0}, /* EmbeddingGemma */
 };
 
-const kl_family kl_family_gemma_embed = {
+const model_family model_family_gemma_embed = {
     .name = "gemma-embedding",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],

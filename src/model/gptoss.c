@@ -8,7 +8,7 @@
  * with NeoX RoPE over the whole head (YaRN from the file's rope scaling, the
  * same on every layer) and attention scale 1/sqrt(hd).  Each head's softmax
  * has one more logit, the layer's learned sink (attn_sinks [n_head]), that
- * adds no value (kl_attn_opts).  Layers il with il % period < period - 1
+ * adds no value (model_attn_opts).  Layers il with il % period < period - 1
  * (attention.sliding_window_pattern, default 2: the even layers) see only
  * the last attention.sliding_window positions.  The FFN is
  * model/moe.h's with gpt-oss's variants: router and expert biases, the
@@ -31,8 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const kl_arch k_archs[] = {
-    {"gpt-oss", &kl_family_gptoss, 0, 0}, /* gpt-oss-20b, gpt-oss-120b */
+static const model_arch k_archs[] = {
+    {"gpt-oss", &model_family_gptoss, 0, 0}, /* gpt-oss-20b, gpt-oss-120b */
 };
 
 typedef struct gptoss_layer {
@@ -41,7 +41,7 @@ typedef struct gptoss_layer {
     const float *bq, *bk, *bv; /* [n_head*hd], [n_head_kv*hd] x2 */
     const float *bo;           /* [n_embd] */
     const float *ffn_norm;     /* [n_embd]: post_attention_norm, in front of the MoE */
-    kl_moe_layer ex;
+    model_moe_layer ex;
 } gptoss_layer;
 
 typedef struct gptoss_model {
@@ -49,14 +49,14 @@ typedef struct gptoss_model {
     const float **sinks; /* [n_layer] of [n_head] */
     uint8_t *swa;        /* [n_layer] 1: a sliding-window layer */
     int n_swa;           /* the window in positions, 0: none */
-    kl_moe_hp moe;
+    model_moe_hp moe;
     kern_mat *experts; /* [n_layer][3][n_expert] views of the expert tensors */
 } gptoss_model;
 
 /* ---------------------------------------------------------------- binding */
 
 static kiln_status gptoss_bind(kiln_model *m) {
-    kl_hparams *hp = &m->hp;
+    model_hparams *hp = &m->hp;
     gptoss_model *d = calloc(1, sizeof *d);
     m->fam = d;
     if (!d) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
@@ -66,14 +66,14 @@ static kiln_status gptoss_bind(kiln_model *m) {
                        hp->hd_k);
     }
     hp->rope.neox = 1;
-    kiln_status st = kl_moe_read_hparams(m, &d->moe);
+    kiln_status st = model_moe_read_hparams(m, &d->moe);
     if (st) return st;
     if (!d->moe.n_expert) { return base_fail(KILN_ERR_FORMAT, "%s without expert_count", m->arch_name); }
     d->moe.F_sh = 0; /* no shared expert */
-    d->moe.gating = KL_MOE_TOPK_SOFTMAX;
-    d->moe.act = KL_MOE_SWIGLU_OAI;
-    const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", 0);
-    const int64_t period = kl_meta_int(m, "attention.sliding_window_pattern", 2);
+    d->moe.gating = MODEL_MOE_TOPK_SOFTMAX;
+    d->moe.act = MODEL_MOE_SWIGLU_OAI;
+    const int64_t n_swa = model_meta_int(m, "attention.sliding_window", 0);
+    const int64_t period = model_meta_int(m, "attention.sliding_window_pattern", 2);
     if (n_swa < 0 || n_swa > (1 << 30) || period < 0 || period > 1024) {
         return base_fail(KILN_ERR_FORMAT, "bad attention.sliding_window %lld / sliding_window_pattern %lld",
                        (long long)n_swa, (long long)period);
@@ -85,36 +85,36 @@ static kiln_status gptoss_bind(kiln_model *m) {
     d->experts = calloc((size_t)hp->n_layer * 3 * (size_t)d->moe.n_expert, sizeof *d->experts);
     if (!d->layers || !d->sinks || !d->swa || !d->experts) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     for (int i = 0; i < hp->n_layer; i++) d->swa[i] = n_swa > 0 && (period == 0 || i % period < period - 1);
-    kl_binder B = {m, KILN_OK};
+    model_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd;
-    m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
+    m->tok_embd = model_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
-    m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
-    m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 0);
+    m->out_norm = model_bind_vec(&B, "output_norm.weight", E, 0);
+    m->output = model_bind_mat(&B, "output.weight", E, hp->n_vocab, 0);
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
     for (int i = 0; i < hp->n_layer && !B.st; i++) {
         gptoss_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
-        l->attn_norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
-        l->wq = kl_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
-        l->wk = kl_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
-        l->wv = kl_bind_mat(&B, NAME("attn_v.weight"), E, nkv, 0);
-        l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
-        l->bq = kl_bind_vec(&B, NAME("attn_q.bias"), nq, 0);
-        l->bk = kl_bind_vec(&B, NAME("attn_k.bias"), nkv, 0);
-        l->bv = kl_bind_vec(&B, NAME("attn_v.bias"), nkv, 0);
-        l->bo = kl_bind_vec(&B, NAME("attn_output.bias"), E, 0);
-        d->sinks[i] = kl_bind_vec(&B, NAME("attn_sinks.weight"), hp->n_head, 0);
-        l->ffn_norm = kl_bind_vec(&B, NAME("post_attention_norm.weight"), E, 0);
-        kl_moe_bind(&B, m, &d->moe, i, &l->ex, d->experts + (size_t)i * 3 * d->moe.n_expert);
+        l->attn_norm = model_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
+        l->wq = model_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
+        l->wk = model_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
+        l->wv = model_bind_mat(&B, NAME("attn_v.weight"), E, nkv, 0);
+        l->wo = model_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
+        l->bq = model_bind_vec(&B, NAME("attn_q.bias"), nq, 0);
+        l->bk = model_bind_vec(&B, NAME("attn_k.bias"), nkv, 0);
+        l->bv = model_bind_vec(&B, NAME("attn_v.bias"), nkv, 0);
+        l->bo = model_bind_vec(&B, NAME("attn_output.bias"), E, 0);
+        d->sinks[i] = model_bind_vec(&B, NAME("attn_sinks.weight"), hp->n_head, 0);
+        l->ffn_norm = model_bind_vec(&B, NAME("post_attention_norm.weight"), E, 0);
+        model_moe_bind(&B, m, &d->moe, i, &l->ex, d->experts + (size_t)i * 3 * d->moe.n_expert);
         if (!B.st && (!l->ex.router_b || !l->ex.b_gate || !l->ex.b_up || !l->ex.b_down))
-            kl_bind_fail(&B, "layer %d: the router and every expert product need a bias", i);
+            model_bind_fail(&B, "layer %d: the router and every expert product need a bias", i);
 #undef NAME
     }
     if (B.st) return B.st;
     /* a decode step reads one token's experts, not all of them */
-    m->active_bytes = kl_moe_active_bytes(m, &d->moe, hp->n_layer);
+    m->active_bytes = model_moe_active_bytes(m, &d->moe, hp->n_layer);
     return 0;
 }
 
@@ -128,24 +128,24 @@ static void gptoss_free(kiln_model *m) {
     free(d);
 }
 
-static void gptoss_weights(kiln_model *m, kl_weights *w) {
-    const kl_hparams *hp = &m->hp;
+static void gptoss_weights(kiln_model *m, model_weights *w) {
+    const model_hparams *hp = &m->hp;
     gptoss_model *d = m->fam;
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
-    kl_weights_mat(w, &m->output);
-    kl_weights_vec(w, &m->out_norm, hp->n_embd);
+    model_weights_mat(w, &m->output);
+    model_weights_vec(w, &m->out_norm, hp->n_embd);
     for (int i = 0; i < hp->n_layer; i++) {
         gptoss_layer *l = &d->layers[i];
         kern_mat *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo};
-        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
-        kl_moe_weights(m, &d->moe, &l->ex, w);
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) model_weights_mat(w, ms[k]);
+        model_moe_weights(m, &d->moe, &l->ex, w);
         const float **v[] = {&l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv, &l->bo, &d->sinks[i]};
         const int64_t vl[] = {hp->n_embd, hp->n_embd, nq, nkv, nkv, hp->n_embd, hp->n_head};
-        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) kl_weights_vec(w, v[k], vl[k]);
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) model_weights_vec(w, v[k], vl[k]);
     }
 }
 
-static void gptoss_seq_shape(const kiln_model *m, kl_seq_shape *s) {
+static void gptoss_seq_shape(const kiln_model *m, model_seq_shape *s) {
     memset(s, 0, sizeof *s);
     s->n_attn_layer = m->hp.n_layer;
     s->n_head_kv = m->hp.n_head_kv;
@@ -156,7 +156,7 @@ static void gptoss_seq_shape(const kiln_model *m, kl_seq_shape *s) {
 
 typedef struct gptoss_ws {
     float *x, *xn, *q, *k, *v, *att, *y;
-    kl_moe_ws ex;
+    model_moe_ws ex;
 } gptoss_ws;
 
 static void gptoss_ctx_free(kiln_context *c) {
@@ -165,14 +165,14 @@ static void gptoss_ctx_free(kiln_context *c) {
         float *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->y};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) c->bx.ops->free(&c->bx, bufs[i]);
-        kl_moe_ws_free(c, &w->ex);
+        model_moe_ws_free(c, &w->ex);
         free(w);
     }
     c->ws = NULL;
 }
 
 static int gptoss_ctx_init(kiln_context *c) {
-    const kl_hparams *hp = &c->m->hp;
+    const model_hparams *hp = &c->m->hp;
     const gptoss_model *d = c->m->fam;
     kbe_ctx *X = &c->bx;
     gptoss_ws *w = calloc(1, sizeof *w);
@@ -189,10 +189,10 @@ static int gptoss_ctx_init(kiln_context *c) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = X->ops->alloc(X, bufs[i].n * sizeof(float)))) return -1;
-    if (kl_moe_ws_init(c, &w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
+    if (model_moe_ws_init(c, &w->ex, &d->moe, hp->n_embd, c->p.n_batch)) return -1;
     size_t maxk = E > nq ? E : nq;
-    if ((size_t)kl_moe_mm_cols(&d->moe) > maxk) maxk = (size_t)kl_moe_mm_cols(&d->moe);
-    return X->ops->reserve(X, (int64_t)maxk, kl_moe_mm_rows(&d->moe, c->p.n_batch));
+    if ((size_t)model_moe_mm_cols(&d->moe) > maxk) maxk = (size_t)model_moe_mm_cols(&d->moe);
+    return X->ops->reserve(X, (int64_t)maxk, model_moe_mm_rows(&d->moe, c->p.n_batch));
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -201,7 +201,7 @@ static int gptoss_ctx_init(kiln_context *c) {
  * batch's n tokens at once. */
 static kiln_status gptoss_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const kiln_model *m = c->m;
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const gptoss_model *d = m->fam;
     gptoss_ws *w = c->ws;
     kbe_ctx *X = &c->bx;
@@ -209,7 +209,7 @@ static kiln_status gptoss_forward(kiln_context *c, const kiln_batch *b, int n_ou
     const int n = b->n, E = hp->n_embd, hd = hp->hd_k;
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
 
-    kl_attn_prepare(c, n);
+    model_attn_prepare(c, n);
     o->get_rows(X, &m->tok_embd, b->token, n, w->x);
 
     for (int l = 0; l < hp->n_layer; l++) {
@@ -237,16 +237,16 @@ static kiln_status gptoss_forward(kiln_context *c, const kiln_batch *b, int n_ou
         o->matmul(X, &L->wo, w->att, n, w->xn, E);
         for (int i = 0; i < n; i++) o->add(X, w->xn + (size_t)i * E, L->bo, 1, E); /* + bo, token by token */
         o->add_rmsnorm(X, w->x, w->xn, w->xn, L->ffn_norm, n, E, hp->eps);         /* x += attention, xn = its norm */
-        kl_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
+        model_moe_ffn(c, &d->moe, &L->ex, &w->ex, w->xn, w->y, n);
         o->add(X, w->x, w->y, n, E);
     }
 
-    kl_batch_commit(c, n);
-    kl_batch_output(c, w->x, n, n_out);
+    model_batch_commit(c, n);
+    model_batch_output(c, w->x, n, n_out);
     return KILN_OK;
 }
 
-const kl_family kl_family_gptoss = {
+const model_family model_family_gptoss = {
     .name = "gptoss",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],

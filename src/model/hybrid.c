@@ -48,10 +48,10 @@ enum {
     HYB_BA = 2,      /* beta and alpha in one ssm_ba, grouped per key head as [beta x r, alpha x r] */
 };
 
-static const kl_arch k_archs[] = {
-    {"qwen35", &kl_family_hybrid, 0, 0},
-    {"qwen35moe", &kl_family_hybrid, 0, 0},
-    {"qwen3next", &kl_family_hybrid, 0, HYB_GROUPED | HYB_BA},
+static const model_arch k_archs[] = {
+    {"qwen35", &model_family_hybrid, 0, 0},
+    {"qwen35moe", &model_family_hybrid, 0, 0},
+    {"qwen3next", &model_family_hybrid, 0, HYB_GROUPED | HYB_BA},
 };
 
 typedef struct hyb_layer {
@@ -69,11 +69,11 @@ typedef struct hyb_layer {
     /* FFN */
     int moe;
     kern_mat w_gate, w_up, w_down; /* dense */
-    kl_moe_layer ex;             /* experts (moe) */
+    model_moe_layer ex;             /* experts (moe) */
 } hyb_layer;
 
 /* A multi-token-prediction block (nextn, model/mtp.h): every forward
- * pass fills its KV cache when the context keeps one, and kl_mtp_step runs
+ * pass fills its KV cache when the context keeps one, and model_mtp_step runs
  * it whole.  Its embedding, head norm and head fall back to the model's
  * token embedding, output norm and output head where the file carries no
  * own (as llama.cpp reads Qwen 3.5 checkpoints). */
@@ -94,7 +94,7 @@ typedef struct hyb_model {
     /* Gated DeltaNet */
     int K, Hk, Hv, Dk, Dv, conv_dim, flags;
     size_t conv_floats, delta_floats; /* per layer in a state slot */
-    kl_moe_hp moe;
+    model_moe_hp moe;
     int has_moe, has_dense;
     kern_mat *experts; /* all views (one allocation) */
     float *conv_mem; /* all transposed conv weights */
@@ -103,73 +103,73 @@ typedef struct hyb_model {
 /* ---------------------------------------------------------------- binding */
 
 static int get_bool_array(const kiln_model *m, const char *suffix, int n, int *out) {
-    const gguf_kv *kv = kl_meta_kv(m, suffix);
+    const gguf_kv *kv = model_meta_kv(m, suffix);
     if (!kv) return 0;
     if (kv->type != GGUF_ARRAY || (int64_t)kv->n < n) return -1;
     for (int i = 0; i < n; i++) out[i] = gguf_arr_int(kv, (uint64_t)i) != 0;
     return 1;
 }
 
-static void bind_attention(kl_binder *B, const kiln_model *m, int i, hyb_layer *l, int optional) {
-    const kl_hparams *hp = &m->hp;
+static void bind_attention(model_binder *B, const kiln_model *m, int i, hyb_layer *l, int optional) {
+    const model_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, hd = hp->hd_k, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
     char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
-    l->wq = kl_bind_mat(B, NAME("attn_q.weight"), E, 2 * nq, optional);
-    l->wk = kl_bind_mat(B, NAME("attn_k.weight"), E, nkv, optional);
-    l->wv = kl_bind_mat(B, NAME("attn_v.weight"), E, nkv, optional);
-    l->wo = kl_bind_mat(B, NAME("attn_output.weight"), nq, E, optional);
-    l->q_norm = kl_bind_vec(B, NAME("attn_q_norm.weight"), hd, optional);
-    l->k_norm = kl_bind_vec(B, NAME("attn_k_norm.weight"), hd, optional);
+    l->wq = model_bind_mat(B, NAME("attn_q.weight"), E, 2 * nq, optional);
+    l->wk = model_bind_mat(B, NAME("attn_k.weight"), E, nkv, optional);
+    l->wv = model_bind_mat(B, NAME("attn_v.weight"), E, nkv, optional);
+    l->wo = model_bind_mat(B, NAME("attn_output.weight"), nq, E, optional);
+    l->q_norm = model_bind_vec(B, NAME("attn_q_norm.weight"), hd, optional);
+    l->k_norm = model_bind_vec(B, NAME("attn_k_norm.weight"), hd, optional);
 #undef NAME
 }
 
-static void bind_ffn(kl_binder *B, kiln_model *m, hyb_model *h, int i, hyb_layer *l, kern_mat *views, int optional) {
-    const kl_hparams *hp = &m->hp;
+static void bind_ffn(model_binder *B, kiln_model *m, hyb_model *h, int i, hyb_layer *l, kern_mat *views, int optional) {
+    const model_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
     char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
     l->moe = gguf_find_tensor(m->gf, NAME("ffn_gate_inp.weight")) != NULL;
     if (!l->moe) {
         if (hp->n_ff <= 0 && !optional) {
-            kl_bind_fail(B, "layer %d has a dense FFN but feed_forward_length is %d", i, hp->n_ff);
+            model_bind_fail(B, "layer %d has a dense FFN but feed_forward_length is %d", i, hp->n_ff);
             return;
         }
-        l->w_gate = kl_bind_mat(B, NAME("ffn_gate.weight"), E, hp->n_ff, optional);
-        l->w_up = kl_bind_mat(B, NAME("ffn_up.weight"), E, hp->n_ff, optional);
-        l->w_down = kl_bind_mat(B, NAME("ffn_down.weight"), hp->n_ff, E, optional);
+        l->w_gate = model_bind_mat(B, NAME("ffn_gate.weight"), E, hp->n_ff, optional);
+        l->w_up = model_bind_mat(B, NAME("ffn_up.weight"), E, hp->n_ff, optional);
+        l->w_down = model_bind_mat(B, NAME("ffn_down.weight"), hp->n_ff, E, optional);
         h->has_dense = 1;
         return;
     }
-    kl_moe_bind(B, m, &h->moe, i, &l->ex, views);
+    model_moe_bind(B, m, &h->moe, i, &l->ex, views);
     h->has_moe = 1;
 #undef NAME
 }
 
-static void bind_recurrent(kl_binder *B, kiln_model *m, hyb_model *h, int i, hyb_layer *l, float *conv) {
+static void bind_recurrent(model_binder *B, kiln_model *m, hyb_model *h, int i, hyb_layer *l, float *conv) {
     const int64_t E = m->hp.n_embd, vd = (int64_t)h->Hv * h->Dv;
     char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
     if (gguf_find_tensor(m->gf, NAME("ssm_in.weight")) && !gguf_find_tensor(m->gf, NAME("attn_qkv.weight"))) {
-        kl_bind_fail(B, "layer %d: a fused ssm_in (an older %s conversion) is not supported; convert the model again",
+        model_bind_fail(B, "layer %d: a fused ssm_in (an older %s conversion) is not supported; convert the model again",
                      i, m->arch_name);
         return;
     }
-    l->wqkv = kl_bind_mat(B, NAME("attn_qkv.weight"), E, h->conv_dim, 0);
-    l->wz = kl_bind_mat(B, NAME("attn_gate.weight"), E, vd, 0);
+    l->wqkv = model_bind_mat(B, NAME("attn_qkv.weight"), E, h->conv_dim, 0);
+    l->wz = model_bind_mat(B, NAME("attn_gate.weight"), E, vd, 0);
     if (h->flags & HYB_BA) {
-        l->wba = kl_bind_mat(B, NAME("ssm_ba.weight"), E, 2 * h->Hv, 0);
+        l->wba = model_bind_mat(B, NAME("ssm_ba.weight"), E, 2 * h->Hv, 0);
     } else {
-        l->wbeta = kl_bind_mat(B, NAME("ssm_beta.weight"), E, h->Hv, 0);
-        l->walpha = kl_bind_mat(B, NAME("ssm_alpha.weight"), E, h->Hv, 0);
+        l->wbeta = model_bind_mat(B, NAME("ssm_beta.weight"), E, h->Hv, 0);
+        l->walpha = model_bind_mat(B, NAME("ssm_alpha.weight"), E, h->Hv, 0);
     }
     const int64_t cne[2] = {h->K, h->conv_dim};
-    const gguf_tensor *ct = kl_bind_tensor(B, NAME("ssm_conv1d.weight"), 2, cne, 0);
-    if (ct && ct->type != QUANT_F32) kl_bind_fail(B, "tensor %s must be F32 (it is %s)", n, quant_get((int)ct->type)->name);
-    l->dt_bias = kl_bind_vec(B, NAME("ssm_dt.bias"), h->Hv, 0);
-    l->ssm_a = kl_bind_vec(B, NAME("ssm_a"), h->Hv, 0);
-    l->ssm_norm = kl_bind_vec(B, NAME("ssm_norm.weight"), h->Dv, 0);
-    l->wout = kl_bind_mat(B, NAME("ssm_out.weight"), vd, E, 0);
+    const gguf_tensor *ct = model_bind_tensor(B, NAME("ssm_conv1d.weight"), 2, cne, 0);
+    if (ct && ct->type != QUANT_F32) model_bind_fail(B, "tensor %s must be F32 (it is %s)", n, quant_get((int)ct->type)->name);
+    l->dt_bias = model_bind_vec(B, NAME("ssm_dt.bias"), h->Hv, 0);
+    l->ssm_a = model_bind_vec(B, NAME("ssm_a"), h->Hv, 0);
+    l->ssm_norm = model_bind_vec(B, NAME("ssm_norm.weight"), h->Dv, 0);
+    l->wout = model_bind_mat(B, NAME("ssm_out.weight"), vd, E, 0);
     if (!B->st) { /* the taps tap-major, so 8 channels load at once */
         const float *src = ct->data;
         for (int c = 0; c < h->conv_dim; c++)
@@ -180,23 +180,23 @@ static void bind_recurrent(kl_binder *B, kiln_model *m, hyb_model *h, int i, hyb
 }
 
 static kiln_status hyb_bind(kiln_model *m) {
-    kl_hparams *hp = &m->hp;
-    kl_binder B = {m, KILN_OK};
+    model_hparams *hp = &m->hp;
+    model_binder B = {m, KILN_OK};
     hyb_model *h = calloc(1, sizeof *h);
     m->fam = h;
     if (!h) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     h->flags = (int)m->arch->flags;
     h->n_layer_all = hp->n_layer;
-    const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
+    const int64_t nextn = model_meta_int(m, "nextn_predict_layers", 0);
     if (nextn < 0 || nextn >= hp->n_layer) {
         return base_fail(KILN_ERR_FORMAT, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
     }
     h->n_layer = hp->n_layer - (int)nextn;
     hp->n_layer = h->n_layer; /* what runs */
     /* Gated DeltaNet dimensions: all keys must be there */
-    const int64_t K = kl_meta_int(m, "ssm.conv_kernel", 0), inner = kl_meta_int(m, "ssm.inner_size", 0);
-    const int64_t Dk = kl_meta_int(m, "ssm.state_size", 0), Hv = kl_meta_int(m, "ssm.time_step_rank", 0);
-    const int64_t Hk = kl_meta_int(m, "ssm.group_count", 0);
+    const int64_t K = model_meta_int(m, "ssm.conv_kernel", 0), inner = model_meta_int(m, "ssm.inner_size", 0);
+    const int64_t Dk = model_meta_int(m, "ssm.state_size", 0), Hv = model_meta_int(m, "ssm.time_step_rank", 0);
+    const int64_t Hk = model_meta_int(m, "ssm.group_count", 0);
     if (K < 1 || K > KERN_CONV_MAX_K || Dk < 1 || Dk > 1024 || Hk < 1 || Hv < 1 || Hv > 4096 || Hv % Hk ||
         inner != Hv * Dk) {
         return base_fail(
@@ -226,7 +226,7 @@ static kiln_status hyb_bind(kiln_model *m) {
         return base_fail(KILN_ERR_FORMAT, "attention.recurrent_layers must be an array of %d flags", h->n_layer_all);
     }
     if (!got) {
-        const int64_t iv = kl_meta_int(m, "full_attention_interval", 4);
+        const int64_t iv = model_meta_int(m, "full_attention_interval", 4);
         if (iv < 1) {
             free(rec);
             return base_fail(KILN_ERR_FORMAT, "bad full_attention_interval %lld", (long long)iv);
@@ -242,10 +242,10 @@ static kiln_status hyb_bind(kiln_model *m) {
      * the sections when the file has them (qwen35, qwen35moe: text tokens
      * have all positions equal, image tokens their grid's, kiln_batch_inputs.mpos) */
     hp->rope.neox = 1;
-    kiln_status st = kl_meta_kv(m, "rope.dimension_sections") ? kl_rope_sections(m, KERN_IMROPE) : KILN_OK;
+    kiln_status st = model_meta_kv(m, "rope.dimension_sections") ? model_rope_sections(m, KERN_IMROPE) : KILN_OK;
     if (st) return st;
     /* experts */
-    st = kl_moe_read_hparams(m, &h->moe);
+    st = model_moe_read_hparams(m, &h->moe);
     if (st) return st;
     const int n_mtp = h->n_layer_all - h->n_layer;
     h->mtp = n_mtp ? calloc((size_t)n_mtp, sizeof *h->mtp) : NULL;
@@ -257,18 +257,18 @@ static kiln_status hyb_bind(kiln_model *m) {
     }
     /* tensors */
     const int64_t E = hp->n_embd;
-    m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
+    m->tok_embd = model_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
-    m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
-    m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
+    m->out_norm = model_bind_vec(&B, "output_norm.weight", E, 0);
+    m->output = model_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
     if (!m->output.data) m->output = m->tok_embd;
     for (int i = 0; i < h->n_layer && !B.st; i++) {
         hyb_layer *l = &h->layers[i];
         char n[96];
         snprintf(n, sizeof n, "blk.%d.attn_norm.weight", i);
-        l->attn_norm = kl_bind_vec(&B, n, E, 0);
+        l->attn_norm = model_bind_vec(&B, n, E, 0);
         snprintf(n, sizeof n, "blk.%d.post_attention_norm.weight", i);
-        l->post_norm = kl_bind_vec(&B, n, E, 0);
+        l->post_norm = model_bind_vec(&B, n, E, 0);
         if (l->recurrent)
             bind_recurrent(&B, m, h, i, l, h->conv_mem + (size_t)l->ord * h->K * h->conv_dim);
         else
@@ -280,14 +280,14 @@ static kiln_status hyb_bind(kiln_model *m) {
         hyb_mtp *t = &h->mtp[i - h->n_layer];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
-        t->eh_proj = kl_bind_mat(&B, NAME("nextn.eh_proj.weight"), 2 * E, E, 1);
-        t->enorm = kl_bind_vec(&B, NAME("nextn.enorm.weight"), E, 1);
-        t->hnorm = kl_bind_vec(&B, NAME("nextn.hnorm.weight"), E, 1);
-        t->embed_tokens = kl_bind_mat(&B, NAME("nextn.embed_tokens.weight"), E, hp->n_vocab, 1);
-        t->head = kl_bind_mat(&B, NAME("nextn.shared_head_head.weight"), E, hp->n_vocab, 1);
-        t->head_norm = kl_bind_vec(&B, NAME("nextn.shared_head_norm.weight"), E, 1);
-        t->block.attn_norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, 1);
-        t->block.post_norm = kl_bind_vec(&B, NAME("post_attention_norm.weight"), E, 1);
+        t->eh_proj = model_bind_mat(&B, NAME("nextn.eh_proj.weight"), 2 * E, E, 1);
+        t->enorm = model_bind_vec(&B, NAME("nextn.enorm.weight"), E, 1);
+        t->hnorm = model_bind_vec(&B, NAME("nextn.hnorm.weight"), E, 1);
+        t->embed_tokens = model_bind_mat(&B, NAME("nextn.embed_tokens.weight"), E, hp->n_vocab, 1);
+        t->head = model_bind_mat(&B, NAME("nextn.shared_head_head.weight"), E, hp->n_vocab, 1);
+        t->head_norm = model_bind_vec(&B, NAME("nextn.shared_head_norm.weight"), E, 1);
+        t->block.attn_norm = model_bind_vec(&B, NAME("attn_norm.weight"), E, 1);
+        t->block.post_norm = model_bind_vec(&B, NAME("post_attention_norm.weight"), E, 1);
 #undef NAME
         bind_attention(&B, m, i, &t->block, 1);
         bind_ffn(&B, m, h, i, &t->block, h->experts ? h->experts + (size_t)i * 3 * h->moe.n_expert : NULL, 1);
@@ -300,7 +300,7 @@ static kiln_status hyb_bind(kiln_model *m) {
     }
     if (B.st) return B.st;
     /* a decode step reads one token's experts, not all of them */
-    m->active_bytes = kl_moe_active_bytes(m, &h->moe, h->n_layer);
+    m->active_bytes = model_moe_active_bytes(m, &h->moe, h->n_layer);
     return 0;
 }
 
@@ -314,32 +314,32 @@ static void hyb_free(kiln_model *m) {
     free(h);
 }
 
-static void layer_weights(const kiln_model *m, const hyb_model *h, hyb_layer *l, kl_weights *w) {
-    const kl_hparams *hp = &m->hp;
+static void layer_weights(const kiln_model *m, const hyb_model *h, hyb_layer *l, model_weights *w) {
+    const model_hparams *hp = &m->hp;
     kern_mat *ms[] = {&l->wq,     &l->wk,  &l->wv,   &l->wo,     &l->wqkv, &l->wz,    &l->wbeta,
                     &l->walpha, &l->wba, &l->wout, &l->w_gate, &l->w_up, &l->w_down};
-    for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
-    if (l->moe) kl_moe_weights(m, &h->moe, &l->ex, w);
-    kl_weights_vec(w, &l->attn_norm, hp->n_embd);
-    kl_weights_vec(w, &l->post_norm, hp->n_embd);
-    kl_weights_vec(w, &l->q_norm, hp->hd_k);
-    kl_weights_vec(w, &l->k_norm, hp->hd_k);
-    kl_weights_vec(w, &l->dt_bias, h->Hv);
-    kl_weights_vec(w, &l->ssm_a, h->Hv);
-    kl_weights_vec(w, &l->ssm_norm, h->Dv);
+    for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) model_weights_mat(w, ms[k]);
+    if (l->moe) model_moe_weights(m, &h->moe, &l->ex, w);
+    model_weights_vec(w, &l->attn_norm, hp->n_embd);
+    model_weights_vec(w, &l->post_norm, hp->n_embd);
+    model_weights_vec(w, &l->q_norm, hp->hd_k);
+    model_weights_vec(w, &l->k_norm, hp->hd_k);
+    model_weights_vec(w, &l->dt_bias, h->Hv);
+    model_weights_vec(w, &l->ssm_a, h->Hv);
+    model_weights_vec(w, &l->ssm_norm, h->Dv);
     /* the transposed taps live in conv_mem (heap, not the file): only a
      * backend with memory of its own takes a copy (the CPU's prepare
      * releases the pages its vectors came from) */
-    if (l->conv_w && !m->be->host_mem) kl_weights_vec(w, &l->conv_w, (int64_t)h->K * h->conv_dim);
+    if (l->conv_w && !m->be->host_mem) model_weights_vec(w, &l->conv_w, (int64_t)h->K * h->conv_dim);
 }
 
-static void hyb_weights(kiln_model *m, kl_weights *w) {
+static void hyb_weights(kiln_model *m, model_weights *w) {
     hyb_model *h = m->fam;
     const int64_t E = m->hp.n_embd;
-    kl_weights_mat(w, &m->output);
-    kl_weights_vec(w, &m->out_norm, E);
+    model_weights_mat(w, &m->output);
+    model_weights_vec(w, &m->out_norm, E);
     for (int i = 0; i < h->n_layer; i++) {
-        kl_weights_layer(w, i);
+        model_weights_layer(w, i);
         layer_weights(m, h, &h->layers[i], w);
     }
     /* the MTP blocks' own tensors (their shared ones are listed above:
@@ -347,11 +347,11 @@ static void hyb_weights(kiln_model *m, kl_weights *w) {
     for (int i = 0; i < h->n_layer_all - h->n_layer; i++) {
         hyb_mtp *t = &h->mtp[i];
         layer_weights(m, h, &t->block, w);
-        kl_weights_mat(w, &t->eh_proj);
-        kl_weights_mat(w, &t->head);
-        kl_weights_vec(w, &t->enorm, E);
-        kl_weights_vec(w, &t->hnorm, E);
-        kl_weights_vec(w, &t->head_norm, E);
+        model_weights_mat(w, &t->eh_proj);
+        model_weights_mat(w, &t->head);
+        model_weights_vec(w, &t->enorm, E);
+        model_weights_vec(w, &t->hnorm, E);
+        model_weights_vec(w, &t->head_norm, E);
     }
 }
 
@@ -366,14 +366,14 @@ static int hyb_attn_below(const kiln_model *m, int l) {
     return n;
 }
 
-static void hyb_seq_shape(const kiln_model *m, kl_seq_shape *s) {
+static void hyb_seq_shape(const kiln_model *m, model_seq_shape *s) {
     const hyb_model *h = m->fam;
     memset(s, 0, sizeof *s);
     s->n_attn_layer = h->n_attn;
     s->n_head_kv = m->hp.n_head_kv;
     s->hd = m->hp.hd_k;
     s->rs_floats = (size_t)h->n_rec * (h->conv_floats + h->delta_floats);
-    s->roll_floats = (size_t)h->n_rec * KL_RS_ROLL_MAX * roll_row(h);
+    s->roll_floats = (size_t)h->n_rec * MODEL_RS_ROLL_MAX * roll_row(h);
 }
 
 /* ------------------------------------------------------------ activations */
@@ -383,7 +383,7 @@ typedef struct hyb_ws {
     float *qg, *q, *k, *v, *att;
     float *qkv, *cv, *z, *o, *ba, *beta, *gd;
     float *gate, *up;
-    kl_moe_ws ex; /* experts */
+    model_moe_ws ex; /* experts */
     /* order and runs */
     int32_t *ord;   /* work row -> batch index */
     int32_t *tmp_i; /* [n] */
@@ -408,7 +408,7 @@ static void hyb_ctx_free(kiln_context *c) {
         void *dev[] = {w->x, w->xn, w->y,  w->qg,   w->q,  w->k,    w->v,  w->att,  w->qkv, w->cv,
                        w->z, w->o,  w->ba, w->beta, w->gd, w->gate, w->up, w->mcat, w->mh};
         void *host[] = {w->ord, w->tmp_i, w->run, w->verify, w->cap_n, w->cap_pos, w->cap_dst};
-        kl_moe_ws_free(c, &w->ex);
+        model_moe_ws_free(c, &w->ex);
         for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
             if (dev[i]) c->bx.ops->free(&c->bx, dev[i]);
         for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
@@ -419,7 +419,7 @@ static void hyb_ctx_free(kiln_context *c) {
 
 static int hyb_ctx_init(kiln_context *c) {
     const kiln_model *m = c->m;
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const hyb_model *h = m->fam;
     kbe_ctx *X = &c->bx;
     hyb_ws *w = calloc(1, sizeof *w);
@@ -467,13 +467,13 @@ static int hyb_ctx_init(kiln_context *c) {
         const size_t bytes = bufs[i].bytes ? bufs[i].bytes : 1;
         if (!(*bufs[i].p = bufs[i].host ? malloc(bytes) : X->ops->alloc(X, bytes))) return -1;
     }
-    if (moe && kl_moe_ws_init(c, &w->ex, &h->moe, hp->n_embd, c->p.n_batch)) return -1;
+    if (moe && model_moe_ws_init(c, &w->ex, &h->moe, hp->n_embd, c->p.n_batch)) return -1;
     if (rec && X->ops->gdn_reserve(X, h->Dk, h->Dv)) return -1;
     /* matrix products: widest input row and most rows at once */
     size_t maxk = E;
-    const size_t cols[] = {nq, vd, F, moe * (size_t)kl_moe_mm_cols(&h->moe), mtp * 2 * E};
+    const size_t cols[] = {nq, vd, F, moe * (size_t)model_moe_mm_cols(&h->moe), mtp * 2 * E};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) maxk = cols[i] > maxk ? cols[i] : maxk;
-    const size_t rows = moe ? (size_t)kl_moe_mm_rows(&h->moe, c->p.n_batch) : B;
+    const size_t rows = moe ? (size_t)model_moe_mm_rows(&h->moe, c->p.n_batch) : B;
     return X->ops->reserve(X, (int64_t)maxk, (int)rows);
 }
 
@@ -491,7 +491,7 @@ typedef struct hyb_job {
 static kbe_gdn gdn_args(kiln_context *c, const hyb_layer *L) {
     const hyb_model *h = c->m->fam;
     hyb_ws *w = c->ws;
-    const kl_rs *rs = c->rs;
+    const model_rs *rs = c->rs;
     return (kbe_gdn){
         .Hk = h->Hk,
         .Hv = h->Hv,
@@ -517,9 +517,9 @@ static kbe_gdn gdn_args(kiln_context *c, const hyb_layer *L) {
         .slot_floats = rs->slot_floats,
         .conv_off = (size_t)L->ord * (h->conv_floats + h->delta_floats),
         .conv_floats = h->conv_floats,
-        .roll = c->on_lo ? kl_rs_lo(rs, rs->roll_in) : rs->roll_in,
+        .roll = c->on_lo ? model_rs_lo(rs, rs->roll_in) : rs->roll_in,
         .roll_stride = rs->roll_floats,
-        .roll_off = (size_t)L->ord * KL_RS_ROLL_MAX * roll_row(h),
+        .roll_off = (size_t)L->ord * MODEL_RS_ROLL_MAX * roll_row(h),
         .seq = c->b_seq,
         .pos = c->b_pos,
         .run = w->run,
@@ -557,7 +557,7 @@ static void attention_layer(hyb_job *j) {
     kiln_context *c = j->c;
     kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
-    const kl_hparams *hp = &c->m->hp;
+    const model_hparams *hp = &c->m->hp;
     const hyb_layer *L = j->L;
     const int n = j->n;
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
@@ -587,7 +587,7 @@ static void dense_ffn(hyb_job *j) {
     kiln_context *c = j->c;
     kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
-    const kl_hparams *hp = &c->m->hp;
+    const model_hparams *hp = &c->m->hp;
     const hyb_layer *L = j->L;
     kern_mm_out gu[2] = {{&L->w_gate, w->gate, hp->n_ff}, {&L->w_up, w->up, hp->n_ff}};
     X->ops->matmul_multi(X, gu, 2, w->xn, j->n);
@@ -598,7 +598,7 @@ static void dense_ffn(hyb_job *j) {
 static void moe_ffn(hyb_job *j) {
     hyb_ws *w = j->c->ws;
     const hyb_model *h = j->c->m->fam;
-    kl_moe_ffn(j->c, &h->moe, &j->L->ex, &w->ex, w->xn, w->y, j->n);
+    model_moe_ffn(j->c, &h->moe, &j->L->ex, &w->ex, w->xn, w->y, j->n);
 }
 
 /* One layer: the mixer, then the FFN, each with its residual and norm. */
@@ -606,7 +606,7 @@ static void run_layer(hyb_job *j) {
     kiln_context *c = j->c;
     kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
-    const kl_hparams *hp = &c->m->hp;
+    const model_hparams *hp = &c->m->hp;
     const int n = j->n, E = hp->n_embd;
     X->ops->rmsnorm(X, w->xn, w->x, j->L->attn_norm, n, E, hp->eps);
     if (j->L->recurrent)
@@ -655,13 +655,13 @@ static void mtp_pair(kiln_context *c, const hyb_mtp *t, int i, int32_t tok, cons
  * pair the one kept from the sequence's previous pass.  Only K and V: the
  * cells are what later steps attend to, and the block's output at a
  * target position is never needed.  The runs' hidden rows are then kept
- * (kl_mtp_keep) for the next pass and for proposals. */
+ * (model_mtp_keep) for the next pass and for proposals. */
 static void mtp_fill(hyb_job *j, const kiln_batch *b) {
     kiln_context *c = j->c;
     kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const kiln_model *m = c->m;
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const hyb_model *h = m->fam;
     const hyb_mtp *t = &h->mtp[0];
     const hyb_layer *L = &t->block;
@@ -669,14 +669,14 @@ static void mtp_fill(hyb_job *j, const kiln_batch *b) {
     X->ops->rmsnorm(X, w->mh, w->x, m->out_norm, n, E, hp->eps);
     for (int r = 0; r < w->n_run; r++) {
         const int r0 = w->run[r], r1 = w->run[r + 1];
-        const float *prev = kl_mtp_hidden(c, c->b_seq[r0], c->b_pos[r0] - 1);
+        const float *prev = model_mtp_hidden(c, c->b_seq[r0], c->b_pos[r0] - 1);
         for (int i = r0; i < r1; i++)
             mtp_pair(c, t, i, b->token[w->ord[i]] < 0 ? 0 : b->token[w->ord[i]], /* image tokens: a stand-in id */
                      i > r0 ? w->mh + (size_t)(i - 1) * E : prev);
     }
     for (int r = 0; r < w->n_run; r++) {
         const int r0 = w->run[r];
-        kl_mtp_keep(c, c->b_seq[r0], c->b_pos[r0], w->mh + (size_t)r0 * E, w->run[r + 1] - r0);
+        model_mtp_keep(c, c->b_seq[r0], c->b_pos[r0], w->mh + (size_t)r0 * E, w->run[r + 1] - r0);
     }
     X->ops->matmul(X, &t->eh_proj, w->mcat, n, w->y, E);
     X->ops->rmsnorm(X, w->xn, w->y, L->attn_norm, n, E, hp->eps);
@@ -702,7 +702,7 @@ static int hyb_mtp_blocks(const kiln_model *m) {
     return h->n_layer_all > h->n_layer && h->mtp[0].complete ? 1 : 0;
 }
 
-/* kl_mtp_step (model/mtp.h; rows checked and cells reserved by api.c): the
+/* model_mtp_step (model/mtp.h; rows checked and cells reserved by api.c): the
  * whole block over one row per sequence, then the head norm (h', kept for
  * the chain) and the head. */
 static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, const int32_t *pos, const int32_t *tok,
@@ -717,13 +717,13 @@ static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, cons
         c->b_seq[r] = seq[r];
         c->b_pos[r] = pos[r];
         if (c->kv.rnext) { /* the token's text position, as its cell's predecessor says */
-            int32_t *mp = c->b_mrope + (size_t)KL_MPOS * r;
-            mp[0] = mp[1] = mp[2] = mp[3] = kl_kv_rope_next(&c->kv, seq[r], pos[r]);
+            int32_t *mp = c->b_mrope + (size_t)MODEL_MPOS * r;
+            mp[0] = mp[1] = mp[2] = mp[3] = model_kv_rope_next(&c->kv, seq[r], pos[r]);
         }
-        const float *hid = chain[r] ? c->mtp_chain + (size_t)seq[r] * E : kl_mtp_hidden(c, seq[r], pos[r] - 1);
+        const float *hid = chain[r] ? c->mtp_chain + (size_t)seq[r] * E : model_mtp_hidden(c, seq[r], pos[r] - 1);
         mtp_pair(c, t, r, tok[r], hid);
     }
-    kl_attn_prepare(c, n);
+    model_attn_prepare(c, n);
     X->ops->matmul(X, &t->eh_proj, w->mcat, n, w->x, E);
     hyb_job j = {c, &t->block, n};
     run_layer(&j);
@@ -738,14 +738,14 @@ static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, cons
 /* c->b_mrope's rows into w->ord's order (back: out of it), through
  * w->tmp_i one component at a time. */
 static void permute_mpos(kiln_context *c, hyb_ws *w, int n, int back) {
-    for (int k = 0; k < KL_MPOS; k++) {
+    for (int k = 0; k < MODEL_MPOS; k++) {
         for (int i = 0; i < n; i++) {
             if (back)
-                w->tmp_i[w->ord[i]] = c->b_mrope[(size_t)KL_MPOS * i + k];
+                w->tmp_i[w->ord[i]] = c->b_mrope[(size_t)MODEL_MPOS * i + k];
             else
-                w->tmp_i[i] = c->b_mrope[(size_t)KL_MPOS * w->ord[i] + k];
+                w->tmp_i[i] = c->b_mrope[(size_t)MODEL_MPOS * w->ord[i] + k];
         }
-        for (int i = 0; i < n; i++) c->b_mrope[(size_t)KL_MPOS * i + k] = w->tmp_i[i];
+        for (int i = 0; i < n; i++) c->b_mrope[(size_t)MODEL_MPOS * i + k] = w->tmp_i[i];
     }
 }
 
@@ -762,7 +762,7 @@ static void split_meta(kiln_context *c, hyb_ws *to, const hyb_ws *from, int n) {
     memcpy(to->cap_pos, from->cap_pos, nr * HYB_MAX_CAP * sizeof(int32_t));
     for (size_t r = 0; r < nr; r++)
         for (int k = 0; k < from->cap_n[r]; k++)
-            to->cap_dst[r * HYB_MAX_CAP + k] = kl_rs_lo(c->rs, from->cap_dst[r * HYB_MAX_CAP + k]);
+            to->cap_dst[r * HYB_MAX_CAP + k] = model_rs_lo(c->rs, from->cap_dst[r * HYB_MAX_CAP + k]);
 }
 
 static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) {
@@ -771,28 +771,28 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
     kbe_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const int n = b->n, E = m->hp.n_embd;
-    const int moved = kl_batch_seq_runs(c, n, w->ord, w->tmp_i, w->run, &w->n_run);
+    const int moved = model_batch_seq_runs(c, n, w->ord, w->tmp_i, w->run, &w->n_run);
     if (moved && c->kv.rnext) permute_mpos(c, w, n, 0);
     /* per run: recorded for rollback (every token asks for logits: a
      * decode token with drafts to verify), or the snapshots it takes */
     for (int r = 0; r < w->n_run; r++) {
         const int r0 = w->run[r], len = w->run[r + 1] - r0, seq = c->b_seq[r0];
-        int all = h->n_rec && len >= 2 && len <= KL_RS_ROLL_MAX;
+        int all = h->n_rec && len >= 2 && len <= MODEL_RS_ROLL_MAX;
         for (int i = r0; all && i < r0 + len; i++) all = c->out_idx[w->ord[i]] >= 0;
         w->verify[r] = all;
         w->cap_n[r] = 0;
         if (!h->n_rec) continue;
-        kl_rs_record(c->rs, seq, c->b_pos[r0], all ? len : 0);
+        model_rs_record(c->rs, seq, c->b_pos[r0], all ? len : 0);
         if (!all)
-            w->cap_n[r] = kl_rs_plan(c, seq, c->b_pos[r0], c->b_pos[r0] + len, w->cap_pos + (size_t)r * HYB_MAX_CAP,
+            w->cap_n[r] = model_rs_plan(c, seq, c->b_pos[r0], c->b_pos[r0] + len, w->cap_pos + (size_t)r * HYB_MAX_CAP,
                                      w->cap_dst + (size_t)r * HYB_MAX_CAP, HYB_MAX_CAP);
     }
-    if (h->n_attn || c->mtp_ord >= 0) kl_attn_prepare(c, n);
+    if (h->n_attn || c->mtp_ord >= 0) model_attn_prepare(c, n);
     if (c->b_embd && !m->be->host_mem)
-        return kl_fail(c, KILN_ERR_UNSUPPORTED, "image rows on the %s backend", m->be->name);
+        return model_fail(c, KILN_ERR_UNSUPPORTED, "image rows on the %s backend", m->be->name);
     /* a split model: the embeddings and the first layers on the host part,
      * with the batch's order, runs and captures */
-    const int l0 = kl_split_enter(c);
+    const int l0 = model_split_enter(c);
     if (l0 >= 0) {
         split_meta(c, c->ws, c->ws_lo, n);
         X = &c->bx;
@@ -807,7 +807,7 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
     for (int l = 0; l < h->n_layer; l++) {
         if (l == l0) { /* the residual rows up to the GPU's part */
             const float *xh = w->x;
-            kl_split_swap(c);
+            model_split_swap(c);
             X = &c->bx;
             w = c->ws;
             X->ops->upload(X, w->x, xh, (size_t)n * E * sizeof(float));
@@ -816,42 +816,42 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         run_layer(&j);
     }
     if (c->mtp_ord >= 0) mtp_fill(&j, b);
-    kl_batch_commit(c, n);
+    model_batch_commit(c, n);
     const float *xo = w->x;
     if (moved) { /* back to batch order for the output rows (and b_seq / b_pos) */
         X->ops->scatter_rows(X, w->xn, w->x, w->ord, n, E);
         xo = w->xn;
-        kl_batch_seq_restore(c, n, w->ord, w->tmp_i);
+        model_batch_seq_restore(c, n, w->ord, w->tmp_i);
         if (c->kv.rnext) permute_mpos(c, w, n, 1);
     }
     if (l0 >= 0) { /* and back down for the head */
-        kl_split_swap(c);
+        model_split_swap(c);
         hyb_ws *wl = c->ws;
         c->bx_lo.ops->download(&c->bx_lo, wl->x, xo, (size_t)n * E * sizeof(float));
-        kl_batch_output(c, wl->x, n, n_out);
-        kl_split_swap(c);
+        model_batch_output(c, wl->x, n, n_out);
+        model_split_swap(c);
         return KILN_OK;
     }
-    kl_batch_output(c, xo, n, n_out);
+    model_batch_output(c, xo, n, n_out);
     return KILN_OK;
 }
 
-/* kl_family.replay: the recorded inputs of seq's last run through each
+/* model_family.replay: the recorded inputs of seq's last run through each
  * recurrent layer's convolution and delta rule, token by token as the run
  * computed them, up to n tokens (outputs dropped). */
 static void hyb_replay(kiln_context *c, int seq, int32_t n) {
     const hyb_model *h = c->m->fam;
-    const int l0 = kl_split_enter(c); /* a split: the host part's layers first */
+    const int l0 = model_split_enter(c); /* a split: the host part's layers first */
     for (int l = 0; l < h->n_layer; l++) {
         const hyb_layer *L = &h->layers[l];
-        if (l == l0) kl_split_swap(c);
+        if (l == l0) model_split_swap(c);
         if (!L->recurrent) continue;
         const kbe_gdn g = gdn_args(c, L);
         c->bx.ops->gdn_replay(&c->bx, &g, seq, n);
     }
 }
 
-const kl_family kl_family_hybrid = {
+const model_family model_family_hybrid = {
     .name = "hybrid",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],

@@ -16,7 +16,7 @@ static size_t head_row_bytes(int hd, int type) {
     return (size_t)hd * (type == KILN_KV_F32 ? 4 : 2);
 }
 
-uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
+uint64_t model_kv_bytes_per_token(const model_seq_shape *shape, int type) {
     const int runs = shape->v_in_k ? 1 : 2;
     if (!shape->layer_hd)
         return (uint64_t)shape->n_attn_layer * (uint64_t)shape->n_head_kv * runs *
@@ -27,7 +27,7 @@ uint64_t kl_kv_bytes_per_token(const kl_seq_shape *shape, int type) {
     return n;
 }
 
-uint64_t kl_kv_bytes_range(const kl_seq_shape *shape, int type, int l0, int l1) {
+uint64_t model_kv_bytes_range(const model_seq_shape *shape, int type, int l0, int l1) {
     const int runs = shape->v_in_k ? 1 : 2;
     uint64_t n = 0;
     for (int l = l0 < 0 ? 0 : l0; l < l1 && l < shape->n_attn_layer; l++) {
@@ -37,13 +37,13 @@ uint64_t kl_kv_bytes_range(const kl_seq_shape *shape, int type, int l0, int l1) 
     return n;
 }
 
-kiln_status kl_kv_init(kl_kv *kv, const kbe_backend *be, const kl_seq_shape *shape, int type, int n_seq, int n_ctx,
+kiln_status model_kv_init(model_kv *kv, const kbe_backend *be, const model_seq_shape *shape, int type, int n_seq, int n_ctx,
                        int n_extra) {
-    return kl_kv_init_split(kv, be, NULL, 0, shape, type, n_seq, n_ctx, n_extra);
+    return model_kv_init_split(kv, be, NULL, 0, shape, type, n_seq, n_ctx, n_extra);
 }
 
-kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend *be_lo, int n_lo,
-                             const kl_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra) {
+kiln_status model_kv_init_split(model_kv *kv, const kbe_backend *be, const kbe_backend *be_lo, int n_lo,
+                             const model_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra) {
     memset(kv, 0, sizeof *kv);
     if (!be_lo || n_lo < 0) n_lo = 0;
     if (n_lo > shape->n_attn_layer) n_lo = shape->n_attn_layer;
@@ -65,7 +65,7 @@ kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend
     kv->l_hrow = malloc(nl * sizeof *kv->l_hrow);
     kv->l_off = malloc(nl * sizeof *kv->l_off);
     if (!kv->l_hkv || !kv->l_hd || !kv->l_hrow || !kv->l_off) {
-        kl_kv_free(kv);
+        model_kv_free(kv);
         return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     /* a split's host layers first, in blocks of their own */
@@ -75,18 +75,18 @@ kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend
         kv->l_hd[l] = shape->layer_hd ? shape->layer_hd[l] : shape->hd;
         kv->l_hrow[l] = head_row_bytes(kv->l_hd[l], type);
         kv->l_off[l] = *bb;
-        *bb += (kv->v_in_k ? 1 : 2) * (size_t)kv->l_hkv[l] * KL_KV_BLOCK * kv->l_hrow[l];
+        *bb += (kv->v_in_k ? 1 : 2) * (size_t)kv->l_hkv[l] * MODEL_KV_BLOCK * kv->l_hrow[l];
     }
     kv->n_seq = n_seq;
-    kv->max_blocks_per_seq = (n_ctx + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
+    kv->max_blocks_per_seq = (n_ctx + MODEL_KV_BLOCK - 1) / MODEL_KV_BLOCK;
     kv->n_blocks = kv->max_blocks_per_seq * n_seq + n_extra;
-    kv->mem_bytes = (size_t)kv->n_blocks * KL_KV_BLOCK * kl_kv_bytes_range(shape, type, n_lo, shape->n_attn_layer);
+    kv->mem_bytes = (size_t)kv->n_blocks * MODEL_KV_BLOCK * model_kv_bytes_range(shape, type, n_lo, shape->n_attn_layer);
     kv->mem = be->map(kv->mem_bytes);
     if (!kv->mem) { return base_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes); }
     if (n_lo) {
         kv->mem_lo_bytes = (size_t)kv->n_blocks * kv->block_lo;
         if (!(kv->mem_lo = be_lo->map(kv->mem_lo_bytes))) {
-            kl_kv_free(kv);
+            model_kv_free(kv);
             return base_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache's host layers", kv->mem_lo_bytes);
         }
     }
@@ -94,15 +94,15 @@ kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend
     kv->n_bucket = 16;
     while (kv->n_bucket < kv->n_blocks) kv->n_bucket *= 2;
     kv->free_list = malloc(nb * sizeof(int32_t));
-    kv->seqs = calloc((size_t)n_seq, sizeof(kl_seq));
+    kv->seqs = calloc((size_t)n_seq, sizeof(model_seq));
     kv->seq_blocks = calloc((size_t)n_seq, sizeof(int32_t *));
     kv->ref = calloc(nb, sizeof(int32_t));
     kv->hashed = calloc(nb, 1);
     kv->bhash = calloc(nb, sizeof(uint64_t));
-    kv->btok = malloc(nb * KL_KV_BLOCK * sizeof(int32_t));
-    if (shape->pos_cells && (!(kv->rnext = calloc(nb * KL_KV_BLOCK, sizeof(int32_t))) ||
-                             !(kv->rbase = calloc(nb * KL_KV_BLOCK, sizeof(int32_t))))) {
-        kl_kv_free(kv);
+    kv->btok = malloc(nb * MODEL_KV_BLOCK * sizeof(int32_t));
+    if (shape->pos_cells && (!(kv->rnext = calloc(nb * MODEL_KV_BLOCK, sizeof(int32_t))) ||
+                             !(kv->rbase = calloc(nb * MODEL_KV_BLOCK, sizeof(int32_t))))) {
+        model_kv_free(kv);
         return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     kv->chain = malloc(nb * sizeof(int32_t));
@@ -111,7 +111,7 @@ kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend
     kv->bucket = malloc((size_t)kv->n_bucket * sizeof(int32_t));
     if (!kv->free_list || !kv->seqs || !kv->seq_blocks || !kv->ref || !kv->hashed || !kv->bhash || !kv->btok ||
         !kv->chain || !kv->lru_prev || !kv->lru_next || !kv->bucket) {
-        kl_kv_free(kv);
+        model_kv_free(kv);
         return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     for (int32_t i = 0; i < kv->n_bucket; i++) kv->bucket[i] = -1;
@@ -122,14 +122,14 @@ kiln_status kl_kv_init_split(kl_kv *kv, const kbe_backend *be, const kbe_backend
     for (int s = 0; s < n_seq; s++) {
         kv->seqs[s].blocks = kv->seq_blocks[s] = malloc((size_t)kv->max_blocks_per_seq * sizeof(int32_t));
         if (!kv->seqs[s].blocks) {
-            kl_kv_free(kv);
+            model_kv_free(kv);
             return base_fail(KILN_ERR_NOMEM, "out of memory");
         }
     }
     return 0;
 }
 
-void kl_kv_free(kl_kv *kv) {
+void model_kv_free(model_kv *kv) {
     if (kv->mem) kv->be->unmap(kv->mem, kv->mem_bytes);
     if (kv->mem_lo) kv->be_lo->unmap(kv->mem_lo, kv->mem_lo_bytes);
     if (kv->seqs)
@@ -167,11 +167,11 @@ static uint64_t mix64(uint64_t x) {
 /* Key of a block: its parent's key (0 for the first block) and tokens. */
 static uint64_t block_key(uint64_t parent, const int32_t *tok) {
     uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ull);
-    for (int i = 0; i < KL_KV_BLOCK; i++) h = mix64(h ^ (uint32_t)tok[i]);
+    for (int i = 0; i < MODEL_KV_BLOCK; i++) h = mix64(h ^ (uint32_t)tok[i]);
     return h;
 }
 
-static void lru_unlink(kl_kv *kv, int32_t b) {
+static void lru_unlink(model_kv *kv, int32_t b) {
     KILN_DASSERT(kv->n_cached > 0 && kv->ref[b] == 0 && kv->hashed[b]);
     int32_t p = kv->lru_prev[b], n = kv->lru_next[b];
     if (p >= 0)
@@ -185,7 +185,7 @@ static void lru_unlink(kl_kv *kv, int32_t b) {
     kv->n_cached--;
 }
 
-static void lru_push(kl_kv *kv, int32_t b) {
+static void lru_push(model_kv *kv, int32_t b) {
     kv->lru_prev[b] = kv->lru_tail;
     kv->lru_next[b] = -1;
     if (kv->lru_tail >= 0)
@@ -196,16 +196,16 @@ static void lru_push(kl_kv *kv, int32_t b) {
     kv->n_cached++;
 }
 
-static void table_remove(kl_kv *kv, int32_t b) {
+static void table_remove(model_kv *kv, int32_t b) {
     int32_t *link = &kv->bucket[kv->bhash[b] & (uint64_t)(kv->n_bucket - 1)];
     while (*link >= 0 && *link != b) link = &kv->chain[*link];
     if (*link == b) *link = kv->chain[b];
     kv->hashed[b] = 0;
 }
 
-static int32_t table_find(const kl_kv *kv, uint64_t key, const int32_t *tok) {
+static int32_t table_find(const model_kv *kv, uint64_t key, const int32_t *tok) {
     for (int32_t b = kv->bucket[key & (uint64_t)(kv->n_bucket - 1)]; b >= 0; b = kv->chain[b])
-        if (kv->bhash[b] == key && !memcmp(kv->btok + (size_t)b * KL_KV_BLOCK, tok, KL_KV_BLOCK * sizeof(int32_t)))
+        if (kv->bhash[b] == key && !memcmp(kv->btok + (size_t)b * MODEL_KV_BLOCK, tok, MODEL_KV_BLOCK * sizeof(int32_t)))
             return b;
     return -1;
 }
@@ -221,7 +221,7 @@ static int32_t table_find(const kl_kv *kv, uint64_t key, const int32_t *tok) {
  * - a sequence's table holds held blocks only and covers its length, its
  *   registered prefix lies within its whole blocks, and a registered block
  *   there has the key of its parent's key and its own tokens. */
-static void kv_check(const kl_kv *kv) {
+static void kv_check(const model_kv *kv) {
     KILN_ASSERT(kv->n_free >= 0 && kv->n_free <= kv->n_blocks);
     KILN_ASSERT(kv->n_cached >= 0 && kv->n_cached <= kv->n_blocks - kv->n_free);
     int32_t n_free = 0, n_cached = 0, n_hashed = 0;
@@ -248,16 +248,16 @@ static void kv_check(const kl_kv *kv) {
                         (kv->bhash[b] & (uint64_t)(kv->n_bucket - 1)) == (uint64_t)i);
     KILN_ASSERT(n_chained == n_hashed);
     for (int q = 0; q < kv->n_seq; q++) {
-        const kl_seq *s = &kv->seqs[q];
+        const model_seq *s = &kv->seqs[q];
         KILN_ASSERT(s->n_blocks >= 0 && s->n_blocks <= kv->max_blocks_per_seq);
-        KILN_ASSERT(s->len >= 0 && s->len <= s->n_blocks * KL_KV_BLOCK);
-        KILN_ASSERT(s->n_hashed >= 0 && s->n_hashed <= s->len / KL_KV_BLOCK);
+        KILN_ASSERT(s->len >= 0 && s->len <= s->n_blocks * MODEL_KV_BLOCK);
+        KILN_ASSERT(s->n_hashed >= 0 && s->n_hashed <= s->len / MODEL_KV_BLOCK);
         for (int32_t i = 0; i < s->n_blocks; i++) {
             const int32_t b = s->blocks[i];
             KILN_ASSERT(b >= 0 && b < kv->n_blocks && kv->ref[b] > 0);
             if (i < s->n_hashed && kv->hashed[b])
                 KILN_ASSERT(kv->bhash[b] ==
-                            block_key(i ? kv->bhash[s->blocks[i - 1]] : 0, kv->btok + (size_t)b * KL_KV_BLOCK));
+                            block_key(i ? kv->bhash[s->blocks[i - 1]] : 0, kv->btok + (size_t)b * MODEL_KV_BLOCK));
         }
     }
 }
@@ -268,7 +268,7 @@ static void kv_check(const kl_kv *kv) {
 
 /* A block for exclusive use: a free one, else the least recently used
  * cached one (dropped from the table).  -1 when every block is held. */
-static int32_t take_block(kl_kv *kv) {
+static int32_t take_block(model_kv *kv) {
     int32_t b;
     if (kv->n_free > 0) {
         b = kv->free_list[--kv->n_free];
@@ -284,7 +284,7 @@ static int32_t take_block(kl_kv *kv) {
     return b;
 }
 
-static void drop_block(kl_kv *kv, int32_t b) {
+static void drop_block(model_kv *kv, int32_t b) {
     /* a block dropped more often than held would go to the free list while
      * a sequence still reads it */
     KILN_ASSERT(kv->ref[b] > 0);
@@ -300,48 +300,48 @@ static void drop_block(kl_kv *kv, int32_t b) {
 /* The first n cells of block src into block dst, head by head (on CUDA,
  * whose blocks are cell-major (backend/cuda.h), the block's first n cells
  * in one copy). */
-static void copy_cells(kl_kv *kv, int32_t dst, int32_t src, int32_t n) {
+static void copy_cells(model_kv *kv, int32_t dst, int32_t src, int32_t n) {
     if (kv->rnext) {
-        memcpy(kv->rnext + (size_t)dst * KL_KV_BLOCK, kv->rnext + (size_t)src * KL_KV_BLOCK,
+        memcpy(kv->rnext + (size_t)dst * MODEL_KV_BLOCK, kv->rnext + (size_t)src * MODEL_KV_BLOCK,
                (size_t)n * sizeof(int32_t));
-        memcpy(kv->rbase + (size_t)dst * KL_KV_BLOCK, kv->rbase + (size_t)src * KL_KV_BLOCK,
+        memcpy(kv->rbase + (size_t)dst * MODEL_KV_BLOCK, kv->rbase + (size_t)src * MODEL_KV_BLOCK,
                (size_t)n * sizeof(int32_t));
     }
     const int cuda = kv->be->kind == KBE_CUDA;
     if (cuda && kv->block_bytes)
         kv->be->copy((uint8_t *)kv->mem + (size_t)dst * kv->block_bytes,
-                     (uint8_t *)kv->mem + (size_t)src * kv->block_bytes, (size_t)n * (kv->block_bytes / KL_KV_BLOCK));
+                     (uint8_t *)kv->mem + (size_t)src * kv->block_bytes, (size_t)n * (kv->block_bytes / MODEL_KV_BLOCK));
     for (int l = 0; l < (cuda ? kv->n_lo : kv->n_layer); l++) {
         const kbe_backend *be = l < kv->n_lo ? kv->be_lo : kv->be;
-        const size_t run = (size_t)KL_KV_BLOCK * kv->l_hrow[l], bytes = (size_t)n * kv->l_hrow[l];
+        const size_t run = (size_t)MODEL_KV_BLOCK * kv->l_hrow[l], bytes = (size_t)n * kv->l_hrow[l];
         for (int h = 0; h < kv->l_hkv[l]; h++) {
-            be->copy((uint8_t *)kl_kv_kblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_kblock(kv, l, src) + h * run,
+            be->copy((uint8_t *)model_kv_kblock(kv, l, dst) + h * run, (uint8_t *)model_kv_kblock(kv, l, src) + h * run,
                      bytes);
             if (!kv->v_in_k)
-                be->copy((uint8_t *)kl_kv_vblock(kv, l, dst) + h * run, (uint8_t *)kl_kv_vblock(kv, l, src) + h * run,
+                be->copy((uint8_t *)model_kv_vblock(kv, l, dst) + h * run, (uint8_t *)model_kv_vblock(kv, l, src) + h * run,
                          bytes);
         }
     }
 }
 
-int32_t kl_kv_rope_next(const kl_kv *kv, int seq, int32_t len) {
+int32_t model_kv_rope_next(const model_kv *kv, int seq, int32_t len) {
     if (!kv->rnext || len <= 0) return kv->rnext ? 0 : len;
-    const kl_seq *s = &kv->seqs[seq];
-    if (len > s->len) return kl_kv_rope_next(kv, seq, s->len) + (len - s->len); /* text past the cells */
+    const model_seq *s = &kv->seqs[seq];
+    if (len > s->len) return model_kv_rope_next(kv, seq, s->len) + (len - s->len); /* text past the cells */
     const int32_t i = len - 1;
-    return kv->rnext[(size_t)s->blocks[i / KL_KV_BLOCK] * KL_KV_BLOCK + i % KL_KV_BLOCK];
+    return kv->rnext[(size_t)s->blocks[i / MODEL_KV_BLOCK] * MODEL_KV_BLOCK + i % MODEL_KV_BLOCK];
 }
 
-int32_t kl_kv_rope_base(const kl_kv *kv, int seq, int32_t len) {
-    const kl_seq *s = &kv->seqs[seq];
+int32_t model_kv_rope_base(const model_kv *kv, int seq, int32_t len) {
+    const model_seq *s = &kv->seqs[seq];
     if (!kv->rbase || len <= 0 || len > s->len) return -1;
     const int32_t i = len - 1;
-    return kv->rbase[(size_t)s->blocks[i / KL_KV_BLOCK] * KL_KV_BLOCK + i % KL_KV_BLOCK];
+    return kv->rbase[(size_t)s->blocks[i / MODEL_KV_BLOCK] * MODEL_KV_BLOCK + i % MODEL_KV_BLOCK];
 }
 
-int kl_kv_reserve(kl_kv *kv, int seq, int32_t len) {
-    kl_seq *s = &kv->seqs[seq];
-    int32_t need = (len + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
+int model_kv_reserve(model_kv *kv, int seq, int32_t len) {
+    model_seq *s = &kv->seqs[seq];
+    int32_t need = (len + MODEL_KV_BLOCK - 1) / MODEL_KV_BLOCK;
     if (need > kv->max_blocks_per_seq) return -1;
     while (s->n_blocks < need) {
         int32_t b = take_block(kv);
@@ -352,23 +352,23 @@ int kl_kv_reserve(kl_kv *kv, int seq, int32_t len) {
     return 0;
 }
 
-void kl_kv_truncate(kl_kv *kv, int seq, int32_t len) {
-    kl_seq *s = &kv->seqs[seq];
+void model_kv_truncate(model_kv *kv, int seq, int32_t len) {
+    model_seq *s = &kv->seqs[seq];
     if (len < s->len) s->len = len;
-    int32_t keep = (s->len + KL_KV_BLOCK - 1) / KL_KV_BLOCK;
+    int32_t keep = (s->len + MODEL_KV_BLOCK - 1) / MODEL_KV_BLOCK;
     while (s->n_blocks > keep) drop_block(kv, s->blocks[--s->n_blocks]);
-    int32_t full = s->len / KL_KV_BLOCK;
+    int32_t full = s->len / MODEL_KV_BLOCK;
     if (s->n_hashed > full) s->n_hashed = full;
     /* the last block is partly kept and will be written again: it must
      * stop matching its key, and other holders must keep their copy */
-    int32_t part = s->len % KL_KV_BLOCK;
+    int32_t part = s->len % MODEL_KV_BLOCK;
     if (part && keep > 0) {
         int32_t b = s->blocks[keep - 1];
         if (kv->ref[b] > 1) {
             int32_t nb = take_block(kv);
             if (nb < 0) { /* cannot happen (see model.h); keep whole blocks only */
-                s->len = full * KL_KV_BLOCK;
-                kl_kv_truncate(kv, seq, s->len);
+                s->len = full * MODEL_KV_BLOCK;
+                model_kv_truncate(kv, seq, s->len);
                 return;
             }
             copy_cells(kv, nb, b, part);
@@ -381,14 +381,14 @@ void kl_kv_truncate(kl_kv *kv, int seq, int32_t len) {
     KV_CHECK(kv);
 }
 
-int32_t kl_kv_reuse(kl_kv *kv, int seq, const int32_t *tokens, int32_t n, int32_t max_tokens) {
-    kl_seq *s = &kv->seqs[seq];
+int32_t model_kv_reuse(model_kv *kv, int seq, const int32_t *tokens, int32_t n, int32_t max_tokens) {
+    model_seq *s = &kv->seqs[seq];
     if (s->len != 0 || s->n_blocks != 0) return 0;
     int32_t limit = n < max_tokens ? n : max_tokens;
     uint64_t parent = 0;
     int32_t nb = 0;
-    while ((nb + 1) * KL_KV_BLOCK <= limit && nb < kv->max_blocks_per_seq) {
-        const int32_t *tok = tokens + (size_t)nb * KL_KV_BLOCK;
+    while ((nb + 1) * MODEL_KV_BLOCK <= limit && nb < kv->max_blocks_per_seq) {
+        const int32_t *tok = tokens + (size_t)nb * MODEL_KV_BLOCK;
         uint64_t key = block_key(parent, tok);
         int32_t b = table_find(kv, key, tok);
         kv->n_lookup_blocks++;
@@ -401,26 +401,26 @@ int32_t kl_kv_reuse(kl_kv *kv, int seq, const int32_t *tokens, int32_t n, int32_
     }
     s->n_blocks = nb;
     s->n_hashed = nb;
-    s->len = nb * KL_KV_BLOCK;
+    s->len = nb * MODEL_KV_BLOCK;
     KV_CHECK(kv);
     return s->len;
 }
 
-void kl_kv_register(kl_kv *kv, int seq, const int32_t *tokens, int32_t n) {
-    kl_seq *s = &kv->seqs[seq];
+void model_kv_register(model_kv *kv, int seq, const int32_t *tokens, int32_t n) {
+    model_seq *s = &kv->seqs[seq];
     if (n > s->len) n = s->len;
-    int32_t full = n / KL_KV_BLOCK;
+    int32_t full = n / MODEL_KV_BLOCK;
     for (; s->n_hashed < full; s->n_hashed++) {
         int32_t i = s->n_hashed, b = s->blocks[i];
-        if (kv->hashed[b]) continue; /* attached by kl_kv_reuse */
+        if (kv->hashed[b]) continue; /* attached by model_kv_reuse */
         uint64_t parent = i ? kv->bhash[s->blocks[i - 1]] : 0;
-        const int32_t *tok = tokens + (size_t)i * KL_KV_BLOCK;
+        const int32_t *tok = tokens + (size_t)i * MODEL_KV_BLOCK;
         uint64_t key = block_key(parent, tok);
         /* bhash chains the keys even for a block that stays private because
          * another sequence registered an equal one first */
         kv->bhash[b] = key;
         if (table_find(kv, key, tok) >= 0) continue;
-        memcpy(kv->btok + (size_t)b * KL_KV_BLOCK, tok, KL_KV_BLOCK * sizeof(int32_t));
+        memcpy(kv->btok + (size_t)b * MODEL_KV_BLOCK, tok, MODEL_KV_BLOCK * sizeof(int32_t));
         int32_t *head = &kv->bucket[key & (uint64_t)(kv->n_bucket - 1)];
         kv->chain[b] = *head;
         *head = b;
@@ -429,34 +429,34 @@ void kl_kv_register(kl_kv *kv, int seq, const int32_t *tokens, int32_t n) {
     KV_CHECK(kv);
 }
 
-uint64_t kl_kv_chain_key(const int32_t *tokens, int32_t nb) {
+uint64_t model_kv_chain_key(const int32_t *tokens, int32_t nb) {
     uint64_t key = 0;
-    for (int32_t i = 0; i < nb; i++) key = block_key(key, tokens + (size_t)i * KL_KV_BLOCK);
+    for (int32_t i = 0; i < nb; i++) key = block_key(key, tokens + (size_t)i * MODEL_KV_BLOCK);
     return key;
 }
 
-void kl_kv_pin(kl_kv *kv, int32_t b) {
+void model_kv_pin(model_kv *kv, int32_t b) {
     KILN_DASSERT(kv->ref[b] > 0 || kv->hashed[b]); /* a free block holds nothing to pin */
     if (kv->ref[b]++ == 0 && kv->hashed[b]) lru_unlink(kv, b);
     KV_CHECK(kv);
 }
 
-void kl_kv_unpin(kl_kv *kv, int32_t b) {
+void model_kv_unpin(model_kv *kv, int32_t b) {
     drop_block(kv, b);
     KV_CHECK(kv);
 }
 
-int32_t kl_kv_copy_block(kl_kv *kv, int32_t src, int32_t n) {
-    KILN_DASSERT(kv->ref[src] > 0 && n >= 0 && n <= KL_KV_BLOCK); /* the source is held while it is read */
+int32_t model_kv_copy_block(model_kv *kv, int32_t src, int32_t n) {
+    KILN_DASSERT(kv->ref[src] > 0 && n >= 0 && n <= MODEL_KV_BLOCK); /* the source is held while it is read */
     int32_t b = take_block(kv);
     if (b >= 0) copy_cells(kv, b, src, n);
     return b;
 }
 
-int kl_kv_fork(kl_kv *kv, int src, int dst) {
-    kl_seq *s = &kv->seqs[src], *d = &kv->seqs[dst];
+int model_kv_fork(model_kv *kv, int src, int dst) {
+    model_seq *s = &kv->seqs[src], *d = &kv->seqs[dst];
     if (d->len || d->n_blocks) return -1;
-    const int32_t full = s->len / KL_KV_BLOCK, part = s->len % KL_KV_BLOCK;
+    const int32_t full = s->len / MODEL_KV_BLOCK, part = s->len % MODEL_KV_BLOCK;
     int32_t last = -1;
     if (part && (last = take_block(kv)) < 0) return -1;
     for (int32_t i = 0; i < full; i++) {
@@ -474,32 +474,32 @@ int kl_kv_fork(kl_kv *kv, int src, int dst) {
     return 0;
 }
 
-void kl_kv_append_block(kl_kv *kv, int seq, int32_t b, int32_t len) {
-    kl_seq *s = &kv->seqs[seq];
+void model_kv_append_block(model_kv *kv, int seq, int32_t b, int32_t len) {
+    model_seq *s = &kv->seqs[seq];
     /* b extends a table that ends at a whole block, and its cells cover
      * what the sequence holds then */
-    KILN_DASSERT(s->n_blocks < kv->max_blocks_per_seq && kv->ref[b] > 0 && s->len == s->n_blocks * KL_KV_BLOCK &&
-                 len > s->len && len <= s->len + KL_KV_BLOCK);
+    KILN_DASSERT(s->n_blocks < kv->max_blocks_per_seq && kv->ref[b] > 0 && s->len == s->n_blocks * MODEL_KV_BLOCK &&
+                 len > s->len && len <= s->len + MODEL_KV_BLOCK);
     s->blocks[s->n_blocks++] = b;
     s->len = len;
     KV_CHECK(kv);
 }
 
 /* Block-major: a block holds, layer by layer, its K then its V run
- * (n_head_kv * KL_KV_BLOCK head rows each; the K run alone when V is in
+ * (n_head_kv * MODEL_KV_BLOCK head rows each; the K run alone when V is in
  * K), so a sequence's cache is its blocks and nothing else: huge pages (the
  * mapping asks for them) are filled by the blocks in use, and one TLB entry
  * covers about a block. */
 /* bytes of one layer's K (or V) run in a block */
-static size_t run_bytes(const kl_kv *kv, int layer) {
-    return (size_t)kv->l_hkv[layer] * KL_KV_BLOCK * kv->l_hrow[layer];
+static size_t run_bytes(const model_kv *kv, int layer) {
+    return (size_t)kv->l_hkv[layer] * MODEL_KV_BLOCK * kv->l_hrow[layer];
 }
 
-size_t kl_kv_block_bytes(const kl_kv *kv) { return kv->block_bytes; }
+size_t model_kv_block_bytes(const model_kv *kv) { return kv->block_bytes; }
 
-void kl_kv_view(const kl_kv *kv, kbe_kv *out) { kl_kv_view_part(kv, 0, out); }
+void model_kv_view(const model_kv *kv, kbe_kv *out) { model_kv_view_part(kv, 0, out); }
 
-void kl_kv_view_part(const kl_kv *kv, int lo, kbe_kv *out) {
+void model_kv_view_part(const model_kv *kv, int lo, kbe_kv *out) {
     const int l0 = lo ? 0 : kv->n_lo;
     *out = (kbe_kv){
         .type = kv->type,
@@ -516,23 +516,23 @@ void kl_kv_view_part(const kl_kv *kv, int lo, kbe_kv *out) {
     };
 }
 
-void *kl_kv_kblock(const kl_kv *kv, int layer, int32_t b) {
+void *model_kv_kblock(const model_kv *kv, int layer, int32_t b) {
     if (layer < kv->n_lo) return (uint8_t *)kv->mem_lo + (size_t)b * kv->block_lo + kv->l_off[layer];
     return (uint8_t *)kv->mem + (size_t)b * kv->block_bytes + kv->l_off[layer];
 }
 
-void *kl_kv_vblock(const kl_kv *kv, int layer, int32_t b) {
-    return (uint8_t *)kl_kv_kblock(kv, layer, b) + (kv->v_in_k ? 0 : run_bytes(kv, layer));
+void *model_kv_vblock(const model_kv *kv, int layer, int32_t b) {
+    return (uint8_t *)model_kv_kblock(kv, layer, b) + (kv->v_in_k ? 0 : run_bytes(kv, layer));
 }
 
-static size_t head_off(const kl_kv *kv, int layer, int64_t cell, int h) {
-    return ((size_t)h * KL_KV_BLOCK + (size_t)(cell % KL_KV_BLOCK)) * kv->l_hrow[layer];
+static size_t head_off(const model_kv *kv, int layer, int64_t cell, int h) {
+    return ((size_t)h * MODEL_KV_BLOCK + (size_t)(cell % MODEL_KV_BLOCK)) * kv->l_hrow[layer];
 }
 
-void *kl_kv_khead(const kl_kv *kv, int layer, int64_t cell, int h) {
-    return (uint8_t *)kl_kv_kblock(kv, layer, (int32_t)(cell / KL_KV_BLOCK)) + head_off(kv, layer, cell, h);
+void *model_kv_khead(const model_kv *kv, int layer, int64_t cell, int h) {
+    return (uint8_t *)model_kv_kblock(kv, layer, (int32_t)(cell / MODEL_KV_BLOCK)) + head_off(kv, layer, cell, h);
 }
 
-void *kl_kv_vhead(const kl_kv *kv, int layer, int64_t cell, int h) {
-    return (uint8_t *)kl_kv_vblock(kv, layer, (int32_t)(cell / KL_KV_BLOCK)) + head_off(kv, layer, cell, h);
+void *model_kv_vhead(const model_kv *kv, int layer, int64_t cell, int h) {
+    return (uint8_t *)model_kv_vblock(kv, layer, (int32_t)(cell / MODEL_KV_BLOCK)) + head_off(kv, layer, cell, h);
 }

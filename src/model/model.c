@@ -30,14 +30,14 @@ static const char *meta_str(const kiln_model *m, const char *suffix, char *buf, 
  * absent (mixture-of-experts models); a family that needs it checks. */
 static int load_hparams(loader *L) {
     kiln_model *m = L->m;
-    kl_hparams *hp = &m->hp;
-    hp->n_embd = (int)kl_meta_int(m, "embedding_length", 0);
-    hp->n_layer = (int)kl_meta_int(m, "block_count", 0);
-    hp->n_ff = (int)kl_meta_int(m, "feed_forward_length", 0);
-    hp->n_head = (int)kl_meta_int(m, "attention.head_count", 0);
-    hp->n_head_kv = (int)kl_meta_int(m, "attention.head_count_kv", hp->n_head);
-    hp->n_ctx_train = (int)kl_meta_int(m, "context_length", 2048);
-    hp->eps = (float)kl_meta_float(m, "attention.layer_norm_rms_epsilon", 1e-5);
+    model_hparams *hp = &m->hp;
+    hp->n_embd = (int)model_meta_int(m, "embedding_length", 0);
+    hp->n_layer = (int)model_meta_int(m, "block_count", 0);
+    hp->n_ff = (int)model_meta_int(m, "feed_forward_length", 0);
+    hp->n_head = (int)model_meta_int(m, "attention.head_count", 0);
+    hp->n_head_kv = (int)model_meta_int(m, "attention.head_count_kv", hp->n_head);
+    hp->n_ctx_train = (int)model_meta_int(m, "context_length", 2048);
+    hp->eps = (float)model_meta_float(m, "attention.layer_norm_rms_epsilon", 1e-5);
     if (hp->n_embd <= 0 || hp->n_embd > 65536 || hp->n_layer <= 0 || hp->n_layer > 1024 || hp->n_ff < 0 ||
         hp->n_ff > (1 << 20) || hp->n_head <= 0 || hp->n_head > 1024 || hp->n_head_kv <= 0 ||
         hp->n_head % hp->n_head_kv != 0 || hp->n_ctx_train <= 0) {
@@ -47,30 +47,30 @@ static int load_hparams(loader *L) {
                  hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv, hp->n_ctx_train);
         return -1;
     }
-    hp->hd_k = (int)kl_meta_int(m, "attention.key_length", hp->n_embd / hp->n_head);
-    hp->hd_v = (int)kl_meta_int(m, "attention.value_length", hp->hd_k);
+    hp->hd_k = (int)model_meta_int(m, "attention.key_length", hp->n_embd / hp->n_head);
+    hp->hd_v = (int)model_meta_int(m, "attention.value_length", hp->hd_k);
     if (hp->hd_k <= 0 || hp->hd_k > 1024 || hp->hd_v <= 0 || hp->hd_v > 1024 ||
         (hp->hd_v != hp->hd_k && !m->arch->family->split_head_sizes)) {
         snprintf(L->err, sizeof L->err, "unsupported head sizes (key %d, value %d)", hp->hd_k, hp->hd_v);
         return -1;
     }
     kern_rope *r = &hp->rope;
-    r->n_rot = (int)kl_meta_int(m, "rope.dimension_count", hp->hd_k);
+    r->n_rot = (int)model_meta_int(m, "rope.dimension_count", hp->hd_k);
     if (r->n_rot <= 0 || r->n_rot > hp->hd_k || r->n_rot % 2) {
         snprintf(L->err, sizeof L->err, "bad rope.dimension_count %d", r->n_rot);
         return -1;
     }
-    r->base = (float)kl_meta_float(m, "rope.freq_base", 10000.0);
+    r->base = (float)model_meta_float(m, "rope.freq_base", 10000.0);
     r->freq_scale = 1.0f;
     r->attn_factor = 1.0f;
-    r->beta_fast = (float)kl_meta_float(m, "rope.scaling.yarn_beta_fast", 32.0);
-    r->beta_slow = (float)kl_meta_float(m, "rope.scaling.yarn_beta_slow", 1.0);
-    r->n_ctx_orig = (int)kl_meta_int(m, "rope.scaling.original_context_length", hp->n_ctx_train);
+    r->beta_fast = (float)model_meta_float(m, "rope.scaling.yarn_beta_fast", 32.0);
+    r->beta_slow = (float)model_meta_float(m, "rope.scaling.yarn_beta_slow", 1.0);
+    r->n_ctx_orig = (int)model_meta_int(m, "rope.scaling.original_context_length", hp->n_ctx_train);
     char st[32];
     const char *stype = meta_str(m, "rope.scaling.type", st, sizeof st);
-    double factor = kl_meta_float(m, "rope.scaling.factor", 0.0);
+    double factor = model_meta_float(m, "rope.scaling.factor", 0.0);
     if (factor == 0.0) {
-        double lin = kl_meta_float(m, "rope.scale_linear", 0.0); /* older files */
+        double lin = model_meta_float(m, "rope.scale_linear", 0.0); /* older files */
         if (lin != 0.0) {
             factor = lin;
             if (!stype) stype = "linear";
@@ -82,11 +82,11 @@ static int load_hparams(loader *L) {
         } else if (strcmp(stype, "yarn") == 0) {
             r->freq_scale = (float)(1.0 / factor);
             r->ext_factor = 1.0f;
-            r->attn_factor = (float)kl_meta_float(m, "rope.scaling.attn_factor", 1.0);
+            r->attn_factor = (float)model_meta_float(m, "rope.scaling.attn_factor", 1.0);
             /* With yarn_log_multiplier (mscale_all_dim) the cos/sin magnitude
              * is mscale(1) / mscale(log_mul), mscale(a) = 1 + 0.1 a ln(factor);
              * kern_rope_table multiplies by mscale(1) itself, so divide that out. */
-            double log_mul = kl_meta_float(m, "rope.scaling.yarn_log_multiplier", 0.0);
+            double log_mul = model_meta_float(m, "rope.scaling.yarn_log_multiplier", 0.0);
             if (log_mul != 0.0 && factor > 1.0) r->attn_factor = (float)(1.0 / (1.0 + 0.1 * log_mul * log(factor)));
         } else {
             snprintf(L->err, sizeof L->err, "unsupported rope scaling type '%s'", stype);
@@ -115,21 +115,21 @@ static void summarize(kiln_model *m) {
     snprintf(m->ftype, sizeof m->ftype, "%s", quant_get(best)->name);
 }
 
-/* The backend be prepares part (kl_weights.part) of the weights (on the
+/* The backend be prepares part (model_weights.part) of the weights (on the
  * CPU: the interleaved copies of the matrices, with the norms and biases
  * between them moved beside; on CUDA: everything uploaded, the token
  * embeddings too unless the model is split) into *mem.  -1 with err when
  * the backend has no kernel for a matrix's type. */
 static int prepare_part(kiln_model *m, const kbe_backend *be, int part, void **mem, size_t *bytes, char *err,
                         size_t errlen) {
-    kl_weights wl;
+    model_weights wl;
     memset(&wl, 0, sizeof wl);
     wl.part = part;
     wl.l0 = m->gpu_l0;
     const int cuda = be->kind == KBE_CUDA;
     if (m->arch->family->weights) m->arch->family->weights(m, &wl);
     wl.layer1 = 0;
-    if (cuda && part == 0) kl_weights_mat(&wl, &m->tok_embd);
+    if (cuda && part == 0) model_weights_mat(&wl, &m->tok_embd);
     int rc = 0;
     for (int i = 0; cuda && i < wl.n_mats && !rc; i++)
         if (wl.mats[i]->data && !kbe_cuda_weight_type(wl.mats[i]->type)) {
@@ -163,7 +163,7 @@ static int prepare(kiln_model *m, int repack, char *err, size_t errlen) {
 /* Bytes of the weights a split model keeps on the GPU (as stored). */
 static uint64_t gpu_weight_bytes(kiln_model *m) {
     if (!m->be_lo) return m->n_bytes;
-    kl_weights wl;
+    model_weights wl;
     memset(&wl, 0, sizeof wl);
     wl.part = 2;
     wl.l0 = m->gpu_l0;
@@ -182,11 +182,11 @@ static uint64_t gpu_weight_bytes(kiln_model *m) {
  * mixture-of-experts FFN) and the hybrid one (Gated DeltaNet and gated
  * attention) run. */
 static const char *cuda_missing(const kiln_model *m, char *buf, size_t cap) {
-    if (m->arch->family != &kl_family_dense && m->arch->family != &kl_family_hybrid) {
+    if (m->arch->family != &model_family_dense && m->arch->family != &model_family_hybrid) {
         snprintf(buf, cap, "the %s family", m->arch->family->name);
         return buf;
     }
-    if (kl_meta_float(m, "attention.temperature_scale", 0.0) != 0.0) return "a query temperature";
+    if (model_meta_float(m, "attention.temperature_scale", 0.0) != 0.0) return "a query temperature";
     if (m->hp.rope_factors_long) return "LongRoPE";
     /* M-RoPE sections (qwen35, qwen2vl, qwen3vl) run: without images (a
      * projector is refused below) a token's section positions are all its
@@ -204,17 +204,17 @@ static int cuda_fits(kiln_model *m, const kiln_context_params *cp, char *why, si
     if (n_ctx < 1) n_ctx = 1;
     uint64_t kv = 0, rs = 0;
     if (m->arch->family->seq_shape) {
-        kl_seq_shape s;
+        model_seq_shape s;
         m->arch->family->seq_shape(m, &s);
         if (s.n_attn_layer > 0 && (p.kv_type == KILN_KV_F32 || s.v_in_k)) {
             snprintf(why, cap, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
             return -1;
         }
-        const int lo = m->be_lo ? kl_attn_below(m, m->gpu_l0) : 0;
-        kv = kl_kv_bytes_range(&s, p.kv_type, lo, s.n_attn_layer) * (uint64_t)n_ctx * (uint64_t)n_seq;
-        if (s.rs_floats) rs = kl_rs_bytes(s.rs_floats, s.roll_floats, n_seq, KL_RS_SNAP_PER_SEQ * n_seq);
+        const int lo = m->be_lo ? model_attn_below(m, m->gpu_l0) : 0;
+        kv = model_kv_bytes_range(&s, p.kv_type, lo, s.n_attn_layer) * (uint64_t)n_ctx * (uint64_t)n_seq;
+        if (s.rs_floats) rs = model_rs_bytes(s.rs_floats, s.roll_floats, n_seq, MODEL_RS_SNAP_PER_SEQ * n_seq);
     }
-    const uint64_t w = gpu_weight_bytes(m), act = kl_cuda_act_bytes(m, p.n_batch, n_seq);
+    const uint64_t w = gpu_weight_bytes(m), act = model_cuda_act_bytes(m, p.n_batch, n_seq);
     size_t free_b = 0, total_b = 0;
     if (kbe_cuda_mem(&free_b, &total_b, NULL, 0)) {
         snprintf(why, cap, "the GPU's free memory is unknown");
@@ -230,14 +230,14 @@ static int cuda_fits(kiln_model *m, const kiln_context_params *cp, char *why, si
     return -1;
 }
 
-int kl_attn_below(const kiln_model *m, int l) {
+int model_attn_below(const kiln_model *m, int l) {
     return m->arch->family->attn_below ? m->arch->family->attn_below(m, l) : l;
 }
 
 /* Whether the model's layers cannot be split between the GPU and the CPU
  * (the reason in why): the dense and hybrid families' can. */
 static int split_refused(const kiln_model *m, char *why, size_t cap) {
-    if (m->arch->family == &kl_family_dense || m->arch->family == &kl_family_hybrid) return 0;
+    if (m->arch->family == &model_family_dense || m->arch->family == &model_family_hybrid) return 0;
     if (why)
         snprintf(why, cap,
                  "kiln cannot split the %s family's layers between the GPU and the CPU yet (all layers, or the CPU)",
@@ -266,9 +266,9 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
         snprintf(L.err, sizeof L.err, "no general.architecture in the metadata");
         goto fail;
     }
-    m->arch = kl_arch_find(m->arch_name);
+    m->arch = model_arch_find(m->arch_name);
     if (!m->arch) {
-        snprintf(L.err, sizeof L.err, "unsupported architecture '%s' (kiln runs: %s)", m->arch_name, kl_arch_list());
+        snprintf(L.err, sizeof L.err, "unsupported architecture '%s' (kiln runs: %s)", m->arch_name, model_arch_list());
         st = KILN_ERR_UNSUPPORTED;
         goto fail;
     }
@@ -414,7 +414,7 @@ void kiln_model_free(kiln_model *m) {
 
 int32_t kiln_model_has_vision(const kiln_model *m) { return m && m->vision ? 1 : 0; }
 
-kiln_status kl_image_prompt(kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
+kiln_status model_image_prompt(kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
                             const kiln_image_input *images, int32_t n_images, vision_prompt *out) {
     const vision_text tx = {m ? m->tok : NULL, m ? m->hp.n_embd_inp : 0, m && m->hp.rope.mrope};
     return vision_prompt_build(m ? m->vision : NULL, &tx, text, len, add_special, parse_special, images, n_images, out);
@@ -454,10 +454,10 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info) {
     if (te && !tied) info->active_bytes -= te->nbytes;
     info->ftype = m->ftype;
     if (m->arch->family->seq_shape) {
-        kl_seq_shape s;
+        model_seq_shape s;
         m->arch->family->seq_shape(m, &s);
         info->n_attn_layer = s.n_attn_layer;
-        info->kv_bytes_per_token = kl_kv_bytes_per_token(&s, KILN_KV_F16);
+        info->kv_bytes_per_token = model_kv_bytes_per_token(&s, KILN_KV_F16);
         info->state_bytes = (uint64_t)s.rs_floats * sizeof(float);
     }
 }

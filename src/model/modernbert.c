@@ -67,7 +67,7 @@ static void mb_free(kiln_model *m) {
  * period (layer l global when l % period == 0) or one flag per layer. */
 static kiln_status mb_pattern(kiln_model *m, mb_model *d, int n_swa) {
     const int n = m->hp.n_layer;
-    const gguf_kv *kv = kl_meta_kv(m, "attention.sliding_window_pattern");
+    const gguf_kv *kv = model_meta_kv(m, "attention.sliding_window_pattern");
     if (n_swa <= 0) return 0; /* every layer global */
     if (kv && kv->type == GGUF_ARRAY) {
         if ((int64_t)kv->n != n || kv->arr_type == GGUF_STRING || kv->arr_type == GGUF_ARRAY) {
@@ -77,7 +77,7 @@ static kiln_status mb_pattern(kiln_model *m, mb_model *d, int n_swa) {
         for (int l = 0; l < n; l++) d->layers[l].local = gguf_arr_int(kv, (uint64_t)l) != 0;
         return 0;
     }
-    const int64_t period = kl_meta_int(m, "attention.sliding_window_pattern", 3);
+    const int64_t period = model_meta_int(m, "attention.sliding_window_pattern", 3);
     if (period < 0 || period > 1024) {
         return base_fail(KILN_ERR_FORMAT, "modern-bert: bad sliding_window_pattern %lld", (long long)period);
     }
@@ -86,7 +86,7 @@ static kiln_status mb_pattern(kiln_model *m, mb_model *d, int n_swa) {
 }
 
 static kiln_status mb_bind(kiln_model *m) {
-    kl_hparams *hp = &m->hp;
+    model_hparams *hp = &m->hp;
     if (hp->n_head_kv != hp->n_head || hp->hd_k * hp->n_head != hp->n_embd) {
         return base_fail(KILN_ERR_FORMAT,
                        "modern-bert needs n_head_kv == n_head and head size n_embd/n_head (got %d/%d heads, %d)",
@@ -97,7 +97,7 @@ static kiln_status mb_bind(kiln_model *m) {
     if (d) d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
     m->fam = d;
     if (!d || !d->layers) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
-    d->eps = (float)kl_meta_float(m, "attention.layer_norm_epsilon", 1e-5);
+    d->eps = (float)model_meta_float(m, "attention.layer_norm_epsilon", 1e-5);
     char act[32];
     char key[96];
     snprintf(key, sizeof key, "%s.hidden_activation", m->arch_name);
@@ -114,7 +114,7 @@ static kiln_status mb_bind(kiln_model *m) {
         return base_fail(KILN_ERR_UNSUPPORTED, "unsupported %s '%s' (kiln runs gelu, gelu_pytorch_tanh, silu, relu)", key,
                        a);
     }
-    const int64_t n_swa = kl_meta_int(m, "attention.sliding_window", 0);
+    const int64_t n_swa = model_meta_int(m, "attention.sliding_window", 0);
     if (n_swa < 0 || n_swa > (1 << 24)) {
         return base_fail(KILN_ERR_FORMAT, "modern-bert: bad sliding_window %lld", (long long)n_swa);
     }
@@ -123,59 +123,59 @@ static kiln_status mb_bind(kiln_model *m) {
     if (st) return st;
     hp->rope.neox = 1;
     d->rope_local = hp->rope;
-    d->rope_local.base = (float)kl_meta_float(m, "rope.freq_base_swa", 10000.0);
+    d->rope_local.base = (float)model_meta_float(m, "rope.freq_base_swa", 10000.0);
     if (!(d->rope_local.base > 0.0f) || !isfinite(d->rope_local.base)) {
         return base_fail(KILN_ERR_FORMAT, "bad rope.freq_base_swa");
     }
 
-    kl_binder B = {m, KILN_OK};
+    model_binder B = {m, KILN_OK};
     const int64_t E = hp->n_embd, F = hp->n_ff;
-    m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
+    m->tok_embd = model_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
-    d->emb_norm = kl_bind_vec(&B, "token_embd_norm.weight", E, 0);
-    d->emb_norm_b = kl_bind_vec(&B, "token_embd_norm.bias", E, 1);
-    m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
+    d->emb_norm = model_bind_vec(&B, "token_embd_norm.weight", E, 0);
+    d->emb_norm_b = model_bind_vec(&B, "token_embd_norm.bias", E, 1);
+    m->out_norm = model_bind_vec(&B, "output_norm.weight", E, 0);
     for (int i = 0; i < hp->n_layer && !B.st; i++) {
         mb_layer *l = &d->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
-        l->attn_norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, i == 0);
-        l->wqkv = kl_bind_mat(&B, NAME("attn_qkv.weight"), E, 3 * E, 0);
-        l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), E, E, 0);
-        l->ffn_norm = kl_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
-        l->w_up = kl_bind_mat(&B, NAME("ffn_up.weight"), E, 2 * F, 0);
-        l->w_down = kl_bind_mat(&B, NAME("ffn_down.weight"), F, E, 0);
+        l->attn_norm = model_bind_vec(&B, NAME("attn_norm.weight"), E, i == 0);
+        l->wqkv = model_bind_mat(&B, NAME("attn_qkv.weight"), E, 3 * E, 0);
+        l->wo = model_bind_mat(&B, NAME("attn_output.weight"), E, E, 0);
+        l->ffn_norm = model_bind_vec(&B, NAME("ffn_norm.weight"), E, 0);
+        l->w_up = model_bind_mat(&B, NAME("ffn_up.weight"), E, 2 * F, 0);
+        l->w_down = model_bind_mat(&B, NAME("ffn_down.weight"), F, E, 0);
 #undef NAME
     }
-    d->cls_out = kl_bind_mat(&B, "cls.output.weight", E, -1, 1);
+    d->cls_out = model_bind_mat(&B, "cls.output.weight", E, -1, 1);
     if (d->cls_out.data) {
         hp->n_cls_out = (int)d->cls_out.nrows;
-        d->cls_out_b = kl_bind_vec(&B, "cls.output.bias", hp->n_cls_out, 1);
-        d->cls = kl_bind_mat(&B, "cls.weight", E, E, 1);
-        d->cls_b = kl_bind_vec(&B, "cls.bias", E, 1);
-        d->cls_norm = kl_bind_vec(&B, "cls.norm.weight", E, 1);
-        d->cls_norm_b = kl_bind_vec(&B, "cls.norm.bias", E, 1);
-        const gguf_kv *labels = kl_meta_kv(m, "classifier.output_labels");
+        d->cls_out_b = model_bind_vec(&B, "cls.output.bias", hp->n_cls_out, 1);
+        d->cls = model_bind_mat(&B, "cls.weight", E, E, 1);
+        d->cls_b = model_bind_vec(&B, "cls.bias", E, 1);
+        d->cls_norm = model_bind_vec(&B, "cls.norm.weight", E, 1);
+        d->cls_norm_b = model_bind_vec(&B, "cls.norm.bias", E, 1);
+        const gguf_kv *labels = model_meta_kv(m, "classifier.output_labels");
         if (!B.st && labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != hp->n_cls_out))
-            kl_bind_fail(&B, "%s.classifier.output_labels has %lld entries but cls.output.weight %d rows", m->arch_name,
+            model_bind_fail(&B, "%s.classifier.output_labels has %lld entries but cls.output.weight %d rows", m->arch_name,
                          labels->type == GGUF_ARRAY ? (long long)labels->n : -1LL, hp->n_cls_out);
     }
     return B.st;
 }
 
-static void mb_weights(kiln_model *m, kl_weights *w) {
+static void mb_weights(kiln_model *m, model_weights *w) {
     mb_model *d = m->fam;
     for (int i = 0; i < m->hp.n_layer; i++) {
         mb_layer *l = &d->layers[i];
-        kl_weights_mat(w, &l->wqkv);
-        kl_weights_mat(w, &l->wo);
-        kl_weights_mat(w, &l->w_up);
-        kl_weights_mat(w, &l->w_down);
-        if (l->attn_norm) kl_weights_vec(w, &l->attn_norm, m->hp.n_embd);
-        kl_weights_vec(w, &l->ffn_norm, m->hp.n_embd);
+        model_weights_mat(w, &l->wqkv);
+        model_weights_mat(w, &l->wo);
+        model_weights_mat(w, &l->w_up);
+        model_weights_mat(w, &l->w_down);
+        if (l->attn_norm) model_weights_vec(w, &l->attn_norm, m->hp.n_embd);
+        model_weights_vec(w, &l->ffn_norm, m->hp.n_embd);
     }
-    kl_weights_vec(w, &m->out_norm, m->hp.n_embd);
-    kl_weights_vec(w, &d->emb_norm, m->hp.n_embd);
+    model_weights_vec(w, &m->out_norm, m->hp.n_embd);
+    model_weights_vec(w, &d->emb_norm, m->hp.n_embd);
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -213,7 +213,7 @@ static void *mb_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
     int ok = (w->x = malloc(N * E * 4)) && (w->h = malloc(N * E * 4)) && (w->att = malloc(N * E * 4)) &&
              (w->qkv = malloc(N * 3 * E * 4)) && (w->up = malloc(N * 2 * F * 4)) && (w->g = malloc(N * F * 4)) &&
              (w->cs_global = malloc(N * R * 4)) && (w->cs_local = malloc(N * R * 4)) &&
-             (w->scratch = malloc(kl_enc_attn_scratch(pool, cap_tok) * 4)) &&
+             (w->scratch = malloc(model_enc_attn_scratch(pool, cap_tok) * 4)) &&
              (w->off = malloc((N + 1) * sizeof *w->off)) && (w->seq = malloc(N * sizeof *w->seq)) &&
              (w->pooled = malloc((m->hp.n_cls_out ? N : 1) * E * 4)) &&
              (w->mm_scratch = malloc(kern_matmul_scratch_size((int64_t)(E > F ? E : F), cap_tok)));
@@ -233,7 +233,7 @@ typedef struct mb_job {
     mb_ws *w;
     const kiln_model *m;
     const mb_layer *L;
-    const kl_enc_batch *b;
+    const model_enc_batch *b;
     const float *norm; /* norm_task: h = LN(x) * norm (NULL: h = x) */
 } mb_job;
 
@@ -255,7 +255,7 @@ static void norm_task(void *ud, int ith, int nth) {
 
 static void rope_task(void *ud, int ith, int nth) {
     mb_job *j = ud;
-    const kl_hparams *hp = &j->m->hp;
+    const model_hparams *hp = &j->m->hp;
     const mb_model *d = j->m->fam;
     const int E = hp->n_embd, R = hp->rope.n_rot;
     const kern_rope *rp = j->L->local ? &d->rope_local : &hp->rope;
@@ -325,11 +325,11 @@ static void mb_rank_head(mb_ws *w, const kiln_model *m, int n_seq, float *out) {
 static void mb_encode(void *ws, const kiln_model *m, const int32_t *tokens, const uint8_t *types, const int32_t *len,
                       int n_seq, int pooling, float *out) {
     mb_ws *w = ws;
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const mb_model *d = m->fam;
     const int E = hp->n_embd, F = hp->n_ff;
-    kl_enc_batch bt;
-    kl_enc_batch_init(&bt, len, n_seq, w->off, w->seq);
+    model_enc_batch bt;
+    model_enc_batch_init(&bt, len, n_seq, w->off, w->seq);
     const int N = bt.n_rows;
     mb_job j = {w, m, NULL, &bt, NULL};
 
@@ -338,7 +338,7 @@ static void mb_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         kern_get_row(&m->tok_embd, tokens[r], x);
         kern_layernorm(x, x, d->emb_norm, d->emb_norm_b, E, d->eps);
     }
-    kl_enc_attn at = {&bt,
+    model_enc_attn at = {&bt,
                       w->qkv,
                       w->qkv + E,
                       w->qkv + 2 * E,
@@ -360,7 +360,7 @@ static void mb_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         kern_matmul(w->pool, &L->wqkv, w->h, N, w->qkv, 3 * E, w->mm_scratch);
         kpool_run(w->pool, rope_task, &j);
         at.window = L->local ? d->window : -1;
-        kl_enc_attention(w->pool, &at);
+        model_enc_attention(w->pool, &at);
         kern_matmul(w->pool, &L->wo, w->att, N, w->h, E, w->mm_scratch);
         kpool_run(w->pool, add_task, &j);
 
@@ -375,19 +375,19 @@ static void mb_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         float *x = w->x + (size_t)r * E;
         kern_layernorm(x, x, m->out_norm, NULL, E, d->eps);
     }
-    if (pooling == KL_POOL_RANK) {
-        kl_enc_pool(&bt, w->x, E, KL_POOL_MEAN, w->pooled);
+    if (pooling == MODEL_POOL_RANK) {
+        model_enc_pool(&bt, w->x, E, MODEL_POOL_MEAN, w->pooled);
         mb_rank_head(w, m, n_seq, out);
     } else {
-        kl_enc_pool(&bt, w->x, E, pooling, out);
+        model_enc_pool(&bt, w->x, E, pooling, out);
     }
 }
 
-static const kl_arch k_archs[] = {
-    {"modern-bert", &kl_family_modernbert, 1, 0}, /* ModernBERT, gte-modernbert, Granite Embedding R2 */
+static const model_arch k_archs[] = {
+    {"modern-bert", &model_family_modernbert, 1, 0}, /* ModernBERT, gte-modernbert, Granite Embedding R2 */
 };
 
-const kl_family kl_family_modernbert = {
+const model_family model_family_modernbert = {
     .name = "modernbert",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],
@@ -397,6 +397,6 @@ const kl_family kl_family_modernbert = {
     .weights = mb_weights,
     .enc_new = mb_ws_new,
     .enc_free = mb_ws_free,
-    .pair = KL_PAIR_CLS_SEP,
+    .pair = MODEL_PAIR_CLS_SEP,
     .encode = mb_encode,
 };

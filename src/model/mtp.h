@@ -35,33 +35,33 @@
 
 /* Rows of the target's final hidden states kept per sequence: its last
  * run's, at most this many (a verify run's length). */
-#define KL_MTP_KEEP 17
+#define MODEL_MTP_KEEP 17
 
 /* MTP blocks m can run (0: none). */
-int kl_mtp_blocks(const kiln_model *m);
+int model_mtp_blocks(const kiln_model *m);
 /* 1 when c keeps the MTP cache. */
-int kl_mtp_on(const kiln_context *c);
+int model_mtp_on(const kiln_context *c);
 /* 1 when a step of seq at cell pos can start from the target: the
  * target's hidden state at pos - 1 is kept (pos 0: always). */
-int kl_mtp_ready(const kiln_context *c, int32_t seq, int32_t pos);
+int model_mtp_ready(const kiln_context *c, int32_t seq, int32_t pos);
 
 /* One MTP step over n rows (n <= n_seq_max, distinct sequences): row r
  * writes cell pos[r] of sequence seq[r] for token tok[r] (pos[r] >= the
  * sequence's length - 1, < n_ctx; the cells past its length are reserved
  * and go when it is truncated) from the target's hidden state at pos[r] - 1
  * (chain[r] 0) or the sequence's previous step's h' (chain[r] 1), and
- * leaves the logits for the token at pos[r] + 1 in kl_mtp_logits(c, r).
+ * leaves the logits for the token at pos[r] + 1 in model_mtp_logits(c, r).
  * Fails (KILN_ERR_CONTEXT_FULL) when the cache has no block left. */
-kiln_status kl_mtp_step(kiln_context *c, int n, const int32_t *seq, const int32_t *pos, const int32_t *tok,
+kiln_status model_mtp_step(kiln_context *c, int n, const int32_t *seq, const int32_t *pos, const int32_t *tok,
                         const uint8_t *chain);
-const float *kl_mtp_logits(const kiln_context *c, int r);
+const float *model_mtp_logits(const kiln_context *c, int r);
 
 /* ---- for the families ---- */
 
 /* The kept hidden state of seq at pos (n_embd floats), NULL when not kept. */
-const float *kl_mtp_hidden(const kiln_context *c, int32_t seq, int32_t pos);
+const float *model_mtp_hidden(const kiln_context *c, int32_t seq, int32_t pos);
 /* Keeps rows[0..n) (n_embd floats each, at positions pos0..) as seq's,
- * the last KL_MTP_KEEP of them. */
-void kl_mtp_keep(kiln_context *c, int32_t seq, int32_t pos0, const float *rows, int32_t n);
+ * the last MODEL_MTP_KEEP of them. */
+void model_mtp_keep(kiln_context *c, int32_t seq, int32_t pos0, const float *rows, int32_t n);
 
 #endif

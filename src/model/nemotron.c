@@ -49,9 +49,9 @@
 
 enum { NEM_MAMBA, NEM_ATTN, NEM_MLP, NEM_MOE };
 
-static const kl_arch k_archs[] = {
-    {"nemotron_h", &kl_family_nemotron, 0, 0},     /* Nemotron-H, Nemotron Nano 2 */
-    {"nemotron_h_moe", &kl_family_nemotron, 0, 0}, /* Nemotron 3 Nano */
+static const model_arch k_archs[] = {
+    {"nemotron_h", &model_family_nemotron, 0, 0},     /* Nemotron-H, Nemotron Nano 2 */
+    {"nemotron_h_moe", &model_family_nemotron, 0, 0}, /* Nemotron 3 Nano */
 };
 
 typedef struct nem_layer {
@@ -68,7 +68,7 @@ typedef struct nem_layer {
     kern_mat wq, wk, wv, wo;
     /* MLP */
     kern_mat w_up, w_down;
-    kl_moe_layer ex;
+    model_moe_layer ex;
 } nem_layer;
 
 typedef struct nem_model {
@@ -78,7 +78,7 @@ typedef struct nem_model {
     int K, Di, N, Hs, G, P, conv_dim, d_in;
     size_t conv_floats, ssm_floats; /* per layer in a state slot */
     int F_max;
-    kl_moe_hp moe;
+    model_moe_hp moe;
     kern_mat *experts;
     float *conv_mem;
 } nem_model;
@@ -88,31 +88,31 @@ typedef struct nem_model {
 /* Element i of {arch}.suffix: an array of at least n integers, or one value
  * for every layer.  -1 when missing or malformed. */
 static int64_t layer_int(const kiln_model *m, const char *suffix, int n, int i) {
-    const gguf_kv *kv = kl_meta_kv(m, suffix);
+    const gguf_kv *kv = model_meta_kv(m, suffix);
     if (!kv) return -1;
     if (kv->type == GGUF_ARRAY) return (int64_t)kv->n >= n ? gguf_arr_int(kv, (uint64_t)i) : -1;
-    return kl_meta_int(m, suffix, -1);
+    return model_meta_int(m, suffix, -1);
 }
 
-static void bind_mamba(kl_binder *B, kiln_model *m, nem_model *h, int i, nem_layer *l, float *conv) {
+static void bind_mamba(model_binder *B, kiln_model *m, nem_model *h, int i, nem_layer *l, float *conv) {
     const int64_t E = m->hp.n_embd;
     char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
-    l->w_in = kl_bind_mat(B, NAME("ssm_in.weight"), E, h->d_in, 0);
+    l->w_in = model_bind_mat(B, NAME("ssm_in.weight"), E, h->d_in, 0);
     const int64_t cne[2] = {h->K, h->conv_dim};
-    const gguf_tensor *ct = kl_bind_tensor(B, NAME("ssm_conv1d.weight"), 2, cne, 0);
-    if (ct && ct->type != QUANT_F32) kl_bind_fail(B, "tensor %s must be F32 (it is %s)", n, quant_get((int)ct->type)->name);
-    l->conv_b = kl_bind_vec(B, NAME("ssm_conv1d.bias"), h->conv_dim, 1);
-    l->dt_bias = kl_bind_vec(B, NAME("ssm_dt.bias"), h->Hs, 0);
+    const gguf_tensor *ct = model_bind_tensor(B, NAME("ssm_conv1d.weight"), 2, cne, 0);
+    if (ct && ct->type != QUANT_F32) model_bind_fail(B, "tensor %s must be F32 (it is %s)", n, quant_get((int)ct->type)->name);
+    l->conv_b = model_bind_vec(B, NAME("ssm_conv1d.bias"), h->conv_dim, 1);
+    l->dt_bias = model_bind_vec(B, NAME("ssm_dt.bias"), h->Hs, 0);
     const int64_t ane[2] = {1, h->Hs};
-    const gguf_tensor *ta = kl_bind_tensor(B, NAME("ssm_a"), 2, ane, 0);
-    if (ta && ta->type != QUANT_F32) kl_bind_fail(B, "tensor %s must be F32", n);
-    const gguf_tensor *td = kl_bind_tensor(B, NAME("ssm_d"), 2, ane, 0);
-    if (td && td->type != QUANT_F32) kl_bind_fail(B, "tensor %s must be F32", n);
+    const gguf_tensor *ta = model_bind_tensor(B, NAME("ssm_a"), 2, ane, 0);
+    if (ta && ta->type != QUANT_F32) model_bind_fail(B, "tensor %s must be F32", n);
+    const gguf_tensor *td = model_bind_tensor(B, NAME("ssm_d"), 2, ane, 0);
+    if (td && td->type != QUANT_F32) model_bind_fail(B, "tensor %s must be F32", n);
     const int64_t nne[2] = {h->Di / h->G, h->G};
-    const gguf_tensor *tn = kl_bind_tensor(B, NAME("ssm_norm.weight"), 2, nne, 0);
-    if (tn && tn->type != QUANT_F32) kl_bind_fail(B, "tensor %s must be F32", n);
-    l->w_out = kl_bind_mat(B, NAME("ssm_out.weight"), h->Di, E, 0);
+    const gguf_tensor *tn = model_bind_tensor(B, NAME("ssm_norm.weight"), 2, nne, 0);
+    if (tn && tn->type != QUANT_F32) model_bind_fail(B, "tensor %s must be F32", n);
+    l->w_out = model_bind_mat(B, NAME("ssm_out.weight"), h->Di, E, 0);
     if (!B->st) { /* the taps tap-major, so 8 channels load at once */
         l->ssm_a = ta->data;
         l->ssm_d = td->data;
@@ -126,7 +126,7 @@ static void bind_mamba(kl_binder *B, kiln_model *m, nem_model *h, int i, nem_lay
 }
 
 /* Bias tensors kiln does not apply: refused rather than ignored. */
-static void refuse_biases(kl_binder *B, const kiln_model *m, int i) {
+static void refuse_biases(model_binder *B, const kiln_model *m, int i) {
     static const char *const names[] = {"attn_q.bias",      "attn_k.bias",  "attn_v.bias",
                                         "attn_output.bias", "ffn_up.bias",  "ffn_down.bias",
                                         "ssm_in.bias",      "ssm_out.bias", "attn_qkv.weight"};
@@ -134,19 +134,19 @@ static void refuse_biases(kl_binder *B, const kiln_model *m, int i) {
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         snprintf(n, sizeof n, "blk.%d.%s", i, names[k]);
         if (gguf_find_tensor(m->gf, n)) {
-            kl_bind_fail(B, "tensor %s is not supported", n);
+            model_bind_fail(B, "tensor %s is not supported", n);
             return;
         }
     }
 }
 
 static kiln_status nem_bind(kiln_model *m) {
-    kl_hparams *hp = &m->hp;
-    kl_binder B = {m, KILN_OK};
+    model_hparams *hp = &m->hp;
+    model_binder B = {m, KILN_OK};
     nem_model *h = calloc(1, sizeof *h);
     m->fam = h;
     if (!h) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
-    const int64_t nextn = kl_meta_int(m, "nextn_predict_layers", 0);
+    const int64_t nextn = model_meta_int(m, "nextn_predict_layers", 0);
     if (nextn < 0 || nextn >= hp->n_layer) {
         return base_fail(KILN_ERR_FORMAT, "bad nextn_predict_layers %lld for %d blocks", (long long)nextn, hp->n_layer);
     }
@@ -154,9 +154,9 @@ static kiln_status nem_bind(kiln_model *m) {
     h->n_layer = hp->n_layer - (int)nextn; /* MTP blocks are not run */
     hp->n_layer = h->n_layer;
     /* Mamba-2 dimensions */
-    const int64_t K = kl_meta_int(m, "ssm.conv_kernel", 0), Di = kl_meta_int(m, "ssm.inner_size", 0);
-    const int64_t N = kl_meta_int(m, "ssm.state_size", 0), Hs = kl_meta_int(m, "ssm.time_step_rank", 0);
-    const int64_t G = kl_meta_int(m, "ssm.group_count", 0);
+    const int64_t K = model_meta_int(m, "ssm.conv_kernel", 0), Di = model_meta_int(m, "ssm.inner_size", 0);
+    const int64_t N = model_meta_int(m, "ssm.state_size", 0), Hs = model_meta_int(m, "ssm.time_step_rank", 0);
+    const int64_t G = model_meta_int(m, "ssm.group_count", 0);
     if (K < 1 || K > KERN_CONV_MAX_K || N < 1 || N > 1024 || G < 1 || Hs < 1 || Hs > 4096 || Hs % G || Di < 1 ||
         Di > (1 << 20) || Di % Hs || Di % G) {
         return base_fail(
@@ -178,13 +178,13 @@ static kiln_status nem_bind(kiln_model *m) {
     h->ssm_floats = (size_t)Di * (size_t)N;
     /* experts: sigmoid routing, relu^2 experts without a gate (llama.cpp
      * fixes both for this architecture) */
-    kiln_status st = kl_moe_read_hparams(m, &h->moe);
+    kiln_status st = model_moe_read_hparams(m, &h->moe);
     if (st) return st;
     h->moe.sigmoid = 1;
     h->moe.probs_b = 1;
     h->moe.sh_ungated = 1;
-    h->moe.act = KL_MOE_RELU2;
-    h->moe.w_norm = kl_meta_int(m, "expert_weights_norm", 0) != 0;
+    h->moe.act = MODEL_MOE_RELU2;
+    h->moe.w_norm = model_meta_int(m, "expert_weights_norm", 0) != 0;
     /* the block layout */
     h->layers = calloc((size_t)h->n_layer, sizeof *h->layers);
     h->experts = h->moe.n_expert ? calloc((size_t)h->n_layer * 3 * (size_t)h->moe.n_expert, sizeof *h->experts) : NULL;
@@ -229,45 +229,45 @@ static kiln_status nem_bind(kiln_model *m) {
     if (h->n_rec && !h->conv_mem) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     /* tensors */
     const int64_t E = hp->n_embd, hd = hp->hd_k, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
-    m->tok_embd = kl_bind_mat(&B, "token_embd.weight", E, -1, 0);
+    m->tok_embd = model_bind_mat(&B, "token_embd.weight", E, -1, 0);
     hp->n_vocab = (int)m->tok_embd.nrows;
-    m->out_norm = kl_bind_vec(&B, "output_norm.weight", E, 0);
-    m->output = kl_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
+    m->out_norm = model_bind_vec(&B, "output_norm.weight", E, 0);
+    m->output = model_bind_mat(&B, "output.weight", E, hp->n_vocab, 1);
     if (!m->output.data) m->output = m->tok_embd;
     for (int i = 0; i < h->n_layer && !B.st; i++) {
         nem_layer *l = &h->layers[i];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
         refuse_biases(&B, m, i);
-        l->norm = kl_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
+        l->norm = model_bind_vec(&B, NAME("attn_norm.weight"), E, 0);
         switch (l->kind) {
         case NEM_MAMBA: bind_mamba(&B, m, h, i, l, h->conv_mem + (size_t)l->ord * h->K * h->conv_dim); break;
         case NEM_ATTN:
-            l->wq = kl_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
-            l->wk = kl_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
-            l->wv = kl_bind_mat(&B, NAME("attn_v.weight"), E, nkv, 0);
-            l->wo = kl_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
+            l->wq = model_bind_mat(&B, NAME("attn_q.weight"), E, nq, 0);
+            l->wk = model_bind_mat(&B, NAME("attn_k.weight"), E, nkv, 0);
+            l->wv = model_bind_mat(&B, NAME("attn_v.weight"), E, nkv, 0);
+            l->wo = model_bind_mat(&B, NAME("attn_output.weight"), nq, E, 0);
             break;
         case NEM_MLP:
-            l->w_up = kl_bind_mat(&B, NAME("ffn_up.weight"), E, l->F, 0);
-            l->w_down = kl_bind_mat(&B, NAME("ffn_down.weight"), l->F, E, 0);
+            l->w_up = model_bind_mat(&B, NAME("ffn_up.weight"), E, l->F, 0);
+            l->w_down = model_bind_mat(&B, NAME("ffn_down.weight"), l->F, E, 0);
             break;
         case NEM_MOE:
             if (!h->moe.n_expert) {
-                kl_bind_fail(&B, "layer %d routes to experts but expert_count is 0", i);
+                model_bind_fail(&B, "layer %d routes to experts but expert_count is 0", i);
                 break;
             }
             if (gguf_find_tensor(m->gf, NAME("ffn_latent_down.weight"))) {
-                kl_bind_fail(&B, "layer %d: latent experts (moe_latent_size) are not supported", i);
+                model_bind_fail(&B, "layer %d: latent experts (moe_latent_size) are not supported", i);
                 break;
             }
-            kl_moe_bind(&B, m, &h->moe, i, &l->ex, h->experts + (size_t)i * 3 * h->moe.n_expert);
+            model_moe_bind(&B, m, &h->moe, i, &l->ex, h->experts + (size_t)i * 3 * h->moe.n_expert);
             break;
         }
 #undef NAME
     }
     if (B.st) return B.st;
-    m->active_bytes = kl_moe_active_bytes(m, &h->moe, h->n_layer);
+    m->active_bytes = model_moe_active_bytes(m, &h->moe, h->n_layer);
     return 0;
 }
 
@@ -280,22 +280,22 @@ static void nem_free(kiln_model *m) {
     free(h);
 }
 
-static void nem_weights(kiln_model *m, kl_weights *w) {
+static void nem_weights(kiln_model *m, model_weights *w) {
     nem_model *h = m->fam;
     const int64_t E = m->hp.n_embd;
-    kl_weights_mat(w, &m->output);
-    kl_weights_vec(w, &m->out_norm, E);
+    model_weights_mat(w, &m->output);
+    model_weights_vec(w, &m->out_norm, E);
     for (int i = 0; i < h->n_layer; i++) {
         nem_layer *l = &h->layers[i];
         kern_mat *ms[] = {&l->w_in, &l->w_out, &l->wq, &l->wk, &l->wv, &l->wo, &l->w_up, &l->w_down};
-        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) kl_weights_mat(w, ms[k]);
-        if (l->kind == NEM_MOE) kl_moe_weights(m, &h->moe, &l->ex, w);
-        kl_weights_vec(w, &l->norm, E);
-        kl_weights_vec(w, &l->conv_b, h->conv_dim);
-        kl_weights_vec(w, &l->dt_bias, h->Hs);
-        kl_weights_vec(w, &l->ssm_a, h->Hs);
-        kl_weights_vec(w, &l->ssm_d, h->Hs);
-        kl_weights_vec(w, &l->ssm_norm, h->Di);
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) model_weights_mat(w, ms[k]);
+        if (l->kind == NEM_MOE) model_moe_weights(m, &h->moe, &l->ex, w);
+        model_weights_vec(w, &l->norm, E);
+        model_weights_vec(w, &l->conv_b, h->conv_dim);
+        model_weights_vec(w, &l->dt_bias, h->Hs);
+        model_weights_vec(w, &l->ssm_a, h->Hs);
+        model_weights_vec(w, &l->ssm_d, h->Hs);
+        model_weights_vec(w, &l->ssm_norm, h->Di);
     }
 }
 
@@ -303,14 +303,14 @@ static void nem_weights(kiln_model *m, kl_weights *w) {
  * convolution's input row, then each head's step after softplus. */
 static size_t roll_row(const nem_model *h) { return (size_t)h->conv_dim + (size_t)h->Hs; }
 
-static void nem_seq_shape(const kiln_model *m, kl_seq_shape *s) {
+static void nem_seq_shape(const kiln_model *m, model_seq_shape *s) {
     const nem_model *h = m->fam;
     memset(s, 0, sizeof *s);
     s->n_attn_layer = h->n_attn;
     s->n_head_kv = m->hp.n_head_kv;
     s->hd = m->hp.hd_k;
     s->rs_floats = (size_t)h->n_rec * (h->conv_floats + h->ssm_floats);
-    s->roll_floats = (size_t)h->n_rec * KL_RS_ROLL_MAX * roll_row(h);
+    s->roll_floats = (size_t)h->n_rec * MODEL_RS_ROLL_MAX * roll_row(h);
 }
 
 /* ------------------------------------------------------------ activations */
@@ -322,7 +322,7 @@ typedef struct nem_ws {
     float *zx, *xbc, *dts, *o;
     float *q, *k, *v, *att;
     float *up;
-    kl_moe_ws ex;
+    model_moe_ws ex;
     int32_t *ord, *tmp_i; /* work row -> batch index; [n] */
     int32_t *run;         /* [n + 1] row where each run of one sequence starts */
     int n_run;
@@ -337,7 +337,7 @@ static void nem_ctx_free(kiln_context *c) {
     if (w) {
         void *bufs[] = {w->x,   w->xn, w->y,   w->zx,    w->xbc, w->dts,    w->o,     w->q,       w->k,      w->v,
                         w->att, w->up, w->ord, w->tmp_i, w->run, w->verify, w->cap_n, w->cap_pos, w->cap_dst};
-        kl_moe_ws_free(c, &w->ex);
+        model_moe_ws_free(c, &w->ex);
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
         free(w);
     }
@@ -347,14 +347,14 @@ static void nem_ctx_free(kiln_context *c) {
 
 static int nem_ctx_init(kiln_context *c) {
     const kiln_model *m = c->m;
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const nem_model *h = m->fam;
     nem_ws *w = calloc(1, sizeof *w);
     c->ws = w;
     if (!w) return -1;
-    /* a replayed run (KL_RS_ROLL_MAX tokens) uses xbc and o as well */
+    /* a replayed run (MODEL_RS_ROLL_MAX tokens) uses xbc and o as well */
     const size_t B = (size_t)c->p.n_batch, E = (size_t)hp->n_embd, hd = (size_t)hp->hd_k;
-    const size_t BR = B > KL_RS_ROLL_MAX ? B : KL_RS_ROLL_MAX;
+    const size_t BR = B > MODEL_RS_ROLL_MAX ? B : MODEL_RS_ROLL_MAX;
     const size_t nq = (size_t)hp->n_head * hd, nkv = (size_t)hp->n_head_kv * hd;
     const size_t attn = h->n_attn ? 1 : 0, rec = h->n_rec ? 1 : 0, moe = h->moe.n_expert ? 1 : 0;
     struct {
@@ -383,12 +383,12 @@ static int nem_ctx_init(kiln_context *c) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = malloc(bufs[i].bytes ? bufs[i].bytes : 1))) return -1;
-    if (moe && kl_moe_ws_init(c, &w->ex, &h->moe, hp->n_embd, c->p.n_batch)) return -1;
+    if (moe && model_moe_ws_init(c, &w->ex, &h->moe, hp->n_embd, c->p.n_batch)) return -1;
     /* matrix products: widest input row and most rows at once */
     size_t maxk = E;
-    const size_t cols[] = {attn * nq, rec * (size_t)h->Di, (size_t)h->F_max, moe * (size_t)kl_moe_mm_cols(&h->moe)};
+    const size_t cols[] = {attn * nq, rec * (size_t)h->Di, (size_t)h->F_max, moe * (size_t)model_moe_mm_cols(&h->moe)};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) maxk = cols[i] > maxk ? cols[i] : maxk;
-    const size_t rows = moe ? (size_t)kl_moe_mm_rows(&h->moe, c->p.n_batch) : B;
+    const size_t rows = moe ? (size_t)model_moe_mm_rows(&h->moe, c->p.n_batch) : B;
     const int mrows = (int)(rows > B ? rows : B);
     c->mm_scratch = malloc(kern_matmul_scratch_size((int64_t)maxk, mrows));
     /* the backend's own products (the experts, the output head) */
@@ -427,7 +427,7 @@ static void conv_task(void *ud, int ith, int nth) {
     for (long it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
         const int r = (int)(it / nb), c0 = (int)(it % nb) * CONV_BLOCK;
         const int cn = h->conv_dim - c0 < CONV_BLOCK ? h->conv_dim - c0 : CONV_BLOCK;
-        float *state = kl_rs_live(c->rs, c->b_seq[w->run[r]]) + layer_off + c0;
+        float *state = model_rs_live(c->rs, c->b_seq[w->run[r]]) + layer_off + c0;
         int t = w->run[r];
         for (int k = 0; k <= w->cap_n[r]; k++) {
             const int end = seg_end(c, w, r, k);
@@ -493,7 +493,7 @@ static void scan_task(void *ud, int ith, int nth) {
     const size_t head = (size_t)h->P * h->N;
     for (long it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
         const int r = (int)(it / h->Hs), hh = (int)(it % h->Hs);
-        float *S = kl_rs_live(c->rs, c->b_seq[w->run[r]]) + layer_off + (size_t)hh * head;
+        float *S = model_rs_live(c->rs, c->b_seq[w->run[r]]) + layer_off + (size_t)hh * head;
         int t = w->run[r];
         for (int k = 0; k <= w->cap_n[r]; k++) {
             const int end = seg_end(c, w, r, k);
@@ -590,7 +590,7 @@ static void mamba_layer(kiln_context *c, const kern_ops *ops, const kern_ssm_ops
     for (int r = 0; r < w->n_run; r++) { /* a recorded run keeps this layer's inputs */
         if (!w->verify[r]) continue;
         const int r0 = w->run[r], len = w->run[r + 1] - r0;
-        float *dst = kl_rs_roll_in(c->rs, c->b_seq[r0]) + (size_t)L->ord * KL_RS_ROLL_MAX * roll_row(h);
+        float *dst = model_rs_roll_in(c->rs, c->b_seq[r0]) + (size_t)L->ord * MODEL_RS_ROLL_MAX * roll_row(h);
         for (int t = 0; t < len; t++, dst += roll_row(h)) {
             memcpy(dst, w->zx + (size_t)(r0 + t) * h->d_in + h->Di, (size_t)h->conv_dim * sizeof(float));
             memcpy(dst + h->conv_dim, w->dts + (size_t)(r0 + t) * h->Hs, (size_t)h->Hs * sizeof(float));
@@ -606,13 +606,13 @@ static void mamba_layer(kiln_context *c, const kern_ops *ops, const kern_ssm_ops
 
 static void attention_layer(kiln_context *c, const kern_ops *ops, const nem_layer *L, int n) {
     nem_ws *w = c->ws;
-    const kl_hparams *hp = &c->m->hp;
+    const model_hparams *hp = &c->m->hp;
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
     kern_mm_out o[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
     kern_matmul_multi(c->pool, o, 3, w->xn, n, c->mm_scratch);
     for (int i = 0; i < n; i++)
-        kl_attn_store(c, L->ord, i, w->k + (size_t)i * nkv, w->v + (size_t)i * nkv); /* no RoPE */
-    kl_attn_run(c, L->ord, w->q, w->att, n);
+        model_attn_store(c, L->ord, i, w->k + (size_t)i * nkv, w->v + (size_t)i * nkv); /* no RoPE */
+    model_attn_run(c, L->ord, w->q, w->att, n);
     kern_matmul(c->pool, &L->wo, w->att, n, w->y, hp->n_embd, c->mm_scratch);
 }
 
@@ -629,28 +629,28 @@ static void mlp_layer(kiln_context *c, const nem_layer *L, int n) {
 
 static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const kiln_model *m = c->m;
-    const kl_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const nem_model *h = m->fam;
     nem_ws *w = c->ws;
     const int n = b->n, E = hp->n_embd;
     const kern_ops *ops = kern_ops_best();
     const kern_ssm_ops *sops = kern_ssm_ops_best();
-    const int moved = kl_batch_seq_runs(c, n, w->ord, w->tmp_i, w->run, &w->n_run);
+    const int moved = model_batch_seq_runs(c, n, w->ord, w->tmp_i, w->run, &w->n_run);
     /* per run: recorded for rollback (every token asks for logits: a
      * decode token with drafts to verify), or the snapshots it takes */
     for (int r = 0; r < w->n_run; r++) {
         const int r0 = w->run[r], len = w->run[r + 1] - r0, seq = c->b_seq[r0];
-        int all = h->n_rec && len >= 2 && len <= KL_RS_ROLL_MAX;
+        int all = h->n_rec && len >= 2 && len <= MODEL_RS_ROLL_MAX;
         for (int i = r0; all && i < r0 + len; i++) all = c->out_idx[w->ord[i]] >= 0;
         w->verify[r] = all;
         w->cap_n[r] = 0;
         if (!h->n_rec) continue;
-        kl_rs_record(c->rs, seq, c->b_pos[r0], all ? len : 0);
+        model_rs_record(c->rs, seq, c->b_pos[r0], all ? len : 0);
         if (!all)
-            w->cap_n[r] = kl_rs_plan(c, seq, c->b_pos[r0], c->b_pos[r0] + len, w->cap_pos + (size_t)r * NEM_MAX_CAP,
+            w->cap_n[r] = model_rs_plan(c, seq, c->b_pos[r0], c->b_pos[r0] + len, w->cap_pos + (size_t)r * NEM_MAX_CAP,
                                      w->cap_dst + (size_t)r * NEM_MAX_CAP, NEM_MAX_CAP);
     }
-    if (h->n_attn) kl_attn_prepare(c, n);
+    if (h->n_attn) model_attn_prepare(c, n);
     for (int i = 0; i < n; i++) kern_get_row(&m->tok_embd, b->token[w->ord[i]], w->x + (size_t)i * E);
     for (int l = 0; l < h->n_layer; l++) {
         const nem_layer *L = &h->layers[l];
@@ -659,23 +659,23 @@ static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         case NEM_MAMBA: mamba_layer(c, ops, sops, L, n); break;
         case NEM_ATTN: attention_layer(c, ops, L, n); break;
         case NEM_MLP: mlp_layer(c, L, n); break;
-        case NEM_MOE: kl_moe_ffn(c, &h->moe, &L->ex, &w->ex, w->xn, w->y, n); break;
+        case NEM_MOE: model_moe_ffn(c, &h->moe, &L->ex, &w->ex, w->xn, w->y, n); break;
         }
         tok_step(c, ops, L, n, STEP_RESID);
     }
-    kl_batch_commit(c, n);
+    model_batch_commit(c, n);
     const float *xo = w->x;
     if (moved) { /* back to batch order for the output rows (and b_seq / b_pos) */
         for (int i = 0; i < n; i++)
             memcpy(w->xn + (size_t)w->ord[i] * E, w->x + (size_t)i * E, (size_t)E * sizeof(float));
         xo = w->xn;
-        kl_batch_seq_restore(c, n, w->ord, w->tmp_i);
+        model_batch_seq_restore(c, n, w->ord, w->tmp_i);
     }
-    kl_batch_output(c, xo, n, n_out);
+    model_batch_output(c, xo, n, n_out);
     return KILN_OK;
 }
 
-/* kl_family.replay: the recorded inputs of seq's last run through each
+/* model_family.replay: the recorded inputs of seq's last run through each
  * Mamba-2 layer's convolution and scan, token by token as the run computed
  * them, up to n tokens (on the calling thread; outputs dropped). */
 static void nem_replay(kiln_context *c, int seq, int32_t n) {
@@ -686,8 +686,8 @@ static void nem_replay(kiln_context *c, int seq, int32_t n) {
     for (int l = 0; l < h->n_layer; l++) {
         const nem_layer *L = &h->layers[l];
         if (L->kind != NEM_MAMBA) continue;
-        const float *in = kl_rs_roll_in(c->rs, seq) + (size_t)L->ord * KL_RS_ROLL_MAX * row;
-        float *st = kl_rs_live(c->rs, seq) + (size_t)L->ord * (h->conv_floats + h->ssm_floats);
+        const float *in = model_rs_roll_in(c->rs, seq) + (size_t)L->ord * MODEL_RS_ROLL_MAX * row;
+        float *st = model_rs_live(c->rs, seq) + (size_t)L->ord * (h->conv_floats + h->ssm_floats);
         kern_conv a = {n,      h->conv_dim,         h->K,     in, row, L->conv_w, st, (size_t)h->conv_dim,
                      w->xbc, (size_t)h->conv_dim, L->conv_b};
         sops->conv_silu(&a);
@@ -696,7 +696,7 @@ static void nem_replay(kiln_context *c, int seq, int32_t n) {
     }
 }
 
-const kl_family kl_family_nemotron = {
+const model_family model_family_nemotron = {
     .name = "nemotron",
     .archs = k_archs,
     .n_archs = sizeof k_archs / sizeof k_archs[0],

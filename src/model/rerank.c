@@ -22,15 +22,15 @@ struct kiln_reranker {
     int32_t max_tokens, n_batch;
     int n_labels;
     /* cross-encoder framing: the ids of its pieces, -1 when absent */
-    int pair; /* KL_PAIR_* as the family frames */
+    int pair; /* MODEL_PAIR_* as the family frames */
     int32_t f_first, f_mid1, f_mid2, f_last;
     /* cross-encoder */
     kpool *pool;
     void *ws;
     int32_t *run_tok; /* one run's pairs end to end */
     uint8_t *run_type;
-    int32_t run_len[KL_ENC_MAX_SEQ];
-    float *run_scores; /* [KL_ENC_MAX_SEQ][n_labels] */
+    int32_t run_len[MODEL_ENC_MAX_SEQ];
+    float *run_scores; /* [MODEL_ENC_MAX_SEQ][n_labels] */
     /* causal */
     kiln_context *ctx;
     int8_t *flags;
@@ -46,7 +46,7 @@ struct kiln_rerank_job {
     float *scores;
     int32_t *n_tokens, *truncated;
     int32_t **tokens;
-    uint8_t **types; /* KL_PAIR_BERT: token types per pair */
+    uint8_t **types; /* MODEL_PAIR_BERT: token types per pair */
     int32_t *order;  /* run order */
     int32_t n_done;
 };
@@ -58,10 +58,10 @@ kiln_reranker_params kiln_reranker_default_params(void) {
 
 /* ---------------------------------------------------------------- create */
 
-int kl_gguf_is_reranker(const gguf_file *f) {
+int model_gguf_is_reranker(const gguf_file *f) {
     char name[64], key[96];
     const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
-    const kl_arch *arch = a ? kl_arch_find(a) : NULL;
+    const model_arch *arch = a ? model_arch_find(a) : NULL;
     if (!arch || !gguf_find_tensor(f, "cls.output.weight")) return 0;
     if (arch->encoder) return 1;
     snprintf(key, sizeof key, "%s.pooling_type", a);
@@ -73,16 +73,16 @@ static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p
     const ktok *t = m->tok;
     r->n_labels = m->hp.n_cls_out;
     r->pair = m->arch->family->pair;
-    if (r->pair == KL_PAIR_BERT && ktok_kind(t) != KTOK_WPM) r->pair = KL_PAIR_SPECIALS;
+    if (r->pair == MODEL_PAIR_BERT && ktok_kind(t) != KTOK_WPM) r->pair = MODEL_PAIR_SPECIALS;
     const int32_t bos = ktok_bos(t), eos = ktok_eos(t) >= 0 ? ktok_eos(t) : ktok_sep(t),
                   sep = ktok_sep(t) >= 0 ? ktok_sep(t) : ktok_eos(t);
     r->f_first = r->f_mid1 = r->f_mid2 = r->f_last = -1;
-    if (r->pair == KL_PAIR_BERT || r->pair == KL_PAIR_CLS_SEP) {
+    if (r->pair == MODEL_PAIR_BERT || r->pair == MODEL_PAIR_CLS_SEP) {
         if (bos < 0 || sep < 0 || eos < 0)
             return base_fail(KILN_ERR_FORMAT, "the vocabulary lacks the [CLS]/[SEP] tokens a pair needs");
         r->f_first = bos;
         r->f_mid1 = sep;
-        r->f_last = r->pair == KL_PAIR_BERT ? sep : eos;
+        r->f_last = r->pair == MODEL_PAIR_BERT ? sep : eos;
     } else {
         const int add_sep = gguf_get_bool(m->gf, "tokenizer.ggml.add_sep_token", 0);
         if (ktok_add_bos(t)) r->f_first = bos;
@@ -99,22 +99,22 @@ static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p
     r->ws = m->arch->family->enc_new(m, cap, r->pool);
     r->run_tok = malloc((size_t)cap * sizeof *r->run_tok);
     r->run_type = malloc((size_t)cap);
-    r->run_scores = malloc((size_t)KL_ENC_MAX_SEQ * (size_t)r->n_labels * sizeof *r->run_scores);
+    r->run_scores = malloc((size_t)MODEL_ENC_MAX_SEQ * (size_t)r->n_labels * sizeof *r->run_scores);
     if (!r->ws || !r->run_tok || !r->run_type || !r->run_scores) return base_fail(KILN_ERR_NOMEM, "out of memory");
     return KILN_OK;
 }
 
 static kiln_status setup_causal(kiln_reranker *r, const kiln_reranker_params *p) {
     kiln_model *m = r->m;
-    kl_binder B = {m, KILN_OK};
-    r->head = kl_bind_mat(&B, "cls.output.weight", m->hp.n_embd, -1, 0);
+    model_binder B = {m, KILN_OK};
+    r->head = model_bind_mat(&B, "cls.output.weight", m->hp.n_embd, -1, 0);
     if (B.st) return B.st;
     r->n_labels = (int)r->head.nrows;
-    const gguf_kv *labels = kl_meta_kv(m, "classifier.output_labels");
+    const gguf_kv *labels = model_meta_kv(m, "classifier.output_labels");
     if (labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != r->n_labels))
         return base_fail(KILN_ERR_FORMAT, "%s.classifier.output_labels disagrees with cls.output.weight's %d rows",
                        m->arch_name, r->n_labels);
-    const int64_t pooling = kl_meta_int(m, "pooling_type", 4);
+    const int64_t pooling = model_meta_int(m, "pooling_type", 4);
     if (pooling != 4)
         return base_fail(KILN_ERR_UNSUPPORTED, "%s.pooling_type is %lld: a decoder reranks with rank pooling (4)",
                        m->arch_name, (long long)pooling);
@@ -228,8 +228,8 @@ static int frame_pair(const kiln_reranker *r, const int32_t *q, int32_t nq, cons
                       int32_t **out_tok, uint8_t **out_type) {
     int32_t n = nq + nd + (r->f_first >= 0) + (r->f_mid1 >= 0) + (r->f_mid2 >= 0) + (r->f_last >= 0);
     int32_t *t = malloc((size_t)(n ? n : 1) * sizeof *t);
-    uint8_t *ty = r->pair == KL_PAIR_BERT ? malloc((size_t)(n ? n : 1)) : NULL;
-    if (!t || (r->pair == KL_PAIR_BERT && !ty)) {
+    uint8_t *ty = r->pair == MODEL_PAIR_BERT ? malloc((size_t)(n ? n : 1)) : NULL;
+    if (!t || (r->pair == MODEL_PAIR_BERT && !ty)) {
         free(t);
         free(ty);
         return -1;
@@ -341,14 +341,14 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
     j->n_tokens = calloc(n + 1, sizeof *j->n_tokens);
     j->truncated = calloc(n + 1, sizeof *j->truncated);
     j->tokens = calloc(n + 1, sizeof *j->tokens);
-    j->types = r->pair == KL_PAIR_BERT && !r->causal ? calloc(n + 1, sizeof *j->types) : NULL;
+    j->types = r->pair == MODEL_PAIR_BERT && !r->causal ? calloc(n + 1, sizeof *j->types) : NULL;
     j->order = malloc((n + 1) * sizeof *j->order);
     kiln_status st = KILN_OK;
     int32_t *qt = NULL;
     char msg[480] = "";
     int mo = 0, n_over = 0;
     if (!j->scores || !j->n_tokens || !j->truncated || !j->tokens || !j->order ||
-        (r->pair == KL_PAIR_BERT && !r->causal && !j->types)) {
+        (r->pair == MODEL_PAIR_BERT && !r->causal && !j->types)) {
         st = base_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -430,7 +430,7 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
      * request order, so the prompt prefix stays cached */
     if (r->causal) {
         for (int32_t i = 0; i < q->n; i++) j->order[i] = i;
-    } else if (kl_enc_order_by_length(j->n_tokens, 0, q->n, j->order)) {
+    } else if (model_enc_order_by_length(j->n_tokens, 0, q->n, j->order)) {
         st = base_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -461,7 +461,7 @@ static void run_encoder(kiln_rerank_job *j, const int32_t *idx, int32_t count) {
         o += (size_t)n;
         r->run_len[s] = n;
     }
-    r->m->arch->family->encode(r->ws, r->m, r->run_tok, j->types ? r->run_type : NULL, r->run_len, count, KL_POOL_RANK,
+    r->m->arch->family->encode(r->ws, r->m, r->run_tok, j->types ? r->run_type : NULL, r->run_len, count, MODEL_POOL_RANK,
                                r->run_scores);
     for (int32_t s = 0; s < count; s++) j->scores[idx[s]] = r->run_scores[(size_t)s * r->n_labels];
 }
@@ -510,7 +510,7 @@ kiln_status kiln_rerank_next(kiln_rerank_job *j, int32_t *n_left) {
             j->n_done++;
         } else {
             const int32_t k = j->n_done;
-            const int32_t c = kl_enc_run_count(j->n_tokens, j->order + k, j->res.n - k, r->n_batch);
+            const int32_t c = model_enc_run_count(j->n_tokens, j->order + k, j->res.n - k, r->n_batch);
             run_encoder(j, j->order + k, c);
             j->n_done += c;
         }

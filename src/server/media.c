@@ -109,7 +109,7 @@ int ks_media_prompt(ks_model *r, const char *text, const ks_media *m, int32_t **
     }
     vision_prompt vp;
     memset(&vp, 0, sizeof vp);
-    kiln_status st = kl_image_prompt(r->model, text, strlen(text), ks_add_bos(r->model, text, 1), 1, in, m->n, &vp);
+    kiln_status st = model_image_prompt(r->model, text, strlen(text), ks_add_bos(r->model, text, 1), 1, in, m->n, &vp);
     free(in);
     if (st != KILN_OK) {
         *status = st == KILN_ERR_NOMEM || st == KILN_ERR_INTERNAL ? 500 : 400;

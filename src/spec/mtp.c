@@ -5,7 +5,7 @@
  * the target's hidden state at position n_tok - 2 with tok[n_tok - 1] (the
  * token the verify pass feeds first, at position n_tok - 1) and proposes
  * the token after it; each further step pairs the block's own output h'
- * with the proposal before.  One kl_mtp_step per proposal position carries
+ * with the proposal before.  One model_mtp_step per proposal position carries
  * every chain still going.  The cells a chain writes past the sequence's
  * length are written again from the target's hidden states by the verify
  * pass before anything reads them, and the rejected ones go with the
@@ -34,11 +34,11 @@ struct spec_mtp {
 };
 
 spec_mtp *spec_mtp_new(const kiln_spec_params *p, kiln_model *m, kiln_context *c) {
-    if (kl_mtp_blocks(m) <= 0) {
+    if (model_mtp_blocks(m) <= 0) {
         base_fail(KILN_ERR_UNSUPPORTED, "%s has no MTP (nextn) blocks to propose with", m->arch_name);
         return NULL;
     }
-    if (!kl_mtp_on(c)) {
+    if (!model_mtp_on(c)) {
         base_fail(KILN_ERR_UNSUPPORTED, "the context keeps no MTP cache (make it with kiln_context_params.mtp = 1)");
         return NULL;
     }
@@ -93,7 +93,7 @@ void spec_mtp_propose(void *self, gen_ask *asks, int32_t n_asks) {
         k->dist = NULL;
         const int32_t pos = k->n_tok - 1; /* where tok[n_tok - 1] goes */
         if (k->seq < 0 || k->seq >= t->n_seq || pos < 0 || pos + 1 >= t->n_ctx || nr >= t->n_rows) continue;
-        if (kiln_seq_len(c, k->seq) != pos || !kl_mtp_ready(c, k->seq, pos)) continue;
+        if (kiln_seq_len(c, k->seq) != pos || !model_mtp_ready(c, k->seq, pos)) continue;
         if (spec_chain_begin(&t->ch[k->seq], k->sampler, t->n_vocab)) continue;
         t->r_seq[nr] = k->seq;
         t->r_pos[nr] = pos;
@@ -102,7 +102,7 @@ void spec_mtp_propose(void *self, gen_ask *asks, int32_t n_asks) {
         t->r_ask[nr++] = a;
     }
     for (int32_t i = 0; nr > 0 && i < GEN_DRAFT_MAX; i++) {
-        if (kl_mtp_step(c, nr, t->r_seq, t->r_pos, t->r_tok, t->r_chain) != KILN_OK) {
+        if (model_mtp_step(c, nr, t->r_seq, t->r_pos, t->r_tok, t->r_chain) != KILN_OK) {
             if (!t->failed) base_log(BASE_LOG_WARN, "the MTP step failed (%s); no proposals", kiln_context_error(c));
             t->failed = 1;
             break;
@@ -110,7 +110,7 @@ void spec_mtp_propose(void *self, gen_ask *asks, int32_t n_asks) {
         int32_t keep = 0;
         for (int32_t r = 0; r < nr; r++) {
             gen_ask *k = &asks[t->r_ask[r]];
-            const int32_t id = spec_chain_pick(&t->ch[k->seq], i, kl_mtp_logits(c, r), t->p_min);
+            const int32_t id = spec_chain_pick(&t->ch[k->seq], i, model_mtp_logits(c, r), t->p_min);
             if (id < 0) continue;
             k->draft[i] = id;
             k->n = i + 1;

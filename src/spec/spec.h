@@ -10,7 +10,7 @@
  *   draft.c  a draft model of the target's vocabulary, with a context of
  *            its own holding one sequence per target sequence
  *   mtp.c    the target's own MTP (NextN) block, run on the target's
- *            context (kl_mtp_step, model/mtp.h), chained
+ *            context (model_mtp_step, model/mtp.h), chained
  *
  * A proposer answers every speculating slot of a step in one call, so a
  * model proposer runs one batch per proposal position for all of them.

@@ -135,8 +135,8 @@ static kiln_status read_header(const kst_plan *plan, const kst_artifact *a, cons
         gguf_str tok;
         if (!arch[0])
             snprintf(why, sizeof why, "the GGUF names no general.architecture");
-        else if (!kl_arch_find(arch))
-            snprintf(why, sizeof why, "architecture '%s' is not supported (kiln runs %s)", arch, kl_arch_list());
+        else if (!model_arch_find(arch))
+            snprintf(why, sizeof why, "architecture '%s' is not supported (kiln runs %s)", arch, model_arch_list());
         else if (gguf_get_str(f, "tokenizer.ggml.model", &tok) != 0)
             snprintf(why, sizeof why, "the GGUF has no tokenizer (tokenizer.ggml.model)");
         else if (!gguf_n_tensors(f))

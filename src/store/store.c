@@ -530,10 +530,10 @@ kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64]
         gguf_close(f);
         return base_fail(KILN_ERR_FORMAT, "artifact %s: GGUF has no general.architecture", artifact);
     }
-    if (!kl_arch_find(arch)) {
+    if (!model_arch_find(arch)) {
         gguf_close(f);
         return base_fail(KILN_ERR_UNSUPPORTED, "artifact %s: architecture '%s' is not supported (kiln runs %s)", artifact,
-                       arch, kl_arch_list());
+                       arch, model_arch_list());
     }
     if (gguf_n_tensors(f) == 0) {
         gguf_close(f);
@@ -542,7 +542,7 @@ kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64]
     snprintf(quant, 16, "%s", kst_dominant_type(f));
     /* what the architecture does not tell: a reranker (a cls.output head)
      * and a decision pack (its configuration key) */
-    if (kl_gguf_is_reranker(f))
+    if (model_gguf_is_reranker(f))
         snprintf(family, 16, "rerank");
     else if (gguf_find(f, "kiln.decision.config"))
         snprintf(family, 16, "decision");
