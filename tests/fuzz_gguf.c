@@ -22,11 +22,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 (void)gguf_arr_float(kv, k);
         }
     }
-    ktok *t;
-    if (ktok_load(f, &t) == KILN_OK) {
+    tokenizer *t;
+    if (tok_load(f, &t) == KILN_OK) {
         int32_t ids[64];
-        ktok_encode(t, "Hello world, 123!", 17, 1, 1, ids, 64);
-        ktok_free(t);
+        tok_encode(t, "Hello world, 123!", 17, 1, 1, ids, 64);
+        tok_free(t);
     }
     gguf_close(f);
     return 0;

@@ -27,12 +27,12 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static ktok *load(const char *path, gguf_file **gf) {
+static tokenizer *load(const char *path, gguf_file **gf) {
     gguf_open(path, gf);
     CHECKF(*gf != NULL, "%s: %s", path, kiln_last_error());
     if (!*gf) return NULL;
-    ktok *t;
-    ktok_load(*gf, &t);
+    tokenizer *t;
+    tok_load(*gf, &t);
     CHECKF(t != NULL, "%s: %s", path, kiln_last_error());
     return t;
 }
@@ -46,7 +46,7 @@ static void print_ids(const char *what, const int32_t *ids, int n) {
 /* Runs one vocabulary's cases; returns 1 when all pass. */
 static int run_vocab(const char *base, const char *gguf_path, const char *inp_path, const char *out_path) {
     gguf_file *gf;
-    ktok *t = load(gguf_path, &gf);
+    tokenizer *t = load(gguf_path, &gf);
     if (!t) {
         gguf_close(gf);
         return 0;
@@ -58,7 +58,7 @@ static int run_vocab(const char *base, const char *gguf_path, const char *inp_pa
     if (!inp || !outs) {
         free(inp);
         free(outs);
-        ktok_free(t);
+        tok_free(t);
         gguf_close(gf);
         return 0;
     }
@@ -66,7 +66,7 @@ static int run_vocab(const char *base, const char *gguf_path, const char *inp_pa
     static int32_t ids[MAX_IDS], want[MAX_IDS];
     static char dec[65536];
     int pass = 0, fail = 0, dec_ok = 0, dec_bad = 0;
-    int lossless = ktok_kind(t) != KTOK_WPM;
+    int lossless = tok_kind(t) != TOK_WPM;
     /* .out lines may be empty (empty text), so walk them by hand */
     char *op = outs;
     size_t pos = 0, sepl = strlen(SEP);
@@ -89,7 +89,7 @@ static int run_vocab(const char *base, const char *gguf_path, const char *inp_pa
         }
         op = *eol ? eol + 1 : eol;
 
-        int n = ktok_encode(t, text, tl, 0, 0, ids, MAX_IDS);
+        int n = tok_encode(t, text, tl, 0, 0, ids, MAX_IDS);
         int ok = n == nw && memcmp(ids, want, (size_t)n * sizeof *ids) == 0;
         if (ok) {
             pass++;
@@ -100,7 +100,7 @@ static int run_vocab(const char *base, const char *gguf_path, const char *inp_pa
             if (n >= 0) print_ids("got ", ids, n);
         }
         if (lossless && n >= 0) {
-            int dl = ktok_decode(t, ids, n, dec, (int)sizeof dec, 0, 1);
+            int dl = tok_decode(t, ids, n, dec, (int)sizeof dec, 0, 1);
             if (dl == (int)tl && memcmp(dec, text, tl) == 0) {
                 dec_ok++;
             } else {
@@ -118,7 +118,7 @@ static int run_vocab(const char *base, const char *gguf_path, const char *inp_pa
     CHECKF(dec_bad == 0, "%s: %d decode mismatches", base, dec_bad);
     free(inp);
     free(outs);
-    ktok_free(t);
+    tok_free(t);
     gguf_close(gf);
     return fail == 0 && dec_bad == 0;
 }
@@ -158,8 +158,8 @@ static void conformance(void) {
     CHECKF(tested >= 10, "only %d vocabularies tested", tested);
 }
 
-static int encode(const ktok *t, const char *s, int add_special, int parse_special, int32_t *ids) {
-    return ktok_encode(t, s, strlen(s), add_special, parse_special, ids, MAX_IDS);
+static int encode(const tokenizer *t, const char *s, int add_special, int parse_special, int32_t *ids) {
+    return tok_encode(t, s, strlen(s), add_special, parse_special, ids, MAX_IDS);
 }
 
 static int contains(const int32_t *ids, int n, int32_t id) {
@@ -170,21 +170,21 @@ static int contains(const int32_t *ids, int n, int32_t id) {
 
 static void spm_checks(void) {
     gguf_file *gf;
-    ktok *t = load(DIR_VOCAB "/ggml-vocab-llama-spm.gguf", &gf);
+    tokenizer *t = load(DIR_VOCAB "/ggml-vocab-llama-spm.gguf", &gf);
     if (!t) {
         gguf_close(gf);
         return;
     }
     static int32_t ids[MAX_IDS];
-    CHECK(ktok_kind(t) == KTOK_SPM);
-    CHECK(ktok_n_vocab(t) == 32000);
-    CHECK(ktok_bos(t) == 1 && ktok_eos(t) == 2 && ktok_unk(t) == 0);
-    CHECK(ktok_is_eog(t, 2) && !ktok_is_eog(t, 1) && !ktok_is_eog(t, 100));
-    CHECK(ktok_type(t, 1) == KTOK_T_CONTROL && ktok_type(t, 3) == KTOK_T_BYTE);
+    CHECK(tok_kind(t) == TOK_SPM);
+    CHECK(tok_n_vocab(t) == 32000);
+    CHECK(tok_bos(t) == 1 && tok_eos(t) == 2 && tok_unk(t) == 0);
+    CHECK(tok_is_eog(t, 2) && !tok_is_eog(t, 1) && !tok_is_eog(t, 100));
+    CHECK(tok_type(t, 1) == TOK_T_CONTROL && tok_type(t, 3) == TOK_T_BYTE);
     size_t l;
-    const char *s = ktok_text(t, 1, &l);
+    const char *s = tok_text(t, 1, &l);
     CHECK(s && l == 3 && memcmp(s, "<s>", 3) == 0);
-    CHECK(ktok_text(t, 32000, &l) == NULL);
+    CHECK(tok_text(t, 32000, &l) == NULL);
 
     /* add_special prepends BOS (add_bos_token = true), no EOS */
     int n = encode(t, "Hello world", 1, 0, ids);
@@ -199,54 +199,54 @@ static void spm_checks(void) {
     CHECK(n > 2 && !contains(ids, n, 2));
 
     /* too small a buffer reports the needed size */
-    CHECK(ktok_encode(t, "Hello world", 11, 0, 0, ids, 1) == -2);
+    CHECK(tok_encode(t, "Hello world", 11, 0, 0, ids, 1) == -2);
 
     /* 🦙 is not in the vocabulary: four byte tokens, and the streaming
      * detokenizer emits nothing until the fourth */
     n = encode(t, "\xf0\x9f\xa6\x99", 0, 0, ids);
-    CHECKF(n == 5 && ktok_type(t, ids[1]) == KTOK_T_BYTE, "n=%d", n); /* dummy-prefix "▁" + 4 bytes */
+    CHECKF(n == 5 && tok_type(t, ids[1]) == TOK_T_BYTE, "n=%d", n); /* dummy-prefix "▁" + 4 bytes */
     if (n == 5) {
-        ktok_stream st;
+        tok_stream st;
         char buf[64];
-        ktok_stream_init(&st, t, 0, 1);
-        CHECK(ktok_stream_put(&st, ids[0], buf, sizeof buf) == 0); /* the stripped prefix space */
-        CHECK(ktok_stream_put(&st, ids[1], buf, sizeof buf) == 0);
-        CHECK(ktok_stream_put(&st, ids[2], buf, sizeof buf) == 0);
-        CHECK(ktok_stream_put(&st, ids[3], buf, sizeof buf) == 0);
-        int r = ktok_stream_put(&st, ids[4], buf, sizeof buf);
+        tok_stream_init(&st, t, 0, 1);
+        CHECK(tok_stream_put(&st, ids[0], buf, sizeof buf) == 0); /* the stripped prefix space */
+        CHECK(tok_stream_put(&st, ids[1], buf, sizeof buf) == 0);
+        CHECK(tok_stream_put(&st, ids[2], buf, sizeof buf) == 0);
+        CHECK(tok_stream_put(&st, ids[3], buf, sizeof buf) == 0);
+        int r = tok_stream_put(&st, ids[4], buf, sizeof buf);
         CHECK(r == 4 && memcmp(buf, "\xf0\x9f\xa6\x99", 4) == 0);
-        CHECK(ktok_stream_flush(&st, buf, sizeof buf) == 0);
+        CHECK(tok_stream_flush(&st, buf, sizeof buf) == 0);
         /* an unfinished character comes out raw at the flush */
-        ktok_stream_init(&st, t, 0, 0);
-        CHECK(ktok_stream_put(&st, ids[1], buf, sizeof buf) == 0);
-        CHECK(ktok_stream_put(&st, ids[2], buf, sizeof buf) == 0);
-        CHECK(ktok_stream_flush(&st, buf, sizeof buf) == 2);
+        tok_stream_init(&st, t, 0, 0);
+        CHECK(tok_stream_put(&st, ids[1], buf, sizeof buf) == 0);
+        CHECK(tok_stream_put(&st, ids[2], buf, sizeof buf) == 0);
+        CHECK(tok_stream_flush(&st, buf, sizeof buf) == 2);
     }
 
     /* pieces: ▁ -> space, <0x0A> -> newline, control hidden unless special */
     char p[16];
-    int32_t nl = ktok_find(t, "<0x0A>", 6);
-    CHECK(nl >= 0 && ktok_token_to_piece(t, nl, p, sizeof p, 0) == 1 && p[0] == '\n');
-    int32_t hello = ktok_find(t, "\xe2\x96\x81Hello", 8);
-    CHECK(hello >= 0 && ktok_token_to_piece(t, hello, p, sizeof p, 0) == 6 && memcmp(p, " Hello", 6) == 0);
-    CHECK(ktok_token_to_piece(t, 1, p, sizeof p, 0) == 0);
-    CHECK(ktok_token_to_piece(t, 1, p, sizeof p, 1) == 3);
-    CHECK(ktok_token_to_piece(t, hello, p, 2, 0) == -6);
-    ktok_free(t);
+    int32_t nl = tok_find(t, "<0x0A>", 6);
+    CHECK(nl >= 0 && tok_token_to_piece(t, nl, p, sizeof p, 0) == 1 && p[0] == '\n');
+    int32_t hello = tok_find(t, "\xe2\x96\x81Hello", 8);
+    CHECK(hello >= 0 && tok_token_to_piece(t, hello, p, sizeof p, 0) == 6 && memcmp(p, " Hello", 6) == 0);
+    CHECK(tok_token_to_piece(t, 1, p, sizeof p, 0) == 0);
+    CHECK(tok_token_to_piece(t, 1, p, sizeof p, 1) == 3);
+    CHECK(tok_token_to_piece(t, hello, p, 2, 0) == -6);
+    tok_free(t);
     gguf_close(gf);
 }
 
 static void bpe_checks(void) {
     gguf_file *gf;
-    ktok *t = load(DIR_VOCAB "/ggml-vocab-gpt-2.gguf", &gf);
+    tokenizer *t = load(DIR_VOCAB "/ggml-vocab-gpt-2.gguf", &gf);
     if (!t) {
         gguf_close(gf);
         return;
     }
     static int32_t ids[MAX_IDS];
-    CHECK(ktok_kind(t) == KTOK_BPE);
-    CHECK(ktok_bos(t) == 50256 && ktok_eos(t) == 50256);
-    CHECK(ktok_is_eog(t, 50256));
+    CHECK(tok_kind(t) == TOK_BPE);
+    CHECK(tok_bos(t) == 50256 && tok_eos(t) == 50256);
+    CHECK(tok_is_eog(t, 50256));
     /* no add_bos metadata: add_special adds nothing for gpt-2 */
     int n = encode(t, "Hello world", 1, 0, ids);
     CHECK(n == 2 && ids[0] == 15496 && ids[1] == 995);
@@ -258,48 +258,48 @@ static void bpe_checks(void) {
     /* 🦙 spans byte-level tokens that each hold part of the character */
     n = encode(t, "a\xf0\x9f\xa6\x99", 0, 0, ids);
     CHECK(n >= 2);
-    ktok_stream st;
+    tok_stream st;
     char buf[64], all[64];
     int got = 0, early = 0;
-    ktok_stream_init(&st, t, 0, 0);
+    tok_stream_init(&st, t, 0, 0);
     for (int i = 0; i < n; i++) {
-        int r = ktok_stream_put(&st, ids[i], all + got, (int)sizeof all - got);
+        int r = tok_stream_put(&st, ids[i], all + got, (int)sizeof all - got);
         CHECK(r >= 0);
         if (i > 0 && i < n - 1 && r > 0) early = 1;
         got += r > 0 ? r : 0;
     }
     CHECK(!early);
-    CHECK(ktok_stream_flush(&st, buf, sizeof buf) == 0);
+    CHECK(tok_stream_flush(&st, buf, sizeof buf) == 0);
     CHECK(got == 5 && memcmp(all, "a\xf0\x9f\xa6\x99", 5) == 0);
-    ktok_free(t);
+    tok_free(t);
     gguf_close(gf);
 
     t = load(DIR_VOCAB "/ggml-vocab-phi-3.gguf", &gf);
     if (t) {
-        int32_t end = ktok_find(t, "<|end|>", 7);
-        CHECK(end >= 0 && ktok_is_eog(t, end) && ktok_eos(t) == 32000 && ktok_is_eog(t, 32000));
+        int32_t end = tok_find(t, "<|end|>", 7);
+        CHECK(end >= 0 && tok_is_eog(t, end) && tok_eos(t) == 32000 && tok_is_eog(t, 32000));
         n = encode(t, "<|user|>\nHi<|end|>", 1, 1, ids);
         CHECK(n >= 4 && ids[0] == 1 && ids[1] == 32010 && ids[n - 1] == end);
     }
-    ktok_free(t);
+    tok_free(t);
     gguf_close(gf);
 }
 
 static void wpm_checks(void) {
     gguf_file *gf;
-    ktok *t = load(DIR_VOCAB "/ggml-vocab-bert-bge.gguf", &gf);
+    tokenizer *t = load(DIR_VOCAB "/ggml-vocab-bert-bge.gguf", &gf);
     if (!t) {
         gguf_close(gf);
         return;
     }
     static int32_t ids[MAX_IDS];
-    CHECK(ktok_kind(t) == KTOK_WPM);
-    CHECK(ktok_bos(t) == 101 && ktok_sep(t) == 102 && ktok_unk(t) == 100 && ktok_pad(t) == 0);
+    CHECK(tok_kind(t) == TOK_WPM);
+    CHECK(tok_bos(t) == 101 && tok_sep(t) == 102 && tok_unk(t) == 100 && tok_pad(t) == 0);
     int n = encode(t, "Hello world", 1, 0, ids);
     CHECK(n == 4 && ids[0] == 101 && ids[3] == 102);
     n = encode(t, "hi [SEP] there", 0, 1, ids);
     CHECK(contains(ids, n, 102));
-    ktok_free(t);
+    tok_free(t);
     gguf_close(gf);
 }
 
@@ -314,14 +314,14 @@ static void other_vocabs(void) {
         char path[256];
         snprintf(path, sizeof path, DIR_VOCAB "/ggml-vocab-%s.gguf", names[k]);
         gguf_file *gf;
-        ktok *t = load(path, &gf);
+        tokenizer *t = load(path, &gf);
         if (t) {
             int n = encode(t, text, 1, 0, ids);
-            int d = ktok_decode(t, ids, n, dec, (int)sizeof dec, 0, 1);
+            int d = tok_decode(t, ids, n, dec, (int)sizeof dec, 0, 1);
             CHECKF(n > 5 && d == (int)strlen(text) && memcmp(dec, text, (size_t)d) == 0, "%s: n=%d '%.*s'", names[k], n,
                    d > 0 ? d : 0, dec);
         }
-        ktok_free(t);
+        tok_free(t);
         gguf_close(gf);
     }
 }
@@ -345,15 +345,15 @@ static void speed(void) {
         char path[256];
         snprintf(path, sizeof path, DIR_VOCAB "/ggml-vocab-%s.gguf", names[k]);
         gguf_file *gf;
-        ktok *t = load(path, &gf);
+        tokenizer *t = load(path, &gf);
         if (t) {
             double t0 = now_ms();
-            int n = ktok_encode(t, text, 10240, 0, 1, ids, 20000);
+            int n = tok_encode(t, text, 10240, 0, 1, ids, 20000);
             double ms = now_ms() - t0;
             printf("  speed %-14s 10 KB -> %5d tokens in %6.2f ms\n", names[k], n, ms);
             CHECK(n > 0); /* the time is a figure for the log: speed belongs in benchmarks */
         }
-        ktok_free(t);
+        tok_free(t);
         gguf_close(gf);
     }
     free(text);
@@ -418,19 +418,19 @@ static void harmony_vocab(void) {
         if (!full) tok[5] = "<|nocall|>";
         CHECK(write_vocab(path, tok, type, n) == 0);
         gguf_file *gf;
-        ktok *t = load(path, &gf);
+        tokenizer *t = load(path, &gf);
         if (t) {
-            CHECK(ktok_is_eog(t, 2) && ktok_is_eog(t, 4) == 1);
-            CHECKF(ktok_is_eog(t, 3) == !full, "<|end|> ends generation: %d", ktok_is_eog(t, 3));
-            CHECK(ktok_is_eog(t, 5) == full && !ktok_is_eog(t, 7));
-            ktok_stream st;
+            CHECK(tok_is_eog(t, 2) && tok_is_eog(t, 4) == 1);
+            CHECKF(tok_is_eog(t, 3) == !full, "<|end|> ends generation: %d", tok_is_eog(t, 3));
+            CHECK(tok_is_eog(t, 5) == full && !tok_is_eog(t, 7));
+            tok_stream st;
             char out[128];
             int32_t len = 0;
-            ktok_stream_init(&st, t, 0, 0);
+            tok_stream_init(&st, t, 0, 0);
             const int32_t ids[] = {7, 11, 8, 10, 3, 6};
             for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
-                len += ktok_stream_put(&st, ids[i], out + len, (int32_t)sizeof out - len);
-            len += ktok_stream_flush(&st, out + len, (int32_t)sizeof out - len);
+                len += tok_stream_put(&st, ids[i], out + len, (int32_t)sizeof out - len);
+            len += tok_stream_flush(&st, out + len, (int32_t)sizeof out - len);
             const char *want =
                 full ? "<|channel|>a<|message|> hi<|end|><|start|>" : "<|channel|>a<|message|> hi<|start|>";
             CHECKF(len == (int32_t)strlen(want) && !memcmp(out, want, (size_t)len), "rendered '%.*s'", (int)len, out);
@@ -438,7 +438,7 @@ static void harmony_vocab(void) {
             const int ng = encode(t, "<|start|>a<|end|>", 0, 1, got);
             CHECKF(ng >= 2 && got[0] == 6 && got[ng - 1] == 3, "parsed %d ids", ng);
         }
-        ktok_free(t);
+        tok_free(t);
         gguf_close(gf);
     }
     unlink(path);

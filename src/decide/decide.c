@@ -20,7 +20,7 @@
 struct kiln_decider {
     kiln_model *m; /* NULL when measure_only */
     gguf_file *gf; /* measure_only: the header */
-    ktok *tok;     /* measure_only: the tokenizer; else m->tok */
+    tokenizer *tok;     /* measure_only: the tokenizer; else m->tok */
     kd_config cfg;
     kpool *pool;
     void *ws;
@@ -59,7 +59,7 @@ void kiln_decider_free(kiln_decider *d) {
     if (d->pool) kpool_free(d->pool);
     if (d->m) kiln_model_free(d->m);
     if (d->gf) {
-        if (d->tok) ktok_free(d->tok);
+        if (d->tok) tok_free(d->tok);
         gguf_close(d->gf);
     }
     kd_config_free(&d->cfg);
@@ -90,7 +90,7 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
     if (!(d->type_names = malloc((size_t)d->cfg.n_types * sizeof *d->type_names))) goto oom;
     for (int i = 0; i < d->cfg.n_types; i++) d->type_names[i] = d->cfg.types[i].name;
     if (p.measure_only) {
-        if ((st = ktok_load(d->gf, &d->tok))) {
+        if ((st = tok_load(d->gf, &d->tok))) {
             st = base_fail(KILN_ERR_FORMAT, "%s: tokenizer: %s", path, kiln_last_error());
             goto fail;
         }

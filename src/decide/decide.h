@@ -95,7 +95,7 @@ typedef struct kd_frame {
  * only the budgets).  KILN_ERR_INVALID_ARG for a bad request (unknown type,
  * options on a labels type or missing, more options than the slots, a
  * head part over head_max_len), with model_fail's message. */
-kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, const kiln_decide_request *r, int seqs);
+kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const tokenizer *t, const kiln_decide_request *r, int seqs);
 void kd_frame_free(kd_frame *fr);
 
 #endif

@@ -16,12 +16,12 @@ void kd_frame_free(kd_frame *fr) {
 }
 
 /* text's tokens, every added token recognized, none added.  *n the count. */
-static kiln_status tokens_of(const ktok *t, const char *text, size_t len, int32_t **out, int32_t *n) {
+static kiln_status tokens_of(const tokenizer *t, const char *text, size_t len, int32_t **out, int32_t *n) {
     *out = NULL;
     *n = 0;
     if (!text || !len) return KILN_OK;
-    const int32_t c = ktok_encode_alloc(t, text, len, 0, 1, out);
-    if (c == KTOK_ERR_NOMEM) return base_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
+    const int32_t c = tok_encode_alloc(t, text, len, 0, 1, out);
+    if (c == TOK_ERR_NOMEM) return base_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
     *n = c;
     return KILN_OK;
 }
@@ -59,11 +59,11 @@ static void type_list(const kd_config *c, char *buf, size_t cap) {
         o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", c->types[i].name);
 }
 
-kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const ktok *t, const kiln_decide_request *r, int seqs) {
+kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const tokenizer *t, const kiln_decide_request *r, int seqs) {
     memset(fr, 0, sizeof *fr);
     if (!r || !r->state || r->n_questions < 0 || (r->n_questions && !r->questions))
         return base_fail(KILN_ERR_INVALID_ARG, "bad decision request");
-    const int32_t cls = ktok_bos(t), sep = ktok_sep(t) >= 0 ? ktok_sep(t) : ktok_eos(t);
+    const int32_t cls = tok_bos(t), sep = tok_sep(t) >= 0 ? tok_sep(t) : tok_eos(t);
     if (cls < 0 || sep < 0) return base_fail(KILN_ERR_FORMAT, "the pack's vocabulary has no [CLS]/[SEP] tokens");
     int32_t *S = NULL, *Q = NULL, *H = NULL, *O = NULL;
     int32_t nS = 0, nQ = 0, nO = 0;

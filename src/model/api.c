@@ -373,22 +373,22 @@ void kiln_kv_get_stats(const kiln_context *c, kiln_kv_stats *out) {
 int kiln_tokenize(const kiln_model *m, const char *text, size_t len, int add_special, int parse_special, int32_t *out,
                   int cap) {
     if (!m || (!text && len)) return base_fail(KILN_ERR_INVALID_ARG, "bad tokenize arguments");
-    int32_t n = ktok_encode(m->tok, text ? text : "", len, add_special, parse_special, out, cap);
-    if (n == KTOK_ERR_NOMEM) return base_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
+    int32_t n = tok_encode(m->tok, text ? text : "", len, add_special, parse_special, out, cap);
+    if (n == TOK_ERR_NOMEM) return base_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
     return n < 0 ? -n : n;
 }
 
 int kiln_token_to_piece(const kiln_model *m, int32_t id, char *buf, int cap, int special) {
-    int32_t n = ktok_token_to_piece(m->tok, id, buf, cap, special);
+    int32_t n = tok_token_to_piece(m->tok, id, buf, cap, special);
     return n < 0 ? -n : n;
 }
 
-int32_t kiln_token_bos(const kiln_model *m) { return ktok_bos(m->tok); }
-int32_t kiln_token_eos(const kiln_model *m) { return ktok_eos(m->tok); }
-int kiln_token_is_eog(const kiln_model *m, int32_t id) { return ktok_is_eog(m->tok, id); }
+int32_t kiln_token_bos(const kiln_model *m) { return tok_bos(m->tok); }
+int32_t kiln_token_eos(const kiln_model *m) { return tok_eos(m->tok); }
+int kiln_token_is_eog(const kiln_model *m, int32_t id) { return tok_is_eog(m->tok, id); }
 
 struct kiln_detok {
-    ktok_stream s;
+    tok_stream s;
     char *buf;
     int32_t cap;
 };
@@ -396,13 +396,13 @@ struct kiln_detok {
 kiln_detok *kiln_detok_new(const kiln_model *m) {
     kiln_detok *d = calloc(1, sizeof *d);
     if (!d) return NULL;
-    d->cap = ktok_max_piece(m->tok) + 8;
+    d->cap = tok_max_piece(m->tok) + 8;
     d->buf = malloc((size_t)d->cap);
     if (!d->buf) {
         free(d);
         return NULL;
     }
-    ktok_stream_init(&d->s, m->tok, 0, 0);
+    tok_stream_init(&d->s, m->tok, 0, 0);
     return d;
 }
 
@@ -413,13 +413,13 @@ void kiln_detok_free(kiln_detok *d) {
 }
 
 const char *kiln_detok_push(kiln_detok *d, int32_t id, size_t *len) {
-    int32_t n = ktok_stream_put(&d->s, id, d->buf, d->cap);
+    int32_t n = tok_stream_put(&d->s, id, d->buf, d->cap);
     *len = n > 0 ? (size_t)n : 0;
     return d->buf;
 }
 
 const char *kiln_detok_flush(kiln_detok *d, size_t *len) {
-    int32_t n = ktok_stream_flush(&d->s, d->buf, d->cap);
+    int32_t n = tok_stream_flush(&d->s, d->buf, d->cap);
     *len = n > 0 ? (size_t)n : 0;
     return d->buf;
 }

@@ -300,8 +300,8 @@ static int32_t tokenize(const kiln_embedder *e, const char *fmt, const char *tex
         free(ids);
         ids = malloc((size_t)cap * sizeof *ids);
         if (!ids) break;
-        n = ktok_encode(e->m->tok, buf, bl, 1, 1, ids, cap);
-        if (n >= 0 || n == KTOK_ERR_NOMEM) break;
+        n = tok_encode(e->m->tok, buf, bl, 1, 1, ids, cap);
+        if (n >= 0 || n == TOK_ERR_NOMEM) break;
         cap = -n;
     }
     free(buf);
@@ -315,10 +315,10 @@ static int32_t tokenize(const kiln_embedder *e, const char *fmt, const char *tex
 
 /* Whether the last token is the closing special token the tokenizer adds
  * ([SEP] for WordPiece, EOS when add_eos), which truncation keeps. */
-static int has_closing(const ktok *t, const int32_t *ids, int32_t n) {
+static int has_closing(const tokenizer *t, const int32_t *ids, int32_t n) {
     if (n < 2) return 0;
     int32_t last = ids[n - 1];
-    return (ktok_kind(t) == KTOK_WPM && last == ktok_sep(t)) || (ktok_add_eos(t) && last == ktok_eos(t));
+    return (tok_kind(t) == TOK_WPM && last == tok_sep(t)) || (tok_add_eos(t) && last == tok_eos(t));
 }
 
 static int note_over(kiln_embedder *e, int32_t i, int32_t n) {

@@ -96,7 +96,7 @@ struct kiln_model {
     const float *out_norm;
     kern_mat output; /* = tok_embd when tied */
     void *fam;     /* the family's weights and hyperparameters */
-    ktok *tok;
+    tokenizer *tok;
     char arch_name[64];
     char name[256];
     char ftype[16];

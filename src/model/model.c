@@ -284,13 +284,13 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
         snprintf(L.err, sizeof L.err, "tensor token_embd.weight has no rows");
         goto fail;
     }
-    if (ktok_load(m->gf, &m->tok)) {
+    if (tok_load(m->gf, &m->tok)) {
         snprintf(L.err, sizeof L.err, "tokenizer: %s", kiln_last_error());
         goto fail;
     }
-    if (ktok_n_vocab(m->tok) > m->hp.n_vocab) {
+    if (tok_n_vocab(m->tok) > m->hp.n_vocab) {
         snprintf(L.err, sizeof L.err, "the vocabulary has %d tokens but token_embd.weight only %d rows",
-                 ktok_n_vocab(m->tok), m->hp.n_vocab);
+                 tok_n_vocab(m->tok), m->hp.n_vocab);
         goto fail;
     }
     gguf_str tmpl;
@@ -402,7 +402,7 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
 
 void kiln_model_free(kiln_model *m) {
     if (!m) return;
-    if (m->tok) ktok_free(m->tok);
+    if (m->tok) tok_free(m->tok);
     if (m->arch && m->arch->family->free) m->arch->family->free(m);
     free(m->chat_template);
     gguf_close(m->gf);

@@ -70,12 +70,12 @@ int model_gguf_is_reranker(const gguf_file *f) {
 
 static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p) {
     kiln_model *m = r->m;
-    const ktok *t = m->tok;
+    const tokenizer *t = m->tok;
     r->n_labels = m->hp.n_cls_out;
     r->pair = m->arch->family->pair;
-    if (r->pair == MODEL_PAIR_BERT && ktok_kind(t) != KTOK_WPM) r->pair = MODEL_PAIR_SPECIALS;
-    const int32_t bos = ktok_bos(t), eos = ktok_eos(t) >= 0 ? ktok_eos(t) : ktok_sep(t),
-                  sep = ktok_sep(t) >= 0 ? ktok_sep(t) : ktok_eos(t);
+    if (r->pair == MODEL_PAIR_BERT && tok_kind(t) != TOK_WPM) r->pair = MODEL_PAIR_SPECIALS;
+    const int32_t bos = tok_bos(t), eos = tok_eos(t) >= 0 ? tok_eos(t) : tok_sep(t),
+                  sep = tok_sep(t) >= 0 ? tok_sep(t) : tok_eos(t);
     r->f_first = r->f_mid1 = r->f_mid2 = r->f_last = -1;
     if (r->pair == MODEL_PAIR_BERT || r->pair == MODEL_PAIR_CLS_SEP) {
         if (bos < 0 || sep < 0 || eos < 0)
@@ -85,8 +85,8 @@ static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p
         r->f_last = r->pair == MODEL_PAIR_BERT ? sep : eos;
     } else {
         const int add_sep = gguf_get_bool(m->gf, "tokenizer.ggml.add_sep_token", 0);
-        if (ktok_add_bos(t)) r->f_first = bos;
-        if (ktok_add_eos(t)) r->f_mid1 = r->f_last = eos;
+        if (tok_add_bos(t)) r->f_first = bos;
+        if (tok_add_eos(t)) r->f_mid1 = r->f_last = eos;
         if (add_sep) r->f_mid2 = sep;
     }
     r->max_tokens = p->max_tokens ? p->max_tokens : m->hp.n_ctx_train;
@@ -282,20 +282,20 @@ static char *render(const char *tmpl, const char *q, size_t nq, const char *d, s
  * negative kiln_status; *cut is set when the document was shortened. */
 static int32_t frame_causal(const kiln_reranker *r, const char *q, size_t nq, const char *d, size_t nd,
                             int allow_truncate, int32_t **out, int *cut) {
-    const ktok *t = r->m->tok;
+    const tokenizer *t = r->m->tok;
     *cut = 0;
     size_t len;
     char *prompt = render(r->tmpl, q, nq, d, nd, &len);
     if (!prompt) return KILN_ERR_NOMEM;
-    int32_t n = ktok_encode_alloc(t, prompt, len, 0, 1, out);
+    int32_t n = tok_encode_alloc(t, prompt, len, 0, 1, out);
     free(prompt);
-    if (n == KTOK_ERR_NOMEM) return KILN_ERR_NOMEM;
+    if (n == TOK_ERR_NOMEM) return KILN_ERR_NOMEM;
     if (n <= r->max_tokens || !allow_truncate) return n;
     /* cut the document's tokens by the excess, then by one more until the
      * re-tokenized prompt fits */
     int32_t *dt = NULL;
-    int32_t ndt = ktok_encode_alloc(t, d, nd, 0, 1, &dt);
-    if (ndt == KTOK_ERR_NOMEM) return KILN_ERR_NOMEM;
+    int32_t ndt = tok_encode_alloc(t, d, nd, 0, 1, &dt);
+    if (ndt == TOK_ERR_NOMEM) return KILN_ERR_NOMEM;
     /* a prefix of the tokens decodes to about its bytes; room for more */
     const int32_t cap = nd < (size_t)INT32_MAX / 4 - 64 ? (int32_t)(4 * nd + 64) : INT32_MAX;
     char *text = malloc((size_t)cap);
@@ -304,17 +304,17 @@ static int32_t frame_causal(const kiln_reranker *r, const char *q, size_t nq, co
         return KILN_ERR_NOMEM;
     }
     for (int32_t keep = ndt - (n - r->max_tokens); keep >= 0; keep--) {
-        const int32_t tl = ktok_decode(t, dt, keep, text, cap, 1, 0);
+        const int32_t tl = tok_decode(t, dt, keep, text, cap, 1, 0);
         if (tl < 0) {
-            n = KTOK_ERR_NOMEM;
+            n = TOK_ERR_NOMEM;
             break;
         }
         free(*out);
         *out = NULL;
         prompt = render(r->tmpl, q, nq, text, (size_t)tl, &len);
-        n = prompt ? ktok_encode_alloc(t, prompt, len, 0, 1, out) : KTOK_ERR_NOMEM;
+        n = prompt ? tok_encode_alloc(t, prompt, len, 0, 1, out) : TOK_ERR_NOMEM;
         free(prompt);
-        if (n == KTOK_ERR_NOMEM) break;
+        if (n == TOK_ERR_NOMEM) break;
         if (n <= r->max_tokens) {
             *cut = 1;
             break;
@@ -322,7 +322,7 @@ static int32_t frame_causal(const kiln_reranker *r, const char *q, size_t nq, co
     }
     free(dt);
     free(text);
-    if (n == KTOK_ERR_NOMEM) return KILN_ERR_NOMEM;
+    if (n == TOK_ERR_NOMEM) return KILN_ERR_NOMEM;
     return n <= r->max_tokens ? n : 0;
 }
 
@@ -330,7 +330,7 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
     *out = NULL;
     if (!r || !q || !q->query || q->n < 0 || (q->n && !q->documents))
         return base_fail(KILN_ERR_INVALID_ARG, "bad rerank request");
-    const ktok *t = r->m->tok;
+    const tokenizer *t = r->m->tok;
     const size_t nq_bytes = q->query_len ? q->query_len : strlen(q->query);
     kiln_rerank_job *j = calloc(1, sizeof *j);
     if (!j) return base_fail(KILN_ERR_NOMEM, "out of memory");
@@ -354,8 +354,8 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
     }
     int32_t nqt = 0, frame = 0;
     if (!r->causal) {
-        nqt = ktok_encode_alloc(t, q->query, nq_bytes, 0, 1, &qt);
-        if (nqt == KTOK_ERR_NOMEM) {
+        nqt = tok_encode_alloc(t, q->query, nq_bytes, 0, 1, &qt);
+        if (nqt == TOK_ERR_NOMEM) {
             st = base_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
             goto done;
         }
@@ -392,8 +392,8 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
             }
         } else {
             int32_t *dt = NULL;
-            int32_t ndt = ktok_encode_alloc(t, doc, nd, 0, 1, &dt);
-            if (ndt == KTOK_ERR_NOMEM) {
+            int32_t ndt = tok_encode_alloc(t, doc, nd, 0, 1, &dt);
+            if (ndt == TOK_ERR_NOMEM) {
                 st = base_fail(KILN_ERR_NOMEM, "document %d: out of memory while tokenizing", i);
                 goto done;
             }

@@ -100,7 +100,7 @@ static int name_in(const char *names, const char *name) {
  * Printable Latin-1 bytes ('!'..'~', 0xA1..0xAC, 0xAE..0xFF) stand for
  * themselves; the other 68 bytes take code points 256, 257, ... in byte
  * order. */
-static void build_byte_map(ktok *t) {
+static void build_byte_map(tokenizer *t) {
     int next = 256;
     for (int i = 0; i < 324; i++) t->cp_to_byte[i] = -1;
     for (int b = 0; b < 256; b++) {
@@ -120,7 +120,7 @@ static void build_byte_map(ktok *t) {
     }
 }
 
-kiln_status tok_bpe_init(ktok *t, const gguf_file *f, const char *pre) {
+kiln_status tok_bpe_init(tokenizer *t, const gguf_file *f, const char *pre) {
     build_byte_map(t);
 
     const pre_def *def = &k_pre[0];
@@ -174,7 +174,7 @@ kiln_status tok_bpe_init(ktok *t, const gguf_file *f, const char *pre) {
     return 0;
 }
 
-void tok_bpe_free(ktok *t) {
+void tok_bpe_free(tokenizer *t) {
     if (t->pre) {
         for (int i = 0; i < t->pre->n; i++) pcre2_code_free(t->pre->re[i]);
         free(t->pre);
@@ -219,7 +219,7 @@ static size_t utf8_valid(const uint8_t *s, size_t n) {
 }
 
 /* Splits text into words; returns the span array (count in *n) or NULL. */
-static span *pretokenize(const ktok *t, const char *text, size_t len, size_t *n, tok_scratch *s) {
+static span *pretokenize(const tokenizer *t, const char *text, size_t len, size_t *n, tok_scratch *s) {
     span *a = tok_scratch_get(s, 0, (len + 1) * sizeof *a);
     span *b = tok_scratch_get(s, 1, (len + 1) * sizeof *b);
     if (!a || !b) return NULL;
@@ -287,7 +287,7 @@ typedef struct bpe_sym {
     int32_t id; /* token id, -1 if the byte has no token */
 } bpe_sym;
 
-static void try_pair(const ktok *t, bpe_sym *sym, int32_t l, int32_t r, tok_pair *heap, size_t *nh) {
+static void try_pair(const tokenizer *t, bpe_sym *sym, int32_t l, int32_t r, tok_pair *heap, size_t *nh) {
     if (l < 0 || r < 0 || sym[l].id < 0 || sym[r].id < 0) return;
     int32_t result;
     int32_t rank = tok_pairmap_get(&t->merges, sym[l].id, sym[r].id, &result);
@@ -295,7 +295,7 @@ static void try_pair(const ktok *t, bpe_sym *sym, int32_t l, int32_t r, tok_pair
     tok_heap_push(heap, nh, (tok_pair){-(float)rank, l, r, result, sym[l].n, sym[r].n});
 }
 
-static void bpe_word(const ktok *t, const uint8_t *w, size_t len, tok_vec *out, tok_scratch *s) {
+static void bpe_word(const tokenizer *t, const uint8_t *w, size_t len, tok_vec *out, tok_scratch *s) {
     if (t->ignore_merges) {
         char *enc = tok_scratch_get(s, 2, len * 2);
         if (!enc) return;
@@ -335,7 +335,7 @@ static void bpe_word(const ktok *t, const uint8_t *w, size_t len, tok_vec *out, 
         if (sym[i].id >= 0) tok_vec_push(out, sym[i].id);
 }
 
-void tok_bpe_encode(const ktok *t, const char *text, size_t len, tok_vec *out, tok_scratch *s) {
+void tok_bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out, tok_scratch *s) {
     if (len == 0) return;
     size_t nw;
     span *w = pretokenize(t, text, len, &nw, s);

@@ -12,7 +12,7 @@ typedef struct spm_sym {
     uint32_t start, n;  /* byte span in the escaped text; n = 0 once merged away */
 } spm_sym;
 
-static void try_pair(const ktok *t, const char *text, spm_sym *sym, int32_t l, int32_t r, tok_pair *heap,
+static void try_pair(const tokenizer *t, const char *text, spm_sym *sym, int32_t l, int32_t r, tok_pair *heap,
                      size_t *nheap) {
     if (l < 0 || r < 0) return;
     int32_t id = tok_strmap_get(&t->map, t, text + sym[l].start, sym[l].n + sym[r].n);
@@ -20,7 +20,7 @@ static void try_pair(const ktok *t, const char *text, spm_sym *sym, int32_t l, i
     tok_heap_push(heap, nheap, (tok_pair){t->score ? t->score[id] : 0.0f, l, r, id, sym[l].n, sym[r].n});
 }
 
-void tok_spm_encode(const ktok *t, const char *raw, size_t len, int prefix_space, tok_vec *out, tok_scratch *s) {
+void tok_spm_encode(const tokenizer *t, const char *raw, size_t len, int prefix_space, tok_vec *out, tok_scratch *s) {
     /* escape: optional dummy prefix, every ' ' becomes U+2581 (3 bytes) */
     size_t cap = (len + 1) * 3;
     char *text = tok_scratch_get(s, 0, cap);

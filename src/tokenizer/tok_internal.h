@@ -9,8 +9,8 @@
 #include "tokenizer/tokenizer.h"
 
 /* ---- string -> id hash map (open addressing, linear probing) ----
- * Keys are token texts owned by the ktok arena; the table stores ids and
- * compares against the ktok's text table. */
+ * Keys are token texts owned by the tokenizer arena; the table stores ids and
+ * compares against the tokenizer's text table. */
 typedef struct tok_strmap {
     int32_t *slot; /* id or -1 */
     uint32_t mask; /* capacity - 1, capacity a power of two */
@@ -29,13 +29,13 @@ enum { TOK_A_EOG = 1, TOK_A_RSTRIP = 2, TOK_A_LSTRIP = 4 };
 
 typedef struct tok_pretok tok_pretok;
 
-struct ktok {
-    enum ktok_kind kind;
+struct tokenizer {
+    enum tok_kind kind;
     int32_t n;
     char *arena;   /* all token texts, back to back */
     uint32_t *off; /* n+1 offsets into arena */
     float *score;  /* SPM merge scores (NULL when absent) */
-    uint8_t *type; /* enum ktok_type */
+    uint8_t *type; /* enum tok_type */
     uint8_t *attr; /* TOK_A_* */
     tok_strmap map;
     int32_t max_len; /* longest token text in bytes */
@@ -69,14 +69,14 @@ struct ktok {
     const char *wpm_cont;
 };
 
-static inline const char *tok_str(const ktok *t, int32_t id, size_t *len) {
+static inline const char *tok_str(const tokenizer *t, int32_t id, size_t *len) {
     *len = t->off[id + 1] - t->off[id];
     return t->arena + t->off[id];
 }
 
 uint64_t tok_hash(const char *s, size_t len);
-int tok_strmap_build(tok_strmap *m, const ktok *t);
-int32_t tok_strmap_get(const tok_strmap *m, const ktok *t, const char *s, size_t len);
+int tok_strmap_build(tok_strmap *m, const tokenizer *t);
+int32_t tok_strmap_get(const tok_strmap *m, const tokenizer *t, const char *s, size_t len);
 void tok_strmap_free(tok_strmap *m);
 int tok_pairmap_init(tok_pairmap *m, uint32_t n);
 void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t result);
@@ -129,13 +129,13 @@ static inline size_t tok_utf8_len(uint8_t c) {
 
 /* Tokenizers for one fragment of plain text (no special tokens inside). */
 /* prefix_space: add SentencePiece's dummy space in front. */
-void tok_spm_encode(const ktok *t, const char *text, size_t len, int prefix_space, tok_vec *out, tok_scratch *s);
-void tok_bpe_encode(const ktok *t, const char *text, size_t len, tok_vec *out, tok_scratch *s);
-void tok_wpm_encode(const ktok *t, const char *text, size_t len, tok_vec *out, tok_scratch *s);
+void tok_spm_encode(const tokenizer *t, const char *text, size_t len, int prefix_space, tok_vec *out, tok_scratch *s);
+void tok_bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out, tok_scratch *s);
+void tok_wpm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out, tok_scratch *s);
 
 /* BPE setup: byte mapping, merges, pre-tokenizer for the name in pre
  * (NULL = missing).  Returns 0 or -1 with a message. */
-kiln_status tok_bpe_init(ktok *t, const gguf_file *f, const char *pre);
-void tok_bpe_free(ktok *t);
+kiln_status tok_bpe_init(tokenizer *t, const gguf_file *f, const char *pre);
+void tok_bpe_free(tokenizer *t);
 
 #endif

@@ -26,7 +26,7 @@ static uint32_t pow2_at_least(uint64_t n) {
 }
 
 /* Later ids win on duplicate texts, matching the reference loader. */
-int tok_strmap_build(tok_strmap *m, const ktok *t) {
+int tok_strmap_build(tok_strmap *m, const tokenizer *t) {
     uint32_t cap = pow2_at_least((uint64_t)t->n * 2);
     m->slot = malloc((size_t)cap * sizeof *m->slot);
     if (!m->slot) return -1;
@@ -53,7 +53,7 @@ int tok_strmap_build(tok_strmap *m, const ktok *t) {
     return 0;
 }
 
-int32_t tok_strmap_get(const tok_strmap *m, const ktok *t, const char *s, size_t len) {
+int32_t tok_strmap_get(const tok_strmap *m, const tokenizer *t, const char *s, size_t len) {
     uint32_t i = (uint32_t)tok_hash(s, len) & m->mask;
     for (;; i = (i + 1) & m->mask) {
         int32_t cur = m->slot[i];

@@ -33,22 +33,22 @@ static const char *const k_eog_names[] = {
  * the reference does, so a reply's channels and recipients can be read. */
 static const char *const k_harmony_names[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
 
-static int32_t find(const ktok *t, const char *s) { return tok_strmap_get(&t->map, t, s, strlen(s)); }
+static int32_t find(const tokenizer *t, const char *s) { return tok_strmap_get(&t->map, t, s, strlen(s)); }
 
 /* ---- pieces ---- */
 
 /* Writes the bytes of token id (special rendering) into dst, which has
  * room for 4 * text length + 1; returns the count. */
-static size_t make_piece(const ktok *t, int32_t id, char *dst) {
+static size_t make_piece(const tokenizer *t, int32_t id, char *dst) {
     size_t len;
     const char *s = tok_str(t, id, &len);
     int ty = t->type[id];
-    if (ty == KTOK_T_CONTROL || ty == KTOK_T_UNKNOWN || ty == KTOK_T_USER_DEFINED) {
+    if (ty == TOK_T_CONTROL || ty == TOK_T_UNKNOWN || ty == TOK_T_USER_DEFINED) {
         memcpy(dst, s, len);
         return len;
     }
-    if (t->kind == KTOK_BPE) {
-        if (ty != KTOK_T_NORMAL) return 0;
+    if (t->kind == TOK_BPE) {
+        if (ty != TOK_T_NORMAL) return 0;
         size_t n = 0;
         for (size_t i = 0; i < len;) {
             size_t cl = tok_utf8_len((uint8_t)s[i]);
@@ -66,7 +66,7 @@ static size_t make_piece(const ktok *t, int32_t id, char *dst) {
         }
         return n;
     }
-    if (ty == KTOK_T_BYTE) {
+    if (ty == TOK_T_BYTE) {
         /* "<0xXX>" */
         if (len == 6 && memcmp(s, "<0x", 3) == 0) {
             dst[0] = (char)strtol((char[3]){s[3], s[4], 0}, NULL, 16);
@@ -74,9 +74,9 @@ static size_t make_piece(const ktok *t, int32_t id, char *dst) {
         }
         return 0;
     }
-    if (ty != KTOK_T_NORMAL) return 0;
+    if (ty != TOK_T_NORMAL) return 0;
     size_t n = 0, i = 0;
-    if (t->kind == KTOK_WPM && t->wpm_cont[0]) { /* "##" style: continuation bare, words spaced */
+    if (t->kind == TOK_WPM && t->wpm_cont[0]) { /* "##" style: continuation bare, words spaced */
         if (len >= 2 && memcmp(s, "##", 2) == 0)
             i = 2;
         else
@@ -93,7 +93,7 @@ static size_t make_piece(const ktok *t, int32_t id, char *dst) {
     return n;
 }
 
-static int build_pieces(ktok *t) {
+static int build_pieces(tokenizer *t) {
     size_t total = 0;
     for (int32_t id = 0; id < t->n; id++) total += t->off[id + 1] - t->off[id] + 1;
     t->piece = malloc(total + 1);
@@ -112,7 +112,7 @@ static int build_pieces(ktok *t) {
 
 /* ---- loading ---- */
 
-static int32_t special_id(const gguf_file *f, const ktok *t, const char *key, int32_t def) {
+static int32_t special_id(const gguf_file *f, const tokenizer *t, const char *key, int32_t def) {
     int64_t v = gguf_get_int(f, key, -1);
     if (v >= 0 && v < t->n) return (int32_t)v;
     return def >= 0 && def < t->n ? def : -1;
@@ -130,11 +130,11 @@ static int len_id_cmp(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int build_special_list(ktok *t) {
+static int build_special_list(tokenizer *t) {
     int32_t n = 0;
     for (int32_t id = 0; id < t->n; id++) {
         int ty = t->type[id];
-        if (ty == KTOK_T_CONTROL || ty == KTOK_T_USER_DEFINED || ty == KTOK_T_UNKNOWN) n++;
+        if (ty == TOK_T_CONTROL || ty == TOK_T_USER_DEFINED || ty == TOK_T_UNKNOWN) n++;
     }
     len_id *tmp = malloc(((size_t)n + 1) * sizeof *tmp);
     t->special = malloc(((size_t)n + 1) * sizeof *t->special);
@@ -145,7 +145,7 @@ static int build_special_list(ktok *t) {
     n = 0;
     for (int32_t id = 0; id < t->n; id++) {
         int ty = t->type[id];
-        if (ty == KTOK_T_CONTROL || ty == KTOK_T_USER_DEFINED || ty == KTOK_T_UNKNOWN)
+        if (ty == TOK_T_CONTROL || ty == TOK_T_USER_DEFINED || ty == TOK_T_UNKNOWN)
             tmp[n++] = (len_id){t->off[id + 1] - t->off[id], id};
     }
     qsort(tmp, (size_t)n, sizeof *tmp, len_id_cmp);
@@ -155,20 +155,20 @@ static int build_special_list(ktok *t) {
     return 0;
 }
 
-kiln_status ktok_load(const gguf_file *f, ktok **out) {
+kiln_status tok_load(const gguf_file *f, tokenizer **out) {
     *out = NULL;
 
     char model[32];
     if (!gguf_get_cstr(f, "tokenizer.ggml.model", model, sizeof model, NULL)) {
         return base_fail(KILN_ERR_FORMAT, "no tokenizer.ggml.model in file");
     }
-    enum ktok_kind kind;
+    enum tok_kind kind;
     if (strcmp(model, "llama") == 0)
-        kind = KTOK_SPM;
+        kind = TOK_SPM;
     else if (strcmp(model, "gpt2") == 0)
-        kind = KTOK_BPE;
+        kind = TOK_BPE;
     else if (strcmp(model, "bert") == 0)
-        kind = KTOK_WPM;
+        kind = TOK_WPM;
     else { return base_fail(KILN_ERR_FORMAT, "unsupported tokenizer model '%s'", model); }
 
     const gguf_kv *tk = gguf_find(f, "tokenizer.ggml.tokens");
@@ -185,7 +185,7 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
                        (unsigned long long)tk->n);
     }
 
-    ktok *t = calloc(1, sizeof *t);
+    tokenizer *t = calloc(1, sizeof *t);
     if (!t) goto oom;
     t->kind = kind;
     t->n = (int32_t)tk->n;
@@ -219,22 +219,22 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
         }
         if ((int32_t)(pos - t->off[i]) > t->max_len) t->max_len = (int32_t)(pos - t->off[i]);
         if (t->score) t->score[i] = (float)gguf_arr_float(sc, (uint64_t)i);
-        int64_t v = ty ? gguf_arr_int(ty, (uint64_t)i) : KTOK_T_NORMAL;
-        t->type[i] = (uint8_t)(v >= 0 && v <= KTOK_T_BYTE ? v : KTOK_T_UNDEFINED);
+        int64_t v = ty ? gguf_arr_int(ty, (uint64_t)i) : TOK_T_NORMAL;
+        t->type[i] = (uint8_t)(v >= 0 && v <= TOK_T_BYTE ? v : TOK_T_UNDEFINED);
     }
     t->off[t->n] = (uint32_t)pos;
     if (tok_strmap_build(&t->map, t) != 0) goto oom;
 
     /* model-type defaults, then metadata */
     int32_t d_bos = -1, d_eos = -1, d_unk = -1, d_sep = -1, d_pad = -1;
-    if (kind == KTOK_SPM) {
+    if (kind == TOK_SPM) {
         d_bos = 1;
         d_eos = 2;
         d_unk = 0;
         t->add_bos = 1;
         t->add_space_prefix = 1;
     }
-    if (kind == KTOK_WPM) {
+    if (kind == TOK_WPM) {
         d_bos = 101;
         d_unk = 100;
         d_sep = 102;
@@ -242,7 +242,7 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
         t->add_bos = 1;
     }
     t->bos = special_id(f, t, "tokenizer.ggml.bos_token_id", d_bos);
-    if (kind == KTOK_WPM) t->bos = special_id(f, t, "tokenizer.ggml.cls_token_id", t->bos);
+    if (kind == TOK_WPM) t->bos = special_id(f, t, "tokenizer.ggml.cls_token_id", t->bos);
     t->eos = special_id(f, t, "tokenizer.ggml.eos_token_id", d_eos);
     t->eot = special_id(f, t, "tokenizer.ggml.eot_token_id", -1);
     t->eom = special_id(f, t, "tokenizer.ggml.eom_token_id", -1);
@@ -252,9 +252,9 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
 
     char pre[64];
     const char *pre_p = gguf_get_cstr(f, "tokenizer.ggml.pre", pre, sizeof pre, NULL);
-    kiln_status st = kind == KTOK_BPE ? tok_bpe_init(t, f, pre_p) : KILN_OK;
+    kiln_status st = kind == TOK_BPE ? tok_bpe_init(t, f, pre_p) : KILN_OK;
     if (st) {
-        ktok_free(t);
+        tok_free(t);
         return st;
     }
     t->add_bos = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", t->add_bos);
@@ -266,14 +266,14 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
         int32_t id = find(t, k_eot_names[i]);
         if (id >= 0) {
             t->eot = id;
-            t->type[id] = KTOK_T_CONTROL;
+            t->type[id] = TOK_T_CONTROL;
         }
     }
     for (size_t i = 0; i < sizeof k_eog_names / sizeof k_eog_names[0]; i++) {
         int32_t id = find(t, k_eog_names[i]);
         if (id >= 0) {
             t->attr[id] |= TOK_A_EOG;
-            t->type[id] = KTOK_T_CONTROL;
+            t->type[id] = TOK_T_CONTROL;
         }
     }
     if (t->eos >= 0) t->attr[t->eos] |= TOK_A_EOG;
@@ -281,14 +281,14 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
     if (t->eom >= 0) t->attr[t->eom] |= TOK_A_EOG;
     for (size_t i = 0; i < sizeof k_harmony_names / sizeof k_harmony_names[0]; i++) {
         int32_t id = find(t, k_harmony_names[i]);
-        if (id >= 0) t->type[id] = KTOK_T_USER_DEFINED;
+        if (id >= 0) t->type[id] = TOK_T_USER_DEFINED;
     }
     /* harmony ends a message with <|end|> and the reply with <|return|> or
      * <|call|>: with both of those, <|end|> is text, not an end */
     const int32_t end_id = find(t, "<|end|>");
     if (end_id >= 0 && find(t, "<|return|>") >= 0 && find(t, "<|call|>") >= 0) {
         t->attr[end_id] &= ~TOK_A_EOG;
-        t->type[end_id] = KTOK_T_USER_DEFINED;
+        t->type[end_id] = TOK_T_USER_DEFINED;
         if (t->eot == end_id) t->eot = -1;
     }
 
@@ -311,12 +311,12 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
 
     /* ModernBERT's [MASK] takes the whitespace before it (lstrip in its
      * tokenizer; the reference keys this on the pre-tokenizer name) */
-    if (kind == KTOK_BPE && pre_p && strcmp(pre_p, "modern-bert") == 0) {
+    if (kind == TOK_BPE && pre_p && strcmp(pre_p, "modern-bert") == 0) {
         int32_t id = find(t, "[MASK]");
         if (id >= 0) t->attr[id] |= TOK_A_LSTRIP;
     }
 
-    if (kind == KTOK_SPM) {
+    if (kind == TOK_SPM) {
         for (int b = 0; b < 256; b++) {
             char hex[8];
             snprintf(hex, sizeof hex, "<0x%02X>", b);
@@ -325,7 +325,7 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
             t->byte_tok[b] = id;
         }
     }
-    if (kind == KTOK_WPM) {
+    if (kind == TOK_WPM) {
         /* llama.cpp GGUFs mark word starts with U+2581; raw BERT vocabs mark
          * continuations with "##" instead */
         int marks = 0, hashes = 0;
@@ -338,7 +338,7 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
         t->wpm_start = hashes > marks ? "" : SPACE_MARK;
         t->wpm_cont = hashes > marks ? "##" : "";
         if (t->unk < 0) {
-            ktok_free(t);
+            tok_free(t);
             return base_fail(KILN_ERR_FORMAT, "bert vocab without an unknown token");
         }
     }
@@ -347,13 +347,13 @@ kiln_status ktok_load(const gguf_file *f, ktok **out) {
     return KILN_OK;
 
 oom:
-    ktok_free(t);
+    tok_free(t);
     return base_fail(KILN_ERR_NOMEM, "out of memory loading the vocabulary");
 }
 
-void ktok_free(ktok *t) {
+void tok_free(tokenizer *t) {
     if (!t) return;
-    if (t->kind == KTOK_BPE) tok_bpe_free(t);
+    if (t->kind == TOK_BPE) tok_bpe_free(t);
     tok_strmap_free(&t->map);
     free(t->arena);
     free(t->off);
@@ -368,28 +368,28 @@ void ktok_free(ktok *t) {
 
 /* ---- accessors ---- */
 
-enum ktok_kind ktok_kind(const ktok *t) { return t->kind; }
-int32_t ktok_n_vocab(const ktok *t) { return t->n; }
-int32_t ktok_bos(const ktok *t) { return t->bos; }
-int32_t ktok_eos(const ktok *t) { return t->eos; }
-int32_t ktok_eot(const ktok *t) { return t->eot; }
-int32_t ktok_pad(const ktok *t) { return t->pad; }
-int32_t ktok_unk(const ktok *t) { return t->unk; }
-int32_t ktok_sep(const ktok *t) { return t->sep; }
-int ktok_add_bos(const ktok *t) { return t->add_bos; }
-int ktok_add_eos(const ktok *t) { return t->add_eos; }
-int32_t ktok_max_piece(const ktok *t) { return t->max_piece; }
+enum tok_kind tok_kind(const tokenizer *t) { return t->kind; }
+int32_t tok_n_vocab(const tokenizer *t) { return t->n; }
+int32_t tok_bos(const tokenizer *t) { return t->bos; }
+int32_t tok_eos(const tokenizer *t) { return t->eos; }
+int32_t tok_eot(const tokenizer *t) { return t->eot; }
+int32_t tok_pad(const tokenizer *t) { return t->pad; }
+int32_t tok_unk(const tokenizer *t) { return t->unk; }
+int32_t tok_sep(const tokenizer *t) { return t->sep; }
+int tok_add_bos(const tokenizer *t) { return t->add_bos; }
+int tok_add_eos(const tokenizer *t) { return t->add_eos; }
+int32_t tok_max_piece(const tokenizer *t) { return t->max_piece; }
 
-int ktok_is_eog(const ktok *t, int32_t id) { return id >= 0 && id < t->n && (t->attr[id] & TOK_A_EOG); }
+int tok_is_eog(const tokenizer *t, int32_t id) { return id >= 0 && id < t->n && (t->attr[id] & TOK_A_EOG); }
 
-const char *ktok_text(const ktok *t, int32_t id, size_t *len) {
+const char *tok_text(const tokenizer *t, int32_t id, size_t *len) {
     if (id < 0 || id >= t->n) return NULL;
     return tok_str(t, id, len);
 }
 
-int ktok_type(const ktok *t, int32_t id) { return id >= 0 && id < t->n ? t->type[id] : KTOK_T_UNDEFINED; }
+int tok_type(const tokenizer *t, int32_t id) { return id >= 0 && id < t->n ? t->type[id] : TOK_T_UNDEFINED; }
 
-int32_t ktok_find(const ktok *t, const char *s, size_t len) { return tok_strmap_get(&t->map, t, s, len); }
+int32_t tok_find(const tokenizer *t, const char *s, size_t len) { return tok_strmap_get(&t->map, t, s, len); }
 
 /* ---- encoding ---- */
 
@@ -401,7 +401,7 @@ typedef struct frag {
 /* Splits the text around special-token occurrences, one token at a time
  * from the longest (the reference's order).  Control and unknown tokens
  * take part only with parse_special.  Returns the fragment array. */
-static frag *partition(const ktok *t, const char *text, size_t len, int parse_special, size_t *nf, tok_scratch *s) {
+static frag *partition(const tokenizer *t, const char *text, size_t len, int parse_special, size_t *nf, tok_scratch *s) {
     /* fragments are non-empty and disjoint, so there are at most len */
     size_t cap = len + 1;
     frag *buf = tok_scratch_get(s, 5, 2 * cap * sizeof *buf);
@@ -412,7 +412,7 @@ static frag *partition(const ktok *t, const char *text, size_t len, int parse_sp
 
     for (int32_t k = 0; k < t->n_special; k++) {
         int32_t id = t->special[k];
-        if (!parse_special && t->type[id] != KTOK_T_USER_DEFINED) continue;
+        if (!parse_special && t->type[id] != TOK_T_USER_DEFINED) continue;
         size_t sl;
         const char *st = tok_str(t, id, &sl);
         if (sl == 0 || sl > len) continue;
@@ -453,16 +453,16 @@ static frag *partition(const ktok *t, const char *text, size_t len, int parse_sp
     return a;
 }
 
-int32_t ktok_encode(const ktok *t, const char *text, size_t len, int add_special, int parse_special, int32_t *out,
+int32_t tok_encode(const tokenizer *t, const char *text, size_t len, int add_special, int parse_special, int32_t *out,
                     int32_t cap) {
-    if (len > KTOK_MAX_TEXT) return KTOK_ERR_NOMEM;
+    if (len > TOK_MAX_TEXT) return TOK_ERR_NOMEM;
     tok_scratch s = {0};
     tok_vec v = {0};
     size_t nf = 0;
     frag *fr = len ? partition(t, text, len, parse_special, &nf, &s) : NULL;
     if (len && !fr) goto fail;
 
-    if (add_special && (t->kind == KTOK_WPM || t->add_bos) && t->bos >= 0) tok_vec_push(&v, t->bos);
+    if (add_special && (t->kind == TOK_WPM || t->add_bos) && t->bos >= 0) tok_vec_push(&v, t->bos);
     int prev_special = 1; /* SPM: the dummy prefix goes before the first text and after specials */
     for (size_t i = 0; i < nf && !v.oom && !s.oom; i++) {
         if (fr[i].id >= 0) {
@@ -472,14 +472,14 @@ int32_t ktok_encode(const ktok *t, const char *text, size_t len, int add_special
         }
         const char *p = text + fr[i].start;
         switch (t->kind) {
-        case KTOK_SPM: tok_spm_encode(t, p, fr[i].len, t->add_space_prefix && prev_special, &v, &s); break;
-        case KTOK_BPE: tok_bpe_encode(t, p, fr[i].len, &v, &s); break;
-        case KTOK_WPM: tok_wpm_encode(t, p, fr[i].len, &v, &s); break;
+        case TOK_SPM: tok_spm_encode(t, p, fr[i].len, t->add_space_prefix && prev_special, &v, &s); break;
+        case TOK_BPE: tok_bpe_encode(t, p, fr[i].len, &v, &s); break;
+        case TOK_WPM: tok_wpm_encode(t, p, fr[i].len, &v, &s); break;
         }
         prev_special = 0;
     }
     if (add_special) {
-        if (t->kind == KTOK_WPM) {
+        if (t->kind == TOK_WPM) {
             if (t->sep >= 0) tok_vec_push(&v, t->sep);
         } else if (t->add_eos && t->eos >= 0) {
             tok_vec_push(&v, t->eos);
@@ -496,18 +496,18 @@ int32_t ktok_encode(const ktok *t, const char *text, size_t len, int add_special
 fail:
     free(v.v);
     tok_scratch_free(&s);
-    return KTOK_ERR_NOMEM;
+    return TOK_ERR_NOMEM;
 }
 
-int32_t ktok_encode_alloc(const ktok *t, const char *text, size_t len, int add_special, int parse_special,
+int32_t tok_encode_alloc(const tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
                           int32_t **out) {
     *out = NULL;
     /* a byte gives at most one token, plus the specials add_special adds */
     int32_t cap = len + 8 < (size_t)INT32_MAX ? (int32_t)(len + 8) : INT32_MAX;
     for (int attempt = 0; attempt < 2; attempt++) {
         int32_t *ids = malloc((size_t)cap * sizeof *ids);
-        if (!ids) return KTOK_ERR_NOMEM;
-        int32_t n = ktok_encode(t, text, len, add_special, parse_special, ids, cap);
+        if (!ids) return TOK_ERR_NOMEM;
+        int32_t n = tok_encode(t, text, len, add_special, parse_special, ids, cap);
         if (n >= 0) {
             if (n)
                 *out = ids;
@@ -516,24 +516,24 @@ int32_t ktok_encode_alloc(const ktok *t, const char *text, size_t len, int add_s
             return n;
         }
         free(ids);
-        if (n == KTOK_ERR_NOMEM) return n;
+        if (n == TOK_ERR_NOMEM) return n;
         cap = -n;
     }
-    return KTOK_ERR_NOMEM;
+    return TOK_ERR_NOMEM;
 }
 
 /* ---- decoding ---- */
 
-static const char *piece_of(const ktok *t, int32_t id, int special, size_t *len) {
+static const char *piece_of(const tokenizer *t, int32_t id, int special, size_t *len) {
     *len = 0;
     if (id < 0 || id >= t->n) return "";
     int ty = t->type[id];
-    if (!special && (ty == KTOK_T_CONTROL || ty == KTOK_T_UNKNOWN)) return "";
+    if (!special && (ty == TOK_T_CONTROL || ty == TOK_T_UNKNOWN)) return "";
     *len = t->piece_off[id + 1] - t->piece_off[id];
     return t->piece + t->piece_off[id];
 }
 
-int32_t ktok_token_to_piece(const ktok *t, int32_t id, char *buf, int32_t cap, int special) {
+int32_t tok_token_to_piece(const tokenizer *t, int32_t id, char *buf, int32_t cap, int special) {
     size_t len;
     const char *p = piece_of(t, id, special, &len);
     if ((size_t)cap < len) return -(int32_t)len;
@@ -541,14 +541,14 @@ int32_t ktok_token_to_piece(const ktok *t, int32_t id, char *buf, int32_t cap, i
     return (int32_t)len;
 }
 
-void ktok_stream_init(ktok_stream *s, const ktok *t, int special, int strip_leading_space) {
+void tok_stream_init(tok_stream *s, const tokenizer *t, int special, int strip_leading_space) {
     memset(s, 0, sizeof *s);
     s->t = t;
     s->special = special;
-    s->strip_space = strip_leading_space && t->kind == KTOK_SPM && t->add_space_prefix;
+    s->strip_space = strip_leading_space && t->kind == TOK_SPM && t->add_space_prefix;
 }
 
-int32_t ktok_stream_put(ktok_stream *s, int32_t id, char *out, int32_t cap) {
+int32_t tok_stream_put(tok_stream *s, int32_t id, char *out, int32_t cap) {
     size_t len;
     const char *p = piece_of(s->t, id, s->special, &len);
     size_t need = (size_t)s->n_pend + len;
@@ -578,21 +578,21 @@ int32_t ktok_stream_put(ktok_stream *s, int32_t id, char *out, int32_t cap) {
     return (int32_t)n;
 }
 
-int32_t ktok_stream_flush(ktok_stream *s, char *out, int32_t cap) {
+int32_t tok_stream_flush(tok_stream *s, char *out, int32_t cap) {
     int32_t n = s->n_pend;
     if (n > cap) return -n;
     memcpy(out, s->pend, (size_t)n);
-    ktok_stream_init(s, s->t, s->special, s->strip_space);
+    tok_stream_init(s, s->t, s->special, s->strip_space);
     return n;
 }
 
-int32_t ktok_decode(const ktok *t, const int32_t *ids, int32_t n, char *out, int32_t cap, int special,
+int32_t tok_decode(const tokenizer *t, const int32_t *ids, int32_t n, char *out, int32_t cap, int special,
                     int strip_leading_space) {
-    ktok_stream s;
-    ktok_stream_init(&s, t, special, strip_leading_space);
+    tok_stream s;
+    tok_stream_init(&s, t, special, strip_leading_space);
     int32_t pos = 0;
     for (int32_t i = 0; i < n; i++) {
-        int32_t r = ktok_stream_put(&s, ids[i], out + pos, cap - pos);
+        int32_t r = tok_stream_put(&s, ids[i], out + pos, cap - pos);
         if (r < 0) {
             /* too small: report an upper bound of the whole size */
             size_t total = (size_t)pos + (size_t)s.n_pend, l;
@@ -604,7 +604,7 @@ int32_t ktok_decode(const ktok *t, const int32_t *ids, int32_t n, char *out, int
         }
         pos += r;
     }
-    int32_t r = ktok_stream_flush(&s, out + pos, cap - pos);
+    int32_t r = tok_stream_flush(&s, out + pos, cap - pos);
     if (r < 0) return -(pos - r);
     return pos + r;
 }

@@ -30,7 +30,7 @@ static int is_punct(int32_t c) {
 }
 
 /* Covers one word (already lowercased UTF-8) with vocabulary pieces. */
-static void wpm_word(const ktok *t, const char *w, size_t wl, tok_vec *out, tok_scratch *s) {
+static void wpm_word(const tokenizer *t, const char *w, size_t wl, tok_vec *out, tok_scratch *s) {
     size_t sl = strlen(t->wpm_start), cl = strlen(t->wpm_cont);
     size_t cap = wl + (sl > cl ? sl : cl);
     char *buf = tok_scratch_get(s, 2, cap);
@@ -59,7 +59,7 @@ static void wpm_word(const ktok *t, const char *w, size_t wl, tok_vec *out, tok_
     }
 }
 
-void tok_wpm_encode(const ktok *t, const char *text, size_t len, tok_vec *out, tok_scratch *s) {
+void tok_wpm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out, tok_scratch *s) {
     if (len == 0) return;
     /* decode to code points (invalid bytes skipped), then NFD */
     int32_t *cp = tok_scratch_get(s, 0, (len + 1) * sizeof *cp);

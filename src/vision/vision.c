@@ -473,8 +473,8 @@ static kiln_status push_text(const vision_text *tx, vision_prompt *p, int32_t *c
                              int add, int special) {
     if (!len && !add) return KILN_OK;
     if (!tx->tok || (!text && len)) return base_fail(KILN_ERR_INVALID_ARG, "bad tokenize arguments");
-    int32_t n = ktok_encode(tx->tok, text ? text : "", len, add, special, NULL, 0);
-    if (n == KTOK_ERR_NOMEM) return base_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
+    int32_t n = tok_encode(tx->tok, text ? text : "", len, add, special, NULL, 0);
+    if (n == TOK_ERR_NOMEM) return base_fail(KILN_ERR_NOMEM, "out of memory while tokenizing");
     if (n < 0) n = -n;
     if (p->n_tok + n > *cap) {
         int32_t nc = (p->n_tok + n) * 2 + 16;
@@ -483,7 +483,7 @@ static kiln_status push_text(const vision_text *tx, vision_prompt *p, int32_t *c
         p->tok = t;
         *cap = nc;
     }
-    int32_t got = ktok_encode(tx->tok, text ? text : "", len, add, special, p->tok + p->n_tok, n);
+    int32_t got = tok_encode(tx->tok, text ? text : "", len, add, special, p->tok + p->n_tok, n);
     if (got != n) return base_fail(KILN_ERR_INTERNAL, "the tokenizer gave %d tokens, then %d", n, got);
     p->n_tok += n;
     return KILN_OK;

@@ -178,7 +178,7 @@ static inline int32_t vision_token_id(uint32_t h, uint32_t k) {
 /* What a prompt takes of its text model (the model fills it in
  * model_image_prompt, model.h). */
 typedef struct vision_text {
-    const ktok *tok; /* its tokenizer */
+    const tokenizer *tok; /* its tokenizer */
     int32_t n_embd;  /* floats of an input embedding row (n_embd_inp) */
     int mrope;       /* 1: it takes multimodal RoPE positions (kiln_batch_inputs.mpos) */
 } vision_text;
