@@ -38,13 +38,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!src) return 0;
     if (size) memcpy(src, data, size);
     kgt *t;
-    kiln_status st = kgt_compile(src, size, &t);
+    kiln_status st = chat_gotmpl_compile(src, size, &t);
     free(src);
     if (st) return 0;
-    kct_opts o = {.max_steps = 200000, .max_output = 256 << 10, .max_memory = 16 << 20};
+    chat_opts o = {.max_steps = 200000, .max_output = 256 << 10, .max_memory = 16 << 20};
     char *out;
-    if (kgt_render_chat_opts(t, messages, tools, (int)(size % 3) - 1, &o, &out) == KILN_OK) free(out);
-    if (kgt_render_opts(t, plain, &o, &out) == KILN_OK) free(out);
-    kgt_free(t);
+    if (chat_gotmpl_render_chat_opts(t, messages, tools, (int)(size % 3) - 1, &o, &out) == KILN_OK) free(out);
+    if (chat_gotmpl_render_opts(t, plain, &o, &out) == KILN_OK) free(out);
+    chat_gotmpl_free(t);
     return 0;
 }

@@ -29,11 +29,11 @@ static const char k_vars[] =
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static json_t *vars;
     if (!vars) vars = json_loads(k_vars, 0, NULL);
-    kct *t;
-    if (kct_compile((const char *)data, size, &t)) return 0;
-    kct_opts o = {.max_steps = 200000, .max_output = 256 << 10, .max_memory = 16 << 20};
+    chat_tmpl *t;
+    if (chat_compile((const char *)data, size, &t)) return 0;
+    chat_opts o = {.max_steps = 200000, .max_output = 256 << 10, .max_memory = 16 << 20};
     char *out;
-    if (kct_render_opts(t, vars, &o, &out) == KILN_OK) free(out);
-    kct_free(t);
+    if (chat_render_opts(t, vars, &o, &out) == KILN_OK) free(out);
+    chat_free(t);
     return 0;
 }

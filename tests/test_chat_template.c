@@ -15,17 +15,17 @@
 
 /* The checks below read a failure's message from a buffer: these take the
  * last error into it. */
-static kct *compile_e(const char *src, size_t len, char *err, size_t errlen) {
-    kct *t;
-    if (kct_compile(src, len, &t)) snprintf(err, errlen, "%s", kiln_last_error());
+static chat_tmpl *compile_e(const char *src, size_t len, char *err, size_t errlen) {
+    chat_tmpl *t;
+    if (chat_compile(src, len, &t)) snprintf(err, errlen, "%s", kiln_last_error());
     return t;
 }
-static char *render_opts_e(const kct *t, const json_t *vars, const kct_opts *o, char *err, size_t errlen) {
+static char *render_opts_e(const chat_tmpl *t, const json_t *vars, const chat_opts *o, char *err, size_t errlen) {
     char *out;
-    if (kct_render_opts(t, vars, o, &out)) snprintf(err, errlen, "%s", kiln_last_error());
+    if (chat_render_opts(t, vars, o, &out)) snprintf(err, errlen, "%s", kiln_last_error());
     return out;
 }
-static char *render_e(const kct *t, const json_t *vars, char *err, size_t errlen) {
+static char *render_e(const chat_tmpl *t, const json_t *vars, char *err, size_t errlen) {
     return render_opts_e(t, vars, NULL, err, errlen);
 }
 
@@ -37,18 +37,18 @@ static char *render_src(const char *src, const char *vars_json, char *err, size_
         snprintf(err, errlen, "bad test JSON: %s", je.text);
         return NULL;
     }
-    kct *t = compile_e(src, strlen(src), err, errlen);
+    chat_tmpl *t = compile_e(src, strlen(src), err, errlen);
     char *out = t ? render_e(t, vars, err, errlen) : NULL;
-    kct_free(t);
+    chat_free(t);
     json_decref(vars);
     return out;
 }
 
 /* render_src under the bounds of o */
-static char *render_opts(const char *src, const kct_opts *o, char *err, size_t errlen) {
-    kct *t = compile_e(src, strlen(src), err, errlen);
+static char *render_opts(const char *src, const chat_opts *o, char *err, size_t errlen) {
+    chat_tmpl *t = compile_e(src, strlen(src), err, errlen);
     char *out = t ? render_opts_e(t, NULL, o, err, errlen) : NULL;
-    kct_free(t);
+    chat_free(t);
     return out;
 }
 
@@ -159,7 +159,7 @@ static void test_errors(void) {
     FAILS("{{ x|tojson }}", NULL, "not JSON serializable");
     /* a failed render leaves the template usable */
     char err[256];
-    kct *t = compile_e("{{ a.b }}", 9, err, sizeof err);
+    chat_tmpl *t = compile_e("{{ a.b }}", 9, err, sizeof err);
     CHECK(t != NULL);
     json_t *bad = json_pack("{s:i}", "a", 1), *good = json_pack("{s:{s:s}}", "a", "b", "ok");
     char *o1 = render_e(t, bad, err, sizeof err);
@@ -170,11 +170,11 @@ static void test_errors(void) {
     free(o2);
     json_decref(bad);
     json_decref(good);
-    kct_free(t);
+    chat_free(t);
 }
 
 /* Every (template, case) rendering jinja2 produced must match byte for byte;
- * where jinja2 failed, kct must fail too (with the raised message). */
+ * where jinja2 failed, chat_tmpl must fail too (with the raised message). */
 static void test_corpus(void) {
     json_error_t je;
     json_t *cases = json_load_file("data/templates/cases.json", 0, &je);
@@ -197,10 +197,10 @@ static void test_corpus(void) {
         CHECKF(src != NULL, "cannot read %s", path);
         if (!src) continue;
         char err[512] = "";
-        kct *t = compile_e(src, len, err, sizeof err);
+        chat_tmpl *t = compile_e(src, len, err, sizeof err);
         CHECKF(t != NULL, "%s: compile failed: %s", tname, err);
         /* a hundredth of each default budget: real templates render far inside them */
-        kct_opts tight = {KCT_DEFAULT_STEPS / 100, KCT_DEFAULT_OUTPUT / 100, KCT_DEFAULT_MEMORY / 100, NULL, NULL};
+        chat_opts tight = {CHAT_DEFAULT_STEPS / 100, CHAT_DEFAULT_OUTPUT / 100, CHAT_DEFAULT_MEMORY / 100, NULL, NULL};
         char *out = t ? render_opts_e(t, json_object_get(cases, cname), &tight, err, sizeof err) : NULL;
         json_t *want = json_object_get(e, "output");
         if (want) {
@@ -212,13 +212,13 @@ static void test_corpus(void) {
         } else {
             const char *msg = json_string_value(json_object_get(e, "error"));
             int raised = json_is_true(json_object_get(e, "raised"));
-            CHECKF(!out, "%s × %s: jinja2 failed (%s) but kct rendered:\n%s", tname, cname, msg, out);
+            CHECKF(!out, "%s × %s: jinja2 failed (%s) but chat_tmpl rendered:\n%s", tname, cname, msg, out);
             if (!out && raised)
                 CHECKF(strstr(err, msg) != NULL, "%s × %s: want error '%s', got '%s'", tname, cname, msg, err);
             n_ok += !out;
         }
         free(out);
-        kct_free(t);
+        chat_free(t);
         free(src);
     }
     fprintf(stderr, "corpus: %zu of %zu renderings agree with jinja2\n", n_ok, json_array_size(expected));
@@ -368,7 +368,7 @@ static int cancel_after(void *arg) { return ++n_polls >= *(int *)arg; }
 
 static void test_budgets(void) {
     char err[256];
-    kct_opts o = {.max_steps = 10000};
+    chat_opts o = {.max_steps = 10000};
     char *out = render_opts("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", &o, err,
                             sizeof err);
     CHECKF(!out && strstr(err, "render exceeded its step budget (10000 steps)"), "steps: %s", err);
@@ -379,7 +379,7 @@ static void test_budgets(void) {
                       sizeof err);
     CHECKF(out && !strcmp(out, "ok"), "steps: %s", out ? out : err);
     free(out);
-    o = (kct_opts){.max_output = 1000};
+    o = (chat_opts){.max_output = 1000};
     out = render_opts("{% for i in range(50) %}{{ 'x' * 20 }}{% endfor %}", &o, err, sizeof err);
     CHECKF(out && strlen(out) == 1000, "output at the limit: %s", out ? "" : err);
     free(out);
@@ -389,7 +389,7 @@ static void test_budgets(void) {
     out = render_opts("{% macro m() %}{{ 'x' * 2000 }}{% endmacro %}{% set s = m() %}", &o, err, sizeof err);
     CHECKF(!out && strstr(err, "output budget"), "captured output: %s", err);
     free(out);
-    o = (kct_opts){.max_memory = 1 << 20};
+    o = (chat_opts){.max_memory = 1 << 20};
     out = render_opts("{% set s = 'x' * 2000000 %}", &o, err, sizeof err);
     CHECKF(!out && strstr(err, "render exceeded its memory budget (1048576 bytes)"), "memory: %s", err);
     free(out);
@@ -408,10 +408,10 @@ static void test_budgets(void) {
                       NULL, err, sizeof err);
     CHECKF(!out && strstr(err, "budget"), "fan-out: %s", err);
     free(out);
-    /* cancellation: polled every KCT_POLL_STEPS steps, the render stops at the first yes */
+    /* cancellation: polled every CHAT_POLL_STEPS steps, the render stops at the first yes */
     int after = 3;
     n_polls = 0;
-    o = (kct_opts){.cancelled = cancel_after, .cancel_arg = &after};
+    o = (chat_opts){.cancelled = cancel_after, .cancel_arg = &after};
     out = render_opts("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", &o, err,
                       sizeof err);
     CHECKF(!out && strstr(err, "render cancelled") && n_polls == 3, "cancel: %s after %d polls", err, n_polls);
@@ -449,11 +449,11 @@ static void test_hostile_corpus(void) {
         const char *we = strstr(src, " -#}");
         snprintf(want, sizeof want, "%.*s", we ? (int)(we - src - 12) : 0, src + 12);
         char err[512] = "";
-        kct *t = compile_e(src, len, err, sizeof err);
+        chat_tmpl *t = compile_e(src, len, err, sizeof err);
         char *out = t ? render_e(t, vars, err, sizeof err) : NULL;
         CHECKF(!out && strstr(err, want), "%s: want an error with '%s', got %s", e->d_name, want, out ? "output" : err);
         free(out);
-        kct_free(t);
+        chat_free(t);
         free(src);
         n++;
     }
@@ -474,7 +474,7 @@ static void test_speed(void) {
         return;
     }
     char err[256];
-    kct *t = compile_e(src, len, err, sizeof err);
+    chat_tmpl *t = compile_e(src, len, err, sizeof err);
     json_t *vars = json_object_get(cases, "long_20");
     CHECK(t && json_array_size(json_object_get(vars, "messages")) == 20);
     const int iters = 200;
@@ -486,7 +486,7 @@ static void test_speed(void) {
     /* a figure for the log, not a check: speed is measured in benchmarks,
      * and this one runs under sanitizers and on loaded machines too */
     fprintf(stderr, "qwen3, 20 messages: %.3f ms per render\n", ms);
-    kct_free(t);
+    chat_free(t);
     free(src);
     json_decref(cases);
 }

@@ -26,21 +26,21 @@
  * last error into it. */
 static kgt *compile_e(const char *src, size_t len, char *err, size_t errlen) {
     kgt *t;
-    if (kgt_compile(src, len, &t)) snprintf(err, errlen, "%s", kiln_last_error());
+    if (chat_gotmpl_compile(src, len, &t)) snprintf(err, errlen, "%s", kiln_last_error());
     return t;
 }
-static char *render_opts_e(const kgt *t, const json_t *data, const kct_opts *o, char *err, size_t errlen) {
+static char *render_opts_e(const kgt *t, const json_t *data, const chat_opts *o, char *err, size_t errlen) {
     char *out;
-    if (kgt_render_opts(t, data, o, &out)) snprintf(err, errlen, "%s", kiln_last_error());
+    if (chat_gotmpl_render_opts(t, data, o, &out)) snprintf(err, errlen, "%s", kiln_last_error());
     return out;
 }
 static char *render_e(const kgt *t, const json_t *data, char *err, size_t errlen) {
     return render_opts_e(t, data, NULL, err, errlen);
 }
-static char *render_chat_opts_e(const kgt *t, const json_t *m, const json_t *tools, int think, const kct_opts *o,
+static char *render_chat_opts_e(const kgt *t, const json_t *m, const json_t *tools, int think, const chat_opts *o,
                                 char *err, size_t errlen) {
     char *out;
-    if (kgt_render_chat_opts(t, m, tools, think, o, &out)) snprintf(err, errlen, "%s", kiln_last_error());
+    if (chat_gotmpl_render_chat_opts(t, m, tools, think, o, &out)) snprintf(err, errlen, "%s", kiln_last_error());
     return out;
 }
 static char *render_chat_e(const kgt *t, const json_t *m, const json_t *tools, int think, char *err, size_t errlen) {
@@ -65,7 +65,7 @@ static void expect(const char *tmpl, const char *data, const char *want) {
            got ? "" : err, want);
     free(got);
     json_decref(d);
-    kgt_free(t);
+    chat_gotmpl_free(t);
 }
 
 /* Compiling (data NULL) or rendering fails with a message containing words. */
@@ -82,7 +82,7 @@ static void refused(const char *tmpl, const char *data, const char *words) {
     CHECKF(strstr(err, words) != NULL, "'%s': the message '%s' does not say '%s'", tmpl, err, words);
     CHECKF(!strncmp(err, "line ", 5) && !strchr(err, '\n'), "'%s': not one line with its line number: %s", tmpl, err);
     free(got);
-    kgt_free(t);
+    chat_gotmpl_free(t);
 }
 
 static void test_language(void) {
@@ -199,14 +199,14 @@ static void test_number_bounds(void) {
         char err[256] = "";
         kgt *t = compile_e(b, n, err, sizeof err);
         CHECKF(!t && strstr(err, ends[i].msg), "'%s' cut at its end: %s", ends[i].src, t ? "compiled" : err);
-        kgt_free(t);
+        chat_gotmpl_free(t);
         free(b);
     }
     const char *longer = "{{ 1234567 }}";
     char err[256] = "";
     kgt *t = compile_e(longer, 6, err, sizeof err); /* "{{ 123" */
     CHECKF(!t && strstr(err, "unclosed action"), "a number cut by the length: %s", t ? "compiled" : err);
-    kgt_free(t);
+    chat_gotmpl_free(t);
     expect("{{ 1.5e+3 }} {{ -0x1F }} {{ .5 }} {{ 1e-2 }} {{ +4 }}", "{}", "1500 -31 0.5 0.01 4");
     refused("{{ 12ab }}", NULL, "bad number syntax");
     char big[300] = "{{ 1";
@@ -225,7 +225,7 @@ static char *chat(const char *tmpl, const char *messages, const char *tools, int
     CHECKF(out != NULL, "render: %s", err);
     json_decref(m);
     json_decref(tl);
-    kgt_free(t);
+    chat_gotmpl_free(t);
     return out;
 }
 
@@ -303,7 +303,7 @@ static void test_real_templates(void) {
         json_array_foreach(cases, k, c) {
             json_t *think = json_object_get(c, "think");
             /* a hundredth of each default budget: real templates render far inside them */
-            kct_opts tight = {KCT_DEFAULT_STEPS / 100, KCT_DEFAULT_OUTPUT / 100, KCT_DEFAULT_MEMORY / 100, NULL, NULL};
+            chat_opts tight = {CHAT_DEFAULT_STEPS / 100, CHAT_DEFAULT_OUTPUT / 100, CHAT_DEFAULT_MEMORY / 100, NULL, NULL};
             char *got =
                 t ? render_chat_opts_e(t, json_object_get(c, "messages"), json_object_get(c, "tools"),
                                        json_is_boolean(think) ? json_is_true(think) : -1, &tight, err, sizeof err)
@@ -316,21 +316,21 @@ static void test_real_templates(void) {
         }
         CHECKF(n >= 2, "%s: %d cases", names[i], n);
         json_decref(cases);
-        kgt_free(t);
+        chat_gotmpl_free(t);
         free(src);
         free(cases_txt);
     }
 }
 
 /* Renders tmpl with data under o; the output or NULL with err. */
-static char *render_opts(const char *tmpl, const char *data, const kct_opts *o, char *err, size_t errlen) {
+static char *render_opts(const char *tmpl, const char *data, const chat_opts *o, char *err, size_t errlen) {
     kgt *t = compile_e(tmpl, strlen(tmpl), err, errlen);
     CHECKF(t != NULL, "compile '%s': %s", tmpl, err);
     if (!t) return NULL;
     json_t *d = J(data);
     char *out = render_opts_e(t, d, o, err, errlen);
     json_decref(d);
-    kgt_free(t);
+    chat_gotmpl_free(t);
     return out;
 }
 
@@ -342,7 +342,7 @@ static void test_budgets(void) {
     /* an integer constant past int64 is a float, as Go reads it, not INT64_MAX */
     expect("{{ 99999999999999999999 }}", "{}", "1e+20");
     expect("{{ 9223372036854775807 }}", "{}", "9223372036854775807");
-    kct_opts o = {.max_steps = 10000};
+    chat_opts o = {.max_steps = 10000};
     char *out = render_opts("{{ range 1000000 }}{{ range 1000000 }}{{ end }}{{ end }}", "{}", &o, err, sizeof err);
     CHECKF(!out && strstr(err, "render exceeded its step budget (10000 steps)"), "steps: %s", err);
     free(out);
@@ -350,7 +350,7 @@ static void test_budgets(void) {
     out = render_opts("{{ range 300 }}{{ range 100 }}{{ end }}{{ end }}ok", "{}", &o, err, sizeof err);
     CHECKF(out && !strcmp(out, "ok"), "steps: %s", out ? out : err);
     free(out);
-    o = (kct_opts){.max_output = 1000};
+    o = (chat_opts){.max_output = 1000};
     out = render_opts("{{ range 50 }}xxxxxxxxxxxxxxxxxxxx{{ end }}", "{}", &o, err, sizeof err);
     CHECKF(out && strlen(out) == 1000, "output at the limit: %s", out ? "" : err);
     free(out);
@@ -362,13 +362,13 @@ static void test_budgets(void) {
         &o, err, sizeof err);
     CHECKF(!out && strstr(err, "print: render exceeded its output budget (1000 bytes)"), "print: %s", err);
     free(out);
-    o = (kct_opts){.max_memory = 4096};
+    o = (chat_opts){.max_memory = 4096};
     out = render_opts("{{ range 1000 }}{{ $x := print \"0123456789\" }}{{ end }}", "{}", &o, err, sizeof err);
     CHECKF(!out && strstr(err, "render exceeded its memory budget (4096 bytes)"), "memory: %s", err);
     free(out);
     int after = 3;
     n_polls = 0;
-    o = (kct_opts){.cancelled = cancel_after, .cancel_arg = &after};
+    o = (chat_opts){.cancelled = cancel_after, .cancel_arg = &after};
     out = render_opts("{{ range 1000000 }}{{ range 1000000 }}{{ end }}{{ end }}", "{}", &o, err, sizeof err);
     CHECKF(!out && strstr(err, "render cancelled") && n_polls == 3, "cancel: %s after %d polls", err, n_polls);
     free(out);
@@ -377,7 +377,7 @@ static void test_budgets(void) {
     json_t *m = J("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\"},"
                   "{\"role\":\"user\",\"content\":\"c\"},{\"role\":\"assistant\",\"content\":\"d\"},"
                   "{\"role\":\"user\",\"content\":\"e\"}]");
-    o = (kct_opts){.max_steps = 10000};
+    o = (chat_opts){.max_steps = 10000};
     out = t ? render_chat_opts_e(t, m, NULL, -1, &o, err, sizeof err) : NULL;
     CHECKF(!out && strstr(err, "step budget"), "chat turns: %s", out ? out : err);
     free(out);
@@ -386,7 +386,7 @@ static void test_budgets(void) {
     CHECKF(out && !strcmp(out, "abcde"), "chat turns: %s", out ? out : err);
     free(out);
     json_decref(m);
-    kgt_free(t);
+    chat_gotmpl_free(t);
 }
 
 static void test_source(void) {
@@ -401,7 +401,7 @@ static void test_source(void) {
     CHECKF(out && !strcmp(out, "Hi Ann!"), "copy: %s", out ? out : err);
     free(out);
     json_decref(d);
-    kgt_free(t);
+    chat_gotmpl_free(t);
     /* a number at the very end of the text, no terminator after it */
     static const char *const ends[] = {"{{ 12345", "{{ 1.5e3", "{{ 0x1F", "{{ -7"};
     for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
@@ -410,7 +410,7 @@ static void test_source(void) {
         memcpy(exact, ends[i], n);
         t = compile_e(exact, n, err, sizeof err);
         CHECKF(!t && strstr(err, "unclosed action"), "%s: %s", ends[i], t ? "compiled" : err);
-        kgt_free(t);
+        chat_gotmpl_free(t);
         free(exact);
     }
     refused("{{ index .L -9223372036854775808 }}", "{\"L\":[1]}", "index out of range");
@@ -448,7 +448,7 @@ static void test_hostile_corpus(void) {
         char *out = t ? render_chat_e(t, m, NULL, -1, err, sizeof err) : NULL;
         CHECKF(!out && strstr(err, want), "%s: want an error with '%s', got %s", e->d_name, want, out ? "output" : err);
         free(out);
-        kgt_free(t);
+        chat_gotmpl_free(t);
         free(src);
         n++;
     }

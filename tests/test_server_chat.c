@@ -14,14 +14,14 @@
 
 /* The checks below read a failure's message from a buffer: these take the
  * last error into it. */
-static kct *compile_e(const char *src, size_t len, char *err, size_t errlen) {
-    kct *t;
-    if (kct_compile(src, len, &t)) snprintf(err, errlen, "%s", kiln_last_error());
+static chat_tmpl *compile_e(const char *src, size_t len, char *err, size_t errlen) {
+    chat_tmpl *t;
+    if (chat_compile(src, len, &t)) snprintf(err, errlen, "%s", kiln_last_error());
     return t;
 }
-static char *render_e(const kct *t, const json_t *vars, char *err, size_t errlen) {
+static char *render_e(const chat_tmpl *t, const json_t *vars, char *err, size_t errlen) {
     char *out;
-    if (kct_render(t, vars, &out)) snprintf(err, errlen, "%s", kiln_last_error());
+    if (chat_render(t, vars, &out)) snprintf(err, errlen, "%s", kiln_last_error());
     return out;
 }
 
@@ -93,7 +93,7 @@ int main(void) {
         CHECKF(src, "%s readable", templates[t]);
         if (!src) continue;
         char err[512] = "";
-        kct *tmpl = compile_e(src, strlen(src), err, sizeof err);
+        chat_tmpl *tmpl = compile_e(src, strlen(src), err, sizeof err);
         CHECKF(tmpl, "%s compiles: %s", templates[t], err);
         for (size_t c = 0; tmpl && c < sizeof contents / sizeof contents[0]; c++) {
             for (int as_text = 0; as_text < 2; as_text++) {
@@ -122,7 +122,7 @@ int main(void) {
                 json_decref(msgs);
             }
         }
-        kct_free(tmpl);
+        chat_free(tmpl);
         free(src);
     }
     /* the caller's messages stay as they were */

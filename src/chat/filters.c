@@ -16,14 +16,14 @@
  * (jinja.h declares their sizes, so a name missing here fails to compile).
  * The parser resolves names to indices, so an unknown one fails
  * compilation with its position. */
-const char *const kct_filters[] = {
+const char *const chat_filters[] = {
     "abs",   "attr",   "capitalize", "count",      "d",       "default", "dictsort", "e",     "escape",    "first",
     "float", "indent", "int",        "items",      "join",    "last",    "length",   "list",  "lower",     "map",
     "max",   "min",    "reject",     "rejectattr", "replace", "reverse", "round",    "safe",  "select",    "selectattr",
     "sort",  "string", "sum",        "title",      "tojson",  "trim",    "unique",   "upper", "wordcount",
 };
 
-const char *const kct_tests[] = {
+const char *const chat_tests[] = {
     "boolean",  "callable", "defined",  "divisibleby", "eq",          "equalto", "escaped", "even",
     "false",    "filter",   "float",    "ge",          "greaterthan", "gt",      "in",      "integer",
     "iterable", "le",       "lessthan", "lower",       "lt",          "mapping", "ne",      "none",
@@ -46,13 +46,13 @@ typedef uint32_t (*cpmap)(uint32_t);
 
 static kv str_case(rctx *r, str s, cpmap fn, int mode) {
     if (is_ascii(s) && mode == 0) {
-        char *p = kct_ar_alloc(&r->c, s.n + 1);
+        char *p = chat_ar_alloc(&r->c, s.n + 1);
         for (size_t i = 0; i < s.n; i++) p[i] = (char)fn((unsigned char)s.p[i]);
         p[s.n] = 0;
         return mk_str(p, s.n);
     }
     sbuf b = {0};
-    kct_sb_put(&r->c, &b, "", 0);
+    chat_sb_put(&r->c, &b, "", 0);
     int prev_cased = 0, word_start = 1;
     for (size_t i = 0; i < s.n;) {
         size_t adv;
@@ -133,19 +133,19 @@ static const char *memmem_s(str h, size_t from, str nd) {
 
 static kv str_replace(rctx *r, str s, str old, str new_, int64_t count) {
     sbuf b = {0};
-    kct_sb_put(&r->c, &b, "", 0);
+    chat_sb_put(&r->c, &b, "", 0);
     if (old.n == 0) {
         /* Python inserts `new` between code points (and at both ends) */
         int64_t done = 0;
         for (size_t i = 0; i <= s.n;) {
             if (count < 0 || done < count) {
-                kct_sb_put(&r->c, &b, new_.p, new_.n);
+                chat_sb_put(&r->c, &b, new_.p, new_.n);
                 done++;
             }
             if (i == s.n) break;
             size_t adv;
             cp_decode(s.p + i, s.n - i, &adv);
-            kct_sb_put(&r->c, &b, s.p + i, adv);
+            chat_sb_put(&r->c, &b, s.p + i, adv);
             i += adv;
         }
         return mk_str(b.p, b.n);
@@ -155,12 +155,12 @@ static kv str_replace(rctx *r, str s, str old, str new_, int64_t count) {
     const char *hit;
     while ((count < 0 || done < count) && (hit = memmem_s(s, pos, old)) != NULL) {
         size_t at = (size_t)(hit - s.p);
-        kct_sb_put(&r->c, &b, s.p + pos, at - pos);
-        kct_sb_put(&r->c, &b, new_.p, new_.n);
+        chat_sb_put(&r->c, &b, s.p + pos, at - pos);
+        chat_sb_put(&r->c, &b, new_.p, new_.n);
         pos = at + old.n;
         done++;
     }
-    kct_sb_put(&r->c, &b, s.p + pos, s.n - pos);
+    chat_sb_put(&r->c, &b, s.p + pos, s.n - pos);
     return mk_str(b.p, b.n);
 }
 
@@ -184,7 +184,7 @@ static kv str_split(rctx *r, const node *x, str s, const kv *sep, int64_t maxspl
                     if (!py_isspace(cp_decode(s.p + st, e - st, &adv))) break;
                     e = st;
                 }
-                kct_list_push(&r->c, out.l, mk_str(s.p + i, e - i));
+                chat_list_push(&r->c, out.l, mk_str(s.p + i, e - i));
                 break;
             }
             size_t st = i;
@@ -193,29 +193,29 @@ static kv str_split(rctx *r, const node *x, str s, const kv *sep, int64_t maxspl
                 if (py_isspace(cp_decode(s.p + i, s.n - i, &adv))) break;
                 i += adv;
             }
-            kct_list_push(&r->c, out.l, mk_str(s.p + st, i - st));
+            chat_list_push(&r->c, out.l, mk_str(s.p + st, i - st));
             done++;
         }
         return out;
     }
     str sp = need_str(r, x, sep, "split").s;
-    if (!sp.n) kct_fail_at(r, x, "empty separator");
+    if (!sp.n) chat_fail_at(r, x, "empty separator");
     size_t pos = 0;
     int64_t done = 0;
     const char *hit;
     while ((maxsplit < 0 || done < maxsplit) && (hit = memmem_s(s, pos, sp)) != NULL) {
         size_t at = (size_t)(hit - s.p);
-        kct_list_push(&r->c, out.l, mk_str(s.p + pos, at - pos));
+        chat_list_push(&r->c, out.l, mk_str(s.p + pos, at - pos));
         pos = at + sp.n;
         done++;
     }
-    kct_list_push(&r->c, out.l, mk_str(s.p + pos, s.n - pos));
+    chat_list_push(&r->c, out.l, mk_str(s.p + pos, s.n - pos));
     return out;
 }
 
 static int str_affix1(rctx *r, const node *x, str s, const kv *arg, int end) {
     str a = need_str(r, x, arg, end ? "endswith" : "startswith").s;
-    kct_charge(r, x, a.n / 64);
+    chat_charge(r, x, a.n / 64);
     if (a.n > s.n) return 0;
     return memcmp(end ? s.p + s.n - a.n : s.p, a.p, a.n) == 0;
 }
@@ -233,13 +233,13 @@ static int str_affix(rctx *r, const node *x, str s, const kv *arg, int end) {
 
 static kv join_items(rctx *r, const node *x, const kv *seq, str sep, const kv *attr);
 
-kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a) {
+kv chat_call_method(rctx *r, const node *x, const kfn *fn, const args *a) {
     const kv *self = &fn->self;
     str m = fn->name;
     kv v0 = arg_or(a, 0, NULL, UNDEF), v1 = arg_or(a, 1, NULL, UNDEF);
     if (self->t == V_STR) {
         str s = self->s;
-        kct_charge(r, x, s.n / 64); /* every string method walks the string at most once */
+        chat_charge(r, x, s.n / 64); /* every string method walks the string at most once */
         if (str_is(m, "strip") || str_is(m, "lstrip") || str_is(m, "rstrip")) {
             if (v0.t != V_UNDEF && v0.t != V_NONE) need_str(r, x, &v0, m.p);
             return str_strip(r, s, &v0, m.p[0] == 'l' ? 1 : m.p[0] == 'r' ? 2 : 3);
@@ -253,11 +253,11 @@ kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a) {
             size_t st = 0;
             for (size_t i = 0; i < s.n; i++)
                 if (s.p[i] == '\n' || s.p[i] == '\r') {
-                    kct_list_push(&r->c, out.l, mk_str(s.p + st, i - st));
+                    chat_list_push(&r->c, out.l, mk_str(s.p + st, i - st));
                     if (s.p[i] == '\r' && i + 1 < s.n && s.p[i + 1] == '\n') i++;
                     st = i + 1;
                 }
-            if (st < s.n) kct_list_push(&r->c, out.l, mk_str(s.p + st, s.n - st));
+            if (st < s.n) chat_list_push(&r->c, out.l, mk_str(s.p + st, s.n - st));
             return out;
         }
         if (str_is(m, "startswith") || str_is(m, "endswith")) return mk_bool(str_affix(r, x, s, &v0, m.p[0] == 'e'));
@@ -299,7 +299,7 @@ kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a) {
         }
     } else if (self->t == V_DICT) {
         kdict *d = self->d;
-        kct_charge(r, x, d->n / 16);
+        chat_charge(r, x, d->n / 16);
         if (str_is(m, "get")) {
             kv *v = dict_find(d, &v0);
             return v ? *v : (a->npos > 1 ? v1 : NONE);
@@ -324,41 +324,41 @@ kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a) {
     } else if (self->t == V_LIST) {
         klist *l = self->l;
         if (str_is(m, "append")) {
-            kct_list_push(&r->c, l, v0);
+            chat_list_push(&r->c, l, v0);
             return NONE;
         }
         if (str_is(m, "count")) {
             int64_t k = 0;
-            for (size_t i = 0; i < l->n; i++) k += kct_kv_eq_r(r, x, &l->v[i], &v0);
+            for (size_t i = 0; i < l->n; i++) k += chat_kv_eq_r(r, x, &l->v[i], &v0);
             return mk_int(k);
         }
         for (size_t i = 0; i < l->n; i++)
-            if (kct_kv_eq_r(r, x, &l->v[i], &v0)) return mk_int((int64_t)i);
-        kct_fail_at(r, x, "value is not in list");
+            if (chat_kv_eq_r(r, x, &l->v[i], &v0)) return mk_int((int64_t)i);
+        chat_fail_at(r, x, "value is not in list");
     } else if (self->t == V_LOOP) {
-        if (!a->npos) kct_fail_at(r, x, "no items for cycling given");
+        if (!a->npos) chat_fail_at(r, x, "no items for cycling given");
         return a->pos[self->loop->i % a->npos];
     }
-    kct_fail_at(r, x, "'%s' object has no method '%.*s'", kct_type_name(self), (int)m.n, m.p);
+    chat_fail_at(r, x, "'%s' object has no method '%.*s'", chat_type_name(self), (int)m.n, m.p);
 }
 
 /* ---- containment, tests */
 
-int kct_kv_contains(rctx *r, const node *x, const kv *hay, const kv *item) {
+int chat_kv_contains(rctx *r, const node *x, const kv *hay, const kv *item) {
     switch (hay->t) {
     case V_UNDEF: return 0;
     case V_STR:
         if (item->t == V_UNDEF) undef_fail(r, x, item);
         if (item->t != V_STR)
-            kct_fail_at(r, x, "'in <string>' requires string as left operand, not %s", kct_type_name(item));
-        kct_charge(r, x, hay->s.n / 64);
+            chat_fail_at(r, x, "'in <string>' requires string as left operand, not %s", chat_type_name(item));
+        chat_charge(r, x, hay->s.n / 64);
         return memmem_s(hay->s, 0, item->s) != NULL;
     case V_LIST:
         for (size_t i = 0; i < hay->l->n; i++)
-            if (kct_kv_eq_r(r, x, &hay->l->v[i], item)) return 1;
+            if (chat_kv_eq_r(r, x, &hay->l->v[i], item)) return 1;
         return 0;
-    case V_DICT: kct_charge(r, x, hay->d->n / 8); return dict_find(hay->d, item) != NULL;
-    default: kct_fail_at(r, x, "argument of type '%s' is not iterable", kct_type_name(hay));
+    case V_DICT: chat_charge(r, x, hay->d->n / 8); return dict_find(hay->d, item) != NULL;
+    default: chat_fail_at(r, x, "argument of type '%s' is not iterable", chat_type_name(hay));
     }
 }
 
@@ -376,7 +376,7 @@ static int all_cased(str s, int upper) {
     return any;
 }
 
-int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
+int chat_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
     kv a0 = arg_or(a, 0, NULL, UNDEF);
     switch (id) {
     case X_DEFINED: return v->t != V_UNDEF;
@@ -396,35 +396,35 @@ int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
     case X_ESCAPED: return 0;
     case X_EQ:
     case X_EQUALTO:
-    case X_SYM_EQ: return kct_kv_eq_r(r, x, v, &a0);
+    case X_SYM_EQ: return chat_kv_eq_r(r, x, v, &a0);
     case X_NE:
-    case X_SYM_NE: return !kct_kv_eq_r(r, x, v, &a0);
+    case X_SYM_NE: return !chat_kv_eq_r(r, x, v, &a0);
     case X_LT:
     case X_LESSTHAN:
-    case X_SYM_LT: return kct_kv_cmp(r, x, v, &a0) < 0;
+    case X_SYM_LT: return chat_kv_cmp(r, x, v, &a0) < 0;
     case X_LE:
-    case X_SYM_LE: return kct_kv_cmp(r, x, v, &a0) <= 0;
+    case X_SYM_LE: return chat_kv_cmp(r, x, v, &a0) <= 0;
     case X_GT:
     case X_GREATERTHAN:
-    case X_SYM_GT: return kct_kv_cmp(r, x, v, &a0) > 0;
+    case X_SYM_GT: return chat_kv_cmp(r, x, v, &a0) > 0;
     case X_GE:
-    case X_SYM_GE: return kct_kv_cmp(r, x, v, &a0) >= 0;
-    case X_IN: return kct_kv_contains(r, x, &a0, v);
+    case X_SYM_GE: return chat_kv_cmp(r, x, v, &a0) >= 0;
+    case X_IN: return chat_kv_contains(r, x, &a0, v);
     case X_SAMEAS:
         if (v->t != a0.t) return 0;
         if (v->t == V_NONE || v->t == V_UNDEF) return 1;
         if (v->t == V_BOOL || v->t == V_INT) return v->i == a0.i;
         if (v->t == V_LIST) return v->l == a0.l;
         if (v->t == V_DICT) return v->d == a0.d;
-        return kct_kv_eq_r(r, x, v, &a0);
+        return chat_kv_eq_r(r, x, v, &a0);
     case X_ODD:
     case X_EVEN:
     case X_DIVISIBLEBY: {
         if (v->t == V_UNDEF) undef_fail(r, x, v);
-        if (v->t != V_INT && v->t != V_BOOL) kct_fail_at(r, x, "test expects an integer, got %s", kct_type_name(v));
+        if (v->t != V_INT && v->t != V_BOOL) chat_fail_at(r, x, "test expects an integer, got %s", chat_type_name(v));
         if (id == X_ODD) return (v->i & 1) != 0;
         if (id == X_EVEN) return (v->i & 1) == 0;
-        if ((a0.t != V_INT && a0.t != V_BOOL) || a0.i == 0) kct_fail_at(r, x, "divisibleby expects a non-zero integer");
+        if ((a0.t != V_INT && a0.t != V_BOOL) || a0.i == 0) chat_fail_at(r, x, "divisibleby expects a non-zero integer");
         return a0.i == -1 || v->i % a0.i == 0; /* INT64_MIN % -1 traps */
     }
     case X_LOWER:
@@ -432,9 +432,9 @@ int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
     case X_FILTER:
     case X_TEST:
         if (v->t != V_STR) return 0;
-        return id == X_FILTER ? lookup_name(kct_filters, sizeof kct_filters / sizeof *kct_filters, v->s) >= 0
-                              : lookup_name(kct_tests, sizeof kct_tests / sizeof *kct_tests, v->s) >= 0;
-    default: kct_fail_at(r, x, "test not implemented");
+        return id == X_FILTER ? lookup_name(chat_filters, sizeof chat_filters / sizeof *chat_filters, v->s) >= 0
+                              : lookup_name(chat_tests, sizeof chat_tests / sizeof *chat_tests, v->s) >= 0;
+    default: chat_fail_at(r, x, "test not implemented");
     }
 }
 
@@ -442,7 +442,7 @@ int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
 
 /* attribute path "a.b.0" as Jinja2's make_attrgetter resolves it */
 static kv attr_path(rctx *r, const node *x, const kv *item, const kv *attr) {
-    if (attr->t == V_INT) return kct_get_item(r, x, item, attr);
+    if (attr->t == V_INT) return chat_get_item(r, x, item, attr);
     str p = need_str(r, x, attr, "attribute").s;
     kv cur = *item;
     size_t st = 0;
@@ -458,7 +458,7 @@ static kv attr_path(rctx *r, const node *x, const kv *item, const kv *attr) {
                 __builtin_add_overflow(iv, part.p[k] - '0', &iv))
                 num = 0;
         kv key = num ? mk_int(iv) : mk_str(part.p, part.n);
-        cur = kct_get_item(r, x, &cur, &key);
+        cur = chat_get_item(r, x, &cur, &key);
         st = i + 1;
     }
     return cur;
@@ -474,7 +474,7 @@ static kv sort_key(rctx *r, const node *x, const kv *v, const kv *attr, int case
 static void sort_items(rctx *r, const node *x, kv *items, kv *keys, size_t n, int reverse) {
     for (size_t i = 1; i < n; i++)
         for (size_t j = i; j > 0; j--) {
-            int c = kct_kv_cmp(r, x, &keys[j - 1], &keys[j]);
+            int c = chat_kv_cmp(r, x, &keys[j - 1], &keys[j]);
             if (reverse ? c >= 0 : c <= 0) break;
             kv t = items[j];
             items[j] = items[j - 1];
@@ -487,13 +487,13 @@ static void sort_items(rctx *r, const node *x, kv *items, kv *keys, size_t n, in
 
 static kv join_items(rctx *r, const node *x, const kv *seq, str sep, const kv *attr) {
     size_t n;
-    kv *it = kct_iter_items(r, x, seq, &n);
+    kv *it = chat_iter_items(r, x, seq, &n);
     sbuf b = {0};
-    kct_sb_put(&r->c, &b, "", 0);
+    chat_sb_put(&r->c, &b, "", 0);
     for (size_t i = 0; i < n; i++) {
-        if (i) kct_sb_put(&r->c, &b, sep.p, sep.n);
+        if (i) chat_sb_put(&r->c, &b, sep.p, sep.n);
         kv e = attr && attr->t != V_NONE && attr->t != V_UNDEF ? attr_path(r, x, &it[i], attr) : it[i];
-        kct_to_str(r, &b, &e);
+        chat_to_str(r, &b, &e);
     }
     return mk_str(b.p, b.n);
 }
@@ -555,7 +555,7 @@ static int parse_float_str(str s, double *out) {
 
 static kv html_escape(rctx *r, str s) {
     sbuf b = {0};
-    kct_sb_put(&r->c, &b, "", 0);
+    chat_sb_put(&r->c, &b, "", 0);
     for (size_t i = 0; i < s.n; i++) {
         switch (s.p[i]) {
         case '&': sb_puts(&r->c, &b, "&amp;"); break;
@@ -579,7 +579,7 @@ static args shift_args(const args *a, int by) {
 /* select/reject/selectattr/rejectattr */
 static kv select_items(rctx *r, const node *x, const kv *v, const args *a, int want, int by_attr) {
     size_t n;
-    kv *it = kct_iter_items(r, x, v, &n);
+    kv *it = chat_iter_items(r, x, v, &n);
     kv out = mk_list(&r->c, n);
     int first = by_attr ? 1 : 0;
     kv attr = by_attr ? arg_or(a, 0, NULL, UNDEF) : UNDEF;
@@ -587,27 +587,27 @@ static kv select_items(rctx *r, const node *x, const kv *v, const args *a, int w
     args targs = shift_args(a, a->npos > first ? first + 1 : a->npos);
     if (a->npos > first) {
         kv tn = a->pos[first];
-        tid = lookup_name(kct_tests, sizeof kct_tests / sizeof *kct_tests, need_str(r, x, &tn, "test name").s);
-        if (tid < 0) kct_fail_at(r, x, "unknown test '%.*s'", (int)tn.s.n, tn.s.p);
+        tid = lookup_name(chat_tests, sizeof chat_tests / sizeof *chat_tests, need_str(r, x, &tn, "test name").s);
+        if (tid < 0) chat_fail_at(r, x, "unknown test '%.*s'", (int)tn.s.n, tn.s.p);
     }
     for (size_t i = 0; i < n; i++) {
         kv e = by_attr ? attr_path(r, x, &it[i], &attr) : it[i];
-        int ok = tid < 0 ? kct_truthy(&e) : kct_test_apply(r, x, tid, &e, &targs);
-        if (ok == want) kct_list_push(&r->c, out.l, it[i]);
+        int ok = tid < 0 ? chat_truthy(&e) : chat_test_apply(r, x, tid, &e, &targs);
+        if (ok == want) chat_list_push(&r->c, out.l, it[i]);
     }
     return out;
 }
 
-kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
+kv chat_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) {
     ctx *c = &r->c;
     kv a0 = arg_or(a, 0, NULL, UNDEF);
-    if (v->t == V_STR) kct_charge(r, x, v->s.n / 64); /* a string filter walks it at most once */
+    if (v->t == V_STR) chat_charge(r, x, v->s.n / 64); /* a string filter walks it at most once */
     switch (id) {
     case F_D:
     case F_DEFAULT: {
         kv def = arg_or(a, 0, "default_value", mk_str("", 0));
         kv boolean = arg_or(a, 1, "boolean", mk_bool(0));
-        if (v->t == V_UNDEF || (kct_truthy(&boolean) && !kct_truthy(v))) return def;
+        if (v->t == V_UNDEF || (chat_truthy(&boolean) && !chat_truthy(v))) return def;
         return *v;
     }
     case F_LENGTH:
@@ -617,7 +617,7 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
         case V_STR: return mk_int((int64_t)cp_count(v->s));
         case V_LIST: return mk_int((int64_t)v->l->n);
         case V_DICT: return mk_int((int64_t)v->d->n);
-        default: kct_fail_at(r, x, "object of type '%s' has no len()", kct_type_name(v));
+        default: chat_fail_at(r, x, "object of type '%s' has no len()", chat_type_name(v));
         }
     case F_SAFE: return *v;
     case F_STRING: {
@@ -657,13 +657,13 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
             pad = wd.s;
         else {
             int64_t w = wd.t == V_INT ? wd.i : 4;
-            char *p = kct_ar_alloc(c, (size_t)(w > 0 ? w : 0) + 1);
+            char *p = chat_ar_alloc(c, (size_t)(w > 0 ? w : 0) + 1);
             memset(p, ' ', (size_t)(w > 0 ? w : 0));
             pad = (str){p, (size_t)(w > 0 ? w : 0)};
         }
         str s = kv_tostr(r, v);
         sbuf b = {0};
-        kct_sb_put(c, &b, "", 0);
+        chat_sb_put(c, &b, "", 0);
         size_t st = 0;
         int line = 0;
         for (size_t i = 0; i <= s.n; i++) {
@@ -676,9 +676,9 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
                     blank_line = 0;
                     break;
                 }
-            if ((line > 0 || kct_truthy(&first)) && (kct_truthy(&blank) || !blank_line))
-                kct_sb_put(c, &b, pad.p, pad.n);
-            kct_sb_put(c, &b, ln.p, ln.n);
+            if ((line > 0 || chat_truthy(&first)) && (chat_truthy(&blank) || !blank_line))
+                chat_sb_put(c, &b, pad.p, pad.n);
+            chat_sb_put(c, &b, ln.p, ln.n);
             if (has_nl) sb_putc(c, &b, '\n');
             line++;
             st = i + 1;
@@ -688,25 +688,25 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
     case F_ABS:
         if (v->t == V_FLOAT) return mk_float(fabs(v->f));
         if (v->t == V_INT || v->t == V_BOOL) {
-            if (v->i == INT64_MIN) kct_fail_at(r, x, "integer overflow");
+            if (v->i == INT64_MIN) chat_fail_at(r, x, "integer overflow");
             return mk_int(v->i < 0 ? -v->i : v->i);
         }
         if (v->t == V_UNDEF) undef_fail(r, x, v);
-        kct_fail_at(r, x, "bad operand type for abs(): '%s'", kct_type_name(v));
+        chat_fail_at(r, x, "bad operand type for abs(): '%s'", chat_type_name(v));
     case F_INT: {
         kv def = arg_or(a, 0, "default", mk_int(0)), base = arg_or(a, 1, "base", mk_int(10));
         int64_t i;
         if (v->t == V_INT || v->t == V_BOOL) return mk_int(v->i);
         if (v->t == V_FLOAT) {
             if (!isfinite(v->f)) return def;
-            if (!f2i(v->f, &i)) kct_fail_at(r, x, "int: %g is out of the integer range", v->f);
+            if (!f2i(v->f, &i)) chat_fail_at(r, x, "int: %g is out of the integer range", v->f);
             return mk_int(i);
         }
         if (v->t == V_STR) {
             double d;
             if (parse_int_str(v->s, base.t == V_INT ? base.i : 10, &i)) return mk_int(i);
             if (parse_float_str(v->s, &d) && isfinite(d)) {
-                if (!f2i(d, &i)) kct_fail_at(r, x, "int: %g is out of the integer range", d);
+                if (!f2i(d, &i)) chat_fail_at(r, x, "int: %g is out of the integer range", d);
                 return mk_int(i);
             }
         }
@@ -722,35 +722,35 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
     case F_ROUND: {
         kv prec = arg_or(a, 0, "precision", mk_int(0)), meth = arg_or(a, 1, "method", mk_str("common", 6));
         if (v->t == V_UNDEF) undef_fail(r, x, v);
-        if (!is_num(v)) kct_fail_at(r, x, "round expects a number, got %s", kct_type_name(v));
+        if (!is_num(v)) chat_fail_at(r, x, "round expects a number, got %s", chat_type_name(v));
         int64_t nd = prec.t == V_INT ? prec.i : 0;
         str m = meth.t == V_STR ? meth.s : (str){"common", 6};
         if (str_is(m, "common")) return v->t == V_FLOAT ? mk_float(py_round(v->f, nd)) : mk_int(v->i);
-        if (!str_is(m, "floor") && !str_is(m, "ceil")) kct_fail_at(r, x, "method must be common, ceil or floor");
+        if (!str_is(m, "floor") && !str_is(m, "ceil")) chat_fail_at(r, x, "method must be common, ceil or floor");
         double p = pow(10.0, (double)nd), f = num_f(v) * p;
         return mk_float((m.p[0] == 'f' ? floor(f) : ceil(f)) / p);
     }
     case F_FIRST:
     case F_LAST: {
         size_t n;
-        kv *it = kct_iter_items(r, x, v, &n);
+        kv *it = chat_iter_items(r, x, v, &n);
         if (!n) return mk_undef(U_ATTR, v->t, "first", 5);
         return id == F_FIRST ? it[0] : it[n - 1];
     }
     case F_LIST: return list_of(r, x, v);
     case F_ITEMS: {
         if (v->t == V_UNDEF) return mk_list(c, 0);
-        if (v->t != V_DICT) kct_fail_at(r, x, "can only get item pairs from a mapping");
+        if (v->t != V_DICT) chat_fail_at(r, x, "can only get item pairs from a mapping");
         kfn fn = {.kind = FN_METHOD, .self = *v, .name = {"items", 5}};
         args none = {0};
-        return kct_call_method(r, x, &fn, &none);
+        return chat_call_method(r, x, &fn, &none);
     }
     case F_DICTSORT: {
-        if (v->t != V_DICT) kct_fail_at(r, x, "dictsort expects a mapping, got %s", kct_type_name(v));
+        if (v->t != V_DICT) chat_fail_at(r, x, "dictsort expects a mapping, got %s", chat_type_name(v));
         kv cs = arg_or(a, 0, "case_sensitive", mk_bool(0)), by = arg_or(a, 1, "by", mk_str("key", 3));
         kv rev = arg_or(a, 2, "reverse", mk_bool(0));
         size_t n = v->d->n;
-        kv *items = kct_ar_alloc(c, (n + 1) * sizeof(kv)), *keys = kct_ar_alloc(c, (n + 1) * sizeof(kv));
+        kv *items = chat_ar_alloc(c, (n + 1) * sizeof(kv)), *keys = chat_ar_alloc(c, (n + 1) * sizeof(kv));
         int by_value = by.t == V_STR && str_is(by.s, "value");
         for (size_t i = 0; i < n; i++) {
             kv t = mk_list(c, 2);
@@ -759,9 +759,9 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
             t.l->v[1] = v->d->vals[i];
             t.l->n = 2;
             items[i] = t;
-            keys[i] = sort_key(r, x, by_value ? &v->d->vals[i] : &v->d->keys[i], NULL, kct_truthy(&cs));
+            keys[i] = sort_key(r, x, by_value ? &v->d->vals[i] : &v->d->keys[i], NULL, chat_truthy(&cs));
         }
-        sort_items(r, x, items, keys, n, kct_truthy(&rev));
+        sort_items(r, x, items, keys, n, chat_truthy(&rev));
         kv out = mk_list(c, n);
         memcpy(out.l->v, items, n * sizeof(kv));
         out.l->n = n;
@@ -776,14 +776,14 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
         kv cs = arg_or(a, sort ? 1 : 0, "case_sensitive", mk_bool(0));
         kv attr = arg_or(a, sort ? 2 : 1, "attribute", NONE);
         size_t n;
-        kv *it = kct_iter_items(r, x, v, &n);
-        kv *items = kct_ar_alloc(c, (n + 1) * sizeof(kv)), *keys = kct_ar_alloc(c, (n + 1) * sizeof(kv));
+        kv *it = chat_iter_items(r, x, v, &n);
+        kv *items = chat_ar_alloc(c, (n + 1) * sizeof(kv)), *keys = chat_ar_alloc(c, (n + 1) * sizeof(kv));
         size_t m = 0;
         for (size_t i = 0; i < n; i++) {
-            kv k = sort_key(r, x, &it[i], &attr, kct_truthy(&cs));
+            kv k = sort_key(r, x, &it[i], &attr, chat_truthy(&cs));
             if (id == F_UNIQUE) {
                 int seen = 0;
-                for (size_t j = 0; j < m && !seen; j++) seen = kct_kv_eq_r(r, x, &keys[j], &k);
+                for (size_t j = 0; j < m && !seen; j++) seen = chat_kv_eq_r(r, x, &keys[j], &k);
                 if (seen) continue;
             }
             items[m] = it[i];
@@ -793,12 +793,12 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
             if (!m) return mk_undef(U_ATTR, v->t, id == F_MIN ? "min" : "max", 3);
             size_t best = 0;
             for (size_t i = 1; i < m; i++) {
-                int k = kct_kv_cmp(r, x, &keys[i], &keys[best]);
+                int k = chat_kv_cmp(r, x, &keys[i], &keys[best]);
                 if (id == F_MIN ? k < 0 : k > 0) best = i;
             }
             return items[best];
         }
-        if (sort) sort_items(r, x, items, keys, m, kct_truthy(&rev));
+        if (sort) sort_items(r, x, items, keys, m, chat_truthy(&rev));
         kv out = mk_list(c, m);
         if (m) memcpy(out.l->v, items, m * sizeof(kv));
         out.l->n = m;
@@ -808,7 +808,7 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
         if (v->t == V_STR) {
             size_t n;
             size_t *off = cp_offsets(c, v->s, &n);
-            char *p = kct_ar_alloc(c, v->s.n + 1);
+            char *p = chat_ar_alloc(c, v->s.n + 1);
             size_t k = 0;
             for (size_t i = n; i-- > 0;) {
                 memcpy(p + k, v->s.p + off[i], off[i + 1] - off[i]);
@@ -818,7 +818,7 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
             return mk_str(p, k);
         }
         size_t n;
-        kv *it = kct_iter_items(r, x, v, &n);
+        kv *it = chat_iter_items(r, x, v, &n);
         kv out = mk_list(c, n);
         for (size_t i = 0; i < n; i++) out.l->v[i] = it[n - 1 - i];
         out.l->n = n;
@@ -831,24 +831,24 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
     case F_SUM: {
         kv attr = arg_or(a, 0, "attribute", NONE), acc = arg_or(a, 1, "start", mk_int(0));
         size_t n;
-        kv *it = kct_iter_items(r, x, v, &n);
+        kv *it = chat_iter_items(r, x, v, &n);
         for (size_t i = 0; i < n; i++) {
             kv e = attr.t != V_NONE ? attr_path(r, x, &it[i], &attr) : it[i];
-            if (!is_num(&e) || !is_num(&acc)) kct_fail_at(r, x, "sum expects numbers");
+            if (!is_num(&e) || !is_num(&acc)) chat_fail_at(r, x, "sum expects numbers");
             if (acc.t == V_FLOAT || e.t == V_FLOAT) {
                 acc = mk_float(num_f(&acc) + num_f(&e));
             } else {
                 int64_t t;
-                if (__builtin_add_overflow(acc.i, e.i, &t)) kct_fail_at(r, x, "integer overflow");
+                if (__builtin_add_overflow(acc.i, e.i, &t)) chat_fail_at(r, x, "integer overflow");
                 acc = mk_int(t);
             }
         }
         return acc;
     }
-    case F_ATTR: return kct_get_attr(r, x, v, kv_tostr(r, &a0));
+    case F_ATTR: return chat_get_attr(r, x, v, kv_tostr(r, &a0));
     case F_MAP: {
         size_t n;
-        kv *it = kct_iter_items(r, x, v, &n);
+        kv *it = chat_iter_items(r, x, v, &n);
         kv out = mk_list(c, n);
         kv attr;
         if (arg_get(a, -1, "attribute", &attr)) {
@@ -860,12 +860,12 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
             }
         } else {
             str fname = need_str(r, x, &a0, "map").s;
-            int fid = lookup_name(kct_filters, sizeof kct_filters / sizeof *kct_filters, fname);
-            if (fid < 0) kct_fail_at(r, x, "unknown filter '%.*s'", (int)fname.n, fname.p);
+            int fid = lookup_name(chat_filters, sizeof chat_filters / sizeof *chat_filters, fname);
+            if (fid < 0) chat_fail_at(r, x, "unknown filter '%.*s'", (int)fname.n, fname.p);
             args rest = shift_args(a, 1);
             /* map('map', 'map', ...) recurses once per argument */
-            kct_enter(r, x);
-            for (size_t i = 0; i < n; i++) out.l->v[i] = kct_filter_apply(r, x, fid, &it[i], &rest);
+            chat_enter(r, x);
+            for (size_t i = 0; i < n; i++) out.l->v[i] = chat_filter_apply(r, x, fid, &it[i], &rest);
             r->depth--;
         }
         out.l->n = n;
@@ -880,10 +880,10 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
         kv ind = arg_or(a, 1, "indent", NONE), seps = arg_or(a, 2, "separators", NONE),
            sk = arg_or(a, 3, "sort_keys", mk_bool(0));
         kv ea = arg_or(a, 0, "ensure_ascii", mk_bool(0));
-        if (kct_truthy(&ea)) kct_fail_at(r, x, "tojson: ensure_ascii=True is not supported");
-        jopts o = {.item_sep = {", ", 2}, .key_sep = {": ", 2}, .sort_keys = kct_truthy(&sk)};
+        if (chat_truthy(&ea)) chat_fail_at(r, x, "tojson: ensure_ascii=True is not supported");
+        jopts o = {.item_sep = {", ", 2}, .key_sep = {": ", 2}, .sort_keys = chat_truthy(&sk)};
         if (ind.t == V_INT) {
-            char *p = kct_ar_alloc(c, (size_t)(ind.i > 0 ? ind.i : 0) + 1);
+            char *p = chat_ar_alloc(c, (size_t)(ind.i > 0 ? ind.i : 0) + 1);
             memset(p, ' ', (size_t)(ind.i > 0 ? ind.i : 0));
             o.indent = (str){p, (size_t)(ind.i > 0 ? ind.i : 0)};
             o.has_indent = 1;
@@ -898,25 +898,25 @@ kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
             o.key_sep = need_str(r, x, &seps.l->v[1], "separators").s;
         }
         sbuf b = {0};
-        kct_sb_put(c, &b, "", 0);
-        kct_json_dump(r, x, &b, v, &o, 0);
+        chat_sb_put(c, &b, "", 0);
+        chat_json_dump(r, x, &b, v, &o, 0);
         return mk_str(b.p, b.n);
     }
-    default: kct_fail_at(r, x, "filter not implemented");
+    default: chat_fail_at(r, x, "filter not implemented");
     }
 }
 
 /* ---- globals */
 
-kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a) {
+kv chat_call_global(rctx *r, const node *x, const kfn *fn, const args *a) {
     ctx *c = &r->c;
     switch (fn->id) {
     case G_RANGE: {
         int64_t v[3] = {0, 0, 1};
-        if (a->npos < 1 || a->npos > 3) kct_fail_at(r, x, "range expected 1 to 3 arguments, got %d", a->npos);
+        if (a->npos < 1 || a->npos > 3) chat_fail_at(r, x, "range expected 1 to 3 arguments, got %d", a->npos);
         for (int i = 0; i < a->npos; i++) {
             if (a->pos[i].t != V_INT && a->pos[i].t != V_BOOL)
-                kct_fail_at(r, x, "'%s' object cannot be interpreted as an integer", kct_type_name(&a->pos[i]));
+                chat_fail_at(r, x, "'%s' object cannot be interpreted as an integer", chat_type_name(&a->pos[i]));
         }
         if (a->npos == 1)
             v[1] = a->pos[0].i;
@@ -925,15 +925,15 @@ kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a) {
             v[1] = a->pos[1].i;
             if (a->npos == 3) v[2] = a->pos[2].i;
         }
-        if (v[2] == 0) kct_fail_at(r, x, "range() arg 3 must not be zero");
+        if (v[2] == 0) chat_fail_at(r, x, "range() arg 3 must not be zero");
         /* in 128 bits: stop - start and the step's magnitude span up to 2^64 */
         __int128 lo = v[0], hi = v[1], st = v[2];
         __int128 n = st > 0 ? (hi > lo ? (hi - lo + st - 1) / st : 0) : (lo > hi ? (lo - hi - st - 1) / -st : 0);
-        if (n > 100000) kct_fail_at(r, x, "range too big (over 100000 items)");
+        if (n > 100000) chat_fail_at(r, x, "range too big (over 100000 items)");
         kv out = mk_list(c, (size_t)n);
         for (int64_t i = 0; i < (int64_t)n; i++) out.l->v[i] = mk_int((int64_t)(lo + (__int128)i * st));
         out.l->n = (size_t)n;
-        kct_charge(r, x, (uint64_t)n);
+        chat_charge(r, x, (uint64_t)n);
         return out;
     }
     case G_NAMESPACE:
@@ -942,23 +942,23 @@ kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a) {
         d.aux = fn->id == G_NAMESPACE;
         for (int i = 0; i < a->npos; i++) {
             if (a->pos[i].t != V_DICT)
-                kct_fail_at(r, x, "%s() positional arguments must be mappings",
+                chat_fail_at(r, x, "%s() positional arguments must be mappings",
                             fn->id == G_DICT ? "dict" : "namespace");
             for (size_t k = 0; k < a->pos[i].d->n; k++) {
-                kct_charge(r, x, 1 + d.d->n / 16); /* each set looks the key up */
-                kct_dict_set(c, d.d, a->pos[i].d->keys[k], a->pos[i].d->vals[k]);
+                chat_charge(r, x, 1 + d.d->n / 16); /* each set looks the key up */
+                chat_dict_set(c, d.d, a->pos[i].d->keys[k], a->pos[i].d->vals[k]);
             }
         }
         for (int i = 0; i < a->nkw; i++) {
-            kct_charge(r, x, 1 + d.d->n / 16);
-            kct_dict_set(c, d.d, mk_str(a->kwn[i].p, a->kwn[i].n), a->kw[i]);
+            chat_charge(r, x, 1 + d.d->n / 16);
+            chat_dict_set(c, d.d, mk_str(a->kwn[i].p, a->kwn[i].n), a->kw[i]);
         }
         return d;
     }
     case G_RAISE: {
         kv m = arg_or(a, 0, NULL, mk_str("", 0));
         str s = kv_tostr(r, &m);
-        kct_fail_at(r, x, "raise_exception: %.*s", (int)s.n, s.p);
+        chat_fail_at(r, x, "raise_exception: %.*s", (int)s.n, s.p);
     }
     case G_STRFTIME: {
         kv f = arg_or(a, 0, NULL, UNDEF);
@@ -974,6 +974,6 @@ kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a) {
         size_t n = strftime(buf, sizeof buf, fmt, &tm);
         return mk_str(ar_strdup(c, buf, n), n);
     }
-    default: kct_fail_at(r, x, "unknown function");
+    default: chat_fail_at(r, x, "unknown function");
     }
 }

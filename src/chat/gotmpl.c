@@ -157,7 +157,7 @@ typedef struct gvar {
     json_t *val; /* owned */
 } gvar;
 
-/* The budgets of one render (kct_opts), shared by its runs. */
+/* The budgets of one render (chat_opts), shared by its runs. */
 typedef struct gbudget {
     uint64_t steps, max_steps, next_poll;
     size_t mem, max_mem; /* bytes of the values the render has made, all counted */
@@ -192,7 +192,7 @@ static json_t *xfail(X *x, int line, const char *fmt, ...) {
     return NULL;
 }
 
-/* n steps of the budget (and, each KCT_POLL_STEPS, the cancel check);
+/* n steps of the budget (and, each CHAT_POLL_STEPS, the cancel check);
  * -1 after failing the render. */
 static int charge(X *x, int line, uint64_t n) {
     gbudget *b = x->bg;
@@ -206,7 +206,7 @@ static int charge(X *x, int line, uint64_t n) {
         xfail(x, line, "render cancelled");
         return -1;
     }
-    b->next_poll = b->steps + KCT_POLL_STEPS;
+    b->next_poll = b->steps + CHAT_POLL_STEPS;
     if (b->next_poll > b->max_steps + 1) b->next_poll = b->max_steps + 1;
     return 0;
 }
@@ -786,18 +786,18 @@ static int run(const kgt *t, const json_t *data, int cut, gbudget *bg, gbuf *out
     return failed ? -1 : 0;
 }
 
-static gbudget budget_of(const kct_opts *o) {
+static gbudget budget_of(const chat_opts *o) {
     gbudget b = {0};
-    b.max_steps = o && o->max_steps ? o->max_steps : KCT_DEFAULT_STEPS;
-    b.max_out = o && o->max_output ? o->max_output : KCT_DEFAULT_OUTPUT;
-    b.max_mem = o && o->max_memory ? o->max_memory : KCT_DEFAULT_MEMORY;
+    b.max_steps = o && o->max_steps ? o->max_steps : CHAT_DEFAULT_STEPS;
+    b.max_out = o && o->max_output ? o->max_output : CHAT_DEFAULT_OUTPUT;
+    b.max_mem = o && o->max_memory ? o->max_memory : CHAT_DEFAULT_MEMORY;
     b.cancelled = o ? o->cancelled : NULL;
     b.cancel_arg = o ? o->cancel_arg : NULL;
-    b.next_poll = KCT_POLL_STEPS < b.max_steps ? KCT_POLL_STEPS : b.max_steps + 1;
+    b.next_poll = CHAT_POLL_STEPS < b.max_steps ? CHAT_POLL_STEPS : b.max_steps + 1;
     return b;
 }
 
-static char *render_buf(const kgt *t, const json_t *data, const kct_opts *opts, char *err, size_t errlen) {
+static char *render_buf(const kgt *t, const json_t *data, const chat_opts *opts, char *err, size_t errlen) {
     char dummy[8];
     if (!err || !errlen) {
         err = dummy;
@@ -845,7 +845,7 @@ static json_t *think_vars(json_t *o, int think) {
     return o;
 }
 
-static char *render_chat_buf(const kgt *t, const json_t *messages, const json_t *tools, int think, const kct_opts *opts,
+static char *render_chat_buf(const kgt *t, const json_t *messages, const json_t *tools, int think, const chat_opts *opts,
                              char *err, size_t errlen) {
     gbudget bg = budget_of(opts);
     char dummy[8];
@@ -929,22 +929,22 @@ static char *render_chat_buf(const kgt *t, const json_t *messages, const json_t 
 
 static kiln_status rendered(char *res, const char *msg, char **out) {
     *out = res;
-    return res ? KILN_OK : base_fail(kct_status_of(msg, KILN_ERR_INVALID_ARG), "%s", msg[0] ? msg : "out of memory");
+    return res ? KILN_OK : base_fail(chat_status_of(msg, KILN_ERR_INVALID_ARG), "%s", msg[0] ? msg : "out of memory");
 }
 
-kiln_status kgt_render(const kgt *t, const json_t *data, char **out) { return kgt_render_opts(t, data, NULL, out); }
+kiln_status chat_gotmpl_render(const kgt *t, const json_t *data, char **out) { return chat_gotmpl_render_opts(t, data, NULL, out); }
 
-kiln_status kgt_render_opts(const kgt *t, const json_t *data, const kct_opts *opts, char **out) {
+kiln_status chat_gotmpl_render_opts(const kgt *t, const json_t *data, const chat_opts *opts, char **out) {
     char msg[512] = "";
     return rendered(render_buf(t, data, opts, msg, sizeof msg), msg, out);
 }
 
-kiln_status kgt_render_chat(const kgt *t, const json_t *messages, const json_t *tools, int think, char **out) {
-    return kgt_render_chat_opts(t, messages, tools, think, NULL, out);
+kiln_status chat_gotmpl_render_chat(const kgt *t, const json_t *messages, const json_t *tools, int think, char **out) {
+    return chat_gotmpl_render_chat_opts(t, messages, tools, think, NULL, out);
 }
 
-kiln_status kgt_render_chat_opts(const kgt *t, const json_t *messages, const json_t *tools, int think,
-                                 const kct_opts *opts, char **out) {
+kiln_status chat_gotmpl_render_chat_opts(const kgt *t, const json_t *messages, const json_t *tools, int think,
+                                 const chat_opts *opts, char **out) {
     char msg[512] = "";
     return rendered(render_chat_buf(t, messages, tools, think, opts, msg, sizeof msg), msg, out);
 }

@@ -34,17 +34,17 @@ typedef struct kgt kgt; /* a compiled template (immutable: renders may share it)
  * freed once this returns. */
 /* Fails with template.h's statuses (KILN_ERR_FORMAT, _NOMEM), the message
  * "line N: ..." set by base_fail. */
-kiln_status kgt_compile(const char *src, size_t len, kgt **out);
-void kgt_free(kgt *t);
+kiln_status chat_gotmpl_compile(const char *src, size_t len, kgt **out);
+void chat_gotmpl_free(kgt *t);
 
 /* Renders with data as the root value (dot) into *out, a malloc'd string;
  * a failure is template.h's KILN_ERR_INVALID_ARG, _NOMEM or _CANCELLED with
  * "line N: message" set by base_fail.  The _opts forms render under the
- * bounds of opts (template.h's kct_opts: steps, output, memory, cancel;
+ * bounds of opts (template.h's chat_opts: steps, output, memory, cancel;
  * NULL: the defaults); a step is an action, a node, an operand or a range
  * iteration, memory the bytes of the strings and slices the render makes. */
-kiln_status kgt_render(const kgt *t, const json_t *data, char **out);
-kiln_status kgt_render_opts(const kgt *t, const json_t *data, const kct_opts *opts, char **out);
+kiln_status chat_gotmpl_render(const kgt *t, const json_t *data, char **out);
+kiln_status chat_gotmpl_render_opts(const kgt *t, const json_t *data, const chat_opts *opts, char **out);
 
 /* A chat as Ollama renders it.  messages: OpenAI-shaped (role, content as a
  * string, reasoning_content or thinking, tool_calls with object arguments,
@@ -55,8 +55,8 @@ kiln_status kgt_render_opts(const kgt *t, const json_t *data, const kct_opts *op
  * by blank lines), Tools, Response "", Think, IsThinkSet}; an older one
  * that does not is run once per turn with {System, Prompt, Response}, and
  * the last turn only up to its .Response, as Ollama does. */
-kiln_status kgt_render_chat(const kgt *t, const json_t *messages, const json_t *tools, int think, char **out);
-kiln_status kgt_render_chat_opts(const kgt *t, const json_t *messages, const json_t *tools, int think,
-                                 const kct_opts *opts, char **out);
+kiln_status chat_gotmpl_render_chat(const kgt *t, const json_t *messages, const json_t *tools, int think, char **out);
+kiln_status chat_gotmpl_render_chat_opts(const kgt *t, const json_t *messages, const json_t *tools, int think,
+                                 const chat_opts *opts, char **out);
 
 #endif

@@ -728,7 +728,7 @@ static void arena_free(ablock *a) {
     }
 }
 
-void kgt_free(kgt *t) {
+void chat_gotmpl_free(kgt *t) {
     if (!t) return;
     arena_free(t->arena);
     free(t);
@@ -752,7 +752,7 @@ static kgt *compile_buf(const char *src, size_t len, char *err, size_t errlen) {
     char *copy = len < SIZE_MAX - 64 ? aalloc(&t->arena, len + 1) : NULL;
     if (!copy) {
         snprintf(err, errlen, "out of memory");
-        kgt_free(t);
+        chat_gotmpl_free(t);
         return NULL;
     }
     if (len) memcpy(copy, src, len);
@@ -804,14 +804,14 @@ static kgt *compile_buf(const char *src, size_t len, char *err, size_t errlen) {
     free(p.toks);
     if (p.failed || !t->root) {
         if (!err[0]) snprintf(err, errlen, "out of memory");
-        kgt_free(t);
+        chat_gotmpl_free(t);
         return NULL;
     }
     return t;
 }
 
-kiln_status kgt_compile(const char *src, size_t len, kgt **out) {
+kiln_status chat_gotmpl_compile(const char *src, size_t len, kgt **out) {
     char msg[512] = "";
     *out = compile_buf(src, len, msg, sizeof msg);
-    return *out ? KILN_OK : base_fail(kct_status_of(msg, KILN_ERR_FORMAT), "%s", msg[0] ? msg : "out of memory");
+    return *out ? KILN_OK : base_fail(chat_status_of(msg, KILN_ERR_FORMAT), "%s", msg[0] ? msg : "out of memory");
 }

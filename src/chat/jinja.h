@@ -3,7 +3,7 @@
  * template interpreter share (template.h is the public contract).
  *
  * Everything a compile or a render allocates comes from the arena in ctx;
- * a failure (kct_fail, kct_fail_at) longjmps to ctx.jb with the message in
+ * a failure (chat_fail, chat_fail_at) longjmps to ctx.jb with the message in
  * ctx.err, so no call below returns an error code.
  */
 #ifndef KILN_CHAT_JINJA_H
@@ -173,25 +173,25 @@ struct node {
 enum { MAX_PARSE_DEPTH = 200, MAX_CALL_DEPTH = 100, MAX_EVAL_DEPTH = 1000, MAX_VALUE_DEPTH = 512 };
 /* The C stack the parser or the evaluator may use below its entry, whatever
  * the depth counts say (frames differ by function and by build: sanitizers
- * make them several times larger): KCT_MAX_STACK, or half of what the
- * thread has left when that is less (template.c's kct_stack_floor). */
-#define KCT_MAX_STACK ((uintptr_t)2 << 20)
+ * make them several times larger): CHAT_MAX_STACK, or half of what the
+ * thread has left when that is less (template.c's chat_stack_floor). */
+#define CHAT_MAX_STACK ((uintptr_t)2 << 20)
 
 static inline uintptr_t stack_here(void) { return (uintptr_t)__builtin_frame_address(0); }
 /* The lowest stack address a parse or render begun here may reach. */
-uintptr_t kct_stack_floor(void);
+uintptr_t chat_stack_floor(void);
 /* 1 when the stack has grown below floor */
 static inline int stack_deep(uintptr_t floor) { return stack_here() < floor; }
 /* the nesting of the variables a render is given (jansson reads JSON up to
  * 2048 deep) */
-enum { KCT_MAX_INPUT_DEPTH = 4096 };
+enum { CHAT_MAX_INPUT_DEPTH = 4096 };
 
 typedef struct parser {
     ctx *c;
     tok *t;
     size_t i, n;
     int depth;             /* expression and block nesting */
-    uintptr_t stack_floor; /* kct_stack_floor at the parse's entry */
+    uintptr_t stack_floor; /* chat_stack_floor at the parse's entry */
 } parser;
 
 enum {
@@ -309,12 +309,12 @@ typedef struct rctx {
     int64_t now;
     int call_depth;        /* macro calls in progress */
     int depth;             /* evaluator frames in progress (eval, bodies) */
-    uintptr_t stack_floor; /* kct_stack_floor at the render's entry */
+    uintptr_t stack_floor; /* chat_stack_floor at the render's entry */
     /* the lists and dicts being printed or dumped, outermost first: a
      * value that contains itself is found here */
     const void *vstack[MAX_VALUE_DEPTH];
     int vdepth;
-    /* budgets (template.h kct_opts) */
+    /* budgets (template.h chat_opts) */
     uint64_t steps, max_steps, next_poll;
     size_t max_output;
     int (*cancelled)(void *arg);
@@ -338,61 +338,61 @@ typedef struct args {
 } args;
 
 /* value.c: the arena, buffers, lists and dicts; failing with a message */
-_Noreturn void kct_fail(ctx *c, int line, int col, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-void *kct_ar_alloc(ctx *c, size_t n);
-void kct_sb_put(ctx *c, sbuf *b, const char *s, size_t n);
-void kct_list_push(ctx *c, klist *l, kv x);
-void kct_dict_set(ctx *c, kdict *d, kv k, kv v);
-_Noreturn void kct_fail_at(rctx *r, const node *x, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* The step budget and the cancel check (rctx); kct_charge adds n steps. */
-void kct_poll(rctx *r, const node *x);
+_Noreturn void chat_fail(ctx *c, int line, int col, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void *chat_ar_alloc(ctx *c, size_t n);
+void chat_sb_put(ctx *c, sbuf *b, const char *s, size_t n);
+void chat_list_push(ctx *c, klist *l, kv x);
+void chat_dict_set(ctx *c, kdict *d, kv k, kv v);
+_Noreturn void chat_fail_at(rctx *r, const node *x, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The step budget and the cancel check (rctx); chat_charge adds n steps. */
+void chat_poll(rctx *r, const node *x);
 /* One more level of the evaluator's recursion (r->depth-- leaves it). */
-static inline void kct_enter(rctx *r, const node *x) {
+static inline void chat_enter(rctx *r, const node *x) {
     if (++r->depth > MAX_EVAL_DEPTH || stack_deep(r->stack_floor))
-        kct_fail_at(r, x, "template nested too deeply (over %d levels)", MAX_EVAL_DEPTH);
+        chat_fail_at(r, x, "template nested too deeply (over %d levels)", MAX_EVAL_DEPTH);
 }
-static inline void kct_charge(rctx *r, const node *x, uint64_t n) {
+static inline void chat_charge(rctx *r, const node *x, uint64_t n) {
     r->steps += n;
-    if (r->steps >= r->next_poll) kct_poll(r, x);
+    if (r->steps >= r->next_poll) chat_poll(r, x);
 }
 
 /* value.c: Python semantics of values, jansson input, frames */
-const char *kct_type_name(const kv *v);
-int kct_truthy(const kv *v);
-void kct_to_str(rctx *r, sbuf *b, const kv *v);
-void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o, int level);
-int kct_kv_eq(const kv *a, const kv *b);
-int kct_kv_eq_r(rctx *r, const node *x, const kv *a, const kv *b); /* kct_kv_eq, its work charged to the budget */
-int kct_kv_cmp(rctx *r, const node *x, const kv *a, const kv *b);
-kv *kct_iter_items(rctx *r, const node *x, const kv *v, size_t *n);
-kv kct_json_to_kv(ctx *c, const json_t *j);
-void kct_frame_set(ctx *c, frame *f, str k, kv v);
-kv kct_lookup(rctx *r, frame *f, str k);
+const char *chat_type_name(const kv *v);
+int chat_truthy(const kv *v);
+void chat_to_str(rctx *r, sbuf *b, const kv *v);
+void chat_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o, int level);
+int chat_kv_eq(const kv *a, const kv *b);
+int chat_kv_eq_r(rctx *r, const node *x, const kv *a, const kv *b); /* chat_kv_eq, its work charged to the budget */
+int chat_kv_cmp(rctx *r, const node *x, const kv *a, const kv *b);
+kv *chat_iter_items(rctx *r, const node *x, const kv *v, size_t *n);
+kv chat_json_to_kv(ctx *c, const json_t *j);
+void chat_frame_set(ctx *c, frame *f, str k, kv v);
+kv chat_lookup(rctx *r, frame *f, str k);
 
 /* lexer.c: the tokens of L->src into L->toks */
-void kct_lex(lexer *L);
+void chat_lex(lexer *L);
 
 /* parser.c: statements up to one of the end tags in ends (a space-separated list) */
-void kct_parse_body(parser *P, nlist *out, const char *ends, const tok *opener, const char *opname);
+void chat_parse_body(parser *P, nlist *out, const char *ends, const tok *opener, const char *opname);
 
 /* eval.c */
-kv kct_get_attr(rctx *r, const node *x, const kv *obj, str name);
-kv kct_get_item(rctx *r, const node *x, const kv *obj, const kv *key);
-int kct_exec_body(rctx *r, const nlist *body, frame *f, sbuf *out);
+kv chat_get_attr(rctx *r, const node *x, const kv *obj, str name);
+kv chat_get_item(rctx *r, const node *x, const kv *obj, const kv *key);
+int chat_exec_body(rctx *r, const nlist *body, frame *f, sbuf *out);
 
 /* filters.c: builtins by index (F_*, X_*, G_*), methods by name */
-extern const char *const kct_filters[F_N];
-extern const char *const kct_tests[X_N];
-kv kct_call_method(rctx *r, const node *x, const kfn *fn, const args *a);
-int kct_kv_contains(rctx *r, const node *x, const kv *hay, const kv *item);
-int kct_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a);
-kv kct_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a);
-kv kct_call_global(rctx *r, const node *x, const kfn *fn, const args *a);
+extern const char *const chat_filters[F_N];
+extern const char *const chat_tests[X_N];
+kv chat_call_method(rctx *r, const node *x, const kfn *fn, const args *a);
+int chat_kv_contains(rctx *r, const node *x, const kv *hay, const kv *item);
+int chat_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a);
+kv chat_filter_apply(rctx *r, const node *x, int id, const kv *v, const args *a);
+kv chat_call_global(rctx *r, const node *x, const kfn *fn, const args *a);
 
 /* small helpers every file uses (Python indexes strings by code point:
  * the cp_* calls) */
 static inline void *ar_zalloc(ctx *c, size_t n) {
-    void *p = kct_ar_alloc(c, n);
+    void *p = chat_ar_alloc(c, n);
     memset(p, 0, n);
     return p;
 }
@@ -406,14 +406,14 @@ static inline void ar_free(ctx *c) {
 }
 
 static inline char *ar_strdup(ctx *c, const char *s, size_t n) {
-    char *p = kct_ar_alloc(c, n + 1);
+    char *p = chat_ar_alloc(c, n + 1);
     memcpy(p, s, n);
     p[n] = 0;
     return p;
 }
 
-static inline void sb_puts(ctx *c, sbuf *b, const char *s) { kct_sb_put(c, b, s, strlen(s)); }
-static inline void sb_putc(ctx *c, sbuf *b, char ch) { kct_sb_put(c, b, &ch, 1); }
+static inline void sb_puts(ctx *c, sbuf *b, const char *s) { chat_sb_put(c, b, s, strlen(s)); }
+static inline void sb_putc(ctx *c, sbuf *b, char ch) { chat_sb_put(c, b, &ch, 1); }
 
 static inline kv mk_bool(int b) {
     kv v = {.t = V_BOOL};
@@ -447,7 +447,7 @@ static inline kv mk_list(ctx *c, size_t cap) {
     kv v = {.t = V_LIST};
     v.l = ar_zalloc(c, sizeof(klist));
     v.l->cap = cap ? cap : 4;
-    v.l->v = kct_ar_alloc(c, v.l->cap * sizeof(kv));
+    v.l->v = chat_ar_alloc(c, v.l->cap * sizeof(kv));
     return v;
 }
 
@@ -455,8 +455,8 @@ static inline kv mk_dict(ctx *c, size_t cap) {
     kv v = {.t = V_DICT};
     v.d = ar_zalloc(c, sizeof(kdict));
     v.d->cap = cap ? cap : 4;
-    v.d->keys = kct_ar_alloc(c, v.d->cap * sizeof(kv));
-    v.d->vals = kct_ar_alloc(c, v.d->cap * sizeof(kv));
+    v.d->keys = chat_ar_alloc(c, v.d->cap * sizeof(kv));
+    v.d->vals = chat_ar_alloc(c, v.d->cap * sizeof(kv));
     return v;
 }
 
@@ -472,7 +472,7 @@ static inline kv *dict_find_str(const kdict *d, const char *k, size_t kn) {
 static inline kv *dict_find(const kdict *d, const kv *k) {
     if (k->t == V_STR) return dict_find_str(d, k->s.p, k->s.n);
     for (size_t i = 0; i < d->n; i++)
-        if (kct_kv_eq(&d->keys[i], k)) return &d->vals[i];
+        if (chat_kv_eq(&d->keys[i], k)) return &d->vals[i];
     return NULL;
 }
 
@@ -483,7 +483,7 @@ static inline int is_ws(char ch) {
 static inline void put_utf8(ctx *c, sbuf *b, uint32_t cp) {
     uint8_t tmp[4];
     utf8proc_ssize_t k = utf8proc_encode_char((utf8proc_int32_t)cp, tmp);
-    kct_sb_put(c, b, (const char *)tmp, (size_t)k);
+    chat_sb_put(c, b, (const char *)tmp, (size_t)k);
 }
 
 static inline int lookup_name(const char *const *tab, size_t n, str s) {
@@ -497,10 +497,10 @@ static inline _Noreturn void undef_fail(rctx *r, const node *x, const kv *u) {
     static const char *const objn[] = {"Undefined", "None", "bool", "int",      "float",
                                        "str",       "list", "dict", "function", "LoopContext"};
     const char *on = u->aux2 < sizeof objn / sizeof *objn ? objn[u->aux2] : "object";
-    if (u->aux == U_NAME) kct_fail_at(r, x, "'%.*s' is undefined", (int)u->s.n, u->s.p);
-    if (u->aux2 == V_NONE) kct_fail_at(r, x, "'None' has no attribute '%.*s'", (int)u->s.n, u->s.p);
-    if (u->aux == U_ITEM) kct_fail_at(r, x, "'%s object' has no element %.*s", on, (int)u->s.n, u->s.p);
-    kct_fail_at(r, x, "'%s object' has no attribute '%.*s'", on, (int)u->s.n, u->s.p);
+    if (u->aux == U_NAME) chat_fail_at(r, x, "'%.*s' is undefined", (int)u->s.n, u->s.p);
+    if (u->aux2 == V_NONE) chat_fail_at(r, x, "'None' has no attribute '%.*s'", (int)u->s.n, u->s.p);
+    if (u->aux == U_ITEM) chat_fail_at(r, x, "'%s object' has no element %.*s", on, (int)u->s.n, u->s.p);
+    chat_fail_at(r, x, "'%s object' has no attribute '%.*s'", on, (int)u->s.n, u->s.p);
 }
 
 static inline int is_num(const kv *v) { return v->t == V_INT || v->t == V_FLOAT || v->t == V_BOOL; }
@@ -521,7 +521,7 @@ static inline size_t cp_count(str s) {
 /* Byte offsets of each code point, plus one for the end (n + 1 entries). */
 static inline size_t *cp_offsets(ctx *c, str s, size_t *n) {
     size_t cnt = cp_count(s), k = 0;
-    size_t *off = kct_ar_alloc(c, (cnt + 1) * sizeof(size_t));
+    size_t *off = chat_ar_alloc(c, (cnt + 1) * sizeof(size_t));
     for (size_t i = 0; i < s.n; i++)
         if (((unsigned char)s.p[i] & 0xC0) != 0x80) off[k++] = i;
     off[cnt] = s.n;
@@ -549,14 +549,14 @@ static inline int py_isspace(uint32_t cp) {
 static inline str kv_tostr(rctx *r, const kv *v) {
     if (v->t == V_STR) return v->s;
     sbuf b = {0};
-    kct_sb_put(&r->c, &b, "", 0);
-    kct_to_str(r, &b, v);
+    chat_sb_put(&r->c, &b, "", 0);
+    chat_to_str(r, &b, v);
     return (str){b.p, b.n};
 }
 
 static inline kv list_of(rctx *r, const node *x, const kv *v) {
     size_t n;
-    kv *it = kct_iter_items(r, x, v, &n);
+    kv *it = chat_iter_items(r, x, v, &n);
     kv out = mk_list(&r->c, n);
     if (n) memcpy(out.l->v, it, n * sizeof(kv));
     out.l->n = n;
@@ -564,7 +564,7 @@ static inline kv list_of(rctx *r, const node *x, const kv *v) {
 }
 
 static inline frame *new_frame(ctx *c, frame *parent) {
-    frame *f = kct_ar_alloc(c, sizeof(frame));
+    frame *f = chat_ar_alloc(c, sizeof(frame));
     f->parent = parent;
     f->n = f->cap = 0;
     f->keys = NULL;
@@ -594,7 +594,7 @@ static inline kv arg_or(const args *a, int idx, const char *name, kv def) {
 
 static inline kv need_str(rctx *r, const node *x, const kv *v, const char *what) {
     if (v->t == V_UNDEF) undef_fail(r, x, v);
-    if (v->t != V_STR) kct_fail_at(r, x, "%s expects a string, got %s", what, kct_type_name(v));
+    if (v->t != V_STR) chat_fail_at(r, x, "%s expects a string, got %s", what, chat_type_name(v));
     return *v;
 }
 

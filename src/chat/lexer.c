@@ -22,7 +22,7 @@ static void lx_advance(lexer *L, size_t to) {
 static tok *lx_push(lexer *L, int type, size_t at) {
     if (L->n == L->cap) {
         size_t cap = L->cap ? L->cap * 2 : 256;
-        tok *nt = kct_ar_alloc(L->c, cap * sizeof(tok));
+        tok *nt = chat_ar_alloc(L->c, cap * sizeof(tok));
         if (L->n) memcpy(nt, L->toks, L->n * sizeof(tok));
         L->toks = nt;
         L->cap = cap;
@@ -41,9 +41,9 @@ static void lx_string(lexer *L, tok *t) {
     char q = s[L->pos];
     size_t i = L->pos + 1;
     sbuf b = {0};
-    kct_sb_put(L->c, &b, "", 0);
+    chat_sb_put(L->c, &b, "", 0);
     for (;;) {
-        if (i >= L->len) kct_fail(L->c, t->line, t->col, "unterminated string literal");
+        if (i >= L->len) chat_fail(L->c, t->line, t->col, "unterminated string literal");
         char ch = s[i];
         if (ch == q) {
             i++;
@@ -71,7 +71,7 @@ static void lx_string(lexer *L, tok *t) {
                 uint32_t cp = 0;
                 for (int k = 0; k < nd; k++, i++) {
                     if (i >= L->len || !isxdigit((unsigned char)s[i]))
-                        kct_fail(L->c, t->line, t->col, "bad \\%c escape in string literal", e);
+                        chat_fail(L->c, t->line, t->col, "bad \\%c escape in string literal", e);
                     char h = s[i];
                     cp = cp * 16 + (uint32_t)(h <= '9' ? h - '0' : (h | 32) - 'a' + 10);
                 }
@@ -102,7 +102,7 @@ static int lx_tag(lexer *L, int block, int open_line, int open_col) {
     for (;;) {
         while (L->pos < L->len && is_ws(s[L->pos])) lx_advance(L, L->pos + 1);
         if (L->pos >= L->len)
-            kct_fail(L->c, open_line, open_col, "unexpected end of template inside a %s tag",
+            chat_fail(L->c, open_line, open_col, "unexpected end of template inside a %s tag",
                      block ? "{% %}" : "{{ }}");
         size_t p = L->pos;
         if (depth == 0) {
@@ -167,7 +167,7 @@ static int lx_tag(lexer *L, int block, int open_line, int open_col) {
                 int64_t v = 0;
                 for (size_t q = 0; q < k; q++)
                     if (k == 63 || __builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, num[q] - '0', &v))
-                        kct_fail(L->c, t->line, t->col, "integer literal too large");
+                        chat_fail(L->c, t->line, t->col, "integer literal too large");
                 t->i = v;
             }
             lx_advance(L, e);
@@ -184,7 +184,7 @@ static int lx_tag(lexer *L, int block, int open_line, int open_col) {
                     break;
                 }
             if (w == 1 && !strchr("+-*/%~<>=.,:|()[]{}", ch))
-                kct_fail(L->c, t->line, t->col, "unexpected character '%c'", ch);
+                chat_fail(L->c, t->line, t->col, "unexpected character '%c'", ch);
             memcpy(t->op, s + p, w);
             if (ch == '(' || ch == '[' || ch == '{') depth++;
             if ((ch == ')' || ch == ']' || ch == '}') && depth > 0) depth--;
@@ -242,7 +242,7 @@ static void lx_data(lexer *L, const char *p, size_t n, size_t at) {
  * "-" strips all whitespace on that side; a block or comment tag alone on
  * its line loses the indentation before it (unless opened with "+"), and
  * the first newline after a block or comment tag is dropped. */
-void kct_lex(lexer *L) {
+void chat_lex(lexer *L) {
     const char *s = L->src;
     int line_starting = 1;
     size_t pos = 0;
@@ -284,7 +284,7 @@ void kct_lex(lexer *L) {
                     e = s + i;
                     break;
                 }
-            if (!e) kct_fail(L->c, open_line, open_col, "unclosed comment");
+            if (!e) chat_fail(L->c, open_line, open_col, "unclosed comment");
             size_t end = (size_t)(e - s) + 2;
             strip_after = e > s + inner && e[-1] == '-';
             lx_advance(L, end);
@@ -303,7 +303,7 @@ void kct_lex(lexer *L) {
                 size_t body = q;
                 for (; q < L->len; q++)
                     if (s[q] == '{' && (eend = lx_match_tag_word(L, q, "endraw", &elm, &erm)) != 0) break;
-                if (!eend) kct_fail(L->c, open_line, open_col, "unclosed raw block (expected 'endraw')");
+                if (!eend) chat_fail(L->c, open_line, open_col, "unclosed raw block (expected 'endraw')");
                 size_t bn = q - body;
                 if (elm)
                     while (bn && is_ws(s[body + bn - 1])) bn--;

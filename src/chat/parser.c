@@ -11,7 +11,7 @@
 static void nl_push(ctx *c, nlist *l, node *x) {
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 4;
-        node **nv = kct_ar_alloc(c, (size_t)cap * sizeof(node *));
+        node **nv = chat_ar_alloc(c, (size_t)cap * sizeof(node *));
         if (l->n) memcpy(nv, l->v, (size_t)l->n * sizeof(node *));
         l->v = nv;
         l->cap = cap;
@@ -54,7 +54,7 @@ static const char *tok_desc(const tok *t, char *buf, size_t n) {
 static _Noreturn void unexpected(parser *P, const char *want) {
     char b[64];
     tok *t = cur(P);
-    kct_fail(P->c, t->line, t->col, "expected %s, got %s", want, tok_desc(t, b, sizeof b));
+    chat_fail(P->c, t->line, t->col, "expected %s, got %s", want, tok_desc(t, b, sizeof b));
 }
 
 static void expect_op(parser *P, const char *op) {
@@ -75,13 +75,13 @@ static str expect_name(parser *P) {
  * level deeper, so chains count against the nesting limit; the caller
  * restores P->depth when its chain ends. */
 static void chain_link(parser *P, const tok *t) {
-    if (++P->depth > MAX_PARSE_DEPTH) kct_fail(P->c, t->line, t->col, "expression chained too deeply");
+    if (++P->depth > MAX_PARSE_DEPTH) chat_fail(P->c, t->line, t->col, "expression chained too deeply");
 }
 
 /* One level of nesting: the depth count and the stack both bounded. */
 static void nest(parser *P, const tok *t, const char *what) {
     if (++P->depth > MAX_PARSE_DEPTH || stack_deep(P->stack_floor))
-        kct_fail(P->c, t->line, t->col, "%s nested too deeply", what);
+        chat_fail(P->c, t->line, t->col, "%s nested too deeply", what);
 }
 
 static node *parse_expr(parser *P);
@@ -100,14 +100,14 @@ static void parse_call_args(parser *P, node *x) {
             nexttok(P);
             if (nk == capk) {
                 capk = capk ? capk * 2 : 4;
-                str *nn = kct_ar_alloc(P->c, (size_t)capk * sizeof(str));
+                str *nn = chat_ar_alloc(P->c, (size_t)capk * sizeof(str));
                 if (nk) memcpy(nn, x->names, (size_t)nk * sizeof(str));
                 x->names = nn;
             }
             x->names[nk++] = t->s;
             nl_push(P->c, &x->args2, parse_expr(P));
         } else {
-            if (x->args2.n) kct_fail(P->c, t->line, t->col, "positional argument follows keyword argument");
+            if (x->args2.n) chat_fail(P->c, t->line, t->col, "positional argument follows keyword argument");
             nl_push(P->c, &x->args, parse_expr(P));
         }
     }
@@ -140,10 +140,10 @@ static node *parse_primary(parser *P) {
             return x;
         }
         sbuf b = {0};
-        kct_sb_put(P->c, &b, t->s.p, t->s.n);
+        chat_sb_put(P->c, &b, t->s.p, t->s.n);
         while (cur(P)->type == T_STRING) {
             tok *u = nexttok(P);
-            kct_sb_put(P->c, &b, u->s.p, u->s.n);
+            chat_sb_put(P->c, &b, u->s.p, u->s.n);
         }
         x->lit = mk_str(b.p, b.n);
         return x;
@@ -246,7 +246,7 @@ static node *parse_postfix(parser *P, node *x) {
                 y->c = parts[1];
                 nl_push(P->c, &y->args, parts[2]);
             } else {
-                if (!parts[0]) kct_fail(P->c, t->line, t->col, "expected an index expression");
+                if (!parts[0]) chat_fail(P->c, t->line, t->col, "expected an index expression");
                 y->b = parts[0];
             }
             x = y;
@@ -274,8 +274,8 @@ static node *parse_filter_expr(parser *P, node *x) {
             node *y = mk_node(P, E_FILTER, nt);
             y->a = x;
             y->name = expect_name(P);
-            y->id = lookup_name(kct_filters, sizeof kct_filters / sizeof *kct_filters, y->name);
-            if (y->id < 0) kct_fail(P->c, nt->line, nt->col, "unknown filter '%.*s'", (int)y->name.n, y->name.p);
+            y->id = lookup_name(chat_filters, sizeof chat_filters / sizeof *chat_filters, y->name);
+            if (y->id < 0) chat_fail(P->c, nt->line, nt->col, "unknown filter '%.*s'", (int)y->name.n, y->name.p);
             if (is_op(cur(P), "(")) {
                 nexttok(P);
                 parse_call_args(P, y);
@@ -298,8 +298,8 @@ static node *parse_filter_expr(parser *P, node *x) {
             else
                 unexpected(P, "a test name");
             nexttok(P);
-            y->id = lookup_name(kct_tests, sizeof kct_tests / sizeof *kct_tests, y->name);
-            if (y->id < 0) kct_fail(P->c, nt->line, nt->col, "unknown test '%.*s'", (int)y->name.n, y->name.p);
+            y->id = lookup_name(chat_tests, sizeof chat_tests / sizeof *chat_tests, y->name);
+            if (y->id < 0) chat_fail(P->c, nt->line, nt->col, "unknown test '%.*s'", (int)y->name.n, y->name.p);
             tok *a = cur(P);
             if (is_op(a, "(")) {
                 nexttok(P);
@@ -517,7 +517,7 @@ static void parse_targets(parser *P, node *x) {
         nexttok(P);
     }
     if (paren) expect_op(P, ")");
-    x->names = kct_ar_alloc(P->c, (size_t)n * sizeof(str));
+    x->names = chat_ar_alloc(P->c, (size_t)n * sizeof(str));
     memcpy(x->names, tmp, (size_t)n * sizeof(str));
     x->nnames = n;
 }
@@ -559,22 +559,22 @@ static node *parse_statement_kw(parser *P, tok *t, str kw) {
         x = mk_node(P, N_IF, t);
         x->a = parse_expr(P);
         expect_block_end(P);
-        kct_parse_body(P, &x->args, "elif else endif", t, "if");
+        chat_parse_body(P, &x->args, "elif else endif", t, "if");
         node *tail = x;
         const int d0 = P->depth; /* each elif nests one level deeper */
         for (;;) {
             tok *e = nexttok(P);
             if (str_is(e->s, "elif")) {
-                if (++P->depth > MAX_PARSE_DEPTH) kct_fail(P->c, e->line, e->col, "too many elif branches");
+                if (++P->depth > MAX_PARSE_DEPTH) chat_fail(P->c, e->line, e->col, "too many elif branches");
                 node *y = mk_node(P, N_IF, e);
                 y->a = parse_expr(P);
                 expect_block_end(P);
-                kct_parse_body(P, &y->args, "elif else endif", t, "if");
+                chat_parse_body(P, &y->args, "elif else endif", t, "if");
                 nl_push(P->c, &tail->args2, y);
                 tail = y;
             } else if (str_is(e->s, "else")) {
                 expect_block_end(P);
-                kct_parse_body(P, &tail->args2, "endif", t, "if");
+                chat_parse_body(P, &tail->args2, "endif", t, "if");
             } else {
                 expect_block_end(P);
                 P->depth = d0;
@@ -593,12 +593,12 @@ static node *parse_statement_kw(parser *P, tok *t, str kw) {
             x->b = parse_expr(P);
         }
         if (is_name(cur(P), "recursive"))
-            kct_fail(P->c, cur(P)->line, cur(P)->col, "recursive loops are not supported");
+            chat_fail(P->c, cur(P)->line, cur(P)->col, "recursive loops are not supported");
         expect_block_end(P);
-        kct_parse_body(P, &x->args, "else endfor", t, "for");
+        chat_parse_body(P, &x->args, "else endfor", t, "for");
         if (str_is(nexttok(P)->s, "else")) {
             expect_block_end(P);
-            kct_parse_body(P, &x->args2, "endfor", t, "for");
+            chat_parse_body(P, &x->args2, "endfor", t, "for");
             nexttok(P);
         }
         expect_block_end(P);
@@ -636,7 +636,7 @@ static node *parse_statement_kw(parser *P, tok *t, str kw) {
         }
         x->b = filt;
         expect_block_end(P);
-        kct_parse_body(P, &x->args, "endset", t, "set");
+        chat_parse_body(P, &x->args, "endset", t, "set");
         nexttok(P);
         expect_block_end(P);
         return x;
@@ -665,16 +665,16 @@ static node *parse_statement_kw(parser *P, tok *t, str kw) {
             }
             nexttok(P);
         }
-        x->names = kct_ar_alloc(P->c, (size_t)(n ? n : 1) * sizeof(str));
+        x->names = chat_ar_alloc(P->c, (size_t)(n ? n : 1) * sizeof(str));
         memcpy(x->names, tmp, (size_t)n * sizeof(str));
         x->nnames = n;
         if (is_call) {
             tok *ct = cur(P);
             x->a = parse_expr(P);
-            if (x->a->kind != E_CALL) kct_fail(P->c, ct->line, ct->col, "expected a macro call after 'call'");
+            if (x->a->kind != E_CALL) chat_fail(P->c, ct->line, ct->col, "expected a macro call after 'call'");
         }
         expect_block_end(P);
-        kct_parse_body(P, &x->args, is_call ? "endcall" : "endmacro", t, is_call ? "call" : "macro");
+        chat_parse_body(P, &x->args, is_call ? "endcall" : "endmacro", t, is_call ? "call" : "macro");
         nexttok(P);
         if (!is_call && cur(P)->type == T_NAME) nexttok(P); /* {% endmacro name %} */
         expect_block_end(P);
@@ -693,8 +693,8 @@ static node *parse_statement_kw(parser *P, tok *t, str kw) {
             node *y = mk_node(P, E_FILTER, ft);
             y->a = f;
             y->name = expect_name(P);
-            y->id = lookup_name(kct_filters, sizeof kct_filters / sizeof *kct_filters, y->name);
-            if (y->id < 0) kct_fail(P->c, ft->line, ft->col, "unknown filter '%.*s'", (int)y->name.n, y->name.p);
+            y->id = lookup_name(chat_filters, sizeof chat_filters / sizeof *chat_filters, y->name);
+            if (y->id < 0) chat_fail(P->c, ft->line, ft->col, "unknown filter '%.*s'", (int)y->name.n, y->name.p);
             if (is_op(cur(P), "(")) {
                 nexttok(P);
                 parse_call_args(P, y);
@@ -702,7 +702,7 @@ static node *parse_statement_kw(parser *P, tok *t, str kw) {
             x->b = parse_filter_expr(P, y);
         }
         expect_block_end(P);
-        kct_parse_body(P, &x->args, is_filter ? "endfilter" : "endgeneration", t, is_filter ? "filter" : "generation");
+        chat_parse_body(P, &x->args, is_filter ? "endfilter" : "endgeneration", t, is_filter ? "filter" : "generation");
         nexttok(P);
         expect_block_end(P);
         return x;
@@ -712,16 +712,16 @@ static node *parse_statement_kw(parser *P, tok *t, str kw) {
         expect_block_end(P);
         return x;
     }
-    kct_fail(P->c, t->line, t->col, "unknown tag '%.*s'", (int)kw.n, kw.p);
+    chat_fail(P->c, t->line, t->col, "unknown tag '%.*s'", (int)kw.n, kw.p);
 }
 
-void kct_parse_body(parser *P, nlist *out, const char *ends, const tok *opener, const char *opname) {
+void chat_parse_body(parser *P, nlist *out, const char *ends, const tok *opener, const char *opname) {
     for (;;) {
         tok *t = cur(P);
         switch (t->type) {
         case T_EOF:
             if (ends)
-                kct_fail(P->c, opener->line, opener->col,
+                chat_fail(P->c, opener->line, opener->col,
                          "unexpected end of template: '%s' block is not closed (expected '%s')", opname,
                          strrchr(ends, ' ') ? strrchr(ends, ' ') + 1 : ends);
             return;
@@ -750,11 +750,11 @@ void kct_parse_body(parser *P, nlist *out, const char *ends, const tok *opener, 
                  str_is(nt->s, "endmacro") || str_is(nt->s, "endset") || str_is(nt->s, "endcall") ||
                  str_is(nt->s, "endfilter") || str_is(nt->s, "endgeneration"))) {
                 if (ends)
-                    kct_fail(P->c, nt->line, nt->col,
+                    chat_fail(P->c, nt->line, nt->col,
                              "unexpected '%.*s' inside '%s' block opened at %d:%d (expected '%s')", (int)nt->s.n,
                              nt->s.p, opname, opener->line, opener->col,
                              strrchr(ends, ' ') ? strrchr(ends, ' ') + 1 : ends);
-                kct_fail(P->c, nt->line, nt->col, "unexpected '%.*s' with no open block", (int)nt->s.n, nt->s.p);
+                chat_fail(P->c, nt->line, nt->col, "unexpected '%.*s' with no open block", (int)nt->s.n, nt->s.p);
             }
             nl_push(P->c, out, parse_statement(P));
             break;

@@ -13,7 +13,7 @@
 
 /* ---------------------------------------------------------------- arena */
 
-_Noreturn void kct_fail(ctx *c, int line, int col, const char *fmt, ...) {
+_Noreturn void chat_fail(ctx *c, int line, int col, const char *fmt, ...) {
     if (c->err && c->errlen) {
         int k = line > 0 ? snprintf(c->err, c->errlen, "%d:%d: ", line, col) : 0;
         if (k < 0) k = 0;
@@ -27,18 +27,18 @@ _Noreturn void kct_fail(ctx *c, int line, int col, const char *fmt, ...) {
     longjmp(c->jb, 1);
 }
 
-void *kct_ar_alloc(ctx *c, size_t n) {
+void *chat_ar_alloc(ctx *c, size_t n) {
     if (n > SIZE_MAX / 2)
-        kct_fail(c, 0, 0, c->mem_limit ? "render exceeded its memory budget (%zu bytes)" : "out of memory",
+        chat_fail(c, 0, 0, c->mem_limit ? "render exceeded its memory budget (%zu bytes)" : "out of memory",
                  c->mem_limit);
     n = (n + 15) & ~(size_t)15;
     ablk *b = c->blocks;
     if (!b || b->cap - b->used < n) {
         size_t cap = n > 32768 ? n : 32768;
         if (c->mem_limit && (cap > c->mem_limit || c->mem_used > c->mem_limit - cap))
-            kct_fail(c, 0, 0, "render exceeded its memory budget (%zu bytes)", c->mem_limit);
+            chat_fail(c, 0, 0, "render exceeded its memory budget (%zu bytes)", c->mem_limit);
         b = malloc(sizeof(ablk) + cap);
-        if (!b) kct_fail(c, 0, 0, "out of memory");
+        if (!b) chat_fail(c, 0, 0, "out of memory");
         c->mem_used += cap;
         b->cap = cap;
         b->used = 0;
@@ -50,11 +50,11 @@ void *kct_ar_alloc(ctx *c, size_t n) {
     return p;
 }
 
-void kct_sb_put(ctx *c, sbuf *b, const char *s, size_t n) {
+void chat_sb_put(ctx *c, sbuf *b, const char *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 256;
         while (cap < b->n + n + 1) cap *= 2;
-        char *p = kct_ar_alloc(c, cap);
+        char *p = chat_ar_alloc(c, cap);
         if (b->n) memcpy(p, b->p, b->n);
         b->p = p;
         b->cap = cap;
@@ -71,15 +71,15 @@ static void sb_printf(ctx *c, sbuf *b, const char *fmt, ...) {
     va_start(ap, fmt);
     int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    if (k > 0) kct_sb_put(c, b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+    if (k > 0) chat_sb_put(c, b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
 }
 
 /* --------------------------------------------------------------- values */
 
-void kct_list_push(ctx *c, klist *l, kv x) {
+void chat_list_push(ctx *c, klist *l, kv x) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 4;
-        kv *nv = kct_ar_alloc(c, cap * sizeof(kv));
+        kv *nv = chat_ar_alloc(c, cap * sizeof(kv));
         if (l->n) memcpy(nv, l->v, l->n * sizeof(kv));
         l->v = nv;
         l->cap = cap;
@@ -87,7 +87,7 @@ void kct_list_push(ctx *c, klist *l, kv x) {
     l->v[l->n++] = x;
 }
 
-void kct_dict_set(ctx *c, kdict *d, kv k, kv v) {
+void chat_dict_set(ctx *c, kdict *d, kv k, kv v) {
     kv *slot = dict_find(d, &k);
     if (slot) {
         *slot = v;
@@ -95,7 +95,7 @@ void kct_dict_set(ctx *c, kdict *d, kv k, kv v) {
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
-        kv *nk = kct_ar_alloc(c, cap * sizeof(kv)), *nv = kct_ar_alloc(c, cap * sizeof(kv));
+        kv *nk = chat_ar_alloc(c, cap * sizeof(kv)), *nv = chat_ar_alloc(c, cap * sizeof(kv));
         if (d->n) {
             memcpy(nk, d->keys, d->n * sizeof(kv));
             memcpy(nv, d->vals, d->n * sizeof(kv));
@@ -112,7 +112,7 @@ void kct_dict_set(ctx *c, kdict *d, kv k, kv v) {
 
 static const char *const GLOBALS[] = {"range", "namespace", "dict", "raise_exception", "strftime_now"};
 
-const char *kct_type_name(const kv *v) {
+const char *chat_type_name(const kv *v) {
     switch (v->t) {
     case V_UNDEF: return "Undefined";
     case V_NONE: return "NoneType";
@@ -127,20 +127,20 @@ const char *kct_type_name(const kv *v) {
     }
 }
 
-_Noreturn void kct_fail_at(rctx *r, const node *x, const char *fmt, ...) {
+_Noreturn void chat_fail_at(rctx *r, const node *x, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    kct_fail(&r->c, x ? x->line : 0, x ? x->col : 0, "%s", msg);
+    chat_fail(&r->c, x ? x->line : 0, x ? x->col : 0, "%s", msg);
 }
 
-void kct_poll(rctx *r, const node *x) {
+void chat_poll(rctx *r, const node *x) {
     if (r->max_steps && r->steps > r->max_steps)
-        kct_fail_at(r, x, "render exceeded its step budget (%llu steps)", (unsigned long long)r->max_steps);
-    if (r->cancelled && r->cancelled(r->cancel_arg)) kct_fail_at(r, x, "render cancelled");
-    r->next_poll = r->steps + KCT_POLL_STEPS;
+        chat_fail_at(r, x, "render exceeded its step budget (%llu steps)", (unsigned long long)r->max_steps);
+    if (r->cancelled && r->cancelled(r->cancel_arg)) chat_fail_at(r, x, "render cancelled");
+    r->next_poll = r->steps + CHAT_POLL_STEPS;
     if (r->max_steps && r->next_poll > r->max_steps + 1) r->next_poll = r->max_steps + 1;
 }
 
@@ -150,14 +150,14 @@ static int vpush(rctx *r, const node *x, const kv *v) {
     const void *p = v->t == V_LIST ? (const void *)v->l : (const void *)v->d;
     for (int i = 0; i < r->vdepth; i++)
         if (r->vstack[i] == p) return 1;
-    if (r->vdepth == MAX_VALUE_DEPTH) kct_fail_at(r, x, "value nested too deeply (over %d levels)", MAX_VALUE_DEPTH);
+    if (r->vdepth == MAX_VALUE_DEPTH) chat_fail_at(r, x, "value nested too deeply (over %d levels)", MAX_VALUE_DEPTH);
     r->vstack[r->vdepth++] = p;
-    kct_charge(r, x, 1);
+    chat_charge(r, x, 1);
     return 0;
 }
 static void vpop(rctx *r) { r->vdepth--; }
 
-int kct_truthy(const kv *v) {
+int chat_truthy(const kv *v) {
     switch (v->t) {
     case V_UNDEF:
     case V_NONE: return 0;
@@ -234,7 +234,7 @@ static void fmt_pyfloat(double x, char *out, size_t on) {
 static void repr(rctx *r, sbuf *b, const kv *v);
 
 /* Python str(v). */
-void kct_to_str(rctx *r, sbuf *b, const kv *v) {
+void chat_to_str(rctx *r, sbuf *b, const kv *v) {
     ctx *c = &r->c;
     char tmp[48];
     switch (v->t) {
@@ -246,7 +246,7 @@ void kct_to_str(rctx *r, sbuf *b, const kv *v) {
         fmt_pyfloat(v->f, tmp, sizeof tmp);
         sb_puts(c, b, tmp);
         return;
-    case V_STR: kct_sb_put(c, b, v->s.p, v->s.n); return;
+    case V_STR: chat_sb_put(c, b, v->s.p, v->s.n); return;
     default: repr(r, b, v); return;
     }
 }
@@ -312,7 +312,7 @@ static void repr(rctx *r, sbuf *b, const kv *v) {
         return;
     case V_FUNC: sb_puts(c, b, "<function>"); return;
     case V_LOOP: sb_puts(c, b, "<LoopContext>"); return;
-    default: kct_to_str(r, b, v); return;
+    default: chat_to_str(r, b, v); return;
     }
 }
 
@@ -343,21 +343,21 @@ static void json_str(rctx *r, sbuf *b, str s) {
             esc = tmp;
         }
         if (esc) {
-            kct_sb_put(c, b, s.p + run, i - run);
+            chat_sb_put(c, b, s.p + run, i - run);
             sb_puts(c, b, esc);
             run = i + 1;
         }
     }
-    kct_sb_put(c, b, s.p + run, s.n - run);
+    chat_sb_put(c, b, s.p + run, s.n - run);
     sb_putc(c, b, '"');
 }
 
 static void json_newline(rctx *r, sbuf *b, const jopts *o, int level) {
     sb_putc(&r->c, b, '\n');
-    for (int i = 0; i < level; i++) kct_sb_put(&r->c, b, o->indent.p, o->indent.n);
+    for (int i = 0; i < level; i++) chat_sb_put(&r->c, b, o->indent.p, o->indent.n);
 }
 
-void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o, int level) {
+void chat_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o, int level) {
     ctx *c = &r->c;
     char tmp[48];
     switch (v->t) {
@@ -380,12 +380,12 @@ void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o,
             sb_puts(c, b, "[]");
             return;
         }
-        if (vpush(r, x, v)) kct_fail_at(r, x, "tojson: circular reference detected");
+        if (vpush(r, x, v)) chat_fail_at(r, x, "tojson: circular reference detected");
         sb_putc(c, b, '[');
         for (size_t i = 0; i < v->l->n; i++) {
-            if (i) kct_sb_put(c, b, o->item_sep.p, o->item_sep.n);
+            if (i) chat_sb_put(c, b, o->item_sep.p, o->item_sep.n);
             if (o->has_indent) json_newline(r, b, o, level + 1);
-            kct_json_dump(r, x, b, &v->l->v[i], o, level + 1);
+            chat_json_dump(r, x, b, &v->l->v[i], o, level + 1);
         }
         if (o->has_indent) json_newline(r, b, o, level);
         sb_putc(c, b, ']');
@@ -396,13 +396,13 @@ void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o,
             sb_puts(c, b, "{}");
             return;
         }
-        if (vpush(r, x, v)) kct_fail_at(r, x, "tojson: circular reference detected");
+        if (vpush(r, x, v)) chat_fail_at(r, x, "tojson: circular reference detected");
         size_t n = v->d->n;
-        size_t *ord = kct_ar_alloc(c, n * sizeof(size_t));
+        size_t *ord = chat_ar_alloc(c, n * sizeof(size_t));
         for (size_t i = 0; i < n; i++) ord[i] = i;
         if (o->sort_keys) /* insertion sort: dicts in templates are small */
             for (size_t i = 1; i < n; i++)
-                for (size_t j = i; j > 0 && kct_kv_cmp(r, x, &v->d->keys[ord[j - 1]], &v->d->keys[ord[j]]) > 0; j--) {
+                for (size_t j = i; j > 0 && chat_kv_cmp(r, x, &v->d->keys[ord[j - 1]], &v->d->keys[ord[j]]) > 0; j--) {
                     size_t t = ord[j];
                     ord[j] = ord[j - 1];
                     ord[j - 1] = t;
@@ -410,25 +410,25 @@ void kct_json_dump(rctx *r, const node *x, sbuf *b, const kv *v, const jopts *o,
         sb_putc(c, b, '{');
         for (size_t k = 0; k < n; k++) {
             const kv *key = &v->d->keys[ord[k]];
-            if (k) kct_sb_put(c, b, o->item_sep.p, o->item_sep.n);
+            if (k) chat_sb_put(c, b, o->item_sep.p, o->item_sep.n);
             if (o->has_indent) json_newline(r, b, o, level + 1);
             if (key->t == V_STR)
                 json_str(r, b, key->s);
             else if (key->t == V_NONE || key->t == V_BOOL || key->t == V_INT || key->t == V_FLOAT) {
                 sbuf kb = {0};
-                kct_json_dump(r, x, &kb, key, o, 0);
+                chat_json_dump(r, x, &kb, key, o, 0);
                 json_str(r, b, (str){kb.p, kb.n});
             } else
-                kct_fail_at(r, x, "keys must be str, int, float, bool or None, not %s", kct_type_name(key));
-            kct_sb_put(c, b, o->key_sep.p, o->key_sep.n);
-            kct_json_dump(r, x, b, &v->d->vals[ord[k]], o, level + 1);
+                chat_fail_at(r, x, "keys must be str, int, float, bool or None, not %s", chat_type_name(key));
+            chat_sb_put(c, b, o->key_sep.p, o->key_sep.n);
+            chat_json_dump(r, x, b, &v->d->vals[ord[k]], o, level + 1);
         }
         if (o->has_indent) json_newline(r, b, o, level);
         sb_putc(c, b, '}');
         vpop(r);
         return;
     }
-    default: kct_fail_at(r, x, "Object of type %s is not JSON serializable", kct_type_name(v));
+    default: chat_fail_at(r, x, "Object of type %s is not JSON serializable", chat_type_name(v));
     }
 }
 
@@ -468,21 +468,21 @@ static int kv_eq_d(const kv *a, const kv *b, int depth, uint64_t *work) {
     }
 }
 
-int kct_kv_eq(const kv *a, const kv *b) {
+int chat_kv_eq(const kv *a, const kv *b) {
     uint64_t work = 0;
     return kv_eq_d(a, b, 0, &work);
 }
 
-int kct_kv_eq_r(rctx *r, const node *x, const kv *a, const kv *b) {
+int chat_kv_eq_r(rctx *r, const node *x, const kv *a, const kv *b) {
     uint64_t work = 1;
     int eq = kv_eq_d(a, b, 0, &work);
-    kct_charge(r, x, work);
+    chat_charge(r, x, work);
     return eq;
 }
 
 /* Python ordering; TypeError for unordered pairs. */
 static int kv_cmp_d(rctx *r, const node *x, const kv *a, const kv *b, int depth) {
-    kct_charge(r, x, 1);
+    chat_charge(r, x, 1);
     if (a->t == V_UNDEF) undef_fail(r, x, a);
     if (b->t == V_UNDEF) undef_fail(r, x, b);
     if (is_num(a) && is_num(b)) {
@@ -492,7 +492,7 @@ static int kv_cmp_d(rctx *r, const node *x, const kv *a, const kv *b, int depth)
     }
     if (a->t == V_STR && b->t == V_STR) {
         size_t n = a->s.n < b->s.n ? a->s.n : b->s.n;
-        kct_charge(r, x, n / 64);
+        chat_charge(r, x, n / 64);
         int k = memcmp(a->s.p, b->s.p, n);
         if (k) return k < 0 ? -1 : 1;
         return (a->s.n > b->s.n) - (a->s.n < b->s.n);
@@ -500,46 +500,46 @@ static int kv_cmp_d(rctx *r, const node *x, const kv *a, const kv *b, int depth)
     if (a->t == V_LIST && b->t == V_LIST) {
         if (a->l == b->l) return 0;
         if (depth >= MAX_VALUE_DEPTH)
-            kct_fail_at(r, x, "comparison nested too deeply (over %d levels)", MAX_VALUE_DEPTH);
+            chat_fail_at(r, x, "comparison nested too deeply (over %d levels)", MAX_VALUE_DEPTH);
         for (size_t i = 0; i < a->l->n && i < b->l->n; i++) {
-            if (kct_kv_eq_r(r, x, &a->l->v[i], &b->l->v[i])) continue;
+            if (chat_kv_eq_r(r, x, &a->l->v[i], &b->l->v[i])) continue;
             return kv_cmp_d(r, x, &a->l->v[i], &b->l->v[i], depth + 1);
         }
         return (a->l->n > b->l->n) - (a->l->n < b->l->n);
     }
-    kct_fail_at(r, x, "'<' not supported between instances of '%s' and '%s'", kct_type_name(a), kct_type_name(b));
+    chat_fail_at(r, x, "'<' not supported between instances of '%s' and '%s'", chat_type_name(a), chat_type_name(b));
 }
 
-int kct_kv_cmp(rctx *r, const node *x, const kv *a, const kv *b) { return kv_cmp_d(r, x, a, b, 0); }
+int chat_kv_cmp(rctx *r, const node *x, const kv *a, const kv *b) { return kv_cmp_d(r, x, a, b, 0); }
 
 /* The items a for loop or a filter iterates: list items, dict keys, string
  * characters; nothing for undefined. */
-kv *kct_iter_items(rctx *r, const node *x, const kv *v, size_t *n) {
+kv *chat_iter_items(rctx *r, const node *x, const kv *v, size_t *n) {
     switch (v->t) {
     case V_UNDEF: *n = 0; return NULL;
     case V_LIST:
         *n = v->l->n;
-        kct_charge(r, x, *n);
+        chat_charge(r, x, *n);
         return v->l->v;
     case V_DICT:
         *n = v->d->n;
-        kct_charge(r, x, *n);
+        chat_charge(r, x, *n);
         return v->d->keys;
     case V_STR: {
         size_t cnt;
         size_t *off = cp_offsets(&r->c, v->s, &cnt);
-        kv *out = kct_ar_alloc(&r->c, (cnt ? cnt : 1) * sizeof(kv));
+        kv *out = chat_ar_alloc(&r->c, (cnt ? cnt : 1) * sizeof(kv));
         for (size_t i = 0; i < cnt; i++) out[i] = mk_str(v->s.p + off[i], off[i + 1] - off[i]);
         *n = cnt;
         return out;
     }
-    default: kct_fail_at(r, x, "'%s' object is not iterable", kct_type_name(v));
+    default: chat_fail_at(r, x, "'%s' object is not iterable", chat_type_name(v));
     }
 }
 
 static kv json_to_kv_d(ctx *c, const json_t *j, int depth) {
-    if (depth > KCT_MAX_INPUT_DEPTH)
-        kct_fail(c, 0, 0, "template variables nested too deeply (over %d levels)", KCT_MAX_INPUT_DEPTH);
+    if (depth > CHAT_MAX_INPUT_DEPTH)
+        chat_fail(c, 0, 0, "template variables nested too deeply (over %d levels)", CHAT_MAX_INPUT_DEPTH);
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
         kv d = mk_dict(c, json_object_size(j));
@@ -568,11 +568,11 @@ static kv json_to_kv_d(ctx *c, const json_t *j, int depth) {
     }
 }
 
-kv kct_json_to_kv(ctx *c, const json_t *j) { return json_to_kv_d(c, j, 0); }
+kv chat_json_to_kv(ctx *c, const json_t *j) { return json_to_kv_d(c, j, 0); }
 
 /* ---- frames */
 
-void kct_frame_set(ctx *c, frame *f, str k, kv v) {
+void chat_frame_set(ctx *c, frame *f, str k, kv v) {
     for (int i = 0; i < f->n; i++)
         if (f->keys[i].n == k.n && memcmp(f->keys[i].p, k.p, k.n) == 0) {
             f->vals[i] = v;
@@ -580,8 +580,8 @@ void kct_frame_set(ctx *c, frame *f, str k, kv v) {
         }
     if (f->n == f->cap) {
         int cap = f->cap ? f->cap * 2 : 4;
-        str *nk = kct_ar_alloc(c, (size_t)cap * sizeof(str));
-        kv *nv = kct_ar_alloc(c, (size_t)cap * sizeof(kv));
+        str *nk = chat_ar_alloc(c, (size_t)cap * sizeof(str));
+        kv *nv = chat_ar_alloc(c, (size_t)cap * sizeof(kv));
         if (f->n) {
             memcpy(nk, f->keys, (size_t)f->n * sizeof(str));
             memcpy(nv, f->vals, (size_t)f->n * sizeof(kv));
@@ -594,17 +594,17 @@ void kct_frame_set(ctx *c, frame *f, str k, kv v) {
     f->vals[f->n++] = v;
 }
 
-kv kct_lookup(rctx *r, frame *f, str k) {
+kv chat_lookup(rctx *r, frame *f, str k) {
     uint64_t seen = 0; /* frames and names looked at: deep scopes make a look-up long */
     for (; f; f = f->parent) {
         seen += 1 + (uint64_t)f->n;
         for (int i = f->n - 1; i >= 0; i--)
             if (f->keys[i].n == k.n && memcmp(f->keys[i].p, k.p, k.n) == 0) {
-                kct_charge(r, NULL, seen / 8);
+                chat_charge(r, NULL, seen / 8);
                 return f->vals[i];
             }
     }
-    kct_charge(r, NULL, seen / 8);
+    chat_charge(r, NULL, seen / 8);
     int g = lookup_name(GLOBALS, sizeof GLOBALS / sizeof *GLOBALS, k);
     if (g >= 0) {
         kv v = {.t = V_FUNC};

@@ -621,7 +621,7 @@ done:
 typedef struct chat_state {
     kiln_model *m;
     kiln_context *c;
-    kct *tmpl; /* the GGUF's template, or */
+    chat_tmpl *tmpl; /* the GGUF's template, or */
     kgt *go;   /* the pack's Go template (either: has_tmpl) */
     json_t *messages;
     int32_t *held; /* the conversation's tokens as last fed (with a template: the
@@ -710,15 +710,15 @@ static int sigint_seen(void *arg) {
 static int32_t *render_chat(chat_state *st, int *n) {
     char err[256] = "out of memory";
     char *text = NULL;
-    const kct_opts ro = {.cancelled = sigint_seen}; /* Ctrl-C stops a long render */
+    const chat_opts ro = {.cancelled = sigint_seen}; /* Ctrl-C stops a long render */
     if (st->go) {
-        if (kgt_render_chat_opts(st->go, st->messages, NULL, st->think, &ro, &text))
+        if (chat_gotmpl_render_chat_opts(st->go, st->messages, NULL, st->think, &ro, &text))
             snprintf(err, sizeof err, "%s", kiln_last_error());
     } else {
         json_t *vars = json_pack("{s:O, s:b, s:s, s:s}", "messages", st->messages, "add_generation_prompt", 1,
                                  "bos_token", st->bos, "eos_token", st->eos);
         if (vars && st->think >= 0) json_object_set_new(vars, "enable_thinking", json_boolean(st->think));
-        if (vars && kct_render_opts(st->tmpl, vars, &ro, &text)) snprintf(err, sizeof err, "%s", kiln_last_error());
+        if (vars && chat_render_opts(st->tmpl, vars, &ro, &text)) snprintf(err, sizeof err, "%s", kiln_last_error());
         json_decref(vars);
     }
     if (!text) {
@@ -885,18 +885,18 @@ static void chat_set(chat_state *st, cli_opts *o, int *has_system, char *args) {
 /* st->m's chat template: the pack's Go template (template_go, may be NULL),
  * else the GGUF's Jinja one, else none (text is continued). */
 static void chat_templates(chat_state *st, const char *template_go) {
-    kct_free(st->tmpl);
-    kgt_free(st->go);
+    chat_free(st->tmpl);
+    chat_gotmpl_free(st->go);
     st->tmpl = NULL;
     st->go = NULL;
     const char *src = kiln_model_chat_template(st->m);
     if (template_go) {
-        if (kgt_compile(template_go, strlen(template_go), &st->go))
+        if (chat_gotmpl_compile(template_go, strlen(template_go), &st->go))
             fprintf(stderr, "kiln chat: the pack's Go template does not compile (%s); using the GGUF's\n",
                     kiln_last_error());
     }
     if (src && !st->go) {
-        if (kct_compile(src, strlen(src), &st->tmpl))
+        if (chat_compile(src, strlen(src), &st->tmpl))
             fprintf(stderr, "kiln chat: the model's chat template does not compile (%s); continuing text\n",
                     kiln_last_error());
     }
@@ -1396,8 +1396,8 @@ done:
     ks_buf_free(&view.h_content);
     ks_buf_free(&view.h_think);
     json_decref(st.messages);
-    kct_free(st.tmpl);
-    kgt_free(st.go);
+    chat_free(st.tmpl);
+    chat_gotmpl_free(st.go);
     cli_pack_free(&pk);
     ks_schema_free(schema);
     free(st.held);

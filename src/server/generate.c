@@ -226,7 +226,7 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     json_t *tools = json_object_get(body, "tools");
     if (tools_off) tools = NULL;
     json_t *msgs = ks_defaults_messages(r, messages);                    /* and its system prompt */
-    const kct_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
+    const chat_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
     char *prompt = ks_render_chat(r, msgs, tools, th, &ro, err, sizeof err);
     json_decref(msgs);
     json_decref(marked);
@@ -346,7 +346,7 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
                 ks_model_done(r, ka);
                 return rc;
             }
-            const kct_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c};
+            const chat_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c};
             rendered = ks_render_chat(r, msgs, NULL,
                                       json_is_boolean(think)  ? json_is_true(think)
                                       : json_is_string(think) ? 1

@@ -170,7 +170,7 @@ static int apply_template(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     int think = json_is_boolean(et) ? json_is_true(et) : -1;
     char err[300];
     json_t *msgs = ks_defaults_messages(r, messages); /* a pack's system prompt, as a chat request gets it */
-    const kct_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
+    const chat_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
     char *prompt = ks_render_chat(r, msgs, json_object_get(body, "tools"), think, &ro, err, sizeof err);
     json_decref(msgs);
     ks_model_done(r, NAN);

@@ -45,15 +45,15 @@ static const chat_fmt k_formats[] = {
 /* A model's compiled template: the pack's Go one, or the GGUF's Jinja. */
 typedef struct ks_tmpl {
     kgt *go;
-    kct *jinja;
+    chat_tmpl *jinja;
     int callfmt; /* KS_CF_*: how the model writes calls, from the template's text and the vocabulary */
 } ks_tmpl;
 
 void ks_template_free(void *t) {
     ks_tmpl *k = t;
     if (!k) return;
-    kgt_free(k->go);
-    kct_free(k->jinja);
+    chat_gotmpl_free(k->go);
+    chat_free(k->jinja);
     free(k);
 }
 
@@ -165,7 +165,7 @@ static void render_failed(ks_srv *s, json_t *messages, json_t *tools, char *err,
     snprintf(err, cap, "%s (%zu bytes of messages and tools): %s", KS_TOO_LARGE, n, why);
 }
 
-char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, const kct_opts *opts, char *err,
+char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, const chat_opts *opts, char *err,
                      size_t cap) {
     const char *src = kiln_model_chat_template(r->model);
     snprintf(err, cap, "the chat template failed");
@@ -180,10 +180,10 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
          * next request, not replaced by a built-in format for good */
         kiln_status cst = KILN_OK;
         ks_tmpl *k = calloc(1, sizeof *k);
-        if (k && go_src && (cst = kgt_compile(go_src, strlen(go_src), &k->go)) && cst != KILN_ERR_NOMEM)
+        if (k && go_src && (cst = chat_gotmpl_compile(go_src, strlen(go_src), &k->go)) && cst != KILN_ERR_NOMEM)
             fprintf(stderr, "kiln serve: %s: the pack's Go template: %s; using the GGUF's\n", r->name,
                     kiln_last_error());
-        if (k && !k->go && cst != KILN_ERR_NOMEM && src && (cst = kct_compile(src, strlen(src), &k->jinja)) &&
+        if (k && !k->go && cst != KILN_ERR_NOMEM && src && (cst = chat_compile(src, strlen(src), &k->jinja)) &&
             cst != KILN_ERR_NOMEM)
             fprintf(stderr, "kiln serve: %s: chat template: %s; using a built-in format\n", r->name, kiln_last_error());
         if (!k || cst == KILN_ERR_NOMEM) {
@@ -199,19 +199,19 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
     const ks_tmpl *k = r->tmpl;
     pthread_mutex_unlock(&r->srv->mu);
     ks_srv *s = r->srv;
-    kct_opts ro = opts ? *opts : (kct_opts){0};
+    chat_opts ro = opts ? *opts : (chat_opts){0};
     if (!ro.max_steps) ro.max_steps = s->cfg.template_steps;
     if (k && k->go) {
         json_t *msgs = ks_chat_normalize(messages);
         atomic_fetch_add(&s->n_renders, 1);
         char *out;
-        if (kgt_render_chat_opts(k->go, msgs, tools, think, &ro, &out)) snprintf(err, cap, "%s", kiln_last_error());
+        if (chat_gotmpl_render_chat_opts(k->go, msgs, tools, think, &ro, &out)) snprintf(err, cap, "%s", kiln_last_error());
         atomic_fetch_sub(&s->n_renders, 1);
         json_decref(msgs);
         if (!out) render_failed(s, messages, tools, err, cap);
         return out;
     }
-    const kct *tmpl = k ? k->jinja : NULL;
+    const chat_tmpl *tmpl = k ? k->jinja : NULL;
     if (tmpl) {
         json_t *vars = json_object();
         json_object_set_new(vars, "messages", ks_chat_normalize(messages));
@@ -226,7 +226,7 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
         if (think >= 0) json_object_set_new(vars, "enable_thinking", json_boolean(think));
         atomic_fetch_add(&s->n_renders, 1);
         char *out;
-        if (kct_render_opts(tmpl, vars, &ro, &out)) snprintf(err, cap, "%s", kiln_last_error());
+        if (chat_render_opts(tmpl, vars, &ro, &out)) snprintf(err, cap, "%s", kiln_last_error());
         atomic_fetch_sub(&s->n_renders, 1);
         json_decref(vars);
         if (!out) render_failed(s, messages, tools, err, cap);

@@ -18,7 +18,7 @@ json_t *ks_chat_normalize(json_t *messages);
  * text or NULL with err.  think: -1 default, 0 off, 1 on.  opts: the
  * render's budgets and cancel check (template.h; NULL: the defaults; a
  * max_steps of 0 takes the server's --template-steps). */
-char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, const kct_opts *opts, char *err,
+char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, const chat_opts *opts, char *err,
                      size_t cap);
 /* The HTTP status for a render's err: 500 when the template engine ran out
  * of memory (the engines' message says "out of memory") or the template

@@ -475,7 +475,7 @@ static int run_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int resp
     }
     json_t *msgs = ks_defaults_messages(r, marked ? marked : json_object_get(x.chat, "messages"));
     json_decref(marked);
-    const kct_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
+    const chat_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
     char *prompt = ks_render_chat(r, msgs, tools, x.think, &ro, err, sizeof err);
     json_decref(msgs);
     if (!prompt) {
