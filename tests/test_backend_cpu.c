@@ -38,7 +38,7 @@ int main(void) {
     if (!cpu) return t_done();
     quant_init();
     const kern_ops *k = kern_ops_best();
-    kpool *pool = kpool_new(3);
+    thread_pool *pool = thread_pool_new(3);
     kbe_ctx X;
     const kbe_ctx_params p = {pool, 0, 0, NULL};
     CHECK(kbe_ctx_init(&X, cpu, &p) == 0);
@@ -106,6 +106,6 @@ int main(void) {
     free(w);
     free(out);
     kbe_ctx_free(&X);
-    kpool_free(pool);
+    thread_pool_free(pool);
     return t_done();
 }

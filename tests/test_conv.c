@@ -30,7 +30,7 @@ static float frand(void) {
     return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-static void test_conv(int type, int cin, int cout, int h, int w, int k, int stride, int pad, kpool *p1, kpool *p2) {
+static void test_conv(int type, int cin, int cout, int h, int w, int k, int stride, int pad, thread_pool *p1, thread_pool *p2) {
     const size_t K = (size_t)cin * (size_t)k * (size_t)k;
     float *wf = malloc((size_t)cout * K * sizeof *wf);
     for (size_t i = 0; i < (size_t)cout * K; i++) wf[i] = frand() * 0.3f;
@@ -70,7 +70,7 @@ static void test_conv(int type, int cin, int cout, int h, int w, int k, int stri
 
 /* C = init + A B for B of the given kind, every level against one fmaf
  * chain per output, and 1 against 3 threads. */
-static void test_gemm(int kind, int btype, int m, int n, int k, int bias, kpool *p1, kpool *p2) {
+static void test_gemm(int kind, int btype, int m, int n, int k, int bias, thread_pool *p1, thread_pool *p2) {
     float *a = malloc((size_t)m * k * sizeof *a), *bf = malloc((size_t)n * k * sizeof *bf);
     float *bn = malloc((size_t)n * sizeof *bn), *bm = malloc((size_t)m * sizeof *bm);
     float *ref = malloc((size_t)m * n * sizeof *ref), *c = malloc((size_t)m * (n + 3) * sizeof *c),
@@ -147,7 +147,7 @@ static void test_gemm(int kind, int btype, int m, int n, int k, int bias, kpool 
     free(bk);
 }
 
-static void test_gelu(kpool *p) {
+static void test_gelu(thread_pool *p) {
     enum { N = 4099 };
     float *x = malloc(N * sizeof *x), *ya = malloc(N * sizeof *ya), *yb = malloc(N * sizeof *yb),
           *yt = malloc(N * sizeof *yt);
@@ -183,7 +183,7 @@ static void test_gelu(kpool *p) {
     free(big2);
 }
 
-static void test_gn(int c, int hw, int groups, int silu, kpool *p1, kpool *p2) {
+static void test_gn(int c, int hw, int groups, int silu, thread_pool *p1, thread_pool *p2) {
     const size_t n = (size_t)c * hw;
     float *x = malloc(n * sizeof *x), *ya = malloc(n * sizeof *ya), *yb = malloc(n * sizeof *yb),
           *w = malloc((size_t)c * sizeof *w), *b = malloc((size_t)c * sizeof *b);
@@ -232,7 +232,7 @@ static void test_gn(int c, int hw, int groups, int silu, kpool *p1, kpool *p2) {
 
 int main(void) {
     quant_init();
-    kpool *p1 = kpool_new(1), *p2 = kpool_new(3);
+    thread_pool *p1 = thread_pool_new(1), *p2 = thread_pool_new(3);
     for (int t = 0; t < 3; t++) {
         const int type = t == 0 ? QUANT_F32 : t == 1 ? QUANT_F16 : QUANT_BF16;
         test_conv(type, 5, 7, 9, 11, 3, 1, 1, p1, p2);
@@ -263,7 +263,7 @@ int main(void) {
     kern_upsample2x(x, y, 2, 2, 3);
     CHECK(y[0] == 0 && y[1] == 0 && y[2] == 1 && y[6] == 0 && y[7] == 0 && y[12] == 3 && y[24 + 23 - 24] == 5 &&
           y[47 - 24 + 24] == 11);
-    kpool_free(p1);
-    kpool_free(p2);
+    thread_pool_free(p1);
+    thread_pool_free(p2);
     return t_done();
 }

@@ -266,7 +266,7 @@ static int count_bad_outputs(const kern_mat *w0, const kern_mat *w1, const float
  * routes rows): w0 over tokens [a0, a0 + n0) and w1 over [a1, a1 + n1) of
  * x, each output row t the product with token a + t.  Returns how many of
  * the outputs differ from the reference dots. */
-static int check_ranged(kpool *pool, const kern_mat *w0, const kern_mat *w1, const float *x, int n_tok, int a0, int n0,
+static int check_ranged(thread_pool *pool, const kern_mat *w0, const kern_mat *w1, const float *x, int n_tok, int a0, int n0,
                         int a1, int n1, void *scratch, uint8_t *xa) {
     const quant_traits *tr = quant_get(w0->type);
     const int64_t ncols = w0->ncols;
@@ -298,7 +298,7 @@ static int check_ranged(kpool *pool, const kern_mat *w0, const kern_mat *w1, con
 /* kern_matmul_multi on a pool against reference dots: two outputs of
  * different row counts (37 and 20: not multiples of the tiles) over a
  * batch of 7 tokens (one tile of 4, three single tokens) and of 1 token. */
-static void test_matmul(kpool *pool, int t) {
+static void test_matmul(thread_pool *pool, int t) {
     const int64_t ncols = 256, r0 = 37, r1 = 20;
     const int n_tok = 7;
     const quant_traits *tr = quant_get(t);
@@ -700,7 +700,7 @@ static void test_x8_kernels(int t) {
  * plain and repacked: batches of 1, 7 and 300 tokens (past one 256-token
  * kernel call) and rows longer than one packing chunk, against reference
  * dots; and kern_get_row of a repacked matrix equals the plain row. */
-static void test_matmul_x8(kpool *pool, int t) {
+static void test_matmul_x8(thread_pool *pool, int t) {
     const kern_x8_traits *xt = kern_x8_get(t);
     /* r0 = 43: five whole groups and 3 rows that stay plain, after which
      * the second output starts off a group boundary (plain as well) */
@@ -1082,7 +1082,7 @@ static void test_route(void) {
 
 static void count_task(void *ud, int ith, int nth) {
     long lo, hi;
-    kpool_range(1000, ith, nth, &lo, &hi);
+    thread_pool_range(1000, ith, nth, &lo, &hi);
     __atomic_add_fetch((long *)ud, hi - lo, __ATOMIC_RELAXED);
 }
 
@@ -1119,11 +1119,11 @@ int main(void) {
     test_x8_kernels(QUANT_Q4_K);
     test_x8_kernels(QUANT_Q6_K);
 
-    kpool *pool = kpool_new(2);
+    thread_pool *pool = thread_pool_new(2);
     CHECK(pool != NULL);
     if (pool) {
         long total = 0;
-        for (int i = 0; i < 200; i++) kpool_run(pool, count_task, &total);
+        for (int i = 0; i < 200; i++) thread_pool_run(pool, count_task, &total);
         CHECK(total == 200 * 1000);
         const int types[] = {QUANT_Q8_0, QUANT_Q4_0, QUANT_Q4_K, QUANT_Q6_K, QUANT_F16};
         for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) test_matmul(pool, types[i]);
@@ -1131,7 +1131,7 @@ int main(void) {
         test_matmul_x8(pool, QUANT_Q8_0);
         test_matmul_x8(pool, QUANT_Q4_K);
         test_matmul_x8(pool, QUANT_Q6_K);
-        kpool_free(pool);
+        thread_pool_free(pool);
     }
     return t_done();
 }

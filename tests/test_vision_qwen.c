@@ -43,7 +43,7 @@ static unsigned char *read_all(const char *path, size_t *len) {
 }
 
 /* One projector's case (data/vision/<name>-embd.json); 0 when it ran. */
-static int encode_case(const char *name, kpool *pool) {
+static int encode_case(const char *name, thread_pool *pool) {
     json_error_t je;
     char path[256], err[256];
     snprintf(path, sizeof path, "data/vision/%s-embd.json", name);
@@ -258,7 +258,7 @@ static void cli_pairs(void) {
 }
 
 int main(void) {
-    kpool *pool = kpool_new(2);
+    thread_pool *pool = thread_pool_new(2);
     encode_case("qwen25vl", pool);
     encode_case("qwen2vl", pool);
     encode_case("qwen3vl", pool);
@@ -309,7 +309,7 @@ int main(void) {
     free(big);
     free(out1);
     vision_rgb_free(&im);
-    kpool_free(pool);
+    thread_pool_free(pool);
     vision_qwen_free(q);
     gguf_close(f);
     return t_done();

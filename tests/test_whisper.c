@@ -185,9 +185,9 @@ static void test_parity(const char *name) {
     const int A = m->hp.n_audio_ctx;
     float *mel = NULL;
     int64_t nf = 0;
-    kpool *pool = kpool_new(2);
+    thread_pool *pool = thread_pool_new(2);
     CHECK(ka_log_mel(x.pcm, x.n, 2 * A * KA_HOP, m->filters, m->hp.n_mels, pool, &mel, &nf) == KILN_OK);
-    kpool_free(pool);
+    thread_pool_free(pool);
     CHECK(nf == (int64_t)jnum(x.j, "n_frames"));
     char p[256];
     snprintf(p, sizeof p, DIR "%s.mel.f32", name);

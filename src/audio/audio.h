@@ -55,7 +55,7 @@ kiln_status ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int
 /* Log-mel of x[0..n) followed by pad zero samples: *mel is malloc'ed
  * [n_mels][*n_frames] (row stride *n_frames), n_frames = (n + pad) / 160.
  * filters is [n_mels][201].  pool may be NULL (one thread). */
-kiln_status ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, kpool *pool,
+kiln_status ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, thread_pool *pool,
                        float **mel, int64_t *n_frames);
 
 #endif

@@ -52,7 +52,7 @@ static inline double sample(const mel_job *j, int64_t i) {
 static void mel_run(void *ud, int ith, int nth) {
     mel_job *j = ud;
     long lo, hi;
-    kpool_range((long)j->n_frames, ith, nth, &lo, &hi);
+    thread_pool_range((long)j->n_frames, ith, nth, &lo, &hi);
     double *in = fftw_malloc(KA_N_FFT * sizeof *in);
     fftw_complex *out = fftw_malloc(KA_N_BINS * sizeof *out);
     double *pw = malloc(KA_N_BINS * sizeof *pw);
@@ -91,21 +91,21 @@ typedef struct clamp_job {
 static void clamp_run(void *ud, int ith, int nth) {
     clamp_job *c = ud;
     long lo, hi;
-    kpool_range((long)c->n, ith, nth, &lo, &hi);
+    thread_pool_range((long)c->n, ith, nth, &lo, &hi);
     for (long i = lo; i < hi; i++) {
         double v = c->mel[i] > c->floor ? c->mel[i] : c->floor;
         c->mel[i] = (float)((v + 4.0) / 4.0);
     }
 }
 
-static void run(kpool *pool, kpool_fn fn, void *ud) {
+static void run(thread_pool *pool, thread_pool_fn fn, void *ud) {
     if (pool)
-        kpool_run(pool, fn, ud);
+        thread_pool_run(pool, fn, ud);
     else
         fn(ud, 0, 1);
 }
 
-kiln_status ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, kpool *pool,
+kiln_status ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, thread_pool *pool,
                        float **mel, int64_t *n_frames) {
     *mel = NULL;
     *n_frames = 0;
@@ -114,7 +114,7 @@ kiln_status ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filt
         return base_fail(KILN_ERR_INVALID_ARG, "%lld samples are too few for a spectrogram", (long long)total);
     }
     if (plan_once()) { return base_fail(KILN_ERR_NOMEM, "FFTW could not plan a %d-point transform", KA_N_FFT); }
-    int nth = pool ? kpool_size(pool) : 1;
+    int nth = pool ? thread_pool_size(pool) : 1;
     mel_job j = {x, n, total, filters, n_mels, total / KA_HOP, NULL, NULL, 0};
     j.mel = malloc((size_t)n_mels * (size_t)j.n_frames * sizeof(float));
     j.tmax = malloc((size_t)nth * sizeof(float));

@@ -120,7 +120,7 @@ typedef struct kbe_step {
 struct kbe_ctx {
     const kbe_backend *be;
     const kbe_ops *ops;
-    kpool *pool; /* the context's host threads */
+    thread_pool *pool; /* the context's host threads */
     kbe_kv kv;
     kbe_step step;
     int n_head; /* query heads of the attention layers */
@@ -128,7 +128,7 @@ struct kbe_ctx {
 };
 
 struct kbe_ctx_params {
-    kpool *pool;
+    thread_pool *pool;
     int n_head; /* query heads of the attention layers (0: none) */
     int n_ctx;  /* positions per sequence */
     const kbe_kv *kv;

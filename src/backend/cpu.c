@@ -64,7 +64,7 @@ static int cpu_ctx_init(kbe_ctx *X, const kbe_ctx_params *p) {
     C->s = kern_ssm_ops_best();
     /* positions per sequence stay below n_ctx; one block of slack */
     C->att_per_thread = p->kv && p->n_head ? kern_attn_scratch(2, KBE_ATTN_TILE, p->kv->hd, p->n_ctx + KBE_KV_BLOCK) : 0;
-    const size_t n_thr = (size_t)(p->pool ? kpool_size(p->pool) : 1);
+    const size_t n_thr = (size_t)(p->pool ? thread_pool_size(p->pool) : 1);
     C->att_scratch = malloc(C->att_per_thread ? n_thr * C->att_per_thread * sizeof(float) : 1);
     return C->att_scratch ? 0 : -1;
 }
@@ -91,14 +91,14 @@ typedef struct rows_job {
 static void rows_task(void *ud, int ith, int nth) {
     const rows_job *j = ud;
     long lo, hi;
-    kpool_range(j->n, ith, nth, &lo, &hi);
+    thread_pool_range(j->n, ith, nth, &lo, &hi);
     j->fn(j->ud, (int)lo, (int)hi);
 }
 
 void kbe_cpu_for_rows(kbe_ctx *X, int n, kbe_cpu_rows_fn fn, void *ud) {
     if (n >= KBE_CPU_PAR_MIN) {
         rows_job j = {fn, ud, n};
-        kpool_run(X->pool, rows_task, &j);
+        thread_pool_run(X->pool, rows_task, &j);
     } else {
         fn(ud, 0, n);
     }

@@ -261,5 +261,5 @@ void kbe_cpu_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, cons
     const int window = o && o->window > 0 ? o->window : 0;
     const float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)X->kv.l_hd[layer]);
     attn_job aj = {X, layer, window, scale, q, out, o ? o->sinks : NULL, 0};
-    kpool_run_shared(X->pool, attn_task, &aj);
+    thread_pool_run_shared(X->pool, attn_task, &aj);
 }

@@ -163,16 +163,16 @@ static void delta_task(void *ud, int ith, int nth) {
     (void)nth;
 }
 
-static void run_items(gdn_job *j, kpool_fn fn) {
+static void run_items(gdn_job *j, thread_pool_fn fn) {
     atomic_store_explicit(&j->next, 0, memory_order_relaxed);
-    kpool_run_shared(j->X->pool, fn, j);
+    thread_pool_run_shared(j->X->pool, fn, j);
 }
 
 int kbe_cpu_gdn_reserve(kbe_ctx *X, int Dk, int Dv) {
     kbe_cpu *C = kbe_cpu_of(X);
     const size_t per = kern_gdn_scratch(Dk, Dv);
     if (C->gdn_scratch && C->gdn_per_thread >= per) return 0;
-    const size_t n_thr = (size_t)(X->pool ? kpool_size(X->pool) : 1);
+    const size_t n_thr = (size_t)(X->pool ? thread_pool_size(X->pool) : 1);
     float *p = malloc(n_thr * per * sizeof(float));
     if (!p) return -1;
     free(C->gdn_scratch);

@@ -77,7 +77,7 @@ static int piece_cmp(const void *x, const void *y) {
 static void pack_task(void *ud, int ith, int nth) {
     pack_job *j = ud;
     long lo, hi;
-    kpool_range(j->n_pieces, ith, nth, &lo, &hi);
+    thread_pool_range(j->n_pieces, ith, nth, &lo, &hi);
     uintptr_t done = lo < hi ? j->pieces[lo].src : 0;
     for (long i = lo; i < hi; i++) {
         const pack_piece *pc = &j->pieces[i];
@@ -174,10 +174,10 @@ void kbe_cpu_prepare(kern_mat **all, int n_all, const float ***vecs, const int64
     qsort(j.pieces, (size_t)j.n_pieces, sizeof *j.pieces, piece_cmp);
     /* the pieces are independent: pack them on every CPU */
     const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    kpool *pool = ncpu > 1 ? kpool_new(ncpu < 16 ? (int)ncpu : 16) : NULL;
+    thread_pool *pool = ncpu > 1 ? thread_pool_new(ncpu < 16 ? (int)ncpu : 16) : NULL;
     if (pool) {
-        kpool_run(pool, pack_task, &j);
-        kpool_free(pool);
+        thread_pool_run(pool, pack_task, &j);
+        thread_pool_free(pool);
     } else {
         pack_task(&j, 0, 1);
     }

@@ -176,7 +176,7 @@ static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, qp
 typedef struct qjob {
     const gguf_file *src;
     int *types; /* target type per source tensor */
-    kpool *pool;
+    thread_pool *pool;
     /* per-call state for the thread tasks */
     const gguf_tensor *t;
     int dst_type;
@@ -193,7 +193,7 @@ static void quant_rows(void *ud, int ith, int nth) {
     const quant_traits *from = quant_get((int)t->type), *to = quant_get(j->dst_type);
     float *buf = j->rowbuf + (size_t)ith * (size_t)ne0;
     long lo, hi;
-    kpool_range((long)rows, ith, nth, &lo, &hi);
+    thread_pool_range((long)rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         from->to_f32((const uint8_t *)t->data + (size_t)r * srow, buf, ne0);
         to->from_f32(buf, j->dst + (size_t)r * drow, ne0);
@@ -209,7 +209,7 @@ static int produce(void *ud, int idx, void *dst, uint64_t nbytes) {
         memcpy(dst, j->t->data, nbytes);
         return 0;
     }
-    kpool_run(j->pool, quant_rows, j);
+    thread_pool_run(j->pool, quant_rows, j);
     return j->failed ? -1 : 0;
 }
 
@@ -267,7 +267,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     int *types = calloc((size_t)(nt ? nt : 1), sizeof *types);
     int64_t max_ne0 = 1;
     gguf_writer *w = gguf_writer_new();
-    kpool *pool = kpool_new(n_threads);
+    thread_pool *pool = thread_pool_new(n_threads);
     if (!types || !w || !pool) {
         st = base_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
@@ -323,7 +323,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     j.src = f;
     j.types = types;
     j.pool = pool;
-    j.rowbuf = malloc((size_t)kpool_size(pool) * (size_t)max_ne0 * sizeof(float));
+    j.rowbuf = malloc((size_t)thread_pool_size(pool) * (size_t)max_ne0 * sizeof(float));
     if (!j.rowbuf) {
         st = base_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
@@ -331,7 +331,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     st = gguf_writer_save(w, out_path, produce, &j);
     free(j.rowbuf);
 done:
-    kpool_free(pool);
+    thread_pool_free(pool);
     gguf_writer_free(w);
     free(types);
     gguf_close(f);

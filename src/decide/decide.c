@@ -22,7 +22,7 @@ struct kiln_decider {
     gguf_file *gf; /* measure_only: the header */
     tokenizer *tok;     /* measure_only: the tokenizer; else m->tok */
     kd_config cfg;
-    kpool *pool;
+    thread_pool *pool;
     void *ws;
     int32_t n_batch;
     int32_t *run_tok; /* one run's sequences end to end */
@@ -56,7 +56,7 @@ kiln_decider_params kiln_decider_default_params(void) {
 void kiln_decider_free(kiln_decider *d) {
     if (!d) return;
     if (d->ws) d->m->arch->family->enc_free(d->ws);
-    if (d->pool) kpool_free(d->pool);
+    if (d->pool) thread_pool_free(d->pool);
     if (d->m) kiln_model_free(d->m);
     if (d->gf) {
         if (d->tok) tok_free(d->tok);
@@ -117,7 +117,7 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
     const int E = d->m->hp.n_embd;
     d->n_batch = p.n_batch; /* a longer sequence runs alone: the workspace holds max_len */
     const int32_t cap = d->n_batch < d->cfg.max_len ? d->cfg.max_len : d->n_batch;
-    d->pool = kpool_new(p.n_threads);
+    d->pool = thread_pool_new(p.n_threads);
     if (!d->pool) {
         st = base_fail(KILN_ERR_NOMEM, "cannot start threads");
         goto fail;

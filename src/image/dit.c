@@ -171,7 +171,7 @@ void im_dit_work_free(im_dit_work *w) {
     free(w);
 }
 
-im_dit_work *im_dit_work_new(const im_dit *m, kpool *pool, int b, const float *const *ctx, const int *ctx_len) {
+im_dit_work *im_dit_work_new(const im_dit *m, thread_pool *pool, int b, const float *const *ctx, const int *ctx_len) {
     im_dit_work *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->b = b;
@@ -234,7 +234,7 @@ im_dit_work *im_dit_work_new(const im_dit *m, kpool *pool, int b, const float *c
     return w;
 }
 
-void im_dit_forward(const im_dit *m, kpool *pool, im_dit_work *w, const float *x, const float *t, float *out) {
+void im_dit_forward(const im_dit *m, thread_pool *pool, im_dit_work *w, const float *x, const float *t, float *out) {
     const int B = w->b, N = m->n_tok, D = m->hidden, p = m->patch, S = m->sample, G = m->grid, oc = m->out_ch;
     const int BN = B * N;
     const size_t P = (size_t)m->in_ch * (size_t)p * (size_t)p, PO = (size_t)p * (size_t)p * (size_t)oc;

@@ -53,10 +53,10 @@ void im_dit_free(im_dit *m);
  * every block's cross-attention keys and values are computed here once;
  * a step allocates nothing. */
 typedef struct im_dit_work im_dit_work;
-im_dit_work *im_dit_work_new(const im_dit *m, kpool *pool, int b, const float *const *ctx, const int *ctx_len);
+im_dit_work *im_dit_work_new(const im_dit *m, thread_pool *pool, int b, const float *const *ctx, const int *ctx_len);
 void im_dit_work_free(im_dit_work *w);
 /* out [b][out_ch][sample][sample] = the model on x [b][in_ch][sample][sample]
  * at timesteps t[b]. */
-void im_dit_forward(const im_dit *m, kpool *pool, im_dit_work *w, const float *x, const float *t, float *out);
+void im_dit_forward(const im_dit *m, thread_pool *pool, im_dit_work *w, const float *x, const float *t, float *out);
 
 #endif

@@ -114,7 +114,7 @@ int im_lin_bind(im_binder *b, im_lin *l, int64_t out, int64_t in, int bias, cons
  * rather than kern_matmul's one-row kernels. */
 #define GEMM_MIN_ROWS 16
 
-void im_linear(kpool *pool, const im_lin *l, const float *x, int n, float *y, void *scratch) {
+void im_linear(thread_pool *pool, const im_lin *l, const float *x, int n, float *y, void *scratch) {
     const int t = l->w.type;
     if (n >= GEMM_MIN_ROWS && !l->w.packed && (t == QUANT_F32 || t == QUANT_F16 || t == QUANT_BF16)) {
         const kern_gemm g = {n,
@@ -153,7 +153,7 @@ static void softmax_task(void *ud, int ith, int nth) {
     const sm_job *j = ud;
     const im_attn *a = j->a;
     long lo, hi;
-    kpool_range(a->n_q, ith, nth, &lo, &hi);
+    thread_pool_range(a->n_q, ith, nth, &lo, &hi);
     for (long i = lo; i < hi; i++) {
         float *row = j->s + (size_t)i * (size_t)a->n_kv;
         const float *bias = a->bias ? a->bias + ((size_t)j->h * (size_t)a->n_q + (size_t)i) * (size_t)a->n_kv : NULL;
@@ -162,7 +162,7 @@ static void softmax_task(void *ud, int ith, int nth) {
     }
 }
 
-void im_attention(kpool *pool, const im_attn *a, void *scratch) {
+void im_attention(thread_pool *pool, const im_attn *a, void *scratch) {
     float *s = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     for (int h = 0; h < a->heads; h++) {
         const size_t c0 = (size_t)h * (size_t)a->hd;
@@ -175,7 +175,7 @@ void im_attention(kpool *pool, const im_attn *a, void *scratch) {
         kern_gemm_run(pool, &qk);
         sm_job sj = {a, s, h};
         if ((size_t)a->n_q * (size_t)a->n_kv >= 16384)
-            kpool_run(pool, softmax_task, &sj);
+            thread_pool_run(pool, softmax_task, &sj);
         else
             softmax_task(&sj, 0, 1);
         /* out_h [n_q][hd] = p v_h, v_h [n_kv][hd] */

@@ -48,7 +48,7 @@ int im_lin_bind(im_binder *b, im_lin *l, int64_t out, int64_t in, int bias, cons
 /* y [n][out] = x [n][in] W^T + b.  scratch: kern_matmul_scratch_size(in, n).
  * Batches of 16 rows or more take the image GEMM (kernels/conv.h): each
  * output one fma chain from the bias, whatever the thread count. */
-void im_linear(kpool *pool, const im_lin *l, const float *x, int n, float *y, void *scratch);
+void im_linear(thread_pool *pool, const im_lin *l, const float *x, int n, float *y, void *scratch);
 
 /* softmax(q k^T * scale + bias) v per head, both products on the image
  * GEMM.  Rows are ld floats apart; head h reads and writes columns
@@ -65,7 +65,7 @@ typedef struct im_attn {
 
 /* Bytes of scratch im_attention needs. */
 size_t im_attention_scratch(int n_q, int n_kv, int hd);
-void im_attention(kpool *pool, const im_attn *a, void *scratch);
+void im_attention(thread_pool *pool, const im_attn *a, void *scratch);
 
 /* out = layernorm(x) * (1 + scale) + shift over n rows of d (no affine
  * weights, eps 1e-6); scale and shift are [d] vectors shared by the rows. */

@@ -23,7 +23,7 @@ struct im_pipeline {
     im_t5 t5;
     im_dit dit;
     im_vae vae;
-    kpool *pool;
+    thread_pool *pool;
 };
 
 static const char *base_name(const char *p) {
@@ -61,7 +61,7 @@ void im_pipeline_free(im_pipeline *p) {
     ck_close(p->fd);
     ck_close(p->ft);
     ck_close(p->fv);
-    if (p->pool) kpool_free(p->pool);
+    if (p->pool) thread_pool_free(p->pool);
     free(p);
 }
 
@@ -151,7 +151,7 @@ int im_pipeline_open(const im_files *files, const im_config *config, int n_threa
         im_dit_bind(&p->dit, p->fd, nd, config->head_dim, config->interp, 0, err, errlen) ||
         im_vae_bind(&p->vae, p->fv, nv, config->vae_groups, config->vae_scaling, 0, err, errlen))
         goto fail;
-    if (!(p->pool = kpool_new(n_threads))) {
+    if (!(p->pool = thread_pool_new(n_threads))) {
         base_errf(err, errlen, "cannot start threads");
         goto fail;
     }

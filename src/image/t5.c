@@ -104,7 +104,7 @@ static void rmsnorm(float *out, const float *x, const float *w, int n_tok, int d
     for (int t = 0; t < n_tok; t++) kern_rmsnorm(out + (size_t)t * (size_t)d, x + (size_t)t * (size_t)d, w, d, 1e-6f);
 }
 
-int im_t5_encode(const im_t5 *m, kpool *pool, const int32_t *ids, int n, float *out, char *err, size_t errlen) {
+int im_t5_encode(const im_t5 *m, thread_pool *pool, const int32_t *ids, int n, float *out, char *err, size_t errlen) {
     const int D = m->d_model, I = m->heads * m->d_kv, F = m->d_ff, H = m->heads;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= m->n_vocab) {

@@ -35,7 +35,7 @@ int im_t5_bind(im_t5 *m, const ck_file *f, const char *what, int max_distance, i
 void im_t5_free(im_t5 *m);
 /* out [n][d_model] = encoder states of ids[0..n).  Returns -1 (err set)
  * for an id outside the vocabulary or when out of memory. */
-int im_t5_encode(const im_t5 *m, kpool *pool, const int32_t *ids, int n, float *out, char *err, size_t errlen);
+int im_t5_encode(const im_t5 *m, thread_pool *pool, const int32_t *ids, int n, float *out, char *err, size_t errlen);
 /* The bucket of relative position rel = key - query, as transformers
  * computes it (float32 logarithms, truncation). */
 int im_t5_bucket(int rel, int buckets, int max_distance);

@@ -148,7 +148,7 @@ void im_vae_free(im_vae *m) {
 /* Buffers of one decode: three images of the largest c x h x w, the conv
  * scratch, and the attention's. */
 typedef struct vae_run {
-    kpool *pool;
+    thread_pool *pool;
     int groups;
     void *scratch;
 } vae_run;
@@ -182,7 +182,7 @@ static void resnet(vae_run *r, const im_resnet *rs, float *x, int h, int w, floa
     kern_add(x, t1, rs->cout * hw);
 }
 
-int im_vae_decode(const im_vae *m, kpool *pool, const float *z, int h, int w, float *img, char *err, size_t errlen) {
+int im_vae_decode(const im_vae *m, thread_pool *pool, const float *z, int h, int w, float *img, char *err, size_t errlen) {
     const int top = m->ch[m->n_blocks - 1];
     size_t big = (size_t)m->latent * (size_t)h * (size_t)w, cs = 0;
     /* the largest image and conv scratch over every stage */

@@ -53,6 +53,6 @@ void im_vae_free(im_vae *m);
 static inline int im_vae_factor(const im_vae *m) { return 1 << (m->n_blocks - 1); }
 /* img [3][h f][w f] = decode(z [latent][h][w]); allocates its buffers for
  * the call.  -1 with err when out of memory. */
-int im_vae_decode(const im_vae *m, kpool *pool, const float *z, int h, int w, float *img, char *err, size_t errlen);
+int im_vae_decode(const im_vae *m, thread_pool *pool, const float *z, int h, int w, float *img, char *err, size_t errlen);
 
 #endif

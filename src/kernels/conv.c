@@ -187,7 +187,7 @@ static void gemm_task(void *ud, int ith, int nth) {
         gemm_item(j, it, panel, local);
 }
 
-static void gemm_go(kpool *pool, const kern_gemm *g, kern_gemm_tile_fn tile, kern_gemm_pack_fn rows) {
+static void gemm_go(thread_pool *pool, const kern_gemm *g, kern_gemm_tile_fn tile, kern_gemm_pack_fn rows) {
     if (g->m <= 0 || g->n <= 0) return;
     gemm_job j;
     memset(&j, 0, sizeof j);
@@ -198,7 +198,7 @@ static void gemm_go(kpool *pool, const kern_gemm *g, kern_gemm_tile_fn tile, ker
     j.m_block = g->m;
     atomic_init(&j.next, 0);
     j.n_chunks = (g->n + KERN_GEMM_NC - 1) / KERN_GEMM_NC;
-    const int nth = pool ? kpool_size(pool) : 1;
+    const int nth = pool ? thread_pool_size(pool) : 1;
     /* too few chunks to share: the rows split too (in whole tiles), each
      * block packing its own panels */
     const int tiles = (g->m + KERN_GEMM_MR - 1) / KERN_GEMM_MR;
@@ -210,23 +210,23 @@ static void gemm_go(kpool *pool, const kern_gemm *g, kern_gemm_tile_fn tile, ker
     if (g->b_kind == KERN_GB_CONV && j.m_block > LOCAL_ROWS) j.m_block = LOCAL_ROWS / KERN_GEMM_MR * KERN_GEMM_MR;
     j.m_split = (g->m + j.m_block - 1) / j.m_block;
     if (pool && nth > 1 && (long)j.n_chunks * j.m_split > 1)
-        kpool_run_shared(pool, gemm_task, &j);
+        thread_pool_run_shared(pool, gemm_task, &j);
     else
         gemm_task(&j, 0, 1);
 }
 
-int kern_gemm_run_at(kpool *pool, const kern_gemm *g, int isa) {
+int kern_gemm_run_at(thread_pool *pool, const kern_gemm *g, int isa) {
     const kern_level *l = kern_level_at(isa);
     if (!l) return -1;
     gemm_go(pool, g, l->gemm_tile, l->gemm_pack_rows);
     return 0;
 }
 
-void kern_gemm_run_tile(kpool *pool, const kern_gemm *g, kern_gemm_tile_fn tile) {
+void kern_gemm_run_tile(thread_pool *pool, const kern_gemm *g, kern_gemm_tile_fn tile) {
     gemm_go(pool, g, tile, kern_gemm_pack_rows_ref);
 }
 
-void kern_gemm_run(kpool *pool, const kern_gemm *g) {
+void kern_gemm_run(thread_pool *pool, const kern_gemm *g) {
     const kern_level *l = kern_level_best();
     gemm_go(pool, g, l->gemm_tile, l->gemm_pack_rows);
 }
@@ -248,16 +248,16 @@ typedef struct widen_job {
 static void widen_task(void *ud, int ith, int nth) {
     const widen_job *j = ud;
     long lo, hi;
-    kpool_range((long)j->w->nrows, ith, nth, &lo, &hi);
+    thread_pool_range((long)j->w->nrows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) kern_get_row(j->w, r, j->out + (size_t)r * (size_t)j->w->ncols);
 }
 
-void kern_conv2d(kpool *pool, const kern_conv *c, const float *x, float *y, void *scratch) {
+void kern_conv2d(thread_pool *pool, const kern_conv *c, const float *x, float *y, void *scratch) {
     const int ho = kern_conv_out(c->h, c->kh, c->stride, c->pad), wo = kern_conv_out(c->w, c->kw, c->stride, c->pad);
     const float *a = c->wt->data;
     if (c->wt->type != QUANT_F32) {
         widen_job w = {c->wt, align64(scratch)};
-        kpool_run(pool, widen_task, &w);
+        thread_pool_run(pool, widen_task, &w);
         a = w.out;
     }
     const conv_job j = {c, x, ho, wo};
@@ -344,13 +344,13 @@ typedef struct gn_job {
 static void gn_task(void *ud, int ith, int nth) {
     const gn_job *j = ud;
     long lo, hi;
-    kpool_range(j->g->groups, ith, nth, &lo, &hi);
+    thread_pool_range(j->g->groups, ith, nth, &lo, &hi);
     for (long grp = lo; grp < hi; grp++) j->fn(j->g, j->x, j->y, (int)grp);
 }
 
-void kern_groupnorm(kpool *pool, const kern_gn *g, const float *x, float *y) {
+void kern_groupnorm(thread_pool *pool, const kern_gn *g, const float *x, float *y) {
     gn_job j = {g, x, y, kern_level_best()->groupnorm};
-    kpool_run(pool, gn_task, &j);
+    thread_pool_run(pool, gn_task, &j);
 }
 
 void kern_gelu_tanh_ref(float *x, size_t n) {
@@ -376,15 +376,15 @@ static void gelu_task(void *ud, int ith, int nth) {
     const gelu_job *j = ud;
     long lo, hi;
     const long blocks = (long)((j->n + 1023) / 1024);
-    kpool_range(blocks, ith, nth, &lo, &hi);
+    thread_pool_range(blocks, ith, nth, &lo, &hi);
     const size_t a = (size_t)lo * 1024, b = (size_t)hi * 1024 < j->n ? (size_t)hi * 1024 : j->n;
     if (a < b) j->fn(j->x + a, b - a);
 }
 
-void kern_gelu_tanh(kpool *pool, float *x, size_t n) {
+void kern_gelu_tanh(thread_pool *pool, float *x, size_t n) {
     gelu_job j = {x, n, kern_level_best()->gelu_tanh};
     if (pool && n >= 16384)
-        kpool_run(pool, gelu_task, &j);
+        thread_pool_run(pool, gelu_task, &j);
     else
         j.fn(x, n);
 }

@@ -86,13 +86,13 @@ typedef void (*kern_gemm_pack_fn)(const kern_gemm *g, int k0, int kc, int n0, in
 
 /* C as above through the best level's kernels, the chunks spread over the
  * pool (NULL: the calling thread alone). */
-void kern_gemm_run(kpool *pool, const kern_gemm *g);
+void kern_gemm_run(thread_pool *pool, const kern_gemm *g);
 /* The same through the kernels of level isa (KQ_ISA_*), for the tests; -1
  * when the CPU lacks it. */
-int kern_gemm_run_at(kpool *pool, const kern_gemm *g, int isa);
+int kern_gemm_run_at(thread_pool *pool, const kern_gemm *g, int isa);
 /* The same through the given tile and the scalar packer, for the tests (a
  * twin built on emulated intrinsics). */
-void kern_gemm_run_tile(kpool *pool, const kern_gemm *g, kern_gemm_tile_fn tile);
+void kern_gemm_run_tile(thread_pool *pool, const kern_gemm *g, kern_gemm_tile_fn tile);
 
 typedef struct kern_conv {
     const kern_mat *wt;  /* cout rows of cin * kh * kw */
@@ -106,7 +106,7 @@ static inline int kern_conv_out(int in, int k, int stride, int pad) { return (in
 /* Scratch bytes kern_conv2d needs for c (the weight widened to F32). */
 size_t kern_conv2d_scratch(const kern_conv *c);
 /* y [cout][ho][wo] = conv(x [cin][h][w]).  y must not overlap x. */
-void kern_conv2d(kpool *pool, const kern_conv *c, const float *x, float *y, void *scratch);
+void kern_conv2d(thread_pool *pool, const kern_conv *c, const float *x, float *y, void *scratch);
 /* The direct scalar twin (weights expanded one row at a time). */
 void kern_conv2d_ref(const kern_conv *c, const float *x, float *y);
 
@@ -123,7 +123,7 @@ typedef void (*kern_gn_fn)(const kern_gn *g, const float *x, float *y, int group
  * AVX2 one), NULL if the CPU lacks the level. */
 kern_gn_fn kern_groupnorm_at(int isa);
 /* All groups through the best kernel, the groups spread over the pool. */
-void kern_groupnorm(kpool *pool, const kern_gn *g, const float *x, float *y);
+void kern_groupnorm(thread_pool *pool, const kern_gn *g, const float *x, float *y);
 
 /* In place: x = gelu(x), the tanh approximation written through one
  * exponential, x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))) (the same
@@ -132,7 +132,7 @@ void kern_groupnorm(kpool *pool, const kern_gn *g, const float *x, float *y);
  * independent, so the pool's split changes nothing. */
 typedef void (*kern_gelu_fn)(float *x, size_t n);
 kern_gelu_fn kern_gelu_tanh_at(int isa);
-void kern_gelu_tanh(kpool *pool, float *x, size_t n);
+void kern_gelu_tanh(thread_pool *pool, float *x, size_t n);
 
 /* y [c][2h][2w] = x [c][h][w], each value repeated 2 x 2. */
 void kern_upsample2x(const float *x, float *y, int c, int h, int w);

@@ -83,7 +83,7 @@ static void quantize_task(void *ud, int ith, int nth) {
     mm_job *j = ud;
     long lo, hi;
     const int n_fmt = j->n_act + j->n_x8;
-    kpool_range((long)j->n_tok * n_fmt, ith, nth, &lo, &hi);
+    thread_pool_range((long)j->n_tok * n_fmt, ith, nth, &lo, &hi);
     for (long i = lo; i < hi; i++) {
         int a = (int)(i / j->n_tok);
         int t = (int)(i % j->n_tok);
@@ -207,11 +207,11 @@ static void dot_task(void *ud, int ith, int nth) {
     }
 }
 
-void kern_matmul_multi(kpool *pool, const kern_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch) {
+void kern_matmul_multi(thread_pool *pool, const kern_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch) {
     kern_matmul_ranges(pool, outs, NULL, NULL, n_out, x, n_tok, scratch);
 }
 
-void kern_matmul_ranges(kpool *pool, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
+void kern_matmul_ranges(thread_pool *pool, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
                       const float *x, int n_tok, void *scratch) {
     mm_out_info oi[MAX_OUTS];
     const int isa = quant_active_isa(); /* the block kernel beside the vec_dot of the same level */
@@ -280,12 +280,12 @@ void kern_matmul_ranges(kpool *pool, const kern_mm_out *outs, const int32_t *t0,
         if ((int64_t)n_tok * j.ncols <= QUANT_INLINE_MAX)
             quantize_task(&q, 0, 1);
         else
-            kpool_run(pool, quantize_task, &q);
+            thread_pool_run(pool, quantize_task, &q);
     }
-    kpool_run_shared(pool, dot_task, &j);
+    thread_pool_run_shared(pool, dot_task, &j);
 }
 
-void kern_matmul(kpool *pool, const kern_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch) {
+void kern_matmul(thread_pool *pool, const kern_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch) {
     kern_mm_out o = {w, y, ldy};
     kern_matmul_multi(pool, &o, 1, x, n_tok, scratch);
 }

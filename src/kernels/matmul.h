@@ -63,14 +63,14 @@ size_t kern_matmul_scratch_size(int64_t ncols, int n_tok);
  * weights must have the same ncols), e.g. Q, K and V from one normalized
  * activation: x is converted once per activation type and the rows of every
  * product are spread over the threads together. */
-void kern_matmul_multi(kpool *pool, const kern_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch);
+void kern_matmul_multi(thread_pool *pool, const kern_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch);
 /* The same with product i over activation rows t0[i] .. t0[i] + nt[i] - 1
  * only, its y[t * ldy + r] the output of row t0[i] + t (a mixture of experts
  * gives each expert the rows routed to it; ranges may overlap).  x is
  * converted once for all n_tok rows. */
-void kern_matmul_ranges(kpool *pool, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
+void kern_matmul_ranges(thread_pool *pool, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
                       const float *x, int n_tok, void *scratch);
-void kern_matmul(kpool *pool, const kern_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch);
+void kern_matmul(thread_pool *pool, const kern_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch);
 
 /* A block of a product: for r < nr, t < nt
  *     y[t * ldy + r] = dot of n elements of weight row r (at w + r * wrow)

@@ -160,7 +160,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     c->shape = shape;
     c->mtp_ord = mtp_ord;
     quant_init();
-    c->pool = kpool_new(p.n_threads);
+    c->pool = thread_pool_new(p.n_threads);
     kiln_status st = c->pool ? KILN_OK : base_fail(KILN_ERR_NOMEM, "cannot start threads");
     if (!st) st = model_kv_init_split(&c->kv, m->be, m->be_lo, n_lo, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap);
     if (!st && shape.rs_floats) st = model_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, &c->rs);
@@ -169,7 +169,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         kiln_context_free(c);
         return st;
     }
-    c->p.n_threads = kpool_size(c->pool);
+    c->p.n_threads = thread_pool_size(c->pool);
     kbe_kv kvv;
     model_kv_view(&c->kv, &kvv);
     const kbe_ctx_params bp = {c->pool, shape.n_attn_layer ? hp->n_head : 0, n_ctx, &kvv};
@@ -262,7 +262,7 @@ void kiln_context_free(kiln_context *c) {
     kbe_ctx_free(&c->bx);
     model_rs_free(c->rs);
     model_kv_free(&c->kv);
-    if (c->pool) kpool_free(c->pool);
+    if (c->pool) thread_pool_free(c->pool);
     void *bufs[] = {c->rope_cs,  c->b_pos,     c->b_seq,   c->b_see,      c->b_tile, c->out_idx,
                     c->out_rows, c->mtp_h_pos, c->mtp_h_n, c->mtp_logits, c->b_mrope};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);

@@ -130,7 +130,7 @@ static void bert_free(kiln_model *m) { bert_free_data(m->fam); }
 /* ---------------------------------------------------------------- forward */
 
 typedef struct model_bert_ws {
-    kpool *pool;
+    thread_pool *pool;
     int cap_tok;
     float *x, *y;           /* [cap_tok][n_embd] residual stream, sublayer output */
     float *q, *k, *v, *att; /* [cap_tok][n_embd] */
@@ -143,7 +143,7 @@ typedef struct model_bert_ws {
 
 static void bert_ws_free(void *ws);
 
-static void *bert_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
+static void *bert_ws_new(const kiln_model *m, int cap_tok, thread_pool *pool) {
     const size_t N = (size_t)cap_tok, E = (size_t)m->hp.n_embd, F = (size_t)m->hp.n_ff;
     model_bert_ws *w = calloc(1, sizeof *w);
     if (!w) return NULL;
@@ -186,7 +186,7 @@ static void residual_norm_task(void *ud, int ith, int nth) {
     fwd_job *j = ud;
     const int E = j->m->hp.n_embd;
     long lo, hi;
-    kpool_range(j->n_rows, ith, nth, &lo, &hi);
+    thread_pool_range(j->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         float *x = j->w->x + (size_t)r * E;
         kern_add(x, j->w->y + (size_t)r * E, E);
@@ -199,7 +199,7 @@ static void up_gelu_task(void *ud, int ith, int nth) {
     fwd_job *j = ud;
     const int F = j->m->hp.n_ff;
     long lo, hi;
-    kpool_range(j->n_rows, ith, nth, &lo, &hi);
+    thread_pool_range(j->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         float *u = j->w->up + (size_t)r * F;
         kern_add(u, j->L->b_up, F);
@@ -267,13 +267,13 @@ static void bert_encode(void *ws, const kiln_model *m, const int32_t *tokens, co
         model_enc_attention(w->pool, &at);
         kern_matmul(w->pool, &L->wo, w->att, N, w->y, E, w->mm_scratch);
         j.bias = L->bo, j.nw = L->ln_attn_w, j.nb = L->ln_attn_b;
-        kpool_run(w->pool, residual_norm_task, &j);
+        thread_pool_run(w->pool, residual_norm_task, &j);
 
         kern_matmul(w->pool, &L->w_up, w->x, N, w->up, hp->n_ff, w->mm_scratch);
-        kpool_run(w->pool, up_gelu_task, &j);
+        thread_pool_run(w->pool, up_gelu_task, &j);
         kern_matmul(w->pool, &L->w_down, w->up, N, w->y, E, w->mm_scratch);
         j.bias = L->b_down, j.nw = L->ln_out_w, j.nb = L->ln_out_b;
-        kpool_run(w->pool, residual_norm_task, &j);
+        thread_pool_run(w->pool, residual_norm_task, &j);
     }
 
     if (pooling == MODEL_POOL_RANK) {

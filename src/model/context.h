@@ -26,7 +26,7 @@ int model_attn_below(const kiln_model *m, int l);
 struct kiln_context {
     kiln_model *m;
     kiln_context_params p;
-    kpool *pool;
+    thread_pool *pool;
     kbe_ctx bx; /* the model's backend for this context: the families' ops */
     /* A split model (kiln_model.be_lo): the host part's backend context and
      * activations.  A forward swaps them with bx and ws while it runs the

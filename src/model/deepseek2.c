@@ -439,7 +439,7 @@ static void ds_range(const ds_job *j, int i0, int i1) {
 static void ds_task(void *ud, int ith, int nth) {
     const ds_job *j = ud;
     long lo, hi;
-    kpool_range(j->n_tok, ith, nth, &lo, &hi);
+    thread_pool_range(j->n_tok, ith, nth, &lo, &hi);
     ds_range(j, (int)lo, (int)hi);
 }
 
@@ -450,7 +450,7 @@ static void ds_task(void *ud, int ith, int nth) {
 static void ds_step(ds_job *j, enum ds_step step) {
     j->step = step;
     if (j->n_tok >= DS_PAR_MIN)
-        kpool_run(j->c->pool, ds_task, j);
+        thread_pool_run(j->c->pool, ds_task, j);
     else
         ds_range(j, 0, j->n_tok);
 }

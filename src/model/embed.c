@@ -22,7 +22,7 @@ struct kiln_embedder {
     char fingerprint[65];
     float *pooled; /* [MODEL_ENC_MAX_SEQ][n_embd] pooled, not normalized */
     /* encoder */
-    kpool *pool;
+    thread_pool *pool;
     void *ws;         /* the encoder family's workspace */
     int32_t *run_tok; /* the token ids of one run, inputs end to end */
     int32_t run_len[MODEL_ENC_MAX_SEQ];
@@ -156,7 +156,7 @@ static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
          * longer than that runs alone, so the workspace holds the longer */
         e->n_batch = p.n_batch;
         const int32_t cap = e->n_batch < e->max_tokens ? e->max_tokens : e->n_batch;
-        e->pool = kpool_new(p.n_threads);
+        e->pool = thread_pool_new(p.n_threads);
         if (!e->pool) return base_fail(KILN_ERR_NOMEM, "cannot start threads");
         e->ws = m->arch->family->enc_new(m, cap, e->pool);
         e->run_tok = malloc((size_t)cap * sizeof *e->run_tok);
@@ -214,7 +214,7 @@ kiln_status kiln_embedder_new(const char *path, const kiln_embedder_params *p, k
 void kiln_embedder_free(kiln_embedder *e) {
     if (!e) return;
     if (e->ws) e->m->arch->family->enc_free(e->ws);
-    if (e->pool) kpool_free(e->pool);
+    if (e->pool) thread_pool_free(e->pool);
     kiln_context_free(e->ctx);
     free(e->run_tok);
     free(e->pooled);

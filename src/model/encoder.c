@@ -30,7 +30,7 @@ static void attn_task(void *ud, int ith, int nth) {
     const int H = a->n_head, hd = a->hd, group = a->n_head / a->n_head_kv;
     float *p = a->scratch + (size_t)ith * (size_t)b->max_len;
     long lo, hi;
-    kpool_range((long)b->n_rows * H, ith, nth, &lo, &hi);
+    thread_pool_range((long)b->n_rows * H, ith, nth, &lo, &hi);
     for (long it = lo; it < hi; it++) {
         const int r = (int)(it / H), h = (int)(it % H), s = b->seq[r];
         const int r0 = b->off[s], t = r - r0, n = b->len[s];
@@ -56,7 +56,7 @@ static void attn_task(void *ud, int ith, int nth) {
     }
 }
 
-void model_enc_attention(kpool *pool, const model_enc_attn *a) { kpool_run(pool, attn_task, (void *)a); }
+void model_enc_attention(thread_pool *pool, const model_enc_attn *a) { thread_pool_run(pool, attn_task, (void *)a); }
 
 void model_enc_pool(const model_enc_batch *b, const float *x, int E, int pooling, float *out) {
     for (int s = 0; s < b->n_seq; s++) {

@@ -56,11 +56,11 @@ typedef struct model_enc_attn {
 } model_enc_attn;
 
 /* Scratch floats model_enc_attention needs for sequences of up to max_len. */
-static inline size_t model_enc_attn_scratch(const kpool *pool, int max_len) {
-    return (size_t)kpool_size(pool) * (size_t)max_len;
+static inline size_t model_enc_attn_scratch(const thread_pool *pool, int max_len) {
+    return (size_t)thread_pool_size(pool) * (size_t)max_len;
 }
 
-void model_enc_attention(kpool *pool, const model_enc_attn *a);
+void model_enc_attention(thread_pool *pool, const model_enc_attn *a);
 
 /* Pools the rows x (stride E floats) of each sequence into out[s * E]:
  * MODEL_POOL_MEAN over its tokens, MODEL_POOL_CLS the first, MODEL_POOL_LAST the

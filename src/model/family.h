@@ -169,7 +169,7 @@ struct model_family {
      * cap_tok.  out gets n_seq rows: n_embd floats each for MODEL_POOL_MEAN /
      * MODEL_POOL_CLS (not normalized), n_cls_out scores each for MODEL_POOL_RANK
      * (the family's classification head). */
-    void *(*enc_new)(const kiln_model *m, int cap_tok, kpool *pool);
+    void *(*enc_new)(const kiln_model *m, int cap_tok, thread_pool *pool);
     void (*enc_free)(void *ws);
     void (*encode)(void *ws, const kiln_model *m, const int32_t *tokens, const uint8_t *types, const int32_t *len,
                    int n_seq, int pooling, float *out);

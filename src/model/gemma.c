@@ -484,14 +484,14 @@ static void gm_range(const gm_job *j, int i0, int i1) {
 static void gm_task(void *ud, int ith, int nth) {
     const gm_job *j = ud;
     long lo, hi;
-    kpool_range(j->n_tok, ith, nth, &lo, &hi);
+    thread_pool_range(j->n_tok, ith, nth, &lo, &hi);
     gm_range(j, (int)lo, (int)hi);
 }
 
 static void gm_step(gm_job *j, enum gm_step step) {
     j->step = step;
     if (j->n_tok >= 4) /* below that a pool hand-off costs about as much as the work */
-        kpool_run(j->c->pool, gm_task, j);
+        thread_pool_run(j->c->pool, gm_task, j);
     else
         gm_range(j, 0, j->n_tok);
 }

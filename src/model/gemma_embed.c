@@ -142,7 +142,7 @@ static void ge_weights(kiln_model *m, model_weights *w) {
 /* ---------------------------------------------------------------- forward */
 
 typedef struct ge_ws {
-    kpool *pool;
+    thread_pool *pool;
     int cap_tok;
     float *x, *h;     /* [cap_tok][n_embd] */
     float *q, *att;   /* [cap_tok][n_head * hd] */
@@ -164,7 +164,7 @@ static void ge_ws_free(void *ws) {
     free(w);
 }
 
-static void *ge_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
+static void *ge_ws_new(const kiln_model *m, int cap_tok, thread_pool *pool) {
     const ge_model *d = m->fam;
     const model_hparams *hp = &m->hp;
     const size_t N = (size_t)cap_tok, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff, R = (size_t)hp->rope.n_rot;
@@ -209,7 +209,7 @@ static void rms_task(void *ud, int ith, int nth) {
     ge_job *j = ud;
     const int E = j->m->hp.n_embd;
     long lo, hi;
-    kpool_range(j->b->n_rows, ith, nth, &lo, &hi);
+    thread_pool_range(j->b->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         const float *s = j->src + (size_t)r * E;
         if (j->add) {
@@ -233,7 +233,7 @@ static void qk_task(void *ud, int ith, int nth) {
     const float *tab = j->L->local ? j->w->cs_local : j->w->cs_global;
     const float scale = 1.0f / sqrtf((float)hd);
     long lo, hi;
-    kpool_range(j->b->n_rows, ith, nth, &lo, &hi);
+    thread_pool_range(j->b->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         const int t = (int)r - j->b->off[j->b->seq[r]];
         float *q = j->w->q + (size_t)r * hp->n_head * hd, *k = j->w->k + (size_t)r * hp->n_head_kv * hd;
@@ -251,7 +251,7 @@ static void geglu_task(void *ud, int ith, int nth) {
     ge_job *j = ud;
     const int F = j->m->hp.n_ff;
     long lo, hi;
-    kpool_range(j->b->n_rows, ith, nth, &lo, &hi);
+    thread_pool_range(j->b->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         float *g = j->w->gate + (size_t)r * F;
         const float *u = j->w->up + (size_t)r * F;
@@ -283,27 +283,27 @@ static void ge_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         const ge_layer *L = &d->layers[l];
         j.L = L;
         j.norm = L->attn_norm, j.src = w->x, j.dst = w->h, j.add = 0;
-        kpool_run(w->pool, rms_task, &j);
+        thread_pool_run(w->pool, rms_task, &j);
         kern_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
         kern_matmul_multi(w->pool, qkv, 3, w->h, N, w->mm_scratch);
-        kpool_run(w->pool, qk_task, &j);
+        thread_pool_run(w->pool, qk_task, &j);
         at.window = L->local ? d->window : -1;
         model_enc_attention(w->pool, &at);
         kern_matmul(w->pool, &L->wo, w->att, N, w->h, E, w->mm_scratch);
         j.norm = L->post_attn_norm, j.src = w->h, j.dst = w->x, j.add = 1;
-        kpool_run(w->pool, rms_task, &j);
+        thread_pool_run(w->pool, rms_task, &j);
 
         j.norm = L->ffn_norm, j.src = w->x, j.dst = w->h, j.add = 0;
-        kpool_run(w->pool, rms_task, &j);
+        thread_pool_run(w->pool, rms_task, &j);
         kern_mm_out gu[2] = {{&L->w_gate, w->gate, F}, {&L->w_up, w->up, F}};
         kern_matmul_multi(w->pool, gu, 2, w->h, N, w->mm_scratch);
-        kpool_run(w->pool, geglu_task, &j);
+        thread_pool_run(w->pool, geglu_task, &j);
         kern_matmul(w->pool, &L->w_down, w->gate, N, w->h, E, w->mm_scratch);
         j.norm = L->post_ffn_norm, j.src = w->h, j.dst = w->x, j.add = 1;
-        kpool_run(w->pool, rms_task, &j);
+        thread_pool_run(w->pool, rms_task, &j);
     }
     j.norm = m->out_norm, j.src = w->x, j.dst = w->h, j.add = 0;
-    kpool_run(w->pool, rms_task, &j);
+    thread_pool_run(w->pool, rms_task, &j);
     if (!d->dense2.data) {
         model_enc_pool(&bt, w->h, E, pooling, out);
         return;

@@ -181,7 +181,7 @@ static void mb_weights(kiln_model *m, model_weights *w) {
 /* ---------------------------------------------------------------- forward */
 
 typedef struct mb_ws {
-    kpool *pool;
+    thread_pool *pool;
     int cap_tok;
     float *x, *h, *att;          /* [cap_tok][n_embd] residual, normalized input, attention output */
     float *qkv;                  /* [cap_tok][3 n_embd] */
@@ -202,7 +202,7 @@ static void mb_ws_free(void *ws) {
     free(w);
 }
 
-static void *mb_ws_new(const kiln_model *m, int cap_tok, kpool *pool) {
+static void *mb_ws_new(const kiln_model *m, int cap_tok, thread_pool *pool) {
     const mb_model *d = m->fam;
     const size_t N = (size_t)cap_tok, E = (size_t)m->hp.n_embd, F = (size_t)m->hp.n_ff;
     const size_t R = (size_t)m->hp.rope.n_rot;
@@ -242,7 +242,7 @@ static void norm_task(void *ud, int ith, int nth) {
     const mb_model *d = j->m->fam;
     const int E = j->m->hp.n_embd;
     long lo, hi;
-    kpool_range(j->b->n_rows, ith, nth, &lo, &hi);
+    thread_pool_range(j->b->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         const float *x = j->w->x + (size_t)r * E;
         float *h = j->w->h + (size_t)r * E;
@@ -261,7 +261,7 @@ static void rope_task(void *ud, int ith, int nth) {
     const kern_rope *rp = j->L->local ? &d->rope_local : &hp->rope;
     const float *tab = j->L->local ? j->w->cs_local : j->w->cs_global;
     long lo, hi;
-    kpool_range(j->b->n_rows, ith, nth, &lo, &hi);
+    thread_pool_range(j->b->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         const int t = (int)r - j->b->off[j->b->seq[r]];
         float *q = j->w->qkv + (size_t)r * 3 * E;
@@ -275,7 +275,7 @@ static void glu_task(void *ud, int ith, int nth) {
     const mb_model *d = j->m->fam;
     const int F = j->m->hp.n_ff;
     long lo, hi;
-    kpool_range(j->b->n_rows, ith, nth, &lo, &hi);
+    thread_pool_range(j->b->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         const float *u = j->w->up + (size_t)r * 2 * F;
         float *g = j->w->g + (size_t)r * F;
@@ -297,7 +297,7 @@ static void add_task(void *ud, int ith, int nth) {
     mb_job *j = ud;
     const int E = j->m->hp.n_embd;
     long lo, hi;
-    kpool_range(j->b->n_rows, ith, nth, &lo, &hi);
+    thread_pool_range(j->b->n_rows, ith, nth, &lo, &hi);
     kern_add(j->w->x + (size_t)lo * E, j->w->h + (size_t)lo * E, (int)((hi - lo) * E));
 }
 
@@ -356,20 +356,20 @@ static void mb_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         const mb_layer *L = &d->layers[l];
         j.L = L;
         j.norm = L->attn_norm;
-        kpool_run(w->pool, norm_task, &j);
+        thread_pool_run(w->pool, norm_task, &j);
         kern_matmul(w->pool, &L->wqkv, w->h, N, w->qkv, 3 * E, w->mm_scratch);
-        kpool_run(w->pool, rope_task, &j);
+        thread_pool_run(w->pool, rope_task, &j);
         at.window = L->local ? d->window : -1;
         model_enc_attention(w->pool, &at);
         kern_matmul(w->pool, &L->wo, w->att, N, w->h, E, w->mm_scratch);
-        kpool_run(w->pool, add_task, &j);
+        thread_pool_run(w->pool, add_task, &j);
 
         j.norm = L->ffn_norm;
-        kpool_run(w->pool, norm_task, &j);
+        thread_pool_run(w->pool, norm_task, &j);
         kern_matmul(w->pool, &L->w_up, w->h, N, w->up, 2 * F, w->mm_scratch);
-        kpool_run(w->pool, glu_task, &j);
+        thread_pool_run(w->pool, glu_task, &j);
         kern_matmul(w->pool, &L->w_down, w->g, N, w->h, E, w->mm_scratch);
-        kpool_run(w->pool, add_task, &j);
+        thread_pool_run(w->pool, add_task, &j);
     }
     for (int r = 0; r < N; r++) {
         float *x = w->x + (size_t)r * E;

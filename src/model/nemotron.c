@@ -511,12 +511,12 @@ static void scan_task(void *ud, int ith, int nth) {
     (void)nth;
 }
 
-static void run_items(nem_job *j, kpool_fn fn, long n_items) {
+static void run_items(nem_job *j, thread_pool_fn fn, long n_items) {
     atomic_store_explicit(&j->next, 0, memory_order_relaxed);
     if (n_items <= 1)
         fn(j, 0, 1);
     else
-        kpool_run_shared(j->c->pool, fn, j);
+        thread_pool_run_shared(j->c->pool, fn, j);
 }
 
 /* Per-token element-wise steps, on the pool when the batch is big enough. */
@@ -568,7 +568,7 @@ static void tok_range(const nem_tok *j, int i0, int i1) {
 static void tok_task(void *ud, int ith, int nth) {
     const nem_tok *j = ud;
     long lo, hi;
-    kpool_range(j->n, ith, nth, &lo, &hi);
+    thread_pool_range(j->n, ith, nth, &lo, &hi);
     tok_range(j, (int)lo, (int)hi);
 }
 
@@ -577,7 +577,7 @@ static void tok_task(void *ud, int ith, int nth) {
 static void tok_step(kiln_context *c, const kern_ops *ops, const nem_layer *L, int n, enum nem_step step) {
     nem_tok j = {c, ops, L, n, step};
     if (n >= TOK_PAR_MIN)
-        kpool_run(c->pool, tok_task, &j);
+        thread_pool_run(c->pool, tok_task, &j);
     else
         tok_range(&j, 0, n);
 }

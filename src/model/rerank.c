@@ -25,7 +25,7 @@ struct kiln_reranker {
     int pair; /* MODEL_PAIR_* as the family frames */
     int32_t f_first, f_mid1, f_mid2, f_last;
     /* cross-encoder */
-    kpool *pool;
+    thread_pool *pool;
     void *ws;
     int32_t *run_tok; /* one run's pairs end to end */
     uint8_t *run_type;
@@ -94,7 +94,7 @@ static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p
         return base_fail(KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", r->max_tokens, m->hp.n_ctx_train);
     r->n_batch = p->n_batch; /* a longer pair runs alone: the workspace holds max_tokens */
     const int32_t cap = r->n_batch < r->max_tokens ? r->max_tokens : r->n_batch;
-    r->pool = kpool_new(p->n_threads);
+    r->pool = thread_pool_new(p->n_threads);
     if (!r->pool) return base_fail(KILN_ERR_NOMEM, "cannot start threads");
     r->ws = m->arch->family->enc_new(m, cap, r->pool);
     r->run_tok = malloc((size_t)cap * sizeof *r->run_tok);
@@ -186,7 +186,7 @@ kiln_status kiln_reranker_new(const char *path, const kiln_reranker_params *p, k
 void kiln_reranker_free(kiln_reranker *r) {
     if (!r) return;
     if (r->ws) r->m->arch->family->enc_free(r->ws);
-    if (r->pool) kpool_free(r->pool);
+    if (r->pool) thread_pool_free(r->pool);
     kiln_context_free(r->ctx);
     free(r->run_tok);
     free(r->run_type);

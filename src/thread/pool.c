@@ -23,7 +23,7 @@
  * is several (about 7 us at 28 ns a pause). */
 #define JOIN_GRACE_ITERS 256
 
-struct kpool {
+struct thread_pool {
     int n;
     pthread_t *threads;
     pthread_mutex_t mu;
@@ -35,7 +35,7 @@ struct kpool {
      * state JOB_OPEN, JOB_JOINED or JOB_CLOSED (the caller finished its own
      * share before this worker began, and left it out: see run) */
     atomic_uint *slot;
-    kpool_fn fn;
+    thread_pool_fn fn;
     void *ud;
     atomic_int quit;
 };
@@ -44,7 +44,7 @@ enum { JOB_OPEN, JOB_JOINED, JOB_CLOSED };
 #define SLOT(gen, state) ((((gen)&0x3FFFFFFFu) << 2) | (unsigned)(state))
 
 typedef struct worker_arg {
-    kpool *p;
+    thread_pool *p;
     int ith;
 } worker_arg;
 
@@ -62,7 +62,7 @@ static inline void cpu_relax(void) {
 
 static void *worker(void *arg) {
     worker_arg *wa = arg;
-    kpool *p = wa->p;
+    thread_pool *p = wa->p;
     int ith = wa->ith;
     free(wa);
     unsigned seen = 0; /* gen starts at 0: a job posted before this thread ran is still seen */
@@ -98,12 +98,12 @@ static void *worker(void *arg) {
     }
 }
 
-kpool *kpool_new(int n_threads) {
+thread_pool *thread_pool_new(int n_threads) {
     if (n_threads <= 0) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = c > 0 ? (int)c : 1;
     }
-    kpool *p = calloc(1, sizeof *p);
+    thread_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n = n_threads;
     pthread_mutex_init(&p->mu, NULL);
@@ -120,7 +120,7 @@ kpool *kpool_new(int n_threads) {
         worker_arg *wa = malloc(sizeof *wa);
         if (!wa) {
             p->n = i;
-            kpool_free(p);
+            thread_pool_free(p);
             return NULL;
         }
         wa->p = p;
@@ -128,14 +128,14 @@ kpool *kpool_new(int n_threads) {
         if (pthread_create(&p->threads[i], NULL, worker, wa) != 0) {
             free(wa);
             p->n = i;
-            kpool_free(p);
+            thread_pool_free(p);
             return NULL;
         }
     }
     return p;
 }
 
-void kpool_free(kpool *p) {
+void thread_pool_free(thread_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->quit, 1);
@@ -150,9 +150,9 @@ void kpool_free(kpool *p) {
     free(p);
 }
 
-int kpool_size(const kpool *p) { return p->n; }
+int thread_pool_size(const thread_pool *p) { return p->n; }
 
-static void run(kpool *p, kpool_fn fn, void *ud, int shared) {
+static void run(thread_pool *p, thread_pool_fn fn, void *ud, int shared) {
     if (p->n == 1) {
         fn(ud, 0, 1);
         return;
@@ -194,6 +194,6 @@ static void run(kpool *p, kpool_fn fn, void *ud, int shared) {
     }
 }
 
-void kpool_run(kpool *p, kpool_fn fn, void *ud) { run(p, fn, ud, 0); }
+void thread_pool_run(thread_pool *p, thread_pool_fn fn, void *ud) { run(p, fn, ud, 0); }
 
-void kpool_run_shared(kpool *p, kpool_fn fn, void *ud) { run(p, fn, ud, 1); }
+void thread_pool_run_shared(thread_pool *p, thread_pool_fn fn, void *ud) { run(p, fn, ud, 1); }

@@ -68,7 +68,7 @@ static int32_t g3_n_tokens(const vision_model *vm, int32_t w, int32_t h) {
     return side * side;
 }
 
-static kiln_status g3_encode(vision_model *vm, kpool *pool, const vision_image *im, float *out) {
+static kiln_status g3_encode(vision_model *vm, thread_pool *pool, const vision_image *im, float *out) {
     const vision_hp *hp = &vm->hp;
     const g3_state *s = vm->state;
     const int S = hp->image_size, side = S / hp->patch_size, k = hp->n_merge, ps = side / k, E = hp->n_embd;

@@ -436,7 +436,7 @@ static void vq_pos_resize(const float *pos, int n_side, int E, int ph, int pw, f
 }
 
 /* The MLP's activation in place over n values (act VQ_*). */
-static void vq_act(kpool *pool, int act, float *x, size_t n) {
+static void vq_act(thread_pool *pool, int act, float *x, size_t n) {
     if (act == VQ_GELU) {
         kern_gelu_tanh(pool, x, n);
         return;
@@ -447,7 +447,7 @@ static void vq_act(kpool *pool, int act, float *x, size_t n) {
 
 /* c [m][w's rows] = a [m][k] w^T + bias; quantized weights through
  * kern_matmul with scratch mscr (kern_matmul_scratch_size(q->mm_cols, m)) */
-static void vq_linear(kpool *pool, const kern_mat *w, const float *bias, const float *a, int m, float *c, void *mscr) {
+static void vq_linear(thread_pool *pool, const kern_mat *w, const float *bias, const float *a, int m, float *c, void *mscr) {
     if (!vq_gemm_type(w->type)) {
         kern_matmul(pool, w, a, m, c, w->nrows, mscr);
         if (bias)
@@ -490,7 +490,7 @@ static void vq_rope(const vision_qwen *q, const float *cs, float *x, int n) {
 
 /* Attention of rows [s, e) among themselves, head by head: att = softmax(q
  * k^T / sqrt(D)) v; sc holds VQ_QCHUNK * (e - s) floats. */
-static void vq_attn_run(const vision_qwen *q, kpool *pool, const float *qm, const float *km, const float *vm,
+static void vq_attn_run(const vision_qwen *q, thread_pool *pool, const float *qm, const float *km, const float *vm,
                         float *att, int s, int e, float *sc) {
     const int L = e - s, E = q->E, D = q->D;
     const float scale = 1.0f / sqrtf((float)D);
@@ -541,7 +541,7 @@ static void vq_attn_run(const vision_qwen *q, kpool *pool, const float *qm, cons
         }
 }
 
-kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t *rgb, int w, int h, float *out) {
+kiln_status vision_qwen_encode(const vision_qwen *q, thread_pool *pool, const uint8_t *rgb, int w, int h, float *out) {
     int rw, rh, nx, ny;
     if (!rgb || vision_qwen_grid(q, w, h, &rw, &rh, &nx, &ny))
         return base_fail(KILN_ERR_INVALID_ARG, "image of %d x %d pixels", w, h);
@@ -712,7 +712,7 @@ static int32_t qwen_n_tokens(const vision_model *vm, int32_t w, int32_t h) {
     return nx * ny;
 }
 
-static kiln_status qwen_encode(vision_model *vm, kpool *pool, const vision_image *im, float *out) {
+static kiln_status qwen_encode(vision_model *vm, thread_pool *pool, const vision_image *im, float *out) {
     return vision_qwen_encode(vm->state, pool, im->px, im->w, im->h, out);
 }
 

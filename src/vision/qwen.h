@@ -55,6 +55,6 @@ int vision_qwen_grid(const vision_qwen *q, int w, int h, int *rw, int *rh, int *
 /* Encodes w x h RGB8 pixels (row-major, 3 bytes a pixel) into out
  * [ny * nx][n_embd] (vision_qwen_grid's), on pool's threads (NULL: the
  * calling thread).  KILN_ERR_NOMEM when scratch cannot be had. */
-kiln_status vision_qwen_encode(const vision_qwen *q, kpool *pool, const uint8_t *rgb, int w, int h, float *out);
+kiln_status vision_qwen_encode(const vision_qwen *q, thread_pool *pool, const uint8_t *rgb, int w, int h, float *out);
 
 #endif

@@ -269,17 +269,17 @@ void vision_free(vision_model *vm) {
 
 int32_t vision_n_tokens(const vision_model *vm, const vision_image *im) { return vm->proj->n_tokens(vm, im->w, im->h); }
 
-kiln_status vision_encode(vision_model *vm, kpool *pool, const vision_image *im, float *out) {
+kiln_status vision_encode(vision_model *vm, thread_pool *pool, const vision_image *im, float *out) {
     if (!im || !im->px || im->w < 1 || im->h < 1 || im->w > VISION_MAX_SIDE || im->h > VISION_MAX_SIDE ||
         (int64_t)im->w * im->h > VISION_MAX_PIXELS)
         return base_fail(KILN_ERR_INVALID_ARG, "image of %d x %d pixels: each side must be 1..%d and at most %d pixels",
                        im ? im->w : 0, im ? im->h : 0, VISION_MAX_SIDE, (int)VISION_MAX_PIXELS);
-    kpool *own = NULL;
-    if (!pool && !(pool = own = kpool_new(0))) return base_fail(KILN_ERR_NOMEM, "out of memory");
+    thread_pool *own = NULL;
+    if (!pool && !(pool = own = thread_pool_new(0))) return base_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&vm->mu);
     kiln_status st = vm->proj->encode(vm, pool, im, out);
     pthread_mutex_unlock(&vm->mu);
-    kpool_free(own);
+    thread_pool_free(own);
     return st;
 }
 
@@ -358,7 +358,7 @@ static void act_rows(float *x, size_t n, int act) {
 /* Query rows one attention pass scores at once (bounds the score buffer). */
 #define VIT_QCHUNK 256
 
-kiln_status vision_vit_run(vision_model *vm, kpool *pool, const float *pix, int32_t w, int32_t h, float *out) {
+kiln_status vision_vit_run(vision_model *vm, thread_pool *pool, const float *pix, int32_t w, int32_t h, float *out) {
     const vision_hp *hp = &vm->hp;
     const int P = hp->patch_size, E = hp->n_embd, F = hp->n_ff, NH = hp->n_head, D = E / NH;
     const int npx = w / P, npy = h / P, n = npx * npy, K = 3 * P * P;
@@ -593,8 +593,8 @@ kiln_status vision_prompt_build(vision_model *vm, const vision_text *tx, const c
     out->n_embd = tx->n_embd;
     int32_t cap = 0;
     kiln_status st = KILN_OK;
-    kpool *pool = NULL;
-    if (n_images && !(pool = kpool_new(0))) return base_fail(KILN_ERR_NOMEM, "out of memory");
+    thread_pool *pool = NULL;
+    if (n_images && !(pool = thread_pool_new(0))) return base_fail(KILN_ERR_NOMEM, "out of memory");
     const char *rest = text;
     size_t rest_len = len;
     int first = 1;
@@ -646,7 +646,7 @@ kiln_status vision_prompt_build(vision_model *vm, const vision_text *tx, const c
         free(owned);
     }
     if (!st) st = push_text(tx, out, &cap, rest, rest_len, first && add_special, parse_special);
-    kpool_free(pool);
+    thread_pool_free(pool);
     if (!st && n_images && tx->mrope && vm->proj->grid) st = fill_mpos(out, n_images, img_at, img_nx, img_ny);
     if (st) vision_prompt_free(out);
     return st;

@@ -93,7 +93,7 @@ typedef struct vision_proj {
      * w x h image (NULL: not one). */
     void (*grid)(const vision_model *vm, int32_t w, int32_t h, int32_t *nx, int32_t *ny);
     /* The image's rows, out [n_tokens][n_embd_text]. */
-    kiln_status (*encode)(vision_model *vm, kpool *pool, const vision_image *im, float *out);
+    kiln_status (*encode)(vision_model *vm, thread_pool *pool, const vision_image *im, float *out);
     void (*free)(vision_model *vm);
 } vision_proj;
 
@@ -134,7 +134,7 @@ void vision_free(vision_model *vm);
 int32_t vision_n_tokens(const vision_model *vm, const vision_image *im);
 /* Encodes im into out [vision_n_tokens][n_embd_text] on pool (NULL: a pool
  * of its own); serialized per model. */
-kiln_status vision_encode(vision_model *vm, kpool *pool, const vision_image *im, float *out);
+kiln_status vision_encode(vision_model *vm, thread_pool *pool, const vision_image *im, float *out);
 
 /* ---- what projectors share (vision.c) ---- */
 
@@ -157,7 +157,7 @@ void vision_preprocess_square(const vision_image *im, int32_t size, const float 
 /* The ViT over a planar image pix [3][h][w] (w, h multiples of the patch
  * size): patch embedding, learned positions, the blocks, the post norm.
  * out [n_patches][n_embd], patches row by row. */
-kiln_status vision_vit_run(vision_model *vm, kpool *pool, const float *pix, int32_t w, int32_t h, float *out);
+kiln_status vision_vit_run(vision_model *vm, thread_pool *pool, const float *pix, int32_t w, int32_t h, float *out);
 
 /* ---- prompts ---- */
 

@@ -20,7 +20,7 @@
 
 struct wh_state {
     const wh_model *m;
-    kpool *pool;
+    thread_pool *pool;
     int n_beams;
     int A, d, nh, hd, n_ctx;
     /* encoder */
@@ -46,7 +46,7 @@ struct wh_state {
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-kpool *wh_state_pool(wh_state *s) { return s->pool; }
+thread_pool *wh_state_pool(wh_state *s) { return s->pool; }
 const float *wh_encoder_out(const wh_state *s) { return s->x; }
 int wh_beam_len(const wh_state *s, int b) { return s->len[b]; }
 void wh_beam_truncate(wh_state *s, int b, int len) {
@@ -67,7 +67,7 @@ void wh_beam_copy(wh_state *s, int dst, int src) {
 
 void wh_state_free(wh_state *s) {
     if (!s) return;
-    if (s->pool) kpool_free(s->pool);
+    if (s->pool) thread_pool_free(s->pool);
     free(s->col);
     free(s->h1);
     free(s->x);
@@ -118,7 +118,7 @@ wh_state *wh_state_new(const wh_model *m, int n_beams, int n_threads) {
     /* a decoder run carries a whole prompt (at most n_ctx tokens) or one
      * token per beam */
     s->cap_tok = s->n_ctx > s->n_beams ? s->n_ctx : s->n_beams;
-    s->pool = kpool_new(n_threads);
+    s->pool = thread_pool_new(n_threads);
     const size_t A = (size_t)s->A, d = (size_t)s->d, hd = (size_t)s->hd, L = (size_t)hp->n_text_layer;
     const size_t T = (size_t)s->cap_tok, nb = (size_t)s->n_beams, nctx = (size_t)s->n_ctx;
     const size_t dh = (size_t)hp->n_text_head, dhd = d / dh;
@@ -181,15 +181,15 @@ typedef struct rows_job {
 static void rows_task(void *ud, int ith, int nth) {
     rows_job *j = ud;
     long lo, hi;
-    kpool_range(j->n, ith, nth, &lo, &hi);
+    thread_pool_range(j->n, ith, nth, &lo, &hi);
     if (lo < hi) j->fn(j, lo, hi);
 }
 
-static void par(kpool *p, rows_job *j) {
+static void par(thread_pool *p, rows_job *j) {
     if (j->n * j->width < 8192)
         j->fn(j, 0, j->n);
     else
-        kpool_run(p, rows_task, j);
+        thread_pool_run(p, rows_task, j);
 }
 
 static inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }
@@ -224,19 +224,19 @@ static void f_bias(rows_job *j, long lo, long hi) {
     }
 }
 
-static void bias_gelu(kpool *p, float *y, const float *b, long n, int width) {
+static void bias_gelu(thread_pool *p, float *y, const float *b, long n, int width) {
     rows_job j = {f_bias_gelu, n, y, NULL, NULL, b, width, NULL};
     par(p, &j);
 }
-static void add_bias(kpool *p, float *y, const float *x, const float *b, long n, int width) {
+static void add_bias(thread_pool *p, float *y, const float *x, const float *b, long n, int width) {
     rows_job j = {f_add_bias, n, y, x, NULL, b, width, NULL};
     par(p, &j);
 }
-static void layernorm(kpool *p, float *y, const float *x, const float *w, const float *b, long n, int width) {
+static void layernorm(thread_pool *p, float *y, const float *x, const float *w, const float *b, long n, int width) {
     rows_job j = {f_ln, n, y, x, w, b, width, NULL};
     par(p, &j);
 }
-static void bias_rows(kpool *p, float *y, const float *b, long n, int width) {
+static void bias_rows(thread_pool *p, float *y, const float *b, long n, int width) {
     if (!b) return;
     rows_job j = {f_bias, n, y, NULL, NULL, b, width, NULL};
     par(p, &j);
@@ -263,7 +263,7 @@ static void gather_task(void *ud, int ith, int nth) {
     gather_job *g = ud;
     wh_state *s = g->s;
     long lo, hi;
-    kpool_range(s->A, ith, nth, &lo, &hi);
+    thread_pool_range(s->A, ith, nth, &lo, &hi);
     const int hd = s->hd, d = s->d, A = s->A;
     for (long t = lo; t < hi; t++) {
         const float *qr = g->q + t * d + g->h * hd, *kr = g->k + t * d + g->h * hd, *vr = g->v + t * d + g->h * hd;
@@ -281,7 +281,7 @@ static void encoder_attention(wh_state *s) {
     const float scale = 1.0f / sqrtf((float)hd);
     for (int h = 0; h < s->nh; h++) {
         gather_job g = {s, s->q, s->k, s->v, h, scale, s->kh, s->vth, s->qh};
-        kpool_run(s->pool, gather_task, &g);
+        thread_pool_run(s->pool, gather_task, &g);
         kern_mat km = {s->kh, QUANT_F16, hd, A, NULL};
         kern_matmul(s->pool, &km, s->qh, A, s->scores, A, s->mm);
         rows_job sj = {f_softmax, A, s->scores, NULL, NULL, NULL, A, NULL};
@@ -304,7 +304,7 @@ typedef struct col_job {
 static void col_task(void *ud, int ith, int nth) {
     col_job *c = ud;
     long lo, hi;
-    kpool_range(c->n_out_t, ith, nth, &lo, &hi);
+    thread_pool_range(c->n_out_t, ith, nth, &lo, &hi);
     for (long t = lo; t < hi; t++) {
         float *row = c->col + (size_t)t * (size_t)c->n_in * 3;
         for (int ch = 0; ch < c->n_in; ch++)
@@ -331,7 +331,7 @@ static void cross_task(void *ud, int ith, int nth) {
     wh_state *s = c->s;
     const int A = s->A, d = s->d, nh = s->m->hp.n_text_head, hd = d / nh;
     long lo, hi;
-    kpool_range(A, ith, nth, &lo, &hi);
+    thread_pool_range(A, ith, nth, &lo, &hi);
     for (long t = lo; t < hi; t++)
         for (int h = 0; h < nh; h++)
             for (int i = 0; i < hd; i++) {
@@ -343,13 +343,13 @@ static void cross_task(void *ud, int ith, int nth) {
 void wh_encode(wh_state *s, const float *mel, size_t ld) {
     const wh_model *m = s->m;
     const int A = s->A, d = s->d, nm = m->hp.n_mels;
-    kpool *p = s->pool;
+    thread_pool *p = s->pool;
     col_job c1 = {s->col, mel, ld, nm, 2 * A, 2 * A, 1, 0};
-    kpool_run(p, col_task, &c1);
+    thread_pool_run(p, col_task, &c1);
     kern_matmul(p, &m->conv1, s->col, 2 * A, s->h1, d, s->mm);
     bias_gelu(p, s->h1, m->conv1_b, 2 * A, d);
     col_job c2 = {s->col, s->h1, (size_t)d, d, A, 2 * A, 2, 1};
-    kpool_run(p, col_task, &c2);
+    thread_pool_run(p, col_task, &c2);
     kern_matmul(p, &m->conv2, s->col, A, s->x, d, s->mm);
     bias_gelu(p, s->x, m->conv2_b, A, d);
     add_bias(p, s->x, m->enc_pos, NULL, A, d);
@@ -377,7 +377,7 @@ void wh_encode(wh_state *s, const float *mel, size_t ld) {
         kern_matmul_multi(p, kv, 2, s->x, A, s->mm);
         bias_rows(p, s->v, b->cv_b, A, d);
         cross_job cj = {s, s->k, s->v, s->ck + (size_t)l * A * d, s->cvt + (size_t)l * A * d};
-        kpool_run(p, cross_task, &cj);
+        thread_pool_run(p, cross_task, &cj);
     }
     for (int b = 0; b < s->n_beams; b++) s->len[b] = 0;
 }
@@ -440,7 +440,7 @@ static void dattn_task(void *ud, int ith, int nth) {
     dattn_job *j = ud;
     const int nh = j->s->m->hp.n_text_head;
     long lo, hi;
-    kpool_range((long)j->n * nh, ith, nth, &lo, &hi);
+    thread_pool_range((long)j->n * nh, ith, nth, &lo, &hi);
     for (long i = lo; i < hi; i++) dattn_one(j, (int)(i / nh), (int)(i % nh));
 }
 
@@ -449,7 +449,7 @@ static void dattn_task(void *ud, int ith, int nth) {
 static void dec_run(wh_state *s, const int32_t *tokens, int n, int only_last) {
     const wh_model *m = s->m;
     const int d = s->d;
-    kpool *p = s->pool;
+    thread_pool *p = s->pool;
     for (int r = 0; r < n; r++) {
         kern_get_row(&m->tok, tokens[r], s->dx + (size_t)r * d);
         const float *pe = m->dec_pos + (size_t)s->row_pos[r] * d;
@@ -470,14 +470,14 @@ static void dec_run(wh_state *s, const int32_t *tokens, int n, int only_last) {
             memcpy(s->sv + at, s->dv + (size_t)r * d, (size_t)d * sizeof(float));
         }
         dattn_job sj = {s, l, n, 0, f16};
-        kpool_run(p, dattn_task, &sj);
+        thread_pool_run(p, dattn_task, &sj);
         kern_matmul(p, &b->o, s->datt, n, s->dtmp, d, s->mm);
         add_bias(p, s->dx, s->dtmp, b->o_b, n, d);
         layernorm(p, s->dxn, s->dx, b->cross_ln_w, b->cross_ln_b, n, d);
         kern_matmul(p, &b->cq, s->dxn, n, s->dq, d, s->mm);
         bias_rows(p, s->dq, b->cq_b, n, d);
         dattn_job cj = {s, l, n, 1, f16};
-        kpool_run(p, dattn_task, &cj);
+        thread_pool_run(p, dattn_task, &cj);
         kern_matmul(p, &b->co, s->datt, n, s->dtmp, d, s->mm);
         add_bias(p, s->dx, s->dtmp, b->co_b, n, d);
         layernorm(p, s->dxn, s->dx, b->mlp_ln_w, b->mlp_ln_b, n, d);

@@ -160,7 +160,7 @@ const float *wh_decode_beams(wh_state *s, const int *beams, const int32_t *token
 int wh_beam_len(const wh_state *s, int b);
 void wh_beam_truncate(wh_state *s, int b, int len);
 void wh_beam_copy(wh_state *s, int dst, int src);
-kpool *wh_state_pool(wh_state *s);
+thread_pool *wh_state_pool(wh_state *s);
 
 /* ---- api.c ---- */
 
