@@ -30,12 +30,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ck_pkl_result r;
     if (ck_pickle_state_dict(data, size, &r) == KILN_OK) ck_pickle_free(&r);
     /* and as a SentencePiece model (protobuf, character map, encoder) */
-    im_spiece *s = im_spiece_load(data, size, err, sizeof err);
+    image_spiece *s = image_spiece_load(data, size, err, sizeof err);
     if (s) {
         int32_t ids[64];
         static const char text[] = "a Red  circle ＡＢ\xff on a blue background";
-        im_spiece_encode(s, text, sizeof text - 1, ids, 64);
-        im_spiece_free(s);
+        image_spiece_encode(s, text, sizeof text - 1, ids, 64);
+        image_spiece_free(s);
     }
     return 0;
 }

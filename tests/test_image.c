@@ -54,14 +54,14 @@ static void test_tokenizer(void) {
     size_t n;
     char *model = t_read_file(TINY "spiece.model", &n);
     char err[256];
-    im_spiece *s = model ? im_spiece_load((const uint8_t *)model, n, err, sizeof err) : NULL;
+    image_spiece *s = model ? image_spiece_load((const uint8_t *)model, n, err, sizeof err) : NULL;
     CHECKF(s != NULL, "spiece: %s", model ? err : "no file");
     free(model);
     json_error_t je;
     json_t *j = json_load_file(TINY "tokenizer.json", 0, &je);
     CHECK(j != NULL);
     if (!s || !j) return;
-    CHECK(im_spiece_eos(s) == 1 && im_spiece_unk(s) == 2 && im_spiece_pad(s) == 0);
+    CHECK(image_spiece_eos(s) == 1 && image_spiece_unk(s) == 2 && image_spiece_pad(s) == 0);
     size_t i;
     json_t *c;
     int n_ok = 0;
@@ -82,7 +82,7 @@ static void test_tokenizer(void) {
             text = bytes;
         }
         int32_t ids[256];
-        int got = im_spiece_encode(s, text, len, ids, 256);
+        int got = image_spiece_encode(s, text, len, ids, 256);
         json_t *want = json_object_get(c, "ids");
         int same = got == (int)json_array_size(want);
         for (int k = 0; same && k < got; k++) same = ids[k] == json_integer_value(json_array_get(want, (size_t)k));
@@ -93,48 +93,48 @@ static void test_tokenizer(void) {
     /* a truncated or garbled model is refused, never a crash */
     model = t_read_file(TINY "spiece.model", &n);
     for (size_t k = 1; model && k < n; k += k < 64 ? 1 : 997) {
-        im_spiece *t = im_spiece_load((const uint8_t *)model, k, err, sizeof err);
+        image_spiece *t = image_spiece_load((const uint8_t *)model, k, err, sizeof err);
         if (t) {
             int32_t ids[64];
-            im_spiece_encode(t, "a red circle", 12, ids, 64);
-            im_spiece_free(t);
+            image_spiece_encode(t, "a red circle", 12, ids, 64);
+            image_spiece_free(t);
         }
     }
     free(model);
     json_decref(j);
-    im_spiece_free(s);
+    image_spiece_free(s);
 }
 
-static im_pipeline *open_tiny(int threads) {
-    im_files f;
-    im_config c;
+static image_pipeline *open_tiny(int threads) {
+    image_files f;
+    image_config c;
     char err[512];
-    im_pipeline *p = NULL;
-    int rc = im_pack_read(TINY, 1, &f, &c, err, sizeof err);
+    image_pipeline *p = NULL;
+    int rc = image_pack_read(TINY, 1, &f, &c, err, sizeof err);
     CHECKF(rc == 0, "pack: %s", err);
     if (rc) return NULL;
-    rc = im_pipeline_open(&f, &c, threads, &p, err, sizeof err);
+    rc = image_pipeline_open(&f, &c, threads, &p, err, sizeof err);
     CHECKF(rc == 0, "open: %s", err);
     return p;
 }
 
 static void test_stages(json_t *ref) {
-    im_pipeline *p = open_tiny(2);
+    image_pipeline *p = open_tiny(2);
     if (!p) return;
     char err[256];
     /* the noise, bit for bit */
     json_t *noise = json_object_get(ref, "noise");
     float g[8];
-    im_rng r;
-    im_rng_seed(&r, (uint64_t)json_integer_value(json_object_get(noise, "seed")));
-    im_rng_gauss(&r, g, 8);
+    image_rng r;
+    image_rng_seed(&r, (uint64_t)json_integer_value(json_object_get(noise, "seed")));
+    image_rng_gauss(&r, g, 8);
     for (int i = 0; i < 8; i++)
         CHECK(g[i] == (float)json_number_value(json_array_get(json_object_get(noise, "first"), (size_t)i)));
     /* schedule */
     json_t *pl = json_object_get(ref, "pipeline");
     const int steps = (int)json_integer_value(json_object_get(pl, "steps"));
     float ts[64], sig[65], init;
-    CHECK(im_sched_plan(&im_pipeline_config(p)->sched, steps, ts, sig, &init, err, sizeof err) == 0);
+    CHECK(image_sched_plan(&image_pipeline_config(p)->sched, steps, ts, sig, &init, err, sizeof err) == 0);
     for (int i = 0; i < steps; i++)
         CHECK(ts[i] == (float)json_number_value(json_array_get(json_object_get(pl, "timesteps"), (size_t)i)));
     for (int i = 0; i <= steps; i++)
@@ -144,38 +144,38 @@ static void test_stages(json_t *ref) {
     CHECK(fabsf(init - (float)json_number_value(json_object_get(pl, "init_noise_sigma"))) <= 1e-6f * init);
     /* tokens and encoder states */
     int32_t ids[128];
-    const int n = im_tokenize(p, json_string_value(json_object_get(ref, "prompt")), ids, 128);
+    const int n = image_tokenize(p, json_string_value(json_object_get(ref, "prompt")), ids, 128);
     json_t *want = json_object_get(ref, "ids");
     CHECK(n == (int)json_array_size(want));
     for (int i = 0; i < n && i < (int)json_array_size(want); i++)
         CHECK(ids[i] == json_integer_value(json_array_get(want, (size_t)i)));
-    const int D = im_encoder_width(p);
+    const int D = image_encoder_width(p);
     float *states = malloc((size_t)n * (size_t)D * sizeof *states);
     float *rt5 = read_f32(TINY "ref_t5.f32", (size_t)n * (size_t)D);
-    CHECK(im_encode(p, ids, n, states, err, sizeof err) == 0);
+    CHECK(image_encode(p, ids, n, states, err, sizeof err) == 0);
     double rmax, e = rt5 ? max_err(states, rt5, (size_t)n * (size_t)D, &rmax) : INFINITY;
     printf("t5 states: max abs error %.3g (values up to %.3g)\n", e, rmax);
     CHECK(e < 1e-4);
     /* one DiT evaluation on the reference's own states */
-    const size_t nz = 4 * 32 * 32, no = (size_t)im_dit_out_channels(p) * 32 * 32;
+    const size_t nz = 4 * 32 * 32, no = (size_t)image_dit_out_channels(p) * 32 * 32;
     float *x = malloc(nz * sizeof *x), *out = malloc(no * sizeof *out);
     json_t *ds = json_object_get(ref, "dit_step");
-    im_rng_seed(&r, (uint64_t)json_integer_value(json_object_get(ds, "noise_seed")));
-    im_rng_gauss(&r, x, nz);
+    image_rng_seed(&r, (uint64_t)json_integer_value(json_object_get(ds, "noise_seed")));
+    image_rng_gauss(&r, x, nz);
     float *rd = read_f32(TINY "ref_dit_step.f32", no);
-    CHECK(im_dit_once(p, x, (float)json_number_value(json_object_get(ds, "timestep")), rt5 ? rt5 : states, n, out, err,
+    CHECK(image_dit_once(p, x, (float)json_number_value(json_object_get(ds, "timestep")), rt5 ? rt5 : states, n, out, err,
                       sizeof err) == 0);
     e = rd ? max_err(out, rd, no, &rmax) : INFINITY;
     printf("dit step: max abs error %.3g (values up to %.3g)\n", e, rmax);
     CHECK(e < 5e-3);
     /* one VAE decode */
     json_t *vs = json_object_get(ref, "vae");
-    im_rng_seed(&r, (uint64_t)json_integer_value(json_object_get(vs, "noise_seed")));
-    im_rng_gauss(&r, x, nz);
+    image_rng_seed(&r, (uint64_t)json_integer_value(json_object_get(vs, "noise_seed")));
+    image_rng_gauss(&r, x, nz);
     for (size_t i = 0; i < nz; i++) x[i] *= (float)json_number_value(json_object_get(vs, "latent_scale"));
     const size_t ni = 3 * 256 * 256;
     float *img = malloc(ni * sizeof *img), *rv = read_f32(TINY "ref_vae.f32", ni);
-    CHECK(im_decode(p, x, img, err, sizeof err) == 0);
+    CHECK(image_decode(p, x, img, err, sizeof err) == 0);
     e = rv ? max_err(img, rv, ni, &rmax) : INFINITY;
     printf("vae decode: max abs error %.3g (values up to %.3g)\n", e, rmax);
     CHECK(e < 1e-3);
@@ -186,12 +186,12 @@ static void test_stages(json_t *ref) {
     free(rd);
     free(img);
     free(rv);
-    im_pipeline_free(p);
+    image_pipeline_free(p);
 }
 
-static uint8_t *generate(im_pipeline *p, json_t *ref, size_t *len) {
+static uint8_t *generate(image_pipeline *p, json_t *ref, size_t *len) {
     json_t *pl = json_object_get(ref, "pipeline");
-    im_request r = {json_string_value(json_object_get(ref, "prompt")),
+    image_request r = {json_string_value(json_object_get(ref, "prompt")),
                     (int)json_integer_value(json_object_get(pl, "steps")),
                     (float)json_number_value(json_object_get(pl, "cfg")),
                     (uint64_t)json_integer_value(json_object_get(pl, "seed")),
@@ -199,8 +199,8 @@ static uint8_t *generate(im_pipeline *p, json_t *ref, size_t *len) {
                     NULL};
     uint8_t *png = NULL;
     char err[256];
-    int rc = im_generate(p, &r, &png, len, err, sizeof err);
-    CHECKF(rc == IM_OK, "generate: %s", err);
+    int rc = image_generate(p, &r, &png, len, err, sizeof err);
+    CHECKF(rc == IMAGE_OK, "generate: %s", err);
     return png;
 }
 
@@ -211,10 +211,10 @@ static int cancel_at_2(void *user, int step, int steps) {
 }
 
 static void test_pipeline(json_t *ref) {
-    im_pipeline *p2 = open_tiny(2), *p1 = open_tiny(1);
+    image_pipeline *p2 = open_tiny(2), *p1 = open_tiny(1);
     if (!p1 || !p2) {
-        im_pipeline_free(p1);
-        im_pipeline_free(p2);
+        image_pipeline_free(p1);
+        image_pipeline_free(p2);
         return;
     }
     size_t l2, l2b, l1;
@@ -241,15 +241,15 @@ static void test_pipeline(json_t *ref) {
     }
     /* another seed, another image; cancellation from the progress callback */
     json_t *pl = json_object_get(ref, "pipeline");
-    im_request r = {"a red circle on a blue background", 4, 4.5f, 43, cancel_at_2, NULL};
+    image_request r = {"a red circle on a blue background", 4, 4.5f, 43, cancel_at_2, NULL};
     int calls = 0;
     r.user = &calls;
     uint8_t *png = NULL;
     size_t len;
     char err[256];
-    CHECK(im_generate(p2, &r, &png, &len, err, sizeof err) == IM_CANCELLED && !png && calls == 3);
+    CHECK(image_generate(p2, &r, &png, &len, err, sizeof err) == IMAGE_CANCELLED && !png && calls == 3);
     r.progress = NULL;
-    CHECK(im_generate(p2, &r, &png, &len, err, sizeof err) == IM_OK && png && (len != l2 || memcmp(png, a, len)));
+    CHECK(image_generate(p2, &r, &png, &len, err, sizeof err) == IMAGE_OK && png && (len != l2 || memcmp(png, a, len)));
     free(png);
     /* an over-long prompt is refused, not cut */
     char lng[2048];
@@ -257,15 +257,15 @@ static void test_pipeline(json_t *ref) {
     for (size_t i = 1; i < sizeof lng - 1; i += 2) lng[i] = ' ';
     lng[sizeof lng - 1] = 0;
     r.prompt = lng;
-    CHECK(im_generate(p2, &r, &png, &len, err, sizeof err) == IM_TOO_LONG && strstr(err, "at most 120"));
+    CHECK(image_generate(p2, &r, &png, &len, err, sizeof err) == IMAGE_TOO_LONG && strstr(err, "at most 120"));
     (void)pl;
     free(a);
     free(b);
     free(c);
     free(px);
     free(want);
-    im_pipeline_free(p1);
-    im_pipeline_free(p2);
+    image_pipeline_free(p1);
+    image_pipeline_free(p2);
 }
 
 /* A copy of the tiny pack in dir with pack.json edited by fn. */
@@ -285,12 +285,12 @@ static int refused(json_t *pack, const char *expect) {
     char path[600], err[512];
     snprintf(path, sizeof path, "%s/pack.json", tmp);
     json_dump_file(pack, path, JSON_INDENT(1));
-    im_files f;
-    im_config c;
-    im_pipeline *p = NULL;
-    int rc = im_pack_read(tmp, 1, &f, &c, err, sizeof err);
-    if (!rc) rc = im_pipeline_open(&f, &c, 1, &p, err, sizeof err);
-    im_pipeline_free(p);
+    image_files f;
+    image_config c;
+    image_pipeline *p = NULL;
+    int rc = image_pack_read(tmp, 1, &f, &c, err, sizeof err);
+    if (!rc) rc = image_pipeline_open(&f, &c, 1, &p, err, sizeof err);
+    image_pipeline_free(p);
     CHECKF(rc != 0, "accepted (expected: %s)", expect);
     CHECKF(rc == 0 || strstr(err, expect), "'%s' lacks '%s'", err, expect);
     return rc != 0;

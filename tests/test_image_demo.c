@@ -2,7 +2,7 @@
  * The bundled demo pack (models/shapes-256, trained by tests/gen_image.py
  * --demo on pictures of one coloured shape on a plain background) follows
  * its captions in kiln's own output: for fixed captions and seeds, the PNG
- * that im_generate returns is read back and measured, never compared with
+ * that image_generate returns is read back and measured, never compared with
  * a stored picture.
  *  - background: the palette colour most border pixels are nearest to
  *    (a 16-pixel frame, which the drawn shapes never reach);
@@ -104,16 +104,16 @@ static void measure(const uint8_t *rgb, int w, int h, int *bg, int *fg, const ch
 }
 
 int main(void) {
-    im_files f;
-    im_config c;
-    im_pipeline *p = NULL;
+    image_files f;
+    image_config c;
+    image_pipeline *p = NULL;
     char err[512];
     /* KILN_DEMO_PACK measures another pack (one in training) the same way */
     const char *pack = getenv("KILN_DEMO_PACK");
     if (!pack || !*pack) pack = PACK;
-    int rc = im_pack_read(pack, 1, &f, &c, err, sizeof err);
+    int rc = image_pack_read(pack, 1, &f, &c, err, sizeof err);
     CHECKF(rc == 0, "pack: %s", err);
-    if (!rc) rc = im_pipeline_open(&f, &c, 2, &p, err, sizeof err);
+    if (!rc) rc = image_pipeline_open(&f, &c, 2, &p, err, sizeof err);
     CHECKF(rc == 0, "open: %s", err);
     if (rc) return t_done();
     int bg_right = 0, fg_right = 0, shapes_right = 0;
@@ -121,12 +121,12 @@ int main(void) {
         const char *colour = COLOURS[i % 8], *bgname = COLOURS[(3 * i + 1) % 8], *want = SHAPES[i % 3];
         char prompt[128];
         snprintf(prompt, sizeof prompt, "a %s %s on a %s background", colour, want, bgname);
-        im_request r = {.prompt = prompt, .steps = 0, .cfg = -1, .seed = (uint64_t)i + 1};
+        image_request r = {.prompt = prompt, .steps = 0, .cfg = -1, .seed = (uint64_t)i + 1};
         uint8_t *png = NULL;
         size_t len = 0;
-        rc = im_generate(p, &r, &png, &len, err, sizeof err);
-        CHECKF(rc == IM_OK, "%s: %s", prompt, err);
-        if (rc != IM_OK) continue;
+        rc = image_generate(p, &r, &png, &len, err, sizeof err);
+        CHECKF(rc == IMAGE_OK, "%s: %s", prompt, err);
+        if (rc != IMAGE_OK) continue;
         int w = 0, h = 0;
         uint8_t *rgb = t_png_pixels(png, len, &w, &h);
         free(png);
@@ -149,6 +149,6 @@ int main(void) {
     CHECKF(bg_right >= MIN_BG, "backgrounds right: %d of %d", bg_right, NCASES);
     CHECKF(fg_right >= MIN_FG, "shape colours right: %d of %d", fg_right, NCASES);
     CHECKF(shapes_right >= MIN_SHAPES, "shapes right: %d of %d", shapes_right, NCASES);
-    im_pipeline_free(p);
+    image_pipeline_free(p);
     return t_done();
 }

@@ -939,11 +939,11 @@ static int has_image_pack(kiln_store *s, const char *name) {
     }
     const char *p = kiln_store_lease_path(l);
     const size_t n = strlen(p);
-    im_files files;
-    im_config cfg;
+    image_files files;
+    image_config cfg;
     char err[512];
-    int ok = n > 10 && !strcmp(p + n - 10, "/pack.json") && im_pack_read(p, 1, &files, &cfg, err, sizeof err) == 0 &&
-             im_pipeline_check(&files, &cfg, err, sizeof err) == 0 && !strncmp(files.dit, p, n - 9);
+    int ok = n > 10 && !strcmp(p + n - 10, "/pack.json") && image_pack_read(p, 1, &files, &cfg, err, sizeof err) == 0 &&
+             image_pipeline_check(&files, &cfg, err, sizeof err) == 0 && !strncmp(files.dit, p, n - 9);
     if (!ok) fprintf(stderr, "  %s: %s\n", p, err);
     kiln_store_release(l);
     return ok;

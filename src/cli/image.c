@@ -108,7 +108,7 @@ static int on_progress(void *user, int step, int steps) {
 
 int cmd_image(int argc, char **argv) {
     const char *pack = NULL, *prompt = NULL, *outp = "output.png", *tok_sha = NULL;
-    im_files files;
+    image_files files;
     memset(&files, 0, sizeof files);
     int direct = 0, steps = 0, threads = 0, verify = 1;
     float cfg = -1.0f;
@@ -144,7 +144,7 @@ int cmd_image(int argc, char **argv) {
         } else if (!strcmp(a, "--steps") || !strcmp(a, "-t") || !strcmp(a, "--threads")) {
             long n = strtol(v, &end, 10);
             const int is_steps = !strcmp(a, "--steps");
-            if (*end || n < 1 || n > (is_steps ? IM_MAX_STEPS : 1024)) {
+            if (*end || n < 1 || n > (is_steps ? IMAGE_MAX_STEPS : 1024)) {
                 fprintf(stderr, "kiln image: %s: '%s' is out of range\n", a, v);
                 return 2;
             }
@@ -181,39 +181,39 @@ int cmd_image(int argc, char **argv) {
     struct stat pst;
     if (pack && stat(pack, &pst) != 0 && cli_model_path(pack, 0, &pack)) return 1;
     char err[1024];
-    im_config cfgp;
+    image_config cfgp;
     if (pack) {
-        if (im_pack_read(pack, verify, &files, &cfgp, err, sizeof err)) {
+        if (image_pack_read(pack, verify, &files, &cfgp, err, sizeof err)) {
             fprintf(stderr, "kiln: %s\n", err);
             return 1;
         }
     } else {
-        im_config_default(&cfgp);
-        if (im_tokenizer_pinned(files.tokenizer, tok_sha, err, sizeof err)) {
+        image_config_default(&cfgp);
+        if (image_tokenizer_pinned(files.tokenizer, tok_sha, err, sizeof err)) {
             fprintf(stderr, "kiln: %s\n", err);
             return 1;
         }
     }
     const double t0 = base_now();
-    im_pipeline *p;
-    if (im_pipeline_open(&files, &cfgp, threads, &p, err, sizeof err)) {
+    image_pipeline *p;
+    if (image_pipeline_open(&files, &cfgp, threads, &p, err, sizeof err)) {
         fprintf(stderr, "kiln: %s\n", err);
         return 1;
     }
     const double t_load = base_now() - t0;
     bar b = {isatty(STDERR_FILENO), base_now(), 0, 0, 0, 0, 0};
-    im_request r = {prompt, steps, cfg, seed, on_progress, &b};
+    image_request r = {prompt, steps, cfg, seed, on_progress, &b};
     uint8_t *png;
     size_t len;
     const double tg = base_now(), cg = cpu_now();
-    int rc = im_generate(p, &r, &png, &len, err, sizeof err);
+    int rc = image_generate(p, &r, &png, &len, err, sizeof err);
     const double t_gen = base_now() - tg, c_end = cpu_now();
     if (b.tty) fputc('\n', stderr);
-    const im_config *c = im_pipeline_config(p);
+    const image_config *c = image_pipeline_config(p);
     const int n_steps = steps ? steps : c->steps;
     const float g = cfg >= 0 ? cfg : c->cfg;
-    const int w = im_pipeline_width(p), h = im_pipeline_height(p);
-    im_pipeline_free(p);
+    const int w = image_pipeline_width(p), h = image_pipeline_height(p);
+    image_pipeline_free(p);
     if (rc) {
         fprintf(stderr, "kiln: %s\n", err);
         return 1;

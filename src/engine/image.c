@@ -11,29 +11,29 @@
 #include <string.h>
 
 static kiln_status img_check(void *user, const char *path) {
-    if (!im_is_pack(path)) return base_fail(KILN_ERR_FORMAT, "%s: not an image pack (a directory with pack.json)", path);
-    im_files f;
-    im_config c;
+    if (!image_is_pack(path)) return base_fail(KILN_ERR_FORMAT, "%s: not an image pack (a directory with pack.json)", path);
+    image_files f;
+    image_config c;
     char err[1024];
-    if (im_pack_read(path, 0, &f, &c, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
+    if (image_pack_read(path, 0, &f, &c, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
     return KILN_OK;
 }
 
 static kiln_status img_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r, void **model) {
-    im_files f;
-    im_config c;
+    image_files f;
+    image_config c;
     char err[1024];
     *model = NULL;
-    if (im_pack_read(path, 1, &f, &c, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
+    if (image_pack_read(path, 1, &f, &c, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
     if (engine_cancelled(r)) return base_fail(KILN_ERR_CANCELLED, "load cancelled");
-    im_pipeline *p;
-    if (im_pipeline_open(&f, &c, 0, &p, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
+    image_pipeline *p;
+    if (image_pipeline_open(&f, &c, 0, &p, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
     *model = p;
     return KILN_OK;
 }
 
 static kiln_status img_unload(void *user, void *model) {
-    im_pipeline_free(model);
+    image_pipeline_free(model);
     return KILN_OK;
 }
 
@@ -55,8 +55,8 @@ static kiln_status img_run(void *user, void *model, int task, void *req, engine_
     if (task != ENGINE_TASK_IMAGE) return base_fail(KILN_ERR_UNSUPPORTED, "the image family only makes images");
     img_call *c = req;
     const kiln_image_request *q = c->req;
-    im_pipeline *p = model;
-    const int w = im_pipeline_width(p), h = im_pipeline_height(p);
+    image_pipeline *p = model;
+    const int w = image_pipeline_width(p), h = image_pipeline_height(p);
     if ((q->width && q->width != w) || (q->height && q->height != h))
         return base_fail(KILN_ERR_UNSUPPORTED, "size %dx%d is not supported (this pack makes %dx%d)", q->width, q->height,
                        w, h);
@@ -74,16 +74,16 @@ static kiln_status img_run(void *user, void *model, int task, void *req, engine_
     for (int32_t i = 0; i < q->n && st == KILN_OK; i++) {
         c->image = i;
         c->yield_st = KILN_OK;
-        im_request ir = {q->prompt, q->steps, q->cfg, q->seed + (uint64_t)i, on_step, c};
+        image_request ir = {q->prompt, q->steps, q->cfg, q->seed + (uint64_t)i, on_step, c};
         kiln_image *im = &res->images[i];
-        int rc = im_generate(p, &ir, &im->png, &im->len, err, sizeof err);
+        int rc = image_generate(p, &ir, &im->png, &im->len, err, sizeof err);
         im->seed = ir.seed;
-        if (rc == IM_OK)
+        if (rc == IMAGE_OK)
             res->n++;
-        else if (rc == IM_CANCELLED)
+        else if (rc == IMAGE_CANCELLED)
             st = c->yield_st != KILN_OK ? c->yield_st : base_fail(KILN_ERR_CANCELLED, "cancelled");
         else
-            st = base_fail(rc == IM_TOO_LONG ? KILN_ERR_CONTEXT_FULL : KILN_ERR_INVALID_ARG, "%s", err);
+            st = base_fail(rc == IMAGE_TOO_LONG ? KILN_ERR_CONTEXT_FULL : KILN_ERR_INVALID_ARG, "%s", err);
     }
     if (st != KILN_OK) {
         for (int32_t i = 0; i < q->n; i++) free(res->images[i].png);
@@ -111,8 +111,8 @@ kiln_status kiln_engine_image(kiln_engine *e, const kiln_image_request *r, kiln_
     *out = NULL;
     if (!e || !r || !r->prompt) return base_fail(KILN_ERR_INVALID_ARG, "no engine, request or prompt");
     if (r->n < 1 || r->n > 16) return base_fail(KILN_ERR_INVALID_ARG, "n must be 1..16, not %d", r->n);
-    if (r->steps < 0 || r->steps > IM_MAX_STEPS)
-        return base_fail(KILN_ERR_INVALID_ARG, "steps must be 0..%d", IM_MAX_STEPS);
+    if (r->steps < 0 || r->steps > IMAGE_MAX_STEPS)
+        return base_fail(KILN_ERR_INVALID_ARG, "steps must be 0..%d", IMAGE_MAX_STEPS);
     img_call call = {r, NULL, NULL, 0, KILN_OK};
     kiln_status st = engine_request(e, ENGINE_TASK_IMAGE, &call, r->urgent, r->cancel);
     *out = call.res;

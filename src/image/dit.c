@@ -21,10 +21,10 @@ static void sincos_row(float *out, int dim, double pos) {
     }
 }
 
-int im_dit_bind(im_dit *m, const ck_file *f, const char *what, int head_dim, float interp, int check, char *err,
+int image_dit_bind(image_dit *m, const ck_file *f, const char *what, int head_dim, float interp, int check, char *err,
                 size_t errlen) {
     memset(m, 0, sizeof *m);
-    im_binder b = {f, what, check, 0, err, errlen};
+    image_binder b = {f, what, check, 0, err, errlen};
     const ck_tensor *pe = ck_find(f, "pos_embed.proj.weight"), *c1 = ck_find(f, "caption_projection.linear_1.weight"),
                     *ff = ck_find(f, "transformer_blocks.0.ff.net.0.proj.weight"), *po = ck_find(f, "proj_out.weight");
     if (!pe || !c1 || !ff || !po || pe->n_dims != 4 || c1->n_dims != 2 || ff->n_dims != 2 || po->n_dims != 2 ||
@@ -62,15 +62,15 @@ int im_dit_bind(im_dit *m, const ck_file *f, const char *what, int head_dim, flo
     m->sample = 32; /* 256 x 256 images through the VAE's factor of 8 */
     m->grid = m->sample / m->patch;
     m->n_tok = m->grid * m->grid;
-    while (im_find(f, "transformer_blocks.%d.scale_shift_table", m->depth) && m->depth < 1000) m->depth++;
+    while (image_find(f, "transformer_blocks.%d.scale_shift_table", m->depth) && m->depth < 1000) m->depth++;
     const int64_t D = m->hidden;
-    im_mat(&b, &m->patch_w.w, 4, (int64_t[]){D, m->in_ch, m->patch, m->patch}, "pos_embed.proj.weight");
-    m->patch_w.b = im_vec(&b, D, "pos_embed.proj.bias");
-    im_lin_bind(&b, &m->t1, D, T_DIM, 1, "adaln_single.emb.timestep_embedder.linear_1");
-    im_lin_bind(&b, &m->t2, D, D, 1, "adaln_single.emb.timestep_embedder.linear_2");
-    im_lin_bind(&b, &m->ada, 6 * D, D, 1, "adaln_single.linear");
-    im_lin_bind(&b, &m->c1, D, m->caption, 1, "caption_projection.linear_1");
-    im_lin_bind(&b, &m->c2, D, D, 1, "caption_projection.linear_2");
+    image_mat(&b, &m->patch_w.w, 4, (int64_t[]){D, m->in_ch, m->patch, m->patch}, "pos_embed.proj.weight");
+    m->patch_w.b = image_vec(&b, D, "pos_embed.proj.bias");
+    image_lin_bind(&b, &m->t1, D, T_DIM, 1, "adaln_single.emb.timestep_embedder.linear_1");
+    image_lin_bind(&b, &m->t2, D, D, 1, "adaln_single.emb.timestep_embedder.linear_2");
+    image_lin_bind(&b, &m->ada, 6 * D, D, 1, "adaln_single.linear");
+    image_lin_bind(&b, &m->c1, D, m->caption, 1, "caption_projection.linear_1");
+    image_lin_bind(&b, &m->c2, D, D, 1, "caption_projection.linear_2");
     if (!m->depth && !b.failed) {
         base_errf(err, errlen, "%s: no transformer blocks", what);
         b.failed = 1;
@@ -80,23 +80,23 @@ int im_dit_bind(im_dit *m, const ck_file *f, const char *what, int head_dim, flo
         b.failed = 1;
     }
     for (int i = 0; i < m->depth && !b.failed; i++) {
-        im_dit_block tmp, *k = check ? &tmp : &m->blk[i];
+        image_dit_block tmp, *k = check ? &tmp : &m->blk[i];
         memset(&tmp, 0, sizeof tmp);
         const char *p = "transformer_blocks";
-        k->sst = im_vec(&b, 6 * D, "%s.%d.scale_shift_table", p, i);
-        im_lin_bind(&b, &k->q1, D, D, 1, "%s.%d.attn1.to_q", p, i);
-        im_lin_bind(&b, &k->k1, D, D, 1, "%s.%d.attn1.to_k", p, i);
-        im_lin_bind(&b, &k->v1, D, D, 1, "%s.%d.attn1.to_v", p, i);
-        im_lin_bind(&b, &k->o1, D, D, 1, "%s.%d.attn1.to_out.0", p, i);
-        im_lin_bind(&b, &k->q2, D, D, 1, "%s.%d.attn2.to_q", p, i);
-        im_lin_bind(&b, &k->k2, D, D, 1, "%s.%d.attn2.to_k", p, i);
-        im_lin_bind(&b, &k->v2, D, D, 1, "%s.%d.attn2.to_v", p, i);
-        im_lin_bind(&b, &k->o2, D, D, 1, "%s.%d.attn2.to_out.0", p, i);
-        im_lin_bind(&b, &k->ff1, m->ff, D, 1, "%s.%d.ff.net.0.proj", p, i);
-        im_lin_bind(&b, &k->ff2, D, m->ff, 1, "%s.%d.ff.net.2", p, i);
+        k->sst = image_vec(&b, 6 * D, "%s.%d.scale_shift_table", p, i);
+        image_lin_bind(&b, &k->q1, D, D, 1, "%s.%d.attn1.to_q", p, i);
+        image_lin_bind(&b, &k->k1, D, D, 1, "%s.%d.attn1.to_k", p, i);
+        image_lin_bind(&b, &k->v1, D, D, 1, "%s.%d.attn1.to_v", p, i);
+        image_lin_bind(&b, &k->o1, D, D, 1, "%s.%d.attn1.to_out.0", p, i);
+        image_lin_bind(&b, &k->q2, D, D, 1, "%s.%d.attn2.to_q", p, i);
+        image_lin_bind(&b, &k->k2, D, D, 1, "%s.%d.attn2.to_k", p, i);
+        image_lin_bind(&b, &k->v2, D, D, 1, "%s.%d.attn2.to_v", p, i);
+        image_lin_bind(&b, &k->o2, D, D, 1, "%s.%d.attn2.to_out.0", p, i);
+        image_lin_bind(&b, &k->ff1, m->ff, D, 1, "%s.%d.ff.net.0.proj", p, i);
+        image_lin_bind(&b, &k->ff2, D, m->ff, 1, "%s.%d.ff.net.2", p, i);
     }
-    m->sst_out = im_vec(&b, 2 * D, "scale_shift_table");
-    im_lin_bind(&b, &m->proj, (int64_t)m->patch * m->patch * m->out_ch, D, 1, "proj_out");
+    m->sst_out = image_vec(&b, 2 * D, "scale_shift_table");
+    image_lin_bind(&b, &m->proj, (int64_t)m->patch * m->patch * m->out_ch, D, 1, "proj_out");
     if (!b.failed && !check) {
         m->pos = malloc((size_t)m->n_tok * (size_t)D * sizeof *m->pos);
         if (!m->pos) {
@@ -113,18 +113,18 @@ int im_dit_bind(im_dit *m, const ck_file *f, const char *what, int head_dim, flo
         }
     }
     if (b.failed) {
-        im_dit_free(m);
+        image_dit_free(m);
         return -1;
     }
     return 0;
 }
 
-static void lin_free(im_lin *l) {
+static void lin_free(image_lin *l) {
     free(l->b);
     l->b = NULL;
 }
 
-void im_dit_free(im_dit *m) {
+void image_dit_free(image_dit *m) {
     lin_free(&m->patch_w);
     lin_free(&m->t1);
     lin_free(&m->t2);
@@ -134,9 +134,9 @@ void im_dit_free(im_dit *m) {
     lin_free(&m->proj);
     if (m->blk)
         for (int i = 0; i < m->depth; i++) {
-            im_dit_block *k = &m->blk[i];
+            image_dit_block *k = &m->blk[i];
             free(k->sst);
-            im_lin *ls[] = {&k->q1, &k->k1, &k->v1, &k->o1, &k->q2, &k->k2, &k->v2, &k->o2, &k->ff1, &k->ff2};
+            image_lin *ls[] = {&k->q1, &k->k1, &k->v1, &k->o1, &k->q2, &k->k2, &k->v2, &k->o2, &k->ff1, &k->ff2};
             for (size_t j = 0; j < sizeof ls / sizeof ls[0]; j++) lin_free(ls[j]);
         }
     free(m->blk);
@@ -146,7 +146,7 @@ void im_dit_free(im_dit *m) {
     m->sst_out = m->pos = NULL;
 }
 
-struct im_dit_work {
+struct image_dit_work {
     int b, max_len;
     int *len;
     float **ck, **cv; /* [depth * b] cross-attention keys and values, [len][hidden] */
@@ -155,7 +155,7 @@ struct im_dit_work {
     void *mm, *as;
 };
 
-void im_dit_work_free(im_dit_work *w) {
+void image_dit_work_free(image_dit_work *w) {
     if (!w) return;
     if (w->ck)
         for (int i = 0; w->ck[i]; i++) { /* NULL-terminated */
@@ -171,8 +171,8 @@ void im_dit_work_free(im_dit_work *w) {
     free(w);
 }
 
-im_dit_work *im_dit_work_new(const im_dit *m, thread_pool *pool, int b, const float *const *ctx, const int *ctx_len) {
-    im_dit_work *w = calloc(1, sizeof *w);
+image_dit_work *image_dit_work_new(const image_dit *m, thread_pool *pool, int b, const float *const *ctx, const int *ctx_len) {
+    image_dit_work *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->b = b;
     const size_t D = (size_t)m->hidden, BN = (size_t)b * (size_t)m->n_tok;
@@ -206,35 +206,35 @@ im_dit_work *im_dit_work_new(const im_dit *m, thread_pool *pool, int b, const fl
     w->tmp = malloc((size_t)w->max_len * D * 2 * sizeof(float) + (size_t)b * D * sizeof(float));
     w->mm = malloc(kern_matmul_scratch_size((int64_t)widest, rows));
     const int kv = w->max_len > m->n_tok ? w->max_len : m->n_tok;
-    w->as = malloc(im_attention_scratch(m->n_tok, kv, m->hd));
+    w->as = malloc(image_attention_scratch(m->n_tok, kv, m->hd));
     if (!w->len || !w->ck || !w->cv || !w->patches || !w->h || !w->n || !w->q || !w->k || !w->v || !w->a || !w->y ||
         !w->f || !w->o || !w->temb || !w->te || !w->t6 || !w->tmp || !w->mm || !w->as) {
-        im_dit_work_free(w);
+        image_dit_work_free(w);
         return NULL;
     }
     /* caption projection, then each block's cross-attention K and V */
     for (int i = 0; i < b; i++) {
         const int L = ctx_len[i];
         float *c = w->tmp, *c2 = w->tmp + (size_t)L * D;
-        im_linear(pool, &m->c1, ctx[i], L, c, w->mm);
+        image_linear(pool, &m->c1, ctx[i], L, c, w->mm);
         kern_gelu_tanh(pool, c, (size_t)L * D);
-        im_linear(pool, &m->c2, c, L, c2, w->mm);
+        image_linear(pool, &m->c2, c, L, c2, w->mm);
         for (int l = 0; l < m->depth; l++) {
             const size_t s = (size_t)l * (size_t)b + (size_t)i;
             w->ck[s] = malloc((size_t)L * D * sizeof(float));
             w->cv[s] = malloc((size_t)L * D * sizeof(float));
             if (!w->ck[s] || !w->cv[s]) {
-                im_dit_work_free(w);
+                image_dit_work_free(w);
                 return NULL;
             }
-            im_linear(pool, &m->blk[l].k2, c2, L, w->ck[s], w->mm);
-            im_linear(pool, &m->blk[l].v2, c2, L, w->cv[s], w->mm);
+            image_linear(pool, &m->blk[l].k2, c2, L, w->ck[s], w->mm);
+            image_linear(pool, &m->blk[l].v2, c2, L, w->cv[s], w->mm);
         }
     }
     return w;
 }
 
-void im_dit_forward(const im_dit *m, thread_pool *pool, im_dit_work *w, const float *x, const float *t, float *out) {
+void image_dit_forward(const image_dit *m, thread_pool *pool, image_dit_work *w, const float *x, const float *t, float *out) {
     const int B = w->b, N = m->n_tok, D = m->hidden, p = m->patch, S = m->sample, G = m->grid, oc = m->out_ch;
     const int BN = B * N;
     const size_t P = (size_t)m->in_ch * (size_t)p * (size_t)p, PO = (size_t)p * (size_t)p * (size_t)oc;
@@ -251,7 +251,7 @@ void im_dit_forward(const im_dit *m, thread_pool *pool, im_dit_work *w, const fl
                                       (size_t)S +
                                   (size_t)(gx * p + kx)];
             }
-    im_linear(pool, &m->patch_w, w->patches, BN, w->h, w->mm);
+    image_linear(pool, &m->patch_w, w->patches, BN, w->h, w->mm);
     for (int b = 0; b < B; b++) kern_add(w->h + (size_t)b * (size_t)N * (size_t)D, m->pos, N * D);
     /* timestep embedding: 128 cosines then 128 sines of t * 10000^(-j/128) */
     for (int b = 0; b < B; b++)
@@ -262,31 +262,31 @@ void im_dit_forward(const im_dit *m, thread_pool *pool, im_dit_work *w, const fl
             w->temb[b * T_DIM + T_DIM / 2 + j] = sinf(e);
         }
     float *t1 = w->tmp;
-    im_linear(pool, &m->t1, w->temb, B, t1, w->mm);
-    im_silu(t1, B * D);
-    im_linear(pool, &m->t2, t1, B, w->te, w->mm);
+    image_linear(pool, &m->t1, w->temb, B, t1, w->mm);
+    image_silu(t1, B * D);
+    image_linear(pool, &m->t2, t1, B, w->te, w->mm);
     memcpy(t1, w->te, (size_t)B * (size_t)D * sizeof *t1);
-    im_silu(t1, B * D);
-    im_linear(pool, &m->ada, t1, B, w->t6, w->mm);
+    image_silu(t1, B * D);
+    image_linear(pool, &m->ada, t1, B, w->t6, w->mm);
     float md[6 * MAX_HIDDEN]; /* one item's shift, scale and gate vectors */
     for (int l = 0; l < m->depth; l++) {
-        const im_dit_block *k = &m->blk[l];
+        const image_dit_block *k = &m->blk[l];
         /* attention on the modulated norm: shift 0, scale 1, gate 2 */
         for (int b = 0; b < B; b++) {
             const float *t6 = w->t6 + (size_t)b * 6 * (size_t)D;
             for (int j = 0; j < 6 * D; j++) md[j] = k->sst[j] + t6[j];
-            im_modulate(w->n + (size_t)b * N * D, w->h + (size_t)b * N * D, N, D, md, md + D);
+            image_modulate(w->n + (size_t)b * N * D, w->h + (size_t)b * N * D, N, D, md, md + D);
         }
-        im_linear(pool, &k->q1, w->n, BN, w->q, w->mm);
-        im_linear(pool, &k->k1, w->n, BN, w->k, w->mm);
-        im_linear(pool, &k->v1, w->n, BN, w->v, w->mm);
+        image_linear(pool, &k->q1, w->n, BN, w->q, w->mm);
+        image_linear(pool, &k->k1, w->n, BN, w->k, w->mm);
+        image_linear(pool, &k->v1, w->n, BN, w->v, w->mm);
         for (int b = 0; b < B; b++) {
             const size_t o = (size_t)b * N * D;
-            im_attn at = {w->q + o, w->k + o, w->v + o, D, D, D, N, N, m->heads, m->hd, 1.0f / sqrtf((float)m->hd),
+            image_attn at = {w->q + o, w->k + o, w->v + o, D, D, D, N, N, m->heads, m->hd, 1.0f / sqrtf((float)m->hd),
                           NULL,     w->a + o, D};
-            im_attention(pool, &at, w->as);
+            image_attention(pool, &at, w->as);
         }
-        im_linear(pool, &k->o1, w->a, BN, w->y, w->mm);
+        image_linear(pool, &k->o1, w->a, BN, w->y, w->mm);
         for (int b = 0; b < B; b++) {
             const float *t6 = w->t6 + (size_t)b * 6 * D;
             for (int i = 0; i < N; i++) {
@@ -295,25 +295,25 @@ void im_dit_forward(const im_dit *m, thread_pool *pool, im_dit_work *w, const fl
             }
         }
         /* cross-attention to the caption, straight from h */
-        im_linear(pool, &k->q2, w->h, BN, w->q, w->mm);
+        image_linear(pool, &k->q2, w->h, BN, w->q, w->mm);
         for (int b = 0; b < B; b++) {
             const size_t o = (size_t)b * N * D, s = (size_t)l * (size_t)B + (size_t)b;
-            im_attn at = {
+            image_attn at = {
                 w->q + o, w->ck[s], w->cv[s], D, D, D, N, w->len[b], m->heads, m->hd, 1.0f / sqrtf((float)m->hd),
                 NULL,     w->a + o, D};
-            im_attention(pool, &at, w->as);
+            image_attention(pool, &at, w->as);
         }
-        im_linear(pool, &k->o2, w->a, BN, w->y, w->mm);
+        image_linear(pool, &k->o2, w->a, BN, w->y, w->mm);
         kern_add(w->h, w->y, BN * D);
         /* MLP on the modulated norm: shift 3, scale 4, gate 5 */
         for (int b = 0; b < B; b++) {
             const float *t6 = w->t6 + (size_t)b * 6 * D;
             for (int j = 0; j < 6 * D; j++) md[j] = k->sst[j] + t6[j];
-            im_modulate(w->n + (size_t)b * N * D, w->h + (size_t)b * N * D, N, D, md + 3 * D, md + 4 * D);
+            image_modulate(w->n + (size_t)b * N * D, w->h + (size_t)b * N * D, N, D, md + 3 * D, md + 4 * D);
         }
-        im_linear(pool, &k->ff1, w->n, BN, w->f, w->mm);
+        image_linear(pool, &k->ff1, w->n, BN, w->f, w->mm);
         kern_gelu_tanh(pool, w->f, (size_t)BN * (size_t)m->ff);
-        im_linear(pool, &k->ff2, w->f, BN, w->y, w->mm);
+        image_linear(pool, &k->ff2, w->f, BN, w->y, w->mm);
         for (int b = 0; b < B; b++) {
             const float *t6 = w->t6 + (size_t)b * 6 * D;
             for (int i = 0; i < N; i++) {
@@ -329,9 +329,9 @@ void im_dit_forward(const im_dit *m, thread_pool *pool, im_dit_work *w, const fl
             md[j] = m->sst_out[j] + te[j];
             md[D + j] = m->sst_out[D + j] + te[j];
         }
-        im_modulate(w->n + (size_t)b * N * D, w->h + (size_t)b * N * D, N, D, md, md + D);
+        image_modulate(w->n + (size_t)b * N * D, w->h + (size_t)b * N * D, N, D, md, md + D);
     }
-    im_linear(pool, &m->proj, w->n, BN, w->o, w->mm);
+    image_linear(pool, &m->proj, w->n, BN, w->o, w->mm);
     /* unpatchify: token (gy, gx), element (py, px, c) -> out[c][gy p + py][gx p + px] */
     for (int b = 0; b < B; b++)
         for (int gy = 0; gy < G; gy++)

@@ -26,37 +26,37 @@
 
 #include "image/nn.h"
 
-typedef struct im_dit_block {
+typedef struct image_dit_block {
     float *sst; /* [6][hidden] */
-    im_lin q1, k1, v1, o1, q2, k2, v2, o2, ff1, ff2;
-} im_dit_block;
+    image_lin q1, k1, v1, o1, q2, k2, v2, o2, ff1, ff2;
+} image_dit_block;
 
-typedef struct im_dit {
+typedef struct image_dit {
     int hidden, heads, hd, depth, patch, in_ch, out_ch, sample, caption, ff;
     float interp;
     int grid, n_tok; /* grid = sample / patch; n_tok = grid^2 */
-    im_lin patch_w;  /* [hidden][in_ch * p * p] */
-    im_lin t1, t2, ada, c1, c2, proj;
-    im_dit_block *blk;
+    image_lin patch_w;  /* [hidden][in_ch * p * p] */
+    image_lin t1, t2, ada, c1, c2, proj;
+    image_dit_block *blk;
     float *sst_out; /* [2][hidden] */
     float *pos;     /* [n_tok][hidden] */
-} im_dit;
+} image_dit;
 
 /* Infers the sizes from f (the heads from head_dim) and binds every
  * tensor; check set: verify only, nothing allocated. */
-int im_dit_bind(im_dit *m, const ck_file *f, const char *what, int head_dim, float interp, int check, char *err,
+int image_dit_bind(image_dit *m, const ck_file *f, const char *what, int head_dim, float interp, int check, char *err,
                 size_t errlen);
-void im_dit_free(im_dit *m);
+void image_dit_free(image_dit *m);
 
 /* A request's buffers: a batch of b items, each with its own caption
  * states (ctx_len[i] rows of caption floats).  The caption projection and
  * every block's cross-attention keys and values are computed here once;
  * a step allocates nothing. */
-typedef struct im_dit_work im_dit_work;
-im_dit_work *im_dit_work_new(const im_dit *m, thread_pool *pool, int b, const float *const *ctx, const int *ctx_len);
-void im_dit_work_free(im_dit_work *w);
+typedef struct image_dit_work image_dit_work;
+image_dit_work *image_dit_work_new(const image_dit *m, thread_pool *pool, int b, const float *const *ctx, const int *ctx_len);
+void image_dit_work_free(image_dit_work *w);
 /* out [b][out_ch][sample][sample] = the model on x [b][in_ch][sample][sample]
  * at timesteps t[b]. */
-void im_dit_forward(const im_dit *m, thread_pool *pool, im_dit_work *w, const float *x, const float *t, float *out);
+void image_dit_forward(const image_dit *m, thread_pool *pool, image_dit_work *w, const float *x, const float *t, float *out);
 
 #endif

@@ -36,88 +36,88 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct im_config {
+typedef struct image_config {
     int head_dim;     /* DiT attention head size */
     float interp;     /* DiT position-table interpolation scale */
     int max_distance; /* T5 relative-position maximum distance */
     int max_tokens;   /* prompt tokens, EOS included */
     float vae_scaling;
     int vae_groups;
-    im_sched sched;
+    image_sched sched;
     int steps; /* defaults of a request */
     float cfg;
     char name[128];
-} im_config;
+} image_config;
 
-typedef struct im_files {
+typedef struct image_files {
     char dit[PATH_MAX], t5[PATH_MAX], tokenizer[PATH_MAX], vae[PATH_MAX];
-} im_files;
+} image_files;
 
 /* The pinned pipeline's configuration. */
-void im_config_default(im_config *c);
+void image_config_default(image_config *c);
 /* The pinned pipeline's tokenizer: Flan-T5's SentencePiece model (the same
  * spiece.model as T5's), by length and SHA-256. */
-#define IM_SPIECE_PIN_BYTES 791656
-#define IM_SPIECE_PIN_SHA256 "d60acb128cf7b7f2536e8f38a5b18a05535c9e14c7a355904270e15b0945ea86"
+#define IMAGE_SPIECE_PIN_BYTES 791656
+#define IMAGE_SPIECE_PIN_SHA256 "d60acb128cf7b7f2536e8f38a5b18a05535c9e14c7a355904270e15b0945ea86"
 /* The four files given without a pack: the tokenizer must be the pinned
  * one, or have the SHA-256 sha256 (64 hex digits) when that is not NULL
  * (the caller pinning its own).  0, or -1 with err. */
-int im_tokenizer_pinned(const char *path, const char *sha256, char *err, size_t errlen);
+int image_tokenizer_pinned(const char *path, const char *sha256, char *err, size_t errlen);
 /* 1 when path is a pack: a directory holding pack.json, or such a file. */
-int im_is_pack(const char *path);
+int image_is_pack(const char *path);
 /* Reads a pack's manifest into files and config and checks every
  * artifact's length, and its SHA-256 when verify is set.  -1 with err. */
-int im_pack_read(const char *path, int verify, im_files *files, im_config *config, char *err, size_t errlen);
+int image_pack_read(const char *path, int verify, image_files *files, image_config *config, char *err, size_t errlen);
 
-typedef struct im_pipeline im_pipeline;
+typedef struct image_pipeline image_pipeline;
 
 /* Checks the schemas (see above) and that the parts fit, loading nothing;
  * 0, or -1 with err. */
-int im_pipeline_check(const im_files *files, const im_config *config, char *err, size_t errlen);
+int image_pipeline_check(const image_files *files, const image_config *config, char *err, size_t errlen);
 /* Checks the schemas (see above), then loads: weights stay mapped. */
-int im_pipeline_open(const im_files *files, const im_config *config, int n_threads, im_pipeline **out, char *err,
+int image_pipeline_open(const image_files *files, const image_config *config, int n_threads, image_pipeline **out, char *err,
                      size_t errlen);
-void im_pipeline_free(im_pipeline *p);
-const im_config *im_pipeline_config(const im_pipeline *p);
-int im_pipeline_width(const im_pipeline *p); /* pixels: 256 */
-int im_pipeline_height(const im_pipeline *p);
+void image_pipeline_free(image_pipeline *p);
+const image_config *image_pipeline_config(const image_pipeline *p);
+int image_pipeline_width(const image_pipeline *p); /* pixels: 256 */
+int image_pipeline_height(const image_pipeline *p);
 
 /* Called before each step (step 0 .. steps - 1) and once with step ==
  * steps before the VAE; nonzero cancels. */
-typedef int (*im_progress_fn)(void *user, int step, int steps);
+typedef int (*image_progress_fn)(void *user, int step, int steps);
 
-typedef struct im_request {
+typedef struct image_request {
     const char *prompt;
     int steps; /* 0 = the pack's default */
     float cfg; /* guidance scale; <= 1 runs the conditional pass only; < 0 = default */
     uint64_t seed;
-    im_progress_fn progress;
+    image_progress_fn progress;
     void *user;
-} im_request;
+} image_request;
 
-enum { IM_OK = 0, IM_ERR = -1, IM_CANCELLED = -2, IM_TOO_LONG = -3 };
+enum { IMAGE_OK = 0, IMAGE_ERR = -1, IMAGE_CANCELLED = -2, IMAGE_TOO_LONG = -3 };
 
 /* Generates one image; *png (malloc'd) receives the PNG bytes.  Returns
- * IM_OK, or IM_ERR / IM_TOO_LONG (the prompt exceeds max_tokens) /
- * IM_CANCELLED with err set. */
-int im_generate(im_pipeline *p, const im_request *r, uint8_t **png, size_t *png_len, char *err, size_t errlen);
+ * IMAGE_OK, or IMAGE_ERR / IMAGE_TOO_LONG (the prompt exceeds max_tokens) /
+ * IMAGE_CANCELLED with err set. */
+int image_generate(image_pipeline *p, const image_request *r, uint8_t **png, size_t *png_len, char *err, size_t errlen);
 
 /* Stages, for tests and tools.  Tokens of prompt with EOS (returns the
  * count, which may exceed cap; -1 on error). */
-int im_tokenize(const im_pipeline *p, const char *prompt, int32_t *ids, int cap);
+int image_tokenize(const image_pipeline *p, const char *prompt, int32_t *ids, int cap);
 /* out [n][d_model]. */
-int im_encode(im_pipeline *p, const int32_t *ids, int n, float *out, char *err, size_t errlen);
-int im_encoder_width(const im_pipeline *p);
+int image_encode(image_pipeline *p, const int32_t *ids, int n, float *out, char *err, size_t errlen);
+int image_encoder_width(const image_pipeline *p);
 /* One DiT evaluation of x [in_ch][32][32] at timestep t with caption
  * states ctx [n][d_model]: out [out_ch][32][32]. */
-int im_dit_once(im_pipeline *p, const float *x, float t, const float *ctx, int n, float *out, char *err, size_t errlen);
-int im_dit_out_channels(const im_pipeline *p);
+int image_dit_once(image_pipeline *p, const float *x, float t, const float *ctx, int n, float *out, char *err, size_t errlen);
+int image_dit_out_channels(const image_pipeline *p);
 /* img [3][256][256] from latents z [4][32][32] (scaled latents: divided by
  * the scaling factor first). */
-int im_decode(im_pipeline *p, const float *z, float *img, char *err, size_t errlen);
+int image_decode(image_pipeline *p, const float *z, float *img, char *err, size_t errlen);
 /* [3][h][w] in [-1, 1] to h * w * 3 bytes: (x / 2 + 0.5) clamped to [0, 1],
  * times 255, rounded half to even. */
-void im_to_pixels(const float *img, int w, int h, uint8_t *rgb);
-int im_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len, char *err, size_t errlen);
+void image_to_pixels(const float *img, int w, int h, uint8_t *rgb);
+int image_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len, char *err, size_t errlen);
 
 #endif

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const ck_tensor *im_find(const ck_file *f, const char *fmt, ...) {
+const ck_tensor *image_find(const ck_file *f, const char *fmt, ...) {
     char name[256];
     va_list ap;
     va_start(ap, fmt);
@@ -29,7 +29,7 @@ static void shape_text(char *buf, size_t cap, int n, const int64_t *s) {
 
 /* The tensor name must exist as a float tensor of n elements (and, when
  * shape is given, exactly that shape). */
-static const ck_tensor *need(im_binder *b, const char *name, int n_dims, const int64_t *shape, int64_t numel) {
+static const ck_tensor *need(image_binder *b, const char *name, int n_dims, const int64_t *shape, int64_t numel) {
     if (b->failed) return NULL;
     const ck_tensor *t = ck_find(b->f, name);
     char want[128], got[128];
@@ -62,7 +62,7 @@ static const ck_tensor *need(im_binder *b, const char *name, int n_dims, const i
     return t;
 }
 
-int im_mat(im_binder *b, kern_mat *out, int n_dims, const int64_t *shape, const char *fmt, ...) {
+int image_mat(image_binder *b, kern_mat *out, int n_dims, const int64_t *shape, const char *fmt, ...) {
     char name[256];
     va_list ap;
     va_start(ap, fmt);
@@ -80,7 +80,7 @@ int im_mat(im_binder *b, kern_mat *out, int n_dims, const int64_t *shape, const 
     return 0;
 }
 
-float *im_vec(im_binder *b, int64_t n, const char *fmt, ...) {
+float *image_vec(image_binder *b, int64_t n, const char *fmt, ...) {
     char name[256];
     va_list ap;
     va_start(ap, fmt);
@@ -98,14 +98,14 @@ float *im_vec(im_binder *b, int64_t n, const char *fmt, ...) {
     return v;
 }
 
-int im_lin_bind(im_binder *b, im_lin *l, int64_t out, int64_t in, int bias, const char *fmt, ...) {
+int image_lin_bind(image_binder *b, image_lin *l, int64_t out, int64_t in, int bias, const char *fmt, ...) {
     char prefix[224];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    int rc = im_mat(b, &l->w, 2, (int64_t[]){out, in}, "%s.weight", prefix);
-    l->b = bias ? im_vec(b, out, "%s.bias", prefix) : NULL;
+    int rc = image_mat(b, &l->w, 2, (int64_t[]){out, in}, "%s.weight", prefix);
+    l->b = bias ? image_vec(b, out, "%s.bias", prefix) : NULL;
     return rc || b->failed ? -1 : 0;
 }
 
@@ -114,7 +114,7 @@ int im_lin_bind(im_binder *b, im_lin *l, int64_t out, int64_t in, int bias, cons
  * rather than kern_matmul's one-row kernels. */
 #define GEMM_MIN_ROWS 16
 
-void im_linear(thread_pool *pool, const im_lin *l, const float *x, int n, float *y, void *scratch) {
+void image_linear(thread_pool *pool, const image_lin *l, const float *x, int n, float *y, void *scratch) {
     const int t = l->w.type;
     if (n >= GEMM_MIN_ROWS && !l->w.packed && (t == QUANT_F32 || t == QUANT_F16 || t == QUANT_BF16)) {
         const kern_gemm g = {n,
@@ -137,13 +137,13 @@ void im_linear(thread_pool *pool, const im_lin *l, const float *x, int n, float 
     if (l->b) kern_add_rows(y, l->b, n, (int)l->w.nrows);
 }
 
-size_t im_attention_scratch(int n_q, int n_kv, int hd) {
+size_t image_attention_scratch(int n_q, int n_kv, int hd) {
     (void)hd;
     return (size_t)n_q * (size_t)n_kv * sizeof(float) + 64;
 }
 
 typedef struct sm_job {
-    const im_attn *a;
+    const image_attn *a;
     float *s;
     int h;
 } sm_job;
@@ -151,7 +151,7 @@ typedef struct sm_job {
 /* Rows of head h's scores: scaled, biased, softmaxed (each row alone). */
 static void softmax_task(void *ud, int ith, int nth) {
     const sm_job *j = ud;
-    const im_attn *a = j->a;
+    const image_attn *a = j->a;
     long lo, hi;
     thread_pool_range(a->n_q, ith, nth, &lo, &hi);
     for (long i = lo; i < hi; i++) {
@@ -162,7 +162,7 @@ static void softmax_task(void *ud, int ith, int nth) {
     }
 }
 
-void im_attention(thread_pool *pool, const im_attn *a, void *scratch) {
+void image_attention(thread_pool *pool, const image_attn *a, void *scratch) {
     float *s = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     for (int h = 0; h < a->heads; h++) {
         const size_t c0 = (size_t)h * (size_t)a->hd;
@@ -186,7 +186,7 @@ void im_attention(thread_pool *pool, const im_attn *a, void *scratch) {
     }
 }
 
-void im_modulate(float *out, const float *x, int n, int d, const float *shift, const float *scale) {
+void image_modulate(float *out, const float *x, int n, int d, const float *shift, const float *scale) {
     for (int i = 0; i < n; i++) {
         float *o = out + (size_t)i * (size_t)d;
         kern_layernorm(o, x + (size_t)i * (size_t)d, NULL, NULL, d, 1e-6f);
@@ -194,24 +194,24 @@ void im_modulate(float *out, const float *x, int n, int d, const float *shift, c
     }
 }
 
-void im_silu(float *x, int n) {
+void image_silu(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
 }
 
 /* ---- the seeded Gaussian (nn.h) ---- */
 
-static uint64_t splitmix(im_rng *r) {
+static uint64_t splitmix(image_rng *r) {
     uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
 
-static double uniform(im_rng *r) {
+static double uniform(image_rng *r) {
     return (((double)(splitmix(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0)) * 2.0 - 1.0;
 }
 
-double im_rng_log(double x) {
+double image_rng_log(double x) {
     int e;
     double m = frexp(x, &e); /* x = m 2^e, m in [0.5, 1) */
     if (m < 0.7071067811865476) {
@@ -224,11 +224,11 @@ double im_rng_log(double x) {
     return 2.0 * t * p + (double)e * 0.6931471805599453;
 }
 
-void im_rng_gauss(im_rng *r, float *out, size_t n) {
+void image_rng_gauss(image_rng *r, float *out, size_t n) {
     for (size_t i = 0; i < n;) {
         const double u = uniform(r), v = uniform(r), s = u * u + v * v;
         if (s >= 1.0 || s == 0.0) continue;
-        const double f = sqrt(-2.0 * im_rng_log(s) / s);
+        const double f = sqrt(-2.0 * image_rng_log(s) / s);
         out[i++] = (float)(u * f);
         if (i < n) out[i++] = (float)(v * f);
     }

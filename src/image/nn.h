@@ -18,42 +18,42 @@
  * names, shapes and dtypes (F32, F16, BF16) are only verified, so a
  * resolver can refuse a file before any model memory exists.  The first
  * failure is kept in err ("FILE: tensor NAME: ..."); later calls do nothing. */
-typedef struct im_binder {
+typedef struct image_binder {
     const ck_file *f;
     const char *what; /* file name for messages */
     int check;
     int failed;
     char *err;
     size_t errlen;
-} im_binder;
+} image_binder;
 
 /* The tensor called fmt..., or NULL (no failure recorded). */
-const ck_tensor *im_find(const ck_file *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const ck_tensor *image_find(const ck_file *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A weight matrix: the tensor must have exactly n_dims dimensions of
  * shape; it binds as shape[0] rows of the product of the rest. */
-int im_mat(im_binder *b, kern_mat *out, int n_dims, const int64_t *shape, const char *fmt, ...)
+int image_mat(image_binder *b, kern_mat *out, int n_dims, const int64_t *shape, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* A vector of n floats (any float dtype, any shape with n elements),
  * copied to F32; NULL in check mode or on failure. */
-float *im_vec(im_binder *b, int64_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+float *image_vec(image_binder *b, int64_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-typedef struct im_lin {
+typedef struct image_lin {
     kern_mat w; /* out rows of in */
     float *b; /* [out] or NULL */
-} im_lin;
+} image_lin;
 
 /* PREFIX.weight [out][in] and, when bias is set, PREFIX.bias [out]. */
-int im_lin_bind(im_binder *b, im_lin *l, int64_t out, int64_t in, int bias, const char *fmt, ...)
+int image_lin_bind(image_binder *b, image_lin *l, int64_t out, int64_t in, int bias, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 /* y [n][out] = x [n][in] W^T + b.  scratch: kern_matmul_scratch_size(in, n).
  * Batches of 16 rows or more take the image GEMM (kernels/conv.h): each
  * output one fma chain from the bias, whatever the thread count. */
-void im_linear(thread_pool *pool, const im_lin *l, const float *x, int n, float *y, void *scratch);
+void image_linear(thread_pool *pool, const image_lin *l, const float *x, int n, float *y, void *scratch);
 
 /* softmax(q k^T * scale + bias) v per head, both products on the image
  * GEMM.  Rows are ld floats apart; head h reads and writes columns
  * [h * hd, (h + 1) * hd). */
-typedef struct im_attn {
+typedef struct image_attn {
     const float *q, *k, *v;
     int ldq, ldk, ldv;
     int n_q, n_kv, heads, hd;
@@ -61,17 +61,17 @@ typedef struct im_attn {
     const float *bias; /* [heads][n_q][n_kv] added to the scores, or NULL */
     float *out;
     int ldo;
-} im_attn;
+} image_attn;
 
-/* Bytes of scratch im_attention needs. */
-size_t im_attention_scratch(int n_q, int n_kv, int hd);
-void im_attention(thread_pool *pool, const im_attn *a, void *scratch);
+/* Bytes of scratch image_attention needs. */
+size_t image_attention_scratch(int n_q, int n_kv, int hd);
+void image_attention(thread_pool *pool, const image_attn *a, void *scratch);
 
 /* out = layernorm(x) * (1 + scale) + shift over n rows of d (no affine
  * weights, eps 1e-6); scale and shift are [d] vectors shared by the rows. */
-void im_modulate(float *out, const float *x, int n, int d, const float *shift, const float *scale);
+void image_modulate(float *out, const float *x, int n, int d, const float *shift, const float *scale);
 /* In place: x = x * sigmoid(x). */
-void im_silu(float *x, int n);
+void image_silu(float *x, int n);
 
 /*
  * The seeded Gaussian.  Every latent starts from this stream, so a seed
@@ -89,13 +89,13 @@ void im_silu(float *x, int n);
  *   from the t^22 term down.
  * tests/gen_image.py holds the same algorithm in Python.
  */
-typedef struct im_rng {
+typedef struct image_rng {
     uint64_t s;
-} im_rng;
+} image_rng;
 
-static inline void im_rng_seed(im_rng *r, uint64_t seed) { r->s = seed; }
+static inline void image_rng_seed(image_rng *r, uint64_t seed) { r->s = seed; }
 /* n normals in order into out. */
-void im_rng_gauss(im_rng *r, float *out, size_t n);
-double im_rng_log(double x); /* ln x for 0 < x < 1, as above */
+void image_rng_gauss(image_rng *r, float *out, size_t n);
+double image_rng_log(double x); /* ln x for 0 < x < 1, as above */
 
 #endif

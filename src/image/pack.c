@@ -12,7 +12,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-void im_config_default(im_config *c) {
+void image_config_default(image_config *c) {
     memset(c, 0, sizeof *c);
     c->head_dim = 72;
     c->interp = 1.0f;
@@ -20,7 +20,7 @@ void im_config_default(im_config *c) {
     c->max_tokens = 120;
     c->vae_scaling = 0.18215f;
     c->vae_groups = 32;
-    c->sched = (im_sched){1000, 0.0001f, 0.02f, IM_BETA_LINEAR, IM_PRED_EPSILON, IM_SPACING_LINSPACE, 0};
+    c->sched = (image_sched){1000, 0.0001f, 0.02f, IMAGE_BETA_LINEAR, IMAGE_PRED_EPSILON, IMAGE_SPACING_LINSPACE, 0};
     c->steps = 20;
     c->cfg = 4.5f;
     snprintf(c->name, sizeof c->name, "files");
@@ -39,7 +39,7 @@ static int pack_json_path(const char *path, char *out, size_t cap) {
     return 0;
 }
 
-int im_is_pack(const char *path) {
+int image_is_pack(const char *path) {
     char p[PATH_MAX];
     return pack_json_path(path, p, sizeof p) == 0;
 }
@@ -63,20 +63,20 @@ static int sha256_file(const char *path, char hex[65]) {
     return rc;
 }
 
-int im_tokenizer_pinned(const char *path, const char *sha256, char *err, size_t errlen) {
+int image_tokenizer_pinned(const char *path, const char *sha256, char *err, size_t errlen) {
     struct stat st;
     char got[65];
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return base_errf(err, errlen, "tokenizer %s: not a file", path), -1;
     if (sha256 && (strlen(sha256) != 64 || strspn(sha256, "0123456789abcdefABCDEF") != 64))
         return base_errf(err, errlen, "--tokenizer-sha256: '%s' is not 64 hex digits", sha256), -1;
-    if (!sha256 && st.st_size != IM_SPIECE_PIN_BYTES)
+    if (!sha256 && st.st_size != IMAGE_SPIECE_PIN_BYTES)
         return base_errf(err, errlen,
                        "tokenizer %s is not Flan-T5's spiece.model (%lld bytes, not %d); a pack records its own "
                        "tokenizer, or --tokenizer-sha256 pins this one",
-                       path, (long long)st.st_size, IM_SPIECE_PIN_BYTES),
+                       path, (long long)st.st_size, IMAGE_SPIECE_PIN_BYTES),
                -1;
     if (sha256_file(path, got)) return base_errf(err, errlen, "tokenizer %s: cannot read it", path), -1;
-    const char *want = sha256 ? sha256 : IM_SPIECE_PIN_SHA256;
+    const char *want = sha256 ? sha256 : IMAGE_SPIECE_PIN_SHA256;
     if (strcasecmp(got, want))
         return base_errf(err, errlen, "tokenizer %s has sha256 %s, %s %s", path, got,
                        sha256 ? "--tokenizer-sha256 pins" : "not Flan-T5's spiece.model,", want),
@@ -102,7 +102,7 @@ static int num(json_t *o, const char *key, double *v, const char **bad) {
     return 1;
 }
 
-static int read_config(json_t *root, im_config *c, char *err, size_t errlen) {
+static int read_config(json_t *root, image_config *c, char *err, size_t errlen) {
     const char *bad = NULL;
     double v;
     json_t *o = json_object_get(root, "dit");
@@ -155,10 +155,10 @@ static int read_config(json_t *root, im_config *c, char *err, size_t errlen) {
     return 0;
 }
 
-int im_pack_read(const char *path, int verify, im_files *files, im_config *config, char *err, size_t errlen) {
+int image_pack_read(const char *path, int verify, image_files *files, image_config *config, char *err, size_t errlen) {
     char pj[PATH_MAX];
     memset(files, 0, sizeof *files);
-    im_config_default(config);
+    image_config_default(config);
     if (pack_json_path(path, pj, sizeof pj)) {
         base_errf(err, errlen, "%s: not an image pack (no pack.json)", path);
         return -1;

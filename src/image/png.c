@@ -35,7 +35,7 @@ static void write_fn(png_structp png, png_bytep data, png_size_t len) {
 
 static void flush_fn(png_structp png) { (void)png; }
 
-int im_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len, char *err, size_t errlen) {
+int image_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len, char *err, size_t errlen) {
     *out = NULL;
     *len = 0;
     membuf b = {NULL, 0, 0, 0};

@@ -17,11 +17,11 @@ static double alpha_bar(double t) {
     return c * c;
 }
 
-int im_sched_plan(const im_sched *s, int steps, float *ts, float *sigmas, float *init, char *err, size_t errlen) {
+int image_sched_plan(const image_sched *s, int steps, float *ts, float *sigmas, float *init, char *err, size_t errlen) {
     const int N = s->n_train;
-    if (N < 2 || N > 100000 || steps < 1 || steps > N || steps > IM_MAX_STEPS) {
+    if (N < 2 || N > 100000 || steps < 1 || steps > N || steps > IMAGE_MAX_STEPS) {
         base_errf(err, errlen, "steps must be 1..%d (the schedule has %d training steps)",
-                N < IM_MAX_STEPS ? N : IM_MAX_STEPS, N);
+                N < IMAGE_MAX_STEPS ? N : IMAGE_MAX_STEPS, N);
         return -1;
     }
     float *sig = malloc((size_t)N * sizeof *sig);
@@ -32,9 +32,9 @@ int im_sched_plan(const im_sched *s, int steps, float *ts, float *sigmas, float 
     float ac = 1.0f;
     for (int i = 0; i < N; i++) {
         float beta;
-        if (s->beta_schedule == IM_BETA_LINEAR)
+        if (s->beta_schedule == IMAGE_BETA_LINEAR)
             beta = linspace_at(s->beta_start, s->beta_end, N, i);
-        else if (s->beta_schedule == IM_BETA_SCALED_LINEAR) {
+        else if (s->beta_schedule == IMAGE_BETA_SCALED_LINEAR) {
             beta = linspace_at(sqrtf(s->beta_start), sqrtf(s->beta_end), N, i);
             beta *= beta;
         } else {
@@ -46,9 +46,9 @@ int im_sched_plan(const im_sched *s, int steps, float *ts, float *sigmas, float 
     }
     for (int i = 0; i < steps; i++) {
         double t;
-        if (s->spacing == IM_SPACING_LINSPACE) /* numpy: in double, the last exactly N - 1, then reversed */
+        if (s->spacing == IMAGE_SPACING_LINSPACE) /* numpy: in double, the last exactly N - 1, then reversed */
             t = steps == 1 ? 0.0 : (i == 0 ? (double)(N - 1) : (double)(N - 1) / (steps - 1) * (steps - 1 - i));
-        else if (s->spacing == IM_SPACING_LEADING)
+        else if (s->spacing == IMAGE_SPACING_LEADING)
             t = nearbyint((double)((steps - 1 - i) * (N / steps))) + s->steps_offset;
         else
             t = nearbyint((double)N - (double)i * ((double)N / steps)) - 1.0;
@@ -64,16 +64,16 @@ int im_sched_plan(const im_sched *s, int steps, float *ts, float *sigmas, float 
     float mx = 0.0f;
     for (int i = 0; i < steps; i++)
         if (sigmas[i] > mx) mx = sigmas[i];
-    *init = s->spacing == IM_SPACING_LEADING ? sqrtf(mx * mx + 1.0f) : mx;
+    *init = s->spacing == IMAGE_SPACING_LEADING ? sqrtf(mx * mx + 1.0f) : mx;
     free(sig);
     return 0;
 }
 
-void im_euler_step(const im_sched *s, float *z, const float *model, float sigma, float sigma_next, size_t n) {
+void image_euler_step(const image_sched *s, float *z, const float *model, float sigma, float sigma_next, size_t n) {
     const float dt = sigma_next - sigma;
     const float c = sqrtf(sigma * sigma + 1.0f);
     for (size_t i = 0; i < n; i++) {
-        const float x0 = s->prediction == IM_PRED_EPSILON ? z[i] - sigma * model[i]
+        const float x0 = s->prediction == IMAGE_PRED_EPSILON ? z[i] - sigma * model[i]
                                                           : model[i] * (-sigma / c) + z[i] / (sigma * sigma + 1.0f);
         z[i] = z[i] + (z[i] - x0) / sigma * dt;
     }

@@ -15,23 +15,23 @@
 
 #include <stddef.h>
 
-enum { IM_BETA_LINEAR = 0, IM_BETA_SCALED_LINEAR, IM_BETA_COSINE };
-enum { IM_PRED_EPSILON = 0, IM_PRED_V };
-enum { IM_SPACING_LINSPACE = 0, IM_SPACING_LEADING, IM_SPACING_TRAILING };
+enum { IMAGE_BETA_LINEAR = 0, IMAGE_BETA_SCALED_LINEAR, IMAGE_BETA_COSINE };
+enum { IMAGE_PRED_EPSILON = 0, IMAGE_PRED_V };
+enum { IMAGE_SPACING_LINSPACE = 0, IMAGE_SPACING_LEADING, IMAGE_SPACING_TRAILING };
 
-typedef struct im_sched {
+typedef struct image_sched {
     int n_train;
     float beta_start, beta_end;
     int beta_schedule, prediction, spacing, steps_offset;
-} im_sched;
+} image_sched;
 
-#define IM_MAX_STEPS 1000
+#define IMAGE_MAX_STEPS 1000
 
 /* ts [steps], sigmas [steps + 1] and the initial noise scale for steps
- * (1..min(n_train, IM_MAX_STEPS)).  -1 with err on a bad configuration. */
-int im_sched_plan(const im_sched *s, int steps, float *ts, float *sigmas, float *init, char *err, size_t errlen);
+ * (1..min(n_train, IMAGE_MAX_STEPS)).  -1 with err on a bad configuration. */
+int image_sched_plan(const image_sched *s, int steps, float *ts, float *sigmas, float *init, char *err, size_t errlen);
 /* z += (z - x0) / sigma * (sigma_next - sigma) over n values, x0 from the
  * model's output (epsilon or v). */
-void im_euler_step(const im_sched *s, float *z, const float *model, float sigma, float sigma_next, size_t n);
+void image_euler_step(const image_sched *s, float *z, const float *model, float sigma, float sigma_next, size_t n);
 
 #endif

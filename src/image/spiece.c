@@ -31,7 +31,7 @@ typedef struct piece {
     int type;
 } piece;
 
-struct im_spiece {
+struct image_spiece {
     piece *pieces;
     int n;
     char *strings;
@@ -105,7 +105,7 @@ static uint32_t hash_bytes(const char *s, size_t n) {
     return h;
 }
 
-static int lookup(const im_spiece *s, const char *p, size_t n) {
+static int lookup(const image_spiece *s, const char *p, size_t n) {
     for (uint32_t h = hash_bytes(p, n) & s->hash_mask;; h = (h + 1) & s->hash_mask) {
         int32_t v = s->hash[h];
         if (!v) return -1;
@@ -114,7 +114,7 @@ static int lookup(const im_spiece *s, const char *p, size_t n) {
     }
 }
 
-static int parse_trainer(im_spiece *s, pb r, char *err, size_t errlen) {
+static int parse_trainer(image_spiece *s, pb r, char *err, size_t errlen) {
     uint32_t f;
     int w;
     pb sub;
@@ -139,7 +139,7 @@ static int parse_trainer(im_spiece *s, pb r, char *err, size_t errlen) {
     return 0;
 }
 
-static int parse_normalizer(im_spiece *s, pb r, char *err, size_t errlen) {
+static int parse_normalizer(image_spiece *s, pb r, char *err, size_t errlen) {
     uint32_t f;
     int w;
     pb sub;
@@ -199,8 +199,8 @@ static int parse_piece(pb r, piece *pc) {
     return pc->s ? 0 : -1;
 }
 
-im_spiece *im_spiece_load(const uint8_t *data, size_t len, char *err, size_t errlen) {
-    im_spiece *s = calloc(1, sizeof *s);
+image_spiece *image_spiece_load(const uint8_t *data, size_t len, char *err, size_t errlen) {
+    image_spiece *s = calloc(1, sizeof *s);
     if (!s) {
         base_errf(err, errlen, "out of memory");
         return NULL;
@@ -291,13 +291,13 @@ im_spiece *im_spiece_load(const uint8_t *data, size_t len, char *err, size_t err
     if (!rc && s->min_score > s->max_score) s->min_score = s->max_score = 0;
     if (!rc && s->eos >= s->n) s->eos = -1;
     if (rc) {
-        im_spiece_free(s);
+        image_spiece_free(s);
         return NULL;
     }
     return s;
 }
 
-void im_spiece_free(im_spiece *s) {
+void image_spiece_free(image_spiece *s) {
     if (!s) return;
     free(s->pieces);
     free(s->strings);
@@ -307,11 +307,11 @@ void im_spiece_free(im_spiece *s) {
     free(s);
 }
 
-int im_spiece_n_pieces(const im_spiece *s) { return s->n; }
-int im_spiece_eos(const im_spiece *s) { return s->eos; }
-int im_spiece_unk(const im_spiece *s) { return s->unk; }
-int im_spiece_pad(const im_spiece *s) { return s->pad >= 0 && s->pad < s->n ? s->pad : -1; }
-const char *im_spiece_piece(const im_spiece *s, int id) { return id >= 0 && id < s->n ? s->pieces[id].s : NULL; }
+int image_spiece_n_pieces(const image_spiece *s) { return s->n; }
+int image_spiece_eos(const image_spiece *s) { return s->eos; }
+int image_spiece_unk(const image_spiece *s) { return s->unk; }
+int image_spiece_pad(const image_spiece *s) { return s->pad >= 0 && s->pad < s->n ? s->pad : -1; }
+const char *image_spiece_piece(const image_spiece *s, int id) { return id >= 0 && id < s->n ? s->pieces[id].s : NULL; }
 
 /* ---- normalization ---- */
 
@@ -338,7 +338,7 @@ static uint32_t u_offset(uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6
 
 /* The longest rule of the character map at p (SentencePiece considers the
  * first 32 prefix matches): its length and replacement, or 0. */
-static size_t charsmap_match(const im_spiece *s, const uint8_t *p, size_t n, const char **rep) {
+static size_t charsmap_match(const image_spiece *s, const uint8_t *p, size_t n, const char **rep) {
     if (!s->trie) return 0;
     size_t best = 0, found = 0;
     uint32_t node = u_offset(s->trie[0]);
@@ -385,7 +385,7 @@ static int buf_put(buf *b, const char *s, size_t n) {
 static const char SPACE[] = "\xe2\x96\x81"; /* U+2581 */
 
 /* One normalized unit at p: its replacement text and the bytes consumed. */
-static size_t norm_prefix(const im_spiece *s, const uint8_t *p, size_t n, const char **out, size_t *out_len) {
+static size_t norm_prefix(const image_spiece *s, const uint8_t *p, size_t n, const char **out, size_t *out_len) {
     const char *rep;
     size_t k = charsmap_match(s, p, n, &rep);
     if (k) {
@@ -404,7 +404,7 @@ static size_t norm_prefix(const im_spiece *s, const uint8_t *p, size_t n, const 
     return k;
 }
 
-static int normalize(const im_spiece *s, const uint8_t *in, size_t n, buf *o) {
+static int normalize(const image_spiece *s, const uint8_t *in, size_t n, buf *o) {
     const char *rep;
     size_t rl;
     if (s->remove_extra_ws)
@@ -447,7 +447,7 @@ typedef struct node {
     int id;
 } node;
 
-int im_spiece_encode(const im_spiece *s, const char *text, size_t len, int32_t *ids, int cap) {
+int image_spiece_encode(const image_spiece *s, const char *text, size_t len, int32_t *ids, int cap) {
     buf nb = {NULL, 0, 0};
     if (normalize(s, (const uint8_t *)text, len, &nb)) {
         free(nb.p);

@@ -15,22 +15,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct im_spiece im_spiece;
+typedef struct image_spiece image_spiece;
 
 /* Parses a .model file's bytes (copied; data may be freed afterwards).
  * NULL on failure with err set (a malformed protobuf, a model type other
  * than unigram, a bad character map). */
-im_spiece *im_spiece_load(const uint8_t *data, size_t len, char *err, size_t errlen);
-void im_spiece_free(im_spiece *s);
+image_spiece *image_spiece_load(const uint8_t *data, size_t len, char *err, size_t errlen);
+void image_spiece_free(image_spiece *s);
 
-int im_spiece_n_pieces(const im_spiece *s);
-int im_spiece_eos(const im_spiece *s); /* -1 when the model has none */
-int im_spiece_unk(const im_spiece *s);
-int im_spiece_pad(const im_spiece *s);
-const char *im_spiece_piece(const im_spiece *s, int id); /* NULL when out of range */
+int image_spiece_n_pieces(const image_spiece *s);
+int image_spiece_eos(const image_spiece *s); /* -1 when the model has none */
+int image_spiece_unk(const image_spiece *s);
+int image_spiece_pad(const image_spiece *s);
+const char *image_spiece_piece(const image_spiece *s, int id); /* NULL when out of range */
 
 /* Tokenizes len bytes of text into ids (at most cap written).  Returns the
  * number of tokens, which may exceed cap, or -1 when out of memory. */
-int im_spiece_encode(const im_spiece *s, const char *text, size_t len, int32_t *ids, int cap);
+int image_spiece_encode(const image_spiece *s, const char *text, size_t len, int32_t *ids, int cap);
 
 #endif

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-int im_t5_bind(im_t5 *m, const ck_file *f, const char *what, int max_distance, int check, char *err, size_t errlen) {
+int image_t5_bind(image_t5 *m, const ck_file *f, const char *what, int max_distance, int check, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
-    im_binder b = {f, what, check, 0, err, errlen};
+    image_binder b = {f, what, check, 0, err, errlen};
     const ck_tensor *emb = ck_find(f, "shared.weight");
     const char *emb_name = "shared.weight";
     if (!emb) {
@@ -38,14 +38,14 @@ int im_t5_bind(im_t5 *m, const ck_file *f, const char *what, int max_distance, i
         return -1;
     }
     m->d_kv = (int)(q0->shape[0] / m->heads);
-    while (im_find(f, "encoder.block.%d.layer.0.layer_norm.weight", m->layers) && m->layers < 1000) m->layers++;
+    while (image_find(f, "encoder.block.%d.layer.0.layer_norm.weight", m->layers) && m->layers < 1000) m->layers++;
     if (!m->layers) {
         base_errf(err, errlen, "%s: no T5 encoder blocks", what);
         return -1;
     }
     const int64_t D = m->d_model, I = (int64_t)m->heads * m->d_kv, F = m->d_ff;
-    im_mat(&b, &m->emb, 2, (int64_t[]){m->n_vocab, D}, "%s", emb_name);
-    m->rel_bias = im_vec(&b, (int64_t)m->buckets * m->heads,
+    image_mat(&b, &m->emb, 2, (int64_t[]){m->n_vocab, D}, "%s", emb_name);
+    m->rel_bias = image_vec(&b, (int64_t)m->buckets * m->heads,
                          "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
     if (!check) {
         m->blk = calloc((size_t)m->layers, sizeof *m->blk);
@@ -55,28 +55,28 @@ int im_t5_bind(im_t5 *m, const ck_file *f, const char *what, int max_distance, i
         }
     }
     for (int i = 0; i < m->layers && !b.failed; i++) {
-        im_t5_block tmp, *k = check ? &tmp : &m->blk[i];
+        image_t5_block tmp, *k = check ? &tmp : &m->blk[i];
         memset(&tmp, 0, sizeof tmp);
         const char *p = "encoder.block";
-        k->ln0 = im_vec(&b, D, "%s.%d.layer.0.layer_norm.weight", p, i);
-        im_lin_bind(&b, &k->q, I, D, 0, "%s.%d.layer.0.SelfAttention.q", p, i);
-        im_lin_bind(&b, &k->k, I, D, 0, "%s.%d.layer.0.SelfAttention.k", p, i);
-        im_lin_bind(&b, &k->v, I, D, 0, "%s.%d.layer.0.SelfAttention.v", p, i);
-        im_lin_bind(&b, &k->o, D, I, 0, "%s.%d.layer.0.SelfAttention.o", p, i);
-        k->ln1 = im_vec(&b, D, "%s.%d.layer.1.layer_norm.weight", p, i);
-        im_lin_bind(&b, &k->wi0, F, D, 0, "%s.%d.layer.1.DenseReluDense.wi_0", p, i);
-        im_lin_bind(&b, &k->wi1, F, D, 0, "%s.%d.layer.1.DenseReluDense.wi_1", p, i);
-        im_lin_bind(&b, &k->wo, D, F, 0, "%s.%d.layer.1.DenseReluDense.wo", p, i);
+        k->ln0 = image_vec(&b, D, "%s.%d.layer.0.layer_norm.weight", p, i);
+        image_lin_bind(&b, &k->q, I, D, 0, "%s.%d.layer.0.SelfAttention.q", p, i);
+        image_lin_bind(&b, &k->k, I, D, 0, "%s.%d.layer.0.SelfAttention.k", p, i);
+        image_lin_bind(&b, &k->v, I, D, 0, "%s.%d.layer.0.SelfAttention.v", p, i);
+        image_lin_bind(&b, &k->o, D, I, 0, "%s.%d.layer.0.SelfAttention.o", p, i);
+        k->ln1 = image_vec(&b, D, "%s.%d.layer.1.layer_norm.weight", p, i);
+        image_lin_bind(&b, &k->wi0, F, D, 0, "%s.%d.layer.1.DenseReluDense.wi_0", p, i);
+        image_lin_bind(&b, &k->wi1, F, D, 0, "%s.%d.layer.1.DenseReluDense.wi_1", p, i);
+        image_lin_bind(&b, &k->wo, D, F, 0, "%s.%d.layer.1.DenseReluDense.wo", p, i);
     }
-    m->final_ln = im_vec(&b, D, "encoder.final_layer_norm.weight");
+    m->final_ln = image_vec(&b, D, "encoder.final_layer_norm.weight");
     if (b.failed) {
-        im_t5_free(m);
+        image_t5_free(m);
         return -1;
     }
     return 0;
 }
 
-void im_t5_free(im_t5 *m) {
+void image_t5_free(image_t5 *m) {
     if (m->blk)
         for (int i = 0; i < m->layers; i++) {
             free(m->blk[i].ln0);
@@ -89,7 +89,7 @@ void im_t5_free(im_t5 *m) {
     m->rel_bias = m->final_ln = NULL;
 }
 
-int im_t5_bucket(int rel, int buckets, int max_distance) {
+int image_t5_bucket(int rel, int buckets, int max_distance) {
     const int nb = buckets / 2, max_exact = nb / 2;
     int ret = rel > 0 ? nb : 0;
     const int n = rel < 0 ? -rel : rel;
@@ -104,7 +104,7 @@ static void rmsnorm(float *out, const float *x, const float *w, int n_tok, int d
     for (int t = 0; t < n_tok; t++) kern_rmsnorm(out + (size_t)t * (size_t)d, x + (size_t)t * (size_t)d, w, d, 1e-6f);
 }
 
-int im_t5_encode(const im_t5 *m, thread_pool *pool, const int32_t *ids, int n, float *out, char *err, size_t errlen) {
+int image_t5_encode(const image_t5 *m, thread_pool *pool, const int32_t *ids, int n, float *out, char *err, size_t errlen) {
     const int D = m->d_model, I = m->heads * m->d_kv, F = m->d_ff, H = m->heads;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= m->n_vocab) {
@@ -119,7 +119,7 @@ int im_t5_encode(const im_t5 *m, thread_pool *pool, const int32_t *ids, int n, f
           *u = malloc(nn * (size_t)F * sizeof *u), *y = malloc(nn * (size_t)widest * sizeof *y),
           *bias = malloc((size_t)H * nn * nn * sizeof *bias);
     void *mm = malloc(kern_matmul_scratch_size(widest, n));
-    void *as = malloc(im_attention_scratch(n, n, m->d_kv));
+    void *as = malloc(image_attention_scratch(n, n, m->d_kv));
     int rc = -1;
     if (!x || !q || !k || !v || !a || !g || !u || !y || !bias || !mm || !as) {
         base_errf(err, errlen, "out of memory");
@@ -129,25 +129,25 @@ int im_t5_encode(const im_t5 *m, thread_pool *pool, const int32_t *ids, int n, f
     for (int i = 0; i < n; i++) kern_get_row(&m->emb, ids[i], h + (size_t)i * (size_t)D);
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++) {
-            const int bk = im_t5_bucket(j - i, m->buckets, m->max_distance);
+            const int bk = image_t5_bucket(j - i, m->buckets, m->max_distance);
             for (int hh = 0; hh < H; hh++)
                 bias[((size_t)hh * nn + (size_t)i) * nn + (size_t)j] = m->rel_bias[bk * H + hh];
         }
     for (int l = 0; l < m->layers; l++) {
-        const im_t5_block *b = &m->blk[l];
+        const image_t5_block *b = &m->blk[l];
         rmsnorm(x, h, b->ln0, n, D);
         kern_mm_out qkv[3] = {{&b->q.w, q, I}, {&b->k.w, k, I}, {&b->v.w, v, I}};
         kern_matmul_multi(pool, qkv, 3, x, n, mm);
-        im_attn at = {q, k, v, I, I, I, n, n, H, m->d_kv, 1.0f, bias, a, I};
-        im_attention(pool, &at, as);
-        im_linear(pool, &b->o, a, n, y, mm);
+        image_attn at = {q, k, v, I, I, I, n, n, H, m->d_kv, 1.0f, bias, a, I};
+        image_attention(pool, &at, as);
+        image_linear(pool, &b->o, a, n, y, mm);
         kern_add(h, y, n * D);
         rmsnorm(x, h, b->ln1, n, D);
         kern_mm_out gu[2] = {{&b->wi0.w, g, F}, {&b->wi1.w, u, F}};
         kern_matmul_multi(pool, gu, 2, x, n, mm);
         kern_gelu(g, n * F);
         for (size_t i = 0; i < nn * (size_t)F; i++) g[i] *= u[i];
-        im_linear(pool, &b->wo, g, n, y, mm);
+        image_linear(pool, &b->wo, g, n, y, mm);
         kern_add(h, y, n * D);
     }
     rmsnorm(h, h, m->final_ln, n, D);

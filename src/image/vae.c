@@ -8,26 +8,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int conv_bind(im_binder *b, im_conv *c, int cout, int cin, int k, const char *name) {
+static int conv_bind(image_binder *b, image_conv *c, int cout, int cin, int k, const char *name) {
     c->cin = cin;
     c->cout = cout;
     c->k = k;
-    im_mat(b, &c->w, 4, (int64_t[]){cout, cin, k, k}, "%s.weight", name);
-    c->b = im_vec(b, cout, "%s.bias", name);
+    image_mat(b, &c->w, 4, (int64_t[]){cout, cin, k, k}, "%s.weight", name);
+    c->b = image_vec(b, cout, "%s.bias", name);
     return b->failed ? -1 : 0;
 }
 
-static int res_bind(im_binder *b, im_resnet *r, int cin, int cout, const char *name) {
+static int res_bind(image_binder *b, image_resnet *r, int cin, int cout, const char *name) {
     char n[200];
     memset(r, 0, sizeof *r);
     r->cin = cin;
     r->cout = cout;
-    r->n1w = im_vec(b, cin, "%s.norm1.weight", name);
-    r->n1b = im_vec(b, cin, "%s.norm1.bias", name);
+    r->n1w = image_vec(b, cin, "%s.norm1.weight", name);
+    r->n1b = image_vec(b, cin, "%s.norm1.bias", name);
     snprintf(n, sizeof n, "%s.conv1", name);
     conv_bind(b, &r->c1, cout, cin, 3, n);
-    r->n2w = im_vec(b, cout, "%s.norm2.weight", name);
-    r->n2b = im_vec(b, cout, "%s.norm2.bias", name);
+    r->n2w = image_vec(b, cout, "%s.norm2.weight", name);
+    r->n2b = image_vec(b, cout, "%s.norm2.bias", name);
     snprintf(n, sizeof n, "%s.conv2", name);
     conv_bind(b, &r->c2, cout, cout, 3, n);
     if (cin != cout) {
@@ -37,7 +37,7 @@ static int res_bind(im_binder *b, im_resnet *r, int cin, int cout, const char *n
     return b->failed ? -1 : 0;
 }
 
-static void res_free(im_resnet *r) {
+static void res_free(image_resnet *r) {
     free(r->n1w);
     free(r->n1b);
     free(r->n2w);
@@ -48,10 +48,10 @@ static void res_free(im_resnet *r) {
     memset(r, 0, sizeof *r);
 }
 
-int im_vae_bind(im_vae *m, const ck_file *f, const char *what, int groups, float scaling, int check, char *err,
+int image_vae_bind(image_vae *m, const ck_file *f, const char *what, int groups, float scaling, int check, char *err,
                 size_t errlen) {
     memset(m, 0, sizeof *m);
-    im_binder b = {f, what, check, 0, err, errlen};
+    image_binder b = {f, what, check, 0, err, errlen};
     const ck_tensor *ci = ck_find(f, "decoder.conv_in.weight"), *co = ck_find(f, "decoder.conv_out.weight");
     if (!ci || !co || ci->n_dims != 4 || co->n_dims != 4) {
         base_errf(err, errlen, "%s: not an AutoencoderKL decoder (needs decoder.conv_in and decoder.conv_out)", what);
@@ -60,16 +60,16 @@ int im_vae_bind(im_vae *m, const ck_file *f, const char *what, int groups, float
     m->latent = (int)ci->shape[1];
     m->groups = groups;
     m->scaling = scaling;
-    while (im_find(f, "decoder.up_blocks.%d.resnets.0.conv1.weight", m->n_blocks) && m->n_blocks < IM_VAE_MAX_BLOCKS)
+    while (image_find(f, "decoder.up_blocks.%d.resnets.0.conv1.weight", m->n_blocks) && m->n_blocks < IMAGE_VAE_MAX_BLOCKS)
         m->n_blocks++;
-    while (im_find(f, "decoder.up_blocks.0.resnets.%d.conv1.weight", m->layers) && m->layers < 64) m->layers++;
+    while (image_find(f, "decoder.up_blocks.0.resnets.%d.conv1.weight", m->layers) && m->layers < 64) m->layers++;
     if (m->n_blocks < 1 || m->layers < 1) {
         base_errf(err, errlen, "%s: the decoder has no up blocks", what);
         return -1;
     }
     /* channels: up block i outputs ch[n_blocks - 1 - i] */
     for (int i = 0; i < m->n_blocks; i++) {
-        const ck_tensor *t = im_find(f, "decoder.up_blocks.%d.resnets.0.conv1.weight", i);
+        const ck_tensor *t = image_find(f, "decoder.up_blocks.%d.resnets.0.conv1.weight", i);
         if (!t || t->n_dims != 4) {
             base_errf(err, errlen, "%s: up block %d has no 3x3 conv1", what, i);
             return -1;
@@ -85,12 +85,12 @@ int im_vae_bind(im_vae *m, const ck_file *f, const char *what, int groups, float
     conv_bind(&b, &m->pq, m->latent, m->latent, 1, "post_quant_conv");
     conv_bind(&b, &m->conv_in, top, m->latent, 3, "decoder.conv_in");
     res_bind(&b, &m->mid0, top, top, "decoder.mid_block.resnets.0");
-    m->an_w = im_vec(&b, top, "decoder.mid_block.attentions.0.group_norm.weight");
-    m->an_b = im_vec(&b, top, "decoder.mid_block.attentions.0.group_norm.bias");
-    im_lin_bind(&b, &m->aq, top, top, 1, "decoder.mid_block.attentions.0.to_q");
-    im_lin_bind(&b, &m->ak, top, top, 1, "decoder.mid_block.attentions.0.to_k");
-    im_lin_bind(&b, &m->av, top, top, 1, "decoder.mid_block.attentions.0.to_v");
-    im_lin_bind(&b, &m->ao, top, top, 1, "decoder.mid_block.attentions.0.to_out.0");
+    m->an_w = image_vec(&b, top, "decoder.mid_block.attentions.0.group_norm.weight");
+    m->an_b = image_vec(&b, top, "decoder.mid_block.attentions.0.group_norm.bias");
+    image_lin_bind(&b, &m->aq, top, top, 1, "decoder.mid_block.attentions.0.to_q");
+    image_lin_bind(&b, &m->ak, top, top, 1, "decoder.mid_block.attentions.0.to_k");
+    image_lin_bind(&b, &m->av, top, top, 1, "decoder.mid_block.attentions.0.to_v");
+    image_lin_bind(&b, &m->ao, top, top, 1, "decoder.mid_block.attentions.0.to_out.0");
     res_bind(&b, &m->mid1, top, top, "decoder.mid_block.resnets.1");
     if (!check && !b.failed && !(m->res = calloc((size_t)m->n_blocks * (size_t)m->layers, sizeof *m->res))) {
         base_errf(err, errlen, "out of memory");
@@ -101,7 +101,7 @@ int im_vae_bind(im_vae *m, const ck_file *f, const char *what, int groups, float
     for (int i = 0; i < m->n_blocks && !b.failed; i++) {
         const int out = m->ch[m->n_blocks - 1 - i];
         for (int j = 0; j < m->layers; j++) {
-            im_resnet tmp, *r = check ? &tmp : &m->res[i * m->layers + j];
+            image_resnet tmp, *r = check ? &tmp : &m->res[i * m->layers + j];
             snprintf(name, sizeof name, "decoder.up_blocks.%d.resnets.%d", i, j);
             res_bind(&b, r, j ? out : prev, out, name);
         }
@@ -109,22 +109,22 @@ int im_vae_bind(im_vae *m, const ck_file *f, const char *what, int groups, float
         if (i < m->n_blocks - 1) {
             snprintf(name, sizeof name, "decoder.up_blocks.%d.upsamplers.0.conv", i);
             conv_bind(&b, &m->up[i], out, out, 3, name);
-        } else if (im_find(f, "decoder.up_blocks.%d.upsamplers.0.conv.weight", i) && !b.failed) {
+        } else if (image_find(f, "decoder.up_blocks.%d.upsamplers.0.conv.weight", i) && !b.failed) {
             base_errf(err, errlen, "%s: the last up block upsamples", what);
             b.failed = 1;
         }
     }
-    m->no_w = im_vec(&b, m->ch[0], "decoder.conv_norm_out.weight");
-    m->no_b = im_vec(&b, m->ch[0], "decoder.conv_norm_out.bias");
+    m->no_w = image_vec(&b, m->ch[0], "decoder.conv_norm_out.weight");
+    m->no_b = image_vec(&b, m->ch[0], "decoder.conv_norm_out.bias");
     conv_bind(&b, &m->conv_out, 3, m->ch[0], 3, "decoder.conv_out");
     if (b.failed) {
-        im_vae_free(m);
+        image_vae_free(m);
         return -1;
     }
     return 0;
 }
 
-void im_vae_free(im_vae *m) {
+void image_vae_free(image_vae *m) {
     free(m->pq.b);
     free(m->conv_in.b);
     free(m->conv_out.b);
@@ -139,7 +139,7 @@ void im_vae_free(im_vae *m) {
     if (m->res)
         for (int i = 0; i < m->n_blocks * m->layers; i++) res_free(&m->res[i]);
     free(m->res);
-    for (int i = 0; i < IM_VAE_MAX_BLOCKS; i++) free(m->up[i].b);
+    for (int i = 0; i < IMAGE_VAE_MAX_BLOCKS; i++) free(m->up[i].b);
     free(m->no_w);
     free(m->no_b);
     memset(m, 0, sizeof *m);
@@ -153,12 +153,12 @@ typedef struct vae_run {
     void *scratch;
 } vae_run;
 
-static void conv(vae_run *r, const im_conv *c, const float *x, int h, int w, float *y) {
+static void conv(vae_run *r, const image_conv *c, const float *x, int h, int w, float *y) {
     const kern_conv k = {&c->w, c->b, c->cin, h, w, c->k, c->k, 1, c->k / 2};
     kern_conv2d(r->pool, &k, x, y, r->scratch);
 }
 
-static size_t conv_scratch(const im_conv *c, int h, int w) {
+static size_t conv_scratch(const image_conv *c, int h, int w) {
     const kern_conv k = {&c->w, c->b, c->cin, h, w, c->k, c->k, 1, c->k / 2};
     return kern_conv2d_scratch(&k);
 }
@@ -169,7 +169,7 @@ static void gn(vae_run *r, int c, int hw, const float *w, const float *b, int si
 }
 
 /* x (in place) = resnet(x); t1, t2 are scratch images. */
-static void resnet(vae_run *r, const im_resnet *rs, float *x, int h, int w, float *t1, float *t2) {
+static void resnet(vae_run *r, const image_resnet *rs, float *x, int h, int w, float *t1, float *t2) {
     const int hw = h * w;
     gn(r, rs->cin, hw, rs->n1w, rs->n1b, 1, x, t1);
     conv(r, &rs->c1, t1, h, w, t2);
@@ -182,7 +182,7 @@ static void resnet(vae_run *r, const im_resnet *rs, float *x, int h, int w, floa
     kern_add(x, t1, rs->cout * hw);
 }
 
-int im_vae_decode(const im_vae *m, thread_pool *pool, const float *z, int h, int w, float *img, char *err, size_t errlen) {
+int image_vae_decode(const image_vae *m, thread_pool *pool, const float *z, int h, int w, float *img, char *err, size_t errlen) {
     const int top = m->ch[m->n_blocks - 1];
     size_t big = (size_t)m->latent * (size_t)h * (size_t)w, cs = 0;
     /* the largest image and conv scratch over every stage */
@@ -194,7 +194,7 @@ int im_vae_decode(const im_vae *m, thread_pool *pool, const float *z, int h, int
         const size_t s1 = (size_t)(in > out ? in : out) * nx;
         if (s1 > big) big = s1;
         for (int j = 0; j < m->layers; j++) {
-            const im_resnet *rs = &m->res[i * m->layers + j];
+            const image_resnet *rs = &m->res[i * m->layers + j];
             size_t s = conv_scratch(&rs->c1, hh, ww);
             if (s > cs) cs = s;
             s = conv_scratch(&rs->c2, hh, ww);
@@ -213,7 +213,7 @@ int im_vae_decode(const im_vae *m, thread_pool *pool, const float *z, int h, int
     s = conv_scratch(&m->conv_out, hh, ww);
     if (s > cs) cs = s;
     const size_t n_px = (size_t)h * (size_t)w;
-    const size_t as = im_attention_scratch((int)n_px, (int)n_px, top) + kern_matmul_scratch_size(top, (int)n_px);
+    const size_t as = image_attention_scratch((int)n_px, (int)n_px, top) + kern_matmul_scratch_size(top, (int)n_px);
     if (as > cs) cs = as;
     if ((size_t)5 * top * n_px > big) big = (size_t)5 * top * n_px; /* attention: x, q, k, v, out as [px][c] */
     float *a = malloc(big * sizeof *a), *t1 = malloc(big * sizeof *t1), *t2 = malloc(big * sizeof *t2);
@@ -239,12 +239,12 @@ int im_vae_decode(const im_vae *m, thread_pool *pool, const float *z, int h, int
               *o = v + (size_t)top * n_px;
         for (int c = 0; c < top; c++)
             for (int p = 0; p < P; p++) xt[(size_t)p * top + c] = t1[(size_t)c * n_px + p];
-        im_linear(pool, &m->aq, xt, P, q, scratch);
-        im_linear(pool, &m->ak, xt, P, k, scratch);
-        im_linear(pool, &m->av, xt, P, v, scratch);
-        im_attn at = {q, k, v, top, top, top, P, P, 1, top, 1.0f / sqrtf((float)top), NULL, o, top};
-        im_attention(pool, &at, scratch);
-        im_linear(pool, &m->ao, o, P, q, scratch);
+        image_linear(pool, &m->aq, xt, P, q, scratch);
+        image_linear(pool, &m->ak, xt, P, k, scratch);
+        image_linear(pool, &m->av, xt, P, v, scratch);
+        image_attn at = {q, k, v, top, top, top, P, P, 1, top, 1.0f / sqrtf((float)top), NULL, o, top};
+        image_attention(pool, &at, scratch);
+        image_linear(pool, &m->ao, o, P, q, scratch);
         for (int c = 0; c < top; c++)
             for (int p = 0; p < P; p++) a[(size_t)c * n_px + p] += q[(size_t)p * top + c];
     }

@@ -19,40 +19,40 @@
 #include "image/nn.h"
 #include "kernels/conv.h"
 
-#define IM_VAE_MAX_BLOCKS 8
+#define IMAGE_VAE_MAX_BLOCKS 8
 
-typedef struct im_conv {
+typedef struct image_conv {
     kern_mat w;
     float *b;
     int cin, cout, k;
-} im_conv;
+} image_conv;
 
-typedef struct im_resnet {
+typedef struct image_resnet {
     float *n1w, *n1b, *n2w, *n2b;
-    im_conv c1, c2, sc; /* sc.cout == 0: identity shortcut */
+    image_conv c1, c2, sc; /* sc.cout == 0: identity shortcut */
     int cin, cout;
-} im_resnet;
+} image_resnet;
 
-typedef struct im_vae {
+typedef struct image_vae {
     int latent, groups, n_blocks, layers; /* layers = resnets per up block */
-    int ch[IM_VAE_MAX_BLOCKS];            /* block_out_channels, narrowest first */
+    int ch[IMAGE_VAE_MAX_BLOCKS];            /* block_out_channels, narrowest first */
     float scaling;
-    im_conv pq, conv_in, conv_out;
-    im_resnet mid0, mid1;
+    image_conv pq, conv_in, conv_out;
+    image_resnet mid0, mid1;
     float *an_w, *an_b; /* mid attention group norm */
-    im_lin aq, ak, av, ao;
-    im_resnet *res;                /* [n_blocks][layers] */
-    im_conv up[IM_VAE_MAX_BLOCKS]; /* up[i] for i < n_blocks - 1 */
+    image_lin aq, ak, av, ao;
+    image_resnet *res;                /* [n_blocks][layers] */
+    image_conv up[IMAGE_VAE_MAX_BLOCKS]; /* up[i] for i < n_blocks - 1 */
     float *no_w, *no_b;
-} im_vae;
+} image_vae;
 
-int im_vae_bind(im_vae *m, const ck_file *f, const char *what, int groups, float scaling, int check, char *err,
+int image_vae_bind(image_vae *m, const ck_file *f, const char *what, int groups, float scaling, int check, char *err,
                 size_t errlen);
-void im_vae_free(im_vae *m);
+void image_vae_free(image_vae *m);
 /* Pixels per latent step in each direction (2^(n_blocks - 1)). */
-static inline int im_vae_factor(const im_vae *m) { return 1 << (m->n_blocks - 1); }
+static inline int image_vae_factor(const image_vae *m) { return 1 << (m->n_blocks - 1); }
 /* img [3][h f][w f] = decode(z [latent][h][w]); allocates its buffers for
  * the call.  -1 with err when out of memory. */
-int im_vae_decode(const im_vae *m, thread_pool *pool, const float *z, int h, int w, float *img, char *err, size_t errlen);
+int image_vae_decode(const image_vae *m, thread_pool *pool, const float *z, int h, int w, float *img, char *err, size_t errlen);
 
 #endif

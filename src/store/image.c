@@ -26,11 +26,11 @@ static void dit_dtype(const char *path, char quant[16]) {
 }
 
 kiln_status kst_check_image(const char *path, const char *artifact, char arch[64], char quant[16]) {
-    im_files files;
-    im_config cfg;
+    image_files files;
+    image_config cfg;
     char err[1024];
     /* lengths here; the caller hashed every file against pack.json */
-    if (im_pack_read(path, 0, &files, &cfg, err, sizeof err) || im_pipeline_check(&files, &cfg, err, sizeof err))
+    if (image_pack_read(path, 0, &files, &cfg, err, sizeof err) || image_pipeline_check(&files, &cfg, err, sizeof err))
         return base_fail(KILN_ERR_FORMAT, "artifact %s is not a usable image pack: %s", artifact, err);
     snprintf(arch, 64, "image");
     dit_dtype(files.dit, quant);

@@ -140,9 +140,9 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
         *strrchr(srcdir, '/') = 0;
     }
     /* the pack's own checks first: roles, plain file names, lengths */
-    im_files files;
-    im_config cfg;
-    if (im_pack_read(pj, 0, &files, &cfg, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
+    image_files files;
+    image_config cfg;
+    if (image_pack_read(pj, 0, &files, &cfg, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
     kiln_status st;
     if (name)
         st = kst_name_norm(name, norm);
@@ -249,7 +249,7 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
         return base_fail(KILN_ERR_INVALID_ARG, "unknown import mode %d", mode);
     char canon[PATH_MAX], norm[KST_NAME_MAX + 1];
     if (!realpath(path, canon)) return base_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
-    if (im_is_pack(canon)) return import_image_pack(s, canon, name, mode, progress, user, id_out);
+    if (image_is_pack(canon)) return import_image_pack(s, canon, name, mode, progress, user, id_out);
     kiln_status st;
     if (name)
         st = kst_name_norm(name, norm);
