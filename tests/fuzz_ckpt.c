@@ -14,21 +14,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[512];
-    ck_file *f;
-    ck_open_memory(data, size, &f);
+    ckpt_file *f;
+    ckpt_open_memory(data, size, &f);
     if (f) {
         volatile uint8_t s = 0;
-        for (int i = 0; i < ck_n_tensors(f); i++) {
-            const ck_tensor *t = ck_tensor_at(f, i);
+        for (int i = 0; i < ckpt_n_tensors(f); i++) {
+            const ckpt_tensor *t = ckpt_tensor_at(f, i);
             for (uint64_t k = 0; k < t->nbytes; k += 61) s ^= ((const uint8_t *)t->data)[k];
             if (t->nbytes) s ^= ((const uint8_t *)t->data)[t->nbytes - 1];
-            (void)ck_find(f, t->name);
+            (void)ckpt_find(f, t->name);
         }
         (void)s;
-        ck_close(f);
+        ckpt_close(f);
     }
-    ck_pkl_result r;
-    if (ck_pickle_state_dict(data, size, &r) == KILN_OK) ck_pickle_free(&r);
+    ckpt_pkl_result r;
+    if (ckpt_pickle_state_dict(data, size, &r) == KILN_OK) ckpt_pickle_free(&r);
     /* and as a SentencePiece model (protobuf, character map, encoder) */
     image_spiece *s = image_spiece_load(data, size, err, sizeof err);
     if (s) {

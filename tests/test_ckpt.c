@@ -24,25 +24,25 @@
 
 #define DIR "data/image/ckpt/"
 
-static double value_at(const ck_tensor *t, int64_t i) {
+static double value_at(const ckpt_tensor *t, int64_t i) {
     const uint8_t *p = t->data;
     switch (t->dtype) {
-    case CK_F32: {
+    case CKPT_F32: {
         float v;
         memcpy(&v, p + 4 * i, 4);
         return v;
     }
-    case CK_F16: {
+    case CKPT_F16: {
         uint16_t h;
         memcpy(&h, p + 2 * i, 2);
         return quant_f16_to_f32(h);
     }
-    case CK_BF16: {
+    case CKPT_BF16: {
         uint16_t h;
         memcpy(&h, p + 2 * i, 2);
         return quant_bf16_to_f32(h);
     }
-    case CK_I64: {
+    case CKPT_I64: {
         int64_t v;
         memcpy(&v, p + 8 * i, 8);
         return (double)v;
@@ -52,17 +52,17 @@ static double value_at(const ck_tensor *t, int64_t i) {
 }
 
 /* Every tensor of expect (a JSON array) is in f with its values. */
-static void check_tensors(const ck_file *f, json_t *expect, const char *what) {
-    CHECKF(ck_n_tensors(f) == (int)json_array_size(expect), "%s: %d tensors", what, ck_n_tensors(f));
+static void check_tensors(const ckpt_file *f, json_t *expect, const char *what) {
+    CHECKF(ckpt_n_tensors(f) == (int)json_array_size(expect), "%s: %d tensors", what, ckpt_n_tensors(f));
     size_t i;
     json_t *e;
     json_array_foreach(expect, i, e) {
         const char *name = json_string_value(json_object_get(e, "name"));
-        const ck_tensor *t = ck_find(f, name);
+        const ckpt_tensor *t = ckpt_find(f, name);
         CHECKF(t != NULL, "%s: no tensor %s", what, name);
         if (!t) continue;
-        CHECKF(!strcmp(ck_dtype_name(t->dtype), json_string_value(json_object_get(e, "dtype"))), "%s: %s dtype %s",
-               what, name, ck_dtype_name(t->dtype));
+        CHECKF(!strcmp(ckpt_dtype_name(t->dtype), json_string_value(json_object_get(e, "dtype"))), "%s: %s dtype %s",
+               what, name, ckpt_dtype_name(t->dtype));
         json_t *shape = json_object_get(e, "shape"), *vals = json_object_get(e, "values");
         CHECKF(t->n_dims == (int)json_array_size(shape), "%s: %s has %d dims", what, name, t->n_dims);
         for (int d = 0; d < t->n_dims && d < (int)json_array_size(shape); d++)
@@ -72,23 +72,23 @@ static void check_tensors(const ck_file *f, json_t *expect, const char *what) {
         for (int64_t k = 0; k < t->numel && k < (int64_t)json_array_size(vals); k++)
             if (value_at(t, k) != json_number_value(json_array_get(vals, (size_t)k))) same = 0;
         CHECKF(same, "%s: %s values differ", what, name);
-        CHECK(t->nbytes == (uint64_t)t->numel * (uint64_t)ck_dtype_size(t->dtype));
-        CHECK(((uintptr_t)t->data) % (uintptr_t)ck_dtype_size(t->dtype) == 0);
+        CHECK(t->nbytes == (uint64_t)t->numel * (uint64_t)ckpt_dtype_size(t->dtype));
+        CHECK(((uintptr_t)t->data) % (uintptr_t)ckpt_dtype_size(t->dtype) == 0);
     }
 }
 
 static int opens(const void *p, size_t n, char *err, size_t errlen) {
     err[0] = 0;
-    ck_file *f;
-    if (ck_open_memory(p, n, &f)) snprintf(err, errlen, "%s", kiln_last_error());
+    ckpt_file *f;
+    if (ckpt_open_memory(p, n, &f)) snprintf(err, errlen, "%s", kiln_last_error());
     if (!f) return 0;
-    for (int i = 0; i < ck_n_tensors(f); i++) { /* touch every byte a tensor claims */
-        const ck_tensor *t = ck_tensor_at(f, i);
+    for (int i = 0; i < ckpt_n_tensors(f); i++) { /* touch every byte a tensor claims */
+        const ckpt_tensor *t = ckpt_tensor_at(f, i);
         volatile uint8_t s = 0;
         for (uint64_t k = 0; k < t->nbytes; k++) s ^= ((const uint8_t *)t->data)[k];
         (void)s;
     }
-    ck_close(f);
+    ckpt_close(f);
     return 1;
 }
 
@@ -137,33 +137,33 @@ static json_t *load_json(const char *path) {
 static void test_good(json_t *spec) {
     char err[512];
     json_t *expect = json_object_get(spec, "expect");
-    ck_file *f;
-    if (ck_open(DIR "good.pt", &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
+    ckpt_file *f;
+    if (ckpt_open(DIR "good.pt", &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     CHECKF(f != NULL, "good.pt: %s", err);
     if (f) {
-        CHECK(ck_format(f) == CK_TORCH_ZIP);
+        CHECK(ckpt_format(f) == CKPT_TORCH_ZIP);
         check_tensors(f, json_object_get(expect, "pt"), "good.pt");
         /* views of one storage point into the same bytes */
-        const ck_tensor *b = ck_find(f, "blocks.0.attn.to_q.bias"), *w = ck_find(f, "blocks.0.norm.weight");
+        const ckpt_tensor *b = ckpt_find(f, "blocks.0.attn.to_q.bias"), *w = ckpt_find(f, "blocks.0.norm.weight");
         CHECK(b && w && (const float *)w->data == (const float *)b->data + 5);
-        CHECK(ck_find(f, "missing") == NULL && ck_meta(f, "format") == NULL);
-        ck_close(f);
+        CHECK(ckpt_find(f, "missing") == NULL && ckpt_meta(f, "format") == NULL);
+        ckpt_close(f);
     }
-    if (ck_open(DIR "trainckpt.pt", &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
+    if (ckpt_open(DIR "trainckpt.pt", &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     CHECKF(f != NULL, "trainckpt.pt: %s", err);
     if (f) {
         check_tensors(f, json_object_get(expect, "pt"), "trainckpt.pt");
-        ck_close(f);
+        ckpt_close(f);
     }
-    if (ck_open(DIR "good.safetensors", &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
+    if (ckpt_open(DIR "good.safetensors", &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
     CHECKF(f != NULL, "good.safetensors: %s", err);
     if (f) {
-        CHECK(ck_format(f) == CK_SAFETENSORS);
+        CHECK(ckpt_format(f) == CKPT_SAFETENSORS);
         check_tensors(f, json_object_get(expect, "safetensors"), "good.safetensors");
-        CHECK(ck_meta(f, "note") && !strcmp(ck_meta(f, "note"), "kiln fixture"));
+        CHECK(ckpt_meta(f, "note") && !strcmp(ckpt_meta(f, "note"), "kiln fixture"));
         /* file order is data order */
-        CHECK(!strcmp(ck_tensor_at(f, 0)->name, "ids") && !strcmp(ck_tensor_at(f, 3)->name, "h.bf16"));
-        ck_close(f);
+        CHECK(!strcmp(ckpt_tensor_at(f, 0)->name, "ids") && !strcmp(ckpt_tensor_at(f, 3)->name, "h.bf16"));
+        ckpt_close(f);
     }
 }
 
@@ -174,10 +174,10 @@ static void test_evil(json_t *spec) {
     json_object_foreach(json_object_get(spec, "evil"), k, why) {
         snprintf(path, sizeof path, DIR "%s", k);
         err[0] = 0;
-        ck_file *f;
-        if (ck_open(path, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
+        ckpt_file *f;
+        if (ckpt_open(path, &f)) snprintf(err, sizeof err, "%s", kiln_last_error());
         CHECKF(f == NULL, "%s was accepted", k);
-        ck_close(f);
+        ckpt_close(f);
         CHECKF(strstr(err, json_string_value(why)) != NULL, "%s: error '%s' does not name '%s'", k, err,
                json_string_value(why));
         if (t_failures == 0 && getenv("KILN_TEST_VERBOSE")) printf("%s: %s\n", k, err);
@@ -185,8 +185,8 @@ static void test_evil(json_t *spec) {
     CHECK(access("kiln-pwned-system", F_OK) != 0);
     CHECK(access("kiln-pwned-eval", F_OK) != 0);
     /* not a file of either kind */
-    ck_file *none;
-    CHECK(ck_open(DIR "ckpt.json", &none) != KILN_OK && none == NULL && strstr(kiln_last_error(), "safetensors"));
+    ckpt_file *none;
+    CHECK(ckpt_open(DIR "ckpt.json", &none) != KILN_OK && none == NULL && strstr(kiln_last_error(), "safetensors"));
 }
 
 /* A safetensors file from a header text and n data bytes. */

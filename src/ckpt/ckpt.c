@@ -9,28 +9,28 @@
 static const struct {
     const char *name;
     int size;
-} dtypes[CK_DTYPE_COUNT] = {
-    [CK_F32] = {"F32", 4}, [CK_F16] = {"F16", 2},   [CK_BF16] = {"BF16", 2},       [CK_F64] = {"F64", 8},
-    [CK_I64] = {"I64", 8}, [CK_I32] = {"I32", 4},   [CK_I16] = {"I16", 2},         [CK_I8] = {"I8", 1},
-    [CK_U8] = {"U8", 1},   [CK_BOOL] = {"BOOL", 1}, [CK_F8_E4M3] = {"F8_E4M3", 1}, [CK_F8_E5M2] = {"F8_E5M2", 1},
+} dtypes[CKPT_DTYPE_COUNT] = {
+    [CKPT_F32] = {"F32", 4}, [CKPT_F16] = {"F16", 2},   [CKPT_BF16] = {"BF16", 2},       [CKPT_F64] = {"F64", 8},
+    [CKPT_I64] = {"I64", 8}, [CKPT_I32] = {"I32", 4},   [CKPT_I16] = {"I16", 2},         [CKPT_I8] = {"I8", 1},
+    [CKPT_U8] = {"U8", 1},   [CKPT_BOOL] = {"BOOL", 1}, [CKPT_F8_E4M3] = {"F8_E4M3", 1}, [CKPT_F8_E5M2] = {"F8_E5M2", 1},
 };
 
-const char *ck_dtype_name(int dtype) { return dtype >= 0 && dtype < CK_DTYPE_COUNT ? dtypes[dtype].name : "?"; }
-int ck_dtype_size(int dtype) { return dtype >= 0 && dtype < CK_DTYPE_COUNT ? dtypes[dtype].size : 0; }
+const char *ckpt_dtype_name(int dtype) { return dtype >= 0 && dtype < CKPT_DTYPE_COUNT ? dtypes[dtype].name : "?"; }
+int ckpt_dtype_size(int dtype) { return dtype >= 0 && dtype < CKPT_DTYPE_COUNT ? dtypes[dtype].size : 0; }
 
-int ck_dtype_kq(int dtype) {
+int ckpt_dtype_kq(int dtype) {
     switch (dtype) {
-    case CK_F32: return QUANT_F32;
-    case CK_F16: return QUANT_F16;
-    case CK_BF16: return QUANT_BF16;
+    case CKPT_F32: return QUANT_F32;
+    case CKPT_F16: return QUANT_F16;
+    case CKPT_BF16: return QUANT_BF16;
     default: return -1;
     }
 }
 
-const char *ck_format_name(int format) { return format == CK_TORCH_ZIP ? "pytorch-zip" : "safetensors"; }
+const char *ckpt_format_name(int format) { return format == CKPT_TORCH_ZIP ? "pytorch-zip" : "safetensors"; }
 
 static int by_addr(const void *a, const void *b) {
-    const ck_tensor *x = a, *y = b;
+    const ckpt_tensor *x = a, *y = b;
     if (x->data != y->data) return (const uint8_t *)x->data < (const uint8_t *)y->data ? -1 : 1;
     return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
 }
@@ -42,7 +42,7 @@ typedef struct named {
 
 static int by_name(const void *a, const void *b) { return strcmp(((const named *)a)->name, ((const named *)b)->name); }
 
-kiln_status ck_finish(ck_file *f) {
+kiln_status ckpt_finish(ckpt_file *f) {
     if (f->n > 1) qsort(f->tensors, (size_t)f->n, sizeof *f->tensors, by_addr);
     f->by_name = malloc((size_t)(f->n ? f->n : 1) * sizeof *f->by_name);
     named *tmp = malloc((size_t)(f->n ? f->n : 1) * sizeof *tmp);
@@ -61,26 +61,26 @@ kiln_status ck_finish(ck_file *f) {
     return KILN_OK;
 }
 
-static kiln_status open_bytes(ck_file *f, ck_file **out) {
+static kiln_status open_bytes(ckpt_file *f, ckpt_file **out) {
     kiln_status st;
     if (f->len >= 4 && !memcmp(f->data, "PK\x03\x04", 4)) {
-        f->format = CK_TORCH_ZIP;
-        st = ck_read_torchzip(f);
+        f->format = CKPT_TORCH_ZIP;
+        st = ckpt_read_torchzip(f);
     } else {
-        f->format = CK_SAFETENSORS;
-        st = ck_read_safetensors(f);
+        f->format = CKPT_SAFETENSORS;
+        st = ckpt_read_safetensors(f);
     }
     if (st) {
-        ck_close(f);
+        ckpt_close(f);
         return st;
     }
     *out = f;
     return KILN_OK;
 }
 
-kiln_status ck_open(const char *path, ck_file **out) {
+kiln_status ckpt_open(const char *path, ckpt_file **out) {
     *out = NULL;
-    ck_file *f = calloc(1, sizeof *f);
+    ckpt_file *f = calloc(1, sizeof *f);
     if (!f) return base_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_status st = base_map_file(path, &f->map);
     if (st) {
@@ -94,16 +94,16 @@ kiln_status ck_open(const char *path, ck_file **out) {
     return KILN_OK;
 }
 
-kiln_status ck_open_memory(const void *data, size_t len, ck_file **out) {
+kiln_status ckpt_open_memory(const void *data, size_t len, ckpt_file **out) {
     *out = NULL;
-    ck_file *f = calloc(1, sizeof *f);
+    ckpt_file *f = calloc(1, sizeof *f);
     if (!f) return base_fail(KILN_ERR_NOMEM, "out of memory");
     f->data = data;
     f->len = len;
     return open_bytes(f, out);
 }
 
-void ck_close(ck_file *f) {
+void ckpt_close(ckpt_file *f) {
     if (!f) return;
     if (f->map.addr) base_unmap(&f->map);
     free(f->tensors);
@@ -113,12 +113,12 @@ void ck_close(ck_file *f) {
     free(f);
 }
 
-int ck_format(const ck_file *f) { return f->format; }
-uint64_t ck_file_size(const ck_file *f) { return f->len; }
-int ck_n_tensors(const ck_file *f) { return f->n; }
-const ck_tensor *ck_tensor_at(const ck_file *f, int i) { return i >= 0 && i < f->n ? &f->tensors[i] : NULL; }
+int ckpt_format(const ckpt_file *f) { return f->format; }
+uint64_t ckpt_file_size(const ckpt_file *f) { return f->len; }
+int ckpt_n_tensors(const ckpt_file *f) { return f->n; }
+const ckpt_tensor *ckpt_tensor_at(const ckpt_file *f, int i) { return i >= 0 && i < f->n ? &f->tensors[i] : NULL; }
 
-const ck_tensor *ck_find(const ck_file *f, const char *name) {
+const ckpt_tensor *ckpt_find(const ckpt_file *f, const char *name) {
     int lo = 0, hi = f->n - 1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
@@ -132,7 +132,7 @@ const ck_tensor *ck_find(const ck_file *f, const char *name) {
     return NULL;
 }
 
-const char *ck_meta(const ck_file *f, const char *key) {
+const char *ckpt_meta(const ckpt_file *f, const char *key) {
     for (int i = 0; i < f->n_meta; i++)
         if (!strcmp(f->meta[2 * i], key)) return f->meta[2 * i + 1];
     return NULL;

@@ -25,7 +25,7 @@
  * contiguous are refused with an error that names it.  Every count and
  * length is bounded before anything is allocated for it.
  *
- * Tensor data is never copied: ck_tensor.data points into the read-only
+ * Tensor data is never copied: ckpt_tensor.data points into the read-only
  * mapping (or the caller's buffer), so listing a checkpoint touches no
  * weight pages.
  */
@@ -37,68 +37,68 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum ck_dtype {
-    CK_F32 = 0,
-    CK_F16,
-    CK_BF16,
-    CK_F64,
-    CK_I64,
-    CK_I32,
-    CK_I16,
-    CK_I8,
-    CK_U8,
-    CK_BOOL,
-    CK_F8_E4M3,
-    CK_F8_E5M2,
-    CK_DTYPE_COUNT
+enum ckpt_dtype {
+    CKPT_F32 = 0,
+    CKPT_F16,
+    CKPT_BF16,
+    CKPT_F64,
+    CKPT_I64,
+    CKPT_I32,
+    CKPT_I16,
+    CKPT_I8,
+    CKPT_U8,
+    CKPT_BOOL,
+    CKPT_F8_E4M3,
+    CKPT_F8_E5M2,
+    CKPT_DTYPE_COUNT
 };
 
-enum ck_format { CK_SAFETENSORS = 0, CK_TORCH_ZIP = 1 };
+enum ckpt_format { CKPT_SAFETENSORS = 0, CKPT_TORCH_ZIP = 1 };
 
-#define CK_MAX_DIMS 8
+#define CKPT_MAX_DIMS 8
 
-typedef struct ck_tensor {
+typedef struct ckpt_tensor {
     const char *name;           /* NUL-terminated, owned by the file */
-    int dtype;                  /* enum ck_dtype */
-    int n_dims;                 /* 0 (a scalar) .. CK_MAX_DIMS */
-    int64_t shape[CK_MAX_DIMS]; /* outermost first, as PyTorch prints it */
+    int dtype;                  /* enum ckpt_dtype */
+    int n_dims;                 /* 0 (a scalar) .. CKPT_MAX_DIMS */
+    int64_t shape[CKPT_MAX_DIMS]; /* outermost first, as PyTorch prints it */
     int64_t numel;
     const void *data; /* numel elements, row-major, aligned to the element size */
     uint64_t nbytes;
-} ck_tensor;
+} ckpt_tensor;
 
-typedef struct ck_file ck_file;
+typedef struct ckpt_file ckpt_file;
 
 /* Limits a reader enforces before allocating (bytes or counts). */
-#define CK_MAX_HEADER (100u << 20) /* safetensors JSON header */
-#define CK_MAX_PICKLE (64u << 20)  /* data.pkl, uncompressed */
-#define CK_MAX_TENSORS 1000000
-#define CK_MAX_ENTRIES 1000000 /* ZIP entries */
+#define CKPT_MAX_HEADER (100u << 20) /* safetensors JSON header */
+#define CKPT_MAX_PICKLE (64u << 20)  /* data.pkl, uncompressed */
+#define CKPT_MAX_TENSORS 1000000
+#define CKPT_MAX_ENTRIES 1000000 /* ZIP entries */
 
 /* Maps path and reads its tensor directory into *out.  Fails with
  * KILN_ERR_IO, _FORMAT or _NOMEM, the message naming the file and what is
  * wrong. */
-kiln_status ck_open(const char *path, ck_file **out);
-/* The same over bytes the caller keeps alive and unchanged until ck_close
+kiln_status ckpt_open(const char *path, ckpt_file **out);
+/* The same over bytes the caller keeps alive and unchanged until ckpt_close
  * (used by the fuzzer and the tests). */
-kiln_status ck_open_memory(const void *data, size_t len, ck_file **out);
-void ck_close(ck_file *f);
+kiln_status ckpt_open_memory(const void *data, size_t len, ckpt_file **out);
+void ckpt_close(ckpt_file *f);
 
-int ck_format(const ck_file *f);
-const char *ck_format_name(int format); /* "safetensors", "pytorch-zip" */
-uint64_t ck_file_size(const ck_file *f);
-int ck_n_tensors(const ck_file *f);
+int ckpt_format(const ckpt_file *f);
+const char *ckpt_format_name(int format); /* "safetensors", "pytorch-zip" */
+uint64_t ckpt_file_size(const ckpt_file *f);
+int ckpt_n_tensors(const ckpt_file *f);
 /* Tensor i in file order (by data offset); NULL when out of range. */
-const ck_tensor *ck_tensor_at(const ck_file *f, int i);
+const ckpt_tensor *ckpt_tensor_at(const ckpt_file *f, int i);
 /* The tensor called name, or NULL. */
-const ck_tensor *ck_find(const ck_file *f, const char *name);
+const ckpt_tensor *ckpt_find(const ckpt_file *f, const char *name);
 /* safetensors __metadata__ value of key, or NULL (always NULL for ZIP). */
-const char *ck_meta(const ck_file *f, const char *key);
+const char *ckpt_meta(const ckpt_file *f, const char *key);
 
-const char *ck_dtype_name(int dtype); /* "F32", ... as safetensors spells them */
-int ck_dtype_size(int dtype);
+const char *ckpt_dtype_name(int dtype); /* "F32", ... as safetensors spells them */
+int ckpt_dtype_size(int dtype);
 /* The kq type (quant.h) of a float dtype kiln computes with: QUANT_F32, QUANT_F16
  * or QUANT_BF16; -1 for any other. */
-int ck_dtype_kq(int dtype);
+int ckpt_dtype_kq(int dtype);
 
 #endif

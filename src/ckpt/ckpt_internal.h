@@ -9,12 +9,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct ck_file {
+struct ckpt_file {
     int format;
-    base_map map;          /* owned mapping (ck_open), or addr NULL */
+    base_map map;          /* owned mapping (ckpt_open), or addr NULL */
     const uint8_t *data; /* the whole file */
     size_t len;
-    ck_tensor *tensors; /* [n], in data order */
+    ckpt_tensor *tensors; /* [n], in data order */
     int n;
     int *by_name;      /* [n] indices sorted by name */
     char *strings;     /* names and metadata, one block */
@@ -24,38 +24,38 @@ struct ck_file {
 
 /* Sorts f->tensors by data address, builds the name index and refuses
  * duplicate names. */
-kiln_status ck_finish(ck_file *f);
+kiln_status ckpt_finish(ckpt_file *f);
 
 /* ---- pickle.c ---- */
 
 /* A tensor of the state dictionary as the pickle describes it. */
-typedef struct ck_pkl_tensor {
+typedef struct ckpt_pkl_tensor {
     const char *name;        /* into the result's arena */
     const char *storage_key; /* the persistent id's key: entry data/KEY */
     int dtype;               /* of the storage */
     int64_t storage_numel;   /* elements the persistent id declares */
     int64_t offset;          /* storage offset, elements */
     int n_dims;
-    int64_t shape[CK_MAX_DIMS];
+    int64_t shape[CKPT_MAX_DIMS];
     int64_t numel;
-} ck_pkl_tensor;
+} ckpt_pkl_tensor;
 
-typedef struct ck_pkl_result {
-    ck_pkl_tensor *tensors;
+typedef struct ckpt_pkl_result {
+    ckpt_pkl_tensor *tensors;
     int n;
     void *arena; /* owns every string and the array */
-} ck_pkl_result;
+} ckpt_pkl_result;
 
 /* Interprets a torch.save pickle as a state dictionary: a dict or
  * OrderedDict of name -> tensor (or such a dict under the key
  * "state_dict").  Non-tensor values are skipped.  Fails with
  * KILN_ERR_FORMAT (the message names the refused opcode, global or value and
  * its byte offset) or _NOMEM. */
-kiln_status ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out);
-void ck_pickle_free(ck_pkl_result *r);
+kiln_status ckpt_pickle_state_dict(const uint8_t *p, size_t n, ckpt_pkl_result *out);
+void ckpt_pickle_free(ckpt_pkl_result *r);
 
 /* ---- safetensors.c / torchzip.c ---- */
-kiln_status ck_read_safetensors(ck_file *f);
-kiln_status ck_read_torchzip(ck_file *f);
+kiln_status ckpt_read_safetensors(ckpt_file *f);
+kiln_status ckpt_read_torchzip(ckpt_file *f);
 
 #endif

@@ -30,23 +30,23 @@ static const struct {
     {"collections", "OrderedDict", G_ORDERED_DICT, -1},
     {"torch._utils", "_rebuild_tensor_v2", G_REBUILD_TENSOR, -1},
     {"torch._utils", "_rebuild_parameter", G_REBUILD_PARAMETER, -1},
-    {"torch", "FloatStorage", G_STORAGE, CK_F32},
-    {"torch", "HalfStorage", G_STORAGE, CK_F16},
-    {"torch", "BFloat16Storage", G_STORAGE, CK_BF16},
-    {"torch", "DoubleStorage", G_STORAGE, CK_F64},
-    {"torch", "LongStorage", G_STORAGE, CK_I64},
-    {"torch", "IntStorage", G_STORAGE, CK_I32},
-    {"torch", "ShortStorage", G_STORAGE, CK_I16},
-    {"torch", "CharStorage", G_STORAGE, CK_I8},
-    {"torch", "ByteStorage", G_STORAGE, CK_U8},
-    {"torch", "BoolStorage", G_STORAGE, CK_BOOL},
+    {"torch", "FloatStorage", G_STORAGE, CKPT_F32},
+    {"torch", "HalfStorage", G_STORAGE, CKPT_F16},
+    {"torch", "BFloat16Storage", G_STORAGE, CKPT_BF16},
+    {"torch", "DoubleStorage", G_STORAGE, CKPT_F64},
+    {"torch", "LongStorage", G_STORAGE, CKPT_I64},
+    {"torch", "IntStorage", G_STORAGE, CKPT_I32},
+    {"torch", "ShortStorage", G_STORAGE, CKPT_I16},
+    {"torch", "CharStorage", G_STORAGE, CKPT_I8},
+    {"torch", "ByteStorage", G_STORAGE, CKPT_U8},
+    {"torch", "BoolStorage", G_STORAGE, CKPT_BOOL},
 };
 
 typedef struct tensor_desc {
     struct pv *storage;
     int64_t offset;
     int n_dims;
-    int64_t shape[CK_MAX_DIMS];
+    int64_t shape[CKPT_MAX_DIMS];
     int64_t numel;
 } tensor_desc;
 
@@ -339,8 +339,8 @@ static pv *rebuild_tensor(vm *m, const pv *args) {
         return NULL;
     }
     if (a[2]->kind != V_TUPLE || a[3]->kind != V_TUPLE || a[2]->u.seq.n != a[3]->u.seq.n ||
-        a[2]->u.seq.n > CK_MAX_DIMS) {
-        fail(m, "_rebuild_tensor_v2: size and stride must be tuples of equal length (at most %d)", CK_MAX_DIMS);
+        a[2]->u.seq.n > CKPT_MAX_DIMS) {
+        fail(m, "_rebuild_tensor_v2: size and stride must be tuples of equal length (at most %d)", CKPT_MAX_DIMS);
         return NULL;
     }
     if (a[4]->kind != V_BOOL && a[4]->kind != V_INT) {
@@ -715,7 +715,7 @@ static char *arena_strdup(arena *a, const uint8_t *s, size_t n) {
     return d;
 }
 
-kiln_status ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out) {
+kiln_status ckpt_pickle_state_dict(const uint8_t *p, size_t n, ckpt_pkl_result *out) {
     memset(out, 0, sizeof *out);
     vm m;
     memset(&m, 0, sizeof m);
@@ -738,7 +738,7 @@ kiln_status ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out)
             }
     int nt = rc ? 0 : n_tensor_values(root);
     if (!rc && !nt) rc = fail(&m, "the state dictionary holds no tensors");
-    ck_pkl_tensor *ts = rc ? NULL : arena_alloc(&m.ar, (size_t)nt * sizeof *ts);
+    ckpt_pkl_tensor *ts = rc ? NULL : arena_alloc(&m.ar, (size_t)nt * sizeof *ts);
     if (!rc && !ts) rc = fail(&m, "out of memory");
     int k = 0;
     for (int i = 0; !rc && i + 1 < root->u.seq.n; i += 2) {
@@ -749,7 +749,7 @@ kiln_status ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out)
             break;
         }
         const tensor_desc *t = val->u.ten;
-        ck_pkl_tensor *o = &ts[k++];
+        ckpt_pkl_tensor *o = &ts[k++];
         o->name = arena_strdup(&m.ar, key->u.str.s, key->u.str.len);
         o->storage_key = arena_strdup(&m.ar, t->storage->u.stg.key, t->storage->u.stg.key_len);
         if (!o->name || !o->storage_key) rc = fail(&m, "out of memory");
@@ -767,7 +767,7 @@ kiln_status ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out)
         arena_free(&m.ar);
         return m.st ? m.st : KILN_ERR_FORMAT;
     }
-    /* the arena moves into the result: its chunks are freed by ck_pickle_free */
+    /* the arena moves into the result: its chunks are freed by ckpt_pickle_free */
     arena *keep = malloc(sizeof *keep);
     if (!keep) {
         arena_free(&m.ar);
@@ -780,7 +780,7 @@ kiln_status ck_pickle_state_dict(const uint8_t *p, size_t n, ck_pkl_result *out)
     return KILN_OK;
 }
 
-void ck_pickle_free(ck_pkl_result *r) {
+void ckpt_pickle_free(ckpt_pkl_result *r) {
     if (!r || !r->arena) return;
     arena_free(r->arena);
     free(r->arena);

@@ -11,8 +11,8 @@
 #include <string.h>
 
 static int dtype_from(const char *s) {
-    for (int d = 0; d < CK_DTYPE_COUNT; d++)
-        if (!strcmp(ck_dtype_name(d), s)) return d;
+    for (int d = 0; d < CKPT_DTYPE_COUNT; d++)
+        if (!strcmp(ckpt_dtype_name(d), s)) return d;
     return -1;
 }
 
@@ -22,13 +22,13 @@ static int get_u64(json_t *v, uint64_t *out) {
     return 0;
 }
 
-kiln_status ck_read_safetensors(ck_file *f) {
+kiln_status ckpt_read_safetensors(ckpt_file *f) {
     if (f->len < 8) {
         return base_fail(KILN_ERR_FORMAT, "not a checkpoint: %zu bytes (neither a ZIP nor a safetensors header)", f->len);
     }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | f->data[i];
-    if (hlen < 2 || hlen > f->len - 8 || hlen > CK_MAX_HEADER) {
+    if (hlen < 2 || hlen > f->len - 8 || hlen > CKPT_MAX_HEADER) {
         return base_fail(KILN_ERR_FORMAT, "not a safetensors file: header length %llu for a file of %zu bytes",
                        (unsigned long long)hlen, f->len);
     }
@@ -59,9 +59,9 @@ kiln_status ck_read_safetensors(ck_file *f) {
             }
             strbytes += strlen(key) + strlen(json_string_value(val)) + 2;
         }
-    if (n > CK_MAX_TENSORS) {
+    if (n > CKPT_MAX_TENSORS) {
         json_decref(root);
-        return base_fail(KILN_ERR_FORMAT, "safetensors header lists %zu entries (more than %d)", n, CK_MAX_TENSORS);
+        return base_fail(KILN_ERR_FORMAT, "safetensors header lists %zu entries (more than %d)", n, CKPT_MAX_TENSORS);
     }
     f->tensors = calloc(n ? n : 1, sizeof *f->tensors);
     f->strings = malloc(strbytes ? strbytes : 1);
@@ -81,7 +81,7 @@ kiln_status ck_read_safetensors(ck_file *f) {
         }
     json_object_foreach(root, key, val) {
         if (!strcmp(key, "__metadata__")) continue;
-        ck_tensor *t = &f->tensors[f->n];
+        ckpt_tensor *t = &f->tensors[f->n];
         json_t *dt = json_object_get(val, "dtype"), *sh = json_object_get(val, "shape"),
                *off = json_object_get(val, "data_offsets");
         uint64_t b, e;
@@ -95,9 +95,9 @@ kiln_status ck_read_safetensors(ck_file *f) {
             rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': unknown dtype '%s'", key, json_string_value(dt));
             break;
         }
-        if (json_array_size(sh) > CK_MAX_DIMS) {
+        if (json_array_size(sh) > CKPT_MAX_DIMS) {
             rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': %zu dimensions (at most %d)", key, json_array_size(sh),
-                         CK_MAX_DIMS);
+                         CKPT_MAX_DIMS);
             break;
         }
         t->n_dims = (int)json_array_size(sh);
@@ -111,7 +111,7 @@ kiln_status ck_read_safetensors(ck_file *f) {
             t->shape[d] = (int64_t)s;
         }
         if (rc) break;
-        bytes = numel * (uint64_t)ck_dtype_size(t->dtype);
+        bytes = numel * (uint64_t)ckpt_dtype_size(t->dtype);
         if (b > e || e > data_len || e - b != bytes) {
             rc = base_fail(KILN_ERR_FORMAT,
                          "tensor '%s': data_offsets [%llu, %llu] do not hold %llu bytes within the %llu of data", key,
@@ -122,9 +122,9 @@ kiln_status ck_read_safetensors(ck_file *f) {
         t->numel = (int64_t)numel;
         t->nbytes = bytes;
         t->data = base + b;
-        if (((uintptr_t)t->data) % (uintptr_t)ck_dtype_size(t->dtype)) {
+        if (((uintptr_t)t->data) % (uintptr_t)ckpt_dtype_size(t->dtype)) {
             rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': data at offset %llu is not aligned to its %d-byte elements",
-                         key, (unsigned long long)b, ck_dtype_size(t->dtype));
+                         key, (unsigned long long)b, ckpt_dtype_size(t->dtype));
             break;
         }
         size_t kl = strlen(key) + 1;
@@ -133,11 +133,11 @@ kiln_status ck_read_safetensors(ck_file *f) {
         f->n++;
     }
     json_decref(root);
-    if (rc || (rc = ck_finish(f))) return rc;
+    if (rc || (rc = ckpt_finish(f))) return rc;
     /* ranges in data order must not overlap (empty tensors take none) */
     const uint8_t *end = base;
     for (int i = 0; i < f->n; i++) {
-        const ck_tensor *t = &f->tensors[i];
+        const ckpt_tensor *t = &f->tensors[i];
         if (!t->nbytes) continue;
         if ((const uint8_t *)t->data < end) {
             return base_fail(KILN_ERR_FORMAT, "tensor '%s' overlaps the tensor before it", t->name);

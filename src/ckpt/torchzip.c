@@ -52,7 +52,7 @@ static kiln_status build_index(const uint8_t *d, size_t len, cd_index *ix) {
     if (find_cd(d, len, &off, &size, &count)) {
         return base_fail(KILN_ERR_FORMAT, "ZIP central directory not found or out of range");
     }
-    if (count > CK_MAX_ENTRIES || count > size / 46) {
+    if (count > CKPT_MAX_ENTRIES || count > size / 46) {
         return base_fail(KILN_ERR_FORMAT, "ZIP central directory claims %llu entries", (unsigned long long)count);
     }
     ix->n = count;
@@ -129,12 +129,12 @@ static kiln_status read_entry(zip_t *za, zip_uint64_t i, uint64_t size, uint8_t 
 }
 
 static int by_key(const void *a, const void *b) {
-    return strcmp((*(const ck_pkl_tensor *const *)a)->storage_key, (*(const ck_pkl_tensor *const *)b)->storage_key);
+    return strcmp((*(const ckpt_pkl_tensor *const *)a)->storage_key, (*(const ckpt_pkl_tensor *const *)b)->storage_key);
 }
 
 /* Views of one storage must agree on its type and size. */
-static kiln_status storages_agree(const ck_pkl_result *pr) {
-    const ck_pkl_tensor **v = malloc((size_t)(pr->n ? pr->n : 1) * sizeof *v);
+static kiln_status storages_agree(const ckpt_pkl_result *pr) {
+    const ckpt_pkl_tensor **v = malloc((size_t)(pr->n ? pr->n : 1) * sizeof *v);
     if (!v) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     for (int i = 0; i < pr->n; i++) v[i] = &pr->tensors[i];
     qsort(v, (size_t)pr->n, sizeof *v, by_key);
@@ -149,7 +149,7 @@ static kiln_status storages_agree(const ck_pkl_result *pr) {
     return rc;
 }
 
-kiln_status ck_read_torchzip(ck_file *f) {
+kiln_status ckpt_read_torchzip(ckpt_file *f) {
     zip_error_t ze;
     zip_error_init(&ze);
     zip_source_t *src = zip_source_buffer_create(f->data, f->len, 0, &ze);
@@ -164,11 +164,11 @@ kiln_status ck_read_torchzip(ck_file *f) {
     zip_error_fini(&ze);
     kiln_status rc = KILN_ERR_FORMAT;
     cd_index ix = {NULL, 0};
-    ck_pkl_result pr = {NULL, 0, NULL};
+    ckpt_pkl_result pr = {NULL, 0, NULL};
     uint8_t *pkl = NULL;
     char prefix[256] = "", name[512];
     zip_int64_t n = zip_get_num_entries(za, 0), pkl_index = -1;
-    if (n < 0 || n > CK_MAX_ENTRIES) {
+    if (n < 0 || n > CKPT_MAX_ENTRIES) {
         rc = base_fail(KILN_ERR_FORMAT, "the ZIP has %lld entries", (long long)n);
         goto done;
     }
@@ -197,9 +197,9 @@ kiln_status ck_read_torchzip(ck_file *f) {
         rc = zfail("data.pkl", zip_get_error(za));
         goto done;
     }
-    if (zs.size > CK_MAX_PICKLE) {
+    if (zs.size > CKPT_MAX_PICKLE) {
         rc = base_fail(KILN_ERR_FORMAT, "data.pkl is %llu bytes (more than %u)", (unsigned long long)zs.size,
-                     CK_MAX_PICKLE);
+                     CKPT_MAX_PICKLE);
         goto done;
     }
     /* the byte order record, when there is one, must say little-endian */
@@ -218,9 +218,9 @@ kiln_status ck_read_torchzip(ck_file *f) {
         }
     }
     if ((rc = read_entry(za, (zip_uint64_t)pkl_index, zs.size, &pkl))) goto done;
-    if ((rc = ck_pickle_state_dict(pkl, (size_t)zs.size, &pr))) goto done;
-    if (pr.n > CK_MAX_TENSORS) {
-        rc = base_fail(KILN_ERR_FORMAT, "the state dictionary holds %d tensors (more than %d)", pr.n, CK_MAX_TENSORS);
+    if ((rc = ckpt_pickle_state_dict(pkl, (size_t)zs.size, &pr))) goto done;
+    if (pr.n > CKPT_MAX_TENSORS) {
+        rc = base_fail(KILN_ERR_FORMAT, "the state dictionary holds %d tensors (more than %d)", pr.n, CKPT_MAX_TENSORS);
         goto done;
     }
     if ((rc = storages_agree(&pr)) || (rc = build_index(f->data, f->len, &ix))) goto done;
@@ -234,9 +234,9 @@ kiln_status ck_read_torchzip(ck_file *f) {
     }
     char *sp = f->strings;
     for (int i = 0; i < pr.n; i++) {
-        const ck_pkl_tensor *pt = &pr.tensors[i];
-        ck_tensor *t = &f->tensors[i];
-        const int es = ck_dtype_size(pt->dtype);
+        const ckpt_pkl_tensor *pt = &pr.tensors[i];
+        ckpt_tensor *t = &f->tensors[i];
+        const int es = ckpt_dtype_size(pt->dtype);
         if (snprintf(name, sizeof name, "%sdata/%s", prefix, pt->storage_key) >= (int)sizeof name) {
             rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': storage name too long", pt->name);
             goto done;
@@ -287,11 +287,11 @@ kiln_status ck_read_torchzip(ck_file *f) {
         t->data = f->data + at + (uint64_t)pt->offset * (uint64_t)es;
         f->n++;
     }
-    rc = ck_finish(f);
+    rc = ckpt_finish(f);
 done:
     free(ix.lho);
     free(pkl);
-    ck_pickle_free(&pr);
+    ckpt_pickle_free(&pr);
     zip_discard(za);
     return rc;
 }

@@ -25,41 +25,41 @@ int cli_is_checkpoint(const char *path) {
 }
 
 int cli_show_checkpoint(const char *path, int tensors) {
-    ck_file *f;
-    if (ck_open(path, &f)) {
+    ckpt_file *f;
+    if (ckpt_open(path, &f)) {
         fprintf(stderr, "kiln: %s\n", kiln_last_error());
         return 1;
     }
     uint64_t n_params = 0, n_bytes = 0;
-    int type_count[CK_DTYPE_COUNT] = {0};
-    for (int i = 0; i < ck_n_tensors(f); i++) {
-        const ck_tensor *t = ck_tensor_at(f, i);
+    int type_count[CKPT_DTYPE_COUNT] = {0};
+    for (int i = 0; i < ckpt_n_tensors(f); i++) {
+        const ckpt_tensor *t = ckpt_tensor_at(f, i);
         n_params += (uint64_t)t->numel;
         n_bytes += t->nbytes;
         type_count[t->dtype]++;
     }
-    printf("file:      %s (%s, %.2f MiB)\n", path, ck_format_name(ck_format(f)),
-           (double)ck_file_size(f) / (1024.0 * 1024.0));
+    printf("file:      %s (%s, %.2f MiB)\n", path, ckpt_format_name(ckpt_format(f)),
+           (double)ckpt_file_size(f) / (1024.0 * 1024.0));
     printf("params:    %llu (%.2f M), %.2f MiB of tensor data\n", (unsigned long long)n_params, (double)n_params / 1e6,
            (double)n_bytes / (1024.0 * 1024.0));
     printf("types:    ");
-    for (int t = 0; t < CK_DTYPE_COUNT; t++)
-        if (type_count[t]) printf(" %d × %s", type_count[t], ck_dtype_name(t));
+    for (int t = 0; t < CKPT_DTYPE_COUNT; t++)
+        if (type_count[t]) printf(" %d × %s", type_count[t], ckpt_dtype_name(t));
     printf("\n");
     if (tensors) {
-        printf("\ntensors (%d):\n", ck_n_tensors(f));
-        for (int i = 0; i < ck_n_tensors(f); i++) {
-            const ck_tensor *t = ck_tensor_at(f, i);
+        printf("\ntensors (%d):\n", ckpt_n_tensors(f));
+        for (int i = 0; i < ckpt_n_tensors(f); i++) {
+            const ckpt_tensor *t = ckpt_tensor_at(f, i);
             char shape[128];
             int o = snprintf(shape, sizeof shape, "[");
             for (int d = 0; d < t->n_dims && o < (int)sizeof shape; d++)
                 o += snprintf(shape + o, sizeof shape - (size_t)o, d ? ", %lld" : "%lld", (long long)t->shape[d]);
             if (o < (int)sizeof shape) snprintf(shape + o, sizeof shape - (size_t)o, "]");
-            printf("  %-48s %-5s %-22s %10.3f KiB\n", t->name, ck_dtype_name(t->dtype), shape,
+            printf("  %-48s %-5s %-22s %10.3f KiB\n", t->name, ckpt_dtype_name(t->dtype), shape,
                    (double)t->nbytes / 1024.0);
         }
     }
-    ck_close(f);
+    ckpt_close(f);
     return 0;
 }
 

@@ -21,12 +21,12 @@ static void sincos_row(float *out, int dim, double pos) {
     }
 }
 
-int image_dit_bind(image_dit *m, const ck_file *f, const char *what, int head_dim, float interp, int check, char *err,
+int image_dit_bind(image_dit *m, const ckpt_file *f, const char *what, int head_dim, float interp, int check, char *err,
                 size_t errlen) {
     memset(m, 0, sizeof *m);
     image_binder b = {f, what, check, 0, err, errlen};
-    const ck_tensor *pe = ck_find(f, "pos_embed.proj.weight"), *c1 = ck_find(f, "caption_projection.linear_1.weight"),
-                    *ff = ck_find(f, "transformer_blocks.0.ff.net.0.proj.weight"), *po = ck_find(f, "proj_out.weight");
+    const ckpt_tensor *pe = ckpt_find(f, "pos_embed.proj.weight"), *c1 = ckpt_find(f, "caption_projection.linear_1.weight"),
+                    *ff = ckpt_find(f, "transformer_blocks.0.ff.net.0.proj.weight"), *po = ckpt_find(f, "proj_out.weight");
     if (!pe || !c1 || !ff || !po || pe->n_dims != 4 || c1->n_dims != 2 || ff->n_dims != 2 || po->n_dims != 2 ||
         pe->shape[2] != pe->shape[3]) {
         base_errf(err, errlen,
@@ -35,7 +35,7 @@ int image_dit_bind(image_dit *m, const ck_file *f, const char *what, int head_di
                 what);
         return -1;
     }
-    if (ck_find(f, "adaln_single.emb.resolution_embedder.linear_1.weight")) {
+    if (ckpt_find(f, "adaln_single.emb.resolution_embedder.linear_1.weight")) {
         base_errf(err, errlen,
                 "%s: a transformer with micro-conditions (resolution and aspect embedders) is not "
                 "supported",

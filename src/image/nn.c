@@ -11,13 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-const ck_tensor *image_find(const ck_file *f, const char *fmt, ...) {
+const ckpt_tensor *image_find(const ckpt_file *f, const char *fmt, ...) {
     char name[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    return ck_find(f, name);
+    return ckpt_find(f, name);
 }
 
 static void shape_text(char *buf, size_t cap, int n, const int64_t *s) {
@@ -29,18 +29,18 @@ static void shape_text(char *buf, size_t cap, int n, const int64_t *s) {
 
 /* The tensor name must exist as a float tensor of n elements (and, when
  * shape is given, exactly that shape). */
-static const ck_tensor *need(image_binder *b, const char *name, int n_dims, const int64_t *shape, int64_t numel) {
+static const ckpt_tensor *need(image_binder *b, const char *name, int n_dims, const int64_t *shape, int64_t numel) {
     if (b->failed) return NULL;
-    const ck_tensor *t = ck_find(b->f, name);
+    const ckpt_tensor *t = ckpt_find(b->f, name);
     char want[128], got[128];
     if (!t) {
         base_errf(b->err, b->errlen, "%s: tensor %s is missing", b->what, name);
         b->failed = 1;
         return NULL;
     }
-    if (ck_dtype_kq(t->dtype) < 0) {
+    if (ckpt_dtype_kq(t->dtype) < 0) {
         base_errf(b->err, b->errlen, "%s: tensor %s is %s (F32, F16 or BF16 expected)", b->what, name,
-                ck_dtype_name(t->dtype));
+                ckpt_dtype_name(t->dtype));
         b->failed = 1;
         return NULL;
     }
@@ -70,11 +70,11 @@ int image_mat(image_binder *b, kern_mat *out, int n_dims, const int64_t *shape, 
     va_end(ap);
     int64_t numel = 1;
     for (int d = 0; d < n_dims; d++) numel *= shape[d];
-    const ck_tensor *t = need(b, name, n_dims, shape, numel);
+    const ckpt_tensor *t = need(b, name, n_dims, shape, numel);
     if (!t) return -1;
     memset(out, 0, sizeof *out);
     out->data = t->data;
-    out->type = ck_dtype_kq(t->dtype);
+    out->type = ckpt_dtype_kq(t->dtype);
     out->nrows = shape[0];
     out->ncols = numel / shape[0];
     return 0;
@@ -86,7 +86,7 @@ float *image_vec(image_binder *b, int64_t n, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    const ck_tensor *t = need(b, name, 0, NULL, n);
+    const ckpt_tensor *t = need(b, name, 0, NULL, n);
     if (!t || b->check) return NULL;
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) {
@@ -94,7 +94,7 @@ float *image_vec(image_binder *b, int64_t n, const char *fmt, ...) {
         b->failed = 1;
         return NULL;
     }
-    quant_get(ck_dtype_kq(t->dtype))->to_f32(t->data, v, n);
+    quant_get(ckpt_dtype_kq(t->dtype))->to_f32(t->data, v, n);
     return v;
 }
 

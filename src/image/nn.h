@@ -19,7 +19,7 @@
  * resolver can refuse a file before any model memory exists.  The first
  * failure is kept in err ("FILE: tensor NAME: ..."); later calls do nothing. */
 typedef struct image_binder {
-    const ck_file *f;
+    const ckpt_file *f;
     const char *what; /* file name for messages */
     int check;
     int failed;
@@ -28,7 +28,7 @@ typedef struct image_binder {
 } image_binder;
 
 /* The tensor called fmt..., or NULL (no failure recorded). */
-const ck_tensor *image_find(const ck_file *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const ckpt_tensor *image_find(const ckpt_file *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A weight matrix: the tensor must have exactly n_dims dimensions of
  * shape; it binds as shape[0] rows of the product of the rest. */
 int image_mat(image_binder *b, kern_mat *out, int n_dims, const int64_t *shape, const char *fmt, ...)

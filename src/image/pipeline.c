@@ -18,7 +18,7 @@
 
 struct image_pipeline {
     image_config cfg;
-    ck_file *fd, *ft, *fv;
+    ckpt_file *fd, *ft, *fv;
     image_spiece *tok;
     image_t5 t5;
     image_dit dit;
@@ -58,9 +58,9 @@ void image_pipeline_free(image_pipeline *p) {
     image_dit_free(&p->dit);
     image_vae_free(&p->vae);
     image_spiece_free(p->tok);
-    ck_close(p->fd);
-    ck_close(p->ft);
-    ck_close(p->fv);
+    ckpt_close(p->fd);
+    ckpt_close(p->ft);
+    ckpt_close(p->fv);
     if (p->pool) thread_pool_free(p->pool);
     free(p);
 }
@@ -71,17 +71,17 @@ void image_pipeline_free(image_pipeline *p) {
 static int open_checked(image_pipeline *p, const image_files *files, const image_config *config, char *err, size_t errlen) {
     /* headers only: the readers map the files and list their tensors */
     char sub[512];
-    if (ck_open(files->dit, &p->fd) || ck_open(files->t5, &p->ft) || ck_open(files->vae, &p->fv)) {
+    if (ckpt_open(files->dit, &p->fd) || ckpt_open(files->t5, &p->ft) || ckpt_open(files->vae, &p->fv)) {
         base_errf(err, errlen, "%s", kiln_last_error());
         return -1;
     }
-    if (ck_format(p->fd) != CK_TORCH_ZIP) {
+    if (ckpt_format(p->fd) != CKPT_TORCH_ZIP) {
         base_errf(err, errlen, "%s: the DiT must be a PyTorch ZIP state dictionary", files->dit);
         return -1;
     }
-    if (ck_format(p->ft) != CK_SAFETENSORS || ck_format(p->fv) != CK_SAFETENSORS) {
+    if (ckpt_format(p->ft) != CKPT_SAFETENSORS || ckpt_format(p->fv) != CKPT_SAFETENSORS) {
         base_errf(err, errlen, "%s: the text encoder and the VAE must be safetensors",
-                ck_format(p->ft) != CK_SAFETENSORS ? files->t5 : files->vae);
+                ckpt_format(p->ft) != CKPT_SAFETENSORS ? files->t5 : files->vae);
         return -1;
     }
     size_t tl = 0;

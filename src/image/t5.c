@@ -7,18 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-int image_t5_bind(image_t5 *m, const ck_file *f, const char *what, int max_distance, int check, char *err, size_t errlen) {
+int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_distance, int check, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
     image_binder b = {f, what, check, 0, err, errlen};
-    const ck_tensor *emb = ck_find(f, "shared.weight");
+    const ckpt_tensor *emb = ckpt_find(f, "shared.weight");
     const char *emb_name = "shared.weight";
     if (!emb) {
-        emb = ck_find(f, "encoder.embed_tokens.weight");
+        emb = ckpt_find(f, "encoder.embed_tokens.weight");
         emb_name = "encoder.embed_tokens.weight";
     }
-    const ck_tensor *rb = ck_find(f, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
-    const ck_tensor *q0 = ck_find(f, "encoder.block.0.layer.0.SelfAttention.q.weight");
-    const ck_tensor *wi = ck_find(f, "encoder.block.0.layer.1.DenseReluDense.wi_0.weight");
+    const ckpt_tensor *rb = ckpt_find(f, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
+    const ckpt_tensor *q0 = ckpt_find(f, "encoder.block.0.layer.0.SelfAttention.q.weight");
+    const ckpt_tensor *wi = ckpt_find(f, "encoder.block.0.layer.1.DenseReluDense.wi_0.weight");
     if (!emb || !rb || !q0 || !wi || emb->n_dims != 2 || rb->n_dims != 2 || q0->n_dims != 2 || wi->n_dims != 2) {
         base_errf(err, errlen,
                 "%s: not a T5 encoder (needs shared.weight, encoder.block.0 attention with its relative "

@@ -31,7 +31,7 @@ typedef struct image_t5 {
 
 /* Infers the sizes from f and binds every tensor; with check set it only
  * verifies (no allocation; m receives the sizes).  0 or -1 with err. */
-int image_t5_bind(image_t5 *m, const ck_file *f, const char *what, int max_distance, int check, char *err, size_t errlen);
+int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_distance, int check, char *err, size_t errlen);
 void image_t5_free(image_t5 *m);
 /* out [n][d_model] = encoder states of ids[0..n).  Returns -1 (err set)
  * for an id outside the vocabulary or when out of memory. */

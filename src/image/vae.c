@@ -48,11 +48,11 @@ static void res_free(image_resnet *r) {
     memset(r, 0, sizeof *r);
 }
 
-int image_vae_bind(image_vae *m, const ck_file *f, const char *what, int groups, float scaling, int check, char *err,
+int image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int groups, float scaling, int check, char *err,
                 size_t errlen) {
     memset(m, 0, sizeof *m);
     image_binder b = {f, what, check, 0, err, errlen};
-    const ck_tensor *ci = ck_find(f, "decoder.conv_in.weight"), *co = ck_find(f, "decoder.conv_out.weight");
+    const ckpt_tensor *ci = ckpt_find(f, "decoder.conv_in.weight"), *co = ckpt_find(f, "decoder.conv_out.weight");
     if (!ci || !co || ci->n_dims != 4 || co->n_dims != 4) {
         base_errf(err, errlen, "%s: not an AutoencoderKL decoder (needs decoder.conv_in and decoder.conv_out)", what);
         return -1;
@@ -69,7 +69,7 @@ int image_vae_bind(image_vae *m, const ck_file *f, const char *what, int groups,
     }
     /* channels: up block i outputs ch[n_blocks - 1 - i] */
     for (int i = 0; i < m->n_blocks; i++) {
-        const ck_tensor *t = image_find(f, "decoder.up_blocks.%d.resnets.0.conv1.weight", i);
+        const ckpt_tensor *t = image_find(f, "decoder.up_blocks.%d.resnets.0.conv1.weight", i);
         if (!t || t->n_dims != 4) {
             base_errf(err, errlen, "%s: up block %d has no 3x3 conv1", what, i);
             return -1;

@@ -46,7 +46,7 @@ typedef struct image_vae {
     float *no_w, *no_b;
 } image_vae;
 
-int image_vae_bind(image_vae *m, const ck_file *f, const char *what, int groups, float scaling, int check, char *err,
+int image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int groups, float scaling, int check, char *err,
                 size_t errlen);
 void image_vae_free(image_vae *m);
 /* Pixels per latent step in each direction (2^(n_blocks - 1)). */

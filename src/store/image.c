@@ -12,17 +12,17 @@
 
 /* The most common dtype of the DiT's matrices (its weights). */
 static void dit_dtype(const char *path, char quant[16]) {
-    ck_file *f;
-    ck_open(path, &f);
-    int counts[CK_DTYPE_COUNT] = {0}, best = CK_F32;
-    for (int i = 0; f && i < ck_n_tensors(f); i++) {
-        const ck_tensor *t = ck_tensor_at(f, i);
-        if (t->n_dims == 2 && t->dtype >= 0 && t->dtype < CK_DTYPE_COUNT) counts[t->dtype]++;
+    ckpt_file *f;
+    ckpt_open(path, &f);
+    int counts[CKPT_DTYPE_COUNT] = {0}, best = CKPT_F32;
+    for (int i = 0; f && i < ckpt_n_tensors(f); i++) {
+        const ckpt_tensor *t = ckpt_tensor_at(f, i);
+        if (t->n_dims == 2 && t->dtype >= 0 && t->dtype < CKPT_DTYPE_COUNT) counts[t->dtype]++;
     }
-    for (int t = 0; t < CK_DTYPE_COUNT; t++)
+    for (int t = 0; t < CKPT_DTYPE_COUNT; t++)
         if (counts[t] > counts[best]) best = t;
-    snprintf(quant, 16, "%s", ck_dtype_name(best));
-    ck_close(f);
+    snprintf(quant, 16, "%s", ckpt_dtype_name(best));
+    ckpt_close(f);
 }
 
 kiln_status kst_check_image(const char *path, const char *artifact, char arch[64], char quant[16]) {
