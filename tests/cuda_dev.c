@@ -46,7 +46,7 @@ static void check(cu_result r, const char *what) {
 
 int cr_init(char *why, size_t cap) {
     size_t fb_size;
-    const void *fb = kbe_cuda_fatbin(&fb_size);
+    const void *fb = backend_cuda_fatbin(&fb_size);
     if (!fb) {
         snprintf(why, cap, "this build has no CUDA kernels (no nvcc, or KILN_CUDA=OFF)");
         return -1;

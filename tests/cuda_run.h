@@ -41,7 +41,7 @@ void cr_kv_write(const float *src, int64_t src_stride, int n_tok, uint16_t *cach
                  const int32_t *cell, int n);
 /* Split-K decode attention (kcu_attn_decode + kcu_attn_combine) with
  * n_split splits of split_len positions; window (0: none) and sinks
- * [n_head] (NULL: none) as kbe_attn_opts'. */
+ * [n_head] (NULL: none) as backend_attn_opts'. */
 void cr_attn_decode(const float *q, int64_t q_stride, const uint16_t *k, const uint16_t *v, int64_t cell_stride,
                     const int32_t *tables, int table_stride, const int32_t *n_kv, int n_seq, int n_head, int n_kv_head,
                     int hd, float scale, int split_len, int n_split, int window, const float *sinks, float *out,

@@ -23,14 +23,14 @@ static void fill(float *x, size_t n, unsigned seed) {
 }
 
 int main(void) {
-    const kbe_backend *cpu = kbe_get(KBE_CPU);
-    CHECK(cpu != NULL && cpu->kind == KBE_CPU && cpu->host_mem && !strcmp(cpu->name, "cpu"));
-    CHECK(kbe_get(0) == NULL); /* CUDA (2) only with a driver: test_backend_cuda */
-    CHECK(kbe_get(2) == NULL || kbe_get(2)->kind == KBE_CUDA);
+    const backend_backend *cpu = backend_get(BACKEND_CPU);
+    CHECK(cpu != NULL && cpu->kind == BACKEND_CPU && cpu->host_mem && !strcmp(cpu->name, "cpu"));
+    CHECK(backend_get(0) == NULL); /* CUDA (2) only with a driver: test_backend_cuda */
+    CHECK(backend_get(2) == NULL || backend_get(2)->kind == BACKEND_CUDA);
     /* an engine asked for CUDA without a GPU (no driver here): one clear
      * error, no engine; a family without CUDA kernels refuses it too */
     kiln_engine *e = NULL;
-    if (!kbe_get(2)) {
+    if (!backend_get(2)) {
         CHECK(kiln_engine_create(KILN_ENGINE_LLM, KILN_ENGINE_BACKEND_CUDA, &e) == KILN_ERR_UNSUPPORTED && !e);
         CHECK(strstr(kiln_last_error(), "CUDA") != NULL);
     }
@@ -39,10 +39,10 @@ int main(void) {
     quant_init();
     const kern_ops *k = kern_ops_best();
     thread_pool *pool = thread_pool_new(3);
-    kbe_ctx X;
-    const kbe_ctx_params p = {pool, 0, 0, NULL};
-    CHECK(kbe_ctx_init(&X, cpu, &p) == 0);
-    const kbe_ops *o = X.ops;
+    backend_ctx X;
+    const backend_ctx_params p = {pool, 0, 0, NULL};
+    CHECK(backend_ctx_init(&X, cpu, &p) == 0);
+    const backend_ops *o = X.ops;
     float *x = o->alloc(&X, N * DIM * sizeof(float)), *y = o->alloc(&X, N * DIM * sizeof(float));
     float *want = malloc(N * DIM * sizeof(float)), *want2 = malloc(N * DIM * sizeof(float));
     float *w = malloc(DIM * sizeof(float)), *out = malloc(N * DIM * sizeof(float));
@@ -105,7 +105,7 @@ int main(void) {
     free(want2);
     free(w);
     free(out);
-    kbe_ctx_free(&X);
+    backend_ctx_free(&X);
     thread_pool_free(pool);
     return t_done();
 }

@@ -100,7 +100,7 @@ static void rules(void) {
     quant_cpu c = avx2_cpu();
     c.avx512f = c.avx512dq = c.avx512bw = c.avx512vl = c.avx512vnni = c.avx512bf16 = 1;
     c.amx_tile = c.amx_int8 = c.amx_bf16 = 1;
-    int n = kbe_cpu_rows(&c, QUANT_ISA_AVX2, QUANT_ISA_AVX2, rows, 16);
+    int n = backend_cpu_rows(&c, QUANT_ISA_AVX2, QUANT_ISA_AVX2, rows, 16);
     CHECK(n == 6);
     CHECK(is_avail(rows, n, "cpu-avx2") && find(rows, n, "cpu-avx2")->used);
     CHECK(!is_avail(rows, n, "cpu-avx512") && strstr(find(rows, n, "cpu-avx512")->detail, "ZMM"));
@@ -108,32 +108,32 @@ static void rules(void) {
     CHECK(!is_avail(rows, n, "cpu-amx") && strstr(find(rows, n, "cpu-amx")->detail, "trap"));
     /* the OS enables ZMM but not the tiles: AVX-512 runs, AMX does not */
     c.os_zmm = 1;
-    n = kbe_cpu_rows(&c, QUANT_ISA_AVX512, QUANT_ISA_AVX512, rows, 16);
+    n = backend_cpu_rows(&c, QUANT_ISA_AVX512, QUANT_ISA_AVX512, rows, 16);
     CHECK(is_avail(rows, n, "cpu-avx512-vnni") && find(rows, n, "cpu-avx512-vnni")->used);
     CHECK(is_avail(rows, n, "cpu-avx512-bf16") && find(rows, n, "cpu-avx512-bf16")->used);
     CHECK(!find(rows, n, "cpu-avx2")->used);
     CHECK(!is_avail(rows, n, "cpu-amx"));
     /* tiles enabled in XCR0 but the kernel would not grant them */
     c.os_amx = 1;
-    n = kbe_cpu_rows(&c, QUANT_ISA_AVX512, QUANT_ISA_AVX512, rows, 16);
+    n = backend_cpu_rows(&c, QUANT_ISA_AVX512, QUANT_ISA_AVX512, rows, 16);
     CHECK(!is_avail(rows, n, "cpu-amx") && strstr(find(rows, n, "cpu-amx")->detail, "kernel"));
     c.kernel_amx = 1;
-    n = kbe_cpu_rows(&c, QUANT_ISA_AVX512, QUANT_ISA_AVX512, rows, 16);
+    n = backend_cpu_rows(&c, QUANT_ISA_AVX512, QUANT_ISA_AVX512, rows, 16);
     CHECK(is_avail(rows, n, "cpu-amx") && !find(rows, n, "cpu-amx")->used && !find(rows, n, "cpu-amx")->supported);
     /* AVX-512 without VNNI: kiln's AVX-512 level is out of reach */
     c.avx512vnni = 0;
-    n = kbe_cpu_rows(&c, QUANT_ISA_AVX2, QUANT_ISA_AVX2, rows, 16);
+    n = backend_cpu_rows(&c, QUANT_ISA_AVX2, QUANT_ISA_AVX2, rows, 16);
     CHECK(is_avail(rows, n, "cpu-avx512") && !is_avail(rows, n, "cpu-avx512-vnni"));
     CHECK(!is_avail(rows, n, "cpu-avx512-bf16") && find(rows, n, "cpu-avx2")->used);
     /* capped by KILN_ISA below what the CPU has */
     c.avx512vnni = 1;
-    n = kbe_cpu_rows(&c, QUANT_ISA_SCALAR, QUANT_ISA_AVX512, rows, 16);
+    n = backend_cpu_rows(&c, QUANT_ISA_SCALAR, QUANT_ISA_AVX512, rows, 16);
     CHECK(find(rows, n, "cpu")->used && !find(rows, n, "cpu-avx512-vnni")->used);
     CHECK(strstr(find(rows, n, "cpu")->detail, "KILN_ISA") != NULL);
     /* no AVX2 state at all (an old CPU, or an OS without XSAVE) */
     quant_cpu old = avx2_cpu();
     old.os_ymm = 0;
-    n = kbe_cpu_rows(&old, QUANT_ISA_SCALAR, QUANT_ISA_SCALAR, rows, 16);
+    n = backend_cpu_rows(&old, QUANT_ISA_SCALAR, QUANT_ISA_SCALAR, rows, 16);
     CHECK(!is_avail(rows, n, "cpu-avx2") && strstr(find(rows, n, "cpu-avx2")->detail, "YMM"));
     CHECK(find(rows, n, "cpu")->used);
 }
@@ -170,19 +170,19 @@ static void arm_rules(void) {
     quant_cpu c;
     memset(&c, 0, sizeof c);
     c.asimd = c.arm_known = 1;
-    int n = kbe_cpu_rows_aarch64(&c, QUANT_ISA_NEON, QUANT_ISA_NEON, rows, 16);
+    int n = backend_cpu_rows_aarch64(&c, QUANT_ISA_NEON, QUANT_ISA_NEON, rows, 16);
     CHECK(n == 6);
     CHECK(is_avail(rows, n, "cpu-neon") && find(rows, n, "cpu-neon")->used);
     CHECK(find(rows, n, "cpu-dotprod")->availability == KILN_AVAILABILITY_UNAVAILABLE);
     c.dotprod = c.i8mm = 1;
-    n = kbe_cpu_rows_aarch64(&c, QUANT_ISA_DOTPROD, QUANT_ISA_DOTPROD, rows, 16);
+    n = backend_cpu_rows_aarch64(&c, QUANT_ISA_DOTPROD, QUANT_ISA_DOTPROD, rows, 16);
     CHECK(is_avail(rows, n, "cpu-dotprod") && find(rows, n, "cpu-dotprod")->used && !find(rows, n, "cpu-neon")->used);
     CHECK(is_avail(rows, n, "cpu-i8mm") && !find(rows, n, "cpu-i8mm")->supported);
     CHECK(!is_avail(rows, n, "cpu-sve") && !is_avail(rows, n, "cpu-fp16"));
-    n = kbe_cpu_rows_aarch64(&c, QUANT_ISA_SCALAR, QUANT_ISA_DOTPROD, rows, 16);
+    n = backend_cpu_rows_aarch64(&c, QUANT_ISA_SCALAR, QUANT_ISA_DOTPROD, rows, 16);
     CHECK(find(rows, n, "cpu")->used && strstr(find(rows, n, "cpu")->detail, "KILN_ISA") != NULL);
     c.arm_known = 0; /* neither Linux nor macOS: only Advanced SIMD is certain */
-    n = kbe_cpu_rows_aarch64(&c, QUANT_ISA_NEON, QUANT_ISA_NEON, rows, 16);
+    n = backend_cpu_rows_aarch64(&c, QUANT_ISA_NEON, QUANT_ISA_NEON, rows, 16);
     CHECK(is_avail(rows, n, "cpu-neon"));
     CHECK(find(rows, n, "cpu-dotprod")->availability == KILN_AVAILABILITY_UNKNOWN);
     CHECK(find(rows, n, "cpu-i8mm")->availability == KILN_AVAILABILITY_UNKNOWN);

@@ -257,7 +257,7 @@ static void test_rmsnorm(void) {
 
 /* Cases: plain, NeoX, partial rotation, attn_factor, linear scaling,
  * frequency factors, YaRN (normal and NeoX); the table from
- * kbe_cuda_rope_freqs, the reference kern_rope_table + kern_rope_apply. */
+ * backend_cuda_rope_freqs, the reference kern_rope_table + kern_rope_apply. */
 static void test_rope(void) {
     for (int i = 0; i < 8; i++) {
         const int hd = i < 3 ? 64 : 128, n_rot = i == 2 ? 32 : (i == 5 ? 96 : hd), n_head = 3, n_tok = 5;
@@ -279,7 +279,7 @@ static void test_rope(void) {
             rp.n_ctx_orig = 4096;
         }
         float inv_freq[128], mscale;
-        kbe_cuda_rope_freqs(&rp, inv_freq, &mscale);
+        backend_cuda_rope_freqs(&rp, inv_freq, &mscale);
         int32_t pos[5];
         for (int u = 0; u < n_tok; u++) pos[u] = u == 0 ? 0 : rndi(4096);
         float *x = malloc(sizeof(float) * (size_t)ts * n_tok), *ref = malloc(sizeof(float) * (size_t)ts * n_tok);
@@ -517,7 +517,7 @@ static int contains(const uint8_t *p, size_t n, const char *s) {
  * kernel the emulator checks is in it by name. */
 static void test_fatbin(void) {
     size_t n;
-    const uint8_t *fb = kbe_cuda_fatbin(&n);
+    const uint8_t *fb = backend_cuda_fatbin(&n);
     if (!fb) {
         CHECK(n == 0);
         printf("no fatbin in this build (KILN_CUDA found no nvcc or was OFF)\n");

@@ -4,13 +4,13 @@
 
 #include <string.h>
 
-const kbe_backend *kbe_get(int kind) {
-    if (kind == KBE_CPU) return &kbe_cpu_backend;
-    if (kind == KBE_CUDA) return kbe_cuda_get(NULL, 0);
+const backend_backend *backend_get(int kind) {
+    if (kind == BACKEND_CPU) return &backend_cpu_backend;
+    if (kind == BACKEND_CUDA) return backend_cuda_get(NULL, 0);
     return NULL;
 }
 
-int kbe_ctx_init(kbe_ctx *X, const kbe_backend *be, const kbe_ctx_params *p) {
+int backend_ctx_init(backend_ctx *X, const backend_backend *be, const backend_ctx_params *p) {
     memset(X, 0, sizeof *X);
     X->be = be;
     X->ops = be->ops;
@@ -20,7 +20,7 @@ int kbe_ctx_init(kbe_ctx *X, const kbe_backend *be, const kbe_ctx_params *p) {
     return be->ctx_init(X, p);
 }
 
-void kbe_ctx_free(kbe_ctx *X) {
+void backend_ctx_free(backend_ctx *X) {
     if (X->be) X->be->ctx_free(X);
     X->dev = NULL;
 }

@@ -11,38 +11,38 @@
 
 /* ---------------------------------------------------- the cache's geometry */
 
-static inline int64_t kv_cell(const kbe_kv *kv, int seq, int32_t pos) {
-    return (int64_t)kv->blocks[seq][pos >> KBE_KV_BLOCK_SHIFT] * KBE_KV_BLOCK + (pos & (KBE_KV_BLOCK - 1));
+static inline int64_t kv_cell(const backend_kv *kv, int seq, int32_t pos) {
+    return (int64_t)kv->blocks[seq][pos >> BACKEND_KV_BLOCK_SHIFT] * BACKEND_KV_BLOCK + (pos & (BACKEND_KV_BLOCK - 1));
 }
 
-static inline uint8_t *kblock(const kbe_kv *kv, int layer, int64_t b) {
+static inline uint8_t *kblock(const backend_kv *kv, int layer, int64_t b) {
     return (uint8_t *)kv->mem + (size_t)b * kv->block_bytes + kv->l_off[layer];
 }
 
 /* a layer's V run follows its K run in a block (V in K: is it) */
-static inline uint8_t *vblock(const kbe_kv *kv, int layer, int64_t b) {
-    return kblock(kv, layer, b) + (kv->v_in_k ? 0 : (size_t)kv->l_hkv[layer] * KBE_KV_BLOCK * kv->l_hrow[layer]);
+static inline uint8_t *vblock(const backend_kv *kv, int layer, int64_t b) {
+    return kblock(kv, layer, b) + (kv->v_in_k ? 0 : (size_t)kv->l_hkv[layer] * BACKEND_KV_BLOCK * kv->l_hrow[layer]);
 }
 
 /* the hd elements of KV head h in a cell: head-major blocks */
-static inline size_t head_off(const kbe_kv *kv, int layer, int64_t cell, int h) {
-    return ((size_t)h * KBE_KV_BLOCK + (size_t)(cell % KBE_KV_BLOCK)) * kv->l_hrow[layer];
+static inline size_t head_off(const backend_kv *kv, int layer, int64_t cell, int h) {
+    return ((size_t)h * BACKEND_KV_BLOCK + (size_t)(cell % BACKEND_KV_BLOCK)) * kv->l_hrow[layer];
 }
 
-static inline void *khead(const kbe_kv *kv, int layer, int64_t cell, int h) {
-    return kblock(kv, layer, cell / KBE_KV_BLOCK) + head_off(kv, layer, cell, h);
+static inline void *khead(const backend_kv *kv, int layer, int64_t cell, int h) {
+    return kblock(kv, layer, cell / BACKEND_KV_BLOCK) + head_off(kv, layer, cell, h);
 }
 
-static inline void *vhead(const kbe_kv *kv, int layer, int64_t cell, int h) {
-    return vblock(kv, layer, cell / KBE_KV_BLOCK) + head_off(kv, layer, cell, h);
+static inline void *vhead(const backend_kv *kv, int layer, int64_t cell, int h) {
+    return vblock(kv, layer, cell / BACKEND_KV_BLOCK) + head_off(kv, layer, cell, h);
 }
 
 /* ------------------------------------------------------------------- store */
 
 /* Token i's keys and values (n_head_kv rows of hd floats each) into the
  * cache of attention layer `layer`, in the cache's type. */
-static void store_one(const kbe_ctx *X, const kern_ops *ops, int layer, int i, const float *k, const float *v) {
-    const kbe_kv *kv = &X->kv;
+static void store_one(const backend_ctx *X, const kern_ops *ops, int layer, int i, const float *k, const float *v) {
+    const backend_kv *kv = &X->kv;
     const int hd = kv->l_hd[layer];
     const int64_t cell = kv_cell(kv, X->step.seq[i], X->step.pos[i]);
     for (int h = 0; h < kv->l_hkv[layer]; h++) {
@@ -60,22 +60,22 @@ static void store_one(const kbe_ctx *X, const kern_ops *ops, int layer, int i, c
     }
 }
 
-void kbe_cpu_kv_store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
-    const kern_ops *ops = kbe_cpu_of(X)->k;
+void backend_cpu_kv_store(backend_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
+    const kern_ops *ops = backend_cpu_of(X)->k;
     const size_t nkv = (size_t)X->kv.l_hkv[layer] * X->kv.l_hd[layer];
     for (int i = 0; i < n; i++) store_one(X, ops, layer, i0 + i, k + (size_t)i * nkv, v + (size_t)i * nkv);
 }
 
 typedef struct qk_job {
-    kbe_ctx *X;
-    const kbe_qk *a;
+    backend_ctx *X;
+    const backend_qk *a;
 } qk_job;
 
 static void qk_rows(void *ud, int i0, int i1) {
     const qk_job *j = ud;
-    const kbe_qk *a = j->a;
-    kbe_ctx *X = j->X;
-    const kern_ops *ops = kbe_cpu_of(X)->k;
+    const backend_qk *a = j->a;
+    backend_ctx *X = j->X;
+    const kern_ops *ops = backend_cpu_of(X)->k;
     const int hd = a->hd;
     const int64_t nq = (int64_t)a->n_head * hd, nkv = (int64_t)a->n_head_kv * hd;
     for (int i = i0; i < i1; i++) {
@@ -106,17 +106,17 @@ static void qk_rows(void *ud, int i0, int i1) {
     }
 }
 
-void kbe_cpu_qk_store(kbe_ctx *X, const kbe_qk *a, int n) {
+void backend_cpu_qk_store(backend_ctx *X, const backend_qk *a, int n) {
     qk_job j = {X, a};
-    kbe_cpu_for_rows(X, n, qk_rows, &j);
+    backend_cpu_for_rows(X, n, qk_rows, &j);
 }
 
 /* --------------------------------------------------------------- attention */
 
 typedef struct attn_job {
-    kbe_ctx *X;
+    backend_ctx *X;
     int layer;
-    int window;  /* kbe_attn_opts.window */
+    int window;  /* backend_attn_opts.window */
     float scale; /* score scale */
     const float *q;
     float *out;
@@ -127,13 +127,13 @@ typedef struct attn_job {
 /* One (tile, head pair) per work item: for each token of the tile
  * (st->tile) and each head, a softmax over the sequence's cached positions
  * 0..pos.  The kernel reads K and V once for the whole item: a tile of up to
- * KBE_ATTN_TILE float-accumulator tokens converts each F16 row once for all
+ * BACKEND_ATTN_TILE float-accumulator tokens converts each F16 row once for all
  * of its queries, which halved the cost of a long prompt's attention
  * position by position.
  *
  * With an F16 cache the query is rounded to F16 before the K dot, as GGUF
  * runtimes do, and the weighted V sum depends on how far the query sees:
- *   - up to KBE_ATTN_F16_ACC_MAX positions, the F16 flash-attention scheme of
+ *   - up to BACKEND_ATTN_F16_ACC_MAX positions, the F16 flash-attention scheme of
  *     llama.cpp's one-query path: an online maximum and an F16 accumulator
  *     rounded after every update, so greedy outputs agree with theirs on
  *     near-ties (the bundled model's recorded continuations, bit for bit);
@@ -148,10 +148,10 @@ typedef struct attn_job {
  * stays F32. */
 static void attn_task(void *ud, int ith, int nth) {
     attn_job *j = ud;
-    kbe_ctx *X = j->X;
-    const kbe_cpu *C = kbe_cpu_of(X);
-    const kbe_step *st = &X->step;
-    const kbe_kv *kv = &X->kv;
+    backend_ctx *X = j->X;
+    const backend_cpu *C = backend_cpu_of(X);
+    const backend_step *st = &X->step;
+    const backend_kv *kv = &X->kv;
     const int n_head = X->n_head;
     const int hd = kv->l_hd[j->layer], n_head_kv = kv->l_hkv[j->layer], group = n_head / n_head_kv;
     const size_t hrow = kv->l_hrow[j->layer];
@@ -188,9 +188,9 @@ static void attn_task(void *ud, int ith, int nth) {
                 .hd = hd,
                 .n_pos = pos + 1,
                 .blocks = kv->blocks[s],
-                .block_shift = KBE_KV_BLOCK_SHIFT,
-                .k = kblock(kv, j->layer, 0) + (size_t)kvh * KBE_KV_BLOCK * hrow,
-                .v = vblock(kv, j->layer, 0) + (size_t)kvh * KBE_KV_BLOCK * hrow,
+                .block_shift = BACKEND_KV_BLOCK_SHIFT,
+                .k = kblock(kv, j->layer, 0) + (size_t)kvh * BACKEND_KV_BLOCK * hrow,
+                .v = vblock(kv, j->layer, 0) + (size_t)kvh * BACKEND_KV_BLOCK * hrow,
                 .block_stride = kv->block_bytes,
                 .row_stride = hrow,
                 .scale = scale,
@@ -211,13 +211,13 @@ static void attn_task(void *ud, int ith, int nth) {
                 .hd = hd,
                 .n_pos = pos + 1,
                 .blocks = kv->blocks[s],
-                .block_shift = KBE_KV_BLOCK_SHIFT,
-                .k = (const uint16_t *)kblock(kv, j->layer, 0) + (size_t)kvh * KBE_KV_BLOCK * hd,
-                .v = (const uint16_t *)vblock(kv, j->layer, 0) + (size_t)kvh * KBE_KV_BLOCK * hd,
+                .block_shift = BACKEND_KV_BLOCK_SHIFT,
+                .k = (const uint16_t *)kblock(kv, j->layer, 0) + (size_t)kvh * BACKEND_KV_BLOCK * hd,
+                .v = (const uint16_t *)vblock(kv, j->layer, 0) + (size_t)kvh * BACKEND_KV_BLOCK * hd,
                 .block_stride = kv->block_bytes / sizeof(uint16_t),
                 .row_stride = (size_t)hd,
                 .scale = scale,
-                .acc_f32 = kbe_attn_acc_f32(pos),
+                .acc_f32 = backend_attn_acc_f32(pos),
                 .window = window,
                 .sink = sink,
                 .out = o,
@@ -256,7 +256,7 @@ static void attn_task(void *ud, int ith, int nth) {
     }
 }
 
-void kbe_cpu_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, const kbe_attn_opts *o) {
+void backend_cpu_attn(backend_ctx *X, int layer, const float *q, float *out, int n, const backend_attn_opts *o) {
     (void)n; /* the step's tiles cover it */
     const int window = o && o->window > 0 ? o->window : 0;
     const float scale = o && o->scale != 0.0f ? o->scale : 1.0f / sqrtf((float)X->kv.l_hd[layer]);

@@ -1,4 +1,4 @@
-/* The CPU backend's Gated DeltaNet core (backend.h, kbe_gdn): the gates,
+/* The CPU backend's Gated DeltaNet core (backend.h, backend_gdn): the gates,
  * the causal convolution and the delta rule by (run, channel block) and
  * (run, value head) items on the context's pool, state captures and the
  * rollback rows, and the replay of a recorded run. */
@@ -12,22 +12,22 @@
 #include <string.h>
 
 typedef struct gdn_job {
-    kbe_ctx *X;
-    const kbe_gdn *a;
+    backend_ctx *X;
+    const backend_gdn *a;
     const kern_ssm_ops *sops;
     atomic_long next;
 } gdn_job;
 
-static inline float *live(const kbe_gdn *a, int seq) { return a->state + (size_t)seq * a->slot_floats; }
+static inline float *live(const backend_gdn *a, int seq) { return a->state + (size_t)seq * a->slot_floats; }
 
 /* where capture k of run r ends, as a row of the step */
-static inline int cap_end(const kbe_gdn *a, int r, int k) {
+static inline int cap_end(const backend_gdn *a, int r, int k) {
     const int r0 = a->run[r];
-    return k < a->cap_n[r] ? r0 + (a->cap_pos[(size_t)r * KBE_GDN_MAX_CAP + k] - a->pos[r0]) : a->run[r + 1];
+    return k < a->cap_n[r] ? r0 + (a->cap_pos[(size_t)r * BACKEND_GDN_MAX_CAP + k] - a->pos[r0]) : a->run[r + 1];
 }
 
 static void gates_rows(void *ud, int i0, int i1) {
-    const kbe_gdn *a = ud;
+    const backend_gdn *a = ud;
     const int Hv = a->Hv, r = a->Hv / a->Hk;
     for (int i = i0; i < i1; i++) {
         const float *ba = a->ba + (size_t)i * 2 * Hv;
@@ -48,7 +48,7 @@ static void gates_rows(void *ud, int i0, int i1) {
 }
 
 static void qknorm_rows(void *ud, int i0, int i1) {
-    const kbe_gdn *a = ud;
+    const backend_gdn *a = ud;
     for (int i = i0; i < i1; i++) {
         float *cv = a->cv + (size_t)i * a->conv_dim;
         for (int hh = 0; hh < 2 * a->Hk; hh++) kern_l2norm(cv + (size_t)hh * a->Dk, a->Dk, a->eps);
@@ -56,7 +56,7 @@ static void qknorm_rows(void *ud, int i0, int i1) {
 }
 
 static void out_rows(void *ud, int i0, int i1) {
-    const kbe_gdn *a = ud;
+    const backend_gdn *a = ud;
     const int vd = a->Hv * a->Dv;
     for (int i = i0; i < i1; i++) {
         float *o = a->o + (size_t)i * vd;
@@ -73,7 +73,7 @@ static void out_rows(void *ud, int i0, int i1) {
 
 static void conv_task(void *ud, int ith, int nth) {
     gdn_job *j = ud;
-    const kbe_gdn *a = j->a;
+    const backend_gdn *a = j->a;
     const int nb = (a->conv_dim + CONV_BLOCK - 1) / CONV_BLOCK;
     const long n_items = (long)a->n_run * nb;
     for (long it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
@@ -100,7 +100,7 @@ static void conv_task(void *ud, int ith, int nth) {
                 t = end;
             }
             if (k < a->cap_n[r]) {
-                float *dst = a->cap_dst[(size_t)r * KBE_GDN_MAX_CAP + k] + a->conv_off + c0;
+                float *dst = a->cap_dst[(size_t)r * BACKEND_GDN_MAX_CAP + k] + a->conv_off + c0;
                 for (int row = 0; row < a->K - 1; row++)
                     memcpy(dst + (size_t)row * a->conv_dim, state + (size_t)row * a->conv_dim,
                            (size_t)cn * sizeof(float));
@@ -114,8 +114,8 @@ static void conv_task(void *ud, int ith, int nth) {
 /* The delta rule: work items of (run, value head). */
 static void delta_task(void *ud, int ith, int nth) {
     gdn_job *j = ud;
-    const kbe_gdn *a = j->a;
-    const kbe_cpu *C = kbe_cpu_of(j->X);
+    const backend_gdn *a = j->a;
+    const backend_cpu *C = backend_cpu_of(j->X);
     const long n_items = (long)a->n_run * a->Hv;
     const size_t delta_off = a->conv_off + a->conv_floats;
     const size_t head = (size_t)a->Dv * a->Dk;
@@ -156,7 +156,7 @@ static void delta_task(void *ud, int ith, int nth) {
                 t = end;
             }
             if (k < a->cap_n[r])
-                memcpy(a->cap_dst[(size_t)r * KBE_GDN_MAX_CAP + k] + delta_off + (size_t)v * head, S,
+                memcpy(a->cap_dst[(size_t)r * BACKEND_GDN_MAX_CAP + k] + delta_off + (size_t)v * head, S,
                        head * sizeof(float));
         }
     }
@@ -168,8 +168,8 @@ static void run_items(gdn_job *j, thread_pool_fn fn) {
     thread_pool_run_shared(j->X->pool, fn, j);
 }
 
-int kbe_cpu_gdn_reserve(kbe_ctx *X, int Dk, int Dv) {
-    kbe_cpu *C = kbe_cpu_of(X);
+int backend_cpu_gdn_reserve(backend_ctx *X, int Dk, int Dv) {
+    backend_cpu *C = backend_cpu_of(X);
     const size_t per = kern_gdn_scratch(Dk, Dv);
     if (C->gdn_scratch && C->gdn_per_thread >= per) return 0;
     const size_t n_thr = (size_t)(X->pool ? thread_pool_size(X->pool) : 1);
@@ -181,9 +181,9 @@ int kbe_cpu_gdn_reserve(kbe_ctx *X, int Dk, int Dv) {
     return 0;
 }
 
-void kbe_cpu_gdn(kbe_ctx *X, const kbe_gdn *a, int n) {
-    gdn_job j = {X, a, kbe_cpu_of(X)->s, 0};
-    kbe_cpu_for_rows(X, n, gates_rows, (void *)a);
+void backend_cpu_gdn(backend_ctx *X, const backend_gdn *a, int n) {
+    gdn_job j = {X, a, backend_cpu_of(X)->s, 0};
+    backend_cpu_for_rows(X, n, gates_rows, (void *)a);
     const size_t row = (size_t)a->conv_dim + 2 * (size_t)a->Hv;
     for (int r = 0; r < a->n_run; r++) { /* a recorded run keeps this layer's inputs */
         if (!a->verify[r]) continue;
@@ -200,13 +200,13 @@ void kbe_cpu_gdn(kbe_ctx *X, const kbe_gdn *a, int n) {
     } else {
         run_items(&j, conv_task);
     }
-    kbe_cpu_for_rows(X, n, qknorm_rows, (void *)a);
+    backend_cpu_for_rows(X, n, qknorm_rows, (void *)a);
     run_items(&j, delta_task);
-    kbe_cpu_for_rows(X, n, out_rows, (void *)a);
+    backend_cpu_for_rows(X, n, out_rows, (void *)a);
 }
 
-void kbe_cpu_gdn_replay(kbe_ctx *X, const kbe_gdn *a, int seq, int n) {
-    const kern_ssm_ops *sops = kbe_cpu_of(X)->s;
+void backend_cpu_gdn_replay(backend_ctx *X, const backend_gdn *a, int seq, int n) {
+    const kern_ssm_ops *sops = backend_cpu_of(X)->s;
     const size_t row = (size_t)a->conv_dim + 2 * (size_t)a->Hv, head = (size_t)a->Dv * a->Dk;
     const int r_kv = a->Hv / a->Hk;
     const float *in = a->roll + (size_t)seq * a->roll_stride + a->roll_off;

@@ -24,7 +24,7 @@ typedef struct moe_ws {
     int32_t *out_t0, *out_nt; /* and those ranges */
 } moe_ws;
 
-void *kbe_cpu_moe_ws_new(kbe_ctx *X, const kbe_moe_hp *h, int n_embd, int n_batch) {
+void *backend_cpu_moe_ws_new(backend_ctx *X, const backend_moe_hp *h, int n_embd, int n_batch) {
     moe_ws *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     const size_t B = (size_t)n_batch, E = (size_t)n_embd, NE = (size_t)h->n_expert, KU = (size_t)h->n_used;
@@ -45,13 +45,13 @@ void *kbe_cpu_moe_ws_new(kbe_ctx *X, const kbe_moe_hp *h, int n_embd, int n_batc
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = malloc(bufs[i].bytes ? bufs[i].bytes : 1))) {
-            kbe_cpu_moe_ws_free(X, w);
+            backend_cpu_moe_ws_free(X, w);
             return NULL;
         }
     return w;
 }
 
-void kbe_cpu_moe_ws_free(kbe_ctx *X, void *ws) {
+void backend_cpu_moe_ws_free(backend_ctx *X, void *ws) {
     (void)X;
     moe_ws *w = ws;
     if (!w) return;
@@ -100,14 +100,14 @@ static void relu_sq(float *x, size_t n) {
     }
 }
 
-void kbe_cpu_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, void *work, float *xn, float *y,
+void backend_cpu_moe_ffn(backend_ctx *X, const backend_moe_hp *h, const backend_moe_layer *L, void *work, float *xn, float *y,
                      int n_embd, int n) {
     moe_ws *w = work;
-    const kern_ops *ops = kbe_cpu_of(X)->k;
-    void *scratch = kbe_cpu_of(X)->mm_scratch;
+    const kern_ops *ops = backend_cpu_of(X)->k;
+    void *scratch = backend_cpu_of(X)->mm_scratch;
     const int E = n_embd, NE = h->n_expert, KU = h->n_used, Fe = h->F_exp, Fs = h->F_sh;
     const int shared = L->s_up.data != NULL, gated = shared && L->s_gate_inp;
-    const int relu2 = h->act == KBE_MOE_RELU2; /* up alone, into mg and sg */
+    const int relu2 = h->act == BACKEND_MOE_RELU2; /* up alone, into mg and sg */
     /* the router, and the shared expert's products on the same input (its
      * gate vector as a one-row matrix) */
     const kern_mat sgi = {L->s_gate_inp, QUANT_F32, E, 1, NULL};
@@ -126,7 +126,7 @@ void kbe_cpu_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, vo
     const int general = h->sigmoid || L->sel_bias || h->n_group > 1;
     const kern_moe_gate g = {h->sigmoid, L->sel_bias, h->n_group, h->n_group_used, h->w_norm, h->w_scale};
     for (int t = 0; t < n; t++) {
-        if (h->gating == KBE_MOE_TOPK_SOFTMAX)
+        if (h->gating == BACKEND_MOE_TOPK_SOFTMAX)
             route_topk_softmax(w->router + (size_t)t * NE, NE, KU, h->w_scale, w->sel + (size_t)t * KU,
                                w->selw + (size_t)t * KU);
         else if (general)
@@ -172,7 +172,7 @@ void kbe_cpu_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, vo
     if (L->b_up) add_expert_bias(w, L->b_up, relu2 ? w->mg : w->mu, Fe, NE);
     if (relu2) relu_sq(w->mg, (size_t)rows * Fe);
     for (int r = 0; r < rows && !relu2; r++)
-        if (h->act == KBE_MOE_SWIGLU_OAI)
+        if (h->act == BACKEND_MOE_SWIGLU_OAI)
             kern_swiglu_oai(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe, 1.702f, 7.0f);
         else
             ops->swiglu(w->mg + (size_t)r * Fe, w->mu + (size_t)r * Fe, Fe);

@@ -1,4 +1,4 @@
-/* The CPU backend's weight preparation (backend.h, kbe_backend.prepare):
+/* The CPU backend's weight preparation (backend.h, backend_backend.prepare):
  * the interleaved copies of the matrices its kernels read fastest. */
 #include "backend/cpu.h"
 
@@ -103,7 +103,7 @@ static void pack_task(void *ud, int ith, int nth) {
  * file, and where the page cache holds the file in large folios, touching
  * them every token would map the released matrix pages around them back
  * into the process. */
-void kbe_cpu_prepare(kern_mat **all, int n_all, const float ***vecs, const int64_t *vlen, int nv, void **out_mem,
+void backend_cpu_prepare(kern_mat **all, int n_all, const float ***vecs, const int64_t *vlen, int nv, void **out_mem,
                      size_t *out_bytes) {
     *out_mem = NULL;
     *out_bytes = 0;
@@ -191,6 +191,6 @@ void kbe_cpu_prepare(kern_mat **all, int n_all, const float ***vecs, const int64
     *out_bytes = total;
 }
 
-void kbe_cpu_release(void *mem, size_t bytes) {
+void backend_cpu_release(void *mem, size_t bytes) {
     if (mem) munmap(mem, bytes);
 }

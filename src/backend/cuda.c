@@ -16,7 +16,7 @@
 
 /* the driver, its primary context and the module of kernels */
 static struct {
-    const kcd_api *cu;
+    const backend_cuda_api *cu;
     void *ctx, *mod;
     char why[256];
 } g;
@@ -26,10 +26,10 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 /* A driver failure inside an op has no way back to the caller (ops return
  * nothing): it ends the process with the call and the driver's message
  * rather than compute on with wrong data. */
-static void check(kcd_result r, const char *what) {
+static void check(backend_cuda_result r, const char *what) {
     if (r == 0) return;
     char buf[128];
-    fprintf(stderr, "kiln: CUDA %s failed: %s\n", what, kcd_error(r, buf, sizeof buf));
+    fprintf(stderr, "kiln: CUDA %s failed: %s\n", what, backend_cuda_error(r, buf, sizeof buf));
     abort();
 }
 
@@ -40,8 +40,8 @@ static void unsupported(const char *what) {
 
 static void load(void) {
     size_t fb_size = 0;
-    const void *fb = kbe_cuda_fatbin(&fb_size);
-    const kcd_api *cu = kcd_load(g.why, sizeof g.why);
+    const void *fb = backend_cuda_fatbin(&fb_size);
+    const backend_cuda_api *cu = backend_cuda_load(g.why, sizeof g.why);
     if (!cu) return;
     /* the mock device (a driver from KILN_CUDA_DRIVER) runs its own copy
      * of the kernels, whatever the image */
@@ -52,16 +52,16 @@ static void load(void) {
     }
     char buf[128];
     int dev = 0;
-    kcd_result r = cu->device_get(&dev, 0);
+    backend_cuda_result r = cu->device_get(&dev, 0);
     if (r == 0) r = cu->primary_retain(&g.ctx, dev);
     if (r == 0) r = cu->ctx_set(g.ctx);
     if (r != 0) {
-        snprintf(g.why, sizeof g.why, "cannot open the GPU: %s", kcd_error(r, buf, sizeof buf));
+        snprintf(g.why, sizeof g.why, "cannot open the GPU: %s", backend_cuda_error(r, buf, sizeof buf));
         return;
     }
     r = cu->module_load(&g.mod, fb ? fb : (const void *)&no_image);
     if (r != 0) {
-        snprintf(g.why, sizeof g.why, "the GPU cannot load kiln's kernels: %s", kcd_error(r, buf, sizeof buf));
+        snprintf(g.why, sizeof g.why, "the GPU cannot load kiln's kernels: %s", backend_cuda_error(r, buf, sizeof buf));
         return;
     }
     g.cu = cu;
@@ -69,7 +69,7 @@ static void load(void) {
 
 static void current(void) { check(g.cu->ctx_set(g.ctx), "cuCtxSetCurrent"); }
 
-static kcd_ptr dp(const void *p) { return (kcd_ptr)(uintptr_t)p; }
+static backend_cuda_ptr dp(const void *p) { return (backend_cuda_ptr)(uintptr_t)p; }
 
 static void *fn(const char *name) {
     void *f;
@@ -86,7 +86,7 @@ static unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) /
 /* ------------------------------------------------------------------ memory */
 
 static void *dev_alloc(size_t bytes) {
-    kcd_ptr p;
+    backend_cuda_ptr p;
     if (g.cu->mem_alloc(&p, bytes ? bytes : 1) != 0) return NULL;
     return (void *)(uintptr_t)p;
 }
@@ -203,7 +203,7 @@ static void *put(dbuf *b, const void *src, size_t bytes) {
     return p;
 }
 
-typedef struct kbe_cuda {
+typedef struct backend_cuda {
     dbuf pos, cell;                  /* the step's [n] positions and KV cells */
     dbuf tables, n_kv;               /* [n][max blocks] each token's block table, [n] positions it sees */
     dbuf part;                       /* split-K attention partials */
@@ -216,12 +216,12 @@ typedef struct kbe_cuda {
     const kern_rope *rope;
     float mscale;
     int n_ctx;
-} kbe_cuda;
+} backend_cuda;
 
-static kbe_cuda *cu_of(kbe_ctx *X) { return X->dev; }
+static backend_cuda *cu_of(backend_ctx *X) { return X->dev; }
 
-static int cuda_ctx_init(kbe_ctx *X, const kbe_ctx_params *p) {
-    kbe_cuda *C = calloc(1, sizeof *C);
+static int cuda_ctx_init(backend_ctx *X, const backend_ctx_params *p) {
+    backend_cuda *C = calloc(1, sizeof *C);
     X->dev = C;
     if (!C) return -1;
     current();
@@ -229,8 +229,8 @@ static int cuda_ctx_init(kbe_ctx *X, const kbe_ctx_params *p) {
     return 0;
 }
 
-static void cuda_ctx_free(kbe_ctx *X) {
-    kbe_cuda *C = X->dev;
+static void cuda_ctx_free(backend_ctx *X) {
+    backend_cuda *C = X->dev;
     if (C) {
         dbuf *bufs[] = {&C->pos, &C->cell, &C->tables, &C->n_kv, &C->part,
                         &C->ids, &C->rows, &C->lg,     &C->amax, &C->freqs};
@@ -243,34 +243,34 @@ static void cuda_ctx_free(kbe_ctx *X) {
     X->dev = NULL;
 }
 
-static void *cuda_alloc(kbe_ctx *X, size_t bytes) {
+static void *cuda_alloc(backend_ctx *X, size_t bytes) {
     (void)X;
     return dev_alloc(bytes);
 }
 
-static void cuda_free(kbe_ctx *X, void *p) {
+static void cuda_free(backend_ctx *X, void *p) {
     (void)X;
     dev_free(p);
 }
 
-static int cuda_reserve(kbe_ctx *X, int64_t max_cols, int max_rows) {
+static int cuda_reserve(backend_ctx *X, int64_t max_cols, int max_rows) {
     (void)X;
     (void)max_cols;
     (void)max_rows;
     return 0; /* the products need no scratch */
 }
 
-static void cuda_upload(kbe_ctx *X, void *dst, const void *src, size_t bytes) {
+static void cuda_upload(backend_ctx *X, void *dst, const void *src, size_t bytes) {
     (void)X;
     if (bytes) check(g.cu->htod(dp(dst), src, bytes), "cuMemcpyHtoD");
 }
 
-static void cuda_download(kbe_ctx *X, void *dst, const void *src, size_t bytes) {
+static void cuda_download(backend_ctx *X, void *dst, const void *src, size_t bytes) {
     (void)X;
     if (bytes) check(g.cu->dtoh(dst, dp(src), bytes), "cuMemcpyDtoH");
 }
 
-static void host_room(kbe_cuda *C, size_t n) {
+static void host_room(backend_cuda *C, size_t n) {
     if (n <= C->h_cap) return;
     C->h_cap = n * 2;
     C->h_cell = realloc(C->h_cell, C->h_cap * sizeof(int32_t));
@@ -283,8 +283,8 @@ static void host_room(kbe_cuda *C, size_t n) {
 
 /* The step: its positions and (with a KV cache) each token's cell go up
  * now; the block tables when the first attention of the step needs them. */
-static void cuda_step(kbe_ctx *X, const kbe_step *s) {
-    kbe_cuda *C = cu_of(X);
+static void cuda_step(backend_ctx *X, const backend_step *s) {
+    backend_cuda *C = cu_of(X);
     current();
     X->step = *s;
     C->tables_ok = 0;
@@ -294,7 +294,7 @@ static void cuda_step(kbe_ctx *X, const kbe_step *s) {
     host_room(C, (size_t)s->n);
     for (int i = 0; i < s->n; i++) {
         const int32_t p = s->pos[i];
-        C->h_cell[i] = X->kv.blocks[s->seq[i]][p >> KBE_KV_BLOCK_SHIFT] * KBE_KV_BLOCK + (p & (KBE_KV_BLOCK - 1));
+        C->h_cell[i] = X->kv.blocks[s->seq[i]][p >> BACKEND_KV_BLOCK_SHIFT] * BACKEND_KV_BLOCK + (p & (BACKEND_KV_BLOCK - 1));
     }
     put(&C->cell, C->h_cell, (size_t)s->n * sizeof(int32_t));
 }
@@ -335,7 +335,7 @@ static void need_type(int type, char *buf, size_t cap, const char *prefix) {
     if (!typed(prefix, type, buf, cap)) unsupported(quant_get(type)->name);
 }
 
-static void cuda_get_rows(kbe_ctx *X, const kern_mat *w, const int32_t *ids, int n, float *out) {
+static void cuda_get_rows(backend_ctx *X, const kern_mat *w, const int32_t *ids, int n, float *out) {
     if (n <= 0) return;
     char name[48];
     need_type(w->type, name, sizeof name, "kcu_get_rows");
@@ -354,7 +354,7 @@ static void rmsnorm_rows(const float *x, int64_t x_stride, const float *w, float
     launch("kcu_rmsnorm", (unsigned)rows, 1, 1, 256, args);
 }
 
-static void cuda_rmsnorm(kbe_ctx *X, float *out, const float *x, const float *w, int n, int dim, float eps) {
+static void cuda_rmsnorm(backend_ctx *X, float *out, const float *x, const float *w, int n, int dim, float eps) {
     (void)X;
     rmsnorm_rows(x, dim, w, out, dim, n, dim, eps);
 }
@@ -370,18 +370,18 @@ static void add_n(float *y, const float *x, int64_t n) {
     launch("kcu_add", flat_grid(n), 1, 1, 256, args);
 }
 
-static void cuda_add(kbe_ctx *X, float *y, const float *x, int n, int dim) {
+static void cuda_add(backend_ctx *X, float *y, const float *x, int n, int dim) {
     (void)X;
     add_n(y, x, (int64_t)n * dim);
 }
 
-static void cuda_add_rmsnorm(kbe_ctx *X, float *y, const float *x, float *out, const float *w, int n, int dim,
+static void cuda_add_rmsnorm(backend_ctx *X, float *y, const float *x, float *out, const float *w, int n, int dim,
                              float eps) {
     cuda_add(X, y, x, n, dim);
     cuda_rmsnorm(X, out, y, w, n, dim, eps);
 }
 
-static void cuda_swiglu(kbe_ctx *X, float *gate, const float *u, int n, int dim) {
+static void cuda_swiglu(backend_ctx *X, float *gate, const float *u, int n, int dim) {
     (void)X;
     int64_t len = (int64_t)n * dim;
     if (len <= 0) return;
@@ -389,7 +389,7 @@ static void cuda_swiglu(kbe_ctx *X, float *gate, const float *u, int n, int dim)
     launch("kcu_swiglu", flat_grid(len), 1, 1, 256, args);
 }
 
-static void cuda_gelu(kbe_ctx *X, float *x, int n, int dim) {
+static void cuda_gelu(backend_ctx *X, float *x, int n, int dim) {
     (void)X;
     int64_t len = (int64_t)n * dim;
     if (len <= 0) return;
@@ -401,7 +401,7 @@ static void cuda_gelu(kbe_ctx *X, float *x, int n, int dim) {
 
 /* y [n][ldy] = x [n][ncols] times w's rows: matvec for up to
  * KCU_MV_MAXV tokens a launch, the tensor-core GEMM beyond */
-static void cuda_matmul(kbe_ctx *X, const kern_mat *w, const float *x, int n, float *y, int64_t ldy) {
+static void cuda_matmul(backend_ctx *X, const kern_mat *w, const float *x, int n, float *y, int64_t ldy) {
     (void)X;
     if (n <= 0 || w->nrows <= 0) return;
     char name[48];
@@ -419,11 +419,11 @@ static void cuda_matmul(kbe_ctx *X, const kern_mat *w, const float *x, int n, fl
     launch(name, ceil_div(rows, KCU_GM_BN), ceil_div(n, KCU_GM_BM), 1, KCU_GM_THREADS, args);
 }
 
-static void cuda_matmul_multi(kbe_ctx *X, const kern_mm_out *outs, int n_out, const float *x, int n) {
+static void cuda_matmul_multi(backend_ctx *X, const kern_mm_out *outs, int n_out, const float *x, int n) {
     for (int i = 0; i < n_out; i++) cuda_matmul(X, outs[i].w, x, n, outs[i].y, outs[i].ldy);
 }
 
-static void cuda_matmul_ranges(kbe_ctx *X, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
+static void cuda_matmul_ranges(backend_ctx *X, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
                                const float *x, int n) {
     (void)n;
     for (int i = 0; i < n_out; i++)
@@ -435,18 +435,18 @@ static void cuda_matmul_ranges(kbe_ctx *X, const kern_mm_out *outs, const int32_
 /* Layer `layer`'s K rows: cell c at k + c * stride, V rows v_off after
  * each (cuda.h's layout), in elements of the cache's type: F16 values, or
  * bytes of Q8_0 blocks (*q8 set). */
-static void *kv_base(const kbe_ctx *X, int layer, int64_t *stride, int64_t *v_off, int *q8) {
-    const kbe_kv *kv = &X->kv;
+static void *kv_base(const backend_ctx *X, int layer, int64_t *stride, int64_t *v_off, int *q8) {
+    const backend_kv *kv = &X->kv;
     if (kv->type != KILN_KV_F16 && kv->type != KILN_KV_Q8_0) unsupported("an F32 KV cache");
     if (kv->v_in_k) unsupported("V stored in K");
     *q8 = kv->type == KILN_KV_Q8_0;
     const size_t esz = *q8 ? 1 : sizeof(uint16_t);
-    *stride = (int64_t)(kv->block_bytes / KBE_KV_BLOCK / esz);
+    *stride = (int64_t)(kv->block_bytes / BACKEND_KV_BLOCK / esz);
     *v_off = (int64_t)((size_t)kv->l_hkv[layer] * kv->l_hrow[layer] / esz);
-    return (uint8_t *)kv->mem + kv->l_off[layer] / KBE_KV_BLOCK;
+    return (uint8_t *)kv->mem + kv->l_off[layer] / BACKEND_KV_BLOCK;
 }
 
-static void store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
+static void store(backend_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
     if (n <= 0) return;
     int64_t stride, v_off;
     int q8;
@@ -462,7 +462,7 @@ static void store(kbe_ctx *X, int layer, int i0, int n, const float *k, const fl
     launch(name, (unsigned)n, 1, 1, 64, va);
 }
 
-static void cuda_kv_store(kbe_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
+static void cuda_kv_store(backend_ctx *X, int layer, int i0, int n, const float *k, const float *v) {
     store(X, layer, i0, n, k, v);
 }
 
@@ -471,12 +471,12 @@ static void head_norm(float *x, const float *w, int n, int heads, int hd, float 
     rmsnorm_rows(x, hd, w, x, hd, n * heads, hd, eps);
 }
 
-static void rope(kbe_ctx *X, float *x, int n, int heads, int hd, const kern_rope *r) {
-    kbe_cuda *C = cu_of(X);
+static void rope(backend_ctx *X, float *x, int n, int heads, int hd, const kern_rope *r) {
+    backend_cuda *C = cu_of(X);
     if (C->rope != r) {
         float freqs[KCU_ATT_MAXD];
         if (r->n_rot / 2 > KCU_ATT_MAXD) unsupported("RoPE over more than 512 dimensions");
-        kbe_cuda_rope_freqs(r, freqs, &C->mscale);
+        backend_cuda_rope_freqs(r, freqs, &C->mscale);
         put(&C->freqs, freqs, (size_t)(r->n_rot / 2) * sizeof(float));
         C->rope = r;
     }
@@ -489,7 +489,7 @@ static void rope(kbe_ctx *X, float *x, int n, int heads, int hd, const kern_rope
     launch("kcu_rope", (unsigned)n, (unsigned)heads, 1, 64, args);
 }
 
-static void cuda_qk_store(kbe_ctx *X, const kbe_qk *a, int n) {
+static void cuda_qk_store(backend_ctx *X, const backend_qk *a, int n) {
     if (n <= 0) return;
     if (a->q && a->temp != 0.0f) unsupported("query temperature");
     const int hd = a->hd;
@@ -511,13 +511,13 @@ static void cuda_qk_store(kbe_ctx *X, const kbe_qk *a, int n) {
 
 /* Each token of the step as its own query of the split-K decode kernel:
  * its sequence's block table and the positions it sees. */
-static void upload_tables(kbe_ctx *X) {
-    kbe_cuda *C = cu_of(X);
-    const kbe_step *s = &X->step;
+static void upload_tables(backend_ctx *X) {
+    backend_cuda *C = cu_of(X);
+    const backend_step *s = &X->step;
     int max_nkv = 1;
     for (int i = 0; i < s->n; i++)
         if (s->pos[i] + 1 > max_nkv) max_nkv = s->pos[i] + 1;
-    const int stride = (max_nkv + KBE_KV_BLOCK - 1) / KBE_KV_BLOCK;
+    const int stride = (max_nkv + BACKEND_KV_BLOCK - 1) / BACKEND_KV_BLOCK;
     const size_t cells = (size_t)s->n * stride;
     if (cells > C->h_tab_cap) {
         C->h_tab_cap = cells * 2;
@@ -529,7 +529,7 @@ static void upload_tables(kbe_ctx *X) {
     }
     host_room(C, (size_t)s->n);
     for (int i = 0; i < s->n; i++) {
-        const int nb = (s->pos[i] + KBE_KV_BLOCK) / KBE_KV_BLOCK; /* blocks holding 0..pos */
+        const int nb = (s->pos[i] + BACKEND_KV_BLOCK) / BACKEND_KV_BLOCK; /* blocks holding 0..pos */
         memcpy(C->h_tab + (size_t)i * stride, X->kv.blocks[s->seq[i]], (size_t)nb * sizeof(int32_t));
         for (int b = nb; b < stride; b++) C->h_tab[(size_t)i * stride + b] = 0;
         C->h_nkv[i] = s->pos[i] + 1;
@@ -544,9 +544,9 @@ static void upload_tables(kbe_ctx *X) {
 /* positions per split of the decode kernel */
 #define CUDA_SPLIT_LEN 256
 
-static void cuda_attn(kbe_ctx *X, int layer, const float *q, float *out, int n, const kbe_attn_opts *o) {
+static void cuda_attn(backend_ctx *X, int layer, const float *q, float *out, int n, const backend_attn_opts *o) {
     if (n <= 0) return;
-    kbe_cuda *C = cu_of(X);
+    backend_cuda *C = cu_of(X);
     if (!C->tables_ok) upload_tables(X);
     int64_t cell_stride, v_off;
     int q8;
@@ -594,7 +594,7 @@ typedef struct cuda_moe_ws {
     int32_t *e_count, *e_off;        /* host: [n_expert] */
 } cuda_moe_ws;
 
-static void cuda_moe_ws_free(kbe_ctx *X, void *ws) {
+static void cuda_moe_ws_free(backend_ctx *X, void *ws) {
     (void)X;
     cuda_moe_ws *w = ws;
     if (!w) return;
@@ -606,7 +606,7 @@ static void cuda_moe_ws_free(kbe_ctx *X, void *ws) {
     free(w);
 }
 
-static void *cuda_moe_ws_new(kbe_ctx *X, const kbe_moe_hp *h, int n_embd, int n_batch) {
+static void *cuda_moe_ws_new(backend_ctx *X, const backend_moe_hp *h, int n_embd, int n_batch) {
     cuda_moe_ws *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     current();
@@ -664,17 +664,17 @@ static void add_expert_bias(const cuda_moe_ws *w, const float *bias, float *rows
         if (w->e_count[e]) add_rows(rows + (size_t)w->e_off[e] * width, bias + (size_t)e * width, w->e_count[e], width);
 }
 
-/* kbe_cpu_moe_ffn's steps on the device: the router and the shared
+/* backend_cpu_moe_ffn's steps on the device: the router and the shared
  * expert's products, the routing (kcu_moe_route), whose ids come back to
  * the host to group the rows by expert, each used expert's products over
  * its group (matvec or GEMM), and the weighted sum per token. */
-static void cuda_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L, void *ws, float *xn, float *y,
+static void cuda_moe_ffn(backend_ctx *X, const backend_moe_hp *h, const backend_moe_layer *L, void *ws, float *xn, float *y,
                          int n_embd, int n) {
     cuda_moe_ws *w = ws;
     if (n <= 0) return;
     const int E = n_embd, NE = h->n_expert, KU = h->n_used, Fe = h->F_exp, Fs = h->F_sh;
     const int shared = L->s_up.data != NULL, gated = shared && L->s_gate_inp;
-    const int relu2 = h->act == KBE_MOE_RELU2;
+    const int relu2 = h->act == BACKEND_MOE_RELU2;
     cuda_matmul(X, &L->router, xn, n, w->router, NE);
     if (L->router_b) add_rows(w->router, L->router_b, n, NE);
     if (shared) {
@@ -686,7 +686,7 @@ static void cuda_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L
         }
     }
     /* route */
-    int mode = h->gating == KBE_MOE_TOPK_SOFTMAX ? 1 : h->sigmoid || L->sel_bias || h->n_group > 1 ? 2 : 0;
+    int mode = h->gating == BACKEND_MOE_TOPK_SOFTMAX ? 1 : h->sigmoid || L->sel_bias || h->n_group > 1 ? 2 : 0;
     int norm = h->w_norm, sig = h->sigmoid, n_group = h->n_group, n_group_used = h->n_group_used, nn = n, ne = NE,
         ku = KU;
     float scale = h->w_scale;
@@ -736,7 +736,7 @@ static void cuda_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L
     if (L->b_up) add_expert_bias(w, L->b_up, relu2 ? w->mg : w->mu, Fe, NE);
     if (relu2)
         relu_sq(w->mg, (int64_t)rows * Fe);
-    else if (h->act == KBE_MOE_SWIGLU_OAI)
+    else if (h->act == BACKEND_MOE_SWIGLU_OAI)
         swiglu_oai(w->mg, w->mu, (int64_t)rows * Fe);
     else
         cuda_swiglu(X, w->mg, w->mu, rows, Fe);
@@ -762,7 +762,7 @@ static void cuda_moe_ffn(kbe_ctx *X, const kbe_moe_hp *h, const kbe_moe_layer *L
 
 /* ------------------------------------------------------ the rest of a step */
 
-static void cuda_attn_gate(kbe_ctx *X, float *att, const float *qg, int n, int n_head, int hd) {
+static void cuda_attn_gate(backend_ctx *X, float *att, const float *qg, int n, int n_head, int hd) {
     (void)X;
     const int64_t len = (int64_t)n * n_head * hd;
     if (len <= 0) return;
@@ -770,18 +770,18 @@ static void cuda_attn_gate(kbe_ctx *X, float *att, const float *qg, int n, int n
     launch("kcu_attn_gate", flat_grid(len), 1, 1, 256, args);
 }
 
-static void cuda_scatter_rows(kbe_ctx *X, float *dst, const float *src, const int32_t *idx, int n, int dim) {
+static void cuda_scatter_rows(backend_ctx *X, float *dst, const float *src, const int32_t *idx, int n, int dim) {
     (void)X;
     for (int i = 0; i < n; i++)
         cuda_copy(dst + (size_t)idx[i] * dim, src + (size_t)i * dim, (size_t)dim * sizeof(float));
 }
 
-static void cuda_zero(kbe_ctx *X, void *dst, size_t bytes) {
+static void cuda_zero(backend_ctx *X, void *dst, size_t bytes) {
     (void)X;
     cuda_zero_mem(dst, bytes);
 }
 
-static void cuda_copy_ctx(kbe_ctx *X, void *dst, const void *src, size_t bytes) {
+static void cuda_copy_ctx(backend_ctx *X, void *dst, const void *src, size_t bytes) {
     (void)X;
     cuda_copy(dst, src, bytes);
 }
@@ -790,22 +790,22 @@ static void cuda_copy_ctx(kbe_ctx *X, void *dst, const void *src, size_t bytes) 
 
 /* The delta rule needs no scratch (kcu_gdn_rec keeps the state rows in
  * registers); its key heads must fit a warp's registers. */
-static int cuda_gdn_reserve(kbe_ctx *X, int Dk, int Dv) {
+static int cuda_gdn_reserve(backend_ctx *X, int Dk, int Dv) {
     (void)X;
     (void)Dv;
     if (Dk > KCU_GDN_MAXD) unsupported("a Gated DeltaNet key head over 256");
     return 0;
 }
 
-static float *gdn_live(const kbe_gdn *a, int seq) { return a->state + (size_t)seq * a->slot_floats; }
+static float *gdn_live(const backend_gdn *a, int seq) { return a->state + (size_t)seq * a->slot_floats; }
 
 /* where capture k of run r ends, as a row of the step (cpu_gdn.c's) */
-static int gdn_cap_end(const kbe_gdn *a, int r, int k) {
+static int gdn_cap_end(const backend_gdn *a, int r, int k) {
     const int r0 = a->run[r];
-    return k < a->cap_n[r] ? r0 + (a->cap_pos[(size_t)r * KBE_GDN_MAX_CAP + k] - a->pos[r0]) : a->run[r + 1];
+    return k < a->cap_n[r] ? r0 + (a->cap_pos[(size_t)r * BACKEND_GDN_MAX_CAP + k] - a->pos[r0]) : a->run[r + 1];
 }
 
-static void gdn_conv(const kbe_gdn *a, const float *x, int64_t ldx, float *state, float *y, int n) {
+static void gdn_conv(const backend_gdn *a, const float *x, int64_t ldx, float *state, float *y, int n) {
     if (n <= 0) return;
     int C = a->conv_dim, K = a->K;
     const float *w = a->conv_w;
@@ -813,7 +813,7 @@ static void gdn_conv(const kbe_gdn *a, const float *x, int64_t ldx, float *state
     launch("kcu_conv_silu", ceil_div(C, 128), 1, 1, 128, args);
 }
 
-static void gdn_l2norm(const kbe_gdn *a, float *cv, int n) {
+static void gdn_l2norm(const backend_gdn *a, float *cv, int n) {
     if (n <= 0) return;
     int64_t stride = a->conv_dim;
     int dk = a->Dk;
@@ -824,7 +824,7 @@ static void gdn_l2norm(const kbe_gdn *a, float *cv, int n) {
 
 /* the delta rule over n tokens whose q/k/v rows start at cv (rows conv_dim
  * apart), gates at decay (log decays) / beta (rows ld_gb apart), into o (NULL: dropped) */
-static void gdn_delta(const kbe_gdn *a, const float *cv, const float *decay, const float *beta, int64_t ld_gb,
+static void gdn_delta(const backend_gdn *a, const float *cv, const float *decay, const float *beta, int64_t ld_gb,
                       float *state, float *o, int n) {
     if (n <= 0) return;
     const float *v = cv + (size_t)2 * a->Hk * a->Dk;
@@ -836,9 +836,9 @@ static void gdn_delta(const kbe_gdn *a, const float *cv, const float *decay, con
     launch("kcu_gdn_rec", ceil_div(dv, KCU_GDN_WARPS), (unsigned)Hv, 1, 32 * KCU_GDN_WARPS, args);
 }
 
-/* kbe_cpu_gdn's steps, each over the whole step or per run and capture
+/* backend_cpu_gdn's steps, each over the whole step or per run and capture
  * segment; the state captures and rollback rows are copies on the device. */
-static void cuda_gdn(kbe_ctx *X, const kbe_gdn *a, int n) {
+static void cuda_gdn(backend_ctx *X, const backend_gdn *a, int n) {
     (void)X;
     if (n <= 0) return;
     if (a->K > KCU_CONV_MAXK) unsupported("a convolution of more than 16 taps");
@@ -871,7 +871,7 @@ static void cuda_gdn(kbe_ctx *X, const kbe_gdn *a, int n) {
                 t = end;
             }
             if (k < a->cap_n[r])
-                cuda_copy(a->cap_dst[(size_t)r * KBE_GDN_MAX_CAP + k] + a->conv_off, state, conv_bytes);
+                cuda_copy(a->cap_dst[(size_t)r * BACKEND_GDN_MAX_CAP + k] + a->conv_off, state, conv_bytes);
         }
     }
     gdn_l2norm(a, a->cv, n);
@@ -886,7 +886,7 @@ static void cuda_gdn(kbe_ctx *X, const kbe_gdn *a, int n) {
                           a->o + (size_t)t * Hv * a->Dv, end - t);
                 t = end;
             }
-            if (k < a->cap_n[r]) cuda_copy(a->cap_dst[(size_t)r * KBE_GDN_MAX_CAP + k] + delta_off, S, delta_bytes);
+            if (k < a->cap_n[r]) cuda_copy(a->cap_dst[(size_t)r * BACKEND_GDN_MAX_CAP + k] + delta_off, S, delta_bytes);
         }
     }
     float *o = a->o;
@@ -897,7 +897,7 @@ static void cuda_gdn(kbe_ctx *X, const kbe_gdn *a, int n) {
     launch("kcu_rmsnorm_gated", (unsigned)(n * Hv), 1, 1, 64, args);
 }
 
-static void cuda_gdn_replay(kbe_ctx *X, const kbe_gdn *a, int seq, int n) {
+static void cuda_gdn_replay(backend_ctx *X, const backend_gdn *a, int seq, int n) {
     (void)X;
     if (n <= 0) return;
     const int64_t row = (int64_t)a->conv_dim + 2 * (int64_t)a->Hv;
@@ -910,8 +910,8 @@ static void cuda_gdn_replay(kbe_ctx *X, const kbe_gdn *a, int seq, int n) {
 
 /* ------------------------------------------------------------------ output */
 
-static void cuda_output(kbe_ctx *X, const kbe_out *o) {
-    kbe_cuda *C = cu_of(X);
+static void cuda_output(backend_ctx *X, const backend_out *o) {
+    backend_cuda *C = cu_of(X);
     const int E = o->n_embd;
     if (o->n_out <= 0) return;
     float *rows = grow(&C->rows, (size_t)o->n_out * E * sizeof(float));
@@ -925,7 +925,7 @@ static void cuda_output(kbe_ctx *X, const kbe_out *o) {
     cuda_download(X, o->logits, lg, (size_t)o->n_out * o->n_vocab * sizeof(float));
 }
 
-static void cuda_argmax(kbe_ctx *X, const float *x, int n, int dim, int32_t *out) {
+static void cuda_argmax(backend_ctx *X, const float *x, int n, int dim, int32_t *out) {
     if (n <= 0) return;
     int32_t *d = grow(&cu_of(X)->amax, (size_t)n * sizeof(int32_t));
     int64_t stride = dim;
@@ -934,7 +934,7 @@ static void cuda_argmax(kbe_ctx *X, const float *x, int n, int dim, int32_t *out
     cuda_download(X, out, d, (size_t)n * sizeof(int32_t));
 }
 
-static const kbe_ops k_cuda_ops = {
+static const backend_ops k_cuda_ops = {
     .alloc = cuda_alloc,
     .free = cuda_free,
     .reserve = cuda_reserve,
@@ -967,9 +967,9 @@ static const kbe_ops k_cuda_ops = {
     .argmax = cuda_argmax,
 };
 
-static const kbe_backend k_cuda_backend = {
+static const backend_backend k_cuda_backend = {
     .name = "cuda",
-    .kind = KBE_CUDA,
+    .kind = BACKEND_CUDA,
     .ops = &k_cuda_ops,
     .prepare = cuda_prepare,
     .release = cuda_release,
@@ -981,16 +981,16 @@ static const kbe_backend k_cuda_backend = {
     .ctx_free = cuda_ctx_free,
 };
 
-const kbe_backend *kbe_cuda_get(char *why, size_t cap) {
+const backend_backend *backend_cuda_get(char *why, size_t cap) {
     pthread_once(&g_once, load);
     if (!g.cu && why) snprintf(why, cap, "%s", g.why);
     return g.cu ? &k_cuda_backend : NULL;
 }
 
-int kbe_cuda_weight_type(int type) { return cuda_has_type(type); }
+int backend_cuda_weight_type(int type) { return cuda_has_type(type); }
 
-int kbe_cuda_mem(size_t *free_bytes, size_t *total_bytes, char *name, size_t cap) {
-    if (!kbe_cuda_get(NULL, 0)) return -1;
+int backend_cuda_mem(size_t *free_bytes, size_t *total_bytes, char *name, size_t cap) {
+    if (!backend_cuda_get(NULL, 0)) return -1;
     current();
     if (g.cu->mem_info(free_bytes, total_bytes) != 0) return -1;
     int dev = 0;

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static kcd_api api;
-static const kcd_api *loaded;
+static backend_cuda_api api;
+static const backend_cuda_api *loaded;
 static char load_why[256];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -56,7 +56,7 @@ static void load(void) {
         }
     }
     int n = 0;
-    kcd_result r = api.init(0);
+    backend_cuda_result r = api.init(0);
     if (r == 0) r = api.device_count(&n);
     if (r != 0 || n < 1) {
         snprintf(load_why, sizeof load_why, "the CUDA driver finds no GPU (cuInit: error %d)", r);
@@ -66,13 +66,13 @@ static void load(void) {
     loaded = &api;
 }
 
-const kcd_api *kcd_load(char *why, size_t cap) {
+const backend_cuda_api *backend_cuda_load(char *why, size_t cap) {
     pthread_once(&once, load);
     if (!loaded && why) snprintf(why, cap, "%s", load_why);
     return loaded;
 }
 
-const char *kcd_error(kcd_result r, char *buf, size_t cap) {
+const char *backend_cuda_error(backend_cuda_result r, char *buf, size_t cap) {
     const char *s = NULL;
     if (loaded && loaded->error_string) loaded->error_string(r, &s);
     snprintf(buf, cap, "error %d (%s)", r, s ? s : "unknown");

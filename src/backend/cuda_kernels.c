@@ -2,17 +2,17 @@
 
 #include <math.h>
 
-#ifdef KBE_CUDA_FATBIN
+#ifdef BACKEND_CUDA_FATBIN
 /* generated into the build tree by src/backend/cuda/embed.cmake */
-extern const unsigned char kbe_cuda_fatbin_data[];
-extern const size_t kbe_cuda_fatbin_len;
+extern const unsigned char backend_cuda_fatbin_data[];
+extern const size_t backend_cuda_fatbin_len;
 
-const void *kbe_cuda_fatbin(size_t *size) {
-    *size = kbe_cuda_fatbin_len;
-    return kbe_cuda_fatbin_data;
+const void *backend_cuda_fatbin(size_t *size) {
+    *size = backend_cuda_fatbin_len;
+    return backend_cuda_fatbin_data;
 }
 #else
-const void *kbe_cuda_fatbin(size_t *size) {
+const void *backend_cuda_fatbin(size_t *size) {
     *size = 0;
     return NULL;
 }
@@ -24,7 +24,7 @@ static double yarn_dim(int n_rot, int n_ctx_orig, float n_turns, float base) {
     return n_rot * log((double)n_ctx_orig / (n_turns * 2.0 * M_PI)) / (2.0 * log((double)base));
 }
 
-void kbe_cuda_rope_freqs(const kern_rope *r, float *inv_freq, float *mscale) {
+void backend_cuda_rope_freqs(const kern_rope *r, float *inv_freq, float *mscale) {
     const int half = r->n_rot / 2;
     double lo = 0, hi = 0, ms = r->attn_factor;
     if (r->ext_factor != 0.0f) {

@@ -17,7 +17,7 @@
  * their extern "C" names.  Returns the bytes (static storage, 8-byte
  * aligned) and their count in *size; NULL and 0 when this build has no GPU
  * kernels. */
-const void *kbe_cuda_fatbin(size_t *size);
+const void *backend_cuda_fatbin(size_t *size);
 
 /* kcu_rope's table for r: the angle of pair i at position p is
  * p * inv_freq[i] (n_rot / 2 entries), with the frequency scale, the
@@ -25,6 +25,6 @@ const void *kbe_cuda_fatbin(size_t *size);
  * in the position), and *mscale the factor of cos and sin (attn_factor,
  * times YaRN's magnitude correction).  The same angles as kern_rope_table's,
  * up to rounding. */
-void kbe_cuda_rope_freqs(const kern_rope *r, float *inv_freq, float *mscale);
+void backend_cuda_rope_freqs(const kern_rope *r, float *inv_freq, float *mscale);
 
 #endif

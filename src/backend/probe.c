@@ -146,7 +146,7 @@ static void cuda_row(rows *r) {
                               (double)bytes / (1 << 30));
     }
     size_t fb;
-    const int kernels = kbe_cuda_fatbin(&fb) != NULL;
+    const int kernels = backend_cuda_fatbin(&fb) != NULL;
     row(r, "cuda", "gpu", KILN_AVAILABILITY_AVAILABLE, kernels, 0, "driver %d.%d, %d device%s: %s", v / 1000,
         v % 1000 / 10, n, n == 1 ? "" : "s", list);
 }
@@ -239,7 +239,7 @@ static void arm_rows(rows *r, const quant_cpu *p, int active, int top) {
     row(r, "cpu-sve", "cpu", !p->arm_known ? unk : avail(p->sve), 0, 0, "%s", p->sve ? "SVE" : "no SVE");
 }
 
-int kbe_cpu_rows_aarch64(const quant_cpu *p, int active, int top, kiln_backend_status *out, int cap) {
+int backend_cpu_rows_aarch64(const quant_cpu *p, int active, int top, kiln_backend_status *out, int cap) {
     rows r = {out, out ? cap : 0, 0};
     arm_rows(&r, p, active, top);
     return r.n;
@@ -255,7 +255,7 @@ static void this_cpu_rows(rows *r, const quant_cpu *p, int active, int top) {
 #endif
 }
 
-int kbe_cpu_rows(const quant_cpu *p, int active, int top, kiln_backend_status *out, int cap) {
+int backend_cpu_rows(const quant_cpu *p, int active, int top, kiln_backend_status *out, int cap) {
     rows r = {out, out ? cap : 0, 0};
     this_cpu_rows(&r, p, active, top);
     return r.n;

@@ -579,7 +579,7 @@ int cmd_bench(int argc, char **argv) {
     const int on_gpu = !strcmp(info.backend, "cuda");
     char gpu[96] = "";
     size_t gfree, gtotal;
-    if (on_gpu && kbe_cuda_mem(&gfree, &gtotal, gpu, sizeof gpu)) snprintf(gpu, sizeof gpu, "GPU");
+    if (on_gpu && backend_cuda_mem(&gfree, &gtotal, gpu, sizeof gpu)) snprintf(gpu, sizeof gpu, "GPU");
     char split[48] = ""; /* a model split between the GPU and the CPU */
     if (on_gpu && info.gpu_layers < info.n_layer)
         snprintf(split, sizeof split, ", %d/%d layers", info.gpu_layers, info.n_layer);

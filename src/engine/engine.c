@@ -388,7 +388,7 @@ kiln_status engine_create_with(const kiln_engine_family *fam, const engine_ops *
     if (!(fam->backends & (1u << backend)))
         return base_fail(KILN_ERR_UNSUPPORTED, "family '%s' does not run on this backend", fam->key);
     char why[256];
-    if (backend == KILN_ENGINE_BACKEND_CUDA && !kbe_cuda_get(why, sizeof why))
+    if (backend == KILN_ENGINE_BACKEND_CUDA && !backend_cuda_get(why, sizeof why))
         return base_fail(KILN_ERR_UNSUPPORTED, "no CUDA backend: %s", why);
     kiln_engine *e = calloc(1, sizeof *e);
     if (!e) return base_fail(KILN_ERR_NOMEM, "out of memory");

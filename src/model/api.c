@@ -104,12 +104,12 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
      * budget allows for n_seq_max sequences once the recurrent-state pool
      * (allocated whole, whatever the context) is taken out of it */
     uint64_t budget = p.mem_limit ? p.mem_limit : default_kv_budget();
-    if (m->be->kind == KBE_CUDA) {
+    if (m->be->kind == BACKEND_CUDA) {
         /* on the GPU: its free memory, less the activations' (and the
          * budget asked for, if smaller) */
         size_t free_b = 0, total_b = 0;
         const uint64_t act = model_cuda_act_bytes(m, p.n_batch, p.n_seq_max);
-        if (kbe_cuda_mem(&free_b, &total_b, NULL, 0) || free_b <= act)
+        if (backend_cuda_mem(&free_b, &total_b, NULL, 0) || free_b <= act)
             return base_fail(KILN_ERR_NOMEM, "no room for a KV cache in the GPU's %llu MiB free",
                            (unsigned long long)(free_b >> 20));
         if (!p.mem_limit || free_b - act < budget) budget = free_b - act;
@@ -170,19 +170,19 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         return st;
     }
     c->p.n_threads = thread_pool_size(c->pool);
-    kbe_kv kvv;
+    backend_kv kvv;
     model_kv_view(&c->kv, &kvv);
-    const kbe_ctx_params bp = {c->pool, shape.n_attn_layer ? hp->n_head : 0, n_ctx, &kvv};
-    if (kbe_ctx_init(&c->bx, m->be, &bp)) {
+    const backend_ctx_params bp = {c->pool, shape.n_attn_layer ? hp->n_head : 0, n_ctx, &kvv};
+    if (backend_ctx_init(&c->bx, m->be, &bp)) {
         kiln_context_free(c);
         return base_fail(KILN_ERR_NOMEM, "out of memory for the %s backend's state", m->be->name);
     }
     c->attn_base = c->kv.n_lo;
     if (m->be_lo) {
-        kbe_kv kvl;
+        backend_kv kvl;
         model_kv_view_part(&c->kv, 1, &kvl);
-        const kbe_ctx_params bpl = {c->pool, shape.n_attn_layer ? hp->n_head : 0, n_ctx, &kvl};
-        if (kbe_ctx_init(&c->bx_lo, m->be_lo, &bpl)) {
+        const backend_ctx_params bpl = {c->pool, shape.n_attn_layer ? hp->n_head : 0, n_ctx, &kvl};
+        if (backend_ctx_init(&c->bx_lo, m->be_lo, &bpl)) {
             kiln_context_free(c);
             return base_fail(KILN_ERR_NOMEM, "out of memory for the %s backend's state", m->be_lo->name);
         }
@@ -254,12 +254,12 @@ void kiln_context_free(kiln_context *c) {
         model_split_swap(c);
         c->m->arch->family->ctx_free(c);
         model_split_swap(c);
-        kbe_ctx_free(&c->bx_lo);
+        backend_ctx_free(&c->bx_lo);
     }
     if (c->mtp_h) c->bx.ops->free(&c->bx, c->mtp_h);
     if (c->mtp_chain) c->bx.ops->free(&c->bx, c->mtp_chain);
     if (c->mtp_lg_dev && c->mtp_lg_dev != c->mtp_logits) c->bx.ops->free(&c->bx, c->mtp_lg_dev);
-    kbe_ctx_free(&c->bx);
+    backend_ctx_free(&c->bx);
     model_rs_free(c->rs);
     model_kv_free(&c->kv);
     if (c->pool) thread_pool_free(c->pool);

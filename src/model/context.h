@@ -27,12 +27,12 @@ struct kiln_context {
     kiln_model *m;
     kiln_context_params p;
     thread_pool *pool;
-    kbe_ctx bx; /* the model's backend for this context: the families' ops */
+    backend_ctx bx; /* the model's backend for this context: the families' ops */
     /* A split model (kiln_model.be_lo): the host part's backend context and
      * activations.  A forward swaps them with bx and ws while it runs the
      * host part (model_split_*); at rest bx and ws are the GPU's.  attn_base:
      * the attention ordinal of the first layer of the part bx runs. */
-    kbe_ctx bx_lo;
+    backend_ctx bx_lo;
     void *ws_lo;
     int on_lo, attn_base;
     model_seq_shape shape;
@@ -40,7 +40,7 @@ struct kiln_context {
     struct model_rs *rs; /* recurrent state (state.h), NULL without */
     /* the batch as model_batch_begin resolved it */
     int32_t *b_pos, *b_seq; /* [n_batch] positions and sequences */
-    int32_t *b_see;         /* [n_batch] the last position each token sees (kbe_step.see) */
+    int32_t *b_see;         /* [n_batch] the last position each token sees (backend_step.see) */
     int b_bidi;             /* 1: some token of the batch sees past itself */
     const float *b_embd;    /* [n][n_embd_inp] rows of the batch's image tokens (kiln_batch_inputs), NULL */
     const int32_t *b_mpos;  /* [n][4] multimodal RoPE positions (kiln_batch_inputs), NULL */
@@ -56,7 +56,7 @@ struct kiln_context {
     int32_t logits_cap;
     float *out_rows;  /* [logits_cap][n_embd] normalized rows */
     void *mm_scratch; /* families that call the kernels themselves: their ctx_init
-                         sizes it (the backend's ops have their own, kbe_ops.reserve) */
+                         sizes it (the backend's ops have their own, backend_ops.reserve) */
     void *ws;         /* the family's activations */
     /* MTP (model/mtp.h), when the context keeps its cache */
     int mtp_ord;        /* attention-layer ordinal of the MTP block's cache, -1: none */

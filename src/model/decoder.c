@@ -118,7 +118,7 @@ void model_batch_commit(kiln_context *c, int n) {
 
 void model_batch_output(kiln_context *c, const float *x, int n, int n_out) {
     const kiln_model *m = c->m;
-    const kbe_out o = {
+    const backend_out o = {
         .x = x,
         .n = n,
         .n_out = n_out,
@@ -158,18 +158,18 @@ void model_attn_prepare(kiln_context *c, int n) {
         const int join = i > 0 && c->b_seq[i] == c->b_seq[i - 1] && c->b_pos[i] == c->b_pos[i - 1] + 1 &&
                          c->b_see[i] == c->b_pos[i] && c->b_see[i - 1] == c->b_pos[i - 1] &&
                          i - c->b_tile[t - 1] < MODEL_ATTN_TILE &&
-                         (kv->type == KILN_KV_Q8_0 || (kv->type == KILN_KV_F16 && kbe_attn_acc_f32(c->b_pos[i - 1])));
+                         (kv->type == KILN_KV_Q8_0 || (kv->type == KILN_KV_F16 && backend_attn_acc_f32(c->b_pos[i - 1])));
         if (!join) c->b_tile[c->n_tile++] = i;
     }
     c->b_tile[c->n_tile] = n;
-    const kbe_step st = {n,          c->b_seq,  c->b_pos,  c->rope_cs,
+    const backend_step st = {n,          c->b_seq,  c->b_pos,  c->rope_cs,
                          rope.n_rot, c->b_tile, c->n_tile, c->b_bidi ? c->b_see : NULL};
     c->bx.ops->step(&c->bx, &st);
     if (c->bx_lo.be) c->bx_lo.ops->step(&c->bx_lo, &st);
 }
 
 void model_split_swap(kiln_context *c) {
-    const kbe_ctx t = c->bx;
+    const backend_ctx t = c->bx;
     c->bx = c->bx_lo;
     c->bx_lo = t;
     void *w = c->ws;

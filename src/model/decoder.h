@@ -58,7 +58,7 @@ int model_split_enter(kiln_context *c);
  * tokens of one sequence at consecutive positions that read K and V once. */
 void model_attn_prepare(kiln_context *c, int n);
 /* Token i's keys and values (n_head_kv rows of hd floats each) into the
- * cache of attention layer ord, in the cache's type (kbe_ops.kv_store; v
+ * cache of attention layer ord, in the cache's type (backend_ops.kv_store; v
  * unread when the cache keeps V in K). */
 void model_attn_store(kiln_context *c, int ord, int i, const float *k, const float *v);
 /* Causal attention of every batch token over its sequence's cached
@@ -74,7 +74,7 @@ void model_attn_run(kiln_context *c, int ord, const float *q, float *out, int n)
  * scale (0: 1 / sqrt(head size)); sinks, [n_head] attention sinks (each
  * head's softmax gets one more logit, not scaled, that adds no value:
  * kern_attn_inv; NULL: none). */
-typedef kbe_attn_opts model_attn_opts;
+typedef backend_attn_opts model_attn_opts;
 /* model_attn_run with o's departures (o may be NULL). */
 void model_attn_run_opts(kiln_context *c, int ord, const float *q, float *out, int n, const model_attn_opts *o);
 

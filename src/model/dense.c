@@ -253,7 +253,7 @@ static void dense_ctx_free(kiln_context *c) {
 static int dense_ctx_init(kiln_context *c) {
     const model_hparams *hp = &c->m->hp;
     const dense_model *d = c->m->fam;
-    kbe_ctx *X = &c->bx;
+    backend_ctx *X = &c->bx;
     dense_ws *w = calloc(1, sizeof *w);
     c->ws = w;
     if (!w) return -1;
@@ -307,8 +307,8 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
     /* a split model: the embeddings and the first layers on the host part */
     const int l0 = model_split_enter(c);
     dense_ws *w = c->ws;
-    kbe_ctx *X = &c->bx;
-    const kbe_ops *o = X->ops;
+    backend_ctx *X = &c->bx;
+    const backend_ops *o = X->ops;
     const int Ei = hp->n_embd_inp;
     const int32_t *ids = b->token;
     if (c->b_embd) { /* image tokens: their rows as given (no scale), the first n_embd of n_embd_inp */
@@ -332,7 +332,7 @@ static kiln_status dense_forward(kiln_context *c, const kiln_batch *b, int n_out
         o->rmsnorm(X, w->xn, w->x, L->attn_norm, n, E, hp->eps);
         kern_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
         o->matmul_multi(X, qkv, 3, w->xn, n);
-        const kbe_qk qk = {
+        const backend_qk qk = {
             .q = w->q,
             .k = w->k,
             .v = w->v,

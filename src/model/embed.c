@@ -169,7 +169,7 @@ static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
     cp.n_threads = p.n_threads;
     /* vectors are compared at 1e-5: F32 keys and values, but on the GPU,
      * which keeps only F16 ones (its attention sums in F32) */
-    cp.kv_type = m->be->kind == KBE_CUDA ? KILN_KV_F16 : KILN_KV_F32;
+    cp.kv_type = m->be->kind == BACKEND_CUDA ? KILN_KV_F16 : KILN_KV_F32;
     cp.embeddings = 1;
     kiln_status st = kiln_context_new(m, &cp, &e->ctx);
     if (st != KILN_OK) return st;

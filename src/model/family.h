@@ -104,14 +104,14 @@ struct kiln_model {
     uint64_t n_params, n_bytes;
     uint64_t active_bytes; /* tensor bytes one token's decode reads (the family
                                may lower it from n_bytes: only used experts) */
-    const kbe_backend *be; /* the device it runs on */
-    void *packed_mem;      /* the weights the backend prepared (kbe_backend.prepare) */
+    const backend_backend *be; /* the device it runs on */
+    void *packed_mem;      /* the weights the backend prepared (backend_backend.prepare) */
     size_t packed_bytes;
     /* A model split between the GPU and the CPU (kiln_model_params.gpu_layers
      * below all): layers gpu_l0 and up run on be, the layers below it, the
      * token embeddings and the output head on be_lo (the CPU), which
      * prepared its share into lo_mem.  be_lo NULL: no split, all on be. */
-    const kbe_backend *be_lo;
+    const backend_backend *be_lo;
     int gpu_l0;
     void *lo_mem;
     size_t lo_bytes;
@@ -127,7 +127,7 @@ struct model_family {
     int n_archs;
     int encoder; /* 1: bidirectional encoder (kiln_embedder only) */
     /* 1: forward reads the rows of image tokens (negative ids) from
-     * c->b_embd and honours kbe_step.see; a projector loads with it */
+     * c->b_embd and honours backend_step.see; a projector loads with it */
     int image_input;
     /* 1: the family reads attention.value_length apart from key_length
      * (model.c otherwise requires them equal) */

@@ -174,7 +174,7 @@ static void gptoss_ctx_free(kiln_context *c) {
 static int gptoss_ctx_init(kiln_context *c) {
     const model_hparams *hp = &c->m->hp;
     const gptoss_model *d = c->m->fam;
-    kbe_ctx *X = &c->bx;
+    backend_ctx *X = &c->bx;
     gptoss_ws *w = calloc(1, sizeof *w);
     c->ws = w;
     if (!w) return -1;
@@ -204,8 +204,8 @@ static kiln_status gptoss_forward(kiln_context *c, const kiln_batch *b, int n_ou
     const model_hparams *hp = &m->hp;
     const gptoss_model *d = m->fam;
     gptoss_ws *w = c->ws;
-    kbe_ctx *X = &c->bx;
-    const kbe_ops *o = X->ops;
+    backend_ctx *X = &c->bx;
+    const backend_ops *o = X->ops;
     const int n = b->n, E = hp->n_embd, hd = hp->hd_k;
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
 
@@ -217,7 +217,7 @@ static kiln_status gptoss_forward(kiln_context *c, const kiln_batch *b, int n_ou
         o->rmsnorm(X, w->xn, w->x, L->attn_norm, n, E, hp->eps);
         kern_mm_out qkv[3] = {{&L->wq, w->q, nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
         o->matmul_multi(X, qkv, 3, w->xn, n);
-        const kbe_qk qk = {
+        const backend_qk qk = {
             .q = w->q,
             .k = w->k,
             .v = w->v,
@@ -232,7 +232,7 @@ static kiln_status gptoss_forward(kiln_context *c, const kiln_batch *b, int n_ou
             .layer = l,
         };
         o->qk_store(X, &qk, n);
-        const kbe_attn_opts ao = {.window = d->swa[l] ? d->n_swa : 0, .sinks = d->sinks[l]};
+        const backend_attn_opts ao = {.window = d->swa[l] ? d->n_swa : 0, .sinks = d->sinks[l]};
         o->attn(X, l, w->q, w->att, n, &ao);
         o->matmul(X, &L->wo, w->att, n, w->xn, E);
         for (int i = 0; i < n; i++) o->add(X, w->xn + (size_t)i * E, L->bo, 1, E); /* + bo, token by token */

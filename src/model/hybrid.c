@@ -399,7 +399,7 @@ typedef struct hyb_ws {
     float *mh;   /* [n][n_embd] final hidden states after the output (or head) norm */
 } hyb_ws;
 
-#define HYB_MAX_CAP KBE_GDN_MAX_CAP
+#define HYB_MAX_CAP BACKEND_GDN_MAX_CAP
 
 static void hyb_ctx_free(kiln_context *c) {
     hyb_ws *w = c->ws;
@@ -421,7 +421,7 @@ static int hyb_ctx_init(kiln_context *c) {
     const kiln_model *m = c->m;
     const model_hparams *hp = &m->hp;
     const hyb_model *h = m->fam;
-    kbe_ctx *X = &c->bx;
+    backend_ctx *X = &c->bx;
     hyb_ws *w = calloc(1, sizeof *w);
     c->ws = w;
     if (!w) return -1;
@@ -487,12 +487,12 @@ typedef struct hyb_job {
     int n;
 } hyb_job;
 
-/* The Gated DeltaNet core's operands for layer L (kbe_gdn). */
-static kbe_gdn gdn_args(kiln_context *c, const hyb_layer *L) {
+/* The Gated DeltaNet core's operands for layer L (backend_gdn). */
+static backend_gdn gdn_args(kiln_context *c, const hyb_layer *L) {
     const hyb_model *h = c->m->fam;
     hyb_ws *w = c->ws;
     const model_rs *rs = c->rs;
-    return (kbe_gdn){
+    return (backend_gdn){
         .Hk = h->Hk,
         .Hv = h->Hv,
         .Dk = h->Dk,
@@ -533,7 +533,7 @@ static kbe_gdn gdn_args(kiln_context *c, const hyb_layer *L) {
 
 static void recurrent_layer(hyb_job *j) {
     kiln_context *c = j->c;
-    kbe_ctx *X = &c->bx;
+    backend_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const hyb_model *h = c->m->fam;
     const hyb_layer *L = j->L;
@@ -548,14 +548,14 @@ static void recurrent_layer(hyb_job *j) {
                           {&L->walpha, w->ba + h->Hv, Hv2}};
         X->ops->matmul_multi(X, o, 4, w->xn, n);
     }
-    const kbe_gdn g = gdn_args(c, L);
+    const backend_gdn g = gdn_args(c, L);
     X->ops->gdn(X, &g, n);
     X->ops->matmul(X, &L->wout, w->o, n, w->y, c->m->hp.n_embd);
 }
 
 static void attention_layer(hyb_job *j) {
     kiln_context *c = j->c;
-    kbe_ctx *X = &c->bx;
+    backend_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const model_hparams *hp = &c->m->hp;
     const hyb_layer *L = j->L;
@@ -563,7 +563,7 @@ static void attention_layer(hyb_job *j) {
     const int64_t nq = (int64_t)hp->n_head * hp->hd_k, nkv = (int64_t)hp->n_head_kv * hp->hd_k;
     kern_mm_out o[3] = {{&L->wq, w->qg, 2 * nq}, {&L->wk, w->k, nkv}, {&L->wv, w->v, nkv}};
     X->ops->matmul_multi(X, o, 3, w->xn, n);
-    const kbe_qk qk = {
+    const backend_qk qk = {
         .q = w->q,
         .k = w->k,
         .v = w->v,
@@ -585,7 +585,7 @@ static void attention_layer(hyb_job *j) {
 
 static void dense_ffn(hyb_job *j) {
     kiln_context *c = j->c;
-    kbe_ctx *X = &c->bx;
+    backend_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const model_hparams *hp = &c->m->hp;
     const hyb_layer *L = j->L;
@@ -604,7 +604,7 @@ static void moe_ffn(hyb_job *j) {
 /* One layer: the mixer, then the FFN, each with its residual and norm. */
 static void run_layer(hyb_job *j) {
     kiln_context *c = j->c;
-    kbe_ctx *X = &c->bx;
+    backend_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const model_hparams *hp = &c->m->hp;
     const int n = j->n, E = hp->n_embd;
@@ -637,7 +637,7 @@ static const float *mtp_head_norm(const kiln_model *m, const hyb_mtp *t) {
 /* Row i's input pair into w->mcat: [rms(emb(tok)) * enorm | rms(hid) *
  * hnorm], hid NULL standing for a zero hidden state. */
 static void mtp_pair(kiln_context *c, const hyb_mtp *t, int i, int32_t tok, const float *hid) {
-    kbe_ctx *X = &c->bx;
+    backend_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const int E = c->m->hp.n_embd;
     float *cat = w->mcat + (size_t)i * 2 * E;
@@ -658,7 +658,7 @@ static void mtp_pair(kiln_context *c, const hyb_mtp *t, int i, int32_t tok, cons
  * (model_mtp_keep) for the next pass and for proposals. */
 static void mtp_fill(hyb_job *j, const kiln_batch *b) {
     kiln_context *c = j->c;
-    kbe_ctx *X = &c->bx;
+    backend_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const kiln_model *m = c->m;
     const model_hparams *hp = &m->hp;
@@ -683,7 +683,7 @@ static void mtp_fill(hyb_job *j, const kiln_batch *b) {
     const int64_t nkvd = (int64_t)nkv * hd;
     kern_mm_out o[2] = {{&L->wk, w->k, nkvd}, {&L->wv, w->v, nkvd}};
     X->ops->matmul_multi(X, o, 2, w->xn, n);
-    const kbe_qk qk = {
+    const backend_qk qk = {
         .k = w->k,
         .v = w->v,
         .k_norm = L->k_norm,
@@ -710,7 +710,7 @@ static kiln_status hyb_mtp_step(kiln_context *c, int n, const int32_t *seq, cons
     const kiln_model *m = c->m;
     const hyb_model *h = m->fam;
     const hyb_mtp *t = &h->mtp[0];
-    kbe_ctx *X = &c->bx;
+    backend_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const int E = m->hp.n_embd;
     for (int r = 0; r < n; r++) {
@@ -768,7 +768,7 @@ static void split_meta(kiln_context *c, hyb_ws *to, const hyb_ws *from, int n) {
 static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const kiln_model *m = c->m;
     const hyb_model *h = m->fam;
-    kbe_ctx *X = &c->bx;
+    backend_ctx *X = &c->bx;
     hyb_ws *w = c->ws;
     const int n = b->n, E = m->hp.n_embd;
     const int moved = model_batch_seq_runs(c, n, w->ord, w->tmp_i, w->run, &w->n_run);
@@ -846,7 +846,7 @@ static void hyb_replay(kiln_context *c, int seq, int32_t n) {
         const hyb_layer *L = &h->layers[l];
         if (l == l0) model_split_swap(c);
         if (!L->recurrent) continue;
-        const kbe_gdn g = gdn_args(c, L);
+        const backend_gdn g = gdn_args(c, L);
         c->bx.ops->gdn_replay(&c->bx, &g, seq, n);
     }
 }

@@ -1,4 +1,4 @@
-/* The paged KV cache.  One mapping of the backend (kbe_backend.map) holds
+/* The paged KV cache.  One mapping of the backend (backend_backend.map) holds
  * every block, so on the CPU memory is committed only as cells are written; blocks move between sequences
  * through a free list, and full blocks can be shared between sequences
  * through the prefix table (kv.h). */
@@ -37,17 +37,17 @@ uint64_t model_kv_bytes_range(const model_seq_shape *shape, int type, int l0, in
     return n;
 }
 
-kiln_status model_kv_init(model_kv *kv, const kbe_backend *be, const model_seq_shape *shape, int type, int n_seq, int n_ctx,
+kiln_status model_kv_init(model_kv *kv, const backend_backend *be, const model_seq_shape *shape, int type, int n_seq, int n_ctx,
                        int n_extra) {
     return model_kv_init_split(kv, be, NULL, 0, shape, type, n_seq, n_ctx, n_extra);
 }
 
-kiln_status model_kv_init_split(model_kv *kv, const kbe_backend *be, const kbe_backend *be_lo, int n_lo,
+kiln_status model_kv_init_split(model_kv *kv, const backend_backend *be, const backend_backend *be_lo, int n_lo,
                              const model_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra) {
     memset(kv, 0, sizeof *kv);
     if (!be_lo || n_lo < 0) n_lo = 0;
     if (n_lo > shape->n_attn_layer) n_lo = shape->n_attn_layer;
-    if (be->kind == KBE_CUDA && shape->n_attn_layer > n_lo && (type == KILN_KV_F32 || shape->v_in_k)) {
+    if (be->kind == BACKEND_CUDA && shape->n_attn_layer > n_lo && (type == KILN_KV_F32 || shape->v_in_k)) {
         return base_fail(KILN_ERR_NOMEM, "the CUDA backend keeps only an F16 or Q8_0 KV cache with separate K and V");
     }
     kv->be = be;
@@ -307,12 +307,12 @@ static void copy_cells(model_kv *kv, int32_t dst, int32_t src, int32_t n) {
         memcpy(kv->rbase + (size_t)dst * MODEL_KV_BLOCK, kv->rbase + (size_t)src * MODEL_KV_BLOCK,
                (size_t)n * sizeof(int32_t));
     }
-    const int cuda = kv->be->kind == KBE_CUDA;
+    const int cuda = kv->be->kind == BACKEND_CUDA;
     if (cuda && kv->block_bytes)
         kv->be->copy((uint8_t *)kv->mem + (size_t)dst * kv->block_bytes,
                      (uint8_t *)kv->mem + (size_t)src * kv->block_bytes, (size_t)n * (kv->block_bytes / MODEL_KV_BLOCK));
     for (int l = 0; l < (cuda ? kv->n_lo : kv->n_layer); l++) {
-        const kbe_backend *be = l < kv->n_lo ? kv->be_lo : kv->be;
+        const backend_backend *be = l < kv->n_lo ? kv->be_lo : kv->be;
         const size_t run = (size_t)MODEL_KV_BLOCK * kv->l_hrow[l], bytes = (size_t)n * kv->l_hrow[l];
         for (int h = 0; h < kv->l_hkv[l]; h++) {
             be->copy((uint8_t *)model_kv_kblock(kv, l, dst) + h * run, (uint8_t *)model_kv_kblock(kv, l, src) + h * run,
@@ -497,11 +497,11 @@ static size_t run_bytes(const model_kv *kv, int layer) {
 
 size_t model_kv_block_bytes(const model_kv *kv) { return kv->block_bytes; }
 
-void model_kv_view(const model_kv *kv, kbe_kv *out) { model_kv_view_part(kv, 0, out); }
+void model_kv_view(const model_kv *kv, backend_kv *out) { model_kv_view_part(kv, 0, out); }
 
-void model_kv_view_part(const model_kv *kv, int lo, kbe_kv *out) {
+void model_kv_view_part(const model_kv *kv, int lo, backend_kv *out) {
     const int l0 = lo ? 0 : kv->n_lo;
-    *out = (kbe_kv){
+    *out = (backend_kv){
         .type = kv->type,
         .v_in_k = kv->v_in_k,
         .n_head_kv = kv->n_head_kv,

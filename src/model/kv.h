@@ -26,16 +26,16 @@
 
 #include "model/family.h"
 
-#define MODEL_KV_BLOCK KBE_KV_BLOCK
-#define MODEL_KV_BLOCK_SHIFT KBE_KV_BLOCK_SHIFT
+#define MODEL_KV_BLOCK BACKEND_KV_BLOCK
+#define MODEL_KV_BLOCK_SHIFT BACKEND_KV_BLOCK_SHIFT
 /* F16 cache: a query that sees up to this many positions keeps llama.cpp's
  * F16-rounded accumulator; one that sees more accumulates in float
  * (backend/cpu_attn.c). */
-#define MODEL_ATTN_F16_ACC_MAX KBE_ATTN_F16_ACC_MAX
+#define MODEL_ATTN_F16_ACC_MAX BACKEND_ATTN_F16_ACC_MAX
 /* Tokens of one sequence at consecutive positions that one attention call
  * takes together (kern_attn_f16.nt) when they accumulate in float: they share
  * the conversion of every K and V row. */
-#define MODEL_ATTN_TILE KBE_ATTN_TILE
+#define MODEL_ATTN_TILE BACKEND_ATTN_TILE
 
 typedef struct model_seq {
     int32_t len; /* tokens held */
@@ -45,7 +45,7 @@ typedef struct model_seq {
 } model_seq;
 
 typedef struct model_kv {
-    const kbe_backend *be; /* owns mem */
+    const backend_backend *be; /* owns mem */
     int type;              /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
     int n_layer;           /* attention layers */
     int n_head_kv, hd;     /* the largest of the layers' */
@@ -57,7 +57,7 @@ typedef struct model_kv {
     /* A split model: attention layers below n_lo live in mem_lo (be_lo's,
      * blocks of block_lo bytes, their l_off within those), the rest in mem
      * (blocks of block_bytes); n_lo 0: every layer in mem. */
-    const kbe_backend *be_lo;
+    const backend_backend *be_lo;
     int n_lo;
     size_t block_lo, mem_lo_bytes;
     void *mem_lo;
@@ -65,13 +65,13 @@ typedef struct model_kv {
     int32_t n_blocks;
     int32_t n_free;
     int32_t *free_list; /* unreferenced, unregistered blocks */
-    void *mem;          /* the backend's memory for n_blocks blocks (kbe_backend.map) */
+    void *mem;          /* the backend's memory for n_blocks blocks (backend_backend.map) */
     size_t mem_bytes;
     size_t hrow; /* bytes of one head's row (hd elements) */
     int32_t n_seq;
     int32_t max_blocks_per_seq;
     model_seq *seqs;
-    int32_t **seq_blocks; /* [n_seq] seqs[s].blocks, for the backend (kbe_kv.blocks) */
+    int32_t **seq_blocks; /* [n_seq] seqs[s].blocks, for the backend (backend_kv.blocks) */
     /* per block */
     int32_t *ref;    /* sequences (and state snapshots) holding it */
     uint8_t *hashed; /* 1 when registered in the table */
@@ -95,17 +95,17 @@ typedef struct model_kv {
  * then only tracks lengths and prefix keys).  n_extra blocks beyond what
  * n_seq sequences of n_ctx tokens take: room for the blocks state
  * snapshots pin. */
-kiln_status model_kv_init(model_kv *kv, const kbe_backend *be, const model_seq_shape *shape, int type, int n_seq, int n_ctx,
+kiln_status model_kv_init(model_kv *kv, const backend_backend *be, const model_seq_shape *shape, int type, int n_seq, int n_ctx,
                        int n_extra);
 /* The same for a split model: attention layers below n_lo on be_lo. */
-kiln_status model_kv_init_split(model_kv *kv, const kbe_backend *be, const kbe_backend *be_lo, int n_lo,
+kiln_status model_kv_init_split(model_kv *kv, const backend_backend *be, const backend_backend *be_lo, int n_lo,
                              const model_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra);
 /* KV bytes per token of attention layers l0 .. l1 - 1. */
 uint64_t model_kv_bytes_range(const model_seq_shape *shape, int type, int l0, int l1);
 /* The cache as the backend's attention ops see it (lo: a split model's
  * host part, layers below n_lo; else the rest, renumbered from 0). */
-void model_kv_view(const model_kv *kv, kbe_kv *out);
-void model_kv_view_part(const model_kv *kv, int lo, kbe_kv *out);
+void model_kv_view(const model_kv *kv, backend_kv *out);
+void model_kv_view_part(const model_kv *kv, int lo, backend_kv *out);
 void model_kv_free(model_kv *kv);
 /* Makes sure seq can hold `len` tokens (evicting cached blocks if the free
  * list is empty); returns -1 when out of blocks. */

@@ -120,19 +120,19 @@ static void summarize(kiln_model *m) {
  * between them moved beside; on CUDA: everything uploaded, the token
  * embeddings too unless the model is split) into *mem.  -1 with err when
  * the backend has no kernel for a matrix's type. */
-static int prepare_part(kiln_model *m, const kbe_backend *be, int part, void **mem, size_t *bytes, char *err,
+static int prepare_part(kiln_model *m, const backend_backend *be, int part, void **mem, size_t *bytes, char *err,
                         size_t errlen) {
     model_weights wl;
     memset(&wl, 0, sizeof wl);
     wl.part = part;
     wl.l0 = m->gpu_l0;
-    const int cuda = be->kind == KBE_CUDA;
+    const int cuda = be->kind == BACKEND_CUDA;
     if (m->arch->family->weights) m->arch->family->weights(m, &wl);
     wl.layer1 = 0;
     if (cuda && part == 0) model_weights_mat(&wl, &m->tok_embd);
     int rc = 0;
     for (int i = 0; cuda && i < wl.n_mats && !rc; i++)
-        if (wl.mats[i]->data && !kbe_cuda_weight_type(wl.mats[i]->type)) {
+        if (wl.mats[i]->data && !backend_cuda_weight_type(wl.mats[i]->type)) {
             snprintf(err, errlen, "the CUDA backend has no kernels for %s weights", quant_get(wl.mats[i]->type)->name);
             rc = -1;
         }
@@ -216,7 +216,7 @@ static int cuda_fits(kiln_model *m, const kiln_context_params *cp, char *why, si
     }
     const uint64_t w = gpu_weight_bytes(m), act = model_cuda_act_bytes(m, p.n_batch, n_seq);
     size_t free_b = 0, total_b = 0;
-    if (kbe_cuda_mem(&free_b, &total_b, NULL, 0)) {
+    if (backend_cuda_mem(&free_b, &total_b, NULL, 0)) {
         snprintf(why, cap, "the GPU's free memory is unknown");
         return -1;
     }
@@ -249,7 +249,7 @@ static int split_refused(const kiln_model *m, char *why, size_t cap) {
  * all do).  A refusal by the CUDA backend (no kernels
  * for the model, too little memory) sets *refused with its reason in why
  * (cap bytes). */
-static kiln_status load_on(const char *path, const kiln_model_params *pp, const kbe_backend *be, int fit,
+static kiln_status load_on(const char *path, const kiln_model_params *pp, const backend_backend *be, int fit,
                            kiln_model **out, int *refused, char *why, size_t cap) {
     const kiln_model_params p = *pp;
     kiln_model *m = calloc(1, sizeof *m);
@@ -303,7 +303,7 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
     }
     summarize(m);
     if (p.prefetch) gguf_prefetch(m->gf);
-    if (be->kind == KBE_CUDA) {
+    if (be->kind == BACKEND_CUDA) {
         char what[64];
         const char *miss = cuda_missing(m, what, sizeof what);
         st = KILN_ERR_UNSUPPORTED;
@@ -321,7 +321,7 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
             ngl = 0;
             if (cuda_fits(m, p.ctx, L.err, sizeof L.err) && !split_refused(m, NULL, 0)) {
                 /* as many layers as fit, the most first */
-                m->be_lo = kbe_get(KBE_CPU);
+                m->be_lo = backend_get(BACKEND_CPU);
                 int n = nl;
                 for (; n > 0; n--) {
                     m->gpu_l0 = nl - n;
@@ -334,16 +334,16 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
         }
         if (ngl > 0) {
             if (split_refused(m, L.err, sizeof L.err)) goto fail;
-            m->be_lo = kbe_get(KBE_CPU);
+            m->be_lo = backend_get(BACKEND_CPU);
             m->gpu_l0 = nl - ngl;
         }
         if (cuda_fits(m, p.ctx, L.err, sizeof L.err)) goto fail;
         *refused = 0;
     }
-    if (p.repack || be->kind != KBE_CPU) {
+    if (p.repack || be->kind != BACKEND_CPU) {
         if (prepare(m, p.repack, L.err, sizeof L.err)) {
             st = KILN_ERR_UNSUPPORTED;
-            if (be->kind == KBE_CUDA) *refused = 1;
+            if (be->kind == BACKEND_CUDA) *refused = 1;
             goto fail;
         }
     }
@@ -387,7 +387,7 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
     if (want != KILN_ENGINE_BACKEND_AUTO && want != KILN_ENGINE_BACKEND_CPU && want != KILN_ENGINE_BACKEND_CUDA)
         return base_fail(KILN_ERR_INVALID_ARG, "unknown backend %d", p.backend);
     char why[512];
-    const kbe_backend *cuda = want == KILN_ENGINE_BACKEND_CPU ? NULL : kbe_cuda_get(why, sizeof why);
+    const backend_backend *cuda = want == KILN_ENGINE_BACKEND_CPU ? NULL : backend_cuda_get(why, sizeof why);
     if (want == KILN_ENGINE_BACKEND_CUDA && !cuda) return base_fail(KILN_ERR_UNSUPPORTED, "no CUDA backend: %s", why);
     if (cuda) {
         int refused = 0;
@@ -397,7 +397,7 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
         base_log(BASE_LOG_WARN, "running %s on the CPU, not the GPU: %s", path, why);
     }
     int refused = 0;
-    return load_on(path, &p, kbe_get(KBE_CPU), 0, out, &refused, why, sizeof why);
+    return load_on(path, &p, backend_get(BACKEND_CPU), 0, out, &refused, why, sizeof why);
 }
 
 void kiln_model_free(kiln_model *m) {
@@ -431,7 +431,7 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info) {
     memset(info, 0, sizeof *info);
     info->arch = m->arch_name;
     info->name = m->name;
-    const int cuda = m->be->kind == KBE_CUDA;
+    const int cuda = m->be->kind == BACKEND_CUDA;
     info->repacked_bytes = cuda ? m->lo_bytes : m->packed_bytes;
     info->backend = m->be->name;
     info->device_bytes = cuda ? m->packed_bytes : 0;

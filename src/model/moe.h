@@ -28,13 +28,13 @@
 /* How a token's expert weights come from the router's logits, and an
  * expert's activation between its gate/up and down products (backend.h). */
 enum model_moe_gating {
-    MODEL_MOE_SOFTMAX = KBE_MOE_SOFTMAX,           /* softmax over all, top k, renormalized to sum 1 */
-    MODEL_MOE_TOPK_SOFTMAX = KBE_MOE_TOPK_SOFTMAX, /* top k logits, softmax over just those k */
+    MODEL_MOE_SOFTMAX = BACKEND_MOE_SOFTMAX,           /* softmax over all, top k, renormalized to sum 1 */
+    MODEL_MOE_TOPK_SOFTMAX = BACKEND_MOE_TOPK_SOFTMAX, /* top k logits, softmax over just those k */
 };
 enum model_moe_act {
-    MODEL_MOE_SWIGLU = KBE_MOE_SWIGLU,         /* silu(g) * u */
-    MODEL_MOE_SWIGLU_OAI = KBE_MOE_SWIGLU_OAI, /* the clamped SwiGLU kern_swiglu_oai, alpha 1.702, limit 7 */
-    MODEL_MOE_RELU2 = KBE_MOE_RELU2,           /* relu(u)^2, no gate (ffn_up_exps alone; the shared expert too) */
+    MODEL_MOE_SWIGLU = BACKEND_MOE_SWIGLU,         /* silu(g) * u */
+    MODEL_MOE_SWIGLU_OAI = BACKEND_MOE_SWIGLU_OAI, /* the clamped SwiGLU kern_swiglu_oai, alpha 1.702, limit 7 */
+    MODEL_MOE_RELU2 = BACKEND_MOE_RELU2,           /* relu(u)^2, no gate (ffn_up_exps alone; the shared expert too) */
 };
 
 /* The experts' hyperparameters ({arch}.expert_* keys; gating and act are
@@ -42,8 +42,8 @@ enum model_moe_act {
  * one layer's MoE tensors: the router and per-expert views of the 3-D
  * expert tensors, the shared expert's data NULL when the layer has none
  * (backend.h). */
-typedef kbe_moe_hp model_moe_hp;
-typedef kbe_moe_layer model_moe_layer;
+typedef backend_moe_hp model_moe_hp;
+typedef backend_moe_layer model_moe_layer;
 
 /* The FFN's activations, the backend's memory. */
 typedef struct model_moe_ws {

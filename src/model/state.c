@@ -13,7 +13,7 @@ uint64_t model_rs_bytes(size_t slot_floats, size_t roll_floats, int n_seq, int n
            sizeof(float);
 }
 
-kiln_status model_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap,
+kiln_status model_rs_new(const backend_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap,
                       model_rs **out) {
     *out = NULL;
     model_rs *rs = calloc(1, sizeof *rs);
@@ -43,7 +43,7 @@ kiln_status model_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_
     return KILN_OK;
 }
 
-int model_rs_mirror(model_rs *rs, const kbe_backend *be_lo) {
+int model_rs_mirror(model_rs *rs, const backend_backend *be_lo) {
     rs->be_lo = be_lo;
     rs->mem_lo = be_lo->map(rs->mem_bytes);
     return rs->mem_lo ? 0 : -1;

@@ -51,7 +51,7 @@ typedef struct model_snap {
 } model_snap;
 
 struct model_rs {
-    const kbe_backend *be; /* owns mem */
+    const backend_backend *be; /* owns mem */
     size_t slot_floats;
     int n_seq, n_snap;
     float *mem; /* [n_seq + n_snap][slot_floats], then roll_state, roll_in: backend memory */
@@ -69,7 +69,7 @@ struct model_rs {
     /* A split model: a mirror of mem on the host part's backend, the same
      * layout, where its layers keep their states (every copy and zero of
      * the pool goes to both); NULL: none. */
-    const kbe_backend *be_lo;
+    const backend_backend *be_lo;
     float *mem_lo;
 };
 typedef struct model_rs model_rs;
@@ -78,11 +78,11 @@ typedef struct model_rs model_rs;
  * roll_floats floats of recorded inputs per sequence. */
 uint64_t model_rs_bytes(size_t slot_floats, size_t roll_floats, int n_seq, int n_snap);
 /* The pool in *out (NULL on a failure: KILN_ERR_NOMEM). */
-kiln_status model_rs_new(const kbe_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap,
+kiln_status model_rs_new(const backend_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap,
                       model_rs **out);
 void model_rs_free(model_rs *rs);
 /* Maps the pool's mirror on be_lo (-1 when out of memory). */
-int model_rs_mirror(model_rs *rs, const kbe_backend *be_lo);
+int model_rs_mirror(model_rs *rs, const backend_backend *be_lo);
 /* Where p (in the pool's memory) is in its mirror. */
 static inline float *model_rs_lo(const model_rs *rs, const float *p) { return rs->mem_lo + (p - rs->mem); }
 static inline float *model_rs_live(model_rs *rs, int seq) { return rs->mem + (size_t)seq * rs->slot_floats; }

@@ -5,7 +5,7 @@
 # PATH, then in /usr/local/cuda/bin.  Every src/backend/cuda/*.cu is
 # compiled as one translation unit into one fatbin (SASS for sm_80, sm_86,
 # sm_89, sm_90 and compute_90 PTX that newer cards JIT) which embed.cmake
-# turns into a C byte array in the library (kbe_cuda_fatbin, src/backend/cuda_kernels.h).
+# turns into a C byte array in the library (backend_cuda_fatbin, src/backend/cuda_kernels.h).
 # Nothing links CUDA: the host side loads the driver with dlopen.  ptxas's
 # register and spill report is kept as build/cuda/ptxas-report.txt.  The
 # fatbin is rebuilt only when a .cu/.cuh file or these scripts change.
@@ -97,5 +97,5 @@ if(KILN_CUDA_BUILT)
   add_dependencies(kiln_obj kiln_cuda_kernels)
   target_sources(kiln_obj PRIVATE ${cu_out}/kiln_kernels_fatbin.c)
   set_source_files_properties(${CMAKE_SOURCE_DIR}/src/backend/cuda_kernels.c PROPERTIES COMPILE_DEFINITIONS
-    KBE_CUDA_FATBIN=1)
+    BACKEND_CUDA_FATBIN=1)
 endif()

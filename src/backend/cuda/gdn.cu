@@ -1,6 +1,6 @@
 /*
  * gdn.cu — the Gated DeltaNet core of the recurrent layers (backend.h,
- * kbe_gdn), all F32.  Scalar twins (src/kernels/ssm.h, backend/cpu_gdn.c):
+ * backend_gdn), all F32.  Scalar twins (src/kernels/ssm.h, backend/cpu_gdn.c):
  * kern_sigmoid and kern_softplus (gates), the conv_silu reference (causal
  * convolution), kern_l2norm, kern_rmsnorm_gated and the gdn_step reference
  * (the delta rule in its recurrent form, token after token; prefill too,
@@ -159,7 +159,7 @@ KCU_KERNEL void kcu_gdn_rec(const float *qk, int64_t ld_qk, const float *v, int6
 
 /* att *= sigmoid(gate) over n tokens of n_head heads of hd: the gate of
  * head h of token t is the second hd of qg + t * 2 * n_head * hd + h * 2 *
- * hd (kbe_qk.qg).  1-D grid of any shape. */
+ * hd (backend_qk.qg).  1-D grid of any shape. */
 KCU_KERNEL void kcu_attn_gate(float *att, const float *qg, int n, int n_head, int hd) {
     const int64_t total = (int64_t)n * n_head * hd, step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {

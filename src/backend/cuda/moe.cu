@@ -4,7 +4,7 @@
  * its rows), and the other activations.  All F32.  Scalar twins
  * (src/kernels/ssm.c, ops.c, backend/cpu_moe.c): kern_moe_route,
  * kern_moe_route_sel and cpu_moe.c's top-k softmax (routing, the same
- * serial order: bit-equal), the per-token weighted sum of kbe_cpu_moe_ffn,
+ * serial order: bit-equal), the per-token weighted sum of backend_cpu_moe_ffn,
  * kern_swiglu_oai, kern_gelu, relu(x)^2.
  */
 #include "kcu.cuh"
@@ -16,7 +16,7 @@
  *   mode 0: softmax over all, the k largest logits (ties to the lower id),
  *           renormalized when norm, times scale (kern_moe_route);
  *   mode 1: the k largest logits, a softmax over just those, times scale
- *           (KBE_MOE_TOPK_SOFTMAX);
+ *           (BACKEND_MOE_TOPK_SOFTMAX);
  *   mode 2: kern_moe_route_sel: sigmoid (sig) or softmax, chosen by p +
  *           bias (bias NULL: p) within the best n_group_used of n_group
  *           groups (n_group <= 256), weights p renormalized and scaled.
