@@ -129,13 +129,13 @@ static int vision_possible(const ks_config *cfg) {
         struct stat ms;
         if (stat(cfg->models[i], &ms) == 0) {
             found = strchr(cfg->models[i], '/') &&
-                    kst_pack_companion(cfg->models[i], "mmproj", companion, sizeof companion);
+                    store_pack_companion(cfg->models[i], "mmproj", companion, sizeof companion);
             continue;
         }
         kiln_store_lease *l = NULL;
         if ((st || kiln_store_open(cfg->store_root, &st) == KILN_OK) &&
             kiln_store_resolve(st, cfg->models[i], &l) == KILN_OK)
-            found = kst_pack_companion(kiln_store_lease_path(l), "mmproj", companion, sizeof companion);
+            found = store_pack_companion(kiln_store_lease_path(l), "mmproj", companion, sizeof companion);
         kiln_store_release(l);
     }
     kiln_store_close(st);

@@ -69,7 +69,7 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
     mp.ctx = &p;
     char mmproj[4096];
     mp.mmproj = engine_mmproj(r, mmproj, sizeof mmproj); /* the one set, else a store pack's own */
-    int found = !mp.mmproj && kst_pack_companion(path, "mmproj", mmproj, sizeof mmproj);
+    int found = !mp.mmproj && store_pack_companion(path, "mmproj", mmproj, sizeof mmproj);
     if (found) mp.mmproj = mmproj;
     kiln_status st = kiln_model_load(path, &mp, &lm->m);
     if (st != KILN_OK && found) { /* a pack's projector kiln cannot read: the model still serves text */

@@ -50,11 +50,11 @@ const kiln_builtin_model *kiln_builtin_find(const char *name) {
     return NULL;
 }
 
-kiln_status kst_check_whisper(const char *path, const char *artifact, char arch[64], char quant[16]) {
+kiln_status store_check_whisper(const char *path, const char *artifact, char arch[64], char quant[16]) {
     kiln_stt *m = NULL;
     if (kiln_stt_load(path, &m) != KILN_OK)
         return base_fail(KILN_ERR_FORMAT, "artifact %s is not a valid whisper.cpp GGML file: %s", artifact,
-                       kst_without_path(kiln_last_error(), path));
+                       store_without_path(kiln_last_error(), path));
     kiln_stt_info info;
     kiln_stt_get_info(m, &info);
     snprintf(arch, 64, "whisper");
@@ -92,7 +92,7 @@ kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, 
         snprintf(full, sizeof full, "%s%s", url, b->file);
     else
         snprintf(full, sizeof full, "%s", url);
-    char id[KST_ID_LEN + 1];
+    char id[STORE_ID_LEN + 1];
     kiln_status st = kiln_store_pull(s, full, b->name, NULL, p, id);
     if (st != KILN_OK) return st;
     if (b->sha1) {

@@ -9,7 +9,7 @@
  *   role messages  an initial conversation, a JSON array
  *
  * They are artifacts like the model: hashed into the manifest, verified
- * with the pack, read-only.  Each is at most KST_TEXT_MAX bytes. */
+ * with the pack, read-only.  Each is at most STORE_TEXT_MAX bytes. */
 #include "store/store.h"
 
 #include "base/base.h"
@@ -48,12 +48,12 @@ static json_t *text_value(const char *role, const char *txt, size_t len, char *w
     return s;
 }
 
-kiln_status kst_check_text(const char *path, const char *role, const char *file) {
+kiln_status store_check_text(const char *path, const char *role, const char *file) {
     if (!is_text_role(role)) return KILN_OK;
     size_t len = 0;
-    char *txt = kst_read_text(path, KST_TEXT_MAX, &len);
+    char *txt = store_read_text(path, STORE_TEXT_MAX, &len);
     if (!txt)
-        return base_fail(KILN_ERR_FORMAT, "artifact %s: cannot read it as text of at most %u bytes", file, KST_TEXT_MAX);
+        return base_fail(KILN_ERR_FORMAT, "artifact %s: cannot read it as text of at most %u bytes", file, STORE_TEXT_MAX);
     char why[128];
     json_t *v = text_value(role, txt, len, why, sizeof why);
     free(txt);
@@ -62,18 +62,18 @@ kiln_status kst_check_text(const char *path, const char *role, const char *file)
     return KILN_OK;
 }
 
-json_t *kst_pack_defaults(const char *pack_dir, json_t *man) {
+json_t *store_pack_defaults(const char *pack_dir, json_t *man) {
     json_t *d = json_object();
     size_t i;
     json_t *a;
     json_array_foreach(json_object_get(man, "artifacts"), i, a) {
         const char *role = json_string_value(json_object_get(a, "role"));
         const char *file = json_string_value(json_object_get(a, "path"));
-        if (!role || !file || !is_text_role(role) || !kst_file_ok(file)) continue;
+        if (!role || !file || !is_text_role(role) || !store_file_ok(file)) continue;
         char p[PATH_MAX];
-        if (kst_path(p, "%s/%s", pack_dir, file)) continue;
+        if (store_path(p, "%s/%s", pack_dir, file)) continue;
         size_t len = 0;
-        char *txt = kst_read_text(p, KST_TEXT_MAX, &len);
+        char *txt = store_read_text(p, STORE_TEXT_MAX, &len);
         char why[128];
         json_t *v = txt ? text_value(role, txt, len, why, sizeof why) : NULL;
         free(txt);
@@ -94,12 +94,12 @@ json_t *kst_pack_defaults(const char *pack_dir, json_t *man) {
 
 /* Writes one text artifact of role into dir as file and lists it. */
 static kiln_status add_text(json_t *arts, const char *dir, const char *role, const char *file, const char *txt) {
-    char p[PATH_MAX], hex[KST_ID_LEN + 1];
+    char p[PATH_MAX], hex[STORE_ID_LEN + 1];
     const size_t n = strlen(txt);
-    if (n > KST_TEXT_MAX) return base_fail(KILN_ERR_INVALID_ARG, "the %s is over %u bytes", role, KST_TEXT_MAX);
-    if (kst_path(p, "%s/%s", dir, file) || kst_write_atomic(p, txt, n, 0444) != 0)
+    if (n > STORE_TEXT_MAX) return base_fail(KILN_ERR_INVALID_ARG, "the %s is over %u bytes", role, STORE_TEXT_MAX);
+    if (store_path(p, "%s/%s", dir, file) || store_write_atomic(p, txt, n, 0444) != 0)
         return base_fail(KILN_ERR_IO, "cannot write the %s: %s", role, strerror(errno));
-    kst_sha256_hex(txt, n, hex);
+    store_sha256_hex(txt, n, hex);
     json_t *a = json_pack("{s:s,s:s,s:I,s:s,s:s}", "role", role, "path", file, "length", (json_int_t)n, "sha256", hex,
                           "source", "saved");
     if (!a || json_array_append_new(arts, a)) return base_fail(KILN_ERR_NOMEM, "out of memory");
@@ -110,8 +110,8 @@ kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name,
                                const char *options_json, char *id_out) {
     static atomic_uint seq;
     if (!s || !src || !name) return base_fail(KILN_ERR_INVALID_ARG, "no store, model or name");
-    char norm[KST_NAME_MAX + 1];
-    kiln_status st = kst_name_norm(name, norm);
+    char norm[STORE_NAME_MAX + 1];
+    kiln_status st = store_name_norm(name, norm);
     if (st) return st;
     json_t *opts = NULL;
     if (options_json) {
@@ -134,7 +134,7 @@ kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name,
     char key[96], dir[PATH_MAX], to[PATH_MAX];
     snprintf(key, sizeof key, "save-%ld-%u", (long)getpid(), atomic_fetch_add(&seq, 1));
     if (!man || !id) st = base_fail(KILN_ERR_FORMAT, "%s: the store's record is unreadable", src);
-    if (!st) st = kst_staging(s, key, dir);
+    if (!st) st = store_staging(s, key, dir);
     if (st) {
         json_decref(inf);
         json_decref(opts);
@@ -149,13 +149,13 @@ kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name,
     json_array_foreach(json_object_get(man, "artifacts"), i, a) {
         const char *role = json_string_value(json_object_get(a, "role"));
         const char *file = json_string_value(json_object_get(a, "path"));
-        if (!role || !file || !kst_file_ok(file)) continue;
+        if (!role || !file || !store_file_ok(file)) continue;
         if ((system && !strcmp(role, "system")) || (opts && !strcmp(role, "params"))) continue;
-        if (kst_path(to, "%s/%s", dir, file)) {
+        if (store_path(to, "%s/%s", dir, file)) {
             st = base_fail(KILN_ERR_INVALID_ARG, "%s: path too long", file);
             break;
         }
-        if ((st = kst_share_artifact(s, id, file, to))) break;
+        if ((st = store_share_artifact(s, id, file, to))) break;
         json_array_append(arts, a);
     }
     if (!st && system && *system) st = add_text(arts, dir, "system", "system.txt", system);
@@ -170,11 +170,11 @@ kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name,
     }
     if (!st) {
         json_object_set_new(nm, "source", json_pack("{s:s,s:s}", "type", "saved", "from", id));
-        char out[KST_ID_LEN + 1];
-        st = kst_publish(s, dir, nm, norm, out); /* moves or quarantines dir */
-        if (!st && id_out) memcpy(id_out, out, KST_ID_LEN + 1);
+        char out[STORE_ID_LEN + 1];
+        st = store_publish(s, dir, nm, norm, out); /* moves or quarantines dir */
+        if (!st && id_out) memcpy(id_out, out, STORE_ID_LEN + 1);
     } else {
-        kst_rmtree(dir);
+        store_rmtree(dir);
     }
     json_decref(nm);
     json_decref(arts);
@@ -183,7 +183,7 @@ kiln_status kiln_store_save_as(kiln_store *s, const char *src, const char *name,
     return st;
 }
 
-int kst_pack_companion(const char *model_path, const char *role, char *out, size_t cap) {
+int store_pack_companion(const char *model_path, const char *role, char *out, size_t cap) {
     if (!model_path || !out || cap == 0) return 0;
     const char *slash = strrchr(model_path, '/');
     const int dir_len = slash ? (int)(slash - model_path) : 1;
@@ -198,7 +198,7 @@ int kst_pack_companion(const char *model_path, const char *role, char *out, size
     json_array_foreach(json_object_get(m, "artifacts"), i, a) {
         const char *r = json_string_value(json_object_get(a, "role"));
         const char *file = json_string_value(json_object_get(a, "path"));
-        if (!r || !file || strcmp(r, role) || !kst_file_ok(file)) continue;
+        if (!r || !file || strcmp(r, role) || !store_file_ok(file)) continue;
         found = snprintf(out, cap, "%.*s/%s", dir_len, dir, file) < (int)cap && access(out, R_OK) == 0;
         break;
     }

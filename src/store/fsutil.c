@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int kst_path(char *buf, const char *fmt, ...) {
+int store_path(char *buf, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(buf, PATH_MAX, fmt, ap);
@@ -28,9 +28,9 @@ int kst_path(char *buf, const char *fmt, ...) {
     return 0;
 }
 
-int kst_mkdirs(const char *path) {
+int store_mkdirs(const char *path) {
     char tmp[PATH_MAX];
-    if (kst_path(tmp, "%s", path)) return -1;
+    if (store_path(tmp, "%s", path)) return -1;
     for (char *p = tmp + 1; *p; p++) {
         if (*p != '/') continue;
         *p = 0;
@@ -54,9 +54,9 @@ static void fsync_dir_of(const char *path) {
     }
 }
 
-int kst_write_atomic(const char *path, const void *data, size_t len, mode_t mode) {
+int store_write_atomic(const char *path, const void *data, size_t len, mode_t mode) {
     char tmp[PATH_MAX];
-    if (kst_path(tmp, "%s.tmp.%ld", path, (long)getpid())) return -1;
+    if (store_path(tmp, "%s.tmp.%ld", path, (long)getpid())) return -1;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return -1;
     const char *p = data;
@@ -92,7 +92,7 @@ int kst_write_atomic(const char *path, const void *data, size_t len, mode_t mode
     return 0;
 }
 
-char *kst_read_text(const char *path, size_t max, size_t *len_out) {
+char *store_read_text(const char *path, size_t max, size_t *len_out) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return NULL;
     struct stat st;
@@ -125,14 +125,14 @@ static void to_hex(const unsigned char *d, unsigned n, char *hex) {
     hex[2 * n] = 0;
 }
 
-void kst_sha256_hex(const void *data, size_t len, char hex[KST_ID_LEN + 1]) {
+void store_sha256_hex(const void *data, size_t len, char hex[STORE_ID_LEN + 1]) {
     unsigned char d[EVP_MAX_MD_SIZE];
     unsigned n = 0;
     EVP_Digest(data, len, d, &n, EVP_sha256(), NULL);
     to_hex(d, n, hex);
 }
 
-int kst_sha256_file(const char *path, char hex[KST_ID_LEN + 1], struct stat *st_out, kiln_store_progress_fn progress,
+int store_sha256_file(const char *path, char hex[STORE_ID_LEN + 1], struct stat *st_out, kiln_store_progress_fn progress,
                     void *user, const char *artifact) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -217,7 +217,7 @@ static int64_t rmtree_at(int dirfd, const char *name) {
     return total;
 }
 
-int64_t kst_rmtree(const char *path) { return rmtree_at(AT_FDCWD, path); }
+int64_t store_rmtree(const char *path) { return rmtree_at(AT_FDCWD, path); }
 
 static uint64_t tree_size_at(int dirfd, const char *name, double *newest) {
     struct stat st;
@@ -240,14 +240,14 @@ static uint64_t tree_size_at(int dirfd, const char *name, double *newest) {
     return total;
 }
 
-uint64_t kst_tree_size(const char *path, double *newest_mtime) {
+uint64_t store_tree_size(const char *path, double *newest_mtime) {
     double newest = 0;
     uint64_t n = tree_size_at(AT_FDCWD, path, &newest);
     if (newest_mtime) *newest_mtime = newest;
     return n;
 }
 
-int kst_lock(const char *path, int op) {
+int store_lock(const char *path, int op) {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return -1;
     while (flock(fd, op) != 0) {
@@ -260,11 +260,11 @@ int kst_lock(const char *path, int op) {
     return fd;
 }
 
-void kst_unlock(int fd) {
+void store_unlock(int fd) {
     if (fd >= 0) close(fd); /* closing the description drops the flock */
 }
 
-double kst_wall_now(void) {
+double store_wall_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;

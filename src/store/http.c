@@ -24,7 +24,7 @@
 
 static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
-void kst_curl_init(void) { pthread_once(&g_curl_once, curl_init_once); }
+void store_curl_init(void) { pthread_once(&g_curl_once, curl_init_once); }
 
 /* ---- source results ---- */
 
@@ -46,9 +46,9 @@ const char *kiln_store_source_result_str(kiln_store_source_result r) {
     return "failed";
 }
 
-void kst_source_set(kiln_store_source_result r) { t_source = r; }
+void store_source_set(kiln_store_source_result r) { t_source = r; }
 
-kiln_status kst_source_fail(kiln_store_source_result r, kiln_status st, const char *fmt, ...) {
+kiln_status store_source_fail(kiln_store_source_result r, kiln_status st, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -58,17 +58,17 @@ kiln_status kst_source_fail(kiln_store_source_result r, kiln_status st, const ch
     return base_fail(st, "%s", msg);
 }
 
-kiln_status kst_http_error(int kind, long code, const char *error_code, const char *what, int have_token) {
-    const int hub = kind == KST_SRC_HUB;
+kiln_status store_http_error(int kind, long code, const char *error_code, const char *what, int have_token) {
+    const int hub = kind == STORE_SRC_HUB;
     const char *cred = hub ? "set HF_TOKEN or pass --token" : "pass --token";
     const char *ec = error_code ? error_code : "";
     if (hub && !strcmp(ec, "GatedRepo")) {
         if (!have_token)
-            return kst_source_fail(KILN_SOURCE_AUTH_REQUIRED, KILN_ERR_STATE,
+            return store_source_fail(KILN_SOURCE_AUTH_REQUIRED, KILN_ERR_STATE,
                                    "%s: authentication required: the repository is gated; %s with the token of an "
                                    "account that accepted its terms",
                                    what, cred);
-        return kst_source_fail(KILN_SOURCE_GATED, KILN_ERR_STATE,
+        return store_source_fail(KILN_SOURCE_GATED, KILN_ERR_STATE,
                                "%s: gated: this account has not been granted access yet; accept the repository's "
                                "terms on its page, then pull again",
                                what);
@@ -78,36 +78,36 @@ kiln_status kst_http_error(int kind, long code, const char *error_code, const ch
                             : ec[1] == 'e'                               ? "revision"
                                                                          : "file";
         if (!strcmp(ec, "RepoNotFound") && !have_token)
-            return kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND,
+            return store_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND,
                                    "%s: not found (the repository may be private: %s if you have access)", what, cred);
-        return kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: %s not found%s", what, thing,
+        return store_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: %s not found%s", what, thing,
                                !strcmp(ec, "RepoNotFound") ? " (or private, and this token has no access)" : "");
     }
     if (code == 401) {
         if (!have_token)
-            return kst_source_fail(KILN_SOURCE_AUTH_REQUIRED, KILN_ERR_STATE,
+            return store_source_fail(KILN_SOURCE_AUTH_REQUIRED, KILN_ERR_STATE,
                                    "%s: authentication required (HTTP 401): %s", what, cred);
-        return kst_source_fail(KILN_SOURCE_DENIED, KILN_ERR_STATE, "%s: denied: the token was refused (HTTP 401)",
+        return store_source_fail(KILN_SOURCE_DENIED, KILN_ERR_STATE, "%s: denied: the token was refused (HTTP 401)",
                                what);
     }
     if (code == 403)
-        return kst_source_fail(KILN_SOURCE_DENIED, KILN_ERR_STATE, "%s: denied (HTTP 403)%s", what,
+        return store_source_fail(KILN_SOURCE_DENIED, KILN_ERR_STATE, "%s: denied (HTTP 403)%s", what,
                                have_token ? ": the token lacks access" : "");
     if (code == 404 || code == 410)
-        return kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND,
+        return store_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND,
                                "%s: not found (HTTP %ld; it may be private%s)", what, code,
                                have_token ? ""
                                : hub      ? ": set HF_TOKEN if you have access"
                                           : "");
     if (code == 408 || code == 429 || code >= 500)
-        return kst_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
+        return store_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
                                "%s: the server kept failing (HTTP %ld); try again later", what, code);
-    return kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: HTTP %ld", what, code);
+    return store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: HTTP %ld", what, code);
 }
 
 /* ---- URLs ---- */
 
-long kst_env_long(const char *name, long def, long lo, long hi) {
+long store_env_long(const char *name, long def, long lo, long hi) {
     const char *v = getenv(name);
     if (!v || !*v) return def;
     char *end;
@@ -115,17 +115,17 @@ long kst_env_long(const char *name, long def, long lo, long hi) {
     return (*end || n < lo || n > hi) ? def : n;
 }
 
-int kst_is_loopback(const char *host) {
+int store_is_loopback(const char *host) {
     return !strcasecmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "[::1]") ||
            !strcmp(host, "::1");
 }
 
-kiln_status kst_url_origin(const char *url, char *origin, size_t cap) {
+kiln_status store_url_origin(const char *url, char *origin, size_t cap) {
     CURLU *u = curl_url();
     char *scheme = NULL, *host = NULL, *port = NULL, *user = NULL;
     kiln_status st = KILN_OK;
     char shown[600];
-    kst_url_clean(url, shown, sizeof shown);
+    store_url_clean(url, shown, sizeof shown);
     if (!u || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
         curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
         curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
@@ -134,7 +134,7 @@ kiln_status kst_url_origin(const char *url, char *origin, size_t cap) {
     } else if (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK && user) {
         st = base_fail(KILN_ERR_INVALID_ARG, "%s: credentials in a URL are refused (use --header or --token)", shown);
     } else if (strcasecmp(scheme, "https") &&
-               !(!strcasecmp(scheme, "http") && (kst_is_loopback(host) || kst_env_long("KILN_ALLOW_HTTP", 0, 0, 1)))) {
+               !(!strcasecmp(scheme, "http") && (store_is_loopback(host) || store_env_long("KILN_ALLOW_HTTP", 0, 0, 1)))) {
         st = base_fail(KILN_ERR_INVALID_ARG, "%s: only HTTPS (or HTTP to this machine) is allowed", shown);
     } else {
         snprintf(origin, cap, "%s://%s:%s", scheme, host, port);
@@ -148,7 +148,7 @@ kiln_status kst_url_origin(const char *url, char *origin, size_t cap) {
     return st;
 }
 
-void kst_url_clean(const char *url, char *out, size_t cap) {
+void store_url_clean(const char *url, char *out, size_t cap) {
     if (!cap) return;
     const char *p = url;
     const char *scheme_end = strstr(url, "://");
@@ -206,7 +206,7 @@ static void link_next(const char *v, size_t n, char *out, size_t cap) {
 }
 
 static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
-    kst_http *h = ud;
+    store_http *h = ud;
     size_t n = size * nmemb;
     const char *v;
     size_t vn;
@@ -254,7 +254,7 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
 }
 
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
-    kst_http *h = ud;
+    store_http *h = ud;
     size_t n = size * nmemb;
     long code = 0;
     curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
@@ -287,35 +287,35 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
 
 static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d) {
     (void)a, (void)b, (void)c, (void)d;
-    const kst_http *h = ud;
+    const store_http *h = ud;
     return h->net && h->net->cancel && *h->net->cancel;
 }
 
-void kst_net_init(kst_net *n, const kiln_store_pull_params *pp) {
+void store_net_init(store_net *n, const kiln_store_pull_params *pp) {
     memset(n, 0, sizeof *n);
     n->cancel = pp ? pp->cancel : NULL;
     n->progress = pp ? pp->progress : NULL;
     n->user = pp ? pp->user : NULL;
-    n->stall_s = kst_env_long("KILN_PULL_STALL_SECONDS", 30, 1, 3600);
-    n->max_attempts = (int)kst_env_long("KILN_PULL_RETRIES", 6, 1, 1000);
-    n->backoff_ms = kst_env_long("KILN_PULL_BACKOFF_MS", 1000, 1, 60000);
+    n->stall_s = store_env_long("KILN_PULL_STALL_SECONDS", 30, 1, 3600);
+    n->max_attempts = (int)store_env_long("KILN_PULL_RETRIES", 6, 1, 1000);
+    n->backoff_ms = store_env_long("KILN_PULL_BACKOFF_MS", 1000, 1, 60000);
 }
 
-int kst_net_cancelled(const kst_net *n) { return n && n->cancel && *n->cancel; }
+int store_net_cancelled(const store_net *n) { return n && n->cancel && *n->cancel; }
 
-void kst_net_sleep(const kst_net *n, long ms) {
-    for (long left = ms; left > 0 && !kst_net_cancelled(n); left -= 100) {
+void store_net_sleep(const store_net *n, long ms) {
+    for (long left = ms; left > 0 && !store_net_cancelled(n); left -= 100) {
         struct timespec ts = {0, (left < 100 ? left : 100) * 1000000L};
         nanosleep(&ts, NULL);
     }
 }
 
-long kst_net_delay(const kst_net *n, int attempt) {
+long store_net_delay(const store_net *n, int attempt) {
     long d = n->backoff_ms << (attempt - 1 < 5 ? attempt - 1 : 5);
     return d > 30000 ? 30000 : d;
 }
 
-int kst_curl_transient(void *curl, int rc) {
+int store_curl_transient(void *curl, int rc) {
     switch ((CURLcode)rc) {
     case CURLE_UNSUPPORTED_PROTOCOL:
     case CURLE_URL_MALFORMAT:
@@ -338,9 +338,9 @@ int kst_curl_transient(void *curl, int rc) {
     }
 }
 
-void kst_curl_reason(void *curl, int rc, const char *errbuf, char *out, size_t cap) {
+void store_curl_reason(void *curl, int rc, const char *errbuf, char *out, size_t cap) {
     char eb[CURL_ERROR_SIZE + 8];
-    kst_url_clean(errbuf && errbuf[0] ? errbuf : curl_easy_strerror((CURLcode)rc), eb, sizeof eb);
+    store_url_clean(errbuf && errbuf[0] ? errbuf : curl_easy_strerror((CURLcode)rc), eb, sizeof eb);
     long os_errno = 0;
     if (rc == CURLE_COULDNT_CONNECT && curl) curl_easy_getinfo((CURL *)curl, CURLINFO_OS_ERRNO, &os_errno);
     if (rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY)
@@ -351,23 +351,23 @@ void kst_curl_reason(void *curl, int rc, const char *errbuf, char *out, size_t c
         snprintf(out, cap, "%s", eb);
 }
 
-void kst_http_done(kst_http *h) {
+void store_http_done(store_http *h) {
     free(h->body);
     h->body = NULL;
     h->len = h->cap = 0;
 }
 
-kiln_status kst_http_get(kst_http *h, const kst_net *net) {
-    kst_curl_init();
+kiln_status store_http_get(store_http *h, const store_net *net) {
+    store_curl_init();
     char what[600];
     if (h->what)
         snprintf(what, sizeof what, "%s", h->what);
     else
-        kst_url_clean(h->url, what, sizeof what);
+        store_url_clean(h->url, what, sizeof what);
     if (!h->max_body) h->max_body = 1 << 20;
     h->net = net;
     char origin0[512], cur[8192];
-    kiln_status st = kst_url_origin(h->url, origin0, sizeof origin0);
+    kiln_status st = store_url_origin(h->url, origin0, sizeof origin0);
     if (st) return st;
     CURL *c = curl_easy_init();
     if (!c) return base_fail(KILN_ERR_NOMEM, "cannot create an HTTP handle");
@@ -376,12 +376,12 @@ kiln_status kst_http_get(kst_http *h, const kst_net *net) {
     snprintf(cur, sizeof cur, "%s", h->url);
     char errbuf[CURL_ERROR_SIZE];
     for (;;) {
-        if (kst_net_cancelled(net)) {
+        if (store_net_cancelled(net)) {
             st = base_fail(KILN_ERR_CANCELLED, "cancelled");
             break;
         }
         char cur_origin[512];
-        if ((st = kst_url_origin(cur, cur_origin, sizeof cur_origin))) break;
+        if ((st = store_url_origin(cur, cur_origin, sizeof cur_origin))) break;
         if (!h->auth_origin || strcmp(cur_origin, h->auth_origin)) left = 1;
         struct curl_slist *hdrs = NULL;
         if (!left)
@@ -429,35 +429,35 @@ kiln_status kst_http_get(kst_http *h, const kst_net *net) {
             break;
         }
         if (h->overflow) {
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the answer exceeds %zu bytes", what,
+            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the answer exceeds %zu bytes", what,
                                  h->max_body);
             break;
         }
         if (h->range_ignored) break; /* the caller decides: unverified */
-        if (rc == CURLE_ABORTED_BY_CALLBACK || kst_net_cancelled(net)) continue;
+        if (rc == CURLE_ABORTED_BY_CALLBACK || store_net_cancelled(net)) continue;
         if (rc == CURLE_OK && code >= 300 && code < 400 && code != 304) {
-            if (h->follow == KST_FOLLOW_NONE) break; /* the caller reads the 3xx */
+            if (h->follow == STORE_FOLLOW_NONE) break; /* the caller reads the 3xx */
             char *loc = NULL;
             curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &loc);
             if (!loc) {
-                st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: a redirect without a location", what);
+                st = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: a redirect without a location", what);
                 break;
             }
             char next_origin[512];
-            if ((st = kst_url_origin(loc, next_origin, sizeof next_origin))) break;
-            if (h->follow == KST_FOLLOW_SAME && strcmp(next_origin, cur_origin)) break;
-            if (++hops > KST_MAX_REDIRECTS) {
-                st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: too many redirects", what);
+            if ((st = store_url_origin(loc, next_origin, sizeof next_origin))) break;
+            if (h->follow == STORE_FOLLOW_SAME && strcmp(next_origin, cur_origin)) break;
+            if (++hops > STORE_MAX_REDIRECTS) {
+                st = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: too many redirects", what);
                 break;
             }
             snprintf(cur, sizeof cur, "%s", loc);
             continue;
         }
         if (rc == CURLE_OK && code != 408 && code != 429 && code < 500) break; /* an answer */
-        if (rc != CURLE_OK && !kst_curl_transient(c, rc)) {
+        if (rc != CURLE_OK && !store_curl_transient(c, rc)) {
             char eb[CURL_ERROR_SIZE + 64];
-            kst_curl_reason(c, rc, errbuf, eb, sizeof eb);
-            st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: %s", what, eb);
+            store_curl_reason(c, rc, errbuf, eb, sizeof eb);
+            st = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: %s", what, eb);
             break;
         }
         if (rc == CURLE_OK)
@@ -465,44 +465,44 @@ kiln_status kst_http_get(kst_http *h, const kst_net *net) {
         else if (rc == CURLE_OPERATION_TIMEDOUT)
             snprintf(reason, sizeof reason, "no answer for %ld s", net ? net->stall_s : 30L);
         else
-            kst_url_clean(errbuf[0] ? errbuf : curl_easy_strerror(rc), reason, sizeof reason);
+            store_url_clean(errbuf[0] ? errbuf : curl_easy_strerror(rc), reason, sizeof reason);
         if (++attempts >= (net ? net->max_attempts : 1)) {
-            st = kst_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
+            st = store_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
                                  "%s: giving up after %d attempts (%s); try again later", what, attempts, reason);
             break;
         }
-        long delay = net ? kst_net_delay(net, attempts) : 1000;
+        long delay = net ? store_net_delay(net, attempts) : 1000;
         if (net && net->progress) {
             char msg[1000];
             snprintf(msg, sizeof msg, "%s: %s; retrying in %.1f s", what, reason, (double)delay / 1000.0);
             kiln_store_progress p = {.event = "retry", .eta = -1, .message = msg};
             net->progress(&p, net->user);
         }
-        kst_net_sleep(net, delay);
+        store_net_sleep(net, delay);
         hops = 0;
         left = 0;
         snprintf(cur, sizeof cur, "%s", h->url);
     }
     curl_easy_cleanup(c);
     h->curl = NULL;
-    kst_url_clean(cur, h->final_url, sizeof h->final_url);
+    store_url_clean(cur, h->final_url, sizeof h->final_url);
     return st;
 }
 
 /* ---- small shared parsers ---- */
 
-int kst_etag_sha256(const char *etag, char out[KST_ID_LEN + 1]) {
+int store_etag_sha256(const char *etag, char out[STORE_ID_LEN + 1]) {
     const char *p = etag;
     if (!strncmp(p, "W/", 2)) return 0; /* a weak validator names no content */
     if (*p == '"') p++;
     size_t n = strcspn(p, "\"");
-    if (n != KST_ID_LEN) return 0;
+    if (n != STORE_ID_LEN) return 0;
     for (size_t i = 0; i < n; i++) out[i] = (char)tolower((unsigned char)p[i]);
     out[n] = 0;
-    return kst_hex_ok(out);
+    return store_hex_ok(out);
 }
 
-int kst_url_escape(const char *in, char *out, size_t cap, int keep_slash) {
+int store_url_escape(const char *in, char *out, size_t cap, int keep_slash) {
     size_t o = 0;
     for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
         int plain = isalnum(*p) || *p == '-' || *p == '.' || *p == '_' || *p == '~' || (keep_slash && *p == '/');

@@ -32,7 +32,7 @@
 typedef struct hub_file {
     char *path;
     uint64_t size;
-    char sha[KST_ID_LEN + 1]; /* from lfs.oid; "" when not an LFS file */
+    char sha[STORE_ID_LEN + 1]; /* from lfs.oid; "" when not an LFS file */
     int lfs;
 } hub_file;
 
@@ -44,7 +44,7 @@ typedef struct hub_ref {
     char rev[129];   /* "" = main */
 } hub_ref;
 
-int kst_hub_ref(const char *ref) { return !strncasecmp(ref, "hf.co/", 6) || !strncasecmp(ref, "huggingface.co/", 15); }
+int store_hub_ref(const char *ref) { return !strncasecmp(ref, "hf.co/", 6) || !strncasecmp(ref, "huggingface.co/", 15); }
 
 /* ORG and REPO: [A-Za-z0-9._-], a letter or digit at both ends, no "--"
  * or "..", at most 96 bytes (the hub's own rules). */
@@ -199,7 +199,7 @@ static void file_tag(const char *path, char *out, size_t cap) {
 /* ---- the hub's answers ---- */
 
 typedef struct hub_ctx {
-    const kst_net *net;
+    const store_net *net;
     const char *const *headers;
     int n_headers;
     int have_token;
@@ -207,7 +207,7 @@ typedef struct hub_ctx {
     char what[300];
 } hub_ctx;
 
-static kiln_status hub_get(hub_ctx *c, const char *url, kst_http *h, int head) {
+static kiln_status hub_get(hub_ctx *c, const char *url, store_http *h, int head) {
     memset(h, 0, sizeof *h);
     h->url = url;
     h->accept = head ? NULL : "application/json";
@@ -216,18 +216,18 @@ static kiln_status hub_get(hub_ctx *c, const char *url, kst_http *h, int head) {
     h->auth_origin = c->origin;
     h->what = c->what;
     h->head = head;
-    h->follow = KST_FOLLOW_SAME;
+    h->follow = STORE_FOLLOW_SAME;
     h->max_body = HUB_JSON_MAX;
-    return kst_http_get(h, c->net);
+    return store_http_get(h, c->net);
 }
 
 static kiln_status get_commit(hub_ctx *c, const hub_ref *r, char commit[41]) {
     char rev_esc[400], url[1200];
-    if (kst_url_escape(r->rev[0] ? r->rev : "main", rev_esc, sizeof rev_esc, 0)) return KILN_ERR_INVALID_ARG;
+    if (store_url_escape(r->rev[0] ? r->rev : "main", rev_esc, sizeof rev_esc, 0)) return KILN_ERR_INVALID_ARG;
     snprintf(url, sizeof url, "%s/api/models/%s/%s/revision/%s", c->endpoint, r->org, r->repo, rev_esc);
-    kst_http h;
+    store_http h;
     kiln_status st = hub_get(c, url, &h, 0);
-    if (!st && h.code != 200) st = kst_http_error(KST_SRC_HUB, h.code, h.error_code, c->what, c->have_token);
+    if (!st && h.code != 200) st = store_http_error(STORE_SRC_HUB, h.code, h.error_code, c->what, c->have_token);
     json_t *j = st ? NULL : json_loadb(h.body ? h.body : "", h.len, 0, NULL);
     const char *sha = json_string_value(json_object_get(j, "sha"));
     if (!st) {
@@ -235,14 +235,14 @@ static kiln_status get_commit(hub_ctx *c, const hub_ref *r, char commit[41]) {
         int ok = n == 40;
         for (size_t i = 0; ok && i < n; i++) ok = isxdigit((unsigned char)sha[i]) && !isupper((unsigned char)sha[i]);
         if (!ok)
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                                  "%s: unverified: the hub named no commit for revision '%s'", c->what,
                                  r->rev[0] ? r->rev : "main");
         else
             memcpy(commit, sha, 41);
     }
     json_decref(j);
-    kst_http_done(&h);
+    store_http_done(&h);
     return st;
 }
 
@@ -261,16 +261,16 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
     kiln_status st = KILN_OK;
     for (int page = 0; !st; page++) {
         if (page == HUB_MAX_PAGES) {
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the file listing has more than %d pages",
+            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the file listing has more than %d pages",
                                  c->what, HUB_MAX_PAGES);
             break;
         }
-        kst_http h;
+        store_http h;
         st = hub_get(c, url, &h, 0);
-        if (!st && h.code != 200) st = kst_http_error(KST_SRC_HUB, h.code, h.error_code, c->what, c->have_token);
+        if (!st && h.code != 200) st = store_http_error(STORE_SRC_HUB, h.code, h.error_code, c->what, c->have_token);
         json_t *j = st ? NULL : json_loadb(h.body ? h.body : "", h.len, 0, NULL);
         if (!st && !json_is_array(j))
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                                  "%s: unverified: the file listing is not a JSON array", c->what);
         size_t i;
         json_t *e;
@@ -280,7 +280,7 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
             if (!type || strcmp(type, "file") || !path) continue;
             if (!repo_path_ok(path)) continue; /* never a name that could leave the repository */
             if (n == HUB_MAX_FILES) {
-                st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: more than %d files", c->what,
+                st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: more than %d files", c->what,
                                      HUB_MAX_FILES);
                 break;
             }
@@ -307,11 +307,11 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
             if (json_is_object(lfs)) {
                 const char *oid = json_string_value(json_object_get(lfs, "oid"));
                 json_int_t lsz = json_integer_value(json_object_get(lfs, "size"));
-                char low[KST_ID_LEN + 1];
+                char low[STORE_ID_LEN + 1];
                 size_t k = oid ? strlen(oid) : 0;
-                for (size_t q = 0; q < k && q < KST_ID_LEN; q++) low[q] = (char)tolower((unsigned char)oid[q]);
-                low[k < KST_ID_LEN ? k : KST_ID_LEN] = 0;
-                if (k == KST_ID_LEN && kst_hex_ok(low)) {
+                for (size_t q = 0; q < k && q < STORE_ID_LEN; q++) low[q] = (char)tolower((unsigned char)oid[q]);
+                low[k < STORE_ID_LEN ? k : STORE_ID_LEN] = 0;
+                if (k == STORE_ID_LEN && store_hex_ok(low)) {
                     memcpy(f->sha, low, sizeof f->sha);
                     f->lfs = 1;
                 }
@@ -321,11 +321,11 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
         json_decref(j);
         char next[2048];
         snprintf(next, sizeof next, "%s", h.link_next);
-        kst_http_done(&h);
+        store_http_done(&h);
         if (st || !next[0]) break;
         char next_origin[512];
-        if (kst_url_origin(next, next_origin, sizeof next_origin) || strcmp(next_origin, c->origin)) {
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+        if (store_url_origin(next, next_origin, sizeof next_origin) || strcmp(next_origin, c->origin)) {
+            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                                  "%s: the listing's next page is on another host", c->what);
             break;
         }
@@ -414,47 +414,47 @@ static void pack_file_name(const char *path, char *out, size_t cap) {
 }
 
 static kiln_status add_artifact(hub_ctx *c, const hub_ref *r, const char *commit, const hub_file *f, const char *role,
-                                kst_plan *plan) {
-    if (plan->n_arts == KST_MAX_ARTIFACTS)
-        return kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED, "%s: more than %d files", c->what,
-                               KST_MAX_ARTIFACTS);
-    kst_artifact *a = &plan->arts[plan->n_arts];
+                                store_plan *plan) {
+    if (plan->n_arts == STORE_MAX_ARTIFACTS)
+        return store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED, "%s: more than %d files", c->what,
+                               STORE_MAX_ARTIFACTS);
+    store_artifact *a = &plan->arts[plan->n_arts];
     memset(a, 0, sizeof *a);
     char esc[3100];
-    if (kst_url_escape(f->path, esc, sizeof esc, 1)) return base_fail(KILN_ERR_INVALID_ARG, "%s: path too long", c->what);
+    if (store_url_escape(f->path, esc, sizeof esc, 1)) return base_fail(KILN_ERR_INVALID_ARG, "%s: path too long", c->what);
     if ((size_t)snprintf(a->url, sizeof a->url, "%s/%s/%s/resolve/%s/%s", c->endpoint, r->org, r->repo, commit, esc) >=
         sizeof a->url)
         return base_fail(KILN_ERR_INVALID_ARG, "%s: path too long", c->what);
     pack_file_name(f->path, a->file, sizeof a->file);
-    if (!kst_file_ok(a->file))
-        return kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: '%s' cannot be a file name in the store",
+    if (!store_file_ok(a->file))
+        return store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: '%s' cannot be a file name in the store",
                                c->what, f->path);
     for (int i = 0; i < plan->n_arts; i++)
         if (!strcmp(plan->arts[i].file, a->file))
-            return kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: two chosen files are both named %s",
+            return store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: two chosen files are both named %s",
                                    c->what, a->file);
     snprintf(a->role, sizeof a->role, "%s", role);
 
     /* the resolve URL's own metadata, without following it to the CDN */
-    kst_http h;
+    store_http h;
     kiln_status st = hub_get(c, a->url, &h, 1);
     char shown[400];
     snprintf(shown, sizeof shown, "%.200s (%.180s)", c->what, f->path);
     if (!st && (h.code < 200 || h.code >= 400))
-        st = kst_http_error(KST_SRC_HUB, h.code, h.error_code, shown, c->have_token);
+        st = store_http_error(STORE_SRC_HUB, h.code, h.error_code, shown, c->have_token);
     if (!st && h.repo_commit[0] && strcmp(h.repo_commit, commit))
-        st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+        st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                              "%s: unverified: the file answers for commit %.12s, not %.12s", shown, h.repo_commit,
                              commit);
-    char linked[KST_ID_LEN + 1] = "";
-    if (!st && h.linked_etag[0] && !kst_etag_sha256(h.linked_etag, linked))
-        st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: unverified: its LFS ETag is not a SHA-256",
+    char linked[STORE_ID_LEN + 1] = "";
+    if (!st && h.linked_etag[0] && !store_etag_sha256(h.linked_etag, linked))
+        st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: unverified: its LFS ETag is not a SHA-256",
                              shown);
     if (!st && linked[0] && f->lfs && strcmp(linked, f->sha))
-        st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+        st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                              "%s: unverified: the listing and the file disagree on its SHA-256", shown);
     if (!st && h.has_linked_size && f->size && h.linked_size != f->size)
-        st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+        st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                              "%s: unverified: the listing says %llu bytes, the file %llu", shown,
                              (unsigned long long)f->size, (unsigned long long)h.linked_size);
     if (!st) {
@@ -468,11 +468,11 @@ static kiln_status add_artifact(hub_ctx *c, const hub_ref *r, const char *commit
         if (!a->sha[0]) plan->n_unverified++;
         plan->n_arts++;
     }
-    kst_http_done(&h);
+    store_http_done(&h);
     return st;
 }
 
-kiln_status kst_hub_check(const char *ref) {
+kiln_status store_hub_check(const char *ref) {
     hub_ref r;
     return parse_ref(ref, &r);
 }
@@ -485,9 +485,9 @@ kiln_status kst_hub_check(const char *ref) {
  * for the hub's own origin ($HF_ENDPOINT, or huggingface.co / hf.co when
  * it is the default), without a query.  1 with out set, else 0: a URL to
  * download as it is (a .../resolve/... file URL among them). */
-int kst_hub_url_ref(const char *url, char *out, size_t cap) {
+int store_hub_url_ref(const char *url, char *out, size_t cap) {
     char ep[512];
-    kst_hub_endpoint(ep, sizeof ep);
+    store_hub_endpoint(ep, sizeof ep);
     const char *rest = NULL;
     size_t el = strlen(ep);
     if (!strncasecmp(url, ep, el) && url[el] == '/')
@@ -527,10 +527,10 @@ int kst_hub_url_ref(const char *url, char *out, size_t cap) {
         w = snprintf(out, cap, "hf.co/%s/%s/%s@%s", parts[0], parts[1], parts[4], parts[3]);
     else
         return 0;
-    return w > 0 && (size_t)w < cap && kst_hub_check(out) == KILN_OK;
+    return w > 0 && (size_t)w < cap && store_hub_check(out) == KILN_OK;
 }
 
-const char *kst_hub_endpoint(char *buf, size_t cap) {
+const char *store_hub_endpoint(char *buf, size_t cap) {
     const char *e = getenv("HF_ENDPOINT");
     snprintf(buf, cap, "%s", e && *e ? e : "https://huggingface.co");
     size_t n = strlen(buf);
@@ -538,18 +538,18 @@ const char *kst_hub_endpoint(char *buf, size_t cap) {
     return buf;
 }
 
-kiln_status kst_hub_plan(const char *ref, const kst_net *net, const char *const *headers, int n_headers, int have_token,
-                         kst_plan *plan) {
+kiln_status store_hub_plan(const char *ref, const store_net *net, const char *const *headers, int n_headers, int have_token,
+                         store_plan *plan) {
     hub_ref r;
     kiln_status st = parse_ref(ref, &r);
     if (st) return st;
     hub_ctx c = {.net = net, .headers = headers, .n_headers = n_headers, .have_token = have_token};
-    kst_hub_endpoint(c.endpoint, sizeof c.endpoint);
-    if ((st = kst_url_origin(c.endpoint, c.origin, sizeof c.origin))) return st;
+    store_hub_endpoint(c.endpoint, sizeof c.endpoint);
+    if ((st = store_url_origin(c.endpoint, c.origin, sizeof c.origin))) return st;
     snprintf(c.what, sizeof c.what, "%.20s/%.96s/%.96s%s%.80s", r.host, r.org, r.repo, r.rev[0] ? "@" : "", r.rev);
     snprintf(plan->what, sizeof plan->what, "%s", c.what);
     snprintf(plan->auth_origin, sizeof plan->auth_origin, "%s", c.origin);
-    plan->kind = KST_SRC_HUB;
+    plan->kind = STORE_SRC_HUB;
 
     char commit[41];
     if ((st = get_commit(&c, &r, commit))) return st;
@@ -561,7 +561,7 @@ kiln_status kst_hub_plan(const char *ref, const kst_net *net, const char *const 
     if (r.path[0]) {
         primary = find_path(files, n, r.path);
         if (primary < 0)
-            st = kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: no file %s at commit %.12s", c.what,
+            st = store_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: no file %s at commit %.12s", c.what,
                                  r.path, commit);
     } else if (r.quant[0]) {
         primary = first_model(files, n, r.quant);
@@ -573,7 +573,7 @@ kiln_status kst_hub_plan(const char *ref, const kst_net *net, const char *const 
     if (!st && primary < 0) {
         char have[300];
         list_quants(files, n, have, sizeof have);
-        st = kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: no GGUF %s%s (the repository has: %s)",
+        st = store_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: no GGUF %s%s (the repository has: %s)",
                              c.what, r.quant[0] ? "for quantization " : "model", r.quant, have);
     }
     /* every shard of a split model, from the first */
@@ -587,7 +587,7 @@ kiln_status kst_hub_plan(const char *ref, const kst_net *net, const char *const 
             snprintf(want, sizeof want, "%.*s-%05d-of-%05d.gguf", (int)plen, files[primary].path, k, count);
             found = find_path(files, n, want);
             if (found < 0) {
-                st = kst_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: shard %d of %d of %s is missing",
+                st = store_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: shard %d of %d of %s is missing",
                                      c.what, k, count, base_name(files[primary].path));
                 break;
             }
@@ -623,7 +623,7 @@ kiln_status kst_hub_plan(const char *ref, const kst_net *net, const char *const 
  * $HUGGING_FACE_HUB_TOKEN), else the file `huggingface-cli login` writes
  * ($HF_TOKEN_PATH, else $HF_HOME/token, else ~/.cache/huggingface/token).
  * Returns 1 with the token in buf. */
-int kst_hub_token(char *buf, size_t cap) {
+int store_hub_token(char *buf, size_t cap) {
     const char *e = getenv("HF_TOKEN");
     if (!e || !*e) e = getenv("HUGGING_FACE_HUB_TOKEN");
     char *txt = NULL;
@@ -633,15 +633,15 @@ int kst_hub_token(char *buf, size_t cap) {
                    *h = getenv("HOME");
         int r = -1;
         if (tp && *tp)
-            r = kst_path(path, "%s", tp);
+            r = store_path(path, "%s", tp);
         else if (home && *home)
-            r = kst_path(path, "%s/token", home);
+            r = store_path(path, "%s/token", home);
         else if (xdg && *xdg)
-            r = kst_path(path, "%s/huggingface/token", xdg);
+            r = store_path(path, "%s/huggingface/token", xdg);
         else if (h && *h)
-            r = kst_path(path, "%s/.cache/huggingface/token", h);
+            r = store_path(path, "%s/.cache/huggingface/token", h);
         if (r) return 0;
-        txt = kst_read_text(path, 4096, NULL);
+        txt = store_read_text(path, 4096, NULL);
         if (!txt) return 0;
         e = txt;
     }

@@ -25,7 +25,7 @@ static void dit_dtype(const char *path, char quant[16]) {
     ckpt_close(f);
 }
 
-kiln_status kst_check_image(const char *path, const char *artifact, char arch[64], char quant[16]) {
+kiln_status store_check_image(const char *path, const char *artifact, char arch[64], char quant[16]) {
     image_files files;
     image_config cfg;
     char err[1024];

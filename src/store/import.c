@@ -23,7 +23,7 @@ static int same_file(const struct stat *a, const struct stat *b) {
 }
 
 /* Copies exactly len bytes of src into dst while hashing them. */
-static kiln_status copy_hash(const char *src, const char *dst, const char *file, uint64_t len, char hex[KST_ID_LEN + 1],
+static kiln_status copy_hash(const char *src, const char *dst, const char *file, uint64_t len, char hex[STORE_ID_LEN + 1],
                              kiln_store_progress_fn progress, void *user) {
     int in = open(src, O_RDONLY | O_CLOEXEC);
     if (in < 0) return base_fail(KILN_ERR_IO, "cannot open %s: %s", src, strerror(errno));
@@ -68,7 +68,7 @@ static kiln_status copy_hash(const char *src, const char *dst, const char *file,
                                  .all_total = len,
                                  .rate = rate,
                                  .eta = rate > 0 ? (double)(len - done) / rate : -1};
-        kst_emit(progress, user, &p);
+        store_emit(progress, user, &p);
     }
     if (!st && fsync(out) != 0) st = base_fail(KILN_ERR_IO, "writing %s: %s", dst, strerror(errno));
     if (!st) {
@@ -92,22 +92,22 @@ static kiln_status copy_hash(const char *src, const char *dst, const char *file,
 /* Brings one file of an image pack into the staging directory dir as file
  * (a copy, or a link to it), hashing it; the pack's record must match. */
 static kiln_status stage_one(const char *src, const char *dir, const char *file, int mode, const char *want_sha,
-                             struct stat *s0, char hex[KST_ID_LEN + 1], kiln_store_progress_fn progress, void *user) {
+                             struct stat *s0, char hex[STORE_ID_LEN + 1], kiln_store_progress_fn progress, void *user) {
     char dst[PATH_MAX];
     if (stat(src, s0) != 0) return base_fail(KILN_ERR_IO, "%s: %s", src, strerror(errno));
     if (!S_ISREG(s0->st_mode)) return base_fail(KILN_ERR_INVALID_ARG, "%s is not a regular file", src);
-    if (kst_path(dst, "%s/%s", dir, file)) return KILN_ERR_INVALID_ARG;
+    if (store_path(dst, "%s/%s", dir, file)) return KILN_ERR_INVALID_ARG;
     kiln_store_progress p0 = {.event = "start",
                               .artifact = file,
                               .count = 1,
                               .total = (uint64_t)s0->st_size,
                               .all_total = (uint64_t)s0->st_size,
                               .eta = -1};
-    kst_emit(progress, user, &p0);
+    store_emit(progress, user, &p0);
     struct stat s1;
     kiln_status st = KILN_OK;
     if (mode == KILN_STORE_LINK) {
-        if (kst_sha256_file(src, hex, &s1, progress, user, file) != 0)
+        if (store_sha256_file(src, hex, &s1, progress, user, file) != 0)
             st = base_fail(KILN_ERR_IO, "cannot read %s: %s", src, strerror(errno));
         else if (symlink(src, dst) != 0)
             st = base_fail(KILN_ERR_IO, "cannot link %s: %s", dst, strerror(errno));
@@ -128,12 +128,12 @@ static kiln_status stage_one(const char *src, const char *dir, const char *file,
 static kiln_status import_image_pack(kiln_store *s, const char *canon, const char *name, int mode,
                                      kiln_store_progress_fn progress, void *user, char *id_out) {
     static atomic_uint seq;
-    char pj[PATH_MAX], dir[PATH_MAX], srcdir[PATH_MAX], norm[KST_NAME_MAX + 1], err[1024];
+    char pj[PATH_MAX], dir[PATH_MAX], srcdir[PATH_MAX], norm[STORE_NAME_MAX + 1], err[1024];
     struct stat sd;
     if (stat(canon, &sd) != 0) return base_fail(KILN_ERR_IO, "%s: %s", canon, strerror(errno));
     if (S_ISDIR(sd.st_mode)) {
         snprintf(srcdir, sizeof srcdir, "%s", canon);
-        if (kst_path(pj, "%s/pack.json", canon)) return KILN_ERR_INVALID_ARG;
+        if (store_path(pj, "%s/pack.json", canon)) return KILN_ERR_INVALID_ARG;
     } else {
         snprintf(pj, sizeof pj, "%s", canon);
         snprintf(srcdir, sizeof srcdir, "%s", canon);
@@ -145,10 +145,10 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
     if (image_pack_read(pj, 0, &files, &cfg, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
     kiln_status st;
     if (name)
-        st = kst_name_norm(name, norm);
+        st = store_name_norm(name, norm);
     else {
-        kst_name_from_file(srcdir, norm);
-        st = kst_name_norm(norm, norm);
+        store_name_from_file(srcdir, norm);
+        st = store_name_norm(norm, norm);
     }
     if (st) return st;
     json_error_t je;
@@ -157,8 +157,8 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
 
     char key[96];
     snprintf(key, sizeof key, "import-%ld-%u-%lld", (long)getpid(), atomic_fetch_add(&seq, 1),
-             (long long)kst_wall_now());
-    if ((st = kst_staging(s, key, dir))) {
+             (long long)store_wall_now());
+    if ((st = store_staging(s, key, dir))) {
         json_decref(pack);
         return st;
     }
@@ -180,13 +180,13 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
             st = base_fail(KILN_ERR_FORMAT, "%s: more artifacts than an image pack has", pj);
             break;
         }
-        if (!kst_file_ok(file) || !strcmp(file, "manifest.json") || (i && !strcmp(file, "pack.json"))) {
+        if (!store_file_ok(file) || !strcmp(file, "manifest.json") || (i && !strcmp(file, "pack.json"))) {
             st = base_fail(KILN_ERR_FORMAT, "%s: the artifact name '%s' cannot be kept in the store", pj,
                          file ? file : "");
             break;
         }
-        char hex[KST_ID_LEN + 1];
-        if (kst_path(srcs[i], "%s/%s", srcdir, file)) {
+        char hex[STORE_ID_LEN + 1];
+        if (store_path(srcs[i], "%s/%s", srcdir, file)) {
             st = KILN_ERR_INVALID_ARG;
             break;
         }
@@ -201,15 +201,15 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
     if (st) {
         json_decref(arts);
         if (st == KILN_ERR_STATE)
-            kst_quarantine(s, dir, kiln_last_error());
+            store_quarantine(s, dir, kiln_last_error());
         else
-            kst_rmtree(dir);
+            store_rmtree(dir);
         return st;
     }
     json_t *man = json_pack("{s:s,s:s,s:o}", "mode", mode == KILN_STORE_LINK ? "linked" : "owned", "origin", srcdir,
                             "artifacts", arts);
-    char id[KST_ID_LEN + 1];
-    st = man ? kst_publish(s, dir, man, norm, id) : base_fail(KILN_ERR_NOMEM, "out of memory");
+    char id[STORE_ID_LEN + 1];
+    st = man ? store_publish(s, dir, man, norm, id) : base_fail(KILN_ERR_NOMEM, "out of memory");
     json_decref(man);
     if (st) return st;
     kiln_store_progress pub = {.event = "published",
@@ -221,7 +221,7 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
                                .all_total = total,
                                .eta = 0,
                                .message = id};
-    kst_emit(progress, user, &pub);
+    store_emit(progress, user, &pub);
     for (size_t k = 0; mode == KILN_STORE_MOVE && k < n; k++) {
         struct stat s2;
         char msg[PATH_MAX + 128];
@@ -234,10 +234,10 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
             base_log(BASE_LOG_WARN, "import: %s", msg);
             kiln_store_progress w = {
                 .event = "warning", .artifact = "pack.json", .count = 1, .eta = -1, .message = msg};
-            kst_emit(progress, user, &w);
+            store_emit(progress, user, &w);
         }
     }
-    if (id_out) memcpy(id_out, id, KST_ID_LEN + 1);
+    if (id_out) memcpy(id_out, id, STORE_ID_LEN + 1);
     return KILN_OK;
 }
 
@@ -247,15 +247,15 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
     if (!s || !path) return base_fail(KILN_ERR_INVALID_ARG, "no store or path");
     if (mode != KILN_STORE_COPY && mode != KILN_STORE_MOVE && mode != KILN_STORE_LINK)
         return base_fail(KILN_ERR_INVALID_ARG, "unknown import mode %d", mode);
-    char canon[PATH_MAX], norm[KST_NAME_MAX + 1];
+    char canon[PATH_MAX], norm[STORE_NAME_MAX + 1];
     if (!realpath(path, canon)) return base_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
     if (image_is_pack(canon)) return import_image_pack(s, canon, name, mode, progress, user, id_out);
     kiln_status st;
     if (name)
-        st = kst_name_norm(name, norm);
+        st = store_name_norm(name, norm);
     else {
-        kst_name_from_file(canon, norm);
-        st = kst_name_norm(norm, norm);
+        store_name_from_file(canon, norm);
+        st = store_name_norm(norm, norm);
     }
     if (st) return st;
     struct stat s0;
@@ -275,14 +275,14 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
                       : '-';
     }
     file[n] = 0;
-    if (!kst_file_ok(file)) snprintf(file, sizeof file, "model.gguf");
+    if (!store_file_ok(file)) snprintf(file, sizeof file, "model.gguf");
 
-    char key[96], dir[PATH_MAX], dst[PATH_MAX], hex[KST_ID_LEN + 1];
+    char key[96], dir[PATH_MAX], dst[PATH_MAX], hex[STORE_ID_LEN + 1];
     snprintf(key, sizeof key, "import-%ld-%u-%lld", (long)getpid(), atomic_fetch_add(&seq, 1),
-             (long long)kst_wall_now());
-    if ((st = kst_staging(s, key, dir))) return st;
-    if (kst_path(dst, "%s/%s", dir, file)) {
-        kst_rmtree(dir);
+             (long long)store_wall_now());
+    if ((st = store_staging(s, key, dir))) return st;
+    if (store_path(dst, "%s/%s", dir, file)) {
+        store_rmtree(dir);
         return KILN_ERR_INVALID_ARG;
     }
     kiln_store_progress p0 = {.event = "start",
@@ -291,11 +291,11 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
                               .total = (uint64_t)s0.st_size,
                               .all_total = (uint64_t)s0.st_size,
                               .eta = -1};
-    kst_emit(progress, user, &p0);
+    store_emit(progress, user, &p0);
 
     struct stat s1;
     if (mode == KILN_STORE_LINK) {
-        if (kst_sha256_file(canon, hex, &s1, progress, user, file) != 0) {
+        if (store_sha256_file(canon, hex, &s1, progress, user, file) != 0) {
             st = base_fail(KILN_ERR_IO, "cannot read %s: %s", canon, strerror(errno));
         } else if (!same_file(&s0, &s1)) {
             st = base_fail(KILN_ERR_STATE, "%s changed while it was hashed; nothing imported", canon);
@@ -309,17 +309,17 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
     }
     if (st) {
         if (st == KILN_ERR_STATE)
-            kst_quarantine(s, dir, kiln_last_error());
+            store_quarantine(s, dir, kiln_last_error());
         else
-            kst_rmtree(dir);
+            store_rmtree(dir);
         return st;
     }
 
     json_t *man = json_pack("{s:s,s:s,s:[{s:s,s:s,s:I,s:s,s:s}]}", "mode", mode == KILN_STORE_LINK ? "linked" : "owned",
                             "origin", canon, "artifacts", "role", "model", "path", file, "length",
                             (json_int_t)s0.st_size, "sha256", hex, "source", canon);
-    char id[KST_ID_LEN + 1];
-    st = man ? kst_publish(s, dir, man, norm, id) : base_fail(KILN_ERR_NOMEM, "out of memory");
+    char id[STORE_ID_LEN + 1];
+    st = man ? store_publish(s, dir, man, norm, id) : base_fail(KILN_ERR_NOMEM, "out of memory");
     json_decref(man);
     if (st) return st;
     kiln_store_progress pub = {.event = "published",
@@ -331,7 +331,7 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
                                .all_total = (uint64_t)s0.st_size,
                                .eta = 0,
                                .message = id};
-    kst_emit(progress, user, &pub);
+    store_emit(progress, user, &pub);
 
     if (mode == KILN_STORE_MOVE) {
         /* the pack is committed; the source goes only if it is still
@@ -346,9 +346,9 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
         if (msg[0]) {
             base_log(BASE_LOG_WARN, "import: %s", msg);
             kiln_store_progress w = {.event = "warning", .artifact = file, .count = 1, .eta = -1, .message = msg};
-            kst_emit(progress, user, &w);
+            store_emit(progress, user, &w);
         }
     }
-    if (id_out) memcpy(id_out, id, KST_ID_LEN + 1);
+    if (id_out) memcpy(id_out, id, STORE_ID_LEN + 1);
     return KILN_OK;
 }

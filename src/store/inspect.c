@@ -36,7 +36,7 @@ static int content_range(const char *cr, uint64_t *a, uint64_t *b, uint64_t *t) 
     return 0;
 }
 
-static kiln_status read_header(const kst_plan *plan, const kst_artifact *a, const kst_creds *cr, const kst_net *net,
+static kiln_status read_header(const store_plan *plan, const store_artifact *a, const store_creds *cr, const store_net *net,
                                json_t *out) {
     uint8_t *buf = NULL;
     uint64_t have = 0, size = a->length;
@@ -51,10 +51,10 @@ static kiln_status read_header(const kst_plan *plan, const kst_artifact *a, cons
         if (have + want > INSPECT_BUDGET) want = INSPECT_BUDGET - have;
         if (!want) {
             st = have >= INSPECT_BUDGET
-                     ? kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+                     ? store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                                        "%s: unverified: the GGUF header is larger than the %u MiB an inspection reads",
                                        plan->what, INSPECT_BUDGET >> 20)
-                     : kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: %s", a->file, err);
+                     : store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: %s", a->file, err);
             break;
         }
         uint8_t *nb = realloc(buf, have + want);
@@ -63,40 +63,40 @@ static kiln_status read_header(const kst_plan *plan, const kst_artifact *a, cons
             break;
         }
         buf = nb;
-        kst_http h = {.url = a->url,
+        store_http h = {.url = a->url,
                       .headers = cr->hdrs,
                       .n_headers = cr->n,
                       .auth_origin = plan->auth_origin,
                       .what = plan->what,
-                      .follow = KST_FOLLOW_ALL,
+                      .follow = STORE_FOLLOW_ALL,
                       .range_start = have,
                       .range_len = want,
                       .max_body = want};
-        st = kst_http_get(&h, net);
+        st = store_http_get(&h, net);
         requests++;
         if (!st && h.range_ignored)
             st =
-                kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+                store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                                 "%s: unverified: the server ignores Range requests; kiln does not read a whole file to "
                                 "inspect it",
                                 plan->what);
-        if (!st && h.code != 206) st = kst_http_error(plan->kind, h.code, h.error_code, plan->what, cr->have_token);
+        if (!st && h.code != 206) st = store_http_error(plan->kind, h.code, h.error_code, plan->what, cr->have_token);
         uint64_t ra = 0, rb = 0, rt = 0;
         if (!st && (content_range(h.content_range, &ra, &rb, &rt) || ra != have || rb - ra + 1 != h.len ||
                     h.len > want || !rt || (size && rt != size) || rt < have + h.len))
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                                  "%s: unverified: the server's range answer does not match the request", plan->what);
         if (!st) {
             memcpy(buf + have, h.body, h.len);
             have += h.len;
             size = rt;
         }
-        kst_http_done(&h);
+        store_http_done(&h);
         if (st) break;
         int more = 0;
         if (!gguf_open_header(buf, have, size, &more, &f)) break;
         if (!more) {
-            st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s is not a valid GGUF: %s", a->file,
+            st = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s is not a valid GGUF: %s", a->file,
                                  kiln_last_error());
             break;
         }
@@ -120,7 +120,7 @@ static kiln_status read_header(const kst_plan *plan, const kst_artifact *a, cons
         json_object_set_new(out, "layers", json_integer(gguf_get_int(f, key, 0)));
         snprintf(key, sizeof key, "%s.embedding_length", arch);
         json_object_set_new(out, "embedding_length", json_integer(gguf_get_int(f, key, 0)));
-        json_object_set_new(out, "quantization", json_string(kst_dominant_type(f)));
+        json_object_set_new(out, "quantization", json_string(store_dominant_type(f)));
         json_object_set_new(out, "file_type", json_integer(gguf_get_int(f, "general.file_type", -1)));
         json_object_set_new(out, "tensors", json_integer(gguf_n_tensors(f)));
         json_object_set_new(out, "parameters", json_integer((json_int_t)n_params));
@@ -153,26 +153,26 @@ static kiln_status read_header(const kst_plan *plan, const kst_artifact *a, cons
 }
 
 kiln_status kiln_store_inspect(const char *ref, const kiln_store_pull_params *params, char **json_out) {
-    kst_source_set(KILN_SOURCE_OK);
+    store_source_set(KILN_SOURCE_OK);
     if (!ref || !json_out) return base_fail(KILN_ERR_INVALID_ARG, "no reference or output");
     *json_out = NULL;
     char mapped[2048];
-    if (kst_hub_url_ref(ref, mapped, sizeof mapped)) ref = mapped; /* a hub page: its reference */
-    kst_curl_init();
-    kst_net net;
-    kst_net_init(&net, params);
-    kst_creds cr;
-    kiln_status st = kst_creds_init(&cr, params, ref);
-    kst_plan *plan = st ? NULL : calloc(1, sizeof *plan);
+    if (store_hub_url_ref(ref, mapped, sizeof mapped)) ref = mapped; /* a hub page: its reference */
+    store_curl_init();
+    store_net net;
+    store_net_init(&net, params);
+    store_creds cr;
+    kiln_status st = store_creds_init(&cr, params, ref);
+    store_plan *plan = st ? NULL : calloc(1, sizeof *plan);
     if (!st && !plan) st = base_fail(KILN_ERR_NOMEM, "out of memory");
     if (!st && strstr(ref, "://")) {
         size_t n = strcspn(ref, "?#");
         if (n > 5 && !strncasecmp(ref + n - 5, ".json", 5))
             st = base_fail(KILN_ERR_UNSUPPORTED, "inspect the model file's URL, not a pack manifest");
-        if (!st) st = kst_url_origin(ref, plan->auth_origin, sizeof plan->auth_origin);
+        if (!st) st = store_url_origin(ref, plan->auth_origin, sizeof plan->auth_origin);
         if (!st) {
-            plan->kind = KST_SRC_URL;
-            kst_url_clean(ref, plan->what, sizeof plan->what);
+            plan->kind = STORE_SRC_URL;
+            store_url_clean(ref, plan->what, sizeof plan->what);
             snprintf(plan->arts[0].url, sizeof plan->arts[0].url, "%s", ref);
             const char *b = strrchr(plan->what, '/');
             snprintf(plan->arts[0].file, sizeof plan->arts[0].file, "%.200s", b ? b + 1 : plan->what);
@@ -180,8 +180,8 @@ kiln_status kiln_store_inspect(const char *ref, const kiln_store_pull_params *pa
             plan->n_arts = 1;
         }
     } else if (!st) {
-        st = kst_hub_ref(ref) ? kst_hub_plan(ref, &net, cr.hdrs, cr.n, cr.have_token, plan)
-                              : kst_registry_plan(ref, &net, cr.hdrs, cr.n, cr.have_token, plan);
+        st = store_hub_ref(ref) ? store_hub_plan(ref, &net, cr.hdrs, cr.n, cr.have_token, plan)
+                              : store_registry_plan(ref, &net, cr.hdrs, cr.n, cr.have_token, plan);
     }
     json_t *out = NULL;
     if (!st) {
@@ -192,7 +192,7 @@ kiln_status kiln_store_inspect(const char *ref, const kiln_store_pull_params *pa
         uint64_t total = 0;
         int known = 1, verified = 1;
         for (int i = 0; i < plan->n_arts; i++) {
-            const kst_artifact *a = &plan->arts[i];
+            const store_artifact *a = &plan->arts[i];
             json_t *fa = json_pack("{s:s,s:s}", "path", a->file, "role", a->role);
             if (a->length) json_object_set_new(fa, "length", json_integer((json_int_t)a->length));
             if (a->sha[0]) json_object_set_new(fa, "sha256", json_string(a->sha));
@@ -215,7 +215,7 @@ kiln_status kiln_store_inspect(const char *ref, const kiln_store_pull_params *pa
     json_decref(out);
     if (plan) json_decref(plan->source);
     free(plan);
-    kst_creds_wipe(&cr);
-    if (st && kiln_store_last_source_result() == KILN_SOURCE_OK) kst_source_set(KILN_SOURCE_OTHER);
+    store_creds_wipe(&cr);
+    if (st && kiln_store_last_source_result() == KILN_SOURCE_OK) store_source_set(KILN_SOURCE_OTHER);
     return st;
 }

@@ -33,14 +33,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_ARTIFACTS KST_MAX_ARTIFACTS
+#define MAX_ARTIFACTS STORE_MAX_ARTIFACTS
 
 typedef struct pull_ctx {
     const kiln_store_pull_params *pp;
-    kst_net net;
+    store_net net;
     const char *const *headers;
     int n_headers;
-    int kind; /* KST_SRC_* */
+    int kind; /* STORE_SRC_* */
     int have_token;
     const char *what;      /* the source as messages name it */
     char auth_origin[512]; /* where headers may go */
@@ -67,7 +67,7 @@ typedef struct xfer {
     uint64_t rate_bytes;
 } xfer;
 
-static int cancelled(const pull_ctx *pc) { return kst_net_cancelled(&pc->net); }
+static int cancelled(const pull_ctx *pc) { return store_net_cancelled(&pc->net); }
 
 static void emit(xfer *x, const char *event, const char *message) {
     pull_ctx *pc = x->pc;
@@ -92,7 +92,7 @@ static void emit(xfer *x, const char *event, const char *message) {
 static void write_meta(xfer *x) {
     json_t *m = json_pack("{s:s,s:I,s:s}", "url", x->url, "total", (json_int_t)x->total, "validator", x->validator);
     char *txt = m ? json_dumps(m, JSON_COMPACT) : NULL;
-    if (txt && kst_write_atomic(x->meta_path, txt, strlen(txt), 0644) != 0)
+    if (txt && store_write_atomic(x->meta_path, txt, strlen(txt), 0644) != 0)
         base_log(BASE_LOG_WARN, "pull: cannot write %s: %s", x->meta_path, strerror(errno));
     free(txt);
     json_decref(m);
@@ -256,21 +256,21 @@ static int on_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 /* Downloads url into dir/file.  On an integrity failure (*quarantine set)
  * the caller quarantines the staging directory. */
 static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url, const char *file, uint64_t expect,
-                                 const char *want_sha, char sha_out[KST_ID_LEN + 1], uint64_t *len_out,
+                                 const char *want_sha, char sha_out[STORE_ID_LEN + 1], uint64_t *len_out,
                                  int *quarantine) {
     char final_p[PATH_MAX], part_p[PATH_MAX], meta_p[PATH_MAX];
     *quarantine = 0;
-    if (kst_path(final_p, "%s/%s", dir, file) || kst_path(part_p, "%s.part", final_p) ||
-        kst_path(meta_p, "%s.part.json", final_p))
+    if (store_path(final_p, "%s/%s", dir, file) || store_path(part_p, "%s.part", final_p) ||
+        store_path(meta_p, "%s.part.json", final_p))
         return KILN_ERR_INVALID_ARG;
     char rec_url[4096]; /* what the part's record and messages hold of url */
-    kst_url_clean(url, rec_url, sizeof rec_url);
+    store_url_clean(url, rec_url, sizeof rec_url);
     xfer x = {.pc = pc, .file = file, .meta_path = meta_p, .url = rec_url, .fd = -1, .expect = expect};
     struct stat st;
     /* completed by an earlier run whose pack was not published yet */
     if (stat(final_p, &st) == 0) {
         x.have = (uint64_t)st.st_size;
-        if (kst_sha256_file(final_p, sha_out, NULL, NULL, NULL, file) == 0 && (!expect || x.have == expect) &&
+        if (store_sha256_file(final_p, sha_out, NULL, NULL, NULL, file) == 0 && (!expect || x.have == expect) &&
             (!want_sha || !strcmp(sha_out, want_sha))) {
             *len_out = x.have;
             emit(&x, "done", "already downloaded");
@@ -283,7 +283,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
     if (x.fd < 0) return base_fail(KILN_ERR_IO, "cannot create %s: %s", part_p, strerror(errno));
     if (fstat(x.fd, &st) == 0) x.have = (uint64_t)st.st_size;
     {
-        char *txt = x.have ? kst_read_text(meta_p, 1 << 16, NULL) : NULL;
+        char *txt = x.have ? store_read_text(meta_p, 1 << 16, NULL) : NULL;
         json_t *m = txt ? json_loads(txt, 0, NULL) : NULL;
         free(txt);
         const char *murl = json_string_value(json_object_get(m, "url"));
@@ -325,7 +325,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         x.decided = x.discard = x.restart = 0;
         x.why[0] = errbuf[0] = 0;
         char cur_origin[512];
-        if ((st_ret = kst_url_origin(cur, cur_origin, sizeof cur_origin))) break;
+        if ((st_ret = store_url_origin(cur, cur_origin, sizeof cur_origin))) break;
         /* credentials only on the source's origin, and never again once
          * the chain left it */
         if (strcmp(cur_origin, pc->auth_origin)) left_origin = 1;
@@ -374,7 +374,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
             st_ret = base_fail(KILN_ERR_IO, "%s; %llu bytes kept in %s", x.why, (unsigned long long)x.have, part_p);
         } else if (x.integrity) {
             *quarantine = 1;
-            st_ret = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s", x.why);
+            st_ret = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s", x.why);
         } else if (rc == CURLE_ABORTED_BY_CALLBACK || cancelled(pc)) {
             continue; /* reported at the top of the loop */
         } else if (x.restart) {
@@ -385,10 +385,10 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
             char *loc = NULL;
             curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &loc);
             char next_origin[512];
-            if (!loc || ++hops > KST_MAX_REDIRECTS) {
-                st_ret = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: %s", rec_url,
+            if (!loc || ++hops > STORE_MAX_REDIRECTS) {
+                st_ret = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: %s", rec_url,
                                          loc ? "too many redirects" : "redirect without a location");
-            } else if (!(st_ret = kst_url_origin(loc, next_origin, sizeof next_origin))) {
+            } else if (!(st_ret = store_url_origin(loc, next_origin, sizeof next_origin))) {
                 snprintf(cur, sizeof cur, "%s", loc); /* used for this transfer only, never recorded */
             }
             continue;
@@ -410,21 +410,21 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
             }
         } else if (rc == CURLE_OK && code != 408 && code != 429 && code < 500) {
             char what[600];
-            if (pc->kind == KST_SRC_URL)
+            if (pc->kind == STORE_SRC_URL)
                 snprintf(what, sizeof what, "%.590s", rec_url);
             else
                 snprintf(what, sizeof what, "%s (%s)", pc->what, file);
-            st_ret = kst_http_error(pc->kind, code, x.error_code, what, pc->have_token);
+            st_ret = store_http_error(pc->kind, code, x.error_code, what, pc->have_token);
         } else if (rc == CURLE_OK) {
             snprintf(reason, sizeof reason, "HTTP %ld", code);
-        } else if (!kst_curl_transient(h, rc)) {
+        } else if (!store_curl_transient(h, rc)) {
             char eb[CURL_ERROR_SIZE + 64];
-            kst_curl_reason(h, rc, errbuf, eb, sizeof eb);
-            st_ret = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: %s", rec_url, eb);
+            store_curl_reason(h, rc, errbuf, eb, sizeof eb);
+            st_ret = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: %s", rec_url, eb);
         } else if (rc == CURLE_OPERATION_TIMEDOUT) {
             snprintf(reason, sizeof reason, "stalled: no data for %ld s", pc->net.stall_s);
         } else {
-            kst_url_clean(errbuf[0] ? errbuf : curl_easy_strerror(rc), reason, sizeof reason);
+            store_url_clean(errbuf[0] ? errbuf : curl_easy_strerror(rc), reason, sizeof reason);
         }
         if (st_ret || done) break;
         /* a transient failure: start over from the original URL, resuming;
@@ -434,16 +434,16 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         left_origin = 0;
         snprintf(cur, sizeof cur, "%s", url);
         if (attempts >= pc->net.max_attempts) {
-            st_ret = kst_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
+            st_ret = store_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
                                      "%s: giving up after %d attempts (%s); %llu bytes kept, pull again to resume",
                                      file, attempts, reason, (unsigned long long)x.have);
             break;
         }
-        long delay = kst_net_delay(&pc->net, attempts);
+        long delay = store_net_delay(&pc->net, attempts);
         char msg[700];
         snprintf(msg, sizeof msg, "%s; retrying in %.1f s", reason, (double)delay / 1000.0);
         emit(&x, "retry", msg);
-        kst_net_sleep(&pc->net, delay);
+        store_net_sleep(&pc->net, delay);
     }
     curl_easy_cleanup(h);
     if (!st_ret && fsync(x.fd) != 0) st_ret = base_fail(KILN_ERR_IO, "writing %s: %s", part_p, strerror(errno));
@@ -456,7 +456,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
                        (unsigned long long)x.have, (unsigned long long)expect);
     }
     emit(&x, "verify", NULL);
-    if (kst_sha256_file(part_p, sha_out, NULL, pc->pp ? pc->pp->progress : NULL, pc->pp ? pc->pp->user : NULL, file) !=
+    if (store_sha256_file(part_p, sha_out, NULL, pc->pp ? pc->pp->progress : NULL, pc->pp ? pc->pp->user : NULL, file) !=
         0)
         return base_fail(KILN_ERR_IO, "cannot read %s: %s", part_p, strerror(errno));
     if (want_sha && strcmp(sha_out, want_sha)) {
@@ -472,7 +472,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
 
 /* ---- the pack ---- */
 
-typedef kst_artifact artifact;
+typedef store_artifact artifact;
 
 /* The file name of a URL's last path segment, made safe. */
 static void file_from_url(const char *url, char *out, size_t cap) {
@@ -486,7 +486,7 @@ static void file_from_url(const char *url, char *out, size_t cap) {
         out[n++] = (isalnum((unsigned char)c) || c == '.' || c == '_' || c == '-') ? c : '-';
     }
     out[n] = 0;
-    if (!kst_file_ok(out)) snprintf(out, cap, "model.gguf");
+    if (!store_file_ok(out)) snprintf(out, cap, "model.gguf");
 }
 
 static int resolve_url(const char *base, const char *rel, char *out, size_t cap) {
@@ -506,8 +506,8 @@ static int resolve_url(const char *base, const char *rel, char *out, size_t cap)
 static kiln_status parse_remote(const char *path, const char *url, artifact *arts, int *n_out, char *name,
                                 size_t name_cap) {
     char shown[600];
-    kst_url_clean(url, shown, sizeof shown);
-    char *txt = kst_read_text(path, 1 << 20, NULL);
+    store_url_clean(url, shown, sizeof shown);
+    char *txt = store_read_text(path, 1 << 20, NULL);
     json_error_t je;
     json_t *m = txt ? json_loads(txt, 0, &je) : NULL;
     free(txt);
@@ -539,14 +539,14 @@ static kiln_status parse_remote(const char *path, const char *url, artifact *art
             snprintf(t->file, sizeof t->file, "%s", p);
         else
             file_from_url(t->url, t->file, sizeof t->file);
-        if (!kst_file_ok(t->file)) {
+        if (!store_file_ok(t->file)) {
             st = base_fail(KILN_ERR_FORMAT, "%s: artifact path '%s' is not a plain file name", shown, t->file);
             break;
         }
         for (size_t k = 0; k < i; k++)
             if (!strcmp(arts[k].file, t->file))
                 st = base_fail(KILN_ERR_FORMAT, "%s: artifact '%s' listed twice", shown, t->file);
-        if (h && !kst_hex_ok(h))
+        if (h && !store_hex_ok(h))
             st = base_fail(KILN_ERR_FORMAT, "%s: artifact %s: sha256 is not 64 lowercase hex digits", shown, t->file);
         if (st) break;
         snprintf(t->role, sizeof t->role, "%s", r ? r : i == 0 ? "model" : "companion");
@@ -570,24 +570,24 @@ static int url_is_manifest(const char *url) {
 static kiln_status lock_source(kiln_store *s, pull_ctx *pc, const char *key, int *fd) {
     char lockp[PATH_MAX];
     *fd = -1;
-    if (kst_path(lockp, "%s/locks/%s.lock", s->root, key)) return KILN_ERR_INVALID_ARG;
+    if (store_path(lockp, "%s/locks/%s.lock", s->root, key)) return KILN_ERR_INVALID_ARG;
     int waited = 0;
-    while ((*fd = kst_lock(lockp, LOCK_EX | LOCK_NB)) < 0) {
+    while ((*fd = store_lock(lockp, LOCK_EX | LOCK_NB)) < 0) {
         if (errno != EWOULDBLOCK) return base_fail(KILN_ERR_IO, "lock %s: %s", lockp, strerror(errno));
         if (!waited++ && pc->pp && pc->pp->progress) {
             kiln_store_progress p = {.event = "waiting", .eta = -1, .message = "another process is pulling this model"};
             pc->pp->progress(&p, pc->pp->user);
         }
         if (cancelled(pc)) return base_fail(KILN_ERR_CANCELLED, "pull cancelled while waiting for another pull");
-        kst_net_sleep(&pc->net, 100);
+        store_net_sleep(&pc->net, 100);
     }
     return KILN_OK;
 }
 
 static void source_key(const char *origin, char key[40]) {
-    char hex[KST_ID_LEN + 1], keysrc[4200];
+    char hex[STORE_ID_LEN + 1], keysrc[4200];
     snprintf(keysrc, sizeof keysrc, "kiln-pull\n%s", origin);
-    kst_sha256_hex(keysrc, strlen(keysrc), hex);
+    store_sha256_hex(keysrc, strlen(keysrc), hex);
     snprintf(key, 40, "%.32s", hex);
 }
 
@@ -596,14 +596,14 @@ static void source_key(const char *origin, char key[40]) {
  * updates its name); 1 when there was one. */
 static int reuse(kiln_store *s, pull_ctx *pc, const char *origin, const char *sha, const char *norm, int move,
                  char *id_out, kiln_status *st) {
-    char id[KST_ID_LEN + 1];
-    if (!kst_find_origin(s, origin, sha && *sha ? sha : NULL, id)) return 0;
+    char id[STORE_ID_LEN + 1];
+    if (!store_find_origin(s, origin, sha && *sha ? sha : NULL, id)) return 0;
     *st = norm[0] ? kiln_store_copy(s, id, norm, move) : KILN_OK;
     if (!*st && pc->pp && pc->pp->progress) {
         kiln_store_progress p = {.event = "published", .eta = 0, .message = id};
         pc->pp->progress(&p, pc->pp->user);
     }
-    if (!*st && id_out) memcpy(id_out, id, KST_ID_LEN + 1);
+    if (!*st && id_out) memcpy(id_out, id, STORE_ID_LEN + 1);
     return 1;
 }
 
@@ -626,13 +626,13 @@ static kiln_status fetch_publish(kiln_store *s, pull_ctx *pc, const char *dir, c
     if (source) json_object_set(man, "source", source);
     for (int i = 0; !st && i < n_arts; i++) {
         const artifact *a = &arts[i];
-        char got[KST_ID_LEN + 1], src[4096];
+        char got[STORE_ID_LEN + 1], src[4096];
         uint64_t len = 0;
         pc->index = i;
         st = pull_artifact(pc, dir, a->url, a->file, a->length, a->sha[0] ? a->sha : NULL, got, &len, &quarantine);
         if (st) break;
         pc->all_before += len;
-        kst_url_clean(a->url, src, sizeof src);
+        store_url_clean(a->url, src, sizeof src);
         json_t *ja = json_pack("{s:s,s:s,s:I,s:s,s:s}", "role", a->role, "path", a->file, "length", (json_int_t)len,
                                "sha256", got, "source", src);
         if (a->license[0]) json_object_set_new(ja, "license", json_string(a->license));
@@ -640,19 +640,19 @@ static kiln_status fetch_publish(kiln_store *s, pull_ctx *pc, const char *dir, c
     }
     for (int i = 0; !st && i < n_arts; i++) {
         char p[PATH_MAX];
-        if (kst_path(p, "%s/%s", dir, arts[i].file))
+        if (store_path(p, "%s/%s", dir, arts[i].file))
             st = KILN_ERR_INVALID_ARG;
-        else if ((st = kst_check_text(p, arts[i].role, arts[i].file)))
+        else if ((st = store_check_text(p, arts[i].role, arts[i].file)))
             quarantine = 1;
     }
     /* the last point where a cancel wins; after it, publication commits */
     if (!st && cancelled(pc))
         st = base_fail(KILN_ERR_CANCELLED, "pull cancelled before publication; the download is kept");
-    if (st && quarantine) kst_quarantine(s, dir, kiln_last_error());
+    if (st && quarantine) store_quarantine(s, dir, kiln_last_error());
     if (!st) {
-        char id[KST_ID_LEN + 1];
-        st = kst_publish(s, dir, man, norm[0] ? norm : NULL, id);
-        if (st) kst_source_set(KILN_SOURCE_OTHER);
+        char id[STORE_ID_LEN + 1];
+        st = store_publish(s, dir, man, norm[0] ? norm : NULL, id);
+        if (st) store_source_set(KILN_SOURCE_OTHER);
         if (!st && pc->pp && pc->pp->progress) {
             kiln_store_progress p = {.event = "published",
                                      .index = n_arts - 1,
@@ -663,7 +663,7 @@ static kiln_status fetch_publish(kiln_store *s, pull_ctx *pc, const char *dir, c
                                      .message = id};
             pc->pp->progress(&p, pc->pp->user);
         }
-        if (!st && id_out) memcpy(id_out, id, KST_ID_LEN + 1);
+        if (!st && id_out) memcpy(id_out, id, STORE_ID_LEN + 1);
     }
     json_decref(man);
     return st;
@@ -674,33 +674,33 @@ static kiln_status fetch_publish(kiln_store *s, pull_ctx *pc, const char *dir, c
 static kiln_status pull_url(kiln_store *s, pull_ctx *pc, const char *url, const char *name, const char *want,
                             char *norm, char *id_out) {
     char rec[4096], key[40], dir[PATH_MAX];
-    kst_url_clean(url, rec, sizeof rec);
-    kiln_status st = kst_url_origin(url, pc->auth_origin, sizeof pc->auth_origin);
+    store_url_clean(url, rec, sizeof rec);
+    kiln_status st = store_url_origin(url, pc->auth_origin, sizeof pc->auth_origin);
     if (st) return st;
-    pc->kind = KST_SRC_URL;
+    pc->kind = STORE_SRC_URL;
     pc->what = rec;
     source_key(rec, key);
     int lk;
     if ((st = lock_source(s, pc, key, &lk))) return st;
     if (reuse(s, pc, rec, want, norm, 0, id_out, &st)) {
-        kst_unlock(lk);
+        store_unlock(lk);
         return st;
     }
-    if ((st = kst_staging(s, key, dir))) {
-        kst_unlock(lk);
+    if ((st = store_staging(s, key, dir))) {
+        store_unlock(lk);
         return st;
     }
     artifact *arts = calloc(MAX_ARTIFACTS, sizeof *arts);
     int n_arts = 1, quarantine = 0;
-    char remote_name[KST_NAME_MAX + 1] = "";
+    char remote_name[STORE_NAME_MAX + 1] = "";
     if (!arts)
         st = base_fail(KILN_ERR_NOMEM, "out of memory");
     else if (url_is_manifest(url)) {
-        char rp[PATH_MAX], sha_m[KST_ID_LEN + 1];
+        char rp[PATH_MAX], sha_m[STORE_ID_LEN + 1];
         uint64_t len_m;
         const char *mf = ".remote.json";
-        if (!kst_path(rp, "%s/%s.part", dir, mf)) unlink(rp);
-        if (!kst_path(rp, "%s/%s", dir, mf)) unlink(rp);
+        if (!store_path(rp, "%s/%s.part", dir, mf)) unlink(rp);
+        if (!store_path(rp, "%s/%s", dir, mf)) unlink(rp);
         st = pull_artifact(pc, dir, url, mf, 0, NULL, sha_m, &len_m, &quarantine);
         if (!st) st = parse_remote(rp, url, arts, &n_arts, remote_name, sizeof remote_name);
         if (!st) unlink(rp);
@@ -713,24 +713,24 @@ static kiln_status pull_url(kiln_store *s, pull_ctx *pc, const char *url, const 
         snprintf(arts[0].role, sizeof arts[0].role, "model");
         snprintf(arts[0].sha, sizeof arts[0].sha, "%s", want);
     }
-    if (!st && !name && !(remote_name[0] && kst_name_norm(remote_name, norm) == KILN_OK)) {
-        kst_name_from_file(url, norm);
-        st = kst_name_norm(norm, norm);
+    if (!st && !name && !(remote_name[0] && store_name_norm(remote_name, norm) == KILN_OK)) {
+        store_name_from_file(url, norm);
+        st = store_name_norm(norm, norm);
     }
     if (!st) st = fetch_publish(s, pc, dir, arts, n_arts, rec, NULL, norm, id_out);
     free(arts);
-    kst_unlock(lk);
+    store_unlock(lk);
     return st;
 }
 
 /* A hub or registry reference: resolved to a pinned plan before the lock
  * (the lock and the staging belong to the exact revision). */
 static kiln_status pull_ref(kiln_store *s, pull_ctx *pc, const char *ref, const char *want, char *norm, char *id_out) {
-    kst_plan *plan = calloc(1, sizeof *plan);
+    store_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return base_fail(KILN_ERR_NOMEM, "out of memory");
-    kiln_status st = kst_hub_ref(ref)
-                         ? kst_hub_plan(ref, &pc->net, pc->headers, pc->n_headers, pc->have_token, plan)
-                         : kst_registry_plan(ref, &pc->net, pc->headers, pc->n_headers, pc->have_token, plan);
+    kiln_status st = store_hub_ref(ref)
+                         ? store_hub_plan(ref, &pc->net, pc->headers, pc->n_headers, pc->have_token, plan)
+                         : store_registry_plan(ref, &pc->net, pc->headers, pc->n_headers, pc->have_token, plan);
     if (!st && want[0] && strcmp(plan->arts[0].sha[0] ? plan->arts[0].sha : want, want))
         st = base_fail(KILN_ERR_INVALID_ARG, "--sha256 differs from the source's hash of %s", plan->arts[0].file);
     if (!st && want[0]) snprintf(plan->arts[0].sha, sizeof plan->arts[0].sha, "%s", want);
@@ -767,10 +767,10 @@ static kiln_status pull_ref(kiln_store *s, pull_ctx *pc, const char *ref, const 
     int lk;
     st = lock_source(s, pc, key, &lk);
     if (!st && !reuse(s, pc, plan->origin, plan->arts[0].sha, norm, 1, id_out, &st)) {
-        if (!(st = kst_staging(s, key, dir)))
+        if (!(st = store_staging(s, key, dir)))
             st = fetch_publish(s, pc, dir, plan->arts, plan->n_arts, plan->origin, plan->source, norm, id_out);
     }
-    if (lk >= 0) kst_unlock(lk);
+    if (lk >= 0) store_unlock(lk);
     json_decref(plan->source);
     memset(plan->bearer, 0, sizeof plan->bearer);
     free(plan);
@@ -780,37 +780,37 @@ static kiln_status pull_ref(kiln_store *s, pull_ctx *pc, const char *ref, const 
 static kiln_status pull_any(kiln_store *s, const char *ref, const char *name, const char *sha256,
                             const kiln_store_pull_params *params, char *id_out) {
     if (!s || !ref) return base_fail(KILN_ERR_INVALID_ARG, "no store or model reference");
-    kst_curl_init();
-    char want[KST_ID_LEN + 1] = "", norm[KST_NAME_MAX + 1] = "";
+    store_curl_init();
+    char want[STORE_ID_LEN + 1] = "", norm[STORE_NAME_MAX + 1] = "";
     kiln_status st = KILN_OK;
     if (sha256) {
-        for (size_t i = 0; i < KST_ID_LEN && sha256[i]; i++) want[i] = (char)tolower((unsigned char)sha256[i]);
-        want[KST_ID_LEN] = 0;
-        if (strlen(sha256) != KST_ID_LEN || !kst_hex_ok(want))
+        for (size_t i = 0; i < STORE_ID_LEN && sha256[i]; i++) want[i] = (char)tolower((unsigned char)sha256[i]);
+        want[STORE_ID_LEN] = 0;
+        if (strlen(sha256) != STORE_ID_LEN || !store_hex_ok(want))
             return base_fail(KILN_ERR_INVALID_ARG, "--sha256 needs 64 hex digits");
     }
     const int is_url = strstr(ref, "://") != NULL;
-    if (name && (st = kst_name_norm(name, norm))) return st;
+    if (name && (st = store_name_norm(name, norm))) return st;
     /* a reference is the model's name afterwards; its own rules first */
-    if (!is_url && (st = kst_hub_ref(ref) ? kst_hub_check(ref) : kst_registry_check(ref))) return st;
-    if (!name && !is_url && (st = kst_name_norm(ref, norm))) {
+    if (!is_url && (st = store_hub_ref(ref) ? store_hub_check(ref) : store_registry_check(ref))) return st;
+    if (!name && !is_url && (st = store_name_norm(ref, norm))) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", kiln_last_error());
         return base_fail(KILN_ERR_INVALID_ARG, "%s; give the model a name with --name", msg);
     }
     pull_ctx pc = {.pp = params, .count = 1};
-    kst_net_init(&pc.net, params);
-    kst_creds cr;
-    if ((st = kst_creds_init(&cr, params, ref))) return st;
+    store_net_init(&pc.net, params);
+    store_creds cr;
+    if ((st = store_creds_init(&cr, params, ref))) return st;
     pc.headers = cr.hdrs;
     pc.n_headers = cr.n;
     pc.have_token = cr.have_token;
     st = is_url ? pull_url(s, &pc, ref, name, want, norm, id_out) : pull_ref(s, &pc, ref, want, norm, id_out);
-    kst_creds_wipe(&cr);
+    store_creds_wipe(&cr);
     return st;
 }
 
-kiln_status kst_creds_init(kst_creds *c, const kiln_store_pull_params *params, const char *ref) {
+kiln_status store_creds_init(store_creds *c, const kiln_store_pull_params *params, const char *ref) {
     memset(c, 0, sizeof *c);
     const char *env_hdr = getenv("KILN_AUTH_HEADER");
     if (params && params->headers) {
@@ -827,7 +827,7 @@ kiln_status kst_creds_init(kst_creds *c, const kiln_store_pull_params *params, c
         if (!strncasecmp(c->hdrs[i], "authorization:", 14)) c->have_token = 1;
     }
     const char *token = params && params->token ? params->token : NULL;
-    if (!token && !strstr(ref, "://") && kst_hub_ref(ref) && kst_hub_token(c->tok, sizeof c->tok)) token = c->tok;
+    if (!token && !strstr(ref, "://") && store_hub_ref(ref) && store_hub_token(c->tok, sizeof c->tok)) token = c->tok;
     if (token && *token) {
         for (const char *p = token; *p; p++)
             if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
@@ -840,17 +840,17 @@ kiln_status kst_creds_init(kst_creds *c, const kiln_store_pull_params *params, c
     return KILN_OK;
 }
 
-void kst_creds_wipe(kst_creds *c) {
+void store_creds_wipe(store_creds *c) {
     memset(c->tok, 0, sizeof c->tok);
     memset(c->bearer, 0, sizeof c->bearer);
 }
 
 kiln_status kiln_store_pull(kiln_store *s, const char *ref, const char *name, const char *sha256,
                             const kiln_store_pull_params *params, char *id_out) {
-    kst_source_set(KILN_SOURCE_OK);
+    store_source_set(KILN_SOURCE_OK);
     char mapped[2048];
-    if (ref && kst_hub_url_ref(ref, mapped, sizeof mapped)) ref = mapped; /* a hub page: its reference */
+    if (ref && store_hub_url_ref(ref, mapped, sizeof mapped)) ref = mapped; /* a hub page: its reference */
     kiln_status st = pull_any(s, ref, name, sha256, params, id_out);
-    if (st && kiln_store_last_source_result() == KILN_SOURCE_OK) kst_source_set(KILN_SOURCE_OTHER);
+    if (st && kiln_store_last_source_result() == KILN_SOURCE_OK) store_source_set(KILN_SOURCE_OTHER);
     return st;
 }

@@ -128,19 +128,19 @@ static int challenge_param(const char *www, const char *key, char *out, size_t c
 /* The token exchange for a 401 challenge www: bearer receives
  * "Authorization: Bearer TOKEN".  headers go to the realm only when it is
  * on origin. */
-static kiln_status exchange_token(const char *www, const reg_ref *r, const char *origin, const kst_net *net,
+static kiln_status exchange_token(const char *www, const reg_ref *r, const char *origin, const store_net *net,
                                   const char *const *headers, int n_headers, const char *what, char *bearer,
                                   size_t cap) {
     char realm[1024], service[256] = "", scope[512], rorigin[512];
     if (!challenge_param(www, "realm", realm, sizeof realm))
         return base_fail(KILN_ERR_FORMAT, "%s: the registry's challenge names no realm", what);
-    kiln_status st = kst_url_origin(realm, rorigin, sizeof rorigin);
+    kiln_status st = store_url_origin(realm, rorigin, sizeof rorigin);
     if (st) return st;
     challenge_param(www, "service", service, sizeof service);
     if (!challenge_param(www, "scope", scope, sizeof scope))
         snprintf(scope, sizeof scope, "repository:%s/%s:pull", r->ns, r->model);
     char esvc[800], escope[1600], url[4096];
-    if (kst_url_escape(service, esvc, sizeof esvc, 0) < 0 || kst_url_escape(scope, escope, sizeof escope, 0) < 0)
+    if (store_url_escape(service, esvc, sizeof esvc, 0) < 0 || store_url_escape(scope, escope, sizeof escope, 0) < 0)
         return base_fail(KILN_ERR_FORMAT, "%s: the registry's challenge is too long", what);
     int n = snprintf(url, sizeof url, "%s%s%s%s%sscope=%s", realm, strchr(realm, '?') ? "&" : "?",
                      esvc[0] ? "service=" : "", esvc, esvc[0] ? "&" : "", escope);
@@ -148,15 +148,15 @@ static kiln_status exchange_token(const char *www, const reg_ref *r, const char 
     const int same = !strcmp(rorigin, origin);
     char twhat[340];
     snprintf(twhat, sizeof twhat, "%s (its token)", what);
-    kst_http h = {.url = url,
+    store_http h = {.url = url,
                   .accept = "application/json",
                   .headers = same ? headers : NULL,
                   .n_headers = same ? n_headers : 0,
                   .auth_origin = same ? origin : NULL,
                   .what = twhat,
-                  .follow = KST_FOLLOW_SAME,
+                  .follow = STORE_FOLLOW_SAME,
                   .max_body = 64 * 1024};
-    st = kst_http_get(&h, net);
+    st = store_http_get(&h, net);
     json_t *j = !st && h.code == 200 ? json_loadb(h.body, h.len, 0, NULL) : NULL;
     const char *tok = json_string_value(json_object_get(j, "token"));
     if (!tok || !*tok) tok = json_string_value(json_object_get(j, "access_token"));
@@ -166,7 +166,7 @@ static kiln_status exchange_token(const char *www, const reg_ref *r, const char 
     if (!st && !ok) st = base_fail(KILN_ERR_STATE, "%s: the token service gave no token (HTTP %ld)", what, h.code);
     json_decref(j);
     if (h.body) memset(h.body, 0, h.len);
-    kst_http_done(&h);
+    store_http_done(&h);
     return st;
 }
 
@@ -185,7 +185,7 @@ static kiln_status base_url(const reg_ref *r, char *out, size_t cap) {
             char host[256];
             snprintf(host, sizeof host, "%s", r->host);
             host[strcspn(host, ":")] = 0;
-            snprintf(out, cap, "%s://%s", kst_is_loopback(host) ? "http" : "https", r->host);
+            snprintf(out, cap, "%s://%s", store_is_loopback(host) ? "http" : "https", r->host);
             return KILN_OK;
         }
     }
@@ -221,32 +221,32 @@ static const char *file_of(const char *role) {
     return "license.txt";
 }
 
-kiln_status kst_registry_check(const char *ref) {
+kiln_status store_registry_check(const char *ref) {
     reg_ref r;
     return parse_ref(ref, &r);
 }
 
-kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *const *headers, int n_headers,
-                              int have_token, kst_plan *plan) {
+kiln_status store_registry_plan(const char *ref, const store_net *net, const char *const *headers, int n_headers,
+                              int have_token, store_plan *plan) {
     reg_ref r;
     kiln_status st = parse_ref(ref, &r);
     if (st) return st;
     char base[600], origin[512], url[1400];
-    if ((st = base_url(&r, base, sizeof base)) || (st = kst_url_origin(base, origin, sizeof origin))) return st;
-    plan->kind = KST_SRC_REGISTRY;
+    if ((st = base_url(&r, base, sizeof base)) || (st = store_url_origin(base, origin, sizeof origin))) return st;
+    plan->kind = STORE_SRC_REGISTRY;
     snprintf(plan->what, sizeof plan->what, "%s", ref);
     snprintf(plan->auth_origin, sizeof plan->auth_origin, "%s", origin);
     snprintf(url, sizeof url, "%s/v2/%s/%s/manifests/%s", base, r.ns, r.model, r.tag);
 
-    kst_http h = {.url = url,
+    store_http h = {.url = url,
                   .accept = REG_ACCEPT,
                   .headers = headers,
                   .n_headers = n_headers,
                   .auth_origin = origin,
                   .what = plan->what,
-                  .follow = KST_FOLLOW_ALL,
+                  .follow = STORE_FOLLOW_ALL,
                   .max_body = REG_MANIFEST_MAX};
-    st = kst_http_get(&h, net);
+    st = store_http_get(&h, net);
     if (!st && h.code == 401 && !strncasecmp(h.www_auth, "Bearer ", 7)) {
         /* the token exchange, then the manifest again with the token in
          * place of the caller's Authorization */
@@ -260,17 +260,17 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
             for (int i = 0; i < n_headers && nh < 34; i++)
                 if (strncasecmp(headers[i], "authorization:", 14)) hdrs[nh++] = headers[i];
             hdrs[nh++] = plan->bearer;
-            kst_http_done(&h);
-            kst_http h2 = {.url = url,
+            store_http_done(&h);
+            store_http h2 = {.url = url,
                            .accept = REG_ACCEPT,
                            .headers = hdrs,
                            .n_headers = nh,
                            .auth_origin = origin,
                            .what = plan->what,
-                           .follow = KST_FOLLOW_ALL,
+                           .follow = STORE_FOLLOW_ALL,
                            .max_body = REG_MANIFEST_MAX};
             h = h2;
-            st = kst_http_get(&h, net);
+            st = store_http_get(&h, net);
             have_token = 1;
         } else if (xs == KILN_ERR_CANCELLED) {
             st = xs;
@@ -278,26 +278,26 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
             memset(plan->bearer, 0, sizeof plan->bearer); /* the registry's 401 stands */
         }
     }
-    if (!st && h.code != 200) st = kst_http_error(KST_SRC_REGISTRY, h.code, "", plan->what, have_token);
-    char digest[KST_ID_LEN + 1] = "";
+    if (!st && h.code != 200) st = store_http_error(STORE_SRC_REGISTRY, h.code, "", plan->what, have_token);
+    char digest[STORE_ID_LEN + 1] = "";
     if (!st) {
-        kst_sha256_hex(h.body ? h.body : "", h.len, digest);
-        char want[KST_ID_LEN + 1];
+        store_sha256_hex(h.body ? h.body : "", h.len, digest);
+        char want[STORE_ID_LEN + 1];
         /* a registry that names the manifest's digest must name these bytes */
         if (h.docker_digest[0] && (strncmp(h.docker_digest, "sha256:", 7) ||
-                                   !kst_etag_sha256(h.docker_digest + 7, want) || strcmp(want, digest)))
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+                                   !store_etag_sha256(h.docker_digest + 7, want) || strcmp(want, digest)))
+            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                                  "%s: unverified: the manifest does not match the digest the registry gives for it",
                                  plan->what);
     }
     json_t *m = st ? NULL : json_loadb(h.body, h.len, 0, NULL);
-    kst_http_done(&h);
+    store_http_done(&h);
     json_t *layers = json_object_get(m, "layers");
     if (!st && (json_integer_value(json_object_get(m, "schemaVersion")) != 2 || !json_is_array(layers) ||
-                !json_array_size(layers) || json_array_size(layers) > KST_MAX_ARTIFACTS))
-        st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+                !json_array_size(layers) || json_array_size(layers) > STORE_MAX_ARTIFACTS))
+        st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                              "%s: unverified: the manifest is not a schema 2 manifest with 1 to %d layers", plan->what,
-                             KST_MAX_ARTIFACTS);
+                             STORE_MAX_ARTIFACTS);
     int n_model = 0, n_license = 0;
     size_t i;
     json_t *l;
@@ -305,26 +305,26 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
         const char *media = json_string_value(json_object_get(l, "mediaType"));
         const char *dg = json_string_value(json_object_get(l, "digest"));
         json_t *jsize = json_object_get(l, "size");
-        char hex[KST_ID_LEN + 1];
-        if (!media || !dg || strncmp(dg, "sha256:", 7) || !kst_etag_sha256(dg + 7, hex) || strcmp(hex, dg + 7) ||
+        char hex[STORE_ID_LEN + 1];
+        if (!media || !dg || strncmp(dg, "sha256:", 7) || !store_etag_sha256(dg + 7, hex) || strcmp(hex, dg + 7) ||
             !json_is_integer(jsize) || json_integer_value(jsize) < 0) {
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
                                  "%s: unverified: layer %zu has no sha256 digest and size", plan->what, i + 1);
             break;
         }
         const char *role = role_of(media);
         if (!role) {
-            st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED,
+            st = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED,
                                  "%s: layer %zu is %s, which kiln does not run", plan->what, i + 1, media);
             break;
         }
         uint64_t size = (uint64_t)json_integer_value(jsize);
-        if (strcmp(role, "model") && strcmp(role, "mmproj") && size > KST_TEXT_MAX) {
-            st = kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the %s layer is %llu bytes (at most %u)",
-                                 plan->what, role, (unsigned long long)size, KST_TEXT_MAX);
+        if (strcmp(role, "model") && strcmp(role, "mmproj") && size > STORE_TEXT_MAX) {
+            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the %s layer is %llu bytes (at most %u)",
+                                 plan->what, role, (unsigned long long)size, STORE_TEXT_MAX);
             break;
         }
-        kst_artifact *a = &plan->arts[plan->n_arts];
+        store_artifact *a = &plan->arts[plan->n_arts];
         memset(a, 0, sizeof *a);
         snprintf(a->role, sizeof a->role, "%s", role);
         if (!strcmp(role, "license"))
@@ -334,7 +334,7 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
         if (!strcmp(role, "model")) n_model++;
         for (int k = 0; k < plan->n_arts; k++)
             if (!strcmp(plan->arts[k].file, a->file))
-                st = kst_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED, "%s: more than one %s layer", plan->what,
+                st = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED, "%s: more than one %s layer", plan->what,
                                      role);
         if (st) break;
         memcpy(a->sha, hex, sizeof a->sha);
@@ -344,13 +344,13 @@ kiln_status kst_registry_plan(const char *ref, const kst_net *net, const char *c
     }
     if (!st && n_model != 1)
         st =
-            kst_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the manifest has no model layer", plan->what);
+            store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the manifest has no model layer", plan->what);
     if (!st) {
         /* the model first: pull.c and the store take the first artifact
          * as the pack's model */
         for (int k = 0; k < plan->n_arts; k++) {
             if (strcmp(plan->arts[k].role, "model")) continue;
-            kst_artifact tmp = plan->arts[0];
+            store_artifact tmp = plan->arts[0];
             plan->arts[0] = plan->arts[k];
             plan->arts[k] = tmp;
             break;

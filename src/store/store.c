@@ -26,11 +26,11 @@ struct kiln_store_lease {
     int fd;                /* holds LOCK_SH on leases/<id>.lock */
     char record[PATH_MAX]; /* leases/<id>.<pid>.<n> */
     char path[PATH_MAX];
-    char id[KST_ID_LEN + 1];
+    char id[STORE_ID_LEN + 1];
     char *defaults; /* JSON text, read with the verified pack */
 };
 
-void kst_emit(kiln_store_progress_fn progress, void *user, const kiln_store_progress *p) {
+void store_emit(kiln_store_progress_fn progress, void *user, const kiln_store_progress *p) {
     if (progress) progress(p, user);
 }
 
@@ -66,13 +66,13 @@ kiln_status kiln_store_open(const char *root, kiln_store **out) {
     const char *env = getenv("KILN_STORE"), *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
     int r;
     if (root && *root)
-        r = kst_path(dir, "%s", root);
+        r = store_path(dir, "%s", root);
     else if (env && *env)
-        r = kst_path(dir, "%s", env);
+        r = store_path(dir, "%s", env);
     else if (xdg && *xdg)
-        r = kst_path(dir, "%s/kiln", xdg);
+        r = store_path(dir, "%s/kiln", xdg);
     else if (home && *home)
-        r = kst_path(dir, "%s/.local/share/kiln", home);
+        r = store_path(dir, "%s/.local/share/kiln", home);
     else
         return base_fail(KILN_ERR_INVALID_ARG, "no store root: set KILN_STORE, XDG_DATA_HOME or HOME");
     if (r) return KILN_ERR_INVALID_ARG;
@@ -82,8 +82,8 @@ kiln_status kiln_store_open(const char *root, kiln_store **out) {
     while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
     for (size_t i = 0; i < sizeof k_subdirs / sizeof k_subdirs[0]; i++) {
         char sub[PATH_MAX];
-        if (kst_path(sub, "%s/%s", dir, k_subdirs[i])) return KILN_ERR_INVALID_ARG;
-        if (kst_mkdirs(sub) != 0)
+        if (store_path(sub, "%s/%s", dir, k_subdirs[i])) return KILN_ERR_INVALID_ARG;
+        if (store_mkdirs(sub) != 0)
             return base_fail(KILN_ERR_IO, "store %s: cannot create %s: %s", dir, sub, strerror(errno));
     }
     kiln_store *s = calloc(1, sizeof *s);
@@ -99,8 +99,8 @@ void kiln_store_free_string(char *str) { free(str); }
 
 static int mut_lock(kiln_store *s, int op) {
     char p[PATH_MAX];
-    if (kst_path(p, "%s/.lock", s->root)) return -1;
-    int fd = kst_lock(p, op);
+    if (store_path(p, "%s/.lock", s->root)) return -1;
+    int fd = store_lock(p, op);
     if (fd < 0) base_fail(KILN_ERR_IO, "store lock %s: %s", p, strerror(errno));
     return fd;
 }
@@ -116,14 +116,14 @@ static int name_char(int c) { return isalnum(c) || c == '.' || c == '_' || c == 
  * several may carry a port, only the last one '@' (a revision); the tag
  * follows the last ':' after the last '/'.  No ".." anywhere, so a name
  * is never a path: on disk each '/' becomes "%2F" (name_file). */
-kiln_status kst_name_norm(const char *in, char out[KST_NAME_MAX + 1]) {
+kiln_status store_name_norm(const char *in, char out[STORE_NAME_MAX + 1]) {
     if (!in || !*in) return base_fail(KILN_ERR_INVALID_ARG, "empty model name");
     size_t len = strlen(in);
     const char *last_slash = strrchr(in, '/');
     const char *base = last_slash ? last_slash + 1 : in;
     const char *colon = strchr(base, ':');
-    if (len + (colon ? 0 : 7) > KST_NAME_MAX)
-        return base_fail(KILN_ERR_INVALID_ARG, "model name '%.40s...' is longer than %d bytes", in, KST_NAME_MAX);
+    if (len + (colon ? 0 : 7) > STORE_NAME_MAX)
+        return base_fail(KILN_ERR_INVALID_ARG, "model name '%.40s...' is longer than %d bytes", in, STORE_NAME_MAX);
     if (!*base || base == colon || (colon && !colon[1]) || (colon && strchr(colon + 1, ':')))
         return base_fail(KILN_ERR_INVALID_ARG, "model name '%s' must be NAME or NAME:TAG", in);
     if (strstr(in, "..")) return base_fail(KILN_ERR_INVALID_ARG, "model name '%s' may not contain '..'", in);
@@ -154,7 +154,7 @@ kiln_status kst_name_norm(const char *in, char out[KST_NAME_MAX + 1]) {
         return base_fail(KILN_ERR_INVALID_ARG, "model name '%s': '@' may only mark one revision", in);
     if (base[0] == '.' || base[0] == '-' || (colon && (colon[1] == '.' || colon[1] == '-')))
         return base_fail(KILN_ERR_INVALID_ARG, "model name '%s' may not start with '.' or '-'", in);
-    char tmp[KST_NAME_MAX + 1]; /* out may be in */
+    char tmp[STORE_NAME_MAX + 1]; /* out may be in */
     snprintf(tmp, sizeof tmp, "%s%s", in, colon ? "" : ":latest");
     memcpy(out, tmp, sizeof tmp);
     return KILN_OK;
@@ -163,7 +163,7 @@ kiln_status kst_name_norm(const char *in, char out[KST_NAME_MAX + 1]) {
 /* names/<file> of a normalized name: '/' written as "%2F" ('%' is never
  * in a name, so the mapping is one-to-one). */
 static int name_file(kiln_store *s, const char *norm, char p[PATH_MAX]) {
-    char enc[3 * KST_NAME_MAX + 1];
+    char enc[3 * STORE_NAME_MAX + 1];
     size_t o = 0;
     for (const char *c = norm; *c && o + 4 < sizeof enc; c++) {
         if (*c == '/') {
@@ -174,14 +174,14 @@ static int name_file(kiln_store *s, const char *norm, char p[PATH_MAX]) {
         }
     }
     enc[o] = 0;
-    return kst_path(p, "%s/names/%s", s->root, enc);
+    return store_path(p, "%s/names/%s", s->root, enc);
 }
 
 /* The name a names/ entry stands for; -1 for anything else. */
-static int name_decode(const char *file, char out[KST_NAME_MAX + 1]) {
+static int name_decode(const char *file, char out[STORE_NAME_MAX + 1]) {
     size_t o = 0;
     for (const char *c = file; *c; c++) {
-        if (o >= KST_NAME_MAX) return -1;
+        if (o >= STORE_NAME_MAX) return -1;
         if (*c == '%') {
             if (strncmp(c, "%2F", 3)) return -1;
             out[o++] = '/';
@@ -191,14 +191,14 @@ static int name_decode(const char *file, char out[KST_NAME_MAX + 1]) {
         }
     }
     out[o] = 0;
-    char norm[KST_NAME_MAX + 1];
-    return kst_name_norm(out, norm) == KILN_OK && !strcmp(norm, out) ? 0 : -1;
+    char norm[STORE_NAME_MAX + 1];
+    return store_name_norm(out, norm) == KILN_OK && !strcmp(norm, out) ? 0 : -1;
 }
 
-void kst_name_from_file(const char *file, char out[KST_NAME_MAX + 1]) {
+void store_name_from_file(const char *file, char out[STORE_NAME_MAX + 1]) {
     const char *b = strrchr(file, '/');
     b = b ? b + 1 : file;
-    char tmp[KST_NAME_MAX + 1];
+    char tmp[STORE_NAME_MAX + 1];
     size_t n = 0;
     for (; b[n] && b[n] != '?' && b[n] != '#' && n < 96; n++) {
         unsigned char c = (unsigned char)b[n];
@@ -210,33 +210,33 @@ void kst_name_from_file(const char *file, char out[KST_NAME_MAX + 1]) {
     size_t i = 0; /* drop leading separators and any ".." */
     while (tmp[i] == '.' || tmp[i] == '-') i++;
     for (char *d; (d = strstr(tmp + i, ".."));) d[0] = '-';
-    snprintf(out, KST_NAME_MAX + 1, "%.96s:latest", tmp[i] ? tmp + i : "model"); /* tmp holds <= 96 */
+    snprintf(out, STORE_NAME_MAX + 1, "%.96s:latest", tmp[i] ? tmp + i : "model"); /* tmp holds <= 96 */
 }
 
-int kst_file_ok(const char *s) {
+int store_file_ok(const char *s) {
     if (!s || !*s || s[0] == '.' || strlen(s) > 200) return 0;
     for (; *s; s++)
         if (!name_char((unsigned char)*s)) return 0;
     return 1;
 }
 
-int kst_hex_ok(const char *s) {
-    if (!s || strlen(s) != KST_ID_LEN) return 0;
+int store_hex_ok(const char *s) {
+    if (!s || strlen(s) != STORE_ID_LEN) return 0;
     for (; *s; s++)
         if (!isxdigit((unsigned char)*s) || isupper((unsigned char)*s)) return 0;
     return 1;
 }
 
-static int name_lookup(kiln_store *s, const char *norm, char id[KST_ID_LEN + 1]) {
+static int name_lookup(kiln_store *s, const char *norm, char id[STORE_ID_LEN + 1]) {
     char p[PATH_MAX];
     if (name_file(s, norm, p)) return -1;
-    char *txt = kst_read_text(p, 256, NULL);
+    char *txt = store_read_text(p, 256, NULL);
     if (!txt) return -1;
-    int ok = strlen(txt) >= KST_ID_LEN && (txt[KST_ID_LEN] == '\n' || !txt[KST_ID_LEN]);
+    int ok = strlen(txt) >= STORE_ID_LEN && (txt[STORE_ID_LEN] == '\n' || !txt[STORE_ID_LEN]);
     if (ok) {
-        memcpy(id, txt, KST_ID_LEN);
-        id[KST_ID_LEN] = 0;
-        ok = kst_hex_ok(id);
+        memcpy(id, txt, STORE_ID_LEN);
+        id[STORE_ID_LEN] = 0;
+        ok = store_hex_ok(id);
     }
     free(txt);
     return ok ? 0 : -1;
@@ -245,29 +245,29 @@ static int name_lookup(kiln_store *s, const char *norm, char id[KST_ID_LEN + 1])
 static int pack_exists(kiln_store *s, const char *id) {
     char p[PATH_MAX];
     struct stat st;
-    return !kst_path(p, "%s/packs/%s/manifest.json", s->root, id) && stat(p, &st) == 0;
+    return !store_path(p, "%s/packs/%s/manifest.json", s->root, id) && stat(p, &st) == 0;
 }
 
 /* The one pack whose id begins with prefix (lowercase hex, at least
- * KST_ID_PREFIX_MIN digits): 1 found, 0 none, -1 ambiguous (message set). */
-static int find_prefix(kiln_store *s, const char *prefix, char id[KST_ID_LEN + 1]) {
+ * STORE_ID_PREFIX_MIN digits): 1 found, 0 none, -1 ambiguous (message set). */
+static int find_prefix(kiln_store *s, const char *prefix, char id[STORE_ID_LEN + 1]) {
     size_t n = strlen(prefix);
-    if (n < KST_ID_PREFIX_MIN || n >= KST_ID_LEN) return 0;
+    if (n < STORE_ID_PREFIX_MIN || n >= STORE_ID_LEN) return 0;
     for (const char *p = prefix; *p; p++)
         if (!isxdigit((unsigned char)*p) || isupper((unsigned char)*p)) return 0;
     char dir[PATH_MAX];
-    if (kst_path(dir, "%s/packs", s->root)) return 0;
+    if (store_path(dir, "%s/packs", s->root)) return 0;
     DIR *d = opendir(dir);
     if (!d) return 0;
     int found = 0;
-    char other[KST_ID_LEN + 1] = "";
+    char other[STORE_ID_LEN + 1] = "";
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (!kst_hex_ok(e->d_name) || strncmp(e->d_name, prefix, n) || !pack_exists(s, e->d_name)) continue;
+        if (!store_hex_ok(e->d_name) || strncmp(e->d_name, prefix, n) || !pack_exists(s, e->d_name)) continue;
         if (found++)
-            memcpy(other, e->d_name, KST_ID_LEN + 1);
+            memcpy(other, e->d_name, STORE_ID_LEN + 1);
         else
-            memcpy(id, e->d_name, KST_ID_LEN + 1);
+            memcpy(id, e->d_name, STORE_ID_LEN + 1);
     }
     closedir(d);
     if (found > 1) {
@@ -282,33 +282,33 @@ static int find_prefix(kiln_store *s, const char *prefix, char id[KST_ID_LEN + 1
 /* Finds the pack of a name, a full id or a unique id prefix (a name wins
  * over a prefix).  norm_out (may be NULL) receives the normalized name, or
  * "" when ref was an id. */
-static kiln_status find_ref(kiln_store *s, const char *ref, char id[KST_ID_LEN + 1], char *norm_out) {
+static kiln_status find_ref(kiln_store *s, const char *ref, char id[STORE_ID_LEN + 1], char *norm_out) {
     if (norm_out) norm_out[0] = 0;
-    if (kst_hex_ok(ref) && pack_exists(s, ref)) {
-        memcpy(id, ref, KST_ID_LEN + 1);
+    if (store_hex_ok(ref) && pack_exists(s, ref)) {
+        memcpy(id, ref, STORE_ID_LEN + 1);
         return KILN_OK;
     }
-    char norm[KST_NAME_MAX + 1];
-    kiln_status st = kst_name_norm(ref, norm);
+    char norm[STORE_NAME_MAX + 1];
+    kiln_status st = store_name_norm(ref, norm);
     if (!st && name_lookup(s, norm, id) == 0 && pack_exists(s, id)) {
-        if (norm_out) snprintf(norm_out, KST_NAME_MAX + 1, "%s", norm);
+        if (norm_out) snprintf(norm_out, STORE_NAME_MAX + 1, "%s", norm);
         return KILN_OK;
     }
     const int pr = find_prefix(s, ref, id);
     if (pr < 0) return KILN_ERR_INVALID_ARG;
     if (pr > 0) return KILN_OK;
-    if (st) return kst_name_norm(ref, norm); /* the name's own complaint */
+    if (st) return store_name_norm(ref, norm); /* the name's own complaint */
     return base_fail(KILN_ERR_NOT_FOUND, "model '%s' is not in the store %s", ref, s->root);
 }
 
 static void drop_if_unnamed(kiln_store *s, const char *id);
 
-kiln_status kst_bind_name(kiln_store *s, const char *name, const char *id) {
-    char p[PATH_MAX], line[KST_ID_LEN + 2], old[KST_ID_LEN + 1];
+kiln_status store_bind_name(kiln_store *s, const char *name, const char *id) {
+    char p[PATH_MAX], line[STORE_ID_LEN + 2], old[STORE_ID_LEN + 1];
     if (name_file(s, name, p)) return KILN_ERR_INVALID_ARG;
     const int had = name_lookup(s, name, old) == 0 && strcmp(old, id);
     snprintf(line, sizeof line, "%s\n", id);
-    if (kst_write_atomic(p, line, strlen(line), 0644) != 0)
+    if (store_write_atomic(p, line, strlen(line), 0644) != 0)
         return base_fail(KILN_ERR_IO, "cannot write name %s: %s", p, strerror(errno));
     if (had) drop_if_unnamed(s, old); /* the name moved: its old pack may be nobody's now */
     return KILN_OK;
@@ -318,12 +318,12 @@ kiln_status kst_bind_name(kiln_store *s, const char *name, const char *id) {
 static void each_name(kiln_store *s, const char *id, void (*fn)(const char *name, const char *nid, void *ud),
                       void *ud) {
     char dir[PATH_MAX];
-    if (kst_path(dir, "%s/names", s->root)) return;
+    if (store_path(dir, "%s/names", s->root)) return;
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        char name[KST_NAME_MAX + 1], nid[KST_ID_LEN + 1];
+        char name[STORE_NAME_MAX + 1], nid[STORE_ID_LEN + 1];
         if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.") || name_decode(e->d_name, name)) continue;
         if (name_lookup(s, name, nid) == 0 && (!id || !strcmp(nid, id))) fn(name, nid, ud);
     }
@@ -333,7 +333,7 @@ static void each_name(kiln_store *s, const char *id, void (*fn)(const char *name
 /* ---- manifests and state ---- */
 
 static json_t *load_json(const char *path) {
-    char *txt = kst_read_text(path, 16u << 20, NULL);
+    char *txt = store_read_text(path, 16u << 20, NULL);
     if (!txt) return NULL;
     json_t *j = json_loads(txt, 0, NULL);
     free(txt);
@@ -342,7 +342,7 @@ static json_t *load_json(const char *path) {
 
 static json_t *load_manifest(kiln_store *s, const char *id) {
     char p[PATH_MAX];
-    if (kst_path(p, "%s/packs/%s/manifest.json", s->root, id)) return NULL;
+    if (store_path(p, "%s/packs/%s/manifest.json", s->root, id)) return NULL;
     json_t *m = load_json(p);
     if (!m) base_fail(KILN_ERR_FORMAT, "pack %.12s: unreadable manifest %s", id, p);
     return m;
@@ -350,7 +350,7 @@ static json_t *load_manifest(kiln_store *s, const char *id) {
 
 static json_t *load_state(kiln_store *s, const char *id) {
     char p[PATH_MAX];
-    json_t *st = kst_path(p, "%s/state/%s.json", s->root, id) ? NULL : load_json(p);
+    json_t *st = store_path(p, "%s/state/%s.json", s->root, id) ? NULL : load_json(p);
     if (!json_is_object(st)) {
         json_decref(st);
         st = json_object();
@@ -362,7 +362,7 @@ static json_t *load_state(kiln_store *s, const char *id) {
 static void save_state(kiln_store *s, const char *id, json_t *st) {
     char p[PATH_MAX];
     char *txt = json_dumps(st, JSON_COMPACT | JSON_SORT_KEYS);
-    if (txt && !kst_path(p, "%s/state/%s.json", s->root, id) && kst_write_atomic(p, txt, strlen(txt), 0644) != 0)
+    if (txt && !store_path(p, "%s/state/%s.json", s->root, id) && store_write_atomic(p, txt, strlen(txt), 0644) != 0)
         base_log(BASE_LOG_WARN, "store: cannot write %s: %s", p, strerror(errno));
     free(txt);
 }
@@ -393,9 +393,9 @@ static int stamp_matches(json_t *stamp, const struct stat *st, const char *sha) 
            !strcmp(jstr(stamp, "sha256"), sha);
 }
 
-kiln_status kst_share_artifact(kiln_store *s, const char *id, const char *file, const char *to) {
+kiln_status store_share_artifact(kiln_store *s, const char *id, const char *file, const char *to) {
     char from[PATH_MAX];
-    if (kst_path(from, "%s/packs/%s/%s", s->root, id, file)) return KILN_ERR_INVALID_ARG;
+    if (store_path(from, "%s/packs/%s/%s", s->root, id, file)) return KILN_ERR_INVALID_ARG;
     int lk = mut_lock(s, LOCK_EX);
     if (lk < 0) return KILN_ERR_IO;
     json_t *state = load_state(s, id);
@@ -412,7 +412,7 @@ kiln_status kst_share_artifact(kiln_store *s, const char *id, const char *file, 
         save_state(s, id, state);
     }
     json_decref(state);
-    kst_unlock(lk);
+    store_unlock(lk);
     return st;
 }
 
@@ -427,7 +427,7 @@ static kiln_status check_artifact(kiln_store *s, const char *id, json_t *man, js
     int linked = !strcmp(jstr(man, "mode"), "linked") && strcmp(src, "saved");
     uint64_t length = juint(art, "length");
     char p[PATH_MAX];
-    if (!kst_file_ok(file) || kst_path(p, "%s/packs/%s/%s", s->root, id, file))
+    if (!store_file_ok(file) || store_path(p, "%s/packs/%s/%s", s->root, id, file))
         return base_fail(KILN_ERR_FORMAT, "pack %.12s: bad artifact path '%s'", id, file);
     struct stat st;
     if (lstat(p, &st) != 0)
@@ -450,9 +450,9 @@ static kiln_status check_artifact(kiln_store *s, const char *id, json_t *man, js
                        (unsigned long long)st.st_size, (unsigned long long)length);
     json_t *stamps = json_object_get(state, "stamps");
     if (!force && stamp_matches(json_object_get(stamps, file), &st, sha)) return KILN_OK;
-    char got[KST_ID_LEN + 1];
+    char got[STORE_ID_LEN + 1];
     struct stat after;
-    if (kst_sha256_file(p, got, &after, progress, user, file) != 0)
+    if (store_sha256_file(p, got, &after, progress, user, file) != 0)
         return base_fail(KILN_ERR_IO, "cannot read %s %s: %s", what, where, strerror(errno));
     if (strcmp(got, sha))
         return base_fail(KILN_ERR_FORMAT, "%s %s changed: sha256 %s, expected %s", what, where, got, sha);
@@ -464,11 +464,11 @@ static kiln_status check_artifact(kiln_store *s, const char *id, json_t *man, js
 
 /* ---- staging, quarantine, format check, publish ---- */
 
-kiln_status kst_staging(kiln_store *s, const char *key, char dir[PATH_MAX]) {
+kiln_status store_staging(kiln_store *s, const char *key, char dir[PATH_MAX]) {
     char base[PATH_MAX];
-    if (kst_path(base, "%s/.staging", s->root)) return KILN_ERR_INVALID_ARG;
+    if (store_path(base, "%s/.staging", s->root)) return KILN_ERR_INVALID_ARG;
     DIR *d = opendir(base);
-    double now = kst_wall_now();
+    double now = store_wall_now();
     struct dirent *e;
     /* a stopped process leaves its staging behind; anything touched within
      * the hour, or whose pull lock is held, may still be in use */
@@ -476,55 +476,55 @@ kiln_status kst_staging(kiln_store *s, const char *key, char dir[PATH_MAX]) {
         if (e->d_name[0] == '.' || !strcmp(e->d_name, key)) continue;
         char p[PATH_MAX], lk[PATH_MAX];
         double newest = 0;
-        if (kst_path(p, "%s/%s", base, e->d_name)) continue;
-        kst_tree_size(p, &newest);
-        if (now - newest < KST_STAGING_MAX_AGE) continue;
+        if (store_path(p, "%s/%s", base, e->d_name)) continue;
+        store_tree_size(p, &newest);
+        if (now - newest < STORE_STAGING_MAX_AGE) continue;
         int fd = -1;
-        if (!kst_path(lk, "%s/locks/%s.lock", s->root, e->d_name) && access(lk, F_OK) == 0 &&
-            (fd = kst_lock(lk, LOCK_EX | LOCK_NB)) < 0)
+        if (!store_path(lk, "%s/locks/%s.lock", s->root, e->d_name) && access(lk, F_OK) == 0 &&
+            (fd = store_lock(lk, LOCK_EX | LOCK_NB)) < 0)
             continue;
-        if (kst_rmtree(p) >= 0) base_log(BASE_LOG_INFO, "store: removed stale staging %s", p);
-        kst_unlock(fd);
+        if (store_rmtree(p) >= 0) base_log(BASE_LOG_INFO, "store: removed stale staging %s", p);
+        store_unlock(fd);
     }
     if (d) closedir(d);
-    if (kst_path(dir, "%s/%s", base, key)) return KILN_ERR_INVALID_ARG;
-    if (kst_mkdirs(dir) != 0) return base_fail(KILN_ERR_IO, "cannot create staging %s: %s", dir, strerror(errno));
+    if (store_path(dir, "%s/%s", base, key)) return KILN_ERR_INVALID_ARG;
+    if (store_mkdirs(dir) != 0) return base_fail(KILN_ERR_IO, "cannot create staging %s: %s", dir, strerror(errno));
     return KILN_OK;
 }
 
-void kst_quarantine(kiln_store *s, const char *dir, const char *reason) {
+void store_quarantine(kiln_store *s, const char *dir, const char *reason) {
     static atomic_uint seq;
     const char *key = strrchr(dir, '/');
     key = key ? key + 1 : dir;
     char q[PATH_MAX], r[PATH_MAX];
-    if (kst_path(q, "%s/quarantine/%lld-%ld-%u-%s", s->root, (long long)kst_wall_now(), (long)getpid(),
+    if (store_path(q, "%s/quarantine/%lld-%ld-%u-%s", s->root, (long long)store_wall_now(), (long)getpid(),
                  atomic_fetch_add(&seq, 1), key))
         return;
     if (rename(dir, q) != 0) {
         base_log(BASE_LOG_WARN, "store: cannot quarantine %s: %s; removing it", dir, strerror(errno));
-        kst_rmtree(dir);
+        store_rmtree(dir);
         return;
     }
-    if (!kst_path(r, "%s/reason.txt", q)) {
+    if (!store_path(r, "%s/reason.txt", q)) {
         char line[1024];
         int n = snprintf(line, sizeof line, "%s\n", reason);
-        kst_write_atomic(r, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1, 0644);
+        store_write_atomic(r, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1, 0644);
     }
 }
 
-const char *kst_without_path(const char *msg, const char *path) {
+const char *store_without_path(const char *msg, const char *path) {
     const size_t n = strlen(path);
     return !strncmp(msg, path, n) && msg[n] == ':' && msg[n + 1] == ' ' ? msg + n + 2 : msg;
 }
 
-kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16], char family[16]) {
+kiln_status store_check_gguf(const char *path, const char *artifact, char arch[64], char quant[16], char family[16]) {
     family[0] = 0;
-    if (kiln_is_whisper_file(path)) return kst_check_whisper(path, artifact, arch, quant);
+    if (kiln_is_whisper_file(path)) return store_check_whisper(path, artifact, arch, quant);
     gguf_file *f;
     /* the reader names the file by its path, here one inside the store's staging */
     if (gguf_open(path, &f))
         return base_fail(KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact,
-                       kst_without_path(kiln_last_error(), path));
+                       store_without_path(kiln_last_error(), path));
     gguf_get_cstr(f, "general.architecture", arch, 64, "");
     if (!arch[0]) {
         gguf_close(f);
@@ -539,7 +539,7 @@ kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64]
         gguf_close(f);
         return base_fail(KILN_ERR_FORMAT, "artifact %s: GGUF has no tensors", artifact);
     }
-    snprintf(quant, 16, "%s", kst_dominant_type(f));
+    snprintf(quant, 16, "%s", store_dominant_type(f));
     /* what the architecture does not tell: a reranker (a cls.output head)
      * and a decision pack (its configuration key) */
     if (model_gguf_is_reranker(f))
@@ -550,7 +550,7 @@ kiln_status kst_check_gguf(const char *path, const char *artifact, char arch[64]
     return KILN_OK;
 }
 
-const char *kst_dominant_type(const void *gf) {
+const char *store_dominant_type(const void *gf) {
     const gguf_file *f = gf;
     int counts[QUANT_TYPE_COUNT] = {0};
     for (int i = 0; i < gguf_n_tensors(f); i++) {
@@ -564,8 +564,8 @@ const char *kst_dominant_type(const void *gf) {
     return qn ? qn : "?";
 }
 
-kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const char *name,
-                        char id_out[KST_ID_LEN + 1]) {
+kiln_status store_publish(kiln_store *s, const char *dir, json_t *manifest, const char *name,
+                        char id_out[STORE_ID_LEN + 1]) {
     json_t *arts = json_object_get(manifest, "artifacts");
     int linked = !strcmp(jstr(manifest, "mode"), "linked");
     char arch[64] = "", quant[16] = "", family[16] = "", p[PATH_MAX];
@@ -574,17 +574,17 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
     json_t *a;
     json_array_foreach(arts, i, a) {
         const char *file = jstr(a, "path");
-        if (!kst_file_ok(file) || kst_path(p, "%s/%s", dir, file)) {
-            kst_quarantine(s, dir, "bad artifact name");
+        if (!store_file_ok(file) || store_path(p, "%s/%s", dir, file)) {
+            store_quarantine(s, dir, "bad artifact name");
             return base_fail(KILN_ERR_FORMAT, "bad artifact name '%s'", file);
         }
         size += juint(a, "length");
         const char *role = jstr(a, "role");
         if ((!strcmp(role, "model") || !strcmp(role, "image-pack")) && !arch[0]) {
-            kiln_status st = !strcmp(role, "model") ? kst_check_gguf(p, file, arch, quant, family)
-                                                    : kst_check_image(p, file, arch, quant);
+            kiln_status st = !strcmp(role, "model") ? store_check_gguf(p, file, arch, quant, family)
+                                                    : store_check_image(p, file, arch, quant);
             if (st) {
-                kst_quarantine(s, dir, kiln_last_error());
+                store_quarantine(s, dir, kiln_last_error());
                 return st;
             }
         }
@@ -593,12 +593,12 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
          * another pack shares (kiln_store_save_as), invalidating its stamp */
         const int ro = stat(p, &ps) == 0 && (ps.st_mode & 07777) == 0444;
         if (!linked && !ro && chmod(p, 0444) != 0) {
-            kst_quarantine(s, dir, "chmod failed");
+            store_quarantine(s, dir, "chmod failed");
             return base_fail(KILN_ERR_IO, "cannot make %s read-only: %s", p, strerror(errno));
         }
     }
     if (!arch[0]) {
-        kst_quarantine(s, dir, "no model artifact");
+        store_quarantine(s, dir, "no model artifact");
         return base_fail(KILN_ERR_FORMAT, "the pack has no GGUF model artifact (nor an image pack's pack.json)");
     }
     json_object_set_new(manifest, "arch", json_string(arch));
@@ -610,35 +610,35 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
      * bytes written, so anyone can check a manifest against its id */
     char *canon = json_dumps(manifest, JSON_COMPACT | JSON_SORT_KEYS);
     if (!canon) return base_fail(KILN_ERR_NOMEM, "out of memory");
-    char id[KST_ID_LEN + 1];
-    kst_sha256_hex(canon, strlen(canon), id);
-    int w = kst_path(p, "%s/manifest.json", dir) ? -1 : kst_write_atomic(p, canon, strlen(canon), 0444);
+    char id[STORE_ID_LEN + 1];
+    store_sha256_hex(canon, strlen(canon), id);
+    int w = store_path(p, "%s/manifest.json", dir) ? -1 : store_write_atomic(p, canon, strlen(canon), 0444);
     free(canon);
     if (w != 0) {
         kiln_status st = base_fail(KILN_ERR_IO, "cannot write manifest %s: %s", p, strerror(errno));
-        kst_quarantine(s, dir, kiln_last_error());
+        store_quarantine(s, dir, kiln_last_error());
         return st;
     }
     int lk = mut_lock(s, LOCK_EX);
     if (lk < 0) return KILN_ERR_IO;
     char dst[PATH_MAX];
-    kiln_status st = kst_path(dst, "%s/packs/%s", s->root, id) ? KILN_ERR_INVALID_ARG : KILN_OK;
+    kiln_status st = store_path(dst, "%s/packs/%s", s->root, id) ? KILN_ERR_INVALID_ARG : KILN_OK;
     json_t *state = st ? NULL : load_state(s, id);
     if (!st && pack_exists(s, id)) {
         if (json_is_string(json_object_get(state, "damaged"))) {
-            kst_quarantine(s, dst, "replaced by a fresh install");
+            store_quarantine(s, dst, "replaced by a fresh install");
             json_object_del(state, "damaged");
         } else {
-            kst_rmtree(dir); /* the same content is already published */
+            store_rmtree(dir); /* the same content is already published */
         }
     }
     if (!st && !pack_exists(s, id)) {
         if (rename(dir, dst) != 0) {
             st = base_fail(KILN_ERR_IO, "cannot publish %s: %s", dst, strerror(errno));
-            kst_quarantine(s, dir, kiln_last_error());
+            store_quarantine(s, dir, kiln_last_error());
         } else {
             char packs[PATH_MAX];
-            kst_path(packs, "%s/packs/.", s->root);
+            store_path(packs, "%s/packs/.", s->root);
             int dfd = open(packs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
             if (dfd >= 0) {
                 fsync(dfd);
@@ -647,39 +647,39 @@ kiln_status kst_publish(kiln_store *s, const char *dir, json_t *manifest, const 
             /* the install time lives in the state, not the manifest: the id
              * hashes the manifest, and the same content installed twice is
              * one pack */
-            json_object_set_new(state, "installed", json_integer((json_int_t)kst_wall_now()));
+            json_object_set_new(state, "installed", json_integer((json_int_t)store_wall_now()));
             /* stamps of what was hashed during the transfer */
             json_t *stamps = json_object_get(state, "stamps");
             json_array_foreach(arts, i, a) {
                 struct stat fst;
-                if (!kst_path(p, "%s/%s", dst, jstr(a, "path")) && stat(p, &fst) == 0)
+                if (!store_path(p, "%s/%s", dst, jstr(a, "path")) && stat(p, &fst) == 0)
                     json_object_set_new(stamps, jstr(a, "path"), make_stamp(&fst, jstr(a, "sha256")));
             }
             save_state(s, id, state);
         }
     }
-    if (!st && name) st = kst_bind_name(s, name, id);
+    if (!st && name) st = store_bind_name(s, name, id);
     json_decref(state);
-    kst_unlock(lk);
-    if (!st && id_out) memcpy(id_out, id, KST_ID_LEN + 1);
+    store_unlock(lk);
+    if (!st && id_out) memcpy(id_out, id, STORE_ID_LEN + 1);
     return st;
 }
 
-int kst_find_origin(kiln_store *s, const char *origin, const char *sha256, char id_out[KST_ID_LEN + 1]) {
+int store_find_origin(kiln_store *s, const char *origin, const char *sha256, char id_out[STORE_ID_LEN + 1]) {
     char dir[PATH_MAX];
-    if (kst_path(dir, "%s/packs", s->root)) return 0;
+    if (store_path(dir, "%s/packs", s->root)) return 0;
     DIR *d = opendir(dir);
     if (!d) return 0;
     int found = 0;
     struct dirent *e;
     while (!found && (e = readdir(d))) {
-        if (!kst_hex_ok(e->d_name)) continue;
+        if (!store_hex_ok(e->d_name)) continue;
         json_t *m = load_manifest(s, e->d_name);
         json_t *first = json_array_get(json_object_get(m, "artifacts"), 0);
         json_t *state = m ? load_state(s, e->d_name) : NULL;
         if (m && !strcmp(jstr(m, "origin"), origin) && (!sha256 || !strcmp(jstr(first, "sha256"), sha256)) &&
             !json_is_string(json_object_get(state, "damaged"))) {
-            memcpy(id_out, e->d_name, KST_ID_LEN + 1);
+            memcpy(id_out, e->d_name, STORE_ID_LEN + 1);
             found = 1;
         }
         json_decref(state);
@@ -708,7 +708,7 @@ static const char *pack_state(kiln_store *s, const char *id, json_t *man, json_t
     json_array_foreach(json_object_get(man, "artifacts"), i, a) {
         char p[PATH_MAX];
         struct stat st;
-        if (kst_path(p, "%s/packs/%s/%s", s->root, id, jstr(a, "path")) ||
+        if (store_path(p, "%s/packs/%s/%s", s->root, id, jstr(a, "path")) ||
             (linked ? stat(p, &st) : lstat(p, &st)) != 0) {
             if (missing) *missing = jstr(a, "path");
             return "missing";
@@ -728,7 +728,7 @@ static void entry_times(kiln_store *s, const char *name, const char *id, json_t 
     char p[PATH_MAX];
     struct stat st;
     *installed = json_integer_value(json_object_get(state, "installed"));
-    if (*installed <= 0 && !kst_path(p, "%s/packs/%s/manifest.json", s->root, id) && lstat(p, &st) == 0)
+    if (*installed <= 0 && !store_path(p, "%s/packs/%s/manifest.json", s->root, id) && lstat(p, &st) == 0)
         *installed = (json_int_t)st.st_mtime;
     *modified = *installed;
     if (name && *name && !name_file(s, name, p) && stat(p, &st) == 0 && (json_int_t)st.st_mtime > *modified)
@@ -764,7 +764,7 @@ kiln_status kiln_store_list(kiln_store *s, char **json_out) {
     json_t *names = json_object();
     each_name(s, NULL, collect_name, names);
     char dir[PATH_MAX];
-    kst_path(dir, "%s/packs", s->root);
+    store_path(dir, "%s/packs", s->root);
     DIR *d = opendir(dir);
     if (!d) {
         json_decref(names);
@@ -773,7 +773,7 @@ kiln_status kiln_store_list(kiln_store *s, char **json_out) {
     json_t *list = json_array();
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (!kst_hex_ok(e->d_name)) continue;
+        if (!store_hex_ok(e->d_name)) continue;
         json_t *man = load_manifest(s, e->d_name);
         if (!man) continue;
         json_t *arr = json_object_get(names, e->d_name);
@@ -805,7 +805,7 @@ static void collect_plain(const char *name, const char *nid, void *ud) {
 
 kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out) {
     if (!s || !name || !json_out) return base_fail(KILN_ERR_INVALID_ARG, "no store, name or output");
-    char id[KST_ID_LEN + 1], norm[KST_NAME_MAX + 1];
+    char id[STORE_ID_LEN + 1], norm[STORE_NAME_MAX + 1];
     kiln_status st = find_ref(s, name, id, norm);
     if (st) return st;
     json_t *man = load_manifest(s, id);
@@ -815,7 +815,7 @@ kiln_status kiln_store_info(kiln_store *s, const char *name, char **json_out) {
     each_name(s, id, collect_plain, names);
     json_object_set_new(o, "names", names);
     char dir[PATH_MAX];
-    json_t *d = kst_path(dir, "%s/packs/%s", s->root, id) ? json_object() : kst_pack_defaults(dir, man);
+    json_t *d = store_path(dir, "%s/packs/%s", s->root, id) ? json_object() : store_pack_defaults(dir, man);
     json_object_set_new(o, "defaults", d);
     json_object_set_new(o, "manifest", man);
     /* 15 digits: an option written as 0.3 reads back as 0.3, not 0.29999999999999999 */
@@ -883,24 +883,24 @@ kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease
     }
     char lockp[PATH_MAX];
     kiln_status st = find_ref(s, name, l->id, NULL);
-    if (!st && kst_path(lockp, "%s/leases/%s.lock", s->root, l->id)) st = KILN_ERR_INVALID_ARG;
-    if (!st && (l->fd = kst_lock(lockp, LOCK_SH)) < 0)
+    if (!st && store_path(lockp, "%s/leases/%s.lock", s->root, l->id)) st = KILN_ERR_INVALID_ARG;
+    if (!st && (l->fd = store_lock(lockp, LOCK_SH)) < 0)
         st = base_fail(KILN_ERR_IO, "lease %s: %s", lockp, strerror(errno));
-    if (!st && !kst_path(l->record, "%s/leases/%s.%ld.%u", s->root, l->id, (long)getpid(), atomic_fetch_add(&seq, 1))) {
+    if (!st && !store_path(l->record, "%s/leases/%s.%ld.%u", s->root, l->id, (long)getpid(), atomic_fetch_add(&seq, 1))) {
         char line[32];
         int n = snprintf(line, sizeof line, "%ld\n", (long)getpid());
-        if (kst_write_atomic(l->record, line, (size_t)n, 0644) != 0) l->record[0] = 0;
+        if (store_write_atomic(l->record, line, (size_t)n, 0644) != 0) l->record[0] = 0;
     }
-    kst_unlock(mk);
+    store_unlock(mk);
     json_t *man = st ? NULL : load_manifest(s, l->id);
     if (!st && !man) st = KILN_ERR_FORMAT;
     if (!st) st = check_pack(s, l->id, man, 0, NULL, NULL);
     const char *file = man ? model_file(man) : NULL;
-    if (!st && (!file || kst_path(l->path, "%s/packs/%s/%s", s->root, l->id, file)))
+    if (!st && (!file || store_path(l->path, "%s/packs/%s/%s", s->root, l->id, file)))
         st = base_fail(KILN_ERR_FORMAT, "pack %.12s has no model artifact", l->id);
     char dir[PATH_MAX];
-    if (!st && !kst_path(dir, "%s/packs/%s", s->root, l->id)) {
-        json_t *d = kst_pack_defaults(dir, man);
+    if (!st && !store_path(dir, "%s/packs/%s", s->root, l->id)) {
+        json_t *d = store_pack_defaults(dir, man);
         l->defaults = json_dumps(d, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
         json_decref(d);
     }
@@ -921,7 +921,7 @@ void kiln_store_release(kiln_store_lease *l) {
     if (!l) return;
     free(l->defaults);
     if (l->record[0]) unlink(l->record);
-    kst_unlock(l->fd);
+    store_unlock(l->fd);
     free(l);
 }
 
@@ -929,14 +929,14 @@ void kiln_store_release(kiln_store_lease *l) {
 
 kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progress_fn progress, void *user) {
     if (!s || !name) return base_fail(KILN_ERR_INVALID_ARG, "no store or name");
-    char id[KST_ID_LEN + 1];
+    char id[STORE_ID_LEN + 1];
     kiln_status st = find_ref(s, name, id, NULL);
     if (st) return st;
     json_t *man = load_manifest(s, id);
     if (!man) return KILN_ERR_FORMAT;
-    char canon_path[PATH_MAX], hex[KST_ID_LEN + 1];
-    if (!kst_path(canon_path, "%s/packs/%s/manifest.json", s->root, id) &&
-        kst_sha256_file(canon_path, hex, NULL, NULL, NULL, NULL) == 0 && strcmp(hex, id)) {
+    char canon_path[PATH_MAX], hex[STORE_ID_LEN + 1];
+    if (!store_path(canon_path, "%s/packs/%s/manifest.json", s->root, id) &&
+        store_sha256_file(canon_path, hex, NULL, NULL, NULL, NULL) == 0 && strcmp(hex, id)) {
         json_t *state = load_state(s, id);
         json_object_set_new(state, "damaged", json_string("manifest does not match the pack id"));
         save_state(s, id, state);
@@ -951,8 +951,8 @@ kiln_status kiln_store_verify(kiln_store *s, const char *name, kiln_store_progre
 
 kiln_status kiln_store_copy(kiln_store *s, const char *src, const char *dst, int force) {
     if (!s || !src || !dst) return base_fail(KILN_ERR_INVALID_ARG, "no store or name");
-    char norm[KST_NAME_MAX + 1], id[KST_ID_LEN + 1], old[KST_ID_LEN + 1];
-    kiln_status st = kst_name_norm(dst, norm);
+    char norm[STORE_NAME_MAX + 1], id[STORE_ID_LEN + 1], old[STORE_ID_LEN + 1];
+    kiln_status st = store_name_norm(dst, norm);
     if (st) return st;
     int lk = mut_lock(s, LOCK_EX);
     if (lk < 0) return KILN_ERR_IO;
@@ -960,8 +960,8 @@ kiln_status kiln_store_copy(kiln_store *s, const char *src, const char *dst, int
     if (!st && !force && name_lookup(s, norm, old) == 0 && pack_exists(s, old) && strcmp(old, id))
         st = base_fail(KILN_ERR_STATE, "'%s' already names another model (%.12s); remove it first, or copy with --force",
                      norm, old);
-    if (!st) st = kst_bind_name(s, norm, id);
-    kst_unlock(lk);
+    if (!st) st = store_bind_name(s, norm, id);
+    store_unlock(lk);
     return st;
 }
 
@@ -974,7 +974,7 @@ kiln_status kiln_store_alias(kiln_store *s, const char *src, const char *dst) {
 static void lease_holders(kiln_store *s, const char *id, char *buf, size_t cap) {
     buf[0] = 0;
     char dir[PATH_MAX];
-    kst_path(dir, "%s/leases", s->root);
+    store_path(dir, "%s/leases", s->root);
     DIR *d = opendir(dir);
     size_t used = 0, idlen = strlen(id);
     struct dirent *e;
@@ -982,7 +982,7 @@ static void lease_holders(kiln_store *s, const char *id, char *buf, size_t cap) 
         if (strncmp(e->d_name, id, idlen) || e->d_name[idlen] != '.' || !strcmp(e->d_name + idlen, ".lock")) continue;
         long pid = strtol(e->d_name + idlen + 1, NULL, 10);
         char p[PATH_MAX];
-        if (kst_path(p, "%s/%s", dir, e->d_name)) continue;
+        if (store_path(p, "%s/%s", dir, e->d_name)) continue;
         if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
             unlink(p);
             continue;
@@ -1017,31 +1017,31 @@ static void count_name(const char *name, const char *nid, void *ud) {
  * while some process holds a lease. */
 static int lease_excl(kiln_store *s, const char *id) {
     char p[PATH_MAX];
-    if (kst_path(p, "%s/leases/%s.lock", s->root, id)) return -1;
-    return kst_lock(p, LOCK_EX | LOCK_NB);
+    if (store_path(p, "%s/leases/%s.lock", s->root, id)) return -1;
+    return store_lock(p, LOCK_EX | LOCK_NB);
 }
 
 /* Under the mutation lock and id's exclusive lease lock: deletes pack id
  * with its state and lease files (its names are gone already). */
 static void delete_pack(kiln_store *s, const char *id) {
     char p[PATH_MAX], src[PATH_MAX];
-    kst_path(src, "%s/packs/%s", s->root, id);
+    store_path(src, "%s/packs/%s", s->root, id);
     /* the rename makes the removal atomic; deleting the renamed tree
      * never follows a linked pack's symlink into its target */
-    kst_quarantine(s, src, "removed");
+    store_quarantine(s, src, "removed");
     char q[PATH_MAX];
-    kst_path(q, "%s/quarantine", s->root);
+    store_path(q, "%s/quarantine", s->root);
     DIR *d = opendir(q);
     struct dirent *e;
     while (d && (e = readdir(d))) {
         size_t n = strlen(e->d_name);
-        if (n > KST_ID_LEN && !strcmp(e->d_name + n - KST_ID_LEN, id) && !kst_path(p, "%s/%s", q, e->d_name))
-            kst_rmtree(p);
+        if (n > STORE_ID_LEN && !strcmp(e->d_name + n - STORE_ID_LEN, id) && !store_path(p, "%s/%s", q, e->d_name))
+            store_rmtree(p);
     }
     if (d) closedir(d);
-    if (!kst_path(p, "%s/state/%s.json", s->root, id)) unlink(p);
+    if (!store_path(p, "%s/state/%s.json", s->root, id)) unlink(p);
     lease_holders(s, id, p, sizeof p); /* sweeps stale lease records */
-    if (!kst_path(p, "%s/leases/%s.lock", s->root, id)) unlink(p);
+    if (!store_path(p, "%s/leases/%s.lock", s->root, id)) unlink(p);
 }
 
 /* Under the mutation lock: deletes pack id if no name points at it and no
@@ -1053,7 +1053,7 @@ static int drop_unnamed(kiln_store *s, const char *id) {
     int lease = lease_excl(s, id);
     if (lease < 0) return 0;
     delete_pack(s, id);
-    kst_unlock(lease);
+    store_unlock(lease);
     return 1;
 }
 
@@ -1062,7 +1062,7 @@ static void drop_if_unnamed(kiln_store *s, const char *id) {
 }
 
 typedef struct rm_names {
-    char (*names)[KST_NAME_MAX + 1];
+    char (*names)[STORE_NAME_MAX + 1];
     int n, cap, nomem;
 } rm_names;
 
@@ -1080,7 +1080,7 @@ static void gather_name(const char *name, const char *nid, void *ud) {
         l->names = nn;
         l->cap = cap;
     }
-    snprintf(l->names[l->n++], KST_NAME_MAX + 1, "%s", name);
+    snprintf(l->names[l->n++], STORE_NAME_MAX + 1, "%s", name);
 }
 
 static int name_cmp(const void *a, const void *b) { return strcmp(a, b); }
@@ -1090,7 +1090,7 @@ kiln_status kiln_store_remove_names(kiln_store *s, const char *name_or_id, int f
     if (!s || !name_or_id) return base_fail(KILN_ERR_INVALID_ARG, "no store or name");
     int lk = mut_lock(s, LOCK_EX);
     if (lk < 0) return KILN_ERR_IO;
-    char id[KST_ID_LEN + 1], norm[KST_NAME_MAX + 1], p[PATH_MAX];
+    char id[STORE_ID_LEN + 1], norm[STORE_NAME_MAX + 1], p[PATH_MAX];
     kiln_status st = find_ref(s, name_or_id, id, norm);
     rm_names l = {0};
     if (!st) each_name(s, id, gather_name, &l);
@@ -1100,7 +1100,7 @@ kiln_status kiln_store_remove_names(kiln_store *s, const char *name_or_id, int f
         /* another name keeps the pack: only this alias goes */
         if (!name_file(s, norm, p) && unlink(p) != 0)
             st = base_fail(KILN_ERR_IO, "cannot remove %s: %s", norm, strerror(errno));
-        kst_unlock(lk);
+        store_unlock(lk);
         if (!st && removed) removed(norm, user);
         free(l.names);
         return st;
@@ -1125,8 +1125,8 @@ kiln_status kiln_store_remove_names(kiln_store *s, const char *name_or_id, int f
         each_name(s, id, unlink_name, s);
         delete_pack(s, id);
     }
-    kst_unlock(lease);
-    kst_unlock(lk);
+    store_unlock(lease);
+    store_unlock(lk);
     for (int i = 0; !st && removed && i < l.n; i++) removed(l.names[i], user);
     free(l.names);
     return st;
@@ -1141,27 +1141,27 @@ kiln_status kiln_store_remove(kiln_store *s, const char *name_or_id) {
 static void gc_dir(kiln_store *s, const char *sub, int check_lock, kiln_store_gc_fn each, void *user, uint64_t *n,
                    uint64_t *bytes) {
     char dir[PATH_MAX];
-    kst_path(dir, "%s/%s", s->root, sub);
+    store_path(dir, "%s/%s", s->root, sub);
     DIR *d = opendir(dir);
-    double now = kst_wall_now();
+    double now = store_wall_now();
     struct dirent *e;
     while (d && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         char p[PATH_MAX], lk[PATH_MAX];
         double newest = 0;
-        if (kst_path(p, "%s/%s", dir, e->d_name)) continue;
-        uint64_t size = kst_tree_size(p, &newest);
-        if (now - newest < KST_GC_MAX_AGE) continue;
+        if (store_path(p, "%s/%s", dir, e->d_name)) continue;
+        uint64_t size = store_tree_size(p, &newest);
+        if (now - newest < STORE_GC_MAX_AGE) continue;
         int fd = -1;
-        if (check_lock && !kst_path(lk, "%s/locks/%s.lock", s->root, e->d_name) && access(lk, F_OK) == 0 &&
-            (fd = kst_lock(lk, LOCK_EX | LOCK_NB)) < 0)
+        if (check_lock && !store_path(lk, "%s/locks/%s.lock", s->root, e->d_name) && access(lk, F_OK) == 0 &&
+            (fd = store_lock(lk, LOCK_EX | LOCK_NB)) < 0)
             continue;
-        if (kst_rmtree(p) >= 0) {
+        if (store_rmtree(p) >= 0) {
             (*n)++;
             *bytes += size;
             if (each) each(p, size, user);
         }
-        kst_unlock(fd);
+        store_unlock(fd);
     }
     if (d) closedir(d);
 }
@@ -1176,14 +1176,14 @@ kiln_status kiln_store_gc(kiln_store *s, kiln_store_gc_fn each, void *user, uint
     gc_dir(s, "quarantine", 0, each, user, &n, &bytes);
     /* packs no name points at (a name moved while the old pack was leased) */
     char dir[PATH_MAX];
-    kst_path(dir, "%s/packs", s->root);
+    store_path(dir, "%s/packs", s->root);
     DIR *d = opendir(dir);
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        if (!kst_hex_ok(e->d_name)) continue;
-        char id[KST_ID_LEN + 1], p[PATH_MAX];
-        memcpy(id, e->d_name, KST_ID_LEN + 1);
-        uint64_t size = kst_path(p, "%s/%s", dir, id) ? 0 : kst_tree_size(p, NULL);
+        if (!store_hex_ok(e->d_name)) continue;
+        char id[STORE_ID_LEN + 1], p[PATH_MAX];
+        memcpy(id, e->d_name, STORE_ID_LEN + 1);
+        uint64_t size = store_path(p, "%s/%s", dir, id) ? 0 : store_tree_size(p, NULL);
         if (drop_unnamed(s, id)) {
             n++;
             bytes += size;
@@ -1191,7 +1191,7 @@ kiln_status kiln_store_gc(kiln_store *s, kiln_store_gc_fn each, void *user, uint
         }
     }
     if (d) closedir(d);
-    kst_unlock(lk);
+    store_unlock(lk);
     if (n_removed) *n_removed = n;
     if (bytes_removed) *bytes_removed = bytes;
     return KILN_OK;
