@@ -54,12 +54,12 @@ static void expect_reject(const char *what, const void *data, size_t n, const ch
     char path[512];
     tmp_path(path, sizeof path, "bad.bin");
     CHECK(write_bytes(path, data, n) == 0);
-    wh_model *m;
-    CHECKF(wh_load(path, &m) != KILN_OK && m == NULL, "%s was accepted", what);
+    whisper_model *m;
+    CHECKF(whisper_load(path, &m) != KILN_OK && m == NULL, "%s was accepted", what);
     const char *err = kiln_last_error();
     CHECKF(strchr(err, '\n') == NULL && err[0], "%s: error '%s' is not one line", what, err);
     if (needle) CHECKF(strstr(err, needle) != NULL, "%s: error '%s' lacks '%s'", what, err, needle);
-    wh_free(m);
+    whisper_free(m);
     unlink(path);
 }
 
@@ -125,8 +125,8 @@ static void test_loader_rejects(void) {
     expect_reject("vocab count", c, n, "vocabulary");
     /* a file that is not GGML at all */
     expect_reject("text", "hello world, not a model", 24, "magic");
-    wh_model *none;
-    CHECK(wh_load("no/such/file.bin", &none) == KILN_ERR_IO && none == NULL && kiln_last_error()[0]);
+    whisper_model *none;
+    CHECK(whisper_load("no/such/file.bin", &none) == KILN_ERR_IO && none == NULL && kiln_last_error()[0]);
     kiln_stt *s = NULL;
     CHECK(kiln_stt_load(DIR "clip16k.wav", &s) == KILN_ERR_FORMAT && s == NULL);
     free(c);
@@ -137,7 +137,7 @@ static void test_loader_rejects(void) {
 
 typedef struct fx {
     json_t *j;
-    wh_model *m;
+    whisper_model *m;
     float *pcm;
     int64_t n;
 } fx;
@@ -151,7 +151,7 @@ static int fx_open(fx *x, const char *name) {
     CHECKF(x->j != NULL, "%s: %s", p, je.text);
     if (!x->j) return -1;
     snprintf(p, sizeof p, DIR "%s", json_string_value(json_object_get(x->j, "model")));
-    CHECKF(wh_load(p, &x->m) == KILN_OK, "%s", kiln_last_error());
+    CHECKF(whisper_load(p, &x->m) == KILN_OK, "%s", kiln_last_error());
     snprintf(p, sizeof p, DIR "%s", json_string_value(json_object_get(x->j, "clip")));
     ka_info info;
     CHECKF(ka_read_file(p, 0, &x->pcm, &x->n, &info) == KILN_OK, "%s", kiln_last_error());
@@ -160,7 +160,7 @@ static int fx_open(fx *x, const char *name) {
 
 static void fx_close(fx *x) {
     json_decref(x->j);
-    wh_free(x->m);
+    whisper_free(x->m);
     free(x->pcm);
 }
 
@@ -173,7 +173,7 @@ static void test_parity(const char *name) {
         return;
     }
     json_t *dims = json_object_get(x.j, "dims"), *tol = json_object_get(x.j, "tolerance");
-    const wh_model *m = x.m;
+    const whisper_model *m = x.m;
     CHECK(m->hp.n_vocab == (int)jnum(dims, "n_vocab"));
     CHECK(m->hp.n_audio_ctx == (int)jnum(dims, "n_audio_ctx"));
     CHECK(m->vocab.n_text == (int)jnum(x.j, "n_text"));
@@ -207,9 +207,9 @@ static void test_parity(const char *name) {
         CHECK(0);
     CHECKF(mel_err <= jnum(tol, "mel"), "%s: mel error %.3g", name, mel_err);
     /* encoder */
-    wh_state *s = wh_state_new(m, 2, 2);
+    whisper_state *s = whisper_state_new(m, 2, 2);
     CHECK(s != NULL);
-    wh_encode(s, mel, (size_t)nf);
+    whisper_encode(s, mel, (size_t)nf);
     snprintf(p, sizeof p, DIR "%s.enc.f32", name);
     float *renc = read_f32(p, &nr);
     json_t *rows = json_object_get(x.j, "enc_rows");
@@ -219,7 +219,7 @@ static void test_parity(const char *name) {
     for (size_t i = 0; renc && i < json_array_size(rows); i++) {
         int r = (int)json_integer_value(json_array_get(rows, i));
         for (int k = 0; k < d; k++) {
-            double e = fabs(wh_encoder_out(s)[(size_t)r * d + k] - renc[i * d + k]);
+            double e = fabs(whisper_encoder_out(s)[(size_t)r * d + k] - renc[i * d + k]);
             if (e > enc_err) enc_err = e;
         }
     }
@@ -228,7 +228,7 @@ static void test_parity(const char *name) {
     /* first-step logits */
     int32_t prompt[8];
     int np = json_ints(json_object_get(x.j, "prompt"), prompt, 8);
-    const float *lg = wh_decode(s, 0, prompt, np);
+    const float *lg = whisper_decode(s, 0, prompt, np);
     snprintf(p, sizeof p, DIR "%s.logits.f32", name);
     float *rlg = read_f32(p, &nr);
     double lg_err = 0;
@@ -240,7 +240,7 @@ static void test_parity(const char *name) {
     lg_err /= jnum(x.j, "logits_abs_max");
     CHECKF(lg_err <= jnum(tol, "logits_rel"), "%s: logits relative error %.3g", name, lg_err);
     printf("%s: mel %.2g, encoder %.2g, logits %.2g (relative to the largest value)\n", name, mel_err, enc_err, lg_err);
-    wh_state_free(s);
+    whisper_state_free(s);
     /* greedy token sequences, with and without timestamps, and after a
      * previous-text prompt */
     for (int mode = 0; mode < 3; mode++) {
@@ -254,7 +254,7 @@ static void test_parity(const char *name) {
         const char *key = mode == 0 ? "greedy_timestamps" : mode == 1 ? "greedy_notimestamps" : "greedy_prev";
         int32_t want[256], got[256];
         int nw = json_ints(json_object_get(x.j, key), want, 256);
-        int ng = wh_decode_first(m, x.pcm, x.n, &tp, got, 256, NULL);
+        int ng = whisper_decode_first(m, x.pcm, x.n, &tp, got, 256, NULL);
         int same = ng == nw;
         for (int i = 0; same && i < ng; i++) same = got[i] == want[i];
         CHECKF(same, "%s %s: %d tokens, reference %d", name, key, ng, nw);
@@ -580,13 +580,13 @@ static void test_transcribe(void) {
  * token).  Each temperature asked for alone replays its try (the draws
  * depend on the seed, the window and the temperature only). */
 static void test_fallback(void) {
-    wh_model *m;
-    CHECKF(wh_load(DIR "tiny-en-f16.bin", &m) == KILN_OK, "%s", kiln_last_error());
+    whisper_model *m;
+    CHECKF(whisper_load(DIR "tiny-en-f16.bin", &m) == KILN_OK, "%s", kiln_last_error());
     float *pcm = NULL;
     int64_t n = 0;
     CHECK(kiln_audio_load(DIR "clip5s.wav", &pcm, &n, NULL) == KILN_OK);
     if (!m || !pcm) {
-        wh_free(m);
+        whisper_free(m);
         kiln_audio_free(pcm);
         return;
     }
@@ -602,12 +602,12 @@ static void test_fallback(void) {
     enum { NT = 6, CAP = 64 };
     int32_t tok[NT][CAP], kept[CAP];
     int nt[NT], best = -1, best_ok = 0;
-    wh_try one[NT], got;
+    whisper_try one[NT], got;
     for (int i = 0; i < NT; i++) {
         kiln_transcribe_params q = p;
         q.temperature = 0.2f * (float)i;
         q.temperature_inc = 0.0f;
-        nt[i] = wh_decode_first(m, pcm, n, &q, tok[i], CAP, &one[i]);
+        nt[i] = whisper_decode_first(m, pcm, n, &q, tok[i], CAP, &one[i]);
         CHECKF(nt[i] >= 0 && nt[i] < CAP && one[i].n_fallbacks == 0 && one[i].temperature == q.temperature &&
                    one[i].avg_logprob < 0.0f,
                "try %d: %d tokens, %d fallbacks, temperature %g", i, nt[i], one[i].n_fallbacks,
@@ -618,7 +618,7 @@ static void test_fallback(void) {
             best_ok = ok;
         }
     }
-    int nk = wh_decode_first(m, pcm, n, &p, kept, CAP, &got);
+    int nk = whisper_decode_first(m, pcm, n, &p, kept, CAP, &got);
     CHECKF(got.n_fallbacks == NT - 1, "%d fallbacks", got.n_fallbacks);
     CHECKF(got.temperature == one[best].temperature && got.score == one[best].score && nk == nt[best] &&
                !memcmp(kept, tok[best], (size_t)nk * sizeof *kept),
@@ -631,19 +631,19 @@ static void test_fallback(void) {
            (double)got.temperature, (double)got.score, (double)one[NT - 1].score);
     /* a try that passes ends the ladder */
     p.logprob_threshold = -1e10f;
-    nk = wh_decode_first(m, pcm, n, &p, kept, CAP, &got);
+    nk = whisper_decode_first(m, pcm, n, &p, kept, CAP, &got);
     CHECK(nk == nt[0] && got.n_fallbacks == 0 && got.temperature == 0.0f);
     /* a silent window (every no-speech probability is above 0) ends it too,
      * and its text is dropped */
     p.logprob_threshold = 0.0f;
     p.no_speech_threshold = 0.0f;
-    nk = wh_decode_first(m, pcm, n, &p, kept, CAP, &got);
+    nk = whisper_decode_first(m, pcm, n, &p, kept, CAP, &got);
     CHECK(nk >= 0 && got.n_fallbacks == 0 && got.temperature == 0.0f && got.no_speech > 0.0f);
     kiln_transcript *t = NULL;
-    CHECK(wh_transcribe(m, pcm, n, &p, &t) == KILN_OK && t && t->n_segments == 0 && !strcmp(t->text, "") &&
+    CHECK(whisper_transcribe(m, pcm, n, &p, &t) == KILN_OK && t && t->n_segments == 0 && !strcmp(t->text, "") &&
           t->n_fallbacks == 0);
     kiln_transcript_free(t);
-    wh_free(m);
+    whisper_free(m);
     kiln_audio_free(pcm);
 }
 

@@ -183,12 +183,12 @@ int cmd_transcribe(int argc, char **argv) {
 #include "whisper/whisper.h"
 
 int cli_show_whisper(const char *path, int tensors) {
-    wh_model *m;
-    if (wh_load(path, &m)) {
+    whisper_model *m;
+    if (whisper_load(path, &m)) {
         fprintf(stderr, "kiln: %s\n", kiln_last_error());
         return 1;
     }
-    const wh_hparams *hp = &m->hp;
+    const whisper_hparams *hp = &m->hp;
     printf("file:      %s (whisper.cpp GGML, %.2f MiB)\n", path, (double)m->map.len / (1024.0 * 1024.0));
     printf("params:    %llu (%.2f M), %.2f MiB of tensor data, %.2f bits per weight\n", (unsigned long long)m->n_params,
            (double)m->n_params / 1e6, (double)m->n_bytes / (1024.0 * 1024.0),
@@ -201,7 +201,7 @@ int cli_show_whisper(const char *path, int tensors) {
            m->vocab.multilingual && strcmp(m->size_name, "large-v3-turbo") ? ", can translate" : "");
     printf("  n_vocab        %d (%d text tokens, %d languages, 1501 timestamps)\n", hp->n_vocab, m->vocab.n_text,
            m->n_langs);
-    printf("  n_audio_ctx    %d (%.1f s windows)\n", hp->n_audio_ctx, wh_window_seconds(m));
+    printf("  n_audio_ctx    %d (%.1f s windows)\n", hp->n_audio_ctx, whisper_window_seconds(m));
     printf("  n_audio_state  %d\n  n_audio_head   %d\n  n_audio_layer  %d\n", hp->n_audio_state, hp->n_audio_head,
            hp->n_audio_layer);
     printf("  n_text_ctx     %d\n  n_text_state   %d\n  n_text_head    %d\n  n_text_layer   %d\n", hp->n_text_ctx,
@@ -212,10 +212,10 @@ int cli_show_whisper(const char *path, int tensors) {
                "nospeech %d, notimestamps %d, timestamps %d..%d\n",
                m->vocab.eot, m->vocab.sot, m->vocab.lang0, m->vocab.lang0 + m->n_langs - 1, m->vocab.translate,
                m->vocab.transcribe, m->vocab.prev, m->vocab.nosp, m->vocab.notimestamps, m->vocab.ts_begin,
-               m->vocab.ts_begin + WH_N_TIMESTAMPS - 1);
+               m->vocab.ts_begin + WHISPER_N_TIMESTAMPS - 1);
     }
     printf("\nrunnable:  yes: speech to text (kiln transcribe), %.2f MiB copied out of the mapping for alignment\n",
            (double)m->copied_bytes / (1024.0 * 1024.0));
-    wh_free(m);
+    whisper_free(m);
     return 0;
 }

@@ -12,7 +12,7 @@
 #include <string.h>
 
 static kiln_status stt_check(void *user, const char *path) {
-    if (!wh_is_ggml_file(path)) return base_fail(KILN_ERR_UNSUPPORTED, "%s: not a whisper.cpp GGML file", path);
+    if (!whisper_is_ggml_file(path)) return base_fail(KILN_ERR_UNSUPPORTED, "%s: not a whisper.cpp GGML file", path);
     return KILN_OK;
 }
 

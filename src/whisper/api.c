@@ -9,19 +9,19 @@
 #include <string.h>
 
 struct kiln_stt {
-    wh_model *m;
+    whisper_model *m;
 };
 
 kiln_status kiln_stt_load(const char *path, kiln_stt **out) {
     if (!out) return base_fail(KILN_ERR_INVALID_ARG, "no output handle");
     *out = NULL;
     if (!path) return base_fail(KILN_ERR_INVALID_ARG, "no model path");
-    wh_model *m;
-    kiln_status st = wh_load(path, &m);
+    whisper_model *m;
+    kiln_status st = whisper_load(path, &m);
     if (st) return st;
     kiln_stt *s = calloc(1, sizeof *s);
     if (!s) {
-        wh_free(m);
+        whisper_free(m);
         return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     s->m = m;
@@ -29,21 +29,21 @@ kiln_status kiln_stt_load(const char *path, kiln_stt **out) {
     return KILN_OK;
 }
 
-int kiln_is_whisper_file(const char *path) { return path && wh_is_ggml_file(path); }
+int kiln_is_whisper_file(const char *path) { return path && whisper_is_ggml_file(path); }
 
 void kiln_stt_free(kiln_stt *s) {
     if (!s) return;
-    wh_free(s->m);
+    whisper_free(s->m);
     free(s);
 }
 
-const wh_model *wh_of(const kiln_stt *s) { return s ? s->m : NULL; }
+const whisper_model *whisper_of(const kiln_stt *s) { return s ? s->m : NULL; }
 
 void kiln_stt_get_info(const kiln_stt *s, kiln_stt_info *info) {
     memset(info, 0, sizeof *info);
     if (!s) return;
-    const wh_model *m = s->m;
-    const wh_hparams *hp = &m->hp;
+    const whisper_model *m = s->m;
+    const whisper_hparams *hp = &m->hp;
     info->size = m->size_name;
     info->ftype = quant_get(m->wtype)->name;
     info->n_vocab = hp->n_vocab;
@@ -60,14 +60,14 @@ void kiln_stt_get_info(const kiln_stt *s, kiln_stt_info *info) {
     info->n_mels = hp->n_mels;
     info->multilingual = m->vocab.multilingual;
     info->can_translate = m->vocab.multilingual && strcmp(m->size_name, "large-v3-turbo") != 0;
-    info->window_seconds = wh_window_seconds(m);
+    info->window_seconds = whisper_window_seconds(m);
     info->n_params = m->n_params;
     info->n_bytes = m->n_bytes;
     info->copied_bytes = m->copied_bytes;
 }
 
 const char *kiln_stt_language(const kiln_stt *s, int i) {
-    return s && i >= 0 && i < s->m->n_langs ? wh_lang_code(i) : NULL;
+    return s && i >= 0 && i < s->m->n_langs ? whisper_lang_code(i) : NULL;
 }
 
 kiln_transcribe_params kiln_transcribe_default_params(void) {
@@ -90,7 +90,7 @@ kiln_transcribe_params kiln_transcribe_default_params(void) {
 kiln_status kiln_transcribe_check(const kiln_stt *s, const kiln_transcribe_params *p) {
     if (!s || !p) return base_fail(KILN_ERR_INVALID_ARG, "no model or parameters");
     int lang;
-    return wh_check_params(s->m, p, &lang);
+    return whisper_check_params(s->m, p, &lang);
 }
 
 kiln_status kiln_transcribe(kiln_stt *s, const float *pcm, int64_t n, const kiln_transcribe_params *p,
@@ -99,7 +99,7 @@ kiln_status kiln_transcribe(kiln_stt *s, const float *pcm, int64_t n, const kiln
     *out = NULL;
     if (!s) return base_fail(KILN_ERR_INVALID_ARG, "no model");
     kiln_transcribe_params def = kiln_transcribe_default_params();
-    return wh_transcribe(s->m, pcm, n, p ? p : &def, out);
+    return whisper_transcribe(s->m, pcm, n, p ? p : &def, out);
 }
 
 /* ------------------------------------------------------------------ audio */

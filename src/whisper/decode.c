@@ -51,10 +51,10 @@ typedef struct result {
 } result;
 
 typedef struct job {
-    const wh_model *m;
-    const wh_vocab *v;
+    const whisper_model *m;
+    const whisper_vocab *v;
     const kiln_transcribe_params *p;
-    wh_state *s;
+    whisper_state *s;
     int G;                /* hypotheses at once: max(beam_size, best_of) */
     int n_vocab, max_gen; /* max_gen: stride of token rows */
     int gen_limit;        /* tokens this window may generate */
@@ -85,7 +85,7 @@ typedef struct job {
 /* --------------------------------------------------------------- rules */
 
 static void mask_row(const job *j, const float *logits, float *out, const int32_t *gen, int n_gen) {
-    const wh_vocab *v = j->v;
+    const whisper_vocab *v = j->v;
     const int nv = j->n_vocab, tb = v->ts_begin;
     memcpy(out, logits, (size_t)nv * sizeof *out);
     for (int i = 0; i < nv; i++)
@@ -233,16 +233,16 @@ static int aborted(job *j) {
 /* Decodes the window already encoded; prompt is in j->prompt.  Returns 0,
  * or -1 when the text context cannot take the prompt. */
 static int run_decode(job *j, float temp, result *res) {
-    wh_state *s = j->s;
-    const wh_vocab *v = j->v;
+    whisper_state *s = j->s;
+    const whisper_vocab *v = j->v;
     const int nv = j->n_vocab;
     const int sampling = temp > 0.0f;
     const int B = sampling ? (j->p->best_of > 0 ? j->p->best_of : 1) : (j->p->beam_size > 0 ? j->p->beam_size : 1);
     j->rng = try_seed(j->p->seed, j->seek, temp);
     /* the prompt up to sot gives the no-speech probability; slot 0 starts
      * empty (an earlier try of this window left its hypotheses there) */
-    wh_beam_truncate(s, 0, 0);
-    const float *lg = wh_decode(s, 0, j->prompt, j->sot_at + 1);
+    whisper_beam_truncate(s, 0, 0);
+    const float *lg = whisper_decode(s, 0, j->prompt, j->sot_at + 1);
     if (!lg) return -1;
     res->no_speech = 0.0f;
     {
@@ -250,13 +250,13 @@ static int run_decode(job *j, float temp, result *res) {
         res->no_speech = (float)exp((double)lg[v->nosp] - lz);
     }
     if (j->n_prompt > j->sot_at + 1) {
-        lg = wh_decode(s, 0, j->prompt + j->sot_at + 1, j->n_prompt - j->sot_at - 1);
+        lg = whisper_decode(s, 0, j->prompt + j->sot_at + 1, j->n_prompt - j->sot_at - 1);
         if (!lg) return -1;
     }
     /* slots 0..G-1 and G..2G-1 alternate as the live set's caches */
     int n_live = sampling ? B : 1;
     for (int i = 0; i < n_live; i++) {
-        if (i) wh_beam_copy(s, i, 0);
+        if (i) whisper_beam_copy(s, i, 0);
         j->live[i].n = 0;
         j->live[i].sum_lp = 0;
         j->live[i].slot = i;
@@ -277,7 +277,7 @@ static int run_decode(job *j, float temp, result *res) {
                 beams[i] = j->live[i].slot;
                 toks[i] = j->live[i].tok[j->live[i].n - 1];
             }
-            const float *out = wh_decode_beams(s, beams, toks, n_live);
+            const float *out = whisper_decode_beams(s, beams, toks, n_live);
             if (!out) break;
             rows = out;
         }
@@ -379,7 +379,7 @@ static int run_decode(job *j, float temp, result *res) {
             h->tok[h->n++] = j->cand[c].tok;
             h->sum_lp = j->cand[c].score;
             h->done = 0;
-            wh_beam_copy(s, h->slot, par->slot);
+            whisper_beam_copy(s, h->slot, par->slot);
             nn++;
         }
         for (int i = 0; i < n_live; i++)
@@ -491,7 +491,7 @@ static int decode_window(job *j, result *res, result *spare, int *n_fallbacks) {
 
 /* The prompt of the next window: previous text, then the sot sequence. */
 static void build_prompt(job *j) {
-    const wh_vocab *v = j->v;
+    const whisper_vocab *v = j->v;
     int n = 0;
     int have = j->n_hist - j->hist_from;
     int room = j->m->hp.n_text_ctx / 2 - 1;
@@ -658,10 +658,10 @@ static void seg_acc_free(seg_acc *a) {
 
 /* ----------------------------------------------------------------- check */
 
-kiln_status wh_check_params(const wh_model *m, const kiln_transcribe_params *p, int *lang) {
+kiln_status whisper_check_params(const whisper_model *m, const kiln_transcribe_params *p, int *lang) {
     *lang = -1;
     if (p->language && *p->language && strcmp(p->language, "auto")) {
-        int l = wh_lang_find(p->language);
+        int l = whisper_lang_find(p->language);
         if (l < 0) return base_fail(KILN_ERR_INVALID_ARG, "unknown language '%s'", p->language);
         if (!m->vocab.multilingual && l != 0)
             return base_fail(KILN_ERR_INVALID_ARG, "this model is English-only; language '%s' is not available",
@@ -681,7 +681,7 @@ kiln_status wh_check_params(const wh_model *m, const kiln_transcribe_params *p, 
         return base_fail(KILN_ERR_INVALID_ARG, "beam size and best-of must be within 1 to 16");
     if (!(p->temperature >= 0.0f && p->temperature <= 1.0f) || !(p->temperature_inc >= 0.0f))
         return base_fail(KILN_ERR_INVALID_ARG, "temperature must be within 0 to 1 (and its step >= 0)");
-    if (p->initial_prompt && wh_tokenize(&m->vocab, p->initial_prompt, strlen(p->initial_prompt), NULL, 0) < 0)
+    if (p->initial_prompt && whisper_tokenize(&m->vocab, p->initial_prompt, strlen(p->initial_prompt), NULL, 0) < 0)
         return base_fail(KILN_ERR_INVALID_ARG, "the initial prompt has bytes the vocabulary cannot spell");
     return KILN_OK;
 }
@@ -689,7 +689,7 @@ kiln_status wh_check_params(const wh_model *m, const kiln_transcribe_params *p, 
 /* ------------------------------------------------------------ transcribe */
 
 static void job_free(job *j) {
-    wh_state_free(j->s);
+    whisper_state_free(j->s);
     free(j->masked);
     free(j->suppress);
     free(j->live);
@@ -703,7 +703,7 @@ static void job_free(job *j) {
     free(j->zbuf);
 }
 
-static int job_init(job *j, const wh_model *m, const kiln_transcribe_params *p) {
+static int job_init(job *j, const whisper_model *m, const kiln_transcribe_params *p) {
     memset(j, 0, sizeof *j);
     j->m = m;
     j->v = &m->vocab;
@@ -713,7 +713,7 @@ static int job_init(job *j, const wh_model *m, const kiln_transcribe_params *p) 
     j->n_vocab = m->hp.n_vocab;
     j->max_gen = m->hp.n_text_ctx / 2;
     const size_t G = (size_t)j->G, nv = (size_t)j->n_vocab, mg = (size_t)j->max_gen;
-    j->s = wh_state_new(m, 2 * j->G, p->n_threads);
+    j->s = whisper_state_new(m, 2 * j->G, p->n_threads);
     j->masked = malloc(2 * G * nv * sizeof(float));
     j->suppress = calloc(nv, 1);
     j->live = calloc(G + 1, sizeof(hyp));
@@ -724,7 +724,7 @@ static int job_init(job *j, const wh_model *m, const kiln_transcribe_params *p) 
     j->prompt = malloc((size_t)m->hp.n_text_ctx * sizeof(int32_t));
     if (!j->s || !j->masked || !j->suppress || !j->live || !j->next || !j->fin || !j->tokbuf || !j->cand || !j->prompt)
         return -1;
-    const wh_vocab *v = j->v;
+    const whisper_vocab *v = j->v;
     int32_t ctl[] = {v->sot, v->solm, v->prev, v->nosp, v->translate, v->transcribe};
     for (size_t i = 0; i < sizeof ctl / sizeof *ctl; i++) j->suppress[ctl[i]] = 1;
     for (int i = 0; i < v->n_langs; i++) j->suppress[v->lang0 + i] = 1;
@@ -737,10 +737,10 @@ static int job_init(job *j, const wh_model *m, const kiln_transcribe_params *p) 
 /* The language of the encoded window: the likeliest language token after
  * sot alone. */
 static int detect_language(job *j, float *prob) {
-    const wh_vocab *v = j->v;
+    const whisper_vocab *v = j->v;
     int32_t sot = v->sot;
-    wh_beam_truncate(j->s, 0, 0);
-    const float *lg = wh_decode(j->s, 0, &sot, 1);
+    whisper_beam_truncate(j->s, 0, 0);
+    const float *lg = whisper_decode(j->s, 0, &sot, 1);
     if (!lg) return 0;
     int best = 0;
     float mx = -INFINITY;
@@ -752,22 +752,22 @@ static int detect_language(job *j, float *prob) {
     double z = 0;
     for (int i = 0; i < v->n_langs; i++) z += exp((double)lg[v->lang0 + i] - mx);
     *prob = (float)(1.0 / z);
-    wh_beam_truncate(j->s, 0, 0);
+    whisper_beam_truncate(j->s, 0, 0);
     return best;
 }
 
-kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p,
+kiln_status whisper_transcribe(const whisper_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p,
                           kiln_transcript **out) {
     *out = NULL;
     int lang;
-    kiln_status st = wh_check_params(m, p, &lang);
+    kiln_status st = whisper_check_params(m, p, &lang);
     if (st != KILN_OK) return st;
     if (n < 0 || (n > 0 && !pcm)) return base_fail(KILN_ERR_INVALID_ARG, "no audio given");
     const double duration = (double)n / KA_RATE;
     seg_acc acc = {0};
     if (n == 0) {
         /* nothing said: no segments, and no language to detect */
-        *out = finish(&acc, lang >= 0 ? wh_lang_code(lang) : (m->vocab.multilingual ? "" : "en"), 1.0f, 0.0);
+        *out = finish(&acc, lang >= 0 ? whisper_lang_code(lang) : (m->vocab.multilingual ? "" : "en"), 1.0f, 0.0);
         return *out ? KILN_OK : base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     job j;
@@ -780,7 +780,7 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
     const int64_t win_samples = (int64_t)win * KA_HOP;
     float *mel = NULL;
     int64_t n_frames = 0;
-    kiln_status mst = ka_log_mel(pcm, n, win_samples, m->filters, m->hp.n_mels, wh_state_pool(j.s), &mel, &n_frames);
+    kiln_status mst = ka_log_mel(pcm, n, win_samples, m->filters, m->hp.n_mels, whisper_state_pool(j.s), &mel, &n_frames);
     if (mst) {
         job_free(&j);
         return mst;
@@ -799,9 +799,9 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
         if (buf) {
             buf[0] = ' ';
             memcpy(buf + 1, s0, L);
-            k = wh_tokenize(j.v, buf, L + 1, NULL, 0);
+            k = whisper_tokenize(j.v, buf, L + 1, NULL, 0);
             int32_t *tmp = k > 0 ? malloc((size_t)k * sizeof *tmp) : NULL;
-            if (tmp && wh_tokenize(j.v, buf, L + 1, tmp, k) == k && hist_push(&j, tmp, k) == 0) k = 0;
+            if (tmp && whisper_tokenize(j.v, buf, L + 1, tmp, k) == k && hist_push(&j, tmp, k) == 0) k = 0;
             free(tmp);
         }
         free(buf);
@@ -818,7 +818,7 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
         }
         const int64_t seg_size = content - seek < win ? content - seek : win;
         const double t_off = (double)seek * KA_HOP / KA_RATE;
-        wh_encode(j.s, mel + seek, (size_t)n_frames);
+        whisper_encode(j.s, mel + seek, (size_t)n_frames);
         n_windows++;
         if (j.lang < 0) {
             if (m->vocab.multilingual)
@@ -929,7 +929,7 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
     free(spare.tok);
     free(mel);
     if (st == KILN_OK) {
-        *out = finish(&acc, wh_lang_code(j.lang >= 0 ? j.lang : 0), lang_prob, duration);
+        *out = finish(&acc, whisper_lang_code(j.lang >= 0 ? j.lang : 0), lang_prob, duration);
         if (!*out)
             st = base_fail(KILN_ERR_NOMEM, "out of memory");
         else {
@@ -942,10 +942,10 @@ kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const 
     return st;
 }
 
-int wh_decode_first(const wh_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p, int32_t *tokens,
-                    int cap, wh_try *info) {
+int whisper_decode_first(const whisper_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p, int32_t *tokens,
+                    int cap, whisper_try *info) {
     int lang;
-    if (wh_check_params(m, p, &lang) != KILN_OK) return -1;
+    if (whisper_check_params(m, p, &lang) != KILN_OK) return -1;
     job j;
     int rc = -1;
     float *mel = NULL;
@@ -955,23 +955,23 @@ int wh_decode_first(const wh_model *m, const float *pcm, int64_t n, const kiln_t
     if (job_init(&j, m, p)) goto out;
     j.lang = lang >= 0 ? lang : 0;
     const int win = 2 * m->hp.n_audio_ctx;
-    if (ka_log_mel(pcm, n, (int64_t)win * KA_HOP, m->filters, m->hp.n_mels, wh_state_pool(j.s), &mel, &n_frames))
+    if (ka_log_mel(pcm, n, (int64_t)win * KA_HOP, m->filters, m->hp.n_mels, whisper_state_pool(j.s), &mel, &n_frames))
         goto out;
     if (p->initial_prompt) {
-        int k = wh_tokenize(j.v, p->initial_prompt, strlen(p->initial_prompt), NULL, 0);
+        int k = whisper_tokenize(j.v, p->initial_prompt, strlen(p->initial_prompt), NULL, 0);
         int32_t *tmp = k > 0 ? malloc((size_t)k * sizeof *tmp) : NULL;
-        if (tmp && wh_tokenize(j.v, p->initial_prompt, strlen(p->initial_prompt), tmp, k) == k) hist_push(&j, tmp, k);
+        if (tmp && whisper_tokenize(j.v, p->initial_prompt, strlen(p->initial_prompt), tmp, k) == k) hist_push(&j, tmp, k);
         free(tmp);
     }
     res.tok = malloc((size_t)j.max_gen * sizeof *res.tok);
     spare.tok = malloc((size_t)j.max_gen * sizeof *spare.tok);
     if (!res.tok || !spare.tok) goto out;
-    wh_encode(j.s, mel, (size_t)n_frames);
+    whisper_encode(j.s, mel, (size_t)n_frames);
     build_prompt(&j);
     if (decode_window(&j, &res, &spare, &n_fb)) goto out;
     rc = res.n < cap ? res.n : cap;
     memcpy(tokens, res.tok, (size_t)rc * sizeof *tokens);
-    if (info) *info = (wh_try){res.temp, (float)res.avg_lp, (float)res.score, res.cr, res.no_speech, n_fb};
+    if (info) *info = (whisper_try){res.temp, (float)res.avg_lp, (float)res.score, res.cr, res.no_speech, n_fb};
 out:
     free(res.tok);
     free(spare.tok);

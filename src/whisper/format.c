@@ -65,8 +65,8 @@ static json_t *verbose(const kiln_transcript *t, const char *task) {
                                         "no_speech_prob", (double)g->no_speech_prob));
     }
     const char *lang = t->language ? t->language : "";
-    int li = wh_lang_find(lang);
-    return json_pack("{s:s, s:s, s:f, s:s, s:o}", "task", task, "language", li >= 0 ? wh_lang_name(li) : lang,
+    int li = whisper_lang_find(lang);
+    return json_pack("{s:s, s:s, s:f, s:s, s:o}", "task", task, "language", li >= 0 ? whisper_lang_name(li) : lang,
                      "duration", t->duration, "text", t->text, "segments", segs);
 }
 

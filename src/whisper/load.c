@@ -34,13 +34,13 @@ typedef struct tinfo {
     int used;
 } tinfo;
 
-int wh_is_ggml_file(const char *path) {
+int whisper_is_ggml_file(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
     uint32_t magic = 0;
     ssize_t n = read(fd, &magic, 4);
     close(fd);
-    return n == 4 && magic == WH_MAGIC;
+    return n == 4 && magic == WHISPER_MAGIC;
 }
 
 /* ggml_ftype values of whisper.cpp files -> the matrices' type */
@@ -62,7 +62,7 @@ static int ftype_to_type(int ftype) {
     }
 }
 
-static const char *size_name(const wh_hparams *hp) {
+static const char *size_name(const whisper_hparams *hp) {
     int v3 = hp->n_vocab == 51866;
     switch (hp->n_audio_layer) {
     case 4: return hp->n_audio_state == 384 ? "tiny" : "custom";
@@ -91,7 +91,7 @@ static tinfo *find(plan *p, const char *name) {
 }
 
 typedef struct binder {
-    wh_model *m;
+    whisper_model *m;
     plan *p;
     uint8_t *arena; /* NULL during the sizing pass */
     size_t used;
@@ -191,7 +191,7 @@ static void mat(binder *b, kern_mat *out, const char *name, int64_t ncols, int64
     out->packed = NULL;
 }
 
-static void bind_block(binder *b, wh_block *blk, const char *pre, int64_t d, int cross) {
+static void bind_block(binder *b, whisper_block *blk, const char *pre, int64_t d, int cross) {
     char n[MAX_NAME];
 #define NM(s) (snprintf(n, sizeof n, "%s.%s", pre, s), n)
     blk->attn_ln_w = vec(b, NM("attn_ln.weight"), d, 1);
@@ -224,8 +224,8 @@ static void bind_block(binder *b, wh_block *blk, const char *pre, int64_t d, int
 }
 
 static void bind_all(binder *b) {
-    wh_model *m = b->m;
-    const wh_hparams *hp = &m->hp;
+    whisper_model *m = b->m;
+    const whisper_hparams *hp = &m->hp;
     int64_t d = hp->n_audio_state;
     char n[MAX_NAME];
     mat(b, &m->conv1, "encoder.conv1.weight", 3 * (int64_t)hp->n_mels, d, 1);
@@ -249,7 +249,7 @@ static void bind_all(binder *b) {
     m->ln_b = vec(b, "decoder.ln.bias", d, 1);
 }
 
-static kiln_status check_hparams(const wh_hparams *hp) {
+static kiln_status check_hparams(const whisper_hparams *hp) {
 #define RANGE(f, lo, hi)                                                                                         \
     if (hp->f < (lo) || hp->f > (hi)) {                                                                          \
         return base_fail(KILN_ERR_FORMAT, "hyperparameter " #f " = %d is out of range [%d, %d]", hp->f, (int)(lo), \
@@ -280,9 +280,9 @@ static kiln_status check_hparams(const wh_hparams *hp) {
     return KILN_OK;
 }
 
-kiln_status wh_load(const char *path, wh_model **out) {
+kiln_status whisper_load(const char *path, whisper_model **out) {
     *out = NULL;
-    wh_model *m = calloc(1, sizeof *m);
+    whisper_model *m = calloc(1, sizeof *m);
     tinfo *tabs = NULL;
     if (!m) return base_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_status st = base_map_file(path, &m->map);
@@ -292,7 +292,7 @@ kiln_status wh_load(const char *path, wh_model **out) {
     }
     rd r = {m->map.addr, m->map.len, 0};
     uint32_t magic = 0;
-    if (r.len < 4 || (memcpy(&magic, r.p, 4), magic != WH_MAGIC)) {
+    if (r.len < 4 || (memcpy(&magic, r.p, 4), magic != WHISPER_MAGIC)) {
         st = base_fail(KILN_ERR_FORMAT, "%s: not a whisper.cpp GGML file (bad magic)", path);
         goto fail;
     }
@@ -321,9 +321,9 @@ kiln_status wh_load(const char *path, wh_model **out) {
         st = base_fail(KILN_ERR_FORMAT, "%s: truncated before the mel filters", path);
         goto fail;
     }
-    if (fm != m->hp.n_mels || fb != WH_N_FFT_BINS) {
+    if (fm != m->hp.n_mels || fb != WHISPER_N_FFT_BINS) {
         st = base_fail(KILN_ERR_FORMAT, "%s: mel filters are %d x %d, expected %d x %d", path, fm, fb, m->hp.n_mels,
-                     WH_N_FFT_BINS);
+                     WHISPER_N_FFT_BINS);
         goto fail;
     }
     size_t filt_bytes = (size_t)fm * (size_t)fb * 4;
@@ -426,7 +426,7 @@ kiln_status wh_load(const char *path, wh_model **out) {
     m->n_tensors = p.n;
     /* the vocabulary layout */
     m->vocab.n_text = n_text;
-    if ((st = wh_vocab_init(&m->vocab, m->hp.n_vocab))) {
+    if ((st = whisper_vocab_init(&m->vocab, m->hp.n_vocab))) {
         st = base_fail(st, "%s: %s", path, kiln_last_error());
         goto fail;
     }
@@ -450,7 +450,7 @@ kiln_status wh_load(const char *path, wh_model **out) {
             st = base_fail(KILN_ERR_FORMAT, "%s: unexpected tensor '%s'", path, tabs[i].name);
             goto fail;
         }
-    size_t arena = b.used + (size_t)m->hp.n_mels * WH_N_FFT_BINS * sizeof(float) + 64;
+    size_t arena = b.used + (size_t)m->hp.n_mels * WHISPER_N_FFT_BINS * sizeof(float) + 64;
     if (posix_memalign(&m->arena, 64, arena)) {
         m->arena = NULL;
         st = base_fail(KILN_ERR_NOMEM, "out of memory (%zu bytes)", arena);
@@ -484,7 +484,7 @@ kiln_status wh_load(const char *path, wh_model **out) {
             off += 4 + (size_t)len;
         }
         m->vocab.max_len = maxl;
-        if (wh_vocab_index(&m->vocab)) {
+        if (whisper_vocab_index(&m->vocab)) {
             st = base_fail(KILN_ERR_NOMEM, "out of memory");
             goto fail;
         }
@@ -494,13 +494,13 @@ kiln_status wh_load(const char *path, wh_model **out) {
     return KILN_OK;
 fail:
     free(tabs);
-    wh_free(m);
+    whisper_free(m);
     return st;
 }
 
-void wh_free(wh_model *m) {
+void whisper_free(whisper_model *m) {
     if (!m) return;
-    wh_vocab_free(&m->vocab);
+    whisper_vocab_free(&m->vocab);
     free(m->enc);
     free(m->dec);
     free(m->arena);

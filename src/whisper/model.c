@@ -18,8 +18,8 @@
 
 #define LN_EPS 1e-5f
 
-struct wh_state {
-    const wh_model *m;
+struct whisper_state {
+    const whisper_model *m;
     thread_pool *pool;
     int n_beams;
     int A, d, nh, hd, n_ctx;
@@ -46,14 +46,14 @@ struct wh_state {
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-thread_pool *wh_state_pool(wh_state *s) { return s->pool; }
-const float *wh_encoder_out(const wh_state *s) { return s->x; }
-int wh_beam_len(const wh_state *s, int b) { return s->len[b]; }
-void wh_beam_truncate(wh_state *s, int b, int len) {
+thread_pool *whisper_state_pool(whisper_state *s) { return s->pool; }
+const float *whisper_encoder_out(const whisper_state *s) { return s->x; }
+int whisper_beam_len(const whisper_state *s, int b) { return s->len[b]; }
+void whisper_beam_truncate(whisper_state *s, int b, int len) {
     if (len < s->len[b]) s->len[b] = len;
 }
 
-void wh_beam_copy(wh_state *s, int dst, int src) {
+void whisper_beam_copy(whisper_state *s, int dst, int src) {
     if (dst == src) return;
     size_t row = (size_t)s->d, per_beam = (size_t)s->n_ctx * row;
     size_t n = (size_t)s->len[src] * row * sizeof(float);
@@ -65,7 +65,7 @@ void wh_beam_copy(wh_state *s, int dst, int src) {
     s->len[dst] = s->len[src];
 }
 
-void wh_state_free(wh_state *s) {
+void whisper_state_free(whisper_state *s) {
     if (!s) return;
     if (s->pool) thread_pool_free(s->pool);
     free(s->col);
@@ -104,10 +104,10 @@ void wh_state_free(wh_state *s) {
     free(s);
 }
 
-wh_state *wh_state_new(const wh_model *m, int n_beams, int n_threads) {
-    wh_state *s = calloc(1, sizeof *s);
+whisper_state *whisper_state_new(const whisper_model *m, int n_beams, int n_threads) {
+    whisper_state *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    const wh_hparams *hp = &m->hp;
+    const whisper_hparams *hp = &m->hp;
     s->m = m;
     s->n_beams = n_beams < 1 ? 1 : n_beams;
     s->A = hp->n_audio_ctx;
@@ -161,7 +161,7 @@ wh_state *wh_state_new(const wh_model *m, int n_beams, int n_threads) {
         !s->qh || !s->kh || !s->vth || !s->scores || !s->ck || !s->cvt || !s->sk || !s->sv || !s->len || !s->dx ||
         !s->dxn || !s->dq || !s->dk || !s->dv || !s->datt || !s->dtmp || !s->dff || !s->dscore || !s->d16 ||
         !s->logits || !s->row_beam || !s->row_pos || !s->mm) {
-        wh_state_free(s);
+        whisper_state_free(s);
         return NULL;
     }
     return s;
@@ -251,7 +251,7 @@ static void f_softmax(rows_job *j, long lo, long hi) {
 
 /* One head's Q (scaled), K and V^T gathered from [A][d] rows. */
 typedef struct gather_job {
-    wh_state *s;
+    whisper_state *s;
     const float *q, *k, *v;
     int h;
     float scale;
@@ -261,7 +261,7 @@ typedef struct gather_job {
 
 static void gather_task(void *ud, int ith, int nth) {
     gather_job *g = ud;
-    wh_state *s = g->s;
+    whisper_state *s = g->s;
     long lo, hi;
     thread_pool_range(s->A, ith, nth, &lo, &hi);
     const int hd = s->hd, d = s->d, A = s->A;
@@ -276,7 +276,7 @@ static void gather_task(void *ud, int ith, int nth) {
     }
 }
 
-static void encoder_attention(wh_state *s) {
+static void encoder_attention(whisper_state *s) {
     const int A = s->A, hd = s->hd;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int h = 0; h < s->nh; h++) {
@@ -321,14 +321,14 @@ static void col_task(void *ud, int ith, int nth) {
 /* Self-attention K/V of the current x for the cross-attention of every
  * decoder layer, to F16. */
 typedef struct cross_job {
-    wh_state *s;
+    whisper_state *s;
     const float *k, *v;
     uint16_t *ck, *cvt;
 } cross_job;
 
 static void cross_task(void *ud, int ith, int nth) {
     cross_job *c = ud;
-    wh_state *s = c->s;
+    whisper_state *s = c->s;
     const int A = s->A, d = s->d, nh = s->m->hp.n_text_head, hd = d / nh;
     long lo, hi;
     thread_pool_range(A, ith, nth, &lo, &hi);
@@ -340,8 +340,8 @@ static void cross_task(void *ud, int ith, int nth) {
             }
 }
 
-void wh_encode(wh_state *s, const float *mel, size_t ld) {
-    const wh_model *m = s->m;
+void whisper_encode(whisper_state *s, const float *mel, size_t ld) {
+    const whisper_model *m = s->m;
     const int A = s->A, d = s->d, nm = m->hp.n_mels;
     thread_pool *p = s->pool;
     col_job c1 = {s->col, mel, ld, nm, 2 * A, 2 * A, 1, 0};
@@ -354,7 +354,7 @@ void wh_encode(wh_state *s, const float *mel, size_t ld) {
     bias_gelu(p, s->x, m->conv2_b, A, d);
     add_bias(p, s->x, m->enc_pos, NULL, A, d);
     for (int l = 0; l < m->hp.n_audio_layer; l++) {
-        const wh_block *b = &m->enc[l];
+        const whisper_block *b = &m->enc[l];
         layernorm(p, s->xn, s->x, b->attn_ln_w, b->attn_ln_b, A, d);
         kern_mm_out qkv[3] = {{&b->q, s->q, d}, {&b->k, s->k, d}, {&b->v, s->v, d}};
         kern_matmul_multi(p, qkv, 3, s->xn, A, s->mm);
@@ -372,7 +372,7 @@ void wh_encode(wh_state *s, const float *mel, size_t ld) {
     layernorm(p, s->x, s->x, m->ln_post_w, m->ln_post_b, A, d);
     /* cross-attention K and V of every decoder layer, once per window */
     for (int l = 0; l < m->hp.n_text_layer; l++) {
-        const wh_block *b = &m->dec[l];
+        const whisper_block *b = &m->dec[l];
         kern_mm_out kv[2] = {{&b->ck, s->k, d}, {&b->cv, s->v, d}};
         kern_matmul_multi(p, kv, 2, s->x, A, s->mm);
         bias_rows(p, s->v, b->cv_b, A, d);
@@ -385,7 +385,7 @@ void wh_encode(wh_state *s, const float *mel, size_t ld) {
 /* ------------------------------------------------------------ decoder */
 
 typedef struct dattn_job {
-    wh_state *s;
+    whisper_state *s;
     int layer, n, cross;
     const quant_traits *f16;
 } dattn_job;
@@ -393,7 +393,7 @@ typedef struct dattn_job {
 /* Row r, head h of the decoder's attention: self (over the beam's cache up
  * to the row's position) or cross (over the window's K/V). */
 static void dattn_one(dattn_job *j, int r, int h) {
-    wh_state *s = j->s;
+    whisper_state *s = j->s;
     const int d = s->d, nh = s->m->hp.n_text_head, hd = d / nh, A = s->A;
     const float *q = s->dq + (size_t)r * d + h * hd;
     float *out = s->datt + (size_t)r * d + h * hd;
@@ -446,8 +446,8 @@ static void dattn_task(void *ud, int ith, int nth) {
 
 /* Runs rows [0, n) (row_beam, row_pos and the tokens set) through the
  * decoder; logits for rows with want[r] (NULL: all) into logits rows. */
-static void dec_run(wh_state *s, const int32_t *tokens, int n, int only_last) {
-    const wh_model *m = s->m;
+static void dec_run(whisper_state *s, const int32_t *tokens, int n, int only_last) {
+    const whisper_model *m = s->m;
     const int d = s->d;
     thread_pool *p = s->pool;
     for (int r = 0; r < n; r++) {
@@ -458,7 +458,7 @@ static void dec_run(wh_state *s, const int32_t *tokens, int n, int only_last) {
     const quant_traits *f16 = quant_get(QUANT_F16);
     const size_t per_beam = (size_t)s->n_ctx * d;
     for (int l = 0; l < m->hp.n_text_layer; l++) {
-        const wh_block *b = &m->dec[l];
+        const whisper_block *b = &m->dec[l];
         layernorm(p, s->dxn, s->dx, b->attn_ln_w, b->attn_ln_b, n, d);
         kern_mm_out qkv[3] = {{&b->q, s->dq, d}, {&b->k, s->dk, d}, {&b->v, s->dv, d}};
         kern_matmul_multi(p, qkv, 3, s->dxn, n, s->mm);
@@ -491,7 +491,7 @@ static void dec_run(wh_state *s, const int32_t *tokens, int n, int only_last) {
     kern_matmul(p, &m->tok, s->dxn, n - first, s->logits, m->hp.n_vocab, s->mm);
 }
 
-const float *wh_decode(wh_state *s, int b, const int32_t *tokens, int n) {
+const float *whisper_decode(whisper_state *s, int b, const int32_t *tokens, int n) {
     if (n < 1 || s->len[b] + n > s->n_ctx) return NULL;
     for (int r = 0; r < n; r++) {
         s->row_beam[r] = b;
@@ -502,7 +502,7 @@ const float *wh_decode(wh_state *s, int b, const int32_t *tokens, int n) {
     return s->logits;
 }
 
-const float *wh_decode_beams(wh_state *s, const int *beams, const int32_t *tokens, int n) {
+const float *whisper_decode_beams(whisper_state *s, const int *beams, const int32_t *tokens, int n) {
     for (int r = 0; r < n; r++)
         if (s->len[beams[r]] + 1 > s->n_ctx) return NULL;
     for (int r = 0; r < n; r++) {

@@ -8,7 +8,7 @@
 #include <strings.h>
 
 /* Whisper's languages in token order (code, English name). */
-static const char *const langs[WH_MAX_LANGS][2] = {
+static const char *const langs[WHISPER_MAX_LANGS][2] = {
     {"en", "english"},        {"zh", "chinese"},       {"de", "german"},    {"es", "spanish"},    {"ru", "russian"},
     {"ko", "korean"},         {"fr", "french"},        {"ja", "japanese"},  {"pt", "portuguese"}, {"tr", "turkish"},
     {"pl", "polish"},         {"ca", "catalan"},       {"nl", "dutch"},     {"ar", "arabic"},     {"sv", "swedish"},
@@ -31,23 +31,23 @@ static const char *const langs[WH_MAX_LANGS][2] = {
     {"ha", "hausa"},          {"ba", "bashkir"},       {"jw", "javanese"},  {"su", "sundanese"},  {"yue", "cantonese"},
 };
 
-const char *wh_lang_code(int i) { return i >= 0 && i < WH_MAX_LANGS ? langs[i][0] : NULL; }
-const char *wh_lang_name(int i) { return i >= 0 && i < WH_MAX_LANGS ? langs[i][1] : NULL; }
+const char *whisper_lang_code(int i) { return i >= 0 && i < WHISPER_MAX_LANGS ? langs[i][0] : NULL; }
+const char *whisper_lang_name(int i) { return i >= 0 && i < WHISPER_MAX_LANGS ? langs[i][1] : NULL; }
 
-int wh_lang_find(const char *s) {
+int whisper_lang_find(const char *s) {
     if (!s) return -1;
-    for (int i = 0; i < WH_MAX_LANGS; i++)
+    for (int i = 0; i < WHISPER_MAX_LANGS; i++)
         if (!strcasecmp(s, langs[i][0]) || !strcasecmp(s, langs[i][1])) return i;
     return -1;
 }
 
-kiln_status wh_vocab_init(wh_vocab *v, int32_t n_vocab) {
+kiln_status whisper_vocab_init(whisper_vocab *v, int32_t n_vocab) {
     int32_t n_langs = n_vocab - v->n_text - 1509;
-    if (n_langs < 1 || n_langs > WH_MAX_LANGS) {
+    if (n_langs < 1 || n_langs > WHISPER_MAX_LANGS) {
         return base_fail(
             KILN_ERR_FORMAT,
             "vocabulary of %d tokens with %d text tokens leaves %d language tokens (the layout needs 1 to %d)", n_vocab,
-            v->n_text, n_langs, WH_MAX_LANGS);
+            v->n_text, n_langs, WHISPER_MAX_LANGS);
     }
     v->n_langs = n_langs;
     v->eot = v->n_text;
@@ -75,7 +75,7 @@ static uint32_t hash_bytes(const uint8_t *s, size_t n) {
     return h;
 }
 
-int32_t wh_token_find(const wh_vocab *v, const char *s, size_t n) {
+int32_t whisper_token_find(const whisper_vocab *v, const char *s, size_t n) {
     if (!v->hash || n == 0 || n > (size_t)v->max_len) return -1;
     for (uint32_t i = hash_bytes((const uint8_t *)s, n) & v->hash_mask;; i = (i + 1) & v->hash_mask) {
         int32_t id = v->hash[i];
@@ -84,14 +84,14 @@ int32_t wh_token_find(const wh_vocab *v, const char *s, size_t n) {
     }
 }
 
-int wh_tokenize(const wh_vocab *v, const char *text, size_t len, int32_t *out, int cap) {
+int whisper_tokenize(const whisper_vocab *v, const char *text, size_t len, int32_t *out, int cap) {
     int n = 0;
     size_t i = 0;
     while (i < len) {
         size_t k = len - i < (size_t)v->max_len ? len - i : (size_t)v->max_len;
         int32_t id = -1;
         for (; k > 0; k--)
-            if ((id = wh_token_find(v, text + i, k)) >= 0) break;
+            if ((id = whisper_token_find(v, text + i, k)) >= 0) break;
         if (id < 0) return -1;
         if (n < cap) out[n] = id;
         n++;
@@ -155,23 +155,23 @@ static const char *const non_speech[] = {
 static const char *const musical[] = {"\xe2\x99\xa9", "\xe2\x99\xaa", "\xe2\x99\xab", "\xe2\x99\xac",
                                       "\xe2\x99\xad", "\xe2\x99\xae", "\xe2\x99\xaf"};
 
-static void add_unique(wh_vocab *v, int32_t id) {
+static void add_unique(whisper_vocab *v, int32_t id) {
     for (int i = 0; i < v->n_non_speech; i++)
         if (v->non_speech[i] == id) return;
     v->non_speech[v->n_non_speech++] = id;
 }
 
-static void add_symbol(wh_vocab *v, const char *sym, int first_only) {
+static void add_symbol(whisper_vocab *v, const char *sym, int first_only) {
     char buf[32];
     int32_t ids[16];
     for (int sp = 0; sp < 2; sp++) {
         int n = snprintf(buf, sizeof buf, "%s%s", sp ? " " : "", sym);
-        int k = wh_tokenize(v, buf, (size_t)n, ids, 16);
+        int k = whisper_tokenize(v, buf, (size_t)n, ids, 16);
         if (k == 1 || (k > 1 && first_only)) add_unique(v, ids[0]);
     }
 }
 
-int wh_vocab_index(wh_vocab *v) {
+int whisper_vocab_index(whisper_vocab *v) {
     uint32_t size = 16;
     while (size < (uint32_t)v->n_text * 2u) size <<= 1;
     v->hash = malloc(size * sizeof *v->hash);
@@ -182,23 +182,23 @@ int wh_vocab_index(wh_vocab *v) {
     for (int32_t id = 0; id < v->n_text; id++) {
         if (v->len[id] == 0) continue;
         /* the first of duplicate spellings wins, as a map keeps it */
-        if (wh_token_find(v, (const char *)v->text[id], (size_t)v->len[id]) >= 0) continue;
+        if (whisper_token_find(v, (const char *)v->text[id], (size_t)v->len[id]) >= 0) continue;
         uint32_t i = hash_bytes(v->text[id], (size_t)v->len[id]) & v->hash_mask;
         while (v->hash[i] >= 0) i = (i + 1) & v->hash_mask;
         v->hash[i] = id;
     }
-    v->space = wh_token_find(v, " ", 1);
+    v->space = whisper_token_find(v, " ", 1);
     v->n_non_speech = 0;
     /* hyphens and apostrophes only where they would begin a word */
     int32_t ids[4];
-    if (wh_tokenize(v, " -", 2, ids, 4) >= 1) add_unique(v, ids[0]);
-    if (wh_tokenize(v, " '", 2, ids, 4) >= 1) add_unique(v, ids[0]);
+    if (whisper_tokenize(v, " -", 2, ids, 4) >= 1) add_unique(v, ids[0]);
+    if (whisper_tokenize(v, " '", 2, ids, 4) >= 1) add_unique(v, ids[0]);
     for (size_t i = 0; i < sizeof non_speech / sizeof *non_speech; i++) add_symbol(v, non_speech[i], 0);
     for (size_t i = 0; i < sizeof musical / sizeof *musical; i++) add_symbol(v, musical[i], 1);
     return 0;
 }
 
-void wh_vocab_free(wh_vocab *v) {
+void whisper_vocab_free(whisper_vocab *v) {
     free(v->text);
     free(v->len);
     free(v->hash);

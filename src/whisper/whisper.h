@@ -36,19 +36,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WH_MAGIC 0x67676d6cu
-#define WH_N_FFT_BINS 201 /* 400-point FFT: 201 frequency bins */
-#define WH_MAX_LANGS 100
-#define WH_N_TIMESTAMPS 1501 /* 0.00 .. 30.00 s by 0.02 s */
+#define WHISPER_MAGIC 0x67676d6cu
+#define WHISPER_N_FFT_BINS 201 /* 400-point FFT: 201 frequency bins */
+#define WHISPER_MAX_LANGS 100
+#define WHISPER_N_TIMESTAMPS 1501 /* 0.00 .. 30.00 s by 0.02 s */
 
-typedef struct wh_hparams {
+typedef struct whisper_hparams {
     int32_t n_vocab, n_audio_ctx, n_audio_state, n_audio_head, n_audio_layer;
     int32_t n_text_ctx, n_text_state, n_text_head, n_text_layer, n_mels, ftype;
-} wh_hparams;
+} whisper_hparams;
 
 /* One transformer block's weights (cross_* NULL/unused in the encoder).
  * Vectors are F32 arrays of n_state (mlp_b0: 4 * n_state). */
-typedef struct wh_block {
+typedef struct whisper_block {
     const float *attn_ln_w, *attn_ln_b;
     kern_mat q, k, v, o;
     const float *q_b, *v_b, *o_b;
@@ -58,9 +58,9 @@ typedef struct wh_block {
     const float *mlp_ln_w, *mlp_ln_b;
     kern_mat mlp0, mlp2;
     const float *mlp0_b, *mlp2_b;
-} wh_block;
+} whisper_block;
 
-typedef struct wh_vocab {
+typedef struct whisper_vocab {
     int32_t n_text; /* text tokens read from the file */
     int32_t n_langs;
     int32_t eot, sot, lang0, translate, transcribe, solm, prev, nosp, notimestamps, ts_begin;
@@ -74,26 +74,26 @@ typedef struct wh_vocab {
     int32_t *non_speech; /* ids of non-speech symbols, suppressed by default */
     int32_t n_non_speech;
     int32_t space; /* the " " token, -1 if none */
-} wh_vocab;
+} whisper_vocab;
 
-typedef struct wh_model {
+typedef struct whisper_model {
     base_map map;
-    wh_hparams hp;
+    whisper_hparams hp;
     int wtype; /* kq type of the matrices (from ftype) */
     int n_langs;
     const char *size_name; /* "tiny", "base", ..., "large-v3-turbo", "custom" */
     float *filters;        /* [n_mels][201] */
-    wh_vocab vocab;
+    whisper_vocab vocab;
     /* encoder */
     kern_mat conv1, conv2; /* rows of 3 * n_in (kernel tap fastest) */
     const float *conv1_b, *conv2_b;
     const float *enc_pos; /* [n_audio_ctx][n_state] */
-    wh_block *enc;
+    whisper_block *enc;
     const float *ln_post_w, *ln_post_b;
     /* decoder */
     kern_mat tok;           /* [n_vocab][n_state] */
     const float *dec_pos; /* [n_text_ctx][n_state] */
-    wh_block *dec;
+    whisper_block *dec;
     const float *ln_w, *ln_b;
     /* memory: small tensors as F32 and misaligned matrices live here */
     void *arena;
@@ -102,92 +102,92 @@ typedef struct wh_model {
     uint64_t n_params, n_bytes; /* elements and bytes of tensor data in the file */
     int n_tensors;
     int type_count[QUANT_TYPE_COUNT];
-} wh_model;
+} whisper_model;
 
 /* ---- load.c ---- */
 
 /* Opens path and validates it as a whisper.cpp GGML file into *out.  Fails
  * with KILN_ERR_IO, _FORMAT, _UNSUPPORTED (a tensor type kiln can't
  * multiply, an unknown ftype) or _NOMEM. */
-kiln_status wh_load(const char *path, wh_model **out);
-void wh_free(wh_model *m);
+kiln_status whisper_load(const char *path, whisper_model **out);
+void whisper_free(whisper_model *m);
 /* 1 when the first bytes of path are the GGML magic (cheap; no validation). */
-int wh_is_ggml_file(const char *path);
+int whisper_is_ggml_file(const char *path);
 /* Seconds one window covers: n_audio_ctx * 2 frames of 10 ms. */
-static inline double wh_window_seconds(const wh_model *m) { return m->hp.n_audio_ctx * 0.02; }
+static inline double whisper_window_seconds(const whisper_model *m) { return m->hp.n_audio_ctx * 0.02; }
 
 /* ---- vocab.c ---- */
 
 /* Builds the layout, the lookup hash and the non-speech list; validates
  * the counts (KILN_ERR_FORMAT, or _NOMEM). */
-kiln_status wh_vocab_init(wh_vocab *v, int32_t n_vocab);
+kiln_status whisper_vocab_init(whisper_vocab *v, int32_t n_vocab);
 /* Once text[] and len[] are filled: the lookup hash, the " " token and
  * the non-speech list.  Returns 0 or -1 (out of memory). */
-int wh_vocab_index(wh_vocab *v);
-void wh_vocab_free(wh_vocab *v);
+int whisper_vocab_index(whisper_vocab *v);
+void whisper_vocab_free(whisper_vocab *v);
 /* Greedy longest-match tokenization of text; returns the count written
  * (at most cap) or -1 when a byte has no token. */
-int wh_tokenize(const wh_vocab *v, const char *text, size_t len, int32_t *out, int cap);
+int whisper_tokenize(const whisper_vocab *v, const char *text, size_t len, int32_t *out, int cap);
 /* The id of a text token spelled exactly s (n bytes), -1 if none. */
-int32_t wh_token_find(const wh_vocab *v, const char *s, size_t n);
+int32_t whisper_token_find(const whisper_vocab *v, const char *s, size_t n);
 /* Language codes in Whisper's order; index i is token lang0 + i. */
-const char *wh_lang_code(int i);
-const char *wh_lang_name(int i);
+const char *whisper_lang_code(int i);
+const char *whisper_lang_name(int i);
 /* Index of a code ("en") or English name ("english"), -1 if none. */
-int wh_lang_find(const char *code_or_name);
+int whisper_lang_find(const char *code_or_name);
 
 /* ---- model.c ---- */
 
 /* Working memory of one transcription: encoder activations and the
  * decoder's per-beam caches, sized once for n_beams beams. */
-typedef struct wh_state wh_state;
-wh_state *wh_state_new(const wh_model *m, int n_beams, int n_threads);
-void wh_state_free(wh_state *s);
+typedef struct whisper_state whisper_state;
+whisper_state *whisper_state_new(const whisper_model *m, int n_beams, int n_threads);
+void whisper_state_free(whisper_state *s);
 /* Encodes one window of mel frames ([n_mels][n_frames] rows with stride
  * ld, n_frames = 2 * n_audio_ctx) and computes every decoder layer's
  * cross-attention K and V from it. */
-void wh_encode(wh_state *s, const float *mel, size_t ld);
-/* Encoder output of the last wh_encode: [n_audio_ctx][n_state]. */
-const float *wh_encoder_out(const wh_state *s);
+void whisper_encode(whisper_state *s, const float *mel, size_t ld);
+/* Encoder output of the last whisper_encode: [n_audio_ctx][n_state]. */
+const float *whisper_encoder_out(const whisper_state *s);
 /* Runs n tokens of beam b from its current length on; returns the logits
  * of the last ([n_vocab] floats, valid until the next call), or NULL when
  * the text context is full. */
-const float *wh_decode(wh_state *s, int b, const int32_t *tokens, int n);
+const float *whisper_decode(whisper_state *s, int b, const int32_t *tokens, int n);
 /* Runs one token for each of n beams (beams[i] gets tokens[i]); logits row
  * i ([n][n_vocab]) belongs to beams[i].  NULL when a beam is full. */
-const float *wh_decode_beams(wh_state *s, const int *beams, const int32_t *tokens, int n);
+const float *whisper_decode_beams(whisper_state *s, const int *beams, const int32_t *tokens, int n);
 /* Tokens beam b holds; truncates it; copies beam src's cache to dst. */
-int wh_beam_len(const wh_state *s, int b);
-void wh_beam_truncate(wh_state *s, int b, int len);
-void wh_beam_copy(wh_state *s, int dst, int src);
-thread_pool *wh_state_pool(wh_state *s);
+int whisper_beam_len(const whisper_state *s, int b);
+void whisper_beam_truncate(whisper_state *s, int b, int len);
+void whisper_beam_copy(whisper_state *s, int dst, int src);
+thread_pool *whisper_state_pool(whisper_state *s);
 
 /* ---- api.c ---- */
 
 /* The model behind a public handle. */
-const wh_model *wh_of(const kiln_stt *s);
+const whisper_model *whisper_of(const kiln_stt *s);
 
 /* ---- decode.c ---- */
 
 /* Validates p against m; *lang receives the forced language index or -1. */
-kiln_status wh_check_params(const wh_model *m, const kiln_transcribe_params *p, int *lang);
+kiln_status whisper_check_params(const whisper_model *m, const kiln_transcribe_params *p, int *lang);
 /* Transcribes 16 kHz mono audio (kiln_transcribe). */
-kiln_status wh_transcribe(const wh_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p,
+kiln_status whisper_transcribe(const whisper_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p,
                           kiln_transcript **out);
 /* Tests: the try that the first window's decode keeps, with p's
  * temperature fallback (p->temperature_inc 0: one try at p->temperature;
  * p->initial_prompt taken verbatim as previous text). */
-typedef struct wh_try {
+typedef struct whisper_try {
     float temperature;
     float avg_logprob; /* over the tokens and the end (the thresholds') */
     float score;       /* log-probability per token (the ranking's) */
     float compression_ratio;
     float no_speech;
     int n_fallbacks;
-} wh_try;
+} whisper_try;
 /* Returns the count of its tokens written to tokens (at most cap) or -1;
  * *info (may be NULL) receives its figures. */
-int wh_decode_first(const wh_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p, int32_t *tokens,
-                    int cap, wh_try *info);
+int whisper_decode_first(const whisper_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p, int32_t *tokens,
+                    int cap, whisper_try *info);
 
 #endif
