@@ -15,19 +15,19 @@
 #include <string.h>
 
 /* Most sequences one run carries (bounds the pooled buffer). */
-#define KD_MAX_SEQ 64
+#define DECIDE_MAX_SEQ 64
 
 struct kiln_decider {
     kiln_model *m; /* NULL when measure_only */
     gguf_file *gf; /* measure_only: the header */
     tokenizer *tok;     /* measure_only: the tokenizer; else m->tok */
-    kd_config cfg;
+    decide_config cfg;
     thread_pool *pool;
     void *ws;
     int32_t n_batch;
     int32_t *run_tok; /* one run's sequences end to end */
-    int32_t run_len[KD_MAX_SEQ];
-    float *pooled; /* [KD_MAX_SEQ][n_embd] */
+    int32_t run_len[DECIDE_MAX_SEQ];
+    float *pooled; /* [DECIDE_MAX_SEQ][n_embd] */
     float *h;      /* [n_embd] head activations */
     void *mm_scratch;
     const char **type_names; /* [n_types] for kiln_decider_get_info */
@@ -35,7 +35,7 @@ struct kiln_decider {
 
 struct kiln_decide_job {
     kiln_decider *d;
-    kd_frame fr;
+    decide_frame fr;
     int32_t *order; /* sequences shortest first */
     int32_t n_done;
     float *logits;      /* [n_seq][n_out of its head] */
@@ -62,7 +62,7 @@ void kiln_decider_free(kiln_decider *d) {
         if (d->tok) tok_free(d->tok);
         gguf_close(d->gf);
     }
-    kd_config_free(&d->cfg);
+    decide_config_free(&d->cfg);
     free(d->run_tok);
     free(d->pooled);
     free(d->h);
@@ -83,7 +83,7 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
      * before any model memory exists */
     kiln_status st = KILN_OK;
     if ((st = gguf_open(path, &d->gf))) goto fail;
-    if ((st = kd_config_load(&d->cfg, d->gf)) != KILN_OK) {
+    if ((st = decide_config_load(&d->cfg, d->gf)) != KILN_OK) {
         st = base_fail(st == KILN_ERR_NOT_FOUND ? KILN_ERR_FORMAT : st, "%s: %s", path, kiln_last_error());
         goto fail;
     }
@@ -108,7 +108,7 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
                      d->m->arch_name);
         goto fail;
     }
-    if ((st = kd_heads_bind(&d->cfg, d->m)) != KILN_OK) {
+    if ((st = decide_heads_bind(&d->cfg, d->m)) != KILN_OK) {
         char msg[600];
         snprintf(msg, sizeof msg, "%s: %s", path, kiln_last_error());
         base_fail(st, "%s", msg);
@@ -124,7 +124,7 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
     }
     d->ws = d->m->arch->family->enc_new(d->m, cap, d->pool);
     d->run_tok = malloc((size_t)cap * sizeof *d->run_tok);
-    d->pooled = malloc((size_t)KD_MAX_SEQ * (size_t)E * sizeof *d->pooled);
+    d->pooled = malloc((size_t)DECIDE_MAX_SEQ * (size_t)E * sizeof *d->pooled);
     d->h = malloc((size_t)E * sizeof *d->h);
     d->mm_scratch = malloc(kern_matmul_scratch_size(E, 1));
     if (!d->ws || !d->run_tok || !d->pooled || !d->h || !d->mm_scratch) goto oom;
@@ -150,12 +150,12 @@ kiln_status kiln_decide_measure(kiln_decider *d, const kiln_decide_request *r, i
                                 int32_t *budgets) {
     if (!d || !state_tokens || !r || (r->n_questions && !budgets))
         return base_fail(KILN_ERR_INVALID_ARG, "bad measure arguments");
-    kd_frame fr;
-    kiln_status st = kd_frame_build(&fr, &d->cfg, d->tok, r, 0);
+    decide_frame fr;
+    kiln_status st = decide_frame_build(&fr, &d->cfg, d->tok, r, 0);
     if (st != KILN_OK) return st;
     *state_tokens = fr.state_tokens;
     memcpy(budgets, fr.budget, (size_t)fr.n_q * sizeof *budgets);
-    kd_frame_free(&fr);
+    decide_frame_free(&fr);
     return KILN_OK;
 }
 
@@ -163,7 +163,7 @@ kiln_status kiln_decide_measure(kiln_decider *d, const kiln_decide_request *r, i
 
 void kiln_decide_job_free(kiln_decide_job *j) {
     if (!j) return;
-    kd_frame_free(&j->fr);
+    decide_frame_free(&j->fr);
     free(j->order);
     free(j->logits);
     free(j->logit_off);
@@ -200,7 +200,7 @@ static int copy_strings(kiln_decide_job *j, const kiln_decide_request *r) {
     size_t lo = 0;
     for (int i = 0; i < r->n_questions; i++) {
         const kiln_decide_question *q = &r->questions[i];
-        const kd_type *ty = kd_type_find(&j->d->cfg, q->type);
+        const decide_type *ty = decide_type_find(&j->d->cfg, q->type);
         const size_t il = q->id ? strlen(q->id) : 0;
         memcpy(p, q->id ? q->id : "", il + 1);
         j->dec[i].id = p;
@@ -230,7 +230,7 @@ kiln_status kiln_decide_begin(kiln_decider *d, const kiln_decide_request *r, kil
     kiln_decide_job *j = calloc(1, sizeof *j);
     if (!j) return base_fail(KILN_ERR_NOMEM, "out of memory");
     j->d = d;
-    kiln_status st = kd_frame_build(&j->fr, &d->cfg, d->tok, r, 1);
+    kiln_status st = decide_frame_build(&j->fr, &d->cfg, d->tok, r, 1);
     if (st != KILN_OK) {
         free(j);
         return st;
@@ -278,7 +278,7 @@ oom:
 
 /* logits = out(LN(gelu(dense x + b)) * w + b) + b, the optional parts
  * skipped. */
-static void apply_head(kiln_decider *d, const kd_head *hd, const float *x, float *logits) {
+static void apply_head(kiln_decider *d, const decide_head *hd, const float *x, float *logits) {
     const int E = d->m->hp.n_embd;
     const float *in = x;
     if (hd->dense.data) {
@@ -294,13 +294,13 @@ static void apply_head(kiln_decider *d, const kd_head *hd, const float *x, float
 
 /* Calibrated probabilities of every question from its sequences' logits. */
 static void finish(kiln_decide_job *j) {
-    const kd_config *c = &j->d->cfg;
+    const decide_config *c = &j->d->cfg;
     int s = 0; /* the sequences are in question order */
     for (int i = 0; i < j->res.n; i++) {
         kiln_decision *dc = &j->dec[i];
-        const kd_type *ty = kd_type_find(c, dc->type);
+        const decide_type *ty = decide_type_find(c, dc->type);
         const int n = dc->n;
-        const float T = ty->n_labels ? ty->temperature : kd_temperature(ty, n);
+        const float T = ty->n_labels ? ty->temperature : decide_temperature(ty, n);
         double mx = -INFINITY, sum = 0.0;
         float *p = (float *)dc->probs;
         for (int k = 0; k < n; k++) {
@@ -328,8 +328,8 @@ kiln_status kiln_decide_next(kiln_decide_job *j, int32_t *n_left) {
         int c = 0;
         int64_t sum = 0;
         size_t o = 0;
-        while (j->n_done + c < ns && c < KD_MAX_SEQ) {
-            const kd_seq *q = &j->fr.seqs[j->order[j->n_done + c]];
+        while (j->n_done + c < ns && c < DECIDE_MAX_SEQ) {
+            const decide_seq *q = &j->fr.seqs[j->order[j->n_done + c]];
             if (c && sum + q->n > d->n_batch) break;
             memcpy(d->run_tok + o, q->tok, (size_t)q->n * sizeof *d->run_tok);
             o += (size_t)q->n;

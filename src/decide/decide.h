@@ -29,9 +29,9 @@
 #include <stdint.h>
 
 /* A question type of the configuration. */
-typedef struct kd_type {
+typedef struct decide_type {
     char *name;
-    int head;     /* index into kd_config.heads */
+    int head;     /* index into decide_config.heads */
     int n_labels; /* labels head: > 0; options head: 0 */
     char **labels;
     int slots; /* options head: most options a request may give */
@@ -40,62 +40,62 @@ typedef struct kd_type {
     int n_buckets;
     int32_t *b_lo, *b_hi;
     float *b_t;
-} kd_type;
+} decide_type;
 
 /* A head's weights (NULL matrices' data when absent). */
-typedef struct kd_head {
+typedef struct decide_head {
     char *name;
     int n_out; /* labels, or 1 for an options head */
     kern_mat dense, out;
     const float *dense_b, *norm_w, *norm_b, *out_b;
-} kd_head;
+} decide_head;
 
-typedef struct kd_config {
+typedef struct decide_config {
     int max_len, head_max_len;
     int pooling;    /* MODEL_POOL_CLS or MODEL_POOL_MEAN */
     float norm_eps; /* the heads' LayerNorm epsilon ("norm_eps", 1e-5) */
     int n_types, n_heads;
-    kd_type *types;
-    kd_head *heads; /* names from the types; weights bound later */
-} kd_config;
+    decide_type *types;
+    decide_head *heads; /* names from the types; weights bound later */
+} decide_config;
 
 /* Parses and checks the JSON configuration text (KILN_ERR_FORMAT when
  * malformed). */
-kiln_status kd_config_parse(kd_config *c, const char *json, size_t len);
-void kd_config_free(kd_config *c);
+kiln_status decide_config_parse(decide_config *c, const char *json, size_t len);
+void decide_config_free(decide_config *c);
 /* The configuration of pack f (KILN_ERR_NOT_FOUND without the key,
  * KILN_ERR_FORMAT when malformed), with model_fail's message. */
-kiln_status kd_config_load(kd_config *c, const gguf_file *f);
+kiln_status decide_config_load(decide_config *c, const gguf_file *f);
 /* Binds every head's tensors from m and checks them and max_len against
  * the model (KILN_ERR_CORRUPT on a disagreement). */
-kiln_status kd_heads_bind(kd_config *c, const kiln_model *m);
-const kd_type *kd_type_find(const kd_config *c, const char *name);
+kiln_status decide_heads_bind(decide_config *c, const kiln_model *m);
+const decide_type *decide_type_find(const decide_config *c, const char *name);
 /* The calibration temperature of a question of type t with n options (the
  * bucket's, else the type's). */
-float kd_temperature(const kd_type *t, int n);
+float decide_temperature(const decide_type *t, int n);
 
 /* The framed request (frame.c). */
-typedef struct kd_seq {
+typedef struct decide_seq {
     int question; /* request index */
     int option;   /* options: which; labels: 0 */
-    int head;     /* kd_config.heads index */
+    int head;     /* decide_config.heads index */
     int32_t n;    /* tokens */
     int32_t *tok; /* owned */
-} kd_seq;
+} decide_seq;
 
-typedef struct kd_frame {
+typedef struct decide_frame {
     int32_t state_tokens;
     int n_q;
     int32_t *budget; /* [n_q] */
     int n_seq;
-    kd_seq *seqs; /* every question's sequences (empty when measuring) */
-} kd_frame;
+    decide_seq *seqs; /* every question's sequences (empty when measuring) */
+} decide_frame;
 
 /* Tokenizes and frames r against c (every sequence when seqs, otherwise
  * only the budgets).  KILN_ERR_INVALID_ARG for a bad request (unknown type,
  * options on a labels type or missing, more options than the slots, a
  * head part over head_max_len), with model_fail's message. */
-kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const tokenizer *t, const kiln_decide_request *r, int seqs);
-void kd_frame_free(kd_frame *fr);
+kiln_status decide_frame_build(decide_frame *fr, const decide_config *c, const tokenizer *t, const kiln_decide_request *r, int seqs);
+void decide_frame_free(decide_frame *fr);
 
 #endif

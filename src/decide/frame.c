@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void kd_frame_free(kd_frame *fr) {
+void decide_frame_free(decide_frame *fr) {
     for (int i = 0; fr->seqs && i < fr->n_seq; i++) free(fr->seqs[i].tok);
     free(fr->seqs);
     free(fr->budget);
@@ -27,11 +27,11 @@ static kiln_status tokens_of(const tokenizer *t, const char *text, size_t len, i
 }
 
 /* Appends a sequence [CLS] h [SEP] s[0..ns) [SEP] ([CLS] s [SEP] when nh is 0). */
-static int push_seq(kd_frame *fr, int *cap, int q, int opt, int head, int32_t cls, int32_t sep, const int32_t *h,
+static int push_seq(decide_frame *fr, int *cap, int q, int opt, int head, int32_t cls, int32_t sep, const int32_t *h,
                     int32_t nh, const int32_t *s, int32_t ns) {
     if (fr->n_seq == *cap) {
         int nc = *cap ? 2 * *cap : 16;
-        kd_seq *ns2 = realloc(fr->seqs, (size_t)nc * sizeof *ns2);
+        decide_seq *ns2 = realloc(fr->seqs, (size_t)nc * sizeof *ns2);
         if (!ns2) return -1;
         fr->seqs = ns2;
         *cap = nc;
@@ -48,18 +48,18 @@ static int push_seq(kd_frame *fr, int *cap, int q, int opt, int head, int32_t cl
     if (ns) memcpy(tok + k, s, (size_t)ns * sizeof *tok);
     k += ns;
     tok[k++] = sep;
-    fr->seqs[fr->n_seq++] = (kd_seq){q, opt, head, k, tok};
+    fr->seqs[fr->n_seq++] = (decide_seq){q, opt, head, k, tok};
     return 0;
 }
 
-static void type_list(const kd_config *c, char *buf, size_t cap) {
+static void type_list(const decide_config *c, char *buf, size_t cap) {
     size_t o = 0;
     buf[0] = 0;
     for (int i = 0; i < c->n_types && o + 1 < cap; i++)
         o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", c->types[i].name);
 }
 
-kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const tokenizer *t, const kiln_decide_request *r, int seqs) {
+kiln_status decide_frame_build(decide_frame *fr, const decide_config *c, const tokenizer *t, const kiln_decide_request *r, int seqs) {
     memset(fr, 0, sizeof *fr);
     if (!r || !r->state || r->n_questions < 0 || (r->n_questions && !r->questions))
         return base_fail(KILN_ERR_INVALID_ARG, "bad decision request");
@@ -75,7 +75,7 @@ kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const tokenizer *t,
     if (st == KILN_OK && !fr->budget) st = base_fail(KILN_ERR_NOMEM, "out of memory");
     for (int i = 0; st == KILN_OK && i < r->n_questions; i++) {
         const kiln_decide_question *q = &r->questions[i];
-        const kd_type *ty = q->type ? kd_type_find(c, q->type) : NULL;
+        const decide_type *ty = q->type ? decide_type_find(c, q->type) : NULL;
         if (!ty) {
             char types[256];
             type_list(c, types, sizeof types);
@@ -155,6 +155,6 @@ kiln_status kd_frame_build(kd_frame *fr, const kd_config *c, const tokenizer *t,
     free(Q);
     free(H);
     free(O);
-    if (st != KILN_OK) kd_frame_free(fr);
+    if (st != KILN_OK) decide_frame_free(fr);
     return st;
 }

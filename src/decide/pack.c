@@ -24,9 +24,9 @@ static char *dup_cstr(const char *s) {
     return d;
 }
 
-void kd_config_free(kd_config *c) {
+void decide_config_free(decide_config *c) {
     for (int i = 0; c->types && i < c->n_types; i++) {
-        kd_type *t = &c->types[i];
+        decide_type *t = &c->types[i];
         free(t->name);
         for (int k = 0; t->labels && k < t->n_labels; k++) free(t->labels[k]);
         free(t->labels);
@@ -88,7 +88,7 @@ static int parse_bucket(const char *key, int32_t *lo, int32_t *hi) {
         goto fail;                                                 \
     } while (0)
 
-kiln_status kd_config_parse(kd_config *c, const char *text, size_t len) {
+kiln_status decide_config_parse(decide_config *c, const char *text, size_t len) {
     memset(c, 0, sizeof *c);
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
@@ -125,7 +125,7 @@ kiln_status kd_config_parse(kd_config *c, const char *text, size_t len) {
     const char *name;
     const json_t *tv;
     json_object_foreach((json_t *)types, name, tv) {
-        kd_type *t = &c->types[c->n_types++];
+        decide_type *t = &c->types[c->n_types++];
         if (!(t->name = dup_cstr(name))) BAD("out of memory");
         if (!json_is_object(tv)) BAD("question type '%s' must be an object", name);
         const json_t *hv = json_object_get(tv, "head"), *lv = json_object_get(tv, "labels"),
@@ -167,17 +167,17 @@ kiln_status kd_config_parse(kd_config *c, const char *text, size_t len) {
     const json_t *temps = json_object_get(root, "temperature");
     if (!json_is_object(temps)) BAD("\"temperature\" must be an object with each question type's temperature");
     json_object_foreach((json_t *)temps, name, tv) {
-        if (!kd_type_find(c, name)) BAD("\"temperature\" names '%s', which is not a question type", name);
+        if (!decide_type_find(c, name)) BAD("\"temperature\" names '%s', which is not a question type", name);
     }
     for (int i = 0; i < c->n_types; i++) {
-        kd_type *t = &c->types[i];
+        decide_type *t = &c->types[i];
         if (temperature_of(json_object_get(temps, t->name), &t->temperature))
             BAD("question type '%s': temperature must be a positive, finite number", t->name);
     }
     const json_t *tbo = json_object_get(root, "temperature_by_options");
     if (tbo && !json_is_object(tbo)) BAD("\"temperature_by_options\" must be an object");
     json_object_foreach((json_t *)tbo, name, tv) {
-        kd_type *t = (kd_type *)kd_type_find(c, name);
+        decide_type *t = (decide_type *)decide_type_find(c, name);
         if (!t) BAD("\"temperature_by_options\" names '%s', which is not a question type", name);
         if (t->n_labels) BAD("\"temperature_by_options\": '%s' is a labels type, not an options type", name);
         if (!json_is_object(tv) || json_object_size(tv) == 0)
@@ -211,25 +211,25 @@ kiln_status kd_config_parse(kd_config *c, const char *text, size_t len) {
     return KILN_OK;
 fail:
     json_decref(root);
-    kd_config_free(c);
+    decide_config_free(c);
     return KILN_ERR_FORMAT;
 }
 
-kiln_status kd_config_load(kd_config *c, const gguf_file *f) {
+kiln_status decide_config_load(decide_config *c, const gguf_file *f) {
     memset(c, 0, sizeof *c);
     gguf_str s;
     if (gguf_get_str(f, CFG_KEY, &s) != 0)
         return base_fail(KILN_ERR_NOT_FOUND, "not a decision pack (no " CFG_KEY " in the metadata)");
-    return kd_config_parse(c, s.ptr, s.len);
+    return decide_config_parse(c, s.ptr, s.len);
 }
 
-const kd_type *kd_type_find(const kd_config *c, const char *name) {
+const decide_type *decide_type_find(const decide_config *c, const char *name) {
     for (int i = 0; i < c->n_types; i++)
         if (!strcmp(c->types[i].name, name)) return &c->types[i];
     return NULL;
 }
 
-float kd_temperature(const kd_type *t, int n) {
+float decide_temperature(const decide_type *t, int n) {
     for (int b = 0; b < t->n_buckets; b++)
         if (t->b_lo[b] <= n && n <= t->b_hi[b]) return t->b_t[b];
     return t->temperature;
@@ -252,12 +252,12 @@ static int head_tensor(const kiln_model *m, const char *head, const char *part, 
     return 0;
 }
 
-kiln_status kd_heads_bind(kd_config *c, const kiln_model *m) {
+kiln_status decide_heads_bind(decide_config *c, const kiln_model *m) {
     const int64_t E = m->hp.n_embd;
     if (c->max_len > m->hp.n_ctx_train)
         CORRUPT("the configuration's max_len %d exceeds the encoder's %d positions", c->max_len, m->hp.n_ctx_train);
     for (int h = 0; h < c->n_heads; h++) {
-        kd_head *hd = &c->heads[h];
+        decide_head *hd = &c->heads[h];
         const gguf_tensor *t;
         char what[96];
         if (head_tensor(m, hd->name, "out.weight", 2, E, hd->n_out, &t, what, sizeof what) || !t) {
