@@ -153,8 +153,8 @@ static int fx_open(fx *x, const char *name) {
     snprintf(p, sizeof p, DIR "%s", json_string_value(json_object_get(x->j, "model")));
     CHECKF(whisper_load(p, &x->m) == KILN_OK, "%s", kiln_last_error());
     snprintf(p, sizeof p, DIR "%s", json_string_value(json_object_get(x->j, "clip")));
-    ka_info info;
-    CHECKF(ka_read_file(p, 0, &x->pcm, &x->n, &info) == KILN_OK, "%s", kiln_last_error());
+    audio_info info;
+    CHECKF(audio_read_file(p, 0, &x->pcm, &x->n, &info) == KILN_OK, "%s", kiln_last_error());
     return x->m && x->pcm ? 0 : -1;
 }
 
@@ -186,7 +186,7 @@ static void test_parity(const char *name) {
     float *mel = NULL;
     int64_t nf = 0;
     thread_pool *pool = thread_pool_new(2);
-    CHECK(ka_log_mel(x.pcm, x.n, 2 * A * KA_HOP, m->filters, m->hp.n_mels, pool, &mel, &nf) == KILN_OK);
+    CHECK(audio_log_mel(x.pcm, x.n, 2 * A * AUDIO_HOP, m->filters, m->hp.n_mels, pool, &mel, &nf) == KILN_OK);
     thread_pool_free(pool);
     CHECK(nf == (int64_t)jnum(x.j, "n_frames"));
     char p[256];
@@ -458,7 +458,7 @@ static void test_audio_bombs(void) {
     /* a limit below the declared length: refused before decoding */
     float *pcm = NULL;
     int64_t n = 0;
-    CHECK(ka_read_file(path, 30, &pcm, &n, NULL) == KILN_ERR_UNSUPPORTED && pcm == NULL);
+    CHECK(audio_read_file(path, 30, &pcm, &n, NULL) == KILN_ERR_UNSUPPORTED && pcm == NULL);
     const char *err = kiln_last_error();
     CHECKF(strstr(err, "60.0 s") && strstr(err, "30 s"), "'%s' names neither the length nor the limit", err);
     CHECK(kiln_audio_decode_max(file, len, 30, &pcm, &n, NULL) == KILN_ERR_UNSUPPORTED && pcm == NULL);

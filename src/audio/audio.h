@@ -27,35 +27,35 @@
 #include "kiln.h"
 #include "thread/pool.h"
 
-#define KA_RATE 16000
-#define KA_HOP 160
-#define KA_N_FFT 400
-#define KA_N_BINS 201
-#define KA_MAX_SECONDS (24.0 * 3600.0) /* the most audio any read gives */
+#define AUDIO_RATE 16000
+#define AUDIO_HOP 160
+#define AUDIO_N_FFT 400
+#define AUDIO_N_BINS 201
+#define AUDIO_MAX_SECONDS (24.0 * 3600.0) /* the most audio any read gives */
 
-typedef struct ka_info {
+typedef struct audio_info {
     int32_t rate; /* of the source */
     int32_t channels;
     int64_t frames;  /* source frames */
     char format[64]; /* "WAV (Microsoft) / Signed 16 bit PCM", ... */
-} ka_info;
+} audio_info;
 
 /* Decodes path to 16 kHz mono floats (*out malloc'ed, *n samples; an empty
  * clip gives n = 0 and out NULL).  Audio longer than max_seconds (<= 0 or
- * above KA_MAX_SECONDS: KA_MAX_SECONDS) fails with KILN_ERR_UNSUPPORTED: at once when the header
+ * above AUDIO_MAX_SECONDS: AUDIO_MAX_SECONDS) fails with KILN_ERR_UNSUPPORTED: at once when the header
  * declares the length, else once that much has been decoded. */
-kiln_status ka_read_file(const char *path, double max_seconds, float **out, int64_t *n, ka_info *info);
+kiln_status audio_read_file(const char *path, double max_seconds, float **out, int64_t *n, audio_info *info);
 /* The same from memory (e.g. an upload): data of len bytes in any format
  * libsndfile reads. */
-kiln_status ka_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n, ka_info *info);
+kiln_status audio_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n, audio_info *info);
 /* Converts interleaved PCM (n_samples values, frames of channels) at rate
  * to 16 kHz mono. */
-kiln_status ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out, int64_t *n);
+kiln_status audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out, int64_t *n);
 
 /* Log-mel of x[0..n) followed by pad zero samples: *mel is malloc'ed
  * [n_mels][*n_frames] (row stride *n_frames), n_frames = (n + pad) / 160.
  * filters is [n_mels][201].  pool may be NULL (one thread). */
-kiln_status ka_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, thread_pool *pool,
+kiln_status audio_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, thread_pool *pool,
                        float **mel, int64_t *n_frames);
 
 #endif

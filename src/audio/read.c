@@ -63,12 +63,12 @@ static kiln_status conv_init(conv *c, int32_t rate, int32_t channels, double max
     if (st) return st;
     c->rate = rate;
     c->channels = channels;
-    c->ratio = (double)KA_RATE / rate;
+    c->ratio = (double)AUDIO_RATE / rate;
     c->max_seconds = max_seconds;
     c->max_frames = (int64_t)floor(max_seconds * rate);
     c->mono = base_malloc(CHUNK_FRAMES * sizeof *c->mono);
     if (!c->mono) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
-    if (rate != KA_RATE) {
+    if (rate != AUDIO_RATE) {
         int e = 0;
         c->src = src_new(SRC_SINC_MEDIUM_QUALITY, 1, &e);
         if (!c->src) {
@@ -163,7 +163,7 @@ static kiln_status conv_finish(conv *c, float **out, int64_t *n) {
     return KILN_OK;
 }
 
-kiln_status ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out,
+kiln_status audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out,
                           int64_t *n) {
     *out = NULL;
     *n = 0;
@@ -175,9 +175,9 @@ kiln_status ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int
                        channels);
     }
     int64_t frames = n_samples / channels;
-    if ((double)frames / rate > KA_MAX_SECONDS) {
+    if ((double)frames / rate > AUDIO_MAX_SECONDS) {
         return base_fail(KILN_ERR_INVALID_ARG, "%.0f s of audio is more than %.0f s", (double)frames / rate,
-                       KA_MAX_SECONDS);
+                       AUDIO_MAX_SECONDS);
     }
     /* every sample is checked before anything is allocated */
     for (int64_t i = 0; i < n_samples; i++)
@@ -187,7 +187,7 @@ kiln_status ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int
         }
     if (frames == 0) return KILN_OK;
     conv c;
-    if ((st = conv_init(&c, rate, channels, KA_MAX_SECONDS, frames))) return st;
+    if ((st = conv_init(&c, rate, channels, AUDIO_MAX_SECONDS, frames))) return st;
     st = conv_push(&c, pcm, frames);
     if (!st) st = conv_finish(&c, out, n);
     conv_free(&c);
@@ -196,7 +196,7 @@ kiln_status ka_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int
 
 /* Decodes every frame of an open file chunk by chunk. */
 static kiln_status read_all(SNDFILE *sf, const SF_INFO *si, double max_seconds, float **out, int64_t *n,
-                            ka_info *info) {
+                            audio_info *info) {
     if (info) {
         memset(info, 0, sizeof *info);
         info->rate = si->samplerate;
@@ -210,7 +210,7 @@ static kiln_status read_all(SNDFILE *sf, const SF_INFO *si, double max_seconds, 
     }
     kiln_status st = check_format(si->samplerate, si->channels);
     if (st) return st;
-    if (!(max_seconds > 0) || max_seconds > KA_MAX_SECONDS) max_seconds = KA_MAX_SECONDS;
+    if (!(max_seconds > 0) || max_seconds > AUDIO_MAX_SECONDS) max_seconds = AUDIO_MAX_SECONDS;
     /* a length the header declares is refused before any of it is decoded;
      * the decoding counts too, for files whose header says less */
     int64_t declared = si->frames > 0 && si->frames < SF_COUNT_MAX ? (int64_t)si->frames : 0;
@@ -238,7 +238,7 @@ static kiln_status read_all(SNDFILE *sf, const SF_INFO *si, double max_seconds, 
     return st;
 }
 
-kiln_status ka_read_file(const char *path, double max_seconds, float **out, int64_t *n, ka_info *info) {
+kiln_status audio_read_file(const char *path, double max_seconds, float **out, int64_t *n, audio_info *info) {
     *out = NULL;
     *n = 0;
     SF_INFO si = {0};
@@ -280,7 +280,7 @@ static sf_count_t v_read(void *dst, sf_count_t n, void *u) {
 static sf_count_t v_write(const void *src, sf_count_t n, void *u) { return 0; }
 static sf_count_t v_tell(void *u) { return ((vmem *)u)->pos; }
 
-kiln_status ka_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n, ka_info *info) {
+kiln_status audio_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n, audio_info *info) {
     *out = NULL;
     *n = 0;
     if (!data || len == 0) { return base_fail(KILN_ERR_INVALID_ARG, "empty audio file"); }

@@ -106,8 +106,8 @@ kiln_status kiln_transcribe(kiln_stt *s, const float *pcm, int64_t n, const kiln
 
 kiln_status kiln_audio_load_max(const char *path, double max_seconds, float **pcm, int64_t *n, char *format) {
     if (!pcm || !n || !path) return base_fail(KILN_ERR_INVALID_ARG, "no path or output");
-    ka_info info;
-    kiln_status st = ka_read_file(path, max_seconds, pcm, n, &info);
+    audio_info info;
+    kiln_status st = audio_read_file(path, max_seconds, pcm, n, &info);
     if (st) return st;
     if (format) snprintf(format, 64, "%s", info.format);
     return KILN_OK;
@@ -116,8 +116,8 @@ kiln_status kiln_audio_load_max(const char *path, double max_seconds, float **pc
 kiln_status kiln_audio_decode_max(const void *data, size_t len, double max_seconds, float **pcm, int64_t *n,
                                   char *format) {
     if (!pcm || !n) return base_fail(KILN_ERR_INVALID_ARG, "no output");
-    ka_info info;
-    kiln_status st = ka_read_memory(data, len, max_seconds, pcm, n, &info);
+    audio_info info;
+    kiln_status st = audio_read_memory(data, len, max_seconds, pcm, n, &info);
     if (st) return st;
     if (format) snprintf(format, 64, "%s", info.format);
     return KILN_OK;
@@ -134,7 +134,7 @@ kiln_status kiln_audio_decode(const void *data, size_t len, float **pcm, int64_t
 kiln_status kiln_audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out,
                                   int64_t *n) {
     if (!out || !n) return base_fail(KILN_ERR_INVALID_ARG, "no output");
-    return ka_to_mono16k(pcm, n_samples, rate, channels, out, n);
+    return audio_to_mono16k(pcm, n_samples, rate, channels, out, n);
 }
 
 void kiln_audio_free(float *pcm) { free(pcm); }

@@ -763,7 +763,7 @@ kiln_status whisper_transcribe(const whisper_model *m, const float *pcm, int64_t
     kiln_status st = whisper_check_params(m, p, &lang);
     if (st != KILN_OK) return st;
     if (n < 0 || (n > 0 && !pcm)) return base_fail(KILN_ERR_INVALID_ARG, "no audio given");
-    const double duration = (double)n / KA_RATE;
+    const double duration = (double)n / AUDIO_RATE;
     seg_acc acc = {0};
     if (n == 0) {
         /* nothing said: no segments, and no language to detect */
@@ -777,10 +777,10 @@ kiln_status whisper_transcribe(const whisper_model *m, const float *pcm, int64_t
     }
     j.lang = lang;
     const int A = m->hp.n_audio_ctx, win = 2 * A;
-    const int64_t win_samples = (int64_t)win * KA_HOP;
+    const int64_t win_samples = (int64_t)win * AUDIO_HOP;
     float *mel = NULL;
     int64_t n_frames = 0;
-    kiln_status mst = ka_log_mel(pcm, n, win_samples, m->filters, m->hp.n_mels, whisper_state_pool(j.s), &mel, &n_frames);
+    kiln_status mst = audio_log_mel(pcm, n, win_samples, m->filters, m->hp.n_mels, whisper_state_pool(j.s), &mel, &n_frames);
     if (mst) {
         job_free(&j);
         return mst;
@@ -817,7 +817,7 @@ kiln_status whisper_transcribe(const whisper_model *m, const float *pcm, int64_t
             break;
         }
         const int64_t seg_size = content - seek < win ? content - seek : win;
-        const double t_off = (double)seek * KA_HOP / KA_RATE;
+        const double t_off = (double)seek * AUDIO_HOP / AUDIO_RATE;
         whisper_encode(j.s, mel + seek, (size_t)n_frames);
         n_windows++;
         if (j.lang < 0) {
@@ -920,7 +920,7 @@ kiln_status whisper_transcribe(const whisper_model *m, const float *pcm, int64_t
         if (!p->condition_on_previous || res.temp > 0.5f) j.hist_from = j.n_hist;
         seek += adv;
         if (p->progress && st == KILN_OK) {
-            double done = (double)seek * KA_HOP / KA_RATE;
+            double done = (double)seek * AUDIO_HOP / AUDIO_RATE;
             if (p->progress(done < duration ? done : duration, duration, p->user))
                 st = base_fail(KILN_ERR_CANCELLED, "transcription cancelled");
         }
@@ -955,7 +955,7 @@ int whisper_decode_first(const whisper_model *m, const float *pcm, int64_t n, co
     if (job_init(&j, m, p)) goto out;
     j.lang = lang >= 0 ? lang : 0;
     const int win = 2 * m->hp.n_audio_ctx;
-    if (ka_log_mel(pcm, n, (int64_t)win * KA_HOP, m->filters, m->hp.n_mels, whisper_state_pool(j.s), &mel, &n_frames))
+    if (audio_log_mel(pcm, n, (int64_t)win * AUDIO_HOP, m->filters, m->hp.n_mels, whisper_state_pool(j.s), &mel, &n_frames))
         goto out;
     if (p->initial_prompt) {
         int k = whisper_tokenize(j.v, p->initial_prompt, strlen(p->initial_prompt), NULL, 0);
