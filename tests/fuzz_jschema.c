@@ -3,7 +3,7 @@
  * then bytes fed to the recognizer one at a time (no NUL: all of it is the
  * text, fed under JSON mode and under "any value").  Besides what ASan and
  * UBSan catch, it aborts when
- *   - ks_sv_accepts and ks_sv_byte disagree about a byte;
+ *   - sample_sv_accepts and sample_sv_byte disagree about a byte;
  *   - a text the recognizer has taken leaves no byte to follow and is not
  *     complete (a dead end: constrained sampling would have nowhere to go);
  *   - a complete text is not JSON to jansson (numbers beyond a double or an
@@ -34,30 +34,30 @@ static int beyond_jansson(const uint8_t *t, size_t n, const json_error_t *e) {
     return 0;
 }
 
-static void run(const ks_schema *s, const uint8_t *text, size_t n) {
-    ks_sv v, t;
-    ks_sv_init(&v, s);
+static void run(const sample_schema *s, const uint8_t *text, size_t n) {
+    sample_sv v, t;
+    sample_sv_init(&v, s);
     size_t i = 0;
     for (; i < n; i++) {
         const char ch = (char)text[i];
-        const int would = ks_sv_accepts(&v, &ch, 1);
-        ks_sv_copy(&t, &v);
-        const int took = ks_sv_byte(&t, text[i]);
-        if (would != took) die("ks_sv_accepts and ks_sv_byte disagree", text, i + 1);
+        const int would = sample_sv_accepts(&v, &ch, 1);
+        sample_sv_copy(&t, &v);
+        const int took = sample_sv_byte(&t, text[i]);
+        if (would != took) die("sample_sv_accepts and sample_sv_byte disagree", text, i + 1);
         if (!took) break;
-        ks_sv_copy(&v, &t);
-        int any = ks_sv_complete(&v);
+        sample_sv_copy(&v, &t);
+        int any = sample_sv_complete(&v);
         for (int b = 0; b < 256 && !any; b++) {
             const char c = (char)b;
-            any = ks_sv_accepts(&v, &c, 1);
+            any = sample_sv_accepts(&v, &c, 1);
         }
         if (!any) die("a dead end", text, i + 1);
     }
-    if (i > 0 && ks_sv_complete(&v)) {
+    if (i > 0 && sample_sv_complete(&v)) {
         json_error_t e;
         json_t *j = json_loadb((const char *)text, i, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
         if (!j && !beyond_jansson(text, i, &e)) die("a complete text jansson does not read", text, i);
-        if (j && s == ks_schema_any_object() && !json_is_object(j)) die("JSON mode gave no object", text, i);
+        if (j && s == sample_schema_any_object() && !json_is_object(j)) die("JSON mode gave no object", text, i);
         json_decref(j);
     }
 }
@@ -65,7 +65,7 @@ static void run(const ks_schema *s, const uint8_t *text, size_t n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *nul = memchr(data, 0, size);
     if (!nul) {
-        run(ks_schema_any_object(), data, size);
+        run(sample_schema_any_object(), data, size);
         run(NULL, data, size);
         return 0;
     }
@@ -73,10 +73,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_t *j = json_loadb((const char *)data, n_schema, JSON_DECODE_ANY, NULL);
     if (!j) return 0;
     char err[256];
-    ks_schema *s = ks_schema_compile(j, err, sizeof err);
+    sample_schema *s = sample_schema_compile(j, err, sizeof err);
     json_decref(j); /* the compiled schema keeps nothing of it */
     if (!s) return 0;
     run(s, nul + 1, size - n_schema - 1);
-    ks_schema_free(s);
+    sample_schema_free(s);
     return 0;
 }

@@ -362,7 +362,7 @@ static void http_get(int port, const char *path, char *out, size_t cap) {
 /* gpu_layers: -ngl (0: all; 2: a split, reported as the GPU's share) */
 static void test_server(int gpu_layers) {
     const char *models[] = {STORIES};
-    ks_config cfg = ks_config_default();
+    server_config cfg = server_config_default();
     cfg.gpu_layers = gpu_layers;
     cfg.port = 0;
     cfg.models = models;
@@ -371,12 +371,12 @@ static void test_server(int gpu_layers) {
     cfg.parallel = 2;
     cfg.n_threads = 1;
     cfg.store_root = g_dir;
-    ks_server *srv = NULL;
-    CHECK(ks_server_start(&cfg, &srv) == KILN_OK);
+    server_server *srv = NULL;
+    CHECK(server_server_start(&cfg, &srv) == KILN_OK);
     if (!srv) return;
     char msg[512];
-    CHECKF(ks_server_wait_loaded(srv, msg, sizeof msg) == KILN_OK, "%s", msg);
-    const int port = ks_server_port(srv);
+    CHECKF(server_server_wait_loaded(srv, msg, sizeof msg) == KILN_OK, "%s", msg);
+    const int port = server_server_port(srv);
     static char resp[65536];
     http_get(port, "/api/ps", resp, sizeof resp);
     CHECKF(strstr(resp, "\"backend\": \"cuda\"") || strstr(resp, "\"backend\":\"cuda\""), "%s", resp);
@@ -391,8 +391,8 @@ static void test_server(int gpu_layers) {
     CHECK(run("", args, &o, &e) == 0 && o && strstr(o, gpu_layers ? "% CPU/GPU" : "100% GPU"));
     printf("kiln ps: %s", o ? o : "");
     free(o), free(e);
-    ks_server_drain(srv, 1);
-    ks_server_free(srv);
+    server_server_drain(srv, 1);
+    server_server_free(srv);
 }
 
 int main(void) {

@@ -273,7 +273,7 @@ static const request k_requests[] = {
 
 static void test_server(void) {
     const char *models[] = {MODEL};
-    ks_config cfg = ks_config_default();
+    server_config cfg = server_config_default();
     cfg.port = 0;
     cfg.models = models;
     cfg.n_models = 1;
@@ -284,14 +284,14 @@ static void test_server(void) {
     char store[256];
     snprintf(store, sizeof store, "%s/server-store", g_dir);
     cfg.store_root = store;
-    ks_server *srv = NULL;
-    CHECK(ks_server_start(&cfg, &srv) == KILN_OK);
+    server_server *srv = NULL;
+    CHECK(server_server_start(&cfg, &srv) == KILN_OK);
     if (!srv) return;
     char msg[256];
-    CHECK(ks_server_wait_loaded(srv, msg, sizeof msg) == KILN_OK);
+    CHECK(server_server_wait_loaded(srv, msg, sizeof msg) == KILN_OK);
     for (size_t r = 0; r < sizeof k_requests / sizeof *k_requests; r++) {
         char url[256];
-        snprintf(url, sizeof url, "http://127.0.0.1:%d%s", ks_server_port(srv), k_requests[r].path);
+        snprintf(url, sizeof url, "http://127.0.0.1:%d%s", server_server_port(srv), k_requests[r].path);
         char *want = NULL, *got = NULL;
         CHECK(post(url, k_requests[r].json, &want) == 200 && want);
         long n = 1, errors = 0;
@@ -330,8 +330,8 @@ static void test_server(void) {
         printf("server %s: %ld allocation sites, %ld answered with an error\n", k_requests[r].path, n - 1, errors);
         free(want);
     }
-    ks_server_drain(srv, 5);
-    ks_server_free(srv);
+    server_server_drain(srv, 5);
+    server_server_free(srv);
 }
 
 /* KILN_ASSERT on a false invariant: the line names the file, the line and

@@ -359,10 +359,10 @@ static void test_think_and_repeat(void) {
         json_t *schema = json_loads("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},"
                                     "\"required\":[\"a\"]}",
                                     0, NULL);
-        ks_schema *sc = ks_schema_compile(schema, err, sizeof err);
+        sample_schema *sc = sample_schema_compile(schema, err, sizeof err);
         CHECK(sc != NULL);
-        ks_sv v;
-        ks_sv_init(&v, sc);
+        sample_sv v;
+        sample_sv_init(&v, sc);
         sample_constraint json, cons;
         sample_json_constraint(&json, &v);
         sample_think th;
@@ -382,7 +382,7 @@ static void test_think_and_repeat(void) {
         CHECKF(json_is_boolean(json_object_get(val, "a")), "answer '%s'", close ? close + 8 : "");
         json_decref(val);
         json_decref(schema);
-        ks_schema_free(sc);
+        sample_schema_free(sc);
     }
 
     /* the repetition guard: "Tom" ends, greedy, in "It is not angry."
@@ -536,10 +536,10 @@ int main(void) {
         json_t *schema = json_loads("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},"
                                     "\"required\":[\"a\"]}",
                                     0, NULL);
-        ks_schema *sc = ks_schema_compile(schema, err, sizeof err);
+        sample_schema *sc = sample_schema_compile(schema, err, sizeof err);
         CHECK(sc != NULL);
-        ks_sv v;
-        ks_sv_init(&v, sc);
+        sample_sv v;
+        sample_sv_init(&v, sc);
         sample_constraint cons;
         sample_json_constraint(&cons, &v);
         out o = {0};
@@ -552,7 +552,7 @@ int main(void) {
         CHECKF(o.why == GEN_STOP && json_is_boolean(json_object_get(j, "a")), "constrained: '%s'", t);
         json_decref(j);
         json_decref(schema);
-        ks_schema_free(sc);
+        sample_schema_free(sc);
     }
 
     /* a constrained value cut by n_predict ends as "length", not "stop" */
@@ -560,10 +560,10 @@ int main(void) {
         json_t *schema = json_loads("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\","
                                     "\"minLength\":40}},\"required\":[\"a\"]}",
                                     0, NULL);
-        ks_schema *sc = ks_schema_compile(schema, NULL, 0);
+        sample_schema *sc = sample_schema_compile(schema, NULL, 0);
         CHECK(sc != NULL);
-        ks_sv v;
-        ks_sv_init(&v, sc);
+        sample_sv v;
+        sample_sv_init(&v, sc);
         sample_constraint cons;
         sample_json_constraint(&cons, &v);
         out o = {0};
@@ -571,10 +571,10 @@ int main(void) {
         q.constraint = &cons;
         CHECK(gen_batch_add(b, &q, -1, NULL) == KILN_OK);
         run_all(b);
-        CHECKF(o.done && o.why == GEN_LENGTH && o.n == 4 && !ks_sv_complete(&v), "cut: %s after %d",
+        CHECKF(o.done && o.why == GEN_LENGTH && o.n == 4 && !sample_sv_complete(&v), "cut: %s after %d",
                gen_reason_str(o.why), o.n);
         json_decref(schema);
-        ks_schema_free(sc);
+        sample_schema_free(sc);
     }
 
     /* a constraint that allows no token at all: a failure, never "stop"

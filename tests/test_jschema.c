@@ -22,20 +22,20 @@
 
 /* How many bytes of text the recognizer of s takes; *whole: whether they
  * make a complete value. */
-static int feed(const ks_schema *s, const char *text, int *whole) {
-    ks_sv v;
-    ks_sv_init(&v, s);
+static int feed(const sample_schema *s, const char *text, int *whole) {
+    sample_sv v;
+    sample_sv_init(&v, s);
     int n = (int)strlen(text), i = 0;
     for (; i < n; i++) {
-        if (!ks_sv_accepts(&v, text + i, 1)) break; /* the copy refuses as the real one would */
-        CHECK(ks_sv_byte(&v, (unsigned char)text[i]));
+        if (!sample_sv_accepts(&v, text + i, 1)) break; /* the copy refuses as the real one would */
+        CHECK(sample_sv_byte(&v, (unsigned char)text[i]));
     }
-    *whole = i == n && ks_sv_complete(&v);
+    *whole = i == n && sample_sv_complete(&v);
     return i;
 }
 
 /* text is accepted whole (stop < 0) or refused at byte stop. */
-static void expect(const ks_schema *s, const char *text, int stop, const char *what) {
+static void expect(const sample_schema *s, const char *text, int stop, const char *what) {
     int whole;
     const int got = feed(s, text, &whole);
     if (stop < 0)
@@ -45,18 +45,18 @@ static void expect(const ks_schema *s, const char *text, int stop, const char *w
 }
 
 /* text is accepted to its end but is not yet a whole value */
-static void partial(const ks_schema *s, const char *text, const char *what) {
+static void partial(const sample_schema *s, const char *text, const char *what) {
     int whole;
     const int got = feed(s, text, &whole);
     CHECKF(got == (int)strlen(text) && !whole, "%s: '%s' stopped at %d, whole %d", what, text, got, whole);
 }
 
-static ks_schema *compile(const char *src) {
+static sample_schema *compile(const char *src) {
     json_error_t je;
     json_t *j = json_loads(src, 0, &je);
     CHECKF(j != NULL, "schema does not parse: %s", src);
     char err[256];
-    ks_schema *s = ks_schema_compile(j, err, sizeof err);
+    sample_schema *s = sample_schema_compile(j, err, sizeof err);
     CHECKF(s != NULL, "schema refused (%s): %s", err, src);
     json_decref(j); /* the compiled schema keeps no pointer into it */
     return s;
@@ -66,9 +66,9 @@ static void refused(const char *src, const char *msg) {
     json_t *j = json_loads(src, JSON_DECODE_ANY, NULL);
     CHECKF(j != NULL, "schema does not parse: %s", src);
     char err[256] = "";
-    ks_schema *s = ks_schema_compile(j, err, sizeof err);
+    sample_schema *s = sample_schema_compile(j, err, sizeof err);
     CHECKF(!s && strstr(err, msg), "schema %s: want an error with '%s', got '%s'", src, msg, s ? "(compiled)" : err);
-    ks_schema_free(s);
+    sample_schema_free(s);
     json_decref(j);
 }
 
@@ -83,24 +83,24 @@ typedef int (*oracle_fn)(const char *text, int len, void *ud);
 
 /* Bytes of the longest prefix the recognizer takes; *whole: all of it and
  * complete. */
-static int take(const ks_schema *s, const char *t, int n, int *whole) {
-    ks_sv v;
-    ks_sv_init(&v, s);
+static int take(const sample_schema *s, const char *t, int n, int *whole) {
+    sample_sv v;
+    sample_sv_init(&v, s);
     int i = 0;
-    while (i < n && ks_sv_byte(&v, (unsigned char)t[i])) i++;
-    *whole = i == n && ks_sv_complete(&v);
+    while (i < n && sample_sv_byte(&v, (unsigned char)t[i])) i++;
+    *whole = i == n && sample_sv_complete(&v);
     return i;
 }
 
 /* Whether the value can be completed within depth more bytes from v,
  * trying the bytes of cands (the closing quote first); the completion is
  * written to out. */
-static int search(const ks_sv *v, const char *cands, int nc, int depth, char *out) {
-    if (ks_sv_complete(v)) return 1;
+static int search(const sample_sv *v, const char *cands, int nc, int depth, char *out) {
+    if (sample_sv_complete(v)) return 1;
     if (!depth) return 0;
     for (int i = 0; i < nc; i++) {
-        ks_sv w = *v;
-        if (!ks_sv_byte(&w, (unsigned char)cands[i])) continue;
+        sample_sv w = *v;
+        if (!sample_sv_byte(&w, (unsigned char)cands[i])) continue;
         out[0] = cands[i];
         if (search(&w, cands, nc, depth - 1, out + 1)) return 1;
     }
@@ -111,15 +111,15 @@ static int search(const ks_sv *v, const char *cands, int nc, int depth, char *ou
  * over cands, after checking that the state after t is no dead end (some
  * byte at all may follow, or it is complete).  Returns the new length, or
  * 0 when there is a dead end or no completion within 10 bytes. */
-static int complete_with(const ks_schema *s, char *t, int n, int cap, const char *cands, int nc) {
-    ks_sv v;
-    ks_sv_init(&v, s);
+static int complete_with(const sample_schema *s, char *t, int n, int cap, const char *cands, int nc) {
+    sample_sv v;
+    sample_sv_init(&v, s);
     for (int i = 0; i < n; i++)
-        if (!ks_sv_byte(&v, (unsigned char)t[i])) return 0;
-    int any = ks_sv_complete(&v);
+        if (!sample_sv_byte(&v, (unsigned char)t[i])) return 0;
+    int any = sample_sv_complete(&v);
     for (int b = 0; b < 256 && !any; b++) {
         const char ch = (char)b;
-        any = ks_sv_accepts(&v, &ch, 1);
+        any = sample_sv_accepts(&v, &ch, 1);
     }
     if (!any) return 0;
     for (int d = 0; d <= 10 && n + d <= cap; d++)
@@ -128,15 +128,15 @@ static int complete_with(const ks_schema *s, char *t, int n, int cap, const char
 }
 
 /* Some byte may follow t[0..n) (or the value is complete there). */
-static int no_dead_end(const ks_schema *s, const char *t, int n) {
-    ks_sv v;
-    ks_sv_init(&v, s);
+static int no_dead_end(const sample_schema *s, const char *t, int n) {
+    sample_sv v;
+    sample_sv_init(&v, s);
     for (int i = 0; i < n; i++)
-        if (!ks_sv_byte(&v, (unsigned char)t[i])) return 0;
-    int any = ks_sv_complete(&v);
+        if (!sample_sv_byte(&v, (unsigned char)t[i])) return 0;
+    int any = sample_sv_complete(&v);
     for (int b = 0; b < 256 && !any; b++) {
         const char ch = (char)b;
-        any = ks_sv_accepts(&v, &ch, 1);
+        any = sample_sv_accepts(&v, &ch, 1);
     }
     return any;
 }
@@ -158,7 +158,7 @@ typedef struct enum_ctx {
 } enum_ctx;
 
 /* Checks s against the oracle over every text of up to e->max_len tokens. */
-static void exhaust(const ks_schema *s, const enum_ctx *e, oracle_fn ok, void *ud, const char *what) {
+static void exhaust(const sample_schema *s, const enum_ctx *e, oracle_fn ok, void *ud, const char *what) {
     enum { CAP = 600, MAXLEN = 8 };
     /* texts in order: by length, then as little-endian numbers in base
      * n_tok, so a prefix of p tokens is text base[p] + its digits */
@@ -290,12 +290,12 @@ static const char *const k_num_tok[] = {"-", "0", "1", "2", "3", "5", "7", "9", 
 
 /* lo and hi: the inclusive bounds as decimal text ("0.1000000000000001"). */
 static void number_case(const char *schema, int integer, const char *lo, const char *hi, int max_len) {
-    ks_schema *s = compile(schema);
+    sample_schema *s = compile(schema);
     num_oracle o = {integer, 0, 0};
     CHECK(decimal(lo, (int)strlen(lo), &o.lo) && decimal(hi, (int)strlen(hi), &o.hi));
     enum_ctx e = {k_num_tok, (int)(sizeof k_num_tok / sizeof k_num_tok[0]), max_len, "", ""};
     exhaust(s, &e, num_ok, &o, schema);
-    ks_schema_free(s);
+    sample_schema_free(s);
 }
 
 static void test_numbers(void) {
@@ -311,7 +311,7 @@ static void test_numbers(void) {
     number_case("{\"type\": \"number\", \"minimum\": 0, \"maximum\": 10}", 0, "0", "10", 5);
     number_case("{\"type\": \"number\", \"minimum\": -0.5, \"maximum\": -0.25}", 0, "-0.5", "-0.25", 5);
     /* no bounds: +-(2^53 - 1), so at most 16 digits; no -0 */
-    ks_schema *i = compile("{\"type\": \"integer\"}");
+    sample_schema *i = compile("{\"type\": \"integer\"}");
     expect(i, "9007199254740991", -1, "the largest safe integer");
     expect(i, "-9007199254740991", -1, "the smallest");
     expect(i, "9007199254740992", 15, "one more");
@@ -319,52 +319,52 @@ static void test_numbers(void) {
     expect(i, "-0", 1, "minus zero");
     expect(i, "0", -1, "zero");
     expect(i, "[1]", 0, "an array");
-    ks_schema_free(i);
-    ks_schema *pos = compile("{\"type\": \"integer\", \"minimum\": 0}");
+    sample_schema_free(i);
+    sample_schema *pos = compile("{\"type\": \"integer\", \"minimum\": 0}");
     expect(pos, "-1", 0, "no sign below 0");
     expect(pos, "12", -1, "positive");
-    ks_schema_free(pos);
-    ks_schema *i32 = compile("{\"type\": \"integer\", \"format\": \"int32\"}");
+    sample_schema_free(pos);
+    sample_schema *i32 = compile("{\"type\": \"integer\", \"format\": \"int32\"}");
     expect(i32, "2147483647", -1, "int32 max");
     expect(i32, "2147483648", 9, "int32 max + 1");
     expect(i32, "-2147483648", -1, "int32 min");
-    ks_schema_free(i32);
-    ks_schema *big = compile("{\"type\": \"integer\", \"minimum\": 1e18, \"maximum\": 1.5e18}");
+    sample_schema_free(i32);
+    sample_schema *big = compile("{\"type\": \"integer\", \"minimum\": 1e18, \"maximum\": 1.5e18}");
     expect(big, "1000000000000000000", -1, "a bound of 19 digits");
     expect(big, "1500000000000000001", 18, "just above");
-    ks_schema_free(big);
+    sample_schema_free(big);
     /* a range: plain decimal, 16 digits after the point */
-    ks_schema *r = compile("{\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}");
+    sample_schema *r = compile("{\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}");
     expect(r, "0.1234567890123456", -1, "16 decimals");
     expect(r, "0.12345678901234567", 18, "17 decimals");
     expect(r, "1e0", 1, "no exponent in a range");
     expect(r, "1.0000000000000001", 17, "above 1 in the last decimal");
     expect(r, "-0.0", 0, "no sign when nothing is below 0");
-    ks_schema_free(r);
-    ks_schema *tiny = compile("{\"type\": \"number\", \"minimum\": 1e-17}");
+    sample_schema_free(r);
+    sample_schema *tiny = compile("{\"type\": \"number\", \"minimum\": 1e-17}");
     expect(tiny, "0.0000000000000001", -1, "the least number of 16 decimals above 1e-17");
     expect(tiny, "0.0", 3, "not zero");
-    ks_schema_free(tiny);
+    sample_schema_free(tiny);
     /* no range: exponents allowed, digits bounded */
-    ks_schema *f = compile("{\"type\": \"number\"}");
+    sample_schema *f = compile("{\"type\": \"number\"}");
     expect(f, "-1.5e+300", -1, "an exponent");
     expect(f, "12345678901234567", 16, "17 integer digits");
     expect(f, "1.12345678901234567", 18, "17 decimals");
     expect(f, "1e1234", 5, "a 4-digit exponent");
-    ks_schema_free(f);
-    ks_schema *in_obj =
+    sample_schema_free(f);
+    sample_schema *in_obj =
         compile("{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 5, "
                 "\"maximum\": 10}}, \"required\": [\"n\"]}");
     expect(in_obj, "{\"n\": 10}", -1, "a ranged integer in an object");
     expect(in_obj, "{\"n\": 1}", 7, "1 ends too early");
     expect(in_obj, "{\"n\": 11}", 7, "11 is too big");
     expect(in_obj, "{\"n\": 7 }", -1, "whitespace ends it");
-    ks_schema_free(in_obj);
+    sample_schema_free(in_obj);
     refused("{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "allows no integer");
     refused("{\"type\": \"integer\", \"minimum\": 5.5, \"maximum\": 5.9}", "allows no integer");
     refused("{\"type\": \"number\", \"multipleOf\": 0.5}", "'multipleOf' is not supported");
     refused("{\"type\": \"integer\", \"minimum\": \"3\"}", "'minimum' must be a number");
-    ks_schema_free(compile("{\"type\": \"integer\", \"multipleOf\": 1}"));
+    sample_schema_free(compile("{\"type\": \"integer\", \"multipleOf\": 1}"));
 }
 
 /* ---- strings: pattern and format ---- */
@@ -406,7 +406,7 @@ static void pattern_case(const char *pat, int min_len, int max_len, const char *
     if (min_len > 0) json_object_set_new(sch, "minLength", json_integer(min_len));
     if (max_len >= 0) json_object_set_new(sch, "maxLength", json_integer(max_len));
     char err[256] = "";
-    ks_schema *s = ks_schema_compile(sch, err, sizeof err);
+    sample_schema *s = sample_schema_compile(sch, err, sizeof err);
     CHECKF(s != NULL, "pattern %s refused: %s", pat, err);
     int ec;
     PCRE2_SIZE eo;
@@ -422,7 +422,7 @@ static void pattern_case(const char *pat, int min_len, int max_len, const char *
     if (s && o.re) exhaust(s, &e, str_ok, &o, what);
     pcre2_match_data_free(o.md);
     pcre2_code_free(o.re);
-    ks_schema_free(s);
+    sample_schema_free(s);
     json_decref(sch);
 }
 
@@ -457,13 +457,13 @@ static void test_patterns(void) {
     pattern_case("b", 1, 2, ab, nab, 4);
     /* raw control characters and escapes of non-ASCII characters are
      * refused where a pattern holds the string (é is written raw) */
-    ks_schema *e = compile("{\"type\": \"string\", \"pattern\": \"^\\u00e9\\n$\"}");
+    sample_schema *e = compile("{\"type\": \"string\", \"pattern\": \"^\\u00e9\\n$\"}");
     expect(e, "\"\xc3\xa9\\n\"", -1, "raw UTF-8 and a short escape");
     expect(e, "\"\xc3\xa9\\u000a\"", -1, "\\u000a for the line break");
     expect(e, "\"\\u00e9\\n\"", 1, "no escape stands for é");
     expect(e, "\"\xc3\xa9\n\"", 3, "a raw line break is no JSON");
     expect(e, "\"\xc3\xa9\\u0080\"", 7, "\\u0080: beyond ASCII");
-    ks_schema_free(e);
+    sample_schema_free(e);
     /* a pattern that cannot fit its lengths, and what the dialect lacks */
     refused("{\"type\": \"string\", \"pattern\": \"^a{5}$\", \"maxLength\": 3}", "no string of the pattern");
     refused("{\"type\": \"string\", \"pattern\": \"^(aa)+$\", \"minLength\": 3, \"maxLength\": 3}",
@@ -532,7 +532,7 @@ typedef struct fcase {
 static void format_case(const char *fmt, const fcase *c, int n) {
     char src[128];
     snprintf(src, sizeof src, "{\"type\": \"string\", \"format\": \"%s\"}", fmt);
-    ks_schema *s = compile(src);
+    sample_schema *s = compile(src);
     for (int i = 0; i < n; i++) {
         char t[256], what[64];
         snprintf(t, sizeof t, "\"%s\"", c[i].text);
@@ -551,7 +551,7 @@ static void format_case(const char *fmt, const fcase *c, int n) {
                 CHECKF(no_dead_end(s, u, k), "format %s: '%.*s' dead-ends", fmt, k, t);
             }
     }
-    ks_schema_free(s);
+    sample_schema_free(s);
 }
 
 static void test_formats(void) {
@@ -591,21 +591,21 @@ static void test_formats(void) {
     char longl[200] = "\"", *p = longl + 1;
     for (int i = 0; i < 64; i++) *p++ = 'a';
     strcpy(p, ".com\"");
-    ks_schema *h = compile("{\"type\": \"string\", \"format\": \"hostname\"}");
+    sample_schema *h = compile("{\"type\": \"string\", \"format\": \"hostname\"}");
     expect(h, longl, 64, "a 64-character label");
-    ks_schema_free(h);
+    sample_schema_free(h);
     /* pattern and format together: both hold */
-    ks_schema *both = compile("{\"type\": \"string\", \"format\": \"date\", \"pattern\": \"^2024-\"}");
+    sample_schema *both = compile("{\"type\": \"string\", \"format\": \"date\", \"pattern\": \"^2024-\"}");
     expect(both, "\"2024-05-01\"", -1, "date and pattern");
     expect(both, "\"2023-05-01\"", 4, "the date, not the pattern");
     expect(both, "\"2024-02-30\"", 9, "the pattern, not the date");
-    ks_schema_free(both);
+    sample_schema_free(both);
     /* format with lengths */
-    ks_schema *ml = compile("{\"type\": \"string\", \"format\": \"ipv4\", \"maxLength\": 7}");
+    sample_schema *ml = compile("{\"type\": \"string\", \"format\": \"ipv4\", \"maxLength\": 7}");
     expect(ml, "\"1.2.3.4\"", -1, "7 characters");
     expect(ml, "\"1.2.3.45\"", 8, "8 characters");
     expect(ml, "\"10.2.3.4\"", 2, "10 leaves no room for three more numbers");
-    ks_schema_free(ml);
+    sample_schema_free(ml);
     refused("{\"type\": \"string\", \"format\": \"uri\"}", "format 'uri' is not supported");
     refused("{\"type\": \"string\", \"format\": \"uuid\", \"maxLength\": 10}", "no string of the pattern");
 }
@@ -637,7 +637,7 @@ typedef struct refusal {
 
 static void run_schemas(const schema_case *t, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        ks_schema *s = t[i].schema ? compile(t[i].schema) : ks_schema_compile(NULL, NULL, 0);
+        sample_schema *s = t[i].schema ? compile(t[i].schema) : sample_schema_compile(NULL, NULL, 0);
         CHECKF(s != NULL, "schema %s", t[i].schema ? t[i].schema : "(any)");
         if (!s) continue;
         for (const text_case *c = t[i].texts; c->text; c++) {
@@ -646,7 +646,7 @@ static void run_schemas(const schema_case *t, size_t n) {
             else
                 expect(s, c->text, c->stop, c->what);
         }
-        ks_schema_free(s);
+        sample_schema_free(s);
     }
 }
 
@@ -819,13 +819,13 @@ static const char *const k_keywords_pass[] = {
 static void test_keywords(void) {
     run_schemas(k_keywords, N_OF(k_keywords));
     run_refusals(k_keywords_refused, N_OF(k_keywords_refused));
-    for (size_t i = 0; i < N_OF(k_keywords_pass); i++) ks_schema_free(compile(k_keywords_pass[i]));
+    for (size_t i = 0; i < N_OF(k_keywords_pass); i++) sample_schema_free(compile(k_keywords_pass[i]));
 }
 
 /* ---- a forced tool call (src/sample/call.c) ---- */
 
 /* Bytes of text the call constraint takes; *whole: whether it is done. */
-static int call_feed(const ks_schema *const *schemas, const char *const *names, int n, int think, const char *text,
+static int call_feed(const sample_schema *const *schemas, const char *const *names, int n, int think, const char *text,
                      int *whole) {
     sample_call k;
     CHECK(sample_call_init(&k, names, schemas, n, think) == 0);
@@ -841,7 +841,7 @@ static int call_feed(const ks_schema *const *schemas, const char *const *names, 
     return i;
 }
 
-static void call_expect(const ks_schema *const *schemas, const char *const *names, int n, int think, const char *text,
+static void call_expect(const sample_schema *const *schemas, const char *const *names, int n, int think, const char *text,
                         int stop, const char *what) {
     int whole;
     const int got = call_feed(schemas, names, n, think, text, &whole);
@@ -855,9 +855,9 @@ static void call_expect(const ks_schema *const *schemas, const char *const *name
  * whole for either tool, with reasoning first where asked, and nothing
  * after it. */
 static void test_call_forms(void) {
-    ks_schema *weather = compile("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
+    sample_schema *weather = compile("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
                                  "\"required\": [\"city\"]}");
-    const ks_schema *schemas[] = {weather, NULL};
+    const sample_schema *schemas[] = {weather, NULL};
     const char *names[] = {"get_weather", "get_time"};
     static const struct {
         sample_call_form f;
@@ -893,15 +893,15 @@ static void test_call_forms(void) {
     const char *bracket[] = {"a[b"};
     static const sample_call_form mistral = {"[TOOL_CALLS]", "", "[ARGS]", "", ""};
     CHECK(sample_call_init_form(&k, &mistral, bracket, schemas, 1, 0) != 0);
-    ks_schema_free(weather);
+    sample_schema_free(weather);
 }
 
 static void test_call(void) {
-    ks_schema *weather = compile("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, "
+    sample_schema *weather = compile("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, "
                                  "\"unit\": {\"enum\": [\"celsius\", \"fahrenheit\"]}}, \"required\": [\"city\"]}");
-    ks_schema *clock = compile("{\"type\": \"object\", \"properties\": {\"tz\": {\"type\": \"string\"}}, "
+    sample_schema *clock = compile("{\"type\": \"object\", \"properties\": {\"tz\": {\"type\": \"string\"}}, "
                                "\"required\": [\"tz\"]}");
-    const ks_schema *schemas[] = {weather, clock};
+    const sample_schema *schemas[] = {weather, clock};
     const char *names[] = {"get_weather", "get_time"};
     const char *w = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
                     "\"celsius\"}}\n</tool_call>";
@@ -961,8 +961,8 @@ static void test_call(void) {
     const char *twice[] = {"same", "same"};
     CHECK(sample_call_init(&k, twice, schemas, 2, 0) != 0);
     CHECK(sample_call_init(&k, names, schemas, 0, 0) != 0);
-    ks_schema_free(weather);
-    ks_schema_free(clock);
+    sample_schema_free(weather);
+    sample_schema_free(clock);
 }
 
 /* ---- depth: the recognizer's stack and values that cannot end ---- */
@@ -982,15 +982,15 @@ static char *repeat(char *buf, size_t cap, const char *src, int n, const char *t
 
 /* Every prefix of text the recognizer takes leaves some byte to follow, or
  * is complete. */
-static void no_dead_ends(const ks_schema *s, const char *text, const char *what) {
+static void no_dead_ends(const sample_schema *s, const char *text, const char *what) {
     const int n = (int)strlen(text);
-    ks_sv v;
-    ks_sv_init(&v, s);
-    for (int i = 0; i < n && ks_sv_byte(&v, (unsigned char)text[i]); i++) {
-        int any = ks_sv_complete(&v);
+    sample_sv v;
+    sample_sv_init(&v, s);
+    for (int i = 0; i < n && sample_sv_byte(&v, (unsigned char)text[i]); i++) {
+        int any = sample_sv_complete(&v);
         for (int b = 0; b < 256 && !any; b++) {
             const char ch = (char)b;
-            any = ks_sv_accepts(&v, &ch, 1);
+            any = sample_sv_accepts(&v, &ch, 1);
         }
         CHECKF(any, "%s: a dead end after byte %d of '%s'", what, i, text);
         if (!any) return;
@@ -1014,29 +1014,29 @@ static char *nested_objects(char *buf, size_t cap, int n) {
 
 static void test_depth(void) {
     static char sch[16384], txt[4096];
-    /* KS_SV_DEPTH frames: the deepest value is taken byte by byte to its
+    /* SAMPLE_SV_DEPTH frames: the deepest value is taken byte by byte to its
      * end; one frame more is refused when compiling */
-    ks_schema *s = compile(nested_objects(sch, sizeof sch, KS_SV_DEPTH - 1));
-    repeat(txt, sizeof txt, "{\"a\":", KS_SV_DEPTH - 1, "\"x\"");
-    for (int i = 0; i < KS_SV_DEPTH - 1; i++) strcat(txt, "}");
+    sample_schema *s = compile(nested_objects(sch, sizeof sch, SAMPLE_SV_DEPTH - 1));
+    repeat(txt, sizeof txt, "{\"a\":", SAMPLE_SV_DEPTH - 1, "\"x\"");
+    for (int i = 0; i < SAMPLE_SV_DEPTH - 1; i++) strcat(txt, "}");
     expect(s, txt, WHOLE, "objects at the deepest");
     no_dead_ends(s, txt, "objects at the deepest");
-    ks_schema_free(s);
-    refused(nested_objects(sch, sizeof sch, KS_SV_DEPTH), "nests objects and arrays deeper than 64 levels");
+    sample_schema_free(s);
+    refused(nested_objects(sch, sizeof sch, SAMPLE_SV_DEPTH), "nests objects and arrays deeper than 64 levels");
 
     /* arrays of at least one item, the same */
-    repeat(sch, sizeof sch, "{\"type\": \"array\", \"minItems\": 1, \"items\": ", KS_SV_DEPTH - 1,
+    repeat(sch, sizeof sch, "{\"type\": \"array\", \"minItems\": 1, \"items\": ", SAMPLE_SV_DEPTH - 1,
            "{\"type\": \"integer\"}");
-    for (int i = 0; i < KS_SV_DEPTH - 1; i++) strcat(sch, "}");
+    for (int i = 0; i < SAMPLE_SV_DEPTH - 1; i++) strcat(sch, "}");
     s = compile(sch);
-    repeat(txt, sizeof txt, "[", KS_SV_DEPTH - 1, "7");
-    for (int i = 0; i < KS_SV_DEPTH - 1; i++) strcat(txt, "]");
+    repeat(txt, sizeof txt, "[", SAMPLE_SV_DEPTH - 1, "7");
+    for (int i = 0; i < SAMPLE_SV_DEPTH - 1; i++) strcat(txt, "]");
     expect(s, txt, WHOLE, "arrays at the deepest");
     no_dead_ends(s, txt, "arrays at the deepest");
-    ks_schema_free(s);
-    repeat(sch, sizeof sch, "{\"type\": \"array\", \"minItems\": 1, \"items\": ", KS_SV_DEPTH,
+    sample_schema_free(s);
+    repeat(sch, sizeof sch, "{\"type\": \"array\", \"minItems\": 1, \"items\": ", SAMPLE_SV_DEPTH,
            "{\"type\": \"integer\"}");
-    for (int i = 0; i < KS_SV_DEPTH; i++) strcat(sch, "}");
+    for (int i = 0; i < SAMPLE_SV_DEPTH; i++) strcat(sch, "}");
     refused(sch, "deeper than 64 levels");
 
     /* an optional property that may recurse: written while its value fits,
@@ -1044,44 +1044,44 @@ static void test_depth(void) {
      * hold no property at all) */
     s = compile("{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"next\": {\"$ref\": \"#/$defs/n\"}, "
                 "\"v\": {\"type\": \"integer\"}}}}, \"$ref\": \"#/$defs/n\"}");
-    repeat(txt, sizeof txt, "{\"next\":", KS_SV_DEPTH - 1, "{}");
-    for (int i = 0; i < KS_SV_DEPTH - 1; i++) strcat(txt, "}");
+    repeat(txt, sizeof txt, "{\"next\":", SAMPLE_SV_DEPTH - 1, "{}");
+    for (int i = 0; i < SAMPLE_SV_DEPTH - 1; i++) strcat(txt, "}");
     expect(s, txt, WHOLE, "optional recursion to the last frame");
     no_dead_ends(s, txt, "optional recursion to the last frame");
-    repeat(txt, sizeof txt, "{\"next\":", KS_SV_DEPTH - 1, "{\"v\":1}");
-    expect(s, txt, 8 * (KS_SV_DEPTH - 1) + 1, "no key at the last frame");
-    repeat(txt, sizeof txt, "{\"next\":", KS_SV_DEPTH - 2, "{\"next\":{},\"v\":1}");
-    for (int i = 0; i < KS_SV_DEPTH - 2; i++) strcat(txt, "}");
+    repeat(txt, sizeof txt, "{\"next\":", SAMPLE_SV_DEPTH - 1, "{\"v\":1}");
+    expect(s, txt, 8 * (SAMPLE_SV_DEPTH - 1) + 1, "no key at the last frame");
+    repeat(txt, sizeof txt, "{\"next\":", SAMPLE_SV_DEPTH - 2, "{\"next\":{},\"v\":1}");
+    for (int i = 0; i < SAMPLE_SV_DEPTH - 2; i++) strcat(txt, "}");
     expect(s, txt, WHOLE, "a key whose value takes the last frame");
-    ks_schema_free(s);
+    sample_schema_free(s);
 
     /* a recursive array: items while an item fits (an item is an object
      * and its integer, two frames), then only an empty array */
     s = compile("{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, "
                 "\"kids\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/n\"}}}, \"required\": [\"v\"]}}, "
                 "\"$ref\": \"#/$defs/n\"}");
-    const int levels = KS_SV_DEPTH / 2 - 1; /* objects with a non-empty "kids" */
+    const int levels = SAMPLE_SV_DEPTH / 2 - 1; /* objects with a non-empty "kids" */
     repeat(txt, sizeof txt, "{\"v\":1,\"kids\":[", levels, "{\"v\":1,\"kids\":[]}");
     for (int i = 0; i < levels; i++) strcat(txt, "]}");
     expect(s, txt, WHOLE, "a recursive array at the deepest");
     no_dead_ends(s, txt, "a recursive array at the deepest");
     repeat(txt, sizeof txt, "{\"v\":1,\"kids\":[", levels + 1, "{\"v\":1}");
     expect(s, txt, 15 * (levels + 1), "no item past the deepest");
-    ks_schema_free(s);
+    sample_schema_free(s);
 
     /* JSON mode nests as deep as a schema */
-    s = ks_schema_compile(NULL, NULL, 0);
-    repeat(txt, sizeof txt, "[", KS_SV_DEPTH + 1, "");
-    expect(s, txt, KS_SV_DEPTH, "any value: 64 arrays, not 65");
-    repeat(txt, sizeof txt, "[", KS_SV_DEPTH - 1, "1");
-    for (int i = 0; i < KS_SV_DEPTH - 1; i++) strcat(txt, "]");
+    s = sample_schema_compile(NULL, NULL, 0);
+    repeat(txt, sizeof txt, "[", SAMPLE_SV_DEPTH + 1, "");
+    expect(s, txt, SAMPLE_SV_DEPTH, "any value: 64 arrays, not 65");
+    repeat(txt, sizeof txt, "[", SAMPLE_SV_DEPTH - 1, "1");
+    for (int i = 0; i < SAMPLE_SV_DEPTH - 1; i++) strcat(txt, "]");
     expect(s, txt, WHOLE, "any value at the deepest");
-    repeat(txt, sizeof txt, "{\"a\":", KS_SV_DEPTH - 1, "{\"");
-    expect(s, txt, 5 * (KS_SV_DEPTH - 1) + 1, "no key in an open object at the last frame");
-    repeat(txt, sizeof txt, "{\"a\":", KS_SV_DEPTH - 1, "{}");
-    for (int i = 0; i < KS_SV_DEPTH - 1; i++) strcat(txt, "}");
+    repeat(txt, sizeof txt, "{\"a\":", SAMPLE_SV_DEPTH - 1, "{\"");
+    expect(s, txt, 5 * (SAMPLE_SV_DEPTH - 1) + 1, "no key in an open object at the last frame");
+    repeat(txt, sizeof txt, "{\"a\":", SAMPLE_SV_DEPTH - 1, "{}");
+    for (int i = 0; i < SAMPLE_SV_DEPTH - 1; i++) strcat(txt, "}");
     expect(s, txt, WHOLE, "an empty open object at the last frame");
-    ks_schema_free(s);
+    sample_schema_free(s);
 }
 
 /* Schemas whose only values are infinite are refused; a part of a schema
@@ -1110,12 +1110,12 @@ static const refusal k_infinite[] = {
 static void test_infinite(void) {
     run_refusals(k_infinite, N_OF(k_infinite));
     /* a union with one finite branch: the other is never begun */
-    ks_schema *s = compile("{\"$defs\": {\"inf\": {\"type\": \"object\", \"properties\": {\"x\": {\"$ref\": "
+    sample_schema *s = compile("{\"$defs\": {\"inf\": {\"type\": \"object\", \"properties\": {\"x\": {\"$ref\": "
                            "\"#/$defs/inf\"}}, \"required\": [\"x\"]}}, \"anyOf\": [{\"$ref\": \"#/$defs/inf\"}, "
                            "{\"type\": \"null\"}]}");
     expect(s, "null", WHOLE, "the finite branch");
     expect(s, "{", 0, "the branch without a finite value");
-    ks_schema_free(s);
+    sample_schema_free(s);
     /* an optional property with no finite value is never written */
     s = compile("{\"$defs\": {\"inf\": {\"type\": \"object\", \"properties\": {\"x\": {\"$ref\": \"#/$defs/inf\"}}, "
                 "\"required\": [\"x\"]}}, \"type\": \"object\", \"properties\": {\"x\": {\"$ref\": \"#/$defs/inf\"}, "
@@ -1124,20 +1124,20 @@ static void test_infinite(void) {
     expect(s, "{\"y\": 2}", WHOLE, "the other property");
     expect(s, "{\"x", 2, "never the property without a finite value");
     no_dead_ends(s, "{\"y\": 2}", "an optional infinite property");
-    ks_schema_free(s);
+    sample_schema_free(s);
     /* an array of them may only be empty */
     s = compile(
         "{\"$defs\": {\"inf\": {\"type\": \"array\", \"minItems\": 1, \"items\": {\"$ref\": \"#/$defs/inf\"}}}, "
         "\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/inf\"}}");
     expect(s, "[]", WHOLE, "an empty array");
     expect(s, "[[", 1, "no item");
-    ks_schema_free(s);
+    sample_schema_free(s);
 }
 
 /* JSON mode (no schema): an object at the top, as OpenAI, llama.cpp and
  * Ollama give; any value inside it. */
 static void test_json_mode(void) {
-    const ks_schema *s = ks_schema_any_object();
+    const sample_schema *s = sample_schema_any_object();
     expect(s, "{}", WHOLE, "an empty object");
     expect(s, "{\"a\":1}", WHOLE, "an object");
     expect(s, "\n {\"a\": [1, true, null, \"x\", {\"b\": -2.5}]}", WHOLE, "whitespace before, any values inside");
@@ -1149,8 +1149,8 @@ static void test_json_mode(void) {
     expect(s, "[1]", 0, "an array");
     expect(s, " 7", 1, "a number after a space");
     partial(s, "{\"a\":", "an open object");
-    ks_schema_free((ks_schema *)s); /* the static schema is left alone */
-    expect(ks_schema_any_object(), "{}", WHOLE, "after a free");
+    sample_schema_free((sample_schema *)s); /* the static schema is left alone */
+    expect(sample_schema_any_object(), "{}", WHOLE, "after a free");
 }
 
 int main(void) {

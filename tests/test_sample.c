@@ -103,9 +103,9 @@ static void test_sampler(void) {
 /* Feeds text byte by byte to a reasoning wrapper of {"a": boolean} opened
  * as think says; returns the bytes taken, *whole when all were and the
  * answer is complete. */
-static int think_feed(const ks_schema *sc, int think, const char *text, int *whole) {
-    ks_sv v;
-    ks_sv_init(&v, sc);
+static int think_feed(const sample_schema *sc, int think, const char *text, int *whole) {
+    sample_sv v;
+    sample_sv_init(&v, sc);
     sample_constraint json, c;
     sample_json_constraint(&json, &v);
     sample_think t;
@@ -126,7 +126,7 @@ static void test_think(void) {
                            "\"additionalProperties\":false}",
                            0, NULL);
     char err[200];
-    ks_schema *sc = ks_schema_compile(j, err, sizeof err);
+    sample_schema *sc = sample_schema_compile(j, err, sizeof err);
     json_decref(j);
     CHECK(sc != NULL);
     static const struct {
@@ -155,8 +155,8 @@ static void test_think(void) {
     }
     /* a token may cross from the block into the answer; complete only once
      * the answer is */
-    ks_sv v;
-    ks_sv_init(&v, sc);
+    sample_sv v;
+    sample_sv_init(&v, sc);
     sample_constraint json, c;
     sample_json_constraint(&json, &v);
     sample_think t;
@@ -172,7 +172,7 @@ static void test_think(void) {
     CHECK(!sample_think_in_block(&t) && !c.complete(c.state));
     c.accept(c.state, ": true}", 7);
     CHECK(c.complete(c.state) && c.done(c.state));
-    ks_schema_free(sc);
+    sample_schema_free(sc);
 }
 
 /* An exact lead, then {"a": boolean}: byte by byte and in pieces that
@@ -181,13 +181,13 @@ static void test_lead(void) {
     json_t *j =
         json_loads("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},\"required\":[\"a\"]}", 0, NULL);
     char err[200];
-    ks_schema *sc = ks_schema_compile(j, err, sizeof err);
+    sample_schema *sc = sample_schema_compile(j, err, sizeof err);
     json_decref(j);
     CHECK(sc != NULL);
     const char *lead = "<|channel|>final<|message|>";
     for (int step = 1; step <= 5; step += 4) {
-        ks_sv v;
-        ks_sv_init(&v, sc);
+        sample_sv v;
+        sample_sv_init(&v, sc);
         sample_constraint json, c;
         sample_json_constraint(&json, &v);
         sample_lead l;
@@ -204,7 +204,7 @@ static void test_lead(void) {
         }
         CHECKF(ok && c.complete(c.state) && c.done(c.state), "lead in pieces of %d", step);
     }
-    ks_schema_free(sc);
+    sample_schema_free(sc);
 }
 
 int main(void) {

@@ -100,7 +100,7 @@ int main(void) {
                 json_t *msgs = conversation(contents[c], as_text);
                 CHECK(msgs);
                 json_t *vars = json_object();
-                json_object_set_new(vars, "messages", ks_chat_normalize(msgs));
+                json_object_set_new(vars, "messages", server_chat_normalize(msgs));
                 json_object_set(vars, "tools", tools);
                 json_object_set_new(vars, "add_generation_prompt", json_true());
                 json_object_set_new(vars, "bos_token", json_string("<s>"));
@@ -127,7 +127,7 @@ int main(void) {
     }
     /* the caller's messages stay as they were */
     json_t *msgs = conversation("null", 1);
-    json_t *norm = ks_chat_normalize(msgs);
+    json_t *norm = server_chat_normalize(msgs);
     json_t *asst = json_array_get(msgs, 1);
     CHECK(json_is_null(json_object_get(asst, "content")));
     CHECK(json_is_string(json_object_get(
@@ -140,7 +140,7 @@ int main(void) {
         json_loads("[{\"role\": \"assistant\", \"content\": \"b\", \"reasoning_content\": \"a\"},"
                    "{\"role\": \"assistant\", \"content\": \"d\", \"reasoning_content\": \"c\", \"thinking\": \"e\"}]",
                    0, NULL);
-    norm = ks_chat_normalize(msgs);
+    norm = server_chat_normalize(msgs);
     CHECK(!strcmp(json_string_value(json_object_get(json_array_get(norm, 0), "thinking")), "a"));
     CHECK(!strcmp(json_string_value(json_object_get(json_array_get(norm, 1), "thinking")), "e"));
     json_decref(norm);

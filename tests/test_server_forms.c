@@ -326,7 +326,7 @@ int main(void) {
     if (!mkdtemp(store)) return 1;
     const char *models[] = {"data/fixtures/toolform-llama3.gguf", "data/fixtures/toolform-mistral.gguf",
                             "data/fixtures/toolform-deepseek.gguf", "data/fixtures/toolform-pytag.gguf"};
-    ks_config cfg = ks_config_default();
+    server_config cfg = server_config_default();
     cfg.port = 0;
     cfg.models = models;
     cfg.n_models = 4;
@@ -335,18 +335,18 @@ int main(void) {
     cfg.n_threads = 1;
     cfg.keep_alive = -1;
     cfg.store_root = store;
-    ks_server *srv = NULL;
-    CHECK(ks_server_start(&cfg, &srv) == KILN_OK);
+    server_server *srv = NULL;
+    CHECK(server_server_start(&cfg, &srv) == KILN_OK);
     if (!srv) return t_done();
     char msg[256];
-    CHECKF(ks_server_wait_loaded(srv, msg, sizeof msg) == KILN_OK, "%s", msg);
-    g_port = ks_server_port(srv);
+    CHECKF(server_server_wait_loaded(srv, msg, sizeof msg) == KILN_OK, "%s", msg);
+    g_port = server_server_port(srv);
     check_model("toolform-llama3", "", 1);
     check_model("toolform-mistral", "", 1);
     check_model("toolform-deepseek", k_thought, 1);
     check_model("toolform-pytag", "", 0);
-    ks_server_drain(srv, 1);
-    ks_server_free(srv);
+    server_server_drain(srv, 1);
+    server_server_free(srv);
     char cmd[64];
     snprintf(cmd, sizeof cmd, "rm -rf %s", store);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", store);

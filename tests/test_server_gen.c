@@ -20,12 +20,12 @@
 #define MAX_CALLS 4
 
 typedef struct sink {
-    ks_buf content, reasoning;
+    server_buf content, reasoning;
     json_t *tools; /* whole calls (on_tool) */
     /* calls in parts (on_tool_part) */
     int n; /* calls opened */
     char name[MAX_CALLS][32];
-    ks_buf args[MAX_CALLS];
+    server_buf args[MAX_CALLS];
     int pieces[MAX_CALLS];
     int bad_order;                                 /* a header out of turn, a piece for a call not open */
     int bad_utf8;                                  /* a piece ending inside a character */
@@ -33,12 +33,12 @@ typedef struct sink {
     size_t head_at[MAX_CALLS], last_at[MAX_CALLS]; /* fed when the header / last piece went out */
 } sink;
 
-static void on_text(ks_gen *g, int kind, const char *s, size_t n, void *user) {
+static void on_text(server_gen *g, int kind, const char *s, size_t n, void *user) {
     sink *k = user;
-    ks_buf_put(kind == KS_D_REASONING ? &k->reasoning : &k->content, s, n);
+    server_buf_put(kind == SERVER_D_REASONING ? &k->reasoning : &k->content, s, n);
 }
 
-static void on_tool(ks_gen *g, int index, json_t *call, void *user) {
+static void on_tool(server_gen *g, int index, json_t *call, void *user) {
     sink *k = user;
     json_array_append(k->tools, call);
 }
@@ -56,7 +56,7 @@ static int whole_utf8(const char *s, size_t n) {
     return 1;
 }
 
-static void on_tool_part(ks_gen *g, int index, const char *name, const char *args, size_t n, void *user) {
+static void on_tool_part(server_gen *g, int index, const char *name, const char *args, size_t n, void *user) {
     sink *k = user;
     if (name) {
         if (index != k->n || index >= MAX_CALLS || n) {
@@ -73,7 +73,7 @@ static void on_tool_part(ks_gen *g, int index, const char *name, const char *arg
         return;
     }
     if (!whole_utf8(args, n)) k->bad_utf8 = 1;
-    ks_buf_put(&k->args[index], args, n);
+    server_buf_put(&k->args[index], args, n);
     k->pieces[index]++;
     k->last_at[index] = k->fed;
 }
@@ -83,16 +83,16 @@ static void on_tool_part(ks_gen *g, int index, const char *name, const char *arg
  * with one. */
 /* Feeds the tokens of text (less BOS) as a generation ending with fin;
  * returns what the pipeline made of it. */
-static int tokens(ks_gen *g, kiln_model *m, const char *text, int fin) {
+static int tokens(server_gen *g, kiln_model *m, const char *text, int fin) {
     int32_t n = 0;
-    int32_t *ids = ks_tokenize(m, text, 0, &n);
+    int32_t *ids = server_tokenize(m, text, 0, &n);
     int over = 0;
     for (int32_t i = 1; i < n && !over; i++) { /* skip BOS */
         gen_token t = {.id = ids[i]};
-        over = ks_gen_token(g, &t);
+        over = server_gen_token(g, &t);
     }
     free(ids);
-    if (!over) ks_gen_end(g, fin);
+    if (!over) server_gen_end(g, fin);
     return g->finish;
 }
 
@@ -106,27 +106,27 @@ static int g_fmt;
 static int run(kiln_model *m, const char *text, const char *stop, int think, sink *k) {
     memset(k, 0, sizeof *k);
     k->tools = json_array();
-    ks_gen g;
-    ks_gen_init(&g, m, think);
-    ks_gen_tools(&g, g_tools);
+    server_gen g;
+    server_gen_init(&g, m, think);
+    server_gen_tools(&g, g_tools);
     json_t *stops = stop ? json_pack("[s]", stop) : NULL;
     g.stops = stops;
     g.on_text = on_text;
     g.on_tool = on_tool;
     g.user = k;
-    int fin = tokens(&g, m, text, KS_FIN_LENGTH);
-    ks_gen_free(&g);
+    int fin = tokens(&g, m, text, SERVER_FIN_LENGTH);
+    server_gen_free(&g);
     json_decref(stops); /* the pipeline borrows the stop list */
     return fin;
 }
 
-static const char *str(ks_buf *b) { return b->p ? b->p : ""; }
+static const char *str(server_buf *b) { return b->p ? b->p : ""; }
 
 static void done(sink *k) {
-    ks_buf_free(&k->content);
-    ks_buf_free(&k->reasoning);
+    server_buf_free(&k->content);
+    server_buf_free(&k->reasoning);
     json_decref(k->tools);
-    for (int i = 0; i < MAX_CALLS; i++) ks_buf_free(&k->args[i]);
+    for (int i = 0; i < MAX_CALLS; i++) server_buf_free(&k->args[i]);
 }
 
 /* Feeds text straight to the tag parser (no tokens): in two pieces cut at
@@ -135,11 +135,11 @@ static void done(sink *k) {
 static void feed(kiln_model *m, const char *text, size_t at, int parts, sink *k) {
     memset(k, 0, sizeof *k);
     k->tools = json_array();
-    ks_gen g;
-    ks_gen_init(&g, m, 0);
-    ks_gen_tools(&g, g_tools);
+    server_gen g;
+    server_gen_init(&g, m, 0);
+    server_gen_tools(&g, g_tools);
     g.harmony = g_harmony;
-    ks_gen_format(&g, g_fmt);
+    server_gen_format(&g, g_fmt);
     g.on_text = on_text;
     g.on_tool = on_tool;
     if (parts) g.on_tool_part = on_tool_part;
@@ -148,17 +148,17 @@ static void feed(kiln_model *m, const char *text, size_t at, int parts, sink *k)
     if (at == (size_t)-1) {
         for (size_t i = 0; i < len; i++) {
             k->fed = i + 1;
-            ks_gen_text(&g, text + i, 1, 0);
+            server_gen_text(&g, text + i, 1, 0);
         }
     } else {
         k->fed = at;
-        ks_gen_text(&g, text, at, 0);
+        server_gen_text(&g, text, at, 0);
         k->fed = len;
-        ks_gen_text(&g, text + at, len - at, 0);
+        server_gen_text(&g, text + at, len - at, 0);
     }
-    ks_gen_text(&g, "", 0, 1);
+    server_gen_text(&g, "", 0, 1);
     CHECK(g.n_tools == k->n + (int)json_array_size(k->tools));
-    ks_gen_free(&g);
+    server_gen_free(&g);
 }
 
 typedef struct tcase {
@@ -313,17 +313,17 @@ static void harmony(kiln_model *m) {
     sink k;
     memset(&k, 0, sizeof k);
     k.tools = json_array();
-    ks_gen g;
-    ks_gen_init(&g, m, 0);
+    server_gen g;
+    server_gen_init(&g, m, 0);
     g.harmony = 1;
     g.split_think = g.split_tools = 0;
     g.on_text = on_text;
     g.user = &k;
-    ks_gen_text(&g, cases[0].text, strlen(cases[0].text), 0);
-    ks_gen_text(&g, "", 0, 1);
+    server_gen_text(&g, cases[0].text, strlen(cases[0].text), 0);
+    server_gen_text(&g, "", 0, 1);
     CHECKF(!k.reasoning.len && !strcmp(str(&k.content), "Think it over.The answer."), "no split: '%s'",
            str(&k.content));
-    ks_gen_free(&g);
+    server_gen_free(&g);
     done(&k);
     json_decref(g_tools);
     g_tools = NULL;
@@ -339,57 +339,57 @@ static void call_forms(kiln_model *m) {
         const char *text, *reasoning, *content, *calls; /* calls: [{name, arguments}] as JSON */
     } cases[] = {
         /* Llama 3.x: a call opens the reply; several with ';' between */
-        {KS_CF_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "", "",
+        {SERVER_CF_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "", "",
          "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
-        {KS_CF_LLAMA3,
+        {SERVER_CF_LLAMA3,
          " \n{\"type\": \"function\", \"name\": \"get_weather\", \"parameters\": {}}; {\"name\": \"get_time\", "
          "\"arguments\": \"{\\\"tz\\\": 1}\"}",
          "", "",
          "[{\"name\": \"get_weather\", \"arguments\": {}}, {\"name\": \"get_time\", \"arguments\": {\"tz\": 1}}]"},
-        {KS_CF_LLAMA3, "{\"name\": \"unknown\", \"parameters\": {}}", "", "{\"name\": \"unknown\", \"parameters\": {}}",
+        {SERVER_CF_LLAMA3, "{\"name\": \"unknown\", \"parameters\": {}}", "", "{\"name\": \"unknown\", \"parameters\": {}}",
          "[]"},
-        {KS_CF_LLAMA3, "{\"answer\": 42}", "", "{\"answer\": 42}", "[]"},
-        {KS_CF_LLAMA3, "Sure: {\"name\": \"get_weather\", \"parameters\": {}}", "",
+        {SERVER_CF_LLAMA3, "{\"answer\": 42}", "", "{\"answer\": 42}", "[]"},
+        {SERVER_CF_LLAMA3, "Sure: {\"name\": \"get_weather\", \"parameters\": {}}", "",
          "Sure: {\"name\": \"get_weather\", \"parameters\": {}}", "[]"},
-        {KS_CF_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Pa", "",
+        {SERVER_CF_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Pa", "",
          "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Pa", "[]"},
-        {KS_CF_LLAMA3, "<|python_tag|>brave_search.call(query=\"weather \\\"Paris\\\"\", n=3, safe=True)", "", "",
+        {SERVER_CF_LLAMA3, "<|python_tag|>brave_search.call(query=\"weather \\\"Paris\\\"\", n=3, safe=True)", "", "",
          "[{\"name\": \"brave_search\", \"arguments\": {\"query\": \"weather \\\"Paris\\\"\", \"n\": 3, \"safe\": "
          "true}}]"},
-        {KS_CF_LLAMA3, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", "", "",
+        {SERVER_CF_LLAMA3, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", "", "",
          "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]"},
-        {KS_CF_LLAMA3, "<|python_tag|>print(1 + 1)", "", "",
+        {SERVER_CF_LLAMA3, "<|python_tag|>print(1 + 1)", "", "",
          "[{\"name\": \"python\", \"arguments\": {\"code\": \"print(1 + 1)\"}}]"},
         /* Mistral: the JSON array, and the newer NAME[ARGS] form */
-        {KS_CF_MISTRAL,
+        {SERVER_CF_MISTRAL,
          "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"a1b2c3d4e\"}]", "",
          "", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
-        {KS_CF_MISTRAL, "Let me check.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}",
+        {SERVER_CF_MISTRAL, "Let me check.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}",
          "", "Let me check.",
          "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": "
          "{}}]"},
-        {KS_CF_MISTRAL, "[TOOL_CALLS]get_weather[CALL_ID]x1[ARGS]{\"city\": \"Rome\"}", "", "",
+        {SERVER_CF_MISTRAL, "[TOOL_CALLS]get_weather[CALL_ID]x1[ARGS]{\"city\": \"Rome\"}", "", "",
          "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]"},
-        {KS_CF_MISTRAL, "[TOOL_CALLS] not a call", "", "[TOOL_CALLS] not a call", "[]"},
-        {KS_CF_MISTRAL, "Type [TOOL_CALLS", "", "Type [TOOL_CALLS", "[]"},
+        {SERVER_CF_MISTRAL, "[TOOL_CALLS] not a call", "", "[TOOL_CALLS] not a call", "[]"},
+        {SERVER_CF_MISTRAL, "Type [TOOL_CALLS", "", "Type [TOOL_CALLS", "[]"},
         /* Gemma 4 */
-        {KS_CF_GEMMA4,
+        {SERVER_CF_GEMMA4,
          "<|tool_call>call:get_weather{city:<|\"|>Paris, \"FR\"<|\"|>,days:3,opts:{metric:true,tags:[<|\"|>a<|\"|>,"
          "null,-1.5]}}<tool_call|>",
          "", "",
          "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris, \\\"FR\\\"\", \"days\": 3, \"opts\": "
          "{\"metric\": true, \"tags\": [\"a\", null, -1.5]}}}]"},
-        {KS_CF_GEMMA4, "Done.<|tool_call>call:x{}<tool_call|><|tool_call>call:y{a:1}<tool_call|>", "", "Done.",
+        {SERVER_CF_GEMMA4, "Done.<|tool_call>call:x{}<tool_call|><|tool_call>call:y{a:1}<tool_call|>", "", "Done.",
          "[{\"name\": \"x\", \"arguments\": {}}, {\"name\": \"y\", \"arguments\": {\"a\": 1}}]"},
-        {KS_CF_GEMMA4, "<|tool_call>call:get_weather{city:Paris}<tool_call|>!", "",
+        {SERVER_CF_GEMMA4, "<|tool_call>call:get_weather{city:Paris}<tool_call|>!", "",
          "<|tool_call>call:get_weather{city:Paris}<tool_call|>!", "[]"},
         /* the forms' own reasoning blocks */
-        {KS_CF_GEMMA4, "<|channel>thought\nLet me call.<channel|><|tool_call>call:get_time{}<tool_call|>",
+        {SERVER_CF_GEMMA4, "<|channel>thought\nLet me call.<channel|><|tool_call>call:get_time{}<tool_call|>",
          "\nLet me call.", "", "[{\"name\": \"get_time\", \"arguments\": {}}]"},
-        {KS_CF_MISTRAL, "[THINK]Hmm.[/THINK]The answer.", "Hmm.", "The answer.", "[]"},
+        {SERVER_CF_MISTRAL, "[THINK]Hmm.[/THINK]The answer.", "Hmm.", "The answer.", "[]"},
         /* DeepSeek: V3 / R1 with fenced arguments, V3.1 bare; a forced
          * call's text ends after the arguments */
-        {KS_CF_DEEPSEEK,
+        {SERVER_CF_DEEPSEEK,
          "<think>hm</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
          "{\"city\": "
          "\"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}"
@@ -397,30 +397,30 @@ static void call_forms(kiln_model *m) {
          "hm", "",
          "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": "
          "{}}]"},
-        {KS_CF_DEEPSEEK,
+        {SERVER_CF_DEEPSEEK,
          "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜>"
          "<｜tool▁calls▁end｜>",
          "", "", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
-        {KS_CF_DEEPSEEK,
+        {SERVER_CF_DEEPSEEK,
          "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}",
          "", "", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
-        {KS_CF_DEEPSEEK, "a<｜tool▁calls▁begin｜>oops<｜tool▁calls▁end｜>b", "",
+        {SERVER_CF_DEEPSEEK, "a<｜tool▁calls▁begin｜>oops<｜tool▁calls▁end｜>b", "",
          "a<｜tool▁calls▁begin｜>oops<｜tool▁calls▁end｜>b", "[]"},
         /* Phi-4-mini and Nemotron Nano 2: a JSON array between tags */
-        {KS_CF_PHI4, "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]<|/tool_call|>",
+        {SERVER_CF_PHI4, "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]<|/tool_call|>",
          "", "", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
-        {KS_CF_PHI4, "functools[{\"name\": \"get_time\", \"arguments\": {}}]", "", "",
+        {SERVER_CF_PHI4, "functools[{\"name\": \"get_time\", \"arguments\": {}}]", "", "",
          "[{\"name\": \"get_time\", \"arguments\": {}}]"},
-        {KS_CF_PHI4, "Use functools.partial here.", "", "Use functools.partial here.", "[]"},
-        {KS_CF_NEMOTRON,
+        {SERVER_CF_PHI4, "Use functools.partial here.", "", "Use functools.partial here.", "[]"},
+        {SERVER_CF_NEMOTRON,
          "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", "
          "\"arguments\": {}}]</TOOLCALL>",
          "", "",
          "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": "
          "{}}]"},
-        {KS_CF_NEMOTRON, "<TOOLCALL>nope</TOOLCALL> and", "", "<TOOLCALL>nope</TOOLCALL> and", "[]"},
+        {SERVER_CF_NEMOTRON, "<TOOLCALL>nope</TOOLCALL> and", "", "<TOOLCALL>nope</TOOLCALL> and", "[]"},
         /* the <tool_call> form's markers mean nothing to another form */
-        {KS_CF_MISTRAL, "<tool_call>{\"name\": \"x\"}</tool_call>", "", "<tool_call>{\"name\": \"x\"}</tool_call>",
+        {SERVER_CF_MISTRAL, "<tool_call>{\"name\": \"x\"}</tool_call>", "", "<tool_call>{\"name\": \"x\"}</tool_call>",
          "[]"},
     };
     g_tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}, {\"type\": "
@@ -439,7 +439,7 @@ static void call_forms(kiln_model *m) {
                 const int ok = !strcmp(str(&k.reasoning), cases[c].reasoning) &&
                                !strcmp(str(&k.content), cases[c].content) && k.n == 0 && json_equal(k.tools, want);
                 char *got = json_dumps(k.tools, JSON_COMPACT);
-                CHECKF(ok, "%s case %zu, cut %zu%s: reasoning '%s', content '%s', calls %s", ks_callfmt_name(g_fmt), c,
+                CHECKF(ok, "%s case %zu, cut %zu%s: reasoning '%s', content '%s', calls %s", server_callfmt_name(g_fmt), c,
                        at, parts ? " in parts" : "", str(&k.reasoning), str(&k.content), got);
                 free(got);
                 fails += !ok;
@@ -447,7 +447,7 @@ static void call_forms(kiln_model *m) {
             }
         json_decref(want);
     }
-    g_fmt = KS_CF_TAG;
+    g_fmt = SERVER_CF_TAG;
     json_decref(g_tools);
     g_tools = NULL;
 }
@@ -458,9 +458,9 @@ static void call_form_detect(void) {
         const char *file;
         int fmt;
     } cases[] = {
-        {"llama3.2", KS_CF_LLAMA3}, {"mistral-v3", KS_CF_MISTRAL}, {"deepseek-r1-distill", KS_CF_DEEPSEEK},
-        {"qwen3", KS_CF_TAG},       {"qwen3.5", KS_CF_TAG},        {"chatml", KS_CF_TAG},
-        {"phi4", KS_CF_TAG},
+        {"llama3.2", SERVER_CF_LLAMA3}, {"mistral-v3", SERVER_CF_MISTRAL}, {"deepseek-r1-distill", SERVER_CF_DEEPSEEK},
+        {"qwen3", SERVER_CF_TAG},       {"qwen3.5", SERVER_CF_TAG},        {"chatml", SERVER_CF_TAG},
+        {"phi4", SERVER_CF_TAG},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[128];
@@ -468,14 +468,14 @@ static void call_form_detect(void) {
         size_t n;
         char *t = t_read_file(path, &n);
         CHECKF(t, "read %s", path);
-        const int fmt = t ? ks_callfmt_detect(t, NULL) : -1;
-        CHECKF(fmt == cases[i].fmt, "%s: form %s", cases[i].file, ks_callfmt_name(fmt));
+        const int fmt = t ? server_callfmt_detect(t, NULL) : -1;
+        CHECKF(fmt == cases[i].fmt, "%s: form %s", cases[i].file, server_callfmt_name(fmt));
         free(t);
     }
-    CHECK(ks_callfmt_detect("{{ '<|tool_call>call:' + name }}<tool_call|>", NULL) == KS_CF_GEMMA4);
-    CHECK(ks_callfmt_detect("<TOOLCALL>{{ tool_calls | tojson }}</TOOLCALL>", NULL) == KS_CF_NEMOTRON);
-    CHECK(ks_callfmt_detect("{{ '<|tool_call|>' }}", NULL) == KS_CF_PHI4);
-    CHECK(ks_callfmt_detect(NULL, NULL) == KS_CF_TAG);
+    CHECK(server_callfmt_detect("{{ '<|tool_call>call:' + name }}<tool_call|>", NULL) == SERVER_CF_GEMMA4);
+    CHECK(server_callfmt_detect("<TOOLCALL>{{ tool_calls | tojson }}</TOOLCALL>", NULL) == SERVER_CF_NEMOTRON);
+    CHECK(server_callfmt_detect("{{ '<|tool_call|>' }}", NULL) == SERVER_CF_PHI4);
+    CHECK(server_callfmt_detect(NULL, NULL) == SERVER_CF_TAG);
 }
 
 /* The XML form's values typed by the offered tool's schema (xmlcall.c),
@@ -538,7 +538,7 @@ int main(void) {
                   "Hi <think>let me see</think>The answer. <tool_call>{\"name\": \"get\", \"arguments\": {\"x\": 1}}"
                   "</tool_call> Bye",
                   NULL, 0, &k);
-    CHECK(fin == KS_FIN_LENGTH);
+    CHECK(fin == SERVER_FIN_LENGTH);
     CHECKF(!strcmp(str(&k.reasoning), "let me see"), "reasoning '%s'", str(&k.reasoning));
     CHECKF(!strcmp(str(&k.content), " Hi The answer.  Bye"), "content '%s'", str(&k.content));
     CHECK(json_array_size(k.tools) == 1);
@@ -570,13 +570,13 @@ int main(void) {
 
     /* a stop string spanning tokens ends the text before it */
     fin = run(m, "Once upon a time there was a dog.", "time there", 0, &k);
-    CHECK(fin == KS_FIN_STOP);
+    CHECK(fin == SERVER_FIN_STOP);
     CHECKF(!strcmp(str(&k.content), " Once upon a "), "content '%s'", str(&k.content));
     done(&k);
 
     /* a partial stop string at the end is released */
     fin = run(m, "The cat sat on the ma", "mat.", 0, &k);
-    CHECK(fin == KS_FIN_LENGTH && !strcmp(str(&k.content), " The cat sat on the ma"));
+    CHECK(fin == SERVER_FIN_LENGTH && !strcmp(str(&k.content), " The cat sat on the ma"));
     done(&k);
 
     /* a broken tool call stays text; a lone '<' is kept */
@@ -653,15 +653,15 @@ int main(void) {
     memset(&k, 0, sizeof k);
     {
         k.tools = json_array();
-        ks_gen g;
-        ks_gen_init(&g, m, 0);
+        server_gen g;
+        server_gen_init(&g, m, 0);
         g.on_text = on_text;
         g.on_tool = on_tool;
         g.on_tool_part = on_tool_part;
         g.user = &k;
-        tokens(&g, m, "Ok <tool_call>{\"name\": \"get\", \"arguments\": {\"x\": [1, 2]}}</tool_call>", KS_FIN_STOP);
-        CHECK(g.finish == KS_FIN_STOP && g.n_tools == 1);
-        ks_gen_free(&g);
+        tokens(&g, m, "Ok <tool_call>{\"name\": \"get\", \"arguments\": {\"x\": [1, 2]}}</tool_call>", SERVER_FIN_STOP);
+        CHECK(g.finish == SERVER_FIN_STOP && g.n_tools == 1);
+        server_gen_free(&g);
         CHECKF(k.n == 1 && !strcmp(k.name[0], "get") && !strcmp(str(&k.args[0]), "{\"x\": [1, 2]}") && k.pieces[0] > 1,
                "tokens: %d calls, '%s' in %d pieces", k.n, str(&k.args[0]), k.pieces[0]);
         CHECK(!strcmp(str(&k.content), " Ok ") && json_array_size(k.tools) == 0);
@@ -673,7 +673,7 @@ int main(void) {
     call_form_detect();
 
     /* invalid UTF-8 never reaches JSON */
-    json_t *j = ks_jstr("ok\xff\xfe!", 5);
+    json_t *j = server_jstr("ok\xff\xfe!", 5);
     CHECK(j && !strcmp(json_string_value(j), "ok\xef\xbf\xbd\xef\xbf\xbd!"));
     json_decref(j);
 

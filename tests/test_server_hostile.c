@@ -324,8 +324,8 @@ static void test_cancel(void) {
     CHECK(get("/health", out, sizeof out) == 200);
 }
 
-static ks_server *start(const char *const *models, uint64_t template_steps, const char *store) {
-    ks_config cfg = ks_config_default();
+static server_server *start(const char *const *models, uint64_t template_steps, const char *store) {
+    server_config cfg = server_config_default();
     cfg.port = 0;
     cfg.models = models;
     cfg.n_models = 2;
@@ -336,12 +336,12 @@ static ks_server *start(const char *const *models, uint64_t template_steps, cons
     cfg.store_root = store;
     cfg.template_steps = template_steps;
     cfg.header_timeout = 600; /* the slow clients are held for the whole test, however long it takes */
-    ks_server *srv = NULL;
-    CHECK(ks_server_start(&cfg, &srv) == KILN_OK);
+    server_server *srv = NULL;
+    CHECK(server_server_start(&cfg, &srv) == KILN_OK);
     if (!srv) return NULL;
     char msg[256];
-    CHECKF(ks_server_wait_loaded(srv, msg, sizeof msg) == KILN_OK, "%s", msg);
-    g_port = ks_server_port(srv);
+    CHECKF(server_server_wait_loaded(srv, msg, sizeof msg) == KILN_OK, "%s", msg);
+    g_port = server_server_port(srv);
     return srv;
 }
 
@@ -357,18 +357,18 @@ int main(void) {
     CHECK(t_write_chat_model_with(MODEL, hostile, k_hostile) == 0);
     CHECK(t_write_chat_model(MODEL, normal) == 0);
     const char *models[] = {hostile, normal};
-    ks_server *srv = start(models, 0, store);
+    server_server *srv = start(models, 0, store);
     if (srv) {
         test_budgets();
         test_concurrent();
-        ks_server_drain(srv, 5);
-        ks_server_free(srv);
+        server_server_drain(srv, 5);
+        server_server_free(srv);
     }
     srv = start(models, (uint64_t)1 << 50, store);
     if (srv) {
         test_cancel();
-        ks_server_drain(srv, 5);
-        ks_server_free(srv);
+        server_server_drain(srv, 5);
+        server_server_free(srv);
     }
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

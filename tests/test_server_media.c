@@ -6,7 +6,7 @@
  * base64, data: URLs that are not base64, bytes that are no image, http(s)
  * URLs without --allow-image-urls (400) and images over the byte limit
  * (413) are refused with a clear message; /props and /api/show say the
- * model takes no images; ks_media_fetch against a local HTTP server (an
+ * model takes no images; server_media_fetch against a local HTTP server (an
  * image, a redirect, 404, a body over the limit, a redirect to ftp, bytes
  * that are no image).  With the Gemma 3 vision fixture (a store-like pack
  * of model and mmproj): /props, /api/show and /v1/models say vision, and
@@ -97,24 +97,24 @@ static char *b64(const uint8_t *p, size_t n) {
 static void test_b64(void) {
     uint8_t *p;
     size_t len, bad;
-    CHECK(ks_media_b64("QUJD", 4, 100, &p, &len, &bad) == 0 && len == 3 && !memcmp(p, "ABC", 3));
+    CHECK(server_media_b64("QUJD", 4, 100, &p, &len, &bad) == 0 && len == 3 && !memcmp(p, "ABC", 3));
     free(p);
-    CHECK(ks_media_b64("QUI=", 4, 100, &p, &len, &bad) == 0 && len == 2 && !memcmp(p, "AB", 2));
+    CHECK(server_media_b64("QUI=", 4, 100, &p, &len, &bad) == 0 && len == 2 && !memcmp(p, "AB", 2));
     free(p);
-    CHECK(ks_media_b64("QUI", 3, 100, &p, &len, &bad) == 0 && len == 2 && !memcmp(p, "AB", 2));
+    CHECK(server_media_b64("QUI", 3, 100, &p, &len, &bad) == 0 && len == 2 && !memcmp(p, "AB", 2));
     free(p);
-    CHECK(ks_media_b64("QQ==", 4, 100, &p, &len, &bad) == 0 && len == 1 && p[0] == 'A');
+    CHECK(server_media_b64("QQ==", 4, 100, &p, &len, &bad) == 0 && len == 1 && p[0] == 'A');
     free(p);
-    CHECK(ks_media_b64("QU\r\nJD\n", 7, 100, &p, &len, &bad) == 0 && len == 3 && !memcmp(p, "ABC", 3));
+    CHECK(server_media_b64("QU\r\nJD\n", 7, 100, &p, &len, &bad) == 0 && len == 3 && !memcmp(p, "ABC", 3));
     free(p);
-    CHECK(ks_media_b64("", 0, 100, &p, &len, &bad) == 0 && len == 0);
+    CHECK(server_media_b64("", 0, 100, &p, &len, &bad) == 0 && len == 0);
     free(p);
-    CHECK(ks_media_b64("QU@D", 4, 100, &p, &len, &bad) == -1 && bad == 2 && p == NULL);
-    CHECK(ks_media_b64("Q", 1, 100, &p, &len, &bad) == -1);
-    CHECK(ks_media_b64("QUJD====", 8, 100, &p, &len, &bad) == -1);
-    CHECK(ks_media_b64("QU=D", 4, 100, &p, &len, &bad) == -1);
-    CHECK(ks_media_b64("QUJDQUJD", 8, 5, &p, &len, &bad) == -2 && p == NULL);
-    CHECK(ks_media_b64("QUJDQUJD", 8, 6, &p, &len, &bad) == 0 && len == 6);
+    CHECK(server_media_b64("QU@D", 4, 100, &p, &len, &bad) == -1 && bad == 2 && p == NULL);
+    CHECK(server_media_b64("Q", 1, 100, &p, &len, &bad) == -1);
+    CHECK(server_media_b64("QUJD====", 8, 100, &p, &len, &bad) == -1);
+    CHECK(server_media_b64("QU=D", 4, 100, &p, &len, &bad) == -1);
+    CHECK(server_media_b64("QUJDQUJD", 8, 5, &p, &len, &bad) == -2 && p == NULL);
+    CHECK(server_media_b64("QUJDQUJD", 8, 6, &p, &len, &bad) == 0 && len == 6);
     free(p);
 }
 
@@ -126,8 +126,8 @@ static void expect(const char *what, const char *path, const char *body, int sta
     CHECKF(strstr(out, words) != NULL, "%s: the response lacks '%s': %.400s", what, words, out);
 }
 
-static ks_server *start_with(const char *model, const char *mmproj, int allow_urls) {
-    ks_config cfg = ks_config_default();
+static server_server *start_with(const char *model, const char *mmproj, int allow_urls) {
+    server_config cfg = server_config_default();
     cfg.mmproj = mmproj;
     cfg.port = 0;
     cfg.models = &model;
@@ -138,16 +138,16 @@ static ks_server *start_with(const char *model, const char *mmproj, int allow_ur
     cfg.n_threads = 1;
     cfg.keep_alive = -1;
     cfg.max_image_bytes = LIMIT;
-    ks_server *srv = NULL;
-    CHECK(ks_server_start(&cfg, &srv) == KILN_OK);
+    server_server *srv = NULL;
+    CHECK(server_server_start(&cfg, &srv) == KILN_OK);
     if (!srv) return NULL;
     char msg[256];
-    CHECKF(ks_server_wait_loaded(srv, msg, sizeof msg) == KILN_OK, "%s", msg);
-    g_port = ks_server_port(srv);
+    CHECKF(server_server_wait_loaded(srv, msg, sizeof msg) == KILN_OK, "%s", msg);
+    g_port = server_server_port(srv);
     return srv;
 }
 
-static ks_server *start(const char *model, int allow_urls) { return start_with(model, NULL, allow_urls); }
+static server_server *start(const char *model, int allow_urls) { return start_with(model, NULL, allow_urls); }
 
 static char *fmt(const char *f, const char *a) {
     size_t n = strlen(f) + strlen(a) + 1;
@@ -157,7 +157,7 @@ static char *fmt(const char *f, const char *a) {
 }
 
 static void test_server(const char *model_path) {
-    ks_server *srv = start(model_path, 0);
+    server_server *srv = start(model_path, 0);
     if (!srv) return;
     size_t plen;
     char *png = t_read_file("data/vision/rgb.png", &plen);
@@ -267,8 +267,8 @@ static void test_server(const char *model_path) {
     free(large);
     free(text);
     free(png);
-    ks_server_drain(srv, 5);
-    ks_server_free(srv);
+    server_server_drain(srv, 5);
+    server_server_free(srv);
 }
 
 /* ---- image URLs ---- */
@@ -317,11 +317,11 @@ static void test_fetch(void) {
     uint8_t *p;
     size_t n;
     snprintf(url, sizeof url, "http://127.0.0.1:%d/cat.png", port);
-    CHECKF(ks_media_fetch(url, LIMIT, &p, &n, err, sizeof err) == 0, "%s", err);
+    CHECKF(server_media_fetch(url, LIMIT, &p, &n, err, sizeof err) == 0, "%s", err);
     CHECK(p && n == g_png_len && !memcmp(p, g_png, n));
     free(p);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/moved", port);
-    CHECKF(ks_media_fetch(url, LIMIT, &p, &n, err, sizeof err) == 0 && n == g_png_len, "%s", err);
+    CHECKF(server_media_fetch(url, LIMIT, &p, &n, err, sizeof err) == 0 && n == g_png_len, "%s", err);
     free(p);
     static const struct {
         const char *path;
@@ -335,7 +335,7 @@ static void test_fetch(void) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, bad[i].path);
-        int st = ks_media_fetch(url, LIMIT, &p, &n, err, sizeof err);
+        int st = server_media_fetch(url, LIMIT, &p, &n, err, sizeof err);
         CHECKF(st == bad[i].status && strstr(err, bad[i].words) && p == NULL, "%s: %d %s", bad[i].path, st, err);
     }
     MHD_stop_daemon(d);
@@ -398,7 +398,7 @@ static void test_vision(void) {
     size_t plen;
     char *png = t_read_file(VDIR "image.png", &plen);
     CHECK(png != NULL);
-    ks_server *srv = png ? start(model, 1) : NULL;
+    server_server *srv = png ? start(model, 1) : NULL;
     if (srv) {
         char *img = b64((const uint8_t *)png, plen);
         static char out[1 << 16];
@@ -497,8 +497,8 @@ static void test_vision(void) {
                "iVBORw0KGgo=\"}}]}]}",
                400, "error");
         free(img);
-        ks_server_drain(srv, 5);
-        ks_server_free(srv);
+        server_server_drain(srv, 5);
+        server_server_free(srv);
     }
     free(png);
     unlink(model);
@@ -515,17 +515,17 @@ static void test_mmproj_flag(void) {
     if (!probe) return;
     free(probe);
     static char out[1 << 16];
-    ks_server *srv = start_with(VDIR "gemma3-text.gguf", VDIR "gemma3-mmproj.gguf", 0);
+    server_server *srv = start_with(VDIR "gemma3-text.gguf", VDIR "gemma3-mmproj.gguf", 0);
     if (srv) {
         CHECK(request("/props", NULL, out, sizeof out) == 200);
         CHECKF(strstr(out, "\"vision\": true") || strstr(out, "\"vision\":true"), "/props with --mmproj: %.300s", out);
-        ks_server_free(srv);
+        server_server_free(srv);
     }
     srv = start_with(VDIR "gemma3-text.gguf", NULL, 0);
     if (srv) {
         CHECK(request("/props", NULL, out, sizeof out) == 200);
         CHECKF(strstr(out, "\"vision\": false") || strstr(out, "\"vision\":false"), "/props without: %.300s", out);
-        ks_server_free(srv);
+        server_server_free(srv);
     }
 }
 

@@ -40,7 +40,7 @@ static int same(json_t *got, const char *want_text, const char *what) {
 /* ---- Messages request ---- */
 
 static void msg_requests(void) {
-    ks_xreq x;
+    server_xreq x;
     char err[600];
     const char *param;
     json_t *b = J("{\"model\":\"m\",\"max_tokens\":64,\"temperature\":0.5,\"top_k\":7,\"stop_sequences\":[\"END\"],"
@@ -56,7 +56,7 @@ static void msg_requests(void) {
                   "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":"
                   "[{\"type\":\"text\",\"text\":\"18C\"}]},{\"type\":\"tool_result\",\"tool_use_id\":\"t2\","
                   "\"content\":\"down\",\"is_error\":true},{\"type\":\"text\",\"text\":\"Thanks\"}]}]}");
-    CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
+    CHECK(server_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
     CHECK(x.think == 1 && x.stream == 1 && x.has_max == 1);
     CHECK(same(x.chat,
                "{\"max_tokens\":64,\"temperature\":0.5,\"top_k\":7,\"stop\":[\"END\"],\"reasoning_budget\":1024,"
@@ -71,18 +71,18 @@ static void msg_requests(void) {
                "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather.\","
                "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]}",
                "messages -> chat"));
-    ks_xreq_free(&x);
+    server_xreq_free(&x);
     json_decref(b);
 
     /* count_tokens needs no max_tokens; tool_choice none drops the tools */
     b = J("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":{\"type\":\"none\"},"
           "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]}");
-    CHECK(ks_msg_translate(b, 1, &x, err, sizeof err, &param) == 0);
+    CHECK(server_msg_translate(b, 1, &x, err, sizeof err, &param) == 0);
     CHECK(same(x.chat, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", "count form"));
-    ks_xreq_free(&x);
-    CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == -1);
+    server_xreq_free(&x);
+    CHECK(server_msg_translate(b, 0, &x, err, sizeof err, &param) == -1);
     CHECK(param && !strcmp(param, "max_tokens") && strstr(err, "max_tokens"));
-    ks_xreq_free(&x);
+    server_xreq_free(&x);
     json_decref(b);
 
     /* documents: a text source and a content source, with title and
@@ -94,45 +94,45 @@ static void msg_requests(void) {
           "{\"type\":\"document\",\"source\":{\"type\":\"content\",\"content\":[{\"type\":\"text\",\"text\":\"A\"},"
           "{\"type\":\"text\",\"text\":\"B\"}]}},"
           "{\"type\":\"text\",\"text\":\"Summarize.\"}]}]}");
-    CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
+    CHECK(server_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
     CHECK(same(x.chat,
                "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
                "\"Read:\\n\\nNotes\\n\\nFrom May.\\n\\nLine 1.\\nLine 2.\\n\\nAB\\n\\nSummarize.\"}]}",
                "documents"));
-    ks_xreq_free(&x);
+    server_xreq_free(&x);
     json_decref(b);
 
     /* a forced call: any is OpenAI's "required", tool a named function */
     b = J("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":{\"type\":\"any\"},"
           "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]}");
-    CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
+    CHECK(server_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
     CHECK(
         same(x.chat,
              "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"required\","
              "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]}",
              "tool_choice any"));
-    ks_xreq_free(&x);
+    server_xreq_free(&x);
     json_decref(b);
     b = J("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
           "\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\",\"disable_parallel_tool_use\":true},"
           "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]}");
-    CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
+    CHECK(server_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
     CHECK(same(json_object_get(x.chat, "tool_choice"), "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}",
                "tool_choice tool"));
-    ks_xreq_free(&x);
+    server_xreq_free(&x);
     json_decref(b);
 
     /* image blocks stay parts of the turn, in place among its text (media.c reads them) */
     b = J("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
           "{\"type\":\"image\",\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"QUJD\"}},"
           "{\"type\":\"text\",\"text\":\"b\"}]}]}");
-    CHECK(ks_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
+    CHECK(server_msg_translate(b, 0, &x, err, sizeof err, &param) == 0);
     CHECK(same(
         json_object_get(x.chat, "messages"),
         "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image\",\"source\":"
         "{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"QUJD\"}},{\"type\":\"text\",\"text\":\"b\"}]}]",
         "image block"));
-    ks_xreq_free(&x);
+    server_xreq_free(&x);
     json_decref(b);
 
     static const struct {
@@ -167,14 +167,14 @@ static void msg_requests(void) {
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         b = J(refused[i].body);
-        int rc = ks_msg_translate(b, 0, &x, err, sizeof err, &param);
+        int rc = server_msg_translate(b, 0, &x, err, sizeof err, &param);
         CHECK(rc == -1);
         CHECK(param && !strcmp(param, refused[i].param));
         if (!strstr(err, refused[i].words)) {
             fprintf(stderr, "refusal %zu: '%s' does not say '%s'\n", i, err, refused[i].words);
             CHECK(0);
         }
-        ks_xreq_free(&x);
+        server_xreq_free(&x);
         json_decref(b);
     }
 }
@@ -182,7 +182,7 @@ static void msg_requests(void) {
 /* ---- Responses request ---- */
 
 static void resp_requests(void) {
-    ks_xreq x;
+    server_xreq x;
     char err[600];
     const char *param;
     json_t *b =
@@ -204,7 +204,7 @@ static void resp_requests(void) {
           "{\"type\":\"function_call_output\",\"call_id\":\"c2\",\"output\":[{\"type\":\"input_text\","
           "\"text\":\"two\"}]},"
           "{\"type\":\"function_call\",\"call_id\":\"c3\",\"name\":\"f\",\"arguments\":\"{}\"}]}");
-    CHECK(ks_resp_translate(b, &x, err, sizeof err, &param) == 0);
+    CHECK(server_resp_translate(b, &x, err, sizeof err, &param) == 0);
     CHECK(x.think == 0 && x.stream == 0 && x.has_max == 1);
     CHECK(same(x.chat,
                "{\"max_tokens\":32,\"temperature\":0,\"reasoning_effort\":\"none\","
@@ -223,38 +223,38 @@ static void resp_requests(void) {
                "{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"type\":\"object\","
                "\"properties\":{}}}}]}",
                "responses -> chat"));
-    ks_xreq_free(&x);
+    server_xreq_free(&x);
     json_decref(b);
 
     b = J("{\"input\":\"hi\",\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"},"
           "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}]}");
-    CHECK(ks_resp_translate(b, &x, err, sizeof err, &param) == 0);
+    CHECK(server_resp_translate(b, &x, err, sizeof err, &param) == 0);
     CHECK(same(json_object_get(x.chat, "tool_choice"), "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}",
                "responses: a named function"));
-    ks_xreq_free(&x);
+    server_xreq_free(&x);
     json_decref(b);
     b = J("{\"input\":\"hi\",\"tool_choice\":\"required\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}");
-    CHECK(ks_resp_translate(b, &x, err, sizeof err, &param) == 0);
+    CHECK(server_resp_translate(b, &x, err, sizeof err, &param) == 0);
     CHECK(!strcmp(json_string_value(json_object_get(x.chat, "tool_choice")), "required"));
-    ks_xreq_free(&x);
+    server_xreq_free(&x);
     json_decref(b);
 
     /* a user message's input_image parts stay parts, runs of text joined */
     b = J("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},{\"type\":"
           "\"input_text\",\"text\":\"b\"},{\"type\":\"input_image\",\"image_url\":\"data:image/png;base64,QUJD\"}]}]}");
-    CHECK(ks_resp_translate(b, &x, err, sizeof err, &param) == 0);
+    CHECK(server_resp_translate(b, &x, err, sizeof err, &param) == 0);
     CHECK(same(json_object_get(x.chat, "messages"),
                "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"ab\"},{\"type\":\"input_image\","
                "\"image_url\":\"data:image/png;base64,QUJD\"}]}]",
                "input_image"));
-    ks_xreq_free(&x);
+    server_xreq_free(&x);
     json_decref(b);
 
     b = J("{\"input\":\"hello\",\"stream\":true}");
-    CHECK(ks_resp_translate(b, &x, err, sizeof err, &param) == 0);
+    CHECK(server_resp_translate(b, &x, err, sizeof err, &param) == 0);
     CHECK(x.stream == 1 && x.think == -1 && x.has_max == 0);
     CHECK(same(x.chat, "{\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}", "string input"));
-    ks_xreq_free(&x);
+    server_xreq_free(&x);
     json_decref(b);
 
     static const struct {
@@ -276,14 +276,14 @@ static void resp_requests(void) {
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         b = J(refused[i].body);
-        int rc = ks_resp_translate(b, &x, err, sizeof err, &param);
+        int rc = server_resp_translate(b, &x, err, sizeof err, &param);
         CHECK(rc == -1);
         CHECK(param && !strcmp(param, refused[i].param));
         if (!strstr(err, refused[i].words)) {
             fprintf(stderr, "refusal %zu: '%s' does not say '%s'\n", i, err, refused[i].words);
             CHECK(0);
         }
-        ks_xreq_free(&x);
+        server_xreq_free(&x);
         json_decref(b);
     }
 }
@@ -292,17 +292,17 @@ static void resp_requests(void) {
 
 /* The pieces of one generation: thinking, text, two tool calls (the first
  * one's arguments in two pieces). */
-static void feed(ks_xw *w) {
+static void feed(server_xw *w) {
     w->ops->start(w);
-    w->ops->text(w, KS_D_REASONING, "Look ", 5);
-    w->ops->text(w, KS_D_REASONING, "it up.", 6);
-    w->ops->text(w, KS_D_CONTENT, "Sure.", 5);
+    w->ops->text(w, SERVER_D_REASONING, "Look ", 5);
+    w->ops->text(w, SERVER_D_REASONING, "it up.", 6);
+    w->ops->text(w, SERVER_D_CONTENT, "Sure.", 5);
     w->ops->tool_open(w, "f");
     w->ops->tool_args(w, "{\"a\": ", 6);
     w->ops->tool_args(w, "1}", 2);
     w->ops->tool_open(w, "g");
     w->ops->tool_args(w, "{}", 2);
-    w->finish = KS_FIN_STOP;
+    w->finish = SERVER_FIN_STOP;
     w->n_prompt = 10;
     w->n_cached = 4;
     w->n_gen = 9;
@@ -353,9 +353,9 @@ static int types_are(const events *ev, const char *const *want, int n) {
 }
 
 static void msg_writer(void) {
-    ks_buf out = {0};
-    ks_xw w;
-    ks_xw_init(&w, &ks_msg_ops, "msg", "abc", "m", &out);
+    server_buf out = {0};
+    server_xw w;
+    server_xw_init(&w, &server_msg_ops, "msg", "abc", "m", &out);
     feed(&w);
     const char *want_result =
         "{\"id\":\"msg_abc\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":["
@@ -380,7 +380,7 @@ static void msg_writer(void) {
     CHECK(types_are(&ev, want, (int)(sizeof want / sizeof want[0])));
     /* fold the deltas as a client does */
     json_t *content = json_array();
-    ks_buf js = {0};
+    server_buf js = {0};
     for (int i = 0; i < ev.n; i++) {
         json_t *d = ev.data[i];
         int idx = (int)json_integer_value(json_object_get(d, "index"));
@@ -393,14 +393,14 @@ static void msg_writer(void) {
             const char *t = json_string_value(json_object_get(dl, "type"));
             const char *key = !strcmp(t, "text_delta") ? "text" : !strcmp(t, "thinking_delta") ? "thinking" : NULL;
             if (key) {
-                ks_buf b = {0};
-                ks_buf_puts(&b, json_string_value(json_object_get(blk, key)));
-                ks_buf_puts(&b, json_string_value(json_object_get(dl, key)));
+                server_buf b = {0};
+                server_buf_puts(&b, json_string_value(json_object_get(blk, key)));
+                server_buf_puts(&b, json_string_value(json_object_get(dl, key)));
                 json_object_set_new(blk, key, json_string(b.p));
-                ks_buf_free(&b);
+                server_buf_free(&b);
             } else {
                 CHECK(!strcmp(t, "input_json_delta"));
-                ks_buf_puts(&js, json_string_value(json_object_get(dl, "partial_json")));
+                server_buf_puts(&js, json_string_value(json_object_get(dl, "partial_json")));
             }
         } else if (!strcmp(ev.type[i], "content_block_stop")) {
             json_t *blk = json_array_get(content, (size_t)idx);
@@ -408,46 +408,46 @@ static void msg_writer(void) {
             js.len = 0;
         }
     }
-    ks_buf_free(&js);
+    server_buf_free(&js);
     CHECK(json_equal(content, json_object_get(w.result, "content")));
     json_decref(content);
     CHECK(same(json_object_get(ev.data[ev.n - 2], "delta"), "{\"stop_reason\":\"tool_use\",\"stop_sequence\":null}",
                "message_delta"));
     events_free(&ev);
     /* not streamed: the same object, nothing written */
-    ks_xw w2;
-    ks_xw_init(&w2, &ks_msg_ops, "msg", "abc", "m", NULL);
+    server_xw w2;
+    server_xw_init(&w2, &server_msg_ops, "msg", "abc", "m", NULL);
     feed(&w2);
     CHECK(json_equal(w.result, w2.result));
-    ks_xw_free(&w2);
-    ks_xw_free(&w);
+    server_xw_free(&w2);
+    server_xw_free(&w);
     /* stop reasons */
     static const struct {
         int fin;
         const char *stop, *reason;
-    } ends[] = {{KS_FIN_LENGTH, NULL, "max_tokens"},
-                {KS_FIN_STOP, "END", "stop_sequence"},
-                {KS_FIN_STOP, NULL, "end_turn"},
-                {KS_FIN_REPEAT, NULL, "repetition"},
-                {KS_FIN_BUDGET, NULL, "thinking_budget"}};
+    } ends[] = {{SERVER_FIN_LENGTH, NULL, "max_tokens"},
+                {SERVER_FIN_STOP, "END", "stop_sequence"},
+                {SERVER_FIN_STOP, NULL, "end_turn"},
+                {SERVER_FIN_REPEAT, NULL, "repetition"},
+                {SERVER_FIN_BUDGET, NULL, "thinking_budget"}};
     for (int i = 0; i < (int)(sizeof ends / sizeof ends[0]); i++) {
-        ks_xw_init(&w, &ks_msg_ops, "msg", "x", "m", NULL);
-        w.ops->text(&w, KS_D_CONTENT, "hi", 2);
+        server_xw_init(&w, &server_msg_ops, "msg", "x", "m", NULL);
+        w.ops->text(&w, SERVER_D_CONTENT, "hi", 2);
         w.finish = ends[i].fin;
         w.stop_seq = ends[i].stop;
         w.ops->finish(&w);
         CHECK(!strcmp(json_string_value(json_object_get(w.result, "stop_reason")), ends[i].reason));
         json_t *ss = json_object_get(w.result, "stop_sequence");
         CHECK(ends[i].stop ? !strcmp(json_string_value(ss), ends[i].stop) : json_is_null(ss));
-        ks_xw_free(&w);
+        server_xw_free(&w);
     }
-    ks_buf_free(&out);
+    server_buf_free(&out);
 }
 
 static void resp_writer(void) {
-    ks_buf out = {0};
-    ks_xw w;
-    ks_xw_init(&w, &ks_resp_ops, "resp", "abc", "m", &out);
+    server_buf out = {0};
+    server_xw w;
+    server_xw_init(&w, &server_resp_ops, "resp", "abc", "m", &out);
     w.echo = J("{\"instructions\":\"Be brief.\",\"input\":\"x\"}");
     feed(&w);
     json_t *output = json_object_get(w.result, "output");
@@ -497,12 +497,12 @@ static void resp_writer(void) {
     CHECK(types_are(&ev, want, (int)(sizeof want / sizeof want[0])));
     /* sequence numbers; output indexes; each item done as in the result;
      * deltas join into the done text */
-    ks_buf acc = {0};
+    server_buf acc = {0};
     for (int i = 0; i < ev.n; i++) {
         json_t *d = ev.data[i];
         CHECK(json_integer_value(json_object_get(d, "sequence_number")) == i);
         const char *t = ev.type[i];
-        if (strstr(t, ".delta")) ks_buf_puts(&acc, json_string_value(json_object_get(d, "delta")));
+        if (strstr(t, ".delta")) server_buf_puts(&acc, json_string_value(json_object_get(d, "delta")));
         if (!strcmp(t, "response.output_text.done") || !strcmp(t, "response.reasoning_text.done")) {
             CHECK(acc.len == strlen(json_string_value(json_object_get(d, "text"))));
             CHECK(!memcmp(acc.p, json_string_value(json_object_get(d, "text")), acc.len));
@@ -516,59 +516,59 @@ static void resp_writer(void) {
             acc.len = 0;
         }
     }
-    ks_buf_free(&acc);
+    server_buf_free(&acc);
     CHECK(json_equal(json_object_get(ev.data[ev.n - 1], "response"), w.result));
     CHECK(
         !strcmp(json_string_value(json_object_get(json_object_get(ev.data[0], "response"), "status")), "in_progress"));
     events_free(&ev);
-    ks_xw w2;
-    ks_xw_init(&w2, &ks_resp_ops, "resp", "abc", "m", NULL);
+    server_xw w2;
+    server_xw_init(&w2, &server_resp_ops, "resp", "abc", "m", NULL);
     w2.echo = J("{\"instructions\":\"Be brief.\",\"input\":\"x\"}");
     feed(&w2);
     /* created_at may differ by a second between the two */
     json_object_del(w.result, "created_at");
     json_object_del(w2.result, "created_at");
     CHECK(json_equal(w.result, w2.result));
-    ks_xw_free(&w2);
-    ks_xw_free(&w);
+    server_xw_free(&w2);
+    server_xw_free(&w);
     /* a length cut is incomplete */
     out.len = 0;
-    ks_xw_init(&w, &ks_resp_ops, "resp", "x", "m", &out);
+    server_xw_init(&w, &server_resp_ops, "resp", "x", "m", &out);
     w.ops->start(&w);
-    w.ops->text(&w, KS_D_CONTENT, "hi", 2);
-    w.finish = KS_FIN_LENGTH;
+    w.ops->text(&w, SERVER_D_CONTENT, "hi", 2);
+    w.finish = SERVER_FIN_LENGTH;
     w.ops->finish(&w);
     CHECK(!strcmp(json_string_value(json_object_get(w.result, "status")), "incomplete"));
     CHECK(same(json_object_get(w.result, "incomplete_details"), "{\"reason\":\"max_output_tokens\"}", "incomplete"));
     CHECK(strstr(out.p, "event: response.incomplete\n") != NULL);
-    ks_xw_free(&w);
+    server_xw_free(&w);
     /* the repetition guard and the thinking budget: incomplete, each with its reason */
     for (int i = 0; i < 2; i++) {
         out.len = 0;
-        ks_xw_init(&w, &ks_resp_ops, "resp", "x", "m", &out);
+        server_xw_init(&w, &server_resp_ops, "resp", "x", "m", &out);
         w.ops->start(&w);
-        w.ops->text(&w, KS_D_CONTENT, "hi", 2);
-        w.finish = i ? KS_FIN_BUDGET : KS_FIN_REPEAT;
+        w.ops->text(&w, SERVER_D_CONTENT, "hi", 2);
+        w.finish = i ? SERVER_FIN_BUDGET : SERVER_FIN_REPEAT;
         w.ops->finish(&w);
         CHECK(!strcmp(json_string_value(json_object_get(w.result, "status")), "incomplete"));
         CHECK(same(json_object_get(w.result, "incomplete_details"),
                    i ? "{\"reason\":\"thinking_budget\"}" : "{\"reason\":\"repetition\"}", "incomplete"));
         CHECK(strstr(out.p, "event: response.incomplete\n") != NULL);
-        ks_xw_free(&w);
+        server_xw_free(&w);
     }
     /* a failure mid-stream: an error event, then response.failed */
     out.len = 0;
-    ks_xw_init(&w, &ks_resp_ops, "resp", "x", "m", &out);
+    server_xw_init(&w, &server_resp_ops, "resp", "x", "m", &out);
     w.ops->start(&w);
-    w.ops->text(&w, KS_D_CONTENT, "hi", 2);
+    w.ops->text(&w, SERVER_D_CONTENT, "hi", 2);
     w.ops->fail(&w, "the model failed");
     CHECK(parse_sse(out.p, &ev) == 0);
     CHECK(!strcmp(ev.type[ev.n - 2], "error") && !strcmp(ev.type[ev.n - 1], "response.failed"));
     CHECK(!strcmp(json_string_value(json_object_get(json_object_get(ev.data[ev.n - 1], "response"), "status")),
                   "failed"));
     events_free(&ev);
-    ks_xw_free(&w);
-    ks_buf_free(&out);
+    server_xw_free(&w);
+    server_buf_free(&out);
 }
 
 int main(void) {

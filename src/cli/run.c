@@ -73,8 +73,8 @@ typedef struct chat_view {
     size_t n_pend;
     char *call; /* a tool call's text so far */
     size_t n_call, cap_call;
-    ks_gen *hg;                /* a harmony model's reply through its reader, or NULL */
-    ks_buf h_content, h_think; /*   what it made of it */
+    server_gen *hg;                /* a harmony model's reply through its reader, or NULL */
+    server_buf h_content, h_think; /*   what it made of it */
 } chat_view;
 
 static const char *const view_tags[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
@@ -143,20 +143,20 @@ static void view_tag(chat_view *v, int tag) {
 
 /* The harmony reader's sinks: reasoning and text shown as the tags'
  * would be, and kept; calls shown. */
-static void view_h_text(ks_gen *g, int kind, const char *s, size_t n, void *user) {
+static void view_h_text(server_gen *g, int kind, const char *s, size_t n, void *user) {
     (void)g;
     chat_view *v = user;
-    const int mode = kind == KS_D_REASONING ? VIEW_THINK : VIEW_TEXT;
+    const int mode = kind == SERVER_D_REASONING ? VIEW_THINK : VIEW_TEXT;
     if (mode != v->mode) {
         if (v->mode == VIEW_THINK) view_end_think(v);
         v->mode = mode;
         v->trim = 1;
     }
     view_emit(v, s, n);
-    ks_buf_put(kind == KS_D_REASONING ? &v->h_think : &v->h_content, s, n);
+    server_buf_put(kind == SERVER_D_REASONING ? &v->h_think : &v->h_content, s, n);
 }
 
-static void view_h_tool(ks_gen *g, int index, json_t *call, void *user) {
+static void view_h_tool(server_gen *g, int index, json_t *call, void *user) {
     (void)g;
     (void)index;
     chat_view *v = user;
@@ -170,7 +170,7 @@ static void view_h_tool(ks_gen *g, int index, json_t *call, void *user) {
 
 static void view_put(chat_view *v, const char *s, size_t n) {
     if (v->hg) {
-        ks_gen_text(v->hg, s, n, 0);
+        server_gen_text(v->hg, s, n, 0);
         fflush(stdout);
         return;
     }
@@ -209,7 +209,7 @@ static void view_put(chat_view *v, const char *s, size_t n) {
 
 /* The reply ended: what was held back goes out, an open reasoning closes. */
 static void view_finish(chat_view *v) {
-    if (v->hg) ks_gen_text(v->hg, "", 0, 1);
+    if (v->hg) server_gen_text(v->hg, "", 0, 1);
     view_emit(v, v->pend, v->n_pend);
     v->n_pend = 0;
     if (v->mode == VIEW_THINK && v->think_open && v->tty) fputs("\033[0m", stdout);
@@ -494,7 +494,7 @@ static void pack_end(cli_opts *o, const cli_opts *base, cli_pack *pk, const char
 }
 
 /* --json-schema: the schema compiled, or NULL after printing why. */
-static ks_schema *schema_of(const cli_opts *o, const char *cmd) {
+static sample_schema *schema_of(const cli_opts *o, const char *cmd) {
     json_error_t je;
     json_t *j = json_loads(o->json_schema, JSON_DECODE_ANY, &je);
     if (!j) {
@@ -502,7 +502,7 @@ static ks_schema *schema_of(const cli_opts *o, const char *cmd) {
         return NULL;
     }
     char err[300] = "";
-    ks_schema *sc = ks_schema_compile(j, err, sizeof err);
+    sample_schema *sc = sample_schema_compile(j, err, sizeof err);
     json_decref(j);
     if (!sc) fprintf(stderr, "kiln %s: --json-schema: %s\n", cmd, err);
     return sc;
@@ -525,10 +525,10 @@ int cmd_run(int argc, char **argv) {
     pack_end(&o, &base, &pk, NULL);
     cli_pack_free(&pk);
     if (cli_opts_finish(&o, "run")) return 2;
-    ks_schema *schema = NULL;
+    sample_schema *schema = NULL;
     if (o.json_schema && !(schema = schema_of(&o, "run"))) return 2;
     if (cli_prompt_from_stdin(&o)) {
-        ks_schema_free(schema);
+        sample_schema_free(schema);
         fprintf(stderr, "kiln run: no prompt (use -p TEXT, -f FILE, or pipe it in)\n");
         return 2;
     }
@@ -536,7 +536,7 @@ int cmd_run(int argc, char **argv) {
     kiln_model *m;
     kiln_context *c;
     if (cli_load(&o, &m, &c, 1)) {
-        ks_schema_free(schema);
+        sample_schema_free(schema);
         return 1;
     }
     int rc = 1;
@@ -583,10 +583,10 @@ int cmd_run(int argc, char **argv) {
     p.sampler = o.sp;
     spec_slot(&p, sp);
     p.ignore_eos = o.ignore_eos;
-    ks_sv sv;
+    sample_sv sv;
     sample_constraint cons;
     if (schema) {
-        ks_sv_init(&sv, schema);
+        sample_sv_init(&sv, schema);
         sample_json_constraint(&cons, &sv);
         p.constraint = &cons;
     }
@@ -608,7 +608,7 @@ done:
     spec_free(sp);
     kiln_context_free(c);
     kiln_model_free(m);
-    ks_schema_free(schema);
+    sample_schema_free(schema);
     return rc;
 }
 
@@ -1080,7 +1080,7 @@ int cmd_chat(int argc, char **argv) {
     }
     cli_pack pk;
     pack_end(&o, &base, &pk, &system);
-    ks_schema *schema = NULL;
+    sample_schema *schema = NULL;
     if (cli_opts_finish(&o, "chat") || (o.json_schema && !(schema = schema_of(&o, "chat")))) {
         cli_pack_free(&pk);
         return 2;
@@ -1091,7 +1091,7 @@ int cmd_chat(int argc, char **argv) {
     chat_view view = {.tty = isatty(STDOUT_FILENO) && !getenv("NO_COLOR"), .hide_think = hide_think};
     if (cli_load(&o, &st.m, &st.c, 1)) {
         cli_pack_free(&pk);
-        ks_schema_free(schema);
+        sample_schema_free(schema);
         return 1;
     }
     catch_sigint();
@@ -1104,7 +1104,7 @@ int cmd_chat(int argc, char **argv) {
         if (chat_add_image(&st, o.image[i], has_tmpl)) {
             chat_drop_images(&st, st.n_img, 0);
             cli_pack_free(&pk);
-            ks_schema_free(schema);
+            sample_schema_free(schema);
             kiln_context_free(st.c);
             kiln_model_free(st.m);
             return 1;
@@ -1307,10 +1307,10 @@ int cmd_chat(int argc, char **argv) {
         p.sampler = o.sp;
         spec_slot(&p, sp);
         p.ignore_eos = o.ignore_eos;
-        ks_sv sv;
+        sample_sv sv;
         sample_constraint cons;
         if (schema) { /* each reply is one value */
-            ks_sv_init(&sv, schema);
+            sample_sv_init(&sv, schema);
             sample_json_constraint(&cons, &sv);
             p.constraint = &cons;
         }
@@ -1323,8 +1323,8 @@ int cmd_chat(int argc, char **argv) {
         view.mode = has_tmpl && st.opens_think ? VIEW_THINK : VIEW_TEXT;
         view.trim = view.mode == VIEW_THINK;
         view.think_open = 0;
-        ks_gen hg;
-        ks_gen_init(&hg, st.m, 0);
+        server_gen hg;
+        server_gen_init(&hg, st.m, 0);
         view.hg = hg.harmony && has_tmpl ? &hg : NULL;
         view.h_content.len = view.h_think.len = 0;
         hg.on_text = view_h_text;
@@ -1334,7 +1334,7 @@ int cmd_chat(int argc, char **argv) {
         view_finish(&view);
         const int harmony = view.hg != NULL;
         view.hg = NULL;
-        ks_gen_free(&hg);
+        server_gen_free(&hg);
         if (k.why == GEN_FAILED) st.n_kv = 0; /* the core emptied the sequence */
         if (fr || k.why == GEN_FAILED) {
             if (ids != st.held) free(ids);
@@ -1372,8 +1372,8 @@ int cmd_chat(int argc, char **argv) {
             json_t *msg = json_pack("{s:s, s:s}", "role", "assistant", "content", k.out ? k.out : "");
             if (harmony) { /* the final text, and the analysis as thinking */
                 json_object_set_new(msg, "content",
-                                    ks_jstr(view.h_content.p ? view.h_content.p : "", view.h_content.len));
-                if (view.h_think.len) json_object_set_new(msg, "thinking", ks_jstr(view.h_think.p, view.h_think.len));
+                                    server_jstr(view.h_content.p ? view.h_content.p : "", view.h_content.len));
+                if (view.h_think.len) json_object_set_new(msg, "thinking", server_jstr(view.h_think.p, view.h_think.len));
             }
             json_array_append_new(st.messages, msg);
         } else if (k.out_len) {
@@ -1393,13 +1393,13 @@ done:
     free(line);
     free(loaded);
     free(view.call);
-    ks_buf_free(&view.h_content);
-    ks_buf_free(&view.h_think);
+    server_buf_free(&view.h_content);
+    server_buf_free(&view.h_think);
     json_decref(st.messages);
     chat_free(st.tmpl);
     chat_gotmpl_free(st.go);
     cli_pack_free(&pk);
-    ks_schema_free(schema);
+    sample_schema_free(schema);
     free(st.held);
     chat_drop_images(&st, st.n_img, 0);
     vision_prompt_free(&st.vp);

@@ -55,7 +55,7 @@ static void say(int json, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    ks_log_line(json, msg);
+    server_log_line(json, msg);
     fflush(stderr);
 }
 
@@ -114,13 +114,13 @@ static void serve_usage(FILE *f) {
             "  --spec TYPE       speculative decoding for every request of a generating model: ngram\n"
             "                    or draft, with --spec-n N, -md/--draft-model M, --spec-fixed,\n"
             "                    --spec-ngram-min N, --spec-ngram-max N, --spec-p-min P as for kiln run\n",
-            KS_DEFAULT_PORT);
+            SERVER_DEFAULT_PORT);
 }
 
 /* Whether a served model may take images: a --mmproj, a -m model (a file,
  * or a name in the store) whose pack holds a projector, or the store's
  * models on demand (a pulled vision model brings its projector). */
-static int vision_possible(const ks_config *cfg) {
+static int vision_possible(const server_config *cfg) {
     if (cfg->mmproj || cfg->n_models == 0) return 1;
     char companion[4096];
     int found = 0;
@@ -150,7 +150,7 @@ static size_t body_for_images(size_t base, size_t max_image) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    ks_config cfg = ks_config_default();
+    server_config cfg = server_config_default();
     const char **models = calloc((size_t)argc, sizeof *models);
     if (!models) return 1;
     int n_models = 0;
@@ -343,27 +343,27 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
-    ks_server *s;
-    if (ks_server_start(&cfg, &s) != KILN_OK) {
+    server_server *s;
+    if (server_server_start(&cfg, &s) != KILN_OK) {
         kiln_store_release(image_lease);
         free(models);
         return 1;
     }
     int v6 = strchr(cfg.host, ':') && cfg.host[0] != '[';
-    say(cfg.log_json, "listening on http://%s%s%s:%d", v6 ? "[" : "", cfg.host, v6 ? "]" : "", ks_server_port(s));
+    say(cfg.log_json, "listening on http://%s%s%s:%d", v6 ? "[" : "", cfg.host, v6 ? "]" : "", server_server_port(s));
     /* a -m model that does not load ends the server at once, with why */
     char why[512];
-    if (ks_server_wait_loaded(s, why, sizeof why) != KILN_OK) {
+    if (server_server_wait_loaded(s, why, sizeof why) != KILN_OK) {
         say(cfg.log_json, "%s", why);
-        ks_server_free(s);
+        server_server_free(s);
         free(models);
         return 1;
     }
     int sig = 0;
     while (sigwait(&set, &sig) == EINTR) {}
     say(cfg.log_json, "signal %d", sig);
-    ks_server_drain(s, grace); /* says "draining" once /health answers 503 */
-    ks_server_free(s);
+    server_server_drain(s, grace); /* says "draining" once /health answers 503 */
+    server_server_free(s);
     kiln_store_release(image_lease);
     free(models);
     say(cfg.log_json, "stopped");

@@ -128,7 +128,7 @@ static int call_byte(sample_call *k, unsigned char ch) {
             k->pos = 1; /* the first byte of mid */
             if (!k->form->mid[1]) {
                 enter(k, C_ARGS);
-                ks_sv_init(&k->sv, k->schemas[k->pick]);
+                sample_sv_init(&k->sv, k->schemas[k->pick]);
             }
             return 1;
         }
@@ -139,19 +139,19 @@ static int call_byte(sample_call *k, unsigned char ch) {
     }
     case C_MID:
         if (!lit_byte(k, k->form->mid, ch, C_ARGS)) return 0;
-        if (k->phase == C_ARGS) ks_sv_init(&k->sv, k->schemas[k->pick]);
+        if (k->phase == C_ARGS) sample_sv_init(&k->sv, k->schemas[k->pick]);
         return 1;
     case C_ARGS: {
         /* on one line, as the format writes a call: between tokens at most
          * one space (sv.ws counts a line break as 2 and up) */
-        if (is_ws(ch) && ends_at_args(k) && ks_sv_complete(&k->sv)) return 0; /* nothing follows */
-        ks_sv t;
-        ks_sv_copy(&t, &k->sv);
-        if (ks_sv_byte(&t, ch) && t.ws <= 1) {
-            ks_sv_copy(&k->sv, &t);
+        if (is_ws(ch) && ends_at_args(k) && sample_sv_complete(&k->sv)) return 0; /* nothing follows */
+        sample_sv t;
+        sample_sv_copy(&t, &k->sv);
+        if (sample_sv_byte(&t, ch) && t.ws <= 1) {
+            sample_sv_copy(&k->sv, &t);
             return 1;
         }
-        if (!ks_sv_complete(&k->sv)) return 0;
+        if (!sample_sv_complete(&k->sv)) return 0;
         enter(k, C_TAIL);
         return call_byte(k, ch);
     }
@@ -163,13 +163,13 @@ static int call_byte(sample_call *k, unsigned char ch) {
     }
 }
 
-int sample_call_init(sample_call *k, const char *const *names, const struct ks_schema *const *schemas, int n,
+int sample_call_init(sample_call *k, const char *const *names, const struct sample_schema *const *schemas, int n,
                      int think) {
     return sample_call_init_form(k, &k_hermes, names, schemas, n, think);
 }
 
 int sample_call_init_form(sample_call *k, const sample_call_form *form, const char *const *names,
-                          const struct ks_schema *const *schemas, int n, int think) {
+                          const struct sample_schema *const *schemas, int n, int think) {
     memset(k, 0, sizeof *k);
     if (n < 1 || n > SAMPLE_CALL_MAX || !form->mid[0]) return -1;
     k->form = form;
@@ -193,7 +193,7 @@ int sample_call_init_form(sample_call *k, const sample_call_form *form, const ch
 static int call_allows(void *st, const char *text, int n) {
     sample_call t; /* the recognizer last, so only its frames in use are copied */
     memcpy(&t, st, offsetof(sample_call, sv));
-    ks_sv_copy(&t.sv, &((const sample_call *)st)->sv);
+    sample_sv_copy(&t.sv, &((const sample_call *)st)->sv);
     for (int i = 0; i < n; i++)
         if (!call_byte(&t, (unsigned char)text[i])) return 0;
     return 1;
@@ -201,7 +201,7 @@ static int call_allows(void *st, const char *text, int n) {
 
 static int call_complete(void *st) {
     sample_call *k = st;
-    return k->phase == C_DONE || (k->phase == C_ARGS && ends_at_args(k) && ks_sv_complete(&k->sv));
+    return k->phase == C_DONE || (k->phase == C_ARGS && ends_at_args(k) && sample_sv_complete(&k->sv));
 }
 
 static void call_accept(void *st, const char *text, int n) {

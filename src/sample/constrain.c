@@ -44,15 +44,15 @@ void sample_constraint_accept(const sample_constraint *c, const kiln_model *m, i
 
 /* ---- the JSON recognizer as a constraint ---- */
 
-static int json_allows(void *st, const char *text, int n) { return ks_sv_accepts(st, text, n); }
-static int json_complete(void *st) { return ks_sv_complete(st); }
-static int json_done(void *st) { return ((const ks_sv *)st)->done; }
+static int json_allows(void *st, const char *text, int n) { return sample_sv_accepts(st, text, n); }
+static int json_complete(void *st) { return sample_sv_complete(st); }
+static int json_done(void *st) { return ((const sample_sv *)st)->done; }
 
 static void json_accept(void *st, const char *text, int n) {
-    for (int i = 0; i < n; i++) ks_sv_byte(st, (unsigned char)text[i]);
+    for (int i = 0; i < n; i++) sample_sv_byte(st, (unsigned char)text[i]);
 }
 
-void sample_json_constraint(sample_constraint *c, struct ks_sv *v) {
+void sample_json_constraint(sample_constraint *c, struct sample_sv *v) {
     c->allows = json_allows;
     c->complete = json_complete;
     c->accept = json_accept;

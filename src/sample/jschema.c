@@ -48,17 +48,17 @@ enum { N_ANY, N_OBJECT, N_ARRAY, N_STRING, N_NUMBER, N_INTEGER, N_LITERAL, N_UNI
 #define LEN_EXACT 1000
 /* Schema keywords inside each other (the compiler's recursion): a level of
  * value nesting often takes two (properties, then a $ref). */
-#define MAX_NEST (2 * KS_SV_DEPTH)
-/* ks_node.min_depth beyond 1..KS_SV_DEPTH: a finite value exists but each
+#define MAX_NEST (2 * SAMPLE_SV_DEPTH)
+/* sample_node.min_depth beyond 1..SAMPLE_SV_DEPTH: a finite value exists but each
  * nests deeper than the recognizer's stack; no finite value exists */
-#define DEPTH_DEEP (KS_SV_DEPTH + 1)
+#define DEPTH_DEEP (SAMPLE_SV_DEPTH + 1)
 #define DEPTH_NONE INT_MAX
 
 typedef __int128 i128;
 
-struct ks_node {
+struct sample_node {
     int kind;
-    int id;            /* index in ks_schema.nodes; -1 for the static nodes */
+    int id;            /* index in sample_schema.nodes; -1 for the static nodes */
     int min_depth;     /* frames the shallowest value takes (a leaf 1), DEPTH_DEEP
                       or DEPTH_NONE; 0 while compiling (counts as fitting) */
     uint8_t first[32]; /* bytes a value may begin with (bit set) */
@@ -66,10 +66,10 @@ struct ks_node {
     int n_props, any_keys;
     char **keys;
     int *key_len;
-    ks_node **props;
+    sample_node **props;
     uint8_t *req;
     /* array (items), string (characters) */
-    ks_node *items;
+    sample_node *items;
     int min_items, max_items; /* max -1 = no bound */
     /* string: pattern and format as one DFA (NULL: any text) */
     const sample_re *re;
@@ -84,15 +84,15 @@ struct ks_node {
     int *lit_len;
     /* union */
     int n_alts;
-    ks_node **alts;
+    sample_node **alts;
 };
 
-struct ks_schema {
-    ks_node *root;
-    ks_node **nodes; /* every node, for ks_schema_free */
+struct sample_schema {
+    sample_node *root;
+    sample_node **nodes; /* every node, for sample_schema_free */
     int n_nodes, cap_nodes;
     const json_t **memo_json; /* schema object -> node, for $ref */
-    ks_node **memo_node;
+    sample_node **memo_node;
     int n_memo, cap_memo;
     const json_t *doc; /* the whole schema, where #/... refs point */
     char *err;
@@ -100,8 +100,8 @@ struct ks_schema {
 };
 
 /* Nodes the "any" node turns into at its first byte. */
-static ks_node k_any, k_any_obj, k_any_arr, k_str, k_num, k_words;
-static ks_schema k_any_obj_schema = {.root = &k_any_obj};
+static sample_node k_any, k_any_obj, k_any_arr, k_str, k_num, k_words;
+static sample_schema k_any_obj_schema = {.root = &k_any_obj};
 static char *k_word_txt[] = {"true", "false", "null"};
 static int k_word_len[] = {4, 5, 4};
 static i128 k_p10[39]; /* powers of ten */
@@ -109,7 +109,7 @@ static i128 k_p10[39]; /* powers of ten */
 static void set_bit(uint8_t *s, unsigned char c) { s[c >> 3] |= (uint8_t)(1u << (c & 7)); }
 static int has_bit(const uint8_t *s, unsigned char c) { return s[c >> 3] >> (c & 7) & 1; }
 
-static void first_of_kind(ks_node *n) {
+static void first_of_kind(sample_node *n) {
     memset(n->first, 0, sizeof n->first);
     switch (n->kind) {
     case N_OBJECT: set_bit(n->first, '{'); break;
@@ -146,7 +146,7 @@ static void make_statics(void) {
     k_words.n_lits = 3;
     k_words.lits = k_word_txt;
     k_words.lit_len = k_word_len;
-    ks_node *all[] = {&k_any_obj, &k_any_arr, &k_str, &k_num, &k_words, &k_any};
+    sample_node *all[] = {&k_any_obj, &k_any_arr, &k_str, &k_num, &k_words, &k_any};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         first_of_kind(all[i]);
         all[i]->id = -1;
@@ -210,25 +210,25 @@ static const sample_re *format_re(int i, const char **err) {
 
 /* ---- compiling ---- */
 
-static ks_node *fail(ks_schema *s, const char *fmt, const char *what) {
+static sample_node *fail(sample_schema *s, const char *fmt, const char *what) {
     if (!s->err[0]) snprintf(s->err, s->errsz, fmt, what);
     return NULL;
 }
 
-static int failn(ks_schema *s, const char *fmt, const char *what) {
+static int failn(sample_schema *s, const char *fmt, const char *what) {
     fail(s, fmt, what);
     return -1;
 }
 
-static ks_node *new_node(ks_schema *s, int kind) {
+static sample_node *new_node(sample_schema *s, int kind) {
     if (s->n_nodes == s->cap_nodes) {
         int cap = s->cap_nodes ? 2 * s->cap_nodes : 16;
-        ks_node **nn = realloc(s->nodes, (size_t)cap * sizeof *nn);
+        sample_node **nn = realloc(s->nodes, (size_t)cap * sizeof *nn);
         if (!nn) return fail(s, "%s", "out of memory");
         s->nodes = nn;
         s->cap_nodes = cap;
     }
-    ks_node *n = calloc(1, sizeof *n);
+    sample_node *n = calloc(1, sizeof *n);
     if (!n) return fail(s, "%s", "out of memory");
     n->kind = kind;
     n->max_items = -1;
@@ -237,14 +237,14 @@ static ks_node *new_node(ks_schema *s, int kind) {
     return n;
 }
 
-static ks_node *compile(ks_schema *s, const json_t *j, int depth, int no_lit);
-static int node_accepts(const ks_node *n, const char *text, int len);
+static sample_node *compile(sample_schema *s, const json_t *j, int depth, int no_lit);
+static int node_accepts(const sample_node *n, const char *text, int len);
 
 /* A literal node of the compact texts of vals. */
-static ks_node *literal(ks_schema *s, const json_t *const *vals, int n) {
+static sample_node *literal(sample_schema *s, const json_t *const *vals, int n) {
     if (n < 1) return fail(s, "%s", "an empty enum allows nothing");
     if (n > MAX_KEYS) return fail(s, "an enum of more than %s values", "64");
-    ks_node *node = new_node(s, N_LITERAL);
+    sample_node *node = new_node(s, N_LITERAL);
     if (!node) return NULL;
     node->lits = calloc((size_t)n, sizeof *node->lits);
     node->lit_len = calloc((size_t)n, sizeof *node->lit_len);
@@ -261,9 +261,9 @@ static ks_node *literal(ks_schema *s, const json_t *const *vals, int n) {
 
 /* The alternatives' first bytes must not overlap: the recognizer picks one
  * by the first byte and never goes back. */
-static ks_node *make_union(ks_schema *s, ks_node **alts, int n) {
+static sample_node *make_union(sample_schema *s, sample_node **alts, int n) {
     if (n == 1) return alts[0];
-    ks_node *u = new_node(s, N_UNION);
+    sample_node *u = new_node(s, N_UNION);
     if (!u) return NULL;
     u->alts = malloc((size_t)n * sizeof *u->alts);
     if (!u->alts) return fail(s, "%s", "out of memory");
@@ -281,7 +281,7 @@ static ks_node *make_union(ks_schema *s, ks_node **alts, int n) {
     return u;
 }
 
-static int get_count(ks_schema *s, const json_t *j, const char *name, int *out) {
+static int get_count(sample_schema *s, const json_t *j, const char *name, int *out) {
     const json_t *v = json_object_get(j, name);
     if (!v) return 0;
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000)
@@ -290,7 +290,7 @@ static int get_count(ks_schema *s, const json_t *j, const char *name, int *out) 
     return 0;
 }
 
-static ks_node *compile_object(ks_schema *s, const json_t *j, ks_node *n, int depth) {
+static sample_node *compile_object(sample_schema *s, const json_t *j, sample_node *n, int depth) {
     const json_t *props = json_object_get(j, "properties");
     if (props && !json_is_object(props)) return fail(s, "%s", "'properties' must be an object");
     const json_t *req = json_object_get(j, "required");
@@ -339,7 +339,7 @@ static ks_node *compile_object(ks_schema *s, const json_t *j, ks_node *n, int de
         n->keys[i] = strndup(q + 1, (size_t)n->key_len[i]);
         free(q);
         if (!n->keys[i]) return fail(s, "%s", "out of memory");
-        n->n_props = i + 1; /* for ks_schema_free */
+        n->n_props = i + 1; /* for sample_schema_free */
         if (!(n->props[i] = compile(s, sub, depth + 1, 0))) return NULL;
         size_t k;
         const json_t *r;
@@ -357,12 +357,12 @@ static ks_node *compile_object(ks_schema *s, const json_t *j, ks_node *n, int de
     return n;
 }
 
-static int remember(ks_schema *s, const json_t *j, ks_node *n) {
+static int remember(sample_schema *s, const json_t *j, sample_node *n) {
     if (s->n_memo == s->cap_memo) {
         int cap = s->cap_memo ? 2 * s->cap_memo : 16;
         const json_t **mj = realloc(s->memo_json, (size_t)cap * sizeof *mj);
         if (mj) s->memo_json = mj;
-        ks_node **mn = realloc(s->memo_node, (size_t)cap * sizeof *mn);
+        sample_node **mn = realloc(s->memo_node, (size_t)cap * sizeof *mn);
         if (mn) s->memo_node = mn;
         if (!mj || !mn) return failn(s, "%s", "out of memory");
         s->cap_memo = cap;
@@ -374,7 +374,7 @@ static int remember(ks_schema *s, const json_t *j, ks_node *n) {
 
 /* ---- numbers: bounds in units of 10^-frac ---- */
 
-static i128 max_mag(const ks_node *n) {
+static i128 max_mag(const sample_node *n) {
     return n->kind == N_INTEGER ? k_p10[INT_DIGITS] - 1 : k_p10[NUM_INT_DIGITS + NUM_FRAC_DIGITS] - 1;
 }
 
@@ -419,7 +419,7 @@ static i128 scaled(const json_t *v, int frac, int up) {
 
 /* Bounds of a number or integer node from minimum, maximum and their
  * exclusive forms (numbers, or draft 4's booleans). */
-static int number_range(ks_schema *s, const json_t *j, ks_node *n) {
+static int number_range(sample_schema *s, const json_t *j, sample_node *n) {
     const json_t *mn = json_object_get(j, "minimum"), *mx = json_object_get(j, "maximum");
     const json_t *emn = json_object_get(j, "exclusiveMinimum"), *emx = json_object_get(j, "exclusiveMaximum");
     const json_t *mo = json_object_get(j, "multipleOf"), *fm = json_object_get(j, "format");
@@ -470,7 +470,7 @@ static int number_range(ks_schema *s, const json_t *j, ks_node *n) {
 
 /* ---- strings: pattern and format ---- */
 
-static int compile_string(ks_schema *s, const json_t *j, ks_node *n) {
+static int compile_string(sample_schema *s, const json_t *j, sample_node *n) {
     if (get_count(s, j, "minLength", &n->min_items) || get_count(s, j, "maxLength", &n->max_items)) return -1;
     const json_t *pat = json_object_get(j, "pattern"), *fm = json_object_get(j, "format");
     if (pat && !json_is_string(pat)) return failn(s, "%s", "'pattern' must be a string");
@@ -598,7 +598,7 @@ static int in_list(const char *k, const char *const *list, size_t n) {
 }
 #define IN(k, list) in_list(k, list, sizeof list / sizeof list[0])
 
-static int check_keywords(ks_schema *s, const json_t *j) {
+static int check_keywords(sample_schema *s, const json_t *j) {
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)j, key, v) {
@@ -621,7 +621,7 @@ static const char *other_constraint(const json_t *j, const char *const *self) {
     return NULL;
 }
 
-static int alone(ks_schema *s, const json_t *j, const char *kw) {
+static int alone(sample_schema *s, const json_t *j, const char *kw) {
     const char *self[] = {kw, NULL};
     const char *other = other_constraint(j, self);
     if (!other) return 0;
@@ -631,7 +631,7 @@ static int alone(ks_schema *s, const json_t *j, const char *kw) {
 }
 
 /* The type the keywords of a schema without "type" imply, or NULL. */
-static const char *implied_type(ks_schema *s, const json_t *j, int *clash) {
+static const char *implied_type(sample_schema *s, const json_t *j, int *clash) {
     static const struct {
         const char *kw, *type;
     } imp[] = {
@@ -662,7 +662,7 @@ static const char *implied_type(ks_schema *s, const json_t *j, int *clash) {
 /* The node of j with its type fixed to the name t.  memo: j is this one
  * node, so it is remembered before its children are compiled and a $ref
  * back to it closes a cycle. */
-static ks_node *typed(ks_schema *s, const json_t *j, const char *t, int depth, int memo) {
+static sample_node *typed(sample_schema *s, const json_t *j, const char *t, int depth, int memo) {
     static const char *const names[] = {"object", "array", "string", "number", "integer"};
     static const int kinds[] = {N_OBJECT, N_ARRAY, N_STRING, N_NUMBER, N_INTEGER};
     if (!strcmp(t, "boolean")) return literal(s, (const json_t *[]){json_true(), json_false()}, 2);
@@ -671,7 +671,7 @@ static ks_node *typed(ks_schema *s, const json_t *j, const char *t, int depth, i
     for (int i = 0; i < 5; i++)
         if (!strcmp(t, names[i])) kind = kinds[i];
     if (kind < 0) return fail(s, "unknown type '%s'", t);
-    ks_node *n = new_node(s, kind);
+    sample_node *n = new_node(s, kind);
     if (!n) return NULL;
     first_of_kind(n); /* known before the children: enough for a union above a $ref back to n */
     if (memo && remember(s, j, n)) return NULL;
@@ -688,7 +688,7 @@ static ks_node *typed(ks_schema *s, const json_t *j, const char *t, int depth, i
     return n;
 }
 
-static const json_t *resolve_ref(ks_schema *s, const char *ref) {
+static const json_t *resolve_ref(sample_schema *s, const char *ref) {
     if (strncmp(ref, "#/", 2) && strcmp(ref, "#")) return NULL;
     const json_t *at = s->doc;
     const char *p = ref + 1;
@@ -714,7 +714,7 @@ static const json_t *resolve_ref(ks_schema *s, const char *ref) {
 }
 
 /* enum / const: the literal values that also satisfy the rest of j. */
-static ks_node *compile_literals(ks_schema *s, const json_t *j, int depth) {
+static sample_node *compile_literals(sample_schema *s, const json_t *j, int depth) {
     const json_t *en = json_object_get(j, "enum"), *cn = json_object_get(j, "const");
     if (en && !json_is_array(en)) return fail(s, "%s", "'enum' must be an array");
     const json_t *vals[MAX_KEYS];
@@ -729,7 +729,7 @@ static ks_node *compile_literals(ks_schema *s, const json_t *j, int depth) {
     }
     const char *self[] = {"enum", "const", NULL};
     if (other_constraint(j, self)) { /* the values the other keywords allow too */
-        ks_node *rest = compile(s, j, depth + 1, 1);
+        sample_node *rest = compile(s, j, depth + 1, 1);
         if (!rest) return NULL;
         int k = 0;
         for (int i = 0; i < n; i++) {
@@ -746,7 +746,7 @@ static ks_node *compile_literals(ks_schema *s, const json_t *j, int depth) {
 
 /* no_lit: compile j as if it had no enum or const (their values are then
  * checked against the result), and without remembering it for $ref. */
-static ks_node *compile(ks_schema *s, const json_t *j, int depth, int no_lit) {
+static sample_node *compile(sample_schema *s, const json_t *j, int depth, int no_lit) {
     if (depth > MAX_NEST) {
         char lim[16];
         snprintf(lim, sizeof lim, "%d", MAX_NEST);
@@ -783,7 +783,7 @@ static ks_node *compile(ks_schema *s, const json_t *j, int depth, int no_lit) {
         if (json_object_get(j, "anyOf") && json_object_get(j, "oneOf"))
             return fail(s, "%s", "'anyOf' beside 'oneOf' is not supported");
         if (alone(s, j, which)) return NULL;
-        ks_node *alts[MAX_KEYS];
+        sample_node *alts[MAX_KEYS];
         size_t n = json_array_size(any);
         if (n > MAX_KEYS) return fail(s, "anyOf of more than %s schemas", "64");
         for (size_t i = 0; i < n; i++)
@@ -799,7 +799,7 @@ static ks_node *compile(ks_schema *s, const json_t *j, int depth, int no_lit) {
     }
     if (json_is_string(type)) return typed(s, j, json_string_value(type), depth, !no_lit);
     if (!json_is_array(type)) return fail(s, "%s", "'type' must be a string or an array of strings");
-    ks_node *alts[8];
+    sample_node *alts[8];
     size_t nt = json_array_size(type);
     if (!nt || nt > 8) return fail(s, "%s", "'type' must list 1 to 8 types");
     for (size_t i = 0; i < nt; i++) {
@@ -816,7 +816,7 @@ static ks_node *compile(ks_schema *s, const json_t *j, int depth, int no_lit) {
  * holds its required properties, an array its minItems items, a union its
  * shallowest alternative; DEPTH_NONE when a child it needs has no finite
  * value. */
-static int depth_of(const ks_node *n) {
+static int depth_of(const sample_node *n) {
     int d = 0;
     switch (n->kind) {
     case N_OBJECT:
@@ -842,13 +842,13 @@ static int depth_of(const ks_node *n) {
 
 /* Each node's min_depth: the greatest fixpoint of depth_of from DEPTH_NONE
  * down, by a worklist over the nodes' parents.  A value only falls, and at
- * most DEPTH_DEEP + 1 times, so the work is O(edges * KS_SV_DEPTH).
+ * most DEPTH_DEEP + 1 times, so the work is O(edges * SAMPLE_SV_DEPTH).
  * Returns -1 when out of memory. */
-static int set_depths(ks_schema *s) {
+static int set_depths(sample_schema *s) {
     const int nn = s->n_nodes;
     int n_edges = 0;
     for (int i = 0; i < nn; i++) {
-        const ks_node *n = s->nodes[i];
+        const sample_node *n = s->nodes[i];
         n_edges += n->n_props + n->n_alts + (n->items != NULL);
     }
     /* parents of node i: par[start[i] .. start[i + 1]) */
@@ -859,10 +859,10 @@ static int set_depths(ks_schema *s) {
     if (!start || !par || !fill || !work || !queued) goto out;
     for (int pass = 0; pass < 2; pass++) { /* count, then place */
         for (int i = 0; i < nn; i++) {
-            const ks_node *n = s->nodes[i];
+            const sample_node *n = s->nodes[i];
             const int nk = n->n_props + n->n_alts + 1;
             for (int k = 0; k < nk; k++) {
-                const ks_node *c = k < n->n_props               ? n->props[k]
+                const sample_node *c = k < n->n_props               ? n->props[k]
                                    : k < n->n_props + n->n_alts ? n->alts[k - n->n_props]
                                                                 : n->items;
                 if (!c || c->id < 0) continue;
@@ -884,7 +884,7 @@ static int set_depths(ks_schema *s) {
     while (top > 0) {
         const int i = work[--top];
         queued[i] = 0;
-        ks_node *n = s->nodes[i];
+        sample_node *n = s->nodes[i];
         const int d = depth_of(n);
         if (d >= n->min_depth) continue;
         n->min_depth = d;
@@ -905,11 +905,11 @@ out:
 }
 
 /* Whether a value of n can be written in the frames from index at up. */
-static int fits_at(int at, const ks_node *n) { return n->min_depth <= KS_SV_DEPTH - at; }
+static int fits_at(int at, const sample_node *n) { return n->min_depth <= SAMPLE_SV_DEPTH - at; }
 
-ks_schema *ks_schema_compile(const json_t *schema, char *err, size_t errsz) {
+sample_schema *sample_schema_compile(const json_t *schema, char *err, size_t errsz) {
     init_statics();
-    ks_schema *s = calloc(1, sizeof *s);
+    sample_schema *s = calloc(1, sizeof *s);
     char scratch[8];
     if (!err || !errsz) {
         err = scratch;
@@ -936,26 +936,26 @@ ks_schema *ks_schema_compile(const json_t *schema, char *err, size_t errsz) {
                        "through $ref) contains itself again without end");
     if (s->root && s->root->min_depth == DEPTH_DEEP) {
         char lim[16];
-        snprintf(lim, sizeof lim, "%d", KS_SV_DEPTH);
+        snprintf(lim, sizeof lim, "%d", SAMPLE_SV_DEPTH);
         s->root = fail(s, "every value of the schema nests objects and arrays deeper than %s levels", lim);
     }
     if (!s->root) {
         if (!err[0]) snprintf(err, errsz, "the schema could not be compiled");
-        ks_schema_free(s);
+        sample_schema_free(s);
         return NULL;
     }
     return s;
 }
 
-const ks_schema *ks_schema_any_object(void) {
+const sample_schema *sample_schema_any_object(void) {
     init_statics();
     return &k_any_obj_schema;
 }
 
-void ks_schema_free(ks_schema *s) {
+void sample_schema_free(sample_schema *s) {
     if (!s || s == &k_any_obj_schema) return;
     for (int i = 0; i < s->n_nodes; i++) {
-        ks_node *n = s->nodes[i];
+        sample_node *n = s->nodes[i];
         for (int k = 0; k < n->n_props; k++) free(n->keys[k]);
         free(n->keys);
         free(n->key_len);
@@ -1008,14 +1008,14 @@ static int is_ws(unsigned char c) { return c == ' ' || c == '\n' || c == '\t' ||
 static int is_hex(unsigned char c) { return (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'f'); }
 static int hex_val(unsigned char c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
 
-static void sv_init_node(ks_sv *v, const ks_node *n) {
+static void sv_init_node(sample_sv *v, const sample_node *n) {
     v->depth = 1;
     v->done = 0;
     v->ws = 0;
-    v->f[0] = (ks_sv_frame){n, S_VALUE, -1, 0, 0, 0, 0};
+    v->f[0] = (sample_sv_frame){n, S_VALUE, -1, 0, 0, 0, 0};
 }
 
-void ks_sv_init(ks_sv *v, const ks_schema *s) {
+void sample_sv_init(sample_sv *v, const sample_schema *s) {
     init_statics();
     sv_init_node(v, s ? s->root : &k_any);
 }
@@ -1024,7 +1024,7 @@ void ks_sv_init(ks_sv *v, const ks_schema *s) {
  * index at up: the next ones in order up to and including the first
  * required one, less the optional ones whose values do not fit (a required
  * one does: the object's own depth counts it). */
-static uint64_t next_keys(const ks_node *n, int idx, int at) {
+static uint64_t next_keys(const sample_node *n, int idx, int at) {
     uint64_t m = 0;
     for (int j = idx + 1; j < n->n_props; j++) {
         if (n->req[j] || fits_at(at, n->props[j])) m |= 1ull << j;
@@ -1034,9 +1034,9 @@ static uint64_t next_keys(const ks_node *n, int idx, int at) {
 }
 
 /* The node of an open object's values. */
-static const ks_node *any_value(const ks_node *n) { return n->items ? n->items : &k_any; }
+static const sample_node *any_value(const sample_node *n) { return n->items ? n->items : &k_any; }
 
-static int required_after(const ks_node *n, int idx) {
+static int required_after(const sample_node *n, int idx) {
     for (int j = idx + 1; j < n->n_props; j++)
         if (n->req[j]) return 1;
     return 0;
@@ -1044,19 +1044,19 @@ static int required_after(const ks_node *n, int idx) {
 
 /* Every caller has checked that n fits (fits_at); while compiling, depths
  * are not known yet and only the stack's end holds. */
-static int push(ks_sv *v, const ks_node *n) {
-    if (v->depth == KS_SV_DEPTH || !fits_at(v->depth, n)) return 0;
-    v->f[v->depth++] = (ks_sv_frame){n, S_VALUE, -1, 0, 0, 0, 0};
+static int push(sample_sv *v, const sample_node *n) {
+    if (v->depth == SAMPLE_SV_DEPTH || !fits_at(v->depth, n)) return 0;
+    v->f[v->depth++] = (sample_sv_frame){n, S_VALUE, -1, 0, 0, 0, 0};
     return 1;
 }
 
 /* The top frame's value is complete: pop it and tell the frame below. */
-static void value_done(ks_sv *v) {
+static void value_done(sample_sv *v) {
     if (--v->depth == 0) {
         v->done = 1;
         return;
     }
-    ks_sv_frame *p = &v->f[v->depth - 1];
+    sample_sv_frame *p = &v->f[v->depth - 1];
     if (p->st == S_OBJ_VALUE)
         p->st = S_OBJ_AFTER;
     else if (p->st == S_ARR_VALUE) {
@@ -1072,7 +1072,7 @@ static void value_done(ks_sv *v) {
 
 /* The magnitudes a ranged number of sign neg may have: [*a, *b]; 0 when
  * none. */
-static int mag_range(const ks_node *n, int neg, i128 *a, i128 *b) {
+static int mag_range(const sample_node *n, int neg, i128 *a, i128 *b) {
     if (neg) { /* -0 is no negative number */
         *a = -n->hi > 1 ? -n->hi : 1;
         *b = -n->lo;
@@ -1085,8 +1085,8 @@ static int mag_range(const ks_node *n, int neg, i128 *a, i128 *b) {
 
 /* Whether the digits so far can still be completed into a value in the
  * range. */
-static int num_feasible(const ks_sv_frame *f) {
-    const ks_node *n = f->n;
+static int num_feasible(const sample_sv_frame *f) {
+    const sample_node *n = f->n;
     i128 a, b;
     if (!mag_range(n, f->sub, &a, &b)) return 0;
     const i128 unit = k_p10[n->frac];
@@ -1110,8 +1110,8 @@ static int num_feasible(const ks_sv_frame *f) {
     }
 }
 
-static int num_whole(const ks_sv_frame *f) {
-    const ks_node *n = f->n;
+static int num_whole(const sample_sv_frame *f) {
+    const sample_node *n = f->n;
     if (!n->ranged) return f->st == S_NUM_ZERO || f->st == S_NUM_INT || f->st == S_NUM_FRAC || f->st == S_NUM_EXP;
     if (f->st != S_NUM_ZERO && f->st != S_NUM_INT && f->st != S_NUM_FRAC) return 0;
     i128 a, b;
@@ -1122,11 +1122,11 @@ static int num_whole(const ks_sv_frame *f) {
 
 /* One byte of a number: 1 taken, 0 refused, -1 not part of it (the
  * number ends there if it is whole). */
-static int num_byte(ks_sv_frame *f, unsigned char ch) {
-    const ks_node *n = f->n;
+static int num_byte(sample_sv_frame *f, unsigned char ch) {
+    const sample_node *n = f->n;
     const int digit = ch >= '0' && ch <= '9', d = ch - '0';
     if (n->ranged) {
-        ks_sv_frame t = *f;
+        sample_sv_frame t = *f;
         const int max_int = n->kind == N_INTEGER ? INT_DIGITS : NUM_INT_DIGITS;
         switch (f->st) {
         case S_NUM_BEGIN:
@@ -1226,7 +1226,7 @@ static int num_byte(ks_sv_frame *f, unsigned char ch) {
 
 /* One byte of string content, the frame in state in, esc (after a
  * backslash) or u (in \uXXXX): 1 taken, 0 refused, 2 the closing quote. */
-static int str_byte(ks_sv_frame *f, unsigned char ch, int in, int esc, int u) {
+static int str_byte(sample_sv_frame *f, unsigned char ch, int in, int esc, int u) {
     if (f->st == in) {
         if (ch == '"') return 2;
         if (ch == '\\')
@@ -1254,7 +1254,7 @@ static int str_byte(ks_sv_frame *f, unsigned char ch, int in, int esc, int u) {
  * characters so far.  Byte b of the decoded text may come next: the DFA
  * takes it and a match within the length bounds stays reachable.  Sets
  * *state and *count on success. */
-static int pat_step(const ks_node *n, uint64_t state, int count, unsigned char b, uint64_t *nstate, int *ncount) {
+static int pat_step(const sample_node *n, uint64_t state, int count, unsigned char b, uint64_t *nstate, int *ncount) {
     const sample_re *r = n->re;
     const int32_t t = sample_re_step(r, (int32_t)state, b);
     if (t < 0) return 0;
@@ -1269,7 +1269,7 @@ static int pat_step(const ks_node *n, uint64_t state, int count, unsigned char b
 /* Whether some character written as an escape (all of them are ASCII:
  * short escapes and \u00XX) may follow; lo..hi narrows \u00XX's last
  * digit. */
-static int pat_escapable(const ks_node *n, uint64_t state, int count, int lo, int hi) {
+static int pat_escapable(const sample_node *n, uint64_t state, int count, int lo, int hi) {
     uint64_t s2;
     int c2;
     for (int b = lo; b <= hi; b++)
@@ -1280,8 +1280,8 @@ static int pat_escapable(const ks_node *n, uint64_t state, int count, int lo, in
 /* One byte of a string held to a DFA: 1 taken, 0 refused, 2 closed.  Raw
  * bytes go to the DFA as they are; an escape goes as the byte it stands
  * for (\u only as \u00XX, ASCII: other characters are written raw). */
-static int pat_byte(ks_sv_frame *f, unsigned char ch) {
-    const ks_node *n = f->n;
+static int pat_byte(sample_sv_frame *f, unsigned char ch) {
+    const sample_node *n = f->n;
     const sample_re *r = n->re;
     uint64_t s2;
     int c2;
@@ -1331,7 +1331,7 @@ static int pat_byte(ks_sv_frame *f, unsigned char ch) {
     return 1;
 }
 
-static int lit_whole(const ks_sv_frame *f) {
+static int lit_whole(const sample_sv_frame *f) {
     for (int i = 0; i < f->n->n_lits; i++)
         if ((f->cand >> i & 1) && f->n->lit_len[i] == f->pos) return 1;
     return 0;
@@ -1339,10 +1339,10 @@ static int lit_whole(const ks_sv_frame *f) {
 
 static int is_num_state(int st) { return st >= S_NUM_BEGIN && st <= S_NUM_EXP; }
 
-int ks_sv_byte(ks_sv *v, unsigned char ch) {
+int sample_sv_byte(sample_sv *v, unsigned char ch) {
     if (is_ws(ch)) {
         /* inside a string or key it is content, else between tokens */
-        ks_sv_frame *f = v->depth ? &v->f[v->depth - 1] : NULL;
+        sample_sv_frame *f = v->depth ? &v->f[v->depth - 1] : NULL;
         const int content = f && ((f->st >= S_STR && f->st <= S_STR_U) || (f->st >= S_OBJ_KEY && f->st <= S_OBJ_KEY_U));
         if (!content) {
             if (f && (is_num_state(f->st) || f->st == S_LIT)) {
@@ -1367,12 +1367,12 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
     v->ws = 0;
     for (;;) {
         if (v->done || v->depth == 0) return 0;
-        ks_sv_frame *f = &v->f[v->depth - 1];
-        const ks_node *n = f->n;
+        sample_sv_frame *f = &v->f[v->depth - 1];
+        const sample_node *n = f->n;
         switch (f->st) {
         case S_VALUE:
             while (n->kind == N_UNION) { /* the alternative this byte begins */
-                const ks_node *pick = NULL;
+                const sample_node *pick = NULL;
                 for (int i = 0; i < n->n_alts && !pick; i++)
                     if (has_bit(n->alts[i]->first, ch)) pick = n->alts[i];
                 if (!pick || !fits_at(v->depth - 1, pick)) return 0;
@@ -1518,15 +1518,15 @@ int ks_sv_byte(ks_sv *v, unsigned char ch) {
     }
 }
 
-int ks_sv_complete(const ks_sv *v) {
+int sample_sv_complete(const sample_sv *v) {
     if (v->done) return 1;
     if (v->depth != 1) return 0;
-    const ks_sv_frame *f = &v->f[0];
+    const sample_sv_frame *f = &v->f[0];
     if (f->st == S_LIT) return lit_whole(f);
     return is_num_state(f->st) && num_whole(f);
 }
 
-void ks_sv_copy(ks_sv *dst, const ks_sv *src) {
+void sample_sv_copy(sample_sv *dst, const sample_sv *src) {
     /* frames above the current depth are written before they are read */
     dst->depth = src->depth;
     dst->done = src->done;
@@ -1534,19 +1534,19 @@ void ks_sv_copy(ks_sv *dst, const ks_sv *src) {
     memcpy(dst->f, src->f, (size_t)src->depth * sizeof src->f[0]);
 }
 
-int ks_sv_accepts(const ks_sv *v, const char *s, int n) {
-    ks_sv t;
-    ks_sv_copy(&t, v);
+int sample_sv_accepts(const sample_sv *v, const char *s, int n) {
+    sample_sv t;
+    sample_sv_copy(&t, v);
     for (int i = 0; i < n; i++)
-        if (!ks_sv_byte(&t, (unsigned char)s[i])) return 0;
+        if (!sample_sv_byte(&t, (unsigned char)s[i])) return 0;
     return 1;
 }
 
 /* Whether text is a whole value of node n. */
-static int node_accepts(const ks_node *n, const char *text, int len) {
-    ks_sv v;
+static int node_accepts(const sample_node *n, const char *text, int len) {
+    sample_sv v;
     sv_init_node(&v, n);
     for (int i = 0; i < len; i++)
-        if (!ks_sv_byte(&v, (unsigned char)text[i])) return 0;
-    return ks_sv_complete(&v);
+        if (!sample_sv_byte(&v, (unsigned char)text[i])) return 0;
+    return sample_sv_complete(&v);
 }

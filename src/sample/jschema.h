@@ -3,8 +3,8 @@
  * recognizer that constrained sampling asks, token by token, whether a
  * piece of text can still lead to a value the schema allows.
  *
- * A compiled ks_schema is immutable and shared by every request that names
- * it; each generating sequence keeps its own ks_sv (a fixed-size stack of
+ * A compiled sample_schema is immutable and shared by every request that names
+ * it; each generating sequence keeps its own sample_sv (a fixed-size stack of
  * frames, no allocation), which is copied to try a candidate token.
  *
  * Supported: type (a name or a list of them), properties with required
@@ -28,7 +28,7 @@
  * may stand only for an ASCII character (\u00XX or a short escape);
  * other characters are written as UTF-8.
  *
- * Values nest at most KS_SV_DEPTH deep (objects and arrays inside each
+ * Values nest at most SAMPLE_SV_DEPTH deep (objects and arrays inside each
  * other, the recognizer's stack).  A schema none of whose values fits in
  * that, or that has no finite value at all (an object that requires
  * itself through $ref, an array of at least one of itself...), is refused;
@@ -48,23 +48,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct ks_schema ks_schema;
-typedef struct ks_node ks_node;
+typedef struct sample_schema sample_schema;
+typedef struct sample_node sample_node;
 
 /* schema NULL = any JSON value.  Returns NULL with a message in err when
  * the schema is invalid or uses what the recognizer cannot enforce. */
-ks_schema *ks_schema_compile(const json_t *schema, char *err, size_t errsz);
-void ks_schema_free(ks_schema *s);
+sample_schema *sample_schema_compile(const json_t *schema, char *err, size_t errsz);
+void sample_schema_free(sample_schema *s);
 /* Any JSON object (JSON mode, as OpenAI, llama.cpp and Ollama define it):
- * one schema for the process, never freed (ks_schema_free ignores it). */
-const ks_schema *ks_schema_any_object(void);
+ * one schema for the process, never freed (sample_schema_free ignores it). */
+const sample_schema *sample_schema_any_object(void);
 
 /* Frames of the recognizer: the deepest nesting of objects and arrays a
  * value may have (a leaf inside them counts one). */
-#define KS_SV_DEPTH 64
+#define SAMPLE_SV_DEPTH 64
 
-typedef struct ks_sv_frame {
-    const ks_node *n;
+typedef struct sample_sv_frame {
+    const sample_node *n;
     int32_t st;    /* state within the value (jschema.c) */
     int32_t idx;   /* object: last property written (-1 none); array: items so
                       far; string: characters; number: integer digits */
@@ -74,24 +74,24 @@ typedef struct ks_sv_frame {
     uint64_t cand; /* keys or literals still possible; string: DFA state;
                       number: the integer part */
     uint64_t aux;  /* number: the fraction digits' value */
-} ks_sv_frame;
+} sample_sv_frame;
 
-typedef struct ks_sv {
+typedef struct sample_sv {
     int depth; /* frames in use; 0 once the value is complete */
     int done;
     int ws; /* whitespace since the last token (jschema.c) */
-    ks_sv_frame f[KS_SV_DEPTH];
-} ks_sv;
+    sample_sv_frame f[SAMPLE_SV_DEPTH];
+} sample_sv;
 
-void ks_sv_init(ks_sv *v, const ks_schema *s);
+void sample_sv_init(sample_sv *v, const sample_schema *s);
 /* Feeds one byte; 0 when it cannot continue an allowed value (v is then
- * left in an unspecified state: try on a copy, see ks_sv_accepts). */
-int ks_sv_byte(ks_sv *v, unsigned char ch);
+ * left in an unspecified state: try on a copy, see sample_sv_accepts). */
+int sample_sv_byte(sample_sv *v, unsigned char ch);
 /* Whether the text so far is a whole allowed value (so generation may end). */
-int ks_sv_complete(const ks_sv *v);
+int sample_sv_complete(const sample_sv *v);
 /* Whether n bytes can follow the text so far (v is not changed). */
-int ks_sv_accepts(const ks_sv *v, const char *s, int n);
+int sample_sv_accepts(const sample_sv *v, const char *s, int n);
 /* *dst = *src, copying only the frames in use. */
-void ks_sv_copy(ks_sv *dst, const ks_sv *src);
+void sample_sv_copy(sample_sv *dst, const sample_sv *src);
 
 #endif

@@ -59,7 +59,7 @@ int32_t sample_constrained(kiln_sampler *s, const kiln_model *m, int32_t n_vocab
 void sample_constraint_accept(const sample_constraint *c, const kiln_model *m, int32_t id);
 
 /* The constraint of a JSON recognizer (jschema.h): v must outlive c. */
-void sample_json_constraint(sample_constraint *c, struct ks_sv *v);
+void sample_json_constraint(sample_constraint *c, struct sample_sv *v);
 
 /* call.c: a forced tool call.  The output is an optional <think> block
  * (when think), then <tool_call>{"name": "NAME", "arguments": ARGS}
@@ -67,7 +67,7 @@ void sample_json_constraint(sample_constraint *c, struct ks_sv *v);
  * the matching schema (NULL: any JSON value).  names and schemas are
  * borrowed and must outlive k; k is plain data (copied to try a token). */
 #define SAMPLE_CALL_MAX 64
-struct ks_schema;
+struct sample_schema;
 /* The literals around a call (sample_call_init_form): open, then head,
  * NAME, mid (not empty: its first byte ends the name), ARGS, tail, close.
  * Blanks (up to 2) may stand before open, head, tail and close; an empty
@@ -78,21 +78,21 @@ typedef struct sample_call_form {
 typedef struct sample_call {
     const sample_call_form *form;
     const char *const *names;
-    const struct ks_schema *const *schemas;
+    const struct sample_schema *const *schemas;
     int n_names;
     int phase, pos, ws, pick;
     uint64_t cand;       /* which opening literals are still possible */
     uint64_t names_left; /* which names are still possible */
-    struct ks_sv sv;     /* the arguments' recognizer (last: call.c copies the frames in use only) */
+    struct sample_sv sv;     /* the arguments' recognizer (last: call.c copies the frames in use only) */
 } sample_call;
 /* -1 when n is not 1..SAMPLE_CALL_MAX or a name is empty, repeated or
  * holds a '"', '\\' or a control character. */
-int sample_call_init(sample_call *k, const char *const *names, const struct ks_schema *const *schemas, int n,
+int sample_call_init(sample_call *k, const char *const *names, const struct sample_schema *const *schemas, int n,
                      int think);
 /* The same in another family's form (borrowed, outliving k); a name may
  * not hold the first byte of form->mid either. */
 int sample_call_init_form(sample_call *k, const sample_call_form *form, const char *const *names,
-                          const struct ks_schema *const *schemas, int n, int think);
+                          const struct sample_schema *const *schemas, int n, int think);
 void sample_call_constraint(sample_constraint *c, sample_call *k);
 /* The name the call has settled on, or NULL before its closing quote. */
 const char *sample_call_name(const sample_call *k);

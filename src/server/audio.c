@@ -24,11 +24,11 @@
 #define MAX_FIELD 4096
 
 typedef struct form {
-    ks_buf file;
+    server_buf file;
     char filename[256];
     int have_file;
     char model[256], language[64], format[32], temperature[32];
-    ks_buf prompt;
+    server_buf prompt;
     int word_granularity;
     int bad_field;
 } form;
@@ -47,7 +47,7 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind, const char *key
     if (!key) return MHD_YES;
     if (!strcmp(key, "file")) {
         if (off == 0 && filename) snprintf(f->filename, sizeof f->filename, "%s", filename);
-        ks_buf_put(&f->file, data, size);
+        server_buf_put(&f->file, data, size);
         f->have_file = 1;
     } else if (!strcmp(key, "model"))
         put_field(f->model, sizeof f->model, data, off, size);
@@ -61,7 +61,7 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind, const char *key
         if (f->prompt.len + size > MAX_FIELD)
             f->bad_field = 1;
         else
-            ks_buf_put(&f->prompt, data, size);
+            server_buf_put(&f->prompt, data, size);
     } else if (!strcmp(key, "timestamp_granularities[]") || !strcmp(key, "timestamp_granularities")) {
         if (size >= 4 && !strncmp(data, "word", 4)) f->word_granularity = 1;
     }
@@ -96,18 +96,18 @@ static size_t form_end(struct MHD_Connection *c, const char *body, size_t len, i
 
 /* -------------------------------------------------------------- route */
 
-int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const char *body, size_t len) {
+int server_audio_route(server_srv *s, struct MHD_Connection *c, const char *url, const char *body, size_t len) {
     int translate = !strcmp(url, "/v1/audio/translations");
     if (!translate && strcmp(url, "/v1/audio/transcriptions")) {
         char m[300];
         snprintf(m, sizeof m, "no route for POST %.200s", url);
-        return ks_send_error(c, 404, "not_found_error", m, NULL);
+        return server_send_error(c, 404, "not_found_error", m, NULL);
     }
     form f;
     memset(&f, 0, sizeof f);
     struct MHD_PostProcessor *pp = MHD_create_post_processor(c, 65536, field, &f);
     if (!pp)
-        return ks_send_error(c, 400, "invalid_request_error",
+        return server_send_error(c, 400, "invalid_request_error",
                              "the request must be multipart/form-data (fields file, model, ...)", NULL);
     /* the post processor refuses bytes after the closing boundary (some
      * clients add a blank line there) and needs the line break after it */
@@ -120,30 +120,30 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
     char msg[600], model[4096];
     const char *fmt = f.format[0] ? f.format : "json";
     if (f.file.failed || f.prompt.failed) {
-        rc = ks_send_error(c, 500, "server_error", "out of memory reading the form", NULL);
+        rc = server_send_error(c, 500, "server_error", "out of memory reading the form", NULL);
         goto out;
     }
     if (!closed) {
-        rc = ks_send_error(c, 400, "invalid_request_error",
+        rc = server_send_error(c, 400, "invalid_request_error",
                            "the multipart form has no closing boundary (the body ends inside a field)", NULL);
         goto out;
     }
     if (!ok || f.bad_field) {
-        rc = ks_send_error(c, 400, "invalid_request_error", "the multipart form could not be read", NULL);
+        rc = server_send_error(c, 400, "invalid_request_error", "the multipart form could not be read", NULL);
         goto out;
     }
     if (!f.have_file || f.file.len == 0) {
-        rc = ks_send_error(c, 400, "invalid_request_error", "the form has no (or an empty) 'file' field", "file");
+        rc = server_send_error(c, 400, "invalid_request_error", "the form has no (or an empty) 'file' field", "file");
         goto out;
     }
     if (strcmp(fmt, "json") && strcmp(fmt, "text") && strcmp(fmt, "srt") && strcmp(fmt, "vtt") &&
         strcmp(fmt, "verbose_json")) {
         snprintf(msg, sizeof msg, "response_format '%.40s' is not one of json, text, srt, vtt, verbose_json", fmt);
-        rc = ks_send_error(c, 400, "invalid_request_error", msg, "response_format");
+        rc = server_send_error(c, 400, "invalid_request_error", msg, "response_format");
         goto out;
     }
     if (f.word_granularity) {
-        rc = ks_send_error(c, 400, "invalid_request_error",
+        rc = server_send_error(c, 400, "invalid_request_error",
                            "timestamp_granularities 'word' is not supported (segment is)", "timestamp_granularities");
         goto out;
     }
@@ -152,14 +152,14 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
     p.translate = translate;
     if (f.language[0] && !translate) p.language = f.language;
     if (f.prompt.len) {
-        ks_buf_put(&f.prompt, "", 1);
+        server_buf_put(&f.prompt, "", 1);
         p.initial_prompt = f.prompt.p;
     }
     if (f.temperature[0]) {
         char *end;
         double t = strtod(f.temperature, &end);
         if (*end || !(t >= 0.0 && t <= 1.0)) {
-            rc = ks_send_error(c, 400, "invalid_request_error", "temperature must be a number from 0 to 1",
+            rc = server_send_error(c, 400, "invalid_request_error", "temperature must be a number from 0 to 1",
                                "temperature");
             goto out;
         }
@@ -168,17 +168,17 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
     /* "whisper-1" (the OpenAI client's usual name) or none: the first -m
      * speech model */
     snprintf(model, sizeof model, "%s", f.model);
-    if ((!model[0] || !strcmp(model, "whisper-1")) && ks_model_first(s, KILN_ENGINE_STT, model, sizeof model)) {
+    if ((!model[0] || !strcmp(model, "whisper-1")) && server_model_first(s, KILN_ENGINE_STT, model, sizeof model)) {
         snprintf(msg, sizeof msg, "no speech-to-text model '%.200s' (serve one with -m ggml-*.bin)",
                  f.model[0] ? f.model : "whisper-1");
-        rc = ks_send_error(c, 404, "not_found_error", msg, "model");
+        rc = server_send_error(c, 404, "not_found_error", msg, "model");
         goto out;
     }
     int status;
-    ks_model *m = ks_model_use(s, model, KS_TASK_TRANSCRIBE, NULL, &status, msg, sizeof msg);
-    ks_reqlog_model(ks_reqlog_current(), m ? m->name : model);
+    server_model *m = server_model_use(s, model, SERVER_TASK_TRANSCRIBE, NULL, &status, msg, sizeof msg);
+    server_reqlog_model(server_reqlog_current(), m ? m->name : model);
     if (!m) {
-        rc = ks_send_error(c, status,
+        rc = server_send_error(c, status,
                            status == 404   ? "not_found_error"
                            : status == 400 ? "invalid_request_error"
                            : status == 503 ? "unavailable_error"
@@ -195,35 +195,35 @@ int ks_audio_route(ks_srv *s, struct MHD_Connection *c, const char *url, const c
         int code = dst == KILN_ERR_UNSUPPORTED ? 413 : dst == KILN_ERR_NOMEM ? 500 : 400;
         snprintf(msg, sizeof msg, "%s: %s%s", f.filename[0] ? f.filename : "file", kiln_last_error(),
                  code == 413 ? " (kiln serve --max-audio-seconds)" : "");
-        ks_model_done(m, NAN);
-        rc = ks_send_error(c, code, code == 500 ? "server_error" : "invalid_request_error", msg, "file");
+        server_model_done(m, NAN);
+        rc = server_send_error(c, code, code == 500 ? "server_error" : "invalid_request_error", msg, "file");
         goto out;
     }
     kiln_audio_window w = {f.filename, pcm, n, 16000, 1};
-    ks_watch *wt = ks_watch_start(c);
+    server_watch *wt = server_watch_start(c);
     kiln_transcript *t = NULL;
-    kiln_status st = kiln_engine_transcribe(e, &w, &p, ks_watch_cancel(wt), &t);
-    ks_watch_stop(wt);
+    kiln_status st = kiln_engine_transcribe(e, &w, &p, server_watch_cancel(wt), &t);
+    server_watch_stop(wt);
     kiln_audio_free(pcm);
-    ks_model_done(m, NAN);
+    server_model_done(m, NAN);
     if (st != KILN_OK) {
         int code = st == KILN_ERR_INVALID_ARG ? 400 : st == KILN_ERR_CANCELLED ? 499 : 500;
-        rc = ks_send_error(c, code == 499 ? 400 : code, code == 500 ? "server_error" : "invalid_request_error",
+        rc = server_send_error(c, code == 499 ? 400 : code, code == 500 ? "server_error" : "invalid_request_error",
                            kiln_last_error(), NULL);
         goto out;
     }
     char *text = kiln_transcript_format(t, !strcmp(fmt, "text") ? "txt" : fmt, translate);
     kiln_transcript_free(t);
     if (!text) {
-        rc = ks_send_error(c, 500, "server_error", kiln_last_error(), NULL);
+        rc = server_send_error(c, 500, "server_error", kiln_last_error(), NULL);
         goto out;
     }
     const char *ctype = !strcmp(fmt, "json") || !strcmp(fmt, "verbose_json") ? "application/json"
                         : !strcmp(fmt, "vtt")                                ? "text/vtt; charset=utf-8"
                                                                              : "text/plain; charset=utf-8";
-    rc = ks_send_text(c, 200, ctype, text, strlen(text), 0);
+    rc = server_send_text(c, 200, ctype, text, strlen(text), 0);
 out:
-    ks_buf_free(&f.file);
-    ks_buf_free(&f.prompt);
+    server_buf_free(&f.file);
+    server_buf_free(&f.prompt);
     return rc;
 }

@@ -9,19 +9,19 @@
 #include <string.h>
 #include <time.h>
 
-double ks_now(void) {
+double server_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-double ks_wall(void) {
+double server_wall(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int ks_buf_put(ks_buf *b, const char *s, size_t n) {
+int server_buf_put(server_buf *b, const char *s, size_t n) {
     if (b->failed) return -1;
     if (b->len + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
@@ -40,9 +40,9 @@ int ks_buf_put(ks_buf *b, const char *s, size_t n) {
     return 0;
 }
 
-void ks_buf_puts(ks_buf *b, const char *s) { ks_buf_put(b, s, strlen(s)); }
+void server_buf_puts(server_buf *b, const char *s) { server_buf_put(b, s, strlen(s)); }
 
-void ks_buf_printf(ks_buf *b, const char *fmt, ...) {
+void server_buf_printf(server_buf *b, const char *fmt, ...) {
     char tmp[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -53,7 +53,7 @@ void ks_buf_printf(ks_buf *b, const char *fmt, ...) {
         return;
     }
     if ((size_t)n < sizeof tmp) {
-        ks_buf_put(b, tmp, (size_t)n);
+        server_buf_put(b, tmp, (size_t)n);
         return;
     }
     char *big = base_malloc((size_t)n + 1);
@@ -64,35 +64,35 @@ void ks_buf_printf(ks_buf *b, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(big, (size_t)n + 1, fmt, ap);
     va_end(ap);
-    ks_buf_put(b, big, (size_t)n);
+    server_buf_put(b, big, (size_t)n);
     free(big);
 }
 
-void ks_buf_json(ks_buf *b, const json_t *j) {
+void server_buf_json(server_buf *b, const json_t *j) {
     char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY);
     if (s)
-        ks_buf_puts(b, s);
+        server_buf_puts(b, s);
     else
         b->failed = 1;
     free(s);
 }
 
-void ks_buf_free(ks_buf *b) {
+void server_buf_free(server_buf *b) {
     free(b->p);
     memset(b, 0, sizeof *b);
 }
 
-size_t ks_partial_suffix(const char *s, size_t n, const char *t) {
+size_t server_partial_suffix(const char *s, size_t n, const char *t) {
     size_t tl = strlen(t);
     for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
         if (!memcmp(s + n - k, t, k)) return k;
     return 0;
 }
 
-json_t *ks_jstr(const char *s, size_t n) {
+json_t *server_jstr(const char *s, size_t n) {
     json_t *j = json_stringn(s, n);
     if (j) return j;
-    ks_buf b = {0};
+    server_buf b = {0};
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
         size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
@@ -104,14 +104,14 @@ json_t *ks_jstr(const char *s, size_t n) {
             json_decref(t);
         }
         if (ok) {
-            ks_buf_put(&b, s + i, k);
+            server_buf_put(&b, s + i, k);
             i += k;
         } else {
-            ks_buf_puts(&b, "\xef\xbf\xbd");
+            server_buf_puts(&b, "\xef\xbf\xbd");
             i++;
         }
     }
     j = json_stringn(b.p ? b.p : "", b.len);
-    ks_buf_free(&b);
+    server_buf_free(&b);
     return j ? j : json_string("");
 }

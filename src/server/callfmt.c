@@ -22,36 +22,36 @@ static const char k_ds_calls[] = "<｜tool▁calls▁begin｜>", k_ds_calls_end[
                   k_ds_sep[] = "<｜tool▁sep｜>";
 static const char k_gemma_str[] = "<|\"|>";
 
-static const ks_callfmt_tags k_tags[KS_CF_COUNT] = {
-    [KS_CF_LLAMA3] = {{"<|python_tag|>", NULL}, NULL, 0, 1, {NULL, NULL}},
-    [KS_CF_MISTRAL] = {{"[TOOL_CALLS]", NULL}, NULL, 1, 0, {"[THINK]", "[/THINK]"}},
-    [KS_CF_GEMMA4] = {{"<|tool_call>", NULL}, "<tool_call|>", 0, 0, {"<|channel>thought", "<channel|>"}},
-    [KS_CF_DEEPSEEK] = {{k_ds_calls, NULL}, k_ds_calls_end, 0, 0, {NULL, NULL}},
-    [KS_CF_PHI4] = {{"<|tool_call|>", "functools["}, "<|/tool_call|>", 0, 0, {NULL, NULL}},
-    [KS_CF_NEMOTRON] = {{"<TOOLCALL>", NULL}, "</TOOLCALL>", 0, 0, {NULL, NULL}},
+static const server_callfmt_tags k_tags[SERVER_CF_COUNT] = {
+    [SERVER_CF_LLAMA3] = {{"<|python_tag|>", NULL}, NULL, 0, 1, {NULL, NULL}},
+    [SERVER_CF_MISTRAL] = {{"[TOOL_CALLS]", NULL}, NULL, 1, 0, {"[THINK]", "[/THINK]"}},
+    [SERVER_CF_GEMMA4] = {{"<|tool_call>", NULL}, "<tool_call|>", 0, 0, {"<|channel>thought", "<channel|>"}},
+    [SERVER_CF_DEEPSEEK] = {{k_ds_calls, NULL}, k_ds_calls_end, 0, 0, {NULL, NULL}},
+    [SERVER_CF_PHI4] = {{"<|tool_call|>", "functools["}, "<|/tool_call|>", 0, 0, {NULL, NULL}},
+    [SERVER_CF_NEMOTRON] = {{"<TOOLCALL>", NULL}, "</TOOLCALL>", 0, 0, {NULL, NULL}},
 };
 
-const ks_callfmt_tags *ks_callfmt_marks(int fmt) {
-    return fmt > KS_CF_HARMONY && fmt < KS_CF_COUNT ? &k_tags[fmt] : NULL;
+const server_callfmt_tags *server_callfmt_marks(int fmt) {
+    return fmt > SERVER_CF_HARMONY && fmt < SERVER_CF_COUNT ? &k_tags[fmt] : NULL;
 }
 
-const char *const *ks_callfmt_markers(int fmt) {
+const char *const *server_callfmt_markers(int fmt) {
     static const char *const none[] = {NULL};
-    static const char *const marks[KS_CF_COUNT][8] = {
-        [KS_CF_LLAMA3] = {"<|python_tag|>"},
-        [KS_CF_MISTRAL] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]"},
-        [KS_CF_GEMMA4] = {"<|tool_call>", "<tool_call|>", k_gemma_str, "<|channel>", "<channel|>"},
-        [KS_CF_DEEPSEEK] = {k_ds_calls, k_ds_calls_end, k_ds_call, k_ds_call_end, k_ds_sep},
-        [KS_CF_PHI4] = {"<|tool_call|>", "<|/tool_call|>"},
-        [KS_CF_NEMOTRON] = {"<TOOLCALL>", "</TOOLCALL>"},
+    static const char *const marks[SERVER_CF_COUNT][8] = {
+        [SERVER_CF_LLAMA3] = {"<|python_tag|>"},
+        [SERVER_CF_MISTRAL] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]"},
+        [SERVER_CF_GEMMA4] = {"<|tool_call>", "<tool_call|>", k_gemma_str, "<|channel>", "<channel|>"},
+        [SERVER_CF_DEEPSEEK] = {k_ds_calls, k_ds_calls_end, k_ds_call, k_ds_call_end, k_ds_sep},
+        [SERVER_CF_PHI4] = {"<|tool_call|>", "<|/tool_call|>"},
+        [SERVER_CF_NEMOTRON] = {"<TOOLCALL>", "</TOOLCALL>"},
     };
-    return fmt > KS_CF_HARMONY && fmt < KS_CF_COUNT ? marks[fmt] : none;
+    return fmt > SERVER_CF_HARMONY && fmt < SERVER_CF_COUNT ? marks[fmt] : none;
 }
 
-const char *ks_callfmt_name(int fmt) {
-    static const char *const names[KS_CF_COUNT] = {"tool_call", "harmony",  "llama3", "mistral",
+const char *server_callfmt_name(int fmt) {
+    static const char *const names[SERVER_CF_COUNT] = {"tool_call", "harmony",  "llama3", "mistral",
                                                    "gemma4",    "deepseek", "phi4",   "nemotron"};
-    return fmt >= 0 && fmt < KS_CF_COUNT ? names[fmt] : "?";
+    return fmt >= 0 && fmt < SERVER_CF_COUNT ? names[fmt] : "?";
 }
 
 /* 1 when text is one token of m's vocabulary (read as special). */
@@ -60,25 +60,25 @@ static int one_token(const kiln_model *m, const char *text) {
     return m && kiln_tokenize(m, text, strlen(text), 0, 1, ids, 4) == 1;
 }
 
-int ks_callfmt_detect(const char *t, const kiln_model *m) {
-    if (one_token(m, "<|channel|>") && one_token(m, "<|message|>") && one_token(m, "<|end|>")) return KS_CF_HARMONY;
+int server_callfmt_detect(const char *t, const kiln_model *m) {
+    if (one_token(m, "<|channel|>") && one_token(m, "<|message|>") && one_token(m, "<|end|>")) return SERVER_CF_HARMONY;
     if (!t) t = "";
     /* the template's own markers first: a fine-tune may keep its base's
      * vocabulary and write calls as its template says */
-    if (strstr(t, "<tool_call>")) return KS_CF_TAG;
-    if (strstr(t, "[TOOL_CALLS]")) return KS_CF_MISTRAL;
-    if (strstr(t, "<|tool_call>")) return KS_CF_GEMMA4;
-    if (strstr(t, "tool▁calls▁begin")) return KS_CF_DEEPSEEK;
-    if (strstr(t, "<TOOLCALL>")) return KS_CF_NEMOTRON;
-    if (strstr(t, "<|tool_call|>") || strstr(t, "<|tool|>")) return KS_CF_PHI4;
+    if (strstr(t, "<tool_call>")) return SERVER_CF_TAG;
+    if (strstr(t, "[TOOL_CALLS]")) return SERVER_CF_MISTRAL;
+    if (strstr(t, "<|tool_call>")) return SERVER_CF_GEMMA4;
+    if (strstr(t, "tool▁calls▁begin")) return SERVER_CF_DEEPSEEK;
+    if (strstr(t, "<TOOLCALL>")) return SERVER_CF_NEMOTRON;
+    if (strstr(t, "<|tool_call|>") || strstr(t, "<|tool|>")) return SERVER_CF_PHI4;
     if (strstr(t, "<|python_tag|>") || (strstr(t, "<|start_header_id|>") && strcasestr(t, "tools")))
-        return KS_CF_LLAMA3;
+        return SERVER_CF_LLAMA3;
     /* templates that leave calls out (Mistral v7's): the vocabulary says */
-    if (one_token(m, "[TOOL_CALLS]")) return KS_CF_MISTRAL;
-    if (one_token(m, "<|tool_call>") && one_token(m, "<tool_call|>")) return KS_CF_GEMMA4;
-    if (one_token(m, k_ds_calls)) return KS_CF_DEEPSEEK;
-    if (one_token(m, "<|python_tag|>")) return KS_CF_LLAMA3;
-    return KS_CF_TAG;
+    if (one_token(m, "[TOOL_CALLS]")) return SERVER_CF_MISTRAL;
+    if (one_token(m, "<|tool_call>") && one_token(m, "<tool_call|>")) return SERVER_CF_GEMMA4;
+    if (one_token(m, k_ds_calls)) return SERVER_CF_DEEPSEEK;
+    if (one_token(m, "<|python_tag|>")) return SERVER_CF_LLAMA3;
+    return SERVER_CF_TAG;
 }
 
 /* ---- pieces ---- */
@@ -122,7 +122,7 @@ static json_t *make_call(const char *name, size_t n, json_t *args) {
         }
     }
     json_t *c = json_object();
-    json_object_set_new(c, "name", ks_jstr(name, n));
+    json_object_set_new(c, "name", server_jstr(name, n));
     json_object_set_new(c, "arguments", args);
     return c;
 }
@@ -189,17 +189,17 @@ static json_t *json_calls(const char *p, const char *e, const json_t *tools, int
 static json_t *py_literal(const char *p, const char *e, const char **after) {
     if (p < e && (*p == '"' || *p == '\'')) {
         const char q = *p++;
-        ks_buf s = {0};
+        server_buf s = {0};
         for (; p < e && *p != q; p++) {
             char c = *p;
             if (c == '\\' && p + 1 < e) {
                 c = *++p;
                 c = c == 'n' ? '\n' : c == 't' ? '\t' : c;
             }
-            ks_buf_put(&s, &c, 1);
+            server_buf_put(&s, &c, 1);
         }
-        json_t *v = p < e && !s.failed ? ks_jstr(s.p ? s.p : "", s.len) : NULL;
-        ks_buf_free(&s);
+        json_t *v = p < e && !s.failed ? server_jstr(s.p ? s.p : "", s.len) : NULL;
+        server_buf_free(&s);
         *after = p + 1;
         return v;
     }
@@ -260,7 +260,7 @@ static json_t *parse_python_tag(const char *p, const char *e, const json_t *tool
     if (!calls) calls = python_call(p, e);
     if (!calls && p < e) { /* code for the code interpreter, as Llama 3.1 writes it */
         json_t *args = json_object();
-        json_object_set_new(args, "code", ks_jstr(p, (size_t)(e - p)));
+        json_object_set_new(args, "code", server_jstr(p, (size_t)(e - p)));
         calls = json_array();
         json_array_append_new(calls, make_call("python", 6, args));
     }
@@ -336,7 +336,7 @@ static json_t *gemma_value(const char **pp, const char *e, int depth) {
         const char *q = find(p, e, k_gemma_str);
         if (!q) return NULL;
         *pp = q + strlen(k_gemma_str);
-        return ks_jstr(p, (size_t)(q - p));
+        return server_jstr(p, (size_t)(q - p));
     }
     if (p < e && (*p == '{' || *p == '[')) return gemma_container(pp, e, depth);
     static const char *const lits[] = {"true", "false", "null"};
@@ -414,24 +414,24 @@ static json_t *parse_deepseek(const char *p, const char *e) {
     return out;
 }
 
-json_t *ks_callfmt_parse(int fmt, int opener, const char *body, size_t n, const json_t *tools) {
+json_t *server_callfmt_parse(int fmt, int opener, const char *body, size_t n, const json_t *tools) {
     const char *p = body ? body : "", *e = p + n;
     switch (fmt) {
-    case KS_CF_LLAMA3: return opener < 0 ? json_calls(p, e, tools, 1) : parse_python_tag(p, e, tools);
-    case KS_CF_MISTRAL: return parse_mistral(p, e, tools);
-    case KS_CF_GEMMA4: return parse_gemma4(p, e);
-    case KS_CF_DEEPSEEK: return parse_deepseek(p, e);
-    case KS_CF_PHI4:
+    case SERVER_CF_LLAMA3: return opener < 0 ? json_calls(p, e, tools, 1) : parse_python_tag(p, e, tools);
+    case SERVER_CF_MISTRAL: return parse_mistral(p, e, tools);
+    case SERVER_CF_GEMMA4: return parse_gemma4(p, e);
+    case SERVER_CF_DEEPSEEK: return parse_deepseek(p, e);
+    case SERVER_CF_PHI4:
         if (opener == 1) { /* functools[...: the opener holds the array's '[' */
-            ks_buf b = {0};
-            ks_buf_put(&b, "[", 1);
-            ks_buf_put(&b, p, n);
+            server_buf b = {0};
+            server_buf_put(&b, "[", 1);
+            server_buf_put(&b, p, n);
             json_t *calls = b.failed ? NULL : json_calls(b.p, b.p + b.len, tools, 0);
-            ks_buf_free(&b);
+            server_buf_free(&b);
             return calls;
         }
         return json_calls(p, e, tools, 0);
-    case KS_CF_NEMOTRON: return json_calls(p, e, tools, 0);
+    case SERVER_CF_NEMOTRON: return json_calls(p, e, tools, 0);
     default: return NULL;
     }
 }
@@ -441,7 +441,7 @@ json_t *ks_callfmt_parse(int fmt, int opener, const char *body, size_t n, const 
 #define DS_SEP "<｜tool▁sep｜>"
 #define DS_CALL_END "<｜tool▁call▁end｜>"
 
-int ks_callfmt_call_form(int fmt, const char *tmpl, sample_call_form *out) {
+int server_callfmt_call_form(int fmt, const char *tmpl, sample_call_form *out) {
     static const sample_call_form llama3 = {"", "{\"name\": \"", "\", \"parameters\": ", "}", ""},
                                   mistral_array = {"[TOOL_CALLS]", "[{\"name\": \"", "\", \"arguments\": ", "}]", ""},
                                   mistral = {"[TOOL_CALLS]", "", "[ARGS]", "", ""},
@@ -454,11 +454,11 @@ int ks_callfmt_call_form(int fmt, const char *tmpl, sample_call_form *out) {
                                               "</TOOLCALL>"};
     if (!tmpl) tmpl = "";
     switch (fmt) {
-    case KS_CF_LLAMA3: *out = llama3; return 0;
-    case KS_CF_MISTRAL: *out = strstr(tmpl, "[ARGS]") ? mistral : mistral_array; return 0;
-    case KS_CF_DEEPSEEK: *out = strstr(tmpl, "```json") || !strstr(tmpl, "tool▁sep") ? deepseek : deepseek31; return 0;
-    case KS_CF_PHI4: *out = phi4; return 0;
-    case KS_CF_NEMOTRON: *out = nemotron; return 0;
+    case SERVER_CF_LLAMA3: *out = llama3; return 0;
+    case SERVER_CF_MISTRAL: *out = strstr(tmpl, "[ARGS]") ? mistral : mistral_array; return 0;
+    case SERVER_CF_DEEPSEEK: *out = strstr(tmpl, "```json") || !strstr(tmpl, "tool▁sep") ? deepseek : deepseek31; return 0;
+    case SERVER_CF_PHI4: *out = phi4; return 0;
+    case SERVER_CF_NEMOTRON: *out = nemotron; return 0;
     default: return -1;
     }
 }

@@ -12,17 +12,17 @@
 
 #include <string.h>
 
-static json_t *pack_options(ks_model *r) {
+static json_t *pack_options(server_model *r) {
     json_t *o = json_object_get(r->defaults, "options");
     return json_is_object(o) && json_object_size(o) ? o : NULL;
 }
 
-const char *ks_defaults_system(ks_model *r) {
+const char *server_defaults_system(server_model *r) {
     const char *s = json_string_value(json_object_get(r->defaults, "system"));
     return s && *s ? s : NULL;
 }
 
-int ks_defaults_opts(ks_model *r, struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc) {
+int server_defaults_opts(server_model *r, struct MHD_Connection *c, json_t *src, int ollama, server_gen_opts *o, int *rc) {
     json_t *pack = pack_options(r);
     if (!pack) return 0;
     json_t *merged = json_is_object(src) ? json_deep_copy(src) : json_object();
@@ -52,8 +52,8 @@ int ks_defaults_opts(ks_model *r, struct MHD_Connection *c, json_t *src, int oll
         if (!strcmp(key, "max_tokens") && json_is_integer(v) && json_integer_value(v) < 0) continue; /* unlimited */
         if (!set) json_object_set(merged, key, v);
     }
-    ks_gen_opts keep = *o;
-    int bad = ks_parse_opts(c, merged, ollama, o, rc);
+    server_gen_opts keep = *o;
+    int bad = server_parse_opts(c, merged, ollama, o, rc);
     json_decref(merged);
     if (bad) return -1;
     /* what the pack does not set stays the request's, and what o borrows
@@ -69,8 +69,8 @@ int ks_defaults_opts(ks_model *r, struct MHD_Connection *c, json_t *src, int oll
     return 0;
 }
 
-json_t *ks_defaults_messages(ks_model *r, json_t *messages) {
-    const char *sys = ks_defaults_system(r);
+json_t *server_defaults_messages(server_model *r, json_t *messages) {
+    const char *sys = server_defaults_system(r);
     if (!sys || !json_is_array(messages)) return json_incref(messages);
     size_t i;
     json_t *m;

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ks_embed_inputs(ks_model *r, struct MHD_Connection *c, json_t *input, int kind, int dims, int truncate, int ollama,
+int server_embed_inputs(server_model *r, struct MHD_Connection *c, json_t *input, int kind, int dims, int truncate, int ollama,
                     json_t **vectors, int *n_tokens, int *rc) {
     const char *one[1];
     const char **texts = one;
@@ -30,15 +30,15 @@ int ks_embed_inputs(ks_model *r, struct MHD_Connection *c, json_t *input, int ki
             texts[i] = json_string_value(json_array_get(input, i));
             if (!texts[i]) {
                 free(texts);
-                *rc = ollama ? ks_oll_error(c, 400, "'input' must hold strings")
-                             : ks_send_error(c, 400, "invalid_request_error", "'input' must hold strings", "input");
+                *rc = ollama ? server_oll_error(c, 400, "'input' must hold strings")
+                             : server_send_error(c, 400, "invalid_request_error", "'input' must hold strings", "input");
                 return -1;
             }
         }
     }
     if (!n || !texts) {
-        *rc = ollama ? ks_oll_error(c, 400, "'input' must be a string or a non-empty array of strings")
-                     : ks_send_error(c, 400, "invalid_request_error",
+        *rc = ollama ? server_oll_error(c, 400, "'input' must be a string or a non-empty array of strings")
+                     : server_send_error(c, 400, "invalid_request_error",
                                      "'input' must be a string or a non-empty array of strings", "input");
         return -1;
     }
@@ -56,8 +56,8 @@ int ks_embed_inputs(ks_model *r, struct MHD_Connection *c, json_t *input, int ki
     }
     if (status) {
         if (texts != one) free(texts);
-        *rc = ollama ? ks_oll_error(c, status, msg)
-                     : ks_send_error(c, status, status == 400 ? "invalid_request_error" : "server_error", msg, "input");
+        *rc = ollama ? server_oll_error(c, status, msg)
+                     : server_send_error(c, status, status == 400 ? "invalid_request_error" : "server_error", msg, "input");
         return -1;
     }
     const kiln_embeddings *e = kiln_embed_result(job);
@@ -69,7 +69,7 @@ int ks_embed_inputs(ks_model *r, struct MHD_Connection *c, json_t *input, int ki
         json_array_append_new(vs, v);
         *n_tokens += e->n_tokens[i];
     }
-    ks_reqlog_tokens(ks_reqlog_current(), *n_tokens, 0);
+    server_reqlog_tokens(server_reqlog_current(), *n_tokens, 0);
     kiln_embed_job_free(job);
     if (texts != one) free(texts);
     *vectors = vs;
@@ -81,8 +81,8 @@ static int dims_of(json_t *body, struct MHD_Connection *c, int ollama, int *dims
     *dims = 0;
     if (!d || json_is_null(d)) return 0;
     if (!json_is_integer(d) || json_integer_value(d) < 1) {
-        *rc = ollama ? ks_oll_error(c, 400, "'dimensions' must be a positive integer")
-                     : ks_send_error(c, 400, "invalid_request_error", "'dimensions' must be a positive integer",
+        *rc = ollama ? server_oll_error(c, 400, "'dimensions' must be a positive integer")
+                     : server_send_error(c, 400, "invalid_request_error", "'dimensions' must be a positive integer",
                                      "dimensions");
         return -1;
     }
@@ -122,19 +122,19 @@ static json_t *b64_floats(json_t *v) {
     return s;
 }
 
-static ks_model *embed_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int ollama, double *load_wait,
+static server_model *embed_model(server_srv *s, struct MHD_Connection *c, json_t *body, int ollama, double *load_wait,
                              int *rc) {
     int status;
     char msg[600];
-    ks_model *r = ks_model_use(s, json_string_value(json_object_get(body, "model")), KS_TASK_EMBED, load_wait, &status,
+    server_model *r = server_model_use(s, json_string_value(json_object_get(body, "model")), SERVER_TASK_EMBED, load_wait, &status,
                                msg, sizeof msg);
-    ks_reqlog_model(ks_reqlog_current(), r ? r->name : json_string_value(json_object_get(body, "model")));
+    server_reqlog_model(server_reqlog_current(), r ? r->name : json_string_value(json_object_get(body, "model")));
     if (!r) {
         const char *type = status == 404   ? "not_found_error"
                            : status == 400 ? "invalid_request_error"
                            : status == 503 ? "unavailable_error"
                                            : "server_error";
-        *rc = ollama ? ks_oll_error(c, status, msg) : ks_send_error(c, status, type, msg, "model");
+        *rc = ollama ? server_oll_error(c, status, msg) : server_send_error(c, status, type, msg, "model");
         return NULL;
     }
     return r;
@@ -153,24 +153,24 @@ static int input_kind(json_t *body, struct MHD_Connection *c, int ollama, int *k
         *kind = KILN_EMBED_QUERY;
     else if (!v || (strcmp(v, "document") && strcmp(v, "search_document"))) {
         const char *msg = "'input_type' must be \"query\" or \"document\"";
-        *rc = ollama ? ks_oll_error(c, 400, msg) : ks_send_error(c, 400, "invalid_request_error", msg, "input_type");
+        *rc = ollama ? server_oll_error(c, 400, msg) : server_send_error(c, 400, "invalid_request_error", msg, "input_type");
         return -1;
     }
     return 0;
 }
 
-int ks_embed_openai(ks_srv *s, struct MHD_Connection *c, json_t *body) {
+int server_embed_openai(server_srv *s, struct MHD_Connection *c, json_t *body) {
     int rc = MHD_NO, dims, ntok, kind;
     if (dims_of(body, c, 0, &dims, &rc) || input_kind(body, c, 0, &kind, &rc)) return rc;
     const char *enc = json_string_value(json_object_get(body, "encoding_format"));
     if (enc && strcmp(enc, "float") && strcmp(enc, "base64"))
-        return ks_send_error(c, 400, "invalid_request_error", "'encoding_format' must be float or base64",
+        return server_send_error(c, 400, "invalid_request_error", "'encoding_format' must be float or base64",
                              "encoding_format");
-    ks_model *r = embed_model(s, c, body, 0, NULL, &rc);
+    server_model *r = embed_model(s, c, body, 0, NULL, &rc);
     if (!r) return rc;
     json_t *vs;
-    if (ks_embed_inputs(r, c, json_object_get(body, "input"), kind, dims, 0, 0, &vs, &ntok, &rc)) {
-        ks_model_done(r, NAN);
+    if (server_embed_inputs(r, c, json_object_get(body, "input"), kind, dims, 0, 0, &vs, &ntok, &rc)) {
+        server_model_done(r, NAN);
         return rc;
     }
     json_t *data = json_array();
@@ -189,36 +189,36 @@ int ks_embed_openai(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     json_object_set_new(j, "data", data);
     json_object_set_new(j, "model", json_string(r->name));
     json_object_set_new(j, "usage", json_pack("{s:i,s:i}", "prompt_tokens", ntok, "total_tokens", ntok));
-    ks_model_done(r, NAN);
-    return ks_send_json(c, 200, j);
+    server_model_done(r, NAN);
+    return server_send_json(c, 200, j);
 }
 
 /* legacy: 1 for /api/embeddings ({"prompt"} in, {"embedding": [...]} out) */
-int ks_embed_ollama(ks_srv *s, struct MHD_Connection *c, json_t *body, int legacy) {
+int server_embed_ollama(server_srv *s, struct MHD_Connection *c, json_t *body, int legacy) {
     int rc = MHD_NO, dims, ntok, kind;
     if (dims_of(body, c, 1, &dims, &rc) || input_kind(body, c, 1, &kind, &rc)) return rc;
-    double t0 = ks_now(), load_wait = 0;
-    ks_model *r = embed_model(s, c, body, 1, &load_wait, &rc);
+    double t0 = server_now(), load_wait = 0;
+    server_model *r = embed_model(s, c, body, 1, &load_wait, &rc);
     if (!r) return rc;
     json_t *vs;
     json_t *tr = json_object_get(body, "truncate");
-    const double ka = ks_parse_duration(json_object_get(body, "keep_alive"));
-    if (ks_embed_inputs(r, c, json_object_get(body, "input"), kind, dims, !json_is_false(tr), 1, &vs, &ntok, &rc)) {
-        ks_model_done(r, ka);
+    const double ka = server_parse_duration(json_object_get(body, "keep_alive"));
+    if (server_embed_inputs(r, c, json_object_get(body, "input"), kind, dims, !json_is_false(tr), 1, &vs, &ntok, &rc)) {
+        server_model_done(r, ka);
         return rc;
     }
     json_t *j = json_object();
     if (legacy) {
         json_object_set(j, "embedding", json_array_get(vs, 0));
         json_decref(vs);
-        ks_model_done(r, ka);
-        return ks_send_json(c, 200, j);
+        server_model_done(r, ka);
+        return server_send_json(c, 200, j);
     }
     json_object_set_new(j, "model", json_string(r->name));
     json_object_set_new(j, "embeddings", vs);
-    json_object_set_new(j, "total_duration", json_integer((json_int_t)((ks_now() - t0) * 1e9)));
+    json_object_set_new(j, "total_duration", json_integer((json_int_t)((server_now() - t0) * 1e9)));
     json_object_set_new(j, "load_duration", json_integer((json_int_t)(load_wait * 1e9)));
     json_object_set_new(j, "prompt_eval_count", json_integer(ntok));
-    ks_model_done(r, ka);
-    return ks_send_json(c, 200, j);
+    server_model_done(r, ka);
+    return server_send_json(c, 200, j);
 }

@@ -10,11 +10,11 @@ struct MHD_Connection;
 
 /* Embeds inputs (a string or an array of strings) with r's model; fills
  * vectors (json arrays) or sends the error and returns -1. */
-int ks_embed_inputs(ks_model *r, struct MHD_Connection *c, json_t *input, int kind, int dims, int truncate, int ollama,
+int server_embed_inputs(server_model *r, struct MHD_Connection *c, json_t *input, int kind, int dims, int truncate, int ollama,
                     json_t **vectors, int *n_tokens, int *rc);
 /* POST /v1/embeddings */
-int ks_embed_openai(ks_srv *s, struct MHD_Connection *c, json_t *body);
+int server_embed_openai(server_srv *s, struct MHD_Connection *c, json_t *body);
 /* POST /api/embed; legacy: /api/embeddings (one vector, "embedding") */
-int ks_embed_ollama(ks_srv *s, struct MHD_Connection *c, json_t *body, int legacy);
+int server_embed_ollama(server_srv *s, struct MHD_Connection *c, json_t *body, int legacy);
 
 #endif

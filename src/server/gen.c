@@ -33,46 +33,46 @@ static int one_token(const kiln_model *m, const char *text) {
     return kiln_tokenize(m, text, strlen(text), 0, 1, ids, 4) == 1;
 }
 
-int ks_gen_harmony(const kiln_model *m) {
+int server_gen_harmony(const kiln_model *m) {
     return one_token(m, "<|channel|>") && one_token(m, "<|message|>") && one_token(m, "<|end|>");
 }
 
-void ks_gen_init(ks_gen *g, kiln_model *m, int start_in_think) {
+void server_gen_init(server_gen *g, kiln_model *m, int start_in_think) {
     memset(g, 0, sizeof *g);
     g->m = m;
     g->dt = kiln_detok_new(m);
     g->split_think = g->split_tools = 1;
     g->mode = start_in_think ? 1 : 0;
     g->stop_hit = -1;
-    g->harmony = ks_gen_harmony(m);
-    g->fmt = g->harmony ? KS_CF_HARMONY : KS_CF_TAG;
+    g->harmony = server_gen_harmony(m);
+    g->fmt = g->harmony ? SERVER_CF_HARMONY : SERVER_CF_TAG;
     g->tool_calls = json_array();
     g->logprobs = json_array();
     if (!g->dt || !g->tool_calls || !g->logprobs) { /* the request fails before its first token */
         snprintf(g->err, sizeof g->err, "out of memory");
-        g->finish = KS_FIN_ERROR;
+        g->finish = SERVER_FIN_ERROR;
     }
 }
 
-void ks_gen_tools(ks_gen *g, json_t *tools) {
+void server_gen_tools(server_gen *g, json_t *tools) {
     json_decref(g->tools);
     g->tools = json_is_array(tools) ? json_incref(tools) : NULL;
 }
 
-void ks_gen_free(ks_gen *g) {
+void server_gen_free(server_gen *g) {
     kiln_detok_free(g->dt);
-    ks_buf_free(&g->sbuf);
-    ks_buf_free(&g->pbuf);
-    ks_buf_free(&g->tool);
-    ks_buf_free(&g->h_hdr);
-    ks_toolscan_free(&g->ts);
-    ks_xmlscan_free(&g->xs);
+    server_buf_free(&g->sbuf);
+    server_buf_free(&g->pbuf);
+    server_buf_free(&g->tool);
+    server_buf_free(&g->h_hdr);
+    server_toolscan_free(&g->ts);
+    server_xmlscan_free(&g->xs);
     json_decref(g->tools);
     json_decref(g->tool_calls);
     json_decref(g->logprobs);
 }
 
-static void emit(ks_gen *g, int kind, const char *s, size_t n) {
+static void emit(server_gen *g, int kind, const char *s, size_t n) {
     if (n && g->on_text) g->on_text(g, kind, s, n, g->user);
 }
 
@@ -94,12 +94,12 @@ static size_t whole_chars(const char *s, size_t n) {
  * one that opened it. */
 typedef struct scan_view {
     int named, bad, closed, args_begun;
-    const ks_buf *name, *args;
+    const server_buf *name, *args;
 } scan_view;
 
-static scan_view view(const ks_gen *g) {
-    const ks_toolscan *t = &g->ts;
-    const ks_xmlscan *x = &g->xs;
+static scan_view view(const server_gen *g) {
+    const server_toolscan *t = &g->ts;
+    const server_xmlscan *x = &g->xs;
     if (g->tool_open ? !g->tool_xml : !t->bad)
         return (scan_view){t->named, t->bad, t->closed, t->args_begun, &t->name, &t->args};
     return (scan_view){x->named, x->bad, x->closed, x->named, &x->name, &x->args};
@@ -108,7 +108,7 @@ static scan_view view(const ks_gen *g) {
 /* Sends what the scanner has of the current call: the header once the name
  * is settled (and nothing so far broke the shape), then the arguments' text
  * beyond what went out. */
-static void tool_stream(ks_gen *g, int final) {
+static void tool_stream(server_gen *g, int final) {
     const scan_view v = view(g);
     if (!g->tool_open) {
         if (!v.named || v.bad) return;
@@ -125,16 +125,16 @@ static void tool_stream(ks_gen *g, int final) {
 }
 
 /* More of the current <tool_call> body. */
-static void tool_text(ks_gen *g, const char *s, size_t n) {
-    if (ks_buf_put(&g->tool, s, n)) return; /* ks_gen_text fails the generation */
-    /* both also without streaming: ks_gen_args_text, the XML form's types */
-    if (!g->ts.bad) ks_toolscan_feed(&g->ts, s, n);
-    if (!g->xs.bad) ks_xmlscan_feed(&g->xs, g->tool.p, g->tool.len);
+static void tool_text(server_gen *g, const char *s, size_t n) {
+    if (server_buf_put(&g->tool, s, n)) return; /* server_gen_text fails the generation */
+    /* both also without streaming: server_gen_args_text, the XML form's types */
+    if (!g->ts.bad) server_toolscan_feed(&g->ts, s, n);
+    if (!g->xs.bad) server_xmlscan_feed(&g->xs, g->tool.p, g->tool.len);
     if (g->on_tool_part) tool_stream(g, 0);
 }
 
-const char *ks_gen_args_text(const ks_gen *g, size_t *n) {
-    const ks_toolscan *t = &g->ts;
+const char *server_gen_args_text(const server_gen *g, size_t *n) {
+    const server_toolscan *t = &g->ts;
     if (t->bad || !t->closed || !t->args_begun) return NULL;
     *n = t->args.len;
     return t->args.p ? t->args.p : "";
@@ -143,37 +143,37 @@ const char *ks_gen_args_text(const ks_gen *g, size_t *n) {
 /* The end of a call already opened in parts: it stands.  The call kept in
  * g->tool_calls is the body's parse when the scanner followed all of it,
  * else what was streamed (the arguments' text parsed if it can be). */
-static json_t *tool_streamed_done(ks_gen *g, json_t *call) {
+static json_t *tool_streamed_done(server_gen *g, json_t *call) {
     tool_stream(g, 1);
     const scan_view v = view(g);
     if (!v.args_begun) g->on_tool_part(g, g->n_tools, NULL, "{}", 2, g->user);
     if (call && !v.bad && v.closed) return call;
     json_decref(call);
     call = json_object();
-    json_object_set_new(call, "name", ks_jstr(v.name->p ? v.name->p : "", v.name->len));
+    json_object_set_new(call, "name", server_jstr(v.name->p ? v.name->p : "", v.name->len));
     json_error_t je;
     const char *a = v.args->p ? v.args->p : "";
     json_t *args = v.args_begun ? json_loadb(a, v.args->len, JSON_DECODE_ANY, &je) : json_object();
-    if (!args) args = ks_jstr(a, v.args->len);
+    if (!args) args = server_jstr(a, v.args->len);
     json_object_set_new(call, "arguments", args);
     return call;
 }
 
 /* The end of a <tool_call> body: at its closing tag (closed), or where
  * the text ended inside it. */
-static void tool_done(ks_gen *g, int closed) {
+static void tool_done(server_gen *g, int closed) {
     json_error_t je;
     json_t *call = json_loadb(g->tool.p ? g->tool.p : "", g->tool.len, 0, &je);
-    if (!call && closed) call = ks_xmlscan_call(&g->xs);
+    if (!call && closed) call = server_xmlscan_call(&g->xs);
     int streamed = g->tool_open;
     if (streamed) call = tool_streamed_done(g, call);
     g->tool_open = 0;
     json_t *name = call ? json_object_get(call, "name") : NULL;
     if (!json_is_string(name)) {
         /* not a tool call after all: keep the text as written */
-        emit(g, KS_D_CONTENT, "<tool_call>", 11);
-        emit(g, KS_D_CONTENT, g->tool.p ? g->tool.p : "", g->tool.len);
-        if (closed) emit(g, KS_D_CONTENT, "</tool_call>", 12);
+        emit(g, SERVER_D_CONTENT, "<tool_call>", 11);
+        emit(g, SERVER_D_CONTENT, g->tool.p ? g->tool.p : "", g->tool.len);
+        if (closed) emit(g, SERVER_D_CONTENT, "</tool_call>", 12);
         json_decref(call);
     } else {
         json_t *args = json_object_get(call, "arguments");
@@ -196,10 +196,10 @@ static void tool_done(ks_gen *g, int closed) {
 static const char *const k_htags[] = {"<|end|>", "<|return|>", "<|call|>", "<|start|>", "<|channel|>"};
 enum { H_CHANNEL = 4 };   /* the one tag that opens a new header in place */
 enum { H_HDR_MAX = 512 }; /* a header longer than this is text, not a header */
-enum { HM_CALL = 2 };     /* g->mode of a call's body (content and reasoning: KS_D_*) */
+enum { HM_CALL = 2 };     /* g->mode of a call's body (content and reasoning: SERVER_D_*) */
 
 /* The word after key in header h (up to a space, '<' or the end). */
-static size_t hdr_word(const ks_buf *h, const char *key, const char **w) {
+static size_t hdr_word(const server_buf *h, const char *key, const char **w) {
     const char *p = h->len ? memmem(h->p, h->len, key, strlen(key)) : NULL;
     if (!p) return 0;
     p += strlen(key);
@@ -210,7 +210,7 @@ static size_t hdr_word(const ks_buf *h, const char *key, const char **w) {
 }
 
 /* A header is complete: the body's mode from its channel and recipient. */
-static void harmony_open(ks_gen *g) {
+static void harmony_open(server_gen *g) {
     const char *ch = "", *to = "";
     const size_t nch = hdr_word(&g->h_hdr, "<|channel|>", &ch), nto = hdr_word(&g->h_hdr, "to=", &to);
     g->h_body = 1;
@@ -228,12 +228,12 @@ static void harmony_open(ks_gen *g) {
     }
     /* analysis, and messages to a built-in tool, are reasoning */
     const int reasoning = (nch == 8 && !strncmp(ch, "analysis", 8)) || nto > 0;
-    g->mode = reasoning && g->split_think ? KS_D_REASONING : KS_D_CONTENT;
+    g->mode = reasoning && g->split_think ? SERVER_D_REASONING : SERVER_D_CONTENT;
 }
 
 /* A call's body ended (final: where the text ended): the call, its
  * arguments parsed when they are JSON, else kept as a string. */
-static void harmony_call_done(ks_gen *g) {
+static void harmony_call_done(server_gen *g) {
     const char *a = g->tool.p ? g->tool.p : "";
     if (g->tool_open) {
         const size_t end = g->tool.len;
@@ -242,7 +242,7 @@ static void harmony_call_done(ks_gen *g) {
     }
     json_error_t je;
     json_t *args = g->tool.len ? json_loadb(a, g->tool.len, JSON_DECODE_ANY, &je) : json_object();
-    if (!args) args = ks_jstr(a, g->tool.len);
+    if (!args) args = server_jstr(a, g->tool.len);
     json_t *call = json_object();
     json_object_set_new(call, "name", json_string(g->h_name));
     json_object_set_new(call, "arguments", args);
@@ -255,12 +255,12 @@ static void harmony_call_done(ks_gen *g) {
 }
 
 /* Body text of the current message into its sink. */
-static void harmony_body(ks_gen *g, const char *s, size_t n) {
+static void harmony_body(server_gen *g, const char *s, size_t n) {
     if (g->mode != HM_CALL) {
         emit(g, g->mode, s, n);
         return;
     }
-    if (ks_buf_put(&g->tool, s, n)) return;
+    if (server_buf_put(&g->tool, s, n)) return;
     if (g->tool_open) {
         const size_t end = whole_chars(g->tool.p, g->tool.len);
         if (end > g->args_sent) {
@@ -273,7 +273,7 @@ static void harmony_body(ks_gen *g, const char *s, size_t n) {
 /* Splits harmony messages (gen.h) into the sinks; a header's text is
  * never shown, unless it grows past H_HDR_MAX without a <|message|> (a
  * model writing plain text: it is content then). */
-static void parse_harmony(ks_gen *g, int final) {
+static void parse_harmony(server_gen *g, int final) {
     size_t pos = 0;
     while (pos < g->pbuf.len) {
         const char *base = g->pbuf.p + pos;
@@ -283,8 +283,8 @@ static void parse_harmony(ks_gen *g, int final) {
             /* a tag cut at the end waits for the rest */
             const size_t upto = m       ? (size_t)(m - base)
                                 : final ? len
-                                        : len - ks_partial_suffix(base, len, "<|message|>");
-            if (ks_buf_put(&g->h_hdr, base, upto)) return;
+                                        : len - server_partial_suffix(base, len, "<|message|>");
+            if (server_buf_put(&g->h_hdr, base, upto)) return;
             pos += upto;
             if (!m && !upto) break;
             if (m) {
@@ -293,8 +293,8 @@ static void parse_harmony(ks_gen *g, int final) {
                 g->h_hdr.len = 0;
             } else if (g->h_hdr.len > H_HDR_MAX) {
                 g->h_body = 1;
-                g->mode = KS_D_CONTENT;
-                emit(g, KS_D_CONTENT, g->h_hdr.p, g->h_hdr.len);
+                g->mode = SERVER_D_CONTENT;
+                emit(g, SERVER_D_CONTENT, g->h_hdr.p, g->h_hdr.len);
                 g->h_hdr.len = 0;
             }
             continue;
@@ -312,7 +312,7 @@ static void parse_harmony(ks_gen *g, int final) {
         if (!hit && !final) {
             size_t hold = 0;
             for (int i = 0; i < (int)(sizeof k_htags / sizeof k_htags[0]); i++) {
-                const size_t k = ks_partial_suffix(base, len, k_htags[i]);
+                const size_t k = server_partial_suffix(base, len, k_htags[i]);
                 if (k > hold) hold = k;
             }
             upto = len - hold;
@@ -323,16 +323,16 @@ static void parse_harmony(ks_gen *g, int final) {
         if (which != H_CHANNEL) pos += strlen(k_htags[which]); /* <|channel|> stays: the header's start */
         if (g->mode == HM_CALL) harmony_call_done(g);
         g->h_body = 0;
-        g->mode = KS_D_CONTENT;
+        g->mode = SERVER_D_CONTENT;
     }
     if (final) {
         if (g->h_body && g->mode == HM_CALL)
             harmony_call_done(g);
         else if (!g->h_body && g->h_hdr.len && !memmem(g->h_hdr.p, g->h_hdr.len, "<|", 2))
-            emit(g, KS_D_CONTENT, g->h_hdr.p, g->h_hdr.len); /* plain text, never a header */
+            emit(g, SERVER_D_CONTENT, g->h_hdr.p, g->h_hdr.len); /* plain text, never a header */
         g->h_hdr.len = 0;
         g->h_body = 0;
-        g->mode = KS_D_CONTENT;
+        g->mode = SERVER_D_CONTENT;
     }
     memmove(g->pbuf.p, g->pbuf.p + pos, g->pbuf.len - pos);
     g->pbuf.len -= pos;
@@ -341,13 +341,13 @@ static void parse_harmony(ks_gen *g, int final) {
 /* The end of a section of g->fmt's form (closed: at its closer, else at
  * the next opener or the reply's end): its calls, or its text as written
  * when it holds none. */
-static void section_done(ks_gen *g, int closed) {
-    const ks_callfmt_tags *tg = ks_callfmt_marks(g->fmt);
-    json_t *calls = ks_callfmt_parse(g->fmt, g->sec_opener, g->tool.p, g->tool.len, g->tools);
+static void section_done(server_gen *g, int closed) {
+    const server_callfmt_tags *tg = server_callfmt_marks(g->fmt);
+    json_t *calls = server_callfmt_parse(g->fmt, g->sec_opener, g->tool.p, g->tool.len, g->tools);
     if (!calls) {
-        if (g->sec_opener >= 0) emit(g, KS_D_CONTENT, tg->open[g->sec_opener], strlen(tg->open[g->sec_opener]));
-        emit(g, KS_D_CONTENT, g->tool.p ? g->tool.p : "", g->tool.len);
-        if (closed) emit(g, KS_D_CONTENT, tg->close, strlen(tg->close));
+        if (g->sec_opener >= 0) emit(g, SERVER_D_CONTENT, tg->open[g->sec_opener], strlen(tg->open[g->sec_opener]));
+        emit(g, SERVER_D_CONTENT, g->tool.p ? g->tool.p : "", g->tool.len);
+        if (closed) emit(g, SERVER_D_CONTENT, tg->close, strlen(tg->close));
     } else {
         size_t i;
         json_t *call;
@@ -361,16 +361,16 @@ static void section_done(ks_gen *g, int closed) {
     g->tool.len = 0;
 }
 
-void ks_gen_format(ks_gen *g, int fmt) {
-    g->fmt = fmt > 0 && fmt < KS_CF_COUNT ? fmt : KS_CF_TAG;
+void server_gen_format(server_gen *g, int fmt) {
+    g->fmt = fmt > 0 && fmt < SERVER_CF_COUNT ? fmt : SERVER_CF_TAG;
     g->n_marks = 0;
     g->mark_think = 0;
-    for (const char *const *mk = g->m ? ks_callfmt_markers(g->fmt) : NULL; mk && *mk && g->n_marks < 8; mk++) {
+    for (const char *const *mk = g->m ? server_callfmt_markers(g->fmt) : NULL; mk && *mk && g->n_marks < 8; mk++) {
         int32_t ids[4];
         char piece[8];
         if (kiln_tokenize(g->m, *mk, strlen(*mk), 0, 1, ids, 4) != 1) continue;
         if (kiln_token_to_piece(g->m, ids[0], piece, sizeof piece, 0) != 0) continue; /* it shows already */
-        const ks_callfmt_tags *tg = ks_callfmt_marks(g->fmt);
+        const server_callfmt_tags *tg = server_callfmt_marks(g->fmt);
         const size_t k = strlen(*mk);
         const int think = tg && tg->think[0] && (!strncmp(tg->think[0], *mk, k) || !strcmp(tg->think[1], *mk));
         g->mark_think |= (unsigned)think << g->n_marks;
@@ -385,17 +385,17 @@ static int is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == 
 enum { A_THINK, A_UNTHINK, A_CALL, A_UNCALL, A_SEC_END, A_SEC /* + the opener's index */ };
 
 /* Splits text by tags into the current mode's sink. */
-static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
+static void parse_text(server_gen *g, const char *s, size_t n, int final) {
     if (!g->split_think && !g->split_tools && g->mode == 0 && !g->harmony) {
-        emit(g, KS_D_CONTENT, s, n);
+        emit(g, SERVER_D_CONTENT, s, n);
         return;
     }
-    if (ks_buf_put(&g->pbuf, s, n)) return; /* ks_gen_text fails the generation */
+    if (server_buf_put(&g->pbuf, s, n)) return; /* server_gen_text fails the generation */
     if (g->harmony) {
         parse_harmony(g, final);
         return;
     }
-    const ks_callfmt_tags *tg = g->fmt != KS_CF_TAG ? ks_callfmt_marks(g->fmt) : NULL;
+    const server_callfmt_tags *tg = g->fmt != SERVER_CF_TAG ? server_callfmt_marks(g->fmt) : NULL;
     size_t pos = 0;
     for (;;) {
         const char *base = g->pbuf.p + pos;
@@ -444,7 +444,7 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
         if (!hit && !final) {
             size_t hold = 0;
             for (int i = 0; i < nc; i++) {
-                size_t k = ks_partial_suffix(base, len, cand[i]);
+                size_t k = server_partial_suffix(base, len, cand[i]);
                 if (k > hold) hold = k;
             }
             upto = len - hold;
@@ -452,9 +452,9 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
         if (g->mode == 2) {
             tool_text(g, base, upto);
         } else if (g->mode == 3) {
-            ks_buf_put(&g->tool, base, upto); /* a failure fails the generation (ks_gen_text) */
+            server_buf_put(&g->tool, base, upto); /* a failure fails the generation (server_gen_text) */
         } else if (g->mode == 1) {
-            emit(g, KS_D_REASONING, base, upto);
+            emit(g, SERVER_D_REASONING, base, upto);
         } else {
             /* the blank lines a model (or the thinking budget) writes after
              * </think> separate the blocks, as Ollama and llama.cpp read
@@ -463,7 +463,7 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
             if (g->after_think)
                 while (k < upto && is_blank(base[k])) k++;
             if (k < upto) g->after_think = 0;
-            emit(g, KS_D_CONTENT, base + k, upto - k);
+            emit(g, SERVER_D_CONTENT, base + k, upto - k);
         }
         pos += upto;
         if (!hit) break;
@@ -478,8 +478,8 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
         } else if (a == A_CALL) {
             g->mode = 2;
             g->tool.len = 0;
-            ks_toolscan_reset(&g->ts);
-            ks_xmlscan_reset(&g->xs, g->tools);
+            server_toolscan_reset(&g->ts);
+            server_xmlscan_reset(&g->xs, g->tools);
         } else if (a == A_UNCALL) {
             tool_done(g, 1);
             g->mode = 0;
@@ -506,13 +506,13 @@ static void parse_text(ks_gen *g, const char *s, size_t n, int final) {
 }
 
 /* Stop strings, then tags.  Returns 1 when a stop string matched. */
-static int text_step(ks_gen *g, const char *s, size_t n, int final) {
+static int text_step(server_gen *g, const char *s, size_t n, int final) {
     size_t ns = json_array_size(g->stops);
     if (!ns) {
         parse_text(g, s, n, final);
         return 0;
     }
-    if (ks_buf_put(&g->sbuf, s, n)) return 1; /* ks_gen_text fails the generation */
+    if (server_buf_put(&g->sbuf, s, n)) return 1; /* server_gen_text fails the generation */
     size_t cut = g->sbuf.len, hold = 0;
     int matched = 0;
     for (size_t i = 0; i < ns; i++) {
@@ -524,7 +524,7 @@ static int text_step(ks_gen *g, const char *s, size_t n, int final) {
             matched = 1;
             g->stop_hit = (int)i;
         }
-        size_t k = ks_partial_suffix(g->sbuf.p ? g->sbuf.p : "", g->sbuf.len, st);
+        size_t k = server_partial_suffix(g->sbuf.p ? g->sbuf.p : "", g->sbuf.len, st);
         if (k > hold) hold = k;
     }
     size_t out = matched ? cut : final ? g->sbuf.len : g->sbuf.len - hold;
@@ -538,15 +538,15 @@ static int text_step(ks_gen *g, const char *s, size_t n, int final) {
     return 0;
 }
 
-int ks_gen_text(ks_gen *g, const char *s, size_t n, int final) {
+int server_gen_text(server_gen *g, const char *s, size_t n, int final) {
     const int r = text_step(g, s, n, final);
     /* text held back that found no memory: the generation fails rather
      * than send a cut text */
-    const ks_toolscan *ts = &g->ts;
+    const server_toolscan *ts = &g->ts;
     if (g->sbuf.failed || g->pbuf.failed || g->tool.failed || g->h_hdr.failed || ts->name.failed || ts->args.failed ||
         ts->stack.failed || ts->key.failed || g->xs.name.failed || g->xs.args.failed) {
         snprintf(g->err, sizeof g->err, "out of memory");
-        g->finish = KS_FIN_ERROR;
+        g->finish = SERVER_FIN_ERROR;
         return 1;
     }
     return r;
@@ -559,24 +559,24 @@ static json_t *lp_entry(kiln_model *m, int32_t id, float lp) {
     json_t *bytes = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)piece[i]));
     json_t *e = json_object();
-    json_object_set_new(e, "token", ks_jstr(piece, (size_t)n));
+    json_object_set_new(e, "token", server_jstr(piece, (size_t)n));
     json_object_set_new(e, "logprob", json_real(lp));
     json_object_set_new(e, "bytes", bytes);
     return e;
 }
 
-void ks_gen_end(ks_gen *g, int fin) {
+void server_gen_end(server_gen *g, int fin) {
     if (g->finish) return;
     size_t n;
     const char *tail = kiln_detok_flush(g->dt, &n);
-    if (ks_gen_text(g, tail, n, 1))
-        fin = KS_FIN_STOP;
+    if (server_gen_text(g, tail, n, 1))
+        fin = SERVER_FIN_STOP;
     else
-        ks_gen_text(g, "", 0, 1);
+        server_gen_text(g, "", 0, 1);
     g->finish = fin;
 }
 
-int ks_gen_token(ks_gen *g, const gen_token *t) {
+int server_gen_token(server_gen *g, const gen_token *t) {
     if (g->finish) return 1;
     g->n_gen++;
     size_t n;
@@ -593,8 +593,8 @@ int ks_gen_token(ks_gen *g, const gen_token *t) {
         json_object_set_new(e, "top_logprobs", top);
         json_array_append_new(g->logprobs, e);
     }
-    if (ks_gen_text(g, piece, n, 0)) {
-        ks_gen_end(g, KS_FIN_STOP);
+    if (server_gen_text(g, piece, n, 0)) {
+        server_gen_end(g, SERVER_FIN_STOP);
         return 1;
     }
     return 0;
@@ -602,20 +602,20 @@ int ks_gen_token(ks_gen *g, const gen_token *t) {
 
 static int fin_of(gen_reason why) {
     switch (why) {
-    case GEN_LENGTH: return KS_FIN_LENGTH;
-    case GEN_CANCELLED: return KS_FIN_CANCEL;
-    case GEN_FAILED: return KS_FIN_ERROR;
-    case GEN_BUDGET: return KS_FIN_BUDGET;
-    case GEN_REPEAT: return KS_FIN_REPEAT;
-    default: return KS_FIN_STOP;
+    case GEN_LENGTH: return SERVER_FIN_LENGTH;
+    case GEN_CANCELLED: return SERVER_FIN_CANCEL;
+    case GEN_FAILED: return SERVER_FIN_ERROR;
+    case GEN_BUDGET: return SERVER_FIN_BUDGET;
+    case GEN_REPEAT: return SERVER_FIN_REPEAT;
+    default: return SERVER_FIN_STOP;
     }
 }
 
-const char *ks_fin_incomplete(int fin) {
-    return fin == KS_FIN_BUDGET ? "thinking_budget" : fin == KS_FIN_REPEAT ? "repetition" : NULL;
+const char *server_fin_incomplete(int fin) {
+    return fin == SERVER_FIN_BUDGET ? "thinking_budget" : fin == SERVER_FIN_REPEAT ? "repetition" : NULL;
 }
 
-int ks_gen_pump(ks_gen *g, ks_req *q, int wait_ms) {
+int server_gen_pump(server_gen *g, server_req *q, int wait_ms) {
     if (g->finish) return 1;
     gen_event ev;
     for (int wait = wait_ms; gen_req_next(q->gr, &ev, wait); wait = 0) {
@@ -625,17 +625,17 @@ int ks_gen_pump(ks_gen *g, ks_req *q, int wait_ms) {
         q->n_accepted = ev.n_accepted;
         if (ev.kind == GEN_EV_DONE) {
             if (ev.reason == GEN_FAILED) snprintf(g->err, sizeof g->err, "%s", ev.error);
-            ks_gen_end(g, fin_of(ev.reason));
+            server_gen_end(g, fin_of(ev.reason));
             return 1;
         }
         if (q->t_first == 0) {
             q->t_first = ev.t;
-            ks_metrics_ttft(ev.t - q->t_submit);
+            server_metrics_ttft(ev.t - q->t_submit);
         } else {
-            ks_metrics_itl(ev.t - q->t_last);
+            server_metrics_itl(ev.t - q->t_last);
         }
         q->t_last = ev.t;
-        if (ks_gen_token(g, &ev.tok)) {
+        if (server_gen_token(g, &ev.tok)) {
             gen_req_stop(q->gr);
             return 1;
         }

@@ -1,5 +1,5 @@
 /* The generation endpoints both APIs share: chat (a rendered template) and
- * generate/completion (text or token ids), each through ks_run. */
+ * generate/completion (text or token ids), each through server_run. */
 #include "server/generate.h"
 #include "server/buf.h"
 #include "server/defaults.h"
@@ -20,29 +20,29 @@
 #include <string.h>
 
 /* Finds and loads the request's model; sends the error itself. */
-static ks_model *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, int ollama, double *load_wait, int *rc) {
+static server_model *open_model(server_srv *s, struct MHD_Connection *c, json_t *body, int ollama, double *load_wait, int *rc) {
     json_t *mv = json_object_get(body, "model");
     if (mv && !json_is_string(mv)) {
-        *rc = ollama ? ks_oll_error(c, 400, "'model' must be a string")
-                     : ks_send_error(c, 400, "invalid_request_error", "'model' must be a string", "model");
+        *rc = ollama ? server_oll_error(c, 400, "'model' must be a string")
+                     : server_send_error(c, 400, "invalid_request_error", "'model' must be a string", "model");
         return NULL;
     }
     int32_t num_ctx = 0; /* Ollama's: the context the model is (re)loaded with */
-    if (ollama && ks_num_ctx(json_object_get(body, "options"), &num_ctx)) {
-        *rc = ks_oll_error(c, 400, "'num_ctx' must be an integer of 1 to 16777216 tokens");
+    if (ollama && server_num_ctx(json_object_get(body, "options"), &num_ctx)) {
+        *rc = server_oll_error(c, 400, "'num_ctx' must be an integer of 1 to 16777216 tokens");
         return NULL;
     }
     int status = 404;
     char msg[600];
-    ks_model *r =
-        ks_model_use_ctx(s, json_string_value(mv), KS_TASK_GENERATE, num_ctx, load_wait, &status, msg, sizeof msg);
-    ks_reqlog_model(ks_reqlog_current(), r ? r->name : json_string_value(mv));
+    server_model *r =
+        server_model_use_ctx(s, json_string_value(mv), SERVER_TASK_GENERATE, num_ctx, load_wait, &status, msg, sizeof msg);
+    server_reqlog_model(server_reqlog_current(), r ? r->name : json_string_value(mv));
     if (!r) {
         const char *type = status == 404   ? "not_found_error"
                            : status == 400 ? "invalid_request_error"
                            : status == 503 ? "unavailable_error"
                                            : "server_error";
-        *rc = ollama ? ks_oll_error(c, status, msg) : ks_send_error(c, status, type, msg, "model");
+        *rc = ollama ? server_oll_error(c, status, msg) : server_send_error(c, status, type, msg, "model");
         return NULL;
     }
     return r;
@@ -53,7 +53,7 @@ static ks_model *open_model(ks_srv *s, struct MHD_Connection *c, json_t *body, i
  * calls; "required" and a named function constrain the output to one call
  * in the template's <tool_call> syntax (sample/call.c), its arguments held
  * to the tool's parameters. */
-int ks_tool_choice(const json_t *v, const json_t *tools, int *off, json_t **force, char *msg, size_t cap) {
+int server_tool_choice(const json_t *v, const json_t *tools, int *off, json_t **force, char *msg, size_t cap) {
     const char *s = json_string_value(v);
     *force = NULL;
     if (!v || json_is_null(v) || (s && !strcmp(s, "auto"))) return 0;
@@ -114,7 +114,7 @@ static const char *media_of(json_t *m) {
  * true to a model without thinking (Ollama's rule: its template has no
  * <think>).  messages: the chat's, or NULL for a generate body.  Returns 1
  * after sending the error. */
-static int cannot_serve(ks_model *r, struct MHD_Connection *c, json_t *body, json_t *messages, int ollama, int *rc) {
+static int cannot_serve(server_model *r, struct MHD_Connection *c, json_t *body, json_t *messages, int ollama, int *rc) {
     const char *media = NULL;
     size_t i;
     json_t *m;
@@ -122,39 +122,39 @@ static int cannot_serve(ks_model *r, struct MHD_Connection *c, json_t *body, jso
     char msg[400];
     if (media) {
         snprintf(msg, sizeof msg, "\"%s\" does not accept %s: kiln runs it as a text-only model", r->name, media);
-        *rc = ks_error(c, ollama, 400, "invalid_request_error", msg, "messages");
+        *rc = server_error(c, ollama, 400, "invalid_request_error", msg, "messages");
         return 1;
     }
-    const char *tmpl = ks_template_text(r);
+    const char *tmpl = server_template_text(r);
     json_t *think = json_object_get(body, "think");
     if (ollama && (json_is_true(think) || json_is_string(think)) && !(tmpl && strstr(tmpl, "<think>"))) {
         snprintf(msg, sizeof msg, "\"%s\" does not support thinking", r->name);
-        *rc = ks_oll_error(c, 400, msg);
+        *rc = server_oll_error(c, 400, msg);
         return 1;
     }
     return 0;
 }
 
-/* A refusal of ks_media_chat / ks_media_list in the API's shape. */
+/* A refusal of server_media_chat / server_media_list in the API's shape. */
 static int media_error(struct MHD_Connection *c, int ollama, int status, const char *msg, const char *param) {
-    return ks_error(c, ollama, status,
+    return server_error(c, ollama, status,
                     status == 500   ? "server_error"
                     : status == 413 ? "request_too_large"
                                     : "invalid_request_error",
                     msg, status == 500 ? NULL : param);
 }
 
-static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int format, json_t *force, int tools_off);
+static int chat_run(server_srv *s, struct MHD_Connection *c, json_t *body, int format, json_t *force, int tools_off);
 
 /* Ollama's "think": a boolean, or a level ("low", "medium", "high"), which
- * turns thinking on with that effort's budget (ks_effort_budget).  -1
+ * turns thinking on with that effort's budget (server_effort_budget).  -1
  * after a 400 for a word it does not know. */
-static int think_level(json_t *think, ks_gen_opts *o, struct MHD_Connection *c, int *rc) {
+static int think_level(json_t *think, server_gen_opts *o, struct MHD_Connection *c, int *rc) {
     if (!json_is_string(think)) return 0;
     const char *level = json_string_value(think);
-    const int32_t b = ks_effort_budget(level);
+    const int32_t b = server_effort_budget(level);
     if (strcmp(level, "low") && strcmp(level, "medium") && strcmp(level, "high")) {
-        *rc = ks_oll_error(c, 400, "'think' must be true, false, \"low\", \"medium\" or \"high\"");
+        *rc = server_oll_error(c, 400, "'think' must be true, false, \"low\", \"medium\" or \"high\"");
         return -1;
     }
     o->think_budget = b;
@@ -162,52 +162,52 @@ static int think_level(json_t *think, ks_gen_opts *o, struct MHD_Connection *c, 
 }
 
 /* Shared by /v1/chat/completions and /api/chat. */
-int ks_chat_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format) {
+int server_chat_common(server_srv *s, struct MHD_Connection *c, json_t *body, int format) {
     int tools_off = 0, rc = MHD_NO;
     json_t *force = NULL;
     char msg[300];
-    if (format != KS_F_OLL_CHAT && ks_tool_choice(json_object_get(body, "tool_choice"), json_object_get(body, "tools"),
+    if (format != SERVER_F_OLL_CHAT && server_tool_choice(json_object_get(body, "tool_choice"), json_object_get(body, "tools"),
                                                   &tools_off, &force, msg, sizeof msg))
-        return ks_error(c, 0, 400, "invalid_request_error", msg, "tool_choice");
+        return server_error(c, 0, 400, "invalid_request_error", msg, "tool_choice");
     rc = chat_run(s, c, body, format, force, tools_off);
     json_decref(force); /* a started request keeps its own copies */
     return rc;
 }
 
-static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int format, json_t *force, int tools_off) {
-    int ollama = format == KS_F_OLL_CHAT, rc = MHD_NO;
-    ks_gen_opts o;
+static int chat_run(server_srv *s, struct MHD_Connection *c, json_t *body, int format, json_t *force, int tools_off) {
+    int ollama = format == SERVER_F_OLL_CHAT, rc = MHD_NO;
+    server_gen_opts o;
     json_t *optsrc = ollama ? json_object_get(body, "options") : body;
-    if (ks_parse_opts(c, optsrc, ollama, &o, &rc)) return rc;
+    if (server_parse_opts(c, optsrc, ollama, &o, &rc)) return rc;
     o.force_tools = force;
     if (ollama) {
         json_t *fmt = json_object_get(body, "format");
-        if (ks_oll_format(fmt, &o, c, &rc)) return rc;
+        if (server_oll_format(fmt, &o, c, &rc)) return rc;
     }
     json_t *messages = json_object_get(body, "messages");
     if (!json_is_array(messages) || !json_array_size(messages))
         return ollama
-                   ? ks_oll_error(c, 400, "'messages' must be a non-empty array")
-                   : ks_send_error(c, 400, "invalid_request_error", "'messages' must be a non-empty array", "messages");
+                   ? server_oll_error(c, 400, "'messages' must be a non-empty array")
+                   : server_send_error(c, 400, "invalid_request_error", "'messages' must be a non-empty array", "messages");
     o.urgent = json_is_true(json_object_get(body, "urgent"));
     o.ignore_eos |= json_is_true(json_object_get(body, "ignore_eos"));
     double load_wait = 0;
-    ks_model *r = open_model(s, c, body, ollama, &load_wait, &rc);
+    server_model *r = open_model(s, c, body, ollama, &load_wait, &rc);
     if (!r) return rc;
-    if (ks_defaults_opts(r, c, optsrc, ollama, &o, &rc)) { /* a store pack's options under the request's */
-        ks_model_done(r, NAN);
+    if (server_defaults_opts(r, c, optsrc, ollama, &o, &rc)) { /* a store pack's options under the request's */
+        server_model_done(r, NAN);
         return rc;
     }
     if (cannot_serve(r, c, body, messages, ollama, &rc)) {
-        ks_model_done(r, ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN);
+        server_model_done(r, ollama ? server_parse_duration(json_object_get(body, "keep_alive")) : NAN);
         return rc;
     }
-    ks_media media;
+    server_media media;
     json_t *marked = NULL; /* messages with a marker per image, when any has one */
     int mstatus = 400;
     char merr[400];
-    if (ks_media_chat(r, messages, &marked, &media, &mstatus, merr, sizeof merr) < 0) {
-        ks_model_done(r, ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN);
+    if (server_media_chat(r, messages, &marked, &media, &mstatus, merr, sizeof merr) < 0) {
+        server_model_done(r, ollama ? server_parse_duration(json_object_get(body, "keep_alive")) : NAN);
         return media_error(c, ollama, mstatus, merr, "messages");
     }
     if (marked) messages = marked;
@@ -215,8 +215,8 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     int th = json_is_boolean(think) ? json_is_true(think) : json_is_string(think) ? 1 : -1;
     if (ollama && think_level(think, &o, c, &rc)) {
         json_decref(marked);
-        ks_media_free(&media);
-        ks_model_done(r, ks_parse_duration(json_object_get(body, "keep_alive")));
+        server_media_free(&media);
+        server_model_done(r, server_parse_duration(json_object_get(body, "keep_alive")));
         return rc;
     }
     json_t *kw = json_object_get(body, "chat_template_kwargs");
@@ -225,38 +225,38 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     char err[300];
     json_t *tools = json_object_get(body, "tools");
     if (tools_off) tools = NULL;
-    json_t *msgs = ks_defaults_messages(r, messages);                    /* and its system prompt */
-    const chat_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
-    char *prompt = ks_render_chat(r, msgs, tools, th, &ro, err, sizeof err);
+    json_t *msgs = server_defaults_messages(r, messages);                    /* and its system prompt */
+    const chat_opts ro = {.cancelled = server_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
+    char *prompt = server_render_chat(r, msgs, tools, th, &ro, err, sizeof err);
     json_decref(msgs);
     json_decref(marked);
-    double ka = ollama ? ks_parse_duration(json_object_get(body, "keep_alive")) : NAN;
+    double ka = ollama ? server_parse_duration(json_object_get(body, "keep_alive")) : NAN;
     if (!prompt) {
-        ks_media_free(&media);
-        ks_model_done(r, ka);
-        const int code = ks_render_status(err);
-        return ks_error(c, ollama, code, code == 500 ? "server_error" : "invalid_request_error", err,
+        server_media_free(&media);
+        server_model_done(r, ka);
+        const int code = server_render_status(err);
+        return server_error(c, ollama, code, code == 500 ? "server_error" : "invalid_request_error", err,
                         code == 500 ? NULL : "messages");
     }
     int32_t n = 0;
-    ks_prompt_media pm = {0}; /* the image tokens' rows */
+    server_prompt_media pm = {0}; /* the image tokens' rows */
     int32_t *ids = NULL;
     if (media.n) {
-        if (ks_media_prompt(r, prompt, &media, &ids, &n, &pm, &mstatus, merr, sizeof merr)) {
-            ks_media_free(&media);
+        if (server_media_prompt(r, prompt, &media, &ids, &n, &pm, &mstatus, merr, sizeof merr)) {
+            server_media_free(&media);
             free(prompt);
-            ks_model_done(r, ka);
+            server_model_done(r, ka);
             return media_error(c, ollama, mstatus, merr, "messages");
         }
     } else {
-        ids = ks_tokenize(r->model, prompt, 1, &n);
+        ids = server_tokenize(r->model, prompt, 1, &n);
     }
-    ks_media_free(&media);
-    o.force_think = ks_force_think(r, prompt, ollama && th == 0);
-    ks_run_args a = {.format = format,
+    server_media_free(&media);
+    o.force_think = server_force_think(r, prompt, ollama && th == 0);
+    server_run_args a = {.format = format,
                      .stream = 1,
                      .include_usage = 0,
-                     .start_think = ks_prompt_opens_think(prompt),
+                     .start_think = server_prompt_opens_think(prompt),
                      .keep_alive = ka,
                      .model = json_string_value(json_object_get(body, "model")),
                      .think_off = ollama && th == 0,
@@ -269,46 +269,46 @@ static int chat_run(ks_srv *s, struct MHD_Connection *c, json_t *body, int forma
     a.stream = ollama ? !json_is_false(stream) : json_is_true(stream);
     a.include_usage = json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
     a.load_wait = load_wait;
-    ks_req *q = ids ? ks_start(r, c, ids, n, &pm, &o, &rc) : NULL;
-    if (!ids) rc = ks_error(c, ollama, 500, "server_error", "tokenization failed", NULL);
+    server_req *q = ids ? server_start(r, c, ids, n, &pm, &o, &rc) : NULL;
+    if (!ids) rc = server_error(c, ollama, 500, "server_error", "tokenization failed", NULL);
     if (!q) {
-        ks_model_done(r, ka);
+        server_model_done(r, ka);
         return rc;
     }
-    return ks_run(s, r, c, q, &a, &o);
+    return server_run(s, r, c, q, &a, &o);
 }
 
-int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int format, const char *prompt_text,
-                       json_t *prompt_ids, ks_gen_opts *o, double ka) {
-    int ollama = format == KS_F_OLL_GEN, rc = MHD_NO;
+int server_generate_common(server_srv *s, struct MHD_Connection *c, json_t *body, int format, const char *prompt_text,
+                       json_t *prompt_ids, server_gen_opts *o, double ka) {
+    int ollama = format == SERVER_F_OLL_GEN, rc = MHD_NO;
     o->urgent = json_is_true(json_object_get(body, "urgent"));
     o->ignore_eos |= json_is_true(json_object_get(body, "ignore_eos"));
     double load_wait = 0;
-    ks_model *r = open_model(s, c, body, ollama, &load_wait, &rc);
+    server_model *r = open_model(s, c, body, ollama, &load_wait, &rc);
     if (!r) return rc;
-    if (ks_defaults_opts(r, c, ollama ? json_object_get(body, "options") : body, ollama, o, &rc)) {
-        ks_model_done(r, ka);
+    if (server_defaults_opts(r, c, ollama ? json_object_get(body, "options") : body, ollama, o, &rc)) {
+        server_model_done(r, ka);
         return rc;
     }
     if (cannot_serve(r, c, body, NULL, ollama, &rc)) {
-        ks_model_done(r, ka);
+        server_model_done(r, ka);
         return rc;
     }
-    ks_media media;
+    server_media media;
     int mstatus = 400;
     char merr[400];
-    if (ks_media_list(r, json_object_get(body, "images"), &media, &mstatus, merr, sizeof merr) < 0) {
-        ks_model_done(r, ka);
+    if (server_media_list(r, json_object_get(body, "images"), &media, &mstatus, merr, sizeof merr) < 0) {
+        server_model_done(r, ka);
         return media_error(c, ollama, mstatus, merr, "images");
     }
     if (media.n && prompt_ids) {
-        ks_media_free(&media);
-        ks_model_done(r, ka);
-        return ks_error(c, ollama, 400, "invalid_request_error", "images go with a text prompt, not token ids",
+        server_media_free(&media);
+        server_model_done(r, ka);
+        return server_error(c, ollama, 400, "invalid_request_error", "images go with a text prompt, not token ids",
                         "prompt");
     }
     int32_t n = 0, *ids = NULL;
-    ks_prompt_media pm = {0}; /* the image tokens' rows */
+    server_prompt_media pm = {0}; /* the image tokens' rows */
     char *rendered = NULL;
     int start_think = 0;
     if (prompt_ids) {
@@ -318,73 +318,73 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
             json_int_t v = json_integer_value(json_array_get(prompt_ids, (size_t)i));
             if (v < 0 || v >= r->n_vocab) {
                 free(ids);
-                ks_model_done(r, ka);
-                return ks_error(c, ollama, 400, "invalid_request_error", "a prompt token id is out of range", "prompt");
+                server_model_done(r, ka);
+                return server_error(c, ollama, 400, "invalid_request_error", "a prompt token id is out of range", "prompt");
             }
             ids[i] = (int32_t)v;
         }
     } else {
         const char *text = prompt_text;
         /* Ollama applies the chat template to a plain prompt unless raw */
-        if (ollama && ks_has_chat(r) && !json_is_true(json_object_get(body, "raw"))) {
+        if (ollama && server_has_chat(r) && !json_is_true(json_object_get(body, "raw"))) {
             json_t *msgs = json_array();
             const char *sys = json_string_value(json_object_get(body, "system"));
-            if (!sys) sys = ks_defaults_system(r);
+            if (!sys) sys = server_defaults_system(r);
             if (sys) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", sys));
             /* each image a marker before the text, as a chat message's images */
-            ks_buf user = {0};
-            for (int32_t k = 0; k < media.n; k++) ks_buf_puts(&user, KS_MEDIA_MARKER);
-            ks_buf_puts(&user, prompt_text);
+            server_buf user = {0};
+            for (int32_t k = 0; k < media.n; k++) server_buf_puts(&user, SERVER_MEDIA_MARKER);
+            server_buf_puts(&user, prompt_text);
             json_array_append_new(msgs,
                                   json_pack("{s:s,s:s%}", "role", "user", "content", user.p ? user.p : "", user.len));
-            ks_buf_free(&user);
+            server_buf_free(&user);
             json_t *think = json_object_get(body, "think");
             char err[300];
             if (think_level(think, o, c, &rc)) {
                 json_decref(msgs);
-                ks_media_free(&media);
-                ks_model_done(r, ka);
+                server_media_free(&media);
+                server_model_done(r, ka);
                 return rc;
             }
-            const chat_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c};
-            rendered = ks_render_chat(r, msgs, NULL,
+            const chat_opts ro = {.cancelled = server_conn_gone_fn, .cancel_arg = c};
+            rendered = server_render_chat(r, msgs, NULL,
                                       json_is_boolean(think)  ? json_is_true(think)
                                       : json_is_string(think) ? 1
                                                               : -1,
                                       &ro, err, sizeof err);
             json_decref(msgs);
             if (!rendered) {
-                ks_media_free(&media);
-                ks_model_done(r, ka);
-                return ks_oll_error(c, ks_render_status(err), err);
+                server_media_free(&media);
+                server_model_done(r, ka);
+                return server_oll_error(c, server_render_status(err), err);
             }
             text = rendered;
-            start_think = ks_prompt_opens_think(rendered);
-            o->force_think = ks_force_think(r, rendered, json_is_false(think));
+            start_think = server_prompt_opens_think(rendered);
+            o->force_think = server_force_think(r, rendered, json_is_false(think));
         }
         /* special-token text in a raw prompt is the token, as llama.cpp reads it; a raw
          * prompt's images go before its text */
-        if (media.n && ks_media_prompt(r, text, &media, &ids, &n, &pm, &mstatus, merr, sizeof merr)) {
-            ks_media_free(&media);
+        if (media.n && server_media_prompt(r, text, &media, &ids, &n, &pm, &mstatus, merr, sizeof merr)) {
+            server_media_free(&media);
             free(rendered);
-            ks_model_done(r, ka);
+            server_model_done(r, ka);
             return media_error(c, ollama, mstatus, merr, "images");
         }
-        if (!media.n) ids = ks_tokenize(r->model, text, 1, &n);
+        if (!media.n) ids = server_tokenize(r->model, text, 1, &n);
     }
-    ks_media_free(&media);
+    server_media_free(&media);
     free(rendered);
     if (!ids) {
-        ks_model_done(r, ka);
-        return ks_error(c, ollama, 500, "server_error", "tokenization failed", NULL);
+        server_model_done(r, ka);
+        return server_error(c, ollama, 500, "server_error", "tokenization failed", NULL);
     }
-    ks_req *q = ks_start(r, c, ids, n, &pm, o, &rc);
+    server_req *q = server_start(r, c, ids, n, &pm, o, &rc);
     if (!q) {
-        ks_model_done(r, ka);
+        server_model_done(r, ka);
         return rc;
     }
     json_t *stream = json_object_get(body, "stream");
-    ks_run_args a = {.format = format,
+    server_run_args a = {.format = format,
                      .stream = ollama ? !json_is_false(stream) : json_is_true(stream),
                      .include_usage =
                          json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage")),
@@ -396,5 +396,5 @@ int ks_generate_common(ks_srv *s, struct MHD_Connection *c, json_t *body, int fo
                      .load_wait = load_wait,
                      .tools = NULL,
                      .echo = NULL};
-    return ks_run(s, r, c, q, &a, o);
+    return server_run(s, r, c, q, &a, o);
 }

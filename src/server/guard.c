@@ -54,7 +54,7 @@ static int ip_literal(const char *name) {
     return inet_pton(AF_INET, name, buf) == 1 || inet_pton(AF_INET6, name, buf) == 1;
 }
 
-int ks_guard_loopback_name(const char *name) {
+int server_guard_loopback_name(const char *name) {
     size_t n = strlen(name);
     if (!strcmp(name, "localhost") || (n > 10 && !strcmp(name + n - 10, ".localhost"))) return 1;
     struct in_addr a4;
@@ -64,7 +64,7 @@ int ks_guard_loopback_name(const char *name) {
     return 0;
 }
 
-int ks_guard_init(ks_guard *g, const char *bind_host, const char *origins) {
+int server_guard_init(server_guard *g, const char *bind_host, const char *origins) {
     memset(g, 0, sizeof *g);
     const char *b = bind_host ? bind_host : "127.0.0.1";
     size_t bl = strlen(b);
@@ -76,7 +76,7 @@ int ks_guard_init(ks_guard *g, const char *bind_host, const char *origins) {
     memcpy(g->bound, b, bl);
     g->bound[bl] = 0;
     lower(g->bound);
-    g->loopback = ks_guard_loopback_name(g->bound);
+    g->loopback = server_guard_loopback_name(g->bound);
     for (const char *p = origins ? origins : ""; *p;) {
         size_t n = strcspn(p, ",");
         const char *s = p, *e = p + n;
@@ -90,7 +90,7 @@ int ks_guard_init(ks_guard *g, const char *bind_host, const char *origins) {
             if (!no || !pat) {
                 free(pat);
                 if (no) g->origins = no;
-                ks_guard_free(g);
+                server_guard_free(g);
                 return -1;
             }
             g->origins = no;
@@ -104,18 +104,18 @@ int ks_guard_init(ks_guard *g, const char *bind_host, const char *origins) {
     return 0;
 }
 
-void ks_guard_free(ks_guard *g) {
+void server_guard_free(server_guard *g) {
     for (int i = 0; i < g->n_origins; i++) free(g->origins[i]);
     free(g->origins);
     g->origins = NULL;
     g->n_origins = 0;
 }
 
-int ks_guard_host_ok(const ks_guard *g, const char *host) {
+int server_guard_host_ok(const server_guard *g, const char *host) {
     if (!g->loopback || !host || !*host) return 1;
     char name[256], port[16];
     if (split_authority(host, name, sizeof name, port, sizeof port)) return 0;
-    return ks_guard_loopback_name(name) || !strcmp(name, g->bound);
+    return server_guard_loopback_name(name) || !strcmp(name, g->bound);
 }
 
 /* "80" for http, "443" for https: an origin leaves out its default port,
@@ -127,7 +127,7 @@ static int same_port(const char *a, const char *b, int https) {
     return !strcmp(a, b);
 }
 
-int ks_guard_origin_ok(const ks_guard *g, const char *origin, const char *host) {
+int server_guard_origin_ok(const server_guard *g, const char *origin, const char *host) {
     if (!origin) return 1;
     if (g->any_origin) return 1;
     char o[512];
@@ -141,7 +141,7 @@ int ks_guard_origin_ok(const ks_guard *g, const char *origin, const char *host) 
     const char *auth = o + (https ? 8 : 7);
     char name[256], port[16];
     if (strchr(auth, '/') || split_authority(auth, name, sizeof name, port, sizeof port)) return 0;
-    if (ks_guard_loopback_name(name)) return 1;
+    if (server_guard_loopback_name(name)) return 1;
     /* The page the server itself served, reached through an IP literal
      * (not a name, which DNS could point anywhere). */
     char hname[256], hport[16];
@@ -149,7 +149,7 @@ int ks_guard_origin_ok(const ks_guard *g, const char *origin, const char *host) 
     return ip_literal(name) && !strcmp(name, hname) && same_port(port, hport, https);
 }
 
-int ks_guard_public_path(const char *url) {
+int server_guard_public_path(const char *url) {
     if (!strcmp(url, "/") || !strcmp(url, "/index.html") || !strcmp(url, "/favicon.ico")) return 1;
     return !strncmp(url, "/assets/", 8) && !strstr(url, "..");
 }

@@ -23,28 +23,28 @@
 #ifndef KILN_SERVER_GUARD_H
 #define KILN_SERVER_GUARD_H
 
-typedef struct ks_guard {
+typedef struct server_guard {
     int loopback;   /* the bound address is loopback: Host is checked */
     char bound[64]; /* the bound address, lower case, without brackets */
     char **origins; /* operator patterns, lower case */
     int n_origins;
     int any_origin; /* a lone '*' among them */
-} ks_guard;
+} server_guard;
 
 /* bind_host: the address the server listens on ("127.0.0.1", "::1",
  * "0.0.0.0"...).  origins: the operator's comma-separated patterns, or
  * NULL.  Returns 0, or -1 when out of memory. */
-int ks_guard_init(ks_guard *g, const char *bind_host, const char *origins);
-void ks_guard_free(ks_guard *g);
+int server_guard_init(server_guard *g, const char *bind_host, const char *origins);
+void server_guard_free(server_guard *g);
 
 /* host: the Host header (may carry a port; NULL or "" passes). */
-int ks_guard_host_ok(const ks_guard *g, const char *host);
+int server_guard_host_ok(const server_guard *g, const char *host);
 /* origin: the Origin header (NULL passes); host: the request's Host. */
-int ks_guard_origin_ok(const ks_guard *g, const char *origin, const char *host);
+int server_guard_origin_ok(const server_guard *g, const char *origin, const char *host);
 /* 1 for the paths served without the API key on GET: the chat page and
  * its assets (/, /index.html, /favicon.ico, /assets/...). */
-int ks_guard_public_path(const char *url);
+int server_guard_public_path(const char *url);
 /* 1 when a name (no port, no brackets) is a loopback host. */
-int ks_guard_loopback_name(const char *name);
+int server_guard_loopback_name(const char *name);
 
 #endif

@@ -43,17 +43,17 @@
 
 /* fd is read once, before the connection's thread starts: MHD answers
  * every connection-info query in one buffer per connection, which other
- * threads (ks_conn_gone) fill too. */
-struct ks_conn {
+ * threads (server_conn_gone) fill too. */
+struct server_conn {
     const struct MHD_Connection *c; /* the key, never read through */
     MHD_socket fd;
-    double deadline; /* ks_now() seconds; 0 while a request runs */
-    struct ks_conn *prev, *next;
+    double deadline; /* server_now() seconds; 0 while a request runs */
+    struct server_conn *prev, *next;
 };
 
 static void conn_notify(void *cls, struct MHD_Connection *c, void **ctx, enum MHD_ConnectionNotificationCode toe) {
-    ks_srv *s = cls;
-    ks_conn *k = *ctx;
+    server_srv *s = cls;
+    server_conn *k = *ctx;
     pthread_mutex_lock(&s->conn_mu);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         /* without memory for it the connection is served but not followed */
@@ -61,7 +61,7 @@ static void conn_notify(void *cls, struct MHD_Connection *c, void **ctx, enum MH
         if (ci && (k = calloc(1, sizeof *k))) {
             k->c = c;
             k->fd = ci->connect_fd;
-            k->deadline = ks_now() + s->cfg.header_timeout;
+            k->deadline = server_now() + s->cfg.header_timeout;
             k->next = s->conns;
             if (s->conns) s->conns->prev = k;
             s->conns = k;
@@ -83,23 +83,23 @@ static void conn_notify(void *cls, struct MHD_Connection *c, void **ctx, enum MH
 
 /* deadline: 0 (the head is in) or seconds from now for the next head.  The
  * list is searched (at most --max-connections entries, twice a request)
- * rather than MHD's socket context read, for the reason of ks_conn.fd. */
-static void conn_deadline(ks_srv *s, struct MHD_Connection *c, double in) {
+ * rather than MHD's socket context read, for the reason of server_conn.fd. */
+static void conn_deadline(server_srv *s, struct MHD_Connection *c, double in) {
     pthread_mutex_lock(&s->conn_mu);
-    for (ks_conn *k = s->conns; k; k = k->next)
+    for (server_conn *k = s->conns; k; k = k->next)
         if (k->c == c) {
-            k->deadline = in > 0 ? ks_now() + in : 0;
+            k->deadline = in > 0 ? server_now() + in : 0;
             break;
         }
     pthread_mutex_unlock(&s->conn_mu);
 }
 
 static void *watchdog_main(void *arg) {
-    ks_srv *s = arg;
+    server_srv *s = arg;
     pthread_mutex_lock(&s->conn_mu);
     while (!s->watchdog_quit) {
-        const double now = ks_now();
-        for (ks_conn *k = s->conns; k; k = k->next) {
+        const double now = server_now();
+        for (server_conn *k = s->conns; k; k = k->next) {
             if (k->deadline <= 0 || now < k->deadline) continue;
             k->deadline = 0;
             shutdown(k->fd, SHUT_RDWR); /* its thread reads the end and closes it */
@@ -121,14 +121,14 @@ static void *watchdog_main(void *arg) {
 enum { MHD_LOG_PER_SECOND = 5 };
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    ks_srv *s = cls;
+    server_srv *s = cls;
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' ')) msg[--n] = 0;
     int dropped = 0, show;
     pthread_mutex_lock(&s->log_mu);
-    const double now = ks_now();
+    const double now = server_now();
     if (now - s->log_second >= 1) {
         dropped = s->log_dropped;
         s->log_second = now;
@@ -143,28 +143,28 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     if (dropped) {
         char note[96];
         snprintf(note, sizeof note, "http: %d more messages left out", dropped);
-        ks_log_line(s->cfg.log_json, note);
+        server_log_line(s->cfg.log_json, note);
     }
     if (show) {
         char line[540];
         snprintf(line, sizeof line, "http: %s", msg);
-        ks_log_line(s->cfg.log_json, line);
+        server_log_line(s->cfg.log_json, line);
     }
 }
 
 /* ---- the request handler ---- */
 
 typedef struct conn_state {
-    ks_buf body;
+    server_buf body;
     size_t seen; /* body bytes received, kept or not */
     int too_big;
     int counted;
-    ks_reqlog *log;
+    server_reqlog *log;
 } conn_state;
 
 /* The key as "Authorization: Bearer KEY" or, as Anthropic's clients send
  * it, "x-api-key: KEY". */
-static int authorized(ks_srv *s, struct MHD_Connection *c) {
+static int authorized(server_srv *s, struct MHD_Connection *c) {
     if (!s->cfg.api_key || !*s->cfg.api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     const char *k = h && !strncasecmp(h, "Bearer ", 7) ? h + 7 : NULL, *want = s->cfg.api_key;
@@ -176,42 +176,42 @@ static int authorized(ks_srv *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
-static int health(ks_srv *s, struct MHD_Connection *c) {
+static int health(server_srv *s, struct MHD_Connection *c) {
     int ready = 0, loading = 0, none = 1;
     pthread_mutex_lock(&s->mu);
-    for (ks_model *r = s->models; r; r = r->next) {
+    for (server_model *r = s->models; r; r = r->next) {
         if (!r->pinned) continue;
         none = 0;
-        ready |= r->state == KS_M_READY || r->loaded_at > 0;
-        loading |= r->state == KS_M_LOADING;
+        ready |= r->state == SERVER_M_READY || r->loaded_at > 0;
+        loading |= r->state == SERVER_M_LOADING;
     }
     pthread_mutex_unlock(&s->mu);
     if (atomic_load(&s->draining))
-        return ks_send_error(c, 503, "unavailable_error", "the server is shutting down", NULL);
+        return server_send_error(c, 503, "unavailable_error", "the server is shutting down", NULL);
     if (!ready && !none)
-        return ks_send_error(c, 503, "unavailable_error", loading ? "Loading model" : "no model is ready", NULL);
+        return server_send_error(c, 503, "unavailable_error", loading ? "Loading model" : "no model is ready", NULL);
     json_t *j = json_object();
     json_object_set_new(j, "status", json_string("ok"));
-    return ks_send_json(c, 200, j);
+    return server_send_json(c, 200, j);
 }
 
 static json_t *parse_body(conn_state *cs, struct MHD_Connection *c, int *rc) {
     json_error_t je;
     json_t *j = json_loadb(cs->body.p ? cs->body.p : "", cs->body.len, 0, &je);
     if (!j && json_error_code(&je) == json_error_out_of_memory) {
-        *rc = ks_send_error(c, 500, "server_error", "out of memory reading the request's JSON", NULL);
+        *rc = server_send_error(c, 500, "server_error", "out of memory reading the request's JSON", NULL);
         return NULL;
     }
     if (!j) {
         char msg[400];
         snprintf(msg, sizeof msg, "invalid JSON at line %d, column %d (byte %d): %s", je.line, je.column, je.position,
                  je.text);
-        *rc = ks_send_error(c, 400, "invalid_request_error", msg, NULL);
+        *rc = server_send_error(c, 400, "invalid_request_error", msg, NULL);
         return NULL;
     }
     if (!json_is_object(j)) {
         json_decref(j);
-        *rc = ks_send_error(c, 400, "invalid_request_error", "the request body must be a JSON object", NULL);
+        *rc = server_send_error(c, 400, "invalid_request_error", "the request body must be a JSON object", NULL);
         return NULL;
     }
     return j;
@@ -220,15 +220,15 @@ static json_t *parse_body(conn_state *cs, struct MHD_Connection *c, int *rc) {
 /* 403 for a request the guard turns away, in the shape of the API the path
  * belongs to, without CORS headers (the page may not read it). */
 static int refuse(struct MHD_Connection *c, const char *url, const char *msg) {
-    const ks_api api = !strncmp(url, "/api/", 5) ? KS_API_OLLAMA : KS_API_OPENAI;
-    return ks_reply_bare(c, 403, ks_error_response(403, ks_error_body(api, "permission_error", msg, NULL), NULL));
+    const server_api api = !strncmp(url, "/api/", 5) ? SERVER_API_OLLAMA : SERVER_API_OPENAI;
+    return server_reply_bare(c, 403, server_error_response(403, server_error_body(api, "permission_error", msg, NULL), NULL));
 }
 
 /* A known path asked with another method: a 405 with Allow, not a 404. */
 static int method_not_allowed(struct MHD_Connection *c, const char *allow) {
     char msg[64];
     snprintf(msg, sizeof msg, "method not allowed; use %s", allow);
-    return ks_send_error_allow(c, 405, ks_error_body(KS_API_OPENAI, "invalid_request_error", msg, NULL), allow);
+    return server_send_error_allow(c, 405, server_error_body(SERVER_API_OPENAI, "invalid_request_error", msg, NULL), allow);
 }
 
 /* A CORS preflight from an allowed origin: the methods the APIs use and
@@ -246,7 +246,7 @@ static int preflight(struct MHD_Connection *c) {
         MHD_add_response_header(r, "Access-Control-Allow-Headers", ok ? h : "Authorization, Content-Type");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
-    return ks_reply(c, 204, r);
+    return server_reply(c, 204, r);
 }
 
 static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
@@ -261,18 +261,18 @@ static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind, const char
  * and a declared Content-Length over the limit (413 at once: the client need
  * not send what would be dropped).  -1 to go on, or the handler's result
  * with a response queued. */
-static int head_check(ks_srv *s, struct MHD_Connection *c, const char *url) {
+static int head_check(server_srv *s, struct MHD_Connection *c, const char *url) {
     const int is_api = !strncmp(url, "/api/", 5);
     int n_host = 0;
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_host, &n_host);
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (n_host > 1)
-        return ks_error(c, is_api, 400, "invalid_request_error", "the request has more than one Host", NULL);
+        return server_error(c, is_api, 400, "invalid_request_error", "the request has more than one Host", NULL);
     if (!host || !*host)
-        return ks_error(c, is_api, 400, "invalid_request_error", "the request has no Host (or an empty one)", NULL);
-    if (!ks_guard_host_ok(&s->guard, host))
+        return server_error(c, is_api, 400, "invalid_request_error", "the request has no Host (or an empty one)", NULL);
+    if (!server_guard_host_ok(&s->guard, host))
         return refuse(c, url, "this server answers only to a loopback Host (DNS rebinding?)");
-    if (!ks_guard_origin_ok(&s->guard, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"), host))
+    if (!server_guard_origin_ok(&s->guard, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"), host))
         return refuse(c, url, "requests from this origin are not allowed (see --cors-origins)");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
@@ -282,7 +282,7 @@ static int head_check(ks_srv *s, struct MHD_Connection *c, const char *url) {
             char msg[160];
             snprintf(msg, sizeof msg, "the request body (%llu bytes) exceeds the limit of %zu bytes", n,
                      s->cfg.max_body);
-            return ks_error(c, is_api, 413, "invalid_request_error", msg, NULL);
+            return server_error(c, is_api, 413, "invalid_request_error", msg, NULL);
         }
     }
     return -1;
@@ -290,7 +290,7 @@ static int head_check(ks_srv *s, struct MHD_Connection *c, const char *url) {
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    ks_srv *s = cls;
+    server_srv *s = cls;
     conn_state *cs = *con_cls;
     if (!cs) {
         conn_deadline(s, c, 0); /* the head is in */
@@ -298,15 +298,15 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!cs) return MHD_NO;
         *con_cls = cs;
         cs->counted = 1;
-        cs->log = ks_reqlog_begin(s, method, url);
+        cs->log = server_reqlog_begin(s, method, url);
         atomic_fetch_add(&s->n_active_http, 1);
-        ks_reqlog_set_current(cs->log);
-        ks_reply_api(!strncmp(url, "/v1/messages", 12) ? KS_API_ANTHROPIC : KS_API_OPENAI);
+        server_reqlog_set_current(cs->log);
+        server_reply_api(!strncmp(url, "/v1/messages", 12) ? SERVER_API_ANTHROPIC : SERVER_API_OPENAI);
         const int rc = head_check(s, c, url);
         return rc < 0 ? MHD_YES : (enum MHD_Result)rc;
     }
-    ks_reqlog_set_current(cs->log);
-    ks_reply_api(!strncmp(url, "/v1/messages", 12) ? KS_API_ANTHROPIC : KS_API_OPENAI);
+    server_reqlog_set_current(cs->log);
+    server_reply_api(!strncmp(url, "/v1/messages", 12) ? SERVER_API_ANTHROPIC : SERVER_API_OPENAI);
     if (*upload_size) {
         /* a body without a Content-Length (chunked) found too big: the rest
          * is read and dropped for the 413 (MHD answers only once the body
@@ -314,10 +314,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         cs->seen += *upload_size;
         if (cs->seen > s->cfg.max_body) {
             cs->too_big = 1;
-            ks_buf_free(&cs->body);
+            server_buf_free(&cs->body);
             if (cs->seen - s->cfg.max_body > s->cfg.max_body) return MHD_NO;
         } else {
-            ks_buf_put(&cs->body, upload, *upload_size);
+            server_buf_put(&cs->body, upload, *upload_size);
         }
         *upload_size = 0;
         return MHD_YES;
@@ -326,80 +326,80 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     if (get && !strcmp(url, "/health")) return (enum MHD_Result)health(s, c);
     const int is_api = !strncmp(url, "/api/", 5); /* Ollama's API: its error shape */
-    if (!(get && ks_guard_public_path(url)) && !authorized(s, c))
-        return (enum MHD_Result)ks_error(c, is_api, 401, "authentication_error",
+    if (!(get && server_guard_public_path(url)) && !authorized(s, c))
+        return (enum MHD_Result)server_error(c, is_api, 401, "authentication_error",
                                          "a valid API key is required (Authorization: Bearer KEY)", NULL);
     if (cs->body.failed)
-        return (enum MHD_Result)ks_error(c, is_api, 500, "server_error", "out of memory reading the request body",
+        return (enum MHD_Result)server_error(c, is_api, 500, "server_error", "out of memory reading the request body",
                                          NULL);
     if (cs->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->cfg.max_body);
-        return (enum MHD_Result)ks_error(c, is_api, 413, "invalid_request_error", msg, NULL);
+        return (enum MHD_Result)server_error(c, is_api, 413, "invalid_request_error", msg, NULL);
     }
-    if (get && ks_webui_path(url)) return (enum MHD_Result)ks_webui_serve(c, url);
+    if (get && server_webui_path(url)) return (enum MHD_Result)server_webui_serve(c, url);
     if (get && !strcmp(url, "/metrics")) {
-        ks_buf b = {0};
-        ks_metrics_render(s, &b);
+        server_buf b = {0};
+        server_metrics_render(s, &b);
         if (b.failed) {
-            ks_buf_free(&b);
-            return (enum MHD_Result)ks_send_error(c, 500, "server_error", "out of memory", NULL);
+            server_buf_free(&b);
+            return (enum MHD_Result)server_send_error(c, 500, "server_error", "out of memory", NULL);
         }
-        return (enum MHD_Result)ks_send_text(c, 200, "text/plain; version=0.0.4", b.p, b.len, 0);
+        return (enum MHD_Result)server_send_text(c, 200, "text/plain; version=0.0.4", b.p, b.len, 0);
     }
     int post = !strcmp(method, "POST"), known = 0;
     const char *allow = NULL;
-    const ks_route *rt = ks_oai_find(method, url, &known, &allow);
+    const server_route *rt = server_oai_find(method, url, &known, &allow);
     if (rt && rt->raw) return (enum MHD_Result)rt->raw(s, c, url, cs->body.p, cs->body.len);
     json_t *body = NULL;
     int rc = MHD_NO;
     const int is_oai = !strncmp(url, "/v1/", 4) || rt || known;
-    const int is_llama = ks_llama_path(url);
+    const int is_llama = server_llama_path(url);
     if ((post || !strcmp(method, "DELETE")) && (is_oai || is_api || is_llama) && cs->body.len) {
         body = parse_body(cs, c, &rc);
         if (!body) return (enum MHD_Result)rc;
     } else if (post && is_oai) {
-        return (enum MHD_Result)ks_send_error(c, 400, "invalid_request_error", "the request has no JSON body", NULL);
+        return (enum MHD_Result)server_send_error(c, 400, "invalid_request_error", "the request has no JSON body", NULL);
     }
     if (!get && (!strcmp(url, "/health") || !strcmp(url, "/metrics"))) known = 1, allow = "GET, HEAD";
     if (rt)
         rc = rt->json(s, c, body);
     else if (is_api)
-        rc = ks_oll_route(s, c, method, url, body);
+        rc = server_oll_route(s, c, method, url, body);
     else if (is_llama)
-        rc = ks_llama_route(s, c, method, url, body);
+        rc = server_llama_route(s, c, method, url, body);
     else if (known)
         rc = method_not_allowed(c, allow);
     else {
         char msg[300];
         snprintf(msg, sizeof msg, "no route for %s %.200s", method, url);
-        rc = ks_send_error(c, 404, "not_found_error", msg, NULL);
+        rc = server_send_error(c, 404, "not_found_error", msg, NULL);
     }
     json_decref(body);
     return (enum MHD_Result)rc;
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    ks_srv *s = cls;
+    server_srv *s = cls;
     conn_state *cs = *con_cls;
     conn_deadline(s, c, s->cfg.header_timeout); /* a kept-alive connection's next head */
     if (!cs) return;
     if (cs->counted) atomic_fetch_sub(&s->n_active_http, 1);
-    ks_reqlog_done(cs->log);
-    ks_reqlog_put(cs->log);
-    ks_reqlog_set_current(NULL);
-    ks_buf_free(&cs->body);
+    server_reqlog_done(cs->log);
+    server_reqlog_put(cs->log);
+    server_reqlog_set_current(NULL);
+    server_buf_free(&cs->body);
     free(cs);
     *con_cls = NULL;
 }
 
 /* ---- lifecycle ---- */
 
-ks_config ks_config_default(void) {
-    ks_config c;
+server_config server_config_default(void) {
+    server_config c;
     memset(&c, 0, sizeof c);
     c.host = "127.0.0.1";
-    c.port = KS_DEFAULT_PORT;
+    c.port = SERVER_DEFAULT_PORT;
     c.parallel = 4;
     c.n_batch = 512;
     c.keep_alive = 300;
@@ -416,9 +416,9 @@ ks_config ks_config_default(void) {
     return c;
 }
 
-kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
+kiln_status server_server_start(const server_config *cfg, server_server **out) {
     *out = NULL;
-    ks_srv *s = calloc(1, sizeof *s);
+    server_srv *s = calloc(1, sizeof *s);
     if (!s) return KILN_ERR_NOMEM;
     s->cfg = *cfg;
     if (!s->cfg.host) s->cfg.host = "127.0.0.1";
@@ -442,10 +442,10 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
         fprintf(stderr, "kiln serve: no model store (%s); only -m models are served\n", kiln_last_error());
         s->store = NULL;
     }
-    kiln_status mst = ks_models_start(s); /* -m models: each checked, then loading */
+    kiln_status mst = server_models_start(s); /* -m models: each checked, then loading */
     if (mst != KILN_OK) {
         s->quiet = 1; /* a server that never listened has nothing to drain or cancel */
-        ks_server_free((ks_server *)s);
+        server_server_free((server_server *)s);
         return mst;
     }
     /* the bind address: IPv4, or IPv6 with or without brackets */
@@ -473,27 +473,27 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     } else {
         fprintf(stderr, "kiln serve: --host '%s' is not an IPv4 or IPv6 address\n", s->cfg.host);
         s->quiet = 1;
-        ks_server_free((ks_server *)s);
+        server_server_free((server_server *)s);
         return KILN_ERR_INVALID_ARG;
     }
     if (cfg->image_pack) {
         char ierr[1024];
-        if (!(s->images = ks_images_start(cfg->image_pack, ierr, sizeof ierr))) {
+        if (!(s->images = server_images_start(cfg->image_pack, ierr, sizeof ierr))) {
             fprintf(stderr, "kiln serve: --image %s: %s\n", cfg->image_pack, ierr);
             s->quiet = 1;
-            ks_server_free((ks_server *)s);
+            server_server_free((server_server *)s);
             return KILN_ERR_FORMAT;
         }
     }
     const char *origins = cfg->cors_origins ? cfg->cors_origins : getenv("KILN_ORIGINS");
-    if (ks_guard_init(&s->guard, addr, origins)) {
+    if (server_guard_init(&s->guard, addr, origins)) {
         s->quiet = 1;
-        ks_server_free((ks_server *)s);
+        server_server_free((server_server *)s);
         return KILN_ERR_NOMEM;
     }
     const int te = pthread_create(&s->watchdog, NULL, watchdog_main, s);
     if (te) {
-        ks_server_free((ks_server *)s);
+        server_server_free((server_server *)s);
         return base_fail(KILN_ERR_NOMEM, "kiln serve: cannot start a thread: %s", strerror(te));
     }
     s->watchdog_started = 1;
@@ -507,37 +507,37 @@ kiln_status ks_server_start(const ks_config *cfg, ks_server **out) {
     if (!s->mhd) {
         fprintf(stderr, "kiln serve: cannot listen on %s port %d\n", s->cfg.host, cfg->port);
         s->quiet = 1;
-        ks_server_free((ks_server *)s);
+        server_server_free((server_server *)s);
         return KILN_ERR_IO;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
-    *out = (ks_server *)s;
+    *out = (server_server *)s;
     return KILN_OK;
 }
 
-int ks_server_port(const ks_server *srv) { return ((const ks_srv *)srv)->port; }
+int server_server_port(const server_server *srv) { return ((const server_srv *)srv)->port; }
 
-kiln_status ks_server_wait_loaded(ks_server *srv, char *msg, size_t cap) {
-    return ks_models_wait_loaded((ks_srv *)srv, msg, cap);
+kiln_status server_server_wait_loaded(server_server *srv, char *msg, size_t cap) {
+    return server_models_wait_loaded((server_srv *)srv, msg, cap);
 }
 
-void ks_server_drain(ks_server *srv, double grace) {
-    ks_srv *s = (ks_srv *)srv;
+void server_server_drain(server_server *srv, double grace) {
+    server_srv *s = (server_srv *)srv;
     if (atomic_exchange(&s->draining, 1)) return;
     /* connections are still taken (/health answers 503, new work 503);
      * every engine stops gracefully, cancelled after grace seconds */
-    ks_logf(s, "draining (up to %g s)", grace);
-    ks_models_drain(s, grace);
+    server_logf(s, "draining (up to %g s)", grace);
+    server_models_drain(s, grace);
     /* the handlers see their requests end and finish their responses */
-    double end = ks_now() + 5;
-    while (atomic_load(&s->n_active_http) > 0 && ks_now() < end) usleep(20000);
+    double end = server_now() + 5;
+    while (atomic_load(&s->n_active_http) > 0 && server_now() < end) usleep(20000);
 }
 
-void ks_server_free(ks_server *srv) {
-    ks_srv *s = (ks_srv *)srv;
+void server_server_free(server_server *srv) {
+    server_srv *s = (server_srv *)srv;
     if (!s) return;
-    ks_server_drain(srv, 0);
+    server_server_drain(srv, 0);
     if (s->mhd) MHD_stop_daemon(s->mhd);
     if (s->watchdog_started) {
         pthread_mutex_lock(&s->conn_mu);
@@ -546,10 +546,10 @@ void ks_server_free(ks_server *srv) {
         pthread_mutex_unlock(&s->conn_mu);
         pthread_join(s->watchdog, NULL);
     }
-    ks_models_free(s);
-    ks_images_free(s->images);
+    server_models_free(s);
+    server_images_free(s->images);
     if (s->store) kiln_store_close(s->store);
-    ks_guard_free(&s->guard);
+    server_guard_free(&s->guard);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->conn_cv);

@@ -18,19 +18,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
-struct ks_images {
+struct server_images {
     kiln_engine *e;
     char name[256];
 };
 
-ks_images *ks_images_start(const char *pack, char *err, size_t cap) {
+server_images *server_images_start(const char *pack, char *err, size_t cap) {
     char path[4096];
     struct stat st;
     if (stat(pack, &st) == 0 && S_ISDIR(st.st_mode))
         snprintf(path, sizeof path, "%s/pack.json", pack);
     else
         snprintf(path, sizeof path, "%s", pack);
-    ks_images *im = calloc(1, sizeof *im);
+    server_images *im = calloc(1, sizeof *im);
     if (!im) {
         snprintf(err, cap, "out of memory");
         return NULL;
@@ -49,25 +49,25 @@ ks_images *ks_images_start(const char *pack, char *err, size_t cap) {
         snprintf(err, cap, "%s", kiln_last_error());
     }
     if (rc) {
-        ks_images_free(im);
+        server_images_free(im);
         return NULL;
     }
     return im;
 }
 
-void ks_images_free(ks_images *im) {
+void server_images_free(server_images *im) {
     if (!im) return;
     kiln_engine_free(im->e);
     free(im);
 }
 
 static int bad(struct MHD_Connection *c, const char *msg, const char *param) {
-    return ks_send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", msg, param);
+    return server_send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", msg, param);
 }
 
-int ks_oai_images(ks_srv *s, struct MHD_Connection *c, json_t *body) {
+int server_oai_images(server_srv *s, struct MHD_Connection *c, json_t *body) {
     if (!s->images)
-        return ks_send_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error",
+        return server_send_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error",
                              "no image model is served (start kiln serve with --image PACK)", "model");
     if (!json_is_object(body)) return bad(c, "the body must be a JSON object", NULL);
     kiln_image_request r = kiln_image_request_default();
@@ -119,7 +119,7 @@ int ks_oai_images(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         const int code = st == KILN_ERR_CONTEXT_FULL || st == KILN_ERR_INVALID_ARG || st == KILN_ERR_UNSUPPORTED
                              ? MHD_HTTP_BAD_REQUEST
                              : MHD_HTTP_INTERNAL_SERVER_ERROR;
-        return ks_send_error(c, code, code == MHD_HTTP_BAD_REQUEST ? "invalid_request_error" : "server_error", msg,
+        return server_send_error(c, code, code == MHD_HTTP_BAD_REQUEST ? "invalid_request_error" : "server_error", msg,
                              st == KILN_ERR_CONTEXT_FULL ? "prompt" : NULL);
     }
     json_t *data = json_array();
@@ -129,13 +129,13 @@ int ks_oai_images(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         if (!enc) {
             json_decref(data);
             kiln_image_result_free(res);
-            return ks_send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "server_error", "out of memory", NULL);
+            return server_send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "server_error", "out of memory", NULL);
         }
         EVP_EncodeBlock(enc, res->images[i].png, (int)len);
         json_array_append_new(data, json_pack("{s:s,s:s}", "b64_json", (const char *)enc, "revised_prompt", r.prompt));
         free(enc);
     }
     kiln_image_result_free(res);
-    json_t *out = json_pack("{s:I,s:o}", "created", (json_int_t)ks_wall(), "data", data);
-    return ks_send_json(c, MHD_HTTP_OK, out);
+    json_t *out = json_pack("{s:I,s:o}", "created", (json_int_t)server_wall(), "data", data);
+    return server_send_json(c, MHD_HTTP_OK, out);
 }

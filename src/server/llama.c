@@ -28,24 +28,24 @@
 #include <string.h>
 
 static int bad(struct MHD_Connection *c, const char *msg, const char *param) {
-    return ks_send_error(c, 400, "invalid_request_error", msg, param);
+    return server_send_error(c, 400, "invalid_request_error", msg, param);
 }
 
-static ks_model *use(ks_srv *s, struct MHD_Connection *c, const char *name, int *rc) {
+static server_model *use(server_srv *s, struct MHD_Connection *c, const char *name, int *rc) {
     int status = 404;
     char msg[600];
-    ks_model *r = ks_model_use(s, name, KS_TASK_INFO, NULL, &status, msg, sizeof msg);
-    ks_reqlog_model(ks_reqlog_current(), r ? r->name : name);
+    server_model *r = server_model_use(s, name, SERVER_TASK_INFO, NULL, &status, msg, sizeof msg);
+    server_reqlog_model(server_reqlog_current(), r ? r->name : name);
     if (!r)
-        *rc = ks_send_error(c, status,
+        *rc = server_send_error(c, status,
                             status == 404   ? "not_found_error"
                             : status == 400 ? "invalid_request_error"
                                             : "server_error",
                             msg, "model");
     if (r && !r->model) { /* speech to text: no text tokenizer or template */
         snprintf(msg, sizeof msg, "'%s' is not a text model", r->name);
-        ks_model_done(r, NAN);
-        *rc = ks_send_error(c, 400, "invalid_request_error", msg, "model");
+        server_model_done(r, NAN);
+        *rc = server_send_error(c, 400, "invalid_request_error", msg, "model");
         return NULL;
     }
     return r;
@@ -79,11 +79,11 @@ static int flag(json_t *body, const char *k, int dflt) {
     return json_is_boolean(v) ? json_is_true(v) : dflt;
 }
 
-static int tokenize(ks_srv *s, struct MHD_Connection *c, json_t *body) {
+static int tokenize(server_srv *s, struct MHD_Connection *c, json_t *body) {
     json_t *content = json_object_get(body, "content");
     if (!json_is_string(content)) return bad(c, "'content' must be a string", "content");
     int rc = MHD_NO;
-    ks_model *r = use(s, c, json_string_value(json_object_get(body, "model")), &rc);
+    server_model *r = use(s, c, json_string_value(json_object_get(body, "model")), &rc);
     if (!r) return rc;
     const char *text = json_string_value(content);
     size_t len = json_string_length(content);
@@ -97,8 +97,8 @@ static int tokenize(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     }
     if (n < 0) {
         free(ids);
-        ks_model_done(r, NAN);
-        return ks_send_error(c, 500, "server_error", "tokenization failed", NULL);
+        server_model_done(r, NAN);
+        return server_send_error(c, 500, "server_error", "tokenization failed", NULL);
     }
     int pieces = flag(body, "with_pieces", 0);
     json_t *arr = json_array();
@@ -113,20 +113,20 @@ static int tokenize(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         json_array_append_new(arr, e);
     }
     free(ids);
-    ks_model_done(r, NAN);
+    server_model_done(r, NAN);
     json_t *j = json_object();
     json_object_set_new(j, "tokens", arr);
-    return ks_send_json(c, 200, j);
+    return server_send_json(c, 200, j);
 }
 
-static int detokenize(ks_srv *s, struct MHD_Connection *c, json_t *body) {
+static int detokenize(server_srv *s, struct MHD_Connection *c, json_t *body) {
     json_t *toks = json_object_get(body, "tokens");
     if (!json_is_array(toks)) return bad(c, "'tokens' must be an array of token ids", "tokens");
     int rc = MHD_NO;
-    ks_model *r = use(s, c, json_string_value(json_object_get(body, "model")), &rc);
+    server_model *r = use(s, c, json_string_value(json_object_get(body, "model")), &rc);
     if (!r) return rc;
     kiln_detok *dt = kiln_detok_new(r->model);
-    ks_buf out = {0};
+    server_buf out = {0};
     size_t i;
     json_t *t;
     int bad_id = -1;
@@ -138,67 +138,67 @@ static int detokenize(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         }
         size_t n;
         const char *p = kiln_detok_push(dt, (int32_t)id, &n);
-        ks_buf_put(&out, p, n);
+        server_buf_put(&out, p, n);
     }
     size_t n;
     const char *tail = dt ? kiln_detok_flush(dt, &n) : NULL;
-    if (tail) ks_buf_put(&out, tail, n);
+    if (tail) server_buf_put(&out, tail, n);
     kiln_detok_free(dt);
-    ks_model_done(r, NAN);
+    server_model_done(r, NAN);
     if (!dt || bad_id >= 0) {
-        ks_buf_free(&out);
-        if (!dt) return ks_send_error(c, 500, "server_error", "out of memory", NULL);
+        server_buf_free(&out);
+        if (!dt) return server_send_error(c, 500, "server_error", "out of memory", NULL);
         char msg[120];
         snprintf(msg, sizeof msg, "tokens[%d] is not a token id of this model (0..%d)", bad_id, r->n_vocab - 1);
         return bad(c, msg, "tokens");
     }
     json_t *j = json_object();
-    json_object_set_new(j, "content", ks_jstr(out.p ? out.p : "", out.len));
-    ks_buf_free(&out);
-    return ks_send_json(c, 200, j);
+    json_object_set_new(j, "content", server_jstr(out.p ? out.p : "", out.len));
+    server_buf_free(&out);
+    return server_send_json(c, 200, j);
 }
 
-static int apply_template(ks_srv *s, struct MHD_Connection *c, json_t *body) {
+static int apply_template(server_srv *s, struct MHD_Connection *c, json_t *body) {
     json_t *messages = json_object_get(body, "messages");
     if (!json_is_array(messages) || !json_array_size(messages))
         return bad(c, "'messages' must be a non-empty array", "messages");
     int rc = MHD_NO;
-    ks_model *r = use(s, c, json_string_value(json_object_get(body, "model")), &rc);
+    server_model *r = use(s, c, json_string_value(json_object_get(body, "model")), &rc);
     if (!r) return rc;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     json_t *et = json_object_get(kw, "enable_thinking");
     int think = json_is_boolean(et) ? json_is_true(et) : -1;
     char err[300];
-    json_t *msgs = ks_defaults_messages(r, messages); /* a pack's system prompt, as a chat request gets it */
-    const chat_opts ro = {.cancelled = ks_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
-    char *prompt = ks_render_chat(r, msgs, json_object_get(body, "tools"), think, &ro, err, sizeof err);
+    json_t *msgs = server_defaults_messages(r, messages); /* a pack's system prompt, as a chat request gets it */
+    const chat_opts ro = {.cancelled = server_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
+    char *prompt = server_render_chat(r, msgs, json_object_get(body, "tools"), think, &ro, err, sizeof err);
     json_decref(msgs);
-    ks_model_done(r, NAN);
+    server_model_done(r, NAN);
     if (!prompt) {
-        const int code = ks_render_status(err);
-        return ks_send_error(c, code, code == 500 ? "server_error" : "invalid_request_error", err,
+        const int code = server_render_status(err);
+        return server_send_error(c, code, code == 500 ? "server_error" : "invalid_request_error", err,
                              code == 500 ? NULL : "messages");
     }
     json_t *j = json_object();
-    json_object_set_new(j, "prompt", ks_jstr(prompt, strlen(prompt)));
+    json_object_set_new(j, "prompt", server_jstr(prompt, strlen(prompt)));
     free(prompt);
-    return ks_send_json(c, 200, j);
+    return server_send_json(c, 200, j);
 }
 
 static json_t *token_str(kiln_model *m, int32_t id) {
     char buf[128];
     int n = id >= 0 ? kiln_token_to_piece(m, id, buf, sizeof buf, 1) : 0;
     if (n < 0 || n > (int)sizeof buf) n = 0;
-    return ks_jstr(buf, (size_t)n);
+    return server_jstr(buf, (size_t)n);
 }
 
-static int props(ks_srv *s, struct MHD_Connection *c) {
+static int props(server_srv *s, struct MHD_Connection *c) {
     int rc = MHD_NO;
-    ks_model *r = use(s, c, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "model"), &rc);
+    server_model *r = use(s, c, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "model"), &rc);
     if (!r) return rc;
     /* the defaults a request without sampling fields gets (OpenAI routes) */
-    ks_gen_opts o;
-    ks_parse_opts(c, NULL, 0, &o, &rc);
+    server_gen_opts o;
+    server_parse_opts(c, NULL, 0, &o, &rc);
     json_t *params = json_object();
     json_object_set_new(params, "n_predict", json_integer(-1));
     json_object_set_new(params, "temperature", json_real(o.sp.temperature));
@@ -221,31 +221,31 @@ static int props(ks_srv *s, struct MHD_Connection *c) {
     json_object_set_new(j, "model_path", json_string(r->ref));
     json_object_set_new(j, "n_ctx", json_integer(r->n_ctx));
     json_object_set_new(j, "n_vocab", json_integer(r->n_vocab));
-    const char *tmpl = ks_template_text(r);
+    const char *tmpl = server_template_text(r);
     json_object_set_new(j, "chat_template", json_string(tmpl ? tmpl : ""));
     json_object_set_new(j, "bos_token", token_str(r->model, kiln_token_bos(r->model)));
     json_object_set_new(j, "eos_token", token_str(r->model, kiln_token_eos(r->model)));
-    json_object_set_new(j, "modalities", json_pack("{s:b,s:b}", "vision", ks_media_model_ok(r), "audio", 0));
+    json_object_set_new(j, "modalities", json_pack("{s:b,s:b}", "vision", server_media_model_ok(r), "audio", 0));
     json_object_set_new(j, "build_info", json_string("kiln " KILN_VERSION));
     json_object_set_new(j, "backend", json_string(r->backend ? r->backend : "cpu")); /* kiln's: cpu or cuda */
     json_object_set_new(j, "size_vram", json_integer((json_int_t)r->vram_bytes));
-    ks_model_done(r, NAN);
-    return ks_send_json(c, 200, j);
+    server_model_done(r, NAN);
+    return server_send_json(c, 200, j);
 }
 
-int ks_llama_path(const char *url) {
+int server_llama_path(const char *url) {
     return !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") || !strcmp(url, "/apply-template") ||
            !strcmp(url, "/props");
 }
 
-int ks_llama_route(ks_srv *s, struct MHD_Connection *c, const char *method, const char *url, json_t *body) {
+int server_llama_route(server_srv *s, struct MHD_Connection *c, const char *method, const char *url, json_t *body) {
     int post = !strcmp(method, "POST");
     if (!strcmp(url, "/props")) {
         if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) return props(s, c);
-        return ks_send_error(c, 405, "invalid_request_error", "GET /props only (kiln's settings are fixed at start)",
+        return server_send_error(c, 405, "invalid_request_error", "GET /props only (kiln's settings are fixed at start)",
                              NULL);
     }
-    if (!post) return ks_send_error(c, 405, "invalid_request_error", "this route takes POST", NULL);
+    if (!post) return server_send_error(c, 405, "invalid_request_error", "this route takes POST", NULL);
     if (!body) return bad(c, "the request has no JSON body", NULL);
     if (!strcmp(url, "/tokenize")) return tokenize(s, c, body);
     if (!strcmp(url, "/detokenize")) return detokenize(s, c, body);

@@ -4,7 +4,7 @@
  *
  * A request's record is made when its headers arrive, on the connection's
  * thread, which MHD keeps for the whole request: handlers reach it through
- * ks_reqlog_current().  The line goes out once, when the generation the
+ * server_reqlog_current().  The line goes out once, when the generation the
  * request ran is over (before its engine admission is dismissed, so it
  * precedes any UNLOADED or STOPPED that follows from it) or when the
  * connection is done with the request, whichever comes first. */
@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-struct ks_reqlog {
+struct server_reqlog {
     atomic_int refs;
     atomic_int emitted;
     atomic_int held; /* a generation writes the line when it is over */
@@ -36,10 +36,10 @@ struct ks_reqlog {
     double t0;
 };
 
-static _Thread_local ks_reqlog *t_current;
+static _Thread_local server_reqlog *t_current;
 
-ks_reqlog *ks_reqlog_begin(const ks_srv *s, const char *method, const char *url) {
-    ks_reqlog *l = calloc(1, sizeof *l);
+server_reqlog *server_reqlog_begin(const server_srv *s, const char *method, const char *url) {
+    server_reqlog *l = calloc(1, sizeof *l);
     if (!l) return NULL;
     atomic_init(&l->refs, 1);
     atomic_init(&l->emitted, 0);
@@ -47,47 +47,47 @@ ks_reqlog *ks_reqlog_begin(const ks_srv *s, const char *method, const char *url)
     l->json = s->cfg.log_json;
     snprintf(l->method, sizeof l->method, "%s", method);
     snprintf(l->path, sizeof l->path, "%s", url);
-    l->t0 = ks_now();
+    l->t0 = server_now();
     return l;
 }
 
-void ks_reqlog_set_current(ks_reqlog *l) { t_current = l; }
-ks_reqlog *ks_reqlog_current(void) { return t_current; }
+void server_reqlog_set_current(server_reqlog *l) { t_current = l; }
+server_reqlog *server_reqlog_current(void) { return t_current; }
 
-ks_reqlog *ks_reqlog_ref(ks_reqlog *l) {
+server_reqlog *server_reqlog_ref(server_reqlog *l) {
     if (l) atomic_fetch_add(&l->refs, 1);
     return l;
 }
 
-ks_reqlog *ks_reqlog_hold(ks_reqlog *l) {
+server_reqlog *server_reqlog_hold(server_reqlog *l) {
     if (l) atomic_store(&l->held, 1);
-    return ks_reqlog_ref(l);
+    return server_reqlog_ref(l);
 }
 
-void ks_reqlog_done(ks_reqlog *l) {
-    if (l && !atomic_load(&l->held)) ks_reqlog_emit(l);
+void server_reqlog_done(server_reqlog *l) {
+    if (l && !atomic_load(&l->held)) server_reqlog_emit(l);
 }
 
-void ks_reqlog_put(ks_reqlog *l) {
+void server_reqlog_put(server_reqlog *l) {
     if (l && atomic_fetch_sub(&l->refs, 1) == 1) free(l);
 }
 
-void ks_reqlog_status(ks_reqlog *l, int status) {
+void server_reqlog_status(server_reqlog *l, int status) {
     if (l && !l->status) l->status = status;
 }
 
-void ks_reqlog_model(ks_reqlog *l, const char *model) {
+void server_reqlog_model(server_reqlog *l, const char *model) {
     if (l && model) snprintf(l->model, sizeof l->model, "%s", model);
 }
 
-void ks_reqlog_tokens(ks_reqlog *l, int64_t prompt, int64_t gen) {
+void server_reqlog_tokens(server_reqlog *l, int64_t prompt, int64_t gen) {
     if (!l) return;
     l->prompt = prompt;
     l->gen = gen;
     l->has_tokens = 1;
 }
 
-void ks_reqlog_seed(ks_reqlog *l, uint64_t seed) {
+void server_reqlog_seed(server_reqlog *l, uint64_t seed) {
     if (!l) return;
     l->seed = seed;
     l->has_seed = 1;
@@ -102,18 +102,18 @@ static void iso_now(char *buf, size_t cap) {
     snprintf(buf + n, cap - n, ".%03ldZ", ts.tv_nsec / 1000000L);
 }
 
-void ks_reqlog_emit(ks_reqlog *l) {
+void server_reqlog_emit(server_reqlog *l) {
     if (!l || atomic_exchange(&l->emitted, 1)) return;
-    const double ms = (ks_now() - l->t0) * 1e3;
+    const double ms = (server_now() - l->t0) * 1e3;
     if (l->json) {
         json_t *j = json_object();
         char t[40];
         iso_now(t, sizeof t);
         json_object_set_new(j, "time", json_string(t));
         json_object_set_new(j, "method", json_string(l->method));
-        json_object_set_new(j, "path", ks_jstr(l->path, strlen(l->path)));
+        json_object_set_new(j, "path", server_jstr(l->path, strlen(l->path)));
         json_object_set_new(j, "status", json_integer(l->status));
-        json_object_set_new(j, "model", l->model[0] ? ks_jstr(l->model, strlen(l->model)) : json_null());
+        json_object_set_new(j, "model", l->model[0] ? server_jstr(l->model, strlen(l->model)) : json_null());
         json_object_set_new(j, "prompt_tokens", l->has_tokens ? json_integer(l->prompt) : json_null());
         json_object_set_new(j, "completion_tokens", l->has_tokens ? json_integer(l->gen) : json_null());
         if (l->has_seed) json_object_set_new(j, "seed", json_integer((json_int_t)l->seed));
@@ -132,7 +132,7 @@ void ks_reqlog_emit(ks_reqlog *l) {
     }
 }
 
-void ks_log_line(int json, const char *msg) {
+void server_log_line(int json, const char *msg) {
     if (!json) {
         fprintf(stderr, "kiln serve: %s\n", msg);
         return;
@@ -141,19 +141,19 @@ void ks_log_line(int json, const char *msg) {
     char t[40];
     iso_now(t, sizeof t);
     json_object_set_new(j, "time", json_string(t));
-    json_object_set_new(j, "msg", ks_jstr(msg, strlen(msg)));
+    json_object_set_new(j, "msg", server_jstr(msg, strlen(msg)));
     char *line = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(j);
     if (line) fprintf(stderr, "%s\n", line);
     free(line);
 }
 
-void ks_logf(const ks_srv *s, const char *fmt, ...) {
+void server_logf(const server_srv *s, const char *fmt, ...) {
     if (s->quiet) return;
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    ks_log_line(s->cfg.log_json, msg);
+    server_log_line(s->cfg.log_json, msg);
 }

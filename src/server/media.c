@@ -19,9 +19,9 @@
 #include <string.h>
 #include <strings.h>
 
-int ks_media_model_ok(ks_model *r) { return r && r->model && kiln_model_has_vision(r->model); }
+int server_media_model_ok(server_model *r) { return r && r->model && kiln_model_has_vision(r->model); }
 
-void ks_media_free(ks_media *m) {
+void server_media_free(server_media *m) {
     if (!m) return;
     for (int32_t i = 0; i < m->n; i++) free(m->im[i].data);
     free(m->im);
@@ -37,7 +37,7 @@ static int b64_val(unsigned char c) {
     return -1;
 }
 
-int ks_media_b64(const char *s, size_t n, size_t max, uint8_t **out, size_t *len, size_t *bad) {
+int server_media_b64(const char *s, size_t n, size_t max, uint8_t **out, size_t *len, size_t *bad) {
     *out = NULL;
     *len = 0;
     *bad = 0;
@@ -92,7 +92,7 @@ int ks_media_b64(const char *s, size_t n, size_t max, uint8_t **out, size_t *len
     return 0;
 }
 
-int ks_media_prompt(ks_model *r, const char *text, const ks_media *m, int32_t **ids, int32_t *n, ks_prompt_media *pm,
+int server_media_prompt(server_model *r, const char *text, const server_media *m, int32_t **ids, int32_t *n, server_prompt_media *pm,
                     int *status, char *err, size_t cap) {
     *ids = NULL;
     *n = 0;
@@ -109,7 +109,7 @@ int ks_media_prompt(ks_model *r, const char *text, const ks_media *m, int32_t **
     }
     vision_prompt vp;
     memset(&vp, 0, sizeof vp);
-    kiln_status st = model_image_prompt(r->model, text, strlen(text), ks_add_bos(r->model, text, 1), 1, in, m->n, &vp);
+    kiln_status st = model_image_prompt(r->model, text, strlen(text), server_add_bos(r->model, text, 1), 1, in, m->n, &vp);
     free(in);
     if (st != KILN_OK) {
         *status = st == KILN_ERR_NOMEM || st == KILN_ERR_INTERNAL ? 500 : 400;
@@ -132,10 +132,10 @@ int ks_media_prompt(ks_model *r, const char *text, const ks_media *m, int32_t **
 /* ---- one request's images ---- */
 
 typedef struct take {
-    ks_model *r;
+    server_model *r;
     size_t max; /* bytes allowed, all images together */
     int allow_urls;
-    ks_media *m;
+    server_media *m;
     const char **urls; /* [m->n]: an http(s) URL still to fetch, else NULL */
     int status;
     char *err;
@@ -159,15 +159,15 @@ static int over_limit(take *t, const char *where) {
 
 /* A new slot at the end of t->m (data NULL until filled). */
 static int add_slot(take *t) {
-    ks_media *m = t->m;
+    server_media *m = t->m;
     if (m->n >= 4096) return refuse(t, 400, "too many images in one request (at most 4096)");
-    ks_image *im = base_realloc(m->im, ((size_t)m->n + 1) * sizeof *im);
+    server_image *im = base_realloc(m->im, ((size_t)m->n + 1) * sizeof *im);
     if (!im) return refuse(t, 500, "out of memory");
     m->im = im;
     const char **u = base_realloc(t->urls, ((size_t)m->n + 1) * sizeof *u);
     if (!u) return refuse(t, 500, "out of memory");
     t->urls = u;
-    m->im[m->n] = (ks_image){NULL, 0};
+    m->im[m->n] = (server_image){NULL, 0};
     t->urls[m->n] = NULL;
     m->n++;
     return 0;
@@ -178,14 +178,14 @@ static int add_b64(take *t, const char *s, size_t n, const char *where) {
     if (add_slot(t)) return -1;
     uint8_t *p;
     size_t len, bad;
-    int rc = ks_media_b64(s, n, t->max - t->m->bytes, &p, &len, &bad);
+    int rc = server_media_b64(s, n, t->max - t->m->bytes, &p, &len, &bad);
     if (rc == -1)
         return refuse(t, 400,
                       "%s: the image's base64 is invalid (at character %zu; the standard alphabet A-Z a-z 0-9 + /)",
                       where, bad);
     if (rc == -2) return over_limit(t, where);
     if (rc == -3) return refuse(t, 500, "out of memory");
-    t->m->im[t->m->n - 1] = (ks_image){p, len};
+    t->m->im[t->m->n - 1] = (server_image){p, len};
     t->m->bytes += len;
     if (!vision_format(p, len))
         return refuse(t, 400, "%s: the image is not a PNG, JPEG or WebP file (by its first bytes)", where);
@@ -249,7 +249,7 @@ static int is_text_part(const char *type) {
 }
 
 /* Ollama's images: base64 strings, each a marker into text. */
-static int ollama_images(take *t, json_t *images, const char *what, ks_buf *text) {
+static int ollama_images(take *t, json_t *images, const char *what, server_buf *text) {
     if (!json_is_array(images)) return refuse(t, 400, "%s must be an array of base64 strings", what);
     size_t i;
     json_t *v;
@@ -258,7 +258,7 @@ static int ollama_images(take *t, json_t *images, const char *what, ks_buf *text
         snprintf(where, sizeof where, "%s[%zu]", what, i);
         if (!json_is_string(v)) return refuse(t, 400, "%s must be a base64 string", where);
         if (add_b64(t, json_string_value(v), json_string_length(v), where)) return -1;
-        if (text) ks_buf_puts(text, KS_MEDIA_MARKER);
+        if (text) server_buf_puts(text, SERVER_MEDIA_MARKER);
     }
     return 0;
 }
@@ -294,7 +294,7 @@ static size_t sink_write(char *d, size_t sz, size_t nm, void *user) {
     return n;
 }
 
-int ks_media_fetch(const char *url, size_t max, uint8_t **out, size_t *len, char *err, size_t cap) {
+int server_media_fetch(const char *url, size_t max, uint8_t **out, size_t *len, char *err, size_t cap) {
     *out = NULL;
     *len = 0;
     CURL *h = curl_easy_init();
@@ -308,8 +308,8 @@ int ks_media_fetch(const char *url, size_t max, uint8_t **out, size_t *len, char
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(h, CURLOPT_MAXREDIRS, (long)KS_MEDIA_MAX_REDIRECTS);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)KS_MEDIA_FETCH_SECONDS);
+    curl_easy_setopt(h, CURLOPT_MAXREDIRS, (long)SERVER_MEDIA_MAX_REDIRECTS);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)SERVER_MEDIA_FETCH_SECONDS);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)max);
@@ -351,12 +351,12 @@ static int fetch(take *t, int32_t k) {
     char msg[400];
     uint8_t *p;
     size_t n;
-    int st = ks_media_fetch(t->urls[k], t->max - t->m->bytes, &p, &n, msg, sizeof msg);
+    int st = server_media_fetch(t->urls[k], t->max - t->m->bytes, &p, &n, msg, sizeof msg);
     char where[32];
     snprintf(where, sizeof where, "image %d", (int)k + 1);
     if (st == 413) return over_limit(t, where);
     if (st) return refuse(t, st, "%s: %s", where, msg);
-    t->m->im[k] = (ks_image){p, n};
+    t->m->im[k] = (server_image){p, n};
     t->m->bytes += n;
     return 0;
 }
@@ -365,7 +365,7 @@ static int fetch(take *t, int32_t k) {
  * refused before anything is fetched. */
 static int finish(take *t) {
     if (t->m->n == 0) return 0;
-    if (!ks_media_model_ok(t->r))
+    if (!server_media_model_ok(t->r))
         return refuse(t, 400, "model \"%s\" does not take images: it has no vision projector (mmproj)",
                       t->r ? t->r->name : "");
     for (int32_t k = 0; k < t->m->n; k++)
@@ -373,7 +373,7 @@ static int finish(take *t) {
     return 1;
 }
 
-static void take_init(take *t, ks_model *r, ks_media *out, char *err, size_t cap) {
+static void take_init(take *t, server_model *r, server_media *out, char *err, size_t cap) {
     memset(out, 0, sizeof *out);
     memset(t, 0, sizeof *t);
     t->r = r;
@@ -381,7 +381,7 @@ static void take_init(take *t, ks_model *r, ks_media *out, char *err, size_t cap
     t->err = err;
     t->cap = cap;
     t->status = 400;
-    t->max = r && r->srv && r->srv->cfg.max_image_bytes ? r->srv->cfg.max_image_bytes : KS_MEDIA_MAX_BYTES;
+    t->max = r && r->srv && r->srv->cfg.max_image_bytes ? r->srv->cfg.max_image_bytes : SERVER_MEDIA_MAX_BYTES;
     t->allow_urls = r && r->srv && r->srv->cfg.allow_image_urls;
 }
 
@@ -398,7 +398,7 @@ static int has_images(json_t *msg) {
     return 0;
 }
 
-int ks_media_chat(ks_model *r, json_t *messages, json_t **rewritten, ks_media *out, int *status, char *err,
+int server_media_chat(server_model *r, json_t *messages, json_t **rewritten, server_media *out, int *status, char *err,
                   size_t cap) {
     take t;
     take_init(&t, r, out, err, cap);
@@ -425,11 +425,11 @@ int ks_media_chat(ks_model *r, json_t *messages, json_t **rewritten, ks_media *o
             if (rc) break;
             continue;
         }
-        ks_buf text = {0};
+        server_buf text = {0};
         char where[96];
         snprintf(where, sizeof where, "messages[%zu].images", i);
         if (images && !json_is_null(images) && ollama_images(&t, images, where, &text)) rc = -1;
-        if (!rc && json_is_string(content)) ks_buf_put(&text, json_string_value(content), json_string_length(content));
+        if (!rc && json_is_string(content)) server_buf_put(&text, json_string_value(content), json_string_length(content));
         json_array_foreach(content, k, part) {
             if (rc) break;
             snprintf(where, sizeof where, "messages[%zu].content[%zu]", i, k);
@@ -437,15 +437,15 @@ int ks_media_chat(ks_model *r, json_t *messages, json_t **rewritten, ks_media *o
             if (got < 0) {
                 rc = -1;
             } else if (got) {
-                ks_buf_puts(&text, KS_MEDIA_MARKER);
+                server_buf_puts(&text, SERVER_MEDIA_MARKER);
             } else if (is_text_part(json_string_value(json_object_get(part, "type")))) {
                 json_t *tx = json_object_get(part, "text");
-                if (json_is_string(tx)) ks_buf_put(&text, json_string_value(tx), json_string_length(tx));
+                if (json_is_string(tx)) server_buf_put(&text, json_string_value(tx), json_string_length(tx));
             }
         }
         json_t *m = rc ? NULL : json_copy(msg);
         if (m) {
-            json_t *str = text.failed ? NULL : ks_jstr(text.p ? text.p : "", text.len);
+            json_t *str = text.failed ? NULL : server_jstr(text.p ? text.p : "", text.len);
             json_object_del(m, "images");
             if (!str || json_object_set_new(m, "content", str)) {
                 json_decref(m);
@@ -456,7 +456,7 @@ int ks_media_chat(ks_model *r, json_t *messages, json_t **rewritten, ks_media *o
         } else if (!rc) {
             rc = refuse(&t, 500, "out of memory");
         }
-        ks_buf_free(&text);
+        server_buf_free(&text);
         if (rc) break;
     }
     if (!rc) rc = finish(&t);
@@ -464,14 +464,14 @@ int ks_media_chat(ks_model *r, json_t *messages, json_t **rewritten, ks_media *o
     if (rc <= 0) {
         json_decref(copy);
         if (rc < 0) *status = t.status;
-        ks_media_free(out);
+        server_media_free(out);
         return rc;
     }
     *rewritten = copy;
     return 1;
 }
 
-int ks_media_list(ks_model *r, json_t *images, ks_media *out, int *status, char *err, size_t cap) {
+int server_media_list(server_model *r, json_t *images, server_media *out, int *status, char *err, size_t cap) {
     take t;
     take_init(&t, r, out, err, cap);
     int rc = 0;
@@ -480,7 +480,7 @@ int ks_media_list(ks_model *r, json_t *images, ks_media *out, int *status, char 
     free(t.urls);
     if (rc <= 0) {
         if (rc < 0) *status = t.status;
-        ks_media_free(out);
+        server_media_free(out);
     }
     return rc;
 }

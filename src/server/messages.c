@@ -40,10 +40,10 @@ static int fail(char *err, size_t cap, const char **param, const char *p, const 
     return -1;
 }
 
-static void put_msg(json_t *msgs, const char *role, ks_buf *text) {
+static void put_msg(json_t *msgs, const char *role, server_buf *text) {
     json_t *m = json_object();
     json_object_set_new(m, "role", json_string(role));
-    json_object_set_new(m, "content", ks_jstr(text->p ? text->p : "", text->len));
+    json_object_set_new(m, "content", server_jstr(text->p ? text->p : "", text->len));
     json_array_append_new(msgs, m);
     text->len = 0;
 }
@@ -52,7 +52,7 @@ static void put_msg(json_t *msgs, const char *role, ks_buf *text) {
  * followed by a blank line): a plain-text source or a content source of
  * text blocks.  A PDF, a URL or a file reference is refused: kiln reads no
  * PDFs and fetches nothing. */
-static int document_text(json_t *blk, size_t i, ks_buf *b, char *err, size_t cap) {
+static int document_text(json_t *blk, size_t i, server_buf *b, char *err, size_t cap) {
     json_t *src = json_object_get(blk, "source");
     const char *st = json_string_value(json_object_get(src, "type"));
     const char *mt = json_string_value(json_object_get(src, "media_type"));
@@ -74,30 +74,30 @@ static int document_text(json_t *blk, size_t i, ks_buf *b, char *err, size_t cap
     for (int k = 0; k < 2; k++) {
         json_t *v = json_object_get(blk, parts[k]);
         if (json_is_string(v) && json_string_length(v)) {
-            ks_buf_put(b, json_string_value(v), json_string_length(v));
-            ks_buf_puts(b, "\n\n");
+            server_buf_put(b, json_string_value(v), json_string_length(v));
+            server_buf_puts(b, "\n\n");
         }
     }
     if (!strcmp(st, "content"))
-        return ks_xapi_text(json_object_get(src, "content"), b, msg_parts, "messages: a document's content", err, cap);
+        return server_xapi_text(json_object_get(src, "content"), b, msg_parts, "messages: a document's content", err, cap);
     json_t *data = json_object_get(src, "data");
     if (!json_is_string(data)) {
         snprintf(err, cap, "messages: document block %zu: a text source needs its 'data' as a string", i);
         return -1;
     }
-    ks_buf_put(b, json_string_value(data), json_string_length(data));
+    server_buf_put(b, json_string_value(data), json_string_length(data));
     return 0;
 }
 
 /* A user message of text, or of parts when the turn holds images: the
  * text so far as a text part, then the images in place. */
-static void put_user(json_t *msgs, ks_buf *text, json_t **parts) {
+static void put_user(json_t *msgs, server_buf *text, json_t **parts) {
     if (!*parts) {
         put_msg(msgs, "user", text);
         return;
     }
     if (text->len)
-        json_array_append_new(*parts, json_pack("{s:s,s:o}", "type", "text", "text", ks_jstr(text->p, text->len)));
+        json_array_append_new(*parts, json_pack("{s:s,s:o}", "type", "text", "text", server_jstr(text->p, text->len)));
     json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", "user", "content", *parts));
     *parts = NULL;
     text->len = 0;
@@ -105,13 +105,13 @@ static void put_user(json_t *msgs, ks_buf *text, json_t **parts) {
 
 /* One user turn: text runs, documents, images and tool results, in order. */
 static int user_turn(json_t *content, json_t *msgs, char *err, size_t cap) {
-    ks_buf text = {0};
+    server_buf text = {0};
     json_t *parts = NULL; /* the message's parts once it holds an image */
     int rc = 0, any = 0, after_doc = 0;
     if (json_is_string(content)) {
-        ks_buf_put(&text, json_string_value(content), json_string_length(content));
+        server_buf_put(&text, json_string_value(content), json_string_length(content));
         put_msg(msgs, "user", &text);
-        ks_buf_free(&text);
+        server_buf_free(&text);
         return 0;
     }
     size_t i;
@@ -120,12 +120,12 @@ static int user_turn(json_t *content, json_t *msgs, char *err, size_t cap) {
         const char *t = json_string_value(json_object_get(blk, "type"));
         if (t && !strcmp(t, "text") && json_is_string(json_object_get(blk, "text"))) {
             json_t *tx = json_object_get(blk, "text");
-            if (after_doc && text.len) ks_buf_puts(&text, "\n\n");
-            ks_buf_put(&text, json_string_value(tx), json_string_length(tx));
+            if (after_doc && text.len) server_buf_puts(&text, "\n\n");
+            server_buf_put(&text, json_string_value(tx), json_string_length(tx));
             any = 1;
             after_doc = 0;
         } else if (t && !strcmp(t, "document")) { /* its text, a blank line from what is around it */
-            if (text.len) ks_buf_puts(&text, "\n\n");
+            if (text.len) server_buf_puts(&text, "\n\n");
             if (document_text(blk, i, &text, err, cap)) {
                 rc = -1;
                 break;
@@ -134,7 +134,7 @@ static int user_turn(json_t *content, json_t *msgs, char *err, size_t cap) {
         } else if (t && !strcmp(t, "image")) {
             if (!parts) parts = json_array();
             if (text.len) {
-                json_array_append_new(parts, json_pack("{s:s,s:o}", "type", "text", "text", ks_jstr(text.p, text.len)));
+                json_array_append_new(parts, json_pack("{s:s,s:o}", "type", "text", "text", server_jstr(text.p, text.len)));
                 text.len = 0;
             }
             json_array_append(parts, blk);
@@ -151,11 +151,11 @@ static int user_turn(json_t *content, json_t *msgs, char *err, size_t cap) {
                 put_user(msgs, &text, &parts);
                 any = 0;
             }
-            ks_buf out = {0};
+            server_buf out = {0};
             json_t *c = json_object_get(blk, "content");
             if (c && !json_is_null(c) &&
-                ks_xapi_text(c, &out, msg_parts, "messages: a tool_result's content", err, cap)) {
-                ks_buf_free(&out);
+                server_xapi_text(c, &out, msg_parts, "messages: a tool_result's content", err, cap)) {
+                server_buf_free(&out);
                 rc = -1;
                 break;
             }
@@ -164,15 +164,15 @@ static int user_turn(json_t *content, json_t *msgs, char *err, size_t cap) {
             json_object_set_new(m, "tool_call_id", json_string(id));
             if (json_is_true(json_object_get(blk, "is_error"))) {
                 /* the error mark reaches the model as words: templates have no field for it */
-                ks_buf e = {0};
-                ks_buf_puts(&e, "Error: ");
-                ks_buf_put(&e, out.p ? out.p : "", out.len);
-                json_object_set_new(m, "content", ks_jstr(e.p, e.len));
-                ks_buf_free(&e);
+                server_buf e = {0};
+                server_buf_puts(&e, "Error: ");
+                server_buf_put(&e, out.p ? out.p : "", out.len);
+                json_object_set_new(m, "content", server_jstr(e.p, e.len));
+                server_buf_free(&e);
             } else {
-                json_object_set_new(m, "content", ks_jstr(out.p ? out.p : "", out.len));
+                json_object_set_new(m, "content", server_jstr(out.p ? out.p : "", out.len));
             }
-            ks_buf_free(&out);
+            server_buf_free(&out);
             json_array_append_new(msgs, m);
         } else {
             snprintf(err, cap,
@@ -185,16 +185,16 @@ static int user_turn(json_t *content, json_t *msgs, char *err, size_t cap) {
     }
     if (!rc && (any || !json_array_size(content))) put_user(msgs, &text, &parts);
     json_decref(parts);
-    ks_buf_free(&text);
+    server_buf_free(&text);
     return rc;
 }
 
 static int assistant_turn(json_t *content, json_t *msgs, char *err, size_t cap) {
-    ks_buf text = {0}, thought = {0};
+    server_buf text = {0}, thought = {0};
     json_t *calls = json_array();
     int rc = 0;
     if (json_is_string(content)) {
-        ks_buf_put(&text, json_string_value(content), json_string_length(content));
+        server_buf_put(&text, json_string_value(content), json_string_length(content));
     } else {
         size_t i;
         json_t *blk;
@@ -202,10 +202,10 @@ static int assistant_turn(json_t *content, json_t *msgs, char *err, size_t cap) 
             const char *t = json_string_value(json_object_get(blk, "type"));
             if (t && !strcmp(t, "text") && json_is_string(json_object_get(blk, "text"))) {
                 json_t *tx = json_object_get(blk, "text");
-                ks_buf_put(&text, json_string_value(tx), json_string_length(tx));
+                server_buf_put(&text, json_string_value(tx), json_string_length(tx));
             } else if (t && !strcmp(t, "thinking")) {
                 json_t *tx = json_object_get(blk, "thinking");
-                if (json_is_string(tx)) ks_buf_put(&thought, json_string_value(tx), json_string_length(tx));
+                if (json_is_string(tx)) server_buf_put(&thought, json_string_value(tx), json_string_length(tx));
             } else if (t && !strcmp(t, "redacted_thinking")) {
                 /* opaque to any model but the one that wrote it */
             } else if (t && !strcmp(t, "tool_use")) {
@@ -234,18 +234,18 @@ static int assistant_turn(json_t *content, json_t *msgs, char *err, size_t cap) 
     if (!rc) {
         json_t *m = json_object();
         json_object_set_new(m, "role", json_string("assistant"));
-        json_object_set_new(m, "content", ks_jstr(text.p ? text.p : "", text.len));
-        if (thought.len) json_object_set_new(m, "reasoning_content", ks_jstr(thought.p, thought.len));
+        json_object_set_new(m, "content", server_jstr(text.p ? text.p : "", text.len));
+        if (thought.len) json_object_set_new(m, "reasoning_content", server_jstr(thought.p, thought.len));
         if (json_array_size(calls)) json_object_set(m, "tool_calls", calls);
         json_array_append_new(msgs, m);
     }
     json_decref(calls);
-    ks_buf_free(&text);
-    ks_buf_free(&thought);
+    server_buf_free(&text);
+    server_buf_free(&thought);
     return rc;
 }
 
-int ks_msg_translate(json_t *body, int count, ks_xreq *x, char *err, size_t cap, const char **param) {
+int server_msg_translate(json_t *body, int count, server_xreq *x, char *err, size_t cap, const char **param) {
     memset(x, 0, sizeof *x);
     x->think = -1;
     *param = NULL;
@@ -297,14 +297,14 @@ int ks_msg_translate(json_t *body, int count, ks_xreq *x, char *err, size_t cap,
     /* system */
     json_t *sys = json_object_get(body, "system");
     if (sys && !json_is_null(sys)) {
-        ks_buf b = {0};
-        if (ks_xapi_text(sys, &b, msg_parts, "system", err, cap)) {
-            ks_buf_free(&b);
+        server_buf b = {0};
+        if (server_xapi_text(sys, &b, msg_parts, "system", err, cap)) {
+            server_buf_free(&b);
             *param = "system";
             return -1;
         }
         put_msg(msgs, "system", &b);
-        ks_buf_free(&b);
+        server_buf_free(&b);
     }
     json_t *in = json_object_get(body, "messages");
     if (!json_is_array(in) || !json_array_size(in))
@@ -383,14 +383,14 @@ int ks_msg_translate(json_t *body, int count, ks_xreq *x, char *err, size_t cap,
     return 0;
 }
 
-void ks_xreq_free(ks_xreq *x) {
+void server_xreq_free(server_xreq *x) {
     json_decref(x->chat);
     x->chat = NULL;
 }
 
 /* ---- writer ---- */
 
-static json_t *usage(const ks_xw *w, int start) {
+static json_t *usage(const server_xw *w, int start) {
     json_t *u = json_object();
     int32_t cached = w->n_cached < w->n_prompt ? w->n_cached : w->n_prompt;
     json_object_set_new(u, "input_tokens", json_integer(w->n_prompt - cached));
@@ -400,7 +400,7 @@ static json_t *usage(const ks_xw *w, int start) {
     return u;
 }
 
-static json_t *message(const ks_xw *w, json_t *content, int start) {
+static json_t *message(const server_xw *w, json_t *content, int start) {
     json_t *m = json_object();
     json_object_set_new(m, "id", json_string(w->id));
     json_object_set_new(m, "type", json_string("message"));
@@ -413,31 +413,31 @@ static json_t *message(const ks_xw *w, json_t *content, int start) {
     return m;
 }
 
-static void msg_start(ks_xw *w) {
+static void msg_start(server_xw *w) {
     if (!w->out) return;
     json_t *j = json_object();
     json_object_set_new(j, "type", json_string("message_start"));
     json_object_set_new(j, "message", message(w, json_array(), 1));
-    ks_xw_event(w, "message_start", j);
-    ks_xw_event(w, "ping", json_pack("{s:s}", "type", "ping"));
+    server_xw_event(w, "message_start", j);
+    server_xw_event(w, "ping", json_pack("{s:s}", "type", "ping"));
 }
 
-static void block_event(ks_xw *w, const char *type, json_t *extra_key, const char *key) {
+static void block_event(server_xw *w, const char *type, json_t *extra_key, const char *key) {
     json_t *j = json_object();
     json_object_set_new(j, "type", json_string(type));
     json_object_set_new(j, "index", json_integer((json_int_t)json_array_size(w->items)));
     if (key) json_object_set_new(j, key, extra_key);
-    ks_xw_event(w, type, j);
+    server_xw_event(w, type, j);
 }
 
 /* The open block is complete: its text goes into it, it joins the list. */
-static void close_block(ks_xw *w) {
-    if (w->open == KS_XB_NONE) return;
+static void close_block(server_xw *w) {
+    if (w->open == SERVER_XB_NONE) return;
     const char *s = w->acc.p ? w->acc.p : "";
-    if (w->open == KS_XB_TEXT) {
-        json_object_set_new(w->cur, "text", ks_jstr(s, w->acc.len));
-    } else if (w->open == KS_XB_REASONING) {
-        json_object_set_new(w->cur, "thinking", ks_jstr(s, w->acc.len));
+    if (w->open == SERVER_XB_TEXT) {
+        json_object_set_new(w->cur, "text", server_jstr(s, w->acc.len));
+    } else if (w->open == SERVER_XB_REASONING) {
+        json_object_set_new(w->cur, "thinking", server_jstr(s, w->acc.len));
     } else {
         json_error_t je;
         json_t *input = w->acc.len ? json_loadb(s, w->acc.len, JSON_DECODE_ANY, &je) : json_object();
@@ -445,70 +445,70 @@ static void close_block(ks_xw *w) {
          * kept under one key rather than dropped */
         if (!json_is_object(input)) {
             json_t *o = json_object();
-            json_object_set_new(o, "arguments", input ? input : ks_jstr(s, w->acc.len));
+            json_object_set_new(o, "arguments", input ? input : server_jstr(s, w->acc.len));
             input = o;
         }
         json_object_set_new(w->cur, "input", input);
     }
     if (w->out) block_event(w, "content_block_stop", NULL, NULL);
-    ks_xw_closed(w);
+    server_xw_closed(w);
 }
 
-static void open_block(ks_xw *w, int kind, json_t *blk) {
+static void open_block(server_xw *w, int kind, json_t *blk) {
     close_block(w);
-    ks_xw_opened(w, kind, blk);
+    server_xw_opened(w, kind, blk);
     if (w->out) block_event(w, "content_block_start", json_deep_copy(blk), "content_block");
 }
 
-static void delta(ks_xw *w, const char *type, const char *key, const char *s, size_t n) {
+static void delta(server_xw *w, const char *type, const char *key, const char *s, size_t n) {
     if (!w->out) return;
     json_t *d = json_object();
     json_object_set_new(d, "type", json_string(type));
-    json_object_set_new(d, key, ks_jstr(s, n));
+    json_object_set_new(d, key, server_jstr(s, n));
     block_event(w, "content_block_delta", d, "delta");
 }
 
-static void msg_text(ks_xw *w, int kind, const char *s, size_t n) {
+static void msg_text(server_xw *w, int kind, const char *s, size_t n) {
     if (!n) return;
     if (w->open != kind) {
-        if (kind == KS_XB_TEXT)
+        if (kind == SERVER_XB_TEXT)
             open_block(w, kind, json_pack("{s:s,s:s}", "type", "text", "text", ""));
         else
             open_block(w, kind, json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", ""));
     }
-    ks_buf_put(&w->acc, s, n);
-    if (kind == KS_XB_TEXT)
+    server_buf_put(&w->acc, s, n);
+    if (kind == SERVER_XB_TEXT)
         delta(w, "text_delta", "text", s, n);
     else
         delta(w, "thinking_delta", "thinking", s, n);
 }
 
-static void msg_tool_open(ks_xw *w, const char *name) {
+static void msg_tool_open(server_xw *w, const char *name) {
     char id[96];
     snprintf(id, sizeof id, "toolu_%s_%d", w->serial, w->n_tools++);
     json_t *blk = json_object();
     json_object_set_new(blk, "type", json_string("tool_use"));
     json_object_set_new(blk, "id", json_string(id));
-    json_object_set_new(blk, "name", ks_jstr(name, strlen(name)));
+    json_object_set_new(blk, "name", server_jstr(name, strlen(name)));
     json_object_set_new(blk, "input", json_object());
-    open_block(w, KS_XB_TOOL, blk);
+    open_block(w, SERVER_XB_TOOL, blk);
 }
 
-static void msg_tool_args(ks_xw *w, const char *s, size_t n) {
-    if (w->open != KS_XB_TOOL || !n) return;
-    ks_buf_put(&w->acc, s, n);
+static void msg_tool_args(server_xw *w, const char *s, size_t n) {
+    if (w->open != SERVER_XB_TOOL || !n) return;
+    server_buf_put(&w->acc, s, n);
     delta(w, "input_json_delta", "partial_json", s, n);
 }
 
-static const char *stop_reason(const ks_xw *w) {
-    if (w->finish == KS_FIN_LENGTH) return "max_tokens";
-    if (ks_fin_incomplete(w->finish)) return ks_fin_incomplete(w->finish);
+static const char *stop_reason(const server_xw *w) {
+    if (w->finish == SERVER_FIN_LENGTH) return "max_tokens";
+    if (server_fin_incomplete(w->finish)) return server_fin_incomplete(w->finish);
     if (w->stop_seq) return "stop_sequence";
     if (w->n_tools) return "tool_use";
     return "end_turn";
 }
 
-static void msg_finish(ks_xw *w) {
+static void msg_finish(server_xw *w) {
     close_block(w);
     json_t *m = message(w, json_incref(w->items), 0);
     json_object_set_new(m, "stop_reason", json_string(stop_reason(w)));
@@ -523,26 +523,26 @@ static void msg_finish(ks_xw *w) {
     json_object_set_new(j, "type", json_string("message_delta"));
     json_object_set_new(j, "delta", d);
     json_object_set_new(j, "usage", json_pack("{s:I}", "output_tokens", (json_int_t)w->n_gen));
-    ks_xw_event(w, "message_delta", j);
-    ks_xw_event(w, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+    server_xw_event(w, "message_delta", j);
+    server_xw_event(w, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 
-static void msg_fail(ks_xw *w, const char *msg) {
-    if (w->out) ks_xw_event(w, "error", ks_error_body(KS_API_ANTHROPIC, "api_error", msg, NULL));
+static void msg_fail(server_xw *w, const char *msg) {
+    if (w->out) server_xw_event(w, "error", server_error_body(SERVER_API_ANTHROPIC, "api_error", msg, NULL));
 }
 
-static void msg_ping(ks_xw *w) {
-    if (w->out) ks_xw_event(w, "ping", json_pack("{s:s}", "type", "ping"));
+static void msg_ping(server_xw *w) {
+    if (w->out) server_xw_event(w, "ping", json_pack("{s:s}", "type", "ping"));
 }
 
-const ks_xw_ops ks_msg_ops = {
+const server_xw_ops server_msg_ops = {
     .id_prefix = "msg_",
     .mime = "text/event-stream",
-    .api = KS_API_ANTHROPIC,
-    .flags = KS_XW_CALLS | KS_XW_PARTS,
+    .api = SERVER_API_ANTHROPIC,
+    .flags = SERVER_XW_CALLS | SERVER_XW_PARTS,
     .start = msg_start,
     .text = msg_text,
-    .call = ks_xw_call_parts,
+    .call = server_xw_call_parts,
     .tool_open = msg_tool_open,
     .tool_args = msg_tool_args,
     .finish = msg_finish,

@@ -7,10 +7,10 @@
 
 #include <stdint.h>
 
-void ks_metrics_request(int status);
-void ks_metrics_tokens(int64_t prompt, int64_t cached, int64_t generated);
-void ks_metrics_ttft(double s);
-void ks_metrics_itl(double s);
-void ks_metrics_render(ks_srv *s, ks_buf *out);
+void server_metrics_request(int status);
+void server_metrics_tokens(int64_t prompt, int64_t cached, int64_t generated);
+void server_metrics_ttft(double s);
+void server_metrics_itl(double s);
+void server_metrics_render(server_srv *s, server_buf *out);
 
 #endif

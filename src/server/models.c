@@ -13,8 +13,8 @@
  * the model.  Drain is every engine's graceful stop, escalated after the
  * grace period.
  *
- * Every field of every entry is guarded by ks_srv.mu; s->cv is broadcast
- * on each change.  Lock order: ks_srv.mu before an engine's own lock (the
+ * Every field of every entry is guarded by server_srv.mu; s->cv is broadcast
+ * on each change.  Lock order: server_srv.mu before an engine's own lock (the
  * engine calls status_cb without holding its lock). */
 #include "server/models.h"
 #include "server/buf.h"
@@ -54,13 +54,13 @@ static json_t *details_of(const kiln_model *m) {
 
 /* ---- counters that outlive a load ---- */
 
-static void counts_of(const gen_sched_stats *gs, ks_counts *c) {
+static void counts_of(const gen_sched_stats *gs, server_counts *c) {
     c->spec = gs->spec;
     c->lookup_tokens = gs->kv.lookup_blocks * (uint64_t)gs->kv.block_tokens;
     c->hit_tokens = gs->kv.hit_blocks * (uint64_t)gs->kv.block_tokens;
 }
 
-static void counts_add(ks_counts *to, const ks_counts *c) {
+static void counts_add(server_counts *to, const server_counts *c) {
     to->spec.n_steps += c->spec.n_steps;
     to->spec.n_drafted += c->spec.n_drafted;
     to->spec.n_accepted += c->spec.n_accepted;
@@ -69,25 +69,25 @@ static void counts_add(ks_counts *to, const ks_counts *c) {
     to->hit_tokens += c->hit_tokens;
 }
 
-void ks_model_counts(const ks_model *m, const gen_sched_stats *live, ks_counts *out) {
+void server_model_counts(const server_model *m, const gen_sched_stats *live, server_counts *out) {
     *out = m->base;
-    ks_counts now = m->seen;
+    server_counts now = m->seen;
     if (live) counts_of(live, &now);
     counts_add(out, &now);
 }
 
 static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
-    ks_model *m = user;
-    ks_srv *s = m->srv;
+    server_model *m = user;
+    server_srv *s = m->srv;
     pthread_mutex_lock(&s->mu);
     switch (ev->state) {
     case KILN_ENGINE_LOADED: {
-        m->state = KS_M_READY;
+        m->state = SERVER_M_READY;
         memset(&m->seen, 0, sizeof m->seen); /* a new scheduler counts from 0 */
         m->model = engine_model(e);          /* NULL for families without a kiln_model (speech) */
-        m->load_seconds = ks_now() - m->load_started;
-        m->loaded_at = ks_wall();
-        m->last_used = ks_now();
+        m->load_seconds = server_now() - m->load_started;
+        m->loaded_at = server_wall();
+        m->last_used = server_now();
         json_decref(m->details);
         m->details = NULL;
         m->weight_bytes = m->file_bytes;
@@ -123,10 +123,10 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
                 snprintf(where, sizeof where, "CUDA, %.0f MiB on the GPU", (double)m->vram_bytes / 1048576.0);
             else
                 snprintf(where, sizeof where, "CPU %s", kiln_cpu_path());
-            ks_logf(s, "%s ready (generation, %d tokens x %d sequences, %s, loaded in %.2f s)", m->name, m->n_ctx,
+            server_logf(s, "%s ready (generation, %d tokens x %d sequences, %s, loaded in %.2f s)", m->name, m->n_ctx,
                     s->cfg.parallel, where, m->load_seconds);
         } else {
-            ks_logf(s, "%s ready (%s, loaded in %.2f s)", m->name,
+            server_logf(s, "%s ready (%s, loaded in %.2f s)", m->name,
                     m->family == KILN_ENGINE_EMBEDDING ? "embeddings"
                     : m->family == KILN_ENGINE_RERANK  ? "reranking"
                                                        : "speech to text",
@@ -136,26 +136,26 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
     }
     case KILN_ENGINE_UNLOADED:
     case KILN_ENGINE_STOPPED:
-        if (ev->model[0]) ks_logf(s, "%s %s", m->name, kiln_engine_state_str(ev->state));
-        m->state = ev->state == KILN_ENGINE_STOPPED ? KS_M_STOPPED : KS_M_UNLOADED;
+        if (ev->model[0]) server_logf(s, "%s %s", m->name, kiln_engine_state_str(ev->state));
+        m->state = ev->state == KILN_ENGINE_STOPPED ? SERVER_M_STOPPED : SERVER_M_UNLOADED;
         m->model = NULL;
         /* no request ran after the last one ended: what it saw is the
          * load's total */
         counts_add(&m->base, &m->seen);
         memset(&m->seen, 0, sizeof m->seen);
-        ks_template_free(m->tmpl);
+        server_template_free(m->tmpl);
         m->tmpl = NULL;
         m->tmpl_tried = 0;
         break;
     case KILN_ENGINE_FAILED:
         snprintf(m->err, sizeof m->err, "%s", ev->message);
-        ks_logf(s, "%s: %s", m->name, ev->message);
+        server_logf(s, "%s: %s", m->name, ev->message);
         /* a failed load leaves nothing resident; a failed release keeps
          * the model (the engine refuses requests until a retry) */
-        if (m->state == KS_M_LOADING)
-            m->state = KS_M_FAILED;
-        else if (m->state == KS_M_UNLOADING)
-            m->state = KS_M_FAILED;
+        if (m->state == SERVER_M_LOADING)
+            m->state = SERVER_M_FAILED;
+        else if (m->state == SERVER_M_UNLOADING)
+            m->state = SERVER_M_FAILED;
         break;
     default: break;
     }
@@ -167,7 +167,7 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
  * model is resident. */
 static kiln_status store_acquire(void *user, const char *family, const char *name, char *path, size_t cap,
                                  void **lease) {
-    ks_srv *s = user;
+    server_srv *s = user;
     *lease = NULL;
     if (!s->store) return KILN_ERR_NOT_FOUND;
     kiln_store_lease *l = NULL;
@@ -200,8 +200,8 @@ static int name_ok(const char *n) {
 
 /* Under mu: the entry a request's model name reaches ("" or NULL: the
  * first -m model). */
-static ks_model *lookup(ks_srv *s, const char *name) {
-    for (ks_model *m = s->models; m; m = m->next) {
+static server_model *lookup(server_srv *s, const char *name) {
+    for (server_model *m = s->models; m; m = m->next) {
         if (!name || !*name) {
             if (m->pinned) return m;
             continue;
@@ -219,13 +219,13 @@ static uint64_t file_size(const char *path) {
 /* A new entry for a model file (path) that clients call name and the
  * engine loads as ref; the family comes from its header.  NULL with the
  * reason in msg. */
-static ks_model *make(ks_srv *s, const char *name, const char *ref, const char *path, char *msg, size_t cap) {
+static server_model *make(server_srv *s, const char *name, const char *ref, const char *path, char *msg, size_t cap) {
     kiln_engine_family_id fam = KILN_ENGINE_STT;
     if (!kiln_is_whisper_file(path) && engine_gguf_family(path, &fam) != KILN_OK) {
         snprintf(msg, cap, "%s", kiln_last_error());
         return NULL;
     }
-    ks_model *m = calloc(1, sizeof *m);
+    server_model *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(msg, cap, "out of memory");
         return NULL;
@@ -240,17 +240,17 @@ static ks_model *make(ks_srv *s, const char *name, const char *ref, const char *
 }
 
 /* Under mu: appends m (names stay in the order they were first used). */
-static void add(ks_srv *s, ks_model *m) {
-    ks_model **p = &s->models;
+static void add(server_srv *s, server_model *m) {
+    server_model **p = &s->models;
     while (*p) p = &(*p)->next;
     *p = m;
 }
 
 /* Finds or makes the entry for name (mu not held).  NULL with an HTTP
  * status and message. */
-static ks_model *find(ks_srv *s, const char *name, int *status, char *msg, size_t cap) {
+static server_model *find(server_srv *s, const char *name, int *status, char *msg, size_t cap) {
     pthread_mutex_lock(&s->mu);
-    ks_model *m = lookup(s, name);
+    server_model *m = lookup(s, name);
     pthread_mutex_unlock(&s->mu);
     if (m) return m;
     if (!name || !*name) {
@@ -264,7 +264,7 @@ static ks_model *find(ks_srv *s, const char *name, int *status, char *msg, size_
     kiln_store_lease *lease = NULL;
     if (kiln_store_resolve(s->store, name, &lease) != KILN_OK) return NULL; /* the message above */
     char why[512];
-    ks_model *made = make(s, name, name, kiln_store_lease_path(lease), why, sizeof why);
+    server_model *made = make(s, name, name, kiln_store_lease_path(lease), why, sizeof why);
     if (made) {
         made->defaults = json_loads(kiln_store_lease_defaults(lease), 0, NULL);
         snprintf(made->digest, sizeof made->digest, "%s", kiln_store_lease_id(lease));
@@ -292,7 +292,7 @@ static ks_model *find(ks_srv *s, const char *name, int *status, char *msg, size_
 
 /* Bytes m is expected to take while resident: its weights, and for a
  * generator the KV cache it may fill. */
-static uint64_t footprint(const ks_srv *s, const ks_model *m) {
+static uint64_t footprint(const server_srv *s, const server_model *m) {
     uint64_t kv = m->family == KILN_ENGINE_LLM ? s->cfg.kv_budget : 0;
     if (!kv && m->family == KILN_ENGINE_LLM) kv = m->file_bytes / 4; /* a guess before the context exists */
     return m->file_bytes + kv;
@@ -303,17 +303,17 @@ static uint64_t phys_bytes(void) {
     return pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 8ull << 30;
 }
 
-static int resident(const ks_model *m) {
-    return m->state == KS_M_READY || m->state == KS_M_LOADING || m->state == KS_M_UNLOADING;
+static int resident(const server_model *m) {
+    return m->state == SERVER_M_READY || m->state == SERVER_M_LOADING || m->state == SERVER_M_UNLOADING;
 }
 
 /* Under mu: asks m's engine to unload. */
-static void unload_locked(ks_model *m) {
-    if (m->state != KS_M_READY) return;
-    m->state = KS_M_UNLOADING;
+static void unload_locked(server_model *m) {
+    if (m->state != SERVER_M_READY) return;
+    m->state = SERVER_M_UNLOADING;
     if (kiln_engine_unload(m->eng, NULL) != KILN_OK) {
         snprintf(m->err, sizeof m->err, "unload: %s", kiln_last_error());
-        m->state = KS_M_FAILED;
+        m->state = SERVER_M_FAILED;
     }
 }
 
@@ -321,13 +321,13 @@ static void unload_locked(ks_model *m) {
  * fits beside the resident ones (by count and by memory), and waits until
  * those unloads have released their memory.  Returns 0, or -1 when every
  * other resident model is busy. */
-static int make_room(ks_srv *s, ks_model *want) {
+static int make_room(server_srv *s, server_model *want) {
     for (;;) {
         int n = 0, unloading = 0;
         uint64_t bytes = footprint(s, want);
-        for (ks_model *m = s->models; m; m = m->next) {
+        for (server_model *m = s->models; m; m = m->next) {
             if (m == want || !resident(m)) continue;
-            if (m->state == KS_M_UNLOADING) {
+            if (m->state == SERVER_M_UNLOADING) {
                 unloading = 1; /* it is on its way out */
                 continue;
             }
@@ -337,12 +337,12 @@ static int make_room(ks_srv *s, ks_model *want) {
         const int over = (s->cfg.max_loaded > 0 && n >= s->cfg.max_loaded) ||
                          (s->cfg.max_loaded <= 0 && n > 0 && bytes > s->mem_budget);
         if (over) {
-            ks_model *lru = NULL;
-            for (ks_model *m = s->models; m; m = m->next)
-                if (m != want && m->state == KS_M_READY && m->users == 0 && (!lru || m->last_used < lru->last_used))
+            server_model *lru = NULL;
+            for (server_model *m = s->models; m; m = m->next)
+                if (m != want && m->state == SERVER_M_READY && m->users == 0 && (!lru || m->last_used < lru->last_used))
                     lru = m;
             if (lru) {
-                ks_logf(s, "unloading %s (idle the longest) to make room for %s", lru->name, want->name);
+                server_logf(s, "unloading %s (idle the longest) to make room for %s", lru->name, want->name);
                 unload_locked(lru);
                 continue;
             }
@@ -355,7 +355,7 @@ static int make_room(ks_srv *s, ks_model *want) {
 }
 
 /* Under mu: starts loading m (a new engine at its first load). */
-static int start_load(ks_srv *s, ks_model *m, char *msg, size_t cap) {
+static int start_load(server_srv *s, server_model *m, char *msg, size_t cap) {
     kiln_context_params cp = kiln_context_default_params();
     cp.n_ctx = m->ctx_want > 0 ? m->ctx_want : s->cfg.n_ctx;
     cp.n_batch = s->cfg.n_batch > 0 ? s->cfg.n_batch : 512;
@@ -384,12 +384,12 @@ static int start_load(ks_srv *s, ks_model *m, char *msg, size_t cap) {
         return -1;
     }
     m->ctx_loaded = m->ctx_want;
-    m->state = KS_M_LOADING;
+    m->state = SERVER_M_LOADING;
     m->err[0] = 0;
-    m->load_started = ks_now();
+    m->load_started = server_now();
     if (kiln_engine_load(m->eng, m->ref, NULL) != KILN_OK) {
         snprintf(m->err, sizeof m->err, "cannot load %s: %s", m->name, kiln_last_error());
-        m->state = KS_M_FAILED;
+        m->state = SERVER_M_FAILED;
         snprintf(msg, cap, "%s", m->err);
         return -1;
     }
@@ -398,11 +398,11 @@ static int start_load(ks_srv *s, ks_model *m, char *msg, size_t cap) {
 
 /* ---- uses ---- */
 
-ks_model *ks_model_use(ks_srv *s, const char *name, int task, double *load_wait, int *status, char *msg, size_t cap) {
-    return ks_model_use_ctx(s, name, task, 0, load_wait, status, msg, cap);
+server_model *server_model_use(server_srv *s, const char *name, int task, double *load_wait, int *status, char *msg, size_t cap) {
+    return server_model_use_ctx(s, name, task, 0, load_wait, status, msg, cap);
 }
 
-ks_model *ks_model_use_ctx(ks_srv *s, const char *name, int task, int32_t num_ctx, double *load_wait, int *status,
+server_model *server_model_use_ctx(server_srv *s, const char *name, int task, int32_t num_ctx, double *load_wait, int *status,
                            char *msg, size_t cap) {
     if (load_wait) *load_wait = 0;
     if (atomic_load(&s->draining)) {
@@ -410,38 +410,38 @@ ks_model *ks_model_use_ctx(ks_srv *s, const char *name, int task, int32_t num_ct
         snprintf(msg, cap, "the server is shutting down");
         return NULL;
     }
-    ks_model *m = find(s, name, status, msg, cap);
+    server_model *m = find(s, name, status, msg, cap);
     if (!m) return NULL;
     const char *cannot = NULL;
-    if (m->family != KILN_ENGINE_RERANK && task == KS_TASK_RERANK)
+    if (m->family != KILN_ENGINE_RERANK && task == SERVER_TASK_RERANK)
         cannot = "not a reranker (no classification head cls.output, or a decoder without rank pooling)";
-    else if (m->family == KILN_ENGINE_EMBEDDING && task != KS_TASK_EMBED && task != KS_TASK_INFO)
+    else if (m->family == KILN_ENGINE_EMBEDDING && task != SERVER_TASK_EMBED && task != SERVER_TASK_INFO)
         cannot = "an embedding model: it cannot generate text (it serves /v1/embeddings and /api/embed)";
-    else if (m->family == KILN_ENGINE_STT && task != KS_TASK_TRANSCRIBE && task != KS_TASK_INFO)
+    else if (m->family == KILN_ENGINE_STT && task != SERVER_TASK_TRANSCRIBE && task != SERVER_TASK_INFO)
         cannot = "a speech-to-text model: it serves /v1/audio/transcriptions and /v1/audio/translations only";
-    else if (m->family != KILN_ENGINE_STT && task == KS_TASK_TRANSCRIBE)
+    else if (m->family != KILN_ENGINE_STT && task == SERVER_TASK_TRANSCRIBE)
         cannot = "not a speech-to-text model";
-    else if (m->family == KILN_ENGINE_RERANK && task != KS_TASK_RERANK && task != KS_TASK_INFO)
+    else if (m->family == KILN_ENGINE_RERANK && task != SERVER_TASK_RERANK && task != SERVER_TASK_INFO)
         cannot = "a reranker: it serves /v1/rerank only (it neither embeds nor generates)";
     if (cannot) {
         *status = 400;
         snprintf(msg, cap, "'%s' is %s", m->name, cannot);
         return NULL;
     }
-    const double t0 = ks_now();
+    const double t0 = server_now();
     pthread_mutex_lock(&s->mu);
     m->users++;
     int rc = 0, tried = 0;
-    if (m->family != KILN_ENGINE_LLM || task != KS_TASK_GENERATE) num_ctx = 0;
+    if (m->family != KILN_ENGINE_LLM || task != SERVER_TASK_GENERATE) num_ctx = 0;
         /* loaded for another num_ctx: reload with this one (once) */
-#define KS_OTHER_CTX (num_ctx > 0 && !tried && m->ctx_loaded != num_ctx)
-    const int waited = m->state != KS_M_READY || KS_OTHER_CTX;
-    while (rc == 0 && (m->state != KS_M_READY || KS_OTHER_CTX)) {
-        if (atomic_load(&s->draining) || m->state == KS_M_STOPPED) {
+#define SERVER_OTHER_CTX (num_ctx > 0 && !tried && m->ctx_loaded != num_ctx)
+    const int waited = m->state != SERVER_M_READY || SERVER_OTHER_CTX;
+    while (rc == 0 && (m->state != SERVER_M_READY || SERVER_OTHER_CTX)) {
+        if (atomic_load(&s->draining) || m->state == SERVER_M_STOPPED) {
             *status = 503;
             snprintf(msg, cap, "the server is shutting down");
             rc = -1;
-        } else if (m->state == KS_M_READY) {
+        } else if (m->state == SERVER_M_READY) {
             /* the requests running on the other context finish first; a
              * request waiting here holds no use, so two waiting for
              * different contexts take turns instead of waiting on each other */
@@ -450,10 +450,10 @@ ks_model *ks_model_use_ctx(ks_srv *s, const char *name, int task, int32_t num_ct
                 pthread_cond_wait(&s->cv, &s->mu);
                 m->users++;
             } else {
-                ks_logf(s, "reloading %s with a context of %d tokens (num_ctx)", m->name, num_ctx);
+                server_logf(s, "reloading %s with a context of %d tokens (num_ctx)", m->name, num_ctx);
                 unload_locked(m);
             }
-        } else if (m->state == KS_M_UNLOADED || (m->state == KS_M_FAILED && !tried)) {
+        } else if (m->state == SERVER_M_UNLOADED || (m->state == SERVER_M_FAILED && !tried)) {
             tried = 1;
             m->ctx_want = num_ctx; /* a load takes the context of the request that starts it */
             if (make_room(s, m)) {
@@ -465,7 +465,7 @@ ks_model *ks_model_use_ctx(ks_srv *s, const char *name, int task, int32_t num_ct
                 *status = 500;
                 rc = -1;
             }
-        } else if (m->state == KS_M_FAILED) {
+        } else if (m->state == SERVER_M_FAILED) {
             *status = 500;
             snprintf(msg, cap, "%s", m->err[0] ? m->err : "the model failed to load");
             rc = -1;
@@ -473,39 +473,39 @@ ks_model *ks_model_use_ctx(ks_srv *s, const char *name, int task, int32_t num_ct
             pthread_cond_wait(&s->cv, &s->mu); /* loading or unloading */
         }
     }
-#undef KS_OTHER_CTX
+#undef SERVER_OTHER_CTX
     if (rc)
         m->users--;
     else
-        m->last_used = ks_now();
+        m->last_used = server_now();
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    if (!rc && load_wait && waited) *load_wait = ks_now() - t0;
+    if (!rc && load_wait && waited) *load_wait = server_now() - t0;
     return rc ? NULL : m;
 }
 
-int ks_model_stats_ok(const ks_model *m) {
-    return m->state == KS_M_READY && m->family == KILN_ENGINE_LLM && !atomic_load(&m->srv->draining);
+int server_model_stats_ok(const server_model *m) {
+    return m->state == SERVER_M_READY && m->family == KILN_ENGINE_LLM && !atomic_load(&m->srv->draining);
 }
 
-void ks_model_done(ks_model *m, double keep_alive) {
-    ks_srv *s = m->srv;
+void server_model_done(server_model *m, double keep_alive) {
+    server_srv *s = m->srv;
     pthread_mutex_lock(&s->mu);
-    if (ks_model_stats_ok(m)) {
+    if (server_model_stats_ok(m)) {
         gen_sched_stats gs;
         memset(&gs, 0, sizeof gs);
         if (engine_llm_stats(m->eng, NULL, &gs) == KILN_OK) counts_of(&gs, &m->seen);
     }
     m->users--;
-    m->last_used = ks_now();
+    m->last_used = server_now();
     m->keep_alive = isnan(keep_alive) ? s->cfg.keep_alive : keep_alive;
     if (m->users == 0 && m->keep_alive == 0) unload_locked(m);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
-int ks_model_unload(ks_srv *s, const char *name, int *status, char *msg, size_t cap) {
-    ks_model *m = find(s, name, status, msg, cap);
+int server_model_unload(server_srv *s, const char *name, int *status, char *msg, size_t cap) {
+    server_model *m = find(s, name, status, msg, cap);
     if (!m) return -1;
     pthread_mutex_lock(&s->mu);
     m->keep_alive = 0;
@@ -518,12 +518,12 @@ int ks_model_unload(ks_srv *s, const char *name, int *status, char *msg, size_t 
 /* ---- the keeper: keep-alive expiry ---- */
 
 static void *keeper_main(void *arg) {
-    ks_srv *s = arg;
+    server_srv *s = arg;
     pthread_mutex_lock(&s->mu);
     while (!s->quit) {
-        const double now = ks_now();
-        for (ks_model *m = s->models; m; m = m->next)
-            if (m->state == KS_M_READY && m->users == 0 && m->keep_alive >= 0 && now >= m->last_used + m->keep_alive)
+        const double now = server_now();
+        for (server_model *m = s->models; m; m = m->next)
+            if (m->state == SERVER_M_READY && m->users == 0 && m->keep_alive >= 0 && now >= m->last_used + m->keep_alive)
                 unload_locked(m);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -547,21 +547,21 @@ static void display_name(const char *path, char *out, size_t cap) {
         out[n - 4] = 0; /* whisper.cpp's ggml-*.bin */
 }
 
-int ks_model_first(ks_srv *s, kiln_engine_family_id family, char *out, size_t cap) {
+int server_model_first(server_srv *s, kiln_engine_family_id family, char *out, size_t cap) {
     pthread_mutex_lock(&s->mu);
     out[0] = 0;
-    for (ks_model *m = s->models; m && !out[0]; m = m->next)
+    for (server_model *m = s->models; m && !out[0]; m = m->next)
         if (m->pinned && m->family == family) snprintf(out, cap, "%s", m->name);
     pthread_mutex_unlock(&s->mu);
     return out[0] ? 0 : -1;
 }
 
-kiln_status ks_models_start(ks_srv *s) {
+kiln_status server_models_start(server_srv *s) {
     s->mem_budget = phys_bytes() / 4 * 3;
     for (int i = 0; i < s->cfg.n_models; i++) {
         const char *ref = s->cfg.models[i];
         char name[256], msg[512];
-        ks_model *m = NULL;
+        server_model *m = NULL;
         kiln_store_lease *lease = NULL;
         if (access(ref, R_OK) == 0) {
             display_name(ref, name, sizeof name);
@@ -577,16 +577,16 @@ kiln_status ks_models_start(ks_srv *s) {
             snprintf(msg, sizeof msg, "model '%s' is neither a readable file nor in the store", ref);
         }
         if (!m) {
-            ks_logf(s, "%s", msg);
+            server_logf(s, "%s", msg);
             return KILN_ERR_NOT_FOUND;
         }
         m->pinned = 1;
         pthread_mutex_lock(&s->mu);
-        ks_model *dup = lookup(s, m->name);
+        server_model *dup = lookup(s, m->name);
         if (!dup) add(s, m);
         pthread_mutex_unlock(&s->mu);
         if (dup) {
-            ks_logf(s, "-m %s names the model %s a second time", ref, m->name);
+            server_logf(s, "-m %s names the model %s a second time", ref, m->name);
             json_decref(m->defaults);
             free(m);
             return KILN_ERR_INVALID_ARG;
@@ -597,28 +597,28 @@ kiln_status ks_models_start(ks_srv *s) {
     /* the -m models load now, as many as may be loaded together */
     pthread_mutex_lock(&s->mu);
     int n = 0;
-    for (ks_model *m = s->models; m; m = m->next) {
+    for (server_model *m = s->models; m; m = m->next) {
         char msg[512];
         if (s->cfg.max_loaded > 0 && n >= s->cfg.max_loaded) {
-            ks_logf(s, "%s loads when asked for (--max-loaded %d)", m->name, s->cfg.max_loaded);
+            server_logf(s, "%s loads when asked for (--max-loaded %d)", m->name, s->cfg.max_loaded);
             continue;
         }
         if (make_room(s, m) == 0 && start_load(s, m, msg, sizeof msg) == 0)
             n++;
-        else if (m->state != KS_M_FAILED)
-            ks_logf(s, "%s loads when asked for (not enough memory beside the others)", m->name);
+        else if (m->state != SERVER_M_FAILED)
+            server_logf(s, "%s loads when asked for (not enough memory beside the others)", m->name);
     }
     pthread_mutex_unlock(&s->mu);
     return KILN_OK;
 }
 
-kiln_status ks_models_wait_loaded(ks_srv *s, char *msg, size_t cap) {
+kiln_status server_models_wait_loaded(server_srv *s, char *msg, size_t cap) {
     pthread_mutex_lock(&s->mu);
     kiln_status st = KILN_OK;
-    for (ks_model *m = s->models; m && st == KILN_OK; m = m->next) {
+    for (server_model *m = s->models; m && st == KILN_OK; m = m->next) {
         if (!m->pinned) continue;
-        while (m->state == KS_M_LOADING) pthread_cond_wait(&s->cv, &s->mu);
-        if (m->state == KS_M_FAILED) {
+        while (m->state == SERVER_M_LOADING) pthread_cond_wait(&s->cv, &s->mu);
+        if (m->state == SERVER_M_FAILED) {
             snprintf(msg, cap, "%s", m->err);
             st = KILN_ERR_FORMAT;
         }
@@ -627,21 +627,21 @@ kiln_status ks_models_wait_loaded(ks_srv *s, char *msg, size_t cap) {
     return st;
 }
 
-void ks_models_drain(ks_srv *s, double grace) {
+void server_models_drain(server_srv *s, double grace) {
     /* every engine's graceful stop: from here requests are refused, the
      * admitted ones finish */
     kiln_engine_cancel *tok = kiln_engine_cancel_new();
     pthread_mutex_lock(&s->mu);
-    for (ks_model *m = s->models; m; m = m->next)
+    for (server_model *m = s->models; m; m = m->next)
         if (m->eng) kiln_engine_stop(m->eng, tok);
     pthread_mutex_unlock(&s->mu);
-    const double end = ks_now() + grace;
+    const double end = server_now() + grace;
     for (;;) {
         int busy = 0;
         pthread_mutex_lock(&s->mu);
-        for (ks_model *m = s->models; m; m = m->next) busy |= m->users > 0;
+        for (server_model *m = s->models; m; m = m->next) busy |= m->users > 0;
         pthread_mutex_unlock(&s->mu);
-        if (!busy || ks_now() >= end) break;
+        if (!busy || server_now() >= end) break;
         usleep(20000);
     }
     /* what is left is cancelled; each engine reports STOPPED once its
@@ -649,7 +649,7 @@ void ks_models_drain(ks_srv *s, double grace) {
     kiln_engine_cancel_fire(tok);
     kiln_engine_cancel_free(tok);
     pthread_mutex_lock(&s->mu);
-    for (ks_model *m = s->models; m; m = m->next) {
+    for (server_model *m = s->models; m; m = m->next) {
         kiln_engine *e = m->eng;
         if (!e) continue;
         pthread_mutex_unlock(&s->mu);
@@ -661,17 +661,17 @@ void ks_models_drain(ks_srv *s, double grace) {
     pthread_mutex_unlock(&s->mu);
 }
 
-void ks_models_free(ks_srv *s) {
+void server_models_free(server_srv *s) {
     pthread_mutex_lock(&s->mu);
     s->quit = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (s->keeper_started) pthread_join(s->keeper, NULL);
     s->keeper_started = 0;
-    for (ks_model *m = s->models, *nx; m; m = nx) {
+    for (server_model *m = s->models, *nx; m; m = nx) {
         nx = m->next;
         kiln_engine_free(m->eng); /* stops and waits for native work */
-        ks_template_free(m->tmpl);
+        server_template_free(m->tmpl);
         json_decref(m->details);
         json_decref(m->defaults);
         free(m);
@@ -679,14 +679,14 @@ void ks_models_free(ks_srv *s) {
     s->models = NULL;
 }
 
-json_t *ks_model_details(const ks_model *m) {
+json_t *server_model_details(const server_model *m) {
     if (m->details) return json_deep_copy(m->details);
     json_t *d = json_object();
     json_object_set_new(d, "format", json_string("gguf"));
     return d;
 }
 
-json_t *ks_capabilities(int family) {
+json_t *server_capabilities(int family) {
     json_t *caps = json_array();
     const char *c = family == KILN_ENGINE_LLM         ? "completion"
                     : family == KILN_ENGINE_EMBEDDING ? "embedding"
@@ -699,14 +699,14 @@ json_t *ks_capabilities(int family) {
     return caps;
 }
 
-int ks_same_model_name(const char *a, const char *b) {
+int server_same_model_name(const char *a, const char *b) {
     if (!strcmp(a, b)) return 1;
     size_t la = strlen(a), lb = strlen(b);
     if (la < lb) return !strncmp(a, b, la) && !strcmp(b + la, ":latest");
     return !strncmp(a, b, lb) && !strcmp(a + lb, ":latest");
 }
 
-json_t *ks_store_models(ks_srv *s) {
+json_t *server_store_models(server_srv *s) {
     char *list = NULL;
     json_t *arr = NULL;
     if (s->store && kiln_store_list(s->store, &list) == KILN_OK) {

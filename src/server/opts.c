@@ -16,7 +16,7 @@
 #include <string.h>
 
 static int bad(struct MHD_Connection *c, int ollama, int *rc, const char *param, const char *msg) {
-    *rc = ks_error(c, ollama, 400, "invalid_request_error", msg, param);
+    *rc = server_error(c, ollama, 400, "invalid_request_error", msg, param);
     return -1;
 }
 
@@ -38,12 +38,12 @@ static int get_num(json_t *src, const char *k, double lo, double hi, double *out
     return 1;
 }
 
-static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc);
+static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, server_gen_opts *o, int *rc);
 
-int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc) {
+int server_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, server_gen_opts *o, int *rc) {
     memset(o, 0, sizeof *o);
     o->max_tokens = -1;
-    o->think_budget = KS_BUDGET_SERVER;
+    o->think_budget = SERVER_BUDGET_SERVER;
     o->sp = kiln_sampler_default_params();
     /* what the request leaves out: Ollama's defaults on the Ollama API,
      * llama-server's on the OpenAI one (clients expect their server's) */
@@ -58,11 +58,11 @@ int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts
     o->sp.seed = (uint32_t)base_random_u64();
     o->ollama = ollama;
     int r = parse_sampling(c, src, ollama, o, rc);
-    if (r == 0) ks_reqlog_seed(ks_reqlog_current(), o->sp.seed);
+    if (r == 0) server_reqlog_seed(server_reqlog_current(), o->sp.seed);
     return r;
 }
 
-static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc) {
+static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, server_gen_opts *o, int *rc) {
     if (!src) return 0;
     double d;
     int r;
@@ -94,7 +94,7 @@ static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_
         if (n < 1) return bad(c, ollama, rc, mt[i], "the token limit must be at least 1");
         /* read as 64 bits: a limit past any context (2^31 and more too)
          * asks for as many tokens as fit, the rest of the context */
-        o->max_tokens = n > KS_MAX_TOKENS_CAP ? -1 : (int32_t)n;
+        o->max_tokens = n > SERVER_MAX_TOKENS_CAP ? -1 : (int32_t)n;
         break;
     }
     json_t *stop = json_object_get(src, "stop");
@@ -125,13 +125,13 @@ static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_
     if (rft && !strcmp(rft, "json_schema")) { /* {"json_schema": {"name": ..., "schema": {...}}} */
         char msg[300];
         o->schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
-        if (ks_check_schema(o->schema, msg, sizeof msg)) return bad(c, ollama, rc, "response_format", msg);
+        if (server_check_schema(o->schema, msg, sizeof msg)) return bad(c, ollama, rc, "response_format", msg);
     }
     o->ignore_eos = json_is_true(json_object_get(src, "ignore_eos"));
     /* the thinking budget: llama-server's reasoning_budget, or an effort */
     json_t *eff = json_object_get(src, "reasoning_effort");
     if (eff && !json_is_null(eff)) {
-        o->think_budget = ks_effort_budget(json_string_value(eff));
+        o->think_budget = server_effort_budget(json_string_value(eff));
         if (o->think_budget < -2)
             return bad(c, ollama, rc, "reasoning_effort",
                        "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh");
@@ -148,7 +148,7 @@ static int parse_sampling(struct MHD_Connection *c, json_t *src, int ollama, ks_
     return 0;
 }
 
-int ks_num_ctx(const json_t *options, int32_t *out) {
+int server_num_ctx(const json_t *options, int32_t *out) {
     json_t *v = json_object_get(options, "num_ctx");
     *out = 0;
     if (!v || json_is_null(v)) return 0;
@@ -157,18 +157,18 @@ int ks_num_ctx(const json_t *options, int32_t *out) {
     return 0;
 }
 
-int32_t ks_effort_budget(const char *effort) {
+int32_t server_effort_budget(const char *effort) {
     static const struct {
         const char *name;
         int32_t budget;
     } k[] = {{"none", 0}, {"minimal", 256}, {"low", 1024}, {"medium", 4096}, {"high", -1}, {"xhigh", -1}};
-    if (!effort) return KS_BUDGET_SERVER;
+    if (!effort) return SERVER_BUDGET_SERVER;
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (!strcmp(effort, k[i].name)) return k[i].budget;
     return -3;
 }
 
-double ks_parse_duration(json_t *v) {
+double server_parse_duration(json_t *v) {
     if (json_is_number(v)) return json_number_value(v);
     const char *s = json_string_value(v);
     if (!s || !*s) return NAN;
@@ -199,18 +199,18 @@ double ks_parse_duration(json_t *v) {
     return any ? total : NAN;
 }
 
-int ks_check_schema(const json_t *schema, char *msg, size_t n) {
+int server_check_schema(const json_t *schema, char *msg, size_t n) {
     char err[256];
-    ks_schema *s = schema ? ks_schema_compile(schema, err, sizeof err) : NULL;
+    sample_schema *s = schema ? sample_schema_compile(schema, err, sizeof err) : NULL;
     if (schema && !s) {
         snprintf(msg, n, "the JSON schema cannot be enforced: %s", err);
         return -1;
     }
-    ks_schema_free(s);
+    sample_schema_free(s);
     return 0;
 }
 
-int ks_oll_format(const json_t *fmt, ks_gen_opts *o, struct MHD_Connection *c, int *rc) {
+int server_oll_format(const json_t *fmt, server_gen_opts *o, struct MHD_Connection *c, int *rc) {
     if (!fmt || json_is_null(fmt) || (json_is_string(fmt) && !json_string_length(fmt))) return 0;
     if (json_is_string(fmt) && !strcmp(json_string_value(fmt), "json")) {
         o->json_mode = 1;
@@ -219,11 +219,11 @@ int ks_oll_format(const json_t *fmt, ks_gen_opts *o, struct MHD_Connection *c, i
     char msg[300];
     if (!json_is_object(fmt))
         snprintf(msg, sizeof msg, "'format' must be \"json\" or a JSON schema");
-    else if (!ks_check_schema(fmt, msg, sizeof msg)) {
+    else if (!server_check_schema(fmt, msg, sizeof msg)) {
         o->json_mode = 1;
         o->schema = fmt;
         return 0;
     }
-    *rc = ks_oll_error(c, 400, msg);
+    *rc = server_oll_error(c, 400, msg);
     return -1;
 }

@@ -13,10 +13,10 @@ struct MHD_Connection;
 
 /* A request's token limit above this (2^30 tokens, past every context)
  * asks for the rest of the context, as -1 does. */
-#define KS_MAX_TOKENS_CAP (1 << 30)
+#define SERVER_MAX_TOKENS_CAP (1 << 30)
 
-typedef struct ks_gen_opts {
-    int32_t max_tokens; /* -1 = rest of the context; else at most KS_MAX_TOKENS_CAP */
+typedef struct server_gen_opts {
+    int32_t max_tokens; /* -1 = rest of the context; else at most SERVER_MAX_TOKENS_CAP */
     kiln_sampler_params sp;
     json_t *stop; /* borrowed */
     int32_t n_top;
@@ -29,32 +29,32 @@ typedef struct ks_gen_opts {
     const json_t *force_tools; /* borrowed: a forced tool_choice's tools, one of which the output must call */
     int force_think;           /* 1 a <think> block may come first, 2 the prompt opened one (a forced call, JSON mode
                                     and the thinking budget follow it) */
-    int32_t think_budget;      /* tokens of reasoning before its end is fed; -1 no limit; KS_BUDGET_SERVER: the
+    int32_t think_budget;      /* tokens of reasoning before its end is fed; -1 no limit; SERVER_BUDGET_SERVER: the
                                     server's --reasoning-budget */
-} ks_gen_opts;
+} server_gen_opts;
 
-#define KS_BUDGET_SERVER (-2)
+#define SERVER_BUDGET_SERVER (-2)
 /* The thinking budget of a reasoning effort ("none", "minimal", "low",
  * "medium", "high", "xhigh"): 0, 256, 1024, 4096, then no limit (-1);
- * KS_BUDGET_SERVER for NULL; -3 for a word it does not know. */
-int32_t ks_effort_budget(const char *effort);
+ * SERVER_BUDGET_SERVER for NULL; -3 for a word it does not know. */
+int32_t server_effort_budget(const char *effort);
 /* 0 when schema (NULL: none) compiles; else a message for a 400. */
-int ks_check_schema(const json_t *schema, char *msg, size_t n);
+int server_check_schema(const json_t *schema, char *msg, size_t n);
 /* OpenAI's tool_choice over tools (OpenAI function tools): "auto" or
  * absent leaves both NULL/0; "none" sets *off; "required" or
  * {"type": "function", "function": {"name": N}} sets *force to the tools the
  * one call may name (a new array).  -1 with a message for a 400. */
-int ks_tool_choice(const json_t *choice, const json_t *tools, int *off, json_t **force, char *msg, size_t cap);
+int server_tool_choice(const json_t *choice, const json_t *tools, int *off, json_t **force, char *msg, size_t cap);
 /* Ollama's "format": "json" or a JSON Schema into o; a schema that cannot
  * be enforced answers 400 (*rc) and returns -1. */
-int ks_oll_format(const json_t *fmt, ks_gen_opts *o, struct MHD_Connection *c, int *rc);
+int server_oll_format(const json_t *fmt, server_gen_opts *o, struct MHD_Connection *c, int *rc);
 /* Parses OpenAI-style sampling fields (or Ollama's options when ollama);
  * on a bad value sends a 400 and returns -1. */
-int ks_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, ks_gen_opts *o, int *rc);
+int server_parse_opts(struct MHD_Connection *c, json_t *src, int ollama, server_gen_opts *o, int *rc);
 /* Ollama's options.num_ctx into *out (0 when absent or null); -1 when it
  * is not an integer of 1..2^24. */
-int ks_num_ctx(const json_t *options, int32_t *out);
+int server_num_ctx(const json_t *options, int32_t *out);
 /* "1.5m", "300", 300, -1 ... -> seconds; NAN when absent or bad. */
-double ks_parse_duration(json_t *v);
+double server_parse_duration(json_t *v);
 
 #endif

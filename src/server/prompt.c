@@ -20,7 +20,7 @@
 #include <string.h>
 
 /* A store pack's Go template (an Ollama model's template layer), or NULL. */
-static const char *pack_go_template(ks_model *r) {
+static const char *pack_go_template(server_model *r) {
     const char *t = json_string_value(json_object_get(r->defaults, "template"));
     const char *f = json_string_value(json_object_get(r->defaults, "template_format"));
     return t && *t && f && !strcmp(f, "go") ? t : NULL;
@@ -43,49 +43,49 @@ static const chat_fmt k_formats[] = {
 };
 
 /* A model's compiled template: the pack's Go one, or the GGUF's Jinja. */
-typedef struct ks_tmpl {
+typedef struct server_tmpl {
     kgt *go;
     chat_tmpl *jinja;
-    int callfmt; /* KS_CF_*: how the model writes calls, from the template's text and the vocabulary */
-} ks_tmpl;
+    int callfmt; /* SERVER_CF_*: how the model writes calls, from the template's text and the vocabulary */
+} server_tmpl;
 
-void ks_template_free(void *t) {
-    ks_tmpl *k = t;
+void server_template_free(void *t) {
+    server_tmpl *k = t;
     if (!k) return;
     chat_gotmpl_free(k->go);
     chat_free(k->jinja);
     free(k);
 }
 
-const char *ks_template_text(ks_model *r) {
+const char *server_template_text(server_model *r) {
     const char *go = pack_go_template(r);
     return go ? go : kiln_model_chat_template(r->model);
 }
 
 /* The text of a message's content: a string, or the text parts of an
  * array of parts. */
-static void content_text(json_t *msg, ks_buf *out) {
+static void content_text(json_t *msg, server_buf *out) {
     json_t *c = json_object_get(msg, "content");
     if (json_is_string(c)) {
-        ks_buf_put(out, json_string_value(c), json_string_length(c));
+        server_buf_put(out, json_string_value(c), json_string_length(c));
     } else if (json_is_array(c)) {
         size_t i;
         json_t *part;
         json_array_foreach(c, i, part) {
             json_t *t = json_object_get(part, "text");
-            if (json_is_string(t)) ks_buf_put(out, json_string_value(t), json_string_length(t));
+            if (json_is_string(t)) server_buf_put(out, json_string_value(t), json_string_length(t));
         }
     }
 }
 
-int ks_has_chat(ks_model *r) { return ks_template_text(r) != NULL; }
+int server_has_chat(server_model *r) { return server_template_text(r) != NULL; }
 
-int ks_model_callfmt(ks_model *r) {
+int server_model_callfmt(server_model *r) {
     pthread_mutex_lock(&r->srv->mu);
-    const ks_tmpl *k = r->tmpl;
+    const server_tmpl *k = r->tmpl;
     const int fmt = k ? k->callfmt : -1;
     pthread_mutex_unlock(&r->srv->mu);
-    return fmt >= 0 ? fmt : ks_callfmt_detect(ks_template_text(r), r->model);
+    return fmt >= 0 ? fmt : server_callfmt_detect(server_template_text(r), r->model);
 }
 
 static char *token_text(kiln_model *m, int32_t id) {
@@ -96,7 +96,7 @@ static char *token_text(kiln_model *m, int32_t id) {
     return strdup(buf);
 }
 
-json_t *ks_chat_normalize(json_t *messages) {
+json_t *server_chat_normalize(json_t *messages) {
     json_t *out = json_array();
     size_t i;
     json_t *m;
@@ -112,10 +112,10 @@ json_t *ks_chat_normalize(json_t *messages) {
              * some clients leave it out; templates test and slice it */
             json_object_set_new(c, "content", json_string(""));
         } else if (json_is_array(content)) {
-            ks_buf b = {0};
+            server_buf b = {0};
             content_text(m, &b);
-            json_object_set_new(c, "content", ks_jstr(b.p ? b.p : "", b.len));
-            ks_buf_free(&b);
+            json_object_set_new(c, "content", server_jstr(b.p ? b.p : "", b.len));
+            server_buf_free(&b);
         }
         /* the reasoning of an earlier turn under the name Ollama and the
          * harmony template (gpt-oss) read, beside OpenAI's */
@@ -137,17 +137,17 @@ json_t *ks_chat_normalize(json_t *messages) {
     return out;
 }
 
-int ks_render_status(const char *err) {
+int server_render_status(const char *err) {
     if (strstr(err, "out of memory")) return 500;
-    if (strstr(err, KS_TOO_LARGE)) return 413;
+    if (strstr(err, SERVER_TOO_LARGE)) return 413;
     return strstr(err, "render exceeded its ") ? 500 : 400;
 }
 
-/* Counts a failed render, and names a conversation of KS_LARGE_CHAT bytes
+/* Counts a failed render, and names a conversation of SERVER_LARGE_CHAT bytes
  * or more as the cause of a budget it went over (413): a real template
  * spends steps, output and memory in proportion to the conversation, so a
  * small one over a budget is the template's doing (500). */
-static void render_failed(ks_srv *s, json_t *messages, json_t *tools, char *err, size_t cap) {
+static void render_failed(server_srv *s, json_t *messages, json_t *tools, char *err, size_t cap) {
     if (strstr(err, "render cancelled")) {
         atomic_fetch_add(&s->n_render_cancelled, 1);
         return;
@@ -159,13 +159,13 @@ static void render_failed(ks_srv *s, json_t *messages, json_t *tools, char *err,
     atomic_fetch_add(&s->n_render_over[k], 1);
     const size_t n =
         json_dumpb(messages, NULL, 0, JSON_COMPACT) + (tools ? json_dumpb(tools, NULL, 0, JSON_COMPACT) : 0);
-    if (n < KS_LARGE_CHAT) return;
+    if (n < SERVER_LARGE_CHAT) return;
     char why[512];
     snprintf(why, sizeof why, "%s", err);
-    snprintf(err, cap, "%s (%zu bytes of messages and tools): %s", KS_TOO_LARGE, n, why);
+    snprintf(err, cap, "%s (%zu bytes of messages and tools): %s", SERVER_TOO_LARGE, n, why);
 }
 
-char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, const chat_opts *opts, char *err,
+char *server_render_chat(server_model *r, json_t *messages, json_t *tools, int think, const chat_opts *opts, char *err,
                      size_t cap) {
     const char *src = kiln_model_chat_template(r->model);
     snprintf(err, cap, "the chat template failed");
@@ -179,7 +179,7 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
         /* a template that fails for want of memory is tried again by the
          * next request, not replaced by a built-in format for good */
         kiln_status cst = KILN_OK;
-        ks_tmpl *k = calloc(1, sizeof *k);
+        server_tmpl *k = calloc(1, sizeof *k);
         if (k && go_src && (cst = chat_gotmpl_compile(go_src, strlen(go_src), &k->go)) && cst != KILN_ERR_NOMEM)
             fprintf(stderr, "kiln serve: %s: the pack's Go template: %s; using the GGUF's\n", r->name,
                     kiln_last_error());
@@ -187,22 +187,22 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
             cst != KILN_ERR_NOMEM)
             fprintf(stderr, "kiln serve: %s: chat template: %s; using a built-in format\n", r->name, kiln_last_error());
         if (!k || cst == KILN_ERR_NOMEM) {
-            ks_template_free(k);
+            server_template_free(k);
             pthread_mutex_unlock(&r->srv->mu);
             snprintf(err, cap, "out of memory compiling the chat template");
             return NULL;
         }
-        k->callfmt = ks_callfmt_detect(go_src ? go_src : src, r->model);
+        k->callfmt = server_callfmt_detect(go_src ? go_src : src, r->model);
         r->tmpl_tried = 1;
         r->tmpl = k;
     }
-    const ks_tmpl *k = r->tmpl;
+    const server_tmpl *k = r->tmpl;
     pthread_mutex_unlock(&r->srv->mu);
-    ks_srv *s = r->srv;
+    server_srv *s = r->srv;
     chat_opts ro = opts ? *opts : (chat_opts){0};
     if (!ro.max_steps) ro.max_steps = s->cfg.template_steps;
     if (k && k->go) {
-        json_t *msgs = ks_chat_normalize(messages);
+        json_t *msgs = server_chat_normalize(messages);
         atomic_fetch_add(&s->n_renders, 1);
         char *out;
         if (chat_gotmpl_render_chat_opts(k->go, msgs, tools, think, &ro, &out)) snprintf(err, cap, "%s", kiln_last_error());
@@ -214,7 +214,7 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
     const chat_tmpl *tmpl = k ? k->jinja : NULL;
     if (tmpl) {
         json_t *vars = json_object();
-        json_object_set_new(vars, "messages", ks_chat_normalize(messages));
+        json_object_set_new(vars, "messages", server_chat_normalize(messages));
         if (json_is_array(tools) && json_array_size(tools)) json_object_set(vars, "tools", tools);
         json_object_set_new(vars, "add_generation_prompt", json_true());
         char *bos = token_text(r->model, kiln_token_bos(r->model));
@@ -235,33 +235,33 @@ char *ks_render_chat(ks_model *r, json_t *messages, json_t *tools, int think, co
     const chat_fmt *f = NULL;
     for (size_t i = 0; src && i < sizeof k_formats / sizeof k_formats[0]; i++)
         if (strstr(src, k_formats[i].marker)) f = &k_formats[i];
-    ks_buf b = {0};
+    server_buf b = {0};
     size_t i;
     json_t *m;
     json_array_foreach(messages, i, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!role) role = "user";
         if (!f) {
-            if (b.len) ks_buf_puts(&b, "\n\n");
+            if (b.len) server_buf_puts(&b, "\n\n");
             content_text(m, &b);
             continue;
         }
         int sys = !strcmp(role, "system"), asst = !strcmp(role, "assistant");
-        ks_buf_puts(&b, sys ? f->sys_pre : asst ? f->asst_pre : f->user_pre);
+        server_buf_puts(&b, sys ? f->sys_pre : asst ? f->asst_pre : f->user_pre);
         content_text(m, &b);
-        ks_buf_puts(&b, sys ? f->sys_post : asst ? f->asst_post : f->user_post);
+        server_buf_puts(&b, sys ? f->sys_post : asst ? f->asst_post : f->user_post);
     }
-    if (f) ks_buf_puts(&b, f->asst_pre);
-    if (!b.p) ks_buf_puts(&b, "");
+    if (f) server_buf_puts(&b, f->asst_pre);
+    if (!b.p) server_buf_puts(&b, "");
     if (b.failed || !b.p) {
-        ks_buf_free(&b);
+        server_buf_free(&b);
         snprintf(err, cap, "out of memory");
         return NULL;
     }
     return b.p;
 }
 
-int ks_add_bos(kiln_model *m, const char *text, int parse_special) {
+int server_add_bos(kiln_model *m, const char *text, int parse_special) {
     /* a rendered template may already begin with the BOS text */
     int add = 1;
     char *bos = token_text(m, kiln_token_bos(m));
@@ -270,9 +270,9 @@ int ks_add_bos(kiln_model *m, const char *text, int parse_special) {
     return add;
 }
 
-int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n_out) {
+int32_t *server_tokenize(kiln_model *m, const char *text, int parse_special, int32_t *n_out) {
     size_t len = strlen(text);
-    int add = ks_add_bos(m, text, parse_special);
+    int add = server_add_bos(m, text, parse_special);
     int cap = (int)len + 8;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     if (!ids) return NULL;
@@ -294,15 +294,15 @@ int32_t *ks_tokenize(kiln_model *m, const char *text, int parse_special, int32_t
     return ids;
 }
 
-int ks_prompt_opens_think(const char *p) {
+int server_prompt_opens_think(const char *p) {
     size_t n = strlen(p);
     while (n && (p[n - 1] == '\n' || p[n - 1] == ' ')) n--;
     return n >= 7 && !strncmp(p + n - 7, "<think>", 7);
 }
 
-int ks_force_think(ks_model *r, const char *prompt, int think_off) {
-    if (ks_prompt_opens_think(prompt)) return 2;
+int server_force_think(server_model *r, const char *prompt, int think_off) {
+    if (server_prompt_opens_think(prompt)) return 2;
     if (think_off) return 0;
-    const char *tmpl = ks_template_text(r);
+    const char *tmpl = server_template_text(r);
     return tmpl && strstr(tmpl, "<think>") ? 1 : 0;
 }

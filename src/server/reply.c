@@ -19,38 +19,38 @@
 
 /* Every response to a request that carries an Origin names it back: the
  * handler refused disallowed origins before any response was made. */
-int ks_reply(struct MHD_Connection *c, int status, struct MHD_Response *r) {
+int server_reply(struct MHD_Connection *c, int status, struct MHD_Response *r) {
     if (!r) return MHD_NO;
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     if (origin) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
         MHD_add_response_header(r, "Vary", "Origin");
     }
-    return ks_reply_bare(c, status, r);
+    return server_reply_bare(c, status, r);
 }
 
-int ks_reply_bare(struct MHD_Connection *c, int status, struct MHD_Response *r) {
+int server_reply_bare(struct MHD_Connection *c, int status, struct MHD_Response *r) {
     if (!r) return MHD_NO;
-    ks_metrics_request(status);
-    ks_reqlog_status(ks_reqlog_current(), status);
+    server_metrics_request(status);
+    server_reqlog_status(server_reqlog_current(), status);
     int rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return rc;
 }
 
-int ks_send_text(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len, int copy) {
+int server_send_text(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len, int copy) {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(len, (void *)body, copy ? MHD_RESPMEM_MUST_COPY : MHD_RESPMEM_MUST_FREE);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
-    return ks_reply(c, status, r);
+    return server_reply(c, status, r);
 }
 
-int ks_send_json(struct MHD_Connection *c, int status, json_t *j) {
+int server_send_json(struct MHD_Connection *c, int status, json_t *j) {
     char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(j);
-    if (!s) return ks_send_text(c, 500, "text/plain", "out of memory", 13, 1);
-    return ks_send_text(c, status, "application/json", s, strlen(s), 0);
+    if (!s) return server_send_text(c, 500, "text/plain", "out of memory", 13, 1);
+    return server_send_text(c, status, "application/json", s, strlen(s), 0);
 }
 
 /* ---- errors, in each API's shape ---- */
@@ -87,25 +87,25 @@ static json_t *anthropic_error(const char *type, const char *msg, const char *pa
     return j;
 }
 
-/* indexed by ks_api */
+/* indexed by server_api */
 static json_t *(*const error_shapes[])(const char *type, const char *msg,
                                        const char *param) = {openai_error, ollama_error, anthropic_error};
-_Static_assert(sizeof error_shapes / sizeof *error_shapes == KS_API_ANTHROPIC + 1, "an error shape per API");
+_Static_assert(sizeof error_shapes / sizeof *error_shapes == SERVER_API_ANTHROPIC + 1, "an error shape per API");
 
-json_t *ks_error_body(ks_api api, const char *type, const char *msg, const char *param) {
+json_t *server_error_body(server_api api, const char *type, const char *msg, const char *param) {
     return error_shapes[api](type, msg, param);
 }
 
 /* the API of the request this connection thread answers */
-static _Thread_local ks_api thread_api;
+static _Thread_local server_api thread_api;
 
-void ks_reply_api(ks_api api) { thread_api = api; }
+void server_reply_api(server_api api) { thread_api = api; }
 
-int ks_send_error_body(struct MHD_Connection *c, int status, json_t *root) {
-    return ks_send_error_allow(c, status, root, NULL);
+int server_send_error_body(struct MHD_Connection *c, int status, json_t *root) {
+    return server_send_error_allow(c, status, root, NULL);
 }
 
-struct MHD_Response *ks_error_response(int status, json_t *root, const char *allow) {
+struct MHD_Response *server_error_response(int status, json_t *root, const char *allow) {
     char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(root);
     if (!s) return NULL;
@@ -121,24 +121,24 @@ struct MHD_Response *ks_error_response(int status, json_t *root, const char *all
     return r;
 }
 
-int ks_send_error_allow(struct MHD_Connection *c, int status, json_t *root, const char *allow) {
-    return ks_reply(c, status, ks_error_response(status, root, allow));
+int server_send_error_allow(struct MHD_Connection *c, int status, json_t *root, const char *allow) {
+    return server_reply(c, status, server_error_response(status, root, allow));
 }
 
-int ks_send_error(struct MHD_Connection *c, int status, const char *type, const char *msg, const char *param) {
-    return ks_send_error_body(c, status, ks_error_body(thread_api, type, msg, param));
+int server_send_error(struct MHD_Connection *c, int status, const char *type, const char *msg, const char *param) {
+    return server_send_error_body(c, status, server_error_body(thread_api, type, msg, param));
 }
 
-int ks_error(struct MHD_Connection *c, int ollama, int status, const char *type, const char *msg, const char *param) {
-    if (!ollama) return ks_send_error(c, status, type, msg, param);
-    return ks_send_error_body(c, status, ks_error_body(KS_API_OLLAMA, type, msg, param));
+int server_error(struct MHD_Connection *c, int ollama, int status, const char *type, const char *msg, const char *param) {
+    if (!ollama) return server_send_error(c, status, type, msg, param);
+    return server_send_error_body(c, status, server_error_body(SERVER_API_OLLAMA, type, msg, param));
 }
 
-int ks_oll_error(struct MHD_Connection *c, int status, const char *msg) {
-    return ks_send_error_body(c, status, ks_error_body(KS_API_OLLAMA, NULL, msg, NULL));
+int server_oll_error(struct MHD_Connection *c, int status, const char *msg) {
+    return server_send_error_body(c, status, server_error_body(SERVER_API_OLLAMA, NULL, msg, NULL));
 }
 
-int ks_conn_gone(struct MHD_Connection *c) {
+int server_conn_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return 1;
     struct pollfd p = {ci->connect_fd, POLLRDHUP, 0};
@@ -146,9 +146,9 @@ int ks_conn_gone(struct MHD_Connection *c) {
     return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
-int ks_conn_gone_fn(void *c) { return ks_conn_gone(c); }
+int server_conn_gone_fn(void *c) { return server_conn_gone(c); }
 
-struct ks_watch {
+struct server_watch {
     struct MHD_Connection *c;
     kiln_engine_cancel *cancel;
     pthread_mutex_t mu;
@@ -159,10 +159,10 @@ struct ks_watch {
 
 /* Polls the connection every 50 ms until stopped or the client is gone. */
 static void *watch_fn(void *u) {
-    ks_watch *w = u;
+    server_watch *w = u;
     pthread_mutex_lock(&w->mu);
     while (!w->done) {
-        if (ks_conn_gone(w->c)) {
+        if (server_conn_gone(w->c)) {
             kiln_engine_cancel_fire(w->cancel);
             break;
         }
@@ -176,8 +176,8 @@ static void *watch_fn(void *u) {
     return NULL;
 }
 
-ks_watch *ks_watch_start(struct MHD_Connection *c) {
-    ks_watch *w = calloc(1, sizeof *w);
+server_watch *server_watch_start(struct MHD_Connection *c) {
+    server_watch *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->c = c;
     w->cancel = kiln_engine_cancel_new();
@@ -193,9 +193,9 @@ ks_watch *ks_watch_start(struct MHD_Connection *c) {
     return w;
 }
 
-kiln_engine_cancel *ks_watch_cancel(ks_watch *w) { return w ? w->cancel : NULL; }
+kiln_engine_cancel *server_watch_cancel(server_watch *w) { return w ? w->cancel : NULL; }
 
-void ks_watch_stop(ks_watch *w) {
+void server_watch_stop(server_watch *w) {
     if (!w) return;
     pthread_mutex_lock(&w->mu);
     w->done = 1;
@@ -209,11 +209,11 @@ void ks_watch_stop(ks_watch *w) {
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    ks_stream *st = cls;
+    server_stream *st = cls;
     while (st->pos == st->out.len) {
         if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         st->out.len = st->pos = 0;
-        if (ks_conn_gone(st->conn)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (server_conn_gone(st->conn)) return MHD_CONTENT_READER_END_WITH_ERROR;
         st->ended = st->fill(st);
         /* what did not fit in memory is not sent cut: the stream breaks */
         if (st->out.failed) return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -226,13 +226,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 }
 
 static void stream_free(void *cls) {
-    ks_stream *st = cls;
+    server_stream *st = cls;
     if (st->cleanup) st->cleanup(st);
-    ks_buf_free(&st->out);
+    server_buf_free(&st->out);
     free(st);
 }
 
-int ks_send_stream(struct MHD_Connection *c, const char *ctype, ks_stream *st) {
+int server_send_stream(struct MHD_Connection *c, const char *ctype, server_stream *st) {
     st->conn = c;
     struct MHD_Response *r =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
@@ -243,5 +243,5 @@ int ks_send_stream(struct MHD_Connection *c, const char *ctype, ks_stream *st) {
     MHD_add_response_header(r, "Content-Type", ctype);
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no"); /* nginx: pass chunks through */
-    return ks_reply(c, 200, r);
+    return server_reply(c, 200, r);
 }

@@ -9,7 +9,7 @@
  * results sorted by score, the best first, top_n of them.  With "texts"
  * instead of "documents" the request is Text Embeddings Inference's and
  * the response its bare array [{"index", "score", "text"?}] ("return_text").
- * A rerank of at most KS_RR_SMALL documents (a search's) is urgent unless
+ * A rerank of at most SERVER_RR_SMALL documents (a search's) is urgent unless
  * "urgent" says otherwise: it goes ahead of queued larger ones. */
 #include "server/api.h"
 #include "server/buf.h"
@@ -24,10 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KS_RR_SMALL 16
+#define SERVER_RR_SMALL 16
 
 static int bad(struct MHD_Connection *c, const char *msg, const char *param) {
-    return ks_send_error(c, 400, "invalid_request_error", msg, param);
+    return server_send_error(c, 400, "invalid_request_error", msg, param);
 }
 
 typedef struct rr_item {
@@ -41,7 +41,7 @@ static int by_score(const void *a, const void *b) {
     return (x->index > y->index) - (x->index < y->index);
 }
 
-int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body) {
+int server_rerank(server_srv *s, struct MHD_Connection *c, json_t *body) {
     if (!json_is_object(body)) return bad(c, "the body must be a JSON object", NULL);
     json_t *q = json_object_get(body, "query");
     if (!json_is_string(q)) return bad(c, "'query' must be a string", "query");
@@ -60,11 +60,11 @@ int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body) {
     size_t *dl = malloc(n * sizeof *dl);
     rr_item *it = malloc(n * sizeof *it);
     int rc = MHD_NO;
-    ks_model *m = NULL;
+    server_model *m = NULL;
     kiln_rerank_job *job = NULL;
     json_t *out = NULL;
     if (!dt || !dl || !it) {
-        rc = ks_send_error(c, 500, "server_error", "out of memory", NULL);
+        rc = server_send_error(c, 500, "server_error", "out of memory", NULL);
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
@@ -97,17 +97,17 @@ int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         rc = bad(c, msg, NULL);
         goto done;
     }
-    const int urgent = json_is_boolean(ur) ? json_is_true(ur) : n <= KS_RR_SMALL;
+    const int urgent = json_is_boolean(ur) ? json_is_true(ur) : n <= SERVER_RR_SMALL;
 
     /* the model: the one named, else the first -m reranker */
     const char *name = json_string_value(json_object_get(body, "model"));
     char first[256];
-    if ((!name || !*name) && ks_model_first(s, KILN_ENGINE_RERANK, first, sizeof first) == 0) name = first;
+    if ((!name || !*name) && server_model_first(s, KILN_ENGINE_RERANK, first, sizeof first) == 0) name = first;
     int status;
-    m = ks_model_use(s, name, KS_TASK_RERANK, NULL, &status, msg, sizeof msg);
-    ks_reqlog_model(ks_reqlog_current(), m ? m->name : name);
+    m = server_model_use(s, name, SERVER_TASK_RERANK, NULL, &status, msg, sizeof msg);
+    server_reqlog_model(server_reqlog_current(), m ? m->name : name);
     if (!m) {
-        rc = ks_send_error(c, status,
+        rc = server_send_error(c, status,
                            status == 404   ? "not_found_error"
                            : status == 400 ? "invalid_request_error"
                            : status == 503 ? "unavailable_error"
@@ -116,12 +116,12 @@ int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         goto done;
     }
     kiln_rerank_request req = {json_string_value(q), json_string_length(q), (int32_t)n, dt, dl, !json_is_false(tr)};
-    ks_watch *w = ks_watch_start(c);
-    kiln_status st = kiln_engine_rerank(m->eng, &req, urgent, ks_watch_cancel(w), &job);
-    ks_watch_stop(w);
+    server_watch *w = server_watch_start(c);
+    kiln_status st = kiln_engine_rerank(m->eng, &req, urgent, server_watch_cancel(w), &job);
+    server_watch_stop(w);
     if (st != KILN_OK) {
         const int client = st == KILN_ERR_CONTEXT_FULL || st == KILN_ERR_INVALID_ARG || st == KILN_ERR_CANCELLED;
-        rc = ks_send_error(c,
+        rc = server_send_error(c,
                            client                 ? 400
                            : st == KILN_ERR_STATE ? 503
                                                   : 500,
@@ -143,7 +143,7 @@ int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         json_object_set_new(e, "index", json_integer(it[k].index));
         json_object_set_new(e, tei ? "score" : "relevance_score", json_real(it[k].score));
         if (with_text) {
-            json_t *t = ks_jstr(dt[it[k].index], dl[it[k].index]);
+            json_t *t = server_jstr(dt[it[k].index], dl[it[k].index]);
             if (tei)
                 json_object_set_new(e, "text", t);
             else
@@ -151,7 +151,7 @@ int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         }
         json_array_append_new(results, e);
     }
-    ks_reqlog_tokens(ks_reqlog_current(), ntok, 0);
+    server_reqlog_tokens(server_reqlog_current(), ntok, 0);
     if (tei) {
         out = results;
     } else {
@@ -164,9 +164,9 @@ int ks_rerank(ks_srv *s, struct MHD_Connection *c, json_t *body) {
         for (int32_t i = 0; i < r->n_truncated; i++) json_array_append_new(cut, json_integer(r->truncated[i]));
         json_object_set_new(out, "truncated", cut);
     }
-    rc = ks_send_json(c, 200, out);
+    rc = server_send_json(c, 200, out);
 done:
-    if (m) ks_model_done(m, NAN);
+    if (m) server_model_done(m, NAN);
     kiln_rerank_job_free(job);
     free(dt);
     free(dl);

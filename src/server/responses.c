@@ -36,10 +36,10 @@
 static const char *const resp_parts[] = {"input_text", "output_text", "text", "refusal", NULL};
 
 /* The text of input item's content into b. */
-static int item_text(json_t *c, ks_buf *b, size_t item, char *err, size_t cap) {
+static int item_text(json_t *c, server_buf *b, size_t item, char *err, size_t cap) {
     char what[48];
     snprintf(what, sizeof what, "input[%zu].content", item);
-    return ks_xapi_text(c, b, resp_parts, what, err, cap);
+    return server_xapi_text(c, b, resp_parts, what, err, cap);
 }
 
 /* 1 when content is an array holding an input_image part. */
@@ -57,14 +57,14 @@ static int has_image(json_t *c) {
  * one text part, the images as they are. */
 static json_t *item_parts(json_t *c, size_t item, char *err, size_t cap) {
     json_t *parts = json_array();
-    ks_buf b = {0};
+    server_buf b = {0};
     size_t i;
     json_t *p;
     json_array_foreach(c, i, p) {
         const char *t = json_string_value(json_object_get(p, "type"));
         if (t && !strcmp(t, "input_image")) {
             if (b.len)
-                json_array_append_new(parts, json_pack("{s:s,s:o}", "type", "text", "text", ks_jstr(b.p, b.len)));
+                json_array_append_new(parts, json_pack("{s:s,s:o}", "type", "text", "text", server_jstr(b.p, b.len)));
             b.len = 0;
             json_array_append(parts, p);
             continue;
@@ -73,18 +73,18 @@ static json_t *item_parts(json_t *c, size_t item, char *err, size_t cap) {
         json_array_append(one, p);
         char what[48];
         snprintf(what, sizeof what, "input[%zu].content", item);
-        int rc = ks_xapi_text(one, &b, resp_parts, what, err, cap);
+        int rc = server_xapi_text(one, &b, resp_parts, what, err, cap);
         json_decref(one);
         if (rc) {
             snprintf(err, cap, "input[%zu].content[%zu] is of type '%s'; a message takes input_text and input_image",
                      item, i, t ? t : "(none)");
-            ks_buf_free(&b);
+            server_buf_free(&b);
             json_decref(parts);
             return NULL;
         }
     }
-    if (b.len) json_array_append_new(parts, json_pack("{s:s,s:o}", "type", "text", "text", ks_jstr(b.p, b.len)));
-    ks_buf_free(&b);
+    if (b.len) json_array_append_new(parts, json_pack("{s:s,s:o}", "type", "text", "text", server_jstr(b.p, b.len)));
+    server_buf_free(&b);
     return parts;
 }
 
@@ -108,7 +108,7 @@ static json_t *assistant_tail(json_t *msgs, int *open) {
     return m;
 }
 
-int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const char **param) {
+int server_resp_translate(json_t *body, server_xreq *x, char *err, size_t cap, const char **param) {
     memset(x, 0, sizeof *x);
     x->think = -1;
     *param = NULL;
@@ -174,14 +174,14 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
         size_t i;
         json_t *it;
         int open = 0;         /* the last message is an assistant turn calls may join */
-        ks_buf pending = {0}; /* reasoning for the next assistant turn */
+        server_buf pending = {0}; /* reasoning for the next assistant turn */
         int have_pending = 0;
         json_array_foreach(input, i, it) {
             const char *type = json_string_value(json_object_get(it, "type"));
             const char *role = json_string_value(json_object_get(it, "role"));
             if (!type && role) type = "message";
             if (!type) {
-                ks_buf_free(&pending);
+                server_buf_free(&pending);
                 snprintf(err, cap, "input[%zu] has no 'type'", i);
                 *param = "input";
                 return -1;
@@ -189,33 +189,33 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
             if (!strcmp(type, "message")) {
                 if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") &&
                               strcmp(role, "developer"))) {
-                    ks_buf_free(&pending);
+                    server_buf_free(&pending);
                     snprintf(err, cap, "input[%zu].role must be user, assistant, system or developer", i);
                     *param = "input";
                     return -1;
                 }
-                ks_buf b = {0};
+                server_buf b = {0};
                 json_t *content = json_object_get(it, "content"), *parts = NULL;
                 if (has_image(content) && strcmp(role, "user")) {
-                    ks_buf_free(&pending);
+                    server_buf_free(&pending);
                     snprintf(err, cap, "input[%zu]: only a user message may hold input_image parts", i);
                     *param = "input";
                     return -1;
                 }
                 if (has_image(content) ? !(parts = item_parts(content, i, err, cap))
                                        : item_text(content, &b, i, err, cap) != 0) {
-                    ks_buf_free(&b);
-                    ks_buf_free(&pending);
+                    server_buf_free(&b);
+                    server_buf_free(&pending);
                     *param = "input";
                     return -1;
                 }
                 int asst = !strcmp(role, "assistant");
                 json_t *m = json_object();
                 json_object_set_new(m, "role", json_string(!strcmp(role, "developer") ? "system" : role));
-                json_object_set_new(m, "content", parts ? parts : ks_jstr(b.p ? b.p : "", b.len));
-                ks_buf_free(&b);
+                json_object_set_new(m, "content", parts ? parts : server_jstr(b.p ? b.p : "", b.len));
+                server_buf_free(&b);
                 if (asst && have_pending) {
-                    json_object_set_new(m, "reasoning_content", ks_jstr(pending.p ? pending.p : "", pending.len));
+                    json_object_set_new(m, "reasoning_content", server_jstr(pending.p ? pending.p : "", pending.len));
                     have_pending = 0;
                     pending.len = 0;
                 }
@@ -226,7 +226,7 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
                 const char *id = json_string_value(json_object_get(it, "call_id"));
                 json_t *args = json_object_get(it, "arguments");
                 if (!name || !id || !json_is_string(args)) {
-                    ks_buf_free(&pending);
+                    server_buf_free(&pending);
                     snprintf(err, cap, "input[%zu]: a function_call needs 'call_id', 'name' and 'arguments' (a string)",
                              i);
                     *param = "input";
@@ -234,7 +234,7 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
                 }
                 json_t *m = assistant_tail(msgs, &open);
                 if (have_pending) {
-                    json_object_set_new(m, "reasoning_content", ks_jstr(pending.p ? pending.p : "", pending.len));
+                    json_object_set_new(m, "reasoning_content", server_jstr(pending.p ? pending.p : "", pending.len));
                     have_pending = 0;
                     pending.len = 0;
                 }
@@ -248,20 +248,20 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
             } else if (!strcmp(type, "function_call_output")) {
                 const char *id = json_string_value(json_object_get(it, "call_id"));
                 json_t *out = json_object_get(it, "output");
-                ks_buf b = {0};
+                server_buf b = {0};
                 if (!id || (!json_is_string(out) && item_text(out, &b, i, err, cap))) {
-                    ks_buf_free(&b);
-                    ks_buf_free(&pending);
+                    server_buf_free(&b);
+                    server_buf_free(&pending);
                     if (!id) snprintf(err, cap, "input[%zu]: a function_call_output needs 'call_id'", i);
                     *param = "input";
                     return -1;
                 }
-                if (json_is_string(out)) ks_buf_put(&b, json_string_value(out), json_string_length(out));
+                if (json_is_string(out)) server_buf_put(&b, json_string_value(out), json_string_length(out));
                 json_t *m = json_object();
                 json_object_set_new(m, "role", json_string("tool"));
                 json_object_set_new(m, "tool_call_id", json_string(id));
-                json_object_set_new(m, "content", ks_jstr(b.p ? b.p : "", b.len));
-                ks_buf_free(&b);
+                json_object_set_new(m, "content", server_jstr(b.p ? b.p : "", b.len));
+                server_buf_free(&b);
                 json_array_append_new(msgs, m);
                 open = 0;
             } else if (!strcmp(type, "reasoning")) {
@@ -272,12 +272,12 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
                 json_t *p;
                 json_array_foreach(parts, k, p) {
                     json_t *tx = json_object_get(p, "text");
-                    if (json_is_string(tx)) ks_buf_put(&pending, json_string_value(tx), json_string_length(tx));
+                    if (json_is_string(tx)) server_buf_put(&pending, json_string_value(tx), json_string_length(tx));
                 }
                 have_pending = 1;
                 open = 0;
             } else {
-                ks_buf_free(&pending);
+                server_buf_free(&pending);
                 snprintf(err, cap,
                          "input[%zu] is of type '%s'; kiln takes message, function_call, "
                          "function_call_output and reasoning items (it stores nothing to refer to)",
@@ -286,7 +286,7 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
                 return -1;
             }
         }
-        ks_buf_free(&pending);
+        server_buf_free(&pending);
     } else {
         return fail(err, cap, param, "input", "'input' must be a string or a non-empty array of items");
     }
@@ -342,7 +342,7 @@ int ks_resp_translate(json_t *body, ks_xreq *x, char *err, size_t cap, const cha
 
 /* ---- writer ---- */
 
-static json_t *usage(const ks_xw *w) {
+static json_t *usage(const server_xw *w) {
     json_t *u = json_object();
     json_object_set_new(u, "input_tokens", json_integer(w->n_prompt));
     json_object_set_new(u, "input_tokens_details", json_pack("{s:i}", "cached_tokens", (int)w->n_cached));
@@ -354,7 +354,7 @@ static json_t *usage(const ks_xw *w) {
 
 /* The response object: status "in_progress" while streaming, then
  * "completed" or "incomplete". */
-static json_t *response(const ks_xw *w, const char *status, json_t *output) {
+static json_t *response(const server_xw *w, const char *status, json_t *output) {
     json_t *r = json_object();
     json_object_set_new(r, "id", json_string(w->id));
     json_object_set_new(r, "object", json_string("response"));
@@ -365,7 +365,7 @@ static json_t *response(const ks_xw *w, const char *status, json_t *output) {
         r, "incomplete_details",
         !strcmp(status, "incomplete")
             ? json_pack("{s:s}", "reason",
-                        ks_fin_incomplete(w->finish) ? ks_fin_incomplete(w->finish) : "max_output_tokens")
+                        server_fin_incomplete(w->finish) ? server_fin_incomplete(w->finish) : "max_output_tokens")
             : json_null());
     json_object_set_new(r, "model", json_string(w->model));
     json_object_set_new(r, "output", output);
@@ -391,15 +391,15 @@ static json_t *response(const ks_xw *w, const char *status, json_t *output) {
 
 /* One event: its type both as the SSE event name and in the data, with
  * the next sequence number. */
-static void ev(ks_xw *w, const char *type, json_t *j) {
+static void ev(server_xw *w, const char *type, json_t *j) {
     json_object_set_new(j, "type", json_string(type));
     json_object_set_new(j, "sequence_number", json_integer(w->seq++));
-    ks_xw_event(w, type, j);
+    server_xw_event(w, type, j);
 }
 
-static int out_index(const ks_xw *w) { return (int)json_array_size(w->items); }
+static int out_index(const server_xw *w) { return (int)json_array_size(w->items); }
 
-static json_t *item_ev(ks_xw *w, int with_content) {
+static json_t *item_ev(server_xw *w, int with_content) {
     json_t *j = json_object();
     json_object_set(j, "item_id", json_object_get(w->cur, "id"));
     json_object_set_new(j, "output_index", json_integer(out_index(w)));
@@ -407,7 +407,7 @@ static json_t *item_ev(ks_xw *w, int with_content) {
     return j;
 }
 
-static void resp_start(ks_xw *w) {
+static void resp_start(server_xw *w) {
     if (!w->out) return;
     json_t *j = json_object();
     json_object_set_new(j, "response", response(w, "in_progress", json_array()));
@@ -419,30 +419,30 @@ static void resp_start(ks_xw *w) {
 
 static json_t *part_of(int kind, const char *s, size_t n) {
     json_t *p = json_object();
-    json_object_set_new(p, "type", json_string(kind == KS_XB_TEXT ? "output_text" : "reasoning_text"));
-    json_object_set_new(p, "text", ks_jstr(s, n));
-    if (kind == KS_XB_TEXT) json_object_set_new(p, "annotations", json_array());
+    json_object_set_new(p, "type", json_string(kind == SERVER_XB_TEXT ? "output_text" : "reasoning_text"));
+    json_object_set_new(p, "text", server_jstr(s, n));
+    if (kind == SERVER_XB_TEXT) json_object_set_new(p, "annotations", json_array());
     return p;
 }
 
-static void close_item(ks_xw *w) {
-    if (w->open == KS_XB_NONE) return;
+static void close_item(server_xw *w) {
+    if (w->open == SERVER_XB_NONE) return;
     const char *s = w->acc.p ? w->acc.p : "";
     size_t n = w->acc.len;
-    if (w->open == KS_XB_TOOL) {
-        json_object_set_new(w->cur, "arguments", ks_jstr(s, n));
+    if (w->open == SERVER_XB_TOOL) {
+        json_object_set_new(w->cur, "arguments", server_jstr(s, n));
         json_object_set_new(w->cur, "status", json_string("completed"));
         if (w->out) {
             json_t *j = item_ev(w, 0);
             json_object_set(j, "name", json_object_get(w->cur, "name"));
-            json_object_set_new(j, "arguments", ks_jstr(s, n));
+            json_object_set_new(j, "arguments", server_jstr(s, n));
             ev(w, "response.function_call_arguments.done", j);
         }
     } else {
-        int text = w->open == KS_XB_TEXT;
+        int text = w->open == SERVER_XB_TEXT;
         if (w->out) {
             json_t *j = item_ev(w, 1);
-            json_object_set_new(j, "text", ks_jstr(s, n));
+            json_object_set_new(j, "text", server_jstr(s, n));
             if (text) json_object_set_new(j, "logprobs", json_array());
             ev(w, text ? "response.output_text.done" : "response.reasoning_text.done", j);
             j = item_ev(w, 1);
@@ -460,31 +460,31 @@ static void close_item(ks_xw *w) {
         json_object_set(j, "item", w->cur);
         ev(w, "response.output_item.done", j);
     }
-    ks_xw_closed(w);
+    server_xw_closed(w);
 }
 
-static void open_item(ks_xw *w, int kind, json_t *item) {
+static void open_item(server_xw *w, int kind, json_t *item) {
     close_item(w);
-    ks_xw_opened(w, kind, item);
+    server_xw_opened(w, kind, item);
     if (!w->out) return;
     json_t *j = json_object();
     json_object_set_new(j, "output_index", json_integer(out_index(w)));
     json_object_set_new(j, "item", json_deep_copy(item));
     ev(w, "response.output_item.added", j);
-    if (kind != KS_XB_TOOL) {
+    if (kind != SERVER_XB_TOOL) {
         j = item_ev(w, 1);
         json_object_set_new(j, "part", part_of(kind, "", 0));
         ev(w, "response.content_part.added", j);
     }
 }
 
-static void resp_text(ks_xw *w, int kind, const char *s, size_t n) {
+static void resp_text(server_xw *w, int kind, const char *s, size_t n) {
     if (!n) return;
     if (w->open != kind) {
         char id[96];
-        int idx = out_index(w) + (w->open == KS_XB_NONE ? 0 : 1);
+        int idx = out_index(w) + (w->open == SERVER_XB_NONE ? 0 : 1);
         json_t *item = json_object();
-        if (kind == KS_XB_TEXT) {
+        if (kind == SERVER_XB_TEXT) {
             snprintf(id, sizeof id, "msg_%s_%d", w->serial, idx);
             json_object_set_new(item, "type", json_string("message"));
             json_object_set_new(item, "id", json_string(id));
@@ -500,41 +500,41 @@ static void resp_text(ks_xw *w, int kind, const char *s, size_t n) {
         }
         open_item(w, kind, item);
     }
-    ks_buf_put(&w->acc, s, n);
+    server_buf_put(&w->acc, s, n);
     if (!w->out) return;
     json_t *j = item_ev(w, 1);
-    json_object_set_new(j, "delta", ks_jstr(s, n));
-    if (kind == KS_XB_TEXT) json_object_set_new(j, "logprobs", json_array());
-    ev(w, kind == KS_XB_TEXT ? "response.output_text.delta" : "response.reasoning_text.delta", j);
+    json_object_set_new(j, "delta", server_jstr(s, n));
+    if (kind == SERVER_XB_TEXT) json_object_set_new(j, "logprobs", json_array());
+    ev(w, kind == SERVER_XB_TEXT ? "response.output_text.delta" : "response.reasoning_text.delta", j);
 }
 
-static void resp_tool_open(ks_xw *w, const char *name) {
+static void resp_tool_open(server_xw *w, const char *name) {
     char id[96], call[96];
-    int idx = out_index(w) + (w->open == KS_XB_NONE ? 0 : 1);
+    int idx = out_index(w) + (w->open == SERVER_XB_NONE ? 0 : 1);
     snprintf(id, sizeof id, "fc_%s_%d", w->serial, idx);
     snprintf(call, sizeof call, "call_%s_%d", w->serial, w->n_tools++);
     json_t *item = json_object();
     json_object_set_new(item, "type", json_string("function_call"));
     json_object_set_new(item, "id", json_string(id));
     json_object_set_new(item, "call_id", json_string(call));
-    json_object_set_new(item, "name", ks_jstr(name, strlen(name)));
+    json_object_set_new(item, "name", server_jstr(name, strlen(name)));
     json_object_set_new(item, "arguments", json_string(""));
     json_object_set_new(item, "status", json_string("in_progress"));
-    open_item(w, KS_XB_TOOL, item);
+    open_item(w, SERVER_XB_TOOL, item);
 }
 
-static void resp_tool_args(ks_xw *w, const char *s, size_t n) {
-    if (w->open != KS_XB_TOOL || !n) return;
-    ks_buf_put(&w->acc, s, n);
+static void resp_tool_args(server_xw *w, const char *s, size_t n) {
+    if (w->open != SERVER_XB_TOOL || !n) return;
+    server_buf_put(&w->acc, s, n);
     if (!w->out) return;
     json_t *j = item_ev(w, 0);
-    json_object_set_new(j, "delta", ks_jstr(s, n));
+    json_object_set_new(j, "delta", server_jstr(s, n));
     ev(w, "response.function_call_arguments.delta", j);
 }
 
-static void resp_finish(ks_xw *w) {
+static void resp_finish(server_xw *w) {
     close_item(w);
-    const int cut = w->finish == KS_FIN_LENGTH || ks_fin_incomplete(w->finish);
+    const int cut = w->finish == SERVER_FIN_LENGTH || server_fin_incomplete(w->finish);
     const char *status = cut ? "incomplete" : "completed";
     json_decref(w->result);
     w->result = response(w, status, json_incref(w->items));
@@ -546,7 +546,7 @@ static void resp_finish(ks_xw *w) {
 
 /* A failure after the stream began: an error event, then
  * response.failed with what was produced so far. */
-static void resp_fail(ks_xw *w, const char *msg) {
+static void resp_fail(server_xw *w, const char *msg) {
     if (!w->out) return;
     close_item(w);
     json_t *j = json_object();
@@ -561,18 +561,18 @@ static void resp_fail(ks_xw *w, const char *msg) {
     ev(w, "response.failed", j);
 }
 
-static void resp_ping(ks_xw *w) {
-    if (w->out) ks_buf_puts(w->out, ": keep-alive\n\n");
+static void resp_ping(server_xw *w) {
+    if (w->out) server_buf_puts(w->out, ": keep-alive\n\n");
 }
 
-const ks_xw_ops ks_resp_ops = {
+const server_xw_ops server_resp_ops = {
     .id_prefix = "resp_",
     .mime = "text/event-stream",
-    .api = KS_API_OPENAI,
-    .flags = KS_XW_CALLS | KS_XW_PARTS,
+    .api = SERVER_API_OPENAI,
+    .flags = SERVER_XW_CALLS | SERVER_XW_PARTS,
     .start = resp_start,
     .text = resp_text,
-    .call = ks_xw_call_parts,
+    .call = server_xw_call_parts,
     .tool_open = resp_tool_open,
     .tool_args = resp_tool_args,
     .finish = resp_finish,

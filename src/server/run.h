@@ -18,16 +18,16 @@ struct MHD_Connection;
  * after sending the error response (*rc receives MHD's return).  Takes
  * over ids and what pm holds (the prompt's image rows; NULL: none), which
  * it empties. */
-ks_req *ks_start(ks_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, ks_prompt_media *pm,
-                 const ks_gen_opts *o, int *rc);
-/* A request with nothing set (calloc); ks_req_free ends one (cancelling
+server_req *server_start(server_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, server_prompt_media *pm,
+                 const server_gen_opts *o, int *rc);
+/* A request with nothing set (calloc); server_req_free ends one (cancelling
  * it if it runs). */
-ks_req *ks_req_new(void);
-void ks_req_free(ks_req *q);
+server_req *server_req_new(void);
+void server_req_free(server_req *q);
 /* The response shapes, each with its writer (write.h) */
-enum { KS_F_OAI_CHAT = 0, KS_F_OAI_COMPL, KS_F_OLL_GEN, KS_F_OLL_CHAT, KS_F_RESP, KS_F_MSG, KS_F_COUNT };
-typedef struct ks_run_args {
-    int format; /* KS_F_* */
+enum { SERVER_F_OAI_CHAT = 0, SERVER_F_OAI_COMPL, SERVER_F_OLL_GEN, SERVER_F_OLL_CHAT, SERVER_F_RESP, SERVER_F_MSG, SERVER_F_COUNT };
+typedef struct server_run_args {
+    int format; /* SERVER_F_* */
     int stream;
     int include_usage; /* OpenAI stream_options.include_usage */
     int start_think;   /* the prompt opened a <think> block */
@@ -38,9 +38,9 @@ typedef struct ks_run_args {
     double load_wait;  /* seconds this request waited for the model to load */
     json_t *tools;     /* the request's tools (borrowed; the run keeps a reference), or NULL */
     json_t *echo;      /* the request, which the response repeats (Responses; borrowed), or NULL */
-} ks_run_args;
+} server_run_args;
 /* Sends q's result (streamed or whole) in the chosen shape through its
  * writer; takes over the request and the model use. */
-int ks_run(ks_srv *s, ks_model *r, struct MHD_Connection *c, ks_req *q, const ks_run_args *a, const ks_gen_opts *o);
+int server_run(server_srv *s, server_model *r, struct MHD_Connection *c, server_req *q, const server_run_args *a, const server_gen_opts *o);
 
 #endif

@@ -6,11 +6,11 @@
  *
  * The contract (this header) is what the CLI uses:
  *
- *   ks_config cfg = ks_config_default();  cfg.models = ...;
- *   ks_server *s;  ks_server_start(&cfg, &s);   // binds, starts loading
+ *   server_config cfg = server_config_default();  cfg.models = ...;
+ *   server_server *s;  server_server_start(&cfg, &s);   // binds, starts loading
  *   ... wait for SIGTERM ...
- *   ks_server_drain(s, 10.0);                   // stop accepting, finish
- *   ks_server_free(s);
+ *   server_server_drain(s, 10.0);                   // stop accepting, finish
+ *   server_server_free(s);
  *
  * Files, from the top down (each file calls only those below it; every
  * concern has its own small header, srv.h holds the shared types):
@@ -50,12 +50,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KS_DEFAULT_PORT 8080
+#define SERVER_DEFAULT_PORT 8080
 
-typedef struct ks_config {
+typedef struct server_config {
     const char *host;          /* bind address, IPv4 or IPv6 ("::1", "[::1]");
                                     default "127.0.0.1"; "localhost" = 127.0.0.1 */
-    int port;                  /* default KS_DEFAULT_PORT; 0 = any free port */
+    int port;                  /* default SERVER_DEFAULT_PORT; 0 = any free port */
     const char *const *models; /* GGUF paths or store names (-m), may be 0 */
     int n_models;
     const char *mmproj;       /* --mmproj: the image projector of the one -m model, or NULL */
@@ -94,28 +94,28 @@ typedef struct ks_config {
     int backend;              /* kiln_engine_backend the generating models load on: AUTO (the
                                     default: the GPU when it takes the model), CPU or CUDA */
     int gpu_layers;           /* -ngl: kiln_model_params.gpu_layers of each generating model */
-} ks_config;
+} server_config;
 
-ks_config ks_config_default(void);
+server_config server_config_default(void);
 
-typedef struct ks_server ks_server;
+typedef struct server_server server_server;
 
 /* Binds and starts serving; the models of cfg start loading in the
  * background (GET /health answers 503 until the first is ready).  cfg's
  * strings must outlive the server. */
-kiln_status ks_server_start(const ks_config *cfg, ks_server **out);
+kiln_status server_server_start(const server_config *cfg, server_server **out);
 /* Waits until the -m models have loaded (or failed): KILN_OK, or the
  * first failure with its message in msg. */
-kiln_status ks_server_wait_loaded(ks_server *s, char *msg, size_t cap);
+kiln_status server_server_wait_loaded(server_server *s, char *msg, size_t cap);
 /* The bound port (useful with port 0). */
-int ks_server_port(const ks_server *s);
+int server_server_port(const server_server *s);
 /* Refuses new work (503; /health too), lets running requests finish for up
  * to grace seconds, then cancels what is left; returns once every model's
  * engine has stopped (its native work over, its memory released). */
-void ks_server_drain(ks_server *s, double grace);
-void ks_server_free(ks_server *s);
+void server_server_drain(server_server *s, double grace);
+void server_server_free(server_server *s);
 /* One line on stderr as the server writes its own: "kiln serve: msg", or
  * with json a JSON object {time, msg}. */
-void ks_log_line(int json, const char *msg);
+void server_log_line(int json, const char *msg);
 
 #endif

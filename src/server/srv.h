@@ -1,5 +1,5 @@
-/* The server's state: the server (ks_srv) and the models it knows
- * (ks_model), as the files of src/server share them.  Types only: each
+/* The server's state: the server (server_srv) and the models it knows
+ * (server_model), as the files of src/server share them.  Types only: each
  * concern's calls are in its own header (see docs/ARCHITECTURE.md). */
 #ifndef KILN_SRV_H
 #define KILN_SRV_H
@@ -15,21 +15,21 @@
 #include <stdint.h>
 
 /* ---- the models the server knows (models.c) ---- */
-enum { KS_M_UNLOADED = 0, KS_M_LOADING, KS_M_READY, KS_M_UNLOADING, KS_M_FAILED, KS_M_STOPPED };
+enum { SERVER_M_UNLOADED = 0, SERVER_M_LOADING, SERVER_M_READY, SERVER_M_UNLOADING, SERVER_M_FAILED, SERVER_M_STOPPED };
 /* What a request asks of a model. */
-enum { KS_TASK_GENERATE = 0, KS_TASK_EMBED, KS_TASK_TRANSCRIBE, KS_TASK_INFO, KS_TASK_RERANK };
+enum { SERVER_TASK_GENERATE = 0, SERVER_TASK_EMBED, SERVER_TASK_TRANSCRIBE, SERVER_TASK_INFO, SERVER_TASK_RERANK };
 
 /* Counters of a generation model that /metrics reports as totals since the
  * server started (as llama-server's _total counters), so they survive the
  * model's unloads and reloads. */
-typedef struct ks_counts {
+typedef struct server_counts {
     gen_spec_stats spec;    /* speculative decoding */
     uint64_t lookup_tokens; /* prompt tokens looked up in the prefix cache */
     uint64_t hit_tokens;    /* of those, found */
-} ks_counts;
+} server_counts;
 
-typedef struct ks_model {
-    struct ks_srv *srv;
+typedef struct server_model {
+    struct server_srv *srv;
     char name[256];  /* as clients name it */
     char ref[4096];  /* what its engine loads: a file, or a store name */
     char digest[65]; /* a store model's pack id (SHA-256, hex); "" for a file */
@@ -37,14 +37,14 @@ typedef struct ks_model {
     kiln_engine_family_id family;
     kiln_engine *eng; /* made at the first load */
     uint64_t file_bytes;
-    /* the rest under ks_srv.mu */
-    int state;         /* KS_M_*, from the engine's events */
+    /* the rest under server_srv.mu */
+    int state;         /* SERVER_M_*, from the engine's events */
     char err[512];     /* the latest failure */
     int users;         /* requests holding it: it is not unloaded under them */
-    double last_used;  /* ks_now() */
+    double last_used;  /* server_now() */
     double keep_alive; /* seconds after the last use; < 0 forever */
     double load_started, load_seconds;
-    double loaded_at;  /* ks_wall() */
+    double loaded_at;  /* server_wall() */
     kiln_model *model; /* while READY (and only for a user: it goes with the unload) */
     int32_t n_ctx, n_vocab;
     int32_t ctx_want;      /* generators: tokens per sequence the next load asks for (Ollama's num_ctx); 0: -c */
@@ -56,37 +56,37 @@ typedef struct ks_model {
     json_t *defaults;      /* a store pack's defaults (kiln_store_lease_defaults), or NULL */
     void *tmpl;            /* compiled chat template or NULL */
     int tmpl_tried;
-    ks_counts base; /* what earlier loads counted */
-    ks_counts seen; /* what this load had counted when its latest request ended */
-    struct ks_model *next;
-} ks_model;
+    server_counts base; /* what earlier loads counted */
+    server_counts seen; /* what this load had counted when its latest request ended */
+    struct server_model *next;
+} server_model;
 
 /* images.c: the image pack behind /v1/images/generations (api.h) */
-typedef struct ks_images ks_images;
+typedef struct server_images server_images;
 
 /* http.c: an open connection while the head of a request is awaited. */
-typedef struct ks_conn ks_conn;
+typedef struct server_conn server_conn;
 
-typedef struct ks_srv {
-    ks_config cfg;
+typedef struct server_srv {
+    server_config cfg;
     struct MHD_Daemon *mhd;
     int port;
     pthread_mutex_t mu;  /* the models and their fields */
     pthread_cond_t cv;   /* broadcast when a model changes */
-    ks_model *models;    /* every model named so far, first used first */
+    server_model *models;    /* every model named so far, first used first */
     uint64_t mem_budget; /* what resident models may take without --max-loaded */
     pthread_t keeper;    /* keep-alive timers */
     int keeper_started, quit;
     kiln_store *store;
-    ks_guard guard; /* Host, Origin and public-path rules */
+    server_guard guard; /* Host, Origin and public-path rules */
     atomic_int draining;
     atomic_int n_active_http;
-    ks_images *images; /* NULL without --image */
+    server_images *images; /* NULL without --image */
     /* the open connections and the thread that cuts those whose request
      * head is late (http.c) */
     pthread_mutex_t conn_mu;
     pthread_cond_t conn_cv;
-    ks_conn *conns;
+    server_conn *conns;
     pthread_t watchdog;
     int watchdog_started, watchdog_quit; /* under conn_mu */
     atomic_ullong n_cut;                 /* connections cut at the head deadline */
@@ -97,9 +97,9 @@ typedef struct ks_srv {
     /* the HTTP library's own messages, at most a few a second (a flood of
      * refused connections would write a line each) */
     pthread_mutex_t log_mu;
-    double log_second; /* ks_now() at the start of the current second */
+    double log_second; /* server_now() at the start of the current second */
     int log_lines, log_dropped;
-    int quiet; /* ks_logf writes nothing: a start that failed */
-} ks_srv;
+    int quiet; /* server_logf writes nothing: a start that failed */
+} server_srv;
 
 #endif

@@ -49,8 +49,8 @@ enum { M_OTHER = 0, M_NAME, M_ARGS };
 
 #define MAX_DEPTH 2048 /* jansson's JSON_PARSER_MAX_DEPTH */
 
-void ks_toolscan_reset(ks_toolscan *t) {
-    ks_buf keep[4] = {t->name, t->args, t->stack, t->key};
+void server_toolscan_reset(server_toolscan *t) {
+    server_buf keep[4] = {t->name, t->args, t->stack, t->key};
     memset(t, 0, sizeof *t);
     for (int i = 0; i < 4; i++) {
         keep[i].len = 0;
@@ -62,16 +62,16 @@ void ks_toolscan_reset(ks_toolscan *t) {
     t->key = keep[3];
 }
 
-void ks_toolscan_free(ks_toolscan *t) {
-    ks_buf_free(&t->name);
-    ks_buf_free(&t->args);
-    ks_buf_free(&t->stack);
-    ks_buf_free(&t->key);
+void server_toolscan_free(server_toolscan *t) {
+    server_buf_free(&t->name);
+    server_buf_free(&t->args);
+    server_buf_free(&t->stack);
+    server_buf_free(&t->key);
 }
 
 static int is_ws(unsigned c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-static void put_utf8(ks_buf *b, unsigned cp) {
+static void put_utf8(server_buf *b, unsigned cp) {
     char u[4];
     size_t n;
     if (cp < 0x80) {
@@ -93,16 +93,16 @@ static void put_utf8(ks_buf *b, unsigned cp) {
         u[3] = (char)(0x80 | (cp & 0x3F));
         n = 4;
     }
-    ks_buf_put(b, u, n);
+    server_buf_put(b, u, n);
 }
 
 /* The string's decoded text goes to t->sink (NULL: nowhere). */
-static void str_put(ks_toolscan *t, const char *s, size_t n) {
-    if (t->sink) ks_buf_put(t->sink, s, n);
+static void str_put(server_toolscan *t, const char *s, size_t n) {
+    if (t->sink) server_buf_put(t->sink, s, n);
 }
 
 /* A value ended (the string, literal or number, or a container closed). */
-static void value_end(ks_toolscan *t) {
+static void value_end(server_toolscan *t) {
     if (t->stack.len == 0) {
         t->st = S_END;
         t->closed = 1;
@@ -122,7 +122,7 @@ static void value_end(ks_toolscan *t) {
 }
 
 /* A member's key ended: which member follows. */
-static int key_end(ks_toolscan *t) {
+static int key_end(server_toolscan *t) {
     t->st = S_COLON;
     t->sink = NULL;
     if (t->stack.len != 1) return 0;
@@ -139,15 +139,15 @@ static int key_end(ks_toolscan *t) {
     return 0;
 }
 
-static int push(ks_toolscan *t, unsigned char c) {
+static int push(server_toolscan *t, unsigned char c) {
     if (t->stack.len >= MAX_DEPTH) return -1;
     char ch = (char)c;
-    if (ks_buf_put(&t->stack, &ch, 1)) return -1; /* no memory: the body is bad, and ks_gen_text fails it */
+    if (server_buf_put(&t->stack, &ch, 1)) return -1; /* no memory: the body is bad, and server_gen_text fails it */
     t->st = c == '{' ? S_KEY0 : S_VALUE0;
     return 0;
 }
 
-static int pop(ks_toolscan *t, unsigned char c) {
+static int pop(server_toolscan *t, unsigned char c) {
     if (!t->stack.len || t->stack.p[t->stack.len - 1] != (c == '}' ? '{' : '[')) return -1;
     t->stack.len--;
     value_end(t);
@@ -155,7 +155,7 @@ static int pop(ks_toolscan *t, unsigned char c) {
 }
 
 /* The first byte of a value. */
-static int value_start(ks_toolscan *t, unsigned char c) {
+static int value_start(server_toolscan *t, unsigned char c) {
     if (t->stack.len == 1) { /* a member of the call */
         if (t->member == M_NAME) {
             if (c != '"') return -1;
@@ -193,7 +193,7 @@ static int value_start(ks_toolscan *t, unsigned char c) {
 }
 
 /* \uXXXX complete: a character, or half of a surrogate pair. */
-static int escape_end(ks_toolscan *t) {
+static int escape_end(server_toolscan *t) {
     unsigned cp = t->cp;
     t->st = S_STR;
     if (t->hi) {
@@ -212,7 +212,7 @@ static int escape_end(ks_toolscan *t) {
 
 /* A raw byte inside a string: UTF-8 is checked as jansson does (no
  * overlong forms, no surrogates, nothing above U+10FFFF). */
-static int str_byte(ks_toolscan *t, unsigned char c) {
+static int str_byte(server_toolscan *t, unsigned char c) {
     if (t->u8need) {
         if ((c & 0xC0) != 0x80) return -1;
         t->u8cp = t->u8cp << 6 | (c & 0x3F);
@@ -247,7 +247,7 @@ static int hexval(unsigned char c) {
 }
 
 /* One byte; -1 when it breaks the JSON or the call's shape. */
-static int step(ks_toolscan *t, unsigned char c) {
+static int step(server_toolscan *t, unsigned char c) {
     int was_in_args;
 again:
     was_in_args = t->in_args;
@@ -387,7 +387,7 @@ again:
      * first byte (which set in_args) to its last (which cleared it) */
     if (was_in_args || t->in_args) {
         char ch = (char)c;
-        ks_buf_put(&t->args, &ch, 1);
+        server_buf_put(&t->args, &ch, 1);
     }
     return 0;
 number_end:
@@ -396,7 +396,7 @@ number_end:
     goto again;
 }
 
-void ks_toolscan_feed(ks_toolscan *t, const char *s, size_t n) {
+void server_toolscan_feed(server_toolscan *t, const char *s, size_t n) {
     for (size_t i = 0; i < n && !t->bad; i++)
         if (step(t, (unsigned char)s[i])) t->bad = 1;
 }

@@ -8,25 +8,25 @@
 
 #include <stddef.h>
 
-typedef struct ks_toolscan {
-    ks_buf name; /* the "name" value, decoded (NUL-terminated) */
-    ks_buf args; /* "arguments": its JSON text, or a string's decoded characters */
+typedef struct server_toolscan {
+    server_buf name; /* the "name" value, decoded (NUL-terminated) */
+    server_buf args; /* "arguments": its JSON text, or a string's decoded characters */
     int named;   /* name complete and followed by ',' or '}' */
     int args_begun, args_done;
     int closed; /* the object ended */
     int bad;    /* the text broke the JSON or the call's shape; the rest is ignored */
     /* lexer state */
     int st, member, str_key, in_args, name_done, seen_name, seen_args;
-    ks_buf stack; /* '{' and '[' of the open containers */
-    ks_buf key;   /* a key of the call's object, decoded */
-    ks_buf *sink; /* where the current string's characters go, or NULL */
+    server_buf stack; /* '{' and '[' of the open containers */
+    server_buf key;   /* a key of the call's object, decoded */
+    server_buf *sink; /* where the current string's characters go, or NULL */
     const char *lit;
     int litpos, hexn, u8need;
     unsigned cp, hi, u8cp, u8min;
-} ks_toolscan;
-void ks_toolscan_reset(ks_toolscan *t); /* for a new body; keeps the buffers */
-void ks_toolscan_free(ks_toolscan *t);
-void ks_toolscan_feed(ks_toolscan *t, const char *s, size_t n);
+} server_toolscan;
+void server_toolscan_reset(server_toolscan *t); /* for a new body; keeps the buffers */
+void server_toolscan_free(server_toolscan *t);
+void server_toolscan_feed(server_toolscan *t, const char *s, size_t n);
 
 /* The XML form of a call (Qwen3.5, Qwen3-Coder) read as it arrives, and
  * written out as the JSON text of its arguments (xmlcall.c):
@@ -37,9 +37,9 @@ void ks_toolscan_feed(ks_toolscan *t, const char *s, size_t n);
  *     ...
  *     </function>
  * The type of a VALUE comes from the offered tool's schema for KEY. */
-typedef struct ks_xmlscan {
-    ks_buf name;         /* the function's name (NUL-terminated) */
-    ks_buf args;         /* the arguments' JSON text so far */
+typedef struct server_xmlscan {
+    server_buf name;         /* the function's name (NUL-terminated) */
+    server_buf args;         /* the arguments' JSON text so far */
     int named;           /* name complete */
     int closed;          /* </function> read */
     int bad;             /* the text broke the form; the rest is ignored */
@@ -50,15 +50,15 @@ typedef struct ks_xmlscan {
     size_t scanned;      /* bytes of the current value searched for its end */
     const json_t *tools; /* the request's tools (borrowed), or NULL */
     const json_t *props; /* the named tool's "properties", or NULL */
-} ks_xmlscan;
+} server_xmlscan;
 /* For a new body, with the request's tools (borrowed, outliving x: any of
  * the OpenAI, Responses or Anthropic shapes); keeps the buffers. */
-void ks_xmlscan_reset(ks_xmlscan *x, const json_t *tools);
-void ks_xmlscan_free(ks_xmlscan *x);
+void server_xmlscan_reset(server_xmlscan *x, const json_t *tools);
+void server_xmlscan_free(server_xmlscan *x);
 /* body[0..n) is the whole body so far: the text of earlier calls plus what
  * came since (the scanner goes on from where it stopped). */
-void ks_xmlscan_feed(ks_xmlscan *x, const char *body, size_t n);
+void server_xmlscan_feed(server_xmlscan *x, const char *body, size_t n);
 /* The call {name, arguments} of a closed body, or NULL (new reference). */
-json_t *ks_xmlscan_call(const ks_xmlscan *x);
+json_t *server_xmlscan_call(const server_xmlscan *x);
 
 #endif

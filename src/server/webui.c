@@ -14,11 +14,11 @@
 #include <microhttpd.h>
 #include <string.h>
 
-#ifndef KS_WEBUI_BUNDLE
+#ifndef SERVER_WEBUI_BUNDLE
 const ks_webui_file ks_webui_files[] = {{0, 0, 0, 0, 0}};
 #endif
 
-const char ks_webui_html[] =
+const char server_webui_html[] =
     "<!doctype html><html lang=en><head><meta charset=utf-8><title>kiln</title>"
     "<meta name=viewport content='width=device-width,initial-scale=1'>"
     "<style>"
@@ -101,9 +101,9 @@ const char ks_webui_html[] =
 
 /* ---- routes ---- */
 
-int ks_webui_bundled(void) { return ks_webui_files[0].path != NULL; }
+int server_webui_bundled(void) { return ks_webui_files[0].path != NULL; }
 
-int ks_webui_path(const char *url) {
+int server_webui_path(const char *url) {
     return !strcmp(url, "/") || !strcmp(url, "/index.html") || !strcmp(url, "/favicon.ico") ||
            !strncmp(url, "/assets/", 8);
 }
@@ -115,19 +115,19 @@ static int reply(struct MHD_Connection *c, int status, const char *type, const c
     MHD_add_response_header(r, "Content-Type", type);
     MHD_add_response_header(r, "Cache-Control", cache);
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-    ks_metrics_request(status);
-    ks_reqlog_status(ks_reqlog_current(), status);
+    server_metrics_request(status);
+    server_reqlog_status(server_reqlog_current(), status);
     int rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return rc;
 }
 
-int ks_webui_serve(struct MHD_Connection *c, const char *url) {
+int server_webui_serve(struct MHD_Connection *c, const char *url) {
     static const char missing[] = "not found\n";
     if (!strcmp(url, "/")) url = "/index.html";
-    if (!ks_webui_bundled()) {
+    if (!server_webui_bundled()) {
         if (!strcmp(url, "/index.html"))
-            return reply(c, 200, "text/html; charset=utf-8", ks_webui_html, strlen(ks_webui_html), "no-cache");
+            return reply(c, 200, "text/html; charset=utf-8", server_webui_html, strlen(server_webui_html), "no-cache");
         return reply(c, 404, "text/plain; charset=utf-8", missing, sizeof missing - 1, "no-cache");
     }
     for (const ks_webui_file *f = ks_webui_files; f->path; f++)

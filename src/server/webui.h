@@ -8,7 +8,7 @@
  * Paths: "/" and "/index.html" (the page, Cache-Control: no-cache),
  * "/assets/..." (immutable, cached for a year) and "/favicon.ico" (404: the
  * page names its icon inline).  They carry no API, so guard.c's
- * ks_guard_public_path() lets them through without the API key (the page
+ * server_guard_public_path() lets them through without the API key (the page
  * asks for the key itself); the two lists name the same paths. */
 #ifndef KILN_SERVER_WEBUI_H
 #define KILN_SERVER_WEBUI_H
@@ -31,12 +31,12 @@ extern const ks_webui_file ks_webui_files[];
 
 /* 1 when url is one of the page's paths above (whether or not the file
  * exists: a missing asset is the page's 404, not an API's 401). */
-int ks_webui_path(const char *url);
+int server_webui_path(const char *url);
 
 /* Answers a GET/HEAD for such a path: the file, or 404. */
-int ks_webui_serve(struct MHD_Connection *c, const char *url);
+int server_webui_serve(struct MHD_Connection *c, const char *url);
 
 /* 1 when the bundled page is embedded, 0 for the plain page. */
-int ks_webui_bundled(void);
+int server_webui_bundled(void);
 
 #endif

@@ -18,58 +18,58 @@
 
 /* ---- the common part ---- */
 
-void ks_xw_init(ks_xw *w, const ks_xw_ops *ops, const char *prefix, const char *serial, const char *model,
-                ks_buf *out) {
+void server_xw_init(server_xw *w, const server_xw_ops *ops, const char *prefix, const char *serial, const char *model,
+                server_buf *out) {
     memset(w, 0, sizeof *w);
     w->ops = ops;
     w->out = out;
     snprintf(w->serial, sizeof w->serial, "%s", serial);
     snprintf(w->id, sizeof w->id, "%s_%s", prefix, serial);
     snprintf(w->model, sizeof w->model, "%s", model ? model : "");
-    w->created = (long)ks_wall();
-    w->open = KS_XB_NONE;
+    w->created = (long)server_wall();
+    w->open = SERVER_XB_NONE;
     w->items = json_array();
     w->calls = json_array();
 }
 
-void ks_xw_free(ks_xw *w) {
+void server_xw_free(server_xw *w) {
     json_decref(w->echo);
     json_decref(w->cur);
     json_decref(w->items);
     json_decref(w->calls);
     json_decref(w->result);
-    ks_buf_free(&w->acc);
-    ks_buf_free(&w->content);
-    ks_buf_free(&w->reasoning);
+    server_buf_free(&w->acc);
+    server_buf_free(&w->content);
+    server_buf_free(&w->reasoning);
     memset(w, 0, sizeof *w);
 }
 
-void ks_xw_event(ks_xw *w, const char *name, json_t *j) {
+void server_xw_event(server_xw *w, const char *name, json_t *j) {
     if (w->out) {
-        ks_buf_printf(w->out, "event: %s\ndata: ", name);
-        ks_buf_json(w->out, j);
-        ks_buf_puts(w->out, "\n\n");
+        server_buf_printf(w->out, "event: %s\ndata: ", name);
+        server_buf_json(w->out, j);
+        server_buf_puts(w->out, "\n\n");
     }
     json_decref(j);
 }
 
-void ks_xw_opened(ks_xw *w, int kind, json_t *blk) {
+void server_xw_opened(server_xw *w, int kind, json_t *blk) {
     w->open = kind;
     w->cur = blk;
 }
 
-void ks_xw_closed(ks_xw *w) {
+void server_xw_closed(server_xw *w) {
     json_array_append_new(w->items, w->cur);
     w->cur = NULL;
-    w->open = KS_XB_NONE;
+    w->open = SERVER_XB_NONE;
     w->acc.len = 0;
 }
 
-void ks_xw_call_parts(ks_xw *w, int index, json_t *call) {
+void server_xw_call_parts(server_xw *w, int index, json_t *call) {
     const char *name = json_string_value(json_object_get(call, "name"));
     w->ops->tool_open(w, name ? name : "");
     size_t n;
-    const char *text = ks_gen_args_text(w->g, &n);
+    const char *text = server_gen_args_text(w->g, &n);
     if (text) {
         w->ops->tool_args(w, text, n);
     } else {
@@ -80,35 +80,35 @@ void ks_xw_call_parts(ks_xw *w, int index, json_t *call) {
 }
 
 /* Not streaming, OpenAI and Ollama keep the reply's text for the end. */
-static void keep_text(ks_xw *w, int kind, const char *s, size_t n) {
-    ks_buf_put(kind == KS_D_REASONING ? &w->reasoning : &w->content, s, n);
+static void keep_text(server_xw *w, int kind, const char *s, size_t n) {
+    server_buf_put(kind == SERVER_D_REASONING ? &w->reasoning : &w->content, s, n);
 }
 
 /* ---- OpenAI chat and completions ---- */
 
-static const char *finish_str(const ks_xw *w, int chat) {
-    if (w->g->finish == KS_FIN_LENGTH) return "length";
-    if (ks_fin_incomplete(w->g->finish)) return ks_fin_incomplete(w->g->finish);
+static const char *finish_str(const server_xw *w, int chat) {
+    if (w->g->finish == SERVER_FIN_LENGTH) return "length";
+    if (server_fin_incomplete(w->g->finish)) return server_fin_incomplete(w->g->finish);
     if (w->g->n_tools && chat) return "tool_calls";
     return "stop";
 }
 
 /* A call's id: unique per response (the response id's serial, then the
  * call's index), so tool results of different turns can't be mixed up. */
-static void call_id(const ks_xw *w, int index, char *buf, size_t cap) {
+static void call_id(const server_xw *w, int index, char *buf, size_t cap) {
     snprintf(buf, cap, "call_%s_%d", w->serial, index);
 }
 
 /* A whole call, OpenAI-shaped.  The arguments are the text as the model
  * wrote it when the scanner has it (as a stream joins it), else the parsed
  * value serialized. */
-static json_t *oai_tool(const ks_xw *w, int index, json_t *call, int with_index) {
+static json_t *oai_tool(const server_xw *w, int index, json_t *call, int with_index) {
     json_t *fn = json_object();
     json_object_set(fn, "name", json_object_get(call, "name"));
     size_t n;
-    const char *text = ks_gen_args_text(w->g, &n);
+    const char *text = server_gen_args_text(w->g, &n);
     if (text) {
-        json_object_set_new(fn, "arguments", ks_jstr(text, n));
+        json_object_set_new(fn, "arguments", server_jstr(text, n));
     } else {
         char *args = json_dumps(json_object_get(call, "arguments"), JSON_COMPACT | JSON_ENCODE_ANY);
         json_object_set_new(fn, "arguments", json_string(args ? args : "{}"));
@@ -124,7 +124,7 @@ static json_t *oai_tool(const ks_xw *w, int index, json_t *call, int with_index)
     return t;
 }
 
-static json_t *usage(const ks_xw *w) {
+static json_t *usage(const server_xw *w) {
     json_t *j = json_object();
     json_object_set_new(j, "prompt_tokens", json_integer(w->q->n_prompt));
     json_object_set_new(j, "completion_tokens", json_integer(w->g->n_gen));
@@ -137,9 +137,9 @@ static json_t *usage(const ks_xw *w) {
 
 /* llama.cpp's per-request "timings" (milliseconds), with the draft counts
  * (draft_n proposed, draft_n_accepted) when the model speculates. */
-static json_t *timings(const ks_xw *w) {
-    const ks_req *q = w->q;
-    const double now = ks_now();
+static json_t *timings(const server_xw *w) {
+    const server_req *q = w->q;
+    const double now = server_now();
     const double t_first = q->t_first > 0 ? q->t_first : now;
     const double t_start = q->t_start > 0 ? q->t_start : w->t0;
     const double p_ms = (t_first - t_start) * 1e3, g_ms = (now - t_first) * 1e3;
@@ -161,7 +161,7 @@ static json_t *timings(const ks_xw *w) {
     return j;
 }
 
-static json_t *oai_base(const ks_xw *w, const char *object) {
+static json_t *oai_base(const server_xw *w, const char *object) {
     json_t *j = json_object();
     json_object_set_new(j, "id", json_string(w->id));
     json_object_set_new(j, "object", json_string(object));
@@ -199,7 +199,7 @@ static json_t *legacy_logprobs(json_t *entries) {
 
 /* The logprobs gathered since the last chunk, in chat's or the legacy
  * completions' shape. */
-static json_t *take_logprobs(ks_xw *w, int chat) {
+static json_t *take_logprobs(server_xw *w, int chat) {
     if (!w->g->want_logprobs) return json_null();
     json_t *entries = w->g->logprobs;
     w->g->logprobs = json_array();
@@ -213,16 +213,16 @@ static json_t *take_logprobs(ks_xw *w, int chat) {
     return j;
 }
 
-static void sse(ks_xw *w, json_t *j) {
-    ks_buf_puts(w->out, "data: ");
-    ks_buf_json(w->out, j);
-    ks_buf_puts(w->out, "\n\n");
+static void sse(server_xw *w, json_t *j) {
+    server_buf_puts(w->out, "data: ");
+    server_buf_json(w->out, j);
+    server_buf_puts(w->out, "\n\n");
     json_decref(j);
 }
 
 /* One streamed chunk: a piece of text or reasoning, or a call (tool,
  * stolen; chat only). */
-static void oai_delta(ks_xw *w, int chat, int kind, const char *s, size_t n, json_t *tool) {
+static void oai_delta(server_xw *w, int chat, int kind, const char *s, size_t n, json_t *tool) {
     json_t *j = oai_base(w, chat ? "chat.completion.chunk" : "text_completion");
     json_t *ch = json_object();
     json_object_set_new(ch, "index", json_integer(0));
@@ -237,11 +237,11 @@ static void oai_delta(ks_xw *w, int chat, int kind, const char *s, size_t n, jso
             json_array_append_new(arr, tool);
             json_object_set_new(d, "tool_calls", arr);
         } else {
-            json_object_set_new(d, kind == KS_D_REASONING ? "reasoning_content" : "content", ks_jstr(s, n));
+            json_object_set_new(d, kind == SERVER_D_REASONING ? "reasoning_content" : "content", server_jstr(s, n));
         }
         json_object_set_new(ch, "delta", d);
     } else {
-        json_object_set_new(ch, "text", ks_jstr(s, n));
+        json_object_set_new(ch, "text", server_jstr(s, n));
     }
     json_object_set_new(ch, "logprobs", take_logprobs(w, chat));
     json_object_set_new(ch, "finish_reason", json_null());
@@ -251,23 +251,23 @@ static void oai_delta(ks_xw *w, int chat, int kind, const char *s, size_t n, jso
     sse(w, j);
 }
 
-static void oai_chat_text(ks_xw *w, int kind, const char *s, size_t n) {
+static void oai_chat_text(server_xw *w, int kind, const char *s, size_t n) {
     if (w->out)
         oai_delta(w, 1, kind, s, n, NULL);
     else
         keep_text(w, kind, s, n);
 }
 
-static void oai_compl_text(ks_xw *w, int kind, const char *s, size_t n) {
+static void oai_compl_text(server_xw *w, int kind, const char *s, size_t n) {
     if (w->out)
         oai_delta(w, 0, kind, s, n, NULL);
     else
         keep_text(w, kind, s, n);
 }
 
-static void oai_call(ks_xw *w, int index, json_t *call) {
+static void oai_call(server_xw *w, int index, json_t *call) {
     if (w->out)
-        oai_delta(w, 1, KS_D_CONTENT, "", 0, oai_tool(w, index, call, 1));
+        oai_delta(w, 1, SERVER_D_CONTENT, "", 0, oai_tool(w, index, call, 1));
     else
         json_array_append_new(w->calls, oai_tool(w, index, call, 0));
 }
@@ -275,7 +275,7 @@ static void oai_call(ks_xw *w, int index, json_t *call) {
 /* OpenAI streams a call as it is written: {index, id, type, function:
  * {name, arguments: ""}} first, then {index, function: {arguments: piece}}
  * chunks whose pieces join into the arguments' JSON text. */
-static void oai_tool_part(ks_xw *w, const char *name, const char *args, size_t n) {
+static void oai_tool_part(server_xw *w, const char *name, const char *args, size_t n) {
     const int index = w->g->n_tools; /* the call being written */
     json_t *fn = json_object();
     json_t *t = json_object();
@@ -285,19 +285,19 @@ static void oai_tool_part(ks_xw *w, const char *name, const char *args, size_t n
         call_id(w, index, id, sizeof id);
         json_object_set_new(t, "id", json_string(id));
         json_object_set_new(t, "type", json_string("function"));
-        json_object_set_new(fn, "name", ks_jstr(name, strlen(name)));
+        json_object_set_new(fn, "name", server_jstr(name, strlen(name)));
     }
-    json_object_set_new(fn, "arguments", ks_jstr(args ? args : "", n));
+    json_object_set_new(fn, "arguments", server_jstr(args ? args : "", n));
     json_object_set_new(t, "function", fn);
-    oai_delta(w, 1, KS_D_CONTENT, "", 0, t);
+    oai_delta(w, 1, SERVER_D_CONTENT, "", 0, t);
 }
 
-static void oai_tool_open(ks_xw *w, const char *name) { oai_tool_part(w, name, NULL, 0); }
+static void oai_tool_open(server_xw *w, const char *name) { oai_tool_part(w, name, NULL, 0); }
 
-static void oai_tool_args(ks_xw *w, const char *s, size_t n) { oai_tool_part(w, NULL, s, n); }
+static void oai_tool_args(server_xw *w, const char *s, size_t n) { oai_tool_part(w, NULL, s, n); }
 
 /* The stream's closing chunk(s), or the whole object. */
-static void oai_finish(ks_xw *w, int chat) {
+static void oai_finish(server_xw *w, int chat) {
     if (w->out) {
         json_t *j = oai_base(w, chat ? "chat.completion.chunk" : "text_completion");
         json_t *ch = json_object();
@@ -319,7 +319,7 @@ static void oai_finish(ks_xw *w, int chat) {
             json_object_set_new(j, "usage", usage(w));
             sse(w, j);
         }
-        ks_buf_puts(w->out, "data: [DONE]\n\n");
+        server_buf_puts(w->out, "data: [DONE]\n\n");
         return;
     }
     if (w->content.failed || w->reasoning.failed) return; /* the text did not fit in memory: no cut answer */
@@ -334,12 +334,12 @@ static void oai_finish(ks_xw *w, int chat) {
         size_t k = 0;
         while (k < w->content.len && strchr(" \t\r\n", content[k])) k++;
         const int calls_only = json_array_size(w->calls) && k == w->content.len;
-        json_object_set_new(m, "content", calls_only ? json_null() : ks_jstr(content, w->content.len));
-        if (w->reasoning.len) json_object_set_new(m, "reasoning_content", ks_jstr(w->reasoning.p, w->reasoning.len));
+        json_object_set_new(m, "content", calls_only ? json_null() : server_jstr(content, w->content.len));
+        if (w->reasoning.len) json_object_set_new(m, "reasoning_content", server_jstr(w->reasoning.p, w->reasoning.len));
         if (json_array_size(w->calls)) json_object_set(m, "tool_calls", w->calls);
         json_object_set_new(ch, "message", m);
     } else {
-        json_object_set_new(ch, "text", ks_jstr(content, w->content.len));
+        json_object_set_new(ch, "text", server_jstr(content, w->content.len));
     }
     json_object_set_new(ch, "logprobs", take_logprobs(w, chat));
     json_object_set_new(ch, "finish_reason", json_string(finish_str(w, chat)));
@@ -351,11 +351,11 @@ static void oai_finish(ks_xw *w, int chat) {
     w->result = j;
 }
 
-static void oai_chat_finish(ks_xw *w) { oai_finish(w, 1); }
+static void oai_chat_finish(server_xw *w) { oai_finish(w, 1); }
 
-static void oai_compl_finish(ks_xw *w) { oai_finish(w, 0); }
+static void oai_compl_finish(server_xw *w) { oai_finish(w, 0); }
 
-static void oai_fail(ks_xw *w, const char *msg) {
+static void oai_fail(server_xw *w, const char *msg) {
     if (!w->out) return;
     json_t *e = json_object();
     json_object_set_new(e, "message", json_string(msg));
@@ -363,18 +363,18 @@ static void oai_fail(ks_xw *w, const char *msg) {
     json_t *j = json_object();
     json_object_set_new(j, "error", e);
     sse(w, j);
-    ks_buf_puts(w->out, "data: [DONE]\n\n");
+    server_buf_puts(w->out, "data: [DONE]\n\n");
 }
 
-static void oai_ping(ks_xw *w) {
-    if (w->out) ks_buf_puts(w->out, ": keep-alive\n\n");
+static void oai_ping(server_xw *w) {
+    if (w->out) server_buf_puts(w->out, ": keep-alive\n\n");
 }
 
-const ks_xw_ops ks_oai_chat_ops = {
+const server_xw_ops server_oai_chat_ops = {
     .id_prefix = "chatcmpl-",
     .mime = "text/event-stream",
-    .api = KS_API_OPENAI,
-    .flags = KS_XW_CALLS | KS_XW_PARTS | KS_XW_PARTS_STREAM | KS_XW_LOGPROBS,
+    .api = SERVER_API_OPENAI,
+    .flags = SERVER_XW_CALLS | SERVER_XW_PARTS | SERVER_XW_PARTS_STREAM | SERVER_XW_LOGPROBS,
     .start = NULL,
     .text = oai_chat_text,
     .call = oai_call,
@@ -385,11 +385,11 @@ const ks_xw_ops ks_oai_chat_ops = {
     .ping = oai_ping,
 };
 
-const ks_xw_ops ks_oai_compl_ops = {
+const server_xw_ops server_oai_compl_ops = {
     .id_prefix = "cmpl-",
     .mime = "text/event-stream",
-    .api = KS_API_OPENAI,
-    .flags = KS_XW_RAW | KS_XW_LOGPROBS,
+    .api = SERVER_API_OPENAI,
+    .flags = SERVER_XW_RAW | SERVER_XW_LOGPROBS,
     .start = NULL,
     .text = oai_compl_text,
     .call = NULL,
@@ -412,7 +412,7 @@ static char *iso_time(char *buf, size_t cap) {
     return buf;
 }
 
-static json_t *oll_base(const ks_xw *w) {
+static json_t *oll_base(const server_xw *w) {
     char t[64];
     json_t *j = json_object();
     json_object_set_new(j, "model", json_string(w->model));
@@ -420,9 +420,9 @@ static json_t *oll_base(const ks_xw *w) {
     return j;
 }
 
-static void ndjson(ks_xw *w, json_t *j) {
-    ks_buf_json(w->out, j);
-    ks_buf_puts(w->out, "\n");
+static void ndjson(server_xw *w, json_t *j) {
+    server_buf_json(w->out, j);
+    server_buf_puts(w->out, "\n");
     json_decref(j);
 }
 
@@ -440,21 +440,21 @@ static json_t *oll_tool(json_t *call) {
 static json_t *oll_message(const char *s, size_t n, const char *think, size_t n_think, json_t *tools) {
     json_t *m = json_object();
     json_object_set_new(m, "role", json_string("assistant"));
-    json_object_set_new(m, "content", ks_jstr(s, n));
-    if (think) json_object_set_new(m, "thinking", ks_jstr(think, n_think));
+    json_object_set_new(m, "content", server_jstr(s, n));
+    if (think) json_object_set_new(m, "thinking", server_jstr(think, n_think));
     if (tools) json_object_set_new(m, "tool_calls", tools);
     return m;
 }
 
 /* One streamed line: a piece of text or reasoning, or a call (tool,
  * stolen; chat only). */
-static void oll_delta(ks_xw *w, int chat, int kind, const char *s, size_t n, json_t *tool) {
+static void oll_delta(server_xw *w, int chat, int kind, const char *s, size_t n, json_t *tool) {
     json_t *j = oll_base(w);
-    const int text = kind == KS_D_CONTENT && !tool;
-    const int think = kind == KS_D_REASONING;
+    const int text = kind == SERVER_D_CONTENT && !tool;
+    const int think = kind == SERVER_D_REASONING;
     if (!chat) {
-        json_object_set_new(j, "response", ks_jstr(text ? s : "", text ? n : 0));
-        if (think) json_object_set_new(j, "thinking", ks_jstr(s, n));
+        json_object_set_new(j, "response", server_jstr(text ? s : "", text ? n : 0));
+        if (think) json_object_set_new(j, "thinking", server_jstr(s, n));
     } else {
         json_t *arr = NULL;
         if (tool) {
@@ -467,14 +467,14 @@ static void oll_delta(ks_xw *w, int chat, int kind, const char *s, size_t n, jso
     ndjson(w, j);
 }
 
-static void oll_chat_text(ks_xw *w, int kind, const char *s, size_t n) {
+static void oll_chat_text(server_xw *w, int kind, const char *s, size_t n) {
     if (w->out)
         oll_delta(w, 1, kind, s, n, NULL);
     else
         keep_text(w, kind, s, n);
 }
 
-static void oll_gen_text(ks_xw *w, int kind, const char *s, size_t n) {
+static void oll_gen_text(server_xw *w, int kind, const char *s, size_t n) {
     if (w->out)
         oll_delta(w, 0, kind, s, n, NULL);
     else
@@ -482,20 +482,20 @@ static void oll_gen_text(ks_xw *w, int kind, const char *s, size_t n) {
 }
 
 /* Ollama sends whole calls, as Ollama does. */
-static void oll_call(ks_xw *w, int index, json_t *call) {
+static void oll_call(server_xw *w, int index, json_t *call) {
     if (w->out)
-        oll_delta(w, 1, KS_D_CONTENT, "", 0, oll_tool(call));
+        oll_delta(w, 1, SERVER_D_CONTENT, "", 0, oll_tool(call));
     else
         json_array_append_new(w->calls, oll_tool(call));
 }
 
-static void oll_final_fields(const ks_xw *w, json_t *j) {
-    double now = ks_now();
-    const ks_req *q = w->q;
+static void oll_final_fields(const server_xw *w, json_t *j) {
+    double now = server_now();
+    const server_req *q = w->q;
     double t_first = q->t_first > 0 ? q->t_first : now;
     double t_start = q->t_start > 0 ? q->t_start : w->t0;
     json_object_set_new(j, "done", json_true());
-    const char *done = w->g->finish == KS_FIN_LENGTH ? "length" : ks_fin_incomplete(w->g->finish);
+    const char *done = w->g->finish == SERVER_FIN_LENGTH ? "length" : server_fin_incomplete(w->g->finish);
     json_object_set_new(j, "done_reason", json_string(done ? done : "stop"));
     json_object_set_new(j, "total_duration", json_integer((json_int_t)((now - w->t0 + w->load_wait) * 1e9)));
     json_object_set_new(j, "load_duration", json_integer((json_int_t)(w->load_wait * 1e9)));
@@ -506,7 +506,7 @@ static void oll_final_fields(const ks_xw *w, json_t *j) {
 }
 
 /* The stream's last line (empty text, the counts), or the whole object. */
-static void oll_finish(ks_xw *w, int chat) {
+static void oll_finish(server_xw *w, int chat) {
     const int whole = !w->out;
     if (whole && (w->content.failed || w->reasoning.failed)) return; /* no cut answer */
     const char *content = whole && w->content.p ? w->content.p : "";
@@ -514,8 +514,8 @@ static void oll_finish(ks_xw *w, int chat) {
     const char *think = whole && w->reasoning.len ? w->reasoning.p : NULL;
     json_t *j = oll_base(w);
     if (!chat) {
-        json_object_set_new(j, "response", ks_jstr(content, n));
-        if (think) json_object_set_new(j, "thinking", ks_jstr(think, w->reasoning.len));
+        json_object_set_new(j, "response", server_jstr(content, n));
+        if (think) json_object_set_new(j, "thinking", server_jstr(think, w->reasoning.len));
     } else {
         json_t *m = oll_message(content, n, think, w->reasoning.len, NULL);
         if (whole && json_array_size(w->calls)) json_object_set(m, "tool_calls", w->calls);
@@ -528,22 +528,22 @@ static void oll_finish(ks_xw *w, int chat) {
         ndjson(w, j);
 }
 
-static void oll_chat_finish(ks_xw *w) { oll_finish(w, 1); }
+static void oll_chat_finish(server_xw *w) { oll_finish(w, 1); }
 
-static void oll_gen_finish(ks_xw *w) { oll_finish(w, 0); }
+static void oll_gen_finish(server_xw *w) { oll_finish(w, 0); }
 
-static void oll_fail(ks_xw *w, const char *msg) {
+static void oll_fail(server_xw *w, const char *msg) {
     if (!w->out) return;
     json_t *j = json_object();
     json_object_set_new(j, "error", json_string(msg));
     ndjson(w, j);
 }
 
-const ks_xw_ops ks_oll_chat_ops = {
+const server_xw_ops server_oll_chat_ops = {
     .id_prefix = "cmpl-",
     .mime = "application/x-ndjson",
-    .api = KS_API_OLLAMA,
-    .flags = KS_XW_CALLS | KS_XW_LOGPROBS,
+    .api = SERVER_API_OLLAMA,
+    .flags = SERVER_XW_CALLS | SERVER_XW_LOGPROBS,
     .start = NULL,
     .text = oll_chat_text,
     .call = oll_call,
@@ -554,11 +554,11 @@ const ks_xw_ops ks_oll_chat_ops = {
     .ping = NULL,
 };
 
-const ks_xw_ops ks_oll_gen_ops = {
+const server_xw_ops server_oll_gen_ops = {
     .id_prefix = "cmpl-",
     .mime = "application/x-ndjson",
-    .api = KS_API_OLLAMA,
-    .flags = KS_XW_LOGPROBS,
+    .api = SERVER_API_OLLAMA,
+    .flags = SERVER_XW_LOGPROBS,
     .start = NULL,
     .text = oll_gen_text,
     .call = NULL,

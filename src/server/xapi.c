@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-int ks_xapi_text(json_t *v, ks_buf *b, const char *const *types, const char *what, char *err, size_t cap) {
+int server_xapi_text(json_t *v, server_buf *b, const char *const *types, const char *what, char *err, size_t cap) {
     if (json_is_string(v)) {
-        ks_buf_put(b, json_string_value(v), json_string_length(v));
+        server_buf_put(b, json_string_value(v), json_string_length(v));
         return 0;
     }
     if (!json_is_array(v)) {
@@ -29,7 +29,7 @@ int ks_xapi_text(json_t *v, ks_buf *b, const char *const *types, const char *wha
                      t ? "of type '" : "not a text part", t ? t : "", t ? "'" : "");
             return -1;
         }
-        ks_buf_put(b, json_string_value(tx), json_string_length(tx));
+        server_buf_put(b, json_string_value(tx), json_string_length(tx));
     }
     return 0;
 }

@@ -43,8 +43,8 @@ enum { T_STR = 1, T_INT = 2, T_NUM = 4, T_BOOL = 8, T_NULL = 16, T_OBJ = 32, T_A
 
 static const char k_param[] = "<parameter=", k_end_param[] = "</parameter>", k_end_fn[] = "</function>";
 
-void ks_xmlscan_reset(ks_xmlscan *x, const json_t *tools) {
-    ks_buf keep[2] = {x->name, x->args};
+void server_xmlscan_reset(server_xmlscan *x, const json_t *tools) {
+    server_buf keep[2] = {x->name, x->args};
     memset(x, 0, sizeof *x);
     for (int i = 0; i < 2; i++) {
         keep[i].len = 0;
@@ -55,9 +55,9 @@ void ks_xmlscan_reset(ks_xmlscan *x, const json_t *tools) {
     x->tools = tools;
 }
 
-void ks_xmlscan_free(ks_xmlscan *x) {
-    ks_buf_free(&x->name);
-    ks_buf_free(&x->args);
+void server_xmlscan_free(server_xmlscan *x) {
+    server_buf_free(&x->name);
+    server_buf_free(&x->args);
 }
 
 static unsigned type_bit(const char *t) {
@@ -124,26 +124,26 @@ static const json_t *tool_props(const json_t *tools, const char *name) {
 
 /* Appends s[0..n) as the inside of a JSON string (UTF-8 bytes as they are;
  * gen.c sends whole characters). */
-static void put_escaped(ks_buf *b, const char *s, size_t n) {
+static void put_escaped(server_buf *b, const char *s, size_t n) {
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        ks_buf_put(b, s + run, i - run);
+        server_buf_put(b, s + run, i - run);
         run = i + 1;
         char e[8];
         switch (c) {
-        case '"': ks_buf_puts(b, "\\\""); break;
-        case '\\': ks_buf_puts(b, "\\\\"); break;
-        case '\n': ks_buf_puts(b, "\\n"); break;
-        case '\r': ks_buf_puts(b, "\\r"); break;
-        case '\t': ks_buf_puts(b, "\\t"); break;
-        case '\b': ks_buf_puts(b, "\\b"); break;
-        case '\f': ks_buf_puts(b, "\\f"); break;
-        default: snprintf(e, sizeof e, "\\u%04x", c); ks_buf_puts(b, e);
+        case '"': server_buf_puts(b, "\\\""); break;
+        case '\\': server_buf_puts(b, "\\\\"); break;
+        case '\n': server_buf_puts(b, "\\n"); break;
+        case '\r': server_buf_puts(b, "\\r"); break;
+        case '\t': server_buf_puts(b, "\\t"); break;
+        case '\b': server_buf_puts(b, "\\b"); break;
+        case '\f': server_buf_puts(b, "\\f"); break;
+        default: snprintf(e, sizeof e, "\\u%04x", c); server_buf_puts(b, e);
         }
     }
-    ks_buf_put(b, s + run, n - run);
+    server_buf_put(b, s + run, n - run);
 }
 
 /* A number, true, false, null, array or object that v spells, else the
@@ -153,7 +153,7 @@ static json_t *spelled(const char *v, size_t n) {
     json_t *j = json_loadb(v, n, JSON_DECODE_ANY, &je);
     if (j && !json_is_string(j)) return j;
     json_decref(j);
-    return ks_jstr(v, n);
+    return server_jstr(v, n);
 }
 
 /* The value text v[0..n) as the types kind allow (the rules at the top). */
@@ -180,7 +180,7 @@ static json_t *typed(unsigned kind, const char *v, size_t n) {
             json_decref(j);
         }
     }
-    if (kind & T_STR) return ks_jstr(v, n);
+    if (kind & T_STR) return server_jstr(v, n);
     return spelled(v, n);
 }
 
@@ -195,14 +195,14 @@ static int against(const char *p, size_t n, const char *t) {
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
 /* A name up to '>' from x->pos: its end, or NULL (wait, or x->bad set). */
-static const char *name_end(ks_xmlscan *x, const char *body, size_t n) {
+static const char *name_end(server_xmlscan *x, const char *body, size_t n) {
     const char *p = body + x->pos, *q = memchr(p, '>', n - x->pos);
     size_t len = q ? (size_t)(q - p) : n - x->pos;
     if (memchr(p, '\n', len) || (q && len == 0) || len > NAME_MAX_LEN) x->bad = 1;
     return x->bad ? NULL : q;
 }
 
-void ks_xmlscan_feed(ks_xmlscan *x, const char *body, size_t n) {
+void server_xmlscan_feed(server_xmlscan *x, const char *body, size_t n) {
     while (!x->bad && x->pos < n) {
         const char *p = body + x->pos;
         size_t rest = n - x->pos;
@@ -229,7 +229,7 @@ void ks_xmlscan_feed(ks_xmlscan *x, const char *body, size_t n) {
                 x->st = x->st == X_OPEN ? X_NAME : X_KEY;
             } else if (b == 1) {
                 x->pos += sizeof k_end_fn - 1;
-                ks_buf_puts(&x->args, "}");
+                server_buf_puts(&x->args, "}");
                 x->closed = 1;
                 x->st = X_END;
             } else {
@@ -240,10 +240,10 @@ void ks_xmlscan_feed(ks_xmlscan *x, const char *body, size_t n) {
         case X_NAME: {
             const char *q = name_end(x, body, n);
             if (!q) return;
-            ks_buf_put(&x->name, p, (size_t)(q - p));
+            server_buf_put(&x->name, p, (size_t)(q - p));
             x->named = 1;
             x->props = tool_props(x->tools, x->name.p);
-            ks_buf_puts(&x->args, "{");
+            server_buf_puts(&x->args, "{");
             x->pos = (size_t)(q + 1 - body);
             x->st = X_PARAMS;
             break;
@@ -254,9 +254,9 @@ void ks_xmlscan_feed(ks_xmlscan *x, const char *body, size_t n) {
             char key[NAME_MAX_LEN + 1];
             memcpy(key, p, (size_t)(q - p));
             key[q - p] = 0;
-            ks_buf_puts(&x->args, x->n_param ? ", \"" : "\"");
+            server_buf_puts(&x->args, x->n_param ? ", \"" : "\"");
             put_escaped(&x->args, key, (size_t)(q - p));
-            ks_buf_puts(&x->args, "\": ");
+            server_buf_puts(&x->args, "\": ");
             x->kind = x->props ? schema_types(json_object_get(x->props, key), 0) : 0;
             x->pos = (size_t)(q + 1 - body);
             x->st = X_NL;
@@ -265,7 +265,7 @@ void ks_xmlscan_feed(ks_xmlscan *x, const char *body, size_t n) {
         case X_NL:
             if (*p == '\n') x->pos++;
             if (x->kind == T_STR) {
-                ks_buf_puts(&x->args, "\"");
+                server_buf_puts(&x->args, "\"");
                 x->st = X_SVAL;
             } else {
                 x->st = X_VAL;
@@ -285,7 +285,7 @@ void ks_xmlscan_feed(ks_xmlscan *x, const char *body, size_t n) {
                 upto = (size_t)(ve - p);
                 if (upto && p[upto - 1] == '\n') upto--;
             } else { /* hold back what may be "\n</parameter>" */
-                size_t hold = ks_partial_suffix(p, rest, k_end_param);
+                size_t hold = server_partial_suffix(p, rest, k_end_param);
                 if (rest > hold && p[rest - hold - 1] == '\n') hold++;
                 upto = rest - hold;
             }
@@ -296,14 +296,14 @@ void ks_xmlscan_feed(ks_xmlscan *x, const char *body, size_t n) {
                 json_t *v = typed(x->kind, p, upto);
                 char *t = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL; /* ", " and ": " as the strings' keys */
                 if (t)
-                    ks_buf_puts(&x->args, t);
+                    server_buf_puts(&x->args, t);
                 else
                     x->bad = 1;
                 free(t);
                 json_decref(v);
             }
             if (!ve) return;
-            if (x->st == X_SVAL) ks_buf_puts(&x->args, "\"");
+            if (x->st == X_SVAL) server_buf_puts(&x->args, "\"");
             x->pos = (size_t)(ve + sizeof k_end_param - 1 - body);
             x->n_param++;
             x->st = X_PARAMS;
@@ -313,13 +313,13 @@ void ks_xmlscan_feed(ks_xmlscan *x, const char *body, size_t n) {
     }
 }
 
-json_t *ks_xmlscan_call(const ks_xmlscan *x) {
+json_t *server_xmlscan_call(const server_xmlscan *x) {
     if (x->bad || !x->closed || x->name.failed || x->args.failed) return NULL;
     json_error_t je;
     json_t *args = json_loadb(x->args.p, x->args.len, 0, &je);
     if (!args) return NULL;
     json_t *call = json_object();
-    json_object_set_new(call, "name", ks_jstr(x->name.p, x->name.len));
+    json_object_set_new(call, "name", server_jstr(x->name.p, x->name.len));
     json_object_set_new(call, "arguments", args);
     return call;
 }
