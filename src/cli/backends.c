@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cmd_backends(int argc, char **argv) {
+int cli_backends(int argc, char **argv) {
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (cli_help("backends", argv[i])) return 0;

@@ -302,7 +302,7 @@ typedef struct bench_test {
     int np, ng, ns, depth;
 } bench_test;
 
-int cmd_bench(int argc, char **argv) {
+int cli_bench(int argc, char **argv) {
     const char *model = NULL, *out_fmt = "md";
     int pp[MAX_LIST] = {512}, tg[MAX_LIST] = {128}, n_pp = 1, n_tg = 1;
     int pg_p[MAX_LIST], pg_n[MAX_LIST], n_pg = 0;

@@ -5,35 +5,35 @@
 #ifndef KILN_CLI_H
 #define KILN_CLI_H
 
-int cmd_run(int argc, char **argv);
-int cmd_chat(int argc, char **argv);
-int cmd_show(int argc, char **argv);
-int cmd_backends(int argc, char **argv);
-int cmd_engines(int argc, char **argv);
-int cmd_ps(int argc, char **argv);
-int cmd_stop(int argc, char **argv);
-int cmd_tokenize(int argc, char **argv);
-int cmd_bench(int argc, char **argv);
-int cmd_quantize(int argc, char **argv);
-int cmd_serve(int argc, char **argv);
-int cmd_pull(int argc, char **argv);
-int cmd_import(int argc, char **argv);
-int cmd_ls(int argc, char **argv);
-int cmd_rm(int argc, char **argv);
-int cmd_verify(int argc, char **argv);
-int cmd_gc(int argc, char **argv);
-int cmd_cp(int argc, char **argv);
-int cmd_embed(int argc, char **argv);
-int cmd_rerank(int argc, char **argv);
-int cmd_decide(int argc, char **argv);
-int cmd_image(int argc, char **argv);
+int cli_run(int argc, char **argv);
+int cli_chat(int argc, char **argv);
+int cli_show(int argc, char **argv);
+int cli_backends(int argc, char **argv);
+int cli_engines(int argc, char **argv);
+int cli_ps(int argc, char **argv);
+int cli_stop(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+int cli_quantize(int argc, char **argv);
+int cli_serve(int argc, char **argv);
+int cli_pull(int argc, char **argv);
+int cli_import(int argc, char **argv);
+int cli_ls(int argc, char **argv);
+int cli_rm(int argc, char **argv);
+int cli_verify(int argc, char **argv);
+int cli_gc(int argc, char **argv);
+int cli_cp(int argc, char **argv);
+int cli_embed(int argc, char **argv);
+int cli_rerank(int argc, char **argv);
+int cli_decide(int argc, char **argv);
+int cli_image(int argc, char **argv);
 
 /* image.c: a PyTorch ZIP or safetensors file (by its first bytes), and
  * kiln show's listing of one through the restricted readers (no weights
  * are read). */
 int cli_is_checkpoint(const char *path);
 int cli_show_checkpoint(const char *path, int tensors);
-int cmd_transcribe(int argc, char **argv);
+int cli_transcribe(int argc, char **argv);
 /* kiln show on a whisper.cpp GGML file (transcribe.c); returns the exit code. */
 int cli_show_whisper(const char *path, int tensors);
 

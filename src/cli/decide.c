@@ -87,7 +87,7 @@ static json_t *str_array(const char *const *s, int n) {
     return a;
 }
 
-int cmd_decide(int argc, char **argv) {
+int cli_decide(int argc, char **argv) {
     const char *model = NULL, *state_path = NULL, *state_text = NULL;
     int measure = 0, rc = 2, nq = 0, n_opts = 0;
     kiln_decide_question *qs = NULL;

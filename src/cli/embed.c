@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cmd_embed(int argc, char **argv) {
+int cli_embed(int argc, char **argv) {
     const char *model = NULL, *title = NULL;
     int kind = KILN_EMBED_DOCUMENT, dim = 0, truncate = 0;
     kiln_embedder_params p = kiln_embedder_default_params();

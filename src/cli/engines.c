@@ -16,7 +16,7 @@ static void join(json_t *arr, char *buf, size_t cap) {
         (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", i ? "," : "", json_string_value(v));
 }
 
-int cmd_engines(int argc, char **argv) {
+int cli_engines(int argc, char **argv) {
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (cli_help("engines", argv[i])) return 0;

@@ -106,7 +106,7 @@ static int on_progress(void *user, int step, int steps) {
     return 0;
 }
 
-int cmd_image(int argc, char **argv) {
+int cli_image(int argc, char **argv) {
     const char *pack = NULL, *prompt = NULL, *outp = "output.png", *tok_sha = NULL;
     image_files files;
     memset(&files, 0, sizeof files);

@@ -12,29 +12,29 @@ static const struct cli_cmd {
     const char *name;
     int (*fn)(int, char **);
 } cmds[] = {
-    {"run", cmd_run},
-    {"chat", cmd_chat},
-    {"show", cmd_show},
-    {"tokenize", cmd_tokenize},
-    {"bench", cmd_bench},
-    {"quantize", cmd_quantize},
-    {"serve", cmd_serve},
-    {"embed", cmd_embed},
-    {"image", cmd_image},
-    {"rerank", cmd_rerank},
-    {"decide", cmd_decide},
-    {"pull", cmd_pull},
-    {"transcribe", cmd_transcribe},
-    {"import", cmd_import},
-    {"ls", cmd_ls},
-    {"rm", cmd_rm},
-    {"verify", cmd_verify},
-    {"gc", cmd_gc},
-    {"cp", cmd_cp},
-    {"backends", cmd_backends},
-    {"engines", cmd_engines},
-    {"ps", cmd_ps},
-    {"stop", cmd_stop},
+    {"run", cli_run},
+    {"chat", cli_chat},
+    {"show", cli_show},
+    {"tokenize", cli_tokenize},
+    {"bench", cli_bench},
+    {"quantize", cli_quantize},
+    {"serve", cli_serve},
+    {"embed", cli_embed},
+    {"image", cli_image},
+    {"rerank", cli_rerank},
+    {"decide", cli_decide},
+    {"pull", cli_pull},
+    {"transcribe", cli_transcribe},
+    {"import", cli_import},
+    {"ls", cli_ls},
+    {"rm", cli_rm},
+    {"verify", cli_verify},
+    {"gc", cli_gc},
+    {"cp", cli_cp},
+    {"backends", cli_backends},
+    {"engines", cli_engines},
+    {"ps", cli_ps},
+    {"stop", cli_stop},
 };
 
 static const struct cli_cmd *find_cmd(const char *name) {
@@ -55,9 +55,9 @@ int main(int argc, char **argv) {
             fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", argv[2]);
             return 2;
         }
-        if (h->fn == cmd_serve) {
+        if (h->fn == cli_serve) {
             char *sv[] = {"serve", "--help", NULL};
-            return cmd_serve(2, sv);
+            return cli_serve(2, sv);
         }
         cli_usage(h->name, stdout);
         return 0;
@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     /* kiln CMD --help (the first argument; later, -h could be a value) */
-    if (argc > 2 && cli_is_help(argv[2]) && c->fn != cmd_serve) {
+    if (argc > 2 && cli_is_help(argv[2]) && c->fn != cli_serve) {
         cli_usage(cmd, stdout);
         return 0;
     }

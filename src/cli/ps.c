@@ -186,7 +186,7 @@ static json_t *get_ps(const char *cmd, const target *t) {
     return j;
 }
 
-int cmd_ps(int argc, char **argv) {
+int cli_ps(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (cli_help("ps", argv[i])) return 0;
     target t;
@@ -230,7 +230,7 @@ int cmd_ps(int argc, char **argv) {
     return 0;
 }
 
-int cmd_stop(int argc, char **argv) {
+int cli_stop(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (cli_help("stop", argv[i])) return 0;
     target t;

@@ -60,7 +60,7 @@ static void print_types(const type_count *tc, int n) {
     for (int i = 0; i < n; i++) printf("%s%s %d", i ? ", " : "", tc[i].name, tc[i].n);
 }
 
-int cmd_quantize(int argc, char **argv) {
+int cli_quantize(int argc, char **argv) {
     int threads = 0, requant = 0;
     const char *pos[3];
     int np = 0;

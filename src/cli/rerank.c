@@ -79,7 +79,7 @@ static int read_lines(const char *path, char **buf, const char ***docs, int *n, 
     return 0;
 }
 
-int cmd_rerank(int argc, char **argv) {
+int cli_rerank(int argc, char **argv) {
     const char *model = NULL, *query = NULL;
     int top_n = -1, truncate = 1, with_docs = 0, n = 0, cap = argc;
     kiln_reranker_params p = kiln_reranker_default_params();

@@ -508,7 +508,7 @@ static sample_schema *schema_of(const cli_opts *o, const char *cmd) {
     return sc;
 }
 
-int cmd_run(int argc, char **argv) {
+int cli_run(int argc, char **argv) {
     cli_opts o;
     cli_opts_init(&o);
     cli_opts base = pack_begin(&o);
@@ -1049,7 +1049,7 @@ static void chat_show(const chat_state *st, const cli_opts *o, const char *model
     fprintf(stderr, "kiln chat: /show info, /show parameters, /show system or /show template\n");
 }
 
-int cmd_chat(int argc, char **argv) {
+int cli_chat(int argc, char **argv) {
     cli_opts o;
     cli_opts_init(&o);
     const char *system = NULL;

@@ -149,7 +149,7 @@ static size_t body_for_images(size_t base, size_t max_image) {
     return need > base ? need : base;
 }
 
-int cmd_serve(int argc, char **argv) {
+int cli_serve(int argc, char **argv) {
     server_config cfg = server_config_default();
     const char **models = calloc((size_t)argc, sizeof *models);
     if (!models) return 1;

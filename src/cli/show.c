@@ -36,7 +36,7 @@ static void print_value(const gguf_kv *kv) {
         printf("%lld", (long long)gguf_arr_int(&one, 0));
 }
 
-int cmd_show(int argc, char **argv) {
+int cli_show(int argc, char **argv) {
     const char *path = NULL, *token = NULL;
     int tensors = 1, remote = 0, json = 0;
     for (int i = 1; i < argc; i++) {
@@ -187,7 +187,7 @@ static void json_str(const char *s, int n) {
     putchar('"');
 }
 
-int cmd_tokenize(int argc, char **argv) {
+int cli_tokenize(int argc, char **argv) {
     cli_opts o;
     cli_opts_init(&o);
     int no_bos = 0, special = 0, ids_only = 0;

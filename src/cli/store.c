@@ -122,7 +122,7 @@ static void init_show(show_ctx *c, int json) {
 
 static int source_exit(void);
 
-int cmd_pull(int argc, char **argv) {
+int cli_pull(int argc, char **argv) {
     const char *url = NULL, *name = NULL, *sha = NULL, *token = NULL, *mirror = NULL;
     const char *headers[16];
     int n_headers = 0, json = 0;
@@ -177,7 +177,7 @@ int cmd_pull(int argc, char **argv) {
     return 0;
 }
 
-int cmd_import(int argc, char **argv) {
+int cli_import(int argc, char **argv) {
     const char *path = NULL, *name = NULL;
     int mode = KILN_STORE_COPY, json = 0;
     for (int i = 1; i < argc; i++) {
@@ -259,7 +259,7 @@ static void ago(json_int_t t, char *buf, size_t cap) {
         snprintf(buf, cap, "%ld years ago", n / (365 * 86400));
 }
 
-int cmd_ls(int argc, char **argv) {
+int cli_ls(int argc, char **argv) {
     int json = argc > 1 && !strcmp(argv[1], "--json");
     if (argc > 1 + json) {
         cli_usage("ls", stderr);
@@ -301,7 +301,7 @@ static void print_removed(const char *name, void *user) {
     printf("removed %s\n", name);
 }
 
-int cmd_rm(int argc, char **argv) {
+int cli_rm(int argc, char **argv) {
     int force = 0, n_refs = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--force") || !strcmp(argv[i], "-f"))
@@ -333,7 +333,7 @@ int cmd_rm(int argc, char **argv) {
     return rc;
 }
 
-int cmd_verify(int argc, char **argv) {
+int cli_verify(int argc, char **argv) {
     if (argc != 2) {
         cli_usage("verify", stderr);
         return 2;
@@ -357,7 +357,7 @@ static void gc_line(const char *path, uint64_t bytes, void *user) {
     printf("removed %s (%s)\n", path, b);
 }
 
-int cmd_gc(int argc, char **argv) {
+int cli_gc(int argc, char **argv) {
     (void)argv;
     if (argc != 1) {
         cli_usage("gc", stderr);
@@ -375,7 +375,7 @@ int cmd_gc(int argc, char **argv) {
     return 0;
 }
 
-int cmd_cp(int argc, char **argv) {
+int cli_cp(int argc, char **argv) {
     const char *src = NULL, *dst = NULL;
     int force = 0;
     for (int i = 1; i < argc; i++) {

@@ -29,7 +29,7 @@ static const char *base_name(const char *path) {
     return s ? s + 1 : path;
 }
 
-int cmd_transcribe(int argc, char **argv) {
+int cli_transcribe(int argc, char **argv) {
     const char *model = NULL, *format = "txt", *out_dir = NULL;
     const char *files[256];
     int n_files = 0, quiet = 0, verbose = 0;
