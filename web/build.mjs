@@ -128,7 +128,7 @@ files.forEach((p, i) => {
   c += `static const char f${i}[] =\n${cString(data)};\n\n`;
   entries.push(`    {"${rel}", "${type}", f${i}, ${data.length}, ${/-[A-Z0-9]{8}\.[a-z0-9]+$/.test(rel) ? 1 : 0}},`);
 });
-c += 'const ks_webui_file ks_webui_files[] = {\n' + entries.join('\n') + '\n    {0, 0, 0, 0, 0},\n};\n';
+c += 'const server_webui_file server_webui_files[] = {\n' + entries.join('\n') + '\n    {0, 0, 0, 0, 0},\n};\n';
 fs.mkdirSync(path.dirname(path.resolve(outC)), { recursive: true });
 const tmp = outC + '.tmp';
 fs.writeFileSync(tmp, c);

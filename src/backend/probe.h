@@ -11,7 +11,7 @@
 #include "quant/quant.h"
 
 /* The CPU rows for features p, the level in use (active) and the best the
- * CPU has (top), both KQ_ISA_*; returns how many rows there are. */
+ * CPU has (top), both QUANT_ISA_*; returns how many rows there are. */
 int backend_cpu_rows(const quant_cpu *p, int active, int top, kiln_backend_status *out, int cap);
 /* The same rows as an aarch64 build gives them (scalar = 0, neon = 1,
  * dotprod = 2), on any build: backend_cpu_rows is this one there. */

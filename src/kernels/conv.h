@@ -87,7 +87,7 @@ typedef void (*kern_gemm_pack_fn)(const kern_gemm *g, int k0, int kc, int n0, in
 /* C as above through the best level's kernels, the chunks spread over the
  * pool (NULL: the calling thread alone). */
 void kern_gemm_run(thread_pool *pool, const kern_gemm *g);
-/* The same through the kernels of level isa (KQ_ISA_*), for the tests; -1
+/* The same through the kernels of level isa (QUANT_ISA_*), for the tests; -1
  * when the CPU lacks it. */
 int kern_gemm_run_at(thread_pool *pool, const kern_gemm *g, int isa);
 /* The same through the given tile and the scalar packer, for the tests (a
@@ -119,7 +119,7 @@ typedef struct kern_gn {
 } kern_gn;
 
 typedef void (*kern_gn_fn)(const kern_gn *g, const float *x, float *y, int group);
-/* The per-group kernel of level isa (KQ_ISA_*; the AVX-512 level's is the
+/* The per-group kernel of level isa (QUANT_ISA_*; the AVX-512 level's is the
  * AVX2 one), NULL if the CPU lacks the level. */
 kern_gn_fn kern_groupnorm_at(int isa);
 /* All groups through the best kernel, the groups spread over the pool. */

@@ -41,7 +41,7 @@ typedef struct kern_level {
     void (*gelu_tanh)(float *x, size_t n); /* conv.h's kern_gelu_fn */
 } kern_level;
 
-/* The table of level isa (KQ_ISA_*), NULL when the CPU lacks it. */
+/* The table of level isa (QUANT_ISA_*), NULL when the CPU lacks it. */
 const kern_level *kern_level_at(int isa);
 /* The table of the level quant_init() chose. */
 const kern_level *kern_level_best(void);

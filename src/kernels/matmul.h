@@ -82,7 +82,7 @@ void kern_matmul(thread_pool *pool, const kern_mat *w, const float *x, int n_tok
  * vector once for several rows. */
 typedef void (*kern_tile_fn)(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                            int64_t ldy);
-/* The block kernel of weight type t at level isa (a KQ_ISA_* value), NULL
+/* The block kernel of weight type t at level isa (a QUANT_ISA_* value), NULL
  * if t has none or the CPU lacks the level (kernels/level.c).  Only F16 has
  * one; the scalar level's is the reference vec_dot per output (within
  * tolerance), and quant_dot_f16_lanes the bit-exact twin of the AVX2 and

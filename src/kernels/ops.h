@@ -270,7 +270,7 @@ typedef struct kern_ops {
     void (*add)(float *y, const float *x, int n);
     void (*rope_neox)(const float *cs, float *x, int n_heads, int head_dim, int n_rot);
 } kern_ops;
-/* The set of level isa (a KQ_ISA_* value; the AVX-512 level's is the AVX2
+/* The set of level isa (a QUANT_ISA_* value; the AVX-512 level's is the AVX2
  * set), NULL if the CPU lacks the level (kernels/level.c). */
 const kern_ops *kern_ops_at(int isa);
 /* The set of the level quant_init() chose. */

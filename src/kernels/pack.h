@@ -108,7 +108,7 @@ typedef struct kern_x8_traits {
 
 /* The traits of weight type t, NULL when it has no interleaved form. */
 const kern_x8_traits *kern_x8_get(int t);
-/* The kernel of type t at level isa (KQ_ISA_*), NULL if t has none or the
+/* The kernel of type t at level isa (QUANT_ISA_*), NULL if t has none or the
  * CPU lacks the level; kern_x8_best: at the level quant_init() chose
  * (kernels/level.c; pack_avx2.c, pack_avx512.c hold the SIMD ones). */
 kern_x8_fn kern_x8_at(int t, int isa);

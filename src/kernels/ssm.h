@@ -107,7 +107,7 @@ typedef struct kern_ssm_ops {
     void (*ssd_scan)(const kern_ssd *a);
 } kern_ssm_ops;
 
-/* The set of level isa (a KQ_ISA_* value; the AVX-512 level's is the AVX2
+/* The set of level isa (a QUANT_ISA_* value; the AVX-512 level's is the AVX2
  * set), NULL if the CPU lacks the level; kern_ssm_ops_best() the set of the
  * level quant_init() chose (kernels/level.c). */
 const kern_ssm_ops *kern_ssm_ops_at(int isa);

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #ifndef SERVER_WEBUI_BUNDLE
-const ks_webui_file ks_webui_files[] = {{0, 0, 0, 0, 0}};
+const server_webui_file server_webui_files[] = {{0, 0, 0, 0, 0}};
 #endif
 
 const char server_webui_html[] =
@@ -101,7 +101,7 @@ const char server_webui_html[] =
 
 /* ---- routes ---- */
 
-int server_webui_bundled(void) { return ks_webui_files[0].path != NULL; }
+int server_webui_bundled(void) { return server_webui_files[0].path != NULL; }
 
 int server_webui_path(const char *url) {
     return !strcmp(url, "/") || !strcmp(url, "/index.html") || !strcmp(url, "/favicon.ico") ||
@@ -130,7 +130,7 @@ int server_webui_serve(struct MHD_Connection *c, const char *url) {
             return reply(c, 200, "text/html; charset=utf-8", server_webui_html, strlen(server_webui_html), "no-cache");
         return reply(c, 404, "text/plain; charset=utf-8", missing, sizeof missing - 1, "no-cache");
     }
-    for (const ks_webui_file *f = ks_webui_files; f->path; f++)
+    for (const server_webui_file *f = server_webui_files; f->path; f++)
         if (!strcmp(f->path, url))
             return reply(c, 200, f->type, f->data, f->len,
                          f->immutable ? "public, max-age=31536000, immutable" : "no-cache");
