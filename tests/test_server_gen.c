@@ -1,4 +1,4 @@
-/* The server's output pipeline (src/server/gen.c) on a token stream from
+/* The server's output pipeline (src/server/deltas.c) on a token stream from
  * the stories260K tokenizer: <think> becomes reasoning, <tool_call>{json}
  * (or Qwen3.5's <function=...><parameter=...> form) becomes a tool call,
  * stop strings cut the text (even across tokens) and cancel the request,
@@ -10,7 +10,7 @@
  * the closing tag arrives, and blocks that are not calls must come back as
  * content with nothing streamed. */
 #include "server/buf.h"
-#include "server/gen.h"
+#include "server/deltas.h"
 #include "server/prompt.h"
 #include "testutil.h"
 

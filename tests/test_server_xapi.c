@@ -6,7 +6,7 @@
  * numbers counting from 0, deltas that fold into the whole object, and the
  * same whole object without streaming. */
 #include "server/buf.h"
-#include "server/gen.h"
+#include "server/deltas.h"
 #include "server/xapi.h"
 #include "testutil.h"
 

@@ -14,7 +14,7 @@
 #include "spec/spec.h"
 #include "sample/jschema.h"
 #include "sample/sample.h"
-#include "server/gen.h"
+#include "server/deltas.h"
 #include "vision/vision.h"
 
 #include <jansson.h>
@@ -59,7 +59,7 @@ static void catch_sigint(void) {
  * call (<tool_call>{"name": ..., "arguments": ...}</tool_call>) is shown as
  * the call, "-> name({...})".  Only the display changes: the conversation
  * keeps the reply as the model wrote it, except a harmony model's (gpt-oss:
- * <|channel|>NAME<|message|>...<|end|> messages, read by server/gen.h),
+ * <|channel|>NAME<|message|>...<|end|> messages, read by server/deltas.h),
  * kept as its final text and, as thinking, its analysis: the template
  * refuses the channels' markup in a message. */
 enum { VIEW_TEXT, VIEW_THINK, VIEW_TOOL };

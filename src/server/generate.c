@@ -3,7 +3,7 @@
 #include "server/generate.h"
 #include "server/buf.h"
 #include "server/defaults.h"
-#include "server/gen.h"
+#include "server/deltas.h"
 #include "server/log.h"
 #include "server/media.h"
 #include "server/models.h"

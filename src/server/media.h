@@ -15,7 +15,7 @@
 #ifndef KILN_SERVER_MEDIA_H
 #define KILN_SERVER_MEDIA_H
 
-#include "server/gen.h"
+#include "server/deltas.h"
 #include "server/srv.h"
 
 #include "vision/vision.h"

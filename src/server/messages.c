@@ -21,7 +21,7 @@
  * thinking_delta, input_json_delta) / _stop per block, message_delta and
  * message_stop. */
 #include "server/buf.h"
-#include "server/gen.h"
+#include "server/deltas.h"
 #include "server/reply.h"
 #include "server/xapi.h"
 

@@ -22,7 +22,7 @@
  * content_part.done, output_item.done, and response.completed (or
  * response.incomplete when max_output_tokens cut it). */
 #include "server/buf.h"
-#include "server/gen.h"
+#include "server/deltas.h"
 #include "server/reply.h"
 #include "server/xapi.h"
 

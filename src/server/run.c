@@ -8,7 +8,7 @@
 #include "server/api.h"
 #include "server/buf.h"
 #include "server/defaults.h"
-#include "server/gen.h"
+#include "server/deltas.h"
 #include "server/log.h"
 #include "server/media.h"
 #include "server/metrics.h"

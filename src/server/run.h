@@ -6,7 +6,7 @@
 #ifndef KILN_SERVER_RUN_H
 #define KILN_SERVER_RUN_H
 
-#include "server/gen.h"
+#include "server/deltas.h"
 #include "server/opts.h"
 #include "server/srv.h"
 

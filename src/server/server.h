@@ -33,7 +33,7 @@
  *   reply.c    responses: JSON, errors in each API's shape, streams, watches
  *   models.c   the models: engines, loads on demand, keep-alive, room, drain
  *   metrics.c  Prometheus text               webui.c  GET / (the chat page)
- *   gen.c      token stream -> text: stop strings, <think>, calls
+ *   deltas.c   token stream -> text: stop strings, <think>, calls
  *   toolscan.c a <tool_call> body read as it arrives (streamed calls)
  *   xmlcall.c  the XML form of a call, typed by the tool's schema
  *   media.c    images in requests: data: URLs, base64, fetched URLs, markers

@@ -7,7 +7,7 @@
 #include "server/write.h"
 
 #include "server/buf.h"
-#include "server/gen.h"
+#include "server/deltas.h"
 #include "server/reply.h"
 #include "kiln.h"
 

@@ -10,7 +10,7 @@
 #define KILN_SERVER_WRITE_H
 
 #include "server/buf.h"
-#include "server/gen.h"
+#include "server/deltas.h"
 #include "server/reply.h"
 
 #include <jansson.h>

@@ -15,7 +15,7 @@
 #define KILN_SERVER_XAPI_H
 
 #include "server/buf.h"
-#include "server/gen.h"
+#include "server/deltas.h"
 #include "server/opts.h"
 #include "server/srv.h"
 #include "server/write.h"

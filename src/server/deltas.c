@@ -12,7 +12,7 @@
  * it comes, the header goes out once the name is settled and the
  * arguments' JSON text follows piece by piece. */
 #define _GNU_SOURCE
-#include "server/gen.h"
+#include "server/deltas.h"
 
 #include "server/buf.h"
 #include "server/callfmt.h"
