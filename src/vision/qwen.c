@@ -32,9 +32,9 @@ enum { VQ_GELU, VQ_GELU_QUICK, VQ_SILU }; /* the MLP's activation (clip.use_gelu
 
 typedef struct vq_layer {
     const float *ln1, *ln2, *ln1_b, *ln2_b; /* [E] norm weights; biases (LayerNorm) or NULL (RMSNorm) */
-    kern_mat q, k, v, o;                      /* E -> E (Qwen3-VL: row ranges of attn_qkv) */
+    kern_mat q, k, v, o;                    /* E -> E (Qwen3-VL: row ranges of attn_qkv) */
     const float *bq, *bk, *bv, *bo;         /* [E] */
-    kern_mat gate, up, down;                  /* E -> F -> E; gate data NULL: not gated */
+    kern_mat gate, up, down;                /* E -> F -> E; gate data NULL: not gated */
     const float *bgate, *bup, *bdown;       /* [F], [F], [E] */
     /* Qwen3-VL deepstack merger after this layer (ds_fc1.data NULL: none):
      * LayerNorm over a merged token's 4E, fc1 4E -> 4E, GELU, fc2 -> proj */
@@ -50,14 +50,14 @@ struct vision_qwen {
     int win;                          /* window side in merged tokens */
     float eps, mean[3], std[3];
     int64_t min_px, max_px; /* the resized image's pixel bounds */
-    kern_mat patch[2];        /* E rows of 3 * P * P ([E][3][P][P]) */
+    kern_mat patch[2];      /* E rows of 3 * P * P ([E][3][P][P]) */
     const float *patch_b;   /* [E] or NULL */
     const float *pos;       /* [n_side][n_side][E] learned positions (Qwen3-VL), or NULL */
     float *pos_owned;       /* pos when widened from F16 / BF16 at load */
     int n_side;
     vq_layer *L;
     const float *post_ln, *post_ln_b; /* [E]; bias NULL: RMSNorm */
-    kern_mat mm0, mm2;                  /* 4E -> 4E -> proj */
+    kern_mat mm0, mm2;                /* 4E -> 4E -> proj */
     const float *b0, *b2;
     int64_t mm_cols; /* widest quantized matrix's columns (kern_matmul's scratch); 0: all F32/F16/BF16 */
 };
@@ -131,20 +131,19 @@ static kern_mat vq_mat2(vq_bind *B, const char *name, int64_t ncols, int64_t nro
     return vq_mat(B, name, 2, ne);
 }
 
-static int vq_hp(const gguf_file *f, const char *key, int64_t lo, int64_t hi, int64_t def, int *out, char *err,
-                 size_t errlen) {
+/* *out = the integer key, which must lie in [lo, hi] (def when absent);
+ * st is the status of a value outside. */
+static kiln_status vq_hp(const gguf_file *f, const char *key, int64_t lo, int64_t hi, int64_t def, int *out,
+                         kiln_status st, const char *why) {
     const int64_t v = gguf_get_int(f, key, def);
-    if (v < lo || v > hi) {
-        snprintf(err, errlen, "mmproj: bad or missing %s (%lld)", key, (long long)v);
-        return -1;
-    }
+    if (v < lo || v > hi) return base_fail(st, "mmproj: bad or missing %s (%lld)%s", key, (long long)v, why);
     *out = (int)v;
-    return 0;
+    return KILN_OK;
 }
 
 kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
     *out = NULL;
-    char type[64], err[256];
+    char type[64];
     gguf_get_cstr(f, "clip.projector_type", type, sizeof type, "");
     vision_qwen h = {0};
     if (!strcmp(type, "qwen2vl_merger"))
@@ -155,24 +154,27 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
         h.kind = VQ_Q3;
     else
         return base_fail(KILN_ERR_UNSUPPORTED, "mmproj: projector type '%s' is not a Qwen-VL merger", type);
-    if (vq_hp(f, "clip.vision.embedding_length", 1, 16384, 0, &h.E, err, sizeof err) ||
-        vq_hp(f, "clip.vision.attention.head_count", 1, 256, 0, &h.H, err, sizeof err) ||
-        vq_hp(f, "clip.vision.feed_forward_length", 1, 65536, 0, &h.F, err, sizeof err) ||
-        vq_hp(f, "clip.vision.block_count", 1, 256, 0, &h.n_layer, err, sizeof err) ||
-        vq_hp(f, "clip.vision.patch_size", 1, 64, 0, &h.P, err, sizeof err) ||
-        vq_hp(f, "clip.vision.projection_dim", 1, 65536, 0, &h.proj, err, sizeof err) ||
-        (h.kind == VQ_Q25 && vq_hp(f, "clip.vision.n_wa_pattern", 1, 256, 0, &h.wa, err, sizeof err)))
-        return base_fail(KILN_ERR_FORMAT, "%s", err);
+    const kiln_status bad = KILN_ERR_FORMAT;
+    kiln_status st;
+    if ((st = vq_hp(f, "clip.vision.embedding_length", 1, 16384, 0, &h.E, bad, "")) ||
+        (st = vq_hp(f, "clip.vision.attention.head_count", 1, 256, 0, &h.H, bad, "")) ||
+        (st = vq_hp(f, "clip.vision.feed_forward_length", 1, 65536, 0, &h.F, bad, "")) ||
+        (st = vq_hp(f, "clip.vision.block_count", 1, 256, 0, &h.n_layer, bad, "")) ||
+        (st = vq_hp(f, "clip.vision.patch_size", 1, 64, 0, &h.P, bad, "")) ||
+        (st = vq_hp(f, "clip.vision.projection_dim", 1, 65536, 0, &h.proj, bad, "")) ||
+        (h.kind == VQ_Q25 && (st = vq_hp(f, "clip.vision.n_wa_pattern", 1, 256, 0, &h.wa, bad, ""))))
+        return st;
     const int gelu = gguf_get_bool(f, "clip.use_gelu", 0), silu = gguf_get_bool(f, "clip.use_silu", 0);
     if (gelu && silu) return base_fail(KILN_ERR_FORMAT, "mmproj: clip.use_gelu and clip.use_silu both set");
     h.act = gelu ? VQ_GELU : silu ? VQ_SILU : VQ_GELU_QUICK;
     int merge = 2;
-    if (vq_hp(f, "clip.vision.spatial_merge_size", 2, 2, 2, &merge, err, sizeof err))
-        return base_fail(KILN_ERR_UNSUPPORTED, "%s (only 2 x 2 merging)", err);
+    if ((st = vq_hp(f, "clip.vision.spatial_merge_size", 2, 2, 2, &merge, KILN_ERR_UNSUPPORTED,
+                    " (only 2 x 2 merging)")))
+        return st;
     h.D = h.E / h.H;
     if (h.D * h.H != h.E || h.D % 4)
         return base_fail(KILN_ERR_FORMAT, "mmproj: %d heads do not split embedding_length %d into a multiple of 4", h.H,
-                       h.E);
+                         h.E);
     h.eps = (float)gguf_get_float(f, "clip.vision.attention.layer_norm_epsilon", 1e-6);
     if (!(h.eps > 0.0f) || !(h.eps < 1.0f)) return base_fail(KILN_ERR_FORMAT, "mmproj: bad layer_norm_epsilon");
     const gguf_kv *mk = gguf_find(f, "clip.vision.image_mean"), *sk = gguf_find(f, "clip.vision.image_std");
@@ -447,7 +449,8 @@ static void vq_act(thread_pool *pool, int act, float *x, size_t n) {
 
 /* c [m][w's rows] = a [m][k] w^T + bias; quantized weights through
  * kern_matmul with scratch mscr (kern_matmul_scratch_size(q->mm_cols, m)) */
-static void vq_linear(thread_pool *pool, const kern_mat *w, const float *bias, const float *a, int m, float *c, void *mscr) {
+static void vq_linear(thread_pool *pool, const kern_mat *w, const float *bias, const float *a, int m, float *c,
+                      void *mscr) {
     if (!vq_gemm_type(w->type)) {
         kern_matmul(pool, w, a, m, c, w->nrows, mscr);
         if (bias)
@@ -556,7 +559,8 @@ kiln_status vision_qwen_encode(const vision_qwen *q, thread_pool *pool, const ui
     float *img = base_malloc((size_t)3 * rh * rw * sizeof(float));
     float *pg = base_malloc(2 * En * sizeof(float));
     float *x = base_malloc(En * sizeof(float)), *xn = base_malloc(En * sizeof(float));
-    float *qm = base_malloc(En * sizeof(float)), *km = base_malloc(En * sizeof(float)), *vm = base_malloc(En * sizeof(float));
+    float *qm = base_malloc(En * sizeof(float)), *km = base_malloc(En * sizeof(float)),
+          *vm = base_malloc(En * sizeof(float));
     float *att = base_malloc(En * sizeof(float));
     float *g = base_malloc((size_t)n * F * sizeof(float)), *u = base_malloc((size_t)n * F * sizeof(float));
     float *sc = base_malloc(qc * (size_t)n * sizeof(float));
