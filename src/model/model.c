@@ -415,7 +415,7 @@ void kiln_model_free(kiln_model *m) {
 int32_t kiln_model_has_vision(const kiln_model *m) { return m && m->vision ? 1 : 0; }
 
 kiln_status model_image_prompt(kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
-                            const kiln_image_input *images, int32_t n_images, vision_prompt *out) {
+                               const kiln_image_input *images, int32_t n_images, vision_prompt *out) {
     const vision_text tx = {m ? m->tok : NULL, m ? m->hp.n_embd_inp : 0, m && m->hp.rope.mrope};
     return vision_prompt_build(m ? m->vision : NULL, &tx, text, len, add_special, parse_special, images, n_images, out);
 }
