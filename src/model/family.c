@@ -192,3 +192,7 @@ kiln_status model_rope_sections(kiln_model *m, int kind) {
     r->mrope = kind;
     return KILN_OK;
 }
+
+int model_attn_below(const kiln_model *m, int l) {
+    return m->arch->family->attn_below ? m->arch->family->attn_below(m, l) : l;
+}

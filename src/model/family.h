@@ -198,6 +198,8 @@ extern const model_family model_family_modernbert;
 extern const model_family model_family_gemma_embed;
 extern const model_family model_family_gemma;
 extern const model_family model_family_deepseek2;
+/* Attention layers below layer l (model_family.attn_below). */
+int model_attn_below(const kiln_model *m, int l);
 
 /* ---- binding (family.c) ----
  * A binder finds tensors by name with exact shapes (ne[0] first) and a
