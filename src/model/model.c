@@ -226,10 +226,6 @@ static int cuda_fits(kiln_model *m, const kiln_context_params *cp, char *why, si
     return -1;
 }
 
-int model_attn_below(const kiln_model *m, int l) {
-    return m->arch->family->attn_below ? m->arch->family->attn_below(m, l) : l;
-}
-
 /* Whether the model's layers cannot be split between the GPU and the CPU
  * (the reason in why): the dense and hybrid families' can. */
 static int split_refused(const kiln_model *m, char *why, size_t cap) {
