@@ -53,9 +53,9 @@ static double max_err(const float *a, const float *b, size_t n, double *ref_max)
 static void test_tokenizer(void) {
     size_t n;
     char *model = t_read_file(TINY "spiece.model", &n);
-    char err[256];
-    image_spiece *s = model ? image_spiece_load((const uint8_t *)model, n, err, sizeof err) : NULL;
-    CHECKF(s != NULL, "spiece: %s", model ? err : "no file");
+    image_spiece *s = NULL;
+    if (model) image_spiece_load((const uint8_t *)model, n, &s);
+    CHECKF(s != NULL, "spiece: %s", model ? kiln_last_error() : "no file");
     free(model);
     json_error_t je;
     json_t *j = json_load_file(TINY "tokenizer.json", 0, &je);
@@ -93,7 +93,8 @@ static void test_tokenizer(void) {
     /* a truncated or garbled model is refused, never a crash */
     model = t_read_file(TINY "spiece.model", &n);
     for (size_t k = 1; model && k < n; k += k < 64 ? 1 : 997) {
-        image_spiece *t = image_spiece_load((const uint8_t *)model, k, err, sizeof err);
+        image_spiece *t;
+        image_spiece_load((const uint8_t *)model, k, &t);
         if (t) {
             int32_t ids[64];
             image_spiece_encode(t, "a red circle", 12, ids, 64);
@@ -108,20 +109,18 @@ static void test_tokenizer(void) {
 static image_pipeline *open_tiny(int threads) {
     image_files f;
     image_config c;
-    char err[512];
     image_pipeline *p = NULL;
-    int rc = image_pack_read(TINY, 1, &f, &c, err, sizeof err);
-    CHECKF(rc == 0, "pack: %s", err);
+    int rc = image_pack_read(TINY, 1, &f, &c);
+    CHECKF(rc == 0, "pack: %s", kiln_last_error());
     if (rc) return NULL;
-    rc = image_pipeline_open(&f, &c, threads, &p, err, sizeof err);
-    CHECKF(rc == 0, "open: %s", err);
+    rc = image_pipeline_open(&f, &c, threads, &p);
+    CHECKF(rc == 0, "open: %s", kiln_last_error());
     return p;
 }
 
 static void test_stages(json_t *ref) {
     image_pipeline *p = open_tiny(2);
     if (!p) return;
-    char err[256];
     /* the noise, bit for bit */
     json_t *noise = json_object_get(ref, "noise");
     float g[8];
@@ -134,7 +133,7 @@ static void test_stages(json_t *ref) {
     json_t *pl = json_object_get(ref, "pipeline");
     const int steps = (int)json_integer_value(json_object_get(pl, "steps"));
     float ts[64], sig[65], init;
-    CHECK(image_sched_plan(&image_pipeline_config(p)->sched, steps, ts, sig, &init, err, sizeof err) == 0);
+    CHECK(image_sched_plan(&image_pipeline_config(p)->sched, steps, ts, sig, &init) == 0);
     for (int i = 0; i < steps; i++)
         CHECK(ts[i] == (float)json_number_value(json_array_get(json_object_get(pl, "timesteps"), (size_t)i)));
     for (int i = 0; i <= steps; i++)
@@ -152,7 +151,7 @@ static void test_stages(json_t *ref) {
     const int D = image_encoder_width(p);
     float *states = malloc((size_t)n * (size_t)D * sizeof *states);
     float *rt5 = read_f32(TINY "ref_t5.f32", (size_t)n * (size_t)D);
-    CHECK(image_encode(p, ids, n, states, err, sizeof err) == 0);
+    CHECK(image_encode(p, ids, n, states) == 0);
     double rmax, e = rt5 ? max_err(states, rt5, (size_t)n * (size_t)D, &rmax) : INFINITY;
     printf("t5 states: max abs error %.3g (values up to %.3g)\n", e, rmax);
     CHECK(e < 1e-4);
@@ -163,8 +162,8 @@ static void test_stages(json_t *ref) {
     image_rng_seed(&r, (uint64_t)json_integer_value(json_object_get(ds, "noise_seed")));
     image_rng_gauss(&r, x, nz);
     float *rd = read_f32(TINY "ref_dit_step.f32", no);
-    CHECK(image_dit_once(p, x, (float)json_number_value(json_object_get(ds, "timestep")), rt5 ? rt5 : states, n, out,
-                         err, sizeof err) == 0);
+    CHECK(image_dit_once(p, x, (float)json_number_value(json_object_get(ds, "timestep")), rt5 ? rt5 : states, n, out) ==
+          0);
     e = rd ? max_err(out, rd, no, &rmax) : INFINITY;
     printf("dit step: max abs error %.3g (values up to %.3g)\n", e, rmax);
     CHECK(e < 5e-3);
@@ -175,7 +174,7 @@ static void test_stages(json_t *ref) {
     for (size_t i = 0; i < nz; i++) x[i] *= (float)json_number_value(json_object_get(vs, "latent_scale"));
     const size_t ni = 3 * 256 * 256;
     float *img = malloc(ni * sizeof *img), *rv = read_f32(TINY "ref_vae.f32", ni);
-    CHECK(image_decode(p, x, img, err, sizeof err) == 0);
+    CHECK(image_decode(p, x, img) == 0);
     e = rv ? max_err(img, rv, ni, &rmax) : INFINITY;
     printf("vae decode: max abs error %.3g (values up to %.3g)\n", e, rmax);
     CHECK(e < 1e-3);
@@ -198,9 +197,8 @@ static uint8_t *generate(image_pipeline *p, json_t *ref, size_t *len) {
                        NULL,
                        NULL};
     uint8_t *png = NULL;
-    char err[256];
-    int rc = image_generate(p, &r, &png, len, err, sizeof err);
-    CHECKF(rc == IMAGE_OK, "generate: %s", err);
+    int rc = image_generate(p, &r, &png, len);
+    CHECKF(rc == KILN_OK, "generate: %s", kiln_last_error());
     return png;
 }
 
@@ -246,10 +244,9 @@ static void test_pipeline(json_t *ref) {
     r.user = &calls;
     uint8_t *png = NULL;
     size_t len;
-    char err[256];
-    CHECK(image_generate(p2, &r, &png, &len, err, sizeof err) == IMAGE_CANCELLED && !png && calls == 3);
+    CHECK(image_generate(p2, &r, &png, &len) == KILN_ERR_CANCELLED && !png && calls == 3);
     r.progress = NULL;
-    CHECK(image_generate(p2, &r, &png, &len, err, sizeof err) == IMAGE_OK && png && (len != l2 || memcmp(png, a, len)));
+    CHECK(image_generate(p2, &r, &png, &len) == KILN_OK && png && (len != l2 || memcmp(png, a, len)));
     free(png);
     /* an over-long prompt is refused, not cut */
     char lng[2048];
@@ -257,7 +254,7 @@ static void test_pipeline(json_t *ref) {
     for (size_t i = 1; i < sizeof lng - 1; i += 2) lng[i] = ' ';
     lng[sizeof lng - 1] = 0;
     r.prompt = lng;
-    CHECK(image_generate(p2, &r, &png, &len, err, sizeof err) == IMAGE_TOO_LONG && strstr(err, "at most 120"));
+    CHECK(image_generate(p2, &r, &png, &len) == KILN_ERR_CONTEXT_FULL && strstr(kiln_last_error(), "at most 120"));
     (void)pl;
     free(a);
     free(b);
@@ -282,17 +279,17 @@ static int copy_file(const char *from, const char *to) {
 }
 
 static int refused(json_t *pack, const char *expect) {
-    char path[600], err[512];
+    char path[600];
     snprintf(path, sizeof path, "%s/pack.json", tmp);
     json_dump_file(pack, path, JSON_INDENT(1));
     image_files f;
     image_config c;
     image_pipeline *p = NULL;
-    int rc = image_pack_read(tmp, 1, &f, &c, err, sizeof err);
-    if (!rc) rc = image_pipeline_open(&f, &c, 1, &p, err, sizeof err);
+    int rc = image_pack_read(tmp, 1, &f, &c);
+    if (!rc) rc = image_pipeline_open(&f, &c, 1, &p);
     image_pipeline_free(p);
     CHECKF(rc != 0, "accepted (expected: %s)", expect);
-    CHECKF(rc == 0 || strstr(err, expect), "'%s' lacks '%s'", err, expect);
+    CHECKF(rc == 0 || strstr(kiln_last_error(), expect), "'%s' lacks '%s'", kiln_last_error(), expect);
     return rc != 0;
 }
 

@@ -107,14 +107,13 @@ int main(void) {
     image_files f;
     image_config c;
     image_pipeline *p = NULL;
-    char err[512];
     /* KILN_DEMO_PACK measures another pack (one in training) the same way */
     const char *pack = getenv("KILN_DEMO_PACK");
     if (!pack || !*pack) pack = PACK;
-    int rc = image_pack_read(pack, 1, &f, &c, err, sizeof err);
-    CHECKF(rc == 0, "pack: %s", err);
-    if (!rc) rc = image_pipeline_open(&f, &c, 2, &p, err, sizeof err);
-    CHECKF(rc == 0, "open: %s", err);
+    int rc = image_pack_read(pack, 1, &f, &c);
+    CHECKF(rc == 0, "pack: %s", kiln_last_error());
+    if (!rc) rc = image_pipeline_open(&f, &c, 2, &p);
+    CHECKF(rc == 0, "open: %s", kiln_last_error());
     if (rc) return t_done();
     int bg_right = 0, fg_right = 0, shapes_right = 0;
     for (int i = 0; i < NCASES; i++) {
@@ -124,9 +123,9 @@ int main(void) {
         image_request r = {.prompt = prompt, .steps = 0, .cfg = -1, .seed = (uint64_t)i + 1};
         uint8_t *png = NULL;
         size_t len = 0;
-        rc = image_generate(p, &r, &png, &len, err, sizeof err);
-        CHECKF(rc == IMAGE_OK, "%s: %s", prompt, err);
-        if (rc != IMAGE_OK) continue;
+        rc = image_generate(p, &r, &png, &len);
+        CHECKF(rc == KILN_OK, "%s: %s", prompt, kiln_last_error());
+        if (rc != KILN_OK) continue;
         int w = 0, h = 0;
         uint8_t *rgb = t_png_pixels(png, len, &w, &h);
         free(png);

@@ -941,10 +941,9 @@ static int has_image_pack(kiln_store *s, const char *name) {
     const size_t n = strlen(p);
     image_files files;
     image_config cfg;
-    char err[512];
-    int ok = n > 10 && !strcmp(p + n - 10, "/pack.json") && image_pack_read(p, 1, &files, &cfg, err, sizeof err) == 0 &&
-             image_pipeline_check(&files, &cfg, err, sizeof err) == 0 && !strncmp(files.dit, p, n - 9);
-    if (!ok) fprintf(stderr, "  %s: %s\n", p, err);
+    int ok = n > 10 && !strcmp(p + n - 10, "/pack.json") && image_pack_read(p, 1, &files, &cfg) == 0 &&
+             image_pipeline_check(&files, &cfg) == 0 && !strncmp(files.dit, p, n - 9);
+    if (!ok) fprintf(stderr, "  %s: %s\n", p, kiln_last_error());
     kiln_store_release(l);
     return ok;
 }

@@ -180,24 +180,23 @@ int cli_image(int argc, char **argv) {
     /* a pack directory (or its pack.json), else a name in the store */
     struct stat pst;
     if (pack && stat(pack, &pst) != 0 && cli_model_path(pack, 0, &pack)) return 1;
-    char err[1024];
     image_config cfgp;
     if (pack) {
-        if (image_pack_read(pack, verify, &files, &cfgp, err, sizeof err)) {
-            fprintf(stderr, "kiln: %s\n", err);
+        if (image_pack_read(pack, verify, &files, &cfgp)) {
+            fprintf(stderr, "kiln: %s\n", kiln_last_error());
             return 1;
         }
     } else {
         image_config_default(&cfgp);
-        if (image_tokenizer_pinned(files.tokenizer, tok_sha, err, sizeof err)) {
-            fprintf(stderr, "kiln: %s\n", err);
+        if (image_tokenizer_pinned(files.tokenizer, tok_sha)) {
+            fprintf(stderr, "kiln: %s\n", kiln_last_error());
             return 1;
         }
     }
     const double t0 = base_now();
     image_pipeline *p;
-    if (image_pipeline_open(&files, &cfgp, threads, &p, err, sizeof err)) {
-        fprintf(stderr, "kiln: %s\n", err);
+    if (image_pipeline_open(&files, &cfgp, threads, &p)) {
+        fprintf(stderr, "kiln: %s\n", kiln_last_error());
         return 1;
     }
     const double t_load = base_now() - t0;
@@ -206,7 +205,7 @@ int cli_image(int argc, char **argv) {
     uint8_t *png;
     size_t len;
     const double tg = base_now(), cg = cpu_now();
-    int rc = image_generate(p, &r, &png, &len, err, sizeof err);
+    const kiln_status rc = image_generate(p, &r, &png, &len);
     const double t_gen = base_now() - tg, c_end = cpu_now();
     if (b.tty) fputc('\n', stderr);
     const image_config *c = image_pipeline_config(p);
@@ -215,7 +214,7 @@ int cli_image(int argc, char **argv) {
     const int w = image_pipeline_width(p), h = image_pipeline_height(p);
     image_pipeline_free(p);
     if (rc) {
-        fprintf(stderr, "kiln: %s\n", err);
+        fprintf(stderr, "kiln: %s\n", kiln_last_error());
         return 1;
     }
     FILE *f = !strcmp(outp, "-") ? stdout : fopen(outp, "wb");

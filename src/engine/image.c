@@ -7,6 +7,7 @@
 #include "image/image.h"
 #include "base/base.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,20 +16,18 @@ static kiln_status img_check(void *user, const char *path) {
         return base_fail(KILN_ERR_FORMAT, "%s: not an image pack (a directory with pack.json)", path);
     image_files f;
     image_config c;
-    char err[1024];
-    if (image_pack_read(path, 0, &f, &c, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
-    return KILN_OK;
+    return image_pack_read(path, 0, &f, &c);
 }
 
 static kiln_status img_load(void *user, const char *path, kiln_engine_backend backend, engine_run *r, void **model) {
     image_files f;
     image_config c;
-    char err[1024];
     *model = NULL;
-    if (image_pack_read(path, 1, &f, &c, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
+    kiln_status st = image_pack_read(path, 1, &f, &c);
+    if (st) return st;
     if (engine_cancelled(r)) return base_fail(KILN_ERR_CANCELLED, "load cancelled");
     image_pipeline *p;
-    if (image_pipeline_open(&f, &c, 0, &p, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
+    if ((st = image_pipeline_open(&f, &c, 0, &p))) return st;
     *model = p;
     return KILN_OK;
 }
@@ -44,11 +43,15 @@ typedef struct img_call {
     engine_run *run;
     int32_t image;
     kiln_status yield_st;
+    char yield_why[256]; /* yield_st's message: image_generate's own "cancelled" replaces the last error */
 } img_call;
 
 static int on_step(void *user, int step, int steps) {
     img_call *c = user;
-    if (step < steps && (c->yield_st = engine_yield(c->run)) != KILN_OK) return 1;
+    if (step < steps && (c->yield_st = engine_yield(c->run)) != KILN_OK) {
+        snprintf(c->yield_why, sizeof c->yield_why, "%s", kiln_last_error());
+        return 1;
+    }
     return c->req->progress && c->req->progress(c->image, step, steps, c->req->user);
 }
 
@@ -70,21 +73,18 @@ static kiln_status img_run(void *user, void *model, int task, void *req, engine_
     res->width = w;
     res->height = h;
     c->run = r;
-    char err[512];
     kiln_status st = KILN_OK;
     for (int32_t i = 0; i < q->n && st == KILN_OK; i++) {
         c->image = i;
         c->yield_st = KILN_OK;
         image_request ir = {q->prompt, q->steps, q->cfg, q->seed + (uint64_t)i, on_step, c};
         kiln_image *im = &res->images[i];
-        int rc = image_generate(p, &ir, &im->png, &im->len, err, sizeof err);
+        st = image_generate(p, &ir, &im->png, &im->len);
         im->seed = ir.seed;
-        if (rc == IMAGE_OK)
+        if (st == KILN_OK)
             res->n++;
-        else if (rc == IMAGE_CANCELLED)
-            st = c->yield_st != KILN_OK ? c->yield_st : base_fail(KILN_ERR_CANCELLED, "cancelled");
-        else
-            st = base_fail(rc == IMAGE_TOO_LONG ? KILN_ERR_CONTEXT_FULL : KILN_ERR_INVALID_ARG, "%s", err);
+        else if (st == KILN_ERR_CANCELLED && c->yield_st != KILN_OK)
+            st = base_fail(c->yield_st, "%s", c->yield_why);
     }
     if (st != KILN_OK) {
         for (int32_t i = 0; i < q->n; i++) free(res->images[i].png);
@@ -114,7 +114,7 @@ kiln_status kiln_engine_image(kiln_engine *e, const kiln_image_request *r, kiln_
     if (r->n < 1 || r->n > 16) return base_fail(KILN_ERR_INVALID_ARG, "n must be 1..16, not %d", r->n);
     if (r->steps < 0 || r->steps > IMAGE_MAX_STEPS)
         return base_fail(KILN_ERR_INVALID_ARG, "steps must be 0..%d", IMAGE_MAX_STEPS);
-    img_call call = {r, NULL, NULL, 0, KILN_OK};
+    img_call call = {r, NULL, NULL, 0, KILN_OK, ""};
     kiln_status st = engine_request(e, ENGINE_TASK_IMAGE, &call, r->urgent, r->cancel);
     *out = call.res;
     return st;

@@ -21,28 +21,25 @@ static void sincos_row(float *out, int dim, double pos) {
     }
 }
 
-int image_dit_bind(image_dit *m, const ckpt_file *f, const char *what, int head_dim, float interp, int check, char *err,
-                   size_t errlen) {
+kiln_status image_dit_bind(image_dit *m, const ckpt_file *f, const char *what, int head_dim, float interp, int check) {
     memset(m, 0, sizeof *m);
-    image_binder b = {f, what, check, 0, err, errlen};
+    image_binder b = {f, what, check, 0, KILN_OK};
     const ckpt_tensor *pe = ckpt_find(f, "pos_embed.proj.weight"),
                       *c1 = ckpt_find(f, "caption_projection.linear_1.weight"),
                       *ff = ckpt_find(f, "transformer_blocks.0.ff.net.0.proj.weight"),
                       *po = ckpt_find(f, "proj_out.weight");
     if (!pe || !c1 || !ff || !po || pe->n_dims != 4 || c1->n_dims != 2 || ff->n_dims != 2 || po->n_dims != 2 ||
         pe->shape[2] != pe->shape[3]) {
-        base_errf(err, errlen,
-                  "%s: not a PixArt-alpha transformer (needs pos_embed.proj, caption_projection, "
-                  "transformer_blocks.0 and proj_out)",
-                  what);
-        return -1;
+        return base_fail(KILN_ERR_FORMAT,
+                         "%s: not a PixArt-alpha transformer (needs pos_embed.proj, caption_projection, "
+                         "transformer_blocks.0 and proj_out)",
+                         what);
     }
     if (ckpt_find(f, "adaln_single.emb.resolution_embedder.linear_1.weight")) {
-        base_errf(err, errlen,
-                  "%s: a transformer with micro-conditions (resolution and aspect embedders) is not "
-                  "supported",
-                  what);
-        return -1;
+        return base_fail(KILN_ERR_FORMAT,
+                         "%s: a transformer with micro-conditions (resolution and aspect embedders) is not "
+                         "supported",
+                         what);
     }
     m->hidden = (int)pe->shape[0];
     m->in_ch = (int)pe->shape[1];
@@ -52,12 +49,11 @@ int image_dit_bind(image_dit *m, const ckpt_file *f, const char *what, int head_
     m->interp = interp;
     m->hd = head_dim;
     if (m->hidden > MAX_HIDDEN) {
-        base_errf(err, errlen, "%s: hidden size %d is larger than %d", what, m->hidden, MAX_HIDDEN);
-        return -1;
+        return base_fail(KILN_ERR_FORMAT, "%s: hidden size %d is larger than %d", what, m->hidden, MAX_HIDDEN);
     }
     if (head_dim < 1 || m->hidden % head_dim || po->shape[0] % ((int64_t)m->patch * m->patch)) {
-        base_errf(err, errlen, "%s: hidden size %d is not a multiple of the head size %d", what, m->hidden, head_dim);
-        return -1;
+        return base_fail(KILN_ERR_FORMAT, "%s: hidden size %d is not a multiple of the head size %d", what, m->hidden,
+                         head_dim);
     }
     m->heads = m->hidden / head_dim;
     m->out_ch = (int)(po->shape[0] / ((int64_t)m->patch * m->patch));
@@ -74,11 +70,11 @@ int image_dit_bind(image_dit *m, const ckpt_file *f, const char *what, int head_
     image_lin_bind(&b, &m->c1, D, m->caption, 1, "caption_projection.linear_1");
     image_lin_bind(&b, &m->c2, D, D, 1, "caption_projection.linear_2");
     if (!m->depth && !b.failed) {
-        base_errf(err, errlen, "%s: no transformer blocks", what);
+        b.status = base_fail(KILN_ERR_FORMAT, "%s: no transformer blocks", what);
         b.failed = 1;
     }
     if (!check && !b.failed && !(m->blk = calloc((size_t)m->depth, sizeof *m->blk))) {
-        base_errf(err, errlen, "out of memory");
+        b.status = base_fail(KILN_ERR_NOMEM, "out of memory");
         b.failed = 1;
     }
     for (int i = 0; i < m->depth && !b.failed; i++) {
@@ -102,7 +98,7 @@ int image_dit_bind(image_dit *m, const ckpt_file *f, const char *what, int head_
     if (!b.failed && !check) {
         m->pos = malloc((size_t)m->n_tok * (size_t)D * sizeof *m->pos);
         if (!m->pos) {
-            base_errf(err, errlen, "out of memory");
+            b.status = base_fail(KILN_ERR_NOMEM, "out of memory");
             b.failed = 1;
         } else {
             const double step = 1.0 / ((double)m->grid / (double)(m->sample / m->patch)) / (double)interp;
@@ -116,9 +112,9 @@ int image_dit_bind(image_dit *m, const ckpt_file *f, const char *what, int head_
     }
     if (b.failed) {
         image_dit_free(m);
-        return -1;
+        return b.status;
     }
-    return 0;
+    return KILN_OK;
 }
 
 static void lin_free(image_lin *l) {

@@ -44,8 +44,7 @@ typedef struct image_dit {
 
 /* Infers the sizes from f (the heads from head_dim) and binds every
  * tensor; check set: verify only, nothing allocated. */
-int image_dit_bind(image_dit *m, const ckpt_file *f, const char *what, int head_dim, float interp, int check, char *err,
-                   size_t errlen);
+kiln_status image_dit_bind(image_dit *m, const ckpt_file *f, const char *what, int head_dim, float interp, int check);
 void image_dit_free(image_dit *m);
 
 /* A request's buffers: a batch of b items, each with its own caption

@@ -26,11 +26,15 @@
  * against their tensor schemas (names, shapes, F32/F16/BF16), the
  * tokenizer, and that they fit together (caption width = encoder width,
  * latent channels, vocabulary, 256 x 256 output).
+ *
+ * A call that fails returns its kiln_status and has set the thread's last
+ * error (kiln_last_error) with the message.
  */
 #ifndef KILN_IMAGE_H
 #define KILN_IMAGE_H
 
 #include "image/sched.h"
+#include "kiln.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -61,22 +65,22 @@ void image_config_default(image_config *c);
 #define IMAGE_SPIECE_PIN_SHA256 "d60acb128cf7b7f2536e8f38a5b18a05535c9e14c7a355904270e15b0945ea86"
 /* The four files given without a pack: the tokenizer must be the pinned
  * one, or have the SHA-256 sha256 (64 hex digits) when that is not NULL
- * (the caller pinning its own).  0, or -1 with err. */
-int image_tokenizer_pinned(const char *path, const char *sha256, char *err, size_t errlen);
+ * (the caller pinning its own). */
+kiln_status image_tokenizer_pinned(const char *path, const char *sha256);
 /* 1 when path is a pack: a directory holding pack.json, or such a file. */
 int image_is_pack(const char *path);
 /* Reads a pack's manifest into files and config and checks every
- * artifact's length, and its SHA-256 when verify is set.  -1 with err. */
-int image_pack_read(const char *path, int verify, image_files *files, image_config *config, char *err, size_t errlen);
+ * artifact's length, and its SHA-256 when verify is set. */
+kiln_status image_pack_read(const char *path, int verify, image_files *files, image_config *config);
 
 typedef struct image_pipeline image_pipeline;
 
-/* Checks the schemas (see above) and that the parts fit, loading nothing;
- * 0, or -1 with err. */
-int image_pipeline_check(const image_files *files, const image_config *config, char *err, size_t errlen);
-/* Checks the schemas (see above), then loads: weights stay mapped. */
-int image_pipeline_open(const image_files *files, const image_config *config, int n_threads, image_pipeline **out,
-                        char *err, size_t errlen);
+/* Checks the schemas (see above) and that the parts fit, loading nothing. */
+kiln_status image_pipeline_check(const image_files *files, const image_config *config);
+/* Checks the schemas (see above), then loads: weights stay mapped; *out
+ * is NULL on failure. */
+kiln_status image_pipeline_open(const image_files *files, const image_config *config, int n_threads,
+                                image_pipeline **out);
 void image_pipeline_free(image_pipeline *p);
 const image_config *image_pipeline_config(const image_pipeline *p);
 int image_pipeline_width(const image_pipeline *p); /* pixels: 256 */
@@ -95,30 +99,28 @@ typedef struct image_request {
     void *user;
 } image_request;
 
-enum { IMAGE_OK = 0, IMAGE_ERR = -1, IMAGE_CANCELLED = -2, IMAGE_TOO_LONG = -3 };
-
-/* Generates one image; *png (malloc'd) receives the PNG bytes.  Returns
- * IMAGE_OK, or IMAGE_ERR / IMAGE_TOO_LONG (the prompt exceeds max_tokens) /
- * IMAGE_CANCELLED with err set. */
-int image_generate(image_pipeline *p, const image_request *r, uint8_t **png, size_t *png_len, char *err, size_t errlen);
+/* Generates one image; *png (malloc'd) receives the PNG bytes.  Fails with
+ * KILN_ERR_CONTEXT_FULL when the prompt exceeds max_tokens,
+ * KILN_ERR_CANCELLED when progress cancels, KILN_ERR_INVALID_ARG for a bad
+ * request. */
+kiln_status image_generate(image_pipeline *p, const image_request *r, uint8_t **png, size_t *png_len);
 
 /* Stages, for tests and tools.  Tokens of prompt with EOS (returns the
  * count, which may exceed cap; -1 on error). */
 int image_tokenize(const image_pipeline *p, const char *prompt, int32_t *ids, int cap);
 /* out [n][d_model]. */
-int image_encode(image_pipeline *p, const int32_t *ids, int n, float *out, char *err, size_t errlen);
+kiln_status image_encode(image_pipeline *p, const int32_t *ids, int n, float *out);
 int image_encoder_width(const image_pipeline *p);
 /* One DiT evaluation of x [in_ch][32][32] at timestep t with caption
  * states ctx [n][d_model]: out [out_ch][32][32]. */
-int image_dit_once(image_pipeline *p, const float *x, float t, const float *ctx, int n, float *out, char *err,
-                   size_t errlen);
+kiln_status image_dit_once(image_pipeline *p, const float *x, float t, const float *ctx, int n, float *out);
 int image_dit_out_channels(const image_pipeline *p);
 /* img [3][256][256] from latents z [4][32][32] (scaled latents: divided by
  * the scaling factor first). */
-int image_decode(image_pipeline *p, const float *z, float *img, char *err, size_t errlen);
+kiln_status image_decode(image_pipeline *p, const float *z, float *img);
 /* [3][h][w] in [-1, 1] to h * w * 3 bytes: (x / 2 + 0.5) clamped to [0, 1],
  * times 255, rounded half to even. */
 void image_to_pixels(const float *img, int w, int h, uint8_t *rgb);
-int image_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len, char *err, size_t errlen);
+kiln_status image_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len);
 
 #endif

@@ -63,26 +63,24 @@ static int sha256_file(const char *path, char hex[65]) {
     return rc;
 }
 
-int image_tokenizer_pinned(const char *path, const char *sha256, char *err, size_t errlen) {
+kiln_status image_tokenizer_pinned(const char *path, const char *sha256) {
     struct stat st;
     char got[65];
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
-        return base_errf(err, errlen, "tokenizer %s: not a file", path), -1;
+        return base_fail(KILN_ERR_FORMAT, "tokenizer %s: not a file", path);
     if (sha256 && (strlen(sha256) != 64 || strspn(sha256, "0123456789abcdefABCDEF") != 64))
-        return base_errf(err, errlen, "--tokenizer-sha256: '%s' is not 64 hex digits", sha256), -1;
+        return base_fail(KILN_ERR_FORMAT, "--tokenizer-sha256: '%s' is not 64 hex digits", sha256);
     if (!sha256 && st.st_size != IMAGE_SPIECE_PIN_BYTES)
-        return base_errf(err, errlen,
+        return base_fail(KILN_ERR_FORMAT,
                          "tokenizer %s is not Flan-T5's spiece.model (%lld bytes, not %d); a pack records its own "
                          "tokenizer, or --tokenizer-sha256 pins this one",
-                         path, (long long)st.st_size, IMAGE_SPIECE_PIN_BYTES),
-               -1;
-    if (sha256_file(path, got)) return base_errf(err, errlen, "tokenizer %s: cannot read it", path), -1;
+                         path, (long long)st.st_size, IMAGE_SPIECE_PIN_BYTES);
+    if (sha256_file(path, got)) return base_fail(KILN_ERR_FORMAT, "tokenizer %s: cannot read it", path);
     const char *want = sha256 ? sha256 : IMAGE_SPIECE_PIN_SHA256;
     if (strcasecmp(got, want))
-        return base_errf(err, errlen, "tokenizer %s has sha256 %s, %s %s", path, got,
-                         sha256 ? "--tokenizer-sha256 pins" : "not Flan-T5's spiece.model,", want),
-               -1;
-    return 0;
+        return base_fail(KILN_ERR_FORMAT, "tokenizer %s has sha256 %s, %s %s", path, got,
+                         sha256 ? "--tokenizer-sha256 pins" : "not Flan-T5's spiece.model,", want);
+    return KILN_OK;
 }
 
 static int enum_of(const char *s, const char *const *names, int n) {
@@ -103,7 +101,7 @@ static int num(json_t *o, const char *key, double *v, const char **bad) {
     return 1;
 }
 
-static int read_config(json_t *root, image_config *c, char *err, size_t errlen) {
+static kiln_status read_config(json_t *root, image_config *c) {
     const char *bad = NULL;
     double v;
     json_t *o = json_object_get(root, "dit");
@@ -123,10 +121,7 @@ static int read_config(json_t *root, image_config *c, char *err, size_t errlen) 
     if (num(o, "beta_start", &v, &bad) > 0) c->sched.beta_start = (float)v;
     if (num(o, "beta_end", &v, &bad) > 0) c->sched.beta_end = (float)v;
     if (num(o, "steps_offset", &v, &bad) > 0) c->sched.steps_offset = (int)v;
-    if (bad) {
-        base_errf(err, errlen, "pack.json: '%s' is not a number", bad);
-        return -1;
-    }
+    if (bad) { return base_fail(KILN_ERR_FORMAT, "pack.json: '%s' is not a number", bad); }
     static const char *const betas[] = {"linear", "scaled_linear", "squaredcos_cap_v2"};
     static const char *const preds[] = {"epsilon", "v_prediction"};
     static const char *const spacings[] = {"linspace", "leading", "trailing"};
@@ -142,43 +137,37 @@ static int read_config(json_t *root, image_config *c, char *err, size_t errlen) 
         json_t *x = json_object_get(o, enums[i].key);
         if (!x) continue;
         int e = json_is_string(x) ? enum_of(json_string_value(x), enums[i].names, enums[i].n) : -1;
-        if (e < 0) {
-            base_errf(err, errlen, "pack.json: scheduler %s is not supported", enums[i].key);
-            return -1;
-        }
+        if (e < 0) { return base_fail(KILN_ERR_FORMAT, "pack.json: scheduler %s is not supported", enums[i].key); }
         *enums[i].dst = e;
     }
     if (c->head_dim < 1 || c->max_tokens < 2 || c->max_tokens > 4096 || c->vae_groups < 1 || c->steps < 1 ||
         c->max_distance < 1 || !(c->vae_scaling > 0) || !(c->interp > 0)) {
-        base_errf(err, errlen, "pack.json: a configuration value is out of range");
-        return -1;
+        return base_fail(KILN_ERR_FORMAT, "pack.json: a configuration value is out of range");
     }
-    return 0;
+    return KILN_OK;
 }
 
-int image_pack_read(const char *path, int verify, image_files *files, image_config *config, char *err, size_t errlen) {
+kiln_status image_pack_read(const char *path, int verify, image_files *files, image_config *config) {
     char pj[PATH_MAX];
     memset(files, 0, sizeof *files);
     image_config_default(config);
     if (pack_json_path(path, pj, sizeof pj)) {
-        base_errf(err, errlen, "%s: not an image pack (no pack.json)", path);
-        return -1;
+        return base_fail(KILN_ERR_FORMAT, "%s: not an image pack (no pack.json)", path);
     }
     json_error_t je;
     json_t *root = json_load_file(pj, JSON_REJECT_DUPLICATES, &je);
     if (!root || !json_is_object(root)) {
-        base_errf(err, errlen, "%s: %s", pj, root ? "not a JSON object" : je.text);
         json_decref(root);
-        return -1;
+        return base_fail(KILN_ERR_FORMAT, "%s: %s", pj, root ? "not a JSON object" : je.text);
     }
-    int rc = -1;
+    kiln_status rc;
     const char *kind = json_string_value(json_object_get(root, "kind"));
     if (!kind || strcmp(kind, "kiln-image-pack") || json_integer_value(json_object_get(root, "schema")) != 1) {
-        base_errf(err, errlen, "%s: not a kiln image pack of schema 1", pj);
+        rc = base_fail(KILN_ERR_FORMAT, "%s: not a kiln image pack of schema 1", pj);
         goto done;
     }
     const char *name = json_string_value(json_object_get(root, "name"));
-    if (read_config(root, config, err, errlen)) goto done;
+    if ((rc = read_config(root, config))) goto done;
     snprintf(config->name, sizeof config->name, "%s", name ? name : "image");
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", pj);
@@ -194,7 +183,7 @@ int image_pack_read(const char *path, int verify, image_files *files, image_conf
     size_t i;
     json_t *a;
     if (!json_is_array(arts)) {
-        base_errf(err, errlen, "%s: no artifacts", pj);
+        rc = base_fail(KILN_ERR_FORMAT, "%s: no artifacts", pj);
         goto done;
     }
     json_array_foreach(arts, i, a) {
@@ -204,54 +193,56 @@ int image_pack_read(const char *path, int verify, image_files *files, image_conf
         json_t *len = json_object_get(a, "length");
         int r = role ? enum_of(role, roles, 4) : -1;
         if (r < 0) {
-            base_errf(err, errlen, "%s: artifact %zu has an unknown role '%s'", pj, i, role ? role : "");
+            rc = base_fail(KILN_ERR_FORMAT, "%s: artifact %zu has an unknown role '%s'", pj, i, role ? role : "");
             goto done;
         }
         if (seen[r]++) {
-            base_errf(err, errlen, "%s: two artifacts have the role %s", pj, role);
+            rc = base_fail(KILN_ERR_FORMAT, "%s: two artifacts have the role %s", pj, role);
             goto done;
         }
         if (!file || !*file || strchr(file, '/') || file[0] == '.' || !sha || strlen(sha) != 64 ||
             !json_is_integer(len)) {
-            base_errf(err, errlen, "%s: artifact %s needs a plain file name, its length and its sha256", pj, role);
+            rc = base_fail(KILN_ERR_FORMAT, "%s: artifact %s needs a plain file name, its length and its sha256", pj,
+                           role);
             goto done;
         }
         if (snprintf(dst[r], PATH_MAX, "%s/%s", dir, file) >= PATH_MAX) {
-            base_errf(err, errlen, "%s: path too long", pj);
+            rc = base_fail(KILN_ERR_FORMAT, "%s: path too long", pj);
             goto done;
         }
         struct stat st;
         if (stat(dst[r], &st) != 0) {
-            base_errf(err, errlen, "pack %s: %s (%s) is missing: %s", config->name, file, role, strerror(errno));
+            rc = base_fail(KILN_ERR_FORMAT, "pack %s: %s (%s) is missing: %s", config->name, file, role,
+                           strerror(errno));
             goto done;
         }
         if ((json_int_t)st.st_size != json_integer_value(len)) {
-            base_errf(err, errlen, "pack %s: %s (%s) is %lld bytes, the pack records %lld", config->name, file, role,
-                      (long long)st.st_size, (long long)json_integer_value(len));
+            rc = base_fail(KILN_ERR_FORMAT, "pack %s: %s (%s) is %lld bytes, the pack records %lld", config->name, file,
+                           role, (long long)st.st_size, (long long)json_integer_value(len));
             goto done;
         }
         char got[65];
         if (verify) {
             if (sha256_file(dst[r], got)) {
-                base_errf(err, errlen, "pack %s: cannot read %s", config->name, file);
+                rc = base_fail(KILN_ERR_FORMAT, "pack %s: cannot read %s", config->name, file);
                 goto done;
             }
             if (strcmp(got, sha)) {
-                base_errf(err, errlen, "pack %s: %s (%s) has sha256 %s, the pack records %s", config->name, file, role,
-                          got, sha);
+                rc = base_fail(KILN_ERR_FORMAT, "pack %s: %s (%s) has sha256 %s, the pack records %s", config->name,
+                               file, role, got, sha);
                 goto done;
             }
         }
     }
     for (int r = 0; r < 4; r++)
         if (!seen[r]) {
-            base_errf(err, errlen,
-                      "%s: the pack has no %s artifact (dit, text-encoder, tokenizer and vae are all "
-                      "required)",
-                      pj, roles[r]);
+            rc = base_fail(KILN_ERR_FORMAT,
+                           "%s: the pack has no %s artifact (dit, text-encoder, tokenizer and vae are all "
+                           "required)",
+                           pj, roles[r]);
             goto done;
         }
-    rc = 0;
+    rc = KILN_OK;
 done:
     json_decref(root);
     return rc;

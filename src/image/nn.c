@@ -34,13 +34,13 @@ static const ckpt_tensor *need(image_binder *b, const char *name, int n_dims, co
     const ckpt_tensor *t = ckpt_find(b->f, name);
     char want[128], got[128];
     if (!t) {
-        base_errf(b->err, b->errlen, "%s: tensor %s is missing", b->what, name);
+        b->status = base_fail(KILN_ERR_FORMAT, "%s: tensor %s is missing", b->what, name);
         b->failed = 1;
         return NULL;
     }
     if (ckpt_dtype_kq(t->dtype) < 0) {
-        base_errf(b->err, b->errlen, "%s: tensor %s is %s (F32, F16 or BF16 expected)", b->what, name,
-                  ckpt_dtype_name(t->dtype));
+        b->status = base_fail(KILN_ERR_FORMAT, "%s: tensor %s is %s (F32, F16 or BF16 expected)", b->what, name,
+                              ckpt_dtype_name(t->dtype));
         b->failed = 1;
         return NULL;
     }
@@ -55,7 +55,7 @@ static const ckpt_tensor *need(image_binder *b, const char *name, int n_dims, co
         else
             snprintf(want, sizeof want, "%lld elements", (long long)numel);
         shape_text(got, sizeof got, t->n_dims, t->shape);
-        base_errf(b->err, b->errlen, "%s: tensor %s has shape %s, expected %s", b->what, name, got, want);
+        b->status = base_fail(KILN_ERR_FORMAT, "%s: tensor %s has shape %s, expected %s", b->what, name, got, want);
         b->failed = 1;
         return NULL;
     }
@@ -90,7 +90,7 @@ float *image_vec(image_binder *b, int64_t n, const char *fmt, ...) {
     if (!t || b->check) return NULL;
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) {
-        base_errf(b->err, b->errlen, "out of memory");
+        b->status = base_fail(KILN_ERR_NOMEM, "out of memory");
         b->failed = 1;
         return NULL;
     }

@@ -17,14 +17,14 @@
 /* Binds tensors of one checkpoint.  With check set nothing is allocated:
  * names, shapes and dtypes (F32, F16, BF16) are only verified, so a
  * resolver can refuse a file before any model memory exists.  The first
- * failure is kept in err ("FILE: tensor NAME: ..."); later calls do nothing. */
+ * failure is base_fail'd (KILN_ERR_FORMAT, "FILE: tensor NAME: ...", or
+ * KILN_ERR_NOMEM) and kept in status; later calls do nothing. */
 typedef struct image_binder {
     const ckpt_file *f;
     const char *what; /* file name for messages */
     int check;
     int failed;
-    char *err;
-    size_t errlen;
+    kiln_status status; /* of the first failure */
 } image_binder;
 
 /* The tensor called fmt..., or NULL (no failure recorded). */

@@ -35,7 +35,7 @@ static void write_fn(png_structp png, png_bytep data, png_size_t len) {
 
 static void flush_fn(png_structp png) { (void)png; }
 
-int image_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len, char *err, size_t errlen) {
+kiln_status image_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len) {
     *out = NULL;
     *len = 0;
     membuf b = {NULL, 0, 0, 0};
@@ -45,15 +45,13 @@ int image_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *le
     if (!png || !info || !rows) {
         png_destroy_write_struct(&png, &info);
         free(rows);
-        base_errf(err, errlen, "out of memory");
-        return -1;
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     if (setjmp(png_jmpbuf(png))) {
         png_destroy_write_struct(&png, &info);
         free(rows);
         free(b.p);
-        base_errf(err, errlen, "PNG encoding failed");
-        return -1;
+        return base_fail(KILN_ERR_INTERNAL, "PNG encoding failed");
     }
     png_set_write_fn(png, &b, write_fn, flush_fn);
     png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
@@ -66,10 +64,9 @@ int image_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *le
     free(rows);
     if (b.oom) {
         free(b.p);
-        base_errf(err, errlen, "out of memory");
-        return -1;
+        return base_fail(KILN_ERR_NOMEM, "out of memory");
     }
     *out = b.p;
     *len = b.n;
-    return 0;
+    return KILN_OK;
 }

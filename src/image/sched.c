@@ -17,18 +17,14 @@ static double alpha_bar(double t) {
     return c * c;
 }
 
-int image_sched_plan(const image_sched *s, int steps, float *ts, float *sigmas, float *init, char *err, size_t errlen) {
+kiln_status image_sched_plan(const image_sched *s, int steps, float *ts, float *sigmas, float *init) {
     const int N = s->n_train;
     if (N < 2 || N > 100000 || steps < 1 || steps > N || steps > IMAGE_MAX_STEPS) {
-        base_errf(err, errlen, "steps must be 1..%d (the schedule has %d training steps)",
-                  N < IMAGE_MAX_STEPS ? N : IMAGE_MAX_STEPS, N);
-        return -1;
+        return base_fail(KILN_ERR_INVALID_ARG, "steps must be 1..%d (the schedule has %d training steps)",
+                         N < IMAGE_MAX_STEPS ? N : IMAGE_MAX_STEPS, N);
     }
     float *sig = malloc((size_t)N * sizeof *sig);
-    if (!sig) {
-        base_errf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!sig) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     float ac = 1.0f;
     for (int i = 0; i < N; i++) {
         float beta;

@@ -13,6 +13,8 @@
 #ifndef KILN_IMAGE_SCHED_H
 #define KILN_IMAGE_SCHED_H
 
+#include "kiln.h"
+
 #include <stddef.h>
 
 enum { IMAGE_BETA_LINEAR = 0, IMAGE_BETA_SCALED_LINEAR, IMAGE_BETA_COSINE };
@@ -28,8 +30,8 @@ typedef struct image_sched {
 #define IMAGE_MAX_STEPS 1000
 
 /* ts [steps], sigmas [steps + 1] and the initial noise scale for steps
- * (1..min(n_train, IMAGE_MAX_STEPS)).  -1 with err on a bad configuration. */
-int image_sched_plan(const image_sched *s, int steps, float *ts, float *sigmas, float *init, char *err, size_t errlen);
+ * (1..min(n_train, IMAGE_MAX_STEPS)).  Fails (base_fail) on a bad configuration. */
+kiln_status image_sched_plan(const image_sched *s, int steps, float *ts, float *sigmas, float *init);
 /* z += (z - x0) / sigma * (sigma_next - sigma) over n values, x0 from the
  * model's output (epsilon or v). */
 void image_euler_step(const image_sched *s, float *z, const float *model, float sigma, float sigma_next, size_t n);

@@ -114,21 +114,23 @@ static int lookup(const image_spiece *s, const char *p, size_t n) {
     }
 }
 
-static int parse_trainer(image_spiece *s, pb r, char *err, size_t errlen) {
+static kiln_status malformed(void) {
+    return base_fail(KILN_ERR_FORMAT, "not a SentencePiece model (malformed protobuf)");
+}
+
+static kiln_status parse_trainer(image_spiece *s, pb r) {
     uint32_t f;
     int w;
     pb sub;
     uint64_t v = 0;
     while (r.p < r.end) {
-        if (pb_next(&r, &f, &w, &sub, &v)) return -1;
+        if (pb_next(&r, &f, &w, &sub, &v)) return malformed();
         if (w != 0) continue;
         if (f == 3 && v != 1) {
-            base_errf(err, errlen, "SentencePiece model type %llu is not unigram", (unsigned long long)v);
-            return -2;
+            return base_fail(KILN_ERR_FORMAT, "SentencePiece model type %llu is not unigram", (unsigned long long)v);
         }
         if (f == 24 && v) {
-            base_errf(err, errlen, "SentencePiece treat_whitespace_as_suffix is not supported");
-            return -2;
+            return base_fail(KILN_ERR_FORMAT, "SentencePiece treat_whitespace_as_suffix is not supported");
         }
         if (f == 35) s->byte_fallback = v != 0;
         if (f == 40) s->unk = (int)(int32_t)v;
@@ -136,16 +138,16 @@ static int parse_trainer(image_spiece *s, pb r, char *err, size_t errlen) {
         if (f == 42) s->eos = (int)(int32_t)v;
         if (f == 43) s->pad = (int)(int32_t)v;
     }
-    return 0;
+    return KILN_OK;
 }
 
-static int parse_normalizer(image_spiece *s, pb r, char *err, size_t errlen) {
+static kiln_status parse_normalizer(image_spiece *s, pb r) {
     uint32_t f;
     int w;
     pb sub;
     uint64_t v = 0;
     while (r.p < r.end) {
-        if (pb_next(&r, &f, &w, &sub, &v)) return -1;
+        if (pb_next(&r, &f, &w, &sub, &v)) return malformed();
         if (f == 2 && w == 2 && sub.end > sub.p) {
             size_t n = (size_t)(sub.end - sub.p);
             uint32_t ts;
@@ -156,10 +158,7 @@ static int parse_normalizer(image_spiece *s, pb r, char *err, size_t errlen) {
             s->trie = malloc(ts);
             s->pool_len = (uint32_t)(n - 4 - ts);
             s->pool = malloc(s->pool_len + 1);
-            if (!s->trie || !s->pool) {
-                base_errf(err, errlen, "out of memory");
-                return -2;
-            }
+            if (!s->trie || !s->pool) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
             memcpy(s->trie, sub.p + 4, ts);
             memcpy(s->pool, sub.p + 4 + ts, s->pool_len);
             s->pool[s->pool_len] = 0;
@@ -168,10 +167,9 @@ static int parse_normalizer(image_spiece *s, pb r, char *err, size_t errlen) {
         if (w == 0 && f == 4) s->remove_extra_ws = v != 0;
         if (w == 0 && f == 5) s->escape_ws = v != 0;
     }
-    return 0;
+    return KILN_OK;
 bad:
-    base_errf(err, errlen, "SentencePiece precompiled character map is malformed");
-    return -2;
+    return base_fail(KILN_ERR_FORMAT, "SentencePiece precompiled character map is malformed");
 }
 
 static int parse_piece(pb r, piece *pc) {
@@ -199,12 +197,10 @@ static int parse_piece(pb r, piece *pc) {
     return pc->s ? 0 : -1;
 }
 
-image_spiece *image_spiece_load(const uint8_t *data, size_t len, char *err, size_t errlen) {
+kiln_status image_spiece_load(const uint8_t *data, size_t len, image_spiece **out) {
+    *out = NULL;
     image_spiece *s = calloc(1, sizeof *s);
-    if (!s) {
-        base_errf(err, errlen, "out of memory");
-        return NULL;
-    }
+    if (!s) return base_fail(KILN_ERR_NOMEM, "out of memory");
     s->unk = 0;
     s->bos = 1;
     s->eos = 2;
@@ -213,25 +209,23 @@ image_spiece *image_spiece_load(const uint8_t *data, size_t len, char *err, size
     for (int b = 0; b < 256; b++) s->byte_piece[b] = -1;
     pb r = {data, data + len}, sub;
     uint32_t f;
-    int w, rc = 0, n = 0;
+    int w, n = 0;
+    kiln_status rc = KILN_OK;
     uint64_t v;
     size_t strbytes = 0;
     /* pass 1: count pieces and their bytes, read the specs */
     while (r.p < r.end && !rc) {
         if (pb_next(&r, &f, &w, &sub, &v))
-            rc = -1;
+            rc = malformed();
         else if (f == 1 && w == 2) {
             n++;
             strbytes += (size_t)(sub.end - sub.p) + 1;
         } else if (f == 2 && w == 2)
-            rc = parse_trainer(s, sub, err, errlen);
+            rc = parse_trainer(s, sub);
         else if (f == 3 && w == 2)
-            rc = parse_normalizer(s, sub, err, errlen);
+            rc = parse_normalizer(s, sub);
     }
-    if (!rc && (n < 1 || n > (1 << 24))) {
-        base_errf(err, errlen, "SentencePiece model has %d pieces", n);
-        rc = -2;
-    }
+    if (!rc && (n < 1 || n > (1 << 24))) { rc = base_fail(KILN_ERR_FORMAT, "SentencePiece model has %d pieces", n); }
     if (!rc) {
         uint32_t hs = 1;
         while (hs < 2u * (uint32_t)n) hs <<= 1;
@@ -239,10 +233,7 @@ image_spiece *image_spiece_load(const uint8_t *data, size_t len, char *err, size
         s->strings = malloc(strbytes);
         s->hash = calloc(hs, sizeof *s->hash);
         s->hash_mask = hs - 1;
-        if (!s->pieces || !s->strings || !s->hash) {
-            base_errf(err, errlen, "out of memory");
-            rc = -2;
-        }
+        if (!s->pieces || !s->strings || !s->hash) { rc = base_fail(KILN_ERR_NOMEM, "out of memory"); }
     }
     /* pass 2: the pieces */
     r.p = data;
@@ -252,11 +243,11 @@ image_spiece *image_spiece_load(const uint8_t *data, size_t len, char *err, size
     int found_unk = -1;
     while (!rc && r.p < r.end) {
         if (pb_next(&r, &f, &w, &sub, &v))
-            rc = -1;
+            rc = malformed();
         else if (f == 1 && w == 2) {
             piece *pc = &s->pieces[s->n];
             if (parse_piece(sub, pc)) {
-                rc = -1;
+                rc = malformed();
                 break;
             }
             memcpy(sp, pc->s, pc->len);
@@ -282,19 +273,18 @@ image_spiece *image_spiece_load(const uint8_t *data, size_t len, char *err, size
             s->n++;
         }
     }
-    if (rc == -1) base_errf(err, errlen, "not a SentencePiece model (malformed protobuf)");
     if (!rc && found_unk >= 0) s->unk = found_unk;
     if (!rc && (s->unk < 0 || s->unk >= s->n)) {
-        base_errf(err, errlen, "SentencePiece model has no unknown piece");
-        rc = -2;
+        rc = base_fail(KILN_ERR_FORMAT, "SentencePiece model has no unknown piece");
     }
     if (!rc && s->min_score > s->max_score) s->min_score = s->max_score = 0;
     if (!rc && s->eos >= s->n) s->eos = -1;
     if (rc) {
         image_spiece_free(s);
-        return NULL;
+        return rc;
     }
-    return s;
+    *out = s;
+    return KILN_OK;
 }
 
 void image_spiece_free(image_spiece *s) {

@@ -12,15 +12,18 @@
 #ifndef KILN_IMAGE_SPIECE_H
 #define KILN_IMAGE_SPIECE_H
 
+#include "kiln.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct image_spiece image_spiece;
 
 /* Parses a .model file's bytes (copied; data may be freed afterwards).
- * NULL on failure with err set (a malformed protobuf, a model type other
- * than unigram, a bad character map). */
-image_spiece *image_spiece_load(const uint8_t *data, size_t len, char *err, size_t errlen);
+ * *out receives the tokenizer; it is NULL on failure (base_fail: a
+ * malformed protobuf, a model type other than unigram, a bad character
+ * map, KILN_ERR_NOMEM). */
+kiln_status image_spiece_load(const uint8_t *data, size_t len, image_spiece **out);
 void image_spiece_free(image_spiece *s);
 
 int image_spiece_n_pieces(const image_spiece *s);

@@ -7,10 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_distance, int check, char *err,
-                  size_t errlen) {
+kiln_status image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_distance, int check) {
     memset(m, 0, sizeof *m);
-    image_binder b = {f, what, check, 0, err, errlen};
+    image_binder b = {f, what, check, 0, KILN_OK};
     const ckpt_tensor *emb = ckpt_find(f, "shared.weight");
     const char *emb_name = "shared.weight";
     if (!emb) {
@@ -21,11 +20,10 @@ int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_dis
     const ckpt_tensor *q0 = ckpt_find(f, "encoder.block.0.layer.0.SelfAttention.q.weight");
     const ckpt_tensor *wi = ckpt_find(f, "encoder.block.0.layer.1.DenseReluDense.wi_0.weight");
     if (!emb || !rb || !q0 || !wi || emb->n_dims != 2 || rb->n_dims != 2 || q0->n_dims != 2 || wi->n_dims != 2) {
-        base_errf(err, errlen,
-                  "%s: not a T5 encoder (needs shared.weight, encoder.block.0 attention with its relative "
-                  "position bias, and a gated-GELU feed-forward wi_0/wi_1)",
-                  what);
-        return -1;
+        return base_fail(KILN_ERR_FORMAT,
+                         "%s: not a T5 encoder (needs shared.weight, encoder.block.0 attention with its relative "
+                         "position bias, and a gated-GELU feed-forward wi_0/wi_1)",
+                         what);
     }
     m->n_vocab = (int)emb->shape[0];
     m->d_model = (int)emb->shape[1];
@@ -34,26 +32,19 @@ int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_dis
     m->d_ff = (int)wi->shape[0];
     m->max_distance = max_distance;
     if (m->heads < 1 || q0->shape[0] % m->heads || m->buckets < 4 || m->buckets % 2 || max_distance < m->buckets / 4) {
-        base_errf(err, errlen, "%s: T5 sizes do not fit together (%d heads, %lld inner, %d buckets)", what, m->heads,
-                  (long long)q0->shape[0], m->buckets);
-        return -1;
+        return base_fail(KILN_ERR_FORMAT, "%s: T5 sizes do not fit together (%d heads, %lld inner, %d buckets)", what,
+                         m->heads, (long long)q0->shape[0], m->buckets);
     }
     m->d_kv = (int)(q0->shape[0] / m->heads);
     while (image_find(f, "encoder.block.%d.layer.0.layer_norm.weight", m->layers) && m->layers < 1000) m->layers++;
-    if (!m->layers) {
-        base_errf(err, errlen, "%s: no T5 encoder blocks", what);
-        return -1;
-    }
+    if (!m->layers) { return base_fail(KILN_ERR_FORMAT, "%s: no T5 encoder blocks", what); }
     const int64_t D = m->d_model, I = (int64_t)m->heads * m->d_kv, F = m->d_ff;
     image_mat(&b, &m->emb, 2, (int64_t[]){m->n_vocab, D}, "%s", emb_name);
     m->rel_bias = image_vec(&b, (int64_t)m->buckets * m->heads,
                             "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
     if (!check) {
         m->blk = calloc((size_t)m->layers, sizeof *m->blk);
-        if (!m->blk) {
-            base_errf(err, errlen, "out of memory");
-            return -1;
-        }
+        if (!m->blk) { return base_fail(KILN_ERR_NOMEM, "out of memory"); }
     }
     for (int i = 0; i < m->layers && !b.failed; i++) {
         image_t5_block tmp, *k = check ? &tmp : &m->blk[i];
@@ -72,9 +63,9 @@ int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_dis
     m->final_ln = image_vec(&b, D, "encoder.final_layer_norm.weight");
     if (b.failed) {
         image_t5_free(m);
-        return -1;
+        return b.status;
     }
-    return 0;
+    return KILN_OK;
 }
 
 void image_t5_free(image_t5 *m) {
@@ -105,13 +96,12 @@ static void rmsnorm(float *out, const float *x, const float *w, int n_tok, int d
     for (int t = 0; t < n_tok; t++) kern_rmsnorm(out + (size_t)t * (size_t)d, x + (size_t)t * (size_t)d, w, d, 1e-6f);
 }
 
-int image_t5_encode(const image_t5 *m, thread_pool *pool, const int32_t *ids, int n, float *out, char *err,
-                    size_t errlen) {
+kiln_status image_t5_encode(const image_t5 *m, thread_pool *pool, const int32_t *ids, int n, float *out) {
     const int D = m->d_model, I = m->heads * m->d_kv, F = m->d_ff, H = m->heads;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= m->n_vocab) {
-            base_errf(err, errlen, "token id %d is outside the encoder's vocabulary of %d", ids[i], m->n_vocab);
-            return -1;
+            return base_fail(KILN_ERR_INVALID_ARG, "token id %d is outside the encoder's vocabulary of %d", ids[i],
+                             m->n_vocab);
         }
     const size_t nn = (size_t)n;
     const int widest = D > F ? (D > I ? D : I) : (F > I ? F : I);
@@ -122,9 +112,9 @@ int image_t5_encode(const image_t5 *m, thread_pool *pool, const int32_t *ids, in
           *bias = malloc((size_t)H * nn * nn * sizeof *bias);
     void *mm = malloc(kern_matmul_scratch_size(widest, n));
     void *as = malloc(image_attention_scratch(n, n, m->d_kv));
-    int rc = -1;
+    kiln_status rc = KILN_ERR_NOMEM;
     if (!x || !q || !k || !v || !a || !g || !u || !y || !bias || !mm || !as) {
-        base_errf(err, errlen, "out of memory");
+        base_fail(KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
     float *h = out;
@@ -153,7 +143,7 @@ int image_t5_encode(const image_t5 *m, thread_pool *pool, const int32_t *ids, in
         kern_add(h, y, n * D);
     }
     rmsnorm(h, h, m->final_ln, n, D);
-    rc = 0;
+    rc = KILN_OK;
 done:
     free(x);
     free(q);

@@ -30,14 +30,12 @@ typedef struct image_t5 {
 } image_t5;
 
 /* Infers the sizes from f and binds every tensor; with check set it only
- * verifies (no allocation; m receives the sizes).  0 or -1 with err. */
-int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_distance, int check, char *err,
-                  size_t errlen);
+ * verifies (no allocation; m receives the sizes).  KILN_OK, or a
+ * status with the message (base_fail). */
+kiln_status image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_distance, int check);
 void image_t5_free(image_t5 *m);
-/* out [n][d_model] = encoder states of ids[0..n).  Returns -1 (err set)
- * for an id outside the vocabulary or when out of memory. */
-int image_t5_encode(const image_t5 *m, thread_pool *pool, const int32_t *ids, int n, float *out, char *err,
-                    size_t errlen);
+/* out [n][d_model] = encoder states of ids[0..n).  Fails (base_fail) for an id outside the vocabulary or when out of memory. */
+kiln_status image_t5_encode(const image_t5 *m, thread_pool *pool, const int32_t *ids, int n, float *out);
 /* The bucket of relative position rel = key - query, as transformers
  * computes it (float32 logarithms, truncation). */
 int image_t5_bucket(int rel, int buckets, int max_distance);

@@ -48,14 +48,13 @@ static void res_free(image_resnet *r) {
     memset(r, 0, sizeof *r);
 }
 
-int image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int groups, float scaling, int check, char *err,
-                   size_t errlen) {
+kiln_status image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int groups, float scaling, int check) {
     memset(m, 0, sizeof *m);
-    image_binder b = {f, what, check, 0, err, errlen};
+    image_binder b = {f, what, check, 0, KILN_OK};
     const ckpt_tensor *ci = ckpt_find(f, "decoder.conv_in.weight"), *co = ckpt_find(f, "decoder.conv_out.weight");
     if (!ci || !co || ci->n_dims != 4 || co->n_dims != 4) {
-        base_errf(err, errlen, "%s: not an AutoencoderKL decoder (needs decoder.conv_in and decoder.conv_out)", what);
-        return -1;
+        return base_fail(KILN_ERR_FORMAT,
+                         "%s: not an AutoencoderKL decoder (needs decoder.conv_in and decoder.conv_out)", what);
     }
     m->latent = (int)ci->shape[1];
     m->groups = groups;
@@ -65,22 +64,17 @@ int image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int group
         m->n_blocks++;
     while (image_find(f, "decoder.up_blocks.0.resnets.%d.conv1.weight", m->layers) && m->layers < 64) m->layers++;
     if (m->n_blocks < 1 || m->layers < 1) {
-        base_errf(err, errlen, "%s: the decoder has no up blocks", what);
-        return -1;
+        return base_fail(KILN_ERR_FORMAT, "%s: the decoder has no up blocks", what);
     }
     /* channels: up block i outputs ch[n_blocks - 1 - i] */
     for (int i = 0; i < m->n_blocks; i++) {
         const ckpt_tensor *t = image_find(f, "decoder.up_blocks.%d.resnets.0.conv1.weight", i);
-        if (!t || t->n_dims != 4) {
-            base_errf(err, errlen, "%s: up block %d has no 3x3 conv1", what, i);
-            return -1;
-        }
+        if (!t || t->n_dims != 4) { return base_fail(KILN_ERR_FORMAT, "%s: up block %d has no 3x3 conv1", what, i); }
         m->ch[m->n_blocks - 1 - i] = (int)t->shape[0];
     }
     for (int i = 0; i < m->n_blocks; i++)
         if (m->ch[i] < 1 || m->ch[i] % groups) {
-            base_errf(err, errlen, "%s: %d channels do not split into %d groups", what, m->ch[i], groups);
-            return -1;
+            return base_fail(KILN_ERR_FORMAT, "%s: %d channels do not split into %d groups", what, m->ch[i], groups);
         }
     const int top = m->ch[m->n_blocks - 1];
     conv_bind(&b, &m->pq, m->latent, m->latent, 1, "post_quant_conv");
@@ -94,7 +88,7 @@ int image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int group
     image_lin_bind(&b, &m->ao, top, top, 1, "decoder.mid_block.attentions.0.to_out.0");
     res_bind(&b, &m->mid1, top, top, "decoder.mid_block.resnets.1");
     if (!check && !b.failed && !(m->res = calloc((size_t)m->n_blocks * (size_t)m->layers, sizeof *m->res))) {
-        base_errf(err, errlen, "out of memory");
+        b.status = base_fail(KILN_ERR_NOMEM, "out of memory");
         b.failed = 1;
     }
     int prev = top;
@@ -111,7 +105,7 @@ int image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int group
             snprintf(name, sizeof name, "decoder.up_blocks.%d.upsamplers.0.conv", i);
             conv_bind(&b, &m->up[i], out, out, 3, name);
         } else if (image_find(f, "decoder.up_blocks.%d.upsamplers.0.conv.weight", i) && !b.failed) {
-            base_errf(err, errlen, "%s: the last up block upsamples", what);
+            b.status = base_fail(KILN_ERR_FORMAT, "%s: the last up block upsamples", what);
             b.failed = 1;
         }
     }
@@ -120,9 +114,9 @@ int image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int group
     conv_bind(&b, &m->conv_out, 3, m->ch[0], 3, "decoder.conv_out");
     if (b.failed) {
         image_vae_free(m);
-        return -1;
+        return b.status;
     }
-    return 0;
+    return KILN_OK;
 }
 
 void image_vae_free(image_vae *m) {
@@ -183,8 +177,7 @@ static void resnet(vae_run *r, const image_resnet *rs, float *x, int h, int w, f
     kern_add(x, t1, rs->cout * hw);
 }
 
-int image_vae_decode(const image_vae *m, thread_pool *pool, const float *z, int h, int w, float *img, char *err,
-                     size_t errlen) {
+kiln_status image_vae_decode(const image_vae *m, thread_pool *pool, const float *z, int h, int w, float *img) {
     const int top = m->ch[m->n_blocks - 1];
     size_t big = (size_t)m->latent * (size_t)h * (size_t)w, cs = 0;
     /* the largest image and conv scratch over every stage */
@@ -225,8 +218,7 @@ int image_vae_decode(const image_vae *m, thread_pool *pool, const float *z, int 
         free(t1);
         free(t2);
         free(scratch);
-        base_errf(err, errlen, "out of memory for the VAE decode (%zu MiB)", (3 * big * 4 + cs) >> 20);
-        return -1;
+        return base_fail(KILN_ERR_NOMEM, "out of memory for the VAE decode (%zu MiB)", (3 * big * 4 + cs) >> 20);
     }
     vae_run r = {pool, m->groups, scratch};
     for (size_t i = 0; i < (size_t)m->latent * n_px; i++) t1[i] = z[i] / m->scaling;

@@ -46,14 +46,12 @@ typedef struct image_vae {
     float *no_w, *no_b;
 } image_vae;
 
-int image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int groups, float scaling, int check, char *err,
-                   size_t errlen);
+kiln_status image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int groups, float scaling, int check);
 void image_vae_free(image_vae *m);
 /* Pixels per latent step in each direction (2^(n_blocks - 1)). */
 static inline int image_vae_factor(const image_vae *m) { return 1 << (m->n_blocks - 1); }
 /* img [3][h f][w f] = decode(z [latent][h][w]); allocates its buffers for
- * the call.  -1 with err when out of memory. */
-int image_vae_decode(const image_vae *m, thread_pool *pool, const float *z, int h, int w, float *img, char *err,
-                     size_t errlen);
+ * the call.  KILN_ERR_NOMEM (base_fail) when out of memory. */
+kiln_status image_vae_decode(const image_vae *m, thread_pool *pool, const float *z, int h, int w, float *img);
 
 #endif

@@ -118,10 +118,9 @@ static void summarize(kiln_model *m) {
 /* The backend be prepares part (model_weights.part) of the weights (on the
  * CPU: the interleaved copies of the matrices, with the norms and biases
  * between them moved beside; on CUDA: everything uploaded, the token
- * embeddings too unless the model is split) into *mem.  -1 with err when
- * the backend has no kernel for a matrix's type. */
-static int prepare_part(kiln_model *m, const backend_backend *be, int part, void **mem, size_t *bytes, char *err,
-                        size_t errlen) {
+ * embeddings too unless the model is split) into *mem.  Fails with
+ * KILN_ERR_UNSUPPORTED when the backend has no kernel for a matrix's type. */
+static kiln_status prepare_part(kiln_model *m, const backend_backend *be, int part, void **mem, size_t *bytes) {
     model_weights wl;
     memset(&wl, 0, sizeof wl);
     wl.part = part;
@@ -130,16 +129,12 @@ static int prepare_part(kiln_model *m, const backend_backend *be, int part, void
     if (m->arch->family->weights) m->arch->family->weights(m, &wl);
     wl.layer1 = 0;
     if (cuda && part == 0) model_weights_mat(&wl, &m->tok_embd);
-    int rc = 0;
+    kiln_status rc = KILN_OK;
     for (int i = 0; cuda && i < wl.n_mats && !rc; i++)
-        if (wl.mats[i]->data && !backend_cuda_weight_type(wl.mats[i]->type)) {
-            snprintf(err, errlen, "the CUDA backend has no kernels for %s weights", quant_get(wl.mats[i]->type)->name);
-            rc = -1;
-        }
-    if (cuda && wl.failed && !rc) {
-        snprintf(err, errlen, "out of memory");
-        rc = -1;
-    }
+        if (wl.mats[i]->data && !backend_cuda_weight_type(wl.mats[i]->type))
+            rc = base_fail(KILN_ERR_UNSUPPORTED, "the CUDA backend has no kernels for %s weights",
+                           quant_get(wl.mats[i]->type)->name);
+    if (cuda && wl.failed && !rc) rc = base_fail(KILN_ERR_NOMEM, "out of memory");
     /* the host builds the step's RoPE tables: the frequency factors stay
      * host memory whatever the backend does with the other vectors */
     const float *freq_factors = m->hp.rope.freq_factors;
@@ -154,10 +149,11 @@ static int prepare_part(kiln_model *m, const backend_backend *be, int part, void
 
 /* The model's weights prepared: all on m->be, or split: the GPU's layers
  * on m->be and, when repack, the host part on m->be_lo. */
-static int prepare(kiln_model *m, int repack, char *err, size_t errlen) {
-    if (!m->be_lo) return prepare_part(m, m->be, 0, &m->packed_mem, &m->packed_bytes, err, errlen);
-    if (prepare_part(m, m->be, 2, &m->packed_mem, &m->packed_bytes, err, errlen)) return -1;
-    return repack ? prepare_part(m, m->be_lo, 1, &m->lo_mem, &m->lo_bytes, err, errlen) : 0;
+static kiln_status prepare(kiln_model *m, int repack) {
+    if (!m->be_lo) return prepare_part(m, m->be, 0, &m->packed_mem, &m->packed_bytes);
+    kiln_status st = prepare_part(m, m->be, 2, &m->packed_mem, &m->packed_bytes);
+    if (st) return st;
+    return repack ? prepare_part(m, m->be_lo, 1, &m->lo_mem, &m->lo_bytes) : KILN_OK;
 }
 
 /* Bytes of the weights a split model keeps on the GPU (as stored). */
@@ -337,8 +333,8 @@ static kiln_status load_on(const char *path, const kiln_model_params *pp, const 
         *refused = 0;
     }
     if (p.repack || be->kind != BACKEND_CPU) {
-        if (prepare(m, p.repack, L.err, sizeof L.err)) {
-            st = KILN_ERR_UNSUPPORTED;
+        if ((st = prepare(m, p.repack))) {
+            snprintf(L.err, sizeof L.err, "%s", kiln_last_error());
             if (be->kind == BACKEND_CUDA) *refused = 1;
             goto fail;
         }

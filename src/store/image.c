@@ -28,10 +28,10 @@ static void dit_dtype(const char *path, char quant[16]) {
 kiln_status store_check_image(const char *path, const char *artifact, char arch[64], char quant[16]) {
     image_files files;
     image_config cfg;
-    char err[1024];
     /* lengths here; the caller hashed every file against pack.json */
-    if (image_pack_read(path, 0, &files, &cfg, err, sizeof err) || image_pipeline_check(&files, &cfg, err, sizeof err))
-        return base_fail(KILN_ERR_FORMAT, "artifact %s is not a usable image pack: %s", artifact, err);
+    kiln_status st = image_pack_read(path, 0, &files, &cfg);
+    if (!st) st = image_pipeline_check(&files, &cfg);
+    if (st) return base_fail(st, "artifact %s is not a usable image pack: %s", artifact, kiln_last_error());
     snprintf(arch, 64, "image");
     dit_dtype(files.dit, quant);
     return KILN_OK;

@@ -129,7 +129,7 @@ static kiln_status stage_one(const char *src, const char *dir, const char *file,
 static kiln_status import_image_pack(kiln_store *s, const char *canon, const char *name, int mode,
                                      kiln_store_progress_fn progress, void *user, char *id_out) {
     static atomic_uint seq;
-    char pj[PATH_MAX], dir[PATH_MAX], srcdir[PATH_MAX], norm[STORE_NAME_MAX + 1], err[1024];
+    char pj[PATH_MAX], dir[PATH_MAX], srcdir[PATH_MAX], norm[STORE_NAME_MAX + 1];
     struct stat sd;
     if (stat(canon, &sd) != 0) return base_fail(KILN_ERR_IO, "%s: %s", canon, strerror(errno));
     if (S_ISDIR(sd.st_mode)) {
@@ -143,8 +143,8 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
     /* the pack's own checks first: roles, plain file names, lengths */
     image_files files;
     image_config cfg;
-    if (image_pack_read(pj, 0, &files, &cfg, err, sizeof err)) return base_fail(KILN_ERR_FORMAT, "%s", err);
-    kiln_status st;
+    kiln_status st = image_pack_read(pj, 0, &files, &cfg);
+    if (st) return st;
     if (name)
         st = store_name_norm(name, norm);
     else {

@@ -131,20 +131,19 @@ static kern_mat vq_mat2(vq_bind *B, const char *name, int64_t ncols, int64_t nro
     return vq_mat(B, name, 2, ne);
 }
 
-static int vq_hp(const gguf_file *f, const char *key, int64_t lo, int64_t hi, int64_t def, int *out, char *err,
-                 size_t errlen) {
+/* *out = the integer key, which must lie in [lo, hi] (def when absent);
+ * st is the status of a value outside. */
+static kiln_status vq_hp(const gguf_file *f, const char *key, int64_t lo, int64_t hi, int64_t def, int *out,
+                         kiln_status st, const char *why) {
     const int64_t v = gguf_get_int(f, key, def);
-    if (v < lo || v > hi) {
-        snprintf(err, errlen, "mmproj: bad or missing %s (%lld)", key, (long long)v);
-        return -1;
-    }
+    if (v < lo || v > hi) return base_fail(st, "mmproj: bad or missing %s (%lld)%s", key, (long long)v, why);
     *out = (int)v;
-    return 0;
+    return KILN_OK;
 }
 
 kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
     *out = NULL;
-    char type[64], err[256];
+    char type[64];
     gguf_get_cstr(f, "clip.projector_type", type, sizeof type, "");
     vision_qwen h = {0};
     if (!strcmp(type, "qwen2vl_merger"))
@@ -155,20 +154,23 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
         h.kind = VQ_Q3;
     else
         return base_fail(KILN_ERR_UNSUPPORTED, "mmproj: projector type '%s' is not a Qwen-VL merger", type);
-    if (vq_hp(f, "clip.vision.embedding_length", 1, 16384, 0, &h.E, err, sizeof err) ||
-        vq_hp(f, "clip.vision.attention.head_count", 1, 256, 0, &h.H, err, sizeof err) ||
-        vq_hp(f, "clip.vision.feed_forward_length", 1, 65536, 0, &h.F, err, sizeof err) ||
-        vq_hp(f, "clip.vision.block_count", 1, 256, 0, &h.n_layer, err, sizeof err) ||
-        vq_hp(f, "clip.vision.patch_size", 1, 64, 0, &h.P, err, sizeof err) ||
-        vq_hp(f, "clip.vision.projection_dim", 1, 65536, 0, &h.proj, err, sizeof err) ||
-        (h.kind == VQ_Q25 && vq_hp(f, "clip.vision.n_wa_pattern", 1, 256, 0, &h.wa, err, sizeof err)))
-        return base_fail(KILN_ERR_FORMAT, "%s", err);
+    const kiln_status bad = KILN_ERR_FORMAT;
+    kiln_status st;
+    if ((st = vq_hp(f, "clip.vision.embedding_length", 1, 16384, 0, &h.E, bad, "")) ||
+        (st = vq_hp(f, "clip.vision.attention.head_count", 1, 256, 0, &h.H, bad, "")) ||
+        (st = vq_hp(f, "clip.vision.feed_forward_length", 1, 65536, 0, &h.F, bad, "")) ||
+        (st = vq_hp(f, "clip.vision.block_count", 1, 256, 0, &h.n_layer, bad, "")) ||
+        (st = vq_hp(f, "clip.vision.patch_size", 1, 64, 0, &h.P, bad, "")) ||
+        (st = vq_hp(f, "clip.vision.projection_dim", 1, 65536, 0, &h.proj, bad, "")) ||
+        (h.kind == VQ_Q25 && (st = vq_hp(f, "clip.vision.n_wa_pattern", 1, 256, 0, &h.wa, bad, ""))))
+        return st;
     const int gelu = gguf_get_bool(f, "clip.use_gelu", 0), silu = gguf_get_bool(f, "clip.use_silu", 0);
     if (gelu && silu) return base_fail(KILN_ERR_FORMAT, "mmproj: clip.use_gelu and clip.use_silu both set");
     h.act = gelu ? VQ_GELU : silu ? VQ_SILU : VQ_GELU_QUICK;
     int merge = 2;
-    if (vq_hp(f, "clip.vision.spatial_merge_size", 2, 2, 2, &merge, err, sizeof err))
-        return base_fail(KILN_ERR_UNSUPPORTED, "%s (only 2 x 2 merging)", err);
+    if ((st = vq_hp(f, "clip.vision.spatial_merge_size", 2, 2, 2, &merge, KILN_ERR_UNSUPPORTED,
+                    " (only 2 x 2 merging)")))
+        return st;
     h.D = h.E / h.H;
     if (h.D * h.H != h.E || h.D % 4)
         return base_fail(KILN_ERR_FORMAT, "mmproj: %d heads do not split embedding_length %d into a multiple of 4", h.H,
